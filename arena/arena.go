@@ -1,0 +1,596 @@
+// Package arena claims big regions of one kind of memory from a Provider and hands them out as
+// chunks and runs of chunks.
+//
+// # Design
+//
+// An Arena owns up to maxRegions regions, reserved from its provider on demand until their sizes
+// add up to the arena's capacity. Each region is cut into chunks (2 MiB by default: the huge page,
+// the GPU large page and the CUDA VMM granule) on a grid that starts at the region's base, or at
+// the first address after it that meets Options.Align. Because the grid is base-relative, a
+// region needs no alignment of its own: a provider that can align (mmap over-reserves and trims)
+// gets chunk-aligned chunks for nothing, and one that cannot (cuMemAlloc, an external region)
+// loses at most Align-1 bytes, counted in Stats.AlignWaste. Nothing is written into a region:
+// every piece of bookkeeping is Go memory, so the same code serves memory the CPU cannot touch.
+//
+// Chunks are handed out singly (heap segments) or as runs (huge objects) by first fit over a
+// per-region bitmap. Memory is committed at the provider's granule (a host page, a VMM granule),
+// tracked per granule, so a run whose last chunk is mostly empty commits only what it uses.
+// Free chunks stay committed for Options.PurgeDelay and are then decommitted by a timer;
+// Trim decommits them at once.
+//
+// # Lookup
+//
+// Lookup maps any address to a dense ChunkID in O(1) without a lock: it scans an immutable,
+// atomically published slice of regions (a handful at most) and shifts the address's offset
+// from the region's grid. ChunkIDs are below MaxChunks for the arena's lifetime, so the layers
+// above can keep flat tables indexed by them.
+//
+// # Locking
+//
+// One mutex serialises Alloc, Free, Trim, Stats and Close. They are the slow path: the heap
+// calls them when it needs a new segment or a huge object. Lookup takes no lock.
+package arena
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/align"
+)
+
+const (
+	// DefaultChunkSize is the chunk size when Options.ChunkSize is zero.
+	DefaultChunkSize = 2 << 20
+	// DefaultAlign is Options.Align's default: enough for a cache line and for GPU coalescing.
+	DefaultAlign = 256
+	// DefaultPurgeDelay is how long free chunks stay committed when Options.PurgeDelay is zero.
+	DefaultPurgeDelay = 500 * time.Millisecond
+	maxRegions        = 64
+	defaultRegionSize = 1 << 30
+)
+
+// ChunkID identifies a chunk of an arena. IDs are dense: every ID is below Arena.MaxChunks.
+type ChunkID uint32
+
+// Options configures an Arena.
+type Options struct {
+	// Provider is where regions come from. Required.
+	Provider Provider
+	// Capacity caps the bytes of all regions together. Zero takes the provider's own capacity
+	// when it has one (an external region), and is an error otherwise.
+	Capacity uintptr
+	// ChunkSize is the chunk size, a power of two of at least the provider's granule and
+	// 64 KiB. Default 2 MiB.
+	ChunkSize uintptr
+	// RegionSize is how much address space each growth step reserves. Default: the capacity,
+	// capped at 1 GiB but at least Capacity/32. Requests larger than it get a region of their own.
+	RegionSize uintptr
+	// Align is the alignment every chunk start must meet (a power of two). Default 256.
+	Align uintptr
+	// PurgeDelay is how long a free chunk stays committed before it is decommitted. Zero means
+	// DefaultPurgeDelay; a negative value keeps free chunks committed until Trim.
+	PurgeDelay time.Duration
+}
+
+// Span is a run of chunks handed out by Alloc.
+type Span struct {
+	// Base is the first usable address: it meets the alignment asked of Alloc.
+	Base uintptr
+	// Size is the size asked of Alloc; [Base, Base+Size) is committed.
+	Size uintptr
+	// ID is the first chunk of the run and N the number of chunks.
+	ID ChunkID
+	N  int
+	// Zeroed reports that [Base, Base+Size) reads as zero.
+	Zeroed bool
+}
+
+// Stats describes an arena's memory.
+type Stats struct {
+	// Provider and Kind name the memory.
+	Provider string
+	Kind     Kind
+	// Capacity is the cap on reserved bytes.
+	Capacity uint64
+	// Reserved is the address space held in regions.
+	Reserved uint64
+	// Committed is the memory backed by the provider (locked, for locked memory); PeakCommitted
+	// its highest value.
+	Committed, PeakCommitted uint64
+	// Locked is the committed memory that is page-locked (host-locked and host-pinned kinds).
+	Locked uint64
+	// InUse is the committed memory inside chunks that are handed out.
+	InUse uint64
+	// AlignWaste is memory made unusable to meet alignment: the bytes between an unaligned
+	// region base and the first chunk. Zero for every region the arena maps itself.
+	AlignWaste uint64
+	// Regions, Chunks and ChunksInUse count the regions and chunks.
+	Regions, Chunks, ChunksInUse int
+	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
+	Commits, Decommits, Purged uint64
+}
+
+// Arena hands out chunks of one kind of memory. It is safe for use from several goroutines.
+type Arena struct {
+	prov    Provider
+	caps    Caps
+	chunk   uintptr
+	shift   uint
+	align   uintptr
+	capac   uintptr
+	regSize uintptr
+	delay   time.Duration
+	maxIDs  int
+	zeroer  Zeroer
+	epoch   time.Time
+
+	regions atomic.Pointer[[]*region] // immutable snapshots, for Lookup
+
+	mu       sync.Mutex
+	closed   bool
+	nextID   ChunkID
+	reserved uintptr
+	st       Stats
+	timer    *time.Timer
+	armed    bool
+}
+
+type region struct {
+	r       *Region
+	grid    uintptr // first chunk start
+	end     uintptr // first address past the last chunk's usable bytes
+	nchunks int
+	firstID ChunkID
+	waste   uintptr
+	used    bitmap  // chunk handed out
+	freedAt []int64 // per chunk: arena time when it was freed (for the purge delay)
+	commit  bitmap  // per granule, relative to r.Base: committed
+	dirty   bitmap  // per granule: not known to read as zero
+	gshift  uint
+}
+
+// New creates an arena. It reserves nothing until the first Alloc.
+func New(o Options) (*Arena, error) {
+	if o.Provider == nil {
+		return nil, fmt.Errorf("%w: no provider", ErrInvalid)
+	}
+	caps := o.Provider.Caps()
+	if !align.IsPow2(caps.Granule) {
+		return nil, fmt.Errorf("%w: provider granule %d is not a power of two", ErrInvalid, caps.Granule)
+	}
+	if o.ChunkSize == 0 {
+		o.ChunkSize = max(DefaultChunkSize, caps.Granule)
+	}
+	if !align.IsPow2(o.ChunkSize) || o.ChunkSize < 64<<10 || o.ChunkSize < caps.Granule || o.ChunkSize > 1<<30 {
+		return nil, fmt.Errorf("%w: chunk size %d (want a power of two from 64 KiB to 1 GiB, at least the granule %d)",
+			ErrInvalid, o.ChunkSize, caps.Granule)
+	}
+	if o.Align == 0 {
+		o.Align = DefaultAlign
+	}
+	if !align.IsPow2(o.Align) || o.Align > o.ChunkSize {
+		return nil, fmt.Errorf("%w: align %d (want a power of two up to the chunk size)", ErrInvalid, o.Align)
+	}
+	if o.Capacity == 0 {
+		if c, ok := o.Provider.(interface{ Capacity() uintptr }); ok {
+			o.Capacity = c.Capacity()
+		}
+	}
+	if o.Capacity == 0 {
+		return nil, fmt.Errorf("%w: capacity is zero", ErrInvalid)
+	}
+	if o.RegionSize == 0 {
+		o.RegionSize = max(min(o.Capacity, defaultRegionSize), o.Capacity/(maxRegions/2))
+	}
+	o.RegionSize, _ = align.Up(o.RegionSize, o.ChunkSize) // cannot overflow: below Capacity
+	if o.PurgeDelay == 0 {
+		o.PurgeDelay = DefaultPurgeDelay
+	}
+	shift, _ := align.Log2(o.ChunkSize)
+	a := &Arena{
+		prov: o.Provider, caps: caps, chunk: o.ChunkSize, shift: shift, align: o.Align,
+		capac: o.Capacity, regSize: o.RegionSize, delay: o.PurgeDelay, epoch: time.Now(),
+		maxIDs: int(o.Capacity>>shift) + 2*maxRegions,
+	}
+	a.zeroer, _ = o.Provider.(Zeroer)
+	a.st.Provider, a.st.Kind, a.st.Capacity = o.Provider.Name(), o.Provider.Kind(), uint64(o.Capacity)
+	a.regions.Store(new([]*region))
+	return a, nil
+}
+
+// Provider returns the arena's provider.
+func (a *Arena) Provider() Provider { return a.prov }
+
+// Kind returns the kind of memory the arena holds.
+func (a *Arena) Kind() Kind { return a.prov.Kind() }
+
+// ChunkSize returns the chunk size.
+func (a *Arena) ChunkSize() uintptr { return a.chunk }
+
+// Capacity returns the cap on reserved bytes.
+func (a *Arena) Capacity() uintptr { return a.capac }
+
+// MaxChunks bounds every ChunkID the arena will ever hand out.
+func (a *Arena) MaxChunks() int { return a.maxIDs }
+
+// Lookup returns the chunk holding address p, without a lock. ok is false for an address
+// outside every region.
+func (a *Arena) Lookup(p uintptr) (id ChunkID, ok bool) {
+	for _, r := range *a.regions.Load() {
+		if p-r.grid < r.end-r.grid {
+			return r.firstID + ChunkID((p-r.grid)>>a.shift), true
+		}
+	}
+	return 0, false
+}
+
+// ChunkBase returns the start address of a chunk.
+func (a *Arena) ChunkBase(id ChunkID) (uintptr, bool) {
+	for _, r := range *a.regions.Load() {
+		if id >= r.firstID && int(id-r.firstID) < r.nchunks {
+			return r.grid + uintptr(id-r.firstID)<<a.shift, true
+		}
+	}
+	return 0, false
+}
+
+// Alloc hands out a run of chunks holding at least size bytes from an address aligned to
+// alignment (any power of two, beyond the chunk size too), commits exactly the granules those
+// bytes touch and reports whether they read as zero. It reserves a new region when no region
+// has room, up to the capacity.
+func (a *Arena) Alloc(size, alignment uintptr) (Span, error) {
+	if size == 0 || !align.IsPow2(alignment) {
+		return Span{}, fmt.Errorf("%w: alloc %d bytes aligned to %d", ErrInvalid, size, alignment)
+	}
+	if size > a.capac {
+		return Span{}, fmt.Errorf("%w: %d bytes asked of an arena of capacity %d", ErrCapacity, size, a.capac)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return Span{}, ErrClosed
+	}
+	for _, r := range *a.regions.Load() {
+		if s, ok := a.place(r, size, alignment); ok {
+			return a.take(r, s)
+		}
+	}
+	r, err := a.grow(size, alignment)
+	if err != nil {
+		return Span{}, err
+	}
+	s, ok := a.place(r, size, alignment)
+	if !ok {
+		return Span{}, fmt.Errorf("%w: %d bytes aligned to %d do not fit a fresh region of %d bytes",
+			ErrCapacity, size, alignment, r.r.Size)
+	}
+	return a.take(r, s)
+}
+
+// place finds, first fit, a free run in r for size bytes at an aligned address.
+func (a *Arena) place(r *region, size, alignment uintptr) (Span, bool) {
+	var out Span
+	found := false
+	_ = r.used.runs(0, r.nchunks, false, func(s, e int) error {
+		lo := r.grid + uintptr(s)<<a.shift
+		hi := min(r.grid+uintptr(e)<<a.shift, r.end)
+		base, err := align.Up(lo, alignment)
+		if err != nil || base >= hi || size > hi-base {
+			return nil
+		}
+		first := int((base - r.grid) >> a.shift)
+		last := int((base + size - 1 - r.grid) >> a.shift)
+		out = Span{Base: base, Size: size, ID: r.firstID + ChunkID(first), N: last - first + 1}
+		found = true
+		return errStop
+	})
+	return out, found
+}
+
+type stopErr struct{}
+
+func (stopErr) Error() string { return "stop" }
+
+var errStop error = stopErr{}
+
+// take marks s in use and commits what it needs.
+func (a *Arena) take(r *region, s Span) (Span, error) {
+	first := int(s.ID - r.firstID)
+	glo, ghi := r.granules(s.Base, s.Size)
+	s.Zeroed = r.dirty.count(glo, ghi) == 0
+	if err := a.commit(r, glo, ghi); err != nil {
+		return Span{}, err
+	}
+	r.used.setRange(first, first+s.N, true)
+	r.dirty.setRange(glo, ghi, true)
+	a.st.ChunksInUse += s.N
+	return s, nil
+}
+
+// granules returns the granule indexes, relative to the region base, that [p, p+n) touches.
+func (r *region) granules(p, n uintptr) (lo, hi int) {
+	off := p - r.r.Base
+	return int(off >> r.gshift), int((off + n - 1) >> r.gshift) + 1
+}
+
+func (a *Arena) commit(r *region, glo, ghi int) error {
+	if r.r.Committed {
+		return nil
+	}
+	var done [][2]int
+	err := r.commit.runs(glo, ghi, false, func(s, e int) error {
+		if err := a.prov.Commit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
+			return err
+		}
+		done = append(done, [2]int{s, e})
+		return nil
+	})
+	for _, d := range done {
+		if err != nil { // undo, so that a failed Alloc leaves nothing committed behind
+			_ = a.prov.Decommit(r.r, uintptr(d[0])<<r.gshift, uintptr(d[1]-d[0])<<r.gshift)
+			continue
+		}
+		r.commit.setRange(d[0], d[1], true)
+		a.st.Commits++
+		a.st.Committed += uint64(d[1]-d[0]) << r.gshift
+	}
+	a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
+	return err
+}
+
+// grow reserves a region big enough for size bytes at the given alignment.
+func (a *Arena) grow(size, alignment uintptr) (*region, error) {
+	regs := *a.regions.Load()
+	if len(regs) >= maxRegions {
+		return nil, fmt.Errorf("%w: %d regions already reserved", ErrCapacity, len(regs))
+	}
+	need, err := align.Up(size, a.chunk)
+	if err == nil && (!a.caps.Aligns || alignment > a.chunk) {
+		need, err = align.Add(need, max(alignment, a.align)) // room to align inside the region
+	}
+	if err != nil || need > a.capac-a.reserved {
+		return nil, fmt.Errorf("%w: %d bytes asked, %d of %d reserved", ErrCapacity, size, a.reserved, a.capac)
+	}
+	want := max(need, min(a.regSize, a.capac-a.reserved))
+	ra := a.chunk
+	if a.caps.Aligns {
+		ra = max(ra, alignment)
+	}
+	rr, err := a.prov.Reserve(want, ra)
+	if err != nil {
+		return nil, err
+	}
+	grid, err := align.Up(rr.Base, a.align)
+	if err != nil || grid >= rr.End() {
+		_ = a.prov.Release(rr)
+		return nil, fmt.Errorf("%w: region [%#x, +%d) has no room after aligning to %d", ErrInvalid, rr.Base, rr.Size, a.align)
+	}
+	n := int((rr.End() - grid + a.chunk - 1) >> a.shift)
+	if int(a.nextID)+n > a.maxIDs {
+		_ = a.prov.Release(rr)
+		return nil, fmt.Errorf("%w: chunk table full", ErrCapacity)
+	}
+	gshift, _ := align.Log2(a.caps.Granule)
+	ng := int((rr.Size + a.caps.Granule - 1) >> gshift)
+	r := &region{
+		r: rr, grid: grid, end: rr.End(), nchunks: n, firstID: a.nextID, waste: grid - rr.Base,
+		used: newBitmap(n), freedAt: make([]int64, n), commit: newBitmap(ng), dirty: newBitmap(ng), gshift: gshift,
+	}
+	if rr.Committed {
+		r.commit.setRange(0, ng, true)
+		a.st.Committed += uint64(rr.Size)
+		a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
+	}
+	if !rr.Zeroed {
+		r.dirty.setRange(0, ng, true)
+	}
+	a.nextID += ChunkID(n)
+	a.reserved += rr.Size
+	a.st.AlignWaste += uint64(r.waste)
+	a.st.Chunks += n
+	next := append(append(make([]*region, 0, len(regs)+1), regs...), r)
+	a.regions.Store(&next)
+	return r, nil
+}
+
+// Free gives a span back. Its chunks stay committed for the purge delay.
+func (a *Arena) Free(s Span) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return ErrClosed
+	}
+	r := a.regionOf(s.ID)
+	if r == nil || s.N <= 0 || int(s.ID-r.firstID)+s.N > r.nchunks {
+		return fmt.Errorf("%w: span of %d chunks at chunk %d is not from this arena", ErrInvalid, s.N, s.ID)
+	}
+	first := int(s.ID - r.firstID)
+	if r.used.count(first, first+s.N) != s.N {
+		return fmt.Errorf("%w: span at chunk %d is not in use (double free)", ErrInvalid, s.ID)
+	}
+	r.used.setRange(first, first+s.N, false)
+	now := a.now()
+	for i := first; i < first+s.N; i++ {
+		r.freedAt[i] = now
+	}
+	a.st.ChunksInUse -= s.N
+	a.schedulePurge()
+	return nil
+}
+
+func (a *Arena) regionOf(id ChunkID) *region {
+	for _, r := range *a.regions.Load() {
+		if id >= r.firstID && int(id-r.firstID) < r.nchunks {
+			return r
+		}
+	}
+	return nil
+}
+
+func (a *Arena) now() int64 { return int64(time.Since(a.epoch)) }
+
+func (a *Arena) schedulePurge() {
+	if a.delay < 0 || a.armed || !a.caps.Decommits {
+		return
+	}
+	a.armed = true
+	if a.timer == nil {
+		a.timer = time.AfterFunc(a.delay, a.purgeTick)
+	} else {
+		a.timer.Reset(a.delay)
+	}
+}
+
+func (a *Arena) purgeTick() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.armed = false
+	if a.closed {
+		return
+	}
+	if pending := a.purge(a.now() - int64(a.delay)); pending {
+		a.schedulePurge()
+	}
+}
+
+// purge decommits the free chunks freed at or before the arena time cutoff and reports whether
+// free committed chunks remain.
+func (a *Arena) purge(cutoff int64) (pending bool) {
+	if !a.caps.Decommits {
+		return false
+	}
+	for _, r := range *a.regions.Load() {
+		if r.r.Committed {
+			continue
+		}
+		_ = r.used.runs(0, r.nchunks, false, func(s, e int) error {
+			for i := s; i < e; i++ {
+				lo := r.grid - r.r.Base + uintptr(i)<<a.shift
+				hi := min(lo+a.chunk, r.r.Size)
+				glo, ghi := int(lo>>r.gshift), int((hi+a.caps.Granule-1)>>r.gshift)
+				if r.commit.count(glo, ghi) == 0 {
+					continue
+				}
+				if r.freedAt[i] > cutoff {
+					pending = true
+					continue
+				}
+				a.decommit(r, glo, ghi, i)
+			}
+			return nil
+		})
+	}
+	return pending
+}
+
+// decommit returns the committed granules of chunk i in [glo, ghi) to the provider. A granule
+// shared with a neighbouring chunk in use (an unaligned grid) is kept.
+func (a *Arena) decommit(r *region, glo, ghi, i int) {
+	if a.shares(r, glo, i-1) {
+		glo++
+	}
+	if a.shares(r, ghi-1, i+1) {
+		ghi--
+	}
+	_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
+		if err := a.prov.Decommit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
+			return nil // keep it committed: the memory is still usable
+		}
+		r.commit.setRange(s, e, false)
+		if a.caps.ZeroOnCommit {
+			r.dirty.setRange(s, e, false)
+		}
+		n := uint64(e-s) << r.gshift
+		a.st.Committed -= n
+		a.st.Purged += n
+		a.st.Decommits++
+		return nil
+	})
+}
+
+// shares reports whether granule g also belongs to chunk j and chunk j is in use.
+func (a *Arena) shares(r *region, g, j int) bool {
+	if j < 0 || j >= r.nchunks || !r.used.get(j) {
+		return false
+	}
+	lo := r.grid - r.r.Base + uintptr(j)<<a.shift
+	hi := min(lo+a.chunk, r.r.Size)
+	return g >= int(lo>>r.gshift) && g < int((hi+a.caps.Granule-1)>>r.gshift)
+}
+
+// Trim decommits every free chunk now, whatever the purge delay.
+func (a *Arena) Trim() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.closed {
+		a.purge(1<<63 - 1)
+	}
+}
+
+// Zero clears [addr, addr+size) with the provider's Zeroer.
+func (a *Arena) Zero(addr, size uintptr) error {
+	if a.zeroer == nil {
+		return fmt.Errorf("%w: provider %s cannot clear memory", ErrInvalid, a.prov.Name())
+	}
+	return a.zeroer.Zero(addr, size)
+}
+
+// Stats returns the arena's figures.
+func (a *Arena) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.st
+	st.Reserved = uint64(a.reserved)
+	st.Regions = len(*a.regions.Load())
+	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
+		st.Locked = st.Committed
+	}
+	for _, r := range *a.regions.Load() {
+		_ = r.used.runs(0, r.nchunks, true, func(s, e int) error {
+			lo := r.grid - r.r.Base + uintptr(s)<<a.shift
+			hi := min(r.grid-r.r.Base+uintptr(e)<<a.shift, r.r.Size)
+			st.InUse += uint64(r.commit.count(int(lo>>r.gshift), int((hi+a.caps.Granule-1)>>r.gshift))) << r.gshift
+			return nil
+		})
+	}
+	return st
+}
+
+// Close decommits and releases every region. It fails with ErrBusy, and releases nothing, while
+// chunks are still handed out.
+func (a *Arena) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return ErrClosed
+	}
+	if a.st.ChunksInUse > 0 {
+		return fmt.Errorf("%w: %d chunks", ErrBusy, a.st.ChunksInUse)
+	}
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.purge(1<<63 - 1)
+	var first error
+	for _, r := range *a.regions.Load() {
+		if err := a.prov.Release(r.r); err != nil && first == nil {
+			first = err
+		}
+	}
+	a.closed = true
+	a.st.Committed = 0
+	a.reserved = 0
+	a.regions.Store(new([]*region))
+	return first
+}
+
+// ChunkAlign returns the alignment every chunk start meets: the chunk size when the provider
+// aligns its regions, Options.Align otherwise.
+func (a *Arena) ChunkAlign() uintptr {
+	if a.caps.Aligns {
+		return a.chunk
+	}
+	return a.align
+}

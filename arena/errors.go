@@ -1,0 +1,24 @@
+package arena
+
+import "errors"
+
+// Sentinel errors. Every error the arena returns wraps one of them (and the system or driver
+// error that caused it, where there is one), so callers can test with errors.Is.
+var (
+	// ErrReserve means address space could not be reserved (mmap failed, the driver refused).
+	ErrReserve = errors.New("arena: cannot reserve memory")
+	// ErrCommit means reserved memory could not be backed by physical memory.
+	ErrCommit = errors.New("arena: cannot commit memory")
+	// ErrMemlock means the memlock limit (RLIMIT_MEMLOCK) does not allow locking more memory.
+	// The error text names the current limit and how to raise it.
+	ErrMemlock = errors.New("arena: memlock limit reached")
+	// ErrCapacity means the request does not fit in the arena's capacity.
+	ErrCapacity = errors.New("arena: capacity exhausted")
+	// ErrInvalid means an argument is out of range (zero or absurd size, bad alignment,
+	// a range outside the region).
+	ErrInvalid = errors.New("arena: invalid argument")
+	// ErrClosed means the arena or provider was used after Close.
+	ErrClosed = errors.New("arena: closed")
+	// ErrBusy means Close was called while chunks were still handed out.
+	ErrBusy = errors.New("arena: chunks still in use")
+)

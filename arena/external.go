@@ -1,0 +1,145 @@
+package arena
+
+import (
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// ExternalRegion describes memory the caller already owns and hands to an arena: a buffer from
+// cudaHostAlloc, a device allocation from another library, a shared-memory segment, a
+// hugetlbfs file mapping. It is the analogue of mimalloc's mi_manage_os_memory_ex, with one
+// difference that matters: no alignment is demanded of Base. The arena's page map is relative
+// to the region's base, so an odd base costs nothing beyond the few bytes (fewer than the
+// arena's Align) before the first address that meets the block alignment.
+type ExternalRegion struct {
+	// Base and Size delimit the region.
+	Base, Size uintptr
+	// Kind is the kind of memory the region holds.
+	Kind Kind
+	// Committed reports that the region is backed by memory already (the usual case). When it
+	// is false the memory is host memory that commits on first touch, and the arena only
+	// accounts for commits.
+	Committed bool
+	// Zeroed reports that the region reads as zero now, so zeroed allocations may skip the memset
+	// until a block is reused.
+	Zeroed bool
+	// Exclusive promises that nothing but this arena touches the region. Only then may the arena
+	// return free parts of host memory to the system (madvise(MADV_DONTNEED)); otherwise it
+	// never gives memory back and never assumes a decommitted range reads as zero.
+	Exclusive bool
+	// Zero clears memory of a kind the CPU cannot touch (a driver memset). Host kinds are
+	// cleared with the CPU when it is nil.
+	Zero func(addr, size uintptr) error
+}
+
+// ExternalProvider adopts one ExternalRegion. Its single Reserve returns that region; the arena's
+// capacity is the region's size.
+type ExternalProvider struct {
+	mu       sync.Mutex
+	reg      ExternalRegion
+	reserved bool
+	page     uintptr
+}
+
+// External returns a provider over a region the caller owns. The caller keeps ownership: the
+// provider never unmaps or frees it, and the caller must not release it before the arena is
+// closed.
+func External(r ExternalRegion) (*ExternalProvider, error) {
+	if r.Base == 0 || r.Size == 0 || r.Base+r.Size < r.Base {
+		return nil, fmt.Errorf("%w: external region [%#x, +%d)", ErrInvalid, r.Base, r.Size)
+	}
+	return &ExternalProvider{reg: r, page: uintptr(unix.Getpagesize())}, nil
+}
+
+// Capacity is the region's size: an arena over this provider can hold no more.
+func (e *ExternalProvider) Capacity() uintptr { return e.reg.Size }
+
+// Name implements Provider.
+func (e *ExternalProvider) Name() string { return "external" }
+
+// Kind implements Provider.
+func (e *ExternalProvider) Kind() Kind { return e.reg.Kind }
+
+// Caps implements Provider.
+func (e *ExternalProvider) Caps() Caps {
+	host := e.reg.Kind.HostAccessible()
+	return Caps{
+		Decommits:    e.reg.Exclusive && host,
+		ZeroOnCommit: e.reg.Exclusive && host,
+		Granule:      e.page,
+	}
+}
+
+// Reserve implements Provider: it returns the whole region, once.
+func (e *ExternalProvider) Reserve(size, _ uintptr) (*Region, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.reserved {
+		return nil, fmt.Errorf("%w: the external region (%d bytes) is in use already", ErrCapacity, e.reg.Size)
+	}
+	if size > e.reg.Size {
+		return nil, fmt.Errorf("%w: %d bytes asked of an external region of %d", ErrCapacity, size, e.reg.Size)
+	}
+	e.reserved = true
+	return &Region{Base: e.reg.Base, Size: e.reg.Size, Committed: e.reg.Committed, Zeroed: e.reg.Zeroed}, nil
+}
+
+// Commit implements Provider. External memory is owned by the caller: committing only records
+// the fact.
+func (e *ExternalProvider) Commit(r *Region, off, size uintptr) error {
+	return e.check(r, off, size)
+}
+
+// Decommit implements Provider. Host memory of an exclusive region is given back with
+// madvise(MADV_DONTNEED) (it reads as zero afterwards); anything else is left alone.
+func (e *ExternalProvider) Decommit(r *Region, off, size uintptr) error {
+	if err := e.check(r, off, size); err != nil {
+		return err
+	}
+	if !e.Caps().Decommits {
+		return nil
+	}
+	// Only whole pages can be dropped; the arena's offsets are page-granular but the base may
+	// not be, so trim inward.
+	lo := (r.Base + off + e.page - 1) &^ (e.page - 1)
+	hi := (r.Base + off + size) &^ (e.page - 1)
+	if hi <= lo {
+		return nil
+	}
+	if err := unix.Madvise(bytesAt(lo, hi-lo), unix.MADV_DONTNEED); err != nil {
+		return fmt.Errorf("%w: madvise(DONTNEED) on external region: %w", ErrCommit, err)
+	}
+	return nil
+}
+
+// Release implements Provider. The region goes back to the caller, untouched.
+func (e *ExternalProvider) Release(r *Region) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.reserved || r == nil || r.Base != e.reg.Base {
+		return fmt.Errorf("%w: region not from this provider or already released", ErrInvalid)
+	}
+	e.reserved = false
+	return nil
+}
+
+// Zero implements Zeroer.
+func (e *ExternalProvider) Zero(addr, size uintptr) error {
+	if e.reg.Zero != nil {
+		return e.reg.Zero(addr, size)
+	}
+	if !e.reg.Kind.HostAccessible() {
+		return fmt.Errorf("%w: cannot clear %s memory without ExternalRegion.Zero", ErrInvalid, e.reg.Kind)
+	}
+	clear(bytesAt(addr, size))
+	return nil
+}
+
+func (e *ExternalProvider) check(r *Region, off, size uintptr) error {
+	if r == nil || r.Base != e.reg.Base || size == 0 || off > r.Size || size > r.Size-off {
+		return fmt.Errorf("%w: range [%d, +%d) outside the external region", ErrInvalid, off, size)
+	}
+	return nil
+}

@@ -1,0 +1,344 @@
+package arena
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/internal/align"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// HugePages selects how host memory is backed by huge pages.
+type HugePages uint8
+
+const (
+	// HugeNone uses ordinary 4 KiB pages.
+	HugeNone HugePages = iota
+	// HugeTransparent asks for transparent huge pages with madvise(MADV_HUGEPAGE). The kernel
+	// uses them when it can; nothing fails when it cannot.
+	HugeTransparent
+	// HugeTLB maps regions with MAP_HUGETLB (2 MiB pages from the kernel's hugetlb pool).
+	// When the pool is empty or absent the provider falls back to ordinary pages and counts
+	// the fallback in its stats.
+	HugeTLB
+)
+
+// String names the setting.
+func (h HugePages) String() string {
+	switch h {
+	case HugeNone:
+		return "none"
+	case HugeTransparent:
+		return "transparent"
+	case HugeTLB:
+		return "hugetlb"
+	}
+	return fmt.Sprintf("huge(%d)", uint8(h))
+}
+
+// HostOptions configures the host providers.
+type HostOptions struct {
+	// HugePages selects huge-page backing (default none).
+	HugePages HugePages
+	// Populate commits each region in full when it is reserved (MAP_POPULATE, and mlock for
+	// locked memory), so no commit happens later. The arena then never decommits it.
+	Populate bool
+}
+
+// HostCounters counts the system calls a host provider has made. Tests use it to prove that a
+// steady state makes none.
+type HostCounters struct {
+	Mmap, Munmap, Mprotect, Mlock, Munlock, Madvise uint64
+	// HugeTLBFallbacks counts regions that asked for MAP_HUGETLB and got ordinary pages.
+	HugeTLBFallbacks uint64
+}
+
+// Total is the number of system calls counted.
+func (c HostCounters) Total() uint64 {
+	return c.Mmap + c.Munmap + c.Mprotect + c.Mlock + c.Munlock + c.Madvise
+}
+
+const hugeTLBSize = 2 << 20
+
+// HostProvider hands out anonymous host memory from mmap, locked with mlock or pageable.
+//
+// Address space is reserved PROT_NONE and MAP_NORESERVE, over-reserved by the alignment and
+// trimmed, so regions are aligned without costing memory. Commit makes a range readable and
+// writable (and locks it); Decommit unlocks it, drops its pages with MADV_DONTNEED and protects
+// it again, so a stray access to decommitted memory faults instead of silently committing.
+type HostProvider struct {
+	locked bool
+	opt    HostOptions
+	page   uintptr
+
+	mmap, munmap, mprotect, mlock, munlock, madvise, hugeFallback atomic.Uint64
+	lockedBytes                                                   atomic.Int64
+}
+
+// Locked returns the embedded default provider: host memory locked with mlock (page-locked,
+// never swapped), subject to RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK.
+func Locked(o HostOptions) *HostProvider { return newHost(true, o) }
+
+// Pageable returns a provider of ordinary pageable host memory.
+func Pageable(o HostOptions) *HostProvider { return newHost(false, o) }
+
+func newHost(locked bool, o HostOptions) *HostProvider {
+	return &HostProvider{locked: locked, opt: o, page: uintptr(unix.Getpagesize())}
+}
+
+// Name implements Provider.
+func (h *HostProvider) Name() string {
+	if h.locked {
+		return "locked"
+	}
+	return "pageable"
+}
+
+// Kind implements Provider.
+func (h *HostProvider) Kind() Kind {
+	if h.locked {
+		return HostLocked
+	}
+	return HostPageable
+}
+
+// Caps implements Provider.
+func (h *HostProvider) Caps() Caps {
+	g := h.page
+	if h.opt.HugePages == HugeTLB {
+		g = hugeTLBSize
+	}
+	return Caps{Aligns: true, Decommits: !h.opt.Populate, ZeroOnCommit: true, Granule: g}
+}
+
+// Counters returns the system calls made so far.
+func (h *HostProvider) Counters() HostCounters {
+	return HostCounters{
+		Mmap: h.mmap.Load(), Munmap: h.munmap.Load(), Mprotect: h.mprotect.Load(),
+		Mlock: h.mlock.Load(), Munlock: h.munlock.Load(), Madvise: h.madvise.Load(),
+		HugeTLBFallbacks: h.hugeFallback.Load(),
+	}
+}
+
+type hostRegion struct {
+	mapBase, mapSize uintptr // what must be munmapped
+	hugeTLB          bool
+}
+
+// Reserve implements Provider.
+func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
+	if size == 0 || !align.IsPow2(alignment) {
+		return nil, fmt.Errorf("%w: reserve %d bytes aligned to %d", ErrInvalid, size, alignment)
+	}
+	if alignment < h.page {
+		alignment = h.page
+	}
+	if h.opt.HugePages == HugeTLB {
+		if r, err := h.reserveHugeTLB(size, alignment); err == nil {
+			return r, nil
+		}
+		h.hugeFallback.Add(1)
+	}
+	size, err := align.Up(size, h.page)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %d bytes: %w", ErrReserve, size, err)
+	}
+	total, err := align.Add(size, alignment-h.page)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %d bytes: %w", ErrReserve, size, err)
+	}
+	prot, flags := unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE
+	if h.opt.Populate {
+		prot, flags = unix.PROT_READ|unix.PROT_WRITE, flags|unix.MAP_POPULATE
+	}
+	h.mmap.Add(1)
+	p, err := unix.MmapPtr(-1, 0, nil, total, prot, flags)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mmap %d bytes: %w", ErrReserve, total, err)
+	}
+	// Trim the head and the tail so that the region is aligned: address space is the only cost.
+	base := uintptr(p)
+	start, _ := align.Up(base, alignment)
+	if head := start - base; head > 0 {
+		h.unmap(base, head)
+	}
+	if tail := base + total - (start + size); tail > 0 {
+		h.unmap(start+size, tail)
+	}
+	r := &Region{Base: start, Size: size, Zeroed: true, Handle: &hostRegion{mapBase: start, mapSize: size}}
+	if h.opt.HugePages == HugeTransparent {
+		h.madvise.Add(1)
+		_ = unix.Madvise(bytesAt(start, size), unix.MADV_HUGEPAGE) // advisory: THP may be off
+	}
+	if h.opt.Populate {
+		if err := h.populate(r); err != nil {
+			_ = h.Release(r)
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (h *HostProvider) reserveHugeTLB(size, alignment uintptr) (*Region, error) {
+	if alignment > hugeTLBSize {
+		return nil, ErrInvalid // hugetlb mappings cannot be trimmed below their page size
+	}
+	size, err := align.Up(size, hugeTLBSize)
+	if err != nil {
+		return nil, err
+	}
+	h.mmap.Add(1)
+	p, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_HUGETLB|(21<<unix.MAP_HUGE_SHIFT))
+	if err != nil {
+		return nil, err
+	}
+	r := &Region{Base: uintptr(p), Size: size, Zeroed: true,
+		Handle: &hostRegion{mapBase: uintptr(p), mapSize: size, hugeTLB: true}}
+	if h.opt.Populate {
+		if err := h.populate(r); err != nil {
+			_ = h.Release(r)
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// populate commits the whole region at reserve time.
+func (h *HostProvider) populate(r *Region) error {
+	if err := h.Commit(r, 0, r.Size); err != nil {
+		return err
+	}
+	r.Committed = true
+	return nil
+}
+
+func (h *HostProvider) unmap(addr, size uintptr) {
+	h.munmap.Add(1)
+	_ = unix.MunmapPtr(mem.Ptr(addr), size) // only fails for ranges we did not map
+}
+
+func (h *HostProvider) checkRange(r *Region, off, size uintptr) error {
+	if r == nil || size == 0 || off > r.Size || size > r.Size-off {
+		return fmt.Errorf("%w: range [%d, +%d) outside region", ErrInvalid, off, size)
+	}
+	return nil
+}
+
+// Commit implements Provider.
+func (h *HostProvider) Commit(r *Region, off, size uintptr) error {
+	if err := h.checkRange(r, off, size); err != nil {
+		return err
+	}
+	addr := r.Base + off
+	hr := r.Handle.(*hostRegion)
+	protNone := !hr.hugeTLB && !h.opt.Populate // mapped PROT_NONE until committed
+	if protNone {
+		h.mprotect.Add(1)
+		if err := unix.Mprotect(bytesAt(addr, size), unix.PROT_READ|unix.PROT_WRITE); err != nil {
+			return fmt.Errorf("%w: mprotect %d bytes: %w", ErrCommit, size, err)
+		}
+	}
+	if !h.locked {
+		return nil
+	}
+	h.mlock.Add(1)
+	if err := unix.Mlock(bytesAt(addr, size)); err != nil {
+		if protNone {
+			h.mprotect.Add(1)
+			_ = unix.Mprotect(bytesAt(addr, size), unix.PROT_NONE)
+		}
+		return h.memlockError(size, err)
+	}
+	h.lockedBytes.Add(int64(size))
+	return nil
+}
+
+// Decommit implements Provider.
+func (h *HostProvider) Decommit(r *Region, off, size uintptr) error {
+	if err := h.checkRange(r, off, size); err != nil {
+		return err
+	}
+	addr := r.Base + off
+	b := bytesAt(addr, size)
+	if h.locked {
+		h.munlock.Add(1)
+		if err := unix.Munlock(b); err != nil {
+			return fmt.Errorf("%w: munlock: %w", ErrCommit, err)
+		}
+		h.lockedBytes.Add(-int64(size))
+	}
+	h.madvise.Add(1)
+	if err := unix.Madvise(b, unix.MADV_DONTNEED); err != nil {
+		return fmt.Errorf("%w: madvise(DONTNEED): %w", ErrCommit, err)
+	}
+	if hr := r.Handle.(*hostRegion); !hr.hugeTLB {
+		h.mprotect.Add(1)
+		if err := unix.Mprotect(b, unix.PROT_NONE); err != nil {
+			return fmt.Errorf("%w: mprotect: %w", ErrCommit, err)
+		}
+	}
+	return nil
+}
+
+// Release implements Provider.
+func (h *HostProvider) Release(r *Region) error {
+	hr, ok := r.Handle.(*hostRegion)
+	if !ok || hr.mapSize == 0 {
+		return fmt.Errorf("%w: region not from this provider or already released", ErrInvalid)
+	}
+	h.munmap.Add(1)
+	if err := unix.MunmapPtr(mem.Ptr(hr.mapBase), hr.mapSize); err != nil {
+		return fmt.Errorf("%w: munmap: %w", ErrInvalid, err)
+	}
+	// munmap drops the locks of the range; keep the locked-bytes account honest.
+	h.lockedBytes.Add(-h.lockedIn(r))
+	hr.mapSize = 0
+	return nil
+}
+
+// lockedIn is a conservative figure for the locked bytes of a region being released: the
+// arena decommits before releasing, so only populated regions still hold locks.
+func (h *HostProvider) lockedIn(r *Region) int64 {
+	if h.locked && r.Committed {
+		return int64(r.Size)
+	}
+	return 0
+}
+
+// Zero implements Zeroer.
+func (h *HostProvider) Zero(addr, size uintptr) error {
+	clear(bytesAt(addr, size))
+	return nil
+}
+
+// memlockError explains a failed mlock: the limit in force, how much this provider holds
+// locked, and how to raise it.
+func (h *HostProvider) memlockError(size uintptr, err error) error {
+	var lim unix.Rlimit
+	limit := "unknown"
+	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil {
+		limit = fmt.Sprintf("soft %s, hard %s", fmtLimit(lim.Cur), fmtLimit(lim.Max))
+	}
+	if !errors.Is(err, unix.ENOMEM) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EAGAIN) {
+		return fmt.Errorf("%w: mlock %d bytes: %w", ErrCommit, size, err)
+	}
+	return fmt.Errorf("%w: mlock of %d bytes failed (%w) with RLIMIT_MEMLOCK %s and %d bytes "+
+		"already locked by this provider; raise the limit with `ulimit -l unlimited` (or a size in "+
+		"KiB), LimitMEMLOCK=infinity in the systemd unit, `--ulimit memlock=-1` for docker, or give "+
+		"the process CAP_IPC_LOCK; or use the pageable backend",
+		ErrMemlock, size, err, limit, h.lockedBytes.Load())
+}
+
+func fmtLimit(v uint64) string {
+	if v == unix.RLIM_INFINITY {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%d KiB", v>>10)
+}
+
+// bytesAt views [addr, addr+size) as a byte slice for the system calls that take one.
+func bytesAt(addr, size uintptr) []byte { return mem.Bytes(addr, size) }

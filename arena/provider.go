@@ -1,0 +1,107 @@
+package arena
+
+import "fmt"
+
+// Kind is the kind of memory a provider hands out. It decides who can touch the memory (the CPU,
+// a GPU, both) and how copies to and from it behave; the arena and heap treat every kind alike.
+type Kind uint8
+
+// Memory kinds.
+const (
+	// HostPageable is ordinary anonymous host memory: the kernel may swap or migrate it.
+	HostPageable Kind = iota
+	// HostLocked is host memory locked with mlock: resident, never swapped (the default).
+	HostLocked
+	// HostPinned is host memory page-locked and registered with the CUDA driver, so that
+	// copies to and from a GPU run by DMA at full bandwidth.
+	HostPinned
+	// Device is GPU memory (VRAM). The CPU cannot load or store it.
+	Device
+	// Managed is CUDA managed (unified) memory, migrated between host and device on demand.
+	Managed
+)
+
+// String returns the kind's name as used in stats and errors.
+func (k Kind) String() string {
+	switch k {
+	case HostPageable:
+		return "host-pageable"
+	case HostLocked:
+		return "host-locked"
+	case HostPinned:
+		return "host-pinned"
+	case Device:
+		return "device"
+	case Managed:
+		return "managed"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// HostAccessible reports whether the CPU may load and store memory of this kind.
+func (k Kind) HostAccessible() bool { return k != Device }
+
+// Region is a contiguous span of address space claimed from a Provider. The arena carves it
+// into chunks; the provider commits and decommits parts of it on request.
+type Region struct {
+	// Base is the first address of the span. It meets the alignment asked of Reserve only when
+	// the provider's Caps.Aligns is set.
+	Base uintptr
+	// Size is the span's length in bytes.
+	Size uintptr
+	// Committed reports that the whole span was backed by memory at Reserve (populated host
+	// mappings, cuMemAlloc, an external region): Commit and Decommit are then never called for it.
+	Committed bool
+	// Zeroed reports that the span read as zero when it was claimed.
+	Zeroed bool
+	// Handle is the provider's own state for the region (a CUDA allocation handle, say).
+	Handle any
+}
+
+// End returns the first address past the region.
+func (r *Region) End() uintptr { return r.Base + r.Size }
+
+// Caps describes what a provider can do. The arena plans around it instead of asking.
+type Caps struct {
+	// Aligns is set when Reserve returns a base aligned as asked at no cost in memory (by
+	// over-reserving address space and trimming it). Providers that cannot align (cuMemAlloc,
+	// an external region) leave it unset; the arena's page map is base-relative, so nothing
+	// depends on it except how big an alignment a block can have for free.
+	Aligns bool
+	// Decommits is set when Decommit returns memory to the system (and Commit takes it back).
+	Decommits bool
+	// ZeroOnCommit is set when memory that was decommitted and committed again reads as zero.
+	ZeroOnCommit bool
+	// Granule is the commit granularity in bytes: a power of two that divides every offset and
+	// size passed to Commit and Decommit (the OS page for host memory, 2 MiB for CUDA VMM).
+	Granule uintptr
+}
+
+// Provider is where an arena's regions come from. Implementations must be safe for use from
+// several goroutines; the arena serialises its own calls, but several arenas may share one
+// provider.
+type Provider interface {
+	// Name is a short human-readable name: "locked", "pageable", "external", "cuda-host", ...
+	Name() string
+	// Kind is the kind of memory the provider hands out.
+	Kind() Kind
+	// Caps reports the provider's capabilities.
+	Caps() Caps
+	// Reserve claims at least size bytes of address space, aligned to align when Caps.Aligns
+	// is set. size and align are powers-of-two multiples of Caps.Granule. It returns an error
+	// wrapping ErrReserve (or ErrMemlock, ErrCapacity) on failure.
+	Reserve(size, align uintptr) (*Region, error)
+	// Commit backs [r.Base+off, r.Base+off+size) with memory (and locks it, for locked memory).
+	Commit(r *Region, off, size uintptr) error
+	// Decommit returns [r.Base+off, r.Base+off+size) to the system; the range stays reserved.
+	Decommit(r *Region, off, size uintptr) error
+	// Release gives the whole region back. The region must not be used afterwards.
+	Release(r *Region) error
+}
+
+// Zeroer is implemented by providers that can clear memory of their kind. Host providers clear
+// with the CPU; device providers with a driver memset. The heap uses it for zeroed allocation
+// when memory is not known to be fresh.
+type Zeroer interface {
+	Zero(addr, size uintptr) error
+}

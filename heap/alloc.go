@@ -1,0 +1,284 @@
+package heap
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/align"
+)
+
+// Alloc returns the address of a block of at least n bytes that meets the heap's alignment.
+// Its contents are undefined. It fails with ErrInvalidSize for n == 0, ErrTooLarge above the
+// arena's capacity and an error wrapping arena.ErrCapacity when the arena is full.
+func (h *Heap) Alloc(n uintptr) (uintptr, error) {
+	if n-1 < maxClassSize {
+		c := h.class(n)
+		pg := h.cur[c]
+		var idx uint32
+		if pg.nfree > 0 {
+			pg.nfree--
+			idx = uint32(pg.free[pg.nfree])
+		} else if pg.bump < pg.nblocks {
+			idx = pg.bump
+			pg.bump++
+		} else {
+			p, _, err := h.allocSlow(n, c)
+			return p, err
+		}
+		return h.take(pg, idx, n), nil
+	}
+	p, _, err := h.allocBig(n, h.align)
+	return p, err
+}
+
+// class returns the heap class of a request of 1 to maxClassSize bytes.
+func (h *Heap) class(n uintptr) uint8 {
+	if n <= smallMax {
+		return h.small[(n+15)>>4]
+	}
+	// Eight classes to each doubling above 128 B: find the doubling, then the eighth.
+	l := uint(bits.Len64(uint64(n-1))) - 1
+	return h.classOf[8+(l-7)*8+uint((n-1-1<<l)>>(l-3))]
+}
+
+// take marks block idx of pg live and returns its address.
+func (h *Heap) take(pg *page, idx uint32, n uintptr) uintptr {
+	pg.alloc[idx>>6].Or(1 << (idx & 63))
+	pg.sizes[idx] = uint32(n)
+	pg.used++
+	h.classes[pg.class].allocs++
+	h.allocs++
+	h.live += n
+	if h.live > h.peak {
+		h.peak = h.live
+	}
+	return pg.base + uintptr(idx)*pg.bsize
+}
+
+// Zalloc is Alloc with the block cleared. The clear is skipped when the block is fresh from the
+// provider and known to read as zero.
+func (h *Heap) Zalloc(n uintptr) (uintptr, error) {
+	p, fresh, err := h.alloc(n, h.align)
+	if err != nil || fresh {
+		return p, err
+	}
+	if err := h.a.Zero(p, n); err != nil {
+		_ = h.Free(p)
+		return 0, err
+	}
+	return p, nil
+}
+
+// AllocAligned is Alloc for a block whose address is a multiple of alignment, any power of two
+// (beyond the chunk size too). The block can be freed like any other: its address is its start.
+func (h *Heap) AllocAligned(n, alignment uintptr) (uintptr, error) {
+	p, _, err := h.alloc(n, alignment)
+	return p, err
+}
+
+// alloc is the general path: any size, any alignment; fresh reports a block that reads as zero.
+func (h *Heap) alloc(n, alignment uintptr) (p uintptr, fresh bool, err error) {
+	if !align.IsPow2(alignment) {
+		return 0, false, fmt.Errorf("%w: %d", ErrInvalidAlign, alignment)
+	}
+	if alignment <= h.align && n-1 < maxClassSize {
+		return h.allocClass(n, h.class(n))
+	}
+	if alignment > h.align && n-1 < maxClassSize && alignment <= min(sliceSize, h.g.chunkAlign) {
+		// A class whose size is a multiple of the alignment: pages start on slice
+		// boundaries, so every block in them is aligned.
+		rn, _ := align.Up(n, alignment)
+		for c := int(h.class(rn)); c < len(h.classes); c++ {
+			if h.classes[c].size%alignment == 0 {
+				return h.allocClass(n, uint8(c))
+			}
+		}
+	}
+	return h.allocBig(n, max(alignment, h.align))
+}
+
+// allocClass allocates from class c, taking the fast path when it can.
+func (h *Heap) allocClass(n uintptr, c uint8) (uintptr, bool, error) {
+	pg := h.cur[c]
+	if pg.nfree > 0 {
+		pg.nfree--
+		return h.take(pg, uint32(pg.free[pg.nfree]), n), false, nil
+	}
+	if pg.bump < pg.nblocks {
+		pg.bump++
+		return h.take(pg, pg.bump-1, n), pg.fresh, nil
+	}
+	return h.allocSlow(n, c)
+}
+
+// allocSlow finds class c a page with a free block: the current page's remote frees, the next
+// available page, every pending remote free, and last a new page.
+func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
+	if h.closed {
+		return 0, false, ErrClosed
+	}
+	cl := &h.classes[c]
+	for attempt := 0; ; attempt++ {
+		// Walk the class's available pages, collecting remote frees, dropping full ones.
+		for pg := cl.avail.head; pg != nil; {
+			next := pg.next
+			if pg.pending.Load() != 0 {
+				h.collectPage(pg, false)
+			}
+			if pg.nfree > 0 || pg.bump < pg.nblocks {
+				h.cur[c] = pg
+				return h.allocClass(n, c)
+			}
+			cl.avail.remove(pg)
+			pg.inAvail = false
+			pg = next
+		}
+		h.cur[c] = &cl.empty
+		if attempt > 0 {
+			break
+		}
+		// Remote frees may have refilled full pages of this class.
+		if !h.collectPending() {
+			break
+		}
+	}
+	pg, err := h.newClassPage(c)
+	if err != nil {
+		return 0, false, err
+	}
+	h.cur[c] = pg
+	return h.allocClass(n, c)
+}
+
+// newClassPage carves a page for class c from a segment with room, or a new segment.
+func (h *Heap) newClassPage(c uint8) (*page, error) {
+	cl := &h.classes[c]
+	kind := cl.kind
+	k := kindSlices[kind]
+	s, first, err := h.segmentWithRoom(kind, k, k)
+	if err != nil {
+		return nil, err
+	}
+	pg := newPage(h, s, first, k, cl.size, int16(c), !s.dirty(first, k))
+	h.afterCarve(s)
+	s.markDirty(first, k)
+	cl.pages++
+	cl.avail.pushFront(pg)
+	pg.inAvail = true
+	return pg, nil
+}
+
+// segmentWithRoom returns a segment of the kind with n free slices starting at a multiple of
+// step, taking the spare or a new chunk when none has room.
+func (h *Heap) segmentWithRoom(kind segKind, n, step int) (*segment, int, error) {
+	for s := h.segs[kind].head; s != nil; s = s.next {
+		if i, ok := s.findSlices(n, step); ok {
+			return s, i, nil
+		}
+	}
+	s, err := h.newSegment(kind)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s, 0, nil
+}
+
+// afterCarve keeps the segment in its kind's list only while it has room.
+func (h *Heap) afterCarve(s *segment) {
+	if s.free == 0 {
+		h.segs[s.kind].remove(s)
+	}
+}
+
+func (h *Heap) newSegment(kind segKind) (*segment, error) {
+	var s *segment
+	if sp := h.spare; sp != nil {
+		h.spare = nil
+		// A new struct, never the old one: see the invariants.
+		s = &segment{heap: h, span: sp.span, base: sp.base, baseAlign: sp.baseAlign, dirtyBits: sp.dirtyBits}
+		h.g.register(s.span, s)
+	} else {
+		span, err := h.a.Alloc(segSize, segSize)
+		if err != nil {
+			if span, err = h.retryAfterCollect(segSize, segSize, err); err != nil {
+				return nil, err
+			}
+		}
+		s = &segment{heap: h, span: span, base: span.Base, baseAlign: min(align.LowBit(span.Base), segSize)}
+		if !span.Zeroed {
+			s.dirtyBits = ^uint64(0)
+		}
+		h.g.register(span, s)
+		h.nsegs++
+	}
+	s.kind = kind
+	s.free = ^uint64(0)
+	h.segs[kind].push(s)
+	return s, nil
+}
+
+// retryAfterCollect runs when the arena is full: frees pending in every heap of the group may
+// have emptied segments that can go back first. It retries the arena once.
+func (h *Heap) retryAfterCollect(size, alignment uintptr, cause error) (arena.Span, error) {
+	h.Collect()
+	h.releaseEmpty(false)
+	if span, err := h.a.Alloc(size, alignment); err == nil {
+		return span, nil
+	}
+	return arena.Span{}, fmt.Errorf("%w: %w", ErrOutOfMemory, cause)
+}
+
+// allocBig serves requests above maxClassSize (and aligned requests no class can serve): an
+// object page in an object segment up to half a segment, a huge chunk run above.
+func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
+	if h.closed {
+		return 0, false, ErrClosed
+	}
+	if n == 0 {
+		return 0, false, ErrInvalidSize
+	}
+	if n > h.a.Capacity() {
+		return 0, false, fmt.Errorf("%w: %d bytes asked of an arena of %d", ErrTooLarge, n, h.a.Capacity())
+	}
+	if n <= segSize/2 && alignment <= min(segSize, h.g.chunkAlign) {
+		k := int((n + sliceSize - 1) >> sliceShift)
+		step := max(int(alignment>>sliceShift), 1)
+		s, first, err := h.segmentWithRoom(segObject, k, step)
+		if err != nil {
+			return 0, false, err
+		}
+		fresh := !s.dirty(first, k)
+		pg := newPage(h, s, first, k, uintptr(k)<<sliceShift, -1, fresh)
+		h.afterCarve(s)
+		s.markDirty(first, k)
+		return h.takeObject(pg, n), fresh, nil
+	}
+	span, err := h.a.Alloc(n, alignment)
+	if err != nil {
+		if span, err = h.retryAfterCollect(n, alignment, err); err != nil {
+			return 0, false, err
+		}
+	}
+	s := &segment{heap: h, span: span, base: span.Base, kind: segHuge}
+	pg := &page{heap: h, seg: s, base: span.Base, bsize: span.Size, nblocks: 1, class: -1,
+		alloc: make([]atomicWord, 1), remote: make([]atomicWord, 1)}
+	s.huge = pg
+	h.g.register(span, s)
+	h.nhuge++
+	return h.takeObject(pg, n), span.Zeroed, nil
+}
+
+// takeObject marks the single block of an object or huge page live.
+func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
+	pg.alloc[0].Or(1)
+	pg.used = 1
+	pg.objSize = n
+	h.objects.pushFront(pg)
+	h.allocs++
+	h.live += n
+	if h.live > h.peak {
+		h.peak = h.live
+	}
+	return pg.base
+}

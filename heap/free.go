@@ -1,0 +1,184 @@
+package heap
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// Free gives back the block at p. A block of another heap of the group is freed the lock-free
+// way, as from another goroutine. Errors (never panics): ErrNotOwned, ErrInteriorPointer,
+// ErrDoubleFree; the heap is unchanged by a failed Free.
+func (h *Heap) Free(p uintptr) error {
+	pg, idx, err := h.g.locate(p)
+	if err != nil {
+		return err
+	}
+	return h.free(pg, idx, p)
+}
+
+// FreeSized is Free that also checks n against the size the block was allocated with, so that a
+// sub-slice or a truncated buffer is refused (ErrSizeMismatch) instead of freed.
+func (h *Heap) FreeSized(p, n uintptr) error {
+	pg, idx, err := h.g.locateSized(p, n)
+	if err != nil {
+		return err
+	}
+	return h.free(pg, idx, p)
+}
+
+func (h *Heap) free(pg *page, idx uint32, p uintptr) error {
+	if pg.heap != h {
+		return pg.freeRemote(idx, p)
+	}
+	w, bit := idx>>6, uint64(1)<<(idx&63)
+	if pg.alloc[w].And(^bit)&bit == 0 {
+		return fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	}
+	if pg.class < 0 {
+		h.freeObject(pg)
+		return nil
+	}
+	h.pushFree(pg, idx)
+	if pg.used == 0 || !pg.inAvail {
+		h.pageChanged(pg, true)
+	}
+	return nil
+}
+
+// freeRemote frees block idx of pg from any goroutine, without a lock.
+func (pg *page) freeRemote(idx uint32, p uintptr) error {
+	w, bit := idx>>6, uint64(1)<<(idx&63)
+	if pg.alloc[w].And(^bit)&bit == 0 {
+		return fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	}
+	pg.remote[w].Or(bit)
+	if pg.pending.Load() == 0 && pg.pending.CompareAndSwap(0, 1) {
+		pg.heap.pending.push(pg)
+	}
+	return nil
+}
+
+// pushFree puts a block that is no longer live back on its page's free stack.
+func (h *Heap) pushFree(pg *page, idx uint32) {
+	pg.free[pg.nfree] = uint16(idx)
+	pg.nfree++
+	pg.used--
+	h.live -= uintptr(pg.sizes[idx])
+	h.frees++
+	h.classes[pg.class].frees++
+}
+
+// pageChanged runs when a page gained a free block while full, or became empty: it goes back on
+// its class's available list, and an empty page other than the current one is given back.
+func (h *Heap) pageChanged(pg *page, mayRelease bool) {
+	cl := &h.classes[pg.class]
+	if !pg.inAvail {
+		cl.avail.pushFront(pg)
+		pg.inAvail = true
+	}
+	if mayRelease && pg.used == 0 && h.cur[pg.class] != pg {
+		cl.avail.remove(pg)
+		pg.inAvail = false
+		cl.pages--
+		h.freeSlices(pg)
+	}
+}
+
+// freeObject gives back an object or huge page whose block was freed.
+func (h *Heap) freeObject(pg *page) {
+	h.objects.remove(pg)
+	h.live -= pg.objSize
+	h.frees++
+	pg.used = 0
+	if s := pg.seg; s.kind == segHuge {
+		h.g.unregister(s.span)
+		_ = h.a.Free(s.span) // cannot fail: the span is ours and in use
+		h.nhuge--
+		return
+	}
+	h.freeSlices(pg)
+}
+
+// freeSlices returns a page's slices to its segment, and an empty segment to the spare slot or
+// the arena.
+func (h *Heap) freeSlices(pg *page) {
+	s := pg.seg
+	for i := pg.slice0; i < pg.slice0+pg.nslice; i++ {
+		s.pages[i].Store(nil)
+	}
+	s.free |= sliceMask(pg.slice0, pg.nslice)
+	s.npages--
+	if s.npages > 0 {
+		h.segs[s.kind].push(s)
+		return
+	}
+	h.segs[s.kind].remove(s)
+	h.g.unregister(s.span)
+	if h.spare == nil {
+		h.spare = s
+		return
+	}
+	_ = h.a.Free(s.span)
+	h.nsegs--
+}
+
+// collectPage moves pg's remote frees onto its free stack.
+func (h *Heap) collectPage(pg *page, mayRelease bool) {
+	pg.pending.Store(0) // before the swaps: a free that lands after them pushes pg again
+	for w := range pg.remote {
+		if pg.remote[w].Load() == 0 {
+			continue
+		}
+		for b := pg.remote[w].Swap(0); b != 0; b &= b - 1 {
+			if pg.class < 0 {
+				h.freeObject(pg)
+				return
+			}
+			h.pushFree(pg, uint32(w*64+bits.TrailingZeros64(b)))
+		}
+	}
+	if pg.class >= 0 {
+		h.pageChanged(pg, mayRelease)
+	}
+}
+
+// collectPending collects every page on the pending stack and reports whether there was one.
+func (h *Heap) collectPending() bool {
+	pg := h.pending.takeAll()
+	found := pg != nil
+	for pg != nil {
+		next := pg.nextPending // read before collectPage lets pg be pushed again
+		h.collectPage(pg, true)
+		pg = next
+	}
+	return found
+}
+
+// Collect takes in the blocks other goroutines have freed, so that they can be reused and
+// empty pages and segments given back. The owner calls it; allocation calls it when a class
+// runs out of blocks.
+func (h *Heap) Collect() { h.collectPending() }
+
+// Trim gives back to the arena every empty page and segment the heap keeps for reuse.
+func (h *Heap) Trim() {
+	h.Collect()
+	h.releaseEmpty(false)
+}
+
+// releaseEmpty gives back the empty pages kept as current pages, and the spare segment.
+func (h *Heap) releaseEmpty(closing bool) {
+	for c := range h.classes {
+		cl := &h.classes[c]
+		if pg := h.cur[c]; pg != &cl.empty && pg.used == 0 {
+			h.cur[c] = &cl.empty
+			h.pageChanged(pg, true)
+		} else if closing {
+			h.cur[c] = &cl.empty
+		}
+	}
+	if s := h.spare; s != nil {
+		h.spare = nil
+		_ = h.a.Free(s.span)
+		h.nsegs--
+	}
+}

@@ -1,0 +1,160 @@
+package heap
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+)
+
+// Group is a set of heaps over one arena. Any goroutine may free any block of any of them
+// through Group.Free, without a lock: the block's owner collects it later. A group's chunk
+// table maps every arena chunk to the segment that holds it.
+type Group struct {
+	a          *arena.Arena
+	segs       []atomic.Pointer[segment] // by arena.ChunkID
+	chunkAlign uintptr
+
+	mu    sync.Mutex
+	heaps int
+}
+
+// NewGroup creates an empty group over an arena whose chunks are 2 MiB.
+func NewGroup(a *arena.Arena) (*Group, error) {
+	if a == nil {
+		return nil, fmt.Errorf("%w: nil arena", ErrInvalidSize)
+	}
+	if a.ChunkSize() != segSize {
+		return nil, fmt.Errorf("%w: the heap needs 2 MiB chunks, the arena has %d", ErrInvalidAlign, a.ChunkSize())
+	}
+	return &Group{a: a, segs: make([]atomic.Pointer[segment], a.MaxChunks()), chunkAlign: a.ChunkAlign()}, nil
+}
+
+// NewHeap adds a heap to the group.
+func (g *Group) NewHeap(o Options) (*Heap, error) {
+	h, err := newHeap(g, o)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	g.heaps++
+	g.mu.Unlock()
+	return h, nil
+}
+
+// Heaps returns the number of open heaps in the group.
+func (g *Group) Heaps() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.heaps
+}
+
+func (g *Group) removeHeap(*Heap) {
+	g.mu.Lock()
+	g.heaps--
+	g.mu.Unlock()
+}
+
+// Arena returns the group's arena.
+func (g *Group) Arena() *arena.Arena { return g.a }
+
+// Free gives back the block at p from any goroutine, without a lock. It detects double frees,
+// foreign and interior pointers exactly, like Heap.Free.
+func (g *Group) Free(p uintptr) error {
+	pg, idx, err := g.locate(p)
+	if err != nil {
+		return err
+	}
+	return pg.freeRemote(idx, p)
+}
+
+// FreeSized is Free with the size check of Heap.FreeSized.
+func (g *Group) FreeSized(p, n uintptr) error {
+	pg, idx, err := g.locateSized(p, n)
+	if err != nil {
+		return err
+	}
+	return pg.freeRemote(idx, p)
+}
+
+// Owner returns the heap that owns the live block at p.
+func (g *Group) Owner(p uintptr) (*Heap, error) {
+	pg, _, err := g.locate(p)
+	if err != nil {
+		return nil, err
+	}
+	return pg.heap, nil
+}
+
+// Size returns the size the block at p was allocated with.
+func (g *Group) Size(p uintptr) (uintptr, error) {
+	pg, idx, err := g.locate(p)
+	if err != nil {
+		return 0, err
+	}
+	if pg.alloc[idx>>6].Load()&(1<<(idx&63)) == 0 {
+		return 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	}
+	return pg.size(idx), nil
+}
+
+func (pg *page) size(idx uint32) uintptr {
+	if pg.class < 0 {
+		return pg.objSize
+	}
+	return uintptr(pg.sizes[idx])
+}
+
+func (g *Group) register(span arena.Span, s *segment) {
+	for i := 0; i < span.N; i++ {
+		g.segs[int(span.ID)+i].Store(s)
+	}
+}
+
+func (g *Group) unregister(span arena.Span) {
+	for i := 0; i < span.N; i++ {
+		g.segs[int(span.ID)+i].Store(nil)
+	}
+}
+
+// locate finds the page and block index of the block that starts at p.
+func (g *Group) locate(p uintptr) (*page, uint32, error) {
+	id, ok := g.a.Lookup(p)
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: %#x is outside the arena", ErrNotOwned, p)
+	}
+	s := g.segs[id].Load()
+	if s == nil {
+		return nil, 0, fmt.Errorf("%w: %#x is in a free chunk", ErrDoubleFree, p)
+	}
+	pg := s.huge
+	if pg == nil {
+		if pg = s.pages[(p-s.base)>>sliceShift].Load(); pg == nil {
+			return nil, 0, fmt.Errorf("%w: %#x is in a free page", ErrDoubleFree, p)
+		}
+	}
+	off := p - pg.base
+	if p < pg.base || off >= uintptr(pg.nblocks)*pg.bsize {
+		return nil, 0, fmt.Errorf("%w: %#x is outside the page's blocks", ErrNotOwned, p)
+	}
+	if pg.nblocks == 1 {
+		if off != 0 {
+			return nil, 0, fmt.Errorf("%w: %#x is %d bytes into a block", ErrInteriorPointer, p, off)
+		}
+		return pg, 0, nil
+	}
+	idx := uint32(uint64(off) * uint64(pg.divMul) >> 32)
+	if uintptr(idx)*pg.bsize != off {
+		return nil, 0, fmt.Errorf("%w: %#x is %d bytes into a block", ErrInteriorPointer, p, off-uintptr(idx)*pg.bsize)
+	}
+	return pg, idx, nil
+}
+
+func (g *Group) locateSized(p, n uintptr) (*page, uint32, error) {
+	pg, idx, err := g.locate(p)
+	if err == nil && pg.alloc[idx>>6].Load()&(1<<(idx&63)) != 0 && pg.size(idx) != n {
+		err = fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, pg.size(idx), n)
+	}
+	return pg, idx, err
+}

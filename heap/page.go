@@ -1,0 +1,210 @@
+package heap
+
+import (
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+)
+
+// segKind is what a segment holds.
+type segKind uint8
+
+const (
+	segSmall  segKind = iota // 32 pages of 64 KiB
+	segMedium                // 4 pages of 512 KiB
+	segLarge                 // 1 page of 2 MiB
+	segObject                // object pages: one block of whole slices each
+	segHuge                  // a huge object: a chunk run with one page
+	numSegKinds
+)
+
+var kindSlices = [numSegKinds]int{segSmall: 2, segMedium: 16, segLarge: 64}
+
+func kindForPage(pageSize uintptr) segKind {
+	switch pageSize {
+	case 64 << 10:
+		return segSmall
+	case 512 << 10:
+		return segMedium
+	}
+	return segLarge
+}
+
+// page is a run of slices holding blocks of one size. See the package invariants.
+type page struct {
+	// Owner-only fields, hot first.
+	nfree   uint32
+	bump    uint32
+	nblocks uint32
+	used    uint32
+	free    []uint16 // stack of free block indexes
+	sizes   []uint32 // size asked for each live block
+	base    uintptr
+	bsize   uintptr
+	divMul  uint32 // off*divMul>>32 == off/bsize for multiples of bsize
+	class   int16  // heap class, or -1 for object and huge pages
+	fresh   bool   // blocks from bump read as zero
+	inAvail bool
+	objSize uintptr // object and huge pages: the size asked for
+	prev    *page
+	next    *page
+
+	heap   *Heap
+	seg    *segment
+	slice0 int
+	nslice int
+
+	// Shared with remote freers.
+	alloc       []atomicWord
+	remote      []atomicWord
+	pending     atomic.Uint32
+	nextPending *page
+}
+
+// segment is one arena chunk (or, for a huge object, a run of chunks).
+type segment struct {
+	heap      *Heap
+	span      arena.Span
+	base      uintptr
+	kind      segKind
+	free      uint64 // bit set: slice free
+	npages    int
+	pages     [segSlices]atomic.Pointer[page] // page covering each slice
+	huge      *page
+	baseAlign uintptr
+	dirtyBits uint64 // slices handed out since the chunk last read as zero
+	inList    bool
+	prev      *segment
+	next      *segment
+}
+
+func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16, fresh bool) *page {
+	pg := &page{
+		heap: h, seg: s, slice0: slice0, nslice: nslice, bsize: bsize, class: class, fresh: fresh,
+		base: s.base + uintptr(slice0)<<sliceShift,
+	}
+	n := uint32(uintptr(nslice) << sliceShift / bsize)
+	if class < 0 {
+		n = 1
+	}
+	pg.nblocks = n
+	pg.divMul = ^uint32(0)/uint32(bsize) + 1
+	words := (n + 63) / 64
+	pg.alloc = make([]atomicWord, words)
+	pg.remote = make([]atomicWord, words)
+	if class >= 0 {
+		pg.free = make([]uint16, n)
+		pg.sizes = make([]uint32, n)
+	}
+	for i := slice0; i < slice0+nslice; i++ {
+		s.pages[i].Store(pg)
+	}
+	s.free &^= sliceMask(slice0, nslice)
+	s.npages++
+	return pg
+}
+
+func sliceMask(first, n int) uint64 {
+	if n == 64 {
+		return ^uint64(0)
+	}
+	return (1<<uint(n) - 1) << uint(first)
+}
+
+// findSlices returns the first run of n free slices in s starting at a multiple of step.
+func (s *segment) findSlices(n, step int) (int, bool) {
+	run := s.free
+	for i := 1; i < n && run != 0; i++ {
+		run &= s.free >> uint(i)
+	}
+	for run != 0 {
+		i := bits.TrailingZeros64(run)
+		if i%step == 0 && i+n <= segSlices {
+			return i, true
+		}
+		run &^= 1 << uint(i)
+	}
+	return 0, false
+}
+
+func (s *segment) dirty(first, n int) bool { return s.dirtyBits&sliceMask(first, n) != 0 }
+
+func (s *segment) markDirty(first, n int) { s.dirtyBits |= sliceMask(first, n) }
+
+// atomicWord is a word of a page bitmap shared with remote freers.
+type atomicWord = atomic.Uint64
+
+// pageList is an intrusive doubly linked list of pages.
+type pageList struct{ head, tail *page }
+
+func (l *pageList) pushFront(p *page) {
+	p.prev, p.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = p
+	} else {
+		l.tail = p
+	}
+	l.head = p
+}
+
+func (l *pageList) remove(p *page) {
+	if p.prev != nil {
+		p.prev.next = p.next
+	} else {
+		l.head = p.next
+	}
+	if p.next != nil {
+		p.next.prev = p.prev
+	} else {
+		l.tail = p.prev
+	}
+	p.prev, p.next = nil, nil
+}
+
+// segList is an intrusive doubly linked list of segments.
+type segList struct{ head *segment }
+
+func (l *segList) push(s *segment) {
+	if s.inList {
+		return
+	}
+	s.inList = true
+	s.prev, s.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = s
+	}
+	l.head = s
+}
+
+func (l *segList) remove(s *segment) {
+	if !s.inList {
+		return
+	}
+	s.inList = false
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		l.head = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	}
+	s.prev, s.next = nil, nil
+}
+
+// pendingStack is a lock-free stack of pages with remote frees: many pushers, one owner that
+// takes the whole stack at once (so the stack has no ABA problem).
+type pendingStack struct{ head atomic.Pointer[page] }
+
+func (s *pendingStack) push(p *page) {
+	for {
+		old := s.head.Load()
+		p.nextPending = old
+		if s.head.CompareAndSwap(old, p) {
+			return
+		}
+	}
+}
+
+func (s *pendingStack) takeAll() *page { return s.head.Swap(nil) }
