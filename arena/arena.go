@@ -312,7 +312,7 @@ func (a *Arena) take(r *region, s Span) (Span, error) {
 // granules returns the granule indexes, relative to the region base, that [p, p+n) touches.
 func (r *region) granules(p, n uintptr) (lo, hi int) {
 	off := p - r.r.Base
-	return int(off >> r.gshift), int((off + n - 1) >> r.gshift) + 1
+	return int(off >> r.gshift), int((off+n-1)>>r.gshift) + 1
 }
 
 func (a *Arena) commit(r *region, glo, ghi int) error {
