@@ -122,9 +122,10 @@ func (h *Heap) freeSlices(pg *page) {
 	h.nsegs--
 }
 
-// collectPage moves pg's remote frees onto its free stack.
+// collectPage moves pg's remote frees onto its free stack. It leaves pg.pending alone: only
+// collectPending, which has taken pg off the pending stack, may clear it (clearing it while pg
+// is still on the stack would let a remote free push pg twice).
 func (h *Heap) collectPage(pg *page, mayRelease bool) {
-	pg.pending.Store(0) // before the swaps: a free that lands after them pushes pg again
 	for w := range pg.remote {
 		if pg.remote[w].Load() == 0 {
 			continue
@@ -147,7 +148,8 @@ func (h *Heap) collectPending() bool {
 	pg := h.pending.takeAll()
 	found := pg != nil
 	for pg != nil {
-		next := pg.nextPending // read before collectPage lets pg be pushed again
+		next := pg.nextPending // read before pg can be pushed again
+		pg.pending.Store(0)    // before the swaps: a free that lands after them pushes pg again
 		h.collectPage(pg, true)
 		pg = next
 	}

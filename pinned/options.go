@@ -1,0 +1,105 @@
+package pinned
+
+import (
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+)
+
+// Backend selects where a pool's memory comes from.
+type Backend uint8
+
+const (
+	// Locked is host memory from mmap, locked with mlock: resident and never swapped. It is the
+	// default, and needs a sufficient RLIMIT_MEMLOCK or CAP_IPC_LOCK.
+	Locked Backend = iota
+	// Pageable is ordinary host memory from mmap: no memlock limit, but the kernel may swap it
+	// and GPU copies from it are staged.
+	Pageable
+	// External is a region the caller owns, given in Options.External.
+	External
+)
+
+// String names the backend as Stats reports it.
+func (b Backend) String() string {
+	switch b {
+	case Locked:
+		return "locked"
+	case Pageable:
+		return "pageable"
+	case External:
+		return "external"
+	}
+	return fmt.Sprintf("backend(%d)", uint8(b))
+}
+
+// Options configures a Pool. The zero value is ready to use.
+type Options struct {
+	// Capacity caps the pool's memory in bytes. It is reserved as address space only; memory is
+	// committed (and locked) as buffers need it. Default: the machine's physical memory. For
+	// the External backend it is the region's size.
+	Capacity int64
+	// Backend selects the memory (default Locked).
+	Backend Backend
+	// Align is the alignment of every buffer, a power of two from 16 to 32768 (default 64, a
+	// cache line; 256 for GPU coalescing, 4096 for O_DIRECT).
+	Align int
+	// HugePages backs host memory with huge pages: arena.HugeTransparent or arena.HugeTLB (which
+	// falls back to ordinary pages when the system has none; Stats counts the fallbacks).
+	HugePages arena.HugePages
+	// Populate commits (and locks) each region of host memory in full when it is reserved.
+	Populate bool
+	// External is the caller's region for the External backend; it must be host memory.
+	External *arena.ExternalRegion
+	// PurgeDelay is how long free memory stays committed before it is given back (default
+	// 500 ms; negative: only Trim gives it back).
+	PurgeDelay time.Duration
+	// Shards caps the number of heaps the pool spreads goroutines over (default
+	// 2×GOMAXPROCS).
+	Shards int
+}
+
+func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
+	if o.Align == 0 {
+		o.Align = 64
+	}
+	ho := arena.HostOptions{HugePages: o.HugePages, Populate: o.Populate}
+	switch o.Backend {
+	case Locked:
+		h := arena.Locked(ho)
+		return h, h, nil
+	case Pageable:
+		h := arena.Pageable(ho)
+		return h, h, nil
+	case External:
+		if o.External == nil {
+			return nil, nil, fmt.Errorf("%w: the External backend needs Options.External", ErrInvalidOptions)
+		}
+		if !o.External.Kind.HostAccessible() {
+			return nil, nil, fmt.Errorf("%w: a pinned pool needs host memory, not %s", ErrInvalidOptions, o.External.Kind)
+		}
+		e, err := arena.External(*o.External)
+		return e, nil, err
+	}
+	return nil, nil, fmt.Errorf("%w: unknown backend %d", ErrInvalidOptions, o.Backend)
+}
+
+func (o *Options) capacity(prov arena.Provider) (uintptr, error) {
+	switch {
+	case o.Capacity < 0:
+		return 0, fmt.Errorf("%w: capacity %d", ErrInvalidOptions, o.Capacity)
+	case o.Capacity > 0:
+		return uintptr(o.Capacity), nil
+	}
+	if c, ok := prov.(interface{ Capacity() uintptr }); ok {
+		return c.Capacity(), nil
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil || si.Totalram == 0 {
+		return 64 << 30, nil
+	}
+	return uintptr(si.Totalram) * uintptr(si.Unit), nil
+}

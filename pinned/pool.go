@@ -1,0 +1,333 @@
+// Package pinned allocates page-locked []byte buffers that the Go garbage collector never scans,
+// moves or frees: staging buffers for DMA and GPU copies, I/O buffers, memory that must not be
+// swapped.
+//
+// A Pool is goroutine-safe: any goroutine may allocate, and any goroutine may free any buffer.
+// Buffers come from a mimalloc-style heap (package heap) over an arena of locked host memory
+// (mmap + mlock) by default, so allocation and free cost nanoseconds and make no system call in
+// steady state, where mmap+mlock per buffer costs microseconds and cudaHostAlloc a millisecond.
+//
+// # How it scales
+//
+// The pool keeps several heap shards, each with one owner at a time. Alloc takes a shard
+// through a per-P cache (sync.Pool, so a goroutine tends to meet the same shard on the same
+// processor) and a TryLock that makes it the shard's owner, allocates, and hands it back. Free
+// never locks for small buffers: it clears the block's bit with an atomic AND in whatever shard
+// owns it and leaves the rest to that shard's owner (the heap's remote-free path). Large
+// buffers are freed under the owner's lock when it is free, so their memory returns at once.
+//
+// # Errors
+//
+// Every error wraps a sentinel of this package (equal to the heap's or arena's, so errors.Is
+// works with either): bad sizes, double frees, foreign pointers and sub-slices are reported,
+// never acted on, and leave the pool usable.
+package pinned
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// Pool hands out pinned []byte buffers. It is safe for concurrent use.
+type Pool struct {
+	a       *arena.Arena
+	g       *heap.Group
+	align   uintptr
+	backend Backend
+	host    *arena.HostProvider // nil for other providers
+
+	hint      sync.Pool // *shard: per-P affinity, a hint only (TryLock decides ownership)
+	shards    atomic.Pointer[[]*shard]
+	byHeap    atomic.Pointer[map[*heap.Heap]*shard]
+	growMu    sync.Mutex
+	maxShards int
+
+	closed   atomic.Bool // no more Alloc
+	released atomic.Bool // memory given back: no more Free either
+	closeMu  sync.Mutex
+}
+
+// shard is one heap and the lock that makes a goroutine its owner. It is padded so that two
+// shards never share a cache line.
+type shard struct {
+	mu sync.Mutex
+	h  *heap.Heap
+	_  [48]byte
+}
+
+// New creates a pool. The zero Options give locked host memory with 64-byte alignment and a
+// capacity of the machine's physical memory (address space only: memory is committed, and
+// locked, as buffers need it).
+func New(o Options) (*Pool, error) {
+	prov, host, err := o.provider()
+	if err != nil {
+		return nil, err
+	}
+	capacity, err := o.capacity(prov)
+	if err != nil {
+		return nil, err
+	}
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: arenaAlign(o.Align)})
+	if err != nil {
+		return nil, err
+	}
+	g, err := heap.NewGroup(a)
+	if err != nil {
+		_ = a.Close()
+		return nil, err
+	}
+	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, maxShards: o.Shards}
+	if p.maxShards <= 0 {
+		p.maxShards = 2 * runtime.GOMAXPROCS(0)
+	}
+	p.shards.Store(new([]*shard))
+	p.byHeap.Store(&map[*heap.Heap]*shard{})
+	s, err := p.newShard() // validates the alignment now rather than at the first Alloc
+	if err != nil {
+		_ = a.Close()
+		return nil, err
+	}
+	s.mu.Unlock()
+	p.hint.Put(s)
+	return p, nil
+}
+
+// arenaAlign is the chunk alignment the arena must guarantee: at least the block alignment.
+func arenaAlign(blockAlign int) uintptr {
+	return uintptr(max(blockAlign, arena.DefaultAlign))
+}
+
+// Alloc returns a buffer of n bytes with len and cap n, aligned to the pool's alignment. Its
+// contents are undefined.
+func (p *Pool) Alloc(n int) ([]byte, error) {
+	return p.alloc(n, 0)
+}
+
+// AllocAligned returns a buffer of n bytes whose address is a multiple of alignment, any power
+// of two (beyond 2 MiB too). It is freed with Free like any other buffer.
+func (p *Pool) AllocAligned(n, alignment int) ([]byte, error) {
+	if alignment <= 0 || alignment&(alignment-1) != 0 {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidAlign, alignment)
+	}
+	return p.alloc(n, uintptr(alignment))
+}
+
+func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrInvalidSize, n)
+	}
+	if p.closed.Load() {
+		return nil, ErrClosed
+	}
+	s := p.acquire()
+	addr, err := s.allocIn(uintptr(n), alignment)
+	p.release(s)
+	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
+		// Other shards may hold freed blocks they have not collected: collect, retry once.
+		p.collectAll()
+		s = p.acquire()
+		addr, err = s.allocIn(uintptr(n), alignment)
+		p.release(s)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return mem.Bytes(addr, uintptr(n)), nil
+}
+
+func (s *shard) allocIn(n, alignment uintptr) (uintptr, error) {
+	if alignment == 0 {
+		return s.h.Alloc(n)
+	}
+	return s.h.AllocAligned(n, alignment)
+}
+
+// Free gives a buffer back. b must be exactly a slice returned by Alloc: a sub-slice, a
+// re-sliced or truncated buffer, a double free or a slice of other memory is refused with an
+// error and changes nothing. After Close, Free still takes back the buffers that were live,
+// and the pool's memory is released with the last of them.
+func (p *Pool) Free(b []byte) error {
+	if len(b) == 0 {
+		return fmt.Errorf("%w: empty slice", ErrNotOwned)
+	}
+	if cap(b) != len(b) {
+		return fmt.Errorf("%w: len %d, cap %d (Alloc returns len == cap)", ErrSubSlice, len(b), cap(b))
+	}
+	if p.released.Load() {
+		return ErrClosed
+	}
+	addr, n := mem.Addr(b), uintptr(len(b))
+	var err error
+	if n > largeFree {
+		err = p.freeLarge(addr, n)
+	} else {
+		err = p.g.FreeSized(addr, n)
+	}
+	if err != nil {
+		return wrapFreeError(err)
+	}
+	if p.closed.Load() {
+		p.finishClose()
+	}
+	return nil
+}
+
+// largeFree is the size above which Free tries the owner's lock to free at once.
+const largeFree = 256 << 10
+
+// freeLarge frees under the owning shard's lock when it can, so that the memory of a large
+// buffer is reusable (and its chunks purgeable) at once; otherwise the lock-free way.
+func (p *Pool) freeLarge(addr, n uintptr) error {
+	h, err := p.g.Owner(addr)
+	if err != nil {
+		return err
+	}
+	if s := (*p.byHeap.Load())[h]; s != nil && s.mu.TryLock() {
+		err = h.FreeSized(addr, n)
+		s.mu.Unlock()
+		return err
+	}
+	return p.g.FreeSized(addr, n)
+}
+
+func (p *Pool) acquire() *shard {
+	if s, _ := p.hint.Get().(*shard); s != nil && s.mu.TryLock() {
+		return s
+	}
+	return p.acquireSlow()
+}
+
+func (p *Pool) release(s *shard) {
+	s.mu.Unlock()
+	p.hint.Put(s)
+}
+
+// acquireSlow runs when this P has no shard cached. Until there is a shard per P it makes a new
+// one (taking an idle shard would steal another P's and make the two share it); then it takes
+// any shard nobody owns, makes one more if all are owned and the cap allows, and otherwise
+// waits for a random one.
+func (p *Pool) acquireSlow() *shard {
+	ss := *p.shards.Load()
+	if len(ss) < min(runtime.GOMAXPROCS(0), p.maxShards) {
+		if s, err := p.newShard(); err == nil {
+			return s
+		}
+	}
+	start := rand.IntN(len(ss))
+	for i := range ss {
+		if s := ss[(start+i)%len(ss)]; s.mu.TryLock() {
+			return s
+		}
+	}
+	if len(ss) < p.maxShards {
+		if s, err := p.newShard(); err == nil {
+			return s
+		}
+	}
+	s := ss[start]
+	s.mu.Lock()
+	return s
+}
+
+// newShard adds a shard, returned locked.
+func (p *Pool) newShard() (*shard, error) {
+	p.growMu.Lock()
+	defer p.growMu.Unlock()
+	h, err := p.g.NewHeap(heap.Options{Align: p.align})
+	if err != nil {
+		return nil, err
+	}
+	s := &shard{h: h}
+	s.mu.Lock()
+	old := *p.shards.Load()
+	ss := append(append(make([]*shard, 0, len(old)+1), old...), s)
+	m := make(map[*heap.Heap]*shard, len(ss))
+	for _, x := range ss {
+		m[x.h] = x
+	}
+	p.shards.Store(&ss)
+	p.byHeap.Store(&m)
+	return s, nil
+}
+
+// each runs f on every shard in turn, as its owner.
+func (p *Pool) each(f func(*heap.Heap)) {
+	for _, s := range *p.shards.Load() {
+		s.mu.Lock()
+		f(s.h)
+		s.mu.Unlock()
+	}
+}
+
+// collectAll makes every shard take in the frees other goroutines made and give back what is
+// empty.
+func (p *Pool) collectAll() { p.each((*heap.Heap).Trim) }
+
+// Trim gives every empty page and segment back to the arena and decommits (and unlocks) every
+// free chunk at once, without waiting for the purge delay.
+func (p *Pool) Trim() {
+	if p.released.Load() {
+		return
+	}
+	p.collectAll()
+	p.a.Trim()
+}
+
+// Close stops allocation. When no buffer is live it releases all memory and returns nil. When
+// buffers are live it returns an error wrapping ErrLiveBlocks with their count and bytes, and
+// keeps the memory until the last of them is freed (so nothing in use is unmapped under a
+// caller). A second Close returns ErrClosed.
+func (p *Pool) Close() error {
+	if !p.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	if n, bytes := p.live(); n > 0 {
+		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed",
+			ErrLiveBlocks, n, bytes)
+	}
+	return p.releaseAll()
+}
+
+// live collects every shard and counts the live buffers.
+func (p *Pool) live() (n, bytes uint64) {
+	p.each(func(h *heap.Heap) {
+		st := h.Stats()
+		n += st.Live
+		bytes += st.InUse
+	})
+	return n, bytes
+}
+
+// finishClose releases the memory of a closed pool once its last buffer is freed.
+func (p *Pool) finishClose() {
+	if n, _ := p.live(); n == 0 {
+		_ = p.releaseAll()
+	}
+}
+
+func (p *Pool) releaseAll() error {
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	if p.released.Load() {
+		return nil
+	}
+	var first error
+	p.each(func(h *heap.Heap) {
+		if err := h.Close(); err != nil && !errors.Is(err, heap.ErrClosed) && first == nil {
+			first = err
+		}
+	})
+	if first != nil {
+		return first // a buffer came back to life: a racing Alloc before closed was seen
+	}
+	p.released.Store(true)
+	return p.a.Close()
+}
