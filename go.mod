@@ -2,7 +2,11 @@ module github.com/pinmalloc/pinmalloc
 
 go 1.24.0
 
-require github.com/NVIDIA/go-nvml v0.13.4-1
+require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
+	golang.org/x/sys v0.41.0
+	gonum.org/v1/plot v0.17.0
+)
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
@@ -13,7 +17,5 @@ require (
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/sys v0.41.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
-	gonum.org/v1/plot v0.17.0 // indirect
 )

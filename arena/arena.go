@@ -58,8 +58,8 @@ type ChunkID uint32
 type Options struct {
 	// Provider is where regions come from. Required.
 	Provider Provider
-	// Capacity caps the bytes of all regions together. Zero takes the provider's own capacity
-	// when it has one (an external region), and is an error otherwise.
+	// Capacity caps the bytes of all regions together. A provider with a fixed capacity (an
+	// external region) lowers it to that, and supplies it when zero; otherwise zero is an error.
 	Capacity uintptr
 	// ChunkSize is the chunk size, a power of two of at least the provider's granule and
 	// 64 KiB. Default 2 MiB.
@@ -173,10 +173,8 @@ func New(o Options) (*Arena, error) {
 	if !align.IsPow2(o.Align) || o.Align > o.ChunkSize {
 		return nil, fmt.Errorf("%w: align %d (want a power of two up to the chunk size)", ErrInvalid, o.Align)
 	}
-	if o.Capacity == 0 {
-		if c, ok := o.Provider.(interface{ Capacity() uintptr }); ok {
-			o.Capacity = c.Capacity()
-		}
+	if c, ok := o.Provider.(interface{ Capacity() uintptr }); ok && (o.Capacity == 0 || o.Capacity > c.Capacity()) {
+		o.Capacity = c.Capacity() // a provider of fixed size caps the arena
 	}
 	if o.Capacity == 0 {
 		return nil, fmt.Errorf("%w: capacity is zero", ErrInvalid)
@@ -347,11 +345,12 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 		return nil, fmt.Errorf("%w: %d regions already reserved", ErrCapacity, len(regs))
 	}
 	need, err := align.Up(size, a.chunk)
-	if err == nil && (!a.caps.Aligns || alignment > a.chunk) {
-		need, err = align.Add(need, max(alignment, a.align)) // room to align inside the region
-	}
 	if err != nil || need > a.capac-a.reserved {
 		return nil, fmt.Errorf("%w: %d bytes asked, %d of %d reserved", ErrCapacity, size, a.reserved, a.capac)
+	}
+	if !a.caps.Aligns || alignment > a.chunk {
+		// Room to align inside the region, as far as the capacity allows: place decides.
+		need = min(need+max(alignment, a.align), a.capac-a.reserved)
 	}
 	want := max(need, min(a.regSize, a.capac-a.reserved))
 	ra := a.chunk

@@ -54,6 +54,8 @@ type HostCounters struct {
 	Mmap, Munmap, Mprotect, Mlock, Munlock, Madvise uint64
 	// HugeTLBFallbacks counts regions that asked for MAP_HUGETLB and got ordinary pages.
 	HugeTLBFallbacks uint64
+	// LockedBytes is the memory the provider holds locked now.
+	LockedBytes int64
 }
 
 // Total is the number of system calls counted.
@@ -119,7 +121,7 @@ func (h *HostProvider) Counters() HostCounters {
 	return HostCounters{
 		Mmap: h.mmap.Load(), Munmap: h.munmap.Load(), Mprotect: h.mprotect.Load(),
 		Mlock: h.mlock.Load(), Munlock: h.munlock.Load(), Madvise: h.madvise.Load(),
-		HugeTLBFallbacks: h.hugeFallback.Load(),
+		HugeTLBFallbacks: h.hugeFallback.Load(), LockedBytes: h.lockedBytes.Load(),
 	}
 }
 

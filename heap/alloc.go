@@ -1,6 +1,7 @@
 package heap
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 
@@ -193,15 +194,16 @@ func (h *Heap) afterCarve(s *segment) {
 
 func (h *Heap) newSegment(kind segKind) (*segment, error) {
 	var s *segment
-	if sp := h.spare; sp != nil {
-		h.spare = nil
+	if n := len(h.spares); n > 0 {
+		sp := h.spares[n-1]
+		h.spares = h.spares[:n-1]
 		// A new struct, never the old one: see the invariants.
 		s = &segment{heap: h, span: sp.span, base: sp.base, baseAlign: sp.baseAlign, dirtyBits: sp.dirtyBits}
 		h.g.register(s.span, s)
 	} else {
 		span, err := h.a.Alloc(segSize, segSize)
 		if err != nil {
-			if span, err = h.retryAfterCollect(segSize, segSize, err); err != nil {
+			if span, err = h.retryAfterCollect(segSize, segSize); err != nil {
 				return nil, err
 			}
 		}
@@ -219,14 +221,19 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 }
 
 // retryAfterCollect runs when the arena is full: frees pending in every heap of the group may
-// have emptied segments that can go back first. It retries the arena once.
-func (h *Heap) retryAfterCollect(size, alignment uintptr, cause error) (arena.Span, error) {
+// have emptied segments that can go back first. It retries the arena once; a full arena is
+// then ErrOutOfMemory.
+func (h *Heap) retryAfterCollect(size, alignment uintptr) (arena.Span, error) {
 	h.Collect()
 	h.releaseEmpty(false)
-	if span, err := h.a.Alloc(size, alignment); err == nil {
+	span, err := h.a.Alloc(size, alignment)
+	switch {
+	case err == nil:
 		return span, nil
+	case errors.Is(err, arena.ErrCapacity):
+		return arena.Span{}, fmt.Errorf("%w: %w", ErrOutOfMemory, err)
 	}
-	return arena.Span{}, fmt.Errorf("%w: %w", ErrOutOfMemory, cause)
+	return arena.Span{}, err // memlock, commit or driver failures keep their own sentinel
 }
 
 // allocBig serves requests above maxClassSize (and aligned requests no class can serve): an
@@ -256,7 +263,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	}
 	span, err := h.a.Alloc(n, alignment)
 	if err != nil {
-		if span, err = h.retryAfterCollect(n, alignment, err); err != nil {
+		if span, err = h.retryAfterCollect(n, alignment); err != nil {
 			return 0, false, err
 		}
 	}

@@ -114,8 +114,8 @@ func (h *Heap) freeSlices(pg *page) {
 	}
 	h.segs[s.kind].remove(s)
 	h.g.unregister(s.span)
-	if h.spare == nil {
-		h.spare = s
+	if h.hold || len(h.spares) == 0 {
+		h.spares = append(h.spares, s)
 		return
 	}
 	_ = h.a.Free(s.span)
@@ -161,13 +161,14 @@ func (h *Heap) collectPending() bool {
 // runs out of blocks.
 func (h *Heap) Collect() { h.collectPending() }
 
-// Trim gives back to the arena every empty page and segment the heap keeps for reuse.
+// Trim gives back to the arena every empty page and segment the heap keeps for reuse (all
+// held segments, with HoldSegments).
 func (h *Heap) Trim() {
 	h.Collect()
 	h.releaseEmpty(false)
 }
 
-// releaseEmpty gives back the empty pages kept as current pages, and the spare segment.
+// releaseEmpty gives back the empty pages kept as current pages, and the spare segments.
 func (h *Heap) releaseEmpty(closing bool) {
 	for c := range h.classes {
 		cl := &h.classes[c]
@@ -178,9 +179,9 @@ func (h *Heap) releaseEmpty(closing bool) {
 			h.cur[c] = &cl.empty
 		}
 	}
-	if s := h.spare; s != nil {
-		h.spare = nil
+	for _, s := range h.spares {
 		_ = h.a.Free(s.span)
 		h.nsegs--
 	}
+	h.spares = h.spares[:0]
 }

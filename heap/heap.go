@@ -7,7 +7,7 @@
 // one segment holding blocks of one size class: small pages (64 KiB) for blocks up to 8 KiB,
 // medium pages (512 KiB) up to 64 KiB, large pages (the whole segment) up to 256 KiB. A
 // segment holds pages of one kind only, so that small pages never fragment the room that large
-// ones need. Requests above 256 KiB and up to 2 MiB get a page of their own (an "object"
+// ones need. Requests above 256 KiB and up to 1 MiB get a page of their own (an "object"
 // page: one block of whole slices) in an object segment; larger ones are huge objects, a run of
 // chunks straight from the arena, committed only as far as they reach, with no cap below the
 // arena's capacity. Size classes come from mksizeclasses.go: eight to each doubling, so no
@@ -69,6 +69,11 @@ type Options struct {
 	// Align is the mandated alignment of every block: a power of two from 16 B up to 32 KiB.
 	// 64 (a cache line) by default; 256 suits GPU coalescing, 4096 O_DIRECT and DMA.
 	Align uintptr
+	// HoldSegments keeps empty segments with the heap until Trim or Close instead of giving
+	// them back to the arena, where another heap could take them. A device heap whose blocks
+	// are freed in stream order needs it: memory freed on one stream must not reach a heap
+	// serving another stream before that stream's work is done.
+	HoldSegments bool
 }
 
 // Heap is a single-owner allocator over an arena. See the package documentation for the rules.
@@ -84,7 +89,8 @@ type Heap struct {
 	classes []hclass
 
 	segs    [numSegKinds]segList // segments with room, per kind
-	spare   *segment             // one empty segment kept to damp churn
+	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
+	hold    bool
 	objects pageList             // object and huge pages, for Close and Stats
 	pending pendingStack         // pages with remote frees, pushed by other goroutines
 
@@ -126,7 +132,7 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	if ca := g.chunkAlign; o.Align > ca {
 		return nil, fmt.Errorf("%w: heap alignment %d exceeds the arena's chunk alignment %d", ErrInvalidAlign, o.Align, ca)
 	}
-	h := &Heap{g: g, a: g.a, align: o.Align}
+	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.HoldSegments}
 	// Round every generated class up to the alignment; merge equal sizes.
 	for c := 0; c < numClasses; c++ {
 		size, _ := align.Up(uintptr(classSize[c]), o.Align)

@@ -6,12 +6,14 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
-// newTestHeap returns a heap over a locked arena of the given capacity, closed at cleanup.
+// newTestHeap returns a heap over a pageable arena of the given capacity (one region), closed
+// at cleanup.
 func newTestHeap(t testing.TB, capacity uintptr, o Options) *Heap {
 	t.Helper()
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity})
+	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,45 +32,232 @@ func newTestHeap(t testing.TB, capacity uintptr, o Options) *Heap {
 	return h
 }
 
-func TestSmoke(t *testing.T) {
-	h := newTestHeap(t, 256<<20, Options{})
-	var ps []uintptr
-	for _, n := range []uintptr{1, 16, 17, 100, 1000, 4096, 9000, 70000, 300000, 1 << 20, 3 << 20, 40 << 20} {
-		p, err := h.Alloc(n)
-		if err != nil {
-			t.Fatalf("Alloc(%d): %v", n, err)
+func TestClassTable(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{Align: 16})
+	c := 0
+	for n := uintptr(1); n <= maxClassSize; n++ {
+		for uintptr(classSize[c]) < n {
+			c++
 		}
-		if p%64 != 0 {
-			t.Fatalf("Alloc(%d) = %#x misaligned", n, p)
+		if got := h.class(n); h.classes[got].size != uintptr(classSize[c]) {
+			t.Fatalf("class(%d) has size %d, want %d", n, h.classes[got].size, classSize[c])
 		}
-		ps = append(ps, p)
-	}
-	for _, p := range ps {
-		if err := h.Free(p); err != nil {
-			t.Fatalf("Free(%#x): %v", p, err)
-		}
-		if err := h.Free(p); !errors.Is(err, ErrDoubleFree) {
-			t.Fatalf("double Free(%#x): %v", p, err)
+		if n > 128 {
+			if waste := float64(classSize[c]-uint32(n)) / float64(n); waste > 0.125 {
+				t.Fatalf("size %d wastes %.1f%% in class %d", n, 100*waste, classSize[c])
+			}
 		}
 	}
 }
 
-func BenchmarkPairMixed(b *testing.B) {
-	h := newTestHeap(b, 1<<30, Options{})
-	r := rand.New(rand.NewPCG(1, 2))
-	sizes := make([]uintptr, 1024)
-	for i := range sizes {
-		sizes[i] = 16 + uintptr(r.IntN(8192-16+1))
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		p, err := h.Alloc(sizes[i&1023])
-		if err != nil {
-			b.Fatal(err)
+// TestDivMul checks that block indexes computed by multiplication are exact for every block of
+// every class.
+func TestDivMul(t *testing.T) {
+	for c := 0; c < numClasses; c++ {
+		size := uint32(classSize[c])
+		div := ^uint32(0)/size + 1
+		for k := uint32(0); k*size < classPage[c]; k++ {
+			if got := uint32(uint64(k*size) * uint64(div) >> 32); got != k {
+				t.Fatalf("class %d: block %d computed as %d", size, k, got)
+			}
 		}
+	}
+}
+
+func TestAlignedClasses(t *testing.T) {
+	for _, al := range []uintptr{16, 64, 256, 4096, 32768} {
+		h := newTestHeap(t, 64<<20, Options{Align: al})
+		for _, n := range []uintptr{1, 17, 100, 4000, 70000, 200000} {
+			p, err := h.Alloc(n)
+			if err != nil || p%al != 0 {
+				t.Fatalf("align %d: Alloc(%d) = %#x, %v", al, n, p, err)
+			}
+			if err := h.Free(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	if _, err := h.Alloc(0); !errors.Is(err, ErrInvalidSize) {
+		t.Errorf("Alloc(0): %v", err)
+	}
+	if _, err := h.Alloc(65 << 20); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Alloc(> capacity): %v", err)
+	}
+	if _, err := h.Alloc(^uintptr(0)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Alloc(max): %v", err)
+	}
+	if _, err := h.AllocAligned(64, 48); !errors.Is(err, ErrInvalidAlign) {
+		t.Errorf("AllocAligned(align 48): %v", err)
+	}
+	if _, err := New(h.a, Options{Align: 100}); !errors.Is(err, ErrInvalidAlign) {
+		t.Errorf("New(align 100): %v", err)
+	}
+	var local [16]byte
+	if err := h.Free(mem.Addr(local[:])); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Free(foreign): %v", err)
+	}
+	if err := h.Free(0); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Free(0): %v", err)
+	}
+	for _, n := range []uintptr{100, 5000, 300 << 10, 5 << 20} {
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Free(p + 64); !errors.Is(err, ErrInteriorPointer) {
+			t.Errorf("Free(interior of %d): %v", n, err)
+		}
+		if err := h.FreeSized(p, n-1); !errors.Is(err, ErrSizeMismatch) {
+			t.Errorf("FreeSized(wrong size of %d): %v", n, err)
+		}
+		if err := h.FreeSized(p, n); err != nil {
+			t.Errorf("FreeSized(%d): %v", n, err)
+		}
+		if err := h.Free(p); !errors.Is(err, ErrDoubleFree) {
+			t.Errorf("double free of %d: %v", n, err)
+		}
+	}
+	// The heap is still usable after all of that.
+	p, err := h.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); !errors.Is(err, ErrLiveBlocks) {
+		t.Fatalf("Close with a live block: %v", err)
+	}
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Alloc(64); !errors.Is(err, ErrClosed) {
+		t.Errorf("Alloc after Close: %v", err)
+	}
+	if err := h.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestAllocAligned(t *testing.T) {
+	h := newTestHeap(t, 512<<20, Options{})
+	r := rand.New(rand.NewPCG(3, 4))
+	for al := uintptr(16); al <= 64<<20; al <<= 1 {
+		for range 4 {
+			n := uintptr(1 + r.IntN(1<<uint(r.IntN(22))))
+			p, err := h.AllocAligned(n, al)
+			if err != nil {
+				t.Fatalf("AllocAligned(%d, %d): %v", n, al, err)
+			}
+			if p%al != 0 {
+				t.Fatalf("AllocAligned(%d, %d) = %#x", n, al, p)
+			}
+			clear(mem.Bytes(p, n))
+			if err := h.FreeSized(p, n); err != nil {
+				t.Fatalf("free aligned (%d, %d): %v", n, al, err)
+			}
+		}
+	}
+}
+
+func TestZalloc(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	for _, n := range []uintptr{64, 3000, 100 << 10, 600 << 10, 3 << 20} {
+		for round := range 3 {
+			p, err := h.Zalloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := mem.Bytes(p, n)
+			for i, v := range b {
+				if v != 0 {
+					t.Fatalf("Zalloc(%d) round %d: byte %d = %d", n, round, i, v)
+				}
+			}
+			for i := range b {
+				b[i] = 0xAB
+			}
+			if err := h.Free(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestHugeUpToCapacity allocates single objects far beyond mimalloc's 32–64 MiB cap, up to
+// nearly the whole arena.
+func TestHugeUpToCapacity(t *testing.T) {
+	const capacity = 1 << 30
+	h := newTestHeap(t, capacity, Options{})
+	for _, n := range []uintptr{64 << 20, 256 << 20, 1000 << 20, capacity} {
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatalf("Alloc(%d MiB) in a %d MiB arena: %v", n>>20, capacity>>20, err)
+		}
+		b := mem.Bytes(p, n)
+		b[0], b[n-1] = 1, 2
 		if err := h.Free(p); err != nil {
-			b.Fatal(err)
+			t.Fatal(err)
+		}
+	}
+	if st := h.a.Stats(); st.AlignWaste != 0 {
+		t.Errorf("AlignWaste = %d", st.AlignWaste)
+	}
+}
+
+// TestExternalOddBase runs a heap over a caller's region whose base is not chunk-aligned (and,
+// second, not even block-aligned): blocks still meet the alignment, and the waste is what the
+// arithmetic says.
+func TestExternalOddBase(t *testing.T) {
+	backing := make([]byte, 40<<20) // Go memory is fine for an external host region in a test
+	base := mem.Addr(backing)
+	for _, c := range []struct {
+		off, waste uintptr
+	}{
+		{off: (4096 - base%4096) + 4096, waste: 0}, // page-aligned, not chunk-aligned
+		{off: (256 - base%256) + 8, waste: 248},    // 8 bytes past a 256-byte boundary
+	} {
+		start := base + c.off
+		prov, err := arena.External(arena.ExternalRegion{Base: start, Size: 32 << 20, Kind: arena.HostPageable, Committed: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := arena.New(arena.Options{Provider: prov})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := New(a, Options{Align: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ps []uintptr
+		for _, n := range []uintptr{1, 300, 5000, 70000, 1 << 20, 3 << 20} {
+			p, err := h.Alloc(n)
+			if err != nil {
+				t.Fatalf("Alloc(%d): %v", n, err)
+			}
+			if p%256 != 0 || p < start || p+n > start+32<<20 {
+				t.Fatalf("Alloc(%d) = %#x outside or misaligned (region %#x)", n, p, start)
+			}
+			ps = append(ps, p)
+		}
+		if st := a.Stats(); st.AlignWaste != uint64(c.waste) {
+			t.Errorf("base %%256 = %d: AlignWaste = %d, want %d", start%256, st.AlignWaste, c.waste)
+		}
+		for _, p := range ps {
+			if err := h.Free(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -66,6 +66,9 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	if o.Align == 0 {
 		o.Align = 64
 	}
+	if o.Align < 16 || o.Align > 32<<10 || o.Align&(o.Align-1) != 0 {
+		return nil, nil, fmt.Errorf("%w: %d (want a power of two from 16 to 32768)", ErrInvalidAlign, o.Align)
+	}
 	ho := arena.HostOptions{HugePages: o.HugePages, Populate: o.Populate}
 	switch o.Backend {
 	case Locked:

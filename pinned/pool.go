@@ -75,7 +75,7 @@ func New(o Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: arenaAlign(o.Align)})
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: uintptr(o.Align)})
 	if err != nil {
 		return nil, err
 	}
@@ -98,11 +98,6 @@ func New(o Options) (*Pool, error) {
 	s.mu.Unlock()
 	p.hint.Put(s)
 	return p, nil
-}
-
-// arenaAlign is the chunk alignment the arena must guarantee: at least the block alignment.
-func arenaAlign(blockAlign int) uintptr {
-	return uintptr(max(blockAlign, arena.DefaultAlign))
 }
 
 // Alloc returns a buffer of n bytes with len and cap n, aligned to the pool's alignment. Its

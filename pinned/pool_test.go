@@ -1,9 +1,14 @@
 package pinned
 
 import (
+	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
 func newTestPool(t testing.TB, o Options) *Pool {
@@ -28,44 +33,307 @@ func sizes1k(seed uint64) []int {
 	return s
 }
 
-func BenchmarkPoolPair(b *testing.B) {
-	p := newTestPool(b, Options{})
-	sz := sizes1k(1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		buf, err := p.Alloc(sz[i&1023])
+func TestAllocFree(t *testing.T) {
+	p := newTestPool(t, Options{})
+	for _, n := range []int{1, 64, 1000, 8192, 100 << 10, 1 << 20, 16 << 20} {
+		b, err := p.Alloc(n)
 		if err != nil {
-			b.Fatal(err)
+			t.Fatalf("Alloc(%d): %v", n, err)
 		}
-		if err := p.Free(buf); err != nil {
-			b.Fatal(err)
+		if len(b) != n || cap(b) != n || mem.Addr(b)%64 != 0 {
+			t.Fatalf("Alloc(%d): len %d cap %d addr %#x", n, len(b), cap(b), mem.Addr(b))
+		}
+		for i := range b {
+			b[i] = byte(i)
+		}
+		if err := p.Free(b); err != nil {
+			t.Fatalf("Free(%d): %v", n, err)
+		}
+	}
+	st := p.Stats()
+	if st.Backend != "locked" || st.Kind != "host-locked" || st.Allocs != 7 || st.Frees != 7 || st.Live != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if st.Locked != st.Committed || st.Committed == 0 || st.AlignWaste != 0 {
+		t.Fatalf("memory stats %+v", st)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	p := newTestPool(t, Options{Capacity: 64 << 20})
+	for _, n := range []int{0, -1, -1 << 62} {
+		if _, err := p.Alloc(n); !errors.Is(err, ErrInvalidSize) {
+			t.Errorf("Alloc(%d): %v", n, err)
+		}
+	}
+	for _, n := range []int{65 << 20, 1 << 62} {
+		if _, err := p.Alloc(n); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("Alloc(%d): %v", n, err)
+		}
+	}
+	if _, err := p.AllocAligned(64, 3); !errors.Is(err, ErrInvalidAlign) {
+		t.Errorf("AllocAligned(align 3): %v", err)
+	}
+	b, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string][]byte{
+		"offset":    b[64:],
+		"truncated": b[:100],
+		"3-index":   b[:100:100],
+	} {
+		if err := p.Free(s); !errors.Is(err, ErrSubSlice) {
+			t.Errorf("Free(%s sub-slice): %v", name, err)
+		}
+	}
+	if err := p.Free(make([]byte, 64)); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Free(Go slice): %v", err)
+	}
+	if err := p.Free(nil); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Free(nil): %v", err)
+	}
+	if err := p.Free(b); err != nil {
+		t.Fatalf("Free after refused sub-slices: %v", err)
+	}
+	if err := p.Free(b); !errors.Is(err, ErrDoubleFree) {
+		t.Errorf("double Free: %v", err)
+	}
+	if _, err := New(Options{Align: 48}); !errors.Is(err, ErrInvalidAlign) {
+		t.Errorf("New(align 48): %v", err)
+	}
+	if _, err := New(Options{Capacity: -5}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("New(capacity -5): %v", err)
+	}
+	if _, err := New(Options{Backend: External}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("New(External, no region): %v", err)
+	}
+	if _, err := New(Options{Backend: 99}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("New(backend 99): %v", err)
+	}
+}
+
+// TestCloseDrains closes a pool with live buffers: the error says how many, allocation stops,
+// the live buffers stay usable, and the memory goes when the last is freed.
+func TestCloseDrains(t *testing.T) {
+	p, err := New(Options{Capacity: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := p.Alloc(1000)
+	b, _ := p.Alloc(3 << 20)
+	err = p.Close()
+	if !errors.Is(err, ErrLiveBlocks) {
+		t.Fatalf("Close with live buffers: %v", err)
+	}
+	t.Log(err)
+	if _, err := p.Alloc(10); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Alloc after Close: %v", err)
+	}
+	a[999], b[len(b)-1] = 1, 1 // still mapped
+	if err := p.Free(a); err != nil {
+		t.Fatal(err)
+	}
+	if p.Stats().Reserved == 0 {
+		t.Fatal("released while a buffer is live")
+	}
+	if err := p.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Reserved != 0 || st.Committed != 0 {
+		t.Fatalf("not released after the last free: %+v", st)
+	}
+	if err := p.Free(b); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Free after release: %v", err)
+	}
+	if err := p.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestAlignedAndOptions(t *testing.T) {
+	for _, o := range []Options{
+		{Align: 4096},
+		{Backend: Pageable, Align: 256},
+		{HugePages: arena.HugeTransparent},
+		{HugePages: arena.HugeTLB, Capacity: 64 << 20},
+		{Populate: true, Capacity: 16 << 20},
+	} {
+		p := newTestPool(t, o)
+		for _, al := range []int{64, 4096, 1 << 20, 8 << 20} {
+			b, err := p.AllocAligned(5000, al)
+			if err != nil {
+				t.Fatalf("%+v: AllocAligned(5000, %d): %v", o, al, err)
+			}
+			if mem.Addr(b)%uintptr(max(al, o.Align)) != 0 {
+				t.Fatalf("%+v: misaligned %#x", o, mem.Addr(b))
+			}
+			if err := p.Free(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
 
-func BenchmarkPoolPairParallel(b *testing.B) {
-	p := newTestPool(b, Options{})
-	b.ReportAllocs()
-	var seed sync.Mutex
-	n := uint64(0)
-	b.RunParallel(func(pb *testing.PB) {
-		seed.Lock()
-		n++
-		sz := sizes1k(n)
-		seed.Unlock()
-		i := 0
-		for pb.Next() {
-			buf, err := p.Alloc(sz[i&1023])
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := p.Free(buf); err != nil {
-				b.Error(err)
-				return
-			}
-			i++
+func TestExternalBackend(t *testing.T) {
+	region := make([]byte, 24<<20) // any host memory the caller owns
+	p := newTestPool(t, Options{Backend: External, Capacity: 0,
+		External: &arena.ExternalRegion{Base: mem.Addr(region) + 8, Size: 20 << 20, Kind: arena.HostPageable, Committed: true}})
+	b, err := p.Alloc(10 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := mem.Addr(region), mem.Addr(region)+uintptr(len(region))
+	if a := mem.Addr(b); a < lo || a+uintptr(len(b)) > hi {
+		t.Fatal("buffer outside the external region")
+	}
+	if _, err := p.Alloc(12 << 20); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("over the region: %v", err)
+	}
+	st := p.Stats()
+	if st.Backend != "external" || st.Capacity != 20<<20 || st.AlignWaste != 56 {
+		t.Fatalf("stats %+v", st)
+	}
+	if err := p.Free(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTrim(t *testing.T) {
+	p := newTestPool(t, Options{Capacity: 256 << 20, PurgeDelay: -1})
+	var bufs [][]byte
+	for range 64 {
+		b, err := p.Alloc(1 << 20)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		bufs = append(bufs, b)
+	}
+	for _, b := range bufs {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := p.Stats(); st.Committed < 64<<20 {
+		t.Fatalf("committed %d before Trim", st.Committed)
+	}
+	p.Trim()
+	if st := p.Stats(); st.Committed != 0 || st.Locked != 0 {
+		t.Fatalf("after Trim: committed %d locked %d", st.Committed, st.Locked)
+	}
+}
+
+// TestConcurrent has goroutines allocate, stamp, and pass buffers to other goroutines, which
+// check the stamp and free them; at the end the pool closes with nothing live.
+func TestConcurrent(t *testing.T) {
+	p, err := New(Options{Capacity: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers = 8
+	per := 20_000
+	if raceEnabled || testing.Short() {
+		per = 3_000
+	}
+	chans := make([]chan []byte, workers)
+	for i := range chans {
+		chans[i] = make(chan []byte, 128)
+	}
+	var prod, cons sync.WaitGroup
+	for w := range workers {
+		cons.Add(1)
+		go func() {
+			defer cons.Done()
+			for b := range chans[w] {
+				if b[0] != byte(len(b)) || b[len(b)-1] != byte(len(b)) {
+					t.Errorf("buffer of %d corrupted", len(b))
+				}
+				if err := p.Free(b); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+		prod.Add(1)
+		go func() {
+			defer prod.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 3))
+			for i := range per {
+				n := 1 + r.IntN(8<<10)
+				if i%300 == 0 {
+					n = 256<<10 + r.IntN(4<<20)
+				}
+				b, err := p.Alloc(n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b[0], b[n-1] = byte(n), byte(n)
+				if r.IntN(2) == 0 {
+					if err := p.Free(b); err != nil {
+						t.Error(err)
+					}
+					continue
+				}
+				chans[r.IntN(workers)] <- b
+			}
+		}()
+	}
+	prod.Wait()
+	for _, c := range chans {
+		close(c)
+	}
+	cons.Wait()
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close after all frees: %v", err)
+	}
+}
+
+// TestSteadyStateNoSyscalls warms a pool up and then runs a million operations: the host
+// provider must make no system call at all.
+func TestSteadyStateNoSyscalls(t *testing.T) {
+	p := newTestPool(t, Options{})
+	sz := sizes1k(9)
+	live := make([][]byte, 512)
+	run := func(ops int) {
+		r := rand.New(rand.NewPCG(1, 1))
+		for i := range ops {
+			k := r.IntN(len(live))
+			if live[k] != nil {
+				if err := p.Free(live[k]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, err := p.Alloc(sz[i&1023])
+			if err != nil {
+				t.Fatal(err)
+			}
+			live[k] = b
+		}
+	}
+	// Warm up every shard the pool will use: a GC empties the per-P shard cache, after which
+	// the pool grows to one shard per P.
+	for range 3 {
+		run(200_000)
+		runtime.GC()
+	}
+	run(200_000)
+	t.Logf("warm: %d shards", p.Stats().Shards)
+	before := p.Stats().Syscalls
+	ops := 1_000_000
+	if raceEnabled {
+		ops = 100_000
+	}
+	run(ops)
+	if after := p.Stats().Syscalls; after != before {
+		t.Fatalf("%d system calls in steady state: %+v", after-before, p.host.Counters())
+	}
+	if before == 0 {
+		t.Fatal("no system call counted at all: the counter is broken")
+	}
+	for _, b := range live {
+		_ = p.Free(b)
+	}
 }

@@ -1,0 +1,79 @@
+package heap
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// mixedSizes returns 1024 sizes drawn uniformly from 16 B to 8 KiB.
+func mixedSizes(seed uint64) []uintptr {
+	r := rand.New(rand.NewPCG(seed, 2))
+	s := make([]uintptr, 1024)
+	for i := range s {
+		s[i] = 16 + uintptr(r.IntN(8192-16+1))
+	}
+	return s
+}
+
+// BenchmarkPairMixed is one Alloc and one Free of mixed sizes from 16 B to 8 KiB on a
+// single-owner heap (compare: native mimalloc ~17 ns on this class of machine).
+func BenchmarkPairMixed(b *testing.B) {
+	h := newTestHeap(b, 1<<30, Options{})
+	sizes := mixedSizes(1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p, err := h.Alloc(sizes[i&1023])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Free(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkChurnMixed keeps 1024 live blocks and replaces a random one each step.
+func BenchmarkChurnMixed(b *testing.B) {
+	h := newTestHeap(b, 1<<30, Options{})
+	sizes := mixedSizes(2)
+	slots := make([]uintptr, 1024)
+	for i := range slots {
+		slots[i], _ = h.Alloc(sizes[i])
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := r.IntN(1024)
+		if err := h.Free(slots[k]); err != nil {
+			b.Fatal(err)
+		}
+		p, err := h.Alloc(sizes[i&1023])
+		if err != nil {
+			b.Fatal(err)
+		}
+		slots[k] = p
+	}
+	b.StopTimer()
+	for _, p := range slots {
+		_ = h.Free(p)
+	}
+}
+
+// BenchmarkRemoteFreePair allocates on the owner and frees through the lock-free group path.
+func BenchmarkRemoteFreePair(b *testing.B) {
+	h := newTestHeap(b, 1<<30, Options{})
+	sizes := mixedSizes(3)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p, err := h.Alloc(sizes[i&1023])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.g.Free(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,402 @@
+package heap
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+var long = flag.Bool("long", false, "run the property test for 10M operations")
+
+// shadow is an independent record of which 16-byte granules of the region are live: marking a
+// block that overlaps a live one is a failure.
+type shadow struct {
+	base, size uintptr
+	bits       []uint64
+}
+
+func newShadow(base, size uintptr) *shadow {
+	return &shadow{base: base, size: size, bits: make([]uint64, size/16/64+1)}
+}
+
+func (s *shadow) mark(t testing.TB, p, n uintptr, set bool) {
+	if p < s.base || p+n > s.base+s.size {
+		t.Fatalf("block [%#x, +%d) outside the region [%#x, +%d)", p, n, s.base, s.size)
+	}
+	for g := (p - s.base) / 16; g < (p+n-s.base+15)/16; g++ {
+		w, b := g/64, uint64(1)<<(g%64)
+		if (s.bits[w]&b != 0) == set {
+			t.Fatalf("block [%#x, +%d): granule %d already %v (overlap or lost block)", p, n, g, set)
+		}
+		s.bits[w] ^= b
+	}
+}
+
+type liveBlock struct {
+	p, n uintptr
+	seed byte
+}
+
+// fill writes a pattern over the block (all of it when small, ends and one byte a page when
+// large); check verifies it.
+func fill(b liveBlock, verify bool) (bad int) {
+	buf := mem.Bytes(b.p, b.n)
+	do := func(i uintptr) {
+		v := b.seed + byte(i*7)
+		if verify {
+			if buf[i] != v {
+				bad++
+			}
+		} else {
+			buf[i] = v
+		}
+	}
+	if b.n <= 4096 {
+		for i := uintptr(0); i < b.n; i++ {
+			do(i)
+		}
+		return bad
+	}
+	for i := uintptr(0); i < 64; i++ {
+		do(i)
+		do(b.n - 1 - i)
+	}
+	for i := uintptr(4096); i < b.n; i += 4096 {
+		do(i)
+	}
+	return bad
+}
+
+func randSize(r *rand.Rand) uintptr {
+	switch x := r.IntN(1000); {
+	case x < 700:
+		return uintptr(1 + r.IntN(1024))
+	case x < 900:
+		return uintptr(1024 + r.IntN(7*1024))
+	case x < 980:
+		return uintptr(8<<10 + r.IntN(300<<10))
+	case x < 995:
+		return uintptr(300<<10 + r.IntN(1700<<10))
+	default:
+		return uintptr(2<<20 + r.IntN(6<<20))
+	}
+}
+
+// TestProperty runs long random sequences of Alloc, AllocAligned, Zalloc, local frees, frees
+// through another heap of the group and lock-free group frees, and checks after every step that
+// no two live blocks overlap, every block lies in the region and meets its alignment, zeroed
+// blocks read as zero, and every block's contents survive until it is freed. Every 10,000
+// steps the heap's counters must agree with the model.
+func TestProperty(t *testing.T) {
+	ops := 1_000_000
+	switch {
+	case *long:
+		ops = 10_000_000
+	case raceEnabled || testing.Short():
+		ops = 100_000
+	}
+	const capacity = 256 << 20
+	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity, PurgeDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	g, _ := NewGroup(a)
+	h, _ := g.NewHeap(Options{})
+	other, _ := g.NewHeap(Options{})
+	r := rand.New(rand.NewPCG(42, 1))
+	var live []liveBlock
+	var sh *shadow
+	var inUse uintptr
+	for step := 0; step < ops; step++ {
+		if len(live) < 64 || (len(live) < 3000 && r.IntN(100) < 52) {
+			n := randSize(r)
+			al := h.align
+			var p uintptr
+			var err error
+			switch x := r.IntN(100); {
+			case x < 5:
+				al = uintptr(16) << r.IntN(17) // up to 1 MiB
+				p, err = h.AllocAligned(n, al)
+			case x < 10:
+				p, err = h.Zalloc(n)
+				if err == nil {
+					for i, v := range mem.Bytes(p, n) {
+						if v != 0 {
+							t.Fatalf("step %d: Zalloc(%d) byte %d = %d", step, n, i, v)
+						}
+					}
+				}
+			default:
+				p, err = h.Alloc(n)
+			}
+			if errors.Is(err, ErrOutOfMemory) {
+				continue // a full arena is a legal outcome; the model is unchanged
+			}
+			if err != nil {
+				t.Fatalf("step %d: alloc %d: %v", step, n, err)
+			}
+			if p%max(al, h.align) != 0 {
+				t.Fatalf("step %d: %#x not aligned to %d", step, p, al)
+			}
+			if sh == nil {
+				base, _ := a.ChunkBase(0)
+				sh = newShadow(base, capacity)
+			}
+			sh.mark(t, p, n, true)
+			b := liveBlock{p: p, n: n, seed: byte(step)}
+			fill(b, false)
+			live = append(live, b)
+			inUse += n
+			continue
+		}
+		i := r.IntN(len(live))
+		b := live[i]
+		live[i] = live[len(live)-1]
+		live = live[:len(live)-1]
+		if bad := fill(b, true); bad > 0 {
+			t.Fatalf("step %d: block [%#x, +%d) has %d corrupted bytes", step, b.p, b.n, bad)
+		}
+		sh.mark(t, b.p, b.n, false)
+		inUse -= b.n
+		var err error
+		switch x := r.IntN(10); {
+		case x < 6:
+			err = h.FreeSized(b.p, b.n)
+		case x < 8:
+			err = other.Free(b.p) // another heap of the group: the remote path
+		default:
+			err = g.Free(b.p)
+		}
+		if err != nil {
+			t.Fatalf("step %d: free [%#x, +%d): %v", step, b.p, b.n, err)
+		}
+		if r.IntN(50) == 0 { // and a double free must always be caught
+			if err := g.Free(b.p); !errors.Is(err, ErrDoubleFree) {
+				t.Fatalf("step %d: double free: %v", step, err)
+			}
+		}
+		if step%10_000 == 0 {
+			if st := h.Stats(); st.Live != uint64(len(live)) || st.InUse != uint64(inUse) {
+				t.Fatalf("step %d: stats live %d inuse %d, model %d %d", step, st.Live, st.InUse, len(live), inUse)
+			}
+		}
+	}
+	for _, b := range live {
+		if err := h.Free(b.p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.ChunksInUse != 0 {
+		t.Fatalf("chunks still in use after closing every heap: %+v", st)
+	}
+}
+
+// TestRemoteFreeRace has every goroutine own a heap, allocate, stamp each block and hand it to
+// a goroutine that does not own it; that goroutine checks the stamp (a block handed out twice
+// would carry the wrong one) and frees it without a lock. Owners keep allocating, so collection
+// races with the frees. At the end every heap must close with no block live.
+func TestRemoteFreeRace(t *testing.T) {
+	const workers = 8
+	perWorker := 20_000
+	if raceEnabled || testing.Short() {
+		perWorker = 3_000
+	}
+	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	g, _ := NewGroup(a)
+	type msg struct {
+		p, n  uintptr
+		stamp byte
+	}
+	chans := make([]chan msg, workers)
+	for i := range chans {
+		chans[i] = make(chan msg, 256)
+	}
+	var wg, freers sync.WaitGroup
+	for w := range workers {
+		freers.Add(1)
+		go func() {
+			defer freers.Done()
+			for m := range chans[w] {
+				if b := mem.Bytes(m.p, m.n); b[0] != m.stamp || b[m.n-1] != m.stamp {
+					t.Errorf("block %#x: stamp %d/%d, want %d", m.p, b[0], b[m.n-1], m.stamp)
+				}
+				if err := g.FreeSized(m.p, m.n); err != nil {
+					t.Errorf("remote free %#x: %v", m.p, err)
+				}
+			}
+		}()
+	}
+	heaps := make([]*Heap, workers)
+	for w := range workers {
+		heaps[w], _ = g.NewHeap(Options{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := heaps[w]
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			for i := range perWorker {
+				n := uintptr(1 + r.IntN(16<<10))
+				if i%500 == 0 {
+					n = uintptr(300<<10 + r.IntN(3<<20)) // object and huge pages too
+				}
+				p, err := h.Alloc(n)
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				b := mem.Bytes(p, n)
+				b[0], b[n-1] = byte(i), byte(i)
+				chans[(w+1+r.IntN(workers-1))%workers] <- msg{p, n, byte(i)}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range chans {
+		close(c)
+	}
+	freers.Wait()
+	for w, h := range heaps {
+		if err := h.Close(); err != nil {
+			t.Fatalf("heap %d: %v", w, err)
+		}
+	}
+}
+
+// TestRacingDoubleFree frees every block of a batch from four goroutines at once: exactly one
+// free of each block succeeds and the other three report ErrDoubleFree. No allocation runs
+// during a round, so no address is reused between the racing frees.
+func TestRacingDoubleFree(t *testing.T) {
+	h := newTestHeap(t, 256<<20, Options{})
+	rounds := 20
+	if raceEnabled || testing.Short() {
+		rounds = 4
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	for round := range rounds {
+		ps := make([]uintptr, 2000)
+		for i := range ps {
+			n := uintptr(1 + r.IntN(8<<10))
+			if i%100 == 0 {
+				n = uintptr(300<<10 + r.IntN(3<<20))
+			}
+			var err error
+			if ps[i], err = h.Alloc(n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wins := make([]atomic.Int32, len(ps))
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range ps {
+					i := (k*(w+1) + w*331) % len(ps)
+					err := h.g.Free(ps[i])
+					switch {
+					case err == nil:
+						wins[i].Add(1)
+					case !errors.Is(err, ErrDoubleFree):
+						t.Errorf("free %#x: %v", ps[i], err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for i := range wins {
+			if got := wins[i].Load(); got != 1 {
+				t.Fatalf("round %d: block %#x freed %d times", round, ps[i], got)
+			}
+		}
+		h.Collect()
+		if st := h.Stats(); st.Live != 0 {
+			t.Fatalf("round %d: %d blocks live after freeing all", round, st.Live)
+		}
+	}
+}
+
+// FuzzHeap turns its input into a sequence of operations and checks the same properties as
+// TestProperty, plus error answers for bad frees.
+func FuzzHeap(f *testing.F) {
+	f.Add([]byte{0, 10, 1, 0, 2, 200, 3, 1, 0, 255, 255})
+	f.Add([]byte{4, 1, 5, 9, 0, 0, 0, 0, 1, 1, 1, 1})
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		h := newTestHeap(t, 64<<20, Options{})
+		var live []liveBlock
+		var sh *shadow
+		for i := 0; i+1 < len(prog); i += 2 {
+			op, arg := prog[i]%6, uintptr(prog[i+1])
+			switch op {
+			case 0, 1: // alloc: arg picks a size on a log scale up to 4 MiB
+				n := 1 + (arg*arg*arg)%(4<<20)
+				p, err := h.Alloc(n)
+				if err != nil {
+					if errors.Is(err, ErrOutOfMemory) {
+						continue
+					}
+					t.Fatal(err)
+				}
+				if sh == nil {
+					base, _ := h.a.ChunkBase(0)
+					sh = newShadow(base, 64<<20)
+				}
+				sh.mark(t, p, n, true)
+				b := liveBlock{p, n, byte(i)}
+				fill(b, false)
+				live = append(live, b)
+			case 2, 3: // free
+				if len(live) == 0 {
+					continue
+				}
+				k := int(arg) % len(live)
+				b := live[k]
+				live = append(live[:k], live[k+1:]...)
+				if fill(b, true) > 0 {
+					t.Fatalf("block %#x corrupted", b.p)
+				}
+				sh.mark(t, b.p, b.n, false)
+				if err := h.FreeSized(b.p, b.n); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.Free(b.p); !errors.Is(err, ErrDoubleFree) {
+					t.Fatalf("double free: %v", err)
+				}
+			case 4: // interior pointer of a live block
+				if len(live) == 0 {
+					continue
+				}
+				b := live[int(arg)%len(live)]
+				if off := 1 + arg%b.n; off < b.n {
+					if err := h.Free(b.p + off); err == nil {
+						t.Fatalf("interior free %#x+%d succeeded", b.p, off)
+					}
+				}
+			case 5:
+				h.Collect()
+			}
+		}
+		for _, b := range live {
+			if err := h.Free(b.p); err != nil {
+				t.Fatal(fmt.Errorf("final free: %w", err))
+			}
+		}
+	})
+}

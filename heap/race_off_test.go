@@ -1,0 +1,5 @@
+//go:build !race
+
+package heap
+
+const raceEnabled = false

@@ -1,0 +1,177 @@
+// Package cuda is pinmalloc's binding to the CUDA driver API, loaded at run time.
+//
+// # Design
+//
+// No CUDA toolkit is needed to build it. On linux with cgo, libcuda.so.1 is opened with dlopen
+// the first time it is needed (Load, Count or Open), and each driver entry point is resolved
+// lazily, once, with an explicit API version: through cuGetProcAddress_v2(name, 12000, ...)
+// when the driver has it, else by dlsym of the explicitly versioned name (cuMemAlloc_v2,
+// cuMemHostRegister_v2, ...), never the bare legacy name. A symbol the driver lacks is an error
+// wrapping ErrSymbol that names it, reported by the call that needs it; nothing panics. Calls go
+// through small C shims that take the function pointer and the arguments. No cuda.h is
+// included: the few driver structs used (CUmemLocation, CUmemAllocationProp, CUmemAccessDesc)
+// are declared with the same layout in the cgo preamble and built in C.
+//
+// Without cgo, or off linux, the same API compiles and every entry point reports ErrNoDriver,
+// so one source tree serves machines with and without a GPU.
+//
+// # Contexts and threads
+//
+// A CUDA context is current per OS thread and goroutines migrate between threads, so every
+// driver call that needs a context runs inside (*Device).Do: the goroutine is locked to its
+// thread, the device's primary context is pushed, the call runs, the context is popped and the
+// thread unlocked. Primary contexts are the ones the CUDA runtime, PyTorch and CuPy use, so
+// memory allocated here is usable by them and the other way round.
+//
+// # Handles
+//
+// Device pointers, streams and events cross the API as raw handles (DevicePtr, Stream, Event
+// are aliases of uintptr, the representation gorgonia.org/cu uses for cu.DevicePtr and
+// CUstream), so a program can pass in handles it got from another binding. Host pointers are
+// uintptr as well: the package never dereferences them, and the memory they point to must not
+// be moved by the Go runtime while the driver uses it (memory from mmap, MemHostAlloc or C is
+// fine; a Go heap buffer is fine for the duration of a synchronous copy if kept alive).
+//
+// # Invariants
+//
+//   - Load, cuInit and each symbol resolution happen at most once per process.
+//   - Every Open takes one primary-context retain, every Close gives exactly one back;
+//     PrimaryRetains reports the retains outstanding.
+//   - Each Device counts the resources live through it (Stats) so tests can assert no leak.
+package cuda
+
+// DevicePtr is a CUDA device address (CUdeviceptr), as a raw handle.
+type DevicePtr = uintptr
+
+// Stream is a CUDA stream handle (CUstream); 0 is the legacy default stream.
+type Stream = uintptr
+
+// Event is a CUDA event handle (CUevent).
+type Event = uintptr
+
+// MemHandle is a CUDA physical allocation handle (CUmemGenericAllocationHandle) made by
+// MemCreate.
+type MemHandle = uint64
+
+// Flags for MemHostAlloc (CU_MEMHOSTALLOC_*).
+const (
+	// HostAllocPortable makes the allocation pinned for every context, not only the caller's.
+	HostAllocPortable uint32 = 0x1
+	// HostAllocDeviceMap maps the allocation into the device address space
+	// (see MemHostGetDevicePointer).
+	HostAllocDeviceMap uint32 = 0x2
+	// HostAllocWriteCombined allocates write-combined memory: fast to write from the host and
+	// to read by the device over PCIe, very slow to read from the host.
+	HostAllocWriteCombined uint32 = 0x4
+)
+
+// Flags for MemHostRegister (CU_MEMHOSTREGISTER_*).
+const (
+	// HostRegisterPortable makes the registration visible to every context.
+	HostRegisterPortable uint32 = 0x1
+	// HostRegisterDeviceMap maps the range into the device address space.
+	HostRegisterDeviceMap uint32 = 0x2
+	// HostRegisterIOMemory registers memory that is I/O memory (a PCI BAR), not RAM.
+	HostRegisterIOMemory uint32 = 0x4
+	// HostRegisterReadOnly registers the range as read-only for the device.
+	HostRegisterReadOnly uint32 = 0x8
+)
+
+// Flags for MemAllocManaged (CU_MEM_ATTACH_*).
+const (
+	// MemAttachGlobal makes managed memory accessible from any stream on any device.
+	MemAttachGlobal uint32 = 0x1
+	// MemAttachHost makes managed memory initially accessible from the host only.
+	MemAttachHost uint32 = 0x2
+	// MemAttachSingle attaches managed memory to a single stream.
+	MemAttachSingle uint32 = 0x4
+)
+
+// Device attributes for (*Device).Attribute (CU_DEVICE_ATTRIBUTE_*).
+const (
+	// AttrIntegrated is 1 for an integrated GPU that shares memory with the host.
+	AttrIntegrated = 18
+	// AttrCanMapHostMemory is 1 when host memory can be mapped into the device.
+	AttrCanMapHostMemory = 19
+	// AttrAsyncEngineCount is the number of copy engines.
+	AttrAsyncEngineCount = 40
+	// AttrUnifiedAddressing is 1 when host and device share one address space.
+	AttrUnifiedAddressing = 41
+	// AttrComputeCapabilityMajor is the major compute capability.
+	AttrComputeCapabilityMajor = 75
+	// AttrComputeCapabilityMinor is the minor compute capability.
+	AttrComputeCapabilityMinor = 76
+	// AttrManagedMemory is 1 when the device supports managed memory.
+	AttrManagedMemory = 83
+	// AttrPageableMemoryAccess is 1 when the device can access pageable host memory coherently.
+	AttrPageableMemoryAccess = 88
+	// AttrConcurrentManagedAccess is 1 when managed memory can be used by host and device at
+	// once (required for MemPrefetchAsync and most MemAdvise advice).
+	AttrConcurrentManagedAccess = 89
+	// AttrHostRegisterSupported is 1 when MemHostRegister is supported.
+	AttrHostRegisterSupported = 99
+	// AttrVirtualMemoryManagementSupported is 1 when the VMM API (MemAddressReserve,
+	// MemCreate, MemMap, ...) is supported.
+	AttrVirtualMemoryManagementSupported = 102
+	// AttrMemoryPoolsSupported is 1 when MemAllocAsync and MemFreeAsync are supported.
+	AttrMemoryPoolsSupported = 115
+)
+
+// LocationType says what a Location's ID means (CUmemLocationType).
+type LocationType int32
+
+// Location types.
+const (
+	// LocationInvalid is the zero LocationType.
+	LocationInvalid LocationType = 0
+	// LocationDevice is a device; the ID is its ordinal.
+	LocationDevice LocationType = 1
+	// LocationHost is host memory; the ID is ignored.
+	LocationHost LocationType = 2
+	// LocationHostNUMA is a host NUMA node; the ID is the node.
+	LocationHostNUMA LocationType = 3
+	// LocationHostNUMACurrent is the NUMA node of the calling thread; the ID is ignored.
+	LocationHostNUMACurrent LocationType = 4
+)
+
+// Location is where managed memory is prefetched to or advised about (CUmemLocation).
+type Location struct {
+	// Type says what ID means.
+	Type LocationType
+	// ID is a device ordinal or NUMA node, depending on Type.
+	ID int
+}
+
+// HostLocation returns the Location of host memory.
+func HostLocation() Location { return Location{Type: LocationHost} }
+
+// Advice is a hint for MemAdvise (CUmem_advise).
+type Advice int32
+
+// Advice values.
+const (
+	// AdviseSetReadMostly marks the range as mostly read: processors keep read-only copies.
+	AdviseSetReadMostly Advice = 1
+	// AdviseUnsetReadMostly undoes AdviseSetReadMostly.
+	AdviseUnsetReadMostly Advice = 2
+	// AdviseSetPreferredLocation makes the location the range's preferred home.
+	AdviseSetPreferredLocation Advice = 3
+	// AdviseUnsetPreferredLocation clears the preferred location.
+	AdviseUnsetPreferredLocation Advice = 4
+	// AdviseSetAccessedBy keeps the range mapped for the location to avoid faults.
+	AdviseSetAccessedBy Advice = 5
+	// AdviseUnsetAccessedBy undoes AdviseSetAccessedBy.
+	AdviseUnsetAccessedBy Advice = 6
+)
+
+// libName is the driver library opened by Load.
+const libName = "libcuda.so.1"
+
+// LibraryEnv names the environment variable that, when set and not empty, gives the path of
+// the library Load opens instead of libcuda.so.1. It is read once, by the first Load. Tests in
+// other packages point it at a fake driver built at test time (internal/fakecuda); it can also
+// select one driver among several installed.
+const LibraryEnv = "PINMALLOC_LIBCUDA"
+
+// apiVersion is the CUDA API version asked of cuGetProcAddress for most entry points.
+const apiVersion = 12000

@@ -1,0 +1,115 @@
+package cuda
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestResultIs(t *testing.T) {
+	cases := []struct {
+		r    Result
+		want error
+	}{
+		{1, ErrInvalidValue},
+		{2, ErrOutOfMemory},
+		{34, ErrNoDriver},
+		{100, ErrNoDevice},
+		{101, ErrNoDevice},
+		{400, ErrInvalidHandle},
+		{600, ErrNotReady},
+		{712, ErrAlreadyRegistered},
+		{801, ErrNotSupported},
+	}
+	sentinels := []error{ErrNoDriver, ErrNoDevice, ErrSymbol, ErrOutOfMemory, ErrInvalidValue,
+		ErrNotSupported, ErrInvalidHandle, ErrNotReady, ErrAlreadyRegistered}
+	for _, c := range cases {
+		var err error = c.r
+		for _, s := range sentinels {
+			if got := errors.Is(err, s); got != (s == c.want) {
+				t.Errorf("errors.Is(Result(%d), %v) = %v", int(c.r), s, got)
+			}
+		}
+	}
+	// Codes without a sentinel match none.
+	for _, r := range []Result{3, 201, 500, 713, 999} {
+		for _, s := range sentinels {
+			if errors.Is(r, s) {
+				t.Errorf("errors.Is(Result(%d), %v) = true", int(r), s)
+			}
+		}
+	}
+}
+
+func TestResultError(t *testing.T) {
+	msg := Result(2).Error()
+	if !strings.HasPrefix(msg, "cuda: CUDA_ERROR_OUT_OF_MEMORY: ") || !strings.Contains(msg, "out of memory") {
+		t.Errorf("Result(2).Error() = %q", msg)
+	}
+	if msg := Result(712).Error(); !strings.Contains(msg, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED") {
+		t.Errorf("Result(712).Error() = %q", msg)
+	}
+	msg = Result(12345).Error()
+	if !strings.HasPrefix(msg, "cuda: ") || (loaded.Load() == nil && !strings.Contains(msg, "12345")) {
+		t.Errorf("Result(12345).Error() = %q", msg)
+	}
+	// A wrapped Result is still found by errors.As.
+	var r Result
+	if err := error(Result(600)); !errors.As(errors.Join(errors.New("x"), err), &r) || r != 600 {
+		t.Errorf("errors.As did not find Result 600, got %d", int(r))
+	}
+}
+
+func TestLoadFromMissingPath(t *testing.T) {
+	const path = "/nonexistent/pinmalloc/libcuda.so.1"
+	dr, err := loadFrom(path)
+	if err == nil {
+		dr.close()
+		t.Fatalf("loadFrom(%q) succeeded", path)
+	}
+	if !errors.Is(err, ErrNoDriver) {
+		t.Errorf("loadFrom error %v does not match ErrNoDriver", err)
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Errorf("loadFrom error %q does not name the path", err)
+	}
+}
+
+func TestLoadWithoutDriver(t *testing.T) {
+	err := Load()
+	if err == nil {
+		t.Skip("a CUDA driver is present; the no-driver path is not testable here")
+	}
+	if !errors.Is(err, ErrNoDriver) {
+		t.Fatalf("Load() = %v, want an error matching ErrNoDriver", err)
+	}
+	if !strings.Contains(err.Error(), "libcuda.so.1") {
+		t.Errorf("Load() error %q does not name libcuda.so.1", err)
+	}
+	if err2 := Load(); err2 != err {
+		t.Errorf("second Load() = %v, want the first result %v", err2, err)
+	}
+	if n, err := Count(); n != 0 || !errors.Is(err, ErrNoDriver) {
+		t.Errorf("Count() = %d, %v; want 0 and ErrNoDriver", n, err)
+	}
+	if _, err := DriverVersion(); !errors.Is(err, ErrNoDriver) {
+		t.Errorf("DriverVersion() error = %v, want ErrNoDriver", err)
+	}
+	d, err := Open(0)
+	if d != nil || !errors.Is(err, ErrNoDriver) {
+		t.Errorf("Open(0) = %v, %v; want nil and ErrNoDriver", d, err)
+	}
+	if n := PrimaryRetains(); n != 0 {
+		t.Errorf("PrimaryRetains() = %d after failed Open", n)
+	}
+}
+
+func TestStatsLive(t *testing.T) {
+	s := Stats{DeviceAllocs: 1, Events: 2, Handles: 3}
+	if s.Live() != 6 {
+		t.Errorf("Live() = %d, want 6", s.Live())
+	}
+	if (Stats{}).Live() != 0 {
+		t.Errorf("zero Stats not zero")
+	}
+}

@@ -1,0 +1,475 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Loader state. Lock order: loadOnce, then initOnce, then a symbol's once inside the driver.
+var (
+	loadOnce sync.Once
+	loadErr  error
+	loaded   atomic.Pointer[driver] // set once libcuda.so.1 is open; read by Result.Error
+
+	initOnce sync.Once
+	initErr  error
+
+	primaryRetains atomic.Int64 // retains taken by Open and not yet given back by Close
+)
+
+// Load opens the CUDA driver library, once; later calls return the first call's result. The
+// library is libcuda.so.1, or the path in the environment variable named by LibraryEnv when it
+// is set. The error wraps ErrNoDriver and names the dlopen failure when the library cannot be
+// loaded. Load does not initialize the driver; Count and Open do.
+func Load() error {
+	_, err := loadDriver()
+	return err
+}
+
+func loadDriver() (*driver, error) {
+	loadOnce.Do(func() {
+		path := libName
+		if p := os.Getenv(LibraryEnv); p != "" {
+			path = p
+		}
+		dr, err := loadFrom(path)
+		if err != nil {
+			loadErr = err
+			return
+		}
+		loaded.Store(dr)
+	})
+	return loaded.Load(), loadErr
+}
+
+// initDriver loads the driver and runs cuInit(0), once.
+func initDriver() (*driver, error) {
+	dr, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
+	initOnce.Do(func() {
+		if err := dr.init(); err != nil {
+			initErr = fmt.Errorf("cuInit: %w", err)
+		}
+	})
+	return dr, initErr
+}
+
+// DriverVersion returns the CUDA version the driver supports, as 1000*major + 10*minor
+// (13000 for CUDA 13.0).
+func DriverVersion() (int, error) {
+	dr, err := loadDriver()
+	if err != nil {
+		return 0, err
+	}
+	return dr.driverVersion()
+}
+
+// Count returns the number of CUDA devices. With no driver it returns 0 and an error matching
+// ErrNoDriver; with a driver but no device, 0 and an error matching ErrNoDevice.
+func Count() (int, error) {
+	dr, err := initDriver()
+	if err != nil {
+		return 0, err
+	}
+	return dr.deviceCount()
+}
+
+// PrimaryRetains returns the number of primary-context retains taken by Open and not yet
+// released by Close, across all devices; tests use it to assert that no Device leaked.
+func PrimaryRetains() int64 { return primaryRetains.Load() }
+
+// Stats counts the resources live through one Device: allocated or registered through it and
+// not yet freed. Each field is incremented on success of the allocating call and decremented
+// on success of the freeing one.
+type Stats struct {
+	// DeviceAllocs counts MemAlloc and MemAllocAsync allocations.
+	DeviceAllocs int64
+	// ManagedAllocs counts MemAllocManaged allocations.
+	ManagedAllocs int64
+	// HostAllocs counts MemHostAlloc allocations.
+	HostAllocs int64
+	// HostRegistrations counts MemHostRegister registrations.
+	HostRegistrations int64
+	// Reservations counts MemAddressReserve reservations.
+	Reservations int64
+	// Handles counts MemCreate physical allocations.
+	Handles int64
+	// Streams counts streams from StreamCreate.
+	Streams int64
+	// Events counts events from EventCreate (including those an EventPool holds).
+	Events int64
+}
+
+// Live reports the sum of all counters; zero means nothing is outstanding.
+func (s Stats) Live() int64 {
+	return s.DeviceAllocs + s.ManagedAllocs + s.HostAllocs + s.HostRegistrations +
+		s.Reservations + s.Handles + s.Streams + s.Events
+}
+
+// Device is one CUDA device with its primary context retained. Methods are safe for concurrent
+// use; Close must not race with other methods.
+type Device struct {
+	drv     *driver
+	ordinal int
+	dev     int32   // CUdevice
+	ctx     uintptr // CUcontext of the primary context
+	closed  atomic.Bool
+
+	deviceAllocs, managedAllocs, hostAllocs, hostRegs atomic.Int64
+	reservations, handles, streams, events            atomic.Int64
+}
+
+// Open initializes the driver (once) and retains the primary context of the device with the
+// given ordinal. Each Open must be paired with a Close.
+func Open(ordinal int) (*Device, error) {
+	dr, err := initDriver()
+	if err != nil {
+		return nil, err
+	}
+	return openOn(dr, ordinal)
+}
+
+// openOn is Open on an initialized driver; tests call it with drivers from loadFrom.
+func openOn(dr *driver, ordinal int) (*Device, error) {
+	dev, err := dr.deviceGet(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
+	}
+	ctx, err := dr.primaryRetain(dev)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: device %d: retain primary context: %w", ordinal, err)
+	}
+	primaryRetains.Add(1)
+	return &Device{drv: dr, ordinal: ordinal, dev: dev, ctx: ctx}, nil
+}
+
+// Close releases the primary-context retain taken by Open. It is idempotent. It does not free
+// what was allocated through the Device; the primary context (and its memory) lives on while
+// anyone else retains it.
+func (d *Device) Close() error {
+	if !d.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	primaryRetains.Add(-1)
+	return d.drv.primaryRelease(d.dev)
+}
+
+// Ordinal returns the device ordinal passed to Open.
+func (d *Device) Ordinal() int { return d.ordinal }
+
+// Context returns the primary context (CUcontext) as a raw handle, for other bindings.
+func (d *Device) Context() uintptr { return d.ctx }
+
+// Location returns this device as a Location.
+func (d *Device) Location() Location { return Location{Type: LocationDevice, ID: d.ordinal} }
+
+// Stats returns the counts of resources live through this Device.
+func (d *Device) Stats() Stats {
+	return Stats{
+		DeviceAllocs:      d.deviceAllocs.Load(),
+		ManagedAllocs:     d.managedAllocs.Load(),
+		HostAllocs:        d.hostAllocs.Load(),
+		HostRegistrations: d.hostRegs.Load(),
+		Reservations:      d.reservations.Load(),
+		Handles:           d.handles.Load(),
+		Streams:           d.streams.Load(),
+		Events:            d.events.Load(),
+	}
+}
+
+// Do runs f on a locked OS thread with the device's primary context current, then restores the
+// thread's previous context. Every method that needs a context uses it; callers use it to run
+// calls of another binding (or several calls of this one) in the same context. Do may nest.
+func (d *Device) Do(f func() error) (err error) {
+	if d.closed.Load() {
+		return errClosed
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.drv.ctxPush(d.ctx); err != nil {
+		return fmt.Errorf("cuda: push primary context: %w", err)
+	}
+	defer func() {
+		if perr := d.drv.ctxPop(); perr != nil && err == nil {
+			err = fmt.Errorf("cuda: pop primary context: %w", perr)
+		}
+	}()
+	return f()
+}
+
+// track adds delta to counter when err is nil, and returns err.
+func track(counter *atomic.Int64, delta int64, err error) error {
+	if err == nil {
+		counter.Add(delta)
+	}
+	return err
+}
+
+// Name returns the device's name ("NVIDIA H100 80GB HBM3").
+func (d *Device) Name() (string, error) { return d.drv.deviceName(d.dev) }
+
+// TotalMem returns the device's total memory in bytes.
+func (d *Device) TotalMem() (uintptr, error) { return d.drv.deviceTotalMem(d.dev) }
+
+// Attribute returns a device attribute (one of the Attr constants, or any
+// CU_DEVICE_ATTRIBUTE_* value).
+func (d *Device) Attribute(attr int) (int, error) { return d.drv.deviceAttribute(d.dev, attr) }
+
+// VMMSupported reports whether the device supports the virtual memory management API.
+func (d *Device) VMMSupported() bool {
+	v, err := d.Attribute(AttrVirtualMemoryManagementSupported)
+	return err == nil && v != 0
+}
+
+// MemGetInfo returns the free and total device memory in bytes, as the driver sees it.
+func (d *Device) MemGetInfo() (free, total uintptr, err error) {
+	err = d.Do(func() (e error) { free, total, e = d.drv.memGetInfo(); return })
+	return
+}
+
+// Synchronize waits until all work queued in the primary context has completed.
+func (d *Device) Synchronize() error { return d.Do(d.drv.ctxSynchronize) }
+
+// MemAlloc allocates n bytes of device memory.
+func (d *Device) MemAlloc(n uintptr) (p DevicePtr, err error) {
+	err = d.Do(func() (e error) { p, e = d.drv.memAlloc(n); return })
+	return p, track(&d.deviceAllocs, 1, err)
+}
+
+// MemFree frees device memory from MemAlloc or MemAllocAsync.
+func (d *Device) MemFree(p DevicePtr) error {
+	return track(&d.deviceAllocs, -1, d.Do(func() error { return d.drv.memFree(p) }))
+}
+
+// MemAllocAsync allocates n bytes of device memory from the device's default memory pool,
+// ordered on stream s (requires AttrMemoryPoolsSupported).
+func (d *Device) MemAllocAsync(n uintptr, s Stream) (p DevicePtr, err error) {
+	err = d.Do(func() (e error) { p, e = d.drv.memAllocAsync(n, s); return })
+	return p, track(&d.deviceAllocs, 1, err)
+}
+
+// MemFreeAsync frees device memory back to its pool, ordered on stream s.
+func (d *Device) MemFreeAsync(p DevicePtr, s Stream) error {
+	return track(&d.deviceAllocs, -1, d.Do(func() error { return d.drv.memFreeAsync(p, s) }))
+}
+
+// MemAllocManaged allocates n bytes of managed memory; flags is MemAttachGlobal or
+// MemAttachHost. Free it with MemFreeManaged.
+func (d *Device) MemAllocManaged(n uintptr, flags uint32) (p DevicePtr, err error) {
+	err = d.Do(func() (e error) { p, e = d.drv.memAllocManaged(n, flags); return })
+	return p, track(&d.managedAllocs, 1, err)
+}
+
+// MemFreeManaged frees managed memory from MemAllocManaged (cuMemFree).
+func (d *Device) MemFreeManaged(p DevicePtr) error {
+	return track(&d.managedAllocs, -1, d.Do(func() error { return d.drv.memFree(p) }))
+}
+
+// MemHostAlloc allocates n bytes of page-locked host memory; flags is a combination of the
+// HostAlloc constants. Free it with MemFreeHost.
+func (d *Device) MemHostAlloc(n uintptr, flags uint32) (p uintptr, err error) {
+	err = d.Do(func() (e error) { p, e = d.drv.memHostAlloc(n, flags); return })
+	return p, track(&d.hostAllocs, 1, err)
+}
+
+// MemFreeHost frees host memory from MemHostAlloc.
+func (d *Device) MemFreeHost(p uintptr) error {
+	return track(&d.hostAllocs, -1, d.Do(func() error { return d.drv.memFreeHost(p) }))
+}
+
+// MemHostRegister page-locks the host range [p, p+n) and registers it with the driver; flags is
+// a combination of the HostRegister constants. Registering a range that overlaps a registered
+// one fails with an error matching ErrAlreadyRegistered.
+func (d *Device) MemHostRegister(p, n uintptr, flags uint32) error {
+	return track(&d.hostRegs, 1, d.Do(func() error { return d.drv.memHostRegister(p, n, flags) }))
+}
+
+// MemHostUnregister unregisters a range registered by MemHostRegister at p.
+func (d *Device) MemHostUnregister(p uintptr) error {
+	return track(&d.hostRegs, -1, d.Do(func() error { return d.drv.memHostUnregister(p) }))
+}
+
+// MemHostGetDevicePointer returns the device address of mapped host memory (allocated with
+// HostAllocDeviceMap or registered with HostRegisterDeviceMap).
+func (d *Device) MemHostGetDevicePointer(p uintptr) (dp DevicePtr, err error) {
+	err = d.Do(func() (e error) { dp, e = d.drv.memHostGetDevicePointer(p); return })
+	return
+}
+
+// MemsetD8 sets n bytes of device memory at p to v.
+func (d *Device) MemsetD8(p DevicePtr, v byte, n uintptr) error {
+	return d.Do(func() error { return d.drv.memsetD8(p, v, n) })
+}
+
+// MemsetD8Async sets n bytes of device memory at p to v, ordered on stream s.
+func (d *Device) MemsetD8Async(p DevicePtr, v byte, n uintptr, s Stream) error {
+	return d.Do(func() error { return d.drv.memsetD8Async(p, v, n, s) })
+}
+
+// MemcpyHtoD copies n bytes from host address src to device address dst.
+func (d *Device) MemcpyHtoD(dst DevicePtr, src uintptr, n uintptr) error {
+	return d.Do(func() error { return d.drv.memcpyHtoD(dst, src, n) })
+}
+
+// MemcpyDtoH copies n bytes from device address src to host address dst.
+func (d *Device) MemcpyDtoH(dst uintptr, src DevicePtr, n uintptr) error {
+	return d.Do(func() error { return d.drv.memcpyDtoH(dst, src, n) })
+}
+
+// MemcpyDtoD copies n bytes between device addresses.
+func (d *Device) MemcpyDtoD(dst, src DevicePtr, n uintptr) error {
+	return d.Do(func() error { return d.drv.memcpyDtoD(dst, src, n) })
+}
+
+// MemcpyHtoDAsync queues a copy of n bytes from host src to device dst on stream s. For the
+// copy to be asynchronous (and at full bandwidth) src must be page-locked.
+func (d *Device) MemcpyHtoDAsync(dst DevicePtr, src uintptr, n uintptr, s Stream) error {
+	return d.Do(func() error { return d.drv.memcpyHtoDAsync(dst, src, n, s) })
+}
+
+// MemcpyDtoHAsync queues a copy of n bytes from device src to host dst on stream s.
+func (d *Device) MemcpyDtoHAsync(dst uintptr, src DevicePtr, n uintptr, s Stream) error {
+	return d.Do(func() error { return d.drv.memcpyDtoHAsync(dst, src, n, s) })
+}
+
+// MemcpyDtoDAsync queues a copy of n bytes between device addresses on stream s.
+func (d *Device) MemcpyDtoDAsync(dst, src DevicePtr, n uintptr, s Stream) error {
+	return d.Do(func() error { return d.drv.memcpyDtoDAsync(dst, src, n, s) })
+}
+
+// MemGetAllocationGranularity returns the minimum and the recommended granularity of a pinned
+// physical allocation on this device (MemCreate sizes and MemMap offsets and sizes must be
+// multiples of the minimum).
+func (d *Device) MemGetAllocationGranularity() (minimum, recommended uintptr, err error) {
+	err = d.Do(func() (e error) {
+		if minimum, e = d.drv.memGetGranularity(d.ordinal, false); e != nil {
+			return e
+		}
+		recommended, e = d.drv.memGetGranularity(d.ordinal, true)
+		return e
+	})
+	return
+}
+
+// MemAddressReserve reserves size bytes of device virtual address space aligned to align
+// (0 for the default). Nothing is backed until MemMap.
+func (d *Device) MemAddressReserve(size, align uintptr) (p DevicePtr, err error) {
+	err = d.Do(func() (e error) { p, e = d.drv.memAddressReserve(size, align); return })
+	return p, track(&d.reservations, 1, err)
+}
+
+// MemAddressFree frees a reservation made by MemAddressReserve; it must be wholly unmapped.
+func (d *Device) MemAddressFree(p DevicePtr, size uintptr) error {
+	return track(&d.reservations, -1, d.Do(func() error { return d.drv.memAddressFree(p, size) }))
+}
+
+// MemCreate allocates size bytes of pinned physical memory on this device and returns its
+// handle; size must be a multiple of the minimum granularity.
+func (d *Device) MemCreate(size uintptr) (h MemHandle, err error) {
+	err = d.Do(func() (e error) { h, e = d.drv.memCreate(size, d.ordinal); return })
+	return h, track(&d.handles, 1, err)
+}
+
+// MemRelease releases a handle from MemCreate. The memory is freed once it is also unmapped.
+func (d *Device) MemRelease(h MemHandle) error {
+	return track(&d.handles, -1, d.Do(func() error { return d.drv.memRelease(h) }))
+}
+
+// MemMap maps the whole of physical allocation h at [p, p+size) of a reservation. The range is
+// not accessible until MemSetAccess.
+func (d *Device) MemMap(p DevicePtr, size uintptr, h MemHandle) error {
+	return d.Do(func() error { return d.drv.memMap(p, size, h) })
+}
+
+// MemUnmap unmaps [p, p+size), which must cover whole mappings.
+func (d *Device) MemUnmap(p DevicePtr, size uintptr) error {
+	return d.Do(func() error { return d.drv.memUnmap(p, size) })
+}
+
+// MemSetAccess makes the mapped range [p, p+size) readable and writable by this device.
+func (d *Device) MemSetAccess(p DevicePtr, size uintptr) error {
+	return d.Do(func() error { return d.drv.memSetAccess(p, size, d.ordinal) })
+}
+
+// MemPrefetchAsync queues a migration of the managed range [p, p+n) to loc (d.Location() or
+// HostLocation()) on stream s, through cuMemPrefetchAsync_v2 (CUDA 12.2 or later).
+func (d *Device) MemPrefetchAsync(p DevicePtr, n uintptr, loc Location, s Stream) error {
+	return d.Do(func() error { return d.drv.memPrefetchAsync(p, n, loc, s) })
+}
+
+// MemAdvise gives advice about the managed range [p, p+n) for loc, through cuMemAdvise_v2
+// (CUDA 12.2 or later).
+func (d *Device) MemAdvise(p DevicePtr, n uintptr, advice Advice, loc Location) error {
+	return d.Do(func() error { return d.drv.memAdvise(p, n, advice, loc) })
+}
+
+// StreamCreate creates a stream. A non-blocking stream does not synchronize with the legacy
+// default stream.
+func (d *Device) StreamCreate(nonBlocking bool) (s Stream, err error) {
+	var flags uint32
+	if nonBlocking {
+		flags = 0x1 // CU_STREAM_NON_BLOCKING
+	}
+	err = d.Do(func() (e error) { s, e = d.drv.streamCreate(flags); return })
+	return s, track(&d.streams, 1, err)
+}
+
+// StreamDestroy destroys a stream from StreamCreate; queued work still completes.
+func (d *Device) StreamDestroy(s Stream) error {
+	return track(&d.streams, -1, d.Do(func() error { return d.drv.streamDestroy(s) }))
+}
+
+// StreamSynchronize waits until all work queued on s has completed.
+func (d *Device) StreamSynchronize(s Stream) error {
+	return d.Do(func() error { return d.drv.streamSynchronize(s) })
+}
+
+// StreamQuery returns nil if all work queued on s has completed, and an error matching
+// ErrNotReady while some is pending.
+func (d *Device) StreamQuery(s Stream) error {
+	return d.Do(func() error { return d.drv.streamQuery(s) })
+}
+
+// EventCreate creates an event. Events with timing disabled are cheaper to record and query;
+// EventElapsed needs timing.
+func (d *Device) EventCreate(disableTiming bool) (ev Event, err error) {
+	var flags uint32
+	if disableTiming {
+		flags = 0x2 // CU_EVENT_DISABLE_TIMING
+	}
+	err = d.Do(func() (e error) { ev, e = d.drv.eventCreate(flags); return })
+	return ev, track(&d.events, 1, err)
+}
+
+// EventRecord records ev on stream s: it completes when the work queued before it does.
+func (d *Device) EventRecord(ev Event, s Stream) error {
+	return d.Do(func() error { return d.drv.eventRecord(ev, s) })
+}
+
+// EventQuery returns nil if ev has completed and an error matching ErrNotReady if not.
+func (d *Device) EventQuery(ev Event) error {
+	return d.Do(func() error { return d.drv.eventQuery(ev) })
+}
+
+// EventSynchronize waits until ev has completed.
+func (d *Device) EventSynchronize(ev Event) error {
+	return d.Do(func() error { return d.drv.eventSynchronize(ev) })
+}
+
+// EventElapsed returns the time in milliseconds between two completed events recorded with
+// timing enabled; an event with timing disabled, or not recorded, gives an error matching
+// ErrInvalidHandle.
+func (d *Device) EventElapsed(start, end Event) (ms float32, err error) {
+	err = d.Do(func() (e error) { ms, e = d.drv.eventElapsed(start, end); return })
+	return
+}
+
+// EventDestroy destroys an event from EventCreate.
+func (d *Device) EventDestroy(ev Event) error {
+	return track(&d.events, -1, d.Do(func() error { return d.drv.eventDestroy(ev) }))
+}

@@ -1,0 +1,933 @@
+//go:build cgo && linux
+
+package cuda
+
+// The driver, loaded with dlopen and called through one C shim per signature. Every shim takes
+// the entry point as a uintptr_t and its arguments by value; handles and host pointers cross as
+// uintptr_t so that no Go code converts a uintptr back to an unsafe.Pointer. The three driver
+// structs used are declared below with the layout of cuda.h (CUDA 12 and 13 agree on it) and
+// checked by static assertions.
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef unsigned long long pmDevPtr; // CUdeviceptr, CUmemGenericAllocationHandle
+
+typedef struct { int type; int id; } pmMemLocation; // CUmemLocation
+
+typedef struct { // CUmemAllocationProp
+	int type;                 // CUmemAllocationType: 1 = CU_MEM_ALLOCATION_TYPE_PINNED
+	int requestedHandleTypes; // CUmemAllocationHandleType: 0 = none
+	pmMemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} pmMemAllocationProp;
+
+typedef struct { pmMemLocation location; int flags; } pmMemAccessDesc; // CUmemAccessDesc
+
+_Static_assert(sizeof(pmMemLocation) == 8, "CUmemLocation layout");
+_Static_assert(sizeof(pmMemAllocationProp) == 32, "CUmemAllocationProp layout");
+_Static_assert(sizeof(pmMemAccessDesc) == 12, "CUmemAccessDesc layout");
+
+enum {
+	pmLocationDevice = 1,     // CU_MEM_LOCATION_TYPE_DEVICE
+	pmAllocationPinned = 1,   // CU_MEM_ALLOCATION_TYPE_PINNED
+	pmAccessReadWrite = 3,    // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+};
+
+static uintptr_t pm_dlopen(const char *path, const char **err) {
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		const char *e = dlerror();
+		*err = e ? e : "dlopen failed";
+	}
+	return (uintptr_t)h;
+}
+
+static uintptr_t pm_dlsym(uintptr_t h, const char *name, const char **err) {
+	dlerror();
+	void *p = dlsym((void *)h, name);
+	if (p == NULL) {
+		const char *e = dlerror();
+		*err = e ? e : "symbol is NULL";
+	}
+	return (uintptr_t)p;
+}
+
+static int pm_dlclose(uintptr_t h) { return dlclose((void *)h); }
+
+// cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+//                     CUdriverProcAddressQueryResult *symbolStatus), flags CU_GET_PROC_ADDRESS_DEFAULT.
+static int pm_getProcAddress(uintptr_t fn, const char *name, int version, uintptr_t *out, int *status) {
+	void *p = NULL;
+	int r = ((int (*)(const char *, void **, int, uint64_t, int *))fn)(name, &p, version, 0, status);
+	*out = (uintptr_t)p;
+	return r;
+}
+
+// Shims by signature. The comment names the entry points that use each.
+
+// cuInit
+static int pm_u(uintptr_t fn, unsigned a) { return ((int (*)(unsigned))fn)(a); }
+// cuDriverGetVersion, cuDeviceGetCount
+static int pm_pint(uintptr_t fn, int *a) { return ((int (*)(int *))fn)(a); }
+// cuDevicePrimaryCtxRelease_v2
+static int pm_int(uintptr_t fn, int a) { return ((int (*)(int))fn)(a); }
+// cuCtxSynchronize
+static int pm_void(uintptr_t fn) { return ((int (*)(void))fn)(); }
+// cuCtxPushCurrent_v2, cuMemFreeHost, cuMemHostUnregister, cuStreamDestroy_v2,
+// cuStreamSynchronize, cuStreamQuery, cuEventQuery, cuEventSynchronize, cuEventDestroy_v2
+static int pm_ptr(uintptr_t fn, uintptr_t a) { return ((int (*)(void *))fn)((void *)a); }
+// cuEventRecord
+static int pm_ptr2(uintptr_t fn, uintptr_t a, uintptr_t b) {
+	return ((int (*)(void *, void *))fn)((void *)a, (void *)b);
+}
+// cuStreamCreate, cuEventCreate
+static int pm_create(uintptr_t fn, uintptr_t *out, unsigned flags) {
+	void *h = NULL;
+	int r = ((int (*)(void **, unsigned))fn)(&h, flags);
+	*out = (uintptr_t)h;
+	return r;
+}
+// cuGetErrorName, cuGetErrorString
+static int pm_errorText(uintptr_t fn, int res, const char **out) {
+	return ((int (*)(int, const char **))fn)(res, out);
+}
+
+// cuDeviceGet
+static int pm_deviceGet(uintptr_t fn, int *dev, int ordinal) {
+	return ((int (*)(int *, int))fn)(dev, ordinal);
+}
+// cuDeviceGetName
+static int pm_deviceGetName(uintptr_t fn, char *buf, int len, int dev) {
+	return ((int (*)(char *, int, int))fn)(buf, len, dev);
+}
+// cuDeviceTotalMem_v2
+static int pm_deviceTotalMem(uintptr_t fn, size_t *out, int dev) {
+	return ((int (*)(size_t *, int))fn)(out, dev);
+}
+// cuDeviceGetAttribute
+static int pm_deviceGetAttribute(uintptr_t fn, int *out, int attr, int dev) {
+	return ((int (*)(int *, int, int))fn)(out, attr, dev);
+}
+// cuDevicePrimaryCtxRetain
+static int pm_primaryCtxRetain(uintptr_t fn, uintptr_t *ctx, int dev) {
+	void *c = NULL;
+	int r = ((int (*)(void **, int))fn)(&c, dev);
+	*ctx = (uintptr_t)c;
+	return r;
+}
+// cuCtxPopCurrent_v2
+static int pm_ctxPop(uintptr_t fn) {
+	void *c = NULL;
+	return ((int (*)(void **))fn)(&c);
+}
+// cuMemGetInfo_v2
+static int pm_memGetInfo(uintptr_t fn, size_t *free, size_t *total) {
+	return ((int (*)(size_t *, size_t *))fn)(free, total);
+}
+
+// cuMemAlloc_v2
+static int pm_memAlloc(uintptr_t fn, pmDevPtr *p, size_t n) {
+	return ((int (*)(pmDevPtr *, size_t))fn)(p, n);
+}
+// cuMemFree_v2, cuMemRelease
+static int pm_dptr(uintptr_t fn, pmDevPtr p) { return ((int (*)(pmDevPtr))fn)(p); }
+// cuMemAllocAsync
+static int pm_memAllocAsync(uintptr_t fn, pmDevPtr *p, size_t n, uintptr_t s) {
+	return ((int (*)(pmDevPtr *, size_t, void *))fn)(p, n, (void *)s);
+}
+// cuMemFreeAsync
+static int pm_memFreeAsync(uintptr_t fn, pmDevPtr p, uintptr_t s) {
+	return ((int (*)(pmDevPtr, void *))fn)(p, (void *)s);
+}
+// cuMemAllocManaged
+static int pm_memAllocManaged(uintptr_t fn, pmDevPtr *p, size_t n, unsigned flags) {
+	return ((int (*)(pmDevPtr *, size_t, unsigned))fn)(p, n, flags);
+}
+// cuMemHostAlloc
+static int pm_memHostAlloc(uintptr_t fn, uintptr_t *p, size_t n, unsigned flags) {
+	void *h = NULL;
+	int r = ((int (*)(void **, size_t, unsigned))fn)(&h, n, flags);
+	*p = (uintptr_t)h;
+	return r;
+}
+// cuMemHostRegister_v2
+static int pm_memHostRegister(uintptr_t fn, uintptr_t p, size_t n, unsigned flags) {
+	return ((int (*)(void *, size_t, unsigned))fn)((void *)p, n, flags);
+}
+// cuMemHostGetDevicePointer_v2 (flags must be 0)
+static int pm_memHostGetDevicePointer(uintptr_t fn, pmDevPtr *d, uintptr_t p) {
+	return ((int (*)(pmDevPtr *, void *, unsigned))fn)(d, (void *)p, 0);
+}
+// cuMemsetD8_v2
+static int pm_memsetD8(uintptr_t fn, pmDevPtr p, unsigned char v, size_t n) {
+	return ((int (*)(pmDevPtr, unsigned char, size_t))fn)(p, v, n);
+}
+// cuMemsetD8Async
+static int pm_memsetD8Async(uintptr_t fn, pmDevPtr p, unsigned char v, size_t n, uintptr_t s) {
+	return ((int (*)(pmDevPtr, unsigned char, size_t, void *))fn)(p, v, n, (void *)s);
+}
+// cuMemcpyHtoD_v2
+static int pm_memcpyHtoD(uintptr_t fn, pmDevPtr dst, uintptr_t src, size_t n) {
+	return ((int (*)(pmDevPtr, const void *, size_t))fn)(dst, (const void *)src, n);
+}
+// cuMemcpyDtoH_v2
+static int pm_memcpyDtoH(uintptr_t fn, uintptr_t dst, pmDevPtr src, size_t n) {
+	return ((int (*)(void *, pmDevPtr, size_t))fn)((void *)dst, src, n);
+}
+// cuMemcpyDtoD_v2
+static int pm_memcpyDtoD(uintptr_t fn, pmDevPtr dst, pmDevPtr src, size_t n) {
+	return ((int (*)(pmDevPtr, pmDevPtr, size_t))fn)(dst, src, n);
+}
+// cuMemcpyHtoDAsync_v2
+static int pm_memcpyHtoDAsync(uintptr_t fn, pmDevPtr dst, uintptr_t src, size_t n, uintptr_t s) {
+	return ((int (*)(pmDevPtr, const void *, size_t, void *))fn)(dst, (const void *)src, n, (void *)s);
+}
+// cuMemcpyDtoHAsync_v2
+static int pm_memcpyDtoHAsync(uintptr_t fn, uintptr_t dst, pmDevPtr src, size_t n, uintptr_t s) {
+	return ((int (*)(void *, pmDevPtr, size_t, void *))fn)((void *)dst, src, n, (void *)s);
+}
+// cuMemcpyDtoDAsync_v2
+static int pm_memcpyDtoDAsync(uintptr_t fn, pmDevPtr dst, pmDevPtr src, size_t n, uintptr_t s) {
+	return ((int (*)(pmDevPtr, pmDevPtr, size_t, void *))fn)(dst, src, n, (void *)s);
+}
+
+// cuMemGetAllocationGranularity(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags)
+static int pm_memGetAllocationGranularity(uintptr_t fn, size_t *out, int ordinal, int option) {
+	pmMemAllocationProp prop = {0};
+	prop.type = pmAllocationPinned;
+	prop.location.type = pmLocationDevice;
+	prop.location.id = ordinal;
+	return ((int (*)(size_t *, const pmMemAllocationProp *, int))fn)(out, &prop, option);
+}
+// cuMemAddressReserve(CUdeviceptr *, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
+static int pm_memAddressReserve(uintptr_t fn, pmDevPtr *p, size_t size, size_t align) {
+	return ((int (*)(pmDevPtr *, size_t, size_t, pmDevPtr, unsigned long long))fn)(p, size, align, 0, 0);
+}
+// cuMemAddressFree, cuMemUnmap
+static int pm_dptrSize(uintptr_t fn, pmDevPtr p, size_t size) {
+	return ((int (*)(pmDevPtr, size_t))fn)(p, size);
+}
+// cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long flags)
+static int pm_memCreate(uintptr_t fn, pmDevPtr *h, size_t size, int ordinal) {
+	pmMemAllocationProp prop = {0};
+	prop.type = pmAllocationPinned;
+	prop.location.type = pmLocationDevice;
+	prop.location.id = ordinal;
+	return ((int (*)(pmDevPtr *, size_t, const pmMemAllocationProp *, unsigned long long))fn)(h, size, &prop, 0);
+}
+// cuMemMap(CUdeviceptr, size_t size, size_t offset, CUmemGenericAllocationHandle, unsigned long long flags)
+static int pm_memMap(uintptr_t fn, pmDevPtr p, size_t size, pmDevPtr h) {
+	return ((int (*)(pmDevPtr, size_t, size_t, pmDevPtr, unsigned long long))fn)(p, size, 0, h, 0);
+}
+// cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t count)
+static int pm_memSetAccess(uintptr_t fn, pmDevPtr p, size_t size, int ordinal) {
+	pmMemAccessDesc desc = {0};
+	desc.location.type = pmLocationDevice;
+	desc.location.id = ordinal;
+	desc.flags = pmAccessReadWrite;
+	return ((int (*)(pmDevPtr, size_t, const pmMemAccessDesc *, size_t))fn)(p, size, &desc, 1);
+}
+// cuMemPrefetchAsync_v2(CUdeviceptr, size_t, CUmemLocation, unsigned int flags, CUstream)
+static int pm_memPrefetchAsync(uintptr_t fn, pmDevPtr p, size_t n, int locType, int locID, uintptr_t s) {
+	pmMemLocation loc = {locType, locID};
+	return ((int (*)(pmDevPtr, size_t, pmMemLocation, unsigned, void *))fn)(p, n, loc, 0, (void *)s);
+}
+// cuMemAdvise_v2(CUdeviceptr, size_t, CUmem_advise, CUmemLocation)
+static int pm_memAdvise(uintptr_t fn, pmDevPtr p, size_t n, int advice, int locType, int locID) {
+	pmMemLocation loc = {locType, locID};
+	return ((int (*)(pmDevPtr, size_t, int, pmMemLocation))fn)(p, n, advice, loc);
+}
+// cuEventElapsedTime
+static int pm_eventElapsed(uintptr_t fn, float *ms, uintptr_t a, uintptr_t b) {
+	return ((int (*)(float *, void *, void *))fn)(ms, (void *)a, (void *)b);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// symID names a driver entry point in symbols.
+type symID int
+
+const (
+	symInit symID = iota
+	symDriverGetVersion
+	symGetErrorName
+	symGetErrorString
+	symDeviceGetCount
+	symDeviceGet
+	symDeviceGetName
+	symDeviceTotalMem
+	symDeviceGetAttribute
+	symPrimaryCtxRetain
+	symPrimaryCtxRelease
+	symCtxPushCurrent
+	symCtxPopCurrent
+	symCtxSynchronize
+	symMemGetInfo
+	symMemAlloc
+	symMemFree
+	symMemAllocAsync
+	symMemFreeAsync
+	symMemAllocManaged
+	symMemHostAlloc
+	symMemFreeHost
+	symMemHostRegister
+	symMemHostUnregister
+	symMemHostGetDevicePointer
+	symMemsetD8
+	symMemsetD8Async
+	symMemcpyHtoD
+	symMemcpyDtoH
+	symMemcpyDtoD
+	symMemcpyHtoDAsync
+	symMemcpyDtoHAsync
+	symMemcpyDtoDAsync
+	symMemGetAllocationGranularity
+	symMemAddressReserve
+	symMemAddressFree
+	symMemCreate
+	symMemRelease
+	symMemMap
+	symMemUnmap
+	symMemSetAccess
+	symMemPrefetchAsync
+	symMemAdvise
+	symStreamCreate
+	symStreamDestroy
+	symStreamSynchronize
+	symStreamQuery
+	symEventCreate
+	symEventRecord
+	symEventQuery
+	symEventSynchronize
+	symEventElapsedTime
+	symEventDestroy
+	numSyms
+)
+
+// symbols lists each entry point: the name asked of cuGetProcAddress_v2 with its API version,
+// and the explicitly versioned name looked up with dlsym when that fails. The two must denote
+// the same ABI.
+var symbols = [numSyms]struct {
+	name    string
+	version int
+	dlsym   string
+}{
+	symInit:                        {"cuInit", apiVersion, "cuInit"},
+	symDriverGetVersion:            {"cuDriverGetVersion", apiVersion, "cuDriverGetVersion"},
+	symGetErrorName:                {"cuGetErrorName", apiVersion, "cuGetErrorName"},
+	symGetErrorString:              {"cuGetErrorString", apiVersion, "cuGetErrorString"},
+	symDeviceGetCount:              {"cuDeviceGetCount", apiVersion, "cuDeviceGetCount"},
+	symDeviceGet:                   {"cuDeviceGet", apiVersion, "cuDeviceGet"},
+	symDeviceGetName:               {"cuDeviceGetName", apiVersion, "cuDeviceGetName"},
+	symDeviceTotalMem:              {"cuDeviceTotalMem", apiVersion, "cuDeviceTotalMem_v2"},
+	symDeviceGetAttribute:          {"cuDeviceGetAttribute", apiVersion, "cuDeviceGetAttribute"},
+	symPrimaryCtxRetain:            {"cuDevicePrimaryCtxRetain", apiVersion, "cuDevicePrimaryCtxRetain"},
+	symPrimaryCtxRelease:           {"cuDevicePrimaryCtxRelease", apiVersion, "cuDevicePrimaryCtxRelease_v2"},
+	symCtxPushCurrent:              {"cuCtxPushCurrent", apiVersion, "cuCtxPushCurrent_v2"},
+	symCtxPopCurrent:               {"cuCtxPopCurrent", apiVersion, "cuCtxPopCurrent_v2"},
+	symCtxSynchronize:              {"cuCtxSynchronize", apiVersion, "cuCtxSynchronize"},
+	symMemGetInfo:                  {"cuMemGetInfo", apiVersion, "cuMemGetInfo_v2"},
+	symMemAlloc:                    {"cuMemAlloc", apiVersion, "cuMemAlloc_v2"},
+	symMemFree:                     {"cuMemFree", apiVersion, "cuMemFree_v2"},
+	symMemAllocAsync:               {"cuMemAllocAsync", apiVersion, "cuMemAllocAsync"},
+	symMemFreeAsync:                {"cuMemFreeAsync", apiVersion, "cuMemFreeAsync"},
+	symMemAllocManaged:             {"cuMemAllocManaged", apiVersion, "cuMemAllocManaged"},
+	symMemHostAlloc:                {"cuMemHostAlloc", apiVersion, "cuMemHostAlloc"},
+	symMemFreeHost:                 {"cuMemFreeHost", apiVersion, "cuMemFreeHost"},
+	symMemHostRegister:             {"cuMemHostRegister", apiVersion, "cuMemHostRegister_v2"},
+	symMemHostUnregister:           {"cuMemHostUnregister", apiVersion, "cuMemHostUnregister"},
+	symMemHostGetDevicePointer:     {"cuMemHostGetDevicePointer", apiVersion, "cuMemHostGetDevicePointer_v2"},
+	symMemsetD8:                    {"cuMemsetD8", apiVersion, "cuMemsetD8_v2"},
+	symMemsetD8Async:               {"cuMemsetD8Async", apiVersion, "cuMemsetD8Async"},
+	symMemcpyHtoD:                  {"cuMemcpyHtoD", apiVersion, "cuMemcpyHtoD_v2"},
+	symMemcpyDtoH:                  {"cuMemcpyDtoH", apiVersion, "cuMemcpyDtoH_v2"},
+	symMemcpyDtoD:                  {"cuMemcpyDtoD", apiVersion, "cuMemcpyDtoD_v2"},
+	symMemcpyHtoDAsync:             {"cuMemcpyHtoDAsync", apiVersion, "cuMemcpyHtoDAsync_v2"},
+	symMemcpyDtoHAsync:             {"cuMemcpyDtoHAsync", apiVersion, "cuMemcpyDtoHAsync_v2"},
+	symMemcpyDtoDAsync:             {"cuMemcpyDtoDAsync", apiVersion, "cuMemcpyDtoDAsync_v2"},
+	symMemGetAllocationGranularity: {"cuMemGetAllocationGranularity", apiVersion, "cuMemGetAllocationGranularity"},
+	symMemAddressReserve:           {"cuMemAddressReserve", apiVersion, "cuMemAddressReserve"},
+	symMemAddressFree:              {"cuMemAddressFree", apiVersion, "cuMemAddressFree"},
+	symMemCreate:                   {"cuMemCreate", apiVersion, "cuMemCreate"},
+	symMemRelease:                  {"cuMemRelease", apiVersion, "cuMemRelease"},
+	symMemMap:                      {"cuMemMap", apiVersion, "cuMemMap"},
+	symMemUnmap:                    {"cuMemUnmap", apiVersion, "cuMemUnmap"},
+	symMemSetAccess:                {"cuMemSetAccess", apiVersion, "cuMemSetAccess"},
+	// The CUmemLocation forms appeared in CUDA 12.2; asking for 12000 would return the
+	// CUdevice forms, whose signature differs.
+	symMemPrefetchAsync:  {"cuMemPrefetchAsync", 12020, "cuMemPrefetchAsync_v2"},
+	symMemAdvise:         {"cuMemAdvise", 12020, "cuMemAdvise_v2"},
+	symStreamCreate:      {"cuStreamCreate", apiVersion, "cuStreamCreate"},
+	symStreamDestroy:     {"cuStreamDestroy", apiVersion, "cuStreamDestroy_v2"},
+	symStreamSynchronize: {"cuStreamSynchronize", apiVersion, "cuStreamSynchronize"},
+	symStreamQuery:       {"cuStreamQuery", apiVersion, "cuStreamQuery"},
+	symEventCreate:       {"cuEventCreate", apiVersion, "cuEventCreate"},
+	symEventRecord:       {"cuEventRecord", apiVersion, "cuEventRecord"},
+	symEventQuery:        {"cuEventQuery", apiVersion, "cuEventQuery"},
+	symEventSynchronize:  {"cuEventSynchronize", apiVersion, "cuEventSynchronize"},
+	// cuEventElapsedTime and cuEventElapsedTime_v2 (CUDA 12.8) share a signature.
+	symEventElapsedTime: {"cuEventElapsedTime", apiVersion, "cuEventElapsedTime"},
+	symEventDestroy:     {"cuEventDestroy", apiVersion, "cuEventDestroy_v2"},
+}
+
+// dlMu serializes dlopen/dlsym/dlclose with their dlerror, which is per-thread state that a
+// goroutine switching threads could otherwise lose.
+var dlMu sync.Mutex
+
+// driver is an opened driver library and its lazily resolved entry points.
+type driver struct {
+	path    string
+	handle  C.uintptr_t
+	getProc C.uintptr_t // cuGetProcAddress_v2, or 0 if the driver predates CUDA 12
+	syms    [numSyms]struct {
+		once sync.Once
+		fn   C.uintptr_t
+		err  error
+	}
+}
+
+// cstring returns a NUL-terminated copy of s in Go memory, for the duration of a C call.
+func cstring(s string) *C.char {
+	b := make([]byte, len(s)+1)
+	copy(b, s)
+	return (*C.char)(unsafe.Pointer(&b[0]))
+}
+
+// loadFrom opens the driver library at path. It does not touch the package's global state, so
+// tests can point it at libraries that are not a driver.
+func loadFrom(path string) (*driver, error) {
+	dlMu.Lock()
+	defer dlMu.Unlock()
+	var cerr *C.char
+	h := C.pm_dlopen(cstring(path), &cerr)
+	if h == 0 {
+		return nil, fmt.Errorf("%w: dlopen %s: %s", ErrNoDriver, path, C.GoString(cerr))
+	}
+	dr := &driver{path: path, handle: h}
+	dr.getProc = C.pm_dlsym(h, cstring("cuGetProcAddress_v2"), &cerr) // 0 if absent
+	return dr, nil
+}
+
+// close closes the library. Only tests call it, on drivers from loadFrom.
+func (dr *driver) close() {
+	dlMu.Lock()
+	defer dlMu.Unlock()
+	C.pm_dlclose(dr.handle)
+}
+
+// fn returns the entry point id, resolving it on first use.
+func (dr *driver) fn(id symID) (C.uintptr_t, error) {
+	s := &dr.syms[id]
+	s.once.Do(func() { s.fn, s.err = dr.resolve(id) })
+	return s.fn, s.err
+}
+
+// resolve finds an entry point: cuGetProcAddress_v2 first, then dlsym of the versioned name.
+// It must not format a Result (Result.Error resolves cuGetErrorName through fn).
+func (dr *driver) resolve(id symID) (C.uintptr_t, error) {
+	e := symbols[id]
+	why := "no cuGetProcAddress_v2"
+	if dr.getProc != 0 {
+		var fn C.uintptr_t
+		var status C.int
+		r := C.pm_getProcAddress(dr.getProc, cstring(e.name), C.int(e.version), &fn, &status)
+		if r == 0 && status == 0 && fn != 0 {
+			return fn, nil
+		}
+		why = fmt.Sprintf("cuGetProcAddress_v2(%s, %d): result %d, status %d", e.name, e.version, int(r), int(status))
+	}
+	dlMu.Lock()
+	defer dlMu.Unlock()
+	var cerr *C.char
+	if fn := C.pm_dlsym(dr.handle, cstring(e.dlsym), &cerr); fn != 0 {
+		return fn, nil
+	}
+	return 0, fmt.Errorf("%w: %s in %s (%s; dlsym: %s)", ErrSymbol, e.dlsym, dr.path, why, C.GoString(cerr))
+}
+
+// check turns a CUresult into an error.
+func check(r C.int) error {
+	if r == 0 {
+		return nil
+	}
+	return Result(r)
+}
+
+// resultText asks the loaded driver for the name and description of r.
+func resultText(r Result) (name, desc string, ok bool) {
+	dr := loaded.Load()
+	if dr == nil {
+		return "", "", false
+	}
+	fName, err1 := dr.fn(symGetErrorName)
+	fStr, err2 := dr.fn(symGetErrorString)
+	if err1 != nil || err2 != nil {
+		return "", "", false
+	}
+	var cname, cdesc *C.char
+	if C.pm_errorText(fName, C.int(r), &cname) != 0 || cname == nil {
+		return "", "", false
+	}
+	if C.pm_errorText(fStr, C.int(r), &cdesc) != 0 || cdesc == nil {
+		return "", "", false
+	}
+	return C.GoString(cname), C.GoString(cdesc), true
+}
+
+// Raw calls. Each resolves its entry point and makes one driver call; the Device methods add
+// context discipline and accounting.
+
+func (dr *driver) init() error {
+	f, err := dr.fn(symInit)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_u(f, 0))
+}
+
+func (dr *driver) driverVersion() (int, error) {
+	f, err := dr.fn(symDriverGetVersion)
+	if err != nil {
+		return 0, err
+	}
+	var v C.int
+	if err := check(C.pm_pint(f, &v)); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+func (dr *driver) deviceCount() (int, error) {
+	f, err := dr.fn(symDeviceGetCount)
+	if err != nil {
+		return 0, err
+	}
+	var n C.int
+	if err := check(C.pm_pint(f, &n)); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+func (dr *driver) deviceGet(ordinal int) (int32, error) {
+	f, err := dr.fn(symDeviceGet)
+	if err != nil {
+		return 0, err
+	}
+	var dev C.int
+	if err := check(C.pm_deviceGet(f, &dev, C.int(ordinal))); err != nil {
+		return 0, err
+	}
+	return int32(dev), nil
+}
+
+func (dr *driver) deviceName(dev int32) (string, error) {
+	f, err := dr.fn(symDeviceGetName)
+	if err != nil {
+		return "", err
+	}
+	var buf [256]C.char
+	if err := check(C.pm_deviceGetName(f, &buf[0], C.int(len(buf)), C.int(dev))); err != nil {
+		return "", err
+	}
+	buf[len(buf)-1] = 0
+	return C.GoString(&buf[0]), nil
+}
+
+func (dr *driver) deviceTotalMem(dev int32) (uintptr, error) {
+	f, err := dr.fn(symDeviceTotalMem)
+	if err != nil {
+		return 0, err
+	}
+	var n C.size_t
+	if err := check(C.pm_deviceTotalMem(f, &n, C.int(dev))); err != nil {
+		return 0, err
+	}
+	return uintptr(n), nil
+}
+
+func (dr *driver) deviceAttribute(dev int32, attr int) (int, error) {
+	f, err := dr.fn(symDeviceGetAttribute)
+	if err != nil {
+		return 0, err
+	}
+	var v C.int
+	if err := check(C.pm_deviceGetAttribute(f, &v, C.int(attr), C.int(dev))); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+func (dr *driver) primaryRetain(dev int32) (uintptr, error) {
+	f, err := dr.fn(symPrimaryCtxRetain)
+	if err != nil {
+		return 0, err
+	}
+	var ctx C.uintptr_t
+	if err := check(C.pm_primaryCtxRetain(f, &ctx, C.int(dev))); err != nil {
+		return 0, err
+	}
+	return uintptr(ctx), nil
+}
+
+func (dr *driver) primaryRelease(dev int32) error {
+	f, err := dr.fn(symPrimaryCtxRelease)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_int(f, C.int(dev)))
+}
+
+func (dr *driver) ctxPush(ctx uintptr) error { return dr.callPtr(symCtxPushCurrent, ctx) }
+
+func (dr *driver) ctxPop() error {
+	f, err := dr.fn(symCtxPopCurrent)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_ctxPop(f))
+}
+
+func (dr *driver) ctxSynchronize() error {
+	f, err := dr.fn(symCtxSynchronize)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_void(f))
+}
+
+// callPtr calls an entry point that takes one pointer-sized handle.
+func (dr *driver) callPtr(id symID, a uintptr) error {
+	f, err := dr.fn(id)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_ptr(f, C.uintptr_t(a)))
+}
+
+func (dr *driver) memGetInfo() (free, total uintptr, err error) {
+	f, err := dr.fn(symMemGetInfo)
+	if err != nil {
+		return 0, 0, err
+	}
+	var fr, tot C.size_t
+	if err := check(C.pm_memGetInfo(f, &fr, &tot)); err != nil {
+		return 0, 0, err
+	}
+	return uintptr(fr), uintptr(tot), nil
+}
+
+func (dr *driver) memAlloc(n uintptr) (DevicePtr, error) {
+	f, err := dr.fn(symMemAlloc)
+	if err != nil {
+		return 0, err
+	}
+	var p C.pmDevPtr
+	if err := check(C.pm_memAlloc(f, &p, C.size_t(n))); err != nil {
+		return 0, err
+	}
+	return DevicePtr(p), nil
+}
+
+func (dr *driver) memFree(p DevicePtr) error {
+	f, err := dr.fn(symMemFree)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_dptr(f, C.pmDevPtr(p)))
+}
+
+func (dr *driver) memAllocAsync(n uintptr, s Stream) (DevicePtr, error) {
+	f, err := dr.fn(symMemAllocAsync)
+	if err != nil {
+		return 0, err
+	}
+	var p C.pmDevPtr
+	if err := check(C.pm_memAllocAsync(f, &p, C.size_t(n), C.uintptr_t(s))); err != nil {
+		return 0, err
+	}
+	return DevicePtr(p), nil
+}
+
+func (dr *driver) memFreeAsync(p DevicePtr, s Stream) error {
+	f, err := dr.fn(symMemFreeAsync)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memFreeAsync(f, C.pmDevPtr(p), C.uintptr_t(s)))
+}
+
+func (dr *driver) memAllocManaged(n uintptr, flags uint32) (DevicePtr, error) {
+	f, err := dr.fn(symMemAllocManaged)
+	if err != nil {
+		return 0, err
+	}
+	var p C.pmDevPtr
+	if err := check(C.pm_memAllocManaged(f, &p, C.size_t(n), C.unsigned(flags))); err != nil {
+		return 0, err
+	}
+	return DevicePtr(p), nil
+}
+
+func (dr *driver) memHostAlloc(n uintptr, flags uint32) (uintptr, error) {
+	f, err := dr.fn(symMemHostAlloc)
+	if err != nil {
+		return 0, err
+	}
+	var p C.uintptr_t
+	if err := check(C.pm_memHostAlloc(f, &p, C.size_t(n), C.unsigned(flags))); err != nil {
+		return 0, err
+	}
+	return uintptr(p), nil
+}
+
+func (dr *driver) memFreeHost(p uintptr) error { return dr.callPtr(symMemFreeHost, p) }
+
+func (dr *driver) memHostRegister(p, n uintptr, flags uint32) error {
+	f, err := dr.fn(symMemHostRegister)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memHostRegister(f, C.uintptr_t(p), C.size_t(n), C.unsigned(flags)))
+}
+
+func (dr *driver) memHostUnregister(p uintptr) error { return dr.callPtr(symMemHostUnregister, p) }
+
+func (dr *driver) memHostGetDevicePointer(p uintptr) (DevicePtr, error) {
+	f, err := dr.fn(symMemHostGetDevicePointer)
+	if err != nil {
+		return 0, err
+	}
+	var d C.pmDevPtr
+	if err := check(C.pm_memHostGetDevicePointer(f, &d, C.uintptr_t(p))); err != nil {
+		return 0, err
+	}
+	return DevicePtr(d), nil
+}
+
+func (dr *driver) memsetD8(p DevicePtr, v byte, n uintptr) error {
+	f, err := dr.fn(symMemsetD8)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memsetD8(f, C.pmDevPtr(p), C.uchar(v), C.size_t(n)))
+}
+
+func (dr *driver) memsetD8Async(p DevicePtr, v byte, n uintptr, s Stream) error {
+	f, err := dr.fn(symMemsetD8Async)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memsetD8Async(f, C.pmDevPtr(p), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
+}
+
+func (dr *driver) memcpyHtoD(dst DevicePtr, src, n uintptr) error {
+	f, err := dr.fn(symMemcpyHtoD)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memcpyHtoD(f, C.pmDevPtr(dst), C.uintptr_t(src), C.size_t(n)))
+}
+
+func (dr *driver) memcpyDtoH(dst uintptr, src DevicePtr, n uintptr) error {
+	f, err := dr.fn(symMemcpyDtoH)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memcpyDtoH(f, C.uintptr_t(dst), C.pmDevPtr(src), C.size_t(n)))
+}
+
+func (dr *driver) memcpyDtoD(dst, src DevicePtr, n uintptr) error {
+	f, err := dr.fn(symMemcpyDtoD)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memcpyDtoD(f, C.pmDevPtr(dst), C.pmDevPtr(src), C.size_t(n)))
+}
+
+func (dr *driver) memcpyHtoDAsync(dst DevicePtr, src, n uintptr, s Stream) error {
+	f, err := dr.fn(symMemcpyHtoDAsync)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memcpyHtoDAsync(f, C.pmDevPtr(dst), C.uintptr_t(src), C.size_t(n), C.uintptr_t(s)))
+}
+
+func (dr *driver) memcpyDtoHAsync(dst uintptr, src DevicePtr, n uintptr, s Stream) error {
+	f, err := dr.fn(symMemcpyDtoHAsync)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memcpyDtoHAsync(f, C.uintptr_t(dst), C.pmDevPtr(src), C.size_t(n), C.uintptr_t(s)))
+}
+
+func (dr *driver) memcpyDtoDAsync(dst, src DevicePtr, n uintptr, s Stream) error {
+	f, err := dr.fn(symMemcpyDtoDAsync)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memcpyDtoDAsync(f, C.pmDevPtr(dst), C.pmDevPtr(src), C.size_t(n), C.uintptr_t(s)))
+}
+
+func (dr *driver) memGetGranularity(ordinal int, recommended bool) (uintptr, error) {
+	f, err := dr.fn(symMemGetAllocationGranularity)
+	if err != nil {
+		return 0, err
+	}
+	option := C.int(0) // CU_MEM_ALLOC_GRANULARITY_MINIMUM
+	if recommended {
+		option = 1 // CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+	}
+	var g C.size_t
+	if err := check(C.pm_memGetAllocationGranularity(f, &g, C.int(ordinal), option)); err != nil {
+		return 0, err
+	}
+	return uintptr(g), nil
+}
+
+func (dr *driver) memAddressReserve(size, align uintptr) (DevicePtr, error) {
+	f, err := dr.fn(symMemAddressReserve)
+	if err != nil {
+		return 0, err
+	}
+	var p C.pmDevPtr
+	if err := check(C.pm_memAddressReserve(f, &p, C.size_t(size), C.size_t(align))); err != nil {
+		return 0, err
+	}
+	return DevicePtr(p), nil
+}
+
+func (dr *driver) memAddressFree(p DevicePtr, size uintptr) error {
+	f, err := dr.fn(symMemAddressFree)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_dptrSize(f, C.pmDevPtr(p), C.size_t(size)))
+}
+
+func (dr *driver) memCreate(size uintptr, ordinal int) (MemHandle, error) {
+	f, err := dr.fn(symMemCreate)
+	if err != nil {
+		return 0, err
+	}
+	var h C.pmDevPtr
+	if err := check(C.pm_memCreate(f, &h, C.size_t(size), C.int(ordinal))); err != nil {
+		return 0, err
+	}
+	return MemHandle(h), nil
+}
+
+func (dr *driver) memRelease(h MemHandle) error {
+	f, err := dr.fn(symMemRelease)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_dptr(f, C.pmDevPtr(h)))
+}
+
+func (dr *driver) memMap(p DevicePtr, size uintptr, h MemHandle) error {
+	f, err := dr.fn(symMemMap)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memMap(f, C.pmDevPtr(p), C.size_t(size), C.pmDevPtr(h)))
+}
+
+func (dr *driver) memUnmap(p DevicePtr, size uintptr) error {
+	f, err := dr.fn(symMemUnmap)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_dptrSize(f, C.pmDevPtr(p), C.size_t(size)))
+}
+
+func (dr *driver) memSetAccess(p DevicePtr, size uintptr, ordinal int) error {
+	f, err := dr.fn(symMemSetAccess)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memSetAccess(f, C.pmDevPtr(p), C.size_t(size), C.int(ordinal)))
+}
+
+func (dr *driver) memPrefetchAsync(p DevicePtr, n uintptr, loc Location, s Stream) error {
+	f, err := dr.fn(symMemPrefetchAsync)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memPrefetchAsync(f, C.pmDevPtr(p), C.size_t(n), C.int(loc.Type), C.int(loc.ID), C.uintptr_t(s)))
+}
+
+func (dr *driver) memAdvise(p DevicePtr, n uintptr, advice Advice, loc Location) error {
+	f, err := dr.fn(symMemAdvise)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_memAdvise(f, C.pmDevPtr(p), C.size_t(n), C.int(advice), C.int(loc.Type), C.int(loc.ID)))
+}
+
+// create calls cuStreamCreate or cuEventCreate.
+func (dr *driver) create(id symID, flags uint32) (uintptr, error) {
+	f, err := dr.fn(id)
+	if err != nil {
+		return 0, err
+	}
+	var h C.uintptr_t
+	if err := check(C.pm_create(f, &h, C.unsigned(flags))); err != nil {
+		return 0, err
+	}
+	return uintptr(h), nil
+}
+
+func (dr *driver) streamCreate(flags uint32) (Stream, error) {
+	return dr.create(symStreamCreate, flags)
+}
+
+func (dr *driver) streamDestroy(s Stream) error { return dr.callPtr(symStreamDestroy, s) }
+
+func (dr *driver) streamSynchronize(s Stream) error { return dr.callPtr(symStreamSynchronize, s) }
+
+func (dr *driver) streamQuery(s Stream) error { return dr.callPtr(symStreamQuery, s) }
+
+func (dr *driver) eventCreate(flags uint32) (Event, error) { return dr.create(symEventCreate, flags) }
+
+func (dr *driver) eventRecord(ev Event, s Stream) error {
+	f, err := dr.fn(symEventRecord)
+	if err != nil {
+		return err
+	}
+	return check(C.pm_ptr2(f, C.uintptr_t(ev), C.uintptr_t(s)))
+}
+
+func (dr *driver) eventQuery(ev Event) error { return dr.callPtr(symEventQuery, ev) }
+
+func (dr *driver) eventSynchronize(ev Event) error { return dr.callPtr(symEventSynchronize, ev) }
+
+func (dr *driver) eventDestroy(ev Event) error { return dr.callPtr(symEventDestroy, ev) }
+
+func (dr *driver) eventElapsed(start, end Event) (float32, error) {
+	f, err := dr.fn(symEventElapsedTime)
+	if err != nil {
+		return 0, err
+	}
+	var ms C.float
+	if err := check(C.pm_eventElapsed(f, &ms, C.uintptr_t(start), C.uintptr_t(end))); err != nil {
+		return 0, err
+	}
+	return float32(ms), nil
+}

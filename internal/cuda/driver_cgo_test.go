@@ -1,0 +1,49 @@
+//go:build cgo && linux
+
+package cuda
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestSymbolTableComplete(t *testing.T) {
+	for id, e := range symbols {
+		if e.name == "" || e.dlsym == "" || e.version < 12000 {
+			t.Errorf("symbols[%d] = %+v is incomplete", id, e)
+		}
+		if !strings.HasPrefix(e.dlsym, e.name) {
+			t.Errorf("symbols[%d]: dlsym name %q is not a version of %q", id, e.dlsym, e.name)
+		}
+	}
+}
+
+// TestMissingSymbol loads a library that is not a driver (libc) and checks that asking for an
+// entry point gives an error wrapping ErrSymbol that names it, not a crash.
+func TestMissingSymbol(t *testing.T) {
+	dr, err := loadFrom("libc.so.6")
+	if err != nil {
+		t.Skipf("cannot load libc.so.6 to stand in for a driver: %v", err)
+	}
+	defer dr.close()
+	if dr.getProc != 0 {
+		t.Fatalf("libc has cuGetProcAddress_v2?")
+	}
+	_, err = dr.memAlloc(1 << 20)
+	if !errors.Is(err, ErrSymbol) {
+		t.Fatalf("memAlloc on libc = %v, want ErrSymbol", err)
+	}
+	if !strings.Contains(err.Error(), "cuMemAlloc_v2") {
+		t.Errorf("error %q does not name cuMemAlloc_v2", err)
+	}
+	// The failure is remembered: the second call gives the same error without a lookup.
+	_, err2 := dr.memAlloc(1)
+	if err2 == nil || err2.Error() != err.Error() {
+		t.Errorf("second call = %v, want %v", err2, err)
+	}
+	if err := dr.memPrefetchAsync(0, 0, HostLocation(), 0); !errors.Is(err, ErrSymbol) ||
+		!strings.Contains(err.Error(), "cuMemPrefetchAsync_v2") {
+		t.Errorf("memPrefetchAsync on libc = %v", err)
+	}
+}

@@ -1,0 +1,123 @@
+package cuda
+
+import (
+	"errors"
+	"strconv"
+)
+
+// Sentinel errors. A Result matches the sentinel of its class under errors.Is, so callers test
+// errors.Is(err, cuda.ErrOutOfMemory) rather than numeric codes.
+var (
+	// ErrNoDriver reports that the CUDA driver library could not be loaded (libcuda.so.1 was
+	// not found, cgo is disabled, or the driver is a stub). The error returned by Load wraps
+	// it and carries the dlopen message.
+	ErrNoDriver = errors.New("cuda: no CUDA driver (libcuda.so.1 not loaded)")
+	// ErrNoDevice reports that the driver found no CUDA device, or no device of that ordinal.
+	ErrNoDevice = errors.New("cuda: no CUDA device")
+	// ErrSymbol reports that the driver lacks an entry point; the wrapping error names it.
+	ErrSymbol = errors.New("cuda: driver entry point not found")
+	// ErrOutOfMemory matches CUDA_ERROR_OUT_OF_MEMORY.
+	ErrOutOfMemory = errors.New("cuda: out of memory")
+	// ErrInvalidValue matches CUDA_ERROR_INVALID_VALUE.
+	ErrInvalidValue = errors.New("cuda: invalid value")
+	// ErrNotSupported matches CUDA_ERROR_NOT_SUPPORTED.
+	ErrNotSupported = errors.New("cuda: operation not supported")
+	// ErrInvalidHandle matches CUDA_ERROR_INVALID_HANDLE.
+	ErrInvalidHandle = errors.New("cuda: invalid resource handle")
+	// ErrNotReady matches CUDA_ERROR_NOT_READY: queried work has not completed yet.
+	ErrNotReady = errors.New("cuda: not ready")
+	// ErrAlreadyRegistered matches CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
+	ErrAlreadyRegistered = errors.New("cuda: host memory already registered")
+)
+
+// errClosed is returned by methods of a Device after Close.
+var errClosed = errors.New("cuda: device is closed")
+
+// Result is a CUresult other than CUDA_SUCCESS, returned as an error.
+type Result int
+
+// CUresult values this package tests for.
+const (
+	resultSuccess             Result = 0
+	resultInvalidValue        Result = 1
+	resultOutOfMemory         Result = 2
+	resultNotInitialized      Result = 3
+	resultDeinitialized       Result = 4
+	resultStubLibrary         Result = 34
+	resultNoDevice            Result = 100
+	resultInvalidDevice       Result = 101
+	resultInvalidContext      Result = 201
+	resultInvalidHandle       Result = 400
+	resultNotFound            Result = 500
+	resultNotReady            Result = 600
+	resultAlreadyRegistered   Result = 712
+	resultNotRegistered       Result = 713
+	resultNotPermitted        Result = 800
+	resultNotSupported        Result = 801
+	resultUnknown             Result = 999
+	resultInvalidAddressSpace Result = 717
+	resultIllegalAddress      Result = 700
+	resultDeviceUnavailable   Result = 46
+)
+
+// resultNames gives the name and description of common results, used when the driver's
+// cuGetErrorName/cuGetErrorString are not available.
+var resultNames = map[Result][2]string{
+	resultSuccess:             {"CUDA_SUCCESS", "no error"},
+	resultInvalidValue:        {"CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+	resultOutOfMemory:         {"CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+	resultNotInitialized:      {"CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+	resultDeinitialized:       {"CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+	resultStubLibrary:         {"CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
+	resultDeviceUnavailable:   {"CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
+	resultNoDevice:            {"CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+	resultInvalidDevice:       {"CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+	resultInvalidContext:      {"CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+	resultInvalidHandle:       {"CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+	resultNotFound:            {"CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+	resultNotReady:            {"CUDA_ERROR_NOT_READY", "device not ready"},
+	resultIllegalAddress:      {"CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	resultAlreadyRegistered:   {"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
+	resultNotRegistered:       {"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
+	resultInvalidAddressSpace: {"CUDA_ERROR_INVALID_ADDRESS_SPACE", "operation not supported on global/shared address space"},
+	resultNotPermitted:        {"CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+	resultNotSupported:        {"CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+	resultUnknown:             {"CUDA_ERROR_UNKNOWN", "unknown error"},
+}
+
+// Error returns "cuda: NAME: description", with the text from cuGetErrorName and
+// cuGetErrorString when the driver is loaded, else from a built-in table.
+func (r Result) Error() string {
+	name, desc, ok := resultText(r)
+	if !ok {
+		if nd, found := resultNames[r]; found {
+			name, desc = nd[0], nd[1]
+		} else {
+			name, desc = "CUDA_ERROR_"+strconv.Itoa(int(r)), "unrecognized error code"
+		}
+	}
+	return "cuda: " + name + ": " + desc
+}
+
+// Is reports whether the result belongs to the class of the sentinel target, for errors.Is.
+func (r Result) Is(target error) bool {
+	switch target {
+	case ErrInvalidValue:
+		return r == resultInvalidValue
+	case ErrOutOfMemory:
+		return r == resultOutOfMemory
+	case ErrNoDevice:
+		return r == resultNoDevice || r == resultInvalidDevice
+	case ErrNoDriver:
+		return r == resultStubLibrary
+	case ErrInvalidHandle:
+		return r == resultInvalidHandle
+	case ErrNotReady:
+		return r == resultNotReady
+	case ErrAlreadyRegistered:
+		return r == resultAlreadyRegistered
+	case ErrNotSupported:
+		return r == resultNotSupported
+	}
+	return false
+}

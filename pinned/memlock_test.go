@@ -1,0 +1,122 @@
+package pinned
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+const memlockChildEnv = "PINMALLOC_MEMLOCK_CHILD"
+
+// TestMemlockLimit checks the memlock path for real: the test binary runs itself again as an
+// unprivileged user (when the test runs as root: no CAP_IPC_LOCK there) with RLIMIT_MEMLOCK
+// lowered to 4 MiB. There, locking 8 MiB must fail with ErrMemlock naming the limit and how to
+// raise it, and the pool must stay usable.
+func TestMemlockLimit(t *testing.T) {
+	if os.Getenv(memlockChildEnv) == "1" {
+		memlockChild()
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Skipf("cannot find the test binary: %v", err)
+	}
+	cmd := exec.Command(self, "-test.run=^TestMemlockLimit$", "-test.v")
+	cmd.Env = append(os.Environ(), memlockChildEnv+"=1")
+	if os.Geteuid() == 0 {
+		// Root has CAP_IPC_LOCK and ignores the limit: run as nobody, from a copy of the binary
+		// that nobody can read (the build directory is private).
+		dir, err := os.MkdirTemp("", "pinmalloc-memlock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "pinned.test")
+		if err := copyFile(self, bin); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Path, cmd.Args[0], cmd.Dir = bin, bin, dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(string(out), "operation not permitted") {
+		t.Skipf("cannot start an unprivileged child here: %v\n%s", err, out)
+	}
+	if err != nil || !strings.Contains(string(out), "MEMLOCK-OK") {
+		t.Fatalf("child failed: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "memlock error:") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+}
+
+func memlockChild() {
+	fail := func(format string, args ...any) {
+		fmt.Printf("MEMLOCK-FAIL: "+format+"\n", args...)
+		os.Exit(1)
+	}
+	lim := unix.Rlimit{Cur: 4 << 20, Max: 4 << 20}
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
+		fail("setrlimit: %v", err)
+	}
+	p, err := New(Options{Capacity: 256 << 20})
+	if err != nil {
+		fail("New: %v", err)
+	}
+	_, err = p.Alloc(8 << 20)
+	if !errors.Is(err, ErrMemlock) {
+		fail("Alloc(8 MiB) under a 4 MiB limit: %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"4096 KiB", "ulimit -l", "LimitMEMLOCK", "CAP_IPC_LOCK"} {
+		if !strings.Contains(msg, want) {
+			fail("error does not mention %q: %s", want, msg)
+		}
+	}
+	if !errors.Is(err, unix.ENOMEM) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EAGAIN) {
+		fail("the errno is not wrapped: %v", err)
+	}
+	fmt.Println("memlock error:", msg)
+	// Nothing is lost: small buffers (one 2 MiB chunk) still fit under the limit.
+	b, err := p.Alloc(4096)
+	if err != nil {
+		fail("Alloc(4 KiB) after the failure: %v", err)
+	}
+	if err := p.Free(b); err != nil {
+		fail("Free: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		fail("Close: %v", err)
+	}
+	fmt.Println("MEMLOCK-OK")
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

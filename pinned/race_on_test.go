@@ -1,0 +1,5 @@
+//go:build race
+
+package pinned
+
+const raceEnabled = true
