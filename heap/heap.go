@@ -91,8 +91,8 @@ type Heap struct {
 	segs    [numSegKinds]segList // segments with room, per kind
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
 	hold    bool
-	objects pageList             // object and huge pages, for Close and Stats
-	pending pendingStack         // pages with remote frees, pushed by other goroutines
+	objects pageList     // object and huge pages, for Close and Stats
+	pending pendingStack // pages with remote frees, pushed by other goroutines
 
 	live, peak    uintptr // bytes asked for, by live blocks
 	allocs, frees uint64
