@@ -1,0 +1,68 @@
+package heap
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// failingProvider fails Commit while fail is set, as a provider does when the memlock limit or
+// the device's memory runs out.
+type failingProvider struct {
+	arena.Provider
+	fail atomic.Bool
+}
+
+func (f *failingProvider) Commit(r *arena.Region, off, size uintptr) error {
+	if f.fail.Load() {
+		return arena.ErrMemlock
+	}
+	return f.Provider.Commit(r, off, size)
+}
+
+func TestProviderFault(t *testing.T) {
+	f := &failingProvider{Provider: arena.Locked(arena.HostOptions{})}
+	a, err := arena.New(arena.Options{Provider: f, Capacity: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	h, err := New(a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem.Bytes(p, 100)[99] = 7
+	f.fail.Store(true)
+	for _, n := range []uintptr{10 << 10, 200 << 10, 600 << 10, 8 << 20} { // new pages of every kind
+		if _, err := h.Alloc(n); !errors.Is(err, arena.ErrMemlock) {
+			t.Fatalf("Alloc(%d) with commits failing: %v", n, err)
+		}
+	}
+	q, err := h.Alloc(100) // the page already committed still serves
+	if err != nil {
+		t.Fatalf("Alloc from a committed page during the fault: %v", err)
+	}
+	f.fail.Store(false)
+	r, err := h.Alloc(8 << 20)
+	if err != nil {
+		t.Fatalf("after the fault: %v", err)
+	}
+	if mem.Bytes(p, 100)[99] != 7 {
+		t.Fatal("a live block changed")
+	}
+	for _, x := range []uintptr{p, q, r} {
+		if err := h.Free(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
