@@ -58,8 +58,10 @@ type ChunkID uint32
 type Options struct {
 	// Provider is where regions come from. Required.
 	Provider Provider
-	// Capacity caps the bytes of all regions together. A provider with a fixed capacity (an
-	// external region) lowers it to that, and supplies it when zero; otherwise zero is an error.
+	// Capacity caps the bytes of all regions together. Zero takes the provider's
+	// DefaultCapacity() (a share of a GPU's free memory) when it has one. A provider of fixed
+	// size (an external region, with a Capacity() method) lowers it to that, and supplies it
+	// when zero. Zero is otherwise an error.
 	Capacity uintptr
 	// ChunkSize is the chunk size, a power of two of at least the provider's granule and
 	// 64 KiB. Default 2 MiB.
@@ -172,6 +174,9 @@ func New(o Options) (*Arena, error) {
 	}
 	if !align.IsPow2(o.Align) || o.Align > o.ChunkSize {
 		return nil, fmt.Errorf("%w: align %d (want a power of two up to the chunk size)", ErrInvalid, o.Align)
+	}
+	if c, ok := o.Provider.(interface{ DefaultCapacity() uintptr }); ok && o.Capacity == 0 {
+		o.Capacity = c.DefaultCapacity()
 	}
 	if c, ok := o.Provider.(interface{ Capacity() uintptr }); ok && (o.Capacity == 0 || o.Capacity > c.Capacity()) {
 		o.Capacity = c.Capacity() // a provider of fixed size caps the arena

@@ -198,16 +198,19 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 		sp := h.spares[n-1]
 		h.spares = h.spares[:n-1]
 		// A new struct, never the old one: see the invariants.
-		s = &segment{heap: h, span: sp.span, base: sp.base, baseAlign: sp.baseAlign, dirtyBits: sp.dirtyBits}
+		s = &segment{heap: h, span: sp.span, base: sp.base, dirtyBits: sp.dirtyBits}
 		h.g.register(s.span, s)
 	} else {
-		span, err := h.a.Alloc(segSize, segSize)
+		// One chunk, at the alignment the arena's chunks have: asking for segSize alignment
+		// of an arena whose regions are not aligned (cuMemAlloc, external) would cost a
+		// second chunk for every segment.
+		span, err := h.a.Alloc(segSize, h.g.chunkAlign)
 		if err != nil {
-			if span, err = h.retryAfterCollect(segSize, segSize); err != nil {
+			if span, err = h.retryAfterCollect(segSize, h.g.chunkAlign); err != nil {
 				return nil, err
 			}
 		}
-		s = &segment{heap: h, span: span, base: span.Base, baseAlign: min(align.LowBit(span.Base), segSize)}
+		s = &segment{heap: h, span: span, base: span.Base}
 		if !span.Zeroed {
 			s.dirtyBits = ^uint64(0)
 		}

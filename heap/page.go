@@ -72,7 +72,6 @@ type segment struct {
 	npages    int
 	pages     [segSlices]atomic.Pointer[page] // page covering each slice
 	huge      *page
-	baseAlign uintptr
 	dirtyBits uint64 // slices handed out since the chunk last read as zero
 	inList    bool
 	prev      *segment

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // Backend selects where a pool's memory comes from.
@@ -21,6 +22,16 @@ const (
 	Pageable
 	// External is a region the caller owns, given in Options.External.
 	External
+	// CUDAHost is host memory mapped like Pageable and registered with the CUDA driver
+	// (cuMemHostRegister) as it is committed: page-locked by the driver, so no RLIMIT_MEMLOCK
+	// applies, and copied to and from the GPU by DMA at full bandwidth. It needs a CUDA driver
+	// and the device Options.Device; New fails with an error wrapping cuda.ErrNoDriver (from
+	// internal/cuda) without them.
+	CUDAHost
+	// Auto picks CUDAHost when a CUDA driver and the device Options.Device are present, and
+	// Locked otherwise, so one binary serves machines with and without a GPU. Stats.Backend
+	// reports the choice ("cuda-host" or "locked").
+	Auto
 )
 
 // String names the backend as Stats reports it.
@@ -32,6 +43,10 @@ func (b Backend) String() string {
 		return "pageable"
 	case External:
 		return "external"
+	case CUDAHost:
+		return "cuda-host"
+	case Auto:
+		return "auto"
 	}
 	return fmt.Sprintf("backend(%d)", uint8(b))
 }
@@ -60,6 +75,9 @@ type Options struct {
 	// Shards caps the number of heaps the pool spreads goroutines over (default
 	// 2×GOMAXPROCS).
 	Shards int
+	// Device is the ordinal of the CUDA device for the CUDAHost and Auto backends (default 0).
+	// The pool keeps the device's primary context retained until its memory is released.
+	Device int
 }
 
 func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
@@ -86,8 +104,41 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 		}
 		e, err := arena.External(*o.External)
 		return e, nil, err
+	case CUDAHost:
+		c, err := o.cudaHost(ho)
+		return c, nil, err
+	case Auto:
+		if c, err := o.cudaHost(ho); err == nil {
+			o.Backend = CUDAHost
+			return c, nil, nil
+		}
+		o.Backend = Locked
+		h := arena.Locked(ho)
+		return h, h, nil
 	}
 	return nil, nil, fmt.Errorf("%w: unknown backend %d", ErrInvalidOptions, o.Backend)
+}
+
+// cudaHost opens the CUDA device and makes a provider of pinned host memory on it.
+func (o *Options) cudaHost(ho arena.HostOptions) (*arena.CUDAHostProvider, error) {
+	dev, err := cuda.Open(o.Device)
+	if err != nil {
+		return nil, fmt.Errorf("pinned: the %s backend needs CUDA device %d: %w", CUDAHost, o.Device, err)
+	}
+	c, err := arena.NewCUDAHost(dev, ho)
+	if err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// closeDevice gives back the CUDA device a CUDAHost pool opened, once its arena is closed.
+func closeDevice(prov arena.Provider) error {
+	if c, ok := prov.(*arena.CUDAHostProvider); ok {
+		return c.Device().Close()
+	}
+	return nil
 }
 
 func (o *Options) capacity(prov arena.Provider) (uintptr, error) {

@@ -71,6 +71,12 @@ func New(o Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	made := false
+	defer func() {
+		if !made {
+			_ = closeDevice(prov)
+		}
+	}()
 	capacity, err := o.capacity(prov)
 	if err != nil {
 		return nil, err
@@ -97,6 +103,7 @@ func New(o Options) (*Pool, error) {
 	}
 	s.mu.Unlock()
 	p.hint.Put(s)
+	made = true
 	return p, nil
 }
 
@@ -324,5 +331,19 @@ func (p *Pool) releaseAll() error {
 		return first // a buffer came back to life: a racing Alloc before closed was seen
 	}
 	p.released.Store(true)
-	return p.a.Close()
+	return errors.Join(p.a.Close(), closeDevice(p.a.Provider()))
+}
+
+// DevicePointer returns the address at which a CUDA device sees buffer b of a pool with the
+// CUDAHost backend, for kernels that read or write host memory directly. Other backends give an
+// error wrapping ErrInvalidOptions.
+func (p *Pool) DevicePointer(b []byte) (uintptr, error) {
+	c, ok := p.a.Provider().(*arena.CUDAHostProvider)
+	if !ok {
+		return 0, fmt.Errorf("%w: the %s backend has no device pointers", ErrInvalidOptions, p.backend)
+	}
+	if len(b) == 0 {
+		return 0, fmt.Errorf("%w: empty slice", ErrNotOwned)
+	}
+	return c.DevicePointer(mem.Addr(b))
 }

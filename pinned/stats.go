@@ -3,13 +3,14 @@ package pinned
 import (
 	"sort"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 )
 
 // Stats describes a pool.
 type Stats struct {
-	// Backend is where the memory comes from ("locked", "pageable", "external"); Kind is the
-	// memory's kind ("host-locked", ...).
+	// Backend is where the memory comes from ("locked", "pageable", "external", "cuda-host":
+	// what Auto chose); Kind is the memory's kind ("host-locked", "host-pinned", ...).
 	Backend, Kind string
 	// Capacity caps Reserved, the address space held.
 	Capacity, Reserved uint64
@@ -72,6 +73,10 @@ func (p *Pool) Stats() Stats {
 	if p.host != nil {
 		c := p.host.Counters()
 		st.Syscalls, st.HugeTLBFallbacks = c.Total(), c.HugeTLBFallbacks
+	}
+	if c, ok := p.a.Provider().(*arena.CUDAHostProvider); ok {
+		hc := c.HostCounters()
+		st.Syscalls, st.HugeTLBFallbacks = hc.Total(), hc.HugeTLBFallbacks
 	}
 	for _, c := range classes {
 		st.Classes = append(st.Classes, *c)

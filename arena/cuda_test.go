@@ -1,0 +1,385 @@
+package arena_test
+
+// Tests of the CUDA providers against the fake driver of internal/fakecuda: each runs in a
+// child process that loads the fake, so they run (and pass) on machines without a GPU.
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+func must(t testing.TB, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// counted is a CUDA provider: it counts what it holds.
+type counted interface {
+	arena.Provider
+	Counters() arena.CUDACounters
+}
+
+// newArena makes an arena over p that never purges on its own, and checks at cleanup that
+// closing it gave every driver resource back.
+func newArena(t *testing.T, p counted, capacity uintptr) *arena.Arena {
+	t.Helper()
+	a, err := arena.New(arena.Options{Provider: p, Capacity: capacity, PurgeDelay: -1})
+	must(t, "arena.New", err)
+	t.Cleanup(func() {
+		must(t, "arena.Close", a.Close())
+		if c := p.Counters(); c.Live() != 0 || c.Committed != 0 {
+			t.Errorf("%s: after Close: %+v", p.Name(), c)
+		}
+	})
+	return a
+}
+
+func TestFakeHostProvider(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := arena.NewCUDAHost(d, arena.HostOptions{})
+	must(t, "NewCUDAHost", err)
+	if p.Name() != "cuda-host" || p.Kind() != arena.HostPinned || !p.Caps().Aligns || !p.Caps().Decommits {
+		t.Fatalf("provider %s %s %+v", p.Name(), p.Kind(), p.Caps())
+	}
+	a := newArena(t, p, 64<<20)
+
+	small, err := a.Alloc(4096, 64)
+	must(t, "Alloc 4 KiB", err)
+	big, err := a.Alloc(5<<20, arena.DefaultChunkSize) // three chunks, committed in one call
+	must(t, "Alloc 5 MiB", err)
+	st := a.Stats()
+	c := p.Counters()
+	if uint64(c.Committed) != st.Committed || f.Stat(fakecuda.RegisteredBytes) != c.Committed || st.Locked != st.Committed {
+		t.Errorf("committed: arena %d (locked %d), provider %d, fake registered %d",
+			st.Committed, st.Locked, c.Committed, f.Stat(fakecuda.RegisteredBytes))
+	}
+	// The 5 MiB commit is registered in pieces that end at chunk boundaries.
+	if c.Registrations != 4 || f.Stat(fakecuda.Registrations) != 4 {
+		t.Errorf("registrations: provider %d, fake %d; want 4", c.Registrations, f.Stat(fakecuda.Registrations))
+	}
+	b := mem.Bytes(big.Base, big.Size)
+	b[0], b[len(b)-1] = 1, 2
+	for _, s := range []arena.Span{small, big} {
+		if dp, err := p.DevicePointer(s.Base + 8); err != nil || dp != s.Base+8 {
+			t.Errorf("DevicePointer(%#x) = %#x, %v", s.Base+8, dp, err)
+		}
+	}
+	calls := f.Stat(fakecuda.RegisterCalls)
+	must(t, "Free", a.Free(big))
+	must(t, "Free", a.Free(small))
+	a.Trim()
+	if n := f.Stat(fakecuda.Registrations); n != 0 || p.Counters().Committed != 0 || a.Stats().Committed != 0 {
+		t.Errorf("after Trim: %d registrations, provider %+v, arena committed %d", n, p.Counters(), a.Stats().Committed)
+	}
+	if n := f.Stat(fakecuda.RegisterCalls); n != calls {
+		t.Errorf("decommitting chunk by chunk registered %d ranges again", n-calls)
+	}
+	// Decommitted memory is protected and no longer registered; committed again it reads zero.
+	again, err := a.Alloc(5<<20, arena.DefaultChunkSize)
+	must(t, "Alloc again", err)
+	if !again.Zeroed || mem.Bytes(again.Base, 1)[0] != 0 {
+		t.Errorf("recommitted span: Zeroed %v, first byte %d", again.Zeroed, mem.Bytes(again.Base, 1)[0])
+	}
+	must(t, "Free", a.Free(again))
+}
+
+// TestFakeHostPartialDecommit decommits ranges that cut registrations: the parts outside are
+// registered again, so what is committed is exactly what is registered.
+func TestFakeHostPartialDecommit(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := arena.NewCUDAHost(d, arena.HostOptions{})
+	must(t, "NewCUDAHost", err)
+	r, err := p.Reserve(8<<20, 2<<20)
+	must(t, "Reserve", err)
+	must(t, "Commit", p.Commit(r, 0, 4<<20))
+	must(t, "Decommit", p.Decommit(r, 1<<20, 2<<20))
+	if n, bytes := f.Stat(fakecuda.Registrations), f.Stat(fakecuda.RegisteredBytes); n != 2 || bytes != 2<<20 {
+		t.Errorf("after a partial decommit: %d registrations of %d bytes, want 2 of 2 MiB", n, bytes)
+	}
+	if _, err := p.DevicePointer(r.Base + 3<<20); err != nil {
+		t.Errorf("the tail is no longer registered: %v", err)
+	}
+	if _, err := p.DevicePointer(r.Base + 2<<20); err == nil {
+		t.Error("a decommitted page still has a device pointer")
+	}
+	// Three commits in one chunk make three registrations; one decommit undoes them all.
+	for off := uintptr(4 << 20); off < 4<<20+3*4096; off += 4096 {
+		must(t, "Commit page", p.Commit(r, off, 4096))
+	}
+	must(t, "Decommit pages", p.Decommit(r, 4<<20, 3*4096))
+	if n := f.Stat(fakecuda.Registrations); n != 2 {
+		t.Errorf("after decommitting three one-page commits: %d registrations, want the 2 from before", n)
+	}
+	must(t, "Release", p.Release(r)) // undoes the two registrations left
+	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 {
+		t.Errorf("after Release: %+v", c)
+	}
+}
+
+func TestFakeHostRegisterRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := arena.NewCUDAHost(d, arena.HostOptions{})
+	must(t, "NewCUDAHost", err)
+	a := newArena(t, p, 16<<20)
+	f.FailRegister(1, fakecuda.ResultOutOfMemory)
+	_, err = a.Alloc(1<<20, 64)
+	if !errors.Is(err, arena.ErrCommit) || !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(err.Error(), "cuMemHostRegister") {
+		t.Fatalf("Alloc with registration refused = %v; want ErrCommit and cuda.ErrOutOfMemory", err)
+	}
+	if st := a.Stats(); st.Committed != 0 || p.Counters().Committed != 0 {
+		t.Errorf("a refused commit left %d bytes committed (provider %+v)", st.Committed, p.Counters())
+	}
+	s, err := a.Alloc(1<<20, 64) // the next registration succeeds
+	must(t, "Alloc after a refusal", err)
+	must(t, "Free", a.Free(s))
+}
+
+func TestFakeHostPopulate(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := arena.NewCUDAHost(d, arena.HostOptions{Populate: true})
+	must(t, "NewCUDAHost", err)
+	a := newArena(t, p, 4<<20)
+	s, err := a.Alloc(4096, 64)
+	must(t, "Alloc", err)
+	if f.Stat(fakecuda.RegisteredBytes) != 4<<20 {
+		t.Errorf("a populated region registered %d bytes, want all 4 MiB", f.Stat(fakecuda.RegisteredBytes))
+	}
+	must(t, "Free", a.Free(s))
+}
+
+func TestFakeHostAlloc(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := arena.NewCUDAHostAlloc(d)
+	must(t, "NewCUDAHostAlloc", err)
+	if p.Name() != "cuda-hostalloc" || p.Caps().Aligns || p.Caps().Decommits {
+		t.Fatalf("provider %s %+v", p.Name(), p.Caps())
+	}
+	a := newArena(t, p, 8<<20)
+	s, err := a.Alloc(3<<20, 256)
+	must(t, "Alloc", err)
+	if f.Stat(fakecuda.HostAllocs) != 1 || p.Counters().Allocations != 1 || a.Stats().Committed != 8<<20 {
+		t.Errorf("host allocs %d, provider %+v, arena %+v", f.Stat(fakecuda.HostAllocs), p.Counters(), a.Stats())
+	}
+	if dp, err := p.DevicePointer(s.Base); err != nil || dp != s.Base {
+		t.Errorf("DevicePointer = %#x, %v", dp, err)
+	}
+	clear(mem.Bytes(s.Base, s.Size))
+	must(t, "Zero", a.Zero(s.Base, 64))
+	must(t, "Free", a.Free(s))
+}
+
+// roundTrip writes a pattern to device memory at p, reads it back and compares.
+func roundTrip(t *testing.T, d *cuda.Device, p, n uintptr) {
+	t.Helper()
+	src, dst := bytes.Repeat([]byte{0xA5, 0x5A, 0x11}, int(n/3)+1)[:n], make([]byte, n)
+	must(t, "MemcpyHtoD", d.MemcpyHtoD(p, mem.Addr(src), n))
+	must(t, "MemcpyDtoH", d.MemcpyDtoH(mem.Addr(dst), p, n))
+	if !bytes.Equal(src, dst) {
+		t.Errorf("device round trip of %d bytes at %#x changed the data", n, p)
+	}
+}
+
+func TestFakeVMM(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	prov, err := arena.NewDeviceProvider(d)
+	must(t, "NewDeviceProvider", err)
+	p, ok := prov.(*arena.CUDAVMMProvider)
+	if !ok || p.Name() != "cuda-vmm" || p.Kind() != arena.Device || p.Caps().Granule != 2<<20 || !p.Caps().Aligns {
+		t.Fatalf("NewDeviceProvider = %T %s %+v; want the VMM provider", prov, prov.Name(), prov.Caps())
+	}
+	a := newArena(t, p, 0) // capacity from DefaultDeviceCapacity: 90 % of 1 GiB free, in granules
+	if want := uintptr(1<<30) / 100 * 90 &^ (2<<20 - 1); a.Capacity() != want {
+		t.Errorf("default capacity = %d, want %d", a.Capacity(), want)
+	}
+	s, err := a.Alloc(3<<20, arena.DefaultChunkSize)
+	must(t, "Alloc", err)
+	if s.Base%(2<<20) != 0 || f.Stat(fakecuda.Handles) != 2 || f.Used(0) != 4<<20 || p.Counters().Committed != 4<<20 {
+		t.Errorf("span %#x: %d handles, %d used, provider %+v", s.Base, f.Stat(fakecuda.Handles), f.Used(0), p.Counters())
+	}
+	roundTrip(t, d, s.Base, s.Size)
+	must(t, "Zero", a.Zero(s.Base, s.Size))
+	got := make([]byte, s.Size)
+	must(t, "MemcpyDtoH", d.MemcpyDtoH(mem.Addr(got), s.Base, s.Size))
+	if !bytes.Equal(got, make([]byte, s.Size)) {
+		t.Error("Zero left bytes set")
+	}
+	must(t, "Free", a.Free(s))
+	a.Trim()
+	if f.Stat(fakecuda.Handles) != 0 || f.Stat(fakecuda.Mappings) != 0 || f.Used(0) != 0 || a.Stats().Committed != 0 {
+		t.Errorf("after Trim: %d handles, %d mappings, %d used, arena committed %d",
+			f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Used(0), a.Stats().Committed)
+	}
+	if f.Stat(fakecuda.Reservations) != 1 {
+		t.Errorf("reservations = %d, want 1 until Close", f.Stat(fakecuda.Reservations))
+	}
+}
+
+func TestFakeVMMOutOfMemory(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetMemory(0, 64<<20)
+	p, err := arena.NewCUDAVMM(d)
+	must(t, "NewCUDAVMM", err)
+	a := newArena(t, p, 0) // 56 MiB: 90 % of what is free, in granules
+	keep, err := a.Alloc(4<<20, arena.DefaultChunkSize)
+	must(t, "Alloc 4 MiB", err)
+	defer func() { must(t, "Free", a.Free(keep)) }()
+	other, err := d.MemAlloc(40 << 20) // someone else takes device memory: 20 MiB stay free
+	must(t, "MemAlloc", err)
+	defer func() { must(t, "MemFree", d.MemFree(other)) }()
+	_, err = a.Alloc(24<<20, arena.DefaultChunkSize)
+	if !errors.Is(err, arena.ErrCommit) || !errors.Is(err, cuda.ErrOutOfMemory) {
+		t.Fatalf("Alloc beyond the device = %v; want ErrCommit and cuda.ErrOutOfMemory", err)
+	}
+	for _, want := range []string{"25165824 bytes asked", "20971520 bytes free of 67108864", "4194304 bytes committed by this cuda-vmm provider"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if f.Stat(fakecuda.Handles) != 2 || p.Counters().Handles != 2 {
+		t.Errorf("a failed commit kept handles: fake %d, provider %+v", f.Stat(fakecuda.Handles), p.Counters())
+	}
+}
+
+func TestFakeMallocFallback(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetVMM(false)
+	f.SetMemory(0, 64<<20)
+	prov, err := arena.NewDeviceProvider(d)
+	must(t, "NewDeviceProvider", err)
+	p, ok := prov.(*arena.CUDAMallocProvider)
+	if !ok || p.Name() != "cuda-malloc" || p.Caps().Aligns || p.Kind() != arena.Device {
+		t.Fatalf("NewDeviceProvider without VMM = %T %s", prov, prov.Name())
+	}
+	if _, err := arena.NewCUDAVMM(d); !errors.Is(err, cuda.ErrNotSupported) {
+		t.Errorf("NewCUDAVMM without VMM = %v", err)
+	}
+	a := newArena(t, p, 0)
+	if want := uintptr(64<<20) / 100 * 90 &^ (2<<20 - 1); a.Capacity() != want {
+		t.Errorf("default capacity = %d, want %d", a.Capacity(), want)
+	}
+	s, err := a.Alloc(1<<20, 256)
+	must(t, "Alloc", err)
+	st := a.Stats()
+	if st.AlignWaste != 0 || a.ChunkAlign() != arena.DefaultAlign || s.Base%(2<<20) == 0 {
+		t.Errorf("unaligned cuMemAlloc base: waste %d, chunk align %d, span %#x", st.AlignWaste, a.ChunkAlign(), s.Base)
+	}
+	roundTrip(t, d, s.Base, s.Size)
+	must(t, "Free", a.Free(s))
+
+	// A region the device cannot hold: ErrReserve and cuda.ErrOutOfMemory, with the figures.
+	_, err = p.Reserve(128<<20, 2<<20)
+	if !errors.Is(err, arena.ErrReserve) || !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(err.Error(), "committed by this cuda-malloc provider") {
+		t.Errorf("Reserve beyond the device = %v", err)
+	}
+}
+
+func TestFakeManaged(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := arena.NewCUDAManaged(d)
+	must(t, "NewCUDAManaged", err)
+	if p.Name() != "cuda-managed" || p.Kind() != arena.Managed || !p.Kind().HostAccessible() {
+		t.Fatalf("provider %s %s", p.Name(), p.Kind())
+	}
+	if _, err := arena.New(arena.Options{Provider: p}); !errors.Is(err, arena.ErrInvalid) {
+		t.Errorf("managed arena without a capacity = %v", err)
+	}
+	a := newArena(t, p, 16<<20)
+	s, err := a.Alloc(1<<20, 256)
+	must(t, "Alloc", err)
+	if f.Stat(fakecuda.ManagedAllocs) != 1 {
+		t.Errorf("managed allocations = %d", f.Stat(fakecuda.ManagedAllocs))
+	}
+	b := mem.Bytes(s.Base, s.Size) // the host may touch managed memory
+	b[0] = 9
+	must(t, "Zero", a.Zero(s.Base, s.Size))
+	if b[0] != 0 {
+		t.Error("Zero did not clear managed memory")
+	}
+	must(t, "Prefetch to device", p.Prefetch(s.Base, s.Size, d.Location(), 0))
+	must(t, "Prefetch to host", p.Prefetch(s.Base, s.Size, cuda.HostLocation(), 0))
+	must(t, "Advise", p.Advise(s.Base, s.Size, cuda.AdviseSetPreferredLocation, d.Location()))
+	if err := p.Prefetch(s.Base, 0, d.Location(), 0); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("Prefetch of nothing = %v", err)
+	}
+	must(t, "Free", a.Free(s))
+}
+
+// TestFakeMultiGPU gives each of two devices its own provider and arena, sized by its own free
+// memory, and checks that memory lands on the right device.
+func TestFakeMultiGPU(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	f.SetMemory(1, 256<<20)
+	n, err := cuda.Count()
+	if err != nil || n != 2 {
+		t.Fatalf("Count = %d, %v", n, err)
+	}
+	var arenas [2]*arena.Arena
+	for i := range arenas {
+		d := f.Open(t, i)
+		p, err := arena.NewDeviceProvider(d)
+		must(t, "NewDeviceProvider", err)
+		arenas[i] = newArena(t, p.(counted), 0)
+	}
+	if c0, c1 := arenas[0].Capacity(), arenas[1].Capacity(); c0 <= c1 || c1 != uintptr(256<<20)/100*90&^(2<<20-1) {
+		t.Errorf("capacities %d and %d", c0, c1)
+	}
+	s, err := arenas[1].Alloc(6<<20, arena.DefaultChunkSize)
+	must(t, "Alloc on device 1", err)
+	if f.Used(0) != 0 || f.Used(1) != 6<<20 {
+		t.Errorf("used: device 0 %d, device 1 %d", f.Used(0), f.Used(1))
+	}
+	must(t, "Free", arenas[1].Free(s))
+}
+
+func TestProvidersNeedADevice(t *testing.T) {
+	_, err1 := arena.NewCUDAHost(nil, arena.HostOptions{})
+	_, err2 := arena.NewCUDAHostAlloc(nil)
+	_, err3 := arena.NewDeviceProvider(nil)
+	_, err4 := arena.NewCUDAManaged(nil)
+	_, err5 := arena.DefaultDeviceCapacity(nil)
+	for i, err := range []error{err1, err2, err3, err4, err5} {
+		if !errors.Is(err, cuda.ErrNoDriver) {
+			t.Errorf("constructor %d with no device = %v, want cuda.ErrNoDriver", i+1, err)
+		}
+	}
+}

@@ -1,0 +1,562 @@
+// Package device allocates GPU memory from a heap whose frees are ordered on CUDA streams, the
+// way PyTorch's caching allocator and cudaFreeAsync order them: allocation and free cost
+// nanoseconds and no driver call in the steady state, and a block freed on a stream is reused
+// at once by later work on that stream, and by other streams only once the device has passed
+// the free.
+//
+// # Design
+//
+// A Heap keeps one heap.Heap per stream it has seen, all in one heap.Group over one arena of
+// device memory (the VMM provider where the device has the VMM API, cuMemAlloc regions
+// otherwise; see arena.NewDeviceProvider). Every stream heap holds its empty segments
+// (heap.Options.HoldSegments), so memory freed on a stream never reaches another stream's heap
+// behind the device's back. Then:
+//
+//   - Alloc(n, s) allocates from s's heap.
+//   - FreeAsync(p, s) on the stream p was allocated on is an immediate heap free: work queued
+//     on s later runs after the work that used p, so s may reuse p at once.
+//   - FreeAsync(p, s) on another stream records an event on s (from an event pool) and defers
+//     the heap free until the event has completed; p then goes back to the stream it was
+//     allocated on. Huge blocks (above 1 MiB) go back to the arena itself, where any stream can
+//     take them, so their frees are always deferred behind an event, on either stream.
+//   - Deferred frees are checked, oldest first per stream, with cuEventQuery on every Alloc and
+//     free, and waited for in Sync, Trim and Close.
+//   - Free(p) is synchronous: the caller promises no work in flight uses p.
+//   - Trim waits for deferred frees, synchronizes each stream whose heap holds memory, and gives
+//     the held segments back to the arena (and decommits free chunks).
+//
+// Running out of memory, Alloc waits for every deferred free and gives back every other
+// stream's held segments (synchronizing those streams) before it retries once.
+//
+// # Streams
+//
+// Streams and device pointers cross the API as raw handles (cuda.Stream and cuda.DevicePtr are
+// uintptr), so a program using gorgonia.org/cu, cgo or another binding passes its own streams.
+// 0 is the legacy default stream. A stream is checked with cuStreamQuery the first time the
+// heap sees it; a handle the driver rejects is refused with an error wrapping ErrInvalidStream.
+// Before destroying a stream the heap has seen, call ForgetStream.
+//
+// # Concurrency
+//
+// A Heap is safe for concurrent use: one mutex guards it (the copy helpers only take it to
+// check the stream). Driver calls run with the device's primary context current.
+package device
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+const (
+	// DefaultAlign is the block alignment when Options.Align is zero: what GPU memory
+	// coalescing wants, and what cudaMalloc guarantees.
+	DefaultAlign = 256
+	// hugeBlock is the size above which the heap serves a block as a huge object, a chunk run
+	// straight from the arena (its object pages hold up to half a 2 MiB segment). Frees of such
+	// blocks return memory to the arena at once, so they are always deferred behind an event.
+	// TestHugeThreshold checks it against the heap.
+	hugeBlock = 1 << 20
+)
+
+// Sentinel errors. Errors of the heap (heap.ErrNotOwned, heap.ErrDoubleFree, ...) and of the
+// arena pass through wrapped.
+var (
+	// ErrBusy means Close found frees waiting for their event, or work in flight on a stream
+	// the heap has seen; nothing was released.
+	ErrBusy = errors.New("device: work in flight")
+	// ErrInvalidStream means the driver does not know the stream handle.
+	ErrInvalidStream = errors.New("device: invalid stream")
+	// ErrClosed means the heap was used after Close.
+	ErrClosed = errors.New("device: heap closed")
+	// ErrInvalidOptions means Options that cannot work.
+	ErrInvalidOptions = errors.New("device: invalid options")
+)
+
+// Options configures a Heap. The zero value is ready to use.
+type Options struct {
+	// Align is the alignment of every block: a power of two from 256 to 32768 (default 256).
+	Align uintptr
+	// Capacity caps the heap's device memory. Zero means arena.DefaultDeviceCapacity: 90 % of
+	// the memory free on the device when the heap is made.
+	Capacity uintptr
+	// Provider overrides where memory comes from (default arena.NewDeviceProvider of the
+	// device). It must serve memory the device can use: a device, managed or pinned host
+	// provider on the same device.
+	Provider arena.Provider
+	// PurgeDelay is how long free chunks stay committed in the arena (see arena.Options).
+	PurgeDelay time.Duration
+}
+
+// Heap allocates device memory with stream-ordered frees. See the package documentation.
+type Heap struct {
+	dev    *cuda.Device
+	ownDev bool
+	a      *arena.Arena
+	g      *heap.Group
+	align  uintptr
+
+	mu       sync.Mutex
+	closed   bool
+	streams  map[cuda.Stream]*streamHeap // heaps, by allocation stream
+	byHeap   map[*heap.Heap]*streamHeap
+	seen     map[cuda.Stream]bool      // streams the driver accepted
+	queues   map[cuda.Stream][]pending // deferred frees, by freeing stream, oldest first
+	deferred map[cuda.DevicePtr]bool   // blocks with a deferred free
+	events   *cuda.EventPool
+	st       Stats
+}
+
+// streamHeap is the heap of one allocation stream.
+type streamHeap struct {
+	s cuda.Stream
+	h *heap.Heap
+}
+
+// pending is a free deferred until an event recorded on the freeing stream completes.
+type pending struct {
+	p  cuda.DevicePtr
+	ev cuda.Event
+}
+
+// Stats describes a Heap.
+type Stats struct {
+	// Streams is the number of streams with a heap.
+	Streams int
+	// Live and InUse count the blocks not yet freed (a deferred free counts until it is done)
+	// and the bytes asked for them.
+	Live, InUse uint64
+	// Deferred is the number of frees waiting for their event.
+	Deferred int
+	// Events is the number of events the heap has created and not destroyed (idle in its pool
+	// or recorded for a deferred free). Zero after Close.
+	Events int64
+	// Allocs counts allocations; Frees frees done (immediate or deferred); DeferredFrees the
+	// frees that had to wait for an event; Reclaims the times an allocation ran out of memory
+	// and reclaimed what other streams held.
+	Allocs, Frees, DeferredFrees, Reclaims uint64
+	// Arena is the arena's figures.
+	Arena arena.Stats
+}
+
+// New creates a heap of memory on dev, which must stay open until Close.
+func New(dev *cuda.Device, o Options) (*Heap, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("%w: no CUDA device: %w", ErrInvalidOptions, cuda.ErrNoDriver)
+	}
+	if o.Align == 0 {
+		o.Align = DefaultAlign
+	}
+	if o.Align < DefaultAlign || o.Align&(o.Align-1) != 0 {
+		return nil, fmt.Errorf("%w: alignment %d (want a power of two of at least %d)", ErrInvalidOptions, o.Align, DefaultAlign)
+	}
+	prov := o.Provider
+	if prov == nil {
+		var err error
+		if prov, err = arena.NewDeviceProvider(dev); err != nil {
+			return nil, err
+		}
+	}
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: o.Capacity, Align: o.Align, PurgeDelay: o.PurgeDelay})
+	if err != nil {
+		return nil, err
+	}
+	g, err := heap.NewGroup(a)
+	if err == nil { // a heap made and closed at once checks the alignment against the arena now
+		var probe *heap.Heap
+		if probe, err = g.NewHeap(heap.Options{Align: o.Align}); err == nil {
+			err = probe.Close()
+		}
+	}
+	if err != nil {
+		_ = a.Close()
+		return nil, err
+	}
+	return &Heap{
+		dev: dev, a: a, g: g, align: o.Align,
+		streams: map[cuda.Stream]*streamHeap{}, byHeap: map[*heap.Heap]*streamHeap{},
+		seen: map[cuda.Stream]bool{}, queues: map[cuda.Stream][]pending{}, deferred: map[cuda.DevicePtr]bool{},
+		events: cuda.NewEventPool(dev),
+	}, nil
+}
+
+// Open opens device ordinal (cuda.Open: the error wraps cuda.ErrNoDriver without a driver) and
+// creates a heap on it that closes the device with the heap.
+func Open(ordinal int, o Options) (*Heap, error) {
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	h, err := New(dev, o)
+	if err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
+	h.ownDev = true
+	return h, nil
+}
+
+// Device returns the heap's device.
+func (h *Heap) Device() *cuda.Device { return h.dev }
+
+// Arena returns the heap's arena.
+func (h *Heap) Arena() *arena.Arena { return h.a }
+
+// Align returns the alignment of every block.
+func (h *Heap) Align() uintptr { return h.align }
+
+// Alloc returns a block of at least n bytes of device memory for use on stream s. Its contents
+// are undefined.
+func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.ready(s); err != nil {
+		return 0, err
+	}
+	sh, err := h.heapFor(s)
+	if err != nil {
+		return 0, err
+	}
+	p, err := sh.h.Alloc(n)
+	if err != nil && outOfMemory(err) {
+		h.st.Reclaims++
+		if rerr := h.reclaim(sh); rerr != nil {
+			return 0, errors.Join(err, rerr)
+		}
+		p, err = sh.h.Alloc(n)
+	}
+	if err != nil {
+		return 0, err
+	}
+	h.st.Allocs++
+	return p, nil
+}
+
+func outOfMemory(err error) bool {
+	return errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, cuda.ErrOutOfMemory)
+}
+
+// Free gives back the block at p at once. The caller guarantees that no work in flight on any
+// stream uses it (after a synchronize, say). Errors: heap.ErrNotOwned for a pointer of another
+// heap, heap.ErrDoubleFree, heap.ErrInteriorPointer.
+func (h *Heap) Free(p cuda.DevicePtr) error {
+	if err := h.lock(); err != nil {
+		return err
+	}
+	defer h.mu.Unlock()
+	if err := h.poll(); err != nil {
+		return err
+	}
+	owner, err := h.owner(p)
+	if err != nil {
+		return err
+	}
+	return h.free(owner, p)
+}
+
+// FreeAsync gives back the block at p in the order of stream s, as cudaFreeAsync does: work
+// queued on s before the call may still use p. The block is reusable at once by allocations on
+// s when p was allocated on s, and otherwise once an event recorded now on s has completed.
+func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.ready(s); err != nil {
+		return err
+	}
+	owner, err := h.owner(p)
+	if err != nil {
+		return err
+	}
+	size, err := h.g.Size(p)
+	if err != nil {
+		return err
+	}
+	if owner.s == s && size <= hugeBlock {
+		return h.free(owner, p)
+	}
+	ev, err := h.events.Get()
+	if err != nil {
+		return fmt.Errorf("device: free of %#x on stream %#x: %w", p, s, err)
+	}
+	if err := h.dev.EventRecord(ev, s); err != nil {
+		h.events.Put(ev)
+		return fmt.Errorf("device: free of %#x on stream %#x: %w", p, s, err)
+	}
+	h.queues[s] = append(h.queues[s], pending{p: p, ev: ev})
+	h.deferred[p] = true
+	h.st.DeferredFrees++
+	return nil
+}
+
+// Sync waits until every deferred free has completed and does it.
+func (h *Heap) Sync() error {
+	if err := h.lock(); err != nil {
+		return err
+	}
+	defer h.mu.Unlock()
+	return h.drain()
+}
+
+// Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
+// the memory the stream heaps hold back to the arena and decommits the arena's free chunks.
+func (h *Heap) Trim() error {
+	if err := h.lock(); err != nil {
+		return err
+	}
+	defer h.mu.Unlock()
+	err := h.reclaim(nil)
+	h.a.Trim()
+	return err
+}
+
+// ForgetStream waits for s, does its deferred frees, gives back the memory its heap holds and
+// forgets s, so that it may be destroyed. It fails with an error wrapping heap.ErrLiveBlocks,
+// and keeps s, while blocks allocated on s are live.
+func (h *Heap) ForgetStream(s cuda.Stream) error {
+	if err := h.lock(); err != nil {
+		return err
+	}
+	defer h.mu.Unlock()
+	if !h.seen[s] {
+		return nil
+	}
+	if err := h.dev.StreamSynchronize(s); err != nil {
+		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
+	}
+	if err := h.pollQueue(s); err != nil {
+		return err
+	}
+	if sh := h.streams[s]; sh != nil {
+		if err := sh.h.Close(); err != nil {
+			return fmt.Errorf("device: stream %#x: %w", s, err)
+		}
+		delete(h.streams, s)
+		delete(h.byHeap, sh.h)
+	}
+	delete(h.seen, s)
+	return nil
+}
+
+// Stats returns the heap's figures, after doing the deferred frees that have completed.
+func (h *Heap) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		_ = h.poll()
+	}
+	st := h.st
+	st.Streams = len(h.streams)
+	for _, sh := range h.streams {
+		hs := sh.h.Stats()
+		st.Live += hs.Live
+		st.InUse += hs.InUse
+	}
+	for _, q := range h.queues {
+		st.Deferred += len(q)
+	}
+	st.Events = h.events.Created() - h.events.Destroyed()
+	st.Arena = h.a.Stats()
+	return st
+}
+
+// Close releases the heap's memory and events, and the device if Open made it. It fails, and
+// releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with
+// one wrapping ErrBusy while deferred frees wait for their event or a stream the heap has seen
+// has work in flight (Sync, or synchronize the stream, and Close again).
+func (h *Heap) Close() error {
+	if err := h.lock(); err != nil {
+		return err
+	}
+	defer h.mu.Unlock()
+	if err := h.poll(); err != nil {
+		return err
+	}
+	var live, bytes uint64
+	for _, sh := range h.streams {
+		hs := sh.h.Stats()
+		live += hs.Live
+		bytes += hs.InUse
+	}
+	deferred := len(h.deferred)
+	if live > uint64(deferred) {
+		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams))
+	}
+	if deferred > 0 {
+		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, deferred)
+	}
+	for s := range h.seen {
+		if err := h.dev.StreamQuery(s); errors.Is(err, cuda.ErrNotReady) {
+			return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
+		}
+	}
+	var errs []error
+	for _, sh := range h.streams {
+		errs = append(errs, sh.h.Close())
+	}
+	errs = append(errs, h.a.Close(), h.events.Close())
+	if n := h.events.Created() - h.events.Destroyed(); n != 0 {
+		errs = append(errs, fmt.Errorf("device: %d events not destroyed", n))
+	}
+	if h.ownDev {
+		errs = append(errs, h.dev.Close())
+	}
+	h.closed = true
+	return errors.Join(errs...)
+}
+
+// lock takes h.mu, or fails with ErrClosed (and leaves it unlocked) after Close.
+func (h *Heap) lock() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// ready checks the heap is open and s is a stream the driver accepts, and does the deferred
+// frees that have completed. h.mu is held.
+func (h *Heap) ready(s cuda.Stream) error {
+	if h.closed {
+		return ErrClosed
+	}
+	if err := h.checkStream(s); err != nil {
+		return err
+	}
+	return h.poll()
+}
+
+// checkStream accepts a stream seen before, or one cuStreamQuery accepts. h.mu is held.
+func (h *Heap) checkStream(s cuda.Stream) error {
+	if h.seen[s] {
+		return nil
+	}
+	if err := h.dev.StreamQuery(s); err != nil && !errors.Is(err, cuda.ErrNotReady) {
+		return fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
+	}
+	h.seen[s] = true
+	return nil
+}
+
+// heapFor returns s's heap, making it on first use.
+func (h *Heap) heapFor(s cuda.Stream) (*streamHeap, error) {
+	if sh := h.streams[s]; sh != nil {
+		return sh, nil
+	}
+	hh, err := h.g.NewHeap(heap.Options{Align: h.align, HoldSegments: true})
+	if err != nil {
+		return nil, err
+	}
+	sh := &streamHeap{s: s, h: hh}
+	h.streams[s] = sh
+	h.byHeap[hh] = sh
+	return sh, nil
+}
+
+// owner returns the stream heap of the live block at p.
+func (h *Heap) owner(p cuda.DevicePtr) (*streamHeap, error) {
+	hh, err := h.g.Owner(p)
+	if err != nil {
+		return nil, err
+	}
+	sh := h.byHeap[hh]
+	if sh == nil { // cannot happen: every heap of the group is a stream heap
+		return nil, fmt.Errorf("%w: %#x", heap.ErrNotOwned, p)
+	}
+	if h.deferred[p] {
+		return nil, fmt.Errorf("%w: %#x has a free pending already", heap.ErrDoubleFree, p)
+	}
+	return sh, nil
+}
+
+// free gives p back to its heap, as its owner (h.mu makes every stream heap ours).
+func (h *Heap) free(owner *streamHeap, p cuda.DevicePtr) error {
+	if err := owner.h.Free(p); err != nil {
+		return err
+	}
+	h.st.Frees++
+	return nil
+}
+
+// poll does the deferred frees whose event has completed. h.mu is held.
+func (h *Heap) poll() error {
+	for s := range h.queues {
+		if err := h.pollQueue(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pollQueue does the deferred frees of stream s whose event has completed, oldest first: the
+// first event not complete stops it, since later ones on the same stream complete after it.
+func (h *Heap) pollQueue(s cuda.Stream) error {
+	q := h.queues[s]
+	i := 0
+	for ; i < len(q); i++ {
+		err := h.dev.EventQuery(q[i].ev)
+		if errors.Is(err, cuda.ErrNotReady) {
+			break
+		}
+		if err != nil {
+			h.queues[s] = q[i:]
+			return fmt.Errorf("device: event of a free on stream %#x: %w", s, err)
+		}
+		if err := h.finish(q[i]); err != nil {
+			h.queues[s] = q[i+1:]
+			return err
+		}
+	}
+	if i == len(q) {
+		delete(h.queues, s)
+	} else {
+		h.queues[s] = q[i:]
+	}
+	return nil
+}
+
+// finish does a deferred free whose event has completed.
+func (h *Heap) finish(d pending) error {
+	h.events.Put(d.ev)
+	delete(h.deferred, d.p)
+	owner, err := h.owner(d.p)
+	if err != nil {
+		return err
+	}
+	return h.free(owner, d.p)
+}
+
+// drain waits for the last event of every stream's deferred frees, then does them all.
+func (h *Heap) drain() error {
+	var errs []error
+	for s, q := range h.queues {
+		if err := h.dev.EventSynchronize(q[len(q)-1].ev); err != nil {
+			errs = append(errs, fmt.Errorf("device: wait for frees on stream %#x: %w", s, err))
+			continue
+		}
+		errs = append(errs, h.pollQueue(s))
+	}
+	return errors.Join(errs...)
+}
+
+// reclaim does every deferred free, then synchronizes each stream other than except whose heap
+// holds memory and gives that memory back to the arena.
+func (h *Heap) reclaim(except *streamHeap) error {
+	errs := []error{h.drain()}
+	for s, sh := range h.streams {
+		if sh == except || sh.h.Stats().Segments == 0 {
+			continue
+		}
+		if err := h.dev.StreamSynchronize(s); err != nil {
+			errs = append(errs, fmt.Errorf("device: synchronize stream %#x: %w", s, err))
+			continue
+		}
+		sh.h.Trim()
+	}
+	return errors.Join(errs...)
+}

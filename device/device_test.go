@@ -1,0 +1,414 @@
+package device
+
+// Tests against the fake driver of internal/fakecuda (each runs in a child process that loads
+// it), so they run on machines without a GPU. The fake's streams hold their work pending while
+// Hold is on, which makes the window between a free and its event's completion as long as the
+// test wants.
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+func must(t testing.TB, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// newHeap makes a heap on dev and closes it at cleanup (after Sync), checking that no event
+// is left.
+func newHeap(t *testing.T, dev *cuda.Device, o Options) *Heap {
+	t.Helper()
+	h, err := New(dev, o)
+	must(t, "New", err)
+	t.Cleanup(func() {
+		if !h.closed {
+			must(t, "Sync", h.Sync())
+			must(t, "Close", h.Close())
+		}
+		if n := h.Stats().Events; n != 0 {
+			t.Errorf("%d events left after Close", n)
+		}
+	})
+	return h
+}
+
+// runHeap runs the test against the fake driver (fakecuda.RunDevice) with a heap on device 0;
+// f is nil in the test process, which then returns.
+func runHeap(t *testing.T, o Options) (f *fakecuda.Driver, dev *cuda.Device, h *Heap) {
+	t.Helper()
+	if f, dev = fakecuda.RunDevice(t); f == nil {
+		return nil, nil, nil
+	}
+	return f, dev, newHeap(t, dev, o)
+}
+
+// newStream creates a stream, forgotten by h and destroyed at cleanup.
+func newStream(t *testing.T, dev *cuda.Device, h *Heap) cuda.Stream {
+	t.Helper()
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	t.Cleanup(func() {
+		if !h.closed {
+			must(t, "ForgetStream", h.ForgetStream(s))
+		}
+		must(t, "StreamDestroy", dev.StreamDestroy(s))
+	})
+	return s
+}
+
+// freeAll frees blocks synchronously.
+func freeAll(t *testing.T, h *Heap, ps []cuda.DevicePtr) {
+	t.Helper()
+	for _, p := range ps {
+		must(t, "Free", h.Free(p))
+	}
+}
+
+func alloc(t *testing.T, h *Heap, n uintptr, s cuda.Stream) cuda.DevicePtr {
+	t.Helper()
+	p, err := h.Alloc(n, s)
+	must(t, "Alloc", err)
+	return p
+}
+
+func TestFakeStreamOrderedReuse(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 64 << 20})
+	if f == nil {
+		return
+	}
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	f.Hold(true)
+	defer f.Complete()
+	var live []cuda.DevicePtr // freed at the end
+	take := func(n uintptr, s cuda.Stream) cuda.DevicePtr {
+		p := alloc(t, h, n, s)
+		live = append(live, p)
+		return p
+	}
+
+	// Same stream: reused at once, even with work pending on the stream.
+	p := alloc(t, h, 1000, a)
+	must(t, "MemsetAsync", h.MemsetAsync(p, 0, 1000, a))
+	must(t, "FreeAsync", h.FreeAsync(p, a))
+	if q := alloc(t, h, 1000, a); q != p {
+		t.Errorf("a block freed on its own stream was not reused at once: %#x, then %#x", p, q)
+	}
+
+	// Freed on another stream: reusable only once the event recorded on that stream is done.
+	must(t, "FreeAsync on b", h.FreeAsync(p, b))
+	if st := h.Stats(); st.Deferred != 1 || st.DeferredFrees != 1 {
+		t.Errorf("stats after a cross-stream free: %+v", st)
+	}
+	if q := take(1000, a); q == p {
+		t.Fatalf("a block freed on stream b was reused on a before b's event completed")
+	}
+	f.CompleteStream(b)
+	if r := take(1000, a); r != p {
+		t.Errorf("after b's event completed, the block was not reused: %#x, want %#x", r, p)
+	}
+	if st := h.Stats(); st.Deferred != 0 {
+		t.Errorf("deferred frees left: %d", st.Deferred)
+	}
+
+	// A block allocated and freed on b stays with b: a's allocations never land in b's
+	// segment, even once it is empty.
+	var onB []cuda.DevicePtr
+	for i := 0; i < 64; i++ {
+		onB = append(onB, alloc(t, h, 8<<10, b))
+	}
+	for _, x := range onB {
+		must(t, "FreeAsync on b", h.FreeAsync(x, b))
+	}
+	lo := onB[0] &^ (2<<20 - 1)
+	for i := 0; i < 512; i++ {
+		if x := take(8<<10, a); x >= lo && x < lo+2<<20 {
+			t.Fatalf("an allocation on a got %#x, in the segment b freed to", x)
+		}
+	}
+
+	// Huge blocks go back to the arena: deferred even on their own stream.
+	big := alloc(t, h, 4<<20, a)
+	must(t, "FreeAsync huge", h.FreeAsync(big, a))
+	if h.Stats().Deferred != 1 {
+		t.Errorf("a huge free on its own stream was not deferred")
+	}
+	if x := take(4<<20, b); x == big {
+		t.Errorf("a huge block freed on a was reused on b before a's event completed")
+	}
+	f.CompleteStream(a)
+	if x := take(4<<20, b); x != big {
+		t.Errorf("after a's event completed the huge block was not reused: %#x, want %#x", x, big)
+	}
+	if n := f.Stat(fakecuda.Events); n != h.Stats().Events || n == 0 {
+		t.Errorf("events: fake %d, heap %d", n, h.Stats().Events)
+	}
+	f.Complete()
+	freeAll(t, h, live)
+}
+
+func TestFakeClose(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20})
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	p := alloc(t, h, 100, s)
+	if err := h.Close(); !errors.Is(err, heap.ErrLiveBlocks) {
+		t.Errorf("Close with a live block = %v", err)
+	}
+	f.Hold(true)
+	must(t, "FreeAsync", h.FreeAsync(p, 0)) // another stream: deferred
+	if err := h.Close(); !errors.Is(err, ErrBusy) {
+		t.Errorf("Close with a free pending = %v", err)
+	}
+	must(t, "Sync", h.Sync())
+	buf := make([]byte, 100)
+	q := alloc(t, h, 100, s)
+	must(t, "HtoDAsync", h.HtoDAsync(q, buf, s))
+	must(t, "Free", h.Free(q))
+	if err := h.Close(); !errors.Is(err, ErrBusy) {
+		t.Errorf("Close with a copy in flight = %v", err)
+	}
+	f.Complete()
+	must(t, "ForgetStream", h.ForgetStream(s))
+	must(t, "Close", h.Close())
+	if err := h.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close = %v", err)
+	}
+	if _, err := h.Alloc(1, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("Alloc after Close = %v", err)
+	}
+	if n := f.Stat(fakecuda.Events); n != 0 {
+		t.Errorf("%d events left in the driver", n)
+	}
+}
+
+func TestFakeErrors(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	h1 := newHeap(t, dev, Options{Capacity: 16 << 20})
+	h2 := newHeap(t, dev, Options{Capacity: 16 << 20})
+	p := alloc(t, h1, 512, 0)
+	if err := h2.Free(p); !errors.Is(err, heap.ErrNotOwned) {
+		t.Errorf("Free into the wrong heap = %v", err)
+	}
+	if err := h2.FreeAsync(p, 0); !errors.Is(err, heap.ErrNotOwned) {
+		t.Errorf("FreeAsync into the wrong heap = %v", err)
+	}
+	raw, err := dev.MemAlloc(4096)
+	must(t, "MemAlloc", err)
+	if err := h1.Free(raw); !errors.Is(err, heap.ErrNotOwned) {
+		t.Errorf("Free of a cuMemAlloc pointer = %v", err)
+	}
+	must(t, "MemFree", dev.MemFree(raw))
+	if err := h1.Free(p + 256); !errors.Is(err, heap.ErrInteriorPointer) {
+		t.Errorf("Free of an interior pointer = %v", err)
+	}
+	const bogus = cuda.Stream(0xdead0)
+	if _, err := h1.Alloc(64, bogus); !errors.Is(err, ErrInvalidStream) || !errors.Is(err, cuda.ErrInvalidHandle) {
+		t.Errorf("Alloc on an invalid stream = %v", err)
+	}
+	if err := h1.FreeAsync(p, bogus); !errors.Is(err, ErrInvalidStream) {
+		t.Errorf("FreeAsync on an invalid stream = %v", err)
+	}
+	if err := h1.HtoDAsync(p, make([]byte, 8), bogus); !errors.Is(err, ErrInvalidStream) {
+		t.Errorf("HtoDAsync on an invalid stream = %v", err)
+	}
+	if _, err := h1.Alloc(0, 0); !errors.Is(err, heap.ErrInvalidSize) {
+		t.Errorf("Alloc(0) = %v", err)
+	}
+	if _, err := h1.Alloc(1<<30, 0); !errors.Is(err, heap.ErrTooLarge) {
+		t.Errorf("Alloc beyond the capacity = %v", err)
+	}
+	f.Hold(true)
+	s := newStream(t, dev, h1)
+	must(t, "FreeAsync", h1.FreeAsync(p, s))
+	if err := h1.FreeAsync(p, s); !errors.Is(err, heap.ErrDoubleFree) {
+		t.Errorf("second FreeAsync while the first waits = %v", err)
+	}
+	if err := h1.Free(p); !errors.Is(err, heap.ErrDoubleFree) {
+		t.Errorf("Free while a FreeAsync waits = %v", err)
+	}
+	f.Complete()
+	must(t, "Sync", h1.Sync())
+	if err := h1.Free(p); !errors.Is(err, heap.ErrDoubleFree) {
+		t.Errorf("Free after the deferred free = %v", err)
+	}
+	if _, err := New(nil, Options{}); !errors.Is(err, cuda.ErrNoDriver) {
+		t.Errorf("New(nil) = %v", err)
+	}
+	if _, err := New(dev, Options{Align: 128}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("New with 128-byte alignment = %v", err)
+	}
+}
+
+func TestFakeCopies(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Align: 4096, Capacity: 16 << 20})
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	const n = 3 << 20
+	src := bytes.Repeat([]byte("pinmalloc"), n/9+1)[:n]
+	a, b := alloc(t, h, n, s), alloc(t, h, n, s)
+	if a%4096 != 0 || b%4096 != 0 {
+		t.Errorf("blocks %#x, %#x not 4096-aligned", a, b)
+	}
+	must(t, "HtoD", h.HtoD(a, src))
+	must(t, "DtoD", h.DtoD(b, a, n))
+	got := make([]byte, n)
+	must(t, "DtoH", h.DtoH(got, b))
+	if !bytes.Equal(got, src) {
+		t.Error("synchronous round trip changed the data")
+	}
+	// Asynchronous copies from memory the Go runtime does not manage.
+	host, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	must(t, "mmap", err)
+	defer unix.Munmap(host)
+	copy(host, src)
+	must(t, "MemsetAsync", h.MemsetAsync(a, 0, n, s))
+	must(t, "HtoDAsync", h.HtoDAsync(b, host, s))
+	must(t, "DtoDAsync", h.DtoDAsync(a, b, n, s))
+	clear(host)
+	must(t, "DtoHAsync", h.DtoHAsync(host, a, s))
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+	if !bytes.Equal(host, src) {
+		t.Error("asynchronous round trip changed the data")
+	}
+	for _, p := range []cuda.DevicePtr{a, b} {
+		must(t, "FreeAsync", h.FreeAsync(p, s))
+	}
+}
+
+// TestFakeReclaim fills the device from one stream, frees on that stream, and allocates on
+// another: the held memory must be reclaimed (after synchronizing the first stream).
+func TestFakeReclaim(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetMemory(0, 16<<20)
+	h := newHeap(t, dev, Options{}) // 14 MiB: 90 % of 16, in granules
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	var ps []cuda.DevicePtr
+	for {
+		p, err := h.Alloc(200<<10, a)
+		if err != nil {
+			if !errors.Is(err, heap.ErrOutOfMemory) && !errors.Is(err, cuda.ErrOutOfMemory) {
+				t.Fatalf("Alloc until full = %v", err)
+			}
+			break
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) < 50 {
+		t.Fatalf("only %d blocks of 200 KiB fit in 14 MiB", len(ps))
+	}
+	for _, p := range ps {
+		must(t, "FreeAsync", h.FreeAsync(p, a))
+	}
+	before := h.Stats().Reclaims // the failed Alloc above reclaimed once already
+	p := alloc(t, h, 4<<20, b)
+	if st := h.Stats(); st.Reclaims != before+1 {
+		t.Errorf("reclaims = %d, want %d", st.Reclaims, before+1)
+	}
+	must(t, "Free", h.Free(p))
+}
+
+// TestFakeMallocBackend runs a heap over cuMemAlloc regions, whose base is not chunk-aligned:
+// every segment must still take one chunk, not two.
+func TestFakeMallocBackend(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetVMM(false)
+	h := newHeap(t, dev, Options{Capacity: 32 << 20})
+	if name := h.Arena().Provider().Name(); name != "cuda-malloc" {
+		t.Fatalf("provider %s, want cuda-malloc", name)
+	}
+	var ps []cuda.DevicePtr
+	for i := 0; i < 40; i++ {
+		ps = append(ps, alloc(t, h, 200<<10, 0))
+	}
+	st := h.Stats()
+	if st.Arena.ChunksInUse > 5 {
+		t.Errorf("40 blocks of 200 KiB hold %d chunks: segments are not one chunk each", st.Arena.ChunksInUse)
+	}
+	freeAll(t, h, ps)
+}
+
+// TestFakeConcurrent allocates and frees from several goroutines on several streams.
+func TestFakeConcurrent(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 256 << 20})
+	if f == nil {
+		return
+	}
+	streams := []cuda.Stream{newStream(t, dev, h), newStream(t, dev, h), newStream(t, dev, h)}
+	var wg sync.WaitGroup
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				s := streams[(g+i)%len(streams)]
+				p, err := h.Alloc(uintptr(64+(i*977)%(300<<10)), s)
+				if err == nil {
+					err = h.FreeAsync(p, streams[(g+2*i)%len(streams)])
+				}
+				if err != nil {
+					t.Errorf("goroutine %d: %v", g, err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	must(t, "Sync", h.Sync())
+	if st := h.Stats(); st.Live != 0 || st.Allocs != 1800 || st.Frees != 1800 {
+		t.Errorf("stats after the run: %+v", st)
+	}
+}
+
+func TestOpenWithoutDriver(t *testing.T) {
+	if !fakecuda.RunWithoutDriver(t) {
+		return
+	}
+	if _, err := Open(0, Options{}); !errors.Is(err, cuda.ErrNoDriver) {
+		t.Fatalf("Open without a driver = %v", err)
+	}
+}
+
+// TestHugeThreshold checks hugeBlock against the heap: the largest block it serves from a
+// segment, above which a block is a chunk run of its own.
+func TestHugeThreshold(t *testing.T) {
+	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20})
+	must(t, "arena.New", err)
+	hh, err := heap.New(a, heap.Options{Align: DefaultAlign})
+	must(t, "heap.New", err)
+	p, err := hh.Alloc(hugeBlock)
+	must(t, "Alloc", err)
+	q, err := hh.Alloc(hugeBlock + 1)
+	must(t, "Alloc", err)
+	if n := hh.Stats().Huge; n != 1 {
+		t.Errorf("blocks of %d and %d bytes made %d huge objects, want 1", hugeBlock, hugeBlock+1, n)
+	}
+	must(t, "Free", hh.Free(p))
+	must(t, "Free", hh.Free(q))
+	must(t, "heap.Close", hh.Close())
+	must(t, "arena.Close", a.Close())
+}

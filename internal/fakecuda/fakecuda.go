@@ -1,0 +1,305 @@
+// Package fakecuda builds a fake CUDA driver library for tests and runs tests against it, so
+// that the CUDA code paths of pinmalloc are exercised on machines with no GPU and no CUDA.
+//
+// The fake (fakedriver.c.in) is compiled with the C compiler into the test's temporary
+// directory. Because internal/cuda loads its driver once per process, a test that wants the
+// fake runs in a child process: Run re-executes the test binary for that one test with
+// cuda.LibraryEnv pointing at the fake, reports the child's result as the test's own, and
+// returns nil; in the child it returns a *Driver that controls the fake (stream completion,
+// memory size, failure injection) and reads its counters. A GPU machine runs the same tests:
+// the parent keeps the real driver and the child gets the fake.
+//
+// The fake keeps device memory in host memory (cuMemCreate is a memfd that cuMemMap maps into
+// a PROT_NONE reservation), so copies, memsets and VMM commits move and protect real bytes.
+// Work queued on a stream completes at once unless Hold is on; then it stays pending, and so
+// do events recorded behind it, until Complete, CompleteStream or a synchronize call.
+//
+// RunDevice is Run plus opening device 0; RunWithoutDriver runs a test where no driver can be
+// loaded. GPU is for tests of the real driver: it opens a device or skips the test with "no
+// CUDA driver".
+package fakecuda
+
+import (
+	_ "embed" // the fake driver's C source
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// Source is the fake driver's C source.
+//
+//go:embed fakedriver.c.in
+var Source string
+
+// childEnv marks a child process run by Run; its value is the fake library's path, or
+// noDriver for RunWithoutDriver.
+const childEnv = "PINMALLOC_FAKECUDA_CHILD"
+
+const noDriver = "none"
+
+// Stat names one of the fake's counters of live objects and calls.
+type Stat int
+
+// Counters kept by the fake.
+const (
+	// Registrations counts host ranges registered with cuMemHostRegister.
+	Registrations Stat = iota
+	// HostAllocs counts cuMemHostAlloc allocations.
+	HostAllocs
+	// DeviceAllocs counts cuMemAlloc allocations.
+	DeviceAllocs
+	// ManagedAllocs counts cuMemAllocManaged allocations.
+	ManagedAllocs
+	// Reservations counts cuMemAddressReserve reservations.
+	Reservations
+	// Handles counts cuMemCreate handles not yet released.
+	Handles
+	// Mappings counts cuMemMap mappings.
+	Mappings
+	// Streams counts streams.
+	Streams
+	// Events counts events.
+	Events
+	// RegisterCalls counts cuMemHostRegister calls, successful or not.
+	RegisterCalls
+	// CreateCalls counts cuMemCreate calls, successful or not.
+	CreateCalls
+	// RegisteredBytes is the host memory registered now.
+	RegisteredBytes
+	// Retains counts primary-context retains outstanding.
+	Retains
+	numStats
+)
+
+// Live is the list of counters of live objects, those that must be zero when everything is
+// freed.
+var Live = []Stat{Registrations, HostAllocs, DeviceAllocs, ManagedAllocs, Reservations, Handles, Mappings, Streams, Events, Retains}
+
+// Controls understood by fake_ctl (the FC_ constants of the C source).
+const (
+	ctlHold = 1 + iota
+	ctlCompleteAll
+	ctlStat
+	ctlDevices
+	ctlMemory
+	ctlVMM
+	ctlFailRegister
+	ctlUsed
+	ctlPending
+	ctlCompleteStream
+)
+
+// Result codes for FailRegister.
+const (
+	// ResultOutOfMemory is CUDA_ERROR_OUT_OF_MEMORY.
+	ResultOutOfMemory = 2
+	// ResultNotPermitted is CUDA_ERROR_NOT_PERMITTED.
+	ResultNotPermitted = 800
+)
+
+// Run runs the calling test against the fake driver. In the test process it builds the fake,
+// runs the test again in a child process that loads the fake, fails or skips as the child did,
+// and returns nil: the caller returns at once. In the child it returns the fake's controls.
+// t must be a top-level test. It skips when there is no C compiler or no cgo.
+func Run(t *testing.T) *Driver {
+	t.Helper()
+	if path := os.Getenv(childEnv); path != "" && path != noDriver {
+		d, err := open(path)
+		if err != nil {
+			t.Fatalf("fakecuda: %v", err)
+		}
+		return d
+	}
+	if !cgoEnabled {
+		t.Skip("fakecuda: built without cgo: no driver can be loaded")
+	}
+	lib := build(t)
+	runChild(t, lib, lib)
+	return nil
+}
+
+// RunDevice is Run followed, in the child, by Open of device 0: in the test process it returns
+// nil, nil after reporting the child's result.
+func RunDevice(t *testing.T) (*Driver, *cuda.Device) {
+	t.Helper()
+	f := Run(t)
+	if f == nil {
+		return nil, nil
+	}
+	return f, f.Open(t, 0)
+}
+
+// RunWithoutDriver runs the calling test in a child process where no driver library can be
+// loaded (cuda.Load fails with ErrNoDriver), even on a machine with a GPU. It returns true in
+// the child, which then runs the test body, and false in the test process after reporting the
+// child's result. Without cgo there is never a driver, and it returns true at once.
+func RunWithoutDriver(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(childEnv) == noDriver || !cgoEnabled {
+		return true
+	}
+	runChild(t, filepath.Join(t.TempDir(), "no-such-libcuda.so.1"), noDriver)
+	return false
+}
+
+// build compiles the fake into t's temporary directory and returns the library's path.
+func build(t *testing.T) string {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skipf("fakecuda: no C compiler to build the fake driver: %v", err)
+	}
+	dir := t.TempDir()
+	src, lib := filepath.Join(dir, "fakedriver.c"), filepath.Join(dir, "libcuda.so.1")
+	if err := os.WriteFile(src, []byte(Source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", lib, src).CombinedOutput()
+	if err != nil {
+		t.Fatalf("fakecuda: building the fake driver: %v\n%s", err, out)
+	}
+	return lib
+}
+
+// runChild runs t's test alone in a child process that loads the driver library at lib, with
+// childEnv set to marker.
+func runChild(t *testing.T, lib, marker string) {
+	t.Helper()
+	if strings.Contains(t.Name(), "/") {
+		t.Fatalf("fakecuda: %s is a subtest; call Run from a top-level test", t.Name())
+	}
+	args := []string{"-test.run=^" + regexp.QuoteMeta(t.Name()) + "$", "-test.count=1", "-test.v"}
+	for _, name := range []string{"test.gocoverdir", "test.timeout"} { // the child's coverage counts too
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" {
+			args = append(args, "-"+name+"="+f.Value.String())
+		}
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), cuda.LibraryEnv+"="+lib, childEnv+"="+marker)
+	out, err := cmd.CombinedOutput()
+	switch {
+	case err != nil:
+		t.Fatalf("fakecuda: %s in a child process: %v\n%s", t.Name(), err, out)
+	case strings.Contains(string(out), "--- SKIP: "+t.Name()+" "):
+		t.Skipf("fakecuda: skipped in the child process:\n%s", out)
+	case !strings.Contains(string(out), "--- PASS: "+t.Name()+" "):
+		t.Fatalf("fakecuda: %s did not run in the child process:\n%s", t.Name(), out)
+	case testing.Verbose():
+		t.Logf("child process:\n%s", out)
+	}
+}
+
+// Driver controls the fake driver loaded in this process.
+type Driver struct {
+	lib handle
+}
+
+// Hold makes queued work stay pending (on) until Complete or a synchronize call, or complete
+// at once (off, the default). Turning it off does not complete work already pending.
+func (d *Driver) Hold(on bool) { d.ctl(ctlHold, b2i(on), 0) }
+
+// Complete completes the work pending on every stream.
+func (d *Driver) Complete() { d.ctl(ctlCompleteAll, 0, 0) }
+
+// CompleteStream completes the work pending on one stream (0: device 0's legacy stream).
+func (d *Driver) CompleteStream(s cuda.Stream) { d.ctl(ctlCompleteStream, int64(s), 0) }
+
+// Pending returns the number of streams with work pending.
+func (d *Driver) Pending() int { return int(d.ctl(ctlPending, 0, 0)) }
+
+// Stat returns one counter.
+func (d *Driver) Stat(s Stat) int64 { return d.ctl(ctlStat, int64(s), 0) }
+
+// LiveObjects returns the counters of Live that are not zero, by name; empty means nothing
+// leaked.
+func (d *Driver) LiveObjects() map[string]int64 {
+	names := []string{"registrations", "host allocs", "device allocs", "managed allocs", "reservations",
+		"handles", "mappings", "streams", "events", "register calls", "create calls", "registered bytes", "retains"}
+	m := map[string]int64{}
+	for _, s := range Live {
+		if v := d.Stat(s); v != 0 {
+			m[names[s]] = v
+		}
+	}
+	return m
+}
+
+// SetDevices sets the number of devices (1 by default, at most 8).
+func (d *Driver) SetDevices(n int) { d.ctl(ctlDevices, int64(n), 0) }
+
+// SetMemory sets a device's total memory (1 GiB by default).
+func (d *Driver) SetMemory(dev int, bytes uint64) { d.ctl(ctlMemory, int64(dev), int64(bytes)) }
+
+// Used returns the device memory in use on a device.
+func (d *Driver) Used(dev int) uint64 { return uint64(d.ctl(ctlUsed, int64(dev), 0)) }
+
+// SetVMM turns the virtual memory management API on (the default) or off (its calls then
+// fail with CUDA_ERROR_NOT_SUPPORTED and the device attribute reads 0).
+func (d *Driver) SetVMM(on bool) { d.ctl(ctlVMM, b2i(on), 0) }
+
+// FailRegister makes the next n calls of cuMemHostRegister fail with the given result code.
+func (d *Driver) FailRegister(n, code int) { d.ctl(ctlFailRegister, int64(n), int64(code)) }
+
+// Open opens device ordinal through internal/cuda. At t's cleanup it checks that nothing
+// allocated through the device is live, closes it and, once no device is open any more, checks
+// that the fake holds no object.
+func (d *Driver) Open(t testing.TB, ordinal int) *cuda.Device {
+	t.Helper()
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		t.Fatalf("cuda.Open(%d): %v", ordinal, err)
+	}
+	closeAtCleanup(t, dev, func() {
+		if live := d.LiveObjects(); cuda.PrimaryRetains() == 0 && len(live) != 0 {
+			t.Errorf("the fake driver holds %v at the end of the test", live)
+		}
+	})
+	return dev
+}
+
+// GPU opens device ordinal of the real driver for a test or benchmark that needs a GPU, and
+// skips it with "no CUDA driver: ..." where there is none (or where this process runs against
+// the fake). At cleanup it checks that nothing allocated through the device is live and closes
+// it.
+func GPU(tb testing.TB, ordinal int) *cuda.Device {
+	tb.Helper()
+	if os.Getenv(childEnv) != "" {
+		tb.Skipf("no CUDA driver: this process runs against the fake driver")
+	}
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		tb.Skipf("no CUDA driver: %v", err)
+	}
+	closeAtCleanup(tb, dev, func() {})
+	return dev
+}
+
+// closeAtCleanup checks at tb's cleanup that nothing allocated through dev is live, closes it,
+// then runs after.
+func closeAtCleanup(tb testing.TB, dev *cuda.Device, after func()) {
+	tb.Cleanup(func() {
+		if s := dev.Stats(); s.Live() != 0 {
+			tb.Errorf("device %d: resources live at the end: %+v", dev.Ordinal(), s)
+		}
+		if err := dev.Close(); err != nil {
+			tb.Errorf("device %d: Close: %v", dev.Ordinal(), err)
+		}
+		after()
+	})
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
