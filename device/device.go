@@ -76,6 +76,13 @@ var (
 	ErrClosed = errors.New("device: heap closed")
 	// ErrInvalidOptions means Options that cannot work.
 	ErrInvalidOptions = errors.New("device: invalid options")
+	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, or cgo is off).
+	ErrNoDriver = cuda.ErrNoDriver
+	// ErrNoDevice means the driver found no such device.
+	ErrNoDevice = cuda.ErrNoDevice
+	// ErrOutOfMemory means the device is out of memory; the error says how much was asked,
+	// how much is free, and how much pinmalloc has committed.
+	ErrOutOfMemory = cuda.ErrOutOfMemory
 )
 
 // Options configures a Heap. The zero value is ready to use.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // Sentinel errors. They are the heap's and the arena's own values, so errors.Is matches either
@@ -35,6 +36,9 @@ var (
 	ErrMemlock = arena.ErrMemlock
 	// ErrInvalidOptions means Options that cannot work together.
 	ErrInvalidOptions = errors.New("pinned: invalid options")
+	// ErrNoDriver means the CUDAHost backend found no CUDA driver (Auto falls back to Locked
+	// instead).
+	ErrNoDriver = cuda.ErrNoDriver
 )
 
 // wrapFreeError adds ErrSubSlice to the heap's complaints about a slice that is not a whole
