@@ -91,6 +91,7 @@ func (h *Heap) freeObject(pg *page) {
 	h.frees++
 	pg.used = 0
 	if s := pg.seg; s.kind == segHuge {
+		pg.dead = true
 		h.g.unregister(s.span)
 		_ = h.a.Free(s.span) // cannot fail: the span is ours and in use
 		h.nhuge--
@@ -103,6 +104,7 @@ func (h *Heap) freeObject(pg *page) {
 // the arena.
 func (h *Heap) freeSlices(pg *page) {
 	s := pg.seg
+	pg.dead = true
 	for i := pg.slice0; i < pg.slice0+pg.nslice; i++ {
 		s.pages[i].Store(nil)
 	}
@@ -125,7 +127,14 @@ func (h *Heap) freeSlices(pg *page) {
 // collectPage moves pg's remote frees onto its free stack. It leaves pg.pending alone: only
 // collectPending, which has taken pg off the pending stack, may clear it (clearing it while pg
 // is still on the stack would let a remote free push pg twice).
+//
+// A page released already may still be on the pending stack: a remote free that lands between
+// collectPending's clearing of pg.pending and its swap of the bits pushes pg again, yet its bit
+// is taken by that same collection, which may then release pg. Such a stale entry is ignored.
 func (h *Heap) collectPage(pg *page, mayRelease bool) {
+	if pg.dead {
+		return
+	}
 	for w := range pg.remote {
 		if pg.remote[w].Load() == 0 {
 			continue

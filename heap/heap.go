@@ -40,7 +40,8 @@
 //   - p.used counts live blocks plus remotely freed blocks not yet collected; a page is given
 //     back only when p.used is zero, so a remote free never races with its page's release;
 //   - page and segment structs are never reused, so a stale pointer held by a buggy double free
-//     sees only clear bits and reports ErrDoubleFree.
+//     sees only clear bits and reports ErrDoubleFree; a released page is marked dead, and a
+//     stale pending-stack entry for it is ignored.
 //
 // Lock order: Heap (owner, no lock) → arena.Arena.mu. Remote frees take no lock at all.
 package heap

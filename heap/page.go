@@ -46,6 +46,7 @@ type page struct {
 	class   int16  // heap class, or -1 for object and huge pages
 	fresh   bool   // blocks from bump read as zero
 	inAvail bool
+	dead    bool    // given back: never used again (see the invariants)
 	objSize uintptr // object and huge pages: the size asked for
 	prev    *page
 	next    *page

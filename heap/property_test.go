@@ -400,3 +400,44 @@ func FuzzHeap(f *testing.F) {
 		}
 	})
 }
+
+// TestOwnerAllocsWhileRemoteFrees has one owner allocate as fast as it can while one other
+// goroutine frees everything it allocated: collection runs constantly against remote frees. (It
+// caught a page released twice through a stale pending-stack entry.)
+func TestOwnerAllocsWhileRemoteFrees(t *testing.T) {
+	h := newTestHeap(t, 1<<30, Options{})
+	rounds := 40_000
+	if raceEnabled || testing.Short() {
+		rounds = 4_000
+	}
+	ch := make(chan []uintptr, 16)
+	done := make(chan error)
+	go func() {
+		var first error
+		for batch := range ch {
+			for _, p := range batch {
+				if err := h.g.Free(p); err != nil && first == nil {
+					first = err
+				}
+			}
+		}
+		done <- first
+	}()
+	for i := range rounds {
+		batch := make([]uintptr, 64)
+		for j := range batch {
+			var err error
+			if batch[j], err = h.Alloc(uintptr(16 + (i*64+j)*37%8000)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ch <- batch
+	}
+	close(ch)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := h.Stats(); st.Live != 0 {
+		t.Fatalf("%d blocks live after every free", st.Live)
+	}
+}
