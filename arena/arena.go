@@ -598,3 +598,72 @@ func (a *Arena) ChunkAlign() uintptr {
 	}
 	return a.align
 }
+
+// Commit makes sure [addr, addr+size), inside a span in use, is committed: the heap calls it
+// before reusing part of a segment it decommitted. It reports whether the range reads as zero.
+func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, err := a.inUse(addr, size)
+	if err != nil {
+		return false, err
+	}
+	glo, ghi := r.granules(addr, size)
+	zeroed = r.dirty.count(glo, ghi) == 0
+	if err := a.commit(r, glo, ghi); err != nil {
+		return false, err
+	}
+	r.dirty.setRange(glo, ghi, true)
+	return zeroed, nil
+}
+
+// Decommit returns the whole granules inside [addr, addr+size), part of a span in use, to the
+// provider (a large page the heap gave up, say); the span stays handed out. It is a no-op for
+// providers that cannot decommit. It reports the bytes decommitted.
+func (a *Arena) Decommit(addr, size uintptr) (uintptr, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, err := a.inUse(addr, size)
+	if err != nil || !a.caps.Decommits || r.r.Committed {
+		return 0, err
+	}
+	off := addr - r.r.Base
+	glo := int((off + a.caps.Granule - 1) >> r.gshift) // whole granules only
+	ghi := int((off + size) >> r.gshift)
+	if ghi <= glo {
+		return 0, nil
+	}
+	before := a.st.Committed
+	_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
+		if err := a.prov.Decommit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
+			return err
+		}
+		r.commit.setRange(s, e, false)
+		if a.caps.ZeroOnCommit {
+			r.dirty.setRange(s, e, false)
+		}
+		a.st.Committed -= uint64(e-s) << r.gshift
+		a.st.Purged += uint64(e-s) << r.gshift
+		a.st.Decommits++
+		return nil
+	})
+	return uintptr(before - a.st.Committed), nil
+}
+
+// inUse returns the region of [addr, addr+size) after checking that its chunks are handed out.
+func (a *Arena) inUse(addr, size uintptr) (*region, error) {
+	if a.closed {
+		return nil, ErrClosed
+	}
+	for _, r := range *a.regions.Load() {
+		if size == 0 || addr < r.grid || addr+size > r.end || addr+size < addr {
+			continue
+		}
+		first, last := int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)
+		if r.used.count(first, last+1) != last-first+1 {
+			break
+		}
+		return r, nil
+	}
+	return nil, fmt.Errorf("%w: [%#x, +%d) is not inside a span in use", ErrInvalid, addr, size)
+}

@@ -161,6 +161,9 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := h.prepareSlices(s, first, k); err != nil {
+		return nil, err
+	}
 	pg := newPage(h, s, first, k, cl.size, int16(c), !s.dirty(first, k))
 	h.afterCarve(s)
 	s.markDirty(first, k)
@@ -198,7 +201,7 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 		sp := h.spares[n-1]
 		h.spares = h.spares[:n-1]
 		// A new struct, never the old one: see the invariants.
-		s = &segment{heap: h, span: sp.span, base: sp.base, dirtyBits: sp.dirtyBits}
+		s = &segment{heap: h, span: sp.span, base: sp.base, dirtyBits: sp.dirtyBits, decommit: sp.decommit}
 		h.g.register(s.span, s)
 	} else {
 		// One chunk, at the alignment the arena's chunks have: asking for segSize alignment
@@ -253,9 +256,15 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	}
 	if n <= segSize/2 && alignment <= min(segSize, h.g.chunkAlign) {
 		k := int((n + sliceSize - 1) >> sliceShift)
+		if pg := h.reuseObject(k, alignment); pg != nil {
+			return h.takeObject(pg, n), false, nil
+		}
 		step := max(int(alignment>>sliceShift), 1)
 		s, first, err := h.segmentWithRoom(segObject, k, step)
 		if err != nil {
+			return 0, false, err
+		}
+		if err := h.prepareSlices(s, first, k); err != nil {
 			return 0, false, err
 		}
 		fresh := !s.dirty(first, k)
@@ -291,4 +300,35 @@ func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
 		h.peak = h.live
 	}
 	return pg.base
+}
+
+// prepareSlices commits slices of s that an earlier page gave back to the provider.
+func (h *Heap) prepareSlices(s *segment, first, n int) error {
+	m := sliceMask(first, n)
+	if s.decommit&m == 0 {
+		return nil
+	}
+	zeroed, err := h.a.Commit(s.base+uintptr(first)<<sliceShift, uintptr(n)<<sliceShift)
+	if err != nil {
+		return err
+	}
+	s.decommit &^= m
+	if zeroed {
+		s.dirtyBits &^= m
+	}
+	return nil
+}
+
+// maxObjFree bounds the freed object pages a heap keeps for reuse.
+const maxObjFree = 4
+
+// reuseObject takes a kept object page of k to k+k/8 slices aligned as asked, if there is one.
+func (h *Heap) reuseObject(k int, alignment uintptr) *page {
+	for i, pg := range h.objFree {
+		if pg.nslice >= k && pg.nslice <= k+k/8 && pg.base%alignment == 0 {
+			h.objFree = append(h.objFree[:i], h.objFree[i+1:]...)
+			return pg
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package heap
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -75,5 +76,25 @@ func BenchmarkRemoteFreePair(b *testing.B) {
 		if err := h.g.Free(p); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkPairSizes is one Alloc and one Free of a fixed size, from a small class to a huge
+// object.
+func BenchmarkPairSizes(b *testing.B) {
+	for _, n := range []uintptr{64, 4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			h := newTestHeap(b, 1<<30, Options{})
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				p, err := h.Alloc(n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := h.Free(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

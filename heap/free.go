@@ -97,6 +97,23 @@ func (h *Heap) freeObject(pg *page) {
 		h.nhuge--
 		return
 	}
+	// Keep the page, geometry and all, for the next object of about its size: reusing it is
+	// reusing a block, with no page or segment to build. The oldest kept page goes.
+	if len(h.objFree) == maxObjFree {
+		h.dropObject(h.objFree[0])
+		h.objFree = append(h.objFree[:0], h.objFree[1:]...)
+	}
+	h.objFree = append(h.objFree, pg)
+}
+
+// dropObject gives a kept object page's slices back, and their memory to the provider when the
+// segment stays in use (a segment given back whole is purged by the arena).
+func (h *Heap) dropObject(pg *page) {
+	if s := pg.seg; s.npages > 1 {
+		if n, _ := h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift); n > 0 {
+			s.decommit |= sliceMask(pg.slice0, pg.nslice)
+		}
+	}
 	h.freeSlices(pg)
 }
 
@@ -188,6 +205,10 @@ func (h *Heap) releaseEmpty(closing bool) {
 			h.cur[c] = &cl.empty
 		}
 	}
+	for _, pg := range h.objFree {
+		h.dropObject(pg)
+	}
+	h.objFree = h.objFree[:0]
 	for _, s := range h.spares {
 		_ = h.a.Free(s.span)
 		h.nsegs--

@@ -93,6 +93,7 @@ type Heap struct {
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
 	hold    bool
 	objects pageList     // object and huge pages, for Close and Stats
+	objFree []*page      // freed object pages kept for reuse, oldest first
 	pending pendingStack // pages with remote frees, pushed by other goroutines
 
 	live, peak    uintptr // bytes asked for, by live blocks

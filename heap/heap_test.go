@@ -261,3 +261,53 @@ func TestExternalOddBase(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectPages checks that a freed object page is reused for the next object of about its
+// size, and that a dropped one gives its memory back while its segment stays in use.
+func TestObjectPages(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(600 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	q, err := h.Alloc(580 << 10) // within 12.5 %: the same page
+	if err != nil || q != p {
+		t.Fatalf("object page not reused: %#x then %#x (%v)", p, q, err)
+	}
+	// Fill a segment with object pages, keep one live, free the rest: beyond the kept ones
+	// the freed pages are decommitted although the segment is still in use.
+	var ps []uintptr
+	for range 6 {
+		x, err := h.Alloc(300 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, x)
+	}
+	before := h.a.Stats().Committed
+	for _, x := range ps {
+		if err := h.Free(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Trim()
+	if after := h.a.Stats().Committed; after >= before {
+		t.Fatalf("committed %d after freeing and trimming, %d before", after, before)
+	}
+	// The decommitted slices are committed again when reused: touching them must not fault.
+	for range 6 {
+		x, err := h.Alloc(300 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(mem.Bytes(x, 300<<10))
+		ps = append(ps[:0], x)
+		defer h.Free(x)
+	}
+	if err := h.Free(q); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -74,6 +74,7 @@ type segment struct {
 	pages     [segSlices]atomic.Pointer[page] // page covering each slice
 	huge      *page
 	dirtyBits uint64 // slices handed out since the chunk last read as zero
+	decommit  uint64 // slices given back to the provider while the segment stays in use
 	inList    bool
 	prev      *segment
 	next      *segment

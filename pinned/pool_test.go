@@ -217,8 +217,8 @@ func TestTrim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := p.Stats(); st.Committed < 64<<20 {
-		t.Fatalf("committed %d before Trim", st.Committed)
+	if st := p.Stats(); st.Committed == 0 {
+		t.Fatal("nothing committed before Trim: the test proves nothing") // kept pages and spares
 	}
 	p.Trim()
 	if st := p.Stats(); st.Committed != 0 || st.Locked != 0 {
