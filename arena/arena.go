@@ -12,11 +12,14 @@
 // loses at most Align-1 bytes, counted in Stats.AlignWaste. Nothing is written into a region:
 // every piece of bookkeeping is Go memory, so the same code serves memory the CPU cannot touch.
 //
-// Chunks are handed out singly (heap segments) or as runs (huge objects) by first fit over a
-// per-region bitmap. Memory is committed at the provider's granule (a host page, a VMM granule),
-// tracked per granule, so a run whose last chunk is mostly empty commits only what it uses.
-// Free chunks stay committed for Options.PurgeDelay and are then decommitted by a timer;
-// Trim decommits them at once.
+// Chunks are handed out singly (heap segments, reserved and committed page by page) or as runs
+// (huge objects, committed at once) by first fit over a per-region bitmap. Memory is committed
+// at the provider's granule (a host page, a VMM granule) and tracked per granule, so a run whose
+// last chunk is mostly empty commits only what it uses. Each committed granule is either wanted
+// (by an Alloc or a Commit) or not: the memory of freed chunks, of pages a heap gave up
+// (Decommit) and what a new span left unclaimed in reused chunks. Unwanted memory stays
+// committed for Options.PurgeDelay, in case it is claimed again, and is then decommitted by a
+// timer; Trim decommits it at once.
 //
 // # Lookup
 //
@@ -46,7 +49,7 @@ const (
 	// DefaultAlign is Options.Align's default: enough for a cache line and for GPU coalescing.
 	DefaultAlign = 256
 	// DefaultPurgeDelay is how long free chunks stay committed when Options.PurgeDelay is zero.
-	DefaultPurgeDelay = 500 * time.Millisecond
+	DefaultPurgeDelay = 10 * time.Millisecond // mimalloc's purge delay
 	maxRegions        = 64
 	defaultRegionSize = 1 << 30
 )
@@ -71,8 +74,8 @@ type Options struct {
 	RegionSize uintptr
 	// Align is the alignment every chunk start must meet (a power of two). Default 256.
 	Align uintptr
-	// PurgeDelay is how long a free chunk stays committed before it is decommitted. Zero means
-	// DefaultPurgeDelay; a negative value keeps free chunks committed until Trim.
+	// PurgeDelay is how long memory no span wants stays committed before it is decommitted.
+	// Zero means DefaultPurgeDelay (10 ms); a negative value keeps it committed until Trim.
 	PurgeDelay time.Duration
 }
 
@@ -149,6 +152,7 @@ type region struct {
 	used    bitmap  // chunk handed out
 	freedAt []int64 // per chunk: arena time when it was freed (for the purge delay)
 	commit  bitmap  // per granule, relative to r.Base: committed
+	want    bitmap  // per granule: committed on a span's behalf (Alloc, Commit); the rest is purgeable
 	dirty   bitmap  // per granule: not known to read as zero
 	gshift  uint
 }
@@ -244,6 +248,16 @@ func (a *Arena) ChunkBase(id ChunkID) (uintptr, bool) {
 // bytes touch and reports whether they read as zero. It reserves a new region when no region
 // has room, up to the capacity.
 func (a *Arena) Alloc(size, alignment uintptr) (Span, error) {
+	return a.alloc(size, alignment, true)
+}
+
+// Reserve is Alloc without the commit: the caller commits the parts it uses with Commit, as a
+// heap does page by page. Zeroed is false; Commit reports zero-ness per range.
+func (a *Arena) Reserve(size, alignment uintptr) (Span, error) {
+	return a.alloc(size, alignment, false)
+}
+
+func (a *Arena) alloc(size, alignment uintptr, commit bool) (Span, error) {
 	if size == 0 || !align.IsPow2(alignment) {
 		return Span{}, fmt.Errorf("%w: alloc %d bytes aligned to %d", ErrInvalid, size, alignment)
 	}
@@ -257,7 +271,7 @@ func (a *Arena) Alloc(size, alignment uintptr) (Span, error) {
 	}
 	for _, r := range *a.regions.Load() {
 		if s, ok := a.place(r, size, alignment); ok {
-			return a.take(r, s)
+			return a.take(r, s, commit)
 		}
 	}
 	r, err := a.grow(size, alignment)
@@ -269,7 +283,7 @@ func (a *Arena) Alloc(size, alignment uintptr) (Span, error) {
 		return Span{}, fmt.Errorf("%w: %d bytes aligned to %d do not fit a fresh region of %d bytes",
 			ErrCapacity, size, alignment, r.r.Size)
 	}
-	return a.take(r, s)
+	return a.take(r, s, commit)
 }
 
 // place finds, first fit, a free run in r for size bytes at an aligned address.
@@ -298,16 +312,24 @@ func (stopErr) Error() string { return "stop" }
 
 var errStop error = stopErr{}
 
-// take marks s in use and commits what it needs.
-func (a *Arena) take(r *region, s Span) (Span, error) {
+// take marks s in use and, when asked, commits what it needs.
+func (a *Arena) take(r *region, s Span, commit bool) (Span, error) {
 	first := int(s.ID - r.firstID)
 	glo, ghi := r.granules(s.Base, s.Size)
-	s.Zeroed = r.dirty.count(glo, ghi) == 0
-	if err := a.commit(r, glo, ghi); err != nil {
-		return Span{}, err
+	if commit {
+		s.Zeroed = r.dirty.count(glo, ghi) == 0
+		if err := a.commit(r, glo, ghi); err != nil {
+			return Span{}, err
+		}
+		r.dirty.setRange(glo, ghi, true)
+	} else {
+		glo, ghi = 0, 0
 	}
 	r.used.setRange(first, first+s.N, true)
-	r.dirty.setRange(glo, ghi, true)
+	r.want.setRange(glo, ghi, true)
+	// Memory an earlier span left committed in these chunks, outside what this one asked for,
+	// is purged after the delay unless a Commit claims it first.
+	a.markUnwanted(r, first, first+s.N)
 	a.st.ChunksInUse += s.N
 	return s, nil
 }
@@ -380,7 +402,7 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	ng := int((rr.Size + a.caps.Granule - 1) >> gshift)
 	r := &region{
 		r: rr, grid: grid, end: rr.End(), nchunks: n, firstID: a.nextID, waste: grid - rr.Base,
-		used: newBitmap(n), freedAt: make([]int64, n), commit: newBitmap(ng), dirty: newBitmap(ng), gshift: gshift,
+		used: newBitmap(n), freedAt: make([]int64, n), commit: newBitmap(ng), want: newBitmap(ng), dirty: newBitmap(ng), gshift: gshift,
 	}
 	if rr.Committed {
 		r.commit.setRange(0, ng, true)
@@ -415,14 +437,31 @@ func (a *Arena) Free(s Span) error {
 		return fmt.Errorf("%w: span at chunk %d is not in use (double free)", ErrInvalid, s.ID)
 	}
 	r.used.setRange(first, first+s.N, false)
-	now := a.now()
-	for i := first; i < first+s.N; i++ {
-		r.freedAt[i] = now
-	}
+	glo, _ := a.chunkGranules(r, first)
+	_, ghi := a.chunkGranules(r, first+s.N-1)
+	r.want.setRange(glo, ghi, false)
+	a.markUnwanted(r, first, first+s.N)
 	a.st.ChunksInUse -= s.N
-	a.schedulePurge()
 	return nil
 }
+
+// markUnwanted stamps chunks [first, last) that hold committed memory no span wants with the
+// time, and arms the purge timer.
+func (a *Arena) markUnwanted(r *region, first, last int) {
+	now, any := a.now(), false
+	for i := first; i < last; i++ {
+		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
+			r.freedAt[i] = now
+			any = true
+		}
+	}
+	if any {
+		a.schedulePurge()
+	}
+}
+
+// unwanted reports whether granules [glo, ghi) hold committed memory no span wants.
+func (r *region) unwanted(glo, ghi int) bool { return r.commit.anyAndNot(r.want, glo, ghi) }
 
 func (a *Arena) regionOf(id ChunkID) *region {
 	for _, r := range *a.regions.Load() {
@@ -459,8 +498,9 @@ func (a *Arena) purgeTick() {
 	}
 }
 
-// purge decommits the free chunks freed at or before the arena time cutoff and reports whether
-// free committed chunks remain.
+// purge decommits the committed memory no span wants (free chunks, and what spans in use
+// left unclaimed) in chunks stamped at or before the arena time cutoff, and reports whether
+// such memory remains.
 func (a *Arena) purge(cutoff int64) (pending bool) {
 	if !a.caps.Decommits {
 		return false
@@ -469,59 +509,46 @@ func (a *Arena) purge(cutoff int64) (pending bool) {
 		if r.r.Committed {
 			continue
 		}
-		_ = r.used.runs(0, r.nchunks, false, func(s, e int) error {
-			for i := s; i < e; i++ {
-				lo := r.grid - r.r.Base + uintptr(i)<<a.shift
-				hi := min(lo+a.chunk, r.r.Size)
-				glo, ghi := int(lo>>r.gshift), int((hi+a.caps.Granule-1)>>r.gshift)
-				if r.commit.count(glo, ghi) == 0 {
-					continue
-				}
-				if r.freedAt[i] > cutoff {
-					pending = true
-					continue
-				}
-				a.decommit(r, glo, ghi, i)
+		for i := 0; i < r.nchunks; i++ {
+			glo, ghi := a.chunkGranules(r, i)
+			if !r.unwanted(glo, ghi) {
+				continue
 			}
-			return nil
-		})
+			if r.freedAt[i] > cutoff {
+				pending = true
+				continue
+			}
+			a.release(r, glo, ghi)
+		}
 	}
 	return pending
 }
 
-// decommit returns the committed granules of chunk i in [glo, ghi) to the provider. A granule
-// shared with a neighbouring chunk in use (an unaligned grid) is kept.
-func (a *Arena) decommit(r *region, glo, ghi, i int) {
-	if a.shares(r, glo, i-1) {
-		glo++
-	}
-	if a.shares(r, ghi-1, i+1) {
-		ghi--
-	}
-	_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
-		if err := a.prov.Decommit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
-			return nil // keep it committed: the memory is still usable
-		}
-		r.commit.setRange(s, e, false)
-		if a.caps.ZeroOnCommit {
-			r.dirty.setRange(s, e, false)
-		}
-		n := uint64(e-s) << r.gshift
-		a.st.Committed -= n
-		a.st.Purged += n
-		a.st.Decommits++
-		return nil
-	})
+// chunkGranules returns the granules, relative to the region base, that chunk i touches.
+func (a *Arena) chunkGranules(r *region, i int) (glo, ghi int) {
+	lo := r.grid - r.r.Base + uintptr(i)<<a.shift
+	hi := min(lo+a.chunk, r.r.Size)
+	return int(lo >> r.gshift), int((hi + a.caps.Granule - 1) >> r.gshift)
 }
 
-// shares reports whether granule g also belongs to chunk j and chunk j is in use.
-func (a *Arena) shares(r *region, g, j int) bool {
-	if j < 0 || j >= r.nchunks || !r.used.get(j) {
-		return false
-	}
-	lo := r.grid - r.r.Base + uintptr(j)<<a.shift
-	hi := min(lo+a.chunk, r.r.Size)
-	return g >= int(lo>>r.gshift) && g < int((hi+a.caps.Granule-1)>>r.gshift)
+// release returns the committed granules in [glo, ghi) that no span wants to the provider.
+func (a *Arena) release(r *region, glo, ghi int) {
+	_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
+		return r.want.runs(s, e, false, func(s, e int) error {
+			if err := a.prov.Decommit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
+				return nil // keep it committed: the memory is still usable
+			}
+			r.commit.setRange(s, e, false)
+			if a.caps.ZeroOnCommit {
+				r.dirty.setRange(s, e, false)
+			}
+			n := uint64(e-s) << r.gshift
+			a.st.Committed -= n
+			a.st.Purged += n
+			a.st.Decommits++
+			return nil
+		})
+	})
 }
 
 // Trim decommits every free chunk now, whatever the purge delay.
@@ -614,40 +641,29 @@ func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
 		return false, err
 	}
 	r.dirty.setRange(glo, ghi, true)
+	r.want.setRange(glo, ghi, true)
 	return zeroed, nil
 }
 
-// Decommit returns the whole granules inside [addr, addr+size), part of a span in use, to the
-// provider (a large page the heap gave up, say); the span stays handed out. It is a no-op for
-// providers that cannot decommit. It reports the bytes decommitted.
-func (a *Arena) Decommit(addr, size uintptr) (uintptr, error) {
+// Decommit gives up the whole granules inside [addr, addr+size), part of a span in use (a page
+// the heap no longer needs): they are decommitted after the purge delay, or by Trim, unless a
+// Commit claims them again first. The span stays handed out.
+func (a *Arena) Decommit(addr, size uintptr) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r, err := a.inUse(addr, size)
 	if err != nil || !a.caps.Decommits || r.r.Committed {
-		return 0, err
+		return err
 	}
 	off := addr - r.r.Base
 	glo := int((off + a.caps.Granule - 1) >> r.gshift) // whole granules only
 	ghi := int((off + size) >> r.gshift)
 	if ghi <= glo {
-		return 0, nil
-	}
-	before := a.st.Committed
-	_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
-		if err := a.prov.Decommit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
-			return err
-		}
-		r.commit.setRange(s, e, false)
-		if a.caps.ZeroOnCommit {
-			r.dirty.setRange(s, e, false)
-		}
-		a.st.Committed -= uint64(e-s) << r.gshift
-		a.st.Purged += uint64(e-s) << r.gshift
-		a.st.Decommits++
 		return nil
-	})
-	return uintptr(before - a.st.Committed), nil
+	}
+	r.want.setRange(glo, ghi, false)
+	a.markUnwanted(r, int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1)
+	return nil
 }
 
 // inUse returns the region of [addr, addr+size) after checking that its chunks are handed out.

@@ -339,3 +339,42 @@ func TestExternalProvider(t *testing.T) {
 	}
 	a.Trim() // exclusive host memory: decommitted with madvise, which must not fail
 }
+
+// TestPurgeUnclaimed reuses the chunks of a big span for a small one: what the small one does
+// not claim is decommitted after the delay while the span stays in use, unless Commit claims
+// it first.
+func TestPurgeUnclaimed(t *testing.T) {
+	a := newTestArena(t, Options{Capacity: 64 << 20, PurgeDelay: 20 * time.Millisecond})
+	big, err := a.Alloc(4<<20, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free(big); err != nil {
+		t.Fatal(err)
+	}
+	seg, err := a.Reserve(DefaultChunkSize, DefaultChunkSize) // reuses the first chunk, uncommitted
+	if err != nil || seg.Base != big.Base {
+		t.Fatalf("Reserve: %+v %v", seg, err)
+	}
+	if _, err := a.Commit(seg.Base, 64<<10); err != nil { // claims 64 KiB of the old memory
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for a.Stats().Committed != 64<<10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("unclaimed memory not purged: committed %d", a.Stats().Committed)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mem.Bytes(seg.Base, 64<<10)[64<<10-1] = 1 // the claimed part is still there
+	if err := a.Decommit(seg.Base, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	a.Trim()
+	if st := a.Stats(); st.Committed != 0 || st.ChunksInUse != 1 {
+		t.Fatalf("after Decommit and Trim: %+v", st)
+	}
+	if err := a.Free(seg); err != nil {
+		t.Fatal(err)
+	}
+}

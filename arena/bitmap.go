@@ -74,3 +74,20 @@ func (b bitmap) next(i, hi int, v bool) int {
 	}
 	return hi
 }
+
+// anyAndNot reports whether some index in [lo, hi) is set in b and clear in c.
+func (b bitmap) anyAndNot(c bitmap, lo, hi int) bool {
+	for i := lo; i < hi; {
+		w, off := i>>6, uint(i)&63
+		n := min(64-int(off), hi-i)
+		m := ^uint64(0)
+		if n < 64 {
+			m = (1<<uint(n) - 1) << off
+		}
+		if b[w]&^c[w]&m != 0 {
+			return true
+		}
+		i += n
+	}
+	return false
+}

@@ -207,16 +207,15 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 		// One chunk, at the alignment the arena's chunks have: asking for segSize alignment
 		// of an arena whose regions are not aligned (cuMemAlloc, external) would cost a
 		// second chunk for every segment.
-		span, err := h.a.Alloc(segSize, h.g.chunkAlign)
+		// Reserved, not committed: pages commit their own slices (prepareSlices), so a
+		// segment holding one small object commits one page, not 2 MiB.
+		span, err := h.a.Reserve(segSize, h.g.chunkAlign)
 		if err != nil {
 			if span, err = h.retryAfterCollect(segSize, h.g.chunkAlign); err != nil {
 				return nil, err
 			}
 		}
-		s = &segment{heap: h, span: span, base: span.Base}
-		if !span.Zeroed {
-			s.dirtyBits = ^uint64(0)
-		}
+		s = &segment{heap: h, span: span, base: span.Base, dirtyBits: ^uint64(0), decommit: ^uint64(0)}
 		h.g.register(span, s)
 		h.nsegs++
 	}
@@ -232,7 +231,11 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 func (h *Heap) retryAfterCollect(size, alignment uintptr) (arena.Span, error) {
 	h.Collect()
 	h.releaseEmpty(false)
-	span, err := h.a.Alloc(size, alignment)
+	alloc := h.a.Alloc
+	if size == segSize {
+		alloc = h.a.Reserve
+	}
+	span, err := alloc(size, alignment)
 	switch {
 	case err == nil:
 		return span, nil
@@ -257,6 +260,10 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if n <= segSize/2 && alignment <= min(segSize, h.g.chunkAlign) {
 		k := int((n + sliceSize - 1) >> sliceShift)
 		if pg := h.reuseObject(k, alignment); pg != nil {
+			if err := h.prepareSlices(pg.seg, pg.slice0, pg.nslice); err != nil {
+				h.objFree = append(h.objFree, pg)
+				return 0, false, err
+			}
 			return h.takeObject(pg, n), false, nil
 		}
 		step := max(int(alignment>>sliceShift), 1)
@@ -302,7 +309,8 @@ func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
 	return pg.base
 }
 
-// prepareSlices commits slices of s that an earlier page gave back to the provider.
+// prepareSlices commits slices of s not committed yet: never used since the segment was
+// reserved, or given back to the provider by an earlier page.
 func (h *Heap) prepareSlices(s *segment, first, n int) error {
 	m := sliceMask(first, n)
 	if s.decommit&m == 0 {

@@ -103,19 +103,16 @@ func (h *Heap) freeObject(pg *page) {
 		h.dropObject(h.objFree[0])
 		h.objFree = append(h.objFree[:0], h.objFree[1:]...)
 	}
+	// Its memory goes to the arena's purge unless the page is reused within the delay.
+	if h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift) == nil {
+		pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice)
+	}
 	h.objFree = append(h.objFree, pg)
 }
 
-// dropObject gives a kept object page's slices back, and their memory to the provider when the
-// segment stays in use (a segment given back whole is purged by the arena).
-func (h *Heap) dropObject(pg *page) {
-	if s := pg.seg; s.npages > 1 {
-		if n, _ := h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift); n > 0 {
-			s.decommit |= sliceMask(pg.slice0, pg.nslice)
-		}
-	}
-	h.freeSlices(pg)
-}
+// dropObject gives a kept object page's slices back, and their memory to the arena's purge when
+// the segment stays in use (a segment given back whole is purged as a whole).
+func (h *Heap) dropObject(pg *page) { h.freeSlices(pg) } // its memory was given up when kept
 
 // freeSlices returns a page's slices to its segment, and an empty segment to the spare slot or
 // the arena.
@@ -125,15 +122,26 @@ func (h *Heap) freeSlices(pg *page) {
 	for i := pg.slice0; i < pg.slice0+pg.nslice; i++ {
 		s.pages[i].Store(nil)
 	}
-	s.free |= sliceMask(pg.slice0, pg.nslice)
+	m := sliceMask(pg.slice0, pg.nslice)
+	s.free |= m
 	s.npages--
 	if s.npages > 0 {
+		// The segment stays. A page of 512 KiB or more gives its memory to the arena's purge
+		// unless a new page claims it within the delay; small pages churn too fast for that
+		// to pay (it would bring commit system calls back into steady states).
+		if s.kind != segSmall && s.decommit&m != m && h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift) == nil {
+			s.decommit |= m
+		}
 		h.segs[s.kind].push(s)
 		return
 	}
 	h.segs[s.kind].remove(s)
 	h.g.unregister(s.span)
 	if h.hold || len(h.spares) == 0 {
+		// Kept for reuse, but its memory goes to the arena's purge unless claimed in time.
+		if h.a.Decommit(s.base, segSize) == nil {
+			s.decommit = ^uint64(0)
+		}
 		h.spares = append(h.spares, s)
 		return
 	}

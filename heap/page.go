@@ -74,7 +74,7 @@ type segment struct {
 	pages     [segSlices]atomic.Pointer[page] // page covering each slice
 	huge      *page
 	dirtyBits uint64 // slices handed out since the chunk last read as zero
-	decommit  uint64 // slices given back to the provider while the segment stays in use
+	decommit  uint64 // slices not known to be committed: never used, or given back
 	inList    bool
 	prev      *segment
 	next      *segment

@@ -69,8 +69,8 @@ type Options struct {
 	Populate bool
 	// External is the caller's region for the External backend; it must be host memory.
 	External *arena.ExternalRegion
-	// PurgeDelay is how long free memory stays committed before it is given back (default
-	// 500 ms; negative: only Trim gives it back).
+	// PurgeDelay is how long free memory stays committed (and locked) before it is given back,
+	// in case it is needed again (default 10 ms; negative: only Trim gives it back).
 	PurgeDelay time.Duration
 	// Shards caps the number of heaps the pool spreads goroutines over (default
 	// 2×GOMAXPROCS).

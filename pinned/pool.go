@@ -212,17 +212,12 @@ func (p *Pool) release(s *shard) {
 	p.hint.Put(s)
 }
 
-// acquireSlow runs when this P has no shard cached. Until there is a shard per P it makes a new
-// one (taking an idle shard would steal another P's and make the two share it); then it takes
-// any shard nobody owns, makes one more if all are owned and the cap allows, and otherwise
-// waits for a random one.
+// acquireSlow runs when this P has no shard cached (at first, and after a GC empties the
+// cache). It takes an idle shard if there is one, so that a lone goroutine keeps one shard and
+// its memory; it makes a new shard only when every shard is busy, so shards grow with real
+// contention, up to the cap; past that it waits for a random one.
 func (p *Pool) acquireSlow() *shard {
 	ss := *p.shards.Load()
-	if len(ss) < min(runtime.GOMAXPROCS(0), p.maxShards) {
-		if s, err := p.newShard(); err == nil {
-			return s
-		}
-	}
 	start := rand.IntN(len(ss))
 	for i := range ss {
 		if s := ss[(start+i)%len(ss)]; s.mu.TryLock() {
