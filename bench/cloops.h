@@ -1,0 +1,143 @@
+// cloops.h holds the timed loops that the C allocators (glibc, mimalloc) run. The whole loop runs
+// inside one cgo call and times itself with clock_gettime, so the cgo crossing is not charged to
+// the allocator. The loops mirror the Go ones in goloops.go operation for operation: same size
+// sequence, same slot table, same batch shape.
+//
+// The file is a template: define BENCH_PREFIX, BENCH_MALLOC(n) and BENCH_FREE(p), then include it.
+// It defines static functions <prefix>_pair, <prefix>_mixed and <prefix>_prodcons, each returning
+// the elapsed nanoseconds, or -1 when an allocation failed.
+
+#ifndef BENCH_CLOOPS_COMMON
+#define BENCH_CLOOPS_COMMON
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+// Keep these three in step with goloops.go (slotBits, batchLen, ringLen).
+#define BENCH_SLOT_BITS 10
+#define BENCH_BATCH 64
+#define BENCH_RING 16
+
+static inline int64_t bench_now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// An op packs a slot index (low BENCH_SLOT_BITS bits) and a size (the rest).
+static inline size_t bench_op_slot(uint32_t op) { return op & ((1u << BENCH_SLOT_BITS) - 1); }
+static inline size_t bench_op_size(uint32_t op) { return op >> BENCH_SLOT_BITS; }
+
+// bench_barrier is the C side of barrier.wait in harness.go.
+static void bench_barrier(int64_t *arrived, int64_t parties) {
+	_Atomic int64_t *a = (_Atomic int64_t *)arrived;
+	atomic_fetch_add(a, 1);
+	while (atomic_load(a) < parties) sched_yield();
+}
+
+// bench_ring is a single-producer single-consumer ring of batches of pointers.
+typedef struct {
+	void *batch[BENCH_RING][BENCH_BATCH];
+	_Atomic int64_t head; // batches published by the producer
+	_Atomic int64_t tail; // batches released by the consumer
+	int64_t nbatches;
+	void (*release)(void *);
+} bench_ring;
+
+static void *bench_consumer(void *arg) {
+	bench_ring *r = arg;
+	for (int64_t k = 0; k < r->nbatches; k++) {
+		while (atomic_load_explicit(&r->head, memory_order_acquire) == k) sched_yield();
+		void **b = r->batch[k % BENCH_RING];
+		for (int i = 0; i < BENCH_BATCH; i++) r->release(b[i]);
+		atomic_store_explicit(&r->tail, k + 1, memory_order_release);
+	}
+	return NULL;
+}
+
+#endif // BENCH_CLOOPS_COMMON
+
+#define BENCH_CAT2(a, b) a##_##b
+#define BENCH_CAT(a, b) BENCH_CAT2(a, b)
+#define BENCH_FN(name) BENCH_CAT(BENCH_PREFIX, name)
+
+// <prefix>_pair allocates, touches and frees one block of size bytes n times.
+static int64_t BENCH_FN(pair)(size_t size, int64_t n) {
+	int64_t t0 = bench_now_ns();
+	for (int64_t i = 0; i < n; i++) {
+		volatile char *p = BENCH_MALLOC(size);
+		if (p == NULL) return -1;
+		p[0] = (char)i;
+		BENCH_FREE((void *)p);
+	}
+	return bench_now_ns() - t0;
+}
+
+// <prefix>_mixed fills a table of 1<<BENCH_SLOT_BITS blocks, waits at the barrier (parties
+// callers, counted in *arrived), then n times frees the block in the op's slot and allocates
+// the op's size into it. ops has mask+1 entries (a power of two).
+static int64_t BENCH_FN(mixed)(const uint32_t *ops, int64_t mask, int64_t n, int64_t *arrived, int64_t parties) {
+	enum { nslots = 1 << BENCH_SLOT_BITS };
+	void *slots[nslots];
+	int failed = 0;
+	for (int i = 0; i < nslots; i++) {
+		slots[i] = BENCH_MALLOC(bench_op_size(ops[i & mask]));
+		failed |= slots[i] == NULL;
+	}
+	bench_barrier(arrived, parties);
+	int64_t t0 = bench_now_ns();
+	for (int64_t i = 0; !failed && i < n; i++) {
+		uint32_t op = ops[i & mask];
+		size_t s = bench_op_slot(op);
+		BENCH_FREE(slots[s]);
+		char *p = BENCH_MALLOC(bench_op_size(op));
+		failed |= p == NULL;
+		if (p != NULL) p[0] = (char)i;
+		slots[s] = p;
+	}
+	int64_t el = bench_now_ns() - t0;
+	for (int i = 0; i < nslots; i++) BENCH_FREE(slots[i]);
+	return failed ? -1 : el;
+}
+
+static void BENCH_FN(release)(void *p) { BENCH_FREE(p); }
+
+// <prefix>_prodcons allocates n blocks (rounded up to whole batches) on the calling thread and
+// frees them on a second thread, passing batches of BENCH_BATCH through a ring of BENCH_RING.
+static int64_t BENCH_FN(prodcons)(const uint32_t *ops, int64_t mask, int64_t n) {
+	bench_ring *r = calloc(1, sizeof *r);
+	if (r == NULL) return -1;
+	r->nbatches = (n + BENCH_BATCH - 1) / BENCH_BATCH;
+	r->release = BENCH_FN(release);
+	int failed = 0;
+	pthread_t consumer;
+	int64_t t0 = bench_now_ns();
+	if (pthread_create(&consumer, NULL, bench_consumer, r) != 0) {
+		free(r);
+		return -1;
+	}
+	int64_t i = 0;
+	for (int64_t k = 0; k < r->nbatches; k++) {
+		while (k - atomic_load_explicit(&r->tail, memory_order_acquire) >= BENCH_RING) sched_yield();
+		void **b = r->batch[k % BENCH_RING];
+		for (int j = 0; j < BENCH_BATCH; j++, i++) {
+			char *p = BENCH_MALLOC(bench_op_size(ops[i & mask]));
+			failed |= p == NULL;
+			if (p != NULL) p[0] = (char)i;
+			b[j] = p;
+		}
+		atomic_store_explicit(&r->head, k + 1, memory_order_release);
+	}
+	pthread_join(consumer, NULL);
+	int64_t el = bench_now_ns() - t0;
+	free(r);
+	return failed ? -1 : el;
+}
+
+#undef BENCH_CAT2
+#undef BENCH_CAT
+#undef BENCH_FN

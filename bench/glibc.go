@@ -1,0 +1,41 @@
+//go:build cgo
+
+package main
+
+/*
+#cgo CFLAGS: -O2
+#include <stddef.h>
+// glibc's own entry points: with -tags mimalloc, libmimalloc.so (which exports malloc and
+// free) may interpose the plain names for the whole process, so the glibc loops name glibc.
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+#define BENCH_PREFIX glibc
+#define BENCH_MALLOC(n) __libc_malloc(n)
+#define BENCH_FREE(p) __libc_free(p)
+#include "cloops.h"
+*/
+import "C"
+
+import "unsafe"
+
+// cgoEnabled reports whether the C competitors are compiled in.
+const cgoEnabled = true
+
+// newGlibc returns glibc malloc (ptmalloc2), timed inside C.
+func newGlibc() impl {
+	return cImpl("glibc", cLoops{
+		pair: func(size, n int) int64 { return int64(C.glibc_pair(C.size_t(size), C.int64_t(n))) },
+		mixed: func(ops []uint32, n int, b *barrier) int64 {
+			return int64(C.glibc_mixed(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n), cArrived(b), C.int64_t(b.parties)))
+		},
+		prodcons: func(ops []uint32, n int) int64 {
+			return int64(C.glibc_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))
+		},
+	})
+}
+
+// cArrived passes the barrier's counter to C, which waits on it during the call.
+func cArrived(b *barrier) *C.int64_t { return (*C.int64_t)(unsafe.Pointer(&b.arrived)) }
+
+// cOps passes the op sequence to C. The C loops read it only during the call.
+func cOps(ops []uint32) *C.uint32_t { return (*C.uint32_t)(unsafe.Pointer(&ops[0])) }

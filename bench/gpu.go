@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// gpuSuite is a set of CUDA competitors and cases that a file built for a CUDA machine plugs
+// in, by appending to gpuSuites from an init function:
+//
+//	func init() { gpuSuites = append(gpuSuites, cudaSuite{}) }
+//
+// Its impls (cuda-hostalloc, cuda-hostregister, cuda-mallocasync) fill the workload fields of
+// impl they can run (pair at least) and take part in those cases like any allocator; its
+// cases (H2D and D2H gbps, say) set benchCase.custom and report their own results.
+type gpuSuite interface {
+	// name identifies the suite in messages.
+	name() string
+	// open finds the driver and a device; its error says why the suite cannot run.
+	open() error
+	// impls returns the suite's competitors.
+	impls() []impl
+	// cases returns the suite's own cases.
+	cases() []benchCase
+	// close releases what open took.
+	close() error
+}
+
+// gpuSuites holds the suites compiled in. None is, on a build without CUDA support.
+var gpuSuites []gpuSuite
+
+// openGPUSuites opens every suite compiled in and returns their competitors and cases, and a
+// function that closes them. Without a suite or a driver it says so and returns nothing.
+func openGPUSuites() ([]impl, []benchCase, func()) {
+	if len(gpuSuites) == 0 {
+		fmt.Fprintln(os.Stderr, "bench: -gpu: no CUDA suite compiled in / no driver; continuing with the CPU cases")
+		return nil, nil, func() {}
+	}
+	var impls []impl
+	var cs []benchCase
+	var opened []gpuSuite
+	for _, s := range gpuSuites {
+		if err := s.open(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -gpu: %s: %v; continuing without it\n", s.name(), err)
+			continue
+		}
+		opened = append(opened, s)
+		impls = append(impls, s.impls()...)
+		cs = append(cs, s.cases()...)
+	}
+	return impls, cs, func() {
+		for _, s := range opened {
+			if err := s.close(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: -gpu: %s: close: %v\n", s.name(), err)
+			}
+		}
+	}
+}

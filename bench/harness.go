@@ -1,0 +1,167 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// runner runs n operations of a workload (n alloc+free pairs) and returns the time they took,
+// as measured by the implementation itself: set-up and tear-down are not included. Every
+// implementation, Go or C, is timed through a runner, so all share the one harness below.
+type runner func(n int) (time.Duration, error)
+
+// measurement is the outcome of measure.
+type measurement struct {
+	ops        int64   // operations timed in the repetitions
+	nsPerOp    float64 // elapsed / operations over all repetitions: amortised, GC cycles included
+	cpuNsPerOp float64 // process CPU time (user + system, every thread) per operation
+	gcFraction float64 // share of the Go runtime's busy CPU time spent in the GC
+}
+
+// opsPerSec converts the time per operation into a rate.
+func (m measurement) opsPerSec() float64 { return 1e9 / m.nsPerOp }
+
+// measure calibrates n so that one run takes about cfg.target, then runs cfg.reps repetitions
+// and reports their mean, not their median: a GC cycle or a purge that lands in one
+// repetition is part of the cost. n is kept a multiple of unit (the goroutine count, the batch
+// length). The calibration runs double as warm-up.
+func measure(cfg *config, r runner, unit int) (measurement, error) {
+	n := unit
+	var d time.Duration
+	for {
+		var err error
+		if d, err = r(n); err != nil {
+			return measurement{}, err
+		}
+		if d >= cfg.target/8 || n >= 1<<40 {
+			break
+		}
+		grow := 100.0
+		if d > 0 {
+			grow = min(100, max(2, 1.5*float64(cfg.target/8)/float64(d)))
+		}
+		n = roundUp(int(float64(n)*grow), unit)
+	}
+	n = roundUp(max(1, int(float64(n)*float64(cfg.target)/float64(max(d, 1)))), unit)
+
+	var elapsed time.Duration
+	cpu0, gc0 := sampleCPU()
+	for range cfg.reps {
+		d, err := r(n)
+		if err != nil {
+			return measurement{}, err
+		}
+		elapsed += d
+	}
+	cpu1, gc1 := sampleCPU()
+	total := int64(n) * int64(cfg.reps)
+	return measurement{
+		ops:        total,
+		nsPerOp:    float64(elapsed.Nanoseconds()) / float64(total),
+		cpuNsPerOp: float64((cpu1.process - cpu0.process).Nanoseconds()) / float64(total),
+		gcFraction: fraction(gc1.gc-gc0.gc, gc1.busy-gc0.busy),
+	}, nil
+}
+
+func roundUp(n, unit int) int { return (n + unit - 1) / unit * unit }
+
+func fraction(part, whole float64) float64 {
+	if whole <= 0 {
+		return 0
+	}
+	return part / whole
+}
+
+// cpuSample is the process CPU time from getrusage.
+type cpuSample struct{ process time.Duration }
+
+// gcSample is the runtime's own CPU accounting (runtime/metrics /cpu/classes), in seconds.
+type gcSample struct{ gc, busy float64 }
+
+var cpuMetrics = []metrics.Sample{
+	{Name: "/cpu/classes/gc/total:cpu-seconds"},
+	{Name: "/cpu/classes/total:cpu-seconds"},
+	{Name: "/cpu/classes/idle:cpu-seconds"},
+}
+
+// sampleCPU reads the process CPU time and the runtime's GC CPU accounting. The runtime
+// counts GC time in its own units (an estimate over GOMAXPROCS), so GC time is only ever
+// compared with the runtime's busy time, never with getrusage.
+func sampleCPU() (cpuSample, gcSample) {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	proc := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	metrics.Read(cpuMetrics)
+	v := func(i int) float64 {
+		if cpuMetrics[i].Value.Kind() != metrics.KindFloat64 {
+			return 0
+		}
+		return cpuMetrics[i].Value.Float64()
+	}
+	return cpuSample{proc}, gcSample{gc: v(0), busy: v(1) - v(2)}
+}
+
+// job is one goroutine's part of a parallel run: it does its own set-up, waits at the
+// barrier, runs its timed part and returns that part's duration (set-up excluded).
+type job func(b *barrier) (time.Duration, error)
+
+// barrier releases the jobs of a parallel run together, once all have done their set-up.
+// C loops wait on it too, through the address of arrived.
+type barrier struct {
+	arrived int64 // jobs that reached the barrier; read and written atomically
+	parties int64
+}
+
+// wait returns once every party has arrived.
+func (b *barrier) wait() {
+	atomic.AddInt64(&b.arrived, 1)
+	for atomic.LoadInt64(&b.arrived) < b.parties {
+		runtime.Gosched()
+	}
+}
+
+// parallel runs jobs on as many goroutines, released together by a barrier, and returns the
+// longest timed part: the wall time of the run, since all start at the same moment.
+func parallel(jobs []job) (time.Duration, error) {
+	b := &barrier{parties: int64(len(jobs))}
+	if len(jobs) == 1 {
+		return jobs[0](b)
+	}
+	var wg sync.WaitGroup
+	took := make([]time.Duration, len(jobs))
+	errs := make([]error, len(jobs))
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			took[i], errs[i] = j(b)
+		}()
+	}
+	wg.Wait()
+	return slices.Max(took), errors.Join(errs...)
+}
+
+// firstErr keeps the first error of a loop that goes on after one (freeing what it holds).
+func firstErr(err *error, e error) {
+	if *err == nil {
+		*err = e
+	}
+}
+
+// errAllocFailed is what a C loop's -1 becomes.
+var errAllocFailed = errors.New("allocation failed")
+
+// cResult turns a C loop's return value (elapsed ns, or -1) into a duration or an error.
+func cResult(ns int64, what string) (time.Duration, error) {
+	if ns < 0 {
+		return 0, fmt.Errorf("%s: %w", what, errAllocFailed)
+	}
+	return time.Duration(ns), nil
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"errors"
+	"time"
+)
+
+// impl is one allocator under test. Each workload field builds the runner for one kind of
+// case; a nil field means the allocator does not take part in that kind (a C allocator has
+// no Go-side trace, only a fixed-capacity pool can take the huge-object case).
+type impl struct {
+	name string
+	// skip, when set, says why the allocator is not measured in this build.
+	skip string
+	// pair builds the fixed-size alloc+free workload.
+	pair func(size int) (workload, error)
+	// mixed builds the churn workload over ops on the given number of goroutines.
+	mixed func(ops []uint32, goroutines int) (workload, error)
+	// prodcons builds the allocate-here, free-there workload over ops.
+	prodcons func(ops []uint32) (workload, error)
+	// trace replays the serving trace and samples the memory it holds.
+	trace func(tr *trace) (*traceResult, error)
+	// huge makes one allocation of size bytes in a pool of fixed capacity.
+	huge func(capacity, size int64) hugeResult
+}
+
+// workload is a runner and the resources it holds for the length of a case.
+type workload struct {
+	run   runner
+	close func() error
+}
+
+// hugeResult is the outcome of one huge allocation.
+type hugeResult struct {
+	ok   bool
+	ns   float64 // time to allocate and touch the block
+	err  error   // why it failed
+	note string  // anything worth saying when it succeeded
+}
+
+// noClose is the close of a workload that holds nothing.
+func noClose() error { return nil }
+
+// parallelRunner returns a runner that splits n operations over g goroutines, each running
+// one(i, share, barrier) for its share, and times them with parallel.
+func parallelRunner(g int, one func(i, n int, b *barrier) (time.Duration, error)) runner {
+	return func(n int) (time.Duration, error) {
+		jobs := make([]job, g)
+		for i := range jobs {
+			jobs[i] = func(b *barrier) (time.Duration, error) { return one(i, n/g, b) }
+		}
+		return parallel(jobs)
+	}
+}
+
+// cLoops are the timed loops of one C allocator (see cloops.h). Each returns the elapsed
+// nanoseconds, or -1 when an allocation failed.
+type cLoops struct {
+	pair     func(size, n int) int64
+	mixed    func(ops []uint32, n int, b *barrier) int64
+	prodcons func(ops []uint32, n int) int64
+}
+
+// cImpl builds the impl of a C allocator from its loops.
+func cImpl(name string, l cLoops) impl {
+	return impl{
+		name: name,
+		pair: func(size int) (workload, error) {
+			return workload{run: func(n int) (time.Duration, error) {
+				return cResult(l.pair(size, n), "pair")
+			}, close: noClose}, nil
+		},
+		mixed: func(ops []uint32, g int) (workload, error) {
+			return workload{run: parallelRunner(g, func(_, n int, b *barrier) (time.Duration, error) {
+				return cResult(l.mixed(ops, n, b), "mixed")
+			}), close: noClose}, nil
+		},
+		prodcons: func(ops []uint32) (workload, error) {
+			return workload{run: func(n int) (time.Duration, error) {
+				return cResult(l.prodcons(ops, n), "prodcons")
+			}, close: noClose}, nil
+		},
+	}
+}
+
+// Capacities of the pools the Go-side allocators open. Only pinmalloc uses them; the others
+// have no fixed capacity.
+const (
+	caseCapacity  = 1 << 30 // pair, mixed and producer/consumer cases
+	traceCapacity = 2 << 30 // the serving trace (peak live is about 0.3 GiB)
+)
+
+// goImpl builds the impl of a Go-callable allocator from the function that opens one for a
+// case. Every Go-side allocator goes through the same loops (goloops.go).
+func goImpl[H any](name string, open func(capacity int64) (allocator[H], error)) impl {
+	return impl{
+		name: name,
+		pair: func(size int) (workload, error) {
+			a, err := open(caseCapacity)
+			if err != nil {
+				return workload{}, err
+			}
+			return workload{run: func(n int) (time.Duration, error) {
+				return pairLoop(a, size, n)
+			}, close: a.close}, nil
+		},
+		mixed: func(ops []uint32, g int) (workload, error) {
+			workers, owned, err := openWorkers(open, g)
+			if err != nil {
+				return workload{}, err
+			}
+			return workload{run: parallelRunner(g, func(i, n int, b *barrier) (time.Duration, error) {
+				return mixedLoop(workers[i], ops, n, b)
+			}), close: func() error { return closeAll(owned) }}, nil
+		},
+		prodcons: func(ops []uint32) (workload, error) {
+			a, err := open(caseCapacity)
+			if err != nil {
+				return workload{}, err
+			}
+			return workload{run: func(n int) (time.Duration, error) {
+				return prodconsLoop(a, ops, n)
+			}, close: a.close}, nil
+		},
+		trace: func(tr *trace) (*traceResult, error) {
+			a, err := open(traceCapacity)
+			if err != nil {
+				return nil, err
+			}
+			res, err := traceLoop(a, tr)
+			return res, errors.Join(err, a.close())
+		},
+		huge: func(capacity, size int64) hugeResult {
+			a, err := open(capacity)
+			if err != nil {
+				return hugeResult{err: err}
+			}
+			r := hugeLoop(a, size)
+			if err := a.close(); err != nil && r.err == nil {
+				r.err = err
+			}
+			return r
+		},
+	}
+}
+
+// openWorkers opens one allocator and gives each of g goroutines its own: a fork for a
+// single-owner allocator, the same one for a goroutine-safe allocator. owned lists what to
+// close, the opened one first.
+func openWorkers[H any](open func(int64) (allocator[H], error), g int) (workers, owned []allocator[H], err error) {
+	a, err := open(caseCapacity)
+	if err != nil {
+		return nil, nil, err
+	}
+	owned = []allocator[H]{a}
+	workers = make([]allocator[H], g)
+	for i := range workers {
+		workers[i] = a
+	}
+	f, single := a.(forker[H])
+	for i := 1; single && i < g; i++ {
+		b, err := f.fork()
+		if err != nil {
+			return nil, nil, errors.Join(err, closeAll(owned))
+		}
+		workers[i] = b
+		owned = append(owned, b)
+	}
+	return workers, owned, nil
+}
+
+// closeAll closes what openWorkers opened, the forks before the allocator they came from.
+func closeAll[H any](owned []allocator[H]) error {
+	var errs []error
+	for i := len(owned) - 1; i >= 0; i-- {
+		errs = append(errs, owned[i].close())
+	}
+	return errors.Join(errs...)
+}

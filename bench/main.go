@@ -1,0 +1,244 @@
+// Command bench compares pinmalloc with the allocators a Go program could use instead:
+// mimalloc and glibc malloc (native C, timed inside C), make([]byte) with the garbage
+// collector counted, a sync.Pool of byte slices, and pinning each buffer with its own
+// mmap+mlock. It measures fixed-size alloc+free pairs, size-mixed churn on one and two
+// goroutines, producer/consumer frees, a serving-like trace of committed against live bytes
+// and huge objects in a fixed-capacity pool, checks the project's targets and writes
+// bench/results/<name>.json plus SVG plots.
+//
+// Usage:
+//
+//	go run -tags mimalloc ./bench [-quick] [-cases REGEXP] [-name NAME] [-out DIR] [-gpu]
+//
+// Without -tags mimalloc (which needs libmimalloc-dev) mimalloc is reported as skipped; with
+// CGO_ENABLED=0 glibc is skipped too. -gpu adds the CUDA competitors and cases when a suite
+// is compiled in (gpu.go).
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// config is what the flags decide.
+type config struct {
+	quick      bool
+	target     time.Duration // time one repetition of a measurement should take
+	reps       int           // repetitions per measurement (the median is reported)
+	traceSteps int
+	out, name  string
+	gpu        bool
+	filter     *regexp.Regexp // cases to run
+	implFilter *regexp.Regexp // allocators to run
+}
+
+func parseFlags() *config {
+	cfg := &config{}
+	quick := flag.Bool("quick", false, "short run (under 2 minutes): fewer and shorter repetitions, a shorter trace")
+	flag.StringVar(&cfg.out, "out", filepath.Join("bench", "results"), "directory for the JSON results and SVG plots")
+	flag.StringVar(&cfg.name, "name", "", "results name (default cpu-<cores>core, with -quick appended in quick mode)")
+	flag.BoolVar(&cfg.gpu, "gpu", false, "add the CUDA suites compiled in (see gpu.go)")
+	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
+	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
+	flag.Parse()
+	cfg.quick = *quick
+	cfg.target, cfg.reps, cfg.traceSteps = 250*time.Millisecond, 5, 5*wavePeriod
+	if cfg.quick {
+		cfg.target, cfg.reps, cfg.traceSteps = 60*time.Millisecond, 3, 2*wavePeriod
+	}
+	if cfg.name == "" {
+		cfg.name = fmt.Sprintf("cpu-%dcore", runtime.NumCPU())
+		if cfg.quick {
+			cfg.name += "-quick"
+		}
+	}
+	var err error
+	if cfg.filter, err = regexp.Compile(*pattern); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -cases:", err)
+		os.Exit(2)
+	}
+	if cfg.implFilter, err = regexp.Compile(*implPattern); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -impls:", err)
+		os.Exit(2)
+	}
+	return cfg
+}
+
+// suite is the state of one run.
+type suite struct {
+	cfg     *config
+	impls   []impl
+	ops     []uint32 // the churn sequence, shared by every allocator
+	trace   *trace
+	traces  []*traceResult
+	results []result
+	load    string // /proc/loadavg at the start
+}
+
+// result is one number measured for one allocator on one case.
+type result struct {
+	Case   string  `json:"case"`
+	Impl   string  `json:"impl"`
+	Metric string  `json:"metric"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Note   string  `json:"note,omitempty"`
+}
+
+// allImpls lists the allocators under test, in the order of the table's columns.
+func allImpls() []impl {
+	return []impl{
+		newPinmallocHeap(),
+		newPinmallocPool(),
+		newMimalloc(),
+		newGlibc(),
+		newGoMake(),
+		newGoSyncPool(),
+		newPercallMlock(),
+	}
+}
+
+func main() {
+	cfg := parseFlags()
+	s := &suite{cfg: cfg, impls: allImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
+	cs := cases()
+	if cfg.gpu {
+		impls, extra, closeGPU := openGPUSuites()
+		defer closeGPU()
+		s.impls = append(s.impls, impls...)
+		cs = append(cs, extra...)
+	}
+	var run []benchCase
+	for _, c := range cs {
+		if cfg.filter.MatchString(c.name) {
+			run = append(run, c)
+		}
+	}
+	s.load = loadAvg()
+	fmt.Fprintf(os.Stderr, "bench: %d cases, %d allocators, %s mode, GOMAXPROCS=%d, load %s\n",
+		len(run), len(s.impls), map[bool]string{true: "quick", false: "full"}[cfg.quick], runtime.GOMAXPROCS(0), s.load)
+	var l1 float64
+	if _, err := fmt.Sscan(s.load, &l1); err == nil && l1 > 0.5 {
+		fmt.Fprintln(os.Stderr, "bench: warning: the machine is busy; timings will be noisy")
+	}
+	start := time.Now()
+	for i, c := range run {
+		t0 := time.Now()
+		var line []string
+		if c.custom != nil {
+			rs := c.custom(s)
+			s.results = append(s.results, rs...)
+			line = append(line, fmt.Sprintf("%d results", len(rs)))
+		}
+		for _, im := range s.impls {
+			if im.skip != "" || c.custom != nil || !cfg.implFilter.MatchString(im.name) {
+				continue
+			}
+			rs := s.run(c, im)
+			s.results = append(s.results, rs...)
+			if len(rs) > 0 {
+				line = append(line, im.name+" "+headline(c.group, rs))
+			}
+		}
+		fmt.Fprintf(os.Stderr, "[%2d/%d] %-13s %s (%.1fs)\n", i+1, len(run), c.name, strings.Join(line, ", "), time.Since(t0).Seconds())
+	}
+	s.results = append(s.results, hugeMax(s.results)...)
+	targets := evaluateTargets(s.results)
+	printTables(os.Stdout, s, run)
+	printTargets(os.Stdout, targets)
+	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())
+	if err := s.write(targets); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// machine describes where the results were taken.
+type machine struct {
+	CPU    string `json:"cpu"`
+	Cores  int    `json:"cores"`
+	Go     string `json:"go"`
+	Date   string `json:"date"`
+	Commit string `json:"commit"`
+	Mode   string `json:"mode"`
+	// Load is /proc/loadavg when the run began: other work on the machine skews the timings.
+	Load string `json:"load"`
+	// GoLoopNs is what the Go-side loops themselves cost per pair (three calls through the
+	// allocator interface), measured with an allocator that does nothing. The C loops call
+	// malloc and free directly.
+	GoLoopNs float64 `json:"go_loop_ns_per_pair"`
+}
+
+// thisMachine describes the machine; it also measures the Go loops' own cost.
+func thisMachine(quick bool, load string) machine {
+	m := machine{CPU: "unknown", Cores: runtime.NumCPU(), Go: runtime.Version(),
+		Date: time.Now().UTC().Format(time.RFC3339), Commit: "unknown", Mode: "full", Load: load, GoLoopNs: loopOverhead()}
+	if quick {
+		m.Mode = "quick"
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// loadAvg returns the first three fields of /proc/loadavg, or "unknown".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}
+
+// write stores the results JSON and the plots under cfg.out.
+func (s *suite) write(targets []target) error {
+	if err := os.MkdirAll(s.cfg.out, 0o755); err != nil {
+		return err
+	}
+	skipped := map[string]string{}
+	for _, im := range s.impls {
+		if im.skip != "" {
+			skipped[im.name] = im.skip
+		}
+	}
+	doc := struct {
+		Machine machine           `json:"machine"`
+		Results []result          `json:"results"`
+		Targets []target          `json:"targets"`
+		Skipped map[string]string `json:"skipped,omitempty"`
+	}{thisMachine(s.cfg.quick, s.load), s.results, targets, skipped}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return err
+	}
+	path := filepath.Join(s.cfg.out, s.cfg.name+".json")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "bench: wrote", path)
+	files, err := writePlots(s)
+	for _, f := range files {
+		fmt.Fprintln(os.Stderr, "bench: wrote", f)
+	}
+	return err
+}

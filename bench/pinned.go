@@ -1,0 +1,25 @@
+package main
+
+import "github.com/pinmalloc/pinmalloc/pinned"
+
+// pinPool is the goroutine-safe front, pinned.Pool.
+type pinPool struct{ p *pinned.Pool }
+
+func newPinmallocPool() impl {
+	return goImpl("pinmalloc-pool", func(capacity int64) (allocator[[]byte], error) {
+		p, err := pinned.New(pinned.Options{Capacity: capacity, Backend: pinned.Locked})
+		if err != nil {
+			return nil, err
+		}
+		return pinPool{p}, nil
+	})
+}
+
+func (a pinPool) alloc(n int) ([]byte, error) { return a.p.Alloc(n) }
+func (a pinPool) free(b []byte) error         { return a.p.Free(b) }
+func (pinPool) touch(b []byte)                { b[0] = 1 }
+func (a pinPool) close() error                { return a.p.Close() }
+func (a pinPool) footprint() (held, resident uint64) {
+	c := a.p.Stats().Committed
+	return c, c
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// target is one of the project's performance targets, checked against this run's results.
+type target struct {
+	Name   string  `json:"name"`
+	Want   string  `json:"want"`
+	Ratio  float64 `json:"ratio"`
+	Limit  float64 `json:"limit"`
+	Status string  `json:"status"` // MET, MISSED, or UNMEASURED when a number is missing
+	Detail string  `json:"detail"`
+}
+
+// Target statuses.
+const (
+	met        = "MET"
+	missed     = "MISSED"
+	unmeasured = "UNMEASURED"
+)
+
+// evaluateTargets checks every target. A target whose inputs were not measured (filtered out,
+// an allocator skipped or failed) is UNMEASURED, never MET.
+func evaluateTargets(rs []result) []target {
+	var ts []target
+	get := func(c, im, metric string) (float64, bool) { return lookup(rs, c, im, metric) }
+	// ratio builds a target from a ratio and a comparison.
+	ratio := func(name, want string, num, den float64, ok bool, limit float64, atMost bool, detail string) target {
+		t := target{Name: name, Want: want, Limit: limit, Status: unmeasured, Detail: "not measured in this run"}
+		if !ok || den == 0 {
+			return t
+		}
+		t.Detail = detail
+		t.Ratio = num / den
+		if (atMost && t.Ratio <= limit) || (!atMost && t.Ratio >= limit) {
+			t.Status = met
+		} else {
+			t.Status = missed
+		}
+		return t
+	}
+
+	// 1. Small mixed pair: pinmalloc-heap within 1.5x of mimalloc.
+	h, ok1 := get("mixed/1g", "pinmalloc-heap", "ns_per_pair")
+	m, ok2 := get("mixed/1g", "mimalloc", "ns_per_pair")
+	ts = append(ts, ratio("small-mixed-vs-mimalloc", "pinmalloc-heap ns/pair <= 1.5x mimalloc (mixed/1g)",
+		h, m, ok1 && ok2, 1.5, true, fmt.Sprintf("pinmalloc-heap %s, mimalloc %s", fmtNs(h), fmtNs(m))))
+
+	// 2. Pooled pinned buffers against pinning each buffer with its own syscalls.
+	for _, sz := range []int64{4 << 10, 8 << 10, 64 << 10, 1 << 20} {
+		c := "pair/" + sizeName(sz)
+		p, ok1 := get(c, "pinmalloc-pool", "ns_per_pair")
+		q, ok2 := get(c, "percall-mlock", "ns_per_pair")
+		ts = append(ts, ratio("pool-vs-percall-mlock/"+sizeName(sz), "percall-mlock / pinmalloc-pool ns/pair >= 1000 at "+sizeName(sz),
+			q, p, ok1 && ok2, 1000, false, fmt.Sprintf("percall-mlock %s, pinmalloc-pool %s", fmtNs(q), fmtNs(p))))
+	}
+
+	// 3. Pooled pinned buffers against make([]byte) with the GC's CPU counted.
+	for _, sz := range []int64{64 << 10, 1 << 20, 16 << 20} {
+		c := "pair/" + sizeName(sz)
+		p, ok1 := gcCost(rs, c, "pinmalloc-pool")
+		g, ok2 := gcCost(rs, c, "go-make")
+		ts = append(ts, ratio("pool-vs-go-make/"+sizeName(sz), "go-make / pinmalloc-pool cost > 1 at "+sizeName(sz)+", cost = max(wall, process CPU) per pair",
+			g, p, ok1 && ok2, 1, false, fmt.Sprintf("go-make %s, pinmalloc-pool %s", fmtNs(g), fmtNs(p))))
+		if t := &ts[len(ts)-1]; t.Status == met && t.Ratio == 1 {
+			t.Status = missed // "faster" is strict
+		}
+	}
+
+	// 4. Serving trace: pinmalloc's peak committed against Go's peak heap.
+	p, ok1 := get("trace", "pinmalloc-pool", "peak_bytes")
+	g, ok2 := get("trace", "go-make", "peak_bytes")
+	ts = append(ts, ratio("trace-peak-vs-go-heap", "pinmalloc-pool peak committed <= 0.6x go-make peak heap in use",
+		p, g, ok1 && ok2, 0.6, true, fmt.Sprintf("pinmalloc-pool %.1f MiB, go-make %.1f MiB", p/(1<<20), g/(1<<20))))
+
+	// 5. Serving trace: committed over live.
+	col, ok := get("trace", "pinmalloc-pool", "committed_over_live")
+	mean, _ := get("trace", "pinmalloc-pool", "committed_over_live_mean")
+	ts = append(ts, ratio("trace-committed-over-live", "pinmalloc-pool peak committed / peak live <= 1.15",
+		col, 1, ok, 1.15, true, fmt.Sprintf("time-weighted mean %.3f", mean)))
+
+	// 6. Huge objects up to the pool's capacity.
+	t := target{Name: "huge-up-to-capacity", Want: "pinmalloc-pool allocates every huge size up to the capacity (" + sizeName(hugeCapacity) + ")", Limit: 1, Status: unmeasured}
+	okCount, tried := 0, 0
+	var notes []string
+	for _, sz := range hugeSizes {
+		v, found := get("huge/"+sizeName(sz), "pinmalloc-pool", "alloc_ok")
+		if !found {
+			continue
+		}
+		tried++
+		if v == 1 {
+			okCount++
+		} else {
+			notes = append(notes, sizeName(sz)+" failed")
+		}
+	}
+	if tried == len(hugeSizes) {
+		t.Ratio = float64(okCount) / float64(tried)
+		t.Status = map[bool]string{true: met, false: missed}[okCount == tried]
+	}
+	for _, im := range []string{"pinmalloc-pool", "pinmalloc-heap", "mimalloc"} {
+		if v, found := get("huge/max", im, "max_single_alloc_bytes"); found {
+			notes = append(notes, fmt.Sprintf("%s max %s", im, sizeName(int64(v))))
+		}
+	}
+	t.Detail = strings.Join(notes, "; ")
+	if t.Status == unmeasured {
+		t.Detail = "not measured in this run"
+	}
+	ts = append(ts, t)
+	return ts
+}
+
+// gcCost is the cost of a pair with the garbage collector counted: the larger of the wall
+// time and the process CPU time (which includes the GC's background workers on other cores).
+func gcCost(rs []result, c, im string) (float64, bool) {
+	wall, ok1 := lookup(rs, c, im, "ns_per_pair")
+	cpu, ok2 := lookup(rs, c, im, "cpu_ns_per_pair")
+	return max(wall, cpu), ok1 && ok2
+}
+
+// printTargets writes one line per target.
+func printTargets(w io.Writer, ts []target) {
+	fmt.Fprintln(w, "\n### Targets")
+	fmt.Fprintln(w)
+	for _, t := range ts {
+		r := "n/a"
+		if t.Status != unmeasured {
+			r = fmt.Sprintf("%.3g", t.Ratio)
+		}
+		fmt.Fprintf(w, "- %-10s %-34s ratio %-8s (want %s; %s)\n", t.Status, t.Name, r, t.Want, t.Detail)
+	}
+}
