@@ -1,0 +1,62 @@
+package pinned
+
+import (
+	"sync/atomic"
+	"testing"
+)
+
+// BenchmarkPoolPair is one Alloc and one Free of mixed sizes from 16 B to 8 KiB through the
+// goroutine-safe pool.
+func BenchmarkPoolPair(b *testing.B) {
+	p := newTestPool(b, Options{})
+	sz := sizes1k(1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		buf, err := p.Alloc(sz[i&1023])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Free(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPoolPairParallel runs BenchmarkPoolPair's loop on every P: compare -cpu 1 and
+// -cpu 2 for the throughput scaling (and BenchmarkControlCPU for what the machine can give).
+func BenchmarkPoolPairParallel(b *testing.B) {
+	p := newTestPool(b, Options{})
+	var seed atomic.Uint64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		sz := sizes1k(seed.Add(1))
+		for i := 0; pb.Next(); i++ {
+			buf, err := p.Alloc(sz[i&1023])
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := p.Free(buf); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+var controlSink atomic.Uint64
+
+// BenchmarkControlCPU is pure arithmetic on every P: its -cpu 1 / -cpu 2 ratio is the best
+// scaling the machine offers at the moment of the run (shared VMs often offer less than 2×).
+func BenchmarkControlCPU(b *testing.B) {
+	b.RunParallel(func(pb *testing.PB) {
+		x := uint64(1)
+		for pb.Next() {
+			for j := range 20 {
+				x = x*31 + uint64(j)
+			}
+		}
+		controlSink.Add(x)
+	})
+}
