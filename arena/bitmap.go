@@ -9,38 +9,51 @@ func newBitmap(n int) bitmap { return make(bitmap, (n+63)/64) }
 
 func (b bitmap) get(i int) bool { return b[i>>6]&(1<<(uint(i)&63)) != 0 }
 
-// setRange sets (v true) or clears bits [lo, hi).
-func (b bitmap) setRange(lo, hi int, v bool) {
+// words calls f with each word index of [lo, hi) and the mask of the range's bits in it; f
+// returns false to stop.
+func words(lo, hi int, f func(w int, m uint64) bool) {
 	for i := lo; i < hi; {
-		w, off := i>>6, uint(i)&63
+		off := uint(i) & 63
 		n := min(64-int(off), hi-i)
 		m := ^uint64(0)
 		if n < 64 {
 			m = (1<<uint(n) - 1) << off
 		}
-		if v {
-			b[w] |= m
-		} else {
-			b[w] &^= m
+		if !f(i>>6, m) {
+			return
 		}
 		i += n
 	}
 }
 
-// count returns the number of set bits in [lo, hi).
-func (b bitmap) count(lo, hi int) int {
-	c := 0
-	for i := lo; i < hi; {
-		w, off := i>>6, uint(i)&63
-		n := min(64-int(off), hi-i)
-		m := ^uint64(0)
-		if n < 64 {
-			m = (1<<uint(n) - 1) << off
+// setRange sets (v true) or clears bits [lo, hi).
+func (b bitmap) setRange(lo, hi int, v bool) {
+	words(lo, hi, func(w int, m uint64) bool {
+		if v {
+			b[w] |= m
+		} else {
+			b[w] &^= m
 		}
+		return true
+	})
+}
+
+// count returns the number of set bits in [lo, hi).
+func (b bitmap) count(lo, hi int) (c int) {
+	words(lo, hi, func(w int, m uint64) bool {
 		c += bits.OnesCount64(b[w] & m)
-		i += n
-	}
+		return true
+	})
 	return c
+}
+
+// anyAndNot reports whether some index in [lo, hi) is set in b and clear in c.
+func (b bitmap) anyAndNot(c bitmap, lo, hi int) (found bool) {
+	words(lo, hi, func(w int, m uint64) bool {
+		found = b[w]&^c[w]&m != 0
+		return !found
+	})
+	return found
 }
 
 // runs calls f for each maximal run [s, e) inside [lo, hi) whose bits equal v.
@@ -73,21 +86,4 @@ func (b bitmap) next(i, hi int, v bool) int {
 		i = (i | 63) + 1
 	}
 	return hi
-}
-
-// anyAndNot reports whether some index in [lo, hi) is set in b and clear in c.
-func (b bitmap) anyAndNot(c bitmap, lo, hi int) bool {
-	for i := lo; i < hi; {
-		w, off := i>>6, uint(i)&63
-		n := min(64-int(off), hi-i)
-		m := ^uint64(0)
-		if n < 64 {
-			m = (1<<uint(n) - 1) << off
-		}
-		if b[w]&^c[w]&m != 0 {
-			return true
-		}
-		i += n
-	}
-	return false
 }
