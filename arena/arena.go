@@ -261,8 +261,9 @@ func (a *Arena) alloc(size, alignment uintptr, commit bool) (Span, error) {
 	if size == 0 || !align.IsPow2(alignment) {
 		return Span{}, fmt.Errorf("%w: alloc %d bytes aligned to %d", ErrInvalid, size, alignment)
 	}
-	if size > a.capac {
-		return Span{}, fmt.Errorf("%w: %d bytes asked of an arena of capacity %d", ErrCapacity, size, a.capac)
+	if size > a.capac || alignment > a.capac {
+		return Span{}, fmt.Errorf("%w: %d bytes aligned to %d asked of an arena of capacity %d",
+			ErrCapacity, size, alignment, a.capac)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

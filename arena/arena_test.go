@@ -152,6 +152,12 @@ func TestInvalid(t *testing.T) {
 	if _, err := a.Alloc(^uintptr(0), 1); !errors.Is(err, ErrCapacity) {
 		t.Error(err)
 	}
+	if _, err := a.Alloc(4096, 1<<62); !errors.Is(err, ErrCapacity) {
+		t.Errorf("absurd alignment: %v", err)
+	}
+	if st := a.Stats(); st.Reserved != 0 {
+		t.Errorf("failed Allocs reserved %d bytes", st.Reserved)
+	}
 	if err := a.Free(Span{ID: 999, N: 1}); !errors.Is(err, ErrInvalid) {
 		t.Error(err)
 	}
