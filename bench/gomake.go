@@ -2,14 +2,11 @@ package main
 
 import (
 	"math/bits"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
 )
-
-// goSink receives one byte of every freed Go buffer, so that the write into it must happen
-// and the make cannot be elided; it holds no reference, so it keeps no buffer alive.
-var goSink byte
 
 // goMake is make([]byte, n), freed by dropping the slice and leaving the rest to the garbage
 // collector, which runs as usual (GOGC=100). Its footprint is the Go heap in use.
@@ -24,7 +21,7 @@ func newGoMake() impl {
 }
 
 func (*goMake) alloc(n int) ([]byte, error) { return make([]byte, n), nil }
-func (*goMake) free(b []byte) error         { goSink = b[0]; return nil }
+func (*goMake) free(b []byte) error         { runtime.KeepAlive(b); return nil } // the make must happen
 func (*goMake) touch(b []byte)              { b[0] = 1 }
 func (*goMake) close() error                { return nil }
 
@@ -55,7 +52,7 @@ func (p *goSyncPool) alloc(n int) (*[]byte, error) {
 }
 
 func (p *goSyncPool) free(b *[]byte) error {
-	goSink = (*b)[0]
+	runtime.KeepAlive(*b)
 	p.pools[bits.Len(uint(cap(*b)-1))].Put(b)
 	return nil
 }

@@ -12,7 +12,8 @@ import (
 //
 // Its impls (cuda-hostalloc, cuda-hostregister, cuda-mallocasync) fill the workload fields of
 // impl they can run (pair at least) and take part in those cases like any allocator; its
-// cases (H2D and D2H gbps, say) set benchCase.custom and report their own results.
+// cases (H2D and D2H gbps, say) set benchCase.custom and report their own results. A suite may
+// also run its competitors only in its own cases and return no impls (gpu_cuda.go does).
 type gpuSuite interface {
 	// name identifies the suite in messages.
 	name() string
@@ -24,7 +25,17 @@ type gpuSuite interface {
 	cases() []benchCase
 	// close releases what open took.
 	close() error
+	// targets checks the suite's targets against the run's results, building each with ratio
+	// (see evaluateTargets).
+	targets(rs []result, ratio ratioFunc) []target
 }
+
+// ratioFunc builds a target from a ratio num/den that must be at least (at most, with
+// atMost) limit; ok says whether both numbers were measured.
+type ratioFunc = func(name, want string, num, den float64, ok bool, limit float64, atMost bool, detail string) target
+
+// gpuTargets holds the targets method of every suite opened; evaluateTargets runs them.
+var gpuTargets []func(rs []result, ratio ratioFunc) []target
 
 // gpuSuites holds the suites compiled in. None is, on a build without CUDA support.
 var gpuSuites []gpuSuite
@@ -41,10 +52,11 @@ func openGPUSuites() ([]impl, []benchCase, func()) {
 	var opened []gpuSuite
 	for _, s := range gpuSuites {
 		if err := s.open(); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: -gpu: %s: %v; continuing without it\n", s.name(), err)
+			fmt.Fprintf(os.Stderr, "bench: -gpu: suite %s: %v; continuing without it\n", s.name(), err)
 			continue
 		}
 		opened = append(opened, s)
+		gpuTargets = append(gpuTargets, s.targets)
 		impls = append(impls, s.impls()...)
 		cs = append(cs, s.cases()...)
 	}

@@ -113,6 +113,11 @@ func evaluateTargets(rs []result) []target {
 		t.Detail = "not measured in this run"
 	}
 	ts = append(ts, t)
+
+	// 7. The targets of the CUDA suites opened with -gpu (gpu.go).
+	for _, f := range gpuTargets {
+		ts = append(ts, f(rs, ratio)...)
+	}
 	return ts
 }
 

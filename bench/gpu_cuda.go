@@ -1,0 +1,287 @@
+//go:build cgo && linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// cudaSuite compares pinmalloc's CUDA fronts with the driver's own calls on device 0: pinned
+// host buffers (a CUDAHost pool against cuMemHostAlloc, and mmap + cuMemHostRegister, per
+// buffer), device buffers (the device heap against cuMemAllocAsync) and the copy bandwidth
+// from each kind of host buffer. Its competitors run only in its own cases, where
+// pinmalloc-pool is the CUDAHost pool, not the CPU cases' locked one.
+type cudaSuite struct {
+	dev *cuda.Device
+	s   cuda.Stream // the stream of every stream-ordered call and copy
+}
+
+func init() { gpuSuites = append(gpuSuites, &cudaSuite{}) }
+
+// Sizes of the suite's cases, and the directions of its copies.
+var (
+	cudaPairSizes   = []int64{4 << 10, 64 << 10, 1 << 20}
+	cudaDeviceSizes = []int64{4 << 10, 1 << 20}
+	cudaCopySizes   = []int64{1 << 20, 16 << 20, 256 << 20}
+	cudaDirs        = []string{"h2d", "d2h"}
+)
+
+// cudaTarget caps the time of one repetition: a driver call per buffer costs about a
+// millisecond, and this keeps a case under a second and the suite under a minute or so.
+const cudaTarget = 100 * time.Millisecond
+
+// cudaConfig is cfg with its repetitions cut to cudaTarget.
+func cudaConfig(cfg *config) *config {
+	c := *cfg
+	c.target = min(c.target, cudaTarget)
+	return &c
+}
+
+func (*cudaSuite) name() string { return "cuda" }
+
+func (c *cudaSuite) open() (err error) {
+	if c.dev, err = cuda.Open(0); err != nil {
+		return err
+	}
+	if c.s, err = c.dev.StreamCreate(true); err != nil {
+		return errors.Join(err, c.dev.Close())
+	}
+	return nil
+}
+
+func (c *cudaSuite) close() error { return errors.Join(c.dev.StreamDestroy(c.s), c.dev.Close()) }
+
+func (*cudaSuite) impls() []impl { return nil }
+
+// hostSource is a kind of host buffer, opened like a Go-side allocator.
+type hostSource struct {
+	name string
+	open func(capacity int64) (allocator[[]byte], error)
+}
+
+func (c *cudaSuite) cases() []benchCase {
+	pool := hostSource{"pinmalloc-pool", func(capacity int64) (allocator[[]byte], error) {
+		p, err := pinned.New(pinned.Options{Capacity: capacity, Backend: pinned.CUDAHost})
+		return pinPool{p}, err
+	}}
+	hostAlloc := hostSource{"cuda-hostalloc", func(int64) (allocator[[]byte], error) { return cudaHostAlloc{c.dev}, nil }}
+	hostRegister := hostSource{"cuda-hostregister", func(int64) (allocator[[]byte], error) { return cudaHostRegister{c.dev}, nil }}
+	goMake := hostSource{"go-make", func(int64) (allocator[[]byte], error) { return &goMake{newGoHeap()}, nil }}
+	var hostImpls []impl
+	for _, h := range []hostSource{pool, hostAlloc, hostRegister} {
+		hostImpls = append(hostImpls, goImpl(h.name, h.open))
+	}
+	deviceImpls := []impl{
+		c.synced(goImpl("pinmalloc-device", func(int64) (allocator[cuda.DevicePtr], error) {
+			h, err := device.New(c.dev, device.Options{Capacity: 64 << 20})
+			return deviceHeap{h, c.s}, err
+		})),
+		c.synced(goImpl("cuda-mallocasync", func(int64) (allocator[cuda.DevicePtr], error) { return mallocAsync{c.dev, c.s}, nil })),
+	}
+	var cs []benchCase
+	for _, sz := range cudaPairSizes {
+		cs = append(cs, pairCase("cuda-pair/"+sizeName(sz), sz, hostImpls))
+	}
+	for _, sz := range cudaDeviceSizes {
+		cs = append(cs, pairCase("cuda-device-pair/"+sizeName(sz), sz, deviceImpls))
+	}
+	for _, dir := range cudaDirs {
+		for _, sz := range cudaCopySizes {
+			cs = append(cs, c.copyCase("cuda-"+dir+"/"+sizeName(sz), dir, int(sz), []hostSource{pool, hostAlloc, goMake}))
+		}
+	}
+	return cs
+}
+
+// pairCase runs impls on a pair case of their own through the harness, with cudaConfig.
+func pairCase(name string, size int64, impls []impl) benchCase {
+	return benchCase{name: name, group: "gpu", size: size, custom: func(s *suite) []result {
+		sub := *s
+		sub.cfg = cudaConfig(s.cfg)
+		var out []result
+		for _, im := range impls {
+			if s.cfg.implFilter.MatchString(im.name) {
+				out = append(out, sub.run(benchCase{name: name, group: "pair", size: size}, im)...)
+			}
+		}
+		return out
+	}}
+}
+
+// synced makes each timed loop of im's pair workload end with a synchronize of the suite's
+// stream, counted in the time: the stream-ordered frees are then done.
+func (c *cudaSuite) synced(im impl) impl {
+	pair := im.pair
+	im.pair = func(size int) (workload, error) {
+		w, err := pair(size)
+		run := w.run
+		w.run = func(n int) (time.Duration, error) {
+			d, err := run(n)
+			t0 := time.Now()
+			err = errors.Join(err, c.dev.StreamSynchronize(c.s))
+			return d + time.Since(t0), err
+		}
+		return w, err
+	}
+	return im
+}
+
+// copyCase measures the bandwidth of copies of size bytes in direction dir between a device
+// buffer (cuMemAlloc) and a host buffer from each source, in GB/s (10^9 bytes per second).
+func (c *cudaSuite) copyCase(name, dir string, size int, srcs []hostSource) benchCase {
+	return benchCase{name: name, group: "gpu", size: int64(size), custom: func(s *suite) []result {
+		var out []result
+		for _, src := range srcs {
+			if !s.cfg.implFilter.MatchString(src.name) {
+				continue
+			}
+			rs := resultSet{c: name, impl: src.name}
+			if m, err := c.copyBandwidth(cudaConfig(s.cfg), dir, size, src); err != nil {
+				rs.fail(err)
+			} else {
+				rs.add("gbps", float64(size)/m.nsPerOp, "GB/s")
+			}
+			out = append(out, rs.out...)
+		}
+		return out
+	}}
+}
+
+// copyBandwidth times copies with the wall clock around n async copies on the suite's stream
+// and one synchronize; measure reports the mean over its repetitions.
+func (c *cudaSuite) copyBandwidth(cfg *config, dir string, size int, src hostSource) (m measurement, err error) {
+	a, err := src.open(caseCapacity)
+	if err != nil {
+		return m, err
+	}
+	defer func() { err = errors.Join(err, a.close()) }()
+	b, err := a.alloc(size)
+	if err != nil {
+		return m, err
+	}
+	defer func() { err = errors.Join(err, a.free(b)) }() // keeps b alive, and in place: Go's heap does not move
+	clear(b)                                             // every page resident
+	d, err := c.dev.MemAlloc(uintptr(size))
+	if err != nil {
+		return m, err
+	}
+	defer func() { err = errors.Join(err, c.dev.MemFree(d)) }()
+	host, nb := uintptr(unsafe.Pointer(&b[0])), uintptr(size)
+	copyOnce := func() error { return c.dev.MemcpyHtoDAsync(d, host, nb, c.s) }
+	if dir == "d2h" {
+		copyOnce = func() error { return c.dev.MemcpyDtoHAsync(host, d, nb, c.s) }
+	}
+	run := func(n int) (time.Duration, error) {
+		t0 := time.Now()
+		for range n {
+			if err := copyOnce(); err != nil {
+				return 0, err
+			}
+		}
+		err := c.dev.StreamSynchronize(c.s)
+		return time.Since(t0), err
+	}
+	if _, err := run(1); err != nil { // a first copy is slow (first touch, mappings): keep it out of the calibration
+		return m, err
+	}
+	return measure(cfg, run, 1)
+}
+
+// targets: the CUDAHost pool's pair 10,000 times faster than cuMemHostAlloc + cuMemFreeHost,
+// its copies at 0.95 of a cuMemHostAlloc buffer's bandwidth or better, and the device heap's
+// pair 5 times faster than cuMemAllocAsync + cuMemFreeAsync.
+func (*cudaSuite) targets(rs []result, ratio ratioFunc) []target {
+	var ts []target
+	check := func(name, c, metric, num, den string, limit float64) {
+		a, ok1 := lookup(rs, c, num, metric)
+		b, ok2 := lookup(rs, c, den, metric)
+		show := func(v float64) string { return fmt.Sprintf("%.2f GB/s", v) }
+		if metric == "ns_per_pair" {
+			show = fmtNs
+		}
+		want := fmt.Sprintf("%s / %s %s >= %g (%s)", num, den, metric, limit, c)
+		ts = append(ts, ratio(name, want, a, b, ok1 && ok2, limit, false, num+" "+show(a)+", "+den+" "+show(b)))
+	}
+	for _, sz := range cudaPairSizes {
+		check("pool-vs-cuda-hostalloc/"+sizeName(sz), "cuda-pair/"+sizeName(sz), "ns_per_pair", "cuda-hostalloc", "pinmalloc-pool", 10000)
+	}
+	for _, dir := range cudaDirs {
+		for _, sz := range cudaCopySizes {
+			check("pool-"+dir+"-vs-hostalloc/"+sizeName(sz), "cuda-"+dir+"/"+sizeName(sz), "gbps", "pinmalloc-pool", "cuda-hostalloc", 0.95)
+		}
+	}
+	for _, sz := range cudaDeviceSizes {
+		check("device-vs-mallocasync/"+sizeName(sz), "cuda-device-pair/"+sizeName(sz), "ns_per_pair", "cuda-mallocasync", "pinmalloc-device", 5)
+	}
+	return ts
+}
+
+// cudaHostAlloc allocates each buffer with cuMemHostAlloc and frees it with cuMemFreeHost.
+type cudaHostAlloc struct{ dev *cuda.Device }
+
+func (a cudaHostAlloc) alloc(n int) ([]byte, error) {
+	p, err := a.dev.MemHostAlloc(uintptr(n), 0)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice(bytePtr(p), n), nil
+}
+
+func (a cudaHostAlloc) free(b []byte) error { return a.dev.MemFreeHost(uintptr(unsafe.Pointer(&b[0]))) }
+func (cudaHostAlloc) touch(b []byte)        { b[0] = 1 }
+func (cudaHostAlloc) close() error          { return nil }
+
+// cudaHostRegister maps each buffer with mmap and registers it with cuMemHostRegister; the free
+// unregisters and unmaps it.
+type cudaHostRegister struct{ dev *cuda.Device }
+
+func (a cudaHostRegister) alloc(n int) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err == nil {
+		if err = a.dev.MemHostRegister(uintptr(unsafe.Pointer(&b[0])), uintptr(n), 0); err != nil {
+			return nil, errors.Join(err, unix.Munmap(b))
+		}
+	}
+	return b, err
+}
+
+func (a cudaHostRegister) free(b []byte) error {
+	return errors.Join(a.dev.MemHostUnregister(uintptr(unsafe.Pointer(&b[0]))), unix.Munmap(b))
+}
+func (cudaHostRegister) touch(b []byte) { b[0] = 1 }
+func (cudaHostRegister) close() error   { return nil }
+
+// deviceHeap is pinmalloc's device heap, allocating and freeing on one stream. Device blocks
+// are not touched: the host cannot write them.
+type deviceHeap struct {
+	h *device.Heap
+	s cuda.Stream
+}
+
+func (a deviceHeap) alloc(n int) (cuda.DevicePtr, error) { return a.h.Alloc(uintptr(n), a.s) }
+func (a deviceHeap) free(p cuda.DevicePtr) error         { return a.h.FreeAsync(p, a.s) }
+func (deviceHeap) touch(cuda.DevicePtr)                  {}
+func (a deviceHeap) close() error                        { return a.h.Close() }
+
+// mallocAsync is cuMemAllocAsync + cuMemFreeAsync on one stream, from the device's default
+// memory pool.
+type mallocAsync struct {
+	dev *cuda.Device
+	s   cuda.Stream
+}
+
+func (a mallocAsync) alloc(n int) (cuda.DevicePtr, error) {
+	return a.dev.MemAllocAsync(uintptr(n), a.s)
+}
+func (a mallocAsync) free(p cuda.DevicePtr) error { return a.dev.MemFreeAsync(p, a.s) }
+func (mallocAsync) touch(cuda.DevicePtr)          {}
+func (mallocAsync) close() error                  { return nil }
