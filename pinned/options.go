@@ -70,7 +70,11 @@ type Options struct {
 	// External is the caller's region for the External backend; it must be host memory.
 	External *arena.ExternalRegion
 	// PurgeDelay is how long free memory stays committed (and locked) before it is given back,
-	// in case it is needed again (default 10 ms; negative: only Trim gives it back).
+	// in case it is needed again (default 10 ms, mimalloc's; negative: only Trim gives it back).
+	// Giving locked memory back is cheap, taking it again is not: mlock or cuMemHostRegister
+	// faults in and zeroes every page, about 4 ms per 16 MiB. A program that frees big staging
+	// buffers and allocates them again at a slower cadence (a batch every 100 ms, say) should
+	// raise the delay above that cadence, or make it negative and call Trim itself.
 	PurgeDelay time.Duration
 	// Shards caps the number of heaps the pool spreads goroutines over (default
 	// 2×GOMAXPROCS).
