@@ -72,7 +72,8 @@ type Options struct {
 	// PurgeDelay is how long free memory stays committed (and locked) before it is given back,
 	// in case it is needed again (default 10 ms, mimalloc's; negative: only Trim gives it back).
 	// Giving locked memory back is cheap, taking it again is not: mlock or cuMemHostRegister
-	// faults in and zeroes every page, about 4 ms per 16 MiB. A program that frees big staging
+	// faults in and zeroes every page (mmap+mlock of 256 MiB took 108 ms on an H100 host). A
+	// program that frees big staging
 	// buffers and allocates them again at a slower cadence (a batch every 100 ms, say) should
 	// raise the delay above that cadence, or make it negative and call Trim itself.
 	PurgeDelay time.Duration
