@@ -73,9 +73,9 @@ type Options struct {
 	// in case it is needed again (default 10 ms, mimalloc's; negative: only Trim gives it back).
 	// Giving locked memory back is cheap, taking it again is not: mlock or cuMemHostRegister
 	// faults in and zeroes every page (mmap+mlock of 256 MiB took 108 ms on an H100 host). A
-	// program that frees big staging
-	// buffers and allocates them again at a slower cadence (a batch every 100 ms, say) should
-	// raise the delay above that cadence, or make it negative and call Trim itself.
+	// program that frees big staging buffers and allocates them again at a slower cadence (a
+	// batch every 100 ms, say) should raise the delay above that cadence, or make it negative
+	// and call Trim itself.
 	PurgeDelay time.Duration
 	// Shards caps the number of heaps the pool spreads goroutines over (default
 	// 2×GOMAXPROCS).
