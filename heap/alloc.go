@@ -280,6 +280,14 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		s.markDirty(first, k)
 		return h.takeObject(pg, n), fresh, nil
 	}
+	if pg := h.reuseHuge(n, alignment); pg != nil {
+		zeroed, err := h.a.Commit(pg.base, n)
+		if err != nil {
+			h.bigFree = append(h.bigFree, pg)
+			return 0, false, err
+		}
+		return h.takeObject(pg, n), zeroed, nil
+	}
 	span, err := h.a.Alloc(n, alignment)
 	if err != nil {
 		if span, err = h.retryAfterCollect(n, alignment); err != nil {
@@ -327,14 +335,30 @@ func (h *Heap) prepareSlices(s *segment, first, n int) error {
 	return nil
 }
 
-// maxObjFree bounds the freed object pages a heap keeps for reuse.
-const maxObjFree = 4
+// maxObjFree and maxBigFree bound the freed object pages and huge objects a heap keeps for
+// reuse.
+const (
+	maxObjFree = 4
+	maxBigFree = 2
+)
 
 // reuseObject takes a kept object page of k to k+k/8 slices aligned as asked, if there is one.
 func (h *Heap) reuseObject(k int, alignment uintptr) *page {
 	for i, pg := range h.objFree {
 		if pg.nslice >= k && pg.nslice <= k+k/8 && pg.base%alignment == 0 {
 			h.objFree = append(h.objFree[:i], h.objFree[i+1:]...)
+			return pg
+		}
+	}
+	return nil
+}
+
+// reuseHuge takes a kept huge object of n to 2n bytes aligned as asked, if there is one. Only
+// the n bytes asked for are committed again; the rest stays purgeable.
+func (h *Heap) reuseHuge(n, alignment uintptr) *page {
+	for i, pg := range h.bigFree {
+		if n <= pg.bsize && n >= pg.bsize/2 && pg.base%alignment == 0 {
+			h.bigFree = append(h.bigFree[:i], h.bigFree[i+1:]...)
 			return pg
 		}
 	}

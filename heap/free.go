@@ -90,11 +90,19 @@ func (h *Heap) freeObject(pg *page) {
 	h.live -= pg.objSize
 	h.frees++
 	pg.used = 0
-	if s := pg.seg; s.kind == segHuge {
-		pg.dead = true
-		h.g.unregister(s.span)
-		_ = h.a.Free(s.span) // cannot fail: the span is ours and in use
-		h.nhuge--
+	if pg.seg.kind == segHuge {
+		if h.hold { // stream-ordered heaps hand huge memory back for any stream to take
+			h.dropHuge(pg)
+			return
+		}
+		// Kept, like an object page, for the next huge object of about its size; its memory
+		// goes to the arena's purge unless reused within the delay.
+		if len(h.bigFree) == maxBigFree {
+			h.dropHuge(h.bigFree[0])
+			h.bigFree = append(h.bigFree[:0], h.bigFree[1:]...)
+		}
+		_ = h.a.Decommit(pg.base, pg.bsize)
+		h.bigFree = append(h.bigFree, pg)
 		return
 	}
 	// Keep the page, geometry and all, for the next object of about its size: reusing it is
@@ -108,6 +116,14 @@ func (h *Heap) freeObject(pg *page) {
 		pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice)
 	}
 	h.objFree = append(h.objFree, pg)
+}
+
+// dropHuge gives a kept huge object's chunks back to the arena.
+func (h *Heap) dropHuge(pg *page) {
+	pg.dead = true
+	h.g.unregister(pg.seg.span)
+	_ = h.a.Free(pg.seg.span) // cannot fail: the span is ours and in use
+	h.nhuge--
 }
 
 // dropObject gives a kept object page's slices back, and their memory to the arena's purge when
@@ -217,6 +233,10 @@ func (h *Heap) releaseEmpty(closing bool) {
 		h.dropObject(pg)
 	}
 	h.objFree = h.objFree[:0]
+	for _, pg := range h.bigFree {
+		h.dropHuge(pg)
+	}
+	h.bigFree = h.bigFree[:0]
 	for _, s := range h.spares {
 		_ = h.a.Free(s.span)
 		h.nsegs--

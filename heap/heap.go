@@ -73,7 +73,8 @@ type Options struct {
 	// HoldSegments keeps empty segments with the heap until Trim or Close instead of giving
 	// them back to the arena, where another heap could take them. A device heap whose blocks
 	// are freed in stream order needs it: memory freed on one stream must not reach a heap
-	// serving another stream before that stream's work is done.
+	// serving another stream before that stream's work is done. Such a heap keeps no freed
+	// huge object either: it goes back to the arena, for whoever frees it to hand on.
 	HoldSegments bool
 }
 
@@ -94,6 +95,7 @@ type Heap struct {
 	hold    bool
 	objects pageList     // object and huge pages, for Close and Stats
 	objFree []*page      // freed object pages kept for reuse, oldest first
+	bigFree []*page      // freed huge objects kept for reuse, oldest first
 	pending pendingStack // pages with remote frees, pushed by other goroutines
 
 	live, peak    uintptr // bytes asked for, by live blocks

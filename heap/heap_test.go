@@ -312,3 +312,48 @@ func TestObjectPages(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHugeReuse checks that a freed huge object serves the next one of about its size at the
+// same address, that it still refuses a second free while kept, and that a zeroed allocation
+// reads as zero once the arena has purged the kept memory.
+func TestHugeReuse(t *testing.T) {
+	h := newTestHeap(t, 256<<20, Options{})
+	p, err := h.Alloc(16 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem.Bytes(p, 16<<20)[0] = 9
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(p); !errors.Is(err, ErrDoubleFree) {
+		t.Fatalf("second free of a kept huge object: %v", err)
+	}
+	q, err := h.Alloc(12 << 20)
+	if err != nil || q != p {
+		t.Fatalf("huge object not reused: %#x then %#x (%v)", p, q, err)
+	}
+	if err := h.Free(q); err != nil {
+		t.Fatal(err)
+	}
+	h.a.Trim() // purges the kept memory
+	z, err := h.Zalloc(16 << 20)
+	if err != nil || z != p {
+		t.Fatalf("Zalloc after purge: %#x %v", z, err)
+	}
+	if b := mem.Bytes(z, 16<<20); b[0] != 0 {
+		t.Fatal("zeroed huge object is not zero")
+	}
+	small, err := h.Alloc(4 << 20) // too small for a kept span: a new one
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := h.Stats(); st.Huge != 2 {
+		t.Fatalf("%d huge objects", st.Huge)
+	}
+	for _, x := range []uintptr{z, small} {
+		if err := h.Free(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
