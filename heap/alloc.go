@@ -354,7 +354,9 @@ func (h *Heap) reuseObject(k int, alignment uintptr) *page {
 }
 
 // reuseHuge takes a kept huge object of n to 2n bytes aligned as asked, if there is one. Only
-// the n bytes asked for are committed again; the rest stays purgeable.
+// the n bytes asked for are committed again; the rest stays purgeable. On a miss every kept
+// object goes back to the arena, whose first fit may then reuse its chunks at once: keeping
+// them would commit new memory beside memory waiting to be purged.
 func (h *Heap) reuseHuge(n, alignment uintptr) *page {
 	for i, pg := range h.bigFree {
 		if n <= pg.bsize && n >= pg.bsize/2 && pg.base%alignment == 0 {
@@ -362,5 +364,9 @@ func (h *Heap) reuseHuge(n, alignment uintptr) *page {
 			return pg
 		}
 	}
+	for _, pg := range h.bigFree {
+		h.dropHuge(pg)
+	}
+	h.bigFree = h.bigFree[:0]
 	return nil
 }

@@ -329,7 +329,7 @@ func TestHugeReuse(t *testing.T) {
 	if err := h.Free(p); !errors.Is(err, ErrDoubleFree) {
 		t.Fatalf("second free of a kept huge object: %v", err)
 	}
-	q, err := h.Alloc(12 << 20)
+	q, err := h.Alloc(12 << 20) // at least half of it: the same span
 	if err != nil || q != p {
 		t.Fatalf("huge object not reused: %#x then %#x (%v)", p, q, err)
 	}
@@ -344,7 +344,7 @@ func TestHugeReuse(t *testing.T) {
 	if b := mem.Bytes(z, 16<<20); b[0] != 0 {
 		t.Fatal("zeroed huge object is not zero")
 	}
-	small, err := h.Alloc(4 << 20) // too small for a kept span: a new one
+	small, err := h.Alloc(4 << 20) // too small for a kept span: a new one (the kept one goes back)
 	if err != nil {
 		t.Fatal(err)
 	}
