@@ -209,11 +209,9 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 		// second chunk for every segment.
 		// Reserved, not committed: pages commit their own slices (prepareSlices), so a
 		// segment holding one small object commits one page, not 2 MiB.
-		span, err := h.a.Reserve(segSize, h.g.chunkAlign)
+		span, err := h.fromArena(h.a.Reserve, segSize, h.g.chunkAlign)
 		if err != nil {
-			if span, err = h.retryAfterCollect(segSize, h.g.chunkAlign); err != nil {
-				return nil, err
-			}
+			return nil, err
 		}
 		s = &segment{heap: h, span: span, base: span.Base, dirtyBits: ^uint64(0), decommit: ^uint64(0)}
 		h.g.register(span, s)
@@ -225,17 +223,17 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 	return s, nil
 }
 
-// retryAfterCollect runs when the arena is full: frees pending in every heap of the group may
-// have emptied segments that can go back first. It retries the arena once; a full arena is
-// then ErrOutOfMemory.
-func (h *Heap) retryAfterCollect(size, alignment uintptr) (arena.Span, error) {
+// fromArena takes a span from the arena with take (Alloc, or Reserve for a segment). When the
+// arena is full, frees pending in the heap may have emptied segments and kept objects that can
+// go back first: it collects them and tries once more; a full arena is then ErrOutOfMemory.
+func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error), size, alignment uintptr) (arena.Span, error) {
+	span, err := take(size, alignment)
+	if err == nil {
+		return span, nil
+	}
 	h.Collect()
 	h.releaseEmpty(false)
-	alloc := h.a.Alloc
-	if size == segSize {
-		alloc = h.a.Reserve
-	}
-	span, err := alloc(size, alignment)
+	span, err = take(size, alignment)
 	switch {
 	case err == nil:
 		return span, nil
@@ -288,11 +286,9 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		}
 		return h.takeObject(pg, n), zeroed, nil
 	}
-	span, err := h.a.Alloc(n, alignment)
+	span, err := h.fromArena(h.a.Alloc, n, alignment)
 	if err != nil {
-		if span, err = h.retryAfterCollect(n, alignment); err != nil {
-			return 0, false, err
-		}
+		return 0, false, err
 	}
 	s := &segment{heap: h, span: span, base: span.Base, kind: segHuge}
 	pg := &page{heap: h, seg: s, base: span.Base, bsize: span.Size, nblocks: 1, class: -1,

@@ -66,3 +66,33 @@ func TestProviderFault(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRetryCommitsHugeOfSegmentSize fills a small arena, frees a block the lock-free way so
+// that only a collection can give its chunk back, and then asks for a huge object of exactly a
+// segment's size: the retry after collection must hand out committed memory, not a reservation.
+func TestRetryCommitsHugeOfSegmentSize(t *testing.T) {
+	h := newTestHeap(t, 2*segSize, Options{})
+	p1, err := h.Alloc(segSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := h.Alloc(segSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.g.Free(p1); err != nil { // pending until the owner collects
+		t.Fatal(err)
+	}
+	p3, err := h.Alloc(segSize) // the arena is full: only the retry after collection succeeds
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.a.Trim() // purges whatever no span claims: a reserved-only huge object would go with it
+	b := mem.Bytes(p3, segSize)
+	b[0], b[segSize-1] = 1, 1 // faults if the memory was only reserved
+	for _, p := range []uintptr{p2, p3} {
+		if err := h.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
