@@ -35,6 +35,7 @@
 package arena
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -307,11 +308,8 @@ func (a *Arena) place(r *region, size, alignment uintptr) (Span, bool) {
 	return out, found
 }
 
-type stopErr struct{}
-
-func (stopErr) Error() string { return "stop" }
-
-var errStop error = stopErr{}
+// errStop ends a bitmap walk early; it never leaves the package.
+var errStop = errors.New("stop")
 
 // take marks s in use and, when asked, commits what it needs.
 func (a *Arena) take(r *region, s Span, commit bool) (Span, error) {

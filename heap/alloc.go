@@ -360,9 +360,6 @@ func (h *Heap) reuseHuge(n, alignment uintptr) *page {
 			return pg
 		}
 	}
-	for _, pg := range h.bigFree {
-		h.dropHuge(pg)
-	}
-	h.bigFree = h.bigFree[:0]
+	h.dropAll(&h.bigFree)
 	return nil
 }

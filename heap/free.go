@@ -92,43 +92,54 @@ func (h *Heap) freeObject(pg *page) {
 	pg.used = 0
 	if pg.seg.kind == segHuge {
 		if h.hold { // stream-ordered heaps hand huge memory back for any stream to take
-			h.dropHuge(pg)
+			h.drop(pg)
 			return
 		}
 		// Kept, like an object page, for the next huge object of about its size; its memory
 		// goes to the arena's purge unless reused within the delay.
-		if len(h.bigFree) == maxBigFree {
-			h.dropHuge(h.bigFree[0])
-			h.bigFree = append(h.bigFree[:0], h.bigFree[1:]...)
-		}
 		_ = h.a.Decommit(pg.base, pg.bsize)
-		h.bigFree = append(h.bigFree, pg)
+		h.keep(&h.bigFree, pg, maxBigFree)
 		return
 	}
 	// Keep the page, geometry and all, for the next object of about its size: reusing it is
-	// reusing a block, with no page or segment to build. The oldest kept page goes.
-	if len(h.objFree) == maxObjFree {
-		h.dropObject(h.objFree[0])
-		h.objFree = append(h.objFree[:0], h.objFree[1:]...)
-	}
-	// Its memory goes to the arena's purge unless the page is reused within the delay.
+	// reusing a block, with no page or segment to build. Its memory goes to the arena's purge
+	// unless the page is reused within the delay.
 	if h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift) == nil {
 		pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice)
 	}
-	h.objFree = append(h.objFree, pg)
+	h.keep(&h.objFree, pg, maxObjFree)
 }
 
-// dropHuge gives a kept huge object's chunks back to the arena.
-func (h *Heap) dropHuge(pg *page) {
+// keep adds a freed object or huge page to a list kept for reuse, dropping the oldest when the
+// list is full.
+func (h *Heap) keep(list *[]*page, pg *page, limit int) {
+	if len(*list) == limit {
+		h.drop((*list)[0])
+		*list = append((*list)[:0], (*list)[1:]...)
+	}
+	*list = append(*list, pg)
+}
+
+// dropAll drops every page of a kept list.
+func (h *Heap) dropAll(list *[]*page) {
+	for _, pg := range *list {
+		h.drop(pg)
+	}
+	*list = (*list)[:0]
+}
+
+// drop gives a kept page up for good: a huge object's chunks go back to the arena, an object
+// page's slices to its segment (its memory was handed to the purge when it was kept).
+func (h *Heap) drop(pg *page) {
+	if pg.seg.kind != segHuge {
+		h.freeSlices(pg)
+		return
+	}
 	pg.dead = true
 	h.g.unregister(pg.seg.span)
 	_ = h.a.Free(pg.seg.span) // cannot fail: the span is ours and in use
 	h.nhuge--
 }
-
-// dropObject gives a kept object page's slices back, and their memory to the arena's purge when
-// the segment stays in use (a segment given back whole is purged as a whole).
-func (h *Heap) dropObject(pg *page) { h.freeSlices(pg) } // its memory was given up when kept
 
 // freeSlices returns a page's slices to its segment, and an empty segment to the spare slot or
 // the arena.
@@ -229,14 +240,8 @@ func (h *Heap) releaseEmpty(closing bool) {
 			h.cur[c] = &cl.empty
 		}
 	}
-	for _, pg := range h.objFree {
-		h.dropObject(pg)
-	}
-	h.objFree = h.objFree[:0]
-	for _, pg := range h.bigFree {
-		h.dropHuge(pg)
-	}
-	h.bigFree = h.bigFree[:0]
+	h.dropAll(&h.objFree)
+	h.dropAll(&h.bigFree)
 	for _, s := range h.spares {
 		_ = h.a.Free(s.span)
 		h.nsegs--
