@@ -13,6 +13,7 @@ import (
 // Its contents are undefined. It fails with ErrInvalidSize for n == 0, ErrTooLarge above the
 // arena's capacity and an error wrapping arena.ErrCapacity when the arena is full.
 func (h *Heap) Alloc(n uintptr) (uintptr, error) {
+	// The fast path is allocClass written out: calling it costs about 1 ns of a 24 ns pair.
 	if n-1 < maxClassSize {
 		c := h.class(n)
 		pg := h.cur[c]
