@@ -305,7 +305,6 @@ func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
 	pg.alloc[0].Or(1)
 	pg.used = 1
 	pg.objSize = n
-	h.objects.pushFront(pg)
 	h.allocs++
 	h.live += n
 	if h.live > h.peak {

@@ -86,7 +86,6 @@ func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 
 // freeObject gives back an object or huge page whose block was freed.
 func (h *Heap) freeObject(pg *page) {
-	h.objects.remove(pg)
 	h.live -= pg.objSize
 	h.frees++
 	pg.used = 0

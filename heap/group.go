@@ -2,7 +2,6 @@ package heap
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
@@ -15,9 +14,6 @@ type Group struct {
 	a          *arena.Arena
 	segs       []atomic.Pointer[segment] // by arena.ChunkID
 	chunkAlign uintptr
-
-	mu    sync.Mutex
-	heaps int
 }
 
 // NewGroup creates an empty group over an arena whose chunks are 2 MiB.
@@ -32,29 +28,7 @@ func NewGroup(a *arena.Arena) (*Group, error) {
 }
 
 // NewHeap adds a heap to the group.
-func (g *Group) NewHeap(o Options) (*Heap, error) {
-	h, err := newHeap(g, o)
-	if err != nil {
-		return nil, err
-	}
-	g.mu.Lock()
-	g.heaps++
-	g.mu.Unlock()
-	return h, nil
-}
-
-// Heaps returns the number of open heaps in the group.
-func (g *Group) Heaps() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.heaps
-}
-
-func (g *Group) removeHeap(*Heap) {
-	g.mu.Lock()
-	g.heaps--
-	g.mu.Unlock()
-}
+func (g *Group) NewHeap(o Options) (*Heap, error) { return newHeap(g, o) }
 
 // Arena returns the group's arena.
 func (g *Group) Arena() *arena.Arena { return g.a }

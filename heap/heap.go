@@ -93,7 +93,6 @@ type Heap struct {
 	segs    [numSegKinds]segList // segments with room, per kind
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
 	hold    bool
-	objects pageList     // object and huge pages, for Close and Stats
 	objFree []*page      // freed object pages kept for reuse, oldest first
 	bigFree []*page      // freed huge objects kept for reuse, oldest first
 	pending pendingStack // pages with remote frees, pushed by other goroutines
@@ -176,7 +175,6 @@ func (h *Heap) Close() error {
 	}
 	h.releaseEmpty(true)
 	h.closed = true
-	h.g.removeHeap(h)
 	return nil
 }
 

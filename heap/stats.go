@@ -20,7 +20,8 @@ type Stats struct {
 	Live uint64
 	// Allocs and Frees count operations of every size.
 	Allocs, Frees uint64
-	// Segments counts segments (including the spare); Huge counts huge objects.
+	// Segments counts segments (kept spares included); Huge counts huge objects (kept ones
+	// included).
 	Segments, Huge int
 	// Classes has one entry per size class with any activity.
 	Classes []ClassStats
