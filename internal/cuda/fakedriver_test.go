@@ -44,6 +44,10 @@ typedef struct { unsigned flags; int pending; } fakeStream;
 static __thread int depth;
 static int inited, retained;
 static long live;
+/* The counters are updated from many threads at once (the concurrency test below). */
+#define INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_SEQ_CST)
+#define DEC(x) __atomic_sub_fetch(&(x), 1, __ATOMIC_SEQ_CST)
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
 static void *registered;
 
 int cuInit(unsigned f) { if (f) return 1; inited = 1; return 0; }
@@ -56,28 +60,28 @@ int cuDeviceGetName(char *b, int n, int d) { if (d != 7) return 101; strncpy(b, 
 int cuDeviceTotalMem_v2(size_t *n, int d) { *n = (size_t)1 << 30; return 0; }
 int cuDeviceGetAttribute(int *v, int a, int d) {
 	/* 9999 is not a real attribute: it reports the fake's live objects, 1000 per retain. */
-	*v = a == 9999 ? (int)live + 1000 * retained : (a == 102 || a == 115) ? 1 : 0;
+	*v = a == 9999 ? (int)LOAD(live) + 1000 * LOAD(retained) : (a == 102 || a == 115) ? 1 : 0;
 	return d == 7 ? 0 : 101;
 }
-int cuDevicePrimaryCtxRetain(void **c, int d) { if (d != 7) return 101; retained++; *c = CTX; return 0; }
-int cuDevicePrimaryCtxRelease_v2(int d) { if (d != 7 || retained == 0) return 201; retained--; return 0; }
+int cuDevicePrimaryCtxRetain(void **c, int d) { if (d != 7) return 101; INC(retained); *c = CTX; return 0; }
+int cuDevicePrimaryCtxRelease_v2(int d) { if (d != 7 || LOAD(retained) == 0) return 201; DEC(retained); return 0; }
 /* Pushing takes a while, so that the Go scheduler retakes the P during the call: a goroutine
    that is not locked to its thread then often resumes on another one, where no context is. */
 int cuCtxPushCurrent_v2(void *c) { if (c != CTX) return 201; usleep(300); depth++; return 0; }
 int cuCtxPopCurrent_v2(void **c) { if (depth == 0) return 201; depth--; if (c) *c = CTX; return 0; }
 int cuCtxSynchronize(void) { NEEDCTX; return 0; }
-int cuMemGetInfo_v2(size_t *f, size_t *t) { NEEDCTX; *t = (size_t)1 << 30; *f = *t - live; return 0; }
+int cuMemGetInfo_v2(size_t *f, size_t *t) { NEEDCTX; *t = (size_t)1 << 30; *f = *t - LOAD(live); return 0; }
 
 int cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 	NEEDCTX; if (n > ((size_t)1 << 40)) return 2;
-	*p = (CUdeviceptr)(uintptr_t)malloc(n ? n : 1); live++; return 0;
+	*p = (CUdeviceptr)(uintptr_t)malloc(n ? n : 1); INC(live); return 0;
 }
-int cuMemFree_v2(CUdeviceptr p) { NEEDCTX; free((void *)(uintptr_t)p); live--; return 0; }
+int cuMemFree_v2(CUdeviceptr p) { NEEDCTX; free((void *)(uintptr_t)p); DEC(live); return 0; }
 int cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { if (s == 0) return 400; return cuMemAlloc_v2(p, n); }
 int cuMemFreeAsync(CUdeviceptr p, void *s) { if (s == 0) return 400; return cuMemFree_v2(p); }
 int cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { if (f != 1 && f != 2) return 1; return cuMemAlloc_v2(p, n); }
-int cuMemHostAlloc(void **p, size_t n, unsigned f) { NEEDCTX; if (f & ~7u) return 1; *p = malloc(n); live++; return 0; }
-int cuMemFreeHost(void *p) { NEEDCTX; free(p); live--; return 0; }
+int cuMemHostAlloc(void **p, size_t n, unsigned f) { NEEDCTX; if (f & ~7u) return 1; *p = malloc(n); INC(live); return 0; }
+int cuMemFreeHost(void *p) { NEEDCTX; free(p); DEC(live); return 0; }
 int cuMemHostRegister_v2(void *p, size_t n, unsigned f) {
 	NEEDCTX; if (n == 0 || (f & ~15u)) return 1; if (registered == p) return 712; registered = p; return 0;
 }
@@ -101,13 +105,13 @@ int cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p, int o
 	NEEDCTX; if (!goodProp(p) || opt < 0 || opt > 1) return 1; *g = (size_t)2 << (20 + opt); return 0;
 }
 int cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long f) {
-	NEEDCTX; if (addr || f || size == 0) return 1; *p = 0x7f0000000000ull; live++; return 0;
+	NEEDCTX; if (addr || f || size == 0) return 1; *p = 0x7f0000000000ull; INC(live); return 0;
 }
-int cuMemAddressFree(CUdeviceptr p, size_t size) { NEEDCTX; if (p != 0x7f0000000000ull) return 1; live--; return 0; }
+int cuMemAddressFree(CUdeviceptr p, size_t size) { NEEDCTX; if (p != 0x7f0000000000ull) return 1; DEC(live); return 0; }
 int cuMemCreate(unsigned long long *h, size_t size, const CUmemAllocationProp *p, unsigned long long f) {
-	NEEDCTX; if (!goodProp(p) || f || size % ((size_t)2 << 20)) return 1; *h = 0x4242; live++; return 0;
+	NEEDCTX; if (!goodProp(p) || f || size % ((size_t)2 << 20)) return 1; *h = 0x4242; INC(live); return 0;
 }
-int cuMemRelease(unsigned long long h) { NEEDCTX; if (h != 0x4242) return 1; live--; return 0; }
+int cuMemRelease(unsigned long long h) { NEEDCTX; if (h != 0x4242) return 1; DEC(live); return 0; }
 int cuMemMap(CUdeviceptr p, size_t size, size_t off, unsigned long long h, unsigned long long f) {
 	NEEDCTX; return (p && size && off == 0 && h == 0x4242 && f == 0) ? 0 : 1;
 }
@@ -125,14 +129,14 @@ int cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation l) {
 	NEEDCTX; return (goodLoc(l) && advice >= 1 && advice <= 6 && n) ? 0 : 1;
 }
 
-int cuStreamCreate(void **s, unsigned f) { NEEDCTX; fakeStream *x = calloc(1, sizeof *x); x->flags = f; *s = x; live++; return 0; }
-int cuStreamDestroy_v2(void *s) { NEEDCTX; free(s); live--; return 0; }
+int cuStreamCreate(void **s, unsigned f) { NEEDCTX; fakeStream *x = calloc(1, sizeof *x); x->flags = f; *s = x; INC(live); return 0; }
+int cuStreamDestroy_v2(void *s) { NEEDCTX; free(s); DEC(live); return 0; }
 int cuStreamSynchronize(void *s) { NEEDCTX; if (s) ((fakeStream *)s)->pending = 0; return 0; }
 int cuStreamQuery(void *s) {
 	NEEDCTX; if (s && ((fakeStream *)s)->pending) { ((fakeStream *)s)->pending = 0; return 600; } return 0;
 }
-int cuEventCreate(void **e, unsigned f) { NEEDCTX; fakeEvent *x = calloc(1, sizeof *x); x->flags = f; *e = x; live++; return 0; }
-int cuEventDestroy_v2(void *e) { NEEDCTX; free(e); live--; return 0; }
+int cuEventCreate(void **e, unsigned f) { NEEDCTX; fakeEvent *x = calloc(1, sizeof *x); x->flags = f; *e = x; INC(live); return 0; }
+int cuEventDestroy_v2(void *e) { NEEDCTX; free(e); DEC(live); return 0; }
 int cuEventRecord(void *e, void *s) { NEEDCTX; ((fakeEvent *)e)->recorded = 1; return 0; }
 int cuEventQuery(void *e) { NEEDCTX; return ((fakeEvent *)e)->recorded ? 0 : 600; }
 int cuEventSynchronize(void *e) { NEEDCTX; return 0; }
