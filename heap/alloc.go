@@ -46,8 +46,7 @@ func (h *Heap) class(n uintptr) uint8 {
 
 // take marks block idx of pg live and returns its address.
 func (h *Heap) take(pg *page, idx uint32, n uintptr) uintptr {
-	pg.alloc[idx>>6].Or(1 << (idx & 63))
-	pg.sizes[idx] = uint32(n)
+	pg.state[idx] = uint32(n) // see freedRemote
 	pg.used++
 	h.classes[pg.class].allocs++
 	h.allocs++
@@ -293,7 +292,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	}
 	s := &segment{heap: h, span: span, base: span.Base, kind: segHuge}
 	pg := &page{heap: h, seg: s, base: span.Base, bsize: span.Size, nblocks: 1, class: -1,
-		alloc: make([]atomicWord, 1), remote: make([]atomicWord, 1)}
+		state: make([]uint32, 1), remote: make([]atomicWord, 1)}
 	s.huge = pg
 	h.g.register(span, s)
 	h.nhuge++
@@ -302,7 +301,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 
 // takeObject marks the single block of an object or huge page live.
 func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
-	pg.alloc[0].Or(1)
+	pg.state[0] = 1
 	pg.used = 1
 	pg.objSize = n
 	h.allocs++

@@ -3,6 +3,7 @@ package heap
 import (
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 )
 
 // Free gives back the block at p. A block of another heap of the group is freed the lock-free
@@ -30,16 +31,16 @@ func (h *Heap) free(pg *page, idx uint32, p uintptr) error {
 	if pg.heap != h {
 		return pg.freeRemote(idx, p)
 	}
-	w, bit := idx>>6, uint64(1)<<(idx&63)
-	if pg.alloc[w].And(^bit)&bit == 0 {
+	size, ok := pg.freeState(idx, false)
+	if !ok {
 		return fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 	}
 	if pg.class < 0 {
 		h.freeObject(pg)
 		return nil
 	}
-	h.pushFree(pg, idx)
-	if pg.used == 0 || !pg.inAvail {
+	h.pushFree(pg, idx, size)
+	if !pg.inAvail || pg.used == 0 && h.cur[pg.class] != pg {
 		h.pageChanged(pg, true)
 	}
 	return nil
@@ -47,11 +48,10 @@ func (h *Heap) free(pg *page, idx uint32, p uintptr) error {
 
 // freeRemote frees block idx of pg from any goroutine, without a lock.
 func (pg *page) freeRemote(idx uint32, p uintptr) error {
-	w, bit := idx>>6, uint64(1)<<(idx&63)
-	if pg.alloc[w].And(^bit)&bit == 0 {
+	if _, ok := pg.freeState(idx, true); !ok {
 		return fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 	}
-	pg.remote[w].Or(bit)
+	pg.remote[idx>>6].Or(1 << (idx & 63))
 	if pg.pending.Load() == 0 && pg.pending.CompareAndSwap(0, 1) {
 		pg.heap.pending.push(pg)
 	}
@@ -59,11 +59,11 @@ func (pg *page) freeRemote(idx uint32, p uintptr) error {
 }
 
 // pushFree puts a block that is no longer live back on its page's free stack.
-func (h *Heap) pushFree(pg *page, idx uint32) {
+func (h *Heap) pushFree(pg *page, idx, size uint32) {
 	pg.free[pg.nfree] = uint16(idx)
 	pg.nfree++
 	pg.used--
-	h.live -= uintptr(pg.sizes[idx])
+	h.live -= uintptr(size)
 	h.frees++
 	h.classes[pg.class].frees++
 }
@@ -195,7 +195,8 @@ func (h *Heap) collectPage(pg *page, mayRelease bool) {
 				h.freeObject(pg)
 				return
 			}
-			h.pushFree(pg, uint32(w*64+bits.TrailingZeros64(b)))
+			idx := uint32(w*64 + bits.TrailingZeros64(b))
+			h.pushFree(pg, idx, atomic.LoadUint32(&pg.state[idx])&^freedRemote)
 		}
 	}
 	if pg.class >= 0 {

@@ -67,17 +67,11 @@ func (g *Group) Size(p uintptr) (uintptr, error) {
 	if err != nil {
 		return 0, err
 	}
-	if pg.alloc[idx>>6].Load()&(1<<(idx&63)) == 0 {
+	n := pg.liveSize(idx)
+	if n == 0 {
 		return 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 	}
-	return pg.size(idx), nil
-}
-
-func (pg *page) size(idx uint32) uintptr {
-	if pg.class < 0 {
-		return pg.objSize
-	}
-	return uintptr(pg.sizes[idx])
+	return n, nil
 }
 
 func (g *Group) register(span arena.Span, s *segment) {
@@ -127,8 +121,11 @@ func (g *Group) locate(p uintptr) (*page, uint32, error) {
 
 func (g *Group) locateSized(p, n uintptr) (*page, uint32, error) {
 	pg, idx, err := g.locate(p)
-	if err == nil && pg.alloc[idx>>6].Load()&(1<<(idx&63)) != 0 && pg.size(idx) != n {
-		err = fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, pg.size(idx), n)
+	if err != nil {
+		return nil, 0, err
+	}
+	if live := pg.liveSize(idx); live != 0 && live != n {
+		return nil, 0, fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, live, n)
 	}
 	return pg, idx, err
 }

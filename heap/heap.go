@@ -17,8 +17,8 @@
 //
 // mimalloc threads its free lists through the blocks themselves. Here nothing is ever written
 // into the region: a page keeps a stack of free block indexes, a bump index for blocks never
-// handed out, an allocation bitmap, a remote-free bitmap and the size asked for each live block,
-// all in Go memory. Addresses map to pages through the arena's ChunkID (base-relative, O(1))
+// handed out, a state word per block (free, or live with the size asked for) and a remote-free
+// bitmap, all in Go memory. Addresses map to pages through the arena's ChunkID (base-relative, O(1))
 // and the segment's slice table. So device memory, managed memory and host memory are all
 // served by this one code path, and alignment is arithmetic on offsets.
 //
@@ -26,21 +26,22 @@
 //
 // A Heap has one owner at a time: Alloc, Free of its own blocks, Collect, Stats, Trim and Close
 // take no lock and must not run concurrently with each other. Frees may come from any
-// goroutine through Group.Free (or Heap.Free of another heap's block): they are lock-free. The
-// freeing goroutine clears the block's allocation bit with one atomic AND (which detects a
-// double free exactly, even between racing goroutines), sets the block's bit in the page's
-// remote bitmap with one atomic OR and, the first time, pushes the page onto its owner's
-// lock-free pending stack. The owner collects pending pages when it runs out of free blocks —
-// mimalloc's thread_free, with bits instead of links.
+// goroutine through Group.Free (or Heap.Free of another heap's block): they are lock-free. Any
+// free moves the block's state word out of the live states with one compare-and-swap, which
+// detects a double free exactly, even between racing goroutines (see freedRemote); the owner's
+// allocation is a plain store. A remote free then sets the block's bit in the page's remote
+// bitmap with one atomic OR and, the first time, pushes the page onto its owner's lock-free
+// pending stack. The owner collects pending pages when it runs out of free blocks — mimalloc's
+// thread_free, with bits instead of links.
 //
 // Invariants, for every page p:
-//   - a block is live iff its bit is set in p.alloc; exactly one free clears it;
+//   - a block is live iff its state word is live; exactly one free moves it out;
 //   - a block index is in at most one of: p.free[:p.nfree], the set bits of p.remote, or
 //     [p.bump, p.nblocks); live blocks are in none;
 //   - p.used counts live blocks plus remotely freed blocks not yet collected; a page is given
 //     back only when p.used is zero, so a remote free never races with its page's release;
 //   - page and segment structs are never reused, so a stale pointer held by a buggy double free
-//     sees only clear bits and reports ErrDoubleFree; a released page is marked dead, and a
+//     sees only free states and reports ErrDoubleFree; a released page is marked dead, and a
 //     stale pending-stack entry for it is ignored.
 //
 // Lock order: Heap (owner, no lock) → arena.Arena.mu. Remote frees take no lock at all.

@@ -357,3 +357,50 @@ func TestHugeReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteFreeStates walks a block through every state word: live, freed by another
+// goroutine and not yet collected, collected, live again. Every free or size query in a free
+// state reports ErrDoubleFree, and the accounting follows.
+func TestRemoteFreeStates(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	for _, n := range []uintptr{24, 5000, 300 << 10, 5 << 20} {
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := h.g.Size(p); err != nil || got != n {
+			t.Fatalf("Size(live %d) = %d, %v", n, got, err)
+		}
+		if err := h.g.FreeSized(p, n); err != nil {
+			t.Fatalf("remote free of %d: %v", n, err)
+		}
+		_, sizeErr := h.g.Size(p)
+		for what, err := range map[string]error{
+			"remote free again": h.g.Free(p),
+			"owner free":        h.Free(p),
+			"owner sized free":  h.FreeSized(p, n),
+			"size of freed":     sizeErr,
+		} {
+			if !errors.Is(err, ErrDoubleFree) {
+				t.Errorf("%d bytes, %s before collection: %v", n, what, err)
+			}
+		}
+		h.Collect()
+		if st := h.Stats(); st.Live != 0 || st.InUse != 0 {
+			t.Fatalf("%d bytes: after collection Live %d, InUse %d", n, st.Live, st.InUse)
+		}
+		if err := h.Free(p); !errors.Is(err, ErrDoubleFree) {
+			t.Errorf("%d bytes, owner free after collection: %v", n, err)
+		}
+		q, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := h.g.Size(q); err != nil || got != n {
+			t.Fatalf("Size(reallocated %d) = %d, %v", n, got, err)
+		}
+		if err := h.Free(q); err != nil {
+			t.Fatalf("free of the reallocated %d: %v", n, err)
+		}
+	}
+}

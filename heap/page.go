@@ -39,7 +39,6 @@ type page struct {
 	nblocks uint32
 	used    uint32
 	free    []uint16 // stack of free block indexes
-	sizes   []uint32 // size asked for each live block
 	base    uintptr
 	bsize   uintptr
 	divMul  uint32 // off*divMul>>32 == off/bsize for multiples of bsize
@@ -57,7 +56,7 @@ type page struct {
 	nslice int
 
 	// Shared with remote freers.
-	alloc       []atomicWord
+	state       []uint32 // per block: see freedRemote
 	remote      []atomicWord
 	pending     atomic.Uint32
 	nextPending *page
@@ -92,11 +91,10 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 	pg.nblocks = n
 	pg.divMul = ^uint32(0)/uint32(bsize) + 1
 	words := (n + 63) / 64
-	pg.alloc = make([]atomicWord, words)
+	pg.state = make([]uint32, n)
 	pg.remote = make([]atomicWord, words)
 	if class >= 0 {
 		pg.free = make([]uint16, n)
-		pg.sizes = make([]uint32, n)
 	}
 	for i := slice0; i < slice0+nslice; i++ {
 		s.pages[i].Store(pg)
@@ -133,8 +131,54 @@ func (s *segment) dirty(first, n int) bool { return s.dirtyBits&sliceMask(first,
 
 func (s *segment) markDirty(first, n int) { s.dirtyBits |= sliceMask(first, n) }
 
-// atomicWord is a word of a page bitmap shared with remote freers.
+// atomicWord is a word of a page's remote-free bitmap.
 type atomicWord = atomic.Uint64
+
+// A block's state word (page.state) says whether it is live and how big it was asked to be:
+//
+//	0                free: on the free stack, or never handed out
+//	n                live, allocated with n bytes (object and huge pages: 1, objSize has n)
+//	n | freedRemote  freed by another goroutine; the owner collects it, or has already
+//
+// The owner writes n at allocation with a plain store: the block is free, so nothing else may
+// touch its word, and whoever frees it later has been handed the block through some
+// synchronisation that orders the store first. Frees move the word out of the live states
+// with one compare-and-swap, so of racing frees of one block exactly one wins; the others,
+// like any later free, find a free state and report ErrDoubleFree. The words are per block,
+// not bits of a shared word, so the owner's plain store never overwrites a neighbour's free.
+const freedRemote = 1 << 31
+
+// freeState moves block idx from live to free (to freedRemote when remote) and returns the size
+// it was allocated with; ok is false when the block was not live.
+func (pg *page) freeState(idx uint32, remote bool) (size uint32, ok bool) {
+	w := &pg.state[idx]
+	for {
+		old := atomic.LoadUint32(w)
+		if old == 0 || old&freedRemote != 0 {
+			return 0, false
+		}
+		next := uint32(0)
+		if remote {
+			next = old | freedRemote
+		}
+		// Fails only when another free won the race: the next load sees a free state.
+		if atomic.CompareAndSwapUint32(w, old, next) {
+			return old, true
+		}
+	}
+}
+
+// liveSize returns the size block idx was allocated with, or 0 when it is not live.
+func (pg *page) liveSize(idx uint32) uintptr {
+	st := atomic.LoadUint32(&pg.state[idx])
+	if st&freedRemote != 0 {
+		return 0
+	}
+	if pg.class < 0 && st != 0 {
+		return pg.objSize
+	}
+	return uintptr(st)
+}
 
 // pageList is an intrusive doubly linked list of pages.
 type pageList struct{ head, tail *page }

@@ -12,8 +12,8 @@
 // The pool keeps several heap shards, each with one owner at a time. Alloc takes a shard
 // through a per-P cache (sync.Pool, so a goroutine tends to meet the same shard on the same
 // processor) and a TryLock that makes it the shard's owner, allocates, and hands it back. Free
-// never locks for small buffers: it clears the block's bit with an atomic AND in whatever shard
-// owns it and leaves the rest to that shard's owner (the heap's remote-free path). Large
+// never locks for small buffers: one compare-and-swap marks the block free in whatever shard
+// owns it, and that shard's owner takes it back later (the heap's remote-free path). Large
 // buffers are freed under the owner's lock when it is free, so their memory returns at once.
 //
 // # Errors
