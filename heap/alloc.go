@@ -21,7 +21,7 @@ func (h *Heap) Alloc(n uintptr) (uintptr, error) {
 		if pg.nfree > 0 {
 			pg.nfree--
 			idx = uint32(pg.free[pg.nfree])
-		} else if pg.bump < pg.nblocks {
+		} else if pg.bump < pg.limit {
 			idx = pg.bump
 			pg.bump++
 		} else {
@@ -106,7 +106,7 @@ func (h *Heap) allocClass(n uintptr, c uint8) (uintptr, bool, error) {
 		pg.nfree--
 		return h.take(pg, uint32(pg.free[pg.nfree]), n), false, nil
 	}
-	if pg.bump < pg.nblocks {
+	if pg.bump < pg.limit {
 		pg.bump++
 		return h.take(pg, pg.bump-1, n), pg.fresh, nil
 	}
@@ -127,7 +127,12 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 			if pg.pending.Load() != 0 {
 				h.collectPage(pg, false)
 			}
-			if pg.nfree > 0 || pg.bump < pg.nblocks {
+			if pg.nfree == 0 && pg.bump == pg.limit && pg.limit < pg.nblocks {
+				if err := h.extend(pg); err != nil {
+					return 0, false, err
+				}
+			}
+			if pg.nfree > 0 || pg.bump < pg.limit {
 				h.cur[c] = pg
 				return h.allocClass(n, c)
 			}
@@ -161,12 +166,12 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := h.prepareSlices(s, first, k); err != nil {
+	pg := newPage(h, s, first, k, cl.size, int16(c), true)
+	if err := h.extend(pg); err != nil {
+		h.freeSlices(pg)
 		return nil, err
 	}
-	pg := newPage(h, s, first, k, cl.size, int16(c), !s.dirty(first, k))
 	h.afterCarve(s)
-	s.markDirty(first, k)
 	cl.pages++
 	cl.avail.pushFront(pg)
 	pg.inAvail = true
@@ -310,6 +315,26 @@ func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
 		h.peak = h.live
 	}
 	return pg.base
+}
+
+// extend commits the next part of a class page: at least one slice, and enough slices for the
+// block at the bump index. A page's memory is committed as its bump index reaches it, so a
+// page of large blocks holding a few of them commits those, not its 2 MiB (mimalloc extends
+// its pages the same way). Blocks handed out from the bump index stay fresh (zero) only while
+// every part committed so far read as zero.
+func (h *Heap) extend(pg *page) error {
+	s := pg.seg
+	end := uintptr(pg.bump+1) * pg.bsize // bytes of the page the next block needs
+	next := min(max(pg.ncommit+1, int((end+sliceSize-1)>>sliceShift)), pg.nslice)
+	first, n := pg.slice0+pg.ncommit, next-pg.ncommit
+	if err := h.prepareSlices(s, first, n); err != nil {
+		return err
+	}
+	pg.fresh = pg.fresh && !s.dirty(first, n)
+	s.markDirty(first, n)
+	pg.ncommit = next
+	pg.limit = min(uint32(uintptr(next)<<sliceShift/pg.bsize), pg.nblocks)
+	return nil
 }
 
 // prepareSlices commits slices of s not committed yet: never used since the segment was

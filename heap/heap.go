@@ -7,7 +7,7 @@
 // one segment holding blocks of one size class: small pages (64 KiB) for blocks up to 8 KiB,
 // medium pages (512 KiB) up to 64 KiB, large pages (the whole segment) up to 256 KiB. A
 // segment holds pages of one kind only, so that small pages never fragment the room that large
-// ones need. Requests above 256 KiB and up to 1 MiB get a page of their own (an "object"
+// ones need. A page commits its slices as its bump index reaches them (see extend). Requests above 256 KiB and up to 1 MiB get a page of their own (an "object"
 // page: one block of whole slices) in an object segment; larger ones are huge objects, a run of
 // chunks straight from the arena, committed only as far as they reach, with no cap below the
 // arena's capacity. Size classes come from mksizeclasses.go: eight to each doubling, so no

@@ -404,3 +404,38 @@ func TestRemoteFreeStates(t *testing.T) {
 		}
 	}
 }
+
+// TestPagesCommitAsTheyFill checks that a class page commits its slices as its bump index
+// reaches them: one 200 KiB block of a 2 MiB large page commits the seven slices it covers,
+// and the page's later blocks commit more.
+func TestPagesCommitAsTheyFill(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	const n = 200 << 10
+	p, err := h.Zalloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := h.a.Stats().Committed; c != 7*sliceSize {
+		t.Fatalf("one %d-byte block committed %d bytes, want %d", n, c, 7*sliceSize)
+	}
+	q, err := h.Zalloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := h.a.Stats().Committed; c != 13*sliceSize {
+		t.Fatalf("two blocks committed %d bytes, want %d", c, 13*sliceSize)
+	}
+	for _, b := range [][]byte{mem.Bytes(p, n), mem.Bytes(q, n)} {
+		for i, v := range b {
+			if v != 0 {
+				t.Fatalf("Zalloc block byte %d = %d", i, v)
+			}
+		}
+		b[n-1] = 1 // the block's last byte is committed
+	}
+	for _, x := range []uintptr{p, q} {
+		if err := h.Free(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

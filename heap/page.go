@@ -36,6 +36,7 @@ type page struct {
 	// Owner-only fields, hot first.
 	nfree   uint32
 	bump    uint32
+	limit   uint32 // blocks below it lie in committed slices (class pages: see extend)
 	nblocks uint32
 	used    uint32
 	free    []uint16 // stack of free block indexes
@@ -50,10 +51,11 @@ type page struct {
 	prev    *page
 	next    *page
 
-	heap   *Heap
-	seg    *segment
-	slice0 int
-	nslice int
+	heap    *Heap
+	seg     *segment
+	slice0  int
+	nslice  int
+	ncommit int // class pages: slices committed, from slice0
 
 	// Shared with remote freers.
 	state       []uint32 // per block: see freedRemote
