@@ -47,7 +47,6 @@ func (h *Heap) class(n uintptr) uint8 {
 // take marks block idx of pg live and returns its address.
 func (h *Heap) take(pg *page, idx uint32, n uintptr) uintptr {
 	pg.state[idx] = uint32(n) // see freedRemote
-	pg.used++
 	h.classes[pg.class].allocs++
 	h.allocs++
 	h.live += n
@@ -307,7 +306,6 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 // takeObject marks the single block of an object or huge page live.
 func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
 	pg.state[0] = 1
-	pg.used = 1
 	pg.objSize = n
 	h.allocs++
 	h.live += n

@@ -40,7 +40,7 @@ func (h *Heap) free(pg *page, idx uint32, p uintptr) error {
 		return nil
 	}
 	h.pushFree(pg, idx, size)
-	if !pg.inAvail || pg.used == 0 && h.cur[pg.class] != pg {
+	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
 		h.pageChanged(pg, true)
 	}
 	return nil
@@ -62,7 +62,6 @@ func (pg *page) freeRemote(idx uint32, p uintptr) error {
 func (h *Heap) pushFree(pg *page, idx, size uint32) {
 	pg.free[pg.nfree] = uint16(idx)
 	pg.nfree++
-	pg.used--
 	h.live -= uintptr(size)
 	h.frees++
 	h.classes[pg.class].frees++
@@ -76,7 +75,7 @@ func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 		cl.avail.pushFront(pg)
 		pg.inAvail = true
 	}
-	if mayRelease && pg.used == 0 && h.cur[pg.class] != pg {
+	if mayRelease && pg.empty() && h.cur[pg.class] != pg {
 		cl.avail.remove(pg)
 		pg.inAvail = false
 		cl.pages--
@@ -88,7 +87,6 @@ func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 func (h *Heap) freeObject(pg *page) {
 	h.live -= pg.objSize
 	h.frees++
-	pg.used = 0
 	if pg.seg.kind == segHuge {
 		if h.hold { // stream-ordered heaps hand huge memory back for any stream to take
 			h.drop(pg)
@@ -233,7 +231,7 @@ func (h *Heap) Trim() {
 func (h *Heap) releaseEmpty(closing bool) {
 	for c := range h.classes {
 		cl := &h.classes[c]
-		if pg := h.cur[c]; pg != &cl.empty && pg.used == 0 {
+		if pg := h.cur[c]; pg != &cl.empty && pg.empty() {
 			h.cur[c] = &cl.empty
 			h.pageChanged(pg, true)
 		} else if closing {

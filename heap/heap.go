@@ -38,8 +38,8 @@
 //   - a block is live iff its state word is live; exactly one free moves it out;
 //   - a block index is in at most one of: p.free[:p.nfree], the set bits of p.remote, or
 //     [p.bump, p.nblocks); live blocks are in none;
-//   - p.used counts live blocks plus remotely freed blocks not yet collected; a page is given
-//     back only when p.used is zero, so a remote free never races with its page's release;
+//   - p.bump - p.nfree counts live blocks plus remotely freed blocks not yet collected; a page
+//     is given back only when that is zero, so a remote free never races with its release;
 //   - page and segment structs are never reused, so a stale pointer held by a buggy double free
 //     sees only free states and reports ErrDoubleFree; a released page is marked dead, and a
 //     stale pending-stack entry for it is ignored.

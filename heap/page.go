@@ -38,7 +38,6 @@ type page struct {
 	bump    uint32
 	limit   uint32 // blocks below it lie in committed slices (class pages: see extend)
 	nblocks uint32
-	used    uint32
 	free    []uint16 // stack of free block indexes
 	base    uintptr
 	bsize   uintptr
@@ -105,6 +104,9 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 	s.npages++
 	return pg
 }
+
+// empty reports whether a class page has no live block and no remote free left to collect.
+func (pg *page) empty() bool { return pg.nfree == pg.bump }
 
 func sliceMask(first, n int) uint64 {
 	if n == 64 {
