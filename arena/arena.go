@@ -449,7 +449,7 @@ func (a *Arena) Free(s Span) error {
 }
 
 // markUnwanted stamps chunks [first, last) that hold committed memory no span wants with the
-// time, and arms the purge timer.
+// purge generation, and arms the purge timer.
 func (a *Arena) markUnwanted(r *region, first, last int) {
 	any := false
 	for i := first; i < last; i++ {

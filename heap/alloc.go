@@ -126,10 +126,9 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 			if pg.pending.Load() != 0 {
 				h.collectPage(pg, false)
 			}
-			if pg.nfree == 0 && pg.bump == pg.limit && pg.limit < pg.nblocks {
-				if err := h.extend(pg); err != nil {
-					return 0, false, err
-				}
+			if pg.nfree == 0 && pg.bump == pg.limit && pg.limit < pg.nblocks && h.extend(pg) != nil {
+				pg = next // it stays available; another page may have a block (a new one fails alike)
+				continue
 			}
 			if pg.nfree > 0 || pg.bump < pg.limit {
 				h.cur[c] = pg

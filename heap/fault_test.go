@@ -39,7 +39,14 @@ func TestProviderFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	mem.Bytes(p, 100)[99] = 7
+	big, err := h.Alloc(200 << 10) // a large page, committed only as far as its first block
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.fail.Store(true)
+	if _, err := h.Alloc(200 << 10); !errors.Is(err, arena.ErrMemlock) { // the page cannot extend
+		t.Fatalf("Alloc extending a page with commits failing: %v", err)
+	}
 	for _, n := range []uintptr{10 << 10, 200 << 10, 600 << 10, 8 << 20} { // new pages of every kind
 		if _, err := h.Alloc(n); !errors.Is(err, arena.ErrMemlock) {
 			t.Fatalf("Alloc(%d) with commits failing: %v", n, err)
@@ -54,10 +61,15 @@ func TestProviderFault(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the fault: %v", err)
 	}
+	big2, err := h.Alloc(200 << 10) // the page extends now
+	if err != nil {
+		t.Fatalf("extending after the fault: %v", err)
+	}
+	mem.Bytes(big2, 200<<10)[200<<10-1] = 1 // committed: no fault
 	if mem.Bytes(p, 100)[99] != 7 {
 		t.Fatal("a live block changed")
 	}
-	for _, x := range []uintptr{p, q, r} {
+	for _, x := range []uintptr{p, q, r, big, big2} {
 		if err := h.Free(x); err != nil {
 			t.Fatal(err)
 		}

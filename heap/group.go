@@ -127,5 +127,5 @@ func (g *Group) locateSized(p, n uintptr) (*page, uint32, error) {
 	if live := pg.liveSize(idx); live != 0 && live != n {
 		return nil, 0, fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, live, n)
 	}
-	return pg, idx, err
+	return pg, idx, nil
 }
