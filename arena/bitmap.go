@@ -9,51 +9,79 @@ func newBitmap(n int) bitmap { return make(bitmap, (n+63)/64) }
 
 func (b bitmap) get(i int) bool { return b[i>>6]&(1<<(uint(i)&63)) != 0 }
 
-// words calls f with each word index of [lo, hi) and the mask of the range's bits in it; f
-// returns false to stop.
-func words(lo, hi int, f func(w int, m uint64) bool) {
-	for i := lo; i < hi; {
-		off := uint(i) & 63
-		n := min(64-int(off), hi-i)
-		m := ^uint64(0)
-		if n < 64 {
-			m = (1<<uint(n) - 1) << off
-		}
-		if !f(i>>6, m) {
-			return
-		}
-		i += n
-	}
+// masks returns the first and last word of the non-empty range [lo, hi) and the masks of the
+// range's bits in them (the same word when wlo == whi: use first&last). Callers loop over the
+// words between with the full mask, about a cycle a word for a huge object's granules.
+func masks(lo, hi int) (wlo, whi int, first, last uint64) {
+	return lo >> 6, (hi - 1) >> 6, ^uint64(0) << (uint(lo) & 63), ^uint64(0) >> (63 - uint(hi-1)&63)
 }
 
 // setRange sets (v true) or clears bits [lo, hi).
 func (b bitmap) setRange(lo, hi int, v bool) {
-	words(lo, hi, func(w int, m uint64) bool {
+	if lo >= hi {
+		return
+	}
+	wlo, whi, first, last := masks(lo, hi)
+	if wlo == whi {
+		first &= last
+	}
+	set := func(w int, m uint64) {
 		if v {
 			b[w] |= m
 		} else {
 			b[w] &^= m
 		}
-		return true
-	})
+	}
+	set(wlo, first)
+	if wlo == whi {
+		return
+	}
+	fill := uint64(0)
+	if v {
+		fill = ^uint64(0)
+	}
+	mid := b[wlo+1 : whi]
+	for i := range mid {
+		mid[i] = fill
+	}
+	set(whi, last)
 }
 
 // count returns the number of set bits in [lo, hi).
-func (b bitmap) count(lo, hi int) (c int) {
-	words(lo, hi, func(w int, m uint64) bool {
-		c += bits.OnesCount64(b[w] & m)
-		return true
-	})
+func (b bitmap) count(lo, hi int) int {
+	if lo >= hi {
+		return 0
+	}
+	wlo, whi, first, last := masks(lo, hi)
+	if wlo == whi {
+		return bits.OnesCount64(b[wlo] & first & last)
+	}
+	c := bits.OnesCount64(b[wlo]&first) + bits.OnesCount64(b[whi]&last)
+	for _, w := range b[wlo+1 : whi] {
+		c += bits.OnesCount64(w)
+	}
 	return c
 }
 
 // anyAndNot reports whether some index in [lo, hi) is set in b and clear in c.
-func (b bitmap) anyAndNot(c bitmap, lo, hi int) (found bool) {
-	words(lo, hi, func(w int, m uint64) bool {
-		found = b[w]&^c[w]&m != 0
-		return !found
-	})
-	return found
+func (b bitmap) anyAndNot(c bitmap, lo, hi int) bool {
+	if lo >= hi {
+		return false
+	}
+	wlo, whi, first, last := masks(lo, hi)
+	if wlo == whi {
+		return b[wlo]&^c[wlo]&first&last != 0
+	}
+	if b[wlo]&^c[wlo]&first != 0 || b[whi]&^c[whi]&last != 0 {
+		return true
+	}
+	cm := c[wlo+1 : whi]
+	for i, w := range b[wlo+1 : whi] {
+		if w&^cm[i] != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // runs calls f for each maximal run [s, e) inside [lo, hi) whose bits equal v.
