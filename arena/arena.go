@@ -18,11 +18,14 @@
 // last chunk is mostly empty commits only what it uses. Each committed granule is either wanted
 // (by an Alloc or a Commit) or not: the memory of freed chunks, of pages a heap gave up
 // (Decommit) and what a new span left unclaimed in reused chunks. Unwanted memory stays
-// committed for Options.PurgeDelay (up to half as long again), in case it is claimed again,
-// and is then decommitted by a timer; Trim decommits it at once. The timer ticks every half
-// delay while unwanted memory waits and counts purge generations; a chunk is stamped with
-// the generation in which its memory last became unwanted and purged three ticks later. So a
-// free reads no clock (a clock read cost a quarter of a 1 MiB alloc+free pair on a VM).
+// committed, in case it is claimed again, until its chunk has gone Options.PurgeDelay without
+// memory in it being given back (up to half as long again), and is then decommitted by a
+// timer; Trim decommits it at once. The timer ticks every half delay while unwanted memory
+// waits and counts purge generations; a chunk is stamped with the generation in which memory
+// in it last became unwanted and purged three ticks later. So a free reads no clock (a clock
+// read cost a quarter of a 1 MiB alloc+free pair on a VM). The stamp is per chunk: a chunk
+// whose memory keeps being claimed and given back keeps all of its unwanted memory until it
+// settles.
 //
 // # Lookup
 //
@@ -78,9 +81,10 @@ type Options struct {
 	RegionSize uintptr
 	// Align is the alignment every chunk start must meet (a power of two). Default 256.
 	Align uintptr
-	// PurgeDelay is how long, at least, memory no span wants stays committed before it is
-	// decommitted (at most 1.5 times as long). Zero means DefaultPurgeDelay (10 ms); a negative
-	// value keeps it committed until Trim.
+	// PurgeDelay is how long memory no span wants stays committed before it is decommitted:
+	// at least this long, and at most 1.5 times as long after memory in its chunk was last
+	// given back. Zero means DefaultPurgeDelay (10 ms); a negative value keeps it committed
+	// until Trim.
 	PurgeDelay time.Duration
 }
 
@@ -480,7 +484,7 @@ func (a *Arena) schedulePurge() {
 		return
 	}
 	a.armed = true
-	tick := max(a.delay/2, 1)
+	tick := max((a.delay+1)/2, 1) // two ticks make at least a delay
 	if a.timer == nil {
 		a.timer = time.AfterFunc(tick, a.purgeTick)
 	} else {

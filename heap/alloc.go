@@ -261,7 +261,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if n <= segSize/2 && alignment <= min(segSize, h.g.chunkAlign) {
 		k := int((n + sliceSize - 1) >> sliceShift)
 		if pg := h.reuseObject(k, alignment); pg != nil {
-			if err := h.prepareSlices(pg.seg, pg.slice0, pg.nslice); err != nil {
+			if _, err := h.prepareSlices(pg.seg, pg.slice0, pg.nslice); err != nil {
 				h.objFree = append(h.objFree, pg)
 				return 0, false, err
 			}
@@ -272,13 +272,12 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		if err != nil {
 			return 0, false, err
 		}
-		if err := h.prepareSlices(s, first, k); err != nil {
+		fresh, err := h.prepareSlices(s, first, k)
+		if err != nil {
 			return 0, false, err
 		}
-		fresh := !s.dirty(first, k)
 		pg := newPage(h, s, first, k, uintptr(k)<<sliceShift, -1, fresh)
 		h.afterCarve(s)
-		s.markDirty(first, k)
 		return h.takeObject(pg, n), fresh, nil
 	}
 	if pg := h.reuseHuge(n, alignment); pg != nil {
@@ -324,32 +323,35 @@ func (h *Heap) extend(pg *page) error {
 	end := uintptr(pg.bump+1) * pg.bsize // bytes of the page the next block needs
 	next := min(max(pg.ncommit+1, int((end+sliceSize-1)>>sliceShift)), pg.nslice)
 	first, n := pg.slice0+pg.ncommit, next-pg.ncommit
-	if err := h.prepareSlices(s, first, n); err != nil {
+	fresh, err := h.prepareSlices(s, first, n)
+	if err != nil {
 		return err
 	}
-	pg.fresh = pg.fresh && !s.dirty(first, n)
-	s.markDirty(first, n)
+	pg.fresh = pg.fresh && fresh
 	pg.ncommit = next
 	pg.limit = min(uint32(uintptr(next)<<sliceShift/pg.bsize), pg.nblocks)
 	return nil
 }
 
-// prepareSlices commits slices of s not committed yet: never used since the segment was
-// reserved, or given back to the provider by an earlier page.
-func (h *Heap) prepareSlices(s *segment, first, n int) error {
+// prepareSlices readies slices of s for a page that hands them out. It commits those not
+// committed yet (never used since the segment was reserved, or given back to the provider by
+// an earlier page), reports whether all of them read as zero, and marks them dirty: whatever
+// page holds them next must not take them for fresh.
+func (h *Heap) prepareSlices(s *segment, first, n int) (fresh bool, err error) {
 	m := sliceMask(first, n)
-	if s.decommit&m == 0 {
-		return nil
+	if s.decommit&m != 0 {
+		zeroed, err := h.a.Commit(s.base+uintptr(first)<<sliceShift, uintptr(n)<<sliceShift)
+		if err != nil {
+			return false, err
+		}
+		s.decommit &^= m
+		if zeroed {
+			s.dirtyBits &^= m
+		}
 	}
-	zeroed, err := h.a.Commit(s.base+uintptr(first)<<sliceShift, uintptr(n)<<sliceShift)
-	if err != nil {
-		return err
-	}
-	s.decommit &^= m
-	if zeroed {
-		s.dirtyBits &^= m
-	}
-	return nil
+	fresh = s.dirtyBits&m == 0
+	s.dirtyBits |= m
+	return fresh, nil
 }
 
 // maxObjFree and maxBigFree bound the freed object pages and huge objects a heap keeps for

@@ -131,10 +131,6 @@ func (s *segment) findSlices(n, step int) (int, bool) {
 	return 0, false
 }
 
-func (s *segment) dirty(first, n int) bool { return s.dirtyBits&sliceMask(first, n) != 0 }
-
-func (s *segment) markDirty(first, n int) { s.dirtyBits |= sliceMask(first, n) }
-
 // atomicWord is a word of a page's remote-free bitmap.
 type atomicWord = atomic.Uint64
 
@@ -150,6 +146,10 @@ type atomicWord = atomic.Uint64
 // with one compare-and-swap, so of racing frees of one block exactly one wins; the others,
 // like any later free, find a free state and report ErrDoubleFree. The words are per block,
 // not bits of a shared word, so the owner's plain store never overwrites a neighbour's free.
+//
+// Detection is exact until the block is handed out again: a stale free that arrives after
+// that frees the new allocation, which no allocator can tell from a legitimate free. If it
+// races with the reallocation, the race detector reports the plain store.
 const freedRemote = 1 << 31
 
 // freeState moves block idx from live to free (to freedRemote when remote) and returns the size
