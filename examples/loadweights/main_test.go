@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
 // TestRun loads a file whose size is not a multiple of the chunk (the last read ends short,
@@ -24,5 +26,22 @@ func TestBadFlags(t *testing.T) {
 	var out bytes.Buffer
 	if err := run([]string{"-chunk", "1000"}, &out); err == nil {
 		t.Fatal("a chunk that is not a multiple of 4096 was accepted")
+	}
+}
+
+// TestRunOnFakeGPU runs the example against the fake libcuda: CUDA-registered pool memory,
+// copies into a device heap, and every device copy read back and compared.
+func TestRunOnFakeGPU(t *testing.T) {
+	if fakecuda.Run(t) == nil {
+		return // the child process ran the test against the fake
+	}
+	var out bytes.Buffer
+	if err := run([]string{"-size", "6000000", "-chunk", "1048576", "-workers", "2"}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"pool (cuda-host)", "GPU: 6 chunks", "every device copy read back matches", "checksums match"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }
