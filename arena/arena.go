@@ -124,6 +124,9 @@ type Stats struct {
 	Regions, Chunks, ChunksInUse int
 	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
 	Commits, Decommits, Purged uint64
+	// ForcedPurges counts refused commits (the memlock limit, device memory) after which the
+	// arena gave back at once the memory waiting for the purge, and tried again.
+	ForcedPurges uint64
 }
 
 // Arena hands out chunks of one kind of memory. It is safe for use from several goroutines.
@@ -347,7 +350,28 @@ func (r *region) granules(p, n uintptr) (lo, hi int) {
 	return int(off >> r.gshift), int((off+n-1)>>r.gshift) + 1
 }
 
+// commit commits the granules of [glo, ghi) that are not committed. When the provider refuses
+// (the memlock limit, device memory) while committed memory no span wants waits for the purge,
+// that memory is given back at once and the commit tried again: memory the arena keeps for
+// reuse must not be what makes an allocation fail. Unwanted granules inside [glo, ghi) may go
+// and come back in the process, which costs time but not correctness.
 func (a *Arena) commit(r *region, glo, ghi int) error {
+	err := a.commitOnce(r, glo, ghi)
+	if err == nil {
+		return nil
+	}
+	purged := a.st.Purged
+	a.purge(1<<63 - 1)
+	if a.st.Purged == purged {
+		return err
+	}
+	a.st.ForcedPurges++
+	return a.commitOnce(r, glo, ghi)
+}
+
+// commitOnce asks the provider to commit the granules of [glo, ghi) that are not committed,
+// undoing its own commits when one fails.
+func (a *Arena) commitOnce(r *region, glo, ghi int) error {
 	if r.r.Committed {
 		return nil
 	}

@@ -386,3 +386,66 @@ func TestPurgeUnclaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// budgeted fails commits beyond a byte budget, as mlock does at RLIMIT_MEMLOCK.
+type budgeted struct {
+	Provider
+	budget, used uintptr
+}
+
+func (b *budgeted) Commit(r *Region, off, size uintptr) error {
+	if b.used+size > b.budget {
+		return fmt.Errorf("%w: %w", ErrMemlock, errInjected)
+	}
+	if err := b.Provider.Commit(r, off, size); err != nil {
+		return err
+	}
+	b.used += size
+	return nil
+}
+
+func (b *budgeted) Decommit(r *Region, off, size uintptr) error {
+	if err := b.Provider.Decommit(r, off, size); err != nil {
+		return err
+	}
+	b.used -= size
+	return nil
+}
+
+// TestCommitPurgesUnderPressure holds freed memory committed (no purge delay runs out) and then
+// asks for new memory beyond the provider's budget: the arena must give the waiting memory back
+// and retry rather than fail, and fail only when nothing is left to give back.
+func TestCommitPurgesUnderPressure(t *testing.T) {
+	b := &budgeted{Provider: Pageable(HostOptions{}), budget: 4 << 20}
+	a := newTestArena(t, Options{Provider: b, Capacity: 64 << 20, PurgeDelay: -1})
+	old, err := a.Alloc(3<<20, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free(old); err != nil {
+		t.Fatal(err)
+	}
+	// Keep the freed chunks out of first fit: reserved, not committed, their memory unwanted.
+	hold, err := a.Reserve(4<<20, 1)
+	if err != nil || hold.Base != old.Base {
+		t.Fatalf("Reserve: %+v %v", hold, err)
+	}
+	fresh, err := a.Alloc(2<<20, 1) // 3 MiB held + 2 MiB > 4 MiB: only a forced purge makes room
+	if err != nil {
+		t.Fatalf("Alloc with freed memory waiting for the purge: %v", err)
+	}
+	if st := a.Stats(); st.ForcedPurges != 1 || st.Committed != 2<<20 {
+		t.Fatalf("after the forced purge: %+v", st)
+	}
+	if _, err := a.Alloc(3<<20, 1); !errors.Is(err, ErrMemlock) { // nothing left to give back
+		t.Fatalf("Alloc beyond the budget with nothing to purge: %v", err)
+	}
+	if st := a.Stats(); st.ForcedPurges != 1 {
+		t.Fatalf("a purge that freed nothing was counted: %+v", st)
+	}
+	for _, s := range []Span{hold, fresh} {
+		if err := a.Free(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

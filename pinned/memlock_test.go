@@ -72,7 +72,7 @@ func memlockChild() {
 	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
 		fail("setrlimit: %v", err)
 	}
-	p, err := New(Options{Capacity: 256 << 20})
+	p, err := New(Options{Capacity: 256 << 20, PurgeDelay: -1}) // freed memory stays locked
 	if err != nil {
 		fail("New: %v", err)
 	}
@@ -96,6 +96,25 @@ func memlockChild() {
 		fail("Alloc(4 KiB) after the failure: %v", err)
 	}
 	if err := p.Free(b); err != nil {
+		fail("Free: %v", err)
+	}
+	// Memory the pool keeps locked for reuse is given back when the limit is reached: 3 MiB
+	// freed (kept, still locked) and then 1 MiB of other memory fit under 4 MiB.
+	big, err := p.Alloc(3 << 20)
+	if err != nil {
+		fail("Alloc(3 MiB): %v", err)
+	}
+	if err := p.Free(big); err != nil {
+		fail("Free(3 MiB): %v", err)
+	}
+	obj, err := p.Alloc(1000 << 10)
+	if err != nil {
+		fail("Alloc(1000 KiB) with 3 MiB freed but still locked: %v", err)
+	}
+	if st := p.Stats(); st.ForcedPurges == 0 {
+		fail("no forced purge counted: %+v", st)
+	}
+	if err := p.Free(obj); err != nil {
 		fail("Free: %v", err)
 	}
 	if err := p.Close(); err != nil {

@@ -29,6 +29,9 @@ type Stats struct {
 	Fragmentation float64
 	// Shards is the number of heaps.
 	Shards int
+	// ForcedPurges counts commits the system refused (the memlock limit, for locked memory)
+	// that went through after the pool gave back at once the free memory it kept committed.
+	ForcedPurges uint64
 	// Syscalls counts the system calls the host provider has made (mmap, mlock, madvise...);
 	// HugeTLBFallbacks counts regions that asked for hugetlb pages and got ordinary ones.
 	Syscalls, HugeTLBFallbacks uint64
@@ -66,7 +69,7 @@ func (p *Pool) Stats() Stats {
 	st.Kind = as.Kind.String()
 	st.Capacity, st.Reserved = as.Capacity, as.Reserved
 	st.Committed, st.PeakCommitted, st.Locked = as.Committed, as.PeakCommitted, as.Locked
-	st.AlignWaste = as.AlignWaste
+	st.AlignWaste, st.ForcedPurges = as.AlignWaste, as.ForcedPurges
 	if st.InUse > 0 {
 		st.Fragmentation = float64(st.Committed) / float64(st.InUse)
 	}
