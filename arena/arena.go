@@ -48,6 +48,8 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -351,14 +353,15 @@ func (r *region) granules(p, n uintptr) (lo, hi int) {
 }
 
 // commit commits the granules of [glo, ghi) that are not committed. When the provider refuses
-// (the memlock limit, device memory) while committed memory no span wants waits for the purge,
+// for want of memory (the memlock limit, device memory) while committed memory no span wants
+// waits for the purge,
 // that memory is given back at once and the commit tried again: memory the arena keeps for
 // reuse must not be what makes an allocation fail. Unwanted granules inside [glo, ghi) may go
 // and come back in the process, which costs time but not correctness.
 func (a *Arena) commit(r *region, glo, ghi int) error {
 	err := a.commitOnce(r, glo, ghi)
-	if err == nil {
-		return nil
+	if err == nil || !exhausted(err) {
+		return err
 	}
 	purged := a.st.Purged
 	a.purge(1<<63 - 1)
@@ -367,6 +370,13 @@ func (a *Arena) commit(r *region, glo, ghi int) error {
 	}
 	a.st.ForcedPurges++
 	return a.commitOnce(r, glo, ghi)
+}
+
+// exhausted reports whether a commit failed for want of memory: the memlock limit, host or
+// device memory. Other failures (a bad range, a driver error) are not the purge's business.
+func exhausted(err error) bool {
+	return errors.Is(err, ErrMemlock) || errors.Is(err, cuda.ErrOutOfMemory) ||
+		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN)
 }
 
 // commitOnce asks the provider to commit the granules of [glo, ghi) that are not committed,

@@ -391,9 +391,13 @@ func TestPurgeUnclaimed(t *testing.T) {
 type budgeted struct {
 	Provider
 	budget, used uintptr
+	other        bool // fail every commit with ErrInvalid instead
 }
 
 func (b *budgeted) Commit(r *Region, off, size uintptr) error {
+	if b.other {
+		return fmt.Errorf("%w: %w", ErrInvalid, errInjected)
+	}
 	if b.used+size > b.budget {
 		return fmt.Errorf("%w: %w", ErrMemlock, errInjected)
 	}
@@ -443,9 +447,67 @@ func TestCommitPurgesUnderPressure(t *testing.T) {
 	if st := a.Stats(); st.ForcedPurges != 1 {
 		t.Fatalf("a purge that freed nothing was counted: %+v", st)
 	}
+	// A failure that is not for want of memory leaves what the arena keeps alone.
+	if err := a.Free(fresh); err != nil {
+		t.Fatal(err)
+	}
+	b.other = true
+	if _, err := a.Alloc(3<<20, 1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Alloc with an invalid-range fault: %v", err)
+	}
+	if st := a.Stats(); st.ForcedPurges != 1 || st.Committed != 2<<20 {
+		t.Fatalf("a failure not for want of memory purged: %+v", st)
+	}
+	b.other = false
+	if fresh, err = a.Alloc(2<<20, 1); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range []Span{hold, fresh} {
 		if err := a.Free(s); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestExternalUnalignedBaseNotZeroed gives back memory of an exclusive external region whose
+// base is off a page boundary: madvise drops whole pages only, so the granules keep some old
+// bytes and a span on them must not be reported zeroed. (Found in review.)
+func TestExternalUnalignedBaseNotZeroed(t *testing.T) {
+	const size = 8 << 20
+	m, err := unix.Mmap(-1, 0, size+4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	p, err := External(ExternalRegion{Base: mem.Addr(m) + 8, Size: size, Kind: HostPageable, Zeroed: true, Exclusive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestArena(t, Options{Provider: p, PurgeDelay: -1})
+	s, err := a.Alloc(8192, 256)
+	if err != nil || !s.Zeroed {
+		t.Fatalf("first Alloc: %+v %v", s, err)
+	}
+	b := mem.Bytes(s.Base, s.Size)
+	for i := range b {
+		b[i] = 0xAA
+	}
+	if err := a.Free(s); err != nil {
+		t.Fatal(err)
+	}
+	a.Trim()
+	s2, err := a.Alloc(8192, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Zeroed {
+		for i, x := range mem.Bytes(s2.Base, s2.Size) {
+			if x != 0 {
+				t.Fatalf("Alloc reported Zeroed but byte %d is %#x", i, x)
+			}
+		}
+	}
+	if err := a.Free(s2); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -66,8 +66,10 @@ func (e *ExternalProvider) Kind() Kind { return e.reg.Kind }
 func (e *ExternalProvider) Caps() Caps {
 	host := e.reg.Kind.HostAccessible()
 	return Caps{
-		Decommits:    e.reg.Exclusive && host,
-		ZeroOnCommit: e.reg.Exclusive && host,
+		Decommits: e.reg.Exclusive && host,
+		// madvise drops whole pages only: with a base off a page boundary each granule
+		// straddles two pages, and a decommitted granule keeps the bytes of its partial pages.
+		ZeroOnCommit: e.reg.Exclusive && host && e.reg.Base%e.page == 0,
 		Granule:      e.page,
 	}
 }

@@ -261,11 +261,12 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if n <= segSize/2 && alignment <= min(segSize, h.g.chunkAlign) {
 		k := int((n + sliceSize - 1) >> sliceShift)
 		if pg := h.reuseObject(k, alignment); pg != nil {
-			if _, err := h.prepareSlices(pg.seg, pg.slice0, pg.nslice); err != nil {
+			fresh, err := h.prepareSlices(pg.seg, pg.slice0, pg.nslice)
+			if err != nil {
 				h.objFree = append(h.objFree, pg)
 				return 0, false, err
 			}
-			return h.takeObject(pg, n), false, nil
+			return h.takeObject(pg, n), fresh, nil // fresh when the purge took its memory
 		}
 		step := max(int(alignment>>sliceShift), 1)
 		s, first, err := h.segmentWithRoom(segObject, k, step)

@@ -235,3 +235,40 @@ func mustOK(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestReusedObjectPageFresh reuses a kept object page twice: right away, when it holds what
+// was written (not fresh), and after the purge took its memory, when it reads as zero and says
+// so, so that Zalloc skips the memset.
+func TestReusedObjectPageFresh(t *testing.T) {
+	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	h, err := New(a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	const n = 600 << 10
+	p, _, err := h.alloc(n, h.align)
+	mustOK(t, err)
+	mem.Bytes(p, n)[0] = 1
+	mustOK(t, h.Free(p))
+	q, fresh, err := h.alloc(n, h.align)
+	mustOK(t, err)
+	if q != p || fresh {
+		t.Fatalf("reuse without a purge: %#x (want %#x), fresh %v", q, p, fresh)
+	}
+	mustOK(t, h.Free(q))
+	a.Trim()
+	r, fresh, err := h.alloc(n, h.align)
+	mustOK(t, err)
+	if r != p || !fresh {
+		t.Fatalf("reuse after the purge: %#x (want %#x), fresh %v", r, p, fresh)
+	}
+	if mem.Bytes(r, n)[0] != 0 {
+		t.Fatal("reported fresh, but holds old data")
+	}
+	mustOK(t, h.Free(r))
+}

@@ -29,8 +29,9 @@ type Stats struct {
 	Fragmentation float64
 	// Shards is the number of heaps.
 	Shards int
-	// ForcedPurges counts commits the system refused (the memlock limit, for locked memory)
-	// that went through after the pool gave back at once the free memory it kept committed.
+	// ForcedPurges counts commits the system refused for want of memory (the memlock limit,
+	// for locked memory) after which the pool gave back at once the free memory it kept
+	// committed, and tried again.
 	ForcedPurges uint64
 	// Syscalls counts the system calls the host provider has made (mmap, mlock, madvise...);
 	// HugeTLBFallbacks counts regions that asked for hugetlb pages and got ordinary ones.

@@ -87,20 +87,25 @@ func run(args []string, out io.Writer) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, pool.Close()) }() // reports buffers still live
-	gpu, gerr := device.Open(0, device.Options{})
-	if gerr != nil { // errors.Is(gerr, device.ErrNoDriver) without a driver
-		gpu = nil
-		fmt.Fprintf(out, "no GPU (%v): chunks are checksummed in pinned memory only\n", gerr)
-	} else {
-		defer func() { err = errors.Join(err, gpu.Close()) }()
-	}
-
-	sums := make([]uint32, nchunks)
 	var (
 		mu       sync.Mutex
 		onGPU    []onDevice // device copies of the chunks, as a loaded model would keep them
 		firstErr error
 	)
+	gpu, gerr := device.Open(0, device.Options{})
+	if gerr != nil { // errors.Is(gerr, device.ErrNoDriver) without a driver
+		gpu = nil
+		fmt.Fprintf(out, "no GPU (%v): chunks are checksummed in pinned memory only\n", gerr)
+	} else {
+		defer func() { // on every path: a device heap with live blocks would not close
+			for _, c := range onGPU {
+				err = errors.Join(err, gpu.Free(c.ptr))
+			}
+			err = errors.Join(err, gpu.Close())
+		}()
+	}
+
+	sums := make([]uint32, nchunks)
 	fail := func(err error) {
 		mu.Lock()
 		firstErr = cmp.Or(firstErr, err)
@@ -175,9 +180,6 @@ func run(args []string, out io.Writer) (err error) {
 			}
 			if crc32.ChecksumIEEE(back[:c.n]) != sums[c.idx] {
 				return fmt.Errorf("chunk %d: the device copy differs from what was read", c.idx)
-			}
-			if err := gpu.Free(c.ptr); err != nil {
-				return err
 			}
 		}
 		fmt.Fprintln(out, "every device copy read back matches")

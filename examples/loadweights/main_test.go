@@ -32,7 +32,8 @@ func TestBadFlags(t *testing.T) {
 // TestRunOnFakeGPU runs the example against the fake libcuda: CUDA-registered pool memory,
 // copies into a device heap, and every device copy read back and compared.
 func TestRunOnFakeGPU(t *testing.T) {
-	if fakecuda.Run(t) == nil {
+	f := fakecuda.Run(t)
+	if f == nil {
 		return // the child process ran the test against the fake
 	}
 	var out bytes.Buffer
@@ -43,5 +44,26 @@ func TestRunOnFakeGPU(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	if live := f.LiveObjects(); len(live) != 0 {
+		t.Errorf("the driver still holds %v", live)
+	}
+}
+
+// TestGPUOutOfMemory gives the fake GPU less memory than the file: run must fail with the
+// driver's error and leave nothing allocated in the driver. (Found in review: the device copies
+// made before the failure were not freed, so the device heap could not close.)
+func TestGPUOutOfMemory(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	f.SetMemory(0, 16<<20)
+	var out bytes.Buffer
+	if err := run([]string{"-size", "40000000", "-chunk", "1048576", "-workers", "2"}, &out); err == nil {
+		t.Fatalf("a 40 MB file fit a 16 MiB GPU:\n%s", out.String())
+	}
+	if live := f.LiveObjects(); len(live) != 0 {
+		t.Errorf("after the failure the driver still holds %v", live)
 	}
 }
