@@ -126,8 +126,9 @@ type Stats struct {
 	Regions, Chunks, ChunksInUse int
 	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
 	Commits, Decommits, Purged uint64
-	// ForcedPurges counts refused commits (the memlock limit, device memory) after which the
-	// arena gave back at once the memory waiting for the purge, and tried again.
+	// ForcedPurges counts commits refused for want of memory (the memlock limit, device
+	// memory) after which the arena gave back at once the memory waiting for the purge, and
+	// tried again.
 	ForcedPurges uint64
 }
 
@@ -354,10 +355,10 @@ func (r *region) granules(p, n uintptr) (lo, hi int) {
 
 // commit commits the granules of [glo, ghi) that are not committed. When the provider refuses
 // for want of memory (the memlock limit, device memory) while committed memory no span wants
-// waits for the purge,
-// that memory is given back at once and the commit tried again: memory the arena keeps for
-// reuse must not be what makes an allocation fail. Unwanted granules inside [glo, ghi) may go
-// and come back in the process, which costs time but not correctness.
+// waits for the purge, that memory is given back at once and the commit tried again: memory
+// the arena keeps for reuse must not be what makes an allocation fail. Unwanted granules
+// inside [glo, ghi) may go and come back in the process, which costs time but not
+// correctness.
 func (a *Arena) commit(r *region, glo, ghi int) error {
 	err := a.commitOnce(r, glo, ghi)
 	if err == nil || !exhausted(err) {
