@@ -13,7 +13,13 @@ import (
 // at cleanup.
 func newTestHeap(t testing.TB, capacity uintptr, o Options) *Heap {
 	t.Helper()
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity})
+	return newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity}, o)
+}
+
+// newTestHeapOn returns a heap over a new arena with the given options, closed at cleanup.
+func newTestHeapOn(t testing.TB, ao arena.Options, o Options) *Heap {
+	t.Helper()
+	a, err := arena.New(ao)
 	if err != nil {
 		t.Fatal(err)
 	}

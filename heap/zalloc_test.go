@@ -240,16 +240,8 @@ func mustOK(t *testing.T, err error) {
 // was written (not fresh), and after the purge took its memory, when it reads as zero and says
 // so, so that Zalloc skips the memset.
 func TestReusedObjectPageFresh(t *testing.T) {
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	h, err := New(a, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	a := h.a
 	const n = 600 << 10
 	p, _, err := h.alloc(n, h.align)
 	mustOK(t, err)
