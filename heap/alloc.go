@@ -273,11 +273,12 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		if err != nil {
 			return 0, false, err
 		}
+		pg := newPage(h, s, first, k, uintptr(k)<<sliceShift, -1, false)
 		fresh, err := h.prepareSlices(s, first, k)
 		if err != nil {
+			h.freeSlices(pg) // and a segment made for it goes back
 			return 0, false, err
 		}
-		pg := newPage(h, s, first, k, uintptr(k)<<sliceShift, -1, fresh)
 		h.afterCarve(s)
 		return h.takeObject(pg, n), fresh, nil
 	}

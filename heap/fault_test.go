@@ -77,6 +77,11 @@ func TestProviderFault(t *testing.T) {
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// A failed allocation keeps nothing: the object segment made for the 600 KiB request went
+	// back when its commit failed.
+	if st := a.Stats(); st.ChunksInUse != 0 {
+		t.Fatalf("chunks still in use after Close: %+v", st)
+	}
 }
 
 // TestRetryCommitsHugeOfSegmentSize fills a small arena, frees a block the lock-free way so
