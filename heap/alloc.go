@@ -135,7 +135,6 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 				return h.allocClass(n, c)
 			}
 			cl.avail.remove(pg)
-			pg.inAvail = false
 			pg = next
 		}
 		h.cur[c] = &cl.empty
@@ -164,7 +163,7 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg := newPage(h, s, first, k, cl.size, int16(c), true)
+	pg := newPage(h, s, first, k, cl.size, int16(c))
 	if err := h.extend(pg); err != nil {
 		h.freeSlices(pg)
 		return nil, err
@@ -172,7 +171,6 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	h.afterCarve(s)
 	cl.pages++
 	cl.avail.pushFront(pg)
-	pg.inAvail = true
 	return pg, nil
 }
 
@@ -204,7 +202,7 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 		sp := h.spares[n-1]
 		h.spares = h.spares[:n-1]
 		// A new struct, never the old one: see the invariants.
-		s = &segment{heap: h, span: sp.span, base: sp.base, dirtyBits: sp.dirtyBits, decommit: sp.decommit}
+		s = &segment{span: sp.span, base: sp.base, dirtyBits: sp.dirtyBits, decommit: sp.decommit}
 		h.g.register(s.span, s)
 	} else {
 		// One chunk, at the alignment the arena's chunks have: asking for segSize alignment
@@ -216,7 +214,7 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 		if err != nil {
 			return nil, err
 		}
-		s = &segment{heap: h, span: span, base: span.Base, dirtyBits: ^uint64(0), decommit: ^uint64(0)}
+		s = &segment{span: span, base: span.Base, dirtyBits: ^uint64(0), decommit: ^uint64(0)}
 		h.g.register(span, s)
 		h.nsegs++
 	}
@@ -234,8 +232,7 @@ func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error),
 	if err == nil {
 		return span, nil
 	}
-	h.Collect()
-	h.releaseEmpty(false)
+	h.Trim()
 	span, err = take(size, alignment)
 	switch {
 	case err == nil:
@@ -273,7 +270,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		if err != nil {
 			return 0, false, err
 		}
-		pg := newPage(h, s, first, k, uintptr(k)<<sliceShift, -1, false)
+		pg := newPage(h, s, first, k, uintptr(k)<<sliceShift, -1)
 		fresh, err := h.prepareSlices(s, first, k)
 		if err != nil {
 			h.freeSlices(pg) // and a segment made for it goes back
@@ -294,7 +291,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
-	s := &segment{heap: h, span: span, base: span.Base, kind: segHuge}
+	s := &segment{span: span, base: span.Base, kind: segHuge}
 	pg := &page{heap: h, seg: s, base: span.Base, bsize: span.Size, nblocks: 1, class: -1,
 		state: make([]uint32, 1), remote: make([]atomicWord, 1)}
 	s.huge = pg

@@ -73,11 +73,9 @@ func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 	cl := &h.classes[pg.class]
 	if !pg.inAvail {
 		cl.avail.pushFront(pg)
-		pg.inAvail = true
 	}
 	if mayRelease && pg.empty() && h.cur[pg.class] != pg {
 		cl.avail.remove(pg)
-		pg.inAvail = false
 		cl.pages--
 		h.freeSlices(pg)
 	}
@@ -224,18 +222,17 @@ func (h *Heap) Collect() { h.collectPending() }
 // held segments, with HoldSegments).
 func (h *Heap) Trim() {
 	h.Collect()
-	h.releaseEmpty(false)
+	h.releaseEmpty()
 }
 
-// releaseEmpty gives back the empty pages kept as current pages, and the spare segments.
-func (h *Heap) releaseEmpty(closing bool) {
+// releaseEmpty gives back the empty pages kept as current pages, the kept object pages and
+// huge objects, and the spare segments.
+func (h *Heap) releaseEmpty() {
 	for c := range h.classes {
 		cl := &h.classes[c]
 		if pg := h.cur[c]; pg != &cl.empty && pg.empty() {
 			h.cur[c] = &cl.empty
 			h.pageChanged(pg, true)
-		} else if closing {
-			h.cur[c] = &cl.empty
 		}
 	}
 	h.dropAll(&h.objFree)

@@ -174,7 +174,7 @@ func (h *Heap) Close() error {
 	if n, bytes := h.liveBlocks(); n > 0 {
 		return fmt.Errorf("%w: %d blocks, %d bytes", ErrLiveBlocks, n, bytes)
 	}
-	h.releaseEmpty(true)
+	h.releaseEmpty()
 	h.closed = true
 	return nil
 }

@@ -65,7 +65,6 @@ type page struct {
 
 // segment is one arena chunk (or, for a huge object, a run of chunks).
 type segment struct {
-	heap      *Heap
 	span      arena.Span
 	base      uintptr
 	kind      segKind
@@ -80,23 +79,20 @@ type segment struct {
 	next      *segment
 }
 
-func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16, fresh bool) *page {
+// newPage carves a page of nslice slices from s: a class page (its blocks fresh until extend
+// finds dirty memory) or, for class -1, an object page of one block.
+func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16) *page {
 	pg := &page{
-		heap: h, seg: s, slice0: slice0, nslice: nslice, bsize: bsize, class: class, fresh: fresh,
-		base: s.base + uintptr(slice0)<<sliceShift,
+		heap: h, seg: s, slice0: slice0, nslice: nslice, bsize: bsize, class: class, fresh: class >= 0,
+		base: s.base + uintptr(slice0)<<sliceShift, nblocks: 1,
 	}
-	n := uint32(uintptr(nslice) << sliceShift / bsize)
-	if class < 0 {
-		n = 1
-	}
-	pg.nblocks = n
-	pg.divMul = ^uint32(0)/uint32(bsize) + 1
-	words := (n + 63) / 64
-	pg.state = make([]uint32, n)
-	pg.remote = make([]atomicWord, words)
 	if class >= 0 {
-		pg.free = make([]uint16, n)
+		pg.nblocks = uint32(uintptr(nslice) << sliceShift / bsize)
+		pg.divMul = ^uint32(0)/uint32(bsize) + 1
+		pg.free = make([]uint16, pg.nblocks)
 	}
+	pg.state = make([]uint32, pg.nblocks)
+	pg.remote = make([]atomicWord, (pg.nblocks+63)/64)
 	for i := slice0; i < slice0+nslice; i++ {
 		s.pages[i].Store(pg)
 	}
@@ -184,20 +180,20 @@ func (pg *page) liveSize(idx uint32) uintptr {
 	return uintptr(st)
 }
 
-// pageList is an intrusive doubly linked list of pages.
-type pageList struct{ head, tail *page }
+// pageList is an intrusive doubly linked list of pages; p.inAvail says whether p is on one.
+type pageList struct{ head *page }
 
 func (l *pageList) pushFront(p *page) {
+	p.inAvail = true
 	p.prev, p.next = nil, l.head
 	if l.head != nil {
 		l.head.prev = p
-	} else {
-		l.tail = p
 	}
 	l.head = p
 }
 
 func (l *pageList) remove(p *page) {
+	p.inAvail = false
 	if p.prev != nil {
 		p.prev.next = p.next
 	} else {
@@ -205,8 +201,6 @@ func (l *pageList) remove(p *page) {
 	}
 	if p.next != nil {
 		p.next.prev = p.prev
-	} else {
-		l.tail = p.prev
 	}
 	p.prev, p.next = nil, nil
 }
