@@ -16,8 +16,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
@@ -115,16 +113,6 @@ func (b *cudaBase) devicePointer(addr uintptr) (uintptr, error) {
 	}
 	return dp, nil
 }
-
-// checkRange reports a range that is not inside the region.
-func checkRange(r *Region, off, size uintptr) error {
-	if r == nil || size == 0 || off > r.Size || size > r.Size-off {
-		return fmt.Errorf("%w: range [%d, +%d) outside region", ErrInvalid, off, size)
-	}
-	return nil
-}
-
-func pageSize() uintptr { return uintptr(unix.Getpagesize()) }
 
 // hostZero clears host-accessible memory with the CPU.
 func hostZero(addr, size uintptr) error {
@@ -353,10 +341,11 @@ func (w *wholeRegions) Caps() Caps { return Caps{Granule: w.page} }
 // Reserve implements Provider: one allocation of size bytes (rounded up to the granule); the
 // alignment is not honoured (Caps.Aligns is false: the arena's grid needs none).
 func (w *wholeRegions) Reserve(size, _ uintptr) (*Region, error) {
-	size, err := align.Up(size, w.page)
-	if err != nil || size == 0 {
+	n, err := align.Up(size, w.page)
+	if err != nil || n == 0 {
 		return nil, fmt.Errorf("%w: reserve %d bytes", ErrInvalid, size)
 	}
+	size = n
 	addr, err := w.alloc(size)
 	if err = w.call(&w.allocations, 1, err); err != nil {
 		return nil, w.driverError(ErrReserve, w.op, size, err)

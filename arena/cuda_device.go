@@ -113,16 +113,17 @@ func (p *CUDAVMMProvider) Caps() Caps {
 
 // Reserve implements Provider.
 func (p *CUDAVMMProvider) Reserve(size, alignment uintptr) (*Region, error) {
-	size, err := align.Up(size, p.gran)
-	if err != nil || size == 0 || !align.IsPow2(alignment) {
+	n, err := align.Up(size, p.gran)
+	if err != nil || n == 0 || !align.IsPow2(alignment) {
 		return nil, fmt.Errorf("%w: reserve %d bytes aligned to %d", ErrInvalid, size, alignment)
 	}
+	size = n
 	base, err := p.dev.MemAddressReserve(size, max(alignment, p.gran))
 	if err = p.call(&p.reservations, 1, err); err != nil {
 		return nil, p.driverError(ErrReserve, "cuMemAddressReserve", size, err)
 	}
-	n := int(size / p.gran)
-	return &Region{Base: base, Size: size, Handle: &vmmRegion{handles: make([]cuda.MemHandle, n), mapped: newBitmap(n)}}, nil
+	ng := int(size / p.gran)
+	return &Region{Base: base, Size: size, Handle: &vmmRegion{handles: make([]cuda.MemHandle, ng), mapped: newBitmap(ng)}}, nil
 }
 
 func (p *CUDAVMMProvider) state(r *Region, off, size uintptr) (*vmmRegion, error) {

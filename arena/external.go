@@ -50,7 +50,7 @@ func External(r ExternalRegion) (*ExternalProvider, error) {
 	if r.Base == 0 || r.Size == 0 || r.Base+r.Size < r.Base {
 		return nil, fmt.Errorf("%w: external region [%#x, +%d)", ErrInvalid, r.Base, r.Size)
 	}
-	return &ExternalProvider{reg: r, page: uintptr(unix.Getpagesize())}, nil
+	return &ExternalProvider{reg: r, page: pageSize()}, nil
 }
 
 // Capacity is the region's size: an arena over this provider can hold no more.
@@ -140,8 +140,8 @@ func (e *ExternalProvider) Zero(addr, size uintptr) error {
 }
 
 func (e *ExternalProvider) check(r *Region, off, size uintptr) error {
-	if r == nil || r.Base != e.reg.Base || size == 0 || off > r.Size || size > r.Size-off {
-		return fmt.Errorf("%w: range [%d, +%d) outside the external region", ErrInvalid, off, size)
+	if r != nil && r.Base != e.reg.Base {
+		return fmt.Errorf("%w: region [%#x, +%d) is not the external region", ErrInvalid, r.Base, r.Size)
 	}
-	return nil
+	return checkRange(r, off, size)
 }

@@ -88,7 +88,7 @@ func Locked(o HostOptions) *HostProvider { return newHost(true, o) }
 func Pageable(o HostOptions) *HostProvider { return newHost(false, o) }
 
 func newHost(locked bool, o HostOptions) *HostProvider {
-	return &HostProvider{locked: locked, opt: o, page: uintptr(unix.Getpagesize())}
+	return &HostProvider{locked: locked, opt: o, page: pageSize()}
 }
 
 // Name implements Provider.
@@ -135,19 +135,37 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 	if size == 0 || !align.IsPow2(alignment) {
 		return nil, fmt.Errorf("%w: reserve %d bytes aligned to %d", ErrInvalid, size, alignment)
 	}
-	if alignment < h.page {
-		alignment = h.page
-	}
+	alignment = max(alignment, h.page)
+	var r *Region
 	if h.opt.HugePages == HugeTLB {
-		if r, err := h.reserveHugeTLB(size, alignment); err == nil {
-			return r, nil
+		var err error
+		if r, err = h.reserveHugeTLB(size, alignment); err != nil {
+			h.hugeFallback.Add(1)
 		}
-		h.hugeFallback.Add(1)
 	}
-	size, err := align.Up(size, h.page)
+	if r == nil {
+		var err error
+		if r, err = h.reserveTrimmed(size, alignment); err != nil {
+			return nil, err
+		}
+	}
+	if h.opt.Populate {
+		if err := h.populate(r); err != nil {
+			_ = h.Release(r)
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// reserveTrimmed maps size bytes (rounded up to pages) aligned to alignment by mapping more
+// and unmapping the head and the tail: address space is the only cost.
+func (h *HostProvider) reserveTrimmed(size, alignment uintptr) (*Region, error) {
+	n, err := align.Up(size, h.page)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %d bytes: %w", ErrReserve, size, err)
 	}
+	size = n
 	total, err := align.Add(size, alignment-h.page)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %d bytes: %w", ErrReserve, size, err)
@@ -161,7 +179,6 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mmap %d bytes: %w", ErrReserve, total, err)
 	}
-	// Trim the head and the tail so that the region is aligned: address space is the only cost.
 	base := uintptr(p)
 	start, _ := align.Up(base, alignment)
 	if head := start - base; head > 0 {
@@ -170,18 +187,11 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 	if tail := base + total - (start + size); tail > 0 {
 		h.unmap(start+size, tail)
 	}
-	r := &Region{Base: start, Size: size, Zeroed: true, Handle: &hostRegion{mapBase: start, mapSize: size}}
 	if h.opt.HugePages == HugeTransparent {
 		h.madvise.Add(1)
 		_ = unix.Madvise(bytesAt(start, size), unix.MADV_HUGEPAGE) // advisory: THP may be off
 	}
-	if h.opt.Populate {
-		if err := h.populate(r); err != nil {
-			_ = h.Release(r)
-			return nil, err
-		}
-	}
-	return r, nil
+	return &Region{Base: start, Size: size, Zeroed: true, Handle: &hostRegion{mapBase: start, mapSize: size}}, nil
 }
 
 func (h *HostProvider) reserveHugeTLB(size, alignment uintptr) (*Region, error) {
@@ -198,15 +208,8 @@ func (h *HostProvider) reserveHugeTLB(size, alignment uintptr) (*Region, error) 
 	if err != nil {
 		return nil, err
 	}
-	r := &Region{Base: uintptr(p), Size: size, Zeroed: true,
-		Handle: &hostRegion{mapBase: uintptr(p), mapSize: size, hugeTLB: true}}
-	if h.opt.Populate {
-		if err := h.populate(r); err != nil {
-			_ = h.Release(r)
-			return nil, err
-		}
-	}
-	return r, nil
+	return &Region{Base: uintptr(p), Size: size, Zeroed: true,
+		Handle: &hostRegion{mapBase: uintptr(p), mapSize: size, hugeTLB: true}}, nil
 }
 
 // populate commits the whole region at reserve time.
@@ -223,16 +226,9 @@ func (h *HostProvider) unmap(addr, size uintptr) {
 	_ = unix.MunmapPtr(mem.Ptr(addr), size) // only fails for ranges we did not map
 }
 
-func (h *HostProvider) checkRange(r *Region, off, size uintptr) error {
-	if r == nil || size == 0 || off > r.Size || size > r.Size-off {
-		return fmt.Errorf("%w: range [%d, +%d) outside region", ErrInvalid, off, size)
-	}
-	return nil
-}
-
 // Commit implements Provider.
 func (h *HostProvider) Commit(r *Region, off, size uintptr) error {
-	if err := h.checkRange(r, off, size); err != nil {
+	if err := checkRange(r, off, size); err != nil {
 		return err
 	}
 	addr := r.Base + off
@@ -261,7 +257,7 @@ func (h *HostProvider) Commit(r *Region, off, size uintptr) error {
 
 // Decommit implements Provider.
 func (h *HostProvider) Decommit(r *Region, off, size uintptr) error {
-	if err := h.checkRange(r, off, size); err != nil {
+	if err := checkRange(r, off, size); err != nil {
 		return err
 	}
 	addr := r.Base + off

@@ -1,6 +1,10 @@
 package arena
 
-import "fmt"
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
 
 // Kind is the kind of memory a provider hands out. It decides who can touch the memory (the CPU,
 // a GPU, both) and how copies to and from it behave; the arena and heap treat every kind alike.
@@ -105,3 +109,13 @@ type Provider interface {
 type Zeroer interface {
 	Zero(addr, size uintptr) error
 }
+
+// checkRange reports a range that is not inside the region.
+func checkRange(r *Region, off, size uintptr) error {
+	if r == nil || size == 0 || off > r.Size || size > r.Size-off {
+		return fmt.Errorf("%w: range [%d, +%d) outside region", ErrInvalid, off, size)
+	}
+	return nil
+}
+
+func pageSize() uintptr { return uintptr(unix.Getpagesize()) }
