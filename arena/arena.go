@@ -163,9 +163,9 @@ type region struct {
 	end     uintptr // first address past the last chunk's usable bytes
 	nchunks int
 	firstID ChunkID
-	waste   uintptr
 	used    bitmap  // chunk handed out
 	stamp   []int64 // per chunk: purge generation in which memory in it last became unwanted
+	stale   bitmap  // per chunk: stamped and not purged since, so the purge looks at no other
 	commit  bitmap  // per granule, relative to r.Base: committed
 	want    bitmap  // per granule: committed on a span's behalf (Alloc, Commit); the rest is purgeable
 	dirty   bitmap  // per granule: not known to read as zero
@@ -240,20 +240,26 @@ func (a *Arena) MaxChunks() int { return a.maxIDs }
 // Lookup returns the chunk holding address p, without a lock. ok is false for an address
 // outside every region.
 func (a *Arena) Lookup(p uintptr) (id ChunkID, ok bool) {
-	for _, r := range *a.regions.Load() {
-		if p-r.grid < r.end-r.grid {
-			return r.firstID + ChunkID((p-r.grid)>>a.shift), true
-		}
+	if r := a.regionAt(p); r != nil {
+		return r.firstID + ChunkID((p-r.grid)>>a.shift), true
 	}
 	return 0, false
 }
 
+// regionAt returns the region whose chunks hold address p, or nil.
+func (a *Arena) regionAt(p uintptr) *region {
+	for _, r := range *a.regions.Load() {
+		if p-r.grid < r.end-r.grid {
+			return r
+		}
+	}
+	return nil
+}
+
 // ChunkBase returns the start address of a chunk.
 func (a *Arena) ChunkBase(id ChunkID) (uintptr, bool) {
-	for _, r := range *a.regions.Load() {
-		if id >= r.firstID && int(id-r.firstID) < r.nchunks {
-			return r.grid + uintptr(id-r.firstID)<<a.shift, true
-		}
+	if r := a.regionOf(id); r != nil {
+		return r.grid + uintptr(id-r.firstID)<<a.shift, true
 	}
 	return 0, false
 }
@@ -443,8 +449,8 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	gshift, _ := align.Log2(a.caps.Granule)
 	ng := int((rr.Size + a.caps.Granule - 1) >> gshift)
 	r := &region{
-		r: rr, grid: grid, end: rr.End(), nchunks: n, firstID: a.nextID, waste: grid - rr.Base,
-		used: newBitmap(n), stamp: make([]int64, n), commit: newBitmap(ng), want: newBitmap(ng), dirty: newBitmap(ng), gshift: gshift,
+		r: rr, grid: grid, end: rr.End(), nchunks: n, firstID: a.nextID,
+		used: newBitmap(n), stamp: make([]int64, n), stale: newBitmap(n), commit: newBitmap(ng), want: newBitmap(ng), dirty: newBitmap(ng), gshift: gshift,
 	}
 	if rr.Committed {
 		r.commit.setRange(0, ng, true)
@@ -456,7 +462,7 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	}
 	a.nextID += ChunkID(n)
 	a.reserved += rr.Size
-	a.st.AlignWaste += uint64(r.waste)
+	a.st.AlignWaste += uint64(grid - rr.Base)
 	a.st.Chunks += n
 	next := append(append(make([]*region, 0, len(regs)+1), regs...), r)
 	a.regions.Store(&next)
@@ -494,6 +500,7 @@ func (a *Arena) markUnwanted(r *region, first, last int) {
 	for i := first; i < last; i++ {
 		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
 			r.stamp[i] = a.gen
+			r.stale.setRange(i, i+1, true)
 			any = true
 		}
 	}
@@ -553,16 +560,14 @@ func (a *Arena) purge(cutoff int64) (pending bool) {
 		if r.r.Committed {
 			continue
 		}
-		for i := 0; i < r.nchunks; i++ {
+		for i := r.stale.next(0, r.nchunks, true); i < r.nchunks; i = r.stale.next(i+1, r.nchunks, true) {
 			glo, ghi := a.chunkGranules(r, i)
-			if !r.unwanted(glo, ghi) {
-				continue
-			}
-			if r.stamp[i] > cutoff {
+			if r.unwanted(glo, ghi) && r.stamp[i] > cutoff {
 				pending = true
 				continue
 			}
 			a.release(r, glo, ghi)
+			r.stale.setRange(i, i+1, r.unwanted(glo, ghi)) // what failed to decommit stays stale
 		}
 	}
 	return pending
@@ -715,15 +720,11 @@ func (a *Arena) inUse(addr, size uintptr) (*region, error) {
 	if a.closed {
 		return nil, ErrClosed
 	}
-	for _, r := range *a.regions.Load() {
-		if size == 0 || addr < r.grid || addr+size > r.end || addr+size < addr {
-			continue
-		}
+	if r := a.regionAt(addr); r != nil && size > 0 && size <= r.end-addr {
 		first, last := int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)
-		if r.used.count(first, last+1) != last-first+1 {
-			break
+		if r.used.count(first, last+1) == last-first+1 {
+			return r, nil
 		}
-		return r, nil
 	}
 	return nil, fmt.Errorf("%w: [%#x, +%d) is not inside a span in use", ErrInvalid, addr, size)
 }
