@@ -494,56 +494,34 @@ func resultText(r Result) (name, desc string, ok bool) {
 // context discipline and accounting.
 
 func (dr *driver) init() error {
-	f, err := dr.fn(symInit)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_u(f, 0))
+	return dr.call(symInit, func(f C.uintptr_t) C.int { return C.pm_u(f, 0) })
 }
 
 func (dr *driver) driverVersion() (int, error) {
-	f, err := dr.fn(symDriverGetVersion)
-	if err != nil {
-		return 0, err
-	}
 	var v C.int
-	if err := check(C.pm_pint(f, &v)); err != nil {
-		return 0, err
-	}
-	return int(v), nil
+	err := dr.call(symDriverGetVersion, func(f C.uintptr_t) C.int { return C.pm_pint(f, &v) })
+	return int(v), err
 }
 
 func (dr *driver) deviceCount() (int, error) {
-	f, err := dr.fn(symDeviceGetCount)
-	if err != nil {
-		return 0, err
-	}
 	var n C.int
-	if err := check(C.pm_pint(f, &n)); err != nil {
-		return 0, err
-	}
-	return int(n), nil
+	err := dr.call(symDeviceGetCount, func(f C.uintptr_t) C.int { return C.pm_pint(f, &n) })
+	return int(n), err
 }
 
 func (dr *driver) deviceGet(ordinal int) (int32, error) {
-	f, err := dr.fn(symDeviceGet)
-	if err != nil {
-		return 0, err
-	}
 	var dev C.int
-	if err := check(C.pm_deviceGet(f, &dev, C.int(ordinal))); err != nil {
-		return 0, err
-	}
-	return int32(dev), nil
+	err := dr.call(symDeviceGet, func(f C.uintptr_t) C.int {
+		return C.pm_deviceGet(f, &dev, C.int(ordinal))
+	})
+	return int32(dev), err
 }
 
 func (dr *driver) deviceName(dev int32) (string, error) {
-	f, err := dr.fn(symDeviceGetName)
-	if err != nil {
-		return "", err
-	}
 	var buf [256]C.char
-	if err := check(C.pm_deviceGetName(f, &buf[0], C.int(len(buf)), C.int(dev))); err != nil {
+	if err := dr.call(symDeviceGetName, func(f C.uintptr_t) C.int {
+		return C.pm_deviceGetName(f, &buf[0], C.int(len(buf)), C.int(dev))
+	}); err != nil {
 		return "", err
 	}
 	buf[len(buf)-1] = 0
@@ -551,347 +529,246 @@ func (dr *driver) deviceName(dev int32) (string, error) {
 }
 
 func (dr *driver) deviceTotalMem(dev int32) (uintptr, error) {
-	f, err := dr.fn(symDeviceTotalMem)
-	if err != nil {
-		return 0, err
-	}
 	var n C.size_t
-	if err := check(C.pm_deviceTotalMem(f, &n, C.int(dev))); err != nil {
-		return 0, err
-	}
-	return uintptr(n), nil
+	err := dr.call(symDeviceTotalMem, func(f C.uintptr_t) C.int {
+		return C.pm_deviceTotalMem(f, &n, C.int(dev))
+	})
+	return uintptr(n), err
 }
 
 func (dr *driver) deviceAttribute(dev int32, attr int) (int, error) {
-	f, err := dr.fn(symDeviceGetAttribute)
-	if err != nil {
-		return 0, err
-	}
 	var v C.int
-	if err := check(C.pm_deviceGetAttribute(f, &v, C.int(attr), C.int(dev))); err != nil {
-		return 0, err
-	}
-	return int(v), nil
+	err := dr.call(symDeviceGetAttribute, func(f C.uintptr_t) C.int {
+		return C.pm_deviceGetAttribute(f, &v, C.int(attr), C.int(dev))
+	})
+	return int(v), err
 }
 
 func (dr *driver) primaryRetain(dev int32) (uintptr, error) {
-	f, err := dr.fn(symPrimaryCtxRetain)
-	if err != nil {
-		return 0, err
-	}
 	var ctx C.uintptr_t
-	if err := check(C.pm_primaryCtxRetain(f, &ctx, C.int(dev))); err != nil {
-		return 0, err
-	}
-	return uintptr(ctx), nil
+	err := dr.call(symPrimaryCtxRetain, func(f C.uintptr_t) C.int {
+		return C.pm_primaryCtxRetain(f, &ctx, C.int(dev))
+	})
+	return uintptr(ctx), err
 }
 
 func (dr *driver) primaryRelease(dev int32) error {
-	f, err := dr.fn(symPrimaryCtxRelease)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_int(f, C.int(dev)))
+	return dr.call(symPrimaryCtxRelease, func(f C.uintptr_t) C.int {
+		return C.pm_int(f, C.int(dev))
+	})
 }
 
 func (dr *driver) ctxPush(ctx uintptr) error { return dr.callPtr(symCtxPushCurrent, ctx) }
 
 func (dr *driver) ctxPop() error {
-	f, err := dr.fn(symCtxPopCurrent)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_ctxPop(f))
+	return dr.call(symCtxPopCurrent, func(f C.uintptr_t) C.int { return C.pm_ctxPop(f) })
 }
 
 func (dr *driver) ctxSynchronize() error {
-	f, err := dr.fn(symCtxSynchronize)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_void(f))
+	return dr.call(symCtxSynchronize, func(f C.uintptr_t) C.int { return C.pm_void(f) })
 }
 
-// callPtr calls an entry point that takes one pointer-sized handle.
-func (dr *driver) callPtr(id symID, a uintptr) error {
+// call resolves id and calls do with the entry point, turning its CUresult into an error.
+func (dr *driver) call(id symID, do func(f C.uintptr_t) C.int) error {
 	f, err := dr.fn(id)
 	if err != nil {
 		return err
 	}
-	return check(C.pm_ptr(f, C.uintptr_t(a)))
+	return check(do(f))
+}
+
+// callPtr calls an entry point that takes one pointer-sized handle.
+func (dr *driver) callPtr(id symID, a uintptr) error {
+	return dr.call(id, func(f C.uintptr_t) C.int { return C.pm_ptr(f, C.uintptr_t(a)) })
 }
 
 func (dr *driver) memGetInfo() (free, total uintptr, err error) {
-	f, err := dr.fn(symMemGetInfo)
-	if err != nil {
-		return 0, 0, err
-	}
 	var fr, tot C.size_t
-	if err := check(C.pm_memGetInfo(f, &fr, &tot)); err != nil {
-		return 0, 0, err
-	}
-	return uintptr(fr), uintptr(tot), nil
+	err = dr.call(symMemGetInfo, func(f C.uintptr_t) C.int { return C.pm_memGetInfo(f, &fr, &tot) })
+	return uintptr(fr), uintptr(tot), err
 }
 
 func (dr *driver) memAlloc(n uintptr) (DevicePtr, error) {
-	f, err := dr.fn(symMemAlloc)
-	if err != nil {
-		return 0, err
-	}
 	var p C.pmDevPtr
-	if err := check(C.pm_memAlloc(f, &p, C.size_t(n))); err != nil {
-		return 0, err
-	}
-	return DevicePtr(p), nil
+	err := dr.call(symMemAlloc, func(f C.uintptr_t) C.int {
+		return C.pm_memAlloc(f, &p, C.size_t(n))
+	})
+	return DevicePtr(p), err
 }
 
 func (dr *driver) memFree(p DevicePtr) error {
-	f, err := dr.fn(symMemFree)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_dptr(f, C.pmDevPtr(p)))
+	return dr.call(symMemFree, func(f C.uintptr_t) C.int { return C.pm_dptr(f, C.pmDevPtr(p)) })
 }
 
 func (dr *driver) memAllocAsync(n uintptr, s Stream) (DevicePtr, error) {
-	f, err := dr.fn(symMemAllocAsync)
-	if err != nil {
-		return 0, err
-	}
 	var p C.pmDevPtr
-	if err := check(C.pm_memAllocAsync(f, &p, C.size_t(n), C.uintptr_t(s))); err != nil {
-		return 0, err
-	}
-	return DevicePtr(p), nil
+	err := dr.call(symMemAllocAsync, func(f C.uintptr_t) C.int {
+		return C.pm_memAllocAsync(f, &p, C.size_t(n), C.uintptr_t(s))
+	})
+	return DevicePtr(p), err
 }
 
 func (dr *driver) memFreeAsync(p DevicePtr, s Stream) error {
-	f, err := dr.fn(symMemFreeAsync)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memFreeAsync(f, C.pmDevPtr(p), C.uintptr_t(s)))
+	return dr.call(symMemFreeAsync, func(f C.uintptr_t) C.int {
+		return C.pm_memFreeAsync(f, C.pmDevPtr(p), C.uintptr_t(s))
+	})
 }
 
 func (dr *driver) memAllocManaged(n uintptr, flags uint32) (DevicePtr, error) {
-	f, err := dr.fn(symMemAllocManaged)
-	if err != nil {
-		return 0, err
-	}
 	var p C.pmDevPtr
-	if err := check(C.pm_memAllocManaged(f, &p, C.size_t(n), C.unsigned(flags))); err != nil {
-		return 0, err
-	}
-	return DevicePtr(p), nil
+	err := dr.call(symMemAllocManaged, func(f C.uintptr_t) C.int {
+		return C.pm_memAllocManaged(f, &p, C.size_t(n), C.unsigned(flags))
+	})
+	return DevicePtr(p), err
 }
 
 func (dr *driver) memHostAlloc(n uintptr, flags uint32) (uintptr, error) {
-	f, err := dr.fn(symMemHostAlloc)
-	if err != nil {
-		return 0, err
-	}
 	var p C.uintptr_t
-	if err := check(C.pm_memHostAlloc(f, &p, C.size_t(n), C.unsigned(flags))); err != nil {
-		return 0, err
-	}
-	return uintptr(p), nil
+	err := dr.call(symMemHostAlloc, func(f C.uintptr_t) C.int {
+		return C.pm_memHostAlloc(f, &p, C.size_t(n), C.unsigned(flags))
+	})
+	return uintptr(p), err
 }
 
 func (dr *driver) memFreeHost(p uintptr) error { return dr.callPtr(symMemFreeHost, p) }
 
 func (dr *driver) memHostRegister(p, n uintptr, flags uint32) error {
-	f, err := dr.fn(symMemHostRegister)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memHostRegister(f, C.uintptr_t(p), C.size_t(n), C.unsigned(flags)))
+	return dr.call(symMemHostRegister, func(f C.uintptr_t) C.int {
+		return C.pm_memHostRegister(f, C.uintptr_t(p), C.size_t(n), C.unsigned(flags))
+	})
 }
 
 func (dr *driver) memHostUnregister(p uintptr) error { return dr.callPtr(symMemHostUnregister, p) }
 
 func (dr *driver) memHostGetDevicePointer(p uintptr) (DevicePtr, error) {
-	f, err := dr.fn(symMemHostGetDevicePointer)
-	if err != nil {
-		return 0, err
-	}
 	var d C.pmDevPtr
-	if err := check(C.pm_memHostGetDevicePointer(f, &d, C.uintptr_t(p))); err != nil {
-		return 0, err
-	}
-	return DevicePtr(d), nil
+	err := dr.call(symMemHostGetDevicePointer, func(f C.uintptr_t) C.int {
+		return C.pm_memHostGetDevicePointer(f, &d, C.uintptr_t(p))
+	})
+	return DevicePtr(d), err
 }
 
 func (dr *driver) memsetD8(p DevicePtr, v byte, n uintptr) error {
-	f, err := dr.fn(symMemsetD8)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memsetD8(f, C.pmDevPtr(p), C.uchar(v), C.size_t(n)))
+	return dr.call(symMemsetD8, func(f C.uintptr_t) C.int {
+		return C.pm_memsetD8(f, C.pmDevPtr(p), C.uchar(v), C.size_t(n))
+	})
 }
 
 func (dr *driver) memsetD8Async(p DevicePtr, v byte, n uintptr, s Stream) error {
-	f, err := dr.fn(symMemsetD8Async)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memsetD8Async(f, C.pmDevPtr(p), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
+	return dr.call(symMemsetD8Async, func(f C.uintptr_t) C.int {
+		return C.pm_memsetD8Async(f, C.pmDevPtr(p), C.uchar(v), C.size_t(n), C.uintptr_t(s))
+	})
 }
 
 func (dr *driver) memcpyHtoD(dst DevicePtr, src, n uintptr) error {
-	f, err := dr.fn(symMemcpyHtoD)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memcpyHtoD(f, C.pmDevPtr(dst), C.uintptr_t(src), C.size_t(n)))
+	return dr.call(symMemcpyHtoD, func(f C.uintptr_t) C.int {
+		return C.pm_memcpyHtoD(f, C.pmDevPtr(dst), C.uintptr_t(src), C.size_t(n))
+	})
 }
 
 func (dr *driver) memcpyDtoH(dst uintptr, src DevicePtr, n uintptr) error {
-	f, err := dr.fn(symMemcpyDtoH)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memcpyDtoH(f, C.uintptr_t(dst), C.pmDevPtr(src), C.size_t(n)))
+	return dr.call(symMemcpyDtoH, func(f C.uintptr_t) C.int {
+		return C.pm_memcpyDtoH(f, C.uintptr_t(dst), C.pmDevPtr(src), C.size_t(n))
+	})
 }
 
 func (dr *driver) memcpyDtoD(dst, src DevicePtr, n uintptr) error {
-	f, err := dr.fn(symMemcpyDtoD)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memcpyDtoD(f, C.pmDevPtr(dst), C.pmDevPtr(src), C.size_t(n)))
+	return dr.call(symMemcpyDtoD, func(f C.uintptr_t) C.int {
+		return C.pm_memcpyDtoD(f, C.pmDevPtr(dst), C.pmDevPtr(src), C.size_t(n))
+	})
 }
 
 func (dr *driver) memcpyHtoDAsync(dst DevicePtr, src, n uintptr, s Stream) error {
-	f, err := dr.fn(symMemcpyHtoDAsync)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memcpyHtoDAsync(f, C.pmDevPtr(dst), C.uintptr_t(src), C.size_t(n), C.uintptr_t(s)))
+	return dr.call(symMemcpyHtoDAsync, func(f C.uintptr_t) C.int {
+		return C.pm_memcpyHtoDAsync(f, C.pmDevPtr(dst), C.uintptr_t(src), C.size_t(n), C.uintptr_t(s))
+	})
 }
 
 func (dr *driver) memcpyDtoHAsync(dst uintptr, src DevicePtr, n uintptr, s Stream) error {
-	f, err := dr.fn(symMemcpyDtoHAsync)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memcpyDtoHAsync(f, C.uintptr_t(dst), C.pmDevPtr(src), C.size_t(n), C.uintptr_t(s)))
+	return dr.call(symMemcpyDtoHAsync, func(f C.uintptr_t) C.int {
+		return C.pm_memcpyDtoHAsync(f, C.uintptr_t(dst), C.pmDevPtr(src), C.size_t(n), C.uintptr_t(s))
+	})
 }
 
 func (dr *driver) memcpyDtoDAsync(dst, src DevicePtr, n uintptr, s Stream) error {
-	f, err := dr.fn(symMemcpyDtoDAsync)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memcpyDtoDAsync(f, C.pmDevPtr(dst), C.pmDevPtr(src), C.size_t(n), C.uintptr_t(s)))
+	return dr.call(symMemcpyDtoDAsync, func(f C.uintptr_t) C.int {
+		return C.pm_memcpyDtoDAsync(f, C.pmDevPtr(dst), C.pmDevPtr(src), C.size_t(n), C.uintptr_t(s))
+	})
 }
 
 func (dr *driver) memGetGranularity(ordinal int, recommended bool) (uintptr, error) {
-	f, err := dr.fn(symMemGetAllocationGranularity)
-	if err != nil {
-		return 0, err
-	}
 	option := C.int(0) // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 	if recommended {
 		option = 1 // CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
 	}
 	var g C.size_t
-	if err := check(C.pm_memGetAllocationGranularity(f, &g, C.int(ordinal), option)); err != nil {
-		return 0, err
-	}
-	return uintptr(g), nil
+	err := dr.call(symMemGetAllocationGranularity, func(f C.uintptr_t) C.int {
+		return C.pm_memGetAllocationGranularity(f, &g, C.int(ordinal), option)
+	})
+	return uintptr(g), err
 }
 
 func (dr *driver) memAddressReserve(size, align uintptr) (DevicePtr, error) {
-	f, err := dr.fn(symMemAddressReserve)
-	if err != nil {
-		return 0, err
-	}
 	var p C.pmDevPtr
-	if err := check(C.pm_memAddressReserve(f, &p, C.size_t(size), C.size_t(align))); err != nil {
-		return 0, err
-	}
-	return DevicePtr(p), nil
+	err := dr.call(symMemAddressReserve, func(f C.uintptr_t) C.int {
+		return C.pm_memAddressReserve(f, &p, C.size_t(size), C.size_t(align))
+	})
+	return DevicePtr(p), err
 }
 
 func (dr *driver) memAddressFree(p DevicePtr, size uintptr) error {
-	f, err := dr.fn(symMemAddressFree)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_dptrSize(f, C.pmDevPtr(p), C.size_t(size)))
+	return dr.call(symMemAddressFree, func(f C.uintptr_t) C.int {
+		return C.pm_dptrSize(f, C.pmDevPtr(p), C.size_t(size))
+	})
 }
 
 func (dr *driver) memCreate(size uintptr, ordinal int) (MemHandle, error) {
-	f, err := dr.fn(symMemCreate)
-	if err != nil {
-		return 0, err
-	}
 	var h C.pmDevPtr
-	if err := check(C.pm_memCreate(f, &h, C.size_t(size), C.int(ordinal))); err != nil {
-		return 0, err
-	}
-	return MemHandle(h), nil
+	err := dr.call(symMemCreate, func(f C.uintptr_t) C.int {
+		return C.pm_memCreate(f, &h, C.size_t(size), C.int(ordinal))
+	})
+	return MemHandle(h), err
 }
 
 func (dr *driver) memRelease(h MemHandle) error {
-	f, err := dr.fn(symMemRelease)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_dptr(f, C.pmDevPtr(h)))
+	return dr.call(symMemRelease, func(f C.uintptr_t) C.int { return C.pm_dptr(f, C.pmDevPtr(h)) })
 }
 
 func (dr *driver) memMap(p DevicePtr, size uintptr, h MemHandle) error {
-	f, err := dr.fn(symMemMap)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memMap(f, C.pmDevPtr(p), C.size_t(size), C.pmDevPtr(h)))
+	return dr.call(symMemMap, func(f C.uintptr_t) C.int {
+		return C.pm_memMap(f, C.pmDevPtr(p), C.size_t(size), C.pmDevPtr(h))
+	})
 }
 
 func (dr *driver) memUnmap(p DevicePtr, size uintptr) error {
-	f, err := dr.fn(symMemUnmap)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_dptrSize(f, C.pmDevPtr(p), C.size_t(size)))
+	return dr.call(symMemUnmap, func(f C.uintptr_t) C.int {
+		return C.pm_dptrSize(f, C.pmDevPtr(p), C.size_t(size))
+	})
 }
 
 func (dr *driver) memSetAccess(p DevicePtr, size uintptr, ordinal int) error {
-	f, err := dr.fn(symMemSetAccess)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memSetAccess(f, C.pmDevPtr(p), C.size_t(size), C.int(ordinal)))
+	return dr.call(symMemSetAccess, func(f C.uintptr_t) C.int {
+		return C.pm_memSetAccess(f, C.pmDevPtr(p), C.size_t(size), C.int(ordinal))
+	})
 }
 
 func (dr *driver) memPrefetchAsync(p DevicePtr, n uintptr, loc Location, s Stream) error {
-	f, err := dr.fn(symMemPrefetchAsync)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memPrefetchAsync(f, C.pmDevPtr(p), C.size_t(n), C.int(loc.Type), C.int(loc.ID), C.uintptr_t(s)))
+	return dr.call(symMemPrefetchAsync, func(f C.uintptr_t) C.int {
+		return C.pm_memPrefetchAsync(f, C.pmDevPtr(p), C.size_t(n), C.int(loc.Type), C.int(loc.ID), C.uintptr_t(s))
+	})
 }
 
 func (dr *driver) memAdvise(p DevicePtr, n uintptr, advice Advice, loc Location) error {
-	f, err := dr.fn(symMemAdvise)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_memAdvise(f, C.pmDevPtr(p), C.size_t(n), C.int(advice), C.int(loc.Type), C.int(loc.ID)))
+	return dr.call(symMemAdvise, func(f C.uintptr_t) C.int {
+		return C.pm_memAdvise(f, C.pmDevPtr(p), C.size_t(n), C.int(advice), C.int(loc.Type), C.int(loc.ID))
+	})
 }
 
 // create calls cuStreamCreate or cuEventCreate.
 func (dr *driver) create(id symID, flags uint32) (uintptr, error) {
-	f, err := dr.fn(id)
-	if err != nil {
-		return 0, err
-	}
 	var h C.uintptr_t
-	if err := check(C.pm_create(f, &h, C.unsigned(flags))); err != nil {
-		return 0, err
-	}
-	return uintptr(h), nil
+	err := dr.call(id, func(f C.uintptr_t) C.int { return C.pm_create(f, &h, C.unsigned(flags)) })
+	return uintptr(h), err
 }
 
 func (dr *driver) streamCreate(flags uint32) (Stream, error) {
@@ -907,11 +784,9 @@ func (dr *driver) streamQuery(s Stream) error { return dr.callPtr(symStreamQuery
 func (dr *driver) eventCreate(flags uint32) (Event, error) { return dr.create(symEventCreate, flags) }
 
 func (dr *driver) eventRecord(ev Event, s Stream) error {
-	f, err := dr.fn(symEventRecord)
-	if err != nil {
-		return err
-	}
-	return check(C.pm_ptr2(f, C.uintptr_t(ev), C.uintptr_t(s)))
+	return dr.call(symEventRecord, func(f C.uintptr_t) C.int {
+		return C.pm_ptr2(f, C.uintptr_t(ev), C.uintptr_t(s))
+	})
 }
 
 func (dr *driver) eventQuery(ev Event) error { return dr.callPtr(symEventQuery, ev) }
@@ -921,13 +796,9 @@ func (dr *driver) eventSynchronize(ev Event) error { return dr.callPtr(symEventS
 func (dr *driver) eventDestroy(ev Event) error { return dr.callPtr(symEventDestroy, ev) }
 
 func (dr *driver) eventElapsed(start, end Event) (float32, error) {
-	f, err := dr.fn(symEventElapsedTime)
-	if err != nil {
-		return 0, err
-	}
 	var ms C.float
-	if err := check(C.pm_eventElapsed(f, &ms, C.uintptr_t(start), C.uintptr_t(end))); err != nil {
-		return 0, err
-	}
-	return float32(ms), nil
+	err := dr.call(symEventElapsedTime, func(f C.uintptr_t) C.int {
+		return C.pm_eventElapsed(f, &ms, C.uintptr_t(start), C.uintptr_t(end))
+	})
+	return float32(ms), err
 }
