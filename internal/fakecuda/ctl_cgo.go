@@ -12,7 +12,7 @@ static uintptr_t fc_open(const char *path) {
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	return h ? (uintptr_t)dlsym(h, "fake_ctl") : 0;
 }
-static long fc_ctl(uintptr_t fn, int op, long a, long b) { return ((int (*)(int, long, long))fn)(op, a, b); }
+static long fc_ctl(uintptr_t fn, int op, long a, long b) { return ((long (*)(int, long, long))fn)(op, a, b); }
 */
 import "C"
 
