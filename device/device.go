@@ -19,8 +19,9 @@
 //     the heap free until the event has completed; p then goes back to the stream it was
 //     allocated on. Huge blocks (above 1 MiB) go back to the arena itself, where any stream can
 //     take them, so their frees are always deferred behind an event, on either stream.
-//   - Deferred frees are checked, oldest first per stream, with cuEventQuery on every Alloc and
-//     free, and waited for in Sync, Trim and Close.
+//   - Deferred frees are checked, oldest first per stream, with cuEventQuery on every Alloc
+//     (the one call that needs their memory back) and in Stats, and waited for in Sync, Trim
+//     and Close.
 //   - Free(p) is synchronous: the caller promises no work in flight uses p.
 //   - Trim waits for deferred frees, synchronizes each stream whose heap holds memory, and gives
 //     the held segments back to the arena (and decommits free chunks).
@@ -110,19 +111,12 @@ type Heap struct {
 
 	mu       sync.Mutex
 	closed   bool
-	streams  map[cuda.Stream]*streamHeap // heaps, by allocation stream
-	byHeap   map[*heap.Heap]*streamHeap
-	seen     map[cuda.Stream]bool      // streams the driver accepted
-	queues   map[cuda.Stream][]pending // deferred frees, by freeing stream, oldest first
-	deferred map[cuda.DevicePtr]bool   // blocks with a deferred free
+	streams  map[cuda.Stream]*heap.Heap // heaps, by allocation stream
+	seen     map[cuda.Stream]bool       // streams the driver accepted
+	queues   map[cuda.Stream][]pending  // deferred frees, by freeing stream, oldest first
+	deferred map[cuda.DevicePtr]bool    // blocks with a deferred free
 	events   *cuda.EventPool
 	st       Stats
-}
-
-// streamHeap is the heap of one allocation stream.
-type streamHeap struct {
-	s cuda.Stream
-	h *heap.Heap
 }
 
 // pending is a free deferred until an event recorded on the freeing stream completes.
@@ -186,8 +180,8 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	}
 	return &Heap{
 		dev: dev, a: a, g: g, align: o.Align,
-		streams: map[cuda.Stream]*streamHeap{}, byHeap: map[*heap.Heap]*streamHeap{},
-		seen: map[cuda.Stream]bool{}, queues: map[cuda.Stream][]pending{}, deferred: map[cuda.DevicePtr]bool{},
+		streams: map[cuda.Stream]*heap.Heap{},
+		seen:    map[cuda.Stream]bool{}, queues: map[cuda.Stream][]pending{}, deferred: map[cuda.DevicePtr]bool{},
 		events: cuda.NewEventPool(dev),
 	}, nil
 }
@@ -229,13 +223,13 @@ func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	if err != nil {
 		return 0, err
 	}
-	p, err := sh.h.Alloc(n)
+	p, err := sh.Alloc(n)
 	if err != nil && outOfMemory(err) {
 		h.st.Reclaims++
 		if rerr := h.reclaim(sh); rerr != nil {
 			return 0, errors.Join(err, rerr)
 		}
-		p, err = sh.h.Alloc(n)
+		p, err = sh.Alloc(n)
 	}
 	if err != nil {
 		return 0, err
@@ -256,9 +250,6 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 		return err
 	}
 	defer h.mu.Unlock()
-	if err := h.poll(); err != nil {
-		return err
-	}
 	owner, err := h.owner(p)
 	if err != nil {
 		return err
@@ -270,21 +261,25 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // queued on s before the call may still use p. The block is reusable at once by allocations on
 // s when p was allocated on s, and otherwise once an event recorded now on s has completed.
 func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
-	h.mu.Lock()
+	if err := h.lock(); err != nil {
+		return err
+	}
 	defer h.mu.Unlock()
-	if err := h.ready(s); err != nil {
+	if err := h.checkStream(s); err != nil {
 		return err
 	}
 	owner, err := h.owner(p)
 	if err != nil {
 		return err
 	}
-	size, err := h.g.Size(p)
-	if err != nil {
-		return err
-	}
-	if owner.s == s && size <= hugeBlock {
-		return h.free(owner, p)
+	if owner == h.streams[s] {
+		size, err := h.g.Size(p)
+		if err != nil {
+			return err
+		}
+		if size <= hugeBlock {
+			return h.free(owner, p)
+		}
 	}
 	ev, err := h.events.Get()
 	if err != nil {
@@ -339,11 +334,10 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return err
 	}
 	if sh := h.streams[s]; sh != nil {
-		if err := sh.h.Close(); err != nil {
+		if err := sh.Close(); err != nil {
 			return fmt.Errorf("device: stream %#x: %w", s, err)
 		}
 		delete(h.streams, s)
-		delete(h.byHeap, sh.h)
 	}
 	delete(h.seen, s)
 	return nil
@@ -358,14 +352,8 @@ func (h *Heap) Stats() Stats {
 	}
 	st := h.st
 	st.Streams = len(h.streams)
-	for _, sh := range h.streams {
-		hs := sh.h.Stats()
-		st.Live += hs.Live
-		st.InUse += hs.InUse
-	}
-	for _, q := range h.queues {
-		st.Deferred += len(q)
-	}
+	st.Live, st.InUse = h.live()
+	st.Deferred = len(h.deferred)
 	st.Events = h.events.Created() - h.events.Destroyed()
 	st.Arena = h.a.Stats()
 	return st
@@ -383,12 +371,7 @@ func (h *Heap) Close() error {
 	if err := h.poll(); err != nil {
 		return err
 	}
-	var live, bytes uint64
-	for _, sh := range h.streams {
-		hs := sh.h.Stats()
-		live += hs.Live
-		bytes += hs.InUse
-	}
+	live, bytes := h.live()
 	deferred := len(h.deferred)
 	if live > uint64(deferred) {
 		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams))
@@ -403,7 +386,7 @@ func (h *Heap) Close() error {
 	}
 	var errs []error
 	for _, sh := range h.streams {
-		errs = append(errs, sh.h.Close())
+		errs = append(errs, sh.Close())
 	}
 	errs = append(errs, h.a.Close(), h.events.Close())
 	if n := h.events.Created() - h.events.Destroyed(); n != 0 {
@@ -414,6 +397,16 @@ func (h *Heap) Close() error {
 	}
 	h.closed = true
 	return errors.Join(errs...)
+}
+
+// live counts the blocks of every stream heap (deferred frees included) and their bytes.
+func (h *Heap) live() (n, bytes uint64) {
+	for _, sh := range h.streams {
+		hs := sh.Stats()
+		n += hs.Live
+		bytes += hs.InUse
+	}
+	return n, bytes
 }
 
 // lock takes h.mu, or fails with ErrClosed (and leaves it unlocked) after Close.
@@ -451,29 +444,23 @@ func (h *Heap) checkStream(s cuda.Stream) error {
 }
 
 // heapFor returns s's heap, making it on first use.
-func (h *Heap) heapFor(s cuda.Stream) (*streamHeap, error) {
+func (h *Heap) heapFor(s cuda.Stream) (*heap.Heap, error) {
 	if sh := h.streams[s]; sh != nil {
 		return sh, nil
 	}
-	hh, err := h.g.NewHeap(heap.Options{Align: h.align, HoldSegments: true})
+	sh, err := h.g.NewHeap(heap.Options{Align: h.align, HoldSegments: true})
 	if err != nil {
 		return nil, err
 	}
-	sh := &streamHeap{s: s, h: hh}
 	h.streams[s] = sh
-	h.byHeap[hh] = sh
 	return sh, nil
 }
 
 // owner returns the stream heap of the live block at p.
-func (h *Heap) owner(p cuda.DevicePtr) (*streamHeap, error) {
-	hh, err := h.g.Owner(p)
+func (h *Heap) owner(p cuda.DevicePtr) (*heap.Heap, error) {
+	sh, err := h.g.Owner(p)
 	if err != nil {
 		return nil, err
-	}
-	sh := h.byHeap[hh]
-	if sh == nil { // cannot happen: every heap of the group is a stream heap
-		return nil, fmt.Errorf("%w: %#x", heap.ErrNotOwned, p)
 	}
 	if h.deferred[p] {
 		return nil, fmt.Errorf("%w: %#x has a free pending already", heap.ErrDoubleFree, p)
@@ -482,8 +469,8 @@ func (h *Heap) owner(p cuda.DevicePtr) (*streamHeap, error) {
 }
 
 // free gives p back to its heap, as its owner (h.mu makes every stream heap ours).
-func (h *Heap) free(owner *streamHeap, p cuda.DevicePtr) error {
-	if err := owner.h.Free(p); err != nil {
+func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
+	if err := owner.Free(p); err != nil {
 		return err
 	}
 	h.st.Frees++
@@ -504,27 +491,26 @@ func (h *Heap) poll() error {
 // first event not complete stops it, since later ones on the same stream complete after it.
 func (h *Heap) pollQueue(s cuda.Stream) error {
 	q := h.queues[s]
-	i := 0
-	for ; i < len(q); i++ {
-		err := h.dev.EventQuery(q[i].ev)
-		if errors.Is(err, cuda.ErrNotReady) {
+	var err error
+	for len(q) > 0 {
+		if qerr := h.dev.EventQuery(q[0].ev); errors.Is(qerr, cuda.ErrNotReady) {
+			break
+		} else if qerr != nil {
+			err = fmt.Errorf("device: event of a free on stream %#x: %w", s, qerr)
 			break
 		}
-		if err != nil {
-			h.queues[s] = q[i:]
-			return fmt.Errorf("device: event of a free on stream %#x: %w", s, err)
-		}
-		if err := h.finish(q[i]); err != nil {
-			h.queues[s] = q[i+1:]
-			return err
+		d := q[0]
+		q = q[1:]
+		if err = h.finish(d); err != nil {
+			break
 		}
 	}
-	if i == len(q) {
-		delete(h.queues, s)
+	if len(q) == 0 {
+		delete(h.queues, s) // drain reads the last entry of every queue left
 	} else {
-		h.queues[s] = q[i:]
+		h.queues[s] = q
 	}
-	return nil
+	return err
 }
 
 // finish does a deferred free whose event has completed.
@@ -553,17 +539,17 @@ func (h *Heap) drain() error {
 
 // reclaim does every deferred free, then synchronizes each stream other than except whose heap
 // holds memory and gives that memory back to the arena.
-func (h *Heap) reclaim(except *streamHeap) error {
+func (h *Heap) reclaim(except *heap.Heap) error {
 	errs := []error{h.drain()}
 	for s, sh := range h.streams {
-		if sh == except || sh.h.Stats().Segments == 0 {
+		if sh == except || sh.Stats().Segments == 0 {
 			continue
 		}
 		if err := h.dev.StreamSynchronize(s); err != nil {
 			errs = append(errs, fmt.Errorf("device: synchronize stream %#x: %w", s, err))
 			continue
 		}
-		sh.h.Trim()
+		sh.Trim()
 	}
 	return errors.Join(errs...)
 }
