@@ -25,12 +25,6 @@ type forker[H any] interface {
 	fork() (allocator[H], error)
 }
 
-// remoteFreer is implemented by allocators whose frees from a goroutine other than the
-// owner must take another path (the pinmalloc heap's group). prodconsLoop uses it.
-type remoteFreer[H any] interface {
-	freeRemote(h H) error
-}
-
 // footprinter is implemented by allocators that can say how much memory they hold. held is
 // committed bytes for pinmalloc and the heap in use (HeapInuse) for the Go heap; resident
 // adds, for the Go heap, the free heap memory not yet returned to the system (HeapIdle -
@@ -102,19 +96,17 @@ func mixedLoop[H any](a allocator[H], ops []uint32, n int, b *barrier) (d time.D
 	return time.Since(t0), nil
 }
 
-// prodconsLoop allocates n blocks (whole batches) on the calling goroutine and frees them on
-// another, passing batches of batchLen through a channel of ringLen.
-func prodconsLoop[H any](a allocator[H], ops []uint32, n int) (time.Duration, error) {
+// prodconsLoop allocates n blocks (whole batches) with a on the calling goroutine and frees them
+// with consumer on another, passing batches of batchLen through a channel of ringLen. For a
+// single-owner allocator the consumer is a fork, whose frees of a's blocks are remote frees.
+func prodconsLoop[H any](a, consumer allocator[H], ops []uint32, n int) (time.Duration, error) {
 	full := make(chan []H, ringLen)
 	empty := make(chan []H, ringLen)
 	for range ringLen {
 		empty <- make([]H, batchLen)
 	}
 	mask := len(ops) - 1
-	free := a.free
-	if r, ok := a.(remoteFreer[H]); ok {
-		free = r.freeRemote
-	}
+	free := consumer.free
 	done := make(chan error, 1)
 	t0 := time.Now()
 	go func() {

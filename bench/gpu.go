@@ -25,17 +25,12 @@ type gpuSuite interface {
 	cases() []benchCase
 	// close releases what open took.
 	close() error
-	// targets checks the suite's targets against the run's results, building each with ratio
-	// (see evaluateTargets).
-	targets(rs []result, ratio ratioFunc) []target
+	// targets checks the suite's targets against the run's results, building each with ratio.
+	targets(rs []result) []target
 }
 
-// ratioFunc builds a target from a ratio num/den that must be at least (at most, with
-// atMost) limit; ok says whether both numbers were measured.
-type ratioFunc = func(name, want string, num, den float64, ok bool, limit float64, atMost bool, detail string) target
-
 // gpuTargets holds the targets method of every suite opened; evaluateTargets runs them.
-var gpuTargets []func(rs []result, ratio ratioFunc) []target
+var gpuTargets []func(rs []result) []target
 
 // gpuSuites holds the suites compiled in. None is, on a build without CUDA support.
 var gpuSuites []gpuSuite

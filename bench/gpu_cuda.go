@@ -199,7 +199,7 @@ func (c *cudaSuite) copyBandwidth(cfg *config, dir string, size int, src hostSou
 // targets: the CUDAHost pool's pair 10,000 times faster than cuMemHostAlloc + cuMemFreeHost,
 // its copies at 0.95 of a cuMemHostAlloc buffer's bandwidth or better, and the device heap's
 // pair 5 times faster than cuMemAllocAsync + cuMemFreeAsync.
-func (*cudaSuite) targets(rs []result, ratio ratioFunc) []target {
+func (*cudaSuite) targets(rs []result) []target {
 	var ts []target
 	check := func(name, c, metric, num, den string, limit float64) {
 		a, ok1 := lookup(rs, c, num, metric)

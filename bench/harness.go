@@ -19,7 +19,6 @@ type runner func(n int) (time.Duration, error)
 
 // measurement is the outcome of measure.
 type measurement struct {
-	ops        int64   // operations timed in the repetitions
 	nsPerOp    float64 // elapsed / operations over all repetitions: amortised, GC cycles included
 	cpuNsPerOp float64 // process CPU time (user + system, every thread) per operation
 	gcFraction float64 // share of the Go runtime's busy CPU time spent in the GC
@@ -63,7 +62,6 @@ func measure(cfg *config, r runner, unit int) (measurement, error) {
 	cpu1, gc1 := sampleCPU()
 	total := int64(n) * int64(cfg.reps)
 	return measurement{
-		ops:        total,
 		nsPerOp:    float64(elapsed.Nanoseconds()) / float64(total),
 		cpuNsPerOp: float64((cpu1.process - cpu0.process).Nanoseconds()) / float64(total),
 		gcFraction: fraction(gc1.gc-gc0.gc, gc1.busy-gc0.busy),

@@ -114,13 +114,13 @@ func goImpl[H any](name string, open func(capacity int64) (allocator[H], error))
 			}), close: func() error { return closeAll(owned) }}, nil
 		},
 		prodcons: func(ops []uint32) (workload, error) {
-			a, err := open(caseCapacity)
+			w, owned, err := openWorkers(open, 2) // a producer and a consumer
 			if err != nil {
 				return workload{}, err
 			}
 			return workload{run: func(n int) (time.Duration, error) {
-				return prodconsLoop(a, ops, n)
-			}, close: a.close}, nil
+				return prodconsLoop(w[0], w[1], ops, n)
+			}, close: func() error { return closeAll(owned) }}, nil
 		},
 		trace: func(tr *trace) (*traceResult, error) {
 			a, err := open(traceCapacity)

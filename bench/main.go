@@ -33,7 +33,7 @@ import (
 type config struct {
 	quick      bool
 	target     time.Duration // time one repetition of a measurement should take
-	reps       int           // repetitions per measurement (the median is reported)
+	reps       int           // repetitions per measurement (their mean is reported)
 	traceSteps int
 	out, name  string
 	gpu        bool

@@ -44,7 +44,6 @@ func newPinmallocHeap() impl {
 
 func (a *pinHeap) alloc(n int) (uintptr, error) { return a.h.Alloc(uintptr(n)) }
 func (a *pinHeap) free(p uintptr) error         { return a.h.Free(p) }
-func (a *pinHeap) freeRemote(p uintptr) error   { return a.g.Free(p) }
 func (*pinHeap) touch(p uintptr)                { *bytePtr(p) = 1 }
 func (a *pinHeap) footprint() (held, resident uint64) {
 	c := a.ar.Stats().Committed

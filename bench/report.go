@@ -6,24 +6,26 @@ import (
 	"strings"
 )
 
-// lookup finds one measured value.
-func lookup(rs []result, c, im, metric string) (float64, bool) {
+// find returns the result recorded for an allocator on a case under a metric.
+func find(rs []result, c, im, metric string) (result, bool) {
 	for _, r := range rs {
-		if r.Case == c && r.Impl == im && r.Metric == metric && r.Note != "not a number" {
-			return r.Value, true
+		if r.Case == c && r.Impl == im && r.Metric == metric {
+			return r, true
 		}
 	}
-	return 0, false
+	return result{}, false
+}
+
+// lookup finds one measured value.
+func lookup(rs []result, c, im, metric string) (float64, bool) {
+	r, ok := find(rs, c, im, metric)
+	return r.Value, ok && r.Note != "not a number"
 }
 
 // failure returns the error recorded for an allocator on a case, if any.
 func failure(rs []result, c, im string) (string, bool) {
-	for _, r := range rs {
-		if r.Case == c && r.Impl == im && r.Metric == "error" {
-			return r.Note, true
-		}
-	}
-	return "", false
+	r, ok := find(rs, c, im, "error")
+	return r.Note, ok
 }
 
 // headline is the short form of one allocator's results on a case, for the progress line.
@@ -97,11 +99,8 @@ func printTables(w io.Writer, s *suite, run []benchCase) {
 				ns, _ := lookup(s.results, c.name, im, "alloc_ns")
 				return "ok " + fmtNs(ns)
 			}
-			for _, r := range s.results {
-				if r.Case == c.name && r.Impl == im && r.Metric == "alloc_ok" {
-					return "FAIL " + shorten(r.Note)
-				}
-			}
+			r, _ := find(s.results, c.name, im, "alloc_ok")
+			return "FAIL " + shorten(r.Note)
 		case "mixed", "prodcons":
 			ns, found := lookup(s.results, c.name, im, "ns_per_pair")
 			if !found {

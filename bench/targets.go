@@ -29,20 +29,6 @@ func evaluateTargets(rs []result) []target {
 	var ts []target
 	get := func(c, im, metric string) (float64, bool) { return lookup(rs, c, im, metric) }
 	// ratio builds a target from a ratio and a comparison.
-	ratio := func(name, want string, num, den float64, ok bool, limit float64, atMost bool, detail string) target {
-		t := target{Name: name, Want: want, Limit: limit, Status: unmeasured, Detail: "not measured in this run"}
-		if !ok || den == 0 {
-			return t
-		}
-		t.Detail = detail
-		t.Ratio = num / den
-		if (atMost && t.Ratio <= limit) || (!atMost && t.Ratio >= limit) {
-			t.Status = met
-		} else {
-			t.Status = missed
-		}
-		return t
-	}
 
 	// 1. Small mixed pair: pinmalloc-heap within 1.5x of mimalloc.
 	h, ok1 := get("mixed/1g", "pinmalloc-heap", "ns_per_pair")
@@ -116,7 +102,7 @@ func evaluateTargets(rs []result) []target {
 
 	// 7. The targets of the CUDA suites opened with -gpu (gpu.go).
 	for _, f := range gpuTargets {
-		ts = append(ts, f(rs, ratio)...)
+		ts = append(ts, f(rs)...)
 	}
 	return ts
 }
@@ -140,4 +126,21 @@ func printTargets(w io.Writer, ts []target) {
 		}
 		fmt.Fprintf(w, "- %-10s %-34s ratio %-8s (want %s; %s)\n", t.Status, t.Name, r, t.Want, t.Detail)
 	}
+}
+
+// ratio builds a target from a ratio num/den that must be at least (at most, with atMost)
+// limit; ok says whether both numbers were measured.
+func ratio(name, want string, num, den float64, ok bool, limit float64, atMost bool, detail string) target {
+	t := target{Name: name, Want: want, Limit: limit, Status: unmeasured, Detail: "not measured in this run"}
+	if !ok || den == 0 {
+		return t
+	}
+	t.Detail = detail
+	t.Ratio = num / den
+	if (atMost && t.Ratio <= limit) || (!atMost && t.Ratio >= limit) {
+		t.Status = met
+	} else {
+		t.Status = missed
+	}
+	return t
 }
