@@ -258,8 +258,8 @@ func (p *CUDAHostProvider) register(r *Region, off, size uintptr) error {
 }
 
 // unregister undoes the registrations that overlap [off, off+size). A registration that
-// reaches outside the range (which the arena's chunk-by-chunk decommits never cause) is
-// registered again for the part outside.
+// reaches outside the range is registered again for the part outside: the purge decommits the
+// pages a heap gave up inside a chunk still in use, so this is a common path, not a rare one.
 func (p *CUDAHostProvider) unregister(r *Region, off, size uintptr) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
