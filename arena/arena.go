@@ -310,26 +310,19 @@ func (a *Arena) alloc(size, alignment uintptr, commit bool) (Span, error) {
 
 // place finds, first fit, a free run in r for size bytes at an aligned address.
 func (a *Arena) place(r *region, size, alignment uintptr) (Span, bool) {
-	var out Span
-	found := false
-	_ = r.used.runs(0, r.nchunks, false, func(s, e int) error {
+	for s := r.used.next(0, r.nchunks, false); s < r.nchunks; {
+		e := r.used.next(s, r.nchunks, true) // the free run is [s, e)
 		lo := r.grid + uintptr(s)<<a.shift
 		hi := min(r.grid+uintptr(e)<<a.shift, r.end)
-		base, err := align.Up(lo, alignment)
-		if err != nil || base >= hi || size > hi-base {
-			return nil
+		if base, err := align.Up(lo, alignment); err == nil && base < hi && size <= hi-base {
+			first := int((base - r.grid) >> a.shift)
+			last := int((base + size - 1 - r.grid) >> a.shift)
+			return Span{Base: base, Size: size, ID: r.firstID + ChunkID(first), N: last - first + 1}, true
 		}
-		first := int((base - r.grid) >> a.shift)
-		last := int((base + size - 1 - r.grid) >> a.shift)
-		out = Span{Base: base, Size: size, ID: r.firstID + ChunkID(first), N: last - first + 1}
-		found = true
-		return errStop
-	})
-	return out, found
+		s = r.used.next(e, r.nchunks, false)
+	}
+	return Span{}, false
 }
-
-// errStop ends a bitmap walk early; it never leaves the package.
-var errStop = errors.New("stop")
 
 // take marks s in use and, when asked, commits what it needs.
 func (a *Arena) take(r *region, s Span, commit bool) (Span, error) {
