@@ -122,6 +122,8 @@ type Device struct {
 
 	deviceAllocs, managedAllocs, hostAllocs, hostRegs atomic.Int64
 	reservations, handles, streams, events            atomic.Int64
+
+	public any // the public package's wrapper, made by Public; guarded by publicMu
 }
 
 // Open initializes the driver (once) and retains the primary context of the device with the
@@ -187,7 +189,7 @@ func (d *Device) Stats() Stats {
 // calls of another binding (or several calls of this one) in the same context. Do may nest.
 func (d *Device) Do(f func() error) (err error) {
 	if d.closed.Load() {
-		return errClosed
+		return ErrClosed
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
