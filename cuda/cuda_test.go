@@ -89,6 +89,17 @@ func TestFakeStreamsAndEvents(t *testing.T) {
 	if _, err := d.StreamCreate(0x4); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("StreamCreate(0x4) = %v; want ErrInvalidValue", err)
 	}
+	least, greatest, err := d.StreamPriorityRange()
+	if err != nil || least != 0 || greatest != -5 {
+		t.Errorf("StreamPriorityRange = %d, %d, %v; want 0, -5 (the fake's, an H100's)", least, greatest, err)
+	}
+	hi, err := d.StreamCreateWithPriority(cuda.StreamNonBlocking, greatest)
+	must(t, "StreamCreateWithPriority", err)
+	if _, err := d.StreamCreateWithPriority(0x2, greatest); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("StreamCreateWithPriority(0x2) = %v; want ErrInvalidValue", err)
+	}
+	must(t, "StreamQuery of the priority stream", d.StreamQuery(hi))
+	must(t, "StreamDestroy of the priority stream", d.StreamDestroy(hi))
 	ev, err := d.EventCreate()
 	must(t, "EventCreate", err)
 	if f.Stat(fakecuda.Streams) != 2 || f.Stat(fakecuda.Events) != 1 {
@@ -107,6 +118,11 @@ func TestFakeStreamsAndEvents(t *testing.T) {
 		t.Errorf("EventQuery behind pending work = %v; want ErrNotReady", err)
 	}
 	must(t, "StreamQuery of an idle stream", d.StreamQuery(s2))
+	must(t, "StreamWaitEvent", d.StreamWaitEvent(s2, ev)) // s2 now waits for the work on s
+	if err := d.StreamQuery(s2); !errors.Is(err, cuda.ErrNotReady) {
+		t.Errorf("StreamQuery of a stream waiting for pending work = %v; want ErrNotReady", err)
+	}
+	f.CompleteStream(s2)
 	f.CompleteStream(s)
 	must(t, "EventQuery after completion", d.EventQuery(ev))
 	must(t, "StreamQuery after completion", d.StreamQuery(s))
@@ -238,7 +254,7 @@ func streamRound(d *cuda.Device) error {
 	if err != nil {
 		return errors.Join(err, d.StreamDestroy(s))
 	}
-	return errors.Join(d.EventRecord(ev, s), d.EventSynchronize(ev), d.StreamQuery(s),
+	return errors.Join(d.EventRecord(ev, s), d.StreamWaitEvent(0, ev), d.EventSynchronize(ev), d.StreamQuery(s),
 		d.EventDestroy(ev), d.StreamDestroy(s))
 }
 
@@ -267,7 +283,9 @@ func TestNilDevice(t *testing.T) {
 		_, _, err3 := d.MemInfo()
 		_, err4 := d.StreamCreate(cuda.StreamDefault)
 		_, err5 := d.EventCreate()
-		errs := []error{err1, err2, err3, err4, err5, d.Synchronize(), d.Close(), d.Do(func() error { return nil }),
+		_, err6 := d.StreamCreateWithPriority(cuda.StreamDefault, 0)
+		_, _, err7 := d.StreamPriorityRange()
+		errs := []error{err1, err2, err3, err4, err5, err6, err7, d.StreamWaitEvent(0, 1), d.Synchronize(), d.Close(), d.Do(func() error { return nil }),
 			d.StreamSynchronize(0), d.StreamQuery(0), d.StreamDestroy(1), d.EventRecord(1, 0),
 			d.EventQuery(1), d.EventSynchronize(1), d.EventDestroy(1)}
 		for i, err := range errs {

@@ -30,6 +30,41 @@ func (d *Device) StreamCreate(flags StreamFlags) (Stream, error) {
 	return in.StreamCreate(flags&StreamNonBlocking != 0)
 }
 
+// StreamCreateWithPriority creates a stream with a scheduling priority from
+// StreamPriorityRange (numerically lower is higher priority; a value outside the range is
+// clamped by the driver). Work on a higher-priority stream is scheduled first: give a stream
+// that must not slow the program's kernels the least priority, or one that must win the
+// greatest. Destroy it with StreamDestroy.
+func (d *Device) StreamCreateWithPriority(flags StreamFlags, priority int) (Stream, error) {
+	in, err := d.in()
+	if err != nil {
+		return 0, err
+	}
+	if flags&^StreamNonBlocking != 0 {
+		return 0, fmt.Errorf("%w: stream flags %#x", ErrInvalidValue, uint32(flags))
+	}
+	return in.StreamCreateWithPriority(flags&StreamNonBlocking != 0, priority)
+}
+
+// StreamPriorityRange returns the device's stream priorities: least is the lowest and
+// greatest the highest, numerically smaller (0 and -5 on an H100). StreamCreate's streams have
+// the default priority, which is least on current GPUs.
+func (d *Device) StreamPriorityRange() (least, greatest int, err error) {
+	in, err := d.in()
+	if err != nil {
+		return 0, 0, err
+	}
+	return in.StreamPriorityRange()
+}
+
+// StreamWaitEvent makes the work queued on s after this call wait until ev has completed,
+// without blocking the CPU: the way to order work on two streams (record ev on the first,
+// wait for it on the second). An event never recorded is complete already: the call is then
+// a no-op.
+func (d *Device) StreamWaitEvent(s Stream, ev Event) error {
+	return d.do(func(in *icuda.Device) error { return in.StreamWaitEvent(s, ev) })
+}
+
 // StreamSynchronize waits until all work queued on s has completed.
 func (d *Device) StreamSynchronize(s Stream) error {
 	return d.do(func(in *icuda.Device) error { return in.StreamSynchronize(s) })
