@@ -64,7 +64,7 @@ type Event = uintptr
 // LibraryEnv names the environment variable that, when set and not empty, gives the path of
 // the driver library to load instead of libcuda.so.1. It is read once, when the driver is first
 // loaded.
-const LibraryEnv = icuda.LibraryEnv
+const LibraryEnv = "PINMALLOC_LIBCUDA"
 
 func init() {
 	icuda.RegisterPublic(
@@ -85,8 +85,9 @@ func Count() (int, error) { return icuda.Count() }
 // for CUDA 13.0). Without a driver the error matches ErrNoDriver.
 func DriverVersion() (int, error) { return icuda.DriverVersion() }
 
-// Device is an open CUDA device: a retain of its primary context. Pass it to device.New, the
-// arena providers or pinned.Options, and Close it after them. Its methods are safe for
+// Device is an open CUDA device: a retain of its primary context. Pass it to device.New or the
+// arena providers (pinned.Options takes the ordinal and opens its own), and Close it after
+// them. Its methods are safe for
 // concurrent use; Close must not race with them, and after Close they fail with an error
 // matching ErrClosed.
 type Device struct {

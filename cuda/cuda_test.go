@@ -316,6 +316,9 @@ func TestSentinelsShared(t *testing.T) {
 		{"internal ErrNotReady", icuda.ErrNotReady, cuda.ErrNotReady},
 		{"internal ErrClosed", icuda.ErrClosed, cuda.ErrClosed},
 	}
+	if cuda.LibraryEnv != icuda.LibraryEnv {
+		t.Errorf("LibraryEnv %q, the loader reads %q", cuda.LibraryEnv, icuda.LibraryEnv)
+	}
 	for _, p := range pairs {
 		if p.got != p.want {
 			t.Errorf("%s is not the public sentinel", p.name)
