@@ -5,8 +5,9 @@ package arena
 // internal/cuda, which loads the driver at run time. This file has what they share and the two
 // host providers; cuda_device.go has the device and managed ones.
 //
-// Every provider takes an open *cuda.Device (cuda.Open reports cuda.ErrNoDriver on a machine
-// without a driver) and never closes it: the caller keeps it open until every arena over the
+// Every provider takes an open *cuda.Device of the public package github.com/pinmalloc/pinmalloc/cuda
+// (cuda.Open reports cuda.ErrNoDriver on a machine without a driver), works with the internal
+// device inside it (icuda.Internal, once, in the constructor), and never closes it: the caller keeps it open until every arena over the
 // provider is closed. Every driver resource a provider holds is counted (CUDACounters), so
 // tests can prove that closing an arena leaves nothing behind.
 
@@ -16,8 +17,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // CUDACounters counts the driver resources a CUDA provider holds now, and its calls.
@@ -45,7 +47,7 @@ func (c CUDACounters) Live() int64 {
 
 // cudaBase is what every CUDA provider has: the device, and the counters.
 type cudaBase struct {
-	dev  *cuda.Device
+	dev  *icuda.Device
 	name string
 	kind Kind
 
@@ -53,7 +55,17 @@ type cudaBase struct {
 	calls                                                        atomic.Uint64
 }
 
-func newCUDABase(dev *cuda.Device, name string, kind Kind) (*cudaBase, error) {
+// internalDevice returns the internal device inside dev, for a provider's constructor; a nil
+// or zero dev gives an error wrapping ErrInvalid and cuda.ErrNoDriver.
+func internalDevice(dev *cuda.Device, name string) (*icuda.Device, error) {
+	d, err := icuda.Internal(dev)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s provider: %w", ErrInvalid, name, err)
+	}
+	return d, nil
+}
+
+func newCUDABase(dev *icuda.Device, name string, kind Kind) (*cudaBase, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%w: %s provider: no CUDA device (open one with cuda.Open): %w",
 			ErrInvalid, name, cuda.ErrNoDriver)
@@ -68,7 +80,7 @@ func (b *cudaBase) Name() string { return b.name }
 func (b *cudaBase) Kind() Kind { return b.kind }
 
 // Device returns the CUDA device the provider allocates through.
-func (b *cudaBase) Device() *cuda.Device { return b.dev }
+func (b *cudaBase) Device() *cuda.Device { return icuda.Public(b.dev).(*cuda.Device) }
 
 // Counters returns the driver resources the provider holds.
 func (b *cudaBase) Counters() CUDACounters {
@@ -129,7 +141,7 @@ func hostZero(addr, size uintptr) error {
 const regUnit = DefaultChunkSize
 
 // registerFlags maps registrations into the device's address space for every context.
-const registerFlags = cuda.HostRegisterPortable | cuda.HostRegisterDeviceMap
+const registerFlags = icuda.HostRegisterPortable | icuda.HostRegisterDeviceMap
 
 // CUDAHostProvider hands out pinned host memory: anonymous memory mapped exactly as the
 // pageable HostProvider maps it (over-reserved and trimmed, so regions are aligned for free;
@@ -152,7 +164,11 @@ type hostReg struct{ off, size uintptr }
 // o.HugePages applies as for the host providers; with o.Populate each region is committed and
 // registered in full when reserved.
 func NewCUDAHost(dev *cuda.Device, o HostOptions) (*CUDAHostProvider, error) {
-	b, err := newCUDABase(dev, "cuda-host", HostPinned)
+	d, err := internalDevice(dev, "cuda-host")
+	if err != nil {
+		return nil, err
+	}
+	b, err := newCUDABase(d, "cuda-host", HostPinned)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +342,7 @@ type wholeRegions struct {
 	op    string // the allocating call, for errors
 }
 
-func newWholeRegions(dev *cuda.Device, name string, kind Kind, op string,
+func newWholeRegions(dev *icuda.Device, name string, kind Kind, op string,
 	alloc func(uintptr) (uintptr, error), free func(uintptr) error) (wholeRegions, error) {
 	b, err := newCUDABase(dev, name, kind)
 	if err != nil {
@@ -382,9 +398,13 @@ type CUDAHostAllocProvider struct {
 
 // NewCUDAHostAlloc returns a provider of host memory from cuMemHostAlloc (portable, mapped).
 func NewCUDAHostAlloc(dev *cuda.Device) (*CUDAHostAllocProvider, error) {
-	const flags = cuda.HostAllocPortable | cuda.HostAllocDeviceMap
-	w, err := newWholeRegions(dev, "cuda-hostalloc", HostPinned, "cuMemHostAlloc",
-		func(n uintptr) (uintptr, error) { return dev.MemHostAlloc(n, flags) }, dev.MemFreeHost)
+	d, err := internalDevice(dev, "cuda-hostalloc")
+	if err != nil {
+		return nil, err
+	}
+	const flags = icuda.HostAllocPortable | icuda.HostAllocDeviceMap
+	w, err := newWholeRegions(d, "cuda-hostalloc", HostPinned, "cuMemHostAlloc",
+		func(n uintptr) (uintptr, error) { return d.MemHostAlloc(n, flags) }, d.MemFreeHost)
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // DefaultDeviceShare is the share of a device's free memory that DefaultDeviceCapacity gives
@@ -17,9 +18,15 @@ const DefaultDeviceShare = 90
 // allocation granularity (2 MiB on an H100). Each device of a multi-GPU machine gets its own
 // provider and arena, sized by its own free memory.
 func DefaultDeviceCapacity(dev *cuda.Device) (uintptr, error) {
-	if dev == nil {
-		return 0, fmt.Errorf("%w: no CUDA device: %w", ErrInvalid, cuda.ErrNoDriver)
+	d, err := internalDevice(dev, "device")
+	if err != nil {
+		return 0, err
 	}
+	return defaultDeviceCapacity(d)
+}
+
+// defaultDeviceCapacity is DefaultDeviceCapacity of the internal device.
+func defaultDeviceCapacity(dev *icuda.Device) (uintptr, error) {
 	free, _, err := dev.MemGetInfo()
 	if err != nil {
 		return 0, fmt.Errorf("%w: free memory of device %d: %w", ErrReserve, dev.Ordinal(), err)
@@ -38,7 +45,7 @@ func capacityFromFree(free, g uintptr) uintptr { return free / 100 * DefaultDevi
 
 // deviceGranule is the VMM allocation granularity when the device has the VMM API, else the
 // default chunk size.
-func deviceGranule(dev *cuda.Device) uintptr {
+func deviceGranule(dev *icuda.Device) uintptr {
 	if dev.VMMSupported() {
 		if g, _, err := dev.MemGetAllocationGranularity(); err == nil && align.IsPow2(g) {
 			return g
@@ -48,20 +55,24 @@ func deviceGranule(dev *cuda.Device) uintptr {
 }
 
 // deviceCapacity gives the device providers their DefaultCapacity method.
-type deviceCapacity struct{ capDev *cuda.Device }
+type deviceCapacity struct{ capDev *icuda.Device }
 
 // DefaultCapacity is DefaultDeviceCapacity, computed when asked (an arena asks once, at New,
 // when Options.Capacity is zero); 0 when it cannot be found. It is a default, not a cap: an
 // arena may be given more.
 func (c deviceCapacity) DefaultCapacity() uintptr {
-	n, _ := DefaultDeviceCapacity(c.capDev)
+	n, _ := defaultDeviceCapacity(c.capDev)
 	return n
 }
 
 // NewDeviceProvider returns the best provider of device memory dev offers: the VMM provider
 // (commit and decommit by granule) where the VMM API is supported, else the cuMemAlloc one.
 func NewDeviceProvider(dev *cuda.Device) (Provider, error) {
-	if dev != nil && dev.VMMSupported() {
+	d, err := internalDevice(dev, "device")
+	if err != nil {
+		return nil, err
+	}
+	if d.VMMSupported() {
 		return NewCUDAVMM(dev)
 	}
 	return NewCUDAMalloc(dev)
@@ -82,28 +93,32 @@ type CUDAVMMProvider struct {
 
 // vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
 type vmmRegion struct {
-	handles []cuda.MemHandle
+	handles []icuda.MemHandle
 	mapped  bitmap
 }
 
 // NewCUDAVMM returns a VMM provider on dev. It fails with an error wrapping cuda.ErrNotSupported
 // when the device lacks the VMM API.
 func NewCUDAVMM(dev *cuda.Device) (*CUDAVMMProvider, error) {
-	b, err := newCUDABase(dev, "cuda-vmm", Device)
+	d, err := internalDevice(dev, "cuda-vmm")
 	if err != nil {
 		return nil, err
 	}
-	if !dev.VMMSupported() {
-		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", ErrInvalid, dev.Ordinal(), cuda.ErrNotSupported)
-	}
-	g, _, err := dev.MemGetAllocationGranularity()
+	b, err := newCUDABase(d, "cuda-vmm", Device)
 	if err != nil {
-		return nil, fmt.Errorf("%w: allocation granularity of device %d: %w", ErrInvalid, dev.Ordinal(), err)
+		return nil, err
+	}
+	if !d.VMMSupported() {
+		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", ErrInvalid, d.Ordinal(), cuda.ErrNotSupported)
+	}
+	g, _, err := d.MemGetAllocationGranularity()
+	if err != nil {
+		return nil, fmt.Errorf("%w: allocation granularity of device %d: %w", ErrInvalid, d.Ordinal(), err)
 	}
 	if !align.IsPow2(g) {
-		return nil, fmt.Errorf("%w: device %d granularity %d is not a power of two", ErrInvalid, dev.Ordinal(), g)
+		return nil, fmt.Errorf("%w: device %d granularity %d is not a power of two", ErrInvalid, d.Ordinal(), g)
 	}
-	return &CUDAVMMProvider{cudaBase: b, deviceCapacity: deviceCapacity{dev}, gran: g}, nil
+	return &CUDAVMMProvider{cudaBase: b, deviceCapacity: deviceCapacity{d}, gran: g}, nil
 }
 
 // Caps implements Provider.
@@ -123,7 +138,7 @@ func (p *CUDAVMMProvider) Reserve(size, alignment uintptr) (*Region, error) {
 		return nil, p.driverError(ErrReserve, "cuMemAddressReserve", size, err)
 	}
 	ng := int(size / p.gran)
-	return &Region{Base: base, Size: size, Handle: &vmmRegion{handles: make([]cuda.MemHandle, ng), mapped: newBitmap(ng)}}, nil
+	return &Region{Base: base, Size: size, Handle: &vmmRegion{handles: make([]icuda.MemHandle, ng), mapped: newBitmap(ng)}}, nil
 }
 
 func (p *CUDAVMMProvider) state(r *Region, off, size uintptr) (*vmmRegion, error) {
@@ -255,11 +270,15 @@ type CUDAMallocProvider struct {
 
 // NewCUDAMalloc returns a provider of device memory from cuMemAlloc.
 func NewCUDAMalloc(dev *cuda.Device) (*CUDAMallocProvider, error) {
-	w, err := newWholeRegions(dev, "cuda-malloc", Device, "cuMemAlloc", dev.MemAlloc, dev.MemFree)
+	d, err := internalDevice(dev, "cuda-malloc")
 	if err != nil {
 		return nil, err
 	}
-	return &CUDAMallocProvider{w, deviceCapacity{dev}}, nil
+	w, err := newWholeRegions(d, "cuda-malloc", Device, "cuMemAlloc", d.MemAlloc, d.MemFree)
+	if err != nil {
+		return nil, err
+	}
+	return &CUDAMallocProvider{w, deviceCapacity{d}}, nil
 }
 
 // Zero implements Zeroer with cuMemsetD8.
@@ -278,8 +297,12 @@ type CUDAManagedProvider struct {
 // NewCUDAManaged returns a provider of managed memory attached globally (any stream, any
 // device).
 func NewCUDAManaged(dev *cuda.Device) (*CUDAManagedProvider, error) {
-	w, err := newWholeRegions(dev, "cuda-managed", Managed, "cuMemAllocManaged",
-		func(n uintptr) (uintptr, error) { return dev.MemAllocManaged(n, cuda.MemAttachGlobal) }, dev.MemFreeManaged)
+	d, err := internalDevice(dev, "cuda-managed")
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWholeRegions(d, "cuda-managed", Managed, "cuMemAllocManaged",
+		func(n uintptr) (uintptr, error) { return d.MemAllocManaged(n, icuda.MemAttachGlobal) }, d.MemFreeManaged)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +315,7 @@ func (p *CUDAManagedProvider) Zero(addr, size uintptr) error { return p.memset(a
 // Prefetch queues a migration of [addr, addr+n) to loc (a device's Location, or
 // cuda.HostLocation()) on stream s, with the CUDA 12.2+ cuMemPrefetchAsync_v2.
 func (p *CUDAManagedProvider) Prefetch(addr, n uintptr, loc cuda.Location, s cuda.Stream) error {
-	if err := p.dev.MemPrefetchAsync(addr, n, loc, s); err != nil {
+	if err := p.dev.MemPrefetchAsync(addr, n, internalLocation(loc), s); err != nil {
 		return fmt.Errorf("%w: prefetch %d bytes at %#x to %+v: %w", ErrInvalid, n, addr, loc, err)
 	}
 	return nil
@@ -301,8 +324,13 @@ func (p *CUDAManagedProvider) Prefetch(addr, n uintptr, loc cuda.Location, s cud
 // Advise gives the driver advice about [addr, addr+n) for loc, with the CUDA 12.2+
 // cuMemAdvise_v2.
 func (p *CUDAManagedProvider) Advise(addr, n uintptr, advice cuda.Advice, loc cuda.Location) error {
-	if err := p.dev.MemAdvise(addr, n, advice, loc); err != nil {
+	if err := p.dev.MemAdvise(addr, n, icuda.Advice(advice), internalLocation(loc)); err != nil {
 		return fmt.Errorf("%w: advice %d for %d bytes at %#x: %w", ErrInvalid, advice, n, addr, err)
 	}
 	return nil
+}
+
+// internalLocation is loc in the internal binding's type (the same CUmemLocation fields).
+func internalLocation(loc cuda.Location) icuda.Location {
+	return icuda.Location{Type: icuda.LocationType(loc.Type), ID: loc.ID}
 }

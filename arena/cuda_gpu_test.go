@@ -34,7 +34,7 @@ func bestH2D(t *testing.T, d *cuda.Device, dst cuda.DevicePtr, src, n uintptr) f
 func TestCUDARegisteredBandwidth(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
 	const n = 256 << 20
-	p, err := arena.NewCUDAHost(d, arena.HostOptions{})
+	p, err := arena.NewCUDAHost(fakecuda.Public(d), arena.HostOptions{})
 	must(t, "NewCUDAHost", err)
 	a := newArena(t, p, 1<<30)
 	s, err := a.Alloc(n, arena.DefaultChunkSize)
@@ -63,10 +63,10 @@ func TestCUDARegisteredBandwidth(t *testing.T) {
 func TestCUDADeviceRoundTrip(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
 	providers := []func(*cuda.Device) (counted, error){
-		func(d *cuda.Device) (counted, error) { return arena.NewCUDAMalloc(d) },
+		func(d *cuda.Device) (counted, error) { return arena.NewCUDAMalloc(fakecuda.Public(d)) },
 	}
 	if d.VMMSupported() {
-		providers = append(providers, func(d *cuda.Device) (counted, error) { return arena.NewCUDAVMM(d) })
+		providers = append(providers, func(d *cuda.Device) (counted, error) { return arena.NewCUDAVMM(fakecuda.Public(d)) })
 	}
 	for _, mk := range providers {
 		p, err := mk(d)
@@ -104,7 +104,7 @@ func TestCUDAVMMDecommit(t *testing.T) {
 		}
 		return u
 	}
-	p, err := arena.NewCUDAVMM(d)
+	p, err := arena.NewCUDAVMM(fakecuda.Public(d))
 	must(t, "NewCUDAVMM", err)
 	a := newArena(t, p, 4<<30)
 	before := used()
@@ -131,7 +131,7 @@ func TestCUDAMultiGPU(t *testing.T) {
 	must(t, "Count", err)
 	for i := 0; i < n; i++ {
 		d := fakecuda.GPU(t, i)
-		p, err := arena.NewDeviceProvider(d)
+		p, err := arena.NewDeviceProvider(fakecuda.Public(d))
 		must(t, "NewDeviceProvider", err)
 		a := newArena(t, p.(counted), 0)
 		free, _, err := d.MemGetInfo()

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -48,7 +49,7 @@ func TestFakeHostProvider(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHost(d, arena.HostOptions{})
+	p, err := arena.NewCUDAHost(fakecuda.Public(d), arena.HostOptions{})
 	must(t, "NewCUDAHost", err)
 	if p.Name() != "cuda-host" || p.Kind() != arena.HostPinned || !p.Caps().Aligns || !p.Caps().Decommits {
 		t.Fatalf("provider %s %s %+v", p.Name(), p.Kind(), p.Caps())
@@ -102,7 +103,7 @@ func TestFakeHostPartialDecommit(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHost(d, arena.HostOptions{})
+	p, err := arena.NewCUDAHost(fakecuda.Public(d), arena.HostOptions{})
 	must(t, "NewCUDAHost", err)
 	r, err := p.Reserve(8<<20, 2<<20)
 	must(t, "Reserve", err)
@@ -136,7 +137,7 @@ func TestFakeHostRegisterRefused(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHost(d, arena.HostOptions{})
+	p, err := arena.NewCUDAHost(fakecuda.Public(d), arena.HostOptions{})
 	must(t, "NewCUDAHost", err)
 	a := newArena(t, p, 16<<20)
 	f.FailRegister(1, fakecuda.ResultOutOfMemory)
@@ -157,7 +158,7 @@ func TestFakeHostPopulate(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHost(d, arena.HostOptions{Populate: true})
+	p, err := arena.NewCUDAHost(fakecuda.Public(d), arena.HostOptions{Populate: true})
 	must(t, "NewCUDAHost", err)
 	a := newArena(t, p, 4<<20)
 	s, err := a.Alloc(4096, 64)
@@ -173,7 +174,7 @@ func TestFakeHostAlloc(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHostAlloc(d)
+	p, err := arena.NewCUDAHostAlloc(fakecuda.Public(d))
 	must(t, "NewCUDAHostAlloc", err)
 	if p.Name() != "cuda-hostalloc" || p.Caps().Aligns || p.Caps().Decommits {
 		t.Fatalf("provider %s %+v", p.Name(), p.Caps())
@@ -208,7 +209,7 @@ func TestFakeVMM(t *testing.T) {
 	if f == nil {
 		return
 	}
-	prov, err := arena.NewDeviceProvider(d)
+	prov, err := arena.NewDeviceProvider(fakecuda.Public(d))
 	must(t, "NewDeviceProvider", err)
 	p, ok := prov.(*arena.CUDAVMMProvider)
 	if !ok || p.Name() != "cuda-vmm" || p.Kind() != arena.Device || p.Caps().Granule != 2<<20 || !p.Caps().Aligns {
@@ -247,7 +248,7 @@ func TestFakeVMMOutOfMemory(t *testing.T) {
 		return
 	}
 	f.SetMemory(0, 64<<20)
-	p, err := arena.NewCUDAVMM(d)
+	p, err := arena.NewCUDAVMM(fakecuda.Public(d))
 	must(t, "NewCUDAVMM", err)
 	a := newArena(t, p, 0) // 56 MiB: 90 % of what is free, in granules
 	keep, err := a.Alloc(4<<20, arena.DefaultChunkSize)
@@ -277,13 +278,13 @@ func TestFakeMallocFallback(t *testing.T) {
 	}
 	f.SetVMM(false)
 	f.SetMemory(0, 64<<20)
-	prov, err := arena.NewDeviceProvider(d)
+	prov, err := arena.NewDeviceProvider(fakecuda.Public(d))
 	must(t, "NewDeviceProvider", err)
 	p, ok := prov.(*arena.CUDAMallocProvider)
 	if !ok || p.Name() != "cuda-malloc" || p.Caps().Aligns || p.Kind() != arena.Device {
 		t.Fatalf("NewDeviceProvider without VMM = %T %s", prov, prov.Name())
 	}
-	if _, err := arena.NewCUDAVMM(d); !errors.Is(err, cuda.ErrNotSupported) {
+	if _, err := arena.NewCUDAVMM(fakecuda.Public(d)); !errors.Is(err, cuda.ErrNotSupported) {
 		t.Errorf("NewCUDAVMM without VMM = %v", err)
 	}
 	a := newArena(t, p, 0)
@@ -311,7 +312,7 @@ func TestFakeManaged(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAManaged(d)
+	p, err := arena.NewCUDAManaged(fakecuda.Public(d))
 	must(t, "NewCUDAManaged", err)
 	if p.Name() != "cuda-managed" || p.Kind() != arena.Managed || !p.Kind().HostAccessible() {
 		t.Fatalf("provider %s %s", p.Name(), p.Kind())
@@ -331,11 +332,16 @@ func TestFakeManaged(t *testing.T) {
 	if b[0] != 0 {
 		t.Error("Zero did not clear managed memory")
 	}
-	must(t, "Prefetch to device", p.Prefetch(s.Base, s.Size, d.Location(), 0))
-	must(t, "Prefetch to host", p.Prefetch(s.Base, s.Size, cuda.HostLocation(), 0))
-	must(t, "Advise", p.Advise(s.Base, s.Size, cuda.AdviseSetPreferredLocation, d.Location()))
-	if err := p.Prefetch(s.Base, 0, d.Location(), 0); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrInvalidValue) {
+	loc := fakecuda.Public(d).Location()
+	must(t, "Prefetch to device", p.Prefetch(s.Base, s.Size, loc, 0))
+	must(t, "Prefetch to host", p.Prefetch(s.Base, s.Size, pcuda.HostLocation(), 0))
+	must(t, "Advise", p.Advise(s.Base, s.Size, pcuda.AdviseSetPreferredLocation, loc))
+	if err := p.Prefetch(s.Base, 0, loc, 0); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("Prefetch of nothing = %v", err)
+	}
+	// The public Location reaches the driver field by field: a device the fake lacks is refused.
+	if err := p.Advise(s.Base, s.Size, pcuda.AdviseSetAccessedBy, pcuda.Location{Type: pcuda.LocationDevice, ID: 7}); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("Advise for device 7 = %v; want cuda.ErrInvalidValue", err)
 	}
 	must(t, "Free", a.Free(s))
 }
@@ -356,7 +362,7 @@ func TestFakeMultiGPU(t *testing.T) {
 	var arenas [2]*arena.Arena
 	for i := range arenas {
 		d := f.Open(t, i)
-		p, err := arena.NewDeviceProvider(d)
+		p, err := arena.NewDeviceProvider(fakecuda.Public(d))
 		must(t, "NewDeviceProvider", err)
 		arenas[i] = newArena(t, p.(counted), 0)
 	}
@@ -377,9 +383,11 @@ func TestProvidersNeedADevice(t *testing.T) {
 	_, err3 := arena.NewDeviceProvider(nil)
 	_, err4 := arena.NewCUDAManaged(nil)
 	_, err5 := arena.DefaultDeviceCapacity(nil)
-	for i, err := range []error{err1, err2, err3, err4, err5} {
-		if !errors.Is(err, cuda.ErrNoDriver) {
-			t.Errorf("constructor %d with no device = %v, want cuda.ErrNoDriver", i+1, err)
+	_, err6 := arena.NewCUDAVMM(nil)
+	_, err7 := arena.NewCUDAMalloc(&pcuda.Device{}) // the zero Device holds no device either
+	for i, err := range []error{err1, err2, err3, err4, err5, err6, err7} {
+		if !errors.Is(err, cuda.ErrNoDriver) || !errors.Is(err, arena.ErrInvalid) {
+			t.Errorf("constructor %d with no device = %v, want arena.ErrInvalid and cuda.ErrNoDriver", i+1, err)
 		}
 	}
 }

@@ -21,4 +21,7 @@ var (
 	ErrClosed = errors.New("arena: closed")
 	// ErrBusy means Close was called while chunks were still handed out.
 	ErrBusy = errors.New("arena: chunks still in use")
+	// ErrNotHostAccessible means the CPU cannot access the memory (device memory): Bytes
+	// refuses to view it.
+	ErrNotHostAccessible = errors.New("arena: memory is not accessible by the CPU")
 )

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -82,7 +83,7 @@ func (c *cudaSuite) cases() []benchCase {
 	}
 	deviceImpls := []impl{
 		c.synced(goImpl("pinmalloc-device", func(int64) (allocator[cuda.DevicePtr], error) {
-			h, err := device.New(c.dev, device.Options{Capacity: 64 << 20})
+			h, err := device.New(cuda.Public(c.dev).(*pcuda.Device), device.Options{Capacity: 64 << 20})
 			return deviceHeap{h, c.s}, err
 		})),
 		c.synced(goImpl("cuda-mallocasync", func(int64) (allocator[cuda.DevicePtr], error) { return mallocAsync{c.dev, c.s}, nil })),

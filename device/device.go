@@ -50,8 +50,9 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 const (
@@ -103,7 +104,7 @@ type Options struct {
 
 // Heap allocates device memory with stream-ordered frees. See the package documentation.
 type Heap struct {
-	dev    *cuda.Device
+	dev    *icuda.Device
 	ownDev bool
 	a      *arena.Arena
 	g      *heap.Group
@@ -115,7 +116,7 @@ type Heap struct {
 	seen     map[cuda.Stream]bool       // streams the driver accepted
 	queues   map[cuda.Stream][]pending  // deferred frees, by freeing stream, oldest first
 	deferred map[cuda.DevicePtr]bool    // blocks with a deferred free
-	events   *cuda.EventPool
+	events   *icuda.EventPool
 	st       Stats
 }
 
@@ -147,8 +148,9 @@ type Stats struct {
 
 // New creates a heap of memory on dev, which must stay open until Close.
 func New(dev *cuda.Device, o Options) (*Heap, error) {
-	if dev == nil {
-		return nil, fmt.Errorf("%w: no CUDA device: %w", ErrInvalidOptions, cuda.ErrNoDriver)
+	d, err := icuda.Internal(dev)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	if o.Align == 0 {
 		o.Align = DefaultAlign
@@ -179,10 +181,10 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		return nil, err
 	}
 	return &Heap{
-		dev: dev, a: a, g: g, align: o.Align,
+		dev: d, a: a, g: g, align: o.Align,
 		streams: map[cuda.Stream]*heap.Heap{},
 		seen:    map[cuda.Stream]bool{}, queues: map[cuda.Stream][]pending{}, deferred: map[cuda.DevicePtr]bool{},
-		events: cuda.NewEventPool(dev),
+		events: icuda.NewEventPool(d),
 	}, nil
 }
 
@@ -203,7 +205,7 @@ func Open(ordinal int, o Options) (*Heap, error) {
 }
 
 // Device returns the heap's device.
-func (h *Heap) Device() *cuda.Device { return h.dev }
+func (h *Heap) Device() *cuda.Device { return icuda.Public(h.dev).(*cuda.Device) }
 
 // Arena returns the heap's arena.
 func (h *Heap) Arena() *arena.Arena { return h.a }

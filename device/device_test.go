@@ -30,7 +30,7 @@ func must(t testing.TB, what string, err error) {
 // is left.
 func newHeap(t *testing.T, dev *cuda.Device, o Options) *Heap {
 	t.Helper()
-	h, err := New(dev, o)
+	h, err := New(fakecuda.Public(dev), o)
 	must(t, "New", err)
 	t.Cleanup(func() {
 		if !h.closed {
@@ -251,7 +251,7 @@ func TestFakeErrors(t *testing.T) {
 	if _, err := New(nil, Options{}); !errors.Is(err, cuda.ErrNoDriver) {
 		t.Errorf("New(nil) = %v", err)
 	}
-	if _, err := New(dev, Options{Align: 128}); !errors.Is(err, ErrInvalidOptions) {
+	if _, err := New(fakecuda.Public(dev), Options{Align: 128}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("New with 128-byte alignment = %v", err)
 	}
 }

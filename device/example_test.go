@@ -3,6 +3,7 @@ package device_test
 import (
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 )
 
@@ -10,23 +11,38 @@ import (
 // uintptr, the representation of a CUstream and a CUdeviceptr. A program that drives the GPU
 // through another binding passes its own streams and uses the pointers as its own:
 //
-//	// cgo: cs is a C.CUstream made with cuStreamCreate.
+//	// cgo: cs is a C.CUstream (a C pointer) made with cuStreamCreate.
 //	stream := cuda.Stream(uintptr(unsafe.Pointer(cs)))
-//	// gorgonia.org/cu: the stream's CUstream, converted the same way; device pointers go
-//	// back as cu.DevicePtr(p).
+//	// gorgonia.org/cu v0.9.4 or later: cu.Stream is a struct; its C method returns the CUstream.
+//	stream := cuda.Stream(uintptr(unsafe.Pointer(s.C())))
+//	// Device pointers go back as cu.DevicePtr(p), or as a C.CUdeviceptr(p).
 //
-// This example uses the legacy default stream, handle 0. It needs a GPU, so it has no
-// output to check.
+// Here the "other binding" is the cuda package itself: the stream is created there and handed
+// over as a bare uintptr. It needs a GPU, so it has no output to check.
 func Example_streamInterop() {
-	h, err := device.Open(0, device.Options{})
+	dev, err := cuda.Open(0)
 	if err != nil {
 		fmt.Println("no GPU:", err) // errors.Is(err, cuda.ErrNoDriver) on a machine without one
 		return
 	}
-	defer h.Close()
+	defer dev.Close() // after the heap's Close: deferred calls run last first
 
-	var myStream uintptr // a CUstream from any binding; 0 is the legacy default stream
-	p, err := h.Alloc(1<<20, myStream)
+	var myStream uintptr // a CUstream from any binding; 0 would be the legacy default stream
+	if myStream, err = dev.StreamCreate(cuda.StreamNonBlocking); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.StreamDestroy(myStream)
+
+	h, err := device.New(dev, device.Options{Capacity: 256 << 20})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer h.Close()
+	defer h.ForgetStream(cuda.Stream(myStream)) // before the stream is destroyed
+
+	p, err := h.Alloc(1<<20, cuda.Stream(uintptr(myStream)))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -34,7 +50,7 @@ func Example_streamInterop() {
 	if err := h.HtoD(p, make([]byte, 1<<10)); err != nil { // HtoDAsync wants a pinned buffer
 		fmt.Println(err)
 	}
-	// ... launch kernels on myStream that use p ...
+	// ... launch kernels on myStream that use p (a CUdeviceptr) ...
 	if err := h.FreeAsync(p, myStream); err != nil { // reusable at once by later work on myStream
 		fmt.Println(err)
 	}

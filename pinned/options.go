@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/arena"
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
 // Backend selects where a pool's memory comes from.
@@ -25,8 +25,8 @@ const (
 	// CUDAHost is host memory mapped like Pageable and registered with the CUDA driver
 	// (cuMemHostRegister) as it is committed: page-locked by the driver, so no RLIMIT_MEMLOCK
 	// applies, and copied to and from the GPU by DMA at full bandwidth. It needs a CUDA driver
-	// and the device Options.Device; New fails with an error wrapping cuda.ErrNoDriver (from
-	// internal/cuda) without them.
+	// and the device Options.Device; New fails with an error wrapping cuda.ErrNoDriver (package
+	// github.com/pinmalloc/pinmalloc/cuda) without them.
 	CUDAHost
 	// Auto picks CUDAHost when a CUDA driver and the device Options.Device are present, and
 	// Locked otherwise, so one binary serves machines with and without a GPU. Stats.Backend

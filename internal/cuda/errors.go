@@ -30,8 +30,8 @@ var (
 	ErrAlreadyRegistered = errors.New("cuda: host memory already registered")
 )
 
-// errClosed is returned by methods of a Device after Close.
-var errClosed = errors.New("cuda: device is closed")
+// ErrClosed is returned by methods of a Device after Close.
+var ErrClosed = errors.New("cuda: device is closed")
 
 // Result is a CUresult other than CUDA_SUCCESS, returned as an error.
 type Result int

@@ -1,0 +1,97 @@
+package cuda_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+)
+
+// Open a device, learn its name and memory, and order work on two streams with an event. It
+// needs a GPU, so it has no output to check; on a machine without one it prints why.
+func Example() {
+	dev, err := cuda.Open(0)
+	if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
+		fmt.Println("no GPU:", err)
+		return
+	}
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close()
+	name, _ := dev.Name()
+	free, total, _ := dev.MemInfo()
+	fmt.Printf("%s: %d of %d MiB free\n", name, free>>20, total>>20)
+
+	// A copy stream that yields to the program's kernels, and a compute stream.
+	least, _, err := dev.StreamPriorityRange()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	copies, err := dev.StreamCreateWithPriority(cuda.StreamNonBlocking, least)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.StreamDestroy(copies)
+	compute, err := dev.StreamCreate(cuda.StreamNonBlocking)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.StreamDestroy(compute)
+
+	ready, err := dev.EventCreate()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.EventDestroy(ready)
+	// ... queue uploads on copies ...
+	_ = dev.EventRecord(ready, copies)
+	_ = dev.StreamWaitEvent(compute, ready) // kernels queued on compute from now on see the uploads
+	// ... queue kernels on compute ...
+	if err := dev.StreamSynchronize(compute); err != nil {
+		fmt.Println(err)
+	}
+}
+
+// Streams, events and device pointers are uintptr, so a handle made by other CUDA code passes
+// in with a conversion:
+//
+//	// cgo: cs is a C.CUstream (a C pointer) from cuStreamCreate or cudaStreamCreate.
+//	s := cuda.Stream(uintptr(unsafe.Pointer(cs)))
+//	// gorgonia.org/cu v0.9.4 or later: cu.Stream is a struct; its C method returns the CUstream.
+//	s := cuda.Stream(uintptr(unsafe.Pointer(cuStream.C())))
+//	// gorgonia.org/cu's DevicePtr is a uintptr, both ways.
+//	p := cuda.DevicePtr(cuPtr)  // and cu.DevicePtr(p) back
+//
+// The stream must belong to the device's primary context (the runtime API's; with
+// gorgonia.org/cu, one made after Device.RetainPrimaryCtx). This example stands in for the other
+// binding with a stream of its own, held as the other code would hold it.
+func Example_interop() {
+	dev, err := cuda.Open(0)
+	if err != nil {
+		fmt.Println("no GPU:", err)
+		return
+	}
+	defer dev.Close()
+	theirs, err := dev.StreamCreate(cuda.StreamDefault) // "made by other CUDA code"
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var handle uintptr = theirs // what the other binding hands over: a raw CUstream
+
+	s := cuda.Stream(handle) // no copy, no lookup: the same handle
+	if err := dev.StreamQuery(s); err != nil && !errors.Is(err, cuda.ErrNotReady) {
+		fmt.Println("the driver does not know the stream:", err) // ErrInvalidHandle
+	}
+	// Run the other binding's own calls in the context pinmalloc's streams belong to.
+	_ = dev.Do(func() error { return nil /* e.g. a cgo call that launches a kernel on s */ })
+	if err := dev.StreamDestroy(theirs); err != nil {
+		fmt.Println(err)
+	}
+}
