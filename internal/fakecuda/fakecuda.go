@@ -74,12 +74,24 @@ const (
 	RegisteredBytes
 	// Retains counts primary-context retains outstanding.
 	Retains
+	// PinnedCopies counts copies whose host side was pinned memory: inside one registration,
+	// one cuMemHostAlloc block, or one run of mapped VMM host granules (the driver's DMA path).
+	PinnedCopies
+	// PinnedBytes is the bytes those copies moved.
+	PinnedBytes
+	// PageableCopies counts copies whose host side touched no pinned memory at all (staged by
+	// the driver through its own buffers, at a fraction of the bandwidth).
+	PageableCopies
+	// PageableBytes is the bytes those copies moved.
+	PageableBytes
+	// HostVMMBytes is the host memory held by cuMemCreate handles with a host location.
+	HostVMMBytes
 	numStats
 )
 
 // Live is the list of counters of live objects, those that must be zero when everything is
 // freed.
-var Live = []Stat{Registrations, HostAllocs, DeviceAllocs, ManagedAllocs, Reservations, Handles, Mappings, Streams, Events, Retains}
+var Live = []Stat{Registrations, HostAllocs, DeviceAllocs, ManagedAllocs, Reservations, Handles, Mappings, Streams, Events, Retains, HostVMMBytes}
 
 // Controls understood by fake_ctl (the FC_ constants of the C source).
 const (
@@ -93,6 +105,8 @@ const (
 	ctlUsed
 	ctlPending
 	ctlCompleteStream
+	ctlHostVMM
+	ctlNUMANodes
 )
 
 // Result codes for FailRegister.
@@ -223,7 +237,8 @@ func (d *Driver) Stat(s Stat) int64 { return d.ctl(ctlStat, int64(s), 0) }
 // leaked.
 func (d *Driver) LiveObjects() map[string]int64 {
 	names := []string{"registrations", "host allocs", "device allocs", "managed allocs", "reservations",
-		"handles", "mappings", "streams", "events", "register calls", "create calls", "registered bytes", "retains"}
+		"handles", "mappings", "streams", "events", "register calls", "create calls", "registered bytes", "retains",
+		"pinned copies", "pinned bytes", "pageable copies", "pageable bytes", "host VMM bytes"}
 	m := map[string]int64{}
 	for _, s := range Live {
 		if v := d.Stat(s); v != 0 {
@@ -245,6 +260,17 @@ func (d *Driver) Used(dev int) uint64 { return uint64(d.ctl(ctlUsed, int64(dev),
 // SetVMM turns the virtual memory management API on (the default) or off (its calls then
 // fail with CUDA_ERROR_NOT_SUPPORTED and the device attribute reads 0).
 func (d *Driver) SetVMM(on bool) { d.ctl(ctlVMM, b2i(on), 0) }
+
+// SetHostVMM turns VMM host memory on (the default) or off, to emulate a driver older than
+// CUDA 12.2: off, the device attributes HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (141) and
+// HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (145) read 0, and cuMemCreate or
+// cuMemGetAllocationGranularity with a host location fail with CUDA_ERROR_NOT_SUPPORTED.
+func (d *Driver) SetHostVMM(on bool) { d.ctl(ctlHostVMM, b2i(on), 0) }
+
+// SetNUMANodes sets the number of host NUMA nodes (1 by default, at most 8): the valid ids of
+// a HOST_NUMA location. Device i's nearest node (attribute HOST_NUMA_ID, 134) is i modulo n.
+// It returns false, changing nothing, for n out of range.
+func (d *Driver) SetNUMANodes(n int) bool { return d.ctl(ctlNUMANodes, int64(n), 0) == 0 }
 
 // FailRegister makes the next n calls of cuMemHostRegister fail with the given result code.
 func (d *Driver) FailRegister(n, code int) { d.ctl(ctlFailRegister, int64(n), int64(code)) }
