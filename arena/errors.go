@@ -22,3 +22,9 @@ var (
 	// ErrBusy means Close was called while chunks were still handed out.
 	ErrBusy = errors.New("arena: chunks still in use")
 )
+
+// ErrExhausted means a provider could not commit memory for want of it: device memory, host
+// memory the driver could not pin, the memlock limit. Providers wrap it (beside their own
+// cause) so that the arena knows to give back the memory waiting for the purge and try again,
+// without naming any provider's errors.
+var ErrExhausted = errors.New("arena: out of memory")

@@ -1,7 +1,6 @@
 package arena
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
@@ -69,21 +68,14 @@ func NewDeviceProvider(dev *cuda.Device) (Provider, error) {
 
 // CUDA device memory through the virtual memory management API.
 
-// CUDAVMMProvider hands out device memory with the CUDA VMM API: Reserve reserves device
-// address space (cuMemAddressReserve, aligned as asked), Commit backs each granule of a range
-// with its own physical allocation (cuMemCreate + cuMemMap) and makes the range accessible
-// (cuMemSetAccess), Decommit unmaps the range and releases its granules, so memory goes back
-// to the device granule by granule.
+// CUDAVMMProvider hands out device memory with the CUDA VMM API (provider_vmm.go): Reserve
+// reserves device address space (cuMemAddressReserve, aligned as asked), Commit backs each
+// granule of a range with its own physical allocation on the device (cuMemCreate + cuMemMap)
+// and makes the range accessible to the device (cuMemSetAccess), Decommit unmaps the range and
+// releases its granules, so memory goes back to the device granule by granule.
 type CUDAVMMProvider struct {
-	*cudaBase
+	*vmm
 	deviceCapacity
-	gran uintptr
-}
-
-// vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
-type vmmRegion struct {
-	handles []cuda.MemHandle
-	mapped  bitmap
 }
 
 // NewCUDAVMM returns a VMM provider on dev. It fails with an error wrapping cuda.ErrNotSupported
@@ -96,140 +88,11 @@ func NewCUDAVMM(dev *cuda.Device) (*CUDAVMMProvider, error) {
 	if !dev.VMMSupported() {
 		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", ErrInvalid, dev.Ordinal(), cuda.ErrNotSupported)
 	}
-	g, _, err := dev.MemGetAllocationGranularity()
+	v, err := newVMM(b, dev.Location(), []cuda.Location{dev.Location()}, "device")
 	if err != nil {
-		return nil, fmt.Errorf("%w: allocation granularity of device %d: %w", ErrInvalid, dev.Ordinal(), err)
-	}
-	if !align.IsPow2(g) {
-		return nil, fmt.Errorf("%w: device %d granularity %d is not a power of two", ErrInvalid, dev.Ordinal(), g)
-	}
-	return &CUDAVMMProvider{cudaBase: b, deviceCapacity: deviceCapacity{dev}, gran: g}, nil
-}
-
-// Caps implements Provider.
-func (p *CUDAVMMProvider) Caps() Caps {
-	return Caps{Aligns: true, Decommits: true, Granule: p.gran}
-}
-
-// Reserve implements Provider.
-func (p *CUDAVMMProvider) Reserve(size, alignment uintptr) (*Region, error) {
-	n, err := align.Up(size, p.gran)
-	if err != nil || n == 0 || !align.IsPow2(alignment) {
-		return nil, fmt.Errorf("%w: reserve %d bytes aligned to %d", ErrInvalid, size, alignment)
-	}
-	size = n
-	base, err := p.dev.MemAddressReserve(size, max(alignment, p.gran))
-	if err = p.call(&p.reservations, 1, err); err != nil {
-		return nil, p.driverError(ErrReserve, "cuMemAddressReserve", size, err)
-	}
-	ng := int(size / p.gran)
-	return &Region{Base: base, Size: size, Handle: &vmmRegion{handles: make([]cuda.MemHandle, ng), mapped: newBitmap(ng)}}, nil
-}
-
-func (p *CUDAVMMProvider) state(r *Region, off, size uintptr) (*vmmRegion, error) {
-	if err := checkRange(r, off, size); err != nil {
 		return nil, err
 	}
-	v, ok := r.Handle.(*vmmRegion)
-	if !ok {
-		return nil, fmt.Errorf("%w: region not from this provider or released", ErrInvalid)
-	}
-	if off%p.gran != 0 || size%p.gran != 0 {
-		return nil, fmt.Errorf("%w: range [%d, +%d) is not granule-aligned (%d)", ErrInvalid, off, size, p.gran)
-	}
-	return v, nil
-}
-
-// Commit implements Provider. Out of device memory, it fails with an error wrapping ErrCommit
-// and cuda.ErrOutOfMemory that says how much was asked and is free, and commits nothing.
-func (p *CUDAVMMProvider) Commit(r *Region, off, size uintptr) error {
-	v, err := p.state(r, off, size)
-	if err != nil {
-		return err
-	}
-	lo, hi := int(off/p.gran), int((off+size)/p.gran)
-	for g := lo; g < hi; g++ {
-		if err := p.mapGranule(r, v, g); err != nil {
-			_ = p.unmapGranules(r, v, lo, g)
-			if errors.Is(err, cuda.ErrOutOfMemory) { // after the undo, so the figures are current
-				return p.driverError(ErrCommit, "cuMemCreate", size, err)
-			}
-			return err
-		}
-	}
-	if err := p.call(nil, 0, p.dev.MemSetAccess(r.Base+off, size)); err != nil {
-		_ = p.unmapGranules(r, v, lo, hi)
-		return fmt.Errorf("%w: cuMemSetAccess of %d bytes: %w", ErrCommit, size, err)
-	}
-	return nil
-}
-
-// mapGranule backs granule g with a new physical allocation.
-func (p *CUDAVMMProvider) mapGranule(r *Region, v *vmmRegion, g int) error {
-	if v.mapped.get(g) {
-		return fmt.Errorf("%w: granule %d of region %#x is committed already", ErrInvalid, g, r.Base)
-	}
-	h, err := p.dev.MemCreate(p.gran)
-	if err = p.call(&p.handles, 1, err); err != nil {
-		if errors.Is(err, cuda.ErrOutOfMemory) {
-			return err // Commit explains it
-		}
-		return p.driverError(ErrCommit, "cuMemCreate", p.gran, err)
-	}
-	if err := p.call(nil, 0, p.dev.MemMap(r.Base+uintptr(g)*p.gran, p.gran, h)); err != nil {
-		_ = p.call(&p.handles, -1, p.dev.MemRelease(h))
-		return fmt.Errorf("%w: cuMemMap of %d bytes: %w", ErrCommit, p.gran, err)
-	}
-	v.handles[g] = h
-	v.mapped.setRange(g, g+1, true)
-	p.committed.Add(int64(p.gran))
-	return nil
-}
-
-// unmapGranules unmaps and releases the mapped granules in [lo, hi), run by run.
-func (p *CUDAVMMProvider) unmapGranules(r *Region, v *vmmRegion, lo, hi int) error {
-	return v.mapped.runs(lo, hi, true, func(s, e int) error {
-		n := uintptr(e-s) * p.gran
-		if err := p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(s)*p.gran, n)); err != nil {
-			return fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", ErrCommit, n, err)
-		}
-		var errs []error
-		for g := s; g < e; g++ {
-			if err := p.call(&p.handles, -1, p.dev.MemRelease(v.handles[g])); err != nil {
-				errs = append(errs, fmt.Errorf("%w: cuMemRelease: %w", ErrCommit, err))
-			}
-			v.handles[g] = 0
-		}
-		v.mapped.setRange(s, e, false)
-		p.committed.Add(-int64(n))
-		return errors.Join(errs...)
-	})
-}
-
-// Decommit implements Provider: the range's granules are unmapped and their memory released
-// to the device.
-func (p *CUDAVMMProvider) Decommit(r *Region, off, size uintptr) error {
-	v, err := p.state(r, off, size)
-	if err != nil {
-		return err
-	}
-	return p.unmapGranules(r, v, int(off/p.gran), int((off+size)/p.gran))
-}
-
-// Release implements Provider: what is still mapped is unmapped, then the address range freed.
-func (p *CUDAVMMProvider) Release(r *Region) error {
-	v, err := p.state(r, 0, r.Size)
-	if err != nil {
-		return err
-	}
-	if err := p.unmapGranules(r, v, 0, len(v.handles)); err != nil {
-		return err
-	}
-	if err := p.call(&p.reservations, -1, p.dev.MemAddressFree(r.Base, r.Size)); err != nil {
-		return fmt.Errorf("%w: cuMemAddressFree of %d bytes: %w", ErrInvalid, r.Size, err)
-	}
-	r.Handle = nil
-	return nil
+	return &CUDAVMMProvider{vmm: v, deviceCapacity: deviceCapacity{dev}}, nil
 }
 
 // Zero implements Zeroer with cuMemsetD8.

@@ -1,376 +1,213 @@
 package arena
 
-// CUDA providers: pinned host memory (mmap + cuMemHostRegister, or cuMemHostAlloc), device
-// memory (the VMM API, or cuMemAlloc) and managed memory (cuMemAllocManaged), all through
-// internal/cuda, which loads the driver at run time. This file has what they share and the two
-// host providers; cuda_device.go has the device and managed ones.
+// CUDA pinned host memory. NewCUDAHost gives the best provider the driver offers:
 //
-// Every provider takes an open *cuda.Device (cuda.Open reports cuda.ErrNoDriver on a machine
-// without a driver) and never closes it: the caller keeps it open until every arena over the
-// provider is closed. Every driver resource a provider holds is counted (CUDACounters), so
-// tests can prove that closing an arena leaves nothing behind.
+//   - CUDAHostVMMProvider, VMM host memory (CUDA 12.2+ with host NUMA support, or CUDA 13's
+//     host location): one reserved address range per region, each 2 MiB granule its own
+//     physical allocation (cuMemCreate at a host location), mapped and granted to the host and
+//     to every device the pool serves. Consecutive mapped granules are one DMA range, so any
+//     block, of any size, copies in one call at full bandwidth, and granules still commit and
+//     decommit one by one.
+//   - CUDAHostRegisterProvider (provider_cudahostreg.go), mmap + cuMemHostRegister, where
+//     the driver has no VMM host memory, under the registration invariant stated there.
+//
+// CUDAHostAllocProvider (cuMemHostAlloc, one allocation per region) is kept for comparison.
 
 import (
-	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
-	"github.com/pinmalloc/pinmalloc/internal/align"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// CUDACounters counts the driver resources a CUDA provider holds now, and its calls.
-type CUDACounters struct {
-	// Registrations counts host ranges registered with cuMemHostRegister.
-	Registrations int64
-	// Allocations counts regions allocated whole (cuMemHostAlloc, cuMemAlloc, cuMemAllocManaged).
-	Allocations int64
-	// Reservations counts VMM address reservations.
-	Reservations int64
-	// Handles counts VMM physical allocations (one per committed granule).
-	Handles int64
-	// Committed is the memory backed through the driver, in bytes: registered host memory,
-	// whole allocations, mapped VMM granules.
-	Committed int64
-	// Calls counts driver calls that allocate, free, register, map or unmap.
-	Calls uint64
+// NUMA selects the host NUMA node of VMM host memory.
+type NUMA int
+
+// NUMANearest, the zero NUMA, takes the node the driver reports nearest the device (the
+// device attribute HOST_NUMA_ID), or node 0 when it reports none.
+const NUMANearest NUMA = 0
+
+// NUMANode selects node n.
+func NUMANode(n int) NUMA { return NUMA(n + 1) }
+
+// CUDAHostOptions configures the CUDA pinned host providers.
+type CUDAHostOptions struct {
+	// HostOptions applies to the registration provider's mappings (HugePages, Populate); with
+	// Populate the VMM provider too commits each region whole when it is reserved.
+	HostOptions
+	// Devices lists the ordinals of other devices that may read and write VMM host memory
+	// (copies and zero-copy kernels): the device the provider is made on always may. A
+	// registration is portable to every device without it.
+	Devices []int
+	// NUMA selects the host NUMA node of VMM host memory (default: nearest the device).
+	NUMA NUMA
 }
 
-// Live is the number of driver resources held; zero once every arena over the provider is
-// closed.
-func (c CUDACounters) Live() int64 {
-	return c.Registrations + c.Allocations + c.Reservations + c.Handles
-}
-
-// cudaBase is what every CUDA provider has: the device, and the counters.
-type cudaBase struct {
-	dev  *cuda.Device
-	name string
-	kind Kind
-
-	registrations, allocations, reservations, handles, committed atomic.Int64
-	calls                                                        atomic.Uint64
-}
-
-func newCUDABase(dev *cuda.Device, name string, kind Kind) (*cudaBase, error) {
-	if dev == nil {
-		return nil, fmt.Errorf("%w: %s provider: no CUDA device (open one with cuda.Open): %w",
-			ErrInvalid, name, cuda.ErrNoDriver)
-	}
-	return &cudaBase{dev: dev, name: name, kind: kind}, nil
-}
-
-// Name implements Provider.
-func (b *cudaBase) Name() string { return b.name }
-
-// Kind implements Provider.
-func (b *cudaBase) Kind() Kind { return b.kind }
-
-// Device returns the CUDA device the provider allocates through.
-func (b *cudaBase) Device() *cuda.Device { return b.dev }
-
-// Counters returns the driver resources the provider holds.
-func (b *cudaBase) Counters() CUDACounters {
-	return CUDACounters{
-		Registrations: b.registrations.Load(), Allocations: b.allocations.Load(),
-		Reservations: b.reservations.Load(), Handles: b.handles.Load(), Committed: b.committed.Load(),
-		Calls: b.calls.Load(),
-	}
-}
-
-// call counts one driver call and, when it succeeded, adds delta to counter (nil: none).
-func (b *cudaBase) call(counter *atomic.Int64, delta int64, err error) error {
-	b.calls.Add(1)
-	if err == nil && counter != nil {
-		counter.Add(delta)
-	}
-	return err
-}
-
-// driverError wraps a failed driver call in the arena sentinel. When the driver is out of
-// memory it says how much was asked, how much the device has free and how much this provider
-// holds, and the error matches cuda.ErrOutOfMemory as well.
-func (b *cudaBase) driverError(sentinel error, op string, size uintptr, err error) error {
-	if !errors.Is(err, cuda.ErrOutOfMemory) {
-		return fmt.Errorf("%w: %s of %d bytes on device %d: %w", sentinel, op, size, b.dev.Ordinal(), err)
-	}
-	free, total, ierr := b.dev.MemGetInfo()
-	have := fmt.Sprintf("%d bytes free of %d", free, total)
-	if ierr != nil {
-		have = fmt.Sprintf("free memory unknown (%v)", ierr)
-	}
-	return fmt.Errorf("%w: %s of %d bytes on device %d: out of memory: %d bytes asked, %s on the device, "+
-		"%d bytes committed by this %s provider: %w", sentinel, op, size, b.dev.Ordinal(), size, have,
-		b.committed.Load(), b.name, err)
-}
-
-// devicePointer maps host memory registered or allocated mapped to its device address.
-func (b *cudaBase) devicePointer(addr uintptr) (uintptr, error) {
-	dp, err := b.dev.MemHostGetDevicePointer(addr)
-	if err != nil {
-		return 0, fmt.Errorf("%w: device pointer of %#x: %w", ErrInvalid, addr, err)
-	}
-	return dp, nil
-}
-
-// hostZero clears host-accessible memory with the CPU.
-func hostZero(addr, size uintptr) error {
-	clear(bytesAt(addr, size))
-	return nil
-}
-
-// CUDA pinned host memory: mmap + cuMemHostRegister.
-
-// regUnit bounds every registration: a commit is registered in pieces that never cross a
-// multiple of regUnit from the region's base, so that decommitting a chunk (the arena
-// decommits chunk by chunk) unregisters whole pieces and never has to register a remainder
-// again.
-const regUnit = DefaultChunkSize
-
-// registerFlags maps registrations into the device's address space for every context.
-const registerFlags = cuda.HostRegisterPortable | cuda.HostRegisterDeviceMap
-
-// CUDAHostProvider hands out pinned host memory: anonymous memory mapped exactly as the
-// pageable HostProvider maps it (over-reserved and trimmed, so regions are aligned for free;
-// PROT_NONE until committed), registered with cuMemHostRegister when committed and unregistered
-// when decommitted. Registration pins the pages itself, so nothing is mlocked and
-// RLIMIT_MEMLOCK does not apply. Copies between this memory and any device run by DMA at full
-// bandwidth, and the device can address it directly (DevicePointer).
-type CUDAHostProvider struct {
-	*cudaBase
-	host *HostProvider
-
-	mu   sync.Mutex
-	regs map[uintptr][][]hostReg // by region base: per regUnit, its registrations
-}
-
-// hostReg is one registration: [off, off+size) from its region's base.
-type hostReg struct{ off, size uintptr }
-
-// NewCUDAHost returns a provider of host memory pinned and mapped by the CUDA driver of dev.
-// o.HugePages applies as for the host providers; with o.Populate each region is committed and
-// registered in full when reserved.
-func NewCUDAHost(dev *cuda.Device, o HostOptions) (*CUDAHostProvider, error) {
-	b, err := newCUDABase(dev, "cuda-host", HostPinned)
-	if err != nil {
-		return nil, err
-	}
-	return &CUDAHostProvider{cudaBase: b, host: Pageable(o), regs: map[uintptr][][]hostReg{}}, nil
-}
-
-// Caps implements Provider: those of the host mapping underneath.
-func (p *CUDAHostProvider) Caps() Caps { return p.host.Caps() }
-
-// HostCounters returns the system calls made for the mappings.
-func (p *CUDAHostProvider) HostCounters() HostCounters { return p.host.Counters() }
-
-// Reserve implements Provider.
-func (p *CUDAHostProvider) Reserve(size, alignment uintptr) (*Region, error) {
-	r, err := p.host.Reserve(size, alignment)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	p.regs[r.Base] = make([][]hostReg, (r.Size+regUnit-1)/regUnit)
-	p.mu.Unlock()
-	if r.Committed { // populated: register it all now, since Commit will never be called
-		if err := p.register(r, 0, r.Size); err != nil {
-			_ = p.Release(r)
-			return nil, err
+// NewCUDAHost returns the best provider of pinned host memory dev offers: VMM host memory
+// where the driver supports it (CUDAHostVMMProvider), else registered memory
+// (CUDAHostRegisterProvider). Either one hands out memory any block of which a device copies
+// in one call.
+func NewCUDAHost(dev *cuda.Device, o CUDAHostOptions) (Provider, error) {
+	if dev != nil {
+		if host, numa := dev.HostVMMSupported(); host || numa {
+			return NewCUDAHostVMM(dev, o)
 		}
 	}
+	return NewCUDAHostRegister(dev, o)
+}
+
+// OpenCUDAHost opens CUDA device ordinal and returns NewCUDAHost's provider on it, which owns
+// the device: its Close method (io.Closer) gives the device back once every arena over it is
+// closed. Without a driver the error wraps cuda.ErrNoDriver (ErrNoDriver).
+func OpenCUDAHost(ordinal int, o CUDAHostOptions) (Provider, error) {
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CUDA device %d: %w", ErrReserve, ordinal, err)
+	}
+	p, err := NewCUDAHost(dev, o)
+	if err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
+	switch p := p.(type) {
+	case *CUDAHostVMMProvider:
+		p.owned = true
+	case *CUDAHostRegisterProvider:
+		p.owned = true
+	}
+	return p, nil
+}
+
+// ErrNoDriver is internal/cuda's: CUDA providers fail with an error wrapping it where no
+// driver can be loaded.
+var ErrNoDriver = cuda.ErrNoDriver
+
+// CUDAHostVMMProvider hands out pinned host memory with the CUDA VMM API (provider_vmm.go):
+// each granule is physical host memory created at a host location (a NUMA node, or the host),
+// mapped into the region's reserved range and granted read and write access to the host (the
+// CPU) and to the devices of CUDAHostOptions. The driver pins it: no RLIMIT_MEMLOCK applies. A
+// device addresses it at the same address (DevicePointer).
+type CUDAHostVMMProvider struct {
+	*vmm
+	populate bool
+
+	mu      sync.Mutex
+	regions []*Region // live regions, for DevicePointer
+}
+
+// NewCUDAHostVMM returns a provider of VMM host memory on dev. It fails with an error
+// wrapping cuda.ErrNotSupported when the driver has no VMM host memory.
+func NewCUDAHostVMM(dev *cuda.Device, o CUDAHostOptions) (*CUDAHostVMMProvider, error) {
+	b, err := newCUDABase(dev, "cuda-host-vmm", HostPinned)
+	if err != nil {
+		return nil, err
+	}
+	loc, err := hostLocation(dev, o.NUMA)
+	if err != nil {
+		return nil, err
+	}
+	access := []cuda.Location{loc, dev.Location()}
+	for _, d := range o.Devices {
+		l := cuda.Location{Type: cuda.LocationDevice, ID: d}
+		if d < 0 {
+			return nil, fmt.Errorf("%w: device ordinal %d", ErrInvalid, d)
+		}
+		if l != dev.Location() {
+			access = append(access, l)
+		}
+	}
+	v, err := newVMM(b, loc, access, "host")
+	if err != nil {
+		return nil, err
+	}
+	if v.gran > DefaultChunkSize {
+		return nil, fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", ErrInvalid, v.gran, DefaultChunkSize)
+	}
+	v.zero = true // a fresh granule reads zero (measured on the H100)
+	return &CUDAHostVMMProvider{vmm: v, populate: o.Populate}, nil
+}
+
+// hostLocation picks where VMM host memory lives: a NUMA node (asked for, or nearest the
+// device, or 0) where the driver has host NUMA support, else the host location (CUDA 13).
+func hostLocation(dev *cuda.Device, n NUMA) (cuda.Location, error) {
+	host, numa := dev.HostVMMSupported()
+	switch {
+	case numa:
+		node := int(n) - 1
+		if n == NUMANearest {
+			node = 0
+			if id, ok := dev.HostNUMAID(); ok {
+				node = id
+			}
+		}
+		if node < 0 {
+			return cuda.Location{}, fmt.Errorf("%w: NUMA node %d", ErrInvalid, node)
+		}
+		return cuda.Location{Type: cuda.LocationHostNUMA, ID: node}, nil
+	case host && n == NUMANearest:
+		return cuda.Location{Type: cuda.LocationHost}, nil
+	case host:
+		return cuda.Location{}, fmt.Errorf("%w: NUMA node %d asked, but the driver of device %d places host VMM memory on no chosen node: %w",
+			ErrInvalid, int(n)-1, dev.Ordinal(), cuda.ErrNotSupported)
+	}
+	return cuda.Location{}, fmt.Errorf("%w: the driver of device %d has no VMM host memory (device attributes 141 and 145): %w",
+		ErrInvalid, dev.Ordinal(), cuda.ErrNotSupported)
+}
+
+// Location returns where the provider's memory lives.
+func (p *CUDAHostVMMProvider) Location() cuda.Location { return p.loc }
+
+// Reserve implements Provider. With CUDAHostOptions.Populate the region is committed whole.
+func (p *CUDAHostVMMProvider) Reserve(size, alignment uintptr) (*Region, error) {
+	r, err := p.vmm.Reserve(size, alignment)
+	if err != nil {
+		return nil, err
+	}
+	if p.populate {
+		if err := p.Commit(r, 0, r.Size); err != nil {
+			_ = p.vmm.Release(r)
+			return nil, err
+		}
+		r.Committed = true
+	}
+	p.mu.Lock()
+	p.regions = append(p.regions, r)
+	p.mu.Unlock()
 	return r, nil
 }
 
-// Commit implements Provider: the range is made accessible, then registered.
-func (p *CUDAHostProvider) Commit(r *Region, off, size uintptr) error {
-	if err := p.host.Commit(r, off, size); err != nil {
+// Release implements Provider.
+func (p *CUDAHostVMMProvider) Release(r *Region) error {
+	if err := p.vmm.Release(r); err != nil {
 		return err
 	}
-	if err := p.register(r, off, size); err != nil {
-		_ = p.host.Decommit(r, off, size)
-		return err
-	}
-	return nil
-}
-
-// Decommit implements Provider: the range is unregistered, then its pages dropped.
-func (p *CUDAHostProvider) Decommit(r *Region, off, size uintptr) error {
-	if err := checkRange(r, off, size); err != nil {
-		return err
-	}
-	if err := p.unregister(r, off, size); err != nil {
-		return err
-	}
-	return p.host.Decommit(r, off, size)
-}
-
-// Release implements Provider. Registrations left (a populated region) are undone first.
-func (p *CUDAHostProvider) Release(r *Region) error {
-	if r == nil {
-		return fmt.Errorf("%w: nil region", ErrInvalid)
-	}
-	err := p.unregister(r, 0, r.Size)
-	p.mu.Lock()
-	delete(p.regs, r.Base)
-	p.mu.Unlock()
-	return errors.Join(err, p.host.Release(r))
-}
-
-// Zero implements Zeroer, with the CPU.
-func (p *CUDAHostProvider) Zero(addr, size uintptr) error { return hostZero(addr, size) }
-
-// DevicePointer returns the device address of host address addr, which must be in committed
-// memory of this provider. With unified addressing (every 64-bit platform CUDA supports) it is
-// addr itself, but kernels should be given what this returns.
-func (p *CUDAHostProvider) DevicePointer(addr uintptr) (uintptr, error) {
-	return p.devicePointer(addr)
-}
-
-// register registers [off, off+size) in pieces that do not cross a regUnit boundary. On
-// failure it undoes what it registered and returns an error wrapping ErrCommit and the
-// driver's.
-func (p *CUDAHostProvider) register(r *Region, off, size uintptr) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	units := p.regs[r.Base]
-	if units == nil {
-		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", ErrInvalid, r.Base, r.Size)
-	}
-	var done []hostReg
-	for lo, end := off, off+size; lo < end; {
-		hi := min((lo/regUnit+1)*regUnit, end)
-		err := p.call(&p.registrations, 1, p.dev.MemHostRegister(r.Base+lo, hi-lo, registerFlags))
-		if err != nil {
-			for _, g := range done {
-				p.unregisterOne(r, units, g)
-			}
-			return p.driverError(ErrCommit, "cuMemHostRegister", hi-lo, err)
-		}
-		g := hostReg{lo, hi - lo}
-		units[lo/regUnit] = append(units[lo/regUnit], g)
-		p.committed.Add(int64(g.size))
-		done = append(done, g)
-		lo = hi
-	}
-	return nil
-}
-
-// unregister undoes the registrations that overlap [off, off+size). A registration that
-// reaches outside the range is registered again for the part outside: the purge decommits the
-// pages a heap gave up inside a chunk still in use, so this is a common path, not a rare one.
-func (p *CUDAHostProvider) unregister(r *Region, off, size uintptr) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	units := p.regs[r.Base]
-	if units == nil || size == 0 {
-		return nil
-	}
-	end := off + size
-	var errs []error
-	reregister := func(u, lo, n uintptr) {
-		err := p.call(&p.registrations, 1, p.dev.MemHostRegister(r.Base+lo, n, registerFlags))
-		if err != nil {
-			errs = append(errs, p.driverError(ErrCommit, "cuMemHostRegister", n, err))
-			return
-		}
-		units[u] = append(units[u], hostReg{lo, n})
-		p.committed.Add(int64(n))
-	}
-	for u := off / regUnit; u < uintptr(len(units)) && u*regUnit < end; u++ {
-		for _, g := range append([]hostReg(nil), units[u]...) { // a copy: the loop edits units[u]
-			if g.off >= end || g.off+g.size <= off {
-				continue
-			}
-			if err := p.unregisterOne(r, units, g); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if g.off < off {
-				reregister(u, g.off, off-g.off)
-			}
-			if e := g.off + g.size; e > end {
-				reregister(u, end, e-end)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// unregisterOne undoes registration g and removes it from its unit. p.mu is held.
-func (p *CUDAHostProvider) unregisterOne(r *Region, units [][]hostReg, g hostReg) error {
-	if err := p.call(&p.registrations, -1, p.dev.MemHostUnregister(r.Base+g.off)); err != nil {
-		return fmt.Errorf("%w: cuMemHostUnregister at %#x: %w", ErrCommit, r.Base+g.off, err)
-	}
-	p.committed.Add(-int64(g.size))
-	u := g.off / regUnit
-	for i, x := range units[u] {
-		if x == g {
-			units[u] = append(units[u][:i], units[u][i+1:]...)
+	for i, x := range p.regions {
+		if x == r {
+			p.regions = append(p.regions[:i], p.regions[i+1:]...)
 			break
 		}
 	}
 	return nil
 }
 
-// Whole-region allocations: cuMemHostAlloc, cuMemAlloc, cuMemAllocManaged.
+// Zero implements Zeroer, with the CPU.
+func (p *CUDAHostVMMProvider) Zero(addr, size uintptr) error { return hostZero(addr, size) }
 
-// wholeRegions is a provider whose every region is one driver allocation, committed at
-// Reserve and freed at Release: it cannot align or decommit.
-type wholeRegions struct {
-	*cudaBase
-	page  uintptr
-	alloc func(size uintptr) (uintptr, error)
-	free  func(addr uintptr) error
-	op    string // the allocating call, for errors
-}
-
-func newWholeRegions(dev *cuda.Device, name string, kind Kind, op string,
-	alloc func(uintptr) (uintptr, error), free func(uintptr) error) (wholeRegions, error) {
-	b, err := newCUDABase(dev, name, kind)
-	if err != nil {
-		return wholeRegions{}, err
+// DevicePointer implements DeviceMapper: a device addresses VMM host memory at its host
+// address. addr must lie in committed memory of the provider.
+func (p *CUDAHostVMMProvider) DevicePointer(addr uintptr) (uintptr, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.vmm.mu.Lock()
+	defer p.vmm.mu.Unlock()
+	for _, r := range p.regions {
+		if v, ok := r.Handle.(*vmmRegion); ok && addr-r.Base < r.Size && v.mapped.get(int((addr-r.Base)/p.gran)) {
+			return addr, nil
+		}
 	}
-	return wholeRegions{cudaBase: b, page: pageSize(), op: op, alloc: alloc, free: free}, nil
-}
-
-// Caps implements Provider.
-func (w *wholeRegions) Caps() Caps { return Caps{Granule: w.page} }
-
-// Reserve implements Provider: one allocation of size bytes (rounded up to the granule); the
-// alignment is not honoured (Caps.Aligns is false: the arena's grid needs none).
-func (w *wholeRegions) Reserve(size, _ uintptr) (*Region, error) {
-	n, err := align.Up(size, w.page)
-	if err != nil || n == 0 {
-		return nil, fmt.Errorf("%w: reserve %d bytes", ErrInvalid, size)
-	}
-	size = n
-	addr, err := w.alloc(size)
-	if err = w.call(&w.allocations, 1, err); err != nil {
-		return nil, w.driverError(ErrReserve, w.op, size, err)
-	}
-	w.committed.Add(int64(size))
-	return &Region{Base: addr, Size: size, Committed: true, Handle: w}, nil
-}
-
-// Commit implements Provider: regions are committed whole already.
-func (w *wholeRegions) Commit(r *Region, off, size uintptr) error { return checkRange(r, off, size) }
-
-// Decommit implements Provider: nothing can be given back short of Release.
-func (w *wholeRegions) Decommit(r *Region, off, size uintptr) error { return checkRange(r, off, size) }
-
-// Release implements Provider.
-func (w *wholeRegions) Release(r *Region) error {
-	if r == nil || r.Handle != w {
-		return fmt.Errorf("%w: region not from this provider or already released", ErrInvalid)
-	}
-	if err := w.call(&w.allocations, -1, w.free(r.Base)); err != nil {
-		return fmt.Errorf("%w: freeing %d bytes at %#x: %w", ErrInvalid, r.Size, r.Base, err)
-	}
-	w.committed.Add(-int64(r.Size))
-	r.Handle = nil
-	return nil
+	return 0, fmt.Errorf("%w: device pointer of %#x: not in committed memory of the %s provider", ErrInvalid, addr, p.name)
 }
 
 // CUDAHostAllocProvider hands out pinned host memory from cuMemHostAlloc, one allocation per
@@ -394,7 +231,7 @@ func NewCUDAHostAlloc(dev *cuda.Device) (*CUDAHostAllocProvider, error) {
 // Zero implements Zeroer, with the CPU.
 func (p *CUDAHostAllocProvider) Zero(addr, size uintptr) error { return hostZero(addr, size) }
 
-// DevicePointer returns the device address of host address addr in a region of this provider.
+// DevicePointer implements DeviceMapper.
 func (p *CUDAHostAllocProvider) DevicePointer(addr uintptr) (uintptr, error) {
 	return p.devicePointer(addr)
 }
