@@ -48,7 +48,6 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"golang.org/x/sys/unix"
 )
 
@@ -130,20 +129,41 @@ type Stats struct {
 	// memory) after which the arena gave back at once the memory waiting for the purge, and
 	// tried again.
 	ForcedPurges uint64
+	// CommitTime is the time spent in the provider committing memory (and, for providers that
+	// join registrations, joining them); CommitBytes the bytes committed in that time. Their
+	// ratio is the cost of pinning memory: see CommitPerGiB.
+	CommitTime  time.Duration
+	CommitBytes uint64
+	// Precommitted counts the bytes Precommit committed ahead of need.
+	Precommitted uint64
+	// Counters is what the provider counts of its own work, when it does (Reporter).
+	Counters ProviderStats
+}
+
+// CommitPerGiB is the average time committing one GiB took (zero before any commit).
+func (s Stats) CommitPerGiB() time.Duration {
+	if s.CommitBytes == 0 {
+		return 0
+	}
+	return time.Duration(float64(s.CommitTime) * float64(1<<30) / float64(s.CommitBytes))
 }
 
 // Arena hands out chunks of one kind of memory. It is safe for use from several goroutines.
 type Arena struct {
-	prov    Provider
-	caps    Caps
-	chunk   uintptr
-	shift   uint
-	align   uintptr
-	capac   uintptr
-	regSize uintptr
-	delay   time.Duration
-	maxIDs  int
-	zeroer  Zeroer
+	prov     Provider
+	caps     Caps
+	chunk    uintptr
+	shift    uint
+	align    uintptr
+	capac    uintptr
+	regSize  uintptr
+	delay    time.Duration
+	maxIDs   int
+	zeroer   Zeroer
+	joiner   Joiner
+	reporter Reporter
+
+	pcMu sync.Mutex // held by Precommit for each chunk it commits, and by Close: lock order pcMu, mu
 
 	regions atomic.Pointer[[]*region] // immutable snapshots, for Lookup
 
@@ -194,10 +214,10 @@ func New(o Options) (*Arena, error) {
 	if !align.IsPow2(o.Align) || o.Align > o.ChunkSize {
 		return nil, fmt.Errorf("%w: align %d (want a power of two up to the chunk size)", ErrInvalid, o.Align)
 	}
-	if c, ok := o.Provider.(interface{ DefaultCapacity() uintptr }); ok && o.Capacity == 0 {
+	if c, ok := o.Provider.(CapacityDefaulter); ok && o.Capacity == 0 {
 		o.Capacity = c.DefaultCapacity()
 	}
-	if c, ok := o.Provider.(interface{ Capacity() uintptr }); ok && (o.Capacity == 0 || o.Capacity > c.Capacity()) {
+	if c, ok := o.Provider.(FixedCapacity); ok && (o.Capacity == 0 || o.Capacity > c.Capacity()) {
 		o.Capacity = c.Capacity() // a provider of fixed size caps the arena
 	}
 	if o.Capacity == 0 {
@@ -217,6 +237,8 @@ func New(o Options) (*Arena, error) {
 		maxIDs: int(o.Capacity>>shift) + 2*maxRegions,
 	}
 	a.zeroer, _ = o.Provider.(Zeroer)
+	a.joiner, _ = o.Provider.(Joiner)
+	a.reporter, _ = o.Provider.(Reporter)
 	a.st.Provider, a.st.Kind, a.st.Capacity = o.Provider.Name(), o.Provider.Kind(), uint64(o.Capacity)
 	a.regions.Store(new([]*region))
 	return a, nil
@@ -333,6 +355,10 @@ func (a *Arena) take(r *region, s Span, commit bool) (Span, error) {
 		if err := a.commit(r, glo, ghi); err != nil {
 			return Span{}, err
 		}
+		if err := a.join(r, glo, ghi); err != nil {
+			a.markUnwanted(r, first, first+s.N) // committed, claimed by no span: the purge's
+			return Span{}, err
+		}
 		r.dirty.setRange(glo, ghi, true)
 	} else {
 		glo, ghi = 0, 0
@@ -375,7 +401,7 @@ func (a *Arena) commit(r *region, glo, ghi int) error {
 // exhausted reports whether a commit failed for want of memory: the memlock limit, host or
 // device memory. Other failures (a bad range, a driver error) are not the purge's business.
 func exhausted(err error) bool {
-	return errors.Is(err, ErrMemlock) || errors.Is(err, cuda.ErrOutOfMemory) ||
+	return errors.Is(err, ErrExhausted) || errors.Is(err, ErrMemlock) ||
 		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN)
 }
 
@@ -386,6 +412,7 @@ func (a *Arena) commitOnce(r *region, glo, ghi int) error {
 		return nil
 	}
 	var done [][2]int
+	start := time.Now()
 	err := r.commit.runs(glo, ghi, false, func(s, e int) error {
 		if err := a.prov.Commit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
 			return err
@@ -401,8 +428,24 @@ func (a *Arena) commitOnce(r *region, glo, ghi int) error {
 		r.commit.setRange(d[0], d[1], true)
 		a.st.Commits++
 		a.st.Committed += uint64(d[1]-d[0]) << r.gshift
+		a.st.CommitBytes += uint64(d[1]-d[0]) << r.gshift
+	}
+	if len(done) > 0 {
+		a.st.CommitTime += time.Since(start)
 	}
 	a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
+	return err
+}
+
+// join has a Joiner provider make the committed granules [glo, ghi), which a span is being
+// handed, one unit (see Joiner). Regions committed whole at Reserve are one unit already.
+func (a *Arena) join(r *region, glo, ghi int) error {
+	if a.joiner == nil || r.r.Committed {
+		return nil
+	}
+	start := time.Now()
+	err := a.joiner.Join(r.r, uintptr(glo)<<r.gshift, uintptr(ghi-glo)<<r.gshift)
+	a.st.CommitTime += time.Since(start)
 	return err
 }
 
@@ -556,7 +599,7 @@ func (a *Arena) purge(cutoff int64) (pending bool) {
 		for i := r.stale.next(0, r.nchunks, true); i < r.nchunks; i = r.stale.next(i+1, r.nchunks, true) {
 			glo, ghi := a.chunkGranules(r, i)
 			if r.unwanted(glo, ghi) && r.stamp[i] > cutoff {
-				pending = true
+				pending = pending || r.stamp[i] != keepStamp // precommitted memory waits for no timer
 				continue
 			}
 			a.release(r, glo, ghi)
@@ -615,6 +658,9 @@ func (a *Arena) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st := a.st
+	if a.reporter != nil {
+		st.Counters = a.reporter.Report()
+	}
 	st.Reserved = uint64(a.reserved)
 	st.Regions = len(*a.regions.Load())
 	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
@@ -634,6 +680,8 @@ func (a *Arena) Stats() Stats {
 // Close decommits and releases every region. It fails with ErrBusy, and releases nothing, while
 // chunks are still handed out.
 func (a *Arena) Close() error {
+	a.pcMu.Lock() // waits for the chunk a Precommit is committing, if any
+	defer a.pcMu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -680,6 +728,10 @@ func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
 	glo, ghi := r.granules(addr, size)
 	zeroed = r.dirty.count(glo, ghi) == 0
 	if err := a.commit(r, glo, ghi); err != nil {
+		return false, err
+	}
+	if err := a.join(r, glo, ghi); err != nil {
+		a.markUnwanted(r, int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1)
 		return false, err
 	}
 	r.dirty.setRange(glo, ghi, true)

@@ -34,9 +34,9 @@ func bestH2D(t *testing.T, d *cuda.Device, dst cuda.DevicePtr, src, n uintptr) f
 func TestCUDARegisteredBandwidth(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
 	const n = 256 << 20
-	p, err := arena.NewCUDAHost(fakecuda.Public(d), arena.HostOptions{})
+	p, err := arena.NewCUDAHost(fakecuda.Public(d), arena.CUDAHostOptions{})
 	must(t, "NewCUDAHost", err)
-	a := newArena(t, p, 1<<30)
+	a := newArena(t, p.(counted), 1<<30)
 	s, err := a.Alloc(n, arena.DefaultChunkSize)
 	must(t, "Alloc", err)
 	defer func() { must(t, "Free", a.Free(s)) }()

@@ -25,3 +25,9 @@ var (
 	// refuses to view it.
 	ErrNotHostAccessible = errors.New("arena: memory is not accessible by the CPU")
 )
+
+// ErrExhausted means a provider could not commit memory for want of it: device memory, host
+// memory the driver could not pin, the memlock limit. Providers wrap it (beside their own
+// cause) so that the arena knows to give back the memory waiting for the purge and try again,
+// without naming any provider's errors.
+var ErrExhausted = errors.New("arena: out of memory")

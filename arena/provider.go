@@ -119,3 +119,62 @@ func checkRange(r *Region, off, size uintptr) error {
 }
 
 func pageSize() uintptr { return uintptr(unix.Getpagesize()) }
+
+// Optional provider interfaces. The arena, and the layers above it through Arena.Provider,
+// find them with a type assertion, so that no layer needs to know a provider's type.
+
+// FixedCapacity is implemented by providers of a fixed size (an external region): an arena
+// over one holds no more than Capacity, which is also its default capacity.
+type FixedCapacity interface {
+	Capacity() uintptr
+}
+
+// CapacityDefaulter is implemented by providers that know a sensible capacity (a share of a
+// GPU's free memory): the arena takes it when Options.Capacity is zero.
+type CapacityDefaulter interface {
+	DefaultCapacity() uintptr
+}
+
+// Reporter is implemented by providers that count their own work. Arena.Stats reports it in
+// Stats.Counters.
+type Reporter interface {
+	Report() ProviderStats
+}
+
+// ProviderStats is what a provider counts of its own work.
+type ProviderStats struct {
+	// Syscalls counts the system calls made for host mappings (mmap, mprotect, mlock,
+	// madvise, munmap); HugeTLBFallbacks counts regions that asked for hugetlb pages and got
+	// ordinary ones.
+	Syscalls, HugeTLBFallbacks uint64
+	// DriverCalls counts driver calls that allocate, free, register, map or unmap.
+	DriverCalls uint64
+	// DriverObjects counts the driver resources held now (registrations, physical allocations,
+	// reservations, whole allocations); zero once every arena over the provider is closed.
+	DriverObjects int64
+	// Registrations counts the host ranges registered with the driver now.
+	Registrations int64
+}
+
+// DeviceMapper is implemented by providers of host memory that a GPU can address directly
+// (pinned host memory): DevicePointer returns the device address of host address addr, which
+// must lie in committed memory of the provider.
+type DeviceMapper interface {
+	DevicePointer(addr uintptr) (uintptr, error)
+}
+
+// Joiner is implemented by providers whose memory a device can copy only in units made by one
+// driver call (cuMemHostRegister: one copy's host range must lie inside one registration).
+//
+// The arena calls Join(r, off, size) each time it hands out committed memory for a span: when
+// Alloc commits a span, and when Commit claims a range of a span in use, with [off, off+size)
+// the granules that the span's bytes (or the claimed range) touch, all committed. Join must
+// leave exactly one unit covering exactly [off, off+size). Since every block a heap hands out
+// lies in the range of one such call (a huge object's span; a segment's page, whose chunk is
+// one granule for such providers), every block lies inside one unit. Units that Join or
+// Decommit cut hold no live block: a unit is made for one span's range, the arena's chunks
+// are never shared by two spans, and the pieces cut off lie in chunks that no span has
+// claimed since the unit was made.
+type Joiner interface {
+	Join(r *Region, off, size uintptr) error
+}

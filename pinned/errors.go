@@ -6,7 +6,6 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // Sentinel errors. They are the heap's and the arena's own values, so errors.Is matches either
@@ -38,7 +37,7 @@ var (
 	ErrInvalidOptions = errors.New("pinned: invalid options")
 	// ErrNoDriver means the CUDAHost backend found no CUDA driver (Auto falls back to Locked
 	// instead).
-	ErrNoDriver = cuda.ErrNoDriver
+	ErrNoDriver = arena.ErrNoDriver
 )
 
 // wrapFreeError adds ErrSubSlice to the heap's complaints about a slice that is not a whole

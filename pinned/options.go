@@ -2,12 +2,12 @@ package pinned
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/arena"
-	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
 // Backend selects where a pool's memory comes from.
@@ -22,11 +22,15 @@ const (
 	Pageable
 	// External is a region the caller owns, given in Options.External.
 	External
-	// CUDAHost is host memory mapped like Pageable and registered with the CUDA driver
-	// (cuMemHostRegister) as it is committed: page-locked by the driver, so no RLIMIT_MEMLOCK
-	// applies, and copied to and from the GPU by DMA at full bandwidth. It needs a CUDA driver
-	// and the device Options.Device; New fails with an error wrapping cuda.ErrNoDriver (package
-	// github.com/pinmalloc/pinmalloc/cuda) without them.
+	// CUDAHost is host memory pinned by the CUDA driver as it is committed, in 2 MiB granules:
+	// VMM host memory (cuMemCreate at a host NUMA node, mapped into one reserved range per
+	// region) where the driver supports it, else anonymous memory registered with
+	// cuMemHostRegister so that every buffer lies inside one registration. Either way every
+	// buffer, of any size, is copied to and from the GPU by DMA in one call at full bandwidth,
+	// and no RLIMIT_MEMLOCK applies. It needs a CUDA driver and the device Options.Device; New
+	// fails with an error wrapping ErrNoDriver without them. A commit the driver refuses is an
+	// error (Alloc fails, naming the call, the size and the memory free); it never falls back to
+	// pageable memory.
 	CUDAHost
 	// Auto picks CUDAHost when a CUDA driver and the device Options.Device are present, and
 	// Locked otherwise, so one binary serves machines with and without a GPU. Stats.Backend
@@ -85,6 +89,17 @@ type Options struct {
 	// Device is the ordinal of the CUDA device for the CUDAHost and Auto backends (default 0).
 	// The pool keeps the device's primary context retained until its memory is released.
 	Device int
+	// Devices lists the ordinals of other devices that copy to and from the pool's buffers
+	// (CUDAHost with VMM host memory, which is granted to Device and to these only).
+	Devices []int
+	// NUMA selects the host NUMA node of CUDAHost's VMM host memory (default: the node nearest
+	// Device, as the driver reports it, else node 0).
+	NUMA arena.NUMA
+	// Precommit is how many bytes to commit (and pin) ahead of need, in the background, when
+	// the pool is made: allocation does not wait for it, and finds the memory ready once it is
+	// done. Stats reports its progress (Precommitted) and any error. Precommitted memory stays
+	// until a buffer uses it, Trim, or Close.
+	Precommit int64
 }
 
 func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
@@ -93,6 +108,9 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	}
 	if o.Align < 16 || o.Align > 32<<10 || o.Align&(o.Align-1) != 0 {
 		return nil, nil, fmt.Errorf("%w: %d (want a power of two from 16 to 32768)", ErrInvalidAlign, o.Align)
+	}
+	if o.Precommit < 0 {
+		return nil, nil, fmt.Errorf("%w: precommit %d bytes", ErrInvalidOptions, o.Precommit)
 	}
 	ho := arena.HostOptions{HugePages: o.HugePages, Populate: o.Populate}
 	switch o.Backend {
@@ -126,24 +144,20 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	return nil, nil, fmt.Errorf("%w: unknown backend %d", ErrInvalidOptions, o.Backend)
 }
 
-// cudaHost opens the CUDA device and makes a provider of pinned host memory on it.
-func (o *Options) cudaHost(ho arena.HostOptions) (*arena.CUDAHostProvider, error) {
-	dev, err := cuda.Open(o.Device)
+// cudaHost opens the CUDA device and makes a provider of pinned host memory on it, which owns
+// the device.
+func (o *Options) cudaHost(ho arena.HostOptions) (arena.Provider, error) {
+	c, err := arena.OpenCUDAHost(o.Device, arena.CUDAHostOptions{HostOptions: ho, Devices: o.Devices, NUMA: o.NUMA})
 	if err != nil {
 		return nil, fmt.Errorf("pinned: the %s backend needs CUDA device %d: %w", CUDAHost, o.Device, err)
-	}
-	c, err := arena.NewCUDAHost(dev, ho)
-	if err != nil {
-		_ = dev.Close()
-		return nil, err
 	}
 	return c, nil
 }
 
 // closeDevice gives back the CUDA device a CUDAHost pool opened, once its arena is closed.
 func closeDevice(prov arena.Provider) error {
-	if c, ok := prov.(*arena.CUDAHostProvider); ok {
-		return c.Device().Close()
+	if c, ok := prov.(io.Closer); ok {
+		return c.Close()
 	}
 	return nil
 }
@@ -155,7 +169,7 @@ func (o *Options) capacity(prov arena.Provider) (uintptr, error) {
 	case o.Capacity > 0:
 		return uintptr(o.Capacity), nil
 	}
-	if c, ok := prov.(interface{ Capacity() uintptr }); ok {
+	if c, ok := prov.(arena.FixedCapacity); ok {
 		return c.Capacity(), nil
 	}
 	var si unix.Sysinfo_t

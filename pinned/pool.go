@@ -50,6 +50,8 @@ type Pool struct {
 	growMu    sync.Mutex
 	maxShards int
 
+	pc precommit // the background commit of Options.Precommit
+
 	closed   atomic.Bool // no more Alloc
 	released atomic.Bool // memory given back: no more Free either
 	closeMu  sync.Mutex
@@ -104,6 +106,7 @@ func New(o Options) (*Pool, error) {
 	s.mu.Unlock()
 	p.hint.Put(s)
 	made = true
+	p.startPrecommit(o.Precommit)
 	return p, nil
 }
 
@@ -333,7 +336,7 @@ func (p *Pool) releaseAll() error {
 // CUDAHost backend, for kernels that read or write host memory directly. Other backends give an
 // error wrapping ErrInvalidOptions.
 func (p *Pool) DevicePointer(b []byte) (uintptr, error) {
-	c, ok := p.a.Provider().(*arena.CUDAHostProvider)
+	c, ok := p.a.Provider().(arena.DeviceMapper)
 	if !ok {
 		return 0, fmt.Errorf("%w: the %s backend has no device pointers", ErrInvalidOptions, p.backend)
 	}

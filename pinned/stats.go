@@ -2,16 +2,18 @@ package pinned
 
 import (
 	"sort"
+	"time"
 
-	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 )
 
 // Stats describes a pool.
 type Stats struct {
 	// Backend is where the memory comes from ("locked", "pageable", "external", "cuda-host":
-	// what Auto chose); Kind is the memory's kind ("host-locked", "host-pinned", ...).
-	Backend, Kind string
+	// what Auto chose); Kind is the memory's kind ("host-locked", "host-pinned", ...);
+	// Provider names the arena provider behind it ("cuda-host-vmm" for VMM host memory,
+	// "cuda-host-register" for registered memory, ...).
+	Backend, Kind, Provider string
 	// Capacity caps Reserved, the address space held.
 	Capacity, Reserved uint64
 	// Committed is the memory backed (and, for locked memory, locked); PeakCommitted its peak.
@@ -36,6 +38,21 @@ type Stats struct {
 	// Syscalls counts the system calls the host provider has made (mmap, mlock, madvise...);
 	// HugeTLBFallbacks counts regions that asked for hugetlb pages and got ordinary ones.
 	Syscalls, HugeTLBFallbacks uint64
+	// DriverCalls counts the CUDA driver calls that allocated, registered, mapped or freed the
+	// pool's memory; DriverObjects the driver resources it holds now.
+	DriverCalls   uint64
+	DriverObjects int64
+	// CommitTime is the time spent committing (and pinning) memory, CommitBytes the bytes
+	// committed in it, and CommitPerGiB their ratio: what a GiB of the pool costs to pin.
+	CommitTime   time.Duration
+	CommitBytes  uint64
+	CommitPerGiB time.Duration
+	// Precommitted is the memory committed ahead of need (Options.Precommit) so far;
+	// Precommitting reports that the background commit still runs, and PrecommitErr the
+	// error that stopped it, if any.
+	Precommitted  uint64
+	Precommitting bool
+	PrecommitErr  error
 	// Classes describes each size class in use, merged over the shards.
 	Classes []heap.ClassStats
 }
@@ -67,21 +84,19 @@ func (p *Pool) Stats() Stats {
 		})
 	}
 	as := p.a.Stats()
-	st.Kind = as.Kind.String()
+	st.Kind, st.Provider = as.Kind.String(), as.Provider
 	st.Capacity, st.Reserved = as.Capacity, as.Reserved
 	st.Committed, st.PeakCommitted, st.Locked = as.Committed, as.PeakCommitted, as.Locked
 	st.AlignWaste, st.ForcedPurges = as.AlignWaste, as.ForcedPurges
 	if st.InUse > 0 {
 		st.Fragmentation = float64(st.Committed) / float64(st.InUse)
 	}
-	if p.host != nil {
-		c := p.host.Counters()
-		st.Syscalls, st.HugeTLBFallbacks = c.Total(), c.HugeTLBFallbacks
-	}
-	if c, ok := p.a.Provider().(*arena.CUDAHostProvider); ok {
-		hc := c.HostCounters()
-		st.Syscalls, st.HugeTLBFallbacks = hc.Total(), hc.HugeTLBFallbacks
-	}
+	c := as.Counters
+	st.Syscalls, st.HugeTLBFallbacks = c.Syscalls, c.HugeTLBFallbacks
+	st.DriverCalls, st.DriverObjects = c.DriverCalls, c.DriverObjects
+	st.CommitTime, st.CommitBytes, st.CommitPerGiB = as.CommitTime, as.CommitBytes, as.CommitPerGiB()
+	st.Precommitted = as.Precommitted
+	st.Precommitting, st.PrecommitErr = p.precommitState()
 	for _, c := range classes {
 		st.Classes = append(st.Classes, *c)
 	}

@@ -34,7 +34,7 @@ func TestDeviceHeapConcurrentCopies(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("FAKECUDA_CAPACITY_MIB")); err == nil {
 		o.Capacity = uintptr(v) << 20
 	}
-	h, err := device.New(dev, o)
+	h, err := device.New(fakecuda.Public(dev), o)
 	if err != nil {
 		t.Fatal(err)
 	}

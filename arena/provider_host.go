@@ -340,3 +340,9 @@ func fmtLimit(v uint64) string {
 
 // bytesAt views [addr, addr+size) as a byte slice for the system calls that take one.
 func bytesAt(addr, size uintptr) []byte { return mem.Bytes(addr, size) }
+
+// Report implements Reporter.
+func (h *HostProvider) Report() ProviderStats {
+	c := h.Counters()
+	return ProviderStats{Syscalls: c.Total(), HugeTLBFallbacks: c.HugeTLBFallbacks}
+}

@@ -1,0 +1,209 @@
+package arena
+
+// CUDA providers: pinned host memory (VMM host granules, or mmap + cuMemHostRegister, or
+// cuMemHostAlloc: provider_cudahost.go, provider_cudahostreg.go), device memory (the VMM API,
+// or cuMemAlloc) and managed memory (cuMemAllocManaged: provider_cudadevice.go), all through
+// internal/cuda, which loads the driver at run time. This file has what they share: the device,
+// the counters, the error reports, and the providers whose regions are one driver allocation.
+//
+// Every provider takes an open *cuda.Device (cuda.Open reports cuda.ErrNoDriver on a machine
+// without a driver) and never closes it: the caller keeps it open until every arena over the
+// provider is closed (OpenCUDAHost is the exception: its provider owns the device it opened,
+// and Close gives it back). Every driver resource a provider holds is counted (CUDACounters), so
+// tests can prove that closing an arena leaves nothing behind.
+
+import (
+	"errors"
+	"fmt"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/align"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// CUDACounters counts the driver resources a CUDA provider holds now, and its calls.
+type CUDACounters struct {
+	// Registrations counts host ranges registered with cuMemHostRegister.
+	Registrations int64
+	// Allocations counts regions allocated whole (cuMemHostAlloc, cuMemAlloc, cuMemAllocManaged).
+	Allocations int64
+	// Reservations counts VMM address reservations.
+	Reservations int64
+	// Handles counts VMM physical allocations (one per committed granule).
+	Handles int64
+	// Committed is the memory backed through the driver, in bytes: registered host memory,
+	// whole allocations, mapped VMM granules.
+	Committed int64
+	// Calls counts driver calls that allocate, free, register, map or unmap.
+	Calls uint64
+}
+
+// Live is the number of driver resources held; zero once every arena over the provider is
+// closed.
+func (c CUDACounters) Live() int64 {
+	return c.Registrations + c.Allocations + c.Reservations + c.Handles
+}
+
+// cudaBase is what every CUDA provider has: the device, and the counters.
+type cudaBase struct {
+	dev   *icuda.Device
+	name  string
+	kind  Kind
+	owned bool // the provider opened dev, and Close closes it
+
+	registrations, allocations, reservations, handles, committed atomic.Int64
+	calls                                                        atomic.Uint64
+}
+
+func newCUDABase(dev *icuda.Device, name string, kind Kind) (*cudaBase, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("%w: %s provider: no CUDA device (open one with cuda.Open): %w",
+			ErrInvalid, name, icuda.ErrNoDriver)
+	}
+	return &cudaBase{dev: dev, name: name, kind: kind}, nil
+}
+
+// Name implements Provider.
+func (b *cudaBase) Name() string { return b.name }
+
+// Kind implements Provider.
+func (b *cudaBase) Kind() Kind { return b.kind }
+
+// Device returns the CUDA device the provider allocates through.
+func (b *cudaBase) Device() *cuda.Device { return icuda.Public(b.dev).(*cuda.Device) }
+
+// internalDevice returns the binding's device inside pub, for a provider's constructor; a nil
+// or zero pub gives an error wrapping ErrInvalid and cuda.ErrNoDriver.
+func internalDevice(pub *cuda.Device, name string) (*icuda.Device, error) {
+	d, err := icuda.Internal(pub)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s provider: %w", ErrInvalid, name, err)
+	}
+	return d, nil
+}
+
+// Counters returns the driver resources the provider holds.
+func (b *cudaBase) Counters() CUDACounters {
+	return CUDACounters{
+		Registrations: b.registrations.Load(), Allocations: b.allocations.Load(),
+		Reservations: b.reservations.Load(), Handles: b.handles.Load(), Committed: b.committed.Load(),
+		Calls: b.calls.Load(),
+	}
+}
+
+// Report implements Reporter.
+func (b *cudaBase) Report() ProviderStats {
+	c := b.Counters()
+	return ProviderStats{DriverCalls: c.Calls, DriverObjects: c.Live(), Registrations: c.Registrations}
+}
+
+// Close gives back the device when the provider opened it (OpenCUDAHost), and does nothing
+// otherwise. Call it once every arena over the provider is closed.
+func (b *cudaBase) Close() error {
+	if !b.owned {
+		return nil
+	}
+	b.owned = false
+	return b.dev.Close()
+}
+
+// call counts one driver call and, when it succeeded, adds delta to counter (nil: none).
+func (b *cudaBase) call(counter *atomic.Int64, delta int64, err error) error {
+	b.calls.Add(1)
+	if err == nil && counter != nil {
+		counter.Add(delta)
+	}
+	return err
+}
+
+// driverError wraps a failed driver call in the arena sentinel. When the driver is out of
+// memory it says how much was asked, how much the device has free and how much this provider
+// holds, and the error matches cuda.ErrOutOfMemory as well.
+func (b *cudaBase) driverError(sentinel error, op string, size uintptr, err error) error {
+	if !errors.Is(err, icuda.ErrOutOfMemory) {
+		return fmt.Errorf("%w: %s of %d bytes on device %d: %w", sentinel, op, size, b.dev.Ordinal(), err)
+	}
+	free, total, ierr := b.dev.MemGetInfo()
+	have := fmt.Sprintf("%d bytes free of %d", free, total)
+	if ierr != nil {
+		have = fmt.Sprintf("free memory unknown (%v)", ierr)
+	}
+	return fmt.Errorf("%w: %s of %d bytes on device %d: %w: %d bytes asked, %s on the device, "+
+		"%d bytes committed by this %s provider: %w", sentinel, op, size, b.dev.Ordinal(), ErrExhausted, size, have,
+		b.committed.Load(), b.name, err)
+}
+
+// devicePointer maps host memory registered or allocated mapped to its device address.
+func (b *cudaBase) devicePointer(addr uintptr) (uintptr, error) {
+	dp, err := b.dev.MemHostGetDevicePointer(addr)
+	if err != nil {
+		return 0, fmt.Errorf("%w: device pointer of %#x: %w", ErrInvalid, addr, err)
+	}
+	return dp, nil
+}
+
+// hostZero clears host-accessible memory with the CPU.
+func hostZero(addr, size uintptr) error {
+	clear(bytesAt(addr, size))
+	return nil
+}
+
+// Whole-region allocations: cuMemHostAlloc, cuMemAlloc, cuMemAllocManaged.
+
+// wholeRegions is a provider whose every region is one driver allocation, committed at
+// Reserve and freed at Release: it cannot align or decommit.
+type wholeRegions struct {
+	*cudaBase
+	page  uintptr
+	alloc func(size uintptr) (uintptr, error)
+	free  func(addr uintptr) error
+	op    string // the allocating call, for errors
+}
+
+func newWholeRegions(dev *icuda.Device, name string, kind Kind, op string,
+	alloc func(uintptr) (uintptr, error), free func(uintptr) error) (wholeRegions, error) {
+	b, err := newCUDABase(dev, name, kind)
+	if err != nil {
+		return wholeRegions{}, err
+	}
+	return wholeRegions{cudaBase: b, page: pageSize(), op: op, alloc: alloc, free: free}, nil
+}
+
+// Caps implements Provider.
+func (w *wholeRegions) Caps() Caps { return Caps{Granule: w.page} }
+
+// Reserve implements Provider: one allocation of size bytes (rounded up to the granule); the
+// alignment is not honoured (Caps.Aligns is false: the arena's grid needs none).
+func (w *wholeRegions) Reserve(size, _ uintptr) (*Region, error) {
+	n, err := align.Up(size, w.page)
+	if err != nil || n == 0 {
+		return nil, fmt.Errorf("%w: reserve %d bytes", ErrInvalid, size)
+	}
+	size = n
+	addr, err := w.alloc(size)
+	if err = w.call(&w.allocations, 1, err); err != nil {
+		return nil, w.driverError(ErrReserve, w.op, size, err)
+	}
+	w.committed.Add(int64(size))
+	return &Region{Base: addr, Size: size, Committed: true, Handle: w}, nil
+}
+
+// Commit implements Provider: regions are committed whole already.
+func (w *wholeRegions) Commit(r *Region, off, size uintptr) error { return checkRange(r, off, size) }
+
+// Decommit implements Provider: nothing can be given back short of Release.
+func (w *wholeRegions) Decommit(r *Region, off, size uintptr) error { return checkRange(r, off, size) }
+
+// Release implements Provider.
+func (w *wholeRegions) Release(r *Region) error {
+	if r == nil || r.Handle != w {
+		return fmt.Errorf("%w: region not from this provider or already released", ErrInvalid)
+	}
+	if err := w.call(&w.allocations, -1, w.free(r.Base)); err != nil {
+		return fmt.Errorf("%w: freeing %d bytes at %#x: %w", ErrInvalid, r.Size, r.Base, err)
+	}
+	w.committed.Add(-int64(r.Size))
+	r.Handle = nil
+	return nil
+}

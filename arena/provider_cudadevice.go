@@ -1,0 +1,199 @@
+package arena
+
+import (
+	"fmt"
+	"github.com/pinmalloc/pinmalloc/cuda"
+
+	"github.com/pinmalloc/pinmalloc/internal/align"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// DefaultDeviceShare is the share of a device's free memory that DefaultDeviceCapacity gives
+// an arena, in percent.
+const DefaultDeviceShare = 90
+
+// DefaultDeviceCapacity is the capacity of a device arena whose Options.Capacity is zero:
+// DefaultDeviceShare percent of the memory free on dev now, rounded down to the device's
+// allocation granularity (2 MiB on an H100). Each device of a multi-GPU machine gets its own
+// provider and arena, sized by its own free memory.
+func DefaultDeviceCapacity(pub *cuda.Device) (uintptr, error) {
+	dev, err := internalDevice(pub, "device")
+	if err != nil {
+		return 0, err
+	}
+	return defaultDeviceCapacity(dev)
+}
+
+// defaultDeviceCapacity is DefaultDeviceCapacity of the device inside the public one.
+func defaultDeviceCapacity(dev *icuda.Device) (uintptr, error) {
+	free, _, err := dev.MemGetInfo()
+	if err != nil {
+		return 0, fmt.Errorf("%w: free memory of device %d: %w", ErrReserve, dev.Ordinal(), err)
+	}
+	g := deviceGranule(dev)
+	c := capacityFromFree(free, g)
+	if c == 0 {
+		return 0, fmt.Errorf("%w: device %d has %d bytes free, less than one %d-byte granule for an arena",
+			ErrCapacity, dev.Ordinal(), free, g)
+	}
+	return c, nil
+}
+
+// capacityFromFree is DefaultDeviceShare percent of free, rounded down to granule g.
+func capacityFromFree(free, g uintptr) uintptr { return free / 100 * DefaultDeviceShare / g * g }
+
+// deviceGranule is the VMM allocation granularity when the device has the VMM API, else the
+// default chunk size.
+func deviceGranule(dev *icuda.Device) uintptr {
+	if dev.VMMSupported() {
+		if g, _, err := dev.MemGetAllocationGranularity(); err == nil && align.IsPow2(g) {
+			return g
+		}
+	}
+	return DefaultChunkSize
+}
+
+// deviceCapacity gives the device providers their DefaultCapacity method.
+type deviceCapacity struct{ capDev *icuda.Device }
+
+// DefaultCapacity is DefaultDeviceCapacity, computed when asked (an arena asks once, at New,
+// when Options.Capacity is zero); 0 when it cannot be found. It is a default, not a cap: an
+// arena may be given more.
+func (c deviceCapacity) DefaultCapacity() uintptr {
+	n, _ := defaultDeviceCapacity(c.capDev)
+	return n
+}
+
+// NewDeviceProvider returns the best provider of device memory dev offers: the VMM provider
+// (commit and decommit by granule) where the VMM API is supported, else the cuMemAlloc one.
+func NewDeviceProvider(pub *cuda.Device) (Provider, error) {
+	dev, err := internalDevice(pub, "device")
+	if err != nil {
+		return nil, err
+	}
+	if dev.VMMSupported() {
+		return NewCUDAVMM(pub)
+	}
+	return NewCUDAMalloc(pub)
+}
+
+// CUDA device memory through the virtual memory management API.
+
+// CUDAVMMProvider hands out device memory with the CUDA VMM API (provider_vmm.go): Reserve
+// reserves device address space (cuMemAddressReserve, aligned as asked), Commit backs each
+// granule of a range with its own physical allocation on the device (cuMemCreate + cuMemMap)
+// and makes the range accessible to the device (cuMemSetAccess), Decommit unmaps the range and
+// releases its granules, so memory goes back to the device granule by granule.
+type CUDAVMMProvider struct {
+	*vmm
+	deviceCapacity
+}
+
+// NewCUDAVMM returns a VMM provider on dev. It fails with an error wrapping cuda.ErrNotSupported
+// when the device lacks the VMM API.
+func NewCUDAVMM(pub *cuda.Device) (*CUDAVMMProvider, error) {
+	dev, err := internalDevice(pub, "cuda-vmm")
+	if err != nil {
+		return nil, err
+	}
+	b, err := newCUDABase(dev, "cuda-vmm", Device)
+	if err != nil {
+		return nil, err
+	}
+	if !dev.VMMSupported() {
+		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
+	}
+	v, err := newVMM(b, dev.Location(), []icuda.Location{dev.Location()}, "device")
+	if err != nil {
+		return nil, err
+	}
+	return &CUDAVMMProvider{vmm: v, deviceCapacity: deviceCapacity{dev}}, nil
+}
+
+// Zero implements Zeroer with cuMemsetD8.
+func (p *CUDAVMMProvider) Zero(addr, size uintptr) error { return p.memset(addr, size) }
+
+// memset clears device-accessible memory with the driver.
+func (b *cudaBase) memset(addr, size uintptr) error {
+	if err := b.dev.MemsetD8(addr, 0, size); err != nil {
+		return fmt.Errorf("%w: cuMemsetD8 of %d bytes at %#x: %w", ErrInvalid, size, addr, err)
+	}
+	return nil
+}
+
+// CUDA device memory from cuMemAlloc.
+
+// CUDAMallocProvider hands out device memory from cuMemAlloc, one allocation per region, for
+// devices without the VMM API. Regions are committed whole and never decommitted; their base is
+// only 256-byte aligned, which the arena's base-relative chunk grid absorbs.
+type CUDAMallocProvider struct {
+	wholeRegions
+	deviceCapacity
+}
+
+// NewCUDAMalloc returns a provider of device memory from cuMemAlloc.
+func NewCUDAMalloc(pub *cuda.Device) (*CUDAMallocProvider, error) {
+	dev, err := internalDevice(pub, "cuda-malloc")
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWholeRegions(dev, "cuda-malloc", Device, "cuMemAlloc", dev.MemAlloc, dev.MemFree)
+	if err != nil {
+		return nil, err
+	}
+	return &CUDAMallocProvider{w, deviceCapacity{dev}}, nil
+}
+
+// Zero implements Zeroer with cuMemsetD8.
+func (p *CUDAMallocProvider) Zero(addr, size uintptr) error { return p.memset(addr, size) }
+
+// CUDA managed memory.
+
+// CUDAManagedProvider hands out managed (unified) memory from cuMemAllocManaged, one
+// allocation per region, committed whole. The driver migrates its pages between host and
+// device on demand; Prefetch and Advise steer it. Options.Capacity is required: managed memory
+// may oversubscribe the device, so there is no default.
+type CUDAManagedProvider struct {
+	wholeRegions
+}
+
+// NewCUDAManaged returns a provider of managed memory attached globally (any stream, any
+// device).
+func NewCUDAManaged(pub *cuda.Device) (*CUDAManagedProvider, error) {
+	dev, err := internalDevice(pub, "cuda-managed")
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWholeRegions(dev, "cuda-managed", Managed, "cuMemAllocManaged",
+		func(n uintptr) (uintptr, error) { return dev.MemAllocManaged(n, icuda.MemAttachGlobal) }, dev.MemFreeManaged)
+	if err != nil {
+		return nil, err
+	}
+	return &CUDAManagedProvider{w}, nil
+}
+
+// Zero implements Zeroer with cuMemsetD8, which does not migrate the pages to the host.
+func (p *CUDAManagedProvider) Zero(addr, size uintptr) error { return p.memset(addr, size) }
+
+// Prefetch queues a migration of [addr, addr+n) to loc (a device's Location, or
+// cuda.HostLocation()) on stream s, with the CUDA 12.2+ cuMemPrefetchAsync_v2.
+func (p *CUDAManagedProvider) Prefetch(addr, n uintptr, loc cuda.Location, s cuda.Stream) error {
+	if err := p.dev.MemPrefetchAsync(addr, n, internalLocation(loc), s); err != nil {
+		return fmt.Errorf("%w: prefetch %d bytes at %#x to %+v: %w", ErrInvalid, n, addr, loc, err)
+	}
+	return nil
+}
+
+// Advise gives the driver advice about [addr, addr+n) for loc, with the CUDA 12.2+
+// cuMemAdvise_v2.
+func (p *CUDAManagedProvider) Advise(addr, n uintptr, advice cuda.Advice, loc cuda.Location) error {
+	if err := p.dev.MemAdvise(addr, n, icuda.Advice(advice), internalLocation(loc)); err != nil {
+		return fmt.Errorf("%w: advice %d for %d bytes at %#x: %w", ErrInvalid, advice, n, addr, err)
+	}
+	return nil
+}
+
+// internalLocation is loc in the internal binding's type (the same CUmemLocation fields).
+func internalLocation(loc cuda.Location) icuda.Location {
+	return icuda.Location{Type: icuda.LocationType(loc.Type), ID: loc.ID}
+}

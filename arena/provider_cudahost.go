@@ -1,0 +1,248 @@
+package arena
+
+// CUDA pinned host memory. NewCUDAHost gives the best provider the driver offers:
+//
+//   - CUDAHostVMMProvider, VMM host memory (CUDA 12.2+ with host NUMA support, or CUDA 13's
+//     host location): one reserved address range per region, each 2 MiB granule its own
+//     physical allocation (cuMemCreate at a host location), mapped and granted to the host and
+//     to every device the pool serves. Consecutive mapped granules are one DMA range, so any
+//     block, of any size, copies in one call at full bandwidth, and granules still commit and
+//     decommit one by one.
+//   - CUDAHostRegisterProvider (provider_cudahostreg.go), mmap + cuMemHostRegister, where
+//     the driver has no VMM host memory, under the registration invariant stated there.
+//
+// CUDAHostAllocProvider (cuMemHostAlloc, one allocation per region) is kept for comparison.
+
+import (
+	"fmt"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"sync"
+
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// NUMA selects the host NUMA node of VMM host memory.
+type NUMA int
+
+// NUMANearest, the zero NUMA, takes the node the driver reports nearest the device (the
+// device attribute HOST_NUMA_ID), or node 0 when it reports none.
+const NUMANearest NUMA = 0
+
+// NUMANode selects node n.
+func NUMANode(n int) NUMA { return NUMA(n + 1) }
+
+// CUDAHostOptions configures the CUDA pinned host providers.
+type CUDAHostOptions struct {
+	// HostOptions applies to the registration provider's mappings (HugePages, Populate); with
+	// Populate the VMM provider too commits each region whole when it is reserved.
+	HostOptions
+	// Devices lists the ordinals of other devices that may read and write VMM host memory
+	// (copies and zero-copy kernels): the device the provider is made on always may. A
+	// registration is portable to every device without it.
+	Devices []int
+	// NUMA selects the host NUMA node of VMM host memory (default: nearest the device).
+	NUMA NUMA
+}
+
+// NewCUDAHost returns the best provider of pinned host memory dev offers: VMM host memory
+// where the driver supports it (CUDAHostVMMProvider), else registered memory
+// (CUDAHostRegisterProvider). Either one hands out memory any block of which a device copies
+// in one call.
+func NewCUDAHost(pub *cuda.Device, o CUDAHostOptions) (Provider, error) {
+	dev, err := internalDevice(pub, "cuda-host")
+	if err != nil {
+		return nil, err
+	}
+	if host, numa := dev.HostVMMSupported(); host || numa {
+		return NewCUDAHostVMM(pub, o)
+	}
+	return NewCUDAHostRegister(pub, o)
+}
+
+// OpenCUDAHost opens CUDA device ordinal and returns NewCUDAHost's provider on it, which owns
+// the device: its Close method (io.Closer) gives the device back once every arena over it is
+// closed. Without a driver the error wraps cuda.ErrNoDriver (ErrNoDriver).
+func OpenCUDAHost(ordinal int, o CUDAHostOptions) (Provider, error) {
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CUDA device %d: %w", ErrReserve, ordinal, err)
+	}
+	p, err := NewCUDAHost(dev, o)
+	if err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
+	switch p := p.(type) {
+	case *CUDAHostVMMProvider:
+		p.owned = true
+	case *CUDAHostRegisterProvider:
+		p.owned = true
+	}
+	return p, nil
+}
+
+// ErrNoDriver is cuda.ErrNoDriver: CUDA providers fail with an error wrapping it where no
+// driver can be loaded.
+var ErrNoDriver = icuda.ErrNoDriver
+
+// CUDAHostVMMProvider hands out pinned host memory with the CUDA VMM API (provider_vmm.go):
+// each granule is physical host memory created at a host location (a NUMA node, or the host),
+// mapped into the region's reserved range and granted read and write access to the host (the
+// CPU) and to the devices of CUDAHostOptions. The driver pins it: no RLIMIT_MEMLOCK applies. A
+// device addresses it at the same address (DevicePointer).
+type CUDAHostVMMProvider struct {
+	*vmm
+	populate bool
+
+	mu      sync.Mutex
+	regions []*Region // live regions, for DevicePointer
+}
+
+// NewCUDAHostVMM returns a provider of VMM host memory on dev. It fails with an error
+// wrapping cuda.ErrNotSupported when the driver has no VMM host memory.
+func NewCUDAHostVMM(pub *cuda.Device, o CUDAHostOptions) (*CUDAHostVMMProvider, error) {
+	dev, err := internalDevice(pub, "cuda-host-vmm")
+	if err != nil {
+		return nil, err
+	}
+	b, err := newCUDABase(dev, "cuda-host-vmm", HostPinned)
+	if err != nil {
+		return nil, err
+	}
+	loc, err := hostLocation(dev, o.NUMA)
+	if err != nil {
+		return nil, err
+	}
+	access := []icuda.Location{loc, dev.Location()}
+	for _, d := range o.Devices {
+		l := icuda.Location{Type: icuda.LocationDevice, ID: d}
+		if d < 0 {
+			return nil, fmt.Errorf("%w: device ordinal %d", ErrInvalid, d)
+		}
+		if l != dev.Location() {
+			access = append(access, l)
+		}
+	}
+	v, err := newVMM(b, loc, access, "host")
+	if err != nil {
+		return nil, err
+	}
+	if v.gran > DefaultChunkSize {
+		return nil, fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", ErrInvalid, v.gran, DefaultChunkSize)
+	}
+	v.zero = true // a fresh granule reads zero (measured on the H100)
+	return &CUDAHostVMMProvider{vmm: v, populate: o.Populate}, nil
+}
+
+// hostLocation picks where VMM host memory lives: a NUMA node (asked for, or nearest the
+// device, or 0) where the driver has host NUMA support, else the host location (CUDA 13).
+func hostLocation(dev *icuda.Device, n NUMA) (icuda.Location, error) {
+	host, numa := dev.HostVMMSupported()
+	switch {
+	case numa:
+		node := int(n) - 1
+		if n == NUMANearest {
+			node = 0
+			if id, ok := dev.HostNUMAID(); ok {
+				node = id
+			}
+		}
+		if node < 0 {
+			return icuda.Location{}, fmt.Errorf("%w: NUMA node %d", ErrInvalid, node)
+		}
+		return icuda.Location{Type: icuda.LocationHostNUMA, ID: node}, nil
+	case host && n == NUMANearest:
+		return icuda.Location{Type: icuda.LocationHost}, nil
+	case host:
+		return icuda.Location{}, fmt.Errorf("%w: NUMA node %d asked, but the driver of device %d places host VMM memory on no chosen node: %w",
+			ErrInvalid, int(n)-1, dev.Ordinal(), icuda.ErrNotSupported)
+	}
+	return icuda.Location{}, fmt.Errorf("%w: the driver of device %d has no VMM host memory (device attributes 141 and 145): %w",
+		ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
+}
+
+// Location returns where the provider's memory lives.
+func (p *CUDAHostVMMProvider) Location() icuda.Location { return p.loc }
+
+// Reserve implements Provider. With CUDAHostOptions.Populate the region is committed whole.
+func (p *CUDAHostVMMProvider) Reserve(size, alignment uintptr) (*Region, error) {
+	r, err := p.vmm.Reserve(size, alignment)
+	if err != nil {
+		return nil, err
+	}
+	if p.populate {
+		if err := p.Commit(r, 0, r.Size); err != nil {
+			_ = p.vmm.Release(r)
+			return nil, err
+		}
+		r.Committed = true
+	}
+	p.mu.Lock()
+	p.regions = append(p.regions, r)
+	p.mu.Unlock()
+	return r, nil
+}
+
+// Release implements Provider.
+func (p *CUDAHostVMMProvider) Release(r *Region) error {
+	if err := p.vmm.Release(r); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.regions {
+		if x == r {
+			p.regions = append(p.regions[:i], p.regions[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
+
+// Zero implements Zeroer, with the CPU.
+func (p *CUDAHostVMMProvider) Zero(addr, size uintptr) error { return hostZero(addr, size) }
+
+// DevicePointer implements DeviceMapper: a device addresses VMM host memory at its host
+// address. addr must lie in committed memory of the provider.
+func (p *CUDAHostVMMProvider) DevicePointer(addr uintptr) (uintptr, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.vmm.mu.Lock()
+	defer p.vmm.mu.Unlock()
+	for _, r := range p.regions {
+		if v, ok := r.Handle.(*vmmRegion); ok && addr-r.Base < r.Size && v.mapped.get(int((addr-r.Base)/p.gran)) {
+			return addr, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: device pointer of %#x: not in committed memory of the %s provider", ErrInvalid, addr, p.name)
+}
+
+// CUDAHostAllocProvider hands out pinned host memory from cuMemHostAlloc, one allocation per
+// region: the classic way, kept for comparison with CUDAHostProvider. Regions are committed
+// whole and never decommitted, and their base is only page-aligned.
+type CUDAHostAllocProvider struct {
+	wholeRegions
+}
+
+// NewCUDAHostAlloc returns a provider of host memory from cuMemHostAlloc (portable, mapped).
+func NewCUDAHostAlloc(pub *cuda.Device) (*CUDAHostAllocProvider, error) {
+	dev, err := internalDevice(pub, "cuda-hostalloc")
+	if err != nil {
+		return nil, err
+	}
+	const flags = icuda.HostAllocPortable | icuda.HostAllocDeviceMap
+	w, err := newWholeRegions(dev, "cuda-hostalloc", HostPinned, "cuMemHostAlloc",
+		func(n uintptr) (uintptr, error) { return dev.MemHostAlloc(n, flags) }, dev.MemFreeHost)
+	if err != nil {
+		return nil, err
+	}
+	return &CUDAHostAllocProvider{w}, nil
+}
+
+// Zero implements Zeroer, with the CPU.
+func (p *CUDAHostAllocProvider) Zero(addr, size uintptr) error { return hostZero(addr, size) }
+
+// DevicePointer implements DeviceMapper.
+func (p *CUDAHostAllocProvider) DevicePointer(addr uintptr) (uintptr, error) {
+	return p.devicePointer(addr)
+}

@@ -1,0 +1,307 @@
+package arena
+
+// CUDA pinned host memory for drivers without VMM host memory: mmap + cuMemHostRegister.
+//
+// # The registration invariant
+//
+// The driver copies a host range by DMA only when the range lies inside ONE registration (a
+// copy spanning two is refused with CUDA_ERROR_INVALID_VALUE, measured on an H100). So this
+// provider keeps, at all times:
+//
+//  1. every committed byte is registered, and every registration covers committed whole
+//     granules of one region;
+//  2. every block a heap hands out lies inside one registration.
+//
+// (2) comes from the granule and from Join. The granule is a chunk (2 MiB): the arena commits
+// and decommits whole chunks, so a heap segment (one chunk) is committed, registered and purged
+// as one piece, and no page's blocks straddle two commits. A huge object is a span of chunks,
+// committed when Alloc hands it out; the arena then calls Join for the span's granules, which
+// makes them exactly one registration (merging the registrations of chunks that were
+// committed already, and cutting off any registration that reached past the span). Commit
+// (the heap reusing a range) joins the same way. A registration that Join or Decommit cuts
+// holds no live block: registrations are made for one span's range, spans never share a chunk,
+// and the pieces cut off lie in chunks no span has claimed since (see Joiner).
+//
+// The cost of the invariant: a segment holding one small page commits and pins 2 MiB, not
+// 64 KiB; the VMM host provider, whose granule is 2 MiB as well, pays the same.
+
+import (
+	"errors"
+	"fmt"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"sort"
+	"sync"
+
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// regGranule is the registration provider's granule: one chunk.
+const regGranule = DefaultChunkSize
+
+// registerFlags maps registrations into the device's address space for every context.
+const registerFlags = icuda.HostRegisterPortable | icuda.HostRegisterDeviceMap
+
+// CUDAHostRegisterProvider hands out pinned host memory: anonymous memory mapped as the
+// pageable HostProvider maps it (over-reserved and trimmed, so regions are aligned for free;
+// PROT_NONE until committed), registered with cuMemHostRegister when committed and unregistered
+// when decommitted, under the registration invariant above. Registration pins the pages itself,
+// so nothing is mlocked and RLIMIT_MEMLOCK does not apply. Copies between a block of this
+// memory and any device run by DMA at full bandwidth, and the device can address it directly
+// (DevicePointer). It is the fallback of NewCUDAHost on drivers without VMM host memory.
+type CUDAHostRegisterProvider struct {
+	*cudaBase
+	host *HostProvider
+
+	mu   sync.Mutex
+	regs map[uintptr][]hostReg // by region base: its registrations, sorted by offset, disjoint
+}
+
+// hostReg is one registration: [off, off+size) from its region's base.
+type hostReg struct{ off, size uintptr }
+
+func (g hostReg) end() uintptr { return g.off + g.size }
+
+// NewCUDAHostRegister returns a provider of host memory pinned by registration with the CUDA
+// driver of dev. o.HugePages applies as for the host providers; with o.Populate each region is
+// committed and registered whole when reserved. o.Devices and o.NUMA do not apply: a
+// registration is portable to every device, and its pages lie where the kernel put them.
+func NewCUDAHostRegister(pub *cuda.Device, o CUDAHostOptions) (*CUDAHostRegisterProvider, error) {
+	dev, err := internalDevice(pub, "cuda-host-register")
+	if err != nil {
+		return nil, err
+	}
+	b, err := newCUDABase(dev, "cuda-host-register", HostPinned)
+	if err != nil {
+		return nil, err
+	}
+	return &CUDAHostRegisterProvider{cudaBase: b, host: Pageable(o.HostOptions), regs: map[uintptr][]hostReg{}}, nil
+}
+
+// Caps implements Provider: those of the host mapping underneath, with a granule of a chunk.
+func (p *CUDAHostRegisterProvider) Caps() Caps {
+	c := p.host.Caps()
+	c.Granule = max(c.Granule, regGranule)
+	return c
+}
+
+// HostCounters returns the system calls made for the mappings.
+func (p *CUDAHostRegisterProvider) HostCounters() HostCounters { return p.host.Counters() }
+
+// Report implements Reporter: the driver's counters and the mappings' system calls.
+func (p *CUDAHostRegisterProvider) Report() ProviderStats {
+	s := p.cudaBase.Report()
+	h := p.host.Counters()
+	s.Syscalls, s.HugeTLBFallbacks = h.Total(), h.HugeTLBFallbacks
+	return s
+}
+
+// Reserve implements Provider.
+func (p *CUDAHostRegisterProvider) Reserve(size, alignment uintptr) (*Region, error) {
+	r, err := p.host.Reserve(size, max(alignment, regGranule))
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.regs[r.Base] = nil
+	p.mu.Unlock()
+	if r.Committed { // populated: register it whole now, since Commit will never be called
+		if err := p.register(r, hostReg{0, r.Size}); err != nil {
+			_ = p.Release(r)
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Commit implements Provider: the range is made accessible, then registered as one.
+func (p *CUDAHostRegisterProvider) Commit(r *Region, off, size uintptr) error {
+	if err := p.host.Commit(r, off, size); err != nil {
+		return err
+	}
+	if err := p.register(r, hostReg{off, size}); err != nil {
+		_ = p.host.Decommit(r, off, size)
+		return err
+	}
+	return nil
+}
+
+// Join implements Joiner: [off, off+size), committed, becomes exactly one registration. When
+// it is one already (the common case: a segment's chunk, a span committed in one piece) no
+// driver call is made.
+func (p *CUDAHostRegisterProvider) Join(r *Region, off, size uintptr) error {
+	if err := checkRange(r, off, size); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	regs, ok := p.regs[r.Base]
+	if !ok {
+		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", ErrInvalid, r.Base, r.Size)
+	}
+	lo, hi := overlapping(regs, off, size)
+	if hi-lo == 1 && regs[lo] == (hostReg{off, size}) {
+		return nil
+	}
+	if err := p.cut(r, off, size); err != nil {
+		return err
+	}
+	// Now only registrations inside the range overlap it: undo them, register the range.
+	regs = p.regs[r.Base]
+	lo, hi = overlapping(regs, off, size)
+	inside := append([]hostReg(nil), regs[lo:hi]...)
+	for _, g := range inside {
+		if err := p.unregisterOne(r, g); err != nil {
+			return err
+		}
+	}
+	if err := p.registerLocked(r, hostReg{off, size}); err != nil {
+		for _, g := range inside { // put back what was there: committed memory stays registered
+			_ = p.registerLocked(r, g)
+		}
+		return err
+	}
+	return nil
+}
+
+// Decommit implements Provider: the range is unregistered, then its pages dropped.
+func (p *CUDAHostRegisterProvider) Decommit(r *Region, off, size uintptr) error {
+	if err := checkRange(r, off, size); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	err := p.cut(r, off, size)
+	if err == nil {
+		regs := p.regs[r.Base]
+		lo, hi := overlapping(regs, off, size)
+		for _, g := range append([]hostReg(nil), regs[lo:hi]...) {
+			if err = p.unregisterOne(r, g); err != nil {
+				break
+			}
+		}
+	}
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return p.host.Decommit(r, off, size)
+}
+
+// Release implements Provider. Registrations left (a populated region) are undone first.
+func (p *CUDAHostRegisterProvider) Release(r *Region) error {
+	if r == nil {
+		return fmt.Errorf("%w: nil region", ErrInvalid)
+	}
+	p.mu.Lock()
+	var errs []error
+	for _, g := range append([]hostReg(nil), p.regs[r.Base]...) {
+		errs = append(errs, p.unregisterOne(r, g))
+	}
+	delete(p.regs, r.Base)
+	p.mu.Unlock()
+	return errors.Join(append(errs, p.host.Release(r))...)
+}
+
+// Zero implements Zeroer, with the CPU.
+func (p *CUDAHostRegisterProvider) Zero(addr, size uintptr) error { return hostZero(addr, size) }
+
+// DevicePointer implements DeviceMapper. With unified addressing (every 64-bit platform CUDA
+// supports) it is addr itself, but kernels should be given what this returns.
+func (p *CUDAHostRegisterProvider) DevicePointer(addr uintptr) (uintptr, error) {
+	return p.devicePointer(addr)
+}
+
+// RegistrationOf returns the registered range [base, base+size) holding addr, for tests of the
+// registration invariant; ok is false when addr is not registered.
+func (p *CUDAHostRegisterProvider) RegistrationOf(addr uintptr) (base, size uintptr, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for rb, regs := range p.regs {
+		for _, g := range regs {
+			if addr-rb-g.off < g.size && addr >= rb {
+				return rb + g.off, g.size, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+// overlapping returns the indexes [lo, hi) of the registrations in regs (sorted, disjoint)
+// that overlap [off, off+size).
+func overlapping(regs []hostReg, off, size uintptr) (lo, hi int) {
+	lo = sort.Search(len(regs), func(i int) bool { return regs[i].end() > off })
+	hi = lo
+	for hi < len(regs) && regs[hi].off < off+size {
+		hi++
+	}
+	return lo, hi
+}
+
+// cut makes sure no registration crosses off or off+size: one that does is undone and its
+// parts on each side registered again. p.mu is held.
+func (p *CUDAHostRegisterProvider) cut(r *Region, off, size uintptr) error {
+	for _, at := range []uintptr{off, off + size} {
+		regs := p.regs[r.Base]
+		i := sort.Search(len(regs), func(i int) bool { return regs[i].end() > at })
+		if i == len(regs) || regs[i].off >= at {
+			continue // no registration holds the byte before at and the one at it both
+		}
+		g := regs[i]
+		if err := p.unregisterOne(r, g); err != nil {
+			return err
+		}
+		left, right := hostReg{g.off, at - g.off}, hostReg{at, g.end() - at}
+		err := p.registerLocked(r, left)
+		if err == nil {
+			if err = p.registerLocked(r, right); err != nil {
+				_ = p.unregisterOne(r, left)
+			}
+		}
+		if err != nil {
+			_ = p.registerLocked(r, g) // put it back whole
+			return err
+		}
+	}
+	return nil
+}
+
+// register registers g of r, under p.mu.
+func (p *CUDAHostRegisterProvider) register(r *Region, g hostReg) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.regs[r.Base]; !ok {
+		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", ErrInvalid, r.Base, r.Size)
+	}
+	return p.registerLocked(r, g)
+}
+
+// registerLocked registers g of r and records it. On failure it returns an error wrapping
+// ErrCommit and the driver's (and ErrExhausted when the driver is out of memory). p.mu is held.
+func (p *CUDAHostRegisterProvider) registerLocked(r *Region, g hostReg) error {
+	if err := p.call(&p.registrations, 1, p.dev.MemHostRegister(r.Base+g.off, g.size, registerFlags)); err != nil {
+		return p.driverError(ErrCommit, "cuMemHostRegister", g.size, err)
+	}
+	regs := p.regs[r.Base]
+	i := sort.Search(len(regs), func(i int) bool { return regs[i].off > g.off })
+	regs = append(regs, hostReg{})
+	copy(regs[i+1:], regs[i:])
+	regs[i] = g
+	p.regs[r.Base] = regs
+	p.committed.Add(int64(g.size))
+	return nil
+}
+
+// unregisterOne undoes registration g of r and forgets it. p.mu is held.
+func (p *CUDAHostRegisterProvider) unregisterOne(r *Region, g hostReg) error {
+	if err := p.call(&p.registrations, -1, p.dev.MemHostUnregister(r.Base+g.off)); err != nil {
+		return fmt.Errorf("%w: cuMemHostUnregister at %#x: %w", ErrCommit, r.Base+g.off, err)
+	}
+	p.committed.Add(-int64(g.size))
+	regs := p.regs[r.Base]
+	for i, x := range regs {
+		if x == g {
+			p.regs[r.Base] = append(regs[:i], regs[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
