@@ -36,6 +36,15 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
+const (
+	// MinCapacity is the smallest capacity New accepts: one 2 MiB chunk.
+	MinCapacity = 2 << 20
+	// MaxCapacity is the largest capacity New accepts: 128 TiB, the user address space of an
+	// x86-64 or arm64 process with 48-bit virtual addresses. Capacity is address space only;
+	// the pool's bookkeeping grows with the memory it uses, not with its capacity.
+	MaxCapacity = heap.MaxCapacity
+)
+
 // Pool hands out pinned []byte buffers. It is safe for concurrent use.
 type Pool struct {
 	a       *arena.Arena
@@ -80,6 +89,10 @@ func New(o Options) (*Pool, error) {
 	capacity, err := o.capacity(prov)
 	if err != nil {
 		return nil, err
+	}
+	if capacity < MinCapacity || capacity > MaxCapacity {
+		return nil, fmt.Errorf("%w: capacity %d bytes (want %d bytes, one 2 MiB chunk, to %d, 128 TiB of address space)",
+			ErrInvalidOptions, capacity, MinCapacity, uint64(MaxCapacity))
 	}
 	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: uintptr(o.Align)})
 	if err != nil {
