@@ -139,23 +139,30 @@ func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrInvalidSize, n)
 	}
-	if p.closed.Load() {
-		return nil, ErrClosed
-	}
-	s := p.acquire()
-	addr, err := s.allocIn(uintptr(n), alignment)
-	p.release(s)
+	addr, err := p.allocOnce(uintptr(n), alignment)
 	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
 		// Other shards may hold freed blocks they have not collected: collect, retry once.
 		p.collectAll()
-		s = p.acquire()
-		addr, err = s.allocIn(uintptr(n), alignment)
-		p.release(s)
+		addr, err = p.allocOnce(uintptr(n), alignment)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return mem.Bytes(addr, uintptr(n)), nil
+}
+
+// allocOnce allocates from a shard. It checks closed as the shard's owner: Close sets closed
+// before it takes any shard's lock to count the live buffers, so an Alloc either sees closed or
+// ends before Close counts its shard.
+func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
+	s := p.acquire()
+	if p.closed.Load() {
+		p.release(s)
+		return 0, ErrClosed
+	}
+	addr, err := s.allocIn(n, alignment)
+	p.release(s)
+	return addr, err
 }
 
 func (s *shard) allocIn(n, alignment uintptr) (uintptr, error) {
@@ -187,6 +194,10 @@ func (p *Pool) Free(b []byte) error {
 		err = p.g.FreeSized(addr, n)
 	}
 	if err != nil {
+		if p.released.Load() {
+			// Not a live buffer (those keep the pool's memory), and the memory is gone.
+			return fmt.Errorf("%w: %w", ErrClosed, err)
+		}
 		return wrapFreeError(err)
 	}
 	if p.closed.Load() {
@@ -247,10 +258,14 @@ func (p *Pool) acquireSlow() *shard {
 	return s
 }
 
-// newShard adds a shard, returned locked.
+// newShard adds a shard, returned locked. It makes none after Close, which takes growMu before
+// it looks at the shards, so that every shard is in the snapshot it counts and closes.
 func (p *Pool) newShard() (*shard, error) {
 	p.growMu.Lock()
 	defer p.growMu.Unlock()
+	if p.closed.Load() {
+		return nil, ErrClosed
+	}
 	h, err := p.g.NewHeap(heap.Options{Align: p.align})
 	if err != nil {
 		return nil, err
@@ -299,6 +314,9 @@ func (p *Pool) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	// No shard is added from now on, and a shard being added is published before this returns.
+	p.growMu.Lock()
+	p.growMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier for newShard
 	if n, bytes := p.live(); n > 0 {
 		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed",
 			ErrLiveBlocks, n, bytes)
