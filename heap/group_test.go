@@ -107,3 +107,23 @@ func TestNewGroupRefusesBeyondAddressSpace(t *testing.T) {
 		t.Fatalf("NewGroup(capacity 1<<62): %v", err)
 	}
 }
+
+// TestFreeAfterClose: a free of a closed heap says ErrClosed, not ErrDoubleFree.
+func TestFreeAfterClose(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{"Free": h.Free(p), "FreeSized": h.FreeSized(p, 100)} {
+		if !errors.Is(err, ErrClosed) || errors.Is(err, ErrDoubleFree) {
+			t.Errorf("%s after Close: %v", name, err)
+		}
+	}
+}

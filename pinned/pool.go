@@ -76,6 +76,11 @@ type shard struct {
 // capacity of the machine's physical memory (address space only: memory is committed, and
 // locked, as buffers need it).
 func New(o Options) (*Pool, error) {
+	p, err := newPool(o)
+	return p, wrapError(err, ErrInvalidOptions)
+}
+
+func newPool(o Options) (*Pool, error) {
 	prov, host, err := o.provider()
 	if err != nil {
 		return nil, err
@@ -146,7 +151,7 @@ func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
 		addr, err = p.allocOnce(uintptr(n), alignment)
 	}
 	if err != nil {
-		return nil, err
+		return nil, p.allocError(err, uintptr(n), alignment)
 	}
 	return mem.Bytes(addr, uintptr(n)), nil
 }
@@ -163,6 +168,14 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 	addr, err := s.allocIn(n, alignment)
 	p.release(s)
 	return addr, err
+}
+
+// allocError gives an allocation's error this package's sentinel.
+func (p *Pool) allocError(err error, n, alignment uintptr) error {
+	if c := p.a.Capacity(); errors.Is(err, heap.ErrOutOfMemory) && (n > c || alignment > c) {
+		return fmt.Errorf("%w: %d bytes aligned to %d asked of a pool of capacity %d: %w", ErrTooLarge, n, alignment, c, err)
+	}
+	return wrapError(err, ErrOutOfMemory)
 }
 
 func (s *shard) allocIn(n, alignment uintptr) (uintptr, error) {
@@ -198,7 +211,7 @@ func (p *Pool) Free(b []byte) error {
 			// Not a live buffer (those keep the pool's memory), and the memory is gone.
 			return fmt.Errorf("%w: %w", ErrClosed, err)
 		}
-		return wrapFreeError(err)
+		return wrapError(err, ErrNotOwned)
 	}
 	if p.closed.Load() {
 		p.finishClose()
@@ -321,7 +334,7 @@ func (p *Pool) Close() error {
 		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed",
 			ErrLiveBlocks, n, bytes)
 	}
-	return p.releaseAll()
+	return wrapError(p.releaseAll(), ErrClosed)
 }
 
 // live collects every shard and counts the live buffers.
@@ -371,5 +384,6 @@ func (p *Pool) DevicePointer(b []byte) (uintptr, error) {
 	if len(b) == 0 {
 		return 0, fmt.Errorf("%w: empty slice", ErrNotOwned)
 	}
-	return c.DevicePointer(mem.Addr(b))
+	ptr, err := c.DevicePointer(mem.Addr(b))
+	return ptr, wrapError(err, ErrNotOwned)
 }
