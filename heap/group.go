@@ -172,3 +172,38 @@ func (g *Group) locateSized(p, n uintptr) (*page, uint32, error) {
 	}
 	return pg, idx, nil
 }
+
+// Block returns the start and the size asked for of the live block that holds address p,
+// which may point inside it. It fails with ErrNotOwned for an address outside the arena's
+// blocks, and with ErrDoubleFree for one in a free block (or in a free page or chunk). A
+// caller checking that a range [p, p+n) lies inside one block tests p+n <= base+size. Frees
+// of the block racing with the call are the caller's business.
+func (g *Group) Block(p uintptr) (base, size uintptr, err error) {
+	id, ok := g.a.Lookup(p)
+	if !ok {
+		return 0, 0, fmt.Errorf("%w: %#x is outside the arena", ErrNotOwned, p)
+	}
+	s := g.segmentAt(id)
+	if s == nil {
+		return 0, 0, fmt.Errorf("%w: %#x is in a free chunk", ErrDoubleFree, p)
+	}
+	pg := s.huge
+	if pg == nil {
+		if pg = s.pages[(p-s.base)>>sliceShift].Load(); pg == nil {
+			return 0, 0, fmt.Errorf("%w: %#x is in a free page", ErrDoubleFree, p)
+		}
+	}
+	off := p - pg.base
+	if p < pg.base || off >= uintptr(pg.nblocks)*pg.bsize {
+		return 0, 0, fmt.Errorf("%w: %#x is outside the page's blocks", ErrNotOwned, p)
+	}
+	idx := uint32(off / pg.bsize) // not divMul: that is exact only for block starts
+	base = pg.base + uintptr(idx)*pg.bsize
+	if size = pg.liveSize(idx); size == 0 {
+		return 0, 0, fmt.Errorf("%w: %#x is in a free block", ErrDoubleFree, p)
+	}
+	if p-base >= size {
+		return 0, 0, fmt.Errorf("%w: %#x is %d bytes into a block of %d bytes at %#x", ErrNotOwned, p, p-base, size, base)
+	}
+	return base, size, nil
+}

@@ -127,3 +127,39 @@ func TestFreeAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupBlock finds the block holding an interior address, for every kind of page.
+func TestGroupBlock(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	g := h.Group()
+	for _, n := range []uintptr{100, 5000, 40 << 10, 200 << 10, 700 << 10, 3 << 20} {
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := h.Alloc(n) // a neighbour, for the block after p
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []uintptr{p, p + 1, p + n/2, p + n - 1} {
+			if base, size, err := g.Block(a); err != nil || base != p || size != n {
+				t.Fatalf("Block(%#x) in a block of %d at %#x: %#x, %d, %v", a, n, p, base, size, err)
+			}
+		}
+		if base, _, err := g.Block(p + n); err == nil && base == p {
+			t.Fatalf("Block(end of a block of %d) found the block", n)
+		}
+		if err := h.Free(p); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := g.Block(p + n/2); !errors.Is(err, ErrDoubleFree) && !errors.Is(err, ErrNotOwned) {
+			t.Fatalf("Block in a freed block of %d: %v", n, err)
+		}
+		if err := h.Free(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := g.Block(12345); !errors.Is(err, ErrNotOwned) {
+		t.Fatalf("Block(foreign): %v", err)
+	}
+}
