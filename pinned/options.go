@@ -85,6 +85,13 @@ type Options struct {
 	// Device is the ordinal of the CUDA device for the CUDAHost and Auto backends (default 0).
 	// The pool keeps the device's primary context retained until its memory is released.
 	Device int
+	// ZeroOnFree clears every buffer as it is freed, after Free has checked that it is a whole
+	// live buffer, so that no later user of the memory (another tenant of a shared pool) reads
+	// what it held. It costs a memclr of the buffer per Free (see the package documentation).
+	ZeroOnFree bool
+	// Quota caps the bytes of the pool's live buffers (the sizes asked for); an Alloc beyond
+	// it fails with ErrQuota and allocates nothing. Zero means no quota; negative is refused.
+	Quota int64
 }
 
 func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {

@@ -62,6 +62,13 @@ type Pool struct {
 	closed   atomic.Bool // no more Alloc
 	released atomic.Bool // memory given back: no more Free either
 	closeMu  sync.Mutex
+
+	// guarded is set when ZeroOnFree or a quota is on: Alloc and Free then take their slow
+	// paths (guard.go); with both off they cost one test of this field.
+	guarded    bool
+	zeroOnFree bool
+	quota      int64
+	used       atomic.Int64 // live bytes, counted only under a quota
 }
 
 // shard is one heap and the lock that makes a goroutine its owner. It is padded so that two
@@ -108,7 +115,12 @@ func newPool(o Options) (*Pool, error) {
 		_ = a.Close()
 		return nil, err
 	}
-	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, maxShards: o.Shards}
+	if o.Quota < 0 {
+		_ = a.Close()
+		return nil, fmt.Errorf("%w: quota %d", ErrInvalidOptions, o.Quota)
+	}
+	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, maxShards: o.Shards,
+		guarded: o.ZeroOnFree || o.Quota > 0, zeroOnFree: o.ZeroOnFree, quota: o.Quota}
 	if p.maxShards <= 0 {
 		p.maxShards = 2 * runtime.GOMAXPROCS(0)
 	}
@@ -144,6 +156,13 @@ func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrInvalidSize, n)
 	}
+	if p.guarded && p.quota > 0 {
+		return p.allocQuota(n, alignment)
+	}
+	return p.allocAny(n, alignment)
+}
+
+func (p *Pool) allocAny(n int, alignment uintptr) ([]byte, error) {
 	addr, err := p.allocOnce(uintptr(n), alignment)
 	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
 		// Other shards may hold freed blocks they have not collected: collect, retry once.
@@ -200,6 +219,14 @@ func (p *Pool) Free(b []byte) error {
 		return ErrClosed
 	}
 	addr, n := mem.Addr(b), uintptr(len(b))
+	if p.guarded {
+		return p.freeGuarded(b, addr, n)
+	}
+	return p.free(addr, n)
+}
+
+// free gives back the block at addr, of n bytes.
+func (p *Pool) free(addr, n uintptr) error {
 	var err error
 	if n > largeFree {
 		err = p.freeLarge(addr, n)
