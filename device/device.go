@@ -100,6 +100,13 @@ type Options struct {
 	Provider arena.Provider
 	// PurgeDelay is how long free chunks stay committed in the arena (see arena.Options).
 	PurgeDelay time.Duration
+	// ZeroOnFree clears every block as it is freed, with a driver memset queued on the freeing
+	// stream (FreeAsync) or done at once (Free), before the block can be handed out again: no
+	// later user of the memory reads what it held.
+	ZeroOnFree bool
+	// Quota caps the bytes of the heap's live blocks (the sizes asked for; a deferred free
+	// counts until it is done); an Alloc beyond it fails with ErrQuota. Zero means no quota.
+	Quota uintptr
 }
 
 // Heap allocates device memory with stream-ordered frees. See the package documentation.
@@ -118,6 +125,8 @@ type Heap struct {
 	deferred map[cuda.DevicePtr]bool    // blocks with a deferred free
 	events   *icuda.EventPool
 	st       Stats
+
+	guard // ZeroOnFree and Quota (guard.go)
 }
 
 // pending is a free deferred until an event recorded on the freeing stream completes.
@@ -185,6 +194,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		streams: map[cuda.Stream]*heap.Heap{},
 		seen:    map[cuda.Stream]bool{}, queues: map[cuda.Stream][]pending{}, deferred: map[cuda.DevicePtr]bool{},
 		events: icuda.NewEventPool(d),
+		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: o.Quota},
 	}, nil
 }
 
@@ -225,6 +235,9 @@ func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := h.overQuota(n); err != nil {
+		return 0, err
+	}
 	p, err := sh.Alloc(n)
 	if err != nil && outOfMemory(err) {
 		h.st.Reclaims++
@@ -237,6 +250,9 @@ func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 		return 0, err
 	}
 	h.st.Allocs++
+	if h.quota > 0 {
+		h.used += n
+	}
 	return p, nil
 }
 
@@ -256,6 +272,9 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 	if err != nil {
 		return err
 	}
+	if err := h.scrub(p, nil); err != nil {
+		return err
+	}
 	return h.free(owner, p)
 }
 
@@ -272,6 +291,9 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 	}
 	owner, err := h.owner(p)
 	if err != nil {
+		return err
+	}
+	if err := h.scrub(p, &s); err != nil {
 		return err
 	}
 	if owner == h.streams[s] {
@@ -472,10 +494,12 @@ func (h *Heap) owner(p cuda.DevicePtr) (*heap.Heap, error) {
 
 // free gives p back to its heap, as its owner (h.mu makes every stream heap ours).
 func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
+	size := h.liveSize(p)
 	if err := owner.Free(p); err != nil {
 		return err
 	}
 	h.st.Frees++
+	h.used -= size
 	return nil
 }
 

@@ -28,4 +28,7 @@ var (
 	ErrLiveBlocks = errors.New("heap: blocks still live")
 	// ErrClosed means the heap was used after Close.
 	ErrClosed = errors.New("heap: closed")
+	// ErrInvalidArgument means an argument other than a size or an alignment is unusable: a
+	// nil arena, an arena whose chunks are not 2 MiB.
+	ErrInvalidArgument = errors.New("heap: invalid argument")
 )

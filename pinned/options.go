@@ -100,6 +100,13 @@ type Options struct {
 	// done. Stats reports its progress (Precommitted) and any error. Precommitted memory stays
 	// until a buffer uses it, Trim, or Close.
 	Precommit int64
+	// ZeroOnFree clears every buffer as it is freed, after Free has checked that it is a whole
+	// live buffer, so that no later user of the memory (another tenant of a shared pool) reads
+	// what it held. It costs a memclr of the buffer per Free (see the package documentation).
+	ZeroOnFree bool
+	// Quota caps the bytes of the pool's live buffers (the sizes asked for); an Alloc beyond
+	// it fails with ErrQuota and allocates nothing. Zero means no quota; negative is refused.
+	Quota int64
 }
 
 func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
@@ -111,6 +118,9 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	}
 	if o.Precommit < 0 {
 		return nil, nil, fmt.Errorf("%w: precommit %d bytes", ErrInvalidOptions, o.Precommit)
+	}
+	if o.HugePages > arena.HugeTLB {
+		return nil, nil, fmt.Errorf("%w: huge pages %d (want arena.HugeNone, HugeTransparent or HugeTLB)", ErrInvalidOptions, o.HugePages)
 	}
 	ho := arena.HostOptions{HugePages: o.HugePages, Populate: o.Populate}
 	switch o.Backend {
@@ -149,7 +159,7 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 func (o *Options) cudaHost(ho arena.HostOptions) (arena.Provider, error) {
 	c, err := arena.OpenCUDAHost(o.Device, arena.CUDAHostOptions{HostOptions: ho, Devices: o.Devices, NUMA: o.NUMA})
 	if err != nil {
-		return nil, fmt.Errorf("pinned: the %s backend needs CUDA device %d: %w", CUDAHost, o.Device, err)
+		return nil, fmt.Errorf("the %s backend needs CUDA device %d: %w", CUDAHost, o.Device, err)
 	}
 	return c, nil
 }

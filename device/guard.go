@@ -1,0 +1,63 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// ErrQuota means an allocation would take the heap's live bytes beyond Options.Quota.
+var ErrQuota = errors.New("device: quota exceeded")
+
+// guard holds what a heap shared by tenants needs, off by default: ZeroOnFree clears a block
+// with a driver memset as it is freed, and Quota caps the live bytes. With both off, Alloc and
+// the frees test a field and skip the rest. Everything here runs under Heap.mu.
+//
+// The memset of a freed block is queued on the freeing stream before the free takes effect: a
+// FreeAsync on the block's own stream makes it reusable at once by later work on that stream,
+// which runs after the memset; a FreeAsync on another stream records its event after the
+// memset, so no stream sees the block before it is clear; a synchronous Free waits for the
+// memset (cuMemsetD8).
+type guard struct {
+	zeroOnFree bool
+	quota      uintptr
+	used       uintptr // live bytes asked for, counted only under a quota
+}
+
+// overQuota refuses an allocation of n bytes that would pass the quota.
+func (h *Heap) overQuota(n uintptr) error {
+	if h.quota == 0 || n <= h.quota-min(h.used, h.quota) {
+		return nil
+	}
+	return fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, h.used, h.quota)
+}
+
+// liveSize returns the size the live block at p was allocated with, when a quota counts it.
+func (h *Heap) liveSize(p cuda.DevicePtr) uintptr {
+	if h.quota == 0 {
+		return 0
+	}
+	n, _ := h.g.Size(uintptr(p))
+	return n
+}
+
+// scrub clears the live block at p, on stream s (queued), or at once when s is nil.
+func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
+	if !h.zeroOnFree {
+		return nil
+	}
+	n, err := h.g.Size(uintptr(p))
+	if err != nil {
+		return err
+	}
+	if s != nil {
+		err = h.dev.MemsetD8Async(p, 0, n, *s)
+	} else {
+		err = h.dev.MemsetD8(p, 0, n)
+	}
+	if err != nil {
+		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w", p, n, err)
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package device
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// TestFakeZeroOnFree: a block freed on its own stream (reused at once), on another stream
+// (reused after the event) or synchronously reads zero when it is handed out again.
+func TestFakeZeroOnFree(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, ZeroOnFree: true})
+	if f == nil {
+		return
+	}
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	host, err := unix.Mmap(-1, 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	must(t, "mmap", err)
+	defer unix.Munmap(host)
+	secret := bytes.Repeat([]byte{0x5A}, 4096)
+	for _, how := range []string{"FreeAsync same stream", "FreeAsync other stream", "Free"} {
+		p := alloc(t, h, 4096, a)
+		must(t, "HtoD", h.HtoD(p, secret))
+		switch how {
+		case "FreeAsync same stream":
+			must(t, how, h.FreeAsync(p, a))
+		case "FreeAsync other stream":
+			must(t, how, h.FreeAsync(p, b))
+			must(t, "Sync", h.Sync())
+		case "Free":
+			must(t, how, h.Free(p))
+		}
+		q := alloc(t, h, 4096, a)
+		if q != p {
+			t.Fatalf("%s: block not reused (%#x, then %#x): the test proves nothing", how, p, q)
+		}
+		must(t, "StreamSynchronize", dev.StreamSynchronize(a))
+		got := host[:4096]
+		must(t, "DtoH", h.DtoH(got, q))
+		if !bytes.Equal(got, make([]byte, 4096)) {
+			t.Fatalf("%s: the next user of the block reads the last one's data", how)
+		}
+		must(t, "Free", h.Free(q))
+	}
+}
+
+func TestFakeQuota(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, Quota: 1 << 20})
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	p := alloc(t, h, 768<<10, s)
+	if _, err := h.Alloc(512<<10, s); !errors.Is(err, ErrQuota) {
+		t.Fatalf("Alloc past the quota: %v", err)
+	}
+	q := alloc(t, h, 256<<10, s) // exactly the quota
+	if _, err := h.Alloc(1, s); !errors.Is(err, ErrQuota) {
+		t.Fatalf("Alloc at the quota: %v", err)
+	}
+	f.Hold(true)
+	must(t, "FreeAsync", h.FreeAsync(p, cuda.Stream(0))) // deferred: counts until done
+	if _, err := h.Alloc(512<<10, s); !errors.Is(err, ErrQuota) {
+		t.Fatalf("Alloc with a deferred free pending: %v", err)
+	}
+	f.Complete()
+	f.Hold(false)
+	must(t, "Sync", h.Sync())
+	r := alloc(t, h, 512<<10, s)
+	freeAll(t, h, []cuda.DevicePtr{q, r})
+}

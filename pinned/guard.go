@@ -1,0 +1,56 @@
+package pinned
+
+import "fmt"
+
+// The guards a shared pool needs, off by default: ZeroOnFree scrubs a buffer as it is freed, so
+// that no later user of its memory reads what it held, and Quota caps the live bytes of a pool
+// (one pool per tenant). With both off, Alloc and Free test one field; with either on they take
+// the paths below.
+//
+// The scrub runs after the buffer is known to be a whole live buffer (the heap's lookup) and
+// before the heap takes it back, so that a refused Free (a sub-slice, a slice of Go memory, a
+// buffer freed already) clears nothing, and no other Alloc can be handed the memory before it
+// is clear. Two goroutines freeing the same buffer at once are a double free the heap reports
+// to one of them; the other may have cleared the buffer after it was handed out again, which
+// loses that new owner's data but shows it to no one.
+//
+// The quota counts the bytes asked for, in one atomic counter shared by the pool's goroutines:
+// an Alloc adds its size and backs off when the sum passes the quota, so concurrent Allocs
+// never take the pool beyond it.
+
+// allocQuota is Alloc under a quota.
+func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
+	if used := p.used.Add(int64(n)); used > p.quota {
+		p.used.Add(-int64(n))
+		return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, used-int64(n), p.quota)
+	}
+	b, err := p.allocAny(n, alignment)
+	if err != nil {
+		p.used.Add(-int64(n))
+	}
+	return b, err
+}
+
+// freeGuarded is Free with a scrub, a quota, or both.
+func (p *Pool) freeGuarded(b []byte, addr, n uintptr) error {
+	if p.zeroOnFree {
+		size, err := p.g.Size(addr)
+		if err == nil && size != n {
+			return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
+		}
+		if err != nil {
+			if p.released.Load() {
+				return fmt.Errorf("%w: %w", ErrClosed, err)
+			}
+			return wrapError(err, ErrNotOwned)
+		}
+		clear(b)
+	}
+	if err := p.free(addr, n); err != nil {
+		return err
+	}
+	if p.quota > 0 {
+		p.used.Add(-int64(n))
+	}
+	return nil
+}
