@@ -309,7 +309,6 @@ func TestSentinelsShared(t *testing.T) {
 		{"device.ErrNoDriver", device.ErrNoDriver, cuda.ErrNoDriver},
 		{"device.ErrNoDevice", device.ErrNoDevice, cuda.ErrNoDevice},
 		{"device.ErrOutOfMemory", device.ErrOutOfMemory, cuda.ErrOutOfMemory},
-		{"pinned.ErrNoDriver", pinned.ErrNoDriver, cuda.ErrNoDriver},
 		{"internal ErrNotSupported", icuda.ErrNotSupported, cuda.ErrNotSupported},
 		{"internal ErrInvalidValue", icuda.ErrInvalidValue, cuda.ErrInvalidValue},
 		{"internal ErrInvalidHandle", icuda.ErrInvalidHandle, cuda.ErrInvalidHandle},
@@ -323,6 +322,11 @@ func TestSentinelsShared(t *testing.T) {
 		if p.got != p.want {
 			t.Errorf("%s is not the public sentinel", p.name)
 		}
+	}
+	// pinned has sentinels of its own that wrap the driver's: a pool without a driver matches both.
+	_, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Device: 99})
+	if !errors.Is(err, pinned.ErrNoDriver) || !(errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice)) {
+		t.Errorf("a CUDAHost pool on device 99 = %v; want pinned.ErrNoDriver wrapping the driver's sentinel", err)
 	}
 	wrapped := fmt.Errorf("outer: %w", icuda.Result(2))
 	if !errors.Is(wrapped, cuda.ErrOutOfMemory) {

@@ -47,9 +47,12 @@ var (
 )
 
 // causes maps the errors of the layers below to this package's sentinels, most specific
-// first: a heap's out-of-memory that wraps the arena's memlock error is a memlock error.
+// first: a heap's out-of-memory that wraps the arena's memlock error is a memlock error, an
+// arena's reserve error caused by a missing driver is ErrNoDriver.
 var causes = []struct{ cause, sentinel error }{
 	{arena.ErrMemlock, ErrMemlock},
+	{cuda.ErrNoDriver, ErrNoDriver},
+	{cuda.ErrNoDevice, ErrNoDriver},
 	{heap.ErrInteriorPointer, ErrSubSlice},
 	{heap.ErrSizeMismatch, ErrSubSlice},
 	{heap.ErrDoubleFree, ErrDoubleFree},
@@ -66,8 +69,6 @@ var causes = []struct{ cause, sentinel error }{
 	{arena.ErrReserve, ErrOutOfMemory},
 	{arena.ErrCommit, ErrOutOfMemory},
 	{cuda.ErrOutOfMemory, ErrOutOfMemory},
-	{cuda.ErrNoDriver, ErrNoDriver},
-	{cuda.ErrNoDevice, ErrNoDriver},
 	{heap.ErrInvalidArgument, ErrInvalidOptions},
 	{arena.ErrInvalid, ErrInvalidOptions},
 }

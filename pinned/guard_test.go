@@ -83,7 +83,8 @@ func TestQuota(t *testing.T) {
 		}
 	}
 
-	// Concurrent Allocs never take the live bytes past the quota.
+	// Concurrent Allocs never take the live bytes past the quota; each goroutine alone holds
+	// enough (41 buffers of 30 KB on average) to reach it.
 	const quota = 1 << 20
 	q := newTestPool(t, Options{Capacity: 64 << 20, Backend: Pageable, Quota: quota})
 	var live, peak atomic.Int64
@@ -107,7 +108,7 @@ func TestQuota(t *testing.T) {
 					}
 					held = append(held, b)
 				}
-				if len(held) > 8 || (err != nil && len(held) > 0) {
+				if len(held) > 40 || (err != nil && len(held) > 0) {
 					live.Add(-int64(len(held[0])))
 					if err := q.Free(held[0]); err != nil {
 						t.Error(err)
