@@ -290,6 +290,13 @@ func TestBatcherBadJobs(t *testing.T) {
 		}
 		must(t, "Close", b.Close())
 		must(t, "second Close", b.Close())
+		trusting := newBatcher(t, dev, BatchOptions{Method: m, TrustNoOverlap: true})
+		if err := trusting.Copy([]CopyJob{{Dst: d, Src: host, Len: 64}, {Dst: d, Src: host + 64, Len: 64}}, 0); err != nil {
+			t.Errorf("%s: TrustNoOverlap refused overlapping jobs: %v", m, err)
+		}
+		if err := trusting.Copy([]CopyJob{{Dst: d, Src: host, Len: 0}}, 0); !errors.Is(err, ErrInvalidJob) {
+			t.Errorf("%s: TrustNoOverlap accepted a zero-length job: %v", m, err)
+		}
 		if err := b.Copy([]CopyJob{{Dst: d, Src: host, Len: 8}}, 0); !errors.Is(err, ErrBatcherClosed) {
 			t.Errorf("%s: Copy after Close: %v", m, err)
 		}
