@@ -33,4 +33,11 @@ func TestGatherPTXAssembles(t *testing.T) {
 			t.Errorf("ptxas -arch=sm_%d on the sm_%d PTX: %v\n%s", c.arch, c.target, err, out)
 		}
 	}
+	src := filepath.Join(dir, "spin.ptx") // the compute kernel of BenchmarkCUDABatcherInterference
+	if err := os.WriteFile(src, []byte(spinPTX), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(ptxas, "-arch=sm_90", "-o", filepath.Join(dir, "spin.cubin"), src).CombinedOutput(); err != nil {
+		t.Errorf("ptxas on the spin kernel: %v\n%s", err, out)
+	}
 }
