@@ -9,8 +9,8 @@
 // cuMemHostRegister_v2, ...), never the bare legacy name. A symbol the driver lacks is an error
 // wrapping ErrSymbol that names it, reported by the call that needs it; nothing panics. Calls go
 // through small C shims that take the function pointer and the arguments. No cuda.h is
-// included: the few driver structs used (CUmemLocation, CUmemAllocationProp, CUmemAccessDesc)
-// are declared with the same layout in the cgo preamble and built in C.
+// included: the few driver structs used (CUmemLocation, CUmemAllocationProp, CUmemAccessDesc,
+// CUmemcpyAttributes) are declared with the same layout in the cgo preambles and built in C.
 //
 // Without cgo, or off linux, the same API compiles and every entry point reports ErrNoDriver,
 // so one source tree serves machines with and without a GPU.

@@ -72,28 +72,27 @@ func (d *Device) MemcpyAsync(dst, src, n uintptr, s Stream) error {
 	return d.Do(func() error { return d.drv.memcpyAsync(dst, src, n, s) })
 }
 
-// batchVersion caches whether the driver is new enough for cuMemcpyBatchAsync_v2.
-var batchVersion struct {
-	once sync.Once
-	err  error
-}
+// batchSupport caches, per driver, whether it has cuMemcpyBatchAsync_v2: *driver → error.
+var batchSupport sync.Map
 
 // MemcpyBatchSupported returns nil when the driver has cuMemcpyBatchAsync_v2 (CUDA 13.0 or
 // later), else an error matching ErrSymbol.
 func (d *Device) MemcpyBatchSupported() error {
-	batchVersion.once.Do(func() {
-		v, err := d.drv.driverVersion()
-		switch {
-		case err != nil:
-			batchVersion.err = err
-		case v < 13000:
-			batchVersion.err = fmt.Errorf("%w: cuMemcpyBatchAsync_v2 needs a CUDA 13.0 driver, this one is %d.%d",
-				ErrSymbol, v/1000, v%1000/10)
-		default:
-			batchVersion.err = d.drv.memcpyBatchSymbol()
-		}
-	})
-	return batchVersion.err
+	if err, ok := batchSupport.Load(d.drv); ok {
+		err, _ := err.(error)
+		return err
+	}
+	var err error
+	switch v, verr := d.drv.driverVersion(); {
+	case verr != nil:
+		err = verr
+	case v < 13000:
+		err = fmt.Errorf("%w: cuMemcpyBatchAsync_v2 needs a CUDA 13.0 driver, this one is %d.%d", ErrSymbol, v/1000, v%1000/10)
+	default:
+		err = d.drv.memcpyBatchSymbol()
+	}
+	batchSupport.Store(d.drv, err)
+	return err
 }
 
 // MemcpyBatchAsync queues len(dsts) copies on s in one driver call: sizes[i] bytes from srcs[i]

@@ -163,7 +163,7 @@ func RunWithoutDriver(t *testing.T) bool {
 }
 
 // build compiles the fake into t's temporary directory and returns the library's path.
-func build(t *testing.T) string {
+func build(t testing.TB) string {
 	t.Helper()
 	cc := os.Getenv("CC")
 	if cc == "" {

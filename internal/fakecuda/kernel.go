@@ -14,6 +14,7 @@ const (
 	kctlMemcpys
 	kctlJobs
 	kctlModules
+	kctlSkipData
 )
 
 // Result codes the fake's kernel section returns.
@@ -55,3 +56,7 @@ func (d *Driver) GatherJobs() int64 { return d.kctl(kctlJobs, 0, 0) }
 
 // Modules returns the number of modules loaded and not unloaded.
 func (d *Driver) Modules() int64 { return d.kctl(kctlModules, 0, 0) }
+
+// SkipData makes copies and kernels check their arguments and ranges as usual but move no
+// byte (on), for benchmarks of the CPU cost of queueing them; off (the default) moves bytes.
+func (d *Driver) SkipData(on bool) { d.kctl(kctlSkipData, b2i(on), 0) }

@@ -1,0 +1,156 @@
+//go:build cgo && linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// batchSuite measures device.Batcher, the copy engine of the uvm tier, on device 0: 16 MiB
+// batches of scattered blocks of 4 KiB, 64 KiB and 1 MiB between device memory and pinned host
+// memory mapped for the device, each way, moved by the gather kernel (pinmalloc-kernel), by one
+// cuMemcpyBatchAsync call (cuda-batch-api) and by one cuMemcpyAsync per block (cuda-per-copy),
+// in GB/s, with the CPU time per block queued.
+type batchSuite struct {
+	dev  *cuda.Device
+	s    cuda.Stream
+	host uintptr        // 2 × batchBytes of pinned host memory, mapped for the device
+	d    cuda.DevicePtr // 2 × batchBytes of device memory
+}
+
+func init() { gpuSuites = append(gpuSuites, &batchSuite{}) }
+
+// batchBytes is the bytes of one batch; blocks sit in slots twice their size, in a random
+// order on the device side.
+const batchBytes = 16 << 20
+
+var (
+	batchSizes   = []int64{4 << 10, 64 << 10, 1 << 20}
+	batchDirs    = []string{"h2d", "d2h"}
+	batchMethods = []struct {
+		name string
+		m    device.CopyMethod
+	}{{"pinmalloc-kernel", device.MethodKernel}, {"cuda-batch-api", device.MethodBatchAPI}, {"cuda-per-copy", device.MethodPerCopy}}
+)
+
+func (*batchSuite) name() string { return "batch" }
+
+func (c *batchSuite) open() (err error) {
+	if c.dev, err = cuda.Open(0); err != nil {
+		return err
+	}
+	if c.s, err = c.dev.StreamCreate(true); err == nil {
+		if c.host, err = c.dev.MemHostAlloc(2*batchBytes, cuda.HostAllocDeviceMap|cuda.HostAllocPortable); err == nil {
+			if c.d, err = c.dev.MemAlloc(2 * batchBytes); err != nil {
+				err = errors.Join(err, c.dev.MemFreeHost(c.host))
+			}
+		}
+		if err != nil {
+			err = errors.Join(err, c.dev.StreamDestroy(c.s))
+		}
+	}
+	if err != nil {
+		return errors.Join(err, c.dev.Close())
+	}
+	return nil
+}
+
+func (c *batchSuite) close() error {
+	return errors.Join(c.dev.MemFree(c.d), c.dev.MemFreeHost(c.host), c.dev.StreamDestroy(c.s), c.dev.Close())
+}
+
+func (*batchSuite) impls() []impl { return nil }
+
+func (c *batchSuite) cases() []benchCase {
+	var cs []benchCase
+	for _, dir := range batchDirs {
+		for _, sz := range batchSizes {
+			name := "batch-" + dir + "/" + sizeName(sz)
+			cs = append(cs, benchCase{name: name, group: "gpu", size: sz, custom: func(s *suite) []result {
+				var out []result
+				for _, m := range batchMethods {
+					if s.cfg.implFilter.MatchString(m.name) {
+						rs := resultSet{c: name, impl: m.name}
+						c.measureBatch(s.cfg, &rs, m.m, dir == "d2h", uintptr(sz))
+						out = append(out, rs.out...)
+					}
+				}
+				return out
+			}})
+		}
+	}
+	return cs
+}
+
+// measureBatch times n batches queued on the suite's stream and one synchronize.
+func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method device.CopyMethod, toHost bool, size uintptr) {
+	b, err := device.NewBatcher(c.dev, device.BatchOptions{Method: method, TrustNoOverlap: true})
+	if err != nil {
+		rs.fail(err)
+		return
+	}
+	defer func() {
+		if err := b.Close(); err != nil {
+			rs.fail(err)
+		}
+	}()
+	n := batchBytes / int(size)
+	perm := rand.New(rand.NewPCG(uint64(size), 3)).Perm(n)
+	jobs := make([]device.CopyJob, n)
+	for i, p := range perm {
+		h, d := c.host+uintptr(i)*2*size, c.d+uintptr(p)*2*size
+		jobs[i] = device.CopyJob{Dst: d, Src: h, Len: size}
+		if toHost {
+			jobs[i] = device.CopyJob{Dst: h, Src: d, Len: size}
+		}
+	}
+	run := func(k int) (time.Duration, error) {
+		t0 := time.Now()
+		for range k {
+			if err := b.Copy(jobs, c.s); err != nil {
+				return 0, err
+			}
+		}
+		err := c.dev.StreamSynchronize(c.s)
+		return time.Since(t0), err
+	}
+	if _, err := run(1); err != nil { // first touch of the pages and mappings
+		rs.fail(err)
+		return
+	}
+	short := *cfg
+	short.target = min(short.target, 100*time.Millisecond)
+	m, err := measure(&short, run, 1)
+	if err != nil {
+		rs.fail(err)
+		return
+	}
+	rs.add("gbps", batchBytes/m.nsPerOp, "GB/s")
+	rs.add("cpu_ns_per_job", m.cpuNsPerOp/float64(n), "ns")
+}
+
+// targets (issue 9): the kernel at 48 GB/s or more each way for every block size, and 10 times
+// one copy per block at 4 KiB.
+func (*batchSuite) targets(rs []result) []target {
+	var ts []target
+	for _, dir := range batchDirs {
+		for _, sz := range batchSizes {
+			c := "batch-" + dir + "/" + sizeName(sz)
+			k, ok := lookup(rs, c, "pinmalloc-kernel", "gbps")
+			ts = append(ts, ratio("kernel-"+dir+"/"+sizeName(sz), "pinmalloc-kernel GB/s / 48 >= 1 ("+c+")",
+				k, 48, ok, 1, false, fmt.Sprintf("pinmalloc-kernel %.2f GB/s", k)))
+		}
+		c := "batch-" + dir + "/" + sizeName(4<<10)
+		k, ok1 := lookup(rs, c, "pinmalloc-kernel", "gbps")
+		p, ok2 := lookup(rs, c, "cuda-per-copy", "gbps")
+		ts = append(ts, ratio("kernel-vs-per-copy-"+dir+"/4KiB", "pinmalloc-kernel / cuda-per-copy gbps >= 10 ("+c+")",
+			k, p, ok1 && ok2, 10, false, fmt.Sprintf("pinmalloc-kernel %.2f GB/s, cuda-per-copy %.2f GB/s", k, p)))
+	}
+	return ts
+}

@@ -1,0 +1,455 @@
+package device
+
+// Tests of the Batcher against the fake driver, which runs the gather kernel's semantics in C
+// and checks that every range it touches is device-accessible.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// newBatcher makes a Batcher closed at cleanup.
+func newBatcher(t testing.TB, dev *cuda.Device, o BatchOptions) *Batcher {
+	t.Helper()
+	b, err := NewBatcher(dev, o)
+	must(t, "NewBatcher", err)
+	t.Cleanup(func() { must(t, "Batcher.Close", b.Close()) })
+	return b
+}
+
+// hostMem allocates n bytes of pinned host memory mapped for the device and returns the device
+// address (equal to the host address under unified addressing).
+func hostMem(t testing.TB, dev *cuda.Device, n uintptr) uintptr {
+	t.Helper()
+	h, err := dev.MemHostAlloc(n, cuda.HostAllocDeviceMap|cuda.HostAllocPortable)
+	must(t, "MemHostAlloc", err)
+	d, err := dev.MemHostGetDevicePointer(h)
+	must(t, "MemHostGetDevicePointer", err)
+	if d != h {
+		t.Fatalf("device pointer %#x of host memory %#x: unified addressing expected", d, h)
+	}
+	t.Cleanup(func() { must(t, "MemFreeHost", dev.MemFreeHost(h)) })
+	return h
+}
+
+// devMem allocates n bytes of device memory.
+func devMem(t testing.TB, dev *cuda.Device, n uintptr) cuda.DevicePtr {
+	t.Helper()
+	p, err := dev.MemAlloc(n)
+	must(t, "MemAlloc", err)
+	t.Cleanup(func() { must(t, "MemFree", dev.MemFree(p)) })
+	return p
+}
+
+// fill fills b with pseudo-random bytes.
+func fill(b []byte, seed uint64) {
+	var key [32]byte
+	key[0], key[1] = byte(seed), byte(seed>>8)
+	_, _ = rand.NewChaCha8(key).Read(b)
+}
+
+// scatter lays out blocks of the given sizes in a region of that many bytes in a random order,
+// each at a random alignment class (16-byte aligned mostly, sometimes off by a few bytes, which
+// the kernel moves byte by byte), and returns the offsets and the region's size.
+func scatter(rng *rand.Rand, sizes []uintptr) (offs []uintptr, total uintptr) {
+	order := rng.Perm(len(sizes))
+	offs = make([]uintptr, len(sizes))
+	for _, i := range order {
+		skew := uintptr(0)
+		if rng.IntN(8) == 0 {
+			skew = uintptr(1 + rng.IntN(15))
+		}
+		offs[i] = total + skew
+		total += skew + sizes[i] + uintptr(rng.IntN(4))*256 // gaps between blocks
+	}
+	return offs, total
+}
+
+// blockSizes returns n sizes from 4 KiB to 1 MiB, log-uniform but with large blocks rare
+// (so that the test stays small), some of them not a multiple of 16.
+func blockSizes(rng *rand.Rand, n int) []uintptr {
+	sizes := make([]uintptr, n)
+	for i := range sizes {
+		shift := 12 + rng.IntN(3) // 4 KiB .. 16 KiB
+		if rng.IntN(16) == 0 {
+			shift = 15 + rng.IntN(3) // 32 KiB .. 128 KiB
+		} else if rng.IntN(128) == 0 {
+			shift = 18 + rng.IntN(3) // 256 KiB .. 1 MiB
+		}
+		sizes[i] = 1 << shift
+		if rng.IntN(6) == 0 {
+			sizes[i] -= uintptr(1 + rng.IntN(15))
+		}
+	}
+	return sizes
+}
+
+// roundTrip moves n scattered blocks from pinned host memory to device memory and back to
+// other places in host memory with b on stream s, and checks every byte.
+func roundTrip(t testing.TB, dev *cuda.Device, b *Batcher, s cuda.Stream, seed uint64, n int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	sizes := blockSizes(rng, n)
+	inOff, inTotal := scatter(rng, sizes)
+	devOff, devTotal := scatter(rng, sizes)
+	outOff, outTotal := scatter(rng, sizes)
+	in, out, d := hostMem(t, dev, inTotal), hostMem(t, dev, outTotal), devMem(t, dev, devTotal)
+	src := mem.Bytes(in, inTotal)
+	fill(src, seed)
+	clear(mem.Bytes(out, outTotal))
+	up, down := make([]CopyJob, n), make([]CopyJob, n)
+	for i, sz := range sizes {
+		up[i] = CopyJob{Dst: d + devOff[i], Src: in + inOff[i], Len: sz}
+		down[i] = CopyJob{Dst: out + outOff[i], Src: d + devOff[i], Len: sz}
+	}
+	must(t, "Copy host→device", b.Copy(up, s))
+	must(t, "Copy device→host", b.Copy(down, s))
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+	dst := mem.Bytes(out, outTotal)
+	for i, sz := range sizes {
+		if !bytes.Equal(dst[outOff[i]:outOff[i]+sz], src[inOff[i]:inOff[i]+sz]) {
+			t.Fatalf("%s: block %d (%d bytes) changed on its round trip", b.Method(), i, sz)
+		}
+	}
+}
+
+// TestBatcherRoundTrip moves thousands of scattered 4 KiB – 1 MiB blocks host → device → host
+// with every method and checks every byte, and that each method made the driver calls it
+// should: one launch or one batch call per batch, or one copy per block.
+func TestBatcherRoundTrip(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) }()
+	const n = 2500
+	for i, m := range []CopyMethod{MethodKernel, MethodBatchAPI, MethodPerCopy, MethodAuto} {
+		t.Run(m.String(), func(t *testing.T) {
+			b := newBatcher(t, dev, BatchOptions{Method: m})
+			want := m
+			if m == MethodAuto {
+				want = MethodKernel
+			}
+			if b.Method() != want {
+				t.Fatalf("Method = %s, want %s", b.Method(), want)
+			}
+			launches, batches, copies := f.Launches(), f.Batches(), f.Memcpys()
+			roundTrip(t, dev, b, s, uint64(i), n)
+			launches, batches, copies = f.Launches()-launches, f.Batches()-batches, f.Memcpys()-copies
+			var wl, wb, wc int64
+			switch want {
+			case MethodKernel:
+				wl = 2
+			case MethodBatchAPI:
+				wb = 2
+			case MethodPerCopy:
+				wc = 2 * n
+			}
+			if launches != wl || batches != wb || copies != wc {
+				t.Errorf("driver calls: %d launches, %d batches, %d copies; want %d, %d, %d", launches, batches, copies, wl, wb, wc)
+			}
+		})
+	}
+}
+
+// TestBatcherOptions covers the low-priority stream with a bounded grid, the legacy stream, and
+// the option checks.
+func TestBatcherOptions(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, o := range []BatchOptions{
+		{Method: MethodPerCopy + 1}, {MaxBlocks: -1}, {BlockThreads: 100}, {BlockThreads: 2048},
+	} {
+		if _, err := NewBatcher(dev, o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("NewBatcher(%+v) = %v, want ErrInvalidOptions", o, err)
+		}
+	}
+	if _, err := NewBatcher(nil, BatchOptions{}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("NewBatcher(nil) = %v", err)
+	}
+
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) }()
+	low := newBatcher(t, dev, BatchOptions{LowPriority: true, MaxBlocks: 8, BlockThreads: 128})
+	if low.side == 0 || low.blocks != 8 || low.threads != 128 {
+		t.Fatalf("low-priority batcher: side %#x, %d blocks of %d threads", low.side, low.blocks, low.threads)
+	}
+	roundTrip(t, dev, low, s, 10, 500)
+	dflt := newBatcher(t, dev, BatchOptions{LowPriority: true})
+	if dflt.blocks <= 0 {
+		t.Errorf("LowPriority without MaxBlocks: grid bound %d", dflt.blocks)
+	}
+
+	// The low-priority launch is fenced both ways: with completion held, the caller's stream
+	// has the launch's fence pending behind it, and completing the caller's stream alone does
+	// not complete the side stream.
+	host, d := hostMem(t, dev, 1<<20), devMem(t, dev, 1<<20)
+	f.Hold(true)
+	must(t, "Copy held", low.Copy([]CopyJob{{Dst: d, Src: host, Len: 4096}}, s))
+	if err := dev.StreamQuery(s); !errors.Is(err, cuda.ErrNotReady) {
+		t.Errorf("caller's stream after a held low-priority copy: %v, want not ready", err)
+	}
+	if err := dev.StreamQuery(low.side); !errors.Is(err, cuda.ErrNotReady) {
+		t.Errorf("side stream after a held copy: %v, want not ready", err)
+	}
+	f.Complete()
+	f.Hold(false)
+
+	// The legacy stream: the kernel launches on it; the batch API is fenced through a side
+	// stream, since the driver refuses stream 0 for it.
+	for _, m := range []CopyMethod{MethodKernel, MethodBatchAPI, MethodPerCopy} {
+		b := newBatcher(t, dev, BatchOptions{Method: m})
+		roundTrip(t, dev, b, 0, 20+uint64(m), 200)
+	}
+}
+
+// TestBatcherAuto checks the fallback order of MethodAuto and the refusal of a forced method
+// the driver cannot do.
+func TestBatcherAuto(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.FailModuleLoad(1, fakecuda.ResultInvalidPTX)
+	if _, err := NewBatcher(dev, BatchOptions{Method: MethodKernel}); !errors.Is(err, ErrMethodUnsupported) {
+		t.Errorf("forced kernel with the PTX refused: %v", err)
+	}
+	f.FailModuleLoad(1, fakecuda.ResultInvalidPTX)
+	b := newBatcher(t, dev, BatchOptions{})
+	if b.Method() != MethodBatchAPI {
+		t.Errorf("auto with the PTX refused: %s, want batch-api", b.Method())
+	}
+	if f.Modules() != 0 {
+		t.Errorf("%d modules loaded after refusals", f.Modules())
+	}
+	for m, want := range map[CopyMethod]string{MethodAuto: "auto", MethodKernel: "kernel", MethodBatchAPI: "batch-api",
+		MethodPerCopy: "per-copy", 9: "CopyMethod(9)"} {
+		if m.String() != want {
+			t.Errorf("%d.String() = %q", m, m.String())
+		}
+	}
+	if got := gatherTarget(9, 0); got != 75 {
+		t.Errorf("target for 9.0: sm_%d", got)
+	}
+	if got := gatherTarget(7, 0); got != 70 {
+		t.Errorf("target for 7.0: sm_%d", got)
+	}
+	if got := gatherTarget(3, 5); got != 0 {
+		t.Errorf("target for 3.5: sm_%d", got)
+	}
+}
+
+// TestBatcherBadJobs checks that invalid and overlapping batches are refused before anything
+// moves, that an empty batch is a no-op, and Close.
+func TestBatcherBadJobs(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	host, d := hostMem(t, dev, 1<<20), devMem(t, dev, 1<<20)
+	for _, m := range []CopyMethod{MethodKernel, MethodBatchAPI, MethodPerCopy} {
+		b := newBatcher(t, dev, BatchOptions{Method: m})
+		calls := func() int64 { return f.Launches() + f.Batches() + f.Memcpys() }
+		before := calls()
+		must(t, "empty Copy", b.Copy(nil, 0))
+		for _, c := range []struct {
+			name string
+			jobs []CopyJob
+			want error
+		}{
+			{"zero length", []CopyJob{{Dst: d, Src: host, Len: 0}}, ErrInvalidJob},
+			{"zero destination", []CopyJob{{Dst: 0, Src: host, Len: 8}}, ErrInvalidJob},
+			{"zero source", []CopyJob{{Dst: d, Src: 0, Len: 8}}, ErrInvalidJob},
+			{"wrapping", []CopyJob{{Dst: ^uintptr(0) - 4, Src: host, Len: 8}}, ErrInvalidJob},
+			{"destinations overlap", []CopyJob{{Dst: d, Src: host, Len: 4096}, {Dst: d + 4095, Src: host + 8192, Len: 16}}, ErrOverlap},
+			{"destination overlaps a source", []CopyJob{{Dst: d, Src: host, Len: 4096}, {Dst: host + 4000, Src: d + 8192, Len: 16}}, ErrOverlap},
+			{"a job overlapping itself", []CopyJob{{Dst: d + 16, Src: d, Len: 4096}}, ErrOverlap},
+			{"same destination twice", []CopyJob{{Dst: d, Src: host, Len: 64}, {Dst: d, Src: host + 64, Len: 64}}, ErrOverlap},
+		} {
+			if err := b.Copy(c.jobs, 0); !errors.Is(err, c.want) {
+				t.Errorf("%s: %s: %v, want %v", m, c.name, err, c.want)
+			}
+		}
+		// Sources may overlap, and adjacent ranges do not overlap.
+		must(t, "sources shared", b.Copy([]CopyJob{{Dst: d, Src: host, Len: 4096}, {Dst: d + 4096, Src: host, Len: 4096}}, 0))
+		if calls() == before {
+			t.Errorf("%s: the valid batch made no driver call", m)
+		}
+		must(t, "Close", b.Close())
+		must(t, "second Close", b.Close())
+		trusting := newBatcher(t, dev, BatchOptions{Method: m, TrustNoOverlap: true})
+		if err := trusting.Copy([]CopyJob{{Dst: d, Src: host, Len: 64}, {Dst: d, Src: host + 64, Len: 64}}, 0); err != nil {
+			t.Errorf("%s: TrustNoOverlap refused overlapping jobs: %v", m, err)
+		}
+		if err := trusting.Copy([]CopyJob{{Dst: d, Src: host, Len: 0}}, 0); !errors.Is(err, ErrInvalidJob) {
+			t.Errorf("%s: TrustNoOverlap accepted a zero-length job: %v", m, err)
+		}
+		if err := b.Copy([]CopyJob{{Dst: d, Src: host, Len: 8}}, 0); !errors.Is(err, ErrBatcherClosed) {
+			t.Errorf("%s: Copy after Close: %v", m, err)
+		}
+	}
+}
+
+// TestBatcherFaults checks that driver failures surface (wrapped, with the driver's result)
+// and leave the destination untouched, and that the Batcher works again after a transient one.
+func TestBatcherFaults(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	host, d := hostMem(t, dev, 1<<20), devMem(t, dev, 1<<20)
+	unmapped, err := dev.MemHostAlloc(1<<16, 0) // pinned but not mapped for the device
+	must(t, "MemHostAlloc", err)
+	defer func() { must(t, "MemFreeHost", dev.MemFreeHost(unmapped)) }()
+	src := mem.Bytes(host, 4096)
+	for i := range src {
+		src[i] = byte(i + 1)
+	}
+	ok := []CopyJob{{Dst: d, Src: host, Len: 4096}}
+	back := []CopyJob{{Dst: host + 8192, Src: d, Len: 4096}}
+
+	kb := newBatcher(t, dev, BatchOptions{Method: MethodKernel})
+	f.FailLaunch(1, fakecuda.ResultLaunchFailed)
+	var r cuda.Result
+	if err := kb.Copy(ok, 0); !errors.As(err, &r) || r != fakecuda.ResultLaunchFailed {
+		t.Errorf("failed launch: %v", err)
+	}
+	must(t, "Copy back", kb.Copy(back, 0))
+	if bytes.Equal(mem.Bytes(host+8192, 4096), src) {
+		t.Error("a failed launch moved the bytes")
+	}
+	must(t, "Copy after a failed launch", kb.Copy(ok, 0))
+	must(t, "Copy back", kb.Copy(back, 0))
+	if !bytes.Equal(mem.Bytes(host+8192, 4096), src) {
+		t.Error("the copy after a failed launch did not move the bytes")
+	}
+	// A source the device cannot reach faults the kernel: sticky, like a real context.
+	err = kb.Copy([]CopyJob{{Dst: d, Src: unmapped, Len: 64}}, 0)
+	if !errors.As(err, &r) || r != fakecuda.ResultIllegalAddress || f.StickyError() != fakecuda.ResultIllegalAddress {
+		t.Errorf("kernel fault: %v (sticky %d)", err, f.StickyError())
+	}
+	if err := kb.Copy(ok, 0); !errors.As(err, &r) || r != fakecuda.ResultIllegalAddress {
+		t.Errorf("Copy after a fault: %v, want the sticky error", err)
+	}
+	f.ClearStickyError()
+
+	// The copy-engine methods refuse a range past the end of an allocation.
+	for _, m := range []CopyMethod{MethodBatchAPI, MethodPerCopy} {
+		b := newBatcher(t, dev, BatchOptions{Method: m})
+		err := b.Copy([]CopyJob{{Dst: host + 64<<10, Src: d, Len: 64}, {Dst: host, Src: d + 1<<20 - 8, Len: 64}}, 0)
+		if !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("%s: copy past the end: %v", m, err)
+		}
+	}
+}
+
+// TestBatcherStaging keeps every launch pending (Hold) so that the staging ring fills: the
+// Batcher allocates up to maxStages buffers, then waits for the oldest, and grows a buffer too
+// small for a batch.
+func TestBatcherStaging(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	b := newBatcher(t, dev, BatchOptions{Method: MethodKernel})
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) }()
+	host, d := hostMem(t, dev, 8<<20), devMem(t, dev, 8<<20)
+	f.Hold(true)
+	for i := 0; i < 2*maxStages; i++ {
+		must(t, "Copy", b.Copy([]CopyJob{{Dst: d + uintptr(i)*4096, Src: host + uintptr(i)*4096, Len: 4096}}, s))
+		if len(b.stages) > maxStages {
+			t.Fatalf("%d staging buffers", len(b.stages))
+		}
+	}
+	if len(b.stages) != maxStages {
+		t.Errorf("%d staging buffers after %d held launches, want %d", len(b.stages), 2*maxStages, maxStages)
+	}
+	f.Complete()
+	f.Hold(false)
+	big := make([]CopyJob, 2*minStageJobs+1)
+	for i := range big {
+		big[i] = CopyJob{Dst: d + uintptr(i)*1024, Src: host + uintptr(i)*1024, Len: 1024}
+	}
+	must(t, "Copy of a big batch", b.Copy(big, s))
+	if last := b.stages[len(b.stages)-1]; last.jobs < len(big) {
+		t.Errorf("staging buffer of %d jobs for a batch of %d", last.jobs, len(big))
+	}
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+	if !bytes.Equal(mem.Bytes(d, uintptr(len(big))*1024), mem.Bytes(host, uintptr(len(big))*1024)) {
+		t.Error("the big batch did not move the bytes")
+	}
+}
+
+// TestBatcherConcurrent copies from several goroutines, each on its own stream, through one
+// Batcher per method (run it with -race).
+func TestBatcherConcurrent(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, m := range []CopyMethod{MethodKernel, MethodBatchAPI, MethodPerCopy} {
+		b := newBatcher(t, dev, BatchOptions{Method: m, LowPriority: m == MethodKernel})
+		const workers, rounds, blocks = 4, 8, 64
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*workers)
+		for w := 0; w < workers; w++ {
+			s, err := dev.StreamCreate(true)
+			must(t, "StreamCreate", err)
+			host, d := hostMem(t, dev, 2*blocks*4096), devMem(t, dev, blocks*4096)
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				defer func() { errs <- dev.StreamDestroy(s) }()
+				rng := rand.New(rand.NewPCG(uint64(w), 2))
+				in, out := mem.Bytes(host, blocks*4096), mem.Bytes(host+blocks*4096, blocks*4096)
+				up, down := make([]CopyJob, blocks), make([]CopyJob, blocks)
+				for r := 0; r < rounds; r++ {
+					fill(in, uint64(w*rounds+r))
+					perm := rng.Perm(blocks)
+					for i, p := range perm {
+						up[i] = CopyJob{Dst: d + uintptr(p)*4096, Src: host + uintptr(i)*4096, Len: 4096}
+						down[i] = CopyJob{Dst: host + blocks*4096 + uintptr(i)*4096, Src: d + uintptr(p)*4096, Len: 4096}
+					}
+					if err := b.Copy(up, s); err != nil {
+						errs <- err
+						return
+					}
+					if err := b.Copy(down, s); err != nil {
+						errs <- err
+						return
+					}
+					if err := dev.StreamSynchronize(s); err != nil {
+						errs <- err
+						return
+					}
+					if !bytes.Equal(in, out) {
+						errs <- fmt.Errorf("%s: worker %d round %d: bytes changed", m, w, r)
+						return
+					}
+				}
+			}(w)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
