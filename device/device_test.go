@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -391,24 +390,4 @@ func TestOpenWithoutDriver(t *testing.T) {
 	if _, err := Open(0, Options{}); !errors.Is(err, cuda.ErrNoDriver) {
 		t.Fatalf("Open without a driver = %v", err)
 	}
-}
-
-// TestHugeThreshold checks hugeBlock against the heap: the largest block it serves from a
-// segment, above which a block is a chunk run of its own.
-func TestHugeThreshold(t *testing.T) {
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20})
-	must(t, "arena.New", err)
-	hh, err := heap.New(a, heap.Options{Align: DefaultAlign})
-	must(t, "heap.New", err)
-	p, err := hh.Alloc(hugeBlock)
-	must(t, "Alloc", err)
-	q, err := hh.Alloc(hugeBlock + 1)
-	must(t, "Alloc", err)
-	if n := hh.Stats().Huge; n != 1 {
-		t.Errorf("blocks of %d and %d bytes made %d huge objects, want 1", hugeBlock, hugeBlock+1, n)
-	}
-	must(t, "Free", hh.Free(p))
-	must(t, "Free", hh.Free(q))
-	must(t, "heap.Close", hh.Close())
-	must(t, "arena.Close", a.Close())
 }

@@ -28,4 +28,6 @@ var (
 	ErrLiveBlocks = errors.New("heap: blocks still live")
 	// ErrClosed means the heap was used after Close.
 	ErrClosed = errors.New("heap: closed")
+	// ErrInvalidOptions means Options that cannot work (an unknown Retention).
+	ErrInvalidOptions = errors.New("heap: invalid options")
 )
