@@ -103,12 +103,14 @@ type Stats struct {
 	Streams int64
 	// Events counts events from EventCreate (including those an EventPool holds).
 	Events int64
+	// Modules counts modules from ModuleLoadData.
+	Modules int64
 }
 
 // Live reports the sum of all counters; zero means nothing is outstanding.
 func (s Stats) Live() int64 {
 	return s.DeviceAllocs + s.ManagedAllocs + s.HostAllocs + s.HostRegistrations +
-		s.Reservations + s.Handles + s.Streams + s.Events
+		s.Reservations + s.Handles + s.Streams + s.Events + s.Modules
 }
 
 // Device is one CUDA device with its primary context retained. Methods are safe for concurrent
@@ -122,6 +124,7 @@ type Device struct {
 
 	deviceAllocs, managedAllocs, hostAllocs, hostRegs atomic.Int64
 	reservations, handles, streams, events            atomic.Int64
+	modules                                           atomic.Int64
 }
 
 // Open initializes the driver (once) and retains the primary context of the device with the
@@ -179,6 +182,7 @@ func (d *Device) Stats() Stats {
 		Handles:           d.handles.Load(),
 		Streams:           d.streams.Load(),
 		Events:            d.events.Load(),
+		Modules:           d.modules.Load(),
 	}
 }
 

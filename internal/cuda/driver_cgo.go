@@ -317,6 +317,16 @@ const (
 	symEventSynchronize
 	symEventElapsedTime
 	symEventDestroy
+	// Streams, generic copies and kernels (launch_cgo.go).
+	symStreamWaitEvent
+	symStreamCreateWithPriority
+	symCtxGetStreamPriorityRange
+	symMemcpyAsync
+	symMemcpyBatchAsync
+	symModuleLoadData
+	symModuleGetFunction
+	symModuleUnload
+	symLaunchKernel
 	numSyms
 )
 
@@ -384,6 +394,18 @@ var symbols = [numSyms]struct {
 	// cuEventElapsedTime and cuEventElapsedTime_v2 (CUDA 12.8) share a signature.
 	symEventElapsedTime: {"cuEventElapsedTime", apiVersion, "cuEventElapsedTime"},
 	symEventDestroy:     {"cuEventDestroy", apiVersion, "cuEventDestroy_v2"},
+	// Streams, generic copies and kernels (launch_cgo.go).
+	symStreamWaitEvent:           {"cuStreamWaitEvent", apiVersion, "cuStreamWaitEvent"},
+	symStreamCreateWithPriority:  {"cuStreamCreateWithPriority", apiVersion, "cuStreamCreateWithPriority"},
+	symCtxGetStreamPriorityRange: {"cuCtxGetStreamPriorityRange", apiVersion, "cuCtxGetStreamPriorityRange"},
+	symMemcpyAsync:               {"cuMemcpyAsync", apiVersion, "cuMemcpyAsync"},
+	// The CUDA 13.0 form, without the failIdx argument of CUDA 12.8's cuMemcpyBatchAsync. A driver
+	// older than 13.0 refuses version 13000 and has no cuMemcpyBatchAsync_v2: ErrSymbol.
+	symMemcpyBatchAsync:  {"cuMemcpyBatchAsync", 13000, "cuMemcpyBatchAsync_v2"},
+	symModuleLoadData:    {"cuModuleLoadData", apiVersion, "cuModuleLoadData"},
+	symModuleGetFunction: {"cuModuleGetFunction", apiVersion, "cuModuleGetFunction"},
+	symModuleUnload:      {"cuModuleUnload", apiVersion, "cuModuleUnload"},
+	symLaunchKernel:      {"cuLaunchKernel", apiVersion, "cuLaunchKernel"},
 }
 
 // dlMu serializes dlopen/dlsym/dlclose with their dlerror, which is per-thread state that a
