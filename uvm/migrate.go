@@ -316,7 +316,7 @@ func (t *Tier) hostAlloc(id BlockID, b *block) error {
 		buf, err = t.pool.Alloc(int(b.size))
 	}
 	if err != nil {
-		if errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, heap.ErrTooLarge) {
+		if errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, heap.ErrTooLarge) || errors.Is(err, cuda.ErrOutOfMemory) {
 			return fmt.Errorf("%w: host buffer of %d bytes for block %#x: %w", ErrHostFull, b.size, t.handle(id), err)
 		}
 		return fmt.Errorf("uvm: host buffer of %d bytes: %w", b.size, err)

@@ -258,8 +258,13 @@ func (t *Tier) open(o Options) error {
 		}
 		t.ownHeap = true
 	}
-	t.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(roundChunk(t.hostCap)),
-		Align: hostAlign, Device: t.dev.Ordinal()})
+	// Populated, and never purged: registered whole, in 2 MiB pieces, so that every buffer
+	// (at most 1 MiB, inside one 2 MiB segment) lies inside one registration, as one copy's
+	// host range must.
+	// Its capacity has room for the size classes' rounding and a partly used segment of each
+	// kind (small, medium, large and object pages do not share segments).
+	t.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(roundChunk(t.hostCap+t.hostCap/8) + 8<<20),
+		Align: hostAlign, Device: t.dev.Ordinal(), Populate: true, PurgeDelay: -1})
 	if err != nil {
 		return fmt.Errorf("uvm: host pool: %w", err)
 	}
