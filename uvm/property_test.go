@@ -64,7 +64,7 @@ func TestProperty(t *testing.T) {
 		return
 	}
 	for over := 1; over <= 4; over++ {
-		for _, pol := range []func() uvm.Policy{uvm.LRU} {
+		for _, pol := range []func() uvm.Policy{uvm.LRU, uvm.TwoQ} {
 			t.Run(fmt.Sprintf("%dx/%s", over, pol().Name()), func(t *testing.T) {
 				runProperty(t, f, dev, over, pol(), uint64(over)*7919)
 			})

@@ -38,9 +38,12 @@
 // # Eviction
 //
 // When a restore needs room (the budget, or the device heap refusing memory), the tier walks
-// the Policy's order, coldest first, over at most evictWindow blocks and takes clean ones
-// first (no copy: the VRAM is dropped), then dirty ones in policy order, whose bytes are
-// copied out in one Mover call for the whole batch. Acquired blocks are never candidates;
+// the Policy's order, coldest first: among the evictWindow (4) coldest blocks it takes clean
+// ones first (no copy: the VRAM is dropped), then any in policy order; dirty victims' bytes
+// are copied out in one Mover call for the whole batch. The window keeps the preference for
+// clean blocks from overriding the policy: a hot clean block is not evicted before a cold
+// dirty one just because dropping it is free (a scan of fresh blocks would otherwise flush a
+// scan-resistant policy's hot set). Acquired blocks are never candidates;
 // blocks under thrash protection only when nothing else will do. If the acquired blocks hold
 // so much of the budget that the request cannot fit, Acquire fails with ErrAllPinned
 // (AcquireContext waits for a release instead).
@@ -107,9 +110,9 @@ const (
 	// thrashThreshold is the number of migrations in a row, each within a lapse, that make a
 	// block thrash.
 	thrashThreshold = 3
-	// evictWindow bounds how many blocks an eviction looks at, in policy order, for clean
-	// ones before it takes dirty ones.
-	evictWindow = 32
+	// evictWindow is how many of the coldest blocks an eviction looks at for clean ones
+	// before it takes any in policy order.
+	evictWindow = 4
 	// hostAlign is the alignment of host buffers and device blocks: what coalesced copies and
 	// the copy kernel's 16-byte vectors want.
 	hostAlign = 256
