@@ -28,6 +28,7 @@ var (
 	ErrLiveBlocks = errors.New("heap: blocks still live")
 	// ErrClosed means the heap was used after Close.
 	ErrClosed = errors.New("heap: closed")
-	// ErrInvalidOptions means Options that cannot work (an unknown Retention).
-	ErrInvalidOptions = errors.New("heap: invalid options")
+	// ErrInvalidArgument means an argument other than a size or an alignment is unusable: a
+	// nil arena, an arena whose chunks are not 2 MiB, an unknown Retention.
+	ErrInvalidArgument = errors.New("heap: invalid argument")
 )

@@ -22,7 +22,7 @@ func Example() {
 		return
 	}
 	p, _ := h.Alloc(1000)
-	q, _ := h.Alloc(40 << 20) // a huge object: no cap below the arena's capacity
+	q, _ := h.Alloc(4 << 20) // a huge object: no cap below the arena's capacity
 	fmt.Println(p%256 == 0, q%256 == 0)
 	fmt.Println(h.Free(p), h.Group().Free(q)) // the second is the lock-free path
 	fmt.Println(h.Close())

@@ -12,7 +12,7 @@ import (
 func (h *Heap) Free(p uintptr) error {
 	pg, idx, err := h.g.locate(p)
 	if err != nil {
-		return err
+		return h.closedOr(err)
 	}
 	return h.free(pg, idx, p)
 }
@@ -22,9 +22,18 @@ func (h *Heap) Free(p uintptr) error {
 func (h *Heap) FreeSized(p, n uintptr) error {
 	pg, idx, err := h.g.locateSized(p, n)
 	if err != nil {
-		return err
+		return h.closedOr(err)
 	}
 	return h.free(pg, idx, p)
+}
+
+// closedOr reports a failed free of a closed heap as ErrClosed: its memory is gone, so what
+// locate found (a free chunk) says nothing about the pointer.
+func (h *Heap) closedOr(err error) error {
+	if h.closed {
+		return fmt.Errorf("%w: free after Close (%v)", ErrClosed, err)
+	}
+	return err
 }
 
 func (h *Heap) free(pg *page, idx uint32, p uintptr) error {

@@ -8,23 +8,66 @@ import (
 )
 
 // Group is a set of heaps over one arena. Any goroutine may free any block of any of them
-// through Group.Free, without a lock: the block's owner collects it later. A group's chunk
-// table maps every arena chunk to the segment that holds it.
+// through Group.Free, without a lock: the block's owner collects it later.
+//
+// A group's chunk table maps every arena chunk to the segment that holds it. An arena's
+// capacity is address space, so the table must cost nothing until the chunks are used: it has
+// two levels, a directory of one pointer per leafChunks chunks (per 8 GiB), made with the group,
+// and leaves of leafChunks segment pointers (32 KiB each), made when a segment in their range is
+// first registered and kept for the group's life. A lookup is two dependent loads, lock-free; a
+// nil leaf reads as a chunk no segment holds.
 type Group struct {
 	a          *arena.Arena
-	segs       []atomic.Pointer[segment] // by arena.ChunkID
+	dir        []atomic.Pointer[chunkLeaf] // by arena.ChunkID >> leafShift
 	chunkAlign uintptr
 }
+
+const (
+	leafShift  = 12
+	leafChunks = 1 << leafShift
+	// MaxCapacity is the largest arena capacity a group serves: 128 TiB, the user address
+	// space of an x86-64 or arm64 process with 48-bit virtual addresses. Its chunk directory
+	// is then 128 KiB.
+	MaxCapacity = 1 << 47
+)
+
+// chunkLeaf maps leafChunks consecutive chunk IDs to their segments.
+type chunkLeaf [leafChunks]atomic.Pointer[segment]
 
 // NewGroup creates an empty group over an arena whose chunks are 2 MiB.
 func NewGroup(a *arena.Arena) (*Group, error) {
 	if a == nil {
-		return nil, fmt.Errorf("%w: nil arena", ErrInvalidSize)
+		return nil, fmt.Errorf("%w: nil arena", ErrInvalidArgument)
 	}
 	if a.ChunkSize() != segSize {
-		return nil, fmt.Errorf("%w: the heap needs 2 MiB chunks, the arena has %d", ErrInvalidAlign, a.ChunkSize())
+		return nil, fmt.Errorf("%w: the heap needs 2 MiB chunks, the arena has %d", ErrInvalidArgument, a.ChunkSize())
 	}
-	return &Group{a: a, segs: make([]atomic.Pointer[segment], a.MaxChunks()), chunkAlign: a.ChunkAlign()}, nil
+	if a.Capacity() > MaxCapacity {
+		return nil, fmt.Errorf("%w: arena capacity %d exceeds %d (128 TiB, a 48-bit address space)", ErrInvalidArgument, a.Capacity(), uint64(MaxCapacity))
+	}
+	n := (a.MaxChunks() + leafChunks - 1) >> leafShift
+	return &Group{a: a, dir: make([]atomic.Pointer[chunkLeaf], n), chunkAlign: a.ChunkAlign()}, nil
+}
+
+// segmentAt returns the segment registered for chunk id, or nil.
+func (g *Group) segmentAt(id arena.ChunkID) *segment {
+	if l := g.dir[id>>leafShift].Load(); l != nil {
+		return l[id&(leafChunks-1)].Load()
+	}
+	return nil
+}
+
+// slot returns the table entry of chunk id, making its leaf when it has none.
+func (g *Group) slot(id arena.ChunkID) *atomic.Pointer[segment] {
+	d := &g.dir[id>>leafShift]
+	l := d.Load()
+	if l == nil {
+		l = new(chunkLeaf)
+		if !d.CompareAndSwap(nil, l) {
+			l = d.Load() // another heap made it first
+		}
+	}
+	return &l[id&(leafChunks-1)]
 }
 
 // NewHeap adds a heap to the group.
@@ -76,13 +119,13 @@ func (g *Group) Size(p uintptr) (uintptr, error) {
 
 func (g *Group) register(span arena.Span, s *segment) {
 	for i := 0; i < span.N; i++ {
-		g.segs[int(span.ID)+i].Store(s)
+		g.slot(span.ID + arena.ChunkID(i)).Store(s)
 	}
 }
 
 func (g *Group) unregister(span arena.Span) {
 	for i := 0; i < span.N; i++ {
-		g.segs[int(span.ID)+i].Store(nil)
+		g.slot(span.ID + arena.ChunkID(i)).Store(nil)
 	}
 }
 
@@ -92,7 +135,7 @@ func (g *Group) locate(p uintptr) (*page, uint32, error) {
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: %#x is outside the arena", ErrNotOwned, p)
 	}
-	s := g.segs[id].Load()
+	s := g.segmentAt(id)
 	if s == nil {
 		return nil, 0, fmt.Errorf("%w: %#x is in a free chunk", ErrDoubleFree, p)
 	}
@@ -128,4 +171,39 @@ func (g *Group) locateSized(p, n uintptr) (*page, uint32, error) {
 		return nil, 0, fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, live, n)
 	}
 	return pg, idx, nil
+}
+
+// Block returns the start and the size asked for of the live block that holds address p,
+// which may point inside it. It fails with ErrNotOwned for an address outside the arena's
+// blocks, and with ErrDoubleFree for one in a free block (or in a free page or chunk). A
+// caller checking that a range [p, p+n) lies inside one block tests p+n <= base+size. Frees
+// of the block racing with the call are the caller's business.
+func (g *Group) Block(p uintptr) (base, size uintptr, err error) {
+	id, ok := g.a.Lookup(p)
+	if !ok {
+		return 0, 0, fmt.Errorf("%w: %#x is outside the arena", ErrNotOwned, p)
+	}
+	s := g.segmentAt(id)
+	if s == nil {
+		return 0, 0, fmt.Errorf("%w: %#x is in a free chunk", ErrDoubleFree, p)
+	}
+	pg := s.huge
+	if pg == nil {
+		if pg = s.pages[(p-s.base)>>sliceShift].Load(); pg == nil {
+			return 0, 0, fmt.Errorf("%w: %#x is in a free page", ErrDoubleFree, p)
+		}
+	}
+	off := p - pg.base
+	if p < pg.base || off >= uintptr(pg.nblocks)*pg.bsize {
+		return 0, 0, fmt.Errorf("%w: %#x is outside the page's blocks", ErrNotOwned, p)
+	}
+	idx := uint32(off / pg.bsize) // not divMul: that is exact only for block starts
+	base = pg.base + uintptr(idx)*pg.bsize
+	if size = pg.liveSize(idx); size == 0 {
+		return 0, 0, fmt.Errorf("%w: %#x is in a free block", ErrDoubleFree, p)
+	}
+	if p-base >= size {
+		return 0, 0, fmt.Errorf("%w: %#x is %d bytes into a block of %d bytes at %#x", ErrNotOwned, p, p-base, size, base)
+	}
+	return base, size, nil
 }

@@ -156,7 +156,7 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 		return nil, fmt.Errorf("%w: heap alignment %d (want a power of two from 16 to %d)", ErrInvalidAlign, o.Align, sliceSize)
 	}
 	if o.Retention > RetainSegments {
-		return nil, fmt.Errorf("%w: retention %d", ErrInvalidOptions, o.Retention)
+		return nil, fmt.Errorf("%w: retention %d", ErrInvalidArgument, o.Retention)
 	}
 	if ca := g.chunkAlign; o.Align > ca {
 		return nil, fmt.Errorf("%w: heap alignment %d exceeds the arena's chunk alignment %d", ErrInvalidAlign, o.Align, ca)

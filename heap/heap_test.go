@@ -477,7 +477,7 @@ func TestGeometry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := New(h.Arena(), Options{Retention: RetainSegments + 1}); !errors.Is(err, ErrInvalidOptions) {
-		t.Errorf("an unknown retention: %v, want ErrInvalidOptions", err)
+	if _, err := New(h.Arena(), Options{Retention: RetainSegments + 1}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("an unknown retention: %v, want ErrInvalidArgument", err)
 	}
 }

@@ -9,43 +9,91 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// Sentinel errors. They are the heap's and the arena's own values, so errors.Is matches either
-// name.
+// Sentinel errors. Every error of this package wraps one of them, so callers test with
+// errors.Is and never need the packages below. An error that comes from the heap, the arena or
+// the CUDA driver wraps that cause as well (errors.Is(err, heap.ErrDoubleFree) and
+// errors.Is(err, pinned.ErrDoubleFree) both hold), and its text starts with "pinned: ".
 var (
 	// ErrInvalidSize means a size of zero or less.
-	ErrInvalidSize = heap.ErrInvalidSize
-	// ErrTooLarge means a size beyond the pool's capacity.
-	ErrTooLarge = heap.ErrTooLarge
+	ErrInvalidSize = errors.New("pinned: invalid size")
+	// ErrTooLarge means a size or an alignment beyond the pool's capacity.
+	ErrTooLarge = errors.New("pinned: size exceeds the pool's capacity")
 	// ErrInvalidAlign means an alignment that is not a power of two or out of range.
-	ErrInvalidAlign = heap.ErrInvalidAlign
-	// ErrOutOfMemory means the pool is full: every byte of its capacity is in use or fragmented.
-	ErrOutOfMemory = heap.ErrOutOfMemory
+	ErrInvalidAlign = errors.New("pinned: invalid alignment")
+	// ErrOutOfMemory means the pool is full: every byte of its capacity is in use or
+	// fragmented, or the system refused memory.
+	ErrOutOfMemory = errors.New("pinned: out of memory")
 	// ErrDoubleFree means the buffer is not live: freed already, or never allocated here.
-	ErrDoubleFree = heap.ErrDoubleFree
+	ErrDoubleFree = errors.New("pinned: double free")
 	// ErrNotOwned means the slice is not memory of this pool.
-	ErrNotOwned = heap.ErrNotOwned
+	ErrNotOwned = errors.New("pinned: buffer not owned by this pool")
 	// ErrSubSlice means the slice is part of a buffer (re-sliced, truncated or offset), not the
 	// buffer Alloc returned. The buffer stays live.
 	ErrSubSlice = errors.New("pinned: not a whole buffer (sub-slice)")
 	// ErrLiveBlocks means Close found buffers still live.
-	ErrLiveBlocks = heap.ErrLiveBlocks
+	ErrLiveBlocks = errors.New("pinned: buffers still live")
 	// ErrClosed means the pool was used after Close.
 	ErrClosed = errors.New("pinned: pool closed")
 	// ErrMemlock means the memlock limit forbids locking more memory; the error names the
 	// limit and how to raise it.
-	ErrMemlock = arena.ErrMemlock
-	// ErrInvalidOptions means Options that cannot work together.
+	ErrMemlock = errors.New("pinned: memlock limit reached")
+	// ErrInvalidOptions means Options that cannot work: out of range, or together.
 	ErrInvalidOptions = errors.New("pinned: invalid options")
-	// ErrNoDriver means the CUDAHost backend found no CUDA driver (Auto falls back to Locked
-	// instead).
-	ErrNoDriver = cuda.ErrNoDriver
+	// ErrNoDriver means the CUDAHost backend found no CUDA driver or no such device (Auto falls
+	// back to Locked instead).
+	ErrNoDriver = errors.New("pinned: no CUDA driver")
+	// ErrQuota means an allocation would take the pool's live bytes beyond Options.Quota.
+	ErrQuota = errors.New("pinned: quota exceeded")
 )
 
-// wrapFreeError adds ErrSubSlice to the heap's complaints about a slice that is not a whole
-// buffer.
-func wrapFreeError(err error) error {
-	if errors.Is(err, heap.ErrInteriorPointer) || errors.Is(err, heap.ErrSizeMismatch) {
-		return fmt.Errorf("%w: %w", ErrSubSlice, err)
+// causes maps the errors of the layers below to this package's sentinels, most specific
+// first: a heap's out-of-memory that wraps the arena's memlock error is a memlock error.
+var causes = []struct{ cause, sentinel error }{
+	{arena.ErrMemlock, ErrMemlock},
+	{heap.ErrInteriorPointer, ErrSubSlice},
+	{heap.ErrSizeMismatch, ErrSubSlice},
+	{heap.ErrDoubleFree, ErrDoubleFree},
+	{heap.ErrNotOwned, ErrNotOwned},
+	{heap.ErrInvalidSize, ErrInvalidSize},
+	{heap.ErrTooLarge, ErrTooLarge},
+	{heap.ErrInvalidAlign, ErrInvalidAlign},
+	{heap.ErrLiveBlocks, ErrLiveBlocks},
+	{arena.ErrBusy, ErrLiveBlocks},
+	{heap.ErrClosed, ErrClosed},
+	{arena.ErrClosed, ErrClosed},
+	{heap.ErrOutOfMemory, ErrOutOfMemory},
+	{arena.ErrCapacity, ErrOutOfMemory},
+	{arena.ErrReserve, ErrOutOfMemory},
+	{arena.ErrCommit, ErrOutOfMemory},
+	{cuda.ErrOutOfMemory, ErrOutOfMemory},
+	{cuda.ErrNoDriver, ErrNoDriver},
+	{cuda.ErrNoDevice, ErrNoDriver},
+	{heap.ErrInvalidArgument, ErrInvalidOptions},
+	{arena.ErrInvalid, ErrInvalidOptions},
+}
+
+// wrapError gives an error of the layers below this package's sentinel, keeping the cause;
+// one none of them names (a driver's) gets fallback. Errors that already wrap a sentinel of
+// this package pass unchanged.
+func wrapError(err, fallback error) error {
+	if err == nil || ours(err) {
+		return err
 	}
-	return err
+	for _, c := range causes {
+		if errors.Is(err, c.cause) {
+			return fmt.Errorf("%w: %w", c.sentinel, err)
+		}
+	}
+	return fmt.Errorf("%w: %w", fallback, err)
+}
+
+// ours reports whether err wraps a sentinel of this package.
+func ours(err error) bool {
+	for _, s := range []error{ErrInvalidSize, ErrTooLarge, ErrInvalidAlign, ErrOutOfMemory, ErrDoubleFree,
+		ErrNotOwned, ErrSubSlice, ErrLiveBlocks, ErrClosed, ErrMemlock, ErrInvalidOptions, ErrNoDriver, ErrQuota} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
 }

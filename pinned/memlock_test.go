@@ -139,3 +139,47 @@ func copyFile(src, dst string) error {
 	}
 	return out.Close()
 }
+
+// lockable reports whether this process may lock n more bytes: it has CAP_IPC_LOCK, or its
+// RLIMIT_MEMLOCK soft limit leaves room for n beyond what it has locked already. It also returns
+// the soft limit in KiB, for messages (-1: unlimited).
+func lockable(n uint64) (ok bool, limitKiB int64) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
+		return true, -1
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return lim.Cur >= n, int64(lim.Cur >> 10)
+	}
+	var locked uint64
+	for _, line := range strings.Split(string(status), "\n") {
+		var capEff uint64
+		if _, err := fmt.Sscanf(line, "CapEff: %x", &capEff); err == nil && capEff&(1<<unix.CAP_IPC_LOCK) != 0 {
+			return true, int64(lim.Cur >> 10)
+		}
+		var kib uint64
+		if _, err := fmt.Sscanf(line, "VmLck: %d kB", &kib); err == nil {
+			locked = kib << 10
+		}
+	}
+	return lim.Cur >= locked && lim.Cur-locked >= n, int64(lim.Cur >> 10)
+}
+
+// needLocked skips the test unless the process may lock n more bytes.
+func needLocked(t testing.TB, n uint64) {
+	t.Helper()
+	if ok, kib := lockable(n); !ok {
+		t.Skipf("RLIMIT_MEMLOCK soft limit %d KiB is below the %d KiB this test locks; raise it with ulimit -l", kib, n>>10)
+	}
+}
+
+// lockedIfRoom returns the Locked backend when the process may lock n more bytes, and Pageable
+// otherwise: for tests of what does not depend on locking (concurrency, reuse), so that they run
+// under Debian's default 8 MiB limit too.
+func lockedIfRoom(n uint64) Backend {
+	if ok, _ := lockable(n); ok {
+		return Locked
+	}
+	return Pageable
+}

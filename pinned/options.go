@@ -94,6 +94,9 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	if o.Align < 16 || o.Align > 32<<10 || o.Align&(o.Align-1) != 0 {
 		return nil, nil, fmt.Errorf("%w: %d (want a power of two from 16 to 32768)", ErrInvalidAlign, o.Align)
 	}
+	if o.HugePages > arena.HugeTLB {
+		return nil, nil, fmt.Errorf("%w: huge pages %d (want arena.HugeNone, HugeTransparent or HugeTLB)", ErrInvalidOptions, o.HugePages)
+	}
 	ho := arena.HostOptions{HugePages: o.HugePages, Populate: o.Populate}
 	switch o.Backend {
 	case Locked:

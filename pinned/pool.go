@@ -36,6 +36,15 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
+const (
+	// MinCapacity is the smallest capacity New accepts: one 2 MiB chunk.
+	MinCapacity = 2 << 20
+	// MaxCapacity is the largest capacity New accepts: 128 TiB, the user address space of an
+	// x86-64 or arm64 process with 48-bit virtual addresses. Capacity is address space only;
+	// the pool's bookkeeping grows with the memory it uses, not with its capacity.
+	MaxCapacity = heap.MaxCapacity
+)
+
 // Pool hands out pinned []byte buffers. It is safe for concurrent use.
 type Pool struct {
 	a       *arena.Arena
@@ -67,6 +76,11 @@ type shard struct {
 // capacity of the machine's physical memory (address space only: memory is committed, and
 // locked, as buffers need it).
 func New(o Options) (*Pool, error) {
+	p, err := newPool(o)
+	return p, wrapError(err, ErrInvalidOptions)
+}
+
+func newPool(o Options) (*Pool, error) {
 	prov, host, err := o.provider()
 	if err != nil {
 		return nil, err
@@ -80,6 +94,10 @@ func New(o Options) (*Pool, error) {
 	capacity, err := o.capacity(prov)
 	if err != nil {
 		return nil, err
+	}
+	if capacity < MinCapacity || capacity > MaxCapacity {
+		return nil, fmt.Errorf("%w: capacity %d bytes (want %d bytes, one 2 MiB chunk, to %d, 128 TiB of address space)",
+			ErrInvalidOptions, capacity, MinCapacity, uint64(MaxCapacity))
 	}
 	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: uintptr(o.Align)})
 	if err != nil {
@@ -126,23 +144,38 @@ func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrInvalidSize, n)
 	}
-	if p.closed.Load() {
-		return nil, ErrClosed
-	}
-	s := p.acquire()
-	addr, err := s.allocIn(uintptr(n), alignment)
-	p.release(s)
+	addr, err := p.allocOnce(uintptr(n), alignment)
 	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
 		// Other shards may hold freed blocks they have not collected: collect, retry once.
 		p.collectAll()
-		s = p.acquire()
-		addr, err = s.allocIn(uintptr(n), alignment)
-		p.release(s)
+		addr, err = p.allocOnce(uintptr(n), alignment)
 	}
 	if err != nil {
-		return nil, err
+		return nil, p.allocError(err, uintptr(n), alignment)
 	}
 	return mem.Bytes(addr, uintptr(n)), nil
+}
+
+// allocOnce allocates from a shard. It checks closed as the shard's owner: Close sets closed
+// before it takes any shard's lock to count the live buffers, so an Alloc either sees closed or
+// ends before Close counts its shard.
+func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
+	s := p.acquire()
+	if p.closed.Load() {
+		p.release(s)
+		return 0, ErrClosed
+	}
+	addr, err := s.allocIn(n, alignment)
+	p.release(s)
+	return addr, err
+}
+
+// allocError gives an allocation's error this package's sentinel.
+func (p *Pool) allocError(err error, n, alignment uintptr) error {
+	if c := p.a.Capacity(); errors.Is(err, heap.ErrOutOfMemory) && (n > c || alignment > c) {
+		return fmt.Errorf("%w: %d bytes aligned to %d asked of a pool of capacity %d: %w", ErrTooLarge, n, alignment, c, err)
+	}
+	return wrapError(err, ErrOutOfMemory)
 }
 
 func (s *shard) allocIn(n, alignment uintptr) (uintptr, error) {
@@ -174,7 +207,11 @@ func (p *Pool) Free(b []byte) error {
 		err = p.g.FreeSized(addr, n)
 	}
 	if err != nil {
-		return wrapFreeError(err)
+		if p.released.Load() {
+			// Not a live buffer (those keep the pool's memory), and the memory is gone.
+			return fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		return wrapError(err, ErrNotOwned)
 	}
 	if p.closed.Load() {
 		p.finishClose()
@@ -231,10 +268,14 @@ func (p *Pool) acquireSlow() *shard {
 	return s
 }
 
-// newShard adds a shard, returned locked.
+// newShard adds a shard, returned locked. It makes none after Close, which takes growMu before
+// it looks at the shards, so that every shard is in the snapshot it counts and closes.
 func (p *Pool) newShard() (*shard, error) {
 	p.growMu.Lock()
 	defer p.growMu.Unlock()
+	if p.closed.Load() {
+		return nil, ErrClosed
+	}
 	h, err := p.g.NewHeap(heap.Options{Align: p.align})
 	if err != nil {
 		return nil, err
@@ -283,11 +324,14 @@ func (p *Pool) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	// No shard is added from now on, and a shard being added is published before this returns.
+	p.growMu.Lock()
+	p.growMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier for newShard
 	if n, bytes := p.live(); n > 0 {
 		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed",
 			ErrLiveBlocks, n, bytes)
 	}
-	return p.releaseAll()
+	return wrapError(p.releaseAll(), ErrClosed)
 }
 
 // live collects every shard and counts the live buffers.
@@ -337,5 +381,6 @@ func (p *Pool) DevicePointer(b []byte) (uintptr, error) {
 	if len(b) == 0 {
 		return 0, fmt.Errorf("%w: empty slice", ErrNotOwned)
 	}
-	return c.DevicePointer(mem.Addr(b))
+	ptr, err := c.DevicePointer(mem.Addr(b))
+	return ptr, wrapError(err, ErrNotOwned)
 }

@@ -36,7 +36,11 @@ func sizes1k(seed uint64) []int {
 func TestAllocFree(t *testing.T) {
 	// No purge: the memory figures checked below must not depend on how fast the test runs.
 	p := newTestPool(t, Options{PurgeDelay: -1})
-	for _, n := range []int{1, 64, 1000, 8192, 100 << 10, 1 << 20, 16 << 20} {
+	huge := 16 << 20
+	if ok, _ := lockable(24 << 20); !ok {
+		huge = 4 << 20 // still a huge object, under Debian's default 8 MiB memlock limit
+	}
+	for _, n := range []int{1, 64, 1000, 8192, 100 << 10, 1 << 20, huge} {
 		b, err := p.Alloc(n)
 		if err != nil {
 			t.Fatalf("Alloc(%d): %v", n, err)
@@ -158,7 +162,8 @@ func TestAlignedAndOptions(t *testing.T) {
 		{Backend: Pageable, Align: 256},
 		{HugePages: arena.HugeTransparent},
 		{HugePages: arena.HugeTLB, Capacity: 64 << 20},
-		{Populate: true, Capacity: 16 << 20},
+		// Populate locks the whole 16 MiB region at once.
+		{Populate: true, Capacity: 16 << 20, Backend: lockedIfRoom(20 << 20)},
 	} {
 		p := newTestPool(t, o)
 		for _, al := range []int{64, 4096, 1 << 20, 8 << 20} {
@@ -205,8 +210,12 @@ func TestExternalBackend(t *testing.T) {
 
 func TestTrim(t *testing.T) {
 	p := newTestPool(t, Options{Capacity: 256 << 20, PurgeDelay: -1})
+	n := 64
+	if ok, _ := lockable(72 << 20); !ok {
+		n = 4 // under Debian's default 8 MiB memlock limit
+	}
 	var bufs [][]byte
-	for range 64 {
+	for range n {
 		b, err := p.Alloc(1 << 20)
 		if err != nil {
 			t.Fatal(err)
@@ -230,7 +239,8 @@ func TestTrim(t *testing.T) {
 // TestConcurrent has goroutines allocate, stamp, and pass buffers to other goroutines, which
 // check the stamp and free them; at the end the pool closes with nothing live.
 func TestConcurrent(t *testing.T) {
-	p, err := New(Options{Capacity: 1 << 30})
+	// Up to 128 MiB in flight: what is tested is the concurrency, not the locking.
+	p, err := New(Options{Capacity: 1 << 30, Backend: lockedIfRoom(256 << 20)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +305,7 @@ func TestConcurrent(t *testing.T) {
 // TestSteadyStateNoSyscalls warms a pool up and then runs a million operations: the host
 // provider must make no system call at all.
 func TestSteadyStateNoSyscalls(t *testing.T) {
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Options{Backend: lockedIfRoom(64 << 20)}) // what is counted is system calls
 	sz := sizes1k(9)
 	live := make([][]byte, 512)
 	run := func(ops int) {

@@ -20,8 +20,9 @@ func main() {
 		log.Fatal(err)
 	}
 
-	// A few staging buffers of the sizes a GPU program moves around.
-	sizes := []int{4 << 10, 64 << 10, 1 << 20, 16 << 20}
+	// A few staging buffers of the sizes a GPU program moves around: about 5 MiB locked in all,
+	// under the 8 MiB RLIMIT_MEMLOCK that Debian and Ubuntu give an ordinary user.
+	sizes := []int{4 << 10, 64 << 10, 1 << 20, 4 << 20}
 	var bufs [][]byte
 	for _, n := range sizes {
 		b, err := pool.Alloc(n)
