@@ -28,7 +28,9 @@
 //     the held segments back to the arena (and decommits free chunks).
 //
 // Running out of memory, Alloc waits for every deferred free and gives back every other
-// stream's held segments (synchronizing those streams) before it retries once.
+// stream's held segments (synchronizing those streams) before it retries once; then, if
+// Options.Pressure is set, it asks that hook to give memory back (a uvm.Tier evicts blocks)
+// and retries while the hook says it freed some.
 //
 // # Streams
 //
@@ -96,7 +98,16 @@ type Options struct {
 	Provider arena.Provider
 	// PurgeDelay is how long free chunks stay committed in the arena (see arena.Options).
 	PurgeDelay time.Duration
+	// Pressure, if set, is called when an Alloc of n bytes finds no memory even after
+	// reclaiming what the streams hold: it may give memory of this heap back (a tier evicting
+	// blocks, a cache dropping entries) and returns whether the Alloc should try again. It is
+	// called without the heap's lock, at most pressureTries times per Alloc, on the goroutine
+	// that called Alloc.
+	Pressure func(n uintptr) bool
 }
+
+// pressureTries bounds the calls of Options.Pressure per Alloc.
+const pressureTries = 3
 
 // Heap allocates device memory with stream-ordered frees. See the package documentation.
 type Heap struct {
@@ -105,6 +116,7 @@ type Heap struct {
 	a      *arena.Arena
 	g      *heap.Group
 	align  uintptr
+	press  func(n uintptr) bool
 
 	mu       sync.Mutex
 	closed   bool
@@ -170,7 +182,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		return nil, err
 	}
 	h := &Heap{
-		dev: dev, a: a, g: g, align: o.Align,
+		dev: dev, a: a, g: g, align: o.Align, press: o.Pressure,
 		streams: map[cuda.Stream]*heap.Heap{},
 		seen:    map[cuda.Stream]bool{}, deferred: map[cuda.DevicePtr]bool{},
 		events: cuda.NewEventPool(dev),
@@ -205,8 +217,19 @@ func (h *Heap) Arena() *arena.Arena { return h.a }
 func (h *Heap) Align() uintptr { return h.align }
 
 // Alloc returns a block of at least n bytes of device memory for use on stream s. Its contents
-// are undefined.
+// are undefined. Out of memory, it calls Options.Pressure (see the package documentation).
 func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
+	p, err := h.alloc(n, s)
+	for try := 0; err != nil && h.press != nil && try < pressureTries && outOfMemory(err); try++ {
+		if !h.press(n) {
+			break
+		}
+		p, err = h.alloc(n, s)
+	}
+	return p, err
+}
+
+func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.ready(s); err != nil {

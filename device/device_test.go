@@ -391,3 +391,46 @@ func TestOpenWithoutDriver(t *testing.T) {
 		t.Fatalf("Open without a driver = %v", err)
 	}
 }
+
+// TestPressureHook fills a small heap; the next Alloc calls the pressure hook, which frees a
+// block, and succeeds; while the hook frees nothing (unarmed, filling), Alloc fails.
+func TestPressureHook(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	var held []cuda.DevicePtr
+	var h *Heap
+	calls, armed := 0, false
+	h, err := New(dev, Options{Capacity: 4 << 20, Pressure: func(n uintptr) bool {
+		calls++
+		if !armed || len(held) == 0 {
+			return false
+		}
+		must(t, "Free", h.Free(held[0]))
+		held = held[1:]
+		return true
+	}})
+	must(t, "New", err)
+	for {
+		p, err := h.Alloc(1<<20+1, 0) // huge objects: two chunks each
+		if err != nil {
+			break
+		}
+		held = append(held, p)
+	}
+	if calls == 0 || len(held) == 0 {
+		t.Fatalf("filling the heap: %d hook calls, %d blocks held", calls, len(held))
+	}
+	calls, armed = 0, true
+	p, err := h.Alloc(1<<20+1, 0)
+	must(t, "Alloc under pressure", err)
+	if calls != 1 {
+		t.Errorf("%d hook calls, want 1", calls)
+	}
+	held = append(held, p)
+	for _, p := range held {
+		must(t, "Free", h.Free(p))
+	}
+	must(t, "Close", h.Close())
+}
