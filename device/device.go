@@ -8,8 +8,8 @@
 //
 // A Heap keeps one heap.Heap per stream it has seen, all in one heap.Group over one arena of
 // device memory (the VMM provider where the device has the VMM API, cuMemAlloc regions
-// otherwise; see arena.NewDeviceProvider). Every stream heap holds its empty segments
-// (heap.Options.HoldSegments), so memory freed on a stream never reaches another stream's heap
+// otherwise; see arena.NewDeviceProvider). Every stream heap keeps its empty segments
+// (heap.RetainSegments), so memory freed on a stream never reaches another stream's heap
 // behind the device's back. Then:
 //
 //   - Alloc(n, s) allocates from s's heap.
@@ -17,17 +17,20 @@
 //     on s later runs after the work that used p, so s may reuse p at once.
 //   - FreeAsync(p, s) on another stream records an event on s (from an event pool) and defers
 //     the heap free until the event has completed; p then goes back to the stream it was
-//     allocated on. Huge blocks (above 1 MiB) go back to the arena itself, where any stream can
-//     take them, so their frees are always deferred behind an event, on either stream.
-//   - Deferred frees are checked, oldest first per stream, with cuEventQuery on every Alloc
-//     (the one call that needs their memory back) and in Stats, and waited for in Sync, Trim
-//     and Close.
+//     allocated on. Huge blocks (above heap.HugeThreshold, 1 MiB) go back to the arena itself,
+//     where any stream can take them, so their frees are always deferred behind an event, on
+//     either stream.
+//   - Deferred frees wait in a streamq.Queue: checked, oldest first per stream, with
+//     cuEventQuery on every Alloc (the one call that needs their memory back) and in Stats,
+//     and waited for in Sync, Trim and Close.
 //   - Free(p) is synchronous: the caller promises no work in flight uses p.
 //   - Trim waits for deferred frees, synchronizes each stream whose heap holds memory, and gives
 //     the held segments back to the arena (and decommits free chunks).
 //
 // Running out of memory, Alloc waits for every deferred free and gives back every other
-// stream's held segments (synchronizing those streams) before it retries once.
+// stream's held segments (synchronizing those streams) before it retries once; then, if
+// Options.Pressure is set, it asks that hook to give memory back (a uvm.Tier evicts blocks)
+// and retries while the hook says it freed some.
 //
 // # Streams
 //
@@ -53,17 +56,13 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 const (
 	// DefaultAlign is the block alignment when Options.Align is zero: what GPU memory
 	// coalescing wants, and what cudaMalloc guarantees.
 	DefaultAlign = 256
-	// hugeBlock is the size above which the heap serves a block as a huge object, a chunk run
-	// straight from the arena (its object pages hold up to half a 2 MiB segment). Frees of such
-	// blocks return memory to the arena at once, so they are always deferred behind an event.
-	// TestHugeThreshold checks it against the heap.
-	hugeBlock = 1 << 20
 )
 
 // Sentinel errors. Errors of the heap (heap.ErrNotOwned, heap.ErrDoubleFree, ...) and of the
@@ -107,7 +106,16 @@ type Options struct {
 	// Quota caps the bytes of the heap's live blocks (the sizes asked for; a deferred free
 	// counts until it is done); an Alloc beyond it fails with ErrQuota. Zero means no quota.
 	Quota uintptr
+	// Pressure, if set, is called when an Alloc of n bytes finds no memory even after
+	// reclaiming what the streams hold: it may give memory of this heap back (a tier evicting
+	// blocks, a cache dropping entries) and returns whether the Alloc should try again. It is
+	// called without the heap's lock, at most pressureTries times per Alloc, on the goroutine
+	// that called Alloc.
+	Pressure func(n uintptr) bool
 }
+
+// pressureTries bounds the calls of Options.Pressure per Alloc.
+const pressureTries = 3
 
 // Heap allocates device memory with stream-ordered frees. See the package documentation.
 type Heap struct {
@@ -116,23 +124,18 @@ type Heap struct {
 	a      *arena.Arena
 	g      *heap.Group
 	align  uintptr
+	press  func(n uintptr) bool
 
 	mu       sync.Mutex
 	closed   bool
-	streams  map[cuda.Stream]*heap.Heap // heaps, by allocation stream
-	seen     map[cuda.Stream]bool       // streams the driver accepted
-	queues   map[cuda.Stream][]pending  // deferred frees, by freeing stream, oldest first
-	deferred map[cuda.DevicePtr]bool    // blocks with a deferred free
+	streams  map[cuda.Stream]*heap.Heap     // heaps, by allocation stream
+	seen     map[cuda.Stream]bool           // streams the driver accepted
+	queue    *streamq.Queue[cuda.DevicePtr] // deferred frees, by freeing stream
+	deferred map[cuda.DevicePtr]bool        // blocks with a deferred free
 	events   *icuda.EventPool
 	st       Stats
 
 	guard // ZeroOnFree and Quota (guard.go)
-}
-
-// pending is a free deferred until an event recorded on the freeing stream completes.
-type pending struct {
-	p  cuda.DevicePtr
-	ev cuda.Event
 }
 
 // Stats describes a Heap.
@@ -189,13 +192,15 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		_ = a.Close()
 		return nil, err
 	}
-	return &Heap{
-		dev: d, a: a, g: g, align: o.Align,
+	h := &Heap{
+		dev: d, a: a, g: g, align: o.Align, press: o.Pressure,
 		streams: map[cuda.Stream]*heap.Heap{},
-		seen:    map[cuda.Stream]bool{}, queues: map[cuda.Stream][]pending{}, deferred: map[cuda.DevicePtr]bool{},
+		seen:    map[cuda.Stream]bool{}, deferred: map[cuda.DevicePtr]bool{},
 		events: icuda.NewEventPool(d),
 		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: o.Quota},
-	}, nil
+	}
+	h.queue = streamq.New(d, h.events, h.finish)
+	return h, nil
 }
 
 // Open opens device ordinal (cuda.Open: the error wraps cuda.ErrNoDriver without a driver) and
@@ -224,8 +229,19 @@ func (h *Heap) Arena() *arena.Arena { return h.a }
 func (h *Heap) Align() uintptr { return h.align }
 
 // Alloc returns a block of at least n bytes of device memory for use on stream s. Its contents
-// are undefined.
+// are undefined. Out of memory, it calls Options.Pressure (see the package documentation).
 func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
+	p, err := h.alloc(n, s)
+	for try := 0; err != nil && h.press != nil && try < pressureTries && outOfMemory(err); try++ {
+		if !h.press(n) {
+			break
+		}
+		p, err = h.alloc(n, s)
+	}
+	return p, err
+}
+
+func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.ready(s); err != nil {
@@ -301,19 +317,13 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 		if err != nil {
 			return err
 		}
-		if size <= hugeBlock {
+		if size <= heap.HugeThreshold {
 			return h.free(owner, p)
 		}
 	}
-	ev, err := h.events.Get()
-	if err != nil {
+	if err := h.queue.Push(s, p); err != nil {
 		return fmt.Errorf("device: free of %#x on stream %#x: %w", p, s, err)
 	}
-	if err := h.dev.EventRecord(ev, s); err != nil {
-		h.events.Put(ev)
-		return fmt.Errorf("device: free of %#x on stream %#x: %w", p, s, err)
-	}
-	h.queues[s] = append(h.queues[s], pending{p: p, ev: ev})
 	h.deferred[p] = true
 	h.st.DeferredFrees++
 	return nil
@@ -354,8 +364,8 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if err := h.dev.StreamSynchronize(s); err != nil {
 		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
 	}
-	if err := h.pollQueue(s); err != nil {
-		return err
+	if err := h.queue.PollStream(s); err != nil {
+		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)
 	}
 	if sh := h.streams[s]; sh != nil {
 		if err := sh.Close(); err != nil {
@@ -372,7 +382,7 @@ func (h *Heap) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.closed {
-		_ = h.poll()
+		_ = h.queue.Poll()
 	}
 	st := h.st
 	st.Streams = len(h.streams)
@@ -392,8 +402,8 @@ func (h *Heap) Close() error {
 		return err
 	}
 	defer h.mu.Unlock()
-	if err := h.poll(); err != nil {
-		return err
+	if err := h.queue.Poll(); err != nil {
+		return fmt.Errorf("device: deferred frees: %w", err)
 	}
 	live, bytes := h.live()
 	deferred := len(h.deferred)
@@ -452,7 +462,10 @@ func (h *Heap) ready(s cuda.Stream) error {
 	if err := h.checkStream(s); err != nil {
 		return err
 	}
-	return h.poll()
+	if err := h.queue.Poll(); err != nil {
+		return fmt.Errorf("device: deferred frees: %w", err)
+	}
+	return nil
 }
 
 // checkStream accepts a stream seen before, or one cuStreamQuery accepts. h.mu is held.
@@ -472,7 +485,7 @@ func (h *Heap) heapFor(s cuda.Stream) (*heap.Heap, error) {
 	if sh := h.streams[s]; sh != nil {
 		return sh, nil
 	}
-	sh, err := h.g.NewHeap(heap.Options{Align: h.align, HoldSegments: true})
+	sh, err := h.g.NewHeap(heap.Options{Align: h.align, Retention: heap.RetainSegments})
 	if err != nil {
 		return nil, err
 	}
@@ -503,64 +516,22 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 	return nil
 }
 
-// poll does the deferred frees whose event has completed. h.mu is held.
-func (h *Heap) poll() error {
-	for s := range h.queues {
-		if err := h.pollQueue(s); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// pollQueue does the deferred frees of stream s whose event has completed, oldest first: the
-// first event not complete stops it, since later ones on the same stream complete after it.
-func (h *Heap) pollQueue(s cuda.Stream) error {
-	q := h.queues[s]
-	var err error
-	for len(q) > 0 {
-		if qerr := h.dev.EventQuery(q[0].ev); errors.Is(qerr, cuda.ErrNotReady) {
-			break
-		} else if qerr != nil {
-			err = fmt.Errorf("device: event of a free on stream %#x: %w", s, qerr)
-			break
-		}
-		d := q[0]
-		q = q[1:]
-		if err = h.finish(d); err != nil {
-			break
-		}
-	}
-	if len(q) == 0 {
-		delete(h.queues, s) // drain reads the last entry of every queue left
-	} else {
-		h.queues[s] = q
-	}
-	return err
-}
-
-// finish does a deferred free whose event has completed.
-func (h *Heap) finish(d pending) error {
-	h.events.Put(d.ev)
-	delete(h.deferred, d.p)
-	owner, err := h.owner(d.p)
+// finish does a deferred free whose event has completed (the queue's done function).
+func (h *Heap) finish(p cuda.DevicePtr) error {
+	delete(h.deferred, p)
+	owner, err := h.owner(p)
 	if err != nil {
 		return err
 	}
-	return h.free(owner, d.p)
+	return h.free(owner, p)
 }
 
-// drain waits for the last event of every stream's deferred frees, then does them all.
+// drain waits for every deferred free and does it.
 func (h *Heap) drain() error {
-	var errs []error
-	for s, q := range h.queues {
-		if err := h.dev.EventSynchronize(q[len(q)-1].ev); err != nil {
-			errs = append(errs, fmt.Errorf("device: wait for frees on stream %#x: %w", s, err))
-			continue
-		}
-		errs = append(errs, h.pollQueue(s))
+	if err := h.queue.Drain(); err != nil {
+		return fmt.Errorf("device: wait for deferred frees: %w", err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // reclaim does every deferred free, then synchronizes each stream other than except whose heap

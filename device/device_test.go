@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -393,22 +392,45 @@ func TestOpenWithoutDriver(t *testing.T) {
 	}
 }
 
-// TestHugeThreshold checks hugeBlock against the heap: the largest block it serves from a
-// segment, above which a block is a chunk run of its own.
-func TestHugeThreshold(t *testing.T) {
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20})
-	must(t, "arena.New", err)
-	hh, err := heap.New(a, heap.Options{Align: DefaultAlign})
-	must(t, "heap.New", err)
-	p, err := hh.Alloc(hugeBlock)
-	must(t, "Alloc", err)
-	q, err := hh.Alloc(hugeBlock + 1)
-	must(t, "Alloc", err)
-	if n := hh.Stats().Huge; n != 1 {
-		t.Errorf("blocks of %d and %d bytes made %d huge objects, want 1", hugeBlock, hugeBlock+1, n)
+// TestPressureHook fills a small heap; the next Alloc calls the pressure hook, which frees a
+// block, and succeeds; while the hook frees nothing (unarmed, filling), Alloc fails.
+func TestPressureHook(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
 	}
-	must(t, "Free", hh.Free(p))
-	must(t, "Free", hh.Free(q))
-	must(t, "heap.Close", hh.Close())
-	must(t, "arena.Close", a.Close())
+	var held []cuda.DevicePtr
+	var h *Heap
+	calls, armed := 0, false
+	h, err := New(fakecuda.Public(dev), Options{Capacity: 4 << 20, Pressure: func(n uintptr) bool {
+		calls++
+		if !armed || len(held) == 0 {
+			return false
+		}
+		must(t, "Free", h.Free(held[0]))
+		held = held[1:]
+		return true
+	}})
+	must(t, "New", err)
+	for {
+		p, err := h.Alloc(1<<20+1, 0) // huge objects: two chunks each
+		if err != nil {
+			break
+		}
+		held = append(held, p)
+	}
+	if calls == 0 || len(held) == 0 {
+		t.Fatalf("filling the heap: %d hook calls, %d blocks held", calls, len(held))
+	}
+	calls, armed = 0, true
+	p, err := h.Alloc(1<<20+1, 0)
+	must(t, "Alloc under pressure", err)
+	if calls != 1 {
+		t.Errorf("%d hook calls, want 1", calls)
+	}
+	held = append(held, p)
+	for _, p := range held {
+		must(t, "Free", h.Free(p))
+	}
+	must(t, "Close", h.Close())
 }

@@ -255,7 +255,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if n > h.a.Capacity() {
 		return 0, false, fmt.Errorf("%w: %d bytes asked of an arena of %d", ErrTooLarge, n, h.a.Capacity())
 	}
-	if n <= segSize/2 && alignment <= min(segSize, h.g.chunkAlign) {
+	if n <= HugeThreshold && alignment <= min(segSize, h.g.chunkAlign) {
 		k := int((n + sliceSize - 1) >> sliceShift)
 		if pg := h.reuseObject(k, alignment); pg != nil {
 			fresh, err := h.prepareSlices(pg.seg, pg.slice0, pg.nslice)

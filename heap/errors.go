@@ -29,6 +29,6 @@ var (
 	// ErrClosed means the heap was used after Close.
 	ErrClosed = errors.New("heap: closed")
 	// ErrInvalidArgument means an argument other than a size or an alignment is unusable: a
-	// nil arena, an arena whose chunks are not 2 MiB.
+	// nil arena, an arena whose chunks are not 2 MiB, an unknown Retention.
 	ErrInvalidArgument = errors.New("heap: invalid argument")
 )

@@ -95,7 +95,7 @@ func (h *Heap) freeObject(pg *page) {
 	h.live -= pg.objSize
 	h.frees++
 	if pg.seg.kind == segHuge {
-		if h.hold { // stream-ordered heaps hand huge memory back for any stream to take
+		if h.hold { // RetainSegments: huge memory goes back to the arena at once
 			h.drop(pg)
 			return
 		}

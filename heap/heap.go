@@ -66,17 +66,39 @@ const (
 	DefaultAlign = 64
 )
 
+// The heap's geometry, for the packages above it.
+const (
+	// MaxClassSize is the largest size class: a request up to it gets a block in a page shared
+	// with blocks of its class; a larger one gets a page (or a chunk run) of its own.
+	MaxClassSize = maxClassSize
+	// HugeThreshold is the largest object page, half a segment: a request above it (or one
+	// aligned beyond what a segment can place) is a huge object, a run of arena chunks of its
+	// own, which a free hands to the arena (or keeps, see Retention) rather than to a segment.
+	HugeThreshold = segSize / 2
+)
+
+// Retention says what a heap keeps of the memory its frees empty.
+type Retention uint8
+
+const (
+	// RetainSpare, the default, keeps one empty segment and a few freed object pages and huge
+	// objects for reuse (their memory goes to the arena's purge unless reused in time), and
+	// gives the rest back to the arena, where any heap of the group may take it.
+	RetainSpare Retention = iota
+	// RetainSegments keeps every empty segment with the heap until Trim or Close, so memory
+	// freed in the heap's segments is reused by this heap alone until then. It keeps no freed
+	// huge object: those go back to the arena at once, so that whoever frees one decides when
+	// others may reuse it.
+	RetainSegments
+)
+
 // Options configures a Heap.
 type Options struct {
 	// Align is the mandated alignment of every block: a power of two from 16 B up to 32 KiB.
 	// 64 (a cache line) by default; 256 suits GPU coalescing, 4096 O_DIRECT and DMA.
 	Align uintptr
-	// HoldSegments keeps empty segments with the heap until Trim or Close instead of giving
-	// them back to the arena, where another heap could take them. A device heap whose blocks
-	// are freed in stream order needs it: memory freed on one stream must not reach a heap
-	// serving another stream before that stream's work is done. Such a heap keeps no freed
-	// huge object either: it goes back to the arena, for whoever frees it to hand on.
-	HoldSegments bool
+	// Retention says what the heap keeps of the memory its frees empty (default RetainSpare).
+	Retention Retention
 }
 
 // Heap is a single-owner allocator over an arena. See the package documentation for the rules.
@@ -93,10 +115,10 @@ type Heap struct {
 
 	segs    [numSegKinds]segList // segments with room, per kind
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
-	hold    bool
-	objFree []*page      // freed object pages kept for reuse, oldest first
-	bigFree []*page      // freed huge objects kept for reuse, oldest first
-	pending pendingStack // pages with remote frees, pushed by other goroutines
+	hold    bool                 // Retention is RetainSegments
+	objFree []*page              // freed object pages kept for reuse, oldest first
+	bigFree []*page              // freed huge objects kept for reuse, oldest first
+	pending pendingStack         // pages with remote frees, pushed by other goroutines
 
 	live, peak    uintptr // bytes asked for, by live blocks
 	allocs, frees uint64
@@ -133,10 +155,13 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	if !align.IsPow2(o.Align) || o.Align < 16 || o.Align > sliceSize {
 		return nil, fmt.Errorf("%w: heap alignment %d (want a power of two from 16 to %d)", ErrInvalidAlign, o.Align, sliceSize)
 	}
+	if o.Retention > RetainSegments {
+		return nil, fmt.Errorf("%w: retention %d", ErrInvalidArgument, o.Retention)
+	}
 	if ca := g.chunkAlign; o.Align > ca {
 		return nil, fmt.Errorf("%w: heap alignment %d exceeds the arena's chunk alignment %d", ErrInvalidAlign, o.Align, ca)
 	}
-	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.HoldSegments}
+	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.Retention == RetainSegments}
 	// Round every generated class up to the alignment; merge equal sizes.
 	for c := 0; c < numClasses; c++ {
 		size, _ := align.Up(uintptr(classSize[c]), o.Align)

@@ -445,3 +445,39 @@ func TestPagesCommitAsTheyFill(t *testing.T) {
 		}
 	}
 }
+
+// TestGeometry checks the exported geometry against what Alloc does: MaxClassSize is the
+// largest block a shared page serves, HugeThreshold the largest that is not a huge object.
+func TestGeometry(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(MaxClassSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := h.Alloc(MaxClassSize + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := h.Stats(); st.Classes[len(st.Classes)-1].Size != MaxClassSize {
+		t.Errorf("largest class %d, MaxClassSize %d", st.Classes[len(st.Classes)-1].Size, MaxClassSize)
+	}
+	r, err := h.Alloc(HugeThreshold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := h.Alloc(HugeThreshold + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := h.Stats().Huge; n != 1 {
+		t.Errorf("blocks of %d and %d bytes made %d huge objects, want 1", HugeThreshold, HugeThreshold+1, n)
+	}
+	for _, b := range []uintptr{p, q, r, s} {
+		if err := h.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := New(h.Arena(), Options{Retention: RetainSegments + 1}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("an unknown retention: %v, want ErrInvalidArgument", err)
+	}
+}

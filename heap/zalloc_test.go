@@ -76,8 +76,8 @@ func TestFillEveryClass(t *testing.T) {
 // TestZallocRemoteStress: one owner Zallocs (checking zero) large-class and small blocks, scribbles
 // them and hands them to 3 freers through channels; freers free remotely. Checks Stats at the end.
 func TestZallocRemoteStress(t *testing.T) {
-	for _, hold := range []bool{false, true} {
-		h := newTestHeap(t, 1<<30, Options{HoldSegments: hold})
+	for _, keep := range []Retention{RetainSpare, RetainSegments} {
+		h := newTestHeap(t, 1<<30, Options{Retention: keep})
 		var liveSet sync.Map
 		var lastFresh bool
 		chs := make([]chan uintptr, 3)

@@ -231,7 +231,7 @@ func (p *Pool) Free(b []byte) error {
 // free gives back the block at addr, of n bytes.
 func (p *Pool) free(addr, n uintptr) error {
 	var err error
-	if n > largeFree {
+	if n > heap.MaxClassSize { // a page (or chunk run) of its own: free it where it can go back
 		err = p.freeLarge(addr, n)
 	} else {
 		err = p.g.FreeSized(addr, n)
@@ -248,9 +248,6 @@ func (p *Pool) free(addr, n uintptr) error {
 	}
 	return nil
 }
-
-// largeFree is the size above which Free tries the owner's lock to free at once.
-const largeFree = 256 << 10
 
 // freeLarge frees under the owning shard's lock when it can, so that the memory of a large
 // buffer is reusable (and its chunks purgeable) at once; otherwise the lock-free way.

@@ -1,0 +1,363 @@
+package uvm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+)
+
+// Acquire makes block h resident and returns its device address for work queued on stream s
+// from now until Release(h, s). It does not wait for a copy: a block brought back is copied
+// on the tier's H2D stream and s is made to wait for it. Mode Write marks the host copy stale.
+// The block stays acquired (never moved) until as many Releases on s as Acquires on s.
+// Errors: ErrInvalidHandle, ErrAllPinned (no room: the budget is held by acquired blocks),
+// ErrAcquired (the host holds the block for writing, or for reading and m is Write), and the
+// errors of the copy, the device heap and the driver, after which the block is where it was.
+func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
+	t.mu.Lock()
+	p, err := t.acquire(h, s, m)
+	t.mu.Unlock()
+	return p, err
+}
+
+// AcquireContext is Acquire, waiting while it fails with ErrAllPinned until a release or a
+// free makes room, or ctx is done (its error is then returned, joined with ErrAllPinned).
+func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
+	for {
+		t.mu.Lock()
+		p, err := t.acquire(h, s, m)
+		if err == nil || !errors.Is(err, ErrAllPinned) {
+			t.mu.Unlock()
+			return p, err
+		}
+		if t.wake == nil {
+			t.wake = make(chan struct{})
+		}
+		wake := t.wake
+		t.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return 0, errors.Join(err, ctx.Err())
+		}
+	}
+}
+
+// acquire is Acquire with t.mu held.
+func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
+	if t.closed {
+		return 0, ErrClosed
+	}
+	if m > Write {
+		return 0, fmt.Errorf("%w: %v", ErrInvalidOptions, m)
+	}
+	id, b, err := t.lookup(h)
+	if err != nil {
+		return 0, err
+	}
+	if b.hostPins > 0 && (b.hostWrite || m == Write) {
+		return 0, fmt.Errorf("%w: block %#x is acquired on the host", ErrAcquired, uint64(h))
+	}
+	if b.dev == 0 {
+		if err := t.checkStream(s); err != nil {
+			return 0, err
+		}
+		t.st.Misses++
+		t.victims = t.victims[:0]
+		ids := append(t.one[:0], id)
+		if err := t.restore(ids, CauseAcquire); err != nil {
+			return 0, err
+		}
+	} else {
+		t.st.Hits++
+	}
+	if b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
+		if err := t.dev.StreamWaitEvent(s, b.readyEv); err != nil {
+			return 0, fmt.Errorf("uvm: stream %#x waits for block %#x: %w", s, uint64(h), err)
+		}
+	}
+	if m == Write {
+		b.hostValid = false
+	}
+	if b.pins == 0 {
+		t.policy.Pinned(id)
+		t.acct.pinned += b.size
+		t.acct.pinnedBlocks++
+	}
+	b.pins++
+	for i := range b.uses {
+		if b.uses[i].s == s {
+			b.uses[i].n++
+			return b.dev, nil
+		}
+	}
+	b.uses = append(b.uses, use{s: s, n: 1})
+	return b.dev, nil
+}
+
+// checkStream is a cheap check that s is a stream the driver knows, for the paths that queue
+// work before the first release on s would find out.
+func (t *Tier) checkStream(s cuda.Stream) error {
+	if err := t.dev.StreamQuery(s); err != nil && !errors.Is(err, cuda.ErrNotReady) {
+		return fmt.Errorf("%w: stream %#x: %w", ErrInvalidOptions, s, err)
+	}
+	return nil
+}
+
+// Release ends one use of block h on stream s: an event recorded on s now marks the end of
+// the work that uses it, and the block is moved only after that event. Errors: ErrNotAcquired
+// when the block is not acquired, ErrWrongStream when it is acquired on other streams only.
+func (t *Tier) Release(h Handle, s cuda.Stream) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	id, b, err := t.lookup(h)
+	if err != nil {
+		return err
+	}
+	if b.pins == 0 {
+		return fmt.Errorf("%w: Release of %#x", ErrNotAcquired, uint64(h))
+	}
+	k := -1
+	for i := range b.uses {
+		if b.uses[i].s == s {
+			k = i
+		}
+	}
+	if k < 0 {
+		return fmt.Errorf("%w: %#x released on stream %#x, acquired on %#x", ErrWrongStream, uint64(h), s, b.uses[0].s)
+	}
+	if err := t.recordRelease(b, s); err != nil {
+		return fmt.Errorf("uvm: release of %#x on stream %#x: %w", uint64(h), s, err)
+	}
+	if b.uses[k].n--; b.uses[k].n == 0 {
+		b.uses[k] = b.uses[len(b.uses)-1]
+		b.uses = b.uses[:len(b.uses)-1]
+	}
+	if b.pins--; b.pins == 0 {
+		t.acct.pinned -= b.size
+		t.acct.pinnedBlocks--
+		t.policy.Used(id)
+		t.signal()
+	}
+	return nil
+}
+
+// AcquireHost returns the block's bytes as a []byte of pinned host memory for Go to read
+// (Read) or fill (Write), valid until ReleaseHost. A block whose newest bytes are on the device
+// is copied to the host first, and AcquireHost waits for that copy. With Write the device copy
+// is dropped (the next Acquire brings the new bytes back). Several readers may hold a block;
+// a writer excludes every other acquisition. Errors: ErrInvalidHandle, ErrAcquired (acquired
+// on the device, or on the host by a writer or, for Write, a reader), ErrHostFull.
+func (t *Tier) AcquireHost(h Handle, m Mode) ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	if m > Write {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, m)
+	}
+	id, b, err := t.lookup(h)
+	if err != nil {
+		return nil, err
+	}
+	if b.pins > 0 || (b.hostPins > 0 && (b.hostWrite || m == Write)) {
+		return nil, fmt.Errorf("%w: block %#x", ErrAcquired, uint64(h))
+	}
+	if err := t.poll(); err != nil {
+		return nil, err
+	}
+	switch {
+	case b.fresh:
+		if err := t.hostAlloc(id, b); err != nil {
+			return nil, err
+		}
+		b.fresh, b.hostValid = false, true
+		t.acct.fresh -= b.size
+		t.acct.hostOnly += b.size
+	case !b.clean() && b.dev != 0:
+		if err := t.copyToHost(id, b); err != nil {
+			return nil, err
+		}
+	}
+	// The host copy is valid; wait for a copy still writing it (an eviction), and for a
+	// writer, for one still reading it (a restore).
+	if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) {
+		if err := t.dev.EventSynchronize(b.evictEv); err != nil {
+			return nil, fmt.Errorf("uvm: wait for the eviction of %#x: %w", uint64(h), err)
+		}
+	}
+	if m == Write && b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
+		if err := t.dev.EventSynchronize(b.readyEv); err != nil {
+			return nil, fmt.Errorf("uvm: wait for the restore of %#x: %w", uint64(h), err)
+		}
+	}
+	if m == Write && b.dev != 0 {
+		// The device copy becomes stale: give its VRAM back behind its uses.
+		t.waits = t.waits[:0]
+		t.addWaits(b)
+		if err := t.retire(completion{dev: []cuda.DevicePtr{b.dev}}); err != nil {
+			return nil, err
+		}
+		t.putReleases(b)
+		t.policy.Evicted(id)
+		b.dev = 0
+		t.acct.device -= b.size
+		t.acct.hostOnly += b.size
+	}
+	b.hostPins++
+	b.hostWrite = m == Write
+	return b.host[:b.n:b.n], nil
+}
+
+// copyToHost copies a dirty block's device bytes to its host buffer on the D2H stream, after
+// its uses, and waits for the copy. The block stays on the device, clean. t.mu is held.
+func (t *Tier) copyToHost(id BlockID, b *block) error {
+	if b.host == nil {
+		if err := t.hostAlloc(id, b); err != nil {
+			return err
+		}
+	}
+	t.waits = t.waits[:0]
+	t.addWaits(b)
+	err := t.queueWaits(t.d2h)
+	if err == nil {
+		err = t.mover.Copy(append(t.jobs[:0], CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size}), t.d2h)
+	}
+	var ev cuda.Event
+	if err == nil {
+		ev, err = t.pushEvent(dirD2H, completion{})
+	}
+	if err == nil {
+		err = t.dev.EventSynchronize(ev)
+	}
+	if err != nil {
+		t.st.Failures++
+		return fmt.Errorf("uvm: copy of %#x to the host: %w", uint64(t.handle(id)), err)
+	}
+	b.hostValid = true
+	t.st.Out[CauseHost].Blocks++
+	t.st.Out[CauseHost].Bytes += uint64(b.size)
+	return nil
+}
+
+// ReleaseHost ends a use of the []byte from AcquireHost. Errors: ErrNotAcquired.
+func (t *Tier) ReleaseHost(h Handle) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	_, b, err := t.lookup(h)
+	if err != nil {
+		return err
+	}
+	if b.hostPins == 0 {
+		return fmt.Errorf("%w: ReleaseHost of %#x", ErrNotAcquired, uint64(h))
+	}
+	if b.hostPins--; b.hostPins == 0 {
+		b.hostWrite = false
+		t.signal()
+	}
+	return nil
+}
+
+// Prefetch brings the blocks hs to the device ahead of use, in one batch, without waiting:
+// stream s is made to wait for the copies, so work queued on s after Prefetch sees the blocks.
+// The blocks are not acquired: they are evictable as soon as they arrive, coldest last (the
+// policy records the prefetch as a use). Blocks already on the device are skipped. Errors as
+// for Acquire; on an error no block has moved.
+func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	ids := t.one[:0]
+	for _, h := range hs {
+		id, b, err := t.lookup(h)
+		if err != nil {
+			return err
+		}
+		if b.dev == 0 && !b.chosen {
+			if b.hostWrite {
+				return fmt.Errorf("%w: block %#x is acquired on the host for writing", ErrAcquired, uint64(h))
+			}
+			b.chosen = true // counted once
+			ids = append(ids, id)
+		}
+	}
+	t.one = ids[:0]
+	t.unchoose(ids)
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := t.checkStream(s); err != nil {
+		return err
+	}
+	var need uintptr
+	for _, id := range ids {
+		need += t.blocks[id].size
+	}
+	if need > t.budget {
+		return fmt.Errorf("%w: a prefetch of %d bytes, budget %d", ErrTooLarge, need, t.budget)
+	}
+	if err := t.restore(ids, CausePrefetch); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		// One wait covers the batch: every copy of it is before its event.
+		if b := &t.blocks[id]; b.readySeq == t.seq[dirH2D] && t.pending(dirH2D, b.readySeq) {
+			if err := t.dev.StreamWaitEvent(s, b.readyEv); err != nil {
+				return fmt.Errorf("uvm: stream %#x waits for a prefetch: %w", s, err)
+			}
+			break
+		}
+	}
+	for _, id := range ids {
+		t.policy.Used(id)
+	}
+	return nil
+}
+
+// Evict moves the blocks hs off the device now, in one batch (dirty ones are copied to the
+// host, clean ones dropped), without waiting for the copies. Blocks not on the device are
+// skipped. Errors: ErrAcquired for a block acquired on the device (nothing moves), ErrHostFull,
+// and the copy's errors, after which every block is where it was.
+func (t *Tier) Evict(hs []Handle) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	ids := t.one[:0]
+	for _, h := range hs {
+		id, b, err := t.lookup(h)
+		if err != nil {
+			t.unchoose(ids)
+			return err
+		}
+		if b.pins > 0 {
+			t.unchoose(ids)
+			return fmt.Errorf("%w: Evict of %#x", ErrAcquired, uint64(h))
+		}
+		if b.dev != 0 && !b.chosen {
+			b.chosen = true
+			ids = append(ids, id)
+		}
+	}
+	t.one = ids[:0]
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := t.poll(); err != nil {
+		t.unchoose(ids)
+		return err
+	}
+	return t.evict(ids, CauseExplicit)
+}

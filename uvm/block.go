@@ -1,0 +1,260 @@
+package uvm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+)
+
+// block is one slot of the tier's table. See the package documentation for its states:
+//
+//	fresh:  fresh, dev == 0, host == nil
+//	host:   dev == 0, host != nil, hostValid
+//	clean:  dev != 0, host != nil, hostValid
+//	dirty:  dev != 0, and host == nil or !hostValid
+//
+// Invariants (t.mu held): a live block is in exactly one state; pins > 0 implies dev != 0;
+// the policy holds a block iff it is live, dev != 0 and pins == 0; hostWrite implies
+// hostPins > 0 and dev == 0 while it lasts.
+type block struct {
+	gen       uint32 // generation of the slot; handles carry it
+	live      bool
+	fresh     bool
+	hostValid bool // the host buffer holds the block's bytes
+	hostWrite bool // acquired on the host for writing
+	chosen    bool // picked for the eviction being built (scratch)
+	size      uintptr
+	n         int // bytes asked by Alloc
+	dev       cuda.DevicePtr
+	host      []byte  // len size
+	hostDev   uintptr // device address of host
+	pins      int32   // device acquisitions, all streams together
+	hostPins  int32
+	uses      []use      // device acquisitions by stream
+	rel       []relEvent // last release event per stream since the last migration
+	readySeq  uint64     // restore batch that last wrote dev (H2D)
+	readyEv   cuda.Event // its event, valid while the batch is pending
+	evictSeq  uint64     // eviction batch that last wrote host (D2H)
+	evictEv   cuda.Event
+	thrash    thrashState
+}
+
+// use counts a block's acquisitions on one stream.
+type use struct {
+	s cuda.Stream
+	n int32
+}
+
+// relEvent is an event recorded on stream s when a use of a block ended; seq orders the
+// release events of all blocks, so that a batch waits only on the newest of each stream.
+type relEvent struct {
+	s   cuda.Stream
+	ev  cuda.Event
+	seq uint64
+}
+
+func (b *block) clean() bool { return b.host != nil && b.hostValid }
+
+// handle returns the handle of slot id.
+func (t *Tier) handle(id BlockID) Handle {
+	return Handle(uint64(t.blocks[id].gen)<<32 | uint64(id) + 1)
+}
+
+// lookup returns the slot of a live handle. t.mu is held.
+func (t *Tier) lookup(h Handle) (BlockID, *block, error) {
+	low := uint32(h)
+	if low == 0 || int(low) > len(t.blocks) {
+		return 0, nil, fmt.Errorf("%w: %#x", ErrInvalidHandle, uint64(h))
+	}
+	id := BlockID(low - 1)
+	b := &t.blocks[id]
+	if !b.live || b.gen != uint32(h>>32) {
+		return 0, nil, fmt.Errorf("%w: %#x (freed)", ErrInvalidHandle, uint64(h))
+	}
+	return id, b, nil
+}
+
+// pending reports whether batch seq of direction dir has not completed yet.
+func (t *Tier) pending(dir int, seq uint64) bool { return seq > t.doneSeq[dir] }
+
+// Alloc creates a block of n bytes. It has no storage until it is first acquired (on the
+// device or the host), and its contents are undefined until written. It fails with ErrTooLarge
+// above the device budget and with ErrHostFull when the live blocks would exceed what device
+// budget and host capacity can hold together.
+func (t *Tier) Alloc(n int) (Handle, error) {
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: block of %d bytes", ErrInvalidOptions, n)
+	}
+	size := roundUp(uintptr(n))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0, ErrClosed
+	}
+	if size > t.budget {
+		return 0, fmt.Errorf("%w: %d bytes, budget %d", ErrTooLarge, n, t.budget)
+	}
+	if t.acct.live+size > t.budget+t.hostCap {
+		return 0, fmt.Errorf("%w: %d bytes more than the %d live fit in device budget %d and host capacity %d",
+			ErrHostFull, size, t.acct.live, t.budget, t.hostCap)
+	}
+	var id BlockID
+	if k := len(t.free); k > 0 {
+		id = BlockID(t.free[k-1])
+		t.free = t.free[:k-1]
+	} else {
+		if len(t.blocks) == 1<<32-1 {
+			return 0, fmt.Errorf("%w: too many blocks", ErrHostFull)
+		}
+		t.blocks = append(t.blocks, block{gen: 1})
+		id = BlockID(len(t.blocks) - 1)
+	}
+	b := &t.blocks[id]
+	b.live, b.fresh, b.size, b.n = true, true, size, n
+	t.acct.live += size
+	t.acct.fresh += size
+	t.st.Allocs++
+	return t.handle(id), nil
+}
+
+// Free frees a block from any state. Work already queued on the streams it was acquired on
+// may still use its device memory: that memory is reused only after the tier's D2H stream has
+// waited for it (an acquired block counts as released on each of its streams now). A []byte
+// from AcquireHost must not be used after Free.
+func (t *Tier) Free(h Handle) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	id, _, err := t.lookup(h)
+	if err != nil {
+		return err
+	}
+	return t.freeBlock(id)
+}
+
+// freeBlock frees slot id. t.mu is held.
+func (t *Tier) freeBlock(id BlockID) error {
+	b := &t.blocks[id]
+	var errs []error
+	for _, u := range b.uses {
+		errs = append(errs, t.recordRelease(b, u.s))
+	}
+	if b.pins > 0 {
+		t.acct.pinned -= b.size
+		t.acct.pinnedBlocks--
+	}
+	b.pins, b.hostPins, b.hostWrite, b.uses = 0, 0, false, b.uses[:0]
+	var devFree cuda.DevicePtr
+	switch {
+	case b.dev != 0:
+		devFree = b.dev
+		t.acct.device -= b.size
+	case b.fresh:
+		t.acct.fresh -= b.size
+	default:
+		t.acct.hostOnly -= b.size
+	}
+	hostFree := b.host
+	if hostFree != nil {
+		t.acct.hostHeld -= b.size
+	}
+	inFlight := (b.readySeq != 0 && t.pending(dirH2D, b.readySeq)) || (b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq))
+	if devFree != 0 || (hostFree != nil && inFlight) {
+		// Behind the uses and the copies of the block, on the D2H stream.
+		c := completion{dir: dirD2H}
+		if devFree != 0 {
+			c.dev = []cuda.DevicePtr{devFree}
+		}
+		if hostFree != nil {
+			c.host = [][]byte{hostFree}
+		}
+		t.waits = t.waits[:0]
+		t.addWaits(b)
+		errs = append(errs, t.retire(c))
+	} else if hostFree != nil {
+		errs = append(errs, t.pool.Free(hostFree))
+	}
+	t.putReleases(b)
+	t.policy.Freed(id)
+	t.acct.live -= b.size
+	*b = block{gen: b.gen + 1, uses: b.uses[:0], rel: b.rel[:0]}
+	t.free = append(t.free, uint32(id))
+	t.st.Frees++
+	t.signal()
+	return errors.Join(errs...)
+}
+
+// recordRelease records (or re-records) b's release event on s. t.mu is held.
+func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
+	t.relSeq++
+	for i := range b.rel {
+		if r := &b.rel[i]; r.s == s {
+			r.seq = t.relSeq
+			return t.dev.EventRecord(r.ev, s)
+		}
+	}
+	ev, err := t.events.Get()
+	if err != nil {
+		return err
+	}
+	if err := t.dev.EventRecord(ev, s); err != nil {
+		t.events.Put(ev)
+		return err
+	}
+	b.rel = append(b.rel, relEvent{s: s, ev: ev, seq: t.relSeq})
+	return nil
+}
+
+// putReleases gives b's release events back to the pool, once waits on them are queued.
+func (t *Tier) putReleases(b *block) {
+	for _, r := range b.rel {
+		t.events.Put(r.ev)
+	}
+	b.rel = b.rel[:0]
+}
+
+// addWaits adds to t.waits what a copy out of (or a free of) b must wait for: the newest
+// release event of each stream, and b's restore if it may be in flight (as a wait on the H2D
+// stream's event, stream 0 marking it).
+func (t *Tier) addWaits(b *block) {
+	for _, r := range b.rel {
+		t.addWait(r)
+	}
+	if b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
+		t.addWait(relEvent{s: t.h2d, ev: b.readyEv, seq: b.readySeq})
+	}
+}
+
+// addWait keeps the newest event per stream in t.waits.
+func (t *Tier) addWait(r relEvent) {
+	for i := range t.waits {
+		if w := &t.waits[i]; w.s == r.s {
+			if r.seq > w.seq {
+				*w = r
+			}
+			return
+		}
+	}
+	t.waits = append(t.waits, r)
+}
+
+// queueWaits makes stream s wait on every event of t.waits.
+func (t *Tier) queueWaits(s cuda.Stream) error {
+	for _, w := range t.waits {
+		if err := t.dev.StreamWaitEvent(s, w.ev); err != nil {
+			return fmt.Errorf("uvm: wait on stream %#x for stream %#x: %w", s, w.s, err)
+		}
+	}
+	return nil
+}
+
+// signal wakes AcquireContext callers waiting for room. t.mu is held.
+func (t *Tier) signal() {
+	if t.wake != nil {
+		close(t.wake)
+		t.wake = nil
+	}
+}

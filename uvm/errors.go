@@ -1,0 +1,35 @@
+package uvm
+
+import "errors"
+
+// Sentinel errors. Every error of the tier wraps one of them (with the handle or size at fault),
+// so callers test with errors.Is; errors of the driver, the device heap and the pinned pool
+// pass through wrapped as well.
+var (
+	// ErrClosed means the tier was used after Close.
+	ErrClosed = errors.New("uvm: tier closed")
+	// ErrInvalidHandle means a handle the tier never gave out, or one already freed (its
+	// generation is stale).
+	ErrInvalidHandle = errors.New("uvm: invalid handle")
+	// ErrNotAcquired means Release or ReleaseHost of a block that is not acquired that way.
+	ErrNotAcquired = errors.New("uvm: block not acquired")
+	// ErrWrongStream means Release on a stream the block was not acquired on.
+	ErrWrongStream = errors.New("uvm: release on a stream the block was not acquired on")
+	// ErrAcquired means an operation that needs the block free of acquisitions (Evict, an
+	// AcquireHost for writing, an Acquire for writing while the host holds it) met one, or
+	// Close found blocks acquired; nothing was changed.
+	ErrAcquired = errors.New("uvm: block acquired")
+	// ErrTooLarge means a block larger than the device budget (it could never be resident).
+	ErrTooLarge = errors.New("uvm: block larger than the device budget")
+	// ErrAllPinned means the device budget is held by acquired blocks (and transfers still in
+	// flight) so that nothing can be evicted to make room: retry after a Release, or use
+	// AcquireContext, which waits.
+	ErrAllPinned = errors.New("uvm: every evictable byte is acquired")
+	// ErrHostFull means the pinned host pool cannot take the block (an eviction, or a block
+	// whose bytes would exceed what device and host together can hold); the block stays where
+	// it was.
+	ErrHostFull = errors.New("uvm: host pool full")
+	// ErrInvalidOptions means Options that cannot work, or a bad argument (a size of zero, a
+	// mode that does not exist).
+	ErrInvalidOptions = errors.New("uvm: invalid options")
+)

@@ -1,0 +1,368 @@
+package uvm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// completion is a batch queued on one of the tier's streams: when its event completes, the
+// batch's copies are done and the memory it lists can be reused.
+type completion struct {
+	dir  int
+	seq  uint64
+	dev  []cuda.DevicePtr // VRAM to give back to the device heap
+	host [][]byte         // host buffers to give back to the pool
+}
+
+// complete finishes a batch whose event has completed (the queue's done function).
+func (t *Tier) complete(c completion) error {
+	if c.seq > t.doneSeq[c.dir] {
+		t.doneSeq[c.dir] = c.seq
+	}
+	var errs []error
+	for _, p := range c.dev {
+		errs = append(errs, t.heap.Free(p))
+	}
+	for _, b := range c.host {
+		errs = append(errs, t.pool.Free(b))
+	}
+	if len(c.dev)+len(c.host) > 0 {
+		t.signal()
+	}
+	return errors.Join(errs...)
+}
+
+// retire queues c on the D2H stream behind t.waits: its memory is given back once every use
+// and copy before it is done. t.mu is held.
+func (t *Tier) retire(c completion) error {
+	if err := t.queueWaits(t.d2h); err != nil {
+		// The waits cannot be queued: wait for the streams themselves, on the CPU.
+		for _, w := range t.waits {
+			if serr := t.dev.EventSynchronize(w.ev); serr != nil {
+				return errors.Join(err, serr)
+			}
+		}
+		return t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})
+	}
+	return t.push(dirD2H, c)
+}
+
+// push records an event on the stream of dir and queues c behind it, as batch number
+// t.seq[dir]+1. It returns the event (owned by the queue until the batch completes).
+func (t *Tier) push(dir int, c completion) error {
+	_, err := t.pushEvent(dir, c)
+	return err
+}
+
+func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
+	s := t.h2d
+	if dir == dirD2H {
+		s = t.d2h
+	}
+	ev, err := t.events.Get()
+	if err != nil {
+		return 0, err
+	}
+	if err := t.dev.EventRecord(ev, s); err != nil {
+		t.events.Put(ev)
+		return 0, err
+	}
+	t.seq[dir]++
+	c.dir, c.seq = dir, t.seq[dir]
+	t.queue.PushEvent(s, ev, c)
+	return ev, nil
+}
+
+// poll finishes the batches that have completed. t.mu is held.
+func (t *Tier) poll() error {
+	if t.queue.Len() == 0 {
+		return nil
+	}
+	if err := t.queue.Poll(); err != nil {
+		return fmt.Errorf("uvm: transfers: %w", err)
+	}
+	return nil
+}
+
+// restore brings the blocks ids (live, not on the device) to the device in one batch on the
+// H2D stream, making room first. On failure no block has moved. t.mu is held.
+func (t *Tier) restore(ids []BlockID, cause Cause) error {
+	var need uintptr
+	for _, id := range ids {
+		need += t.blocks[id].size
+	}
+	if err := t.makeRoom(need); err != nil {
+		return err
+	}
+	jobs := t.jobs[:0]
+	for i, id := range ids {
+		b := &t.blocks[id]
+		p, err := t.devAlloc(b.size)
+		if err != nil {
+			for _, done := range ids[:i] { // nothing is queued yet: free at once
+				_ = t.heap.Free(t.blocks[done].dev)
+				t.blocks[done].dev = 0
+			}
+			return err
+		}
+		b.dev = p
+		if b.fresh {
+			continue
+		}
+		if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) { // the host copy is still being written
+			if err := t.dev.StreamWaitEvent(t.h2d, b.evictEv); err != nil {
+				t.undoRestore(ids[:i+1])
+				return fmt.Errorf("uvm: restore waits for an eviction: %w", err)
+			}
+		}
+		jobs = append(jobs, CopyJob{Dst: p, Src: b.hostDev, Len: b.size})
+	}
+	t.jobs = jobs[:0]
+	var ev cuda.Event
+	if len(jobs) > 0 {
+		err := t.mover.Copy(jobs, t.h2d)
+		if err == nil {
+			ev, err = t.pushEvent(dirH2D, completion{})
+		}
+		if err != nil {
+			t.undoRestore(ids)
+			t.st.Failures++
+			return fmt.Errorf("uvm: restore of %d blocks: %w", len(jobs), err)
+		}
+	}
+	now := t.now()
+	for _, id := range ids {
+		b := &t.blocks[id]
+		if b.fresh {
+			b.fresh = false
+			t.acct.fresh -= b.size
+		} else {
+			t.acct.hostOnly -= b.size
+			b.readySeq, b.readyEv = t.seq[dirH2D], ev
+			t.moved(id, b, true, cause, false, now)
+		}
+		t.acct.device += b.size
+	}
+	return nil
+}
+
+// undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on
+// the H2D stream, so it goes back behind that stream.
+func (t *Tier) undoRestore(ids []BlockID) {
+	c := completion{}
+	for _, id := range ids {
+		if b := &t.blocks[id]; b.dev != 0 {
+			c.dev = append(c.dev, b.dev)
+			b.dev = 0
+		}
+	}
+	if err := t.push(dirH2D, c); err != nil {
+		_ = t.dev.StreamSynchronize(t.h2d)
+		_ = t.complete(c)
+	}
+}
+
+// devAlloc takes VRAM for a block from the device heap. When the heap refuses, it finishes the
+// evictions in flight (waiting for their copies) and evicts beyond the budget, then retries.
+func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
+	for try := 0; ; try++ {
+		p, err := t.heap.Alloc(size, t.h2d)
+		if err == nil {
+			return p, nil
+		}
+		if !outOfMemory(err) || try == 3 {
+			return 0, fmt.Errorf("uvm: device memory for a block of %d bytes: %w", size, err)
+		}
+		t.st.HeapPressure++
+		if try > 0 { // finishing the evictions in flight was not enough: evict more
+			if n := t.pickVictims(size); n < size {
+				t.unchoose(t.victims)
+				return 0, fmt.Errorf("%w: the device heap refused %d bytes and nothing more can be evicted: %w", ErrAllPinned, size, err)
+			}
+			if eerr := t.evict(t.victims, CauseHeapPressure); eerr != nil {
+				return 0, eerr
+			}
+		}
+		if derr := t.drain(); derr != nil {
+			return 0, derr
+		}
+	}
+}
+
+func outOfMemory(err error) bool {
+	return errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, cuda.ErrOutOfMemory)
+}
+
+// makeRoom evicts until need more bytes fit in the budget. t.mu is held.
+func (t *Tier) makeRoom(need uintptr) error {
+	if err := t.poll(); err != nil {
+		return err
+	}
+	if t.acct.device+need <= t.budget {
+		return nil
+	}
+	want := t.acct.device + need - t.budget
+	if got := t.pickVictims(want); got < want {
+		t.unchoose(t.victims)
+		return fmt.Errorf("%w: %d bytes needed, %d evictable, %d of the budget %d acquired", ErrAllPinned,
+			need, got, t.acct.pinned, t.budget)
+	}
+	return t.evict(t.victims, CausePressure)
+}
+
+// pickVictims fills t.victims with evictable blocks worth at least want bytes, if there are
+// so many, and returns their bytes: clean blocks among the evictWindow coldest first, then
+// any in policy order, then, if still short, blocks under thrash protection. The victims stay
+// marked chosen until evict is done with them.
+func (t *Tier) pickVictims(want uintptr) uintptr {
+	t.victims = t.victims[:0]
+	var got uintptr
+	now := t.nowNanos()
+	take := func(id BlockID) {
+		b := &t.blocks[id]
+		b.chosen = true
+		t.victims = append(t.victims, id)
+		got += b.size
+	}
+	seen := 0
+	t.policy.Walk(func(id BlockID) bool {
+		seen++
+		if b := &t.blocks[id]; b.clean() && !t.protected(b, now) {
+			take(id)
+		}
+		return got < want && seen < evictWindow
+	})
+	for pass := 0; pass < 2 && got < want; pass++ {
+		t.policy.Walk(func(id BlockID) bool {
+			if b := &t.blocks[id]; !b.chosen && (pass == 1 || !t.protected(b, now)) {
+				if pass == 1 {
+					t.st.ThrashOverrides++
+				}
+				take(id)
+			}
+			return got < want
+		})
+	}
+	return got
+}
+
+// evict moves the blocks ids (evictable) off the device in one batch: dirty ones are copied to
+// host buffers on the D2H stream after it waited for their uses; clean ones are dropped. On
+// failure no block has moved. t.mu is held.
+func (t *Tier) evict(ids []BlockID, cause Cause) error {
+	defer t.unchoose(ids)
+	for _, id := range ids {
+		t.blocks[id].chosen = true // their host copies are not to be dropped for room
+	}
+	jobs := t.jobs[:0]
+	t.waits = t.waits[:0]
+	for _, id := range ids {
+		b := &t.blocks[id]
+		t.addWaits(b)
+		if b.clean() {
+			continue
+		}
+		if b.host == nil {
+			if err := t.hostAlloc(id, b); err != nil {
+				t.jobs = jobs[:0]
+				return err
+			}
+		}
+		jobs = append(jobs, CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size})
+	}
+	t.jobs = jobs[:0]
+	err := t.queueWaits(t.d2h)
+	if err == nil && len(jobs) > 0 {
+		err = t.mover.Copy(jobs, t.d2h)
+	}
+	c := completion{dev: make([]cuda.DevicePtr, 0, len(ids))}
+	for _, id := range ids {
+		c.dev = append(c.dev, t.blocks[id].dev)
+	}
+	var ev cuda.Event
+	if err == nil {
+		ev, err = t.pushEvent(dirD2H, c)
+	}
+	if err != nil {
+		t.st.Failures++
+		return fmt.Errorf("uvm: eviction of %d blocks (%d copied): %w", len(ids), len(jobs), err)
+	}
+	now := t.now()
+	for _, id := range ids {
+		b := &t.blocks[id]
+		clean := b.clean()
+		if !clean {
+			b.evictSeq, b.evictEv, b.hostValid = t.seq[dirD2H], ev, true
+		}
+		b.dev = 0
+		t.acct.device -= b.size
+		t.acct.hostOnly += b.size
+		t.putReleases(b)
+		t.policy.Evicted(id)
+		t.moved(id, b, false, cause, clean, now)
+	}
+	return nil
+}
+
+// hostAlloc gives b a host buffer. When the pool is full it drops host copies of clean blocks
+// on the device (they become dirty), then retries; it fails with ErrHostFull. t.mu is held.
+func (t *Tier) hostAlloc(id BlockID, b *block) error {
+	buf, err := t.pool.Alloc(int(b.size))
+	if err != nil && errors.Is(err, heap.ErrOutOfMemory) && t.dropHostCopies(b.size) {
+		buf, err = t.pool.Alloc(int(b.size))
+	}
+	if err != nil {
+		if errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, heap.ErrTooLarge) || errors.Is(err, cuda.ErrOutOfMemory) {
+			return fmt.Errorf("%w: host buffer of %d bytes for block %#x: %w", ErrHostFull, b.size, t.handle(id), err)
+		}
+		return fmt.Errorf("uvm: host buffer of %d bytes: %w", b.size, err)
+	}
+	addr := uintptr(0)
+	if len(buf) > 0 {
+		addr = mem.Addr(buf)
+	}
+	dp := addr
+	if !t.unified {
+		if dp, err = t.dev.MemHostGetDevicePointer(addr); err != nil {
+			_ = t.pool.Free(buf)
+			return fmt.Errorf("uvm: device address of a host buffer: %w", err)
+		}
+	}
+	b.host, b.hostDev, b.hostValid = buf, dp, false
+	t.acct.hostHeld += b.size
+	return nil
+}
+
+// dropHostCopies frees host copies of clean, unacquired blocks on the device, not in flight,
+// worth at least want bytes if it can; it reports whether it freed any.
+func (t *Tier) dropHostCopies(want uintptr) bool {
+	var got uintptr
+	for i := range t.blocks {
+		b := &t.blocks[i]
+		if !b.live || b.dev == 0 || b.host == nil || b.hostPins > 0 || b.chosen ||
+			(b.readySeq != 0 && t.pending(dirH2D, b.readySeq)) || (b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq)) {
+			continue
+		}
+		if t.pool.Free(b.host) != nil {
+			continue
+		}
+		b.host, b.hostDev, b.hostValid = nil, 0, false
+		t.acct.hostHeld -= b.size
+		t.st.HostCopiesDropped++
+		if got += b.size; got >= want {
+			break
+		}
+	}
+	return got > 0
+}
+
+// unchoose clears the chosen marks of ids.
+func (t *Tier) unchoose(ids []BlockID) {
+	for _, id := range ids {
+		t.blocks[id].chosen = false
+	}
+}

@@ -1,0 +1,144 @@
+package uvm_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// use acquires h on s for reading and releases it, and reports whether it was a hit.
+func use(t *testing.T, tr *uvm.Tier, h uvm.Handle, s cuda.Stream) bool {
+	t.Helper()
+	before := tr.Stats().Hits
+	_, err := tr.Acquire(h, s, uvm.Read)
+	must(t, err)
+	must(t, tr.Release(h, s))
+	return tr.Stats().Hits > before
+}
+
+// TestScanResistance uses a hot set twice (so that 2Q has seen it come back), then scans many
+// blocks used once, then uses the hot set again: LRU has evicted it, 2Q has kept it.
+func TestScanResistance(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, tc := range []struct {
+		pol        uvm.Policy
+		wantMisses int
+	}{{uvm.LRU(), 4}, {uvm.TwoQ(), 0}} {
+		const size = 16 * kib
+		tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: 8 * size, Policy: tc.pol})
+		must(t, err)
+		s := stream(t, dev)
+		alloc := func(n int) []uvm.Handle {
+			hs := make([]uvm.Handle, n)
+			for i := range hs {
+				h, err := tr.Alloc(size)
+				must(t, err)
+				hs[i] = h
+			}
+			return hs
+		}
+		hot, filler, scan := alloc(4), alloc(8), alloc(24)
+		for _, set := range [][]uvm.Handle{hot, filler, hot, scan} {
+			for _, h := range set {
+				use(t, tr, h, s)
+			}
+		}
+		misses := 0
+		for _, h := range hot {
+			if !use(t, tr, h, s) {
+				misses++
+			}
+		}
+		if misses != tc.wantMisses {
+			t.Errorf("%s: %d misses of the hot set after a scan, want %d", tc.pol.Name(), misses, tc.wantMisses)
+		}
+		if got := tr.Stats().Policy; got != tc.pol.Name() {
+			t.Errorf("Stats.Policy %q, want %q", got, tc.pol.Name())
+		}
+		for _, set := range [][]uvm.Handle{hot, filler, scan} {
+			for _, h := range set {
+				must(t, tr.Free(h))
+			}
+		}
+		must(t, tr.Close())
+	}
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time          { return c.now }
+func (c *fakeClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
+
+// TestThrashing makes a block migrate three times within lapses: it is then kept on the
+// device for ThrashPin (an eviction takes another block), then evictable again; migrations
+// further apart than the lapse, or after a quiet second, are not thrashing.
+func TestThrashing(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const size = 16 * kib
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	var evicted []uvm.Handle
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size, Clock: clk.Now, OnMigrate: func(m uvm.Migration) {
+		if !m.ToDevice {
+			evicted = append(evicted, m.Handle)
+		}
+	}})
+	s := stream(t, dev)
+	a, err := tr.Alloc(size)
+	must(t, err)
+	b, err := tr.Alloc(size)
+	must(t, err)
+	x, err := tr.Alloc(size)
+	must(t, err)
+	use(t, tr, a, s)
+	// Out, in, out: three migrations 100 µs apart.
+	for i, step := range []func(){
+		func() { must(t, tr.Evict([]uvm.Handle{a})) },
+		func() { use(t, tr, a, s) },
+		func() { must(t, tr.Evict([]uvm.Handle{a})) },
+	} {
+		clk.Advance(100 * time.Microsecond)
+		step()
+		if want := uint64(i / 2); tr.Stats().ThrashEvents != want {
+			t.Fatalf("after migration %d: %d thrash events, want %d", i+1, tr.Stats().ThrashEvents, want)
+		}
+	}
+	clk.Advance(100 * time.Microsecond)
+	use(t, tr, a, s) // back, and protected
+	use(t, tr, b, s)
+	evicted = nil
+	use(t, tr, x, s) // needs room: a is the coldest, but protected
+	if len(evicted) != 1 || evicted[0] != b {
+		t.Fatalf("evicted %x while a (%x) is protected, want b (%x)", evicted, a, b)
+	}
+	clk.Advance(uvm.DefaultThrashPin + time.Millisecond)
+	evicted = nil
+	use(t, tr, b, s) // a is no longer protected, and the coldest
+	if len(evicted) != 1 || evicted[0] != a {
+		t.Fatalf("evicted %x after the protection ended, want a (%x)", evicted, a)
+	}
+	// Migrations a millisecond apart (beyond the lapse) are not thrashing.
+	events := tr.Stats().ThrashEvents
+	for i := 0; i < 6; i++ {
+		clk.Advance(time.Millisecond)
+		use(t, tr, []uvm.Handle{a, b, x}[i%3], s)
+	}
+	if got := tr.Stats().ThrashEvents; got != events {
+		t.Errorf("migrations beyond the lapse made %d thrash events", got-events)
+	}
+	if st := tr.Stats(); st.ThrashOverrides != 0 {
+		t.Errorf("%d protected blocks evicted", st.ThrashOverrides)
+	}
+	for _, h := range []uvm.Handle{a, b, x} {
+		must(t, tr.Free(h))
+	}
+}

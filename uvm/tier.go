@@ -1,0 +1,369 @@
+// Package uvm is a user-space memory tier: blocks of GPU memory that do not all fit in a VRAM
+// budget are evicted to pinned host memory and brought back when used, the way NVIDIA's UVM
+// driver pages managed memory, but explicitly, in stream order, and in batches moved at copy
+// bandwidth.
+//
+// # Blocks and handles
+//
+// Alloc(n) returns a Handle: a slot index and a generation, so a handle used after Free is
+// detected (ErrInvalidHandle), never mistaken for the block that reuses its slot. A block's
+// bytes live on the device (VRAM from a device.Heap, within Options.DeviceBudget), on the host
+// (a buffer of a pinned.Pool of CUDA-registered memory), or both. Its states:
+//
+//	fresh     no storage yet; contents undefined (Alloc)
+//	host      host copy only (after an eviction)
+//	clean     on the device, and the host copy is equal (restored, or acquired for reading)
+//	dirty     on the device only, or the host copy is stale (acquired for writing)
+//
+// and, orthogonally, acquired (pinned) or not. Acquire(h, s, mode) makes the block resident and
+// returns its device address for work queued on stream s; Release(h, s) ends that use.
+// Acquisitions count, per stream; an acquired block is never moved or evicted. Mode Write
+// marks the host copy stale (dirty); Read keeps it valid (clean). AcquireHost gives Go a
+// []byte of the host copy (bringing it up to date first, which waits for the copy), and
+// ReleaseHost ends that; a block acquired on the host for writing loses its device copy.
+//
+// # Stream order, not CPU waits
+//
+// The tier owns two streams, one per direction. A restore for Acquire on s is copied on the
+// H2D stream behind an event, and s waits on that event (cuStreamWaitEvent): Acquire returns
+// without waiting for the copy. Release(h, s) records an event on s (one per block and stream,
+// re-recorded by later releases); evicting or freeing the block first makes the D2H stream wait
+// on those events, so the copy out reads what the user's kernels wrote (PyTorch's
+// record_stream). The VRAM of an evicted or freed block goes back to the device heap only once
+// an event recorded on the D2H stream after its copy has completed, and a host buffer being
+// written by an eviction is read by a restore only after the H2D stream waited on that
+// eviction's event. Completions are found by polling (cuEventQuery, internal/streamq), oldest
+// first per stream, on every migration and in Stats; Sync and Close wait for them.
+//
+// # Eviction
+//
+// When a restore needs room (the budget, or the device heap refusing memory), the tier walks
+// the Policy's order, coldest first: among the evictWindow (4) coldest blocks it takes clean
+// ones first (no copy: the VRAM is dropped), then any in policy order; dirty victims' bytes
+// are copied out in one Mover call for the whole batch. The window keeps the preference for
+// clean blocks from overriding the policy: a hot clean block is not evicted before a cold
+// dirty one just because dropping it is free (a scan of fresh blocks would otherwise flush a
+// scan-resistant policy's hot set). Acquired blocks are never candidates;
+// blocks under thrash protection only when nothing else will do. If the acquired blocks hold
+// so much of the budget that the request cannot fit, Acquire fails with ErrAllPinned
+// (AcquireContext waits for a release instead).
+//
+// # Thrashing
+//
+// Like the driver's, per block: a block migrated (either way) thrashThreshold times in a row,
+// each within Options.ThrashLapse of the one before, is thrashing; the tier then keeps it on
+// the device for Options.ThrashPin instead of evicting it again, and counts the event. Its
+// history resets after a quiet second.
+//
+// # Concurrency and lock order
+//
+// A Tier is safe for concurrent use: one mutex guards it, held across driver calls (they are
+// enqueues, never waits, except in Sync, Close, AcquireHost and a device heap that is out of
+// memory). Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks.
+package uvm
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// Handle names a block of a Tier. The zero Handle is never valid.
+type Handle uint64
+
+// Mode says what an acquisition does to a block.
+type Mode uint8
+
+const (
+	// Read leaves the block's bytes as they are: a host copy stays valid (the block is clean).
+	Read Mode = iota
+	// Write may change the bytes: a host copy becomes stale (the block is dirty).
+	Write
+)
+
+// String names the mode.
+func (m Mode) String() string {
+	switch m {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// Defaults of Options.
+const (
+	// DefaultThrashLapse is the default Options.ThrashLapse, the driver's.
+	DefaultThrashLapse = 500 * time.Microsecond
+	// DefaultThrashPin is the default Options.ThrashPin, the driver's (300 lapses).
+	DefaultThrashPin = 150 * time.Millisecond
+	// thrashQuiet is how long a block must go without a migration for its thrash history to
+	// reset (the driver's 2000 lapses).
+	thrashQuiet = time.Second
+	// thrashThreshold is the number of migrations in a row, each within a lapse, that make a
+	// block thrash.
+	thrashThreshold = 3
+	// evictWindow is how many of the coldest blocks an eviction looks at for clean ones
+	// before it takes any in policy order.
+	evictWindow = 4
+	// hostAlign is the alignment of host buffers and device blocks: what coalesced copies and
+	// the copy kernel's 16-byte vectors want.
+	hostAlign = 256
+)
+
+// Options configures a Tier.
+type Options struct {
+	// DeviceBudget is the VRAM the tier's blocks may hold, in bytes (required).
+	DeviceBudget uintptr
+	// HostCapacity caps the pinned host pool (default 4×DeviceBudget). Blocks whose bytes
+	// would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.
+	HostCapacity uintptr
+	// Policy orders evictions (nil: LRU()). A Policy serves one tier.
+	Policy Policy
+	// Mover copies batches of blocks (nil: a device.Batcher, the copy kernel where the driver
+	// takes it). The tier closes a Mover it made, never one given here.
+	Mover Mover
+	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
+	// its own over dev). The tier installs its pressure hook on a heap it makes.
+	Heap *device.Heap
+	// ThrashLapse is the longest gap between migrations of a block that counts toward
+	// thrashing (default DefaultThrashLapse; negative: no thrash detection).
+	ThrashLapse time.Duration
+	// ThrashPin is how long a thrashing block is kept on the device (default DefaultThrashPin).
+	ThrashPin time.Duration
+	// Clock returns the time, for tests (nil: time.Now).
+	Clock func() time.Time
+	// OnMigrate, if set, is called for every block moved, with the tier's lock held: it must
+	// not call the tier.
+	OnMigrate func(Migration)
+}
+
+// Tier keeps blocks in VRAM within a budget and the rest in pinned host memory. See the
+// package documentation.
+type Tier struct {
+	dev      *icuda.Device
+	pub      *cuda.Device // dev, as given
+	heap     *device.Heap
+	ownHeap  bool
+	pool     *pinned.Pool
+	mover    Mover
+	ownMover interface{ Close() error }
+	h2d, d2h cuda.Stream
+	events   *icuda.EventPool
+	queue    *streamq.Queue[completion]
+	policy   Policy
+	clock    func() time.Time
+	onMig    func(Migration)
+	unified  bool // host addresses are device addresses
+
+	budget, hostCap        uintptr
+	thrashLapse, thrashPin int64 // nanoseconds; lapse < 0: off
+
+	mu      sync.Mutex
+	closed  bool
+	blocks  []block
+	free    []uint32 // free slots
+	wake    chan struct{}
+	seq     [2]uint64 // batches issued, per direction (dirH2D, dirD2H)
+	doneSeq [2]uint64 // batches completed, per direction
+	relSeq  uint64    // release events recorded
+	acct    accounts
+	st      Stats
+
+	// Scratch, reused by every batch (the lock is held).
+	jobs    []CopyJob
+	victims []BlockID
+	one     []BlockID // the blocks of an Acquire, Prefetch or Evict
+	waits   []relEvent
+}
+
+// Directions of a batch.
+const (
+	dirH2D = iota
+	dirD2H
+)
+
+// accounts are the byte counts the invariants speak of.
+type accounts struct {
+	live, device, hostOnly, fresh uintptr // device + hostOnly + fresh == live
+	hostHeld                      uintptr // host buffers held (host-only blocks and host copies)
+	pinned                        uintptr // bytes of acquired blocks
+	pinnedBlocks                  int
+}
+
+// New creates a tier on dev, which must stay open until Close.
+func New(pub *cuda.Device, o Options) (*Tier, error) {
+	dev, err := icuda.Internal(pub)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	if o.DeviceBudget == 0 {
+		return nil, fmt.Errorf("%w: DeviceBudget is required", ErrInvalidOptions)
+	}
+	if o.HostCapacity == 0 {
+		o.HostCapacity = 4 * o.DeviceBudget
+	}
+	if o.ThrashLapse == 0 {
+		o.ThrashLapse = DefaultThrashLapse
+	}
+	if o.ThrashPin == 0 {
+		o.ThrashPin = DefaultThrashPin
+	}
+	if o.ThrashPin < 0 {
+		return nil, fmt.Errorf("%w: ThrashPin %v", ErrInvalidOptions, o.ThrashPin)
+	}
+	if o.Policy == nil {
+		o.Policy = LRU()
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	t := &Tier{
+		dev: dev, pub: pub, policy: o.Policy, clock: o.Clock, onMig: o.OnMigrate,
+		budget: roundUp(o.DeviceBudget), hostCap: o.HostCapacity,
+		thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin),
+		events: icuda.NewEventPool(dev),
+	}
+	t.queue = streamq.New(dev, t.events, t.complete)
+	if err := t.open(o); err != nil {
+		return nil, errors.Join(err, t.release())
+	}
+	t.st.Policy = t.policy.Name()
+	t.st.Budget = uint64(t.budget)
+	return t, nil
+}
+
+// open makes what New needs from the driver; release undoes what it made.
+func (t *Tier) open(o Options) error {
+	ua, err := t.dev.Attribute(icuda.AttrUnifiedAddressing)
+	if err != nil {
+		return err
+	}
+	t.unified = ua == 1
+	if t.h2d, err = t.dev.StreamCreate(true); err != nil {
+		return fmt.Errorf("uvm: H2D stream: %w", err)
+	}
+	if t.d2h, err = t.dev.StreamCreate(true); err != nil {
+		return fmt.Errorf("uvm: D2H stream: %w", err)
+	}
+	t.heap = o.Heap
+	if t.heap == nil {
+		// Room for the budget, the size classes' rounding (at most 1/8) and memory whose free
+		// waits for its copy out.
+		capacity := roundChunk(t.budget + t.budget/4 + 4<<20)
+		if t.heap, err = device.New(t.pub, device.Options{Capacity: capacity, Align: hostAlign}); err != nil {
+			return fmt.Errorf("uvm: device heap: %w", err)
+		}
+		t.ownHeap = true
+	}
+	// Populated, and never purged: registered whole, in 2 MiB pieces, so that every buffer
+	// (at most 1 MiB, inside one 2 MiB segment) lies inside one registration, as one copy's
+	// host range must.
+	// Its capacity has room for the size classes' rounding and a partly used segment of each
+	// kind (small, medium, large and object pages do not share segments).
+	t.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(roundChunk(t.hostCap+t.hostCap/8) + 8<<20),
+		Align: hostAlign, Device: t.dev.Ordinal(), Populate: true, PurgeDelay: -1})
+	if err != nil {
+		return fmt.Errorf("uvm: host pool: %w", err)
+	}
+	t.mover = o.Mover
+	if t.mover == nil {
+		m, err := newDefaultMover(t.dev)
+		if err != nil {
+			return fmt.Errorf("uvm: copy engine: %w", err)
+		}
+		t.mover, t.ownMover = m, m
+	}
+	return nil
+}
+
+// release gives back what open made; used by New on failure and by Close.
+func (t *Tier) release() error {
+	var errs []error
+	if t.ownMover != nil {
+		errs = append(errs, t.ownMover.Close())
+		t.ownMover = nil
+	}
+	if t.pool != nil {
+		errs = append(errs, t.pool.Close())
+		t.pool = nil
+	}
+	if t.ownHeap && t.heap != nil {
+		errs = append(errs, t.heap.Close())
+		t.heap = nil
+	}
+	for _, s := range []*cuda.Stream{&t.h2d, &t.d2h} {
+		if *s != 0 {
+			errs = append(errs, t.dev.StreamSynchronize(*s), t.dev.StreamDestroy(*s))
+			*s = 0
+		}
+	}
+	errs = append(errs, t.events.Close())
+	return errors.Join(errs...)
+}
+
+// Sync waits until every transfer the tier has queued has completed, and finishes them (their
+// VRAM and host buffers become reusable).
+func (t *Tier) Sync() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	return t.drain()
+}
+
+// drain waits for every completion. t.mu is held.
+func (t *Tier) drain() error {
+	if err := t.queue.Drain(); err != nil {
+		return fmt.Errorf("uvm: wait for transfers: %w", err)
+	}
+	return nil
+}
+
+// Close waits for the tier's transfers, frees every block and gives back the tier's memory,
+// streams and events (and the device heap and mover it made). It fails with ErrAcquired, and
+// changes nothing, while a block is acquired on the device or the host.
+func (t *Tier) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	for i := range t.blocks {
+		if b := &t.blocks[i]; b.live && (b.pins > 0 || b.hostPins > 0) {
+			return fmt.Errorf("%w: Close with block %#x acquired", ErrAcquired, t.handle(BlockID(i)))
+		}
+	}
+	errs := []error{t.drain()}
+	for i := range t.blocks {
+		if b := &t.blocks[i]; b.live {
+			errs = append(errs, t.freeBlock(BlockID(i)))
+		}
+	}
+	errs = append(errs, t.drain(), t.dev.StreamSynchronize(t.h2d), t.dev.StreamSynchronize(t.d2h))
+	if t.ownHeap {
+		errs = append(errs, t.heap.Sync())
+	}
+	t.closed = true
+	if t.wake != nil {
+		close(t.wake)
+		t.wake = nil
+	}
+	errs = append(errs, t.release())
+	return errors.Join(errs...)
+}
+
+// roundUp rounds a block size to hostAlign.
+func roundUp(n uintptr) uintptr { return (n + hostAlign - 1) &^ (hostAlign - 1) }
+
+// roundChunk rounds n up to a 2 MiB chunk.
+func roundChunk(n uintptr) uintptr { return (n + 2<<20 - 1) &^ (2<<20 - 1) }

@@ -1,0 +1,283 @@
+package uvm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+const kib = 1 << 10
+
+// newTier makes a tier on dev, closed (and checked for leaks) at cleanup.
+func newTier(t testing.TB, dev *icuda.Device, o uvm.Options) *uvm.Tier {
+	t.Helper()
+	tr, err := uvm.New(fakecuda.Public(dev), o)
+	if err != nil {
+		t.Fatalf("uvm.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tr.Close(); err != nil && !errors.Is(err, uvm.ErrClosed) {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return tr
+}
+
+// stream makes a stream, destroyed at cleanup (after the tier's Close, registered earlier).
+func stream(t testing.TB, dev *icuda.Device) cuda.Stream {
+	t.Helper()
+	s, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dev.StreamDestroy(s); err != nil {
+			t.Errorf("StreamDestroy: %v", err)
+		}
+	})
+	return s
+}
+
+// readDev copies n bytes of device memory at p into a new Go slice.
+func readDev(t testing.TB, dev *icuda.Device, p cuda.DevicePtr, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	var pin runtime.Pinner
+	pin.Pin(&b[0])
+	defer pin.Unpin()
+	if err := dev.MemcpyDtoH(mem.Addr(b), p, uintptr(n)); err != nil {
+		t.Fatalf("MemcpyDtoH: %v", err)
+	}
+	return b
+}
+
+// writeDev writes b to device memory at p, as a kernel on the acquiring stream would.
+func writeDev(t testing.TB, dev *icuda.Device, p cuda.DevicePtr, b []byte) {
+	t.Helper()
+	var pin runtime.Pinner
+	pin.Pin(&b[0])
+	defer pin.Unpin()
+	if err := dev.MemcpyHtoD(p, mem.Addr(b), uintptr(len(b))); err != nil {
+		t.Fatalf("MemcpyHtoD: %v", err)
+	}
+}
+
+func pattern(seed byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7+i/251)
+	}
+	return b
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkAccounts checks the byte invariant of Stats.
+func checkAccounts(t testing.TB, st uvm.Stats) {
+	t.Helper()
+	if st.DeviceBytes+st.HostBytes+st.FreshBytes != st.LiveBytes {
+		t.Fatalf("device %d + host %d + fresh %d != live %d", st.DeviceBytes, st.HostBytes, st.FreshBytes, st.LiveBytes)
+	}
+	if st.DeviceBytes > st.Budget {
+		t.Fatalf("device bytes %d over the budget %d", st.DeviceBytes, st.Budget)
+	}
+}
+
+// TestRoundTrip fills 8 blocks from the host through a tier whose budget holds 4, reads them
+// on the device, rewrites them there, and reads them back on the host.
+func TestRoundTrip(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n, size = 8, 64 * kib
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 4 * size})
+	s := stream(t, dev)
+	hs := make([]uvm.Handle, n)
+	for i := range hs {
+		h, err := tr.Alloc(size)
+		must(t, err)
+		hs[i] = h
+		b, err := tr.AcquireHost(h, uvm.Write)
+		must(t, err)
+		copy(b, pattern(byte(i), size))
+		must(t, tr.ReleaseHost(h))
+	}
+	for round := 0; round < 3; round++ {
+		for i, h := range hs {
+			p, err := tr.Acquire(h, s, uvm.Write)
+			must(t, err)
+			want := pattern(byte(i+round), size)
+			if got := readDev(t, dev, p, size); !bytes.Equal(got, want) {
+				t.Fatalf("round %d block %d: device bytes differ", round, i)
+			}
+			writeDev(t, dev, p, pattern(byte(i+round+1), size))
+			must(t, tr.Release(h, s))
+			checkAccounts(t, tr.Stats())
+		}
+	}
+	for i, h := range hs {
+		b, err := tr.AcquireHost(h, uvm.Read)
+		must(t, err)
+		if !bytes.Equal(b, pattern(byte(i+3), size)) {
+			t.Fatalf("block %d: host bytes differ", i)
+		}
+		must(t, tr.ReleaseHost(h))
+	}
+	st := tr.Stats()
+	checkAccounts(t, st)
+	if st.Misses == 0 || st.Out[uvm.CausePressure].Blocks == 0 || st.In[uvm.CauseAcquire].Blocks != st.Misses {
+		t.Errorf("stats: %+v", st)
+	}
+	for _, h := range hs {
+		must(t, tr.Free(h))
+	}
+	must(t, tr.Sync())
+	if st := tr.Stats(); st.LiveBytes != 0 || st.Blocks != 0 || st.Pending != 0 || st.HostHeldBytes != 0 {
+		t.Errorf("after freeing everything: %+v", st)
+	}
+}
+
+// TestBadInput checks every misuse gets its sentinel and changes nothing.
+func TestBadInput(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s1, s2 := stream(t, dev), stream(t, dev)
+	if _, err := uvm.New(fakecuda.Public(dev), uvm.Options{}); !errors.Is(err, uvm.ErrInvalidOptions) {
+		t.Errorf("New without a budget: %v", err)
+	}
+	if _, err := tr.Alloc(0); !errors.Is(err, uvm.ErrInvalidOptions) {
+		t.Errorf("Alloc(0): %v", err)
+	}
+	if _, err := tr.Alloc(512 * kib); !errors.Is(err, uvm.ErrTooLarge) {
+		t.Errorf("Alloc over the budget: %v", err)
+	}
+	h, err := tr.Alloc(64 * kib)
+	must(t, err)
+	if err := tr.Release(h, s1); !errors.Is(err, uvm.ErrNotAcquired) {
+		t.Errorf("Release without Acquire: %v", err)
+	}
+	if err := tr.ReleaseHost(h); !errors.Is(err, uvm.ErrNotAcquired) {
+		t.Errorf("ReleaseHost without AcquireHost: %v", err)
+	}
+	if _, err := tr.Acquire(h, s1, uvm.Mode(7)); !errors.Is(err, uvm.ErrInvalidOptions) {
+		t.Errorf("Acquire with a bad mode: %v", err)
+	}
+	if _, err := tr.Acquire(h, 0xdead, uvm.Read); err == nil {
+		t.Errorf("Acquire on a stream the driver does not know succeeded")
+	}
+	_, err = tr.Acquire(h, s1, uvm.Write)
+	must(t, err)
+	if err := tr.Release(h, s2); !errors.Is(err, uvm.ErrWrongStream) {
+		t.Errorf("Release on the wrong stream: %v", err)
+	}
+	if err := tr.Evict([]uvm.Handle{h}); !errors.Is(err, uvm.ErrAcquired) {
+		t.Errorf("Evict of an acquired block: %v", err)
+	}
+	if _, err := tr.AcquireHost(h, uvm.Read); !errors.Is(err, uvm.ErrAcquired) {
+		t.Errorf("AcquireHost of a block acquired on the device: %v", err)
+	}
+	if err := tr.Close(); !errors.Is(err, uvm.ErrAcquired) {
+		t.Errorf("Close with a block acquired: %v", err)
+	}
+	must(t, tr.Release(h, s1))
+	if err := tr.Release(h, s1); !errors.Is(err, uvm.ErrNotAcquired) {
+		t.Errorf("a second Release: %v", err)
+	}
+	b, err := tr.AcquireHost(h, uvm.Write)
+	must(t, err)
+	if len(b) != 64*kib {
+		t.Errorf("AcquireHost gave %d bytes, want %d", len(b), 64*kib)
+	}
+	if _, err := tr.Acquire(h, s1, uvm.Read); !errors.Is(err, uvm.ErrAcquired) {
+		t.Errorf("Acquire of a block the host writes: %v", err)
+	}
+	must(t, tr.ReleaseHost(h))
+	must(t, tr.Free(h))
+	for name, err := range map[string]error{
+		"Free":    tr.Free(h),
+		"Release": tr.Release(h, s1),
+		"Evict":   tr.Evict([]uvm.Handle{h}),
+		"Acquire": func() error { _, err := tr.Acquire(h, s1, uvm.Read); return err }(),
+		"Host":    func() error { _, err := tr.AcquireHost(h, uvm.Read); return err }(),
+		"Zero":    func() error { _, err := tr.Acquire(0, s1, uvm.Read); return err }(),
+	} {
+		if !errors.Is(err, uvm.ErrInvalidHandle) {
+			t.Errorf("%s of a freed handle: %v", name, err)
+		}
+	}
+	h2, err := tr.Alloc(64 * kib) // reuses the slot with a new generation
+	must(t, err)
+	if h2 == h {
+		t.Error("a new block got the freed handle")
+	}
+	must(t, tr.Free(h2))
+	must(t, tr.Close())
+	if _, err := tr.Alloc(1); !errors.Is(err, uvm.ErrClosed) {
+		t.Errorf("Alloc after Close: %v", err)
+	}
+}
+
+// TestAllPinned fills the budget with acquired blocks: Acquire of another fails with
+// ErrAllPinned, AcquireContext waits until a Release makes room.
+func TestAllPinned(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const size = 64 * kib
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size})
+	s := stream(t, dev)
+	var hs [3]uvm.Handle
+	for i := range hs {
+		h, err := tr.Alloc(size)
+		must(t, err)
+		hs[i] = h
+	}
+	for _, h := range hs[:2] {
+		_, err := tr.Acquire(h, s, uvm.Write)
+		must(t, err)
+	}
+	if _, err := tr.Acquire(hs[2], s, uvm.Write); !errors.Is(err, uvm.ErrAllPinned) {
+		t.Fatalf("Acquire with the budget pinned: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_, err := tr.AcquireContext(ctx, hs[2], s, uvm.Write)
+	cancel()
+	if !errors.Is(err, uvm.ErrAllPinned) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireContext timing out: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := tr.AcquireContext(context.Background(), hs[2], s, uvm.Write)
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	must(t, tr.Release(hs[0], s))
+	must(t, <-done)
+	if st := tr.Stats(); st.PinnedBlocks != 2 || st.DeviceBytes != 2*size {
+		t.Errorf("after the wait: %+v", st)
+	}
+	must(t, tr.Release(hs[1], s))
+	must(t, tr.Release(hs[2], s))
+	for _, h := range hs {
+		must(t, tr.Free(h))
+	}
+}
