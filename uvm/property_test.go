@@ -320,13 +320,15 @@ func TestEvictionFailure(t *testing.T) {
 	}
 }
 
-// TestHostFull makes the host pool refuse memory (the driver refuses to register it): the
-// eviction fails with ErrHostFull and the block stays on the device, intact.
+// TestHostFull makes the host pool refuse memory (the driver refuses to register it: the pool
+// runs on the registration fallback, as on a driver without VMM host memory): the eviction
+// fails with ErrHostFull and the block stays on the device, intact.
 func TestHostFull(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
 		return
 	}
+	f.SetHostVMM(false)
 	const size = 64 * kib
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size})
 	s := stream(t, dev)
