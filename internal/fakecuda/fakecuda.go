@@ -172,14 +172,9 @@ func build(t testing.TB) string {
 	if _, err := exec.LookPath(cc); err != nil {
 		t.Skipf("fakecuda: no C compiler to build the fake driver: %v", err)
 	}
-	dir := t.TempDir()
-	src, lib := filepath.Join(dir, "fakedriver.c"), filepath.Join(dir, "libcuda.so.1")
-	if err := os.WriteFile(src, []byte(Source), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", lib, src).CombinedOutput()
+	lib, err := Library(t.TempDir())
 	if err != nil {
-		t.Fatalf("fakecuda: building the fake driver: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return lib
 }
