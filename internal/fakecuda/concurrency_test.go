@@ -24,7 +24,7 @@ func TestDeviceHeapConcurrentCopies(t *testing.T) {
 		return
 	}
 	rounds := 200
-	if testing.Short() {
+	if testing.Short() || fakecuda.RaceEnabled {
 		rounds = 60
 	}
 	if v, err := strconv.Atoi(os.Getenv("FAKECUDA_ROUNDS")); err == nil {
