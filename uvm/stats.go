@@ -67,6 +67,9 @@ type Traffic struct {
 type Stats struct {
 	// Policy names the eviction policy.
 	Policy string
+	// Mover names the copy engine: the device.CopyMethod of the tier's own device.Batcher
+	// ("kernel", "batch-api" or "per-copy"), or "custom" for Options.Mover.
+	Mover string
 	// Budget is the device budget in bytes.
 	Budget uint64
 	// Blocks is the number of live blocks; LiveBytes their bytes (each rounded to 256), which

@@ -8,7 +8,8 @@
 // Alloc(n) returns a Handle: a slot index and a generation, so a handle used after Free is
 // detected (ErrInvalidHandle), never mistaken for the block that reuses its slot. A block's
 // bytes live on the device (VRAM from a device.Heap, within Options.DeviceBudget), on the host
-// (a buffer of a pinned.Pool of CUDA-registered memory), or both. Its states:
+// (a buffer of a pinned.Pool of CUDA pinned host memory: VMM host granules, or registered
+// memory on older drivers), or both. Its states:
 //
 //	fresh     no storage yet; contents undefined (Alloc)
 //	host      host copy only (after an eviction)
@@ -126,10 +127,15 @@ type Options struct {
 	// HostCapacity caps the pinned host pool (default 4×DeviceBudget). Blocks whose bytes
 	// would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.
 	HostCapacity uintptr
+	// HostPrecommit is how many bytes of the host pool to commit and pin in the background
+	// when the tier is made, so that the first evictions do not wait for the driver to pin
+	// memory (default 0: pinned as evictions need it). At most HostCapacity.
+	HostPrecommit uintptr
 	// Policy orders evictions (nil: LRU()). A Policy serves one tier.
 	Policy Policy
-	// Mover copies batches of blocks (nil: a device.Batcher, the copy kernel where the driver
-	// takes it). The tier closes a Mover it made, never one given here.
+	// Mover copies batches of blocks (nil: a device.Batcher of the best method the driver
+	// has: one launch of the gather kernel per batch, else one cuMemcpyBatchAsync call, else
+	// one copy per block). The tier closes a Mover it made, never one given here.
 	Mover Mover
 	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
 	// its own over dev). The tier installs its pressure hook on a heap it makes.
@@ -217,6 +223,9 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	if o.ThrashPin == 0 {
 		o.ThrashPin = DefaultThrashPin
 	}
+	if o.HostPrecommit > o.HostCapacity {
+		return nil, fmt.Errorf("%w: HostPrecommit %d above HostCapacity %d", ErrInvalidOptions, o.HostPrecommit, o.HostCapacity)
+	}
 	if o.ThrashPin < 0 {
 		return nil, fmt.Errorf("%w: ThrashPin %v", ErrInvalidOptions, o.ThrashPin)
 	}
@@ -237,6 +246,10 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 		return nil, errors.Join(err, t.release())
 	}
 	t.st.Policy = t.policy.Name()
+	t.st.Mover = "custom"
+	if b, ok := t.ownMover.(*device.Batcher); ok {
+		t.st.Mover = b.Method().String()
+	}
 	t.st.Budget = uint64(t.budget)
 	return t, nil
 }
@@ -264,13 +277,21 @@ func (t *Tier) open(o Options) error {
 		}
 		t.ownHeap = true
 	}
-	// Populated, and never purged: registered whole, in 2 MiB pieces, so that every buffer
-	// (at most 1 MiB, inside one 2 MiB segment) lies inside one registration, as one copy's
-	// host range must.
-	// Its capacity has room for the size classes' rounding and a partly used segment of each
-	// kind (small, medium, large and object pages do not share segments).
+	// The host pool. Invariant: every host buffer, whatever its size, is ONE range the device
+	// can copy by DMA (one copy's host range must lie inside one registration, measured on an
+	// H100), so a block of any size moves as one job. The CUDAHost backend keeps it on both of
+	// its providers: VMM host granules are mapped into one reserved range, so any buffer is one
+	// DMA range; the registration fallback (drivers without VMM host memory) registers each
+	// heap segment whole and joins the chunks of a huge buffer into exactly one registration
+	// when it is handed out (arena/provider_cudahostreg.go). TestBlockSizes checks 4 KiB to
+	// 8 MiB on both.
+	// Memory is committed (pinned) as evictions need it, or ahead of need in the background
+	// (HostPrecommit), and never purged: pinning again costs about 0.5 ms per 2 MiB, where an
+	// eviction's copy of 2 MiB takes 40 µs. The capacity has room for the size classes'
+	// rounding and a partly used segment of each kind (small, medium, large and object pages
+	// do not share segments).
 	t.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(roundChunk(t.hostCap+t.hostCap/8) + 8<<20),
-		Align: hostAlign, Device: t.dev.Ordinal(), Populate: true, PurgeDelay: -1})
+		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int64(o.HostPrecommit)})
 	if err != nil {
 		return fmt.Errorf("uvm: host pool: %w", err)
 	}
