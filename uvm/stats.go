@@ -96,7 +96,8 @@ type Stats struct {
 	// ThrashOverrides counts evictions of protected blocks because nothing else would do.
 	ThrashEvents, ThrashOverrides uint64
 	// HeapPressure counts device heap refusals the tier answered by waiting for its frees or
-	// evicting beyond the budget.
+	// evicting beyond the budget: its own allocations', and those of other users of a shared
+	// heap, through the heap's pressure hook.
 	HeapPressure uint64
 	// HostCopiesDropped counts host copies of clean blocks freed to make room in the pool.
 	HostCopiesDropped uint64

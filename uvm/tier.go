@@ -138,7 +138,10 @@ type Options struct {
 	// one copy per block). The tier closes a Mover it made, never one given here.
 	Mover Mover
 	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
-	// its own over dev). The tier installs its pressure hook on a heap it makes.
+	// its own over dev). The tier becomes the heap's pressure hook until Close (chaining to
+	// the hook it replaces): another user's Alloc that finds the heap full makes the tier
+	// evict cold blocks first (pressure.go). Tiers sharing a heap are closed in the reverse
+	// order of their New.
 	Heap *device.Heap
 	// ThrashLapse is the longest gap between migrations of a block that counts toward
 	// thrashing (default DefaultThrashLapse; negative: no thrash detection).
@@ -162,6 +165,10 @@ type Tier struct {
 	pool     *pinned.Pool
 	mover    Mover
 	ownMover interface{ Close() error }
+	// The device heap's pressure hook before the tier's (pressure.go); hooked: installed.
+	prevPress device.PressureFunc
+	hooked    bool
+	ownStream cuda.Stream // h2d, fixed once the hook is installed
 	h2d, d2h cuda.Stream
 	events   *icuda.EventPool
 	queue    *streamq.Queue[completion]
@@ -295,6 +302,7 @@ func (t *Tier) open(o Options) error {
 	if err != nil {
 		return fmt.Errorf("uvm: host pool: %w", err)
 	}
+	t.installPressure()
 	t.mover = o.Mover
 	if t.mover == nil {
 		m, err := newDefaultMover(t.dev)
@@ -309,6 +317,9 @@ func (t *Tier) open(o Options) error {
 // release gives back what open made; used by New on failure and by Close.
 func (t *Tier) release() error {
 	var errs []error
+	if t.heap != nil {
+		t.uninstallPressure()
+	}
 	if t.ownMover != nil {
 		errs = append(errs, t.ownMover.Close())
 		t.ownMover = nil

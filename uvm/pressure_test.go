@@ -1,0 +1,106 @@
+package uvm_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// TestSharedHeapPressure shares a device heap between a tier and another user: the tier fills
+// it with dirty blocks, and the other user's Alloc, which finds the heap full, succeeds because
+// the heap's pressure hook made the tier evict cold blocks (an acquired block stays where it
+// is). Every block keeps its bytes; the hook the tier replaced is back after Close.
+func TestSharedHeapPressure(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const size, n = 256 * kib, 24
+	var prevCalls int
+	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 8 << 20, Align: 256,
+		Pressure: func(uintptr, cuda.Stream) bool { prevCalls++; return false }})
+	must(t, err)
+	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: n * size, Heap: h})
+	must(t, err)
+	s, su := stream(t, dev), stream(t, dev)
+	hs := make([]uvm.Handle, n)
+	for i := range hs {
+		hs[i], err = tr.Alloc(size)
+		must(t, err)
+		p, err := tr.Acquire(hs[i], s, uvm.Write)
+		must(t, err)
+		writeDev(t, dev, p, pattern(byte(i), size))
+		if i > 0 {
+			must(t, tr.Release(hs[i], s))
+		}
+	}
+	pinnedPtr, err := tr.Acquire(hs[0], s, uvm.Read) // block 0 stays acquired (twice)
+	must(t, err)
+	before := tr.Stats()
+	if before.DeviceBytes != n*size {
+		t.Fatalf("the tier holds %d device bytes, want %d", before.DeviceBytes, n*size)
+	}
+
+	// Another user of the heap, on its own stream: 4 MiB does not fit beside the tier's 6.
+	p, err := h.Alloc(4<<20, su)
+	if err != nil {
+		t.Fatalf("another user's Alloc on the shared heap: %v (tier stats %+v)", err, tr.Stats())
+	}
+	st := tr.Stats()
+	checkAccounts(t, st)
+	out := st.Out[uvm.CauseHeapPressure]
+	if out.Blocks == 0 || st.HeapPressure == before.HeapPressure || st.DeviceBytes >= before.DeviceBytes {
+		t.Fatalf("no eviction for the heap: %+v", st)
+	}
+	if prevCalls != 0 {
+		t.Errorf("the replaced hook was called %d times although the tier could evict", prevCalls)
+	}
+	t.Logf("the other user's 4 MiB made the tier evict %d blocks (%d bytes)", out.Blocks, out.Bytes)
+	if q, err := tr.Acquire(hs[0], s, uvm.Read); err != nil || q != pinnedPtr {
+		t.Fatalf("the acquired block moved: %#x, %v (was %#x)", q, err, pinnedPtr)
+	}
+	must(t, tr.Release(hs[0], s))
+	must(t, tr.Release(hs[0], s))
+	must(t, tr.Release(hs[0], s))
+
+	// While the other user holds its memory, the tier still serves every block, within what
+	// is left; give it back, and every block comes back with its bytes.
+	must(t, h.FreeAsync(p, su))
+	for i, hd := range hs {
+		q, err := tr.Acquire(hd, s, uvm.Read)
+		must(t, err)
+		if !bytes.Equal(readDev(t, dev, q, size), pattern(byte(i), size)) {
+			t.Fatalf("block %d lost its bytes", i)
+		}
+		must(t, tr.Release(hd, s))
+	}
+
+	// With nothing evictable, the hook passes the call on to the one it replaced.
+	for _, hd := range hs {
+		_, err := tr.Acquire(hd, s, uvm.Read)
+		must(t, err)
+	}
+	if _, err := h.Alloc(4<<20, su); err == nil || prevCalls == 0 {
+		t.Errorf("an Alloc with every tier block acquired: %v, %d calls of the replaced hook", err, prevCalls)
+	}
+	for _, hd := range hs {
+		must(t, tr.Release(hd, s))
+		must(t, tr.Free(hd))
+	}
+	must(t, tr.Close())
+	if prev := h.SetPressure(nil); prev == nil {
+		t.Error("Close did not put the replaced hook back")
+	} else if prevCalls = 0; prev(1, su) || prevCalls != 1 {
+		t.Error("the hook put back is not the one the tier replaced")
+	}
+	must(t, h.ForgetStream(su))
+	must(t, h.ForgetStream(s))
+	if err := h.Close(); err != nil && !errors.Is(err, device.ErrClosed) {
+		t.Fatal(err)
+	}
+}
