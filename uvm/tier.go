@@ -169,13 +169,13 @@ type Tier struct {
 	prevPress device.PressureFunc
 	hooked    bool
 	ownStream cuda.Stream // h2d, fixed once the hook is installed
-	h2d, d2h cuda.Stream
-	events   *icuda.EventPool
-	queue    *streamq.Queue[completion]
-	policy   Policy
-	clock    func() time.Time
-	onMig    func(Migration)
-	unified  bool // host addresses are device addresses
+	h2d, d2h  cuda.Stream
+	events    *icuda.EventPool
+	queue     *streamq.Queue[completion]
+	policy    Policy
+	clock     func() time.Time
+	onMig     func(Migration)
+	unified   bool // host addresses are device addresses
 
 	budget, hostCap        uintptr
 	thrashLapse, thrashPin int64 // nanoseconds; lapse < 0: off
