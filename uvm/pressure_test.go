@@ -93,6 +93,9 @@ func TestSharedHeapPressure(t *testing.T) {
 		must(t, tr.Free(hd))
 	}
 	must(t, tr.Close())
+	if st := h.Stats(); st.Streams != 1 || st.Live != 0 {
+		t.Errorf("after the tier's Close the shared heap has %d streams (want the other user's only) and %d live blocks", st.Streams, st.Live)
+	}
 	if prev := h.SetPressure(nil); prev == nil {
 		t.Error("Close did not put the replaced hook back")
 	} else if prevCalls = 0; prev(1, su) || prevCalls != 1 {

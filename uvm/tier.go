@@ -319,6 +319,11 @@ func (t *Tier) release() error {
 	var errs []error
 	if t.heap != nil {
 		t.uninstallPressure()
+		if !t.ownHeap && t.h2d != 0 {
+			// A shared heap outlives the tier's stream: have it give back what it holds for
+			// that stream and forget it before the stream is destroyed.
+			errs = append(errs, t.heap.ForgetStream(t.h2d))
+		}
 	}
 	if t.ownMover != nil {
 		errs = append(errs, t.ownMover.Close())
