@@ -26,14 +26,18 @@ func TestMovers(t *testing.T) {
 		used        func(before, after counts) bool
 	}{
 		{"kernel", "kernel", func(*uvm.Options) {},
-			func(b, a counts) bool { return a.launches > b.launches && a.batches == b.batches && a.memcpys == b.memcpys }},
+			func(b, a counts) bool {
+				return a.launches > b.launches && a.batches == b.batches && a.memcpys == b.memcpys
+			}},
 		{"no-ptx", "batch-api", func(*uvm.Options) { f.FailModuleLoad(1, fakecuda.ResultInvalidPTX) },
 			func(b, a counts) bool { return a.launches == b.launches && a.batches > b.batches }},
 		{"per-job", "custom", func(o *uvm.Options) {
 			m, err := uvm.PerJobMover(fakecuda.Public(dev))
 			must(t, err)
 			o.Mover = m
-		}, func(b, a counts) bool { return a.launches == b.launches && a.batches == b.batches && a.memcpys > b.memcpys }},
+		}, func(b, a counts) bool {
+			return a.launches == b.launches && a.batches == b.batches && a.memcpys > b.memcpys
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := uvm.Options{DeviceBudget: 256 * kib}

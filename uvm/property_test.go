@@ -17,13 +17,12 @@ import (
 
 // model is what a property test knows of a block.
 type model struct {
-	h     uvm.Handle
-	n     int
-	want  []byte // nil until first written
-	ptr   cuda.DevicePtr
-	s     cuda.Stream
-	pins  int
-	write bool
+	h    uvm.Handle
+	n    int
+	want []byte // nil until first written
+	ptr  cuda.DevicePtr
+	s    cuda.Stream
+	pins int
 }
 
 // kernelMover returns a device.Batcher that launches the gather kernel (the fake runs its
@@ -51,7 +50,6 @@ type flakyMover struct {
 	mu   sync.Mutex
 	next uvm.Mover
 	fail int // fail this many of the next calls
-	err  error
 }
 
 var errInjected = errors.New("injected copy failure")
