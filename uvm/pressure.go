@@ -16,8 +16,9 @@ import "github.com/pinmalloc/pinmalloc/cuda"
 //
 // How much to evict: the device heap hands another stream only memory a free has emptied
 // whole (a 2 MiB segment, or a huge block's chunks), so n evicted bytes of small blocks may
-// free no segment. Each call evicts twice n rounded up to a segment, coldest first; the heap
-// calls the hook up to 3 times per Alloc.
+// free no segment. Each call evicts n rounded up to a segment, coldest first; the heap calls
+// the hook up to 3 times per Alloc, so a request that the first batch did not satisfy gets
+// more (up to three times n).
 
 // installPressure makes the tier the heap's pressure hook, keeping the one it replaces.
 func (t *Tier) installPressure() {
@@ -50,14 +51,14 @@ func (t *Tier) relieve(n uintptr, s cuda.Stream) bool {
 	return prev != nil && prev(n, s)
 }
 
-// evictForHeap evicts cold blocks worth about 2n bytes (see the file comment) and waits until
+// evictForHeap evicts cold blocks worth n bytes rounded up to a segment (see the file comment) and waits until
 // their VRAM is back in the heap. It reports whether it evicted any. t.mu is held.
 func (t *Tier) evictForHeap(n uintptr) bool {
 	if t.poll() != nil {
 		return false
 	}
 	t.st.HeapPressure++
-	if t.pickVictims(2*roundChunk(n)) == 0 {
+	if t.pickVictims(roundChunk(n)) == 0 {
 		t.unchoose(t.victims)
 		return false
 	}

@@ -2,8 +2,11 @@ package uvm_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
@@ -106,4 +109,110 @@ func TestSharedHeapPressure(t *testing.T) {
 	if err := h.Close(); err != nil && !errors.Is(err, device.ErrClosed) {
 		t.Fatal(err)
 	}
+}
+
+// TestSharedHeapConcurrent runs goroutines acquiring, writing, releasing and checking blocks
+// of a tier over a shared heap while another user of the heap allocates and frees big blocks
+// on its own stream, so that the heap's pressure hook (which takes the tier's lock) runs
+// beside the tier's own allocations (which hold it while the heap allocates): no deadlock, no
+// race (run with -race), every block's bytes intact.
+func TestSharedHeapConcurrent(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const size, workers, per = 64 * kib, 4, 24
+	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 8 << 20, Align: 256})
+	must(t, err)
+	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: 5 << 20, Heap: h})
+	must(t, err)
+	su := stream(t, dev)
+	streams := make([]cuda.Stream, workers)
+	for i := range streams {
+		streams[i] = stream(t, dev)
+	}
+	done := make(chan struct{})
+	var other sync.WaitGroup
+	other.Add(1)
+	var got, refused int
+	go func() { // the other user
+		defer other.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			p, err := h.Alloc(4<<20, su)
+			if err != nil {
+				refused++
+				time.Sleep(50 * time.Microsecond)
+				continue
+			}
+			got++
+			time.Sleep(100 * time.Microsecond)
+			if err := h.FreeAsync(p, su); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			s := streams[w]
+			hs := make([]uvm.Handle, per)
+			gen := make([]byte, per)
+			for i := range hs {
+				var err error
+				if hs[i], err = tr.Alloc(size); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			for round := 1; round <= 15; round++ {
+				for i, hd := range hs {
+					p, err := tr.AcquireContext(context.Background(), hd, s, uvm.Write)
+					if err != nil {
+						t.Errorf("worker %d: Acquire: %v", w, err)
+						return
+					}
+					if gen[i] != 0 && !bytes.Equal(readDev(t, dev, p, size), pattern(byte(w*50+i)+gen[i], size)) {
+						t.Errorf("worker %d block %d: bytes differ in round %d", w, i, round)
+					}
+					gen[i] = byte(round)
+					writeDev(t, dev, p, pattern(byte(w*50+i)+gen[i], size))
+					if err := tr.Release(hd, s); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+			for _, hd := range hs {
+				if err := tr.Free(hd); err != nil {
+					t.Error(err)
+				}
+			}
+		}(w)
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("deadlock: the workers did not finish")
+	}
+	close(done)
+	other.Wait()
+	st := tr.Stats()
+	t.Logf("the other user got 4 MiB %d times (refused %d); the tier evicted %d blocks for the heap, %d for its budget",
+		got, refused, st.Out[uvm.CauseHeapPressure].Blocks, st.Out[uvm.CausePressure].Blocks)
+	if got == 0 || st.Out[uvm.CauseHeapPressure].Blocks == 0 {
+		t.Errorf("the other user never got memory through the tier's evictions: %+v", st)
+	}
+	must(t, tr.Close())
+	must(t, h.ForgetStream(su))
+	must(t, h.Close())
 }
