@@ -31,6 +31,8 @@ func TestMovers(t *testing.T) {
 			}},
 		{"no-ptx", "batch-api", func(*uvm.Options) { f.FailModuleLoad(1, fakecuda.ResultInvalidPTX) },
 			func(b, a counts) bool { return a.launches == b.launches && a.batches > b.batches }},
+		{"kernel-precommitted", "kernel", func(o *uvm.Options) { o.HostPrecommit = 1 << 20 },
+			func(b, a counts) bool { return a.launches > b.launches }},
 		{"per-job", "custom", func(o *uvm.Options) {
 			m, err := uvm.PerJobMover(fakecuda.Public(dev))
 			must(t, err)
