@@ -28,7 +28,7 @@ func Example_sharedHeap() {
 	}
 	defer dev.StreamDestroy(s)
 
-	heap, err := device.New(dev, device.Options{Capacity: 1 << 30, Align: 256})
+	heap, err := device.New(dev, device.Options{Capacity: 1 << 30, Align: 256, PurgeDelay: -1})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -31,11 +31,11 @@ func TestGPUTierBandwidth(t *testing.T) {
 	name, _ := dev.Name()
 	managed := managedWarmEviction(t, dev, 1<<30)
 	t.Logf("%s: managed memory, 1 GiB prefetched to the host the second time (warm eviction): %.1f GB/s", name, managed)
-	t.Logf("%8s %12s %12s %14s %10s %10s %s", "block", "evict GB/s", "restore GB/s", "both GB/s", "evict/mgd", "both/mgd", "mover, CPU per block enqueued")
+	t.Logf("%8s %12s %12s %14s %10s %10s %s", "block", "evict GB/s", "restore GB/s", "both GB/s", "evict/mgd", "both/mgd", "mover, CPU per block enqueued, heap refusals")
 	for _, size := range []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20} {
 		r := tierBandwidth(t, dev, size)
-		t.Logf("%6dKiB %12.1f %12.1f %14.1f %9.1fx %9.1fx %s, %v", size>>10, r.evict, r.restore, r.both,
-			r.evict/managed, r.both/managed, r.mover, r.enqueue)
+		t.Logf("%6dKiB %12.1f %12.1f %14.1f %9.1fx %9.1fx %s, %v, %d", size>>10, r.evict, r.restore, r.both,
+			r.evict/managed, r.both/managed, r.mover, r.enqueue, r.heapPressure)
 	}
 }
 
@@ -68,6 +68,7 @@ type bandwidth struct {
 	evict, restore, both float64
 	mover                string
 	enqueue              time.Duration // CPU time of Evict per block (queueing, not copying)
+	heapPressure         uint64        // times the device heap refused the tier (a restore waited for VRAM)
 }
 
 // tierBandwidth runs, for one block size, rounds of: A written on the device (dirty); Evict(A)
@@ -78,8 +79,8 @@ type bandwidth struct {
 func tierBandwidth(t *testing.T, dev *icuda.Device, size int) bandwidth {
 	n := gpuBatch / size
 	// A heap with room beside the budget, so that a restore does not wait for the VRAM of the
-	// eviction it overlaps.
-	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 3*gpuBatch + 64<<20, Align: 256})
+	// eviction it overlaps, that keeps its memory committed (as the tier's own heap does).
+	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 3*gpuBatch + 64<<20, Align: 256, PurgeDelay: -1})
 	must(t, err)
 	defer func() { must(t, h.Close()) }()
 	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: gpuBatch, HostCapacity: 4 * gpuBatch, Heap: h})
@@ -130,7 +131,7 @@ func tierBandwidth(t *testing.T, dev *icuda.Device, size int) bandwidth {
 		}
 	}
 	st := tr.Stats()
-	r.mover = st.Mover
+	r.mover, r.heapPressure = st.Mover, st.HeapPressure
 	if st.Out[uvm.CausePressure].Blocks == 0 || st.Failures != 0 {
 		t.Errorf("%d KiB: stats %+v", size>>10, st)
 	}
