@@ -32,7 +32,7 @@ func (t *Tier) installPressure() {
 func (t *Tier) uninstallPressure() {
 	if t.hooked {
 		t.heap.SetPressure(t.prevPress)
-		t.hooked, t.prevPress = false, nil
+		t.hooked = false // prevPress stays: a late call of the hook (an Alloc that loaded it before) still chains
 	}
 }
 

@@ -38,7 +38,8 @@
 //
 // # Eviction
 //
-// When a restore needs room (the budget, or the device heap refusing memory), the tier walks
+// When a restore needs room (the budget, or the device heap refusing memory), or another user
+// of a shared device heap finds it full (the heap's pressure hook, pressure.go), the tier walks
 // the Policy's order, coldest first: among the evictWindow (4) coldest blocks it takes clean
 // ones first (no copy: the VRAM is dropped), then any in policy order; dirty victims' bytes
 // are copied out in one Mover call for the whole batch. The window keeps the preference for
@@ -60,7 +61,9 @@
 //
 // A Tier is safe for concurrent use: one mutex guards it, held across driver calls (they are
 // enqueues, never waits, except in Sync, Close, AcquireHost and a device heap that is out of
-// memory). Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks.
+// memory). Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks. The heap's
+// pressure hook takes Tier.mu on another user's goroutine, which holds no heap lock then, and
+// does nothing for the tier's own allocations (made holding Tier.mu, on its H2D stream).
 package uvm
 
 import (
@@ -252,7 +255,12 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	}
 	t.queue = streamq.New(dev, t.events, t.complete)
 	if err := t.open(o); err != nil {
-		return nil, errors.Join(err, t.release())
+		// Under the lock and closed: the heap's hook may already be installed and called.
+		t.mu.Lock()
+		t.closed = true
+		rerr := t.release()
+		t.mu.Unlock()
+		return nil, errors.Join(err, rerr)
 	}
 	t.st.Policy = t.policy.Name()
 	t.st.Mover = "custom"
