@@ -29,8 +29,8 @@
 //
 // Running out of memory, Alloc waits for every deferred free and gives back every other
 // stream's held segments (synchronizing those streams) before it retries once; then, if
-// Options.Pressure is set, it asks that hook to give memory back (a uvm.Tier evicts blocks)
-// and retries while the hook says it freed some.
+// the heap has a pressure hook (Options.Pressure, SetPressure), it asks that hook to give
+// memory back (a uvm.Tier evicts blocks) and retries while the hook says it freed some.
 //
 // # Streams
 //
@@ -50,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
@@ -106,13 +107,18 @@ type Options struct {
 	// Quota caps the bytes of the heap's live blocks (the sizes asked for; a deferred free
 	// counts until it is done); an Alloc beyond it fails with ErrQuota. Zero means no quota.
 	Quota uintptr
-	// Pressure, if set, is called when an Alloc of n bytes finds no memory even after
-	// reclaiming what the streams hold: it may give memory of this heap back (a tier evicting
-	// blocks, a cache dropping entries) and returns whether the Alloc should try again. It is
-	// called without the heap's lock, at most pressureTries times per Alloc, on the goroutine
-	// that called Alloc.
-	Pressure func(n uintptr) bool
+	// Pressure, if set, is the heap's pressure hook (see PressureFunc); SetPressure changes it
+	// later.
+	Pressure PressureFunc
 }
+
+// PressureFunc is a heap's pressure hook. It is called when an Alloc of n bytes for stream s
+// finds no memory even after reclaiming what the streams hold: it may give memory of this
+// heap back (a tier evicting blocks, a cache dropping entries) and returns whether the Alloc
+// should try again. It is called without the heap's lock, at most pressureTries times per
+// Alloc, on the goroutine that called Alloc. s tells a hook its own allocations apart: a
+// uvm.Tier allocates on its own stream while holding its lock, and answers those itself.
+type PressureFunc func(n uintptr, s cuda.Stream) bool
 
 // pressureTries bounds the calls of Options.Pressure per Alloc.
 const pressureTries = 3
@@ -124,7 +130,7 @@ type Heap struct {
 	a      *arena.Arena
 	g      *heap.Group
 	align  uintptr
-	press  func(n uintptr) bool
+	press  atomic.Pointer[PressureFunc] // nil: no hook
 
 	mu       sync.Mutex
 	closed   bool
@@ -193,14 +199,29 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		return nil, err
 	}
 	h := &Heap{
-		dev: d, a: a, g: g, align: o.Align, press: o.Pressure,
+		dev: d, a: a, g: g, align: o.Align,
 		streams: map[cuda.Stream]*heap.Heap{},
 		seen:    map[cuda.Stream]bool{}, deferred: map[cuda.DevicePtr]bool{},
 		events: icuda.NewEventPool(d),
 		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: o.Quota},
 	}
 	h.queue = streamq.New(d, h.events, h.finish)
+	h.SetPressure(o.Pressure)
 	return h, nil
+}
+
+// SetPressure makes f the heap's pressure hook (nil: none) and returns the hook it replaces,
+// so that a user of a shared heap (a uvm.Tier given the heap) can chain to the hook before it
+// and put it back when done. An Alloc already running may still call the previous hook.
+func (h *Heap) SetPressure(f PressureFunc) (prev PressureFunc) {
+	var p *PressureFunc
+	if f != nil {
+		p = &f
+	}
+	if old := h.press.Swap(p); old != nil {
+		prev = *old
+	}
+	return prev
 }
 
 // Open opens device ordinal (cuda.Open: the error wraps cuda.ErrNoDriver without a driver) and
@@ -232,8 +253,12 @@ func (h *Heap) Align() uintptr { return h.align }
 // are undefined. Out of memory, it calls Options.Pressure (see the package documentation).
 func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	p, err := h.alloc(n, s)
-	for try := 0; err != nil && h.press != nil && try < pressureTries && outOfMemory(err); try++ {
-		if !h.press(n) {
+	if err == nil || !outOfMemory(err) {
+		return p, err
+	}
+	press := h.press.Load()
+	for try := 0; err != nil && press != nil && try < pressureTries && outOfMemory(err); try++ {
+		if !(*press)(n, s) {
 			break
 		}
 		p, err = h.alloc(n, s)

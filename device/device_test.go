@@ -402,7 +402,7 @@ func TestPressureHook(t *testing.T) {
 	var held []cuda.DevicePtr
 	var h *Heap
 	calls, armed := 0, false
-	h, err := New(fakecuda.Public(dev), Options{Capacity: 4 << 20, Pressure: func(n uintptr) bool {
+	h, err := New(fakecuda.Public(dev), Options{Capacity: 4 << 20, Pressure: func(n uintptr, s cuda.Stream) bool {
 		calls++
 		if !armed || len(held) == 0 {
 			return false
@@ -429,8 +429,39 @@ func TestPressureHook(t *testing.T) {
 		t.Errorf("%d hook calls, want 1", calls)
 	}
 	held = append(held, p)
+	// SetPressure replaces the hook, returns the old one, and the new one sees the stream.
+	sp, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	var gotStream cuda.Stream
+	prev := h.SetPressure(func(n uintptr, s cuda.Stream) bool {
+		gotStream = s
+		if len(held) == 0 {
+			return false
+		}
+		must(t, "Free", h.Free(held[0]))
+		held = held[1:]
+		return true
+	})
+	if prev == nil {
+		t.Fatal("SetPressure returned no previous hook")
+	}
+	calls = 0
+	p, err = h.Alloc(1<<20+1, sp)
+	must(t, "Alloc under pressure, new hook", err)
+	if gotStream != sp || calls != 0 {
+		t.Errorf("the new hook saw stream %#x (want %#x); the old one was called %d times", gotStream, sp, calls)
+	}
+	held = append(held, p)
+	if h.SetPressure(nil) == nil {
+		t.Error("SetPressure(nil) returned no previous hook")
+	}
+	if _, err := h.Alloc(64<<20, sp); err == nil {
+		t.Error("an Alloc beyond the capacity succeeded without a hook")
+	}
 	for _, p := range held {
 		must(t, "Free", h.Free(p))
 	}
+	must(t, "ForgetStream", h.ForgetStream(sp))
 	must(t, "Close", h.Close())
+	must(t, "StreamDestroy", dev.StreamDestroy(sp))
 }

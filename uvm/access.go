@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
@@ -22,9 +23,19 @@ func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	return p, err
 }
 
-// AcquireContext is Acquire, waiting while it fails with ErrAllPinned until a release or a
-// free makes room, or ctx is done (its error is then returned, joined with ErrAllPinned).
+// AcquireContext is Acquire, except that when every evictable byte is acquired
+// (ErrAllPinned) it waits for room instead of failing: it tries again after each Release,
+// ReleaseHost or Free of the tier, and at least every allPinnedRetry (memory another user of a
+// shared device heap frees is not seen otherwise), until it succeeds, fails otherwise, or ctx
+// is done: then ctx's error is returned, joined with ErrAllPinned. Like Acquire, it does not
+// wait for copies.
 func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
+	var retry *time.Timer
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
 	for {
 		t.mu.Lock()
 		p, err := t.acquire(h, s, m)
@@ -37,13 +48,22 @@ func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mo
 		}
 		wake := t.wake
 		t.mu.Unlock()
+		if retry == nil {
+			retry = time.NewTimer(allPinnedRetry)
+		} else {
+			retry.Reset(allPinnedRetry)
+		}
 		select {
 		case <-wake:
+		case <-retry.C:
 		case <-ctx.Done():
 			return 0, errors.Join(err, ctx.Err())
 		}
 	}
 }
+
+// allPinnedRetry is how often AcquireContext tries again while it waits for room.
+const allPinnedRetry = 10 * time.Millisecond
 
 // acquire is Acquire with t.mu held.
 func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {

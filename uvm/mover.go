@@ -4,14 +4,22 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// CopyJob is one copy of Len bytes from Src to Dst, both addresses the device can use.
-type CopyJob struct{ Dst, Src, Len uintptr }
+// CopyJob is one copy of Len bytes from Src to Dst, both addresses the device can use. It is
+// device.CopyJob, so that *device.Batcher is a Mover as it is.
+type CopyJob = device.CopyJob
 
-// newDefaultMover returns the copy engine a tier uses when Options.Mover is nil.
-func newDefaultMover(dev *icuda.Device) (perJobMover, error) { return perJobMover{dev: dev}, nil }
+// newDefaultMover returns the copy engine a tier uses when Options.Mover is nil: a
+// device.Batcher with the method the driver does best (one launch of the gather kernel per
+// batch, else one cuMemcpyBatchAsync call, else one copy per block). The tier's jobs never
+// overlap (every block has its own VRAM and its own host buffer, and a batch moves a block
+// once), so the Batcher's overlap check is skipped.
+func newDefaultMover(dev *icuda.Device) (*device.Batcher, error) {
+	return device.NewBatcher(dev, device.BatchOptions{TrustNoOverlap: true})
+}
 
 // Mover queues batches of copies on a stream and returns without waiting for them. Every
 // address of a job is one the device can use: device memory, or pinned host memory through its
@@ -37,9 +45,6 @@ func (m perJobMover) Copy(jobs []CopyJob, s cuda.Stream) error {
 	}
 	return nil
 }
-
-// Close implements the tier's ownMover.
-func (perJobMover) Close() error { return nil }
 
 // PerJobMover returns a Mover that queues one cuMemcpyAsync per job on dev.
 func PerJobMover(dev *cuda.Device) (Mover, error) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/uvm"
@@ -16,21 +17,39 @@ import (
 
 // model is what a property test knows of a block.
 type model struct {
-	h     uvm.Handle
-	n     int
-	want  []byte // nil until first written
-	ptr   cuda.DevicePtr
-	s     cuda.Stream
-	pins  int
-	write bool
+	h    uvm.Handle
+	n    int
+	want []byte // nil until first written
+	ptr  cuda.DevicePtr
+	s    cuda.Stream
+	pins int
 }
 
-// flakyMover fails the copies it is told to, and passes the rest to the per-job mover.
+// kernelMover returns a device.Batcher that launches the gather kernel (the fake runs its
+// semantics in C), closed at cleanup.
+func kernelMover(t testing.TB, dev *icuda.Device) *device.Batcher {
+	t.Helper()
+	b, err := device.NewBatcher(dev, device.BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Method() != device.MethodKernel {
+		t.Fatalf("the Batcher chose %s, want the kernel", b.Method())
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Batcher.Close: %v", err)
+		}
+	})
+	return b
+}
+
+// flakyMover fails the copies it is told to, and passes the rest to another mover (the
+// kernel's).
 type flakyMover struct {
 	mu   sync.Mutex
 	next uvm.Mover
 	fail int // fail this many of the next calls
-	err  error
 }
 
 var errInjected = errors.New("injected copy failure")
@@ -76,11 +95,8 @@ func TestProperty(t *testing.T) {
 func runProperty(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, over int, pol uvm.Policy, seed uint64) {
 	const budget = 1 << 20
 	rng := rand.New(rand.NewPCG(seed, 42))
-	next, err := uvm.PerJobMover(fakecuda.Public(dev))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mv := &flakyMover{next: next}
+	mv := &flakyMover{next: kernelMover(t, dev)}
+	jobs := f.GatherJobs()
 	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: budget, Policy: pol, Mover: mv, ThrashLapse: -1})
 	must(t, err)
 	streams := []cuda.Stream{stream(t, dev), stream(t, dev)}
@@ -252,6 +268,9 @@ func runProperty(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, over int, 
 	if injected == 0 || st.Failures < uint64(injected) {
 		t.Errorf("injected %d failures, the tier counted %d", injected, st.Failures)
 	}
+	if copied := st.Moved(true).Blocks + st.Moved(false).Blocks - st.CleanEvictions; uint64(f.GatherJobs()-jobs) != copied {
+		t.Errorf("%d blocks copied, the gather kernel ran %d jobs", copied, f.GatherJobs()-jobs)
+	}
 	must(t, tr.Close())
 }
 
@@ -264,11 +283,7 @@ func TestEvictionFailure(t *testing.T) {
 		return
 	}
 	const size = 64 * kib
-	next, err := uvm.PerJobMover(fakecuda.Public(dev))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mv := &flakyMover{next: next}
+	mv := &flakyMover{next: kernelMover(t, dev)}
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size, Mover: mv})
 	s := stream(t, dev)
 	var hs [3]uvm.Handle

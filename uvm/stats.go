@@ -67,6 +67,9 @@ type Traffic struct {
 type Stats struct {
 	// Policy names the eviction policy.
 	Policy string
+	// Mover names the copy engine: the device.CopyMethod of the tier's own device.Batcher
+	// ("kernel", "batch-api" or "per-copy"), or "custom" for Options.Mover.
+	Mover string
 	// Budget is the device budget in bytes.
 	Budget uint64
 	// Blocks is the number of live blocks; LiveBytes their bytes (each rounded to 256), which
@@ -93,7 +96,8 @@ type Stats struct {
 	// ThrashOverrides counts evictions of protected blocks because nothing else would do.
 	ThrashEvents, ThrashOverrides uint64
 	// HeapPressure counts device heap refusals the tier answered by waiting for its frees or
-	// evicting beyond the budget.
+	// evicting beyond the budget: its own allocations', and those of other users of a shared
+	// heap, through the heap's pressure hook.
 	HeapPressure uint64
 	// HostCopiesDropped counts host copies of clean blocks freed to make room in the pool.
 	HostCopiesDropped uint64

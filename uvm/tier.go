@@ -8,7 +8,8 @@
 // Alloc(n) returns a Handle: a slot index and a generation, so a handle used after Free is
 // detected (ErrInvalidHandle), never mistaken for the block that reuses its slot. A block's
 // bytes live on the device (VRAM from a device.Heap, within Options.DeviceBudget), on the host
-// (a buffer of a pinned.Pool of CUDA-registered memory), or both. Its states:
+// (a buffer of a pinned.Pool of CUDA pinned host memory: VMM host granules, or registered
+// memory on older drivers), or both. Its states:
 //
 //	fresh     no storage yet; contents undefined (Alloc)
 //	host      host copy only (after an eviction)
@@ -37,7 +38,8 @@
 //
 // # Eviction
 //
-// When a restore needs room (the budget, or the device heap refusing memory), the tier walks
+// When a restore needs room (the budget, or the device heap refusing memory), or another user
+// of a shared device heap finds it full (the heap's pressure hook, pressure.go), the tier walks
 // the Policy's order, coldest first: among the evictWindow (4) coldest blocks it takes clean
 // ones first (no copy: the VRAM is dropped), then any in policy order; dirty victims' bytes
 // are copied out in one Mover call for the whole batch. The window keeps the preference for
@@ -59,7 +61,9 @@
 //
 // A Tier is safe for concurrent use: one mutex guards it, held across driver calls (they are
 // enqueues, never waits, except in Sync, Close, AcquireHost and a device heap that is out of
-// memory). Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks.
+// memory). Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks. The heap's
+// pressure hook takes Tier.mu on another user's goroutine, which holds no heap lock then, and
+// does nothing for the tier's own allocations (made holding Tier.mu, on its H2D stream).
 package uvm
 
 import (
@@ -126,13 +130,23 @@ type Options struct {
 	// HostCapacity caps the pinned host pool (default 4×DeviceBudget). Blocks whose bytes
 	// would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.
 	HostCapacity uintptr
+	// HostPrecommit is how many bytes of the host pool to commit and pin in the background
+	// when the tier is made, so that the first evictions do not wait for the driver to pin
+	// memory (default 0: pinned as evictions need it). At most HostCapacity.
+	HostPrecommit uintptr
 	// Policy orders evictions (nil: LRU()). A Policy serves one tier.
 	Policy Policy
-	// Mover copies batches of blocks (nil: a device.Batcher, the copy kernel where the driver
-	// takes it). The tier closes a Mover it made, never one given here.
+	// Mover copies batches of blocks (nil: a device.Batcher of the best method the driver
+	// has: one launch of the gather kernel per batch, else one cuMemcpyBatchAsync call, else
+	// one copy per block). The tier closes a Mover it made, never one given here.
 	Mover Mover
 	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
-	// its own over dev). The tier installs its pressure hook on a heap it makes.
+	// its own over dev). The tier becomes the heap's pressure hook until Close (chaining to
+	// the hook it replaces): another user's Alloc that finds the heap full makes the tier
+	// evict cold blocks first (pressure.go). Tiers sharing a heap are closed in the reverse
+	// order of their New. Give such a heap a PurgeDelay longer than the time between
+	// evictions (or -1, as the tier's own heap has): VRAM the heap decommits and commits again
+	// costs far more than the copies that free and reuse it.
 	Heap *device.Heap
 	// ThrashLapse is the longest gap between migrations of a block that counts toward
 	// thrashing (default DefaultThrashLapse; negative: no thrash detection).
@@ -156,13 +170,17 @@ type Tier struct {
 	pool     *pinned.Pool
 	mover    Mover
 	ownMover interface{ Close() error }
-	h2d, d2h cuda.Stream
-	events   *icuda.EventPool
-	queue    *streamq.Queue[completion]
-	policy   Policy
-	clock    func() time.Time
-	onMig    func(Migration)
-	unified  bool // host addresses are device addresses
+	// The device heap's pressure hook before the tier's (pressure.go); hooked: installed.
+	prevPress device.PressureFunc
+	hooked    bool
+	ownStream cuda.Stream // h2d, fixed once the hook is installed
+	h2d, d2h  cuda.Stream
+	events    *icuda.EventPool
+	queue     *streamq.Queue[completion]
+	policy    Policy
+	clock     func() time.Time
+	onMig     func(Migration)
+	unified   bool // host addresses are device addresses
 
 	budget, hostCap        uintptr
 	thrashLapse, thrashPin int64 // nanoseconds; lapse < 0: off
@@ -217,6 +235,9 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	if o.ThrashPin == 0 {
 		o.ThrashPin = DefaultThrashPin
 	}
+	if o.HostPrecommit > o.HostCapacity {
+		return nil, fmt.Errorf("%w: HostPrecommit %d above HostCapacity %d", ErrInvalidOptions, o.HostPrecommit, o.HostCapacity)
+	}
 	if o.ThrashPin < 0 {
 		return nil, fmt.Errorf("%w: ThrashPin %v", ErrInvalidOptions, o.ThrashPin)
 	}
@@ -234,9 +255,18 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	}
 	t.queue = streamq.New(dev, t.events, t.complete)
 	if err := t.open(o); err != nil {
-		return nil, errors.Join(err, t.release())
+		// Under the lock and closed: the heap's hook may already be installed and called.
+		t.mu.Lock()
+		t.closed = true
+		rerr := t.release()
+		t.mu.Unlock()
+		return nil, errors.Join(err, rerr)
 	}
 	t.st.Policy = t.policy.Name()
+	t.st.Mover = "custom"
+	if b, ok := t.ownMover.(*device.Batcher); ok {
+		t.st.Mover = b.Method().String()
+	}
 	t.st.Budget = uint64(t.budget)
 	return t, nil
 }
@@ -257,23 +287,34 @@ func (t *Tier) open(o Options) error {
 	t.heap = o.Heap
 	if t.heap == nil {
 		// Room for the budget, the size classes' rounding (at most 1/8) and memory whose free
-		// waits for its copy out.
+		// waits for its copy out. Never purged: the VRAM an eviction frees is what the next
+		// restore takes, and committing VMM device memory again costs 0.4-0.77 ms per 2 MiB
+		// (measured on an H100), where copying 2 MiB takes 40 µs.
 		capacity := roundChunk(t.budget + t.budget/4 + 4<<20)
-		if t.heap, err = device.New(t.pub, device.Options{Capacity: capacity, Align: hostAlign}); err != nil {
+		if t.heap, err = device.New(t.pub, device.Options{Capacity: capacity, Align: hostAlign, PurgeDelay: -1}); err != nil {
 			return fmt.Errorf("uvm: device heap: %w", err)
 		}
 		t.ownHeap = true
 	}
-	// Populated, and never purged: registered whole, in 2 MiB pieces, so that every buffer
-	// (at most 1 MiB, inside one 2 MiB segment) lies inside one registration, as one copy's
-	// host range must.
-	// Its capacity has room for the size classes' rounding and a partly used segment of each
-	// kind (small, medium, large and object pages do not share segments).
+	// The host pool. Invariant: every host buffer, whatever its size, is ONE range the device
+	// can copy by DMA (one copy's host range must lie inside one registration, measured on an
+	// H100), so a block of any size moves as one job. The CUDAHost backend keeps it on both of
+	// its providers: VMM host granules are mapped into one reserved range, so any buffer is one
+	// DMA range; the registration fallback (drivers without VMM host memory) registers each
+	// heap segment whole and joins the chunks of a huge buffer into exactly one registration
+	// when it is handed out (arena/provider_cudahostreg.go). TestBlockSizes checks 4 KiB to
+	// 8 MiB on both.
+	// Memory is committed (pinned) as evictions need it, or ahead of need in the background
+	// (HostPrecommit), and never purged: pinning again costs about 0.5 ms per 2 MiB, where an
+	// eviction's copy of 2 MiB takes 40 µs. The capacity has room for the size classes'
+	// rounding and a partly used segment of each kind (small, medium, large and object pages
+	// do not share segments).
 	t.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(roundChunk(t.hostCap+t.hostCap/8) + 8<<20),
-		Align: hostAlign, Device: t.dev.Ordinal(), Populate: true, PurgeDelay: -1})
+		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int64(o.HostPrecommit)})
 	if err != nil {
 		return fmt.Errorf("uvm: host pool: %w", err)
 	}
+	t.installPressure()
 	t.mover = o.Mover
 	if t.mover == nil {
 		m, err := newDefaultMover(t.dev)
@@ -288,6 +329,14 @@ func (t *Tier) open(o Options) error {
 // release gives back what open made; used by New on failure and by Close.
 func (t *Tier) release() error {
 	var errs []error
+	if t.heap != nil {
+		t.uninstallPressure()
+		if !t.ownHeap && t.h2d != 0 {
+			// A shared heap outlives the tier's stream: have it give back what it holds for
+			// that stream and forget it before the stream is destroyed.
+			errs = append(errs, t.heap.ForgetStream(t.h2d))
+		}
+	}
 	if t.ownMover != nil {
 		errs = append(errs, t.ownMover.Close())
 		t.ownMover = nil

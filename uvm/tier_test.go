@@ -163,6 +163,9 @@ func TestBadInput(t *testing.T) {
 	if _, err := uvm.New(fakecuda.Public(dev), uvm.Options{}); !errors.Is(err, uvm.ErrInvalidOptions) {
 		t.Errorf("New without a budget: %v", err)
 	}
+	if _, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: 1 << 20, HostCapacity: 1 << 20, HostPrecommit: 2 << 20}); !errors.Is(err, uvm.ErrInvalidOptions) {
+		t.Errorf("New with HostPrecommit above HostCapacity: %v", err)
+	}
 	if _, err := tr.Alloc(0); !errors.Is(err, uvm.ErrInvalidOptions) {
 		t.Errorf("Alloc(0): %v", err)
 	}

@@ -1,0 +1,90 @@
+package uvm_test
+
+import (
+	"bytes"
+	"testing"
+
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// TestMovers runs blocks through tiers whose copies go each way the tier can move them: the
+// default Batcher with the kernel, the default Batcher when the driver refuses the kernel's
+// PTX (it falls back to cuMemcpyBatchAsync), and PerJobMover (one cuMemcpyAsync per block),
+// counting the fake's launches, batch calls and copies.
+func TestMovers(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	type counts struct{ launches, batches, memcpys int64 }
+	count := func() counts { return counts{f.Launches(), f.Batches(), f.Memcpys()} }
+	for _, c := range []struct {
+		name, mover string
+		setup       func(o *uvm.Options)
+		used        func(before, after counts) bool
+	}{
+		{"kernel", "kernel", func(*uvm.Options) {},
+			func(b, a counts) bool {
+				return a.launches > b.launches && a.batches == b.batches && a.memcpys == b.memcpys
+			}},
+		{"no-ptx", "batch-api", func(*uvm.Options) { f.FailModuleLoad(1, fakecuda.ResultInvalidPTX) },
+			func(b, a counts) bool { return a.launches == b.launches && a.batches > b.batches }},
+		{"kernel-precommitted", "kernel", func(o *uvm.Options) { o.HostPrecommit = 1 << 20 },
+			func(b, a counts) bool { return a.launches > b.launches }},
+		{"per-job", "custom", func(o *uvm.Options) {
+			m, err := uvm.PerJobMover(fakecuda.Public(dev))
+			must(t, err)
+			o.Mover = m
+		}, func(b, a counts) bool {
+			return a.launches == b.launches && a.batches == b.batches && a.memcpys > b.memcpys
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := uvm.Options{DeviceBudget: 256 * kib}
+			c.setup(&o)
+			tr := newTier(t, dev, o)
+			before := count()
+			roundTrip(t, dev, tr, 8, 64*kib)
+			if st := tr.Stats(); st.Mover != c.mover || !c.used(before, count()) {
+				t.Errorf("mover %q (want %q): launches, batches, copies %+v -> %+v", st.Mover, c.mover, before, count())
+			}
+		})
+	}
+}
+
+// roundTrip writes n blocks from the host, rewrites each on the device through a budget that
+// holds a quarter of them, and checks every byte on the host.
+func roundTrip(t *testing.T, dev *icuda.Device, tr *uvm.Tier, n, size int) {
+	t.Helper()
+	s := stream(t, dev)
+	hs := make([]uvm.Handle, n)
+	for i := range hs {
+		h, err := tr.Alloc(size)
+		must(t, err)
+		hs[i] = h
+		b, err := tr.AcquireHost(h, uvm.Write)
+		must(t, err)
+		copy(b, pattern(byte(i), size))
+		must(t, tr.ReleaseHost(h))
+	}
+	for i, h := range hs {
+		p, err := tr.Acquire(h, s, uvm.Write)
+		must(t, err)
+		if !bytes.Equal(readDev(t, dev, p, size), pattern(byte(i), size)) {
+			t.Fatalf("block %d: device bytes differ", i)
+		}
+		writeDev(t, dev, p, pattern(byte(i+1), size))
+		must(t, tr.Release(h, s))
+	}
+	for i, h := range hs {
+		b, err := tr.AcquireHost(h, uvm.Read)
+		must(t, err)
+		if !bytes.Equal(b, pattern(byte(i+1), size)) {
+			t.Fatalf("block %d: host bytes differ", i)
+		}
+		must(t, tr.ReleaseHost(h))
+		must(t, tr.Free(h))
+	}
+}

@@ -1,0 +1,69 @@
+package uvm
+
+import "github.com/pinmalloc/pinmalloc/cuda"
+
+// Device heap integration: the tier is the pressure hook of its device heap
+// (device.Heap.SetPressure), so that an allocation of another user of a shared heap
+// (Options.Heap) that finds no memory asks the tier to evict cold blocks before it fails.
+//
+// The hook runs on the allocating goroutine, without the heap's lock. For an allocation on
+// the tier's own H2D stream it does nothing: that is the tier itself, inside devAlloc with
+// t.mu held, which answers its own pressure (taking t.mu again would deadlock). For any other
+// stream it takes t.mu, evicts (CauseHeapPressure) and waits for the copies out, whose
+// completions give the VRAM back to the heap, then lets the heap retry. When it cannot help
+// (nothing evictable, the tier closed) it passes the call to the hook it replaced, after
+// dropping t.mu, so hooks chain without holding two tiers' locks at once.
+//
+// How much to evict: the device heap hands another stream only memory a free has emptied
+// whole (a 2 MiB segment, or a huge block's chunks), so n evicted bytes of small blocks may
+// free no segment. Each call evicts n rounded up to a segment, coldest first; the heap calls
+// the hook up to 3 times per Alloc, so a request that the first batch did not satisfy gets
+// more (up to three times n).
+
+// installPressure makes the tier the heap's pressure hook, keeping the one it replaces.
+func (t *Tier) installPressure() {
+	t.ownStream = t.h2d // read by relieve without t.mu; release zeroes h2d, not this
+	t.prevPress = t.heap.SetPressure(t.relieve)
+	t.hooked = true
+}
+
+// uninstallPressure puts the replaced hook back. Tiers sharing a heap uninstall in the
+// reverse order of their New (each puts back the hook it found).
+func (t *Tier) uninstallPressure() {
+	if t.hooked {
+		t.heap.SetPressure(t.prevPress)
+		t.hooked = false // prevPress stays: a late call of the hook (an Alloc that loaded it before) still chains
+	}
+}
+
+// relieve is the heap's pressure hook (device.PressureFunc).
+func (t *Tier) relieve(n uintptr, s cuda.Stream) bool {
+	if s == t.ownStream {
+		return false
+	}
+	t.mu.Lock()
+	ok := !t.closed && t.evictForHeap(n)
+	prev := t.prevPress
+	t.mu.Unlock()
+	if ok {
+		return true
+	}
+	return prev != nil && prev(n, s)
+}
+
+// evictForHeap evicts cold blocks worth n bytes rounded up to a segment (see the file comment) and waits until
+// their VRAM is back in the heap. It reports whether it evicted any. t.mu is held.
+func (t *Tier) evictForHeap(n uintptr) bool {
+	if t.poll() != nil {
+		return false
+	}
+	t.st.HeapPressure++
+	if t.pickVictims(roundChunk(n)) == 0 {
+		t.unchoose(t.victims)
+		return false
+	}
+	if t.evict(t.victims, CauseHeapPressure) != nil {
+		return false
+	}
+	return t.drain() == nil
+}
