@@ -55,16 +55,16 @@ func uvmFactorPlot(s *suite, metric, title, ylabel string) (*plot.Plot, error) {
 	var lines []any
 	top := 0.0
 	for _, pat := range wlPatternNames() {
-		for _, pol := range uvmPolicies {
+		for _, row := range uvmRows() {
 			var xys plotter.XYs
 			for _, f := range uvmFactors {
-				if v, ok := lookup(s.results, fmt.Sprintf("uvm-oversub/%s/%s/%gx", pat, pol.name, f), "uvm", metric); ok && v > 0 {
+				if v, ok := lookup(s.results, fmt.Sprintf("uvm-oversub/%s/%s/%gx", pat, row.name, f), row.impl, metric); ok && v > 0 {
 					xys = append(xys, plotter.XY{X: f, Y: v})
 					top = max(top, v)
 				}
 			}
 			if len(xys) > 0 {
-				lines = append(lines, pat+" "+pol.name, xys)
+				lines = append(lines, pat+" "+row.name, xys)
 			}
 		}
 	}
