@@ -7,18 +7,25 @@
 //	go run ./examples/kvcache                          # 2× a 64 MiB budget, LRU
 //	go run ./examples/kvcache -oversub 4 -policy 2q -steps 5000
 //
-// Each step picks -batch sequences by Zipf popularity (a few conversations are hot, most are
-// cold), and for each one acquires its blocks on a stream (write mode for the block the new
-// token goes to, read mode for the rest), queues the step's device work (a memset writes the
-// token's keys and values into its slot; a device-to-device copy of every other block stands
-// for attention reading them), and releases them. A sequence that reaches its length ends
-// and frees its blocks; new ones start while the cache is below its size. At the end every
-// block of every live sequence is read back on the host and compared with what was written.
+// The cache holds at most -oversub × -budget bytes of KV (live sequences' blocks, in VRAM or
+// on the host). It starts full: sequences with their prompts prefilled in random slots until
+// no other fits (the steady state of a server at capacity). Then each step picks -batch
+// sequences by Zipf popularity (a few conversations are hot, most are cold) and, for each,
+// acquires its blocks on a stream (write mode for the block the new token goes to, read mode
+// for the rest), queues the step's device work (a memset writes the token's keys and values
+// into its slot; a device-to-device copy of every other block stands for attention reading
+// them), and releases them. A sequence that reaches its length ends and frees its blocks; one
+// that needs a block when the cache is full preempts the sequences decoded least recently (a
+// server would recompute them later; here they are dropped); a chosen empty slot starts a new
+// sequence when its prompt fits. At the end every block of every live sequence is read back
+// on the host and compared with what was written, and the tier's byte accounting is checked
+// against the cache's.
 //
-// It prints the hit rate, the migrations each way, the bandwidth they ran at and the p50/p99
-// latency of Acquire (which queues a migration but never waits for one). Without a GPU it runs
-// on pinmalloc's fake CUDA driver (internal/fakecuda, compiled with gcc at start, device memory
-// simulated in host memory) and says so: the figures are then those of memcpy on the CPU.
+// It prints the hit rate, the migrations each way, the bandwidth they averaged over the run
+// and the p50/p99 latency of Acquire (which queues a migration but never waits for one).
+// Without a GPU it runs again on pinmalloc's fake CUDA driver (internal/fakecuda, compiled
+// with gcc at start, device memory simulated in host memory) and says so: the figures are
+// then those of memcpy on the CPU.
 package main
 
 import (
