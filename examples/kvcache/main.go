@@ -112,9 +112,10 @@ func parse(args []string) (*config, error) {
 		return nil, errors.New("-budget must be at least 1 MiB; -block-tokens, -token-bytes, -batch and -steps positive")
 	case c.minLen <= c.prompt || c.maxLen < c.minLen || c.prompt <= 0:
 		return nil, errors.New("want 0 < -prompt < -min-len <= -max-len")
-	case c.maxBlocks()*c.blockBytes() > int(c.budget):
-		// decode holds every block of a sequence acquired at once
-		return nil, fmt.Errorf("the longest sequence (%d blocks of %d bytes) does not fit the %d-byte budget", c.maxBlocks(), c.blockBytes(), c.budget)
+	case c.maxBlocks()*c.blockBytes() > int(c.budget)/2:
+		// A decode holds every block of a sequence acquired at once: half the budget leaves
+		// room for the copies in flight, so that Acquire never finds it all pinned.
+		return nil, fmt.Errorf("the longest sequence (%d blocks of %d bytes) needs more than half the %d-byte budget", c.maxBlocks(), c.blockBytes(), c.budget)
 	case float64(c.maxBlocks()+c.promptBlocks()+1)*float64(c.blockBytes()) > c.oversub*float64(c.budget):
 		return nil, errors.New("the cache (-oversub × -budget) cannot hold the longest sequence and a new one")
 	}

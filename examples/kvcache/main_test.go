@@ -131,8 +131,9 @@ func TestBadFlags(t *testing.T) {
 		{"-prompt", "64", "-min-len", "64"},
 		{"-min-len", "100", "-max-len", "50"},
 		{"-zipf", "1"},
-		{"-budget", "2097152", "-max-len", "1024"}, // the longest sequence (4 MiB) outgrows the budget
-		{"-budget", "4194304", "-oversub", "1", "-max-len", "1024"}, // and the cache
+		{"-budget", "4194304", "-max-len", "1024"}, // the longest sequence (4 MiB) needs more than half the budget
+		// the cache (1 MiB) cannot hold the longest sequence (8 blocks of 64 KiB) and a new one (8 + 1)
+		{"-budget", "1048576", "-oversub", "1", "-max-len", "128", "-min-len", "121", "-prompt", "120"},
 		{"-no-such-flag"},
 	} {
 		if _, err := parse(args); err == nil {
