@@ -90,7 +90,7 @@ func (u *uvmSuite) open() (err error) {
 	// every copy, so a batch's cost grows with the square of its blocks).
 	u.geo = uvmGeometry{budget: 1 << 30, block: 256 << 10, batch: 64 << 20, passes: 4, writeEach: 4}
 	if u.fake {
-		u.geo = uvmGeometry{budget: 32 << 20, block: 256 << 10, batch: 16 << 20, maxBlocks: fakeBatchBlocks, passes: 3, writeEach: 4}
+		u.geo = uvmGeometry{budget: 32 << 20, block: 256 << 10, batch: 16 << 20, maxBlocks: fakeBatchBlocks, passes: 2, writeEach: 4}
 	}
 	return nil
 }
