@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
@@ -134,10 +135,7 @@ func (u *uvmSuite) runOversub(cfg *config, rs *resultSet, p wl.Pattern, pol uvmP
 // block i is byte(i+j).
 func uvmAllocFilled(t *uvm.Tier, n, size int) ([]uvm.Handle, error) {
 	hs := make([]uvm.Handle, 0, n)
-	ramp := make([]byte, size+256) // ramp[k] = byte(k): block i is ramp[i%256:]
-	for k := range ramp {
-		ramp[k] = byte(k)
-	}
+	ramp := uvmRamp(size)
 	for i := range n {
 		h, err := t.Alloc(size)
 		if err != nil {
@@ -159,25 +157,39 @@ func uvmAllocFilled(t *uvm.Tier, n, size int) ([]uvm.Handle, error) {
 // uvmVerify reads every block on the host and checks its bytes: the ramp uvmAllocFilled wrote,
 // except the first stampBytes of a block written on the device, which hold its last stamp.
 func uvmVerify(t *uvm.Tier, hs []uvm.Handle, size int, stamps []int) error {
+	ramp := uvmRamp(size)
 	for i, h := range hs {
 		b, err := t.AcquireHost(h, uvm.Read)
 		if err != nil {
 			return err
 		}
-		for j, v := range b[:size] {
-			want := byte(i + j)
-			if j < stampBytes && stamps[i] >= 0 {
-				want = byte(stamps[i])
+		want := ramp[i%256:][:size]
+		from := 0
+		if stamps[i] >= 0 {
+			for j, v := range b[:stampBytes] {
+				if v != byte(stamps[i]) {
+					return errors.Join(fmt.Errorf("block %d byte %d is %d, want its last stamp %d: the tier lost data", i, j, v, stamps[i]), t.ReleaseHost(h))
+				}
 			}
-			if v != want {
-				return errors.Join(fmt.Errorf("block %d byte %d is %d, want %d: the tier lost data", i, j, v, want), t.ReleaseHost(h))
-			}
+			from = stampBytes
+		}
+		if !bytes.Equal(b[from:size], want[from:]) {
+			return errors.Join(fmt.Errorf("block %d: bytes %d to %d are not what was written: the tier lost data", i, from, size), t.ReleaseHost(h))
 		}
 		if err := t.ReleaseHost(h); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// uvmRamp returns size+256 bytes with ramp[k] = byte(k): block i's bytes are ramp[i%256:].
+func uvmRamp(size int) []byte {
+	ramp := make([]byte, size+256)
+	for k := range ramp {
+		ramp[k] = byte(k)
+	}
+	return ramp
 }
 
 // uvmFree frees every handle.
