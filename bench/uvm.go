@@ -175,6 +175,9 @@ func (u *uvmSuite) targets(rs []result) []target {
 		t := ratio(name, want, v, 1, ok, limit, false, detail)
 		if u.fake {
 			t.Status, t.Ratio, t.Detail = unmeasured, 0, noGPU+"; measured "+detail
+			if detail == "" {
+				t.Detail = noGPU + "; its cases did not run"
+			}
 		}
 		return t
 	}
