@@ -176,7 +176,7 @@ func (u *uvmSuite) targets(rs []result) []target {
 		if u.fake {
 			t.Status, t.Ratio, t.Detail = unmeasured, 0, noGPU+"; measured "+detail
 			if detail == "" {
-				t.Detail = noGPU + "; its cases did not run"
+				t.Detail = noGPU + "; nothing to show"
 			}
 		}
 		return t
