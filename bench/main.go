@@ -12,7 +12,8 @@
 //
 // Without -tags mimalloc (which needs libmimalloc-dev) mimalloc is reported as skipped; with
 // CGO_ENABLED=0 glibc is skipped too. -gpu adds the CUDA competitors and cases when a suite
-// is compiled in (gpu.go).
+// is compiled in (gpu.go). -uvm runs the UVM tier suite alone (uvm.go), on the GPU or, without
+// a driver, on the fake one; its results go to $TMPDIR/pinmalloc-bench unless -out says where.
 package main
 
 import (
@@ -37,6 +38,7 @@ type config struct {
 	traceSteps int
 	out, name  string
 	gpu        bool
+	uvm        bool           // run the UVM tier suite alone (uvm.go)
 	filter     *regexp.Regexp // cases to run
 	implFilter *regexp.Regexp // allocators to run
 }
@@ -44,18 +46,22 @@ type config struct {
 func parseFlags() *config {
 	cfg := &config{}
 	quick := flag.Bool("quick", false, "short run (under 2 minutes): fewer and shorter repetitions, a shorter trace")
-	flag.StringVar(&cfg.out, "out", filepath.Join("bench", "results"), "directory for the JSON results and SVG plots")
+	flag.StringVar(&cfg.out, "out", filepath.Join("bench", "results"), "directory for the JSON results and SVG plots (-uvm: default $TMPDIR/pinmalloc-bench)")
 	flag.StringVar(&cfg.name, "name", "", "results name (default cpu-<cores>core, with -quick appended in quick mode)")
 	flag.BoolVar(&cfg.gpu, "gpu", false, "add the CUDA suites compiled in (see gpu.go)")
+	flag.BoolVar(&cfg.uvm, "uvm", false, "run only the UVM tier suite (uvm.go): on the GPU when a driver is found, else on the fake driver")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
 	cfg.quick = *quick
+	if cfg.uvm && !flagSet("out") { // a -uvm run's results are the machine's, not the source tree's
+		cfg.out = filepath.Join(os.TempDir(), "pinmalloc-bench")
+	}
 	cfg.target, cfg.reps, cfg.traceSteps = 250*time.Millisecond, 5, 5*wavePeriod
 	if cfg.quick {
 		cfg.target, cfg.reps, cfg.traceSteps = 60*time.Millisecond, 3, 2*wavePeriod
 	}
-	if cfg.name == "" {
+	if cfg.name == "" && !cfg.uvm { // -uvm names its results after the device (uvmOnly)
 		cfg.name = fmt.Sprintf("cpu-%dcore", runtime.NumCPU())
 		if cfg.quick {
 			cfg.name += "-quick"
@@ -107,11 +113,22 @@ func allImpls() []impl {
 	}
 }
 
+// flagSet reports whether the flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 func main() {
 	cfg := parseFlags()
 	s := &suite{cfg: cfg, impls: allImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
 	cs := cases()
-	if cfg.gpu {
+	if cfg.uvm {
+		uvmCases, closeUVM := uvmOnly(cfg)
+		defer closeUVM()
+		s.impls, cs = nil, uvmCases
+	} else if cfg.gpu {
 		impls, extra, closeGPU := openGPUSuites()
 		defer closeGPU()
 		s.impls = append(s.impls, impls...)
@@ -153,9 +170,19 @@ func main() {
 	}
 	s.results = append(s.results, hugeMax(s.results)...)
 	targets := evaluateTargets(s.results)
+	if cfg.uvm {
+		targets = uvmTargetsOnly(targets)
+	}
 	printTables(os.Stdout, s, run)
+	printUVMTables(os.Stdout, s.results)
 	printTargets(os.Stdout, targets)
 	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())
+	if cfg.uvm {
+		if err := writeUVMTables(s, targets); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
 	if err := s.write(targets); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -27,6 +27,9 @@ func writePlots(s *suite) ([]string, error) {
 		{"pair", pairPlot},
 		{"trace", tracePlot},
 		{"mixed", mixedPlot},
+		{"uvm-oversub", uvmOversubPlot},
+		{"uvm-hitrate", uvmHitPlot},
+		{"uvm-move", uvmMovePlot},
 	} {
 		pl, err := p.make(s)
 		if err != nil {

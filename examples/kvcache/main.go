@@ -1,0 +1,237 @@
+// Kvcache is a paged KV cache for many sequences on pinmalloc's UVM tier, the way an LLM
+// server keeps attention keys and values: each sequence owns fixed-size blocks of -block-tokens
+// tokens, decoding appends one token to its last block and reads all the others, and the
+// sequences' blocks together outgrow the VRAM budget by -oversub (1.5–4×). The tier keeps the
+// hot blocks in VRAM and the cold ones in pinned host memory, and moves them in stream order.
+//
+//	go run ./examples/kvcache                          # 2× a 64 MiB budget, LRU
+//	go run ./examples/kvcache -oversub 4 -policy 2q -steps 5000
+//
+// The cache holds at most -oversub × -budget bytes of KV (live sequences' blocks, in VRAM or
+// on the host). It starts full: sequences with their prompts prefilled in random slots until
+// no other fits (the steady state of a server at capacity). Then each step picks -batch
+// sequences by Zipf popularity (a few conversations are hot, most are cold) and, for each,
+// acquires its blocks on a stream (write mode for the block the new token goes to, read mode
+// for the rest), queues the step's device work (a memset writes the token's keys and values
+// into its slot; a device-to-device copy of every other block stands for attention reading
+// them), and releases them. A sequence that reaches its length ends and frees its blocks; one
+// that needs a block when the cache is full preempts the sequences decoded least recently (a
+// server would recompute them later; here they are dropped); a chosen empty slot starts a new
+// sequence when its prompt fits. At the end every block of every live sequence is read back
+// on the host and compared with what was written, and the tier's byte accounting is checked
+// against the cache's.
+//
+// It prints the hit rate, the migrations each way, the bandwidth they averaged over the run
+// and the p50/p99 latency of Acquire (which queues a migration but never waits for one).
+// Without a GPU it runs again on pinmalloc's fake CUDA driver (internal/fakecuda, compiled
+// with gcc at start, device memory simulated in host memory) and says so: the figures are
+// then those of memcpy on the CPU.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/workload"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+func main() {
+	if err := icuda.Load(); err != nil && os.Getenv(cuda.LibraryEnv) == "" {
+		// internal/cuda loads its driver once per process: run again, on the fake.
+		fmt.Fprintf(os.Stderr, "kvcache: no CUDA driver (%v): running again on pinmalloc's fake driver\n", err)
+		code, err := fakecuda.ExecOnFake()
+		if err != nil {
+			log.Fatal(err)
+		}
+		os.Exit(code)
+	}
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		log.Fatal(err)
+	}
+}
+
+// config is what the flags decide.
+type config struct {
+	budget        uintptr // VRAM budget of the tier
+	oversub       float64 // live KV bytes / budget the cache is kept at
+	blockTokens   int     // tokens per block
+	tokenBytes    int     // bytes of keys and values per token (all layers)
+	minLen        int     // a sequence's length is drawn from [minLen, maxLen] tokens
+	maxLen        int
+	prompt        int // tokens of a new sequence's prompt (prefilled at once)
+	batch, steps  int
+	zipfS         float64
+	seed          uint64
+	policy        string
+	policyFactory func() uvm.Policy
+}
+
+// policies maps -policy to the tier's eviction policies.
+var policies = map[string]func() uvm.Policy{"lru": uvm.LRU, "2q": uvm.TwoQ}
+
+func parse(args []string) (*config, error) {
+	fs := flag.NewFlagSet("kvcache", flag.ContinueOnError)
+	c := &config{}
+	budget := fs.Int("budget", 64<<20, "VRAM bytes the tier may hold")
+	fs.Float64Var(&c.oversub, "oversub", 2, "live KV bytes as a multiple of the budget (1.5 to 4)")
+	fs.IntVar(&c.blockTokens, "block-tokens", 16, "tokens per KV block")
+	fs.IntVar(&c.tokenBytes, "token-bytes", 4096, "bytes of keys and values per token")
+	fs.IntVar(&c.minLen, "min-len", 64, "shortest sequence, in tokens")
+	fs.IntVar(&c.maxLen, "max-len", 1024, "longest sequence, in tokens")
+	fs.IntVar(&c.prompt, "prompt", 48, "prompt tokens of a new sequence")
+	fs.IntVar(&c.batch, "batch", 8, "sequences decoded per step")
+	fs.IntVar(&c.steps, "steps", 500, "decode steps")
+	fs.Float64Var(&c.zipfS, "zipf", workload.DefaultZipfS, "Zipf exponent of sequence popularity (> 1)")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the popularity and the lengths")
+	fs.StringVar(&c.policy, "policy", "lru", "eviction policy: lru or 2q (scan-resistant)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	c.budget = uintptr(max(*budget, 0))
+	c.policyFactory = policies[c.policy]
+	switch {
+	case c.policyFactory == nil:
+		return nil, fmt.Errorf("-policy %q: want lru or 2q", c.policy)
+	case !(c.zipfS > 1): // also NaN
+		return nil, fmt.Errorf("-zipf %g: want an exponent above 1", c.zipfS)
+	case !(c.oversub >= 1 && c.oversub <= 8):
+		return nil, fmt.Errorf("-oversub %g: want 1 to 8", c.oversub)
+	case *budget < 1<<20 || c.blockTokens <= 0 || c.tokenBytes <= 0 || c.batch <= 0 || c.steps <= 0:
+		return nil, errors.New("-budget must be at least 1 MiB; -block-tokens, -token-bytes, -batch and -steps positive")
+	case c.minLen <= c.prompt || c.maxLen < c.minLen || c.prompt <= 0:
+		return nil, errors.New("want 0 < -prompt < -min-len <= -max-len")
+	case c.maxBlocks()*c.blockBytes() > int(c.budget)/2:
+		// A decode holds every block of a sequence acquired at once: half the budget leaves
+		// room for the copies in flight, so that Acquire never finds it all pinned.
+		return nil, fmt.Errorf("the longest sequence (%d blocks of %d bytes) needs more than half the %d-byte budget", c.maxBlocks(), c.blockBytes(), c.budget)
+	case float64(c.maxBlocks()+c.promptBlocks()+1)*float64(c.blockBytes()) > c.oversub*float64(c.budget):
+		return nil, errors.New("the cache (-oversub × -budget) cannot hold the longest sequence and a new one")
+	}
+	return c, nil
+}
+
+func (c *config) blockBytes() int { return c.blockTokens * c.tokenBytes }
+
+// maxBlocks is the number of blocks of the longest sequence.
+func (c *config) maxBlocks() int { return (c.maxLen + c.blockTokens - 1) / c.blockTokens }
+
+// promptBlocks is the number of blocks a new sequence's prompt fills.
+func (c *config) promptBlocks() int { return (c.prompt + c.blockTokens - 1) / c.blockTokens }
+
+func run(args []string, out io.Writer) (err error) {
+	c, err := parse(args)
+	if err != nil {
+		return err
+	}
+	pub, err := cuda.Open(0)
+	if err != nil {
+		return fmt.Errorf("no CUDA driver, and not started on the fake one (go run ./examples/kvcache does that): %w", err)
+	}
+	defer func() { err = errors.Join(err, pub.Close()) }()
+	// The tier takes the public device; the example's own device work (the memsets and copies
+	// that stand for a model's kernels) goes through the same device's internal binding.
+	dev, err := icuda.Internal(pub)
+	if err != nil {
+		return err
+	}
+	name, err := dev.Name()
+	if err != nil {
+		return err
+	}
+	if fakecuda.IsFake(dev) {
+		fmt.Fprintf(out, "device: %s — pinmalloc's fake CUDA driver, NO GPU: device memory is simulated in host memory and every copy is a CPU memcpy, so the figures below are CPU-bound\n", name)
+	} else {
+		fmt.Fprintf(out, "device: %s\n", name)
+	}
+	s, err := dev.StreamCreate(true)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dev.StreamDestroy(s)) }()
+	scratch, err := dev.MemAlloc(uintptr(c.blockBytes())) // where "attention" copies the blocks it reads
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dev.MemFree(scratch)) }()
+
+	target := uintptr(c.oversub * float64(c.budget))
+	t, err := uvm.New(pub, uvm.Options{
+		DeviceBudget: c.budget,
+		HostCapacity: target, // the live KV bytes never pass it: the host can hold all of them
+		Policy:       c.policyFactory(),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, t.Close()) }()
+
+	k := newCache(c, t, dev, s, scratch, target)
+	defer func() { err = errors.Join(err, k.freeAll()) }()
+	fmt.Fprintf(out, "cache: %d MiB VRAM budget, KV kept at %.2g× it (%d MiB), blocks of %d KiB (%d tokens × %d B), policy %s, %d slots of Zipf(%.2g) popularity\n",
+		c.budget>>20, c.oversub, target>>20, c.blockBytes()>>10, c.blockTokens, c.tokenBytes, c.policy, len(k.slots), c.zipfS)
+
+	if err := k.fill(); err != nil {
+		return err
+	}
+	if err := errors.Join(t.Sync(), dev.StreamSynchronize(s)); err != nil {
+		return err
+	}
+	filled := k.started
+	k.hist.Reset()
+	k.acquires, k.tokens = 0, 0
+	fmt.Fprintf(out, "prefilled %d sequences (%d MiB of KV); now %d decode steps of %d sequences\n", filled, k.liveBytes>>20, c.steps, c.batch)
+
+	st0 := t.Stats()
+	start := time.Now()
+	for range c.steps {
+		if err := k.step(); err != nil {
+			return err
+		}
+	}
+	if err := errors.Join(t.Sync(), dev.StreamSynchronize(s)); err != nil {
+		return err
+	}
+	el := time.Since(start)
+	st := t.Stats()
+	if err := k.report(out, st0, st, el); err != nil {
+		return err
+	}
+	blocks, err := k.verify()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "verified: every byte of the %d blocks of the %d live sequences is what was written\n", blocks, k.live)
+	return account(out, t.Stats(), k.liveBytes, c.budget)
+}
+
+// account checks the tier's byte accounting against the cache's and prints where the bytes are:
+// the tier holds exactly the live sequences' blocks, split between VRAM (within the budget), the
+// host and fresh blocks, and none stays acquired.
+func account(out io.Writer, st uvm.Stats, live, budget uintptr) error {
+	switch {
+	case st.LiveBytes != uint64(live):
+		return fmt.Errorf("the tier holds %d bytes live, the cache's sequences %d", st.LiveBytes, live)
+	case st.DeviceBytes+st.HostBytes+st.FreshBytes != st.LiveBytes:
+		return fmt.Errorf("the tier's bytes do not add up: %d in VRAM + %d on the host + %d fresh != %d live",
+			st.DeviceBytes, st.HostBytes, st.FreshBytes, st.LiveBytes)
+	case st.DeviceBytes > uint64(budget):
+		return fmt.Errorf("the tier holds %d bytes of VRAM, above its %d-byte budget", st.DeviceBytes, budget)
+	case st.PinnedBlocks != 0:
+		return fmt.Errorf("%d blocks still acquired after the run", st.PinnedBlocks)
+	}
+	fmt.Fprintf(out, "accounted: %d MiB live = %d MiB in VRAM + %d MiB on the host only + %d MiB fresh\n",
+		st.LiveBytes>>20, st.DeviceBytes>>20, st.HostBytes>>20, st.FreshBytes>>20)
+	return nil
+}
