@@ -64,9 +64,6 @@ var (
 	uvmBlockSizes = []int64{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20}
 )
 
-// fakeBatchBlocks caps the blocks of a batch on the fake driver (uvmGeometry.maxBlocks).
-const fakeBatchBlocks = 1024
-
 // uvmSeed seeds every access generator of the suite.
 const uvmSeed = 0x75766d5f7a697066 // "uvm_zipf"
 
@@ -85,14 +82,10 @@ func (u *uvmSuite) open() (err error) {
 	u.fake = fakecuda.IsFake(u.dev)
 	// A GPU: a 1 GiB budget (4 GiB of pinned host memory at 4x: 4,096 to 16,384 blocks) and
 	// 64 MiB batches, well above the 16 MiB the targets ask for. The fake keeps "device" memory
-	// in host memory and runs on small build machines: 32 MiB and 16 MiB, and at most
-	// fakeBatchBlocks blocks a batch (the fake of this branch keeps its objects, events
-	// included, in a list it scans on every copy, so a batch's cost grows with the square of
-	// its blocks: 30 s for 4,096 blocks of 4 KiB; h/uvm2's commit 3dc5ef2 hashes streams and
-	// events, after which the cap can go).
+	// in host memory and runs on small build machines: 32 MiB and 16 MiB batches.
 	u.geo = uvmGeometry{budget: 1 << 30, block: 256 << 10, batch: 64 << 20, passes: 4, writeEach: 4}
 	if u.fake {
-		u.geo = uvmGeometry{budget: 32 << 20, block: 256 << 10, batch: 16 << 20, maxBlocks: fakeBatchBlocks, passes: 2, writeEach: 4}
+		u.geo = uvmGeometry{budget: 32 << 20, block: 256 << 10, batch: 16 << 20, passes: 2, writeEach: 4}
 	}
 	return nil
 }
