@@ -21,7 +21,8 @@ import (
 // purge (a commit refused for want of memory) give up every idle range at once, whatever its
 // age. So memory a heap keeps is never locked for longer than memory it frees.
 //
-// States of a Kept, in k.state:
+// States of a Kept, in the low two bits of k.word (the high bits hold the stamp, so that a free
+// makes one atomic store):
 //
 //	keptBusy   in use by its holder, or not tracked; the arena never touches it
 //	keptIdle   idle: committed and wanted, stamped with the purge generation it became idle in
@@ -49,11 +50,15 @@ const (
 // while nothing uses it; see Arena.Track. Its zero value is ready to be tracked; it must not
 // be copied or reused for another range while tracked.
 type Kept struct {
-	state      atomic.Uint32
-	stamp      atomic.Int64 // purge generation in which it last became idle
-	addr, size uintptr      // set by Track, under the arena's lock
-	idx        int          // position in Arena.kept plus one; 0 when not tracked (arena's lock)
+	word       atomic.Uint64 // state | stamp<<keptShift: the purge generation it became idle in
+	addr, size uintptr       // set by Track, under the arena's lock
+	idx        int           // position in Arena.kept plus one; 0 when not tracked (arena's lock)
 }
+
+const (
+	keptShift = 2
+	keptState = 1<<keptShift - 1
+)
 
 // Track registers k as the range [addr, addr+size) of a span in use, busy. The holder must
 // Untrack it before the span goes back (Free) and before the range is given to Decommit or
@@ -68,7 +73,7 @@ func (a *Arena) Track(k *Kept, addr, size uintptr) error {
 		return err
 	}
 	k.addr, k.size = addr, size
-	k.state.Store(keptBusy)
+	k.word.Store(uint64(keptBusy))
 	a.kept = append(a.kept, k)
 	k.idx = len(a.kept)
 	return nil
@@ -89,8 +94,8 @@ func (a *Arena) Untrack(k *Kept) (given bool) {
 	a.kept[len(a.kept)-1] = nil
 	a.kept = a.kept[:len(a.kept)-1]
 	k.idx = 0
-	given = k.state.Load() == keptGiven
-	k.state.Store(keptBusy)
+	given = k.word.Load()&keptState == uint64(keptGiven)
+	k.word.Store(uint64(keptBusy))
 	return given
 }
 
@@ -98,8 +103,7 @@ func (a *Arena) Untrack(k *Kept) (given bool) {
 // the purge delay the arena gives it up. It takes no lock (but the first Idle after the purge
 // timer stopped, which starts it).
 func (a *Arena) Idle(k *Kept) {
-	k.stamp.Store(a.gen.Load())
-	k.state.Store(keptIdle)
+	k.word.Store(uint64(a.gen.Load())<<keptShift | uint64(keptIdle))
 	if a.timed && !a.armed.Load() {
 		a.mu.Lock()
 		a.schedulePurge()
@@ -111,10 +115,10 @@ func (a *Arena) Idle(k *Kept) {
 // left: committed and wanted, with no arena call needed. It returns false when the arena gave
 // it up meanwhile: the range is busy again, and the holder must Commit what it uses.
 func (k *Kept) Claim() bool {
-	if k.state.CompareAndSwap(keptIdle, keptBusy) {
+	if w := k.word.Load(); w&keptState == uint64(keptIdle) && k.word.CompareAndSwap(w, uint64(keptBusy)) {
 		return true
 	}
-	k.state.Store(keptBusy) // given: the arena no longer touches it
+	k.word.Store(uint64(keptBusy)) // given: the arena no longer touches it
 	return false
 }
 
@@ -126,14 +130,15 @@ func (a *Arena) giveUp(cutoff int64) (pending bool) {
 		return false
 	}
 	for _, k := range a.kept {
-		if k.state.Load() != keptIdle {
+		w := k.word.Load()
+		if w&keptState != uint64(keptIdle) {
 			continue
 		}
-		if k.stamp.Load() > cutoff {
+		if int64(w>>keptShift) > cutoff {
 			pending = true
 			continue
 		}
-		if !k.state.CompareAndSwap(keptIdle, keptGiven) {
+		if !k.word.CompareAndSwap(w, uint64(keptGiven)) {
 			continue // claimed in the meantime
 		}
 		if r := a.regionAt(k.addr); r != nil && !r.r.Committed {
@@ -155,7 +160,7 @@ func (a *Arena) keptIdleBytes() (n uint64) {
 		return 0
 	}
 	for _, k := range a.kept {
-		if k.state.Load() != keptIdle {
+		if k.word.Load()&keptState != uint64(keptIdle) {
 			continue
 		}
 		if r := a.regionAt(k.addr); r != nil && !r.r.Committed {

@@ -170,3 +170,54 @@ func TestKeptInvalid(t *testing.T) {
 		t.Fatalf("Track after Close: %v", err)
 	}
 }
+
+// TestKeptRacesTimer: a holder idles and claims its range in a loop while the purge timer,
+// ticking every half millisecond, gives it up whenever it finds it idle long enough. Every
+// claim must leave the range committed and wanted: claimed as left, or given up and then
+// committed again by the holder. Run with -race.
+func TestKeptRacesTimer(t *testing.T) {
+	a := newTestArena(t, Options{Capacity: 64 << 20, PurgeDelay: time.Millisecond})
+	seg, err := a.Alloc(2<<20, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k Kept
+	const size = 256 << 10
+	if err := a.Track(&k, seg.Base, size); err != nil {
+		t.Fatal(err)
+	}
+	given := 0
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline); i++ {
+		a.Idle(&k)
+		if i%64 == 0 {
+			time.Sleep(2 * time.Millisecond) // long enough for the timer to give it up
+		}
+		if !k.Claim() {
+			given++
+			if _, err := a.Commit(seg.Base, size); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Busy now: committed and wanted, and the timer leaves it alone.
+		a.mu.Lock()
+		r := a.regionAt(seg.Base)
+		glo, ghi := r.granules(seg.Base, size)
+		committed, wanted := r.commit.count(glo, ghi), r.want.count(glo, ghi)
+		a.mu.Unlock()
+		if committed != ghi-glo || wanted != ghi-glo {
+			t.Fatalf("claim %d: %d of %d granules committed, %d wanted", i, committed, ghi-glo, wanted)
+		}
+		mem.Bytes(seg.Base, size)[i%size] = byte(i)
+	}
+	if given == 0 {
+		t.Fatal("the timer never gave the range up")
+	}
+	if st := a.Stats(); st.Kept != 0 {
+		t.Fatalf("Kept %d with the range busy", st.Kept)
+	}
+	a.Untrack(&k)
+	if err := a.Free(seg); err != nil {
+		t.Fatal(err)
+	}
+}
