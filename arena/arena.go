@@ -142,8 +142,9 @@ type Stats struct {
 	// Precommitted counts the bytes Precommit committed ahead of need.
 	Precommitted uint64
 	// Kept is the committed memory of tracked ranges now idle (kept.go): freed pages and
-	// objects a heap keeps for reuse. It is part of Committed and InUse, and is given up,
-	// then decommitted, when it stays idle for the purge delay, or at Trim.
+	// objects a heap keeps for reuse, in whole granules. It is part of Committed and InUse,
+	// not of what waits for the purge; where the provider decommits, it is given up, and
+	// decommitted at once, when it stays idle for the purge delay, or at Trim.
 	Kept uint64
 	// Counters is what the provider counts of its own work, when it does (Reporter).
 	Counters ProviderStats

@@ -153,17 +153,14 @@ func (a *Arena) giveUp(cutoff int64) (pending bool) {
 	return pending
 }
 
-// keptIdleBytes sums the memory of idle tracked ranges that giving them up would decommit
-// (whole granules). Called with a.mu held.
+// keptIdleBytes sums the memory of idle tracked ranges in whole granules (what giving them up
+// decommits, where the provider decommits). Called with a.mu held.
 func (a *Arena) keptIdleBytes() (n uint64) {
-	if !a.caps.Decommits {
-		return 0
-	}
 	for _, k := range a.kept {
 		if k.word.Load()&keptState != uint64(keptIdle) {
 			continue
 		}
-		if r := a.regionAt(k.addr); r != nil && !r.r.Committed {
+		if r := a.regionAt(k.addr); r != nil {
 			if glo, ghi, ok := r.whole(k.addr, k.size); ok {
 				n += uint64(ghi-glo) << r.gshift
 			}

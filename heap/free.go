@@ -126,7 +126,7 @@ func (h *Heap) idle(pg *page) {
 	if !pg.tracked {
 		if h.a.Track(&pg.kept, pg.base, size) != nil {
 			if h.a.Decommit(pg.base, size) == nil {
-				pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice) // object pages only: see given
+				pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice) // an empty mask for huge pages
 				pg.want = 0
 			}
 			return
