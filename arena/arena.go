@@ -25,7 +25,9 @@
 // in it last became unwanted and purged three ticks later. So a free reads no clock (a clock
 // read cost a quarter of a 1 MiB alloc+free pair on a VM). The stamp is per chunk: a chunk
 // whose memory keeps being claimed and given back keeps all of its unwanted memory until it
-// settles.
+// settles. A heap's freed pages that it keeps for reuse are tracked ranges (kept.go): they
+// stay wanted, with no arena call, while reused within the delay, and the same timer gives up
+// those left idle.
 //
 // # Lookup
 //
@@ -125,6 +127,9 @@ type Stats struct {
 	Regions, Chunks, ChunksInUse int
 	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
 	Commits, Decommits, Purged uint64
+	// CommitCalls and DecommitCalls count calls of Arena.Commit and Arena.Decommit (a heap
+	// claiming or giving up part of a span), whatever the provider had to do for them.
+	CommitCalls, DecommitCalls uint64
 	// ForcedPurges counts commits refused for want of memory (the memlock limit, device
 	// memory) after which the arena gave back at once the memory waiting for the purge, and
 	// tried again.
@@ -136,6 +141,11 @@ type Stats struct {
 	CommitBytes uint64
 	// Precommitted counts the bytes Precommit committed ahead of need.
 	Precommitted uint64
+	// Kept is the committed memory of tracked ranges now idle (kept.go): freed pages and
+	// objects a heap keeps for reuse, in whole granules. It is part of Committed and InUse,
+	// not of what waits for the purge; where the provider decommits, it is given up, and
+	// decommitted at once, when it stays idle for the purge delay, or at Trim.
+	Kept uint64
 	// Counters is what the provider counts of its own work, when it does (Reporter).
 	Counters ProviderStats
 }
@@ -173,8 +183,10 @@ type Arena struct {
 	reserved uintptr
 	st       Stats
 	timer    *time.Timer
-	armed    bool
-	gen      int64 // purge generation: timer ticks so far
+	armed    atomic.Bool  // the timer will tick; written under mu, read by Idle without it
+	gen      atomic.Int64 // purge generation: timer ticks so far; written under mu
+	timed    bool         // the timer runs at all: a delay and a provider that decommits
+	kept     []*Kept      // tracked ranges (kept.go)
 }
 
 type region struct {
@@ -236,6 +248,7 @@ func New(o Options) (*Arena, error) {
 		capac: o.Capacity, regSize: o.RegionSize, delay: o.PurgeDelay,
 		maxIDs: int(o.Capacity>>shift) + 2*maxRegions,
 	}
+	a.timed = o.PurgeDelay >= 0 && caps.Decommits
 	a.zeroer, _ = o.Provider.(Zeroer)
 	a.joiner, _ = o.Provider.(Joiner)
 	a.reporter, _ = o.Provider.(Reporter)
@@ -390,6 +403,7 @@ func (a *Arena) commit(r *region, glo, ghi int) error {
 		return err
 	}
 	purged := a.st.Purged
+	a.giveUp(1<<63 - 1)
 	a.purge(1<<63 - 1)
 	if a.st.Purged == purged {
 		return err
@@ -535,7 +549,7 @@ func (a *Arena) markUnwanted(r *region, first, last int) {
 	any := false
 	for i := first; i < last; i++ {
 		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
-			r.stamp[i] = a.gen
+			r.stamp[i] = a.gen.Load()
 			r.stale.setRange(i, i+1, true)
 			any = true
 		}
@@ -558,10 +572,10 @@ func (a *Arena) regionOf(id ChunkID) *region {
 }
 
 func (a *Arena) schedulePurge() {
-	if a.delay < 0 || a.armed || !a.caps.Decommits {
+	if !a.timed || a.armed.Load() {
 		return
 	}
-	a.armed = true
+	a.armed.Store(true)
 	tick := max((a.delay+1)/2, 1) // two ticks make at least a delay
 	if a.timer == nil {
 		a.timer = time.AfterFunc(tick, a.purgeTick)
@@ -573,14 +587,15 @@ func (a *Arena) schedulePurge() {
 func (a *Arena) purgeTick() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.armed = false
+	a.armed.Store(false) // before giveUp loads the states of tracked ranges: see kept.go
 	if a.closed {
 		return
 	}
 	// Memory stamped in generation g became unwanted before tick g+1; tick g+3 comes at least
-	// two half delays after that.
-	a.gen++
-	if pending := a.purge(a.gen - 3); pending {
+	// two half delays after that. Idle ranges are stamped the same way.
+	gen := a.gen.Add(1)
+	idle := a.giveUp(gen - 3)
+	if pending := a.purge(gen - 3); pending || idle {
 		a.schedulePurge()
 	}
 }
@@ -636,11 +651,13 @@ func (a *Arena) release(r *region, glo, ghi int) {
 	})
 }
 
-// Trim decommits every free chunk now, whatever the purge delay.
+// Trim decommits every free chunk now, whatever the purge delay, and gives up every idle
+// tracked range (kept.go).
 func (a *Arena) Trim() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.closed {
+		a.giveUp(1<<63 - 1)
 		a.purge(1<<63 - 1)
 	}
 }
@@ -666,6 +683,7 @@ func (a *Arena) Stats() Stats {
 	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
 		st.Locked = st.Committed
 	}
+	st.Kept = a.keptIdleBytes()
 	for _, r := range *a.regions.Load() {
 		_ = r.used.runs(0, r.nchunks, true, func(s, e int) error {
 			lo := r.grid - r.r.Base + uintptr(s)<<a.shift
@@ -693,6 +711,7 @@ func (a *Arena) Close() error {
 	if a.timer != nil {
 		a.timer.Stop()
 	}
+	a.kept = nil // no span is in use, so no range is tracked but by a holder's mistake
 	a.purge(1<<63 - 1)
 	var first error
 	for _, r := range *a.regions.Load() {
@@ -725,6 +744,7 @@ func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	a.st.CommitCalls++
 	glo, ghi := r.granules(addr, size)
 	zeroed = r.dirty.count(glo, ghi) == 0
 	if err := a.commit(r, glo, ghi); err != nil {
@@ -746,6 +766,9 @@ func (a *Arena) Decommit(addr, size uintptr) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r, err := a.inUse(addr, size)
+	if err == nil {
+		a.st.DecommitCalls++
+	}
 	if err != nil || !a.caps.Decommits || r.r.Committed {
 		return err
 	}

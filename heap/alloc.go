@@ -258,8 +258,16 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if n <= HugeThreshold && alignment <= min(segSize, h.g.chunkAlign) {
 		k := int((n + sliceSize - 1) >> sliceShift)
 		if pg := h.reuseObject(k, alignment); pg != nil {
+			if !(pg.tracked && pg.kept.Claim()) {
+				// The arena gave it up (or never tracked it): its memory may be gone.
+				pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice)
+			} else if pg.seg.decommit&sliceMask(pg.slice0, pg.nslice) == 0 {
+				// As it was left: committed, wanted, dirty. No arena call.
+				return h.takeObject(pg, n), false, nil
+			}
 			fresh, err := h.prepareSlices(pg.seg, pg.slice0, pg.nslice)
 			if err != nil {
+				h.idle(pg)
 				h.objFree = append(h.objFree, pg)
 				return 0, false, err
 			}
@@ -280,11 +288,23 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		return h.takeObject(pg, n), fresh, nil
 	}
 	if pg := h.reuseHuge(n, alignment); pg != nil {
+		if !(pg.tracked && pg.kept.Claim()) {
+			pg.want = 0 // the arena gave it up (or never tracked it): its memory may be gone
+		} else if n <= pg.want {
+			// As it was left, committed and wanted: no arena call, unless the tail it does
+			// not need spans a granule, which goes to the purge.
+			if pg.want-n >= h.g.granule && h.a.Decommit(pg.base+n, pg.want-n) == nil {
+				pg.want = n
+			}
+			return h.takeObject(pg, n), false, nil
+		}
 		zeroed, err := h.a.Commit(pg.base, n)
 		if err != nil {
+			h.idle(pg)
 			h.bigFree = append(h.bigFree, pg)
 			return 0, false, err
 		}
+		pg.want = n
 		return h.takeObject(pg, n), zeroed, nil
 	}
 	span, err := h.fromArena(h.a.Alloc, n, alignment)
@@ -294,6 +314,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	s := &segment{span: span, base: span.Base, kind: segHuge}
 	pg := &page{heap: h, seg: s, base: span.Base, bsize: span.Size, nblocks: 1, class: -1,
 		state: make([]uint32, 1), remote: make([]atomicWord, 1)}
+	pg.want = span.Size
 	s.huge = pg
 	h.g.register(span, s)
 	h.nhuge++
@@ -372,7 +393,8 @@ func (h *Heap) reuseObject(k int, alignment uintptr) *page {
 }
 
 // reuseHuge takes a kept huge object of n to 2n bytes aligned as asked, if there is one. Only
-// the n bytes asked for are committed again; the rest stays purgeable. On a miss every kept
+// the n bytes asked for are committed again (a tail of a granule or more that a kept object
+// still holds goes to the purge); the rest stays purgeable. On a miss every kept
 // object goes back to the arena, whose first fit may then reuse its chunks at once: keeping
 // them would commit new memory beside memory waiting to be purged.
 func (h *Heap) reuseHuge(n, alignment uintptr) *page {

@@ -45,10 +45,10 @@ func BenchmarkRemoteFreePair(b *testing.B) {
 	pairs(b, h, mixedSizes(3), h.g.Free)
 }
 
-// BenchmarkPairSizes is one Alloc and one Free of a fixed size, from a small class to a huge
-// object.
+// BenchmarkPairSizes is one Alloc and one Free of a fixed size, from a small class through
+// object pages (512 KiB, 1 MiB) to huge objects (4 and 16 MiB).
 func BenchmarkPairSizes(b *testing.B) {
-	for _, n := range []uintptr{64, 4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+	for _, n := range []uintptr{64, 4 << 10, 64 << 10, 512 << 10, 1 << 20, 4 << 20, 16 << 20} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			h := newTestHeap(b, 1<<30, Options{})
 			pairs(b, h, []uintptr{n}, h.Free)

@@ -101,17 +101,39 @@ func (h *Heap) freeObject(pg *page) {
 		}
 		// Kept, like an object page, for the next huge object of about its size; its memory
 		// goes to the arena's purge unless reused within the delay.
-		_ = h.a.Decommit(pg.base, pg.bsize)
+		h.idle(pg)
 		h.keep(&h.bigFree, pg, maxBigFree)
 		return
 	}
 	// Keep the page, geometry and all, for the next object of about its size: reusing it is
 	// reusing a block, with no page or segment to build. Its memory goes to the arena's purge
 	// unless the page is reused within the delay.
-	if h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift) == nil {
-		pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice)
-	}
+	h.idle(pg)
 	h.keep(&h.objFree, pg, maxObjFree)
+}
+
+// idle hands the memory of a freed object or huge page to the arena as an idle tracked range
+// (arena.Kept): it stays committed and wanted, so that reusing the page within the purge delay
+// costs no arena call (see Claim in allocBig), and the arena's purge timer gives it up when it
+// stays idle for the delay, or Trim does. The range is tracked at the page's first free and
+// until it is dropped. A range the arena refuses to track goes to the purge at once (Decommit)
+// and is committed again at reuse.
+func (h *Heap) idle(pg *page) {
+	size := pg.bsize // a huge object's span
+	if pg.seg.kind != segHuge {
+		size = uintptr(pg.nslice) << sliceShift
+	}
+	if !pg.tracked {
+		if h.a.Track(&pg.kept, pg.base, size) != nil {
+			if h.a.Decommit(pg.base, size) == nil {
+				pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice) // an empty mask for huge pages
+				pg.want = 0
+			}
+			return
+		}
+		pg.tracked = true
+	}
+	h.a.Idle(&pg.kept)
 }
 
 // keep adds a freed object or huge page to a list kept for reuse, dropping the oldest when the
@@ -132,9 +154,16 @@ func (h *Heap) dropAll(list *[]*page) {
 	*list = (*list)[:0]
 }
 
-// drop gives a kept page up for good: a huge object's chunks go back to the arena, an object
-// page's slices to its segment (its memory was handed to the purge when it was kept).
+// drop gives a kept page up for good: it stops being tracked, a huge object's chunks go back to
+// the arena, an object page's slices to its segment, whose memory freeSlices gives to the
+// purge unless the arena has already.
 func (h *Heap) drop(pg *page) {
+	if pg.tracked {
+		pg.tracked = false
+		if h.a.Untrack(&pg.kept) && pg.seg.kind != segHuge {
+			pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice) // given up: see freeSlices
+		}
+	}
 	if pg.seg.kind != segHuge {
 		h.freeSlices(pg)
 		return

@@ -20,6 +20,7 @@ type Group struct {
 	a          *arena.Arena
 	dir        []atomic.Pointer[chunkLeaf] // by arena.ChunkID >> leafShift
 	chunkAlign uintptr
+	granule    uintptr // the provider's commit granule
 }
 
 const (
@@ -46,7 +47,7 @@ func NewGroup(a *arena.Arena) (*Group, error) {
 		return nil, fmt.Errorf("%w: arena capacity %d exceeds %d (128 TiB, a 48-bit address space)", ErrInvalidArgument, a.Capacity(), uint64(MaxCapacity))
 	}
 	n := (a.MaxChunks() + leafChunks - 1) >> leafShift
-	return &Group{a: a, dir: make([]atomic.Pointer[chunkLeaf], n), chunkAlign: a.ChunkAlign()}, nil
+	return &Group{a: a, dir: make([]atomic.Pointer[chunkLeaf], n), chunkAlign: a.ChunkAlign(), granule: a.Provider().Caps().Granule}, nil
 }
 
 // segmentAt returns the segment registered for chunk id, or nil.

@@ -13,6 +13,17 @@
 // arena's capacity. Size classes come from mksizeclasses.go: eight to each doubling, so no
 // request over 128 B wastes more than 12.5 % of its block.
 //
+// # Kept object pages and huge objects
+//
+// A freed object page or huge object is kept (a few of them) for the next request of about
+// its size. Its memory is an arena.Kept range, tracked from the page's first free until it is
+// dropped: a free marks it idle and a reuse claims it back, one atomic operation each and no
+// arena call, so such a pair costs about what a class pair costs. The arena's purge timer
+// gives up a range left idle for the purge delay (decommits it) with no help from the heap,
+// so an idle heap does not keep memory locked; Trim, a forced purge and dropping the page
+// (Trim, Close, a full keep list, a huge miss) give it up at once. A reuse that finds its
+// range given up commits it again, as a new page would.
+//
 // # Bookkeeping off the region
 //
 // mimalloc threads its free lists through the blocks themselves. Here nothing is ever written
@@ -40,6 +51,9 @@
 //     [p.bump, p.nblocks); live blocks are in none;
 //   - p.bump - p.nfree counts live blocks plus remotely freed blocks not yet collected; a page
 //     is given back only when that is zero, so a remote free never races with its release;
+//   - a kept object or huge page is tracked (page.tracked) from its first free until dropped;
+//     while kept its range is idle or given up, never busy; a live one's range is busy and
+//     committed (object pages: seg.decommit clear; huge: committed up to page.want);
 //   - page and segment structs are never reused, so a stale pointer held by a buggy double free
 //     sees only free states and reports ErrDoubleFree; a released page is marked dead, and a
 //     stale pending-stack entry for it is ignored.

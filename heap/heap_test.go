@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -479,5 +480,84 @@ func TestGeometry(t *testing.T) {
 	}
 	if _, err := New(h.Arena(), Options{Retention: RetainSegments + 1}); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("an unknown retention: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestKeptReuseNoArenaCall: alloc+free pairs of an object page (512 KiB, 1 MiB) and of a huge
+// object (4 MiB) reuse the kept memory with no arena Commit or Decommit and no provider call;
+// the kept memory stays committed, and the arena reports it kept while it is idle.
+func TestKeptReuseNoArenaCall(t *testing.T) {
+	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: time.Hour}, Options{})
+	for _, n := range []uintptr{512 << 10, 1 << 20, 4 << 20} {
+		p, err := h.Alloc(n)
+		mustOK(t, err)
+		mustOK(t, h.Free(p)) // the first free tracks the range: one arena call
+		before := h.a.Stats()
+		if before.Kept != uint64(n) {
+			t.Fatalf("%d bytes: Kept %d after the free", n, before.Kept)
+		}
+		for i := range 1000 {
+			q, err := h.Alloc(n)
+			mustOK(t, err)
+			if q != p {
+				t.Fatalf("%d bytes: pair %d got %#x, not the kept %#x", n, i, q, p)
+			}
+			mem.Bytes(q, n)[uintptr(i)*4099%n] = 1
+			mustOK(t, h.Free(q))
+		}
+		st := h.a.Stats()
+		if st.CommitCalls != before.CommitCalls || st.DecommitCalls != before.DecommitCalls ||
+			st.Commits != before.Commits || st.Decommits != before.Decommits || st.Committed != before.Committed || st.Kept != uint64(n) {
+			t.Fatalf("%d bytes: reuse within the delay reached the arena:\nbefore %+v\nafter  %+v", n, before, st)
+		}
+		h.Trim() // drops the kept page: its memory goes to the purge
+		if st := h.a.Stats(); st.Kept != 0 {
+			t.Fatalf("%d bytes: Kept %d after Trim", n, st.Kept)
+		}
+	}
+}
+
+// TestKeptPurgedAfterDelay: an object page and a huge object freed and not reused are
+// decommitted by the arena's purge timer after the delay, while the heap makes no call at all;
+// reused afterwards they are committed again, read as zero and say so.
+func TestKeptPurgedAfterDelay(t *testing.T) {
+	const delay = 30 * time.Millisecond
+	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: delay}, Options{})
+	sizes := []uintptr{1 << 20, 4 << 20}
+	var ps []uintptr
+	for _, n := range sizes {
+		p, err := h.Alloc(n)
+		mustOK(t, err)
+		clear(mem.Bytes(p, n))
+		mem.Bytes(p, n)[n-1] = 0xAB
+		ps = append(ps, p)
+	}
+	committed := h.a.Stats().Committed
+	start := time.Now()
+	for _, p := range ps {
+		mustOK(t, h.Free(p))
+	}
+	if st := h.a.Stats(); st.Kept != 5<<20 || st.Committed != committed {
+		t.Fatalf("right after the frees: Kept %d, Committed %d (was %d)", st.Kept, st.Committed, committed)
+	}
+	for h.a.Stats().Kept != 0 {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("kept memory not purged 5 s after a delay of %v: %+v", delay, h.a.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := time.Since(start); d < delay {
+		t.Fatalf("kept memory purged after %v, before the delay of %v", d, delay)
+	}
+	if st := h.a.Stats(); committed-st.Committed < 5<<20 {
+		t.Fatalf("purge gave back %d bytes of the 5 MiB kept", committed-st.Committed)
+	}
+	for i, n := range sizes {
+		q, fresh, err := h.alloc(n, h.align)
+		mustOK(t, err)
+		if q != ps[i] || !fresh || mem.Bytes(q, n)[n-1] != 0 {
+			t.Fatalf("%d bytes after the purge: %#x (kept %#x), fresh %v, last byte %#x", n, q, ps[i], fresh, mem.Bytes(q, n)[n-1])
+		}
+		mustOK(t, h.Free(q))
 	}
 }

@@ -47,6 +47,9 @@ type page struct {
 	inAvail bool
 	dead    bool    // given back: never used again (see the invariants)
 	objSize uintptr // object and huge pages: the size asked for
+	want    uintptr // huge pages: bytes from base known committed and wanted in the arena
+	tracked bool    // object and huge pages: kept is tracked by the arena (see idle)
+	kept    arena.Kept
 	prev    *page
 	next    *page
 

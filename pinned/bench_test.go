@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 )
@@ -20,6 +21,28 @@ func BenchmarkPoolPair(b *testing.B) {
 		if err := p.Free(buf); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkPoolPairSizes is one Alloc and one Free of a fixed size through the pool: class
+// blocks (4 and 64 KiB), object pages (512 KiB and 1 MiB) and a huge object (4 MiB). The
+// pool's memory is pageable: the figures are the allocator's, not the memlock limit's.
+func BenchmarkPoolPairSizes(b *testing.B) {
+	for _, n := range []int{4 << 10, 64 << 10, 512 << 10, 1 << 20, 4 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			p := newTestPool(b, Options{Backend: Pageable})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				buf, err := p.Alloc(n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Free(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -28,7 +28,7 @@ func cudaPool(b *testing.B) (*pinned.Pool, *cuda.Device) {
 	return p, dev
 }
 
-var allocSizes = []int{4 << 10, 64 << 10, 1 << 20}
+var allocSizes = []int{4 << 10, 64 << 10, 512 << 10, 1 << 20, 4 << 20}
 
 // BenchmarkCUDAPoolAllocFree is an Alloc and Free pair of the pool, whose memory is registered
 // with the driver once and then reused; compare BenchmarkCUDAHostAllocFree.

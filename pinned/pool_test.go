@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -346,5 +347,53 @@ func TestSteadyStateNoSyscalls(t *testing.T) {
 	}
 	for _, b := range live {
 		_ = p.Free(b)
+	}
+}
+
+// TestKeptLargeBuffersPurged: freed large buffers (an object page and a huge object) stay
+// committed and locked for reuse, reported as Kept, and are decommitted and unlocked once they
+// stay unused for the purge delay, while the pool is idle: nothing but the arena's timer runs.
+func TestKeptLargeBuffersPurged(t *testing.T) {
+	const delay = 30 * time.Millisecond
+	p := newTestPool(t, Options{Backend: lockedIfRoom(64 << 20), Capacity: 64 << 20, PurgeDelay: delay})
+	var bufs [][]byte
+	for _, n := range []int{1 << 20, 4 << 20} {
+		b, err := p.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(b)
+		bufs = append(bufs, b)
+	}
+	before := p.Stats()
+	for _, b := range bufs {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if st := p.Stats(); st.Kept != 5<<20 || st.Committed != before.Committed || st.Locked != before.Locked {
+		t.Fatalf("right after the frees: Kept %d, Committed %d (was %d), Locked %d (was %d)",
+			st.Kept, st.Committed, before.Committed, st.Locked, before.Locked)
+	}
+	for p.a.Stats().Kept != 0 { // the arena's figures: no shard is touched while waiting
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("kept buffers not purged 5 s after a delay of %v: %+v", delay, p.a.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := p.Stats()
+	if before.Committed-st.Committed < 5<<20 || (before.Locked > 0 && before.Locked-st.Locked < 5<<20) {
+		t.Fatalf("after the purge: Committed %d (was %d), Locked %d (was %d)", st.Committed, before.Committed, st.Locked, before.Locked)
+	}
+	for _, n := range []int{1 << 20, 4 << 20} { // reused after the purge: committed again
+		b, err := p.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(b)
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -20,6 +20,10 @@ type Stats struct {
 	Committed, PeakCommitted uint64
 	// Locked is the committed memory that is page-locked.
 	Locked uint64
+	// Kept is the committed memory of freed large buffers (above heap.MaxClassSize) that the pool
+	// keeps for the next buffer of about their size. It is part of Committed; it is decommitted
+	// (and unlocked) when it stays unused for the purge delay, or at Trim.
+	Kept uint64
 	// InUse is the bytes asked for by live buffers. PeakInUse is the sum of each shard's peak:
 	// exact with one shard, an upper bound on the true peak with several.
 	InUse, PeakInUse uint64
@@ -86,7 +90,7 @@ func (p *Pool) Stats() Stats {
 	as := p.a.Stats()
 	st.Kind, st.Provider = as.Kind.String(), as.Provider
 	st.Capacity, st.Reserved = as.Capacity, as.Reserved
-	st.Committed, st.PeakCommitted, st.Locked = as.Committed, as.PeakCommitted, as.Locked
+	st.Committed, st.PeakCommitted, st.Locked, st.Kept = as.Committed, as.PeakCommitted, as.Locked, as.Kept
 	st.AlignWaste, st.ForcedPurges = as.AlignWaste, as.ForcedPurges
 	if st.InUse > 0 {
 		st.Fragmentation = float64(st.Committed) / float64(st.InUse)

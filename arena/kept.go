@@ -1,0 +1,180 @@
+package arena
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// # Kept memory
+//
+// A heap keeps a freed page or huge object for the next request of about its size. Giving its
+// memory to the purge at every free (Decommit) and claiming it back at every reuse (Commit)
+// costs two trips through the arena's lock per alloc+free pair even when the same memory comes
+// straight back: most of a 1 MiB pair's time. A Kept range is the cheap way: registered once
+// (Track), it is marked idle at each free and claimed at each reuse with one atomic operation
+// each, and the arena stays out of the way unless the range stays idle.
+//
+// The range stays committed and wanted while it is idle. The purge timer runs while any
+// tracked range is idle; a range still idle one purge delay after it became so (at most half
+// as long again, the delay of freed chunks) is given up by the timer: marked given, then
+// decommitted like memory passed to Decommit and left there. Trim, Close's purge and a forced
+// purge (a commit refused for want of memory) give up every idle range at once, whatever its
+// age. So memory a heap keeps is never locked for longer than memory it frees.
+//
+// States of a Kept, in the low two bits of k.word (the high bits hold the stamp, so that a free
+// makes one atomic store):
+//
+//	keptBusy   in use by its holder, or not tracked; the arena never touches it
+//	keptIdle   idle: committed and wanted, stamped with the purge generation it became idle in
+//	keptGiven  given up by the arena (under its lock): decommitted, or waiting for the purge
+//
+// The holder moves busy→idle (Idle) and given→busy (Claim); the arena moves idle→given under
+// its lock; idle→busy is a compare-and-swap (Claim) that races with the arena's, so exactly one
+// of them wins. A holder that finds its range given calls Commit, which takes the arena's lock
+// and so comes after the give-up is complete. Idle and the timer pair like Dekker's flags: Idle
+// stores the state then loads armed, the tick stores armed = false then loads every state, so
+// either the tick sees the range idle and ticks again or Idle sees the timer stopped and
+// starts it (Go's atomics are sequentially consistent).
+//
+// Stats: Committed and InUse count kept ranges (they are committed, inside spans in use);
+// Kept reports how much of that idle memory the timer will give up.
+
+// States of a Kept.
+const (
+	keptBusy uint32 = iota
+	keptIdle
+	keptGiven
+)
+
+// Kept is a range inside a span in use that its holder (a heap) keeps committed for reuse
+// while nothing uses it; see Arena.Track. Its zero value is ready to be tracked; it must not
+// be copied or reused for another range while tracked.
+type Kept struct {
+	word       atomic.Uint64 // state | stamp<<keptShift: the purge generation it became idle in
+	addr, size uintptr       // set by Track, under the arena's lock
+	idx        int           // position in Arena.kept plus one; 0 when not tracked (arena's lock)
+}
+
+const (
+	keptShift = 2
+	keptState = 1<<keptShift - 1
+)
+
+// Track registers k as the range [addr, addr+size) of a span in use, busy. The holder must
+// Untrack it before the span goes back (Free) and before the range is given to Decommit or
+// reused for anything else. Tracking takes the arena's lock: do it once, not at every free.
+func (a *Arena) Track(k *Kept, addr, size uintptr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if k.idx != 0 {
+		return fmt.Errorf("%w: range [%#x, +%d) is tracked already", ErrInvalid, k.addr, k.size)
+	}
+	if _, err := a.inUse(addr, size); err != nil {
+		return err
+	}
+	k.addr, k.size = addr, size
+	k.word.Store(uint64(keptBusy))
+	a.kept = append(a.kept, k)
+	k.idx = len(a.kept)
+	return nil
+}
+
+// Untrack ends k's tracking and reports whether the arena had given the range up (its memory
+// decommitted, or waiting for the purge): when it had not, the memory is still committed and
+// wanted, and the holder gives it back (Decommit, Free) as it would any memory.
+func (a *Arena) Untrack(k *Kept) (given bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if k.idx == 0 || k.idx > len(a.kept) || a.kept[k.idx-1] != k {
+		k.idx = 0 // not tracked, or dropped by Close
+		return false
+	}
+	last := a.kept[len(a.kept)-1]
+	a.kept[k.idx-1], last.idx = last, k.idx
+	a.kept[len(a.kept)-1] = nil
+	a.kept = a.kept[:len(a.kept)-1]
+	k.idx = 0
+	given = k.word.Load()&keptState == uint64(keptGiven)
+	k.word.Store(uint64(keptBusy))
+	return given
+}
+
+// Idle marks a tracked busy range idle: nothing uses it, and unless Claim takes it back within
+// the purge delay the arena gives it up. It takes no lock (but the first Idle after the purge
+// timer stopped, which starts it).
+func (a *Arena) Idle(k *Kept) {
+	k.word.Store(uint64(a.gen.Load())<<keptShift | uint64(keptIdle))
+	if a.timed && !a.armed.Load() {
+		a.mu.Lock()
+		a.schedulePurge()
+		a.mu.Unlock()
+	}
+}
+
+// Claim takes an idle range back for its holder. It returns true when the range is as it was
+// left: committed and wanted, with no arena call needed. It returns false when the arena gave
+// it up meanwhile: the range is busy again, and the holder must Commit what it uses.
+func (k *Kept) Claim() bool {
+	if w := k.word.Load(); w&keptState == uint64(keptIdle) && k.word.CompareAndSwap(w, uint64(keptBusy)) {
+		return true
+	}
+	k.word.Store(uint64(keptBusy)) // given: the arena no longer touches it
+	return false
+}
+
+// giveUp gives up every tracked range idle since generation cutoff or before: it stops being
+// wanted and, when it has been idle for the delay, is decommitted now (force: Trim and forced
+// purges, whatever its age). It reports whether an idle range remains. Called with a.mu held.
+func (a *Arena) giveUp(cutoff int64) (pending bool) {
+	if !a.caps.Decommits {
+		return false
+	}
+	for _, k := range a.kept {
+		w := k.word.Load()
+		if w&keptState != uint64(keptIdle) {
+			continue
+		}
+		if int64(w>>keptShift) > cutoff {
+			pending = true
+			continue
+		}
+		if !k.word.CompareAndSwap(w, uint64(keptGiven)) {
+			continue // claimed in the meantime
+		}
+		if r := a.regionAt(k.addr); r != nil && !r.r.Committed {
+			if glo, ghi, ok := r.whole(k.addr, k.size); ok {
+				r.want.setRange(glo, ghi, false)
+				a.release(r, glo, ghi)
+				// What failed to decommit waits for the purge like any unwanted memory.
+				a.markUnwanted(r, int((k.addr-r.grid)>>a.shift), int((k.addr+k.size-1-r.grid)>>a.shift)+1)
+			}
+		}
+	}
+	return pending
+}
+
+// keptIdleBytes sums the memory of idle tracked ranges in whole granules (what giving them up
+// decommits, where the provider decommits). Called with a.mu held.
+func (a *Arena) keptIdleBytes() (n uint64) {
+	for _, k := range a.kept {
+		if k.word.Load()&keptState != uint64(keptIdle) {
+			continue
+		}
+		if r := a.regionAt(k.addr); r != nil {
+			if glo, ghi, ok := r.whole(k.addr, k.size); ok {
+				n += uint64(ghi-glo) << r.gshift
+			}
+		}
+	}
+	return n
+}
+
+// whole returns the granules lying wholly inside [addr, addr+size), relative to the region's
+// base; ok is false when there is none.
+func (r *region) whole(addr, size uintptr) (glo, ghi int, ok bool) {
+	off := addr - r.r.Base
+	g := uintptr(1) << r.gshift
+	glo = int((off + g - 1) >> r.gshift)
+	ghi = int((off + size) >> r.gshift)
+	return glo, ghi, ghi > glo
+}
