@@ -49,6 +49,7 @@ package device
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -112,6 +113,10 @@ type Options struct {
 	// called without the heap's lock, at most pressureTries times per Alloc, on the goroutine
 	// that called Alloc.
 	Pressure func(n uintptr) bool
+	// Logger, when set, receives the heap's rare events at Info level and above, with sizes:
+	// regions reserved or refused, purges, forced purges, and commits the driver refused.
+	// Nil (the default) logs nothing.
+	Logger *slog.Logger
 }
 
 // pressureTries bounds the calls of Options.Pressure per Alloc.
@@ -177,7 +182,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 			return nil, err
 		}
 	}
-	a, err := arena.New(arena.Options{Provider: prov, Capacity: o.Capacity, Align: o.Align, PurgeDelay: o.PurgeDelay})
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: o.Capacity, Align: o.Align, PurgeDelay: o.PurgeDelay, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}

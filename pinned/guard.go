@@ -1,6 +1,10 @@
 package pinned
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
 
 // The guards a shared pool needs, off by default: ZeroOnFree scrubs a buffer as it is freed, so
 // that no later user of its memory reads what it held, and Quota caps the live bytes of a pool
@@ -17,6 +21,23 @@ import "fmt"
 // The quota counts the bytes asked for, in one atomic counter shared by the pool's goroutines:
 // an Alloc adds its size and backs off when the sum passes the quota, so concurrent Allocs
 // never take the pool beyond it.
+
+// allocGuarded is Alloc with a quota, allocation sites, or both (ZeroOnFree needs nothing here).
+func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
+	var b []byte
+	var err error
+	if p.quota > 0 {
+		b, err = p.allocQuota(n, alignment)
+	} else {
+		b, err = p.allocAny(n, alignment)
+	}
+	if err == nil && p.sites != nil {
+		// Frames: runtime.Callers, record, allocGuarded, alloc, Alloc or AllocAligned, and
+		// then the caller, which is the first frame kept.
+		p.sites.record(mem.Addr(b), uintptr(n), 5)
+	}
+	return b, err
+}
 
 // allocQuota is Alloc under a quota.
 func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
@@ -46,7 +67,13 @@ func (p *Pool) freeGuarded(b []byte, addr, n uintptr) error {
 		}
 		clear(b)
 	}
-	if err := p.free(addr, n); err != nil {
+	var err error
+	if p.sites != nil {
+		err = p.sites.free(addr, func() error { return p.free(addr, n) })
+	} else {
+		err = p.free(addr, n)
+	}
+	if err != nil {
 		return err
 	}
 	if p.quota > 0 {

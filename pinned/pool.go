@@ -26,6 +26,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -65,12 +66,14 @@ type Pool struct {
 	released atomic.Bool // memory given back: no more Free either
 	closeMu  sync.Mutex
 
-	// guarded is set when ZeroOnFree or a quota is on: Alloc and Free then take their slow
-	// paths (guard.go); with both off they cost one test of this field.
+	// guarded is set when ZeroOnFree, a quota or RecordSites is on: Alloc and Free then take
+	// their slow paths (guard.go); with all off they cost one test of this field.
 	guarded    bool
 	zeroOnFree bool
 	quota      int64
 	used       atomic.Int64 // live bytes, counted only under a quota
+	sites      *siteTable   // allocation sites, with Options.RecordSites (sites.go)
+	log        *slog.Logger // Options.Logger, or nil
 }
 
 // shard is one heap and the lock that makes a goroutine its owner. It is padded so that two
@@ -108,7 +111,7 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: capacity %d bytes (want %d bytes, one 2 MiB chunk, to %d, 128 TiB of address space)",
 			ErrInvalidOptions, capacity, MinCapacity, uint64(MaxCapacity))
 	}
-	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: uintptr(o.Align)})
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: uintptr(o.Align), Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +125,10 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: quota %d", ErrInvalidOptions, o.Quota)
 	}
 	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, maxShards: o.Shards,
-		guarded: o.ZeroOnFree || o.Quota > 0, zeroOnFree: o.ZeroOnFree, quota: o.Quota}
+		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites, zeroOnFree: o.ZeroOnFree, quota: o.Quota, log: o.Logger}
+	if o.RecordSites {
+		p.sites = newSiteTable()
+	}
 	if p.maxShards <= 0 {
 		p.maxShards = 2 * runtime.GOMAXPROCS(0)
 	}
@@ -159,8 +165,8 @@ func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrInvalidSize, n)
 	}
-	if p.guarded && p.quota > 0 {
-		return p.allocQuota(n, alignment)
+	if p.guarded {
+		return p.allocGuarded(n, alignment)
 	}
 	return p.allocAny(n, alignment)
 }
@@ -358,8 +364,14 @@ func (p *Pool) Close() error {
 	p.growMu.Lock()
 	p.growMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier for newShard
 	if n, bytes := p.live(); n > 0 {
-		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed",
-			ErrLiveBlocks, n, bytes)
+		sites := ""
+		if p.sites != nil {
+			if top := p.sites.top(topSites); top != "" {
+				sites = "; " + top
+			}
+		}
+		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed%s",
+			ErrLiveBlocks, n, bytes, sites)
 	}
 	return wrapError(p.releaseAll(), ErrClosed)
 }

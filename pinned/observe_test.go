@@ -1,0 +1,232 @@
+package pinned
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+func TestUsage(t *testing.T) {
+	p := newTestPool(t, Options{Backend: Pageable, Capacity: 64 << 20})
+	var bufs [][]byte
+	var want uint64
+	for _, n := range []int{1, 100, 5000, 70 << 10, 600 << 10, 3 << 20} {
+		b, err := p.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, b)
+		want += uint64(n)
+	}
+	u := p.Usage()
+	st := p.Stats()
+	if u.Live != 6 || u.InUse != want || u.Committed != st.Committed || u.Reserved != st.Reserved || u.Locked != 0 {
+		t.Fatalf("Usage %+v, want 6 live, %d in use, committed %d, reserved %d", u, want, st.Committed, st.Reserved)
+	}
+	// A free from another goroutine is counted at once (Usage collects).
+	done := make(chan error)
+	go func() { done <- p.Free(bufs[0]) }()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if u := p.Usage(); u.Live != 5 || u.InUse != want-1 {
+		t.Fatalf("after a remote free: %+v", u)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = p.Usage() }); allocs != 0 {
+		t.Fatalf("Usage allocates %.1f times per call", allocs)
+	}
+	for _, b := range bufs[1:] {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u := p.Usage(); u.Live != 0 || u.InUse != 0 {
+		t.Fatalf("after freeing all: %+v", u)
+	}
+}
+
+func TestStatsString(t *testing.T) {
+	p := newTestPool(t, Options{Backend: Pageable, Capacity: 64 << 20})
+	b, err := p.Alloc(3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Free(b)
+	s := p.Stats().String()
+	for _, want := range []string{"backend pageable", "1 live, 2.93 KiB in use", "1 allocs, 0 frees", "class     3 KiB: 1 live", "reserved of 64 MiB capacity"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("Stats.String() lacks %q:\n%s", want, s)
+		}
+	}
+	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.50 KiB", 10 << 20: "10 MiB", 150 << 30: "150 GiB", 12_345_678: "11.8 MiB"} {
+		if got := fmtBytes(n); got != want {
+			t.Errorf("fmtBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestMapAndBlocks(t *testing.T) {
+	p := newTestPool(t, Options{Backend: Pageable, Capacity: 256 << 20, PurgeDelay: time.Hour})
+	small, _ := p.Alloc(100)
+	med, _ := p.Alloc(20 << 10)
+	obj, _ := p.Alloc(500 << 10)
+	huge, err := p.Alloc(5 << 20)
+	if err != nil || small == nil || med == nil || obj == nil {
+		t.Fatal("alloc failed", err)
+	}
+	gone, _ := p.Alloc(7 << 20)
+	if err := p.Free(gone); err != nil { // freed huge: its chunks wait for the purge
+		t.Fatal(err)
+	}
+	m := p.Map()
+	if len(m.Arena.Regions) != 1 || len(m.Chunks) != 1 {
+		t.Fatalf("map has %d regions", len(m.Arena.Regions))
+	}
+	kinds := map[heap.ChunkKind]int{}
+	var live int
+	var hugeSize uint64
+	for i, c := range m.Chunks[0] {
+		kinds[c.Kind]++
+		for _, pg := range c.Pages {
+			live += pg.Live
+		}
+		if c.HugeFirst && c.HugeSize > 0 {
+			hugeSize = c.HugeSize
+			live++
+		}
+		if c.Kind != heap.ChunkFree && !m.Arena.Regions[0].Chunks[i].InUse {
+			t.Errorf("chunk %d holds a %s segment but the arena has it free", i, c.Kind)
+		}
+	}
+	if kinds[heap.ChunkSmall] != 1 || kinds[heap.ChunkMedium] != 1 || kinds[heap.ChunkObject] != 1 || hugeSize != 5<<20 || live != 4 {
+		t.Fatalf("kinds %v, huge %d, live %d", kinds, hugeSize, live)
+	}
+	// The freed huge object is kept by its heap for reuse, its memory handed to the purge.
+	kept, pending := 0, 0
+	for i, c := range m.Arena.Regions[0].Chunks {
+		if c.PurgePending {
+			pending++
+		}
+		if ci := m.Chunks[0][i]; ci.Kind == heap.ChunkHuge && ci.HugeSize == 0 && c.PurgePending && c.Unwanted == c.Committed {
+			kept++
+		}
+	}
+	if kept != 4 || pending < kept {
+		t.Errorf("%d chunks of a kept huge object wait for the purge (want 4), %d in all", kept, pending)
+	}
+	if run, _ := m.Arena.LargestFreeRun(); run < 8<<20 {
+		t.Errorf("largest free run %d", run)
+	}
+
+	bs := p.Blocks()
+	got := map[uintptr]Block{}
+	for _, b := range bs {
+		got[b.Addr] = b
+	}
+	for _, c := range []struct {
+		b    []byte
+		kind string
+	}{{small, "small"}, {med, "medium"}, {obj, "object"}, {huge, "huge"}} {
+		b, ok := got[mem.Addr(c.b)]
+		if !ok || b.Size != uint64(len(c.b)) || b.Kind != c.kind || b.BlockSize < b.Size || b.Site != nil {
+			t.Errorf("block of %d bytes: %+v (found %v)", len(c.b), b, ok)
+		}
+	}
+	if len(bs) != 4 {
+		t.Errorf("%d blocks listed, want 4", len(bs))
+	}
+	for _, b := range [][]byte{small, med, obj, huge} {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bs := p.Blocks(); len(bs) != 0 {
+		t.Errorf("blocks after freeing all: %+v", bs)
+	}
+}
+
+//go:noinline
+func leakySite(p *Pool, n int) ([]byte, error) { return p.Alloc(n) }
+
+func TestRecordSites(t *testing.T) {
+	p, err := New(Options{Backend: Pageable, Capacity: 64 << 20, RecordSites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaks [][]byte
+	for i := 0; i < 3; i++ {
+		b, err := leakySite(p, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaks = append(leaks, b)
+	}
+	other, _ := p.Alloc(64)
+	time.Sleep(2 * time.Millisecond)
+	var found int
+	for _, b := range p.Blocks() {
+		if len(b.Site) == 0 || b.Age < time.Millisecond {
+			t.Errorf("block %+v has no site or age", b)
+			continue
+		}
+		if strings.Contains(b.Site[0], "pinned.leakySite") {
+			found++
+		}
+	}
+	if found != 3 {
+		t.Errorf("%d blocks name leakySite as their site, want 3", found)
+	}
+	if err := p.Free(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(other); !errors.Is(err, ErrDoubleFree) {
+		t.Fatalf("double free: %v", err)
+	}
+	err = p.Close()
+	if !errors.Is(err, ErrLiveBlocks) || !strings.Contains(err.Error(), "3 buffers (12288 bytes) at github.com/pinmalloc/pinmalloc/pinned.leakySite") {
+		t.Fatalf("Close with leaks: %v", err)
+	}
+	for _, b := range leaks {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestLogger(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p := newTestPool(t, Options{Backend: Pageable, Capacity: 64 << 20, Logger: log, PurgeDelay: -1})
+	b, err := p.Alloc(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	p.Trim()
+	out := buf.String()
+	for _, want := range []string{"pinmalloc: region reserved", "size=67108864", "pinmalloc: trim", "decommitted=4194304"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	// Silent by default: a pool without a logger writes nothing to the default logger.
+	var def bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&def, nil)))
+	defer slog.SetDefault(old)
+	q := newTestPool(t, Options{Backend: Pageable, Capacity: 64 << 20})
+	c, _ := q.Alloc(4 << 20)
+	_ = q.Free(c)
+	q.Trim()
+	if def.Len() != 0 {
+		t.Errorf("a pool without a logger logged: %s", def.String())
+	}
+}
