@@ -87,8 +87,9 @@ type Block struct {
 }
 
 // Blocks lists the live buffers in address order within each region. With
-// Options.RecordSites it adds each buffer's age and allocation site. Like Map, it holds every
-// shard's lock while it reads.
+// Options.RecordSites it adds each buffer's age and allocation site (a buffer whose Alloc or
+// Free is under way during the call may show none). Like Map, it holds every shard's lock
+// while it reads the heaps.
 func (p *Pool) Blocks() []Block {
 	if p.released.Load() {
 		return nil
@@ -99,14 +100,30 @@ func (p *Pool) Blocks() []Block {
 		out = append(out, Block{Addr: b.Addr, Size: b.Size, BlockSize: b.BlockSize, Kind: b.Kind.String()})
 		return true
 	})
-	p.unlockAll(ss)
+	var recs []siteRecord
 	if p.sites != nil {
-		now := time.Now()
-		for i := range out {
-			if r, ok := p.sites.get(out[i].Addr); ok {
-				out[i].Age = now.Sub(r.when)
-				out[i].Site = r.frames()
+		// Still under the shard locks, so that no buffer is handed out again meanwhile. A
+		// buffer freed since the walk (frees take no shard lock) has lost its record and is
+		// no longer live: it is dropped. One whose Alloc has not yet recorded it stays.
+		kept := out[:0]
+		for _, b := range out {
+			r, ok := p.sites.get(b.Addr)
+			if !ok {
+				if n, err := p.g.Size(b.Addr); err != nil || uint64(n) != b.Size {
+					continue
+				}
 			}
+			kept = append(kept, b)
+			recs = append(recs, r)
+		}
+		out = kept
+	}
+	p.unlockAll(ss)
+	now := time.Now()
+	for i, r := range recs {
+		if r.n > 0 {
+			out[i].Age = now.Sub(r.when)
+			out[i].Site = r.frames()
 		}
 	}
 	return out

@@ -230,3 +230,91 @@ func TestLogger(t *testing.T) {
 		t.Errorf("a pool without a logger logged: %s", def.String())
 	}
 }
+
+// TestObserveConcurrent reads Map, Blocks and Usage while goroutines allocate and free (run it
+// with -race): every picture is consistent (a chunk a heap holds is in use in the arena, no
+// page has more live blocks than blocks).
+func TestObserveConcurrent(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { observeConcurrent(t, Options{}) })
+	t.Run("sites", func(t *testing.T) { observeConcurrent(t, Options{RecordSites: true}) })
+}
+
+func observeConcurrent(t *testing.T, o Options) {
+	o.Backend, o.Capacity, o.Shards = Pageable, 256<<20, 4
+	p := newTestPool(t, o)
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for w := 0; w < 3; w++ {
+		go func(w int) {
+			var held [][]byte
+			sizes := []int{64, 1000, 9000, 100 << 10, 700 << 10, 3 << 20}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					for _, b := range held {
+						if err := p.Free(b); err != nil {
+							errs <- err
+							return
+						}
+					}
+					errs <- nil
+					return
+				default:
+				}
+				b, err := p.Alloc(sizes[(i+w)%len(sizes)])
+				if err != nil {
+					errs <- err
+					return
+				}
+				held = append(held, b)
+				if len(held) > 20 {
+					j := (i * 7) % len(held)
+					if err := p.Free(held[j]); err != nil {
+						errs <- err
+						return
+					}
+					held = append(held[:j], held[j+1:]...)
+				}
+			}
+		}(w)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		m := p.Map()
+		for ri, r := range m.Arena.Regions {
+			for i, c := range m.Chunks[ri] {
+				if c.Kind != heap.ChunkFree && !r.Chunks[i].InUse {
+					t.Fatalf("chunk %d holds a %s segment but the arena has it free", i, c.Kind)
+				}
+				for _, pg := range c.Pages {
+					if pg.Live > pg.Blocks {
+						t.Fatalf("page %+v", pg)
+					}
+				}
+			}
+		}
+		bare := 0
+		for _, b := range p.Blocks() {
+			if b.Size == 0 || b.BlockSize < b.Size {
+				t.Fatalf("block %+v", b)
+			}
+			if len(b.Site) == 0 {
+				bare++
+			}
+		}
+		// With sites, only a buffer whose Alloc or Free is under way may lack one.
+		if o.RecordSites && bare > 3 {
+			t.Fatalf("%d blocks without a site", bare)
+		}
+		_ = p.Usage()
+	}
+	close(stop)
+	for w := 0; w < 3; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u := p.Usage(); u.Live != 0 {
+		t.Errorf("after all frees: %+v", u)
+	}
+}
