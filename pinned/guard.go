@@ -36,6 +36,9 @@ func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
 		// then the caller, which is the first frame kept.
 		p.sites.record(mem.Addr(b), uintptr(n), 5)
 	}
+	if err == nil && p.trace != nil {
+		p.trace.Alloc(mem.Addr(b), uint64(n), uint64(alignment), goroutineID())
+	}
 	return b, err
 }
 
@@ -67,11 +70,16 @@ func (p *Pool) freeGuarded(b []byte, addr, n uintptr) error {
 		}
 		clear(b)
 	}
+	release := func() error { return p.free(addr, n) }
+	if p.trace != nil {
+		heapFree := release
+		release = func() error { return p.trace.Free(addr, heapFree) }
+	}
 	var err error
 	if p.sites != nil {
-		err = p.sites.free(addr, func() error { return p.free(addr, n) })
+		err = p.sites.free(addr, release)
 	} else {
-		err = p.free(addr, n)
+		err = release()
 	}
 	if err != nil {
 		return err

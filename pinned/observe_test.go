@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -318,3 +319,70 @@ func observeConcurrent(t *testing.T, o Options) {
 		t.Errorf("after all frees: %+v", u)
 	}
 }
+
+func TestTrace(t *testing.T) {
+	var out bytes.Buffer
+	p, err := New(Options{Backend: Pageable, Capacity: 64 << 20, Trace: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := p.Alloc(100)
+	b, _ := p.AllocAligned(5000, 4096)
+	done := make(chan []byte)
+	go func() { c, _ := p.Alloc(3 << 20); done <- c }()
+	c := <-done
+	for _, x := range [][]byte{b, a} {
+		if err := p.Free(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Free(a); !errors.Is(err, ErrDoubleFree) { // refused: not recorded
+		t.Fatalf("double free: %v", err)
+	}
+	if err := p.Free(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := alloctrace.Read(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 6 {
+		t.Fatalf("%d events: %+v", len(evs), evs)
+	}
+	want := []alloctrace.Event{
+		{ID: 0, Size: 100}, {ID: 1, Size: 5000, Align: 4096}, {ID: 2, Size: 3 << 20},
+		{Free: true, ID: 1}, {Free: true, ID: 0}, {Free: true, ID: 2},
+	}
+	for i, e := range evs {
+		w := want[i]
+		if e.Free != w.Free || e.ID != w.ID || e.Size != w.Size || e.Align != w.Align || (i > 0 && e.At < evs[i-1].At) {
+			t.Errorf("event %d: %+v, want %+v", i, e, w)
+		}
+	}
+	if evs[0].Goroutine == 0 || evs[2].Goroutine == evs[0].Goroutine || evs[1].Goroutine != evs[0].Goroutine {
+		t.Errorf("goroutines: %d %d %d", evs[0].Goroutine, evs[1].Goroutine, evs[2].Goroutine)
+	}
+
+	// A failing writer: the pool works on, Close reports ErrTrace and still releases.
+	q, err := New(Options{Backend: Pageable, Capacity: 64 << 20, Trace: failWriter{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := q.Alloc(10)
+	if err := q.Free(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); !errors.Is(err, ErrTrace) {
+		t.Fatalf("Close with a failing trace: %v", err)
+	}
+	if _, err := q.Alloc(10); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }

@@ -118,6 +118,11 @@ type Options struct {
 	// regions reserved, purges, forced purges, and commits the system or driver refused (the
 	// memlock limit, for locked memory). Nil (the default) logs nothing.
 	Logger *slog.Logger
+	// Trace, when set, receives a record of every Alloc and Free (size, alignment, time,
+	// goroutine) in the compact form `go run ./bench -replay FILE` plays against other
+	// allocators. Records are buffered; FlushTrace and Close write them out. It costs a
+	// short stack print (for the goroutine) and a lock per Alloc, and serialises Frees.
+	Trace io.Writer
 }
 
 func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -71,9 +72,10 @@ type Pool struct {
 	guarded    bool
 	zeroOnFree bool
 	quota      int64
-	used       atomic.Int64 // live bytes, counted only under a quota
-	sites      *siteTable   // allocation sites, with Options.RecordSites (sites.go)
-	log        *slog.Logger // Options.Logger, or nil
+	used       atomic.Int64       // live bytes, counted only under a quota
+	sites      *siteTable         // allocation sites, with Options.RecordSites (sites.go)
+	trace      *alloctrace.Writer // Options.Trace (trace.go)
+	log        *slog.Logger       // Options.Logger, or nil
 }
 
 // shard is one heap and the lock that makes a goroutine its owner. It is padded so that two
@@ -125,9 +127,12 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: quota %d", ErrInvalidOptions, o.Quota)
 	}
 	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, maxShards: o.Shards,
-		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites, zeroOnFree: o.ZeroOnFree, quota: o.Quota, log: o.Logger}
+		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: o.Quota, log: o.Logger}
 	if o.RecordSites {
 		p.sites = newSiteTable()
+	}
+	if o.Trace != nil {
+		p.trace = alloctrace.NewWriter(o.Trace)
 	}
 	if p.maxShards <= 0 {
 		p.maxShards = 2 * runtime.GOMAXPROCS(0)
@@ -355,11 +360,16 @@ func (p *Pool) Trim() {
 // Close stops allocation. When no buffer is live it releases all memory and returns nil. When
 // buffers are live it returns an error wrapping ErrLiveBlocks with their count and bytes, and
 // keeps the memory until the last of them is freed (so nothing in use is unmapped under a
-// caller). A second Close returns ErrClosed.
+// caller). A second Close returns ErrClosed. With Options.Trace, Close also writes out the
+// trace; an error doing so wraps ErrTrace.
 func (p *Pool) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	return errors.Join(p.close(), p.FlushTrace()) // nil when both are
+}
+
+func (p *Pool) close() error {
 	// No shard is added from now on, and a shard being added is published before this returns.
 	p.growMu.Lock()
 	p.growMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier for newShard
