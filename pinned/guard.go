@@ -37,7 +37,11 @@ func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
 		p.sites.record(mem.Addr(b), uintptr(n), 5)
 	}
 	if err == nil && p.trace != nil {
-		p.trace.Alloc(mem.Addr(b), uint64(n), uint64(alignment), goroutineID())
+		var g uint64
+		if p.traceG {
+			g = goroutineID()
+		}
+		p.trace.Alloc(mem.Addr(b), uint64(n), uint64(alignment), g)
 	}
 	return b, err
 }
@@ -70,22 +74,37 @@ func (p *Pool) freeGuarded(b []byte, addr, n uintptr) error {
 		}
 		clear(b)
 	}
-	release := func() error { return p.free(addr, n) }
-	if p.trace != nil {
-		heapFree := release
-		release = func() error { return p.trace.Free(addr, heapFree) }
-	}
-	var err error
-	if p.sites != nil {
-		err = p.sites.free(addr, release)
-	} else {
-		err = release()
-	}
-	if err != nil {
+	if err := p.freeRecorded(addr, n); err != nil {
 		return err
 	}
 	if p.quota > 0 {
 		p.used.Add(-int64(n))
+	}
+	return nil
+}
+
+// freeRecorded frees the block at addr and forgets its allocation site and trace record, under
+// the locks of both (lock order: the site table's shard, then the trace), so that an Alloc
+// handed the same memory meanwhile is recorded after the free.
+func (p *Pool) freeRecorded(addr, n uintptr) error {
+	var s *siteShard
+	if p.sites != nil {
+		s = p.sites.shard(addr)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	if p.trace != nil {
+		p.trace.Lock()
+		defer p.trace.Unlock()
+	}
+	if err := p.free(addr, n); err != nil {
+		return err
+	}
+	if s != nil {
+		delete(s.m, addr)
+	}
+	if p.trace != nil {
+		p.trace.FreeLocked(addr)
 	}
 	return nil
 }

@@ -322,7 +322,7 @@ func observeConcurrent(t *testing.T, o Options) {
 
 func TestTrace(t *testing.T) {
 	var out bytes.Buffer
-	p, err := New(Options{Backend: Pageable, Capacity: 64 << 20, Trace: &out})
+	p, err := New(Options{Backend: Pageable, Capacity: 64 << 20, Trace: &out, TraceGoroutines: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,7 @@ type Pool struct {
 	used       atomic.Int64       // live bytes, counted only under a quota
 	sites      *siteTable         // allocation sites, with Options.RecordSites (sites.go)
 	trace      *alloctrace.Writer // Options.Trace (trace.go)
+	traceG     bool               // Options.TraceGoroutines
 	log        *slog.Logger       // Options.Logger, or nil
 }
 
@@ -132,7 +133,7 @@ func newPool(o Options) (*Pool, error) {
 		p.sites = newSiteTable()
 	}
 	if o.Trace != nil {
-		p.trace = alloctrace.NewWriter(o.Trace)
+		p.trace, p.traceG = alloctrace.NewWriter(o.Trace), o.TraceGoroutines
 	}
 	if p.maxShards <= 0 {
 		p.maxShards = 2 * runtime.GOMAXPROCS(0)

@@ -81,19 +81,6 @@ func (t *siteTable) record(addr, size uintptr, skip int) {
 	s.mu.Unlock()
 }
 
-// free runs release (the heap's free of addr) under addr's shard lock and removes addr's
-// record when it succeeds.
-func (t *siteTable) free(addr uintptr, release func() error) error {
-	s := t.shard(addr)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := release()
-	if err == nil {
-		delete(s.m, addr)
-	}
-	return err
-}
-
 func (t *siteTable) get(addr uintptr) (siteRecord, bool) {
 	s := t.shard(addr)
 	s.mu.Lock()

@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"io"
 	"runtime"
 	"testing"
 )
@@ -37,5 +38,23 @@ func BenchmarkUsage(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		_ = p.Usage()
+	}
+}
+
+// BenchmarkPoolPairTrace is BenchmarkPoolPair with Options.Trace writing to io.Discard: what
+// recording a trace costs per Alloc+Free.
+func BenchmarkPoolPairTrace(b *testing.B) {
+	p := newTestPool(b, Options{Trace: io.Discard})
+	sz := sizes1k(1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		buf, err := p.Alloc(sz[i&1023])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Free(buf); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -92,18 +92,31 @@ func (t *Writer) Alloc(addr uintptr, size, align, g uint64) {
 // both under the writer's lock: an allocation racing with it cannot be handed addr and have
 // its record taken for this one's.
 func (t *Writer) Free(addr uintptr, release func() error) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	if err := release(); err != nil {
 		return err
 	}
+	t.FreeLocked(addr)
+	return nil
+}
+
+// Lock takes the writer's lock, for a caller that frees memory and records it with
+// FreeLocked without a closure (Free's release allocates when it captures).
+func (t *Writer) Lock() { t.mu.Lock() }
+
+// Unlock releases the lock Lock took.
+func (t *Writer) Unlock() { t.mu.Unlock() }
+
+// FreeLocked records the free of the allocation at addr; the caller holds the lock (Lock)
+// since before the free. A free of memory allocated before tracing began is not recorded.
+func (t *Writer) FreeLocked(addr uintptr) {
 	id, ok := t.ids[addr]
 	if !ok {
-		return nil // allocated before tracing began
+		return
 	}
 	delete(t.ids, addr)
 	t.put(binary.AppendUvarint(t.head(opFree), id))
-	return nil
 }
 
 // head starts a record: the op and the time since the previous one.
