@@ -63,6 +63,7 @@ type cLoops struct {
 	pair     func(size, n int) int64
 	mixed    func(ops []uint32, n int, b *barrier) int64
 	prodcons func(ops []uint32, n int) int64
+	replay   func(ev []uint64, nalloc int) int64
 }
 
 // cImpl builds the impl of a C allocator from its loops.
@@ -83,6 +84,9 @@ func cImpl(name string, l cLoops) impl {
 			return workload{run: func(n int) (time.Duration, error) {
 				return cResult(l.prodcons(ops, n), "prodcons")
 			}, close: noClose}, nil
+		},
+		replay: func(evs []alloctrace.Event, _ int64) (*replayResult, error) {
+			return cReplay(l.replay, evs)
 		},
 	}
 }
