@@ -198,3 +198,28 @@ func TestHandler(t *testing.T) {
 		t.Error("Remove left the pool registered")
 	}
 }
+
+// TestClosedPool serves a pool closed while registered: the page and the JSON still load.
+func TestClosedPool(t *testing.T) {
+	p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := p.Alloc(100)
+	_ = p.Free(b)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h := New()
+	h.AddPool("gone", p)
+	url := serve(t, h)
+	if page, _ := get(t, url); !strings.Contains(page, "gone (pinned)") {
+		t.Error("page of a closed pool")
+	}
+	if js, _ := get(t, url+"stats.json"); !strings.Contains(js, `"regions": 0`) {
+		t.Errorf("stats.json of a closed pool:\n%s", js)
+	}
+	if svg, _ := get(t, url+"map.svg"); strings.Contains(svg, `class="chunk`) {
+		t.Error("map of a closed pool draws chunks")
+	}
+}
