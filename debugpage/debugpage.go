@@ -29,8 +29,9 @@
 //
 // A picture is taken with pinned.Pool.Map or device.Heap.Map, which hold the locks that make
 // the reader the owner of every heap (and then the arena's), so every chunk is drawn as it was
-// at one instant; allocation in that pool waits meanwhile (a few milliseconds for a GiB of
-// chunks). Nothing is collected between requests: the handler costs nothing unless asked.
+// at one instant; allocation in that pool waits meanwhile (about 5 ms for a 1 GiB pool holding
+// 100 000 buffers on the 2-core build machine: pinned's BenchmarkMap). Nothing is collected
+// between requests: the handler costs nothing unless asked.
 package debugpage
 
 import (

@@ -59,7 +59,8 @@ func (p *Pool) unlockAll(ss []*shard) {
 
 // Map returns a consistent picture of the pool's arena and of what its heaps hold in each
 // chunk (the debug page draws it). It holds every shard's lock while it reads, so allocation
-// waits for it: it is for debugging, not for sampling (see Usage).
+// waits for it (about 5 ms for 1 GiB holding 100 000 buffers: BenchmarkMap): it is for
+// debugging, not for sampling (see Usage).
 func (p *Pool) Map() heap.Map {
 	if p.released.Load() {
 		return heap.Map{Arena: p.a.Snapshot()}
