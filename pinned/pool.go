@@ -373,7 +373,8 @@ func (p *Pool) Close() error {
 func (p *Pool) close() error {
 	// No shard is added from now on, and a shard being added is published before this returns.
 	p.growMu.Lock()
-	p.growMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier for newShard
+	//lint:ignore SA2001 an empty critical section: a barrier for newShard
+	p.growMu.Unlock()
 	if n, bytes := p.live(); n > 0 {
 		sites := ""
 		if p.sites != nil {
