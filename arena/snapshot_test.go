@@ -2,6 +2,7 @@ package arena
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -84,5 +85,24 @@ func TestLogAndSnapshot(t *testing.T) {
 	a2.mu.Unlock()
 	if !strings.Contains(log, `msg="pinmalloc: purge" provider=pageable decommitted=2097152 committed=0`) {
 		t.Errorf("no purge logged:\n%s", log)
+	}
+}
+
+// refusing is a provider that refuses every region.
+type refusing struct{ Provider }
+
+func (refusing) Reserve(size, align uintptr) (*Region, error) {
+	return nil, fmt.Errorf("%w: %w", ErrReserve, errInjected)
+}
+
+func TestLogRegionRefused(t *testing.T) {
+	var out bytes.Buffer
+	a := newTestArena(t, Options{Provider: refusing{Pageable(HostOptions{})}, Capacity: 64 << 20,
+		Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	if _, err := a.Alloc(1<<20, 1); err == nil {
+		t.Fatal("Alloc from a refusing provider succeeded")
+	}
+	if want := `level=WARN msg="pinmalloc: region refused" provider=pageable size=67108864 reserved=0 capacity=67108864 error=`; !strings.Contains(out.String(), want) {
+		t.Errorf("log lacks %s:\n%s", want, out.String())
 	}
 }
