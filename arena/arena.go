@@ -45,6 +45,7 @@ package arena
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,9 @@ type Options struct {
 	// given back. Zero means DefaultPurgeDelay (10 ms); a negative value keeps it committed
 	// until Trim.
 	PurgeDelay time.Duration
+	// Logger, when set, receives the arena's rare events (see log.go): regions reserved or
+	// refused, purges, forced purges and refused commits, with sizes. Nil logs nothing.
+	Logger *slog.Logger
 }
 
 // Span is a run of chunks handed out by Alloc.
@@ -172,6 +176,7 @@ type Arena struct {
 	zeroer   Zeroer
 	joiner   Joiner
 	reporter Reporter
+	log      *slog.Logger
 
 	pcMu sync.Mutex // held by Precommit for each chunk it commits, and by Close: lock order pcMu, mu
 
@@ -246,7 +251,7 @@ func New(o Options) (*Arena, error) {
 	a := &Arena{
 		prov: o.Provider, caps: caps, chunk: o.ChunkSize, shift: shift, align: o.Align,
 		capac: o.Capacity, regSize: o.RegionSize, delay: o.PurgeDelay,
-		maxIDs: int(o.Capacity>>shift) + 2*maxRegions,
+		maxIDs: int(o.Capacity>>shift) + 2*maxRegions, log: o.Logger,
 	}
 	a.timed = o.PurgeDelay >= 0 && caps.Decommits
 	a.zeroer, _ = o.Provider.(Zeroer)
@@ -399,17 +404,24 @@ func (r *region) granules(p, n uintptr) (lo, hi int) {
 // correctness.
 func (a *Arena) commit(r *region, glo, ghi int) error {
 	err := a.commitOnce(r, glo, ghi)
-	if err == nil || !exhausted(err) {
+	if err == nil {
+		return nil
+	}
+	if !exhausted(err) {
+		a.logRefused(r, glo, ghi, err)
 		return err
 	}
 	purged := a.st.Purged
 	a.giveUp(1<<63 - 1)
 	a.purge(1<<63 - 1)
 	if a.st.Purged == purged {
+		a.logRefused(r, glo, ghi, err)
 		return err
 	}
 	a.st.ForcedPurges++
-	return a.commitOnce(r, glo, ghi)
+	err = a.commitOnce(r, glo, ghi)
+	a.logForcedPurge(r, glo, ghi, a.st.Purged-purged, err)
+	return err
 }
 
 // exhausted reports whether a commit failed for want of memory: the memlock limit, host or
@@ -484,6 +496,7 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	}
 	rr, err := a.prov.Reserve(want, ra)
 	if err != nil {
+		a.logReserve(want, 0, err)
 		return nil, err
 	}
 	grid, err := align.Up(rr.Base, a.align)
@@ -516,6 +529,7 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	a.st.Chunks += n
 	next := append(append(make([]*region, 0, len(regs)+1), regs...), r)
 	a.regions.Store(&next)
+	a.logReserve(rr.Size, rr.Base, nil)
 	return r, nil
 }
 
@@ -595,7 +609,10 @@ func (a *Arena) purgeTick() {
 	// two half delays after that. Idle ranges are stamped the same way.
 	gen := a.gen.Add(1)
 	idle := a.giveUp(gen - 3)
-	if pending := a.purge(gen - 3); pending || idle {
+	purged := a.st.Purged
+	pending := a.purge(gen - 3)
+	a.logPurge("purge", a.st.Purged-purged)
+	if pending || idle {
 		a.schedulePurge()
 	}
 }
@@ -658,7 +675,9 @@ func (a *Arena) Trim() {
 	defer a.mu.Unlock()
 	if !a.closed {
 		a.giveUp(1<<63 - 1)
+		purged := a.st.Purged
 		a.purge(1<<63 - 1)
+		a.logPurge("trim", a.st.Purged-purged)
 	}
 }
 

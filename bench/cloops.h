@@ -138,6 +138,32 @@ static int64_t BENCH_FN(prodcons)(const uint32_t *ops, int64_t mask, int64_t n) 
 	return failed ? -1 : el;
 }
 
+// <prefix>_replay plays a recorded trace (replay.go): ev[i] is size<<1 for an allocation
+// (numbered in order into slots) or id<<1|1 for the free of allocation id. Every block's first
+// byte is written. It returns the elapsed ns, or -1 when an allocation failed (what it
+// allocated is freed either way).
+static int64_t BENCH_FN(replay)(const uint64_t *ev, int64_t n, void **slots) {
+	int64_t next = 0, failed = 0;
+	int64_t t0 = bench_now_ns();
+	for (int64_t i = 0; i < n && !failed; i++) {
+		uint64_t e = ev[i];
+		if (e & 1) {
+			BENCH_FREE(slots[e >> 1]);
+			slots[e >> 1] = NULL;
+			continue;
+		}
+		char *p = BENCH_MALLOC((size_t)(e >> 1));
+		failed = p == NULL;
+		if (p != NULL) p[0] = 1;
+		slots[next++] = p;
+	}
+	int64_t el = bench_now_ns() - t0;
+	for (int64_t i = 0; i < next; i++) {
+		if (slots[i] != NULL) BENCH_FREE(slots[i]);
+	}
+	return failed ? -1 : el;
+}
+
 #undef BENCH_CAT2
 #undef BENCH_CAT
 #undef BENCH_FN

@@ -5,6 +5,7 @@ package main
 /*
 #cgo CFLAGS: -O2
 #include <stddef.h>
+#include <stdlib.h>
 // glibc's own entry points: with -tags mimalloc, libmimalloc.so (which exports malloc and
 // free) may interpose the plain names for the whole process, so the glibc loops name glibc.
 extern void *__libc_malloc(size_t);
@@ -30,6 +31,11 @@ func newGlibc() impl {
 		},
 		prodcons: func(ops []uint32, n int) int64 {
 			return int64(C.glibc_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))
+		},
+		replay: func(ev []uint64, nalloc int) int64 {
+			slots := C.malloc(C.size_t(max(nalloc, 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))
+			defer C.free(slots)
+			return int64(C.glibc_replay((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)), (*unsafe.Pointer)(slots)))
 		},
 	})
 }

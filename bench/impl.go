@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
 )
 
 // impl is one allocator under test. Each workload field builds the runner for one kind of
@@ -22,6 +24,8 @@ type impl struct {
 	trace func(tr *trace) (*traceResult, error)
 	// huge makes one allocation of size bytes in a pool of fixed capacity.
 	huge func(capacity, size int64) hugeResult
+	// replay plays a recorded trace (replay.go) in an allocator of the given capacity.
+	replay func(evs []alloctrace.Event, capacity int64) (*replayResult, error)
 }
 
 // workload is a runner and the resources it holds for the length of a case.
@@ -59,6 +63,7 @@ type cLoops struct {
 	pair     func(size, n int) int64
 	mixed    func(ops []uint32, n int, b *barrier) int64
 	prodcons func(ops []uint32, n int) int64
+	replay   func(ev []uint64, nalloc int) int64
 }
 
 // cImpl builds the impl of a C allocator from its loops.
@@ -79,6 +84,9 @@ func cImpl(name string, l cLoops) impl {
 			return workload{run: func(n int) (time.Duration, error) {
 				return cResult(l.prodcons(ops, n), "prodcons")
 			}, close: noClose}, nil
+		},
+		replay: func(evs []alloctrace.Event, _ int64) (*replayResult, error) {
+			return cReplay(l.replay, evs)
 		},
 	}
 }
@@ -121,6 +129,14 @@ func goImpl[H any](name string, open func(capacity int64) (allocator[H], error))
 			return workload{run: func(n int) (time.Duration, error) {
 				return prodconsLoop(w[0], w[1], ops, n)
 			}, close: func() error { return closeAll(owned) }}, nil
+		},
+		replay: func(evs []alloctrace.Event, capacity int64) (*replayResult, error) {
+			a, err := open(capacity)
+			if err != nil {
+				return nil, err
+			}
+			res, err := replayLoop(a, evs)
+			return res, errors.Join(err, a.close())
 		},
 		trace: func(tr *trace) (*traceResult, error) {
 			a, err := open(traceCapacity)

@@ -4,12 +4,15 @@
 // mmap+mlock. It measures fixed-size alloc+free pairs, size-mixed churn on one and two
 // goroutines, producer/consumer frees, a serving-like trace of committed against live bytes
 // and huge objects in a fixed-capacity pool, checks the project's targets and writes
-// bench/results/<name>.json plus SVG plots.
+// <out>/<name>.json plus SVG plots.
 //
 // Usage:
 //
 //	go run -tags mimalloc ./bench [-quick] [-cases REGEXP] [-name NAME] [-out DIR] [-gpu]
+//	go run ./bench -replay FILE [-out DIR]     replay an allocation trace (replay.go)
+//	go run ./bench -record FILE                record the serving trace through a traced pool
 //
+// Results are written only with -out (the project's own: -out bench/results).
 // Without -tags mimalloc (which needs libmimalloc-dev) mimalloc is reported as skipped; with
 // CGO_ENABLED=0 glibc is skipped too. -gpu adds the CUDA competitors and cases when a suite
 // is compiled in (gpu.go). -uvm runs the UVM tier suite alone (uvm.go), on the GPU or, without
@@ -37,6 +40,8 @@ type config struct {
 	reps       int           // repetitions per measurement (their mean is reported)
 	traceSteps int
 	out, name  string
+	replay     string // -replay: a trace to replay instead of the suite
+	record     string // -record: where to write the serving trace, recorded
 	gpu        bool
 	uvm        bool           // run the UVM tier suite alone (uvm.go)
 	filter     *regexp.Regexp // cases to run
@@ -46,7 +51,9 @@ type config struct {
 func parseFlags() *config {
 	cfg := &config{}
 	quick := flag.Bool("quick", false, "short run (under 2 minutes): fewer and shorter repetitions, a shorter trace")
-	flag.StringVar(&cfg.out, "out", filepath.Join("bench", "results"), "directory for the JSON results and SVG plots (-uvm: default $TMPDIR/pinmalloc-bench)")
+	flag.StringVar(&cfg.out, "out", "", "directory for the JSON results and SVG plots (default: none written; the project's own are in bench/results; -uvm: $TMPDIR/pinmalloc-bench)")
+	flag.StringVar(&cfg.replay, "replay", "", "replay this allocation trace (pinned.Options.Trace) against every Go-side allocator instead of running the suite")
+	flag.StringVar(&cfg.record, "record", "", "record the serving trace through a traced pool into this file and exit")
 	flag.StringVar(&cfg.name, "name", "", "results name (default cpu-<cores>core, with -quick appended in quick mode)")
 	flag.BoolVar(&cfg.gpu, "gpu", false, "add the CUDA suites compiled in (see gpu.go)")
 	flag.BoolVar(&cfg.uvm, "uvm", false, "run only the UVM tier suite (uvm.go): on the GPU when a driver is found, else on the fake driver")
@@ -122,6 +129,19 @@ func flagSet(name string) bool {
 
 func main() {
 	cfg := parseFlags()
+	if cfg.record != "" || cfg.replay != "" {
+		var err error
+		if cfg.record != "" {
+			err = recordServing(cfg.record, cfg.traceSteps)
+		} else {
+			err = runReplay(cfg, allImpls(), cfg.replay)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	s := &suite{cfg: cfg, impls: allImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
 	cs := cases()
 	if cfg.uvm {
@@ -237,6 +257,10 @@ func loadAvg() string {
 
 // write stores the results JSON and the plots under cfg.out.
 func (s *suite) write(targets []target) error {
+	if s.cfg.out == "" {
+		fmt.Fprintln(os.Stderr, "bench: no -out directory: results not written")
+		return nil
+	}
 	if err := os.MkdirAll(s.cfg.out, 0o755); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ package main
 #cgo LDFLAGS: -lmimalloc
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <mimalloc.h>
 #define BENCH_PREFIX mi
@@ -66,6 +67,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // newMimalloc returns mimalloc, timed inside C, with an exclusive arena for the huge cases.
@@ -77,6 +79,11 @@ func newMimalloc() impl {
 		},
 		prodcons: func(ops []uint32, n int) int64 {
 			return int64(C.mi_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))
+		},
+		replay: func(ev []uint64, nalloc int) int64 {
+			slots := C.malloc(C.size_t(max(nalloc, 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))
+			defer C.free(slots)
+			return int64(C.mi_replay((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)), (*unsafe.Pointer)(slots)))
 		},
 	})
 	im.huge = mimallocHuge

@@ -49,6 +49,7 @@ package device
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +111,10 @@ type Options struct {
 	// Pressure, if set, is the heap's pressure hook (see PressureFunc); SetPressure changes it
 	// later.
 	Pressure PressureFunc
+	// Logger, when set, receives the heap's rare events at Info level and above, with sizes:
+	// regions reserved or refused, purges, forced purges, and commits the driver refused.
+	// Nil (the default) logs nothing.
+	Logger *slog.Logger
 }
 
 // PressureFunc is a heap's pressure hook. It is called when an Alloc of n bytes for stream s
@@ -183,7 +188,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 			return nil, err
 		}
 	}
-	a, err := arena.New(arena.Options{Provider: prov, Capacity: o.Capacity, Align: o.Align, PurgeDelay: o.PurgeDelay})
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: o.Capacity, Align: o.Align, PurgeDelay: o.PurgeDelay, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}

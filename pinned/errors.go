@@ -44,6 +44,8 @@ var (
 	ErrNoDriver = errors.New("pinned: no CUDA driver")
 	// ErrQuota means an allocation would take the pool's live bytes beyond Options.Quota.
 	ErrQuota = errors.New("pinned: quota exceeded")
+	// ErrTrace means writing Options.Trace failed; the pool itself is unaffected.
+	ErrTrace = errors.New("pinned: trace write failed")
 )
 
 // causes maps the errors of the layers below to this package's sentinels, most specific
@@ -91,7 +93,7 @@ func wrapError(err, fallback error) error {
 // ours reports whether err wraps a sentinel of this package.
 func ours(err error) bool {
 	for _, s := range []error{ErrInvalidSize, ErrTooLarge, ErrInvalidAlign, ErrOutOfMemory, ErrDoubleFree,
-		ErrNotOwned, ErrSubSlice, ErrLiveBlocks, ErrClosed, ErrMemlock, ErrInvalidOptions, ErrNoDriver, ErrQuota} {
+		ErrNotOwned, ErrSubSlice, ErrLiveBlocks, ErrClosed, ErrMemlock, ErrInvalidOptions, ErrNoDriver, ErrQuota, ErrTrace} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -1,6 +1,10 @@
 package pinned
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
 
 // The guards a shared pool needs, off by default: ZeroOnFree scrubs a buffer as it is freed, so
 // that no later user of its memory reads what it held, and Quota caps the live bytes of a pool
@@ -17,6 +21,30 @@ import "fmt"
 // The quota counts the bytes asked for, in one atomic counter shared by the pool's goroutines:
 // an Alloc adds its size and backs off when the sum passes the quota, so concurrent Allocs
 // never take the pool beyond it.
+
+// allocGuarded is Alloc with a quota, allocation sites, or both (ZeroOnFree needs nothing here).
+func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
+	var b []byte
+	var err error
+	if p.quota > 0 {
+		b, err = p.allocQuota(n, alignment)
+	} else {
+		b, err = p.allocAny(n, alignment)
+	}
+	if err == nil && p.sites != nil {
+		// Frames: runtime.Callers, record, allocGuarded, alloc, Alloc or AllocAligned, and
+		// then the caller, which is the first frame kept.
+		p.sites.record(mem.Addr(b), uintptr(n), 5)
+	}
+	if err == nil && p.trace != nil {
+		var g uint64
+		if p.traceG {
+			g = goroutineID()
+		}
+		p.trace.Alloc(mem.Addr(b), uint64(n), uint64(alignment), g)
+	}
+	return b, err
+}
 
 // allocQuota is Alloc under a quota.
 func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
@@ -46,11 +74,37 @@ func (p *Pool) freeGuarded(b []byte, addr, n uintptr) error {
 		}
 		clear(b)
 	}
-	if err := p.free(addr, n); err != nil {
+	if err := p.freeRecorded(addr, n); err != nil {
 		return err
 	}
 	if p.quota > 0 {
 		p.used.Add(-int64(n))
+	}
+	return nil
+}
+
+// freeRecorded frees the block at addr and forgets its allocation site and trace record, under
+// the locks of both (lock order: the site table's shard, then the trace), so that an Alloc
+// handed the same memory meanwhile is recorded after the free.
+func (p *Pool) freeRecorded(addr, n uintptr) error {
+	var s *siteShard
+	if p.sites != nil {
+		s = p.sites.shard(addr)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	if p.trace != nil {
+		p.trace.Lock()
+		defer p.trace.Unlock()
+	}
+	if err := p.free(addr, n); err != nil {
+		return err
+	}
+	if s != nil {
+		delete(s.m, addr)
+	}
+	if p.trace != nil {
+		p.trace.FreeLocked(addr)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -65,12 +67,16 @@ type Pool struct {
 	released atomic.Bool // memory given back: no more Free either
 	closeMu  sync.Mutex
 
-	// guarded is set when ZeroOnFree or a quota is on: Alloc and Free then take their slow
-	// paths (guard.go); with both off they cost one test of this field.
+	// guarded is set when ZeroOnFree, a quota or RecordSites is on: Alloc and Free then take
+	// their slow paths (guard.go); with all off they cost one test of this field.
 	guarded    bool
 	zeroOnFree bool
 	quota      int64
-	used       atomic.Int64 // live bytes, counted only under a quota
+	used       atomic.Int64       // live bytes, counted only under a quota
+	sites      *siteTable         // allocation sites, with Options.RecordSites (sites.go)
+	trace      *alloctrace.Writer // Options.Trace (trace.go)
+	traceG     bool               // Options.TraceGoroutines
+	log        *slog.Logger       // Options.Logger, or nil
 }
 
 // shard is one heap and the lock that makes a goroutine its owner. It is padded so that two
@@ -108,7 +114,7 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: capacity %d bytes (want %d bytes, one 2 MiB chunk, to %d, 128 TiB of address space)",
 			ErrInvalidOptions, capacity, MinCapacity, uint64(MaxCapacity))
 	}
-	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: uintptr(o.Align)})
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: uintptr(o.Align), Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +128,13 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: quota %d", ErrInvalidOptions, o.Quota)
 	}
 	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, maxShards: o.Shards,
-		guarded: o.ZeroOnFree || o.Quota > 0, zeroOnFree: o.ZeroOnFree, quota: o.Quota}
+		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: o.Quota, log: o.Logger}
+	if o.RecordSites {
+		p.sites = newSiteTable()
+	}
+	if o.Trace != nil {
+		p.trace, p.traceG = alloctrace.NewWriter(o.Trace), o.TraceGoroutines
+	}
 	if p.maxShards <= 0 {
 		p.maxShards = 2 * runtime.GOMAXPROCS(0)
 	}
@@ -159,8 +171,8 @@ func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrInvalidSize, n)
 	}
-	if p.guarded && p.quota > 0 {
-		return p.allocQuota(n, alignment)
+	if p.guarded {
+		return p.allocGuarded(n, alignment)
 	}
 	return p.allocAny(n, alignment)
 }
@@ -349,17 +361,29 @@ func (p *Pool) Trim() {
 // Close stops allocation. When no buffer is live it releases all memory and returns nil. When
 // buffers are live it returns an error wrapping ErrLiveBlocks with their count and bytes, and
 // keeps the memory until the last of them is freed (so nothing in use is unmapped under a
-// caller). A second Close returns ErrClosed.
+// caller). A second Close returns ErrClosed. With Options.Trace, Close also writes out the
+// trace; an error doing so wraps ErrTrace.
 func (p *Pool) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	return errors.Join(p.close(), p.FlushTrace()) // nil when both are
+}
+
+func (p *Pool) close() error {
 	// No shard is added from now on, and a shard being added is published before this returns.
 	p.growMu.Lock()
-	p.growMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier for newShard
+	//lint:ignore SA2001 an empty critical section: a barrier for newShard
+	p.growMu.Unlock()
 	if n, bytes := p.live(); n > 0 {
-		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed",
-			ErrLiveBlocks, n, bytes)
+		sites := ""
+		if p.sites != nil {
+			if top := p.sites.top(topSites); top != "" {
+				sites = "; " + top
+			}
+		}
+		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed%s",
+			ErrLiveBlocks, n, bytes, sites)
 	}
 	return wrapError(p.releaseAll(), ErrClosed)
 }

@@ -39,6 +39,9 @@ type Stats struct {
 	// for locked memory) after which the pool gave back at once the free memory it kept
 	// committed, and tried again.
 	ForcedPurges uint64
+	// Purged counts the bytes decommitted (and unlocked) by purges, Trim included; Decommits
+	// the decommit calls that did it.
+	Purged, Decommits uint64
 	// Syscalls counts the system calls the host provider has made (mmap, mlock, madvise...);
 	// HugeTLBFallbacks counts regions that asked for hugetlb pages and got ordinary ones.
 	Syscalls, HugeTLBFallbacks uint64
@@ -92,6 +95,7 @@ func (p *Pool) Stats() Stats {
 	st.Capacity, st.Reserved = as.Capacity, as.Reserved
 	st.Committed, st.PeakCommitted, st.Locked, st.Kept = as.Committed, as.PeakCommitted, as.Locked, as.Kept
 	st.AlignWaste, st.ForcedPurges = as.AlignWaste, as.ForcedPurges
+	st.Purged, st.Decommits = as.Purged, as.Decommits
 	if st.InUse > 0 {
 		st.Fragmentation = float64(st.Committed) / float64(st.InUse)
 	}

@@ -1,0 +1,135 @@
+package arena
+
+// Read-only views of an arena for observers (sampling, the debug page, metrics). Usage costs no
+// allocation and no provider call, so it can be sampled often; Snapshot copies the per-chunk
+// state of every region under the arena's lock, so what it shows is one consistent instant.
+
+// Usage is the part of Stats that costs nothing to read.
+type Usage struct {
+	// Reserved is the address space held in regions; Committed the memory backed by the
+	// provider; Locked the committed memory that is page-locked.
+	Reserved, Committed, Locked uint64
+	// InUseChunks counts the chunks handed out.
+	InUseChunks int
+}
+
+// Usage returns the arena's memory figures without allocating (one lock, no provider call).
+func (a *Arena) Usage() Usage {
+	a.mu.Lock()
+	u := Usage{Reserved: uint64(a.reserved), Committed: a.st.Committed, InUseChunks: a.st.ChunksInUse}
+	a.mu.Unlock()
+	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
+		u.Locked = u.Committed
+	}
+	return u
+}
+
+// ChunkState is the state of one chunk in a Snapshot.
+type ChunkState struct {
+	// InUse reports that the chunk is handed out (to a heap segment or a huge object).
+	InUse bool
+	// Committed is the chunk's committed memory, in bytes (granules the chunk touches).
+	Committed uint64
+	// Unwanted is the part of Committed no span wants: memory waiting for the purge (or for
+	// Trim when PurgePending is false).
+	Unwanted uint64
+	// PurgePending reports that the purge timer will decommit the unwanted memory; it is false
+	// for memory Precommit keeps, and when the arena's purge delay is negative.
+	PurgePending bool
+	// Kept is the part of Committed in idle kept ranges (Arena.Track: pages and huge objects a
+	// heap freed and keeps for reuse); the purge timer gives it up if it stays idle.
+	Kept uint64
+}
+
+// RegionSnapshot describes one region and its chunks.
+type RegionSnapshot struct {
+	// Base and Size are the region's address range; Grid is the first chunk's start.
+	Base, Size, Grid uintptr
+	// FirstID is the ChunkID of Chunks[0].
+	FirstID ChunkID
+	// Chunks has one entry per chunk, in address order.
+	Chunks []ChunkState
+}
+
+// Snapshot describes every region of an arena at one instant.
+type Snapshot struct {
+	// Provider and Kind name the memory; ChunkSize is the chunk size and Capacity the cap on
+	// reserved bytes.
+	Provider  string
+	Kind      Kind
+	ChunkSize uintptr
+	Capacity  uint64
+	// Regions are in the order they were reserved.
+	Regions []RegionSnapshot
+}
+
+// LargestFreeRun returns the bytes of the longest run of chunks not handed out in one region
+// (the largest huge object the arena can place without reserving a region) and the bytes of
+// capacity not yet reserved (where a new region may go).
+func (s Snapshot) LargestFreeRun() (run uint64, unreserved uint64) {
+	var reserved uint64
+	for _, r := range s.Regions {
+		reserved += uint64(r.Size)
+		n := 0
+		for _, c := range r.Chunks {
+			if c.InUse {
+				n = 0
+				continue
+			}
+			n++
+			run = max(run, uint64(n)*uint64(s.ChunkSize))
+		}
+	}
+	if s.Capacity > reserved {
+		unreserved = s.Capacity - reserved
+	}
+	return run, unreserved
+}
+
+// Snapshot copies the state of every chunk of every region under the arena's lock. It
+// allocates (a slice per region): it is meant for debugging pages, not for frequent sampling
+// (see Usage).
+func (a *Arena) Snapshot() Snapshot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := Snapshot{Provider: a.st.Provider, Kind: a.st.Kind, ChunkSize: a.chunk, Capacity: a.st.Capacity}
+	purges := a.delay >= 0 && a.caps.Decommits
+	for _, r := range *a.regions.Load() {
+		rs := RegionSnapshot{Base: r.r.Base, Size: r.r.Size, Grid: r.grid, FirstID: r.firstID, Chunks: make([]ChunkState, r.nchunks)}
+		for i := range rs.Chunks {
+			glo, ghi := a.chunkGranules(r, i)
+			c := &rs.Chunks[i]
+			c.InUse = r.used.get(i)
+			c.Committed = uint64(r.commit.count(glo, ghi)) << r.gshift
+			if !r.r.Committed && r.unwanted(glo, ghi) {
+				wanted := 0
+				_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
+					wanted += r.want.count(s, e)
+					return nil
+				})
+				c.Unwanted = c.Committed - uint64(wanted)<<r.gshift
+				c.PurgePending = purges && r.stale.get(i) && r.stamp[i] != keepStamp
+			}
+		}
+		s.Regions = append(s.Regions, rs)
+	}
+	for _, k := range a.kept {
+		if k.word.Load()&keptState != uint64(keptIdle) {
+			continue
+		}
+		for _, rs := range s.Regions {
+			if k.addr < rs.Grid || k.addr >= rs.Base+rs.Size {
+				continue
+			}
+			for lo, end := k.addr, k.addr+k.size; lo < end; {
+				i := int((lo - rs.Grid) / a.chunk)
+				hi := min(end, rs.Grid+uintptr(i+1)*a.chunk)
+				if i < len(rs.Chunks) {
+					rs.Chunks[i].Kept += uint64(hi - lo)
+				}
+				lo = hi
+			}
+		}
+	}
+	return s
+}

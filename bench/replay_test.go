@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// TestReplay records a trace through a traced pool and replays it against the Go-side
+// allocators: every allocation and free is played, and the peak live bytes are the trace's.
+func TestReplay(t *testing.T) {
+	var buf bytes.Buffer
+	p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 64 << 20, Trace: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held [][]byte
+	for i := 0; i < 100; i++ {
+		b, err := p.Alloc(1000 + i*5000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+		if i%3 == 2 {
+			if err := p.Free(held[0]); err != nil {
+				t.Fatal(err)
+			}
+			held = held[1:]
+		}
+	}
+	for _, b := range held {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := alloctrace.Read(&buf)
+	if err != nil || len(evs) != 200 {
+		t.Fatalf("%d events, %v", len(evs), err)
+	}
+	var live, peak uint64
+	size := map[uint64]uint64{}
+	for _, e := range evs {
+		if e.Free {
+			live -= size[e.ID]
+		} else {
+			size[e.ID] = e.Size
+			live += e.Size
+		}
+		peak = max(peak, live)
+	}
+	impls := []impl{newGoMake()}
+	var lim unix.Rlimit
+	if os.Geteuid() == 0 || unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil && lim.Cur >= 256<<20 {
+		impls = append(impls, newPinmallocHeap(), newPinmallocPool()) // locked memory
+	} else {
+		t.Log("RLIMIT_MEMLOCK below 256 MiB: the pinmalloc allocators (locked memory) are not replayed")
+	}
+	if g := newGlibc(); g.skip == "" {
+		impls = append(impls, g) // a C allocator: its loop reports no footprint
+	}
+	for _, im := range impls {
+		r, err := im.replay(evs, replayCapacity(evs))
+		if err != nil {
+			t.Fatalf("%s: %v", im.name, err)
+		}
+		c := im.name == "glibc"
+		if r.Events != 200 || r.PeakLive != peak || (r.PeakHeld < peak) != c || r.NsPerOp <= 0 {
+			t.Errorf("%s: %+v, want peak live %d", im.name, r, peak)
+		}
+	}
+}
+
+// TestShippedTrace checks the trace shipped in bench/traces reads back.
+func TestShippedTrace(t *testing.T) {
+	f, err := os.Open("traces/serving.pmtrace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	evs, err := alloctrace.Read(f)
+	if err != nil || len(evs) < 1000 {
+		t.Fatalf("%d events, %v", len(evs), err)
+	}
+}

@@ -1,0 +1,225 @@
+package debugpage
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// scene is a pool in every state the map draws (but "idle" and "spare"), and the buffers that
+// keep it so. The caller frees them with done.
+type scene struct {
+	pool *pinned.Pool
+	bufs [][]byte
+}
+
+func newScene(t testing.TB) *scene {
+	t.Helper()
+	p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 64 << 20, PurgeDelay: time.Hour, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scene{pool: p}
+	alloc := func(n int) []byte {
+		b, err := p.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for i := 0; i < 20000; i++ { // small pages, full: solid blue columns
+		s.bufs = append(s.bufs, alloc(64))
+	}
+	for i := 0; i < 40; i++ {
+		s.bufs = append(s.bufs, alloc(40<<10)) // medium pages
+	}
+	s.bufs = append(s.bufs, alloc(600<<10), alloc(5<<20)) // an object page; a huge object
+	// Three huge objects freed: the heap keeps two for reuse, the third's chunks go back to the
+	// arena, committed, waiting for the purge.
+	var gone [][]byte
+	for i := 0; i < 3; i++ {
+		gone = append(gone, alloc(3<<20))
+	}
+	for _, b := range gone {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func (s *scene) done(t testing.TB) {
+	for _, b := range s.bufs {
+		if err := s.pool.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.pool.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serve starts h on 127.0.0.1 under /debug/pinmalloc/ and returns the page's URL.
+func serve(t testing.TB, h http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/debug/pinmalloc/", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + l.Addr().String() + "/debug/pinmalloc/"
+}
+
+func get(t testing.TB, url string) (string, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
+	}
+	return string(body), resp.Header.Get("Content-Type")
+}
+
+func TestHandler(t *testing.T) {
+	s := newScene(t)
+	defer s.done(t)
+	h := New()
+	h.AddPool("staging", s.pool)
+	url := serve(t, h)
+
+	body, ct := get(t, url+"stats.json")
+	if ct != "application/json" {
+		t.Errorf("stats.json content type %q", ct)
+	}
+	var js struct {
+		Sources []struct {
+			Name  string
+			Kind  string
+			Stats struct {
+				Live, InUse uint64
+				Backend     string
+			}
+			Usage   struct{ Live, InUse, Committed uint64 }
+			Classes []Class
+			Run     uint64 `json:"largest_free_run_bytes"`
+			Chunks  int
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &js); err != nil {
+		t.Fatalf("stats.json: %v\n%s", err, body)
+	}
+	if len(js.Sources) != 1 {
+		t.Fatalf("stats.json has %d sources", len(js.Sources))
+	}
+	src := js.Sources[0]
+	want := uint64(len(s.bufs))
+	if src.Name != "staging" || src.Kind != "pinned" || src.Stats.Live != want || src.Usage.Live != want ||
+		src.Stats.Backend != "pageable" || src.Chunks != 32 || src.Usage.Committed == 0 {
+		t.Errorf("stats.json: %+v", src)
+	}
+	var c64 *Class
+	for i := range src.Classes {
+		if src.Classes[i].Size == 64 {
+			c64 = &src.Classes[i]
+		}
+	}
+	if c64 == nil || c64.Live != 20000 || c64.Blocks < 20000 || c64.Pages != (20000+1023)/1024 {
+		t.Errorf("64-byte class: %+v", c64)
+	}
+	// 32 chunks: 1 small, 1 medium, 1 object, 3 + 2×2 huge (two kept), 2 waiting for the
+	// purge; the largest free run is the 20 chunks after them.
+	if src.Run != 20*2<<20 {
+		t.Errorf("largest free run %d, want 20 chunks", src.Run)
+	}
+
+	svg, ct := get(t, url+"map.svg")
+	if ct != "image/svg+xml" {
+		t.Errorf("map.svg content type %q", ct)
+	}
+	d := xml.NewDecoder(strings.NewReader(svg))
+	states := map[string]int{}
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("map.svg is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "g" {
+			for _, a := range se.Attr {
+				if a.Name.Local == "class" && strings.HasPrefix(a.Value, "chunk ") {
+					states[strings.TrimPrefix(a.Value, "chunk ")]++
+				}
+			}
+		}
+	}
+	wantStates := map[string]int{"small": 1, "medium": 1, "object": 1, "huge": 3, "huge-kept": 4, "purge": 2, "free": 20}
+	for k, v := range wantStates {
+		if states[k] != v {
+			t.Errorf("map.svg: %d chunks %s, want %d (all: %v)", states[k], k, v, states)
+		}
+	}
+	if !strings.Contains(svg, "huge object of 3 chunks, 5 MiB asked") || !strings.Contains(svg, "64 B blocks, 1024 of 1024 live") {
+		t.Errorf("map.svg lacks hover details")
+	}
+
+	page, ct := get(t, url)
+	if !strings.HasPrefix(ct, "text/html") || !strings.Contains(page, "<h2>staging (pinned)</h2>") || !strings.Contains(page, "<svg") {
+		t.Errorf("page: %s", ct)
+	}
+	resp, err := http.Post(url, "text/plain", nil)
+	if err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST: %v %v", resp.Status, err)
+	}
+	resp.Body.Close()
+	if resp, err := http.Get(url + "nothing"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET nothing: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	h.Remove("staging")
+	if body, _ := get(t, url+"stats.json"); strings.Contains(body, "staging") {
+		t.Error("Remove left the pool registered")
+	}
+}
+
+// TestClosedPool serves a pool closed while registered: the page and the JSON still load.
+func TestClosedPool(t *testing.T) {
+	p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := p.Alloc(100)
+	_ = p.Free(b)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h := New()
+	h.AddPool("gone", p)
+	url := serve(t, h)
+	if page, _ := get(t, url); !strings.Contains(page, "gone (pinned)") {
+		t.Error("page of a closed pool")
+	}
+	if js, _ := get(t, url+"stats.json"); !strings.Contains(js, `"regions": 0`) {
+		t.Errorf("stats.json of a closed pool:\n%s", js)
+	}
+	if svg, _ := get(t, url+"map.svg"); strings.Contains(svg, `class="chunk`) {
+		t.Error("map of a closed pool draws chunks")
+	}
+}

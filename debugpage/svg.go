@@ -1,0 +1,229 @@
+package debugpage
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"strings"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/heap"
+)
+
+// Geometry of the map: one pixel column per 32 KiB slice, so a 2 MiB chunk is 64 pixels wide.
+const (
+	cellW      = 64
+	cellH      = 40
+	gap        = 3
+	perRow     = 16
+	headH      = 22 // a region's caption
+	titleH     = 26 // a source's caption
+	bandH      = 5  // the purge band of a chunk in use
+	maxDrawn   = 8192
+	mapWidth   = perRow*(cellW+gap) + gap
+	fontFamily = "font-family:monospace;font-size:12px"
+)
+
+// The colours of chunk states. Flat fills, no opacity: the test finds them in a screenshot.
+var colours = map[string]string{
+	"free":      "#d9d9d9",
+	"idle":      "#edc948",
+	"purge":     "#f28e2b",
+	"spare":     "#9c755f",
+	"huge":      "#e15759",
+	"huge-kept": "#ff9da7",
+	"small":     "#4e79a7",
+	"medium":    "#59a14f",
+	"large":     "#76b7b2",
+	"object":    "#b07aa1",
+}
+
+// tints are the pale backgrounds of segments, by kind.
+var tints = map[heap.ChunkKind]string{
+	heap.ChunkSmall:  "#dbe4ee",
+	heap.ChunkMedium: "#deecdc",
+	heap.ChunkLarge:  "#e4f1f0",
+	heap.ChunkObject: "#efe4ec",
+}
+
+// legend lists the states in the order the page explains them.
+var legend = []struct{ key, text string }{
+	{"free", "free chunk (nothing committed)"},
+	{"idle", "free chunk, committed, kept (no purge scheduled)"},
+	{"purge", "committed memory waiting for the purge"},
+	{"small", "segment of small pages (≤ 8 KiB blocks)"},
+	{"medium", "segment of medium pages (≤ 64 KiB)"},
+	{"large", "segment of one large page (≤ 256 KiB)"},
+	{"object", "segment of object pages (≤ 1 MiB)"},
+	{"huge", "huge object"},
+	{"huge-kept", "huge object freed, kept for reuse"},
+	{"spare", "spare segment held by a heap"},
+}
+
+// svgHeight returns the height of a source's map.
+func svgHeight(m heap.Map) int {
+	h := titleH
+	for _, r := range m.Arena.Regions {
+		n := min(len(r.Chunks), maxDrawn)
+		h += headH + (n+perRow-1)/perRow*(cellH+gap) + gap
+	}
+	return h + gap
+}
+
+// writeSVG draws one source's map as an <svg> element.
+func writeSVG(w io.Writer, p picture) {
+	m := p.m
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" style="%s">`+"\n", mapWidth, svgHeight(m), fontFamily)
+	fmt.Fprintf(w, `<text x="%d" y="17" font-weight="bold">%s: %s, %s, %d regions; largest free run %s, %s not reserved</text>`+"\n",
+		gap, esc(p.src.name), esc(m.Arena.Provider), m.Arena.Kind, len(m.Arena.Regions), fmtBytes(p.run), fmtBytes(p.unres))
+	y := titleH
+	for ri, r := range m.Arena.Regions {
+		fmt.Fprintf(w, `<text x="%d" y="%d">region %d: [%#x, +%s), %d chunks</text>`+"\n", gap, y+15, ri, r.Base, fmtBytes(uint64(r.Size)), len(r.Chunks))
+		y += headH
+		n := min(len(r.Chunks), maxDrawn)
+		for i := 0; i < n; i++ {
+			x := gap + i%perRow*(cellW+gap)
+			cy := y + i/perRow*(cellH+gap)
+			var info heap.ChunkInfo
+			if ri < len(m.Chunks) {
+				info = m.Chunks[ri][i]
+			}
+			writeChunk(w, x, cy, m.Arena.ChunkSize, r, i, r.Chunks[i], info)
+		}
+		if len(r.Chunks) > n {
+			fmt.Fprintf(w, `<text x="%d" y="%d">… %d more chunks not drawn</text>`+"\n", gap, y+(n+perRow-1)/perRow*(cellH+gap)-4, len(r.Chunks)-n)
+		}
+		y += (n+perRow-1)/perRow*(cellH+gap) + gap
+	}
+	io.WriteString(w, "</svg>\n")
+}
+
+// writeChunk draws chunk i of region r at (x, y), with its details as a hover title.
+func writeChunk(w io.Writer, x, y int, chunkSize uintptr, r arena.RegionSnapshot, i int, st arena.ChunkState, info heap.ChunkInfo) {
+	addr := r.Grid + uintptr(i)*chunkSize
+	var title strings.Builder
+	fmt.Fprintf(&title, "chunk %d at %#x: ", int(r.FirstID)+i, addr)
+	state, fill := chunkState(st, info)
+	switch state {
+	case "free", "idle", "purge":
+		fmt.Fprintf(&title, "free")
+	case "spare":
+		fmt.Fprintf(&title, "spare segment held by a heap")
+	case "huge", "huge-kept":
+		if info.HugeSize > 0 {
+			fmt.Fprintf(&title, "huge object of %d chunks, %s asked", info.HugeChunks, fmtBytes(info.HugeSize))
+		} else {
+			fmt.Fprintf(&title, "huge object of %d chunks, freed and kept for reuse", info.HugeChunks)
+		}
+		if !info.HugeFirst {
+			title.WriteString(" (continued)")
+		}
+	default:
+		live, blocks := 0, 0
+		for _, pg := range info.Pages {
+			live += pg.Live
+			blocks += pg.Blocks
+		}
+		fmt.Fprintf(&title, "%s segment, %d pages, %d of %d blocks live", info.Kind, len(info.Pages), live, blocks)
+	}
+	fmt.Fprintf(&title, "; %s committed", fmtBytes(st.Committed))
+	if st.Kept > 0 {
+		fmt.Fprintf(&title, ", %s kept idle for reuse", fmtBytes(st.Kept))
+	}
+	if st.Unwanted > 0 {
+		fmt.Fprintf(&title, ", %s unwanted", fmtBytes(st.Unwanted))
+		if st.PurgePending {
+			title.WriteString(" (purge pending)")
+		}
+	}
+	fmt.Fprintf(w, `<g class="chunk %s"><title>%s</title><rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`,
+		state, esc(title.String()), x, y, cellW, cellH, fill)
+	if tint, ok := tints[info.Kind]; ok && st.InUse {
+		for _, pg := range info.Pages {
+			drawPage(w, x, y, info.Kind, pg, tint)
+		}
+	}
+	if st.InUse && st.PurgePending {
+		fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, x, y+cellH-bandH, cellW, bandH, colours["purge"])
+	}
+	io.WriteString(w, "</g>\n")
+}
+
+// chunkState names a chunk's state and the colour of its background.
+func chunkState(st arena.ChunkState, info heap.ChunkInfo) (state, fill string) {
+	switch {
+	case !st.InUse && st.Committed == 0:
+		state = "free"
+	case !st.InUse && st.PurgePending:
+		state = "purge"
+	case !st.InUse:
+		state = "idle"
+	case info.Kind == heap.ChunkFree:
+		state = "spare"
+	case info.Kind == heap.ChunkHuge && info.HugeSize == 0:
+		state = "huge-kept"
+	case info.Kind == heap.ChunkHuge:
+		state = "huge"
+	default:
+		return info.Kind.String(), tints[info.Kind]
+	}
+	return state, colours[state]
+}
+
+// drawPage draws a page as its columns of slices, filled from the bottom as far as its blocks
+// are live, with its details as a hover title.
+func drawPage(w io.Writer, x, y int, kind heap.ChunkKind, pg heap.PageInfo, tint string) {
+	h := 0
+	if pg.Blocks > 0 && pg.Live > 0 {
+		h = max(2, cellH*pg.Live/pg.Blocks) // a live block is always visible
+	}
+	what := fmt.Sprintf("%s blocks", fmtBytes(pg.BlockSize))
+	if kind == heap.ChunkObject {
+		what = "one object"
+	}
+	fmt.Fprintf(w, `<g><title>page at slice %d (+%d slices of 32 KiB): %s, %d of %d live, %s asked</title><rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`,
+		pg.Slice, pg.Slices, what, pg.Live, pg.Blocks, fmtBytes(pg.LiveBytes), x+pg.Slice, y, pg.Slices, cellH, tint)
+	if h > 0 {
+		fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, x+pg.Slice, y+cellH-h, pg.Slices, h, colours[kind.String()])
+	}
+	io.WriteString(w, "</g>")
+}
+
+// writeSVGDoc writes every source's map as one standalone SVG document, one under the other.
+func writeSVGDoc(w io.Writer, ps []picture) {
+	total := 0
+	for _, p := range ps {
+		total += svgHeight(p.m)
+	}
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d">`+"\n", mapWidth, max(total, 1))
+	y := 0
+	for _, p := range ps {
+		fmt.Fprintf(w, `<g transform="translate(0,%d)">`+"\n", y)
+		writeSVG(w, p)
+		io.WriteString(w, "</g>\n")
+		y += svgHeight(p.m)
+	}
+	io.WriteString(w, "</svg>\n")
+}
+
+func esc(s string) string { return html.EscapeString(s) }
+
+// fmtBytes formats a byte count with a binary unit, three significant digits at most.
+func fmtBytes(n uint64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, u := float64(n)/1024, 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	switch {
+	case v >= 100 || v == float64(int64(v)):
+		return fmt.Sprintf("%.0f %ciB", v, units[u])
+	case v >= 10:
+		return fmt.Sprintf("%.1f %ciB", v, units[u])
+	}
+	return fmt.Sprintf("%.2f %ciB", v, units[u])
+}

@@ -1,0 +1,101 @@
+package device
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pinmalloc/pinmalloc/heap"
+)
+
+// What a device heap shows of itself beyond Stats: Usage for frequent sampling (no allocation,
+// no driver call), Map and Blocks for debugging (a consistent picture: the heap's lock, which
+// makes it the owner of every stream heap, is held while the stream heaps and the arena are
+// read), and a readable Stats.String.
+
+// Usage is what a device heap holds, read without allocating.
+type Usage struct {
+	// Reserved is the address space held; Committed the device memory backed.
+	Reserved, Committed uint64
+	// InUse is the bytes asked for by live blocks and Live their number; a deferred free
+	// counts until it is done.
+	InUse, Live uint64
+}
+
+// Usage returns the heap's figures without allocating and without a driver call (deferred
+// frees whose event has completed are done by the next Alloc or Stats, not here).
+func (h *Heap) Usage() Usage {
+	h.mu.Lock()
+	var u Usage
+	for _, sh := range h.streams {
+		hu := sh.Usage()
+		u.InUse += hu.InUse
+		u.Live += hu.Live
+	}
+	h.mu.Unlock()
+	au := h.a.Usage()
+	u.Reserved, u.Committed = au.Reserved, au.Committed
+	return u
+}
+
+// Map returns a consistent picture of the heap's arena and of what its stream heaps hold in
+// each chunk (the debug page draws it), under the heap's lock.
+func (h *Heap) Map() heap.Map {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return heap.Map{Arena: h.a.Snapshot()}
+	}
+	return h.g.Map()
+}
+
+// Blocks lists the live blocks (deferred frees included) in address order within each
+// region, under the heap's lock.
+func (h *Heap) Blocks() []heap.Block {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	var out []heap.Block
+	h.g.Blocks(func(b heap.Block) bool {
+		out = append(out, b)
+		return true
+	})
+	return out
+}
+
+// String formats the figures for people.
+func (s Stats) String() string {
+	var b strings.Builder
+	a := s.Arena
+	fmt.Fprintf(&b, "device heap: %s memory from %s\n", a.Kind, a.Provider)
+	fmt.Fprintf(&b, "  memory:   %s committed (peak %s), %s reserved of %s capacity, alignment waste %s\n",
+		fmtBytes(a.Committed), fmtBytes(a.PeakCommitted), fmtBytes(a.Reserved), fmtBytes(a.Capacity), fmtBytes(a.AlignWaste))
+	fmt.Fprintf(&b, "  blocks:   %d live, %s in use; %d allocs, %d frees (%d deferred, %d waiting); %d streams\n",
+		s.Live, fmtBytes(s.InUse), s.Allocs, s.Frees, s.DeferredFrees, s.Deferred, s.Streams)
+	fmt.Fprintf(&b, "  arena:    %d regions, %d of %d chunks in use; %d commits, %d decommits, %s purged, %d forced purges\n",
+		a.Regions, a.ChunksInUse, a.Chunks, a.Commits, a.Decommits, fmtBytes(a.Purged), a.ForcedPurges)
+	fmt.Fprintf(&b, "  driver:   %d calls, %d objects, %d events; %d reclaims; committing took %v for %s\n",
+		a.Counters.DriverCalls, a.Counters.DriverObjects, s.Events, s.Reclaims, a.CommitTime, fmtBytes(a.CommitBytes))
+	return b.String()
+}
+
+// fmtBytes formats a byte count with a binary unit, three significant digits at most.
+func fmtBytes(n uint64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, u := float64(n)/1024, 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	switch {
+	case v >= 100 || v == float64(int64(v)):
+		return fmt.Sprintf("%.0f %ciB", v, units[u])
+	case v >= 10:
+		return fmt.Sprintf("%.1f %ciB", v, units[u])
+	}
+	return fmt.Sprintf("%.2f %ciB", v, units[u])
+}

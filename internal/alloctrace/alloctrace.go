@@ -1,0 +1,216 @@
+// Package alloctrace reads and writes allocation traces: every allocation (size, alignment,
+// time, goroutine) and every free of a run, in a compact binary form that a benchmark replays
+// against other allocators (go run ./bench -replay FILE).
+//
+// # Format
+//
+// A file starts with the 8 bytes "PMTRACE1" and holds one record per event, in the order the
+// events happened:
+//
+//	alloc:  0x01, uvarint dt, uvarint size, byte log2(alignment) (0: the pool's own), uvarint goroutine
+//	free:   0x02, uvarint dt, uvarint id
+//
+// dt is the time since the previous event, in nanoseconds. Allocations are numbered from 0 in
+// the order of their records; a free names the allocation it frees by that number. A typical
+// record takes 5 to 8 bytes.
+package alloctrace
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"sync"
+	"time"
+)
+
+// Magic starts every trace.
+const Magic = "PMTRACE1"
+
+const (
+	opAlloc = 1
+	opFree  = 2
+)
+
+// ErrFormat means the input is not a well-formed trace.
+var ErrFormat = errors.New("alloctrace: malformed trace")
+
+// Event is one record.
+type Event struct {
+	// Free tells a free from an allocation.
+	Free bool
+	// At is the time since the trace began.
+	At time.Duration
+	// ID numbers the allocation (for a free, the allocation it frees).
+	ID uint64
+	// Size and Align are the allocation's bytes and alignment (0: the allocator's own);
+	// Goroutine identifies the goroutine that allocated. Zero for a free.
+	Size, Align uint64
+	Goroutine   uint64
+}
+
+// Writer writes a trace. It is safe for concurrent use; each method is one record. Writes
+// are buffered: Flush (or Close of what owns it) writes them out.
+type Writer struct {
+	mu     sync.Mutex
+	w      *bufio.Writer
+	start  time.Time
+	last   time.Duration
+	next   uint64
+	ids    map[uintptr]uint64 // live allocations: address → id
+	err    error
+	header bool
+	buf    [3*binary.MaxVarintLen64 + 2]byte
+}
+
+// NewWriter returns a writer to w. The header is written with the first record.
+func NewWriter(w io.Writer) *Writer {
+	return &Writer{w: bufio.NewWriterSize(w, 64<<10), start: time.Now(), ids: map[uintptr]uint64{}}
+}
+
+// Alloc records an allocation of size bytes aligned to align (0: the allocator's own) at
+// addr, by goroutine g.
+func (t *Writer) Alloc(addr uintptr, size, align, g uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.head(opAlloc)
+	b = binary.AppendUvarint(b, size)
+	lg := byte(0)
+	if align > 0 {
+		lg = byte(bits.TrailingZeros64(align))
+	}
+	b = append(b, lg)
+	b = binary.AppendUvarint(b, g)
+	t.ids[addr] = t.next
+	t.next++
+	t.put(b)
+}
+
+// Free runs release (the allocator's free of addr) and, when it succeeds, records the free,
+// both under the writer's lock: an allocation racing with it cannot be handed addr and have
+// its record taken for this one's.
+func (t *Writer) Free(addr uintptr, release func() error) error {
+	t.Lock()
+	defer t.Unlock()
+	if err := release(); err != nil {
+		return err
+	}
+	t.FreeLocked(addr)
+	return nil
+}
+
+// Lock takes the writer's lock, for a caller that frees memory and records it with
+// FreeLocked without a closure (Free's release allocates when it captures).
+func (t *Writer) Lock() { t.mu.Lock() }
+
+// Unlock releases the lock Lock took.
+func (t *Writer) Unlock() { t.mu.Unlock() }
+
+// FreeLocked records the free of the allocation at addr; the caller holds the lock (Lock)
+// since before the free. A free of memory allocated before tracing began is not recorded.
+func (t *Writer) FreeLocked(addr uintptr) {
+	id, ok := t.ids[addr]
+	if !ok {
+		return
+	}
+	delete(t.ids, addr)
+	t.put(binary.AppendUvarint(t.head(opFree), id))
+}
+
+// head starts a record: the op and the time since the previous one.
+func (t *Writer) head(op byte) []byte {
+	now := time.Since(t.start)
+	dt := max(now-t.last, 0)
+	t.last = now
+	return binary.AppendUvarint(append(t.buf[:0], op), uint64(dt))
+}
+
+func (t *Writer) put(b []byte) {
+	if t.err != nil {
+		return
+	}
+	if !t.header {
+		t.header = true
+		if _, t.err = t.w.WriteString(Magic); t.err != nil {
+			return
+		}
+	}
+	_, t.err = t.w.Write(b)
+}
+
+// Flush writes the buffered records out and returns the first error of any write so far.
+func (t *Writer) Flush() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		if !t.header {
+			t.header = true
+			_, t.err = t.w.WriteString(Magic)
+		}
+		if t.err == nil {
+			t.err = t.w.Flush()
+		}
+	}
+	return t.err
+}
+
+// Read reads a whole trace and checks it: every free names an earlier allocation, freed once.
+func Read(r io.Reader) ([]Event, error) {
+	br := bufio.NewReader(r)
+	var magic [len(Magic)]byte
+	if _, err := io.ReadFull(br, magic[:]); err != nil || string(magic[:]) != Magic {
+		return nil, fmt.Errorf("%w: no %q header", ErrFormat, Magic)
+	}
+	var evs []Event
+	var at time.Duration
+	var allocs uint64
+	freed := map[uint64]bool{}
+	for {
+		op, err := br.ReadByte()
+		if err == io.EOF {
+			return evs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		n := len(evs)
+		dt, err := binary.ReadUvarint(br)
+		if err != nil {
+			return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, n, err)
+		}
+		at += time.Duration(dt)
+		switch op {
+		case opAlloc:
+			e := Event{At: at, ID: allocs}
+			if e.Size, err = binary.ReadUvarint(br); err != nil || e.Size == 0 {
+				return nil, fmt.Errorf("%w: record %d: size %d: %v", ErrFormat, n, e.Size, err)
+			}
+			lg, err := br.ReadByte()
+			if err != nil || lg > 47 {
+				return nil, fmt.Errorf("%w: record %d: alignment 2^%d: %v", ErrFormat, n, lg, err)
+			}
+			if lg > 0 {
+				e.Align = 1 << lg
+			}
+			if e.Goroutine, err = binary.ReadUvarint(br); err != nil {
+				return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, n, err)
+			}
+			allocs++
+			evs = append(evs, e)
+		case opFree:
+			id, err := binary.ReadUvarint(br)
+			if err != nil {
+				return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, n, err)
+			}
+			if id >= allocs || freed[id] {
+				return nil, fmt.Errorf("%w: record %d frees allocation %d (of %d; freed before: %v)", ErrFormat, n, id, allocs, freed[id])
+			}
+			freed[id] = true
+			evs = append(evs, Event{Free: true, At: at, ID: id})
+		default:
+			return nil, fmt.Errorf("%w: record %d: op %d", ErrFormat, n, op)
+		}
+	}
+}

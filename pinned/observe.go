@@ -1,0 +1,184 @@
+package pinned
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/heap"
+)
+
+// What a pool shows of itself beyond Stats: Usage for frequent sampling (no allocation), Map
+// and Blocks for debugging (a consistent picture: every shard's lock is held, in shard order,
+// while the heaps and the arena are read; lock order shard locks → arena), and a readable
+// Stats.String.
+
+// Usage is what a pool holds, read without allocating.
+type Usage struct {
+	// Reserved is the address space held; Committed the memory backed; Locked the committed
+	// memory that is page-locked.
+	Reserved, Committed, Locked uint64
+	// InUse is the bytes asked for by live buffers and Live their number.
+	InUse, Live uint64
+}
+
+// Usage returns the pool's figures without allocating: it takes each shard's lock in turn
+// (collecting the frees other goroutines made, as Stats does) and the arena's lock once.
+func (p *Pool) Usage() Usage {
+	var u Usage
+	if !p.released.Load() {
+		for _, s := range *p.shards.Load() {
+			s.mu.Lock()
+			hu := s.h.Usage()
+			s.mu.Unlock()
+			u.InUse += hu.InUse
+			u.Live += hu.Live
+		}
+	}
+	au := p.a.Usage()
+	u.Reserved, u.Committed, u.Locked = au.Reserved, au.Committed, au.Locked
+	return u
+}
+
+// lockAll takes every shard's lock, in shard order, and returns the shards locked.
+func (p *Pool) lockAll() []*shard {
+	p.growMu.Lock() // no shard is added while the picture is taken
+	ss := *p.shards.Load()
+	for _, s := range ss {
+		s.mu.Lock()
+	}
+	return ss
+}
+
+func (p *Pool) unlockAll(ss []*shard) {
+	for _, s := range ss {
+		s.mu.Unlock()
+	}
+	p.growMu.Unlock()
+}
+
+// Map returns a consistent picture of the pool's arena and of what its heaps hold in each
+// chunk (the debug page draws it). It holds every shard's lock while it reads, so allocation
+// waits for it (about 5 ms for 1 GiB holding 100 000 buffers: BenchmarkMap): it is for
+// debugging, not for sampling (see Usage).
+func (p *Pool) Map() heap.Map {
+	if p.released.Load() {
+		return heap.Map{Arena: p.a.Snapshot()}
+	}
+	ss := p.lockAll()
+	defer p.unlockAll(ss)
+	for _, s := range ss {
+		s.h.Collect()
+	}
+	return p.g.Map()
+}
+
+// Block is a live buffer.
+type Block struct {
+	// Addr is the buffer's address, Size its length and BlockSize the memory it occupies (its
+	// size class); Kind says what holds it ("small", "medium", "large", "object", "huge").
+	Addr      uintptr
+	Size      uint64
+	BlockSize uint64
+	Kind      string
+	// Age is the time since the buffer was allocated, and Site where (the caller of Alloc and
+	// its callers, innermost first), when Options.RecordSites is on; zero and nil otherwise.
+	Age  time.Duration
+	Site []string
+}
+
+// Blocks lists the live buffers in address order within each region. With
+// Options.RecordSites it adds each buffer's age and allocation site (a buffer whose Alloc or
+// Free is under way during the call may show none). Like Map, it holds every shard's lock
+// while it reads the heaps.
+func (p *Pool) Blocks() []Block {
+	if p.released.Load() {
+		return nil
+	}
+	ss := p.lockAll()
+	var out []Block
+	p.g.Blocks(func(b heap.Block) bool {
+		out = append(out, Block{Addr: b.Addr, Size: b.Size, BlockSize: b.BlockSize, Kind: b.Kind.String()})
+		return true
+	})
+	var recs []siteRecord
+	if p.sites != nil {
+		// Still under the shard locks, so that no buffer is handed out again meanwhile. A
+		// buffer freed since the walk (frees take no shard lock) has lost its record and is
+		// no longer live: it is dropped. One whose Alloc has not yet recorded it stays.
+		kept := out[:0]
+		for _, b := range out {
+			r, ok := p.sites.get(b.Addr)
+			if !ok {
+				if n, err := p.g.Size(b.Addr); err != nil || uint64(n) != b.Size {
+					continue
+				}
+			}
+			kept = append(kept, b)
+			recs = append(recs, r)
+		}
+		out = kept
+	}
+	p.unlockAll(ss)
+	now := time.Now()
+	for i, r := range recs {
+		if r.n > 0 {
+			out[i].Age = now.Sub(r.when)
+			out[i].Site = r.frames()
+		}
+	}
+	return out
+}
+
+// String formats the figures for people: sizes in binary units, one line per group of figures,
+// and the size classes in use.
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pinned pool: backend %s, %s memory from %s\n", s.Backend, s.Kind, s.Provider)
+	fmt.Fprintf(&b, "  memory:     %s committed (peak %s), %s locked, %s reserved of %s capacity\n",
+		fmtBytes(s.Committed), fmtBytes(s.PeakCommitted), fmtBytes(s.Locked), fmtBytes(s.Reserved), fmtBytes(s.Capacity))
+	fmt.Fprintf(&b, "  buffers:    %d live, %s in use (peak %s); %d allocs, %d frees; %d shards\n",
+		s.Live, fmtBytes(s.InUse), fmtBytes(s.PeakInUse), s.Allocs, s.Frees, s.Shards)
+	frag := "-"
+	if s.Fragmentation > 0 {
+		frag = fmt.Sprintf("%.2f", s.Fragmentation)
+	}
+	fmt.Fprintf(&b, "  overhead:   committed/in use %s, alignment waste %s, %d forced purges\n", frag, fmtBytes(s.AlignWaste), s.ForcedPurges)
+	fmt.Fprintf(&b, "  system:     %d syscalls, %d driver calls, %d driver objects; committing took %v for %s (%v per GiB)\n",
+		s.Syscalls, s.DriverCalls, s.DriverObjects, s.CommitTime, fmtBytes(s.CommitBytes), s.CommitPerGiB)
+	if s.Precommitted > 0 || s.Precommitting || s.PrecommitErr != nil {
+		fmt.Fprintf(&b, "  precommit:  %s committed ahead", fmtBytes(s.Precommitted))
+		if s.Precommitting {
+			b.WriteString(", running")
+		}
+		if s.PrecommitErr != nil {
+			fmt.Fprintf(&b, ", stopped: %v", s.PrecommitErr)
+		}
+		b.WriteByte('\n')
+	}
+	for _, c := range s.Classes {
+		fmt.Fprintf(&b, "  class %9s: %d live, %d allocs, %d frees, %d pages\n", fmtBytes(c.Size), c.Live, c.Allocs, c.Frees, c.Pages)
+	}
+	return b.String()
+}
+
+// fmtBytes formats a byte count with a binary unit (B, KiB, MiB, GiB, TiB), three significant
+// digits at most.
+func fmtBytes(n uint64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, u := float64(n)/1024, 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	switch {
+	case v >= 100 || v == float64(int64(v)):
+		return fmt.Sprintf("%.0f %ciB", v, units[u])
+	case v >= 10:
+		return fmt.Sprintf("%.1f %ciB", v, units[u])
+	}
+	return fmt.Sprintf("%.2f %ciB", v, units[u])
+}
