@@ -166,14 +166,6 @@ func lockable(n uint64) (ok bool, limitKiB int64) {
 	return lim.Cur >= locked && lim.Cur-locked >= n, int64(lim.Cur >> 10)
 }
 
-// needLocked skips the test unless the process may lock n more bytes.
-func needLocked(t testing.TB, n uint64) {
-	t.Helper()
-	if ok, kib := lockable(n); !ok {
-		t.Skipf("RLIMIT_MEMLOCK soft limit %d KiB is below the %d KiB this test locks; raise it with ulimit -l", kib, n>>10)
-	}
-}
-
 // lockedIfRoom returns the Locked backend when the process may lock n more bytes, and Pageable
 // otherwise: for tests of what does not depend on locking (concurrency, reuse), so that they run
 // under Debian's default 8 MiB limit too.
