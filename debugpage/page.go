@@ -2,6 +2,7 @@ package debugpage
 
 import (
 	"fmt"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 	"io"
 )
 
@@ -30,7 +31,7 @@ td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}
 	}
 	for _, p := range ps {
 		fmt.Fprintf(w, "<h2>%s (%s)</h2>\n<pre>%s</pre>\n", esc(p.src.name), p.src.kind, esc(p.text))
-		fmt.Fprintf(w, "<p>Largest free run of chunks: %s; not yet reserved: %s.</p>\n", fmtBytes(p.run), fmtBytes(p.unres))
+		fmt.Fprintf(w, "<p>Largest free run of chunks: %s; not yet reserved: %s.</p>\n", units.Bytes(p.run), units.Bytes(p.unres))
 		if len(p.classes) > 0 {
 			io.WriteString(w, "<table><tr><th>class</th><th>pages</th><th>blocks</th><th>live</th><th>live bytes</th><th>occupancy</th><th></th></tr>\n")
 			for _, c := range p.classes {
@@ -39,7 +40,7 @@ td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}
 					occ = float64(c.Live) / float64(c.Blocks)
 				}
 				fmt.Fprintf(w, `<tr><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%.1f %%</td><td style="text-align:left"><span class="bar" style="width:%dpx"></span></td></tr>`+"\n",
-					fmtBytes(c.Size), c.Pages, c.Blocks, c.Live, fmtBytes(c.LiveBytes), 100*occ, int(100*occ))
+					units.Bytes(c.Size), c.Pages, c.Blocks, c.Live, units.Bytes(c.LiveBytes), 100*occ, int(100*occ))
 			}
 			io.WriteString(w, "</table>\n")
 		}

@@ -2,6 +2,7 @@ package debugpage
 
 import (
 	"fmt"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 	"html"
 	"io"
 	"strings"
@@ -75,10 +76,10 @@ func writeSVG(w io.Writer, p picture) {
 	m := p.m
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" style="%s">`+"\n", mapWidth, svgHeight(m), fontFamily)
 	fmt.Fprintf(w, `<text x="%d" y="17" font-weight="bold">%s: %s, %s, %d regions; largest free run %s, %s not reserved</text>`+"\n",
-		gap, esc(p.src.name), esc(m.Arena.Provider), m.Arena.Kind, len(m.Arena.Regions), fmtBytes(p.run), fmtBytes(p.unres))
+		gap, esc(p.src.name), esc(m.Arena.Provider), m.Arena.Kind, len(m.Arena.Regions), units.Bytes(p.run), units.Bytes(p.unres))
 	y := titleH
 	for ri, r := range m.Arena.Regions {
-		fmt.Fprintf(w, `<text x="%d" y="%d">region %d: [%#x, +%s), %d chunks</text>`+"\n", gap, y+15, ri, r.Base, fmtBytes(uint64(r.Size)), len(r.Chunks))
+		fmt.Fprintf(w, `<text x="%d" y="%d">region %d: [%#x, +%s), %d chunks</text>`+"\n", gap, y+15, ri, r.Base, units.Bytes(uint64(r.Size)), len(r.Chunks))
 		y += headH
 		n := min(len(r.Chunks), maxDrawn)
 		for i := 0; i < n; i++ {
@@ -111,7 +112,7 @@ func writeChunk(w io.Writer, x, y int, chunkSize uintptr, r arena.RegionSnapshot
 		fmt.Fprintf(&title, "spare segment held by a heap")
 	case "huge", "huge-kept":
 		if info.HugeSize > 0 {
-			fmt.Fprintf(&title, "huge object of %d chunks, %s asked", info.HugeChunks, fmtBytes(info.HugeSize))
+			fmt.Fprintf(&title, "huge object of %d chunks, %s asked", info.HugeChunks, units.Bytes(info.HugeSize))
 		} else {
 			fmt.Fprintf(&title, "huge object of %d chunks, freed and kept for reuse", info.HugeChunks)
 		}
@@ -126,12 +127,12 @@ func writeChunk(w io.Writer, x, y int, chunkSize uintptr, r arena.RegionSnapshot
 		}
 		fmt.Fprintf(&title, "%s segment, %d pages, %d of %d blocks live", info.Kind, len(info.Pages), live, blocks)
 	}
-	fmt.Fprintf(&title, "; %s committed", fmtBytes(st.Committed))
+	fmt.Fprintf(&title, "; %s committed", units.Bytes(st.Committed))
 	if st.Kept > 0 {
-		fmt.Fprintf(&title, ", %s kept idle for reuse", fmtBytes(st.Kept))
+		fmt.Fprintf(&title, ", %s kept idle for reuse", units.Bytes(st.Kept))
 	}
 	if st.Unwanted > 0 {
-		fmt.Fprintf(&title, ", %s unwanted", fmtBytes(st.Unwanted))
+		fmt.Fprintf(&title, ", %s unwanted", units.Bytes(st.Unwanted))
 		if st.PurgePending {
 			title.WriteString(" (purge pending)")
 		}
@@ -177,12 +178,12 @@ func drawPage(w io.Writer, x, y int, kind heap.ChunkKind, pg heap.PageInfo, tint
 	if pg.Blocks > 0 && pg.Live > 0 {
 		h = max(2, cellH*pg.Live/pg.Blocks) // a live block is always visible
 	}
-	what := fmt.Sprintf("%s blocks", fmtBytes(pg.BlockSize))
+	what := fmt.Sprintf("%s blocks", units.Bytes(pg.BlockSize))
 	if kind == heap.ChunkObject {
 		what = "one object"
 	}
 	fmt.Fprintf(w, `<g><title>page at slice %d (+%d slices of 32 KiB): %s, %d of %d live, %s asked</title><rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`,
-		pg.Slice, pg.Slices, what, pg.Live, pg.Blocks, fmtBytes(pg.LiveBytes), x+pg.Slice, y, pg.Slices, cellH, tint)
+		pg.Slice, pg.Slices, what, pg.Live, pg.Blocks, units.Bytes(pg.LiveBytes), x+pg.Slice, y, pg.Slices, cellH, tint)
 	if h > 0 {
 		fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, x+pg.Slice, y+cellH-h, pg.Slices, h, colours[kind.String()])
 	}
@@ -207,23 +208,3 @@ func writeSVGDoc(w io.Writer, ps []picture) {
 }
 
 func esc(s string) string { return html.EscapeString(s) }
-
-// fmtBytes formats a byte count with a binary unit, three significant digits at most.
-func fmtBytes(n uint64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, u := float64(n)/1024, 0
-	for v >= 1024 && u < len(units)-1 {
-		v /= 1024
-		u++
-	}
-	switch {
-	case v >= 100 || v == float64(int64(v)):
-		return fmt.Sprintf("%.0f %ciB", v, units[u])
-	case v >= 10:
-		return fmt.Sprintf("%.1f %ciB", v, units[u])
-	}
-	return fmt.Sprintf("%.2f %ciB", v, units[u])
-}

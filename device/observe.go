@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 	"strings"
 
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -70,32 +71,12 @@ func (s Stats) String() string {
 	a := s.Arena
 	fmt.Fprintf(&b, "device heap: %s memory from %s\n", a.Kind, a.Provider)
 	fmt.Fprintf(&b, "  memory:   %s committed (peak %s), %s reserved of %s capacity, alignment waste %s\n",
-		fmtBytes(a.Committed), fmtBytes(a.PeakCommitted), fmtBytes(a.Reserved), fmtBytes(a.Capacity), fmtBytes(a.AlignWaste))
+		units.Bytes(a.Committed), units.Bytes(a.PeakCommitted), units.Bytes(a.Reserved), units.Bytes(a.Capacity), units.Bytes(a.AlignWaste))
 	fmt.Fprintf(&b, "  blocks:   %d live, %s in use; %d allocs, %d frees (%d deferred, %d waiting); %d streams\n",
-		s.Live, fmtBytes(s.InUse), s.Allocs, s.Frees, s.DeferredFrees, s.Deferred, s.Streams)
+		s.Live, units.Bytes(s.InUse), s.Allocs, s.Frees, s.DeferredFrees, s.Deferred, s.Streams)
 	fmt.Fprintf(&b, "  arena:    %d regions, %d of %d chunks in use; %d commits, %d decommits, %s purged, %d forced purges\n",
-		a.Regions, a.ChunksInUse, a.Chunks, a.Commits, a.Decommits, fmtBytes(a.Purged), a.ForcedPurges)
+		a.Regions, a.ChunksInUse, a.Chunks, a.Commits, a.Decommits, units.Bytes(a.Purged), a.ForcedPurges)
 	fmt.Fprintf(&b, "  driver:   %d calls, %d objects, %d events; %d reclaims; committing took %v for %s\n",
-		a.Counters.DriverCalls, a.Counters.DriverObjects, s.Events, s.Reclaims, a.CommitTime, fmtBytes(a.CommitBytes))
+		a.Counters.DriverCalls, a.Counters.DriverObjects, s.Events, s.Reclaims, a.CommitTime, units.Bytes(a.CommitBytes))
 	return b.String()
-}
-
-// fmtBytes formats a byte count with a binary unit, three significant digits at most.
-func fmtBytes(n uint64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, u := float64(n)/1024, 0
-	for v >= 1024 && u < len(units)-1 {
-		v /= 1024
-		u++
-	}
-	switch {
-	case v >= 100 || v == float64(int64(v)):
-		return fmt.Sprintf("%.0f %ciB", v, units[u])
-	case v >= 10:
-		return fmt.Sprintf("%.1f %ciB", v, units[u])
-	}
-	return fmt.Sprintf("%.2f %ciB", v, units[u])
 }

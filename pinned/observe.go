@@ -2,6 +2,7 @@ package pinned
 
 import (
 	"fmt"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 	"strings"
 	"time"
 
@@ -136,18 +137,18 @@ func (s Stats) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pinned pool: backend %s, %s memory from %s\n", s.Backend, s.Kind, s.Provider)
 	fmt.Fprintf(&b, "  memory:     %s committed (peak %s), %s locked, %s reserved of %s capacity\n",
-		fmtBytes(s.Committed), fmtBytes(s.PeakCommitted), fmtBytes(s.Locked), fmtBytes(s.Reserved), fmtBytes(s.Capacity))
+		units.Bytes(s.Committed), units.Bytes(s.PeakCommitted), units.Bytes(s.Locked), units.Bytes(s.Reserved), units.Bytes(s.Capacity))
 	fmt.Fprintf(&b, "  buffers:    %d live, %s in use (peak %s); %d allocs, %d frees; %d shards\n",
-		s.Live, fmtBytes(s.InUse), fmtBytes(s.PeakInUse), s.Allocs, s.Frees, s.Shards)
+		s.Live, units.Bytes(s.InUse), units.Bytes(s.PeakInUse), s.Allocs, s.Frees, s.Shards)
 	frag := "-"
 	if s.Fragmentation > 0 {
 		frag = fmt.Sprintf("%.2f", s.Fragmentation)
 	}
-	fmt.Fprintf(&b, "  overhead:   committed/in use %s, alignment waste %s, %d forced purges\n", frag, fmtBytes(s.AlignWaste), s.ForcedPurges)
+	fmt.Fprintf(&b, "  overhead:   committed/in use %s, alignment waste %s, %d forced purges\n", frag, units.Bytes(s.AlignWaste), s.ForcedPurges)
 	fmt.Fprintf(&b, "  system:     %d syscalls, %d driver calls, %d driver objects; committing took %v for %s (%v per GiB)\n",
-		s.Syscalls, s.DriverCalls, s.DriverObjects, s.CommitTime, fmtBytes(s.CommitBytes), s.CommitPerGiB)
+		s.Syscalls, s.DriverCalls, s.DriverObjects, s.CommitTime, units.Bytes(s.CommitBytes), s.CommitPerGiB)
 	if s.Precommitted > 0 || s.Precommitting || s.PrecommitErr != nil {
-		fmt.Fprintf(&b, "  precommit:  %s committed ahead", fmtBytes(s.Precommitted))
+		fmt.Fprintf(&b, "  precommit:  %s committed ahead", units.Bytes(s.Precommitted))
 		if s.Precommitting {
 			b.WriteString(", running")
 		}
@@ -157,28 +158,7 @@ func (s Stats) String() string {
 		b.WriteByte('\n')
 	}
 	for _, c := range s.Classes {
-		fmt.Fprintf(&b, "  class %9s: %d live, %d allocs, %d frees, %d pages\n", fmtBytes(c.Size), c.Live, c.Allocs, c.Frees, c.Pages)
+		fmt.Fprintf(&b, "  class %9s: %d live, %d allocs, %d frees, %d pages\n", units.Bytes(c.Size), c.Live, c.Allocs, c.Frees, c.Pages)
 	}
 	return b.String()
-}
-
-// fmtBytes formats a byte count with a binary unit (B, KiB, MiB, GiB, TiB), three significant
-// digits at most.
-func fmtBytes(n uint64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, u := float64(n)/1024, 0
-	for v >= 1024 && u < len(units)-1 {
-		v /= 1024
-		u++
-	}
-	switch {
-	case v >= 100 || v == float64(int64(v)):
-		return fmt.Sprintf("%.0f %ciB", v, units[u])
-	case v >= 10:
-		return fmt.Sprintf("%.1f %ciB", v, units[u])
-	}
-	return fmt.Sprintf("%.2f %ciB", v, units[u])
 }

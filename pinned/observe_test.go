@@ -65,11 +65,6 @@ func TestStatsString(t *testing.T) {
 			t.Errorf("Stats.String() lacks %q:\n%s", want, s)
 		}
 	}
-	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.50 KiB", 10 << 20: "10 MiB", 150 << 30: "150 GiB", 12_345_678: "11.8 MiB"} {
-		if got := fmtBytes(n); got != want {
-			t.Errorf("fmtBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
 }
 
 func TestMapAndBlocks(t *testing.T) {
