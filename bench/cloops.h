@@ -3,7 +3,8 @@
 // the allocator. The loops mirror the Go ones in goloops.go operation for operation: same size
 // sequence, same slot table, same batch shape.
 //
-// The file is a template: define BENCH_PREFIX, BENCH_MALLOC(n) and BENCH_FREE(p), then include it.
+// The file is a template: define BENCH_PREFIX, BENCH_MALLOC(n), BENCH_FREE(p) and BENCH_HELD() (the
+// bytes the allocator holds from the OS), then include it.
 // It defines static functions <prefix>_pair, <prefix>_mixed and <prefix>_prodcons, each returning
 // the elapsed nanoseconds, or -1 when an allocation failed.
 
@@ -140,12 +141,20 @@ static int64_t BENCH_FN(prodcons)(const uint32_t *ops, int64_t mask, int64_t n) 
 
 // <prefix>_replay plays a recorded trace (replay.go): ev[i] is size<<1 for an allocation
 // (numbered in order into slots) or id<<1|1 for the free of allocation id. Every block's first
-// byte is written. It returns the elapsed ns, or -1 when an allocation failed (what it
-// allocated is freed either way).
-static int64_t BENCH_FN(replay)(const uint64_t *ev, int64_t n, void **slots) {
-	int64_t next = 0, failed = 0;
+// byte is written. Every 256 events it samples BENCH_HELD() (the memory the allocator holds
+// from the OS, committed) into *peak; the samples' own time is left out of the elapsed time.
+// It returns the elapsed ns, or -1 when an allocation failed (what it allocated is freed
+// either way).
+static int64_t BENCH_FN(replay)(const uint64_t *ev, int64_t n, void **slots, int64_t *peak) {
+	int64_t next = 0, failed = 0, sampling = 0;
+	*peak = 0;
 	int64_t t0 = bench_now_ns();
 	for (int64_t i = 0; i < n && !failed; i++) {
+		if ((i & 255) == 0) {
+			int64_t s0 = bench_now_ns(), h = BENCH_HELD();
+			if (h > *peak) *peak = h;
+			sampling += bench_now_ns() - s0;
+		}
 		uint64_t e = ev[i];
 		if (e & 1) {
 			BENCH_FREE(slots[e >> 1]);
@@ -157,7 +166,9 @@ static int64_t BENCH_FN(replay)(const uint64_t *ev, int64_t n, void **slots) {
 		if (p != NULL) p[0] = 1;
 		slots[next++] = p;
 	}
-	int64_t el = bench_now_ns() - t0;
+	int64_t el = bench_now_ns() - t0 - sampling;
+	int64_t h = BENCH_HELD();
+	if (h > *peak) *peak = h;
 	for (int64_t i = 0; i < next; i++) {
 		if (slots[i] != NULL) BENCH_FREE(slots[i]);
 	}

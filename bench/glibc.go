@@ -4,7 +4,9 @@ package main
 
 /*
 #cgo CFLAGS: -O2
+#include <malloc.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 // glibc's own entry points: with -tags mimalloc, libmimalloc.so (which exports malloc and
 // free) may interpose the plain names for the whole process, so the glibc loops name glibc.
@@ -13,6 +15,12 @@ extern void __libc_free(void *);
 #define BENCH_PREFIX glibc
 #define BENCH_MALLOC(n) __libc_malloc(n)
 #define BENCH_FREE(p) __libc_free(p)
+// glibc_held is the memory glibc's arenas and mmapped chunks hold (mallinfo2).
+static int64_t glibc_held(void) {
+	struct mallinfo2 m = mallinfo2();
+	return (int64_t)(m.arena + m.hblkhd);
+}
+#define BENCH_HELD() glibc_held()
 #include "cloops.h"
 */
 import "C"
@@ -32,10 +40,12 @@ func newGlibc() impl {
 		prodcons: func(ops []uint32, n int) int64 {
 			return int64(C.glibc_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))
 		},
-		replay: func(ev []uint64, nalloc int) int64 {
+		replay: func(ev []uint64, nalloc int) (int64, uint64) {
 			slots := C.malloc(C.size_t(max(nalloc, 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))
 			defer C.free(slots)
-			return int64(C.glibc_replay((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)), (*unsafe.Pointer)(slots)))
+			var peak C.int64_t
+			ns := C.glibc_replay((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)), (*unsafe.Pointer)(slots), &peak)
+			return int64(ns), uint64(peak)
 		},
 	})
 }

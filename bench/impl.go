@@ -63,7 +63,7 @@ type cLoops struct {
 	pair     func(size, n int) int64
 	mixed    func(ops []uint32, n int, b *barrier) int64
 	prodcons func(ops []uint32, n int) int64
-	replay   func(ev []uint64, nalloc int) int64
+	replay   func(ev []uint64, nalloc int) (ns int64, peakHeld uint64)
 }
 
 // cImpl builds the impl of a C allocator from its loops.

@@ -13,6 +13,13 @@ package main
 #define BENCH_PREFIX mi
 #define BENCH_MALLOC(n) mi_malloc(n)
 #define BENCH_FREE(p) mi_free(p)
+// mi_held is the memory mimalloc has committed now (mi_process_info).
+static int64_t mi_held(void) {
+	size_t elapsed, user, sys, rss, peak_rss, commit, peak_commit, faults;
+	mi_process_info(&elapsed, &user, &sys, &rss, &peak_rss, &commit, &peak_commit, &faults);
+	return (int64_t)commit;
+}
+#define BENCH_HELD() mi_held()
 #include "cloops.h"
 
 // The exclusive arena of the huge-object cases: made once per process, since mimalloc 2.0.9
@@ -80,10 +87,12 @@ func newMimalloc() impl {
 		prodcons: func(ops []uint32, n int) int64 {
 			return int64(C.mi_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))
 		},
-		replay: func(ev []uint64, nalloc int) int64 {
+		replay: func(ev []uint64, nalloc int) (int64, uint64) {
 			slots := C.malloc(C.size_t(max(nalloc, 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))
 			defer C.free(slots)
-			return int64(C.mi_replay((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)), (*unsafe.Pointer)(slots)))
+			var peak C.int64_t
+			ns := C.mi_replay((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)), (*unsafe.Pointer)(slots), &peak)
+			return int64(ns), uint64(peak)
 		},
 	})
 	im.huge = mimallocHuge
