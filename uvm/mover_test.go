@@ -59,16 +59,7 @@ func TestMovers(t *testing.T) {
 func roundTrip(t *testing.T, dev *icuda.Device, tr *uvm.Tier, n, size int) {
 	t.Helper()
 	s := stream(t, dev)
-	hs := make([]uvm.Handle, n)
-	for i := range hs {
-		h, err := tr.Alloc(size)
-		must(t, err)
-		hs[i] = h
-		b, err := tr.AcquireHost(h, uvm.Write)
-		must(t, err)
-		copy(b, pattern(byte(i), size))
-		must(t, tr.ReleaseHost(h))
-	}
+	hs := filled(t, tr, n, size)
 	for i, h := range hs {
 		p, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)

@@ -41,16 +41,7 @@ func runSizes(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, size int) {
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: uintptr(2 * size)})
 	s := stream(t, dev)
 	launches, jobs := f.Launches(), f.GatherJobs()
-	hs := make([]uvm.Handle, n)
-	for i := range hs {
-		h, err := tr.Alloc(size)
-		must(t, err)
-		hs[i] = h
-		b, err := tr.AcquireHost(h, uvm.Write)
-		must(t, err)
-		copy(b, pattern(byte(i), size))
-		must(t, tr.ReleaseHost(h))
-	}
+	hs := filled(t, tr, n, size)
 	for round := 0; round < 2; round++ {
 		for i, h := range hs {
 			p, err := tr.Acquire(h, s, uvm.Write)

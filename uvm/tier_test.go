@@ -71,6 +71,22 @@ func writeDev(t testing.TB, dev *icuda.Device, p cuda.DevicePtr, b []byte) {
 	}
 }
 
+// filled allocates n blocks of size bytes and fills block i from the host with pattern(i).
+func filled(t testing.TB, tr *uvm.Tier, n, size int) []uvm.Handle {
+	t.Helper()
+	hs := make([]uvm.Handle, n)
+	for i := range hs {
+		h, err := tr.Alloc(size)
+		must(t, err)
+		hs[i] = h
+		b, err := tr.AcquireHost(h, uvm.Write)
+		must(t, err)
+		copy(b, pattern(byte(i), size))
+		must(t, tr.ReleaseHost(h))
+	}
+	return hs
+}
+
 func pattern(seed byte, n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -107,16 +123,7 @@ func TestRoundTrip(t *testing.T) {
 	const n, size = 8, 64 * kib
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 4 * size})
 	s := stream(t, dev)
-	hs := make([]uvm.Handle, n)
-	for i := range hs {
-		h, err := tr.Alloc(size)
-		must(t, err)
-		hs[i] = h
-		b, err := tr.AcquireHost(h, uvm.Write)
-		must(t, err)
-		copy(b, pattern(byte(i), size))
-		must(t, tr.ReleaseHost(h))
-	}
+	hs := filled(t, tr, n, size)
 	for round := 0; round < 3; round++ {
 		for i, h := range hs {
 			p, err := tr.Acquire(h, s, uvm.Write)
