@@ -170,3 +170,73 @@ func TestCopyTwoDevices(t *testing.T) {
 	must(t, "MemFree", d1.MemFree(dp1))
 	freeGranules(t, f, d0, va, 1, hs)
 }
+
+// TestCopyRulesOtherPaths holds the generic copy (cuMemcpyAsync), the batch API and the gather
+// kernel to the same host-side rules as HtoD/DtoH: inside one registration works, across two
+// is CUDA_ERROR_INVALID_VALUE (a kernel: CUDA_ERROR_ILLEGAL_ADDRESS, sticky), and VMM host
+// granules need the device's access; the kernel reads registered memory only when it was
+// registered DEVICEMAP.
+func TestCopyRulesOtherPaths(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	dp, err := d.MemAlloc(2 * gran)
+	must(t, "MemAlloc", err)
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	buf := make([]byte, 2*gran+8192)
+	base := (mem.Addr(buf) + 4095) &^ 4095
+	for i := uintptr(0); i < 2; i++ {
+		must(t, "MemHostRegister", d.MemHostRegister(base+i*gran, gran, cuda.HostRegisterDeviceMap))
+	}
+	paths := func(h, n uintptr) []error {
+		return []error{
+			d.MemcpyAsync(dp, h, n, s),
+			d.MemcpyAsync(h, dp, n, s),
+			d.MemcpyBatchAsync([]uintptr{dp}, []uintptr{h}, []uintptr{n}, 0, s),
+			d.MemcpyBatchAsync([]uintptr{h}, []uintptr{dp}, []uintptr{n}, 0, s),
+		}
+	}
+	want := func(what string, errs []error, want error) {
+		t.Helper()
+		for i, err := range errs {
+			wantErr(t, what+[]string{" MemcpyAsync HtoD", " MemcpyAsync DtoH", " batch HtoD", " batch DtoH"}[i], err, want)
+		}
+	}
+	want("inside one registration", paths(base+100, gran-100), nil)
+	want("across two registrations", paths(base+gran/2, gran), cuda.ErrInvalidValue)
+
+	va, hs := hostGranules(t, f, d, 2, 2)
+	must(t, "MemSetAccess(host)", f.MemSetAccess(d, va, 2*gran, Access{hostLoc, rw}))
+	want("host granules without device access", paths(va, 2*gran), cuda.ErrInvalidValue)
+	must(t, "MemSetAccess(device)", f.MemSetAccess(d, va, 2*gran, Access{dev0, rw}))
+	want("host granules with device access", paths(va, 2*gran), nil)
+
+	m, err := d.ModuleLoadData(gatherPTX)
+	must(t, "ModuleLoadData", err)
+	fn, err := d.ModuleGetFunction(m, "pinmalloc_gather")
+	must(t, "ModuleGetFunction", err)
+	jobs, err := d.MemHostAlloc(4096, cuda.HostAllocDeviceMap)
+	must(t, "MemHostAlloc jobs", err)
+	one, block := cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 256, Y: 1, Z: 1}
+	launch := func(dst, src, n uintptr) error {
+		jobArray(jobs, [3]uint64{uint64(dst), uint64(src), uint64(n)})
+		return d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1)
+	}
+	must(t, "kernel from host granules", launch(dp, va, 2*gran))
+	must(t, "kernel from one registration", launch(dp, base+100, gran-100))
+	wantCode(t, "kernel across two registrations", launch(dp, base+gran/2, gran), ResultIllegalAddress)
+	f.ClearStickyError()
+
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+	must(t, "ModuleUnload", d.ModuleUnload(m))
+	must(t, "MemFreeHost", d.MemFreeHost(jobs))
+	freeGranules(t, f, d, va, 2, hs)
+	for i := uintptr(0); i < 2; i++ {
+		must(t, "MemHostUnregister", d.MemHostUnregister(base+i*gran))
+	}
+	runtime.KeepAlive(buf)
+	must(t, "StreamDestroy", d.StreamDestroy(s))
+	must(t, "MemFree", d.MemFree(dp))
+}
