@@ -122,12 +122,7 @@ func BenchmarkMigration(b *testing.B) {
 
 func benchMigration(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int, dirty bool) {
 	n := int(tr.Stats().Budget) / size
-	hs := make([]uvm.Handle, n)
-	for i := range hs {
-		h, err := tr.Alloc(size)
-		must(b, err)
-		hs[i] = h
-	}
+	hs := allocN(b, tr, n, size)
 	round := func() {
 		if dirty {
 			for _, h := range hs {

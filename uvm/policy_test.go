@@ -34,15 +34,7 @@ func TestScanResistance(t *testing.T) {
 		tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: 8 * size, Policy: tc.pol})
 		must(t, err)
 		s := stream(t, dev)
-		alloc := func(n int) []uvm.Handle {
-			hs := make([]uvm.Handle, n)
-			for i := range hs {
-				h, err := tr.Alloc(size)
-				must(t, err)
-				hs[i] = h
-			}
-			return hs
-		}
+		alloc := func(n int) []uvm.Handle { return allocN(t, tr, n, size) }
 		hot, filler, scan := alloc(4), alloc(8), alloc(24)
 		for _, set := range [][]uvm.Handle{hot, filler, hot, scan} {
 			for _, h := range set {

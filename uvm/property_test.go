@@ -286,12 +286,7 @@ func TestEvictionFailure(t *testing.T) {
 	mv := &flakyMover{next: kernelMover(t, dev)}
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size, Mover: mv})
 	s := stream(t, dev)
-	var hs [3]uvm.Handle
-	for i := range hs {
-		h, err := tr.Alloc(size)
-		must(t, err)
-		hs[i] = h
-	}
+	hs := allocN(t, tr, 3, size)
 	for i, h := range hs[:2] {
 		p, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)
@@ -347,12 +342,7 @@ func TestHostFull(t *testing.T) {
 	const size = 64 * kib
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size})
 	s := stream(t, dev)
-	var hs [3]uvm.Handle
-	for i := range hs {
-		h, err := tr.Alloc(size)
-		must(t, err)
-		hs[i] = h
-	}
+	hs := allocN(t, tr, 3, size)
 	for i, h := range hs[:2] {
 		p, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)

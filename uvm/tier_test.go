@@ -71,14 +71,23 @@ func writeDev(t testing.TB, dev *icuda.Device, p cuda.DevicePtr, b []byte) {
 	}
 }
 
-// filled allocates n blocks of size bytes and fills block i from the host with pattern(i).
-func filled(t testing.TB, tr *uvm.Tier, n, size int) []uvm.Handle {
+// allocN allocates n blocks of size bytes.
+func allocN(t testing.TB, tr *uvm.Tier, n, size int) []uvm.Handle {
 	t.Helper()
 	hs := make([]uvm.Handle, n)
 	for i := range hs {
 		h, err := tr.Alloc(size)
 		must(t, err)
 		hs[i] = h
+	}
+	return hs
+}
+
+// filled allocates n blocks of size bytes and fills block i from the host with pattern(i).
+func filled(t testing.TB, tr *uvm.Tier, n, size int) []uvm.Handle {
+	t.Helper()
+	hs := allocN(t, tr, n, size)
+	for i, h := range hs {
 		b, err := tr.AcquireHost(h, uvm.Write)
 		must(t, err)
 		copy(b, pattern(byte(i), size))
@@ -255,12 +264,7 @@ func TestAllPinned(t *testing.T) {
 	const size = 64 * kib
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size})
 	s := stream(t, dev)
-	var hs [3]uvm.Handle
-	for i := range hs {
-		h, err := tr.Alloc(size)
-		must(t, err)
-		hs[i] = h
-	}
+	hs := allocN(t, tr, 3, size)
 	for _, h := range hs[:2] {
 		_, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)

@@ -21,12 +21,7 @@ func TestAcquireContext(t *testing.T) {
 	const size = 64 * kib
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size})
 	s := stream(t, dev)
-	var hs [3]uvm.Handle
-	for i := range hs {
-		h, err := tr.Alloc(size)
-		must(t, err)
-		hs[i] = h
-	}
+	hs := allocN(t, tr, 3, size)
 	for _, h := range hs[:2] {
 		_, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)
