@@ -132,9 +132,6 @@ func (t *Tier) checkStream(s cuda.Stream) error {
 func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
-		return ErrClosed
-	}
 	id, b, err := t.lookup(h)
 	if err != nil {
 		return err
@@ -270,9 +267,6 @@ func (t *Tier) copyToHost(id BlockID, b *block) error {
 func (t *Tier) ReleaseHost(h Handle) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
-		return ErrClosed
-	}
 	_, b, err := t.lookup(h)
 	if err != nil {
 		return err

@@ -61,8 +61,11 @@ func (t *Tier) handle(id BlockID) Handle {
 	return Handle(uint64(t.blocks[id].gen)<<32 | uint64(id) + 1)
 }
 
-// lookup returns the slot of a live handle. t.mu is held.
+// lookup returns the slot of a live handle; ErrClosed once the tier is closed. t.mu is held.
 func (t *Tier) lookup(h Handle) (BlockID, *block, error) {
+	if t.closed {
+		return 0, nil, ErrClosed
+	}
 	low := uint32(h)
 	if low == 0 || int(low) > len(t.blocks) {
 		return 0, nil, fmt.Errorf("%w: %#x", ErrInvalidHandle, uint64(h))
@@ -125,9 +128,6 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 func (t *Tier) Free(h Handle) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
-		return ErrClosed
-	}
 	id, _, err := t.lookup(h)
 	if err != nil {
 		return err
