@@ -8,8 +8,11 @@ import (
 
 // BenchmarkPoolPair is one Alloc and one Free of mixed sizes from 16 B to 8 KiB through the
 // goroutine-safe pool.
-func BenchmarkPoolPair(b *testing.B) {
-	p := newTestPool(b, Options{})
+func BenchmarkPoolPair(b *testing.B) { poolPairs(b, Options{}) }
+
+// poolPairs times Alloc+Free pairs of mixed sizes from 16 B to 8 KiB in a pool made with o.
+func poolPairs(b *testing.B, o Options) {
+	p := newTestPool(b, o)
 	sz := sizes1k(1)
 	b.ReportAllocs()
 	b.ResetTimer()

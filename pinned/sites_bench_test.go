@@ -9,19 +9,7 @@ import (
 // BenchmarkPoolPairSites is BenchmarkPoolPair with Options.RecordSites: what recording
 // allocation sites costs per Alloc+Free (compare with BenchmarkPoolPair in the same run).
 func BenchmarkPoolPairSites(b *testing.B) {
-	p := newTestPool(b, Options{RecordSites: true})
-	sz := sizes1k(1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		buf, err := p.Alloc(sz[i&1023])
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := p.Free(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
+	poolPairs(b, Options{RecordSites: true})
 }
 
 // BenchmarkCallers is the runtime.Callers of RecordSites alone (8 frames).
@@ -44,17 +32,5 @@ func BenchmarkUsage(b *testing.B) {
 // BenchmarkPoolPairTrace is BenchmarkPoolPair with Options.Trace writing to io.Discard: what
 // recording a trace costs per Alloc+Free.
 func BenchmarkPoolPairTrace(b *testing.B) {
-	p := newTestPool(b, Options{Trace: io.Discard})
-	sz := sizes1k(1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		buf, err := p.Alloc(sz[i&1023])
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := p.Free(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
+	poolPairs(b, Options{Trace: io.Discard})
 }
