@@ -179,6 +179,9 @@ func (g *Group) locateSized(p, n uintptr) (*page, uint32, error) {
 // blocks, and with ErrDoubleFree for one in a free block (or in a free page or chunk). A
 // caller checking that a range [p, p+n) lies inside one block tests p+n <= base+size. Frees
 // of the block racing with the call are the caller's business.
+//
+// Its first half repeats locate's on purpose: sharing it through a helper that locate calls
+// costs a free about 3 % (a call locate's inlining budget cannot absorb; measured interleaved).
 func (g *Group) Block(p uintptr) (base, size uintptr, err error) {
 	id, ok := g.a.Lookup(p)
 	if !ok {
