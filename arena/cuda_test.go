@@ -180,7 +180,7 @@ func TestFakeHostVMM(t *testing.T) {
 	if !ok || p.Name() != "cuda-host-vmm" || p.Kind() != arena.HostPinned || p.Caps().Granule != 2<<20 || !p.Caps().ZeroOnCommit {
 		t.Fatalf("NewCUDAHost with host VMM = %T %s %+v", prov, prov.Name(), prov.Caps())
 	}
-	if loc := p.Location(); loc != (cuda.Location{Type: cuda.LocationHostNUMA, ID: 0}) {
+	if loc := p.Location(); loc != (pcuda.Location{Type: pcuda.LocationHostNUMA, ID: 0}) {
 		t.Errorf("location %+v, want host NUMA node 0", loc)
 	}
 	a := newArena(t, p, 1<<30)
@@ -240,7 +240,7 @@ func TestFakeHostVMMChoice(t *testing.T) {
 	d1 := f.Open(t, 1)
 	p, err := arena.NewCUDAHostVMM(fakecuda.Public(d1), arena.CUDAHostOptions{})
 	must(t, "NewCUDAHostVMM", err)
-	if loc := p.Location(); loc.Type != cuda.LocationHostNUMA || loc.ID != 1 {
+	if loc := p.Location(); loc.Type != pcuda.LocationHostNUMA || loc.ID != 1 {
 		t.Errorf("device 1's host memory on %+v, want its nearest node 1", loc)
 	}
 	p, err = arena.NewCUDAHostVMM(fakecuda.Public(d1), arena.CUDAHostOptions{NUMA: arena.NUMANode(0)})

@@ -162,7 +162,9 @@ func hostLocation(dev *icuda.Device, n NUMA) (icuda.Location, error) {
 }
 
 // Location returns where the provider's memory lives.
-func (p *CUDAHostVMMProvider) Location() icuda.Location { return p.loc }
+func (p *CUDAHostVMMProvider) Location() cuda.Location {
+	return cuda.Location{Type: cuda.LocationType(p.loc.Type), ID: p.loc.ID}
+}
 
 // Reserve implements Provider. With CUDAHostOptions.Populate the region is committed whole.
 func (p *CUDAHostVMMProvider) Reserve(size, alignment uintptr) (*Region, error) {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
@@ -90,7 +91,7 @@ func (c *batchSuite) cases() []benchCase {
 
 // measureBatch times n batches queued on the suite's stream and one synchronize.
 func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method device.CopyMethod, toHost bool, size uintptr) {
-	b, err := device.NewBatcher(c.dev, device.BatchOptions{Method: method, TrustNoOverlap: true})
+	b, err := device.NewBatcher(cuda.Public(c.dev).(*pcuda.Device), device.BatchOptions{Method: method, TrustNoOverlap: true})
 	if err != nil {
 		rs.fail(err)
 		return

@@ -58,10 +58,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"slices"
 	"sync"
 
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -147,30 +148,30 @@ const (
 
 // stage is a staging buffer for a kernel's job array: pinned host memory mapped for the device.
 type stage struct {
-	host uintptr        // host address, written by Copy
-	dptr cuda.DevicePtr // the device's address of the same memory
-	jobs int            // capacity in jobs
-	ev   cuda.Event     // recorded after the launch that reads the buffer
-	busy bool           // ev was recorded and may not have completed
+	host uintptr         // host address, written by Copy
+	dptr icuda.DevicePtr // the device's address of the same memory
+	jobs int             // capacity in jobs
+	ev   icuda.Event     // recorded after the launch that reads the buffer
+	busy bool            // ev was recorded and may not have completed
 }
 
 // Batcher moves batches of copy jobs with one kernel launch, one batch call or one copy per
 // job. See the file comment.
 type Batcher struct {
-	dev     *cuda.Device
+	dev     *icuda.Device
 	method  CopyMethod
 	low     bool
 	trust   bool // skip the overlap check
 	blocks  int  // grid bound; 0 = one block per job
 	threads int
 
-	mod cuda.Module
-	fn  cuda.Function
+	mod icuda.Module
+	fn  icuda.Function
 
 	mu     sync.Mutex
 	closed bool
-	side   cuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
-	fences *cuda.EventPool
+	side   icuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
+	fences *icuda.EventPool
 	stages []*stage // FIFO: stages[0] is the least recently used
 
 	spans, spare      []span // scratch for the overlap check
@@ -186,14 +187,15 @@ const dstBit = ^(^uintptr(0) >> 1)
 // NewBatcher makes a Batcher for dev, which must stay open until Close. With MethodAuto or
 // MethodKernel it loads the kernel (one JIT compilation per process, cached by the driver
 // across processes).
-func NewBatcher(dev *cuda.Device, o BatchOptions) (*Batcher, error) {
-	if dev == nil {
-		return nil, fmt.Errorf("%w: no CUDA device: %w", ErrInvalidOptions, cuda.ErrNoDriver)
+func NewBatcher(pub *cuda.Device, o BatchOptions) (*Batcher, error) {
+	dev, err := icuda.Internal(pub)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	if o.Method > MethodPerCopy || o.MaxBlocks < 0 || o.BlockThreads < 0 || o.BlockThreads > 1024 || o.BlockThreads%32 != 0 {
 		return nil, fmt.Errorf("%w: %+v (method %s, MaxBlocks ≥ 0, BlockThreads a multiple of 32 up to 1024)", ErrInvalidOptions, o, o.Method)
 	}
-	b := &Batcher{dev: dev, low: o.LowPriority, trust: o.TrustNoOverlap, blocks: o.MaxBlocks, threads: o.BlockThreads, fences: cuda.NewEventPool(dev)}
+	b := &Batcher{dev: dev, low: o.LowPriority, trust: o.TrustNoOverlap, blocks: o.MaxBlocks, threads: o.BlockThreads, fences: icuda.NewEventPool(dev)}
 	if b.threads == 0 {
 		b.threads = defaultBlockThreads
 	}
@@ -227,11 +229,11 @@ func NewBatcher(dev *cuda.Device, o BatchOptions) (*Batcher, error) {
 
 // loadKernel loads the gather kernel's PTX for the device's architecture.
 func (b *Batcher) loadKernel() error {
-	major, err := b.dev.Attribute(cuda.AttrComputeCapabilityMajor)
+	major, err := b.dev.Attribute(icuda.AttrComputeCapabilityMajor)
 	if err != nil {
 		return err
 	}
-	minor, err := b.dev.Attribute(cuda.AttrComputeCapabilityMinor)
+	minor, err := b.dev.Attribute(icuda.AttrComputeCapabilityMinor)
 	if err != nil {
 		return err
 	}
@@ -239,7 +241,7 @@ func (b *Batcher) loadKernel() error {
 	if sm == 0 {
 		return fmt.Errorf("device: compute capability %d.%d is too old for the gather kernel", major, minor)
 	}
-	if mapped, err := b.dev.Attribute(cuda.AttrCanMapHostMemory); err != nil || mapped == 0 {
+	if mapped, err := b.dev.Attribute(icuda.AttrCanMapHostMemory); err != nil || mapped == 0 {
 		return fmt.Errorf("device: the device cannot map host memory for the kernel's job arrays (%v)", err)
 	}
 	mod, err := b.dev.ModuleLoadData(gatherPTX(sm))
@@ -264,7 +266,7 @@ func (b *Batcher) lowPriority() error {
 		return err
 	}
 	if b.blocks == 0 {
-		sms, err := b.dev.Attribute(cuda.AttrMultiprocessorCount)
+		sms, err := b.dev.Attribute(icuda.AttrMultiprocessorCount)
 		if err != nil || sms <= 0 {
 			sms = 16
 		}
@@ -279,7 +281,7 @@ func (b *Batcher) Method() CopyMethod { return b.method }
 // Copy queues every job on stream s and returns without waiting (see the file comment for the
 // stream guarantees and errors). An empty batch does nothing. The host side of each job must
 // stay allocated, and its bytes untouched, until s has passed the copy.
-func (b *Batcher) Copy(jobs []CopyJob, s cuda.Stream) error {
+func (b *Batcher) Copy(jobs []CopyJob, s icuda.Stream) error {
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -375,7 +377,7 @@ func sortSpans(s, tmp []span) []span {
 }
 
 // launch queues the kernel over jobs.
-func (b *Batcher) launch(jobs []CopyJob, s cuda.Stream) error {
+func (b *Batcher) launch(jobs []CopyJob, s icuda.Stream) error {
 	st, err := b.stage(len(jobs))
 	if err != nil {
 		return err
@@ -401,7 +403,7 @@ func (b *Batcher) launch(jobs []CopyJob, s cuda.Stream) error {
 		}
 		on = b.side
 	}
-	err = b.dev.LaunchKernel(b.fn, cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: uint32(b.threads), Y: 1, Z: 1}, 0, on,
+	err = b.dev.LaunchKernel(b.fn, icuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, icuda.Dim3{X: uint32(b.threads), Y: 1, Z: 1}, 0, on,
 		uint64(st.dptr), uint64(len(jobs)))
 	if err != nil {
 		return fmt.Errorf("device: kernel copy of %d jobs: %w", len(jobs), err)
@@ -417,7 +419,7 @@ func (b *Batcher) launch(jobs []CopyJob, s cuda.Stream) error {
 }
 
 // fence makes the work queued on to from now on wait for the work queued on from so far.
-func (b *Batcher) fence(from, to cuda.Stream) error {
+func (b *Batcher) fence(from, to icuda.Stream) error {
 	ev, err := b.fences.Get()
 	if err != nil {
 		return err
@@ -442,7 +444,7 @@ func (b *Batcher) stage(n int) (*stage, error) {
 		switch err := b.idle(old); {
 		case err == nil:
 			st = old
-		case !errors.Is(err, cuda.ErrNotReady):
+		case !errors.Is(err, icuda.ErrNotReady):
 			return nil, err
 		case len(b.stages) >= maxStages:
 			if err := b.dev.EventSynchronize(old.ev); err != nil {
@@ -489,7 +491,7 @@ func (b *Batcher) newStage(n int) (*stage, error) {
 	for jobs < n {
 		jobs *= 2
 	}
-	host, err := b.dev.MemHostAlloc(uintptr(jobs)*jobBytes, cuda.HostAllocDeviceMap|cuda.HostAllocPortable)
+	host, err := b.dev.MemHostAlloc(uintptr(jobs)*jobBytes, icuda.HostAllocDeviceMap|icuda.HostAllocPortable)
 	if err != nil {
 		return nil, fmt.Errorf("device: allocating a staging buffer for %d jobs: %w", jobs, err)
 	}
@@ -509,7 +511,7 @@ func (b *Batcher) freeStage(st *stage) error {
 }
 
 // batch queues jobs with one cuMemcpyBatchAsync_v2 call.
-func (b *Batcher) batch(jobs []CopyJob, s cuda.Stream) error {
+func (b *Batcher) batch(jobs []CopyJob, s icuda.Stream) error {
 	b.dsts, b.srcs, b.sizes = b.dsts[:0], b.srcs[:0], b.sizes[:0]
 	for _, j := range jobs {
 		b.dsts = append(b.dsts, j.Dst)
@@ -540,7 +542,7 @@ func (b *Batcher) batch(jobs []CopyJob, s cuda.Stream) error {
 }
 
 // perCopy queues one cuMemcpyAsync per job.
-func (b *Batcher) perCopy(jobs []CopyJob, s cuda.Stream) error {
+func (b *Batcher) perCopy(jobs []CopyJob, s icuda.Stream) error {
 	for i, j := range jobs {
 		if err := b.dev.MemcpyAsync(j.Dst, j.Src, j.Len, s); err != nil {
 			return fmt.Errorf("device: copy job %d of %d (%d bytes from %#x to %#x; earlier jobs are queued): %w",

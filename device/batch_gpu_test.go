@@ -32,7 +32,7 @@ func TestCUDABatcher(t *testing.T) {
 		{Method: MethodKernel}, {Method: MethodBatchAPI}, {Method: MethodPerCopy},
 		{Method: MethodKernel, LowPriority: true}, {Method: MethodKernel, MaxBlocks: 3, BlockThreads: 64},
 	} {
-		b, err := NewBatcher(dev, o)
+		b, err := NewBatcher(fakecuda.Public(dev), o)
 		if err != nil {
 			t.Logf("%+v: %v", o, err)
 			continue
@@ -153,7 +153,7 @@ func BenchmarkCUDABatcherInterference(b *testing.B) {
 		{"kernel-lowpriority", BatchOptions{Method: MethodKernel, TrustNoOverlap: true, LowPriority: true}},
 		{"batch-api", BatchOptions{Method: MethodBatchAPI, TrustNoOverlap: true}},
 	} {
-		bt, err := NewBatcher(dev, c.o)
+		bt, err := NewBatcher(fakecuda.Public(dev), c.o)
 		if err != nil {
 			b.Logf("%s: %v", c.name, err)
 			continue

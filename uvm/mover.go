@@ -17,7 +17,7 @@ type CopyJob = device.CopyJob
 // batch, else one cuMemcpyBatchAsync call, else one copy per block). The tier's jobs never
 // overlap (every block has its own VRAM and its own host buffer, and a batch moves a block
 // once), so the Batcher's overlap check is skipped.
-func newDefaultMover(dev *icuda.Device) (*device.Batcher, error) {
+func newDefaultMover(dev *cuda.Device) (*device.Batcher, error) {
 	return device.NewBatcher(dev, device.BatchOptions{TrustNoOverlap: true})
 }
 

@@ -29,7 +29,7 @@ type model struct {
 // semantics in C), closed at cleanup.
 func kernelMover(t testing.TB, dev *icuda.Device) *device.Batcher {
 	t.Helper()
-	b, err := device.NewBatcher(dev, device.BatchOptions{})
+	b, err := device.NewBatcher(fakecuda.Public(dev), device.BatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -317,7 +317,7 @@ func (t *Tier) open(o Options) error {
 	t.installPressure()
 	t.mover = o.Mover
 	if t.mover == nil {
-		m, err := newDefaultMover(t.dev)
+		m, err := newDefaultMover(t.pub)
 		if err != nil {
 			return fmt.Errorf("uvm: copy engine: %w", err)
 		}

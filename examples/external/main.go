@@ -120,6 +120,9 @@ func gpuDemo(dev *cuda.Device) (string, error) {
 		return "", errors.Join(err, h.Close())
 	}
 	err = roundTrip(dev, h, pool, cuda.Stream(uintptr(myStream)))
+	if err == nil {
+		err = batched(dev, h, pool, s)
+	}
 	err = errors.Join(err, h.ForgetStream(s), h.Close(), pool.Close())
 	if err != nil {
 		return "", err
@@ -127,7 +130,7 @@ func gpuDemo(dev *cuda.Device) (string, error) {
 	if err := providers(dev); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s, %d of %d MiB free: device heap, streams, events, pinned staging and providers: ok",
+	return fmt.Sprintf("%s, %d of %d MiB free: device heap, streams, events, pinned staging, the copy engine and providers: ok",
 		name, free>>20, total>>20), nil
 }
 
@@ -170,6 +173,51 @@ func roundTrip(dev *cuda.Device, h *device.Heap, pool *pinned.Pool, s cuda.Strea
 		err = errors.New("the bytes that came back differ from those sent")
 	}
 	return errors.Join(err, h.FreeAsync(p, s), h.FreeAsync(q, s), dev.StreamSynchronize(s), h.Sync())
+}
+
+// batched scatters a pinned buffer into four device blocks and gathers them back into another
+// with the copy engine (device.Batcher: one kernel launch per batch where the driver loads it),
+// and checks the bytes.
+func batched(dev *cuda.Device, h *device.Heap, pool *pinned.Pool, s cuda.Stream) error {
+	const n, parts = 256 << 10, 4
+	b, err := device.NewBatcher(dev, device.BatchOptions{})
+	if err != nil {
+		return err
+	}
+	src, err := pool.Alloc(n)
+	if err != nil {
+		return errors.Join(err, b.Close())
+	}
+	dst, err := pool.Alloc(n)
+	if err != nil {
+		return errors.Join(err, pool.Free(src), b.Close())
+	}
+	for i := range src {
+		src[i] = byte(i * 13)
+	}
+	hs, err := pool.DevicePointer(src)
+	hd, err2 := pool.DevicePointer(dst)
+	err = errors.Join(err, err2)
+	var out, in []device.CopyJob
+	var blocks []cuda.DevicePtr
+	for i := uintptr(0); err == nil && i < parts; i++ {
+		var p cuda.DevicePtr
+		if p, err = h.Alloc(n/parts, s); err == nil {
+			blocks = append(blocks, p)
+			out = append(out, device.CopyJob{Dst: p, Src: hs + i*n/parts, Len: n / parts})
+			in = append(in, device.CopyJob{Dst: hd + i*n/parts, Src: p, Len: n / parts})
+		}
+	}
+	if err == nil {
+		err = errors.Join(b.Copy(out, s), b.Copy(in, s), dev.StreamSynchronize(s))
+	}
+	if err == nil && !bytes.Equal(src, dst) {
+		err = fmt.Errorf("the copy engine (%s) gave back different bytes", b.Method())
+	}
+	for _, p := range blocks {
+		err = errors.Join(err, h.FreeAsync(p, s))
+	}
+	return errors.Join(err, dev.StreamSynchronize(s), pool.Free(src), pool.Free(dst), b.Close())
 }
 
 // providers makes an arena over the device's best device provider, sized by
