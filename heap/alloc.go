@@ -47,7 +47,7 @@ func (h *Heap) class(n uintptr) uint8 {
 // take marks block idx of pg live and returns its address.
 func (h *Heap) take(pg *page, idx uint32, n uintptr) uintptr {
 	pg.state[idx] = uint32(n) // see freedRemote
-	h.classes[pg.class].allocs++
+	pg.allocs++
 	h.allocs++
 	h.live += n
 	if h.live > h.peak {
@@ -169,7 +169,8 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 		return nil, err
 	}
 	h.afterCarve(s)
-	cl.pages++
+	pg.allIdx = len(cl.all)
+	cl.all = append(cl.all, pg)
 	cl.avail.pushFront(pg)
 	return pg, nil
 }
@@ -203,7 +204,7 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 		h.spares = h.spares[:n-1]
 		// A new struct, never the old one: see the invariants.
 		s = &segment{span: sp.span, base: sp.base, dirtyBits: sp.dirtyBits, decommit: sp.decommit}
-		h.g.register(s.span, s)
+		h.g.register(s)
 	} else {
 		// One chunk, at the alignment the arena's chunks have: asking for segSize alignment
 		// of an arena whose regions are not aligned (cuMemAlloc, external) would cost a
@@ -215,7 +216,7 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 			return nil, err
 		}
 		s = &segment{span: span, base: span.Base, dirtyBits: ^uint64(0), decommit: ^uint64(0)}
-		h.g.register(span, s)
+		h.g.register(s)
 		h.nsegs++
 	}
 	s.kind = kind
@@ -316,15 +317,15 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		state: make([]uint32, 1), remote: make([]atomicWord, 1)}
 	pg.want = span.Size
 	s.huge = pg
-	h.g.register(span, s)
+	h.g.register(s)
 	h.nhuge++
 	return h.takeObject(pg, n), span.Zeroed, nil
 }
 
 // takeObject marks the single block of an object or huge page live.
 func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
-	pg.state[0] = 1
 	pg.objSize = n
+	pg.state[0] = stateOf(n) // see freedRemote
 	h.allocs++
 	h.live += n
 	if h.live > h.peak {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc/arena"
 )
 
 // mixedSizes returns 1024 sizes drawn uniformly from 16 B to 8 KiB.
@@ -81,5 +83,32 @@ func BenchmarkChurnMixed(b *testing.B) {
 	b.StopTimer()
 	for _, p := range slots {
 		_ = h.Free(p)
+	}
+}
+
+// BenchmarkPairRegions is BenchmarkPairMixed in the last of 1 or 32 regions: finding a block
+// must not grow with the number of regions (the address table; the arena's own lookup scans
+// them).
+func BenchmarkPairRegions(b *testing.B) {
+	for _, n := range []int{1, 32} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			h := newTestHeapOn(b, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 128 << 20, RegionSize: 4 << 20}, Options{})
+			var hold []uintptr
+			for range n - 1 { // a huge block fills each of the first regions
+				p, err := h.Alloc(4 << 20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				hold = append(hold, p)
+			}
+			if st := h.a.Stats(); st.Regions != n-1 {
+				b.Fatalf("%d regions before the pairs, want %d", st.Regions, n-1)
+			}
+			pairs(b, h, mixedSizes(1), h.Free)
+			b.StopTimer()
+			for _, p := range hold {
+				_ = h.Free(p)
+			}
+		})
 	}
 }

@@ -14,17 +14,22 @@ func (h *Heap) Free(p uintptr) error {
 	if err != nil {
 		return h.closedOr(err)
 	}
-	return h.free(pg, idx, p)
+	return h.free(pg, idx, p, 0)
 }
 
 // FreeSized is Free that also checks n against the size the block was allocated with, so that a
-// sub-slice or a truncated buffer is refused (ErrSizeMismatch) instead of freed.
+// sub-slice or a truncated buffer is refused (ErrSizeMismatch) instead of freed. The check is
+// part of the free's compare-and-swap (see freeState), so a stale free racing another
+// goroutine's allocation of the block with a different size is refused too.
 func (h *Heap) FreeSized(p, n uintptr) error {
-	pg, idx, err := h.g.locateSized(p, n)
+	pg, idx, err := h.g.locate(p)
 	if err != nil {
 		return h.closedOr(err)
 	}
-	return h.free(pg, idx, p)
+	if n == 0 {
+		return fmt.Errorf("%w: %#x freed with 0 bytes", ErrSizeMismatch, p)
+	}
+	return h.free(pg, idx, p, n)
 }
 
 // closedOr reports a failed free of a closed heap as ErrClosed: its memory is gone, so what
@@ -36,13 +41,14 @@ func (h *Heap) closedOr(err error) error {
 	return err
 }
 
-func (h *Heap) free(pg *page, idx uint32, p uintptr) error {
+// free frees block idx of pg, at p, allocated with n bytes (0: any).
+func (h *Heap) free(pg *page, idx uint32, p, n uintptr) error {
 	if pg.heap != h {
-		return pg.freeRemote(idx, p)
+		return pg.freeRemote(idx, p, n)
 	}
-	size, ok := pg.freeState(idx, false)
+	size, ok := pg.freeState(idx, false, n)
 	if !ok {
-		return fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+		return pg.freeError(idx, size, p, n)
 	}
 	if pg.class < 0 {
 		h.freeObject(pg)
@@ -55,10 +61,11 @@ func (h *Heap) free(pg *page, idx uint32, p uintptr) error {
 	return nil
 }
 
-// freeRemote frees block idx of pg from any goroutine, without a lock.
-func (pg *page) freeRemote(idx uint32, p uintptr) error {
-	if _, ok := pg.freeState(idx, true); !ok {
-		return fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+// freeRemote frees block idx of pg, at p, allocated with n bytes (0: any), from any goroutine,
+// without a lock.
+func (pg *page) freeRemote(idx uint32, p, n uintptr) error {
+	if st, ok := pg.freeState(idx, true, n); !ok {
+		return pg.freeError(idx, st, p, n)
 	}
 	pg.remote[idx>>6].Or(1 << (idx & 63))
 	if pg.pending.Load() == 0 && pg.pending.CompareAndSwap(0, 1) {
@@ -67,13 +74,26 @@ func (pg *page) freeRemote(idx uint32, p uintptr) error {
 	return nil
 }
 
+// freeError says why freeState refused block idx, at p, whose state word was st: it was not
+// live, or live with another size than n.
+func (pg *page) freeError(idx, st uint32, p, n uintptr) error {
+	if st == 0 || st&freedRemote != 0 {
+		return fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	}
+	live := uintptr(st)
+	if pg.class < 0 {
+		live = pg.objSize
+	}
+	return fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, live, n)
+}
+
 // pushFree puts a block that is no longer live back on its page's free stack.
 func (h *Heap) pushFree(pg *page, idx, size uint32) {
 	pg.free[pg.nfree] = uint16(idx)
 	pg.nfree++
 	h.live -= uintptr(size)
 	h.frees++
-	h.classes[pg.class].frees++
+	pg.frees++
 }
 
 // pageChanged runs when a page gained a free block while full, or became empty: it goes back on
@@ -85,7 +105,7 @@ func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 	}
 	if mayRelease && pg.empty() && h.cur[pg.class] != pg {
 		cl.avail.remove(pg)
-		cl.pages--
+		cl.retire(pg)
 		h.freeSlices(pg)
 	}
 }
@@ -169,7 +189,7 @@ func (h *Heap) drop(pg *page) {
 		return
 	}
 	pg.dead = true
-	h.g.unregister(pg.seg.span)
+	h.g.unregister(pg.seg)
 	_ = h.a.Free(pg.seg.span) // cannot fail: the span is ours and in use
 	h.nhuge--
 }
@@ -196,7 +216,7 @@ func (h *Heap) freeSlices(pg *page) {
 		return
 	}
 	h.segs[s.kind].remove(s)
-	h.g.unregister(s.span)
+	h.g.unregister(s)
 	if h.hold || len(h.spares) == 0 {
 		// Kept for reuse, but its memory goes to the arena's purge unless claimed in time.
 		if h.a.Decommit(s.base, segSize) == nil {

@@ -10,17 +10,39 @@ import (
 // Group is a set of heaps over one arena. Any goroutine may free any block of any of them
 // through Group.Free, without a lock: the block's owner collects it later.
 //
-// A group's chunk table maps every arena chunk to the segment that holds it. An arena's
-// capacity is address space, so the table must cost nothing until the chunks are used: it has
-// two levels, a directory of one pointer per leafChunks chunks (per 8 GiB), made with the group,
-// and leaves of leafChunks segment pointers (32 KiB each), made when a segment in their range is
-// first registered and kept for the group's life. A lookup is two dependent loads, lock-free; a
-// nil leaf reads as a chunk no segment holds.
+// # Finding a block's segment
+//
+// Two tables map addresses to segments, both lock-free to read and written only when a
+// segment is registered or unregistered (never on an allocation or a free).
+//
+// The address table is the fast one: it is keyed by the address itself, in slots of 2 MiB of
+// address space, so a lookup is two dependent loads (a leaf, then a slot) whatever the number
+// of regions, with no search. It has a directory of one pointer per addrLeafSlots slots (per
+// 8 GiB) covering the 128 TiB of a 48-bit user address space (128 KiB, made with the group)
+// and leaves of addrLeafSlots slots (64 KiB each) made when a segment in their range is first
+// registered. A slot holds two segments: lo, the one whose chunks cover the slot's first byte,
+// and hi, one that starts inside the slot. When the arena's chunks are 2 MiB aligned (host
+// memory, VMM) a segment always starts on a slot and hi stays empty; when they are not (an
+// external region, cuMemAlloc), a chunk straddles two slots and is lo of one and hi of the
+// other. A slot that would need a third segment (two region ends inside 2 MiB), and an address
+// beyond the directory, are left to the chunk table.
+//
+// The chunk table is the complete one: keyed by arena.ChunkID, which the arena's Lookup finds by
+// scanning its regions. It has the same two levels, a directory of one pointer per leafChunks
+// chunks (sized by the arena's capacity) and leaves of leafChunks segment pointers (32 KiB each).
+// A lookup the address table misses goes there, and so does every error: the two agree on every
+// registered segment, so the fast table only ever answers sooner.
+//
+// Both keep their leaves for the group's life, and a nil leaf or slot reads as no segment.
+// Segments are never reused (see the package invariants), so a lookup racing with an
+// unregistration finds either nil or a segment whose pages report the block free.
 type Group struct {
 	a          *arena.Arena
+	addr       []atomic.Pointer[addrLeaf]  // by address >> addrLeafShift
 	dir        []atomic.Pointer[chunkLeaf] // by arena.ChunkID >> leafShift
 	chunkAlign uintptr
 	granule    uintptr // the provider's commit granule
+	nheaps     atomic.Int32
 }
 
 const (
@@ -35,6 +57,18 @@ const (
 // chunkLeaf maps leafChunks consecutive chunk IDs to their segments.
 type chunkLeaf [leafChunks]atomic.Pointer[segment]
 
+const (
+	addrLeafSlots = 1 << 12                      // slots per leaf
+	addrLeafShift = segShift + 12                // address bits below a leaf's index: 8 GiB
+	addrDirLen    = MaxCapacity >> addrLeafShift // leaves in the directory: 128 TiB of addresses
+)
+
+// addrSlot is the address table's entry for 2 MiB of address space: see Group.
+type addrSlot struct{ lo, hi atomic.Pointer[segment] }
+
+// addrLeaf is addrLeafSlots consecutive slots: 8 GiB of address space.
+type addrLeaf [addrLeafSlots]addrSlot
+
 // NewGroup creates an empty group over an arena whose chunks are 2 MiB.
 func NewGroup(a *arena.Arena) (*Group, error) {
 	if a == nil {
@@ -47,7 +81,8 @@ func NewGroup(a *arena.Arena) (*Group, error) {
 		return nil, fmt.Errorf("%w: arena capacity %d exceeds %d (128 TiB, a 48-bit address space)", ErrInvalidArgument, a.Capacity(), uint64(MaxCapacity))
 	}
 	n := (a.MaxChunks() + leafChunks - 1) >> leafShift
-	return &Group{a: a, dir: make([]atomic.Pointer[chunkLeaf], n), chunkAlign: a.ChunkAlign(), granule: a.Provider().Caps().Granule}, nil
+	return &Group{a: a, addr: make([]atomic.Pointer[addrLeaf], addrDirLen), dir: make([]atomic.Pointer[chunkLeaf], n),
+		chunkAlign: a.ChunkAlign(), granule: a.Provider().Caps().Granule}, nil
 }
 
 // segmentAt returns the segment registered for chunk id, or nil.
@@ -84,16 +119,19 @@ func (g *Group) Free(p uintptr) error {
 	if err != nil {
 		return err
 	}
-	return pg.freeRemote(idx, p)
+	return pg.freeRemote(idx, p, 0)
 }
 
 // FreeSized is Free with the size check of Heap.FreeSized.
 func (g *Group) FreeSized(p, n uintptr) error {
-	pg, idx, err := g.locateSized(p, n)
+	pg, idx, err := g.locate(p)
 	if err != nil {
 		return err
 	}
-	return pg.freeRemote(idx, p)
+	if n == 0 {
+		return fmt.Errorf("%w: %#x freed with 0 bytes", ErrSizeMismatch, p)
+	}
+	return pg.freeRemote(idx, p, n)
 }
 
 // Owner returns the heap that owns the live block at p.
@@ -118,27 +156,82 @@ func (g *Group) Size(p uintptr) (uintptr, error) {
 	return n, nil
 }
 
-func (g *Group) register(span arena.Span, s *segment) {
-	for i := 0; i < span.N; i++ {
-		g.slot(span.ID + arena.ChunkID(i)).Store(s)
+// register enters s in both tables for the chunks of its span.
+func (g *Group) register(s *segment) {
+	for i := 0; i < s.span.N; i++ {
+		g.slot(s.span.ID + arena.ChunkID(i)).Store(s)
+	}
+	g.eachAddrSlot(s, func(e *atomic.Pointer[segment]) { e.CompareAndSwap(nil, s) }) // taken: see Group
+}
+
+// unregister takes s out of both tables.
+func (g *Group) unregister(s *segment) {
+	for i := 0; i < s.span.N; i++ {
+		g.slot(s.span.ID + arena.ChunkID(i)).Store(nil)
+	}
+	g.eachAddrSlot(s, func(e *atomic.Pointer[segment]) { e.CompareAndSwap(s, nil) })
+}
+
+// eachAddrSlot calls f with the address-table entry (lo or hi) of each slot s's chunks touch,
+// making leaves as needed.
+func (g *Group) eachAddrSlot(s *segment, f func(*atomic.Pointer[segment])) {
+	end := s.base + s.span.Size
+	for slot := s.base &^ (segSize - 1); slot < end && slot>>addrLeafShift < addrDirLen; slot += segSize {
+		d := &g.addr[slot>>addrLeafShift]
+		l := d.Load()
+		if l == nil {
+			l = new(addrLeaf)
+			if !d.CompareAndSwap(nil, l) {
+				l = d.Load() // another heap made it first
+			}
+		}
+		e := &l[slot>>segShift&(addrLeafSlots-1)]
+		if s.base <= slot {
+			f(&e.lo)
+		} else {
+			f(&e.hi)
+		}
 	}
 }
 
-func (g *Group) unregister(span arena.Span) {
-	for i := 0; i < span.N; i++ {
-		g.slot(span.ID + arena.ChunkID(i)).Store(nil)
+// segmentOf returns the segment of the address table whose span holds address p, or nil
+// (then only the chunk table can say).
+func (g *Group) segmentOf(p uintptr) *segment {
+	if i := p >> addrLeafShift; i < uintptr(len(g.addr)) {
+		if l := g.addr[i].Load(); l != nil {
+			e := &l[p>>segShift&(addrLeafSlots-1)]
+			if s := e.lo.Load(); s != nil && p-s.base < s.span.Size {
+				return s
+			}
+			if s := e.hi.Load(); s != nil && p-s.base < s.span.Size {
+				return s
+			}
+		}
 	}
+	return nil
+}
+
+// segmentSlow finds the segment holding address p through the arena's regions and the chunk
+// table, for what the address table does not answer: it says why there is none.
+func (g *Group) segmentSlow(p uintptr) (*segment, error) {
+	id, ok := g.a.Lookup(p)
+	if !ok {
+		return nil, fmt.Errorf("%w: %#x is outside the arena", ErrNotOwned, p)
+	}
+	if s := g.segmentAt(id); s != nil {
+		return s, nil
+	}
+	return nil, fmt.Errorf("%w: %#x is in a free chunk", ErrDoubleFree, p)
 }
 
 // locate finds the page and block index of the block that starts at p.
 func (g *Group) locate(p uintptr) (*page, uint32, error) {
-	id, ok := g.a.Lookup(p)
-	if !ok {
-		return nil, 0, fmt.Errorf("%w: %#x is outside the arena", ErrNotOwned, p)
-	}
-	s := g.segmentAt(id)
+	s := g.segmentOf(p)
 	if s == nil {
-		return nil, 0, fmt.Errorf("%w: %#x is in a free chunk", ErrDoubleFree, p)
+		var err error
+		if s, err = g.segmentSlow(p); err != nil {
+			return nil, 0, err
+		}
 	}
 	pg := s.huge
 	if pg == nil {
@@ -163,17 +256,6 @@ func (g *Group) locate(p uintptr) (*page, uint32, error) {
 	return pg, idx, nil
 }
 
-func (g *Group) locateSized(p, n uintptr) (*page, uint32, error) {
-	pg, idx, err := g.locate(p)
-	if err != nil {
-		return nil, 0, err
-	}
-	if live := pg.liveSize(idx); live != 0 && live != n {
-		return nil, 0, fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, live, n)
-	}
-	return pg, idx, nil
-}
-
 // Block returns the start and the size asked for of the live block that holds address p,
 // which may point inside it. It fails with ErrNotOwned for an address outside the arena's
 // blocks, and with ErrDoubleFree for one in a free block (or in a free page or chunk). A
@@ -183,13 +265,11 @@ func (g *Group) locateSized(p, n uintptr) (*page, uint32, error) {
 // Its first half repeats locate's on purpose: sharing it through a helper that locate calls
 // costs a free about 3 % (a call locate's inlining budget cannot absorb; measured interleaved).
 func (g *Group) Block(p uintptr) (base, size uintptr, err error) {
-	id, ok := g.a.Lookup(p)
-	if !ok {
-		return 0, 0, fmt.Errorf("%w: %#x is outside the arena", ErrNotOwned, p)
-	}
-	s := g.segmentAt(id)
+	s := g.segmentOf(p)
 	if s == nil {
-		return 0, 0, fmt.Errorf("%w: %#x is in a free chunk", ErrDoubleFree, p)
+		if s, err = g.segmentSlow(p); err != nil {
+			return 0, 0, err
+		}
 	}
 	pg := s.huge
 	if pg == nil {

@@ -163,3 +163,52 @@ func TestGroupBlock(t *testing.T) {
 		t.Fatalf("Block(foreign): %v", err)
 	}
 }
+
+// TestStaleSizedFreeRacingRealloc frees, again and again from another goroutine, a block the
+// owner keeps freeing and allocating with another size: the size check is part of the free's
+// compare-and-swap, so the stale free is refused every time, never freeing the new block
+// (checked before it was: a free between the check and the swap went through).
+func TestStaleSizedFreeRacingRealloc(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the stale free races the owner's plain store of the state word: the race detector reports it, rightly")
+	}
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(96)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		wrong := 0
+		for {
+			select {
+			case <-stop:
+				done <- wrong
+				return
+			default:
+			}
+			if err := h.g.FreeSized(p, 160); err == nil {
+				wrong++
+			} else if !errors.Is(err, ErrSizeMismatch) && !errors.Is(err, ErrDoubleFree) {
+				t.Errorf("stale free: %v", err)
+			}
+		}
+	}()
+	for i := 0; i < 200_000; i++ {
+		if err := h.Free(p); err != nil {
+			t.Fatalf("owner's free %d: %v", i, err)
+		}
+		q, err := h.Alloc(96)
+		if err != nil || q != p {
+			t.Fatalf("owner's alloc %d = %#x (%v), want %#x back", i, q, err, p)
+		}
+	}
+	close(stop)
+	if wrong := <-done; wrong != 0 {
+		t.Fatalf("%d stale frees of another size went through", wrong)
+	}
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+}

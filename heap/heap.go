@@ -121,11 +121,14 @@ type Heap struct {
 	a     *arena.Arena
 	align uintptr
 
-	// Fast-path tables: request size → heap class → current page.
-	small   [smallMax/16 + 1]uint8
-	classOf [numClasses]uint8 // generated class → heap class (sizes rounded up to align)
-	cur     []*page           // per heap class; never nil (an empty sentinel page)
-	classes []hclass
+	// What the fast paths touch, together: the counters, then the tables of request size →
+	// heap class → current page.
+	live, peak    uintptr // bytes asked for, by live blocks
+	allocs, frees uint64
+	small         [smallMax/16 + 1]uint8
+	classOf       [numClasses]uint8 // generated class → heap class (sizes rounded up to align)
+	cur           [256]*page        // per heap class (a uint8: no bounds check); never nil below len(classes)
+	classes       []hclass
 
 	segs    [numSegKinds]segList // segments with room, per kind
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
@@ -134,22 +137,44 @@ type Heap struct {
 	bigFree []*page              // freed huge objects kept for reuse, oldest first
 	pending pendingStack         // pages with remote frees, pushed by other goroutines
 
-	live, peak    uintptr // bytes asked for, by live blocks
-	allocs, frees uint64
-	nsegs, nhuge  int
-	closed        bool
+	nsegs, nhuge int
+	index        int
+	closed       bool
 }
 
 // hclass is one of the heap's size classes: a generated class rounded up to the heap's
 // alignment (several generated classes may share one).
+//
+// Its operations are counted per page (page.allocs, page.frees: the page is at hand on the
+// fast paths, the class is one more load), and summed by Stats over the class's pages and
+// what the pages given back had counted.
 type hclass struct {
 	size   uintptr
 	kind   segKind
 	empty  page     // sentinel current page: no blocks
 	avail  pageList // pages with free blocks, cur first
-	allocs uint64
+	all    []*page  // every page of the class; page.allIdx is its index
+	allocs uint64   // operations counted by pages given back
 	frees  uint64
-	pages  int
+}
+
+// retire takes a page that is being given back out of the class, keeping its counts.
+func (cl *hclass) retire(pg *page) {
+	cl.allocs += pg.allocs
+	cl.frees += pg.frees
+	last := cl.all[len(cl.all)-1]
+	cl.all[pg.allIdx], last.allIdx = last, pg.allIdx
+	cl.all = cl.all[:len(cl.all)-1]
+}
+
+// counts returns the class's operations so far.
+func (cl *hclass) counts() (allocs, frees uint64) {
+	allocs, frees = cl.allocs, cl.frees
+	for _, pg := range cl.all {
+		allocs += pg.allocs
+		frees += pg.frees
+	}
+	return allocs, frees
 }
 
 // New creates a heap over an arena in a group of its own. Use a Group to let several heaps
@@ -175,7 +200,7 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	if ca := g.chunkAlign; o.Align > ca {
 		return nil, fmt.Errorf("%w: heap alignment %d exceeds the arena's chunk alignment %d", ErrInvalidAlign, o.Align, ca)
 	}
-	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.Retention == RetainSegments}
+	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1)}
 	// Round every generated class up to the alignment; merge equal sizes.
 	for c := 0; c < numClasses; c++ {
 		size, _ := align.Up(uintptr(classSize[c]), o.Align)
@@ -187,7 +212,6 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	for i := range h.small {
 		h.small[i] = h.classOf[smallClass[i]]
 	}
-	h.cur = make([]*page, len(h.classes))
 	for i := range h.classes {
 		h.cur[i] = &h.classes[i].empty
 	}
@@ -196,6 +220,10 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 
 // Align returns the heap's mandated block alignment.
 func (h *Heap) Align() uintptr { return h.align }
+
+// Index returns the heap's number in its group: 0 for the first made, then 1, 2 and so on. A
+// front that keeps per-heap state (a lock, say) can index a table with it.
+func (h *Heap) Index() int { return h.index }
 
 // Group returns the heap's group.
 func (h *Heap) Group() *Group { return h.g }

@@ -52,6 +52,9 @@ type page struct {
 	kept    arena.Kept
 	prev    *page
 	next    *page
+	allocs  uint64 // class pages: operations, for Stats (see hclass)
+	frees   uint64
+	allIdx  int // class pages: index in hclass.all
 
 	heap    *Heap
 	seg     *segment
@@ -68,13 +71,14 @@ type page struct {
 
 // segment is one arena chunk (or, for a huge object, a run of chunks).
 type segment struct {
+	// Read by every lookup, first: span.Size bounds the address table's answer (see Group).
 	span      arena.Span
 	base      uintptr
+	huge      *page
+	pages     [segSlices]atomic.Pointer[page] // page covering each slice
 	kind      segKind
 	free      uint64 // bit set: slice free
 	npages    int
-	pages     [segSlices]atomic.Pointer[page] // page covering each slice
-	huge      *page
 	dirtyBits uint64 // slices handed out since the chunk last read as zero
 	decommit  uint64 // slices not known to be committed: never used, or given back
 	inList    bool
@@ -136,7 +140,8 @@ type atomicWord = atomic.Uint64
 // A block's state word (page.state) says whether it is live and how big it was asked to be:
 //
 //	0                free: on the free stack, or never handed out
-//	n                live, allocated with n bytes (object and huge pages: 1, objSize has n)
+//	n                live, allocated with n bytes (stateOf(n): huge objects of 2 GiB or more
+//	                 have stateMax, and objSize has their size, as it has every object's)
 //	n | freedRemote  freed by another goroutine; the owner collects it, or has already
 //
 // The owner writes n at allocation with a plain store: the block is free, so nothing else may
@@ -151,14 +156,29 @@ type atomicWord = atomic.Uint64
 // races with the reallocation, the race detector reports the plain store.
 const freedRemote = 1 << 31
 
-// freeState moves block idx from live to free (to freedRemote when remote) and returns the size
-// it was allocated with; ok is false when the block was not live.
-func (pg *page) freeState(idx uint32, remote bool) (size uint32, ok bool) {
+// stateMax is the largest size a state word holds.
+const stateMax = freedRemote - 1
+
+// stateOf is the state word of a block allocated with n bytes.
+func stateOf(n uintptr) uint32 { return uint32(min(n, stateMax)) }
+
+// freeState moves block idx from live to free (to freedRemote when remote) and returns the
+// state word it was live with. When n is not zero, it frees only a block allocated with n
+// bytes, in the same compare-and-swap: a size check before it would let a free pass that
+// races with another goroutine's allocation of the block. ok is false when it did not free:
+// the returned word then says why (see freeError). A huge object of 2 GiB or more is checked
+// against objSize before, as its state word cannot tell (only a stale free racing its
+// reallocation with another size of 2 GiB or more could slip through).
+func (pg *page) freeState(idx uint32, remote bool, n uintptr) (old uint32, ok bool) {
+	want := stateOf(n)
+	if want == stateMax && pg.objSize != n {
+		return atomic.LoadUint32(&pg.state[idx]), false
+	}
 	w := &pg.state[idx]
 	for {
-		old := atomic.LoadUint32(w)
-		if old == 0 || old&freedRemote != 0 {
-			return 0, false
+		old = atomic.LoadUint32(w)
+		if old == 0 || old&freedRemote != 0 || want != 0 && old != want {
+			return old, false
 		}
 		next := uint32(0)
 		if remote {
@@ -178,7 +198,7 @@ func (pg *page) liveSize(idx uint32) uintptr {
 		return 0
 	}
 	if pg.class < 0 && st != 0 {
-		return pg.objSize
+		return pg.objSize // the state word caps huge sizes
 	}
 	return uintptr(st)
 }

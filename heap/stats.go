@@ -36,11 +36,12 @@ func (h *Heap) Stats() Stats {
 	}
 	for i := range h.classes {
 		cl := &h.classes[i]
-		if cl.allocs == 0 && cl.pages == 0 {
+		allocs, frees := cl.counts()
+		if allocs == 0 && len(cl.all) == 0 {
 			continue
 		}
 		st.Classes = append(st.Classes, ClassStats{
-			Size: uint64(cl.size), Allocs: cl.allocs, Frees: cl.frees, Live: cl.allocs - cl.frees, Pages: cl.pages,
+			Size: uint64(cl.size), Allocs: allocs, Frees: frees, Live: allocs - frees, Pages: len(cl.all),
 		})
 	}
 	return st
