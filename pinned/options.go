@@ -84,8 +84,11 @@ type Options struct {
 	// batch every 100 ms, say) should raise the delay above that cadence, or make it negative
 	// and call Trim itself.
 	PurgeDelay time.Duration
-	// Shards caps the number of heaps the pool spreads goroutines over (default
-	// 2×GOMAXPROCS).
+	// Shards is the number of heaps the pool spreads goroutines over, one per processor (P)
+	// by default: GOMAXPROCS when New runs. Each P allocates from shard P mod Shards, made the
+	// first time a goroutine allocates there, so fewer shards make Ps share them (and wait
+	// for each other when busy) and a GOMAXPROCS raised later does the same. At most
+	// MaxShards.
 	Shards int
 	// Device is the ordinal of the CUDA device for the CUDAHost and Auto backends (default 0).
 	// The pool keeps the device's primary context retained until its memory is released.

@@ -9,12 +9,20 @@
 //
 // # How it scales
 //
-// The pool keeps several heap shards, each with one owner at a time. Alloc takes a shard
-// through a per-P cache (sync.Pool, so a goroutine tends to meet the same shard on the same
-// processor) and a TryLock that makes it the shard's owner, allocates, and hands it back. Free
-// never locks for small buffers: one compare-and-swap marks the block free in whatever shard
-// owns it, and that shard's owner takes it back later (the heap's remote-free path). Large
-// buffers are freed under the owner's lock when it is free, so their memory returns at once.
+// The pool keeps one heap shard per processor (P, in the Go scheduler's terms), made when a
+// goroutine first runs there, each with one owner at a time: mimalloc's heap per thread, with
+// goroutines in place of threads. Alloc asks which P it runs on (internal/procpin: no lock, no
+// atomic operation), takes that P's shard with a TryLock that makes it the owner, allocates,
+// and unlocks. Goroutines of one P run one at a time, so the TryLock nearly always succeeds; when
+// it fails (the holder was preempted, or GOMAXPROCS grew past the shard table) Alloc takes
+// any idle shard, and waits only when every shard is busy.
+//
+// Free of a small buffer takes the current P's shard the same way and frees through it: a
+// buffer of that shard (the common case: freed on the P that allocated it) goes straight back
+// on its page's free stack; one of another shard is marked free with one compare-and-swap and
+// collected by its owner later (the heap's remote-free path), as is any free that finds the
+// shard busy. Large buffers are freed under their owner's lock when it is free, so their
+// memory returns at once.
 //
 // # Errors
 //
@@ -36,6 +44,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/procpin"
 )
 
 const (
@@ -45,6 +54,8 @@ const (
 	// x86-64 or arm64 process with 48-bit virtual addresses. Capacity is address space only;
 	// the pool's bookkeeping grows with the memory it uses, not with its capacity.
 	MaxCapacity = heap.MaxCapacity
+	// MaxShards is the most shards (heaps) a pool keeps: Options.Shards above it is refused.
+	MaxShards = 1 << 12
 )
 
 // Pool hands out pinned []byte buffers. It is safe for concurrent use.
@@ -55,11 +66,10 @@ type Pool struct {
 	backend Backend
 	host    *arena.HostProvider // nil for other providers
 
-	hint      sync.Pool // *shard: per-P affinity, a hint only (TryLock decides ownership)
-	shards    atomic.Pointer[[]*shard]
-	byHeap    atomic.Pointer[map[*heap.Heap]*shard]
-	growMu    sync.Mutex
-	maxShards int
+	home    []atomic.Pointer[shard]  // by procpin.ID() modulo its length; nil until first used
+	byIndex []atomic.Pointer[shard]  // by heap.Heap.Index
+	shards  atomic.Pointer[[]*shard] // every shard, in the order made
+	growMu  sync.Mutex
 
 	pc precommit // the background commit of Options.Precommit
 
@@ -127,7 +137,7 @@ func newPool(o Options) (*Pool, error) {
 		_ = a.Close()
 		return nil, fmt.Errorf("%w: quota %d", ErrInvalidOptions, o.Quota)
 	}
-	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, maxShards: o.Shards,
+	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host,
 		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: o.Quota, log: o.Logger}
 	if o.RecordSites {
 		p.sites = newSiteTable()
@@ -135,18 +145,23 @@ func newPool(o Options) (*Pool, error) {
 	if o.Trace != nil {
 		p.trace, p.traceG = alloctrace.NewWriter(o.Trace), o.TraceGoroutines
 	}
-	if p.maxShards <= 0 {
-		p.maxShards = 2 * runtime.GOMAXPROCS(0)
+	n := o.Shards
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
 	}
+	if n > MaxShards {
+		_ = a.Close()
+		return nil, fmt.Errorf("%w: %d shards (at most %d)", ErrInvalidOptions, n, MaxShards)
+	}
+	p.home = make([]atomic.Pointer[shard], n)
+	p.byIndex = make([]atomic.Pointer[shard], n)
 	p.shards.Store(new([]*shard))
-	p.byHeap.Store(&map[*heap.Heap]*shard{})
-	s, err := p.newShard() // validates the alignment now rather than at the first Alloc
+	s, err := p.newShard(procpin.ID() % n) // validates the alignment now rather than at the first Alloc
 	if err != nil {
 		_ = a.Close()
 		return nil, err
 	}
 	s.mu.Unlock()
-	p.hint.Put(s)
 	made = true
 	p.startPrecommit(o.Precommit)
 	return p, nil
@@ -246,7 +261,7 @@ func (p *Pool) free(addr, n uintptr) error {
 	if n > heap.MaxClassSize { // a page (or chunk run) of its own: free it where it can go back
 		err = p.freeLarge(addr, n)
 	} else {
-		err = p.g.FreeSized(addr, n)
+		err = p.freeSmall(addr, n)
 	}
 	if err != nil {
 		if p.released.Load() {
@@ -261,6 +276,18 @@ func (p *Pool) free(addr, n uintptr) error {
 	return nil
 }
 
+// freeSmall frees through the current P's shard when it is idle: the buffer goes straight
+// back on its page if the shard owns it, and is marked for its owner otherwise. A busy shard
+// leaves it to the lock-free way.
+func (p *Pool) freeSmall(addr, n uintptr) error {
+	if s := p.home[procpin.ID()%len(p.home)].Load(); s != nil && s.mu.TryLock() {
+		err := s.h.FreeSized(addr, n)
+		s.mu.Unlock()
+		return err
+	}
+	return p.g.FreeSized(addr, n)
+}
+
 // freeLarge frees under the owning shard's lock when it can, so that the memory of a large
 // buffer is reusable (and its chunks purgeable) at once; otherwise the lock-free way.
 func (p *Pool) freeLarge(addr, n uintptr) error {
@@ -268,7 +295,7 @@ func (p *Pool) freeLarge(addr, n uintptr) error {
 	if err != nil {
 		return err
 	}
-	if s := (*p.byHeap.Load())[h]; s != nil && s.mu.TryLock() {
+	if s := p.byIndex[h.Index()].Load(); s.mu.TryLock() {
 		err = h.FreeSized(addr, n)
 		s.mu.Unlock()
 		return err
@@ -276,47 +303,52 @@ func (p *Pool) freeLarge(addr, n uintptr) error {
 	return p.g.FreeSized(addr, n)
 }
 
+// acquire returns the current P's shard, locked, or another when it is busy.
 func (p *Pool) acquire() *shard {
-	if s, _ := p.hint.Get().(*shard); s != nil && s.mu.TryLock() {
+	i := procpin.ID() % len(p.home)
+	if s := p.home[i].Load(); s != nil && s.mu.TryLock() {
 		return s
 	}
-	return p.acquireSlow()
+	return p.acquireSlow(i)
 }
 
-func (p *Pool) release(s *shard) {
-	s.mu.Unlock()
-	p.hint.Put(s)
-}
+func (p *Pool) release(s *shard) { s.mu.Unlock() }
 
-// acquireSlow runs when this P has no shard cached (at first, and after a GC empties the
-// cache). It takes an idle shard if there is one, so that a lone goroutine keeps one shard and
-// its memory; it makes a new shard only when every shard is busy, so shards grow with real
-// contention, up to the cap; past that it waits for a random one.
-func (p *Pool) acquireSlow() *shard {
+// acquireSlow runs when P i has no shard yet, or its shard is busy. It makes P i's shard in the
+// first case; in the second (or if making one fails) it takes an idle shard if there is one,
+// and waits for P i's (or the first) only when every shard is busy.
+func (p *Pool) acquireSlow(i int) *shard {
+	if p.home[i].Load() == nil {
+		if s, err := p.newShard(i); err == nil && s != nil {
+			return s
+		}
+	}
 	ss := *p.shards.Load()
 	start := rand.IntN(len(ss))
-	for i := range ss {
-		if s := ss[(start+i)%len(ss)]; s.mu.TryLock() {
+	for k := range ss {
+		if s := ss[(start+k)%len(ss)]; s.mu.TryLock() {
 			return s
 		}
 	}
-	if len(ss) < p.maxShards {
-		if s, err := p.newShard(); err == nil {
-			return s
-		}
+	s := p.home[i].Load()
+	if s == nil {
+		s = ss[0] // New made one; newShard fails only after Close
 	}
-	s := ss[start]
 	s.mu.Lock()
 	return s
 }
 
-// newShard adds a shard, returned locked. It makes none after Close, which takes growMu before
-// it looks at the shards, so that every shard is in the snapshot it counts and closes.
-func (p *Pool) newShard() (*shard, error) {
+// newShard makes P i's shard and returns it locked; nil when another goroutine made it first.
+// It makes none after Close, which takes growMu before it looks at the shards, so that every
+// shard is in the snapshot it counts and closes.
+func (p *Pool) newShard(i int) (*shard, error) {
 	p.growMu.Lock()
 	defer p.growMu.Unlock()
 	if p.closed.Load() {
 		return nil, ErrClosed
+	}
+	if p.home[i].Load() != nil {
+		return nil, nil
 	}
 	h, err := p.g.NewHeap(heap.Options{Align: p.align})
 	if err != nil {
@@ -326,12 +358,9 @@ func (p *Pool) newShard() (*shard, error) {
 	s.mu.Lock()
 	old := *p.shards.Load()
 	ss := append(append(make([]*shard, 0, len(old)+1), old...), s)
-	m := make(map[*heap.Heap]*shard, len(ss))
-	for _, x := range ss {
-		m[x.h] = x
-	}
 	p.shards.Store(&ss)
-	p.byHeap.Store(&m)
+	p.byIndex[h.Index()].Store(s)
+	p.home[i].Store(s)
 	return s, nil
 }
 
