@@ -274,13 +274,17 @@ func (h *Heap) collectPending() bool {
 // Collect takes in the blocks other goroutines have freed, so that they can be reused and
 // empty pages and segments given back. The owner calls it; allocation calls it when a class
 // runs out of blocks.
-func (h *Heap) Collect() { h.collectPending() }
+func (h *Heap) Collect() {
+	h.collectPending()
+	h.checkInvariants("Collect")
+}
 
 // Trim gives back to the arena every empty page and segment the heap keeps for reuse (all
 // held segments, with HoldSegments).
 func (h *Heap) Trim() {
 	h.Collect()
 	h.releaseEmpty()
+	h.checkInvariants("Trim")
 }
 
 // releaseEmpty gives back the empty pages kept as current pages, the kept object pages and

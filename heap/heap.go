@@ -58,6 +58,10 @@
 //     sees only free states and reports ErrDoubleFree; a released page is marked dead, and a
 //     stale pending-stack entry for it is ignored.
 //
+// verify (invariants.go) checks them all, with the counts that rest on them and the agreement
+// of the group's two lookup tables. Built with the tag invariants, Collect and Trim check them
+// and the property and fuzz tests check them after every step: go test -tags invariants ./heap.
+//
 // Lock order: Heap (owner, no lock) → arena.Arena.mu. Remote frees take no lock at all.
 package heap
 

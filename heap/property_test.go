@@ -183,9 +183,13 @@ func TestProperty(t *testing.T) {
 				t.Fatalf("step %d: double free: %v", step, err)
 			}
 		}
+		h.checkInvariants("a free") // every step, built with -tags invariants
 		if step%10_000 == 0 {
 			if st := h.Stats(); st.Live != uint64(len(live)) || st.InUse != uint64(inUse) {
 				t.Fatalf("step %d: stats live %d inuse %d, model %d %d", step, st.Live, st.InUse, len(live), inUse)
+			}
+			if err := h.verify(); err != nil {
+				t.Fatalf("step %d: %v", step, err)
 			}
 		}
 	}
@@ -392,6 +396,10 @@ func FuzzHeap(f *testing.F) {
 			case 5:
 				h.Collect()
 			}
+			h.checkInvariants("an operation") // built with -tags invariants
+		}
+		if err := h.verify(); err != nil {
+			t.Fatal(err)
 		}
 		for _, b := range live {
 			if err := h.Free(b.p); err != nil {

@@ -1,0 +1,183 @@
+package heap
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// verify checks the invariants of the package documentation, and the bookkeeping that rests on
+// them, over everything the heap holds. The owner calls it, with no free of its blocks in
+// flight on other goroutines (a remote free half done is seen as an inconsistency). It costs a
+// walk of every page, so the heap calls it only when built with the tag invariants (see
+// checkInvariants); the property and fuzz tests call it after their operations.
+func (h *Heap) verify() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var liveN uint64
+	var liveBytes uintptr
+	for c := range h.classes {
+		cl := &h.classes[c]
+		if cur := h.cur[c]; cur != &cl.empty && (cur.class != int16(c) || cur.dead || cur.heap != h) {
+			bad("class %d: current page is of class %d (dead %v)", c, cur.class, cur.dead)
+		}
+		for pg := cl.avail.head; pg != nil; pg = pg.next {
+			if !pg.inAvail || pg.class != int16(c) || pg.dead || pg.allIdx >= len(cl.all) || cl.all[pg.allIdx] != pg {
+				bad("class %d: page %#x on the available list is not a live page of the class", c, pg.base)
+			}
+		}
+		for i, pg := range cl.all {
+			if pg.allIdx != i || pg.class != int16(c) || pg.dead || pg.heap != h {
+				bad("class %d: page %#x at %d of the class's pages (index %d, class %d, dead %v)", c, pg.base, i, pg.allIdx, pg.class, pg.dead)
+				continue
+			}
+			n, bytes, err := pg.verifyBlocks()
+			if err != nil {
+				bad("class %d: %w", c, err)
+			}
+			liveN += n
+			liveBytes += bytes
+		}
+	}
+	segs, err := h.g.verifyTables()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range segs {
+		pg := s.huge
+		if pg == nil {
+			seen := map[*page]bool{}
+			for i := range s.pages {
+				p := s.pages[i].Load()
+				if (p == nil) != (s.free>>uint(i)&1 == 1) {
+					bad("segment %#x: slice %d has page %v but free bit %d", s.base, i, p != nil, s.free>>uint(i)&1)
+				}
+				if p != nil && p.class < 0 && !seen[p] && p.heap == h {
+					n, bytes := p.objectLive()
+					liveN += n
+					liveBytes += bytes
+				}
+				seen[p] = true
+			}
+			delete(seen, nil)
+			if len(seen) != s.npages {
+				bad("segment %#x: %d pages counted, %d found", s.base, s.npages, len(seen))
+			}
+		} else if pg.heap == h {
+			n, bytes := pg.objectLive()
+			liveN += n
+			liveBytes += bytes
+		}
+	}
+	for _, list := range [][]*page{h.objFree, h.bigFree} {
+		for _, pg := range list {
+			if st := atomic.LoadUint32(&pg.state[0]); st != 0 && st&freedRemote == 0 || pg.dead {
+				bad("kept page %#x: state %#x, dead %v", pg.base, st, pg.dead)
+			}
+		}
+	}
+	if liveN != h.allocs-h.frees || liveBytes != h.live {
+		bad("heap counts %d blocks of %d bytes live, its pages %d of %d", h.allocs-h.frees, h.live, liveN, liveBytes)
+	}
+	return errors.Join(errs...)
+}
+
+// verifyBlocks checks a class page's blocks: each index below the bump index is live, on the
+// free stack or freed remotely (once), and none above it is handed out. It returns the blocks
+// the heap still counts live (remote frees not yet collected included) and their bytes.
+func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
+	if pg.nfree > pg.bump || pg.bump > pg.limit || pg.limit > pg.nblocks {
+		return 0, 0, fmt.Errorf("page %#x: nfree %d, bump %d, limit %d, nblocks %d", pg.base, pg.nfree, pg.bump, pg.limit, pg.nblocks)
+	}
+	onStack := make([]bool, pg.nblocks)
+	for _, idx := range pg.free[:pg.nfree] {
+		if st := atomic.LoadUint32(&pg.state[idx]); uint32(idx) >= pg.bump || onStack[idx] || st != 0 && st&freedRemote == 0 {
+			return 0, 0, fmt.Errorf("page %#x: free stack holds block %d twice, past the bump index or not free", pg.base, idx)
+		}
+		onStack[idx] = true
+	}
+	for idx := uint32(0); idx < pg.nblocks; idx++ {
+		st := atomic.LoadUint32(&pg.state[idx])
+		remote := pg.remote[idx>>6].Load()>>(idx&63)&1 == 1
+		switch {
+		case idx >= pg.bump && (st != 0 || remote):
+			return 0, 0, fmt.Errorf("page %#x: block %d past the bump index has state %#x", pg.base, idx, st)
+		case remote && (st&freedRemote == 0 || onStack[idx]):
+			return 0, 0, fmt.Errorf("page %#x: block %d marked remotely freed has state %#x", pg.base, idx, st)
+		case idx < pg.bump && !onStack[idx]:
+			if st == 0 || st&freedRemote != 0 && !remote {
+				return 0, 0, fmt.Errorf("page %#x: block %d (state %#x) is lost: not live, not on the free stack, not to collect", pg.base, idx, st)
+			}
+			n++
+			bytes += uintptr(st &^ freedRemote)
+		}
+	}
+	if n != uint64(pg.bump-pg.nfree) {
+		return 0, 0, fmt.Errorf("page %#x: %d blocks held, bump - nfree = %d", pg.base, n, pg.bump-pg.nfree)
+	}
+	return n, bytes, nil
+}
+
+// objectLive returns what the heap counts live of an object or huge page: its block, unless
+// it is free (a kept page) or freed and collected.
+func (pg *page) objectLive() (uint64, uintptr) {
+	st := atomic.LoadUint32(&pg.state[0])
+	if st == 0 || st&freedRemote != 0 && pg.remote[0].Load() == 0 {
+		return 0, 0
+	}
+	return 1, pg.objSize
+}
+
+// verifyTables checks that the address table and the chunk table agree: every segment the
+// chunk table holds is found by the address table at its first and last byte, unless its slot
+// is crowded or beyond the directory, and the address table holds no segment the chunk table
+// does not. It returns the segments, each once.
+func (g *Group) verifyTables() ([]*segment, error) {
+	var segs []*segment
+	held := map[*segment]bool{}
+	for d := range g.dir {
+		l := g.dir[d].Load()
+		if l == nil {
+			continue
+		}
+		for i := range l {
+			if s := l[i].Load(); s != nil && !held[s] {
+				held[s] = true
+				segs = append(segs, s)
+			}
+		}
+	}
+	var errs []error
+	for _, s := range segs {
+		for _, p := range []uintptr{s.base, s.base + s.span.Size - 1} {
+			if f := g.segmentOf(p); f != nil && f != s {
+				errs = append(errs, fmt.Errorf("address %#x: the address table says segment %#x, the chunk table %#x", p, f.base, s.base))
+			}
+		}
+	}
+	for d := range g.addr {
+		l := g.addr[d].Load()
+		if l == nil {
+			continue
+		}
+		for i := range l {
+			for _, s := range []*segment{l[i].lo.Load(), l[i].hi.Load()} {
+				if s != nil && !held[s] {
+					errs = append(errs, fmt.Errorf("the address table holds segment %#x, which the chunk table does not", s.base))
+				}
+			}
+		}
+	}
+	return segs, errors.Join(errs...)
+}
+
+// checkInvariants panics when verify finds a broken invariant, in builds with the tag
+// invariants; otherwise it does nothing and costs nothing.
+func (h *Heap) checkInvariants(where string) {
+	if !invariants {
+		return
+	}
+	if err := h.verify(); err != nil {
+		panic(fmt.Sprintf("heap: invariant broken after %s: %v", where, err))
+	}
+}

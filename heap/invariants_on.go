@@ -1,0 +1,6 @@
+//go:build invariants
+
+package heap
+
+// invariants turns on checkInvariants: go test -tags invariants ./heap.
+const invariants = true
