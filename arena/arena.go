@@ -27,7 +27,8 @@
 // whose memory keeps being claimed and given back keeps all of its unwanted memory until it
 // settles. A heap's freed pages that it keeps for reuse are tracked ranges (kept.go): they
 // stay wanted, with no arena call, while reused within the delay, and the same timer gives up
-// those left idle.
+// those left idle. commit.go and purge.go hold the two sides of that, each with the
+// invariants it keeps.
 //
 // # Lookup
 //
@@ -43,7 +44,6 @@
 package arena
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -51,7 +51,6 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -396,85 +395,6 @@ func (r *region) granules(p, n uintptr) (lo, hi int) {
 	return int(off >> r.gshift), int((off+n-1)>>r.gshift) + 1
 }
 
-// commit commits the granules of [glo, ghi) that are not committed. When the provider refuses
-// for want of memory (the memlock limit, device memory) while committed memory no span wants
-// waits for the purge, that memory is given back at once and the commit tried again: memory
-// the arena keeps for reuse must not be what makes an allocation fail. Unwanted granules
-// inside [glo, ghi) may go and come back in the process, which costs time but not
-// correctness.
-func (a *Arena) commit(r *region, glo, ghi int) error {
-	err := a.commitOnce(r, glo, ghi)
-	if err == nil {
-		return nil
-	}
-	if !exhausted(err) {
-		a.logRefused(r, glo, ghi, err)
-		return err
-	}
-	purged := a.st.Purged
-	a.giveUp(1<<63 - 1)
-	a.purge(1<<63 - 1)
-	if a.st.Purged == purged {
-		a.logRefused(r, glo, ghi, err)
-		return err
-	}
-	a.st.ForcedPurges++
-	err = a.commitOnce(r, glo, ghi)
-	a.logForcedPurge(r, glo, ghi, a.st.Purged-purged, err)
-	return err
-}
-
-// exhausted reports whether a commit failed for want of memory: the memlock limit, host or
-// device memory. Other failures (a bad range, a driver error) are not the purge's business.
-func exhausted(err error) bool {
-	return errors.Is(err, ErrExhausted) || errors.Is(err, ErrMemlock) ||
-		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN)
-}
-
-// commitOnce asks the provider to commit the granules of [glo, ghi) that are not committed,
-// undoing its own commits when one fails.
-func (a *Arena) commitOnce(r *region, glo, ghi int) error {
-	if r.r.Committed {
-		return nil
-	}
-	var done [][2]int
-	start := time.Now()
-	err := r.commit.runs(glo, ghi, false, func(s, e int) error {
-		if err := a.prov.Commit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
-			return err
-		}
-		done = append(done, [2]int{s, e})
-		return nil
-	})
-	for _, d := range done {
-		if err != nil { // undo, so that a failed Alloc leaves nothing committed behind
-			_ = a.prov.Decommit(r.r, uintptr(d[0])<<r.gshift, uintptr(d[1]-d[0])<<r.gshift)
-			continue
-		}
-		r.commit.setRange(d[0], d[1], true)
-		a.st.Commits++
-		a.st.Committed += uint64(d[1]-d[0]) << r.gshift
-		a.st.CommitBytes += uint64(d[1]-d[0]) << r.gshift
-	}
-	if len(done) > 0 {
-		a.st.CommitTime += time.Since(start)
-	}
-	a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
-	return err
-}
-
-// join has a Joiner provider make the committed granules [glo, ghi), which a span is being
-// handed, one unit (see Joiner). Regions committed whole at Reserve are one unit already.
-func (a *Arena) join(r *region, glo, ghi int) error {
-	if a.joiner == nil || r.r.Committed {
-		return nil
-	}
-	start := time.Now()
-	err := a.joiner.Join(r.r, uintptr(glo)<<r.gshift, uintptr(ghi-glo)<<r.gshift)
-	a.st.CommitTime += time.Since(start)
-	return err
-}
-
 // grow reserves a region big enough for size bytes at the given alignment.
 func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	regs := *a.regions.Load()
@@ -557,25 +477,6 @@ func (a *Arena) Free(s Span) error {
 	return nil
 }
 
-// markUnwanted stamps chunks [first, last) that hold committed memory no span wants with the
-// purge generation, and arms the purge timer.
-func (a *Arena) markUnwanted(r *region, first, last int) {
-	any := false
-	for i := first; i < last; i++ {
-		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
-			r.stamp[i] = a.gen.Load()
-			r.stale.setRange(i, i+1, true)
-			any = true
-		}
-	}
-	if any {
-		a.schedulePurge()
-	}
-}
-
-// unwanted reports whether granules [glo, ghi) hold committed memory no span wants.
-func (r *region) unwanted(glo, ghi int) bool { return r.commit.anyAndNot(r.want, glo, ghi) }
-
 func (a *Arena) regionOf(id ChunkID) *region {
 	for _, r := range *a.regions.Load() {
 		if id >= r.firstID && int(id-r.firstID) < r.nchunks {
@@ -585,108 +486,11 @@ func (a *Arena) regionOf(id ChunkID) *region {
 	return nil
 }
 
-func (a *Arena) schedulePurge() {
-	if !a.timed || a.armed.Load() {
-		return
-	}
-	a.armed.Store(true)
-	tick := max((a.delay+1)/2, 1) // two ticks make at least a delay
-	if a.timer == nil {
-		a.timer = time.AfterFunc(tick, a.purgeTick)
-	} else {
-		a.timer.Reset(tick)
-	}
-}
-
-func (a *Arena) purgeTick() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.armed.Store(false) // before giveUp loads the states of tracked ranges: see kept.go
-	if a.closed {
-		return
-	}
-	// Memory stamped in generation g became unwanted before tick g+1; tick g+3 comes at least
-	// two half delays after that. Idle ranges are stamped the same way.
-	gen := a.gen.Add(1)
-	idle := a.giveUp(gen - 3)
-	purged := a.st.Purged
-	pending := a.purge(gen - 3)
-	a.logPurge("purge", a.st.Purged-purged)
-	if pending || idle {
-		a.schedulePurge()
-	}
-}
-
-// purge decommits the committed memory no span wants (free chunks, and what spans in use
-// left unclaimed) in chunks stamped in generation cutoff or before, and reports whether such
-// memory remains.
-func (a *Arena) purge(cutoff int64) (pending bool) {
-	if !a.caps.Decommits {
-		return false
-	}
-	for _, r := range *a.regions.Load() {
-		if r.r.Committed {
-			continue
-		}
-		for i := r.stale.next(0, r.nchunks, true); i < r.nchunks; i = r.stale.next(i+1, r.nchunks, true) {
-			glo, ghi := a.chunkGranules(r, i)
-			if r.unwanted(glo, ghi) && r.stamp[i] > cutoff {
-				pending = pending || r.stamp[i] != keepStamp // precommitted memory waits for no timer
-				continue
-			}
-			a.release(r, glo, ghi)
-			r.stale.setRange(i, i+1, r.unwanted(glo, ghi)) // what failed to decommit stays stale
-		}
-	}
-	return pending
-}
-
 // chunkGranules returns the granules, relative to the region base, that chunk i touches.
 func (a *Arena) chunkGranules(r *region, i int) (glo, ghi int) {
 	lo := r.grid - r.r.Base + uintptr(i)<<a.shift
 	hi := min(lo+a.chunk, r.r.Size)
 	return int(lo >> r.gshift), int((hi + a.caps.Granule - 1) >> r.gshift)
-}
-
-// release returns the committed granules in [glo, ghi) that no span wants to the provider.
-func (a *Arena) release(r *region, glo, ghi int) {
-	_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
-		return r.want.runs(s, e, false, func(s, e int) error {
-			if err := a.prov.Decommit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
-				return nil // keep it committed: the memory is still usable
-			}
-			r.commit.setRange(s, e, false)
-			if a.caps.ZeroOnCommit {
-				r.dirty.setRange(s, e, false)
-			}
-			n := uint64(e-s) << r.gshift
-			a.st.Committed -= n
-			a.st.Purged += n
-			a.st.Decommits++
-			return nil
-		})
-	})
-}
-
-// Trim decommits every free chunk now, whatever the purge delay, and gives up every idle
-// tracked range (kept.go).
-func (a *Arena) Trim() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !a.closed {
-		a.giveUp(1<<63 - 1)
-		purged := a.st.Purged
-		a.purge(1<<63 - 1)
-		a.logPurge("trim", a.st.Purged-purged)
-	}
-}
-
-// Zero clears [addr, addr+size) with the provider's Zeroer.
-func (a *Arena) Zero(addr, size uintptr) error {
-	if a.zeroer == nil {
-		return fmt.Errorf("%w: provider %s cannot clear memory", ErrInvalid, a.prov.Name())
-	}
-	return a.zeroer.Zero(addr, size)
 }
 
 // Stats returns the arena's figures.
@@ -752,54 +556,6 @@ func (a *Arena) ChunkAlign() uintptr {
 		return a.chunk
 	}
 	return a.align
-}
-
-// Commit makes sure [addr, addr+size), inside a span in use, is committed: the heap calls it
-// before reusing part of a segment it decommitted. It reports whether the range reads as zero.
-func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	r, err := a.inUse(addr, size)
-	if err != nil {
-		return false, err
-	}
-	a.st.CommitCalls++
-	glo, ghi := r.granules(addr, size)
-	zeroed = r.dirty.count(glo, ghi) == 0
-	if err := a.commit(r, glo, ghi); err != nil {
-		return false, err
-	}
-	if err := a.join(r, glo, ghi); err != nil {
-		a.markUnwanted(r, int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1)
-		return false, err
-	}
-	r.dirty.setRange(glo, ghi, true)
-	r.want.setRange(glo, ghi, true)
-	return zeroed, nil
-}
-
-// Decommit gives up the whole granules inside [addr, addr+size), part of a span in use (a page
-// the heap no longer needs): they are decommitted after the purge delay, or by Trim, unless a
-// Commit claims them again first. The span stays handed out.
-func (a *Arena) Decommit(addr, size uintptr) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	r, err := a.inUse(addr, size)
-	if err == nil {
-		a.st.DecommitCalls++
-	}
-	if err != nil || !a.caps.Decommits || r.r.Committed {
-		return err
-	}
-	off := addr - r.r.Base
-	glo := int((off + a.caps.Granule - 1) >> r.gshift) // whole granules only
-	ghi := int((off + size) >> r.gshift)
-	if ghi <= glo {
-		return nil
-	}
-	r.want.setRange(glo, ghi, false)
-	a.markUnwanted(r, int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1)
-	return nil
 }
 
 // inUse returns the region of [addr, addr+size) after checking that its chunks are handed out.

@@ -1,0 +1,176 @@
+package arena
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// # Commit and decommit
+//
+// Memory is committed at the provider's granule (Caps.Granule: a host page, a VMM granule) and
+// tracked per granule in three bitmaps of each region, indexed from the region's base (not its
+// chunk grid):
+//
+//	commit  the provider backs the granule (locked, for locked memory)
+//	want    a span claims it: Alloc committed it for the span, or Commit did since
+//	dirty   it is not known to read as zero
+//
+// Committed memory that is not wanted belongs to the purge (purge.go). Alloc and Commit raise
+// commit, then want and dirty; Decommit and Free only lower want, and leave the decommit itself
+// to the purge, so that memory given back and claimed again within the delay costs no provider
+// call. A Joiner provider (host registration) is asked, after the commit, to make a span's
+// granules one unit, because the driver refuses a copy whose host range spans two units.
+//
+// Invariants, all under a.mu:
+//
+//   - want is a subset of commit: want is raised only over granules just committed, and the
+//     purge decommits only granules no span wants.
+//   - A failed commit leaves nothing new committed (commitOnce undoes its own provider calls);
+//     a failed join leaves the granules committed but unwanted, and stamped for the purge.
+//   - Wherever memory becomes committed and unwanted, its chunks are marked (markUnwanted), so
+//     the purge, which looks at marked chunks only, finds it.
+//   - dirty is lowered only when a granule is decommitted by a provider that zero-fills on commit
+//     (Caps.ZeroOnCommit); a range reads as zero exactly when none of its granules is dirty.
+//   - A region the provider commits whole at Reserve (Region.Committed) is committed from the
+//     start and one unit already: no commit, join or decommit ever reaches the provider for it.
+//   - A commit refused for want of memory (the memlock limit, device memory) gives up idle kept
+//     ranges and purges at once, then is tried once more: memory kept for reuse never makes an
+//     allocation fail.
+
+// Commit makes sure [addr, addr+size), inside a span in use, is committed: the heap calls it
+// before reusing part of a segment it decommitted. It reports whether the range reads as zero.
+func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, err := a.inUse(addr, size)
+	if err != nil {
+		return false, err
+	}
+	a.st.CommitCalls++
+	glo, ghi := r.granules(addr, size)
+	zeroed = r.dirty.count(glo, ghi) == 0
+	if err := a.commit(r, glo, ghi); err != nil {
+		return false, err
+	}
+	if err := a.join(r, glo, ghi); err != nil {
+		a.markUnwanted(r, int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1)
+		return false, err
+	}
+	r.dirty.setRange(glo, ghi, true)
+	r.want.setRange(glo, ghi, true)
+	return zeroed, nil
+}
+
+// Decommit gives up the whole granules inside [addr, addr+size), part of a span in use (a page
+// the heap no longer needs): they are decommitted after the purge delay, or by Trim, unless a
+// Commit claims them again first. The span stays handed out.
+func (a *Arena) Decommit(addr, size uintptr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, err := a.inUse(addr, size)
+	if err == nil {
+		a.st.DecommitCalls++
+	}
+	if err != nil || !a.caps.Decommits || r.r.Committed {
+		return err
+	}
+	off := addr - r.r.Base
+	glo := int((off + a.caps.Granule - 1) >> r.gshift) // whole granules only
+	ghi := int((off + size) >> r.gshift)
+	if ghi <= glo {
+		return nil
+	}
+	r.want.setRange(glo, ghi, false)
+	a.markUnwanted(r, int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1)
+	return nil
+}
+
+// Zero clears [addr, addr+size) with the provider's Zeroer.
+func (a *Arena) Zero(addr, size uintptr) error {
+	if a.zeroer == nil {
+		return fmt.Errorf("%w: provider %s cannot clear memory", ErrInvalid, a.prov.Name())
+	}
+	return a.zeroer.Zero(addr, size)
+}
+
+// commit commits the granules of [glo, ghi) that are not committed. When the provider refuses
+// for want of memory (the memlock limit, device memory) while committed memory no span wants
+// waits for the purge, that memory is given back at once and the commit tried again: memory
+// the arena keeps for reuse must not be what makes an allocation fail. Unwanted granules
+// inside [glo, ghi) may go and come back in the process, which costs time but not
+// correctness.
+func (a *Arena) commit(r *region, glo, ghi int) error {
+	err := a.commitOnce(r, glo, ghi)
+	if err == nil {
+		return nil
+	}
+	if !exhausted(err) {
+		a.logRefused(r, glo, ghi, err)
+		return err
+	}
+	purged := a.st.Purged
+	a.giveUp(1<<63 - 1)
+	a.purge(1<<63 - 1)
+	if a.st.Purged == purged {
+		a.logRefused(r, glo, ghi, err)
+		return err
+	}
+	a.st.ForcedPurges++
+	err = a.commitOnce(r, glo, ghi)
+	a.logForcedPurge(r, glo, ghi, a.st.Purged-purged, err)
+	return err
+}
+
+// exhausted reports whether a commit failed for want of memory: the memlock limit, host or
+// device memory. Other failures (a bad range, a driver error) are not the purge's business.
+func exhausted(err error) bool {
+	return errors.Is(err, ErrExhausted) || errors.Is(err, ErrMemlock) ||
+		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN)
+}
+
+// commitOnce asks the provider to commit the granules of [glo, ghi) that are not committed,
+// undoing its own commits when one fails.
+func (a *Arena) commitOnce(r *region, glo, ghi int) error {
+	if r.r.Committed {
+		return nil
+	}
+	var done [][2]int
+	start := time.Now()
+	err := r.commit.runs(glo, ghi, false, func(s, e int) error {
+		if err := a.prov.Commit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
+			return err
+		}
+		done = append(done, [2]int{s, e})
+		return nil
+	})
+	for _, d := range done {
+		if err != nil { // undo, so that a failed Alloc leaves nothing committed behind
+			_ = a.prov.Decommit(r.r, uintptr(d[0])<<r.gshift, uintptr(d[1]-d[0])<<r.gshift)
+			continue
+		}
+		r.commit.setRange(d[0], d[1], true)
+		a.st.Commits++
+		a.st.Committed += uint64(d[1]-d[0]) << r.gshift
+		a.st.CommitBytes += uint64(d[1]-d[0]) << r.gshift
+	}
+	if len(done) > 0 {
+		a.st.CommitTime += time.Since(start)
+	}
+	a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
+	return err
+}
+
+// join has a Joiner provider make the committed granules [glo, ghi), which a span is being
+// handed, one unit (see Joiner). Regions committed whole at Reserve are one unit already.
+func (a *Arena) join(r *region, glo, ghi int) error {
+	if a.joiner == nil || r.r.Committed {
+		return nil
+	}
+	start := time.Now()
+	err := a.joiner.Join(r.r, uintptr(glo)<<r.gshift, uintptr(ghi-glo)<<r.gshift)
+	a.st.CommitTime += time.Since(start)
+	return err
+}
