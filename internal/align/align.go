@@ -31,29 +31,6 @@ func Up(x, a uintptr) (uintptr, error) {
 	return uintptr(r) &^ (a - 1), nil
 }
 
-// Down rounds x down to a multiple of a, which must be a power of two.
-func Down(x, a uintptr) (uintptr, error) {
-	if !IsPow2(a) {
-		return 0, ErrNotPow2
-	}
-	return x &^ (a - 1), nil
-}
-
-// Is reports whether x is a multiple of a. It returns false when a is not a power of two.
-func Is(x, a uintptr) bool { return IsPow2(a) && x&(a-1) == 0 }
-
-// UpPow2 returns the smallest power of two that is at least x (1 for x == 0).
-func UpPow2(x uintptr) (uintptr, error) {
-	if x <= 1 {
-		return 1, nil
-	}
-	n := bits.Len64(uint64(x - 1))
-	if n >= bits.UintSize {
-		return 0, ErrOverflow
-	}
-	return 1 << n, nil
-}
-
 // Log2 returns log2(a) for a power of two a.
 func Log2(a uintptr) (uint, error) {
 	if !IsPow2(a) {
@@ -70,16 +47,3 @@ func Add(x, y uintptr) (uintptr, error) {
 	}
 	return uintptr(r), nil
 }
-
-// Mul returns x*y or ErrOverflow.
-func Mul(x, y uintptr) (uintptr, error) {
-	hi, lo := bits.Mul64(uint64(x), uint64(y))
-	if hi != 0 || lo > uint64(^uintptr(0)) {
-		return 0, ErrOverflow
-	}
-	return uintptr(lo), nil
-}
-
-// LowBit returns the largest power of two that divides x (0 for x == 0). For an address it is
-// the largest alignment the address meets.
-func LowBit(x uintptr) uintptr { return x & -x }
