@@ -63,7 +63,7 @@ func TestDivMul(t *testing.T) {
 	for c := 0; c < numClasses; c++ {
 		size := uint32(classSize[c])
 		div := ^uint32(0)/size + 1
-		for k := uint32(0); k*size < classPage[c]; k++ {
+		for k := uint32(0); k < uint32(classBlocks[c]); k++ {
 			if got := uint32(uint64(k*size) * uint64(div) >> 32); got != k {
 				t.Fatalf("class %d: block %d computed as %d", size, k, got)
 			}

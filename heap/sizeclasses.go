@@ -2,6 +2,107 @@
 
 package heap
 
+// Size classes, for a heap aligned to 16 B (a larger Options.Align rounds sizes up; see
+// newHeap):
+//
+// class  bytes/obj  bytes/page  kind       slices  objects  tail waste  max waste
+//     0         16       65536  segSmall        2     4096           0     93.75%
+//     1         32       65536  segSmall        2     2048           0     46.88%
+//     2         48       65536  segSmall        2     1365          16     31.27%
+//     3         64       65536  segSmall        2     1024           0     23.44%
+//     4         80       65536  segSmall        2      819          16     18.77%
+//     5         96       65536  segSmall        2      682          64     15.71%
+//     6        112       65536  segSmall        2      585          16     13.41%
+//     7        128       65536  segSmall        2      512           0     11.72%
+//     8        144       65536  segSmall        2      455          16     10.44%
+//     9        160       65536  segSmall        2      409          96      9.51%
+//    10        176       65536  segSmall        2      372          64      8.61%
+//    11        192       65536  segSmall        2      341          64      7.90%
+//    12        208       65536  segSmall        2      315          16      7.23%
+//    13        224       65536  segSmall        2      292         128      6.88%
+//    14        240       65536  segSmall        2      273          16      6.27%
+//    15        256       65536  segSmall        2      256           0      5.86%
+//    16        288       65536  segSmall        2      227         160     10.98%
+//    17        320       65536  segSmall        2      204         256     10.04%
+//    18        352       65536  segSmall        2      186          64      8.90%
+//    19        384       65536  segSmall        2      170         256      8.43%
+//    20        416       65536  segSmall        2      157         224      7.77%
+//    21        448       65536  segSmall        2      146         128      7.10%
+//    22        480       65536  segSmall        2      136         256      6.82%
+//    23        512       65536  segSmall        2      128           0      6.05%
+//    24        576       65536  segSmall        2      113         448     11.55%
+//    25        640       65536  segSmall        2      102         256     10.20%
+//    26        704       65536  segSmall        2       93          64      9.04%
+//    27        768       65536  segSmall        2       85         256      8.56%
+//    28        832       65536  segSmall        2       78         640      8.47%
+//    29        896       65536  segSmall        2       73         128      7.21%
+//    30        960       65536  segSmall        2       68         256      6.93%
+//    31       1024       65536  segSmall        2       64           0      6.15%
+//    32       1152       65536  segSmall        2       56        1024     12.41%
+//    33       1280       65536  segSmall        2       51         256     10.27%
+//    34       1408       65536  segSmall        2       46         768     10.09%
+//    35       1536       65536  segSmall        2       42        1024      9.70%
+//    36       1664       65536  segSmall        2       39         640      8.53%
+//    37       1792       65536  segSmall        2       36        1024      8.54%
+//    38       1920       65536  segSmall        2       34         256      6.98%
+//    39       2048       65536  segSmall        2       32           0      6.20%
+//    40       2304       65536  segSmall        2       28        1024     12.46%
+//    41       2560       65536  segSmall        2       25        1536     12.07%
+//    42       2816       65536  segSmall        2       23         768     10.12%
+//    43       3072       65536  segSmall        2       21        1024      9.73%
+//    44       3328       65536  segSmall        2       19        2304     10.91%
+//    45       3584       65536  segSmall        2       18        1024      8.57%
+//    46       3840       65536  segSmall        2       17         256      7.01%
+//    47       4096       65536  segSmall        2       16           0      6.23%
+//    48       4608       65536  segSmall        2       14        1024     12.48%
+//    49       5120       65536  segSmall        2       12        4096     15.61%
+//    50       5632       65536  segSmall        2       11        3584     14.05%
+//    51       6144       65536  segSmall        2       10        4096     14.05%
+//    52       6656       65536  segSmall        2        9        5632     15.61%
+//    53       7168       65536  segSmall        2        9        1024      8.58%
+//    54       7680       65536  segSmall        2        8        4096     12.49%
+//    55       8192       65536  segSmall        2        8           0      6.24%
+//    56       9216      524288  segMedium      16       56        8192     12.49%
+//    57      10240      524288  segMedium      16       51        2048     10.34%
+//    58      11264      524288  segMedium      16       46        6144     10.15%
+//    59      12288      524288  segMedium      16       42        8192      9.76%
+//    60      13312      524288  segMedium      16       39        5120      8.59%
+//    61      14336      524288  segMedium      16       36        8192      8.59%
+//    62      15360      524288  segMedium      16       34        2048      7.02%
+//    63      16384      524288  segMedium      16       32           0      6.24%
+//    64      18432      524288  segMedium      16       28        8192     12.49%
+//    65      20480      524288  segMedium      16       25       12288     12.10%
+//    66      22528      524288  segMedium      16       23        6144     10.15%
+//    67      24576      524288  segMedium      16       21        8192      9.76%
+//    68      26624      524288  segMedium      16       19       18432     10.93%
+//    69      28672      524288  segMedium      16       18        8192      8.59%
+//    70      30720      524288  segMedium      16       17        2048      7.03%
+//    71      32768      524288  segMedium      16       16           0      6.25%
+//    72      36864      524288  segMedium      16       14        8192     12.50%
+//    73      40960      524288  segMedium      16       12       32768     15.62%
+//    74      45056      524288  segMedium      16       11       28672     14.06%
+//    75      49152      524288  segMedium      16       10       32768     14.06%
+//    76      53248      524288  segMedium      16        9       45056     15.62%
+//    77      57344      524288  segMedium      16        9        8192      8.59%
+//    78      61440      524288  segMedium      16        8       32768     12.50%
+//    79      65536      524288  segMedium      16        8           0      6.25%
+//    80      73728     2097152  segLarge       64       28       32768     12.50%
+//    81      81920     2097152  segLarge       64       25       49152     12.11%
+//    82      90112     2097152  segLarge       64       23       24576     10.16%
+//    83      98304     2097152  segLarge       64       21       32768      9.76%
+//    84     106496     2097152  segLarge       64       19       73728     10.94%
+//    85     114688     2097152  segLarge       64       18       32768      8.59%
+//    86     122880     2097152  segLarge       64       17        8192      7.03%
+//    87     131072     2097152  segLarge       64       16           0      6.25%
+//    88     147456     2097152  segLarge       64       14       32768     12.50%
+//    89     163840     2097152  segLarge       64       12      131072     15.62%
+//    90     180224     2097152  segLarge       64       11      114688     14.06%
+//    91     196608     2097152  segLarge       64       10      131072     14.06%
+//    92     212992     2097152  segLarge       64        9      180224     15.62%
+//    93     229376     2097152  segLarge       64        9       32768      8.59%
+//    94     245760     2097152  segLarge       64        8      131072     12.50%
+//    95     262144     2097152  segLarge       64        8           0      6.25%
+
 // numClasses is the number of size classes; class 0 is the smallest.
 const numClasses = 96
 
@@ -42,6 +143,54 @@ var classPage = [numClasses]uint32{
 	524288, 524288, 524288, 524288, 524288, 524288, 524288, 524288,
 	2097152, 2097152, 2097152, 2097152, 2097152, 2097152, 2097152, 2097152,
 	2097152, 2097152, 2097152, 2097152, 2097152, 2097152, 2097152, 2097152,
+}
+
+// classKind is the kind of segment that holds each class's pages.
+var classKind = [numClasses]segKind{
+	segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall,
+	segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall,
+	segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall,
+	segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall,
+	segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall,
+	segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall,
+	segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall, segSmall,
+	segMedium, segMedium, segMedium, segMedium, segMedium, segMedium, segMedium, segMedium,
+	segMedium, segMedium, segMedium, segMedium, segMedium, segMedium, segMedium, segMedium,
+	segMedium, segMedium, segMedium, segMedium, segMedium, segMedium, segMedium, segMedium,
+	segLarge, segLarge, segLarge, segLarge, segLarge, segLarge, segLarge, segLarge,
+	segLarge, segLarge, segLarge, segLarge, segLarge, segLarge, segLarge, segLarge,
+}
+
+// classSlices is the number of slices a page of each class takes.
+var classSlices = [numClasses]uint8{
+	2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2,
+	16, 16, 16, 16, 16, 16, 16, 16,
+	16, 16, 16, 16, 16, 16, 16, 16,
+	16, 16, 16, 16, 16, 16, 16, 16,
+	64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64,
+}
+
+// classBlocks is the number of blocks a page of each class holds.
+var classBlocks = [numClasses]uint16{
+	4096, 2048, 1365, 1024, 819, 682, 585, 512,
+	455, 409, 372, 341, 315, 292, 273, 256,
+	227, 204, 186, 170, 157, 146, 136, 128,
+	113, 102, 93, 85, 78, 73, 68, 64,
+	56, 51, 46, 42, 39, 36, 34, 32,
+	28, 25, 23, 21, 19, 18, 17, 16,
+	14, 12, 11, 10, 9, 9, 8, 8,
+	56, 51, 46, 42, 39, 36, 34, 32,
+	28, 25, 23, 21, 19, 18, 17, 16,
+	14, 12, 11, 10, 9, 9, 8, 8,
+	28, 25, 23, 21, 19, 18, 17, 16,
+	14, 12, 11, 10, 9, 9, 8, 8,
 }
 
 // smallClass maps (n+15)/16 to the class of an n-byte request, for n <= smallMax.
