@@ -158,7 +158,7 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 func (h *Heap) newClassPage(c uint8) (*page, error) {
 	cl := &h.classes[c]
 	kind := cl.kind
-	k := kindSlices[kind]
+	k := int(cl.slices)
 	s, first, err := h.segmentWithRoom(kind, k, k)
 	if err != nil {
 		return nil, err

@@ -155,6 +155,7 @@ type Heap struct {
 type hclass struct {
 	size   uintptr
 	kind   segKind
+	slices uint8    // per page
 	empty  page     // sentinel current page: no blocks
 	avail  pageList // pages with free blocks, cur first
 	all    []*page  // every page of the class; page.allIdx is its index
@@ -209,7 +210,7 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	for c := 0; c < numClasses; c++ {
 		size, _ := align.Up(uintptr(classSize[c]), o.Align)
 		if n := len(h.classes); n == 0 || h.classes[n-1].size != size {
-			h.classes = append(h.classes, hclass{size: size, kind: kindForPage(uintptr(classPage[c]))})
+			h.classes = append(h.classes, hclass{size: size, kind: classKind[c], slices: classSlices[c]})
 		}
 		h.classOf[c] = uint8(len(h.classes) - 1)
 	}

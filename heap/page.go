@@ -7,7 +7,8 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 )
 
-// segKind is what a segment holds.
+// segKind is what a segment holds. Which kind holds each size class's pages, and how many
+// slices such a page takes, are in sizeclasses.go (classKind, classSlices).
 type segKind uint8
 
 const (
@@ -18,18 +19,6 @@ const (
 	segHuge                  // a huge object: a chunk run with one page
 	numSegKinds
 )
-
-var kindSlices = [numSegKinds]int{segSmall: 2, segMedium: 16, segLarge: 64}
-
-func kindForPage(pageSize uintptr) segKind {
-	switch pageSize {
-	case 64 << 10:
-		return segSmall
-	case 512 << 10:
-		return segMedium
-	}
-	return segLarge
-}
 
 // page is a run of slices holding blocks of one size. See the package invariants.
 type page struct {
