@@ -1,23 +1,9 @@
 package heap
 
 import (
-	"math/bits"
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
-)
-
-// segKind is what a segment holds. Which kind holds each size class's pages, and how many
-// slices such a page takes, are in sizeclasses.go (classKind, classSlices).
-type segKind uint8
-
-const (
-	segSmall  segKind = iota // 32 pages of 64 KiB
-	segMedium                // 4 pages of 512 KiB
-	segLarge                 // 1 page of 2 MiB
-	segObject                // object pages: one block of whole slices each
-	segHuge                  // a huge object: a chunk run with one page
-	numSegKinds
 )
 
 // page is a run of slices holding blocks of one size. See the package invariants.
@@ -58,23 +44,6 @@ type page struct {
 	nextPending *page
 }
 
-// segment is one arena chunk (or, for a huge object, a run of chunks).
-type segment struct {
-	// Read by every lookup, first: span.Size bounds the address table's answer (see Group).
-	span      arena.Span
-	base      uintptr
-	huge      *page
-	pages     [segSlices]atomic.Pointer[page] // page covering each slice
-	kind      segKind
-	free      uint64 // bit set: slice free
-	npages    int
-	dirtyBits uint64 // slices handed out since the chunk last read as zero
-	decommit  uint64 // slices not known to be committed: never used, or given back
-	inList    bool
-	prev      *segment
-	next      *segment
-}
-
 // newPage carves a page of nslice slices from s: a class page (its blocks fresh until extend
 // finds dirty memory) or, for class -1, an object page of one block.
 func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16) *page {
@@ -99,32 +68,6 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 
 // empty reports whether a class page has no live block and no remote free left to collect.
 func (pg *page) empty() bool { return pg.nfree == pg.bump }
-
-func sliceMask(first, n int) uint64 {
-	if n == 64 {
-		return ^uint64(0)
-	}
-	return (1<<uint(n) - 1) << uint(first)
-}
-
-// findSlices returns the first run of n free slices in s starting at a multiple of step.
-func (s *segment) findSlices(n, step int) (int, bool) {
-	run := s.free
-	for i := 1; i < n && run != 0; i++ {
-		run &= s.free >> uint(i)
-	}
-	for run != 0 {
-		i := bits.TrailingZeros64(run)
-		if i%step == 0 && i+n <= segSlices {
-			return i, true
-		}
-		run &^= 1 << uint(i)
-	}
-	return 0, false
-}
-
-// atomicWord is a word of a page's remote-free bitmap.
-type atomicWord = atomic.Uint64
 
 // A block's state word (page.state) says whether it is live and how big it was asked to be:
 //
@@ -216,50 +159,3 @@ func (l *pageList) remove(p *page) {
 	}
 	p.prev, p.next = nil, nil
 }
-
-// segList is an intrusive doubly linked list of segments.
-type segList struct{ head *segment }
-
-func (l *segList) push(s *segment) {
-	if s.inList {
-		return
-	}
-	s.inList = true
-	s.prev, s.next = nil, l.head
-	if l.head != nil {
-		l.head.prev = s
-	}
-	l.head = s
-}
-
-func (l *segList) remove(s *segment) {
-	if !s.inList {
-		return
-	}
-	s.inList = false
-	if s.prev != nil {
-		s.prev.next = s.next
-	} else {
-		l.head = s.next
-	}
-	if s.next != nil {
-		s.next.prev = s.prev
-	}
-	s.prev, s.next = nil, nil
-}
-
-// pendingStack is a lock-free stack of pages with remote frees: many pushers, one owner that
-// takes the whole stack at once (so the stack has no ABA problem).
-type pendingStack struct{ head atomic.Pointer[page] }
-
-func (s *pendingStack) push(p *page) {
-	for {
-		old := s.head.Load()
-		p.nextPending = old
-		if s.head.CompareAndSwap(old, p) {
-			return
-		}
-	}
-}
-
-func (s *pendingStack) takeAll() *page { return s.head.Swap(nil) }

@@ -1,0 +1,237 @@
+// Segments: one 2 MiB arena chunk each, cut into 64 slices of 32 KiB that pages take in runs.
+//
+// A segment holds pages of one kind (small, medium, large class pages, or object pages), so
+// that small pages never fragment the room larger ones need; a huge object is a segment of its
+// own (a run of chunks, segHuge) with one page. A heap keeps, per kind, the segments that still
+// have free slices; an empty segment is kept as the spare (all of them with RetainSegments) or
+// goes back to the arena.
+//
+// Invariants, for every segment s:
+//   - bit i of s.free is set iff s.pages[i] is nil; s.npages counts the distinct pages;
+//   - s.decommit marks slices not known to be committed (never used since the chunk was
+//     reserved, or given back); a page commits its slices before it hands them out
+//     (prepareSlices), so a live block's slices are committed;
+//   - s.dirtyBits marks slices handed out since the chunk last read as zero: a block is
+//     fresh (reads zero) only while every slice of its page was clean when committed;
+//   - a segment is registered in its group's tables while it holds pages, and never reused
+//     once unregistered: a spare comes back as a new struct.
+
+package heap
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+)
+
+// segKind is what a segment holds. Which kind holds each size class's pages, and how many
+// slices such a page takes, are in sizeclasses.go (classKind, classSlices).
+type segKind uint8
+
+const (
+	segSmall  segKind = iota // 32 pages of 64 KiB
+	segMedium                // 4 pages of 512 KiB
+	segLarge                 // 1 page of 2 MiB
+	segObject                // object pages: one block of whole slices each
+	segHuge                  // a huge object: a chunk run with one page
+	numSegKinds
+)
+
+// segment is one arena chunk (or, for a huge object, a run of chunks).
+type segment struct {
+	// Read by every lookup, first: span.Size bounds the address table's answer (see Group).
+	span      arena.Span
+	base      uintptr
+	huge      *page
+	pages     [segSlices]atomic.Pointer[page] // page covering each slice
+	kind      segKind
+	free      uint64 // bit set: slice free
+	npages    int
+	dirtyBits uint64 // slices handed out since the chunk last read as zero
+	decommit  uint64 // slices not known to be committed: never used, or given back
+	inList    bool
+	prev      *segment
+	next      *segment
+}
+
+func sliceMask(first, n int) uint64 {
+	if n == 64 {
+		return ^uint64(0)
+	}
+	return (1<<uint(n) - 1) << uint(first)
+}
+
+// findSlices returns the first run of n free slices in s starting at a multiple of step.
+func (s *segment) findSlices(n, step int) (int, bool) {
+	run := s.free
+	for i := 1; i < n && run != 0; i++ {
+		run &= s.free >> uint(i)
+	}
+	for run != 0 {
+		i := bits.TrailingZeros64(run)
+		if i%step == 0 && i+n <= segSlices {
+			return i, true
+		}
+		run &^= 1 << uint(i)
+	}
+	return 0, false
+}
+
+// segList is an intrusive doubly linked list of segments.
+type segList struct{ head *segment }
+
+func (l *segList) push(s *segment) {
+	if s.inList {
+		return
+	}
+	s.inList = true
+	s.prev, s.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = s
+	}
+	l.head = s
+}
+
+func (l *segList) remove(s *segment) {
+	if !s.inList {
+		return
+	}
+	s.inList = false
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		l.head = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	}
+	s.prev, s.next = nil, nil
+}
+
+// segmentWithRoom returns a segment of the kind with n free slices starting at a multiple of
+// step, taking the spare or a new chunk when none has room.
+func (h *Heap) segmentWithRoom(kind segKind, n, step int) (*segment, int, error) {
+	for s := h.segs[kind].head; s != nil; s = s.next {
+		if i, ok := s.findSlices(n, step); ok {
+			return s, i, nil
+		}
+	}
+	s, err := h.newSegment(kind)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s, 0, nil
+}
+
+// afterCarve keeps the segment in its kind's list only while it has room.
+func (h *Heap) afterCarve(s *segment) {
+	if s.free == 0 {
+		h.segs[s.kind].remove(s)
+	}
+}
+
+func (h *Heap) newSegment(kind segKind) (*segment, error) {
+	var s *segment
+	if n := len(h.spares); n > 0 {
+		sp := h.spares[n-1]
+		h.spares = h.spares[:n-1]
+		// A new struct, never the old one: see the invariants.
+		s = &segment{span: sp.span, base: sp.base, dirtyBits: sp.dirtyBits, decommit: sp.decommit}
+		h.g.register(s)
+	} else {
+		// One chunk, at the alignment the arena's chunks have: asking for segSize alignment
+		// of an arena whose regions are not aligned (cuMemAlloc, external) would cost a
+		// second chunk for every segment.
+		// Reserved, not committed: pages commit their own slices (prepareSlices), so a
+		// segment holding one small object commits one page, not 2 MiB.
+		span, err := h.fromArena(h.a.Reserve, segSize, h.g.chunkAlign)
+		if err != nil {
+			return nil, err
+		}
+		s = &segment{span: span, base: span.Base, dirtyBits: ^uint64(0), decommit: ^uint64(0)}
+		h.g.register(s)
+		h.nsegs++
+	}
+	s.kind = kind
+	s.free = ^uint64(0)
+	h.segs[kind].push(s)
+	return s, nil
+}
+
+// fromArena takes a span from the arena with take (Alloc, or Reserve for a segment). When the
+// arena is full, frees pending in the heap may have emptied segments and kept objects that can
+// go back first: it collects them and tries once more; a full arena is then ErrOutOfMemory.
+func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error), size, alignment uintptr) (arena.Span, error) {
+	span, err := take(size, alignment)
+	if err == nil {
+		return span, nil
+	}
+	h.Trim()
+	span, err = take(size, alignment)
+	switch {
+	case err == nil:
+		return span, nil
+	case errors.Is(err, arena.ErrCapacity):
+		return arena.Span{}, fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+	}
+	return arena.Span{}, err // memlock, commit or driver failures keep their own sentinel
+}
+
+// prepareSlices readies slices of s for a page that hands them out. It commits those not
+// committed yet (never used since the segment was reserved, or given back to the provider by
+// an earlier page), reports whether all of them read as zero, and marks them dirty: whatever
+// page holds them next must not take them for fresh.
+func (h *Heap) prepareSlices(s *segment, first, n int) (fresh bool, err error) {
+	m := sliceMask(first, n)
+	if s.decommit&m != 0 {
+		zeroed, err := h.a.Commit(s.base+uintptr(first)<<sliceShift, uintptr(n)<<sliceShift)
+		if err != nil {
+			return false, err
+		}
+		s.decommit &^= m
+		if zeroed {
+			s.dirtyBits &^= m
+		}
+	}
+	fresh = s.dirtyBits&m == 0
+	s.dirtyBits |= m
+	return fresh, nil
+}
+
+// freeSlices returns a page's slices to its segment, and an empty segment to the spare slot or
+// the arena.
+func (h *Heap) freeSlices(pg *page) {
+	s := pg.seg
+	pg.dead = true
+	for i := pg.slice0; i < pg.slice0+pg.nslice; i++ {
+		s.pages[i].Store(nil)
+	}
+	m := sliceMask(pg.slice0, pg.nslice)
+	s.free |= m
+	s.npages--
+	if s.npages > 0 {
+		// The segment stays. A page of 512 KiB or more gives its memory to the arena's purge
+		// unless a new page claims it within the delay; small pages churn too fast for that
+		// to pay (it would bring commit system calls back into steady states).
+		if s.kind != segSmall && s.decommit&m != m && h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift) == nil {
+			s.decommit |= m
+		}
+		h.segs[s.kind].push(s)
+		return
+	}
+	h.segs[s.kind].remove(s)
+	h.g.unregister(s)
+	if h.hold || len(h.spares) == 0 {
+		// Kept for reuse, but its memory goes to the arena's purge unless claimed in time.
+		if h.a.Decommit(s.base, segSize) == nil {
+			s.decommit = ^uint64(0)
+		}
+		h.spares = append(h.spares, s)
+		return
+	}
+	_ = h.a.Free(s.span)
+	h.nsegs--
+}
