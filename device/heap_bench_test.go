@@ -1,0 +1,56 @@
+package device
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// BenchmarkHeapBulk allocates a 16 MiB batch of blocks on one stream, then frees them all, as
+// the uvm tier does for a restore and an eviction's completion; it reports ns per block
+// allocated and freed.
+func BenchmarkHeapBulk(b *testing.B) {
+	f := fakecuda.RunBenchmark(b)
+	if f == nil {
+		return
+	}
+	dev := f.Open(b, 0)
+	h, err := New(fakecuda.Public(dev), Options{Capacity: 64 << 20, PurgeDelay: -1})
+	must(b, "New", err)
+	b.Cleanup(func() { must(b, "Close", h.Close()) })
+	s, err := dev.StreamCreate(true)
+	must(b, "StreamCreate", err)
+	b.Cleanup(func() {
+		must(b, "ForgetStream", h.ForgetStream(s))
+		must(b, "StreamDestroy", dev.StreamDestroy(s))
+	})
+	for _, size := range []uintptr{4 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			ps := make([]uintptr, (16<<20)/size)
+			var alloc, free time.Duration
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				for k := range ps {
+					p, err := h.Alloc(size, s)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ps[k] = p
+				}
+				t1 := time.Now()
+				for _, p := range ps {
+					if err := h.Free(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				alloc, free = alloc+t1.Sub(t0), free+time.Since(t1)
+			}
+			n := float64(b.N * len(ps))
+			b.ReportMetric(float64(alloc.Nanoseconds())/n, "ns/alloc")
+			b.ReportMetric(float64(free.Nanoseconds())/n, "ns/free")
+		})
+	}
+}
