@@ -218,7 +218,7 @@ func (t *Tier) AcquireHost(h Handle, m Mode) ([]byte, error) {
 		// The device copy becomes stale: give its VRAM back behind its uses.
 		t.waits = t.waits[:0]
 		t.addWaits(b)
-		if err := t.retire(completion{dev: []cuda.DevicePtr{b.dev}}); err != nil {
+		if err := t.retire(completion{dev: []devBlock{{b.dev, b.size}}}); err != nil {
 			return nil, err
 		}
 		t.putReleases(b)

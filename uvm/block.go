@@ -166,7 +166,7 @@ func (t *Tier) freeBlock(id BlockID) error {
 		// Behind the uses and the copies of the block, on the D2H stream.
 		c := completion{dir: dirD2H}
 		if devFree != 0 {
-			c.dev = []cuda.DevicePtr{devFree}
+			c.dev = []devBlock{{devFree, b.size}}
 		}
 		if hostFree != nil {
 			c.host = [][]byte{hostFree}

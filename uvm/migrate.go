@@ -14,8 +14,14 @@ import (
 type completion struct {
 	dir  int
 	seq  uint64
-	dev  []cuda.DevicePtr // VRAM to give back to the device heap
-	host [][]byte         // host buffers to give back to the pool
+	dev  []devBlock // VRAM no longer used once the event completes: spare (spare.go)
+	host [][]byte   // host buffers to give back to the pool
+}
+
+// devBlock is a block of VRAM and its size.
+type devBlock struct {
+	p    cuda.DevicePtr
+	size uintptr
 }
 
 // complete finishes a batch whose event has completed (the queue's done function).
@@ -23,17 +29,36 @@ func (t *Tier) complete(c completion) error {
 	if c.seq > t.doneSeq[c.dir] {
 		t.doneSeq[c.dir] = c.seq
 	}
-	var errs []error
-	for _, p := range c.dev {
-		errs = append(errs, t.heap.Free(p))
+	var err error
+	for _, d := range c.dev {
+		if ferr := t.putSpare(d.p, d.size); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
 	}
 	for _, b := range c.host {
-		errs = append(errs, t.pool.Free(b))
+		if ferr := t.pool.Free(b); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
 	}
 	if len(c.dev)+len(c.host) > 0 {
 		t.signal()
 	}
-	return errors.Join(errs...)
+	if cap(c.dev) >= launchJobs { // a batch's list: the next batch reuses it
+		t.devLists = append(t.devLists, c.dev[:0])
+	}
+	return err
+}
+
+// devList returns an empty list for a completion's VRAM, with room for n blocks.
+func (t *Tier) devList(n int) []devBlock {
+	for k := len(t.devLists); k > 0; k-- {
+		if l := t.devLists[k-1]; cap(l) >= n {
+			t.devLists[k-1] = t.devLists[len(t.devLists)-1]
+			t.devLists = t.devLists[:len(t.devLists)-1]
+			return l
+		}
+	}
+	return make([]devBlock, 0, max(n, launchJobs))
 }
 
 // retire queues c on the D2H stream behind t.waits: its memory is given back once every use
@@ -110,9 +135,9 @@ func (t *Tier) restore(ids []BlockID, cause Cause) error {
 		if launched {
 			t.undoRestore(ids[:n])
 		} else {
-			for _, done := range ids[:n] { // nothing is queued yet: free at once
+			for _, done := range ids[:n] { // nothing is queued yet: spare at once
 				if b := &t.blocks[done]; b.dev != 0 {
-					_ = t.heap.Free(b.dev)
+					_ = t.putSpare(b.dev, b.size)
 					b.dev = 0
 				}
 			}
@@ -182,7 +207,7 @@ func (t *Tier) undoRestore(ids []BlockID) {
 	c := completion{}
 	for _, id := range ids {
 		if b := &t.blocks[id]; b.dev != 0 {
-			c.dev = append(c.dev, b.dev)
+			c.dev = append(c.dev, devBlock{b.dev, b.size})
 			b.dev = 0
 		}
 	}
@@ -192,13 +217,25 @@ func (t *Tier) undoRestore(ids []BlockID) {
 	}
 }
 
-// devAlloc takes VRAM for a block from the device heap. When the heap refuses, it finishes the
-// evictions in flight (waiting for their copies) and evicts beyond the budget, then retries.
+// devAlloc takes VRAM for a block: a spare block of its size, else from the device heap. When
+// the heap refuses, it gives the spare blocks back to the heap and retries; then it finishes
+// the evictions in flight (waiting for their copies) and evicts beyond the budget, then retries.
 func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 	for try := 0; ; try++ {
+		if p := t.takeSpare(size); p != 0 {
+			return p, nil
+		}
 		p, err := t.heap.Alloc(size, t.h2d)
 		if err == nil {
 			return p, nil
+		}
+		if outOfMemory(err) && t.spare.bytes > 0 { // spares of other sizes hold the memory
+			if _, ferr := t.flushSpares(); ferr != nil {
+				return 0, errors.Join(err, ferr)
+			}
+			if p, err = t.heap.Alloc(size, t.h2d); err == nil {
+				return p, nil
+			}
 		}
 		if !outOfMemory(err) || try == 3 {
 			return 0, fmt.Errorf("uvm: device memory for a block of %d bytes: %w", size, err)
@@ -330,9 +367,10 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 		err = t.mover.Copy(jobs, t.d2h)
 	}
 	copied += len(jobs)
-	c := completion{dev: make([]cuda.DevicePtr, 0, len(ids))}
+	c := completion{dev: t.devList(len(ids))}
 	for _, id := range ids {
-		c.dev = append(c.dev, t.blocks[id].dev)
+		b := &t.blocks[id]
+		c.dev = append(c.dev, devBlock{b.dev, b.size})
 	}
 	var ev cuda.Event
 	if err == nil {

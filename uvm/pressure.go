@@ -9,7 +9,8 @@ import "github.com/pinmalloc/pinmalloc/cuda"
 // The hook runs on the allocating goroutine, without the heap's lock. For an allocation on
 // the tier's own H2D stream it does nothing: that is the tier itself, inside devAlloc with
 // t.mu held, which answers its own pressure (taking t.mu again would deadlock). For any other
-// stream it takes t.mu, evicts (CauseHeapPressure) and waits for the copies out, whose
+// stream it takes t.mu, gives the tier's spare VRAM back to the heap (spare.go) and, unless
+// that was enough, evicts (CauseHeapPressure) and waits for the copies out, whose
 // completions give the VRAM back to the heap, then lets the heap retry. When it cannot help
 // (nothing evictable, the tier closed) it passes the call to the hook it replaced, after
 // dropping t.mu, so hooks chain without holding two tiers' locks at once.
@@ -51,19 +52,31 @@ func (t *Tier) relieve(n uintptr, s cuda.Stream) bool {
 	return prev != nil && prev(n, s)
 }
 
-// evictForHeap evicts cold blocks worth n bytes rounded up to a segment (see the file comment) and waits until
-// their VRAM is back in the heap. It reports whether it evicted any. t.mu is held.
+// evictForHeap gives the spare VRAM back to the heap and, if that was fewer than n bytes
+// rounded up to a segment (see the file comment), evicts cold blocks worth that and waits
+// until their VRAM is back in the heap. It reports whether it gave any back. t.mu is held.
 func (t *Tier) evictForHeap(n uintptr) bool {
 	if t.poll() != nil {
 		return false
 	}
 	t.st.HeapPressure++
-	if t.pickVictims(roundChunk(n)) == 0 {
-		t.unchoose(t.victims)
+	want := roundChunk(n)
+	spare, err := t.flushSpares()
+	if err != nil {
 		return false
+	}
+	if spare >= want {
+		return true
+	}
+	if t.pickVictims(want) == 0 {
+		t.unchoose(t.victims)
+		return spare > 0
 	}
 	if t.evict(t.victims, CauseHeapPressure) != nil {
-		return false
+		return spare > 0
 	}
-	return t.drain() == nil
+	t.noSpares = true // the evictions' VRAM goes to the heap
+	err = t.drain()
+	t.noSpares = false
+	return err == nil
 }

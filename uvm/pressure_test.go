@@ -216,3 +216,104 @@ func TestSharedHeapConcurrent(t *testing.T) {
 	must(t, h.ForgetStream(su))
 	must(t, h.Close())
 }
+
+// TestSpareVRAM checks the tier's spare VRAM (spare.go): the VRAM an eviction gives up is kept
+// for the next restore, which takes it instead of the heap's; the heap refusing a block of
+// another size makes the tier give its spares back; another user of a shared heap that finds it
+// full gets them back without an eviction; Close gives them back.
+func TestSpareVRAM(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const budget = 4 << 20
+	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 6 << 20, Align: 256, PurgeDelay: -1})
+	must(t, err)
+	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: budget, Heap: h})
+	must(t, err)
+	s, su := stream(t, dev), stream(t, dev)
+	small := filled(t, tr, budget/(64*kib), 64*kib)
+	acquire := func(hs []uvm.Handle) []cuda.DevicePtr {
+		t.Helper()
+		ps := make([]cuda.DevicePtr, len(hs))
+		for i, hd := range hs {
+			ps[i], err = tr.Acquire(hd, s, uvm.Write)
+			must(t, err)
+			must(t, tr.Release(hd, s))
+		}
+		return ps
+	}
+	first := acquire(small)
+	live := h.Stats().Live
+	must(t, tr.Evict(small))
+	must(t, tr.Sync())
+	st := tr.Stats()
+	checkAccounts(t, st)
+	if st.SpareBytes != budget || st.DeviceBytes != 0 || h.Stats().Live != live {
+		t.Fatalf("after evicting every block: %d spare bytes, %d on the device, %d live heap blocks (want %d, 0, %d)",
+			st.SpareBytes, st.DeviceBytes, h.Stats().Live, budget, live)
+	}
+	// The restore takes the spare blocks: the same VRAM, no heap allocation.
+	allocs := h.Stats().Allocs
+	again := acquire(small)
+	if st := tr.Stats(); st.SpareBytes != 0 || h.Stats().Allocs != allocs {
+		t.Fatalf("the restore left %d spare bytes and made %d heap allocations", st.SpareBytes, h.Stats().Allocs-allocs)
+	}
+	seen := map[cuda.DevicePtr]bool{}
+	for _, p := range first {
+		seen[p] = true
+	}
+	for i, p := range again {
+		if !seen[p] {
+			t.Fatalf("block %d came back at %#x, not in the VRAM the eviction gave up", i, p)
+		}
+	}
+
+	// Spare 64 KiB blocks, then a block of 2 MiB, which the heap has no room for beside
+	// them: the tier gives them back and retries.
+	must(t, tr.Evict(small))
+	must(t, tr.Sync())
+	big := filled(t, tr, 2, 2<<20)
+	acquire(big)
+	st = tr.Stats()
+	checkAccounts(t, st)
+	if st.DeviceBytes != 4<<20 || st.SpareBytes != 0 || st.Failures != 0 {
+		t.Fatalf("after restoring 4 MiB of big blocks beside 4 MiB of spare small ones: %+v", st)
+	}
+
+	// Another user of the heap gets the spares back (the big blocks' VRAM) with no eviction.
+	must(t, tr.Evict(big))
+	must(t, tr.Sync())
+	if st := tr.Stats(); st.SpareBytes != 4<<20 {
+		t.Fatalf("%d spare bytes after evicting the big blocks, want %d", st.SpareBytes, 4<<20)
+	}
+	acquire(small[:8])
+	before := tr.Stats()
+	p, err := h.Alloc(2<<20, su) // a huge block: chunks of the arena, which the spares hold
+	must(t, err)
+	st = tr.Stats()
+	checkAccounts(t, st)
+	if st.SpareBytes != 0 || st.Moved(false) != before.Moved(false) || st.HeapPressure != before.HeapPressure+1 {
+		t.Fatalf("the other user's Alloc: %d spare bytes left, %d blocks evicted, %d pressure calls",
+			st.SpareBytes, st.Moved(false).Blocks-before.Moved(false).Blocks, st.HeapPressure-before.HeapPressure)
+	}
+	must(t, h.FreeAsync(p, su))
+
+	// Close gives the spares back: the heap has no live block of the tier's.
+	must(t, tr.Evict(small[:8]))
+	must(t, tr.Sync())
+	if tr.Stats().SpareBytes == 0 {
+		t.Fatal("no spare VRAM before Close")
+	}
+	for _, hd := range append(small, big...) {
+		must(t, tr.Free(hd))
+	}
+	must(t, tr.Close())
+	must(t, h.Sync())
+	if st := h.Stats(); st.Live != 0 {
+		t.Errorf("after the tier's Close the heap has %d live blocks", st.Live)
+	}
+	must(t, h.ForgetStream(su))
+	must(t, h.ForgetStream(s))
+	must(t, h.Close())
+}

@@ -82,6 +82,10 @@ type Stats struct {
 	// HostHeldBytes are the host buffers held: host-only blocks and the host copies of clean
 	// blocks on the device.
 	HostHeldBytes uint64
+	// SpareBytes is the VRAM the tier keeps for its next restores: the blocks of the device
+	// heap that evictions and frees gave up (see the package documentation). With DeviceBytes
+	// it stays within twice the budget; the heap's Stats count it as live.
+	SpareBytes uint64
 	// PinnedBytes and PinnedBlocks count the blocks acquired on the device.
 	PinnedBytes  uint64
 	PinnedBlocks int
@@ -146,6 +150,7 @@ func (t *Tier) Stats() Stats {
 	st.LiveBytes, st.DeviceBytes = uint64(t.acct.live), uint64(t.acct.device)
 	st.HostBytes, st.FreshBytes = uint64(t.acct.hostOnly), uint64(t.acct.fresh)
 	st.HostHeldBytes = uint64(t.acct.hostHeld)
+	st.SpareBytes = uint64(t.spare.bytes)
 	st.PinnedBytes, st.PinnedBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
 	st.Pending = t.queue.Len()
 	return st

@@ -30,8 +30,11 @@
 // without waiting for the copy. Release(h, s) records an event on s (one per block and stream,
 // re-recorded by later releases); evicting or freeing the block first makes the D2H stream wait
 // on those events, so the copy out reads what the user's kernels wrote (PyTorch's
-// record_stream). The VRAM of an evicted or freed block goes back to the device heap only once
-// an event recorded on the D2H stream after its copy has completed, and a host buffer being
+// record_stream). The VRAM of an evicted or freed block is reused only once an event recorded
+// on the D2H stream after its copy has completed; then the tier keeps it as spare VRAM for its
+// next restores (spare.go: taking and keeping a block costs nanoseconds, a device heap Alloc
+// and Free more than the copy of a small block), within twice the budget with the blocks on
+// the device, and gives it back to the heap when the heap runs short. A host buffer being
 // written by an eviction is read by a restore only after the H2D stream waited on that
 // eviction's event. Completions are found by polling (cuEventQuery, internal/streamq), oldest
 // first per stream, on every migration and in Stats; Sync and Close wait for them.
@@ -197,10 +200,14 @@ type Tier struct {
 	st      Stats
 
 	// Scratch, reused by every batch (the lock is held).
-	jobs    []CopyJob
-	victims []BlockID
-	one     []BlockID // the blocks of an Acquire, Prefetch or Evict
-	waits   []relEvent
+	jobs     []CopyJob
+	victims  []BlockID
+	devLists [][]devBlock // completions' VRAM lists, for reuse
+
+	spare    spares    // VRAM kept for restores (spare.go)
+	noSpares bool      // completions give VRAM back to the heap (the pressure hook runs)
+	one      []BlockID // the blocks of an Acquire, Prefetch or Evict
+	waits    []relEvent
 }
 
 // Directions of a batch.
@@ -399,6 +406,8 @@ func (t *Tier) Close() error {
 		}
 	}
 	errs = append(errs, t.drain(), t.dev.StreamSynchronize(t.h2d), t.dev.StreamSynchronize(t.d2h))
+	_, ferr := t.flushSpares()
+	errs = append(errs, ferr)
 	if t.ownHeap {
 		errs = append(errs, t.heap.Sync())
 	}

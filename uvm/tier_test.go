@@ -120,6 +120,9 @@ func checkAccounts(t testing.TB, st uvm.Stats) {
 	if st.DeviceBytes > st.Budget {
 		t.Fatalf("device bytes %d over the budget %d", st.DeviceBytes, st.Budget)
 	}
+	if st.SpareBytes > 2*st.Budget {
+		t.Fatalf("spare VRAM %d over twice the budget %d", st.SpareBytes, st.Budget)
+	}
 }
 
 // TestRoundTrip fills 8 blocks from the host through a tier whose budget holds 4, reads them
