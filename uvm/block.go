@@ -196,22 +196,29 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 			return t.dev.EventRecord(r.ev, s)
 		}
 	}
-	ev, err := t.events.Get()
-	if err != nil {
-		return err
+	var ev cuda.Event
+	if k := len(t.relIdle); k > 0 {
+		ev, t.relIdle = t.relIdle[k-1], t.relIdle[:k-1]
+	} else {
+		var err error
+		if ev, err = t.events.Get(); err != nil {
+			return err
+		}
 	}
 	if err := t.dev.EventRecord(ev, s); err != nil {
-		t.events.Put(ev)
+		t.relIdle = append(t.relIdle, ev)
 		return err
 	}
 	b.rel = append(b.rel, relEvent{s: s, ev: ev, seq: t.relSeq})
 	return nil
 }
 
-// putReleases gives b's release events back to the pool, once waits on them are queued.
+// putReleases keeps b's release events for the next releases (t.relIdle: a stack under t.mu,
+// which costs an eviction no lock per block, as the event pool's would), once waits on them
+// are queued: recording an event again does not affect a wait queued before.
 func (t *Tier) putReleases(b *block) {
 	for _, r := range b.rel {
-		t.events.Put(r.ev)
+		t.relIdle = append(t.relIdle, r.ev)
 	}
 	b.rel = b.rel[:0]
 }

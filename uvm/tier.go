@@ -193,9 +193,10 @@ type Tier struct {
 	blocks  []block
 	free    []uint32 // free slots
 	wake    chan struct{}
-	seq     [2]uint64 // batches issued, per direction (dirH2D, dirD2H)
-	doneSeq [2]uint64 // batches completed, per direction
-	relSeq  uint64    // release events recorded
+	seq     [2]uint64    // batches issued, per direction (dirH2D, dirD2H)
+	doneSeq [2]uint64    // batches completed, per direction
+	relSeq  uint64       // release events recorded
+	relIdle []cuda.Event // release events not recorded for a block now (block.go)
 	acct    accounts
 	st      Stats
 
@@ -362,6 +363,10 @@ func (t *Tier) release() error {
 			*s = 0
 		}
 	}
+	for _, ev := range t.relIdle {
+		t.events.Put(ev)
+	}
+	t.relIdle = nil
 	errs = append(errs, t.events.Close())
 	return errors.Join(errs...)
 }
