@@ -87,7 +87,8 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 		t.st.Misses++
 		t.victims = t.victims[:0]
 		ids := append(t.one[:0], id)
-		if err := t.restore(ids, CauseAcquire); err != nil {
+		b.chosen = true
+		if _, _, err := t.restore(ids, b.size, CauseAcquire); err != nil {
 			return 0, err
 		}
 	} else {
@@ -292,49 +293,45 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	if t.closed {
 		return ErrClosed
 	}
+	// One pass over the handles checks them, skips duplicates and blocks on the device, and
+	// adds up the bytes; the blocks stay marked chosen (restore clears the marks).
 	ids := t.one[:0]
+	var need uintptr
 	for _, h := range hs {
 		id, b, err := t.lookup(h)
+		if err == nil && b.hostWrite && b.dev == 0 {
+			err = fmt.Errorf("%w: block %#x is acquired on the host for writing", ErrAcquired, uint64(h))
+		}
 		if err != nil {
+			t.unchoose(ids)
 			return err
 		}
 		if b.dev == 0 && !b.chosen {
-			if b.hostWrite {
-				return fmt.Errorf("%w: block %#x is acquired on the host for writing", ErrAcquired, uint64(h))
-			}
 			b.chosen = true // counted once
 			ids = append(ids, id)
+			need += b.size
 		}
 	}
 	t.one = ids[:0]
-	t.unchoose(ids)
 	if len(ids) == 0 {
 		return nil
 	}
 	if err := t.checkStream(s); err != nil {
+		t.unchoose(ids)
 		return err
-	}
-	var need uintptr
-	for _, id := range ids {
-		need += t.blocks[id].size
 	}
 	if need > t.budget {
+		t.unchoose(ids)
 		return fmt.Errorf("%w: a prefetch of %d bytes, budget %d", ErrTooLarge, need, t.budget)
 	}
-	if err := t.restore(ids, CausePrefetch); err != nil {
+	ev, copied, err := t.restore(ids, need, CausePrefetch)
+	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		// One wait covers the batch: every copy of it is before its event.
-		if b := &t.blocks[id]; b.readySeq == t.seq[dirH2D] && t.pending(dirH2D, b.readySeq) {
-			if err := t.dev.StreamWaitEvent(s, b.readyEv); err != nil {
-				return fmt.Errorf("uvm: stream %#x waits for a prefetch: %w", s, err)
-			}
-			break
+	if copied { // one wait covers the batch: every copy of it is before its event
+		if err := t.dev.StreamWaitEvent(s, ev); err != nil {
+			return fmt.Errorf("uvm: stream %#x waits for a prefetch: %w", s, err)
 		}
-	}
-	for _, id := range ids {
-		t.policy.Used(id)
 	}
 	return nil
 }

@@ -118,19 +118,20 @@ func (t *Tier) poll() error {
 // 4 KiB blocks is 16,384 jobs).
 const launchJobs = 1024
 
-// restore brings the blocks ids (live, not on the device) to the device in one batch on the
-// H2D stream, making room first. On failure no block has moved. t.mu is held.
-func (t *Tier) restore(ids []BlockID, cause Cause) error {
-	var need uintptr
-	for _, id := range ids {
-		need += t.blocks[id].size
-	}
+// restore brings the blocks ids (live, not on the device, need bytes together) to the device
+// in one batch on the H2D stream, making room first. The caller marks ids chosen, and restore
+// clears the marks when it returns: until then no eviction it makes for room drops their host
+// copies, which its copies read. For CausePrefetch the policy records a use of each block. It
+// returns the batch's event, and whether it queued any copy. On failure no block has moved.
+// t.mu is held.
+func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) (cuda.Event, bool, error) {
 	if err := t.makeRoom(need); err != nil {
-		return err
+		t.unchoose(ids)
+		return 0, false, err
 	}
 	jobs := t.jobs[:0]
 	launched := false // copies queued: VRAM goes back behind the H2D stream
-	fail := func(n int, err error) error {
+	fail := func(n int, err error) (cuda.Event, bool, error) {
 		t.jobs = jobs[:0]
 		if launched {
 			t.undoRestore(ids[:n])
@@ -142,7 +143,8 @@ func (t *Tier) restore(ids []BlockID, cause Cause) error {
 				}
 			}
 		}
-		return err
+		t.unchoose(ids)
+		return 0, false, err
 	}
 	for i, id := range ids {
 		b := &t.blocks[id]
@@ -171,7 +173,8 @@ func (t *Tier) restore(ids []BlockID, cause Cause) error {
 	}
 	t.jobs = jobs[:0]
 	var ev cuda.Event
-	if len(jobs) > 0 || launched {
+	copied := len(jobs) > 0 || launched
+	if copied {
 		var err error
 		if len(jobs) > 0 {
 			err = t.mover.Copy(jobs, t.h2d)
@@ -181,13 +184,16 @@ func (t *Tier) restore(ids []BlockID, cause Cause) error {
 		}
 		if err != nil {
 			t.undoRestore(ids)
+			t.unchoose(ids)
 			t.st.Failures++
-			return fmt.Errorf("uvm: restore of %d blocks: %w", len(ids), err)
+			return 0, false, fmt.Errorf("uvm: restore of %d blocks: %w", len(ids), err)
 		}
 	}
 	now := t.now()
+	used := cause == CausePrefetch
 	for _, id := range ids {
 		b := &t.blocks[id]
+		b.chosen = false
 		if b.fresh {
 			b.fresh = false
 			t.acct.fresh -= b.size
@@ -197,8 +203,11 @@ func (t *Tier) restore(ids []BlockID, cause Cause) error {
 			t.moved(id, b, true, cause, false, now)
 		}
 		t.acct.device += b.size
+		if used {
+			t.policy.Used(id)
+		}
 	}
-	return nil
+	return ev, copied, nil
 }
 
 // undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on
@@ -314,21 +323,21 @@ func (t *Tier) pickVictims(want uintptr) uintptr {
 }
 
 // evict moves the blocks ids (evictable) off the device in one batch: dirty ones are copied to
-// host buffers on the D2H stream after it waited for their uses; clean ones are dropped. On
-// failure no block has moved. t.mu is held.
+// host buffers on the D2H stream after it waited for their uses; clean ones are dropped. The
+// caller marks ids chosen (pickVictims, Evict), so that hostAlloc does not drop their host
+// copies for room, and evict clears the marks when it returns. On failure no block has moved.
+// t.mu is held.
 func (t *Tier) evict(ids []BlockID, cause Cause) error {
-	defer t.unchoose(ids)
-	for _, id := range ids {
-		t.blocks[id].chosen = true // their host copies are not to be dropped for room
-	}
 	jobs := t.jobs[:0]
 	t.waits = t.waits[:0]
+	c := completion{dev: t.devList(len(ids))}
 	copied := 0 // jobs whose copies are queued
 	var err error
 	hostErr := false // err is hostAlloc's (ErrHostFull), not a failed copy
 	for _, id := range ids {
 		b := &t.blocks[id]
 		t.addWaits(b)
+		c.dev = append(c.dev, devBlock{b.dev, b.size})
 		if b.clean() {
 			continue
 		}
@@ -350,8 +359,22 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 			jobs, t.waits = jobs[:0], t.waits[:0] // a stream's waits hold for all later work
 		}
 	}
+	t.jobs = jobs[:0]
+	if err == nil {
+		if err = t.queueWaits(t.d2h); err == nil && len(jobs) > 0 {
+			err = t.mover.Copy(jobs, t.d2h)
+		}
+		if err == nil {
+			copied += len(jobs)
+		}
+	}
+	var ev cuda.Event
+	if err == nil {
+		ev, err = t.pushEvent(dirD2H, c)
+	}
 	if err != nil {
-		t.jobs = jobs[:0]
+		t.devLists = append(t.devLists, c.dev[:0])
+		t.unchoose(ids)
 		if copied > 0 { // copies into host buffers the blocks keep: let them land first
 			_ = t.dev.StreamSynchronize(t.d2h)
 		}
@@ -361,28 +384,10 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 		t.st.Failures++
 		return fmt.Errorf("uvm: eviction of %d blocks (%d copied): %w", len(ids), copied, err)
 	}
-	t.jobs = jobs[:0]
-	err = t.queueWaits(t.d2h)
-	if err == nil && len(jobs) > 0 {
-		err = t.mover.Copy(jobs, t.d2h)
-	}
-	copied += len(jobs)
-	c := completion{dev: t.devList(len(ids))}
-	for _, id := range ids {
-		b := &t.blocks[id]
-		c.dev = append(c.dev, devBlock{b.dev, b.size})
-	}
-	var ev cuda.Event
-	if err == nil {
-		ev, err = t.pushEvent(dirD2H, c)
-	}
-	if err != nil {
-		t.st.Failures++
-		return fmt.Errorf("uvm: eviction of %d blocks (%d copied): %w", len(ids), copied, err)
-	}
 	now := t.now()
 	for _, id := range ids {
 		b := &t.blocks[id]
+		b.chosen = false
 		clean := b.clean()
 		if !clean {
 			b.evictSeq, b.evictEv, b.hostValid = t.seq[dirD2H], ev, true

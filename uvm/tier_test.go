@@ -250,6 +250,22 @@ func TestBadInput(t *testing.T) {
 	if h2 == h {
 		t.Error("a new block got the freed handle")
 	}
+	// A Prefetch refused for a bad handle leaves the good ones as they were: the next
+	// Prefetch brings them (and Evict takes them off again).
+	if err := tr.Prefetch([]uvm.Handle{h2, h}, s1); !errors.Is(err, uvm.ErrInvalidHandle) {
+		t.Errorf("Prefetch with a freed handle: %v", err)
+	}
+	must(t, tr.Prefetch([]uvm.Handle{h2}, s1))
+	if st := tr.Stats(); st.DeviceBytes != 64*kib {
+		t.Errorf("after a Prefetch refused and one done, %d device bytes, want %d", st.DeviceBytes, 64*kib)
+	}
+	if err := tr.Evict([]uvm.Handle{h2, h}); !errors.Is(err, uvm.ErrInvalidHandle) {
+		t.Errorf("Evict with a freed handle: %v", err)
+	}
+	must(t, tr.Evict([]uvm.Handle{h2}))
+	if st := tr.Stats(); st.DeviceBytes != 0 {
+		t.Errorf("after an Evict refused and one done, %d device bytes, want 0", st.DeviceBytes)
+	}
 	must(t, tr.Free(h2))
 	must(t, tr.Close())
 	if _, err := tr.Alloc(1); !errors.Is(err, uvm.ErrClosed) {
