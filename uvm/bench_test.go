@@ -186,8 +186,9 @@ func benchMigration(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int, dirty b
 // the room A left); and, once B is written (not timed), "both", Prefetch(A), which evicts B
 // while it restores A. Each phase is timed to the end of its Sync, so the completions' frees
 // count. The figures are ns per block of the phase (both: per block moved, either way), wall
-// clock and the process's CPU time (which a busy machine distorts less), and heap allocations
-// per block over the whole round. Mover "none" queues nothing and the fake
+// clock and the process's CPU time (which a busy machine distorts less), the wall clock of the
+// Sync alone (on a GPU it comes after the last copy, so nothing overlaps it), and heap
+// allocations per block over the whole round. Mover "none" queues nothing and the fake
 // moves no byte: what is left is the tier's bookkeeping (the device heap, the host pool,
 // events, the policy, the accounts); "kernel" adds the default device.Batcher (the fake
 // checks each job's ranges in C: a cost a real driver does not have).
@@ -226,8 +227,8 @@ func benchBlockCost(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int) {
 	}
 	// phase is the wall and CPU time of one phase, summed over the rounds.
 	type phase struct {
-		name      string
-		wall, cpu time.Duration
+		name            string
+		wall, cpu, sync time.Duration
 	}
 	// timed runs a phase, labelled for a CPU profile (pprof -tagfocus phase=evict).
 	timed := func(ph *phase, f func() error) {
@@ -236,10 +237,12 @@ func benchBlockCost(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int) {
 			if err := f(); err != nil {
 				b.Fatal(err)
 			}
+			synced := time.Now()
 			if err := tr.Sync(); err != nil {
 				b.Fatal(err)
 			}
 			ph.cpu += processCPU(b) - cpu
+			ph.sync += time.Since(synced)
 			ph.wall += time.Since(start)
 		})
 	}
@@ -270,6 +273,7 @@ func benchBlockCost(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int) {
 		}
 		b.ReportMetric(float64(ph.wall.Nanoseconds())/per, "ns/"+ph.name)
 		b.ReportMetric(float64(ph.cpu.Nanoseconds())/per, "cpu-ns/"+ph.name)
+		b.ReportMetric(float64(ph.sync.Nanoseconds())/per, "sync-ns/"+ph.name)
 	}
 	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/(4*blocks), "allocs/block")
 	st := tr.Stats()

@@ -12,10 +12,12 @@ import (
 // completion is a batch queued on one of the tier's streams: when its event completes, the
 // batch's copies are done and the memory it lists can be reused.
 type completion struct {
-	dir  int
-	seq  uint64
-	dev  []devBlock // VRAM no longer used once the event completes: spare (spare.go)
-	host [][]byte   // host buffers to give back to the pool
+	dir int
+	seq uint64
+	dev []devBlock // VRAM no longer used once the event completes: spare (spare.go)
+	// devBytes is the bytes of dev, when the batch added them up (0: not counted)
+	devBytes uintptr
+	host     [][]byte // host buffers to give back to the pool
 }
 
 // devBlock is a block of VRAM and its size.
@@ -29,12 +31,7 @@ func (t *Tier) complete(c completion) error {
 	if c.seq > t.doneSeq[c.dir] {
 		t.doneSeq[c.dir] = c.seq
 	}
-	var err error
-	for _, d := range c.dev {
-		if ferr := t.putSpare(d.p, d.size); ferr != nil {
-			err = errors.Join(err, ferr)
-		}
-	}
+	err := t.putSpares(c.dev, c.devBytes)
 	for _, b := range c.host {
 		if ferr := t.pool.Free(b); ferr != nil {
 			err = errors.Join(err, ferr)
@@ -42,9 +39,6 @@ func (t *Tier) complete(c completion) error {
 	}
 	if len(c.dev)+len(c.host) > 0 {
 		t.signal()
-	}
-	if cap(c.dev) >= launchJobs { // a batch's list: the next batch reuses it
-		t.devLists = append(t.devLists, c.dev[:0])
 	}
 	return err
 }
@@ -338,6 +332,7 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 		b := &t.blocks[id]
 		t.addWaits(b)
 		c.dev = append(c.dev, devBlock{b.dev, b.size})
+		c.devBytes += b.size
 		if b.clean() {
 			continue
 		}

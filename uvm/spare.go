@@ -41,12 +41,17 @@ type spareList struct {
 	ps   []cuda.DevicePtr
 }
 
-// spares is the tier's spare VRAM, by block size. A tier's blocks come in few sizes, and a
-// batch's blocks are often all of one size: the list used last is tried first.
+// spares is the tier's spare VRAM. A completion hands over its whole list of blocks as one
+// run, in O(1) (the completion runs after the copies, when nothing overlaps it: on a GPU the
+// time it takes adds to the batch's); runs are sorted into lists by size only as restores take
+// their blocks, which overlaps the copies they queue. A tier's blocks come in few sizes, and a
+// batch's blocks are often all of one size: the newest run's last block, then the list used
+// last, are tried first.
 type spares struct {
+	runs  [][]devBlock // completions' lists, newest last
 	lists []spareList
 	last  int
-	bytes uintptr
+	bytes uintptr // of runs and lists
 }
 
 // list returns the list of blocks of size bytes, or nil.
@@ -63,19 +68,89 @@ func (sp *spares) list(size uintptr) *spareList {
 	return nil
 }
 
+// add adds d to the list of its size.
+func (sp *spares) add(d devBlock) {
+	l := sp.list(d.size)
+	if l == nil {
+		sp.lists = append(sp.lists, spareList{size: d.size})
+		sp.last = len(sp.lists) - 1
+		l = &sp.lists[sp.last]
+	}
+	l.ps = append(l.ps, d.p)
+}
+
+// popRun takes the last block of the newest run; an emptied run's list goes back to
+// t.devLists.
+func (t *Tier) popRun() devBlock {
+	sp := &t.spare
+	n := len(sp.runs) - 1
+	r := sp.runs[n]
+	d := r[len(r)-1]
+	if r = r[:len(r)-1]; len(r) > 0 {
+		sp.runs[n] = r
+	} else {
+		sp.runs[n] = nil
+		sp.runs = sp.runs[:n]
+		t.devLists = append(t.devLists, r)
+	}
+	return d
+}
+
 // takeSpare returns a spare block of size bytes, or 0 if there is none. t.mu is held.
 func (t *Tier) takeSpare(size uintptr) cuda.DevicePtr {
-	if t.spare.bytes == 0 {
+	sp := &t.spare
+	if sp.bytes == 0 {
 		return 0
 	}
-	l := t.spare.list(size)
-	if l == nil || len(l.ps) == 0 {
-		return 0
+	if n := len(sp.runs); n > 0 {
+		if r := sp.runs[n-1]; r[len(r)-1].size == size {
+			sp.bytes -= size
+			return t.popRun().p
+		}
 	}
-	p := l.ps[len(l.ps)-1]
-	l.ps = l.ps[:len(l.ps)-1]
-	t.spare.bytes -= size
-	return p
+	for {
+		if l := sp.list(size); l != nil && len(l.ps) > 0 {
+			p := l.ps[len(l.ps)-1]
+			l.ps = l.ps[:len(l.ps)-1]
+			sp.bytes -= size
+			return p
+		}
+		if len(sp.runs) == 0 {
+			return 0
+		}
+		// Sort the newest run's blocks into the lists until one of this size comes.
+		for len(sp.runs) > 0 {
+			d := t.popRun()
+			if d.size == size {
+				sp.bytes -= size
+				return d.p
+			}
+			sp.add(d)
+		}
+	}
+}
+
+// putSpares keeps the blocks of a completion, bytes together, as spare VRAM (see putSpare);
+// the list becomes the spares' when all of them are kept. t.mu is held.
+func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
+	if len(list) == 0 {
+		return nil
+	}
+	if !t.noSpares && bytes > 0 && t.acct.device+t.spare.bytes+bytes <= spareFactor*t.budget {
+		t.spare.runs = append(t.spare.runs, list)
+		t.spare.bytes += bytes
+		return nil
+	}
+	var err error
+	for _, d := range list {
+		if ferr := t.putSpare(d.p, d.size); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+	}
+	if cap(list) >= launchJobs { // a batch's list: the next batch reuses it
+		t.devLists = append(t.devLists, list[:0])
+	}
+	return err
 }
 
 // putSpare keeps the block p of size bytes, which no work uses any more, as spare VRAM, or gives
@@ -84,15 +159,8 @@ func (t *Tier) putSpare(p cuda.DevicePtr, size uintptr) error {
 	if t.noSpares || t.acct.device+t.spare.bytes+size > spareFactor*t.budget {
 		return t.heap.Free(p)
 	}
-	sp := &t.spare
-	l := sp.list(size)
-	if l == nil {
-		sp.lists = append(sp.lists, spareList{size: size})
-		sp.last = len(sp.lists) - 1
-		l = &sp.lists[sp.last]
-	}
-	l.ps = append(l.ps, p)
-	sp.bytes += size
+	t.spare.add(devBlock{p, size})
+	t.spare.bytes += size
 	return nil
 }
 
@@ -101,6 +169,11 @@ func (t *Tier) flushSpares() (uintptr, error) {
 	sp := &t.spare
 	n := sp.bytes
 	var errs []error
+	for len(sp.runs) > 0 {
+		if err := t.heap.Free(t.popRun().p); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for i := range sp.lists {
 		l := &sp.lists[i]
 		for _, p := range l.ps {
