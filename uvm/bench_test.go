@@ -187,8 +187,9 @@ func benchMigration(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int, dirty b
 // while it restores A. Each phase is timed to the end of its Sync, so the completions' frees
 // count. The figures are ns per block of the phase (both: per block moved, either way), wall
 // clock and the process's CPU time (which a busy machine distorts less), the wall clock of the
-// Sync alone (on a GPU it comes after the last copy, so nothing overlaps it), and heap
-// allocations per block over the whole round. Mover "none" queues nothing and the fake
+// Sync alone (on a GPU it comes after the last copy, so nothing overlaps it), the µs from the
+// call to its first copy (mover "none": nothing overlaps that either), and heap allocations
+// per block over the whole round. Mover "none" queues nothing and the fake
 // moves no byte: what is left is the tier's bookkeeping (the device heap, the host pool,
 // events, the policy, the accounts); "kernel" adds the default device.Batcher (the fake
 // checks each job's ranges in C: a cost a real driver does not have).
@@ -203,16 +204,28 @@ func BenchmarkBlockCost(b *testing.B) {
 		for _, size := range []int{4 * kib, 64 * kib} {
 			b.Run(fmt.Sprintf("%s/%dKiB", mover, size/kib), func(b *testing.B) {
 				o := uvm.Options{DeviceBudget: 16 << 20}
+				var first *firstMover
 				if mover == "none" {
-					o.Mover = nopMover{}
+					first = &firstMover{}
+					o.Mover = first
 				}
-				benchBlockCost(b, newTier(b, dev, o), stream(b, dev), size)
+				benchBlockCost(b, newTier(b, dev, o), stream(b, dev), size, first)
 			})
 		}
 	}
 }
 
-func benchBlockCost(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int) {
+// firstMover queues nothing and notes when a batch's first copy was asked for.
+type firstMover struct{ first time.Time }
+
+func (m *firstMover) Copy([]uvm.CopyJob, cuda.Stream) error {
+	if m.first.IsZero() {
+		m.first = time.Now()
+	}
+	return nil
+}
+
+func benchBlockCost(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int, first *firstMover) {
 	n := int(tr.Stats().Budget) / size
 	a, c := allocN(b, tr, n, size), allocN(b, tr, n, size)
 	write := func(hs []uvm.Handle) {
@@ -227,15 +240,21 @@ func benchBlockCost(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int) {
 	}
 	// phase is the wall and CPU time of one phase, summed over the rounds.
 	type phase struct {
-		name            string
-		wall, cpu, sync time.Duration
+		name                  string
+		wall, cpu, sync, head time.Duration
 	}
 	// timed runs a phase, labelled for a CPU profile (pprof -tagfocus phase=evict).
 	timed := func(ph *phase, f func() error) {
 		pprof.Do(context.Background(), pprof.Labels("phase", ph.name), func(context.Context) {
+			if first != nil {
+				first.first = time.Time{}
+			}
 			start, cpu := time.Now(), processCPU(b)
 			if err := f(); err != nil {
 				b.Fatal(err)
+			}
+			if first != nil {
+				ph.head += first.first.Sub(start)
 			}
 			synced := time.Now()
 			if err := tr.Sync(); err != nil {
@@ -274,6 +293,9 @@ func benchBlockCost(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int) {
 		b.ReportMetric(float64(ph.wall.Nanoseconds())/per, "ns/"+ph.name)
 		b.ReportMetric(float64(ph.cpu.Nanoseconds())/per, "cpu-ns/"+ph.name)
 		b.ReportMetric(float64(ph.sync.Nanoseconds())/per, "sync-ns/"+ph.name)
+		if first != nil {
+			b.ReportMetric(float64(ph.head.Nanoseconds())/1e3/float64(b.N), "first-copy-us/"+ph.name)
+		}
 	}
 	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/(4*blocks), "allocs/block")
 	st := tr.Stats()

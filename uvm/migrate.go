@@ -43,16 +43,25 @@ func (t *Tier) complete(c completion) error {
 	return err
 }
 
-// devList returns an empty list for a completion's VRAM, with room for n blocks.
+// devList returns an empty list for a completion's VRAM: a recycled one with room for n blocks
+// if there is one, else any recycled one, else a new one of launchJobs; appends grow it, so
+// that no large allocation delays a batch's first copy.
 func (t *Tier) devList(n int) []devBlock {
-	for k := len(t.devLists); k > 0; k-- {
-		if l := t.devLists[k-1]; cap(l) >= n {
-			t.devLists[k-1] = t.devLists[len(t.devLists)-1]
-			t.devLists = t.devLists[:len(t.devLists)-1]
-			return l
+	k := len(t.devLists) - 1
+	for i := k; i >= 0; i-- {
+		if cap(t.devLists[i]) >= n {
+			k = i
+			break
 		}
 	}
-	return make([]devBlock, 0, max(n, launchJobs))
+	if k < 0 {
+		return make([]devBlock, 0, launchJobs)
+	}
+	l := t.devLists[k]
+	t.devLists[k] = t.devLists[len(t.devLists)-1]
+	t.devLists[len(t.devLists)-1] = nil
+	t.devLists = t.devLists[:len(t.devLists)-1]
+	return l
 }
 
 // retire queues c on the D2H stream behind t.waits: its memory is given back once every use
@@ -120,78 +129,98 @@ const (
 	firstLaunchJobs = 128
 )
 
-// restore brings the blocks ids (live, not on the device, need bytes together) to the device
-// in one batch on the H2D stream, making room first. The caller marks ids chosen, and restore
-// clears the marks when it returns: until then no eviction it makes for room drops their host
-// copies, which its copies read. For CausePrefetch the policy records a use of each block. It
-// returns the batch's event, and whether it queued any copy. On failure no block has moved.
-// t.mu is held.
-func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) (cuda.Event, bool, error) {
+// A restore is built in steps, so that Prefetch can check its handles a chunk at a time and
+// start the copies of the first chunk before it has looked at the last handle: begin, then
+// add (making room for the blocks first) any number of times, then finish, or abort on an
+// error. The blocks of a restore are marked chosen by the caller until it finishes or aborts,
+// so that no eviction it makes for room drops the host copies its copies read. A block that
+// add gives VRAM counts in t.acct.device from then on, so that makeRoom for the next chunk
+// sees it. t.mu is held throughout.
+type restoring struct {
+	jobs     []CopyJob // copies not queued yet (t.rjobs: an eviction for room uses t.jobs)
+	launched bool      // copies queued: the VRAM goes back behind the H2D stream on abort
+	launchAt int
+}
+
+func (t *Tier) beginRestore() restoring {
+	return restoring{jobs: t.rjobs[:0], launchAt: firstLaunchJobs}
+}
+
+// addRestore gives the blocks ids (live, not on the device) VRAM and queues their copies, a
+// launch at a time, after making room for their need bytes. On an error the caller aborts.
+func (t *Tier) addRestore(r *restoring, ids []BlockID, need uintptr) error {
 	if err := t.makeRoom(need); err != nil {
-		t.unchoose(ids)
-		return 0, false, err
+		return err
 	}
-	jobs := t.jobs[:0]
-	launched := false // copies queued: VRAM goes back behind the H2D stream
-	launchAt := firstLaunchJobs
-	fail := func(n int, err error) (cuda.Event, bool, error) {
-		t.jobs = jobs[:0]
-		if launched {
-			t.undoRestore(ids[:n])
-		} else {
-			for _, done := range ids[:n] { // nothing is queued yet: spare at once
-				if b := &t.blocks[done]; b.dev != 0 {
-					_ = t.putSpare(b.dev, b.size)
-					b.dev = 0
-				}
-			}
-		}
-		t.unchoose(ids)
-		return 0, false, err
-	}
-	for i, id := range ids {
+	for _, id := range ids {
 		b := &t.blocks[id]
 		p, err := t.devAlloc(b.size)
 		if err != nil {
-			return fail(i, err)
+			return err
 		}
 		b.dev = p
+		t.acct.device += b.size
 		if b.fresh {
 			continue
 		}
 		if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) { // the host copy is still being written
 			if err := t.dev.StreamWaitEvent(t.h2d, b.evictEv); err != nil {
-				return fail(i+1, fmt.Errorf("uvm: restore waits for an eviction: %w", err))
+				return fmt.Errorf("uvm: restore waits for an eviction: %w", err)
 			}
 		}
-		jobs = append(jobs, CopyJob{Dst: p, Src: b.hostDev, Len: b.size})
-		if len(jobs) == launchAt { // start the copies while the rest is prepared
-			launched = true
-			if err := t.mover.Copy(jobs, t.h2d); err != nil {
+		r.jobs = append(r.jobs, CopyJob{Dst: p, Src: b.hostDev, Len: b.size})
+		if len(r.jobs) == r.launchAt { // start the copies while the rest is prepared
+			r.launched = true
+			if err := t.mover.Copy(r.jobs, t.h2d); err != nil {
 				t.st.Failures++
-				return fail(i+1, fmt.Errorf("uvm: restore of %d blocks: %w", len(ids), err))
+				return fmt.Errorf("uvm: restore of a batch of blocks: %w", err)
 			}
-			jobs, launchAt = jobs[:0], min(2*launchAt, launchJobs)
+			r.jobs, r.launchAt = r.jobs[:0], min(2*r.launchAt, launchJobs)
 		}
 	}
-	t.jobs = jobs[:0]
+	return nil
+}
+
+// abortRestore gives back the VRAM the blocks ids got (behind the H2D stream once a copy was
+// queued) and clears their marks: none of them has moved.
+func (t *Tier) abortRestore(r *restoring, ids []BlockID) {
+	t.rjobs = r.jobs[:0]
+	if r.launched {
+		t.undoRestore(ids)
+	} else {
+		for _, id := range ids { // nothing is queued yet: spare at once
+			if b := &t.blocks[id]; b.dev != 0 {
+				_ = t.putSpare(b.dev, b.size)
+				b.dev = 0
+				t.acct.device -= b.size
+			}
+		}
+	}
+	t.unchoose(ids)
+}
+
+// finishRestore queues the last copies of the blocks ids and the batch's event, and records
+// the blocks as moved; for CausePrefetch the policy records a use of each. It returns the
+// event, and whether any copy was queued. On an error it aborts: no block has moved.
+func (t *Tier) finishRestore(r *restoring, ids []BlockID, cause Cause) (cuda.Event, bool, error) {
 	var ev cuda.Event
-	copied := len(jobs) > 0 || launched
+	copied := len(r.jobs) > 0 || r.launched
 	if copied {
 		var err error
-		if len(jobs) > 0 {
-			err = t.mover.Copy(jobs, t.h2d)
+		if len(r.jobs) > 0 {
+			r.launched = true // the Mover may have queued some before failing
+			err = t.mover.Copy(r.jobs, t.h2d)
 		}
 		if err == nil {
 			ev, err = t.pushEvent(dirH2D, completion{})
 		}
 		if err != nil {
-			t.undoRestore(ids)
-			t.unchoose(ids)
+			t.abortRestore(r, ids)
 			t.st.Failures++
 			return 0, false, fmt.Errorf("uvm: restore of %d blocks: %w", len(ids), err)
 		}
 	}
+	t.rjobs = r.jobs[:0]
 	now := t.now()
 	used := cause == CausePrefetch
 	for _, id := range ids {
@@ -205,12 +234,23 @@ func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) (cuda.Event, bo
 			b.readySeq, b.readyEv = t.seq[dirH2D], ev
 			t.moved(id, b, true, cause, false, now)
 		}
-		t.acct.device += b.size
 		if used {
 			t.policy.Used(id)
 		}
 	}
 	return ev, copied, nil
+}
+
+// restore brings the blocks ids (live, not on the device, need bytes together, marked chosen
+// by the caller) to the device in one batch on the H2D stream, making room first (see
+// restoring). On failure no block has moved.
+func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) (cuda.Event, bool, error) {
+	r := t.beginRestore()
+	if err := t.addRestore(&r, ids, need); err != nil {
+		t.abortRestore(&r, ids)
+		return 0, false, err
+	}
+	return t.finishRestore(&r, ids, cause)
 }
 
 // undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on
@@ -221,6 +261,7 @@ func (t *Tier) undoRestore(ids []BlockID) {
 		if b := &t.blocks[id]; b.dev != 0 {
 			c.dev = append(c.dev, devBlock{b.dev, b.size})
 			b.dev = 0
+			t.acct.device -= b.size
 		}
 	}
 	if err := t.push(dirH2D, c); err != nil {
@@ -327,18 +368,47 @@ func (t *Tier) pickVictims(want uintptr) uintptr {
 
 // evict moves the blocks ids (evictable) off the device in one batch: dirty ones are copied to
 // host buffers on the D2H stream after it waited for their uses; clean ones are dropped. The
-// caller marks ids chosen (pickVictims, Evict), so that hostAlloc does not drop their host
-// copies for room, and evict clears the marks when it returns. On failure no block has moved.
-// t.mu is held.
-func (t *Tier) evict(ids []BlockID, cause Cause) error {
+// caller marks ids chosen (pickVictims), so that hostAlloc does not drop their host copies for
+// room, and evict clears the marks when it returns. On failure no block has moved. t.mu is
+// held.
+func (t *Tier) evict(ids []BlockID, cause Cause) error { return t.evictBatch(ids, nil, cause) }
+
+// evictBatch is evict of ids, or, when hs is not nil, of the blocks of the handles hs (for
+// Evict): it checks each handle as it comes to it (ErrInvalidHandle, ErrAcquired), skipping
+// blocks not on the device and duplicates, and marks the blocks chosen, so that the first
+// copies are queued before the last handle is looked at; a bad handle fails the batch like a
+// failed copy (no block has moved).
+func (t *Tier) evictBatch(ids []BlockID, hs []Handle, cause Cause) error {
 	jobs := t.jobs[:0]
 	t.waits = t.waits[:0]
-	c := completion{dev: t.devList(len(ids))}
+	n := len(ids)
+	if hs != nil {
+		ids, n = t.one[:0], len(hs)
+	}
+	c := completion{dev: t.devList(n)}
 	copied := 0 // jobs whose copies are queued
 	launchAt := firstLaunchJobs
 	var err error
-	hostErr := false // err is hostAlloc's (ErrHostFull), not a failed copy
-	for _, id := range ids {
+	ownErr := false // err is hostAlloc's (ErrHostFull) or a handle's, not a failed copy
+	for i := 0; i < n; i++ {
+		var id BlockID
+		if hs != nil {
+			var b *block
+			if id, b, err = t.lookup(hs[i]); err == nil && b.pins > 0 {
+				err = fmt.Errorf("%w: Evict of %#x", ErrAcquired, uint64(hs[i]))
+			}
+			if err != nil {
+				ownErr = true
+				break
+			}
+			if b.dev == 0 || b.chosen {
+				continue
+			}
+			b.chosen = true
+			ids = append(ids, id)
+		} else {
+			id = ids[i]
+		}
 		b := &t.blocks[id]
 		t.addWaits(b)
 		c.dev = append(c.dev, devBlock{b.dev, b.size})
@@ -348,7 +418,7 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 		}
 		if b.host == nil {
 			if err = t.hostAlloc(id, b); err != nil {
-				hostErr = true
+				ownErr = true
 				break
 			}
 		}
@@ -374,6 +444,13 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 			copied += len(jobs)
 		}
 	}
+	if hs != nil {
+		t.one = ids[:0]
+	}
+	if err == nil && len(ids) == 0 {
+		t.devLists = append(t.devLists, c.dev[:0])
+		return nil
+	}
 	var ev cuda.Event
 	if err == nil {
 		ev, err = t.pushEvent(dirD2H, c)
@@ -384,7 +461,7 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 		if copied > 0 { // copies into host buffers the blocks keep: let them land first
 			_ = t.dev.StreamSynchronize(t.d2h)
 		}
-		if hostErr {
+		if ownErr {
 			return err
 		}
 		t.st.Failures++

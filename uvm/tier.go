@@ -201,7 +201,8 @@ type Tier struct {
 	st      Stats
 
 	// Scratch, reused by every batch (the lock is held).
-	jobs     []CopyJob
+	jobs     []CopyJob // an eviction's
+	rjobs    []CopyJob // a restore's (it may evict for room while it builds its jobs)
 	victims  []BlockID
 	devLists [][]devBlock // completions' VRAM lists, for reuse
 

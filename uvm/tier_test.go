@@ -314,3 +314,67 @@ func TestAllPinned(t *testing.T) {
 		must(t, tr.Free(h))
 	}
 }
+
+// TestLateBadHandle checks that Prefetch and Evict, which look at their handles a chunk at a
+// time and queue the copies of the first chunks before they reach the last, move no block when
+// a late handle is bad, and that Prefetch refuses more bytes than the budget the same way.
+func TestLateBadHandle(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const size, n = 256, 600 // several chunks (128, 256, 512 handles)
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s := stream(t, dev)
+	hs := filled(t, tr, n, size)
+	must(t, tr.Evict(hs))
+	gone, err := tr.Alloc(size)
+	must(t, err)
+	must(t, tr.Free(gone))
+	before := tr.Stats()
+	checkAccounts(t, before)
+	if err := tr.Prefetch(append(hs[:n:n], gone), s); !errors.Is(err, uvm.ErrInvalidHandle) {
+		t.Fatalf("Prefetch with a freed handle last: %v", err)
+	}
+	st := tr.Stats()
+	checkAccounts(t, st)
+	if st.DeviceBytes != before.DeviceBytes || st.Moved(true) != before.Moved(true) {
+		t.Fatalf("a refused Prefetch moved blocks: device bytes %d -> %d, in %+v -> %+v",
+			before.DeviceBytes, st.DeviceBytes, before.Moved(true), st.Moved(true))
+	}
+	must(t, tr.Prefetch(hs, s))
+	if st := tr.Stats(); st.DeviceBytes != n*size {
+		t.Fatalf("after the Prefetch, %d device bytes, want %d", st.DeviceBytes, n*size)
+	}
+	p, err := tr.Acquire(hs[n-1], s, uvm.Read)
+	must(t, err)
+	if !bytes.Equal(readDev(t, dev, p, size), pattern(byte(len(hs)-1), size)) {
+		t.Fatal("the last block's bytes differ after the Prefetch")
+	}
+	if err := tr.Evict(hs); !errors.Is(err, uvm.ErrAcquired) {
+		t.Fatalf("Evict with an acquired block last: %v", err)
+	}
+	if st := tr.Stats(); st.DeviceBytes != n*size {
+		t.Fatalf("a refused Evict moved blocks: %d device bytes, want %d", st.DeviceBytes, n*size)
+	}
+	must(t, tr.Release(hs[n-1], s))
+	must(t, tr.Evict(hs))
+	for i, h := range hs {
+		b, err := tr.AcquireHost(h, uvm.Read)
+		must(t, err)
+		if !bytes.Equal(b, pattern(byte(i), size)) {
+			t.Fatalf("block %d: bytes differ after the Evict", i)
+		}
+		must(t, tr.ReleaseHost(h))
+	}
+	// More than the budget: refused, none of them on the device.
+	big := filled(t, tr, 1100, size)
+	if err := tr.Prefetch(big, s); !errors.Is(err, uvm.ErrTooLarge) {
+		t.Fatalf("a Prefetch of more than the budget: %v", err)
+	}
+	st = tr.Stats()
+	checkAccounts(t, st)
+	if st.DeviceBytes != 0 {
+		t.Fatalf("a Prefetch refused for its size left %d device bytes", st.DeviceBytes)
+	}
+}
