@@ -55,29 +55,86 @@ func cases() []benchCase {
 	return cs
 }
 
-// run measures one allocator on case c. It returns nil when the allocator does not take part.
-func (s *suite) run(c benchCase, im impl) []result {
+// run measures the allocators ims on case c and returns their results in the order of ims;
+// an allocator that does not take part in c has none. The trace and huge cases run the
+// allocators one after another, the others run them together, in rounds (interleave), but
+// for those that want to be measured alone (impl.alone).
+func (s *suite) run(c benchCase, ims []impl) []result {
+	var out []result
+	if c.group == "trace" || c.group == "huge" {
+		for _, im := range ims {
+			out = append(out, s.runAlone(c, im)...)
+		}
+		return out
+	}
+	type entrant struct {
+		rs resultSet
+		w  workload
+		k  int // its contender, or -1 when its workload did not open
+	}
+	var es []entrant
+	var cs []contender
+	var alone []bool
+	for _, im := range ims {
+		open, unit := s.workload(c, im)
+		if open == nil {
+			continue
+		}
+		e := entrant{rs: resultSet{c: c.name, impl: im.name}, k: -1}
+		if w, err := open(); err != nil {
+			e.rs.fail(err)
+		} else {
+			e.w, e.k = w, len(cs)
+			cs = append(cs, contender{w.run, unit})
+			alone = append(alone, im.alone)
+		}
+		es = append(es, e)
+	}
+	outs := make([]outcome, len(cs))
+	var together []int // the contenders measured together
+	for k := range cs {
+		if alone[k] {
+			outs[k] = interleave(s.cfg, cs[k:k+1])[0]
+		} else {
+			together = append(together, k)
+		}
+	}
+	tcs := make([]contender, len(together))
+	for j, k := range together {
+		tcs[j] = cs[k]
+	}
+	for j, o := range interleave(s.cfg, tcs) {
+		outs[together[j]] = o
+	}
+	for _, e := range es {
+		if e.k >= 0 {
+			e.rs.measured(outs[e.k].m, errors.Join(outs[e.k].err, e.w.close()))
+		}
+		out = append(out, e.rs.out...)
+	}
+	return out
+}
+
+// workload returns the opener of im's workload on case c, measured in rounds, and the unit
+// its operation counts must be a multiple of; nil when im does not take part in c.
+func (s *suite) workload(c benchCase, im impl) (func() (workload, error), int) {
+	switch {
+	case c.group == "pair" && im.pair != nil:
+		return func() (workload, error) { return im.pair(int(c.size)) }, 1
+	case c.group == "mixed" && im.mixed != nil:
+		return func() (workload, error) { return im.mixed(s.ops, c.g) }, c.g
+	case c.group == "prodcons" && im.prodcons != nil:
+		return func() (workload, error) { return im.prodcons(s.ops) }, batchLen
+	}
+	return nil, 0
+}
+
+// runAlone runs one allocator on a trace or huge case. It returns nil when the allocator does
+// not take part.
+func (s *suite) runAlone(c benchCase, im impl) []result {
 	rs := resultSet{c: c.name, impl: im.name}
-	switch c.group {
-	case "pair":
-		if im.pair == nil {
-			return nil
-		}
-		rs.measured(s.measure(func() (workload, error) { return im.pair(int(c.size)) }, 1))
-	case "mixed":
-		if im.mixed == nil {
-			return nil
-		}
-		rs.measured(s.measure(func() (workload, error) { return im.mixed(s.ops, c.g) }, c.g))
-	case "prodcons":
-		if im.prodcons == nil {
-			return nil
-		}
-		rs.measured(s.measure(func() (workload, error) { return im.prodcons(s.ops) }, batchLen))
-	case "trace":
-		if im.trace == nil {
-			return nil
-		}
+	switch {
+	case c.group == "trace" && im.trace != nil:
 		tr, err := im.trace(s.trace)
 		if err != nil {
 			rs.fail(err)
@@ -86,23 +143,10 @@ func (s *suite) run(c benchCase, im impl) []result {
 		tr.impl = im.name
 		s.traces = append(s.traces, tr)
 		rs.traced(tr)
-	case "huge":
-		if im.huge == nil {
-			return nil
-		}
+	case c.group == "huge" && im.huge != nil:
 		rs.huge(c.size, im.huge(hugeCapacity, c.size))
 	}
 	return rs.out
-}
-
-// measure opens a workload, measures it and closes it.
-func (s *suite) measure(open func() (workload, error), unit int) (measurement, error) {
-	w, err := open()
-	if err != nil {
-		return measurement{}, err
-	}
-	m, err := measure(s.cfg, w.run, unit)
-	return m, errors.Join(err, w.close())
 }
 
 // resultSet collects the results of one allocator on one case.

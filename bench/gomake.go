@@ -17,6 +17,7 @@ func newGoMake() impl {
 		return &goMake{newGoHeap()}, nil
 	})
 	im.huge = nil // the Go heap has no fixed capacity to fill
+	im.alone = true
 	return im
 }
 
@@ -37,6 +38,7 @@ func newGoSyncPool() impl {
 		return &goSyncPool{goHeap: newGoHeap()}, nil
 	})
 	im.huge = nil
+	im.alone = true
 	return im
 }
 

@@ -103,18 +103,19 @@ func (c *cudaSuite) cases() []benchCase {
 	return cs
 }
 
-// pairCase runs impls on a pair case of their own through the harness, with cudaConfig.
+// pairCase runs impls on a pair case of their own through the harness, in rounds, with
+// cudaConfig.
 func pairCase(name string, size int64, impls []impl) benchCase {
 	return benchCase{name: name, group: "gpu", size: size, custom: func(s *suite) []result {
 		sub := *s
 		sub.cfg = cudaConfig(s.cfg)
-		var out []result
+		var ims []impl
 		for _, im := range impls {
 			if s.cfg.implFilter.MatchString(im.name) {
-				out = append(out, sub.run(benchCase{name: name, group: "pair", size: size}, im)...)
+				ims = append(ims, im)
 			}
 		}
-		return out
+		return sub.run(benchCase{name: name, group: "pair", size: size}, ims)
 	}}
 }
 

@@ -19,7 +19,7 @@ type runner func(n int) (time.Duration, error)
 
 // measurement is the outcome of measure.
 type measurement struct {
-	nsPerOp    float64 // elapsed / operations over all repetitions: amortised, GC cycles included
+	nsPerOp    float64 // elapsed / operations: the mean of the repetitions (measure), the median of the rounds (interleave)
 	cpuNsPerOp float64 // process CPU time (user + system, every thread) per operation
 	gcFraction float64 // share of the Go runtime's busy CPU time spent in the GC
 }
@@ -29,27 +29,13 @@ func (m measurement) opsPerSec() float64 { return 1e9 / m.nsPerOp }
 
 // measure calibrates n so that one run takes about cfg.target, then runs cfg.reps repetitions
 // and reports their mean, not their median: a GC cycle or a purge that lands in one
-// repetition is part of the cost. n is kept a multiple of unit (the goroutine count, the batch
-// length). The calibration runs double as warm-up.
+// repetition is part of the cost. The suite's own cases measure through interleave instead
+// (interleave.go); measure serves the GPU cases, which run one competitor at a time.
 func measure(cfg *config, r runner, unit int) (measurement, error) {
-	n := unit
-	var d time.Duration
-	for {
-		var err error
-		if d, err = r(n); err != nil {
-			return measurement{}, err
-		}
-		if d >= cfg.target/8 || n >= 1<<40 {
-			break
-		}
-		grow := 100.0
-		if d > 0 {
-			grow = min(100, max(2, 1.5*float64(cfg.target/8)/float64(d)))
-		}
-		n = roundUp(int(float64(n)*grow), unit)
+	n, err := calibrate(cfg, r, unit)
+	if err != nil {
+		return measurement{}, err
 	}
-	n = roundUp(max(1, int(float64(n)*float64(cfg.target)/float64(max(d, 1)))), unit)
-
 	var elapsed time.Duration
 	cpu0, gc0 := sampleCPU()
 	for range cfg.reps {
@@ -66,6 +52,32 @@ func measure(cfg *config, r runner, unit int) (measurement, error) {
 		cpuNsPerOp: float64((cpu1.process - cpu0.process).Nanoseconds()) / float64(total),
 		gcFraction: fraction(gc1.gc-gc0.gc, gc1.busy-gc0.busy),
 	}, nil
+}
+
+// calibrate returns the n, a multiple of unit (the goroutine count, the batch length), for
+// which one run of r takes about cfg.target. Its runs double as warm-up; the first, which
+// may pay for first touches and commits, does not count.
+func calibrate(cfg *config, r runner, unit int) (int, error) {
+	if _, err := r(unit); err != nil {
+		return 0, err
+	}
+	n := unit
+	var d time.Duration
+	for {
+		var err error
+		if d, err = r(n); err != nil {
+			return 0, err
+		}
+		if d >= cfg.target/8 || n >= 1<<40 {
+			break
+		}
+		grow := 100.0
+		if d > 0 {
+			grow = min(100, max(2, 1.5*float64(cfg.target/8)/float64(d)))
+		}
+		n = roundUp(int(float64(n)*grow), unit)
+	}
+	return roundUp(max(1, int(float64(n)*float64(cfg.target)/float64(max(d, 1)))), unit), nil
 }
 
 func roundUp(n, unit int) int { return (n + unit - 1) / unit * unit }

@@ -37,7 +37,7 @@ import (
 type config struct {
 	quick      bool
 	target     time.Duration // time one repetition of a measurement should take
-	reps       int           // repetitions per measurement (their mean is reported)
+	reps       int           // rounds of a measurement (interleave reports their median, measure their mean)
 	traceSteps int
 	out, name  string
 	replay     string // -replay: a trace to replay instead of the suite
@@ -64,9 +64,9 @@ func parseFlags() *config {
 	if cfg.uvm && !flagSet("out") { // a -uvm run's results are the machine's, not the source tree's
 		cfg.out = filepath.Join(os.TempDir(), "pinmalloc-bench")
 	}
-	cfg.target, cfg.reps, cfg.traceSteps = 250*time.Millisecond, 5, 5*wavePeriod
+	cfg.target, cfg.reps, cfg.traceSteps = 60*time.Millisecond, 5, 5*wavePeriod
 	if cfg.quick {
-		cfg.target, cfg.reps, cfg.traceSteps = 60*time.Millisecond, 3, 2*wavePeriod
+		cfg.target, cfg.reps, cfg.traceSteps = 20*time.Millisecond, 3, 2*wavePeriod
 	}
 	if cfg.name == "" && !cfg.uvm { // -uvm names its results after the device (uvmOnly)
 		cfg.name = fmt.Sprintf("cpu-%dcore", runtime.NumCPU())
@@ -120,6 +120,17 @@ func allImpls() []impl {
 	}
 }
 
+// selected returns the allocators this run measures: those built that match -impls.
+func (s *suite) selected() []impl {
+	var out []impl
+	for _, im := range s.impls {
+		if im.skip == "" && s.cfg.implFilter.MatchString(im.name) {
+			out = append(out, im)
+		}
+	}
+	return out
+}
+
 // flagSet reports whether the flag was given on the command line.
 func flagSet(name string) bool {
 	set := false
@@ -161,8 +172,9 @@ func main() {
 		}
 	}
 	s.load = loadAvg()
+	ims := s.selected()
 	fmt.Fprintf(os.Stderr, "bench: %d cases, %d allocators, %s mode, GOMAXPROCS=%d, load %s\n",
-		len(run), len(s.impls), map[bool]string{true: "quick", false: "full"}[cfg.quick], runtime.GOMAXPROCS(0), s.load)
+		len(run), len(ims), map[bool]string{true: "quick", false: "full"}[cfg.quick], runtime.GOMAXPROCS(0), s.load)
 	var l1 float64
 	if _, err := fmt.Sscan(s.load, &l1); err == nil && l1 > 0.5 {
 		fmt.Fprintln(os.Stderr, "bench: warning: the machine is busy; timings will be noisy")
@@ -175,15 +187,13 @@ func main() {
 			rs := c.custom(s)
 			s.results = append(s.results, rs...)
 			line = append(line, fmt.Sprintf("%d results", len(rs)))
-		}
-		for _, im := range s.impls {
-			if im.skip != "" || c.custom != nil || !cfg.implFilter.MatchString(im.name) {
-				continue
-			}
-			rs := s.run(c, im)
+		} else {
+			rs := s.run(c, ims)
 			s.results = append(s.results, rs...)
-			if len(rs) > 0 {
-				line = append(line, im.name+" "+headline(c.group, rs))
+			for _, im := range ims {
+				if mine := resultsOf(rs, im.name); len(mine) > 0 {
+					line = append(line, im.name+" "+headline(c.group, mine))
+				}
 			}
 		}
 		fmt.Fprintf(os.Stderr, "[%2d/%d] %-13s %s (%.1fs)\n", i+1, len(run), c.name, strings.Join(line, ", "), time.Since(t0).Seconds())

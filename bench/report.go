@@ -28,6 +28,17 @@ func failure(rs []result, c, im string) (string, bool) {
 	return r.Note, ok
 }
 
+// resultsOf returns the results of one allocator.
+func resultsOf(rs []result, im string) []result {
+	var out []result
+	for _, r := range rs {
+		if r.Impl == im {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // headline is the short form of one allocator's results on a case, for the progress line.
 func headline(group string, rs []result) string {
 	get := func(metric string) (float64, bool) { return lookup(rs, rs[0].Case, rs[0].Impl, metric) }
