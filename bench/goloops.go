@@ -240,21 +240,3 @@ func hugeLoop[H any](a allocator[H], size int64) hugeResult {
 	d := time.Since(t0)
 	return hugeResult{ok: true, ns: float64(d.Nanoseconds()), err: a.free(h)}
 }
-
-// nullAlloc hands out fake addresses and frees nothing: it measures the loops themselves.
-type nullAlloc struct{ next uintptr }
-
-func (a *nullAlloc) alloc(n int) (uintptr, error) { a.next += uintptr(n); return a.next, nil }
-func (*nullAlloc) free(uintptr) error             { return nil }
-func (*nullAlloc) touch(uintptr)                  {}
-func (*nullAlloc) close() error                   { return nil }
-
-// loopOverhead returns the cost per pair of mixedLoop itself, in ns.
-func loopOverhead() float64 {
-	const n = 1 << 22
-	d, err := mixedLoop[uintptr](&nullAlloc{}, mixedOps(), n, &barrier{parties: 1})
-	if err != nil {
-		return 0
-	}
-	return float64(d.Nanoseconds()) / n
-}

@@ -14,6 +14,10 @@ type impl struct {
 	name string
 	// skip, when set, says why the allocator is not measured in this build.
 	skip string
+	// harness names the null allocator (null.go) that runs through the same loops as this
+	// one: what the loops themselves cost, which the harness-adjusted figures take off. A
+	// null allocator names itself.
+	harness string
 	// alone has the allocator measured in rounds of its own instead of interleaved with the
 	// others (interleave): its cost depends on the state of the Go heap, which their runs
 	// change (the scavenger gives its free spans back while they run, and fresh memory from
@@ -74,7 +78,8 @@ type cLoops struct {
 // cImpl builds the impl of a C allocator from its loops.
 func cImpl(name string, l cLoops) impl {
 	return impl{
-		name: name,
+		name:    name,
+		harness: "null-c",
 		pair: func(size int) (workload, error) {
 			return workload{run: func(n int) (time.Duration, error) {
 				return cResult(l.pair(size, n), "pair")
@@ -107,7 +112,8 @@ const (
 // case. Every Go-side allocator goes through the same loops (goloops.go).
 func goImpl[H any](name string, open func(capacity int64) (allocator[H], error)) impl {
 	return impl{
-		name: name,
+		name:    name,
+		harness: harnessOf[H](),
 		pair: func(size int) (workload, error) {
 			a, err := open(caseCapacity)
 			if err != nil {

@@ -4,11 +4,13 @@
 // mmap+mlock. It measures fixed-size alloc+free pairs, size-mixed churn on one and two
 // goroutines, producer/consumer frees, a serving-like trace of committed against live bytes
 // and huge objects in a fixed-capacity pool, checks the project's targets and writes
-// <out>/<name>.json plus SVG plots.
+// <out>/<name>.json plus SVG plots. Allocators are measured together in rounds
+// (interleave.go), beside null allocators that measure the Go and C loops themselves, whose
+// cost the harness-adjusted figures take off (adjust.go).
 //
 // Usage:
 //
-//	go run -tags mimalloc ./bench [-quick] [-cases REGEXP] [-name NAME] [-out DIR] [-gpu]
+//	go run -tags mimalloc ./bench [-quick] [-cases REGEXP] [-impls REGEXP] [-name NAME] [-out DIR] [-gpu]
 //	go run ./bench -replay FILE [-out DIR]     replay an allocation trace (replay.go)
 //	go run ./bench -record FILE                record the serving trace through a traced pool
 //
@@ -90,7 +92,8 @@ func parseFlags() *config {
 type suite struct {
 	cfg     *config
 	impls   []impl
-	ops     []uint32 // the churn sequence, shared by every allocator
+	nulls   []impl   // the null allocators, which measure the harness (null.go)
+	ops     []uint32 // the mixed cases' sequence, shared by every allocator
 	trace   *trace
 	traces  []*traceResult
 	results []result
@@ -120,11 +123,19 @@ func allImpls() []impl {
 	}
 }
 
-// selected returns the allocators this run measures: those built that match -impls.
+// selected returns the allocators this run measures: those built that match -impls, and the
+// null allocators that those name as their harness.
 func (s *suite) selected() []impl {
 	var out []impl
+	need := map[string]bool{}
 	for _, im := range s.impls {
 		if im.skip == "" && s.cfg.implFilter.MatchString(im.name) {
+			out = append(out, im)
+			need[im.harness] = true
+		}
+	}
+	for _, im := range s.nulls {
+		if im.skip == "" && need[im.name] {
 			out = append(out, im)
 		}
 	}
@@ -153,7 +164,7 @@ func main() {
 		}
 		return
 	}
-	s := &suite{cfg: cfg, impls: allImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
+	s := &suite{cfg: cfg, impls: allImpls(), nulls: nullImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
 	cs := cases()
 	if cfg.uvm {
 		uvmCases, closeUVM := uvmOnly(cfg)
@@ -173,7 +184,7 @@ func main() {
 	}
 	s.load = loadAvg()
 	ims := s.selected()
-	fmt.Fprintf(os.Stderr, "bench: %d cases, %d allocators, %s mode, GOMAXPROCS=%d, load %s\n",
+	fmt.Fprintf(os.Stderr, "bench: %d cases, %d allocators (null ones included), %s mode, GOMAXPROCS=%d, load %s\n",
 		len(run), len(ims), map[bool]string{true: "quick", false: "full"}[cfg.quick], runtime.GOMAXPROCS(0), s.load)
 	var l1 float64
 	if _, err := fmt.Sscan(s.load, &l1); err == nil && l1 > 0.5 {
@@ -199,11 +210,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "[%2d/%d] %-13s %s (%.1fs)\n", i+1, len(run), c.name, strings.Join(line, ", "), time.Since(t0).Seconds())
 	}
 	s.results = append(s.results, hugeMax(s.results)...)
+	s.results = append(s.results, adjusted(s.results, ims)...)
 	targets := evaluateTargets(s.results)
 	if cfg.uvm {
 		targets = uvmTargetsOnly(targets)
 	}
 	printTables(os.Stdout, s, run)
+	printAdjusted(os.Stdout, s, ims, run)
 	printUVMTables(os.Stdout, s.results)
 	printTargets(os.Stdout, targets)
 	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())
@@ -229,16 +242,12 @@ type machine struct {
 	Mode   string `json:"mode"`
 	// Load is /proc/loadavg when the run began: other work on the machine skews the timings.
 	Load string `json:"load"`
-	// GoLoopNs is what the Go-side loops themselves cost per pair (three calls through the
-	// allocator interface), measured with an allocator that does nothing. The C loops call
-	// malloc and free directly.
-	GoLoopNs float64 `json:"go_loop_ns_per_pair"`
 }
 
-// thisMachine describes the machine; it also measures the Go loops' own cost.
+// thisMachine describes the machine.
 func thisMachine(quick bool, load string) machine {
 	m := machine{CPU: "unknown", Cores: runtime.NumCPU(), Go: runtime.Version(),
-		Date: time.Now().UTC().Format(time.RFC3339), Commit: "unknown", Mode: "full", Load: load, GoLoopNs: loopOverhead()}
+		Date: time.Now().UTC().Format(time.RFC3339), Commit: "unknown", Mode: "full", Load: load}
 	if quick {
 		m.Mode = "quick"
 	}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Harness-adjusted figures. A Go allocator is driven by Go loops through an interface, a C
+// one by C loops that call it directly and time themselves inside C (cloops.h); the Go loops
+// cost some 4 ns more per pair. Each allocator names the null allocator that runs through its
+// own loops (impl.harness, null.go), measured in the same rounds; its ns per pair less the
+// null's is what the allocator itself costs, and comparisons between Go and C allocators are
+// fair only on those.
+
+// ratioImpls are the allocators whose ratio to mimalloc the tables show.
+var ratioImpls = []string{"pinmalloc-heap", "pinmalloc-pool"}
+
+// adjusted returns, for each ns_per_pair result of an allocator whose null was measured on
+// the same case, the allocator's figure less the null's (ns_per_pair_adjusted); then, for
+// each allocator other than mimalloc and the nulls, its ratio to mimalloc, raw (vs_mimalloc)
+// and adjusted (vs_mimalloc_adjusted).
+func adjusted(rs []result, ims []impl) []result {
+	harness := map[string]string{}
+	for _, im := range ims {
+		harness[im.name] = im.harness
+	}
+	var out []result
+	for _, r := range rs {
+		h := harness[r.Impl]
+		if r.Metric != "ns_per_pair" || h == "" || h == r.Impl || r.Note != "" {
+			continue
+		}
+		if null, ok := lookup(rs, r.Case, h, "ns_per_pair"); ok {
+			out = append(out, result{Case: r.Case, Impl: r.Impl, Metric: "ns_per_pair_adjusted",
+				Value: r.Value - null, Unit: "ns", Note: fmt.Sprintf("less %s (%.2f ns)", h, null)})
+		}
+	}
+	all := append(slices.Clone(rs), out...)
+	for _, r := range all {
+		metric := map[string]string{"ns_per_pair": "vs_mimalloc", "ns_per_pair_adjusted": "vs_mimalloc_adjusted"}[r.Metric]
+		if metric == "" || r.Impl == "mimalloc" || harness[r.Impl] == r.Impl || r.Note == "not a number" {
+			continue
+		}
+		if mi, ok := lookup(all, r.Case, "mimalloc", r.Metric); ok && mi > 0 {
+			out = append(out, result{Case: r.Case, Impl: r.Impl, Metric: metric, Value: r.Value / mi, Unit: "ratio"})
+		}
+	}
+	return out
+}
+
+// printAdjusted writes, for each group of cases measured in rounds, every allocator's ns per
+// pair raw and harness-adjusted, the null allocators' own, and the ratios of ratioImpls to
+// mimalloc, raw and adjusted.
+func printAdjusted(w io.Writer, s *suite, ims []impl, run []benchCase) {
+	groups := []struct {
+		title  string
+		groups []string
+	}{
+		{"Fixed-size pair", []string{"pair"}},
+		{"Mixed sizes and producer/consumer", []string{"mixed", "prodcons"}},
+	}
+	for _, g := range groups {
+		var cs []benchCase
+		for _, c := range run {
+			if slices.Contains(g.groups, c.group) {
+				cs = append(cs, c)
+			}
+		}
+		printAdjustedTable(w, s.results, g.title, ims, cs)
+	}
+}
+
+// printAdjustedTable writes one table of printAdjusted.
+func printAdjustedTable(w io.Writer, rs []result, title string, ims []impl, cs []benchCase) {
+	measured := func(im string) bool {
+		for _, c := range cs {
+			if _, ok := lookup(rs, c.name, im, "ns_per_pair"); ok {
+				return true
+			}
+		}
+		return false
+	}
+	var allocs, nulls []impl
+	for _, im := range ims {
+		switch {
+		case !measured(im.name):
+		case im.harness == im.name:
+			nulls = append(nulls, im)
+		default:
+			allocs = append(allocs, im)
+		}
+	}
+	if len(allocs) == 0 {
+		return
+	}
+	var head []string
+	for _, im := range allocs {
+		head = append(head, im.name)
+	}
+	for _, im := range nulls {
+		head = append(head, im.name+" (harness)")
+	}
+	var ratios []string
+	for _, im := range ratioImpls {
+		if measured(im) && measured("mimalloc") {
+			ratios = append(ratios, im)
+			head = append(head, im+" / mimalloc", "adjusted")
+		}
+	}
+	fmt.Fprintf(w, "\n### %s: ns per pair, raw (less its harness: the null allocator of its own loops)\n\n", title)
+	fmt.Fprintf(w, "| case | %s |\n|---|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
+	for _, c := range cs {
+		var cells []string
+		for _, im := range allocs {
+			cell := "–"
+			if e, ok := failure(rs, c.name, im.name); ok {
+				cell = "error: " + shorten(e)
+			} else if raw, ok := lookup(rs, c.name, im.name, "ns_per_pair"); ok {
+				cell = fmtNs(raw)
+				if adj, ok := lookup(rs, c.name, im.name, "ns_per_pair_adjusted"); ok {
+					cell += " (" + fmtNs(adj) + ")"
+				}
+			}
+			cells = append(cells, cell)
+		}
+		for _, im := range nulls {
+			cell := "–"
+			if v, ok := lookup(rs, c.name, im.name, "ns_per_pair"); ok {
+				cell = fmtNs(v)
+			}
+			cells = append(cells, cell)
+		}
+		for _, im := range ratios {
+			for _, m := range []string{"vs_mimalloc", "vs_mimalloc_adjusted"} {
+				cell := "–"
+				if v, ok := lookup(rs, c.name, im, m); ok {
+					cell = fmt.Sprintf("%.2f×", v)
+				}
+				cells = append(cells, cell)
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", c.name, strings.Join(cells, " | "))
+	}
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestLoopsDoNotAllocate checks that the harness makes no heap allocation per operation:
+// through every loop of the cases measured in rounds (run by the null allocators, which
+// allocate nothing themselves), ten times the operations make no more
+// allocations. A run itself may allocate, outside its timed part, to start its goroutines.
+// (What the allocators under test allocate in Go memory is theirs: pinmalloc keeps its
+// metadata there.)
+func TestLoopsDoNotAllocate(t *testing.T) {
+	s := &suite{ops: mixedOps()}
+	var runs []runner
+	var names []string
+	for _, im := range nullImpls() {
+		if im.skip != "" {
+			continue
+		}
+		for _, c := range []benchCase{
+			{group: "pair", size: 64},
+			{group: "mixed", g: 1},
+			{group: "mixed", g: 2},
+			{group: "prodcons"},
+		} {
+			open, _ := s.workload(c, im)
+			w, err := open()
+			if err != nil {
+				t.Fatalf("%s %s: %v", im.name, c.group, err)
+			}
+			t.Cleanup(func() {
+				if err := w.close(); err != nil {
+					t.Error(err)
+				}
+			})
+			runs = append(runs, w.run)
+			names = append(names, fmt.Sprintf("%s %s %dg", im.name, c.group, c.g))
+		}
+	}
+	for i, r := range runs {
+		allocs := func(n int) float64 {
+			return testing.AllocsPerRun(5, func() {
+				if _, err := r(n); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+		if few, many := allocs(1024), allocs(10240); many > few {
+			t.Errorf("%s: %g allocations for 1024 operations, %g for 10240", names[i], few, many)
+		}
+	}
+}
