@@ -60,6 +60,7 @@ func printAdjusted(w io.Writer, s *suite, ims []impl, run []benchCase) {
 	}{
 		{"Fixed-size pair", []string{"pair"}},
 		{"Mixed sizes and producer/consumer", []string{"mixed", "prodcons"}},
+		{fmt.Sprintf("Churn over many live blocks of %d B (free a random one, allocate its replacement; the row is the live count)", churnSize), []string{"churn"}},
 	}
 	for _, g := range groups {
 		var cs []benchCase

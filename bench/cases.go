@@ -29,16 +29,17 @@ const hugeCapacity = 2 << 30
 // benchCase is one workload, run on every allocator that takes part in it.
 type benchCase struct {
 	name  string
-	group string // pair, mixed, prodcons, trace or huge
-	size  int64  // block size of a pair or huge case
+	group string // pair, mixed, prodcons, churn, trace or huge
+	size  int64  // block size of a pair, churn or huge case
 	g     int    // goroutines of a mixed case
+	live  int    // live blocks of a churn case
 	// custom, when set, runs the whole case itself instead of once per allocator (the GPU
 	// suites' bandwidth cases).
 	custom func(s *suite) []result
 }
 
-// cases lists every case in the order they run.
-func cases() []benchCase {
+// cases lists every case in the order they run; the churn cases go up to maxLive live blocks.
+func cases(maxLive int) []benchCase {
 	var cs []benchCase
 	for _, sz := range pairSizes {
 		cs = append(cs, benchCase{name: "pair/" + sizeName(sz), group: "pair", size: sz})
@@ -47,8 +48,9 @@ func cases() []benchCase {
 		benchCase{name: "mixed/1g", group: "mixed", g: 1},
 		benchCase{name: "mixed/2g", group: "mixed", g: 2},
 		benchCase{name: "prodcons", group: "prodcons"},
-		benchCase{name: "trace", group: "trace"},
 	)
+	cs = append(cs, churnCases(maxLive)...)
+	cs = append(cs, benchCase{name: "trace", group: "trace"})
 	for _, sz := range hugeSizes {
 		cs = append(cs, benchCase{name: "huge/" + sizeName(sz), group: "huge", size: sz})
 	}
@@ -125,6 +127,8 @@ func (s *suite) workload(c benchCase, im impl) (func() (workload, error), int) {
 		return func() (workload, error) { return im.mixed(s.ops, c.g) }, c.g
 	case c.group == "prodcons" && im.prodcons != nil:
 		return func() (workload, error) { return im.prodcons(s.ops) }, batchLen
+	case c.group == "churn" && im.churn != nil:
+		return func() (workload, error) { return im.churn(c.live, int(c.size)) }, 1
 	}
 	return nil, 0
 }

@@ -5,8 +5,9 @@
 //
 // The file is a template: define BENCH_PREFIX, BENCH_MALLOC(n), BENCH_FREE(p) and BENCH_HELD() (the
 // bytes the allocator holds from the OS), then include it.
-// It defines static functions <prefix>_pair, <prefix>_mixed and <prefix>_prodcons, each returning
-// the elapsed nanoseconds, or -1 when an allocation failed.
+// It defines static functions <prefix>_pair, <prefix>_mixed, <prefix>_prodcons, <prefix>_churn and
+// <prefix>_replay, each returning the elapsed nanoseconds, or -1 when an allocation failed, and
+// <prefix>_churn_open and <prefix>_churn_close, which set up and free the churn's live blocks.
 
 #ifndef BENCH_CLOOPS_COMMON
 #define BENCH_CLOOPS_COMMON
@@ -32,6 +33,19 @@ static inline int64_t bench_now_ns(void) {
 // An op packs a slot index (low BENCH_SLOT_BITS bits) and a size (the rest).
 static inline size_t bench_op_slot(uint32_t op) { return op & ((1u << BENCH_SLOT_BITS) - 1); }
 static inline size_t bench_op_size(uint32_t op) { return op >> BENCH_SLOT_BITS; }
+
+// Keep these two in step with churn.go (churnSeed, churnSlot).
+#define BENCH_CHURN_SEED 0x636875726e5f6f70ull
+
+// bench_churn_slot draws the slot, below live, of the i-th operation of a churn run: the i-th
+// output of splitmix64, scaled.
+static inline uint64_t bench_churn_slot(uint64_t i, uint64_t live) {
+	uint64_t z = BENCH_CHURN_SEED + i * 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (z >> 32) * live >> 32;
+}
 
 // bench_barrier is the C side of barrier.wait in harness.go.
 static void bench_barrier(int64_t *arrived, int64_t parties) {
@@ -137,6 +151,48 @@ static int64_t BENCH_FN(prodcons)(const uint32_t *ops, int64_t mask, int64_t n) 
 	int64_t el = bench_now_ns() - t0;
 	free(r);
 	return failed ? -1 : el;
+}
+
+// <prefix>_churn_open allocates a table of live blocks of size bytes, each touched. It returns the
+// table, or NULL when an allocation failed (having freed what it allocated). The table itself
+// comes from calloc, which may be the allocator under test: it is set up before the timing.
+static void **BENCH_FN(churn_open)(int64_t live, size_t size) {
+	void **slots = calloc((size_t)live, sizeof *slots);
+	if (slots == NULL) return NULL;
+	for (int64_t i = 0; i < live; i++) {
+		char *p = BENCH_MALLOC(size);
+		if (p == NULL) {
+			for (int64_t j = 0; j < i; j++) BENCH_FREE(slots[j]);
+			free(slots);
+			return NULL;
+		}
+		p[0] = 1;
+		slots[i] = p;
+	}
+	return slots;
+}
+
+// <prefix>_churn n times frees the block in a slot drawn by bench_churn_slot and allocates a
+// replacement of size bytes into it, touching it. A failed allocation leaves NULL in its slot.
+static int64_t BENCH_FN(churn)(void **slots, int64_t live, size_t size, int64_t n) {
+	int64_t t0 = bench_now_ns();
+	for (int64_t i = 0; i < n; i++) {
+		uint64_t k = bench_churn_slot((uint64_t)i, (uint64_t)live);
+		BENCH_FREE(slots[k]);
+		char *p = BENCH_MALLOC(size);
+		slots[k] = p;
+		if (p == NULL) return -1;
+		p[0] = (char)i;
+	}
+	return bench_now_ns() - t0;
+}
+
+// <prefix>_churn_close frees the churn's blocks and their table.
+static void BENCH_FN(churn_close)(void **slots, int64_t live) {
+	for (int64_t i = 0; i < live; i++) {
+		if (slots[i] != NULL) BENCH_FREE(slots[i]);
+	}
+	free(slots);
 }
 
 // <prefix>_replay plays a recorded trace (replay.go): ev[i] is size<<1 for an allocation

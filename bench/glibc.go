@@ -40,6 +40,11 @@ func newGlibc() impl {
 		prodcons: func(ops []uint32, n int) int64 {
 			return int64(C.glibc_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))
 		},
+		churn: func(live, size int) (func(n int) int64, func(), bool) {
+			slots := C.glibc_churn_open(C.int64_t(live), C.size_t(size))
+			return func(n int) int64 { return int64(C.glibc_churn(slots, C.int64_t(live), C.size_t(size), C.int64_t(n))) },
+				func() { C.glibc_churn_close(slots, C.int64_t(live)) }, slots != nil
+		},
 		replay: func(ev []uint64, nalloc int) (int64, uint64) {
 			slots := C.malloc(C.size_t(max(nalloc, 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))
 			defer C.free(slots)

@@ -16,7 +16,8 @@ func newGoMake() impl {
 	im := goImpl("go-make", func(int64) (allocator[[]byte], error) {
 		return &goMake{newGoHeap()}, nil
 	})
-	im.huge = nil // the Go heap has no fixed capacity to fill
+	im.huge = nil  // the Go heap has no fixed capacity to fill
+	im.churn = nil // the churn cases compare pinmalloc with the C allocators
 	im.alone = true
 	return im
 }
@@ -37,7 +38,7 @@ func newGoSyncPool() impl {
 	im := goImpl("go-syncpool", func(int64) (allocator[*[]byte], error) {
 		return &goSyncPool{goHeap: newGoHeap()}, nil
 	})
-	im.huge = nil
+	im.huge, im.churn = nil, nil
 	im.alone = true
 	return im
 }

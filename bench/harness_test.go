@@ -2,8 +2,30 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// testSuite is a suite with a tiny configuration over the allocators a test may run here:
+// the pinmalloc ones only where this process may lock 256 MiB (they lock their memory), which
+// locked reports.
+func testSuite(t *testing.T) (s *suite, locked bool) {
+	t.Helper()
+	cfg := &config{reps: 3, target: 4 * time.Millisecond, implFilter: regexp.MustCompile("")}
+	impls := []impl{newMimalloc(), newGlibc()}
+	var lim unix.Rlimit
+	locked = os.Geteuid() == 0 || unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil && lim.Cur >= 256<<20
+	if locked {
+		impls = append(impls, newPinmallocHeap(), newPinmallocPool())
+	} else {
+		t.Log("RLIMIT_MEMLOCK below 256 MiB: the pinmalloc allocators (locked memory) are left out")
+	}
+	return &suite{cfg: cfg, impls: impls, nulls: nullImpls(), ops: mixedOps()}, locked
+}
 
 // TestLoopsDoNotAllocate checks that the harness makes no heap allocation per operation:
 // through every loop of the cases measured in rounds (run by the null allocators, which
@@ -24,6 +46,7 @@ func TestLoopsDoNotAllocate(t *testing.T) {
 			{group: "mixed", g: 1},
 			{group: "mixed", g: 2},
 			{group: "prodcons"},
+			{group: "churn", size: churnSize, live: 1000},
 		} {
 			open, _ := s.workload(c, im)
 			w, err := open()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
@@ -29,6 +30,9 @@ type impl struct {
 	mixed func(ops []uint32, goroutines int) (workload, error)
 	// prodcons builds the allocate-here, free-there workload over ops.
 	prodcons func(ops []uint32) (workload, error)
+	// churn builds the workload that keeps live blocks of size bytes and replaces a random
+	// one each operation (churn.go).
+	churn func(live, size int) (workload, error)
 	// trace replays the serving trace and samples the memory it holds.
 	trace func(tr *trace) (*traceResult, error)
 	// huge makes one allocation of size bytes in a pool of fixed capacity.
@@ -73,6 +77,9 @@ type cLoops struct {
 	mixed    func(ops []uint32, n int, b *barrier) int64
 	prodcons func(ops []uint32, n int) int64
 	replay   func(ev []uint64, nalloc int) (ns int64, peakHeld uint64)
+	// churn allocates live blocks of size bytes and returns the loop that churns them and the
+	// function that frees them, or ok false when an allocation failed (having freed the rest).
+	churn func(live, size int) (loop func(n int) int64, release func(), ok bool)
 }
 
 // cImpl builds the impl of a C allocator from its loops.
@@ -94,6 +101,15 @@ func cImpl(name string, l cLoops) impl {
 			return workload{run: func(n int) (time.Duration, error) {
 				return cResult(l.prodcons(ops, n), "prodcons")
 			}, close: noClose}, nil
+		},
+		churn: func(live, size int) (workload, error) {
+			loop, release, ok := l.churn(live, size)
+			if !ok {
+				return workload{}, fmt.Errorf("allocating %d live blocks of %d B: %w", live, size, errAllocFailed)
+			}
+			return workload{run: func(n int) (time.Duration, error) {
+				return cResult(loop(n), "churn")
+			}, close: func() error { release(); return nil }}, nil
 		},
 		replay: func(evs []alloctrace.Event, _ int64) (*replayResult, error) {
 			return cReplay(l.replay, evs)
@@ -140,6 +156,13 @@ func goImpl[H any](name string, open func(capacity int64) (allocator[H], error))
 			return workload{run: func(n int) (time.Duration, error) {
 				return prodconsLoop(w[0], w[1], ops, n)
 			}, close: func() error { return closeAll(owned) }}, nil
+		},
+		churn: func(live, size int) (workload, error) {
+			a, err := open(max(caseCapacity, churnCapacity(live, size)))
+			if err != nil {
+				return workload{}, err
+			}
+			return openChurn(a, live, size)
 		},
 		replay: func(evs []alloctrace.Event, capacity int64) (*replayResult, error) {
 			a, err := open(capacity)

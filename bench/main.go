@@ -2,15 +2,15 @@
 // mimalloc and glibc malloc (native C, timed inside C), make([]byte) with the garbage
 // collector counted, a sync.Pool of byte slices, and pinning each buffer with its own
 // mmap+mlock. It measures fixed-size alloc+free pairs, size-mixed churn on one and two
-// goroutines, producer/consumer frees, a serving-like trace of committed against live bytes
-// and huge objects in a fixed-capacity pool, checks the project's targets and writes
-// <out>/<name>.json plus SVG plots. Allocators are measured together in rounds
-// (interleave.go), beside null allocators that measure the Go and C loops themselves, whose
-// cost the harness-adjusted figures take off (adjust.go).
+// goroutines, producer/consumer frees, churn over 10^4 to 10^6 (-maxlive: 10^7) live blocks,
+// a serving-like trace of committed against live bytes and huge objects in a fixed-capacity
+// pool, checks the project's targets and writes <out>/<name>.json plus SVG plots. Allocators
+// are measured together in rounds (interleave.go), beside null allocators that measure the
+// Go and C loops themselves, whose cost the harness-adjusted figures take off (adjust.go).
 //
 // Usage:
 //
-//	go run -tags mimalloc ./bench [-quick] [-cases REGEXP] [-impls REGEXP] [-name NAME] [-out DIR] [-gpu]
+//	go run -tags mimalloc ./bench [-quick] [-cases REGEXP] [-impls REGEXP] [-maxlive N] [-name NAME] [-out DIR] [-gpu]
 //	go run ./bench -replay FILE [-out DIR]     replay an allocation trace (replay.go)
 //	go run ./bench -record FILE                record the serving trace through a traced pool
 //
@@ -44,6 +44,7 @@ type config struct {
 	out, name  string
 	replay     string // -replay: a trace to replay instead of the suite
 	record     string // -record: where to write the serving trace, recorded
+	maxLive    int    // live blocks of the largest churn case
 	gpu        bool
 	uvm        bool           // run the UVM tier suite alone (uvm.go)
 	filter     *regexp.Regexp // cases to run
@@ -57,6 +58,7 @@ func parseFlags() *config {
 	flag.StringVar(&cfg.replay, "replay", "", "replay this allocation trace (pinned.Options.Trace) against every Go-side allocator instead of running the suite")
 	flag.StringVar(&cfg.record, "record", "", "record the serving trace through a traced pool into this file and exit")
 	flag.StringVar(&cfg.name, "name", "", "results name (default cpu-<cores>core, with -quick appended in quick mode)")
+	flag.IntVar(&cfg.maxLive, "maxlive", defaultMaxLive, "live blocks of the largest churn case (10000, 100000, ... up to this; 10000000 adds a minute and 3.5 GB resident)")
 	flag.BoolVar(&cfg.gpu, "gpu", false, "add the CUDA suites compiled in (see gpu.go)")
 	flag.BoolVar(&cfg.uvm, "uvm", false, "run only the UVM tier suite (uvm.go): on the GPU when a driver is found, else on the fake driver")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
@@ -165,7 +167,7 @@ func main() {
 		return
 	}
 	s := &suite{cfg: cfg, impls: allImpls(), nulls: nullImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
-	cs := cases()
+	cs := cases(cfg.maxLive)
 	if cfg.uvm {
 		uvmCases, closeUVM := uvmOnly(cfg)
 		defer closeUVM()

@@ -51,7 +51,7 @@ func (*nullBytes) close() error                { return nil }
 func (*nullBytes) fork() (allocator[[]byte], error) { return newNullBytes(), nil }
 
 // nullImpls returns the null allocators. They take part in the cases measured in rounds
-// (pair, mixed, prodcons) whenever an allocator they stand for does.
+// (pair, mixed, prodcons, churn) whenever an allocator they stand for does.
 func nullImpls() []impl {
 	var out []impl
 	for _, im := range []impl{

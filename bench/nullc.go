@@ -34,7 +34,17 @@ func newNullC() impl {
 		prodcons: func(ops []uint32, n int) int64 {
 			return int64(C.nullc_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))
 		},
+		churn: func(live, size int) (func(n int) int64, func(), bool) {
+			slots := C.nullc_churn_open(C.int64_t(live), C.size_t(size))
+			return func(n int) int64 { return int64(C.nullc_churn(slots, C.int64_t(live), C.size_t(size), C.int64_t(n))) },
+				func() { C.nullc_churn_close(slots, C.int64_t(live)) }, slots != nil
+		},
 	})
 	im.replay = nil // it holds nothing
 	return im
+}
+
+// cChurnSlot is cloops.h's bench_churn_slot, for the test that it draws what churnSlot draws.
+func cChurnSlot(i, live uint64) uint64 {
+	return uint64(C.bench_churn_slot(C.uint64_t(i), C.uint64_t(live)))
 }
