@@ -29,12 +29,12 @@ const hugeCapacity = 2 << 30
 // benchCase is one workload, run on every allocator that takes part in it.
 type benchCase struct {
 	name  string
-	group string // pair, mixed, prodcons, churn, trace or huge
+	group string // pair, mixed, prodcons, churn, trace, huge or sweep
 	size  int64  // block size of a pair, churn or huge case
 	g     int    // goroutines of a mixed case
 	live  int    // live blocks of a churn case
-	// custom, when set, runs the whole case itself instead of once per allocator (the GPU
-	// suites' bandwidth cases).
+	// custom, when set, runs the whole case itself instead of once per allocator (the
+	// GOMAXPROCS sweep, the GPU suites' bandwidth cases).
 	custom func(s *suite) []result
 }
 
@@ -50,7 +50,10 @@ func cases(maxLive int) []benchCase {
 		benchCase{name: "prodcons", group: "prodcons"},
 	)
 	cs = append(cs, churnCases(maxLive)...)
-	cs = append(cs, benchCase{name: "trace", group: "trace"})
+	cs = append(cs,
+		benchCase{name: "gomaxprocs", group: "sweep", custom: sweep},
+		benchCase{name: "trace", group: "trace"},
+	)
 	for _, sz := range hugeSizes {
 		cs = append(cs, benchCase{name: "huge/" + sizeName(sz), group: "huge", size: sz})
 	}

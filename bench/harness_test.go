@@ -29,7 +29,7 @@ func testSuite(t *testing.T) (s *suite, locked bool) {
 
 // TestLoopsDoNotAllocate checks that the harness makes no heap allocation per operation:
 // through every loop of the cases measured in rounds (run by the null allocators, which
-// allocate nothing themselves), ten times the operations make no more
+// allocate nothing themselves) and the sweep's, ten times the operations make no more
 // allocations. A run itself may allocate, outside its timed part, to start its goroutines.
 // (What the allocators under test allocate in Go memory is theirs: pinmalloc keeps its
 // metadata there.)
@@ -62,6 +62,8 @@ func TestLoopsDoNotAllocate(t *testing.T) {
 			names = append(names, fmt.Sprintf("%s %s %dg", im.name, c.group, c.g))
 		}
 	}
+	runs = append(runs, control(1), control(2), poolPairs(newNullBytes(), s.ops, 1), poolPairs(newNullBytes(), s.ops, 2))
+	names = append(names, "control 1g", "control 2g", "sweep pairs 1g", "sweep pairs 2g")
 	for i, r := range runs {
 		allocs := func(n int) float64 {
 			return testing.AllocsPerRun(5, func() {

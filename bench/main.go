@@ -3,7 +3,8 @@
 // collector counted, a sync.Pool of byte slices, and pinning each buffer with its own
 // mmap+mlock. It measures fixed-size alloc+free pairs, size-mixed churn on one and two
 // goroutines, producer/consumer frees, churn over 10^4 to 10^6 (-maxlive: 10^7) live blocks,
-// a serving-like trace of committed against live bytes and huge objects in a fixed-capacity
+// the goroutine-safe pool's scaling over GOMAXPROCS against a CPU-bound control, a
+// serving-like trace of committed against live bytes and huge objects in a fixed-capacity
 // pool, checks the project's targets and writes <out>/<name>.json plus SVG plots. Allocators
 // are measured together in rounds (interleave.go), beside null allocators that measure the
 // Go and C loops themselves, whose cost the harness-adjusted figures take off (adjust.go).
@@ -219,6 +220,7 @@ func main() {
 	}
 	printTables(os.Stdout, s, run)
 	printAdjusted(os.Stdout, s, ims, run)
+	printSweep(os.Stdout, s.results)
 	printUVMTables(os.Stdout, s.results)
 	printTargets(os.Stdout, targets)
 	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())

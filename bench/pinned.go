@@ -5,14 +5,15 @@ import "github.com/pinmalloc/pinmalloc/pinned"
 // pinPool is the goroutine-safe front, pinned.Pool.
 type pinPool struct{ p *pinned.Pool }
 
-func newPinmallocPool() impl {
-	return goImpl("pinmalloc-pool", func(capacity int64) (allocator[[]byte], error) {
-		p, err := pinned.New(pinned.Options{Capacity: capacity, Backend: pinned.Locked})
-		if err != nil {
-			return nil, err
-		}
-		return pinPool{p}, nil
-	})
+func newPinmallocPool() impl { return goImpl("pinmalloc-pool", openPool) }
+
+// openPool opens a pool of locked memory of the given capacity.
+func openPool(capacity int64) (allocator[[]byte], error) {
+	p, err := pinned.New(pinned.Options{Capacity: capacity, Backend: pinned.Locked})
+	if err != nil {
+		return nil, err
+	}
+	return pinPool{p}, nil
 }
 
 func (a pinPool) alloc(n int) ([]byte, error) { return a.p.Alloc(n) }
