@@ -35,48 +35,47 @@ func sweepProcs(ncpu int) []int {
 	return ps
 }
 
-// sweep runs the GOMAXPROCS sweep and restores GOMAXPROCS.
+// sweep runs the GOMAXPROCS sweep and restores GOMAXPROCS. Each GOMAXPROCS gets a pool of its
+// own, made after it is set: a pool takes its count of shards from GOMAXPROCS then.
 func sweep(s *suite) []result {
-	pool, err := openPool(caseCapacity)
-	if err != nil {
-		rs := resultSet{c: "gomaxprocs", impl: "pinmalloc-pool"}
-		rs.fail(err)
-		return rs.out
-	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	var out []result
 	for _, p := range sweepProcs(runtime.NumCPU()) {
 		runtime.GOMAXPROCS(p)
-		m := interleave(s.cfg, []contender{
-			{poolPairs(pool, s.ops, 1), 1},
-			{poolPairs(pool, s.ops, p), p},
-			{control(1), 1},
-			{control(p), p},
-		})
-		c := fmt.Sprintf("gomaxprocs/%d", p)
-		pl := resultSet{c: c, impl: "pinmalloc-pool"}
-		ctl := resultSet{c: c, impl: "control"}
-		if err := errors.Join(m[0].err, m[1].err, m[2].err, m[3].err); err != nil {
-			pl.fail(err)
-			out = append(out, pl.out...)
-			continue
-		}
-		poolUp, ctlUp := m[0].m.nsPerOp/m[1].m.nsPerOp, m[2].m.nsPerOp/m[3].m.nsPerOp
-		pl.add("ns_per_pair_1g", m[0].m.nsPerOp, "ns")
-		pl.add("ns_per_pair_ng", m[1].m.nsPerOp, "ns")
-		pl.add("speedup", poolUp, "ratio")
-		pl.add("speedup_over_control", poolUp/ctlUp, "ratio")
-		ctl.add("ns_per_op_1g", m[2].m.nsPerOp, "ns")
-		ctl.add("ns_per_op_ng", m[3].m.nsPerOp, "ns")
-		ctl.add("speedup", ctlUp, "ratio")
-		out = append(append(out, pl.out...), ctl.out...)
-	}
-	if err := pool.close(); err != nil {
-		rs := resultSet{c: "gomaxprocs", impl: "pinmalloc-pool"}
-		rs.fail(err)
-		out = append(out, rs.out...)
+		out = append(out, sweepAt(s, p)...)
 	}
 	return out
+}
+
+// sweepAt measures the pool and the control at GOMAXPROCS p.
+func sweepAt(s *suite, p int) []result {
+	c := fmt.Sprintf("gomaxprocs/%d", p)
+	pl := resultSet{c: c, impl: "pinmalloc-pool"}
+	pool, err := openPool(caseCapacity)
+	if err != nil {
+		pl.fail(err)
+		return pl.out
+	}
+	m := interleave(s.cfg, []contender{
+		{poolPairs(pool, s.ops, 1), 1},
+		{poolPairs(pool, s.ops, p), p},
+		{control(1), 1},
+		{control(p), p},
+	})
+	if err := errors.Join(m[0].err, m[1].err, m[2].err, m[3].err, pool.close()); err != nil {
+		pl.fail(err)
+		return pl.out
+	}
+	poolUp, ctlUp := m[0].m.nsPerOp/m[1].m.nsPerOp, m[2].m.nsPerOp/m[3].m.nsPerOp
+	pl.add("ns_per_pair_1g", m[0].m.nsPerOp, "ns")
+	pl.add("ns_per_pair_ng", m[1].m.nsPerOp, "ns")
+	pl.add("speedup", poolUp, "ratio")
+	pl.add("speedup_over_control", poolUp/ctlUp, "ratio")
+	ctl := resultSet{c: c, impl: "control"}
+	ctl.add("ns_per_op_1g", m[2].m.nsPerOp, "ns")
+	ctl.add("ns_per_op_ng", m[3].m.nsPerOp, "ns")
+	ctl.add("speedup", ctlUp, "ratio")
+	return append(pl.out, ctl.out...)
 }
 
 // poolPairs returns the runner of g goroutines doing alloc+free pairs from a, each with the
