@@ -94,8 +94,9 @@ static int64_t BENCH_FN(pair)(size_t size, int64_t n) {
 
 // <prefix>_mixed fills a table of 1<<BENCH_SLOT_BITS blocks, waits at the barrier (parties
 // callers, counted in *arrived), then n times frees the block in the op's slot and allocates
-// the op's size into it. ops has mask+1 entries (a power of two).
-static int64_t BENCH_FN(mixed)(const uint32_t *ops, int64_t mask, int64_t n, int64_t *arrived, int64_t parties) {
+// the op's size into it. ops has mask+1 entries (a power of two). *start gets the time the
+// timed part began (bench_now_ns), so that a parallel run can measure from the first start.
+static int64_t BENCH_FN(mixed)(const uint32_t *ops, int64_t mask, int64_t n, int64_t *arrived, int64_t parties, int64_t *start) {
 	enum { nslots = 1 << BENCH_SLOT_BITS };
 	void *slots[nslots];
 	int failed = 0;
@@ -105,6 +106,7 @@ static int64_t BENCH_FN(mixed)(const uint32_t *ops, int64_t mask, int64_t n, int
 	}
 	bench_barrier(arrived, parties);
 	int64_t t0 = bench_now_ns();
+	*start = t0;
 	for (int64_t i = 0; !failed && i < n; i++) {
 		uint32_t op = ops[i & mask];
 		size_t s = bench_op_slot(op);

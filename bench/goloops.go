@@ -62,7 +62,7 @@ func pairLoop[H any](a allocator[H], size, n int) (time.Duration, error) {
 
 // mixedLoop fills a table of 1<<slotBits blocks, waits at the barrier, then n times frees
 // the block in the op's slot and allocates the op's size into it. len(ops) is a power of two.
-func mixedLoop[H any](a allocator[H], ops []uint32, n int, b *barrier) (d time.Duration, err error) {
+func mixedLoop[H any](a allocator[H], ops []uint32, n int, b *barrier) (sp span, err error) {
 	var slots [1 << slotBits]H
 	filled := 0
 	mask := len(ops) - 1
@@ -74,26 +74,26 @@ func mixedLoop[H any](a allocator[H], ops []uint32, n int, b *barrier) (d time.D
 	for i := range slots {
 		if slots[i], err = a.alloc(opSize(ops[i&mask])); err != nil {
 			b.wait()
-			return 0, err
+			return span{}, err
 		}
 		filled++
 	}
 	b.wait()
-	t0 := time.Now()
+	t0 := monotonic()
 	for i := range n {
 		op := ops[i&mask]
 		s := opSlot(op)
 		if err := a.free(slots[s]); err != nil {
-			return 0, err
+			return span{}, err
 		}
 		h, err := a.alloc(opSize(op))
 		if err != nil {
-			return 0, err
+			return span{}, err
 		}
 		a.touch(h)
 		slots[s] = h
 	}
-	return time.Since(t0), nil
+	return span{t0, monotonic()}, nil
 }
 
 // prodconsLoop allocates n blocks (whole batches) with a on the calling goroutine and frees them

@@ -77,3 +77,16 @@ func TestLoopsDoNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestParallelSpan checks that a parallel run lasts from the first timed part's start to the
+// last one's end, not as long as the longest part: parts run one after the other take their
+// sum.
+func TestParallelSpan(t *testing.T) {
+	d, err := parallel([]job{
+		func(b *barrier) (span, error) { b.wait(); return span{100, 200}, nil },
+		func(b *barrier) (span, error) { b.wait(); return span{200, 300}, nil },
+	})
+	if err != nil || d != 200 {
+		t.Errorf("%v, %v: want 200 ns", d, err)
+	}
+}

@@ -60,21 +60,22 @@ func noClose() error { return nil }
 
 // parallelRunner returns a runner that splits n operations over g goroutines, each running
 // one(i, share, barrier) for its share, and times them with parallel.
-func parallelRunner(g int, one func(i, n int, b *barrier) (time.Duration, error)) runner {
+func parallelRunner(g int, one func(i, n int, b *barrier) (span, error)) runner {
 	return func(n int) (time.Duration, error) {
 		jobs := make([]job, g)
 		for i := range jobs {
-			jobs[i] = func(b *barrier) (time.Duration, error) { return one(i, n/g, b) }
+			jobs[i] = func(b *barrier) (span, error) { return one(i, n/g, b) }
 		}
 		return parallel(jobs)
 	}
 }
 
 // cLoops are the timed loops of one C allocator (see cloops.h). Each returns the elapsed
-// nanoseconds, or -1 when an allocation failed.
+// nanoseconds, or -1 when an allocation failed; mixed also when its timed part began
+// (CLOCK_MONOTONIC).
 type cLoops struct {
 	pair     func(size, n int) int64
-	mixed    func(ops []uint32, n int, b *barrier) int64
+	mixed    func(ops []uint32, n int, b *barrier) (start, ns int64)
 	prodcons func(ops []uint32, n int) int64
 	replay   func(ev []uint64, nalloc int) (ns int64, peakHeld uint64)
 	// churn allocates live blocks of size bytes and returns the loop that churns them and the
@@ -93,8 +94,10 @@ func cImpl(name string, l cLoops) impl {
 			}, close: noClose}, nil
 		},
 		mixed: func(ops []uint32, g int) (workload, error) {
-			return workload{run: parallelRunner(g, func(_, n int, b *barrier) (time.Duration, error) {
-				return cResult(l.mixed(ops, n, b), "mixed")
+			return workload{run: parallelRunner(g, func(_, n int, b *barrier) (span, error) {
+				start, ns := l.mixed(ops, n, b)
+				d, err := cResult(ns, "mixed")
+				return span{start, start + int64(d)}, err
 			}), close: noClose}, nil
 		},
 		prodcons: func(ops []uint32) (workload, error) {
@@ -144,7 +147,7 @@ func goImpl[H any](name string, open func(capacity int64) (allocator[H], error))
 			if err != nil {
 				return workload{}, err
 			}
-			return workload{run: parallelRunner(g, func(i, n int, b *barrier) (time.Duration, error) {
+			return workload{run: parallelRunner(g, func(i, n int, b *barrier) (span, error) {
 				return mixedLoop(workers[i], ops, n, b)
 			}), close: func() error { return closeAll(owned) }}, nil
 		},

@@ -69,9 +69,9 @@ func parseFlags() *config {
 	if cfg.uvm && !flagSet("out") { // a -uvm run's results are the machine's, not the source tree's
 		cfg.out = filepath.Join(os.TempDir(), "pinmalloc-bench")
 	}
-	cfg.target, cfg.reps, cfg.traceSteps = 60*time.Millisecond, 5, 5*wavePeriod
+	cfg.target, cfg.reps, cfg.traceSteps = 20*time.Millisecond, 15, 5*wavePeriod
 	if cfg.quick {
-		cfg.target, cfg.reps, cfg.traceSteps = 20*time.Millisecond, 3, 2*wavePeriod
+		cfg.target, cfg.reps, cfg.traceSteps = 10*time.Millisecond, 5, 2*wavePeriod
 	}
 	if cfg.name == "" && !cfg.uvm { // -uvm names its results after the device (uvmOnly)
 		cfg.name = fmt.Sprintf("cpu-%dcore", runtime.NumCPU())

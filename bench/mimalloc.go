@@ -81,8 +81,10 @@ import (
 func newMimalloc() impl {
 	im := cImpl("mimalloc", cLoops{
 		pair: func(size, n int) int64 { return int64(C.mi_pair(C.size_t(size), C.int64_t(n))) },
-		mixed: func(ops []uint32, n int, b *barrier) int64 {
-			return int64(C.mi_mixed(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n), cArrived(b), C.int64_t(b.parties)))
+		mixed: func(ops []uint32, n int, b *barrier) (int64, int64) {
+			var start C.int64_t
+			ns := C.mi_mixed(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n), cArrived(b), C.int64_t(b.parties), &start)
+			return int64(start), int64(ns)
 		},
 		prodcons: func(ops []uint32, n int) int64 {
 			return int64(C.mi_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))

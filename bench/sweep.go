@@ -6,7 +6,6 @@ import (
 	"io"
 	"runtime"
 	"sync/atomic"
-	"time"
 )
 
 // The GOMAXPROCS sweep (case gomaxprocs) asks how the goroutine-safe pool scales. At each
@@ -83,39 +82,39 @@ func sweepAt(s *suite, p int) []result {
 // goroutines' pairs.
 func poolPairs(a allocator[[]byte], ops []uint32, g int) runner {
 	mask := len(ops) - 1
-	return parallelRunner(g, func(i, n int, b *barrier) (time.Duration, error) {
+	return parallelRunner(g, func(i, n int, b *barrier) (span, error) {
 		off := i * len(ops) / g
 		b.wait()
-		t0 := time.Now()
+		t0 := monotonic()
 		for k := range n {
 			buf, err := a.alloc(opSize(ops[(off+k)&mask]))
 			if err != nil {
-				return 0, err
+				return span{}, err
 			}
 			a.touch(buf)
 			if err := a.free(buf); err != nil {
-				return 0, err
+				return span{}, err
 			}
 		}
-		return time.Since(t0), nil
+		return span{t0, monotonic()}, nil
 	})
 }
 
 // control returns the runner of g goroutines doing controlSteps of xorshift arithmetic per
 // operation, each on a state of its own in a register.
 func control(g int) runner {
-	return parallelRunner(g, func(i, n int, b *barrier) (time.Duration, error) {
+	return parallelRunner(g, func(i, n int, b *barrier) (span, error) {
 		x := uint64(i) + 1
 		b.wait()
-		t0 := time.Now()
+		t0 := monotonic()
 		for range n * controlSteps {
 			x ^= x << 13
 			x ^= x >> 7
 			x ^= x << 17
 		}
-		d := time.Since(t0)
+		sp := span{t0, monotonic()}
 		controlSink.Add(x)
-		return d, nil
+		return sp, nil
 	})
 }
 
