@@ -69,7 +69,7 @@ func parseFlags() *config {
 	if cfg.uvm && !flagSet("out") { // a -uvm run's results are the machine's, not the source tree's
 		cfg.out = filepath.Join(os.TempDir(), "pinmalloc-bench")
 	}
-	cfg.target, cfg.reps, cfg.traceSteps = 20*time.Millisecond, 11, 5*wavePeriod
+	cfg.target, cfg.reps, cfg.traceSteps = 20*time.Millisecond, 7, 5*wavePeriod
 	if cfg.quick {
 		cfg.target, cfg.reps, cfg.traceSteps = 10*time.Millisecond, 5, 2*wavePeriod
 	}
