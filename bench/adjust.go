@@ -9,10 +9,12 @@ import (
 
 // Harness-adjusted figures. A Go allocator is driven by Go loops through an interface, a C
 // one by C loops that call it directly and time themselves inside C (cloops.h); the Go loops
-// cost some 4 ns more per pair. Each allocator names the null allocator that runs through its
-// own loops (impl.harness, null.go), measured in the same rounds; its ns per pair less the
+// cost about 2 ns more per pair (null.go). Each allocator names the null allocator that runs
+// through its own loops (impl.harness), measured in the same rounds; its ns per pair less the
 // null's is what the allocator itself costs, and comparisons between Go and C allocators are
-// fair only on those.
+// fair only on those. The subtraction takes the loop's work and the allocator's to add up,
+// which an out-of-order CPU does only roughly: where an allocator costs little more than its
+// loop, the adjusted ratio is a ratio of two small differences and moves a lot.
 
 // ratioImpls are the allocators whose ratio to mimalloc the tables show.
 var ratioImpls = []string{"pinmalloc-heap", "pinmalloc-pool"}

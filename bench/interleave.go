@@ -21,17 +21,19 @@ type outcome struct {
 
 // interleave measures contenders against one another. Each is calibrated alone (calibrate),
 // then cfg.reps rounds run every contender once, in an order that turns by one each round.
+// A contender's ns per operation is the median of its rounds: a slowdown of the machine
+// (another process, a neighbour on a shared VM, the CPU's clock) lands on every contender
+// alike instead of on whichever ran during it, and the median drops the rounds it spoiled.
+// CPU time and GC share are summed over all its rounds. A contender that fails leaves the
+// rounds with its error.
+//
 // Each timed run is preceded, untimed, by a garbage collection, so that no contender pays for
-// another's garbage, and by a warm-up of a sixteenth of a run, so that it starts from its own
+// another's garbage, and by a warm-up a sixteenth as long, so that it starts from its own
 // steady state and not from what the others left: caches, and memory purged while it waited
 // (a pinmalloc arena gives back memory idle for 10 ms, and the pool then pays one or two
 // pairs of 60 ms to commit a 256 MiB block again). A contender whose run is a single unit
 // (mmap+mlock of 256 MiB) has no warm-up: it would double the round's time for an operation
-// that long. A contender's ns per operation is the median of its rounds: a
-// slowdown of the machine (another process, a neighbour on a shared VM, the CPU's clock) then
-// lands on every contender alike instead of on whichever ran during it, and the median drops
-// the rounds it spoiled. CPU time and GC share are summed over all its rounds. A contender
-// that fails leaves the rounds with its error.
+// that long.
 func interleave(cfg *config, cs []contender) []outcome {
 	out := make([]outcome, len(cs))
 	ns := make([]int, len(cs)) // operations per run

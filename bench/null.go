@@ -9,8 +9,8 @@ import "unsafe"
 // null-go with a uintptr (the heap's; a pointer handle, go-syncpool's, is as cheap to carry)
 // and null-go-bytes with a []byte (the pool's, make's). null-c runs the C loops of mimalloc
 // and glibc (nullc.go). The harness-adjusted figures take each allocator's null off
-// (adjust.go): the Go loops cost some 4 ns more per pair than the C ones, which would count
-// against pinmalloc in every comparison with a C allocator.
+// (adjust.go): on the build machine the Go loops cost 4–6 ns per pair and the C ones 2.5–3,
+// a difference that would count against pinmalloc in every comparison with a C allocator.
 
 // nullBlock is the block a null allocator hands out, a cache line of its own (two, for the
 // adjacent-line prefetcher), so that goroutines touching their own nulls share nothing.
