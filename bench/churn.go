@@ -17,8 +17,8 @@ import (
 const churnSize = 64
 
 // churnLives lists the live-block counts of the churn cases; the default run stops at
-// defaultMaxLive (-maxlive raises it: 1e7 blocks take a minute more and 3.5 GB resident over
-// all the allocators, which hold their blocks at once).
+// defaultMaxLive (-maxlive raises it: 1e7 blocks take up to a minute more and 3.5 GB
+// resident over all the allocators, which hold their blocks at once).
 var churnLives = []int{1e4, 1e5, 1e6, 1e7}
 
 const defaultMaxLive = 1e6

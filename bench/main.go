@@ -59,7 +59,7 @@ func parseFlags() *config {
 	flag.StringVar(&cfg.replay, "replay", "", "replay this allocation trace (pinned.Options.Trace) against every Go-side allocator instead of running the suite")
 	flag.StringVar(&cfg.record, "record", "", "record the serving trace through a traced pool into this file and exit")
 	flag.StringVar(&cfg.name, "name", "", "results name (default cpu-<cores>core, with -quick appended in quick mode)")
-	flag.IntVar(&cfg.maxLive, "maxlive", defaultMaxLive, "live blocks of the largest churn case (10000, 100000, ... up to this; 10000000 adds a minute and 3.5 GB resident)")
+	flag.IntVar(&cfg.maxLive, "maxlive", defaultMaxLive, "live blocks of the largest churn case (10000, 100000, ... up to this; 10000000 adds half a minute to a minute and 3.5 GB resident)")
 	flag.BoolVar(&cfg.gpu, "gpu", false, "add the CUDA suites compiled in (see gpu.go)")
 	flag.BoolVar(&cfg.uvm, "uvm", false, "run only the UVM tier suite (uvm.go): on the GPU when a driver is found, else on the fake driver")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
