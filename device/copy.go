@@ -25,7 +25,9 @@ func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
 	if err := h.checkCopy("HtoD copy", uintptr(len(src)), dst); err != nil {
 		return err
 	}
-	return h.hostCopy(src, "HtoD copy", func(addr uintptr) error { return h.dev.MemcpyHtoD(dst, addr, uintptr(len(src))) })
+	return h.hostCopy(src, "HtoD copy", func(addr uintptr) error {
+		return h.syncLegacy(h.dev.MemcpyHtoD(dst, addr, uintptr(len(src))))
+	})
 }
 
 // DtoH copies len(dst) bytes of device memory at src to dst and returns when the copy is done.
@@ -44,7 +46,21 @@ func (h *Heap) DtoD(dst, src cuda.DevicePtr, n uintptr) error {
 	if n == 0 {
 		return nil
 	}
-	return wrapCopy("DtoD copy", n, h.dev.MemcpyDtoD(dst, src, n))
+	return wrapCopy("DtoD copy", n, h.syncLegacy(h.dev.MemcpyDtoD(dst, src, n)))
+}
+
+// syncLegacy waits, after a synchronous copy or memset that succeeded (err nil), for the legacy
+// default stream they were queued on. cuMemcpyHtoD from pageable memory returns once the
+// source is staged, with the DMA to the device possibly still in flight, and cuMemcpyDtoD and a
+// cuMemsetD8 of device memory return before they have run (the driver API's "API
+// synchronization behavior"): without the wait, work on a non-blocking stream, which does not
+// wait for the legacy stream, could run before them, and a block reused at once could be
+// overwritten after the fact.
+func (h *Heap) syncLegacy(err error) error {
+	if err != nil {
+		return err
+	}
+	return h.dev.StreamSynchronize(0)
 }
 
 // HtoDAsync queues a copy of src to device memory at dst on stream s.

@@ -18,7 +18,8 @@ var ErrQuota = errors.New("device: quota exceeded")
 // FreeAsync on the block's own stream makes it reusable at once by later work on that stream,
 // which runs after the memset; a FreeAsync on another stream records its event after the
 // memset, so no stream sees the block before it is clear; a synchronous Free waits for the
-// memset (cuMemsetD8).
+// memset (cuMemsetD8, then a synchronize of the legacy stream: a memset of device memory
+// returns before it has run).
 type guard struct {
 	zeroOnFree bool
 	quota      uintptr
@@ -54,7 +55,7 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
 	if s != nil {
 		err = h.dev.MemsetD8Async(p, 0, n, *s)
 	} else {
-		err = h.dev.MemsetD8(p, 0, n)
+		err = h.syncLegacy(h.dev.MemsetD8(p, 0, n))
 	}
 	if err != nil {
 		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w", p, n, err)
