@@ -63,10 +63,10 @@ func roundTrip(t *testing.T, dev *icuda.Device, tr *uvm.Tier, n, size int) {
 	for i, h := range hs {
 		p, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)
-		if !bytes.Equal(readDev(t, dev, p, size), pattern(byte(i), size)) {
+		if !bytes.Equal(readDev(t, dev, s, p, size), pattern(byte(i), size)) {
 			t.Fatalf("block %d: device bytes differ", i)
 		}
-		writeDev(t, dev, p, pattern(byte(i+1), size))
+		writeDev(t, dev, s, p, pattern(byte(i+1), size))
 		must(t, tr.Release(h, s))
 	}
 	for i, h := range hs {

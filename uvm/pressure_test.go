@@ -37,7 +37,7 @@ func TestSharedHeapPressure(t *testing.T) {
 		must(t, err)
 		p, err := tr.Acquire(hs[i], s, uvm.Write)
 		must(t, err)
-		writeDev(t, dev, p, pattern(byte(i), size))
+		writeDev(t, dev, s, p, pattern(byte(i), size))
 		if i > 0 {
 			must(t, tr.Release(hs[i], s))
 		}
@@ -77,7 +77,7 @@ func TestSharedHeapPressure(t *testing.T) {
 	for i, hd := range hs {
 		q, err := tr.Acquire(hd, s, uvm.Read)
 		must(t, err)
-		if !bytes.Equal(readDev(t, dev, q, size), pattern(byte(i), size)) {
+		if !bytes.Equal(readDev(t, dev, s, q, size), pattern(byte(i), size)) {
 			t.Fatalf("block %d lost its bytes", i)
 		}
 		must(t, tr.Release(hd, s))
@@ -179,11 +179,11 @@ func TestSharedHeapConcurrent(t *testing.T) {
 						t.Errorf("worker %d: Acquire: %v", w, err)
 						return
 					}
-					if gen[i] != 0 && !bytes.Equal(readDev(t, dev, p, size), pattern(byte(w*50+i)+gen[i], size)) {
+					if gen[i] != 0 && !bytes.Equal(readDev(t, dev, s, p, size), pattern(byte(w*50+i)+gen[i], size)) {
 						t.Errorf("worker %d block %d: bytes differ in round %d", w, i, round)
 					}
 					gen[i] = byte(round)
-					writeDev(t, dev, p, pattern(byte(w*50+i)+gen[i], size))
+					writeDev(t, dev, s, p, pattern(byte(w*50+i)+gen[i], size))
 					if err := tr.Release(hd, s); err != nil {
 						t.Error(err)
 						return

@@ -103,9 +103,9 @@ func runProperty(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, over int, 
 	var blocks []*model
 	live := 0
 	sizes := []int{4 * kib, 16*kib + 100, 64 * kib, 200 * kib}
-	checkDev := func(m *model, p cuda.DevicePtr, what string) {
+	checkDev := func(m *model, p cuda.DevicePtr, s cuda.Stream, what string) {
 		t.Helper()
-		if m.want != nil && !bytes.Equal(readDev(t, dev, p, m.n), m.want) {
+		if m.want != nil && !bytes.Equal(readDev(t, dev, s, p, m.n), m.want) {
 			t.Fatalf("%s: block %#x (%d bytes): device bytes differ", what, m.h, m.n)
 		}
 	}
@@ -155,7 +155,7 @@ func runProperty(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, over int, 
 			if m.pins > 0 && p != m.ptr {
 				t.Fatalf("step %d: acquired block %#x moved from %#x to %#x", step, m.h, m.ptr, p)
 			}
-			checkDev(m, p, "acquire")
+			checkDev(m, p, s, "acquire")
 			m.ptr, m.s = p, s
 			m.pins++
 			if mode == uvm.Write {
@@ -163,14 +163,14 @@ func runProperty(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, over int, 
 				for i := range m.want {
 					m.want[i] = byte(rng.Uint32())
 				}
-				writeDev(t, dev, p, m.want)
+				writeDev(t, dev, s, p, m.want)
 			}
 		case op < 62: // release
 			m := pick()
 			if m == nil || m.pins == 0 {
 				continue
 			}
-			checkDev(m, m.ptr, "release")
+			checkDev(m, m.ptr, m.s, "release")
 			must(t, tr.Release(m.h, m.s))
 			m.pins--
 		case op < 72: // host access
@@ -290,7 +290,7 @@ func TestEvictionFailure(t *testing.T) {
 	for i, h := range hs[:2] {
 		p, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)
-		writeDev(t, dev, p, pattern(byte(i), size))
+		writeDev(t, dev, s, p, pattern(byte(i), size))
 		must(t, tr.Release(h, s))
 	}
 	mv.failNext(1)
@@ -305,7 +305,7 @@ func TestEvictionFailure(t *testing.T) {
 	for i, h := range hs[:2] {
 		p, err := tr.Acquire(h, s, uvm.Read)
 		must(t, err)
-		if !bytes.Equal(readDev(t, dev, p, size), pattern(byte(i), size)) {
+		if !bytes.Equal(readDev(t, dev, s, p, size), pattern(byte(i), size)) {
 			t.Fatalf("block %d lost its bytes in the failed eviction", i)
 		}
 		must(t, tr.Release(h, s))
@@ -321,7 +321,7 @@ func TestEvictionFailure(t *testing.T) {
 	}
 	p, err := tr.Acquire(hs[0], s, uvm.Read)
 	must(t, err)
-	if !bytes.Equal(readDev(t, dev, p, size), pattern(0, size)) {
+	if !bytes.Equal(readDev(t, dev, s, p, size), pattern(0, size)) {
 		t.Fatal("the host copy did not survive the failed restore")
 	}
 	must(t, tr.Release(hs[0], s))
@@ -346,7 +346,7 @@ func TestHostFull(t *testing.T) {
 	for i, h := range hs[:2] {
 		p, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)
-		writeDev(t, dev, p, pattern(byte(i), size))
+		writeDev(t, dev, s, p, pattern(byte(i), size))
 		must(t, tr.Release(h, s))
 	}
 	f.FailRegister(100, fakecuda.ResultOutOfMemory)
@@ -358,7 +358,7 @@ func TestHostFull(t *testing.T) {
 	for i, h := range hs[:2] {
 		p, err := tr.Acquire(h, s, uvm.Read)
 		must(t, err)
-		if !bytes.Equal(readDev(t, dev, p, size), pattern(byte(i), size)) {
+		if !bytes.Equal(readDev(t, dev, s, p, size), pattern(byte(i), size)) {
 			t.Fatalf("block %d lost its bytes", i)
 		}
 		must(t, tr.Release(h, s))

@@ -85,12 +85,12 @@ func TestConcurrent(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					if want[i] != nil && !bytes.Equal(readDev(t, dev, p, size), want[i]) {
+					if want[i] != nil && !bytes.Equal(readDev(t, dev, s, p, size), want[i]) {
 						t.Errorf("worker %d block %d: device bytes differ", w, i)
 						return
 					}
 					want[i] = pattern(byte(w*31+it), size)
-					writeDev(t, dev, p, want[i])
+					writeDev(t, dev, s, p, want[i])
 					if err := tr.Release(hs[i], s); err != nil {
 						t.Error(err)
 						return
@@ -113,7 +113,7 @@ func TestConcurrent(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					if !bytes.Equal(readDev(t, dev, p, size), pattern(byte(100+j), size)) {
+					if !bytes.Equal(readDev(t, dev, s, p, size), pattern(byte(100+j), size)) {
 						t.Errorf("worker %d: shared block %d differs", w, j)
 					}
 					if err := tr.Release(sharedHs[j], s); err != nil {

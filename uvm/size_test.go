@@ -46,10 +46,10 @@ func runSizes(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, size int) {
 		for i, h := range hs {
 			p, err := tr.Acquire(h, s, uvm.Write)
 			must(t, err)
-			if got := readDev(t, dev, p, size); !bytes.Equal(got, pattern(byte(i+round), size)) {
+			if got := readDev(t, dev, s, p, size); !bytes.Equal(got, pattern(byte(i+round), size)) {
 				t.Fatalf("round %d block %d: device bytes differ", round, i)
 			}
-			writeDev(t, dev, p, pattern(byte(i+round+1), size))
+			writeDev(t, dev, s, p, pattern(byte(i+round+1), size))
 			must(t, tr.Release(h, s))
 		}
 	}

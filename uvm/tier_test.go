@@ -47,27 +47,34 @@ func stream(t testing.TB, dev *icuda.Device) cuda.Stream {
 	return s
 }
 
-// readDev copies n bytes of device memory at p into a new Go slice.
-func readDev(t testing.TB, dev *icuda.Device, p cuda.DevicePtr, n int) []byte {
+// readDev copies n bytes of device memory at p into a new Go slice, on stream s, the stream
+// the block is acquired on: work queued on s sees the tier's copies, where the legacy stream
+// (a synchronous copy) does not wait for them.
+func readDev(t testing.TB, dev *icuda.Device, s cuda.Stream, p cuda.DevicePtr, n int) []byte {
 	t.Helper()
 	b := make([]byte, n)
 	var pin runtime.Pinner
 	pin.Pin(&b[0])
 	defer pin.Unpin()
-	if err := dev.MemcpyDtoH(mem.Addr(b), p, uintptr(n)); err != nil {
-		t.Fatalf("MemcpyDtoH: %v", err)
+	if err := dev.MemcpyDtoHAsync(mem.Addr(b), p, uintptr(n), s); err != nil {
+		t.Fatalf("MemcpyDtoHAsync: %v", err)
+	}
+	if err := dev.StreamSynchronize(s); err != nil {
+		t.Fatalf("StreamSynchronize: %v", err)
 	}
 	return b
 }
 
-// writeDev writes b to device memory at p, as a kernel on the acquiring stream would.
-func writeDev(t testing.TB, dev *icuda.Device, p cuda.DevicePtr, b []byte) {
+// writeDev writes b to device memory at p, as a kernel on the acquiring stream s would: queued
+// on s (b is staged by the driver at the call), so a Release on s orders it before the block
+// moves.
+func writeDev(t testing.TB, dev *icuda.Device, s cuda.Stream, p cuda.DevicePtr, b []byte) {
 	t.Helper()
 	var pin runtime.Pinner
 	pin.Pin(&b[0])
 	defer pin.Unpin()
-	if err := dev.MemcpyHtoD(p, mem.Addr(b), uintptr(len(b))); err != nil {
-		t.Fatalf("MemcpyHtoD: %v", err)
+	if err := dev.MemcpyHtoDAsync(p, mem.Addr(b), uintptr(len(b)), s); err != nil {
+		t.Fatalf("MemcpyHtoDAsync: %v", err)
 	}
 }
 
@@ -141,10 +148,10 @@ func TestRoundTrip(t *testing.T) {
 			p, err := tr.Acquire(h, s, uvm.Write)
 			must(t, err)
 			want := pattern(byte(i+round), size)
-			if got := readDev(t, dev, p, size); !bytes.Equal(got, want) {
+			if got := readDev(t, dev, s, p, size); !bytes.Equal(got, want) {
 				t.Fatalf("round %d block %d: device bytes differ", round, i)
 			}
-			writeDev(t, dev, p, pattern(byte(i+round+1), size))
+			writeDev(t, dev, s, p, pattern(byte(i+round+1), size))
 			must(t, tr.Release(h, s))
 			checkAccounts(t, tr.Stats())
 		}
@@ -348,7 +355,7 @@ func TestLateBadHandle(t *testing.T) {
 	}
 	p, err := tr.Acquire(hs[n-1], s, uvm.Read)
 	must(t, err)
-	if !bytes.Equal(readDev(t, dev, p, size), pattern(byte(len(hs)-1), size)) {
+	if !bytes.Equal(readDev(t, dev, s, p, size), pattern(byte(len(hs)-1), size)) {
 		t.Fatal("the last block's bytes differ after the Prefetch")
 	}
 	if err := tr.Evict(hs); !errors.Is(err, uvm.ErrAcquired) {
