@@ -285,6 +285,7 @@ func TestBatcherBadJobs(t *testing.T) {
 		}
 		// Sources may overlap, and adjacent ranges do not overlap.
 		must(t, "sources shared", b.Copy([]CopyJob{{Dst: d, Src: host, Len: 4096}, {Dst: d + 4096, Src: host, Len: 4096}}, 0))
+		must(t, "StreamSynchronize", dev.StreamSynchronize(0)) // Launches counts kernels run
 		if calls() == before {
 			t.Errorf("%s: the valid batch made no driver call", m)
 		}
@@ -328,16 +329,20 @@ func TestBatcherFaults(t *testing.T) {
 		t.Errorf("failed launch: %v", err)
 	}
 	must(t, "Copy back", kb.Copy(back, 0))
+	must(t, "StreamSynchronize", dev.StreamSynchronize(0)) // the copies are queued until then
 	if bytes.Equal(mem.Bytes(host+8192, 4096), src) {
 		t.Error("a failed launch moved the bytes")
 	}
 	must(t, "Copy after a failed launch", kb.Copy(ok, 0))
 	must(t, "Copy back", kb.Copy(back, 0))
+	must(t, "StreamSynchronize", dev.StreamSynchronize(0))
 	if !bytes.Equal(mem.Bytes(host+8192, 4096), src) {
 		t.Error("the copy after a failed launch did not move the bytes")
 	}
-	// A source the device cannot reach faults the kernel: sticky, like a real context.
-	err = kb.Copy([]CopyJob{{Dst: d, Src: unmapped, Len: 64}}, 0)
+	// A source the device cannot reach faults the kernel when it runs: the launch succeeds,
+	// the synchronizing call reports the fault, and it is sticky, like a real context.
+	must(t, "Copy of a job that faults", kb.Copy([]CopyJob{{Dst: d, Src: unmapped, Len: 64}}, 0))
+	err = dev.StreamSynchronize(0)
 	if !errors.As(err, &r) || r != fakecuda.ResultIllegalAddress || f.StickyError() != fakecuda.ResultIllegalAddress {
 		t.Errorf("kernel fault: %v (sticky %d)", err, f.StickyError())
 	}

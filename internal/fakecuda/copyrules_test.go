@@ -118,6 +118,7 @@ func TestCopyHostVMM(t *testing.T) {
 	must(t, "HtoD across 8 granules", d.MemcpyHtoD(dp, va, ng*gran))
 	clear(src)
 	must(t, "DtoH across 8 granules", d.MemcpyDtoHAsync(va+1, dp, ng*gran-1, 0))
+	must(t, "StreamSynchronize", d.StreamSynchronize(0)) // the copy is queued until then
 	if !bytes.Equal(src[1:], want[:ng*gran-1]) {
 		t.Error("round trip through 8 host granules changed the data")
 	}
@@ -220,9 +221,12 @@ func TestCopyRulesOtherPaths(t *testing.T) {
 	jobs, err := d.MemHostAlloc(4096, cuda.HostAllocDeviceMap)
 	must(t, "MemHostAlloc jobs", err)
 	one, block := cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 256, Y: 1, Z: 1}
-	launch := func(dst, src, n uintptr) error {
+	launch := func(dst, src, n uintptr) error { // the job array is reused: wait for the kernel
 		jobArray(jobs, [3]uint64{uint64(dst), uint64(src), uint64(n)})
-		return d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1)
+		if err := d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1); err != nil {
+			return err
+		}
+		return d.StreamSynchronize(s) // where a kernel's fault shows
 	}
 	must(t, "kernel from host granules", launch(dp, va, 2*gran))
 	must(t, "kernel from one registration", launch(dp, base+100, gran-100))

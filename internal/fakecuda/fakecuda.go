@@ -11,8 +11,15 @@
 //
 // The fake keeps device memory in host memory (cuMemCreate is a memfd that cuMemMap maps into
 // a PROT_NONE reservation), so copies, memsets and VMM commits move and protect real bytes.
-// Work queued on a stream completes at once unless Hold is on; then it stays pending, and so
-// do events recorded behind it, until Complete, CompleteStream or a synchronize call.
+// Work queued on a stream (async copies and memsets, batches, kernels; the synchronous calls
+// queue theirs on the legacy default stream) is checked at the call but moves its bytes only
+// when CUDA says it must have completed, as late as a GPU may run it: at a stream, event or
+// context synchronize, a query that finds it pending, a synchronous copy that waits for it, a
+// cuMemFree, Complete or CompleteStream (the list is at the top of fakedriver.c.in). So a host
+// buffer changed after an async copy is queued and before that copy is synchronized sends the
+// changed bytes, a destination read early reads stale bytes, and memory freed or unmapped under
+// queued work makes that work fault (CUDA_ERROR_ILLEGAL_ADDRESS, sticky), as on a GPU. With
+// Hold on, queries answer "not ready" instead of running the work.
 //
 // RunDevice is Run plus opening device 0; RunWithoutDriver runs a test where no driver can be
 // loaded. GPU is for tests of the real driver: it opens a device or skips the test with "no
@@ -212,17 +219,19 @@ type Driver struct {
 	lib handle
 }
 
-// Hold makes queued work stay pending (on) until Complete or a synchronize call, or complete
-// at once (off, the default). Turning it off does not complete work already pending.
+// Hold makes cuStreamQuery and cuEventQuery of pending work answer CUDA_ERROR_NOT_READY (on),
+// so that work stays pending until Complete or a synchronizing call; off (the default), such a
+// query runs the work and succeeds. Turning it off completes nothing.
 func (d *Driver) Hold(on bool) { d.ctl(ctlHold, b2i(on), 0) }
 
-// Complete completes the work pending on every stream.
+// Complete runs the work pending on every stream.
 func (d *Driver) Complete() { d.ctl(ctlCompleteAll, 0, 0) }
 
-// CompleteStream completes the work pending on one stream (0: device 0's legacy stream).
+// CompleteStream runs the work pending on one stream (0: device 0's legacy stream), after the
+// work it waits for.
 func (d *Driver) CompleteStream(s cuda.Stream) { d.ctl(ctlCompleteStream, int64(s), 0) }
 
-// Pending returns the number of streams with work pending.
+// Pending returns the number of streams with work queued and not yet run.
 func (d *Driver) Pending() int { return int(d.ctl(ctlPending, 0, 0)) }
 
 // Stat returns one counter.

@@ -42,13 +42,15 @@ func (d *Driver) StickyError() int { return int(d.kctl(kctlSticky, 0, 0)) }
 // on after provoking a fault.
 func (d *Driver) ClearStickyError() { d.kctl(kctlClearSticky, 0, 0) }
 
-// Launches returns the number of kernels run.
+// Launches returns the number of kernels run to completion (a launch is counted when its
+// stream's work runs, not at the call).
 func (d *Driver) Launches() int64 { return d.kctl(kctlLaunches, 0, 0) }
 
-// Batches returns the number of cuMemcpyBatchAsync_v2 calls that copied.
+// Batches returns the number of cuMemcpyBatchAsync_v2 calls that passed their checks and queued
+// their copies.
 func (d *Driver) Batches() int64 { return d.kctl(kctlBatches, 0, 0) }
 
-// Memcpys returns the number of cuMemcpyAsync calls that copied.
+// Memcpys returns the number of cuMemcpyAsync calls that passed their checks and queued a copy.
 func (d *Driver) Memcpys() int64 { return d.kctl(kctlMemcpys, 0, 0) }
 
 // GatherJobs returns the number of jobs the gather kernel has run.

@@ -111,11 +111,15 @@ func TestFakeKernel(t *testing.T) {
 
 	one, grid := cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 2, Y: 1, Z: 1}
 	block := cuda.Dim3{X: 256, Y: 1, Z: 1}
-	// host → device in two jobs (one odd-sized), then device → host elsewhere.
+	// host → device in two jobs (one odd-sized), then device → host elsewhere. The kernel reads
+	// its job array when it runs: the second launch's jobs go elsewhere in the buffer.
 	jobArray(jobs, [3]uint64{uint64(dev), uint64(host), n / 2}, [3]uint64{uint64(dev + n/2), uint64(host + n/2), n/2 - 3})
 	must(t, "LaunchKernel", d.LaunchKernel(fn, grid, block, 0, s, uint64(jobs), 2))
-	jobArray(jobs, [3]uint64{uint64(host + n), uint64(dev), n - 3})
-	must(t, "LaunchKernel back", d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1))
+	jobArray(jobs+2048, [3]uint64{uint64(host + n), uint64(dev), n - 3})
+	must(t, "LaunchKernel back", d.LaunchKernel(fn, one, block, 0, s, uint64(jobs+2048), 1))
+	if f.Launches() != 0 {
+		t.Errorf("kernels ran before a synchronizing call: %d", f.Launches())
+	}
 	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	back := mem.Bytes(host+n, n)
 	if !bytes.Equal(back[:n-3], src[:n-3]) || back[n-3] != 0 {
@@ -157,20 +161,27 @@ func TestFakeKernel(t *testing.T) {
 	f.FailLaunch(1, ResultLaunchFailed)
 	wantCode(t, "injected launch failure", d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1), ResultLaunchFailed)
 
-	// A job touching host memory not mapped for the device faults, and the fault is sticky.
-	jobArray(jobs, [3]uint64{uint64(dev), uint64(unmapped), 64})
-	wantCode(t, "unmapped source", d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1), ResultIllegalAddress)
-	wantCode(t, "after the fault", d.MemcpyAsync(dev, host, 64, s), ResultIllegalAddress)
-	if f.StickyError() != ResultIllegalAddress {
-		t.Errorf("sticky = %d", f.StickyError())
+	// A job touching host memory not mapped for the device faults when the kernel runs (the
+	// launch succeeds, the synchronizing call reports it, as on a GPU), and the fault is sticky.
+	faults := func(what string, jobs uintptr, code int) {
+		t.Helper()
+		must(t, what+": launch", d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1))
+		wantCode(t, what, d.StreamSynchronize(s), code)
+		if f.StickyError() != code {
+			t.Errorf("%s: sticky = %d", what, f.StickyError())
+		}
 	}
+	jobArray(jobs, [3]uint64{uint64(dev), uint64(unmapped), 64})
+	faults("unmapped source", jobs, ResultIllegalAddress)
+	wantCode(t, "after the fault", d.MemcpyAsync(dev, host, 64, s), ResultIllegalAddress)
+	wantCode(t, "synchronizing after the fault", d.Synchronize(), ResultIllegalAddress)
 	f.ClearStickyError()
 	jobArray(jobs, [3]uint64{uint64(dev + 2*n - 8), uint64(host), 64}) // past the allocation's end
-	wantCode(t, "past the end", d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1), ResultIllegalAddress)
+	faults("past the end", jobs, ResultIllegalAddress)
 	f.ClearStickyError()
-	wantCode(t, "jobs in device-inaccessible memory", d.LaunchKernel(fn, one, block, 0, s, uint64(unmapped), 1), ResultIllegalAddress)
+	faults("jobs in device-inaccessible memory", unmapped, ResultIllegalAddress)
 	f.ClearStickyError()
-	wantCode(t, "misaligned jobs", d.LaunchKernel(fn, one, block, 0, s, uint64(jobs+4), 1), 716)
+	faults("misaligned jobs", jobs+4, 716)
 	f.ClearStickyError()
 
 	must(t, "ModuleUnload", d.ModuleUnload(m))
@@ -218,6 +229,7 @@ func TestFakeCopiesAndStreams(t *testing.T) {
 	// Generic copies: host → device, device → host; pageable Go memory too.
 	must(t, "MemcpyAsync HtoD", d.MemcpyAsync(dev, host, n, s))
 	must(t, "MemcpyAsync DtoH", d.MemcpyAsync(host+n, dev, n, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	if !bytes.Equal(mem.Bytes(host+n, n), src) {
 		t.Error("MemcpyAsync round trip changed the bytes")
 	}
@@ -246,6 +258,7 @@ func TestFakeCopiesAndStreams(t *testing.T) {
 	srcs := []uintptr{dev, dev + 4096, dev + 3*4096}
 	sizes := []uintptr{4096, 2 * 4096, 5}
 	must(t, "MemcpyBatchAsync", d.MemcpyBatchAsync(dsts, srcs, sizes, 0, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	if got := mem.Bytes(host+n, 3*4096+5); !bytes.Equal(got, src[:3*4096+5]) {
 		t.Error("MemcpyBatchAsync moved the wrong bytes")
 	}

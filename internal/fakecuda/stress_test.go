@@ -162,6 +162,11 @@ func stressWorker(f *Driver, d *cuda.Device, base cuda.DevicePtr, per, rounds in
 			if err := d.MemcpyHtoD(at(i), mem.Addr(want), gran); err != nil {
 				return fmt.Errorf("HtoD: %w", err)
 			}
+			// From pageable memory, HtoD returns once the bytes are staged, the copy still queued
+			// on the legacy stream, which s (non-blocking) does not wait for.
+			if err := d.StreamSynchronize(0); err != nil {
+				return err
+			}
 		case op == 0: // decommit
 			if err := check(i, false); err != nil {
 				return err
