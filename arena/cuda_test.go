@@ -377,8 +377,14 @@ func TestFakeVMM(t *testing.T) {
 	}
 	roundTrip(t, d, s.Base, s.Size)
 	must(t, "Zero", a.Zero(s.Base, s.Size))
+	// Read on a non-blocking stream, which does not wait for the legacy stream: Zero must have
+	// finished its memset when it returned, not left it queued there.
+	st, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer d.StreamDestroy(st)
 	got := make([]byte, s.Size)
-	must(t, "MemcpyDtoH", d.MemcpyDtoH(mem.Addr(got), s.Base, s.Size))
+	must(t, "MemcpyDtoHAsync", d.MemcpyDtoHAsync(mem.Addr(got), s.Base, s.Size, st))
+	must(t, "StreamSynchronize", d.StreamSynchronize(st))
 	if !bytes.Equal(got, make([]byte, s.Size)) {
 		t.Error("Zero left bytes set")
 	}

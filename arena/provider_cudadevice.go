@@ -113,10 +113,16 @@ func NewCUDAVMM(pub *cuda.Device) (*CUDAVMMProvider, error) {
 // Zero implements Zeroer with cuMemsetD8.
 func (p *CUDAVMMProvider) Zero(addr, size uintptr) error { return p.memset(addr, size) }
 
-// memset clears device-accessible memory with the driver.
+// memset clears device-accessible memory with the driver, and waits for it: a cuMemsetD8 of
+// device memory returns before it has run, queued on the legacy default stream, which work on
+// non-blocking streams does not wait for (the driver API's "API synchronization behavior"), so
+// the next user of the memory could write it before the memset clears it.
 func (b *cudaBase) memset(addr, size uintptr) error {
 	if err := b.dev.MemsetD8(addr, 0, size); err != nil {
 		return fmt.Errorf("%w: cuMemsetD8 of %d bytes at %#x: %w", ErrInvalid, size, addr, err)
+	}
+	if err := b.dev.StreamSynchronize(0); err != nil {
+		return fmt.Errorf("%w: waiting for cuMemsetD8 of %d bytes at %#x: %w", ErrInvalid, size, addr, err)
 	}
 	return nil
 }
