@@ -108,26 +108,22 @@ func (t *Tier) takeSpare(size uintptr) cuda.DevicePtr {
 			return t.popRun().p
 		}
 	}
-	for {
-		if l := sp.list(size); l != nil && len(l.ps) > 0 {
-			p := l.ps[len(l.ps)-1]
-			l.ps = l.ps[:len(l.ps)-1]
-			sp.bytes -= size
-			return p
-		}
-		if len(sp.runs) == 0 {
-			return 0
-		}
-		// Sort the newest run's blocks into the lists until one of this size comes.
-		for len(sp.runs) > 0 {
-			d := t.popRun()
-			if d.size == size {
-				sp.bytes -= size
-				return d.p
-			}
-			sp.add(d)
-		}
+	if l := sp.list(size); l != nil && len(l.ps) > 0 {
+		p := l.ps[len(l.ps)-1]
+		l.ps = l.ps[:len(l.ps)-1]
+		sp.bytes -= size
+		return p
 	}
+	// Sort the runs' blocks into the lists, newest first, until one of this size comes.
+	for len(sp.runs) > 0 {
+		d := t.popRun()
+		if d.size == size {
+			sp.bytes -= size
+			return d.p
+		}
+		sp.add(d)
+	}
+	return 0
 }
 
 // putSpares keeps the blocks of a completion, bytes together, as spare VRAM (see putSpare);
