@@ -66,10 +66,9 @@ type Pool struct {
 	backend Backend
 	host    *arena.HostProvider // nil for other providers
 
-	home    []atomic.Pointer[shard]  // by procpin.ID() modulo its length; nil until first used
-	byIndex []atomic.Pointer[shard]  // by heap.Heap.Index
-	shards  atomic.Pointer[[]*shard] // every shard, in the order made
-	growMu  sync.Mutex
+	home   []atomic.Pointer[shard]  // by procpin.ID() modulo its length; nil until first used
+	shards atomic.Pointer[[]*shard] // every shard, in the order made: by heap.Heap.Index
+	growMu sync.Mutex
 
 	pc precommit // the background commit of Options.Precommit
 
@@ -154,9 +153,8 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: %d shards (at most %d)", ErrInvalidOptions, n, MaxShards)
 	}
 	p.home = make([]atomic.Pointer[shard], n)
-	p.byIndex = make([]atomic.Pointer[shard], n)
 	p.shards.Store(new([]*shard))
-	s, err := p.newShard(procpin.ID() % n) // validates the alignment now rather than at the first Alloc
+	s, err := p.newShard(p.homeIndex()) // validates the alignment now rather than at the first Alloc
 	if err != nil {
 		_ = a.Close()
 		return nil, err
@@ -283,7 +281,7 @@ func (p *Pool) freeLarge(addr, n uintptr) error {
 	if err != nil {
 		return err
 	}
-	if s := p.byIndex[h.Index()].Load(); s.mu.TryLock() {
+	if s := (*p.shards.Load())[h.Index()]; s.mu.TryLock() { // the group's heaps are the shards, made in order
 		err = h.FreeSized(addr, n)
 		s.mu.Unlock()
 		return err
@@ -291,9 +289,19 @@ func (p *Pool) freeLarge(addr, n uintptr) error {
 	return p.g.FreeSized(addr, n)
 }
 
+// homeIndex returns the current P's slot in p.home: its ID, reduced only when the table is
+// smaller (Options.Shards, or GOMAXPROCS raised since New), so the common case divides nothing.
+func (p *Pool) homeIndex() int {
+	i := procpin.ID()
+	if i >= len(p.home) {
+		i %= len(p.home)
+	}
+	return i
+}
+
 // acquire returns the current P's shard, locked, or another when it is busy.
 func (p *Pool) acquire() *shard {
-	i := procpin.ID() % len(p.home)
+	i := p.homeIndex()
 	if s := p.home[i].Load(); s != nil && s.mu.TryLock() {
 		return s
 	}
@@ -347,7 +355,6 @@ func (p *Pool) newShard(i int) (*shard, error) {
 	old := *p.shards.Load()
 	ss := append(append(make([]*shard, 0, len(old)+1), old...), s)
 	p.shards.Store(&ss)
-	p.byIndex[h.Index()].Store(s)
 	p.home[i].Store(s)
 	return s, nil
 }

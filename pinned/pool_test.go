@@ -411,3 +411,35 @@ func TestKeptLargeBuffersPurged(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsByHeapIndex allocates from many goroutines, so that shards are made on several Ps
+// at once: the pool's shard list stays in the order of its heaps' indexes, which is how a large
+// free finds its owner's shard.
+func TestShardsByHeapIndex(t *testing.T) {
+	p := newTestPool(t, Options{Backend: Pageable, Shards: 8})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				b, err := p.Alloc(2 << 20) // a huge object: freed through its owner's shard
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				runtime.Gosched()
+				if err := p.Free(b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, s := range *p.shards.Load() {
+		if s.h.Index() != i {
+			t.Fatalf("shard %d holds heap %d", i, s.h.Index())
+		}
+	}
+}
