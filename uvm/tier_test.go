@@ -280,21 +280,36 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestAllPinned fills the budget with acquired blocks: Acquire of another fails with
-// ErrAllPinned, AcquireContext waits until a Release makes room.
-func TestAllPinned(t *testing.T) {
+// pinnedSize is the size of budgetPinned's blocks.
+const pinnedSize = 64 * kib
+
+// budgetPinned returns a tier whose budget is two blocks of pinnedSize, both acquired for
+// writing on stream s, and three blocks: the two acquired and one more. It returns a nil tier
+// when there is no driver (the test is skipped).
+func budgetPinned(t *testing.T) (*uvm.Tier, cuda.Stream, []uvm.Handle) {
+	t.Helper()
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
-		return
+		return nil, 0, nil
 	}
-	const size = 64 * kib
-	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size})
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * pinnedSize})
 	s := stream(t, dev)
-	hs := allocN(t, tr, 3, size)
+	hs := allocN(t, tr, 3, pinnedSize)
 	for _, h := range hs[:2] {
 		_, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)
 	}
+	return tr, s, hs
+}
+
+// TestAllPinned fills the budget with acquired blocks: Acquire of another fails with
+// ErrAllPinned, AcquireContext waits until a Release makes room.
+func TestAllPinned(t *testing.T) {
+	tr, s, hs := budgetPinned(t)
+	if tr == nil {
+		return
+	}
+	const size = pinnedSize
 	if _, err := tr.Acquire(hs[2], s, uvm.Write); !errors.Is(err, uvm.ErrAllPinned) {
 		t.Fatalf("Acquire with the budget pinned: %v", err)
 	}

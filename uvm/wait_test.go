@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -14,18 +13,11 @@ import (
 // returns at once with the context's error when the context is cancelled, wakes when a Free
 // (of an acquired block) makes room, and fails at once with other errors.
 func TestAcquireContext(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
-	if f == nil {
+	tr, s, hs := budgetPinned(t)
+	if tr == nil {
 		return
 	}
-	const size = 64 * kib
-	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size})
-	s := stream(t, dev)
-	hs := allocN(t, tr, 3, size)
-	for _, h := range hs[:2] {
-		_, err := tr.Acquire(h, s, uvm.Write)
-		must(t, err)
-	}
+	const size = pinnedSize
 
 	// Cancelled while waiting.
 	ctx, cancel := context.WithCancel(context.Background())
