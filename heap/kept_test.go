@@ -69,13 +69,7 @@ func TestPropertyKept(t *testing.T) {
 			inUse += n
 			continue
 		}
-		i := r.IntN(len(live))
-		b := live[i]
-		live[i] = live[len(live)-1]
-		live = live[:len(live)-1]
-		if bad := fill(b, true); bad > 0 {
-			t.Fatalf("step %d: block [%#x, +%d) has %d corrupted bytes", step, b.p, b.n, bad)
-		}
+		b := takeRandom(t, r, &live, step)
 		inUse -= b.n
 		if r.IntN(4) == 0 {
 			err = g.Free(b.p) // collected by the owner later

@@ -74,6 +74,19 @@ func fill(b liveBlock, verify bool) (bad int) {
 	return bad
 }
 
+// takeRandom removes a random block from live and checks that its contents survived.
+func takeRandom(t testing.TB, r *rand.Rand, live *[]liveBlock, step int) liveBlock {
+	t.Helper()
+	i := r.IntN(len(*live))
+	b := (*live)[i]
+	(*live)[i] = (*live)[len(*live)-1]
+	*live = (*live)[:len(*live)-1]
+	if bad := fill(b, true); bad > 0 {
+		t.Fatalf("step %d: block [%#x, +%d) has %d corrupted bytes", step, b.p, b.n, bad)
+	}
+	return b
+}
+
 func randSize(r *rand.Rand) uintptr {
 	switch x := r.IntN(1000); {
 	case x < 700:
@@ -157,13 +170,7 @@ func TestProperty(t *testing.T) {
 			inUse += n
 			continue
 		}
-		i := r.IntN(len(live))
-		b := live[i]
-		live[i] = live[len(live)-1]
-		live = live[:len(live)-1]
-		if bad := fill(b, true); bad > 0 {
-			t.Fatalf("step %d: block [%#x, +%d) has %d corrupted bytes", step, b.p, b.n, bad)
-		}
+		b := takeRandom(t, r, &live, step)
 		sh.mark(t, b.p, b.n, false)
 		inUse -= b.n
 		var err error
