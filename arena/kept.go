@@ -111,6 +111,23 @@ func (a *Arena) Idle(k *Kept) {
 	}
 }
 
+// IdleWaits reports whether Idle would take the arena's lock now (to start the purge timer):
+// a holder that must not block (heap.TryFree) checks it before it frees, then calls
+// IdleNoWait.
+func (a *Arena) IdleWaits() bool { return a.timed && !a.armed.Load() }
+
+// IdleNoWait is Idle for a holder that must not block, having found IdleWaits false: it takes
+// the lock only if it is free. When the timer stops between the two calls and the lock is busy
+// (a tick racing with it), the range stays idle with no timer to give it up until the next
+// Idle, Trim or Close: memory kept longer than the purge delay, never memory lost.
+func (a *Arena) IdleNoWait(k *Kept) {
+	k.word.Store(uint64(a.gen.Load())<<keptShift | uint64(keptIdle))
+	if a.timed && !a.armed.Load() && a.mu.TryLock() {
+		a.schedulePurge()
+		a.mu.Unlock()
+	}
+}
+
 // Claim takes an idle range back for its holder. It returns true when the range is as it was
 // left: committed and wanted, with no arena call needed. It returns false when the arena gave
 // it up meanwhile: the range is busy again, and the holder must Commit what it uses.

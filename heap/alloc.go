@@ -15,25 +15,31 @@ import (
 // Its contents are undefined. It fails with ErrInvalidSize for n == 0, ErrTooLarge above the
 // arena's capacity and an error wrapping arena.ErrCapacity when the arena is full.
 func (h *Heap) Alloc(n uintptr) (uintptr, error) {
-	// The fast path is allocClass written out: calling it costs about 1 ns of a 24 ns pair.
 	if n-1 < maxClassSize {
 		c := h.class(n)
 		pg := h.cur[c]
-		var idx uint32
-		if pg.nfree > 0 {
-			pg.nfree--
-			idx = uint32(pg.free[pg.nfree])
-		} else if pg.bump < pg.limit {
-			idx = pg.bump
-			pg.bump++
-		} else {
-			p, _, err := h.allocSlow(n, c)
-			return p, err
+		if idx, ok := pg.pop(); ok {
+			return h.take(pg, idx, n), nil
 		}
-		return h.take(pg, idx, n), nil
+		p, _, err := h.allocSlow(n, c)
+		return p, err
 	}
 	p, _, err := h.allocBig(n, h.align)
 	return p, err
+}
+
+// pop takes a free block of the page, if it has one: from its free stack, else its bump index.
+// It is the fast path of Alloc and TryAlloc.
+func (pg *page) pop() (uint32, bool) {
+	if pg.nfree > 0 {
+		pg.nfree--
+		return uint32(pg.free[pg.nfree]), true
+	}
+	if pg.bump < pg.limit {
+		pg.bump++
+		return pg.bump - 1, true
+	}
+	return 0, false
 }
 
 // class returns the heap class of a request of 1 to maxClassSize bytes.
@@ -128,7 +134,7 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 			if pg.pending.Load() != 0 {
 				h.collectPage(pg, false)
 			}
-			if pg.nfree == 0 && pg.bump == pg.limit && pg.limit < pg.nblocks && h.extend(pg) != nil {
+			if pg.nfree == 0 && pg.bump == pg.limit && pg.limit < pg.nblocks && (h.noBlock || h.extend(pg) != nil) {
 				pg = next // it stays available; another page may have a block (a new one fails alike)
 				continue
 			}
@@ -147,6 +153,9 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 		if !h.collectPending() {
 			break
 		}
+	}
+	if h.noBlock {
+		return 0, false, errWouldBlock
 	}
 	pg, err := h.newClassPage(c)
 	if err != nil {

@@ -12,9 +12,9 @@ import (
 // way, as from another goroutine. Errors (never panics): ErrNotOwned, ErrInteriorPointer,
 // ErrDoubleFree; the heap is unchanged by a failed Free.
 func (h *Heap) Free(p uintptr) error {
-	pg, idx, err := h.g.locate(p)
-	if err != nil {
-		return h.closedOr(err)
+	pg, idx, ok := h.g.find(p) // not locate: a call less on the hot path
+	if !ok {
+		return h.closedOr(h.g.whyNot(p))
 	}
 	return h.free(pg, idx, p, 0)
 }
@@ -24,9 +24,9 @@ func (h *Heap) Free(p uintptr) error {
 // part of the free's compare-and-swap (see freeState), so a stale free racing another
 // goroutine's allocation of the block with a different size is refused too.
 func (h *Heap) FreeSized(p, n uintptr) error {
-	pg, idx, err := h.g.locate(p)
-	if err != nil {
-		return h.closedOr(err)
+	pg, idx, ok := h.g.find(p) // not locate: a call less on the hot path
+	if !ok {
+		return h.closedOr(h.g.whyNot(p))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %#x freed with 0 bytes", ErrSizeMismatch, p)
@@ -52,15 +52,21 @@ func (h *Heap) free(pg *page, idx uint32, p, n uintptr) error {
 	if !ok {
 		return pg.freeError(idx, size, p, n)
 	}
+	h.freed(pg, idx, size)
+	return nil
+}
+
+// freed takes back block idx of pg, whose state word the owner's free has moved out of the live
+// states (it was size bytes).
+func (h *Heap) freed(pg *page, idx, size uint32) {
 	if pg.class < 0 {
 		h.freeObject(pg)
-		return nil
+		return
 	}
 	h.pushFree(pg, idx, size)
 	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
 		h.pageChanged(pg, true)
 	}
-	return nil
 }
 
 // freeError says why freeState refused block idx, at p, whose state word was st: it was not
@@ -86,17 +92,28 @@ func (h *Heap) pushFree(pg *page, idx, size uint32) {
 }
 
 // pageChanged runs when a page gained a free block while full, or became empty: it goes back on
-// its class's available list, and an empty page other than the current one is given back.
+// its class's available list, and an empty page other than the current one is given back (or,
+// on a non-blocking path, left for the next blocking one).
 func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 	cl := &h.classes[pg.class]
 	if !pg.inAvail {
 		cl.avail.pushFront(pg)
 	}
 	if mayRelease && pg.empty() && h.cur[pg.class] != pg {
-		cl.avail.remove(pg)
-		cl.retire(pg)
-		h.freeSlices(pg)
+		if h.noBlock { // freeSlices may call the arena: see try.go
+			h.deferred = true
+			return
+		}
+		h.release(pg)
 	}
+}
+
+// release gives back an empty class page other than its class's current one.
+func (h *Heap) release(pg *page) {
+	cl := &h.classes[pg.class]
+	cl.avail.remove(pg)
+	cl.retire(pg)
+	h.freeSlices(pg)
 }
 
 // Trim gives back to the arena every empty page and segment the heap keeps for reuse (all

@@ -115,18 +115,18 @@ func (g *Group) Arena() *arena.Arena { return g.a }
 // Free gives back the block at p from any goroutine, without a lock. It detects double frees,
 // foreign and interior pointers exactly, like Heap.Free.
 func (g *Group) Free(p uintptr) error {
-	pg, idx, err := g.locate(p)
-	if err != nil {
-		return err
+	pg, idx, ok := g.find(p) // not locate: a call less on the hot path
+	if !ok {
+		return g.whyNot(p)
 	}
 	return pg.freeRemote(idx, p, 0)
 }
 
 // FreeSized is Free with the size check of Heap.FreeSized.
 func (g *Group) FreeSized(p, n uintptr) error {
-	pg, idx, err := g.locate(p)
-	if err != nil {
-		return err
+	pg, idx, ok := g.find(p) // not locate: a call less on the hot path
+	if !ok {
+		return g.whyNot(p)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %#x freed with 0 bytes", ErrSizeMismatch, p)
@@ -226,34 +226,70 @@ func (g *Group) segmentSlow(p uintptr) (*segment, error) {
 
 // locate finds the page and block index of the block that starts at p.
 func (g *Group) locate(p uintptr) (*page, uint32, error) {
+	if pg, idx, ok := g.find(p); ok {
+		return pg, idx, nil
+	}
+	return nil, 0, g.whyNot(p)
+}
+
+// find is locate without the error: it builds nothing, allocates nothing and takes no lock,
+// so a non-blocking path (TryFree) may call it.
+func (g *Group) find(p uintptr) (*page, uint32, bool) {
 	s := g.segmentOf(p)
 	if s == nil {
-		var err error
-		if s, err = g.segmentSlow(p); err != nil {
-			return nil, 0, err
+		id, ok := g.a.Lookup(p)
+		if !ok {
+			return nil, 0, false
+		}
+		if s = g.segmentAt(id); s == nil {
+			return nil, 0, false
 		}
 	}
 	pg := s.huge
 	if pg == nil {
 		if pg = s.pages[(p-s.base)>>sliceShift].Load(); pg == nil {
-			return nil, 0, fmt.Errorf("%w: %#x is in a free page", ErrDoubleFree, p)
+			return nil, 0, false
 		}
 	}
 	off := p - pg.base
 	if p < pg.base || off >= uintptr(pg.nblocks)*pg.bsize {
-		return nil, 0, fmt.Errorf("%w: %#x is outside the page's blocks", ErrNotOwned, p)
+		return nil, 0, false
 	}
 	if pg.nblocks == 1 {
-		if off != 0 {
-			return nil, 0, fmt.Errorf("%w: %#x is %d bytes into a block", ErrInteriorPointer, p, off)
-		}
-		return pg, 0, nil
+		return pg, 0, off == 0
 	}
 	idx := uint32(uint64(off) * uint64(pg.divMul) >> 32)
-	if uintptr(idx)*pg.bsize != off {
-		return nil, 0, fmt.Errorf("%w: %#x is %d bytes into a block", ErrInteriorPointer, p, off-uintptr(idx)*pg.bsize)
+	return pg, idx, uintptr(idx)*pg.bsize == off
+}
+
+// whyNot says why find refused p. Tables may have changed since (a racing free or page
+// release): it reports what it sees now, and a block found now is reported as freed.
+func (g *Group) whyNot(p uintptr) error {
+	s := g.segmentOf(p)
+	if s == nil {
+		var err error
+		if s, err = g.segmentSlow(p); err != nil {
+			return err
+		}
 	}
-	return pg, idx, nil
+	pg := s.huge
+	if pg == nil {
+		if pg = s.pages[(p-s.base)>>sliceShift].Load(); pg == nil {
+			return fmt.Errorf("%w: %#x is in a free page", ErrDoubleFree, p)
+		}
+	}
+	off := p - pg.base
+	if p < pg.base || off >= uintptr(pg.nblocks)*pg.bsize {
+		return fmt.Errorf("%w: %#x is outside the page's blocks", ErrNotOwned, p)
+	}
+	if pg.nblocks > 1 {
+		idx := uintptr(uint64(off) * uint64(pg.divMul) >> 32)
+		off -= idx * pg.bsize
+	}
+	if off != 0 {
+		return fmt.Errorf("%w: %#x is %d bytes into a block", ErrInteriorPointer, p, off)
+	}
+	return fmt.Errorf("%w: %#x is a block freed meanwhile", ErrDoubleFree, p)
 }
 
 // Block returns the start and the size asked for of the live block that holds address p,

@@ -144,6 +144,8 @@ type Heap struct {
 	nsegs, nhuge int
 	index        int
 	closed       bool
+	noBlock      bool // a non-blocking path (try.go) runs: refuse what needs the arena
+	deferred     bool // a non-blocking path left an empty page on an available list
 }
 
 // hclass is one of the heap's size classes: a generated class rounded up to the heap's
@@ -205,7 +207,8 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	if ca := g.chunkAlign; o.Align > ca {
 		return nil, fmt.Errorf("%w: heap alignment %d exceeds the arena's chunk alignment %d", ErrInvalidAlign, o.Align, ca)
 	}
-	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1)}
+	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1),
+		objFree: make([]*page, 0, maxObjFree), bigFree: make([]*page, 0, maxBigFree)} // TryFree appends within capacity
 	// Round every generated class up to the alignment; merge equal sizes.
 	for c := 0; c < numClasses; c++ {
 		size, _ := align.Up(uintptr(classSize[c]), o.Align)

@@ -28,6 +28,9 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if n > h.a.Capacity() {
 		return 0, false, fmt.Errorf("%w: %d bytes asked of an arena of %d", ErrTooLarge, n, h.a.Capacity())
 	}
+	if h.pending.head.Load() != nil {
+		h.collectPending() // kept pages freed by other goroutines (or left by TryFree) come back
+	}
 	if n <= HugeThreshold && alignment <= min(segSize, h.g.chunkAlign) {
 		k := int((n + sliceSize - 1) >> sliceShift)
 		if pg := h.reuseObject(k, alignment); pg != nil {

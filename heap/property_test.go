@@ -102,11 +102,12 @@ func randSize(r *rand.Rand) uintptr {
 	}
 }
 
-// TestProperty runs long random sequences of Alloc, AllocAligned, Zalloc, local frees, frees
-// through another heap of the group and lock-free group frees, and checks after every step that
+// TestProperty runs long random sequences of Alloc, AllocAligned, Zalloc, TryAlloc, local
+// frees, TryFree, frees through another heap of the group and lock-free group frees, and checks after every step that
 // no two live blocks overlap, every block lies in the region and meets its alignment, zeroed
 // blocks read as zero, and every block's contents survive until it is freed. Every 10,000
-// steps the heap's counters must agree with the model.
+// steps the heap's counters must agree with the model. TryAlloc and TryFree, where they do not
+// refuse, must leave the arena as it was.
 func TestProperty(t *testing.T) {
 	ops := 1_000_000
 	switch {
@@ -147,6 +148,14 @@ func TestProperty(t *testing.T) {
 						}
 					}
 				}
+			case x < 35: // the non-blocking path, and Alloc where it refuses
+				before := a.Usage()
+				var ok bool
+				if p, ok = h.TryAlloc(n); !ok {
+					p, err = h.Alloc(n)
+				} else if after := a.Usage(); after != before {
+					t.Fatalf("step %d: TryAlloc(%d) changed the arena: %+v, then %+v", step, n, before, after)
+				}
 			default:
 				p, err = h.Alloc(n)
 			}
@@ -175,6 +184,13 @@ func TestProperty(t *testing.T) {
 		inUse -= b.n
 		var err error
 		switch x := r.IntN(10); {
+		case x < 3: // the non-blocking path, and FreeSized where it refuses
+			before := a.Usage()
+			if !h.TryFree(b.p, b.n) {
+				err = h.FreeSized(b.p, b.n)
+			} else if after := a.Usage(); after != before {
+				t.Fatalf("step %d: TryFree [%#x, +%d) changed the arena: %+v, then %+v", step, b.p, b.n, before, after)
+			}
 		case x < 6:
 			err = h.FreeSized(b.p, b.n)
 		case x < 8:
@@ -188,6 +204,9 @@ func TestProperty(t *testing.T) {
 		if r.IntN(50) == 0 { // and a double free must always be caught
 			if err := g.Free(b.p); !errors.Is(err, ErrDoubleFree) {
 				t.Fatalf("step %d: double free: %v", step, err)
+			}
+			if h.TryFree(b.p, b.n) {
+				t.Fatalf("step %d: TryFree of a freed block [%#x, +%d) freed it", step, b.p, b.n)
 			}
 		}
 		h.checkInvariants("a free") // every step, built with -tags invariants

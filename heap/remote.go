@@ -27,11 +27,17 @@ func (pg *page) freeRemote(idx uint32, p, n uintptr) error {
 	if st, ok := pg.freeState(idx, true, n); !ok {
 		return pg.freeError(idx, st, p, n)
 	}
+	pg.remoteFreed(idx)
+	return nil
+}
+
+// remoteFreed hands block idx, whose state word a remote free has moved out of the live
+// states, to the owner: its bit in the remote bitmap, and the page on the pending stack.
+func (pg *page) remoteFreed(idx uint32) {
 	pg.remote[idx>>6].Or(1 << (idx & 63))
 	if pg.pending.Load() == 0 && pg.pending.CompareAndSwap(0, 1) {
 		pg.heap.pending.push(pg)
 	}
-	return nil
 }
 
 // atomicWord is a word of a page's remote-free bitmap.
@@ -83,14 +89,28 @@ func (h *Heap) collectPage(pg *page, mayRelease bool) {
 }
 
 // collectPending collects every page on the pending stack and reports whether there was one.
+//
+// On a non-blocking path it leaves object pages and huge objects on the stack, pending: their
+// free calls the arena.
 func (h *Heap) collectPending() bool {
 	pg := h.pending.takeAll()
 	found := pg != nil
+	var later *page
 	for pg != nil {
 		next := pg.nextPending // read before pg can be pushed again
-		pg.pending.Store(0)    // before the swaps: a free that lands after them pushes pg again
+		if h.noBlock && pg.class < 0 && !pg.dead {
+			pg.nextPending, later = later, pg
+			pg = next
+			continue
+		}
+		pg.pending.Store(0) // before the swaps: a free that lands after them pushes pg again
 		h.collectPage(pg, true)
 		pg = next
+	}
+	for later != nil {
+		next := later.nextPending
+		h.pending.push(later) // still marked pending, so no remote free pushes it meanwhile
+		later = next
 	}
 	return found
 }
@@ -100,5 +120,6 @@ func (h *Heap) collectPending() bool {
 // runs out of blocks.
 func (h *Heap) Collect() {
 	h.collectPending()
+	h.releaseDeferred()
 	h.checkInvariants("Collect")
 }

@@ -114,6 +114,7 @@ func (l *segList) remove(s *segment) {
 // segmentWithRoom returns a segment of the kind with n free slices starting at a multiple of
 // step, taking the spare or a new chunk when none has room.
 func (h *Heap) segmentWithRoom(kind segKind, n, step int) (*segment, int, error) {
+	h.releaseDeferred() // their slices may be the room
 	for s := h.segs[kind].head; s != nil; s = s.next {
 		if i, ok := s.findSlices(n, step); ok {
 			return s, i, nil

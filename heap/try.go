@@ -1,0 +1,155 @@
+// The non-blocking entry points. TryAlloc and TryFree do what Alloc and FreeSized do whenever
+// that needs nothing but what the heap already holds, and refuse, having changed nothing,
+// when it needs more. They make no arena call, take no lock, make no system call and allocate
+// no Go memory, so a caller may run them where it must not block: a front that owns a heap by
+// running pinned to a processor (package pinned) takes them first and falls back to Alloc and
+// FreeSized where it may block.
+//
+// What a non-blocking path cannot do it leaves for the next blocking one:
+//   - a class page that empties stays on its class's available list (h.deferred is set) rather
+//     than going back to its segment, which may hand a segment to the arena; the heap's next
+//     search for room (segmentWithRoom), Collect, Trim or Close gives it back;
+//   - a remotely freed object page or huge object, whose free calls the arena, stays on the
+//     pending stack for the next blocking collection (allocBig collects before it looks for a
+//     kept page; so do Collect, Trim and Close).
+
+package heap
+
+import "fmt"
+
+// TryAlloc is Alloc restricted to what the heap holds: a block of a size class from the
+// class's pages, with the frees other goroutines made collected, or a kept object page left
+// committed. ok is false, and nothing has changed, when the request needs the arena (a new or
+// a longer page, a new or purged object page, a huge object) or is not one Alloc serves
+// (zero bytes, a closed heap): call Alloc. The owner calls it.
+func (h *Heap) TryAlloc(n uintptr) (p uintptr, ok bool) {
+	if n-1 >= maxClassSize {
+		return h.tryReuseObject(n)
+	}
+	c := h.class(n)
+	pg := h.cur[c]
+	if idx, ok := pg.pop(); ok {
+		return h.take(pg, idx, n), true
+	}
+	h.noBlock = true
+	p, _, err := h.allocSlow(n, c)
+	h.noBlock = false
+	return p, err == nil
+}
+
+// errWouldBlock is how the slow paths refuse, under noBlock, what needs the arena.
+var errWouldBlock = fmt.Errorf("heap: would block")
+
+// TryFree is FreeSized restricted to frees that need no arena call: a block of a class page,
+// of this heap or (the lock-free remote free) of another heap of the group, and an object page
+// or huge object of its own that can be kept as it is (tracked already, room on its keep
+// list, the purge timer running). It reports whether it freed the block. It refuses, and
+// nothing has changed, for other object pages and huge objects, its own or another heap's
+// (whose owner frees them at once where a remote free would wait for its next collection),
+// and for any free FreeSized would refuse (its error is built by FreeSized: a non-blocking
+// path makes none, as formatting may allocate and lock). The owner calls it.
+func (h *Heap) TryFree(p, n uintptr) bool {
+	pg, idx, ok := h.g.find(p)
+	if !ok || n == 0 {
+		return false
+	}
+	if pg.class < 0 {
+		return pg.heap == h && h.tryFreeObject(pg, n)
+	}
+	if pg.heap != h {
+		if _, ok := pg.freeState(idx, true, n); !ok {
+			return false
+		}
+		pg.remoteFreed(idx)
+		return true
+	}
+	size, ok := pg.freeState(idx, false, n)
+	if !ok {
+		return false
+	}
+	h.noBlock = true
+	h.freed(pg, idx, size)
+	h.noBlock = false
+	return true
+}
+
+// releaseDeferred gives back the empty class pages that non-blocking paths left on the
+// available lists.
+func (h *Heap) releaseDeferred() {
+	if !h.deferred {
+		return
+	}
+	h.deferred = false
+	for c := range h.classes {
+		cl := &h.classes[c]
+		for pg := cl.avail.head; pg != nil; {
+			next := pg.next
+			if pg.empty() && h.cur[c] != pg {
+				h.release(pg)
+			}
+			pg = next
+		}
+	}
+}
+
+// tryReuseObject is allocBig's reuse of a kept object page or huge object for TryAlloc: only
+// one whose memory is as it was left (committed, and claimed back from the arena before its
+// purge), with no tail to give to the purge.
+func (h *Heap) tryReuseObject(n uintptr) (uintptr, bool) {
+	if n > HugeThreshold {
+		for i, pg := range h.bigFree {
+			if n > pg.bsize || n < pg.bsize/2 {
+				continue
+			}
+			if !pg.tracked || n > pg.want || pg.want-n >= h.g.granule {
+				return 0, false
+			}
+			if !pg.kept.Claim() {
+				pg.want = 0 // given up meanwhile: allocBig commits it again
+				return 0, false
+			}
+			h.bigFree = append(h.bigFree[:i], h.bigFree[i+1:]...)
+			return h.takeObject(pg, n), true
+		}
+		return 0, false
+	}
+	k := int((n + sliceSize - 1) >> sliceShift)
+	for i, pg := range h.objFree {
+		if pg.nslice < k || pg.nslice > k+k/8 {
+			continue
+		}
+		m := sliceMask(pg.slice0, pg.nslice)
+		if !pg.tracked || pg.seg.decommit&m != 0 {
+			return 0, false
+		}
+		if !pg.kept.Claim() {
+			// Given up meanwhile: now busy, with memory to commit again, which allocBig
+			// does when it finds the page so marked.
+			pg.seg.decommit |= m
+			return 0, false
+		}
+		h.objFree = append(h.objFree[:i], h.objFree[i+1:]...)
+		return h.takeObject(pg, n), true
+	}
+	return 0, false
+}
+
+// tryFreeObject is the owner's free of an object page or huge object for TryFree: freeObject
+// when keeping it needs no arena call.
+func (h *Heap) tryFreeObject(pg *page, n uintptr) bool {
+	list, limit := &h.objFree, maxObjFree
+	if pg.seg.kind == segHuge {
+		list, limit = &h.bigFree, maxBigFree
+	}
+	if h.hold && pg.seg.kind == segHuge || !pg.tracked || len(*list) == limit || h.a.IdleWaits() {
+		return false
+	}
+	if _, ok := pg.freeState(0, false, n); !ok {
+		return false
+	}
+	h.live -= pg.objSize
+	h.frees++
+	h.a.IdleNoWait(&pg.kept)
+	*list = append(*list, pg) // within its capacity: no allocation
+	return true
+}
