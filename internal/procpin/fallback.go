@@ -25,3 +25,12 @@ func ID() int {
 	ids.Put(v)
 	return *v
 }
+
+// Exact is false in this build: ID is a hint that several Ps may share.
+const Exact = false
+
+// Pin returns ID: this build cannot pin, so a caller that needs a P of its own checks Exact.
+func Pin() int { return ID() }
+
+// Unpin does nothing in this build.
+func Unpin() {}

@@ -1,0 +1,37 @@
+//go:build linux && !race
+
+package fence
+
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// membarrier(2) commands.
+const (
+	cmdPrivateExpedited         = 1 << 3
+	cmdRegisterPrivateExpedited = 1 << 4
+)
+
+// available is set once the process is registered for private expedited barriers (Linux 4.14
+// and later; some sandboxes refuse it).
+var available = register()
+
+func register() bool {
+	r, _, errno := syscall.Syscall(unix.SYS_MEMBARRIER, 0, 0, 0) // MEMBARRIER_CMD_QUERY
+	if errno != 0 || r&cmdPrivateExpedited == 0 {
+		return false
+	}
+	_, _, errno = syscall.Syscall(unix.SYS_MEMBARRIER, cmdRegisterPrivateExpedited, 0, 0)
+	return errno == 0
+}
+
+// Heavy makes every running thread of the process execute a full memory barrier before it
+// returns. It costs a system call and an interprocessor interrupt to each CPU running one of
+// the process's threads (about 1.5 µs on a 2-CPU VM). Call it only when Available.
+func Heavy() {
+	// Registered, the command cannot fail (the kernel returns EPERM only to unregistered
+	// processes), so there is no error to return.
+	_, _, _ = syscall.Syscall(unix.SYS_MEMBARRIER, cmdPrivateExpedited, 0, 0)
+}
