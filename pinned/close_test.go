@@ -101,8 +101,8 @@ func TestCloseWhileShardGrows(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := (*p.shards.Load())[0]
-	s.mu.Lock()     // the only shard is busy: the Alloc below goes to add one
-	p.growMu.Lock() // ... and waits here
+	p.hold([]*shard{s}) // the only shard is busy: the Alloc below goes to add one
+	p.growMu.Lock()     // ... and waits here
 	type result struct {
 		b   []byte
 		err error
@@ -116,7 +116,7 @@ func TestCloseWhileShardGrows(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close() }()
 	time.Sleep(50 * time.Millisecond)
-	s.mu.Unlock()
+	letGo(s)
 	var cerr error
 	done := false
 	select {

@@ -28,32 +28,28 @@ type Usage struct {
 func (p *Pool) Usage() Usage {
 	var u Usage
 	if !p.released.Load() {
-		for _, s := range *p.shards.Load() {
-			s.mu.Lock()
-			hu := s.h.Usage()
-			s.mu.Unlock()
+		p.each(func(h *heap.Heap) {
+			hu := h.Usage()
 			u.InUse += hu.InUse
 			u.Live += hu.Live
-		}
+		})
 	}
 	au := p.a.Usage()
 	u.Reserved, u.Committed, u.Locked = au.Reserved, au.Committed, au.Locked
 	return u
 }
 
-// lockAll takes every shard's lock, in shard order, and returns the shards locked.
+// lockAll holds every shard, in shard order, and returns them.
 func (p *Pool) lockAll() []*shard {
 	p.growMu.Lock() // no shard is added while the picture is taken
 	ss := *p.shards.Load()
-	for _, s := range ss {
-		s.mu.Lock()
-	}
+	p.hold(ss)
 	return ss
 }
 
 func (p *Pool) unlockAll(ss []*shard) {
 	for _, s := range ss {
-		s.mu.Unlock()
+		letGo(s)
 	}
 	p.growMu.Unlock()
 }

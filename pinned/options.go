@@ -84,11 +84,14 @@ type Options struct {
 	// batch every 100 ms, say) should raise the delay above that cadence, or make it negative
 	// and call Trim itself.
 	PurgeDelay time.Duration
-	// Shards is the number of heaps the pool spreads goroutines over, one per processor (P)
-	// by default: GOMAXPROCS when New runs. Each P allocates from shard P mod Shards, made the
-	// first time a goroutine allocates there, so fewer shards make Ps share them (and wait
-	// for each other when busy) and a GOMAXPROCS raised later does the same. At most
-	// MaxShards.
+	// Shards is the number of home shards (heaps) the pool spreads goroutines over, one per
+	// processor (P) by default: GOMAXPROCS when New runs. Each P allocates from its home
+	// shard, made the first time a goroutine allocates there. With a shard for every P, Alloc
+	// and Free of class sizes take no lock (see the package documentation); with fewer, Ps
+	// share shard P mod Shards under its lock and wait for each other when it is busy. A P
+	// beyond the table (GOMAXPROCS raised later) shares the same way, or, in a pool with a
+	// shard for every P at New, allocates from spill shards: heaps made as needed, up to
+	// Shards of them. At most MaxShards.
 	Shards int
 	// Device is the ordinal of the CUDA device for the CUDAHost and Auto backends (default 0).
 	// The pool keeps the device's primary context retained until its memory is released.

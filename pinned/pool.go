@@ -10,19 +10,28 @@
 // # How it scales
 //
 // The pool keeps one heap shard per processor (P, in the Go scheduler's terms), made when a
-// goroutine first runs there, each with one owner at a time: mimalloc's heap per thread, with
-// goroutines in place of threads. Alloc asks which P it runs on (internal/procpin: no lock, no
-// atomic operation), takes that P's shard with a TryLock that makes it the owner, allocates,
-// and unlocks. Goroutines of one P run one at a time, so the TryLock nearly always succeeds; when
-// it fails (the holder was preempted, or GOMAXPROCS grew past the shard table) Alloc takes
-// any idle shard, and waits only when every shard is busy.
+// goroutine first allocates there: mimalloc's heap per thread, with Ps in place of threads.
+// Alloc and Free run in a fast section: the goroutine
+// pins itself to its P (internal/procpin), which makes it the only code running there, marks
+// the P's shard entered with a plain store and checks that no holder has revoked it, then
+// runs the heap's non-blocking paths (heap.TryAlloc, heap.TryFree) and unpins. No lock and no
+// atomic read-modify-write but the free's own compare-and-swap (and a kept object page's
+// claim): a free of a block of the P's shard goes straight back on its page, or keeps its
+// object page or huge object for the next request of its size; a class block of another
+// shard takes the heap's lock-free remote path.
 //
-// Free never locks for small buffers: one compare-and-swap marks the block free in whatever
-// shard owns it, and that shard's owner takes it back later (the heap's remote-free path).
-// Taking the current P's shard to free its own buffers locally was measured and dropped: its
-// lock and unlock are two atomic operations where the remote path needs one more than the
-// free's own compare-and-swap. Large buffers are freed under their owner's lock when it is
-// free, so their memory returns at once.
+// What may block (a new page or segment from the arena, a new or purged object page or huge
+// object, aligned requests, a large buffer of another shard) runs as the shard's holder: its mutex, taken while pinned to its P so that no fast
+// section can be under way, with the fast sections revoked until it is done. Maintenance
+// (Stats, Usage, Trim, Close, the observers) holds shards from any goroutine: it revokes them,
+// makes every thread pass a memory barrier (internal/fence: one membarrier system call), and
+// waits for the fast sections under way to end. A goroutine whose shard is held meanwhile takes
+// a spill shard, a heap only holders use. shard.go has the protocol and its invariants.
+//
+// Builds where fast sections cannot be trusted — the race detector (which cannot see the
+// barrier's ordering), the pinmalloc_noprocpin tag, a kernel without membarrier — and pools
+// with fewer shards than Ps (Options.Shards) take the holder path every time: a TryLock of the
+// P's shard, as before the fast path existed.
 //
 // # Errors
 //
@@ -35,7 +44,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -54,7 +62,8 @@ const (
 	// x86-64 or arm64 process with 48-bit virtual addresses. Capacity is address space only;
 	// the pool's bookkeeping grows with the memory it uses, not with its capacity.
 	MaxCapacity = heap.MaxCapacity
-	// MaxShards is the most shards (heaps) a pool keeps: Options.Shards above it is refused.
+	// MaxShards is the most home shards (heaps) a pool keeps: Options.Shards above it is
+	// refused. Spill shards (see Options.Shards) add at most as many again.
 	MaxShards = 1 << 12
 )
 
@@ -66,7 +75,9 @@ type Pool struct {
 	backend Backend
 	host    *arena.HostProvider // nil for other providers
 
-	home   []atomic.Pointer[shard]  // by procpin.ID() modulo its length; nil until first used
+	fast   bool                     // fast sections run: fastPaths, and a home slot per P at New
+	home   []atomic.Pointer[shard]  // by P number (see shard.go); nil until first used
+	spill  atomic.Pointer[[]*shard] // spill shards, at most len(home)
 	shards atomic.Pointer[[]*shard] // every shard, in the order made: by heap.Heap.Index
 	growMu sync.Mutex
 
@@ -86,14 +97,6 @@ type Pool struct {
 	trace      *alloctrace.Writer // Options.Trace (trace.go)
 	traceG     bool               // Options.TraceGoroutines
 	log        *slog.Logger       // Options.Logger, or nil
-}
-
-// shard is one heap and the lock that makes a goroutine its owner. It is padded so that two
-// shards never share a cache line.
-type shard struct {
-	mu sync.Mutex
-	h  *heap.Heap
-	_  [48]byte
 }
 
 // New creates a pool. The zero Options give locked host memory with 64-byte alignment and a
@@ -153,13 +156,19 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: %d shards (at most %d)", ErrInvalidOptions, n, MaxShards)
 	}
 	p.home = make([]atomic.Pointer[shard], n)
+	p.fast = fastPaths && n >= runtime.GOMAXPROCS(0)
 	p.shards.Store(new([]*shard))
-	s, err := p.newShard(p.homeIndex()) // validates the alignment now rather than at the first Alloc
+	p.spill.Store(new([]*shard))
+	i := procpin.ID()
+	if i >= n {
+		i = p.spillSlot(i)
+	}
+	s, err := p.newShard(i) // validates the alignment now rather than at the first Alloc
 	if err != nil {
 		_ = a.Close()
 		return nil, err
 	}
-	s.mu.Unlock()
+	letGo(s)
 	made = true
 	p.startPrecommit(o.Precommit)
 	return p, nil
@@ -191,6 +200,19 @@ func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
 }
 
 func (p *Pool) allocAny(n int, alignment uintptr) ([]byte, error) {
+	if alignment == 0 {
+		if s := p.enter(); s != nil {
+			var addr uintptr
+			ok := false
+			if !p.closed.Load() { // see allocOnce
+				addr, ok = s.h.TryAlloc(uintptr(n))
+			}
+			p.exit(s)
+			if ok {
+				return mem.Bytes(addr, uintptr(n)), nil
+			}
+		}
+	}
 	addr, err := p.allocOnce(uintptr(n), alignment)
 	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
 		// Other shards may hold freed blocks they have not collected: collect, retry once.
@@ -203,18 +225,19 @@ func (p *Pool) allocAny(n int, alignment uintptr) ([]byte, error) {
 	return mem.Bytes(addr, uintptr(n)), nil
 }
 
-// allocOnce allocates from a shard. It checks closed as the shard's owner: Close sets closed
-// before it takes any shard's lock to count the live buffers, so an Alloc either sees closed or
+// allocOnce allocates from a shard it holds. It checks closed as the shard's owner: Close sets
+// closed before it holds any shard to count the live buffers, so an Alloc either sees closed or
 // ends before Close counts its shard.
 func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
-	s := p.acquire()
+	s := p.own()
+	defer letGo(s)
 	if p.closed.Load() {
-		p.release(s)
 		return 0, ErrClosed
 	}
-	addr, err := s.allocIn(n, alignment)
-	p.release(s)
-	return addr, err
+	if alignment == 0 {
+		return s.h.Alloc(n)
+	}
+	return s.h.AllocAligned(n, alignment)
 }
 
 // allocError gives an allocation's error this package's sentinel.
@@ -223,13 +246,6 @@ func (p *Pool) allocError(err error, n, alignment uintptr) error {
 		return fmt.Errorf("%w: %d bytes aligned to %d asked of a pool of capacity %d: %w", ErrTooLarge, n, alignment, c, err)
 	}
 	return wrapError(err, ErrOutOfMemory)
-}
-
-func (s *shard) allocIn(n, alignment uintptr) (uintptr, error) {
-	if alignment == 0 {
-		return s.h.Alloc(n)
-	}
-	return s.h.AllocAligned(n, alignment)
 }
 
 // Free gives a buffer back. b must be exactly a slice returned by Alloc: a sub-slice, a
@@ -247,18 +263,32 @@ func (p *Pool) Free(b []byte) error {
 		return ErrClosed
 	}
 	addr, n := mem.Addr(b), uintptr(len(b))
+	var err error
 	if p.guarded {
-		return p.freeGuarded(b, addr, n)
+		err = p.freeGuarded(b, addr, n)
+	} else {
+		err = p.free(addr, n)
 	}
-	return p.free(addr, n)
+	if err == nil && p.closed.Load() {
+		// Out of freeGuarded's locks: finishClose holds every shard, and Blocks, which holds
+		// them too, takes the site table's locks.
+		p.finishClose()
+	}
+	return err
 }
 
 // free gives back the block at addr, of n bytes.
 func (p *Pool) free(addr, n uintptr) error {
-	var err error
-	if n > heap.MaxClassSize { // a page (or chunk run) of its own: free it where it can go back
+	done, err := false, error(nil)
+	if s := p.enter(); s != nil {
+		done = s.h.TryFree(addr, n)
+		p.exit(s)
+	}
+	switch {
+	case done:
+	case n > heap.MaxClassSize: // a page (or chunk run) of its own: free it where it can go back
 		err = p.freeLarge(addr, n)
-	} else {
+	default:
 		err = p.g.FreeSized(addr, n)
 	}
 	if err != nil {
@@ -268,104 +298,28 @@ func (p *Pool) free(addr, n uintptr) error {
 		}
 		return wrapError(err, ErrNotOwned)
 	}
-	if p.closed.Load() {
-		p.finishClose()
-	}
 	return nil
 }
 
-// freeLarge frees under the owning shard's lock when it can, so that the memory of a large
-// buffer is reusable (and its chunks purgeable) at once; otherwise the lock-free way.
+// freeLarge frees as the owning shard's holder, so that the memory of a large buffer is
+// reusable (and its chunks purgeable) at once, when it can hold the shard without waiting for
+// its mutex: a spill shard or the caller's P's home shard, or, for a huge object, any shard
+// (revoked, then a barrier and the end of its fast section: microseconds, small beside what
+// the memory is worth). It never waits for a mutex, as Free may hold the site table's, which
+// Blocks takes while it holds every shard. Otherwise it frees the lock-free way, and the owner
+// takes the buffer back at its next blocking allocation or collection.
 func (p *Pool) freeLarge(addr, n uintptr) error {
 	h, err := p.g.Owner(addr)
 	if err != nil {
 		return err
 	}
-	if s := (*p.shards.Load())[h.Index()]; s.mu.TryLock() { // the group's heaps are the shards, made in order
-		err = h.FreeSized(addr, n)
-		s.mu.Unlock()
-		return err
+	s := (*p.shards.Load())[h.Index()] // the group's heaps are the shards, made in order
+	if !p.tryOwn(s) && !(n > heap.HugeThreshold && p.tryHold(s)) {
+		return p.g.FreeSized(addr, n)
 	}
-	return p.g.FreeSized(addr, n)
-}
-
-// homeIndex returns the current P's slot in p.home: its ID, reduced only when the table is
-// smaller (Options.Shards, or GOMAXPROCS raised since New), so the common case divides nothing.
-func (p *Pool) homeIndex() int {
-	i := procpin.ID()
-	if i >= len(p.home) {
-		i %= len(p.home)
-	}
-	return i
-}
-
-// acquire returns the current P's shard, locked, or another when it is busy.
-func (p *Pool) acquire() *shard {
-	i := p.homeIndex()
-	if s := p.home[i].Load(); s != nil && s.mu.TryLock() {
-		return s
-	}
-	return p.acquireSlow(i)
-}
-
-func (p *Pool) release(s *shard) { s.mu.Unlock() }
-
-// acquireSlow runs when P i has no shard yet, or its shard is busy. It makes P i's shard in the
-// first case; in the second (or if making one fails) it takes an idle shard if there is one,
-// and waits for P i's (or the first) only when every shard is busy.
-func (p *Pool) acquireSlow(i int) *shard {
-	if p.home[i].Load() == nil {
-		if s, err := p.newShard(i); err == nil && s != nil {
-			return s
-		}
-	}
-	ss := *p.shards.Load()
-	start := rand.IntN(len(ss))
-	for k := range ss {
-		if s := ss[(start+k)%len(ss)]; s.mu.TryLock() {
-			return s
-		}
-	}
-	s := p.home[i].Load()
-	if s == nil {
-		s = ss[0] // New made one; newShard fails only after Close
-	}
-	s.mu.Lock()
-	return s
-}
-
-// newShard makes P i's shard and returns it locked; nil when another goroutine made it first.
-// It makes none after Close, which takes growMu before it looks at the shards, so that every
-// shard is in the snapshot it counts and closes.
-func (p *Pool) newShard(i int) (*shard, error) {
-	p.growMu.Lock()
-	defer p.growMu.Unlock()
-	if p.closed.Load() {
-		return nil, ErrClosed
-	}
-	if p.home[i].Load() != nil {
-		return nil, nil
-	}
-	h, err := p.g.NewHeap(heap.Options{Align: p.align})
-	if err != nil {
-		return nil, err
-	}
-	s := &shard{h: h}
-	s.mu.Lock()
-	old := *p.shards.Load()
-	ss := append(append(make([]*shard, 0, len(old)+1), old...), s)
-	p.shards.Store(&ss)
-	p.home[i].Store(s)
-	return s, nil
-}
-
-// each runs f on every shard in turn, as its owner.
-func (p *Pool) each(f func(*heap.Heap)) {
-	for _, s := range *p.shards.Load() {
-		s.mu.Lock()
-		f(s.h)
-		s.mu.Unlock()
-	}
+	err = h.FreeSized(addr, n)
+	letGo(s)
+	return err
 }
 
 // collectAll makes every shard take in the frees other goroutines made and give back what is

@@ -1,0 +1,259 @@
+package pinned
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/fence"
+	"github.com/pinmalloc/pinmalloc/internal/procpin"
+)
+
+// Shards and their owners.
+//
+// A heap has one owner at a time (package heap). The pool keeps a home shard per P, made the
+// first time a goroutine allocates there, and spill shards for what home shards cannot take.
+// A shard has two kinds of owner:
+//
+//   - A fast section: a goroutine pinned to P i (procpin.Pin) that has set home shard i's
+//     inside flag and found revoked zero. Only goroutines pinned to P i enter shard i this way,
+//     and a pinned goroutine is not preempted, so fast sections of one shard never overlap and
+//     need no lock. They run only the heap's non-blocking entry points (TryAlloc, TryFree), so
+//     nothing in them can wait: the runtime cannot stop the world, or run another goroutine on
+//     the P, until they end.
+//   - A holder, outside fast sections: it holds the shard's mutex and counts itself in revoked,
+//     so that no fast section starts, and it has seen every fast section under way end. A
+//     goroutine pinned to P i gets that for shard i with a TryLock (own, tryOwn): no fast
+//     section of shard i can be under way while it runs on P i. Any other goroutine (hold:
+//     Close, Stats, Trim, the observers) raises revoked, calls fence.Heavy so that a fast
+//     section either sees revoked or is seen inside, and waits for inside to clear. Holders
+//     run the blocking paths: new pages and segments, object pages, huge objects, aligned
+//     requests, collection and statistics.
+//
+// A goroutine whose home shard is held, or whose P has no home slot (GOMAXPROCS raised after
+// New), takes a spill shard: a heap that only holders own, by its mutex, made as needed up to
+// the number of home slots. Frees need no owner at all for blocks of another shard (the heap's
+// remote free); a fast section frees its own shard's class blocks locally.
+//
+// Without fast sections (the race detector cannot see their ordering; the pinmalloc_noprocpin
+// build cannot pin; a kernel without membarrier; a pool with fewer home slots than Ps) every
+// owner is a holder, and a P's home slot is its number modulo the table.
+//
+// Invariants: inside is written only by goroutines pinned to the shard's P, and is 1 only
+// within a fast section; revoked counts the holders and the holds under way; a holder has
+// revoked > 0 and the mutex, and either took them pinned to the shard's P or saw inside == 0
+// after a barrier that followed its revocation.
+
+// fastPaths reports whether fast sections can be used: P numbers are exact and Heavy works. A
+// pool uses them (Pool.fast) when it also has a home slot for every P.
+var fastPaths = procpin.Exact && fence.Available()
+
+// shard is one heap and what makes a goroutine its owner. It is padded so that two shards
+// never share a cache line.
+type shard struct {
+	inside  uint32       // a fast section runs (plain stores, by goroutines pinned to the P)
+	revoked atomic.Int32 // holders, and holds under way: no fast section may start
+	slot    int          // the P it is home to; -1 for a spill shard
+	mu      sync.Mutex   // held by a holder
+	h       *heap.Heap
+	_       [32]byte
+}
+
+// enter pins the goroutine and starts a fast section on its P's home shard. It returns nil,
+// unpinned, when there is none to enter: no fast paths in this build, no home slot or shard
+// for the P yet, or the shard is held.
+func (p *Pool) enter() *shard {
+	if !p.fast {
+		return nil
+	}
+	if i := procpin.Pin(); i < len(p.home) {
+		if s := p.home[i].Load(); s != nil {
+			s.inside = 1 // then the load below: see fence
+			if s.revoked.Load() == 0 {
+				return s
+			}
+			s.inside = 0
+		}
+	}
+	procpin.Unpin()
+	return nil
+}
+
+// exit ends a fast section and unpins.
+func (p *Pool) exit(s *shard) {
+	fence.Release(&s.inside, 0) // every write of the section is visible to who sees it 0
+	procpin.Unpin()
+}
+
+// own returns a shard held by the caller, for a blocking path: its P's home shard when that is
+// free, else a spill shard. Give it back with letGo.
+func (p *Pool) own() *shard {
+	i := procpin.Pin()
+	if i >= len(p.home) {
+		i = p.spillSlot(i)
+	}
+	if i >= 0 {
+		if s := p.home[i].Load(); s != nil && s.mu.TryLock() {
+			// Pinned to P i, so no fast section of shard i is under way, and none starts
+			// once revoked is raised.
+			s.revoked.Add(1)
+			procpin.Unpin()
+			return s
+		}
+	}
+	procpin.Unpin()
+	return p.ownSlow(i)
+}
+
+// spillSlot is the home slot of a P numbered beyond the table: none (-1) when fast sections
+// run (slot i is P i's alone), else the number modulo the table.
+func (p *Pool) spillSlot(i int) int {
+	if p.fast {
+		return -1
+	}
+	return i % len(p.home)
+}
+
+// tryOwn makes the caller hold s if it can without waiting: a spill shard (or any shard without
+// fast paths) whose mutex is free, or a home shard when the caller runs on its P.
+func (p *Pool) tryOwn(s *shard) bool {
+	pinned := p.fast && s.slot >= 0
+	ok := (!pinned || procpin.Pin() == s.slot) && s.mu.TryLock()
+	if ok {
+		s.revoked.Add(1)
+	}
+	if pinned {
+		procpin.Unpin()
+	}
+	return ok
+}
+
+// ownSlow runs when P i's home shard is busy or missing (i is -1 for a P without a slot). It
+// makes the home shard in the second case; otherwise it takes a free spill shard, makes one
+// while there are fewer than home slots, and waits for one only then.
+func (p *Pool) ownSlow(i int) *shard {
+	if i >= 0 && p.home[i].Load() == nil {
+		if s, _ := p.newShard(i); s != nil {
+			return s
+		}
+		// Another goroutine made it first, or the pool is closed: a spill shard will do.
+	}
+	sp := *p.spill.Load()
+	start := max(i, 0)
+	for k := range sp {
+		if s := sp[(start+k)%len(sp)]; s.mu.TryLock() {
+			s.revoked.Add(1)
+			return s
+		}
+	}
+	if len(sp) < len(p.home) {
+		if s, _ := p.newShard(-1); s != nil {
+			return s
+		}
+	}
+	if len(sp) > 0 {
+		s := sp[start%len(sp)]
+		s.mu.Lock()
+		s.revoked.Add(1)
+		return s
+	}
+	s := (*p.shards.Load())[0] // New made one; newShard fails only after Close
+	p.hold([]*shard{s})
+	return s
+}
+
+// newShard makes a shard, home to P slot or a spill shard (slot -1), and returns it held; nil
+// when P slot's was made first by another goroutine. It makes none after Close, which takes
+// growMu before it looks at the shards, so that every shard is in the snapshot it counts and
+// closes.
+func (p *Pool) newShard(slot int) (*shard, error) {
+	p.growMu.Lock()
+	defer p.growMu.Unlock()
+	if p.closed.Load() {
+		return nil, ErrClosed
+	}
+	if slot >= 0 && p.home[slot].Load() != nil {
+		return nil, nil
+	}
+	h, err := p.g.NewHeap(heap.Options{Align: p.align})
+	if err != nil {
+		return nil, err
+	}
+	s := &shard{h: h, slot: slot}
+	s.mu.Lock()
+	s.revoked.Store(1) // held before anyone can see it
+	ss := append(append([]*shard(nil), *p.shards.Load()...), s)
+	p.shards.Store(&ss)
+	if slot >= 0 {
+		p.home[slot].Store(s)
+	} else {
+		sp := append(append([]*shard(nil), *p.spill.Load()...), s)
+		p.spill.Store(&sp)
+	}
+	return s, nil
+}
+
+// revoke raises revoked on every shard of ss: no fast section starts on them from then on, and
+// one under way is seen inside by take (fence.Heavy orders the two).
+func (p *Pool) revoke(ss []*shard) {
+	for _, s := range ss {
+		s.revoked.Add(1)
+	}
+	if p.fast {
+		fence.Heavy()
+	}
+}
+
+// take completes a hold of s, revoked already: its mutex, and the end of the fast section under
+// way.
+func (s *shard) take() {
+	s.mu.Lock()
+	s.waitOut()
+}
+
+// waitOut waits for the fast section under way on s, revoked already, to end: it is short,
+// and takes no lock, so a holder may wait for it whatever locks it holds.
+func (s *shard) waitOut() {
+	for atomic.LoadUint32(&s.inside) != 0 {
+		runtime.Gosched()
+	}
+}
+
+// tryHold is hold of one shard without waiting for its mutex (a caller holding other locks
+// may not: see freeLarge). It waits only for the fast section under way.
+func (p *Pool) tryHold(s *shard) bool {
+	p.revoke([]*shard{s})
+	if !s.mu.TryLock() {
+		s.revoked.Add(-1)
+		return false
+	}
+	s.waitOut()
+	return true
+}
+
+// hold makes the caller hold every shard of ss, waiting as long as it takes.
+func (p *Pool) hold(ss []*shard) {
+	p.revoke(ss)
+	for _, s := range ss {
+		s.take()
+	}
+}
+
+// letGo gives back a shard the caller holds.
+func letGo(s *shard) {
+	s.mu.Unlock()
+	s.revoked.Add(-1)
+}
+
+// each runs f on every shard in turn, as its holder. A shard's fast sections stop until f has
+// run on it.
+func (p *Pool) each(f func(*heap.Heap)) {
+	ss := *p.shards.Load()
+	p.revoke(ss)
+	for _, s := range ss {
+		s.take()
+		f(s.h)
+		letGo(s)
+	}
+}

@@ -1,0 +1,202 @@
+package pinned
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// TestFastSectionTakesNoLock checks, on one P, that an Alloc and a Free take the home shard's
+// fast path without its mutex, and that a held shard sends them elsewhere.
+func TestFastSectionTakesNoLock(t *testing.T) {
+	if !fastPaths {
+		t.Skip("no fast sections in this build (race detector, pinmalloc_noprocpin, or no membarrier)")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	p := newTestPool(t, Options{Backend: Pageable})
+	if !p.fast {
+		t.Fatal("a pool with a home slot for every P has no fast sections")
+	}
+	first, err := p.Alloc(100) // makes the home shard's page
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.home[0].Load()
+	s.mu.Lock() // a lock alone does not stop fast sections: only revoked does
+	b, err := p.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := p.g.Owner(mem.Addr(b)); h != s.h {
+		t.Errorf("Alloc with the home shard's mutex taken came from heap %d, not the home shard's", h.Index())
+	}
+	if err := p.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Unlock()
+
+	p.hold([]*shard{s})
+	b, err = p.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := p.g.Owner(mem.Addr(b)); h == s.h {
+		t.Error("Alloc took a held shard")
+	}
+	letGo(s)
+	for _, b := range [][]byte{b, first} {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHoldWaitsForFastSection checks that a hold does not complete while a fast section is
+// under way on the shard, and completes when it ends.
+func TestHoldWaitsForFastSection(t *testing.T) {
+	p := newTestPool(t, Options{Backend: Pageable})
+	s := (*p.shards.Load())[0]
+	atomic.StoreUint32(&s.inside, 1) // as a fast section that had entered before the revocation
+	held := make(chan struct{})
+	go func() {
+		p.hold([]*shard{s})
+		close(held)
+	}()
+	select {
+	case <-held:
+		t.Fatal("hold completed while a fast section was under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if s.revoked.Load() == 0 {
+		t.Fatal("hold waits without revoking the shard: fast sections would still start")
+	}
+	atomic.StoreUint32(&s.inside, 0)
+	<-held
+	letGo(s)
+	if s.revoked.Load() != 0 {
+		t.Fatalf("revoked %d after the hold ended", s.revoked.Load())
+	}
+}
+
+// TestMaintenanceRacesFastSections runs Alloc and Free on more goroutines than CPUs, each
+// stamping its buffers and checking the stamp before freeing (and freeing a third of them on
+// another goroutine), while another goroutine calls Stats, Usage, Trim and Blocks in a loop:
+// every holder must wait out the fast sections, or a buffer changes under its owner or the
+// counts go wrong.
+func TestMaintenanceRacesFastSections(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(4, runtime.NumCPU())))
+	p := newTestPool(t, Options{Backend: Pageable, Capacity: 256 << 20})
+	steps := 200_000
+	if testing.Short() || raceEnabled {
+		steps = 20_000
+	}
+	stop := make(chan struct{})
+	var maint sync.WaitGroup
+	maint.Add(1)
+	go func() {
+		defer maint.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			switch i % 4 {
+			case 0:
+				if st := p.Stats(); st.Live > uint64(8*steps) {
+					t.Errorf("Stats: %d live", st.Live)
+				}
+			case 1:
+				p.Usage()
+			case 2:
+				p.Trim()
+			default:
+				_ = p.Blocks()
+			}
+		}
+	}()
+	handoff := make(chan []byte, 64)
+	var workers, freers sync.WaitGroup
+	freers.Add(1)
+	go func() {
+		defer freers.Done()
+		for b := range handoff {
+			if err := checkStamp(b); err != "" {
+				t.Error(err)
+			}
+			if err := p.Free(b); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	for w := range 4 {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			var live [][]byte
+			for i := range steps {
+				if len(live) < 32 && i%3 != 2 {
+					b, err := p.Alloc(1 + (i*131+w*7)%(16<<10))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					stamp(b, byte(i))
+					live = append(live, b)
+					continue
+				}
+				if len(live) == 0 {
+					continue
+				}
+				b := live[len(live)-1]
+				live = live[:len(live)-1]
+				if i%3 == 0 {
+					handoff <- b
+					continue
+				}
+				if err := checkStamp(b); err != "" {
+					t.Error(err)
+					return
+				}
+				if err := p.Free(b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			for _, b := range live {
+				if err := p.Free(b); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	workers.Wait()
+	close(handoff)
+	freers.Wait()
+	close(stop)
+	maint.Wait()
+	if st := p.Stats(); st.Live != 0 || st.InUse != 0 {
+		t.Fatalf("every buffer freed, but %d live (%d bytes)", st.Live, st.InUse)
+	}
+}
+
+// stamp fills b with a pattern that starts at v; checkStamp says if b lost it.
+func stamp(b []byte, v byte) {
+	b[0] = v
+	for i := 1; i < len(b); i++ {
+		b[i] = b[i-1]*7 + 1
+	}
+}
+
+func checkStamp(b []byte) string {
+	for i := 1; i < len(b); i++ {
+		if b[i] != b[i-1]*7+1 {
+			return sprintf("buffer of %d bytes changed at byte %d", len(b), i)
+		}
+	}
+	return ""
+}
