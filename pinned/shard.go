@@ -94,16 +94,25 @@ func (p *Pool) own() *shard {
 		i = p.spillSlot(i)
 	}
 	if i >= 0 {
-		if s := p.home[i].Load(); s != nil && s.mu.TryLock() {
-			// Pinned to P i, so no fast section of shard i is under way, and none starts
-			// once revoked is raised.
-			s.revoked.Add(1)
+		// Pinned to P i, so no fast section of shard i is under way, and none starts once
+		// tryLock has raised revoked.
+		if s := p.home[i].Load(); s != nil && s.tryLock() {
 			procpin.Unpin()
 			return s
 		}
 	}
 	procpin.Unpin()
 	return p.ownSlow(i)
+}
+
+// tryLock makes the caller hold s if its mutex is free, for a caller that knows no fast
+// section is under way on s (or can be: a spill shard, a pool without fast sections).
+func (s *shard) tryLock() bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	s.revoked.Add(1)
+	return true
 }
 
 // spillSlot is the home slot of a P numbered beyond the table: none (-1) when fast sections
@@ -118,53 +127,61 @@ func (p *Pool) spillSlot(i int) int {
 // tryOwn makes the caller hold s if it can without waiting: a spill shard (or any shard without
 // fast paths) whose mutex is free, or a home shard when the caller runs on its P.
 func (p *Pool) tryOwn(s *shard) bool {
-	pinned := p.fast && s.slot >= 0
-	ok := (!pinned || procpin.Pin() == s.slot) && s.mu.TryLock()
-	if ok {
-		s.revoked.Add(1)
+	if !p.fast || s.slot < 0 {
+		return s.tryLock()
 	}
-	if pinned {
-		procpin.Unpin()
-	}
+	ok := procpin.Pin() == s.slot && s.tryLock()
+	procpin.Unpin()
 	return ok
 }
 
 // ownSlow runs when P i's home shard is busy or missing (i is -1 for a P without a slot). It
-// makes the home shard in the second case; otherwise it takes a free spill shard, makes one
-// while there are fewer than home slots, and waits for one only then.
+// makes the home shard in the second case. Otherwise, in a pool without fast sections it takes
+// any idle shard, and waits for P i's only when every shard is busy; in a pool with them it
+// takes an idle spill shard, makes one while there are fewer than home slots, and waits for
+// one only then.
 func (p *Pool) ownSlow(i int) *shard {
 	if i >= 0 && p.home[i].Load() == nil {
 		if s, _ := p.newShard(i); s != nil {
 			return s
 		}
-		// Another goroutine made it first, or the pool is closed: a spill shard will do.
+		// Another goroutine made it first, or the pool is closed.
+	}
+	if !p.fast {
+		ss := *p.shards.Load()
+		for k := range ss {
+			if s := ss[(i+k)%len(ss)]; s.tryLock() {
+				return s
+			}
+		}
+		s := p.home[i].Load()
+		if s == nil {
+			s = ss[0] // New made one; newShard fails only after Close
+		}
+		p.hold([]*shard{s})
+		return s
 	}
 	sp := *p.spill.Load()
 	start := max(i, 0)
 	for k := range sp {
-		if s := sp[(start+k)%len(sp)]; s.mu.TryLock() {
-			s.revoked.Add(1)
+		if s := sp[(start+k)%len(sp)]; s.tryLock() {
 			return s
 		}
 	}
-	if len(sp) < len(p.home) {
-		if s, _ := p.newShard(-1); s != nil {
-			return s
-		}
-	}
-	if len(sp) > 0 {
-		s := sp[start%len(sp)]
-		s.mu.Lock()
-		s.revoked.Add(1)
+	if s, _ := p.newShard(-1); s != nil {
 		return s
 	}
-	s := (*p.shards.Load())[0] // New made one; newShard fails only after Close
+	if len(sp) == 0 { // none made: the pool is closed
+		sp = *p.shards.Load()
+	}
+	s := sp[start%len(sp)]
 	p.hold([]*shard{s})
 	return s
 }
 
 // newShard makes a shard, home to P slot or a spill shard (slot -1), and returns it held; nil
-// when P slot's was made first by another goroutine. It makes none after Close, which takes
+// when P slot's was made first by another goroutine, or when there are as many spill shards
+// as home slots. It makes none after Close, which takes
 // growMu before it looks at the shards, so that every shard is in the snapshot it counts and
 // closes.
 func (p *Pool) newShard(slot int) (*shard, error) {
@@ -173,7 +190,7 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 	if p.closed.Load() {
 		return nil, ErrClosed
 	}
-	if slot >= 0 && p.home[slot].Load() != nil {
+	if slot >= 0 && p.home[slot].Load() != nil || slot < 0 && len(*p.spill.Load()) >= len(p.home) {
 		return nil, nil
 	}
 	h, err := p.g.NewHeap(heap.Options{Align: p.align})
