@@ -11,18 +11,18 @@
 //
 // The pool keeps one heap shard per processor (P, in the Go scheduler's terms), made when a
 // goroutine first allocates there: mimalloc's heap per thread, with Ps in place of threads.
-// Alloc and Free run in a fast section: the goroutine
-// pins itself to its P (internal/procpin), which makes it the only code running there, marks
-// the P's shard entered with a plain store and checks that no holder has revoked it, then
-// runs the heap's non-blocking paths (heap.TryAlloc, heap.TryFree) and unpins. No lock and no
-// atomic read-modify-write but the free's own compare-and-swap (and a kept object page's
-// claim): a free of a block of the P's shard goes straight back on its page, or keeps its
-// object page or huge object for the next request of its size; a class block of another
-// shard takes the heap's lock-free remote path.
+// Alloc and Free run in a fast section: the goroutine pins itself to its P (internal/procpin),
+// which makes it the only code running there, marks the P's shard entered with a plain store
+// and checks that no holder has revoked it, then runs the heap's non-blocking paths
+// (heap.TryAlloc, heap.TryFree) and unpins. No lock and no atomic read-modify-write but the
+// free's own compare-and-swap (and a kept object page's claim): a free of a block of the P's
+// shard goes straight back on its page, or keeps its object page or huge object for the next
+// request of its size; a class block of another shard takes the heap's lock-free remote path.
 //
 // What may block (a new page or segment from the arena, a new or purged object page or huge
-// object, aligned requests, a large buffer of another shard) runs as the shard's holder: its mutex, taken while pinned to its P so that no fast
-// section can be under way, with the fast sections revoked until it is done. Maintenance
+// object, aligned requests, a large buffer of another shard) runs as the shard's holder: its
+// mutex, taken while pinned to its P so that no fast section can be under way, with the fast
+// sections revoked until it is done. Maintenance
 // (Stats, Usage, Trim, Close, the observers) holds shards from any goroutine: it revokes them,
 // makes every thread pass a memory barrier (internal/fence: one membarrier system call), and
 // waits for the fast sections under way to end. A goroutine whose shard is held meanwhile takes
