@@ -156,7 +156,7 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: %d shards (at most %d)", ErrInvalidOptions, n, MaxShards)
 	}
 	p.home = make([]atomic.Pointer[shard], n)
-	p.fast = fastPaths && n >= runtime.GOMAXPROCS(0)
+	p.fast = fastPaths() && n >= runtime.GOMAXPROCS(0)
 	p.shards.Store(new([]*shard))
 	p.spill.Store(new([]*shard))
 	i := procpin.ID()

@@ -47,7 +47,7 @@ import (
 
 // fastPaths reports whether fast sections can be used: P numbers are exact and Heavy works. A
 // pool uses them (Pool.fast) when it also has a home slot for every P.
-var fastPaths = procpin.Exact && fence.Available()
+func fastPaths() bool { return procpin.Exact && fence.Available() }
 
 // shard is one heap and what makes a goroutine its owner. It is padded so that two shards
 // never share a cache line.

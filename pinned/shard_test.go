@@ -13,7 +13,7 @@ import (
 // TestFastSectionTakesNoLock checks, on one P, that an Alloc and a Free take the home shard's
 // fast path without its mutex, and that a held shard sends them elsewhere.
 func TestFastSectionTakesNoLock(t *testing.T) {
-	if !fastPaths {
+	if !fastPaths() {
 		t.Skip("no fast sections in this build (race detector, pinmalloc_noprocpin, or no membarrier)")
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))

@@ -16,5 +16,6 @@
 // detector, which cannot see the ordering Heavy gives: callers then take their locked paths.
 package fence
 
-// Available reports whether Heavy works here, so that a fast path may rely on it.
-func Available() bool { return available }
+// Available reports whether Heavy works here, so that a fast path may rely on it. The first
+// call registers the process with the kernel.
+func Available() bool { return available() }

@@ -3,6 +3,7 @@
 package fence
 
 import (
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -14,9 +15,9 @@ const (
 	cmdRegisterPrivateExpedited = 1 << 4
 )
 
-// available is set once the process is registered for private expedited barriers (Linux 4.14
-// and later; some sandboxes refuse it).
-var available = register()
+// available registers the process for private expedited barriers the first time it is asked
+// (Linux 4.14 and later; some sandboxes refuse it), and reports whether that worked.
+var available = sync.OnceValue(register)
 
 func register() bool {
 	r, _, errno := syscall.Syscall(unix.SYS_MEMBARRIER, 0, 0, 0) // MEMBARRIER_CMD_QUERY
