@@ -4,16 +4,21 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
-// litmus runs the store-buffering test the package exists for, rounds times, and returns how
+// litmus runs the store-buffering test the package exists for, rounds times (or for a second),
+// and returns how
 // many rounds both sides missed the other's store. The light side stores its flag with a
 // plain store and loads the other's; the heavy side stores its flag, calls barrier and loads
 // the light one's. Each side waits a different short time after the round opens, so that over
 // the rounds their stores and loads meet at every offset. With Heavy as the barrier no round
 // may miss both; with no barrier some do (a CPU satisfies the light side's load before its
 // store leaves the store buffer), which shows the test can tell.
-func litmus(rounds int, barrier func()) (both int) {
+func litmus(rounds int, barrier func()) (both, ran int) {
+	// Spinning goroutines hand rounds to each other; on a busy machine a handoff can wait for
+	// the OS to run the other, so the rounds stop at a deadline too.
+	deadline := time.Now().Add(time.Second)
 	var s struct {
 		light uint32
 		_     [60]byte
@@ -31,6 +36,9 @@ func litmus(rounds int, barrier func()) (both int) {
 	go func() {
 		for r := int64(1); r <= int64(rounds); r++ {
 			for s.round.Load() != r {
+				if s.round.Load() < 0 {
+					return
+				}
 			}
 			spin(int(r % 61))
 			s.light = 1 // plain, as a fast path's
@@ -48,11 +56,16 @@ func litmus(rounds int, barrier func()) (both int) {
 		saw := atomic.LoadUint32(&s.light)
 		for s.done.Load() != r {
 		}
+		ran++
 		if saw == 0 && s.seen == 0 {
 			both++
 		}
+		if r%1024 == 0 && time.Now().After(deadline) {
+			break
+		}
 	}
-	return both
+	s.round.Store(-1)
+	return both, ran
 }
 
 // TestHeavyOrdersLightSide checks that no round of the litmus test misses both stores with
@@ -68,10 +81,11 @@ func TestHeavyOrdersLightSide(t *testing.T) {
 	if testing.Short() {
 		rounds = 5000
 	}
-	if both := litmus(rounds, Heavy); both > 0 {
-		t.Fatalf("with Heavy, %d of %d rounds: both sides missed the other's store", both, rounds)
+	if both, ran := litmus(rounds, Heavy); both > 0 {
+		t.Fatalf("with Heavy, %d of %d rounds: both sides missed the other's store", both, ran)
 	}
-	t.Logf("with no barrier, %d of %d rounds missed both stores", litmus(rounds, func() {}), rounds)
+	both, ran := litmus(rounds, func() {})
+	t.Logf("with no barrier, %d of %d rounds missed both stores", both, ran)
 }
 
 // BenchmarkHeavy is the cost of one barrier on every running thread of the process.
