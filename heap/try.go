@@ -67,9 +67,12 @@ func (h *Heap) TryFree(p, n uintptr) bool {
 	if !ok {
 		return false
 	}
-	h.noBlock = true
-	h.freed(pg, idx, size)
-	h.noBlock = false
+	h.pushFree(pg, idx, size) // freed's class-page half, with the page change non-blocking
+	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
+		h.noBlock = true
+		h.pageChanged(pg, true)
+		h.noBlock = false
+	}
 	return true
 }
 

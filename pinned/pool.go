@@ -200,8 +200,10 @@ func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
 }
 
 func (p *Pool) allocAny(n int, alignment uintptr) ([]byte, error) {
-	if alignment == 0 {
-		if s := p.enter(); s != nil {
+	if alignment == 0 && p.fast {
+		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
+			procpin.Unpin()
+		} else {
 			var addr uintptr
 			ok := false
 			if !p.closed.Load() { // see allocOnce
@@ -280,9 +282,13 @@ func (p *Pool) Free(b []byte) error {
 // free gives back the block at addr, of n bytes.
 func (p *Pool) free(addr, n uintptr) error {
 	done, err := false, error(nil)
-	if s := p.enter(); s != nil {
-		done = s.h.TryFree(addr, n)
-		p.exit(s)
+	if p.fast {
+		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
+			procpin.Unpin()
+		} else {
+			done = s.h.TryFree(addr, n)
+			p.exit(s)
+		}
 	}
 	switch {
 	case done:
