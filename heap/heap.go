@@ -45,6 +45,10 @@
 // pending stack. The owner collects pending pages when it runs out of free blocks — mimalloc's
 // thread_free, with bits instead of links.
 //
+// TryAlloc and TryFree (try.go) are the owner's non-blocking entry points: what Alloc and
+// FreeSized do when it needs no arena call, no lock and no allocation, for an owner that must
+// not block (package pinned runs them pinned to a processor).
+//
 // Invariants, for every page p:
 //   - a block is live iff its state word is live; exactly one free moves it out;
 //   - a block index is in at most one of: p.free[:p.nfree], the set bits of p.remote, or
