@@ -15,7 +15,7 @@
 
 package heap
 
-import "fmt"
+import "errors"
 
 // TryAlloc is Alloc restricted to what the heap holds: a block of a size class from the
 // class's pages, with the frees other goroutines made collected, or a kept object page left
@@ -38,7 +38,7 @@ func (h *Heap) TryAlloc(n uintptr) (p uintptr, ok bool) {
 }
 
 // errWouldBlock is how the slow paths refuse, under noBlock, what needs the arena.
-var errWouldBlock = fmt.Errorf("heap: would block")
+var errWouldBlock = errors.New("heap: would block")
 
 // TryFree is FreeSized restricted to frees that need no arena call: a block of a class page,
 // of this heap or (the lock-free remote free) of another heap of the group, and an object page
