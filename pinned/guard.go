@@ -29,7 +29,7 @@ func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
 	if p.quota > 0 {
 		b, err = p.allocQuota(n, alignment)
 	} else {
-		b, err = p.allocAny(n, alignment)
+		b, err = p.alloc(n, alignment, false)
 	}
 	if err == nil && p.sites != nil {
 		// Frames: runtime.Callers, record, allocGuarded, alloc, Alloc or AllocAligned, and
@@ -52,7 +52,7 @@ func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
 		p.used.Add(-int64(n))
 		return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, used-int64(n), p.quota)
 	}
-	b, err := p.allocAny(n, alignment)
+	b, err := p.alloc(n, alignment, false)
 	if err != nil {
 		p.used.Add(-int64(n))
 	}
@@ -97,7 +97,7 @@ func (p *Pool) freeRecorded(addr, n uintptr) error {
 		p.trace.Lock()
 		defer p.trace.Unlock()
 	}
-	if err := p.free(addr, n); err != nil {
+	if err := p.free(mem.Bytes(addr, n), false); err != nil {
 		return err
 	}
 	if s != nil {

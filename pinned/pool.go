@@ -177,7 +177,7 @@ func newPool(o Options) (*Pool, error) {
 // Alloc returns a buffer of n bytes with len and cap n, aligned to the pool's alignment. Its
 // contents are undefined.
 func (p *Pool) Alloc(n int) ([]byte, error) {
-	return p.alloc(n, 0)
+	return p.alloc(n, 0, true)
 }
 
 // AllocAligned returns a buffer of n bytes whose address is a multiple of alignment, any power
@@ -186,20 +186,19 @@ func (p *Pool) AllocAligned(n, alignment int) ([]byte, error) {
 	if alignment <= 0 || alignment&(alignment-1) != 0 {
 		return nil, fmt.Errorf("%w: %d", ErrInvalidAlign, alignment)
 	}
-	return p.alloc(n, uintptr(alignment))
+	return p.alloc(n, uintptr(alignment), true)
 }
 
-func (p *Pool) alloc(n int, alignment uintptr) ([]byte, error) {
+// alloc is Alloc and AllocAligned; guard false skips the guards (ZeroOnFree, a quota, sites,
+// a trace), for the guarded path's own allocation. One function, so that the fast path costs
+// the hot path no call of its own.
+func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrInvalidSize, n)
 	}
-	if p.guarded {
+	if guard && p.guarded {
 		return p.allocGuarded(n, alignment)
 	}
-	return p.allocAny(n, alignment)
-}
-
-func (p *Pool) allocAny(n int, alignment uintptr) ([]byte, error) {
 	if alignment == 0 && p.fast {
 		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
@@ -255,6 +254,13 @@ func (p *Pool) allocError(err error, n, alignment uintptr) error {
 // error and changes nothing. After Close, Free still takes back the buffers that were live,
 // and the pool's memory is released with the last of them.
 func (p *Pool) Free(b []byte) error {
+	return p.free(b, true)
+}
+
+// free is Free; guard false skips the guards, for the guarded path's own free (which runs
+// under the site table's locks, so it leaves finishClose to Free). One function, so that the
+// fast path costs the hot path no call of its own.
+func (p *Pool) free(b []byte, guard bool) error {
 	if len(b) == 0 {
 		return fmt.Errorf("%w: empty slice", ErrNotOwned)
 	}
@@ -265,22 +271,15 @@ func (p *Pool) Free(b []byte) error {
 		return ErrClosed
 	}
 	addr, n := mem.Addr(b), uintptr(len(b))
-	var err error
-	if p.guarded {
-		err = p.freeGuarded(b, addr, n)
-	} else {
-		err = p.free(addr, n)
+	if guard && p.guarded {
+		err := p.freeGuarded(b, addr, n)
+		if err == nil && p.closed.Load() {
+			// Out of freeGuarded's locks: finishClose holds every shard, and Blocks, which
+			// holds them too, takes the site table's locks.
+			p.finishClose()
+		}
+		return err
 	}
-	if err == nil && p.closed.Load() {
-		// Out of freeGuarded's locks: finishClose holds every shard, and Blocks, which holds
-		// them too, takes the site table's locks.
-		p.finishClose()
-	}
-	return err
-}
-
-// free gives back the block at addr, of n bytes.
-func (p *Pool) free(addr, n uintptr) error {
 	done, err := false, error(nil)
 	if p.fast {
 		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
@@ -303,6 +302,9 @@ func (p *Pool) free(addr, n uintptr) error {
 			return fmt.Errorf("%w: %w", ErrClosed, err)
 		}
 		return wrapError(err, ErrNotOwned)
+	}
+	if guard && p.closed.Load() {
+		p.finishClose()
 	}
 	return nil
 }
