@@ -95,15 +95,19 @@ func (g *Group) segmentAt(id arena.ChunkID) *segment {
 
 // slot returns the table entry of chunk id, making its leaf when it has none.
 func (g *Group) slot(id arena.ChunkID) *atomic.Pointer[segment] {
-	d := &g.dir[id>>leafShift]
+	return &leaf(&g.dir[id>>leafShift])[id&(leafChunks-1)]
+}
+
+// leaf returns the leaf a directory entry points to, making it when there is none.
+func leaf[L any](d *atomic.Pointer[L]) *L {
 	l := d.Load()
 	if l == nil {
-		l = new(chunkLeaf)
+		l = new(L)
 		if !d.CompareAndSwap(nil, l) {
 			l = d.Load() // another heap made it first
 		}
 	}
-	return &l[id&(leafChunks-1)]
+	return l
 }
 
 // NewHeap adds a heap to the group.
@@ -177,15 +181,7 @@ func (g *Group) unregister(s *segment) {
 func (g *Group) eachAddrSlot(s *segment, f func(*atomic.Pointer[segment])) {
 	end := s.base + s.span.Size
 	for slot := s.base &^ (segSize - 1); slot < end && slot>>addrLeafShift < addrDirLen; slot += segSize {
-		d := &g.addr[slot>>addrLeafShift]
-		l := d.Load()
-		if l == nil {
-			l = new(addrLeaf)
-			if !d.CompareAndSwap(nil, l) {
-				l = d.Load() // another heap made it first
-			}
-		}
-		e := &l[slot>>segShift&(addrLeafSlots-1)]
+		e := &leaf(&g.addr[slot>>addrLeafShift])[slot>>segShift&(addrLeafSlots-1)]
 		if s.base <= slot {
 			f(&e.lo)
 		} else {
@@ -265,26 +261,13 @@ func (g *Group) find(p uintptr) (*page, uint32, bool) {
 // whyNot says why find refused p. Tables may have changed since (a racing free or page
 // release): it reports what it sees now, and a block found now is reported as freed.
 func (g *Group) whyNot(p uintptr) error {
-	s := g.segmentOf(p)
-	if s == nil {
-		var err error
-		if s, err = g.segmentSlow(p); err != nil {
-			return err
-		}
-	}
-	pg := s.huge
-	if pg == nil {
-		if pg = s.pages[(p-s.base)>>sliceShift].Load(); pg == nil {
-			return fmt.Errorf("%w: %#x is in a free page", ErrDoubleFree, p)
-		}
+	pg, err := g.pageOf(p)
+	if err != nil {
+		return err
 	}
 	off := p - pg.base
-	if p < pg.base || off >= uintptr(pg.nblocks)*pg.bsize {
-		return fmt.Errorf("%w: %#x is outside the page's blocks", ErrNotOwned, p)
-	}
 	if pg.nblocks > 1 {
-		idx := uintptr(uint64(off) * uint64(pg.divMul) >> 32)
-		off -= idx * pg.bsize
+		off -= uintptr(uint64(off)*uint64(pg.divMul)>>32) * pg.bsize
 	}
 	if off != 0 {
 		return fmt.Errorf("%w: %#x is %d bytes into a block", ErrInteriorPointer, p, off)
@@ -292,32 +275,39 @@ func (g *Group) whyNot(p uintptr) error {
 	return fmt.Errorf("%w: %#x is a block freed meanwhile", ErrDoubleFree, p)
 }
 
-// Block returns the start and the size asked for of the live block that holds address p,
-// which may point inside it. It fails with ErrNotOwned for an address outside the arena's
-// blocks, and with ErrDoubleFree for one in a free block (or in a free page or chunk). A
-// caller checking that a range [p, p+n) lies inside one block tests p+n <= base+size. Frees
-// of the block racing with the call are the caller's business.
-//
-// Its first half repeats locate's on purpose: sharing it through a helper that locate calls
-// costs a free about 3 % (a call locate's inlining budget cannot absorb; measured interleaved).
-func (g *Group) Block(p uintptr) (base, size uintptr, err error) {
+// pageOf returns the page whose blocks cover address p, or says why there is none: the cold
+// half of find and Block, with the errors.
+func (g *Group) pageOf(p uintptr) (*page, error) {
 	s := g.segmentOf(p)
 	if s == nil {
+		var err error
 		if s, err = g.segmentSlow(p); err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 	}
 	pg := s.huge
 	if pg == nil {
 		if pg = s.pages[(p-s.base)>>sliceShift].Load(); pg == nil {
-			return 0, 0, fmt.Errorf("%w: %#x is in a free page", ErrDoubleFree, p)
+			return nil, fmt.Errorf("%w: %#x is in a free page", ErrDoubleFree, p)
 		}
 	}
-	off := p - pg.base
-	if p < pg.base || off >= uintptr(pg.nblocks)*pg.bsize {
-		return 0, 0, fmt.Errorf("%w: %#x is outside the page's blocks", ErrNotOwned, p)
+	if p < pg.base || p-pg.base >= uintptr(pg.nblocks)*pg.bsize {
+		return nil, fmt.Errorf("%w: %#x is outside the page's blocks", ErrNotOwned, p)
 	}
-	idx := uint32(off / pg.bsize) // not divMul: that is exact only for block starts
+	return pg, nil
+}
+
+// Block returns the start and the size asked for of the live block that holds address p,
+// which may point inside it. It fails with ErrNotOwned for an address outside the arena's
+// blocks, and with ErrDoubleFree for one in a free block (or in a free page or chunk). A
+// caller checking that a range [p, p+n) lies inside one block tests p+n <= base+size. Frees
+// of the block racing with the call are the caller's business.
+func (g *Group) Block(p uintptr) (base, size uintptr, err error) {
+	pg, err := g.pageOf(p)
+	if err != nil {
+		return 0, 0, err
+	}
+	idx := uint32((p - pg.base) / pg.bsize) // not divMul: that is exact only for block starts
 	base = pg.base + uintptr(idx)*pg.bsize
 	if size = pg.liveSize(idx); size == 0 {
 		return 0, 0, fmt.Errorf("%w: %#x is in a free block", ErrDoubleFree, p)

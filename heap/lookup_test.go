@@ -1,6 +1,7 @@
 package heap
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -29,15 +30,8 @@ func TestAddressTableUnaligned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := arena.New(arena.Options{Provider: prov})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	h, err := New(a, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { runtime.KeepAlive(backing) }) // runs last: after the arena's Close
+	h := newTestHeapOn(t, arena.Options{Provider: prov}, Options{})
 	var ps []uintptr
 	fast := 0
 	for i, n := range []uintptr{64, 8 << 10, 40 << 10, 200 << 10, 700 << 10, 3 << 20, 64, 5 << 20} {
