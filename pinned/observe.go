@@ -23,8 +23,9 @@ type Usage struct {
 	InUse, Live uint64
 }
 
-// Usage returns the pool's figures without allocating: it takes each shard's lock in turn
-// (collecting the frees other goroutines made, as Stats does) and the arena's lock once.
+// Usage returns the pool's figures without allocating: it holds each shard in turn
+// (collecting the frees other goroutines made, as Stats does; one membarrier for them all when
+// the pool has fast sections) and takes the arena's lock once.
 func (p *Pool) Usage() Usage {
 	var u Usage
 	if !p.released.Load() {

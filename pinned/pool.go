@@ -159,11 +159,7 @@ func newPool(o Options) (*Pool, error) {
 	p.fast = fastPaths() && n >= runtime.GOMAXPROCS(0)
 	p.shards.Store(new([]*shard))
 	p.spill.Store(new([]*shard))
-	i := procpin.ID()
-	if i >= n {
-		i = p.spillSlot(i)
-	}
-	s, err := p.newShard(i) // validates the alignment now rather than at the first Alloc
+	s, err := p.newShard(p.homeSlot(procpin.ID())) // validates the alignment now rather than at the first Alloc
 	if err != nil {
 		_ = a.Close()
 		return nil, err

@@ -87,10 +87,7 @@ func (p *Pool) exit(s *shard) {
 // own returns a shard held by the caller, for a blocking path: its P's home shard when that is
 // free, else a spill shard. Give it back with letGo.
 func (p *Pool) own() *shard {
-	i := procpin.Pin()
-	if i >= len(p.home) {
-		i = p.spillSlot(i)
-	}
+	i := p.homeSlot(procpin.Pin())
 	if i >= 0 {
 		// Pinned to P i, so no fast section of shard i is under way, and none starts once
 		// tryLock has raised revoked.
@@ -113,10 +110,13 @@ func (s *shard) tryLock() bool {
 	return true
 }
 
-// spillSlot is the home slot of a P numbered beyond the table: none (-1) when fast sections
-// run (slot i is P i's alone), else the number modulo the table.
-func (p *Pool) spillSlot(i int) int {
-	if p.fast {
+// homeSlot is the home slot of P i: i itself; for a P numbered beyond the table, none (-1)
+// when fast sections run (slot i is P i's alone), else the number modulo the table.
+func (p *Pool) homeSlot(i int) int {
+	switch {
+	case i < len(p.home):
+		return i
+	case p.fast:
 		return -1
 	}
 	return i % len(p.home)
@@ -179,9 +179,8 @@ func (p *Pool) ownSlow(i int) *shard {
 
 // newShard makes a shard, home to P slot or a spill shard (slot -1), and returns it held; nil
 // when P slot's was made first by another goroutine, or when there are as many spill shards
-// as home slots. It makes none after Close, which takes
-// growMu before it looks at the shards, so that every shard is in the snapshot it counts and
-// closes.
+// as home slots. It makes none after Close, which takes growMu before it looks at the shards,
+// so that every shard is in the snapshot it counts and closes.
 func (p *Pool) newShard(slot int) (*shard, error) {
 	p.growMu.Lock()
 	defer p.growMu.Unlock()
