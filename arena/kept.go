@@ -102,14 +102,7 @@ func (a *Arena) Untrack(k *Kept) (given bool) {
 // Idle marks a tracked busy range idle: nothing uses it, and unless Claim takes it back within
 // the purge delay the arena gives it up. It takes no lock (but the first Idle after the purge
 // timer stopped, which starts it).
-func (a *Arena) Idle(k *Kept) {
-	k.word.Store(uint64(a.gen.Load())<<keptShift | uint64(keptIdle))
-	if a.timed && !a.armed.Load() {
-		a.mu.Lock()
-		a.schedulePurge()
-		a.mu.Unlock()
-	}
-}
+func (a *Arena) Idle(k *Kept) { a.idle(k, true) }
 
 // IdleWaits reports whether Idle would take the arena's lock now (to start the purge timer):
 // a holder that must not block (heap.TryFree) checks it before it frees, then calls
@@ -120,12 +113,21 @@ func (a *Arena) IdleWaits() bool { return a.timed && !a.armed.Load() }
 // the lock only if it is free. When the timer stops between the two calls and the lock is busy
 // (a tick racing with it), the range stays idle with no timer to give it up until the next
 // Idle, Trim or Close: memory kept longer than the purge delay, never memory lost.
-func (a *Arena) IdleNoWait(k *Kept) {
+func (a *Arena) IdleNoWait(k *Kept) { a.idle(k, false) }
+
+// idle is Idle, waiting for the lock to start the timer, or (wait false) only taking it free.
+func (a *Arena) idle(k *Kept, wait bool) {
 	k.word.Store(uint64(a.gen.Load())<<keptShift | uint64(keptIdle))
-	if a.timed && !a.armed.Load() && a.mu.TryLock() {
-		a.schedulePurge()
-		a.mu.Unlock()
+	if !a.IdleWaits() {
+		return
 	}
+	if wait {
+		a.mu.Lock()
+	} else if !a.mu.TryLock() {
+		return
+	}
+	a.schedulePurge()
+	a.mu.Unlock()
 }
 
 // Claim takes an idle range back for its holder. It returns true when the range is as it was
