@@ -88,7 +88,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 		t.victims = t.victims[:0]
 		ids := append(t.one[:0], id)
 		b.chosen = true
-		if _, _, err := t.restore(ids, b.size, CauseAcquire); err != nil {
+		if err := t.restore(ids, b.size, CauseAcquire); err != nil {
 			return 0, err
 		}
 	} else {

@@ -23,7 +23,7 @@ type block struct {
 	fresh     bool
 	hostValid bool // the host buffer holds the block's bytes
 	hostWrite bool // acquired on the host for writing
-	chosen    bool // picked for the eviction being built (scratch)
+	chosen    bool // picked for the eviction or restore being built (scratch)
 	size      uintptr
 	n         int // bytes asked by Alloc
 	dev       cuda.DevicePtr

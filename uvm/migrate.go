@@ -244,13 +244,14 @@ func (t *Tier) finishRestore(r *restoring, ids []BlockID, cause Cause) (cuda.Eve
 // restore brings the blocks ids (live, not on the device, need bytes together, marked chosen
 // by the caller) to the device in one batch on the H2D stream, making room first (see
 // restoring). On failure no block has moved.
-func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) (cuda.Event, bool, error) {
+func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 	r := t.beginRestore()
 	if err := t.addRestore(&r, ids, need); err != nil {
 		t.abortRestore(&r, ids)
-		return 0, false, err
+		return err
 	}
-	return t.finishRestore(&r, ids, cause)
+	_, _, err := t.finishRestore(&r, ids, cause)
+	return err
 }
 
 // undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on

@@ -75,8 +75,7 @@ func (t *Tier) evictForHeap(n uintptr) bool {
 	if t.evict(t.victims, CauseHeapPressure) != nil {
 		return spare > 0
 	}
-	t.noSpares = true // the evictions' VRAM goes to the heap
 	err = t.drain()
-	t.noSpares = false
-	return err == nil
+	_, ferr := t.flushSpares() // the evictions' VRAM, kept as spares when they completed
+	return err == nil && ferr == nil
 }

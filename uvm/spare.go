@@ -132,7 +132,7 @@ func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
 	if len(list) == 0 {
 		return nil
 	}
-	if !t.noSpares && bytes > 0 && t.acct.device+t.spare.bytes+bytes <= spareFactor*t.budget {
+	if bytes > 0 && t.keepSpare(bytes) {
 		t.spare.runs = append(t.spare.runs, list)
 		t.spare.bytes += bytes
 		return nil
@@ -152,12 +152,17 @@ func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
 // putSpare keeps the block p of size bytes, which no work uses any more, as spare VRAM, or gives
 // it back to the heap when the tier holds enough already, or gives spares back. t.mu is held.
 func (t *Tier) putSpare(p cuda.DevicePtr, size uintptr) error {
-	if t.noSpares || t.acct.device+t.spare.bytes+size > spareFactor*t.budget {
+	if !t.keepSpare(size) {
 		return t.heap.Free(p)
 	}
 	t.spare.add(devBlock{p, size})
 	t.spare.bytes += size
 	return nil
+}
+
+// keepSpare reports whether n more bytes of spare VRAM stay within what the tier may hold.
+func (t *Tier) keepSpare(n uintptr) bool {
+	return t.acct.device+t.spare.bytes+n <= spareFactor*t.budget
 }
 
 // flushSpares gives every spare block back to the heap and returns their bytes. t.mu is held.

@@ -206,10 +206,9 @@ type Tier struct {
 	victims  []BlockID
 	devLists [][]devBlock // completions' VRAM lists, for reuse
 
-	spare    spares    // VRAM kept for restores (spare.go)
-	noSpares bool      // completions give VRAM back to the heap (the pressure hook runs)
-	one      []BlockID // the blocks of an Acquire, Prefetch or Evict
-	waits    []relEvent
+	spare spares    // VRAM kept for restores (spare.go)
+	one   []BlockID // the blocks of an Acquire, Prefetch or Evict
+	waits []relEvent
 }
 
 // Directions of a batch.
