@@ -316,6 +316,9 @@ func TestAsyncFrees(t *testing.T) {
 	must(t, "MemFreeAsync", d.MemFreeAsync(q, x.s))
 	wantErr(t, "MemFreeAsync twice", d.MemFreeAsync(q, x.s), cuda.ErrInvalidValue)
 	wantErr(t, "a copy queued after the free", d.MemcpyHtoDAsync(q, x.host, 16, x.s), cuda.ErrInvalidValue)
+	// Nor is memory whose free is queued host memory, to copy as pageable.
+	wantErr(t, "DtoH into memory whose free is queued", d.MemcpyDtoH(uintptr(q), x.dev, 16), cuda.ErrInvalidValue)
+	wantErr(t, "HtoDAsync from memory whose free is queued", d.MemcpyHtoDAsync(x.dev, uintptr(q), 16, x.s), cuda.ErrInvalidValue)
 	must(t, "StreamSynchronize", d.StreamSynchronize(x.s))
 	if x.out()[0] != 2 {
 		t.Error("the work queued before cuMemFreeAsync did not run on the memory")
