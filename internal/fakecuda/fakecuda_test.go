@@ -91,6 +91,12 @@ func TestFake(t *testing.T) {
 		t.Errorf("device pointer = %#x, %v", dp, err)
 	}
 	must(t, "MemHostUnregister", d.MemHostUnregister(mem.Addr(buf)))
+	// A device pointer needs the DEVICEMAP flag.
+	must(t, "MemHostRegister without DEVICEMAP", d.MemHostRegister(mem.Addr(buf), 1<<16, 0))
+	if _, err := d.MemHostGetDevicePointer(mem.Addr(buf)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("device pointer of a registration without DEVICEMAP = %v", err)
+	}
+	must(t, "MemHostUnregister", d.MemHostUnregister(mem.Addr(buf)))
 	f.FailRegister(1, ResultOutOfMemory)
 	if err := d.MemHostRegister(mem.Addr(buf), 1<<16, 0); !errors.Is(err, cuda.ErrOutOfMemory) {
 		t.Errorf("injected failure = %v", err)
