@@ -28,6 +28,9 @@ var (
 	ErrLiveBlocks = errors.New("heap: blocks still live")
 	// ErrClosed means the heap was used after Close.
 	ErrClosed = errors.New("heap: closed")
+	// ErrHeld means a free of a held block (Group.Hold): only FreeHeld takes it back, so that
+	// whoever holds it decides when its memory may be reused.
+	ErrHeld = errors.New("heap: block held")
 	// ErrInvalidArgument means an argument other than a size or an alignment is unusable: a
 	// nil arena, an arena whose chunks are not 2 MiB, an unknown Retention.
 	ErrInvalidArgument = errors.New("heap: invalid argument")

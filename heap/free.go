@@ -16,7 +16,7 @@ func (h *Heap) Free(p uintptr) error {
 	if !ok {
 		return h.closedOr(h.g.whyNot(p))
 	}
-	return h.free(pg, idx, p, 0)
+	return h.free(pg, idx, p, 0, 0)
 }
 
 // FreeSized is Free that also checks n against the size the block was allocated with, so that a
@@ -24,6 +24,11 @@ func (h *Heap) Free(p uintptr) error {
 // part of the free's compare-and-swap (see freeState), so a stale free racing another
 // goroutine's allocation of the block with a different size is refused too.
 func (h *Heap) FreeSized(p, n uintptr) error {
+	return h.freeSized(p, n, 0)
+}
+
+// freeSized is FreeSized of a block held or not, as hold says (see freeState).
+func (h *Heap) freeSized(p, n uintptr, hold uint32) error {
 	pg, idx, ok := h.g.find(p) // not locate: a call less on the hot path
 	if !ok {
 		return h.closedOr(h.g.whyNot(p))
@@ -31,7 +36,7 @@ func (h *Heap) FreeSized(p, n uintptr) error {
 	if n == 0 {
 		return fmt.Errorf("%w: %#x freed with 0 bytes", ErrSizeMismatch, p)
 	}
-	return h.free(pg, idx, p, n)
+	return h.free(pg, idx, p, n, hold)
 }
 
 // closedOr reports a failed free of a closed heap as ErrClosed: its memory is gone, so what
@@ -43,14 +48,15 @@ func (h *Heap) closedOr(err error) error {
 	return err
 }
 
-// free frees block idx of pg, at p, allocated with n bytes (0: any).
-func (h *Heap) free(pg *page, idx uint32, p, n uintptr) error {
+// free frees block idx of pg, at p, allocated with n bytes (0: any), held or not as hold says
+// (see freeState).
+func (h *Heap) free(pg *page, idx uint32, p, n uintptr, hold uint32) error {
 	if pg.heap != h {
-		return pg.freeRemote(idx, p, n)
+		return pg.freeRemote(idx, p, n, hold)
 	}
-	size, ok := pg.freeState(idx, false, n)
+	size, ok := pg.freeState(idx, false, n, hold)
 	if !ok {
-		return pg.freeError(idx, size, p, n)
+		return pg.freeError(idx, size, p, n, hold)
 	}
 	h.freed(pg, idx, size)
 	return nil
@@ -70,12 +76,17 @@ func (h *Heap) freed(pg *page, idx, size uint32) {
 }
 
 // freeError says why freeState refused block idx, at p, whose state word was st: it was not
-// live, or live with another size than n.
-func (pg *page) freeError(idx, st uint32, p, n uintptr) error {
-	if st == 0 || st&freedRemote != 0 {
+// live, held (or not held, for FreeHeld), or live with another size than n.
+func (pg *page) freeError(idx, st uint32, p, n uintptr, hold uint32) error {
+	switch {
+	case st == 0 || st&freedRemote != 0:
 		return fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	case st&held != hold && hold == 0:
+		return fmt.Errorf("%w: %#x", ErrHeld, p)
+	case st&held != hold:
+		return fmt.Errorf("%w: FreeHeld of %#x, which is not held", ErrInvalidArgument, p)
 	}
-	live := uintptr(st)
+	live := uintptr(st &^ held)
 	if pg.class < 0 {
 		live = pg.objSize
 	}

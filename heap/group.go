@@ -123,11 +123,14 @@ func (g *Group) Free(p uintptr) error {
 	if !ok {
 		return g.whyNot(p)
 	}
-	return pg.freeRemote(idx, p, 0)
+	return pg.freeRemote(idx, p, 0, 0)
 }
 
 // FreeSized is Free with the size check of Heap.FreeSized.
-func (g *Group) FreeSized(p, n uintptr) error {
+func (g *Group) FreeSized(p, n uintptr) error { return g.freeSized(p, n, 0) }
+
+// freeSized is FreeSized of a block held or not, as hold says (see freeState).
+func (g *Group) freeSized(p, n uintptr, hold uint32) error {
 	pg, idx, ok := g.find(p) // not locate: a call less on the hot path
 	if !ok {
 		return g.whyNot(p)
@@ -135,7 +138,7 @@ func (g *Group) FreeSized(p, n uintptr) error {
 	if n == 0 {
 		return fmt.Errorf("%w: %#x freed with 0 bytes", ErrSizeMismatch, p)
 	}
-	return pg.freeRemote(idx, p, n)
+	return pg.freeRemote(idx, p, n, hold)
 }
 
 // Owner returns the heap that owns the live block at p.
@@ -303,17 +306,38 @@ func (g *Group) pageOf(p uintptr) (*page, error) {
 // caller checking that a range [p, p+n) lies inside one block tests p+n <= base+size. Frees
 // of the block racing with the call are the caller's business.
 func (g *Group) Block(p uintptr) (base, size uintptr, err error) {
-	pg, err := g.pageOf(p)
+	pg, idx, base, err := g.blockAt(p)
 	if err != nil {
 		return 0, 0, err
 	}
-	idx := uint32((p - pg.base) / pg.bsize) // not divMul: that is exact only for block starts
-	base = pg.base + uintptr(idx)*pg.bsize
 	if size = pg.liveSize(idx); size == 0 {
-		return 0, 0, fmt.Errorf("%w: %#x is in a free block", ErrDoubleFree, p)
+		return 0, 0, freeBlockError(p)
 	}
-	if p-base >= size {
-		return 0, 0, fmt.Errorf("%w: %#x is %d bytes into a block of %d bytes at %#x", ErrNotOwned, p, p-base, size, base)
+	if err := outsideError(p, base, size); err != nil {
+		return 0, 0, err
 	}
 	return base, size, nil
+}
+
+// blockAt returns the page, index and start of the block whose slot holds address p, live or
+// not: the cold lookup of Block and Hold.
+func (g *Group) blockAt(p uintptr) (pg *page, idx uint32, base uintptr, err error) {
+	if pg, err = g.pageOf(p); err != nil {
+		return nil, 0, 0, err
+	}
+	idx = uint32((p - pg.base) / pg.bsize) // not divMul: that is exact only for block starts
+	return pg, idx, pg.base + uintptr(idx)*pg.bsize, nil
+}
+
+// freeBlockError is the error of an address inside a block that is not live.
+func freeBlockError(p uintptr) error {
+	return fmt.Errorf("%w: %#x is in a free block", ErrDoubleFree, p)
+}
+
+// outsideError refuses an address p past the size asked for of the block at base.
+func outsideError(p, base, size uintptr) error {
+	if p-base >= size {
+		return fmt.Errorf("%w: %#x is %d bytes into a block of %d bytes at %#x", ErrNotOwned, p, p-base, size, base)
+	}
+	return nil
 }

@@ -109,7 +109,7 @@ func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
 				return 0, 0, fmt.Errorf("page %#x: block %d (state %#x) is lost: not live, not on the free stack, not to collect", pg.base, idx, st)
 			}
 			n++
-			bytes += uintptr(st &^ freedRemote)
+			bytes += uintptr(st &^ (freedRemote | held))
 		}
 	}
 	if n != uint64(pg.bump-pg.nfree) {

@@ -72,36 +72,42 @@ func (pg *page) empty() bool { return pg.nfree == pg.bump }
 // A block's state word (page.state) says whether it is live and how big it was asked to be:
 //
 //	0                free: on the free stack, or never handed out
-//	n                live, allocated with n bytes (stateOf(n): huge objects of 2 GiB or more
-//	                 have stateMax, and objSize has their size, as it has every object's)
+//	n                live, allocated with n bytes (stateOf(n): objects of 1 GiB or more have
+//	                 stateMax, and objSize has their size, as it has every object's)
+//	n | held         live and held (hold.go): no free but FreeHeld takes it back
 //	n | freedRemote  freed by another goroutine; the owner collects it, or has already
 //
 // The owner writes n at allocation with a plain store: the block is free, so nothing else may
 // touch its word, and whoever frees it later has been handed the block through some
-// synchronisation that orders the store first. Frees move the word out of the live states
-// with one compare-and-swap, so of racing frees of one block exactly one wins; the others,
-// like any later free, find a free state and report ErrDoubleFree. The words are per block,
-// not bits of a shared word, so the owner's plain store never overwrites a neighbour's free.
+// synchronisation that orders the store first. Frees (and Hold) move the word with one
+// compare-and-swap, so of racing frees of one block exactly one wins; the others, like any
+// later free, find a free state and report ErrDoubleFree. The words are per block, not bits of
+// a shared word, so the owner's plain store never overwrites a neighbour's free.
 //
 // Detection is exact until the block is handed out again: a stale free that arrives after
 // that frees the new allocation, which no allocator can tell from a legitimate free. If it
 // races with the reallocation, the race detector reports the plain store.
-const freedRemote = 1 << 31
+const (
+	freedRemote = 1 << 31
+	held        = 1 << 30
+)
 
 // stateMax is the largest size a state word holds.
-const stateMax = freedRemote - 1
+const stateMax = held - 1
 
 // stateOf is the state word of a block allocated with n bytes.
 func stateOf(n uintptr) uint32 { return uint32(min(n, stateMax)) }
 
 // freeState moves block idx from live to free (to freedRemote when remote) and returns the
-// state word it was live with. When n is not zero, it frees only a block allocated with n
-// bytes, in the same compare-and-swap: a size check before it would let a free pass that
-// races with another goroutine's allocation of the block. ok is false when it did not free:
-// the returned word then says why (see freeError). A huge object of 2 GiB or more is checked
-// against objSize before, as its state word cannot tell (only a stale free racing its
-// reallocation with another size of 2 GiB or more could slip through).
-func (pg *page) freeState(idx uint32, remote bool, n uintptr) (old uint32, ok bool) {
+// size word it was live with (without the held bit). When n is not zero, it frees only a block
+// allocated with n bytes, in the same compare-and-swap: a size check before it would let a free
+// pass that races with another goroutine's allocation of the block. hold is held for
+// FreeHeld, which frees only a held block, and 0 for every other free, which frees only one
+// that is not held. ok is false when it did not free: the returned word then says why (see
+// freeError). An object of 1 GiB or more is checked against objSize before, as its state word
+// cannot tell (only a stale free racing its reallocation with another size of 1 GiB or more
+// could slip through).
+func (pg *page) freeState(idx uint32, remote bool, n uintptr, hold uint32) (old uint32, ok bool) {
 	want := stateOf(n)
 	if want == stateMax && pg.objSize != n {
 		return atomic.LoadUint32(&pg.state[idx]), false
@@ -109,16 +115,16 @@ func (pg *page) freeState(idx uint32, remote bool, n uintptr) (old uint32, ok bo
 	w := &pg.state[idx]
 	for {
 		old = atomic.LoadUint32(w)
-		if old == 0 || old&freedRemote != 0 || want != 0 && old != want {
+		if old == 0 || old&(freedRemote|held) != hold || want != 0 && old&^held != want {
 			return old, false
 		}
 		next := uint32(0)
 		if remote {
-			next = old | freedRemote
+			next = old&^held | freedRemote
 		}
 		// Fails only when another free won the race: the next load sees a free state.
 		if atomic.CompareAndSwapUint32(w, old, next) {
-			return old, true
+			return old &^ held, true
 		}
 	}
 }
@@ -132,7 +138,7 @@ func (pg *page) liveSize(idx uint32) uintptr {
 	if pg.class < 0 && st != 0 {
 		return pg.objSize // the state word caps huge sizes
 	}
-	return uintptr(st)
+	return uintptr(st &^ held)
 }
 
 // pageList is an intrusive doubly linked list of pages; p.inAvail says whether p is on one.

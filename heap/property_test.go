@@ -183,7 +183,16 @@ func TestProperty(t *testing.T) {
 		sh.mark(t, b.p, b.n, false)
 		inUse -= b.n
 		var err error
-		switch x := r.IntN(10); {
+		switch x := r.IntN(12); {
+		case x >= 10: // held through an address inside it: every other free refuses it
+			if err = holdRefused(h, g, b, uintptr(r.IntN(int(b.n)))); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			if x == 10 {
+				err = h.FreeHeld(b.p, b.n)
+			} else {
+				err = g.FreeHeld(b.p, b.n)
+			}
 		case x < 3: // the non-blocking path, and FreeSized where it refuses
 			before := a.Usage()
 			if !h.TryFree(b.p, b.n) {
@@ -233,6 +242,30 @@ func TestProperty(t *testing.T) {
 	if st := a.Stats(); st.ChunksInUse != 0 {
 		t.Fatalf("chunks still in use after closing every heap: %+v", st)
 	}
+}
+
+// holdRefused holds block b through the address off bytes into it, and checks that Hold
+// reports the block and that every free but FreeHeld refuses it, changing nothing.
+func holdRefused(h *Heap, g *Group, b liveBlock, off uintptr) error {
+	base, size, first, err := g.Hold(b.p + off)
+	if err != nil || base != b.p || size != b.n || !first {
+		return fmt.Errorf("Hold(%#x + %d) = %#x, %d, %v, %v; want %#x, %d, true", b.p, off, base, size, first, err, b.p, b.n)
+	}
+	if _, _, first, err := g.Hold(b.p); err != nil || first {
+		return fmt.Errorf("Hold of a held block: first %v, %v", first, err)
+	}
+	if h.TryFree(b.p, b.n) {
+		return fmt.Errorf("TryFree freed a held block [%#x, +%d)", b.p, b.n)
+	}
+	for _, err := range []error{h.FreeSized(b.p, b.n), h.Free(b.p), g.Free(b.p), g.FreeSized(b.p, b.n)} {
+		if !errors.Is(err, ErrHeld) {
+			return fmt.Errorf("free of a held block [%#x, +%d): %v, want ErrHeld", b.p, b.n, err)
+		}
+	}
+	if sz, err := g.Size(b.p); sz != b.n || err != nil {
+		return fmt.Errorf("Size of a held block: %d, %v", sz, err)
+	}
+	return nil
 }
 
 // TestRemoteFreeRace has every goroutine own a heap, allocate, stamp each block and hand it to

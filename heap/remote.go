@@ -21,11 +21,11 @@ import (
 	"sync/atomic"
 )
 
-// freeRemote frees block idx of pg, at p, allocated with n bytes (0: any), from any goroutine,
-// without a lock.
-func (pg *page) freeRemote(idx uint32, p, n uintptr) error {
-	if st, ok := pg.freeState(idx, true, n); !ok {
-		return pg.freeError(idx, st, p, n)
+// freeRemote frees block idx of pg, at p, allocated with n bytes (0: any), held or not as hold
+// says, from any goroutine, without a lock.
+func (pg *page) freeRemote(idx uint32, p, n uintptr, hold uint32) error {
+	if st, ok := pg.freeState(idx, true, n, hold); !ok {
+		return pg.freeError(idx, st, p, n, hold)
 	}
 	pg.remoteFreed(idx)
 	return nil

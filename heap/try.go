@@ -57,13 +57,13 @@ func (h *Heap) TryFree(p, n uintptr) bool {
 		return pg.heap == h && h.tryFreeObject(pg, n)
 	}
 	if pg.heap != h {
-		if _, ok := pg.freeState(idx, true, n); !ok {
+		if _, ok := pg.freeState(idx, true, n, 0); !ok {
 			return false
 		}
 		pg.remoteFreed(idx)
 		return true
 	}
-	size, ok := pg.freeState(idx, false, n)
+	size, ok := pg.freeState(idx, false, n, 0)
 	if !ok {
 		return false
 	}
@@ -147,7 +147,7 @@ func (h *Heap) tryFreeObject(pg *page, n uintptr) bool {
 	if h.hold && pg.seg.kind == segHuge || !pg.tracked || len(*list) == limit || h.a.IdleWaits() {
 		return false
 	}
-	if _, ok := pg.freeState(0, false, n); !ok {
+	if _, ok := pg.freeState(0, false, n, 0); !ok {
 		return false
 	}
 	h.live -= pg.objSize

@@ -1,0 +1,89 @@
+// Held blocks: a front whose blocks something outside the heap may still use after the user has
+// freed them (a CUDA stream with a copy queued from a pinned buffer) holds them. A held block
+// stays live; every free refuses it, the non-blocking ones (TryFree) without building anything
+// and the others with ErrHeld, so its memory is never handed out again until the holder, having
+// seen the outside use end, takes it back with FreeHeld.
+//
+// The hold is a bit of the block's state word (see freedRemote), set and cleared with the same
+// compare-and-swap as a free, so a hold and a free racing on one block are ordered: the free
+// wins (the hold then finds no live block) or the hold wins (the free then finds it held).
+// Nothing on the paths of blocks never held changes: a free compares the state word with the
+// one it expects, and a held block's is not that one.
+
+package heap
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Hold holds the live block that holds address p (p may point inside it) and returns its start
+// and the size it was allocated with. first reports whether this call set the hold (false: the
+// block was held already). Any goroutine may call it. Errors: ErrNotOwned for an address
+// outside the arena's blocks, ErrDoubleFree for one in a free block.
+func (g *Group) Hold(p uintptr) (base, size uintptr, first bool, err error) {
+	pg, idx, base, err := g.blockAt(p)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if size = pg.liveSize(idx); size == 0 {
+		return 0, 0, false, freeBlockError(p)
+	}
+	if err := outsideError(p, base, size); err != nil {
+		return 0, 0, false, err
+	}
+	old, ok := pg.hold(idx, 0)
+	if !ok {
+		return 0, 0, false, freeBlockError(p) // freed meanwhile
+	}
+	return base, size, old&held == 0, nil
+}
+
+// HoldSized holds the block that starts at p, allocated with n bytes, with the checks of
+// FreeSized, and reports whether this call set the hold.
+func (g *Group) HoldSized(p, n uintptr) (first bool, err error) {
+	pg, idx, ok := g.find(p)
+	if !ok {
+		return false, g.whyNot(p)
+	}
+	want := stateOf(n)
+	if n == 0 || want == stateMax && pg.objSize != n {
+		return false, fmt.Errorf("%w: %#x held with %d bytes", ErrSizeMismatch, p, n)
+	}
+	old, ok := pg.hold(idx, want)
+	if !ok {
+		return false, pg.freeError(idx, old, p, n, old&held)
+	}
+	return old&held == 0, nil
+}
+
+// Held reports whether the block that starts at p is live and held.
+func (g *Group) Held(p uintptr) bool {
+	pg, idx, ok := g.find(p)
+	return ok && atomic.LoadUint32(&pg.state[idx])&(freedRemote|held) == held
+}
+
+// hold sets the hold of live block idx, allocated with want bytes (0: any size), and returns its
+// state word before; ok is false, and nothing changed, when the block is not live or not of
+// that size.
+func (pg *page) hold(idx, want uint32) (old uint32, ok bool) {
+	w := &pg.state[idx]
+	for {
+		old = atomic.LoadUint32(w)
+		if old == 0 || old&freedRemote != 0 || want != 0 && old&^held != want {
+			return old, false
+		}
+		if old&held != 0 || atomic.CompareAndSwapUint32(w, old, old|held) {
+			return old, true
+		}
+	}
+}
+
+// FreeHeld frees the held block at p, allocated with n bytes, from any goroutine, the way
+// FreeSized does. It refuses a block that is not held (ErrInvalidArgument): the other frees
+// take those.
+func (g *Group) FreeHeld(p, n uintptr) error { return g.freeSized(p, n, held) }
+
+// FreeHeld is Group.FreeHeld by the heap's owner: a block of its own goes straight back, as
+// with FreeSized.
+func (h *Heap) FreeHeld(p, n uintptr) error { return h.freeSized(p, n, held) }

@@ -1,0 +1,114 @@
+package heap
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestHoldErrors checks Hold and FreeHeld on addresses that hold no live block, and FreeHeld of
+// a block that is not held.
+func TestHoldErrors(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.FreeHeld(p, 100); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("FreeHeld of a block not held: %v", err)
+	}
+	if _, _, _, err := h.g.Hold(p + 100); !errors.Is(err, ErrNotOwned) {
+		t.Fatalf("Hold past the size asked for: %v", err)
+	}
+	if _, _, _, err := h.g.Hold(0x1000); !errors.Is(err, ErrNotOwned) {
+		t.Fatalf("Hold of a foreign address: %v", err)
+	}
+	if _, _, _, err := h.g.Hold(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.g.FreeHeld(p, 99); !errors.Is(err, ErrSizeMismatch) {
+		t.Fatalf("FreeHeld with the wrong size: %v", err)
+	}
+	if err := h.g.FreeHeld(p+16, 100); !errors.Is(err, ErrInteriorPointer) {
+		t.Fatalf("FreeHeld of an interior pointer: %v", err)
+	}
+	if err := h.FreeHeld(p, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.FreeHeld(p, 100); !errors.Is(err, ErrDoubleFree) {
+		t.Fatalf("second FreeHeld: %v", err)
+	}
+	if _, _, _, err := h.g.Hold(p); !errors.Is(err, ErrDoubleFree) {
+		t.Fatalf("Hold of a freed block: %v", err)
+	}
+}
+
+// TestHoldRacesFree races a Hold with a free of every block, from two goroutines: exactly one
+// wins each block. When the free wins, the Hold finds no live block; when the Hold wins, the
+// free finds it held and the block is still live, and FreeHeld takes it back.
+func TestHoldRacesFree(t *testing.T) {
+	h := newTestHeap(t, 256<<20, Options{})
+	rounds := 10
+	if raceEnabled || testing.Short() {
+		rounds = 3
+	}
+	for range rounds {
+		ps := make([]uintptr, 3000)
+		for i := range ps {
+			n := uintptr(1 + i%5000)
+			if i%200 == 0 {
+				n = 1<<20 + uintptr(i) // huge objects too
+			}
+			var err error
+			if ps[i], err = h.Alloc(n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		freed := make([]atomic.Bool, len(ps))
+		heldBy := make([]atomic.Bool, len(ps))
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i, p := range ps {
+				switch err := h.g.Free(p); {
+				case err == nil:
+					freed[i].Store(true)
+				case !errors.Is(err, ErrHeld):
+					t.Errorf("free %#x: %v", p, err)
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := len(ps) - 1; i >= 0; i-- {
+				switch _, _, first, err := h.g.Hold(ps[i]); {
+				case err == nil && first:
+					heldBy[i].Store(true)
+				case err == nil || !errors.Is(err, ErrDoubleFree):
+					t.Errorf("hold %#x: first %v, %v", ps[i], first, err)
+				}
+			}
+		}()
+		wg.Wait()
+		for i, p := range ps {
+			if freed[i].Load() == heldBy[i].Load() {
+				t.Fatalf("block %#x: freed %v, held %v: exactly one must win", p, freed[i].Load(), heldBy[i].Load())
+			}
+			if heldBy[i].Load() {
+				sz, err := h.g.Size(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := h.g.FreeHeld(p, sz); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		h.Collect()
+		if st := h.Stats(); st.Live != 0 {
+			t.Fatalf("%d blocks live after freeing all", st.Live)
+		}
+	}
+}
