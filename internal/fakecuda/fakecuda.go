@@ -93,6 +93,8 @@ const (
 	PageableBytes
 	// HostVMMBytes is the host memory held by cuMemCreate handles with a host location.
 	HostVMMBytes
+	// EventRecords counts cuEventRecord calls that succeeded.
+	EventRecords
 	numStats
 )
 
