@@ -35,6 +35,10 @@ type Figures struct {
 	Fragmentation float64
 	// Live is the number of live blocks.
 	Live uint64
+	// Deferred is the number of blocks freed whose reuse waits for a CUDA stream to pass the
+	// free (pools: FreeAsync, or Free of a buffer a stream used; device heaps: FreeAsync on
+	// another stream), part of Live; DeferredBytes their bytes (pools only).
+	Deferred, DeferredBytes uint64
 	// Counters.
 	Allocs, Frees, Decommits, Purged, ForcedPurges, DriverCalls, Syscalls uint64
 	// CommitSeconds is the time spent committing (and pinning) memory.
@@ -46,7 +50,8 @@ func FromPool(s pinned.Stats) Figures {
 	return Figures{
 		Reserved: s.Reserved, Committed: s.Committed, PeakCommitted: s.PeakCommitted, Locked: s.Locked,
 		InUse: s.InUse, PeakInUse: s.PeakInUse, AlignWaste: s.AlignWaste, Fragmentation: s.Fragmentation,
-		Live: s.Live, Allocs: s.Allocs, Frees: s.Frees, Decommits: s.Decommits, Purged: s.Purged,
+		Live: s.Live, Deferred: s.Deferred, DeferredBytes: s.DeferredBytes,
+		Allocs: s.Allocs, Frees: s.Frees, Decommits: s.Decommits, Purged: s.Purged,
 		ForcedPurges: s.ForcedPurges, DriverCalls: s.DriverCalls, Syscalls: s.Syscalls,
 		CommitSeconds: s.CommitTime.Seconds(),
 	}
@@ -57,7 +62,7 @@ func FromDevice(s device.Stats) Figures {
 	a := s.Arena
 	f := Figures{
 		Reserved: a.Reserved, Committed: a.Committed, PeakCommitted: a.PeakCommitted, Locked: a.Locked,
-		InUse: s.InUse, AlignWaste: a.AlignWaste, Live: s.Live, Allocs: s.Allocs, Frees: s.Frees,
+		InUse: s.InUse, AlignWaste: a.AlignWaste, Live: s.Live, Deferred: uint64(s.Deferred), Allocs: s.Allocs, Frees: s.Frees,
 		Decommits: a.Decommits, Purged: a.Purged, ForcedPurges: a.ForcedPurges,
 		DriverCalls: a.Counters.DriverCalls, Syscalls: a.Counters.Syscalls, CommitSeconds: a.CommitTime.Seconds(),
 	}
@@ -185,6 +190,8 @@ var all = []metric{
 	gauge("alignment_waste_bytes", "Memory made unusable to meet alignment.", func(f Figures) float64 { return float64(f.AlignWaste) }),
 	gauge("fragmentation_ratio", "Committed memory over bytes in use (1 is perfect, 0 when nothing is in use).", func(f Figures) float64 { return f.Fragmentation }),
 	gauge("live_blocks", "Live blocks.", func(f Figures) float64 { return float64(f.Live) }),
+	gauge("deferred_blocks", "Blocks freed whose reuse waits for a CUDA stream (part of live_blocks).", func(f Figures) float64 { return float64(f.Deferred) }),
+	gauge("deferred_bytes", "Bytes of the deferred blocks (pools).", func(f Figures) float64 { return float64(f.DeferredBytes) }),
 	counter("allocs_total", "Allocations.", func(f Figures) float64 { return float64(f.Allocs) }),
 	counter("frees_total", "Frees.", func(f Figures) float64 { return float64(f.Frees) }),
 	counter("decommits_total", "Decommit calls made by purges and Trim.", func(f Figures) float64 { return float64(f.Decommits) }),

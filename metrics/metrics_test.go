@@ -74,8 +74,8 @@ pinmalloc_reserved_bytes{name="staging",type="pinned"} 6.7108864e+07
 	if got := testutil.ToFloat64(only(c, "pinmalloc_committed_bytes")); got != float64(st.Committed) || got == 0 {
 		t.Errorf("committed %v, Stats says %d", got, st.Committed)
 	}
-	if n := testutil.CollectAndCount(c); n != 17 {
-		t.Errorf("%d metrics for one pool, want 17", n)
+	if n := testutil.CollectAndCount(c); n != 19 {
+		t.Errorf("%d metrics for one pool, want 19", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil || len(problems) > 0 {

@@ -46,6 +46,12 @@ var (
 	ErrQuota = errors.New("pinned: quota exceeded")
 	// ErrTrace means writing Options.Trace failed; the pool itself is unaffected.
 	ErrTrace = errors.New("pinned: trace write failed")
+	// ErrBusy means Close found buffers whose free waits for a CUDA stream (FreeAsync) still
+	// waiting after its bound: the memory stays mapped, and a later Close waits again.
+	ErrBusy = errors.New("pinned: buffers wait for their streams")
+	// ErrInvalidStream means a CUDA stream the driver refuses (destroyed, or of another
+	// context).
+	ErrInvalidStream = errors.New("pinned: invalid stream")
 )
 
 // causes maps the errors of the layers below to this package's sentinels, most specific
@@ -93,7 +99,8 @@ func wrapError(err, fallback error) error {
 // ours reports whether err wraps a sentinel of this package.
 func ours(err error) bool {
 	for _, s := range []error{ErrInvalidSize, ErrTooLarge, ErrInvalidAlign, ErrOutOfMemory, ErrDoubleFree,
-		ErrNotOwned, ErrSubSlice, ErrLiveBlocks, ErrClosed, ErrMemlock, ErrInvalidOptions, ErrNoDriver, ErrQuota, ErrTrace} {
+		ErrNotOwned, ErrSubSlice, ErrLiveBlocks, ErrClosed, ErrMemlock, ErrInvalidOptions, ErrNoDriver, ErrQuota, ErrTrace,
+		ErrBusy, ErrInvalidStream} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -1,8 +1,10 @@
 package pinned
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -59,8 +61,9 @@ func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
 	return b, err
 }
 
-// freeGuarded is Free with a scrub, a quota, or both.
-func (p *Pool) freeGuarded(b []byte, addr, n uintptr) error {
+// freeGuarded is Free (FreeAsync on the stream of l when l is not nil) with a scrub, a quota,
+// sites, a trace, or several.
+func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 	if p.zeroOnFree {
 		size, err := p.g.Size(addr)
 		if err == nil && size != n {
@@ -72,39 +75,65 @@ func (p *Pool) freeGuarded(b []byte, addr, n uintptr) error {
 			}
 			return wrapError(err, ErrNotOwned)
 		}
-		clear(b)
 	}
-	if err := p.freeRecorded(addr, n); err != nil {
-		return err
-	}
-	if p.quota > 0 {
-		p.used.Add(-int64(n))
-	}
-	return nil
+	return p.freeRecorded(addr, n, l)
 }
 
-// freeRecorded frees the block at addr and forgets its allocation site and trace record, under
-// the locks of both (lock order: the site table's shard, then the trace), so that an Alloc
-// handed the same memory meanwhile is recorded after the free.
-func (p *Pool) freeRecorded(addr, n uintptr) error {
-	var s *siteShard
+// freeRecorded frees the block at addr (FreeAsync on the stream of l when l is not nil) and forgets
+// its allocation site and trace record, under the locks of both (lock order: the site table's
+// shard, then the trace), so that an Alloc handed the same memory meanwhile is recorded after
+// the free.
+func (p *Pool) freeRecorded(addr, n uintptr, l *streamList) error {
+	var sh *siteShard
 	if p.sites != nil {
-		s = p.sites.shard(addr)
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		sh = p.sites.shard(addr)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
 	}
 	if p.trace != nil {
 		p.trace.Lock()
 		defer p.trace.Unlock()
 	}
-	if err := p.free(mem.Bytes(addr, n), false); err != nil {
+	var err error
+	if l != nil {
+		err = p.order.deferFree(addr, n, l)
+	} else {
+		err = p.giveBack(addr, n, false)
+	}
+	if err != nil {
 		return err
 	}
-	if s != nil {
-		delete(s.m, addr)
+	if sh != nil {
+		delete(sh.m, addr)
 	}
 	if p.trace != nil {
 		p.trace.FreeLocked(addr)
 	}
 	return nil
+}
+
+// giveBack hands the buffer at addr of n bytes back to the heap, held (its streams have passed
+// it) or not, with what the guards do then: the scrub first, the quota after. A buffer found
+// held when held is false is one a stream may still use: it is deferred instead (see
+// stream.go), and scrubbed when the stream has passed it.
+func (p *Pool) giveBack(addr, n uintptr, held bool) error {
+	if !held && p.order != nil && p.g.Held(addr) {
+		return p.order.deferFree(addr, n, nil)
+	}
+	if p.zeroOnFree {
+		clear(mem.Bytes(addr, n))
+	}
+	var err error
+	if held {
+		err = wrapError(p.freeSlow(addr, n, true), ErrNotOwned)
+	} else {
+		err = p.free(mem.Bytes(addr, n), false)
+	}
+	if !held && errors.Is(err, heap.ErrHeld) {
+		return p.order.deferFree(addr, n, nil) // held since the check: a stream's copy raced the free
+	}
+	if err == nil && p.quota > 0 {
+		p.used.Add(-int64(n))
+	}
+	return err
 }

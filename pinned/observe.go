@@ -21,6 +21,8 @@ type Usage struct {
 	Reserved, Committed, Locked uint64
 	// InUse is the bytes asked for by live buffers and Live their number.
 	InUse, Live uint64
+	// Deferred and DeferredBytes are Stats': the live buffers freed that wait for a stream.
+	Deferred, DeferredBytes uint64
 }
 
 // Usage returns the pool's figures without allocating: it holds each shard in turn
@@ -37,6 +39,7 @@ func (p *Pool) Usage() Usage {
 	}
 	au := p.a.Usage()
 	u.Reserved, u.Committed, u.Locked = au.Reserved, au.Committed, au.Locked
+	u.Deferred, u.DeferredBytes = p.deferred()
 	return u
 }
 

@@ -83,6 +83,9 @@ type Pool struct {
 
 	pc precommit // the background commit of Options.Precommit
 
+	order *streamOrder // stream-ordered reuse (stream.go); nil where copies are synchronous
+	busy  atomic.Bool  // Close found deferred buffers: a later Close waits for them again
+
 	closed   atomic.Bool // no more Alloc
 	released atomic.Bool // memory given back: no more Free either
 	closeMu  sync.Mutex
@@ -122,6 +125,15 @@ func newPool(o Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	order, err := newStreamOrder(prov, o.Device)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !made && order != nil {
+			_ = order.close()
+		}
+	}()
 	if capacity < MinCapacity || capacity > MaxCapacity {
 		return nil, fmt.Errorf("%w: capacity %d bytes (want %d bytes, one 2 MiB chunk, to %d, 128 TiB of address space)",
 			ErrInvalidOptions, capacity, MinCapacity, uint64(MaxCapacity))
@@ -139,7 +151,7 @@ func newPool(o Options) (*Pool, error) {
 		_ = a.Close()
 		return nil, fmt.Errorf("%w: quota %d", ErrInvalidOptions, o.Quota)
 	}
-	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host,
+	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, order: order,
 		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: o.Quota, log: o.Logger}
 	if o.RecordSites {
 		p.sites = newSiteTable()
@@ -166,6 +178,9 @@ func newPool(o Options) (*Pool, error) {
 	}
 	letGo(s)
 	made = true
+	if order != nil {
+		order.start(g, a)
+	}
 	p.startPrecommit(o.Precommit)
 	return p, nil
 }
@@ -210,9 +225,16 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 			}
 		}
 	}
+	if p.reclaimSoon() {
+		// Buffers deferred on streams: take back those the streams have passed. They go back
+		// the remote way, and allocOnce's heap collects them.
+		_ = p.reclaim()
+	}
 	addr, err := p.allocOnce(uintptr(n), alignment)
 	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
-		// Other shards may hold freed blocks they have not collected: collect, retry once.
+		// Other shards may hold freed blocks they have not collected, and streams may have
+		// passed deferred ones: take them back, retry once.
+		_ = p.reclaim()
 		p.collectAll()
 		addr, err = p.allocOnce(uintptr(n), alignment)
 	}
@@ -268,7 +290,7 @@ func (p *Pool) free(b []byte, guard bool) error {
 	}
 	addr, n := mem.Addr(b), uintptr(len(b))
 	if guard && p.guarded {
-		err := p.freeGuarded(b, addr, n)
+		err := p.freeGuarded(addr, n, nil)
 		if err == nil && p.closed.Load() {
 			// Out of freeGuarded's locks: finishClose holds every shard, and Blocks, which
 			// holds them too, takes the site table's locks.
@@ -287,12 +309,15 @@ func (p *Pool) free(b []byte, guard bool) error {
 	}
 	switch {
 	case done:
-	case n > heap.MaxClassSize: // a page (or chunk run) of its own: free it where it can go back
-		err = p.freeLarge(addr, n)
+	case guard && p.order != nil && p.g.Held(addr): // a stream may use it: see stream.go
+		return p.order.deferFree(addr, n, nil)
 	default:
-		err = p.g.FreeSized(addr, n)
+		err = p.freeSlow(addr, n, false)
 	}
 	if err != nil {
+		if guard && errors.Is(err, heap.ErrHeld) { // held since: a stream's copy raced the free
+			return p.order.deferFree(addr, n, nil)
+		}
 		if p.released.Load() {
 			// Not a live buffer (those keep the pool's memory), and the memory is gone.
 			return fmt.Errorf("%w: %w", ErrClosed, err)
@@ -305,6 +330,18 @@ func (p *Pool) free(b []byte, guard bool) error {
 	return nil
 }
 
+// freeSlow frees the buffer at addr of n bytes, held or not (heap.Group.FreeHeld), by the
+// paths that need no fast section.
+func (p *Pool) freeSlow(addr, n uintptr, held bool) error {
+	switch {
+	case n > heap.MaxClassSize: // a page (or chunk run) of its own: free it where it can go back
+		return p.freeLarge(addr, n, held)
+	case held:
+		return p.g.FreeHeld(addr, n)
+	}
+	return p.g.FreeSized(addr, n)
+}
+
 // freeLarge frees as the owning shard's holder, so that the memory of a large buffer is
 // reusable (and its chunks purgeable) at once, when it can hold the shard without waiting for
 // its mutex: a spill shard or the caller's P's home shard, or, for a huge object, any shard
@@ -312,16 +349,23 @@ func (p *Pool) free(b []byte, guard bool) error {
 // the memory is worth). It never waits for a mutex, as Free may hold the site table's, which
 // Blocks takes while it holds every shard. Otherwise it frees the lock-free way, and the owner
 // takes the buffer back at its next blocking allocation or collection.
-func (p *Pool) freeLarge(addr, n uintptr) error {
+func (p *Pool) freeLarge(addr, n uintptr, held bool) error {
 	h, err := p.g.Owner(addr)
 	if err != nil {
 		return err
 	}
 	s := (*p.shards.Load())[h.Index()] // the group's heaps are the shards, made in order
-	if !p.tryOwn(s) && !(n > heap.HugeThreshold && p.tryHold(s)) {
+	owned := p.tryOwn(s) || n > heap.HugeThreshold && p.tryHold(s)
+	switch {
+	case !owned && held:
+		return p.g.FreeHeld(addr, n)
+	case !owned:
 		return p.g.FreeSized(addr, n)
+	case held:
+		err = h.FreeHeld(addr, n)
+	default:
+		err = h.FreeSized(addr, n)
 	}
-	err = h.FreeSized(addr, n)
 	letGo(s)
 	return err
 }
@@ -336,17 +380,24 @@ func (p *Pool) Trim() {
 	if p.released.Load() {
 		return
 	}
+	_ = p.reclaim()
 	p.collectAll()
 	p.a.Trim()
 }
 
-// Close stops allocation. When no buffer is live it releases all memory and returns nil. When
-// buffers are live it returns an error wrapping ErrLiveBlocks with their count and bytes, and
-// keeps the memory until the last of them is freed (so nothing in use is unmapped under a
-// caller). A second Close returns ErrClosed. With Options.Trace, Close also writes out the
-// trace; an error doing so wraps ErrTrace.
+// Close stops allocation. First it waits, 5 s at most, for the buffers freed with FreeAsync (or
+// freed while a stream used them) until their streams have passed their frees; if some are
+// still waiting then, it returns an error wrapping ErrBusy with their count and bytes, keeps
+// all the memory mapped, and a later Close waits for them again. Then, when no buffer is live,
+// it releases all memory and returns nil. When buffers are live it returns an error wrapping
+// ErrLiveBlocks with their count and bytes, and keeps the memory until the last of them is
+// freed (so nothing in use is unmapped under a caller). Another Close then returns ErrClosed.
+// With Options.Trace, Close also writes out the trace; an error doing so wraps ErrTrace.
 func (p *Pool) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
+		if p.busy.Load() {
+			return p.close()
+		}
 		return ErrClosed
 	}
 	return errors.Join(p.close(), p.FlushTrace()) // nil when both are
@@ -357,6 +408,11 @@ func (p *Pool) close() error {
 	p.growMu.Lock()
 	//lint:ignore SA2001 an empty critical section: a barrier for newShard
 	p.growMu.Unlock()
+	if err := p.drain(); err != nil {
+		p.busy.Store(true)
+		return err
+	}
+	p.busy.Store(false)
 	if n, bytes := p.live(); n > 0 {
 		sites := ""
 		if p.sites != nil {
@@ -380,8 +436,10 @@ func (p *Pool) live() (n, bytes uint64) {
 	return n, bytes
 }
 
-// finishClose releases the memory of a closed pool once its last buffer is freed.
+// finishClose releases the memory of a closed pool once its last buffer is freed (and the
+// streams have passed the deferred ones).
 func (p *Pool) finishClose() {
+	_ = p.reclaim()
 	if n, _ := p.live(); n == 0 {
 		_ = p.releaseAll()
 	}
@@ -403,7 +461,11 @@ func (p *Pool) releaseAll() error {
 		return first // a buffer came back to life: a racing Alloc before closed was seen
 	}
 	p.released.Store(true)
-	return errors.Join(p.a.Close(), closeDevice(p.a.Provider()))
+	err := p.a.Close()
+	if p.order != nil {
+		err = errors.Join(err, p.order.close()) // its events, before the device goes
+	}
+	return errors.Join(err, closeDevice(p.a.Provider()))
 }
 
 // DevicePointer returns the address at which a CUDA device sees buffer b of a pool with the

@@ -29,6 +29,10 @@ type Stats struct {
 	InUse, PeakInUse uint64
 	// Live counts live buffers; Allocs and Frees count operations.
 	Live, Allocs, Frees uint64
+	// Deferred counts the buffers freed while a CUDA stream may still use them (FreeAsync, or
+	// Free of a buffer a stream was recorded on) that wait for their streams, and DeferredBytes
+	// their bytes. They are part of Live and InUse until the pool takes them back.
+	Deferred, DeferredBytes uint64
 	// AlignWaste is memory made unusable to meet alignment (0 for every region the pool maps).
 	AlignWaste uint64
 	// Fragmentation is Committed / InUse (0 when nothing is in use): 1.0 is perfect.
@@ -64,11 +68,14 @@ type Stats struct {
 	Classes []heap.ClassStats
 }
 
-// Stats collects every shard's pending frees and returns the pool's figures.
+// Stats takes back the deferred buffers whose streams have passed them, collects every shard's
+// pending frees and returns the pool's figures.
 func (p *Pool) Stats() Stats {
 	st := Stats{Backend: p.backend.String()}
 	classes := map[uint64]*heap.ClassStats{}
 	if !p.released.Load() {
+		_ = p.reclaim()
+		st.Deferred, st.DeferredBytes = p.deferred()
 		p.each(func(h *heap.Heap) {
 			hs := h.Stats()
 			st.InUse += hs.InUse

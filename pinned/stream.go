@@ -1,0 +1,582 @@
+package pinned
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/hostuse"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// Stream-ordered reuse.
+//
+// The CUDA driver copies to and from page-locked memory it knows (the CUDAHost backend, or an
+// External region of kind HostPinned) asynchronously: cuMemcpyHtoDAsync returns before it has
+// read the buffer, cuMemcpyDtoHAsync before it has written it. A buffer freed after queuing
+// such a copy must not be handed out again, scrubbed or unmapped until the stream has passed
+// the copy, or the copy sends the next owner's bytes, or lands in them. Such a pool orders its
+// reuse after the streams (streamOrder); other pools need nothing, since the driver copies
+// memory it does not know as pageable memory, before the call returns.
+//
+//   - A buffer a stream uses is held in the heap (heap.Group.Hold): every free refuses it, and
+//     the fast path's TryFree refuses it at no cost to buffers never held.
+//   - RecordStream, and device.Heap's async copies through internal/hostuse, record the stream
+//     in uses, keyed by the start of the buffer, whatever part of it the copy touched (keying
+//     by the data pointer missed slices: pytorch#69124).
+//   - A free of a held buffer (Free of a recorded one, FreeAsync of any) defers it: the buffer
+//     joins the open list of each stream it waits for, and is freed for real (scrubbed first,
+//     with ZeroOnFree) once the last of them has passed the free.
+//   - A stream's open list gets its point lazily, when the pool reclaims: a stream found idle
+//     (cuStreamQuery) frees its buffers with no event; a busy one gets one event, from a pool,
+//     for its whole list, and no other until that one has completed. A buffer used on one
+//     stream and freed on it costs no event, and a busy stream one event at a time however
+//     many buffers wait on it (an event per copy doubled the cost of copies: cutorch#698). An
+//     event recorded after the free completes after the free's point, never before, so the
+//     later point is safe; it only makes reuse later.
+//   - Lists are per stream, and each stream's buffers are freed in its own order: a slow or
+//     stuck stream holds back its own buffers only (one stuck event stalled PyTorch's single
+//     queue: pytorch#183501).
+//   - Reclaims run on the allocation's slow path (when the fast path found no block) once
+//     reclaimBatch buffers (or reclaimBatchBytes) wait, and whenever the pool is out of memory,
+//     in Trim and Stats, and in Close, which waits for them (closeWait at most, then ErrBusy).
+//     One goroutine reclaims at a time; the others go on.
+//   - A stream the driver no longer accepts (destroyed with buffers deferred on it) cannot take
+//     an event: the pool synchronizes the context, which waits for the work it still had.
+//
+// Lock order: a uses shard's lock → a stream list's lock. Buffers are freed for real holding
+// neither.
+
+// closeWait bounds how long Close waits for deferred buffers.
+var closeWait = 5 * time.Second
+
+// useShards is the number of locks over uses.
+const useShards = 16
+
+// streamOrder is a pool's stream-ordered reuse; nil for pools that need none.
+type streamOrder struct {
+	dev    *icuda.Device
+	ownDev bool // opened for the pool (External): closed with it
+	events *icuda.EventPool
+	g      *heap.Group
+	a      *arena.Arena
+
+	// weight is the deferred buffers, each weighed by its size (weigh): zero when there are
+	// none, and what tells the allocation's slow path to reclaim (reclaimSoon).
+	weight atomic.Int64
+	// shared and sharedBytes count the deferred buffers with uses (on a stream list each);
+	// the lists count the others.
+	shared, sharedBytes atomic.Int64
+
+	uses   [useShards]useShard
+	lists  atomic.Pointer[map[cuda.Stream]*streamList] // copied to change, under listMu
+	last   atomic.Pointer[streamList]                  // the list check found last
+	listMu sync.Mutex
+	reclMu sync.Mutex
+	done   []deferred // reclaim's scratch, under reclMu
+}
+
+// useShard is a lock and the buffers with streams recorded whose start it covers.
+type useShard struct {
+	mu sync.Mutex
+	m  map[uintptr]use
+	_  [40]byte
+}
+
+// use is what the pool knows of a held buffer with streams recorded.
+type use struct {
+	one   cuda.Stream   // the first stream recorded
+	more  []cuda.Stream // the others, rarely any
+	freed bool          // a free is deferred
+	left  int           // once freed: the streams still to pass it
+}
+
+// add records s, once.
+func (u *use) add(s cuda.Stream) {
+	if s == u.one {
+		return
+	}
+	for _, t := range u.more {
+		if t == s {
+			return
+		}
+	}
+	u.more = append(u.more, s)
+}
+
+// deferred is a buffer whose free waits for a stream. shared says it has a use, and may wait
+// for others too (use.left); the lists count the others (streamList.n).
+type deferred struct {
+	addr, n uintptr
+	shared  bool
+}
+
+// weigh is what a buffer of n bytes adds to streamOrder.weight: one, and one more for each
+// 16 KiB.
+func weigh(n uintptr) int64 { return 1 + int64(n>>14) }
+
+// streamList is the buffers deferred on one stream: open ones, freed since its point was
+// placed, and marked ones, freed before it. A stream has one point at most, an event: the open
+// buffers get the next once it has completed, so a stuck stream costs one event however long it
+// is stuck.
+type streamList struct {
+	s      cuda.Stream
+	mu     sync.Mutex
+	open   []deferred
+	marked []deferred
+	ev     cuda.Event // the point, recorded after marked were freed; 0 for none
+	gone   bool       // retired (lost): queue takes a new list
+	n      int        // the buffers not shared in open and marked
+	bytes  uintptr    // and their bytes
+}
+
+// newStreamOrder returns the stream-ordered reuse a pool over provider prov needs (nil for
+// none), opening device ordinal for an External region of pinned memory.
+func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
+	if prov.Kind() != arena.HostPinned {
+		return nil, nil
+	}
+	o := &streamOrder{}
+	if d, ok := prov.(interface{ Device() *cuda.Device }); ok {
+		dev, err := icuda.Internal(d.Device())
+		if err != nil {
+			return nil, err
+		}
+		o.dev = dev
+	} else {
+		// The caller's pinned memory: without a driver nothing copies it asynchronously.
+		dev, err := icuda.Open(ordinal)
+		if errors.Is(err, icuda.ErrNoDriver) || errors.Is(err, icuda.ErrNoDevice) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: CUDA device %d, for the streams that copy the External region: %w", ErrInvalidOptions, ordinal, err)
+		}
+		o.dev, o.ownDev = dev, true
+	}
+	o.events = icuda.NewEventPool(o.dev)
+	o.lists.Store(&map[cuda.Stream]*streamList{})
+	for i := range o.uses {
+		o.uses[i].m = map[uintptr]use{}
+	}
+	return o, nil
+}
+
+// start begins serving the pool's group and arena and answering internal/hostuse.
+func (o *streamOrder) start(g *heap.Group, a *arena.Arena) {
+	o.g, o.a = g, a
+	hostuse.Register(o)
+}
+
+// close ends it, once no buffer is deferred.
+func (o *streamOrder) close() error {
+	hostuse.Unregister(o)
+	err := o.events.Close()
+	if o.ownDev {
+		err = errors.Join(err, o.dev.Close())
+	}
+	return err
+}
+
+// shard returns the uses shard of the buffer starting at base.
+func (o *streamOrder) shard(base uintptr) *useShard {
+	return &o.uses[(base>>6^base>>16)%useShards]
+}
+
+// RecordStream is the pool's answer to internal/hostuse: it records s on the buffer holding
+// [addr, addr+n) when that is the pool's memory.
+func (o *streamOrder) RecordStream(addr, n, s uintptr) (bool, error) {
+	if _, ok := o.a.Lookup(addr); !ok {
+		return false, nil
+	}
+	return true, o.record(addr, n, s)
+}
+
+// record holds the buffer holding [addr, addr+n) and records s on it.
+func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
+	if _, err := o.check(s); err != nil {
+		return err
+	}
+	base, size, err := o.g.Block(addr)
+	if err != nil {
+		return wrapError(err, ErrNotOwned)
+	}
+	if off := addr - base; n > size-off {
+		return fmt.Errorf("%w: %d bytes at %#x run %d bytes past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, n-(size-off), base, size)
+	}
+	sh := o.shard(base)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	_, _, first, err := o.g.Hold(base)
+	if err != nil {
+		return wrapError(err, ErrNotOwned)
+	}
+	u, ok := sh.m[base]
+	switch {
+	case first:
+		u = use{one: s}
+	case !ok || u.freed:
+		return fmt.Errorf("%w: stream %#x recorded on buffer %#x after its free", ErrDoubleFree, s, base)
+	default:
+		u.add(s)
+	}
+	sh.m[base] = u
+	return nil
+}
+
+// check returns the list of stream s: of a stream seen before, or one the driver accepts now.
+func (o *streamOrder) check(s cuda.Stream) (*streamList, error) {
+	if l := o.last.Load(); l != nil && l.s == s {
+		return l, nil
+	}
+	if l := (*o.lists.Load())[s]; l != nil {
+		o.last.Store(l)
+		return l, nil
+	}
+	if err := o.dev.StreamQuery(s); err != nil && !errors.Is(err, icuda.ErrNotReady) {
+		return nil, fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
+	}
+	return o.list(s), nil
+}
+
+// list returns the list of stream s, made on first use.
+func (o *streamOrder) list(s cuda.Stream) *streamList {
+	if l := (*o.lists.Load())[s]; l != nil {
+		return l
+	}
+	o.listMu.Lock()
+	defer o.listMu.Unlock()
+	m := *o.lists.Load()
+	if l := m[s]; l != nil {
+		return l
+	}
+	c := make(map[cuda.Stream]*streamList, len(m)+1)
+	for k, v := range m {
+		c[k] = v
+	}
+	l := &streamList{s: s}
+	c[s] = l
+	o.lists.Store(&c)
+	return l
+}
+
+// retire takes l, which lost its stream, out of the lists.
+func (o *streamOrder) retire(l *streamList) {
+	o.listMu.Lock()
+	defer o.listMu.Unlock()
+	m := *o.lists.Load()
+	if m[l.s] != l {
+		return
+	}
+	c := make(map[cuda.Stream]*streamList, len(m))
+	for k, v := range m {
+		if v != l {
+			c[k] = v
+		}
+	}
+	o.lists.Store(&c)
+}
+
+// deferFree frees the whole buffer at addr, of n bytes, once every stream recorded on it, and
+// the stream of l when l is not nil (FreeAsync), has passed the work queued on it so far. l nil
+// is a Free of a held buffer.
+func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
+	if l != nil {
+		first, err := o.g.HoldSized(addr, n)
+		if err != nil {
+			return wrapError(err, ErrNotOwned)
+		}
+		if first { // no stream recorded, and none can be now: the buffer is l's alone
+			o.weight.Add(weigh(n))
+			o.queue(l, deferred{addr: addr, n: n})
+			return nil
+		}
+	} else if size, err := o.g.Size(addr); err != nil || size != n {
+		if err != nil {
+			return wrapError(err, ErrNotOwned)
+		}
+		return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
+	}
+	sh := o.shard(addr)
+	sh.mu.Lock()
+	u, ok := sh.m[addr]
+	if !ok || u.freed {
+		sh.mu.Unlock()
+		return fmt.Errorf("%w: %#x has a free pending already", ErrDoubleFree, addr)
+	}
+	if l != nil {
+		u.add(l.s)
+	}
+	u.freed, u.left = true, 1+len(u.more)
+	sh.m[addr] = u
+	o.weight.Add(weigh(n))
+	o.shared.Add(1)
+	o.sharedBytes.Add(int64(n))
+	d := deferred{addr: addr, n: n, shared: true}
+	o.queue(o.list(u.one), d)
+	for _, t := range u.more {
+		o.queue(o.list(t), d)
+	}
+	sh.mu.Unlock()
+	return nil
+}
+
+// queue adds d to the open list l, or to the list that took its place when l lost its stream.
+func (o *streamOrder) queue(l *streamList, d deferred) {
+	for {
+		l.mu.Lock()
+		if !l.gone {
+			l.open = append(l.open, d)
+			if !d.shared {
+				l.n++
+				l.bytes += d.n
+			}
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		l = o.list(l.s)
+	}
+}
+
+// reclaim frees the deferred buffers whose streams have passed their free, and gives the
+// streams still busy a point for the buffers freed since their last. It returns at once when
+// another goroutine reclaims. free frees a buffer for real.
+func (o *streamOrder) reclaim(free func(deferred) error) error {
+	if o.weight.Load() == 0 || !o.reclMu.TryLock() {
+		return nil
+	}
+	defer o.reclMu.Unlock()
+	var errs []error
+	for _, l := range *o.lists.Load() {
+		var err error
+		if o.done, err = l.poll(o, o.done); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var freed int64
+	for _, d := range o.done {
+		if d.shared {
+			if !o.passed(d.addr) {
+				continue
+			}
+			o.shared.Add(-1)
+			o.sharedBytes.Add(-int64(d.n))
+		}
+		if err := free(d); err != nil {
+			errs = append(errs, err)
+		}
+		freed += weigh(d.n)
+	}
+	o.weight.Add(-freed)
+	o.done = o.done[:0]
+	return errors.Join(errs...)
+}
+
+// passed counts one stream of a shared buffer as passed, and reports whether it was the last.
+func (o *streamOrder) passed(addr uintptr) bool {
+	sh := o.shard(addr)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	u := sh.m[addr]
+	if u.left--; u.left > 0 {
+		sh.m[addr] = u
+		return false
+	}
+	delete(sh.m, addr)
+	return true
+}
+
+// poll appends to done the buffers of l whose point s has passed, and gives the open ones a
+// point when there is none: none at all when the stream is idle (they are done), else an event.
+func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ev != 0 {
+		err := o.dev.EventQuery(l.ev)
+		if errors.Is(err, icuda.ErrNotReady) {
+			return done, nil
+		}
+		if err != nil {
+			return l.lost(o, done, err)
+		}
+		done = l.take(done, l.marked)
+		o.events.Put(l.ev)
+		l.ev, l.marked = 0, l.marked[:0]
+	}
+	if len(l.open) == 0 {
+		return done, nil
+	}
+	err := o.dev.StreamQuery(l.s)
+	if err == nil { // idle: everything queued on it has completed
+		done = l.take(done, l.open)
+		l.open = l.open[:0]
+		return done, nil
+	}
+	if !errors.Is(err, icuda.ErrNotReady) {
+		return l.lost(o, done, err)
+	}
+	ev, err := o.events.Get()
+	if err == nil {
+		if err = o.dev.EventRecord(ev, l.s); err != nil {
+			o.events.Put(ev)
+		}
+	}
+	if err != nil {
+		return l.lost(o, done, err)
+	}
+	l.ev = ev
+	l.open, l.marked = l.marked, l.open
+	return done, nil
+}
+
+// take appends bufs, leaving l, to done. l.mu is held.
+func (l *streamList) take(done, bufs []deferred) []deferred {
+	for _, d := range bufs {
+		if !d.shared {
+			l.n--
+			l.bytes -= d.n
+		}
+	}
+	return append(done, bufs...)
+}
+
+// lost runs when the driver refuses l's stream or its events (destroyed, say): no point can be
+// placed in it any more, so it waits for the whole context (which waits for the work a
+// destroyed stream still had), hands back every buffer of l and retires l, so that the handle
+// is checked again if it comes back. If the context cannot be synchronized either (a sticky
+// error), the buffers stay held: nothing says the device is done with them.
+func (l *streamList) lost(o *streamOrder, done []deferred, cause error) ([]deferred, error) {
+	if err := o.dev.Synchronize(); err != nil {
+		return done, fmt.Errorf("pinned: stream %#x: %w; the %d buffers deferred on it stay held: synchronize: %w", l.s, cause, len(l.open)+len(l.marked), err)
+	}
+	if l.ev != 0 {
+		o.events.Put(l.ev)
+	}
+	done = l.take(l.take(done, l.marked), l.open)
+	l.marked, l.open, l.ev, l.gone = nil, nil, 0, true
+	o.retire(l)
+	return done, nil
+}
+
+// FreeAsync frees buffer b in the order of CUDA stream s, as cudaFreeAsync frees device
+// memory: copies and kernels queued on s before the call may still read and write b, and b is
+// handed out again (or scrubbed, with ZeroOnFree) only after s has passed them, as well as
+// every stream recorded on b (RecordStream, device.Heap's async copies). The pool takes b back
+// lazily: on later allocations that find no free block, Trim, Stats, Usage and Close.
+//
+// b must be a whole buffer, as for Free. s is a stream of the pool's device (Options.Device);
+// one the driver refuses gives an error wrapping ErrInvalidStream. A pool whose memory the
+// driver does not copy asynchronously (Locked, Pageable, an External region that is not
+// HostPinned, or HostPinned with no driver) frees b at once: the driver copies such memory as
+// pageable memory, before the copy call returns.
+func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
+	if p.order == nil {
+		return p.Free(b)
+	}
+	if len(b) == 0 {
+		return fmt.Errorf("%w: empty slice", ErrNotOwned)
+	}
+	if cap(b) != len(b) {
+		return fmt.Errorf("%w: len %d, cap %d (Alloc returns len == cap)", ErrSubSlice, len(b), cap(b))
+	}
+	if p.released.Load() {
+		return ErrClosed
+	}
+	l, err := p.order.check(s)
+	if err != nil {
+		return err
+	}
+	addr, n := mem.Addr(b), uintptr(len(b))
+	if p.guarded {
+		return p.freeGuarded(addr, n, l)
+	}
+	return p.order.deferFree(addr, n, l)
+}
+
+// RecordStream records that CUDA stream s uses buffer b (or the part of a buffer b is): a
+// later Free or FreeAsync of the buffer waits until s has passed the work queued on it before
+// that free. device.Heap's HtoDAsync and DtoHAsync record their stream themselves; call
+// RecordStream for other work that reads or writes the buffer asynchronously (a kernel given
+// DevicePointer, a copy made with another binding). Recording costs no event; the free does
+// the waiting (see FreeAsync). On a pool whose memory the driver copies synchronously it only
+// checks that b lies in a live buffer.
+func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
+	if len(b) == 0 {
+		return fmt.Errorf("%w: empty slice", ErrNotOwned)
+	}
+	if p.released.Load() {
+		return ErrClosed
+	}
+	addr, n := mem.Addr(b), uintptr(len(b))
+	if p.order == nil {
+		base, size, err := p.g.Block(addr)
+		if err == nil && n > size-(addr-base) {
+			err = fmt.Errorf("%d bytes at %#x run past the end of buffer %#x of %d bytes", n, addr, base, size)
+		}
+		return wrapError(err, ErrNotOwned)
+	}
+	return p.order.record(addr, n, s)
+}
+
+// reclaimWeight is the weight of deferred buffers (see weigh) that makes the allocation's slow
+// path reclaim: lighter ones wait for the next (or for an allocation that finds the pool full),
+// so that a reclaim's driver calls are shared by several buffers.
+const reclaimWeight = 8
+
+// reclaimSoon reports whether enough buffers are deferred for the allocation's slow path to
+// reclaim.
+func (p *Pool) reclaimSoon() bool { return p.order != nil && p.order.weight.Load() >= reclaimWeight }
+
+// reclaim takes back the deferred buffers whose streams have passed them.
+func (p *Pool) reclaim() error {
+	if p.order == nil {
+		return nil
+	}
+	return p.order.reclaim(p.freeDeferred)
+}
+
+// freeDeferred frees a deferred buffer for real, its streams having passed it.
+func (p *Pool) freeDeferred(d deferred) error { return p.giveBack(d.addr, d.n, true) }
+
+// drain waits, closeWait at most, until no buffer is deferred.
+func (p *Pool) drain() error {
+	o := p.order
+	if o == nil {
+		return nil
+	}
+	deadline := time.Now().Add(closeWait)
+	for wait := 20 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
+		err := p.reclaim()
+		if o.weight.Load() == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			n, bytes := p.deferred()
+			return errors.Join(fmt.Errorf("%w: %d buffers (%d bytes) wait for their streams after %v; the pool's memory stays mapped, and Close waits again",
+				ErrBusy, n, bytes, closeWait), err)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// deferred returns the number of buffers waiting for their streams and their bytes.
+func (p *Pool) deferred() (n, bytes uint64) {
+	if p.order == nil {
+		return 0, 0
+	}
+	o := p.order
+	n, bytes = uint64(o.shared.Load()), uint64(o.sharedBytes.Load())
+	for _, l := range *o.lists.Load() {
+		l.mu.Lock()
+		n, bytes = n+uint64(l.n), bytes+uint64(l.bytes)
+		l.mu.Unlock()
+	}
+	return n, bytes
+}
