@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/hostuse"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -13,12 +14,19 @@ import (
 // is refused with ErrOutOfBounds, one in a freed block, in a block with a free pending, or in
 // memory the heap does not own with ErrNotOwned, and every copy after Close with ErrClosed
 // (so a bad length or a stale pointer never writes over another tenant's block). The check is
-// one lookup in the heap's chunk table under the heap's lock. The synchronous ones accept any []byte,
-// including Go memory (pinned for the duration of the call), but copies from pageable memory
-// are staged by the driver and run at a fraction of the bandwidth: use page-locked buffers
-// (package pinned) for speed. The asynchronous ones return before the copy is done, so their
-// host buffer must be memory the Go runtime does not manage (a pinned.Pool buffer, say), must
-// stay allocated, and must not be touched until the stream has passed the copy.
+// one lookup in the heap's chunk table under the heap's lock.
+//
+// Host memory. Every copy accepts any []byte. Go memory is pinned (runtime.Pinner) for the
+// call, so the garbage collector neither moves nor frees it while the driver reads or writes
+// it. The driver copies memory it has not page-locked itself (Go memory, a Locked or Pageable
+// pool's buffers, any other mapping) as pageable memory, staged through its own buffers at a
+// fraction of the bandwidth: HtoDAsync has read such a source, and DtoHAsync has written such a
+// destination, before it returns, so for them the asynchronous copies are synchronous in
+// effect, and the buffer is free to reuse at once. A buffer of a pinned.Pool the driver knows
+// (the CUDAHost backend) is copied by DMA after the call returns: the async copies record
+// their stream on the buffer (pinned.Pool.RecordStream), so that freeing it, with Free or
+// FreeAsync, hands it out again only once the stream has passed the copy. Until then the
+// caller must not write a source or read a destination: that is the stream's to order.
 
 // HtoD copies src to device memory at dst and returns when the copy is done.
 func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
@@ -63,14 +71,26 @@ func (h *Heap) syncLegacy(err error) error {
 	return h.dev.StreamSynchronize(0)
 }
 
-// HtoDAsync queues a copy of src to device memory at dst on stream s.
+// HtoDAsync queues a copy of src to device memory at dst on stream s. A src in Go memory (or
+// any memory the driver has not page-locked) is read before the call returns; a src in a
+// pinned.Pool of CUDA pinned memory is read when s runs the copy, and the pool's Free of it
+// waits for that (see the notes on host memory above).
 func (h *Heap) HtoDAsync(dst cuda.DevicePtr, src []byte, s cuda.Stream) error {
-	return h.asyncCopy(s, "HtoD copy", uintptr(len(src)), []cuda.DevicePtr{dst}, func() error { return h.dev.MemcpyHtoDAsync(dst, mem.Addr(src), uintptr(len(src)), s) })
+	if err := h.checkAsync(s, "HtoD copy", uintptr(len(src)), dst); err != nil || len(src) == 0 {
+		return err
+	}
+	return h.hostAsync("HtoD copy", src, s, func(addr, n uintptr) error { return h.dev.MemcpyHtoDAsync(dst, addr, n, s) })
 }
 
-// DtoHAsync queues a copy of len(dst) bytes of device memory at src to dst on stream s.
+// DtoHAsync queues a copy of len(dst) bytes of device memory at src to dst on stream s. A dst
+// in Go memory (or any memory the driver has not page-locked) is written before the call
+// returns; a dst in a pinned.Pool of CUDA pinned memory is written when s runs the copy, and
+// the pool's Free of it waits for that (see the notes on host memory above).
 func (h *Heap) DtoHAsync(dst []byte, src cuda.DevicePtr, s cuda.Stream) error {
-	return h.asyncCopy(s, "DtoH copy", uintptr(len(dst)), []cuda.DevicePtr{src}, func() error { return h.dev.MemcpyDtoHAsync(mem.Addr(dst), src, uintptr(len(dst)), s) })
+	if err := h.checkAsync(s, "DtoH copy", uintptr(len(dst)), src); err != nil || len(dst) == 0 {
+		return err
+	}
+	return h.hostAsync("DtoH copy", dst, s, func(addr, n uintptr) error { return h.dev.MemcpyDtoHAsync(addr, src, n, s) })
 }
 
 // DtoDAsync queues a copy of n bytes between device addresses on stream s.
@@ -83,35 +103,76 @@ func (h *Heap) MemsetAsync(p cuda.DevicePtr, v byte, n uintptr, s cuda.Stream) e
 	return h.asyncCopy(s, "memset", n, []cuda.DevicePtr{p}, func() error { return h.dev.MemsetD8Async(p, v, n, s) })
 }
 
-// hostCopy runs a synchronous copy to or from b with b's memory pinned against the Go runtime
-// moving it (Pin does nothing for memory that is not Go's).
+// hostCopy runs a synchronous copy to or from b with b pinned (see pinHost).
 func (h *Heap) hostCopy(b []byte, what string, copyFn func(addr uintptr) error) error {
 	if len(b) == 0 {
 		return nil
 	}
 	var pin runtime.Pinner
-	pin.Pin(&b[0])
-	defer pin.Unpin()
-	return wrapCopy(what, len(b), copyFn(mem.Addr(b)))
+	addr, n := pinHost(&pin, b)
+	err := copyFn(addr)
+	pin.Unpin()
+	return wrapCopy(what, n, err)
 }
+
+// hostAsync queues an async copy to or from host buffer b on stream s with b pinned for the
+// call (see pinHost) and s recorded on b when b is a pool's pinned buffer, which the driver
+// reads or writes after the call. queue gets b's address and length.
+func (h *Heap) hostAsync(what string, b []byte, s cuda.Stream, queue func(addr, n uintptr) error) error {
+	var pin runtime.Pinner
+	addr, n := pinHost(&pin, b)
+	if afterAddr != nil {
+		afterAddr()
+	}
+	_, err := hostuse.Record(addr, n, s)
+	if err == nil {
+		err = queue(addr, n)
+	}
+	pin.Unpin()
+	return wrapCopy(what, n, err)
+}
+
+// pinHost pins b's memory, when it is Go's, against the garbage collector moving or freeing it
+// until pin is unpinned, and returns its address and length. From the moment the address is
+// taken the slice is dead to the collector unless something keeps it: without the pin, a
+// collection between the address and the end of the driver call (which reads or writes Go
+// memory during the call, as pageable memory) could free it and hand it to another
+// allocation. Pin does nothing for memory that is not Go's (a pool's buffers).
+//
+// Its callers keep nothing of b once it returns (neither b nor its length, which the compiler
+// would read from b's stack slot, keeping b alive), and it is not inlined, so that in
+// TestFakeAsyncGoSourceGC the pin alone keeps b: the test then fails if the pin goes.
+//
+//go:noinline
+func pinHost(pin *runtime.Pinner, b []byte) (addr, n uintptr) {
+	pin.Pin(&b[0])
+	return mem.Addr(b), uintptr(len(b))
+}
+
+// afterAddr, when set (by tests), runs between taking a host buffer's address and the driver
+// call that uses it.
+var afterAddr func()
 
 // asyncCopy checks the stream and the device ranges, then queues the operation.
 func (h *Heap) asyncCopy(s cuda.Stream, what string, n uintptr, ptrs []cuda.DevicePtr, queue func() error) error {
-	h.mu.Lock()
-	err := ErrClosed
-	if !h.closed {
-		if err = h.checkStream(s); err == nil {
-			err = h.checkRanges(what, n, ptrs...)
-		}
-	}
-	h.mu.Unlock()
-	if err != nil {
+	if err := h.checkAsync(s, what, n, ptrs...); err != nil || n == 0 {
 		return err
 	}
-	if n == 0 {
-		return nil
-	}
 	return wrapCopy(what, n, queue())
+}
+
+// checkAsync checks, under the heap's lock, that the heap is open, the driver accepts s and n
+// bytes from each of ptrs lie inside one live block.
+func (h *Heap) checkAsync(s cuda.Stream, what string, n uintptr, ptrs ...cuda.DevicePtr) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrClosed
+	}
+	if err := h.checkStream(s); err != nil {
+		return err
+	}
+	return h.checkRanges(what, n, ptrs...)
 }
 
 // checkCopy checks, under the heap's lock, that the heap is open and that n bytes from each
