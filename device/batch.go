@@ -70,6 +70,9 @@ import (
 // device memory, or pinned host memory mapped for the device (VMM host granules: the host
 // address itself; registered or cuMemHostAlloc memory: its device pointer,
 // pinned.Pool.DevicePointer). Its layout, three machine words, is the kernel's job layout.
+// Jobs are raw addresses: the Batcher records no stream on the host buffers they touch (Heap's
+// HtoDAsync and DtoHAsync do). Free a pinned.Pool buffer a batch uses with FreeAsync on the
+// batch's stream, or call RecordStream before a plain Free.
 type CopyJob struct{ Dst, Src, Len uintptr }
 
 // CopyMethod is how a Batcher moves a batch.

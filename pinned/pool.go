@@ -33,6 +33,17 @@
 // with fewer shards than Ps (Options.Shards) take the holder path every time: a TryLock of the
 // P's shard, as before the fast path existed.
 //
+// # Streams
+//
+// The CUDA driver copies the memory of a CUDAHost pool asynchronously: a copy queued on a
+// stream reads or writes the buffer after the call that queued it. Such a pool hands a buffer
+// out again only once every stream that may still use it has passed its free: FreeAsync frees
+// in a stream's order, RecordStream marks a buffer as used by a stream (device.Heap's
+// HtoDAsync and DtoHAsync do it themselves), and Free of a marked buffer waits for its streams.
+// No CPU waits for them: the buffer comes back at a later allocation. Other pools' memory is
+// copied by the driver as pageable memory, before the call returns, so their FreeAsync frees at
+// once. stream.go has the design.
+//
 // # Errors
 //
 // Every error wraps a sentinel of this package (equal to the heap's or arena's, so errors.Is

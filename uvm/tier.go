@@ -39,6 +39,12 @@
 // eviction's event. Completions are found by polling (cuEventQuery, internal/streamq), oldest
 // first per stream, on every migration and in Stats; Sync and Close wait for them.
 //
+// The []byte AcquireHost returns is a buffer of the tier's pinned.Pool. A device.Heap copy
+// queued from or into it (HtoDAsync, DtoHAsync) records its stream on the buffer, so freeing,
+// evicting or dropping the block while such a copy is still queued never hands the buffer to
+// another block before the stream has passed the copy. Other asynchronous work on it (a kernel,
+// a copy of another binding) must be waited for before ReleaseHost.
+//
 // # Eviction
 //
 // When a restore needs room (the budget, or the device heap refusing memory), or another user
