@@ -9,14 +9,22 @@ package device
 //     an H100 (DESIGN.md): 52.4 GB/s device → mapped host and 51.1 GB/s back for scattered 4 KiB
 //     to 1 MiB blocks, where one copy per block manages 1.9 GB/s at 4 KiB. It runs on the SMs, so
 //     it competes with the caller's kernels: BatchOptions.LowPriority moves it to a stream of the
-//     device's least priority with a bounded grid.
+//     device's least priority with a bounded grid, and BatchOptions.SMShare caps its grid at a
+//     share of the device's multiprocessors.
 //   - MethodBatchAPI: one cuMemcpyBatchAsync_v2 call (CUDA 13.0 drivers): copy engines, 4.9 GB/s
 //     at 4 KiB, 44.6 at 1 MiB.
 //   - MethodPerCopy: one cuMemcpyAsync per job: 1.9 GB/s at 4 KiB, 46.9 at 1 MiB.
 //
-// MethodAuto picks the kernel when the driver loads it, else the batch API when the driver has
-// it, else one copy per job. The choice is made once, in NewBatcher (Method reports it); a
-// forced method the driver cannot do makes NewBatcher fail with ErrMethodUnsupported.
+// Which is fastest depends on the device, the block size and the batch length (peers measured
+// batched DMA at 4–7 GB/s for 4–24 KiB blocks where a gather kernel wins below about 28 KiB, and
+// a kernel of one block per job cannot fill the link with a few huge jobs), so MethodAuto
+// calibrates: NewBatcher times every method the driver has at a few block sizes and batch
+// lengths, once per device, configuration and process (calibrate.go), and Copy picks the
+// fastest for each batch by its mean block size and its length. Where the calibration cannot
+// run (no memory for its buffers), MethodAuto takes the kernel when the driver loads it, else
+// the batch API when the driver has it, else one copy per job, and Calibration says why. A
+// forced method (BatchOptions.Method) is never calibrated; one the driver cannot do makes
+// NewBatcher fail with ErrMethodUnsupported.
 //
 // # Kernel launches
 //
@@ -108,7 +116,8 @@ func (m CopyMethod) String() string {
 // BatchOptions configures a Batcher. The zero value picks the best method and launches one
 // block per job on the caller's stream.
 type BatchOptions struct {
-	// Method forces a method (tests, benchmarks); MethodAuto picks one.
+	// Method forces a method (tests, benchmarks, a caller that measured); MethodAuto picks
+	// the fastest per batch, from a calibration (see the file comment).
 	Method CopyMethod
 	// LowPriority runs the kernel on a stream of the device's least priority (fenced to the
 	// caller's stream by events) with a bounded grid (MaxBlocks, default 2 blocks per SM), so
@@ -117,6 +126,12 @@ type BatchOptions struct {
 	// MaxBlocks bounds the kernel's grid; blocks stride over the jobs. Zero means one block per
 	// job (or, with LowPriority, 2 per SM).
 	MaxBlocks int
+	// SMShare caps the kernel's grid at this share of the device's multiprocessors, at least
+	// one block: a block runs on one multiprocessor, so at most that share of them copy while
+	// the rest run the caller's kernels (SGLang caps its copy kernel's blocks the same way).
+	// Zero means no cap; it must lie in [0, 1]. With MaxBlocks too, the smaller cap holds. The
+	// calibration times the kernel under the cap.
+	SMShare float64
 	// BlockThreads is the kernel's threads per block: a multiple of 32 up to 1024 (default 256).
 	BlockThreads int
 	// TrustNoOverlap skips the check that no two jobs of a batch overlap (a sort of the
@@ -162,7 +177,12 @@ type stage struct {
 // job. See the file comment.
 type Batcher struct {
 	dev     *icuda.Device
-	method  CopyMethod
+	method  CopyMethod // as asked: MethodAuto, or the one forced
+	static  CopyMethod // MethodAuto's choice without a calibration: the first the driver has
+	kernel  bool       // the kernel is loaded
+	batchOK bool       // the driver has the batch API
+	cal     *Calibration
+	calErr  error // why MethodAuto has no calibration
 	low     bool
 	trust   bool // skip the overlap check
 	blocks  int  // grid bound; 0 = one block per job
@@ -195,39 +215,73 @@ func NewBatcher(pub *cuda.Device, o BatchOptions) (*Batcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	if o.Method > MethodPerCopy || o.MaxBlocks < 0 || o.BlockThreads < 0 || o.BlockThreads > 1024 || o.BlockThreads%32 != 0 {
-		return nil, fmt.Errorf("%w: %+v (method %s, MaxBlocks ≥ 0, BlockThreads a multiple of 32 up to 1024)", ErrInvalidOptions, o, o.Method)
+	if o.Method > MethodPerCopy || o.MaxBlocks < 0 || o.BlockThreads < 0 || o.BlockThreads > 1024 || o.BlockThreads%32 != 0 ||
+		!(o.SMShare >= 0 && o.SMShare <= 1) {
+		return nil, fmt.Errorf("%w: %+v (method %s, MaxBlocks ≥ 0, BlockThreads a multiple of 32 up to 1024, SMShare in [0, 1])",
+			ErrInvalidOptions, o, o.Method)
 	}
-	b := &Batcher{dev: dev, low: o.LowPriority, trust: o.TrustNoOverlap, blocks: o.MaxBlocks, threads: o.BlockThreads, fences: icuda.NewEventPool(dev)}
+	b := &Batcher{dev: dev, method: o.Method, low: o.LowPriority, trust: o.TrustNoOverlap, blocks: o.MaxBlocks, threads: o.BlockThreads,
+		fences: icuda.NewEventPool(dev)}
 	if b.threads == 0 {
 		b.threads = defaultBlockThreads
 	}
-	if b.blocks > maxGrid {
-		b.blocks = maxGrid
-	}
 	var kerr, berr error
 	if o.Method == MethodAuto || o.Method == MethodKernel {
-		if kerr = b.loadKernel(); kerr == nil {
-			b.method = MethodKernel
-		}
+		kerr = b.loadKernel()
+		b.kernel = kerr == nil
 	}
-	if b.method == 0 && (o.Method == MethodAuto || o.Method == MethodBatchAPI) {
-		if berr = dev.MemcpyBatchSupported(); berr == nil {
-			b.method = MethodBatchAPI
-		}
+	if o.Method == MethodAuto || o.Method == MethodBatchAPI {
+		berr = dev.MemcpyBatchSupported()
+		b.batchOK = berr == nil
 	}
-	if b.method == 0 && (o.Method == MethodAuto || o.Method == MethodPerCopy) {
-		b.method = MethodPerCopy
+	switch {
+	case o.Method == MethodKernel && !b.kernel, o.Method == MethodBatchAPI && !b.batchOK:
+		return nil, errors.Join(fmt.Errorf("%w: %s: %w", ErrMethodUnsupported, o.Method, errors.Join(kerr, berr)), b.Close())
+	case b.kernel:
+		b.static = MethodKernel
+	case b.batchOK:
+		b.static = MethodBatchAPI
+	default:
+		b.static = MethodPerCopy
 	}
-	if b.method == 0 {
-		return nil, fmt.Errorf("%w: %s: %w", ErrMethodUnsupported, o.Method, errors.Join(kerr, berr))
-	}
-	if b.method == MethodKernel && b.low {
-		if err := b.lowPriority(); err != nil {
+	if b.kernel {
+		if err := b.boundGrid(o.SMShare); err != nil {
 			return nil, errors.Join(err, b.Close())
 		}
 	}
+	if o.Method == MethodAuto && (b.kernel || b.batchOK) {
+		b.cal, b.calErr = calibrationFor(b)
+	}
 	return b, nil
+}
+
+// boundGrid makes the low-priority stream and sets the kernel's grid bound from MaxBlocks,
+// LowPriority (2 blocks per multiprocessor when MaxBlocks is 0) and SMShare.
+func (b *Batcher) boundGrid(share float64) error {
+	sms := 0
+	if b.low || share > 0 {
+		n, err := b.dev.Attribute(icuda.AttrMultiprocessorCount)
+		if err != nil || n <= 0 {
+			n = 16
+		}
+		sms = n
+	}
+	if b.low {
+		if err := b.lowPriority(); err != nil {
+			return err
+		}
+		if b.blocks == 0 {
+			b.blocks = 2 * sms
+		}
+	}
+	if share > 0 {
+		capped := max(1, int(share*float64(sms)))
+		if b.blocks == 0 || capped < b.blocks {
+			b.blocks = capped
+		}
+	}
+	b.blocks = min(b.blocks, maxGrid)
+	return nil
 }
 
 // loadKernel loads the gather kernel's PTX for the device's architecture.
@@ -259,27 +313,56 @@ func (b *Batcher) loadKernel() error {
 	return nil
 }
 
-// lowPriority creates the side stream at the device's least priority and bounds the grid.
+// lowPriority creates the side stream at the device's least priority.
 func (b *Batcher) lowPriority() error {
 	least, _, err := b.dev.StreamPriorityRange()
 	if err != nil {
 		return err
 	}
-	if b.side, err = b.dev.StreamCreateWithPriority(true, least); err != nil {
-		return err
-	}
-	if b.blocks == 0 {
-		sms, err := b.dev.Attribute(icuda.AttrMultiprocessorCount)
-		if err != nil || sms <= 0 {
-			sms = 16
-		}
-		b.blocks = 2 * sms
-	}
-	return nil
+	b.side, err = b.dev.StreamCreateWithPriority(true, least)
+	return err
 }
 
-// Method returns the method the Batcher uses.
-func (b *Batcher) Method() CopyMethod { return b.method }
+// Method returns the method the Batcher uses for every batch: the one forced, or the one the
+// calibration chose at every block size and batch length (or, without a calibration, the
+// first the driver has). It returns MethodAuto when the calibrated Batcher picks per batch
+// (Choose tells which).
+func (b *Batcher) Method() CopyMethod {
+	switch {
+	case b.method != MethodAuto:
+		return b.method
+	case b.cal == nil:
+		return b.static
+	}
+	return b.cal.only
+}
+
+// Choose returns the method Copy uses for a batch of count jobs of size bytes each (on
+// average).
+func (b *Batcher) Choose(size uintptr, count int) CopyMethod {
+	switch {
+	case b.method != MethodAuto:
+		return b.method
+	case b.cal == nil:
+		return b.static
+	}
+	return b.cal.Choice(size, count)
+}
+
+// Calibration returns what MethodAuto measured, shared by the Batchers of the same device and
+// configuration; nil with the reason when it did not calibrate (a forced method, a driver with
+// one method only, or a calibration that failed: then it uses the first method the driver has).
+func (b *Batcher) Calibration() (*Calibration, error) {
+	switch {
+	case b.cal != nil:
+		return b.cal, nil
+	case b.method != MethodAuto:
+		return nil, fmt.Errorf("device: no calibration: the method %s is forced", b.method)
+	case b.calErr != nil:
+		return nil, b.calErr
+	}
+	return nil, fmt.Errorf("device: no calibration: the driver has one method, %s", b.static)
+}
 
 // Copy queues every job on stream s and returns without waiting (see the file comment for the
 // stream guarantees and errors). An empty batch does nothing. The host side of each job must
@@ -293,11 +376,18 @@ func (b *Batcher) Copy(jobs []CopyJob, s icuda.Stream) error {
 	if b.closed {
 		return ErrBatcherClosed
 	}
-	if err := b.check(jobs); err != nil {
+	total, err := b.check(jobs)
+	if err != nil {
 		return err
 	}
-	var err error
-	switch b.method {
+	m := b.method
+	if m == MethodAuto {
+		m = b.static
+		if b.cal != nil {
+			m = b.cal.Choice(total/uintptr(len(jobs)), len(jobs))
+		}
+	}
+	switch m {
 	case MethodKernel:
 		err = b.launch(jobs, s)
 	case MethodBatchAPI:
@@ -308,16 +398,19 @@ func (b *Batcher) Copy(jobs []CopyJob, s icuda.Stream) error {
 	return err
 }
 
-// check refuses invalid and overlapping jobs.
-func (b *Batcher) check(jobs []CopyJob) error {
+// check refuses invalid and overlapping jobs, and returns the bytes of the batch (the sum
+// saturates).
+func (b *Batcher) check(jobs []CopyJob) (uintptr, error) {
+	var total uintptr
 	for i, j := range jobs {
 		if j.Len == 0 || j.Dst == 0 || j.Src == 0 || j.Dst+j.Len < j.Dst || j.Src+j.Len < j.Src ||
 			(j.Dst+j.Len)&dstBit != 0 || (j.Src+j.Len)&dstBit != 0 {
-			return fmt.Errorf("%w: job %d of %d: %d bytes from %#x to %#x", ErrInvalidJob, i, len(jobs), j.Len, j.Src, j.Dst)
+			return 0, fmt.Errorf("%w: job %d of %d: %d bytes from %#x to %#x", ErrInvalidJob, i, len(jobs), j.Len, j.Src, j.Dst)
 		}
+		total += min(j.Len, ^uintptr(0)-total)
 	}
 	if b.trust {
-		return nil
+		return total, nil
 	}
 	b.spans = b.spans[:0]
 	for _, j := range jobs {
@@ -331,7 +424,7 @@ func (b *Batcher) check(jobs []CopyJob) error {
 	for _, sp := range sorted {
 		dst, hi := sp.hi&dstBit != 0, sp.hi&^dstBit
 		if sp.lo < dstEnd || (dst && sp.lo < srcEnd) {
-			return fmt.Errorf("%w: [%#x, %#x) overlaps an earlier range of the batch", ErrOverlap, sp.lo, hi)
+			return 0, fmt.Errorf("%w: [%#x, %#x) overlaps an earlier range of the batch", ErrOverlap, sp.lo, hi)
 		}
 		if dst {
 			dstEnd = max(dstEnd, hi)
@@ -339,7 +432,7 @@ func (b *Batcher) check(jobs []CopyJob) error {
 			srcEnd = max(srcEnd, hi)
 		}
 	}
-	return nil
+	return total, nil
 }
 
 // sortSpans sorts s by lo with a least-significant-digit radix sort over the bits in which the

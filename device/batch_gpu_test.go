@@ -14,7 +14,7 @@ import (
 )
 
 // TestCUDABatcher loads the kernel (logging the JIT time: about 114 ms the first time on an
-// H100, far less from the driver's cache) and moves thousands of scattered blocks host →
+// H100, far less from the driver's cache, and the calibration's table) and moves thousands of scattered blocks host →
 // device → host with every method the driver has, bytes checked; then again with the kernel on
 // a low-priority stream with a bounded grid.
 func TestCUDABatcher(t *testing.T) {
@@ -24,9 +24,14 @@ func TestCUDABatcher(t *testing.T) {
 	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) }()
 	start := time.Now()
 	auto := newBatcher(t, dev, BatchOptions{})
-	t.Logf("NewBatcher: %s in %v", auto.Method(), time.Since(start))
-	if auto.Method() != MethodKernel {
-		t.Errorf("the driver refused the kernel: auto picked %s", auto.Method())
+	t.Logf("NewBatcher: %s in %v (calibration included)", auto.Method(), time.Since(start))
+	if !auto.kernel {
+		t.Errorf("the driver refused the kernel: auto has %s", auto.Method())
+	}
+	if cal, err := auto.Calibration(); err != nil {
+		t.Errorf("no calibration: %v", err)
+	} else {
+		t.Logf("%s", cal)
 	}
 	for i, o := range []BatchOptions{
 		{Method: MethodKernel}, {Method: MethodBatchAPI}, {Method: MethodPerCopy},
