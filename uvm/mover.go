@@ -13,8 +13,9 @@ import (
 type CopyJob = device.CopyJob
 
 // newDefaultMover returns the copy engine a tier uses when Options.Mover is nil: a
-// device.Batcher with the method the driver does best (one launch of the gather kernel per
-// batch, else one cuMemcpyBatchAsync call, else one copy per block). The tier's jobs never
+// device.Batcher of MethodAuto, which times the gather kernel, cuMemcpyBatchAsync and one copy
+// per block on the device once per process and picks the fastest for each batch by its block
+// size and length (the tier's batches are launches of 128 to 1024 blocks). The tier's jobs never
 // overlap (every block has its own VRAM and its own host buffer, and a batch moves a block
 // once), so the Batcher's overlap check is skipped.
 func newDefaultMover(dev *cuda.Device) (*device.Batcher, error) {

@@ -79,3 +79,33 @@ func roundTrip(t *testing.T, dev *icuda.Device, tr *uvm.Tier, n, size int) {
 		must(t, tr.Free(h))
 	}
 }
+
+// TestMoverCalibrated gives the fake timings under which the gather kernel wins small blocks
+// and one cuMemcpyBatchAsync call wins big ones (the kernel needs 64 blocks to fill the link):
+// the tier's own Batcher, calibrated when the tier is made, moves 4 KiB blocks with the kernel
+// and 256 KiB blocks with the batch call, bytes checked.
+func TestMoverCalibrated(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	if !f.SetCost(fakecuda.CostKernel, fakecuda.Cost{CallNs: 4000, MBps: 52000}) ||
+		!f.SetCost(fakecuda.CostBatch, fakecuda.Cost{CallNs: 2000, JobNs: 750, MBps: 50000}) || !f.SetKernelSaturation(64) {
+		t.Fatal("the fake refused the costs")
+	}
+	type counts struct{ launches, batches, memcpys int64 }
+	count := func() counts { return counts{f.Launches(), f.Batches(), f.Memcpys()} }
+	for _, c := range []struct {
+		size          int
+		kernel, batch bool
+	}{{4 * kib, true, false}, {256 * kib, false, true}} {
+		tr := newTier(t, dev, uvm.Options{DeviceBudget: uintptr(2 * c.size)})
+		before := count()
+		roundTrip(t, dev, tr, 8, c.size)
+		after := count()
+		if st := tr.Stats(); st.Mover != "auto" || (after.launches > before.launches) != c.kernel ||
+			(after.batches > before.batches) != c.batch || after.memcpys != before.memcpys {
+			t.Errorf("%d-byte blocks: mover %q; launches, batches, copies %+v -> %+v", c.size, st.Mover, before, after)
+		}
+	}
+}

@@ -68,7 +68,8 @@ type Stats struct {
 	// Policy names the eviction policy.
 	Policy string
 	// Mover names the copy engine: the device.CopyMethod of the tier's own device.Batcher
-	// ("kernel", "batch-api" or "per-copy"), or "custom" for Options.Mover.
+	// ("kernel", "batch-api" or "per-copy", or "auto" when its calibration picks the method
+	// per batch), or "custom" for Options.Mover.
 	Mover string
 	// Budget is the device budget in bytes.
 	Budget uint64

@@ -145,9 +145,10 @@ type Options struct {
 	HostPrecommit uintptr
 	// Policy orders evictions (nil: LRU()). A Policy serves one tier.
 	Policy Policy
-	// Mover copies batches of blocks (nil: a device.Batcher of the best method the driver
-	// has: one launch of the gather kernel per batch, else one cuMemcpyBatchAsync call, else
-	// one copy per block). The tier closes a Mover it made, never one given here.
+	// Mover copies batches of blocks (nil: a device.Batcher that calibrates itself and moves
+	// each batch with the fastest method the driver has for its block size and length: one
+	// launch of the gather kernel, one cuMemcpyBatchAsync call, or one copy per block). The
+	// tier closes a Mover it made, never one given here.
 	Mover Mover
 	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
 	// its own over dev). The tier becomes the heap's pressure hook until Close (chaining to
