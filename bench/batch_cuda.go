@@ -86,7 +86,42 @@ func (c *batchSuite) cases() []benchCase {
 			}})
 		}
 	}
-	return cs
+	return append(cs, benchCase{name: "batch-calibration", group: "calibration", custom: c.calibration})
+}
+
+// calibration reports the calibration of MethodAuto on the device (device/calibrate.go), the
+// tier's copy engine's: each cell's bandwidth by method and the method chosen (calibration.go
+// prints them).
+func (c *batchSuite) calibration(*suite) []result {
+	rs := resultSet{c: "batch-calibration", impl: "pinmalloc-auto"}
+	b, err := device.NewBatcher(cuda.Public(c.dev).(*pcuda.Device), device.BatchOptions{TrustNoOverlap: true})
+	if err != nil {
+		rs.fail(err)
+		return rs.out
+	}
+	defer func() {
+		if err := b.Close(); err != nil {
+			rs.fail(err)
+		}
+	}()
+	cal, err := b.Calibration()
+	if err != nil {
+		rs.fail(err)
+		return rs.out
+	}
+	rs.add("took_ms", float64(cal.Took.Microseconds())/1e3, "ms")
+	out := rs.out
+	for _, cell := range cal.Cells {
+		name := calibrationCase(cell.Size, cell.Count)
+		for _, m := range batchMethods {
+			if v := cell.GBps[m.m]; v > 0 {
+				out = append(out, result{Case: name, Impl: m.name, Metric: "gbps", Value: v, Unit: "GB/s"})
+			}
+		}
+		out = append(out, result{Case: name, Impl: calibrationChosen, Metric: "method", Value: float64(cell.Choice), Note: cell.Choice.String()},
+			result{Case: name, Impl: calibrationChosen, Metric: "jobs_timed", Value: float64(cell.Jobs)})
+	}
+	return out
 }
 
 // measureBatch times n batches queued on the suite's stream and one synchronize.

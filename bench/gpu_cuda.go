@@ -32,7 +32,7 @@ func init() { gpuSuites = append(gpuSuites, &cudaSuite{}) }
 var (
 	cudaPairSizes   = []int64{4 << 10, 64 << 10, 1 << 20}
 	cudaDeviceSizes = []int64{4 << 10, 1 << 20}
-	cudaCopySizes   = []int64{1 << 20, 16 << 20, 256 << 20}
+	cudaCopySizes   = []int64{1 << 20, 16 << 20, 64 << 20, 256 << 20}
 	cudaDirs        = []string{"h2d", "d2h"}
 )
 
@@ -202,9 +202,10 @@ func (c *cudaSuite) copyBandwidth(cfg *config, dir string, size int, src hostSou
 	return measure(cfg, run, 1)
 }
 
-// targets: the CUDAHost pool's pair 10,000 times faster than cuMemHostAlloc + cuMemFreeHost,
-// its copies at 0.95 of a cuMemHostAlloc buffer's bandwidth or better, and the device heap's
-// pair 5 times faster than cuMemAllocAsync + cuMemFreeAsync.
+// targets (issue 19): the CUDAHost pool's pair 10,000 times faster than cuMemHostAlloc +
+// cuMemFreeHost, its copies at 0.95 of a cuMemHostAlloc buffer's bandwidth or better, and the
+// device heap's pair 10 times faster than cuMemAllocAsync + cuMemFreeAsync (5 before issue 19;
+// measured 13.9x at 4 KiB and 6.3x at 1 MiB on an H100).
 func (*cudaSuite) targets(rs []result) []target {
 	var ts []target
 	check := func(name, c, metric, num, den string, limit float64) {
@@ -226,7 +227,7 @@ func (*cudaSuite) targets(rs []result) []target {
 		}
 	}
 	for _, sz := range cudaDeviceSizes {
-		check("device-vs-mallocasync/"+sizeName(sz), "cuda-device-pair/"+sizeName(sz), "ns_per_pair", "cuda-mallocasync", "pinmalloc-device", 5)
+		check("device-vs-mallocasync/"+sizeName(sz), "cuda-device-pair/"+sizeName(sz), "ns_per_pair", "cuda-mallocasync", "pinmalloc-device", 10)
 	}
 	return ts
 }

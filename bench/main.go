@@ -222,6 +222,7 @@ func main() {
 	printAdjusted(os.Stdout, s, ims, run)
 	printSweep(os.Stdout, s.results)
 	printUVMTables(os.Stdout, s.results)
+	printCalibration(os.Stdout, s.results)
 	printTargets(os.Stdout, targets)
 	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())
 	if cfg.uvm {

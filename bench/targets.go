@@ -104,12 +104,23 @@ func evaluateTargets(rs []result) []target {
 	}
 	ts = append(ts, t)
 
-	// 7. The targets of the CUDA suites opened with -gpu (gpu.go).
+	// 7. The pool's scaling on 16 cores (issue 19; the GPU host has 16): pairs on 16 goroutines
+	// at GOMAXPROCS 16 at least 12 times as many per second as on one, from the sweep. Not
+	// measured on a machine of fewer cores, whose sweep stops below 16.
+	sp, ok := get("gomaxprocs/16", "pinmalloc-pool", "speedup")
+	ctl, _ := get("gomaxprocs/16", "control", "speedup")
+	ts = append(ts, ratio(poolScalingTarget, "pinmalloc-pool pairs on 16 goroutines / on 1 >= 12 (GOMAXPROCS 16, sweep)",
+		sp, 1, ok, 12, false, fmt.Sprintf("speedup %.2fx; CPU-bound control %.2fx", sp, ctl)))
+
+	// 8. The targets of the CUDA suites opened with -gpu (gpu.go).
 	for _, f := range gpuTargets {
 		ts = append(ts, f(rs)...)
 	}
 	return ts
 }
+
+// poolScalingTarget names the pool's scaling target.
+const poolScalingTarget = "pool-scaling-16g"
 
 // gcCost is the cost of a pair with the garbage collector counted: the larger of the wall
 // time and the process CPU time (which includes the GC's background workers on other cores).
