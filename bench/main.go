@@ -14,6 +14,7 @@
 //	go run -tags mimalloc ./bench [-quick] [-cases REGEXP] [-impls REGEXP] [-maxlive N] [-name NAME] [-out DIR] [-gpu]
 //	go run ./bench -replay FILE [-out DIR]     replay an allocation trace (replay.go)
 //	go run ./bench -record FILE                record the serving trace through a traced pool
+//	go run ./bench -gpucheck DIR [-quick]      the GPU check (gpucheck.go; scripts/gpucheck)
 //
 // Results are written only with -out (the project's own: -out bench/results).
 // Without -tags mimalloc (which needs libmimalloc-dev) mimalloc is reported as skipped; with
@@ -48,6 +49,9 @@ type config struct {
 	maxLive    int    // live blocks of the largest churn case
 	gpu        bool
 	uvm        bool           // run the UVM tier suite alone (uvm.go)
+	gpucheck   string         // -gpucheck: the report's folder (gpucheck.go)
+	bin        string         // -bin: the gpucheck's prebuilt binaries
+	deadline   time.Duration  // -deadline: the gpucheck's
 	filter     *regexp.Regexp // cases to run
 	implFilter *regexp.Regexp // allocators to run
 }
@@ -62,6 +66,9 @@ func parseFlags() *config {
 	flag.IntVar(&cfg.maxLive, "maxlive", defaultMaxLive, "live blocks of the largest churn case (10000, 100000, ... up to this; 10000000 adds half a minute to a minute and 3.5 GB resident)")
 	flag.BoolVar(&cfg.gpu, "gpu", false, "add the CUDA suites compiled in (see gpu.go)")
 	flag.BoolVar(&cfg.uvm, "uvm", false, "run only the UVM tier suite (uvm.go): on the GPU when a driver is found, else on the fake driver")
+	flag.StringVar(&cfg.gpucheck, "gpucheck", "", "run the GPU check (gpucheck.go: GPU tests, examples, -gpu suites, targets) and write its report into this directory")
+	flag.StringVar(&cfg.bin, "bin", ".gpu/bin", "-gpucheck: the folder of the prebuilt test binaries and examples (scripts/gpucheck build)")
+	flag.DurationVar(&cfg.deadline, "deadline", 9*time.Minute, "-gpucheck: no step or case starts after this long")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
@@ -73,7 +80,7 @@ func parseFlags() *config {
 	if cfg.quick {
 		cfg.target, cfg.reps, cfg.traceSteps = 10*time.Millisecond, 5, 2*wavePeriod
 	}
-	if cfg.name == "" && !cfg.uvm { // -uvm names its results after the device (uvmOnly)
+	if cfg.name == "" && !cfg.uvm && cfg.gpucheck == "" { // -uvm and -gpucheck name theirs after the device
 		cfg.name = fmt.Sprintf("cpu-%dcore", runtime.NumCPU())
 		if cfg.quick {
 			cfg.name += "-quick"
@@ -154,6 +161,9 @@ func flagSet(name string) bool {
 
 func main() {
 	cfg := parseFlags()
+	if cfg.gpucheck != "" {
+		os.Exit(gpucheck(cfg))
+	}
 	if cfg.record != "" || cfg.replay != "" {
 		var err error
 		if cfg.record != "" {

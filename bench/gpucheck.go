@@ -1,0 +1,562 @@
+package main
+
+// The GPU check (issue 19): every GPU figure of the project and its targets in one run, within
+// a deadline, written as one report.
+//
+//	go run ./bench -gpucheck DIR [-quick] [-bin .gpu/bin] [-deadline 9m] [-name NAME]
+//
+// scripts/gpucheck builds what it needs (stripped test binaries of the packages with GPU tests,
+// this program and the examples, into .gpu/bin) on a machine with Go, so that a machine with a
+// GPU and no Go toolchain only runs them. A run has four steps, in this order, each recorded
+// with its time and its output (DIR/gpucheck.log):
+//
+//  1. the device: name, memory, compute capability, multiprocessors, the CUDA driver API version
+//     and, where nvidia-smi answers, the driver's version;
+//  2. tests: every test binary listed in BIN/tests.txt, run from its package's folder with
+//     -test.run 'CUDA|GPU' (every GPU test, the contract tests of pinned host buffers among
+//     them: every size from 1 B to 256 MiB copied both ways);
+//  3. the examples: kvcache at 3x oversubscription and loadweights with their defaults;
+//  4. the benchmark suites of -gpu (gpu.go: pinned pool against cuMemHostAlloc, copies, device
+//     heap against cuMemAllocAsync, the copy engine and its calibration, the UVM tier suite of
+//     -uvm with managed memory's rows) and the GOMAXPROCS sweep, the cases the targets read
+//     first and the tier's oversubscription cases last.
+//
+// The report, DIR/NAME.md and DIR/NAME.json (NAME: the device's name as a file name, or
+// fake-driver), gives every figure and PASS, FAIL or N/A for each target of issue 19 and for the
+// checks that the tests, the examples and the suites ran clean. It is rewritten after every
+// step, so a run cut short still leaves what it measured. A step that would start past the
+// deadline is not run, and its checks FAIL.
+//
+// Without a CUDA driver the whole run happens against pinmalloc's fake driver (the process runs
+// itself again with the fake loaded, as -uvm does): the test binaries run without it, so that
+// the GPU tests skip and the fake-driver twins of the contract tests run instead; the suites
+// and the examples run on the fake device. The report then says "fake driver: figures are not
+// GPU figures" and the performance targets are N/A (their figures shown for information), but
+// a test, an example or a suite that fails still fails the run.
+//
+// Exit status: 0 when every check passed (or is N/A), 1 when a test, an example or a suite
+// failed or did not run, 2 for bad flags, 3 when everything ran clean but a performance target
+// was missed.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// fakeNote is what a report made on the fake driver says first.
+const fakeNote = "fake driver: figures are not GPU figures"
+
+// Test patterns: every GPU test; on the fake, the fake-driver twins of the contract tests too.
+const (
+	gpuTestPattern  = "CUDA|GPU"
+	fakeTestPattern = gpuTestPattern + "|^TestFakePoolCopiesMixedSizes$|^TestFakeHostProvidersCopy$"
+)
+
+// contractTests are the contract tests of pinned host buffers in package pinned, on a GPU and
+// their twins on the fake driver.
+var contractTests = []struct{ check, gpu, fake, what string }{
+	{"pinned-contract/mixed-sizes", "TestCUDAPoolCopiesMixedSizes", "TestFakePoolCopiesMixedSizes",
+		"72 CUDAHost pool buffers of 1 B - 256 MiB (32 MiB on the fake), all live, each copied whole both ways, sync and async"},
+	{"pinned-contract/host-providers", "TestCUDAHostProvidersCopy", "TestFakeHostProvidersCopy",
+		"the same on VMM host granules and on registered memory"},
+}
+
+// Check statuses.
+const (
+	pass = "PASS"
+	fail = "FAIL"
+	na   = "N/A"
+)
+
+// check is the state of a -gpucheck run.
+type check struct {
+	cfg      *config
+	start    time.Time
+	deadline time.Time
+	fake     bool
+	log      io.Writer // the console and DIR/gpucheck.log
+	logFile  *os.File
+	name     string
+	commit   string // of the build, from BIN/commit
+
+	Device   deviceInfo    `json:"device"`
+	Steps    []stepResult  `json:"steps"`
+	Tests    []testResult  `json:"tests"`
+	Binaries []binResult   `json:"binaries"`
+	Examples []exampleRun  `json:"examples"`
+	bench    *suite        // the suites' results
+	benchRun []benchCase   // the cases run
+	skipped  []string      // the cases the deadline left out
+	Checks   []checkResult `json:"checks"`
+}
+
+// deviceInfo describes device 0.
+type deviceInfo struct {
+	Name            string `json:"name"`
+	TotalMem        uint64 `json:"total_mem"`
+	Compute         string `json:"compute_capability"`
+	Multiprocessors int    `json:"multiprocessors"`
+	CUDA            string `json:"cuda_driver_api"`
+	NvidiaSMI       string `json:"nvidia_smi,omitempty"`
+	Fake            bool   `json:"fake"`
+}
+
+// stepResult is one step of the run.
+type stepResult struct {
+	Name    string  `json:"name"`
+	Status  string  `json:"status"`
+	Seconds float64 `json:"seconds"`
+	Detail  string  `json:"detail"`
+}
+
+// testResult is one top-level test of a test binary.
+type testResult struct {
+	Binary  string  `json:"binary"`
+	Name    string  `json:"name"`
+	Status  string  `json:"status"` // PASS, FAIL or SKIP
+	Seconds float64 `json:"seconds"`
+	Detail  string  `json:"detail,omitempty"` // a skip's reason, a failure's first line
+}
+
+// binResult is one test binary's run.
+type binResult struct {
+	Binary  string  `json:"binary"`
+	Dir     string  `json:"dir"`
+	Status  string  `json:"status"`
+	Seconds float64 `json:"seconds"`
+	Detail  string  `json:"detail,omitempty"`
+}
+
+// exampleRun is one example program's run.
+type exampleRun struct {
+	Name    string   `json:"name"`
+	Args    []string `json:"args"`
+	Status  string   `json:"status"`
+	Seconds float64  `json:"seconds"`
+	Output  string   `json:"output"`
+}
+
+// checkResult is one line of the report's verdict: a target of issue 19, another target the
+// suites check, or a check that something ran clean.
+type checkResult struct {
+	Name   string  `json:"name"`
+	Want   string  `json:"want"`
+	Status string  `json:"status"` // PASS, FAIL or N/A
+	Value  float64 `json:"value,omitempty"`
+	Limit  float64 `json:"limit,omitempty"`
+	Detail string  `json:"detail"`
+	Kind   string  `json:"kind"` // "target" (issue 19), "other" (informational) or "run"
+}
+
+// gpucheck runs the check and returns the process's exit status.
+func gpucheck(cfg *config) int {
+	if err := icuda.Load(); err != nil {
+		if os.Getenv(cuda.LibraryEnv) != "" {
+			fmt.Fprintf(os.Stderr, "gpucheck: the driver at %s=%s: %v\n", cuda.LibraryEnv, os.Getenv(cuda.LibraryEnv), err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "gpucheck: no CUDA driver (%v): running everything on pinmalloc's fake driver (%s)\n", err, fakeNote)
+		code, err := fakecuda.ExecOnFake()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gpucheck:", err)
+			return 1
+		}
+		return code
+	}
+	c := &check{cfg: cfg, start: time.Now()}
+	c.deadline = c.start.Add(cfg.deadline)
+	if err := os.MkdirAll(cfg.gpucheck, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "gpucheck:", err)
+		return 1
+	}
+	f, err := os.Create(filepath.Join(cfg.gpucheck, "gpucheck.log"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpucheck:", err)
+		return 1
+	}
+	defer f.Close()
+	c.logFile, c.log = f, io.MultiWriter(os.Stderr, f)
+	if b, err := os.ReadFile(filepath.Join(cfg.bin, "commit")); err == nil {
+		c.commit = strings.TrimSpace(string(b))
+	}
+	c.step("device", c.describe)
+	c.step("tests", c.runTests)
+	c.step("examples", c.runExamples)
+	c.step("bench", c.runBench)
+	c.evaluate()
+	if err := c.write(); err != nil {
+		fmt.Fprintln(c.log, "gpucheck:", err)
+		return 1
+	}
+	code := c.exitCode()
+	fmt.Fprintf(c.log, "gpucheck: %s in %.0fs; report %s\n", map[int]string{0: "PASS", 1: "FAIL (a test, an example or a suite)", 3: "FAIL (a target missed)"}[code],
+		time.Since(c.start).Seconds(), filepath.Join(cfg.gpucheck, c.name+".md"))
+	return code
+}
+
+// step runs one step, records it and rewrites the report.
+func (c *check) step(name string, run func() (string, error)) {
+	t0 := time.Now()
+	fmt.Fprintf(c.log, "\n=== gpucheck step %s (%.0fs left before the deadline)\n", name, time.Until(c.deadline).Seconds())
+	detail, err := run()
+	st := stepResult{Name: name, Status: pass, Seconds: time.Since(t0).Seconds(), Detail: detail}
+	if err != nil {
+		st.Status, st.Detail = fail, strings.TrimSpace(detail+"; "+err.Error())
+		st.Detail = strings.TrimPrefix(st.Detail, "; ")
+	}
+	c.Steps = append(c.Steps, st)
+	fmt.Fprintf(c.log, "=== gpucheck step %s: %s in %.1fs: %s\n", name, st.Status, st.Seconds, st.Detail)
+	c.evaluate()
+	if err := c.write(); err != nil {
+		fmt.Fprintln(c.log, "gpucheck: writing the report:", err)
+	}
+}
+
+// left returns the time left before the deadline, less margin.
+func (c *check) left(margin time.Duration) time.Duration { return time.Until(c.deadline) - margin }
+
+// describe opens device 0 and describes it.
+func (c *check) describe() (string, error) {
+	dev, err := icuda.Open(0)
+	if err != nil {
+		return "", err
+	}
+	defer dev.Close()
+	d := &c.Device
+	if d.Name, err = dev.Name(); err != nil {
+		return "", err
+	}
+	d.Fake = fakecuda.IsFake(dev)
+	c.fake = d.Fake
+	if n, err := dev.TotalMem(); err == nil {
+		d.TotalMem = uint64(n)
+	}
+	major, _ := dev.Attribute(icuda.AttrComputeCapabilityMajor)
+	minor, _ := dev.Attribute(icuda.AttrComputeCapabilityMinor)
+	d.Compute = fmt.Sprintf("%d.%d", major, minor)
+	d.Multiprocessors, _ = dev.Attribute(icuda.AttrMultiprocessorCount)
+	if v, err := icuda.DriverVersion(); err == nil {
+		d.CUDA = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
+	}
+	if out, err := exec.Command("nvidia-smi", "--query-gpu=name,driver_version,memory.total,pci.bus_id", "--format=csv,noheader", "-i", "0").Output(); err == nil {
+		d.NvidiaSMI = strings.TrimSpace(string(out))
+	}
+	c.name = c.cfg.name
+	if c.name == "" {
+		c.name = fileName(d.Name)
+		if c.fake {
+			c.name = "fake-driver"
+		}
+		if c.cfg.quick {
+			c.name += "-quick"
+		}
+	}
+	if c.fake {
+		fmt.Fprintf(c.log, "gpucheck: %s\n", fakeNote)
+	}
+	return fmt.Sprintf("%s, %.1f GiB, compute capability %s, %d multiprocessors, CUDA driver API %s%s",
+		d.Name, float64(d.TotalMem)/(1<<30), d.Compute, d.Multiprocessors, d.CUDA, map[bool]string{true: "; " + fakeNote}[c.fake]), nil
+}
+
+// fileName turns a device name into a file name: "NVIDIA H100 80GB HBM3" is
+// nvidia-h100-80gb-hbm3.
+func fileName(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '.' || r == '_' {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	if out := strings.TrimRight(b.String(), "-"); out != "" {
+		return out
+	}
+	return "gpu"
+}
+
+// testBinary is one line of BIN/tests.txt: a test binary and its package's folder.
+type testBinary struct{ file, dir string }
+
+// readManifest reads BIN/tests.txt: "FILE DIR" per line, DIR relative to the repository root.
+func readManifest(bin string) ([]testBinary, error) {
+	b, err := os.ReadFile(filepath.Join(bin, "tests.txt"))
+	if err != nil {
+		return nil, fmt.Errorf("no test binaries (%w): build them first with scripts/gpucheck build", err)
+	}
+	var out []testBinary
+	for i, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 0:
+			continue
+		case len(f) != 2:
+			return nil, fmt.Errorf("%s line %d: %q, want FILE DIR", filepath.Join(bin, "tests.txt"), i+1, l)
+		}
+		out = append(out, testBinary{f[0], f[1]})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s lists no test binary", filepath.Join(bin, "tests.txt"))
+	}
+	return out, nil
+}
+
+// runTests runs every test binary with the GPU pattern.
+func (c *check) runTests() (string, error) {
+	bins, err := readManifest(c.cfg.bin)
+	if err != nil {
+		return "", err
+	}
+	pattern := gpuTestPattern
+	env := os.Environ()
+	if c.fake { // the GPU tests skip; the fake-driver tests load their own fake
+		pattern = fakeTestPattern
+		env = withoutEnv(env, cuda.LibraryEnv)
+	}
+	var failed []string
+	for _, tb := range bins {
+		left := c.left(30 * time.Second)
+		br := binResult{Binary: tb.file, Dir: tb.dir}
+		if left < 10*time.Second {
+			br.Status, br.Detail = fail, "not run: the deadline"
+			c.Binaries = append(c.Binaries, br)
+			failed = append(failed, tb.file+" (not run)")
+			continue
+		}
+		limit := min(left, 5*time.Minute)
+		path, err := filepath.Abs(filepath.Join(c.cfg.bin, tb.file))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(c.log, "--- %s -test.run '%s' (in %s, at most %v)\n", tb.file, pattern, tb.dir, limit.Round(time.Second))
+		out, secs, err := c.runLogged(limit+10*time.Second, tb.dir, env, path, "-test.run", pattern, "-test.v", "-test.count=1",
+			"-test.timeout", limit.Round(time.Second).String())
+		br.Seconds = secs
+		ts := parseTests(tb.file, out)
+		c.Tests = append(c.Tests, ts...)
+		br.Status = pass
+		for _, t := range ts {
+			if t.Status == fail {
+				br.Status = fail
+			}
+		}
+		if err != nil {
+			br.Status, br.Detail = fail, err.Error()
+		}
+		if br.Status == fail {
+			failed = append(failed, tb.file)
+		}
+		c.Binaries = append(c.Binaries, br)
+	}
+	n := map[string]int{}
+	for _, t := range c.Tests {
+		n[t.Status]++
+	}
+	detail := fmt.Sprintf("%d binaries, pattern '%s': %d tests passed, %d failed, %d skipped", len(bins), pattern, n[pass], n[fail], n["SKIP"])
+	if len(failed) > 0 {
+		return detail, fmt.Errorf("failed: %s", strings.Join(failed, ", "))
+	}
+	return detail, nil
+}
+
+// withoutEnv returns env without the variable name.
+func withoutEnv(env []string, name string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// runLogged runs a program in dir with env, its output copied to the log, killed after
+// limit; it returns the output and the seconds it ran.
+func (c *check) runLogged(limit time.Duration, dir string, env []string, prog string, args ...string) (string, float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Dir, cmd.Env = dir, env
+	var buf bytes.Buffer
+	cmd.Stdout = io.MultiWriter(&buf, c.logFile)
+	cmd.Stderr = cmd.Stdout
+	t0 := time.Now()
+	err := cmd.Run()
+	secs := time.Since(t0).Seconds()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("killed after %v: %w", limit.Round(time.Second), ctx.Err())
+	} else if err != nil {
+		err = fmt.Errorf("%s: %w", filepath.Base(prog), err)
+	}
+	return buf.String(), secs, err
+}
+
+// testLine is a test's result line in -test.v output; subtests are indented.
+var testLine = regexp.MustCompile(`^(\s*)--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
+
+// parseTests reads the top-level tests' results from a test binary's -test.v output, with the
+// first line logged under each skip or failure as its detail.
+func parseTests(binary, out string) []testResult {
+	var ts []testResult
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	want := -1 // the index of a result whose detail is the next line
+	for sc.Scan() {
+		line := sc.Text()
+		m := testLine.FindStringSubmatch(line)
+		if m == nil {
+			if want >= 0 && strings.TrimSpace(line) != "" {
+				ts[want].Detail = strings.TrimSpace(line)
+			}
+			want = -1
+			continue
+		}
+		want = -1
+		if m[1] != "" { // a subtest
+			continue
+		}
+		var secs float64
+		fmt.Sscan(m[4], &secs)
+		ts = append(ts, testResult{Binary: binary, Name: m[3], Status: m[2], Seconds: secs})
+		if m[2] != pass {
+			want = len(ts) - 1
+		}
+	}
+	return ts
+}
+
+// runExamples runs kvcache at 3x oversubscription and loadweights with their defaults.
+func (c *check) runExamples() (string, error) {
+	var failed, done []string
+	for _, ex := range []struct {
+		name string
+		args []string
+	}{{"kvcache", []string{"-oversub", "3"}}, {"loadweights", nil}} {
+		run := exampleRun{Name: ex.name, Args: ex.args, Status: fail}
+		left := c.left(20 * time.Second)
+		if left < 10*time.Second {
+			run.Output = "not run: the deadline"
+		} else {
+			prog, err := filepath.Abs(filepath.Join(c.cfg.bin, ex.name))
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(c.log, "--- %s %s\n", ex.name, strings.Join(ex.args, " "))
+			out, secs, err := c.runLogged(min(left, 3*time.Minute), ".", os.Environ(), prog, ex.args...)
+			run.Output, run.Seconds = strings.TrimSpace(out), secs
+			if err == nil {
+				run.Status = pass
+			} else {
+				run.Output += "\n" + err.Error()
+			}
+		}
+		c.Examples = append(c.Examples, run)
+		if run.Status == fail {
+			failed = append(failed, ex.name)
+		} else {
+			done = append(done, ex.name)
+		}
+	}
+	detail := "ran clean: " + strings.Join(done, ", ")
+	if len(failed) > 0 {
+		return detail, fmt.Errorf("failed: %s", strings.Join(failed, ", "))
+	}
+	return detail, nil
+}
+
+// caseOrder ranks a case: the ones the targets read first, the tier's oversubscription cases
+// (the longest) last.
+func caseOrder(name string) int {
+	for i, p := range []string{"cuda-pair/", "cuda-h2d/", "cuda-d2h/", "cuda-device-pair/", "uvm-move/", "uvm-managed",
+		"uvm-acquire/", "batch-calibration", "batch-", "gomaxprocs", "uvm-oversub/"} {
+		if strings.HasPrefix(name, p) {
+			if strings.Contains(name, "/"+managedPolicy+"/") {
+				return i + 1 // managed memory's rows after the tier's
+			}
+			return i
+		}
+	}
+	return 99
+}
+
+// runBench runs the GPU suites and the sweep in-process, until the deadline.
+func (c *check) runBench() (string, error) {
+	cfg := *c.cfg
+	cfg.filter, cfg.implFilter = regexp.MustCompile(""), regexp.MustCompile("")
+	s := &suite{cfg: &cfg, nulls: nullImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
+	c.bench = s
+	impls, cs, closeGPU := openGPUSuites()
+	defer closeGPU()
+	if len(cs) == 0 {
+		return "", errors.New("no GPU suite opened (see the log)")
+	}
+	s.impls = impls
+	cs = append(cs, benchCase{name: "gomaxprocs", group: "sweep", custom: sweep})
+	sortCases(cs)
+	s.load = loadAvg()
+	fmt.Fprintf(c.log, "bench: %d cases, %s mode, GOMAXPROCS=%d, load %s\n", len(cs), map[bool]string{true: "quick", false: "full"}[cfg.quick], runtime.GOMAXPROCS(0), s.load)
+	for i, bc := range cs {
+		if c.left(30*time.Second) <= 0 {
+			for _, rest := range cs[i:] {
+				c.skipped = append(c.skipped, rest.name)
+			}
+			break
+		}
+		t0 := time.Now()
+		var rs []result
+		if bc.custom != nil {
+			rs = bc.custom(s)
+		} else {
+			rs = s.run(bc, s.selected())
+		}
+		s.results = append(s.results, rs...)
+		c.benchRun = append(c.benchRun, bc)
+		fmt.Fprintf(c.log, "[%2d/%d] %-28s %d results (%.1fs)\n", i+1, len(cs), bc.name, len(rs), time.Since(t0).Seconds())
+	}
+	detail := fmt.Sprintf("%d cases run, %d results", len(c.benchRun), len(s.results))
+	var errs []string
+	for _, r := range s.results {
+		if r.Metric == "error" && !c.naError(r) {
+			errs = append(errs, r.Case+" "+r.Impl+": "+r.Note)
+		}
+	}
+	if len(c.skipped) > 0 {
+		errs = append(errs, fmt.Sprintf("%d cases not run: the deadline (from %s)", len(c.skipped), c.skipped[0]))
+	}
+	if len(errs) > 0 {
+		return detail, errors.New(strings.Join(errs, "; "))
+	}
+	return detail, nil
+}
+
+// naError reports whether an error result says the case cannot run on the fake driver.
+func (c *check) naError(r result) bool {
+	return c.fake && strings.HasPrefix(r.Note, "not measured on the fake driver")
+}
+
+// sortCases orders cases by caseOrder, keeping the suites' order within a rank.
+func sortCases(cs []benchCase) {
+	for i := 1; i < len(cs); i++ {
+		for j := i; j > 0 && caseOrder(cs[j].name) < caseOrder(cs[j-1].name); j-- {
+			cs[j], cs[j-1] = cs[j-1], cs[j]
+		}
+	}
+}
