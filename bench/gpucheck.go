@@ -409,22 +409,40 @@ func (c *check) runLogged(limit time.Duration, dir string, env []string, prog st
 	return buf.String(), secs, err
 }
 
-// testLine is a test's result line in -test.v output; subtests are indented.
-var testLine = regexp.MustCompile(`^(\s*)--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
+// testLine is a test's result line in -test.v output, runLine its start; subtests are
+// indented (results) or named with a slash (starts).
+var (
+	testLine = regexp.MustCompile(`^(\s*)--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
+	runLine  = regexp.MustCompile(`^=== RUN\s+(\S+)$`)
+)
 
-// parseTests reads the top-level tests' results from a test binary's -test.v output, with the
-// first line logged under each skip or failure as its detail.
+// parseTests reads the top-level tests' results from a test binary's -test.v output. A skip
+// or failure's detail is the first line the test logged (-test.v prints logs as they come,
+// before the result line), else the first line after its result.
 func parseTests(binary, out string) []testResult {
 	var ts []testResult
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	want := -1 // the index of a result whose detail is the next line
+	firstLog := ""
+	want := -1 // the index of a result without a detail, whose detail is the next line
 	for sc.Scan() {
 		line := sc.Text()
+		if m := runLine.FindStringSubmatch(line); m != nil {
+			if !strings.Contains(m[1], "/") {
+				firstLog = ""
+			}
+			want = -1
+			continue
+		}
 		m := testLine.FindStringSubmatch(line)
 		if m == nil {
-			if want >= 0 && strings.TrimSpace(line) != "" {
-				ts[want].Detail = strings.TrimSpace(line)
+			text := strings.TrimSpace(line)
+			switch {
+			case text == "":
+			case want >= 0 && strings.HasPrefix(line, " "):
+				ts[want].Detail = text
+			case firstLog == "" && strings.HasPrefix(line, " "):
+				firstLog = text
 			}
 			want = -1
 			continue
@@ -437,8 +455,13 @@ func parseTests(binary, out string) []testResult {
 		fmt.Sscan(m[4], &secs)
 		ts = append(ts, testResult{Binary: binary, Name: m[3], Status: m[2], Seconds: secs})
 		if m[2] != pass {
-			want = len(ts) - 1
+			if firstLog != "" {
+				ts[len(ts)-1].Detail = firstLog
+			} else {
+				want = len(ts) - 1
+			}
 		}
+		firstLog = ""
 	}
 	return ts
 }

@@ -1,5 +1,9 @@
 package main
 
+// Tests of the GPU check's orchestration and verdict (gpucheck.go), with shell scripts standing in
+// for the test binaries and the examples. Their names avoid "GPU" and "CUDA": scripts/gpucheck
+// builds the packages whose tests have those names for the GPU machine.
+
 import (
 	"os"
 	"path/filepath"
@@ -31,11 +35,11 @@ func script(t *testing.T, dir, name, body string) {
 	}
 }
 
-// TestGPUCheckTests runs stand-in test binaries (shell scripts printing -test.v lines) through
+// TestGpucheckTests runs stand-in test binaries (shell scripts printing -test.v lines) through
 // the tests step: results are parsed per top-level test with a skip's reason, a failing test or
 // a binary that exits non-zero fails the step and the run (exit status 1), and the contract
 // checks follow the contract tests' results.
-func TestGPUCheckTests(t *testing.T) {
+func TestGpucheckTests(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("shell scripts stand in for test binaries")
 	}
@@ -118,8 +122,8 @@ echo "--- PASS: TestFakeHostProvidersCopy (0.30s)"`)
 	}
 }
 
-// TestGPUCheckExamples runs stand-ins for the examples: one that fails fails the run.
-func TestGPUCheckExamples(t *testing.T) {
+// TestGpucheckExamples runs stand-ins for the examples: one that fails fails the run.
+func TestGpucheckExamples(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("shell scripts stand in for the examples")
 	}
@@ -151,11 +155,11 @@ func findCheck(c *check, name string) checkResult {
 	return checkResult{Name: name, Status: "missing"}
 }
 
-// TestGPUCheckTargets checks the verdict on the suites' figures: on a GPU a met target passes
+// TestGpucheckTargets checks the verdict on the suites' figures: on a GPU a met target passes
 // and a missed or unmeasured one fails (exit status 3 when nothing else failed); on the fake
 // every performance target is N/A and the report says the figures are not GPU figures; the
 // 16-core scaling is N/A on fewer cores.
-func TestGPUCheckTargets(t *testing.T) {
+func TestGpucheckTargets(t *testing.T) {
 	rs := []result{
 		{Case: "cuda-pair/4KiB", Impl: "cuda-hostalloc", Metric: "ns_per_pair", Value: 1.2e6},
 		{Case: "cuda-pair/4KiB", Impl: "pinmalloc-pool", Metric: "ns_per_pair", Value: 100},
@@ -221,12 +225,17 @@ func TestGPUCheckTargets(t *testing.T) {
 	}
 }
 
-// TestGPUCheckHelpers covers the test-output parser's indentation rule, file names and the
+// TestGpucheckHelpers covers the test-output parser's indentation rule, file names and the
 // order of the cases.
-func TestGPUCheckHelpers(t *testing.T) {
+func TestGpucheckHelpers(t *testing.T) {
 	ts := parseTests("x.test", "--- FAIL: TestA (0.50s)\n    a_test.go:3: boom\n    a_test.go:4: more\n    --- PASS: TestA/sub (0.1s)\n--- PASS: TestB (2.00s)\n")
 	if len(ts) != 2 || ts[0].Status != fail || ts[0].Detail != "a_test.go:3: boom" || ts[0].Seconds != 0.5 || ts[1].Name != "TestB" {
-		t.Errorf("parseTests: %+v", ts)
+		t.Errorf("parseTests, logs after the result: %+v", ts)
+	}
+	ts = parseTests("x.test", "=== RUN   TestA\n=== RUN   TestA/sub\n    a_test.go:3: boom\n    --- FAIL: TestA/sub (0.1s)\n--- FAIL: TestA (0.50s)\n"+
+		"=== RUN   TestB\n    b_test.go:1: no CUDA driver\n--- SKIP: TestB (0.00s)\n=== RUN   TestC\n--- PASS: TestC (0.00s)\nFAIL\n")
+	if len(ts) != 3 || ts[0].Detail != "a_test.go:3: boom" || ts[1].Detail != "b_test.go:1: no CUDA driver" || ts[2].Detail != "" {
+		t.Errorf("parseTests, logs before the result: %+v", ts)
 	}
 	for in, want := range map[string]string{"NVIDIA H100 80GB HBM3": "nvidia-h100-80gb-hbm3", "  Fake GPU 0 ": "fake-gpu-0", "///": "gpu", "NVIDIA H200": "nvidia-h200"} {
 		if got := fileName(in); got != want {
