@@ -253,7 +253,10 @@ func (c *check) describe() (string, error) {
 	if v, err := icuda.DriverVersion(); err == nil {
 		d.CUDA = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
 	}
-	if out, err := exec.Command("nvidia-smi", "--query-gpu=name,driver_version,memory.total,pci.bus_id", "--format=csv,noheader", "-i", "0").Output(); err == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	smi := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=name,driver_version,memory.total,pci.bus_id", "--format=csv,noheader", "-i", "0")
+	if out, err := smi.Output(); err == nil {
 		d.NvidiaSMI = strings.TrimSpace(string(out))
 	}
 	c.name = c.cfg.name
