@@ -358,9 +358,9 @@ func (c *check) summary() string {
 	return fmt.Sprintf("%d checks passed, %d failed, %d N/A", n[pass], n[fail], n[na])
 }
 
-// mdCell keeps a table cell on one line.
+// mdCell keeps a table cell on one line, its pipes escaped.
 func mdCell(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "|", "/"), "\n", "; ")
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", "; ")
 }
 
 // printCaseTable writes the results of the cases of group gpu (the cuda and batch suites), one
