@@ -3,6 +3,8 @@ package heap
 import (
 	"errors"
 	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,7 +222,11 @@ func TestHugeUpToCapacity(t *testing.T) {
 // second, not even block-aligned): blocks still meet the alignment, and the waste is what the
 // arithmetic says.
 func TestExternalOddBase(t *testing.T) {
-	backing := make([]byte, 40<<20) // Go memory is fine for an external host region in a test
+	// Go memory is fine for an external host region in a test, kept alive while the arenas
+	// know it by its address only.
+	backing := make([]byte, 40<<20)
+	defer runtime.KeepAlive(backing)
+	collected := watchCollection(backing)
 	base := mem.Addr(backing)
 	for _, c := range []struct {
 		off, waste uintptr
@@ -260,12 +266,32 @@ func TestExternalOddBase(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if collected() {
+			t.Fatal("the external region's Go memory was collected while an arena held it")
+		}
 		if err := h.Close(); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// watchCollection returns a function that runs the garbage collector and reports whether b's
+// memory has been collected (waiting a little for the cleanup that says so to run).
+func watchCollection(b []byte) func() bool {
+	var gone atomic.Bool
+	runtime.AddCleanup(&b[0], func(g *atomic.Bool) { g.Store(true) }, &gone)
+	return func() bool {
+		for range 20 {
+			runtime.GC()
+			if gone.Load() {
+				return true
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return false
 	}
 }
 

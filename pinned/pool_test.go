@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,8 +186,12 @@ func TestAlignedAndOptions(t *testing.T) {
 	}
 }
 
+// TestExternalBackend runs a pool over a region of Go memory. The pool knows the region by its
+// address only, so the test keeps the slice alive until the pool is closed, and checks that it
+// did: the region must not have been collected while the pool still held it.
 func TestExternalBackend(t *testing.T) {
 	region := make([]byte, 24<<20) // any host memory the caller owns
+	collected := watchCollection(region)
 	p := newTestPool(t, Options{Backend: External, Capacity: 0,
 		External: &arena.ExternalRegion{Base: mem.Addr(region) + 8, Size: 20 << 20, Kind: arena.HostPageable, Committed: true}})
 	b, err := p.Alloc(10 << 20)
@@ -206,6 +211,30 @@ func TestExternalBackend(t *testing.T) {
 	}
 	if err := p.Free(b); err != nil {
 		t.Fatal(err)
+	}
+	if collected() {
+		t.Fatal("the External region's Go memory was collected while the pool still held it")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.KeepAlive(region) // the pool held it as an address only, until Close
+}
+
+// watchCollection returns a function that runs the garbage collector and reports whether b's
+// memory has been collected (waiting a little for the cleanup that says so to run).
+func watchCollection(b []byte) func() bool {
+	var gone atomic.Bool
+	runtime.AddCleanup(&b[0], func(g *atomic.Bool) { g.Store(true) }, &gone)
+	return func() bool {
+		for range 20 {
+			runtime.GC()
+			if gone.Load() {
+				return true
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return false
 	}
 }
 
