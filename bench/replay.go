@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -139,8 +141,23 @@ func replayLoop[H any](a allocator[H], evs []alloctrace.Event) (res *replayResul
 }
 
 // replayCapacity is the capacity of the allocators a trace is replayed against: room for its
-// peak live bytes four times over, and at least a case's capacity.
+// peak live bytes four times over, and at least a case's capacity. It doubles up to
+// maxReplayCapacity at most (a trace from alloctrace.Read peaks within alloctrace.MaxBytes, a
+// quarter of it; the cap keeps any events from overflowing the doubling into a loop).
 func replayCapacity(evs []alloctrace.Event) int64 {
+	peak := peakLive(evs)
+	c := int64(caseCapacity)
+	for c < maxReplayCapacity && uint64(c)/4 < peak {
+		c *= 2
+	}
+	return c
+}
+
+// maxReplayCapacity bounds replayCapacity: 4 × alloctrace.MaxBytes.
+const maxReplayCapacity = 4 * alloctrace.MaxBytes
+
+// peakLive returns the most bytes evs hold live at once.
+func peakLive(evs []alloctrace.Event) uint64 {
 	var live, peak uint64
 	size := map[uint64]uint64{}
 	for _, e := range evs {
@@ -152,11 +169,21 @@ func replayCapacity(evs []alloctrace.Event) int64 {
 		live += e.Size
 		peak = max(peak, live)
 	}
-	c := int64(caseCapacity)
-	for uint64(c) < 4*peak {
-		c *= 2
+	return peak
+}
+
+// checkFits refuses a trace whose peak live bytes exceed the machine's memory: make would
+// end the process ("fatal error: runtime: out of memory" cannot be recovered), not fail.
+func checkFits(evs []alloctrace.Event) error {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return nil // unknown: let the allocators try
 	}
-	return c
+	ram := uint64(si.Totalram) * uint64(si.Unit)
+	if peak := peakLive(evs); peak > ram {
+		return fmt.Errorf("the trace holds up to %d bytes live, more than this machine's %d bytes of memory", peak, ram)
+	}
+	return nil
 }
 
 // runReplay replays the trace in path against every Go-side allocator, prints a table and,
@@ -168,6 +195,9 @@ func runReplay(cfg *config, impls []impl, path string) error {
 	}
 	evs, err := alloctrace.Read(f)
 	f.Close()
+	if err == nil {
+		err = checkFits(evs)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -88,5 +93,56 @@ func TestShippedTrace(t *testing.T) {
 	evs, err := alloctrace.Read(f)
 	if err != nil || len(evs) < 1000 {
 		t.Fatalf("%d events, %v", len(evs), err)
+	}
+}
+
+// TestReplayHugeSizes: a trace asking for sizes beyond the address space is refused as
+// malformed before anything is played (1<<60 made make panic, 3<<60 made replayCapacity
+// loop for ever), one beyond the machine's memory is refused too (make would end the process),
+// and replayCapacity returns for any events, capped where doubling stops.
+func TestReplayHugeSizes(t *testing.T) {
+	cfg := &config{implFilter: regexp.MustCompile("")}
+	for _, size := range []uint64{1 << 60, 3 << 60} {
+		var buf bytes.Buffer
+		w := alloctrace.NewWriter(&buf)
+		w.Alloc(0x1000, size, 0, 1)
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "huge.pmtrace")
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := runReplay(cfg, []impl{newGoMake()}, path); !errors.Is(err, alloctrace.ErrFormat) {
+			t.Errorf("replay of a trace of %#x bytes: %v, want alloctrace.ErrFormat", size, err)
+		}
+	}
+	// Within the address space but beyond the machine's memory: refused before make would end
+	// the process.
+	var buf bytes.Buffer
+	w := alloctrace.NewWriter(&buf)
+	w.Alloc(0x1000, alloctrace.MaxBytes/2, 0, 1)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "big.pmtrace")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := runReplay(cfg, []impl{newGoMake()}, path); err == nil || !strings.Contains(err.Error(), "more than this machine's") {
+		t.Errorf("replay of a trace of 64 TiB: %v", err)
+	}
+	done := make(chan int64)
+	go func() {
+		c := replayCapacity([]alloctrace.Event{{Size: 3 << 60}, {ID: 1, Size: 1 << 63}})
+		done <- c
+	}()
+	select {
+	case c := <-done:
+		if c <= 0 || c < caseCapacity {
+			t.Errorf("replayCapacity of huge events = %d", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("replayCapacity of events of 3<<60 bytes did not return")
 	}
 }

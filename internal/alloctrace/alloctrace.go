@@ -13,6 +13,10 @@
 // dt is the time since the previous event, in nanoseconds. Allocations are numbered from 0 in
 // the order of their records; a free names the allocation it frees by that number. A typical
 // record takes 5 to 8 bytes.
+//
+// Read checks what a replay relies on: no size or alignment beyond the address space
+// (MaxBytes), nor live bytes beyond it at any point, and times that fit a time.Duration. So a
+// program that replays a trace can size and sum its allocations without overflow.
 package alloctrace
 
 import (
@@ -21,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/bits"
 	"sync"
 	"time"
@@ -36,6 +41,13 @@ const (
 
 // ErrFormat means the input is not a well-formed trace.
 var ErrFormat = errors.New("alloctrace: malformed trace")
+
+// MaxBytes is the address space of a 64-bit process (47 bits: x86-64 and arm64 with 4-level
+// page tables): no allocation, alignment or sum of live allocations of a well-formed trace
+// exceeds it.
+const MaxBytes = 1 << maxLog
+
+const maxLog = 47
 
 // Event is one record.
 type Event struct {
@@ -156,7 +168,8 @@ func (t *Writer) Flush() error {
 	return t.err
 }
 
-// Read reads a whole trace and checks it: every free names an earlier allocation, freed once.
+// Read reads a whole trace and checks it: every free names an earlier allocation, freed once;
+// sizes, alignments and the live bytes stay within MaxBytes; the time fits a time.Duration.
 func Read(r io.Reader) ([]Event, error) {
 	br := bufio.NewReader(r)
 	var magic [len(Magic)]byte
@@ -165,8 +178,8 @@ func Read(r io.Reader) ([]Event, error) {
 	}
 	var evs []Event
 	var at time.Duration
-	var allocs uint64
-	freed := map[uint64]bool{}
+	var sizes []uint64 // by allocation; 0 once freed
+	var live uint64
 	for {
 		op, err := br.ReadByte()
 		if err == io.EOF {
@@ -180,15 +193,21 @@ func Read(r io.Reader) ([]Event, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, n, err)
 		}
+		if dt > math.MaxInt64-uint64(at) {
+			return nil, fmt.Errorf("%w: record %d: time %v + %d ns overflows", ErrFormat, n, at, dt)
+		}
 		at += time.Duration(dt)
 		switch op {
 		case opAlloc:
-			e := Event{At: at, ID: allocs}
-			if e.Size, err = binary.ReadUvarint(br); err != nil || e.Size == 0 {
-				return nil, fmt.Errorf("%w: record %d: size %d: %v", ErrFormat, n, e.Size, err)
+			e := Event{At: at, ID: uint64(len(sizes))}
+			if e.Size, err = binary.ReadUvarint(br); err != nil || e.Size == 0 || e.Size > MaxBytes {
+				return nil, fmt.Errorf("%w: record %d: size %d (1 to %d): %v", ErrFormat, n, e.Size, uint64(MaxBytes), err)
+			}
+			if live += e.Size; live > MaxBytes {
+				return nil, fmt.Errorf("%w: record %d: %d bytes live, beyond the address space (%d)", ErrFormat, n, live, uint64(MaxBytes))
 			}
 			lg, err := br.ReadByte()
-			if err != nil || lg > 47 {
+			if err != nil || lg > maxLog {
 				return nil, fmt.Errorf("%w: record %d: alignment 2^%d: %v", ErrFormat, n, lg, err)
 			}
 			if lg > 0 {
@@ -197,17 +216,18 @@ func Read(r io.Reader) ([]Event, error) {
 			if e.Goroutine, err = binary.ReadUvarint(br); err != nil {
 				return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, n, err)
 			}
-			allocs++
+			sizes = append(sizes, e.Size)
 			evs = append(evs, e)
 		case opFree:
 			id, err := binary.ReadUvarint(br)
 			if err != nil {
 				return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, n, err)
 			}
-			if id >= allocs || freed[id] {
-				return nil, fmt.Errorf("%w: record %d frees allocation %d (of %d; freed before: %v)", ErrFormat, n, id, allocs, freed[id])
+			if id >= uint64(len(sizes)) || sizes[id] == 0 {
+				return nil, fmt.Errorf("%w: record %d frees allocation %d (of %d; freed before: %v)", ErrFormat, n, id, len(sizes), id < uint64(len(sizes)))
 			}
-			freed[id] = true
+			live -= sizes[id]
+			sizes[id] = 0
 			evs = append(evs, Event{Free: true, At: at, ID: id})
 		default:
 			return nil, fmt.Errorf("%w: record %d: op %d", ErrFormat, n, op)
