@@ -23,7 +23,10 @@ func Example() {
 	defer pool.Free(buf)
 
 	c := metrics.New()
-	c.AddPool("staging", pool)
+	if err := c.AddPool("staging", pool); err != nil { // ErrInvalidName: not UTF-8
+		fmt.Println(err)
+		return
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	expvar.Publish("pinmalloc_example", c.Var())

@@ -3,20 +3,27 @@
 // imports github.com/prometheus/client_golang: programs that do not import it do not link it.
 //
 //	c := metrics.New()
-//	c.AddPool("staging", pool)
-//	prometheus.MustRegister(c)   // and/or: expvar.Publish("pinmalloc", c.Var())
+//	err := c.AddPool("staging", pool) // ErrInvalidName for a name that is not UTF-8
+//	prometheus.MustRegister(c)        // and/or: expvar.Publish("pinmalloc", c.Var())
 //
 // Every metric is named pinmalloc_..., with the labels name (what the source was registered
 // as) and type ("pinned", "device" or "uvm"); sizes are _bytes, counts of events _total,
 // following Prometheus' conventions. A scrape calls each source's Stats once, which takes the
 // pool's or heap's locks briefly (it collects frees other goroutines made, as Stats does);
 // nothing is measured between scrapes.
+//
+// A scrape never panics: the label values (a source's name and type) must be valid UTF-8, and
+// the Add methods refuse others with ErrInvalidName; a metric that still cannot be made is
+// reported to the registry as an invalid metric (an error of Gather), not with a Must call.
 package metrics
 
 import (
+	"errors"
 	"expvar"
+	"fmt"
 	"sort"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -105,27 +112,33 @@ type source struct {
 	tier func() TierFigures // tiers
 }
 
+// ErrInvalidName means a source name or type that cannot be a Prometheus label value (it is
+// not valid UTF-8); nothing was registered.
+var ErrInvalidName = errors.New("metrics: invalid source name")
+
 // New returns a collector with nothing registered.
 func New() *Collector { return &Collector{sources: map[string]source{}} }
 
-// AddPool registers a pinned pool under name (replacing any source of that name).
-func (c *Collector) AddPool(name string, p *pinned.Pool) {
-	c.add(name, source{typ: "pinned", heap: func() Figures { return FromPool(p.Stats()) }})
+// AddPool registers a pinned pool under name (replacing any source of that name). It fails
+// with ErrInvalidName for a name that is not valid UTF-8.
+func (c *Collector) AddPool(name string, p *pinned.Pool) error {
+	return c.add(name, source{typ: "pinned", heap: func() Figures { return FromPool(p.Stats()) }})
 }
 
-// AddDevice registers a device heap under name.
-func (c *Collector) AddDevice(name string, h *device.Heap) {
-	c.add(name, source{typ: "device", heap: func() Figures { return FromDevice(h.Stats()) }})
+// AddDevice registers a device heap under name. Errors as for AddPool.
+func (c *Collector) AddDevice(name string, h *device.Heap) error {
+	return c.add(name, source{typ: "device", heap: func() Figures { return FromDevice(h.Stats()) }})
 }
 
-// AddTier registers a UVM tier under name.
-func (c *Collector) AddTier(name string, t *uvm.Tier) {
-	c.add(name, source{typ: "uvm", tier: func() TierFigures { return FromTier(t.Stats()) }})
+// AddTier registers a UVM tier under name. Errors as for AddPool.
+func (c *Collector) AddTier(name string, t *uvm.Tier) error {
+	return c.add(name, source{typ: "uvm", tier: func() TierFigures { return FromTier(t.Stats()) }})
 }
 
-// AddFunc registers any source of Figures under name, with type as its type label.
-func (c *Collector) AddFunc(name, typ string, f func() Figures) {
-	c.add(name, source{typ: typ, heap: f})
+// AddFunc registers any source of Figures under name, with type as its type label. It fails
+// with ErrInvalidName when name or type is not valid UTF-8.
+func (c *Collector) AddFunc(name, typ string, f func() Figures) error {
+	return c.add(name, source{typ: typ, heap: f})
 }
 
 // Remove unregisters name (before its pool or heap is closed).
@@ -135,10 +148,16 @@ func (c *Collector) Remove(name string) {
 	c.mu.Unlock()
 }
 
-func (c *Collector) add(name string, s source) {
+func (c *Collector) add(name string, s source) error {
+	for _, v := range []string{name, s.typ} {
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, v)
+		}
+	}
 	c.mu.Lock()
 	c.sources[name] = s
 	c.mu.Unlock()
+	return nil
 }
 
 // named is a source with its name, in name order.
@@ -220,14 +239,15 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads every source once and sends its metrics.
+// Collect reads every source once and sends its metrics. A metric that cannot be made is
+// sent as an invalid metric, which the registry's Gather reports as an error.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.list() {
 		if s.heap != nil {
 			f := s.heap()
 			for _, m := range all {
 				if m.heap != nil {
-					ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.heap(f), s.name, s.typ)
+					ch <- constMetric(m, m.heap(f), s)
 				}
 			}
 			continue
@@ -235,10 +255,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		f := s.tier()
 		for _, m := range all {
 			if m.tier != nil {
-				ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.tier(f), s.name, s.typ)
+				ch <- constMetric(m, m.tier(f), s)
 			}
 		}
 	}
+}
+
+// constMetric is m's value v for source s, or an invalid metric saying why it cannot be made
+// (a scrape runs in the registry's goroutines: a panic there ends the process).
+func constMetric(m metric, v float64, s named) prometheus.Metric {
+	cm, err := prometheus.NewConstMetric(m.desc, m.kind, v, s.name, s.typ)
+	if err != nil {
+		return prometheus.NewInvalidMetric(m.desc, fmt.Errorf("%w: source %q: %w", ErrInvalidName, s.name, err))
+	}
+	return cm
 }
 
 // Var returns an expvar.Var whose value is every source's figures, by name, as JSON (an

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +140,52 @@ func TestFromDeviceAndTier(t *testing.T) {
 	c.AddFunc("custom", "device", func() Figures { return f })
 	if got := testutil.ToFloat64(only(c, "pinmalloc_fragmentation_ratio")); got != 4 {
 		t.Errorf("fragmentation %v", got)
+	}
+}
+
+// TestInvalidNames: a name or type that is not valid UTF-8 is refused by every Add method
+// (a Prometheus label value must be UTF-8: MustNewConstMetric panicked in the registry's
+// goroutine at the next scrape, ending the process); one that reaches a scrape anyway makes
+// Gather fail, without a panic, and the other sources are still gathered.
+func TestInvalidNames(t *testing.T) {
+	p := newPool(t)
+	c := New()
+	const bad = "staging\xff"
+	for what, err := range map[string]error{
+		"AddPool":         c.AddPool(bad, p),
+		"AddDevice":       c.AddDevice(bad, nil),
+		"AddTier":         c.AddTier(bad, nil),
+		"AddFunc name":    c.AddFunc(bad, "custom", func() Figures { return Figures{} }),
+		"AddFunc type":    c.AddFunc("custom", "type\xfe", func() Figures { return Figures{} }),
+		"AddPool (valid)": c.AddPool("staging", p),
+	} {
+		if want := what != "AddPool (valid)"; errors.Is(err, ErrInvalidName) != want {
+			t.Errorf("%s: %v (want ErrInvalidName: %v)", what, err, want)
+		}
+	}
+	if n := len(c.list()); n != 1 {
+		t.Fatalf("%d sources registered, want 1 (the valid one)", n)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("Gather with valid names: %v", err)
+	}
+	// Past the Add methods (as a source added by a future path might be): the scrape reports it.
+	c.mu.Lock()
+	c.sources[bad] = source{typ: "pinned", heap: func() Figures { return Figures{Live: 1} }}
+	c.mu.Unlock()
+	families, err := reg.Gather()
+	if err == nil || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("Gather with an invalid name: %v", err)
+	}
+	found := false
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			found = found || m.GetLabel()[0].GetValue() == "staging"
+		}
+	}
+	if !found {
+		t.Error("the valid source was not gathered beside the invalid one")
 	}
 }
