@@ -30,7 +30,9 @@
 // Running out of memory, Alloc waits for every deferred free and gives back every other
 // stream's held segments (synchronizing those streams) before it retries once; then, if
 // the heap has a pressure hook (Options.Pressure, SetPressure), it asks that hook to give
-// memory back (a uvm.Tier evicts blocks) and retries while the hook says it freed some.
+// memory back (a uvm.Tier evicts blocks) and retries while the hook says it freed some. The
+// hook is never re-entered by its own call chain: an Alloc made inside it is served without
+// it, or fails with ErrInPressureHook (pressure.go).
 //
 // # Streams
 //
@@ -121,8 +123,10 @@ type Options struct {
 // finds no memory even after reclaiming what the streams hold: it may give memory of this
 // heap back (a tier evicting blocks, a cache dropping entries) and returns whether the Alloc
 // should try again. It is called without the heap's lock, at most pressureTries times per
-// Alloc, on the goroutine that called Alloc. s tells a hook its own allocations apart: a
-// uvm.Tier allocates on its own stream while holding its lock, and answers those itself.
+// Alloc, on the goroutine that called Alloc, and never from inside itself: an Alloc the hook
+// makes on that goroutine does not call it (pressure.go). s tells a hook its own allocations
+// apart: a uvm.Tier allocates on its own stream while holding its lock, and answers those
+// itself.
 type PressureFunc func(n uintptr, s cuda.Stream) bool
 
 // pressureTries bounds the calls of Options.Pressure per Alloc.
@@ -136,6 +140,7 @@ type Heap struct {
 	g      *heap.Group
 	align  uintptr
 	press  atomic.Pointer[PressureFunc] // nil: no hook
+	hooks  inHook                       // goroutines running the hook (pressure.go)
 
 	mu       sync.Mutex
 	closed   bool
@@ -255,18 +260,15 @@ func (h *Heap) Arena() *arena.Arena { return h.a }
 func (h *Heap) Align() uintptr { return h.align }
 
 // Alloc returns a block of at least n bytes of device memory for use on stream s. Its contents
-// are undefined. Out of memory, it calls Options.Pressure (see the package documentation).
+// are undefined. Out of memory, it calls Options.Pressure (see the package documentation);
+// inside that hook, it does not call it again and fails with ErrInPressureHook (pressure.go).
 func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	p, err := h.alloc(n, s)
 	if err == nil || !outOfMemory(err) {
 		return p, err
 	}
-	press := h.press.Load()
-	for try := 0; err != nil && press != nil && try < pressureTries && outOfMemory(err); try++ {
-		if !(*press)(n, s) {
-			break
-		}
-		p, err = h.alloc(n, s)
+	if press := h.press.Load(); press != nil {
+		return h.relieve(*press, n, s, err)
 	}
 	return p, err
 }

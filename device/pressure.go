@@ -1,0 +1,84 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+)
+
+// The pressure hook, and why it is never re-entered by its own call chain.
+//
+// Alloc calls the hook (Options.Pressure, SetPressure) when it finds no memory even after
+// reclaiming what the streams hold, and retries while the hook says it gave some back (at most
+// pressureTries times). A hook that allocates from the heap it relieves (directly, or through
+// a hook it chains to, or a cache that refills itself) would call itself again on the same
+// goroutine, and again, until the stack overflows. So an Alloc made inside the hook, on the
+// goroutine running it, does not call the hook: it is served without it (memory that is free,
+// and what the other streams hold, as for any Alloc), and when that is not enough it fails at
+// once with an error wrapping ErrInPressureHook and ErrOutOfMemory.
+//
+// The call chain is told by its OS thread: while the hook runs, Alloc keeps its goroutine on
+// its thread (runtime.LockOSThread) and records the thread's id in the heap; an Alloc that
+// finds its own thread recorded is inside the hook. No other goroutine runs on a locked
+// thread, so the record names exactly the goroutines inside the hook. Other goroutines that run
+// out of memory meanwhile call the hook as before, each on its own goroutine (hooks may run
+// concurrently; a uvm.Tier's serializes them on its lock). An Alloc the hook waits for on
+// another goroutine is such a call: a hook must not wait for one, as it would wait again in
+// the hook that Alloc calls.
+//
+// Cost: a thread lock and a gettid per hook call, on the out-of-memory path only.
+
+// ErrInPressureHook means an Alloc made inside the heap's pressure hook, on the goroutine
+// running it, found no memory: the hook is not called again (the error also wraps
+// ErrOutOfMemory).
+var ErrInPressureHook = errors.New("device: Alloc inside the heap's pressure hook")
+
+// inHook records the threads of the goroutines running the pressure hook.
+type inHook struct {
+	mu   sync.Mutex
+	tids []int
+}
+
+// enter records tid; false if it is recorded already (an Alloc inside the hook).
+func (k *inHook) enter(tid int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if slices.Contains(k.tids, tid) {
+		return false
+	}
+	k.tids = append(k.tids, tid)
+	return true
+}
+
+func (k *inHook) leave(tid int) {
+	k.mu.Lock()
+	if i := slices.Index(k.tids, tid); i >= 0 {
+		k.tids = slices.Delete(k.tids, i, i+1)
+	}
+	k.mu.Unlock()
+}
+
+// relieve runs the pressure hook for an Alloc of n bytes on s that failed with err (out of
+// memory), and retries the allocation while the hook gave memory back.
+func (h *Heap) relieve(press PressureFunc, n uintptr, s cuda.Stream, err error) (cuda.DevicePtr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := unix.Gettid()
+	if !h.hooks.enter(tid) {
+		return 0, fmt.Errorf("%w (not called again): %w", ErrInPressureHook, err)
+	}
+	defer h.hooks.leave(tid)
+	var p cuda.DevicePtr
+	for try := 0; try < pressureTries && press(n, s); try++ {
+		if p, err = h.alloc(n, s); err == nil || !outOfMemory(err) {
+			break
+		}
+	}
+	return p, err
+}
