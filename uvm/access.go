@@ -13,9 +13,11 @@ import (
 // from now until Release(h, s). It does not wait for a copy: a block brought back is copied
 // on the tier's H2D stream and s is made to wait for it. Mode Write marks the host copy stale.
 // The block stays acquired (never moved) until as many Releases on s as Acquires on s.
-// Errors: ErrInvalidHandle, ErrAllPinned (no room: the budget is held by acquired blocks),
-// ErrAcquired (the host holds the block for writing, or for reading and m is Write), and the
-// errors of the copy, the device heap and the driver, after which the block is where it was.
+// Errors: ErrInvalidHandle, ErrInvalidStream (a stream the driver does not know; the tier
+// asks it once per stream, streams.go), ErrAllPinned (no room: the budget is held by acquired
+// blocks), ErrAcquired (the host holds the block for writing, or for reading and m is Write),
+// and the errors of the copy, the device heap and the driver, after which the block is where
+// it was.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
 	t.mu.Lock()
 	p, err := t.acquire(h, s, m)
@@ -80,10 +82,10 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	if b.hostPins > 0 && (b.hostWrite || m == Write) {
 		return 0, fmt.Errorf("%w: block %#x is acquired on the host", ErrAcquired, uint64(h))
 	}
+	if err := t.checkStream(s); err != nil { // hit or miss (streams.go)
+		return 0, err
+	}
 	if b.dev == 0 {
-		if err := t.checkStream(s); err != nil {
-			return 0, err
-		}
 		t.st.Misses++
 		t.victims = t.victims[:0]
 		ids := append(t.one[:0], id)
@@ -118,18 +120,13 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	return b.dev, nil
 }
 
-// checkStream is a cheap check that s is a stream the driver knows, for the paths that queue
-// work before the first release on s would find out.
-func (t *Tier) checkStream(s cuda.Stream) error {
-	if err := t.dev.StreamQuery(s); err != nil && !errors.Is(err, cuda.ErrNotReady) {
-		return fmt.Errorf("%w: stream %#x: %w", ErrInvalidOptions, s, err)
-	}
-	return nil
-}
-
 // Release ends one use of block h on stream s: an event recorded on s now marks the end of
 // the work that uses it, and the block is moved only after that event. Errors: ErrNotAcquired
-// when the block is not acquired, ErrWrongStream when it is acquired on other streams only.
+// when the block is not acquired, ErrWrongStream when it is acquired on other streams only
+// (the use goes on). When the event cannot be recorded (s was destroyed, say), the use ends
+// anyway, after the tier has waited for the work on s (or on the whole device), and the error
+// says the block was released (wrapping ErrInvalidStream when the driver refused s;
+// streams.go).
 func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -149,8 +146,8 @@ func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	if k < 0 {
 		return fmt.Errorf("%w: %#x released on stream %#x, acquired on %#x", ErrWrongStream, uint64(h), s, b.uses[0].s)
 	}
-	if err := t.recordRelease(b, s); err != nil {
-		return fmt.Errorf("uvm: release of %#x on stream %#x: %w", uint64(h), s, err)
+	if err = t.recordRelease(b, s); err != nil {
+		err = t.unordered(h, s, err)
 	}
 	if b.uses[k].n--; b.uses[k].n == 0 {
 		b.uses[k] = b.uses[len(b.uses)-1]
@@ -162,7 +159,7 @@ func (t *Tier) Release(h Handle, s cuda.Stream) error {
 		t.policy.Used(id)
 		t.signal()
 	}
-	return nil
+	return err
 }
 
 // AcquireHost returns the block's bytes as a []byte of pinned host memory for Go to read
@@ -308,7 +305,9 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 		t.one = ids[:0]
 		return err
 	}
-	checked := false // the stream
+	if err := t.checkStream(s); err != nil { // as Acquire: every time (streams.go)
+		return err
+	}
 	chunk := firstLaunchJobs
 	for start := 0; start < len(hs); {
 		end := min(start+chunk, len(hs))
@@ -331,12 +330,6 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 		start, chunk = end, min(2*chunk, launchJobs)
 		if len(ids) == first {
 			continue
-		}
-		if !checked {
-			if err := t.checkStream(s); err != nil {
-				return fail(err)
-			}
-			checked = true
 		}
 		if need += chunkNeed; need > t.budget {
 			return fail(fmt.Errorf("%w: a prefetch of more than %d bytes, budget %d", ErrTooLarge, need, t.budget))

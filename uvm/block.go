@@ -140,7 +140,9 @@ func (t *Tier) freeBlock(id BlockID) error {
 	b := &t.blocks[id]
 	var errs []error
 	for _, u := range b.uses {
-		errs = append(errs, t.recordRelease(b, u.s))
+		if err := t.recordRelease(b, u.s); err != nil {
+			errs = append(errs, t.unordered(t.handle(id), u.s, err)) // streams.go
+		}
 	}
 	if b.pins > 0 {
 		t.acct.pinned -= b.size

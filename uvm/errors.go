@@ -32,4 +32,8 @@ var (
 	// ErrInvalidOptions means Options that cannot work, or a bad argument (a size of zero, a
 	// mode that does not exist).
 	ErrInvalidOptions = errors.New("uvm: invalid options")
+	// ErrInvalidStream means a stream the driver does not know (never made, or destroyed):
+	// Acquire and Prefetch on it change nothing; a Release or Free on it still ends the use,
+	// after a wait, and says so (streams.go).
+	ErrInvalidStream = errors.New("uvm: invalid stream")
 )

@@ -45,6 +45,11 @@
 // another block before the stream has passed the copy. Other asynchronous work on it (a kernel,
 // a copy of another binding) must be waited for before ReleaseHost.
 //
+// The user's streams are raw handles: Acquire and Prefetch check theirs with the driver the
+// first time the tier sees it (ErrInvalidStream), and remember it, so that later calls make no
+// driver call. Call ForgetStream before destroying a stream the tier has seen; a Release on a
+// stream destroyed without it still ends the use, after a device wait (streams.go).
+//
 // # Eviction
 //
 // When a restore needs room (the budget, or the device heap refusing memory), or another user
@@ -197,6 +202,7 @@ type Tier struct {
 
 	mu      sync.Mutex
 	closed  bool
+	streams map[cuda.Stream]struct{} // the user's streams the driver accepted (streams.go)
 	blocks  []block
 	free    []uint32 // free slots
 	wake    chan struct{}
@@ -266,7 +272,7 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 		dev: dev, pub: pub, policy: o.Policy, clock: o.Clock, onMig: o.OnMigrate,
 		budget: roundUp(o.DeviceBudget), hostCap: o.HostCapacity,
 		thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin),
-		events: icuda.NewEventPool(dev),
+		events: icuda.NewEventPool(dev), streams: map[cuda.Stream]struct{}{},
 	}
 	t.queue = streamq.New(dev, t.events, t.complete)
 	if err := t.open(o); err != nil {

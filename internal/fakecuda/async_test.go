@@ -222,6 +222,52 @@ func TestAsyncEventOrdersStreams(t *testing.T) {
 	}
 }
 
+// TestAsyncDestroyedStream: a stream destroyed with work queued is gone as a handle (record,
+// wait, synchronize and query refuse it) but its work still runs (D: cuStreamDestroy returns at
+// once, "the resources associated with hStream will be released automatically once the device
+// has completed all work"), and an event recorded on it before is still a valid event to wait
+// on: another stream waiting on it runs after that work, and a context synchronize runs it.
+func TestAsyncDestroyedStream(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	x := newAsyncFixture(t, f, d, 64<<10)
+	must(t, "HtoD", d.MemcpyHtoD(x.dev, mem.Addr(fill(x.in(), 1)), x.n))
+	ev, err := d.EventCreate(true)
+	must(t, "EventCreate", err)
+	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	fill(x.in(), 2)
+	f.Hold(true)
+	must(t, "HtoDAsync", d.MemcpyHtoDAsync(x.dev, x.host, x.n, s))
+	must(t, "EventRecord", d.EventRecord(ev, s))
+	must(t, "StreamDestroy with work queued", d.StreamDestroy(s))
+	wantErr(t, "EventRecord on a destroyed stream", d.EventRecord(ev, s), cuda.ErrInvalidHandle)
+	wantErr(t, "StreamWaitEvent of a destroyed stream", d.StreamWaitEvent(s, ev), cuda.ErrInvalidHandle)
+	wantErr(t, "StreamSynchronize of a destroyed stream", d.StreamSynchronize(s), cuda.ErrInvalidHandle)
+	wantErr(t, "StreamQuery of a destroyed stream", d.StreamQuery(s), cuda.ErrInvalidHandle)
+	wantErr(t, "EventQuery of its event, held", d.EventQuery(ev), cuda.ErrNotReady)
+	f.Hold(false)
+	must(t, "StreamWaitEvent on its event", d.StreamWaitEvent(x.s2, ev))
+	must(t, "DtoDAsync after the wait", d.MemcpyDtoDAsync(x.dev2, x.dev, x.n, x.s2))
+	must(t, "StreamSynchronize", d.StreamSynchronize(x.s2))
+	if !x.devHolds(t, x.dev2, 2) {
+		t.Error("a wait on an event of a destroyed stream did not order the work before it")
+	}
+
+	s, err = d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	fill(x.in(), 3)
+	must(t, "HtoDAsync", d.MemcpyHtoDAsync(x.dev, x.host, x.n, s))
+	must(t, "StreamDestroy with work queued", d.StreamDestroy(s))
+	must(t, "Synchronize", d.Synchronize())
+	if !x.devHolds(t, x.dev, 3) {
+		t.Error("a context synchronize did not run a destroyed stream's work")
+	}
+}
+
 // TestAsyncLegacyStream: the synchronous calls run on the legacy default stream, which waits
 // for blocking streams but not for non-blocking ones; a synchronous DtoD or memset of device
 // memory returns before it has run (no host-side synchronization).

@@ -95,6 +95,9 @@ const (
 	HostVMMBytes
 	// EventRecords counts cuEventRecord calls that succeeded.
 	EventRecords
+	// StreamQueries counts cuStreamQuery calls, valid stream or not (how often a caller asks
+	// the driver about a stream).
+	StreamQueries
 	numStats
 )
 

@@ -123,11 +123,20 @@ func TestFake(t *testing.T) {
 	must(t, "EventRecord", d.EventRecord(ev, s))
 	must(t, "EventSynchronize", d.EventSynchronize(ev))
 	must(t, "EventQuery", d.EventQuery(ev))
+	queries := f.Stat(StreamQueries)
 	if err := d.StreamQuery(12345); !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("bogus stream query = %v", err)
 	}
 	must(t, "EventDestroy", d.EventDestroy(ev))
 	must(t, "StreamDestroy", d.StreamDestroy(s))
+	// A destroyed stream is an invalid handle (the fake keeps it, for the events recorded on
+	// it, but refuses it); every query counts.
+	if err := d.StreamQuery(s); !errors.Is(err, cuda.ErrInvalidHandle) {
+		t.Errorf("query of a destroyed stream = %v", err)
+	}
+	if n := f.Stat(StreamQueries) - queries; n != 2 {
+		t.Errorf("%d stream queries counted, want 2", n)
+	}
 	must(t, "Close", d.Close())
 	if live := f.LiveObjects(); len(live) != 0 {
 		t.Errorf("live objects: %v", live)

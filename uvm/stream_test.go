@@ -1,0 +1,155 @@
+package uvm_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// TestAcquireChecksStream: Acquire checks the stream on a hit as on a miss (a block on the
+// device was acquired on a bogus stream, whose Release then failed and left the block acquired
+// for good); the check asks the driver once per stream: a hit or miss on a known stream costs
+// no cuStreamQuery.
+func TestAcquireChecksStream(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s := stream(t, dev)
+	hs := filled(t, tr, 8, 64*kib) // twice the budget: Acquires miss too
+	_, err := tr.Acquire(hs[0], s, uvm.Read)
+	must(t, err)
+	must(t, tr.Release(hs[0], s))
+	must(t, tr.Sync()) // no restore pending: nothing but the check can refuse the stream
+	if _, err := tr.Acquire(hs[0], 0xdead, uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Acquire of a block on the device, on a stream the driver does not know: %v", err)
+	}
+	if _, err := tr.Acquire(hs[7], 0xdead, uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Acquire of a block on the host, on a stream the driver does not know: %v", err)
+	}
+	q := f.Stat(fakecuda.StreamQueries)
+	st := tr.Stats()
+	for round := range 3 {
+		for _, h := range hs {
+			for _, h := range []uvm.Handle{h, hs[0]} { // hs[0] stays hot: hits
+				if _, err := tr.Acquire(h, s, uvm.Write); err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				must(t, tr.Release(h, s))
+			}
+		}
+	}
+	after := tr.Stats()
+	if n := f.Stat(fakecuda.StreamQueries) - q; n != 0 {
+		t.Errorf("%d Acquires (%d hits) on a known stream asked the driver about it %d times, want 0",
+			6*len(hs), after.Hits-st.Hits, n)
+	}
+	if after.Hits == st.Hits || after.Misses == st.Misses {
+		t.Errorf("hits %d -> %d, misses %d -> %d: the test wants both", st.Hits, after.Hits, st.Misses, after.Misses)
+	}
+	s2 := stream(t, dev)
+	_, err = tr.Acquire(hs[0], s2, uvm.Read)
+	must(t, err)
+	must(t, tr.Release(hs[0], s2))
+	if n := f.Stat(fakecuda.StreamQueries) - q; n != 1 {
+		t.Errorf("a new stream was checked with %d queries, want 1", n)
+	}
+	must(t, tr.Close())
+}
+
+// TestReleaseOnDestroyedStream: a block acquired on a stream that is then destroyed (without
+// ForgetStream) is not wedged: Release cannot record its event there, so it waits for the
+// device instead, ends the use and says so; the block moves again, with the bytes the
+// destroyed stream's work wrote, and Close works. The tier forgets the stream: an Acquire on
+// the dead handle is refused.
+func TestReleaseOnDestroyedStream(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	hs := filled(t, tr, 2, 64*kib)
+	s, err := dev.StreamCreate(true)
+	must(t, err)
+	p, err := tr.Acquire(hs[0], s, uvm.Write)
+	must(t, err)
+	_, err = tr.Acquire(hs[1], s, uvm.Read)
+	must(t, err)
+	writeDev(t, dev, s, p, pattern(99, 64*kib)) // queued on s, run late
+	must(t, dev.StreamDestroy(s))
+	err = tr.Release(hs[0], s)
+	if !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Release on a destroyed stream: %v, want ErrInvalidStream", err)
+	}
+	if err2 := tr.Release(hs[0], s); !errors.Is(err2, uvm.ErrNotAcquired) {
+		t.Errorf("a second Release: %v; the first (%v) should have released the block", err2, err)
+	}
+	must(t, tr.Evict(hs[:1]))
+	b, err := tr.AcquireHost(hs[0], uvm.Read)
+	must(t, err)
+	if !bytes.Equal(b, pattern(99, 64*kib)) {
+		t.Error("the block moved before the destroyed stream's write to it ran")
+	}
+	must(t, tr.ReleaseHost(hs[0]))
+	if _, err := tr.Acquire(hs[0], s, uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Acquire on the destroyed stream after its failed Release: %v", err)
+	}
+	// Free of a block still acquired on the dead stream frees it (behind the device's work).
+	if err := tr.Free(hs[1]); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Free of a block acquired on the destroyed stream: %v", err)
+	}
+	must(t, tr.Close())
+}
+
+// TestForgetStream: ForgetStream refuses while a block is acquired on the stream, then forgets
+// it: the next Acquire on the handle asks the driver again (refused once the stream is
+// destroyed), and blocks released there before move as usual, ordered by the events recorded
+// on the stream before it was destroyed.
+func TestForgetStream(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	hs := filled(t, tr, 2, 64*kib)
+	s, err := dev.StreamCreate(true)
+	must(t, err)
+	p, err := tr.Acquire(hs[0], s, uvm.Write)
+	must(t, err)
+	if err := tr.ForgetStream(s); !errors.Is(err, uvm.ErrAcquired) {
+		t.Errorf("ForgetStream with a block acquired on the stream: %v", err)
+	}
+	f.Hold(true) // the write stays queued past the destroy
+	writeDev(t, dev, s, p, pattern(42, 64*kib))
+	must(t, tr.Release(hs[0], s))
+	must(t, tr.ForgetStream(s))
+	must(t, tr.ForgetStream(s)) // a stream the tier does not know: nothing to do
+	q := f.Stat(fakecuda.StreamQueries)
+	_, err = tr.Acquire(hs[1], s, uvm.Read) // forgotten: checked again
+	must(t, err)
+	must(t, tr.Release(hs[1], s))
+	if n := f.Stat(fakecuda.StreamQueries) - q; n != 1 {
+		t.Errorf("an Acquire on a forgotten stream asked the driver %d times, want 1", n)
+	}
+	must(t, tr.ForgetStream(s))
+	must(t, dev.StreamDestroy(s))
+	f.Hold(false)
+	if _, err := tr.Acquire(hs[0], s, uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Acquire on a forgotten, destroyed stream: %v", err)
+	}
+	must(t, tr.Evict(hs[:1]))
+	b, err := tr.AcquireHost(hs[0], uvm.Read)
+	must(t, err)
+	if !bytes.Equal(b, pattern(42, 64*kib)) {
+		t.Error("the block moved before the destroyed stream's write to it ran")
+	}
+	must(t, tr.ReleaseHost(hs[0]))
+	must(t, tr.Close())
+	if err := tr.ForgetStream(s); !errors.Is(err, uvm.ErrClosed) {
+		t.Errorf("ForgetStream after Close: %v", err)
+	}
+}

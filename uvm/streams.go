@@ -1,0 +1,94 @@
+package uvm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+)
+
+// The user's streams.
+//
+// Acquire and Prefetch take the stream the user's work runs on, as a raw handle the tier did
+// not make. A handle the driver does not know (a bogus value, a destroyed stream) must be
+// refused before the tier queues anything for it: a block acquired on it could never be
+// released in stream order. So every Acquire and Prefetch checks its stream, hit or miss; the
+// first time the tier sees a stream it asks the driver (cuStreamQuery), and it remembers the
+// streams the driver accepted (t.streams), so that an Acquire on a known stream makes no
+// driver call. The set is bounded (maxKnownStreams): past that it is emptied, and the streams
+// still in use are checked again once each.
+//
+// A stream the tier knows may still be destroyed under it. ForgetStream is the clean way:
+// called before the stream is destroyed (as device.Heap.ForgetStream), it refuses while blocks
+// are acquired on the stream and then forgets it, so that an Acquire on the dead handle is
+// checked, and refused, again. Nothing else the tier keeps needs the stream: the release
+// events it recorded there stay events to wait on after the stream is gone (the driver runs
+// the destroyed stream's queued work to its end).
+//
+// Without ForgetStream the handle stays known: an Acquire on it is accepted without a check
+// (the driver may still refuse the work it queues there), and the Release fails to record its
+// event. That Release still ends the use: with no event to order the block's moves after the
+// work queued on the stream, the tier waits for that work itself, on the stream if the driver
+// still takes it, else on the whole device (cuCtxSynchronize: only it waits for a destroyed
+// stream's work), forgets the stream, and returns an error that says the block was released
+// (wrapping ErrInvalidStream when the driver refused the stream). Free does the same for each
+// stream its block is acquired on. So a destroyed stream costs a device wait, never a block
+// acquired for good. If even the device wait fails (a sticky error: the context runs no more
+// work), the use ends anyway, and the error says that too.
+
+// maxKnownStreams bounds the streams the tier remembers.
+const maxKnownStreams = 1024
+
+// checkStream accepts a stream the tier knows, or one cuStreamQuery accepts, which it then
+// remembers. t.mu is held.
+func (t *Tier) checkStream(s cuda.Stream) error {
+	if _, ok := t.streams[s]; ok {
+		return nil
+	}
+	if err := t.dev.StreamQuery(s); err != nil && !errors.Is(err, cuda.ErrNotReady) {
+		return fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
+	}
+	if len(t.streams) >= maxKnownStreams {
+		clear(t.streams)
+	}
+	t.streams[s] = struct{}{}
+	return nil
+}
+
+// ForgetStream makes the tier forget stream s, so that s may be destroyed: an Acquire on its
+// handle afterwards is checked with the driver again. Call it before destroying a stream the
+// tier has seen (see the file comment for what happens otherwise). It fails with ErrAcquired,
+// and forgets nothing, while a block is acquired on s.
+func (t *Tier) ForgetStream(s cuda.Stream) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	for i := range t.blocks {
+		if b := &t.blocks[i]; b.live {
+			for _, u := range b.uses {
+				if u.s == s {
+					return fmt.Errorf("%w: block %#x is acquired on stream %#x", ErrAcquired, uint64(t.handle(BlockID(i))), s)
+				}
+			}
+		}
+	}
+	delete(t.streams, s)
+	return nil
+}
+
+// unordered ends a use of block h on s whose release event could not be recorded (cause): it
+// waits for the work queued on s, or for the device when the driver refuses s (and forgets s),
+// and returns the error that says so. t.mu is held; the caller ends the use.
+func (t *Tier) unordered(h Handle, s cuda.Stream, cause error) error {
+	err := fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w", uint64(h), s, cause)
+	if t.dev.StreamSynchronize(s) == nil {
+		return fmt.Errorf("%w; released after waiting for the stream", err)
+	}
+	delete(t.streams, s)
+	if derr := t.dev.Synchronize(); derr != nil {
+		return fmt.Errorf("%w: %w; released, but waiting for the device failed: %w", ErrInvalidStream, err, derr)
+	}
+	return fmt.Errorf("%w: %w; released after waiting for the device", ErrInvalidStream, err)
+}
