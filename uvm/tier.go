@@ -74,8 +74,8 @@
 // # Concurrency and lock order
 //
 // A Tier is safe for concurrent use: one mutex guards it, held across driver calls (they are
-// enqueues, never waits, except in Sync, Close, AcquireHost and a device heap that is out of
-// memory). Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks. The heap's
+// enqueues, never waits, except in Sync, Close, AcquireHost, a device heap that is out of
+// memory, and a Release or Free whose event cannot be recorded: streams.go). Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks. The heap's
 // pressure hook takes Tier.mu on another user's goroutine, which holds no heap lock then, and
 // does nothing for the tier's own allocations (made holding Tier.mu, on its H2D stream).
 package uvm
