@@ -2,16 +2,19 @@ package device
 
 import (
 	"fmt"
-	"github.com/pinmalloc/pinmalloc/internal/units"
+	"runtime"
 	"strings"
 
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // What a device heap shows of itself beyond Stats: Usage for frequent sampling (no allocation,
-// no driver call), Map and Blocks for debugging (a consistent picture: the heap's lock, which
-// makes it the owner of every stream heap, is held while the stream heaps and the arena are
-// read), and a readable Stats.String.
+// no driver call), Map and Blocks for debugging (the heap's lock, which makes it the owner of
+// every stream heap, is held while the stream heaps and the arena are read: for the whole of
+// Map, a consistent picture; for a batch of blockBatch blocks at a time in Blocks, whose walk
+// grows with the live blocks, so that an Alloc waits for a batch, not for the whole walk), and
+// a readable Stats.String.
 
 // Usage is what a device heap holds, read without allocating.
 type Usage struct {
@@ -49,19 +52,29 @@ func (h *Heap) Map() heap.Map {
 	return h.g.Map()
 }
 
+// blockBatch is how many blocks Blocks reads per hold of the heap's lock (it stops at the end
+// of the page that reaches it).
+const blockBatch = 1024
+
 // Blocks lists the live blocks (deferred frees included) in address order within each
-// region, under the heap's lock.
+// region. It holds the heap's lock while it reads a batch of blocks, and lets it go between
+// batches: each page's blocks are read at one instant, the list as a whole is not one picture.
 func (h *Heap) Blocks() []heap.Block {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil
-	}
 	var out []heap.Block
-	h.g.Blocks(func(b heap.Block) bool {
-		out = append(out, b)
-		return true
-	})
+	var c heap.BlockCursor
+	batch := make([]heap.Block, 0, 2*blockBatch) // a batch and the page that ends it
+	for done := false; !done; {
+		batch = batch[:0]
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return out
+		}
+		done = h.g.BlocksFrom(&c, blockBatch, func(b heap.Block) { batch = append(batch, b) })
+		h.mu.Unlock()
+		runtime.Gosched() // an Alloc the batch held up runs before the next batch locks again
+		out = append(out, batch...)
+	}
 	return out
 }
 

@@ -61,3 +61,62 @@ func TestFakeUsageMapBlocks(t *testing.T) {
 		t.Errorf("no region logged:\n%s", logbuf.String())
 	}
 }
+
+// TestFakeBlocksInBatches lists more blocks than one batch of Blocks (it lets the heap's lock
+// go between batches): every block is listed once, in address order, while another goroutine
+// allocates and frees on another stream (run it with -race).
+func TestFakeBlocksInBatches(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 64 << 20})
+	if f == nil {
+		return
+	}
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	const n = 5*blockBatch + 17
+	want := map[cuda.DevicePtr]uint64{}
+	for i := range n {
+		size := uintptr(256 + i%3*256)
+		want[alloc(t, h, size, a)] = uint64(size)
+	}
+	stop, errs := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				errs <- nil
+				return
+			default:
+			}
+			p, err := h.Alloc(4096, b)
+			if err == nil {
+				err = h.FreeAsync(p, b)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	for range 3 {
+		bs := h.Blocks()
+		got := 0
+		for i, bl := range bs {
+			if size, ok := want[bl.Addr]; ok {
+				got++
+				if bl.Size != size {
+					t.Errorf("block %#x: %d bytes, want %d", bl.Addr, bl.Size, size)
+				}
+			}
+			if i > 0 && bl.Addr <= bs[i-1].Addr {
+				t.Fatalf("blocks %d and %d out of order: %#x, %#x", i-1, i, bs[i-1].Addr, bl.Addr)
+			}
+		}
+		if got != n || len(bs) > n+1 {
+			t.Fatalf("Blocks listed %d of the %d blocks (and %d others; the other goroutine holds at most 1)", got, n, len(bs)-got)
+		}
+	}
+	close(stop)
+	must(t, "allocating goroutine", <-errs)
+	for p := range want {
+		must(t, "Free", h.Free(p))
+	}
+}

@@ -189,3 +189,60 @@ func (g *Group) eachBlockOf(s *segment, id arena.ChunkID, f func(Block) bool) bo
 	}
 	return true
 }
+
+// BlockCursor is where a walk of a group's blocks in batches (BlocksFrom) goes on: the chunk
+// and the slice in it. The zero value starts at the first chunk.
+type BlockCursor struct {
+	chunk arena.ChunkID
+	slice int
+}
+
+// BlocksFrom calls f for the live blocks from c on, in chunk order (address order within each
+// region), and stops at the end of the page (or huge object) on which f has been called max
+// times or more; it moves c past what it walked and reports whether the walk is done. The caller owns every heap of the group
+// during each call (see above), not between calls: that is the point, an observer walks a big
+// group a batch at a time, letting the heaps' owners work in between. So a walk is consistent
+// page by page, not as a whole: blocks allocated or freed between two calls are seen or not
+// depending on whether their page had been walked.
+func (g *Group) BlocksFrom(c *BlockCursor, max int, f func(Block)) (done bool) {
+	n := 0
+	for end := arena.ChunkID(g.a.MaxChunks()); c.chunk < end; c.chunk, c.slice = c.chunk+1, 0 {
+		l := g.dir[c.chunk>>leafShift].Load()
+		if l == nil {
+			c.chunk |= leafChunks - 1 // no segment in this leaf: on to the next
+			continue
+		}
+		s := l[c.chunk&(leafChunks-1)].Load()
+		if s == nil {
+			continue
+		}
+		if s.kind == segHuge {
+			if pg := s.huge; pg != nil && c.slice == 0 && c.chunk == s.span.ID && pg.liveBlock(0) {
+				f(Block{Addr: pg.base, Size: uint64(pg.objSize), BlockSize: uint64(pg.bsize), Kind: ChunkHuge})
+				n++
+			}
+			c.slice = segSlices
+		}
+		kind := ChunkSmall + ChunkKind(s.kind-segSmall)
+		for c.slice < segSlices {
+			pg := s.pages[c.slice].Load()
+			if pg == nil || pg.slice0 != c.slice {
+				c.slice++
+				continue
+			}
+			pg.eachLive(func(idx uint32, size uintptr) {
+				f(Block{Addr: pg.base + uintptr(idx)*pg.bsize, Size: uint64(size), BlockSize: uint64(pg.bsize), Kind: kind})
+				n++
+			})
+			c.slice += pg.nslice
+			if n >= max {
+				return false
+			}
+		}
+		if n >= max {
+			c.chunk, c.slice = c.chunk+1, 0
+			return c.chunk >= end
+		}
+	}
+	return true
+}

@@ -76,3 +76,67 @@ func TestUsageAndSnapshot(t *testing.T) {
 		t.Error("ChunkKind.String")
 	}
 }
+
+// TestBlocksFrom walks a heap's blocks in batches of several sizes: the batches together are
+// the blocks Blocks lists, in its order, and no batch goes past the page on which it reached
+// its size. Blocks freed between two batches are not listed after they are freed.
+func TestBlocksFrom(t *testing.T) {
+	h := newTestHeap(t, 256<<20, Options{})
+	var ps []uintptr
+	for i := range 3000 {
+		n := []uintptr{16, 100, 1000, 9000, 100 << 10, 300 << 10, 3 << 20}[i%7]
+		if i%7 >= 4 && i > 200 {
+			continue // a few big ones
+		}
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	g := h.Group()
+	var all []Block
+	g.Blocks(func(b Block) bool { all = append(all, b); return true })
+	if len(all) != len(ps) {
+		t.Fatalf("Blocks lists %d of %d", len(all), len(ps))
+	}
+	for _, max := range []int{1, 2, 7, 100, 1 << 20} {
+		var got []Block
+		var c BlockCursor
+		calls := 0
+		for done := false; !done; calls++ {
+			var batch []Block
+			done = g.BlocksFrom(&c, max, func(b Block) { batch = append(batch, b) })
+			if len(batch) > max+int(segSize/16) {
+				t.Fatalf("max %d: a batch of %d blocks", max, len(batch))
+			}
+			got = append(got, batch...)
+		}
+		if len(got) != len(all) {
+			t.Fatalf("max %d: %d blocks in %d batches, want %d", max, len(got), calls, len(all))
+		}
+		for i := range got {
+			if got[i] != all[i] {
+				t.Fatalf("max %d: block %d is %+v, want %+v", max, i, got[i], all[i])
+			}
+		}
+		if max == 1 && calls < len(all)/100 {
+			t.Errorf("max 1: %d batches for %d blocks", calls, len(all))
+		}
+	}
+	// Free everything after the first batch: the rest of the walk finds nothing more.
+	var c BlockCursor
+	first := 0
+	g.BlocksFrom(&c, 10, func(Block) { first++ })
+	for _, p := range ps {
+		if err := h.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rest := 0
+	for !g.BlocksFrom(&c, 10, func(Block) { rest++ }) {
+	}
+	if first < 10 || rest != 0 {
+		t.Errorf("first batch %d blocks, %d after everything was freed", first, rest)
+	}
+}

@@ -2,17 +2,22 @@ package pinned
 
 import (
 	"fmt"
-	"github.com/pinmalloc/pinmalloc/internal/units"
+	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // What a pool shows of itself beyond Stats: Usage for frequent sampling (no allocation), Map
-// and Blocks for debugging (a consistent picture: every shard's lock is held, in shard order,
-// while the heaps and the arena are read; lock order shard locks → arena), and a readable
-// Stats.String.
+// and Blocks for debugging (every shard's lock is held, in shard order, while the heaps and the
+// arena are read; lock order shard locks → arena), and a readable Stats.String. Map takes one
+// consistent picture under the locks; Blocks, whose walk grows with the live buffers, takes
+// them for a batch of blockBatch buffers at a time, so that an Alloc waits for one batch, not
+// for the whole walk (63 ms for 100 000 buffers on a loaded 2-core machine), and formats the
+// buffers outside them.
 
 // Usage is what a pool holds, read without allocating.
 type Usage struct {
@@ -88,44 +93,69 @@ type Block struct {
 	Site []string
 }
 
+// blockBatch is how many buffers Blocks reads per hold of the shards (it stops at the end of
+// the page that reaches it): about 0.2 ms of walking, or 0.5 ms with sites to look up.
+const blockBatch = 1024
+
 // Blocks lists the live buffers in address order within each region. With
 // Options.RecordSites it adds each buffer's age and allocation site (a buffer whose Alloc or
-// Free is under way during the call may show none). Like Map, it holds every shard's lock
-// while it reads the heaps.
+// Free is under way during the call may show none). It holds every shard's lock while it reads
+// a batch of buffers, and lets them go between batches: each page's buffers are read at one
+// instant, the list as a whole is not one picture (a buffer allocated or freed during the call
+// may be listed or not).
 func (p *Pool) Blocks() []Block {
-	if p.released.Load() {
-		return nil
-	}
-	ss := p.lockAll()
 	var out []Block
-	p.g.Blocks(func(b heap.Block) bool {
-		out = append(out, Block{Addr: b.Addr, Size: b.Size, BlockSize: b.BlockSize, Kind: b.Kind.String()})
-		return true
-	})
+	var c heap.BlockCursor
+	// Room for a batch and the page that ends it, so that nothing grows under the locks.
+	batch := make([]heap.Block, 0, 2*blockBatch)
 	var recs []siteRecord
+	var sites map[[siteDepth]uintptr][]string // each site formatted once
 	if p.sites != nil {
-		// Still under the shard locks, so that no buffer is handed out again meanwhile. A
-		// buffer freed since the walk (frees take no shard lock) has lost its record and is
-		// no longer live: it is dropped. One whose Alloc has not yet recorded it stays.
-		kept := out[:0]
-		for _, b := range out {
-			r, ok := p.sites.get(b.Addr)
-			if !ok {
-				if n, err := p.g.Size(b.Addr); err != nil || uint64(n) != b.Size {
-					continue
-				}
-			}
-			kept = append(kept, b)
-			recs = append(recs, r)
-		}
-		out = kept
+		recs = make([]siteRecord, 0, 2*blockBatch)
+		sites = map[[siteDepth]uintptr][]string{}
 	}
-	p.unlockAll(ss)
-	now := time.Now()
-	for i, r := range recs {
-		if r.n > 0 {
-			out[i].Age = now.Sub(r.when)
-			out[i].Site = r.frames()
+	for done := false; !done; {
+		if p.released.Load() {
+			return out
+		}
+		batch, recs = batch[:0], recs[:0]
+		ss := p.lockAll()
+		done = p.g.BlocksFrom(&c, blockBatch, func(b heap.Block) { batch = append(batch, b) })
+		if p.sites != nil {
+			// Still under the shard locks, so that no buffer is handed out again meanwhile. A
+			// buffer freed since the walk (frees take no shard lock) has lost its record and is
+			// no longer live: it is dropped. One whose Alloc has not yet recorded it stays.
+			kept := batch[:0]
+			for _, b := range batch {
+				r, ok := p.sites.get(b.Addr)
+				if !ok {
+					if n, err := p.g.Size(b.Addr); err != nil || uint64(n) != b.Size {
+						continue
+					}
+				}
+				kept = append(kept, b)
+				recs = append(recs, r)
+			}
+			batch = kept
+		}
+		p.unlockAll(ss)
+		// An Alloc the batch held up was woken onto this P by the unlock: let it run before
+		// the next batch takes the locks again (sync.Mutex hands over only after 1 ms).
+		runtime.Gosched()
+		now := time.Now()
+		for i, b := range batch {
+			o := Block{Addr: b.Addr, Size: b.Size, BlockSize: b.BlockSize, Kind: b.Kind.String()}
+			if i < len(recs) && recs[i].n > 0 {
+				r := &recs[i]
+				site, ok := sites[r.pcs]
+				if !ok {
+					site = r.frames()
+					sites[r.pcs] = site
+				}
+				o.Age = now.Sub(r.when)
+				o.Site = slices.Clone(site) // the caller's own, as before
+			}
+			out = append(out, o)
 		}
 	}
 	return out
