@@ -321,13 +321,15 @@ func (p *Pool) free(b []byte, guard bool) error {
 	switch {
 	case done:
 	case guard && p.order != nil && p.g.Held(addr): // a stream may use it: see stream.go
-		return p.order.deferFree(addr, n, nil)
+		err = p.order.deferFree(addr, n, nil)
 	default:
-		err = p.freeSlow(addr, n, false)
+		if err = p.freeSlow(addr, n, false); guard && errors.Is(err, heap.ErrHeld) {
+			err = p.order.deferFree(addr, n, nil) // held since: a stream's copy raced the free
+		}
 	}
 	if err != nil {
-		if guard && errors.Is(err, heap.ErrHeld) { // held since: a stream's copy raced the free
-			return p.order.deferFree(addr, n, nil)
+		if ours(err) {
+			return err
 		}
 		if p.released.Load() {
 			// Not a live buffer (those keep the pool's memory), and the memory is gone.
@@ -447,10 +449,11 @@ func (p *Pool) live() (n, bytes uint64) {
 	return n, bytes
 }
 
-// finishClose releases the memory of a closed pool once its last buffer is freed (and the
-// streams have passed the deferred ones).
+// finishClose releases the memory of a closed pool once its last buffer is freed, waiting for
+// the streams of the deferred ones (as Close does: see drain), so that a closed pool's memory
+// goes with its last free even when that free waits for a stream.
 func (p *Pool) finishClose() {
-	_ = p.reclaim()
+	_ = p.drain()
 	if n, _ := p.live(); n == 0 {
 		_ = p.releaseAll()
 	}

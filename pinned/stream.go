@@ -110,8 +110,8 @@ func (u *use) add(s cuda.Stream) {
 	u.more = append(u.more, s)
 }
 
-// deferred is a buffer whose free waits for a stream. shared says it has a use, and may wait
-// for others too (use.left); the lists count the others (streamList.n).
+// deferred is a buffer whose free waits for a stream. shared says it waits for others too, and
+// has a use that counts them (use.left); the lists count the others (streamList.n).
 type deferred struct {
 	addr, n uintptr
 	shared  bool
@@ -313,9 +313,16 @@ func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
 	if l != nil {
 		u.add(l.s)
 	}
+	o.weight.Add(weigh(n))
+	if len(u.more) == 0 {
+		// One stream: the buffer is its alone now, held with no use, as after FreeAsync.
+		delete(sh.m, addr)
+		sh.mu.Unlock()
+		o.queue(o.list(u.one), deferred{addr: addr, n: n})
+		return nil
+	}
 	u.freed, u.left = true, 1+len(u.more)
 	sh.m[addr] = u
-	o.weight.Add(weigh(n))
 	o.shared.Add(1)
 	o.sharedBytes.Add(int64(n))
 	d := deferred{addr: addr, n: n, shared: true}
@@ -471,6 +478,9 @@ func (l *streamList) lost(o *streamOrder, done []deferred, cause error) ([]defer
 // every stream recorded on b (RecordStream, device.Heap's async copies). The pool takes b back
 // lazily: on later allocations that find no free block, Trim, Stats, Usage and Close.
 //
+// After Close, FreeAsync (like Free of a buffer a stream uses) waits for the stream, 5 s at
+// most, so that the pool's memory goes with its last buffer.
+//
 // b must be a whole buffer, as for Free. s is a stream of the pool's device (Options.Device);
 // one the driver refuses gives an error wrapping ErrInvalidStream. A pool whose memory the
 // driver does not copy asynchronously (Locked, Pageable, an External region that is not
@@ -495,9 +505,14 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	}
 	addr, n := mem.Addr(b), uintptr(len(b))
 	if p.guarded {
-		return p.freeGuarded(addr, n, l)
+		err = p.freeGuarded(addr, n, l)
+	} else {
+		err = p.order.deferFree(addr, n, l)
 	}
-	return p.order.deferFree(addr, n, l)
+	if err == nil && p.closed.Load() {
+		p.finishClose()
+	}
+	return err
 }
 
 // RecordStream records that CUDA stream s uses buffer b (or the part of a buffer b is): a

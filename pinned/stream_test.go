@@ -426,3 +426,36 @@ func TestFreeAsyncWithoutDriver(t *testing.T) {
 	}
 	ok(t, "Close", p.Close())
 }
+
+// TestFakeLastFreeAfterClose: Close with buffers live (ErrLiveBlocks), then the last of them
+// freed with FreeAsync, and one freed with Free after a copy recorded its stream: the pool's
+// memory goes with the last free, once the streams have passed.
+func TestFakeLastFreeAfterClose(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	const n = 32 << 10
+	d := r.devAlloc(n)
+	a, b := r.alloc(n, 1), r.alloc(n, 2)
+	if err := r.pool.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+		t.Fatalf("Close with live buffers: %v", err)
+	}
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, a, r.s))
+	ok(t, "Free after Close", r.pool.Free(a))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, b, r.s))
+	ok(t, "FreeAsync after Close", r.pool.FreeAsync(b, r.s))
+	if n := r.f.Stat(fakecuda.Mappings) + r.f.Stat(fakecuda.Registrations); n == 0 {
+		t.Fatal("nothing mapped: the device heap's memory should be")
+	}
+	if got := r.read(d, n); got[0] != 2 {
+		t.Fatalf("the device holds %d, want the last copy's 2", got[0])
+	}
+	ok(t, "Free", r.heap.Free(d))
+	ok(t, "heap Sync", r.heap.Sync())
+	ok(t, "ForgetStream", r.heap.ForgetStream(r.s))
+	ok(t, "heap Close", r.heap.Close())
+	if n := r.f.Stat(fakecuda.Mappings) + r.f.Stat(fakecuda.Registrations) + r.f.Stat(fakecuda.Reservations); n != 0 {
+		t.Errorf("the pool's memory outlived its last free: the fake holds %v", r.f.LiveObjects())
+	}
+}
