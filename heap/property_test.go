@@ -189,7 +189,9 @@ func TestProperty(t *testing.T) {
 				t.Fatalf("step %d: %v", step, err)
 			}
 			if x == 10 {
-				err = h.FreeHeld(b.p, b.n)
+				if !h.TryFreeHeld(b.p, b.n) {
+					err = h.FreeHeld(b.p, b.n)
+				}
 			} else {
 				err = g.FreeHeld(b.p, b.n)
 			}

@@ -48,22 +48,29 @@ var errWouldBlock = errors.New("heap: would block")
 // (whose owner frees them at once where a remote free would wait for its next collection),
 // and for any free FreeSized would refuse (its error is built by FreeSized: a non-blocking
 // path makes none, as formatting may allocate and lock). The owner calls it.
-func (h *Heap) TryFree(p, n uintptr) bool {
+func (h *Heap) TryFree(p, n uintptr) bool { return h.tryFree(p, n, 0) }
+
+// TryFreeHeld is TryFree of a held block (see FreeHeld): what FreeHeld does when it needs no
+// arena call, leaving a page it empties for the next blocking path, as TryFree does.
+func (h *Heap) TryFreeHeld(p, n uintptr) bool { return h.tryFree(p, n, held) }
+
+// tryFree is TryFree of a block held or not, as hold says (see freeState).
+func (h *Heap) tryFree(p, n uintptr, hold uint32) bool {
 	pg, idx, ok := h.g.find(p)
 	if !ok || n == 0 {
 		return false
 	}
 	if pg.class < 0 {
-		return pg.heap == h && h.tryFreeObject(pg, n)
+		return pg.heap == h && h.tryFreeObject(pg, n, hold)
 	}
 	if pg.heap != h {
-		if _, ok := pg.freeState(idx, true, n, 0); !ok {
+		if _, ok := pg.freeState(idx, true, n, hold); !ok {
 			return false
 		}
 		pg.remoteFreed(idx)
 		return true
 	}
-	size, ok := pg.freeState(idx, false, n, 0)
+	size, ok := pg.freeState(idx, false, n, hold)
 	if !ok {
 		return false
 	}
@@ -139,7 +146,7 @@ func (h *Heap) tryReuseObject(n uintptr) (uintptr, bool) {
 
 // tryFreeObject is the owner's free of an object page or huge object for TryFree: freeObject
 // when keeping it needs no arena call.
-func (h *Heap) tryFreeObject(pg *page, n uintptr) bool {
+func (h *Heap) tryFreeObject(pg *page, n uintptr, hold uint32) bool {
 	list, limit := &h.objFree, maxObjFree
 	if pg.seg.kind == segHuge {
 		list, limit = &h.bigFree, maxBigFree
@@ -147,7 +154,7 @@ func (h *Heap) tryFreeObject(pg *page, n uintptr) bool {
 	if h.hold && pg.seg.kind == segHuge || !pg.tracked || len(*list) == limit || h.a.IdleWaits() {
 		return false
 	}
-	if _, ok := pg.freeState(0, false, n, 0); !ok {
+	if _, ok := pg.freeState(0, false, n, hold); !ok {
 		return false
 	}
 	h.live -= pg.objSize

@@ -98,7 +98,7 @@ func (p *Pool) freeRecorded(addr, n uintptr, l *streamList) error {
 	if l != nil {
 		err = p.order.deferFree(addr, n, l)
 	} else {
-		err = p.giveBack(addr, n, false)
+		err = p.giveBack(addr, n, false, nil)
 	}
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func (p *Pool) freeRecorded(addr, n uintptr, l *streamList) error {
 // it) or not, with what the guards do then: the scrub first, the quota after. A buffer found
 // held when held is false is one a stream may still use: it is deferred instead (see
 // stream.go), and scrubbed when the stream has passed it.
-func (p *Pool) giveBack(addr, n uintptr, held bool) error {
+func (p *Pool) giveBack(addr, n uintptr, held bool, on *heap.Heap) error {
 	if !held && p.order != nil && p.g.Held(addr) {
 		return p.order.deferFree(addr, n, nil)
 	}
@@ -125,7 +125,9 @@ func (p *Pool) giveBack(addr, n uintptr, held bool) error {
 	}
 	var err error
 	if held {
-		err = wrapError(p.freeSlow(addr, n, true), ErrNotOwned)
+		if on == nil || !on.TryFreeHeld(addr, n) {
+			err = wrapError(p.freeSlow(addr, n, true), ErrNotOwned)
+		}
 	} else {
 		err = p.free(mem.Bytes(addr, n), false)
 	}

@@ -236,11 +236,6 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 			}
 		}
 	}
-	if p.reclaimSoon() {
-		// Buffers deferred on streams: take back those the streams have passed. They go back
-		// the remote way, and allocOnce's heap collects them.
-		_ = p.reclaim()
-	}
 	addr, err := p.allocOnce(uintptr(n), alignment)
 	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
 		// Other shards may hold freed blocks they have not collected, and streams may have
@@ -263,6 +258,11 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 	defer letGo(s)
 	if p.closed.Load() {
 		return 0, ErrClosed
+	}
+	if p.reclaimSoon() {
+		// Take back the deferred buffers the streams have passed: the shard's own go straight
+		// back on their pages, which stay for this allocation (TryFreeHeld keeps empty ones).
+		_ = p.order.reclaim(func(d deferred) error { return p.giveBack(d.addr, d.n, true, s.h) })
 	}
 	if alignment == 0 {
 		return s.h.Alloc(n)
