@@ -284,6 +284,7 @@ func (o *streamOrder) retire(l *streamList) {
 		}
 	}
 	o.lists.Store(&c)
+	o.last.CompareAndSwap(l, nil) // so that check asks the driver about the handle again
 }
 
 // deferFree frees the whole buffer at addr, of n bytes, once every stream recorded on it, and
