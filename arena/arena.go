@@ -44,6 +44,7 @@
 package arena
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -92,6 +93,11 @@ type Options struct {
 	// Logger, when set, receives the arena's rare events (see log.go): regions reserved or
 	// refused, purges, forced purges and refused commits, with sizes. Nil logs nothing.
 	Logger *slog.Logger
+	// CommitWorkers is how many goroutines commit and decommit memory at once (workers.go):
+	// Precommit's batches, the commit of a span of at least 4 MiB, the purge's decommits.
+	// Zero means DefaultCommitWorkers; 1 commits on the calling goroutine only. At most
+	// MaxCommitWorkers.
+	CommitWorkers int
 }
 
 // Span is a run of chunks handed out by Alloc.
@@ -144,6 +150,8 @@ type Stats struct {
 	CommitBytes uint64
 	// Precommitted counts the bytes Precommit committed ahead of need.
 	Precommitted uint64
+	// CommitWorkers is the most goroutines one commit or decommit runs on (Options).
+	CommitWorkers int
 	// Kept is the committed memory of tracked ranges now idle (kept.go): freed pages and
 	// objects a heap keeps for reuse, in whole granules. It is part of Committed and InUse,
 	// not of what waits for the purge; where the provider decommits, it is given up, and
@@ -177,7 +185,16 @@ type Arena struct {
 	reporter Reporter
 	log      *slog.Logger
 
-	pcMu sync.Mutex // held by Precommit for each chunk it commits, and by Close: lock order pcMu, mu
+	workers    int        // Options.CommitWorkers (workers.go)
+	threaded   Threaded   // the provider's thread setup, or nil
+	prefaulter Prefaulter // the provider's prefault, or nil
+	spans      []gspan    // scratch for commitOnce and the purge, under mu
+	decs       []gspan    // scratch for the purge's decommits, under mu
+	given      []*Kept    // scratch for giveUp, under mu
+
+	pcMu   sync.Mutex // held by Precommit for each batch it commits, and by Close: lock order pcMu, mu
+	pcHeld int        // chunks Precommit holds (marked in use) while it commits them, under mu
+	pcDone *sync.Cond // on mu: broadcast when Precommit gives its chunks back
 
 	regions atomic.Pointer[[]*region] // immutable snapshots, for Lookup
 
@@ -246,6 +263,12 @@ func New(o Options) (*Arena, error) {
 	if o.PurgeDelay == 0 {
 		o.PurgeDelay = DefaultPurgeDelay
 	}
+	if o.CommitWorkers == 0 {
+		o.CommitWorkers = DefaultCommitWorkers
+	}
+	if o.CommitWorkers < 0 || o.CommitWorkers > MaxCommitWorkers {
+		return nil, fmt.Errorf("%w: %d commit workers (want 1 to %d, or 0 for %d)", ErrInvalid, o.CommitWorkers, MaxCommitWorkers, DefaultCommitWorkers)
+	}
 	shift, _ := align.Log2(o.ChunkSize)
 	a := &Arena{
 		prov: o.Provider, caps: caps, chunk: o.ChunkSize, shift: shift, align: o.Align,
@@ -256,6 +279,11 @@ func New(o Options) (*Arena, error) {
 	a.zeroer, _ = o.Provider.(Zeroer)
 	a.joiner, _ = o.Provider.(Joiner)
 	a.reporter, _ = o.Provider.(Reporter)
+	a.threaded, _ = o.Provider.(Threaded)
+	a.prefaulter, _ = o.Provider.(Prefaulter)
+	a.workers = o.CommitWorkers
+	a.st.CommitWorkers = o.CommitWorkers
+	a.pcDone = sync.NewCond(&a.mu)
 	a.st.Provider, a.st.Kind, a.st.Capacity = o.Provider.Name(), o.Provider.Kind(), uint64(o.Capacity)
 	a.regions.Store(new([]*region))
 	return a, nil
@@ -330,21 +358,40 @@ func (a *Arena) alloc(size, alignment uintptr, commit bool) (Span, error) {
 	if a.closed {
 		return Span{}, ErrClosed
 	}
-	for _, r := range *a.regions.Load() {
-		if s, ok := a.place(r, size, alignment); ok {
+	for {
+		r, s, ok := a.placeAny(size, alignment)
+		var err error
+		if !ok {
+			if r, err = a.grow(size, alignment); err == nil {
+				if s, ok = a.place(r, size, alignment); !ok {
+					return Span{}, fmt.Errorf("%w: %d bytes aligned to %d do not fit a fresh region of %d bytes",
+						ErrCapacity, size, alignment, r.r.Size)
+				}
+			}
+		}
+		if err == nil {
 			return a.take(r, s, commit)
 		}
+		if a.pcHeld == 0 || !errors.Is(err, ErrCapacity) {
+			return Span{}, err
+		}
+		// Precommit holds chunks while it commits them: they are free again, committed, after
+		// its batch (one batch, not the whole precommit).
+		a.pcDone.Wait()
+		if a.closed {
+			return Span{}, ErrClosed
+		}
 	}
-	r, err := a.grow(size, alignment)
-	if err != nil {
-		return Span{}, err
+}
+
+// placeAny finds a free run for size bytes in the regions there are.
+func (a *Arena) placeAny(size, alignment uintptr) (*region, Span, bool) {
+	for _, r := range *a.regions.Load() {
+		if s, ok := a.place(r, size, alignment); ok {
+			return r, s, true
+		}
 	}
-	s, ok := a.place(r, size, alignment)
-	if !ok {
-		return Span{}, fmt.Errorf("%w: %d bytes aligned to %d do not fit a fresh region of %d bytes",
-			ErrCapacity, size, alignment, r.r.Size)
-	}
-	return a.take(r, s, commit)
+	return nil, Span{}, false
 }
 
 // place finds, first fit, a free run in r for size bytes at an aligned address.
@@ -536,6 +583,7 @@ func (a *Arena) Close() error {
 	}
 	a.kept = nil // no span is in use, so no range is tracked but by a holder's mistake
 	a.purge(1<<63 - 1)
+	a.pcDone.Broadcast() // an Alloc waiting for Precommit's chunks sees closed
 	var first error
 	for _, r := range *a.regions.Load() {
 		if err := a.prov.Release(r.r); err != nil && first == nil {

@@ -132,35 +132,36 @@ func exhausted(err error) bool {
 }
 
 // commitOnce asks the provider to commit the granules of [glo, ghi) that are not committed,
-// undoing its own commits when one fails.
+// on the workers when there is enough of it (workers.go); when a provider call fails, what the
+// others committed is given back.
 func (a *Arena) commitOnce(r *region, glo, ghi int) error {
 	if r.r.Committed {
 		return nil
 	}
-	var done [][2]int
-	start := time.Now()
-	err := r.commit.runs(glo, ghi, false, func(s, e int) error {
-		if err := a.prov.Commit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
-			return err
-		}
-		done = append(done, [2]int{s, e})
+	rs := a.spans[:0]
+	_ = r.commit.runs(glo, ghi, false, func(s, e int) error {
+		rs = append(rs, gspan{r, s, e})
 		return nil
 	})
-	for _, d := range done {
-		if err != nil { // undo, so that a failed Alloc leaves nothing committed behind
-			_ = a.prov.Decommit(r.r, uintptr(d[0])<<r.gshift, uintptr(d[1]-d[0])<<r.gshift)
-			continue
-		}
-		r.commit.setRange(d[0], d[1], true)
-		a.st.Commits++
-		a.st.Committed += uint64(d[1]-d[0]) << r.gshift
-		a.st.CommitBytes += uint64(d[1]-d[0]) << r.gshift
+	a.spans = rs[:0]
+	if len(rs) == 0 {
+		return nil
 	}
-	if len(done) > 0 {
-		a.st.CommitTime += time.Since(start)
+	start := time.Now()
+	calls, err := a.commitSpans(rs)
+	if err != nil {
+		return err
+	}
+	a.st.CommitTime += time.Since(start) // of commits that succeeded: CommitPerGiB is their cost
+	a.st.Commits += uint64(calls)
+	for _, x := range rs {
+		r.commit.setRange(x.s, x.e, true)
+		n := uint64(x.e-x.s) << r.gshift
+		a.st.Committed += n
+		a.st.CommitBytes += n
 	}
 	a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
-	return err
+	return nil
 }
 
 // join has a Joiner provider make the committed granules [glo, ghi), which a span is being

@@ -148,6 +148,7 @@ func (a *Arena) giveUp(cutoff int64) (pending bool) {
 	if !a.caps.Decommits {
 		return false
 	}
+	given := a.given[:0]
 	for _, k := range a.kept {
 		w := k.word.Load()
 		if w&keptState != uint64(keptIdle) {
@@ -163,12 +164,19 @@ func (a *Arena) giveUp(cutoff int64) (pending bool) {
 		if r := a.regionAt(k.addr); r != nil && !r.r.Committed {
 			if glo, ghi, ok := r.whole(k.addr, k.size); ok {
 				r.want.setRange(glo, ghi, false)
-				a.release(r, glo, ghi)
-				// What failed to decommit waits for the purge like any unwanted memory.
-				a.markUnwanted(r, int((k.addr-r.grid)>>a.shift), int((k.addr+k.size-1-r.grid)>>a.shift)+1)
+				a.planRelease(r, glo, ghi)
+				given = append(given, k)
 			}
 		}
 	}
+	a.runDecommits()
+	for _, k := range given {
+		// What failed to decommit waits for the purge like any unwanted memory.
+		r := a.regionAt(k.addr)
+		a.markUnwanted(r, int((k.addr-r.grid)>>a.shift), int((k.addr+k.size-1-r.grid)>>a.shift)+1)
+	}
+	clear(given)
+	a.given = given[:0]
 	return pending
 }
 

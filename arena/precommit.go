@@ -11,18 +11,31 @@ import (
 // the chunk's memory becomes the purge's like any other.
 const keepStamp = 1<<63 - 1
 
+// precommitPerWorker is how many chunks each worker gets in one Precommit batch: a batch is
+// what an allocation that needs one of the chunks held may wait for (at capacity only), so it
+// stays short, but long enough that the workers seldom idle between batches.
+const precommitPerWorker = 2
+
 // Precommit commits up to size bytes of free chunks ahead of need, so that later allocations
-// find their memory committed (and pinned, for pinned memory). It works a chunk at a time and
-// holds the arena's lock only to choose a chunk and to record it: allocation goes on while the
-// provider commits, and never waits for Precommit. Precommitted memory stays committed until a
-// span takes it, Trim, a refused commit that needs the memory, or Close. Precommit reserves
-// regions as it needs them, up to the capacity, where it stops without error. It returns the
-// bytes it committed and the first error (ErrClosed when the arena closed meanwhile). It is
-// meant to run in a goroutine of its own at startup.
+// find their memory committed (and pinned, for pinned memory). It works in batches of a few
+// chunks per worker (Options.CommitWorkers), committed side by side (workers.go), and holds the
+// arena's lock only to choose a batch and to record it: allocation goes on while the provider
+// commits, takes other chunks and commits what it needs itself; it waits for a batch only when
+// the chunks the batch holds are all the capacity it could use. Stats.Precommitted and
+// Usage.Precommitted count the bytes committed so far, batch by batch.
+//
+// Precommitted memory stays committed until a span takes it, Trim, a refused commit that needs
+// the memory, or Close. Precommit reserves regions as it needs them, up to the capacity, and
+// returns without error when every chunk of the capacity is committed or in use. It returns
+// the bytes it committed and the first error: ErrClosed when the arena closed meanwhile, or
+// the provider's refusal (the memlock limit, device or host memory), with which it stops. A
+// chunk whose commit fails is given back whole (the provider undoes its own calls), while the
+// chunks of its batch that succeeded stay committed and counted. It is meant to run in a
+// goroutine of its own at startup.
 func (a *Arena) Precommit(size uintptr) (uintptr, error) {
 	var done uintptr
 	for done < size {
-		n, err := a.precommitChunk()
+		n, err := a.precommitBatch(size - done)
 		done += n
 		if err != nil || n == 0 {
 			if errors.Is(err, ErrCapacity) {
@@ -34,80 +47,112 @@ func (a *Arena) Precommit(size uintptr) (uintptr, error) {
 	return done, nil
 }
 
-// precommitChunk commits the uncommitted granules of one free chunk, reserving a region when no
-// free chunk has any, and returns the bytes it committed.
-func (a *Arena) precommitChunk() (uintptr, error) {
+// pcChunk is a chunk of a Precommit batch and the runs of it to commit.
+type pcChunk struct {
+	r    *region
+	i    int
+	runs []gspan
+}
+
+// precommitBatch commits the uncommitted granules of a batch of free chunks, about want bytes'
+// worth at most, reserving a region when no free chunk has any, and returns the bytes it
+// committed.
+func (a *Arena) precommitBatch(want uintptr) (uintptr, error) {
 	a.pcMu.Lock()
 	defer a.pcMu.Unlock()
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return 0, ErrClosed
+	cs, err := a.precommitTake(want)
+	if len(cs) == 0 {
+		return 0, err
 	}
-	r, i := a.uncommittedFreeChunk()
-	if r == nil {
+	start := time.Now()
+	errs := a.fanout(len(cs), func(i int) error {
 		var err error
-		if r, err = a.grow(a.chunk, a.chunk); err != nil {
-			a.mu.Unlock()
-			return 0, err
+		if len(cs) > 1 {
+			err = a.commitSerial(cs[i].runs) // the batch is the parallelism: no workers of workers
+		} else {
+			_, err = a.commitSpans(cs[i].runs)
 		}
-		i = 0
-	}
-	// The chunk is marked in use while the provider commits, so that no span takes it; the
-	// runs to commit are read now, under the lock.
-	r.used.setRange(i, i+1, true)
-	glo, ghi := a.chunkGranules(r, i)
-	var runs [][2]int
-	_ = r.commit.runs(glo, ghi, false, func(s, e int) error {
-		runs = append(runs, [2]int{s, e})
+		if err != nil {
+			return fmt.Errorf("precommit: %w", err)
+		}
 		return nil
 	})
-	a.mu.Unlock()
-
-	start := time.Now()
-	var err error
-	var done [][2]int
-	for _, run := range runs {
-		if err = a.prov.Commit(r.r, uintptr(run[0])<<r.gshift, uintptr(run[1]-run[0])<<r.gshift); err != nil {
-			err = fmt.Errorf("precommit: %w", err)
-			break
-		}
-		done = append(done, run)
-	}
 	took := time.Since(start)
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var n uintptr
-	for _, d := range done {
-		r.commit.setRange(d[0], d[1], true)
-		n += uintptr(d[1]-d[0]) << r.gshift
-		a.st.Commits++
-	}
-	a.st.Committed += uint64(n)
-	a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
-	a.st.CommitBytes += uint64(n)
-	a.st.CommitTime += took
-	a.st.Precommitted += uint64(n)
-	r.used.setRange(i, i+1, false)
-	if n > 0 {
-		r.stamp[i] = keepStamp
-		r.stale.setRange(i, i+1, true) // Trim and forced purges look at it
-	}
-	return n, err
-}
-
-// uncommittedFreeChunk returns a free chunk with uncommitted granules, or nil.
-func (a *Arena) uncommittedFreeChunk() (*region, int) {
-	for _, r := range *a.regions.Load() {
-		if r.r.Committed {
+	for i := range cs {
+		c := &cs[i]
+		c.r.used.setRange(c.i, c.i+1, false)
+		if errs != nil && errs[i] != nil {
 			continue
 		}
-		for i := r.used.next(0, r.nchunks, false); i < r.nchunks; i = r.used.next(i+1, r.nchunks, false) {
-			if glo, ghi := a.chunkGranules(r, i); r.commit.count(glo, ghi) < ghi-glo {
-				return r, i
-			}
+		for _, x := range c.runs {
+			c.r.commit.setRange(x.s, x.e, true)
+			n += uintptr(x.e-x.s) << c.r.gshift
+			a.st.Commits++
 		}
+		c.r.stamp[c.i] = keepStamp
+		c.r.stale.setRange(c.i, c.i+1, true) // Trim and forced purges look at it
 	}
-	return nil, 0
+	a.pcHeld -= len(cs)
+	a.pcDone.Broadcast()
+	a.st.Committed += uint64(n)
+	a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
+	if n > 0 {
+		a.st.CommitBytes += uint64(n)
+		a.st.CommitTime += took
+	}
+	a.st.Precommitted += uint64(n)
+	return n, firstError(errs)
+}
+
+// precommitTake chooses the chunks of a batch (a region reserved when no free chunk has
+// uncommitted granules) and marks them in use, so that no span takes them while they are
+// committed. It returns no chunk and the reason when there is none to take.
+func (a *Arena) precommitTake(want uintptr) ([]pcChunk, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, ErrClosed
+	}
+	k := max(min(a.workers*precommitPerWorker, int((want+a.chunk-1)>>a.shift)), 1)
+	var cs []pcChunk
+	for _, r := range *a.regions.Load() {
+		cs = a.uncommittedFree(r, cs, k)
+	}
+	if len(cs) == 0 {
+		r, err := a.grow(a.chunk, a.chunk)
+		if err != nil {
+			return nil, err
+		}
+		cs = a.uncommittedFree(r, cs, k)
+	}
+	for _, c := range cs {
+		c.r.used.setRange(c.i, c.i+1, true)
+	}
+	a.pcHeld += len(cs)
+	return cs, nil
+}
+
+// uncommittedFree appends to cs, up to k in all, the free chunks of r with uncommitted
+// granules, with the runs of them to commit.
+func (a *Arena) uncommittedFree(r *region, cs []pcChunk, k int) []pcChunk {
+	if r.r.Committed {
+		return cs
+	}
+	for i := r.used.next(0, r.nchunks, false); i < r.nchunks && len(cs) < k; i = r.used.next(i+1, r.nchunks, false) {
+		glo, ghi := a.chunkGranules(r, i)
+		if r.commit.count(glo, ghi) == ghi-glo {
+			continue
+		}
+		c := pcChunk{r: r, i: i}
+		_ = r.commit.runs(glo, ghi, false, func(s, e int) error {
+			c.runs = append(c.runs, gspan{r, s, e})
+			return nil
+		})
+		cs = append(cs, c)
+	}
+	return cs
 }

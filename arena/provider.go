@@ -79,11 +79,17 @@ type Caps struct {
 	// Granule is the commit granularity in bytes: a power of two that divides every offset and
 	// size passed to Commit and Decommit (the OS page for host memory, 2 MiB for CUDA VMM).
 	Granule uintptr
+	// Splits is set when a range may be committed (or decommitted) in pieces, each its own
+	// call, several at once on different goroutines, to the same effect as one call, and when
+	// that is faster (VMM granules, mlocked pages): the arena then spreads big commits and
+	// decommits over its workers (workers.go).
+	Splits bool
 }
 
 // Provider is where an arena's regions come from. Implementations must be safe for use from
-// several goroutines; the arena serialises its own calls, but several arenas may share one
-// provider.
+// several goroutines: several arenas may share one provider, and an arena calls Commit and
+// Decommit for disjoint ranges of a region from several goroutines at once (its workers, and
+// Precommit beside an allocation). It never calls them for overlapping ranges at once.
 type Provider interface {
 	// Name is a short human-readable name: "locked", "pageable", "external", "cuda-host", ...
 	Name() string

@@ -83,6 +83,10 @@ func internalDevice(pub *cuda.Device, name string) (*icuda.Device, error) {
 	return d, nil
 }
 
+// OnThread implements Threaded: f runs on an OS thread locked for it with the device's
+// primary context current (cuda.Device.Do), as the arena's commit workers do.
+func (b *cudaBase) OnThread(f func() error) error { return b.dev.Do(f) }
+
 // Counters returns the driver resources the provider holds.
 func (b *cudaBase) Counters() CUDACounters {
 	return CUDACounters{

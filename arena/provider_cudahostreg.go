@@ -24,6 +24,17 @@ package arena
 //
 // The cost of the invariant: a segment holding one small page commits and pins 2 MiB, not
 // 64 KiB; the VMM host provider, whose granule is 2 MiB as well, pays the same.
+//
+// # Pinning fast
+//
+// A registration spends its time faulting in and pinning the pages it covers, on one thread.
+// The provider is a Prefaulter: for a big span the arena first faults the span's pieces in on
+// its workers (Prefault: MADV_POPULATE_WRITE, which takes the mm's lock for reading only, so
+// the pieces fault side by side), then registers the span in one call that finds its pages
+// present; Precommit registers chunk by chunk, several chunks at once. The driver calls run
+// outside p.mu, which guards the record of registrations: Commit registers a range no other
+// call touches (the arena commits disjoint ranges), and records it afterwards. A commit that
+// fails leaves nothing registered and the range's pages dropped again.
 
 import (
 	"errors"
@@ -119,6 +130,23 @@ func (p *CUDAHostRegisterProvider) Commit(r *Region, off, size uintptr) error {
 		return err
 	}
 	if err := p.register(r, hostReg{off, size}); err != nil {
+		_ = p.host.Decommit(r, off, size)
+		return err
+	}
+	return nil
+}
+
+// Prefault implements Prefaulter: [off, off+size) is made accessible and its pages faulted in
+// (written, so that each is a page of its own and not the shared zero page), without a
+// registration. Decommit undoes it.
+func (p *CUDAHostRegisterProvider) Prefault(r *Region, off, size uintptr) error {
+	if err := checkRange(r, off, size); err != nil {
+		return err
+	}
+	if err := p.host.Commit(r, off, size); err != nil {
+		return err
+	}
+	if err := p.host.prefault(r.Base+off, size); err != nil {
 		_ = p.host.Decommit(r, off, size)
 		return err
 	}
@@ -264,22 +292,45 @@ func (p *CUDAHostRegisterProvider) cut(r *Region, off, size uintptr) error {
 	return nil
 }
 
-// register registers g of r, under p.mu.
+// register registers g of r, a range no registration overlaps and no other call touches, with
+// the driver call outside p.mu, and records it under p.mu.
 func (p *CUDAHostRegisterProvider) register(r *Region, g hostReg) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.regs[r.Base]; !ok {
+	_, ok := p.regs[r.Base]
+	p.mu.Unlock()
+	if !ok {
 		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", ErrInvalid, r.Base, r.Size)
 	}
-	return p.registerLocked(r, g)
+	if err := p.registerCall(r, g); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.record(r, g)
+	return nil
 }
 
-// registerLocked registers g of r and records it. On failure it returns an error wrapping
-// ErrCommit and the driver's (and ErrExhausted when the driver is out of memory). p.mu is held.
-func (p *CUDAHostRegisterProvider) registerLocked(r *Region, g hostReg) error {
+// registerCall registers g of r with the driver. On failure it returns an error wrapping
+// ErrCommit and the driver's (and ErrExhausted when the driver is out of memory).
+func (p *CUDAHostRegisterProvider) registerCall(r *Region, g hostReg) error {
 	if err := p.call(&p.registrations, 1, p.dev.MemHostRegister(r.Base+g.off, g.size, registerFlags)); err != nil {
 		return p.driverError(ErrCommit, "cuMemHostRegister", g.size, err)
 	}
+	return nil
+}
+
+// registerLocked registers g of r and records it; p.mu is held (Join and cut, which undo and
+// redo registrations of one span, keep the record consistent throughout).
+func (p *CUDAHostRegisterProvider) registerLocked(r *Region, g hostReg) error {
+	if err := p.registerCall(r, g); err != nil {
+		return err
+	}
+	p.record(r, g)
+	return nil
+}
+
+// record adds registration g of r to the record. p.mu is held.
+func (p *CUDAHostRegisterProvider) record(r *Region, g hostReg) {
 	regs := p.regs[r.Base]
 	i := sort.Search(len(regs), func(i int) bool { return regs[i].off > g.off })
 	regs = append(regs, hostReg{})
@@ -287,7 +338,6 @@ func (p *CUDAHostRegisterProvider) registerLocked(r *Region, g hostReg) error {
 	regs[i] = g
 	p.regs[r.Base] = regs
 	p.committed.Add(int64(g.size))
-	return nil
 }
 
 // unregisterOne undoes registration g of r and forgets it. p.mu is held.

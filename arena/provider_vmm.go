@@ -11,6 +11,14 @@ package arena
 // allocation per granule is what makes decommit possible: the driver refuses to unmap part of
 // a mapping. Consecutive mapped granules with access granted are one range for copies, so any
 // run of committed granules can be copied in one call.
+//
+// Granules are independent, so a range commits and decommits in pieces on several goroutines
+// (Caps.Splits; the arena's workers). The driver calls run outside p.mu, which guards only the
+// record of what is mapped: a commit checks its granules are unmapped, calls the driver, and
+// records what it mapped; a decommit claims its granules (clears them in the record), calls the
+// driver, and puts back what the driver refused to unmap. The arena never commits or
+// decommits overlapping ranges at once, so no two calls race for a granule. A commit that fails
+// midway unmaps and releases what it mapped before it returns: the driver holds nothing of it.
 
 import (
 	"errors"
@@ -31,7 +39,7 @@ type vmm struct {
 	what   string // "device" or "host", for errors
 	zero   bool   // a fresh physical allocation reads as zero (measured for host memory)
 
-	mu sync.Mutex // guards the vmmRegion states: Precommit commits beside the arena's lock
+	mu sync.Mutex // guards the vmmRegion records (not held across driver calls)
 }
 
 // vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
@@ -55,7 +63,7 @@ func newVMM(b *cudaBase, loc icuda.Location, access []icuda.Location, what strin
 
 // Caps implements Provider.
 func (p *vmm) Caps() Caps {
-	return Caps{Aligns: true, Decommits: true, ZeroOnCommit: p.zero, Granule: p.gran}
+	return Caps{Aligns: true, Decommits: true, ZeroOnCommit: p.zero, Granule: p.gran, Splits: true}
 }
 
 // Reserve implements Provider.
@@ -96,12 +104,17 @@ func (p *vmm) Commit(r *Region, off, size uintptr) error {
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	lo, hi := int(off/p.gran), int((off+size)/p.gran)
+	p.mu.Lock()
+	busy := v.mapped.count(lo, hi)
+	p.mu.Unlock()
+	if busy != 0 {
+		return fmt.Errorf("%w: %d granules of [%d, %d) of region %#x are committed already", ErrInvalid, busy, lo, hi, r.Base)
+	}
+	hs := make([]icuda.MemHandle, hi-lo)
 	for g := lo; g < hi; g++ {
-		if err := p.mapGranule(r, v, g); err != nil {
-			_ = p.unmapGranules(r, v, lo, g)
+		if err := p.mapGranule(r, g, &hs[g-lo]); err != nil {
+			_, _ = p.unmap(r, lo, hs[:g-lo])
 			if errors.Is(err, icuda.ErrOutOfMemory) { // after the undo, so the figures are current
 				return p.driverError(ErrCommit, "cuMemCreate", size, err)
 			}
@@ -109,52 +122,90 @@ func (p *vmm) Commit(r *Region, off, size uintptr) error {
 		}
 	}
 	if err := p.call(nil, 0, p.dev.MemSetAccessAt(r.Base+off, size, p.access)); err != nil {
-		_ = p.unmapGranules(r, v, lo, hi)
+		_, _ = p.unmap(r, lo, hs)
 		return fmt.Errorf("%w: cuMemSetAccess of %d bytes of %s memory for %+v: %w", ErrCommit, size, p.what, p.access, err)
 	}
+	p.mu.Lock()
+	copy(v.handles[lo:hi], hs)
+	v.mapped.setRange(lo, hi, true)
+	p.mu.Unlock()
+	p.committed.Add(int64(size))
 	return nil
 }
 
-// mapGranule backs granule g with a new physical allocation. p.mu is held.
-func (p *vmm) mapGranule(r *Region, v *vmmRegion, g int) error {
-	if v.mapped.get(g) {
-		return fmt.Errorf("%w: granule %d of region %#x is committed already", ErrInvalid, g, r.Base)
-	}
-	h, err := p.dev.MemCreateAt(p.gran, p.loc)
+// mapGranule backs granule g with a new physical allocation, whose handle it stores in *h.
+func (p *vmm) mapGranule(r *Region, g int, h *icuda.MemHandle) error {
+	m, err := p.dev.MemCreateAt(p.gran, p.loc)
 	if err = p.call(&p.handles, 1, err); err != nil {
 		if errors.Is(err, icuda.ErrOutOfMemory) {
 			return err // Commit explains it
 		}
 		return p.driverError(ErrCommit, "cuMemCreate", p.gran, err)
 	}
-	if err := p.call(nil, 0, p.dev.MemMap(r.Base+uintptr(g)*p.gran, p.gran, h)); err != nil {
-		_ = p.call(&p.handles, -1, p.dev.MemRelease(h))
+	if err := p.call(nil, 0, p.dev.MemMap(r.Base+uintptr(g)*p.gran, p.gran, m)); err != nil {
+		_ = p.call(&p.handles, -1, p.dev.MemRelease(m))
 		return fmt.Errorf("%w: cuMemMap of %d bytes: %w", ErrCommit, p.gran, err)
 	}
-	v.handles[g] = h
-	v.mapped.setRange(g, g+1, true)
-	p.committed.Add(int64(p.gran))
+	*h = m
 	return nil
 }
 
-// unmapGranules unmaps and releases the mapped granules in [lo, hi), run by run. p.mu is held.
+// unmap unmaps granules [lo, lo+len(hs)), mapped with the handles hs, in one call, and releases
+// the handles. It touches no record. mapped reports that the driver refused the unmap (the
+// granules are still mapped, their handles held); otherwise an error is a refused release.
+func (p *vmm) unmap(r *Region, lo int, hs []icuda.MemHandle) (mapped bool, err error) {
+	if len(hs) == 0 {
+		return false, nil
+	}
+	n := uintptr(len(hs)) * p.gran
+	if err := p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(lo)*p.gran, n)); err != nil {
+		return true, fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", ErrCommit, n, err)
+	}
+	var errs []error
+	for _, h := range hs {
+		if err := p.call(&p.handles, -1, p.dev.MemRelease(h)); err != nil {
+			errs = append(errs, fmt.Errorf("%w: cuMemRelease: %w", ErrCommit, err))
+		}
+	}
+	return false, errors.Join(errs...)
+}
+
+// unmapGranules unmaps and releases the mapped granules in [lo, hi), run by run: each run is
+// claimed under p.mu, unmapped without it, and put back if the driver refuses the unmap.
 func (p *vmm) unmapGranules(r *Region, v *vmmRegion, lo, hi int) error {
-	return v.mapped.runs(lo, hi, true, func(s, e int) error {
-		n := uintptr(e-s) * p.gran
-		if err := p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(s)*p.gran, n)); err != nil {
-			return fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", ErrCommit, n, err)
-		}
-		var errs []error
-		for g := s; g < e; g++ {
-			if err := p.call(&p.handles, -1, p.dev.MemRelease(v.handles[g])); err != nil {
-				errs = append(errs, fmt.Errorf("%w: cuMemRelease: %w", ErrCommit, err))
-			}
-			v.handles[g] = 0
-		}
+	type run struct {
+		s  int
+		hs []icuda.MemHandle
+	}
+	var rs []run
+	p.mu.Lock()
+	_ = v.mapped.runs(lo, hi, true, func(s, e int) error {
+		rs = append(rs, run{s, append([]icuda.MemHandle(nil), v.handles[s:e]...)})
+		clear(v.handles[s:e])
 		v.mapped.setRange(s, e, false)
-		p.committed.Add(-int64(n))
-		return errors.Join(errs...)
+		return nil
 	})
+	p.mu.Unlock()
+	var errs []error
+	for i, x := range rs {
+		mapped, err := p.unmap(r, x.s, x.hs)
+		if !mapped {
+			if err != nil {
+				errs = append(errs, err) // a release refused: the handle is lost to us either way
+			}
+			p.committed.Add(-int64(uintptr(len(x.hs)) * p.gran))
+			continue
+		}
+		// The unmap was refused: the runs from this one on are still mapped.
+		p.mu.Lock()
+		for _, y := range rs[i:] {
+			copy(v.handles[y.s:], y.hs)
+			v.mapped.setRange(y.s, y.s+len(y.hs), true)
+		}
+		p.mu.Unlock()
+		return errors.Join(append(errs, err)...)
+	}
+	return errors.Join(errs...)
 }
 
 // Decommit implements Provider: the range's granules are unmapped and their memory released.
@@ -163,8 +214,6 @@ func (p *vmm) Decommit(r *Region, off, size uintptr) error {
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	return p.unmapGranules(r, v, int(off/p.gran), int((off+size)/p.gran))
 }
 
@@ -177,8 +226,6 @@ func (p *vmm) Release(r *Region) error {
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if err := p.unmapGranules(r, v, 0, len(v.handles)); err != nil {
 		return err
 	}

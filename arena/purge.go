@@ -93,11 +93,13 @@ func (a *Arena) purgeTick() {
 
 // purge decommits the committed memory no span wants (free chunks, and what spans in use
 // left unclaimed) in chunks stamped in generation cutoff or before, and reports whether such
-// memory remains.
+// memory remains. The decommits run together at the end, on the workers where the provider
+// splits (workers.go).
 func (a *Arena) purge(cutoff int64) (pending bool) {
 	if !a.caps.Decommits {
 		return false
 	}
+	touched := a.spans[:0] // the chunks released: gspan{r, i, i+1}
 	for _, r := range *a.regions.Load() {
 		if r.r.Committed {
 			continue
@@ -108,29 +110,72 @@ func (a *Arena) purge(cutoff int64) (pending bool) {
 				pending = pending || r.stamp[i] != keepStamp // precommitted memory waits for no timer
 				continue
 			}
-			a.release(r, glo, ghi)
-			r.stale.setRange(i, i+1, r.unwanted(glo, ghi)) // what failed to decommit stays stale
+			a.planRelease(r, glo, ghi)
+			touched = append(touched, gspan{r, i, i + 1})
 		}
 	}
+	a.runDecommits()
+	for _, c := range touched {
+		glo, ghi := a.chunkGranules(c.r, c.s)
+		c.r.stale.setRange(c.s, c.s+1, c.r.unwanted(glo, ghi)) // what failed to decommit stays stale
+	}
+	a.spans = touched[:0]
 	return pending
 }
 
-// release returns the committed granules in [glo, ghi) that no span wants to the provider.
-func (a *Arena) release(r *region, glo, ghi int) {
+// planRelease adds the committed granules in [glo, ghi) that no span wants to the decommits
+// runDecommits makes, merging runs that touch.
+func (a *Arena) planRelease(r *region, glo, ghi int) {
 	_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
 		return r.want.runs(s, e, false, func(s, e int) error {
-			if err := a.prov.Decommit(r.r, uintptr(s)<<r.gshift, uintptr(e-s)<<r.gshift); err != nil {
-				return nil // keep it committed: the memory is still usable
+			if n := len(a.decs); n > 0 && a.decs[n-1].r == r && a.decs[n-1].e == s {
+				a.decs[n-1].e = e
+			} else {
+				a.decs = append(a.decs, gspan{r, s, e})
 			}
-			r.commit.setRange(s, e, false)
-			if a.caps.ZeroOnCommit {
-				r.dirty.setRange(s, e, false)
-			}
-			n := uint64(e-s) << r.gshift
-			a.st.Committed -= n
-			a.st.Purged += n
-			a.st.Decommits++
 			return nil
 		})
 	})
+}
+
+// runDecommits returns the planned runs to the provider, on the workers when the provider
+// splits and there is enough of it, and records what was decommitted; a run the provider
+// refuses stays committed (the memory is still usable) and unwanted.
+func (a *Arena) runDecommits() {
+	ds := a.decs
+	a.decs = ds[:0]
+	if len(ds) == 0 {
+		return
+	}
+	decommit := func(x gspan) error {
+		return a.prov.Decommit(x.r.r, uintptr(x.s)<<x.r.gshift, uintptr(x.e-x.s)<<x.r.gshift)
+	}
+	ps := ds
+	var errs []error
+	if a.caps.Splits && a.parallel(ds) {
+		ps = a.pieces(ds)
+		errs = a.fanout(len(ps), func(i int) error { return decommit(ps[i]) })
+	} else {
+		for i, x := range ds {
+			if err := decommit(x); err != nil {
+				if errs == nil {
+					errs = make([]error, len(ds))
+				}
+				errs[i] = err
+			}
+		}
+	}
+	for i, x := range ps {
+		if errs != nil && errs[i] != nil {
+			continue
+		}
+		x.r.commit.setRange(x.s, x.e, false)
+		if a.caps.ZeroOnCommit {
+			x.r.dirty.setRange(x.s, x.e, false)
+		}
+		n := uint64(x.e-x.s) << x.r.gshift
+		a.st.Committed -= n
+		a.st.Purged += n
+		a.st.Decommits++
+	}
 }

@@ -11,12 +11,15 @@ type Usage struct {
 	Reserved, Committed, Locked uint64
 	// InUseChunks counts the chunks handed out.
 	InUseChunks int
+	// Precommitted is the memory Precommit has committed so far (Stats.Precommitted): a
+	// background precommit's progress.
+	Precommitted uint64
 }
 
 // Usage returns the arena's memory figures without allocating (one lock, no provider call).
 func (a *Arena) Usage() Usage {
 	a.mu.Lock()
-	u := Usage{Reserved: uint64(a.reserved), Committed: a.st.Committed, InUseChunks: a.st.ChunksInUse}
+	u := Usage{Reserved: uint64(a.reserved), Committed: a.st.Committed, InUseChunks: a.st.ChunksInUse, Precommitted: a.st.Precommitted}
 	a.mu.Unlock()
 	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
 		u.Locked = u.Committed

@@ -22,6 +22,7 @@ const (
 	pctlNUMAID
 	pctlHostNUMA
 	pctlNodeBytes
+	pctlInflight
 )
 
 // PinCall names a driver call for FailAfter.
@@ -93,6 +94,12 @@ func (d *Driver) RefuseHostNUMA(refuse, attribute bool) {
 // NodeBytes returns the host memory held by cuMemCreate handles at host NUMA node node, or at
 // the HOST location for node -1.
 func (d *Driver) NodeBytes(node int) int64 { return d.pinCtl(pctlNodeBytes, int64(node), 0) }
+
+// MaxInflight returns the most pinning calls (cuMemCreate of host memory, cuMemHostRegister,
+// cuMemRelease of host memory, cuMemHostUnregister) that were inside their SetPinCost delay at
+// once since it was last called, and starts counting again: how many threads pinned side by
+// side. It counts only while a delay is set.
+func (d *Driver) MaxInflight() int { return int(d.pinCtl(pctlInflight, 0, 0)) }
 
 // LoadedFake returns the controls of the fake driver this process loaded through
 // cuda.LibraryEnv: for programs that ExecOnFake started (the benchmark suite), which have no

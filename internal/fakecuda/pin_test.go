@@ -41,6 +41,12 @@ func TestPinCostOverlaps(t *testing.T) {
 	if took := time.Since(start); took >= 2*delay-delay/4 {
 		t.Errorf("two cuMemCreate on two threads took %v: serialized (one takes %v)", took, delay)
 	}
+	if n := f.MaxInflight(); n != 2 {
+		t.Errorf("MaxInflight = %d, want 2", n)
+	}
+	if n := f.MaxInflight(); n != 0 {
+		t.Errorf("MaxInflight after reading = %d, want 0", n)
+	}
 	f.SetPinCost(false, 0, 0)
 	if took := create(); took >= delay {
 		t.Errorf("cuMemCreate without cost took %v", took)

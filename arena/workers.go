@@ -1,0 +1,248 @@
+package arena
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// # Parallel commit
+//
+// Pinning memory is the slow part of an arena's life: the CUDA driver creates, maps and grants
+// a 2 MiB host granule in 0.4–0.77 ms (H100), so one GiB costs 200–385 ms on one thread, and a
+// registration faults in and pins every page it covers. Work on separate granules is
+// independent, so the arena spreads it over a bounded set of workers:
+//
+//   - Precommit commits a batch of free chunks at a time, one task per chunk (precommit.go);
+//   - Alloc and Commit, when a span needs at least parallelMin bytes committed, cut the
+//     uncommitted runs into one piece per worker: each piece is committed by its own provider
+//     call where the provider allows it (Caps.Splits: VMM granules, mlocked pages), or, for a
+//     provider that must commit a span in one call (a registration: Prefaulter), the pieces
+//     are faulted in by the workers and the span is then committed in one call that finds its
+//     pages present;
+//   - the purge (the timer, Trim, Close, forced purges) decommits its runs the same way, where
+//     the provider splits.
+//
+// The workers of one operation are goroutines started for it, at most Options.CommitWorkers
+// (the caller's own goroutine waits for them). Operations that run them are serialized by the
+// arena's locks (Alloc, Commit and the purge hold a.mu; Precommit holds pcMu and commits
+// without a.mu), so at most two sets run at once: Precommit's and one allocation's. A worker
+// runs its tasks inside the provider's thread setup (Threaded: for the CUDA providers, an OS
+// thread locked with the device's primary context current, set up once for all its tasks).
+//
+// Failure: every operation is all-or-nothing per provider call, and the arena undoes its own
+// successful calls when one of the operation's fails (a span's commit leaves nothing new
+// committed; a precommit batch keeps the chunks that succeeded and stops). A provider whose
+// calls fail midway undoes what that call did (provider_vmm.go, provider_cudahostreg.go).
+
+// DefaultCommitWorkers is Options.CommitWorkers' default: the published measurement of
+// parallel first touch before cudaHostRegister (cudf#23457) found no gain past 4 threads, and
+// the bench's commit case on the fake driver chose the same (see the README's notes).
+const DefaultCommitWorkers = 4
+
+// MaxCommitWorkers bounds Options.CommitWorkers.
+const MaxCommitWorkers = 64
+
+// parallelMin is the least a span's commit (or a purge's decommit) must move for the arena to
+// spread it over workers: below it one provider call costs less than starting goroutines.
+const parallelMin = 4 << 20
+
+// pieceMin is the smallest piece a range is cut into for the workers (and at least a granule).
+const pieceMin = 2 << 20
+
+// Threaded is implemented by providers whose calls need their thread set up: the CUDA
+// providers run OnThread(f) as f on an OS thread locked for the call with the device's primary
+// context current (cuda.Device.Do), so that a worker's batch of driver calls pays for it once.
+type Threaded interface {
+	OnThread(f func() error) error
+}
+
+// Prefaulter is implemented by providers that must commit a span in one call (a registration)
+// but whose commit spends its time faulting pages in: Prefault makes [off, off+size) of r
+// accessible and faults its pages in, without committing it. The arena prefaults the pieces of
+// a range on several workers, then commits the range in one call. A range prefaulted and not
+// committed is undone by Decommit.
+type Prefaulter interface {
+	Prefault(r *Region, off, size uintptr) error
+}
+
+// gspan is a run of granules [s, e) of a region: a unit of work for the workers.
+type gspan struct {
+	r    *region
+	s, e int
+}
+
+// fanout runs task(i) for every i in [0, n) on at most a.workers goroutines and returns the
+// tasks' errors, indexed like the tasks (nil when every task succeeded). With one worker, or
+// one task, it runs them on the calling goroutine.
+func (a *Arena) fanout(n int, task func(i int) error) []error {
+	var errs []error
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, n)
+		}
+		errs[i] = err
+	}
+	w := min(a.workers, n)
+	if w <= 1 {
+		for i := range n {
+			if err := task(i); err != nil {
+				fail(i, err)
+			}
+		}
+		return errs
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range w {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = a.onThread(func() error {
+				for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+					if err := task(i); err != nil {
+						mu.Lock()
+						fail(i, err)
+						mu.Unlock()
+					}
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// onThread runs f inside the provider's thread setup, if it has one.
+func (a *Arena) onThread(f func() error) error {
+	if a.threaded != nil {
+		if err := a.threaded.OnThread(f); err != nil {
+			// The setup failed (a closed device): run f anyway, so that its calls report why.
+			runtime.Gosched()
+			return f()
+		}
+		return nil
+	}
+	return f()
+}
+
+// pieces cuts the runs rs into pieces for the workers: about a.workers of them, each at least
+// pieceMin bytes and a whole number of granules, none crossing a run's end.
+func (a *Arena) pieces(rs []gspan) []gspan {
+	total := 0
+	for _, x := range rs {
+		total += x.e - x.s
+	}
+	gshift := rs[0].r.gshift
+	minG := max(int(pieceMin>>gshift), 1)
+	per := max((total+a.workers-1)/a.workers, minG)
+	var out []gspan
+	for _, x := range rs {
+		for s := x.s; s < x.e; s += per {
+			out = append(out, gspan{x.r, s, min(s+per, x.e)})
+		}
+	}
+	return out
+}
+
+// bytesOf is the memory of the runs rs.
+func bytesOf(rs []gspan) uintptr {
+	var n uintptr
+	for _, x := range rs {
+		n += uintptr(x.e-x.s) << x.r.gshift
+	}
+	return n
+}
+
+// parallel reports whether runs rs are worth spreading over workers.
+func (a *Arena) parallel(rs []gspan) bool {
+	return a.workers > 1 && len(rs) > 0 && bytesOf(rs) >= parallelMin
+}
+
+// commitSpans commits the runs rs (uncommitted granules) with the provider, on the workers
+// when it pays, and returns the provider calls that committed them. On error nothing of rs is
+// left committed: what was committed (or prefaulted) before the failure is given back. Called
+// with a.mu held (the workers do not take it).
+func (a *Arena) commitSpans(rs []gspan) (calls int, err error) {
+	if !a.parallel(rs) || (!a.caps.Splits && a.prefaulter == nil) {
+		return len(rs), a.commitSerial(rs)
+	}
+	ps := a.pieces(rs)
+	if a.prefaulter != nil && !a.caps.Splits {
+		errs := a.fanout(len(ps), func(i int) error {
+			return a.prefaulter.Prefault(ps[i].r.r, uintptr(ps[i].s)<<ps[i].r.gshift, uintptr(ps[i].e-ps[i].s)<<ps[i].r.gshift)
+		})
+		if err := firstError(errs); err != nil {
+			a.decommitSpans(ps) // what was prefaulted goes back
+			return 0, err
+		}
+		if err := a.commitSerial(rs); err != nil {
+			a.decommitSpans(rs) // runs prefaulted after the one that failed, too
+			return 0, err
+		}
+		return len(rs), nil
+	}
+	errs := a.fanout(len(ps), func(i int) error {
+		return a.prov.Commit(ps[i].r.r, uintptr(ps[i].s)<<ps[i].r.gshift, uintptr(ps[i].e-ps[i].s)<<ps[i].r.gshift)
+	})
+	if err := firstError(errs); err != nil {
+		var done []gspan
+		for i, p := range ps {
+			if errs[i] == nil {
+				done = append(done, p)
+			}
+		}
+		a.decommitSpans(done)
+		if exhausted(err) {
+			// Refused for want of memory while the other pieces held theirs: once they are
+			// given back, commit the runs one call each, which either fits or says exactly
+			// how much the whole asked and how much is free.
+			return len(rs), a.commitSerial(rs)
+		}
+		return 0, err
+	}
+	return len(ps), nil
+}
+
+// commitSerial commits rs one after the other on the calling goroutine, undoing its own
+// commits when one fails.
+func (a *Arena) commitSerial(rs []gspan) error {
+	for i, x := range rs {
+		if err := a.prov.Commit(x.r.r, uintptr(x.s)<<x.r.gshift, uintptr(x.e-x.s)<<x.r.gshift); err != nil {
+			a.decommitSpans(rs[:i])
+			return err
+		}
+	}
+	return nil
+}
+
+// decommitSpans gives rs back to the provider (undoing commits or prefaults the arena has not
+// recorded), on the workers when the provider splits. Errors are dropped: it runs after a
+// failure, and the provider has reported what went wrong.
+func (a *Arena) decommitSpans(rs []gspan) {
+	if len(rs) == 0 {
+		return
+	}
+	if !a.caps.Splits || !a.parallel(rs) {
+		for _, x := range rs {
+			_ = a.prov.Decommit(x.r.r, uintptr(x.s)<<x.r.gshift, uintptr(x.e-x.s)<<x.r.gshift)
+		}
+		return
+	}
+	ps := a.pieces(rs)
+	a.fanout(len(ps), func(i int) error {
+		return a.prov.Decommit(ps[i].r.r, uintptr(ps[i].s)<<ps[i].r.gshift, uintptr(ps[i].e-ps[i].s)<<ps[i].r.gshift)
+	})
+}
+
+// firstError returns the first error of errs, or nil.
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
