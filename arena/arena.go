@@ -152,6 +152,11 @@ type Stats struct {
 	Precommitted uint64
 	// CommitWorkers is the most goroutines one commit or decommit runs on (Options).
 	CommitWorkers int
+	// Node is the host NUMA node of the arena's memory (Placer), or NodeUnknown.
+	Node int
+	// PerRegion describes each region, in the order reserved: where it is, what of it is
+	// committed, and its node.
+	PerRegion []RegionStats
 	// Kept is the committed memory of tracked ranges now idle (kept.go): freed pages and
 	// objects a heap keeps for reuse, in whole granules. It is part of Committed and InUse,
 	// not of what waits for the purge; where the provider decommits, it is given up, and
@@ -159,6 +164,16 @@ type Stats struct {
 	Kept uint64
 	// Counters is what the provider counts of its own work, when it does (Reporter).
 	Counters ProviderStats
+}
+
+// RegionStats describes one region of an arena.
+type RegionStats struct {
+	// Base and Size are the region's address range.
+	Base, Size uintptr
+	// Committed is the region's committed memory.
+	Committed uint64
+	// Node is the host NUMA node of its memory, or NodeUnknown.
+	Node int
 }
 
 // CommitPerGiB is the average time committing one GiB took (zero before any commit).
@@ -554,7 +569,11 @@ func (a *Arena) Stats() Stats {
 		st.Locked = st.Committed
 	}
 	st.Kept = a.keptIdleBytes()
+	st.Node = placement(a.prov)
 	for _, r := range *a.regions.Load() {
+		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
+		st.PerRegion = append(st.PerRegion, RegionStats{Base: r.r.Base, Size: r.r.Size,
+			Committed: uint64(r.commit.count(0, ng)) << r.gshift, Node: st.Node})
 		_ = r.used.runs(0, r.nchunks, true, func(s, e int) error {
 			lo := r.grid - r.r.Base + uintptr(s)<<a.shift
 			hi := min(r.grid-r.r.Base+uintptr(e)<<a.shift, r.r.Size)

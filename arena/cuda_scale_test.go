@@ -61,7 +61,7 @@ func TestFakeVMMParallel(t *testing.T) {
 		t.Fatal("VMM host memory does not split")
 	}
 	a := newWorkerArena(t, p, 1<<30, 4)
-	f.SetPinCost(false, 5*time.Millisecond, 5*time.Millisecond)
+	f.SetPinCost(false, 30*time.Millisecond, 30*time.Millisecond)
 	defer f.SetPinCost(false, 0, 0)
 	s, err := a.Alloc(32<<20, 256)
 	must(t, "Alloc", err)
@@ -149,7 +149,7 @@ func TestFakeRegisterParallel(t *testing.T) {
 	must(t, "Free", a.Free(s))
 	a.Trim()
 
-	f.SetPinCost(true, 5*time.Millisecond, 0)
+	f.SetPinCost(true, 30*time.Millisecond, 0)
 	defer f.SetPinCost(false, 0, 0)
 	n, err := a.Precommit(16 << 20)
 	if err != nil || n != 16<<20 {

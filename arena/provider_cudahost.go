@@ -21,26 +21,19 @@ import (
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// NUMA selects the host NUMA node of VMM host memory.
-type NUMA int
-
-// NUMANearest, the zero NUMA, takes the node the driver reports nearest the device (the
-// device attribute HOST_NUMA_ID), or node 0 when it reports none.
-const NUMANearest NUMA = 0
-
-// NUMANode selects node n.
-func NUMANode(n int) NUMA { return NUMA(n + 1) }
-
 // CUDAHostOptions configures the CUDA pinned host providers.
 type CUDAHostOptions struct {
-	// HostOptions applies to the registration provider's mappings (HugePages, Populate); with
-	// Populate the VMM provider too commits each region whole when it is reserved.
+	// HostOptions applies to the registration provider's mappings (HugePages, Populate; its
+	// Node is replaced by NUMA); with Populate the VMM provider too commits each region whole
+	// when it is reserved.
 	HostOptions
 	// Devices lists the ordinals of other devices that may read and write VMM host memory
 	// (copies and zero-copy kernels): the device the provider is made on always may. A
 	// registration is portable to every device without it.
 	Devices []int
-	// NUMA selects the host NUMA node of VMM host memory (default: nearest the device).
+	// NUMA selects the host NUMA node of the memory, on either path (numa.go): NUMANearest
+	// (the default) the node nearest the device (DeviceNode), NUMANode(n) node n. VMM host
+	// memory is created there; registered memory is bound there before it is touched.
 	NUMA NUMA
 }
 
@@ -99,7 +92,8 @@ type CUDAHostVMMProvider struct {
 }
 
 // NewCUDAHostVMM returns a provider of VMM host memory on dev. It fails with an error
-// wrapping cuda.ErrNotSupported when the driver has no VMM host memory.
+// wrapping cuda.ErrNotSupported when the driver has no VMM host memory, or none at the node
+// o.NUMA asks for.
 func NewCUDAHostVMM(pub *cuda.Device, o CUDAHostOptions) (*CUDAHostVMMProvider, error) {
 	dev, err := internalDevice(pub, "cuda-host-vmm")
 	if err != nil {
@@ -109,20 +103,36 @@ func NewCUDAHostVMM(pub *cuda.Device, o CUDAHostOptions) (*CUDAHostVMMProvider, 
 	if err != nil {
 		return nil, err
 	}
-	loc, err := hostLocation(dev, o.NUMA)
-	if err != nil {
-		return nil, err
-	}
-	access := []icuda.Location{loc, dev.Location()}
+	var devs []icuda.Location
 	for _, d := range o.Devices {
 		l := icuda.Location{Type: icuda.LocationDevice, ID: d}
 		if d < 0 {
 			return nil, fmt.Errorf("%w: device ordinal %d", ErrInvalid, d)
 		}
 		if l != dev.Location() {
-			access = append(access, l)
+			devs = append(devs, l)
 		}
 	}
+	loc, fallback, err := hostLocation(dev, o.NUMA)
+	if err != nil {
+		return nil, err
+	}
+	v, err := newHostVMM(b, loc, devs)
+	if err != nil && fallback {
+		// The driver refuses the node found nearest the device: let it place the memory.
+		v, err = newHostVMM(b, icuda.Location{Type: icuda.LocationHost}, devs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &CUDAHostVMMProvider{vmm: v, populate: o.Populate}, nil
+}
+
+// newHostVMM makes the VMM machinery for host memory at loc, granted to the host, the device
+// and devs, after checking that the driver creates memory there: the granularity query and one
+// granule created and released (a driver may refuse a location at either).
+func newHostVMM(b *cudaBase, loc icuda.Location, devs []icuda.Location) (*vmm, error) {
+	access := append([]icuda.Location{loc, b.dev.Location()}, devs...)
 	v, err := newVMM(b, loc, access, "host")
 	if err != nil {
 		return nil, err
@@ -130,35 +140,55 @@ func NewCUDAHostVMM(pub *cuda.Device, o CUDAHostOptions) (*CUDAHostVMMProvider, 
 	if v.gran > DefaultChunkSize {
 		return nil, fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", ErrInvalid, v.gran, DefaultChunkSize)
 	}
+	h, err := b.dev.MemCreateAt(v.gran, loc)
+	if err = b.call(nil, 0, err); err != nil {
+		return nil, fmt.Errorf("%w: cuMemCreate of host memory at %+v on device %d: %w", ErrInvalid, loc, b.dev.Ordinal(), err)
+	}
+	if err := b.call(nil, 0, b.dev.MemRelease(h)); err != nil {
+		return nil, fmt.Errorf("%w: cuMemRelease: %w", ErrInvalid, err)
+	}
 	v.zero = true // a fresh granule reads zero (measured on the H100)
-	return &CUDAHostVMMProvider{vmm: v, populate: o.Populate}, nil
+	return v, nil
 }
 
-// hostLocation picks where VMM host memory lives: a NUMA node (asked for, or nearest the
-// device, or 0) where the driver has host NUMA support, else the host location (CUDA 13).
-func hostLocation(dev *icuda.Device, n NUMA) (icuda.Location, error) {
-	host, numa := dev.HostVMMSupported()
+// hostLocation picks where VMM host memory lives: the node asked for, or the node nearest
+// the device (DeviceNode), where the driver has host NUMA support; else the host location
+// (CUDA 13), which is also where it goes when no source knows the device's node. fallback says
+// that the HOST location may replace the node chosen if the driver refuses it (the node was
+// not asked for).
+func hostLocation(dev *icuda.Device, n NUMA) (loc icuda.Location, fallback bool, err error) {
+	host, hasNUMA := dev.HostVMMSupported()
+	node, asked := n.node()
 	switch {
-	case numa:
-		node := int(n) - 1
-		if n == NUMANearest {
-			node = 0
-			if id, ok := dev.HostNUMAID(); ok {
-				node = id
-			}
+	case asked && node < 0:
+		return icuda.Location{}, false, fmt.Errorf("%w: NUMA node %d", ErrInvalid, node)
+	case asked && hasNUMA:
+		return icuda.Location{Type: icuda.LocationHostNUMA, ID: node}, false, nil
+	case asked && host:
+		return icuda.Location{}, false, fmt.Errorf("%w: NUMA node %d asked, but the driver of device %d places host VMM memory on no chosen node: %w",
+			ErrInvalid, node, dev.Ordinal(), icuda.ErrNotSupported)
+	case hasNUMA:
+		if id, _, ok := deviceNode(dev); ok {
+			return icuda.Location{Type: icuda.LocationHostNUMA, ID: id}, host, nil
 		}
-		if node < 0 {
-			return icuda.Location{}, fmt.Errorf("%w: NUMA node %d", ErrInvalid, node)
+		if host {
+			return icuda.Location{Type: icuda.LocationHost}, false, nil
 		}
-		return icuda.Location{Type: icuda.LocationHostNUMA, ID: node}, nil
-	case host && n == NUMANearest:
-		return icuda.Location{Type: icuda.LocationHost}, nil
+		return icuda.Location{Type: icuda.LocationHostNUMA, ID: 0}, false, nil
 	case host:
-		return icuda.Location{}, fmt.Errorf("%w: NUMA node %d asked, but the driver of device %d places host VMM memory on no chosen node: %w",
-			ErrInvalid, int(n)-1, dev.Ordinal(), icuda.ErrNotSupported)
+		return icuda.Location{Type: icuda.LocationHost}, false, nil
 	}
-	return icuda.Location{}, fmt.Errorf("%w: the driver of device %d has no VMM host memory (device attributes 141 and 145): %w",
+	return icuda.Location{}, false, fmt.Errorf("%w: the driver of device %d has no VMM host memory (device attributes 141 and 145): %w",
 		ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
+}
+
+// Node implements Placer: the NUMA node the memory is created at, or NodeUnknown at the HOST
+// location.
+func (p *CUDAHostVMMProvider) Node() int {
+	if p.loc.Type == icuda.LocationHostNUMA {
+		return p.loc.ID
+	}
+	return NodeUnknown
 }
 
 // Location returns where the provider's memory lives.

@@ -39,11 +39,13 @@ package arena
 import (
 	"errors"
 	"fmt"
-	"github.com/pinmalloc/pinmalloc/cuda"
+	"slices"
 	"sort"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/numa"
 )
 
 // regGranule is the registration provider's granule: one chunk.
@@ -74,8 +76,10 @@ func (g hostReg) end() uintptr { return g.off + g.size }
 
 // NewCUDAHostRegister returns a provider of host memory pinned by registration with the CUDA
 // driver of dev. o.HugePages applies as for the host providers; with o.Populate each region is
-// committed and registered whole when reserved. o.Devices and o.NUMA do not apply: a
-// registration is portable to every device, and its pages lie where the kernel put them.
+// committed and registered whole when reserved. o.NUMA binds the mappings (mbind, strictly: a
+// registration faults every page in at once) to the node asked for, or by default to the node
+// nearest the device when a source knows it (DeviceNode); o.Node is not used. o.Devices does
+// not apply: a registration is portable to every device.
 func NewCUDAHostRegister(pub *cuda.Device, o CUDAHostOptions) (*CUDAHostRegisterProvider, error) {
 	dev, err := internalDevice(pub, "cuda-host-register")
 	if err != nil {
@@ -85,8 +89,25 @@ func NewCUDAHostRegister(pub *cuda.Device, o CUDAHostOptions) (*CUDAHostRegister
 	if err != nil {
 		return nil, err
 	}
-	return &CUDAHostRegisterProvider{cudaBase: b, host: Pageable(o.HostOptions), regs: map[uintptr][]hostReg{}}, nil
+	ho := o.HostOptions
+	ho.Node = o.NUMA
+	if o.NUMA == NUMANearest {
+		// The node nearest the device, when a source knows it and the kernel has it online (a
+		// driver naming a node the kernel lacks is a broken host: placement is left to it).
+		if n, _, ok := deviceNode(dev); ok && slices.Contains(numa.Online(sysfsRoot), n) {
+			ho.Node = NUMANode(n)
+		}
+	}
+	if n, asked := ho.Node.node(); asked && n < 0 {
+		return nil, fmt.Errorf("%w: NUMA node %d", ErrInvalid, n)
+	}
+	host := Pageable(ho)
+	host.strict = true
+	return &CUDAHostRegisterProvider{cudaBase: b, host: host, regs: map[uintptr][]hostReg{}}, nil
 }
+
+// Node implements Placer: the node the mappings are bound to, or NodeUnknown.
+func (p *CUDAHostRegisterProvider) Node() int { return p.host.Node() }
 
 // Caps implements Provider: those of the host mapping underneath, with a granule of a chunk.
 func (p *CUDAHostRegisterProvider) Caps() Caps {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/numa"
 )
 
 // HugePages selects how host memory is backed by huge pages.
@@ -46,6 +47,11 @@ type HostOptions struct {
 	// Populate commits each region in full when it is reserved (MAP_POPULATE, and mlock for
 	// locked memory), so no commit happens later. The arena then never decommits it.
 	Populate bool
+	// Node binds every region to a host NUMA node before its pages are first touched (mbind;
+	// numa.go): NUMANode(n). Locked memory is bound strictly (MPOL_BIND: a full node fails the
+	// commit), pageable memory preferably (MPOL_PREFERRED). The zero NUMANearest binds
+	// nothing: the kernel places pages where the thread that touches them runs.
+	Node NUMA
 }
 
 // HostCounters counts the system calls a host provider has made. Tests use it to prove that a
@@ -75,6 +81,7 @@ type HostProvider struct {
 	locked bool
 	opt    HostOptions
 	page   uintptr
+	strict bool // bind with MPOL_BIND even though the memory is not locked (it is pinned at commit)
 
 	mmap, munmap, mprotect, mlock, munlock, madvise, hugeFallback atomic.Uint64
 	lockedBytes                                                   atomic.Int64
@@ -151,6 +158,12 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 			return nil, err
 		}
 	}
+	if node, ok := h.opt.Node.node(); ok {
+		if err := numa.Bind(r.Base, r.Size, node, h.locked || h.strict); err != nil {
+			_ = h.Release(r)
+			return nil, fmt.Errorf("%w: binding %d bytes to NUMA node %d: %w", ErrReserve, r.Size, node, err)
+		}
+	}
 	if h.opt.Populate {
 		if err := h.populate(r); err != nil {
 			_ = h.Release(r)
@@ -158,6 +171,14 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 		}
 	}
 	return r, nil
+}
+
+// Node implements Placer: the node regions are bound to, or NodeUnknown.
+func (h *HostProvider) Node() int {
+	if n, ok := h.opt.Node.node(); ok {
+		return n
+	}
+	return NodeUnknown
 }
 
 // reserveTrimmed maps size bytes (rounded up to pages) aligned to alignment by mapping more
@@ -174,7 +195,10 @@ func (h *HostProvider) reserveTrimmed(size, alignment uintptr) (*Region, error) 
 	}
 	prot, flags := unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE
 	if h.opt.Populate {
-		prot, flags = unix.PROT_READ|unix.PROT_WRITE, flags|unix.MAP_POPULATE
+		prot = unix.PROT_READ | unix.PROT_WRITE
+		if _, bound := h.opt.Node.node(); !bound { // else populate faults it in once bound
+			flags |= unix.MAP_POPULATE
+		}
 	}
 	h.mmap.Add(1)
 	p, err := unix.MmapPtr(-1, 0, nil, total, prot, flags)
@@ -218,6 +242,12 @@ func (h *HostProvider) reserveHugeTLB(size, alignment uintptr) (*Region, error) 
 func (h *HostProvider) populate(r *Region) error {
 	if err := h.Commit(r, 0, r.Size); err != nil {
 		return err
+	}
+	if _, bound := h.opt.Node.node(); bound && !h.locked {
+		// Mapped without MAP_POPULATE so that mbind came first: fault it in now.
+		if err := h.prefault(r.Base, r.Size); err != nil {
+			return err
+		}
 	}
 	r.Committed = true
 	return nil

@@ -50,6 +50,8 @@ type RegionSnapshot struct {
 	Base, Size, Grid uintptr
 	// FirstID is the ChunkID of Chunks[0].
 	FirstID ChunkID
+	// Node is the host NUMA node of the region's memory, or NodeUnknown.
+	Node int
 	// Chunks has one entry per chunk, in address order.
 	Chunks []ChunkState
 }
@@ -98,7 +100,7 @@ func (a *Arena) Snapshot() Snapshot {
 	s := Snapshot{Provider: a.st.Provider, Kind: a.st.Kind, ChunkSize: a.chunk, Capacity: a.st.Capacity}
 	purges := a.delay >= 0 && a.caps.Decommits
 	for _, r := range *a.regions.Load() {
-		rs := RegionSnapshot{Base: r.r.Base, Size: r.r.Size, Grid: r.grid, FirstID: r.firstID, Chunks: make([]ChunkState, r.nchunks)}
+		rs := RegionSnapshot{Base: r.r.Base, Size: r.r.Size, Grid: r.grid, FirstID: r.firstID, Node: placement(a.prov), Chunks: make([]ChunkState, r.nchunks)}
 		for i := range rs.Chunks {
 			glo, ghi := a.chunkGranules(r, i)
 			c := &rs.Chunks[i]

@@ -112,7 +112,7 @@ func (s *slow) held() uint64 {
 // TestParallelCommit: a span of 32 MiB commits in pieces on the workers; a failing piece leaves
 // nothing committed; the purge decommits in pieces too.
 func TestParallelCommit(t *testing.T) {
-	p := newSlow(20*time.Millisecond, true)
+	p := newSlow(100*time.Millisecond, true)
 	a := newTestArena(t, Options{Provider: p, Capacity: 256 << 20, PurgeDelay: -1, CommitWorkers: 4})
 	s, err := a.Alloc(32<<20, DefaultChunkSize)
 	if err != nil {
@@ -189,7 +189,7 @@ func (a *Arena) mustBytes(t *testing.T, s Span) []byte {
 // TestPrecommitParallel: Precommit commits its batches on the workers, reports its progress
 // through Usage as it goes, and an allocation meanwhile commits what it needs itself.
 func TestPrecommitParallel(t *testing.T) {
-	p := newSlow(10*time.Millisecond, true)
+	p := newSlow(40*time.Millisecond, true)
 	a := newTestArena(t, Options{Provider: p, Capacity: 256 << 20, PurgeDelay: -1, CommitWorkers: 4})
 	done := make(chan error, 1)
 	var n uintptr

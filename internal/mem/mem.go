@@ -23,3 +23,8 @@ func Bytes(addr, n uintptr) []byte {
 // Addr returns the address of a slice's first element (of its backing array when len is 0),
 // or 0 for a nil slice.
 func Addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// WordsAddr returns the address of a []uint64's first element, or 0 for a nil slice, for the
+// system calls that take a bitmask (mbind's node mask). The caller keeps w alive (and, when it
+// is a Go heap object, pinned) while the kernel may read or write it.
+func WordsAddr(w []uint64) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(w))) }

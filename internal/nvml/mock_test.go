@@ -4,6 +4,7 @@ package nvml
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -61,19 +62,77 @@ func TestDiscoverDGXH100(t *testing.T) {
 	}
 }
 
+// TestDiscoverMIG turns MIG on for GPU 3 with two instances (in slots 0 and 2 of 7): they are
+// listed with their UUIDs and memory, and no other GPU has any.
 func TestDiscoverMIG(t *testing.T) {
 	srv, _, _ := newDGX(t)
 	if ret, _ := srv.Devices[3].SetMigMode(gonvml.DEVICE_MIG_ENABLE); ret != gonvml.SUCCESS {
 		t.Fatalf("SetMigMode: %v", ret)
+	}
+	dev := srv.Devices[3].(*server.Device)
+	dev.GetMaxMigDeviceCountFunc = func() (int, gonvml.Return) { return 7, gonvml.SUCCESS }
+	dev.GetMigDeviceHandleByIndexFunc = func(i int) (gonvml.Device, gonvml.Return) {
+		if i != 0 && i != 2 {
+			return nil, gonvml.ERROR_NOT_FOUND
+		}
+		return &mock.Device{
+			GetUUIDFunc: func() (string, gonvml.Return) { return fmt.Sprintf("MIG-%d", i), gonvml.SUCCESS },
+			GetMemoryInfo_v2Func: func() (gonvml.Memory_v2, gonvml.Return) {
+				return gonvml.Memory_v2{Total: 10 << 30, Free: 9 << 30, Used: 1 << 30}, gonvml.SUCCESS
+			},
+		}, gonvml.SUCCESS
 	}
 	gpus, err := Discover(srv)
 	if err != nil {
 		t.Fatalf("Discover: %v", err)
 	}
 	for i, g := range gpus {
-		if g.MIG != (i == 3) {
-			t.Errorf("GPU %d MIG = %v", i, g.MIG)
+		if g.MIG != (i == 3) || (i != 3) != (len(g.MIGDevices) == 0) {
+			t.Errorf("GPU %d MIG = %v, instances %+v", i, g.MIG, g.MIGDevices)
 		}
+	}
+	want := []MIGDevice{{0, "MIG-0", 10 << 30, 9 << 30, 1 << 30}, {2, "MIG-2", 10 << 30, 9 << 30, 1 << 30}}
+	if got := gpus[3].MIGDevices; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("MIG instances %+v, want %+v", got, want)
+	}
+}
+
+// TestNUMANodeAndPCI: the PCI address NVML gives each GPU, and the node of a GPU found by it.
+func TestNUMANodeAndPCI(t *testing.T) {
+	srv, _, _ := newDGX(t)
+	for i, d := range srv.Devices {
+		dev := d.(*server.Device)
+		dev.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) {
+			return gonvml.PciInfo{Domain: 0, Bus: uint32(0x10 + i), Device: 0}, gonvml.SUCCESS
+		}
+		dev.GetNumaNodeIdFunc = func() (int, gonvml.Return) { return i / 4, gonvml.SUCCESS }
+	}
+	srv.DeviceGetHandleByPciBusIdFunc = func(id string) (gonvml.Device, gonvml.Return) {
+		for i := range srv.Devices {
+			if id == fmt.Sprintf("0000:%02x:00.0", 0x10+i) {
+				return srv.Devices[i], gonvml.SUCCESS
+			}
+		}
+		return nil, gonvml.ERROR_NOT_FOUND
+	}
+	gpus, err := Discover(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range gpus {
+		if want := fmt.Sprintf("0000:%02x:00.0", 0x10+i); g.PCIBusID != want {
+			t.Errorf("GPU %d PCI %q, want %q", i, g.PCIBusID, want)
+		}
+		if n, ok, err := NUMANode(srv, g.PCIBusID); err != nil || !ok || n != i/4 {
+			t.Errorf("NUMANode of GPU %d = %d, %v, %v; want %d", i, n, ok, err, i/4)
+		}
+	}
+	if _, ok, err := NUMANode(srv, "0000:99:00.0"); ok || err != nil {
+		t.Errorf("NUMANode of no device = %v, %v", ok, err)
+	}
+	lib := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }}
+	if _, _, err := NUMANode(lib, "0000:10:00.0"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("NUMANode without NVML = %v", err)
 	}
 }
 

@@ -30,4 +30,20 @@ type GPU struct {
 	TotalMem, FreeMem, UsedMem uint64
 	// MIG reports that MIG mode is currently enabled on the device.
 	MIG bool
+	// PCIBusID is the device's PCI address as sysfs writes it ("0000:1b:00.0"), from
+	// nvmlDeviceGetPciInfo; empty when NVML does not say.
+	PCIBusID string
+	// MIGDevices lists the device's MIG instances when MIG is on: each is a CUDA device of its
+	// own, with its own memory.
+	MIGDevices []MIGDevice
+}
+
+// MIGDevice is one MIG instance of a GPU.
+type MIGDevice struct {
+	// Index is the instance's index on its GPU (nvmlDeviceGetMigDeviceHandleByIndex).
+	Index int
+	// UUID is the instance's UUID ("MIG-..."), which CUDA_VISIBLE_DEVICES takes.
+	UUID string
+	// TotalMem, FreeMem and UsedMem are the instance's memory, in bytes.
+	TotalMem, FreeMem, UsedMem uint64
 }

@@ -86,10 +86,58 @@ func describe(lib Library, i int) (GPU, error) {
 	if g.TotalMem, g.FreeMem, g.UsedMem, err = memoryInfo(dev); err != nil {
 		return g, fmt.Errorf("nvml: device %d: %w", i, err)
 	}
+	if pci, ret := dev.GetPciInfo(); ret == gonvml.SUCCESS && (pci.Domain|pci.Bus|pci.Device) != 0 {
+		g.PCIBusID = fmt.Sprintf("%04x:%02x:%02x.0", pci.Domain, pci.Bus, pci.Device)
+	}
 	// MIG-incapable devices answer ERROR_NOT_SUPPORTED; any failure here just means no MIG.
 	current, _, ret := dev.GetMigMode()
 	g.MIG = ret == gonvml.SUCCESS && current == gonvml.DEVICE_MIG_ENABLE
+	if g.MIG {
+		g.MIGDevices = migDevices(dev)
+	}
 	return g, nil
+}
+
+// migDevices lists the MIG instances of a device in MIG mode. Slots without an instance
+// answer ERROR_NOT_FOUND and are skipped; an instance whose UUID or memory cannot be read is
+// listed with what could.
+func migDevices(dev gonvml.Device) []MIGDevice {
+	n, ret := dev.GetMaxMigDeviceCount()
+	if ret != gonvml.SUCCESS {
+		return nil
+	}
+	var out []MIGDevice
+	for i := 0; i < n; i++ {
+		m, ret := dev.GetMigDeviceHandleByIndex(i)
+		if ret != gonvml.SUCCESS {
+			continue
+		}
+		md := MIGDevice{Index: i}
+		md.UUID, _ = m.GetUUID()
+		md.TotalMem, md.FreeMem, md.UsedMem, _ = memoryInfo(m)
+		out = append(out, md)
+	}
+	return out
+}
+
+// NUMANode initializes lib, returns the host NUMA node nearest the GPU at PCI address busID
+// ("0000:1b:00.0", as GPU.PCIBusID), and shuts lib down. ok is false when NVML does not know
+// (no such device, a driver without nvmlDeviceGetNumaNodeId, a single-node host).
+func NUMANode(lib Library, busID string) (node int, ok bool, err error) {
+	done, err := session(lib)
+	if err != nil {
+		return -1, false, err
+	}
+	defer done()
+	dev, ret := lib.DeviceGetHandleByPciBusId(busID)
+	if ret != gonvml.SUCCESS {
+		return -1, false, nil
+	}
+	n, ret := dev.GetNumaNodeId()
+	if ret != gonvml.SUCCESS || n < 0 {
+		return -1, false, nil
+	}
+	return n, true, nil
 }
 
 // memoryInfo prefers nvmlDeviceGetMemoryInfo_v2 and falls back to v1 on drivers without it.

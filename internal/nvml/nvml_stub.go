@@ -20,3 +20,6 @@ func Discover(Library) ([]GPU, error) { return nil, errStub }
 
 // MemoryUsed returns an error matching ErrUnavailable.
 func MemoryUsed(Library, int) (uint64, error) { return 0, errStub }
+
+// NUMANode returns an error matching ErrUnavailable.
+func NUMANode(Library, string) (int, bool, error) { return -1, false, errStub }
