@@ -98,8 +98,8 @@ func NewCUDAHostRegister(pub *cuda.Device, o CUDAHostOptions) (*CUDAHostRegister
 			ho.Node = NUMANode(n)
 		}
 	}
-	if n, asked := ho.Node.node(); asked && n < 0 {
-		return nil, fmt.Errorf("%w: NUMA node %d", ErrInvalid, n)
+	if n, asked := ho.Node.node(); asked && !slices.Contains(numa.Online(sysfsRoot), n) {
+		return nil, fmt.Errorf("%w: NUMA node %d: the machine has nodes %v", ErrInvalid, n, numa.Online(sysfsRoot))
 	}
 	host := Pageable(ho)
 	host.strict = true

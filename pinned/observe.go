@@ -28,6 +28,9 @@ type Usage struct {
 	InUse, Live uint64
 	// Deferred and DeferredBytes are Stats': the live buffers freed that wait for a stream.
 	Deferred, DeferredBytes uint64
+	// Precommitted is the memory committed ahead of need so far (Options.Precommit): the
+	// background commit's progress.
+	Precommitted uint64
 }
 
 // Usage returns the pool's figures without allocating: it holds each shard in turn
@@ -43,7 +46,7 @@ func (p *Pool) Usage() Usage {
 		})
 	}
 	au := p.a.Usage()
-	u.Reserved, u.Committed, u.Locked = au.Reserved, au.Committed, au.Locked
+	u.Reserved, u.Committed, u.Locked, u.Precommitted = au.Reserved, au.Committed, au.Locked, au.Precommitted
 	u.Deferred, u.DeferredBytes = p.deferred()
 	return u
 }
@@ -177,6 +180,9 @@ func (s Stats) String() string {
 	fmt.Fprintf(&b, "  overhead:   committed/in use %s, alignment waste %s, %d forced purges\n", frag, units.Bytes(s.AlignWaste), s.ForcedPurges)
 	fmt.Fprintf(&b, "  system:     %d syscalls, %d driver calls, %d driver objects; committing took %v for %s (%v per GiB)\n",
 		s.Syscalls, s.DriverCalls, s.DriverObjects, s.CommitTime, units.Bytes(s.CommitBytes), s.CommitPerGiB)
+	if s.Node >= 0 {
+		fmt.Fprintf(&b, "  placement:  NUMA node %d, %d commit workers\n", s.Node, s.CommitWorkers)
+	}
 	if s.Precommitted > 0 || s.Precommitting || s.PrecommitErr != nil {
 		fmt.Fprintf(&b, "  precommit:  %s committed ahead", units.Bytes(s.Precommitted))
 		if s.Precommitting {

@@ -1,14 +1,18 @@
 package pinned
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/numa"
 )
 
 // Backend selects where a pool's memory comes from.
@@ -97,16 +101,32 @@ type Options struct {
 	// The pool keeps the device's primary context retained until its memory is released.
 	Device int
 	// Devices lists the ordinals of other devices that copy to and from the pool's buffers
-	// (CUDAHost with VMM host memory, which is granted to Device and to these only).
+	// (CUDAHost and Auto). VMM host memory is granted to Device and to these only: a device not
+	// listed is refused by copies. Registered memory is portable to every device. New refuses
+	// an ordinal the driver does not have.
 	Devices []int
-	// NUMA selects the host NUMA node of CUDAHost's VMM host memory (default: the node nearest
-	// Device, as the driver reports it, else node 0).
+	// NUMA selects the host NUMA node of the pool's memory (arena/numa.go). CUDAHost and Auto:
+	// NUMANearest (the default) is the node nearest Device (driver, sysfs or NVML), where VMM
+	// host memory is created and registered memory bound; arena.NUMANode(n) is node n. Locked
+	// and Pageable: arena.NUMANode(n) binds the pool's memory to node n with mbind;
+	// NUMANearest leaves placement to the kernel. A node the machine (or, for VMM host memory,
+	// the driver) lacks is refused by New. For GPUs on several nodes, see Nodes.
 	NUMA arena.NUMA
 	// Precommit is how many bytes to commit (and pin) ahead of need, in the background, when
-	// the pool is made: allocation does not wait for it, and finds the memory ready once it is
-	// done. Stats reports its progress (Precommitted) and any error. Precommitted memory stays
-	// until a buffer uses it, Trim, or Close.
+	// the pool is made, at most Capacity: allocation does not wait for it (an Alloc commits
+	// what it needs itself), and finds the memory ready once it is done. Its progress is in
+	// Usage and Stats (Precommitted); PrecommitDone is closed, and OnPrecommit called, when it
+	// ends, and WaitPrecommit returns the error that stopped it, if any (the memlock limit, the
+	// driver refusing memory). Precommitted memory stays until a buffer uses it, Trim, or Close.
 	Precommit int64
+	// OnPrecommit, when set, is called once the background commit of Precommit ends, on its
+	// goroutine, with the bytes it committed and the error that stopped it (nil when it
+	// committed what was asked, or the pool closed first).
+	OnPrecommit func(committed uint64, err error)
+	// CommitWorkers is how many goroutines commit memory at once: Precommit's batches, a
+	// large buffer's commit, Trim's decommits (see arena/workers.go). Zero means
+	// arena.DefaultCommitWorkers (4); 1 commits on the calling goroutine only.
+	CommitWorkers int
 	// ZeroOnFree clears every buffer as it is freed, after Free has checked that it is a whole
 	// live buffer, so that no later user of the memory (another tenant of a shared pool) reads
 	// what it held. It costs a memclr of the buffer per Free (see the package documentation).
@@ -149,7 +169,17 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	if o.HugePages > arena.HugeTLB {
 		return nil, nil, fmt.Errorf("%w: huge pages %d (want arena.HugeNone, HugeTransparent or HugeTLB)", ErrInvalidOptions, o.HugePages)
 	}
+	if n, ok := nodeOf(o.NUMA); ok && o.Backend != CUDAHost && !slices.Contains(numa.Online("/sys"), n) {
+		// mbind would refuse it at the first Alloc; the CUDA providers check their own.
+		return nil, nil, fmt.Errorf("%w: NUMA node %d: the machine has nodes %v", ErrInvalidOptions, n, numa.Online("/sys"))
+	}
+	if o.CommitWorkers < 0 || o.CommitWorkers > arena.MaxCommitWorkers {
+		return nil, nil, fmt.Errorf("%w: %d commit workers (want 0 to %d)", ErrInvalidOptions, o.CommitWorkers, arena.MaxCommitWorkers)
+	}
 	ho := arena.HostOptions{HugePages: o.HugePages, Populate: o.Populate}
+	if o.Backend == Locked || o.Backend == Pageable {
+		ho.Node = o.NUMA
+	}
 	switch o.Backend {
 	case Locked:
 		h := arena.Locked(ho)
@@ -170,11 +200,16 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 		c, err := o.cudaHost(ho)
 		return c, nil, err
 	case Auto:
-		if c, err := o.cudaHost(ho); err == nil {
+		c, err := o.cudaHost(ho)
+		if err == nil {
 			o.Backend = CUDAHost
 			return c, nil, nil
 		}
+		if errors.Is(err, ErrInvalidOptions) {
+			return nil, nil, err // a device listed that the driver lacks: no quiet fallback
+		}
 		o.Backend = Locked
+		ho.Node = o.NUMA // no device is nearest: a node asked for binds, the default does not
 		h := arena.Locked(ho)
 		return h, h, nil
 	}
@@ -184,11 +219,26 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 // cudaHost opens the CUDA device and makes a provider of pinned host memory on it, which owns
 // the device.
 func (o *Options) cudaHost(ho arena.HostOptions) (arena.Provider, error) {
+	if n, err := cuda.Count(); err == nil {
+		for _, d := range o.Devices {
+			if d < 0 || d >= n {
+				return nil, fmt.Errorf("%w: Devices lists device %d; the driver has %d", ErrInvalidOptions, d, n)
+			}
+		}
+	}
 	c, err := arena.OpenCUDAHost(o.Device, arena.CUDAHostOptions{HostOptions: ho, Devices: o.Devices, NUMA: o.NUMA})
 	if err != nil {
 		return nil, fmt.Errorf("the %s backend needs CUDA device %d: %w", CUDAHost, o.Device, err)
 	}
 	return c, nil
+}
+
+// nodeOf returns the node n names, if it names one.
+func nodeOf(n arena.NUMA) (int, bool) {
+	if n == arena.NUMANearest {
+		return 0, false
+	}
+	return int(n) - 1, true
 }
 
 // closeDevice gives back the CUDA device a CUDAHost pool opened, once its arena is closed.

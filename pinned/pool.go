@@ -149,7 +149,11 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: capacity %d bytes (want %d bytes, one 2 MiB chunk, to %d, 128 TiB of address space)",
 			ErrInvalidOptions, capacity, MinCapacity, uint64(MaxCapacity))
 	}
-	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: uintptr(o.Align), Logger: o.Logger})
+	if uintptr(o.Precommit) > capacity {
+		return nil, fmt.Errorf("%w: precommit %d bytes above the capacity %d", ErrInvalidOptions, o.Precommit, capacity)
+	}
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, PurgeDelay: o.PurgeDelay, Align: uintptr(o.Align), Logger: o.Logger,
+		CommitWorkers: o.CommitWorkers})
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +196,7 @@ func newPool(o Options) (*Pool, error) {
 	if order != nil {
 		order.start(g, a)
 	}
-	p.startPrecommit(o.Precommit)
+	p.startPrecommit(o.Precommit, o.OnPrecommit)
 	return p, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 )
 
@@ -64,6 +65,12 @@ type Stats struct {
 	Precommitted  uint64
 	Precommitting bool
 	PrecommitErr  error
+	// CommitWorkers is the most goroutines one commit runs on (Options.CommitWorkers).
+	CommitWorkers int
+	// Node is the host NUMA node of the pool's memory, or arena.NodeUnknown; PerRegion
+	// describes each region of it (address, size, committed memory, node).
+	Node      int
+	PerRegion []arena.RegionStats
 	// Classes describes each size class in use, merged over the shards.
 	Classes []heap.ClassStats
 }
@@ -111,6 +118,7 @@ func (p *Pool) Stats() Stats {
 	st.DriverCalls, st.DriverObjects = c.DriverCalls, c.DriverObjects
 	st.CommitTime, st.CommitBytes, st.CommitPerGiB = as.CommitTime, as.CommitBytes, as.CommitPerGiB()
 	st.Precommitted = as.Precommitted
+	st.CommitWorkers, st.Node, st.PerRegion = as.CommitWorkers, as.Node, as.PerRegion
 	st.Precommitting, st.PrecommitErr = p.precommitState()
 	for _, c := range classes {
 		st.Classes = append(st.Classes, *c)
