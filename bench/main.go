@@ -15,6 +15,7 @@
 //	go run ./bench -replay FILE [-out DIR]     replay an allocation trace (replay.go)
 //	go run ./bench -record FILE                record the serving trace through a traced pool
 //	go run ./bench -gpucheck DIR [-quick]      the GPU check (gpucheck.go; scripts/gpucheck)
+//	go run ./bench -commit [-quick] [-out DIR] the pinning suite alone (commit.go), GPU or fake driver
 //
 // Results are written only with -out (the project's own: -out bench/results).
 // Without -tags mimalloc (which needs libmimalloc-dev) mimalloc is reported as skipped; with
@@ -52,6 +53,7 @@ type config struct {
 	gpucheck   string         // -gpucheck: the report's folder (gpucheck.go)
 	bin        string         // -bin: the gpucheck's prebuilt binaries
 	deadline   time.Duration  // -deadline: the gpucheck's
+	commit     bool           // run the pinning suite alone (commit.go)
 	filter     *regexp.Regexp // cases to run
 	implFilter *regexp.Regexp // allocators to run
 }
@@ -69,6 +71,7 @@ func parseFlags() *config {
 	flag.StringVar(&cfg.gpucheck, "gpucheck", "", "run the GPU check (gpucheck.go: GPU tests, examples, -gpu suites, targets) and write its report into this directory")
 	flag.StringVar(&cfg.bin, "bin", ".gpu/bin", "-gpucheck: the folder of the prebuilt test binaries and examples (scripts/gpucheck build)")
 	flag.DurationVar(&cfg.deadline, "deadline", 9*time.Minute, "-gpucheck: no step or case starts after this long")
+	flag.BoolVar(&cfg.commit, "commit", false, "run only the pinning suite (commit.go): cost per GiB by commit workers, latency during a precommit; on the GPU when a driver is found, else on the fake driver")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
@@ -183,6 +186,10 @@ func main() {
 		uvmCases, closeUVM := uvmOnly(cfg)
 		defer closeUVM()
 		s.impls, cs = nil, uvmCases
+	} else if cfg.commit {
+		commitCases, closeCommit := commitOnly(cfg)
+		defer closeCommit()
+		s.impls, cs = nil, commitCases
 	} else if cfg.gpu {
 		impls, extra, closeGPU := openGPUSuites()
 		defer closeGPU()
@@ -228,11 +235,15 @@ func main() {
 	if cfg.uvm {
 		targets = uvmTargetsOnly(targets)
 	}
+	if cfg.commit {
+		targets = commitTargetsOnly(targets)
+	}
 	printTables(os.Stdout, s, run)
 	printAdjusted(os.Stdout, s, ims, run)
 	printSweep(os.Stdout, s.results)
 	printUVMTables(os.Stdout, s.results)
 	printCalibration(os.Stdout, s.results)
+	printCommitTables(os.Stdout, s.results)
 	printTargets(os.Stdout, targets)
 	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())
 	if cfg.uvm {

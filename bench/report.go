@@ -159,7 +159,7 @@ func printTables(w io.Writer, s *suite, run []benchCase) {
 	}
 	table(fmt.Sprintf("Huge objects in a pool of fixed capacity %s: alloc + touch", sizeName(hugeCapacity)), groups["huge"])
 	for _, c := range run {
-		if c.custom != nil && c.group != "uvm" && c.group != "sweep" && c.group != "calibration" { // printUVMTables, printSweep and printCalibration show those
+		if c.custom != nil && c.group != "uvm" && c.group != "sweep" && c.group != "calibration" && c.group != "commit" { // printUVMTables, printSweep, printCalibration and printCommitTables show those
 			fmt.Fprintf(w, "\n%s:", c.name)
 			for _, r := range s.results {
 				if r.Case == c.name {

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// TestCommitSuiteOnFake runs every case of the -commit suite on the fake at a tiny size: every
+// worker count has its figures, the "h100" model (a sleep per granule outside the fake's lock)
+// shows the workers overlapping, and the latency case and the targets are filled in.
+func TestCommitSuiteOnFake(t *testing.T) {
+	if fakecuda.Run(t) == nil {
+		return
+	}
+	c := &commitSuite{}
+	if err := c.open(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if c.fake == nil {
+		t.Fatal("the suite did not see the fake driver")
+	}
+	c.size, c.lat = 32<<20, 64<<20
+	s := &suite{cfg: &config{quick: true, reps: 1, target: 5 * time.Millisecond}}
+	var all []result
+	for _, bc := range c.cases() {
+		rs := bc.custom(s)
+		if len(rs) == 0 {
+			t.Errorf("%s: no results", bc.name)
+		}
+		all = append(all, rs...)
+	}
+	for _, bc := range c.cases() {
+		if bc.name == "commit/control" || bc.name == "commit/latency" {
+			continue
+		}
+		if e, ok := failure(all, bc.name, "pinmalloc"); ok && bc.name == "commit/locked" && strings.Contains(e, "RLIMIT_MEMLOCK") {
+			continue // an unprivileged run: 32 MiB is above its limit
+		}
+		for _, w := range commitWorkers {
+			for _, m := range []string{"ms_per_gib_", "unpin_ms_per_gib_", "speedup_"} {
+				if v := metric(t, all, bc.name, "pinmalloc", m+string(rune('0'+w))+"w"); v <= 0 {
+					t.Errorf("%s %s%dw = %v", bc.name, m, w, v)
+				}
+			}
+		}
+	}
+	if up := metric(t, all, "commit/vmm-precommit/h100", "pinmalloc", "speedup_4w"); up < 1.5 {
+		t.Errorf("4 workers over a sleeping driver model: speedup %.2f", up)
+	}
+	if r := metric(t, all, "commit/latency", "pinmalloc-pool", "p99_ratio_net"); r <= 0 {
+		t.Errorf("latency ratio %v", r)
+	}
+	ts := c.targets(all)
+	if len(ts) != 2 || ts[0].Status != unmeasured || ts[1].Status == unmeasured {
+		t.Errorf("targets %+v", ts)
+	}
+	var b strings.Builder
+	printCommitTables(&b, all)
+	for _, want := range []string{"commit/vmm-precommit/h100", "CPU control", "p99 busy / idle"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
