@@ -136,14 +136,17 @@ func TestFakeRegisterParallel(t *testing.T) {
 	regs := f.Stat(fakecuda.RegisterCalls)
 	s, err := a.Alloc(32<<20, 256)
 	must(t, "Alloc", err)
-	if n := p.HostCounters().Madvise - madv; n != 4 {
-		t.Errorf("a 32 MiB span was faulted in by %d calls, want 4 pieces", n)
+	if n := p.HostCounters().Madvise - madv; n != 4+1 {
+		t.Errorf("a 32 MiB span took %d madvise calls, want the region's THP advice and 4 pieces faulted in", n)
 	}
 	if n := f.Stat(fakecuda.RegisterCalls) - regs; n != 1 {
 		t.Errorf("a 32 MiB span took %d registrations, want 1", n)
 	}
 	if base, size, ok := p.RegistrationOf(s.Base); !ok || base != s.Base || size != 32<<20 {
 		t.Errorf("registration of the span: [%#x, +%d) %v", base, size, ok)
+	}
+	if adv := arena.HugeAdvice(t, s.Base); adv != "hg" {
+		t.Errorf("registered memory advised %q, want transparent huge pages by default", adv)
 	}
 	copyBoth(t, d, s.Base, s.Size)
 	must(t, "Free", a.Free(s))

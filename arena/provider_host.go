@@ -25,6 +25,10 @@ const (
 	// When the pool is empty or absent the provider falls back to ordinary pages and counts
 	// the fallback in its stats.
 	HugeTLB
+	// HugeSmall uses ordinary 4 KiB pages where a provider would otherwise advise transparent
+	// huge pages (the CUDA registration provider does by default), and advises the kernel
+	// against them (MADV_NOHUGEPAGE).
+	HugeSmall
 )
 
 // String names the setting.
@@ -36,6 +40,8 @@ func (h HugePages) String() string {
 		return "transparent"
 	case HugeTLB:
 		return "hugetlb"
+	case HugeSmall:
+		return "small"
 	}
 	return fmt.Sprintf("huge(%d)", uint8(h))
 }
@@ -213,9 +219,13 @@ func (h *HostProvider) reserveTrimmed(size, alignment uintptr) (*Region, error) 
 	if tail := base + total - (start + size); tail > 0 {
 		h.unmap(start+size, tail)
 	}
-	if h.opt.HugePages == HugeTransparent {
+	switch h.opt.HugePages {
+	case HugeTransparent:
 		h.madvise.Add(1)
 		_ = unix.Madvise(bytesAt(start, size), unix.MADV_HUGEPAGE) // advisory: THP may be off
+	case HugeSmall:
+		h.madvise.Add(1)
+		_ = unix.Madvise(bytesAt(start, size), unix.MADV_NOHUGEPAGE)
 	}
 	return &Region{Base: start, Size: size, Zeroed: true, Handle: &hostRegion{mapBase: start, mapSize: size}}, nil
 }

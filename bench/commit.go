@@ -165,10 +165,10 @@ func (c *commitSuite) pinOnce(path string, w int) (pin, unpin time.Duration, err
 	switch path {
 	case "vmm-precommit":
 		prov, err = arena.NewCUDAHostVMM(c.pub, arena.CUDAHostOptions{})
-	case "register-span/4k", "register-precommit":
+	case "register-span/4k":
+		prov, err = arena.NewCUDAHostRegister(c.pub, arena.CUDAHostOptions{HostOptions: arena.HostOptions{HugePages: arena.HugeSmall}})
+	case "register-span/thp", "register-precommit": // the registration provider's default
 		prov, err = arena.NewCUDAHostRegister(c.pub, arena.CUDAHostOptions{})
-	case "register-span/thp":
-		prov, err = arena.NewCUDAHostRegister(c.pub, arena.CUDAHostOptions{HostOptions: arena.HostOptions{HugePages: arena.HugeTransparent}})
 	case "locked":
 		prov = arena.Locked(arena.HostOptions{})
 	default:
@@ -223,7 +223,7 @@ func (c *commitSuite) sweep(cfg *config, name, path string, m commitModel) []res
 	}
 	c.setModel(m)
 	defer c.setModel(commitModel{})
-	reps := max(3, cfg.reps/2)
+	reps := max(3, cfg.reps)
 	pins := make([][]float64, len(commitWorkers))
 	unpins := make([][]float64, len(commitWorkers))
 	gib := float64(c.size) / float64(1<<30)

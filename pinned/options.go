@@ -73,6 +73,8 @@ type Options struct {
 	Align int
 	// HugePages backs host memory with huge pages: arena.HugeTransparent or arena.HugeTLB (which
 	// falls back to ordinary pages when the system has none; Stats counts the fallbacks).
+	// CUDAHost's registered memory advises transparent huge pages by default; arena.HugeSmall
+	// keeps 4 KiB pages there.
 	HugePages arena.HugePages
 	// Populate commits (and locks) each region of host memory in full when it is reserved.
 	Populate bool
@@ -166,8 +168,8 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	if o.Precommit < 0 {
 		return nil, nil, fmt.Errorf("%w: precommit %d bytes", ErrInvalidOptions, o.Precommit)
 	}
-	if o.HugePages > arena.HugeTLB {
-		return nil, nil, fmt.Errorf("%w: huge pages %d (want arena.HugeNone, HugeTransparent or HugeTLB)", ErrInvalidOptions, o.HugePages)
+	if o.HugePages > arena.HugeSmall {
+		return nil, nil, fmt.Errorf("%w: huge pages %d (want arena.HugeNone, HugeTransparent, HugeTLB or HugeSmall)", ErrInvalidOptions, o.HugePages)
 	}
 	if n, ok := nodeOf(o.NUMA); ok && o.Backend != CUDAHost && !slices.Contains(numa.Online("/sys"), n) {
 		// mbind would refuse it at the first Alloc; the CUDA providers check their own.
