@@ -35,9 +35,15 @@ import (
 // committed; a precommit batch keeps the chunks that succeeded and stops). A provider whose
 // calls fail midway undoes what that call did (provider_vmm.go, provider_cudahostreg.go).
 
-// DefaultCommitWorkers is Options.CommitWorkers' default: the published measurement of
-// parallel first touch before cudaHostRegister (cudf#23457) found no gain past 4 threads, and
-// the bench's commit case on the fake driver chose the same (see the README's notes).
+// DefaultCommitWorkers is Options.CommitWorkers' default. The published measurement of
+// parallel first touch before cudaHostRegister on real hardware found no gain past 4 threads
+// (cudf#23457). The bench's commit case cannot decide beyond that without a GPU: on the
+// 2-vCPU build machine page faults did not get faster with threads at all (while a CPU-bound
+// control ran twice as fast on 2), and the fake's H100 model, a sleep per granule that
+// assumes a driver serializing nothing, gains at every count by construction (3.3x at 4, 5.3x
+// at 8 workers). 4 takes the measured gain and bounds the CPU a background precommit takes
+// from a serving process; the bench's 8-worker figure on the H100 says whether the real driver
+// earns more.
 const DefaultCommitWorkers = 4
 
 // MaxCommitWorkers bounds Options.CommitWorkers.

@@ -40,9 +40,11 @@ import (
 // On a GPU, MODEL is "driver": the real driver's cost. On the fake driver (no GPU) the cost is
 // the fake's model (fakecuda.SetPinCost): "populate" makes every pinning call fault in the
 // pages it pins (real page faults on this machine's cores, outside the fake's lock), and
-// "h100" stands for the H100's measured per-granule time instead (0.4 ms to create, map and
-// grant a 2 MiB host granule, 0.2 ms to release it, the low ends of what was measured) as a
-// sleep outside the lock, with no page faulted in. What the fake's figures show:
+// "h100" stands for the H100's measured times as a sleep outside the lock: 0.4 ms to create,
+// map and grant a 2 MiB VMM host granule and 0.2 ms to release it (the low ends of what was
+// measured; no page faulted in here: the driver's time includes them), and for a registration
+// the pages not yet present faulted in here, then 8.5 ms per 128 MiB (measured for memory
+// populated beforehand). What the fake's figures show:
 // that the workers overlap their calls, and what faulting pages costs here; what they cannot:
 // how the real driver scales with threads (the sleep assumes a driver that serializes
 // nothing). The H100 figures wait for a GPU session (`go run ./bench -commit` there).
@@ -65,11 +67,18 @@ const (
 	commitLatencyRatio   = 2  // p99 during a background precommit within 2x of idle
 )
 
-// commitModel is a cost model of the fake (or the real driver: fake false).
+// commitModel is a cost model of the fake (none: the real driver, or no driver at all).
 type commitModel struct {
-	name       string
-	fake       bool
-	pin, unpin time.Duration // per 2 MiB
+	name string
+	// populate, pin and unpin are fakecuda.SetPinCost's, for VMM host memory and for
+	// registrations (pin per 2 MiB).
+	vmm, reg pinCost
+}
+
+// pinCost is one setting of fakecuda.SetPinCost.
+type pinCost struct {
+	populate   bool
+	pin, unpin time.Duration
 }
 
 func (*commitSuite) name() string { return "commit" }
@@ -119,9 +128,14 @@ func (c *commitSuite) models() []commitModel {
 	if c.fake == nil {
 		return []commitModel{{name: "driver"}}
 	}
+	populate := pinCost{populate: true}
 	return []commitModel{
-		{name: "populate", fake: true},
-		{name: "h100", pin: 400 * time.Microsecond, unpin: 200 * time.Microsecond},
+		{name: "populate", vmm: populate, reg: populate},
+		// The H100: a VMM host granule's own time, pages and all (create + map + access, the
+		// low end of 0.4–0.77 ms; unmap + release 0.2–0.4 ms); a registration faults in the
+		// pages not present (here, on this machine) and then takes 8.5 ms per 128 MiB.
+		{name: "h100", vmm: pinCost{pin: 400 * time.Microsecond, unpin: 200 * time.Microsecond},
+			reg: pinCost{populate: true, pin: 8500 * time.Microsecond / 64}},
 	}
 }
 
@@ -151,10 +165,14 @@ func (c *commitSuite) cases() []benchCase {
 	return cs
 }
 
-// setModel puts the fake's cost model in place (nothing on a GPU).
-func (c *commitSuite) setModel(m commitModel) {
+// setModel puts the fake's cost model for path in place (nothing on a GPU).
+func (c *commitSuite) setModel(m commitModel, path string) {
 	if c.fake != nil {
-		c.fake.SetPinCost(m.fake, m.pin, m.unpin)
+		pc := m.reg
+		if strings.HasPrefix(path, "vmm") {
+			pc = m.vmm
+		}
+		c.fake.SetPinCost(pc.populate, pc.pin, pc.unpin)
 	}
 }
 
@@ -221,8 +239,8 @@ func (c *commitSuite) sweep(cfg *config, name, path string, m commitModel) []res
 			return rs.out
 		}
 	}
-	c.setModel(m)
-	defer c.setModel(commitModel{})
+	c.setModel(m, path)
+	defer c.setModel(commitModel{}, path)
 	reps := max(3, cfg.reps)
 	pins := make([][]float64, len(commitWorkers))
 	unpins := make([][]float64, len(commitWorkers))
@@ -273,8 +291,8 @@ func commitControl(cfg *config) []result {
 // bytes runs in the background, in rounds, with the fake's "populate" model (real page faults).
 func (c *commitSuite) latency(cfg *config) []result {
 	rs := resultSet{c: "commit/latency", impl: "pinmalloc-pool"}
-	c.setModel(commitModel{name: "populate", fake: true})
-	defer c.setModel(commitModel{})
+	c.setModel(commitModel{name: "populate", vmm: pinCost{populate: true}}, "vmm")
+	defer c.setModel(commitModel{}, "vmm")
 	ops := mixedOps()
 	rounds := 3
 	if cfg.quick {
