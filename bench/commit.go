@@ -328,6 +328,9 @@ func (c *commitSuite) latency(cfg *config) []result {
 			firstBusy = append(firstBusy, first)
 			var lat []float64
 			lat, err = pairs(p, ops, 1<<62, p.PrecommitDone())
+			if err == nil && len(lat) < 1000 {
+				err = fmt.Errorf("the precommit of %d bytes ended after %d pairs: too short to sample", c.lat, len(lat))
+			}
 			busy50, busy99 = append(busy50, pct(lat, 50)), append(busy99, pct(lat, 99))
 			samples = append(samples, float64(len(lat)))
 			err = errors.Join(err, p.WaitPrecommit())
@@ -367,11 +370,11 @@ func firstAlloc(p *pinned.Pool) (float64, error) {
 	return ns, p.Free(b)
 }
 
-// pairs runs alloc+free pairs of the sizes of ops (after a warm-up of 10 000) and returns the
+// pairs runs alloc+free pairs of the sizes of ops (after a warm-up of 1000) and returns the
 // time of each: n of them, or as many as run until done is closed.
 func pairs(p *pinned.Pool, ops []uint32, n int, done <-chan struct{}) ([]float64, error) {
 	mask := len(ops) - 1
-	for k := range 10000 {
+	for k := range 1000 {
 		b, err := p.Alloc(opSize(ops[k&mask]))
 		if err != nil {
 			return nil, err

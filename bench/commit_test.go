@@ -27,7 +27,7 @@ func TestCommitSuiteOnFake(t *testing.T) {
 	if c.fake == nil {
 		t.Fatal("the suite did not see the fake driver")
 	}
-	c.size, c.lat = 32<<20, 64<<20
+	c.size, c.lat = 32<<20, 256<<20
 	s := &suite{cfg: &config{quick: true, reps: 1, target: 5 * time.Millisecond}}
 	var all []result
 	for _, bc := range c.cases() {
