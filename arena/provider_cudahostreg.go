@@ -77,9 +77,10 @@ func (g hostReg) end() uintptr { return g.off + g.size }
 // NewCUDAHostRegister returns a provider of host memory pinned by registration with the CUDA
 // driver of dev. o.HugePages applies as for the host providers, but HugeNone (the default)
 // means HugeTransparent here: registered memory is committed in whole 2 MiB chunks and pinned
-// for as long, so transparent huge pages cost no memory, and faulting a span in took a third
-// of the time with them at 4 workers, decommitting it a seventeenth (bench -commit,
-// register-span, 2-core build machine); HugeSmall keeps 4 KiB pages. With o.Populate each region is
+// for as long, so transparent huge pages cost no memory, and faulting a 1 GiB span in took
+// about half the time with them (130–224 against 281–400 ms at one worker, three runs of bench
+// -commit register-span on the loaded 2-vCPU build machine), decommitting it a fifteenth to a
+// twentieth (3 against 40–67 ms); HugeSmall keeps 4 KiB pages. With o.Populate each region is
 // committed and registered whole when reserved. o.NUMA binds the mappings (mbind, strictly: a
 // registration faults every page in at once) to the node asked for, or by default to the node
 // nearest the device when a source knows it (DeviceNode); o.Node is not used. o.Devices does
