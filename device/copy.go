@@ -1,6 +1,7 @@
 package device
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -26,7 +27,10 @@ import (
 // (the CUDAHost backend) is copied by DMA after the call returns: the async copies record
 // their stream on the buffer (pinned.Pool.RecordStream), so that freeing it, with Free or
 // FreeAsync, hands it out again only once the stream has passed the copy. Until then the
-// caller must not write a source or read a destination: that is the stream's to order.
+// caller must not write a source or read a destination: that is the stream's to order. A pool
+// orders its reuse after streams of its own device only: a copy between a heap of another
+// device and a pool buffer (a pool granted to several GPUs) waits for its stream before it
+// returns.
 
 // HtoD copies src to device memory at dst and returns when the copy is done.
 func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
@@ -117,16 +121,26 @@ func (h *Heap) hostCopy(b []byte, what string, copyFn func(addr uintptr) error) 
 
 // hostAsync queues an async copy to or from host buffer b on stream s with b pinned for the
 // call (see pinHost) and s recorded on b when b is a pool's pinned buffer, which the driver
-// reads or writes after the call. queue gets b's address and length.
+// reads or writes after the call; a buffer of a pool of another device, which cannot order its
+// reuse after s, is copied and waited for. queue gets b's address and length. The unpin is not
+// deferred: a defer keeps b alive by itself, and would hide a missing pin from
+// TestFakeAsyncGoSourceGC.
 func (h *Heap) hostAsync(what string, b []byte, s cuda.Stream, queue func(addr, n uintptr) error) error {
 	var pin runtime.Pinner
 	addr, n := pinHost(&pin, b)
 	if afterAddr != nil {
 		afterAddr()
 	}
-	_, err := hostuse.Record(addr, n, s)
+	_, err := hostuse.Record(addr, n, s, h.dev.Context())
+	wait := errors.Is(err, hostuse.ErrOtherContext)
+	if wait {
+		err = nil
+	}
 	if err == nil {
 		err = queue(addr, n)
+	}
+	if err == nil && wait {
+		err = h.dev.StreamSynchronize(s)
 	}
 	pin.Unpin()
 	return wrapCopy(what, n, err)

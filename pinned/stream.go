@@ -193,10 +193,13 @@ func (o *streamOrder) shard(base uintptr) *useShard {
 }
 
 // RecordStream is the pool's answer to internal/hostuse: it records s on the buffer holding
-// [addr, addr+n) when that is the pool's memory.
-func (o *streamOrder) RecordStream(addr, n, s uintptr) (bool, error) {
+// [addr, addr+n) when that is the pool's memory, and s is of the pool's device.
+func (o *streamOrder) RecordStream(addr, n, s, ctx uintptr) (bool, error) {
 	if _, ok := o.a.Lookup(addr); !ok {
 		return false, nil
+	}
+	if ctx != o.dev.Context() {
+		return true, hostuse.ErrOtherContext
 	}
 	return true, o.record(addr, n, s)
 }
@@ -233,7 +236,9 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 	return nil
 }
 
-// check returns the list of stream s: of a stream seen before, or one the driver accepts now.
+// check returns the list of stream s: of a stream seen before, or one the driver accepts now,
+// with a record of an event of the pool's device: a stream of another device, or a handle the
+// driver does not know, is refused (the pool could not order reuse after it).
 func (o *streamOrder) check(s cuda.Stream) (*streamList, error) {
 	if l := o.last.Load(); l != nil && l.s == s {
 		return l, nil
@@ -242,8 +247,13 @@ func (o *streamOrder) check(s cuda.Stream) (*streamList, error) {
 		o.last.Store(l)
 		return l, nil
 	}
-	if err := o.dev.StreamQuery(s); err != nil && !errors.Is(err, icuda.ErrNotReady) {
-		return nil, fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
+	ev, err := o.events.Get()
+	if err == nil {
+		err = o.dev.EventRecord(ev, s)
+		o.events.Put(ev)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %#x (a stream of the pool's device, CUDA device %d): %w", ErrInvalidStream, s, o.dev.Ordinal(), err)
 	}
 	return o.list(s), nil
 }

@@ -241,14 +241,16 @@ func TestFakeFreeAsync(t *testing.T) {
 	}
 	const n = 4 << 10
 	d := r.devAlloc(n)
-	events := r.f.Stat(fakecuda.Events)
+	first := r.alloc(n, 0)
+	ok(t, "FreeAsync", r.pool.FreeAsync(first, r.s)) // a new stream is checked with an event
+	records := r.f.Stat(fakecuda.EventRecords)
 	for i := range 2000 { // the stream idle at every reclaim: no event
 		b := r.alloc(n, byte(i))
 		ok(t, "HtoDAsync", r.heap.HtoDAsync(d, b, r.s))
 		ok(t, "FreeAsync", r.pool.FreeAsync(b, r.s))
 	}
-	if got := r.f.Stat(fakecuda.Events) - events; got != 0 {
-		t.Errorf("%d events made for buffers freed on an idle stream", got)
+	if got := r.f.Stat(fakecuda.EventRecords) - records; got != 0 {
+		t.Errorf("%d events recorded for buffers freed on an idle stream", got)
 	}
 	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
 	last := byte(1999 % 256)
@@ -270,8 +272,8 @@ func TestFakeFreeAsync(t *testing.T) {
 	if got := r.deferred(); got != 100 {
 		t.Fatalf("%d buffers deferred on a busy stream, want 100", got)
 	}
-	if got := r.f.Stat(fakecuda.Events) - events; got != 1 {
-		t.Errorf("%d events for 100 buffers freed on a busy stream, want 1", got)
+	if got := r.f.Stat(fakecuda.EventRecords) - records; got != 1 {
+		t.Errorf("%d events recorded for 100 buffers freed on a busy stream, want 1", got)
 	}
 	for range 200 { // none of them is handed out meanwhile
 		b := r.alloc(n, 0)
@@ -458,4 +460,53 @@ func TestFakeLastFreeAfterClose(t *testing.T) {
 	if n := r.f.Stat(fakecuda.Mappings) + r.f.Stat(fakecuda.Registrations) + r.f.Stat(fakecuda.Reservations); n != 0 {
 		t.Errorf("the pool's memory outlived its last free: the fake holds %v", r.f.LiveObjects())
 	}
+}
+
+// TestFakeStreamOfAnotherDevice: a pool orders its reuse after streams of its own device only.
+// A copy by another device's heap from a buffer of a pool granted to that device waits for its
+// stream (so a Free at once is safe), and FreeAsync or RecordStream with another device's stream
+// is refused (the pool could wait for it with no event of its own).
+func TestFakeStreamOfAnotherDevice(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	dev1 := f.Open(t, 1)
+	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 64 << 20, Devices: []int{1}})
+	h, err := device.New(fakecuda.Public(dev1), device.Options{Capacity: 16 << 20})
+	ok(t, "device.New on device 1", err)
+	s1, err := dev1.StreamCreate(true)
+	ok(t, "StreamCreate on device 1", err)
+	const n = 64 << 10
+	d, err := h.Alloc(n, s1)
+	ok(t, "Alloc", err)
+	b, err := p.Alloc(n)
+	ok(t, "pool Alloc", err)
+	copy(b, bytes.Repeat([]byte{0x5A}, n))
+	f.Hold(true)
+	ok(t, "HtoDAsync by device 1", h.HtoDAsync(d, b, s1))
+	ok(t, "Free", p.Free(b))
+	c, err := p.Alloc(n) // the same memory, most likely: the copy must be done
+	ok(t, "pool Alloc", err)
+	copy(c, bytes.Repeat([]byte{0xEE}, n))
+	f.Hold(false)
+	got := make([]byte, n)
+	ok(t, "StreamSynchronize", dev1.StreamSynchronize(s1))
+	ok(t, "DtoH", h.DtoH(got, d))
+	if !bytes.Equal(got, bytes.Repeat([]byte{0x5A}, n)) {
+		t.Fatal("device 1 got the next owner's bytes")
+	}
+	if err := p.FreeAsync(c, s1); !errors.Is(err, pinned.ErrInvalidStream) {
+		t.Errorf("FreeAsync on another device's stream: %v", err)
+	}
+	if err := p.RecordStream(c, s1); !errors.Is(err, pinned.ErrInvalidStream) {
+		t.Errorf("RecordStream of another device's stream: %v", err)
+	}
+	ok(t, "Free", p.Free(c))
+	ok(t, "device Free", h.Free(d))
+	ok(t, "ForgetStream", h.ForgetStream(s1))
+	ok(t, "heap Close", h.Close())
+	ok(t, "StreamDestroy", dev1.StreamDestroy(s1))
+	closePool(t, f, p)
 }

@@ -540,3 +540,25 @@ func pipeline(d *cuda.Device, w, rounds int) (err error) {
 	step("MemFreeHost", d.MemFreeHost(host))
 	return err
 }
+
+// TestEventRecordOtherDevice: an event is recorded only on a stream of its own device (D:
+// "event and stream must be on the same device"), and a stream may wait on another device's
+// event. pinned.Pool relies on the refusal to find streams it cannot order its reuse after.
+func TestEventRecordOtherDevice(t *testing.T) {
+	f := Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	d0, d1 := f.Open(t, 0), f.Open(t, 1)
+	s1, err := d1.StreamCreate(true)
+	must(t, "StreamCreate on device 1", err)
+	defer func() { must(t, "StreamDestroy", d1.StreamDestroy(s1)) }()
+	ev0, err := d0.EventCreate(true)
+	must(t, "EventCreate on device 0", err)
+	defer func() { must(t, "EventDestroy", d0.EventDestroy(ev0)) }()
+	wantErr(t, "EventRecord of a device-0 event on a device-1 stream", d0.EventRecord(ev0, s1), cuda.ErrInvalidHandle)
+	wantErr(t, "the same, device 1 current", d1.EventRecord(ev0, s1), cuda.ErrInvalidHandle)
+	must(t, "EventRecord on device 0's legacy stream", d0.EventRecord(ev0, 0))
+	must(t, "StreamWaitEvent of device 1 on it", d1.StreamWaitEvent(s1, ev0))
+}

@@ -9,24 +9,35 @@
 // is pinned for the call by the caller, since the driver copies pageable memory before the call
 // returns.
 //
+// An Owner orders reuse after streams of one CUDA context (its device's primary context): it
+// can wait for no other. A stream of another context (a GPU the pool's memory is granted to, not
+// the pool's own) is answered with ErrOtherContext, and the caller then makes its work on the
+// buffer synchronous (it waits for the stream before it returns).
+//
 // The owners are few (a pool or two per device), so Record asks each in turn; an Owner answers
 // a range outside its memory with one lock-free lookup. Registration copies the list, so Record
 // takes no lock.
 package hostuse
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
 )
 
+// ErrOtherContext is an Owner's answer for a stream of a context it does not order reuse
+// after: the caller must wait for the stream before the buffer may be freed.
+var ErrOtherContext = errors.New("hostuse: stream of another context")
+
 // Owner is an allocator of host memory that orders the reuse of its buffers after the streams
 // that use them.
 type Owner interface {
 	// RecordStream reports whether [addr, addr+n) is the owner's memory and, if it is, records
-	// stream s on the buffer that holds it. err says why a range of its memory could not be
-	// recorded (it is not inside one live buffer, or the stream is refused).
-	RecordStream(addr, n, s uintptr) (mine bool, err error)
+	// stream s, of CUDA context ctx, on the buffer that holds it. err says why a range of its
+	// memory could not be recorded: it is not inside one live buffer, the stream is refused, or
+	// it is of another context (ErrOtherContext).
+	RecordStream(addr, n, s, ctx uintptr) (mine bool, err error)
 }
 
 var (
@@ -56,15 +67,15 @@ func Unregister(o Owner) {
 	}
 }
 
-// Record records stream s on the buffer of the owner whose memory holds [addr, addr+n), and
-// reports whether one does.
-func Record(addr, n, s uintptr) (owned bool, err error) {
+// Record records stream s, of CUDA context ctx, on the buffer of the owner whose memory holds
+// [addr, addr+n), and reports whether one does.
+func Record(addr, n, s, ctx uintptr) (owned bool, err error) {
 	l := owners.Load()
 	if l == nil || n == 0 {
 		return false, nil
 	}
 	for _, o := range *l {
-		if mine, err := o.RecordStream(addr, n, s); mine {
+		if mine, err := o.RecordStream(addr, n, s, ctx); mine {
 			return true, err
 		}
 	}
