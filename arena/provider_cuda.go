@@ -15,9 +15,9 @@ package arena
 import (
 	"errors"
 	"fmt"
-	"github.com/pinmalloc/pinmalloc/cuda"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )

@@ -2,8 +2,8 @@ package arena
 
 import (
 	"fmt"
-	"github.com/pinmalloc/pinmalloc/cuda"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )

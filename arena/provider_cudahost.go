@@ -15,9 +15,9 @@ package arena
 
 import (
 	"fmt"
-	"github.com/pinmalloc/pinmalloc/cuda"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"strings"
 
-	wl "github.com/pinmalloc/pinmalloc/internal/workload"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
+
+	wl "github.com/pinmalloc/pinmalloc/internal/workload"
 )
 
 // uvmOversubPlot is the tier's accessed GB/s against oversubscription, one line per pattern and

@@ -2,8 +2,9 @@ package debugpage
 
 import (
 	"fmt"
-	"github.com/pinmalloc/pinmalloc/internal/units"
 	"io"
+
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // writePage writes the HTML page: a legend, then for each source its figures, its size

@@ -2,13 +2,13 @@ package debugpage
 
 import (
 	"fmt"
-	"github.com/pinmalloc/pinmalloc/internal/units"
 	"html"
 	"io"
 	"strings"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // Geometry of the map: one pixel column per 32 KiB slice, so a 2 MiB chunk is 64 pixels wide.

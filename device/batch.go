@@ -66,10 +66,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/pinmalloc/pinmalloc/cuda"
 	"slices"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
