@@ -2,7 +2,10 @@
 
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestChurnSlotInC checks that the C loops draw the churn's slots as the Go loops do.
 func TestChurnSlotInC(t *testing.T) {
@@ -12,5 +15,16 @@ func TestChurnSlotInC(t *testing.T) {
 				t.Fatalf("operation %d of %d live: Go slot %d, C slot %d", i, live, g, c)
 			}
 		}
+	}
+}
+
+// TestGlibcIsGlibc: the glibc loops call libc.so.6's malloc in every build. (With -tags
+// mimalloc, libmimalloc.so also exports malloc and __libc_malloc, and the loops called it.)
+func TestGlibcIsGlibc(t *testing.T) {
+	if im := newGlibc(); im.skip != "" {
+		t.Skip(im.skip)
+	}
+	if o := glibcOrigin(); !strings.Contains(o, "libc.so") {
+		t.Fatalf("the glibc loops call the malloc of %q, not libc.so.6's", o)
 	}
 }
