@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // plotPoints caps the points of a line, to keep each SVG small.
@@ -66,10 +69,10 @@ func saveSVG(p *plot.Plot, path string) error {
 func pairPlot(s *suite) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "alloc+free pair"
-	p.X.Label.Text = "block size (bytes)"
-	p.Y.Label.Text = "ns per pair"
+	p.X.Label.Text = "block size"
+	p.Y.Label.Text = "time per pair"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p.X.Tick.Marker, p.Y.Tick.Marker = byteTicks{}, nsTicks{}
 	var lines []any
 	top := 0.0
 	for _, im := range s.impls {
@@ -90,9 +93,62 @@ func pairPlot(s *suite) (*plot.Plot, error) {
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return nil, err
 	}
-	p.Y.Max = top * 1e4 // room above the data for the legend
+	p.Y.Max = top * 300 // room above the data for the legend
 	p.Legend.Top, p.Legend.Left = true, true
 	return p, nil
+}
+
+// byteTicks marks a log axis of bytes at powers of two, labelling every fourth (16 B, 256 B,
+// 4 KiB, 64 KiB, 1 MiB, ...; every second on a short axis) with a binary unit, where
+// plot.LogTicks would print 1e+06.
+type byteTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (byteTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for e := 0; e < 63; e++ {
+		if v := float64(uint64(1) << e); v >= lo && v <= hi {
+			ts = append(ts, plot.Tick{Value: v})
+		}
+	}
+	every := 4 // a label every fourth power of two, every second on a short axis
+	if len(ts) <= 12 {
+		every = 2
+	}
+	for i := range ts {
+		if e := bits.TrailingZeros64(uint64(ts[i].Value)); e%every == 0 {
+			ts[i].Label = units.Bytes(uint64(ts[i].Value))
+		}
+	}
+	return ts
+}
+
+// nsTicks marks a log axis of nanoseconds at powers of ten, labelled with a unit (10 ns, 1 µs,
+// 100 ms, 10 s) where plot.LogTicks would print 1e+06.
+type nsTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (nsTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for v := 1.0; v <= hi && v < 1e15; v *= 10 {
+		if v >= lo {
+			ts = append(ts, plot.Tick{Value: v, Label: nsLabel(v)})
+		}
+	}
+	return ts
+}
+
+// nsLabel writes a power of ten of nanoseconds with the largest unit that keeps it whole.
+func nsLabel(v float64) string {
+	for _, u := range []struct {
+		ns   float64
+		name string
+	}{{1e9, "s"}, {1e6, "ms"}, {1e3, "µs"}} {
+		if v >= u.ns {
+			return fmt.Sprintf("%.0f %s", v/u.ns, u.name)
+		}
+	}
+	return fmt.Sprintf("%.0f ns", v)
 }
 
 // tracePlot is live and footprint bytes over the serving trace, one line per allocator.

@@ -244,21 +244,21 @@ func runReplay(cfg *config, impls []impl, path string) error {
 }
 
 func printReplay(w io.Writer, path string, rs []replayResult) {
-	fmt.Fprintf(w, "\n## Replay of %s\n\n| allocator | ns per call | peak held | peak resident | peak live | held / live |\n|---|---|---|---|---|---|\n", filepath.Base(path))
+	fmt.Fprintf(w, "\n## Replay of %s\n\n| allocator | time per call | peak held | peak resident | peak live | held / live |\n|---|---|---|---|---|---|\n", filepath.Base(path))
 	for _, r := range rs {
 		if r.Skipped != "" {
-			fmt.Fprintf(w, "| %s | skipped: %s | | | | |\n", r.Impl, r.Skipped)
+			fmt.Fprintf(w, "| %s | %s | | | | |\n", r.Impl, r.Skipped)
 			continue
 		}
 		if r.PeakHeld == 0 {
-			fmt.Fprintf(w, "| %s | %.0f | n/a | n/a | %.1f MiB | |\n", r.Impl, r.NsPerOp, float64(r.PeakLive)/(1<<20))
+			fmt.Fprintf(w, "| %s | %s | n/a | n/a | %.1f MiB | |\n", r.Impl, fmtNs(r.NsPerOp), float64(r.PeakLive)/(1<<20))
 			continue
 		}
 		resident := "n/a" // the C loops measure what they hold, not what is resident
 		if r.PeakResident > 0 {
 			resident = fmt.Sprintf("%.1f MiB", float64(r.PeakResident)/(1<<20))
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.1f MiB | %s | %.1f MiB | %.2f |\n", r.Impl, r.NsPerOp,
+		fmt.Fprintf(w, "| %s | %s | %.1f MiB | %s | %.1f MiB | %.2f |\n", r.Impl, fmtNs(r.NsPerOp),
 			float64(r.PeakHeld)/(1<<20), resident, float64(r.PeakLive)/(1<<20),
 			float64(r.PeakHeld)/float64(r.PeakLive))
 	}

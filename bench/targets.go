@@ -138,6 +138,9 @@ func printTargets(w io.Writer, ts []target) {
 		r := "n/a"
 		if t.Status != unmeasured {
 			r = fmt.Sprintf("%.3g", t.Ratio)
+			if t.Ratio >= 1000 {
+				r = fmt.Sprintf("%.0f", t.Ratio) // not 3.63e+03
+			}
 		}
 		fmt.Fprintf(w, "- %-10s %-34s ratio %-8s (want %s; %s)\n", t.Status, t.Name, r, t.Want, t.Detail)
 	}

@@ -16,7 +16,7 @@ import (
 // Its Y axis is logarithmic: at 1x every access hits and costs CPU bookkeeping only, orders of
 // magnitude above the oversubscribed points, which pay for migrations.
 func uvmOversubPlot(s *suite) (*plot.Plot, error) {
-	p, err := uvmFactorPlot(s, "gbps", "UVM tier: throughput against oversubscription", "accessed GB/s (block "+sizeName(int64(uvmPlotBlock(s)))+"), log scale")
+	p, err := uvmFactorPlot(s, "gbps", "UVM tier: throughput against oversubscription", "accessed GB/s (block "+sizeName(int64(uvmPlotBlock(s)))+"), log scale", true)
 	if p == nil {
 		return p, err
 	}
@@ -33,7 +33,7 @@ func uvmOversubPlot(s *suite) (*plot.Plot, error) {
 
 // uvmHitPlot is the tier's hit rate against oversubscription (NAME-uvm-hitrate.svg).
 func uvmHitPlot(s *suite) (*plot.Plot, error) {
-	p, err := uvmFactorPlot(s, "hit_rate", "UVM tier: hit rate against oversubscription", "hit rate")
+	p, err := uvmFactorPlot(s, "hit_rate", "UVM tier: hit rate against oversubscription", "hit rate", false)
 	if p != nil {
 		p.Y.Min, p.Y.Max = 0, 1.5 // room above the data for the legend
 	}
@@ -52,23 +52,8 @@ func uvmPlotBlock(s *suite) int {
 }
 
 // uvmFactorPlot draws metric of the oversubscription cases against the factor.
-func uvmFactorPlot(s *suite, metric, title, ylabel string) (*plot.Plot, error) {
-	var lines []any
-	top := 0.0
-	for _, pat := range wlPatternNames() {
-		for _, row := range uvmRows() {
-			var xys plotter.XYs
-			for _, f := range uvmFactors {
-				if v, ok := lookup(s.results, fmt.Sprintf("uvm-oversub/%s/%s/%gx", pat, row.name, f), row.impl, metric); ok && v > 0 {
-					xys = append(xys, plotter.XY{X: f, Y: v})
-					top = max(top, v)
-				}
-			}
-			if len(xys) > 0 {
-				lines = append(lines, pat+" "+row.name, xys)
-			}
-		}
-	}
+func uvmFactorPlot(s *suite, metric, title, ylabel string, logScale bool) (*plot.Plot, error) {
+	lines, top := uvmFactorSeries(s, metric, logScale)
 	if len(lines) == 0 {
 		return nil, nil
 	}
@@ -84,6 +69,29 @@ func uvmFactorPlot(s *suite, metric, title, ylabel string) (*plot.Plot, error) {
 	return p, nil
 }
 
+// uvmFactorSeries returns the lines of uvmFactorPlot (name, plotter.XYs, name, ...) and their
+// largest value. A value of 0 is a point like any other (a streaming pattern's hit rate is 0
+// once the working set exceeds the budget), except on a log axis (logScale), which cannot
+// show it.
+func uvmFactorSeries(s *suite, metric string, logScale bool) (lines []any, top float64) {
+	for _, pat := range wlPatternNames() {
+		for _, row := range uvmRows() {
+			var xys plotter.XYs
+			for _, f := range uvmFactors {
+				v, ok := lookup(s.results, fmt.Sprintf("uvm-oversub/%s/%s/%gx", pat, row.name, f), row.impl, metric)
+				if ok && (v > 0 || !logScale && v == 0) {
+					xys = append(xys, plotter.XY{X: f, Y: v})
+					top = max(top, v)
+				}
+			}
+			if len(xys) > 0 {
+				lines = append(lines, pat+" "+row.name, xys)
+			}
+		}
+	}
+	return lines, top
+}
+
 // uvmMovePlot is evict, restore and both-ways GB/s against block size, with managed memory's
 // warm eviction of the same bytes as a flat line (NAME-uvm-move.svg).
 func uvmMovePlot(s *suite) (*plot.Plot, error) {
@@ -94,7 +102,7 @@ func uvmMovePlot(s *suite) (*plot.Plot, error) {
 	} {
 		var xys plotter.XYs
 		for _, sz := range uvmBlockSizes {
-			if v, ok := lookup(s.results, "uvm-move/"+sizeName(sz), "uvm", m.metric); ok && v > 0 {
+			if v, ok := lookup(s.results, "uvm-move/"+sizeName(sz), "uvm", m.metric); ok && v >= 0 {
 				xys = append(xys, plotter.XY{X: float64(sz), Y: v})
 				top = max(top, v)
 			}
@@ -112,9 +120,9 @@ func uvmMovePlot(s *suite) (*plot.Plot, error) {
 	}
 	p := plot.New()
 	p.Title.Text = "UVM tier: explicit migration bandwidth"
-	p.X.Label.Text = "block size (bytes)"
+	p.X.Label.Text = "block size"
 	p.Y.Label.Text = "GB/s"
-	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, byteTicks{}
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return nil, err
 	}
