@@ -13,6 +13,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"log"
 
@@ -24,6 +25,13 @@ import (
 )
 
 func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: pinmalloc-user (cd examples/external && go run .)\n\n"+
+			"Uses every public package of pinmalloc from a module of its own: a pinned pool, a heap over\n"+
+			"a locked arena (4 MiB each, within an ordinary user's 8 MiB ulimit -l), and on a GPU a\n"+
+			"device heap, a stream and copies.\n")
+	}
+	flag.Parse()
 	if err := hostDemo(); err != nil {
 		log.Fatal(err)
 	}

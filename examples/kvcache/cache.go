@@ -331,6 +331,16 @@ func (k *cache) report(out io.Writer, st0, st uvm.Stats, el time.Duration) error
 		in>>20, out2>>20, st.CleanEvictions-st0.CleanEvictions, st.ThrashEvents-st0.ThrashEvents)
 	fmt.Fprintf(out, "migration bandwidth: %.2f GB/s averaged over the run (the tier copies only on misses, overlapped with the step's work)\n",
 		float64(in+out2)/sec/1e9)
-	fmt.Fprintf(out, "Acquire latency: p50 %v, p99 %v, max %v\n", k.hist.Quantile(0.5), k.hist.Quantile(0.99), k.hist.Max())
+	fmt.Fprintf(out, "Acquire latency: p50 %v, p99 %v, max %v\n", round3(k.hist.Quantile(0.5)), round3(k.hist.Quantile(0.99)), round3(k.hist.Max()))
 	return nil
+}
+
+// round3 rounds d to three significant digits, so that it prints as 53.2ms, not 53.173691ms.
+func round3(d time.Duration) time.Duration {
+	for r := time.Duration(1); r < time.Hour; r *= 10 {
+		if d < 1000*r {
+			return d.Round(r)
+		}
+	}
+	return d.Round(time.Second)
 }

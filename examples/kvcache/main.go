@@ -45,6 +45,13 @@ import (
 )
 
 func main() {
+	// The flags first: -h or a bad flag needs no driver, fake or real.
+	if _, err := parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		log.Fatal(err)
+	}
 	if err := icuda.Load(); err != nil && os.Getenv(cuda.LibraryEnv) == "" {
 		// internal/cuda loads its driver once per process: run again, on the fake.
 		fmt.Fprintf(os.Stderr, "kvcache: no CUDA driver (%v): running again on pinmalloc's fake driver\n", err)

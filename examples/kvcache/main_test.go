@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
@@ -142,5 +143,17 @@ func TestBadFlags(t *testing.T) {
 	}
 	if _, err := parse(nil); err != nil {
 		t.Errorf("the defaults: %v", err)
+	}
+}
+
+// TestRound3: latencies print with three significant digits.
+func TestRound3(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{{95, "95ns"}, {90111, "90.1µs"}, {53173691, "53.2ms"}, {1234567891, "1.23s"}} {
+		if got := round3(c.d).String(); got != c.want {
+			t.Errorf("round3(%d) = %s, want %s", c.d, got, c.want)
+		}
 	}
 }

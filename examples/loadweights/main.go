@@ -5,10 +5,14 @@
 // system allows it: the pool's 4 KiB alignment is what O_DIRECT asks of a buffer.
 //
 //	go run ./examples/loadweights                      # a 256 MiB temporary file
-//	go run ./examples/loadweights -file model.safetensors -workers 8
+//	go run ./examples/loadweights -file model.safetensors -chunk 4194304 -workers 8
 //
-// The pool's memory stays bounded by the chunks in flight, whatever the file's size, and the
-// checksums of what went through the buffers are checked against a plain read of the file.
+// The pool's memory stays bounded by the chunks in flight, whatever the file's size: at most
+// (-inflight + -workers + 1) × -chunk (queued, being consumed, being read), which the example
+// prints and checks. The defaults keep that at 5 MiB, within the 8 MiB `ulimit -l` an ordinary
+// user has; bigger chunks or more of them need a bigger limit without a GPU (with one, the pool
+// is CUDA pinned memory, which RLIMIT_MEMLOCK does not count). The checksums of what went
+// through the buffers are checked against a plain read of the file.
 package main
 
 import (
@@ -21,6 +25,7 @@ import (
 	"log"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +48,9 @@ type onDevice struct {
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage is printed
+		}
 		log.Fatal(err)
 	}
 }
@@ -51,9 +59,16 @@ func run(args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("loadweights", flag.ContinueOnError)
 	path := fs.String("file", "", "file to load (default: a temporary file of -size bytes)")
 	size := fs.Int64("size", 256<<20, "size of the temporary file")
-	chunkSize := fs.Int("chunk", 4<<20, "bytes per read (a multiple of 4096 for O_DIRECT)")
-	workers := fs.Int("workers", 4, "goroutines that consume chunks")
-	inFlight := fs.Int("inflight", 8, "chunks read ahead of the workers")
+	chunkSize := fs.Int("chunk", 1<<20, "bytes per read (a multiple of 4096 for O_DIRECT)")
+	workers := fs.Int("workers", 2, "goroutines that consume chunks")
+	inFlight := fs.Int("inflight", 2, "chunks read ahead of the workers")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: loadweights [flags]\n\n"+
+			"Reads a file through pinned buffers and checks every chunk. The pool holds at most\n"+
+			"(inflight + workers + 1) x chunk: 5 MiB with the defaults, within an ordinary user's\n"+
+			"8 MiB ulimit -l; raise the limit (ulimit -l) before raising these without a GPU.\n\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,6 +94,9 @@ func run(args []string, out io.Writer) (err error) {
 		return err
 	}
 	nchunks := int((st.Size() + int64(*chunkSize) - 1) / int64(*chunkSize))
+	// The reader holds one buffer, the channel -inflight, each worker one: the pool's bound.
+	maxBufs := *inFlight + *workers + 1
+	var live, maxLive atomic.Int64 // buffers live now, and the most at once
 
 	// Auto: memory registered with CUDA (cuMemHostRegister) when a driver is present, so that
 	// copies to the GPU run at DMA speed; mmap+mlock otherwise.
@@ -142,6 +160,7 @@ func run(args []string, out io.Writer) (err error) {
 				if err := pool.Free(c.buf); err != nil {
 					fail(err)
 				}
+				live.Add(-1) // after the Free: live never undercounts the pool's buffers
 			}
 		}()
 	}
@@ -150,6 +169,9 @@ func run(args []string, out io.Writer) (err error) {
 		if err != nil {
 			fail(err) // under a small RLIMIT_MEMLOCK it says which limit and how to raise it
 			break
+		}
+		if n := live.Add(1); n > maxLive.Load() {
+			maxLive.Store(n) // only this goroutine stores
 		}
 		n, err := readAt(f, buf, int64(i)*int64(*chunkSize))
 		if err != nil {
@@ -168,8 +190,13 @@ func run(args []string, out io.Writer) (err error) {
 	ps := pool.Stats()
 	fmt.Fprintf(out, "loaded %d MiB in %d chunks (O_DIRECT %v) with %d workers: %.0f MiB/s\n",
 		st.Size()>>20, nchunks, direct, *workers, float64(st.Size())/(1<<20)/elapsed.Seconds())
-	fmt.Fprintf(out, "pool (%s): peak committed %d MiB for a %d MiB file; %d allocs, %d frees, %d shards\n",
-		ps.Backend, ps.PeakCommitted>>20, st.Size()>>20, ps.Allocs, ps.Frees, ps.Shards)
+	fmt.Fprintf(out, "pool (%s): at most %d buffers live at once, peak committed %.1f MiB for a %d MiB file\n"+
+		"  (bound: %d in flight + %d workers + 1 being read = %d buffers of %d KiB, %.1f MiB); %d allocs, %d frees, %d shards\n",
+		ps.Backend, maxLive.Load(), mib(ps.PeakCommitted), st.Size()>>20,
+		*inFlight, *workers, maxBufs, *chunkSize>>10, mib(uint64(maxBufs)*uint64(*chunkSize)), ps.Allocs, ps.Frees, ps.Shards)
+	if maxLive.Load() > int64(maxBufs) {
+		return fmt.Errorf("%d buffers were live at once, more than the %d the pipeline allows", maxLive.Load(), maxBufs)
+	}
 	if gpu != nil {
 		gs := gpu.Stats()
 		fmt.Fprintf(out, "GPU: %d chunks in device memory, %d MiB committed\n", len(onGPU), gs.Arena.Committed>>20)
@@ -190,6 +217,9 @@ func run(args []string, out io.Writer) (err error) {
 	fmt.Fprintln(out, "checksums match a plain read of the file")
 	return nil
 }
+
+// mib converts bytes to MiB.
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // openDirect opens path with O_DIRECT, or without it where the file system refuses it (tmpfs
 // and some overlay file systems do).

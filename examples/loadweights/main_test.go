@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
 	"strings"
 	"testing"
 
@@ -65,5 +67,14 @@ func TestGPUOutOfMemory(t *testing.T) {
 	}
 	if live := f.LiveObjects(); len(live) != 0 {
 		t.Errorf("after the failure the driver still holds %v", live)
+	}
+}
+
+// TestHelp: -h is not a failure (main exits 0 on flag.ErrHelp) and the usage names the bound.
+func TestHelp(t *testing.T) {
+	var out bytes.Buffer
+	err := run([]string{"-h"}, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run -h = %v, want flag.ErrHelp", err)
 	}
 }
