@@ -159,8 +159,10 @@ type Stats struct {
 	// Streams is the number of streams with a heap.
 	Streams int
 	// Live and InUse count the blocks not yet freed (a deferred free counts until it is done)
-	// and the bytes asked for them.
-	Live, InUse uint64
+	// and the bytes asked for them. PeakInUse is the sum of each stream's heap's peak of
+	// InUse: exact with one stream, an upper bound on the true peak with several (as
+	// pinned.Stats.PeakInUse is over shards).
+	Live, InUse, PeakInUse uint64
 	// Deferred is the number of frees waiting for their event.
 	Deferred int
 	// Events is the number of events the heap has created and not destroyed (idle in its pool
@@ -418,7 +420,7 @@ func (h *Heap) Stats() Stats {
 	}
 	st := h.st
 	st.Streams = len(h.streams)
-	st.Live, st.InUse = h.live()
+	st.Live, st.InUse, st.PeakInUse = h.live()
 	st.Deferred = len(h.deferred)
 	st.Events = h.events.Created() - h.events.Destroyed()
 	st.Arena = h.a.Stats()
@@ -437,7 +439,7 @@ func (h *Heap) Close() error {
 	if err := h.queue.Poll(); err != nil {
 		return fmt.Errorf("device: deferred frees: %w", err)
 	}
-	live, bytes := h.live()
+	live, bytes, _ := h.live()
 	deferred := len(h.deferred)
 	if live > uint64(deferred) {
 		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams))
@@ -465,14 +467,16 @@ func (h *Heap) Close() error {
 	return errors.Join(errs...)
 }
 
-// live counts the blocks of every stream heap (deferred frees included) and their bytes.
-func (h *Heap) live() (n, bytes uint64) {
+// live counts the blocks of every stream heap (deferred frees included), their bytes and the
+// sum of the heaps' peaks of bytes.
+func (h *Heap) live() (n, bytes, peak uint64) {
 	for _, sh := range h.streams {
 		hs := sh.Stats()
 		n += hs.Live
 		bytes += hs.InUse
+		peak += hs.Peak
 	}
-	return n, bytes
+	return n, bytes, peak
 }
 
 // lock takes h.mu, or fails with ErrClosed (and leaves it unlocked) after Close.

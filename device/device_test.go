@@ -383,6 +383,23 @@ func TestFakeConcurrent(t *testing.T) {
 	}
 }
 
+// TestFakePeakInUse: Stats reports the peak of the bytes in use on each stream's heap, summed
+// (metrics reported 0 for device heaps: Stats had no peak).
+func TestFakePeakInUse(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 64 << 20})
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	a, b := alloc(t, h, 1000, 0), alloc(t, h, 3<<20, s)
+	freeAll(t, h, []cuda.DevicePtr{a, b})
+	c := alloc(t, h, 100, 0)
+	if st := h.Stats(); st.InUse != 100 || st.PeakInUse != 1000+3<<20 {
+		t.Errorf("in use %d, peak %d; want 100 and %d", st.InUse, st.PeakInUse, 1000+3<<20)
+	}
+	freeAll(t, h, []cuda.DevicePtr{c})
+}
+
 func TestOpenWithoutDriver(t *testing.T) {
 	if !fakecuda.RunWithoutDriver(t) {
 		return

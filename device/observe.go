@@ -85,8 +85,8 @@ func (s Stats) String() string {
 	fmt.Fprintf(&b, "device heap: %s memory from %s\n", a.Kind, a.Provider)
 	fmt.Fprintf(&b, "  memory:   %s committed (peak %s), %s reserved of %s capacity, alignment waste %s\n",
 		units.Bytes(a.Committed), units.Bytes(a.PeakCommitted), units.Bytes(a.Reserved), units.Bytes(a.Capacity), units.Bytes(a.AlignWaste))
-	fmt.Fprintf(&b, "  blocks:   %d live, %s in use; %d allocs, %d frees (%d deferred, %d waiting); %d streams\n",
-		s.Live, units.Bytes(s.InUse), s.Allocs, s.Frees, s.DeferredFrees, s.Deferred, s.Streams)
+	fmt.Fprintf(&b, "  blocks:   %d live, %s in use (peak %s); %d allocs, %d frees (%d deferred, %d waiting); %d streams\n",
+		s.Live, units.Bytes(s.InUse), units.Bytes(s.PeakInUse), s.Allocs, s.Frees, s.DeferredFrees, s.Deferred, s.Streams)
 	fmt.Fprintf(&b, "  arena:    %d regions, %d of %d chunks in use; %d commits, %d decommits, %s purged, %d forced purges\n",
 		a.Regions, a.ChunksInUse, a.Chunks, a.Commits, a.Decommits, units.Bytes(a.Purged), a.ForcedPurges)
 	fmt.Fprintf(&b, "  driver:   %d calls, %d objects, %d events; %d reclaims; committing took %v for %s\n",

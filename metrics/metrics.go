@@ -69,7 +69,7 @@ func FromDevice(s device.Stats) Figures {
 	a := s.Arena
 	f := Figures{
 		Reserved: a.Reserved, Committed: a.Committed, PeakCommitted: a.PeakCommitted, Locked: a.Locked,
-		InUse: s.InUse, AlignWaste: a.AlignWaste, Live: s.Live, Deferred: uint64(s.Deferred), Allocs: s.Allocs, Frees: s.Frees,
+		InUse: s.InUse, PeakInUse: s.PeakInUse, AlignWaste: a.AlignWaste, Live: s.Live, Deferred: uint64(s.Deferred), Allocs: s.Allocs, Frees: s.Frees,
 		Decommits: a.Decommits, Purged: a.Purged, ForcedPurges: a.ForcedPurges,
 		DriverCalls: a.Counters.DriverCalls, Syscalls: a.Counters.Syscalls, CommitSeconds: a.CommitTime.Seconds(),
 	}
@@ -205,7 +205,7 @@ var all = []metric{
 	gauge("committed_peak_bytes", "Highest committed memory.", func(f Figures) float64 { return float64(f.PeakCommitted) }),
 	gauge("locked_bytes", "Committed memory that is page-locked.", func(f Figures) float64 { return float64(f.Locked) }),
 	gauge("in_use_bytes", "Bytes asked for by live blocks.", func(f Figures) float64 { return float64(f.InUse) }),
-	gauge("in_use_peak_bytes", "Highest bytes in use (pools: the sum of each shard's peak).", func(f Figures) float64 { return float64(f.PeakInUse) }),
+	gauge("in_use_peak_bytes", "Highest bytes in use (the sum of each shard's or stream's peak).", func(f Figures) float64 { return float64(f.PeakInUse) }),
 	gauge("alignment_waste_bytes", "Memory made unusable to meet alignment.", func(f Figures) float64 { return float64(f.AlignWaste) }),
 	gauge("fragmentation_ratio", "Committed memory over bytes in use (1 is perfect, 0 when nothing is in use).", func(f Figures) float64 { return f.Fragmentation }),
 	gauge("live_blocks", "Live blocks.", func(f Figures) float64 { return float64(f.Live) }),

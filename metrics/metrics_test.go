@@ -123,10 +123,10 @@ func only(c *Collector, name string) prometheus.Collector {
 }
 
 func TestFromDeviceAndTier(t *testing.T) {
-	f := FromDevice(device.Stats{Live: 2, InUse: 1000, Allocs: 5, Frees: 3, Arena: arena.Stats{
+	f := FromDevice(device.Stats{Live: 2, InUse: 1000, PeakInUse: 3000, Allocs: 5, Frees: 3, Arena: arena.Stats{
 		Committed: 4000, Reserved: 1 << 30, Purged: 7, Decommits: 1, ForcedPurges: 2, CommitTime: time.Second,
 		Counters: arena.ProviderStats{DriverCalls: 9}}})
-	if f.Fragmentation != 4 || f.Committed != 4000 || f.DriverCalls != 9 || f.CommitSeconds != 1 || f.Purged != 7 || f.ForcedPurges != 2 || f.Live != 2 {
+	if f.Fragmentation != 4 || f.Committed != 4000 || f.DriverCalls != 9 || f.CommitSeconds != 1 || f.Purged != 7 || f.ForcedPurges != 2 || f.Live != 2 || f.PeakInUse != 3000 {
 		t.Errorf("FromDevice: %+v", f)
 	}
 	s := uvm.Stats{Budget: 10, DeviceBytes: 4, HostBytes: 6, Blocks: 3, Hits: 5, Misses: 1, ThrashEvents: 2}
