@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -108,29 +109,43 @@ func TestHandler(t *testing.T) {
 	}
 	var js struct {
 		Sources []struct {
-			Name  string
-			Kind  string
+			Name  string `json:"name"`
+			Kind  string `json:"kind"`
 			Stats struct {
-				Live, InUse uint64
-				Backend     string
-			}
-			Usage   struct{ Live, InUse, Committed uint64 }
-			Classes []Class
-			Run     uint64 `json:"largest_free_run_bytes"`
-			Chunks  int
-		}
+				Live      uint64 `json:"live"`
+				InUse     uint64 `json:"in_use"`
+				PeakInUse uint64 `json:"peak_in_use"`
+				Backend   string `json:"backend"`
+			} `json:"stats"`
+			Usage struct {
+				Live      uint64 `json:"live"`
+				InUse     uint64 `json:"in_use"`
+				Committed uint64 `json:"committed"`
+			} `json:"usage"`
+			Classes []Class  `json:"classes"`
+			Run     uint64   `json:"largest_free_run_bytes"`
+			Chunks  int      `json:"chunks"`
+			Largest []Buffer `json:"largest_buffers"`
+			Note    string   `json:"largest_buffers_note"`
+		} `json:"sources"`
 	}
 	if err := json.Unmarshal([]byte(body), &js); err != nil {
 		t.Fatalf("stats.json: %v\n%s", err, body)
 	}
+	checkSnake(t, body)
 	if len(js.Sources) != 1 {
 		t.Fatalf("stats.json has %d sources", len(js.Sources))
 	}
 	src := js.Sources[0]
 	want := uint64(len(s.bufs))
 	if src.Name != "staging" || src.Kind != "pinned" || src.Stats.Live != want || src.Usage.Live != want ||
-		src.Stats.Backend != "pageable" || src.Chunks != 32 || src.Usage.Committed == 0 {
+		src.Stats.Backend != "pageable" || src.Chunks != 32 || src.Usage.Committed == 0 || src.Stats.PeakInUse < src.Stats.InUse {
 		t.Errorf("stats.json: %+v", src)
+	}
+	// The largest live buffers, largest first: the 5 MiB huge object, the 600 KiB one, ...
+	if len(src.Largest) != topListed || src.Largest[0].Size != 5<<20 || src.Largest[1].Size != 600<<10 ||
+		src.Largest[0].Kind != "huge" || !strings.Contains(src.Note, "RecordSites") {
+		t.Errorf("largest buffers %+v, note %q", src.Largest, src.Note)
 	}
 	var c64 *Class
 	for i := range src.Classes {
@@ -169,13 +184,15 @@ func TestHandler(t *testing.T) {
 			}
 		}
 	}
-	wantStates := map[string]int{"small": 1, "medium": 1, "object": 1, "huge": 3, "huge-kept": 4, "purge": 2, "free": 20}
+	// The 20 free chunks with nothing committed are one cell.
+	wantStates := map[string]int{"small": 1, "medium": 1, "object": 1, "huge": 3, "huge-kept": 4, "purge": 2, "free": 0, "free-run": 1}
 	for k, v := range wantStates {
 		if states[k] != v {
 			t.Errorf("map.svg: %d chunks %s, want %d (all: %v)", states[k], k, v, states)
 		}
 	}
-	if !strings.Contains(svg, "huge object of 3 chunks, 5 MiB asked") || !strings.Contains(svg, "64 B blocks, 1024 of 1024 live") {
+	if !strings.Contains(svg, "huge object of 3 chunks, 5 MiB asked") || !strings.Contains(svg, "64 B blocks, 1024 of 1024 live") ||
+		!strings.Contains(svg, ">20 free</text>") || !strings.Contains(svg, "20 free chunks (40 MiB), nothing committed") {
 		t.Errorf("map.svg lacks hover details")
 	}
 
@@ -197,6 +214,104 @@ func TestHandler(t *testing.T) {
 	if body, _ := get(t, url+"stats.json"); strings.Contains(body, "staging") {
 		t.Error("Remove left the pool registered")
 	}
+}
+
+// checkSnake fails the test if a key of the JSON document body is not snake_case.
+func checkSnake(t *testing.T, body string) {
+	t.Helper()
+	var doc any
+	if err := json.Unmarshal([]byte(body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	snakeKey := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				if !snakeKey.MatchString(k) {
+					t.Errorf("stats.json: key %s.%s is not snake_case", path, k)
+				}
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(path+"[]", e)
+			}
+		}
+	}
+	walk("", doc)
+}
+
+// TestOrderAndRefresh: sources are shown in the order added (a replaced one keeps its place),
+// and ?refresh=N reloads the page every N seconds.
+func TestOrderAndRefresh(t *testing.T) {
+	var pools []*pinned.Pool
+	for range 3 {
+		p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 8 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		pools = append(pools, p)
+	}
+	h := New()
+	h.AddPool("zeta", pools[0])
+	h.AddPool("alpha", pools[1])
+	h.AddPool("zeta", pools[2]) // replaced in place
+	url := serve(t, h)
+	page, _ := get(t, url)
+	if z, a := strings.Index(page, "<h2>zeta"), strings.Index(page, "<h2>alpha"); z < 0 || a < 0 || z > a {
+		t.Errorf("zeta at %d, alpha at %d: want the order added", z, a)
+	}
+	if strings.Contains(page, `http-equiv="refresh"`) || !strings.Contains(page, `href="?refresh=5"`) {
+		t.Error("the page without ?refresh reloads itself, or offers no refresh")
+	}
+	if page, _ := get(t, url+"?refresh=5"); !strings.Contains(page, `<meta http-equiv="refresh" content="5">`) {
+		t.Error("?refresh=5 does not reload the page")
+	}
+	for _, bad := range []string{"0", "x", "99999"} {
+		resp, err := http.Get(url + "?refresh=" + bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("?refresh=%s: %s, want 400", bad, resp.Status)
+		}
+	}
+}
+
+// TestSites: with RecordSites the largest buffers come with the function that allocated them,
+// on the page and in stats.json.
+func TestSites(t *testing.T) {
+	p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 64 << 20, RecordSites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	big := allocForSites(t, p, 3<<20)
+	defer p.Free(big)
+	h := New()
+	h.AddPool("traced", p)
+	url := serve(t, h)
+	page, _ := get(t, url)
+	if !strings.Contains(page, "allocForSites") || strings.Contains(page, "not recorded") {
+		t.Errorf("the page does not show the allocation site:\n%s", page)
+	}
+	js, _ := get(t, url+"stats.json")
+	if !strings.Contains(js, `"site": [`) || !strings.Contains(js, "allocForSites") || !strings.Contains(js, `"age_ns"`) {
+		t.Errorf("stats.json lacks the site:\n%s", js)
+	}
+}
+
+//go:noinline
+func allocForSites(t *testing.T, p *pinned.Pool, n int) []byte {
+	b, err := p.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestClosedPool serves a pool closed while registered: the page and the JSON still load.

@@ -1,6 +1,7 @@
 package debugpage
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -36,9 +37,11 @@ func TestFakeDevice(t *testing.T) {
 	dp.AddDevice("gpu0", h)
 	url := serve(t, dp)
 	js, _ := get(t, url+"stats.json")
-	if !strings.Contains(js, `"name": "gpu0"`) || !strings.Contains(js, `"kind": "device"`) || !strings.Contains(js, `"Live": 2`) {
+	if !strings.Contains(js, `"name": "gpu0"`) || !strings.Contains(js, `"kind": "device"`) || !strings.Contains(js, `"live": 2`) ||
+		!strings.Contains(js, fmt.Sprintf(`"peak_in_use": %d`, 1000+5<<20)) {
 		t.Errorf("stats.json:\n%s", js)
 	}
+	checkSnake(t, js)
 	svg, _ := get(t, url+"map.svg")
 	if strings.Count(svg, `class="chunk small"`) != 1 || strings.Count(svg, `class="chunk huge"`) != 3 || !strings.Contains(svg, ">gpu0: ") {
 		t.Errorf("map.svg: %d small, %d huge chunks", strings.Count(svg, `class="chunk small"`), strings.Count(svg, `class="chunk huge"`))

@@ -47,26 +47,65 @@ var tints = map[heap.ChunkKind]string{
 	heap.ChunkObject: "#efe4ec",
 }
 
-// legend lists the states in the order the page explains them.
-var legend = []struct{ key, text string }{
-	{"free", "free chunk (nothing committed)"},
-	{"idle", "free chunk, committed, kept (no purge scheduled)"},
-	{"purge", "committed memory waiting for the purge"},
-	{"small", "segment of small pages (≤ 8 KiB blocks)"},
-	{"medium", "segment of medium pages (≤ 64 KiB)"},
-	{"large", "segment of one large page (≤ 256 KiB)"},
-	{"object", "segment of object pages (≤ 1 MiB)"},
-	{"huge", "huge object"},
-	{"huge-kept", "huge object freed, kept for reuse"},
-	{"spare", "spare segment held by a heap"},
+// legend explains the colours, in groups; each colour appears once.
+var legend = []struct {
+	group, note string
+	entries     []struct{ key, text string }
+}{
+	{"free chunks", "", []struct{ key, text string }{
+		{"free", "nothing committed (a run of 3 or more is one cell, with its count)"},
+		{"idle", "committed, kept for reuse, no purge scheduled"},
+		{"purge", "committed, waiting for the purge (a band at the bottom of a chunk in use: part of it waits)"},
+	}},
+	{"heap segments", "a page is a column, filled from the bottom as far as its blocks are live", []struct{ key, text string }{
+		{"small", "small pages (blocks ≤ 8 KiB)"},
+		{"medium", "medium (≤ 64 KiB)"},
+		{"large", "large, one page (≤ 256 KiB)"},
+		{"object", "object pages (one buffer ≤ 1 MiB each)"},
+	}},
+	{"huge objects", "", []struct{ key, text string }{
+		{"huge", "live"},
+		{"huge-kept", "freed, kept for reuse"},
+	}},
+	{"other", "", []struct{ key, text string }{
+		{"spare", "spare segment held by a heap"},
+	}},
 }
+
+// minRun is the shortest run of free chunks with nothing committed drawn as one cell.
+const minRun = 3
+
+// cell is what one place of the map shows: a chunk, or a run of free chunks (n > 1).
+type cell struct{ i, n int }
+
+// cells lays out a region's chunks: each chunk its own cell, but for runs of minRun or more
+// free chunks with nothing committed, which take one cell each.
+func cells(r arena.RegionSnapshot) []cell {
+	var out []cell
+	for i := 0; i < len(r.Chunks); {
+		j := i
+		for j < len(r.Chunks) && !r.Chunks[j].InUse && r.Chunks[j].Committed == 0 {
+			j++
+		}
+		if j-i >= minRun {
+			out = append(out, cell{i, j - i})
+			i = j
+			continue
+		}
+		out = append(out, cell{i, 1})
+		i++
+	}
+	return out
+}
+
+// rows returns the height of n cells of the map.
+func rows(n int) int { return (n + perRow - 1) / perRow * (cellH + gap) }
 
 // svgHeight returns the height of a source's map.
 func svgHeight(m heap.Map) int {
 	h := titleH
 	for _, r := range m.Arena.Regions {
-		n := min(len(r.Chunks), maxDrawn)
-		h += headH + (n+perRow-1)/perRow*(cellH+gap) + gap
+		h += headH + rows(min(len(cells(r)), maxDrawn)) + gap
 	}
 	return h + gap
 }
@@ -81,22 +120,41 @@ func writeSVG(w io.Writer, p picture) {
 	for ri, r := range m.Arena.Regions {
 		fmt.Fprintf(w, `<text x="%d" y="%d">region %d: [%#x, +%s), %d chunks</text>`+"\n", gap, y+15, ri, r.Base, units.Bytes(uint64(r.Size)), len(r.Chunks))
 		y += headH
-		n := min(len(r.Chunks), maxDrawn)
-		for i := 0; i < n; i++ {
-			x := gap + i%perRow*(cellW+gap)
-			cy := y + i/perRow*(cellH+gap)
+		cs := cells(r)
+		n := min(len(cs), maxDrawn)
+		for k, c := range cs[:n] {
+			x := gap + k%perRow*(cellW+gap)
+			cy := y + k/perRow*(cellH+gap)
+			if c.n > 1 {
+				writeFreeRun(w, x, cy, m.Arena.ChunkSize, r, c)
+				continue
+			}
 			var info heap.ChunkInfo
 			if ri < len(m.Chunks) {
-				info = m.Chunks[ri][i]
+				info = m.Chunks[ri][c.i]
 			}
-			writeChunk(w, x, cy, m.Arena.ChunkSize, r, i, r.Chunks[i], info)
+			writeChunk(w, x, cy, m.Arena.ChunkSize, r, c.i, r.Chunks[c.i], info)
 		}
-		if len(r.Chunks) > n {
-			fmt.Fprintf(w, `<text x="%d" y="%d">… %d more chunks not drawn</text>`+"\n", gap, y+(n+perRow-1)/perRow*(cellH+gap)-4, len(r.Chunks)-n)
+		if len(cs) > n {
+			rest := 0
+			for _, c := range cs[n:] {
+				rest += c.n
+			}
+			fmt.Fprintf(w, `<text x="%d" y="%d">… %d more chunks not drawn</text>`+"\n", gap, y+rows(n)-4, rest)
 		}
-		y += (n+perRow-1)/perRow*(cellH+gap) + gap
+		y += rows(n) + gap
 	}
 	io.WriteString(w, "</svg>\n")
+}
+
+// writeFreeRun draws a run of free chunks with nothing committed as one cell saying how many.
+func writeFreeRun(w io.Writer, x, y int, chunkSize uintptr, r arena.RegionSnapshot, c cell) {
+	first := int(r.FirstID) + c.i
+	fmt.Fprintf(w, `<g class="chunk free-run"><title>chunks %d-%d at %#x: %d free chunks (%s), nothing committed</title>`+
+		`<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`+
+		`<text x="%d" y="%d" text-anchor="middle" fill="#444">%d free</text></g>`+"\n",
+		first, first+c.n-1, r.Grid+uintptr(c.i)*chunkSize, c.n, units.Bytes(uint64(c.n)*uint64(chunkSize)),
+		x, y, cellW, cellH, colours["free"], x+cellW/2, y+cellH/2+4, c.n)
 }
 
 // writeChunk draws chunk i of region r at (x, y), with its details as a hover title.
