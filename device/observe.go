@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/units"
@@ -90,6 +91,6 @@ func (s Stats) String() string {
 	fmt.Fprintf(&b, "  arena:    %d regions, %d of %d chunks in use; %d commits, %d decommits, %s purged, %d forced purges\n",
 		a.Regions, a.ChunksInUse, a.Chunks, a.Commits, a.Decommits, units.Bytes(a.Purged), a.ForcedPurges)
 	fmt.Fprintf(&b, "  driver:   %d calls, %d objects, %d events; %d reclaims; committing took %v for %s\n",
-		a.Counters.DriverCalls, a.Counters.DriverObjects, s.Events, s.Reclaims, a.CommitTime, units.Bytes(a.CommitBytes))
+		a.Counters.DriverCalls, a.Counters.DriverObjects, s.Events, s.Reclaims, a.CommitTime.Round(time.Microsecond), units.Bytes(a.CommitBytes))
 	return b.String()
 }

@@ -179,7 +179,7 @@ func (s Stats) String() string {
 	}
 	fmt.Fprintf(&b, "  overhead:   committed/in use %s, alignment waste %s, %d forced purges\n", frag, units.Bytes(s.AlignWaste), s.ForcedPurges)
 	fmt.Fprintf(&b, "  system:     %d syscalls, %d driver calls, %d driver objects; committing took %v for %s (%v per GiB)\n",
-		s.Syscalls, s.DriverCalls, s.DriverObjects, s.CommitTime, units.Bytes(s.CommitBytes), s.CommitPerGiB)
+		s.Syscalls, s.DriverCalls, s.DriverObjects, s.CommitTime.Round(time.Microsecond), units.Bytes(s.CommitBytes), s.CommitPerGiB.Round(time.Microsecond))
 	if s.Node >= 0 {
 		fmt.Fprintf(&b, "  placement:  NUMA node %d, %d commit workers\n", s.Node, s.CommitWorkers)
 	}
