@@ -46,8 +46,8 @@ type replayResult struct {
 // cReplay plays evs with a C allocator's replay loop (cloops.h), which times the whole loop and
 // samples the memory the allocator holds from the OS (glibc: mallinfo2's arenas and mmapped
 // chunks; mimalloc: its committed bytes) for the peak held; the peak resident is not measured.
-// In a build with -tags mimalloc, glibc's mallinfo2 reads zero (mimalloc has taken over the
-// process's malloc), and glibc's footprint shows as n/a: replay without the tag to see it.
+// The glibc loops call libc.so.6's own malloc in either build (glibc.go), so mallinfo2 sees
+// their blocks with -tags mimalloc too.
 func cReplay(replay func(ev []uint64, nalloc int) (int64, uint64), evs []alloctrace.Event) (*replayResult, error) {
 	ev := make([]uint64, len(evs))
 	res := &replayResult{Events: len(evs)}
