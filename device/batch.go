@@ -6,7 +6,7 @@ package device
 // # Methods
 //
 //   - MethodKernel: one launch of a gather/scatter kernel (gather_ptx.go) per batch. Measured on
-//     an H100 (DESIGN.md): 52.4 GB/s device → mapped host and 51.1 GB/s back for scattered 4 KiB
+//     an H100 (docs/cuda.md): 52.4 GB/s device → mapped host and 51.1 GB/s back for scattered 4 KiB
 //     to 1 MiB blocks, where one copy per block manages 1.9 GB/s at 4 KiB. It runs on the SMs, so
 //     it competes with the caller's kernels: BatchOptions.LowPriority moves it to a stream of the
 //     device's least priority with a bounded grid, and BatchOptions.SMShare caps its grid at a
