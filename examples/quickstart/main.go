@@ -79,7 +79,7 @@ func main() {
 		churn(pairs)
 		el := time.Since(start)
 		st := pool.Stats()
-		fmt.Printf("round %d: %d alloc+free pairs, %.1f ns/pair, %d system calls (%d heaps in use)\n",
+		fmt.Printf("round %d: %d alloc+free pairs, %.1f ns/pair, %d system calls (heaps in use: %d)\n",
 			round, pairs, float64(el.Nanoseconds())/pairs, st.Syscalls-before, st.Shards)
 	}
 	fmt.Println("  (a system call here commits a heap's 32 KiB slice, mprotect+mlock, the first time the heap\n" +
