@@ -1,28 +1,19 @@
-//go:build cgo && linux
-
 package arena
 
 import (
 	"testing"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
-
 	"github.com/pinmalloc/pinmalloc/internal/nvml"
 )
 
-// TestMultiGPUCapacityNVMLMock sizes one device arena per GPU of go-nvml's DGX H100 mock (eight
-// 80 GiB GPUs, here with 1 to 8 GiB used) the way DefaultDeviceCapacity does from each
-// device's free memory: every capacity is a whole number of 2 MiB granules, at most 90 % of
-// what is free, and no more than one granule below it.
+// TestMultiGPUCapacityNVMLMock sizes one device arena per GPU of a fake DGX H100 (eight 80 GiB
+// GPUs, with 1 to 8 GiB used, seen through the v1 memory call) the way DefaultDeviceCapacity
+// does from each device's free memory: every capacity is a whole number of 2 MiB granules, at
+// most 90 % of what is free, and no more than one granule below it.
 func TestMultiGPUCapacityNVMLMock(t *testing.T) {
-	srv := dgxh100.New()
-	for i, d := range srv.Devices {
-		dev := d.(*server.Device)
-		dev.MemoryInfo.Used = uint64(i+1) << 30
-		dev.MemoryInfo.Free = dev.MemoryInfo.Total - dev.MemoryInfo.Used
-		dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) { return gonvml.Memory_v2{}, gonvml.ERROR_NOT_SUPPORTED }
+	srv := nvml.NewFakeDGXH100()
+	for i := range srv.Devices {
+		srv.Devices[i].MemoryV2Return = nvml.ErrorNotSupported
 	}
 	gpus, err := nvml.Discover(srv)
 	if err != nil {

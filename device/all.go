@@ -15,8 +15,9 @@ import (
 // (budgets are per device as CUDA sees it: under MIG each instance is a device with its own
 // memory), and describes each device: what the driver says (name, memory, PCI address, host
 // NUMA node) and what NVML adds (its index, UUID, MIG mode and MIG instances), matched by PCI
-// address. NVML is loaded with dlopen by go-nvml and used only after a successful nvmlInit; a
-// host without it (or the fake driver) gets the driver's description and NVMLErr saying why.
+// address. NVML is loaded with dlopen (internal/nvml) and used only after a successful
+// nvmlInit; a host without it (or the fake driver) gets the driver's description and NVMLErr
+// saying why.
 
 // GPU describes one CUDA device as OpenAll found it.
 type GPU struct {
@@ -57,7 +58,7 @@ type All struct {
 	NVMLErr error
 }
 
-// nvmlLibrary is the NVML OpenAll asks (tests put go-nvml's mocks there).
+// nvmlLibrary is the NVML OpenAll asks (tests put an nvml.Fake there).
 var nvmlLibrary = nvml.Default
 
 // OpenAll opens every CUDA device and a heap on each with the options o (each heap sized by

@@ -1,45 +1,34 @@
-//go:build cgo && linux
-
 package device
 
 import (
 	"fmt"
 	"testing"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
-
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/nvml"
 )
 
-// TestOpenAllNVML matches go-nvml's DGX H100 mock (its GPUs given the fake's PCI addresses,
-// in another order) to the fake's devices, with GPU 1 in MIG mode with two instances.
+// TestOpenAllNVML matches a fake DGX H100 (its GPUs given the fake driver's PCI addresses, in
+// another order) to the fake driver's devices, with GPU 1 in MIG mode with two instances.
 func TestOpenAllNVML(t *testing.T) {
 	f := fakecuda.Run(t)
 	if f == nil {
 		return
 	}
 	f.SetDevices(2)
-	srv := dgxh100.New()
-	for i, d := range srv.Devices {
-		dev := d.(*server.Device)
+	srv := nvml.NewFakeDGXH100()
+	for i := range srv.Devices {
+		dev := &srv.Devices[i]
 		bus := uint32(0x10 + (len(srv.Devices) - 1 - i)) // NVML's order is not CUDA's
-		dev.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) { return gonvml.PciInfo{Bus: bus}, gonvml.SUCCESS }
-		dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) { return gonvml.Memory_v2{}, gonvml.ERROR_NOT_SUPPORTED }
+		dev.PCI.Bus = bus
+		dev.MemoryV2Return = nvml.ErrorNotSupported
 		if bus == 0x11 {
-			dev.MigMode = gonvml.DEVICE_MIG_ENABLE
-			dev.GetMaxMigDeviceCountFunc = func() (int, gonvml.Return) { return 2, gonvml.SUCCESS }
-			dev.GetMigDeviceHandleByIndexFunc = func(k int) (gonvml.Device, gonvml.Return) {
-				return &mock.Device{
-					GetUUIDFunc: func() (string, gonvml.Return) { return fmt.Sprintf("MIG-%d", k), gonvml.SUCCESS },
-					GetMemoryInfo_v2Func: func() (gonvml.Memory_v2, gonvml.Return) {
-						return gonvml.Memory_v2{Total: 20 << 30}, gonvml.SUCCESS
-					},
-				}, gonvml.SUCCESS
+			var instances []nvml.FakeMIGDevice
+			for k := range 2 {
+				instances = append(instances, nvml.FakeMIGDevice{Index: k, UUID: fmt.Sprintf("MIG-%d", k),
+					Memory: nvml.Memory{Total: 20 << 30}})
 			}
+			srv.SetMIG(i, instances...)
 		}
 	}
 	defer func(l func() nvml.Library) { nvmlLibrary = l }(nvmlLibrary)
@@ -61,5 +50,8 @@ func TestOpenAllNVML(t *testing.T) {
 	}
 	if m := all.GPUs[1].MIGInstances; len(m) != 2 || m[0].UUID != "MIG-0" || m[1].TotalMem != 20<<30 {
 		t.Errorf("MIG instances %+v", m)
+	}
+	if !srv.Balanced() {
+		t.Errorf("NVML called while uninitialized (%d calls), or left initialized", srv.Uninitialized)
 	}
 }

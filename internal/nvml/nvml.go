@@ -1,13 +1,23 @@
-// Package nvml discovers NVIDIA GPUs and their memory through NVML, using NVIDIA's go-nvml
-// (github.com/NVIDIA/go-nvml/pkg/nvml), which loads libnvidia-ml.so.1 with dlopen at run time.
+// Package nvml discovers NVIDIA GPUs and their memory through NVML (libnvidia-ml.so.1), loaded
+// with dlopen at run time the way internal/cuda loads libcuda: no NVML header and no
+// -lnvidia-ml at build time, and a machine without the library gets an error, not a link
+// failure. It binds the few entry points it uses itself (nvml_cgo.go) instead of NVIDIA's
+// go-nvml, whose cgo build of nvml.h printed about 150 lines of deprecation warnings on every
+// cold build.
 //
-// Every query is bracketed by nvml.Init and nvml.Shutdown, and nothing else is called unless
-// Init succeeded: after a failed Init (the library is absent) any other go-nvml call aborts the
-// process with a symbol lookup error. Functions take the library as a Library so that tests can
-// pass go-nvml's mocks (pkg/nvml/mock/dgxh100 and friends).
+// Every query is bracketed by Init and Shutdown, and nothing else is called unless Init
+// succeeded: the system library's binding refuses (ErrorUninitialized) any call made while no
+// Init of its own is outstanding, without entering the library (go-nvml's lesson: there, a
+// call after a failed Init aborted the process). Functions take the library as a Library so
+// that tests can pass a Fake (fake.go) and count what was called.
 //
-// go-nvml needs cgo. Without cgo, or off linux, Library is an empty interface, Default returns
-// nil and every function returns an error matching ErrUnavailable.
+// The interfaces carry go-nvml's method names (Init, DeviceGetCount, DeviceGetHandleByIndex,
+// GetName, ...), so code written against go-nvml ports by renaming the package. To use another
+// NVML function, add its method to Device or Library (library.go), its shim to nvml_cgo.go,
+// its answer to Fake and to testdata/fakenvml.c.
+//
+// Without cgo, or off linux, Default returns a library whose Init answers
+// ErrorLibraryNotFound, so every function returns an error matching ErrUnavailable.
 package nvml
 
 import "errors"
@@ -31,7 +41,7 @@ type GPU struct {
 	// MIG reports that MIG mode is currently enabled on the device.
 	MIG bool
 	// PCIBusID is the device's PCI address as sysfs writes it ("0000:1b:00.0"), from
-	// nvmlDeviceGetPciInfo; empty when NVML does not say.
+	// nvmlDeviceGetPciInfo_v3; empty when NVML does not say.
 	PCIBusID string
 	// MIGDevices lists the device's MIG instances when MIG is on: each is a CUDA device of its
 	// own, with its own memory.

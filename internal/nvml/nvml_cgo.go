@@ -2,156 +2,421 @@
 
 package nvml
 
-import (
-	"fmt"
+// The system library, loaded with dlopen on the first Init and kept for the life of the
+// process (NVML counts Init and Shutdown itself; unloading it buys nothing). Each entry point
+// is resolved once, by the versioned name nvml.h (NVML 13) maps its unversioned name to, when
+// the library loads; one the library lacks answers ErrorFunctionNotFound when called. One C
+// shim per signature takes the entry point as a uintptr_t; handles cross as uintptr_t. The
+// three structs are declared with nvml.h's layout and checked by static assertions.
+//
+// The guard: a system counts the Inits it made that succeeded, less its Shutdowns. Init and
+// Shutdown hold guard for writing (it also covers the loading); every other call holds it for
+// reading while it runs and is refused
+// (ErrorUninitialized) without entering the library when the count is 0, so no entry point but
+// nvmlInit_v2 is ever called unless an nvmlInit_v2 of this system succeeded and its Shutdown
+// has not run, whatever the caller does with handles it kept.
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct { unsigned long long total, free, used; } pmMemory; // nvmlMemory_t
+
+typedef struct { // nvmlMemory_v2_t
+	unsigned int version;
+	unsigned long long total, reserved, free, used;
+} pmMemoryV2;
+
+typedef struct { // nvmlPciInfo_t (nvmlDeviceGetPciInfo_v3)
+	char busIdLegacy[16]; // NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE
+	unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+	char busId[32];       // NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
+} pmPciInfo;
+
+_Static_assert(sizeof(pmMemory) == 24, "nvmlMemory_t layout");
+_Static_assert(sizeof(pmMemoryV2) == 40 && offsetof(pmMemoryV2, total) == 8, "nvmlMemory_v2_t layout");
+_Static_assert(sizeof(pmPciInfo) == 68 && offsetof(pmPciInfo, domain) == 16 &&
+	offsetof(pmPciInfo, pciDeviceId) == 28 && offsetof(pmPciInfo, busId) == 36, "nvmlPciInfo_t layout");
+
+// nvmlMemory_v2: NVML_STRUCT_VERSION(Memory, 2), the struct's size with the version in the top byte.
+static const unsigned int pmMemoryV2Version = (unsigned int)(sizeof(pmMemoryV2) | (2u << 24));
+
+static uintptr_t pm_dlopen(const char *path) { return (uintptr_t)dlopen(path, RTLD_NOW | RTLD_LOCAL); }
+static uintptr_t pm_dlsym(uintptr_t h, const char *name) { return (uintptr_t)dlsym((void *)h, name); }
+
+// Shims by signature. The comment names the entry points that use each.
+
+// nvmlInit_v2, nvmlShutdown
+static int pm_void(uintptr_t fn) { return ((int (*)(void))fn)(); }
+// nvmlDeviceGetCount_v2
+static int pm_count(uintptr_t fn, unsigned *n) { return ((int (*)(unsigned *))fn)(n); }
+// nvmlDeviceGetHandleByIndex_v2
+static int pm_handle(uintptr_t fn, unsigned i, uintptr_t *out) {
+	void *d = NULL;
+	int r = ((int (*)(unsigned, void **))fn)(i, &d);
+	*out = (uintptr_t)d;
+	return r;
+}
+// nvmlDeviceGetHandleByPciBusId_v2
+static int pm_handleByBus(uintptr_t fn, const char *bus, uintptr_t *out) {
+	void *d = NULL;
+	int r = ((int (*)(const char *, void **))fn)(bus, &d);
+	*out = (uintptr_t)d;
+	return r;
+}
+// nvmlDeviceGetName, nvmlDeviceGetUUID
+static int pm_string(uintptr_t fn, uintptr_t dev, char *buf, unsigned len) {
+	return ((int (*)(void *, char *, unsigned))fn)((void *)dev, buf, len);
+}
+// nvmlDeviceGetMemoryInfo
+static int pm_memory(uintptr_t fn, uintptr_t dev, pmMemory *m) {
+	return ((int (*)(void *, pmMemory *))fn)((void *)dev, m);
+}
+// nvmlDeviceGetMemoryInfo_v2
+static int pm_memoryV2(uintptr_t fn, uintptr_t dev, pmMemoryV2 *m) {
+	m->version = pmMemoryV2Version;
+	return ((int (*)(void *, pmMemoryV2 *))fn)((void *)dev, m);
+}
+// nvmlDeviceGetPciInfo_v3
+static int pm_pci(uintptr_t fn, uintptr_t dev, pmPciInfo *p) {
+	return ((int (*)(void *, pmPciInfo *))fn)((void *)dev, p);
+}
+// nvmlDeviceGetNumaNodeId, nvmlDeviceGetMaxMigDeviceCount
+static int pm_uint(uintptr_t fn, uintptr_t dev, unsigned *v) {
+	return ((int (*)(void *, unsigned *))fn)((void *)dev, v);
+}
+// nvmlDeviceGetMigMode
+static int pm_mig(uintptr_t fn, uintptr_t dev, unsigned *current, unsigned *pending) {
+	return ((int (*)(void *, unsigned *, unsigned *))fn)((void *)dev, current, pending);
+}
+// nvmlDeviceGetMigDeviceHandleByIndex
+static int pm_migHandle(uintptr_t fn, uintptr_t dev, unsigned i, uintptr_t *out) {
+	void *d = NULL;
+	int r = ((int (*)(void *, unsigned, void **))fn)((void *)dev, i, &d);
+	*out = (uintptr_t)d;
+	return r;
+}
+*/
+import "C"
+
+import (
+	"strings"
+	"sync"
+	"unsafe"
 )
 
-// Library is the NVML interface: go-nvml's nvml.Interface, so its mocks can be passed.
-type Library = gonvml.Interface
+// DefaultPath is the library Default loads.
+const DefaultPath = "libnvidia-ml.so.1"
 
-// Default returns the system NVML library (libnvidia-ml.so.1, loaded on first Init).
-func Default() Library { return gonvml.New() }
+// stringSize is NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_DEVICE_UUID_V2_BUFFER_SIZE.
+const stringSize = 96
 
-// session initializes lib and returns the function that shuts it down. A failed Init is
-// returned as an error wrapping both ErrUnavailable and the nvml.Return, and lib must then not
-// be used further.
-func session(lib Library) (func(), error) {
-	if lib == nil {
-		return nil, fmt.Errorf("%w: no library", ErrUnavailable)
-	}
-	if ret := lib.Init(); ret != gonvml.SUCCESS {
-		// fmt.Errorf formats now, while the error text is still safe to ask for.
-		return nil, fmt.Errorf("%w: nvml.Init: %w", ErrUnavailable, ret)
-	}
-	return func() { _ = lib.Shutdown() }, nil
+// The entry points, in the order of fnNames.
+const (
+	fnInit = iota
+	fnShutdown
+	fnCount
+	fnHandle
+	fnHandleByBus
+	fnName
+	fnUUID
+	fnMemory
+	fnMemoryV2
+	fnPci
+	fnNuma
+	fnMig
+	fnMaxMig
+	fnMigHandle
+	numFn
+)
+
+// fnNames are the symbols bound: nvml.h's versioned names (NVML 13 defines nvmlInit as
+// nvmlInit_v2, nvmlDeviceGetPciInfo as nvmlDeviceGetPciInfo_v3, and so on).
+var fnNames = [numFn]string{
+	"nvmlInit_v2", "nvmlShutdown", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2",
+	"nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetName", "nvmlDeviceGetUUID",
+	"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetPciInfo_v3",
+	"nvmlDeviceGetNumaNodeId", "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount",
+	"nvmlDeviceGetMigDeviceHandleByIndex",
 }
 
-// Discover initializes lib, describes every device, and shuts lib down again.
-func Discover(lib Library) ([]GPU, error) {
-	done, err := session(lib)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	n, ret := lib.DeviceGetCount()
-	if ret != gonvml.SUCCESS {
-		return nil, fmt.Errorf("nvml: device count: %w", ret)
-	}
-	gpus := make([]GPU, 0, n)
-	for i := 0; i < n; i++ {
-		g, err := describe(lib, i)
-		if err != nil {
-			return nil, err
-		}
-		gpus = append(gpus, g)
-	}
-	return gpus, nil
+// system is a library loaded from a path.
+type system struct {
+	path string
+
+	// guard is held for writing by Init and Shutdown, for reading by every other call.
+	guard  sync.RWMutex
+	loaded bool
+	fn     [numFn]C.uintptr_t // 0: absent
+	refs   int                // Inits that succeeded less Shutdowns
+
+	// unguarded lets the tests call past the guard, to show the fake library catches it.
+	unguarded bool
 }
 
-// MemoryUsed returns the memory in use on device index, in bytes. Tests use it to check that
-// decommitting VMM memory gives it back to the device.
-func MemoryUsed(lib Library, index int) (uint64, error) {
-	done, err := session(lib)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	dev, ret := lib.DeviceGetHandleByIndex(index)
-	if ret != gonvml.SUCCESS {
-		return 0, fmt.Errorf("nvml: device %d: %w", index, ret)
-	}
-	_, _, used, err := memoryInfo(dev)
-	if err != nil {
-		return 0, fmt.Errorf("nvml: device %d: %w", index, err)
-	}
-	return used, nil
+var (
+	defaultOnce sync.Once
+	defaultLib  *system
+)
+
+// Default returns the system NVML library (libnvidia-ml.so.1, loaded on the first Init).
+func Default() Library {
+	defaultOnce.Do(func() { defaultLib = &system{path: DefaultPath} })
+	return defaultLib
 }
 
-// describe reads one device; lib is initialized.
-func describe(lib Library, i int) (GPU, error) {
-	g := GPU{Index: i}
-	dev, ret := lib.DeviceGetHandleByIndex(i)
-	if ret != gonvml.SUCCESS {
-		return g, fmt.Errorf("nvml: device %d: %w", i, ret)
+// Open returns the NVML library at path (a file name the dynamic loader searches for, or a
+// path), loaded on its first Init. Tests use it to load a fake.
+func Open(path string) Library { return &system{path: path} }
+
+// load opens the library once; a failed load is tried again at the next Init. s.guard is
+// held for writing.
+func (s *system) load() bool {
+	if s.loaded {
+		return true
 	}
-	if g.Name, ret = dev.GetName(); ret != gonvml.SUCCESS {
-		return g, fmt.Errorf("nvml: device %d name: %w", i, ret)
+	cpath := C.CString(s.path)
+	defer C.free(unsafe.Pointer(cpath))
+	h := C.pm_dlopen(cpath)
+	if h == 0 {
+		return false
 	}
-	if g.UUID, ret = dev.GetUUID(); ret != gonvml.SUCCESS {
-		return g, fmt.Errorf("nvml: device %d UUID: %w", i, ret)
+	for i, name := range fnNames {
+		cname := C.CString(name)
+		s.fn[i] = C.pm_dlsym(h, cname)
+		C.free(unsafe.Pointer(cname))
 	}
-	var err error
-	if g.TotalMem, g.FreeMem, g.UsedMem, err = memoryInfo(dev); err != nil {
-		return g, fmt.Errorf("nvml: device %d: %w", i, err)
-	}
-	if pci, ret := dev.GetPciInfo(); ret == gonvml.SUCCESS && (pci.Domain|pci.Bus|pci.Device) != 0 {
-		g.PCIBusID = fmt.Sprintf("%04x:%02x:%02x.0", pci.Domain, pci.Bus, pci.Device)
-	}
-	// MIG-incapable devices answer ERROR_NOT_SUPPORTED; any failure here just means no MIG.
-	current, _, ret := dev.GetMigMode()
-	g.MIG = ret == gonvml.SUCCESS && current == gonvml.DEVICE_MIG_ENABLE
-	if g.MIG {
-		g.MIGDevices = migDevices(dev)
-	}
-	return g, nil
+	s.loaded = true
+	return true
 }
 
-// migDevices lists the MIG instances of a device in MIG mode. Slots without an instance
-// answer ERROR_NOT_FOUND and are skipped; an instance whose UUID or memory cannot be read is
-// listed with what could.
-func migDevices(dev gonvml.Device) []MIGDevice {
-	n, ret := dev.GetMaxMigDeviceCount()
-	if ret != gonvml.SUCCESS {
-		return nil
+// Init loads the library if needed and calls nvmlInit_v2.
+func (s *system) Init() Return {
+	s.guard.Lock()
+	defer s.guard.Unlock()
+	if !s.load() {
+		return ErrorLibraryNotFound
 	}
-	var out []MIGDevice
-	for i := 0; i < n; i++ {
-		m, ret := dev.GetMigDeviceHandleByIndex(i)
-		if ret != gonvml.SUCCESS {
-			continue
-		}
-		md := MIGDevice{Index: i}
-		md.UUID, _ = m.GetUUID()
-		md.TotalMem, md.FreeMem, md.UsedMem, _ = memoryInfo(m)
-		out = append(out, md)
+	fn := s.fn[fnInit]
+	if fn == 0 {
+		return ErrorFunctionNotFound
 	}
-	return out
+	r := Return(C.pm_void(fn))
+	if r == Success {
+		s.refs++
+	}
+	return r
 }
 
-// NUMANode initializes lib, returns the host NUMA node nearest the GPU at PCI address busID
-// ("0000:1b:00.0", as GPU.PCIBusID), and shuts lib down. ok is false when NVML does not know
-// (no such device, a driver without nvmlDeviceGetNumaNodeId, a single-node host).
-func NUMANode(lib Library, busID string) (node int, ok bool, err error) {
-	done, err := session(lib)
-	if err != nil {
-		return -1, false, err
+// Shutdown calls nvmlShutdown, when an Init of s is outstanding.
+func (s *system) Shutdown() Return {
+	s.guard.Lock()
+	defer s.guard.Unlock()
+	if s.refs == 0 && !s.unguarded {
+		return ErrorUninitialized
 	}
-	defer done()
-	dev, ret := lib.DeviceGetHandleByPciBusId(busID)
-	if ret != gonvml.SUCCESS {
-		return -1, false, nil
+	fn := s.fn[fnShutdown]
+	if fn == 0 {
+		return ErrorFunctionNotFound
 	}
-	n, ret := dev.GetNumaNodeId()
-	if ret != gonvml.SUCCESS || n < 0 {
-		return -1, false, nil
+	r := Return(C.pm_void(fn))
+	if r == Success && s.refs > 0 {
+		s.refs--
 	}
-	return n, true, nil
+	return r
 }
 
-// memoryInfo prefers nvmlDeviceGetMemoryInfo_v2 and falls back to v1 on drivers without it.
-func memoryInfo(dev gonvml.Device) (total, free, used uint64, err error) {
-	m2, ret := dev.GetMemoryInfo_v2()
-	if ret == gonvml.SUCCESS {
-		return m2.Total, m2.Free, m2.Used, nil
+// enter takes the guard for reading and returns entry point i, or the Return the call
+// answers without entering the library (ErrorUninitialized, ErrorFunctionNotFound). On
+// Success the caller calls the entry point and then s.guard.RUnlock.
+func (s *system) enter(i int) (C.uintptr_t, Return) {
+	s.guard.RLock()
+	if s.refs == 0 && !s.unguarded {
+		s.guard.RUnlock()
+		return 0, ErrorUninitialized
 	}
-	if ret != gonvml.ERROR_NOT_SUPPORTED && ret != gonvml.ERROR_FUNCTION_NOT_FOUND {
-		return 0, 0, 0, fmt.Errorf("memory info: %w", ret)
+	fn := s.fn[i]
+	if fn == 0 {
+		s.guard.RUnlock()
+		return 0, ErrorFunctionNotFound
 	}
-	m, ret := dev.GetMemoryInfo()
-	if ret != gonvml.SUCCESS {
-		return 0, 0, 0, fmt.Errorf("memory info: %w", ret)
+	return fn, Success
+}
+
+// DeviceGetCount calls nvmlDeviceGetCount_v2.
+func (s *system) DeviceGetCount() (int, Return) {
+	fn, r := s.enter(fnCount)
+	if r != Success {
+		return 0, r
 	}
-	return m.Total, m.Free, m.Used, nil
+	defer s.guard.RUnlock()
+	var n C.unsigned
+	r = Return(C.pm_count(fn, &n))
+	return int(n), r
+}
+
+// DeviceGetHandleByIndex calls nvmlDeviceGetHandleByIndex_v2.
+func (s *system) DeviceGetHandleByIndex(index int) (Device, Return) {
+	if index < 0 || uint64(index) > 1<<32-1 {
+		return nil, ErrorInvalidArgument
+	}
+	fn, r := s.enter(fnHandle)
+	if r != Success {
+		return nil, r
+	}
+	defer s.guard.RUnlock()
+	var h C.uintptr_t
+	if r := Return(C.pm_handle(fn, C.unsigned(index), &h)); r != Success {
+		return nil, r
+	}
+	return &device{lib: s, h: h}, Success
+}
+
+// DeviceGetHandleByPciBusId calls nvmlDeviceGetHandleByPciBusId_v2. An address holding a NUL
+// byte is refused: C would read it cut short.
+func (s *system) DeviceGetHandleByPciBusId(busID string) (Device, Return) {
+	if strings.IndexByte(busID, 0) >= 0 {
+		return nil, ErrorInvalidArgument
+	}
+	fn, r := s.enter(fnHandleByBus)
+	if r != Success {
+		return nil, r
+	}
+	defer s.guard.RUnlock()
+	cbus := C.CString(busID)
+	defer C.free(unsafe.Pointer(cbus))
+	var h C.uintptr_t
+	if r := Return(C.pm_handleByBus(fn, cbus, &h)); r != Success {
+		return nil, r
+	}
+	return &device{lib: s, h: h}, Success
+}
+
+// device is a handle (nvmlDevice_t) of a system library: a GPU or a MIG instance.
+type device struct {
+	lib *system
+	h   C.uintptr_t
+}
+
+// str calls a string entry point with a buffer of stringSize bytes.
+func (d *device) str(i int) (string, Return) {
+	fn, r := d.lib.enter(i)
+	if r != Success {
+		return "", r
+	}
+	defer d.lib.guard.RUnlock()
+	var buf [stringSize]C.char
+	if r := Return(C.pm_string(fn, d.h, &buf[0], stringSize)); r != Success {
+		return "", r
+	}
+	buf[stringSize-1] = 0
+	return C.GoString(&buf[0]), Success
+}
+
+// GetName calls nvmlDeviceGetName.
+func (d *device) GetName() (string, Return) { return d.str(fnName) }
+
+// GetUUID calls nvmlDeviceGetUUID.
+func (d *device) GetUUID() (string, Return) { return d.str(fnUUID) }
+
+// GetMemoryInfo calls nvmlDeviceGetMemoryInfo.
+func (d *device) GetMemoryInfo() (Memory, Return) {
+	fn, r := d.lib.enter(fnMemory)
+	if r != Success {
+		return Memory{}, r
+	}
+	defer d.lib.guard.RUnlock()
+	var m C.pmMemory
+	if r := Return(C.pm_memory(fn, d.h, &m)); r != Success {
+		return Memory{}, r
+	}
+	return Memory{Total: uint64(m.total), Free: uint64(m.free), Used: uint64(m.used)}, Success
+}
+
+// GetMemoryInfoV2 calls nvmlDeviceGetMemoryInfo_v2 with the struct's version set.
+func (d *device) GetMemoryInfoV2() (Memory, Return) {
+	fn, r := d.lib.enter(fnMemoryV2)
+	if r != Success {
+		return Memory{}, r
+	}
+	defer d.lib.guard.RUnlock()
+	var m C.pmMemoryV2
+	if r := Return(C.pm_memoryV2(fn, d.h, &m)); r != Success {
+		return Memory{}, r
+	}
+	return Memory{Total: uint64(m.total), Reserved: uint64(m.reserved), Free: uint64(m.free),
+		Used: uint64(m.used)}, Success
+}
+
+// GetPciInfo calls nvmlDeviceGetPciInfo_v3.
+func (d *device) GetPciInfo() (PciInfo, Return) {
+	fn, r := d.lib.enter(fnPci)
+	if r != Success {
+		return PciInfo{}, r
+	}
+	defer d.lib.guard.RUnlock()
+	var p C.pmPciInfo
+	if r := Return(C.pm_pci(fn, d.h, &p)); r != Success {
+		return PciInfo{}, r
+	}
+	p.busId[len(p.busId)-1] = 0
+	return PciInfo{Domain: uint32(p.domain), Bus: uint32(p.bus), Device: uint32(p.device),
+		PciDeviceId: uint32(p.pciDeviceId), BusId: C.GoString(&p.busId[0])}, Success
+}
+
+// unsigned calls an entry point answering one unsigned int.
+func (d *device) unsigned(i int) (uint32, Return) {
+	fn, r := d.lib.enter(i)
+	if r != Success {
+		return 0, r
+	}
+	defer d.lib.guard.RUnlock()
+	var v C.unsigned
+	r = Return(C.pm_uint(fn, d.h, &v))
+	return uint32(v), r
+}
+
+// GetNumaNodeId calls nvmlDeviceGetNumaNodeId. The node is read as a signed int, so that an
+// all-ones answer reads -1 (no node), not 4294967295.
+func (d *device) GetNumaNodeId() (int, Return) {
+	v, r := d.unsigned(fnNuma)
+	return int(int32(v)), r
+}
+
+// GetMaxMigDeviceCount calls nvmlDeviceGetMaxMigDeviceCount.
+func (d *device) GetMaxMigDeviceCount() (int, Return) {
+	v, r := d.unsigned(fnMaxMig)
+	return int(v), r
+}
+
+// GetMigMode calls nvmlDeviceGetMigMode.
+func (d *device) GetMigMode() (current, pending int, r Return) {
+	fn, r := d.lib.enter(fnMig)
+	if r != Success {
+		return 0, 0, r
+	}
+	defer d.lib.guard.RUnlock()
+	var c, p C.unsigned
+	r = Return(C.pm_mig(fn, d.h, &c, &p))
+	return int(c), int(p), r
+}
+
+// GetMigDeviceHandleByIndex calls nvmlDeviceGetMigDeviceHandleByIndex.
+func (d *device) GetMigDeviceHandleByIndex(index int) (Device, Return) {
+	if index < 0 || uint64(index) > 1<<32-1 {
+		return nil, ErrorInvalidArgument
+	}
+	fn, r := d.lib.enter(fnMigHandle)
+	if r != Success {
+		return nil, r
+	}
+	defer d.lib.guard.RUnlock()
+	var h C.uintptr_t
+	if r := Return(C.pm_migHandle(fn, d.h, C.unsigned(index), &h)); r != Success {
+		return nil, r
+	}
+	return &device{lib: d.lib, h: h}, Success
 }

@@ -2,24 +2,21 @@
 
 package nvml
 
-import (
-	"fmt"
-	"runtime"
-)
+// DefaultPath is the library Default would load.
+const DefaultPath = "libnvidia-ml.so.1"
 
-// Library stands for NVML's interface in builds without go-nvml (no cgo, or not linux).
-type Library interface{}
+// noLibrary stands for NVML in builds without cgo or off linux: Init answers
+// ErrorLibraryNotFound, and nothing else is ever called.
+type noLibrary struct{}
 
-// Default returns nil: there is no NVML library in this build.
-func Default() Library { return nil }
+func (noLibrary) Init() Return                                      { return ErrorLibraryNotFound }
+func (noLibrary) Shutdown() Return                                  { return ErrorUninitialized }
+func (noLibrary) DeviceGetCount() (int, Return)                     { return 0, ErrorUninitialized }
+func (noLibrary) DeviceGetHandleByIndex(int) (Device, Return)       { return nil, ErrorUninitialized }
+func (noLibrary) DeviceGetHandleByPciBusId(string) (Device, Return) { return nil, ErrorUninitialized }
 
-var errStub = fmt.Errorf("%w: built without cgo or not on linux (%s/%s)", ErrUnavailable, runtime.GOOS, runtime.GOARCH)
+// Default returns a library that cannot be loaded: this build has no dlopen.
+func Default() Library { return noLibrary{} }
 
-// Discover returns an error matching ErrUnavailable.
-func Discover(Library) ([]GPU, error) { return nil, errStub }
-
-// MemoryUsed returns an error matching ErrUnavailable.
-func MemoryUsed(Library, int) (uint64, error) { return 0, errStub }
-
-// NUMANode returns an error matching ErrUnavailable.
-func NUMANode(Library, string) (int, bool, error) { return -1, false, errStub }
+// Open returns a library that cannot be loaded, whatever the path: this build has no dlopen.
+func Open(string) Library { return noLibrary{} }
