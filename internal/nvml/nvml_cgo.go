@@ -11,10 +11,10 @@ package nvml
 //
 // The guard: a system counts the Inits it made that succeeded, less its Shutdowns. Init and
 // Shutdown hold guard for writing (it also covers the loading); every other call holds it for
-// reading while it runs and is refused
-// (ErrorUninitialized) without entering the library when the count is 0, so no entry point but
-// nvmlInit_v2 is ever called unless an nvmlInit_v2 of this system succeeded and its Shutdown
-// has not run, whatever the caller does with handles it kept.
+// reading while it runs and is refused (ErrorUninitialized) without entering the library when
+// the count is 0. So no entry point but nvmlInit_v2 is ever called unless an nvmlInit_v2 of
+// this system succeeded and its Shutdown has not run, whatever the caller does with handles
+// it kept, and no Shutdown runs under a call in flight.
 
 /*
 #cgo LDFLAGS: -ldl
