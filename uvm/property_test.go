@@ -354,7 +354,11 @@ func TestHostFull(t *testing.T) {
 		t.Fatalf("Acquire whose eviction finds the host full: %v", err)
 	}
 	f.FailRegister(0, 0)
-	checkAccounts(t, tr.Stats())
+	st := tr.Stats()
+	checkAccounts(t, st)
+	if st.Failures != 0 || st.Moved(false).Blocks != 0 { // a full host is not a failed copy
+		t.Fatalf("after the eviction refused for a full host: %+v", st)
+	}
 	for i, h := range hs[:2] {
 		p, err := tr.Acquire(h, s, uvm.Read)
 		must(t, err)

@@ -373,11 +373,17 @@ func TestLateBadHandle(t *testing.T) {
 	if !bytes.Equal(readDev(t, dev, s, p, size), pattern(byte(len(hs)-1), size)) {
 		t.Fatal("the last block's bytes differ after the Prefetch")
 	}
+	before = tr.Stats()
 	if err := tr.Evict(hs); !errors.Is(err, uvm.ErrAcquired) {
 		t.Fatalf("Evict with an acquired block last: %v", err)
 	}
-	if st := tr.Stats(); st.DeviceBytes != n*size {
-		t.Fatalf("a refused Evict moved blocks: %d device bytes, want %d", st.DeviceBytes, n*size)
+	if err := tr.Evict(append(hs[:n-1:n-1], gone)); !errors.Is(err, uvm.ErrInvalidHandle) {
+		t.Fatalf("Evict with a freed handle last: %v", err)
+	}
+	// A refused handle is the caller's error, not a failed batch: no block moved, no failure.
+	if st := tr.Stats(); st.DeviceBytes != n*size || st.Moved(false) != before.Moved(false) || st.Failures != before.Failures {
+		t.Fatalf("after the refused Evicts: %d device bytes, want %d; out %+v -> %+v, failures %d -> %d",
+			st.DeviceBytes, n*size, before.Moved(false), st.Moved(false), before.Failures, st.Failures)
 	}
 	must(t, tr.Release(hs[n-1], s))
 	must(t, tr.Evict(hs))
