@@ -7,6 +7,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // completion is a batch queued on one of the tier's streams: when its event completes, the
@@ -486,15 +487,16 @@ func (t *Tier) evictBatch(ids []BlockID, hs []Handle, cause Cause) error {
 	return nil
 }
 
-// hostAlloc gives b a host buffer. When the pool is full it drops host copies of clean blocks
-// on the device (they become dirty), then retries; it fails with ErrHostFull. t.mu is held.
+// hostAlloc gives b a host buffer. When the pool is out of memory (pinned.ErrOutOfMemory: its
+// capacity is used, or the driver refused to pin more) it drops host copies of clean blocks on
+// the device (they become dirty), then retries; it fails with ErrHostFull. t.mu is held.
 func (t *Tier) hostAlloc(id BlockID, b *block) error {
 	buf, err := t.pool.Alloc(int(b.size))
-	if err != nil && errors.Is(err, heap.ErrOutOfMemory) && t.dropHostCopies(b.size) {
+	if err != nil && errors.Is(err, pinned.ErrOutOfMemory) && t.dropHostCopies(b.size) {
 		buf, err = t.pool.Alloc(int(b.size))
 	}
 	if err != nil {
-		if errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, heap.ErrTooLarge) || errors.Is(err, cuda.ErrOutOfMemory) {
+		if errors.Is(err, pinned.ErrOutOfMemory) || errors.Is(err, pinned.ErrTooLarge) {
 			return fmt.Errorf("%w: host buffer of %d bytes for block %#x: %w", ErrHostFull, b.size, t.handle(id), err)
 		}
 		return fmt.Errorf("uvm: host buffer of %d bytes: %w", b.size, err)
