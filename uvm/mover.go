@@ -5,7 +5,6 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // CopyJob is one copy of Len bytes from Src to Dst, both addresses the device can use. It is
@@ -33,25 +32,16 @@ type Mover interface {
 	Copy(jobs []CopyJob, s cuda.Stream) error
 }
 
-// perJobMover queues one cuMemcpyAsync per job: the fallback when no batched copy engine is
-// available.
-type perJobMover struct{ dev *icuda.Device }
-
-// Copy implements Mover.
-func (m perJobMover) Copy(jobs []CopyJob, s cuda.Stream) error {
-	for i, j := range jobs {
-		if err := m.dev.MemcpyAsync(j.Dst, j.Src, j.Len, s); err != nil {
-			return fmt.Errorf("uvm: copy %d of %d (%d bytes, %#x to %#x): %w", i+1, len(jobs), j.Len, j.Src, j.Dst, err)
-		}
-	}
-	return nil
-}
-
-// PerJobMover returns a Mover that queues one cuMemcpyAsync per job on dev.
+// PerJobMover returns a Mover that queues one cuMemcpyAsync per job on dev: a device.Batcher
+// forced to device.MethodPerCopy, whose errors name the failing job (0-based) and leave the
+// jobs before it queued. Such a Batcher holds no driver resource (no kernel, no staging buffer,
+// no stream), so it needs no Close. Like the tier's own Batcher it trusts that the jobs of a
+// batch do not overlap (device.BatchOptions.TrustNoOverlap); it still refuses an invalid job
+// (device.ErrInvalidJob).
 func PerJobMover(dev *cuda.Device) (Mover, error) {
-	d, err := icuda.Internal(dev)
+	b, err := device.NewBatcher(dev, device.BatchOptions{Method: device.MethodPerCopy, TrustNoOverlap: true})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	return perJobMover{dev: d}, nil
+	return b, nil
 }

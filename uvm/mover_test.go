@@ -2,10 +2,15 @@ package uvm_test
 
 import (
 	"bytes"
+	"errors"
+	"strings"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -107,5 +112,40 @@ func TestMoverCalibrated(t *testing.T) {
 			(after.batches > before.batches) != c.batch || after.memcpys != before.memcpys {
 			t.Errorf("%d-byte blocks: mover %q; launches, batches, copies %+v -> %+v", c.size, st.Mover, before, after)
 		}
+	}
+}
+
+// TestPerJobMover checks that PerJobMover is the device package's per-copy path (a Batcher
+// forced to MethodPerCopy), so that a failing copy is numbered as the Batcher numbers it (from
+// 0) with the copies before it queued, and that it refuses a device that is not open.
+func TestPerJobMover(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	if _, err := uvm.PerJobMover(nil); !errors.Is(err, uvm.ErrInvalidOptions) {
+		t.Errorf("PerJobMover(nil): %v", err)
+	}
+	m, err := uvm.PerJobMover(fakecuda.Public(dev))
+	must(t, err)
+	if b, ok := m.(*device.Batcher); !ok || b.Method() != device.MethodPerCopy {
+		t.Fatalf("PerJobMover is %T, want a per-copy *device.Batcher", m)
+	}
+	const n = 4 * kib
+	d, err := dev.MemAlloc(n)
+	must(t, err)
+	defer func() { must(t, dev.MemFree(d)) }()
+	src := pattern(3, n)
+	host, err := dev.MemHostAlloc(n, icuda.HostAllocDeviceMap|icuda.HostAllocPortable)
+	must(t, err)
+	defer func() { must(t, dev.MemFreeHost(host)) }()
+	copy(mem.Bytes(host, n), src)
+	jobs := []uvm.CopyJob{{Dst: d, Src: host, Len: n}, {Dst: d, Src: host + n/2, Len: n}} // the second runs past the end
+	err = m.Copy(jobs, 0)
+	if !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(err.Error(), "job 1 of 2") {
+		t.Fatalf("a copy whose second job runs past its buffer: %v", err)
+	}
+	if !bytes.Equal(readDev(t, dev, 0, d, n), src) {
+		t.Error("the job before the failing one did not move its bytes")
 	}
 }
