@@ -9,6 +9,27 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
+// Mode says what an acquisition does to a block.
+type Mode uint8
+
+const (
+	// Read leaves the block's bytes as they are: a host copy stays valid (the block is clean).
+	Read Mode = iota
+	// Write may change the bytes: a host copy becomes stale (the block is dirty).
+	Write
+)
+
+// String names the mode.
+func (m Mode) String() string {
+	switch m {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
 // Acquire makes block h resident and returns its device address for work queued on stream s
 // from now until Release(h, s). It does not wait for a copy: a block brought back is copied
 // on the tier's H2D stream and s is made to wait for it. Mode Write marks the host copy stale.
@@ -162,210 +183,10 @@ func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	return err
 }
 
-// AcquireHost returns the block's bytes as a []byte of pinned host memory for Go to read
-// (Read) or fill (Write), valid until ReleaseHost. A block whose newest bytes are on the device
-// is copied to the host first, and AcquireHost waits for that copy. With Write the device copy
-// is dropped (the next Acquire brings the new bytes back). Several readers may hold a block;
-// a writer excludes every other acquisition. Errors: ErrInvalidHandle, ErrAcquired (acquired
-// on the device, or on the host by a writer or, for Write, a reader), ErrHostFull.
-func (t *Tier) AcquireHost(h Handle, m Mode) ([]byte, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, ErrClosed
+// signal wakes AcquireContext callers waiting for room. t.mu is held.
+func (t *Tier) signal() {
+	if t.wake != nil {
+		close(t.wake)
+		t.wake = nil
 	}
-	if m > Write {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, m)
-	}
-	id, b, err := t.lookup(h)
-	if err != nil {
-		return nil, err
-	}
-	if b.pins > 0 || (b.hostPins > 0 && (b.hostWrite || m == Write)) {
-		return nil, fmt.Errorf("%w: block %#x", ErrAcquired, uint64(h))
-	}
-	if err := t.poll(); err != nil {
-		return nil, err
-	}
-	switch {
-	case b.fresh:
-		if err := t.hostAlloc(id, b); err != nil {
-			return nil, err
-		}
-		b.fresh, b.hostValid = false, true
-		t.acct.fresh -= b.size
-		t.acct.hostOnly += b.size
-	case !b.clean() && b.dev != 0:
-		if err := t.copyToHost(id, b); err != nil {
-			return nil, err
-		}
-	}
-	// The host copy is valid; wait for a copy still writing it (an eviction), and for a
-	// writer, for one still reading it (a restore).
-	if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) {
-		if err := t.dev.EventSynchronize(b.evictEv); err != nil {
-			return nil, fmt.Errorf("uvm: wait for the eviction of %#x: %w", uint64(h), err)
-		}
-	}
-	if m == Write && b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
-		if err := t.dev.EventSynchronize(b.readyEv); err != nil {
-			return nil, fmt.Errorf("uvm: wait for the restore of %#x: %w", uint64(h), err)
-		}
-	}
-	if m == Write && b.dev != 0 {
-		// The device copy becomes stale: give its VRAM back behind its uses.
-		t.waits = t.waits[:0]
-		t.addWaits(b)
-		if err := t.retire(completion{dev: []devBlock{{b.dev, b.size}}}); err != nil {
-			return nil, err
-		}
-		t.putReleases(b)
-		t.policy.Evicted(id)
-		b.dev = 0
-		t.acct.device -= b.size
-		t.acct.hostOnly += b.size
-	}
-	b.hostPins++
-	b.hostWrite = m == Write
-	return b.host[:b.n:b.n], nil
-}
-
-// copyToHost copies a dirty block's device bytes to its host buffer on the D2H stream, after
-// its uses, and waits for the copy. The block stays on the device, clean. t.mu is held.
-func (t *Tier) copyToHost(id BlockID, b *block) error {
-	if b.host == nil {
-		if err := t.hostAlloc(id, b); err != nil {
-			return err
-		}
-	}
-	t.waits = t.waits[:0]
-	t.addWaits(b)
-	err := t.queueWaits(t.d2h)
-	if err == nil {
-		err = t.mover.Copy(append(t.jobs[:0], CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size}), t.d2h)
-	}
-	var ev cuda.Event
-	if err == nil {
-		ev, err = t.pushEvent(dirD2H, completion{})
-	}
-	if err == nil {
-		err = t.dev.EventSynchronize(ev)
-	}
-	if err != nil {
-		t.st.Failures++
-		return fmt.Errorf("uvm: copy of %#x to the host: %w", uint64(t.handle(id)), err)
-	}
-	b.hostValid = true
-	t.st.Out[CauseHost].Blocks++
-	t.st.Out[CauseHost].Bytes += uint64(b.size)
-	return nil
-}
-
-// ReleaseHost ends a use of the []byte from AcquireHost. Errors: ErrNotAcquired.
-func (t *Tier) ReleaseHost(h Handle) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, b, err := t.lookup(h)
-	if err != nil {
-		return err
-	}
-	if b.hostPins == 0 {
-		return fmt.Errorf("%w: ReleaseHost of %#x", ErrNotAcquired, uint64(h))
-	}
-	if b.hostPins--; b.hostPins == 0 {
-		b.hostWrite = false
-		t.signal()
-	}
-	return nil
-}
-
-// Prefetch brings the blocks hs to the device ahead of use, in one batch, without waiting:
-// stream s is made to wait for the copies, so work queued on s after Prefetch sees the blocks.
-// The blocks are not acquired: they are evictable as soon as they arrive, coldest last (the
-// policy records the prefetch as a use). Blocks already on the device are skipped. Errors as
-// for Acquire, and ErrTooLarge for more bytes than the budget; on an error none of the blocks
-// has moved (blocks evicted to make room for them stay evicted).
-func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return ErrClosed
-	}
-	// The handles are checked a chunk at a time, each chunk restored (room made, copies
-	// queued) before the next is checked, so that the device starts copying before the last
-	// handle is looked at: a first pass over 16,384 handles delayed the first copy by 80 µs
-	// or more (BenchmarkBlockCost), more than the slack a 64 MiB batch of 4 KiB blocks has at
-	// 48 GB/s. Duplicates and blocks on the device are skipped; the blocks stay marked chosen
-	// until the restore finishes or aborts.
-	ids := t.one[:0]
-	var need uintptr
-	r := t.beginRestore()
-	fail := func(err error) error {
-		t.abortRestore(&r, ids)
-		t.one = ids[:0]
-		return err
-	}
-	if err := t.checkStream(s); err != nil { // as Acquire: every time (streams.go)
-		return err
-	}
-	chunk := firstLaunchJobs
-	for start := 0; start < len(hs); {
-		end := min(start+chunk, len(hs))
-		first := len(ids)
-		var chunkNeed uintptr
-		for _, h := range hs[start:end] {
-			id, b, err := t.lookup(h)
-			if err == nil && b.hostWrite && b.dev == 0 {
-				err = fmt.Errorf("%w: block %#x is acquired on the host for writing", ErrAcquired, uint64(h))
-			}
-			if err != nil {
-				return fail(err)
-			}
-			if b.dev == 0 && !b.chosen {
-				b.chosen = true // counted once
-				ids = append(ids, id)
-				chunkNeed += b.size
-			}
-		}
-		start, chunk = end, min(2*chunk, launchJobs)
-		if len(ids) == first {
-			continue
-		}
-		if need += chunkNeed; need > t.budget {
-			return fail(fmt.Errorf("%w: a prefetch of more than %d bytes, budget %d", ErrTooLarge, need, t.budget))
-		}
-		if err := t.addRestore(&r, ids[first:], chunkNeed); err != nil {
-			return fail(err)
-		}
-	}
-	t.one = ids[:0]
-	if len(ids) == 0 {
-		return nil
-	}
-	ev, copied, err := t.finishRestore(&r, ids, CausePrefetch)
-	if err != nil {
-		return err
-	}
-	if copied { // one wait covers the batch: every copy of it is before its event
-		if err := t.dev.StreamWaitEvent(s, ev); err != nil {
-			return fmt.Errorf("uvm: stream %#x waits for a prefetch: %w", s, err)
-		}
-	}
-	return nil
-}
-
-// Evict moves the blocks hs off the device now, in one batch (dirty ones are copied to the
-// host, clean ones dropped), without waiting for the copies. Blocks not on the device are
-// skipped. Errors: ErrAcquired for a block acquired on the device (nothing moves), ErrHostFull,
-// and the copy's errors, after which every block is where it was.
-func (t *Tier) Evict(hs []Handle) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return ErrClosed
-	}
-	if err := t.poll(); err != nil {
-		return err
-	}
-	return t.evictBatch(nil, hs, CauseExplicit)
 }

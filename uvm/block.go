@@ -7,6 +7,16 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
+// Handle names a block of a Tier. The zero Handle is never valid.
+type Handle uint64
+
+// hostAlign is the alignment of host buffers and device blocks: what coalesced copies and the
+// copy kernel's 16-byte vectors want.
+const hostAlign = 256
+
+// roundUp rounds a block size to hostAlign.
+func roundUp(n uintptr) uintptr { return (n + hostAlign - 1) &^ (hostAlign - 1) }
+
 // block is one slot of the tier's table. See the package documentation for its states:
 //
 //	fresh:  fresh, dev == 0, host == nil
@@ -46,14 +56,6 @@ type use struct {
 	n int32
 }
 
-// relEvent is an event recorded on stream s when a use of a block ended; seq orders the
-// release events of all blocks, so that a batch waits only on the newest of each stream.
-type relEvent struct {
-	s   cuda.Stream
-	ev  cuda.Event
-	seq uint64
-}
-
 func (b *block) clean() bool { return b.host != nil && b.hostValid }
 
 // handle returns the handle of slot id.
@@ -77,9 +79,6 @@ func (t *Tier) lookup(h Handle) (BlockID, *block, error) {
 	}
 	return id, b, nil
 }
-
-// pending reports whether batch seq of direction dir has not completed yet.
-func (t *Tier) pending(dir int, seq uint64) bool { return seq > t.doneSeq[dir] }
 
 // Alloc creates a block of n bytes. It has no storage until it is first acquired (on the
 // device or the host), and its contents are undefined until written. It fails with ErrTooLarge
@@ -187,83 +186,4 @@ func (t *Tier) freeBlock(id BlockID) error {
 	t.st.Frees++
 	t.signal()
 	return errors.Join(errs...)
-}
-
-// recordRelease records (or re-records) b's release event on s. t.mu is held.
-func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
-	t.relSeq++
-	for i := range b.rel {
-		if r := &b.rel[i]; r.s == s {
-			r.seq = t.relSeq
-			return t.dev.EventRecord(r.ev, s)
-		}
-	}
-	var ev cuda.Event
-	if k := len(t.relIdle); k > 0 {
-		ev, t.relIdle = t.relIdle[k-1], t.relIdle[:k-1]
-	} else {
-		var err error
-		if ev, err = t.events.Get(); err != nil {
-			return err
-		}
-	}
-	if err := t.dev.EventRecord(ev, s); err != nil {
-		t.relIdle = append(t.relIdle, ev)
-		return err
-	}
-	b.rel = append(b.rel, relEvent{s: s, ev: ev, seq: t.relSeq})
-	return nil
-}
-
-// putReleases keeps b's release events for the next releases (t.relIdle: a stack under t.mu,
-// which costs an eviction no lock per block, as the event pool's would), once waits on them
-// are queued: recording an event again does not affect a wait queued before.
-func (t *Tier) putReleases(b *block) {
-	for _, r := range b.rel {
-		t.relIdle = append(t.relIdle, r.ev)
-	}
-	b.rel = b.rel[:0]
-}
-
-// addWaits adds to t.waits what a copy out of (or a free of) b must wait for: the newest
-// release event of each stream, and b's restore if it may be in flight (as a wait on the H2D
-// stream's event, stream 0 marking it).
-func (t *Tier) addWaits(b *block) {
-	for _, r := range b.rel {
-		t.addWait(r)
-	}
-	if b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
-		t.addWait(relEvent{s: t.h2d, ev: b.readyEv, seq: b.readySeq})
-	}
-}
-
-// addWait keeps the newest event per stream in t.waits.
-func (t *Tier) addWait(r relEvent) {
-	for i := range t.waits {
-		if w := &t.waits[i]; w.s == r.s {
-			if r.seq > w.seq {
-				*w = r
-			}
-			return
-		}
-	}
-	t.waits = append(t.waits, r)
-}
-
-// queueWaits makes stream s wait on every event of t.waits.
-func (t *Tier) queueWaits(s cuda.Stream) error {
-	for _, w := range t.waits {
-		if err := t.dev.StreamWaitEvent(s, w.ev); err != nil {
-			return fmt.Errorf("uvm: wait on stream %#x for stream %#x: %w", s, w.s, err)
-		}
-	}
-	return nil
-}
-
-// signal wakes AcquireContext callers waiting for room. t.mu is held.
-func (t *Tier) signal() {
-	if t.wake != nil {
-		close(t.wake)
-		t.wake = nil
-	}
 }

@@ -2,6 +2,15 @@ package uvm
 
 import "time"
 
+const (
+	// thrashQuiet is how long a block must go without a migration for its thrash history to
+	// reset (the driver's 2000 lapses).
+	thrashQuiet = time.Second
+	// thrashThreshold is the number of migrations in a row, each within a lapse, that make a
+	// block thrash.
+	thrashThreshold = 3
+)
+
 // thrashState is a block's migration history, for thrash detection (see the package
 // documentation): the driver's policy, per block, with the lapse and pin time of Options.
 type thrashState struct {

@@ -93,88 +93,6 @@ import (
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
-// Handle names a block of a Tier. The zero Handle is never valid.
-type Handle uint64
-
-// Mode says what an acquisition does to a block.
-type Mode uint8
-
-const (
-	// Read leaves the block's bytes as they are: a host copy stays valid (the block is clean).
-	Read Mode = iota
-	// Write may change the bytes: a host copy becomes stale (the block is dirty).
-	Write
-)
-
-// String names the mode.
-func (m Mode) String() string {
-	switch m {
-	case Read:
-		return "read"
-	case Write:
-		return "write"
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
-
-// Defaults of Options.
-const (
-	// DefaultThrashLapse is the default Options.ThrashLapse, the driver's.
-	DefaultThrashLapse = 500 * time.Microsecond
-	// DefaultThrashPin is the default Options.ThrashPin, the driver's (300 lapses).
-	DefaultThrashPin = 150 * time.Millisecond
-	// thrashQuiet is how long a block must go without a migration for its thrash history to
-	// reset (the driver's 2000 lapses).
-	thrashQuiet = time.Second
-	// thrashThreshold is the number of migrations in a row, each within a lapse, that make a
-	// block thrash.
-	thrashThreshold = 3
-	// evictWindow is how many of the coldest blocks an eviction looks at for clean ones
-	// before it takes any in policy order.
-	evictWindow = 4
-	// hostAlign is the alignment of host buffers and device blocks: what coalesced copies and
-	// the copy kernel's 16-byte vectors want.
-	hostAlign = 256
-)
-
-// Options configures a Tier.
-type Options struct {
-	// DeviceBudget is the VRAM the tier's blocks may hold, in bytes (required).
-	DeviceBudget uintptr
-	// HostCapacity caps the pinned host pool (default 4×DeviceBudget). Blocks whose bytes
-	// would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.
-	HostCapacity uintptr
-	// HostPrecommit is how many bytes of the host pool to commit and pin in the background
-	// when the tier is made, so that the first evictions do not wait for the driver to pin
-	// memory (default 0: pinned as evictions need it). At most HostCapacity.
-	HostPrecommit uintptr
-	// Policy orders evictions (nil: LRU()). A Policy serves one tier.
-	Policy Policy
-	// Mover copies batches of blocks (nil: a device.Batcher that calibrates itself and moves
-	// each batch with the fastest method the driver has for its block size and length: one
-	// launch of the gather kernel, one cuMemcpyBatchAsync call, or one copy per block). The
-	// tier closes a Mover it made, never one given here.
-	Mover Mover
-	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
-	// its own over dev). The tier becomes the heap's pressure hook until Close (chaining to
-	// the hook it replaces): another user's Alloc that finds the heap full makes the tier
-	// evict cold blocks first (pressure.go). Tiers sharing a heap are closed in the reverse
-	// order of their New. Give such a heap a PurgeDelay longer than the time between
-	// evictions (or -1, as the tier's own heap has): VRAM the heap decommits and commits again
-	// costs far more than the copies that free and reuse it.
-	Heap *device.Heap
-	// ThrashLapse is the longest gap between migrations of a block that counts toward
-	// thrashing (default DefaultThrashLapse; negative: no thrash detection).
-	ThrashLapse time.Duration
-	// ThrashPin is how long a thrashing block is kept on the device (default DefaultThrashPin).
-	ThrashPin time.Duration
-	// Clock returns the time, for tests (nil: time.Now).
-	Clock func() time.Time
-	// OnMigrate, if set, is called for every block moved, with the tier's lock held: it must
-	// not call the tier.
-	OnMigrate func(Migration)
-}
-
 // Tier keeps blocks in VRAM within a budget and the rest in pinned host memory. See the
 // package documentation.
 type Tier struct {
@@ -223,12 +141,6 @@ type Tier struct {
 	one   []BlockID // the blocks of an Acquire, Prefetch or Evict
 	waits []relEvent
 }
-
-// Directions of a batch.
-const (
-	dirH2D = iota
-	dirD2H
-)
 
 // accounts are the byte counts the invariants speak of.
 type accounts struct {
@@ -384,25 +296,6 @@ func (t *Tier) release() error {
 	return errors.Join(errs...)
 }
 
-// Sync waits until every transfer the tier has queued has completed, and finishes them (their
-// VRAM and host buffers become reusable).
-func (t *Tier) Sync() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return ErrClosed
-	}
-	return t.drain()
-}
-
-// drain waits for every completion. t.mu is held.
-func (t *Tier) drain() error {
-	if err := t.queue.Drain(); err != nil {
-		return fmt.Errorf("uvm: wait for transfers: %w", err)
-	}
-	return nil
-}
-
 // Close waits for the tier's transfers, frees every block and gives back the tier's memory,
 // streams and events (and the device heap and mover it made). It fails with ErrAcquired, and
 // changes nothing, while a block is acquired on the device or the host.
@@ -437,9 +330,6 @@ func (t *Tier) Close() error {
 	errs = append(errs, t.release())
 	return errors.Join(errs...)
 }
-
-// roundUp rounds a block size to hostAlign.
-func roundUp(n uintptr) uintptr { return (n + hostAlign - 1) &^ (hostAlign - 1) }
 
 // roundChunk rounds n up to a 2 MiB chunk.
 func roundChunk(n uintptr) uintptr { return (n + 2<<20 - 1) &^ (2<<20 - 1) }

@@ -1,0 +1,146 @@
+package uvm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+)
+
+// Completions: the batches queued on the tier's two streams, and what each gives back once its
+// event has completed.
+
+// Directions of a batch.
+const (
+	dirH2D = iota
+	dirD2H
+)
+
+// completion is a batch queued on one of the tier's streams: when its event completes, the
+// batch's copies are done and the memory it lists can be reused.
+type completion struct {
+	dir int
+	seq uint64
+	dev []devBlock // VRAM no longer used once the event completes: spare (spare.go)
+	// devBytes is the bytes of dev, when the batch added them up (0: not counted)
+	devBytes uintptr
+	host     [][]byte // host buffers to give back to the pool
+}
+
+// devBlock is a block of VRAM and its size.
+type devBlock struct {
+	p    cuda.DevicePtr
+	size uintptr
+}
+
+// pending reports whether batch seq of direction dir has not completed yet.
+func (t *Tier) pending(dir int, seq uint64) bool { return seq > t.doneSeq[dir] }
+
+// push records an event on the stream of dir and queues c behind it, as batch number
+// t.seq[dir]+1. It returns the event (owned by the queue until the batch completes).
+func (t *Tier) push(dir int, c completion) error {
+	_, err := t.pushEvent(dir, c)
+	return err
+}
+
+func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
+	s := t.h2d
+	if dir == dirD2H {
+		s = t.d2h
+	}
+	ev, err := t.events.Get()
+	if err != nil {
+		return 0, err
+	}
+	if err := t.dev.EventRecord(ev, s); err != nil {
+		t.events.Put(ev)
+		return 0, err
+	}
+	t.seq[dir]++
+	c.dir, c.seq = dir, t.seq[dir]
+	t.queue.PushEvent(s, ev, c)
+	return ev, nil
+}
+
+// retire queues c on the D2H stream behind t.waits: its memory is given back once every use
+// and copy before it is done. t.mu is held.
+func (t *Tier) retire(c completion) error {
+	if err := t.queueWaits(t.d2h); err != nil {
+		// The waits cannot be queued: wait for the streams themselves, on the CPU.
+		for _, w := range t.waits {
+			if serr := t.dev.EventSynchronize(w.ev); serr != nil {
+				return errors.Join(err, serr)
+			}
+		}
+		return t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})
+	}
+	return t.push(dirD2H, c)
+}
+
+// poll finishes the batches that have completed. t.mu is held.
+func (t *Tier) poll() error {
+	if t.queue.Len() == 0 {
+		return nil
+	}
+	if err := t.queue.Poll(); err != nil {
+		return fmt.Errorf("uvm: transfers: %w", err)
+	}
+	return nil
+}
+
+// complete finishes a batch whose event has completed (the queue's done function).
+func (t *Tier) complete(c completion) error {
+	if c.seq > t.doneSeq[c.dir] {
+		t.doneSeq[c.dir] = c.seq
+	}
+	err := t.putSpares(c.dev, c.devBytes)
+	for _, b := range c.host {
+		if ferr := t.pool.Free(b); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+	}
+	if len(c.dev)+len(c.host) > 0 {
+		t.signal()
+	}
+	return err
+}
+
+// devList returns an empty list for a completion's VRAM: a recycled one with room for n blocks
+// if there is one, else any recycled one, else a new one of launchJobs; appends grow it, so
+// that no large allocation delays a batch's first copy.
+func (t *Tier) devList(n int) []devBlock {
+	k := len(t.devLists) - 1
+	for i := k; i >= 0; i-- {
+		if cap(t.devLists[i]) >= n {
+			k = i
+			break
+		}
+	}
+	if k < 0 {
+		return make([]devBlock, 0, launchJobs)
+	}
+	l := t.devLists[k]
+	t.devLists[k] = t.devLists[len(t.devLists)-1]
+	t.devLists[len(t.devLists)-1] = nil
+	t.devLists = t.devLists[:len(t.devLists)-1]
+	return l
+}
+
+// Sync waits until every transfer the tier has queued has completed, and finishes them (their
+// VRAM and host buffers become reusable).
+func (t *Tier) Sync() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	return t.drain()
+}
+
+// drain waits for every completion. t.mu is held.
+func (t *Tier) drain() error {
+	if err := t.queue.Drain(); err != nil {
+		return fmt.Errorf("uvm: wait for transfers: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package uvm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// The host side of a block: Go's access to its bytes, and the pinned host buffers that hold them.
+
+// AcquireHost returns the block's bytes as a []byte of pinned host memory for Go to read
+// (Read) or fill (Write), valid until ReleaseHost. A block whose newest bytes are on the device
+// is copied to the host first, and AcquireHost waits for that copy. With Write the device copy
+// is dropped (the next Acquire brings the new bytes back). Several readers may hold a block;
+// a writer excludes every other acquisition. Errors: ErrInvalidHandle, ErrAcquired (acquired
+// on the device, or on the host by a writer or, for Write, a reader), ErrHostFull.
+func (t *Tier) AcquireHost(h Handle, m Mode) ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	if m > Write {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, m)
+	}
+	id, b, err := t.lookup(h)
+	if err != nil {
+		return nil, err
+	}
+	if b.pins > 0 || (b.hostPins > 0 && (b.hostWrite || m == Write)) {
+		return nil, fmt.Errorf("%w: block %#x", ErrAcquired, uint64(h))
+	}
+	if err := t.poll(); err != nil {
+		return nil, err
+	}
+	switch {
+	case b.fresh:
+		if err := t.hostAlloc(id, b); err != nil {
+			return nil, err
+		}
+		b.fresh, b.hostValid = false, true
+		t.acct.fresh -= b.size
+		t.acct.hostOnly += b.size
+	case !b.clean() && b.dev != 0:
+		if err := t.copyToHost(id, b); err != nil {
+			return nil, err
+		}
+	}
+	// The host copy is valid; wait for a copy still writing it (an eviction), and for a
+	// writer, for one still reading it (a restore).
+	if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) {
+		if err := t.dev.EventSynchronize(b.evictEv); err != nil {
+			return nil, fmt.Errorf("uvm: wait for the eviction of %#x: %w", uint64(h), err)
+		}
+	}
+	if m == Write && b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
+		if err := t.dev.EventSynchronize(b.readyEv); err != nil {
+			return nil, fmt.Errorf("uvm: wait for the restore of %#x: %w", uint64(h), err)
+		}
+	}
+	if m == Write && b.dev != 0 {
+		// The device copy becomes stale: give its VRAM back behind its uses.
+		t.waits = t.waits[:0]
+		t.addWaits(b)
+		if err := t.retire(completion{dev: []devBlock{{b.dev, b.size}}}); err != nil {
+			return nil, err
+		}
+		t.putReleases(b)
+		t.policy.Evicted(id)
+		b.dev = 0
+		t.acct.device -= b.size
+		t.acct.hostOnly += b.size
+	}
+	b.hostPins++
+	b.hostWrite = m == Write
+	return b.host[:b.n:b.n], nil
+}
+
+// copyToHost copies a dirty block's device bytes to its host buffer on the D2H stream, after
+// its uses, and waits for the copy. The block stays on the device, clean. t.mu is held.
+func (t *Tier) copyToHost(id BlockID, b *block) error {
+	if b.host == nil {
+		if err := t.hostAlloc(id, b); err != nil {
+			return err
+		}
+	}
+	t.waits = t.waits[:0]
+	t.addWaits(b)
+	err := t.queueWaits(t.d2h)
+	if err == nil {
+		err = t.mover.Copy(append(t.jobs[:0], CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size}), t.d2h)
+	}
+	var ev cuda.Event
+	if err == nil {
+		ev, err = t.pushEvent(dirD2H, completion{})
+	}
+	if err == nil {
+		err = t.dev.EventSynchronize(ev)
+	}
+	if err != nil {
+		t.st.Failures++
+		return fmt.Errorf("uvm: copy of %#x to the host: %w", uint64(t.handle(id)), err)
+	}
+	b.hostValid = true
+	t.st.Out[CauseHost].Blocks++
+	t.st.Out[CauseHost].Bytes += uint64(b.size)
+	return nil
+}
+
+// ReleaseHost ends a use of the []byte from AcquireHost. Errors: ErrNotAcquired.
+func (t *Tier) ReleaseHost(h Handle) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, b, err := t.lookup(h)
+	if err != nil {
+		return err
+	}
+	if b.hostPins == 0 {
+		return fmt.Errorf("%w: ReleaseHost of %#x", ErrNotAcquired, uint64(h))
+	}
+	if b.hostPins--; b.hostPins == 0 {
+		b.hostWrite = false
+		t.signal()
+	}
+	return nil
+}
+
+// hostAlloc gives b a host buffer. When the pool is out of memory (pinned.ErrOutOfMemory: its
+// capacity is used, or the driver refused to pin more) it drops host copies of clean blocks on
+// the device (they become dirty), then retries; it fails with ErrHostFull. t.mu is held.
+func (t *Tier) hostAlloc(id BlockID, b *block) error {
+	buf, err := t.pool.Alloc(int(b.size))
+	if err != nil && errors.Is(err, pinned.ErrOutOfMemory) && t.dropHostCopies(b.size) {
+		buf, err = t.pool.Alloc(int(b.size))
+	}
+	if err != nil {
+		if errors.Is(err, pinned.ErrOutOfMemory) || errors.Is(err, pinned.ErrTooLarge) {
+			return fmt.Errorf("%w: host buffer of %d bytes for block %#x: %w", ErrHostFull, b.size, t.handle(id), err)
+		}
+		return fmt.Errorf("uvm: host buffer of %d bytes: %w", b.size, err)
+	}
+	addr := uintptr(0)
+	if len(buf) > 0 {
+		addr = mem.Addr(buf)
+	}
+	dp := addr
+	if !t.unified {
+		if dp, err = t.dev.MemHostGetDevicePointer(addr); err != nil {
+			_ = t.pool.Free(buf)
+			return fmt.Errorf("uvm: device address of a host buffer: %w", err)
+		}
+	}
+	b.host, b.hostDev, b.hostValid = buf, dp, false
+	t.acct.hostHeld += b.size
+	return nil
+}
+
+// dropHostCopies frees host copies of clean, unacquired blocks on the device, not in flight,
+// worth at least want bytes if it can; it reports whether it freed any.
+func (t *Tier) dropHostCopies(want uintptr) bool {
+	var got uintptr
+	for i := range t.blocks {
+		b := &t.blocks[i]
+		if !b.live || b.dev == 0 || b.host == nil || b.hostPins > 0 || b.chosen ||
+			(b.readySeq != 0 && t.pending(dirH2D, b.readySeq)) || (b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq)) {
+			continue
+		}
+		if t.pool.Free(b.host) != nil {
+			continue
+		}
+		b.host, b.hostDev, b.hostValid = nil, 0, false
+		t.acct.hostHeld -= b.size
+		t.st.HostCopiesDropped++
+		if got += b.size; got >= want {
+			break
+		}
+	}
+	return got > 0
+}

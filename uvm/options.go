@@ -1,0 +1,55 @@
+package uvm
+
+import (
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/device"
+)
+
+// Options of a Tier and their defaults.
+
+// Defaults of Options.
+const (
+	// DefaultThrashLapse is the default Options.ThrashLapse, the driver's.
+	DefaultThrashLapse = 500 * time.Microsecond
+	// DefaultThrashPin is the default Options.ThrashPin, the driver's (300 lapses).
+	DefaultThrashPin = 150 * time.Millisecond
+)
+
+// Options configures a Tier.
+type Options struct {
+	// DeviceBudget is the VRAM the tier's blocks may hold, in bytes (required).
+	DeviceBudget uintptr
+	// HostCapacity caps the pinned host pool (default 4×DeviceBudget). Blocks whose bytes
+	// would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.
+	HostCapacity uintptr
+	// HostPrecommit is how many bytes of the host pool to commit and pin in the background
+	// when the tier is made, so that the first evictions do not wait for the driver to pin
+	// memory (default 0: pinned as evictions need it). At most HostCapacity.
+	HostPrecommit uintptr
+	// Policy orders evictions (nil: LRU()). A Policy serves one tier.
+	Policy Policy
+	// Mover copies batches of blocks (nil: a device.Batcher that calibrates itself and moves
+	// each batch with the fastest method the driver has for its block size and length: one
+	// launch of the gather kernel, one cuMemcpyBatchAsync call, or one copy per block). The
+	// tier closes a Mover it made, never one given here.
+	Mover Mover
+	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
+	// its own over dev). The tier becomes the heap's pressure hook until Close (chaining to
+	// the hook it replaces): another user's Alloc that finds the heap full makes the tier
+	// evict cold blocks first (pressure.go). Tiers sharing a heap are closed in the reverse
+	// order of their New. Give such a heap a PurgeDelay longer than the time between
+	// evictions (or -1, as the tier's own heap has): VRAM the heap decommits and commits again
+	// costs far more than the copies that free and reuse it.
+	Heap *device.Heap
+	// ThrashLapse is the longest gap between migrations of a block that counts toward
+	// thrashing (default DefaultThrashLapse; negative: no thrash detection).
+	ThrashLapse time.Duration
+	// ThrashPin is how long a thrashing block is kept on the device (default DefaultThrashPin).
+	ThrashPin time.Duration
+	// Clock returns the time, for tests (nil: time.Now).
+	Clock func() time.Time
+	// OnMigrate, if set, is called for every block moved, with the tier's lock held: it must
+	// not call the tier.
+	OnMigrate func(Migration)
+}

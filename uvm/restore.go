@@ -1,0 +1,271 @@
+package uvm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
+)
+
+// Restore: bringing blocks back to the device.
+
+// A restore is built in steps, so that Prefetch can check its handles a chunk at a time and
+// start the copies of the first chunk before it has looked at the last handle: begin, then
+// add (making room for the blocks first) any number of times, then finish, or abort on an
+// error. The blocks of a restore are marked chosen by the caller until it finishes or aborts,
+// so that no eviction it makes for room drops the host copies its copies read. A block that
+// add gives VRAM counts in t.acct.device from then on, so that makeRoom for the next chunk
+// sees it. t.mu is held throughout.
+type restoring struct {
+	jobs     []CopyJob // copies not queued yet (t.rjobs: an eviction for room uses t.jobs)
+	launched bool      // copies queued: the VRAM goes back behind the H2D stream on abort
+	launchAt int
+}
+
+func (t *Tier) beginRestore() restoring {
+	return restoring{jobs: t.rjobs[:0], launchAt: firstLaunchJobs}
+}
+
+// addRestore gives the blocks ids (live, not on the device) VRAM and queues their copies, a
+// launch at a time, after making room for their need bytes. On an error the caller aborts.
+func (t *Tier) addRestore(r *restoring, ids []BlockID, need uintptr) error {
+	if err := t.makeRoom(need); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		b := &t.blocks[id]
+		p, err := t.devAlloc(b.size)
+		if err != nil {
+			return err
+		}
+		b.dev = p
+		t.acct.device += b.size
+		if b.fresh {
+			continue
+		}
+		if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) { // the host copy is still being written
+			if err := t.dev.StreamWaitEvent(t.h2d, b.evictEv); err != nil {
+				return fmt.Errorf("uvm: restore waits for an eviction: %w", err)
+			}
+		}
+		r.jobs = append(r.jobs, CopyJob{Dst: p, Src: b.hostDev, Len: b.size})
+		if len(r.jobs) == r.launchAt { // start the copies while the rest is prepared
+			r.launched = true
+			if err := t.mover.Copy(r.jobs, t.h2d); err != nil {
+				t.st.Failures++
+				return fmt.Errorf("uvm: restore of a batch of blocks: %w", err)
+			}
+			r.jobs, r.launchAt = r.jobs[:0], min(2*r.launchAt, launchJobs)
+		}
+	}
+	return nil
+}
+
+// abortRestore gives back the VRAM the blocks ids got (behind the H2D stream once a copy was
+// queued) and clears their marks: none of them has moved.
+func (t *Tier) abortRestore(r *restoring, ids []BlockID) {
+	t.rjobs = r.jobs[:0]
+	if r.launched {
+		t.undoRestore(ids)
+	} else {
+		for _, id := range ids { // nothing is queued yet: spare at once
+			if b := &t.blocks[id]; b.dev != 0 {
+				_ = t.putSpare(b.dev, b.size)
+				b.dev = 0
+				t.acct.device -= b.size
+			}
+		}
+	}
+	t.unchoose(ids)
+}
+
+// finishRestore queues the last copies of the blocks ids and the batch's event, and records
+// the blocks as moved; for CausePrefetch the policy records a use of each. It returns the
+// event, and whether any copy was queued. On an error it aborts: no block has moved.
+func (t *Tier) finishRestore(r *restoring, ids []BlockID, cause Cause) (cuda.Event, bool, error) {
+	var ev cuda.Event
+	copied := len(r.jobs) > 0 || r.launched
+	if copied {
+		var err error
+		if len(r.jobs) > 0 {
+			r.launched = true // the Mover may have queued some before failing
+			err = t.mover.Copy(r.jobs, t.h2d)
+		}
+		if err == nil {
+			ev, err = t.pushEvent(dirH2D, completion{})
+		}
+		if err != nil {
+			t.abortRestore(r, ids)
+			t.st.Failures++
+			return 0, false, fmt.Errorf("uvm: restore of %d blocks: %w", len(ids), err)
+		}
+	}
+	t.rjobs = r.jobs[:0]
+	now := t.now()
+	used := cause == CausePrefetch
+	for _, id := range ids {
+		b := &t.blocks[id]
+		b.chosen = false
+		if b.fresh {
+			b.fresh = false
+			t.acct.fresh -= b.size
+		} else {
+			t.acct.hostOnly -= b.size
+			b.readySeq, b.readyEv = t.seq[dirH2D], ev
+			t.moved(id, b, true, cause, false, now)
+		}
+		if used {
+			t.policy.Used(id)
+		}
+	}
+	return ev, copied, nil
+}
+
+// restore brings the blocks ids (live, not on the device, need bytes together, marked chosen
+// by the caller) to the device in one batch on the H2D stream, making room first (see
+// restoring). On failure no block has moved.
+func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
+	r := t.beginRestore()
+	if err := t.addRestore(&r, ids, need); err != nil {
+		t.abortRestore(&r, ids)
+		return err
+	}
+	_, _, err := t.finishRestore(&r, ids, cause)
+	return err
+}
+
+// undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on
+// the H2D stream, so it goes back behind that stream.
+func (t *Tier) undoRestore(ids []BlockID) {
+	c := completion{}
+	for _, id := range ids {
+		if b := &t.blocks[id]; b.dev != 0 {
+			c.dev = append(c.dev, devBlock{b.dev, b.size})
+			b.dev = 0
+			t.acct.device -= b.size
+		}
+	}
+	if err := t.push(dirH2D, c); err != nil {
+		_ = t.dev.StreamSynchronize(t.h2d)
+		_ = t.complete(c)
+	}
+}
+
+// devAlloc takes VRAM for a block: a spare block of its size, else from the device heap. When
+// the heap refuses, it gives the spare blocks back to the heap and retries; then it finishes
+// the evictions in flight (waiting for their copies) and evicts beyond the budget, then retries.
+func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
+	for try := 0; ; try++ {
+		if p := t.takeSpare(size); p != 0 {
+			return p, nil
+		}
+		p, err := t.heap.Alloc(size, t.h2d)
+		if err == nil {
+			return p, nil
+		}
+		if outOfMemory(err) && t.spare.bytes > 0 { // spares of other sizes hold the memory
+			if _, ferr := t.flushSpares(); ferr != nil {
+				return 0, errors.Join(err, ferr)
+			}
+			if p, err = t.heap.Alloc(size, t.h2d); err == nil {
+				return p, nil
+			}
+		}
+		if !outOfMemory(err) || try == 3 {
+			return 0, fmt.Errorf("uvm: device memory for a block of %d bytes: %w", size, err)
+		}
+		t.st.HeapPressure++
+		if try > 0 { // finishing the evictions in flight was not enough: evict more
+			if n := t.pickVictims(size); n < size {
+				t.unchoose(t.victims)
+				return 0, fmt.Errorf("%w: the device heap refused %d bytes and nothing more can be evicted: %w", ErrAllPinned, size, err)
+			}
+			if eerr := t.evict(t.victims, CauseHeapPressure); eerr != nil {
+				return 0, eerr
+			}
+		}
+		if derr := t.drain(); derr != nil {
+			return 0, derr
+		}
+	}
+}
+
+func outOfMemory(err error) bool {
+	return errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, cuda.ErrOutOfMemory)
+}
+
+// Prefetch brings the blocks hs to the device ahead of use, in one batch, without waiting:
+// stream s is made to wait for the copies, so work queued on s after Prefetch sees the blocks.
+// The blocks are not acquired: they are evictable as soon as they arrive, coldest last (the
+// policy records the prefetch as a use). Blocks already on the device are skipped. Errors as
+// for Acquire, and ErrTooLarge for more bytes than the budget; on an error none of the blocks
+// has moved (blocks evicted to make room for them stay evicted).
+func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	// The handles are checked a chunk at a time, each chunk restored (room made, copies
+	// queued) before the next is checked, so that the device starts copying before the last
+	// handle is looked at: a first pass over 16,384 handles delayed the first copy by 80 µs
+	// or more (BenchmarkBlockCost), more than the slack a 64 MiB batch of 4 KiB blocks has at
+	// 48 GB/s. Duplicates and blocks on the device are skipped; the blocks stay marked chosen
+	// until the restore finishes or aborts.
+	ids := t.one[:0]
+	var need uintptr
+	r := t.beginRestore()
+	fail := func(err error) error {
+		t.abortRestore(&r, ids)
+		t.one = ids[:0]
+		return err
+	}
+	if err := t.checkStream(s); err != nil { // as Acquire: every time (streams.go)
+		return err
+	}
+	chunk := firstLaunchJobs
+	for start := 0; start < len(hs); {
+		end := min(start+chunk, len(hs))
+		first := len(ids)
+		var chunkNeed uintptr
+		for _, h := range hs[start:end] {
+			id, b, err := t.lookup(h)
+			if err == nil && b.hostWrite && b.dev == 0 {
+				err = fmt.Errorf("%w: block %#x is acquired on the host for writing", ErrAcquired, uint64(h))
+			}
+			if err != nil {
+				return fail(err)
+			}
+			if b.dev == 0 && !b.chosen {
+				b.chosen = true // counted once
+				ids = append(ids, id)
+				chunkNeed += b.size
+			}
+		}
+		start, chunk = end, min(2*chunk, launchJobs)
+		if len(ids) == first {
+			continue
+		}
+		if need += chunkNeed; need > t.budget {
+			return fail(fmt.Errorf("%w: a prefetch of more than %d bytes, budget %d", ErrTooLarge, need, t.budget))
+		}
+		if err := t.addRestore(&r, ids[first:], chunkNeed); err != nil {
+			return fail(err)
+		}
+	}
+	t.one = ids[:0]
+	if len(ids) == 0 {
+		return nil
+	}
+	ev, copied, err := t.finishRestore(&r, ids, CausePrefetch)
+	if err != nil {
+		return err
+	}
+	if copied { // one wait covers the batch: every copy of it is before its event
+		if err := t.dev.StreamWaitEvent(s, ev); err != nil {
+			return fmt.Errorf("uvm: stream %#x waits for a prefetch: %w", s, err)
+		}
+	}
+	return nil
+}

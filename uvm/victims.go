@@ -1,0 +1,69 @@
+package uvm
+
+import "fmt"
+
+// Victims: choosing the blocks an eviction takes.
+
+// evictWindow is how many of the coldest blocks an eviction looks at for clean ones before it
+// takes any in policy order.
+const evictWindow = 4
+
+// makeRoom evicts until need more bytes fit in the budget. t.mu is held.
+func (t *Tier) makeRoom(need uintptr) error {
+	if err := t.poll(); err != nil {
+		return err
+	}
+	if t.acct.device+need <= t.budget {
+		return nil
+	}
+	want := t.acct.device + need - t.budget
+	if got := t.pickVictims(want); got < want {
+		t.unchoose(t.victims)
+		return fmt.Errorf("%w: %d bytes needed, %d evictable, %d of the budget %d acquired", ErrAllPinned,
+			need, got, t.acct.pinned, t.budget)
+	}
+	return t.evict(t.victims, CausePressure)
+}
+
+// pickVictims fills t.victims with evictable blocks worth at least want bytes, if there are
+// so many, and returns their bytes: clean blocks among the evictWindow coldest first, then
+// any in policy order, then, if still short, blocks under thrash protection. The victims stay
+// marked chosen until evict is done with them.
+func (t *Tier) pickVictims(want uintptr) uintptr {
+	t.victims = t.victims[:0]
+	var got uintptr
+	now := t.nowNanos()
+	take := func(id BlockID) {
+		b := &t.blocks[id]
+		b.chosen = true
+		t.victims = append(t.victims, id)
+		got += b.size
+	}
+	seen := 0
+	t.policy.Walk(func(id BlockID) bool {
+		seen++
+		if b := &t.blocks[id]; b.clean() && !t.protected(b, now) {
+			take(id)
+		}
+		return got < want && seen < evictWindow
+	})
+	for pass := 0; pass < 2 && got < want; pass++ {
+		t.policy.Walk(func(id BlockID) bool {
+			if b := &t.blocks[id]; !b.chosen && (pass == 1 || !t.protected(b, now)) {
+				if pass == 1 {
+					t.st.ThrashOverrides++
+				}
+				take(id)
+			}
+			return got < want
+		})
+	}
+	return got
+}
+
+// unchoose clears the chosen marks of ids.
+func (t *Tier) unchoose(ids []BlockID) {
+	for _, id := range ids {
+		t.blocks[id].chosen = false
+	}
+}
