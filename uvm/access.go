@@ -108,8 +108,8 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	}
 	if b.dev == 0 {
 		t.st.Misses++
-		t.victims = t.victims[:0]
-		ids := append(t.one[:0], id)
+		t.scratch.victims = t.scratch.victims[:0]
+		ids := append(t.scratch.one[:0], id)
 		b.chosen = true
 		if err := t.restore(ids, b.size, CauseAcquire); err != nil {
 			return 0, err

@@ -94,12 +94,12 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 	if t.closed {
 		return 0, ErrClosed
 	}
-	if size > t.budget {
-		return 0, fmt.Errorf("%w: %d bytes, budget %d", ErrTooLarge, n, t.budget)
+	if size > t.mem.budget {
+		return 0, fmt.Errorf("%w: %d bytes, budget %d", ErrTooLarge, n, t.mem.budget)
 	}
-	if t.acct.live+size > t.budget+t.hostCap {
+	if t.acct.live+size > t.mem.budget+t.mem.hostCap {
 		return 0, fmt.Errorf("%w: %d bytes more than the %d live fit in device budget %d and host capacity %d",
-			ErrHostFull, size, t.acct.live, t.budget, t.hostCap)
+			ErrHostFull, size, t.acct.live, t.mem.budget, t.mem.hostCap)
 	}
 	var id BlockID
 	if k := len(t.free); k > 0 {
@@ -172,11 +172,11 @@ func (t *Tier) freeBlock(id BlockID) error {
 		if hostFree != nil {
 			c.host = [][]byte{hostFree}
 		}
-		t.waits = t.waits[:0]
+		t.rel.waits = t.rel.waits[:0]
 		t.addWaits(b)
 		errs = append(errs, t.retire(c))
 	} else if hostFree != nil {
-		errs = append(errs, t.pool.Free(hostFree))
+		errs = append(errs, t.mem.pool.Free(hostFree))
 	}
 	t.putReleases(b)
 	t.policy.Freed(id)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Completions: the batches queued on the tier's two streams, and what each gives back once its
@@ -15,6 +16,15 @@ const (
 	dirH2D = iota
 	dirD2H
 )
+
+// batches are the batches queued on the tier's streams, numbered per direction, and finished
+// in order by their completions.
+type batches struct {
+	queue    *streamq.Queue[completion]
+	issued   [2]uint64    // the number of the newest batch queued, per direction (dirH2D, dirD2H)
+	done     [2]uint64    // the number of the newest batch completed, per direction
+	devLists [][]devBlock // completions' VRAM lists, for reuse
+}
 
 // completion is a batch queued on one of the tier's streams: when its event completes, the
 // batch's copies are done and the memory it lists can be reused.
@@ -34,40 +44,40 @@ type devBlock struct {
 }
 
 // pending reports whether batch seq of direction dir has not completed yet.
-func (t *Tier) pending(dir int, seq uint64) bool { return seq > t.doneSeq[dir] }
+func (t *Tier) pending(dir int, seq uint64) bool { return seq > t.batches.done[dir] }
 
 // push records an event on the stream of dir and queues c behind it, as batch number
-// t.seq[dir]+1. It returns the event (owned by the queue until the batch completes).
+// t.batches.issued[dir]+1. It returns the event (owned by the queue until the batch completes).
 func (t *Tier) push(dir int, c completion) error {
 	_, err := t.pushEvent(dir, c)
 	return err
 }
 
 func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
-	s := t.h2d
+	s := t.engine.h2d
 	if dir == dirD2H {
-		s = t.d2h
+		s = t.engine.d2h
 	}
-	ev, err := t.events.Get()
+	ev, err := t.engine.events.Get()
 	if err != nil {
 		return 0, err
 	}
 	if err := t.dev.EventRecord(ev, s); err != nil {
-		t.events.Put(ev)
+		t.engine.events.Put(ev)
 		return 0, err
 	}
-	t.seq[dir]++
-	c.dir, c.seq = dir, t.seq[dir]
-	t.queue.PushEvent(s, ev, c)
+	t.batches.issued[dir]++
+	c.dir, c.seq = dir, t.batches.issued[dir]
+	t.batches.queue.PushEvent(s, ev, c)
 	return ev, nil
 }
 
-// retire queues c on the D2H stream behind t.waits: its memory is given back once every use
+// retire queues c on the D2H stream behind t.rel.waits: its memory is given back once every use
 // and copy before it is done. t.mu is held.
 func (t *Tier) retire(c completion) error {
-	if err := t.queueWaits(t.d2h); err != nil {
+	if err := t.queueWaits(t.engine.d2h); err != nil {
 		// The waits cannot be queued: wait for the streams themselves, on the CPU.
-		for _, w := range t.waits {
+		for _, w := range t.rel.waits {
 			if serr := t.dev.EventSynchronize(w.ev); serr != nil {
 				return errors.Join(err, serr)
 			}
@@ -79,10 +89,10 @@ func (t *Tier) retire(c completion) error {
 
 // poll finishes the batches that have completed. t.mu is held.
 func (t *Tier) poll() error {
-	if t.queue.Len() == 0 {
+	if t.batches.queue.Len() == 0 {
 		return nil
 	}
-	if err := t.queue.Poll(); err != nil {
+	if err := t.batches.queue.Poll(); err != nil {
 		return fmt.Errorf("uvm: transfers: %w", err)
 	}
 	return nil
@@ -90,12 +100,12 @@ func (t *Tier) poll() error {
 
 // complete finishes a batch whose event has completed (the queue's done function).
 func (t *Tier) complete(c completion) error {
-	if c.seq > t.doneSeq[c.dir] {
-		t.doneSeq[c.dir] = c.seq
+	if c.seq > t.batches.done[c.dir] {
+		t.batches.done[c.dir] = c.seq
 	}
 	err := t.putSpares(c.dev, c.devBytes)
 	for _, b := range c.host {
-		if ferr := t.pool.Free(b); ferr != nil {
+		if ferr := t.mem.pool.Free(b); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
 	}
@@ -109,9 +119,9 @@ func (t *Tier) complete(c completion) error {
 // if there is one, else any recycled one, else a new one of launchJobs; appends grow it, so
 // that no large allocation delays a batch's first copy.
 func (t *Tier) devList(n int) []devBlock {
-	k := len(t.devLists) - 1
+	k := len(t.batches.devLists) - 1
 	for i := k; i >= 0; i-- {
-		if cap(t.devLists[i]) >= n {
+		if cap(t.batches.devLists[i]) >= n {
 			k = i
 			break
 		}
@@ -119,10 +129,10 @@ func (t *Tier) devList(n int) []devBlock {
 	if k < 0 {
 		return make([]devBlock, 0, launchJobs)
 	}
-	l := t.devLists[k]
-	t.devLists[k] = t.devLists[len(t.devLists)-1]
-	t.devLists[len(t.devLists)-1] = nil
-	t.devLists = t.devLists[:len(t.devLists)-1]
+	l := t.batches.devLists[k]
+	t.batches.devLists[k] = t.batches.devLists[len(t.batches.devLists)-1]
+	t.batches.devLists[len(t.batches.devLists)-1] = nil
+	t.batches.devLists = t.batches.devLists[:len(t.batches.devLists)-1]
 	return l
 }
 
@@ -139,7 +149,7 @@ func (t *Tier) Sync() error {
 
 // drain waits for every completion. t.mu is held.
 func (t *Tier) drain() error {
-	if err := t.queue.Drain(); err != nil {
+	if err := t.batches.queue.Drain(); err != nil {
 		return fmt.Errorf("uvm: wait for transfers: %w", err)
 	}
 	return nil

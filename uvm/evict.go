@@ -21,11 +21,11 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error { return t.evictBatch(ids
 // copies are queued before the last handle is looked at; a bad handle fails the batch like a
 // failed copy (no block has moved).
 func (t *Tier) evictBatch(ids []BlockID, hs []Handle, cause Cause) error {
-	jobs := t.jobs[:0]
-	t.waits = t.waits[:0]
+	jobs := t.scratch.jobs[:0]
+	t.rel.waits = t.rel.waits[:0]
 	n := len(ids)
 	if hs != nil {
-		ids, n = t.one[:0], len(hs)
+		ids, n = t.scratch.one[:0], len(hs)
 	}
 	c := completion{dev: t.devList(n)}
 	copied := 0 // jobs whose copies are queued
@@ -66,31 +66,31 @@ func (t *Tier) evictBatch(ids []BlockID, hs []Handle, cause Cause) error {
 		}
 		jobs = append(jobs, CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size})
 		if len(jobs) == launchAt { // start the copies while the rest is prepared
-			if err = t.queueWaits(t.d2h); err == nil {
-				err = t.mover.Copy(jobs, t.d2h)
+			if err = t.queueWaits(t.engine.d2h); err == nil {
+				err = t.engine.mover.Copy(jobs, t.engine.d2h)
 			}
 			if err != nil {
 				break
 			}
 			copied += len(jobs)
-			jobs, t.waits = jobs[:0], t.waits[:0] // a stream's waits hold for all later work
+			jobs, t.rel.waits = jobs[:0], t.rel.waits[:0] // a stream's waits hold for all later work
 			launchAt = min(2*launchAt, launchJobs)
 		}
 	}
-	t.jobs = jobs[:0]
+	t.scratch.jobs = jobs[:0]
 	if err == nil {
-		if err = t.queueWaits(t.d2h); err == nil && len(jobs) > 0 {
-			err = t.mover.Copy(jobs, t.d2h)
+		if err = t.queueWaits(t.engine.d2h); err == nil && len(jobs) > 0 {
+			err = t.engine.mover.Copy(jobs, t.engine.d2h)
 		}
 		if err == nil {
 			copied += len(jobs)
 		}
 	}
 	if hs != nil {
-		t.one = ids[:0]
+		t.scratch.one = ids[:0]
 	}
 	if err == nil && len(ids) == 0 {
-		t.devLists = append(t.devLists, c.dev[:0])
+		t.batches.devLists = append(t.batches.devLists, c.dev[:0])
 		return nil
 	}
 	var ev cuda.Event
@@ -98,10 +98,10 @@ func (t *Tier) evictBatch(ids []BlockID, hs []Handle, cause Cause) error {
 		ev, err = t.pushEvent(dirD2H, c)
 	}
 	if err != nil {
-		t.devLists = append(t.devLists, c.dev[:0])
+		t.batches.devLists = append(t.batches.devLists, c.dev[:0])
 		t.unchoose(ids)
 		if copied > 0 { // copies into host buffers the blocks keep: let them land first
-			_ = t.dev.StreamSynchronize(t.d2h)
+			_ = t.dev.StreamSynchronize(t.engine.d2h)
 		}
 		if ownErr {
 			return err
@@ -115,7 +115,7 @@ func (t *Tier) evictBatch(ids []BlockID, hs []Handle, cause Cause) error {
 		b.chosen = false
 		clean := b.clean()
 		if !clean {
-			b.evictSeq, b.evictEv, b.hostValid = t.seq[dirD2H], ev, true
+			b.evictSeq, b.evictEv, b.hostValid = t.batches.issued[dirD2H], ev, true
 		}
 		b.dev = 0
 		t.acct.device -= b.size

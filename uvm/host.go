@@ -63,7 +63,7 @@ func (t *Tier) AcquireHost(h Handle, m Mode) ([]byte, error) {
 	}
 	if m == Write && b.dev != 0 {
 		// The device copy becomes stale: give its VRAM back behind its uses.
-		t.waits = t.waits[:0]
+		t.rel.waits = t.rel.waits[:0]
 		t.addWaits(b)
 		if err := t.retire(completion{dev: []devBlock{{b.dev, b.size}}}); err != nil {
 			return nil, err
@@ -87,11 +87,11 @@ func (t *Tier) copyToHost(id BlockID, b *block) error {
 			return err
 		}
 	}
-	t.waits = t.waits[:0]
+	t.rel.waits = t.rel.waits[:0]
 	t.addWaits(b)
-	err := t.queueWaits(t.d2h)
+	err := t.queueWaits(t.engine.d2h)
 	if err == nil {
-		err = t.mover.Copy(append(t.jobs[:0], CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size}), t.d2h)
+		err = t.engine.mover.Copy(append(t.scratch.jobs[:0], CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size}), t.engine.d2h)
 	}
 	var ev cuda.Event
 	if err == nil {
@@ -132,9 +132,9 @@ func (t *Tier) ReleaseHost(h Handle) error {
 // capacity is used, or the driver refused to pin more) it drops host copies of clean blocks on
 // the device (they become dirty), then retries; it fails with ErrHostFull. t.mu is held.
 func (t *Tier) hostAlloc(id BlockID, b *block) error {
-	buf, err := t.pool.Alloc(int(b.size))
+	buf, err := t.mem.pool.Alloc(int(b.size))
 	if err != nil && errors.Is(err, pinned.ErrOutOfMemory) && t.dropHostCopies(b.size) {
-		buf, err = t.pool.Alloc(int(b.size))
+		buf, err = t.mem.pool.Alloc(int(b.size))
 	}
 	if err != nil {
 		if errors.Is(err, pinned.ErrOutOfMemory) || errors.Is(err, pinned.ErrTooLarge) {
@@ -147,9 +147,9 @@ func (t *Tier) hostAlloc(id BlockID, b *block) error {
 		addr = mem.Addr(buf)
 	}
 	dp := addr
-	if !t.unified {
+	if !t.mem.unified {
 		if dp, err = t.dev.MemHostGetDevicePointer(addr); err != nil {
-			_ = t.pool.Free(buf)
+			_ = t.mem.pool.Free(buf)
 			return fmt.Errorf("uvm: device address of a host buffer: %w", err)
 		}
 	}
@@ -168,7 +168,7 @@ func (t *Tier) dropHostCopies(want uintptr) bool {
 			(b.readySeq != 0 && t.pending(dirH2D, b.readySeq)) || (b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq)) {
 			continue
 		}
-		if t.pool.Free(b.host) != nil {
+		if t.mem.pool.Free(b.host) != nil {
 			continue
 		}
 		b.host, b.hostDev, b.hostValid = nil, 0, false

@@ -5,11 +5,22 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // CopyJob is one copy of Len bytes from Src to Dst, both addresses the device can use. It is
 // device.CopyJob, so that *device.Batcher is a Mover as it is.
 type CopyJob = device.CopyJob
+
+// engine is how the tier moves bytes: the mover, and the tier's two streams, one per direction
+// (restores on h2d, evictions on d2h), with the pool of the events it records on them (its
+// batches' and its release events). Fixed by New.
+type engine struct {
+	mover    Mover
+	ownMover interface{ Close() error } // the mover, when New made it: Close closes it
+	h2d, d2h cuda.Stream
+	events   *icuda.EventPool
+}
 
 // newDefaultMover returns the copy engine a tier uses when Options.Mover is nil: a
 // device.Batcher of MethodAuto, which times the gather kernel, cuMemcpyBatchAsync and one copy

@@ -53,3 +53,10 @@ type Options struct {
 	// not call the tier.
 	OnMigrate func(Migration)
 }
+
+// settings are the Options the tier consults as it runs. Fixed by New.
+type settings struct {
+	clock                  func() time.Time
+	onMigrate              func(Migration)
+	thrashLapse, thrashPin int64 // nanoseconds; thrashLapse < 0: no thrash detection
+}

@@ -1,6 +1,9 @@
 package uvm
 
-import "github.com/pinmalloc/pinmalloc/cuda"
+import (
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
+)
 
 // Device heap integration: the tier is the pressure hook of its device heap
 // (device.Heap.SetPressure), so that an allocation of another user of a shared heap
@@ -21,30 +24,37 @@ import "github.com/pinmalloc/pinmalloc/cuda"
 // the hook up to 3 times per Alloc, so a request that the first batch did not satisfy gets
 // more (up to three times n).
 
+// pressureHook is the tier's side of the hook: the hook it replaced, to chain to and put back.
+type pressureHook struct {
+	prev      device.PressureFunc // read under t.mu
+	installed bool
+	own       cuda.Stream // the tier's H2D stream, fixed before the hook is installed: relieve reads it without t.mu
+}
+
 // installPressure makes the tier the heap's pressure hook, keeping the one it replaces.
 func (t *Tier) installPressure() {
-	t.ownStream = t.h2d // read by relieve without t.mu; release zeroes h2d, not this
-	t.prevPress = t.heap.SetPressure(t.relieve)
-	t.hooked = true
+	t.hook.own = t.engine.h2d // read by relieve without t.mu; release zeroes h2d, not this
+	t.hook.prev = t.mem.heap.SetPressure(t.relieve)
+	t.hook.installed = true
 }
 
 // uninstallPressure puts the replaced hook back. Tiers sharing a heap uninstall in the
 // reverse order of their New (each puts back the hook it found).
 func (t *Tier) uninstallPressure() {
-	if t.hooked {
-		t.heap.SetPressure(t.prevPress)
-		t.hooked = false // prevPress stays: a late call of the hook (an Alloc that loaded it before) still chains
+	if t.hook.installed {
+		t.mem.heap.SetPressure(t.hook.prev)
+		t.hook.installed = false // prevPress stays: a late call of the hook (an Alloc that loaded it before) still chains
 	}
 }
 
 // relieve is the heap's pressure hook (device.PressureFunc).
 func (t *Tier) relieve(n uintptr, s cuda.Stream) bool {
-	if s == t.ownStream {
+	if s == t.hook.own {
 		return false
 	}
 	t.mu.Lock()
 	ok := !t.closed && t.evictForHeap(n)
-	prev := t.prevPress
+	prev := t.hook.prev
 	t.mu.Unlock()
 	if ok {
 		return true
@@ -69,10 +79,10 @@ func (t *Tier) evictForHeap(n uintptr) bool {
 		return true
 	}
 	if t.pickVictims(want) == 0 {
-		t.unchoose(t.victims)
+		t.unchoose(t.scratch.victims)
 		return spare > 0
 	}
-	if t.evict(t.victims, CauseHeapPressure) != nil {
+	if t.evict(t.scratch.victims, CauseHeapPressure) != nil {
 		return spare > 0
 	}
 	err = t.drain()

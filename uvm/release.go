@@ -8,6 +8,14 @@ import (
 
 // Release events: what orders the tier's copies after the user's work on a block.
 
+// releases are the tier's release events: one per block and stream a use of the block ended
+// on, and idle ones to record next; and the waits of the batch being built.
+type releases struct {
+	seq   uint64       // release events recorded, to order them
+	idle  []cuda.Event // release events not recorded for a block now (see putReleases)
+	waits []relEvent   // what the batch being built waits for (addWaits, queueWaits)
+}
+
 // relEvent is an event recorded on stream s when a use of a block ended; seq orders the
 // release events of all blocks, so that a batch waits only on the newest of each stream.
 type relEvent struct {
@@ -18,41 +26,41 @@ type relEvent struct {
 
 // recordRelease records (or re-records) b's release event on s. t.mu is held.
 func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
-	t.relSeq++
+	t.rel.seq++
 	for i := range b.rel {
 		if r := &b.rel[i]; r.s == s {
-			r.seq = t.relSeq
+			r.seq = t.rel.seq
 			return t.dev.EventRecord(r.ev, s)
 		}
 	}
 	var ev cuda.Event
-	if k := len(t.relIdle); k > 0 {
-		ev, t.relIdle = t.relIdle[k-1], t.relIdle[:k-1]
+	if k := len(t.rel.idle); k > 0 {
+		ev, t.rel.idle = t.rel.idle[k-1], t.rel.idle[:k-1]
 	} else {
 		var err error
-		if ev, err = t.events.Get(); err != nil {
+		if ev, err = t.engine.events.Get(); err != nil {
 			return err
 		}
 	}
 	if err := t.dev.EventRecord(ev, s); err != nil {
-		t.relIdle = append(t.relIdle, ev)
+		t.rel.idle = append(t.rel.idle, ev)
 		return err
 	}
-	b.rel = append(b.rel, relEvent{s: s, ev: ev, seq: t.relSeq})
+	b.rel = append(b.rel, relEvent{s: s, ev: ev, seq: t.rel.seq})
 	return nil
 }
 
-// putReleases keeps b's release events for the next releases (t.relIdle: a stack under t.mu,
+// putReleases keeps b's release events for the next releases (t.rel.idle: a stack under t.mu,
 // which costs an eviction no lock per block, as the event pool's would), once waits on them
 // are queued: recording an event again does not affect a wait queued before.
 func (t *Tier) putReleases(b *block) {
 	for _, r := range b.rel {
-		t.relIdle = append(t.relIdle, r.ev)
+		t.rel.idle = append(t.rel.idle, r.ev)
 	}
 	b.rel = b.rel[:0]
 }
 
-// addWaits adds to t.waits what a copy out of (or a free of) b must wait for: the newest
+// addWaits adds to t.rel.waits what a copy out of (or a free of) b must wait for: the newest
 // release event of each stream, and b's restore if it may be in flight (as a wait on the H2D
 // stream's event, stream 0 marking it).
 func (t *Tier) addWaits(b *block) {
@@ -60,26 +68,26 @@ func (t *Tier) addWaits(b *block) {
 		t.addWait(r)
 	}
 	if b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
-		t.addWait(relEvent{s: t.h2d, ev: b.readyEv, seq: b.readySeq})
+		t.addWait(relEvent{s: t.engine.h2d, ev: b.readyEv, seq: b.readySeq})
 	}
 }
 
-// addWait keeps the newest event per stream in t.waits.
+// addWait keeps the newest event per stream in t.rel.waits.
 func (t *Tier) addWait(r relEvent) {
-	for i := range t.waits {
-		if w := &t.waits[i]; w.s == r.s {
+	for i := range t.rel.waits {
+		if w := &t.rel.waits[i]; w.s == r.s {
 			if r.seq > w.seq {
 				*w = r
 			}
 			return
 		}
 	}
-	t.waits = append(t.waits, r)
+	t.rel.waits = append(t.rel.waits, r)
 }
 
-// queueWaits makes stream s wait on every event of t.waits.
+// queueWaits makes stream s wait on every event of t.rel.waits.
 func (t *Tier) queueWaits(s cuda.Stream) error {
-	for _, w := range t.waits {
+	for _, w := range t.rel.waits {
 		if err := t.dev.StreamWaitEvent(s, w.ev); err != nil {
 			return fmt.Errorf("uvm: wait on stream %#x for stream %#x: %w", s, w.s, err)
 		}

@@ -18,13 +18,13 @@ import (
 // add gives VRAM counts in t.acct.device from then on, so that makeRoom for the next chunk
 // sees it. t.mu is held throughout.
 type restoring struct {
-	jobs     []CopyJob // copies not queued yet (t.rjobs: an eviction for room uses t.jobs)
+	jobs     []CopyJob // copies not queued yet (t.scratch.rjobs: an eviction for room uses t.scratch.jobs)
 	launched bool      // copies queued: the VRAM goes back behind the H2D stream on abort
 	launchAt int
 }
 
 func (t *Tier) beginRestore() restoring {
-	return restoring{jobs: t.rjobs[:0], launchAt: firstLaunchJobs}
+	return restoring{jobs: t.scratch.rjobs[:0], launchAt: firstLaunchJobs}
 }
 
 // addRestore gives the blocks ids (live, not on the device) VRAM and queues their copies, a
@@ -45,14 +45,14 @@ func (t *Tier) addRestore(r *restoring, ids []BlockID, need uintptr) error {
 			continue
 		}
 		if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) { // the host copy is still being written
-			if err := t.dev.StreamWaitEvent(t.h2d, b.evictEv); err != nil {
+			if err := t.dev.StreamWaitEvent(t.engine.h2d, b.evictEv); err != nil {
 				return fmt.Errorf("uvm: restore waits for an eviction: %w", err)
 			}
 		}
 		r.jobs = append(r.jobs, CopyJob{Dst: p, Src: b.hostDev, Len: b.size})
 		if len(r.jobs) == r.launchAt { // start the copies while the rest is prepared
 			r.launched = true
-			if err := t.mover.Copy(r.jobs, t.h2d); err != nil {
+			if err := t.engine.mover.Copy(r.jobs, t.engine.h2d); err != nil {
 				t.st.Failures++
 				return fmt.Errorf("uvm: restore of a batch of blocks: %w", err)
 			}
@@ -65,7 +65,7 @@ func (t *Tier) addRestore(r *restoring, ids []BlockID, need uintptr) error {
 // abortRestore gives back the VRAM the blocks ids got (behind the H2D stream once a copy was
 // queued) and clears their marks: none of them has moved.
 func (t *Tier) abortRestore(r *restoring, ids []BlockID) {
-	t.rjobs = r.jobs[:0]
+	t.scratch.rjobs = r.jobs[:0]
 	if r.launched {
 		t.undoRestore(ids)
 	} else {
@@ -90,7 +90,7 @@ func (t *Tier) finishRestore(r *restoring, ids []BlockID, cause Cause) (cuda.Eve
 		var err error
 		if len(r.jobs) > 0 {
 			r.launched = true // the Mover may have queued some before failing
-			err = t.mover.Copy(r.jobs, t.h2d)
+			err = t.engine.mover.Copy(r.jobs, t.engine.h2d)
 		}
 		if err == nil {
 			ev, err = t.pushEvent(dirH2D, completion{})
@@ -101,7 +101,7 @@ func (t *Tier) finishRestore(r *restoring, ids []BlockID, cause Cause) (cuda.Eve
 			return 0, false, fmt.Errorf("uvm: restore of %d blocks: %w", len(ids), err)
 		}
 	}
-	t.rjobs = r.jobs[:0]
+	t.scratch.rjobs = r.jobs[:0]
 	now := t.now()
 	used := cause == CausePrefetch
 	for _, id := range ids {
@@ -112,7 +112,7 @@ func (t *Tier) finishRestore(r *restoring, ids []BlockID, cause Cause) (cuda.Eve
 			t.acct.fresh -= b.size
 		} else {
 			t.acct.hostOnly -= b.size
-			b.readySeq, b.readyEv = t.seq[dirH2D], ev
+			b.readySeq, b.readyEv = t.batches.issued[dirH2D], ev
 			t.moved(id, b, true, cause, false, now)
 		}
 		if used {
@@ -147,7 +147,7 @@ func (t *Tier) undoRestore(ids []BlockID) {
 		}
 	}
 	if err := t.push(dirH2D, c); err != nil {
-		_ = t.dev.StreamSynchronize(t.h2d)
+		_ = t.dev.StreamSynchronize(t.engine.h2d)
 		_ = t.complete(c)
 	}
 }
@@ -160,7 +160,7 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 		if p := t.takeSpare(size); p != 0 {
 			return p, nil
 		}
-		p, err := t.heap.Alloc(size, t.h2d)
+		p, err := t.mem.heap.Alloc(size, t.engine.h2d)
 		if err == nil {
 			return p, nil
 		}
@@ -168,7 +168,7 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 			if _, ferr := t.flushSpares(); ferr != nil {
 				return 0, errors.Join(err, ferr)
 			}
-			if p, err = t.heap.Alloc(size, t.h2d); err == nil {
+			if p, err = t.mem.heap.Alloc(size, t.engine.h2d); err == nil {
 				return p, nil
 			}
 		}
@@ -178,10 +178,10 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 		t.st.HeapPressure++
 		if try > 0 { // finishing the evictions in flight was not enough: evict more
 			if n := t.pickVictims(size); n < size {
-				t.unchoose(t.victims)
+				t.unchoose(t.scratch.victims)
 				return 0, fmt.Errorf("%w: the device heap refused %d bytes and nothing more can be evicted: %w", ErrAllPinned, size, err)
 			}
-			if eerr := t.evict(t.victims, CauseHeapPressure); eerr != nil {
+			if eerr := t.evict(t.scratch.victims, CauseHeapPressure); eerr != nil {
 				return 0, eerr
 			}
 		}
@@ -213,12 +213,12 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	// or more (BenchmarkBlockCost), more than the slack a 64 MiB batch of 4 KiB blocks has at
 	// 48 GB/s. Duplicates and blocks on the device are skipped; the blocks stay marked chosen
 	// until the restore finishes or aborts.
-	ids := t.one[:0]
+	ids := t.scratch.one[:0]
 	var need uintptr
 	r := t.beginRestore()
 	fail := func(err error) error {
 		t.abortRestore(&r, ids)
-		t.one = ids[:0]
+		t.scratch.one = ids[:0]
 		return err
 	}
 	if err := t.checkStream(s); err != nil { // as Acquire: every time (streams.go)
@@ -247,14 +247,14 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 		if len(ids) == first {
 			continue
 		}
-		if need += chunkNeed; need > t.budget {
-			return fail(fmt.Errorf("%w: a prefetch of more than %d bytes, budget %d", ErrTooLarge, need, t.budget))
+		if need += chunkNeed; need > t.mem.budget {
+			return fail(fmt.Errorf("%w: a prefetch of more than %d bytes, budget %d", ErrTooLarge, need, t.mem.budget))
 		}
 		if err := t.addRestore(&r, ids[first:], chunkNeed); err != nil {
 			return fail(err)
 		}
 	}
-	t.one = ids[:0]
+	t.scratch.one = ids[:0]
 	if len(ids) == 0 {
 		return nil
 	}

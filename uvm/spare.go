@@ -80,7 +80,7 @@ func (sp *spares) add(d devBlock) {
 }
 
 // popRun takes the last block of the newest run; an emptied run's list goes back to
-// t.devLists.
+// t.batches.devLists.
 func (t *Tier) popRun() devBlock {
 	sp := &t.spare
 	n := len(sp.runs) - 1
@@ -91,7 +91,7 @@ func (t *Tier) popRun() devBlock {
 	} else {
 		sp.runs[n] = nil
 		sp.runs = sp.runs[:n]
-		t.devLists = append(t.devLists, r)
+		t.batches.devLists = append(t.batches.devLists, r)
 	}
 	return d
 }
@@ -144,7 +144,7 @@ func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
 		}
 	}
 	if cap(list) >= launchJobs { // a batch's list: the next batch reuses it
-		t.devLists = append(t.devLists, list[:0])
+		t.batches.devLists = append(t.batches.devLists, list[:0])
 	}
 	return err
 }
@@ -153,7 +153,7 @@ func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
 // it back to the heap when the tier holds enough already, or gives spares back. t.mu is held.
 func (t *Tier) putSpare(p cuda.DevicePtr, size uintptr) error {
 	if !t.keepSpare(size) {
-		return t.heap.Free(p)
+		return t.mem.heap.Free(p)
 	}
 	t.spare.add(devBlock{p, size})
 	t.spare.bytes += size
@@ -162,7 +162,7 @@ func (t *Tier) putSpare(p cuda.DevicePtr, size uintptr) error {
 
 // keepSpare reports whether n more bytes of spare VRAM stay within what the tier may hold.
 func (t *Tier) keepSpare(n uintptr) bool {
-	return t.acct.device+t.spare.bytes+n <= spareFactor*t.budget
+	return t.acct.device+t.spare.bytes+n <= spareFactor*t.mem.budget
 }
 
 // flushSpares gives every spare block back to the heap and returns their bytes. t.mu is held.
@@ -171,14 +171,14 @@ func (t *Tier) flushSpares() (uintptr, error) {
 	n := sp.bytes
 	var errs []error
 	for len(sp.runs) > 0 {
-		if err := t.heap.Free(t.popRun().p); err != nil {
+		if err := t.mem.heap.Free(t.popRun().p); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for i := range sp.lists {
 		l := &sp.lists[i]
 		for _, p := range l.ps {
-			if err := t.heap.Free(p); err != nil {
+			if err := t.mem.heap.Free(p); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -153,7 +153,7 @@ func (t *Tier) Stats() Stats {
 	st.HostHeldBytes = uint64(t.acct.hostHeld)
 	st.SpareBytes = uint64(t.spare.bytes)
 	st.PinnedBytes, st.PinnedBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
-	st.Pending = t.queue.Len()
+	st.Pending = t.batches.queue.Len()
 	return st
 }
 
@@ -170,7 +170,7 @@ func (t *Tier) moved(id BlockID, b *block, toDevice bool, cause Cause, clean boo
 		t.st.CleanBytes += uint64(b.size)
 	}
 	t.thrashed(b, now)
-	if t.onMig != nil {
-		t.onMig(Migration{Handle: t.handle(id), Bytes: b.size, ToDevice: toDevice, Cause: cause, Clean: clean})
+	if t.opts.onMigrate != nil {
+		t.opts.onMigrate(Migration{Handle: t.handle(id), Bytes: b.size, ToDevice: toDevice, Cause: cause, Clean: clean})
 	}
 }

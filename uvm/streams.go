@@ -36,6 +36,9 @@ import (
 // acquired for good. If even the device wait fails (a sticky error: the context runs no more
 // work), the use ends anyway, and the error says that too.
 
+// streamSet holds the user's streams the driver accepted.
+type streamSet map[cuda.Stream]struct{}
+
 // maxKnownStreams bounds the streams the tier remembers.
 const maxKnownStreams = 1024
 

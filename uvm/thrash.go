@@ -20,14 +20,14 @@ type thrashState struct {
 }
 
 // now returns the tier's clock.
-func (t *Tier) now() time.Time { return t.clock() }
+func (t *Tier) now() time.Time { return t.opts.clock() }
 
 // nowNanos returns the tier's clock in nanoseconds.
-func (t *Tier) nowNanos() int64 { return t.clock().UnixNano() }
+func (t *Tier) nowNanos() int64 { return t.opts.clock().UnixNano() }
 
 // thrashed records a migration of b at now and starts its protection when it thrashes.
 func (t *Tier) thrashed(b *block, now time.Time) {
-	if t.thrashLapse < 0 {
+	if t.opts.thrashLapse < 0 {
 		return
 	}
 	ns := now.UnixNano()
@@ -35,7 +35,7 @@ func (t *Tier) thrashed(b *block, now time.Time) {
 	switch gap := ns - th.last; {
 	case th.last == 0 || gap > int64(thrashQuiet):
 		th.run = 1 // a quiet second (or the first migration) resets the history
-	case gap <= t.thrashLapse:
+	case gap <= t.opts.thrashLapse:
 		if th.run < thrashThreshold {
 			th.run++
 		}
@@ -44,7 +44,7 @@ func (t *Tier) thrashed(b *block, now time.Time) {
 	}
 	th.last = ns
 	if th.run >= thrashThreshold && th.until <= ns {
-		th.until = ns + t.thrashPin
+		th.until = ns + t.opts.thrashPin
 		th.run = 0
 		t.st.ThrashEvents++
 	}

@@ -95,51 +95,41 @@ import (
 
 // Tier keeps blocks in VRAM within a budget and the rest in pinned host memory. See the
 // package documentation.
+//
+// Its state comes in parts, each a small type declared with the code that uses it. The first
+// are fixed by New (Close takes their memory and streams back); the rest change under mu.
 type Tier struct {
-	dev      *icuda.Device
-	pub      *cuda.Device // dev, as given
-	heap     *device.Heap
-	ownHeap  bool
-	pool     *pinned.Pool
-	mover    Mover
-	ownMover interface{ Close() error }
-	// The device heap's pressure hook before the tier's (pressure.go); hooked: installed.
-	prevPress device.PressureFunc
-	hooked    bool
-	ownStream cuda.Stream // h2d, fixed once the hook is installed
-	h2d, d2h  cuda.Stream
-	events    *icuda.EventPool
-	queue     *streamq.Queue[completion]
-	policy    Policy
-	clock     func() time.Time
-	onMig     func(Migration)
-	unified   bool // host addresses are device addresses
-
-	budget, hostCap        uintptr
-	thrashLapse, thrashPin int64 // nanoseconds; lapse < 0: off
+	dev    *icuda.Device
+	pub    *cuda.Device // dev, as given
+	mem    stores       // the device heap and the host pool, and the tier's share of each
+	engine engine       // the mover, the tier's two streams and its events (mover.go)
+	hook   pressureHook // the tier as the device heap's pressure hook (pressure.go)
+	opts   settings     // the Options the tier consults as it runs (options.go)
 
 	mu      sync.Mutex
 	closed  bool
-	streams map[cuda.Stream]struct{} // the user's streams the driver accepted (streams.go)
-	blocks  []block
-	free    []uint32 // free slots
-	wake    chan struct{}
-	seq     [2]uint64    // batches issued, per direction (dirH2D, dirD2H)
-	doneSeq [2]uint64    // batches completed, per direction
-	relSeq  uint64       // release events recorded
-	relIdle []cuda.Event // release events not recorded for a block now (block.go)
-	acct    accounts
-	st      Stats
+	wake    chan struct{} // closed by signal, to wake AcquireContext's waiters (access.go)
+	blocks  []block       // the block table, indexed by BlockID (block.go)
+	free    []uint32      // free slots of blocks
+	policy  Policy        // the eviction order of the evictable blocks (policy.go, victims.go)
+	acct    accounts      // byte counts
+	st      Stats         // counters; Stats adds the rest
+	batches batches       // the batches queued on the tier's streams (completion.go)
+	streams streamSet     // the user's streams the driver accepted (streams.go)
+	rel     releases      // release events, and the waits of a batch being built (release.go)
+	spare   spares        // VRAM kept for the next restores (spare.go)
+	scratch scratch       // slices every batch reuses
+}
 
-	// Scratch, reused by every batch (the lock is held).
-	jobs     []CopyJob // an eviction's
-	rjobs    []CopyJob // a restore's (it may evict for room while it builds its jobs)
-	victims  []BlockID
-	devLists [][]devBlock // completions' VRAM lists, for reuse
-
-	spare spares    // VRAM kept for restores (spare.go)
-	one   []BlockID // the blocks of an Acquire, Prefetch or Evict
-	waits []relEvent
+// stores are where the blocks' bytes live: VRAM from a device heap, within the budget, and
+// buffers of a pinned host pool, within the host capacity. Fixed by New.
+type stores struct {
+	heap    *device.Heap
+	ownHeap bool    // New made heap: Close closes it
+	budget  uintptr // Options.DeviceBudget, rounded to hostAlign
+	pool    *pinned.Pool
+	hostCap uintptr // Options.HostCapacity
+	unified bool    // host addresses are device addresses (unified addressing)
 }
 
 // accounts are the byte counts the invariants speak of.
@@ -148,6 +138,15 @@ type accounts struct {
 	hostHeld                      uintptr // host buffers held (host-only blocks and host copies)
 	pinned                        uintptr // bytes of acquired blocks
 	pinnedBlocks                  int
+}
+
+// scratch holds the slices every batch reuses, so that moving blocks allocates nothing. t.mu
+// is held while they are used.
+type scratch struct {
+	jobs    []CopyJob // an eviction's copies
+	rjobs   []CopyJob // a restore's (it may evict for room while it builds its jobs)
+	victims []BlockID // the blocks pickVictims chose
+	one     []BlockID // the blocks of an Acquire, Prefetch or Evict
 }
 
 // New creates a tier on dev, which must stay open until Close.
@@ -181,12 +180,13 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 		o.Clock = time.Now
 	}
 	t := &Tier{
-		dev: dev, pub: pub, policy: o.Policy, clock: o.Clock, onMig: o.OnMigrate,
-		budget: roundUp(o.DeviceBudget), hostCap: o.HostCapacity,
-		thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin),
-		events: icuda.NewEventPool(dev), streams: map[cuda.Stream]struct{}{},
+		dev: dev, pub: pub, policy: o.Policy,
+		mem:     stores{budget: roundUp(o.DeviceBudget), hostCap: o.HostCapacity},
+		engine:  engine{events: icuda.NewEventPool(dev)},
+		opts:    settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
+		streams: streamSet{},
 	}
-	t.queue = streamq.New(dev, t.events, t.complete)
+	t.batches.queue = streamq.New(dev, t.engine.events, t.complete)
 	if err := t.open(o); err != nil {
 		// Under the lock and closed: the heap's hook may already be installed and called.
 		t.mu.Lock()
@@ -197,10 +197,10 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	}
 	t.st.Policy = t.policy.Name()
 	t.st.Mover = "custom"
-	if b, ok := t.ownMover.(*device.Batcher); ok {
+	if b, ok := t.engine.ownMover.(*device.Batcher); ok {
 		t.st.Mover = b.Method().String()
 	}
-	t.st.Budget = uint64(t.budget)
+	t.st.Budget = uint64(t.mem.budget)
 	return t, nil
 }
 
@@ -210,24 +210,24 @@ func (t *Tier) open(o Options) error {
 	if err != nil {
 		return err
 	}
-	t.unified = ua == 1
-	if t.h2d, err = t.dev.StreamCreate(true); err != nil {
+	t.mem.unified = ua == 1
+	if t.engine.h2d, err = t.dev.StreamCreate(true); err != nil {
 		return fmt.Errorf("uvm: H2D stream: %w", err)
 	}
-	if t.d2h, err = t.dev.StreamCreate(true); err != nil {
+	if t.engine.d2h, err = t.dev.StreamCreate(true); err != nil {
 		return fmt.Errorf("uvm: D2H stream: %w", err)
 	}
-	t.heap = o.Heap
-	if t.heap == nil {
+	t.mem.heap = o.Heap
+	if t.mem.heap == nil {
 		// Room for the budget, the size classes' rounding (at most 1/8) and memory whose free
 		// waits for its copy out. Never purged: the VRAM an eviction frees is what the next
 		// restore takes, and committing VMM device memory again costs 0.4-0.77 ms per 2 MiB
 		// (measured on an H100), where copying 2 MiB takes 40 µs.
-		capacity := roundChunk(t.budget + t.budget/4 + 4<<20)
-		if t.heap, err = device.New(t.pub, device.Options{Capacity: capacity, Align: hostAlign, PurgeDelay: -1}); err != nil {
+		capacity := roundChunk(t.mem.budget + t.mem.budget/4 + 4<<20)
+		if t.mem.heap, err = device.New(t.pub, device.Options{Capacity: capacity, Align: hostAlign, PurgeDelay: -1}); err != nil {
 			return fmt.Errorf("uvm: device heap: %w", err)
 		}
-		t.ownHeap = true
+		t.mem.ownHeap = true
 	}
 	// The host pool. Invariant: every host buffer, whatever its size, is ONE range the device
 	// can copy by DMA (one copy's host range must lie inside one registration, measured on an
@@ -242,19 +242,19 @@ func (t *Tier) open(o Options) error {
 	// eviction's copy of 2 MiB takes 40 µs. The capacity has room for the size classes'
 	// rounding and a partly used segment of each kind (small, medium, large and object pages
 	// do not share segments).
-	t.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(roundChunk(t.hostCap+t.hostCap/8) + 8<<20),
+	t.mem.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(roundChunk(t.mem.hostCap+t.mem.hostCap/8) + 8<<20),
 		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int64(o.HostPrecommit)})
 	if err != nil {
 		return fmt.Errorf("uvm: host pool: %w", err)
 	}
 	t.installPressure()
-	t.mover = o.Mover
-	if t.mover == nil {
+	t.engine.mover = o.Mover
+	if t.engine.mover == nil {
 		m, err := newDefaultMover(t.pub)
 		if err != nil {
 			return fmt.Errorf("uvm: copy engine: %w", err)
 		}
-		t.mover, t.ownMover = m, m
+		t.engine.mover, t.engine.ownMover = m, m
 	}
 	return nil
 }
@@ -262,37 +262,37 @@ func (t *Tier) open(o Options) error {
 // release gives back what open made; used by New on failure and by Close.
 func (t *Tier) release() error {
 	var errs []error
-	if t.heap != nil {
+	if t.mem.heap != nil {
 		t.uninstallPressure()
-		if !t.ownHeap && t.h2d != 0 {
+		if !t.mem.ownHeap && t.engine.h2d != 0 {
 			// A shared heap outlives the tier's stream: have it give back what it holds for
 			// that stream and forget it before the stream is destroyed.
-			errs = append(errs, t.heap.ForgetStream(t.h2d))
+			errs = append(errs, t.mem.heap.ForgetStream(t.engine.h2d))
 		}
 	}
-	if t.ownMover != nil {
-		errs = append(errs, t.ownMover.Close())
-		t.ownMover = nil
+	if t.engine.ownMover != nil {
+		errs = append(errs, t.engine.ownMover.Close())
+		t.engine.ownMover = nil
 	}
-	if t.pool != nil {
-		errs = append(errs, t.pool.Close())
-		t.pool = nil
+	if t.mem.pool != nil {
+		errs = append(errs, t.mem.pool.Close())
+		t.mem.pool = nil
 	}
-	if t.ownHeap && t.heap != nil {
-		errs = append(errs, t.heap.Close())
-		t.heap = nil
+	if t.mem.ownHeap && t.mem.heap != nil {
+		errs = append(errs, t.mem.heap.Close())
+		t.mem.heap = nil
 	}
-	for _, s := range []*cuda.Stream{&t.h2d, &t.d2h} {
+	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
 		if *s != 0 {
 			errs = append(errs, t.dev.StreamSynchronize(*s), t.dev.StreamDestroy(*s))
 			*s = 0
 		}
 	}
-	for _, ev := range t.relIdle {
-		t.events.Put(ev)
+	for _, ev := range t.rel.idle {
+		t.engine.events.Put(ev)
 	}
-	t.relIdle = nil
-	errs = append(errs, t.events.Close())
+	t.rel.idle = nil
+	errs = append(errs, t.engine.events.Close())
 	return errors.Join(errs...)
 }
 
@@ -316,11 +316,11 @@ func (t *Tier) Close() error {
 			errs = append(errs, t.freeBlock(BlockID(i)))
 		}
 	}
-	errs = append(errs, t.drain(), t.dev.StreamSynchronize(t.h2d), t.dev.StreamSynchronize(t.d2h))
+	errs = append(errs, t.drain(), t.dev.StreamSynchronize(t.engine.h2d), t.dev.StreamSynchronize(t.engine.d2h))
 	_, ferr := t.flushSpares()
 	errs = append(errs, ferr)
-	if t.ownHeap {
-		errs = append(errs, t.heap.Sync())
+	if t.mem.ownHeap {
+		errs = append(errs, t.mem.heap.Sync())
 	}
 	t.closed = true
 	if t.wake != nil {

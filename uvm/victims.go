@@ -13,30 +13,30 @@ func (t *Tier) makeRoom(need uintptr) error {
 	if err := t.poll(); err != nil {
 		return err
 	}
-	if t.acct.device+need <= t.budget {
+	if t.acct.device+need <= t.mem.budget {
 		return nil
 	}
-	want := t.acct.device + need - t.budget
+	want := t.acct.device + need - t.mem.budget
 	if got := t.pickVictims(want); got < want {
-		t.unchoose(t.victims)
+		t.unchoose(t.scratch.victims)
 		return fmt.Errorf("%w: %d bytes needed, %d evictable, %d of the budget %d acquired", ErrAllPinned,
-			need, got, t.acct.pinned, t.budget)
+			need, got, t.acct.pinned, t.mem.budget)
 	}
-	return t.evict(t.victims, CausePressure)
+	return t.evict(t.scratch.victims, CausePressure)
 }
 
-// pickVictims fills t.victims with evictable blocks worth at least want bytes, if there are
+// pickVictims fills t.scratch.victims with evictable blocks worth at least want bytes, if there are
 // so many, and returns their bytes: clean blocks among the evictWindow coldest first, then
 // any in policy order, then, if still short, blocks under thrash protection. The victims stay
 // marked chosen until evict is done with them.
 func (t *Tier) pickVictims(want uintptr) uintptr {
-	t.victims = t.victims[:0]
+	t.scratch.victims = t.scratch.victims[:0]
 	var got uintptr
 	now := t.nowNanos()
 	take := func(id BlockID) {
 		b := &t.blocks[id]
 		b.chosen = true
-		t.victims = append(t.victims, id)
+		t.scratch.victims = append(t.scratch.victims, id)
 		got += b.size
 	}
 	seen := 0
