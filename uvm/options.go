@@ -1,6 +1,7 @@
 package uvm
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/device"
@@ -52,6 +53,35 @@ type Options struct {
 	// OnMigrate, if set, is called for every block moved, with the tier's lock held: it must
 	// not call the tier.
 	OnMigrate func(Migration)
+}
+
+// withDefaults checks o and fills in the defaults of the fields left zero.
+func (o Options) withDefaults() (Options, error) {
+	if o.DeviceBudget == 0 {
+		return o, fmt.Errorf("%w: DeviceBudget is required", ErrInvalidOptions)
+	}
+	if o.HostCapacity == 0 {
+		o.HostCapacity = 4 * o.DeviceBudget
+	}
+	if o.ThrashLapse == 0 {
+		o.ThrashLapse = DefaultThrashLapse
+	}
+	if o.ThrashPin == 0 {
+		o.ThrashPin = DefaultThrashPin
+	}
+	if o.HostPrecommit > o.HostCapacity {
+		return o, fmt.Errorf("%w: HostPrecommit %d above HostCapacity %d", ErrInvalidOptions, o.HostPrecommit, o.HostCapacity)
+	}
+	if o.ThrashPin < 0 {
+		return o, fmt.Errorf("%w: ThrashPin %v", ErrInvalidOptions, o.ThrashPin)
+	}
+	if o.Policy == nil {
+		o.Policy = LRU()
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return o, nil
 }
 
 // settings are the Options the tier consults as it runs. Fixed by New.

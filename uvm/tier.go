@@ -84,7 +84,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
@@ -155,29 +154,8 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	if o.DeviceBudget == 0 {
-		return nil, fmt.Errorf("%w: DeviceBudget is required", ErrInvalidOptions)
-	}
-	if o.HostCapacity == 0 {
-		o.HostCapacity = 4 * o.DeviceBudget
-	}
-	if o.ThrashLapse == 0 {
-		o.ThrashLapse = DefaultThrashLapse
-	}
-	if o.ThrashPin == 0 {
-		o.ThrashPin = DefaultThrashPin
-	}
-	if o.HostPrecommit > o.HostCapacity {
-		return nil, fmt.Errorf("%w: HostPrecommit %d above HostCapacity %d", ErrInvalidOptions, o.HostPrecommit, o.HostCapacity)
-	}
-	if o.ThrashPin < 0 {
-		return nil, fmt.Errorf("%w: ThrashPin %v", ErrInvalidOptions, o.ThrashPin)
-	}
-	if o.Policy == nil {
-		o.Policy = LRU()
-	}
-	if o.Clock == nil {
-		o.Clock = time.Now
+	if o, err = o.withDefaults(); err != nil {
+		return nil, err
 	}
 	t := &Tier{
 		dev: dev, pub: pub, policy: o.Policy,
@@ -217,45 +195,72 @@ func (t *Tier) open(o Options) error {
 	if t.engine.d2h, err = t.dev.StreamCreate(true); err != nil {
 		return fmt.Errorf("uvm: D2H stream: %w", err)
 	}
-	t.mem.heap = o.Heap
-	if t.mem.heap == nil {
-		// Room for the budget, the size classes' rounding (at most 1/8) and memory whose free
-		// waits for its copy out. Never purged: the VRAM an eviction frees is what the next
-		// restore takes, and committing VMM device memory again costs 0.4-0.77 ms per 2 MiB
-		// (measured on an H100), where copying 2 MiB takes 40 µs.
-		capacity := roundChunk(t.mem.budget + t.mem.budget/4 + 4<<20)
-		if t.mem.heap, err = device.New(t.pub, device.Options{Capacity: capacity, Align: hostAlign, PurgeDelay: -1}); err != nil {
-			return fmt.Errorf("uvm: device heap: %w", err)
-		}
-		t.mem.ownHeap = true
+	if err := t.openHeap(o.Heap); err != nil {
+		return err
 	}
-	// The host pool. Invariant: every host buffer, whatever its size, is ONE range the device
-	// can copy by DMA (one copy's host range must lie inside one registration, measured on an
-	// H100), so a block of any size moves as one job. The CUDAHost backend keeps it on both of
-	// its providers: VMM host granules are mapped into one reserved range, so any buffer is one
-	// DMA range; the registration fallback (drivers without VMM host memory) registers each
-	// heap segment whole and joins the chunks of a huge buffer into exactly one registration
-	// when it is handed out (arena/provider_cudahostreg.go). TestBlockSizes checks 4 KiB to
-	// 8 MiB on both.
-	// Memory is committed (pinned) as evictions need it, or ahead of need in the background
-	// (HostPrecommit), and never purged: pinning again costs about 0.5 ms per 2 MiB, where an
-	// eviction's copy of 2 MiB takes 40 µs. The capacity has room for the size classes'
-	// rounding and a partly used segment of each kind (small, medium, large and object pages
-	// do not share segments).
-	t.mem.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(roundChunk(t.mem.hostCap+t.mem.hostCap/8) + 8<<20),
-		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int64(o.HostPrecommit)})
+	if err := t.openPool(o.HostPrecommit); err != nil {
+		return err
+	}
+	t.installPressure()
+	return t.openMover(o.Mover)
+}
+
+// openHeap takes the device heap given, or makes the tier's own.
+func (t *Tier) openHeap(shared *device.Heap) error {
+	if shared != nil {
+		t.mem.heap = shared
+		return nil
+	}
+	// Room for the budget, the size classes' rounding (at most 1/8) and memory whose free
+	// waits for its copy out. Never purged: the VRAM an eviction frees is what the next
+	// restore takes, and committing VMM device memory again costs 0.4-0.77 ms per 2 MiB
+	// (measured on an H100), where copying 2 MiB takes 40 µs.
+	capacity := roundChunk(t.mem.budget + t.mem.budget/4 + 4<<20)
+	h, err := device.New(t.pub, device.Options{Capacity: capacity, Align: hostAlign, PurgeDelay: -1})
+	if err != nil {
+		return fmt.Errorf("uvm: device heap: %w", err)
+	}
+	t.mem.heap, t.mem.ownHeap = h, true
+	return nil
+}
+
+// openPool makes the host pool, committing precommit bytes of it in the background.
+//
+// Invariant: every host buffer, whatever its size, is ONE range the device can copy by DMA
+// (one copy's host range must lie inside one registration, measured on an H100), so a block of
+// any size moves as one job. The CUDAHost backend keeps it on both of its providers: VMM host
+// granules are mapped into one reserved range, so any buffer is one DMA range; the registration
+// fallback (drivers without VMM host memory) registers each heap segment whole and joins the
+// chunks of a huge buffer into exactly one registration when it is handed out
+// (arena/provider_cudahostreg.go). TestBlockSizes checks 4 KiB to 8 MiB on both.
+//
+// Memory is committed (pinned) as evictions need it, or ahead of need in the background
+// (HostPrecommit), and never purged: pinning again costs about 0.5 ms per 2 MiB, where an
+// eviction's copy of 2 MiB takes 40 µs. The capacity has room for the size classes' rounding
+// and a partly used segment of each kind (small, medium, large and object pages do not share
+// segments).
+func (t *Tier) openPool(precommit uintptr) error {
+	capacity := roundChunk(t.mem.hostCap+t.mem.hostCap/8) + 8<<20
+	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(capacity),
+		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int64(precommit)})
 	if err != nil {
 		return fmt.Errorf("uvm: host pool: %w", err)
 	}
-	t.installPressure()
-	t.engine.mover = o.Mover
-	if t.engine.mover == nil {
-		m, err := newDefaultMover(t.pub)
-		if err != nil {
-			return fmt.Errorf("uvm: copy engine: %w", err)
-		}
-		t.engine.mover, t.engine.ownMover = m, m
+	t.mem.pool = p
+	return nil
+}
+
+// openMover takes the Mover given, or makes the tier's own (newDefaultMover).
+func (t *Tier) openMover(given Mover) error {
+	if given != nil {
+		t.engine.mover = given
+		return nil
 	}
+	m, err := newDefaultMover(t.pub)
+	if err != nil {
+		return fmt.Errorf("uvm: copy engine: %w", err)
+	}
+	t.engine.mover, t.engine.ownMover = m, m
 	return nil
 }
 
