@@ -36,47 +36,70 @@ func (t *Tier) AcquireHost(h Handle, m Mode) ([]byte, error) {
 	if err := t.poll(); err != nil {
 		return nil, err
 	}
+	if err := t.hostCurrent(id, b); err != nil {
+		return nil, err
+	}
+	if err := t.waitHostCopies(id, b, m); err != nil {
+		return nil, err
+	}
+	if m == Write && b.dev != 0 {
+		if err := t.dropDeviceCopy(id, b); err != nil {
+			return nil, err
+		}
+	}
+	b.hostPins++
+	b.hostWrite = m == Write
+	return b.host[:b.n:b.n], nil
+}
+
+// hostCurrent makes the host copy of block id hold its bytes: a fresh block gets a host buffer
+// (its bytes are undefined: any will do), a dirty block on the device is copied to the host
+// (copyToHost waits for the copy).
+func (t *Tier) hostCurrent(id BlockID, b *block) error {
 	switch {
 	case b.fresh:
 		if err := t.hostAlloc(id, b); err != nil {
-			return nil, err
+			return err
 		}
 		b.fresh, b.hostValid = false, true
 		t.acct.fresh -= b.size
 		t.acct.hostOnly += b.size
 	case !b.clean() && b.dev != 0:
-		if err := t.copyToHost(id, b); err != nil {
-			return nil, err
-		}
+		return t.copyToHost(id, b)
 	}
-	// The host copy is valid; wait for a copy still writing it (an eviction), and for a
-	// writer, for one still reading it (a restore).
+	return nil
+}
+
+// waitHostCopies waits for a copy still writing the valid host copy of block id (an eviction)
+// and, before Go writes it (m is Write), for one still reading it (a restore).
+func (t *Tier) waitHostCopies(id BlockID, b *block, m Mode) error {
 	if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) {
 		if err := t.dev.EventSynchronize(b.evictEv); err != nil {
-			return nil, fmt.Errorf("uvm: wait for the eviction of %#x: %w", uint64(h), err)
+			return fmt.Errorf("uvm: wait for the eviction of %#x: %w", uint64(t.handle(id)), err)
 		}
 	}
 	if m == Write && b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
 		if err := t.dev.EventSynchronize(b.readyEv); err != nil {
-			return nil, fmt.Errorf("uvm: wait for the restore of %#x: %w", uint64(h), err)
+			return fmt.Errorf("uvm: wait for the restore of %#x: %w", uint64(t.handle(id)), err)
 		}
 	}
-	if m == Write && b.dev != 0 {
-		// The device copy becomes stale: give its VRAM back behind its uses.
-		t.rel.waits = t.rel.waits[:0]
-		t.addWaits(b)
-		if err := t.retire(completion{dev: []devBlock{{b.dev, b.size}}}); err != nil {
-			return nil, err
-		}
-		t.putReleases(b)
-		t.policy.Evicted(id)
-		b.dev = 0
-		t.acct.device -= b.size
-		t.acct.hostOnly += b.size
+	return nil
+}
+
+// dropDeviceCopy drops the device copy of block id, which Go is about to write on the host:
+// its VRAM goes back behind its uses, and the block is on the host only.
+func (t *Tier) dropDeviceCopy(id BlockID, b *block) error {
+	t.rel.waits = t.rel.waits[:0]
+	t.addWaits(b)
+	if err := t.retire(completion{dev: []devBlock{{b.dev, b.size}}}); err != nil {
+		return err
 	}
-	b.hostPins++
-	b.hostWrite = m == Write
-	return b.host[:b.n:b.n], nil
+	t.putReleases(b)
+	t.policy.Evicted(id)
+	b.dev = 0
+	t.acct.device -= b.size
+	t.acct.hostOnly += b.size
+	return nil
 }
 
 // copyToHost copies a dirty block's device bytes to its host buffer on the D2H stream, after
