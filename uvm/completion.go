@@ -46,13 +46,9 @@ type devBlock struct {
 // pending reports whether batch seq of direction dir has not completed yet.
 func (t *Tier) pending(dir int, seq uint64) bool { return seq > t.batches.done[dir] }
 
-// push records an event on the stream of dir and queues c behind it, as batch number
-// t.batches.issued[dir]+1. It returns the event (owned by the queue until the batch completes).
-func (t *Tier) push(dir int, c completion) error {
-	_, err := t.pushEvent(dir, c)
-	return err
-}
-
+// pushEvent records an event on the stream of dir and queues c behind it, as batch number
+// t.batches.issued[dir]+1. It returns the event, owned by the queue until the batch completes
+// (a stream may be made to wait on it while the batch is pending).
 func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
 	s := t.engine.h2d
 	if dir == dirD2H {
@@ -70,6 +66,12 @@ func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
 	c.dir, c.seq = dir, t.batches.issued[dir]
 	t.batches.queue.PushEvent(s, ev, c)
 	return ev, nil
+}
+
+// push is pushEvent for a batch whose event no block needs.
+func (t *Tier) push(dir int, c completion) error {
+	_, err := t.pushEvent(dir, c)
+	return err
 }
 
 // retire queues c on the D2H stream behind t.rel.waits: its memory is given back once every use
@@ -119,9 +121,10 @@ func (t *Tier) complete(c completion) error {
 // if there is one, else any recycled one, else a new one of launchJobs; appends grow it, so
 // that no large allocation delays a batch's first copy.
 func (t *Tier) devList(n int) []devBlock {
-	k := len(t.batches.devLists) - 1
+	lists := t.batches.devLists
+	k := len(lists) - 1
 	for i := k; i >= 0; i-- {
-		if cap(t.batches.devLists[i]) >= n {
+		if cap(lists[i]) >= n {
 			k = i
 			break
 		}
@@ -129,12 +132,14 @@ func (t *Tier) devList(n int) []devBlock {
 	if k < 0 {
 		return make([]devBlock, 0, launchJobs)
 	}
-	l := t.batches.devLists[k]
-	t.batches.devLists[k] = t.batches.devLists[len(t.batches.devLists)-1]
-	t.batches.devLists[len(t.batches.devLists)-1] = nil
-	t.batches.devLists = t.batches.devLists[:len(t.batches.devLists)-1]
+	l, last := lists[k], len(lists)-1
+	lists[k], lists[last] = lists[last], nil
+	t.batches.devLists = lists[:last]
 	return l
 }
+
+// putDevList keeps l, emptied, for devList.
+func (t *Tier) putDevList(l []devBlock) { t.batches.devLists = append(t.batches.devLists, l[:0]) }
 
 // Sync waits until every transfer the tier has queued has completed, and finishes them (their
 // VRAM and host buffers become reusable).

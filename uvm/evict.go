@@ -8,123 +8,27 @@ import (
 
 // Eviction: moving blocks off the device.
 
+// evicting is an eviction being built: begin, add each block, then finish, or abort on an
+// error (the one the step returned). Its blocks are marked chosen until it finishes or aborts,
+// so that hostAlloc does not drop their host copies for room. t.mu is held throughout.
+type evicting struct {
+	launcher            // the copies of the dirty blocks to their host buffers (t.scratch.jobs)
+	ids      []BlockID  // the blocks: all of them from the start for evict, as they come for Evict
+	done     completion // what the batch gives up once its copies are done: the blocks' VRAM
+}
+
 // evict moves the blocks ids (evictable) off the device in one batch: dirty ones are copied to
 // host buffers on the D2H stream after it waited for their uses; clean ones are dropped. The
-// caller marks ids chosen (pickVictims), so that hostAlloc does not drop their host copies for
-// room, and evict clears the marks when it returns. On failure no block has moved. t.mu is
-// held.
-func (t *Tier) evict(ids []BlockID, cause Cause) error { return t.evictBatch(ids, nil, cause) }
-
-// evictBatch is evict of ids, or, when hs is not nil, of the blocks of the handles hs (for
-// Evict): it checks each handle as it comes to it (ErrInvalidHandle, ErrAcquired), skipping
-// blocks not on the device and duplicates, and marks the blocks chosen, so that the first
-// copies are queued before the last handle is looked at; a bad handle fails the batch like a
-// failed copy (no block has moved).
-func (t *Tier) evictBatch(ids []BlockID, hs []Handle, cause Cause) error {
-	jobs := t.scratch.jobs[:0]
-	t.rel.waits = t.rel.waits[:0]
-	n := len(ids)
-	if hs != nil {
-		ids, n = t.scratch.one[:0], len(hs)
-	}
-	c := completion{dev: t.devList(n)}
-	copied := 0 // jobs whose copies are queued
-	launchAt := firstLaunchJobs
-	var err error
-	ownErr := false // err is hostAlloc's (ErrHostFull) or a handle's, not a failed copy
-	for i := 0; i < n; i++ {
-		var id BlockID
-		if hs != nil {
-			var b *block
-			if id, b, err = t.lookup(hs[i]); err == nil && b.pins > 0 {
-				err = fmt.Errorf("%w: Evict of %#x", ErrAcquired, uint64(hs[i]))
-			}
-			if err != nil {
-				ownErr = true
-				break
-			}
-			if b.dev == 0 || b.chosen {
-				continue
-			}
-			b.chosen = true
-			ids = append(ids, id)
-		} else {
-			id = ids[i]
-		}
-		b := &t.blocks[id]
-		t.addWaits(b)
-		c.dev = append(c.dev, devBlock{b.dev, b.size})
-		c.devBytes += b.size
-		if b.clean() {
-			continue
-		}
-		if b.host == nil {
-			if err = t.hostAlloc(id, b); err != nil {
-				ownErr = true
-				break
-			}
-		}
-		jobs = append(jobs, CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size})
-		if len(jobs) == launchAt { // start the copies while the rest is prepared
-			if err = t.queueWaits(t.engine.d2h); err == nil {
-				err = t.engine.mover.Copy(jobs, t.engine.d2h)
-			}
-			if err != nil {
-				break
-			}
-			copied += len(jobs)
-			jobs, t.rel.waits = jobs[:0], t.rel.waits[:0] // a stream's waits hold for all later work
-			launchAt = min(2*launchAt, launchJobs)
-		}
-	}
-	t.scratch.jobs = jobs[:0]
-	if err == nil {
-		if err = t.queueWaits(t.engine.d2h); err == nil && len(jobs) > 0 {
-			err = t.engine.mover.Copy(jobs, t.engine.d2h)
-		}
-		if err == nil {
-			copied += len(jobs)
-		}
-	}
-	if hs != nil {
-		t.scratch.one = ids[:0]
-	}
-	if err == nil && len(ids) == 0 {
-		t.batches.devLists = append(t.batches.devLists, c.dev[:0])
-		return nil
-	}
-	var ev cuda.Event
-	if err == nil {
-		ev, err = t.pushEvent(dirD2H, c)
-	}
-	if err != nil {
-		t.batches.devLists = append(t.batches.devLists, c.dev[:0])
-		t.unchoose(ids)
-		if copied > 0 { // copies into host buffers the blocks keep: let them land first
-			_ = t.dev.StreamSynchronize(t.engine.d2h)
-		}
-		if ownErr {
-			return err
-		}
-		t.st.Failures++
-		return fmt.Errorf("uvm: eviction of %d blocks (%d copied): %w", len(ids), copied, err)
-	}
-	now := t.now()
+// caller marks ids chosen (pickVictims), and evict clears the marks when it returns. On failure
+// no block has moved. t.mu is held.
+func (t *Tier) evict(ids []BlockID, cause Cause) error {
+	e := t.beginEvict(ids, len(ids))
 	for _, id := range ids {
-		b := &t.blocks[id]
-		b.chosen = false
-		clean := b.clean()
-		if !clean {
-			b.evictSeq, b.evictEv, b.hostValid = t.batches.issued[dirD2H], ev, true
+		if err := t.addEvict(&e, id); err != nil {
+			return t.abortEvict(&e, err)
 		}
-		b.dev = 0
-		t.acct.device -= b.size
-		t.acct.hostOnly += b.size
-		t.putReleases(b)
-		t.policy.Evicted(id)
-		t.moved(id, b, false, cause, clean, now)
 	}
-	return nil
+	return t.finishEvict(&e, cause)
 }
 
 // Evict moves the blocks hs off the device now, in one batch (dirty ones are copied to the
@@ -140,5 +44,135 @@ func (t *Tier) Evict(hs []Handle) error {
 	if err := t.poll(); err != nil {
 		return err
 	}
-	return t.evictBatch(nil, hs, CauseExplicit)
+	e := t.beginEvict(t.scratch.one[:0], len(hs))
+	err := t.addHandles(&e, hs)
+	t.scratch.one = e.ids[:0]
+	if err != nil {
+		return t.abortEvict(&e, err)
+	}
+	return t.finishEvict(&e, CauseExplicit)
+}
+
+// addHandles adds the blocks of the handles hs to e, checking each handle as it comes to it
+// (ErrInvalidHandle, ErrAcquired), so that the first copies are queued before the last handle
+// is looked at. It skips blocks not on the device and duplicates, and marks the blocks chosen.
+func (t *Tier) addHandles(e *evicting, hs []Handle) error {
+	for _, h := range hs {
+		id, b, err := t.lookup(h)
+		if err != nil {
+			return err
+		}
+		if b.pins > 0 {
+			return fmt.Errorf("%w: Evict of %#x", ErrAcquired, uint64(h))
+		}
+		if b.dev == 0 || b.chosen {
+			continue
+		}
+		b.chosen = true
+		e.ids = append(e.ids, id)
+		if err := t.addEvict(e, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// beginEvict starts an eviction of the blocks ids, and of the blocks added to ids later: n in
+// all at most.
+func (t *Tier) beginEvict(ids []BlockID, n int) evicting {
+	t.rel.waits = t.rel.waits[:0]
+	return evicting{launcher: newLauncher(t.scratch.jobs), ids: ids, done: completion{dev: t.devList(n)}}
+}
+
+// addEvict adds block id (on the device, marked chosen) to e: its VRAM goes back when the
+// batch is done, and if it is dirty its bytes are copied to a host buffer (hostAlloc gives it
+// one), a launch at a time.
+func (t *Tier) addEvict(e *evicting, id BlockID) error {
+	b := &t.blocks[id]
+	t.addWaits(b)
+	e.done.dev = append(e.done.dev, devBlock{b.dev, b.size})
+	e.done.devBytes += b.size
+	if b.clean() {
+		return nil
+	}
+	if b.host == nil {
+		if err := t.hostAlloc(id, b); err != nil {
+			return err
+		}
+	}
+	if e.add(CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size}) { // start the copies while the rest is prepared
+		return t.launchEvict(e)
+	}
+	return nil
+}
+
+// launchEvict queues the copies of e not queued yet on the D2H stream, after the waits for the
+// uses of the blocks added since the last launch.
+func (t *Tier) launchEvict(e *evicting) error {
+	err := t.queueWaits(t.engine.d2h)
+	if err == nil {
+		err = t.launch(&e.launcher, t.engine.d2h)
+	}
+	if err != nil {
+		return t.evictFailed(e, err)
+	}
+	t.rel.waits = t.rel.waits[:0] // a stream's waits hold for all later work
+	return nil
+}
+
+// finishEvict queues the last copies of e and the batch's event, and records the blocks as
+// evicted. On an error it aborts: no block has moved.
+func (t *Tier) finishEvict(e *evicting, cause Cause) error {
+	if err := t.launchEvict(e); err != nil {
+		return t.abortEvict(e, err)
+	}
+	t.scratch.jobs = e.jobs[:0]
+	if len(e.ids) == 0 {
+		t.putDevList(e.done.dev)
+		return nil
+	}
+	ev, err := t.pushEvent(dirD2H, e.done)
+	if err != nil {
+		return t.abortEvict(e, t.evictFailed(e, err))
+	}
+	t.evicted(e.ids, ev, cause)
+	return nil
+}
+
+// evictFailed counts a batch whose copies could not be queued and says how far it got.
+func (t *Tier) evictFailed(e *evicting, err error) error {
+	t.st.Failures++
+	return fmt.Errorf("uvm: eviction of %d blocks (%d copied): %w", len(e.ids), e.queued, err)
+}
+
+// abortEvict ends an eviction that failed with err, and returns err: the blocks stay where
+// they were, with their marks cleared.
+func (t *Tier) abortEvict(e *evicting, err error) error {
+	t.scratch.jobs = e.jobs[:0]
+	t.putDevList(e.done.dev)
+	t.unchoose(e.ids)
+	if e.queued > 0 { // copies into host buffers the blocks keep: let them land first
+		_ = t.dev.StreamSynchronize(t.engine.d2h)
+	}
+	return err
+}
+
+// evicted records the blocks ids as moved off the device by the batch whose event is ev: the
+// host copies of the dirty ones are valid once it completes.
+func (t *Tier) evicted(ids []BlockID, ev cuda.Event, cause Cause) {
+	now := t.now()
+	for _, id := range ids {
+		b := &t.blocks[id]
+		b.chosen = false
+		clean := b.clean()
+		if !clean {
+			b.evictSeq, b.evictEv, b.hostValid = t.batches.issued[dirD2H], ev, true
+		}
+		b.dev = 0
+		t.acct.device -= b.size
+		t.acct.hostOnly += b.size
+		t.putReleases(b)
+		t.policy.Evicted(id)
+		t.moved(id, b, false, cause, clean, now)
+	}
 }

@@ -10,25 +10,125 @@ import (
 
 // Restore: bringing blocks back to the device.
 
-// A restore is built in steps, so that Prefetch can check its handles a chunk at a time and
-// start the copies of the first chunk before it has looked at the last handle: begin, then
-// add (making room for the blocks first) any number of times, then finish, or abort on an
-// error. The blocks of a restore are marked chosen by the caller until it finishes or aborts,
-// so that no eviction it makes for room drops the host copies its copies read. A block that
-// add gives VRAM counts in t.acct.device from then on, so that makeRoom for the next chunk
-// sees it. t.mu is held throughout.
+// restoring is a restore being built in steps, so that Prefetch can check its handles a chunk
+// at a time and start the copies of the first chunk before it has looked at the last handle:
+// begin, then add (making room for the blocks first) any number of times, then finish, or
+// abort on an error. The blocks of a restore are marked chosen until it finishes or aborts, so
+// that no eviction it makes for room drops the host copies its copies read. A block that add
+// gives VRAM counts in t.acct.device from then on, so that makeRoom for the next chunk sees it.
+// t.mu is held throughout.
 type restoring struct {
-	jobs     []CopyJob // copies not queued yet (t.scratch.rjobs: an eviction for room uses t.scratch.jobs)
-	launched bool      // copies queued: the VRAM goes back behind the H2D stream on abort
-	launchAt int
+	// The copies from the host buffers (t.scratch.rjobs: an eviction for room uses
+	// t.scratch.jobs). Once a launch was tried, the VRAM goes back behind the H2D stream on
+	// abort.
+	launcher
+	ids []BlockID // the blocks: all of them from the start for restore, as they come for Prefetch
 }
 
-func (t *Tier) beginRestore() restoring {
-	return restoring{jobs: t.scratch.rjobs[:0], launchAt: firstLaunchJobs}
+// restore brings the blocks ids (live, not on the device, need bytes together, marked chosen
+// by the caller) to the device in one batch on the H2D stream, making room first (see
+// restoring). On failure no block has moved.
+func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
+	r := t.beginRestore(ids)
+	if err := t.addRestore(&r, ids, need); err != nil {
+		t.abortRestore(&r)
+		return err
+	}
+	_, _, err := t.finishRestore(&r, cause)
+	return err
 }
 
-// addRestore gives the blocks ids (live, not on the device) VRAM and queues their copies, a
-// launch at a time, after making room for their need bytes. On an error the caller aborts.
+// Prefetch brings the blocks hs to the device ahead of use, in one batch, without waiting:
+// stream s is made to wait for the copies, so work queued on s after Prefetch sees the blocks.
+// The blocks are not acquired: they are evictable as soon as they arrive, coldest last (the
+// policy records the prefetch as a use). Blocks already on the device are skipped. Errors as
+// for Acquire, and ErrTooLarge for more bytes than the budget; on an error none of the blocks
+// has moved (blocks evicted to make room for them stay evicted).
+func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	if err := t.checkStream(s); err != nil { // as Acquire: every time (streams.go)
+		return err
+	}
+	r := t.beginRestore(t.scratch.one[:0])
+	err := t.prefetchChunks(&r, hs)
+	t.scratch.one = r.ids[:0]
+	if err != nil {
+		t.abortRestore(&r)
+		return err
+	}
+	if len(r.ids) == 0 {
+		return nil
+	}
+	ev, copied, err := t.finishRestore(&r, CausePrefetch)
+	if err != nil || !copied {
+		return err
+	}
+	// One wait covers the batch: every copy of it is before its event.
+	if err := t.dev.StreamWaitEvent(s, ev); err != nil {
+		return fmt.Errorf("uvm: stream %#x waits for a prefetch: %w", s, err)
+	}
+	return nil
+}
+
+// prefetchChunks adds the blocks of hs that are not on the device to r. The handles are
+// checked a chunk at a time, each chunk restored (room made, copies queued) before the next is
+// checked, so that the device starts copying before the last handle is looked at: a first
+// pass over 16,384 handles delayed the first copy by 80 µs or more (BenchmarkBlockCost), more
+// than the slack a 64 MiB batch of 4 KiB blocks has at 48 GB/s.
+func (t *Tier) prefetchChunks(r *restoring, hs []Handle) error {
+	var total uintptr
+	for start, chunk := 0, firstLaunchJobs; start < len(hs); start, chunk = start+chunk, nextLaunch(chunk) {
+		first := len(r.ids)
+		need, err := t.choosePrefetch(r, hs[start:min(start+chunk, len(hs))])
+		if err != nil {
+			return err
+		}
+		if len(r.ids) == first {
+			continue
+		}
+		if total += need; total > t.mem.budget {
+			return fmt.Errorf("%w: a prefetch of more than %d bytes, budget %d", ErrTooLarge, total, t.mem.budget)
+		}
+		if err := t.addRestore(r, r.ids[first:], need); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// choosePrefetch adds to r.ids the blocks of hs that are not on the device, skipping
+// duplicates, marks them chosen and returns their bytes. It refuses bad handles, and a block
+// acquired on the host for writing (ErrAcquired).
+func (t *Tier) choosePrefetch(r *restoring, hs []Handle) (uintptr, error) {
+	var need uintptr
+	for _, h := range hs {
+		id, b, err := t.lookup(h)
+		if err == nil && b.hostWrite && b.dev == 0 {
+			err = fmt.Errorf("%w: block %#x is acquired on the host for writing", ErrAcquired, uint64(h))
+		}
+		if err != nil {
+			return need, err
+		}
+		if b.dev == 0 && !b.chosen {
+			b.chosen = true // counted once
+			r.ids = append(r.ids, id)
+			need += b.size
+		}
+	}
+	return need, nil
+}
+
+// beginRestore starts a restore of the blocks ids, and of the blocks added to ids later.
+func (t *Tier) beginRestore(ids []BlockID) restoring {
+	return restoring{launcher: newLauncher(t.scratch.rjobs), ids: ids}
+}
+
+// addRestore gives the blocks ids (of r, live, not on the device) VRAM and queues their copies,
+// a launch at a time, after making room for their need bytes. On an error the caller aborts.
 func (t *Tier) addRestore(r *restoring, ids []BlockID, need uintptr) error {
 	if err := t.makeRoom(need); err != nil {
 		return err
@@ -49,59 +149,41 @@ func (t *Tier) addRestore(r *restoring, ids []BlockID, need uintptr) error {
 				return fmt.Errorf("uvm: restore waits for an eviction: %w", err)
 			}
 		}
-		r.jobs = append(r.jobs, CopyJob{Dst: p, Src: b.hostDev, Len: b.size})
-		if len(r.jobs) == r.launchAt { // start the copies while the rest is prepared
-			r.launched = true
-			if err := t.engine.mover.Copy(r.jobs, t.engine.h2d); err != nil {
+		if r.add(CopyJob{Dst: p, Src: b.hostDev, Len: b.size}) { // start the copies while the rest is prepared
+			if err := t.launch(&r.launcher, t.engine.h2d); err != nil {
 				t.st.Failures++
 				return fmt.Errorf("uvm: restore of a batch of blocks: %w", err)
 			}
-			r.jobs, r.launchAt = r.jobs[:0], min(2*r.launchAt, launchJobs)
 		}
 	}
 	return nil
 }
 
-// abortRestore gives back the VRAM the blocks ids got (behind the H2D stream once a copy was
-// queued) and clears their marks: none of them has moved.
-func (t *Tier) abortRestore(r *restoring, ids []BlockID) {
-	t.scratch.rjobs = r.jobs[:0]
-	if r.launched {
-		t.undoRestore(ids)
-	} else {
-		for _, id := range ids { // nothing is queued yet: spare at once
-			if b := &t.blocks[id]; b.dev != 0 {
-				_ = t.putSpare(b.dev, b.size)
-				b.dev = 0
-				t.acct.device -= b.size
-			}
-		}
-	}
-	t.unchoose(ids)
-}
-
-// finishRestore queues the last copies of the blocks ids and the batch's event, and records
-// the blocks as moved; for CausePrefetch the policy records a use of each. It returns the
-// event, and whether any copy was queued. On an error it aborts: no block has moved.
-func (t *Tier) finishRestore(r *restoring, ids []BlockID, cause Cause) (cuda.Event, bool, error) {
+// finishRestore queues the last copies of r and the batch's event, and records the blocks as
+// restored. It returns the event, and whether any copy was queued. On an error it aborts: no
+// block has moved.
+func (t *Tier) finishRestore(r *restoring, cause Cause) (cuda.Event, bool, error) {
 	var ev cuda.Event
-	copied := len(r.jobs) > 0 || r.launched
+	copied := len(r.jobs) > 0 || r.tried
 	if copied {
-		var err error
-		if len(r.jobs) > 0 {
-			r.launched = true // the Mover may have queued some before failing
-			err = t.engine.mover.Copy(r.jobs, t.engine.h2d)
-		}
+		err := t.launch(&r.launcher, t.engine.h2d)
 		if err == nil {
 			ev, err = t.pushEvent(dirH2D, completion{})
 		}
 		if err != nil {
-			t.abortRestore(r, ids)
+			t.abortRestore(r)
 			t.st.Failures++
-			return 0, false, fmt.Errorf("uvm: restore of %d blocks: %w", len(ids), err)
+			return 0, false, fmt.Errorf("uvm: restore of %d blocks: %w", len(r.ids), err)
 		}
 	}
 	t.scratch.rjobs = r.jobs[:0]
+	t.restored(r.ids, ev, cause)
+	return ev, copied, nil
+}
+
+// restored records the blocks ids as on the device, those with host copies restored by the
+// batch whose event is ev; for CausePrefetch the policy records a use of each.
+func (t *Tier) restored(ids []BlockID, ev cuda.Event, cause Cause) {
 	now := t.now()
 	used := cause == CausePrefetch
 	for _, id := range ids {
@@ -119,20 +201,24 @@ func (t *Tier) finishRestore(r *restoring, ids []BlockID, cause Cause) (cuda.Eve
 			t.policy.Used(id)
 		}
 	}
-	return ev, copied, nil
 }
 
-// restore brings the blocks ids (live, not on the device, need bytes together, marked chosen
-// by the caller) to the device in one batch on the H2D stream, making room first (see
-// restoring). On failure no block has moved.
-func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
-	r := t.beginRestore()
-	if err := t.addRestore(&r, ids, need); err != nil {
-		t.abortRestore(&r, ids)
-		return err
+// abortRestore gives back the VRAM the blocks of r got (behind the H2D stream once a copy was
+// tried) and clears their marks: none of them has moved.
+func (t *Tier) abortRestore(r *restoring) {
+	t.scratch.rjobs = r.jobs[:0]
+	if r.tried {
+		t.undoRestore(r.ids)
+	} else {
+		for _, id := range r.ids { // nothing is queued yet: spare at once
+			if b := &t.blocks[id]; b.dev != 0 {
+				_ = t.putSpare(b.dev, b.size)
+				b.dev = 0
+				t.acct.device -= b.size
+			}
+		}
 	}
-	_, _, err := t.finishRestore(&r, ids, cause)
-	return err
+	t.unchoose(r.ids)
 }
 
 // undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on
@@ -193,79 +279,4 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 
 func outOfMemory(err error) bool {
 	return errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, cuda.ErrOutOfMemory)
-}
-
-// Prefetch brings the blocks hs to the device ahead of use, in one batch, without waiting:
-// stream s is made to wait for the copies, so work queued on s after Prefetch sees the blocks.
-// The blocks are not acquired: they are evictable as soon as they arrive, coldest last (the
-// policy records the prefetch as a use). Blocks already on the device are skipped. Errors as
-// for Acquire, and ErrTooLarge for more bytes than the budget; on an error none of the blocks
-// has moved (blocks evicted to make room for them stay evicted).
-func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return ErrClosed
-	}
-	// The handles are checked a chunk at a time, each chunk restored (room made, copies
-	// queued) before the next is checked, so that the device starts copying before the last
-	// handle is looked at: a first pass over 16,384 handles delayed the first copy by 80 µs
-	// or more (BenchmarkBlockCost), more than the slack a 64 MiB batch of 4 KiB blocks has at
-	// 48 GB/s. Duplicates and blocks on the device are skipped; the blocks stay marked chosen
-	// until the restore finishes or aborts.
-	ids := t.scratch.one[:0]
-	var need uintptr
-	r := t.beginRestore()
-	fail := func(err error) error {
-		t.abortRestore(&r, ids)
-		t.scratch.one = ids[:0]
-		return err
-	}
-	if err := t.checkStream(s); err != nil { // as Acquire: every time (streams.go)
-		return err
-	}
-	chunk := firstLaunchJobs
-	for start := 0; start < len(hs); {
-		end := min(start+chunk, len(hs))
-		first := len(ids)
-		var chunkNeed uintptr
-		for _, h := range hs[start:end] {
-			id, b, err := t.lookup(h)
-			if err == nil && b.hostWrite && b.dev == 0 {
-				err = fmt.Errorf("%w: block %#x is acquired on the host for writing", ErrAcquired, uint64(h))
-			}
-			if err != nil {
-				return fail(err)
-			}
-			if b.dev == 0 && !b.chosen {
-				b.chosen = true // counted once
-				ids = append(ids, id)
-				chunkNeed += b.size
-			}
-		}
-		start, chunk = end, min(2*chunk, launchJobs)
-		if len(ids) == first {
-			continue
-		}
-		if need += chunkNeed; need > t.mem.budget {
-			return fail(fmt.Errorf("%w: a prefetch of more than %d bytes, budget %d", ErrTooLarge, need, t.mem.budget))
-		}
-		if err := t.addRestore(&r, ids[first:], chunkNeed); err != nil {
-			return fail(err)
-		}
-	}
-	t.scratch.one = ids[:0]
-	if len(ids) == 0 {
-		return nil
-	}
-	ev, copied, err := t.finishRestore(&r, ids, CausePrefetch)
-	if err != nil {
-		return err
-	}
-	if copied { // one wait covers the batch: every copy of it is before its event
-		if err := t.dev.StreamWaitEvent(s, ev); err != nil {
-			return fmt.Errorf("uvm: stream %#x waits for a prefetch: %w", s, err)
-		}
-	}
-	return nil
 }

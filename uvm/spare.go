@@ -91,7 +91,7 @@ func (t *Tier) popRun() devBlock {
 	} else {
 		sp.runs[n] = nil
 		sp.runs = sp.runs[:n]
-		t.batches.devLists = append(t.batches.devLists, r)
+		t.putDevList(r)
 	}
 	return d
 }
@@ -144,7 +144,7 @@ func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
 		}
 	}
 	if cap(list) >= launchJobs { // a batch's list: the next batch reuses it
-		t.batches.devLists = append(t.batches.devLists, list[:0])
+		t.putDevList(list)
 	}
 	return err
 }
