@@ -9,6 +9,15 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
+// Device access: Acquire makes a block resident for work queued on a stream, and Release ends
+// that use, in stream order: a block brought back is copied on the tier's H2D stream and the
+// user's stream waits for that copy (no CPU wait); a Release records an event on the user's
+// stream (release.go) that the block's next move waits for. AcquireContext waits for room instead
+// of failing with ErrAllPinned.
+//
+// Invariants: an acquired block (pins > 0) is on the device and out of the policy; it counts its
+// acquisitions per stream (uses), and is never moved or evicted before as many Releases.
+
 // Mode says what an acquisition does to a block.
 type Mode uint8
 

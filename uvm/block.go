@@ -7,6 +7,10 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
+// Blocks: the tier's table of block slots, the handles that name them, Alloc and Free. A handle is
+// a slot and the slot's generation, so a handle used after Free is refused, never taken for the
+// block that reuses the slot. The states of a block and their invariants are on the block type.
+
 // Handle names a block of a Tier. The zero Handle is never valid.
 type Handle uint64
 

@@ -8,8 +8,16 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
-// Completions: the batches queued on the tier's two streams, and what each gives back once its
-// event has completed.
+// Completions: every batch the tier queues on one of its two streams (restores on the H2D stream,
+// evictions and retired memory on the D2H stream) ends with an event and a completion, which says
+// what the batch's memory becomes once the event has completed: its VRAM spare (spare.go), its
+// host buffers free in the pool. Completions are found by polling (cuEventQuery, internal/streamq),
+// oldest first per stream, on every migration and in Stats; Sync and Close wait for them.
+//
+// Invariants: memory that a queued copy, or the user's work a batch waited for, may still touch
+// is reused only by complete, after the event of the batch that lists it. Batches are numbered per
+// direction; a block's readySeq (evictSeq) names the batch that last wrote its device (host) bytes,
+// still in flight while pending says so, and its event is then valid to wait on.
 
 // Directions of a batch.
 const (

@@ -6,7 +6,15 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
-// Eviction: moving blocks off the device.
+// Eviction: moving blocks off the device in one batch on the D2H stream, for room in the budget
+// (makeRoom), for the device heap (devAlloc, the pressure hook), or on request (Evict). Dirty
+// blocks are copied to host buffers after the D2H stream waited for their uses (release.go); clean
+// ones, whose host copy is valid, are dropped without a copy. Their VRAM is retired behind the
+// batch's event (completion.go).
+//
+// Invariants: only evictable blocks are evicted (on the device, not acquired); on failure no block
+// has moved, and the copies already queued into host buffers the blocks keep are waited for; the
+// blocks are marked chosen while the batch is built.
 
 // evicting is an eviction being built: begin, add each block, then finish, or abort on an
 // error (the one the step returned). Its blocks are marked chosen until it finishes or aborts,

@@ -9,7 +9,13 @@ import (
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
-// The host side of a block: Go's access to its bytes, and the pinned host buffers that hold them.
+// The host side of a block: Go reads or writes its bytes through AcquireHost and ReleaseHost, and
+// the bytes that leave the device live in buffers of the tier's pinned pool (hostAlloc), each one
+// DMA range (see openPool).
+//
+// Invariants: a block acquired on the host for writing has no device copy while it is held; Go
+// gets a host copy only once the eviction writing it has completed, and writes it only once the
+// restore reading it has.
 
 // AcquireHost returns the block's bytes as a []byte of pinned host memory for Go to read
 // (Read) or fill (Write), valid until ReleaseHost. A block whose newest bytes are on the device

@@ -8,18 +8,24 @@ import (
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
+// The copy engine: the Mover interface the tier moves its batches through, the Mover a tier makes
+// for itself (a calibrated device.Batcher), PerJobMover (the Batcher's per-copy path), and the
+// Tier's engine part: the mover, the tier's two streams and its events.
+
 // CopyJob is one copy of Len bytes from Src to Dst, both addresses the device can use. It is
 // device.CopyJob, so that *device.Batcher is a Mover as it is.
 type CopyJob = device.CopyJob
 
-// engine is how the tier moves bytes: the mover, and the tier's two streams, one per direction
-// (restores on h2d, evictions on d2h), with the pool of the events it records on them (its
-// batches' and its release events). Fixed by New.
-type engine struct {
-	mover    Mover
-	ownMover interface{ Close() error } // the mover, when New made it: Close closes it
-	h2d, d2h cuda.Stream
-	events   *icuda.EventPool
+// Mover queues batches of copies on a stream and returns without waiting for them. Every
+// address of a job is one the device can use: device memory, or pinned host memory through its
+// device address. *device.Batcher satisfies it (per batch: one launch of its gather kernel, one
+// cuMemcpyBatchAsync call, or one copy per job).
+//
+// When Copy fails, the tier treats every job of the batch as not done: the blocks stay where
+// they were. A Mover may have queued some of the jobs before failing; the tier never reads
+// their destinations before they are copied again.
+type Mover interface {
+	Copy(jobs []CopyJob, s cuda.Stream) error
 }
 
 // newDefaultMover returns the copy engine a tier uses when Options.Mover is nil: a
@@ -30,17 +36,6 @@ type engine struct {
 // once), so the Batcher's overlap check is skipped.
 func newDefaultMover(dev *cuda.Device) (*device.Batcher, error) {
 	return device.NewBatcher(dev, device.BatchOptions{TrustNoOverlap: true})
-}
-
-// Mover queues batches of copies on a stream and returns without waiting for them. Every
-// address of a job is one the device can use: device memory, or pinned host memory through its
-// device address. *device.Batcher satisfies it (one kernel launch per batch).
-//
-// When Copy fails, the tier treats every job of the batch as not done: the blocks stay where
-// they were. A Mover may have queued some of the jobs before failing; the tier never reads
-// their destinations before they are copied again.
-type Mover interface {
-	Copy(jobs []CopyJob, s cuda.Stream) error
 }
 
 // PerJobMover returns a Mover that queues one cuMemcpyAsync per job on dev: a device.Batcher
@@ -55,4 +50,14 @@ func PerJobMover(dev *cuda.Device) (Mover, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return b, nil
+}
+
+// engine is how the tier moves bytes: the mover, and the tier's two streams, one per direction
+// (restores on h2d, evictions on d2h), with the pool of the events it records on them (its
+// batches' and its release events). Fixed by New.
+type engine struct {
+	mover    Mover
+	ownMover interface{ Close() error } // the mover, when New made it: Close closes it
+	h2d, d2h cuda.Stream
+	events   *icuda.EventPool
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/device"
 )
 
-// Options of a Tier and their defaults.
+// Options of a Tier: their defaults, their checks, and the settings the tier keeps from them.
 
 // Defaults of Options.
 const (

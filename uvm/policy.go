@@ -1,5 +1,8 @@
 package uvm
 
+// Eviction policies: the Policy interface, which orders the evictable blocks for the tier, and
+// LRU, the default. TwoQ is in twoq.go; both are built of the intrusive list of list.go.
+
 // BlockID names a block slot of a tier for its Policy: a small integer, reused after the block
 // is freed (Policy.Freed says so), so a policy can index slices by it.
 type BlockID uint32

@@ -24,16 +24,18 @@ import (
 // the hook up to 3 times per Alloc, so a request that the first batch did not satisfy gets
 // more (up to three times n).
 
-// pressureHook is the tier's side of the hook: the hook it replaced, to chain to and put back.
+// pressureHook is the tier's side of the hook.
 type pressureHook struct {
-	prev      device.PressureFunc // read under t.mu
+	prev      device.PressureFunc // the hook the tier replaced, to chain to and put back; t.mu guards it
 	installed bool
-	own       cuda.Stream // the tier's H2D stream, fixed before the hook is installed: relieve reads it without t.mu
+	// own is the tier's H2D stream, set before the hook is installed and never changed after
+	// (release zeroes engine.h2d, not this): relieve reads it without t.mu.
+	own cuda.Stream
 }
 
 // installPressure makes the tier the heap's pressure hook, keeping the one it replaces.
 func (t *Tier) installPressure() {
-	t.hook.own = t.engine.h2d // read by relieve without t.mu; release zeroes h2d, not this
+	t.hook.own = t.engine.h2d
 	t.hook.prev = t.mem.heap.SetPressure(t.relieve)
 	t.hook.installed = true
 }
@@ -43,7 +45,7 @@ func (t *Tier) installPressure() {
 func (t *Tier) uninstallPressure() {
 	if t.hook.installed {
 		t.mem.heap.SetPressure(t.hook.prev)
-		t.hook.installed = false // prevPress stays: a late call of the hook (an Alloc that loaded it before) still chains
+		t.hook.installed = false // prev stays: a late call of the hook (an Alloc that loaded it before) still chains
 	}
 }
 

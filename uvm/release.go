@@ -6,7 +6,13 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
-// Release events: what orders the tier's copies after the user's work on a block.
+// Release events: how the tier's copies are ordered after the user's work on a block. A Release
+// (or the Free of an acquired block) records an event on the user's stream, one per block and
+// stream, re-recorded by later releases. Before a block's bytes are copied off the device or its
+// memory is retired, the D2H stream waits on the newest release event of each stream that used it,
+// and on the block's restore if it is still in flight, so the copy reads what the user's work wrote
+// (PyTorch's record_stream). A block's release events are reused once the waits on them are queued
+// (recording an event again does not affect a wait queued before).
 
 // releases are the tier's release events: one per block and stream a use of the block ended
 // on, and idle ones to record next; and the waits of the batch being built.

@@ -8,7 +8,14 @@ import (
 	"github.com/pinmalloc/pinmalloc/heap"
 )
 
-// Restore: bringing blocks back to the device.
+// Restore: bringing blocks back to the device, for an Acquire that misses and for Prefetch. A
+// restore makes room in the budget (victims.go), gives each block VRAM (a spare block of its size,
+// else the device heap: devAlloc), and copies the host copies in one batch on the H2D stream,
+// behind the evictions still writing them. The user's stream waits on the batch's event.
+//
+// Invariants: on failure no block has moved (the VRAM given goes back, behind the H2D stream once a
+// copy may have been queued); the blocks being restored are marked chosen, so that no eviction made
+// for their room drops the host copies their copies read.
 
 // restoring is a restore being built in steps, so that Prefetch can check its handles a chunk
 // at a time and start the copies of the first chunk before it has looked at the last handle:

@@ -5,6 +5,9 @@ import (
 	"time"
 )
 
+// Statistics: Stats, what it counts by (Cause, Traffic), the Migration reported to
+// Options.OnMigrate, and the counting of each block moved.
+
 // Cause says why a block moved.
 type Cause uint8
 

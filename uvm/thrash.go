@@ -2,6 +2,9 @@ package uvm
 
 import "time"
 
+// Thrash detection, per block, as NVIDIA's UVM driver does it (see the package documentation),
+// and the tier's clock, which it reads.
+
 const (
 	// thrashQuiet is how long a block must go without a migration for its thrash history to
 	// reset (the driver's 2000 lapses).

@@ -32,12 +32,12 @@
 // on those events, so the copy out reads what the user's kernels wrote (PyTorch's
 // record_stream). The VRAM of an evicted or freed block is reused only once an event recorded
 // on the D2H stream after its copy has completed; then the tier keeps it as spare VRAM for its
-// next restores (spare.go: taking and keeping a block costs nanoseconds, a device heap Alloc
-// and Free more than the copy of a small block), within twice the budget with the blocks on
-// the device, and gives it back to the heap when the heap runs short. A host buffer being
-// written by an eviction is read by a restore only after the H2D stream waited on that
-// eviction's event. Completions are found by polling (cuEventQuery, internal/streamq), oldest
-// first per stream, on every migration and in Stats; Sync and Close wait for them.
+// next restores, within twice the budget with the blocks on the device, and gives it back to
+// the heap when the heap runs short (spare.go says why the tier keeps VRAM in front of a heap
+// that is itself a cache, and what that was measured to save). A host buffer being written by
+// an eviction is read by a restore only after the H2D stream waited on that eviction's event.
+// Completions are found by polling (cuEventQuery, internal/streamq), oldest first per stream,
+// on every migration and in Stats; Sync and Close wait for them.
 //
 // The []byte AcquireHost returns is a buffer of the tier's pinned.Pool. A device.Heap copy
 // queued from or into it (HtoDAsync, DtoHAsync) records its stream on the buffer, so freeing,
@@ -55,14 +55,17 @@
 // When a restore needs room (the budget, or the device heap refusing memory), or another user
 // of a shared device heap finds it full (the heap's pressure hook, pressure.go), the tier walks
 // the Policy's order, coldest first: among the evictWindow (4) coldest blocks it takes clean
-// ones first (no copy: the VRAM is dropped), then any in policy order; dirty victims' bytes
-// are copied out in one Mover call for the whole batch. The window keeps the preference for
-// clean blocks from overriding the policy: a hot clean block is not evicted before a cold
-// dirty one just because dropping it is free (a scan of fresh blocks would otherwise flush a
-// scan-resistant policy's hot set). Acquired blocks are never candidates;
+// ones first (no copy: the VRAM is dropped), then any in policy order. The window keeps the
+// preference for clean blocks from overriding the policy: a hot clean block is not evicted
+// before a cold dirty one just because dropping it is free (a scan of fresh blocks would
+// otherwise flush a scan-resistant policy's hot set). Acquired blocks are never candidates;
 // blocks under thrash protection only when nothing else will do. If the acquired blocks hold
 // so much of the budget that the request cannot fit, Acquire fails with ErrAllPinned
 // (AcquireContext waits for a release instead).
+//
+// The victims move in one batch: the dirty ones' bytes are copied to host buffers, handed to
+// the Mover a launch at a time while the batch is built (launch.go), so that the device copies
+// the first blocks while the CPU prepares the rest. Restores are batched the same way.
 //
 // # Thrashing
 //
@@ -71,13 +74,49 @@
 // the device for Options.ThrashPin instead of evicting it again, and counts the event. Its
 // history resets after a quiet second.
 //
+// # Invariants
+//
+// With Tier.mu held, between calls:
+//   - an acquired block is on the device, out of the policy's order, and does not move;
+//   - the policy holds exactly the live blocks on the device that are not acquired;
+//   - device + host-only + fresh bytes are the live bytes; device bytes stay within the budget,
+//     and with the spare VRAM within twice the budget;
+//   - memory a queued copy or the user's queued work may still touch (VRAM, a host buffer) is
+//     reused only after the event of the batch that retires it has completed;
+//   - every host buffer is one range the device can copy by DMA, so a block moves as one copy;
+//   - a batch that fails moves no block: its blocks stay where they were, intact.
+//
 // # Concurrency and lock order
 //
 // A Tier is safe for concurrent use: one mutex guards it, held across driver calls (they are
 // enqueues, never waits, except in Sync, Close, AcquireHost, a device heap that is out of
-// memory, and a Release or Free whose event cannot be recorded: streams.go). Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks. The heap's
-// pressure hook takes Tier.mu on another user's goroutine, which holds no heap lock then, and
-// does nothing for the tier's own allocations (made holding Tier.mu, on its H2D stream).
+// memory, and a Release or Free whose event cannot be recorded: streams.go).
+//
+// Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks. The heap's pressure
+// hook takes Tier.mu on another user's goroutine, which holds no heap lock then, and does
+// nothing for the tier's own allocations (made holding Tier.mu, on its H2D stream).
+//
+// # Source files
+//
+//	tier.go        this documentation; the Tier, its parts, New and Close
+//	options.go     Options, their defaults and checks
+//	block.go       the block table: handles, states, Alloc, Free
+//	access.go      Acquire, AcquireContext, Release: device access in stream order
+//	host.go        AcquireHost, ReleaseHost; host buffers
+//	release.go     release events and the waits built from them
+//	restore.go     restores: Acquire's miss, Prefetch; VRAM for a block (devAlloc)
+//	evict.go       evictions: for room, for the heap, Evict
+//	victims.go     choosing what to evict (makeRoom, pickVictims)
+//	launch.go      a batch's copies, queued a launch at a time
+//	completion.go  batches on the two streams, and what each frees when done; Sync
+//	spare.go       spare VRAM kept for the next restores, and why
+//	pressure.go    the tier as the device heap's pressure hook
+//	streams.go     the user's streams: checking, forgetting, a destroyed stream
+//	mover.go       the copy engine: Mover, the default Batcher, PerJobMover
+//	policy.go      Policy and LRU; twoq.go: 2Q; list.go: their intrusive list
+//	thrash.go      thrash detection
+//	stats.go       Stats and the counting of migrations
+//	errors.go      the sentinel errors
 package uvm
 
 import (

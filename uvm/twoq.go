@@ -1,5 +1,7 @@
 package uvm
 
+// 2Q, a scan-resistant Policy (see TwoQ).
+
 // TwoQ returns a scan-resistant policy, 2Q (Johnson and Shasha, VLDB 1994), in the form that
 // suits blocks that are pinned while used. A block used for the first time enters A1in, a FIFO;
 // a block used again after it was evicted from A1in (its id is still in A1out, a FIFO of ghost

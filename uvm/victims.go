@@ -2,7 +2,9 @@ package uvm
 
 import "fmt"
 
-// Victims: choosing the blocks an eviction takes.
+// Victims: which blocks an eviction takes, and how many. makeRoom evicts what a restore needs
+// beyond the budget; pickVictims walks the Policy's order, coldest first: clean blocks among the
+// evictWindow coldest, then any, then blocks under thrash protection when nothing else will do.
 
 // evictWindow is how many of the coldest blocks an eviction looks at for clean ones before it
 // takes any in policy order.
