@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
+	"github.com/pinmalloc/pinmalloc/internal/bitset"
 )
 
 const (
@@ -231,12 +232,12 @@ type region struct {
 	end     uintptr // first address past the last chunk's usable bytes
 	nchunks int
 	firstID ChunkID
-	used    bitmap  // chunk handed out
-	stamp   []int64 // per chunk: purge generation in which memory in it last became unwanted
-	stale   bitmap  // per chunk: stamped and not purged since, so the purge looks at no other
-	commit  bitmap  // per granule, relative to r.Base: committed
-	want    bitmap  // per granule: committed on a span's behalf (Alloc, Commit); the rest is purgeable
-	dirty   bitmap  // per granule: not known to read as zero
+	used    bitset.Set // chunk handed out
+	stamp   []int64    // per chunk: purge generation in which memory in it last became unwanted
+	stale   bitset.Set // per chunk: stamped and not purged since, so the purge looks at no other
+	commit  bitset.Set // per granule, relative to r.Base: committed
+	want    bitset.Set // per granule: committed on a span's behalf (Alloc, Commit); the rest is purgeable
+	dirty   bitset.Set // per granule: not known to read as zero
 	gshift  uint
 }
 
@@ -411,8 +412,8 @@ func (a *Arena) placeAny(size, alignment uintptr) (*region, Span, bool) {
 
 // place finds, first fit, a free run in r for size bytes at an aligned address.
 func (a *Arena) place(r *region, size, alignment uintptr) (Span, bool) {
-	for s := r.used.next(0, r.nchunks, false); s < r.nchunks; {
-		e := r.used.next(s, r.nchunks, true) // the free run is [s, e)
+	for s := r.used.Next(0, r.nchunks, false); s < r.nchunks; {
+		e := r.used.Next(s, r.nchunks, true) // the free run is [s, e)
 		lo := r.grid + uintptr(s)<<a.shift
 		hi := min(r.grid+uintptr(e)<<a.shift, r.end)
 		if base, err := align.Up(lo, alignment); err == nil && base < hi && size <= hi-base {
@@ -420,7 +421,7 @@ func (a *Arena) place(r *region, size, alignment uintptr) (Span, bool) {
 			last := int((base + size - 1 - r.grid) >> a.shift)
 			return Span{Base: base, Size: size, ID: r.firstID + ChunkID(first), N: last - first + 1}, true
 		}
-		s = r.used.next(e, r.nchunks, false)
+		s = r.used.Next(e, r.nchunks, false)
 	}
 	return Span{}, false
 }
@@ -430,7 +431,7 @@ func (a *Arena) take(r *region, s Span, commit bool) (Span, error) {
 	first := int(s.ID - r.firstID)
 	glo, ghi := r.granules(s.Base, s.Size)
 	if commit {
-		s.Zeroed = r.dirty.count(glo, ghi) == 0
+		s.Zeroed = r.dirty.Count(glo, ghi) == 0
 		if err := a.commit(r, glo, ghi); err != nil {
 			return Span{}, err
 		}
@@ -438,12 +439,12 @@ func (a *Arena) take(r *region, s Span, commit bool) (Span, error) {
 			a.markUnwanted(r, first, first+s.N) // committed, claimed by no span: the purge's
 			return Span{}, err
 		}
-		r.dirty.setRange(glo, ghi, true)
+		r.dirty.SetRange(glo, ghi, true)
 	} else {
 		glo, ghi = 0, 0
 	}
-	r.used.setRange(first, first+s.N, true)
-	r.want.setRange(glo, ghi, true)
+	r.used.SetRange(first, first+s.N, true)
+	r.want.SetRange(glo, ghi, true)
 	// Memory an earlier span left committed in these chunks, outside what this one asked for,
 	// is purged after the delay unless a Commit claims it first.
 	a.markUnwanted(r, first, first+s.N)
@@ -495,15 +496,15 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	ng := int((rr.Size + a.caps.Granule - 1) >> gshift)
 	r := &region{
 		r: rr, grid: grid, end: rr.End(), nchunks: n, firstID: a.nextID,
-		used: newBitmap(n), stamp: make([]int64, n), stale: newBitmap(n), commit: newBitmap(ng), want: newBitmap(ng), dirty: newBitmap(ng), gshift: gshift,
+		used: bitset.New(n), stamp: make([]int64, n), stale: bitset.New(n), commit: bitset.New(ng), want: bitset.New(ng), dirty: bitset.New(ng), gshift: gshift,
 	}
 	if rr.Committed {
-		r.commit.setRange(0, ng, true)
+		r.commit.SetRange(0, ng, true)
 		a.st.Committed += uint64(rr.Size)
 		a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
 	}
 	if !rr.Zeroed {
-		r.dirty.setRange(0, ng, true)
+		r.dirty.SetRange(0, ng, true)
 	}
 	a.nextID += ChunkID(n)
 	a.reserved += rr.Size
@@ -527,13 +528,13 @@ func (a *Arena) Free(s Span) error {
 		return fmt.Errorf("%w: span of %d chunks at chunk %d is not from this arena", ErrInvalid, s.N, s.ID)
 	}
 	first := int(s.ID - r.firstID)
-	if r.used.count(first, first+s.N) != s.N {
+	if r.used.Count(first, first+s.N) != s.N {
 		return fmt.Errorf("%w: span at chunk %d is not in use (double free)", ErrInvalid, s.ID)
 	}
-	r.used.setRange(first, first+s.N, false)
+	r.used.SetRange(first, first+s.N, false)
 	glo, _ := a.chunkGranules(r, first)
 	_, ghi := a.chunkGranules(r, first+s.N-1)
-	r.want.setRange(glo, ghi, false)
+	r.want.SetRange(glo, ghi, false)
 	a.markUnwanted(r, first, first+s.N)
 	a.st.ChunksInUse -= s.N
 	return nil
@@ -573,13 +574,14 @@ func (a *Arena) Stats() Stats {
 	for _, r := range *a.regions.Load() {
 		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
 		st.PerRegion = append(st.PerRegion, RegionStats{Base: r.r.Base, Size: r.r.Size,
-			Committed: uint64(r.commit.count(0, ng)) << r.gshift, Node: st.Node})
-		_ = r.used.runs(0, r.nchunks, true, func(s, e int) error {
+			Committed: uint64(r.commit.Count(0, ng)) << r.gshift, Node: st.Node})
+		_ = r.used.Runs(0, r.nchunks, true, func(s, e int) error {
 			lo := r.grid - r.r.Base + uintptr(s)<<a.shift
 			hi := min(r.grid-r.r.Base+uintptr(e)<<a.shift, r.r.Size)
-			st.InUse += uint64(r.commit.count(int(lo>>r.gshift), int((hi+a.caps.Granule-1)>>r.gshift))) << r.gshift
+			st.InUse += uint64(r.commit.Count(int(lo>>r.gshift), int((hi+a.caps.Granule-1)>>r.gshift))) << r.gshift
 			return nil
 		})
+
 	}
 	return st
 }
@@ -632,7 +634,7 @@ func (a *Arena) inUse(addr, size uintptr) (*region, error) {
 	}
 	if r := a.regionAt(addr); r != nil && size > 0 && size <= r.end-addr {
 		first, last := int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)
-		if r.used.count(first, last+1) == last-first+1 {
+		if r.used.Count(first, last+1) == last-first+1 {
 			return r, nil
 		}
 	}

@@ -37,11 +37,11 @@ func (a *Arena) Bytes(addr, n uintptr) ([]byte, error) {
 			ErrInvalid, addr, n, n-(r.end-addr), r.r.Base, r.end)
 	}
 	first, last := int((addr-r.grid)>>a.shift), int((addr+n-1-r.grid)>>a.shift)
-	if r.used.count(first, last+1) != last-first+1 {
+	if r.used.Count(first, last+1) != last-first+1 {
 		return nil, fmt.Errorf("%w: [%#x, +%d) reaches into chunks not handed out", ErrInvalid, addr, n)
 	}
 	glo, ghi := r.granules(addr, n)
-	if r.commit.count(glo, ghi) != ghi-glo {
+	if r.commit.Count(glo, ghi) != ghi-glo {
 		return nil, fmt.Errorf("%w: [%#x, +%d) reaches into memory not committed", ErrInvalid, addr, n)
 	}
 	return bytesAt(addr, n), nil

@@ -51,7 +51,7 @@ func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
 	}
 	a.st.CommitCalls++
 	glo, ghi := r.granules(addr, size)
-	zeroed = r.dirty.count(glo, ghi) == 0
+	zeroed = r.dirty.Count(glo, ghi) == 0
 	if err := a.commit(r, glo, ghi); err != nil {
 		return false, err
 	}
@@ -59,8 +59,8 @@ func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
 		a.markUnwanted(r, int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1)
 		return false, err
 	}
-	r.dirty.setRange(glo, ghi, true)
-	r.want.setRange(glo, ghi, true)
+	r.dirty.SetRange(glo, ghi, true)
+	r.want.SetRange(glo, ghi, true)
 	return zeroed, nil
 }
 
@@ -83,7 +83,7 @@ func (a *Arena) Decommit(addr, size uintptr) error {
 	if ghi <= glo {
 		return nil
 	}
-	r.want.setRange(glo, ghi, false)
+	r.want.SetRange(glo, ghi, false)
 	a.markUnwanted(r, int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1)
 	return nil
 }
@@ -139,10 +139,11 @@ func (a *Arena) commitOnce(r *region, glo, ghi int) error {
 		return nil
 	}
 	rs := a.spans[:0]
-	_ = r.commit.runs(glo, ghi, false, func(s, e int) error {
+	_ = r.commit.Runs(glo, ghi, false, func(s, e int) error {
 		rs = append(rs, gspan{r, s, e})
 		return nil
 	})
+
 	a.spans = rs[:0]
 	if len(rs) == 0 {
 		return nil
@@ -155,7 +156,7 @@ func (a *Arena) commitOnce(r *region, glo, ghi int) error {
 	a.st.CommitTime += time.Since(start) // of commits that succeeded: CommitPerGiB is their cost
 	a.st.Commits += uint64(calls)
 	for _, x := range rs {
-		r.commit.setRange(x.s, x.e, true)
+		r.commit.SetRange(x.s, x.e, true)
 		n := uint64(x.e-x.s) << r.gshift
 		a.st.Committed += n
 		a.st.CommitBytes += n

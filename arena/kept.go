@@ -163,7 +163,7 @@ func (a *Arena) giveUp(cutoff int64) (pending bool) {
 		}
 		if r := a.regionAt(k.addr); r != nil && !r.r.Committed {
 			if glo, ghi, ok := r.whole(k.addr, k.size); ok {
-				r.want.setRange(glo, ghi, false)
+				r.want.SetRange(glo, ghi, false)
 				a.planRelease(r, glo, ghi)
 				given = append(given, k)
 			}

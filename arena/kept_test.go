@@ -203,7 +203,7 @@ func TestKeptRacesTimer(t *testing.T) {
 		a.mu.Lock()
 		r := a.regionAt(seg.Base)
 		glo, ghi := r.granules(seg.Base, size)
-		committed, wanted := r.commit.count(glo, ghi), r.want.count(glo, ghi)
+		committed, wanted := r.commit.Count(glo, ghi), r.want.Count(glo, ghi)
 		a.mu.Unlock()
 		if committed != ghi-glo || wanted != ghi-glo {
 			t.Fatalf("claim %d: %d of %d granules committed, %d wanted", i, committed, ghi-glo, wanted)

@@ -84,17 +84,17 @@ func (a *Arena) precommitBatch(want uintptr) (uintptr, error) {
 	var n uintptr
 	for i := range cs {
 		c := &cs[i]
-		c.r.used.setRange(c.i, c.i+1, false)
+		c.r.used.SetRange(c.i, c.i+1, false)
 		if errs != nil && errs[i] != nil {
 			continue
 		}
 		for _, x := range c.runs {
-			c.r.commit.setRange(x.s, x.e, true)
+			c.r.commit.SetRange(x.s, x.e, true)
 			n += uintptr(x.e-x.s) << c.r.gshift
 			a.st.Commits++
 		}
 		c.r.stamp[c.i] = keepStamp
-		c.r.stale.setRange(c.i, c.i+1, true) // Trim and forced purges look at it
+		c.r.stale.SetRange(c.i, c.i+1, true) // Trim and forced purges look at it
 	}
 	a.pcHeld -= len(cs)
 	a.pcDone.Broadcast()
@@ -130,7 +130,7 @@ func (a *Arena) precommitTake(want uintptr) ([]pcChunk, error) {
 		cs = a.uncommittedFree(r, cs, k)
 	}
 	for _, c := range cs {
-		c.r.used.setRange(c.i, c.i+1, true)
+		c.r.used.SetRange(c.i, c.i+1, true)
 	}
 	a.pcHeld += len(cs)
 	return cs, nil
@@ -142,16 +142,17 @@ func (a *Arena) uncommittedFree(r *region, cs []pcChunk, k int) []pcChunk {
 	if r.r.Committed {
 		return cs
 	}
-	for i := r.used.next(0, r.nchunks, false); i < r.nchunks && len(cs) < k; i = r.used.next(i+1, r.nchunks, false) {
+	for i := r.used.Next(0, r.nchunks, false); i < r.nchunks && len(cs) < k; i = r.used.Next(i+1, r.nchunks, false) {
 		glo, ghi := a.chunkGranules(r, i)
-		if r.commit.count(glo, ghi) == ghi-glo {
+		if r.commit.Count(glo, ghi) == ghi-glo {
 			continue
 		}
 		c := pcChunk{r: r, i: i}
-		_ = r.commit.runs(glo, ghi, false, func(s, e int) error {
+		_ = r.commit.Runs(glo, ghi, false, func(s, e int) error {
 			c.runs = append(c.runs, gspan{r, s, e})
 			return nil
 		})
+
 		cs = append(cs, c)
 	}
 	return cs

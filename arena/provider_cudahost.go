@@ -242,7 +242,7 @@ func (p *CUDAHostVMMProvider) DevicePointer(addr uintptr) (uintptr, error) {
 	p.vmm.mu.Lock()
 	defer p.vmm.mu.Unlock()
 	for _, r := range p.regions {
-		if v, ok := r.Handle.(*vmmRegion); ok && addr-r.Base < r.Size && v.mapped.get(int((addr-r.Base)/p.gran)) {
+		if v, ok := r.Handle.(*vmmRegion); ok && addr-r.Base < r.Size && v.mapped.Get(int((addr-r.Base)/p.gran)) {
 			return addr, nil
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
+	"github.com/pinmalloc/pinmalloc/internal/bitset"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -45,7 +46,7 @@ type vmm struct {
 // vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
 type vmmRegion struct {
 	handles []icuda.MemHandle
-	mapped  bitmap
+	mapped  bitset.Set
 }
 
 // newVMM checks the granularity of loc and makes the machinery.
@@ -79,7 +80,7 @@ func (p *vmm) Reserve(size, alignment uintptr) (*Region, error) {
 	}
 	ng := int(size / p.gran)
 	return &Region{Base: base, Size: size, Zeroed: p.zero,
-		Handle: &vmmRegion{handles: make([]icuda.MemHandle, ng), mapped: newBitmap(ng)}}, nil
+		Handle: &vmmRegion{handles: make([]icuda.MemHandle, ng), mapped: bitset.New(ng)}}, nil
 }
 
 func (p *vmm) state(r *Region, off, size uintptr) (*vmmRegion, error) {
@@ -106,7 +107,7 @@ func (p *vmm) Commit(r *Region, off, size uintptr) error {
 	}
 	lo, hi := int(off/p.gran), int((off+size)/p.gran)
 	p.mu.Lock()
-	busy := v.mapped.count(lo, hi)
+	busy := v.mapped.Count(lo, hi)
 	p.mu.Unlock()
 	if busy != 0 {
 		return fmt.Errorf("%w: %d granules of [%d, %d) of region %#x are committed already", ErrInvalid, busy, lo, hi, r.Base)
@@ -127,7 +128,7 @@ func (p *vmm) Commit(r *Region, off, size uintptr) error {
 	}
 	p.mu.Lock()
 	copy(v.handles[lo:hi], hs)
-	v.mapped.setRange(lo, hi, true)
+	v.mapped.SetRange(lo, hi, true)
 	p.mu.Unlock()
 	p.committed.Add(int64(size))
 	return nil
@@ -179,12 +180,13 @@ func (p *vmm) unmapGranules(r *Region, v *vmmRegion, lo, hi int) error {
 	}
 	var rs []run
 	p.mu.Lock()
-	_ = v.mapped.runs(lo, hi, true, func(s, e int) error {
+	_ = v.mapped.Runs(lo, hi, true, func(s, e int) error {
 		rs = append(rs, run{s, append([]icuda.MemHandle(nil), v.handles[s:e]...)})
 		clear(v.handles[s:e])
-		v.mapped.setRange(s, e, false)
+		v.mapped.SetRange(s, e, false)
 		return nil
 	})
+
 	p.mu.Unlock()
 	var errs []error
 	for i, x := range rs {
@@ -200,7 +202,7 @@ func (p *vmm) unmapGranules(r *Region, v *vmmRegion, lo, hi int) error {
 		p.mu.Lock()
 		for _, y := range rs[i:] {
 			copy(v.handles[y.s:], y.hs)
-			v.mapped.setRange(y.s, y.s+len(y.hs), true)
+			v.mapped.SetRange(y.s, y.s+len(y.hs), true)
 		}
 		p.mu.Unlock()
 		return errors.Join(append(errs, err)...)

@@ -47,7 +47,7 @@ func (a *Arena) markUnwanted(r *region, first, last int) {
 	for i := first; i < last; i++ {
 		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
 			r.stamp[i] = a.gen.Load()
-			r.stale.setRange(i, i+1, true)
+			r.stale.SetRange(i, i+1, true)
 			any = true
 		}
 	}
@@ -57,7 +57,7 @@ func (a *Arena) markUnwanted(r *region, first, last int) {
 }
 
 // unwanted reports whether granules [glo, ghi) hold committed memory no span wants.
-func (r *region) unwanted(glo, ghi int) bool { return r.commit.anyAndNot(r.want, glo, ghi) }
+func (r *region) unwanted(glo, ghi int) bool { return r.commit.AnyAndNot(r.want, glo, ghi) }
 
 func (a *Arena) schedulePurge() {
 	if !a.timed || a.armed.Load() {
@@ -104,7 +104,7 @@ func (a *Arena) purge(cutoff int64) (pending bool) {
 		if r.r.Committed {
 			continue
 		}
-		for i := r.stale.next(0, r.nchunks, true); i < r.nchunks; i = r.stale.next(i+1, r.nchunks, true) {
+		for i := r.stale.Next(0, r.nchunks, true); i < r.nchunks; i = r.stale.Next(i+1, r.nchunks, true) {
 			glo, ghi := a.chunkGranules(r, i)
 			if r.unwanted(glo, ghi) && r.stamp[i] > cutoff {
 				pending = pending || r.stamp[i] != keepStamp // precommitted memory waits for no timer
@@ -117,7 +117,7 @@ func (a *Arena) purge(cutoff int64) (pending bool) {
 	a.runDecommits()
 	for _, c := range touched {
 		glo, ghi := a.chunkGranules(c.r, c.s)
-		c.r.stale.setRange(c.s, c.s+1, c.r.unwanted(glo, ghi)) // what failed to decommit stays stale
+		c.r.stale.SetRange(c.s, c.s+1, c.r.unwanted(glo, ghi)) // what failed to decommit stays stale
 	}
 	a.spans = touched[:0]
 	return pending
@@ -126,8 +126,8 @@ func (a *Arena) purge(cutoff int64) (pending bool) {
 // planRelease adds the committed granules in [glo, ghi) that no span wants to the decommits
 // runDecommits makes, merging runs that touch.
 func (a *Arena) planRelease(r *region, glo, ghi int) {
-	_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
-		return r.want.runs(s, e, false, func(s, e int) error {
+	_ = r.commit.Runs(glo, ghi, true, func(s, e int) error {
+		return r.want.Runs(s, e, false, func(s, e int) error {
 			if n := len(a.decs); n > 0 && a.decs[n-1].r == r && a.decs[n-1].e == s {
 				a.decs[n-1].e = e
 			} else {
@@ -135,7 +135,9 @@ func (a *Arena) planRelease(r *region, glo, ghi int) {
 			}
 			return nil
 		})
+
 	})
+
 }
 
 // runDecommits returns the planned runs to the provider, on the workers when the provider
@@ -169,9 +171,9 @@ func (a *Arena) runDecommits() {
 		if errs != nil && errs[i] != nil {
 			continue
 		}
-		x.r.commit.setRange(x.s, x.e, false)
+		x.r.commit.SetRange(x.s, x.e, false)
 		if a.caps.ZeroOnCommit {
-			x.r.dirty.setRange(x.s, x.e, false)
+			x.r.dirty.SetRange(x.s, x.e, false)
 		}
 		n := uint64(x.e-x.s) << x.r.gshift
 		a.st.Committed -= n

@@ -104,16 +104,17 @@ func (a *Arena) Snapshot() Snapshot {
 		for i := range rs.Chunks {
 			glo, ghi := a.chunkGranules(r, i)
 			c := &rs.Chunks[i]
-			c.InUse = r.used.get(i)
-			c.Committed = uint64(r.commit.count(glo, ghi)) << r.gshift
+			c.InUse = r.used.Get(i)
+			c.Committed = uint64(r.commit.Count(glo, ghi)) << r.gshift
 			if !r.r.Committed && r.unwanted(glo, ghi) {
 				wanted := 0
-				_ = r.commit.runs(glo, ghi, true, func(s, e int) error {
-					wanted += r.want.count(s, e)
+				_ = r.commit.Runs(glo, ghi, true, func(s, e int) error {
+					wanted += r.want.Count(s, e)
 					return nil
 				})
+
 				c.Unwanted = c.Committed - uint64(wanted)<<r.gshift
-				c.PurgePending = purges && r.stale.get(i) && r.stamp[i] != keepStamp
+				c.PurgePending = purges && r.stale.Get(i) && r.stamp[i] != keepStamp
 			}
 		}
 		s.Regions = append(s.Regions, rs)

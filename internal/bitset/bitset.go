@@ -1,13 +1,18 @@
-package arena
+// Package bitset is a plain bit set over [0, n), operated a word at a time: the arena's per-chunk
+// and per-granule maps, and the VMM providers' map of mapped granules. It has no lock: each
+// owner serializes its writers (the arena's lock, a provider's).
+package bitset
 
 import "math/bits"
 
-// bitmap is a plain (single-writer, under the arena's lock) bit set.
-type bitmap []uint64
+// Set is a set of indexes in [0, n) for the n it was made with.
+type Set []uint64
 
-func newBitmap(n int) bitmap { return make(bitmap, (n+63)/64) }
+// New returns an empty Set of n indexes.
+func New(n int) Set { return make(Set, (n+63)/64) }
 
-func (b bitmap) get(i int) bool { return b[i>>6]&(1<<(uint(i)&63)) != 0 }
+// Get reports whether i is in the set.
+func (b Set) Get(i int) bool { return b[i>>6]&(1<<(uint(i)&63)) != 0 }
 
 // masks returns the first and last word of the non-empty range [lo, hi) and the masks of the
 // range's bits in them (the same word when wlo == whi: use first&last). Callers loop over the
@@ -16,8 +21,8 @@ func masks(lo, hi int) (wlo, whi int, first, last uint64) {
 	return lo >> 6, (hi - 1) >> 6, ^uint64(0) << (uint(lo) & 63), ^uint64(0) >> (63 - uint(hi-1)&63)
 }
 
-// setRange sets (v true) or clears bits [lo, hi).
-func (b bitmap) setRange(lo, hi int, v bool) {
+// SetRange sets (v true) or clears bits [lo, hi).
+func (b Set) SetRange(lo, hi int, v bool) {
 	if lo >= hi {
 		return
 	}
@@ -47,8 +52,8 @@ func (b bitmap) setRange(lo, hi int, v bool) {
 	set(whi, last)
 }
 
-// count returns the number of set bits in [lo, hi).
-func (b bitmap) count(lo, hi int) int {
+// Count returns the number of set bits in [lo, hi).
+func (b Set) Count(lo, hi int) int {
 	if lo >= hi {
 		return 0
 	}
@@ -63,8 +68,8 @@ func (b bitmap) count(lo, hi int) int {
 	return c
 }
 
-// anyAndNot reports whether some index in [lo, hi) is set in b and clear in c.
-func (b bitmap) anyAndNot(c bitmap, lo, hi int) bool {
+// AnyAndNot reports whether some index in [lo, hi) is set in b and clear in c.
+func (b Set) AnyAndNot(c Set, lo, hi int) bool {
 	if lo >= hi {
 		return false
 	}
@@ -84,14 +89,14 @@ func (b bitmap) anyAndNot(c bitmap, lo, hi int) bool {
 	return false
 }
 
-// runs calls f for each maximal run [s, e) inside [lo, hi) whose bits equal v.
-func (b bitmap) runs(lo, hi int, v bool, f func(s, e int) error) error {
+// Runs calls f for each maximal run [s, e) inside [lo, hi) whose bits equal v; it stops at the first error f returns and returns it.
+func (b Set) Runs(lo, hi int, v bool, f func(s, e int) error) error {
 	for i := lo; i < hi; {
-		if b.get(i) != v {
-			i = b.next(i, hi, v)
+		if b.Get(i) != v {
+			i = b.Next(i, hi, v)
 			continue
 		}
-		j := b.next(i, hi, !v)
+		j := b.Next(i, hi, !v)
 		if err := f(i, j); err != nil {
 			return err
 		}
@@ -100,8 +105,8 @@ func (b bitmap) runs(lo, hi int, v bool, f func(s, e int) error) error {
 	return nil
 }
 
-// next returns the first index in [i, hi) whose bit equals v, or hi.
-func (b bitmap) next(i, hi int, v bool) int {
+// Next returns the first index in [i, hi) whose bit equals v, or hi.
+func (b Set) Next(i, hi int, v bool) int {
 	for i < hi {
 		w := b[i>>6]
 		if !v {
