@@ -11,6 +11,13 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
+func must(t testing.TB, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
 func newPageable(t *testing.T) *arena.Arena {
 	t.Helper()
 	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})

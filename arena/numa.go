@@ -3,124 +3,28 @@ package arena
 // # NUMA placement
 //
 // Pinned memory on the wrong host NUMA node costs every copy a trip over the socket link
-// (loaders on the wrong node ran 30 % slower: pytorch#197868). So host memory that serves a GPU
-// is placed at the node of that GPU:
-//
-//   - VMM host memory is created at location HOST_NUMA with the node's id (provider_cudahost.go).
-//     Where the driver refuses HOST_NUMA for the node found nearest (a CUDA 13 driver on a
-//     host without NUMA support, a node without memory), the provider falls back to the HOST
-//     location and reports no node; a node asked for by NUMANode is never silently replaced.
-//   - Registered and mlocked memory is bound with mbind before it is first touched (MPOL_BIND
-//     where it is faulted in at commit, by mlock or a prefault, so that a full node is a
-//     commit error and not a signal later; MPOL_PREFERRED for pageable memory).
-//
-// The node of a GPU (DeviceNode) is, in order: what the driver says (CU_DEVICE_ATTRIBUTE_
-// HOST_NUMA_ID, CUDA 12.2+), the kernel's numa_node of the device's PCI address in sysfs,
-// NVML's nvmlDeviceGetNumaNodeId (after a successful nvmlInit only). None of them knowing means
-// a host with one node, or one that does not say: memory is then left where the kernel or the
-// driver puts it. Stats and snapshots name the node of every region (Placer).
-
-import (
-	"fmt"
-
-	"github.com/pinmalloc/pinmalloc/cuda"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/numa"
-	"github.com/pinmalloc/pinmalloc/internal/nvml"
-)
+// (loaders on the wrong node ran 30 % slower: pytorch#197868). So host memory can be bound to a
+// node: the host providers bind a region with mbind before it is first touched (MPOL_BIND where
+// it is faulted in at commit, by mlock or by a provider that pins it, so that a full node is a
+// commit error and not a signal later; MPOL_PREFERRED for pageable memory). A provider that
+// serves a GPU places its memory at the GPU's node (package cudamem finds it); Stats and
+// snapshots name the node of every region (Placer).
 
 // NUMA selects the host NUMA node of host memory.
 type NUMA int
 
-// NUMANearest, the zero NUMA, takes the node nearest the device for the CUDA providers
-// (DeviceNode), and leaves placement to the kernel for the plain host providers.
+// NUMANearest, the zero NUMA, leaves placement to the kernel for the host providers (and takes
+// the node nearest the device for the CUDA providers of package cudamem).
 const NUMANearest NUMA = 0
 
 // NUMANode selects node n.
 func NUMANode(n int) NUMA { return NUMA(n + 1) }
 
-// node returns the node n selects and whether it selects one.
-func (n NUMA) node() (int, bool) { return int(n) - 1, n != NUMANearest }
+// Node returns the node n selects and whether it selects one (false for NUMANearest).
+func (n NUMA) Node() (int, bool) { return int(n) - 1, n != NUMANearest }
 
 // NodeUnknown is the node reported for memory no node was chosen for.
 const NodeUnknown = -1
-
-// Placer is implemented by providers that know the host NUMA node of their memory: Node
-// returns it, or NodeUnknown. Stats and Snapshot report it for every region.
-type Placer interface {
-	Node() int
-}
-
-// Node sources, as DeviceNode reports them.
-const (
-	NodeFromDriver = "driver"
-	NodeFromSysfs  = "sysfs"
-	NodeFromNVML   = "nvml"
-)
-
-// CUDA device attributes of a device's PCI address (CU_DEVICE_ATTRIBUTE_PCI_*).
-const (
-	attrPCIBus    = 33
-	attrPCIDevice = 34
-	attrPCIDomain = 50
-)
-
-// sysfsRoot is where DeviceNode reads sysfs, and nvmlLib the NVML it asks last; tests point
-// them at their own.
-var (
-	sysfsRoot = "/sys"
-	nvmlLib   = nvml.Default
-)
-
-// DeviceNode returns the host NUMA node nearest a CUDA device and which source said so
-// (NodeFromDriver, NodeFromSysfs, NodeFromNVML); ok is false when none knows.
-func DeviceNode(pub *cuda.Device) (node int, source string, ok bool) {
-	dev, err := icuda.Internal(pub)
-	if err != nil {
-		return NodeUnknown, "", false
-	}
-	return deviceNode(dev)
-}
-
-func deviceNode(dev *icuda.Device) (int, string, bool) {
-	if id, ok := dev.HostNUMAID(); ok {
-		return id, NodeFromDriver, true
-	}
-	bus, err := pciBusID(dev)
-	if err != nil {
-		return NodeUnknown, "", false
-	}
-	if n, ok := numa.PCINode(sysfsRoot, bus); ok {
-		return n, NodeFromSysfs, true
-	}
-	if n, ok, err := nvml.NUMANode(nvmlLib(), bus); err == nil && ok {
-		return n, NodeFromNVML, true
-	}
-	return NodeUnknown, "", false
-}
-
-// pciBusID returns the device's PCI address as sysfs and NVML write it ("0000:1b:00.0").
-func pciBusID(dev *icuda.Device) (string, error) {
-	var v [3]int
-	for i, a := range []int{attrPCIDomain, attrPCIBus, attrPCIDevice} {
-		x, err := dev.Attribute(a)
-		if err != nil {
-			return "", fmt.Errorf("%w: PCI address of device %d: %w", ErrInvalid, dev.Ordinal(), err)
-		}
-		v[i] = x
-	}
-	return numa.PCIBusID(v[0], v[1], v[2]), nil
-}
-
-// PCIBusID returns a CUDA device's PCI address as sysfs and NVML write it ("0000:1b:00.0"),
-// from the driver's PCI attributes.
-func PCIBusID(pub *cuda.Device) (string, error) {
-	dev, err := internalDevice(pub, "pci")
-	if err != nil {
-		return "", err
-	}
-	return pciBusID(dev)
-}
 
 // placement is what Stats and Snapshot report of a provider's node.
 func placement(p Provider) int {

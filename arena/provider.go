@@ -65,6 +65,15 @@ type Region struct {
 // End returns the first address past the region.
 func (r *Region) End() uintptr { return r.Base + r.Size }
 
+// CheckRange returns an error wrapping ErrInvalid unless [off, off+size) is a non-empty range
+// inside the region: what a Provider's Commit and Decommit check first.
+func (r *Region) CheckRange(off, size uintptr) error {
+	if r == nil || size == 0 || off > r.Size || size > r.Size-off {
+		return fmt.Errorf("%w: range [%d, +%d) outside region", ErrInvalid, off, size)
+	}
+	return nil
+}
+
 // Caps describes what a provider can do. The arena plans around it instead of asking.
 type Caps struct {
 	// Aligns is set when Reserve returns a base aligned as asked at no cost in memory (by
@@ -86,10 +95,14 @@ type Caps struct {
 	Splits bool
 }
 
-// Provider is where an arena's regions come from. Implementations must be safe for use from
-// several goroutines: several arenas may share one provider, and an arena calls Commit and
-// Decommit for disjoint ranges of a region from several goroutines at once (its workers, and
-// Precommit beside an allocation). It never calls them for overlapping ranges at once.
+// Provider is where an arena's regions come from: this package has the host providers (Locked,
+// Pageable, Pinnable, External), package cudamem those of CUDA memory. Implementations must be
+// safe for use from several goroutines: several arenas may share one provider, and an arena
+// calls Commit and Decommit for disjoint ranges of a region from several goroutines at once (its
+// workers, and Precommit beside an allocation). It never calls them for overlapping ranges at
+// once. A provider also implements those of the optional interfaces below that describe it;
+// its errors wrap this package's sentinels (ErrReserve, ErrCommit, ErrInvalid; ErrExhausted
+// where memory ran out).
 type Provider interface {
 	// Name is a short human-readable name: "locked", "pageable", "external", "cuda-host", ...
 	Name() string
@@ -109,25 +122,18 @@ type Provider interface {
 	Release(r *Region) error
 }
 
+func pageSize() uintptr { return uintptr(unix.Getpagesize()) }
+
+// Optional provider interfaces. The arena finds them with a type assertion on the provider it
+// is given, so that it needs to know no provider's type: a provider implements those that
+// describe it, and the arena plans around what it finds.
+
 // Zeroer is implemented by providers that can clear memory of their kind. Host providers clear
 // with the CPU; device providers with a driver memset. The heap uses it for zeroed allocation
 // when memory is not known to be fresh.
 type Zeroer interface {
 	Zero(addr, size uintptr) error
 }
-
-// checkRange reports a range that is not inside the region.
-func checkRange(r *Region, off, size uintptr) error {
-	if r == nil || size == 0 || off > r.Size || size > r.Size-off {
-		return fmt.Errorf("%w: range [%d, +%d) outside region", ErrInvalid, off, size)
-	}
-	return nil
-}
-
-func pageSize() uintptr { return uintptr(unix.Getpagesize()) }
-
-// Optional provider interfaces. The arena, and the layers above it through Arena.Provider,
-// find them with a type assertion, so that no layer needs to know a provider's type.
 
 // FixedCapacity is implemented by providers of a fixed size (an external region): an arena
 // over one holds no more than Capacity, which is also its default capacity.
@@ -139,6 +145,12 @@ type FixedCapacity interface {
 // GPU's free memory): the arena takes it when Options.Capacity is zero.
 type CapacityDefaulter interface {
 	DefaultCapacity() uintptr
+}
+
+// Placer is implemented by providers that know the host NUMA node of their memory: Node
+// returns it, or NodeUnknown. Stats and Snapshot report it for every region.
+type Placer interface {
+	Node() int
 }
 
 // Reporter is implemented by providers that count their own work. Arena.Stats reports it in
@@ -162,11 +174,21 @@ type ProviderStats struct {
 	Registrations int64
 }
 
-// DeviceMapper is implemented by providers of host memory that a GPU can address directly
-// (pinned host memory): DevicePointer returns the device address of host address addr, which
-// must lie in committed memory of the provider.
-type DeviceMapper interface {
-	DevicePointer(addr uintptr) (uintptr, error)
+// Threaded is implemented by providers whose calls need their thread set up: the CUDA
+// providers run OnThread(f) as f on an OS thread locked for the call with the device's primary
+// context current (cuda.Device.Do), so that a worker's batch of driver calls pays for it once
+// (workers.go).
+type Threaded interface {
+	OnThread(f func() error) error
+}
+
+// Prefaulter is implemented by providers that must commit a span in one call (a registration)
+// but whose commit spends its time faulting pages in: Prefault makes [off, off+size) of r
+// accessible and faults its pages in, without committing it. The arena prefaults the pieces of
+// a range on several workers, then commits the range in one call (workers.go). A range
+// prefaulted and not committed is undone by Decommit.
+type Prefaulter interface {
+	Prefault(r *Region, off, size uintptr) error
 }
 
 // Joiner is implemented by providers whose memory a device can copy only in units made by one

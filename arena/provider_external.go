@@ -143,5 +143,5 @@ func (e *ExternalProvider) check(r *Region, off, size uintptr) error {
 	if r != nil && r.Base != e.reg.Base {
 		return fmt.Errorf("%w: region [%#x, +%d) is not the external region", ErrInvalid, r.Base, r.Size)
 	}
-	return checkRange(r, off, size)
+	return r.CheckRange(off, size)
 }

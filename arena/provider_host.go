@@ -87,7 +87,7 @@ type HostProvider struct {
 	locked bool
 	opt    HostOptions
 	page   uintptr
-	strict bool // bind with MPOL_BIND even though the memory is not locked (it is pinned at commit)
+	strict bool // bind with MPOL_BIND even though the memory is not locked (Pinnable)
 
 	mmap, munmap, mprotect, mlock, munlock, madvise, hugeFallback atomic.Uint64
 	lockedBytes                                                   atomic.Int64
@@ -99,6 +99,17 @@ func Locked(o HostOptions) *HostProvider { return newHost(true, o) }
 
 // Pageable returns a provider of ordinary pageable host memory.
 func Pageable(o HostOptions) *HostProvider { return newHost(false, o) }
+
+// Pinnable returns a provider of pageable host memory for a provider that pins it itself when
+// it commits it (a registration with a driver, as package cudamem's HostRegister does): as
+// Pageable, but o.Node binds strictly (MPOL_BIND), as for locked memory, since pinning faults
+// every page in at commit, so that a full node fails the commit instead of placing the memory
+// elsewhere. FaultIn serves such a provider's Prefault.
+func Pinnable(o HostOptions) *HostProvider {
+	h := newHost(false, o)
+	h.strict = true
+	return h
+}
 
 func newHost(locked bool, o HostOptions) *HostProvider {
 	return &HostProvider{locked: locked, opt: o, page: pageSize()}
@@ -164,7 +175,7 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 			return nil, err
 		}
 	}
-	if node, ok := h.opt.Node.node(); ok {
+	if node, ok := h.opt.Node.Node(); ok {
 		if err := numa.Bind(r.Base, r.Size, node, h.locked || h.strict); err != nil {
 			_ = h.Release(r)
 			return nil, fmt.Errorf("%w: binding %d bytes to NUMA node %d: %w", ErrReserve, r.Size, node, err)
@@ -181,7 +192,7 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 
 // Node implements Placer: the node regions are bound to, or NodeUnknown.
 func (h *HostProvider) Node() int {
-	if n, ok := h.opt.Node.node(); ok {
+	if n, ok := h.opt.Node.Node(); ok {
 		return n
 	}
 	return NodeUnknown
@@ -202,7 +213,7 @@ func (h *HostProvider) reserveTrimmed(size, alignment uintptr) (*Region, error) 
 	prot, flags := unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE
 	if h.opt.Populate {
 		prot = unix.PROT_READ | unix.PROT_WRITE
-		if _, bound := h.opt.Node.node(); !bound { // else populate faults it in once bound
+		if _, bound := h.opt.Node.Node(); !bound { // else populate faults it in once bound
 			flags |= unix.MAP_POPULATE
 		}
 	}
@@ -253,9 +264,9 @@ func (h *HostProvider) populate(r *Region) error {
 	if err := h.Commit(r, 0, r.Size); err != nil {
 		return err
 	}
-	if _, bound := h.opt.Node.node(); bound && !h.locked {
+	if _, bound := h.opt.Node.Node(); bound && !h.locked {
 		// Mapped without MAP_POPULATE so that mbind came first: fault it in now.
-		if err := h.prefault(r.Base, r.Size); err != nil {
+		if err := h.FaultIn(r.Base, r.Size); err != nil {
 			return err
 		}
 	}
@@ -266,10 +277,12 @@ func (h *HostProvider) populate(r *Region) error {
 // madvPopulateWrite is MADV_POPULATE_WRITE (Linux 5.14): fault the range in, writable.
 const madvPopulateWrite = 23
 
-// prefault faults the pages of [addr, addr+size), accessible and not yet holding data, in for
-// writing: with MADV_POPULATE_WRITE (the mm's lock taken for reading, so several threads
-// prefault side by side), or, on kernels without it, by writing a zero into each page.
-func (h *HostProvider) prefault(addr, size uintptr) error {
+// FaultIn faults the pages of [addr, addr+size), committed and not yet holding data, in for
+// writing: with MADV_POPULATE_WRITE (the mm's lock taken for reading, so several threads fault
+// pieces in side by side), or, on kernels without it, by writing a zero into each page. A
+// provider that pins memory of Pinnable faults a span in this way on the arena's workers (its
+// Prefault) before pinning it in one call.
+func (h *HostProvider) FaultIn(addr, size uintptr) error {
 	h.madvise.Add(1)
 	err := unix.Madvise(bytesAt(addr, size), madvPopulateWrite)
 	if errors.Is(err, unix.EINVAL) {
@@ -292,7 +305,7 @@ func (h *HostProvider) unmap(addr, size uintptr) {
 
 // Commit implements Provider.
 func (h *HostProvider) Commit(r *Region, off, size uintptr) error {
-	if err := checkRange(r, off, size); err != nil {
+	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
 	addr := r.Base + off
@@ -321,7 +334,7 @@ func (h *HostProvider) Commit(r *Region, off, size uintptr) error {
 
 // Decommit implements Provider.
 func (h *HostProvider) Decommit(r *Region, off, size uintptr) error {
-	if err := checkRange(r, off, size); err != nil {
+	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
 	addr := r.Base + off

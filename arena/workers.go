@@ -33,7 +33,7 @@ import (
 // Failure: every operation is all-or-nothing per provider call, and the arena undoes its own
 // successful calls when one of the operation's fails (a span's commit leaves nothing new
 // committed; a precommit batch keeps the chunks that succeeded and stops). A provider whose
-// calls fail midway undoes what that call did (provider_vmm.go, provider_cudahostreg.go).
+// calls fail midway undoes what that call did (package cudamem: vmm.go, hostregister.go).
 
 // DefaultCommitWorkers is Options.CommitWorkers' default. The published measurement of
 // parallel first touch before cudaHostRegister on real hardware found no gain past 4 threads
@@ -55,22 +55,6 @@ const parallelMin = 4 << 20
 
 // pieceMin is the smallest piece a range is cut into for the workers (and at least a granule).
 const pieceMin = 2 << 20
-
-// Threaded is implemented by providers whose calls need their thread set up: the CUDA
-// providers run OnThread(f) as f on an OS thread locked for the call with the device's primary
-// context current (cuda.Device.Do), so that a worker's batch of driver calls pays for it once.
-type Threaded interface {
-	OnThread(f func() error) error
-}
-
-// Prefaulter is implemented by providers that must commit a span in one call (a registration)
-// but whose commit spends its time faulting pages in: Prefault makes [off, off+size) of r
-// accessible and faults its pages in, without committing it. The arena prefaults the pieces of
-// a range on several workers, then commits the range in one call. A range prefaulted and not
-// committed is undone by Decommit.
-type Prefaulter interface {
-	Prefault(r *Region, off, size uintptr) error
-}
 
 // gspan is a run of granules [s, e) of a region: a unit of work for the workers.
 type gspan struct {

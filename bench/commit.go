@@ -15,6 +15,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -182,11 +183,11 @@ func (c *commitSuite) pinOnce(path string, w int) (pin, unpin time.Duration, err
 	var prov arena.Provider
 	switch path {
 	case "vmm-precommit":
-		prov, err = arena.NewCUDAHostVMM(c.pub, arena.CUDAHostOptions{})
+		prov, err = cudamem.NewHostVMM(c.pub, cudamem.HostOptions{})
 	case "register-span/4k":
-		prov, err = arena.NewCUDAHostRegister(c.pub, arena.CUDAHostOptions{HostOptions: arena.HostOptions{HugePages: arena.HugeSmall}})
+		prov, err = cudamem.NewHostRegister(c.pub, cudamem.HostOptions{HostOptions: arena.HostOptions{HugePages: arena.HugeSmall}})
 	case "register-span/thp", "register-precommit": // the registration provider's default
-		prov, err = arena.NewCUDAHostRegister(c.pub, arena.CUDAHostOptions{})
+		prov, err = cudamem.NewHostRegister(c.pub, cudamem.HostOptions{})
 	case "locked":
 		prov = arena.Locked(arena.HostOptions{})
 	default:

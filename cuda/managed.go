@@ -1,7 +1,7 @@
 package cuda
 
 // Advice is a hint about a range of managed memory (CUmem_advise), given with
-// arena.CUDAManagedProvider.Advise.
+// cudamem.Managed.Advise.
 type Advice int32
 
 // Advice values (CU_MEM_ADVISE_*).

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/nvml"
 )
 
@@ -27,7 +28,7 @@ type GPU struct {
 	Name     string
 	TotalMem uintptr
 	// PCIBusID is its PCI address ("0000:1b:00.0") and Node its host NUMA node
-	// (arena.DeviceNode; arena.NodeUnknown when no source knows).
+	// (cudamem.DeviceNode; arena.NodeUnknown when no source knows).
 	PCIBusID string
 	Node     int
 	// NVMLIndex is NVML's index of the GPU at that PCI address (-1 when NVML is unavailable or
@@ -94,8 +95,8 @@ func describe(dev *cuda.Device) GPU {
 	g := GPU{Ordinal: dev.Ordinal(), Node: arena.NodeUnknown, NVMLIndex: -1}
 	g.Name, _ = dev.Name()
 	g.TotalMem, _ = dev.TotalMem()
-	g.PCIBusID, _ = arena.PCIBusID(dev)
-	if node, _, ok := arena.DeviceNode(dev); ok {
+	g.PCIBusID, _ = cudamem.PCIBusID(dev)
+	if node, _, ok := cudamem.DeviceNode(dev); ok {
 		g.Node = node
 	}
 	return g

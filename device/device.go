@@ -8,7 +8,7 @@
 //
 // A Heap keeps one heap.Heap per stream it has seen, all in one heap.Group over one arena of
 // device memory (the VMM provider where the device has the VMM API, cuMemAlloc regions
-// otherwise; see arena.NewDeviceProvider). Every stream heap keeps its empty segments
+// otherwise; see cudamem.NewDevice). Every stream heap keeps its empty segments
 // (heap.RetainSegments), so memory freed on a stream never reaches another stream's heap
 // behind the device's back. Then:
 //
@@ -58,6 +58,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/heap"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
@@ -94,10 +95,10 @@ var (
 type Options struct {
 	// Align is the alignment of every block: a power of two from 256 to 32768 (default 256).
 	Align uintptr
-	// Capacity caps the heap's device memory. Zero means arena.DefaultDeviceCapacity: 90 % of
+	// Capacity caps the heap's device memory. Zero means cudamem.DefaultDeviceCapacity: 90 % of
 	// the memory free on the device when the heap is made.
 	Capacity uintptr
-	// Provider overrides where memory comes from (default arena.NewDeviceProvider of the
+	// Provider overrides where memory comes from (default cudamem.NewDevice of the
 	// device). It must serve memory the device can use: a device, managed or pinned host
 	// provider on the same device.
 	Provider arena.Provider
@@ -191,7 +192,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	prov := o.Provider
 	if prov == nil {
 		var err error
-		if prov, err = arena.NewDeviceProvider(dev); err != nil {
+		if prov, err = cudamem.NewDevice(dev); err != nil {
 			return nil, err
 		}
 	}

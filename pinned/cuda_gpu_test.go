@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -155,9 +156,9 @@ func hostProvidersCopy(t *testing.T, d *cuda.Device, log2max int) {
 			var prov arena.Provider
 			var err error
 			if name == "vmm" {
-				prov, err = arena.NewCUDAHostVMM(pub, arena.CUDAHostOptions{})
+				prov, err = cudamem.NewHostVMM(pub, cudamem.HostOptions{})
 			} else {
-				prov, err = arena.NewCUDAHostRegister(pub, arena.CUDAHostOptions{})
+				prov, err = cudamem.NewHostRegister(pub, cudamem.HostOptions{})
 			}
 			if err != nil {
 				t.Skipf("%s provider: %v", name, err)

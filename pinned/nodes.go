@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -41,7 +42,7 @@ type Nodes struct {
 // driver). Each pool is o with Device set to the first GPU on its node (whose nearest node it
 // then uses), Devices to every other GPU of the set, and NUMA to the nearest node: o.NUMA must
 // be NUMANearest. o.Capacity, o.Precommit and the other options apply to each pool. Devices
-// whose node no source knows (arena.DeviceNode) share one pool, at the HOST location.
+// whose node no source knows (cudamem.DeviceNode) share one pool, at the HOST location.
 func NewNodes(o Options) (*Nodes, error) {
 	if o.NUMA != arena.NUMANearest {
 		return nil, fmt.Errorf("%w: Nodes places each pool at its GPUs' node: Options.NUMA must be NUMANearest", ErrInvalidOptions)
@@ -104,7 +105,7 @@ func deviceNodes(devs []int) ([]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("device %d: %w", d, err)
 		}
-		n, _, ok := arena.DeviceNode(dev)
+		n, _, ok := cudamem.DeviceNode(dev)
 		if !ok {
 			n = arena.NodeUnknown
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/numa"
 )
 
@@ -171,7 +172,7 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	if o.HugePages > arena.HugeSmall {
 		return nil, nil, fmt.Errorf("%w: huge pages %d (want arena.HugeNone, HugeTransparent, HugeTLB or HugeSmall)", ErrInvalidOptions, o.HugePages)
 	}
-	if n, ok := nodeOf(o.NUMA); ok && o.Backend != CUDAHost && !slices.Contains(numa.Online("/sys"), n) {
+	if n, ok := o.NUMA.Node(); ok && o.Backend != CUDAHost && !slices.Contains(numa.Online("/sys"), n) {
 		// mbind would refuse it at the first Alloc; the CUDA providers check their own.
 		return nil, nil, fmt.Errorf("%w: NUMA node %d: the machine has nodes %v", ErrInvalidOptions, n, numa.Online("/sys"))
 	}
@@ -228,19 +229,17 @@ func (o *Options) cudaHost(ho arena.HostOptions) (arena.Provider, error) {
 			}
 		}
 	}
-	c, err := arena.OpenCUDAHost(o.Device, arena.CUDAHostOptions{HostOptions: ho, Devices: o.Devices, NUMA: o.NUMA})
+	c, err := cudamem.OpenHost(o.Device, cudamem.HostOptions{HostOptions: ho, Devices: o.Devices, NUMA: o.NUMA})
 	if err != nil {
 		return nil, fmt.Errorf("the %s backend needs CUDA device %d: %w", CUDAHost, o.Device, err)
 	}
 	return c, nil
 }
 
-// nodeOf returns the node n names, if it names one.
-func nodeOf(n arena.NUMA) (int, bool) {
-	if n == arena.NUMANearest {
-		return 0, false
-	}
-	return int(n) - 1, true
+// deviceMapper is what Pool.DevicePointer asks of a CUDAHost pool's provider (cudamem's pinned
+// host providers answer it): the address at which a device sees host address addr.
+type deviceMapper interface {
+	DevicePointer(addr uintptr) (uintptr, error)
 }
 
 // closeDevice gives back the CUDA device a CUDAHost pool opened, once its arena is closed.

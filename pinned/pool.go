@@ -490,7 +490,7 @@ func (p *Pool) releaseAll() error {
 // CUDAHost backend, for kernels that read or write host memory directly. Other backends give an
 // error wrapping ErrInvalidOptions.
 func (p *Pool) DevicePointer(b []byte) (uintptr, error) {
-	c, ok := p.a.Provider().(arena.DeviceMapper)
+	c, ok := p.a.Provider().(deviceMapper)
 	if !ok {
 		return 0, fmt.Errorf("%w: the %s backend has no device pointers", ErrInvalidOptions, p.backend)
 	}

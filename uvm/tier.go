@@ -271,7 +271,7 @@ func (t *Tier) openHeap(shared *device.Heap) error {
 // granules are mapped into one reserved range, so any buffer is one DMA range; the registration
 // fallback (drivers without VMM host memory) registers each heap segment whole and joins the
 // chunks of a huge buffer into exactly one registration when it is handed out
-// (arena/provider_cudahostreg.go). TestBlockSizes checks 4 KiB to 8 MiB on both.
+// (cudamem/hostregister.go). TestBlockSizes checks 4 KiB to 8 MiB on both.
 //
 // Memory is committed (pinned) as evictions need it, or ahead of need in the background
 // (HostPrecommit), and never purged: pinning again costs about 0.5 ms per 2 MiB, where an

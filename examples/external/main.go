@@ -1,5 +1,5 @@
 // Command pinmalloc-user is a program in a module of its own that uses every public package of
-// pinmalloc (pinned, heap, arena, device, cuda) through public names only, as a program outside
+// pinmalloc (pinned, heap, arena, cudamem, device, cuda) through public names only, as a program outside
 // the repository would. CI builds it and runs its tests, so the public API stays usable from
 // outside: a signature that names an internal type would not compile here.
 //
@@ -19,6 +19,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -231,10 +232,10 @@ func batched(dev *cuda.Device, h *device.Heap, pool *pinned.Pool, s cuda.Stream)
 // providers makes an arena over the device's best device provider, sized by
 // DefaultDeviceCapacity, and one over managed memory, which it prefetches and advises.
 func providers(dev *cuda.Device) error {
-	if _, err := arena.DefaultDeviceCapacity(dev); err != nil {
+	if _, err := cudamem.DefaultDeviceCapacity(dev); err != nil {
 		return err
 	}
-	prov, err := arena.NewDeviceProvider(dev)
+	prov, err := cudamem.NewDevice(dev)
 	if err != nil {
 		return err
 	}
@@ -254,7 +255,7 @@ func providers(dev *cuda.Device) error {
 		return err
 	}
 
-	mp, err := arena.NewCUDAManaged(dev)
+	mp, err := cudamem.NewManaged(dev)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -50,8 +51,8 @@ func TestErrors(t *testing.T) {
 	if _, err := device.New(nil, device.Options{}); !errors.Is(err, cuda.ErrNoDriver) || !errors.Is(err, device.ErrNoDriver) {
 		t.Errorf("device.New(nil) = %v; want cuda.ErrNoDriver (the same value as device.ErrNoDriver)", err)
 	}
-	if _, err := arena.NewCUDAVMM(&cuda.Device{}); !errors.Is(err, arena.ErrInvalid) {
-		t.Errorf("arena.NewCUDAVMM of a zero Device = %v; want arena.ErrInvalid", err)
+	if _, err := cudamem.NewDeviceVMM(&cuda.Device{}); !errors.Is(err, arena.ErrInvalid) {
+		t.Errorf("cudamem.NewDeviceVMM of a zero Device = %v; want arena.ErrInvalid", err)
 	}
 	var d *cuda.Device
 	if _, err := d.StreamCreate(cuda.StreamDefault); !errors.Is(err, cuda.ErrNoDriver) {

@@ -1,16 +1,19 @@
-package arena_test
+package cudamem_test
 
 // Pinning at scale against the fake driver: commits spread over the workers, failures midway
 // that leave the driver clean, Precommit's batches on both host paths.
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/smaps"
 )
 
 // newWorkerArena is newArena with CommitWorkers workers.
@@ -55,8 +58,8 @@ func TestFakeVMMParallel(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHostVMM(fakecuda.Public(d), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHostVMM", err)
+	p, err := cudamem.NewHostVMM(fakecuda.Public(d), cudamem.HostOptions{})
+	must(t, "NewHostVMM", err)
 	if !p.Caps().Splits {
 		t.Fatal("VMM host memory does not split")
 	}
@@ -88,8 +91,8 @@ func TestFakeVMMFailureMidway(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHostVMM(fakecuda.Public(d), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHostVMM", err)
+	p, err := cudamem.NewHostVMM(fakecuda.Public(d), cudamem.HostOptions{})
+	must(t, "NewHostVMM", err)
 	a := newWorkerArena(t, p, 1<<30, 4)
 	keep, err := a.Alloc(4<<20, 256) // something committed before, which must stay
 	must(t, "Alloc", err)
@@ -129,8 +132,8 @@ func TestFakeRegisterParallel(t *testing.T) {
 		return
 	}
 	f.SetHostVMM(false)
-	p, err := arena.NewCUDAHostRegister(fakecuda.Public(d), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHostRegister", err)
+	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	must(t, "NewHostRegister", err)
 	a := newWorkerArena(t, p, 1<<30, 4)
 	madv := p.HostCounters().Madvise
 	regs := f.Stat(fakecuda.RegisterCalls)
@@ -145,8 +148,8 @@ func TestFakeRegisterParallel(t *testing.T) {
 	if base, size, ok := p.RegistrationOf(s.Base); !ok || base != s.Base || size != 32<<20 {
 		t.Errorf("registration of the span: [%#x, +%d) %v", base, size, ok)
 	}
-	if adv := arena.HugeAdvice(t, s.Base); adv != "hg" {
-		t.Errorf("registered memory advised %q, want transparent huge pages by default", adv)
+	if adv, err := smaps.HugeAdvice(s.Base); err != nil && !errors.Is(err, os.ErrNotExist) || err == nil && adv != "hg" {
+		t.Errorf("registered memory advised %q (%v), want transparent huge pages by default", adv, err)
 	}
 	copyBoth(t, d, s.Base, s.Size)
 	must(t, "Free", a.Free(s))
@@ -177,8 +180,8 @@ func TestFakeRegisterFailureMidway(t *testing.T) {
 		return
 	}
 	f.SetHostVMM(false)
-	p, err := arena.NewCUDAHostRegister(fakecuda.Public(d), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHostRegister", err)
+	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	must(t, "NewHostRegister", err)
 	a := newWorkerArena(t, p, 1<<30, 4)
 	f.FailAfter(fakecuda.CallRegister, 3, fakecuda.ResultOutOfMemory)
 	n, err := a.Precommit(16 << 20)

@@ -1,4 +1,4 @@
-package arena_test
+package cudamem_test
 
 // Tests of the CUDA providers on a real GPU. Each skips with "no CUDA driver" where there is
 // none; on a GPU machine run the test binary with -test.run CUDA.
@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -35,8 +36,8 @@ func bestH2D(t *testing.T, d *cuda.Device, dst cuda.DevicePtr, src, n uintptr) f
 func TestCUDARegisteredBandwidth(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
 	const n = 256 << 20
-	p, err := arena.NewCUDAHost(fakecuda.Public(d), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHost", err)
+	p, err := cudamem.NewHost(fakecuda.Public(d), cudamem.HostOptions{})
+	must(t, "NewHost", err)
 	a := newArena(t, p.(counted), 1<<30)
 	s, err := a.Alloc(n, arena.DefaultChunkSize)
 	must(t, "Alloc", err)
@@ -64,10 +65,10 @@ func TestCUDARegisteredBandwidth(t *testing.T) {
 func TestCUDADeviceRoundTrip(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
 	providers := []func(*cuda.Device) (counted, error){
-		func(d *cuda.Device) (counted, error) { return arena.NewCUDAMalloc(fakecuda.Public(d)) },
+		func(d *cuda.Device) (counted, error) { return cudamem.NewDeviceMalloc(fakecuda.Public(d)) },
 	}
 	if d.VMMSupported() {
-		providers = append(providers, func(d *cuda.Device) (counted, error) { return arena.NewCUDAVMM(fakecuda.Public(d)) })
+		providers = append(providers, func(d *cuda.Device) (counted, error) { return cudamem.NewDeviceVMM(fakecuda.Public(d)) })
 	}
 	for _, mk := range providers {
 		p, err := mk(d)
@@ -105,8 +106,8 @@ func TestCUDAVMMDecommit(t *testing.T) {
 		}
 		return u
 	}
-	p, err := arena.NewCUDAVMM(fakecuda.Public(d))
-	must(t, "NewCUDAVMM", err)
+	p, err := cudamem.NewDeviceVMM(fakecuda.Public(d))
+	must(t, "NewDeviceVMM", err)
 	a := newArena(t, p, 4<<30)
 	before := used()
 	s, err := a.Alloc(1<<30, arena.DefaultChunkSize)
@@ -132,8 +133,8 @@ func TestCUDAMultiGPU(t *testing.T) {
 	must(t, "Count", err)
 	for i := 0; i < n; i++ {
 		d := fakecuda.GPU(t, i)
-		p, err := arena.NewDeviceProvider(fakecuda.Public(d))
-		must(t, "NewDeviceProvider", err)
+		p, err := cudamem.NewDevice(fakecuda.Public(d))
+		must(t, "NewDevice", err)
 		a := newArena(t, p.(counted), 0)
 		free, _, err := d.MemGetInfo()
 		must(t, "MemGetInfo", err)
@@ -162,9 +163,9 @@ func BenchmarkCUDAHostCommit(b *testing.B) {
 		name string
 		make func() (arena.Provider, error)
 	}{
-		{"cuda-host-vmm", func() (arena.Provider, error) { return arena.NewCUDAHostVMM(pub, arena.CUDAHostOptions{}) }},
+		{"cuda-host-vmm", func() (arena.Provider, error) { return cudamem.NewHostVMM(pub, cudamem.HostOptions{}) }},
 		{"cuda-host-register", func() (arena.Provider, error) {
-			return arena.NewCUDAHostRegister(pub, arena.CUDAHostOptions{})
+			return cudamem.NewHostRegister(pub, cudamem.HostOptions{})
 		}},
 		{"mmap-mlock", func() (arena.Provider, error) { return arena.Locked(arena.HostOptions{}), nil }},
 	}
@@ -206,12 +207,12 @@ func BenchmarkCUDAHostCommit(b *testing.B) {
 // in one call: the figures the bench's -commit suite reports, at test scale, for the GPU check.
 func TestCUDAParallelPin(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
-	if n, src, ok := arena.DeviceNode(fakecuda.Public(d)); ok {
+	if n, src, ok := cudamem.DeviceNode(fakecuda.Public(d)); ok {
 		t.Logf("device 0 is nearest NUMA node %d (%s)", n, src)
 	}
 	for _, w := range []int{1, 2, 4, 8} {
-		p, err := arena.NewCUDAHost(fakecuda.Public(d), arena.CUDAHostOptions{})
-		must(t, "NewCUDAHost", err)
+		p, err := cudamem.NewHost(fakecuda.Public(d), cudamem.HostOptions{})
+		must(t, "NewHost", err)
 		a, err := arena.New(arena.Options{Provider: p, Capacity: 1 << 30, PurgeDelay: -1, CommitWorkers: w})
 		must(t, "arena.New", err)
 		start := time.Now()

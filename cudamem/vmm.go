@@ -1,7 +1,7 @@
-package arena
+package cudamem
 
-// The CUDA virtual memory management API, shared by the device VMM provider (CUDAVMMProvider)
-// and the host VMM provider (CUDAHostVMMProvider): they differ only in where the physical
+// The CUDA virtual memory management API, shared by the device VMM provider (DeviceVMM)
+// and the host VMM provider (HostVMM): they differ only in where the physical
 // memory lives (the location given to cuMemCreate) and who is granted access to it.
 //
 // A region is one reservation of address space (cuMemAddressReserve). Each granule of it is
@@ -13,7 +13,7 @@ package arena
 // run of committed granules can be copied in one call.
 //
 // Granules are independent, so a range commits and decommits in pieces on several goroutines
-// (Caps.Splits; the arena's workers). The driver calls run outside p.mu, which guards only the
+// (arena.Caps.Splits; the arena's workers). The driver calls run outside p.mu, which guards only the
 // record of what is mapped: a commit checks its granules are unmapped, calls the driver, and
 // records what it mapped; a decommit claims its granules (clears them in the record), calls the
 // driver, and puts back what the driver refused to unmap. The arena never commits or
@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	"github.com/pinmalloc/pinmalloc/internal/bitset"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -54,53 +55,53 @@ func newVMM(b *cudaBase, loc icuda.Location, access []icuda.Location, what strin
 	g, err := b.dev.MemGetAllocationGranularityAt(loc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: VMM allocation granularity of %s memory (location %+v) on device %d: %w",
-			ErrInvalid, what, loc, b.dev.Ordinal(), err)
+			arena.ErrInvalid, what, loc, b.dev.Ordinal(), err)
 	}
 	if !align.IsPow2(g) {
-		return nil, fmt.Errorf("%w: %s VMM granularity %d on device %d is not a power of two", ErrInvalid, what, g, b.dev.Ordinal())
+		return nil, fmt.Errorf("%w: %s VMM granularity %d on device %d is not a power of two", arena.ErrInvalid, what, g, b.dev.Ordinal())
 	}
 	return &vmm{cudaBase: b, loc: loc, access: access, gran: g, what: what}, nil
 }
 
-// Caps implements Provider.
-func (p *vmm) Caps() Caps {
-	return Caps{Aligns: true, Decommits: true, ZeroOnCommit: p.zero, Granule: p.gran, Splits: true}
+// Caps implements arena.Provider.
+func (p *vmm) Caps() arena.Caps {
+	return arena.Caps{Aligns: true, Decommits: true, ZeroOnCommit: p.zero, Granule: p.gran, Splits: true}
 }
 
-// Reserve implements Provider.
-func (p *vmm) Reserve(size, alignment uintptr) (*Region, error) {
+// Reserve implements arena.Provider.
+func (p *vmm) Reserve(size, alignment uintptr) (*arena.Region, error) {
 	n, err := align.Up(size, p.gran)
 	if err != nil || n == 0 || !align.IsPow2(alignment) {
-		return nil, fmt.Errorf("%w: reserve %d bytes aligned to %d", ErrInvalid, size, alignment)
+		return nil, fmt.Errorf("%w: reserve %d bytes aligned to %d", arena.ErrInvalid, size, alignment)
 	}
 	size = n
 	base, err := p.dev.MemAddressReserve(size, max(alignment, p.gran))
 	if err = p.call(&p.reservations, 1, err); err != nil {
-		return nil, p.driverError(ErrReserve, "cuMemAddressReserve", size, err)
+		return nil, p.driverError(arena.ErrReserve, "cuMemAddressReserve", size, err)
 	}
 	ng := int(size / p.gran)
-	return &Region{Base: base, Size: size, Zeroed: p.zero,
+	return &arena.Region{Base: base, Size: size, Zeroed: p.zero,
 		Handle: &vmmRegion{handles: make([]icuda.MemHandle, ng), mapped: bitset.New(ng)}}, nil
 }
 
-func (p *vmm) state(r *Region, off, size uintptr) (*vmmRegion, error) {
-	if err := checkRange(r, off, size); err != nil {
+func (p *vmm) state(r *arena.Region, off, size uintptr) (*vmmRegion, error) {
+	if err := r.CheckRange(off, size); err != nil {
 		return nil, err
 	}
 	v, ok := r.Handle.(*vmmRegion)
 	if !ok {
-		return nil, fmt.Errorf("%w: region not from this provider or released", ErrInvalid)
+		return nil, fmt.Errorf("%w: region not from this provider or released", arena.ErrInvalid)
 	}
 	if off%p.gran != 0 || size%p.gran != 0 {
-		return nil, fmt.Errorf("%w: range [%d, +%d) is not granule-aligned (%d)", ErrInvalid, off, size, p.gran)
+		return nil, fmt.Errorf("%w: range [%d, +%d) is not granule-aligned (%d)", arena.ErrInvalid, off, size, p.gran)
 	}
 	return v, nil
 }
 
-// Commit implements Provider. Out of memory, it fails with an error wrapping ErrCommit,
-// ErrExhausted and cuda.ErrOutOfMemory that says how much was asked and is free, and commits
+// Commit implements arena.Provider. Out of memory, it fails with an error wrapping arena.ErrCommit,
+// arena.ErrExhausted and cuda.ErrOutOfMemory that says how much was asked and is free, and commits
 // nothing.
-func (p *vmm) Commit(r *Region, off, size uintptr) error {
+func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	v, err := p.state(r, off, size)
 	if err != nil {
 		return err
@@ -110,21 +111,21 @@ func (p *vmm) Commit(r *Region, off, size uintptr) error {
 	busy := v.mapped.Count(lo, hi)
 	p.mu.Unlock()
 	if busy != 0 {
-		return fmt.Errorf("%w: %d granules of [%d, %d) of region %#x are committed already", ErrInvalid, busy, lo, hi, r.Base)
+		return fmt.Errorf("%w: %d granules of [%d, %d) of region %#x are committed already", arena.ErrInvalid, busy, lo, hi, r.Base)
 	}
 	hs := make([]icuda.MemHandle, hi-lo)
 	for g := lo; g < hi; g++ {
 		if err := p.mapGranule(r, g, &hs[g-lo]); err != nil {
 			_, _ = p.unmap(r, lo, hs[:g-lo])
 			if errors.Is(err, icuda.ErrOutOfMemory) { // after the undo, so the figures are current
-				return p.driverError(ErrCommit, "cuMemCreate", size, err)
+				return p.driverError(arena.ErrCommit, "cuMemCreate", size, err)
 			}
 			return err
 		}
 	}
 	if err := p.call(nil, 0, p.dev.MemSetAccessAt(r.Base+off, size, p.access)); err != nil {
 		_, _ = p.unmap(r, lo, hs)
-		return fmt.Errorf("%w: cuMemSetAccess of %d bytes of %s memory for %+v: %w", ErrCommit, size, p.what, p.access, err)
+		return fmt.Errorf("%w: cuMemSetAccess of %d bytes of %s memory for %+v: %w", arena.ErrCommit, size, p.what, p.access, err)
 	}
 	p.mu.Lock()
 	copy(v.handles[lo:hi], hs)
@@ -135,17 +136,17 @@ func (p *vmm) Commit(r *Region, off, size uintptr) error {
 }
 
 // mapGranule backs granule g with a new physical allocation, whose handle it stores in *h.
-func (p *vmm) mapGranule(r *Region, g int, h *icuda.MemHandle) error {
+func (p *vmm) mapGranule(r *arena.Region, g int, h *icuda.MemHandle) error {
 	m, err := p.dev.MemCreateAt(p.gran, p.loc)
 	if err = p.call(&p.handles, 1, err); err != nil {
 		if errors.Is(err, icuda.ErrOutOfMemory) {
 			return err // Commit explains it
 		}
-		return p.driverError(ErrCommit, "cuMemCreate", p.gran, err)
+		return p.driverError(arena.ErrCommit, "cuMemCreate", p.gran, err)
 	}
 	if err := p.call(nil, 0, p.dev.MemMap(r.Base+uintptr(g)*p.gran, p.gran, m)); err != nil {
 		_ = p.call(&p.handles, -1, p.dev.MemRelease(m))
-		return fmt.Errorf("%w: cuMemMap of %d bytes: %w", ErrCommit, p.gran, err)
+		return fmt.Errorf("%w: cuMemMap of %d bytes: %w", arena.ErrCommit, p.gran, err)
 	}
 	*h = m
 	return nil
@@ -154,18 +155,18 @@ func (p *vmm) mapGranule(r *Region, g int, h *icuda.MemHandle) error {
 // unmap unmaps granules [lo, lo+len(hs)), mapped with the handles hs, in one call, and releases
 // the handles. It touches no record. mapped reports that the driver refused the unmap (the
 // granules are still mapped, their handles held); otherwise an error is a refused release.
-func (p *vmm) unmap(r *Region, lo int, hs []icuda.MemHandle) (mapped bool, err error) {
+func (p *vmm) unmap(r *arena.Region, lo int, hs []icuda.MemHandle) (mapped bool, err error) {
 	if len(hs) == 0 {
 		return false, nil
 	}
 	n := uintptr(len(hs)) * p.gran
 	if err := p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(lo)*p.gran, n)); err != nil {
-		return true, fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", ErrCommit, n, err)
+		return true, fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", arena.ErrCommit, n, err)
 	}
 	var errs []error
 	for _, h := range hs {
 		if err := p.call(&p.handles, -1, p.dev.MemRelease(h)); err != nil {
-			errs = append(errs, fmt.Errorf("%w: cuMemRelease: %w", ErrCommit, err))
+			errs = append(errs, fmt.Errorf("%w: cuMemRelease: %w", arena.ErrCommit, err))
 		}
 	}
 	return false, errors.Join(errs...)
@@ -173,7 +174,7 @@ func (p *vmm) unmap(r *Region, lo int, hs []icuda.MemHandle) (mapped bool, err e
 
 // unmapGranules unmaps and releases the mapped granules in [lo, hi), run by run: each run is
 // claimed under p.mu, unmapped without it, and put back if the driver refuses the unmap.
-func (p *vmm) unmapGranules(r *Region, v *vmmRegion, lo, hi int) error {
+func (p *vmm) unmapGranules(r *arena.Region, v *vmmRegion, lo, hi int) error {
 	type run struct {
 		s  int
 		hs []icuda.MemHandle
@@ -210,8 +211,8 @@ func (p *vmm) unmapGranules(r *Region, v *vmmRegion, lo, hi int) error {
 	return errors.Join(errs...)
 }
 
-// Decommit implements Provider: the range's granules are unmapped and their memory released.
-func (p *vmm) Decommit(r *Region, off, size uintptr) error {
+// Decommit implements arena.Provider: the range's granules are unmapped and their memory released.
+func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 	v, err := p.state(r, off, size)
 	if err != nil {
 		return err
@@ -219,10 +220,10 @@ func (p *vmm) Decommit(r *Region, off, size uintptr) error {
 	return p.unmapGranules(r, v, int(off/p.gran), int((off+size)/p.gran))
 }
 
-// Release implements Provider: what is still mapped is unmapped, then the address range freed.
-func (p *vmm) Release(r *Region) error {
+// Release implements arena.Provider: what is still mapped is unmapped, then the address range freed.
+func (p *vmm) Release(r *arena.Region) error {
 	if r == nil {
-		return fmt.Errorf("%w: nil region", ErrInvalid)
+		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
 	}
 	v, err := p.state(r, 0, r.Size)
 	if err != nil {
@@ -232,7 +233,7 @@ func (p *vmm) Release(r *Region) error {
 		return err
 	}
 	if err := p.call(&p.reservations, -1, p.dev.MemAddressFree(r.Base, r.Size)); err != nil {
-		return fmt.Errorf("%w: cuMemAddressFree of %d bytes: %w", ErrInvalid, r.Size, err)
+		return fmt.Errorf("%w: cuMemAddressFree of %d bytes: %w", arena.ErrInvalid, r.Size, err)
 	}
 	r.Handle = nil
 	return nil

@@ -1,4 +1,4 @@
-package arena_test
+package cudamem_test
 
 // Tests of the CUDA providers against the fake driver of internal/fakecuda: each runs in a
 // child process that loads the fake, so they run (and pass) on machines without a GPU.
@@ -11,6 +11,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -26,7 +27,7 @@ func must(t testing.TB, what string, err error) {
 // counted is a CUDA provider: it counts what it holds.
 type counted interface {
 	arena.Provider
-	Counters() arena.CUDACounters
+	Counters() cudamem.Counters
 }
 
 // newArena makes an arena over p that never purges on its own, and checks at cleanup that
@@ -49,8 +50,8 @@ func TestFakeHostRegister(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHostRegister(fakecuda.Public(d), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHostRegister", err)
+	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	must(t, "NewHostRegister", err)
 	if p.Name() != "cuda-host-register" || p.Kind() != arena.HostPinned || !p.Caps().Aligns || !p.Caps().Decommits || p.Caps().Granule != 2<<20 {
 		t.Fatalf("provider %s %s %+v", p.Name(), p.Kind(), p.Caps())
 	}
@@ -127,8 +128,8 @@ func TestFakeHostRegisterJoin(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHostRegister(fakecuda.Public(d), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHostRegister", err)
+	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	must(t, "NewHostRegister", err)
 	const g = 2 << 20
 	r, err := p.Reserve(8*g, g)
 	must(t, "Reserve", err)
@@ -174,11 +175,11 @@ func TestFakeHostVMM(t *testing.T) {
 		return
 	}
 	f.SetDevices(2)
-	prov, err := arena.NewCUDAHost(fakecuda.Public(d), arena.CUDAHostOptions{Devices: []int{1}})
-	must(t, "NewCUDAHost", err)
-	p, ok := prov.(*arena.CUDAHostVMMProvider)
+	prov, err := cudamem.NewHost(fakecuda.Public(d), cudamem.HostOptions{Devices: []int{1}})
+	must(t, "NewHost", err)
+	p, ok := prov.(*cudamem.HostVMM)
 	if !ok || p.Name() != "cuda-host-vmm" || p.Kind() != arena.HostPinned || p.Caps().Granule != 2<<20 || !p.Caps().ZeroOnCommit {
-		t.Fatalf("NewCUDAHost with host VMM = %T %s %+v", prov, prov.Name(), prov.Caps())
+		t.Fatalf("NewHost with host VMM = %T %s %+v", prov, prov.Name(), prov.Caps())
 	}
 	if loc := p.Location(); loc != (pcuda.Location{Type: pcuda.LocationHostNUMA, ID: 0}) {
 		t.Errorf("location %+v, want host NUMA node 0", loc)
@@ -228,7 +229,7 @@ func TestFakeHostVMM(t *testing.T) {
 	}
 }
 
-// TestFakeHostVMMChoice checks where NewCUDAHost puts host memory: the node nearest the device,
+// TestFakeHostVMMChoice checks where cudamem.NewHost puts host memory: the node nearest the device,
 // a node asked for, the registration fallback on a driver without host VMM.
 func TestFakeHostVMMChoice(t *testing.T) {
 	f := fakecuda.Run(t)
@@ -238,27 +239,27 @@ func TestFakeHostVMMChoice(t *testing.T) {
 	f.SetDevices(2)
 	f.SetNUMANodes(2)
 	d1 := f.Open(t, 1)
-	p, err := arena.NewCUDAHostVMM(fakecuda.Public(d1), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHostVMM", err)
+	p, err := cudamem.NewHostVMM(fakecuda.Public(d1), cudamem.HostOptions{})
+	must(t, "NewHostVMM", err)
 	if loc := p.Location(); loc.Type != pcuda.LocationHostNUMA || loc.ID != 1 {
 		t.Errorf("device 1's host memory on %+v, want its nearest node 1", loc)
 	}
-	p, err = arena.NewCUDAHostVMM(fakecuda.Public(d1), arena.CUDAHostOptions{NUMA: arena.NUMANode(0)})
-	must(t, "NewCUDAHostVMM", err)
+	p, err = cudamem.NewHostVMM(fakecuda.Public(d1), cudamem.HostOptions{NUMA: arena.NUMANode(0)})
+	must(t, "NewHostVMM", err)
 	if loc := p.Location(); loc.ID != 0 {
 		t.Errorf("NUMANode(0) gave %+v", loc)
 	}
-	if _, err := arena.NewCUDAHostVMM(fakecuda.Public(d1), arena.CUDAHostOptions{NUMA: arena.NUMANode(5)}); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrInvalidValue) {
+	if _, err := cudamem.NewHostVMM(fakecuda.Public(d1), cudamem.HostOptions{NUMA: arena.NUMANode(5)}); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("a node that does not exist = %v", err)
 	}
 	f.SetHostVMM(false)
-	prov, err := arena.NewCUDAHost(fakecuda.Public(d1), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHost", err)
-	if _, ok := prov.(*arena.CUDAHostRegisterProvider); !ok {
-		t.Errorf("NewCUDAHost without host VMM = %T, want the registration provider", prov)
+	prov, err := cudamem.NewHost(fakecuda.Public(d1), cudamem.HostOptions{})
+	must(t, "NewHost", err)
+	if _, ok := prov.(*cudamem.HostRegister); !ok {
+		t.Errorf("NewHost without host VMM = %T, want the registration provider", prov)
 	}
-	if _, err := arena.NewCUDAHostVMM(fakecuda.Public(d1), arena.CUDAHostOptions{}); !errors.Is(err, cuda.ErrNotSupported) {
-		t.Errorf("NewCUDAHostVMM without host VMM = %v", err)
+	if _, err := cudamem.NewHostVMM(fakecuda.Public(d1), cudamem.HostOptions{}); !errors.Is(err, cuda.ErrNotSupported) {
+		t.Errorf("NewHostVMM without host VMM = %v", err)
 	}
 }
 
@@ -267,8 +268,8 @@ func TestFakeHostVMMRefused(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHostVMM(fakecuda.Public(d), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHostVMM", err)
+	p, err := cudamem.NewHostVMM(fakecuda.Public(d), cudamem.HostOptions{})
+	must(t, "NewHostVMM", err)
 	a := newArena(t, p, 16<<20)
 	s, err := a.Alloc(4<<20, 256)
 	must(t, "Alloc", err)
@@ -288,8 +289,8 @@ func TestFakeHostRegisterRefused(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHostRegister(fakecuda.Public(d), arena.CUDAHostOptions{})
-	must(t, "NewCUDAHostRegister", err)
+	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	must(t, "NewHostRegister", err)
 	a := newArena(t, p, 16<<20)
 	f.FailRegister(1, fakecuda.ResultOutOfMemory)
 	_, err = a.Alloc(1<<20, 64)
@@ -309,8 +310,8 @@ func TestFakeHostPopulate(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHostRegister(fakecuda.Public(d), arena.CUDAHostOptions{HostOptions: arena.HostOptions{Populate: true}})
-	must(t, "NewCUDAHostRegister", err)
+	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: true}})
+	must(t, "NewHostRegister", err)
 	a := newArena(t, p, 4<<20)
 	s, err := a.Alloc(4096, 64)
 	must(t, "Alloc", err)
@@ -325,8 +326,8 @@ func TestFakeHostAlloc(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAHostAlloc(fakecuda.Public(d))
-	must(t, "NewCUDAHostAlloc", err)
+	p, err := cudamem.NewHostAlloc(fakecuda.Public(d))
+	must(t, "NewHostAlloc", err)
 	if p.Name() != "cuda-hostalloc" || p.Caps().Aligns || p.Caps().Decommits {
 		t.Fatalf("provider %s %+v", p.Name(), p.Caps())
 	}
@@ -360,13 +361,13 @@ func TestFakeVMM(t *testing.T) {
 	if f == nil {
 		return
 	}
-	prov, err := arena.NewDeviceProvider(fakecuda.Public(d))
-	must(t, "NewDeviceProvider", err)
-	p, ok := prov.(*arena.CUDAVMMProvider)
+	prov, err := cudamem.NewDevice(fakecuda.Public(d))
+	must(t, "NewDevice", err)
+	p, ok := prov.(*cudamem.DeviceVMM)
 	if !ok || p.Name() != "cuda-vmm" || p.Kind() != arena.Device || p.Caps().Granule != 2<<20 || !p.Caps().Aligns {
-		t.Fatalf("NewDeviceProvider = %T %s %+v; want the VMM provider", prov, prov.Name(), prov.Caps())
+		t.Fatalf("NewDevice = %T %s %+v; want the VMM provider", prov, prov.Name(), prov.Caps())
 	}
-	a := newArena(t, p, 0) // capacity from DefaultDeviceCapacity: 90 % of 1 GiB free, in granules
+	a := newArena(t, p, 0) // capacity from cudamem.DefaultDeviceCapacity: 90 % of 1 GiB free, in granules
 	if want := uintptr(1<<30) / 100 * 90 &^ (2<<20 - 1); a.Capacity() != want {
 		t.Errorf("default capacity = %d, want %d", a.Capacity(), want)
 	}
@@ -405,8 +406,8 @@ func TestFakeVMMOutOfMemory(t *testing.T) {
 		return
 	}
 	f.SetMemory(0, 64<<20)
-	p, err := arena.NewCUDAVMM(fakecuda.Public(d))
-	must(t, "NewCUDAVMM", err)
+	p, err := cudamem.NewDeviceVMM(fakecuda.Public(d))
+	must(t, "NewDeviceVMM", err)
 	a := newArena(t, p, 0) // 56 MiB: 90 % of what is free, in granules
 	keep, err := a.Alloc(4<<20, arena.DefaultChunkSize)
 	must(t, "Alloc 4 MiB", err)
@@ -435,14 +436,14 @@ func TestFakeMallocFallback(t *testing.T) {
 	}
 	f.SetVMM(false)
 	f.SetMemory(0, 64<<20)
-	prov, err := arena.NewDeviceProvider(fakecuda.Public(d))
-	must(t, "NewDeviceProvider", err)
-	p, ok := prov.(*arena.CUDAMallocProvider)
+	prov, err := cudamem.NewDevice(fakecuda.Public(d))
+	must(t, "NewDevice", err)
+	p, ok := prov.(*cudamem.DeviceMalloc)
 	if !ok || p.Name() != "cuda-malloc" || p.Caps().Aligns || p.Kind() != arena.Device {
-		t.Fatalf("NewDeviceProvider without VMM = %T %s", prov, prov.Name())
+		t.Fatalf("NewDevice without VMM = %T %s", prov, prov.Name())
 	}
-	if _, err := arena.NewCUDAVMM(fakecuda.Public(d)); !errors.Is(err, cuda.ErrNotSupported) {
-		t.Errorf("NewCUDAVMM without VMM = %v", err)
+	if _, err := cudamem.NewDeviceVMM(fakecuda.Public(d)); !errors.Is(err, cuda.ErrNotSupported) {
+		t.Errorf("NewDeviceVMM without VMM = %v", err)
 	}
 	a := newArena(t, p, 0)
 	if want := uintptr(64<<20) / 100 * 90 &^ (2<<20 - 1); a.Capacity() != want {
@@ -469,8 +470,8 @@ func TestFakeManaged(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := arena.NewCUDAManaged(fakecuda.Public(d))
-	must(t, "NewCUDAManaged", err)
+	p, err := cudamem.NewManaged(fakecuda.Public(d))
+	must(t, "NewManaged", err)
 	if p.Name() != "cuda-managed" || p.Kind() != arena.Managed || !p.Kind().HostAccessible() {
 		t.Fatalf("provider %s %s", p.Name(), p.Kind())
 	}
@@ -519,8 +520,8 @@ func TestFakeMultiGPU(t *testing.T) {
 	var arenas [2]*arena.Arena
 	for i := range arenas {
 		d := f.Open(t, i)
-		p, err := arena.NewDeviceProvider(fakecuda.Public(d))
-		must(t, "NewDeviceProvider", err)
+		p, err := cudamem.NewDevice(fakecuda.Public(d))
+		must(t, "NewDevice", err)
 		arenas[i] = newArena(t, p.(counted), 0)
 	}
 	if c0, c1 := arenas[0].Capacity(), arenas[1].Capacity(); c0 <= c1 || c1 != uintptr(256<<20)/100*90&^(2<<20-1) {
@@ -535,11 +536,11 @@ func TestFakeMultiGPU(t *testing.T) {
 }
 
 func TestProvidersNeedADevice(t *testing.T) {
-	_, err1 := arena.NewCUDAHost(nil, arena.CUDAHostOptions{})
-	_, err2 := arena.NewCUDAHostAlloc(nil)
-	_, err3 := arena.NewDeviceProvider(nil)
-	_, err4 := arena.NewCUDAManaged(nil)
-	_, err5 := arena.DefaultDeviceCapacity(nil)
+	_, err1 := cudamem.NewHost(nil, cudamem.HostOptions{})
+	_, err2 := cudamem.NewHostAlloc(nil)
+	_, err3 := cudamem.NewDevice(nil)
+	_, err4 := cudamem.NewManaged(nil)
+	_, err5 := cudamem.DefaultDeviceCapacity(nil)
 	for i, err := range []error{err1, err2, err3, err4, err5} {
 		if !errors.Is(err, cuda.ErrNoDriver) {
 			t.Errorf("constructor %d with no device = %v, want cuda.ErrNoDriver", i+1, err)

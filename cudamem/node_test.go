@@ -1,4 +1,4 @@
-package arena_test
+package cudamem_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/numa"
@@ -37,13 +38,13 @@ func TestFakeNUMAPlacement(t *testing.T) {
 	f.SetNUMANodes(2)
 	d1 := f.Open(t, 1)
 	pub := fakecuda.Public(d1)
-	restore := arena.SetNodeSources(t.TempDir(), func() nvml.Library { return nil })
+	restore := cudamem.SetNodeSources(t.TempDir(), func() nvml.Library { return nil })
 	defer restore()
 
-	place := func(o arena.CUDAHostOptions, wantNode int, what string) {
+	place := func(o cudamem.HostOptions, wantNode int, what string) {
 		t.Helper()
-		p, err := arena.NewCUDAHostVMM(pub, o)
-		must(t, what+": NewCUDAHostVMM", err)
+		p, err := cudamem.NewHostVMM(pub, o)
+		must(t, what+": NewHostVMM", err)
 		if p.Node() != wantNode {
 			t.Errorf("%s: provider node %d, want %d (location %+v)", what, p.Node(), wantNode, p.Location())
 		}
@@ -63,31 +64,31 @@ func TestFakeNUMAPlacement(t *testing.T) {
 		must(t, "Free", a.Free(s))
 		a.Trim()
 	}
-	if n, src, ok := arena.DeviceNode(pub); !ok || n != 1 || src != arena.NodeFromDriver {
+	if n, src, ok := cudamem.DeviceNode(pub); !ok || n != 1 || src != cudamem.NodeFromDriver {
 		t.Errorf("DeviceNode = %d %q %v; want 1 from the driver", n, src, ok)
 	}
-	place(arena.CUDAHostOptions{}, 1, "nearest, from the driver")
-	place(arena.CUDAHostOptions{NUMA: arena.NUMANode(0)}, 0, "asked for node 0")
+	place(cudamem.HostOptions{}, 1, "nearest, from the driver")
+	place(cudamem.HostOptions{NUMA: arena.NUMANode(0)}, 0, "asked for node 0")
 
 	// The driver does not say: sysfs does.
 	f.SetHostNUMAID(1, -1)
-	bus, err := arena.PCIBusID(pub)
+	bus, err := cudamem.PCIBusID(pub)
 	must(t, "PCIBusID", err)
 	if bus != "0000:11:00.0" {
 		t.Errorf("PCI address of device 1 = %q", bus)
 	}
-	restoreSysfs := arena.SetNodeSources(fakeSysfs(t, bus, 0), func() nvml.Library { return nil })
-	if n, src, ok := arena.DeviceNode(pub); !ok || n != 0 || src != arena.NodeFromSysfs {
+	restoreSysfs := cudamem.SetNodeSources(fakeSysfs(t, bus, 0), func() nvml.Library { return nil })
+	if n, src, ok := cudamem.DeviceNode(pub); !ok || n != 0 || src != cudamem.NodeFromSysfs {
 		t.Errorf("DeviceNode = %d %q %v; want 0 from sysfs", n, src, ok)
 	}
-	place(arena.CUDAHostOptions{}, 0, "nearest, from sysfs")
+	place(cudamem.HostOptions{}, 0, "nearest, from sysfs")
 	restoreSysfs()
 
 	// No source knows: the driver places it (HOST).
-	if _, _, ok := arena.DeviceNode(pub); ok {
+	if _, _, ok := cudamem.DeviceNode(pub); ok {
 		t.Error("DeviceNode found a node with no source")
 	}
-	place(arena.CUDAHostOptions{}, arena.NodeUnknown, "no source")
+	place(cudamem.HostOptions{}, arena.NodeUnknown, "no source")
 	if f.NodeBytes(-1) != 0 {
 		t.Errorf("host location holds %d bytes after Trim", f.NodeBytes(-1))
 	}
@@ -96,8 +97,8 @@ func TestFakeNUMAPlacement(t *testing.T) {
 	f.SetHostNUMAID(1, fakecuda.NUMADefault)
 	for _, attr := range []bool{true, false} {
 		f.RefuseHostNUMA(true, attr)
-		place(arena.CUDAHostOptions{}, arena.NodeUnknown, "HOST_NUMA refused")
-		_, err = arena.NewCUDAHostVMM(pub, arena.CUDAHostOptions{NUMA: arena.NUMANode(1)})
+		place(cudamem.HostOptions{}, arena.NodeUnknown, "HOST_NUMA refused")
+		_, err = cudamem.NewHostVMM(pub, cudamem.HostOptions{NUMA: arena.NUMANode(1)})
 		if !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("node 1 asked while HOST_NUMA is refused (attribute %v) = %v", attr, err)
 		}
@@ -120,17 +121,17 @@ func TestFakeRegisterNUMA(t *testing.T) {
 	online := numa.Online("/sys")
 	for _, c := range []struct {
 		what string
-		o    arena.CUDAHostOptions
+		o    cudamem.HostOptions
 		id   int // what the driver reports
 		want int
 	}{
-		{"nearest", arena.CUDAHostOptions{}, online[0], online[0]},
-		{"asked", arena.CUDAHostOptions{NUMA: arena.NUMANode(online[0])}, -1, online[0]},
-		{"a node the kernel lacks", arena.CUDAHostOptions{}, 7, arena.NodeUnknown},
+		{"nearest", cudamem.HostOptions{}, online[0], online[0]},
+		{"asked", cudamem.HostOptions{NUMA: arena.NUMANode(online[0])}, -1, online[0]},
+		{"a node the kernel lacks", cudamem.HostOptions{}, 7, arena.NodeUnknown},
 	} {
 		f.SetHostNUMAID(0, c.id)
-		p, err := arena.NewCUDAHostRegister(fakecuda.Public(d), c.o)
-		must(t, c.what+": NewCUDAHostRegister", err)
+		p, err := cudamem.NewHostRegister(fakecuda.Public(d), c.o)
+		must(t, c.what+": NewHostRegister", err)
 		if p.Node() != c.want {
 			t.Errorf("%s: node %d, want %d", c.what, p.Node(), c.want)
 		}
@@ -147,7 +148,7 @@ func TestFakeRegisterNUMA(t *testing.T) {
 		must(t, "Free", a.Free(s))
 	}
 	f.SetHostNUMAID(0, fakecuda.NUMADefault)
-	if _, err := arena.NewCUDAHostRegister(fakecuda.Public(d), arena.CUDAHostOptions{NUMA: arena.NUMANode(60)}); !errors.Is(err, arena.ErrInvalid) {
-		t.Errorf("NewCUDAHostRegister on node 60 = %v, want ErrInvalid", err)
+	if _, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{NUMA: arena.NUMANode(60)}); !errors.Is(err, arena.ErrInvalid) {
+		t.Errorf("NewHostRegister on node 60 = %v, want ErrInvalid", err)
 	}
 }

@@ -1,9 +1,9 @@
-package arena_test
+package cudamem_test
 
 import (
 	"testing"
 
-	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/nvml"
 )
@@ -19,22 +19,22 @@ func TestFakeNUMAFromNVML(t *testing.T) {
 	f.SetHostNUMAID(0, -1)
 	lib := nvml.NewFakeDGXH100()
 	lib.Devices[2].PCI.Bus = 0x10
-	defer arena.SetNodeSources(t.TempDir(), func() nvml.Library { return lib })()
-	n, src, ok := arena.DeviceNode(fakecuda.Public(d))
+	defer cudamem.SetNodeSources(t.TempDir(), func() nvml.Library { return lib })()
+	n, src, ok := cudamem.DeviceNode(fakecuda.Public(d))
 	var asked string
 	if len(lib.BusIDsAsked) > 0 {
 		asked = lib.BusIDsAsked[len(lib.BusIDsAsked)-1]
 	}
 	inits, shutdowns := lib.Inits, lib.Shutdowns
-	if !ok || n != 0 || src != arena.NodeFromNVML || asked != "0000:10:00.0" || inits != 1 || shutdowns != 1 {
+	if !ok || n != 0 || src != cudamem.NodeFromNVML || asked != "0000:10:00.0" || inits != 1 || shutdowns != 1 {
 		t.Errorf("DeviceNode = %d %q %v (asked %q, %d inits, %d shutdowns); want 0 from NVML", n, src, ok, asked, inits, shutdowns)
 	}
 	if !lib.Balanced() {
 		t.Errorf("NVML called while uninitialized (%d calls), or left initialized", lib.Uninitialized)
 	}
 	failed := &nvml.Fake{InitReturn: nvml.ErrorLibraryNotFound}
-	defer arena.SetNodeSources(t.TempDir(), func() nvml.Library { return failed })()
-	if _, _, ok := arena.DeviceNode(fakecuda.Public(d)); ok {
+	defer cudamem.SetNodeSources(t.TempDir(), func() nvml.Library { return failed })()
+	if _, _, ok := cudamem.DeviceNode(fakecuda.Public(d)); ok {
 		t.Error("DeviceNode found a node with NVML absent")
 	}
 	if failed.Inits != 1 || !failed.Balanced() {

@@ -1,8 +1,9 @@
-package arena
+package cudamem
 
 import (
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -12,7 +13,7 @@ import (
 // an arena, in percent.
 const DefaultDeviceShare = 90
 
-// DefaultDeviceCapacity is the capacity of a device arena whose Options.Capacity is zero:
+// DefaultDeviceCapacity is the capacity of a device arena whose arena.Options.Capacity is zero:
 // DefaultDeviceShare percent of the memory free on dev now, rounded down to the device's
 // allocation granularity (2 MiB on an H100). Each device of a multi-GPU machine gets its own
 // provider and arena, sized by its own free memory.
@@ -28,13 +29,13 @@ func DefaultDeviceCapacity(pub *cuda.Device) (uintptr, error) {
 func defaultDeviceCapacity(dev *icuda.Device) (uintptr, error) {
 	free, _, err := dev.MemGetInfo()
 	if err != nil {
-		return 0, fmt.Errorf("%w: free memory of device %d: %w", ErrReserve, dev.Ordinal(), err)
+		return 0, fmt.Errorf("%w: free memory of device %d: %w", arena.ErrReserve, dev.Ordinal(), err)
 	}
 	g := deviceGranule(dev)
 	c := capacityFromFree(free, g)
 	if c == 0 {
 		return 0, fmt.Errorf("%w: device %d has %d bytes free, less than one %d-byte granule for an arena",
-			ErrCapacity, dev.Ordinal(), free, g)
+			arena.ErrCapacity, dev.Ordinal(), free, g)
 	}
 	return c, nil
 }
@@ -50,68 +51,68 @@ func deviceGranule(dev *icuda.Device) uintptr {
 			return g
 		}
 	}
-	return DefaultChunkSize
+	return arena.DefaultChunkSize
 }
 
 // deviceCapacity gives the device providers their DefaultCapacity method.
 type deviceCapacity struct{ capDev *icuda.Device }
 
-// DefaultCapacity is DefaultDeviceCapacity, computed when asked (an arena asks once, at New,
-// when Options.Capacity is zero); 0 when it cannot be found. It is a default, not a cap: an
+// DefaultCapacity is DefaultDeviceCapacity, computed when asked (an arena asks once, at arena.New,
+// when arena.Options.Capacity is zero); 0 when it cannot be found. It is a default, not a cap: an
 // arena may be given more.
 func (c deviceCapacity) DefaultCapacity() uintptr {
 	n, _ := defaultDeviceCapacity(c.capDev)
 	return n
 }
 
-// NewDeviceProvider returns the best provider of device memory dev offers: the VMM provider
+// NewDevice returns the best provider of device memory dev offers: the VMM provider
 // (commit and decommit by granule) where the VMM API is supported, else the cuMemAlloc one.
-func NewDeviceProvider(pub *cuda.Device) (Provider, error) {
+func NewDevice(pub *cuda.Device) (arena.Provider, error) {
 	dev, err := internalDevice(pub, "device")
 	if err != nil {
 		return nil, err
 	}
 	if dev.VMMSupported() {
-		return NewCUDAVMM(pub)
+		return NewDeviceVMM(pub)
 	}
-	return NewCUDAMalloc(pub)
+	return NewDeviceMalloc(pub)
 }
 
 // CUDA device memory through the virtual memory management API.
 
-// CUDAVMMProvider hands out device memory with the CUDA VMM API (provider_vmm.go): Reserve
+// DeviceVMM hands out device memory with the CUDA VMM API (vmm.go): Reserve
 // reserves device address space (cuMemAddressReserve, aligned as asked), Commit backs each
 // granule of a range with its own physical allocation on the device (cuMemCreate + cuMemMap)
 // and makes the range accessible to the device (cuMemSetAccess), Decommit unmaps the range and
 // releases its granules, so memory goes back to the device granule by granule.
-type CUDAVMMProvider struct {
+type DeviceVMM struct {
 	*vmm
 	deviceCapacity
 }
 
-// NewCUDAVMM returns a VMM provider on dev. It fails with an error wrapping cuda.ErrNotSupported
+// NewDeviceVMM returns a VMM provider on dev. It fails with an error wrapping cuda.ErrNotSupported
 // when the device lacks the VMM API.
-func NewCUDAVMM(pub *cuda.Device) (*CUDAVMMProvider, error) {
+func NewDeviceVMM(pub *cuda.Device) (*DeviceVMM, error) {
 	dev, err := internalDevice(pub, "cuda-vmm")
 	if err != nil {
 		return nil, err
 	}
-	b, err := newCUDABase(dev, "cuda-vmm", Device)
+	b, err := newCUDABase(dev, "cuda-vmm", arena.Device)
 	if err != nil {
 		return nil, err
 	}
 	if !dev.VMMSupported() {
-		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
+		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", arena.ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
 	}
 	v, err := newVMM(b, dev.Location(), []icuda.Location{dev.Location()}, "device")
 	if err != nil {
 		return nil, err
 	}
-	return &CUDAVMMProvider{vmm: v, deviceCapacity: deviceCapacity{dev}}, nil
+	return &DeviceVMM{vmm: v, deviceCapacity: deviceCapacity{dev}}, nil
 }
 
-// Zero implements Zeroer with cuMemsetD8.
-func (p *CUDAVMMProvider) Zero(addr, size uintptr) error { return p.memset(addr, size) }
+// Zero implements arena.Zeroer with cuMemsetD8.
+func (p *DeviceVMM) Zero(addr, size uintptr) error { return p.memset(addr, size) }
 
 // memset clears device-accessible memory with the driver, and waits for it: a cuMemsetD8 of
 // device memory returns before it has run, queued on the legacy default stream, which work on
@@ -119,82 +120,82 @@ func (p *CUDAVMMProvider) Zero(addr, size uintptr) error { return p.memset(addr,
 // the next user of the memory could write it before the memset clears it.
 func (b *cudaBase) memset(addr, size uintptr) error {
 	if err := b.dev.MemsetD8(addr, 0, size); err != nil {
-		return fmt.Errorf("%w: cuMemsetD8 of %d bytes at %#x: %w", ErrInvalid, size, addr, err)
+		return fmt.Errorf("%w: cuMemsetD8 of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
 	}
 	if err := b.dev.StreamSynchronize(0); err != nil {
-		return fmt.Errorf("%w: waiting for cuMemsetD8 of %d bytes at %#x: %w", ErrInvalid, size, addr, err)
+		return fmt.Errorf("%w: waiting for cuMemsetD8 of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
 	}
 	return nil
 }
 
 // CUDA device memory from cuMemAlloc.
 
-// CUDAMallocProvider hands out device memory from cuMemAlloc, one allocation per region, for
+// DeviceMalloc hands out device memory from cuMemAlloc, one allocation per region, for
 // devices without the VMM API. Regions are committed whole and never decommitted; their base is
 // only 256-byte aligned, which the arena's base-relative chunk grid absorbs.
-type CUDAMallocProvider struct {
+type DeviceMalloc struct {
 	wholeRegions
 	deviceCapacity
 }
 
-// NewCUDAMalloc returns a provider of device memory from cuMemAlloc.
-func NewCUDAMalloc(pub *cuda.Device) (*CUDAMallocProvider, error) {
+// NewDeviceMalloc returns a provider of device memory from cuMemAlloc.
+func NewDeviceMalloc(pub *cuda.Device) (*DeviceMalloc, error) {
 	dev, err := internalDevice(pub, "cuda-malloc")
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWholeRegions(dev, "cuda-malloc", Device, "cuMemAlloc", dev.MemAlloc, dev.MemFree)
+	w, err := newWholeRegions(dev, "cuda-malloc", arena.Device, "cuMemAlloc", dev.MemAlloc, dev.MemFree)
 	if err != nil {
 		return nil, err
 	}
-	return &CUDAMallocProvider{w, deviceCapacity{dev}}, nil
+	return &DeviceMalloc{w, deviceCapacity{dev}}, nil
 }
 
-// Zero implements Zeroer with cuMemsetD8.
-func (p *CUDAMallocProvider) Zero(addr, size uintptr) error { return p.memset(addr, size) }
+// Zero implements arena.Zeroer with cuMemsetD8.
+func (p *DeviceMalloc) Zero(addr, size uintptr) error { return p.memset(addr, size) }
 
 // CUDA managed memory.
 
-// CUDAManagedProvider hands out managed (unified) memory from cuMemAllocManaged, one
+// Managed hands out managed (unified) memory from cuMemAllocManaged, one
 // allocation per region, committed whole. The driver migrates its pages between host and
-// device on demand; Prefetch and Advise steer it. Options.Capacity is required: managed memory
+// device on demand; Prefetch and Advise steer it. arena.Options.Capacity is required: managed memory
 // may oversubscribe the device, so there is no default.
-type CUDAManagedProvider struct {
+type Managed struct {
 	wholeRegions
 }
 
-// NewCUDAManaged returns a provider of managed memory attached globally (any stream, any
+// NewManaged returns a provider of managed memory attached globally (any stream, any
 // device).
-func NewCUDAManaged(pub *cuda.Device) (*CUDAManagedProvider, error) {
+func NewManaged(pub *cuda.Device) (*Managed, error) {
 	dev, err := internalDevice(pub, "cuda-managed")
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWholeRegions(dev, "cuda-managed", Managed, "cuMemAllocManaged",
+	w, err := newWholeRegions(dev, "cuda-managed", arena.Managed, "cuMemAllocManaged",
 		func(n uintptr) (uintptr, error) { return dev.MemAllocManaged(n, icuda.MemAttachGlobal) }, dev.MemFreeManaged)
 	if err != nil {
 		return nil, err
 	}
-	return &CUDAManagedProvider{w}, nil
+	return &Managed{w}, nil
 }
 
-// Zero implements Zeroer with cuMemsetD8, which does not migrate the pages to the host.
-func (p *CUDAManagedProvider) Zero(addr, size uintptr) error { return p.memset(addr, size) }
+// Zero implements arena.Zeroer with cuMemsetD8, which does not migrate the pages to the host.
+func (p *Managed) Zero(addr, size uintptr) error { return p.memset(addr, size) }
 
 // Prefetch queues a migration of [addr, addr+n) to loc (a device's Location, or
 // cuda.HostLocation()) on stream s, with the CUDA 12.2+ cuMemPrefetchAsync_v2.
-func (p *CUDAManagedProvider) Prefetch(addr, n uintptr, loc cuda.Location, s cuda.Stream) error {
+func (p *Managed) Prefetch(addr, n uintptr, loc cuda.Location, s cuda.Stream) error {
 	if err := p.dev.MemPrefetchAsync(addr, n, internalLocation(loc), s); err != nil {
-		return fmt.Errorf("%w: prefetch %d bytes at %#x to %+v: %w", ErrInvalid, n, addr, loc, err)
+		return fmt.Errorf("%w: prefetch %d bytes at %#x to %+v: %w", arena.ErrInvalid, n, addr, loc, err)
 	}
 	return nil
 }
 
 // Advise gives the driver advice about [addr, addr+n) for loc, with the CUDA 12.2+
 // cuMemAdvise_v2.
-func (p *CUDAManagedProvider) Advise(addr, n uintptr, advice cuda.Advice, loc cuda.Location) error {
+func (p *Managed) Advise(addr, n uintptr, advice cuda.Advice, loc cuda.Location) error {
 	if err := p.dev.MemAdvise(addr, n, icuda.Advice(advice), internalLocation(loc)); err != nil {
-		return fmt.Errorf("%w: advice %d for %d bytes at %#x: %w", ErrInvalid, advice, n, addr, err)
+		return fmt.Errorf("%w: advice %d for %d bytes at %#x: %w", arena.ErrInvalid, advice, n, addr, err)
 	}
 	return nil
 }

@@ -1,29 +1,45 @@
-package arena
-
-// CUDA providers: pinned host memory (VMM host granules, or mmap + cuMemHostRegister, or
-// cuMemHostAlloc: provider_cudahost.go, provider_cudahostreg.go), device memory (the VMM API,
-// or cuMemAlloc) and managed memory (cuMemAllocManaged: provider_cudadevice.go), all through
-// internal/cuda, which loads the driver at run time. This file has what they share: the device,
-// the counters, the error reports, and the providers whose regions are one driver allocation.
+// Package cudamem is where an arena's memory comes from when CUDA gives it: arena.Provider
+// implementations for pinned host memory, device memory and managed memory, all through
+// internal/cuda, which loads the driver at run time.
+//
+//   - Pinned host memory (host.go): NewHost picks VMM host granules (HostVMM) where the driver
+//     has them, else mmap + cuMemHostRegister (HostRegister, hostregister.go); cuMemHostAlloc
+//     (HostAlloc) is kept for comparison. OpenHost opens the device as well, for pinned.Pool's
+//     CUDAHost backend.
+//   - Device memory (device.go): NewDevice picks the VMM API (DeviceVMM, vmm.go), which commits
+//     and decommits in 2 MiB granules, else cuMemAlloc (DeviceMalloc); DefaultDeviceCapacity
+//     sizes an arena by the device's free memory.
+//   - Managed memory (device.go): cuMemAllocManaged (Managed), with Prefetch and Advise.
+//   - The host NUMA node of a GPU (node.go): DeviceNode, where the host providers place their
+//     memory by default.
 //
 // Every provider takes an open *cuda.Device (cuda.Open reports cuda.ErrNoDriver on a machine
 // without a driver) and never closes it: the caller keeps it open until every arena over the
-// provider is closed (OpenCUDAHost is the exception: its provider owns the device it opened,
-// and Close gives it back). Every driver resource a provider holds is counted (CUDACounters), so
-// tests can prove that closing an arena leaves nothing behind.
+// provider is closed (OpenHost is the exception: its provider owns the device it opened, and
+// Close gives it back). Every driver resource a provider holds is counted (Counters), so tests
+// can prove that closing an arena leaves nothing behind. Errors wrap the arena's sentinels
+// (arena.ErrReserve, arena.ErrCommit, arena.ErrInvalid; arena.ErrExhausted when the driver is
+// out of memory) and the driver's error.
+package cudamem
+
+// This file has what the providers share: the device, the counters, the error reports, and the
+// providers whose regions are one driver allocation.
 
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
-// CUDACounters counts the driver resources a CUDA provider holds now, and its calls.
-type CUDACounters struct {
+// Counters counts the driver resources a CUDA provider holds now, and its calls.
+type Counters struct {
 	// Registrations counts host ranges registered with cuMemHostRegister.
 	Registrations int64
 	// Allocations counts regions allocated whole (cuMemHostAlloc, cuMemAlloc, cuMemAllocManaged).
@@ -41,7 +57,7 @@ type CUDACounters struct {
 
 // Live is the number of driver resources held; zero once every arena over the provider is
 // closed.
-func (c CUDACounters) Live() int64 {
+func (c Counters) Live() int64 {
 	return c.Registrations + c.Allocations + c.Reservations + c.Handles
 }
 
@@ -49,60 +65,60 @@ func (c CUDACounters) Live() int64 {
 type cudaBase struct {
 	dev   *icuda.Device
 	name  string
-	kind  Kind
+	kind  arena.Kind
 	owned bool // the provider opened dev, and Close closes it
 
 	registrations, allocations, reservations, handles, committed atomic.Int64
 	calls                                                        atomic.Uint64
 }
 
-func newCUDABase(dev *icuda.Device, name string, kind Kind) (*cudaBase, error) {
+func newCUDABase(dev *icuda.Device, name string, kind arena.Kind) (*cudaBase, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%w: %s provider: no CUDA device (open one with cuda.Open): %w",
-			ErrInvalid, name, icuda.ErrNoDriver)
+			arena.ErrInvalid, name, icuda.ErrNoDriver)
 	}
 	return &cudaBase{dev: dev, name: name, kind: kind}, nil
 }
 
-// Name implements Provider.
+// Name implements arena.Provider.
 func (b *cudaBase) Name() string { return b.name }
 
-// Kind implements Provider.
-func (b *cudaBase) Kind() Kind { return b.kind }
+// Kind implements arena.Provider.
+func (b *cudaBase) Kind() arena.Kind { return b.kind }
 
 // Device returns the CUDA device the provider allocates through.
 func (b *cudaBase) Device() *cuda.Device { return icuda.Public(b.dev).(*cuda.Device) }
 
 // internalDevice returns the binding's device inside pub, for a provider's constructor; a nil
-// or zero pub gives an error wrapping ErrInvalid and cuda.ErrNoDriver.
+// or zero pub gives an error wrapping arena.ErrInvalid and cuda.ErrNoDriver.
 func internalDevice(pub *cuda.Device, name string) (*icuda.Device, error) {
 	d, err := icuda.Internal(pub)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s provider: %w", ErrInvalid, name, err)
+		return nil, fmt.Errorf("%w: %s provider: %w", arena.ErrInvalid, name, err)
 	}
 	return d, nil
 }
 
-// OnThread implements Threaded: f runs on an OS thread locked for it with the device's
+// OnThread implements arena.Threaded: f runs on an OS thread locked for it with the device's
 // primary context current (cuda.Device.Do), as the arena's commit workers do.
 func (b *cudaBase) OnThread(f func() error) error { return b.dev.Do(f) }
 
 // Counters returns the driver resources the provider holds.
-func (b *cudaBase) Counters() CUDACounters {
-	return CUDACounters{
+func (b *cudaBase) Counters() Counters {
+	return Counters{
 		Registrations: b.registrations.Load(), Allocations: b.allocations.Load(),
 		Reservations: b.reservations.Load(), Handles: b.handles.Load(), Committed: b.committed.Load(),
 		Calls: b.calls.Load(),
 	}
 }
 
-// Report implements Reporter.
-func (b *cudaBase) Report() ProviderStats {
+// Report implements arena.Reporter.
+func (b *cudaBase) Report() arena.ProviderStats {
 	c := b.Counters()
-	return ProviderStats{DriverCalls: c.Calls, DriverObjects: c.Live(), Registrations: c.Registrations}
+	return arena.ProviderStats{DriverCalls: c.Calls, DriverObjects: c.Live(), Registrations: c.Registrations}
 }
 
-// Close gives back the device when the provider opened it (OpenCUDAHost), and does nothing
+// Close gives back the device when the provider opened it (OpenHost), and does nothing
 // otherwise. Call it once every arena over the provider is closed.
 func (b *cudaBase) Close() error {
 	if !b.owned {
@@ -121,7 +137,7 @@ func (b *cudaBase) call(counter *atomic.Int64, delta int64, err error) error {
 	return err
 }
 
-// driverError wraps a failed driver call in the arena sentinel. When the driver is out of
+// driverError wraps a failed driver call in an arena sentinel. When the driver is out of
 // memory it says how much was asked, how much the device has free and how much this provider
 // holds, and the error matches cuda.ErrOutOfMemory as well.
 func (b *cudaBase) driverError(sentinel error, op string, size uintptr, err error) error {
@@ -134,7 +150,7 @@ func (b *cudaBase) driverError(sentinel error, op string, size uintptr, err erro
 		have = fmt.Sprintf("free memory unknown (%v)", ierr)
 	}
 	return fmt.Errorf("%w: %s of %d bytes on device %d: %w: %d bytes asked, %s on the device, "+
-		"%d bytes committed by this %s provider: %w", sentinel, op, size, b.dev.Ordinal(), ErrExhausted, size, have,
+		"%d bytes committed by this %s provider: %w", sentinel, op, size, b.dev.Ordinal(), arena.ErrExhausted, size, have,
 		b.committed.Load(), b.name, err)
 }
 
@@ -142,14 +158,14 @@ func (b *cudaBase) driverError(sentinel error, op string, size uintptr, err erro
 func (b *cudaBase) devicePointer(addr uintptr) (uintptr, error) {
 	dp, err := b.dev.MemHostGetDevicePointer(addr)
 	if err != nil {
-		return 0, fmt.Errorf("%w: device pointer of %#x: %w", ErrInvalid, addr, err)
+		return 0, fmt.Errorf("%w: device pointer of %#x: %w", arena.ErrInvalid, addr, err)
 	}
 	return dp, nil
 }
 
 // hostZero clears host-accessible memory with the CPU.
 func hostZero(addr, size uintptr) error {
-	clear(bytesAt(addr, size))
+	clear(mem.Bytes(addr, size))
 	return nil
 }
 
@@ -165,47 +181,51 @@ type wholeRegions struct {
 	op    string // the allocating call, for errors
 }
 
-func newWholeRegions(dev *icuda.Device, name string, kind Kind, op string,
+func newWholeRegions(dev *icuda.Device, name string, kind arena.Kind, op string,
 	alloc func(uintptr) (uintptr, error), free func(uintptr) error) (wholeRegions, error) {
 	b, err := newCUDABase(dev, name, kind)
 	if err != nil {
 		return wholeRegions{}, err
 	}
-	return wholeRegions{cudaBase: b, page: pageSize(), op: op, alloc: alloc, free: free}, nil
+	return wholeRegions{cudaBase: b, page: uintptr(os.Getpagesize()), op: op, alloc: alloc, free: free}, nil
 }
 
-// Caps implements Provider.
-func (w *wholeRegions) Caps() Caps { return Caps{Granule: w.page} }
+// Caps implements arena.Provider.
+func (w *wholeRegions) Caps() arena.Caps { return arena.Caps{Granule: w.page} }
 
-// Reserve implements Provider: one allocation of size bytes (rounded up to the granule); the
-// alignment is not honoured (Caps.Aligns is false: the arena's grid needs none).
-func (w *wholeRegions) Reserve(size, _ uintptr) (*Region, error) {
+// Reserve implements arena.Provider: one allocation of size bytes (rounded up to the granule); the
+// alignment is not honoured (arena.Caps.Aligns is false: the arena's grid needs none).
+func (w *wholeRegions) Reserve(size, _ uintptr) (*arena.Region, error) {
 	n, err := align.Up(size, w.page)
 	if err != nil || n == 0 {
-		return nil, fmt.Errorf("%w: reserve %d bytes", ErrInvalid, size)
+		return nil, fmt.Errorf("%w: reserve %d bytes", arena.ErrInvalid, size)
 	}
 	size = n
 	addr, err := w.alloc(size)
 	if err = w.call(&w.allocations, 1, err); err != nil {
-		return nil, w.driverError(ErrReserve, w.op, size, err)
+		return nil, w.driverError(arena.ErrReserve, w.op, size, err)
 	}
 	w.committed.Add(int64(size))
-	return &Region{Base: addr, Size: size, Committed: true, Handle: w}, nil
+	return &arena.Region{Base: addr, Size: size, Committed: true, Handle: w}, nil
 }
 
-// Commit implements Provider: regions are committed whole already.
-func (w *wholeRegions) Commit(r *Region, off, size uintptr) error { return checkRange(r, off, size) }
+// Commit implements arena.Provider: regions are committed whole already.
+func (w *wholeRegions) Commit(r *arena.Region, off, size uintptr) error {
+	return r.CheckRange(off, size)
+}
 
-// Decommit implements Provider: nothing can be given back short of Release.
-func (w *wholeRegions) Decommit(r *Region, off, size uintptr) error { return checkRange(r, off, size) }
+// Decommit implements arena.Provider: nothing can be given back short of Release.
+func (w *wholeRegions) Decommit(r *arena.Region, off, size uintptr) error {
+	return r.CheckRange(off, size)
+}
 
-// Release implements Provider.
-func (w *wholeRegions) Release(r *Region) error {
+// Release implements arena.Provider.
+func (w *wholeRegions) Release(r *arena.Region) error {
 	if r == nil || r.Handle != w {
-		return fmt.Errorf("%w: region not from this provider or already released", ErrInvalid)
+		return fmt.Errorf("%w: region not from this provider or already released", arena.ErrInvalid)
 	}
 	if err := w.call(&w.allocations, -1, w.free(r.Base)); err != nil {
-		return fmt.Errorf("%w: freeing %d bytes at %#x: %w", ErrInvalid, r.Size, r.Base, err)
+		return fmt.Errorf("%w: freeing %d bytes at %#x: %w", arena.ErrInvalid, r.Size, r.Base, err)
 	}
 	w.committed.Add(-int64(r.Size))
 	r.Handle = nil

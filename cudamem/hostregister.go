@@ -1,4 +1,4 @@
-package arena
+package cudamem
 
 // CUDA pinned host memory for drivers without VMM host memory: mmap + cuMemHostRegister.
 //
@@ -20,7 +20,7 @@ package arena
 // committed already, and cutting off any registration that reached past the span). Commit
 // (the heap reusing a range) joins the same way. A registration that Join or Decommit cuts
 // holds no live block: registrations are made for one span's range, spans never share a chunk,
-// and the pieces cut off lie in chunks no span has claimed since (see Joiner).
+// and the pieces cut off lie in chunks no span has claimed since (see arena.Joiner).
 //
 // The cost of the invariant: a segment holding one small page commits and pins 2 MiB, not
 // 64 KiB; the VMM host provider, whose granule is 2 MiB as well, pays the same.
@@ -28,8 +28,8 @@ package arena
 // # Pinning fast
 //
 // A registration spends its time faulting in and pinning the pages it covers, on one thread.
-// The provider is a Prefaulter: for a big span the arena first faults the span's pieces in on
-// its workers (Prefault: MADV_POPULATE_WRITE, which takes the mm's lock for reading only, so
+// The provider is an arena.Prefaulter: for a big span the arena first faults the span's pieces in on
+// its workers (Prefault: arena.HostProvider.FaultIn, MADV_POPULATE_WRITE, which takes the mm's lock for reading only, so
 // the pieces fault side by side), then registers the span in one call that finds its pages
 // present; Precommit registers chunk by chunk, several chunks at once. The driver calls run
 // outside p.mu, which guards the record of registrations: Commit registers a range no other
@@ -43,27 +43,28 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/numa"
 )
 
 // regGranule is the registration provider's granule: one chunk.
-const regGranule = DefaultChunkSize
+const regGranule = arena.DefaultChunkSize
 
 // registerFlags maps registrations into the device's address space for every context.
 const registerFlags = icuda.HostRegisterPortable | icuda.HostRegisterDeviceMap
 
-// CUDAHostRegisterProvider hands out pinned host memory: anonymous memory mapped as the
-// pageable HostProvider maps it (over-reserved and trimmed, so regions are aligned for free;
-// PROT_NONE until committed), registered with cuMemHostRegister when committed and unregistered
-// when decommitted, under the registration invariant above. Registration pins the pages itself,
-// so nothing is mlocked and RLIMIT_MEMLOCK does not apply. Copies between a block of this
-// memory and any device run by DMA at full bandwidth, and the device can address it directly
-// (DevicePointer). It is the fallback of NewCUDAHost on drivers without VMM host memory.
-type CUDAHostRegisterProvider struct {
+// HostRegister hands out pinned host memory: anonymous memory mapped as the pageable
+// arena.HostProvider maps it (arena.Pinnable: over-reserved and trimmed, so regions are aligned
+// for free; PROT_NONE until committed), registered with cuMemHostRegister when committed and
+// unregistered when decommitted, under the registration invariant above. Registration pins the
+// pages itself, so nothing is mlocked and RLIMIT_MEMLOCK does not apply. Copies between a block
+// of this memory and any device run by DMA at full bandwidth, and the device can address it
+// directly (DevicePointer). It is the fallback of NewHost on drivers without VMM host memory.
+type HostRegister struct {
 	*cudaBase
-	host *HostProvider
+	host *arena.HostProvider
 
 	mu   sync.Mutex
 	regs map[uintptr][]hostReg // by region base: its registrations, sorted by offset, disjoint
@@ -74,69 +75,67 @@ type hostReg struct{ off, size uintptr }
 
 func (g hostReg) end() uintptr { return g.off + g.size }
 
-// NewCUDAHostRegister returns a provider of host memory pinned by registration with the CUDA
-// driver of dev. o.HugePages applies as for the host providers, but HugeNone (the default)
-// means HugeTransparent here: registered memory is committed in whole 2 MiB chunks and pinned
-// for as long, so transparent huge pages cost no memory, and faulting a 1 GiB span in took
-// about half the time with them (130–224 against 281–400 ms at one worker, three runs of bench
-// -commit register-span on the loaded 2-vCPU build machine), decommitting it a fifteenth to a
-// twentieth (3 against 40–67 ms); HugeSmall keeps 4 KiB pages. With o.Populate each region is
-// committed and registered whole when reserved. o.NUMA binds the mappings (mbind, strictly: a
+// NewHostRegister returns a provider of host memory pinned by registration with the CUDA
+// driver of dev. o.HugePages applies as for the host providers, but arena.HugeNone (the
+// default) means arena.HugeTransparent here: registered memory is committed in whole 2 MiB
+// chunks and pinned for as long, so transparent huge pages cost no memory, and faulting a 1 GiB
+// span in took about half the time with them (130–224 against 281–400 ms at one worker, three
+// runs of bench -commit register-span on the loaded 2-vCPU build machine), decommitting it a
+// fifteenth to a twentieth (3 against 40–67 ms); arena.HugeSmall keeps 4 KiB pages. With
+// o.Populate each region is committed and registered whole when reserved. o.NUMA binds the mappings (mbind, strictly: a
 // registration faults every page in at once) to the node asked for, or by default to the node
 // nearest the device when a source knows it (DeviceNode); o.Node is not used. o.Devices does
 // not apply: a registration is portable to every device.
-func NewCUDAHostRegister(pub *cuda.Device, o CUDAHostOptions) (*CUDAHostRegisterProvider, error) {
+func NewHostRegister(pub *cuda.Device, o HostOptions) (*HostRegister, error) {
 	dev, err := internalDevice(pub, "cuda-host-register")
 	if err != nil {
 		return nil, err
 	}
-	b, err := newCUDABase(dev, "cuda-host-register", HostPinned)
+	b, err := newCUDABase(dev, "cuda-host-register", arena.HostPinned)
 	if err != nil {
 		return nil, err
 	}
 	ho := o.HostOptions
 	ho.Node = o.NUMA
-	if ho.HugePages == HugeNone {
-		ho.HugePages = HugeTransparent
+	if ho.HugePages == arena.HugeNone {
+		ho.HugePages = arena.HugeTransparent
 	}
-	if o.NUMA == NUMANearest {
+	if o.NUMA == arena.NUMANearest {
 		// The node nearest the device, when a source knows it and the kernel has it online (a
 		// driver naming a node the kernel lacks is a broken host: placement is left to it).
 		if n, _, ok := deviceNode(dev); ok && slices.Contains(numa.Online(sysfsRoot), n) {
-			ho.Node = NUMANode(n)
+			ho.Node = arena.NUMANode(n)
 		}
 	}
-	if n, asked := ho.Node.node(); asked && !slices.Contains(numa.Online(sysfsRoot), n) {
-		return nil, fmt.Errorf("%w: NUMA node %d: the machine has nodes %v", ErrInvalid, n, numa.Online(sysfsRoot))
+	if n, asked := ho.Node.Node(); asked && !slices.Contains(numa.Online(sysfsRoot), n) {
+		return nil, fmt.Errorf("%w: NUMA node %d: the machine has nodes %v", arena.ErrInvalid, n, numa.Online(sysfsRoot))
 	}
-	host := Pageable(ho)
-	host.strict = true
-	return &CUDAHostRegisterProvider{cudaBase: b, host: host, regs: map[uintptr][]hostReg{}}, nil
+	return &HostRegister{cudaBase: b, host: arena.Pinnable(ho), regs: map[uintptr][]hostReg{}}, nil
 }
 
-// Node implements Placer: the node the mappings are bound to, or NodeUnknown.
-func (p *CUDAHostRegisterProvider) Node() int { return p.host.Node() }
+// Node implements arena.Placer: the node the mappings are bound to, or arena.NodeUnknown.
+func (p *HostRegister) Node() int { return p.host.Node() }
 
-// Caps implements Provider: those of the host mapping underneath, with a granule of a chunk.
-func (p *CUDAHostRegisterProvider) Caps() Caps {
+// Caps implements arena.Provider: those of the host mapping underneath, with a granule of a chunk.
+func (p *HostRegister) Caps() arena.Caps {
 	c := p.host.Caps()
 	c.Granule = max(c.Granule, regGranule)
 	return c
 }
 
 // HostCounters returns the system calls made for the mappings.
-func (p *CUDAHostRegisterProvider) HostCounters() HostCounters { return p.host.Counters() }
+func (p *HostRegister) HostCounters() arena.HostCounters { return p.host.Counters() }
 
-// Report implements Reporter: the driver's counters and the mappings' system calls.
-func (p *CUDAHostRegisterProvider) Report() ProviderStats {
+// Report implements arena.Reporter: the driver's counters and the mappings' system calls.
+func (p *HostRegister) Report() arena.ProviderStats {
 	s := p.cudaBase.Report()
 	h := p.host.Counters()
 	s.Syscalls, s.HugeTLBFallbacks = h.Total(), h.HugeTLBFallbacks
 	return s
 }
 
-// Reserve implements Provider.
-func (p *CUDAHostRegisterProvider) Reserve(size, alignment uintptr) (*Region, error) {
+// Reserve implements arena.Provider.
+func (p *HostRegister) Reserve(size, alignment uintptr) (*arena.Region, error) {
 	r, err := p.host.Reserve(size, max(alignment, regGranule))
 	if err != nil {
 		return nil, err
@@ -153,8 +152,8 @@ func (p *CUDAHostRegisterProvider) Reserve(size, alignment uintptr) (*Region, er
 	return r, nil
 }
 
-// Commit implements Provider: the range is made accessible, then registered as one.
-func (p *CUDAHostRegisterProvider) Commit(r *Region, off, size uintptr) error {
+// Commit implements arena.Provider: the range is made accessible, then registered as one.
+func (p *HostRegister) Commit(r *arena.Region, off, size uintptr) error {
 	if err := p.host.Commit(r, off, size); err != nil {
 		return err
 	}
@@ -165,35 +164,35 @@ func (p *CUDAHostRegisterProvider) Commit(r *Region, off, size uintptr) error {
 	return nil
 }
 
-// Prefault implements Prefaulter: [off, off+size) is made accessible and its pages faulted in
+// Prefault implements arena.Prefaulter: [off, off+size) is made accessible and its pages faulted in
 // (written, so that each is a page of its own and not the shared zero page), without a
 // registration. Decommit undoes it.
-func (p *CUDAHostRegisterProvider) Prefault(r *Region, off, size uintptr) error {
-	if err := checkRange(r, off, size); err != nil {
+func (p *HostRegister) Prefault(r *arena.Region, off, size uintptr) error {
+	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
 	if err := p.host.Commit(r, off, size); err != nil {
 		return err
 	}
-	if err := p.host.prefault(r.Base+off, size); err != nil {
+	if err := p.host.FaultIn(r.Base+off, size); err != nil {
 		_ = p.host.Decommit(r, off, size)
 		return err
 	}
 	return nil
 }
 
-// Join implements Joiner: [off, off+size), committed, becomes exactly one registration. When
+// Join implements arena.Joiner: [off, off+size), committed, becomes exactly one registration. When
 // it is one already (the common case: a segment's chunk, a span committed in one piece) no
 // driver call is made.
-func (p *CUDAHostRegisterProvider) Join(r *Region, off, size uintptr) error {
-	if err := checkRange(r, off, size); err != nil {
+func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
+	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	regs, ok := p.regs[r.Base]
 	if !ok {
-		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", ErrInvalid, r.Base, r.Size)
+		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", arena.ErrInvalid, r.Base, r.Size)
 	}
 	lo, hi := overlapping(regs, off, size)
 	if hi-lo == 1 && regs[lo] == (hostReg{off, size}) {
@@ -220,9 +219,9 @@ func (p *CUDAHostRegisterProvider) Join(r *Region, off, size uintptr) error {
 	return nil
 }
 
-// Decommit implements Provider: the range is unregistered, then its pages dropped.
-func (p *CUDAHostRegisterProvider) Decommit(r *Region, off, size uintptr) error {
-	if err := checkRange(r, off, size); err != nil {
+// Decommit implements arena.Provider: the range is unregistered, then its pages dropped.
+func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
+	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -243,10 +242,10 @@ func (p *CUDAHostRegisterProvider) Decommit(r *Region, off, size uintptr) error 
 	return p.host.Decommit(r, off, size)
 }
 
-// Release implements Provider. Registrations left (a populated region) are undone first.
-func (p *CUDAHostRegisterProvider) Release(r *Region) error {
+// Release implements arena.Provider. Registrations left (a populated region) are undone first.
+func (p *HostRegister) Release(r *arena.Region) error {
 	if r == nil {
-		return fmt.Errorf("%w: nil region", ErrInvalid)
+		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
 	}
 	p.mu.Lock()
 	var errs []error
@@ -258,18 +257,19 @@ func (p *CUDAHostRegisterProvider) Release(r *Region) error {
 	return errors.Join(append(errs, p.host.Release(r))...)
 }
 
-// Zero implements Zeroer, with the CPU.
-func (p *CUDAHostRegisterProvider) Zero(addr, size uintptr) error { return hostZero(addr, size) }
+// Zero implements arena.Zeroer, with the CPU.
+func (p *HostRegister) Zero(addr, size uintptr) error { return hostZero(addr, size) }
 
-// DevicePointer implements DeviceMapper. With unified addressing (every 64-bit platform CUDA
+// DevicePointer returns the address at which a device sees host address addr, which must lie
+// in registered memory of the provider. With unified addressing (every 64-bit platform CUDA
 // supports) it is addr itself, but kernels should be given what this returns.
-func (p *CUDAHostRegisterProvider) DevicePointer(addr uintptr) (uintptr, error) {
+func (p *HostRegister) DevicePointer(addr uintptr) (uintptr, error) {
 	return p.devicePointer(addr)
 }
 
 // RegistrationOf returns the registered range [base, base+size) holding addr, for tests of the
 // registration invariant; ok is false when addr is not registered.
-func (p *CUDAHostRegisterProvider) RegistrationOf(addr uintptr) (base, size uintptr, ok bool) {
+func (p *HostRegister) RegistrationOf(addr uintptr) (base, size uintptr, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for rb, regs := range p.regs {
@@ -295,7 +295,7 @@ func overlapping(regs []hostReg, off, size uintptr) (lo, hi int) {
 
 // cut makes sure no registration crosses off or off+size: one that does is undone and its
 // parts on each side registered again. p.mu is held.
-func (p *CUDAHostRegisterProvider) cut(r *Region, off, size uintptr) error {
+func (p *HostRegister) cut(r *arena.Region, off, size uintptr) error {
 	for _, at := range []uintptr{off, off + size} {
 		regs := p.regs[r.Base]
 		i := sort.Search(len(regs), func(i int) bool { return regs[i].end() > at })
@@ -323,12 +323,12 @@ func (p *CUDAHostRegisterProvider) cut(r *Region, off, size uintptr) error {
 
 // register registers g of r, a range no registration overlaps and no other call touches, with
 // the driver call outside p.mu, and records it under p.mu.
-func (p *CUDAHostRegisterProvider) register(r *Region, g hostReg) error {
+func (p *HostRegister) register(r *arena.Region, g hostReg) error {
 	p.mu.Lock()
 	_, ok := p.regs[r.Base]
 	p.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", ErrInvalid, r.Base, r.Size)
+		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", arena.ErrInvalid, r.Base, r.Size)
 	}
 	if err := p.registerCall(r, g); err != nil {
 		return err
@@ -340,17 +340,17 @@ func (p *CUDAHostRegisterProvider) register(r *Region, g hostReg) error {
 }
 
 // registerCall registers g of r with the driver. On failure it returns an error wrapping
-// ErrCommit and the driver's (and ErrExhausted when the driver is out of memory).
-func (p *CUDAHostRegisterProvider) registerCall(r *Region, g hostReg) error {
+// arena.ErrCommit and the driver's (and arena.ErrExhausted when the driver is out of memory).
+func (p *HostRegister) registerCall(r *arena.Region, g hostReg) error {
 	if err := p.call(&p.registrations, 1, p.dev.MemHostRegister(r.Base+g.off, g.size, registerFlags)); err != nil {
-		return p.driverError(ErrCommit, "cuMemHostRegister", g.size, err)
+		return p.driverError(arena.ErrCommit, "cuMemHostRegister", g.size, err)
 	}
 	return nil
 }
 
 // registerLocked registers g of r and records it; p.mu is held (Join and cut, which undo and
 // redo registrations of one span, keep the record consistent throughout).
-func (p *CUDAHostRegisterProvider) registerLocked(r *Region, g hostReg) error {
+func (p *HostRegister) registerLocked(r *arena.Region, g hostReg) error {
 	if err := p.registerCall(r, g); err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (p *CUDAHostRegisterProvider) registerLocked(r *Region, g hostReg) error {
 }
 
 // record adds registration g of r to the record. p.mu is held.
-func (p *CUDAHostRegisterProvider) record(r *Region, g hostReg) {
+func (p *HostRegister) record(r *arena.Region, g hostReg) {
 	regs := p.regs[r.Base]
 	i := sort.Search(len(regs), func(i int) bool { return regs[i].off > g.off })
 	regs = append(regs, hostReg{})
@@ -370,9 +370,9 @@ func (p *CUDAHostRegisterProvider) record(r *Region, g hostReg) {
 }
 
 // unregisterOne undoes registration g of r and forgets it. p.mu is held.
-func (p *CUDAHostRegisterProvider) unregisterOne(r *Region, g hostReg) error {
+func (p *HostRegister) unregisterOne(r *arena.Region, g hostReg) error {
 	if err := p.call(&p.registrations, -1, p.dev.MemHostUnregister(r.Base+g.off)); err != nil {
-		return fmt.Errorf("%w: cuMemHostUnregister at %#x: %w", ErrCommit, r.Base+g.off, err)
+		return fmt.Errorf("%w: cuMemHostUnregister at %#x: %w", arena.ErrCommit, r.Base+g.off, err)
 	}
 	p.committed.Add(-int64(g.size))
 	regs := p.regs[r.Base]

@@ -1,0 +1,278 @@
+package cudamem
+
+// CUDA pinned host memory. NewHost gives the best provider the driver offers:
+//
+//   - HostVMM, VMM host memory (CUDA 12.2+ with host NUMA support, or CUDA 13's host
+//     location): one reserved address range per region, each 2 MiB granule its own physical
+//     allocation (cuMemCreate at a host location), mapped and granted to the host and to every
+//     device the pool serves. Consecutive mapped granules are one DMA range, so any block, of
+//     any size, copies in one call at full bandwidth, and granules still commit and decommit
+//     one by one.
+//   - HostRegister (hostregister.go), mmap + cuMemHostRegister, where the driver has no VMM
+//     host memory, under the registration invariant stated there.
+//
+// HostAlloc (cuMemHostAlloc, one allocation per region) is kept for comparison.
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// HostOptions configures the CUDA pinned host providers.
+type HostOptions struct {
+	// HostOptions applies to the registration provider's mappings (HugePages, Populate; its
+	// Node is replaced by NUMA); with Populate the VMM provider too commits each region whole
+	// when it is reserved.
+	arena.HostOptions
+	// Devices lists the ordinals of other devices that may read and write VMM host memory
+	// (copies and zero-copy kernels): the device the provider is made on always may. A
+	// registration is portable to every device without it.
+	Devices []int
+	// NUMA selects the host NUMA node of the memory, on either path (node.go):
+	// arena.NUMANearest (the default) the node nearest the device (DeviceNode),
+	// arena.NUMANode(n) node n. VMM host memory is created there; registered memory is bound
+	// there before it is touched.
+	NUMA arena.NUMA
+}
+
+// NewHost returns the best provider of pinned host memory dev offers: VMM host memory where
+// the driver supports it (HostVMM), else registered memory (HostRegister). Either one hands out
+// memory any block of which a device copies in one call.
+func NewHost(pub *cuda.Device, o HostOptions) (arena.Provider, error) {
+	dev, err := internalDevice(pub, "cuda-host")
+	if err != nil {
+		return nil, err
+	}
+	if host, numa := dev.HostVMMSupported(); host || numa {
+		return NewHostVMM(pub, o)
+	}
+	return NewHostRegister(pub, o)
+}
+
+// OpenHost opens CUDA device ordinal and returns NewHost's provider on it, which owns the
+// device: its Close method (io.Closer) gives the device back once every arena over it is
+// closed. Without a driver the error wraps cuda.ErrNoDriver.
+func OpenHost(ordinal int, o HostOptions) (arena.Provider, error) {
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CUDA device %d: %w", arena.ErrReserve, ordinal, err)
+	}
+	p, err := NewHost(dev, o)
+	if err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
+	switch p := p.(type) {
+	case *HostVMM:
+		p.owned = true
+	case *HostRegister:
+		p.owned = true
+	}
+	return p, nil
+}
+
+// HostVMM hands out pinned host memory with the CUDA VMM API (vmm.go): each granule is
+// physical host memory created at a host location (a NUMA node, or the host), mapped into the
+// region's reserved range and granted read and write access to the host (the CPU) and to the
+// devices of HostOptions. The driver pins it: no RLIMIT_MEMLOCK applies. A device addresses it
+// at the same address (DevicePointer).
+type HostVMM struct {
+	*vmm
+	populate bool
+
+	mu      sync.Mutex
+	regions []*arena.Region // live regions, for DevicePointer
+}
+
+// NewHostVMM returns a provider of VMM host memory on dev. It fails with an error wrapping
+// cuda.ErrNotSupported when the driver has no VMM host memory, or none at the node o.NUMA asks
+// for.
+func NewHostVMM(pub *cuda.Device, o HostOptions) (*HostVMM, error) {
+	dev, err := internalDevice(pub, "cuda-host-vmm")
+	if err != nil {
+		return nil, err
+	}
+	b, err := newCUDABase(dev, "cuda-host-vmm", arena.HostPinned)
+	if err != nil {
+		return nil, err
+	}
+	var devs []icuda.Location
+	for _, d := range o.Devices {
+		l := icuda.Location{Type: icuda.LocationDevice, ID: d}
+		if d < 0 {
+			return nil, fmt.Errorf("%w: device ordinal %d", arena.ErrInvalid, d)
+		}
+		if l != dev.Location() {
+			devs = append(devs, l)
+		}
+	}
+	loc, fallback, err := hostLocation(dev, o.NUMA)
+	if err != nil {
+		return nil, err
+	}
+	v, err := newHostVMM(b, loc, devs)
+	if err != nil && fallback {
+		// The driver refuses the node found nearest the device: let it place the memory.
+		v, err = newHostVMM(b, icuda.Location{Type: icuda.LocationHost}, devs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &HostVMM{vmm: v, populate: o.Populate}, nil
+}
+
+// newHostVMM makes the VMM machinery for host memory at loc, granted to the host, the device
+// and devs, after checking that the driver creates memory there: the granularity query and one
+// granule created and released (a driver may refuse a location at either).
+func newHostVMM(b *cudaBase, loc icuda.Location, devs []icuda.Location) (*vmm, error) {
+	access := append([]icuda.Location{loc, b.dev.Location()}, devs...)
+	v, err := newVMM(b, loc, access, "host")
+	if err != nil {
+		return nil, err
+	}
+	if v.gran > arena.DefaultChunkSize {
+		return nil, fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", arena.ErrInvalid, v.gran, arena.DefaultChunkSize)
+	}
+	h, err := b.dev.MemCreateAt(v.gran, loc)
+	if err = b.call(nil, 0, err); err != nil {
+		return nil, fmt.Errorf("%w: cuMemCreate of host memory at %+v on device %d: %w", arena.ErrInvalid, loc, b.dev.Ordinal(), err)
+	}
+	if err := b.call(nil, 0, b.dev.MemRelease(h)); err != nil {
+		return nil, fmt.Errorf("%w: cuMemRelease: %w", arena.ErrInvalid, err)
+	}
+	v.zero = true // a fresh granule reads zero (measured on the H100)
+	return v, nil
+}
+
+// hostLocation picks where VMM host memory lives: the node asked for, or the node nearest
+// the device (DeviceNode), where the driver has host NUMA support; else the host location
+// (CUDA 13), which is also where it goes when no source knows the device's node. fallback says
+// that the HOST location may replace the node chosen if the driver refuses it (the node was
+// not asked for).
+func hostLocation(dev *icuda.Device, n arena.NUMA) (loc icuda.Location, fallback bool, err error) {
+	host, hasNUMA := dev.HostVMMSupported()
+	node, asked := n.Node()
+	switch {
+	case asked && node < 0:
+		return icuda.Location{}, false, fmt.Errorf("%w: NUMA node %d", arena.ErrInvalid, node)
+	case asked && hasNUMA:
+		return icuda.Location{Type: icuda.LocationHostNUMA, ID: node}, false, nil
+	case asked && host:
+		return icuda.Location{}, false, fmt.Errorf("%w: NUMA node %d asked, but the driver of device %d places host VMM memory on no chosen node: %w",
+			arena.ErrInvalid, node, dev.Ordinal(), icuda.ErrNotSupported)
+	case hasNUMA:
+		if id, _, ok := deviceNode(dev); ok {
+			return icuda.Location{Type: icuda.LocationHostNUMA, ID: id}, host, nil
+		}
+		if host {
+			return icuda.Location{Type: icuda.LocationHost}, false, nil
+		}
+		return icuda.Location{Type: icuda.LocationHostNUMA, ID: 0}, false, nil
+	case host:
+		return icuda.Location{Type: icuda.LocationHost}, false, nil
+	}
+	return icuda.Location{}, false, fmt.Errorf("%w: the driver of device %d has no VMM host memory (device attributes 141 and 145): %w",
+		arena.ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
+}
+
+// Node implements arena.Placer: the NUMA node the memory is created at, or arena.NodeUnknown
+// at the HOST location.
+func (p *HostVMM) Node() int {
+	if p.loc.Type == icuda.LocationHostNUMA {
+		return p.loc.ID
+	}
+	return arena.NodeUnknown
+}
+
+// Location returns where the provider's memory lives.
+func (p *HostVMM) Location() cuda.Location {
+	return cuda.Location{Type: cuda.LocationType(p.loc.Type), ID: p.loc.ID}
+}
+
+// Reserve implements arena.Provider. With HostOptions.Populate the region is committed whole.
+func (p *HostVMM) Reserve(size, alignment uintptr) (*arena.Region, error) {
+	r, err := p.vmm.Reserve(size, alignment)
+	if err != nil {
+		return nil, err
+	}
+	if p.populate {
+		if err := p.Commit(r, 0, r.Size); err != nil {
+			_ = p.vmm.Release(r)
+			return nil, err
+		}
+		r.Committed = true
+	}
+	p.mu.Lock()
+	p.regions = append(p.regions, r)
+	p.mu.Unlock()
+	return r, nil
+}
+
+// Release implements arena.Provider.
+func (p *HostVMM) Release(r *arena.Region) error {
+	if err := p.vmm.Release(r); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.regions {
+		if x == r {
+			p.regions = append(p.regions[:i], p.regions[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
+
+// Zero implements arena.Zeroer, with the CPU.
+func (p *HostVMM) Zero(addr, size uintptr) error { return hostZero(addr, size) }
+
+// DevicePointer returns the address at which a device sees host address addr, which must lie in
+// committed memory of the provider: for VMM host memory, addr itself.
+func (p *HostVMM) DevicePointer(addr uintptr) (uintptr, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.vmm.mu.Lock()
+	defer p.vmm.mu.Unlock()
+	for _, r := range p.regions {
+		if v, ok := r.Handle.(*vmmRegion); ok && addr-r.Base < r.Size && v.mapped.Get(int((addr-r.Base)/p.gran)) {
+			return addr, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: device pointer of %#x: not in committed memory of the %s provider", arena.ErrInvalid, addr, p.name)
+}
+
+// HostAlloc hands out pinned host memory from cuMemHostAlloc, one allocation per region: the
+// classic way, kept for comparison with HostVMM and HostRegister. Regions are committed whole
+// and never decommitted, and their base is only page-aligned.
+type HostAlloc struct {
+	wholeRegions
+}
+
+// NewHostAlloc returns a provider of host memory from cuMemHostAlloc (portable, mapped).
+func NewHostAlloc(pub *cuda.Device) (*HostAlloc, error) {
+	dev, err := internalDevice(pub, "cuda-hostalloc")
+	if err != nil {
+		return nil, err
+	}
+	const flags = icuda.HostAllocPortable | icuda.HostAllocDeviceMap
+	w, err := newWholeRegions(dev, "cuda-hostalloc", arena.HostPinned, "cuMemHostAlloc",
+		func(n uintptr) (uintptr, error) { return dev.MemHostAlloc(n, flags) }, dev.MemFreeHost)
+	if err != nil {
+		return nil, err
+	}
+	return &HostAlloc{w}, nil
+}
+
+// Zero implements arena.Zeroer, with the CPU.
+func (p *HostAlloc) Zero(addr, size uintptr) error { return hostZero(addr, size) }
+
+// DevicePointer returns the address at which a device sees host address addr, which must lie
+// in memory of the provider (cuMemHostGetDevicePointer).
+func (p *HostAlloc) DevicePointer(addr uintptr) (uintptr, error) {
+	return p.devicePointer(addr)
+}
