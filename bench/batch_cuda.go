@@ -94,7 +94,7 @@ func (c *batchSuite) cases() []benchCase {
 // prints them).
 func (c *batchSuite) calibration(*suite) []result {
 	rs := resultSet{c: "batch-calibration", impl: "pinmalloc-auto"}
-	b, err := device.NewBatcher(cuda.Public(c.dev).(*pcuda.Device), device.BatchOptions{TrustNoOverlap: true})
+	b, err := device.NewBatcher(cuda.Wrap[*pcuda.Device](c.dev), device.BatchOptions{TrustNoOverlap: true})
 	if err != nil {
 		rs.fail(err)
 		return rs.out
@@ -126,7 +126,7 @@ func (c *batchSuite) calibration(*suite) []result {
 
 // measureBatch times n batches queued on the suite's stream and one synchronize.
 func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method device.CopyMethod, toHost bool, size uintptr) {
-	b, err := device.NewBatcher(cuda.Public(c.dev).(*pcuda.Device), device.BatchOptions{Method: method, TrustNoOverlap: true})
+	b, err := device.NewBatcher(cuda.Wrap[*pcuda.Device](c.dev), device.BatchOptions{Method: method, TrustNoOverlap: true})
 	if err != nil {
 		rs.fail(err)
 		return

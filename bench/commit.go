@@ -88,7 +88,7 @@ func (c *commitSuite) open() (err error) {
 	if c.pub, err = cuda.Open(0); err != nil {
 		return err
 	}
-	if c.dev, err = icuda.Internal(c.pub); err != nil {
+	if c.dev, err = icuda.Of(c.pub); err != nil {
 		return errors.Join(err, c.pub.Close())
 	}
 	if fakecuda.IsFake(c.dev) {

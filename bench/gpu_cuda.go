@@ -87,7 +87,7 @@ func (c *cudaSuite) cases() []benchCase {
 	}
 	deviceImpls := []impl{
 		c.synced(goImpl("pinmalloc-device", func(int64) (allocator[cuda.DevicePtr], error) {
-			h, err := device.New(cuda.Public(c.dev).(*pcuda.Device), device.Options{Capacity: 64 << 20})
+			h, err := device.New(cuda.Wrap[*pcuda.Device](c.dev), device.Options{Capacity: 64 << 20})
 			return deviceHeap{h, c.s}, err
 		})),
 		c.synced(goImpl("cuda-mallocasync", func(int64) (allocator[cuda.DevicePtr], error) { return mallocAsync{c.dev, c.s}, nil })),

@@ -73,7 +73,7 @@ func (u *uvmSuite) open() (err error) {
 	if u.pub, err = cuda.Open(0); err != nil {
 		return err
 	}
-	if u.dev, err = icuda.Internal(u.pub); err != nil {
+	if u.dev, err = icuda.Of(u.pub); err != nil {
 		return errors.Join(err, u.pub.Close())
 	}
 	if u.s, err = u.dev.StreamCreate(true); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	wl "github.com/pinmalloc/pinmalloc/internal/workload"
 )
@@ -35,8 +36,8 @@ func (u *uvmSuite) runManaged(cfg *config, rs *resultSet) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, u.dev.MemFreeManaged(p)) }()
-	dev, host := u.dev.Location(), cuda.HostLocation()
-	move := func(to cuda.Location) (time.Duration, error) {
+	dev, host := memLocation(u.pub.Location()), memLocation(pcuda.HostLocation())
+	move := func(to cuda.MemLocation) (time.Duration, error) {
 		t0 := time.Now()
 		err := errors.Join(u.dev.MemPrefetchAsync(p, n, to, u.s), u.dev.StreamSynchronize(u.s))
 		return time.Since(t0), err
@@ -170,7 +171,7 @@ func (u *uvmSuite) runManagedOversub(cfg *config, rs *resultSet, p wl.Pattern, f
 		return err
 	}
 	defer func() { err = errors.Join(err, u.dev.MemFreeManaged(base)) }()
-	dev, host := u.dev.Location(), cuda.HostLocation()
+	dev, host := memLocation(u.pub.Location()), memLocation(pcuda.HostLocation())
 	// Filled on the device, then all on the host: where the tier's blocks start.
 	if err := errors.Join(u.dev.MemsetD8Async(base, 1, uintptr(n)*size, u.s),
 		u.dev.MemPrefetchAsync(base, uintptr(n)*size, host, u.s), u.dev.StreamSynchronize(u.s)); err != nil {
@@ -244,4 +245,9 @@ func (u *uvmSuite) runManagedOversub(cfg *config, rs *resultSet, p wl.Pattern, f
 	rs.add("blocks", float64(n), "")
 	rs.add("block_bytes", float64(g.block), "B")
 	return nil
+}
+
+// memLocation is loc as the driver binding takes it.
+func memLocation(loc pcuda.Location) cuda.MemLocation {
+	return cuda.MemLocation{Type: int32(loc.Type), ID: int32(loc.ID)}
 }

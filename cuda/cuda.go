@@ -2,7 +2,9 @@
 // needs: open a device, learn its name and memory, make streams and events to order work, and
 // match the driver's errors. Everything else (allocation, registration, the virtual memory
 // management API, copies) stays inside pinmalloc, behind device.Heap, pinned.Pool and the
-// arena providers, which take the *Device this package opens.
+// providers of package cudamem, which take the *Device this package opens. Its types (Device,
+// DevicePtr, Stream, Event, Location, Advice) are the vocabulary every package of the module
+// speaks about CUDA.
 //
 // # No toolkit at build time
 //
@@ -66,17 +68,6 @@ type Event = uintptr
 // loaded.
 const LibraryEnv = "PINMALLOC_LIBCUDA"
 
-func init() {
-	icuda.RegisterPublic(
-		func(d *icuda.Device) any { return &Device{d: d} },
-		func(x any) (*icuda.Device, bool) {
-			if d, ok := x.(*Device); ok && d != nil {
-				return d.d, true
-			}
-			return nil, false
-		})
-}
-
 // Count returns the number of CUDA devices. Without a driver it returns 0 and an error
 // matching ErrNoDriver; with a driver and no device, 0 and an error matching ErrNoDevice.
 func Count() (int, error) { return icuda.Count() }
@@ -85,14 +76,18 @@ func Count() (int, error) { return icuda.Count() }
 // for CUDA 13.0). Without a driver the error matches ErrNoDriver.
 func DriverVersion() (int, error) { return icuda.DriverVersion() }
 
-// Device is an open CUDA device: a retain of its primary context. Pass it to device.New or the
-// arena providers (pinned.Options takes the ordinal and opens its own), and Close it after
-// them. Its methods are safe for
-// concurrent use; Close must not race with them, and after Close they fail with an error
-// matching ErrClosed.
+// Device is an open CUDA device: a retain of its primary context. Pass it to device.New,
+// uvm.New or the providers of package cudamem (pinned.Options takes the ordinal and opens its
+// own), and Close it after them. Its methods are safe for concurrent use; Close must not race
+// with them, and after Close they fail with an error matching ErrClosed.
 type Device struct {
-	d *icuda.Device
+	handle // the binding's device; the module's packages reach it (internal/cuda.Of)
 }
+
+// handle is the binding's handle of a device. Embedded under this unexported name it is no
+// part of the API, and it gives Device the methods by which internal/cuda alone finds its
+// device inside (internal/cuda/handle.go).
+type handle = icuda.Handle
 
 // Open initializes the driver (once per process) and opens the device with the given ordinal,
 // retaining its primary context. Each Open must be paired with a Close. Without a driver the
@@ -102,19 +97,11 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return icuda.Public(d).(*Device), nil
+	return &Device{handle: icuda.NewHandle(d)}, nil
 }
 
-// errNilDevice is the error of a method called on a nil or zero Device.
-var errNilDevice = fmt.Errorf("%w: nil or zero Device (open one with cuda.Open)", ErrNoDriver)
-
-// in returns the Device inside d, or an error for a nil or zero d.
-func (d *Device) in() (*icuda.Device, error) {
-	if d == nil || d.d == nil {
-		return nil, errNilDevice
-	}
-	return d.d, nil
-}
+// in returns the Device inside d, or an error matching ErrNoDriver for a nil or zero d.
+func (d *Device) in() (*icuda.Device, error) { return icuda.Of(d) }
 
 // Close releases the primary-context retain taken by Open. It is idempotent. Memory allocated
 // on the device is not freed by it: close the heaps, pools and arenas first.
@@ -128,10 +115,11 @@ func (d *Device) Close() error {
 
 // Ordinal returns the device ordinal given to Open; -1 for a nil or zero Device.
 func (d *Device) Ordinal() int {
-	if d == nil || d.d == nil {
+	in, err := d.in()
+	if err != nil {
 		return -1
 	}
-	return d.d.Ordinal()
+	return in.Ordinal()
 }
 
 // Name returns the device's name, for example "NVIDIA H100 80GB HBM3".
@@ -175,10 +163,11 @@ func (d *Device) Synchronize() error {
 // Context returns the primary context (CUcontext) as a raw handle, for other bindings; 0 for a
 // nil or zero Device.
 func (d *Device) Context() uintptr {
-	if d == nil || d.d == nil {
+	in, err := d.in()
+	if err != nil {
 		return 0
 	}
-	return d.d.Context()
+	return in.Context()
 }
 
 // Do runs f on a locked OS thread with the device's primary context current, then restores the

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -11,7 +12,7 @@ import (
 // device's figures, a priority stream ordered after another through an event, and nothing left
 // behind (fakecuda.GPU checks the device's counters at cleanup).
 func TestCUDAPublicSurface(t *testing.T) {
-	d := fakecuda.Public(fakecuda.GPU(t, 0))
+	d := icuda.Wrap[*cuda.Device](fakecuda.GPU(t, 0))
 	name, err := d.Name()
 	must(t, "Name", err)
 	total, err := d.TotalMem()

@@ -80,7 +80,7 @@ func TestFakeStreamsAndEvents(t *testing.T) {
 		return
 	}
 	d := open(t, 0)
-	in, err := icuda.Internal(d) // to queue work: the public package has no copies
+	in, err := icuda.Of(d) // to queue work: the public package has no copies
 	must(t, "Internal", err)
 	s, err := d.StreamCreate(cuda.StreamNonBlocking)
 	must(t, "StreamCreate", err)
@@ -192,18 +192,19 @@ func TestFakeCloseAndDo(t *testing.T) {
 	}
 }
 
-// TestFakeOneWrapper checks that a device keeps one public wrapper: what device.New is given is
-// what Heap.Device returns.
+// TestFakeOneWrapper checks the link between the public Device and the binding: the device
+// inside is the one Open made, a heap gives back the Device it was given, and a second wrapper
+// of the same device shares it (closing it closes both).
 func TestFakeOneWrapper(t *testing.T) {
 	f := fakecuda.Run(t)
 	if f == nil {
 		return
 	}
 	d := open(t, 0)
-	in, err := icuda.Internal(d)
-	must(t, "Internal", err)
-	if fakecuda.Public(in) != d {
-		t.Error("the internal device's public wrapper is not the one Open returned")
+	in, err := icuda.Of(d)
+	must(t, "Of", err)
+	if in2, err := icuda.Of(d); err != nil || in2 != in {
+		t.Errorf("Of gave %p, then %p (%v)", in, in2, err)
 	}
 	h, err := device.New(d, device.Options{Capacity: 4 << 20})
 	must(t, "device.New", err)
@@ -211,6 +212,20 @@ func TestFakeOneWrapper(t *testing.T) {
 		t.Error("Heap.Device is not the device given to device.New")
 	}
 	must(t, "heap Close", h.Close())
+	w := icuda.Wrap[*cuda.Device](in)
+	if got, err := icuda.Of(w); err != nil || got != in || w.Ordinal() != d.Ordinal() {
+		t.Errorf("a second wrapper holds %p (%v), ordinal %d; want %p, %d", got, err, w.Ordinal(), in, d.Ordinal())
+	}
+	must(t, "Close of the second wrapper", w.Close())
+	if err := d.Synchronize(); !errors.Is(err, cuda.ErrClosed) {
+		t.Errorf("Synchronize after the other wrapper's Close = %v; want ErrClosed", err)
+	}
+	if _, err := icuda.Of(&cuda.Device{}); !errors.Is(err, cuda.ErrNoDriver) {
+		t.Errorf("Of of a zero Device = %v; want ErrNoDriver", err)
+	}
+	if _, err := icuda.Of((*cuda.Device)(nil)); !errors.Is(err, cuda.ErrNoDriver) {
+		t.Errorf("Of of a nil Device = %v; want ErrNoDriver", err)
+	}
 }
 
 // TestFakeConcurrent makes, uses and destroys streams and events from several goroutines (run
@@ -342,25 +357,31 @@ func TestSentinelsShared(t *testing.T) {
 	}
 }
 
-// TestLocationValues checks the typed constants against the internal binding's, which follow
-// cuda.h (arena converts one to the other by value).
+// TestLocationValues checks the typed constants against cuda.h's numbers (CU_MEM_LOCATION_TYPE_*,
+// CU_MEM_ADVISE_*): the providers hand them to the driver as they are.
 func TestLocationValues(t *testing.T) {
-	locs := [][2]int32{
-		{int32(cuda.LocationInvalid), int32(icuda.LocationInvalid)},
-		{int32(cuda.LocationDevice), int32(icuda.LocationDevice)},
-		{int32(cuda.LocationHost), int32(icuda.LocationHost)},
-		{int32(cuda.LocationHostNUMA), int32(icuda.LocationHostNUMA)},
-		{int32(cuda.LocationHostNUMACurrent), int32(icuda.LocationHostNUMACurrent)},
-		{int32(cuda.AdviseSetReadMostly), int32(icuda.AdviseSetReadMostly)},
-		{int32(cuda.AdviseUnsetReadMostly), int32(icuda.AdviseUnsetReadMostly)},
-		{int32(cuda.AdviseSetPreferredLocation), int32(icuda.AdviseSetPreferredLocation)},
-		{int32(cuda.AdviseUnsetPreferredLocation), int32(icuda.AdviseUnsetPreferredLocation)},
-		{int32(cuda.AdviseSetAccessedBy), int32(icuda.AdviseSetAccessedBy)},
-		{int32(cuda.AdviseUnsetAccessedBy), int32(icuda.AdviseUnsetAccessedBy)},
+	locs := []struct {
+		got  cuda.LocationType
+		want int32
+	}{
+		{cuda.LocationInvalid, 0}, {cuda.LocationDevice, 1}, {cuda.LocationHost, 2},
+		{cuda.LocationHostNUMA, 3}, {cuda.LocationHostNUMACurrent, 4},
 	}
-	for i, l := range locs {
-		if l[0] != l[1] {
-			t.Errorf("constant %d: public %d, internal %d", i, l[0], l[1])
+	for _, l := range locs {
+		if int32(l.got) != l.want {
+			t.Errorf("location type %d, cuda.h has %d", l.got, l.want)
+		}
+	}
+	advice := []struct {
+		got  cuda.Advice
+		want int32
+	}{
+		{cuda.AdviseSetReadMostly, 1}, {cuda.AdviseUnsetReadMostly, 2}, {cuda.AdviseSetPreferredLocation, 3},
+		{cuda.AdviseUnsetPreferredLocation, 4}, {cuda.AdviseSetAccessedBy, 5}, {cuda.AdviseUnsetAccessedBy, 6},
+	}
+	for _, a := range advice {
+		if int32(a.got) != a.want {
+			t.Errorf("advice %d, cuda.h has %d", a.got, a.want)
 		}
 	}
 	if cuda.HostLocation() != (cuda.Location{Type: cuda.LocationHost}) {

@@ -37,7 +37,10 @@ const (
 	LocationHostNUMACurrent LocationType = 4
 )
 
-// Location is where managed memory is prefetched to, or advice is about (CUmemLocation).
+// Location is a place memory lives or is reached from (CUmemLocation): where managed memory is
+// prefetched to or advice is about (cudamem.Managed), where VMM host memory is created
+// (cudamem.HostVMM.Location). It is the one location type of the module: the providers hand
+// its fields to the driver as they are.
 type Location struct {
 	// Type says what ID means.
 	Type LocationType

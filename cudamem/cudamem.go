@@ -63,7 +63,8 @@ func (c Counters) Live() int64 {
 
 // cudaBase is what every CUDA provider has: the device, and the counters.
 type cudaBase struct {
-	dev   *icuda.Device
+	pub   *cuda.Device  // the device the provider was given (or opened: owned)
+	dev   *icuda.Device // the binding inside pub, which the driver calls go through
 	name  string
 	kind  arena.Kind
 	owned bool // the provider opened dev, and Close closes it
@@ -72,12 +73,12 @@ type cudaBase struct {
 	calls                                                        atomic.Uint64
 }
 
-func newCUDABase(dev *icuda.Device, name string, kind arena.Kind) (*cudaBase, error) {
-	if dev == nil {
-		return nil, fmt.Errorf("%w: %s provider: no CUDA device (open one with cuda.Open): %w",
-			arena.ErrInvalid, name, icuda.ErrNoDriver)
+func newCUDABase(pub *cuda.Device, name string, kind arena.Kind) (*cudaBase, error) {
+	dev, err := internalDevice(pub, name)
+	if err != nil {
+		return nil, err
 	}
-	return &cudaBase{dev: dev, name: name, kind: kind}, nil
+	return &cudaBase{pub: pub, dev: dev, name: name, kind: kind}, nil
 }
 
 // Name implements arena.Provider.
@@ -87,12 +88,12 @@ func (b *cudaBase) Name() string { return b.name }
 func (b *cudaBase) Kind() arena.Kind { return b.kind }
 
 // Device returns the CUDA device the provider allocates through.
-func (b *cudaBase) Device() *cuda.Device { return icuda.Public(b.dev).(*cuda.Device) }
+func (b *cudaBase) Device() *cuda.Device { return b.pub }
 
 // internalDevice returns the binding's device inside pub, for a provider's constructor; a nil
 // or zero pub gives an error wrapping arena.ErrInvalid and cuda.ErrNoDriver.
 func internalDevice(pub *cuda.Device, name string) (*icuda.Device, error) {
-	d, err := icuda.Internal(pub)
+	d, err := icuda.Of(pub)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s provider: %w", arena.ErrInvalid, name, err)
 	}
@@ -125,7 +126,7 @@ func (b *cudaBase) Close() error {
 		return nil
 	}
 	b.owned = false
-	return b.dev.Close()
+	return b.pub.Close()
 }
 
 // call counts one driver call and, when it succeeded, adds delta to counter (nil: none).
@@ -181,13 +182,13 @@ type wholeRegions struct {
 	op    string // the allocating call, for errors
 }
 
-func newWholeRegions(dev *icuda.Device, name string, kind arena.Kind, op string,
-	alloc func(uintptr) (uintptr, error), free func(uintptr) error) (wholeRegions, error) {
-	b, err := newCUDABase(dev, name, kind)
-	if err != nil {
-		return wholeRegions{}, err
-	}
-	return wholeRegions{cudaBase: b, page: uintptr(os.Getpagesize()), op: op, alloc: alloc, free: free}, nil
+func newWholeRegions(b *cudaBase, op string, alloc func(uintptr) (uintptr, error), free func(uintptr) error) wholeRegions {
+	return wholeRegions{cudaBase: b, page: uintptr(os.Getpagesize()), op: op, alloc: alloc, free: free}
+}
+
+// memLocation is loc as the driver takes it.
+func memLocation(loc cuda.Location) icuda.MemLocation {
+	return icuda.MemLocation{Type: int32(loc.Type), ID: int32(loc.ID)}
 }
 
 // Caps implements arena.Provider.

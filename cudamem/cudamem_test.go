@@ -17,6 +17,9 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
+// public is d, a device opened through the binding (fakecuda), as the public API takes it.
+func public(d *cuda.Device) *pcuda.Device { return cuda.Wrap[*pcuda.Device](d) }
+
 func must(t testing.TB, what string, err error) {
 	t.Helper()
 	if err != nil {
@@ -50,7 +53,7 @@ func TestFakeHostRegister(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	p, err := cudamem.NewHostRegister(public(d), cudamem.HostOptions{})
 	must(t, "NewHostRegister", err)
 	if p.Name() != "cuda-host-register" || p.Kind() != arena.HostPinned || !p.Caps().Aligns || !p.Caps().Decommits || p.Caps().Granule != 2<<20 {
 		t.Fatalf("provider %s %s %+v", p.Name(), p.Kind(), p.Caps())
@@ -128,7 +131,7 @@ func TestFakeHostRegisterJoin(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	p, err := cudamem.NewHostRegister(public(d), cudamem.HostOptions{})
 	must(t, "NewHostRegister", err)
 	const g = 2 << 20
 	r, err := p.Reserve(8*g, g)
@@ -175,7 +178,7 @@ func TestFakeHostVMM(t *testing.T) {
 		return
 	}
 	f.SetDevices(2)
-	prov, err := cudamem.NewHost(fakecuda.Public(d), cudamem.HostOptions{Devices: []int{1}})
+	prov, err := cudamem.NewHost(public(d), cudamem.HostOptions{Devices: []int{1}})
 	must(t, "NewHost", err)
 	p, ok := prov.(*cudamem.HostVMM)
 	if !ok || p.Name() != "cuda-host-vmm" || p.Kind() != arena.HostPinned || p.Caps().Granule != 2<<20 || !p.Caps().ZeroOnCommit {
@@ -239,26 +242,26 @@ func TestFakeHostVMMChoice(t *testing.T) {
 	f.SetDevices(2)
 	f.SetNUMANodes(2)
 	d1 := f.Open(t, 1)
-	p, err := cudamem.NewHostVMM(fakecuda.Public(d1), cudamem.HostOptions{})
+	p, err := cudamem.NewHostVMM(public(d1), cudamem.HostOptions{})
 	must(t, "NewHostVMM", err)
 	if loc := p.Location(); loc.Type != pcuda.LocationHostNUMA || loc.ID != 1 {
 		t.Errorf("device 1's host memory on %+v, want its nearest node 1", loc)
 	}
-	p, err = cudamem.NewHostVMM(fakecuda.Public(d1), cudamem.HostOptions{NUMA: arena.NUMANode(0)})
+	p, err = cudamem.NewHostVMM(public(d1), cudamem.HostOptions{NUMA: arena.NUMANode(0)})
 	must(t, "NewHostVMM", err)
 	if loc := p.Location(); loc.ID != 0 {
 		t.Errorf("NUMANode(0) gave %+v", loc)
 	}
-	if _, err := cudamem.NewHostVMM(fakecuda.Public(d1), cudamem.HostOptions{NUMA: arena.NUMANode(5)}); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrInvalidValue) {
+	if _, err := cudamem.NewHostVMM(public(d1), cudamem.HostOptions{NUMA: arena.NUMANode(5)}); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("a node that does not exist = %v", err)
 	}
 	f.SetHostVMM(false)
-	prov, err := cudamem.NewHost(fakecuda.Public(d1), cudamem.HostOptions{})
+	prov, err := cudamem.NewHost(public(d1), cudamem.HostOptions{})
 	must(t, "NewHost", err)
 	if _, ok := prov.(*cudamem.HostRegister); !ok {
 		t.Errorf("NewHost without host VMM = %T, want the registration provider", prov)
 	}
-	if _, err := cudamem.NewHostVMM(fakecuda.Public(d1), cudamem.HostOptions{}); !errors.Is(err, cuda.ErrNotSupported) {
+	if _, err := cudamem.NewHostVMM(public(d1), cudamem.HostOptions{}); !errors.Is(err, cuda.ErrNotSupported) {
 		t.Errorf("NewHostVMM without host VMM = %v", err)
 	}
 }
@@ -268,7 +271,7 @@ func TestFakeHostVMMRefused(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostVMM(fakecuda.Public(d), cudamem.HostOptions{})
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{})
 	must(t, "NewHostVMM", err)
 	a := newArena(t, p, 16<<20)
 	s, err := a.Alloc(4<<20, 256)
@@ -289,7 +292,7 @@ func TestFakeHostRegisterRefused(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	p, err := cudamem.NewHostRegister(public(d), cudamem.HostOptions{})
 	must(t, "NewHostRegister", err)
 	a := newArena(t, p, 16<<20)
 	f.FailRegister(1, fakecuda.ResultOutOfMemory)
@@ -310,7 +313,7 @@ func TestFakeHostPopulate(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: true}})
+	p, err := cudamem.NewHostRegister(public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: true}})
 	must(t, "NewHostRegister", err)
 	a := newArena(t, p, 4<<20)
 	s, err := a.Alloc(4096, 64)
@@ -326,7 +329,7 @@ func TestFakeHostAlloc(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostAlloc(fakecuda.Public(d))
+	p, err := cudamem.NewHostAlloc(public(d))
 	must(t, "NewHostAlloc", err)
 	if p.Name() != "cuda-hostalloc" || p.Caps().Aligns || p.Caps().Decommits {
 		t.Fatalf("provider %s %+v", p.Name(), p.Caps())
@@ -361,7 +364,7 @@ func TestFakeVMM(t *testing.T) {
 	if f == nil {
 		return
 	}
-	prov, err := cudamem.NewDevice(fakecuda.Public(d))
+	prov, err := cudamem.NewDevice(public(d))
 	must(t, "NewDevice", err)
 	p, ok := prov.(*cudamem.DeviceVMM)
 	if !ok || p.Name() != "cuda-vmm" || p.Kind() != arena.Device || p.Caps().Granule != 2<<20 || !p.Caps().Aligns {
@@ -406,7 +409,7 @@ func TestFakeVMMOutOfMemory(t *testing.T) {
 		return
 	}
 	f.SetMemory(0, 64<<20)
-	p, err := cudamem.NewDeviceVMM(fakecuda.Public(d))
+	p, err := cudamem.NewDeviceVMM(public(d))
 	must(t, "NewDeviceVMM", err)
 	a := newArena(t, p, 0) // 56 MiB: 90 % of what is free, in granules
 	keep, err := a.Alloc(4<<20, arena.DefaultChunkSize)
@@ -436,13 +439,13 @@ func TestFakeMallocFallback(t *testing.T) {
 	}
 	f.SetVMM(false)
 	f.SetMemory(0, 64<<20)
-	prov, err := cudamem.NewDevice(fakecuda.Public(d))
+	prov, err := cudamem.NewDevice(public(d))
 	must(t, "NewDevice", err)
 	p, ok := prov.(*cudamem.DeviceMalloc)
 	if !ok || p.Name() != "cuda-malloc" || p.Caps().Aligns || p.Kind() != arena.Device {
 		t.Fatalf("NewDevice without VMM = %T %s", prov, prov.Name())
 	}
-	if _, err := cudamem.NewDeviceVMM(fakecuda.Public(d)); !errors.Is(err, cuda.ErrNotSupported) {
+	if _, err := cudamem.NewDeviceVMM(public(d)); !errors.Is(err, cuda.ErrNotSupported) {
 		t.Errorf("NewDeviceVMM without VMM = %v", err)
 	}
 	a := newArena(t, p, 0)
@@ -470,7 +473,7 @@ func TestFakeManaged(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewManaged(fakecuda.Public(d))
+	p, err := cudamem.NewManaged(public(d))
 	must(t, "NewManaged", err)
 	if p.Name() != "cuda-managed" || p.Kind() != arena.Managed || !p.Kind().HostAccessible() {
 		t.Fatalf("provider %s %s", p.Name(), p.Kind())
@@ -490,7 +493,7 @@ func TestFakeManaged(t *testing.T) {
 	if b[0] != 0 {
 		t.Error("Zero did not clear managed memory")
 	}
-	loc := fakecuda.Public(d).Location()
+	loc := public(d).Location()
 	must(t, "Prefetch to device", p.Prefetch(s.Base, s.Size, loc, 0))
 	must(t, "Prefetch to host", p.Prefetch(s.Base, s.Size, pcuda.HostLocation(), 0))
 	must(t, "Advise", p.Advise(s.Base, s.Size, pcuda.AdviseSetPreferredLocation, loc))
@@ -520,7 +523,7 @@ func TestFakeMultiGPU(t *testing.T) {
 	var arenas [2]*arena.Arena
 	for i := range arenas {
 		d := f.Open(t, i)
-		p, err := cudamem.NewDevice(fakecuda.Public(d))
+		p, err := cudamem.NewDevice(public(d))
 		must(t, "NewDevice", err)
 		arenas[i] = newArena(t, p.(counted), 0)
 	}

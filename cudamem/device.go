@@ -93,22 +93,18 @@ type DeviceVMM struct {
 // NewDeviceVMM returns a VMM provider on dev. It fails with an error wrapping cuda.ErrNotSupported
 // when the device lacks the VMM API.
 func NewDeviceVMM(pub *cuda.Device) (*DeviceVMM, error) {
-	dev, err := internalDevice(pub, "cuda-vmm")
+	b, err := newCUDABase(pub, "cuda-vmm", arena.Device)
 	if err != nil {
 		return nil, err
 	}
-	b, err := newCUDABase(dev, "cuda-vmm", arena.Device)
+	if !b.dev.VMMSupported() {
+		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", arena.ErrInvalid, b.dev.Ordinal(), icuda.ErrNotSupported)
+	}
+	v, err := newVMM(b, pub.Location(), []cuda.Location{pub.Location()}, "device")
 	if err != nil {
 		return nil, err
 	}
-	if !dev.VMMSupported() {
-		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", arena.ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
-	}
-	v, err := newVMM(b, dev.Location(), []icuda.Location{dev.Location()}, "device")
-	if err != nil {
-		return nil, err
-	}
-	return &DeviceVMM{vmm: v, deviceCapacity: deviceCapacity{dev}}, nil
+	return &DeviceVMM{vmm: v, deviceCapacity: deviceCapacity{b.dev}}, nil
 }
 
 // Zero implements arena.Zeroer with cuMemsetD8.
@@ -140,15 +136,12 @@ type DeviceMalloc struct {
 
 // NewDeviceMalloc returns a provider of device memory from cuMemAlloc.
 func NewDeviceMalloc(pub *cuda.Device) (*DeviceMalloc, error) {
-	dev, err := internalDevice(pub, "cuda-malloc")
+	b, err := newCUDABase(pub, "cuda-malloc", arena.Device)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWholeRegions(dev, "cuda-malloc", arena.Device, "cuMemAlloc", dev.MemAlloc, dev.MemFree)
-	if err != nil {
-		return nil, err
-	}
-	return &DeviceMalloc{w, deviceCapacity{dev}}, nil
+	w := newWholeRegions(b, "cuMemAlloc", b.dev.MemAlloc, b.dev.MemFree)
+	return &DeviceMalloc{w, deviceCapacity{b.dev}}, nil
 }
 
 // Zero implements arena.Zeroer with cuMemsetD8.
@@ -167,15 +160,13 @@ type Managed struct {
 // NewManaged returns a provider of managed memory attached globally (any stream, any
 // device).
 func NewManaged(pub *cuda.Device) (*Managed, error) {
-	dev, err := internalDevice(pub, "cuda-managed")
+	b, err := newCUDABase(pub, "cuda-managed", arena.Managed)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWholeRegions(dev, "cuda-managed", arena.Managed, "cuMemAllocManaged",
+	dev := b.dev
+	w := newWholeRegions(b, "cuMemAllocManaged",
 		func(n uintptr) (uintptr, error) { return dev.MemAllocManaged(n, icuda.MemAttachGlobal) }, dev.MemFreeManaged)
-	if err != nil {
-		return nil, err
-	}
 	return &Managed{w}, nil
 }
 
@@ -185,7 +176,7 @@ func (p *Managed) Zero(addr, size uintptr) error { return p.memset(addr, size) }
 // Prefetch queues a migration of [addr, addr+n) to loc (a device's Location, or
 // cuda.HostLocation()) on stream s, with the CUDA 12.2+ cuMemPrefetchAsync_v2.
 func (p *Managed) Prefetch(addr, n uintptr, loc cuda.Location, s cuda.Stream) error {
-	if err := p.dev.MemPrefetchAsync(addr, n, internalLocation(loc), s); err != nil {
+	if err := p.dev.MemPrefetchAsync(addr, n, memLocation(loc), s); err != nil {
 		return fmt.Errorf("%w: prefetch %d bytes at %#x to %+v: %w", arena.ErrInvalid, n, addr, loc, err)
 	}
 	return nil
@@ -194,13 +185,8 @@ func (p *Managed) Prefetch(addr, n uintptr, loc cuda.Location, s cuda.Stream) er
 // Advise gives the driver advice about [addr, addr+n) for loc, with the CUDA 12.2+
 // cuMemAdvise_v2.
 func (p *Managed) Advise(addr, n uintptr, advice cuda.Advice, loc cuda.Location) error {
-	if err := p.dev.MemAdvise(addr, n, icuda.Advice(advice), internalLocation(loc)); err != nil {
+	if err := p.dev.MemAdvise(addr, n, int32(advice), memLocation(loc)); err != nil {
 		return fmt.Errorf("%w: advice %d for %d bytes at %#x: %w", arena.ErrInvalid, advice, n, addr, err)
 	}
 	return nil
-}
-
-// internalLocation is loc in the internal binding's type (the same CUmemLocation fields).
-func internalLocation(loc cuda.Location) icuda.Location {
-	return icuda.Location{Type: icuda.LocationType(loc.Type), ID: loc.ID}
 }

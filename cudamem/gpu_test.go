@@ -36,7 +36,7 @@ func bestH2D(t *testing.T, d *cuda.Device, dst cuda.DevicePtr, src, n uintptr) f
 func TestCUDARegisteredBandwidth(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
 	const n = 256 << 20
-	p, err := cudamem.NewHost(fakecuda.Public(d), cudamem.HostOptions{})
+	p, err := cudamem.NewHost(public(d), cudamem.HostOptions{})
 	must(t, "NewHost", err)
 	a := newArena(t, p.(counted), 1<<30)
 	s, err := a.Alloc(n, arena.DefaultChunkSize)
@@ -65,10 +65,10 @@ func TestCUDARegisteredBandwidth(t *testing.T) {
 func TestCUDADeviceRoundTrip(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
 	providers := []func(*cuda.Device) (counted, error){
-		func(d *cuda.Device) (counted, error) { return cudamem.NewDeviceMalloc(fakecuda.Public(d)) },
+		func(d *cuda.Device) (counted, error) { return cudamem.NewDeviceMalloc(public(d)) },
 	}
 	if d.VMMSupported() {
-		providers = append(providers, func(d *cuda.Device) (counted, error) { return cudamem.NewDeviceVMM(fakecuda.Public(d)) })
+		providers = append(providers, func(d *cuda.Device) (counted, error) { return cudamem.NewDeviceVMM(public(d)) })
 	}
 	for _, mk := range providers {
 		p, err := mk(d)
@@ -106,7 +106,7 @@ func TestCUDAVMMDecommit(t *testing.T) {
 		}
 		return u
 	}
-	p, err := cudamem.NewDeviceVMM(fakecuda.Public(d))
+	p, err := cudamem.NewDeviceVMM(public(d))
 	must(t, "NewDeviceVMM", err)
 	a := newArena(t, p, 4<<30)
 	before := used()
@@ -133,7 +133,7 @@ func TestCUDAMultiGPU(t *testing.T) {
 	must(t, "Count", err)
 	for i := 0; i < n; i++ {
 		d := fakecuda.GPU(t, i)
-		p, err := cudamem.NewDevice(fakecuda.Public(d))
+		p, err := cudamem.NewDevice(public(d))
 		must(t, "NewDevice", err)
 		a := newArena(t, p.(counted), 0)
 		free, _, err := d.MemGetInfo()
@@ -157,7 +157,7 @@ func TestCUDAMultiGPU(t *testing.T) {
 // the commit's cost per GiB (arena Stats' CommitPerGiB); the release is not timed.
 func BenchmarkCUDAHostCommit(b *testing.B) {
 	d := fakecuda.GPU(b, 0)
-	pub := fakecuda.Public(d)
+	pub := public(d)
 	const n = 256 << 20
 	providers := []struct {
 		name string
@@ -207,11 +207,11 @@ func BenchmarkCUDAHostCommit(b *testing.B) {
 // in one call: the figures the bench's -commit suite reports, at test scale, for the GPU check.
 func TestCUDAParallelPin(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
-	if n, src, ok := cudamem.DeviceNode(fakecuda.Public(d)); ok {
+	if n, src, ok := cudamem.DeviceNode(public(d)); ok {
 		t.Logf("device 0 is nearest NUMA node %d (%s)", n, src)
 	}
 	for _, w := range []int{1, 2, 4, 8} {
-		p, err := cudamem.NewHost(fakecuda.Public(d), cudamem.HostOptions{})
+		p, err := cudamem.NewHost(public(d), cudamem.HostOptions{})
 		must(t, "NewHost", err)
 		a, err := arena.New(arena.Options{Provider: p, Capacity: 1 << 30, PurgeDelay: -1, CommitWorkers: w})
 		must(t, "arena.New", err)

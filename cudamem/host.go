@@ -92,32 +92,28 @@ type HostVMM struct {
 // cuda.ErrNotSupported when the driver has no VMM host memory, or none at the node o.NUMA asks
 // for.
 func NewHostVMM(pub *cuda.Device, o HostOptions) (*HostVMM, error) {
-	dev, err := internalDevice(pub, "cuda-host-vmm")
+	b, err := newCUDABase(pub, "cuda-host-vmm", arena.HostPinned)
 	if err != nil {
 		return nil, err
 	}
-	b, err := newCUDABase(dev, "cuda-host-vmm", arena.HostPinned)
-	if err != nil {
-		return nil, err
-	}
-	var devs []icuda.Location
+	var devs []cuda.Location
 	for _, d := range o.Devices {
-		l := icuda.Location{Type: icuda.LocationDevice, ID: d}
+		l := cuda.Location{Type: cuda.LocationDevice, ID: d}
 		if d < 0 {
 			return nil, fmt.Errorf("%w: device ordinal %d", arena.ErrInvalid, d)
 		}
-		if l != dev.Location() {
+		if l != pub.Location() {
 			devs = append(devs, l)
 		}
 	}
-	loc, fallback, err := hostLocation(dev, o.NUMA)
+	loc, fallback, err := hostLocation(b.dev, o.NUMA)
 	if err != nil {
 		return nil, err
 	}
 	v, err := newHostVMM(b, loc, devs)
 	if err != nil && fallback {
 		// The driver refuses the node found nearest the device: let it place the memory.
-		v, err = newHostVMM(b, icuda.Location{Type: icuda.LocationHost}, devs)
+		v, err = newHostVMM(b, cuda.HostLocation(), devs)
 	}
 	if err != nil {
 		return nil, err
@@ -128,8 +124,8 @@ func NewHostVMM(pub *cuda.Device, o HostOptions) (*HostVMM, error) {
 // newHostVMM makes the VMM machinery for host memory at loc, granted to the host, the device
 // and devs, after checking that the driver creates memory there: the granularity query and one
 // granule created and released (a driver may refuse a location at either).
-func newHostVMM(b *cudaBase, loc icuda.Location, devs []icuda.Location) (*vmm, error) {
-	access := append([]icuda.Location{loc, b.dev.Location()}, devs...)
+func newHostVMM(b *cudaBase, loc cuda.Location, devs []cuda.Location) (*vmm, error) {
+	access := append([]cuda.Location{loc, b.pub.Location()}, devs...)
 	v, err := newVMM(b, loc, access, "host")
 	if err != nil {
 		return nil, err
@@ -137,7 +133,7 @@ func newHostVMM(b *cudaBase, loc icuda.Location, devs []icuda.Location) (*vmm, e
 	if v.gran > arena.DefaultChunkSize {
 		return nil, fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", arena.ErrInvalid, v.gran, arena.DefaultChunkSize)
 	}
-	h, err := b.dev.MemCreateAt(v.gran, loc)
+	h, err := b.dev.MemCreateAt(v.gran, memLocation(loc))
 	if err = b.call(nil, 0, err); err != nil {
 		return nil, fmt.Errorf("%w: cuMemCreate of host memory at %+v on device %d: %w", arena.ErrInvalid, loc, b.dev.Ordinal(), err)
 	}
@@ -153,45 +149,43 @@ func newHostVMM(b *cudaBase, loc icuda.Location, devs []icuda.Location) (*vmm, e
 // (CUDA 13), which is also where it goes when no source knows the device's node. fallback says
 // that the HOST location may replace the node chosen if the driver refuses it (the node was
 // not asked for).
-func hostLocation(dev *icuda.Device, n arena.NUMA) (loc icuda.Location, fallback bool, err error) {
+func hostLocation(dev *icuda.Device, n arena.NUMA) (loc cuda.Location, fallback bool, err error) {
 	host, hasNUMA := dev.HostVMMSupported()
 	node, asked := n.Node()
 	switch {
 	case asked && node < 0:
-		return icuda.Location{}, false, fmt.Errorf("%w: NUMA node %d", arena.ErrInvalid, node)
+		return cuda.Location{}, false, fmt.Errorf("%w: NUMA node %d", arena.ErrInvalid, node)
 	case asked && hasNUMA:
-		return icuda.Location{Type: icuda.LocationHostNUMA, ID: node}, false, nil
+		return cuda.Location{Type: cuda.LocationHostNUMA, ID: node}, false, nil
 	case asked && host:
-		return icuda.Location{}, false, fmt.Errorf("%w: NUMA node %d asked, but the driver of device %d places host VMM memory on no chosen node: %w",
+		return cuda.Location{}, false, fmt.Errorf("%w: NUMA node %d asked, but the driver of device %d places host VMM memory on no chosen node: %w",
 			arena.ErrInvalid, node, dev.Ordinal(), icuda.ErrNotSupported)
 	case hasNUMA:
 		if id, _, ok := deviceNode(dev); ok {
-			return icuda.Location{Type: icuda.LocationHostNUMA, ID: id}, host, nil
+			return cuda.Location{Type: cuda.LocationHostNUMA, ID: id}, host, nil
 		}
 		if host {
-			return icuda.Location{Type: icuda.LocationHost}, false, nil
+			return cuda.HostLocation(), false, nil
 		}
-		return icuda.Location{Type: icuda.LocationHostNUMA, ID: 0}, false, nil
+		return cuda.Location{Type: cuda.LocationHostNUMA, ID: 0}, false, nil
 	case host:
-		return icuda.Location{Type: icuda.LocationHost}, false, nil
+		return cuda.HostLocation(), false, nil
 	}
-	return icuda.Location{}, false, fmt.Errorf("%w: the driver of device %d has no VMM host memory (device attributes 141 and 145): %w",
+	return cuda.Location{}, false, fmt.Errorf("%w: the driver of device %d has no VMM host memory (device attributes 141 and 145): %w",
 		arena.ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
 }
 
 // Node implements arena.Placer: the NUMA node the memory is created at, or arena.NodeUnknown
 // at the HOST location.
 func (p *HostVMM) Node() int {
-	if p.loc.Type == icuda.LocationHostNUMA {
+	if p.loc.Type == cuda.LocationHostNUMA {
 		return p.loc.ID
 	}
 	return arena.NodeUnknown
 }
 
 // Location returns where the provider's memory lives.
-func (p *HostVMM) Location() cuda.Location {
-	return cuda.Location{Type: cuda.LocationType(p.loc.Type), ID: p.loc.ID}
-}
+func (p *HostVMM) Location() cuda.Location { return p.loc }
 
 // Reserve implements arena.Provider. With HostOptions.Populate the region is committed whole.
 func (p *HostVMM) Reserve(size, alignment uintptr) (*arena.Region, error) {
@@ -255,16 +249,14 @@ type HostAlloc struct {
 
 // NewHostAlloc returns a provider of host memory from cuMemHostAlloc (portable, mapped).
 func NewHostAlloc(pub *cuda.Device) (*HostAlloc, error) {
-	dev, err := internalDevice(pub, "cuda-hostalloc")
+	b, err := newCUDABase(pub, "cuda-hostalloc", arena.HostPinned)
 	if err != nil {
 		return nil, err
 	}
 	const flags = icuda.HostAllocPortable | icuda.HostAllocDeviceMap
-	w, err := newWholeRegions(dev, "cuda-hostalloc", arena.HostPinned, "cuMemHostAlloc",
+	dev := b.dev
+	w := newWholeRegions(b, "cuMemHostAlloc",
 		func(n uintptr) (uintptr, error) { return dev.MemHostAlloc(n, flags) }, dev.MemFreeHost)
-	if err != nil {
-		return nil, err
-	}
 	return &HostAlloc{w}, nil
 }
 

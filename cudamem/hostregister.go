@@ -87,11 +87,7 @@ func (g hostReg) end() uintptr { return g.off + g.size }
 // nearest the device when a source knows it (DeviceNode); o.Node is not used. o.Devices does
 // not apply: a registration is portable to every device.
 func NewHostRegister(pub *cuda.Device, o HostOptions) (*HostRegister, error) {
-	dev, err := internalDevice(pub, "cuda-host-register")
-	if err != nil {
-		return nil, err
-	}
-	b, err := newCUDABase(dev, "cuda-host-register", arena.HostPinned)
+	b, err := newCUDABase(pub, "cuda-host-register", arena.HostPinned)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +99,7 @@ func NewHostRegister(pub *cuda.Device, o HostOptions) (*HostRegister, error) {
 	if o.NUMA == arena.NUMANearest {
 		// The node nearest the device, when a source knows it and the kernel has it online (a
 		// driver naming a node the kernel lacks is a broken host: placement is left to it).
-		if n, _, ok := deviceNode(dev); ok && slices.Contains(numa.Online(sysfsRoot), n) {
+		if n, _, ok := deviceNode(b.dev); ok && slices.Contains(numa.Online(sysfsRoot), n) {
 			ho.Node = arena.NUMANode(n)
 		}
 	}

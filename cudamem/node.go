@@ -54,7 +54,7 @@ var (
 // DeviceNode returns the host NUMA node nearest a CUDA device and which source said so
 // (NodeFromDriver, NodeFromSysfs, NodeFromNVML); ok is false when none knows.
 func DeviceNode(pub *cuda.Device) (node int, source string, ok bool) {
-	dev, err := icuda.Internal(pub)
+	dev, err := icuda.Of(pub)
 	if err != nil {
 		return arena.NodeUnknown, "", false
 	}

@@ -20,7 +20,7 @@ func TestFakeNUMAFromNVML(t *testing.T) {
 	lib := nvml.NewFakeDGXH100()
 	lib.Devices[2].PCI.Bus = 0x10
 	defer cudamem.SetNodeSources(t.TempDir(), func() nvml.Library { return lib })()
-	n, src, ok := cudamem.DeviceNode(fakecuda.Public(d))
+	n, src, ok := cudamem.DeviceNode(public(d))
 	var asked string
 	if len(lib.BusIDsAsked) > 0 {
 		asked = lib.BusIDsAsked[len(lib.BusIDsAsked)-1]
@@ -34,7 +34,7 @@ func TestFakeNUMAFromNVML(t *testing.T) {
 	}
 	failed := &nvml.Fake{InitReturn: nvml.ErrorLibraryNotFound}
 	defer cudamem.SetNodeSources(t.TempDir(), func() nvml.Library { return failed })()
-	if _, _, ok := cudamem.DeviceNode(fakecuda.Public(d)); ok {
+	if _, _, ok := cudamem.DeviceNode(public(d)); ok {
 		t.Error("DeviceNode found a node with NVML absent")
 	}
 	if failed.Inits != 1 || !failed.Balanced() {

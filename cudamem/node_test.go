@@ -37,7 +37,7 @@ func TestFakeNUMAPlacement(t *testing.T) {
 	f.SetDevices(3)
 	f.SetNUMANodes(2)
 	d1 := f.Open(t, 1)
-	pub := fakecuda.Public(d1)
+	pub := public(d1)
 	restore := cudamem.SetNodeSources(t.TempDir(), func() nvml.Library { return nil })
 	defer restore()
 
@@ -130,7 +130,7 @@ func TestFakeRegisterNUMA(t *testing.T) {
 		{"a node the kernel lacks", cudamem.HostOptions{}, 7, arena.NodeUnknown},
 	} {
 		f.SetHostNUMAID(0, c.id)
-		p, err := cudamem.NewHostRegister(fakecuda.Public(d), c.o)
+		p, err := cudamem.NewHostRegister(public(d), c.o)
 		must(t, c.what+": NewHostRegister", err)
 		if p.Node() != c.want {
 			t.Errorf("%s: node %d, want %d", c.what, p.Node(), c.want)
@@ -148,7 +148,7 @@ func TestFakeRegisterNUMA(t *testing.T) {
 		must(t, "Free", a.Free(s))
 	}
 	f.SetHostNUMAID(0, fakecuda.NUMADefault)
-	if _, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{NUMA: arena.NUMANode(60)}); !errors.Is(err, arena.ErrInvalid) {
+	if _, err := cudamem.NewHostRegister(public(d), cudamem.HostOptions{NUMA: arena.NUMANode(60)}); !errors.Is(err, arena.ErrInvalid) {
 		t.Errorf("NewHostRegister on node 60 = %v, want ErrInvalid", err)
 	}
 }

@@ -58,7 +58,7 @@ func TestFakeVMMParallel(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostVMM(fakecuda.Public(d), cudamem.HostOptions{})
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{})
 	must(t, "NewHostVMM", err)
 	if !p.Caps().Splits {
 		t.Fatal("VMM host memory does not split")
@@ -91,7 +91,7 @@ func TestFakeVMMFailureMidway(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostVMM(fakecuda.Public(d), cudamem.HostOptions{})
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{})
 	must(t, "NewHostVMM", err)
 	a := newWorkerArena(t, p, 1<<30, 4)
 	keep, err := a.Alloc(4<<20, 256) // something committed before, which must stay
@@ -132,7 +132,7 @@ func TestFakeRegisterParallel(t *testing.T) {
 		return
 	}
 	f.SetHostVMM(false)
-	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	p, err := cudamem.NewHostRegister(public(d), cudamem.HostOptions{})
 	must(t, "NewHostRegister", err)
 	a := newWorkerArena(t, p, 1<<30, 4)
 	madv := p.HostCounters().Madvise
@@ -180,7 +180,7 @@ func TestFakeRegisterFailureMidway(t *testing.T) {
 		return
 	}
 	f.SetHostVMM(false)
-	p, err := cudamem.NewHostRegister(fakecuda.Public(d), cudamem.HostOptions{})
+	p, err := cudamem.NewHostRegister(public(d), cudamem.HostOptions{})
 	must(t, "NewHostRegister", err)
 	a := newWorkerArena(t, p, 1<<30, 4)
 	f.FailAfter(fakecuda.CallRegister, 3, fakecuda.ResultOutOfMemory)

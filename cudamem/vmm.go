@@ -26,6 +26,7 @@ import (
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	"github.com/pinmalloc/pinmalloc/internal/bitset"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -35,8 +36,8 @@ import (
 // and the granule.
 type vmm struct {
 	*cudaBase
-	loc    icuda.Location   // where cuMemCreate puts the memory
-	access []icuda.Location // who may read and write it
+	loc    cuda.Location       // where cuMemCreate puts the memory
+	access []icuda.MemLocation // who may read and write it, as cuMemSetAccess takes them
 	gran   uintptr
 	what   string // "device" or "host", for errors
 	zero   bool   // a fresh physical allocation reads as zero (measured for host memory)
@@ -51,8 +52,8 @@ type vmmRegion struct {
 }
 
 // newVMM checks the granularity of loc and makes the machinery.
-func newVMM(b *cudaBase, loc icuda.Location, access []icuda.Location, what string) (*vmm, error) {
-	g, err := b.dev.MemGetAllocationGranularityAt(loc)
+func newVMM(b *cudaBase, loc cuda.Location, access []cuda.Location, what string) (*vmm, error) {
+	g, err := b.dev.MemGetAllocationGranularityAt(memLocation(loc))
 	if err != nil {
 		return nil, fmt.Errorf("%w: VMM allocation granularity of %s memory (location %+v) on device %d: %w",
 			arena.ErrInvalid, what, loc, b.dev.Ordinal(), err)
@@ -60,7 +61,11 @@ func newVMM(b *cudaBase, loc icuda.Location, access []icuda.Location, what strin
 	if !align.IsPow2(g) {
 		return nil, fmt.Errorf("%w: %s VMM granularity %d on device %d is not a power of two", arena.ErrInvalid, what, g, b.dev.Ordinal())
 	}
-	return &vmm{cudaBase: b, loc: loc, access: access, gran: g, what: what}, nil
+	locs := make([]icuda.MemLocation, len(access))
+	for i, l := range access {
+		locs[i] = memLocation(l)
+	}
+	return &vmm{cudaBase: b, loc: loc, access: locs, gran: g, what: what}, nil
 }
 
 // Caps implements arena.Provider.
@@ -137,7 +142,7 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 
 // mapGranule backs granule g with a new physical allocation, whose handle it stores in *h.
 func (p *vmm) mapGranule(r *arena.Region, g int, h *icuda.MemHandle) error {
-	m, err := p.dev.MemCreateAt(p.gran, p.loc)
+	m, err := p.dev.MemCreateAt(p.gran, memLocation(p.loc))
 	if err = p.call(&p.handles, 1, err); err != nil {
 		if errors.Is(err, icuda.ErrOutOfMemory) {
 			return err // Commit explains it

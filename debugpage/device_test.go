@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -16,7 +18,7 @@ func TestFakeDevice(t *testing.T) {
 	if f == nil {
 		return
 	}
-	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 64 << 20})
+	h, err := device.New(icuda.Wrap[*cuda.Device](dev), device.Options{Capacity: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

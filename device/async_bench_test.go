@@ -20,7 +20,7 @@ func BenchmarkFakeStagedCopy(b *testing.B) {
 	}
 	f.SkipData(true)
 	dev := f.Open(b, 0)
-	h, err := New(fakecuda.Public(dev), Options{Capacity: 64 << 20})
+	h, err := New(public(dev), Options{Capacity: 64 << 20})
 	must(b, "New", err)
 	b.Cleanup(func() { must(b, "Close", h.Close()) })
 	s, err := dev.StreamCreate(true)

@@ -166,11 +166,11 @@ const (
 
 // stage is a staging buffer for a kernel's job array: pinned host memory mapped for the device.
 type stage struct {
-	host uintptr         // host address, written by Copy
-	dptr icuda.DevicePtr // the device's address of the same memory
-	jobs int             // capacity in jobs
-	ev   icuda.Event     // recorded after the launch that reads the buffer
-	busy bool            // ev was recorded and may not have completed
+	host uintptr        // host address, written by Copy
+	dptr cuda.DevicePtr // the device's address of the same memory
+	jobs int            // capacity in jobs
+	ev   cuda.Event     // recorded after the launch that reads the buffer
+	busy bool           // ev was recorded and may not have completed
 }
 
 // Batcher moves batches of copy jobs with one kernel launch, one batch call or one copy per
@@ -193,7 +193,7 @@ type Batcher struct {
 
 	mu     sync.Mutex
 	closed bool
-	side   icuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
+	side   cuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
 	fences *icuda.EventPool
 	stages []*stage // FIFO: stages[0] is the least recently used
 
@@ -211,7 +211,7 @@ const dstBit = ^(^uintptr(0) >> 1)
 // MethodKernel it loads the kernel (one JIT compilation per process, cached by the driver
 // across processes).
 func NewBatcher(pub *cuda.Device, o BatchOptions) (*Batcher, error) {
-	dev, err := icuda.Internal(pub)
+	dev, err := icuda.Of(pub)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
@@ -367,7 +367,7 @@ func (b *Batcher) Calibration() (*Calibration, error) {
 // Copy queues every job on stream s and returns without waiting (see the file comment for the
 // stream guarantees and errors). An empty batch does nothing. The host side of each job must
 // stay allocated, and its bytes untouched, until s has passed the copy.
-func (b *Batcher) Copy(jobs []CopyJob, s icuda.Stream) error {
+func (b *Batcher) Copy(jobs []CopyJob, s cuda.Stream) error {
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -473,7 +473,7 @@ func sortSpans(s, tmp []span) []span {
 }
 
 // launch queues the kernel over jobs.
-func (b *Batcher) launch(jobs []CopyJob, s icuda.Stream) error {
+func (b *Batcher) launch(jobs []CopyJob, s cuda.Stream) error {
 	st, err := b.stage(len(jobs))
 	if err != nil {
 		return err
@@ -515,7 +515,7 @@ func (b *Batcher) launch(jobs []CopyJob, s icuda.Stream) error {
 }
 
 // fence makes the work queued on to from now on wait for the work queued on from so far.
-func (b *Batcher) fence(from, to icuda.Stream) error {
+func (b *Batcher) fence(from, to cuda.Stream) error {
 	ev, err := b.fences.Get()
 	if err != nil {
 		return err
@@ -607,7 +607,7 @@ func (b *Batcher) freeStage(st *stage) error {
 }
 
 // batch queues jobs with one cuMemcpyBatchAsync_v2 call.
-func (b *Batcher) batch(jobs []CopyJob, s icuda.Stream) error {
+func (b *Batcher) batch(jobs []CopyJob, s cuda.Stream) error {
 	b.dsts, b.srcs, b.sizes = b.dsts[:0], b.srcs[:0], b.sizes[:0]
 	for _, j := range jobs {
 		b.dsts = append(b.dsts, j.Dst)
@@ -638,7 +638,7 @@ func (b *Batcher) batch(jobs []CopyJob, s icuda.Stream) error {
 }
 
 // perCopy queues one cuMemcpyAsync per job.
-func (b *Batcher) perCopy(jobs []CopyJob, s icuda.Stream) error {
+func (b *Batcher) perCopy(jobs []CopyJob, s cuda.Stream) error {
 	for i, j := range jobs {
 		if err := b.dev.MemcpyAsync(j.Dst, j.Src, j.Len, s); err != nil {
 			return fmt.Errorf("device: copy job %d of %d (%d bytes from %#x to %#x; earlier jobs are queued): %w",

@@ -45,7 +45,7 @@ func benchBatcher(b *testing.B, dev *cuda.Device, gpu bool) {
 	host, d := hostMem(b, dev, 2*benchBatchBytes), devMem(b, dev, 2*benchBatchBytes)
 	for _, o := range []BatchOptions{{Method: MethodKernel}, {Method: MethodKernel, TrustNoOverlap: true},
 		{Method: MethodBatchAPI}, {Method: MethodPerCopy}} {
-		bt, err := NewBatcher(fakecuda.Public(dev), o)
+		bt, err := NewBatcher(public(dev), o)
 		if err != nil {
 			b.Logf("%s: %v", o.Method, err)
 			continue

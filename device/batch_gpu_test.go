@@ -37,7 +37,7 @@ func TestCUDABatcher(t *testing.T) {
 		{Method: MethodKernel}, {Method: MethodBatchAPI}, {Method: MethodPerCopy},
 		{Method: MethodKernel, LowPriority: true}, {Method: MethodKernel, MaxBlocks: 3, BlockThreads: 64},
 	} {
-		b, err := NewBatcher(fakecuda.Public(dev), o)
+		b, err := NewBatcher(public(dev), o)
 		if err != nil {
 			t.Logf("%+v: %v", o, err)
 			continue
@@ -158,7 +158,7 @@ func BenchmarkCUDABatcherInterference(b *testing.B) {
 		{"kernel-lowpriority", BatchOptions{Method: MethodKernel, TrustNoOverlap: true, LowPriority: true}},
 		{"batch-api", BatchOptions{Method: MethodBatchAPI, TrustNoOverlap: true}},
 	} {
-		bt, err := NewBatcher(fakecuda.Public(dev), c.o)
+		bt, err := NewBatcher(public(dev), c.o)
 		if err != nil {
 			b.Logf("%s: %v", c.name, err)
 			continue

@@ -19,7 +19,7 @@ import (
 // newBatcher makes a Batcher closed at cleanup.
 func newBatcher(t testing.TB, dev *cuda.Device, o BatchOptions) *Batcher {
 	t.Helper()
-	b, err := NewBatcher(fakecuda.Public(dev), o)
+	b, err := NewBatcher(public(dev), o)
 	must(t, "NewBatcher", err)
 	t.Cleanup(func() { must(t, "Batcher.Close", b.Close()) })
 	return b
@@ -172,7 +172,7 @@ func TestBatcherOptions(t *testing.T) {
 	for _, o := range []BatchOptions{
 		{Method: MethodPerCopy + 1}, {MaxBlocks: -1}, {BlockThreads: 100}, {BlockThreads: 2048},
 	} {
-		if _, err := NewBatcher(fakecuda.Public(dev), o); !errors.Is(err, ErrInvalidOptions) {
+		if _, err := NewBatcher(public(dev), o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("NewBatcher(%+v) = %v, want ErrInvalidOptions", o, err)
 		}
 	}
@@ -224,7 +224,7 @@ func TestBatcherAuto(t *testing.T) {
 		return
 	}
 	f.FailModuleLoad(1, fakecuda.ResultInvalidPTX)
-	if _, err := NewBatcher(fakecuda.Public(dev), BatchOptions{Method: MethodKernel}); !errors.Is(err, ErrMethodUnsupported) {
+	if _, err := NewBatcher(public(dev), BatchOptions{Method: MethodKernel}); !errors.Is(err, ErrMethodUnsupported) {
 		t.Errorf("forced kernel with the PTX refused: %v", err)
 	}
 	f.FailModuleLoad(1, fakecuda.ResultInvalidPTX)

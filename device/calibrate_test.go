@@ -226,7 +226,7 @@ func TestBatcherSMShare(t *testing.T) {
 		}
 	}
 	for _, share := range []float64{-0.1, 1.5, math.NaN(), math.Inf(1)} {
-		if _, err := NewBatcher(fakecuda.Public(dev), BatchOptions{SMShare: share}); !errors.Is(err, ErrInvalidOptions) {
+		if _, err := NewBatcher(public(dev), BatchOptions{SMShare: share}); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("SMShare %v: %v, want ErrInvalidOptions", share, err)
 		}
 	}

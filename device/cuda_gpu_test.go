@@ -63,7 +63,7 @@ func TestCUDARoundTrip(t *testing.T) {
 // driver's stream-ordered pool (BenchmarkCUDAMemAllocAsync).
 func BenchmarkCUDAHeapAllocFree(b *testing.B) {
 	dev := fakecuda.GPU(b, 0)
-	h, err := New(fakecuda.Public(dev), Options{Capacity: 1 << 30})
+	h, err := New(public(dev), Options{Capacity: 1 << 30})
 	must(b, "New", err)
 	s, err := dev.StreamCreate(true)
 	must(b, "StreamCreate", err)

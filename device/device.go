@@ -135,7 +135,8 @@ const pressureTries = 3
 
 // Heap allocates device memory with stream-ordered frees. See the package documentation.
 type Heap struct {
-	dev    *icuda.Device
+	pub    *cuda.Device  // the device given to New (or opened: ownDev)
+	dev    *icuda.Device // the binding inside pub
 	ownDev bool
 	a      *arena.Arena
 	g      *heap.Group
@@ -179,7 +180,7 @@ type Stats struct {
 
 // New creates a heap of memory on dev, which must stay open until Close.
 func New(dev *cuda.Device, o Options) (*Heap, error) {
-	d, err := icuda.Internal(dev)
+	d, err := icuda.Of(dev)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
@@ -212,7 +213,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		return nil, err
 	}
 	h := &Heap{
-		dev: d, a: a, g: g, align: o.Align,
+		pub: dev, dev: d, a: a, g: g, align: o.Align,
 		streams: map[cuda.Stream]*heap.Heap{},
 		seen:    map[cuda.Stream]bool{}, deferred: map[cuda.DevicePtr]bool{},
 		events: icuda.NewEventPool(d),
@@ -254,7 +255,7 @@ func Open(ordinal int, o Options) (*Heap, error) {
 }
 
 // Device returns the heap's device.
-func (h *Heap) Device() *cuda.Device { return icuda.Public(h.dev).(*cuda.Device) }
+func (h *Heap) Device() *cuda.Device { return h.pub }
 
 // Arena returns the heap's arena.
 func (h *Heap) Arena() *arena.Arena { return h.a }

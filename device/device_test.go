@@ -13,10 +13,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
+
+// public is d, a device opened through the binding (fakecuda), as the public API takes it.
+func public(d *cuda.Device) *pcuda.Device { return cuda.Wrap[*pcuda.Device](d) }
 
 func must(t testing.TB, what string, err error) {
 	t.Helper()
@@ -29,7 +33,7 @@ func must(t testing.TB, what string, err error) {
 // is left.
 func newHeap(t *testing.T, dev *cuda.Device, o Options) *Heap {
 	t.Helper()
-	h, err := New(fakecuda.Public(dev), o)
+	h, err := New(public(dev), o)
 	must(t, "New", err)
 	t.Cleanup(func() {
 		if !h.closed {
@@ -250,7 +254,7 @@ func TestFakeErrors(t *testing.T) {
 	if _, err := New(nil, Options{}); !errors.Is(err, cuda.ErrNoDriver) {
 		t.Errorf("New(nil) = %v", err)
 	}
-	if _, err := New(fakecuda.Public(dev), Options{Align: 128}); !errors.Is(err, ErrInvalidOptions) {
+	if _, err := New(public(dev), Options{Align: 128}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("New with 128-byte alignment = %v", err)
 	}
 }
@@ -419,7 +423,7 @@ func TestPressureHook(t *testing.T) {
 	var held []cuda.DevicePtr
 	var h *Heap
 	calls, armed := 0, false
-	h, err := New(fakecuda.Public(dev), Options{Capacity: 4 << 20, Pressure: func(n uintptr, s cuda.Stream) bool {
+	h, err := New(public(dev), Options{Capacity: 4 << 20, Pressure: func(n uintptr, s cuda.Stream) bool {
 		calls++
 		if !armed || len(held) == 0 {
 			return false

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
 // ErrQuota means an allocation would take the heap's live bytes beyond Options.Quota.

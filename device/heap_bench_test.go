@@ -17,7 +17,7 @@ func BenchmarkHeapBulk(b *testing.B) {
 		return
 	}
 	dev := f.Open(b, 0)
-	h, err := New(fakecuda.Public(dev), Options{Capacity: 64 << 20, PurgeDelay: -1})
+	h, err := New(public(dev), Options{Capacity: 64 << 20, PurgeDelay: -1})
 	must(b, "New", err)
 	b.Cleanup(func() { must(b, "Close", h.Close()) })
 	s, err := dev.StreamCreate(true)

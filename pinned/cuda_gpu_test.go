@@ -150,7 +150,7 @@ func TestFakeHostProvidersCopy(t *testing.T) {
 }
 
 func hostProvidersCopy(t *testing.T, d *cuda.Device, log2max int) {
-	pub := fakecuda.Public(d)
+	pub := public(d)
 	for _, name := range []string{"vmm", "register"} {
 		t.Run(name, func(t *testing.T) {
 			var prov arena.Provider

@@ -147,7 +147,7 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 	}
 	o := &streamOrder{}
 	if d, ok := prov.(interface{ Device() *cuda.Device }); ok {
-		dev, err := icuda.Internal(d.Device())
+		dev, err := icuda.Of(d.Device())
 		if err != nil {
 			return nil, err
 		}

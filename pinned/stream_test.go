@@ -28,6 +28,9 @@ type asyncRig struct {
 	s    cuda.Stream
 }
 
+// public is d, a device opened through the binding (fakecuda), as the public API takes it.
+func public(d *cuda.Device) *pubcuda.Device { return cuda.Wrap[*pubcuda.Device](d) }
+
 func newAsyncRig(t *testing.T, o pinned.Options) *asyncRig {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -39,7 +42,7 @@ func newAsyncRig(t *testing.T, o pinned.Options) *asyncRig {
 	}
 	r := &asyncRig{t: t, f: f, dev: dev, pool: newPool(t, o)}
 	var err error
-	if r.heap, err = device.New(fakecuda.Public(dev), device.Options{Capacity: 64 << 20}); err != nil {
+	if r.heap, err = device.New(public(dev), device.Options{Capacity: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	r.s = r.stream()
@@ -474,7 +477,7 @@ func TestFakeStreamOfAnotherDevice(t *testing.T) {
 	f.SetDevices(2)
 	dev1 := f.Open(t, 1)
 	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 64 << 20, Devices: []int{1}})
-	h, err := device.New(fakecuda.Public(dev1), device.Options{Capacity: 16 << 20})
+	h, err := device.New(public(dev1), device.Options{Capacity: 16 << 20})
 	ok(t, "device.New on device 1", err)
 	s1, err := dev1.StreamCreate(true)
 	ok(t, "StreamCreate on device 1", err)

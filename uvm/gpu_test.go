@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -46,13 +47,15 @@ func managedWarmEviction(t *testing.T, dev *icuda.Device, n uintptr) float64 {
 	p, err := dev.MemAllocManaged(n, icuda.MemAttachGlobal)
 	must(t, err)
 	defer func() { must(t, dev.MemFreeManaged(p)) }()
+	toDevice := icuda.MemLocation{Type: int32(cuda.LocationDevice), ID: int32(dev.Ordinal())}
+	toHost := icuda.MemLocation{Type: int32(cuda.LocationHost)}
 	best := 0.0
 	for round := 0; round < 3; round++ {
-		must(t, dev.MemPrefetchAsync(p, n, dev.Location(), s))
+		must(t, dev.MemPrefetchAsync(p, n, toDevice, s))
 		must(t, dev.MemsetD8Async(p, byte(round), n, s)) // resident and written on the device
 		must(t, dev.StreamSynchronize(s))
 		start := time.Now()
-		must(t, dev.MemPrefetchAsync(p, n, icuda.HostLocation(), s))
+		must(t, dev.MemPrefetchAsync(p, n, toHost, s))
 		must(t, dev.StreamSynchronize(s))
 		g := gbps(int(n), time.Since(start))
 		if round == 0 {
@@ -80,10 +83,10 @@ func tierBandwidth(t *testing.T, dev *icuda.Device, size int) bandwidth {
 	n := gpuBatch / size
 	// A heap with room beside the budget, so that a restore does not wait for the VRAM of the
 	// eviction it overlaps, that keeps its memory committed (as the tier's own heap does).
-	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 3*gpuBatch + 64<<20, Align: 256, PurgeDelay: -1})
+	h, err := device.New(public(dev), device.Options{Capacity: 3*gpuBatch + 64<<20, Align: 256, PurgeDelay: -1})
 	must(t, err)
 	defer func() { must(t, h.Close()) }()
-	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: gpuBatch, HostCapacity: 4 * gpuBatch, Heap: h})
+	tr, err := uvm.New(public(dev), uvm.Options{DeviceBudget: gpuBatch, HostCapacity: 4 * gpuBatch, Heap: h})
 	must(t, err)
 	s := stream(t, dev)
 	defer func() { must(t, h.ForgetStream(s)) }()

@@ -21,7 +21,7 @@ func TestHostCopyOutlivesFree(t *testing.T) {
 	const size = 64 * kib
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 4 * size})
 	s := stream(t, dev)
-	dh, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 8 << 20})
+	dh, err := device.New(public(dev), device.Options{Capacity: 8 << 20})
 	must(t, err)
 	defer func() {
 		must(t, dh.Sync())

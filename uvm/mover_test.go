@@ -39,7 +39,7 @@ func TestMovers(t *testing.T) {
 		{"kernel-precommitted", "kernel", func(o *uvm.Options) { o.HostPrecommit = 1 << 20 },
 			func(b, a counts) bool { return a.launches > b.launches }},
 		{"per-job", "custom", func(o *uvm.Options) {
-			m, err := uvm.PerJobMover(fakecuda.Public(dev))
+			m, err := uvm.PerJobMover(public(dev))
 			must(t, err)
 			o.Mover = m
 		}, func(b, a counts) bool {
@@ -126,7 +126,7 @@ func TestPerJobMover(t *testing.T) {
 	if _, err := uvm.PerJobMover(nil); !errors.Is(err, uvm.ErrInvalidOptions) {
 		t.Errorf("PerJobMover(nil): %v", err)
 	}
-	m, err := uvm.PerJobMover(fakecuda.Public(dev))
+	m, err := uvm.PerJobMover(public(dev))
 	must(t, err)
 	if b, ok := m.(*device.Batcher); !ok || b.Method() != device.MethodPerCopy {
 		t.Fatalf("PerJobMover is %T, want a per-copy *device.Batcher", m)

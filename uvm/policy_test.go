@@ -31,7 +31,7 @@ func TestScanResistance(t *testing.T) {
 		wantMisses int
 	}{{uvm.LRU(), 4}, {uvm.TwoQ(), 0}} {
 		const size = 16 * kib
-		tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: 8 * size, Policy: tc.pol})
+		tr, err := uvm.New(public(dev), uvm.Options{DeviceBudget: 8 * size, Policy: tc.pol})
 		must(t, err)
 		s := stream(t, dev)
 		alloc := func(n int) []uvm.Handle { return allocN(t, tr, n, size) }

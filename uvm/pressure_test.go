@@ -25,10 +25,10 @@ func TestSharedHeapPressure(t *testing.T) {
 	}
 	const size, n = 256 * kib, 24
 	var prevCalls int
-	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 8 << 20, Align: 256,
+	h, err := device.New(public(dev), device.Options{Capacity: 8 << 20, Align: 256,
 		Pressure: func(uintptr, cuda.Stream) bool { prevCalls++; return false }})
 	must(t, err)
-	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: n * size, Heap: h})
+	tr, err := uvm.New(public(dev), uvm.Options{DeviceBudget: n * size, Heap: h})
 	must(t, err)
 	s, su := stream(t, dev), stream(t, dev)
 	hs := make([]uvm.Handle, n)
@@ -122,9 +122,9 @@ func TestSharedHeapConcurrent(t *testing.T) {
 		return
 	}
 	const size, workers, per = 64 * kib, 4, 24
-	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 8 << 20, Align: 256})
+	h, err := device.New(public(dev), device.Options{Capacity: 8 << 20, Align: 256})
 	must(t, err)
-	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: 5 << 20, Heap: h})
+	tr, err := uvm.New(public(dev), uvm.Options{DeviceBudget: 5 << 20, Heap: h})
 	must(t, err)
 	su := stream(t, dev)
 	streams := make([]cuda.Stream, workers)
@@ -227,9 +227,9 @@ func TestSpareVRAM(t *testing.T) {
 		return
 	}
 	const budget = 4 << 20
-	h, err := device.New(fakecuda.Public(dev), device.Options{Capacity: 6 << 20, Align: 256, PurgeDelay: -1})
+	h, err := device.New(public(dev), device.Options{Capacity: 6 << 20, Align: 256, PurgeDelay: -1})
 	must(t, err)
-	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: budget, Heap: h})
+	tr, err := uvm.New(public(dev), uvm.Options{DeviceBudget: budget, Heap: h})
 	must(t, err)
 	s, su := stream(t, dev), stream(t, dev)
 	small := filled(t, tr, budget/(64*kib), 64*kib)

@@ -29,7 +29,7 @@ type model struct {
 // semantics in C), closed at cleanup.
 func kernelMover(t testing.TB, dev *icuda.Device) *device.Batcher {
 	t.Helper()
-	b, err := device.NewBatcher(fakecuda.Public(dev), device.BatchOptions{})
+	b, err := device.NewBatcher(public(dev), device.BatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func runProperty(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, over int, 
 	rng := rand.New(rand.NewPCG(seed, 42))
 	mv := &flakyMover{next: kernelMover(t, dev)}
 	jobs := f.GatherJobs()
-	tr, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: budget, Policy: pol, Mover: mv, ThrashLapse: -1})
+	tr, err := uvm.New(public(dev), uvm.Options{DeviceBudget: budget, Policy: pol, Mover: mv, ThrashLapse: -1})
 	must(t, err)
 	streams := []cuda.Stream{stream(t, dev), stream(t, dev)}
 	var blocks []*model

@@ -189,7 +189,7 @@ type scratch struct {
 
 // New creates a tier on dev, which must stay open until Close.
 func New(pub *cuda.Device, o Options) (*Tier, error) {
-	dev, err := icuda.Internal(pub)
+	dev, err := icuda.Of(pub)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}

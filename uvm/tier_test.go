@@ -18,9 +18,12 @@ import (
 const kib = 1 << 10
 
 // newTier makes a tier on dev, closed (and checked for leaks) at cleanup.
+// public is d, a device opened through the binding (fakecuda), as the public API takes it.
+func public(d *icuda.Device) *cuda.Device { return icuda.Wrap[*cuda.Device](d) }
+
 func newTier(t testing.TB, dev *icuda.Device, o uvm.Options) *uvm.Tier {
 	t.Helper()
-	tr, err := uvm.New(fakecuda.Public(dev), o)
+	tr, err := uvm.New(public(dev), o)
 	if err != nil {
 		t.Fatalf("uvm.New: %v", err)
 	}
@@ -186,10 +189,10 @@ func TestBadInput(t *testing.T) {
 	}
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
 	s1, s2 := stream(t, dev), stream(t, dev)
-	if _, err := uvm.New(fakecuda.Public(dev), uvm.Options{}); !errors.Is(err, uvm.ErrInvalidOptions) {
+	if _, err := uvm.New(public(dev), uvm.Options{}); !errors.Is(err, uvm.ErrInvalidOptions) {
 		t.Errorf("New without a budget: %v", err)
 	}
-	if _, err := uvm.New(fakecuda.Public(dev), uvm.Options{DeviceBudget: 1 << 20, HostCapacity: 1 << 20, HostPrecommit: 2 << 20}); !errors.Is(err, uvm.ErrInvalidOptions) {
+	if _, err := uvm.New(public(dev), uvm.Options{DeviceBudget: 1 << 20, HostCapacity: 1 << 20, HostPrecommit: 2 << 20}); !errors.Is(err, uvm.ErrInvalidOptions) {
 		t.Errorf("New with HostPrecommit above HostCapacity: %v", err)
 	}
 	if _, err := tr.Alloc(0); !errors.Is(err, uvm.ErrInvalidOptions) {

@@ -149,7 +149,7 @@ func run(args []string, out io.Writer) (err error) {
 	defer func() { err = errors.Join(err, pub.Close()) }()
 	// The tier takes the public device; the example's own device work (the memsets and copies
 	// that stand for a model's kernels) goes through the same device's internal binding.
-	dev, err := icuda.Internal(pub)
+	dev, err := icuda.Of(pub)
 	if err != nil {
 		return err
 	}

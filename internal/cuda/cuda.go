@@ -117,52 +117,11 @@ const (
 	AttrMemoryPoolsSupported = 115
 )
 
-// LocationType says what a Location's ID means (CUmemLocationType).
-type LocationType int32
-
-// Location types.
-const (
-	// LocationInvalid is the zero LocationType.
-	LocationInvalid LocationType = 0
-	// LocationDevice is a device; the ID is its ordinal.
-	LocationDevice LocationType = 1
-	// LocationHost is host memory; the ID is ignored.
-	LocationHost LocationType = 2
-	// LocationHostNUMA is a host NUMA node; the ID is the node.
-	LocationHostNUMA LocationType = 3
-	// LocationHostNUMACurrent is the NUMA node of the calling thread; the ID is ignored.
-	LocationHostNUMACurrent LocationType = 4
-)
-
-// Location is where managed memory is prefetched to or advised about (CUmemLocation).
-type Location struct {
-	// Type says what ID means.
-	Type LocationType
-	// ID is a device ordinal or NUMA node, depending on Type.
-	ID int
-}
-
-// HostLocation returns the Location of host memory.
-func HostLocation() Location { return Location{Type: LocationHost} }
-
-// Advice is a hint for MemAdvise (CUmem_advise).
-type Advice int32
-
-// Advice values.
-const (
-	// AdviseSetReadMostly marks the range as mostly read: processors keep read-only copies.
-	AdviseSetReadMostly Advice = 1
-	// AdviseUnsetReadMostly undoes AdviseSetReadMostly.
-	AdviseUnsetReadMostly Advice = 2
-	// AdviseSetPreferredLocation makes the location the range's preferred home.
-	AdviseSetPreferredLocation Advice = 3
-	// AdviseUnsetPreferredLocation clears the preferred location.
-	AdviseUnsetPreferredLocation Advice = 4
-	// AdviseSetAccessedBy keeps the range mapped for the location to avoid faults.
-	AdviseSetAccessedBy Advice = 5
-	// AdviseUnsetAccessedBy undoes AdviseSetAccessedBy.
-	AdviseUnsetAccessedBy Advice = 6
-)
+// MemLocation is a CUmemLocation as the driver takes it: a CU_MEM_LOCATION_TYPE_* and an id
+// whose meaning the type gives (a device ordinal, a host NUMA node). The module's vocabulary is
+// the public cuda.Location, with its typed constants; the packages above this binding convert
+// one to the other where they call it (cudamem).
+type MemLocation struct{ Type, ID int32 }
 
 // libName is the driver library opened by Load.
 const libName = "libcuda.so.1"

@@ -113,3 +113,22 @@ func TestStatsLive(t *testing.T) {
 		t.Errorf("zero Stats not zero")
 	}
 }
+
+// Locations and advice as cuda.h numbers them (CU_MEM_LOCATION_TYPE_*, CU_MEM_ADVISE_*), for
+// the tests of this binding; the typed vocabulary is the public package's.
+const (
+	locDevice = 1
+	locHost   = 2
+
+	adviseSetReadMostly          = 1
+	adviseUnsetReadMostly        = 2
+	adviseSetPreferredLocation   = 3
+	adviseUnsetPreferredLocation = 4
+	adviseSetAccessedBy          = 5
+)
+
+// hostLoc is the host as a location.
+var hostLoc = MemLocation{Type: locHost}
+
+// deviceLoc is device d as a location.
+func deviceLoc(d *Device) MemLocation { return MemLocation{Type: locDevice, ID: int32(d.Ordinal())} }

@@ -125,8 +125,6 @@ type Device struct {
 	deviceAllocs, managedAllocs, hostAllocs, hostRegs atomic.Int64
 	reservations, handles, streams, events            atomic.Int64
 	modules                                           atomic.Int64
-
-	public any // the public package's wrapper, made by Public; guarded by publicMu
 }
 
 // Open initializes the driver (once) and retains the primary context of the device with the
@@ -169,9 +167,6 @@ func (d *Device) Ordinal() int { return d.ordinal }
 
 // Context returns the primary context (CUcontext) as a raw handle, for other bindings.
 func (d *Device) Context() uintptr { return d.ctx }
-
-// Location returns this device as a Location.
-func (d *Device) Location() Location { return Location{Type: LocationDevice, ID: d.ordinal} }
 
 // Stats returns the counts of resources live through this Device.
 func (d *Device) Stats() Stats {
@@ -402,15 +397,15 @@ func (d *Device) MemSetAccess(p DevicePtr, size uintptr) error {
 	return d.Do(func() error { return d.drv.memSetAccess(p, size, d.ordinal) })
 }
 
-// MemPrefetchAsync queues a migration of the managed range [p, p+n) to loc (d.Location() or
-// HostLocation()) on stream s, through cuMemPrefetchAsync_v2 (CUDA 12.2 or later).
-func (d *Device) MemPrefetchAsync(p DevicePtr, n uintptr, loc Location, s Stream) error {
+// MemPrefetchAsync queues a migration of the managed range [p, p+n) to loc (a device, or the
+// host) on stream s, through cuMemPrefetchAsync_v2 (CUDA 12.2 or later).
+func (d *Device) MemPrefetchAsync(p DevicePtr, n uintptr, loc MemLocation, s Stream) error {
 	return d.Do(func() error { return d.drv.memPrefetchAsync(p, n, loc, s) })
 }
 
 // MemAdvise gives advice about the managed range [p, p+n) for loc, through cuMemAdvise_v2
 // (CUDA 12.2 or later).
-func (d *Device) MemAdvise(p DevicePtr, n uintptr, advice Advice, loc Location) error {
+func (d *Device) MemAdvise(p DevicePtr, n uintptr, advice int32, loc MemLocation) error {
 	return d.Do(func() error { return d.drv.memAdvise(p, n, advice, loc) })
 }
 

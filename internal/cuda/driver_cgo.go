@@ -774,13 +774,13 @@ func (dr *driver) memSetAccess(p DevicePtr, size uintptr, ordinal int) error {
 	})
 }
 
-func (dr *driver) memPrefetchAsync(p DevicePtr, n uintptr, loc Location, s Stream) error {
+func (dr *driver) memPrefetchAsync(p DevicePtr, n uintptr, loc MemLocation, s Stream) error {
 	return dr.call(symMemPrefetchAsync, func(f C.uintptr_t) C.int {
 		return C.pm_memPrefetchAsync(f, C.pmDevPtr(p), C.size_t(n), C.int(loc.Type), C.int(loc.ID), C.uintptr_t(s))
 	})
 }
 
-func (dr *driver) memAdvise(p DevicePtr, n uintptr, advice Advice, loc Location) error {
+func (dr *driver) memAdvise(p DevicePtr, n uintptr, advice int32, loc MemLocation) error {
 	return dr.call(symMemAdvise, func(f C.uintptr_t) C.int {
 		return C.pm_memAdvise(f, C.pmDevPtr(p), C.size_t(n), C.int(advice), C.int(loc.Type), C.int(loc.ID))
 	})

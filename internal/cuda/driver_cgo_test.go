@@ -42,7 +42,7 @@ func TestMissingSymbol(t *testing.T) {
 	if err2 == nil || err2.Error() != err.Error() {
 		t.Errorf("second call = %v, want %v", err2, err)
 	}
-	if err := dr.memPrefetchAsync(0, 0, HostLocation(), 0); !errors.Is(err, ErrSymbol) ||
+	if err := dr.memPrefetchAsync(0, 0, hostLoc, 0); !errors.Is(err, ErrSymbol) ||
 		!strings.Contains(err.Error(), "cuMemPrefetchAsync_v2") {
 		t.Errorf("memPrefetchAsync on libc = %v", err)
 	}

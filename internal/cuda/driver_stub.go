@@ -67,17 +67,17 @@ func (*driver) memRelease(MemHandle) error                            { return e
 func (*driver) memMap(DevicePtr, uintptr, MemHandle) error            { return errStub }
 func (*driver) memUnmap(DevicePtr, uintptr) error                     { return errStub }
 func (*driver) memSetAccess(DevicePtr, uintptr, int) error            { return errStub }
-func (*driver) memPrefetchAsync(DevicePtr, uintptr, Location, Stream) error {
+func (*driver) memPrefetchAsync(DevicePtr, uintptr, MemLocation, Stream) error {
 	return errStub
 }
-func (*driver) memAdvise(DevicePtr, uintptr, Advice, Location) error { return errStub }
-func (*driver) streamCreate(uint32) (Stream, error)                  { return 0, errStub }
-func (*driver) streamDestroy(Stream) error                           { return errStub }
-func (*driver) streamSynchronize(Stream) error                       { return errStub }
-func (*driver) streamQuery(Stream) error                             { return errStub }
-func (*driver) eventCreate(uint32) (Event, error)                    { return 0, errStub }
-func (*driver) eventRecord(Event, Stream) error                      { return errStub }
-func (*driver) eventQuery(Event) error                               { return errStub }
-func (*driver) eventSynchronize(Event) error                         { return errStub }
-func (*driver) eventDestroy(Event) error                             { return errStub }
-func (*driver) eventElapsed(Event, Event) (float32, error)           { return 0, errStub }
+func (*driver) memAdvise(DevicePtr, uintptr, int32, MemLocation) error { return errStub }
+func (*driver) streamCreate(uint32) (Stream, error)                    { return 0, errStub }
+func (*driver) streamDestroy(Stream) error                             { return errStub }
+func (*driver) streamSynchronize(Stream) error                         { return errStub }
+func (*driver) streamQuery(Stream) error                               { return errStub }
+func (*driver) eventCreate(uint32) (Event, error)                      { return 0, errStub }
+func (*driver) eventRecord(Event, Stream) error                        { return errStub }
+func (*driver) eventQuery(Event) error                                 { return errStub }
+func (*driver) eventSynchronize(Event) error                           { return errStub }
+func (*driver) eventDestroy(Event) error                               { return errStub }
+func (*driver) eventElapsed(Event, Event) (float32, error)             { return 0, errStub }

@@ -374,16 +374,16 @@ func exerciseFake(t *testing.T, path string) {
 	must(t, "StreamCreate", err)
 	mp, err := d.MemAllocManaged(n, MemAttachGlobal)
 	must(t, "MemAllocManaged", err)
-	must(t, "MemAdvise", d.MemAdvise(mp, n, AdviseSetPreferredLocation, d.Location()))
-	must(t, "MemAdvise host", d.MemAdvise(mp, n, AdviseSetAccessedBy, HostLocation()))
-	must(t, "MemPrefetchAsync", d.MemPrefetchAsync(mp, n, d.Location(), s))
+	must(t, "MemAdvise", d.MemAdvise(mp, n, adviseSetPreferredLocation, deviceLoc(d)))
+	must(t, "MemAdvise host", d.MemAdvise(mp, n, adviseSetAccessedBy, hostLoc))
+	must(t, "MemPrefetchAsync", d.MemPrefetchAsync(mp, n, deviceLoc(d), s))
 	if err := d.StreamQuery(s); !errors.Is(err, ErrNotReady) {
 		t.Errorf("StreamQuery with work pending = %v, want ErrNotReady", err)
 	}
-	must(t, "MemPrefetchAsync host", d.MemPrefetchAsync(mp, n, HostLocation(), s))
+	must(t, "MemPrefetchAsync host", d.MemPrefetchAsync(mp, n, hostLoc, s))
 	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	must(t, "StreamQuery", d.StreamQuery(s))
-	if err := d.MemPrefetchAsync(mp, n, Location{Type: LocationDevice, ID: 3}, s); !errors.Is(err, ErrInvalidValue) {
+	if err := d.MemPrefetchAsync(mp, n, MemLocation{Type: locDevice, ID: 3}, s); !errors.Is(err, ErrInvalidValue) {
 		t.Errorf("prefetch to a bad location = %v", err)
 	}
 	must(t, "MemFreeManaged", d.MemFreeManaged(mp))

@@ -8,10 +8,10 @@ const (
 	// driver does not know it.
 	AttrHostNUMAID = 134
 	// AttrHostNUMAVirtualMemoryManagementSupported is 1 when MemCreateAt accepts host NUMA
-	// locations (LocationHostNUMA).
+	// locations (CU_MEM_LOCATION_TYPE_HOST_NUMA).
 	AttrHostNUMAVirtualMemoryManagementSupported = 141
 	// AttrHostVirtualMemoryManagementSupported is 1 when MemCreateAt accepts the host location
-	// (LocationHost), CUDA 13 and later.
+	// (CU_MEM_LOCATION_TYPE_HOST), CUDA 13 and later.
 	AttrHostVirtualMemoryManagementSupported = 145
 )
 
@@ -33,18 +33,18 @@ func (d *Device) HostNUMAID() (int, bool) {
 }
 
 // MemGetAllocationGranularityAt returns the minimum granularity of a physical allocation at
-// loc (a device, LocationHost or a LocationHostNUMA node).
-func (d *Device) MemGetAllocationGranularityAt(loc Location) (g uintptr, err error) {
+// loc (a device, the host or a host NUMA node).
+func (d *Device) MemGetAllocationGranularityAt(loc MemLocation) (g uintptr, err error) {
 	err = d.Do(func() (e error) { g, e = d.drv.memGetGranularityAt(loc, false); return })
 	return
 }
 
-// MemCreateAt allocates size bytes of pinned physical memory at loc: a device
-// (d.Location()), the host (LocationHost) or a host NUMA node (LocationHostNUMA; the driver
-// refuses LocationHostNUMACurrent). size must be a multiple of the location's granularity.
+// MemCreateAt allocates size bytes of pinned physical memory at loc: a device, the host
+// (CU_MEM_LOCATION_TYPE_HOST) or a host NUMA node (HOST_NUMA; the driver refuses
+// HOST_NUMA_CURRENT). size must be a multiple of the location's granularity.
 // Host memory is not accessible, to the CPU either, until MemSetAccessAt grants a host
 // location access to its mapping.
-func (d *Device) MemCreateAt(size uintptr, loc Location) (h MemHandle, err error) {
+func (d *Device) MemCreateAt(size uintptr, loc MemLocation) (h MemHandle, err error) {
 	err = d.Do(func() (e error) { h, e = d.drv.memCreateAt(size, loc); return })
 	return h, track(&d.handles, 1, err)
 }
@@ -52,7 +52,7 @@ func (d *Device) MemCreateAt(size uintptr, loc Location) (h MemHandle, err error
 // MemSetAccessAt makes the mapped range [p, p+size) readable and writable by every location
 // in locs (devices, and for host memory the host location the CPU accesses it from), in one
 // call. At most 16 locations.
-func (d *Device) MemSetAccessAt(p DevicePtr, size uintptr, locs []Location) error {
+func (d *Device) MemSetAccessAt(p DevicePtr, size uintptr, locs []MemLocation) error {
 	if len(locs) == 0 || len(locs) > maxAccess {
 		return fmt.Errorf("%w: access for %d locations (want 1 to %d)", ErrInvalidValue, len(locs), maxAccess)
 	}

@@ -73,7 +73,7 @@ import "C"
 // maxAccess is the most locations one MemSetAccessAt call grants access to.
 const maxAccess = C.PMV_MAX_ACCESS
 
-func (dr *driver) memGetGranularityAt(loc Location, recommended bool) (uintptr, error) {
+func (dr *driver) memGetGranularityAt(loc MemLocation, recommended bool) (uintptr, error) {
 	option := C.int(0) // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 	if recommended {
 		option = 1 // CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
@@ -85,7 +85,7 @@ func (dr *driver) memGetGranularityAt(loc Location, recommended bool) (uintptr, 
 	return uintptr(g), err
 }
 
-func (dr *driver) memCreateAt(size uintptr, loc Location) (MemHandle, error) {
+func (dr *driver) memCreateAt(size uintptr, loc MemLocation) (MemHandle, error) {
 	var h C.pmvDevPtr
 	err := dr.call(symMemCreate, func(f C.uintptr_t) C.int {
 		return C.pmv_create(f, &h, C.size_t(size), C.int(loc.Type), C.int(loc.ID))
@@ -93,7 +93,7 @@ func (dr *driver) memCreateAt(size uintptr, loc Location) (MemHandle, error) {
 	return MemHandle(h), err
 }
 
-func (dr *driver) memSetAccessAt(p DevicePtr, size uintptr, locs []Location) error {
+func (dr *driver) memSetAccessAt(p DevicePtr, size uintptr, locs []MemLocation) error {
 	var types, ids [maxAccess]C.int
 	for i, l := range locs {
 		types[i], ids[i] = C.int(l.Type), C.int(l.ID)

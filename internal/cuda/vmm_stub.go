@@ -4,6 +4,6 @@ package cuda
 
 const maxAccess = 16
 
-func (*driver) memGetGranularityAt(Location, bool) (uintptr, error) { return 0, errStub }
-func (*driver) memCreateAt(uintptr, Location) (MemHandle, error)    { return 0, errStub }
-func (*driver) memSetAccessAt(DevicePtr, uintptr, []Location) error { return errStub }
+func (*driver) memGetGranularityAt(MemLocation, bool) (uintptr, error) { return 0, errStub }
+func (*driver) memCreateAt(uintptr, MemLocation) (MemHandle, error)    { return 0, errStub }
+func (*driver) memSetAccessAt(DevicePtr, uintptr, []MemLocation) error { return errStub }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -34,7 +35,7 @@ func TestDeviceHeapConcurrentCopies(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("FAKECUDA_CAPACITY_MIB")); err == nil {
 		o.Capacity = uintptr(v) << 20
 	}
-	h, err := device.New(fakecuda.Public(dev), o)
+	h, err := device.New(cuda.Wrap[*pcuda.Device](dev), o)
 	if err != nil {
 		t.Fatal(err)
 	}

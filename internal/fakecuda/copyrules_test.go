@@ -166,7 +166,7 @@ func TestCopyTwoDevices(t *testing.T) {
 	must(t, "MemAlloc on device 1", err)
 	wantCopies(t, "by device 1 without access", copies(d1, dp1, va, gran), cuda.ErrInvalidValue)
 	wantErr(t, "DtoD by device 1 without access", d1.MemcpyDtoD(dp1, va, gran), cuda.ErrInvalidValue)
-	must(t, "MemSetAccess(device 1)", f.MemSetAccess(d0, va, gran, Access{cuda.Location{Type: cuda.LocationDevice, ID: 1}, rw}))
+	must(t, "MemSetAccess(device 1)", f.MemSetAccess(d0, va, gran, Access{cuda.MemLocation{Type: locDevice, ID: 1}, rw}))
 	wantCopies(t, "by device 1 with access", copies(d1, dp1, va, gran), nil)
 	must(t, "MemFree", d1.MemFree(dp1))
 	freeGranules(t, f, d0, va, 1, hs)

@@ -20,12 +20,12 @@ func (d *Driver) ctl(int, int64, int64) int64 { return 0 }
 var errNoCgo = errors.New("fakecuda: built without cgo")
 
 // MemCreate needs cgo.
-func (d *Driver) MemCreate(*cuda.Device, uintptr, cuda.Location, int) (cuda.MemHandle, error) {
+func (d *Driver) MemCreate(*cuda.Device, uintptr, cuda.MemLocation, int) (cuda.MemHandle, error) {
 	return 0, errNoCgo
 }
 
 // Granularity needs cgo.
-func (d *Driver) Granularity(*cuda.Device, cuda.Location) (uintptr, error) { return 0, errNoCgo }
+func (d *Driver) Granularity(*cuda.Device, cuda.MemLocation) (uintptr, error) { return 0, errNoCgo }
 
 // MemSetAccess needs cgo.
 func (d *Driver) MemSetAccess(*cuda.Device, cuda.DevicePtr, uintptr, ...Access) error {

@@ -9,6 +9,15 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
+// Location types as cuda.h numbers them (CU_MEM_LOCATION_TYPE_*), for cuda.MemLocation.
+const (
+	locInvalid = iota
+	locDevice
+	locHost
+	locHostNUMA
+	locHostNUMACurrent
+)
+
 func must(t *testing.T, what string, err error) {
 	t.Helper()
 	if err != nil {

@@ -12,8 +12,8 @@ import (
 const gran = 2 << 20
 
 var (
-	hostLoc = cuda.Location{Type: cuda.LocationHost}
-	dev0    = cuda.Location{Type: cuda.LocationDevice, ID: 0}
+	hostLoc = cuda.MemLocation{Type: locHost}
+	dev0    = cuda.MemLocation{Type: locDevice, ID: 0}
 	rw      = AccessReadWrite
 )
 
@@ -78,13 +78,13 @@ func TestHostVMMProperties(t *testing.T) {
 	if v, err := d.Attribute(134); err != nil || v != 0 {
 		t.Errorf("HOST_NUMA_ID = %d, %v; want 0", v, err)
 	}
-	numa := func(id int) cuda.Location { return cuda.Location{Type: cuda.LocationHostNUMA, ID: id} }
-	for _, loc := range []cuda.Location{hostLoc, numa(0), dev0} {
+	numa := func(id int32) cuda.MemLocation { return cuda.MemLocation{Type: locHostNUMA, ID: id} }
+	for _, loc := range []cuda.MemLocation{hostLoc, numa(0), dev0} {
 		if g, err := f.Granularity(d, loc); err != nil || g != gran {
 			t.Errorf("granularity at %+v = %d, %v", loc, g, err)
 		}
 	}
-	current := cuda.Location{Type: cuda.LocationHostNUMACurrent}
+	current := cuda.MemLocation{Type: locHostNUMACurrent}
 	_, err := f.Granularity(d, current)
 	wantErr(t, "granularity at HOST_NUMA_CURRENT", err, cuda.ErrInvalidValue)
 	_, err = f.MemCreate(d, gran, current, 0)
@@ -95,7 +95,7 @@ func TestHostVMMProperties(t *testing.T) {
 	wantErr(t, "MemCreate(host) with a shareable handle type", err, cuda.ErrInvalidValue)
 	_, err = f.MemCreate(d, gran+4096, hostLoc, 0)
 	wantErr(t, "MemCreate(host) of a size not a granule multiple", err, cuda.ErrInvalidValue)
-	_, err = f.MemCreate(d, gran, cuda.Location{Type: 9}, 0)
+	_, err = f.MemCreate(d, gran, cuda.MemLocation{Type: 9}, 0)
 	wantErr(t, "MemCreate at location type 9", err, cuda.ErrInvalidValue)
 
 	if f.SetNUMANodes(0) || !f.SetNUMANodes(2) {
@@ -148,14 +148,14 @@ func TestHostVMMAccess(t *testing.T) {
 		t.Error("a fresh host granule does not read zero")
 	}
 	b[5] = 42
-	numa0 := cuda.Location{Type: cuda.LocationHostNUMA}
+	numa0 := cuda.MemLocation{Type: locHostNUMA}
 	must(t, "MemSetAccess(host NUMA 0 read)", f.MemSetAccess(d, va+gran, gran, Access{numa0, AccessRead}))
 	if !cpuReadable(t, va+gran) {
 		t.Error("read access did not make the granule readable")
 	}
 	// A HOST_NUMA access descriptor's id is ignored (documented).
-	must(t, "MemSetAccess(HOST_NUMA 7)", f.MemSetAccess(d, va, gran, Access{cuda.Location{Type: cuda.LocationHostNUMA, ID: 7}, rw}))
-	err := f.MemSetAccess(d, va, gran, Access{cuda.Location{Type: cuda.LocationHostNUMACurrent}, rw})
+	must(t, "MemSetAccess(HOST_NUMA 7)", f.MemSetAccess(d, va, gran, Access{cuda.MemLocation{Type: locHostNUMA, ID: 7}, rw}))
+	err := f.MemSetAccess(d, va, gran, Access{cuda.MemLocation{Type: locHostNUMACurrent}, rw})
 	wantErr(t, "MemSetAccess for HOST_NUMA_CURRENT", err, cuda.ErrInvalidValue)
 	err = f.MemSetAccess(d, va, gran, Access{dev0, 2})
 	wantErr(t, "MemSetAccess with flags 2", err, cuda.ErrInvalidValue)

@@ -166,7 +166,7 @@ func TestNUMAControls(t *testing.T) {
 	if bus, dom, dv := attr(33), attr(50), attr(34); bus != 0x12 || dom != 0 || dv != 0 {
 		t.Errorf("PCI of device 2: domain %d bus %#x device %d", dom, bus, dv)
 	}
-	numa1 := cuda.Location{Type: cuda.LocationHostNUMA, ID: 1}
+	numa1 := cuda.MemLocation{Type: locHostNUMA, ID: 1}
 	h1, err := f.MemCreate(d, gran, numa1, 0)
 	must(t, "MemCreate at node 1", err)
 	h2, err := f.MemCreate(d, 2*gran, hostLoc, 0)

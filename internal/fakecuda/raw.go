@@ -5,7 +5,7 @@ import "github.com/pinmalloc/pinmalloc/internal/cuda"
 // Access is one access descriptor of Driver.MemSetAccess: a location and its flags (0 none,
 // 1 read, 3 read and write).
 type Access struct {
-	Loc   cuda.Location
+	Loc   cuda.MemLocation
 	Flags int
 }
 

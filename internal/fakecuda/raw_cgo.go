@@ -79,7 +79,7 @@ func result(r C.int) error {
 
 // MemCreate calls cuMemCreate on dev's context for size bytes at loc, asking for the shareable
 // handle types given (0 for none).
-func (d *Driver) MemCreate(dev *cuda.Device, size uintptr, loc cuda.Location, handleTypes int) (cuda.MemHandle, error) {
+func (d *Driver) MemCreate(dev *cuda.Device, size uintptr, loc cuda.MemLocation, handleTypes int) (cuda.MemHandle, error) {
 	fn, err := d.sym("cuMemCreate")
 	if err != nil {
 		return 0, err
@@ -102,7 +102,7 @@ func (d *Driver) MemRelease(dev *cuda.Device, h cuda.MemHandle) error {
 }
 
 // Granularity calls cuMemGetAllocationGranularity (minimum) for an allocation at loc.
-func (d *Driver) Granularity(dev *cuda.Device, loc cuda.Location) (uintptr, error) {
+func (d *Driver) Granularity(dev *cuda.Device, loc cuda.MemLocation) (uintptr, error) {
 	fn, err := d.sym("cuMemGetAllocationGranularity")
 	if err != nil {
 		return 0, err

@@ -133,10 +133,10 @@ func stressWorker(f *Driver, d *cuda.Device, base cuda.DevicePtr, per, rounds in
 		switch op := rng.Intn(5); {
 		case !g.live: // commit, fill
 			g.host = rng.Intn(2) == 0
-			acc := []Access{{Loc: cuda.Location{Type: cuda.LocationDevice}, Flags: AccessReadWrite}}
+			acc := []Access{{Loc: cuda.MemLocation{Type: locDevice}, Flags: AccessReadWrite}}
 			if g.host {
-				g.h, err = f.MemCreate(d, gran, cuda.Location{Type: cuda.LocationHost}, 0)
-				acc = append(acc, Access{Loc: cuda.Location{Type: cuda.LocationHost}, Flags: AccessReadWrite})
+				g.h, err = f.MemCreate(d, gran, cuda.MemLocation{Type: locHost}, 0)
+				acc = append(acc, Access{Loc: cuda.MemLocation{Type: locHost}, Flags: AccessReadWrite})
 			} else {
 				g.h, err = d.MemCreate(gran)
 			}
