@@ -1,9 +1,15 @@
 package arena
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/pinmalloc/pinmalloc"
+)
 
 // Sentinel errors. Every error the arena returns wraps one of them (and the system or driver
-// error that caused it, where there is one), so callers can test with errors.Is.
+// error that caused it, where there is one), so callers can test with errors.Is. A sentinel of
+// a kind the module's packages share matches that kind too (arena.ErrClosed matches
+// pinmalloc.ErrClosed; ErrBusy, chunks still handed out at Close, pinmalloc.ErrLiveBlocks).
 var (
 	// ErrReserve means address space could not be reserved (mmap failed, the driver refused).
 	ErrReserve = errors.New("arena: cannot reserve memory")
@@ -11,16 +17,16 @@ var (
 	ErrCommit = errors.New("arena: cannot commit memory")
 	// ErrMemlock means the memlock limit (RLIMIT_MEMLOCK) does not allow locking more memory.
 	// The error text names the current limit and how to raise it.
-	ErrMemlock = errors.New("arena: memlock limit reached")
+	ErrMemlock = pinmalloc.NewError(pinmalloc.ErrMemlock, "arena: memlock limit reached")
 	// ErrCapacity means the request does not fit in the arena's capacity.
 	ErrCapacity = errors.New("arena: capacity exhausted")
 	// ErrInvalid means an argument is out of range (zero or absurd size, bad alignment,
 	// a range outside the region).
-	ErrInvalid = errors.New("arena: invalid argument")
+	ErrInvalid = pinmalloc.NewError(pinmalloc.ErrInvalid, "arena: invalid argument")
 	// ErrClosed means the arena or provider was used after Close.
-	ErrClosed = errors.New("arena: closed")
+	ErrClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "arena: closed")
 	// ErrBusy means Close was called while chunks were still handed out.
-	ErrBusy = errors.New("arena: chunks still in use")
+	ErrBusy = pinmalloc.NewError(pinmalloc.ErrLiveBlocks, "arena: chunks still in use")
 	// ErrNotHostAccessible means the CPU cannot access the memory (device memory): Bytes
 	// refuses to view it.
 	ErrNotHostAccessible = errors.New("arena: memory is not accessible by the CPU")
@@ -30,4 +36,4 @@ var (
 // memory the driver could not pin, the memlock limit. Providers wrap it (beside their own
 // cause) so that the arena knows to give back the memory waiting for the purge and try again,
 // without naming any provider's errors.
-var ErrExhausted = errors.New("arena: out of memory")
+var ErrExhausted = pinmalloc.NewError(pinmalloc.ErrOutOfMemory, "arena: out of memory")

@@ -41,9 +41,10 @@
 //
 // # Errors
 //
-// The sentinel errors are the values the module's other packages wrap (device.ErrNoDriver is
-// cuda.ErrNoDriver), so errors.Is matches whichever package returned the error. A failed driver
-// call's error matches the sentinel of its class, and ResultCode gives its CUresult number.
+// The sentinel errors are the module's error vocabulary (package pinmalloc) re-exported: the
+// values the module's other packages wrap (device.ErrNoDriver is cuda.ErrNoDriver), so
+// errors.Is matches whichever package returned the error. A failed driver call's error matches
+// the sentinel of its class, and ResultCode gives its CUresult number.
 package cuda
 
 import (

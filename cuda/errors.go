@@ -3,35 +3,39 @@ package cuda
 import (
 	"errors"
 
+	"github.com/pinmalloc/pinmalloc"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// Sentinel errors. They are the same values the module's other packages return and wrap, so
-// errors.Is(err, cuda.ErrOutOfMemory) holds for a driver error from device.Heap.Alloc as for
-// one from this package. A failed driver call matches the sentinel of its class.
+// Sentinel errors: the module's error vocabulary (package pinmalloc), re-exported. They are
+// the same values the module's other packages return and wrap, so errors.Is(err,
+// cuda.ErrNoDriver) holds for an error from device.New as for one from this package. A failed
+// driver call matches the sentinel of its class.
 var (
 	// ErrNoDriver reports that the CUDA driver library could not be loaded (libcuda.so.1 is
 	// absent, it is a stub, or the program was built without cgo). The error names why.
-	ErrNoDriver = icuda.ErrNoDriver
+	ErrNoDriver = pinmalloc.ErrNoDriver
 	// ErrNoDevice reports that the driver found no CUDA device, or none of that ordinal.
-	ErrNoDevice = icuda.ErrNoDevice
+	ErrNoDevice = pinmalloc.ErrNoDevice
 	// ErrSymbol reports that the driver lacks an entry point (it is too old); the error names it.
-	ErrSymbol = icuda.ErrSymbol
-	// ErrOutOfMemory matches CUDA_ERROR_OUT_OF_MEMORY.
-	ErrOutOfMemory = icuda.ErrOutOfMemory
+	ErrSymbol = pinmalloc.ErrSymbol
+	// ErrOutOfMemory matches CUDA_ERROR_OUT_OF_MEMORY. It is pinmalloc.ErrOutOfMemory, so a
+	// full pool or device heap matches it as well.
+	ErrOutOfMemory = pinmalloc.ErrOutOfMemory
 	// ErrInvalidValue matches CUDA_ERROR_INVALID_VALUE, and arguments this package refuses.
-	ErrInvalidValue = icuda.ErrInvalidValue
+	ErrInvalidValue = pinmalloc.ErrInvalidValue
 	// ErrNotSupported matches CUDA_ERROR_NOT_SUPPORTED.
-	ErrNotSupported = icuda.ErrNotSupported
+	ErrNotSupported = pinmalloc.ErrNotSupported
 	// ErrInvalidHandle matches CUDA_ERROR_INVALID_HANDLE: a stream or event the driver does not
 	// know (destroyed, or of another context).
-	ErrInvalidHandle = icuda.ErrInvalidHandle
+	ErrInvalidHandle = pinmalloc.ErrInvalidHandle
 	// ErrNotReady matches CUDA_ERROR_NOT_READY: the work queried has not completed yet.
-	ErrNotReady = icuda.ErrNotReady
+	ErrNotReady = pinmalloc.ErrNotReady
 	// ErrAlreadyRegistered matches CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
-	ErrAlreadyRegistered = icuda.ErrAlreadyRegistered
-	// ErrClosed reports a call on a Device after its Close.
-	ErrClosed = icuda.ErrClosed
+	ErrAlreadyRegistered = pinmalloc.ErrAlreadyRegistered
+	// ErrClosed reports a call on a Device after its Close. It is pinmalloc.ErrClosed, the kind
+	// every package's use-after-Close error matches.
+	ErrClosed = pinmalloc.ErrClosed
 )
 
 // ResultCode returns the CUresult number of the driver error in err's chain (2 for

@@ -69,6 +69,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -145,7 +146,7 @@ type BatchOptions struct {
 // Errors of the Batcher.
 var (
 	// ErrInvalidJob means a job with a zero length, a zero address, or a range that wraps.
-	ErrInvalidJob = errors.New("device: invalid copy job")
+	ErrInvalidJob = pinmalloc.NewError(pinmalloc.ErrInvalid, "device: invalid copy job")
 	// ErrOverlap means two jobs of one batch whose destinations overlap, or a destination that
 	// overlaps a source.
 	ErrOverlap = errors.New("device: overlapping copy jobs")
@@ -153,7 +154,7 @@ var (
 	// the driver's reason.
 	ErrMethodUnsupported = errors.New("device: copy method not supported by the driver")
 	// ErrBatcherClosed means the Batcher was used after Close.
-	ErrBatcherClosed = errors.New("device: batcher closed")
+	ErrBatcherClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "device: batcher closed")
 )
 
 const (

@@ -56,6 +56,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
@@ -71,24 +72,27 @@ const (
 )
 
 // Sentinel errors. Errors of the heap (heap.ErrNotOwned, heap.ErrDoubleFree, ...) and of the
-// arena pass through wrapped.
+// arena pass through wrapped. A sentinel of a kind the module's packages share matches that
+// kind too (device.ErrClosed matches pinmalloc.ErrClosed); ErrNoDriver, ErrNoDevice and
+// ErrOutOfMemory are the module's own (package pinmalloc).
 var (
 	// ErrBusy means Close found frees waiting for their event, or work in flight on a stream
 	// the heap has seen; nothing was released.
 	ErrBusy = errors.New("device: work in flight")
 	// ErrInvalidStream means the driver does not know the stream handle.
-	ErrInvalidStream = errors.New("device: invalid stream")
+	ErrInvalidStream = pinmalloc.NewError(pinmalloc.ErrInvalidStream, "device: invalid stream")
 	// ErrClosed means the heap was used after Close.
-	ErrClosed = errors.New("device: heap closed")
+	ErrClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "device: heap closed")
 	// ErrInvalidOptions means Options that cannot work.
-	ErrInvalidOptions = errors.New("device: invalid options")
+	ErrInvalidOptions = pinmalloc.NewError(pinmalloc.ErrInvalid, "device: invalid options")
 	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, or cgo is off).
 	ErrNoDriver = cuda.ErrNoDriver
 	// ErrNoDevice means the driver found no such device.
 	ErrNoDevice = cuda.ErrNoDevice
-	// ErrOutOfMemory means the device is out of memory; the error says how much was asked,
-	// how much is free, and how much pinmalloc has committed.
-	ErrOutOfMemory = cuda.ErrOutOfMemory
+	// ErrOutOfMemory is pinmalloc.ErrOutOfMemory: the heap's capacity is used up (the error
+	// wraps heap.ErrOutOfMemory), or the device is out of memory (CUDA_ERROR_OUT_OF_MEMORY: the
+	// error says how much was asked, how much is free, and how much pinmalloc has committed).
+	ErrOutOfMemory = pinmalloc.ErrOutOfMemory
 )
 
 // Options configures a Heap. The zero value is ready to use.
@@ -308,9 +312,9 @@ func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	return p, nil
 }
 
-func outOfMemory(err error) bool {
-	return errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, cuda.ErrOutOfMemory)
-}
+// outOfMemory reports an error that more memory could cure: the heap's capacity or the
+// device's memory used up.
+func outOfMemory(err error) bool { return errors.Is(err, ErrOutOfMemory) }
 
 // Free gives back the block at p at once. The caller guarantees that no work in flight on any
 // stream uses it (after a synchronize, say). Errors: heap.ErrNotOwned for a pointer of another

@@ -1,6 +1,10 @@
 package device
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/pinmalloc/pinmalloc"
+)
 
 // Sentinel errors of the checks that keep one tenant's copies and allocations out of another's
 // memory (the others are declared with the Heap, in device.go).
@@ -9,5 +13,5 @@ var (
 	ErrOutOfBounds = errors.New("device: range outside its block")
 	// ErrNotOwned means a device address is not inside a live block of this heap: memory of
 	// another heap or allocator, a freed block, or a block whose free is pending.
-	ErrNotOwned = errors.New("device: not a live block of this heap")
+	ErrNotOwned = pinmalloc.NewError(pinmalloc.ErrNotOwned, "device: not a live block of this heap")
 )

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -12,38 +13,40 @@ import (
 // Sentinel errors. Every error of this package wraps one of them, so callers test with
 // errors.Is and never need the packages below. An error that comes from the heap, the arena or
 // the CUDA driver wraps that cause as well (errors.Is(err, heap.ErrDoubleFree) and
-// errors.Is(err, pinned.ErrDoubleFree) both hold), and its text starts with "pinned: ".
+// errors.Is(err, pinned.ErrDoubleFree) both hold), and its text starts with "pinned: ". A
+// sentinel of a kind the module's packages share matches that kind too (pinned.ErrClosed
+// matches pinmalloc.ErrClosed, as device's and uvm's do).
 var (
 	// ErrInvalidSize means a size of zero or less.
-	ErrInvalidSize = errors.New("pinned: invalid size")
+	ErrInvalidSize = pinmalloc.NewError(pinmalloc.ErrInvalidSize, "pinned: invalid size")
 	// ErrTooLarge means a size or an alignment beyond the pool's capacity.
-	ErrTooLarge = errors.New("pinned: size exceeds the pool's capacity")
+	ErrTooLarge = pinmalloc.NewError(pinmalloc.ErrTooLarge, "pinned: size exceeds the pool's capacity")
 	// ErrInvalidAlign means an alignment that is not a power of two or out of range.
-	ErrInvalidAlign = errors.New("pinned: invalid alignment")
+	ErrInvalidAlign = pinmalloc.NewError(pinmalloc.ErrInvalidAlign, "pinned: invalid alignment")
 	// ErrOutOfMemory means the pool is full: every byte of its capacity is in use or
 	// fragmented, or the system refused memory.
-	ErrOutOfMemory = errors.New("pinned: out of memory")
+	ErrOutOfMemory = pinmalloc.NewError(pinmalloc.ErrOutOfMemory, "pinned: out of memory")
 	// ErrDoubleFree means the buffer is not live: freed already, or never allocated here.
-	ErrDoubleFree = errors.New("pinned: double free")
+	ErrDoubleFree = pinmalloc.NewError(pinmalloc.ErrDoubleFree, "pinned: double free")
 	// ErrNotOwned means the slice is not memory of this pool.
-	ErrNotOwned = errors.New("pinned: buffer not owned by this pool")
+	ErrNotOwned = pinmalloc.NewError(pinmalloc.ErrNotOwned, "pinned: buffer not owned by this pool")
 	// ErrSubSlice means the slice is part of a buffer (re-sliced, truncated or offset), not the
 	// buffer Alloc returned. The buffer stays live.
 	ErrSubSlice = errors.New("pinned: not a whole buffer (sub-slice)")
 	// ErrLiveBlocks means Close found buffers still live.
-	ErrLiveBlocks = errors.New("pinned: buffers still live")
+	ErrLiveBlocks = pinmalloc.NewError(pinmalloc.ErrLiveBlocks, "pinned: buffers still live")
 	// ErrClosed means the pool was used after Close.
-	ErrClosed = errors.New("pinned: pool closed")
+	ErrClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "pinned: pool closed")
 	// ErrMemlock means the memlock limit forbids locking more memory; the error names the
 	// limit and how to raise it.
-	ErrMemlock = errors.New("pinned: memlock limit reached")
+	ErrMemlock = pinmalloc.NewError(pinmalloc.ErrMemlock, "pinned: memlock limit reached")
 	// ErrInvalidOptions means Options that cannot work: out of range, or together.
-	ErrInvalidOptions = errors.New("pinned: invalid options")
+	ErrInvalidOptions = pinmalloc.NewError(pinmalloc.ErrInvalid, "pinned: invalid options")
 	// ErrNoDriver means the CUDAHost backend found no CUDA driver or no such device (Auto falls
 	// back to Locked instead).
 	ErrNoDriver = errors.New("pinned: no CUDA driver")
 	// ErrQuota means an allocation would take the pool's live bytes beyond Options.Quota.
-	ErrQuota = errors.New("pinned: quota exceeded")
+	ErrQuota = pinmalloc.NewError(pinmalloc.ErrQuota, "pinned: quota exceeded")
 	// ErrTrace means writing Options.Trace failed; the pool itself is unaffected.
 	ErrTrace = errors.New("pinned: trace write failed")
 	// ErrBusy means Close found buffers whose free waits for a CUDA stream (FreeAsync) still
@@ -51,7 +54,7 @@ var (
 	ErrBusy = errors.New("pinned: buffers wait for their streams")
 	// ErrInvalidStream means a CUDA stream the driver refuses (destroyed, or of another
 	// context).
-	ErrInvalidStream = errors.New("pinned: invalid stream")
+	ErrInvalidStream = pinmalloc.NewError(pinmalloc.ErrInvalidStream, "pinned: invalid stream")
 )
 
 // causes maps the errors of the layers below to this package's sentinels, most specific

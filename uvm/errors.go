@@ -1,13 +1,18 @@
 package uvm
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/pinmalloc/pinmalloc"
+)
 
 // Sentinel errors. Every error of the tier wraps one of them (with the handle or size at fault),
 // so callers test with errors.Is; errors of the driver, the device heap and the pinned pool
-// pass through wrapped as well.
+// pass through wrapped as well. A sentinel of a kind the module's packages share matches that
+// kind too (uvm.ErrClosed matches pinmalloc.ErrClosed; ErrHostFull, pinmalloc.ErrOutOfMemory).
 var (
 	// ErrClosed means the tier was used after Close.
-	ErrClosed = errors.New("uvm: tier closed")
+	ErrClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "uvm: tier closed")
 	// ErrInvalidHandle means a handle the tier never gave out, or one already freed (its
 	// generation is stale).
 	ErrInvalidHandle = errors.New("uvm: invalid handle")
@@ -20,7 +25,7 @@ var (
 	// Close found blocks acquired; nothing was changed.
 	ErrAcquired = errors.New("uvm: block acquired")
 	// ErrTooLarge means a block larger than the device budget (it could never be resident).
-	ErrTooLarge = errors.New("uvm: block larger than the device budget")
+	ErrTooLarge = pinmalloc.NewError(pinmalloc.ErrTooLarge, "uvm: block larger than the device budget")
 	// ErrAllPinned means the device budget is held by acquired blocks (and transfers still in
 	// flight) so that nothing can be evicted to make room: retry after a Release, or use
 	// AcquireContext, which waits.
@@ -28,12 +33,12 @@ var (
 	// ErrHostFull means the pinned host pool cannot take the block (an eviction, or a block
 	// whose bytes would exceed what device and host together can hold); the block stays where
 	// it was.
-	ErrHostFull = errors.New("uvm: host pool full")
+	ErrHostFull = pinmalloc.NewError(pinmalloc.ErrOutOfMemory, "uvm: host pool full")
 	// ErrInvalidOptions means Options that cannot work, or a bad argument (a size of zero, a
 	// mode that does not exist).
-	ErrInvalidOptions = errors.New("uvm: invalid options")
+	ErrInvalidOptions = pinmalloc.NewError(pinmalloc.ErrInvalid, "uvm: invalid options")
 	// ErrInvalidStream means a stream the driver does not know (never made, or destroyed):
 	// Acquire and Prefetch on it change nothing; a Release or Free on it still ends the use,
 	// after a wait, and says so (streams.go).
-	ErrInvalidStream = errors.New("uvm: invalid stream")
+	ErrInvalidStream = pinmalloc.NewError(pinmalloc.ErrInvalidStream, "uvm: invalid stream")
 )

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/heap"
 )
 
 // Restore: bringing blocks back to the device, for an Acquire that misses and for Prefetch. A
@@ -284,6 +284,4 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 	}
 }
 
-func outOfMemory(err error) bool {
-	return errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, cuda.ErrOutOfMemory)
-}
+func outOfMemory(err error) bool { return errors.Is(err, pinmalloc.ErrOutOfMemory) }

@@ -188,7 +188,7 @@ func (d *Device) Stats() Stats {
 // calls of another binding (or several calls of this one) in the same context. Do may nest.
 func (d *Device) Do(f func() error) (err error) {
 	if d.closed.Load() {
-		return ErrClosed
+		return fmt.Errorf("%w: CUDA device %d is closed", ErrClosed, d.ordinal)
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

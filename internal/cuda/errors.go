@@ -1,37 +1,39 @@
 package cuda
 
 import (
-	"errors"
 	"strconv"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
-// Sentinel errors. A Result matches the sentinel of its class under errors.Is, so callers test
+// Sentinel errors: the module's vocabulary (package pinmalloc), under the names this binding
+// has always used. A Result matches the sentinel of its class under errors.Is, so callers test
 // errors.Is(err, cuda.ErrOutOfMemory) rather than numeric codes.
 var (
 	// ErrNoDriver reports that the CUDA driver library could not be loaded (libcuda.so.1 was
 	// not found, cgo is disabled, or the driver is a stub). The error returned by Load wraps
 	// it and carries the dlopen message.
-	ErrNoDriver = errors.New("cuda: no CUDA driver (libcuda.so.1 not loaded)")
+	ErrNoDriver = pinmalloc.ErrNoDriver
 	// ErrNoDevice reports that the driver found no CUDA device, or no device of that ordinal.
-	ErrNoDevice = errors.New("cuda: no CUDA device")
+	ErrNoDevice = pinmalloc.ErrNoDevice
 	// ErrSymbol reports that the driver lacks an entry point; the wrapping error names it.
-	ErrSymbol = errors.New("cuda: driver entry point not found")
-	// ErrOutOfMemory matches CUDA_ERROR_OUT_OF_MEMORY.
-	ErrOutOfMemory = errors.New("cuda: out of memory")
+	ErrSymbol = pinmalloc.ErrSymbol
+	// ErrOutOfMemory matches CUDA_ERROR_OUT_OF_MEMORY (and every out-of-memory error of the
+	// module: it is pinmalloc.ErrOutOfMemory).
+	ErrOutOfMemory = pinmalloc.ErrOutOfMemory
 	// ErrInvalidValue matches CUDA_ERROR_INVALID_VALUE.
-	ErrInvalidValue = errors.New("cuda: invalid value")
+	ErrInvalidValue = pinmalloc.ErrInvalidValue
 	// ErrNotSupported matches CUDA_ERROR_NOT_SUPPORTED.
-	ErrNotSupported = errors.New("cuda: operation not supported")
+	ErrNotSupported = pinmalloc.ErrNotSupported
 	// ErrInvalidHandle matches CUDA_ERROR_INVALID_HANDLE.
-	ErrInvalidHandle = errors.New("cuda: invalid resource handle")
+	ErrInvalidHandle = pinmalloc.ErrInvalidHandle
 	// ErrNotReady matches CUDA_ERROR_NOT_READY: queried work has not completed yet.
-	ErrNotReady = errors.New("cuda: not ready")
+	ErrNotReady = pinmalloc.ErrNotReady
 	// ErrAlreadyRegistered matches CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
-	ErrAlreadyRegistered = errors.New("cuda: host memory already registered")
+	ErrAlreadyRegistered = pinmalloc.ErrAlreadyRegistered
+	// ErrClosed is wrapped by the errors of a Device's methods after Close.
+	ErrClosed = pinmalloc.ErrClosed
 )
-
-// ErrClosed is returned by methods of a Device after Close.
-var ErrClosed = errors.New("cuda: device is closed")
 
 // Result is a CUresult other than CUDA_SUCCESS, returned as an error.
 type Result int

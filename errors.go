@@ -1,0 +1,97 @@
+// Package pinmalloc is the vocabulary of errors that pinmalloc's packages share. The allocators
+// are in the packages below it: pinned (pinned host buffers), device (GPU memory with
+// stream-ordered frees), uvm (device blocks tiered over VRAM and pinned host memory), heap and
+// arena (the allocator and where its memory comes from), cudamem (arena providers of CUDA
+// memory) and cuda (the device, its streams and events).
+//
+// # One error vocabulary
+//
+// Each kind of failure that more than one package reports is one sentinel here:
+// ErrOutOfMemory, ErrClosed, ErrDoubleFree, ErrInvalidStream and the others below. A package
+// keeps sentinels of its own, whose text names the package and what failed ("pinned: pool
+// closed", "heap: double free"), and each of them matches its kind under errors.Is as well. So
+// code that handles errors of one package tests that package's sentinel, and code that handles
+// several tests the kind once:
+//
+//	if errors.Is(err, pinmalloc.ErrOutOfMemory) { // a full pool, a full device heap, the driver
+//
+// The CUDA driver's classes of failure (ErrNoDriver, ErrNotReady, ...) are here too, because
+// the packages that call the driver and the binding underneath them share them; package cuda
+// re-exports them, and a failed driver call matches the class of its CUresult.
+//
+// Where a package wraps an error of a package below it, the cause stays in the chain
+// (errors.Is(err, heap.ErrDoubleFree) and errors.Is(err, pinned.ErrDoubleFree) both hold for
+// a double free in a pinned.Pool).
+package pinmalloc
+
+import "errors"
+
+// Kinds of failure. A package's sentinel of one of these kinds is made with NewError, and
+// matches it.
+var (
+	// ErrOutOfMemory: the memory asked for cannot be had: a pool or heap is full, the driver
+	// is out of device memory (CUDA_ERROR_OUT_OF_MEMORY), or the system refused memory.
+	ErrOutOfMemory = errors.New("pinmalloc: out of memory")
+	// ErrClosed: a pool, heap, arena, tier, batcher or device was used after Close.
+	ErrClosed = errors.New("pinmalloc: used after Close")
+	// ErrDoubleFree: a free of memory that is not live (freed already, or never handed out).
+	ErrDoubleFree = errors.New("pinmalloc: double free")
+	// ErrNotOwned: an address or buffer that is not memory of the pool or heap it was given to.
+	ErrNotOwned = errors.New("pinmalloc: not owned")
+	// ErrInvalidSize: a size of zero (or less).
+	ErrInvalidSize = errors.New("pinmalloc: invalid size")
+	// ErrTooLarge: a size beyond what the pool, heap or tier could ever hold.
+	ErrTooLarge = errors.New("pinmalloc: too large")
+	// ErrInvalidAlign: an alignment that is not a power of two, or out of range.
+	ErrInvalidAlign = errors.New("pinmalloc: invalid alignment")
+	// ErrLiveBlocks: Close found memory still handed out; nothing was released.
+	ErrLiveBlocks = errors.New("pinmalloc: blocks still live")
+	// ErrMemlock: the memlock limit (RLIMIT_MEMLOCK) forbids locking more memory.
+	ErrMemlock = errors.New("pinmalloc: memlock limit reached")
+	// ErrQuota: an allocation would take the live bytes beyond a quota.
+	ErrQuota = errors.New("pinmalloc: quota exceeded")
+	// ErrInvalidStream: a CUDA stream the driver refuses (never made, destroyed, or of another
+	// context).
+	ErrInvalidStream = errors.New("pinmalloc: invalid stream")
+	// ErrInvalid: options or an argument that cannot work.
+	ErrInvalid = errors.New("pinmalloc: invalid argument")
+)
+
+// Classes of CUDA driver failure. A driver call's error (a CUresult) matches the class of its
+// result; package cuda re-exports them.
+var (
+	// ErrNoDriver: the CUDA driver library could not be loaded (libcuda.so.1 is absent, it is a
+	// stub, or the program was built without cgo). The error names why.
+	ErrNoDriver = errors.New("cuda: no CUDA driver (libcuda.so.1 not loaded)")
+	// ErrNoDevice: the driver found no CUDA device, or none of that ordinal.
+	ErrNoDevice = errors.New("cuda: no CUDA device")
+	// ErrSymbol: the driver lacks an entry point (it is too old); the error names it.
+	ErrSymbol = errors.New("cuda: driver entry point not found")
+	// ErrInvalidValue: CUDA_ERROR_INVALID_VALUE, and arguments the binding refuses.
+	ErrInvalidValue = errors.New("cuda: invalid value")
+	// ErrNotSupported: CUDA_ERROR_NOT_SUPPORTED.
+	ErrNotSupported = errors.New("cuda: operation not supported")
+	// ErrInvalidHandle: CUDA_ERROR_INVALID_HANDLE, a stream or event the driver does not know
+	// (destroyed, or of another context).
+	ErrInvalidHandle = errors.New("cuda: invalid resource handle")
+	// ErrNotReady: CUDA_ERROR_NOT_READY, the work queried has not completed yet.
+	ErrNotReady = errors.New("cuda: not ready")
+	// ErrAlreadyRegistered: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
+	ErrAlreadyRegistered = errors.New("cuda: host memory already registered")
+)
+
+// NewError returns an error whose text is text and which matches kind under errors.Is (it
+// unwraps to kind): a package's own sentinel of a shared kind. pinned.ErrClosed is
+// NewError(ErrClosed, "pinned: pool closed").
+func NewError(kind error, text string) error { return &kindError{text: text, kind: kind} }
+
+// kindError is an error of NewError.
+type kindError struct {
+	text string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.text }
+
+// Unwrap returns the error's kind.
+func (e *kindError) Unwrap() error { return e.kind }

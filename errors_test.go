@@ -1,0 +1,185 @@
+package pinmalloc_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// kinds lists every package sentinel of a shared kind, with its kind and the prefix of its text.
+var kinds = []struct {
+	name      string
+	sentinel  error
+	kind      error
+	textStart string
+}{
+	{"heap.ErrInvalidSize", heap.ErrInvalidSize, pinmalloc.ErrInvalidSize, "heap: "},
+	{"heap.ErrTooLarge", heap.ErrTooLarge, pinmalloc.ErrTooLarge, "heap: "},
+	{"heap.ErrInvalidAlign", heap.ErrInvalidAlign, pinmalloc.ErrInvalidAlign, "heap: "},
+	{"heap.ErrOutOfMemory", heap.ErrOutOfMemory, pinmalloc.ErrOutOfMemory, "heap: "},
+	{"heap.ErrDoubleFree", heap.ErrDoubleFree, pinmalloc.ErrDoubleFree, "heap: "},
+	{"heap.ErrNotOwned", heap.ErrNotOwned, pinmalloc.ErrNotOwned, "heap: "},
+	{"heap.ErrLiveBlocks", heap.ErrLiveBlocks, pinmalloc.ErrLiveBlocks, "heap: "},
+	{"heap.ErrClosed", heap.ErrClosed, pinmalloc.ErrClosed, "heap: "},
+	{"heap.ErrInvalidArgument", heap.ErrInvalidArgument, pinmalloc.ErrInvalid, "heap: "},
+
+	{"arena.ErrMemlock", arena.ErrMemlock, pinmalloc.ErrMemlock, "arena: "},
+	{"arena.ErrInvalid", arena.ErrInvalid, pinmalloc.ErrInvalid, "arena: "},
+	{"arena.ErrClosed", arena.ErrClosed, pinmalloc.ErrClosed, "arena: "},
+	{"arena.ErrBusy", arena.ErrBusy, pinmalloc.ErrLiveBlocks, "arena: "},
+	{"arena.ErrExhausted", arena.ErrExhausted, pinmalloc.ErrOutOfMemory, "arena: "},
+
+	{"pinned.ErrInvalidSize", pinned.ErrInvalidSize, pinmalloc.ErrInvalidSize, "pinned: "},
+	{"pinned.ErrTooLarge", pinned.ErrTooLarge, pinmalloc.ErrTooLarge, "pinned: "},
+	{"pinned.ErrInvalidAlign", pinned.ErrInvalidAlign, pinmalloc.ErrInvalidAlign, "pinned: "},
+	{"pinned.ErrOutOfMemory", pinned.ErrOutOfMemory, pinmalloc.ErrOutOfMemory, "pinned: "},
+	{"pinned.ErrDoubleFree", pinned.ErrDoubleFree, pinmalloc.ErrDoubleFree, "pinned: "},
+	{"pinned.ErrNotOwned", pinned.ErrNotOwned, pinmalloc.ErrNotOwned, "pinned: "},
+	{"pinned.ErrLiveBlocks", pinned.ErrLiveBlocks, pinmalloc.ErrLiveBlocks, "pinned: "},
+	{"pinned.ErrClosed", pinned.ErrClosed, pinmalloc.ErrClosed, "pinned: "},
+	{"pinned.ErrMemlock", pinned.ErrMemlock, pinmalloc.ErrMemlock, "pinned: "},
+	{"pinned.ErrInvalidOptions", pinned.ErrInvalidOptions, pinmalloc.ErrInvalid, "pinned: "},
+	{"pinned.ErrQuota", pinned.ErrQuota, pinmalloc.ErrQuota, "pinned: "},
+	{"pinned.ErrInvalidStream", pinned.ErrInvalidStream, pinmalloc.ErrInvalidStream, "pinned: "},
+
+	{"device.ErrInvalidStream", device.ErrInvalidStream, pinmalloc.ErrInvalidStream, "device: "},
+	{"device.ErrClosed", device.ErrClosed, pinmalloc.ErrClosed, "device: "},
+	{"device.ErrInvalidOptions", device.ErrInvalidOptions, pinmalloc.ErrInvalid, "device: "},
+	{"device.ErrNotOwned", device.ErrNotOwned, pinmalloc.ErrNotOwned, "device: "},
+	{"device.ErrQuota", device.ErrQuota, pinmalloc.ErrQuota, "device: "},
+	{"device.ErrInvalidJob", device.ErrInvalidJob, pinmalloc.ErrInvalid, "device: "},
+	{"device.ErrBatcherClosed", device.ErrBatcherClosed, pinmalloc.ErrClosed, "device: "},
+
+	{"uvm.ErrClosed", uvm.ErrClosed, pinmalloc.ErrClosed, "uvm: "},
+	{"uvm.ErrTooLarge", uvm.ErrTooLarge, pinmalloc.ErrTooLarge, "uvm: "},
+	{"uvm.ErrHostFull", uvm.ErrHostFull, pinmalloc.ErrOutOfMemory, "uvm: "},
+	{"uvm.ErrInvalidOptions", uvm.ErrInvalidOptions, pinmalloc.ErrInvalid, "uvm: "},
+	{"uvm.ErrInvalidStream", uvm.ErrInvalidStream, pinmalloc.ErrInvalidStream, "uvm: "},
+}
+
+// TestKinds checks that every package's sentinel of a shared kind matches that kind and no
+// other, keeps a text of its own naming its package, and stays distinct from the other packages'
+// sentinels of the kind (each package's errors.Is checks keep their meaning).
+func TestKinds(t *testing.T) {
+	all := []error{pinmalloc.ErrOutOfMemory, pinmalloc.ErrClosed, pinmalloc.ErrDoubleFree, pinmalloc.ErrNotOwned,
+		pinmalloc.ErrInvalidSize, pinmalloc.ErrTooLarge, pinmalloc.ErrInvalidAlign, pinmalloc.ErrLiveBlocks,
+		pinmalloc.ErrMemlock, pinmalloc.ErrQuota, pinmalloc.ErrInvalidStream, pinmalloc.ErrInvalid}
+	for _, k := range kinds {
+		for _, kind := range all {
+			if got := errors.Is(k.sentinel, kind); got != (kind == k.kind) {
+				t.Errorf("errors.Is(%s, %v) = %v", k.name, kind, got)
+			}
+		}
+		if !strings.HasPrefix(k.sentinel.Error(), k.textStart) {
+			t.Errorf("%s reads %q; want its package's prefix %q", k.name, k.sentinel.Error(), k.textStart)
+		}
+		for _, other := range kinds {
+			if other.name != k.name && errors.Is(k.sentinel, other.sentinel) {
+				t.Errorf("%s matches %s", k.name, other.name)
+			}
+		}
+	}
+}
+
+// TestReexported checks the sentinels packages take over whole: the driver's classes in cuda
+// and device, and device's out-of-memory, which is the kind itself.
+func TestReexported(t *testing.T) {
+	same := []struct {
+		name      string
+		got, want error
+	}{
+		{"cuda.ErrNoDriver", cuda.ErrNoDriver, pinmalloc.ErrNoDriver},
+		{"cuda.ErrNoDevice", cuda.ErrNoDevice, pinmalloc.ErrNoDevice},
+		{"cuda.ErrSymbol", cuda.ErrSymbol, pinmalloc.ErrSymbol},
+		{"cuda.ErrInvalidValue", cuda.ErrInvalidValue, pinmalloc.ErrInvalidValue},
+		{"cuda.ErrNotSupported", cuda.ErrNotSupported, pinmalloc.ErrNotSupported},
+		{"cuda.ErrInvalidHandle", cuda.ErrInvalidHandle, pinmalloc.ErrInvalidHandle},
+		{"cuda.ErrNotReady", cuda.ErrNotReady, pinmalloc.ErrNotReady},
+		{"cuda.ErrAlreadyRegistered", cuda.ErrAlreadyRegistered, pinmalloc.ErrAlreadyRegistered},
+		{"cuda.ErrOutOfMemory", cuda.ErrOutOfMemory, pinmalloc.ErrOutOfMemory},
+		{"cuda.ErrClosed", cuda.ErrClosed, pinmalloc.ErrClosed},
+		{"device.ErrNoDriver", device.ErrNoDriver, pinmalloc.ErrNoDriver},
+		{"device.ErrNoDevice", device.ErrNoDevice, pinmalloc.ErrNoDevice},
+		{"device.ErrOutOfMemory", device.ErrOutOfMemory, pinmalloc.ErrOutOfMemory},
+	}
+	for _, s := range same {
+		if s.got != s.want {
+			t.Errorf("%s is not the module's sentinel", s.name)
+		}
+	}
+}
+
+// TestNewError checks NewError: its text, its kind under errors.Is and errors.Unwrap, and a
+// wrapped one matching both.
+func TestNewError(t *testing.T) {
+	mine := pinmalloc.NewError(pinmalloc.ErrClosed, "mine: closed")
+	if mine.Error() != "mine: closed" || errors.Unwrap(mine) != pinmalloc.ErrClosed {
+		t.Errorf("NewError reads %q and unwraps to %v", mine.Error(), errors.Unwrap(mine))
+	}
+	err := fmt.Errorf("%w: with context", mine)
+	if !errors.Is(err, mine) || !errors.Is(err, pinmalloc.ErrClosed) || errors.Is(err, pinmalloc.ErrDoubleFree) {
+		t.Errorf("a wrapped NewError error: Is mine %v, ErrClosed %v, ErrDoubleFree %v", errors.Is(err, mine),
+			errors.Is(err, pinmalloc.ErrClosed), errors.Is(err, pinmalloc.ErrDoubleFree))
+	}
+}
+
+// TestPoolErrors runs errors through a pool and a heap and checks that each matches the
+// pool's sentinel, the heap's cause and the kind: a double free, a use after Close, a foreign
+// buffer.
+func TestPoolErrors(t *testing.T) {
+	p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	err = p.Free(b)
+	for _, want := range []error{pinned.ErrDoubleFree, heap.ErrDoubleFree, pinmalloc.ErrDoubleFree} {
+		if !errors.Is(err, want) {
+			t.Errorf("double free = %v; want it to match %v", err, want)
+		}
+	}
+	if err := p.Free(make([]byte, 64)); !errors.Is(err, pinned.ErrNotOwned) || !errors.Is(err, pinmalloc.ErrNotOwned) {
+		t.Errorf("free of Go memory = %v; want pinned.ErrNotOwned and pinmalloc.ErrNotOwned", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Alloc(4096)
+	if !errors.Is(err, pinned.ErrClosed) || !errors.Is(err, pinmalloc.ErrClosed) || errors.Is(err, uvm.ErrClosed) {
+		t.Errorf("Alloc after Close = %v; want pinned.ErrClosed and pinmalloc.ErrClosed, not uvm.ErrClosed", err)
+	}
+
+	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := heap.New(a, heap.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Alloc(8 << 20); !errors.Is(err, heap.ErrTooLarge) || !errors.Is(err, pinmalloc.ErrTooLarge) {
+		t.Errorf("heap Alloc beyond its arena = %v; want heap.ErrTooLarge and pinmalloc.ErrTooLarge", err)
+	}
+	if err := h.Free(mem.Addr(make([]byte, 64))); !errors.Is(err, heap.ErrNotOwned) || !errors.Is(err, pinmalloc.ErrNotOwned) {
+		t.Errorf("heap Free of Go memory = %v; want heap.ErrNotOwned and pinmalloc.ErrNotOwned", err)
+	}
+	if err := errors.Join(h.Close(), a.Close()); err != nil {
+		t.Fatal(err)
+	}
+}
