@@ -45,10 +45,6 @@
 // pending stack. The owner collects pending pages when it runs out of free blocks — mimalloc's
 // thread_free, with bits instead of links.
 //
-// TryAlloc and TryFree (try.go) are the owner's non-blocking entry points: what Alloc and
-// FreeSized do when it needs no arena call, no lock and no allocation, for an owner that must
-// not block (package pinned runs them pinned to a processor).
-//
 // Invariants, for every page p:
 //   - a block is live iff its state word is live; exactly one free moves it out;
 //   - a block index is in at most one of: p.free[:p.nfree], the set bits of p.remote, or
@@ -67,6 +63,24 @@
 // and the property and fuzz tests check them after every step: go test -tags invariants ./heap.
 //
 // Lock order: Heap (owner, no lock) → arena.Arena.mu. Remote frees take no lock at all.
+//
+// # For fronts
+//
+// Alloc, Free (FreeSized), Group.Free, Stats, Trim and Close are what a plain user needs. A
+// front that builds its own allocator on a group of heaps (package pinned does: a pool's shards
+// are the group's heaps) uses a few more, exported for it across the package boundary:
+//   - TryAlloc, TryFree and TryFreeHeld (try.go): the owner's non-blocking entry points, what
+//     Alloc, FreeSized and FreeHeld do when that needs no arena call, no lock and no
+//     allocation, for an owner that must not block (pinned runs them pinned to a processor)
+//     and falls back to the blocking calls when they refuse;
+//   - Collect (remote.go): the owner takes in the frees other goroutines made when it chooses
+//     (pinned does before it maps its blocks) rather than when a class runs dry;
+//   - Index: the heap's number in its group, to index a front's per-heap table (pinned's
+//     shards) from the heap a block belongs to;
+//   - Group.Hold, Group.HoldSized, Group.FreeHeld and Heap.FreeHeld (hold.go): a held block
+//     stays live whatever frees it, until its holder takes it back, for a front whose blocks
+//     something outside the heap may still use after the user freed them (pinned's buffers
+//     with a CUDA stream's copy queued).
 package heap
 
 //go:generate go run mksizeclasses.go
