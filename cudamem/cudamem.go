@@ -73,12 +73,12 @@ type cudaBase struct {
 	calls                                                        atomic.Uint64
 }
 
-func newCUDABase(pub *cuda.Device, name string, kind arena.Kind) (*cudaBase, error) {
-	dev, err := internalDevice(pub, name)
+func newCUDABase(dev *cuda.Device, name string, kind arena.Kind) (*cudaBase, error) {
+	in, err := internalDevice(dev, name)
 	if err != nil {
 		return nil, err
 	}
-	return &cudaBase{pub: pub, dev: dev, name: name, kind: kind}, nil
+	return &cudaBase{pub: dev, dev: in, name: name, kind: kind}, nil
 }
 
 // Name implements arena.Provider.
@@ -90,10 +90,10 @@ func (b *cudaBase) Kind() arena.Kind { return b.kind }
 // Device returns the CUDA device the provider allocates through.
 func (b *cudaBase) Device() *cuda.Device { return b.pub }
 
-// internalDevice returns the binding's device inside pub, for a provider's constructor; a nil
-// or zero pub gives an error wrapping arena.ErrInvalid and cuda.ErrNoDriver.
-func internalDevice(pub *cuda.Device, name string) (*icuda.Device, error) {
-	d, err := icuda.Of(pub)
+// internalDevice returns the binding's device inside dev, for a provider's constructor; a nil
+// or zero dev gives an error wrapping arena.ErrInvalid and cuda.ErrNoDriver.
+func internalDevice(dev *cuda.Device, name string) (*icuda.Device, error) {
+	d, err := icuda.Of(dev)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s provider: %w", arena.ErrInvalid, name, err)
 	}

@@ -17,12 +17,12 @@ const DefaultDeviceShare = 90
 // DefaultDeviceShare percent of the memory free on dev now, rounded down to the device's
 // allocation granularity (2 MiB on an H100). Each device of a multi-GPU machine gets its own
 // provider and arena, sized by its own free memory.
-func DefaultDeviceCapacity(pub *cuda.Device) (uintptr, error) {
-	dev, err := internalDevice(pub, "device")
+func DefaultDeviceCapacity(dev *cuda.Device) (uintptr, error) {
+	in, err := internalDevice(dev, "device")
 	if err != nil {
 		return 0, err
 	}
-	return defaultDeviceCapacity(dev)
+	return defaultDeviceCapacity(in)
 }
 
 // defaultDeviceCapacity is DefaultDeviceCapacity of the device inside the public one.
@@ -67,15 +67,15 @@ func (c deviceCapacity) DefaultCapacity() uintptr {
 
 // NewDevice returns the best provider of device memory dev offers: the VMM provider
 // (commit and decommit by granule) where the VMM API is supported, else the cuMemAlloc one.
-func NewDevice(pub *cuda.Device) (arena.Provider, error) {
-	dev, err := internalDevice(pub, "device")
+func NewDevice(dev *cuda.Device) (arena.Provider, error) {
+	in, err := internalDevice(dev, "device")
 	if err != nil {
 		return nil, err
 	}
-	if dev.VMMSupported() {
-		return NewDeviceVMM(pub)
+	if in.VMMSupported() {
+		return NewDeviceVMM(dev)
 	}
-	return NewDeviceMalloc(pub)
+	return NewDeviceMalloc(dev)
 }
 
 // CUDA device memory through the virtual memory management API.
@@ -92,15 +92,15 @@ type DeviceVMM struct {
 
 // NewDeviceVMM returns a VMM provider on dev. It fails with an error wrapping cuda.ErrNotSupported
 // when the device lacks the VMM API.
-func NewDeviceVMM(pub *cuda.Device) (*DeviceVMM, error) {
-	b, err := newCUDABase(pub, "cuda-vmm", arena.Device)
+func NewDeviceVMM(dev *cuda.Device) (*DeviceVMM, error) {
+	b, err := newCUDABase(dev, "cuda-vmm", arena.Device)
 	if err != nil {
 		return nil, err
 	}
 	if !b.dev.VMMSupported() {
 		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", arena.ErrInvalid, b.dev.Ordinal(), icuda.ErrNotSupported)
 	}
-	v, err := newVMM(b, pub.Location(), []cuda.Location{pub.Location()}, "device")
+	v, err := newVMM(b, dev.Location(), []cuda.Location{dev.Location()}, "device")
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +135,8 @@ type DeviceMalloc struct {
 }
 
 // NewDeviceMalloc returns a provider of device memory from cuMemAlloc.
-func NewDeviceMalloc(pub *cuda.Device) (*DeviceMalloc, error) {
-	b, err := newCUDABase(pub, "cuda-malloc", arena.Device)
+func NewDeviceMalloc(dev *cuda.Device) (*DeviceMalloc, error) {
+	b, err := newCUDABase(dev, "cuda-malloc", arena.Device)
 	if err != nil {
 		return nil, err
 	}
@@ -159,14 +159,14 @@ type Managed struct {
 
 // NewManaged returns a provider of managed memory attached globally (any stream, any
 // device).
-func NewManaged(pub *cuda.Device) (*Managed, error) {
-	b, err := newCUDABase(pub, "cuda-managed", arena.Managed)
+func NewManaged(dev *cuda.Device) (*Managed, error) {
+	b, err := newCUDABase(dev, "cuda-managed", arena.Managed)
 	if err != nil {
 		return nil, err
 	}
-	dev := b.dev
+	in := b.dev
 	w := newWholeRegions(b, "cuMemAllocManaged",
-		func(n uintptr) (uintptr, error) { return dev.MemAllocManaged(n, icuda.MemAttachGlobal) }, dev.MemFreeManaged)
+		func(n uintptr) (uintptr, error) { return in.MemAllocManaged(n, icuda.MemAttachGlobal) }, in.MemFreeManaged)
 	return &Managed{w}, nil
 }
 

@@ -42,15 +42,15 @@ type HostOptions struct {
 // NewHost returns the best provider of pinned host memory dev offers: VMM host memory where
 // the driver supports it (HostVMM), else registered memory (HostRegister). Either one hands out
 // memory any block of which a device copies in one call.
-func NewHost(pub *cuda.Device, o HostOptions) (arena.Provider, error) {
-	dev, err := internalDevice(pub, "cuda-host")
+func NewHost(dev *cuda.Device, o HostOptions) (arena.Provider, error) {
+	in, err := internalDevice(dev, "cuda-host")
 	if err != nil {
 		return nil, err
 	}
-	if host, numa := dev.HostVMMSupported(); host || numa {
-		return NewHostVMM(pub, o)
+	if host, numa := in.HostVMMSupported(); host || numa {
+		return NewHostVMM(dev, o)
 	}
-	return NewHostRegister(pub, o)
+	return NewHostRegister(dev, o)
 }
 
 // OpenHost opens CUDA device ordinal and returns NewHost's provider on it, which owns the
@@ -91,8 +91,8 @@ type HostVMM struct {
 // NewHostVMM returns a provider of VMM host memory on dev. It fails with an error wrapping
 // cuda.ErrNotSupported when the driver has no VMM host memory, or none at the node o.NUMA asks
 // for.
-func NewHostVMM(pub *cuda.Device, o HostOptions) (*HostVMM, error) {
-	b, err := newCUDABase(pub, "cuda-host-vmm", arena.HostPinned)
+func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
+	b, err := newCUDABase(dev, "cuda-host-vmm", arena.HostPinned)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func NewHostVMM(pub *cuda.Device, o HostOptions) (*HostVMM, error) {
 		if d < 0 {
 			return nil, fmt.Errorf("%w: device ordinal %d", arena.ErrInvalid, d)
 		}
-		if l != pub.Location() {
+		if l != dev.Location() {
 			devs = append(devs, l)
 		}
 	}
@@ -248,15 +248,15 @@ type HostAlloc struct {
 }
 
 // NewHostAlloc returns a provider of host memory from cuMemHostAlloc (portable, mapped).
-func NewHostAlloc(pub *cuda.Device) (*HostAlloc, error) {
-	b, err := newCUDABase(pub, "cuda-hostalloc", arena.HostPinned)
+func NewHostAlloc(dev *cuda.Device) (*HostAlloc, error) {
+	b, err := newCUDABase(dev, "cuda-hostalloc", arena.HostPinned)
 	if err != nil {
 		return nil, err
 	}
 	const flags = icuda.HostAllocPortable | icuda.HostAllocDeviceMap
-	dev := b.dev
+	in := b.dev
 	w := newWholeRegions(b, "cuMemHostAlloc",
-		func(n uintptr) (uintptr, error) { return dev.MemHostAlloc(n, flags) }, dev.MemFreeHost)
+		func(n uintptr) (uintptr, error) { return in.MemHostAlloc(n, flags) }, in.MemFreeHost)
 	return &HostAlloc{w}, nil
 }
 

@@ -86,8 +86,8 @@ func (g hostReg) end() uintptr { return g.off + g.size }
 // registration faults every page in at once) to the node asked for, or by default to the node
 // nearest the device when a source knows it (DeviceNode); o.Node is not used. o.Devices does
 // not apply: a registration is portable to every device.
-func NewHostRegister(pub *cuda.Device, o HostOptions) (*HostRegister, error) {
-	b, err := newCUDABase(pub, "cuda-host-register", arena.HostPinned)
+func NewHostRegister(dev *cuda.Device, o HostOptions) (*HostRegister, error) {
+	b, err := newCUDABase(dev, "cuda-host-register", arena.HostPinned)
 	if err != nil {
 		return nil, err
 	}

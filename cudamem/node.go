@@ -53,12 +53,12 @@ var (
 
 // DeviceNode returns the host NUMA node nearest a CUDA device and which source said so
 // (NodeFromDriver, NodeFromSysfs, NodeFromNVML); ok is false when none knows.
-func DeviceNode(pub *cuda.Device) (node int, source string, ok bool) {
-	dev, err := icuda.Of(pub)
+func DeviceNode(dev *cuda.Device) (node int, source string, ok bool) {
+	in, err := icuda.Of(dev)
 	if err != nil {
 		return arena.NodeUnknown, "", false
 	}
-	return deviceNode(dev)
+	return deviceNode(in)
 }
 
 func deviceNode(dev *icuda.Device) (int, string, bool) {
@@ -93,10 +93,10 @@ func pciBusID(dev *icuda.Device) (string, error) {
 
 // PCIBusID returns a CUDA device's PCI address as sysfs and NVML write it ("0000:1b:00.0"),
 // from the driver's PCI attributes.
-func PCIBusID(pub *cuda.Device) (string, error) {
-	dev, err := internalDevice(pub, "pci")
+func PCIBusID(dev *cuda.Device) (string, error) {
+	in, err := internalDevice(dev, "pci")
 	if err != nil {
 		return "", err
 	}
-	return pciBusID(dev)
+	return pciBusID(in)
 }
