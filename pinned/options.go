@@ -109,11 +109,12 @@ type Options struct {
 	// an ordinal the driver does not have.
 	Devices []int
 	// NUMA selects the host NUMA node of the pool's memory (arena/numa.go). CUDAHost and Auto:
-	// NUMANearest (the default) is the node nearest Device (driver, sysfs or NVML), where VMM
-	// host memory is created and registered memory bound; arena.NUMANode(n) is node n. Locked
-	// and Pageable: arena.NUMANode(n) binds the pool's memory to node n with mbind;
-	// NUMANearest leaves placement to the kernel. A node the machine (or, for VMM host memory,
-	// the driver) lacks is refused by New. For GPUs on several nodes, see Nodes.
+	// NUMANearest (the default) is the node nearest Device (cudamem.DeviceNode: driver, sysfs
+	// or NVML), where VMM host memory is created and registered memory bound;
+	// arena.NUMANode(n) is node n. Locked and Pageable: arena.NUMANode(n) binds the pool's
+	// memory to node n with mbind; NUMANearest leaves placement to the kernel. A node the
+	// machine (or, for VMM host memory, the driver) lacks is refused by New. For GPUs on
+	// several nodes, see Nodes.
 	NUMA arena.NUMA
 	// Precommit is how many bytes to commit (and pin) ahead of need, in the background, when
 	// the pool is made, at most Capacity: allocation does not wait for it (an Alloc commits
