@@ -6,30 +6,79 @@ package heap
 
 import (
 	"fmt"
+	"sync/atomic"
 )
 
 // Free gives back the block at p. A block of another heap of the group is freed the lock-free
 // way, as from another goroutine. Errors (never panics): ErrNotOwned, ErrInteriorPointer,
 // ErrDoubleFree; the heap is unchanged by a failed Free.
-func (h *Heap) Free(p uintptr) error {
-	pg, idx, ok := h.g.find(p) // not locate: a call less on the hot path
-	if !ok {
-		return h.closedOr(h.g.whyNot(p))
-	}
-	return h.free(pg, idx, p, 0, 0)
-}
+func (h *Heap) Free(p uintptr) error { return h.freeAt(p, 0, freeAny) }
 
 // FreeSized is Free that also checks n against the size the block was allocated with, so that a
 // sub-slice or a truncated buffer is refused (ErrSizeMismatch) instead of freed. The check is
 // part of the free's compare-and-swap (see freeState), so a stale free racing another
 // goroutine's allocation of the block with a different size is refused too.
-func (h *Heap) FreeSized(p, n uintptr) error {
+func (h *Heap) FreeSized(p, n uintptr) error { return h.freeAt(p, n, freeSized) }
+
+// How freeAt frees: Free, FreeSized or TryFree.
+const (
+	freeAny = iota
+	freeSized
+	freeTry
+)
+
+// freeAt is Free, FreeSized and TryFree (how says which; n is 0 for Free). Its fast path, first
+// and written out, is the owner's free of a block of one of its class pages found in near
+// (near.go), with a plain store on an exclusive page (exclusive.go) or the compare-and-swap on
+// a shared one; the rest goes to freeSlow. One function for the three, so that each is a
+// single call.
+func (h *Heap) freeAt(p, n uintptr, how uint8) error {
+	if pg, idx, ok := h.nearBlock(p); ok && (n != 0 || how == freeAny) {
+		var size uint32
+		seq := h.freeSeq + 1
+		ownerStore(&h.freeSeq, seq) // odd: then the load of the mode (see exclusive.go)
+		if atomic.LoadUint32(&pg.mode) == exclusive {
+			w := &pg.state[idx]
+			if size, ok = *w, freeable(*w, stateOf(n), 0); ok {
+				*w = 0
+			}
+			ownerStore(&h.freeSeq, seq+1) // even, after the state word
+		} else {
+			ownerStore(&h.freeSeq, seq+1)
+			size, ok = pg.freeState(idx, false, n, 0)
+		}
+		if ok {
+			h.pushFree(pg, idx, size)
+			if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
+				h.noBlock = how == freeTry
+				h.pageChanged(pg, true)
+				h.noBlock = false
+			}
+			return nil
+		}
+	}
+	if how == freeTry {
+		return h.tryFreeSlow(p, n)
+	}
+	return h.freeSlow(p, n, how)
+}
+
+// freeSlow is Free and FreeSized where freeAt's fast path does not serve (a block near does not
+// have, another heap's, an object or huge page, a held one) or refuses (it then says why).
+func (h *Heap) freeSlow(p, n uintptr, how uint8) error {
+	if how == freeAny {
+		pg, idx, ok := h.findOwn(p) // not locate: a call less
+		if !ok {
+			return h.closedOr(h.g.whyNot(p))
+		}
+		return h.free(pg, idx, p, 0, 0)
+	}
 	return h.freeSized(p, n, 0)
 }
 
 // freeSized is FreeSized of a block held or not, as hold says (see freeState).
 func (h *Heap) freeSized(p, n uintptr, hold uint32) error {
-	pg, idx, ok := h.g.find(p) // not locate: a call less on the hot path
+	pg, idx, ok := h.findOwn(p) // not locate: a call less
 	if !ok {
 		return h.closedOr(h.g.whyNot(p))
 	}
@@ -54,7 +103,7 @@ func (h *Heap) free(pg *page, idx uint32, p, n uintptr, hold uint32) error {
 	if pg.heap != h {
 		return pg.freeRemote(idx, p, n, hold)
 	}
-	size, ok := pg.freeState(idx, false, n, hold)
+	size, ok := h.freeOwn(pg, idx, n, hold)
 	if !ok {
 		return pg.freeError(idx, size, p, n, hold)
 	}

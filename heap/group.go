@@ -42,6 +42,7 @@ type Group struct {
 	dir        []atomic.Pointer[chunkLeaf] // by arena.ChunkID >> leafShift
 	chunkAlign uintptr
 	granule    uintptr // the provider's commit granule
+	exclusive  bool    // class pages start exclusive (exclusive.go)
 	nheaps     atomic.Int32
 }
 
@@ -82,7 +83,7 @@ func NewGroup(a *arena.Arena) (*Group, error) {
 	}
 	n := (a.MaxChunks() + leafChunks - 1) >> leafShift
 	return &Group{a: a, addr: make([]atomic.Pointer[addrLeaf], addrDirLen), dir: make([]atomic.Pointer[chunkLeaf], n),
-		chunkAlign: a.ChunkAlign(), granule: a.Provider().Caps().Granule}, nil
+		chunkAlign: a.ChunkAlign(), granule: a.Provider().Caps().Granule, exclusive: exclusiveOK()}, nil
 }
 
 // segmentAt returns the segment registered for chunk id, or nil.
@@ -251,7 +252,7 @@ func (g *Group) find(p uintptr) (*page, uint32, bool) {
 		}
 	}
 	off := p - pg.base
-	if p < pg.base || off >= uintptr(pg.nblocks)*pg.bsize {
+	if off >= pg.span { // p below base too: off wraps
 		return nil, 0, false
 	}
 	if pg.nblocks == 1 {

@@ -40,7 +40,8 @@
 // goroutine through Group.Free (or Heap.Free of another heap's block): they are lock-free. Any
 // free moves the block's state word out of the live states with one compare-and-swap, which
 // detects a double free exactly, even between racing goroutines (see freedRemote); the owner's
-// allocation is a plain store. A remote free then sets the block's bit in the page's remote
+// allocation is a plain store, and so is the owner's free on a page no other goroutine has
+// touched (exclusive.go). A remote free then sets the block's bit in the page's remote
 // bitmap with one atomic OR and, the first time, pushes the page onto its owner's lock-free
 // pending stack. The owner collects pending pages when it runs out of free blocks — mimalloc's
 // thread_free, with bits instead of links.
@@ -51,6 +52,10 @@
 //     [p.bump, p.nblocks); live blocks are in none;
 //   - p.bump - p.nfree counts live blocks plus remotely freed blocks not yet collected; a page
 //     is given back only when that is zero, so a remote free never races with its release;
+//   - an exclusive page (exclusive.go) has no remote bit set and no block freed remotely or
+//     held: no goroutine but the owner has touched its state words; it never becomes
+//     exclusive again once shared;
+//   - an entry of the owner's page cache (near.go) names a live class page of the heap;
 //   - a kept object or huge page is tracked (page.tracked) from its first free until dropped;
 //     while kept its range is idle or given up, never busy; a live one's range is busy and
 //     committed (object pages: seg.decommit clear; huge: committed up to page.want);
@@ -147,10 +152,12 @@ type Heap struct {
 	// heap class → current page.
 	live, peak    uintptr // bytes asked for, by live blocks
 	allocs, frees uint64
+	freeSeq       uint32 // odd while the owner frees on an exclusive page (exclusive.go)
 	small         [smallMax/16 + 1]uint8
 	classOf       [numClasses]uint8 // generated class → heap class (sizes rounded up to align)
 	cur           [256]*page        // per heap class (a uint8: no bounds check); never nil below len(classes)
 	classes       []hclass
+	near          [nearLen]*page // the owner's class pages by address (near.go); never nil
 
 	segs    [numSegKinds]segList // segments with room, per kind
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
@@ -158,6 +165,11 @@ type Heap struct {
 	objFree []*page              // freed object pages kept for reuse, oldest first
 	bigFree []*page              // freed huge objects kept for reuse, oldest first
 	pending pendingStack         // pages with remote frees, pushed by other goroutines
+
+	// Whether new class pages start shared (exclusive.go): remote frees collected, and where
+	// the last decision was taken.
+	remoteFrees, modeFrees, modeRemote uint64
+	remoteMostly                       bool
 
 	nsegs, nhuge int
 	index        int
@@ -240,6 +252,9 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	}
 	for i := range h.classes {
 		h.cur[i] = &h.classes[i].empty
+	}
+	for i := range h.near {
+		h.near[i] = &noPage
 	}
 	return h, nil
 }

@@ -7,6 +7,8 @@
 // The hold is a bit of the block's state word (see freedRemote), set and cleared with the same
 // compare-and-swap as a free, so a hold and a free racing on one block are ordered: the free
 // wins (the hold then finds no live block) or the hold wins (the free then finds it held).
+// Hold shares the block's page first, so an owner's plain free on an exclusive page is ordered
+// with it the same way (exclusive.go).
 // Nothing on the paths of blocks never held changes: a free compares the state word with the
 // one it expects, and a held block's is not that one.
 
@@ -26,6 +28,7 @@ func (g *Group) Hold(p uintptr) (base, size uintptr, first bool, err error) {
 	if err != nil {
 		return 0, 0, false, err
 	}
+	pg.share() // before the state word is read: see exclusive.go
 	if size = pg.liveSize(idx); size == 0 {
 		return 0, 0, false, freeBlockError(p)
 	}
@@ -50,6 +53,7 @@ func (g *Group) HoldSized(p, n uintptr) (first bool, err error) {
 	if n == 0 || want == stateMax && pg.objSize != n {
 		return false, fmt.Errorf("%w: %#x held with %d bytes", ErrSizeMismatch, p, n)
 	}
+	pg.share()
 	old, ok := pg.hold(idx, want)
 	if !ok {
 		return false, pg.freeError(idx, old, p, n, old&held)

@@ -39,6 +39,18 @@ func (h *Heap) verify() error {
 			liveBytes += bytes
 		}
 	}
+	for i, pg := range h.near {
+		if pg == &noPage {
+			continue
+		}
+		covers := false
+		for s := pg.base >> sliceShift; s <= (pg.base+pg.span-1)>>sliceShift; s++ {
+			covers = covers || s&(nearLen-1) == uintptr(i)
+		}
+		if pg.dead || pg.heap != h || pg.class < 0 || !covers {
+			bad("page cache entry %d names page %#x (dead %v, class %d, another heap's %v, covers %v)", i, pg.base, pg.dead, pg.class, pg.heap != h, covers)
+		}
+	}
 	segs, err := h.g.verifyTables()
 	if err != nil {
 		errs = append(errs, err)
@@ -96,10 +108,13 @@ func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
 		}
 		onStack[idx] = true
 	}
+	excl := atomic.LoadUint32(&pg.mode) == exclusive
 	for idx := uint32(0); idx < pg.nblocks; idx++ {
 		st := atomic.LoadUint32(&pg.state[idx])
 		remote := pg.remote[idx>>6].Load()>>(idx&63)&1 == 1
 		switch {
+		case excl && (remote || st&(freedRemote|held) != 0):
+			return 0, 0, fmt.Errorf("page %#x is exclusive, yet block %d (state %#x) was touched by another goroutine", pg.base, idx, st)
 		case idx >= pg.bump && (st != 0 || remote):
 			return 0, 0, fmt.Errorf("page %#x: block %d past the bump index has state %#x", pg.base, idx, st)
 		case remote && (st&freedRemote == 0 || onStack[idx]):

@@ -88,8 +88,8 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		return 0, false, err
 	}
 	s := &segment{span: span, base: span.Base, kind: segHuge}
-	pg := &page{heap: h, seg: s, base: span.Base, bsize: span.Size, nblocks: 1, class: -1,
-		state: make([]uint32, 1), remote: make([]atomicWord, 1)}
+	pg := &page{heap: h, seg: s, base: span.Base, span: span.Size, bsize: span.Size, nblocks: 1, class: -1,
+		mode: shared, state: make([]uint32, 1), remote: make([]atomicWord, 1)}
 	pg.want = span.Size
 	s.huge = pg
 	h.g.register(s)

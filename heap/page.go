@@ -15,6 +15,7 @@ type page struct {
 	nblocks uint32
 	free    []uint16 // stack of free block indexes
 	base    uintptr
+	span    uintptr // nblocks * bsize: the bytes the blocks cover
 	bsize   uintptr
 	divMul  uint32 // off*divMul>>32 == off/bsize for multiples of bsize
 	class   int16  // heap class, or -1 for object and huge pages
@@ -38,6 +39,7 @@ type page struct {
 	ncommit int // class pages: slices committed, from slice0
 
 	// Shared with remote freers.
+	mode        uint32   // exclusive, sharing or shared (exclusive.go)
 	state       []uint32 // per block: see freedRemote
 	remote      []atomicWord
 	pending     atomic.Uint32
@@ -49,13 +51,14 @@ type page struct {
 func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16) *page {
 	pg := &page{
 		heap: h, seg: s, slice0: slice0, nslice: nslice, bsize: bsize, class: class, fresh: class >= 0,
-		base: s.base + uintptr(slice0)<<sliceShift, nblocks: 1,
+		base: s.base + uintptr(slice0)<<sliceShift, nblocks: 1, mode: h.newMode(class),
 	}
 	if class >= 0 {
 		pg.nblocks = uint32(uintptr(nslice) << sliceShift / bsize)
 		pg.divMul = ^uint32(0)/uint32(bsize) + 1
 		pg.free = make([]uint16, pg.nblocks)
 	}
+	pg.span = uintptr(pg.nblocks) * bsize
 	pg.state = make([]uint32, pg.nblocks)
 	pg.remote = make([]atomicWord, (pg.nblocks+63)/64)
 	for i := slice0; i < slice0+nslice; i++ {
@@ -81,7 +84,10 @@ func (pg *page) empty() bool { return pg.nfree == pg.bump }
 // touch its word, and whoever frees it later has been handed the block through some
 // synchronisation that orders the store first. Frees (and Hold) move the word with one
 // compare-and-swap, so of racing frees of one block exactly one wins; the others, like any
-// later free, find a free state and report ErrDoubleFree. The words are per block, not bits of
+// later free, find a free state and report ErrDoubleFree. The owner's free of a block of an
+// exclusive page, which no other goroutine has touched, is a plain load and store instead;
+// the first other goroutine to touch the page shares it first (exclusive.go), which keeps the
+// one-winner rule. The words are per block, not bits of
 // a shared word, so the owner's plain store never overwrites a neighbour's free.
 //
 // Detection is exact until the block is handed out again: a stale free that arrives after
@@ -115,7 +121,7 @@ func (pg *page) freeState(idx uint32, remote bool, n uintptr, hold uint32) (old 
 	w := &pg.state[idx]
 	for {
 		old = atomic.LoadUint32(w)
-		if old == 0 || old&(freedRemote|held) != hold || want != 0 && old&^held != want {
+		if !freeable(old, want, hold) {
 			return old, false
 		}
 		next := uint32(0)
@@ -127,6 +133,12 @@ func (pg *page) freeState(idx uint32, remote bool, n uintptr, hold uint32) (old 
 			return old &^ held, true
 		}
 	}
+}
+
+// freeable reports whether a free may take a block whose state word is old: live, held or not
+// as hold says, and allocated with want bytes (0: any).
+func freeable(old, want, hold uint32) bool {
+	return old != 0 && old&(freedRemote|held) == hold && (want == 0 || old&^held == want)
 }
 
 // liveSize returns the size block idx was allocated with, or 0 when it is not live.

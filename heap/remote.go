@@ -1,8 +1,9 @@
 // Remote frees: the lock-free way any goroutine gives back a block of a heap it does not own,
 // and the owner's collection of them (mimalloc's thread_free, with bits instead of links).
 //
-// A remote free moves the block's state word out of the live states with one compare-and-swap
-// (see freeState: of racing frees exactly one wins), sets the block's bit in its page's remote
+// A remote free shares the block's page if it is exclusive (exclusive.go), moves the block's
+// state word out of the live states with one compare-and-swap (see freeState: of racing frees
+// exactly one wins), sets the block's bit in its page's remote
 // bitmap with one atomic OR and, the first time since the page was last collected, pushes the
 // page onto its owner's lock-free pending stack. The owner takes the whole stack at once
 // (so the stack has no ABA problem) when a class runs out of blocks, at Collect, Trim, Stats
@@ -24,6 +25,7 @@ import (
 // freeRemote frees block idx of pg, at p, allocated with n bytes (0: any), held or not as hold
 // says, from any goroutine, without a lock.
 func (pg *page) freeRemote(idx uint32, p, n uintptr, hold uint32) error {
+	pg.share()
 	if st, ok := pg.freeState(idx, true, n, hold); !ok {
 		return pg.freeError(idx, st, p, n, hold)
 	}
@@ -81,6 +83,7 @@ func (h *Heap) collectPage(pg *page, mayRelease bool) {
 			}
 			idx := uint32(w*64 + bits.TrailingZeros64(b))
 			h.pushFree(pg, idx, atomic.LoadUint32(&pg.state[idx])&^freedRemote)
+			h.remoteFrees++
 		}
 	}
 	if pg.class >= 0 {

@@ -207,6 +207,9 @@ func (h *Heap) prepareSlices(s *segment, first, n int) (fresh bool, err error) {
 func (h *Heap) freeSlices(pg *page) {
 	s := pg.seg
 	pg.dead = true
+	if pg.class >= 0 {
+		h.forget(pg)
+	}
 	for i := pg.slice0; i < pg.slice0+pg.nslice; i++ {
 		s.pages[i].Store(nil)
 	}

@@ -15,7 +15,10 @@
 
 package heap
 
-import "errors"
+import (
+	"errors"
+	"sync/atomic"
+)
 
 // TryAlloc is Alloc restricted to what the heap holds: a block of a size class from the
 // class's pages, with the frees other goroutines made collected, or a kept object page left
@@ -41,22 +44,33 @@ func (h *Heap) TryAlloc(n uintptr) (p uintptr, ok bool) {
 var errWouldBlock = errors.New("heap: would block")
 
 // TryFree is FreeSized restricted to frees that need no arena call: a block of a class page,
-// of this heap or (the lock-free remote free) of another heap of the group, and an object page
+// of this heap or (the lock-free remote free) of another heap's page that is shared already
+// (sharing an exclusive page waits for its owner's free: exclusive.go), and an object page
 // or huge object of its own that can be kept as it is (tracked already, room on its keep
 // list, the purge timer running). It reports whether it freed the block. It refuses, and
 // nothing has changed, for other object pages and huge objects, its own or another heap's
 // (whose owner frees them at once where a remote free would wait for its next collection),
 // and for any free FreeSized would refuse (its error is built by FreeSized: a non-blocking
 // path makes none, as formatting may allocate and lock). The owner calls it.
-func (h *Heap) TryFree(p, n uintptr) bool { return h.tryFree(p, n, 0) }
+func (h *Heap) TryFree(p, n uintptr) bool { return h.freeAt(p, n, freeTry) == nil }
 
 // TryFreeHeld is TryFree of a held block (see FreeHeld): what FreeHeld does when it needs no
 // arena call, leaving a page it empties for the next blocking path, as TryFree does.
 func (h *Heap) TryFreeHeld(p, n uintptr) bool { return h.tryFree(p, n, held) }
 
-// tryFree is TryFree of a block held or not, as hold says (see freeState).
+// tryFreeSlow is TryFree where freeAt's fast path does not serve: it returns errWouldBlock
+// when it refuses.
+func (h *Heap) tryFreeSlow(p, n uintptr) error {
+	if !h.tryFree(p, n, 0) {
+		return errWouldBlock
+	}
+	return nil
+}
+
+// tryFree is TryFree's slow path, of a block held or not as hold says (see freeState). A held
+// block's page is shared (Hold shares it: exclusive.go), so its owner's free takes the CAS.
 func (h *Heap) tryFree(p, n uintptr, hold uint32) bool {
-	pg, idx, ok := h.g.find(p)
+	pg, idx, ok := h.findOwn(p)
 	if !ok || n == 0 {
 		return false
 	}
@@ -64,13 +78,17 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) bool {
 		return pg.heap == h && h.tryFreeObject(pg, n, hold)
 	}
 	if pg.heap != h {
+		// An exclusive page is shared first, which waits (exclusive.go): FreeSized does it.
+		if atomic.LoadUint32(&pg.mode) != shared {
+			return false
+		}
 		if _, ok := pg.freeState(idx, true, n, hold); !ok {
 			return false
 		}
 		pg.remoteFreed(idx)
 		return true
 	}
-	size, ok := pg.freeState(idx, false, n, hold)
+	size, ok := h.freeOwn(pg, idx, n, hold)
 	if !ok {
 		return false
 	}

@@ -1,0 +1,148 @@
+// Exclusive pages: the owner frees its own blocks without an atomic read-modify-write.
+//
+// Every free moves a block's state word out of the live states exactly once, even when frees
+// of one block race (a double free from two goroutines, a free racing a Hold). Between
+// goroutines that takes a compare-and-swap (freeState). But most frees are the owner's, of
+// its own blocks, and there a compare-and-swap is a locked instruction that first waits for
+// the allocation's stores to drain: about 6 ns, a third of a pair. So a class page starts
+// exclusive: no goroutine but the owner touches its state words, and the owner frees with a
+// plain load and store (freeOwn). The first other goroutine that needs one of its state words
+// (a remote free, Hold, HoldSized, FreeHeld through the group) shares the page first, for the
+// rest of its life; from then on the owner uses the compare-and-swap as well. A page given
+// back is never reused (see the package invariants), so a new page starts exclusive again,
+// unless remote frees have lately been a good part of the heap's (a producer/consumer pattern:
+// see newMode). Object pages and huge objects are shared from the start: their frees are rare
+// beside their cost.
+//
+// Sharing is the asymmetric Dekker pairing of internal/fence (pinned's fast sections use it):
+//
+//	owner, freeOwn                          sharer, share
+//	store freeSeq odd (a plain store)       CAS mode exclusive → sharing
+//	load mode; not exclusive: CAS path      fence.Heavy: every thread runs a full barrier
+//	load the state word, check it           load freeSeq; while odd and unchanged: wait
+//	store the state word (plain)            store mode = shared
+//	store freeSeq even (a release store)    then the CAS on the state word
+//
+// Heavy orders the owner's odd store against its load of the mode, on whichever thread the
+// owner runs: either the load comes after the barrier and sees the page not exclusive (that
+// free takes the compare-and-swap), or the odd store came before the barrier and the sharer
+// sees it, and waits for that free to end. The owner stores the state word before the even
+// freeSeq, with release order, so the sharer then sees the block free, and its compare-and-swap
+// fails: its free reports ErrDoubleFree, its Hold finds no live block. Every owner free that
+// starts later sees the mode and uses the compare-and-swap. So of an owner free and a racing
+// remote free or Hold exactly one wins, as between two compare-and-swaps:
+//
+//   - the owner loads the mode before the sharer's CAS: its free ends before the sharer's
+//     state CAS, which sees it (it waited on freeSeq);
+//   - the owner loads it after: it sees sharing or shared and takes the CAS path, which
+//     orders against the sharer's;
+//   - two sharers: one moves the mode to sharing and the other waits for shared, so neither
+//     touches a state word before the owner's frees have drained.
+//
+// A sharer that finds freeSeq odd waits with runtime.Gosched: the owner's plain free is a few
+// instructions that cannot block. A non-blocking path (TryFree) never shares: it refuses a
+// remote free of an exclusive page, which the caller makes again on a blocking path.
+//
+// With the race detector, which cannot see what Heavy orders, the owner's stores of freeSeq are
+// sequentially consistent atomic stores (excl_race.go): the pairing then needs no barrier, and
+// the detector sees the happens-before edges the argument above rests on, so a race test
+// checks the protocol itself. Where membarrier is missing, pages start shared.
+//
+// Readers of a state word that change nothing (Block, Size, Held, the snapshot) do not share:
+// one racing a free of the block gets a stale answer either way, and the race detector reports
+// that race as it would a use after free.
+
+package heap
+
+import (
+	"runtime"
+	"sync/atomic"
+)
+
+// A page's mode (page.mode).
+const (
+	exclusive = iota // only the owner touches the state words
+	sharing          // a sharer waits for the owner's plain frees to drain
+	shared           // anyone, with compare-and-swaps
+)
+
+// newMode is the mode a page of class starts in (class -1: an object page or huge object).
+// A class page starts shared too while other goroutines free a good part of the heap's
+// blocks (modeWindow): it would be shared soon anyway, each time at the cost of a barrier.
+func (h *Heap) newMode(class int16) uint32 {
+	if class < 0 || !h.g.exclusive {
+		return shared
+	}
+	if n := h.frees - h.modeFrees; n >= modeWindow {
+		h.remoteMostly = (h.remoteFrees-h.modeRemote)*remoteShare >= n
+		h.modeFrees, h.modeRemote = h.frees, h.remoteFrees
+	}
+	if h.remoteMostly {
+		return shared
+	}
+	return exclusive
+}
+
+// newMode decides again once per modeWindow frees (the owner's and those it collected) whether
+// remote frees were at least 1/remoteShare of them.
+const (
+	modeWindow  = 1024
+	remoteShare = 8
+)
+
+// freeOwn is freeState for the owner's free of block idx of its own class page, allocated
+// with n bytes (0: any) and held or not as hold says: a plain load and store while the page is
+// exclusive (freeExcl), else the compare-and-swap. The owner may always take the latter: a
+// compare-and-swap is ordered with a sharer's whatever the mode.
+func (h *Heap) freeOwn(pg *page, idx uint32, n uintptr, hold uint32) (old uint32, ok bool) {
+	if hold == 0 {
+		if old, ok = h.freeExcl(pg, idx, stateOf(n)); ok {
+			return old, true
+		}
+	}
+	return pg.freeState(idx, false, n, hold) // shared, or refused: freeState says why
+}
+
+// freeExcl is the owner's plain free of block idx of its class page pg, not held and allocated
+// with want bytes (0: any), when pg is exclusive: see above. It returns the size the block was
+// allocated with; ok false, with nothing changed, when pg is not exclusive or the block cannot
+// be freed.
+func (h *Heap) freeExcl(pg *page, idx, want uint32) (size uint32, ok bool) {
+	seq := h.freeSeq + 1
+	ownerStore(&h.freeSeq, seq) // odd: then the load of the mode (see above)
+	if atomic.LoadUint32(&pg.mode) == exclusive {
+		w := &pg.state[idx]
+		if size = *w; freeable(size, want, 0) {
+			*w = 0
+			ok = true
+		}
+	}
+	ownerStore(&h.freeSeq, seq+1) // even, after the state word: see above
+	return size, ok
+}
+
+// share makes pg shared, for a goroutine other than its owner that is about to touch its
+// state words. It returns at once for a shared page.
+func (pg *page) share() {
+	if atomic.LoadUint32(&pg.mode) != shared {
+		pg.shareSlow()
+	}
+}
+
+// shareSlow moves an exclusive page to shared, or waits for the sharer that is doing it.
+func (pg *page) shareSlow() {
+	if !atomic.CompareAndSwapUint32(&pg.mode, exclusive, sharing) {
+		for atomic.LoadUint32(&pg.mode) != shared {
+			runtime.Gosched()
+		}
+		return
+	}
+	heavy()
+	h := pg.heap
+	if seq := atomic.LoadUint32(&h.freeSeq); seq&1 != 0 {
+		for atomic.LoadUint32(&h.freeSeq) == seq {
+			runtime.Gosched()
+		}
+	}
+	atomic.StoreUint32(&pg.mode, shared)
+}

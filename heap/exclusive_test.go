@@ -1,0 +1,274 @@
+package heap
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// raceRounds is how many rounds the owner-against-others races run.
+func raceRounds() int {
+	if raceEnabled || testing.Short() {
+		return 4
+	}
+	return 16
+}
+
+// freshBlocks makes a new heap in g (its class pages start exclusive) and allocates n class
+// blocks of 2 – 10 KiB on it: a few blocks a page, so that the race meets many pages as they
+// are shared.
+func freshBlocks(t *testing.T, g *Group, n int) (*Heap, []uintptr, []uintptr) {
+	t.Helper()
+	h, err := g.NewHeap(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, ns := make([]uintptr, n), make([]uintptr, n)
+	for i := range ps {
+		ns[i] = uintptr(2<<10 + i*977%(8<<10))
+		if ps[i], err = h.Alloc(ns[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g.exclusive {
+		for _, p := range ps {
+			if pg, _, _ := g.find(p); atomic.LoadUint32(&pg.mode) != exclusive {
+				t.Fatalf("block %#x: a new class page is not exclusive (mode %d)", p, pg.mode)
+			}
+		}
+	}
+	return h, ps, ns
+}
+
+// order returns the order in which a racer of round r visits n blocks: forward, backward, or
+// from the middle, so that owner and other meet on pages being shared in every way.
+func order(r, who, n int) func(k int) int {
+	switch (r + who) % 3 {
+	case 0:
+		return func(k int) int { return k }
+	case 1:
+		return func(k int) int { return n - 1 - k }
+	}
+	return func(k int) int { return (k + n/2) % n }
+}
+
+// race runs owner and other on two goroutines, released together once both run (a spinning
+// barrier, so that neither is parked when the other starts), and waits for both.
+func race(owner, other func()) {
+	var arrived atomic.Int32
+	var wg sync.WaitGroup
+	wg.Add(2)
+	for _, f := range []func(){owner, other} {
+		go func() {
+			defer wg.Done()
+			arrived.Add(1)
+			for arrived.Load() < 2 {
+				runtime.Gosched()
+			}
+			f()
+		}()
+	}
+	wg.Wait()
+}
+
+// closeClean collects h's remote frees, checks its invariants and that nothing is live, and
+// closes it.
+func closeClean(t *testing.T, h *Heap, round int) {
+	t.Helper()
+	h.Collect()
+	if err := h.verify(); err != nil {
+		t.Fatalf("round %d: %v", round, err)
+	}
+	if st := h.Stats(); st.Live != 0 {
+		t.Fatalf("round %d: %d blocks live after freeing all", round, st.Live)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatalf("round %d: %v", round, err)
+	}
+}
+
+// TestOwnerFreeRacesRemoteFree frees every block of a fresh heap twice at once: by its owner
+// (Free, FreeSized and TryFree in turn, on exclusive pages the plain store of exclusive.go) and
+// by another goroutine through the group (the compare-and-swap, after sharing the page).
+// Exactly one free of each block must win, and the other report ErrDoubleFree (TryFree:
+// false); the heap must then be consistent, with nothing live. Run it with -race: the race
+// build orders the two sides with atomics the detector follows, and reports any access the
+// protocol leaves unordered.
+func TestOwnerFreeRacesRemoteFree(t *testing.T) {
+	g := newTestHeap(t, 512<<20, Options{}).g
+	for round := range raceRounds() {
+		h, ps, ns := freshBlocks(t, g, 3000)
+		wins := make([]atomic.Int32, len(ps))
+		var ownerWins, otherWins atomic.Int32
+		owner := func() {
+			at := order(round, 0, len(ps))
+			for k := range ps {
+				i := at(k)
+				var err error
+				switch k % 3 {
+				case 0:
+					err = h.Free(ps[i])
+				case 1:
+					err = h.FreeSized(ps[i], ns[i])
+				default:
+					if !h.TryFree(ps[i], ns[i]) {
+						err = ErrDoubleFree
+					}
+				}
+				switch {
+				case err == nil:
+					wins[i].Add(1)
+					ownerWins.Add(1)
+				case !errors.Is(err, ErrDoubleFree):
+					t.Errorf("owner free %#x: %v", ps[i], err)
+				}
+			}
+		}
+		other := func() {
+			at := order(round, 1, len(ps))
+			for k := range ps {
+				i := at(k)
+				var err error
+				if k%2 == 0 {
+					err = g.Free(ps[i])
+				} else {
+					err = g.FreeSized(ps[i], ns[i])
+				}
+				switch {
+				case err == nil:
+					wins[i].Add(1)
+					otherWins.Add(1)
+				case !errors.Is(err, ErrDoubleFree):
+					t.Errorf("remote free %#x: %v", ps[i], err)
+				}
+			}
+		}
+		race(owner, other)
+		for i := range wins {
+			if got := wins[i].Load(); got != 1 {
+				t.Fatalf("round %d: block %#x freed %d times", round, ps[i], got)
+			}
+		}
+		t.Logf("round %d: owner won %d blocks, the other %d", round, ownerWins.Load(), otherWins.Load())
+		closeClean(t, h, round)
+	}
+}
+
+// TestOwnerFreeRacesHold races the owner's frees of a fresh heap's blocks with Hold (and
+// HoldSized) of every block from another goroutine: exactly one wins each block. A block the
+// free won is free, and the Hold reports ErrDoubleFree; a block the Hold won is still live and
+// held, the free reports ErrHeld (TryFree: false), and FreeHeld takes it back.
+func TestOwnerFreeRacesHold(t *testing.T) {
+	g := newTestHeap(t, 512<<20, Options{}).g
+	for round := range raceRounds() {
+		h, ps, ns := freshBlocks(t, g, 3000)
+		freed := make([]atomic.Bool, len(ps))
+		heldBy := make([]atomic.Bool, len(ps))
+		owner := func() {
+			at := order(round, 0, len(ps))
+			for k := range ps {
+				i := at(k)
+				var err error
+				switch k % 3 {
+				case 0:
+					err = h.Free(ps[i])
+				case 1:
+					err = h.FreeSized(ps[i], ns[i])
+				default:
+					if !h.TryFree(ps[i], ns[i]) {
+						err = ErrHeld
+					}
+				}
+				switch {
+				case err == nil:
+					freed[i].Store(true)
+				case !errors.Is(err, ErrHeld):
+					t.Errorf("owner free %#x: %v", ps[i], err)
+				}
+			}
+		}
+		other := func() {
+			at := order(round, 1, len(ps))
+			for k := range ps {
+				i := at(k)
+				var first bool
+				var err error
+				if k%2 == 0 {
+					_, _, first, err = g.Hold(ps[i])
+				} else {
+					first, err = g.HoldSized(ps[i], ns[i])
+				}
+				switch {
+				case err == nil && first:
+					heldBy[i].Store(true)
+				case err == nil || !errors.Is(err, ErrDoubleFree):
+					t.Errorf("hold %#x: first %v, %v", ps[i], first, err)
+				}
+			}
+		}
+		race(owner, other)
+		for i, p := range ps {
+			if freed[i].Load() == heldBy[i].Load() {
+				t.Fatalf("round %d: block %#x: freed %v, held %v: exactly one must win", round, p, freed[i].Load(), heldBy[i].Load())
+			}
+			if heldBy[i].Load() {
+				if !g.Held(p) {
+					t.Fatalf("round %d: block %#x won by Hold is not held", round, p)
+				}
+				if err := h.FreeHeld(p, ns[i]); err != nil {
+					t.Fatalf("round %d: FreeHeld %#x: %v", round, p, err)
+				}
+			}
+		}
+		closeClean(t, h, round)
+	}
+}
+
+// TestSharedPagesStayExact checks the owner's frees once a page is shared: a remote free of one
+// block shares the page, and the owner's later frees (now compare-and-swaps) still refuse a
+// double free, a held block and a wrong size, and the page keeps working.
+func TestSharedPagesStayExact(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	var ps []uintptr
+	for range 4 {
+		p, err := h.Alloc(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	pg, _, _ := h.g.find(ps[0])
+	if err := h.g.Free(ps[0]); err != nil {
+		t.Fatal(err)
+	}
+	if m := atomic.LoadUint32(&pg.mode); m != shared {
+		t.Fatalf("after a remote free the page's mode is %d, want shared", m)
+	}
+	if err := h.Free(ps[0]); !errors.Is(err, ErrDoubleFree) {
+		t.Fatalf("owner free of a remotely freed block: %v", err)
+	}
+	if _, _, _, err := h.g.Hold(ps[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(ps[1]); !errors.Is(err, ErrHeld) {
+		t.Fatalf("owner free of a held block: %v", err)
+	}
+	if err := h.FreeSized(ps[2], 100); !errors.Is(err, ErrSizeMismatch) {
+		t.Fatalf("owner free with a wrong size: %v", err)
+	}
+	for i, p := range ps[1:] {
+		free := h.FreeSized
+		if i == 0 {
+			free = h.FreeHeld
+		}
+		if err := free(p, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Collect()
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+}

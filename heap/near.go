@@ -1,0 +1,62 @@
+// The owner's page cache: its own class pages by address, one load away.
+//
+// Finding a block's page through the group's tables (group.go) is a chain of dependent loads:
+// the heap's group, the directory, a leaf, the slot's segment, the segment's page slot, then
+// the page. On the owner's free that chain was a third of a pair. So the owner keeps near, a
+// direct-mapped table of nearLen page pointers indexed by the address's slice number modulo
+// nearLen (8 MiB of address space before two slices collide), filled when a free of one of its
+// own class pages had to ask the tables, and cleared for a page when the page is given back.
+// A hit is one load (the entry) before the page: the entry's page is checked to cover the
+// address (p - base < span), so a collision or an empty entry (noPage, whose range is empty)
+// just asks the tables. Slices need not be aligned to their number (an external region's
+// chunks may start anywhere): a page whose slices straddle numbers has an entry under each, and
+// the range check keeps a neighbour's entry from answering for it.
+//
+// Only the owner reads or writes near, with plain memory operations, and only pages of its own
+// live in it: a page is never reused once given back (see the package invariants), and
+// freeSlices clears its entries as it gives it back, so an entry never names a dead page.
+// Object pages and huge objects are not cached: their frees take the tables as before.
+
+package heap
+
+// nearLen is the number of entries of the owner's page cache (a power of two).
+const nearLen = 256
+
+// noPage is the empty entry of near: no address is in its range.
+var noPage = page{base: ^uintptr(0), class: -1}
+
+// nearBlock finds the block that starts at p in near: its page and index; ok false when near
+// does not have it (findOwn then asks the tables, and says why when they do not either).
+func (h *Heap) nearBlock(p uintptr) (pg *page, idx uint32, ok bool) {
+	pg = h.near[p>>sliceShift&(nearLen-1)]
+	off := p - pg.base
+	idx = uint32(uint64(off) * uint64(pg.divMul) >> 32)
+	return pg, idx, off < pg.span && uintptr(idx)*pg.bsize == off
+}
+
+// findOwn is the owner's find: its own class pages from near, the rest from the group's tables.
+func (h *Heap) findOwn(p uintptr) (*page, uint32, bool) {
+	if pg, idx, ok := h.nearBlock(p); ok {
+		return pg, idx, true
+	}
+	return h.findFar(p)
+}
+
+// findFar is findOwn's miss: find, and the page into near when it is one of the heap's class
+// pages.
+func (h *Heap) findFar(p uintptr) (*page, uint32, bool) {
+	pg, idx, ok := h.g.find(p)
+	if ok && pg.heap == h && pg.class >= 0 {
+		h.near[p>>sliceShift&(nearLen-1)] = pg
+	}
+	return pg, idx, ok
+}
+
+// forget clears the entries of near that name pg, a page being given back.
+func (h *Heap) forget(pg *page) {
+	for s := pg.base >> sliceShift; s <= (pg.base+pg.span-1)>>sliceShift; s++ {
+		if e := &h.near[s&(nearLen-1)]; *e == pg {
+			*e = &noPage
+		}
+	}
+}
