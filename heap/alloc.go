@@ -18,8 +18,8 @@ func (h *Heap) Alloc(n uintptr) (uintptr, error) {
 	if n-1 < maxClassSize {
 		c := h.class(n)
 		pg := h.cur[c]
-		if idx, ok := pg.pop(); ok {
-			return h.take(pg, idx, n), nil
+		if off, ok := pg.pop(); ok {
+			return h.take(pg, off, n), nil
 		}
 		p, _, err := h.allocSlow(n, c)
 		return p, err
@@ -29,15 +29,15 @@ func (h *Heap) Alloc(n uintptr) (uintptr, error) {
 }
 
 // pop takes a free block of the page, if it has one: from its free stack, else its bump index.
-// It is the fast path of Alloc and TryAlloc.
+// It returns the block's offset in the page. It is the fast path of Alloc and TryAlloc.
 func (pg *page) pop() (uint32, bool) {
-	if pg.nfree > 0 {
-		pg.nfree--
-		return uint32(pg.free[pg.nfree]), true
+	if k := pg.nfree; k > 0 {
+		pg.nfree = k - 1
+		return pg.free[k-1], true
 	}
 	if pg.bump < pg.limit {
 		pg.bump++
-		return pg.bump - 1, true
+		return (pg.bump - 1) * uint32(pg.bsize), true
 	}
 	return 0, false
 }
@@ -52,16 +52,16 @@ func (h *Heap) class(n uintptr) uint8 {
 	return h.classOf[8+(l-7)*8+uint((n-1-1<<l)>>(l-3))]
 }
 
-// take marks block idx of pg live and returns its address.
-func (h *Heap) take(pg *page, idx uint32, n uintptr) uintptr {
-	pg.state[idx] = uint32(n) // see freedRemote
-	pg.allocs++
+// take marks the block at offset off of pg live and returns its address. (The page counts no
+// allocations: they are its frees plus bump - nfree, see hclass.)
+func (h *Heap) take(pg *page, off uint32, n uintptr) uintptr {
+	pg.state[uint64(off)*uint64(pg.divMul)>>32] = uint32(n) // see freedRemote
 	h.allocs++
 	h.live += n
 	if h.live > h.peak {
 		h.peak = h.live
 	}
-	return pg.base + uintptr(idx)*pg.bsize
+	return pg.base + uintptr(off)
 }
 
 // Zalloc is Alloc with the block cleared. The clear is skipped when the block is fresh from the
@@ -109,13 +109,9 @@ func (h *Heap) alloc(n, alignment uintptr) (p uintptr, fresh bool, err error) {
 // allocClass allocates from class c, taking the fast path when it can.
 func (h *Heap) allocClass(n uintptr, c uint8) (uintptr, bool, error) {
 	pg := h.cur[c]
-	if pg.nfree > 0 {
-		pg.nfree--
-		return h.take(pg, uint32(pg.free[pg.nfree]), n), false, nil
-	}
-	if pg.bump < pg.limit {
-		pg.bump++
-		return h.take(pg, pg.bump-1, n), pg.fresh, nil
+	fresh := pg.nfree == 0 && pg.fresh // a block from the bump index
+	if off, ok := pg.pop(); ok {
+		return h.take(pg, off, n), fresh, nil
 	}
 	return h.allocSlow(n, c)
 }

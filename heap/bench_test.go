@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
 // mixedSizes returns 1024 sizes drawn uniformly from 16 B to 8 KiB.
@@ -107,6 +108,46 @@ func BenchmarkPairRegions(b *testing.B) {
 			pairs(b, h, mixedSizes(1), h.Free)
 			b.StopTimer()
 			for _, p := range hold {
+				_ = h.Free(p)
+			}
+		})
+	}
+}
+
+// BenchmarkChurnLive is the bench's churn case on a single-owner heap: live blocks of 64 B,
+// each step frees one drawn at random (splitmix64 of the step, as bench/churn.go) and
+// allocates its replacement.
+func BenchmarkChurnLive(b *testing.B) {
+	for _, live := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprint(live), func(b *testing.B) {
+			h := newTestHeap(b, 1<<30, Options{})
+			slots := make([]uintptr, live)
+			for i := range slots {
+				var err error
+				if slots[i], err = h.Alloc(64); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				z := 0x636875726e5f6f70 + uint64(i)*0x9e3779b97f4a7c15
+				z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+				z = (z ^ z>>27) * 0x94d049bb133111eb
+				z ^= z >> 31
+				k := (z >> 32) * uint64(live) >> 32
+				if err := h.Free(slots[k]); err != nil {
+					b.Fatal(err)
+				}
+				p, err := h.Alloc(64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				mem.Bytes(p, 1)[0] = 1 // touch it, as the bench does
+				slots[k] = p
+			}
+			b.StopTimer()
+			for _, p := range slots {
 				_ = h.Free(p)
 			}
 		})

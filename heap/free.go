@@ -33,7 +33,7 @@ const (
 // a shared one; the rest goes to freeSlow. One function for the three, so that each is a
 // single call.
 func (h *Heap) freeAt(p, n uintptr, how uint8) error {
-	if pg, idx, ok := h.nearBlock(p); ok && (n != 0 || how == freeAny) {
+	if pg, idx, off, ok := h.nearBlock(p); ok && (n != 0 || how == freeAny) {
 		var size uint32
 		seq := h.freeSeq + 1
 		ownerStore(&h.freeSeq, seq) // odd: then the load of the mode (see exclusive.go)
@@ -48,7 +48,7 @@ func (h *Heap) freeAt(p, n uintptr, how uint8) error {
 			size, ok = pg.freeState(idx, false, n, 0)
 		}
 		if ok {
-			h.pushFree(pg, idx, size)
+			h.pushFree(pg, off, size)
 			if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
 				h.noBlock = how == freeTry
 				h.pageChanged(pg, true)
@@ -118,7 +118,7 @@ func (h *Heap) freed(pg *page, idx, size uint32) {
 		h.freeObject(pg)
 		return
 	}
-	h.pushFree(pg, idx, size)
+	h.pushFree(pg, idx*uint32(pg.bsize), size)
 	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
 		h.pageChanged(pg, true)
 	}
@@ -142,9 +142,9 @@ func (pg *page) freeError(idx, st uint32, p, n uintptr, hold uint32) error {
 	return fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, live, n)
 }
 
-// pushFree puts a block that is no longer live back on its page's free stack.
-func (h *Heap) pushFree(pg *page, idx, size uint32) {
-	pg.free[pg.nfree] = uint16(idx)
+// pushFree puts the block at offset off of pg, no longer live, back on its page's free stack.
+func (h *Heap) pushFree(pg *page, off, size uint32) {
+	pg.free[pg.nfree] = off
 	pg.nfree++
 	h.live -= uintptr(size)
 	h.frees++

@@ -157,7 +157,7 @@ type Heap struct {
 	classOf       [numClasses]uint8 // generated class → heap class (sizes rounded up to align)
 	cur           [256]*page        // per heap class (a uint8: no bounds check); never nil below len(classes)
 	classes       []hclass
-	near          [nearLen]*page // the owner's class pages by address (near.go); never nil
+	near          [nearLen]nearEntry // the owner's class pages by address (near.go)
 
 	segs    [numSegKinds]segList // segments with room, per kind
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
@@ -181,9 +181,10 @@ type Heap struct {
 // hclass is one of the heap's size classes: a generated class rounded up to the heap's
 // alignment (several generated classes may share one).
 //
-// Its operations are counted per page (page.allocs, page.frees: the page is at hand on the
-// fast paths, the class is one more load), and summed by Stats over the class's pages and
-// what the pages given back had counted.
+// Its operations are counted per page (page.frees: the page is at hand on the fast paths, the
+// class is one more load; a page's allocations are its frees plus bump - nfree, so the
+// allocation path counts nothing there), and summed by Stats over the class's pages and what
+// the pages given back had counted.
 type hclass struct {
 	size   uintptr
 	kind   segKind
@@ -197,18 +198,22 @@ type hclass struct {
 
 // retire takes a page that is being given back out of the class, keeping its counts.
 func (cl *hclass) retire(pg *page) {
-	cl.allocs += pg.allocs
+	cl.allocs += pg.allocs()
 	cl.frees += pg.frees
 	last := cl.all[len(cl.all)-1]
 	cl.all[pg.allIdx], last.allIdx = last, pg.allIdx
 	cl.all = cl.all[:len(cl.all)-1]
 }
 
+// allocs returns the allocations a class page has served: every one is still live (between
+// bump and nfree) or has been freed (and collected).
+func (pg *page) allocs() uint64 { return pg.frees + uint64(pg.bump-pg.nfree) }
+
 // counts returns the class's operations so far.
 func (cl *hclass) counts() (allocs, frees uint64) {
 	allocs, frees = cl.allocs, cl.frees
 	for _, pg := range cl.all {
-		allocs += pg.allocs
+		allocs += pg.allocs()
 		frees += pg.frees
 	}
 	return allocs, frees
@@ -252,9 +257,6 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	}
 	for i := range h.classes {
 		h.cur[i] = &h.classes[i].empty
-	}
-	for i := range h.near {
-		h.near[i] = &noPage
 	}
 	return h, nil
 }

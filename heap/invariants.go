@@ -39,15 +39,16 @@ func (h *Heap) verify() error {
 			liveBytes += bytes
 		}
 	}
-	for i, pg := range h.near {
-		if pg == &noPage {
+	for i, e := range h.near {
+		pg := e.pg
+		if e.span == 0 {
 			continue
 		}
 		covers := false
 		for s := pg.base >> sliceShift; s <= (pg.base+pg.span-1)>>sliceShift; s++ {
 			covers = covers || s&(nearLen-1) == uintptr(i)
 		}
-		if pg.dead || pg.heap != h || pg.class < 0 || !covers {
+		if pg.dead || pg.heap != h || pg.class < 0 || !covers || e.base != pg.base || uintptr(e.span) != pg.span || uintptr(e.bsize) != pg.bsize || e.divMul != pg.divMul {
 			bad("page cache entry %d names page %#x (dead %v, class %d, another heap's %v, covers %v)", i, pg.base, pg.dead, pg.class, pg.heap != h, covers)
 		}
 	}
@@ -102,9 +103,13 @@ func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
 		return 0, 0, fmt.Errorf("page %#x: nfree %d, bump %d, limit %d, nblocks %d", pg.base, pg.nfree, pg.bump, pg.limit, pg.nblocks)
 	}
 	onStack := make([]bool, pg.nblocks)
-	for _, idx := range pg.free[:pg.nfree] {
-		if st := atomic.LoadUint32(&pg.state[idx]); uint32(idx) >= pg.bump || onStack[idx] || st != 0 && st&freedRemote == 0 {
-			return 0, 0, fmt.Errorf("page %#x: free stack holds block %d twice, past the bump index or not free", pg.base, idx)
+	for _, off := range pg.free[:pg.nfree] {
+		idx := off / uint32(pg.bsize)
+		if off%uint32(pg.bsize) != 0 || idx >= pg.bump {
+			return 0, 0, fmt.Errorf("page %#x: free stack holds offset %d, not a block below the bump index", pg.base, off)
+		}
+		if st := atomic.LoadUint32(&pg.state[idx]); onStack[idx] || st != 0 && st&freedRemote == 0 {
+			return 0, 0, fmt.Errorf("page %#x: free stack holds block %d twice or not free", pg.base, idx)
 		}
 		onStack[idx] = true
 	}

@@ -6,9 +6,10 @@
 // direct-mapped table of nearLen page pointers indexed by the address's slice number modulo
 // nearLen (8 MiB of address space before two slices collide), filled when a free of one of its
 // own class pages had to ask the tables, and cleared for a page when the page is given back.
-// A hit is one load (the entry) before the page: the entry's page is checked to cover the
-// address (p - base < span), so a collision or an empty entry (noPage, whose range is empty)
-// just asks the tables. Slices need not be aligned to their number (an external region's
+// A hit is one load (the entry): the entry's page is checked to cover the
+// address (p - base < span), so a collision or an empty entry (whose span is empty) just asks
+// the tables. An entry holds the page's geometry as well (nearEntry), so that the block's
+// offset, which the free stack takes, is one load from the address. Slices need not be aligned to their number (an external region's
 // chunks may start anywhere): a page whose slices straddle numbers has an entry under each, and
 // the range check keeps a neighbour's entry from answering for it.
 //
@@ -22,21 +23,30 @@ package heap
 // nearLen is the number of entries of the owner's page cache (a power of two).
 const nearLen = 256
 
-// noPage is the empty entry of near: no address is in its range.
-var noPage = page{base: ^uintptr(0), class: -1}
+// nearEntry is a class page in the owner's cache with the geometry a free needs, so that the
+// block's offset and index follow from the entry alone while the page's own fields load. The
+// zero entry is empty: no address is within its span.
+type nearEntry struct {
+	base   uintptr // the page's first block
+	span   uint32  // bytes its blocks cover (page.span: at most a segment)
+	bsize  uint32
+	divMul uint32
+	pg     *page
+}
 
-// nearBlock finds the block that starts at p in near: its page and index; ok false when near
-// does not have it (findOwn then asks the tables, and says why when they do not either).
-func (h *Heap) nearBlock(p uintptr) (pg *page, idx uint32, ok bool) {
-	pg = h.near[p>>sliceShift&(nearLen-1)]
-	off := p - pg.base
-	idx = uint32(uint64(off) * uint64(pg.divMul) >> 32)
-	return pg, idx, off < pg.span && uintptr(idx)*pg.bsize == off
+// nearBlock finds the block that starts at p in near: its page, its index and its offset in
+// the page; ok false when near does not have it (findOwn then asks the tables, and says why
+// when they do not either).
+func (h *Heap) nearBlock(p uintptr) (pg *page, idx, off uint32, ok bool) {
+	e := &h.near[p>>sliceShift&(nearLen-1)]
+	o := p - e.base
+	idx = uint32(uint64(o) * uint64(e.divMul) >> 32)
+	return e.pg, idx, uint32(o), o < uintptr(e.span) && idx*e.bsize == uint32(o)
 }
 
 // findOwn is the owner's find: its own class pages from near, the rest from the group's tables.
 func (h *Heap) findOwn(p uintptr) (*page, uint32, bool) {
-	if pg, idx, ok := h.nearBlock(p); ok {
+	if pg, idx, _, ok := h.nearBlock(p); ok {
 		return pg, idx, true
 	}
 	return h.findFar(p)
@@ -47,7 +57,7 @@ func (h *Heap) findOwn(p uintptr) (*page, uint32, bool) {
 func (h *Heap) findFar(p uintptr) (*page, uint32, bool) {
 	pg, idx, ok := h.g.find(p)
 	if ok && pg.heap == h && pg.class >= 0 {
-		h.near[p>>sliceShift&(nearLen-1)] = pg
+		h.near[p>>sliceShift&(nearLen-1)] = nearEntry{base: pg.base, span: uint32(pg.span), bsize: uint32(pg.bsize), divMul: pg.divMul, pg: pg}
 	}
 	return pg, idx, ok
 }
@@ -55,8 +65,8 @@ func (h *Heap) findFar(p uintptr) (*page, uint32, bool) {
 // forget clears the entries of near that name pg, a page being given back.
 func (h *Heap) forget(pg *page) {
 	for s := pg.base >> sliceShift; s <= (pg.base+pg.span-1)>>sliceShift; s++ {
-		if e := &h.near[s&(nearLen-1)]; *e == pg {
-			*e = &noPage
+		if e := &h.near[s&(nearLen-1)]; e.pg == pg {
+			*e = nearEntry{}
 		}
 	}
 }

@@ -13,7 +13,7 @@ type page struct {
 	bump    uint32
 	limit   uint32 // blocks below it lie in committed slices (class pages: see extend)
 	nblocks uint32
-	free    []uint16 // stack of free block indexes
+	free    []uint32 // stack of free blocks, by offset in the page (an address is base + offset)
 	base    uintptr
 	span    uintptr // nblocks * bsize: the bytes the blocks cover
 	bsize   uintptr
@@ -28,9 +28,8 @@ type page struct {
 	kept    arena.Kept
 	prev    *page
 	next    *page
-	allocs  uint64 // class pages: operations, for Stats (see hclass)
-	frees   uint64
-	allIdx  int // class pages: index in hclass.all
+	frees   uint64 // class pages: frees, for Stats (see hclass)
+	allIdx  int    // class pages: index in hclass.all
 
 	heap    *Heap
 	seg     *segment
@@ -56,7 +55,7 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 	if class >= 0 {
 		pg.nblocks = uint32(uintptr(nslice) << sliceShift / bsize)
 		pg.divMul = ^uint32(0)/uint32(bsize) + 1
-		pg.free = make([]uint16, pg.nblocks)
+		pg.free = make([]uint32, pg.nblocks)
 	}
 	pg.span = uintptr(pg.nblocks) * bsize
 	pg.state = make([]uint32, pg.nblocks)

@@ -82,7 +82,7 @@ func (h *Heap) collectPage(pg *page, mayRelease bool) {
 				return
 			}
 			idx := uint32(w*64 + bits.TrailingZeros64(b))
-			h.pushFree(pg, idx, atomic.LoadUint32(&pg.state[idx])&^freedRemote)
+			h.pushFree(pg, idx*uint32(pg.bsize), atomic.LoadUint32(&pg.state[idx])&^freedRemote)
 			h.remoteFrees++
 		}
 	}

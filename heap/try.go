@@ -31,8 +31,8 @@ func (h *Heap) TryAlloc(n uintptr) (p uintptr, ok bool) {
 	}
 	c := h.class(n)
 	pg := h.cur[c]
-	if idx, ok := pg.pop(); ok {
-		return h.take(pg, idx, n), true
+	if off, ok := pg.pop(); ok {
+		return h.take(pg, off, n), true
 	}
 	h.noBlock = true
 	p, _, err := h.allocSlow(n, c)
@@ -92,7 +92,7 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) bool {
 	if !ok {
 		return false
 	}
-	h.pushFree(pg, idx, size) // freed's class-page half, with the page change non-blocking
+	h.pushFree(pg, idx*uint32(pg.bsize), size) // freed's class-page half, with the page change non-blocking
 	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
 		h.noBlock = true
 		h.pageChanged(pg, true)
