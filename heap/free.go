@@ -157,7 +157,11 @@ func (h *Heap) pushFree(pg *page, off, size uint32) {
 func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 	cl := &h.classes[pg.class]
 	if !pg.inAvail {
-		cl.avail.pushFront(pg)
+		// At the back: the pages ahead of it have gathered frees longer, so the class's next
+		// current page (allocSlow takes the first with a block) has more than this one's one
+		// or two, and a churn over many pages does not change pages at every allocation
+		// (mimalloc queues a page that stops being full at the end too).
+		cl.avail.pushBack(pg)
 	}
 	if mayRelease && pg.empty() && h.cur[pg.class] != pg {
 		if h.noBlock { // freeSlices may call the arena: see try.go

@@ -190,7 +190,7 @@ type hclass struct {
 	kind   segKind
 	slices uint8    // per page
 	empty  page     // sentinel current page: no blocks
-	avail  pageList // pages with free blocks, cur first
+	avail  pageList // pages with free blocks, a new one first, refilled ones last
 	all    []*page  // every page of the class; page.allIdx is its index
 	allocs uint64   // operations counted by pages given back
 	frees  uint64

@@ -153,15 +153,28 @@ func (pg *page) liveSize(idx uint32) uintptr {
 }
 
 // pageList is an intrusive doubly linked list of pages; p.inAvail says whether p is on one.
-type pageList struct{ head *page }
+type pageList struct{ head, tail *page }
 
 func (l *pageList) pushFront(p *page) {
 	p.inAvail = true
 	p.prev, p.next = nil, l.head
 	if l.head != nil {
 		l.head.prev = p
+	} else {
+		l.tail = p
 	}
 	l.head = p
+}
+
+func (l *pageList) pushBack(p *page) {
+	p.inAvail = true
+	p.prev, p.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = p
+	} else {
+		l.head = p
+	}
+	l.tail = p
 }
 
 func (l *pageList) remove(p *page) {
@@ -173,6 +186,8 @@ func (l *pageList) remove(p *page) {
 	}
 	if p.next != nil {
 		p.next.prev = p.prev
+	} else {
+		l.tail = p.prev
 	}
 	p.prev, p.next = nil, nil
 }
