@@ -136,6 +136,9 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 			}
 			if pg.nfree > 0 || pg.bump < pg.limit {
 				h.cur[c] = pg
+				if pg == cl.spare {
+					cl.spare = nil // in use again
+				}
 				return h.allocClass(n, c)
 			}
 			cl.avail.remove(pg)

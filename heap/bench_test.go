@@ -153,3 +153,46 @@ func BenchmarkChurnLive(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProdCons is the bench's producer/consumer case on one heap: the owner allocates
+// batches of 64 blocks of mixed sizes and hands them through a ring of 16 to a goroutine that
+// frees them through the group (remote frees, collected by the owner).
+func BenchmarkProdCons(b *testing.B) {
+	h := newTestHeap(b, 1<<30, Options{})
+	sizes := mixedSizes(4)
+	full, empty := make(chan []uintptr, 16), make(chan []uintptr, 16)
+	for range 16 {
+		empty <- make([]uintptr, 64)
+	}
+	done := make(chan error)
+	go func() {
+		var first error
+		for batch := range full {
+			for _, p := range batch {
+				if err := h.g.Free(p); err != nil && first == nil {
+					first = err
+				}
+			}
+			empty <- batch
+		}
+		done <- first
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; {
+		batch := <-empty
+		for j := range batch {
+			p, err := h.Alloc(sizes[i&1023])
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch[j] = p
+			i++
+		}
+		full <- batch
+	}
+	close(full)
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}

@@ -153,7 +153,14 @@ func (h *Heap) pushFree(pg *page, off, size uint32) {
 
 // pageChanged runs when a page gained a free block while full, or became empty: it goes back on
 // its class's available list, and an empty page other than the current one is given back (or,
-// on a non-blocking path, left for the next blocking one).
+// on a non-blocking path, left for the next blocking one), but for a small class's spare.
+//
+// The spare: a small class (64 KiB pages) keeps one empty page on its available list rather
+// than giving it back, for its next page. A producer/consumer flow empties pages by remote
+// frees as fast as the owner fills new ones, and gave back and made a page every 18
+// allocations or so (a page costs Go allocations for its tables and arena work for its
+// slices); mimalloc keeps such a page a while too (page retire). It is one page a class, 64
+// KiB, given back by Trim and Close.
 func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 	cl := &h.classes[pg.class]
 	if !pg.inAvail {
@@ -164,6 +171,10 @@ func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 		cl.avail.pushBack(pg)
 	}
 	if mayRelease && pg.empty() && h.cur[pg.class] != pg {
+		if cl.spare == pg || cl.spare == nil && cl.kind == segSmall {
+			cl.spare = pg
+			return
+		}
 		if h.noBlock { // freeSlices may call the arena: see try.go
 			h.deferred = true
 			return
@@ -175,6 +186,9 @@ func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 // release gives back an empty class page other than its class's current one.
 func (h *Heap) release(pg *page) {
 	cl := &h.classes[pg.class]
+	if cl.spare == pg {
+		cl.spare = nil
+	}
 	cl.avail.remove(pg)
 	cl.retire(pg)
 	h.freeSlices(pg)
@@ -188,14 +202,17 @@ func (h *Heap) Trim() {
 	h.checkInvariants("Trim")
 }
 
-// releaseEmpty gives back the empty pages kept as current pages, the kept object pages and
-// huge objects, and the spare segments.
+// releaseEmpty gives back the empty pages kept as current pages or spares, the kept object
+// pages and huge objects, and the spare segments.
 func (h *Heap) releaseEmpty() {
 	for c := range h.classes {
 		cl := &h.classes[c]
 		if pg := h.cur[c]; pg != &cl.empty && pg.empty() {
 			h.cur[c] = &cl.empty
-			h.pageChanged(pg, true)
+			h.pageChanged(pg, true) // given back, or kept as the spare and given back below
+		}
+		if cl.spare != nil {
+			h.release(cl.spare)
 		}
 	}
 	h.dropAll(&h.objFree)

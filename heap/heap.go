@@ -191,6 +191,7 @@ type hclass struct {
 	slices uint8    // per page
 	empty  page     // sentinel current page: no blocks
 	avail  pageList // pages with free blocks, a new one first, refilled ones last
+	spare  *page    // an empty page kept on avail (small classes: see pageChanged)
 	all    []*page  // every page of the class; page.allIdx is its index
 	allocs uint64   // operations counted by pages given back
 	frees  uint64

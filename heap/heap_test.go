@@ -587,3 +587,73 @@ func TestKeptPurgedAfterDelay(t *testing.T) {
 		mustOK(t, h.Free(q))
 	}
 }
+
+// TestSparePage checks a small class's spare: a page emptied while another is current stays,
+// empty, and serves the class's next allocations (no new page is made); a second page emptied
+// meanwhile goes back; Trim gives the spare back. Medium pages keep no spare.
+func TestSparePage(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	pages := func(size uint64) int {
+		for _, c := range h.Stats().Classes {
+			if c.Size == size {
+				return c.Pages
+			}
+		}
+		return 0
+	}
+	alloc := func(n int, size uintptr) []uintptr {
+		var ps []uintptr
+		for range n {
+			p, err := h.Alloc(size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	free := func(ps []uintptr) {
+		for _, p := range ps {
+			if err := h.Free(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pageOf := func(p uintptr) *page {
+		pg, _, _ := h.g.find(p)
+		return pg
+	}
+	ps := alloc(48, 4096) // three full 64 KiB pages of 4 KiB blocks; the third is current
+	first := pageOf(ps[0])
+	free(ps[:32]) // the first two empty: the first is kept, the second given back
+	if n := pages(4096); n != 2 {
+		t.Fatalf("%d pages after emptying two of three, want 2 (the current one and the spare)", n)
+	}
+	again := alloc(16, 4096)
+	for _, p := range again {
+		if pageOf(p) != first {
+			t.Fatalf("block %#x is not in the spare page", p)
+		}
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	free(again)
+	free(ps[32:])
+	if n := pages(4096); n != 2 {
+		t.Fatalf("%d pages, want 2 (an empty current page and the spare)", n)
+	}
+	h.Trim()
+	if n := pages(4096); n != 0 {
+		t.Fatalf("%d pages after Trim, want 0", n)
+	}
+	med := alloc(16, 64<<10) // two 512 KiB pages of 64 KiB blocks; the second is current
+	free(med[:8])
+	if n := pages(64 << 10); n != 1 {
+		t.Fatalf("%d medium pages after emptying one, want 1: medium classes keep no spare", n)
+	}
+	free(med[8:])
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+}

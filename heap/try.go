@@ -112,7 +112,7 @@ func (h *Heap) releaseDeferred() {
 		cl := &h.classes[c]
 		for pg := cl.avail.head; pg != nil; {
 			next := pg.next
-			if pg.empty() && h.cur[c] != pg {
+			if pg.empty() && h.cur[c] != pg && pg != cl.spare {
 				h.release(pg)
 			}
 			pg = next
