@@ -60,29 +60,21 @@ func (h *Heap) freeAt(p, n uintptr, how uint8) error {
 	if how == freeTry {
 		return h.tryFreeSlow(p, n)
 	}
-	return h.freeSlow(p, n, how)
+	return h.freeSlow(p, n, how, 0)
 }
 
-// freeSlow is Free and FreeSized where freeAt's fast path does not serve (a block near does not
-// have, another heap's, an object or huge page, a held one) or refuses (it then says why).
-func (h *Heap) freeSlow(p, n uintptr, how uint8) error {
-	if how == freeAny {
-		pg, idx, ok := h.findOwn(p) // not locate: a call less
-		if !ok {
-			return h.closedOr(h.g.whyNot(p))
-		}
-		return h.free(pg, idx, p, 0, 0)
-	}
-	return h.freeSized(p, n, 0)
-}
-
-// freeSized is FreeSized of a block held or not, as hold says (see freeState).
-func (h *Heap) freeSized(p, n uintptr, hold uint32) error {
-	pg, idx, ok := h.findOwn(p) // not locate: a call less
+// freeSlow is Free and FreeSized (and FreeHeld: hold is held) where freeAt's fast path does not
+// serve (a block near does not have, another heap's, an object or huge page, a held one) or
+// refuses (it then says why).
+func (h *Heap) freeSlow(p, n uintptr, how uint8, hold uint32) error {
+	pg, idx, ok := h.g.find(p) // not locate: a call less
 	if !ok {
 		return h.closedOr(h.g.whyNot(p))
 	}
-	if n == 0 {
+	if pg.class >= 0 && pg.heap == h {
+		h.remember(p, pg)
+	}
+	if n == 0 && how != freeAny {
 		return fmt.Errorf("%w: %#x freed with 0 bytes", ErrSizeMismatch, p)
 	}
 	return h.free(pg, idx, p, n, hold)
@@ -103,6 +95,13 @@ func (h *Heap) free(pg *page, idx uint32, p, n uintptr, hold uint32) error {
 	if pg.heap != h {
 		return pg.freeRemote(idx, p, n, hold)
 	}
+	if pg.class < 0 { // shared from the start: see exclusive.go
+		if size, ok := pg.freeState(idx, false, n, hold); !ok {
+			return pg.freeError(idx, size, p, n, hold)
+		}
+		h.freeObject(pg)
+		return nil
+	}
 	size, ok := h.freeOwn(pg, idx, n, hold)
 	if !ok {
 		return pg.freeError(idx, size, p, n, hold)
@@ -111,13 +110,9 @@ func (h *Heap) free(pg *page, idx uint32, p, n uintptr, hold uint32) error {
 	return nil
 }
 
-// freed takes back block idx of pg, whose state word the owner's free has moved out of the live
-// states (it was size bytes).
+// freed takes back block idx of class page pg, whose state word the owner's free has moved out
+// of the live states (it was size bytes).
 func (h *Heap) freed(pg *page, idx, size uint32) {
-	if pg.class < 0 {
-		h.freeObject(pg)
-		return
-	}
 	h.pushFree(pg, idx*uint32(pg.bsize), size)
 	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
 		h.pageChanged(pg, true)

@@ -90,4 +90,4 @@ func (g *Group) FreeHeld(p, n uintptr) error { return g.freeSized(p, n, held) }
 
 // FreeHeld is Group.FreeHeld by the heap's owner: a block of its own goes straight back, as
 // with FreeSized.
-func (h *Heap) FreeHeld(p, n uintptr) error { return h.freeSized(p, n, held) }
+func (h *Heap) FreeHeld(p, n uintptr) error { return h.freeSlow(p, n, freeSized, held) }

@@ -3,15 +3,15 @@
 // Finding a block's page through the group's tables (group.go) is a chain of dependent loads:
 // the heap's group, the directory, a leaf, the slot's segment, the segment's page slot, then
 // the page. On the owner's free that chain was a third of a pair. So the owner keeps near, a
-// direct-mapped table of nearLen page pointers indexed by the address's slice number modulo
-// nearLen (8 MiB of address space before two slices collide), filled when a free of one of its
-// own class pages had to ask the tables, and cleared for a page when the page is given back.
-// A hit is one load (the entry): the entry's page is checked to cover the
-// address (p - base < span), so a collision or an empty entry (whose span is empty) just asks
-// the tables. An entry holds the page's geometry as well (nearEntry), so that the block's
-// offset, which the free stack takes, is one load from the address. Slices need not be aligned to their number (an external region's
-// chunks may start anywhere): a page whose slices straddle numbers has an entry under each, and
-// the range check keeps a neighbour's entry from answering for it.
+// direct-mapped table of nearLen entries indexed by the address's slice number modulo nearLen
+// (8 MiB of address space before two slices collide), filled when a free of one of its own
+// class pages had to ask the tables (remember), and cleared for a page when the page is given
+// back. An entry holds the page and its geometry (nearEntry), so a hit is one load from the
+// address to the block's offset and index, while the page's own fields load beside. The entry
+// is checked to cover the address (p - base < span), so a collision or an empty entry (whose
+// span is empty) just asks the tables. Slices need not be aligned to their number (an external
+// region's chunks may start anywhere): a page whose slices straddle numbers has an entry under
+// each, and the range check keeps a neighbour's entry from answering for it.
 //
 // Only the owner reads or writes near, with plain memory operations, and only pages of its own
 // live in it: a page is never reused once given back (see the package invariants), and
@@ -35,8 +35,8 @@ type nearEntry struct {
 }
 
 // nearBlock finds the block that starts at p in near: its page, its index and its offset in
-// the page; ok false when near does not have it (findOwn then asks the tables, and says why
-// when they do not either).
+// the page; ok false when near does not have it (the free paths then ask the tables, and
+// whyNot says why when they do not either).
 func (h *Heap) nearBlock(p uintptr) (pg *page, idx, off uint32, ok bool) {
 	e := &h.near[p>>sliceShift&(nearLen-1)]
 	o := p - e.base
@@ -44,22 +44,10 @@ func (h *Heap) nearBlock(p uintptr) (pg *page, idx, off uint32, ok bool) {
 	return e.pg, idx, uint32(o), o < uintptr(e.span) && idx*e.bsize == uint32(o)
 }
 
-// findOwn is the owner's find: its own class pages from near, the rest from the group's tables.
-func (h *Heap) findOwn(p uintptr) (*page, uint32, bool) {
-	if pg, idx, _, ok := h.nearBlock(p); ok {
-		return pg, idx, true
-	}
-	return h.findFar(p)
-}
-
-// findFar is findOwn's miss: find, and the page into near when it is one of the heap's class
-// pages.
-func (h *Heap) findFar(p uintptr) (*page, uint32, bool) {
-	pg, idx, ok := h.g.find(p)
-	if ok && pg.heap == h && pg.class >= 0 {
-		h.near[p>>sliceShift&(nearLen-1)] = nearEntry{base: pg.base, span: uint32(pg.span), bsize: uint32(pg.bsize), divMul: pg.divMul, pg: pg}
-	}
-	return pg, idx, ok
+// remember puts pg, a class page of the heap's that holds p, into near: the owner's free
+// paths call it when they had to ask the tables (Group.find).
+func (h *Heap) remember(p uintptr, pg *page) {
+	h.near[p>>sliceShift&(nearLen-1)] = nearEntry{base: pg.base, span: uint32(pg.span), bsize: uint32(pg.bsize), divMul: pg.divMul, pg: pg}
 }
 
 // forget clears the entries of near that name pg, a page being given back.

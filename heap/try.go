@@ -56,41 +56,42 @@ func (h *Heap) TryFree(p, n uintptr) bool { return h.freeAt(p, n, freeTry) == ni
 
 // TryFreeHeld is TryFree of a held block (see FreeHeld): what FreeHeld does when it needs no
 // arena call, leaving a page it empties for the next blocking path, as TryFree does.
-func (h *Heap) TryFreeHeld(p, n uintptr) bool { return h.tryFree(p, n, held) }
+func (h *Heap) TryFreeHeld(p, n uintptr) bool { return h.tryFree(p, n, held) == nil }
 
-// tryFreeSlow is TryFree where freeAt's fast path does not serve: it returns errWouldBlock
-// when it refuses.
-func (h *Heap) tryFreeSlow(p, n uintptr) error {
-	if !h.tryFree(p, n, 0) {
+// tryFreeSlow is TryFree where freeAt's fast path does not serve. It returns errWouldBlock (no
+// error is built on a non-blocking path) when it refuses.
+func (h *Heap) tryFreeSlow(p, n uintptr) error { return h.tryFree(p, n, 0) }
+
+// tryFree is tryFreeSlow of a block held or not, as hold says (see freeState). A held block's
+// page is shared (Hold shares it: exclusive.go), so its owner's free takes the CAS.
+func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
+	pg, idx, ok := h.g.find(p)
+	if !ok || n == 0 {
 		return errWouldBlock
 	}
-	return nil
-}
-
-// tryFree is TryFree's slow path, of a block held or not as hold says (see freeState). A held
-// block's page is shared (Hold shares it: exclusive.go), so its owner's free takes the CAS.
-func (h *Heap) tryFree(p, n uintptr, hold uint32) bool {
-	pg, idx, ok := h.findOwn(p)
-	if !ok || n == 0 {
-		return false
+	if pg.class >= 0 && pg.heap == h {
+		h.remember(p, pg)
 	}
 	if pg.class < 0 {
-		return pg.heap == h && h.tryFreeObject(pg, n, hold)
+		if pg.heap == h && h.tryFreeObject(pg, n, hold) {
+			return nil
+		}
+		return errWouldBlock
 	}
 	if pg.heap != h {
 		// An exclusive page is shared first, which waits (exclusive.go): FreeSized does it.
 		if atomic.LoadUint32(&pg.mode) != shared {
-			return false
+			return errWouldBlock
 		}
 		if _, ok := pg.freeState(idx, true, n, hold); !ok {
-			return false
+			return errWouldBlock
 		}
 		pg.remoteFreed(idx)
-		return true
+		return nil
 	}
 	size, ok := h.freeOwn(pg, idx, n, hold)
 	if !ok {
-		return false
+		return errWouldBlock
 	}
 	h.pushFree(pg, idx*uint32(pg.bsize), size) // freed's class-page half, with the page change non-blocking
 	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
@@ -98,7 +99,7 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) bool {
 		h.pageChanged(pg, true)
 		h.noBlock = false
 	}
-	return true
+	return nil
 }
 
 // releaseDeferred gives back the empty class pages that non-blocking paths left on the

@@ -1,0 +1,49 @@
+package main
+
+import "testing"
+
+// TestSmallObjectTargets checks the targets of issue 22 on made-up results: the heap's mixed
+// pair is judged harness-adjusted, its pairs and churn raw, the pool against sync.Pool raw, and
+// a target whose figures are missing is UNMEASURED.
+func TestSmallObjectTargets(t *testing.T) {
+	r := func(c, im, metric string, v float64) result {
+		return result{Case: c, Impl: im, Metric: metric, Value: v, Unit: "ns"}
+	}
+	rs := []result{
+		// Adjusted 1.2x (met) though raw 1.4x.
+		r("mixed/1g", "pinmalloc-heap", "ns_per_pair", 14), r("mixed/1g", "mimalloc", "ns_per_pair", 10),
+		r("mixed/1g", "pinmalloc-heap", "ns_per_pair_adjusted", 12), r("mixed/1g", "mimalloc", "ns_per_pair_adjusted", 10),
+		r("pair/16B", "pinmalloc-heap", "ns_per_pair", 9.9), r("pair/16B", "mimalloc", "ns_per_pair", 5),
+		r("pair/64B", "pinmalloc-heap", "ns_per_pair", 10.1), r("pair/64B", "mimalloc", "ns_per_pair", 5),
+		r("pair/16B", "pinmalloc-pool", "ns_per_pair", 10), r("pair/16B", "go-syncpool", "ns_per_pair", 10),
+		r("pair/64B", "pinmalloc-pool", "ns_per_pair", 11), r("pair/64B", "go-syncpool", "ns_per_pair", 10),
+		r("mixed/1g", "pinmalloc-pool", "ns_per_pair", 27), r("mixed/1g", "go-syncpool", "ns_per_pair", 28),
+	}
+	want := map[string]string{
+		"small-mixed-vs-mimalloc":   met,
+		"heap-vs-mimalloc/16B":      met,
+		"heap-vs-mimalloc/64B":      missed,
+		"heap-vs-mimalloc/10k":      unmeasured,
+		"pool-vs-syncpool/16B":      met,
+		"pool-vs-syncpool/64B":      missed,
+		"pool-vs-syncpool/mixed/1g": met,
+		"pool-vs-syncpool/4KiB":     unmeasured,
+	}
+	got := map[string]target{}
+	for _, tg := range evaluateTargets(rs) {
+		got[tg.Name] = tg
+	}
+	for name, status := range want {
+		tg, ok := got[name]
+		if !ok {
+			t.Errorf("no target %s", name)
+			continue
+		}
+		if tg.Status != status {
+			t.Errorf("%s: %s (ratio %.3g), want %s", name, tg.Status, tg.Ratio, status)
+		}
+	}
+	if tg := got["small-mixed-vs-mimalloc"]; tg.Ratio != 1.2 || tg.Limit != 1.3 {
+		t.Errorf("small-mixed-vs-mimalloc: ratio %v limit %v, want the adjusted 1.2 against 1.3", tg.Ratio, tg.Limit)
+	}
+}
