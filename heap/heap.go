@@ -27,9 +27,9 @@
 // # Bookkeeping off the region
 //
 // mimalloc threads its free lists through the blocks themselves. Here nothing is ever written
-// into the region: a page keeps a stack of free block indexes, a bump index for blocks never
-// handed out, a state word per block (free, or live with the size asked for) and a remote-free
-// bitmap, all in Go memory. Addresses map to pages through the arena's ChunkID (base-relative, O(1))
+// into the region: a page keeps a stack of its free blocks (by offset), a bump index for
+// blocks never handed out, a state word per block (free, or live with the size asked for) and
+// a remote-free bitmap, all in Go memory. Addresses map to pages through the arena's ChunkID (base-relative, O(1))
 // and the segment's slice table. So device memory, managed memory and host memory are all
 // served by this one code path, and alignment is arithmetic on offsets.
 //
@@ -48,14 +48,16 @@
 //
 // Invariants, for every page p:
 //   - a block is live iff its state word is live; exactly one free moves it out;
-//   - a block index is in at most one of: p.free[:p.nfree], the set bits of p.remote, or
-//     [p.bump, p.nblocks); live blocks are in none;
+//   - a block is in at most one of: p.free[:p.nfree] (by its offset), the set bits of
+//     p.remote or [p.bump, p.nblocks) (by its index); live blocks are in none;
 //   - p.bump - p.nfree counts live blocks plus remotely freed blocks not yet collected; a page
 //     is given back only when that is zero, so a remote free never races with its release;
 //   - an exclusive page (exclusive.go) has no remote bit set and no block freed remotely or
 //     held: no goroutine but the owner has touched its state words; it never becomes
 //     exclusive again once shared;
 //   - an entry of the owner's page cache (near.go) names a live class page of the heap;
+//   - a small class's spare (see pageChanged) is an empty page of the class on its available
+//     list, not its current page;
 //   - a kept object or huge page is tracked (page.tracked) from its first free until dropped;
 //     while kept its range is idle or given up, never busy; a live one's range is busy and
 //     committed (object pages: seg.decommit clear; huge: committed up to page.want);
