@@ -18,7 +18,9 @@ import (
 // buffer freed already) clears nothing, and no other Alloc can be handed the memory before it
 // is clear. Two goroutines freeing the same buffer at once are a double free the heap reports
 // to one of them; the other may have cleared the buffer after it was handed out again, which
-// loses that new owner's data but shows it to no one.
+// loses that new owner's data but shows it to no one. A buffer a CUDA stream may still use
+// (stream.go) is scrubbed, and leaves the quota, only once its streams have passed its free
+// (giveBack with held set): scrubbing it at Free would be undone by a copy landing after.
 //
 // The quota counts the bytes asked for, in one atomic counter shared by the pool's goroutines:
 // an Alloc adds its size and backs off when the sum passes the quota, so concurrent Allocs
