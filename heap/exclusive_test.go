@@ -89,6 +89,21 @@ func closeClean(t *testing.T, h *Heap, round int) {
 	}
 }
 
+// ownerFree frees block p of n bytes as h's owner, by Free, FreeSized or TryFree as k says
+// (in turn); a TryFree that refuses gives refused, the error the others would report.
+func ownerFree(h *Heap, p, n uintptr, k int, refused error) error {
+	switch k % 3 {
+	case 0:
+		return h.Free(p)
+	case 1:
+		return h.FreeSized(p, n)
+	}
+	if !h.TryFree(p, n) {
+		return refused
+	}
+	return nil
+}
+
 // TestOwnerFreeRacesRemoteFree frees every block of a fresh heap twice at once: by its owner
 // (Free, FreeSized and TryFree in turn, on exclusive pages the plain store of exclusive.go) and
 // by another goroutine through the group (the compare-and-swap, after sharing the page).
@@ -106,17 +121,7 @@ func TestOwnerFreeRacesRemoteFree(t *testing.T) {
 			at := order(round, 0, len(ps))
 			for k := range ps {
 				i := at(k)
-				var err error
-				switch k % 3 {
-				case 0:
-					err = h.Free(ps[i])
-				case 1:
-					err = h.FreeSized(ps[i], ns[i])
-				default:
-					if !h.TryFree(ps[i], ns[i]) {
-						err = ErrDoubleFree
-					}
-				}
+				err := ownerFree(h, ps[i], ns[i], k, ErrDoubleFree)
 				switch {
 				case err == nil:
 					wins[i].Add(1)
@@ -170,17 +175,7 @@ func TestOwnerFreeRacesHold(t *testing.T) {
 			at := order(round, 0, len(ps))
 			for k := range ps {
 				i := at(k)
-				var err error
-				switch k % 3 {
-				case 0:
-					err = h.Free(ps[i])
-				case 1:
-					err = h.FreeSized(ps[i], ns[i])
-				default:
-					if !h.TryFree(ps[i], ns[i]) {
-						err = ErrHeld
-					}
-				}
+				err := ownerFree(h, ps[i], ns[i], k, ErrHeld)
 				switch {
 				case err == nil:
 					freed[i].Store(true)

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/gcwatch"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -226,7 +226,7 @@ func TestExternalOddBase(t *testing.T) {
 	// know it by its address only.
 	backing := make([]byte, 40<<20)
 	defer runtime.KeepAlive(backing)
-	collected := watchCollection(backing)
+	collected := gcwatch.Watch(backing)
 	base := mem.Addr(backing)
 	for _, c := range []struct {
 		off, waste uintptr
@@ -275,23 +275,6 @@ func TestExternalOddBase(t *testing.T) {
 		if err := a.Close(); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// watchCollection returns a function that runs the garbage collector and reports whether b's
-// memory has been collected (waiting a little for the cleanup that says so to run).
-func watchCollection(b []byte) func() bool {
-	var gone atomic.Bool
-	runtime.AddCleanup(&b[0], func(g *atomic.Bool) { g.Store(true) }, &gone)
-	return func() bool {
-		for range 20 {
-			runtime.GC()
-			if gone.Load() {
-				return true
-			}
-			time.Sleep(time.Millisecond)
-		}
-		return false
 	}
 }
 

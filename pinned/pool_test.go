@@ -5,11 +5,11 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/gcwatch"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -191,7 +191,7 @@ func TestAlignedAndOptions(t *testing.T) {
 // did: the region must not have been collected while the pool still held it.
 func TestExternalBackend(t *testing.T) {
 	region := make([]byte, 24<<20) // any host memory the caller owns
-	collected := watchCollection(region)
+	collected := gcwatch.Watch(region)
 	p := newTestPool(t, Options{Backend: External, Capacity: 0,
 		External: &arena.ExternalRegion{Base: mem.Addr(region) + 8, Size: 20 << 20, Kind: arena.HostPageable, Committed: true}})
 	b, err := p.Alloc(10 << 20)
@@ -219,23 +219,6 @@ func TestExternalBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtime.KeepAlive(region) // the pool held it as an address only, until Close
-}
-
-// watchCollection returns a function that runs the garbage collector and reports whether b's
-// memory has been collected (waiting a little for the cleanup that says so to run).
-func watchCollection(b []byte) func() bool {
-	var gone atomic.Bool
-	runtime.AddCleanup(&b[0], func(g *atomic.Bool) { g.Store(true) }, &gone)
-	return func() bool {
-		for range 20 {
-			runtime.GC()
-			if gone.Load() {
-				return true
-			}
-			time.Sleep(time.Millisecond)
-		}
-		return false
-	}
 }
 
 func TestTrim(t *testing.T) {
