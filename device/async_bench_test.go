@@ -19,16 +19,7 @@ func BenchmarkFakeStagedCopy(b *testing.B) {
 		return
 	}
 	f.SkipData(true)
-	dev := f.Open(b, 0)
-	h, err := New(public(dev), Options{Capacity: 64 << 20})
-	must(b, "New", err)
-	b.Cleanup(func() { must(b, "Close", h.Close()) })
-	s, err := dev.StreamCreate(true)
-	must(b, "StreamCreate", err)
-	b.Cleanup(func() {
-		must(b, "ForgetStream", h.ForgetStream(s))
-		must(b, "StreamDestroy", dev.StreamDestroy(s))
-	})
+	dev, h, s := benchHeap(b, f, Options{Capacity: 64 << 20})
 	pool, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 64 << 20})
 	must(b, "pinned.New", err)
 	b.Cleanup(func() { must(b, "pool Close", pool.Close()) })

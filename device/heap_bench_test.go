@@ -5,8 +5,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
+
+// benchHeap opens device 0 of the fake, makes a heap on it with o and a stream, all closed at
+// the benchmark's cleanup.
+func benchHeap(b *testing.B, f *fakecuda.Driver, o Options) (*cuda.Device, *Heap, cuda.Stream) {
+	dev := f.Open(b, 0)
+	h, err := New(public(dev), o)
+	must(b, "New", err)
+	b.Cleanup(func() { must(b, "Close", h.Close()) })
+	s, err := dev.StreamCreate(true)
+	must(b, "StreamCreate", err)
+	b.Cleanup(func() {
+		must(b, "ForgetStream", h.ForgetStream(s))
+		must(b, "StreamDestroy", dev.StreamDestroy(s))
+	})
+	return dev, h, s
+}
 
 // BenchmarkHeapBulk allocates a 16 MiB batch of blocks on one stream, then frees them all, as
 // the uvm tier does for a restore and an eviction's completion; it reports ns per block
@@ -16,16 +33,7 @@ func BenchmarkHeapBulk(b *testing.B) {
 	if f == nil {
 		return
 	}
-	dev := f.Open(b, 0)
-	h, err := New(public(dev), Options{Capacity: 64 << 20, PurgeDelay: -1})
-	must(b, "New", err)
-	b.Cleanup(func() { must(b, "Close", h.Close()) })
-	s, err := dev.StreamCreate(true)
-	must(b, "StreamCreate", err)
-	b.Cleanup(func() {
-		must(b, "ForgetStream", h.ForgetStream(s))
-		must(b, "StreamDestroy", dev.StreamDestroy(s))
-	})
+	_, h, s := benchHeap(b, f, Options{Capacity: 64 << 20, PurgeDelay: -1})
 	for _, size := range []uintptr{4 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
 			ps := make([]uintptr, (16<<20)/size)
