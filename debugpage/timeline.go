@@ -103,7 +103,7 @@ var timelineSeries = map[string][]series{
 	"pinned": {
 		{"committed", "#000000", func(s Sample) uint64 { return s.Committed }},
 		{"in use", "#0072b2", func(s Sample) uint64 { return s.InUse }},
-		{"deferred (waiting for streams)", "#d55e00", func(s Sample) uint64 { return s.Deferred }},
+		{"deferred (for streams)", "#d55e00", func(s Sample) uint64 { return s.Deferred }},
 	},
 	"device": {
 		{"committed", "#000000", func(s Sample) uint64 { return s.Committed }},
@@ -119,7 +119,7 @@ var timelineSeries = map[string][]series{
 const (
 	plotW, plotH   = 600, 120
 	axisW, axisH   = 70, 20
-	legendW        = 230
+	legendW        = 300
 	chartW, chartH = axisW + plotW + legendW, plotH + axisH + 10
 )
 
@@ -152,8 +152,8 @@ func writeTimeline(w io.Writer, kind string, ss []Sample) {
 		fmt.Fprintf(w, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#e4e4e4"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",
 			axisW, axisW+plotW, y(v), y(v), axisW-4, y(v)+4, units.Bytes(v))
 	}
-	fmt.Fprintf(w, `<text x="%d" y="%d">%s</text><text x="%d" y="%d" text-anchor="end">%s (now: %s ago)</text>`+"\n",
-		axisW, plotH+axisH+5, t0.Format("15:04:05"), axisW+plotW, plotH+axisH+5, t1.Format("15:04:05"), round3(span))
+	fmt.Fprintf(w, `<text x="%d" y="%d">%s</text><text x="%d" y="%d" text-anchor="middle">the last %s</text><text x="%d" y="%d" text-anchor="end">%s</text>`+"\n",
+		axisW, plotH+axisH+5, t0.Format("15:04:05"), axisW+plotW/2, plotH+axisH+5, round3(span), axisW+plotW, plotH+axisH+5, t1.Format("15:04:05"))
 	for i, l := range lines {
 		var pts strings.Builder
 		for _, s := range ss {
