@@ -97,7 +97,7 @@ func Device(t *testing.T) (*cuda.Device, *Fake) {
 // canBuild says why the fake cannot be built and loaded here, or returns nil.
 func canBuild() error {
 	if !cgoEnabled {
-		return fmt.Errorf("built without cgo (CGO_ENABLED=0): no driver library can be loaded, the fake included")
+		return fmt.Errorf("built without cgo (CGO_ENABLED=0, which go sets where it finds no C compiler: install gcc): no driver library can be loaded, the fake included")
 	}
 	if runtime.GOOS != "linux" {
 		return fmt.Errorf("the fake driver runs on linux only, not %s", runtime.GOOS)
