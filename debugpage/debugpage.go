@@ -99,15 +99,19 @@ type Handler struct {
 type source struct {
 	name   string
 	kind   string // "pinned", "device" or "uvm"
+	// A pool or device heap: its Stats and Usage, its live buffers (cheaply), its figures for
+	// people, its map and its buffers.
 	stats  func() any
-	usage  func() any      // nil for tiers
-	live   func() uint64   // live buffers, cheaply
-	str    func() string   // the figures, for people
-	m      func() heap.Map // nil for tiers
-	blocks func() []Buffer // nil for tiers
-	tier   func() uvm.Stats
+	usage  func() any
+	live   func() uint64
+	str    func() string
+	m      func() heap.Map
+	blocks func() []Buffer
+	// A tier: its Stats.
+	tier func() uvm.Stats
+	// Every source: a sample for the timeline, and the timeline.
 	sample func() Sample
-	ring   ring // the timeline
+	ring   ring
 }
 
 // New returns a handler with nothing registered.
@@ -154,9 +158,7 @@ func (h *Handler) AddDevice(name string, d *device.Heap) {
 // cause; the device heap it takes VRAM from has a map of its own when registered with
 // AddDevice (uvm.Options.Heap).
 func (h *Handler) AddTier(name string, t *uvm.Tier) {
-	h.add(&source{name: name, kind: "uvm",
-		stats: func() any { return t.Stats() }, tier: t.Stats,
-		live: func() uint64 { return uint64(max(t.Stats().Blocks, 0)) },
+	h.add(&source{name: name, kind: "uvm", tier: t.Stats,
 		sample: func() Sample {
 			st := t.Stats()
 			return Sample{Device: st.DeviceBytes, Evicted: st.HostBytes}

@@ -53,12 +53,13 @@ type view struct {
 
 // look takes the view of s now.
 func look(s *source) view {
-	v := view{Name: s.name, Kind: s.kind, Stats: snake(s.stats()), Timeline: s.ring.samples()}
+	v := view{Name: s.name, Kind: s.kind, Timeline: s.ring.samples()}
 	if s.tier != nil {
-		v.Tier = newTierView(s.tier())
+		st := s.tier()
+		v.Stats, v.Tier = snake(st), newTierView(st)
 		return v
 	}
-	v.Usage, v.Text = snake(s.usage()), s.str()
+	v.Stats, v.Usage, v.Text = snake(s.stats()), snake(s.usage()), s.str()
 	m := s.m()
 	v.Classes = classes(m)
 	v.LargestFreeRun, v.Unreserved = m.Arena.LargestFreeRun()
