@@ -97,8 +97,8 @@ type Handler struct {
 
 // source is one registered pool, heap or tier.
 type source struct {
-	name   string
-	kind   string // "pinned", "device" or "uvm"
+	name string
+	kind string // "pinned", "device" or "uvm"
 	// A pool or device heap: its Stats and Usage, its live buffers (cheaply), its figures for
 	// people, its map and its buffers.
 	stats  func() any
