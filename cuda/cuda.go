@@ -14,6 +14,13 @@
 // environment variable named by LibraryEnv selects another library (a second driver, or a test
 // double).
 //
+// # Tests without a GPU
+//
+// Package cuda/cudatest gives a test a Device on pinmalloc's fake driver, built with gcc at test
+// time: cudatest.Device(t) runs the test again in a child process whose driver is the fake, with
+// controls to hold and complete queued work, shrink device memory and make a driver call fail.
+// cudatest.ExecOnFake does the same for a program run where no driver is installed.
+//
 // # Contexts
 //
 // A Device holds a retain of the device's primary context: the context the CUDA runtime API,

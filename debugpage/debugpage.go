@@ -1,24 +1,48 @@
-// Package debugpage serves a live view of pinmalloc's pools and device heaps over HTTP, for
-// people: a page with a map of every arena, the size classes in use, the largest live buffers
-// (with their allocation sites when the pool records them) and the figures, and the same
-// figures as JSON for tools. Mount it on your own mux, the way net/http/pprof is mounted, and
-// register the pools and heaps to show by name:
+// Package debugpage serves a live view of pinmalloc's pools, device heaps and UVM tiers over
+// HTTP, for people: a page with a timeline of each source's memory over the last minutes, a map
+// of every arena, the size classes in use, the allocation sites holding the most memory, the
+// largest live buffers and the figures, and the same as JSON for tools. Mount it on your own
+// mux, the way net/http/pprof is mounted, and register the sources to show by name:
 //
 //	dp := debugpage.New()
 //	dp.AddPool("staging", pool)
+//	dp.AddTier("kv", tier)
+//	defer dp.StartTimeline(time.Second)() // sample every second for the timelines
 //	mux.Handle("/debug/pinmalloc/", dp)
 //
 // It serves, under whatever prefix it is mounted at:
 //
-//	.../             the page (HTML with one inline SVG map per pool or heap); ?refresh=N
-//	                 reloads it every N seconds (1 to 3600)
-//	.../map.svg      the maps alone, as one SVG document
-//	.../stats.json   every source's Stats, Usage, size classes, largest free run and largest
-//	                 live buffers, every key in snake_case
+//	.../                 the page (HTML with inline SVG); ?refresh=N reloads it every N
+//	                     seconds (1 to 3600)
+//	.../map.svg          the maps alone, as one SVG document with its legend
+//	.../stats.json       a snapshot: every source's Stats, Usage, size classes, largest
+//	                     buffers, top sites, timeline samples and map (as data and as the SVG
+//	                     drawn), every key in snake_case; ?download=1 serves it as a file
+//
+// A snapshot saved from stats.json is a page to read later, elsewhere:
+//
+//	go run github.com/pinmalloc/pinmalloc/debugpage/cmd/view snapshot.json
+//
+// serves the page as it was (Snapshot does the same for a program's own mux).
 //
 // Sources are shown in the order they were added (a replaced source keeps its place): the
 // program registers them in the order that means something to it, where sorting by name
 // would not.
+//
+// # The timeline
+//
+// StartTimeline samples every source at a period into a ring of the last 300 samples (5
+// minutes at one a second): for a pool its committed, in-use and deferred bytes (freed, waiting
+// for a CUDA stream), for a device heap its committed and in-use bytes, for a tier the bytes of
+// its blocks in VRAM and of those evicted to the host. A sample reads Usage, or a tier's Stats:
+// no map, no walk of the buffers. Without StartTimeline the page has no timeline. The public
+// stats give no per-stream split of the deferred bytes, so the page shows their total.
+//
+// # Allocation sites
+//
+// For a pool made with pinned.Options.RecordSites, the page sums the live bytes of every
+// allocation site (the whole stack) and lists the sites holding the most, with the count of
+// their buffers, beside the largest buffers themselves.
 //
 // # The map
 //
@@ -39,12 +63,13 @@
 // the reader the owner of every heap (and then the arena's), so every chunk is drawn as it was
 // at one instant; allocation in that pool waits meanwhile (about 5 ms for a 1 GiB pool holding
 // 100 000 buffers on the 2-core build machine: pinned's BenchmarkMap). The largest buffers
-// come from Blocks, which holds those locks a batch of 1024 buffers at a time; a source with
-// more than 200 000 live buffers is not listed. Nothing is collected between requests: the
-// handler costs nothing unless asked.
+// and the sites come from Blocks, which holds those locks a batch of 1024 buffers at a time; a
+// source with more than 200 000 live buffers is not listed. Between requests only the timeline
+// samples, and only once started.
 package debugpage
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -59,25 +84,34 @@ import (
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/pinned"
+	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
-// Handler serves the debug page of the pools and heaps registered with it. It is safe for
-// concurrent use; the zero value is not: use New.
+// Handler serves the debug page of the sources registered with it, or of a snapshot. It is
+// safe for concurrent use; the zero value is not: use New or Snapshot.
 type Handler struct {
 	mu      sync.Mutex
 	sources []*source
+	frozen  *snapshot // a snapshot's views: served as they are (Snapshot)
 }
 
-// source is one registered pool or heap.
+// source is one registered pool, heap or tier.
 type source struct {
-	name   string
-	kind   string // "pinned" or "device"
+	name string
+	kind string // "pinned", "device" or "uvm"
+	// A pool or device heap: its Stats and Usage, its live buffers (cheaply), its figures for
+	// people, its map and its buffers.
 	stats  func() any
 	usage  func() any
-	live   func() uint64 // live buffers, cheaply
+	live   func() uint64
 	str    func() string
 	m      func() heap.Map
 	blocks func() []Buffer
+	// A tier: its Stats.
+	tier func() uvm.Stats
+	// Every source: a sample for the timeline, and the timeline.
+	sample func() Sample
+	ring   ring
 }
 
 // New returns a handler with nothing registered.
@@ -94,6 +128,10 @@ func (h *Handler) AddPool(name string, p *pinned.Pool) {
 				out = append(out, Buffer{Addr: b.Addr, Size: b.Size, BlockSize: b.BlockSize, Kind: b.Kind, Age: b.Age, Site: b.Site})
 			}
 			return out
+		},
+		sample: func() Sample {
+			u := p.Usage()
+			return Sample{Committed: u.Committed, InUse: u.InUse, Deferred: u.DeferredBytes}
 		}})
 }
 
@@ -108,6 +146,22 @@ func (h *Handler) AddDevice(name string, d *device.Heap) {
 				out = append(out, Buffer{Addr: b.Addr, Size: b.Size, BlockSize: b.BlockSize, Kind: b.Kind.String()})
 			}
 			return out
+		},
+		sample: func() Sample {
+			u := d.Usage()
+			return Sample{Committed: u.Committed, InUse: u.InUse}
+		}})
+}
+
+// AddTier registers a UVM tier under name, replacing any source of that name. The page shows
+// where its blocks are (VRAM, host, not yet placed) against its budget and what it moved, by
+// cause; the device heap it takes VRAM from has a map of its own when registered with
+// AddDevice (uvm.Options.Heap).
+func (h *Handler) AddTier(name string, t *uvm.Tier) {
+	h.add(&source{name: name, kind: "uvm", tier: t.Stats,
+		sample: func() Sample {
+			st := t.Stats()
+			return Sample{Device: st.DeviceBytes, Evicted: st.HostBytes}
 		}})
 }
 
@@ -152,10 +206,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	switch {
 	case strings.HasSuffix(r.URL.Path, "/stats.json"):
-		h.serveJSON(w)
+		snap := h.snapshot()
+		if r.URL.Query().Get("download") != "" {
+			w.Header().Set("Content-Disposition",
+				fmt.Sprintf(`attachment; filename="pinmalloc-%s.json"`, snap.Taken.UTC().Format("20060102-150405")))
+		}
+		serveJSON(w, snap)
 	case strings.HasSuffix(r.URL.Path, "/map.svg"):
 		w.Header().Set("Content-Type", "image/svg+xml")
-		writeSVGDoc(w, h.pictures())
+		writeSVGDoc(w, h.snapshot().Sources)
 	case strings.HasSuffix(r.URL.Path, "/"):
 		refresh, err := strconv.Atoi(r.URL.Query().Get("refresh"))
 		if r.URL.Query().Has("refresh") && (err != nil || refresh < 1 || refresh > 3600) {
@@ -163,34 +222,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		writePage(w, h.pictures(), refresh)
+		writePage(w, h.snapshot(), refresh)
 	default:
 		http.NotFound(w, r)
 	}
 }
 
-// picture is what one source looks like at one instant.
-type picture struct {
-	src     *source
-	m       heap.Map
-	text    string
-	classes []Class
-	run     uint64 // largest free run of chunks, bytes
-	unres   uint64 // capacity not reserved, bytes
-	largest []Buffer
-	listed  string // why largest is empty or has no sites, for people; "" when it has them
-}
-
-func (h *Handler) pictures() []picture {
-	var ps []picture
-	for _, s := range h.list() {
-		p := picture{src: s, m: s.m(), text: s.str()}
-		p.classes = classes(p.m)
-		p.run, p.unres = p.m.Arena.LargestFreeRun()
-		p.largest, p.listed = largest(s)
-		ps = append(ps, p)
+// snapshot takes a view of every source now, or returns the frozen snapshot.
+func (h *Handler) snapshot() *snapshot {
+	if h.frozen != nil {
+		return h.frozen
 	}
-	return ps
+	snap := &snapshot{Version: snapshotVersion, Taken: time.Now(), Sources: []view{}}
+	for _, s := range h.list() {
+		snap.Sources = append(snap.Sources, look(s))
+	}
+	return snap
 }
 
 // Listing the largest buffers walks every live one: not done above maxListed.
@@ -199,13 +246,15 @@ const (
 	topListed = 10
 )
 
-// largest returns the topListed largest live buffers of s, and a note when they say less than
-// they could: none listed, or no sites recorded.
-func largest(s *source) ([]Buffer, string) {
+// buffers returns the topListed largest live buffers of s and its topListed allocation sites
+// by live bytes, from one walk, and a note when they say less than they could: none listed,
+// or no sites recorded.
+func buffers(s *source) ([]Buffer, []Site, string) {
 	if n := s.live(); n > maxListed {
-		return nil, fmt.Sprintf("%d live buffers: not listed (more than %d)", n, maxListed)
+		return nil, nil, fmt.Sprintf("%d live buffers: not listed (more than %d)", n, maxListed)
 	}
 	bs := s.blocks()
+	sites := topSites(bs)
 	slices.SortFunc(bs, func(a, b Buffer) int { return cmp.Or(cmp.Compare(b.Size, a.Size), cmp.Compare(a.Addr, b.Addr)) })
 	bs = bs[:min(len(bs), topListed)]
 	note := ""
@@ -215,7 +264,7 @@ func largest(s *source) ([]Buffer, string) {
 			note += " (pinned.Options.RecordSites records them)"
 		}
 	}
-	return bs, note
+	return bs, sites, note
 }
 
 // Buffer is a live buffer, as the page and stats.json list the largest.
@@ -272,37 +321,15 @@ func classes(m heap.Map) []Class {
 	return out
 }
 
-// sourceJSON is one entry of stats.json. Stats and Usage are the source's own, their keys
-// turned to snake_case (snake.go).
-type sourceJSON struct {
-	Name           string   `json:"name"`
-	Kind           string   `json:"kind"`
-	Stats          any      `json:"stats"`
-	Usage          any      `json:"usage"`
-	Classes        []Class  `json:"classes"`
-	LargestFreeRun uint64   `json:"largest_free_run_bytes"`
-	Unreserved     uint64   `json:"unreserved_bytes"`
-	Regions        int      `json:"regions"`
-	Chunks         int      `json:"chunks"`
-	Largest        []Buffer `json:"largest_buffers"`
-	LargestNote    string   `json:"largest_buffers_note,omitempty"`
-}
-
-func (h *Handler) serveJSON(w http.ResponseWriter) {
-	out := []sourceJSON{}
-	for _, p := range h.pictures() {
-		n := 0
-		for _, r := range p.m.Arena.Regions {
-			n += len(r.Chunks)
-		}
-		out = append(out, sourceJSON{Name: p.src.name, Kind: p.src.kind, Stats: snake(p.src.stats()), Usage: snake(p.src.usage()),
-			Classes: p.classes, LargestFreeRun: p.run, Unreserved: p.unres, Regions: len(p.m.Arena.Regions), Chunks: n,
-			Largest: append([]Buffer{}, p.largest...), LargestNote: p.listed})
+// serveJSON writes a snapshot as stats.json.
+func serveJSON(w http.ResponseWriter, snap *snapshot) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(snap); err != nil {
+		http.Error(w, fmt.Sprintf("encoding stats: %v", err), http.StatusInternalServerError)
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(map[string]any{"sources": out}); err != nil {
-		http.Error(w, fmt.Sprintf("encoding stats: %v", err), http.StatusInternalServerError)
-	}
+	_, _ = w.Write(b.Bytes())
 }

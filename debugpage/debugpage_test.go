@@ -338,3 +338,81 @@ func TestClosedPool(t *testing.T) {
 		t.Error("map of a closed pool draws chunks")
 	}
 }
+
+// TestTopSites: the sites holding the most live bytes come first, each with its buffers'
+// count and bytes, on the page and in stats.json.
+func TestTopSites(t *testing.T) {
+	p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 64 << 20, RecordSites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var bufs [][]byte
+	for range 3 {
+		bufs = append(bufs, allocForSites(t, p, 1<<20))
+	}
+	for range 20 {
+		bufs = append(bufs, allocSmallForSites(t, p, 64<<10))
+	}
+	defer func() {
+		for _, b := range bufs {
+			_ = p.Free(b)
+		}
+	}()
+	h := New()
+	h.AddPool("traced", p)
+	url := serve(t, h)
+	body, _ := get(t, url+"stats.json")
+	var js struct {
+		Sources []struct {
+			Sites []Site `json:"top_sites"`
+		} `json:"sources"`
+	}
+	if err := json.Unmarshal([]byte(body), &js); err != nil {
+		t.Fatal(err)
+	}
+	sites := js.Sources[0].Sites
+	if len(sites) != 2 || sites[0].Buffers != 3 || sites[0].Bytes != 3<<20 || !strings.Contains(sites[0].Frames[0], "allocForSites") ||
+		sites[1].Buffers != 20 || sites[1].Bytes != 20*64<<10 || !strings.Contains(sites[1].Frames[0], "allocSmallForSites") {
+		t.Errorf("top sites: %+v", sites)
+	}
+	page, _ := get(t, url)
+	a, b := strings.Index(page, "Top allocation sites"), strings.Index(page, "allocSmallForSites")
+	if a < 0 || b < a || !strings.Contains(page, "<td>3 MiB</td><td>3</td>") {
+		t.Error("the page does not list the top sites, most bytes first")
+	}
+}
+
+//go:noinline
+func allocSmallForSites(t *testing.T, p *pinned.Pool, n int) []byte {
+	b, err := p.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestMapLegend: map.svg, which has no page around it, carries the legend of its colours.
+func TestMapLegend(t *testing.T) {
+	s := newScene(t)
+	defer s.done(t)
+	h := New()
+	h.AddPool("staging", s.pool)
+	svg, _ := get(t, serve(t, h)+"map.svg")
+	i := strings.Index(svg, `<g class="legend"`)
+	j := strings.Index(svg, `class="map"`)
+	if i < 0 || j < i {
+		t.Fatal("map.svg has no legend above the map")
+	}
+	legendPart := svg[i:j]
+	for key, c := range colours {
+		if !strings.Contains(legendPart, `fill="`+c+`"`) {
+			t.Errorf("the legend lacks %s (%s)", key, c)
+		}
+	}
+	for _, want := range []string{"free chunks", "heap segments", "huge objects", "Each chunk is 2 MiB"} {
+		if !strings.Contains(legendPart, want) {
+			t.Errorf("the legend lacks %q", want)
+		}
+	}
+}

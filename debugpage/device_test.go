@@ -1,24 +1,26 @@
 package debugpage
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cuda/cudatest"
 	"github.com/pinmalloc/pinmalloc/device"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
 // TestFakeDevice shows a device heap on the fake driver: its chunks are mapped and its stats
 // reported like a pool's.
 func TestFakeDevice(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
-	if f == nil {
+	dev, _ := cudatest.Device(t)
+	if dev == nil {
 		return
 	}
-	h, err := device.New(icuda.Wrap[*cuda.Device](dev), device.Options{Capacity: 64 << 20})
+	h, err := device.New(dev, device.Options{Capacity: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,4 +57,96 @@ func TestFakeDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	dp.Remove("gpu0")
+}
+
+// tierScene is a tier of 1 MiB blocks with a 2 MiB budget on the fake driver, sharing a device
+// heap, after every block was acquired twice in turn (so most were evicted for pressure, then
+// restored for Acquire). The caller frees it with done.
+type tierScene struct {
+	dev    *cuda.Device
+	heap   *device.Heap
+	tier   *uvm.Tier
+	s      cuda.Stream
+	blocks []uvm.Handle
+}
+
+func newTierScene(t *testing.T, dev *cuda.Device, blocks int) *tierScene {
+	t.Helper()
+	ts := &tierScene{dev: dev}
+	var err error
+	if ts.heap, err = device.New(dev, device.Options{Capacity: 16 << 20, PurgeDelay: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if ts.tier, err = uvm.New(dev, uvm.Options{DeviceBudget: 2 << 20, Heap: ts.heap}); err != nil {
+		t.Fatal(err)
+	}
+	if ts.s, err = dev.StreamCreate(cuda.StreamNonBlocking); err != nil {
+		t.Fatal(err)
+	}
+	for range blocks {
+		b, err := ts.tier.Alloc(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts.blocks = append(ts.blocks, b)
+	}
+	for _, b := range append(ts.blocks, ts.blocks...) {
+		if _, err := ts.tier.Acquire(b, ts.s, uvm.Write); err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(ts.tier.Release(b, ts.s), dev.StreamSynchronize(ts.s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ts.tier.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+func (ts *tierScene) done(t *testing.T) {
+	for _, b := range ts.blocks {
+		if err := ts.tier.Free(b); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := errors.Join(ts.tier.ForgetStream(ts.s), ts.tier.Close(), ts.heap.ForgetStream(ts.s), ts.heap.Close(),
+		ts.dev.StreamDestroy(ts.s)); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestFakeTier shows a tier: where its blocks are against the budget, what moved and why, and
+// its timeline of VRAM and evicted bytes; stats.json holds the same.
+func TestFakeTier(t *testing.T) {
+	dev, _ := cudatest.Device(t)
+	if dev == nil {
+		return
+	}
+	ts := newTierScene(t, dev, 6)
+	defer ts.done(t)
+	dp := New()
+	dp.AddTier("kv", ts.tier)
+	dp.AddDevice("vram", ts.heap)
+	t0 := time.Now()
+	for i := range 3 {
+		dp.sampleAll(t0.Add(time.Duration(i) * time.Second))
+	}
+	url := serve(t, dp)
+	page, _ := get(t, url)
+	for _, want := range []string{"<h2>kv (uvm)</h2>", "Policy lru", `class="tier"`, "VRAM budget", "<td>2 MiB</td>",
+		"evicted: only in pinned host memory", "<td>to the host</td><td>pressure</td>", "<td>to the device</td><td>acquire</td>",
+		"in VRAM: 2 MiB", "evicted to the host: 4 MiB", "<h2>vram (device)</h2>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	js, _ := get(t, url+"stats.json")
+	checkSnake(t, js)
+	if !strings.Contains(js, `"kind": "uvm"`) || !strings.Contains(js, `"cause": "pressure"`) || !strings.Contains(js, `"evicted": 4194304`) {
+		t.Errorf("stats.json lacks the tier:\n%.3000s", js)
+	}
+	if svg, _ := get(t, url+"map.svg"); !strings.Contains(svg, ">vram: ") || strings.Contains(svg, ">kv: ") {
+		t.Error("map.svg should draw the heap's map and none for the tier")
+	}
 }

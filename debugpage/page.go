@@ -12,10 +12,11 @@ import (
 // refreshChoices are the reload periods the page offers, in seconds.
 var refreshChoices = []int{2, 5, 30}
 
-// writePage writes the HTML page: a legend, then for each source its figures, its size
-// classes, its largest live buffers and its map. refresh > 0 reloads the page every refresh
-// seconds.
-func writePage(w io.Writer, ps []picture, refresh int) {
+// writePage writes the HTML page of a snapshot: a legend, then for each source its timeline,
+// its figures, and either its size classes, top allocation sites, largest live buffers and map,
+// or for a tier where its blocks are and what it moved. refresh > 0 reloads the page every
+// refresh seconds.
+func writePage(w io.Writer, snap *snapshot, refresh int) {
 	io.WriteString(w, `<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>pinmalloc</title>
 `)
@@ -30,11 +31,55 @@ td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}
 table.legend td,table.legend th,table.buffers td,table.buffers th{text-align:left}
 .sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 10px;vertical-align:middle}
 .bar{display:inline-block;height:10px;background:#888}
+.note{font-size:12px;color:#555}
 </style></head><body>
 <h1>pinmalloc</h1>
 `)
-	fmt.Fprintf(w, "<p><a href=\"stats.json\">stats.json</a> · <a href=\"map.svg\">map.svg</a> · taken %s · refresh: ",
-		time.Now().Format("15:04:05"))
+	if snap.offline {
+		fmt.Fprintf(w, "<p><b>Snapshot taken %s</b>, read from a file · <a href=\"stats.json\">stats.json</a> · <a href=\"map.svg\">map.svg</a></p>\n",
+			snap.Taken.Format("2006-01-02 15:04:05 MST"))
+	} else {
+		writeLinks(w, snap, refresh)
+	}
+	writeLegend(w)
+	if len(snap.Sources) == 0 {
+		io.WriteString(w, "<p>Nothing registered.</p>\n")
+	}
+	for _, v := range snap.Sources {
+		fmt.Fprintf(w, "<h2>%s (%s)</h2>\n", esc(v.Name), esc(v.Kind))
+		writeTimeline(w, v.Kind, v.Timeline)
+		if v.Tier != nil {
+			writeTier(w, v.Tier)
+			continue
+		}
+		fmt.Fprintf(w, "<pre>%s</pre>\n", esc(v.Text))
+		writeDeferred(w, v)
+		fmt.Fprintf(w, "<p>Largest free run of chunks: %s; not yet reserved: %s.</p>\n", units.Bytes(v.LargestFreeRun), units.Bytes(v.Unreserved))
+		if len(v.Classes) > 0 {
+			io.WriteString(w, "<table><tr><th>class</th><th>pages</th><th>blocks</th><th>live</th><th>live bytes</th><th>occupancy</th><th></th></tr>\n")
+			for _, c := range v.Classes {
+				occ := 0.0
+				if c.Blocks > 0 {
+					occ = float64(c.Live) / float64(c.Blocks)
+				}
+				fmt.Fprintf(w, `<tr><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%.1f %%</td><td style="text-align:left"><span class="bar" style="width:%dpx"></span></td></tr>`+"\n",
+					units.Bytes(c.Size), c.Pages, c.Blocks, c.Live, units.Bytes(c.LiveBytes), 100*occ, int(100*occ))
+			}
+			io.WriteString(w, "</table>\n")
+		}
+		writeSites(w, v.Sites)
+		writeBuffers(w, v)
+		io.WriteString(w, v.MapSVG)
+	}
+	io.WriteString(w, "</body></html>\n")
+}
+
+// writeLinks writes the line of links of a live page: the JSON, the snapshot download, the map
+// and the refresh choices.
+func writeLinks(w io.Writer, snap *snapshot, refresh int) {
+	fmt.Fprintf(w, "<p><a href=\"stats.json\">stats.json</a> · <a href=\"stats.json?download=1\">download a snapshot</a> "+
+		"(<code>go run github.com/pinmalloc/pinmalloc/debugpage/cmd/view FILE</code> shows it) · <a href=\"map.svg\">map.svg</a> · taken %s · refresh: ",
+		snap.Taken.Format("15:04:05"))
 	if refresh > 0 {
 		io.WriteString(w, `<a href="?">off</a>`)
 	} else {
@@ -48,29 +93,91 @@ table.legend td,table.legend th,table.buffers td,table.buffers th{text-align:lef
 		}
 	}
 	io.WriteString(w, "</p>\n")
-	writeLegend(w)
-	if len(ps) == 0 {
-		io.WriteString(w, "<p>Nothing registered.</p>\n")
-	}
-	for _, p := range ps {
-		fmt.Fprintf(w, "<h2>%s (%s)</h2>\n<pre>%s</pre>\n", esc(p.src.name), p.src.kind, esc(p.text))
-		fmt.Fprintf(w, "<p>Largest free run of chunks: %s; not yet reserved: %s.</p>\n", units.Bytes(p.run), units.Bytes(p.unres))
-		if len(p.classes) > 0 {
-			io.WriteString(w, "<table><tr><th>class</th><th>pages</th><th>blocks</th><th>live</th><th>live bytes</th><th>occupancy</th><th></th></tr>\n")
-			for _, c := range p.classes {
-				occ := 0.0
-				if c.Blocks > 0 {
-					occ = float64(c.Live) / float64(c.Blocks)
-				}
-				fmt.Fprintf(w, `<tr><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%.1f %%</td><td style="text-align:left"><span class="bar" style="width:%dpx"></span></td></tr>`+"\n",
-					units.Bytes(c.Size), c.Pages, c.Blocks, c.Live, units.Bytes(c.LiveBytes), 100*occ, int(100*occ))
+}
+
+// writeDeferred says how much of a pool or heap waits for CUDA streams to pass its frees.
+func writeDeferred(w io.Writer, v view) {
+	var blocks, bytes uint64
+	switch st := v.Stats.(type) {
+	case object: // taken now
+		for _, m := range st {
+			switch m.key {
+			case "deferred":
+				blocks = toUint(m.val)
+			case "deferred_bytes":
+				bytes = toUint(m.val)
 			}
-			io.WriteString(w, "</table>\n")
 		}
-		writeBuffers(w, p)
-		writeSVG(w, p)
+	case map[string]any: // read from a snapshot
+		blocks, bytes = toUint(st["deferred"]), toUint(st["deferred_bytes"])
 	}
-	io.WriteString(w, "</body></html>\n")
+	if blocks == 0 {
+		return
+	}
+	fmt.Fprintf(w, "<p>Waiting for CUDA streams to pass their frees: %d blocks", blocks)
+	if bytes > 0 {
+		fmt.Fprintf(w, ", %s", units.Bytes(bytes))
+	}
+	io.WriteString(w, " (the public stats give no split by stream).</p>\n")
+}
+
+// toUint returns a number of a snake'd Stats as a uint64, 0 for anything else.
+func toUint(v any) uint64 {
+	switch v := v.(type) {
+	case uint64:
+		return v
+	case int:
+		return uint64(max(v, 0))
+	case int64:
+		return uint64(max(v, 0))
+	case float64:
+		return uint64(max(v, 0))
+	}
+	return 0
+}
+
+// writeTier draws where a tier's blocks are against its budget, and what it moved.
+func writeTier(w io.Writer, t *tierView) {
+	fmt.Fprintf(w, "<p>Policy %s, mover %s, %d blocks, hit rate %.1f %%.</p>\n", esc(t.Policy), esc(t.Mover), t.Blocks, 100*t.HitRate)
+	scale := max(t.Budget, t.DeviceBytes, 1)
+	bar := func(what string, n uint64, colour string) {
+		fmt.Fprintf(w, `<tr><td style="text-align:left">%s</td><td>%s</td><td style="text-align:left"><span class="bar" style="width:%dpx;background:%s"></span></td></tr>`+"\n",
+			esc(what), units.Bytes(n), int(400*float64(n)/float64(scale)), colour)
+	}
+	io.WriteString(w, "<table class=\"tier\">\n")
+	bar("VRAM budget", t.Budget, "#bbbbbb")
+	bar("in VRAM", t.DeviceBytes, timelineSeries["uvm"][0].colour)
+	bar("acquired on the device now", t.AcquiredBytes, "#005a43")
+	bar("spare VRAM kept for restores", t.SpareBytes, "#8fd9c0")
+	bar("evicted: only in pinned host memory", t.HostBytes, timelineSeries["uvm"][1].colour)
+	bar("never acquired (no memory yet)", t.FreshBytes, "#dddddd")
+	io.WriteString(w, "</table>\n")
+	if len(t.Moves) == 0 {
+		io.WriteString(w, "<p>Nothing moved yet.</p>\n")
+		return
+	}
+	io.WriteString(w, "<table class=\"buffers\"><tr><th>moved</th><th>why</th><th>blocks</th><th>bytes</th></tr>\n")
+	for _, m := range t.Moves {
+		dir := "to the host"
+		if m.ToDevice {
+			dir = "to the device"
+		}
+		fmt.Fprintf(w, "<tr><td>%s</td><td>%s</td><td>%d</td><td>%s</td></tr>\n", dir, esc(m.Cause), m.Blocks, units.Bytes(m.Bytes))
+	}
+	io.WriteString(w, "</table>\n")
+}
+
+// writeSites lists the allocation sites holding the most live bytes.
+func writeSites(w io.Writer, sites []Site) {
+	if len(sites) == 0 {
+		return
+	}
+	io.WriteString(w, "<p>Top allocation sites by live bytes:</p>\n<table class=\"buffers sites\"><tr><th>live bytes</th><th>buffers</th><th>allocated at (innermost first; hover for the whole stack)</th></tr>\n")
+	for _, s := range sites {
+		fmt.Fprintf(w, "<tr><td>%s</td><td>%d</td><td title=\"%s\">%s</td></tr>\n", units.Bytes(s.Bytes), s.Buffers,
+			esc(strings.Join(s.Frames, "\n")), esc(strings.Join(s.Frames[:min(len(s.Frames), 2)], " ← ")))
+	}
+	io.WriteString(w, "</table>\n")
 }
 
 // writeLegend explains the map's colours, grouped by what they describe.
@@ -90,24 +197,24 @@ func writeLegend(w io.Writer) {
 }
 
 // writeBuffers lists a source's largest live buffers, with their sites when recorded.
-func writeBuffers(w io.Writer, p picture) {
-	if len(p.largest) == 0 {
-		if p.listed != "" {
-			fmt.Fprintf(w, "<p>Largest live buffers: %s.</p>\n", esc(p.listed))
+func writeBuffers(w io.Writer, v view) {
+	if len(v.Largest) == 0 {
+		if v.LargestNote != "" {
+			fmt.Fprintf(w, "<p>Largest live buffers: %s.</p>\n", esc(v.LargestNote))
 		}
 		return
 	}
 	fmt.Fprintf(w, "<p>Largest live buffers")
-	if p.listed != "" {
-		fmt.Fprintf(w, " (%s)", esc(p.listed))
+	if v.LargestNote != "" {
+		fmt.Fprintf(w, " (%s)", esc(v.LargestNote))
 	}
-	sites := p.listed == "" // recorded: the age and site columns
+	sites := v.LargestNote == "" // recorded: the age and site columns
 	io.WriteString(w, ":</p>\n<table class=\"buffers\"><tr><th>size</th><th>kind</th><th>address</th>")
 	if sites {
 		io.WriteString(w, "<th>age</th><th>allocated at (innermost first; hover for the whole stack)</th>")
 	}
 	io.WriteString(w, "</tr>\n")
-	for _, b := range p.largest {
+	for _, b := range v.Largest {
 		fmt.Fprintf(w, "<tr><td>%s</td><td>%s</td><td>%#x</td>", units.Bytes(b.Size), esc(b.Kind), b.Addr)
 		if sites {
 			site := strings.Join(b.Site[:min(len(b.Site), 2)], " ← ")

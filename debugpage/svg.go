@@ -50,27 +50,31 @@ var tints = map[heap.ChunkKind]string{
 // legend explains the colours, in groups; each colour appears once.
 var legend = []struct {
 	group, note string
-	entries     []struct{ key, text string }
+	entries     []legendEntry
 }{
-	{"free chunks", "", []struct{ key, text string }{
-		{"free", "nothing committed (a run of 3 or more is one cell, with its count)"},
-		{"idle", "committed, kept for reuse, no purge scheduled"},
-		{"purge", "committed, waiting for the purge (a band at the bottom of a chunk in use: part of it waits)"},
+	{"free chunks", "", []legendEntry{
+		{"free", "nothing committed (a run of 3 or more is one cell, with its count)", "nothing committed"},
+		{"idle", "committed, kept for reuse, no purge scheduled", "committed, kept"},
+		{"purge", "committed, waiting for the purge (a band at the bottom of a chunk in use: part of it waits)", "waiting for the purge"},
 	}},
-	{"heap segments", "a page is a column, filled from the bottom as far as its blocks are live", []struct{ key, text string }{
-		{"small", "small pages (blocks ≤ 8 KiB)"},
-		{"medium", "medium (≤ 64 KiB)"},
-		{"large", "large, one page (≤ 256 KiB)"},
-		{"object", "object pages (one buffer ≤ 1 MiB each)"},
+	{"heap segments", "a page is a column, filled from the bottom as far as its blocks are live", []legendEntry{
+		{"small", "small pages (blocks ≤ 8 KiB)", "small ≤ 8 KiB"},
+		{"medium", "medium (≤ 64 KiB)", "medium ≤ 64 KiB"},
+		{"large", "large, one page (≤ 256 KiB)", "large ≤ 256 KiB"},
+		{"object", "object pages (one buffer ≤ 1 MiB each)", "object ≤ 1 MiB"},
 	}},
-	{"huge objects", "", []struct{ key, text string }{
-		{"huge", "live"},
-		{"huge-kept", "freed, kept for reuse"},
+	{"huge objects", "", []legendEntry{
+		{"huge", "live", "live"},
+		{"huge-kept", "freed, kept for reuse", "freed, kept"},
 	}},
-	{"other", "", []struct{ key, text string }{
-		{"spare", "spare segment held by a heap"},
+	{"other", "", []legendEntry{
+		{"spare", "spare segment held by a heap", "spare segment"},
 	}},
 }
+
+// legendEntry is a colour of the map: its key in colours, what it means, and a short form for
+// map.svg's legend.
+type legendEntry struct{ key, text, short string }
 
 // minRun is the shortest run of free chunks with nothing committed drawn as one cell.
 const minRun = 3
@@ -110,12 +114,12 @@ func svgHeight(m heap.Map) int {
 	return h + gap
 }
 
-// writeSVG draws one source's map as an <svg> element.
-func writeSVG(w io.Writer, p picture) {
-	m := p.m
-	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" style="%s">`+"\n", mapWidth, svgHeight(m), fontFamily)
+// writeSVG draws the map m of the source called name as an <svg> element; run and unres are
+// its largest free run and the capacity not reserved.
+func writeSVG(w io.Writer, name string, m heap.Map, run, unres uint64) {
+	fmt.Fprintf(w, `<svg class="map" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" style="%s">`+"\n", mapWidth, svgHeight(m), fontFamily)
 	fmt.Fprintf(w, `<text x="%d" y="17" font-weight="bold">%s: %s, %s, %d regions; largest free run %s, %s not reserved</text>`+"\n",
-		gap, esc(p.src.name), esc(m.Arena.Provider), m.Arena.Kind, len(m.Arena.Regions), units.Bytes(p.run), units.Bytes(p.unres))
+		gap, esc(name), esc(m.Arena.Provider), m.Arena.Kind, len(m.Arena.Regions), units.Bytes(run), units.Bytes(unres))
 	y := titleH
 	for ri, r := range m.Arena.Regions {
 		fmt.Fprintf(w, `<text x="%d" y="%d">region %d: [%#x, +%s), %d chunks</text>`+"\n", gap, y+15, ri, r.Base, units.Bytes(uint64(r.Size)), len(r.Chunks))
@@ -248,19 +252,52 @@ func drawPage(w io.Writer, x, y int, kind heap.ChunkKind, pg heap.PageInfo, tint
 	io.WriteString(w, "</g>")
 }
 
-// writeSVGDoc writes every source's map as one standalone SVG document, one under the other.
-func writeSVGDoc(w io.Writer, ps []picture) {
-	total := 0
-	for _, p := range ps {
-		total += svgHeight(p.m)
+// legendRowH is the height of one group of the legend drawn in map.svg.
+const legendRowH = 20
+
+// legendHeight is the height of the legend map.svg draws above the maps.
+func legendHeight() int { return titleH + len(legend)*legendRowH + 2*legendRowH + gap }
+
+// writeSVGLegend draws the legend of the map's colours as SVG, for map.svg, which has no page
+// around it.
+func writeSVGLegend(w io.Writer) {
+	fmt.Fprintf(w, `<g class="legend" style="%s"><text x="%d" y="17" font-weight="bold">legend</text>`+"\n", fontFamily, gap)
+	y := titleH
+	for _, g := range legend {
+		fmt.Fprintf(w, `<text x="%d" y="%d" font-weight="bold">%s</text>`, gap, y+12, esc(g.group))
+		x := 110
+		for _, e := range g.entries {
+			fmt.Fprintf(w, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`,
+				x, y+2, colours[e.key], x+16, y+12, esc(e.short))
+			x += 24 + 7*len([]rune(e.short))
+		}
+		io.WriteString(w, "\n")
+		y += legendRowH
 	}
-	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d">`+"\n", mapWidth, max(total, 1))
-	y := 0
-	for _, p := range ps {
+	fmt.Fprintf(w, `<text x="%d" y="%d">Each chunk is 2 MiB, one pixel column per 32 KiB slice; a page is a column filled from the bottom as far as its blocks are live.</text>`+"\n", gap, y+12)
+	fmt.Fprintf(w, `<text x="%d" y="%d">Hover over a chunk or a page for details.</text>`+"\n", gap, y+12+legendRowH)
+	io.WriteString(w, "</g>\n")
+}
+
+// writeSVGDoc writes the legend and every source's map as one standalone SVG document, one
+// under the other (tiers have no map).
+func writeSVGDoc(w io.Writer, vs []view) {
+	total := legendHeight()
+	for _, v := range vs {
+		total += v.MapHeight
+	}
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d">`+"\n", mapWidth, total)
+	io.WriteString(w, `<rect width="100%" height="100%" fill="#ffffff"/>`+"\n")
+	writeSVGLegend(w)
+	y := legendHeight()
+	for _, v := range vs {
+		if v.MapSVG == "" {
+			continue
+		}
 		fmt.Fprintf(w, `<g transform="translate(0,%d)">`+"\n", y)
-		writeSVG(w, p)
+		io.WriteString(w, v.MapSVG)
 		io.WriteString(w, "</g>\n")
-		y += svgHeight(p.m)
+		y += v.MapHeight
 	}
 	io.WriteString(w, "</svg>\n")
 }

@@ -38,14 +38,14 @@ func Example() {
 	}
 	for _, f := range families {
 		switch f.GetName() {
-		case "pinmalloc_in_use_bytes", "pinmalloc_live_blocks", "pinmalloc_allocs_total":
+		case "pinmalloc_host_in_use_bytes", "pinmalloc_host_live_blocks", "pinmalloc_host_allocs_total":
 			m := f.GetMetric()[0]
 			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
 			fmt.Printf("%s{name=%q} %v\n", f.GetName(), m.GetLabel()[0].GetValue(), v)
 		}
 	}
 	// Output:
-	// pinmalloc_allocs_total{name="staging"} 1
-	// pinmalloc_in_use_bytes{name="staging"} 1.048576e+06
-	// pinmalloc_live_blocks{name="staging"} 1
+	// pinmalloc_host_allocs_total{name="staging"} 1
+	// pinmalloc_host_in_use_bytes{name="staging"} 1.048576e+06
+	// pinmalloc_host_live_blocks{name="staging"} 1
 }

@@ -3,6 +3,7 @@ package metrics
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -44,40 +45,81 @@ func TestCollector(t *testing.T) {
 	c := New()
 	c.AddPool("staging", p)
 	want := `
-# HELP pinmalloc_allocs_total Allocations.
-# TYPE pinmalloc_allocs_total counter
-pinmalloc_allocs_total{name="staging",type="pinned"} 4
-# HELP pinmalloc_frees_total Frees.
-# TYPE pinmalloc_frees_total counter
-pinmalloc_frees_total{name="staging",type="pinned"} 1
-# HELP pinmalloc_in_use_bytes Bytes asked for by live blocks.
-# TYPE pinmalloc_in_use_bytes gauge
-pinmalloc_in_use_bytes{name="staging",type="pinned"} 12288
-# HELP pinmalloc_live_blocks Live blocks.
-# TYPE pinmalloc_live_blocks gauge
-pinmalloc_live_blocks{name="staging",type="pinned"} 3
-# HELP pinmalloc_locked_bytes Committed memory that is page-locked.
-# TYPE pinmalloc_locked_bytes gauge
-pinmalloc_locked_bytes{name="staging",type="pinned"} 0
-# HELP pinmalloc_purged_bytes_total Bytes decommitted by purges and Trim.
-# TYPE pinmalloc_purged_bytes_total counter
-pinmalloc_purged_bytes_total{name="staging",type="pinned"} 4.194304e+06
-# HELP pinmalloc_reserved_bytes Address space held in regions.
-# TYPE pinmalloc_reserved_bytes gauge
-pinmalloc_reserved_bytes{name="staging",type="pinned"} 6.7108864e+07
+# HELP pinmalloc_host_allocs_total Number of allocations made.
+# TYPE pinmalloc_host_allocs_total counter
+pinmalloc_host_allocs_total{name="staging"} 4
+# HELP pinmalloc_host_capacity_bytes Address space the pool may reserve, in bytes.
+# TYPE pinmalloc_host_capacity_bytes gauge
+pinmalloc_host_capacity_bytes{name="staging"} 6.7108864e+07
+# HELP pinmalloc_host_frees_total Number of frees made.
+# TYPE pinmalloc_host_frees_total counter
+pinmalloc_host_frees_total{name="staging"} 1
+# HELP pinmalloc_host_in_use_bytes Bytes asked for by live blocks.
+# TYPE pinmalloc_host_in_use_bytes gauge
+pinmalloc_host_in_use_bytes{name="staging"} 12288
+# HELP pinmalloc_host_live_blocks Number of live blocks, deferred ones included.
+# TYPE pinmalloc_host_live_blocks gauge
+pinmalloc_host_live_blocks{name="staging"} 3
+# HELP pinmalloc_host_locked_bytes Committed memory that is page-locked, in bytes.
+# TYPE pinmalloc_host_locked_bytes gauge
+pinmalloc_host_locked_bytes{name="staging"} 0
+# HELP pinmalloc_host_pool_info Always 1, for each pinned pool; the labels are its backend and provider.
+# TYPE pinmalloc_host_pool_info gauge
+pinmalloc_host_pool_info{backend="pageable",name="staging",provider="pageable"} 1
+# HELP pinmalloc_host_purged_bytes_total Bytes decommitted by purges and Trim.
+# TYPE pinmalloc_host_purged_bytes_total counter
+pinmalloc_host_purged_bytes_total{name="staging"} 4.194304e+06
+# HELP pinmalloc_host_reserved_bytes Address space held in regions, in bytes.
+# TYPE pinmalloc_host_reserved_bytes gauge
+pinmalloc_host_reserved_bytes{name="staging"} 6.7108864e+07
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "pinmalloc_allocs_total", "pinmalloc_frees_total",
-		"pinmalloc_in_use_bytes", "pinmalloc_live_blocks", "pinmalloc_locked_bytes", "pinmalloc_purged_bytes_total",
-		"pinmalloc_reserved_bytes"); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "pinmalloc_host_allocs_total", "pinmalloc_host_capacity_bytes",
+		"pinmalloc_host_frees_total", "pinmalloc_host_in_use_bytes", "pinmalloc_host_live_blocks", "pinmalloc_host_locked_bytes",
+		"pinmalloc_host_pool_info", "pinmalloc_host_purged_bytes_total", "pinmalloc_host_reserved_bytes"); err != nil {
 		t.Error(err)
 	}
 	st := p.Stats()
-	if got := testutil.ToFloat64(only(c, "pinmalloc_committed_bytes")); got != float64(st.Committed) || got == 0 {
+	if got := testutil.ToFloat64(only(c, "pinmalloc_host_committed_bytes")); got != float64(st.Committed) || got == 0 {
 		t.Errorf("committed %v, Stats says %d", got, st.Committed)
 	}
-	if n := testutil.CollectAndCount(c); n != 19 {
-		t.Errorf("%d metrics for one pool, want 19", n)
+	// pinmalloc_info, the pool's info, 19 families of host memory but quota_bytes (no quota).
+	if n := testutil.CollectAndCount(c); n != 1+1+19 {
+		t.Errorf("%d metrics for one pool without a quota, want 21", n)
 	}
+	if n := testutil.CollectAndCount(only(c, "pinmalloc_host_quota_bytes")); n != 0 {
+		t.Errorf("%d quota series for a pool without a quota, want none", n)
+	}
+	lint(t, c)
+
+	var js map[string]struct {
+		Memory     string  `json:"memory"`
+		Live       uint64  `json:"live"`
+		InUse      uint64  `json:"in_use"`
+		PeakInUse  uint64  `json:"peak_in_use"`
+		CommitSecs float64 `json:"commit_seconds"`
+	}
+	if err := json.Unmarshal([]byte(c.Var().String()), &js); err != nil {
+		t.Fatalf("expvar: %v: %s", err, c.Var().String())
+	}
+	if s := js["staging"]; s.Memory != "host" || s.Live != 3 || s.InUse != 12288 || s.PeakInUse == 0 {
+		t.Errorf("expvar: %+v", js)
+	}
+	if v := c.Var().String(); strings.ContainsAny(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") {
+		t.Errorf("expvar keys are not all snake_case: %s", v)
+	}
+	c.Remove("staging")
+	if n := testutil.CollectAndCount(c); n != 1 {
+		t.Errorf("%d metrics after Remove; want pinmalloc_info alone", n)
+	}
+	for _, b := range bufs {
+		_ = p.Free(b)
+	}
+}
+
+// lint checks c's metrics with client_golang's linter (promtool's rules) and a pedantic
+// registry, and that every HELP is a sentence: a capital first letter and a full stop.
+func lint(t *testing.T, c prometheus.Collector) {
+	t.Helper()
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %+v", err, problems)
@@ -86,26 +128,15 @@ pinmalloc_reserved_bytes{name="staging",type="pinned"} 6.7108864e+07
 	if err := reg.Register(c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Gather(); err != nil {
+	families, err := reg.Gather()
+	if err != nil {
 		t.Errorf("gather: %v", err)
 	}
-
-	var js map[string]struct {
-		Type        string
-		Live, InUse uint64
-	}
-	if err := json.Unmarshal([]byte(c.Var().String()), &js); err != nil {
-		t.Fatalf("expvar: %v: %s", err, c.Var().String())
-	}
-	if s := js["staging"]; s.Type != "pinned" || s.Live != 3 || s.InUse != 12288 {
-		t.Errorf("expvar: %+v", js)
-	}
-	c.Remove("staging")
-	if n := testutil.CollectAndCount(c); n != 0 {
-		t.Errorf("%d metrics after Remove", n)
-	}
-	for _, b := range bufs {
-		_ = p.Free(b)
+	for _, f := range families {
+		h := f.GetHelp()
+		if h == "" || h[0] < 'A' || h[0] > 'Z' || !strings.HasSuffix(h, ".") || len(strings.Fields(h)) < 3 {
+			t.Errorf("%s: HELP %q is not a sentence", f.GetName(), h)
+		}
 	}
 }
 
@@ -124,23 +155,43 @@ func only(c *Collector, name string) prometheus.Collector {
 
 func TestFromDeviceAndTier(t *testing.T) {
 	f := FromDevice(device.Stats{Live: 2, InUse: 1000, PeakInUse: 3000, Allocs: 5, Frees: 3, Arena: arena.Stats{
-		Committed: 4000, Reserved: 1 << 30, Purged: 7, Decommits: 1, ForcedPurges: 2, CommitTime: time.Second,
-		Counters: arena.ProviderStats{DriverCalls: 9}}})
-	if f.Fragmentation != 4 || f.Committed != 4000 || f.DriverCalls != 9 || f.CommitSeconds != 1 || f.Purged != 7 || f.ForcedPurges != 2 || f.Live != 2 || f.PeakInUse != 3000 {
+		Capacity: 1 << 30, Committed: 4000, Locked: 4000, Reserved: 1 << 30, Purged: 7, Decommits: 1, ForcedPurges: 2, CommitTime: time.Second,
+		Counters: arena.ProviderStats{DriverCalls: 9, Syscalls: 4}}})
+	if f.Committed != 4000 || f.Capacity != 1<<30 || f.DriverCalls != 9 || f.CommitSeconds != 1 || f.Purged != 7 || f.ForcedPurges != 2 || f.Live != 2 || f.PeakInUse != 3000 {
 		t.Errorf("FromDevice: %+v", f)
+	}
+	if f.Locked != 0 || f.Syscalls != 0 {
+		t.Errorf("FromDevice carries host figures: locked %d, syscalls %d", f.Locked, f.Syscalls)
 	}
 	s := uvm.Stats{Budget: 10, DeviceBytes: 4, HostBytes: 6, Blocks: 3, Hits: 5, Misses: 1, ThrashEvents: 2}
 	s.In[uvm.CauseAcquire] = uvm.Traffic{Blocks: 1, Bytes: 256}
 	s.Out[uvm.CausePressure] = uvm.Traffic{Blocks: 2, Bytes: 512}
 	tf := FromTier(s)
-	if tf.InBytes != 256 || tf.OutBytes != 512 || tf.Hits != 5 || tf.Blocks != 3 || tf.Budget != 10 {
+	if tf.Hits != 5 || tf.Blocks != 3 || tf.Budget != 10 {
 		t.Errorf("FromTier: %+v", tf)
 	}
-	c := New()
-	c.AddFunc("custom", "device", func() Figures { return f })
-	if got := testutil.ToFloat64(only(c, "pinmalloc_fragmentation_ratio")); got != 4 {
-		t.Errorf("fragmentation %v", got)
+	moves := map[string]Move{}
+	for _, m := range tf.Moves {
+		moves[fmt.Sprintf("%v %s", m.ToDevice, m.Cause)] = m
 	}
+	if moves["true acquire"].Bytes != 256 || moves["false pressure"].Blocks != 2 || len(moves) != 6 {
+		t.Errorf("FromTier moves: %+v; want acquire and prefetch to the device, pressure, heap-pressure, explicit and host off it", tf.Moves)
+	}
+	if _, ok := moves["true pressure"]; ok {
+		t.Error("FromTier lists evictions for pressure toward the device")
+	}
+
+	c := New()
+	c.AddFunc("custom", Device, func() Figures { return f })
+	if n := testutil.CollectAndCount(only(c, "pinmalloc_device_committed_bytes")); n != 1 {
+		t.Errorf("%d device committed series; want 1", n)
+	}
+	for _, name := range []string{"pinmalloc_device_locked_bytes", "pinmalloc_device_syscalls_total", "pinmalloc_device_deferred_bytes", "pinmalloc_host_committed_bytes"} {
+		if n := testutil.CollectAndCount(only(c, name)); n != 0 {
+			t.Errorf("%d series of %s for a device source; want none", n, name)
+		}
+	}
+	lint(t, c)
 }
 
 // TestInvalidNames: a name or type that is not valid UTF-8 is refused by every Add method
@@ -155,8 +206,7 @@ func TestInvalidNames(t *testing.T) {
 		"AddPool":         c.AddPool(bad, p),
 		"AddDevice":       c.AddDevice(bad, nil),
 		"AddTier":         c.AddTier(bad, nil),
-		"AddFunc name":    c.AddFunc(bad, "custom", func() Figures { return Figures{} }),
-		"AddFunc type":    c.AddFunc("custom", "type\xfe", func() Figures { return Figures{} }),
+		"AddFunc name":    c.AddFunc(bad, Host, func() Figures { return Figures{} }),
 		"AddPool (valid)": c.AddPool("staging", p),
 	} {
 		if want := what != "AddPool (valid)"; errors.Is(err, ErrInvalidName) != want {
@@ -173,7 +223,7 @@ func TestInvalidNames(t *testing.T) {
 	}
 	// Past the Add methods (as a source added by a future path might be): the scrape reports it.
 	c.mu.Lock()
-	c.sources[bad] = source{typ: "pinned", heap: func() Figures { return Figures{Live: 1} }}
+	c.sources[bad] = source{mem: Host, heap: func() (Figures, []string) { return Figures{Live: 1}, nil }}
 	c.mu.Unlock()
 	families, err := reg.Gather()
 	if err == nil || !strings.Contains(err.Error(), "UTF-8") {

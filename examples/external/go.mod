@@ -4,9 +4,6 @@ go 1.24.0
 
 require github.com/pinmalloc/pinmalloc v0.0.0
 
-require (
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
-	golang.org/x/sys v0.41.0 // indirect
-)
+require golang.org/x/sys v0.41.0 // indirect
 
 replace github.com/pinmalloc/pinmalloc => ../..

@@ -1,13 +1,13 @@
-// Command pinmalloc-user is a program in a module of its own that uses every public package of
-// pinmalloc (pinned, heap, arena, cudamem, device, cuda) through public names only, as a program outside
-// the repository would. CI builds it and runs its tests, so the public API stays usable from
+// Command pinmalloc-user is a program in a module of its own that uses the public packages of
+// pinmalloc (pinned, heap, arena, cudamem, device, cuda; its tests uvm and cuda/cudatest)
+// through public names only, as a program outside the repository would. CI builds it and runs its tests, so the public API stays usable from
 // outside: a signature that names an internal type would not compile here.
 //
 //	cd examples/external && go run .
 //
-// Without a GPU it runs the host part and says why the GPU part was skipped. The environment
-// variable named by cuda.LibraryEnv (PINMALLOC_LIBCUDA) selects another driver library; the
-// tests point it at the repository's fake driver to run the GPU part on machines without one.
+// Without a GPU it runs the host part and says why the GPU part was skipped. Its tests run the
+// GPU part, and tests of device heaps and a uvm tier, on pinmalloc's fake CUDA driver through
+// the public package cuda/cudatest, as a program's own CI without a GPU would.
 package main
 
 import (

@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/workload"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -29,13 +29,13 @@ func stamp(id, tok int) byte { return byte(id*251 + tok*7 + 3) }
 type cache struct {
 	c       *config
 	t       *uvm.Tier
-	dev     *cuda.Device
+	heap    *device.Heap // the tier's device heap: the step's device work goes through it
 	s       cuda.Stream
 	scratch cuda.DevicePtr
 	target  uintptr // live KV bytes the cache may hold: liveBytes <= target always
 
 	slots   []*sequence
-	pick    *workload.ZipfGen
+	pick    *popularity
 	lengths *rand.Rand
 	chosen  []int // the slots of the current step
 
@@ -44,18 +44,15 @@ type cache struct {
 	tokens, acquires                           int
 	sumLive, peakLive                          float64 // over the steps, in bytes
 	steps                                      int
-	hist                                       workload.Histogram
+	hist                                       latencies // of Acquire
 }
 
-func newCache(c *config, t *uvm.Tier, dev *cuda.Device, s cuda.Stream, scratch cuda.DevicePtr, target uintptr) *cache {
+func newCache(c *config, t *uvm.Tier, heap *device.Heap, s cuda.Stream, scratch cuda.DevicePtr, target uintptr) *cache {
 	// Enough slots that fill's prompts fill the target and a fifth of the slots stay empty,
 	// where new sequences start as others end.
 	n := max(c.batch*2, int(1.25*float64(target)/float64(c.promptBlocks()*c.blockBytes())))
-	pick, err := workload.NewZipf(n, c.zipfS, c.seed)
-	if err != nil {
-		panic(err) // parse checked the exponent, newCache the slot count
-	}
-	return &cache{c: c, t: t, dev: dev, s: s, scratch: scratch, target: target, slots: make([]*sequence, n), pick: pick,
+	return &cache{c: c, t: t, heap: heap, s: s, scratch: scratch, target: target, slots: make([]*sequence, n),
+		pick:    newPopularity(n, c.zipfS, c.seed),
 		lengths: rand.New(rand.NewPCG(c.seed, 0x6b76)), chosen: make([]int, 0, c.batch)}
 }
 
@@ -86,7 +83,7 @@ func (k *cache) room() bool {
 func (k *cache) step() error {
 	k.chosen = k.chosen[:0]
 	for try := 0; len(k.chosen) < k.c.batch && try < 8*k.c.batch; try++ {
-		i := k.pick.Next()
+		i := k.pick.next()
 		if seen(k.chosen, i) {
 			continue
 		}
@@ -171,7 +168,7 @@ func (k *cache) grow(q *sequence) error {
 func (k *cache) acquire(h uvm.Handle, m uvm.Mode) (cuda.DevicePtr, error) {
 	t0 := time.Now()
 	p, err := k.t.Acquire(h, k.s, m)
-	k.hist.Record(time.Since(t0))
+	k.hist.record(time.Since(t0))
 	k.acquires++
 	return p, err
 }
@@ -181,7 +178,7 @@ func (k *cache) acquire(h uvm.Handle, m uvm.Mode) (cuda.DevicePtr, error) {
 func (k *cache) write(p cuda.DevicePtr, q *sequence) error {
 	off := uintptr(q.n%k.c.blockTokens) * uintptr(k.c.tokenBytes)
 	k.tokens++
-	return k.dev.MemsetD8Async(p+off, stamp(q.id, q.n), uintptr(k.c.tokenBytes), k.s)
+	return k.heap.MemsetAsync(p+off, stamp(q.id, q.n), uintptr(k.c.tokenBytes), k.s)
 }
 
 // decode appends one token to the sequence in slot i; the sequence ends, freeing its blocks,
@@ -225,7 +222,7 @@ func (k *cache) attend(q *sequence) (err error) {
 		if j == last {
 			err = k.write(p, q)
 		} else {
-			err = k.dev.MemcpyDtoDAsync(k.scratch, p, uintptr(k.c.blockBytes()), k.s)
+			err = k.heap.DtoDAsync(k.scratch, p, uintptr(k.c.blockBytes()), k.s)
 		}
 		if err != nil {
 			return err
@@ -331,7 +328,7 @@ func (k *cache) report(out io.Writer, st0, st uvm.Stats, el time.Duration) error
 		in>>20, out2>>20, st.CleanEvictions-st0.CleanEvictions, st.ThrashEvents-st0.ThrashEvents)
 	fmt.Fprintf(out, "migration bandwidth: %.2f GB/s averaged over the run (the tier copies only on misses, overlapped with the step's work)\n",
 		float64(in+out2)/sec/1e9)
-	fmt.Fprintf(out, "Acquire latency: p50 %v, p99 %v, max %v\n", round3(k.hist.Quantile(0.5)), round3(k.hist.Quantile(0.99)), round3(k.hist.Max()))
+	fmt.Fprintf(out, "Acquire latency: p50 %v, p99 %v, max %v\n", round3(k.hist.quantile(0.5)), round3(k.hist.quantile(0.99)), round3(k.hist.max()))
 	return nil
 }
 

@@ -23,9 +23,13 @@
 //
 // It prints the hit rate, the migrations each way, the bandwidth they averaged over the run
 // and the p50/p99 latency of Acquire (which queues a migration but never waits for one).
-// Without a GPU it runs again on pinmalloc's fake CUDA driver (internal/fakecuda, compiled
+// Without a GPU it runs again on pinmalloc's fake CUDA driver (cudatest.ExecOnFake: compiled
 // with gcc at start, device memory simulated in host memory) and says so: the figures are
 // then those of memcpy on the CPU.
+//
+// It uses public names only, so it can be copied out of the repository: the tier shares a
+// device.Heap with the program (uvm.Options.Heap), and the step's device work (memsets and
+// copies standing for a model's kernels) goes through that heap's MemsetAsync and DtoDAsync.
 package main
 
 import (
@@ -38,9 +42,8 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
-	"github.com/pinmalloc/pinmalloc/internal/workload"
+	"github.com/pinmalloc/pinmalloc/cuda/cudatest"
+	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -52,10 +55,10 @@ func main() {
 		}
 		log.Fatal(err)
 	}
-	if err := icuda.Load(); err != nil && os.Getenv(cuda.LibraryEnv) == "" {
-		// internal/cuda loads its driver once per process: run again, on the fake.
+	if _, err := cuda.Count(); errors.Is(err, cuda.ErrNoDriver) && os.Getenv(cuda.LibraryEnv) == "" {
+		// A process loads its driver once: run again, on the fake.
 		fmt.Fprintf(os.Stderr, "kvcache: no CUDA driver (%v): running again on pinmalloc's fake driver\n", err)
-		code, err := fakecuda.ExecOnFake()
+		code, err := cudatest.ExecOnFake()
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -100,9 +103,19 @@ func parse(args []string) (*config, error) {
 	fs.IntVar(&c.prompt, "prompt", 48, "prompt tokens of a new sequence")
 	fs.IntVar(&c.batch, "batch", 8, "sequences decoded per step")
 	fs.IntVar(&c.steps, "steps", 500, "decode steps")
-	fs.Float64Var(&c.zipfS, "zipf", workload.DefaultZipfS, "Zipf exponent of sequence popularity (> 1)")
+	fs.Float64Var(&c.zipfS, "zipf", zipfDefault, "Zipf exponent of sequence popularity (> 1)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the popularity and the lengths")
 	fs.StringVar(&c.policy, "policy", "lru", "eviction policy: lru or 2q (scan-resistant)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: kvcache [flags]\n\n"+
+			"A paged KV cache for many sequences on pinmalloc's UVM tier: -oversub times more KV than\n"+
+			"the -budget of VRAM, hot blocks kept on the device, cold ones in pinned host memory, moved\n"+
+			"in stream order. Each of -steps decodes one token of -batch sequences drawn by Zipf\n"+
+			"popularity; at the end every byte is read back and checked. It prints the hit rate, the\n"+
+			"migrations, their bandwidth and Acquire's latency. Without a GPU it runs on pinmalloc's\n"+
+			"fake driver (built with gcc): the figures are then the CPU's, not a GPU's.\n\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -142,49 +155,53 @@ func run(args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	pub, err := cuda.Open(0)
+	dev, err := cuda.Open(0)
 	if err != nil {
 		return fmt.Errorf("no CUDA driver, and not started on the fake one (go run ./examples/kvcache does that): %w", err)
 	}
-	defer func() { err = errors.Join(err, pub.Close()) }()
-	// The tier takes the public device; the example's own device work (the memsets and copies
-	// that stand for a model's kernels) goes through the same device's internal binding.
-	dev, err := icuda.Of(pub)
-	if err != nil {
-		return err
-	}
+	defer func() { err = errors.Join(err, dev.Close()) }()
 	name, err := dev.Name()
 	if err != nil {
 		return err
 	}
-	if fakecuda.IsFake(dev) {
+	if cudatest.IsFake(dev) {
 		fmt.Fprintf(out, "device: %s — pinmalloc's fake CUDA driver, NO GPU: device memory is simulated in host memory and every copy is a CPU memcpy, so the figures below are CPU-bound\n", name)
 	} else {
 		fmt.Fprintf(out, "device: %s\n", name)
 	}
-	s, err := dev.StreamCreate(true)
+	s, err := dev.StreamCreate(cuda.StreamNonBlocking)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, dev.StreamDestroy(s)) }()
-	scratch, err := dev.MemAlloc(uintptr(c.blockBytes())) // where "attention" copies the blocks it reads
+
+	// One device heap for the tier and the program's own scratch block, with room for both; its
+	// memory stays committed (PurgeDelay -1), as a heap shared with a tier should.
+	const chunk = 2 << 20
+	heap, err := device.New(dev, device.Options{Capacity: (c.budget + uintptr(c.blockBytes()) + 2*chunk - 1) &^ (chunk - 1), PurgeDelay: -1})
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, dev.MemFree(scratch)) }()
+	defer func() { err = errors.Join(err, heap.Close()) }()
+	scratch, err := heap.Alloc(uintptr(c.blockBytes()), s) // where "attention" copies the blocks it reads
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, heap.FreeAsync(scratch, s), heap.ForgetStream(s)) }()
 
 	target := uintptr(c.oversub * float64(c.budget))
-	t, err := uvm.New(pub, uvm.Options{
+	t, err := uvm.New(dev, uvm.Options{
 		DeviceBudget: c.budget,
 		HostCapacity: target, // the live KV bytes never pass it: the host can hold all of them
 		Policy:       c.policyFactory(),
+		Heap:         heap,
 	})
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, t.Close()) }()
 
-	k := newCache(c, t, dev, s, scratch, target)
+	k := newCache(c, t, heap, s, scratch, target)
 	defer func() { err = errors.Join(err, k.freeAll()) }()
 	fmt.Fprintf(out, "cache: %d MiB VRAM budget, KV kept at %.2g× it (%d MiB), blocks of %d KiB (%d tokens × %d B), policy %s, %d slots of Zipf(%.2g) popularity\n",
 		c.budget>>20, c.oversub, target>>20, c.blockBytes()>>10, c.blockTokens, c.tokenBytes, c.policy, len(k.slots), c.zipfS)
@@ -196,7 +213,7 @@ func run(args []string, out io.Writer) (err error) {
 		return err
 	}
 	filled := k.started
-	k.hist.Reset()
+	k.hist.reset()
 	k.acquires, k.tokens = 0, 0
 	fmt.Fprintf(out, "prefilled %d sequences (%d MiB of KV); now %d decode steps of %d sequences\n", filled, k.liveBytes>>20, c.steps, c.batch)
 

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cuda/cudatest"
 )
 
 // small are flags that keep a run to a fraction of a second on the fake: a 4 MiB budget,
@@ -33,10 +34,9 @@ func figure(t *testing.T, out, re string) float64 {
 // TestRunOnFake runs the example on the fake driver at 1.5×, 2× and 4× with both policies and
 // checks what it prints: that it says it runs on the fake, that the cache was kept at its
 // oversubscription, that blocks migrated both ways, and that it verified every byte and the
-// tier's accounting. The fake must have nothing live once the run is over.
+// tier's accounting. The fake must have nothing live once the run is over (cudatest checks).
 func TestRunOnFake(t *testing.T) {
-	f := fakecuda.Run(t)
-	if f == nil {
+	if dev, _ := cudatest.Device(t); dev == nil {
 		return
 	}
 	for _, tc := range []struct {
@@ -74,15 +74,12 @@ func TestRunOnFake(t *testing.T) {
 			}
 		})
 	}
-	if live := f.LiveObjects(); len(live) != 0 {
-		t.Errorf("the fake has objects live after the runs: %v", live)
-	}
 }
 
 // TestSameSeedSameRun checks that a run is determined by its flags: two runs with the same seed
 // make the same accesses, so they print the same hit rate and migrations.
 func TestSameSeedSameRun(t *testing.T) {
-	if fakecuda.Run(t) == nil {
+	if dev, _ := cudatest.Device(t); dev == nil {
 		return
 	}
 	var a, b bytes.Buffer
@@ -108,7 +105,11 @@ func TestSameSeedSameRun(t *testing.T) {
 
 // TestGPU runs the example on device 0 of the real driver, where there is one.
 func TestGPU(t *testing.T) {
-	fakecuda.GPU(t, 0) // skips without a driver
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	defer dev.Close()
 	var out bytes.Buffer
 	if err := run(append([]string{"-oversub", "3", "-policy", "2q"}, small...), &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())

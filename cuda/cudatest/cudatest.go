@@ -1,0 +1,137 @@
+// Package cudatest gives a program's tests a CUDA device without a GPU, as net/http/httptest
+// gives them a server without a network: pinmalloc's fake CUDA driver, compiled from C at test
+// time and loaded in place of libcuda.so.1.
+//
+//	func TestUpload(t *testing.T) {
+//		dev, fake := cudatest.Device(t) // this test runs again in a child process on the fake
+//		if dev == nil {
+//			return // the parent: the child's result is this test's
+//		}
+//		h, err := device.New(dev, device.Options{Capacity: 64 << 20})
+//		...
+//		fake.Hold(true) // queued work stays pending until fake.Complete()
+//	}
+//
+// # What the fake is
+//
+// The fake keeps device memory in host memory and runs every call the real driver refuses into
+// the same error: a copy whose host range spans two registrations, a stream of another context,
+// memory freed under queued work (which then faults, sticky, as on a GPU). Work queued on a
+// stream is checked at the call but runs as late as a GPU may run it: at a synchronize, an event
+// or stream query that finds it pending, or Complete. So a buffer reused before the stream that
+// reads it has passed sends the wrong bytes in a test too. Device 0 is "Fake GPU 0" with 1 GiB of
+// memory (SetMemory changes it) and the VMM API. Figures measured on it are memcpy's, not a GPU's.
+//
+// # Why a child process
+//
+// A process loads its CUDA driver once (package cuda, at the first Count, Open or
+// DriverVersion). Device therefore runs the calling test again, alone, in a child process of the
+// same test binary whose driver is the fake (cuda.LibraryEnv set to the compiled library), and
+// reports the child's pass, failure or skip as the test's own. In the test process it returns
+// nil, and the test returns at once; in the child it returns the device. Each test gets a fresh
+// fake, so controls set in one test never leak into another, and a machine with a GPU runs the
+// same tests on the fake too. Call it first in a top-level test (not a subtest).
+//
+// # Requirements
+//
+// A C compiler ($CC, else gcc) and cgo. Without either, Device skips the test and says which is
+// missing. The fake is built into the test's temporary directory, once per test (about 0.3 s).
+//
+// # Programs
+//
+// ExecOnFake runs a program (a main package, an example) again on the fake where no driver can
+// be loaded, so that a demo works on a laptop; IsFake tells the program which it got.
+package cudatest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// Device runs the calling test on the fake driver and returns device 0 of the fake and its
+// controls. In the test process it builds the fake, runs the test again in a child process,
+// reports the child's result as the test's, and returns nil, nil: the caller returns at once.
+// In the child it returns the open device. At the test's cleanup, after the cleanups registered
+// later, it checks that nothing allocated through the device is still live (heaps, pools, tiers,
+// streams and events left open fail the test), and closes it.
+//
+// It skips the test when no C compiler or no cgo is available, and fails it when called from a
+// subtest.
+func Device(t *testing.T) (*cuda.Device, *Fake) {
+	t.Helper()
+	if err := canBuild(); err != nil {
+		t.Skipf("cudatest: %v", err)
+	}
+	drv := fakecuda.Run(t)
+	if drv == nil {
+		return nil, nil
+	}
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Fatalf("cudatest: opening device 0 of the fake driver: %v", err)
+	}
+	t.Cleanup(func() {
+		in, err := icuda.Of(dev)
+		if err == nil {
+			if s := in.Stats(); s.Live() != 0 {
+				t.Errorf("cudatest: device 0 has resources live at the end of the test: %+v", s)
+			}
+		}
+		if err := dev.Close(); err != nil {
+			t.Errorf("cudatest: closing device 0: %v", err)
+		}
+		if live := drv.LiveObjects(); icuda.PrimaryRetains() == 0 && len(live) != 0 {
+			t.Errorf("cudatest: the fake driver holds %v at the end of the test (something was not closed or freed)", live)
+		}
+	})
+	return dev, &Fake{t: t, d: drv}
+}
+
+// canBuild says why the fake cannot be built and loaded here, or returns nil.
+func canBuild() error {
+	if !cgoEnabled {
+		return fmt.Errorf("built without cgo (CGO_ENABLED=0, which go sets where it finds no C compiler: install gcc): no driver library can be loaded, the fake included")
+	}
+	if runtime.GOOS != "linux" {
+		return fmt.Errorf("the fake driver runs on linux only, not %s", runtime.GOOS)
+	}
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		return fmt.Errorf("no C compiler to build the fake CUDA driver (install gcc, or set CC): %w", err)
+	}
+	return nil
+}
+
+// IsFake reports whether dev is a device of pinmalloc's fake driver.
+func IsFake(dev *cuda.Device) bool {
+	in, err := icuda.Of(dev)
+	return err == nil && fakecuda.IsFake(in)
+}
+
+// ExecOnFake runs the running program again, with the same arguments and standard streams, in a
+// child process whose driver is the fake (built into a temporary directory, removed when the
+// child ends), and returns the child's exit code; err is set only when the child could not be
+// run (no C compiler, for one). It is for programs that should run where no CUDA driver is
+// installed:
+//
+//	if _, err := cuda.Count(); errors.Is(err, cuda.ErrNoDriver) && os.Getenv(cuda.LibraryEnv) == "" {
+//		code, err := cudatest.ExecOnFake()
+//		if err != nil {
+//			log.Fatal(err)
+//		}
+//		os.Exit(code)
+//	}
+//
+// A process loads its driver once, so the choice needs a new process. ExecOnFake refuses to run
+// when cuda.LibraryEnv is set already (the child has it set), so that it cannot recurse.
+func ExecOnFake() (code int, err error) { return fakecuda.ExecOnFake() }

@@ -1,0 +1,55 @@
+package cudatest_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/cuda/cudatest"
+	"github.com/pinmalloc/pinmalloc/device"
+)
+
+// A test of code that uploads to a device heap, run on the fake driver: it needs no GPU, only
+// gcc. Written in a _test.go file, it is an ordinary test function:
+//
+//	func TestUpload(t *testing.T) { ... }
+//
+// Device runs it again in a child process on the fake; in the test process it returns nil and
+// the test returns, reporting the child's result.
+func Example() {
+	TestUpload := func(t *testing.T) {
+		dev, fake := cudatest.Device(t)
+		if dev == nil {
+			return
+		}
+		h, err := device.New(dev, device.Options{Capacity: 8 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		s, err := dev.StreamCreate(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.StreamDestroy(s)
+		defer h.ForgetStream(s)
+
+		p, err := h.Alloc(4096, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.Hold(true) // the GPU is busy: what is queued stays queued
+		src := bytes.Repeat([]byte{42}, 4096)
+		if err := h.HtoDAsync(p, src, s); err != nil {
+			t.Fatal(err)
+		}
+		fake.CompleteStream(s) // now it has run
+		got := make([]byte, 4096)
+		if err := h.DtoH(got, p); err != nil || !bytes.Equal(got, src) {
+			t.Fatalf("read back %v, %v", got[:4], err)
+		}
+		if err := h.FreeAsync(p, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = TestUpload
+}

@@ -1,0 +1,102 @@
+package cudatest
+
+import (
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// Fake controls the fake driver a test runs on, and reads what it holds. Device returns it. Its
+// methods act on the whole fake (every stream of device 0), at once.
+type Fake struct {
+	t testing.TB
+	d *fakecuda.Driver
+}
+
+// Hold keeps queued work pending (on), as on a busy GPU: stream and event queries answer "not
+// ready" (cuda.ErrNotReady) instead of running the work, until Complete, CompleteStream or a
+// synchronizing call (a stream, event or device synchronize, which waits for it as on a GPU).
+// Off, the default, a query runs the work it finds pending and answers ready. Turning Hold off
+// completes nothing by itself.
+//
+// With Hold on, a pool or heap that frees in stream order keeps the memory of a stream that
+// has not passed its free: the test sees what a program sees while its copies are in flight.
+func (f *Fake) Hold(on bool) { f.d.Hold(on) }
+
+// Complete runs all the work queued on every stream, as if the GPU had caught up.
+func (f *Fake) Complete() { f.d.Complete() }
+
+// CompleteStream runs the work queued on stream s (0: the legacy default stream), and before it
+// the work of other streams that s waits for (through cuda.Device.StreamWaitEvent).
+func (f *Fake) CompleteStream(s cuda.Stream) { f.d.CompleteStream(s) }
+
+// Pending returns the number of streams with work queued and not yet run.
+func (f *Fake) Pending() int { return f.d.Pending() }
+
+// SetMemory sets device 0's total memory to bytes (1 GiB by default): allocations beyond it fail
+// with an error matching cuda.ErrOutOfMemory, and cuda.Device.MemInfo and TotalMem report it.
+// Shrinking it below the memory in use now (Used) fails the test.
+func (f *Fake) SetMemory(bytes uint64) {
+	f.t.Helper()
+	if used := f.d.Used(0); bytes < used {
+		f.t.Fatalf("cudatest: SetMemory(%d): below the %d bytes device 0 uses now", bytes, used)
+	}
+	f.d.SetMemory(0, bytes)
+}
+
+// Used returns the device memory allocated on device 0 now, in bytes: every allocation the
+// driver made, whatever made it (device heaps commit memory in 2 MiB chunks, not per block).
+func (f *Fake) Used() uint64 { return f.d.Used(0) }
+
+// Call names a driver call FailNext can make fail.
+type Call int
+
+// Calls FailNext can make fail.
+const (
+	// MemCreate is cuMemCreate: device heaps commit VRAM with it, and pinned pools of the
+	// CUDAHost backend their host memory where the driver has VMM host memory.
+	MemCreate Call = iota + 1
+	// MemMap is cuMemMap, which maps what cuMemCreate made.
+	MemMap
+	// HostRegister is cuMemHostRegister, which pins host memory the pool mapped itself.
+	HostRegister
+	// LaunchKernel is cuLaunchKernel: device.Batcher's gather kernel, and a uvm tier's moves.
+	LaunchKernel
+)
+
+// Driver result codes (CUresult) for FailNext; cuda.ResultCode returns them from an error.
+const (
+	// InvalidValue is CUDA_ERROR_INVALID_VALUE; errors match cuda.ErrInvalidValue.
+	InvalidValue = fakecuda.ResultInvalidValue
+	// OutOfMemory is CUDA_ERROR_OUT_OF_MEMORY; errors match cuda.ErrOutOfMemory.
+	OutOfMemory = fakecuda.ResultOutOfMemory
+	// NotPermitted is CUDA_ERROR_NOT_PERMITTED.
+	NotPermitted = fakecuda.ResultNotPermitted
+	// NotSupported is CUDA_ERROR_NOT_SUPPORTED; errors match cuda.ErrNotSupported.
+	NotSupported = fakecuda.ResultNotSupported
+	// LaunchFailed is CUDA_ERROR_LAUNCH_FAILED.
+	LaunchFailed = fakecuda.ResultLaunchFailed
+)
+
+// FailNext makes the next call of c that passes its argument checks fail with the result code
+// (OutOfMemory, ...), once. A failed launch runs nothing. Calling it again before that call
+// replaces the failure set, it does not add one.
+func (f *Fake) FailNext(c Call, code int) {
+	f.t.Helper()
+	if code <= 0 || code > 0xffff {
+		f.t.Fatalf("cudatest: FailNext(%d, %d): not a CUDA error code", c, code)
+	}
+	switch c {
+	case MemCreate:
+		f.d.FailAfter(fakecuda.CallCreate, 0, code)
+	case MemMap:
+		f.d.FailAfter(fakecuda.CallMap, 0, code)
+	case HostRegister:
+		f.d.FailAfter(fakecuda.CallRegister, 0, code)
+	case LaunchKernel:
+		f.d.FailLaunch(1, code)
+	default:
+		f.t.Fatalf("cudatest: FailNext: unknown call %d", c)
+	}
+}

@@ -1,0 +1,32 @@
+package debugpage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ErrSnapshot means a file that is not a snapshot this package can show: not JSON, not the
+// document stats.json serves, or of another format version.
+var ErrSnapshot = errors.New("debugpage: not a snapshot")
+
+// Snapshot reads a snapshot saved from stats.json (the page's "download a snapshot" link, or
+// stats.json?download=1) and returns a handler that serves it as it was: the page, map.svg and
+// stats.json, under whatever prefix it is mounted at. Nothing can be registered with it.
+// debugpage/cmd/view serves a file with it.
+func Snapshot(r io.Reader) (*Handler, error) {
+	var snap snapshot
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&snap); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSnapshot, err)
+	}
+	switch {
+	case snap.Version != snapshotVersion:
+		return nil, fmt.Errorf("%w: format version %d, want %d", ErrSnapshot, snap.Version, snapshotVersion)
+	case snap.Taken.IsZero() || snap.Sources == nil:
+		return nil, fmt.Errorf("%w: no time taken or no sources (is it stats.json?)", ErrSnapshot)
+	}
+	snap.offline = true
+	return &Handler{frozen: &snap}, nil
+}

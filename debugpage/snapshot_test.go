@@ -1,0 +1,63 @@
+package debugpage
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSnapshot: a snapshot downloaded from stats.json, served by Snapshot, shows the page as
+// it was (the same map, timeline, classes and buffers) and says it is a snapshot; what is not a
+// snapshot is refused with ErrSnapshot.
+func TestSnapshot(t *testing.T) {
+	s := newScene(t)
+	defer s.done(t)
+	h := New()
+	h.AddPool("staging", s.pool)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	h.sampleAll(t0)
+	h.sampleAll(t0.Add(time.Second))
+	url := serve(t, h)
+
+	resp, err := http.Get(url + "stats.json?download=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if cd := resp.Header.Get("Content-Disposition"); !strings.HasPrefix(cd, `attachment; filename="pinmalloc-`) {
+		t.Errorf("Content-Disposition %q: the download is not a file", cd)
+	}
+	frozen, err := Snapshot(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, _ := get(t, url)
+	offURL := serve(t, frozen)
+	off, _ := get(t, offURL)
+	if !strings.Contains(off, "read from a file") || strings.Contains(off, "download a snapshot") {
+		t.Error("the snapshot's page does not say it is one")
+	}
+	// Everything below the links line is the same page.
+	cut := func(p string) string { return p[strings.Index(p, `<table class="legend">`):] }
+	if cut(live) != cut(off) {
+		t.Error("the snapshot's page differs from the page it was taken from")
+	}
+	liveSVG, _ := get(t, url+"map.svg")
+	offSVG, _ := get(t, offURL+"map.svg")
+	if liveSVG != offSVG || !strings.Contains(offSVG, `class="chunk huge"`) {
+		t.Error("the snapshot's map.svg differs from the live one")
+	}
+	js, _ := get(t, offURL+"stats.json")
+	checkSnake(t, js)
+	if again, err := Snapshot(strings.NewReader(js)); err != nil || len(again.frozen.Sources) != 1 {
+		t.Errorf("the snapshot's own stats.json does not read back: %v", err)
+	}
+
+	for _, bad := range []string{"", "not json", `{"version": 2, "taken": "2026-01-02T03:04:05Z", "sources": []}`, `{"version": 1}`} {
+		if _, err := Snapshot(strings.NewReader(bad)); !errors.Is(err, ErrSnapshot) {
+			t.Errorf("Snapshot(%q) = %v; want ErrSnapshot", bad, err)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package debugpage
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// snapshot is what the page shows at one instant, and stats.json: every source's view. Read
+// back from a file (Snapshot), it draws the same page.
+type snapshot struct {
+	// Version is the format of the file: 1.
+	Version int       `json:"version"`
+	Taken   time.Time `json:"taken"`
+	Sources []view    `json:"sources"`
+	// offline is set for a snapshot read from a file.
+	offline bool
+}
+
+// snapshotVersion is the Version this package writes and reads.
+const snapshotVersion = 1
+
+// view is one source as the page draws it and stats.json holds it. Stats, Usage and Map are
+// the source's own, their keys turned to snake_case (snake.go); MapSVG is the map drawn, so a
+// snapshot shows the same picture wherever it is read.
+type view struct {
+	Name  string `json:"name"`
+	Kind  string `json:"kind"`
+	Stats any    `json:"stats"`
+	Usage any    `json:"usage,omitempty"`
+	// Text is the source's figures, for people (its Stats' String).
+	Text string `json:"text,omitempty"`
+
+	Classes        []Class  `json:"classes,omitempty"`
+	LargestFreeRun uint64   `json:"largest_free_run_bytes"`
+	Unreserved     uint64   `json:"unreserved_bytes"`
+	Regions        int      `json:"regions"`
+	Chunks         int      `json:"chunks"`
+	Largest        []Buffer `json:"largest_buffers,omitempty"`
+	LargestNote    string   `json:"largest_buffers_note,omitempty"`
+	Sites          []Site   `json:"top_sites,omitempty"`
+
+	// Tier is the tier's placement and moves (tiers only).
+	Tier *tierView `json:"tier,omitempty"`
+	// Timeline is the samples taken since StartTimeline, oldest first.
+	Timeline []Sample `json:"timeline,omitempty"`
+
+	Map       any    `json:"map,omitempty"`
+	MapSVG    string `json:"map_svg,omitempty"`
+	MapHeight int    `json:"map_height,omitempty"`
+}
+
+// look takes the view of s now.
+func look(s *source) view {
+	v := view{Name: s.name, Kind: s.kind, Timeline: s.ring.samples()}
+	if s.tier != nil {
+		st := s.tier()
+		v.Stats, v.Tier = snake(st), newTierView(st)
+		return v
+	}
+	v.Stats, v.Usage, v.Text = snake(s.stats()), snake(s.usage()), s.str()
+	m := s.m()
+	v.Classes = classes(m)
+	v.LargestFreeRun, v.Unreserved = m.Arena.LargestFreeRun()
+	v.Regions = len(m.Arena.Regions)
+	for _, r := range m.Arena.Regions {
+		v.Chunks += len(r.Chunks)
+	}
+	v.Largest, v.Sites, v.LargestNote = buffers(s)
+	v.Map = snake(m)
+	var svg bytes.Buffer
+	writeSVG(&svg, s.name, m, v.LargestFreeRun, v.Unreserved)
+	v.MapSVG, v.MapHeight = svg.String(), svgHeight(m)
+	return v
+}
+
+// tierView is what the page shows of a tier.
+type tierView struct {
+	Policy string `json:"policy"`
+	Mover  string `json:"mover"`
+	// Budget and the bytes of the live blocks: in VRAM, only on the host, never acquired.
+	Budget      uint64 `json:"budget"`
+	DeviceBytes uint64 `json:"device_bytes"`
+	HostBytes   uint64 `json:"host_bytes"`
+	FreshBytes  uint64 `json:"fresh_bytes"`
+	// SpareBytes is the VRAM kept for the next restores; AcquiredBytes the bytes of blocks
+	// acquired on the device now.
+	SpareBytes    uint64  `json:"spare_bytes"`
+	AcquiredBytes uint64  `json:"acquired_bytes"`
+	Blocks        int     `json:"blocks"`
+	HitRate       float64 `json:"hit_rate"`
+	// Moves are the blocks and bytes moved, by direction and cause; causes that moved nothing
+	// are left out.
+	Moves []move `json:"moves"`
+}
+
+// move is what a tier moved in one direction for one cause.
+type move struct {
+	ToDevice bool   `json:"to_device"`
+	Cause    string `json:"cause"`
+	Blocks   uint64 `json:"blocks"`
+	Bytes    uint64 `json:"bytes"`
+}
+
+func newTierView(st uvm.Stats) *tierView {
+	t := &tierView{Policy: st.Policy, Mover: st.Mover, Budget: st.Budget, DeviceBytes: st.DeviceBytes,
+		HostBytes: st.HostBytes, FreshBytes: st.FreshBytes, SpareBytes: st.SpareBytes, AcquiredBytes: st.PinnedBytes,
+		Blocks: st.Blocks, HitRate: st.HitRate(), Moves: []move{}}
+	for i, tr := range st.In {
+		if tr.Blocks > 0 {
+			t.Moves = append(t.Moves, move{ToDevice: true, Cause: uvm.Cause(i).String(), Blocks: tr.Blocks, Bytes: tr.Bytes})
+		}
+	}
+	for i, tr := range st.Out {
+		if tr.Blocks > 0 {
+			t.Moves = append(t.Moves, move{Cause: uvm.Cause(i).String(), Blocks: tr.Blocks, Bytes: tr.Bytes})
+		}
+	}
+	return t
+}
