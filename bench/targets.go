@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 )
 
@@ -167,10 +168,16 @@ func printTargets(w io.Writer, ts []target) {
 }
 
 // ratio builds a target from a ratio num/den that must be at least (at most, with atMost)
-// limit; ok says whether both numbers were measured.
+// limit; ok says whether both numbers were measured. A figure that is not positive (a time, a
+// size or a bandwidth of zero or less: a harness-adjusted time below its null loop, say) or not
+// a number is no measurement: the target is UNMEASURED, never MET.
 func ratio(name, want string, num, den float64, ok bool, limit float64, atMost bool, detail string) target {
 	t := target{Name: name, Want: want, Limit: limit, Status: unmeasured, Detail: "not measured in this run"}
-	if !ok || den == 0 {
+	if !ok {
+		return t
+	}
+	if !(num > 0) || !(den > 0) || math.IsInf(num, 0) || math.IsInf(den, 0) {
+		t.Detail = fmt.Sprintf("not a measurement: %g / %g (a figure of zero or less, or not finite); %s", num, den, detail)
 		return t
 	}
 	t.Detail = detail

@@ -28,6 +28,7 @@ package fakecuda
 
 import (
 	_ "embed" // the fake driver's C source
+	"errors"
 	"flag"
 	"os"
 	"os/exec"
@@ -49,6 +50,9 @@ var Source string
 const childEnv = "PINMALLOC_FAKECUDA_CHILD"
 
 const noDriver = "none"
+
+// openDevice is cuda.Open; a test of GPU replaces it to make the open fail.
+var openDevice = cuda.Open
 
 // Stat names one of the fake's counters of live objects and calls.
 type Stat int
@@ -301,18 +305,26 @@ func (d *Driver) Open(t testing.TB, ordinal int) *cuda.Device {
 	return dev
 }
 
-// GPU opens device ordinal of the real driver for a test or benchmark that needs a GPU, and
-// skips it with "no CUDA driver: ..." where there is none (or where this process runs against
-// the fake). At cleanup it checks that nothing allocated through the device is live and closes
-// it.
+// GPU opens device ordinal of the real driver for a test or benchmark that needs a GPU. It
+// skips it only where there is no GPU to test: with "no CUDA driver: ..." where no driver loads
+// (or where this process runs against the fake), with "no CUDA device: ..." where the driver
+// finds no device of that ordinal. Any other error of cuda.Open (a broken driver, a missing
+// entry point, out of memory, a busy device) fails the test: on a GPU machine it is a fault to
+// report, not a reason to test nothing. At cleanup it checks that nothing allocated through the
+// device is live and closes it.
 func GPU(tb testing.TB, ordinal int) *cuda.Device {
 	tb.Helper()
 	if os.Getenv(childEnv) != "" {
 		tb.Skipf("no CUDA driver: this process runs against the fake driver")
 	}
-	dev, err := cuda.Open(ordinal)
-	if err != nil {
+	dev, err := openDevice(ordinal)
+	switch {
+	case errors.Is(err, cuda.ErrNoDriver):
 		tb.Skipf("no CUDA driver: %v", err)
+	case errors.Is(err, cuda.ErrNoDevice):
+		tb.Skipf("no CUDA device: %v", err)
+	case err != nil:
+		tb.Fatalf("fakecuda.GPU: the driver loads but device %d does not open: %v", ordinal, err)
 	}
 	closeAtCleanup(tb, dev, func() {})
 	return dev
