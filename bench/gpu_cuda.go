@@ -13,6 +13,7 @@ import (
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -22,8 +23,9 @@ import (
 // from each kind of host buffer. Its competitors run only in its own cases, where
 // pinmalloc-pool is the CUDAHost pool, not the CPU cases' locked one.
 type cudaSuite struct {
-	dev *cuda.Device
-	s   cuda.Stream // the stream of every stream-ordered call and copy
+	dev  *cuda.Device
+	s    cuda.Stream // the stream of every stream-ordered call and copy
+	fake bool        // dev is the fake driver's: the targets are N/A
 }
 
 func init() { gpuSuites = append(gpuSuites, &cudaSuite{}) }
@@ -57,6 +59,7 @@ func (c *cudaSuite) open() (err error) {
 	if c.dev, err = cuda.Open(0); err != nil {
 		return err
 	}
+	c.fake = fakecuda.IsFake(c.dev)
 	if c.s, err = c.dev.StreamCreate(true); err != nil {
 		return errors.Join(err, c.dev.Close())
 	}
@@ -206,7 +209,8 @@ func (c *cudaSuite) copyBandwidth(cfg *config, dir string, size int, src hostSou
 // cuMemFreeHost, its copies at 0.95 of a cuMemHostAlloc buffer's bandwidth or better, and the
 // device heap's pair 10 times faster than cuMemAllocAsync + cuMemFreeAsync (5 before issue 19;
 // measured 13.9x at 4 KiB and 6.3x at 1 MiB on an H100).
-func (*cudaSuite) targets(rs []result) []target {
+// On the fake driver every one is N/A: its copies are memcpy and its calls a cost model.
+func (c *cudaSuite) targets(rs []result) []target {
 	var ts []target
 	check := func(name, c, metric, num, den string, limit float64) {
 		a, ok1 := lookup(rs, c, num, metric)
@@ -228,6 +232,9 @@ func (*cudaSuite) targets(rs []result) []target {
 	}
 	for _, sz := range cudaDeviceSizes {
 		check("device-vs-mallocasync/"+sizeName(sz), "cuda-device-pair/"+sizeName(sz), "ns_per_pair", "cuda-mallocasync", "pinmalloc-device", 10)
+	}
+	if c.fake {
+		return onFakeDriver(ts)
 	}
 	return ts
 }
