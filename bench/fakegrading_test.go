@@ -13,7 +13,9 @@ import (
 // suite's bandwidth targets report N/A with their figures, and report MET off the fake.
 func TestSuitesGradeNothingOnTheFake(t *testing.T) {
 	var rs []result
-	add := func(c, im, metric string, v float64) { rs = append(rs, result{Case: c, Impl: im, Metric: metric, Value: v}) }
+	add := func(c, im, metric string, v float64) {
+		rs = append(rs, result{Case: c, Impl: im, Metric: metric, Value: v})
+	}
 	for _, sz := range cudaPairSizes {
 		add("cuda-pair/"+sizeName(sz), "cuda-hostalloc", "ns_per_pair", 1e9)
 		add("cuda-pair/"+sizeName(sz), "pinmalloc-pool", "ns_per_pair", 10)
