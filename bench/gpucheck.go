@@ -39,8 +39,6 @@ package main
 // was missed.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -98,6 +96,7 @@ type check struct {
 	Steps    []stepResult  `json:"steps"`
 	Tests    []testResult  `json:"tests"`
 	Binaries []binResult   `json:"binaries"`
+	manifest []testBinary  // BIN/tests.txt
 	Examples []exampleRun  `json:"examples"`
 	bench    *suite        // the suites' results
 	benchRun []benchCase   // the cases run
@@ -124,13 +123,13 @@ type stepResult struct {
 	Detail  string  `json:"detail"`
 }
 
-// testResult is one top-level test of a test binary.
+// testResult is one test or subtest (its name has a slash) of a test binary.
 type testResult struct {
 	Binary  string  `json:"binary"`
 	Name    string  `json:"name"`
 	Status  string  `json:"status"` // PASS, FAIL or SKIP
 	Seconds float64 `json:"seconds"`
-	Detail  string  `json:"detail,omitempty"` // a skip's reason, a failure's first line
+	Detail  string  `json:"detail,omitempty"` // a skip's reason, a failure's first line logged
 }
 
 // binResult is one test binary's run.
@@ -294,179 +293,6 @@ func fileName(s string) string {
 		return out
 	}
 	return "gpu"
-}
-
-// testBinary is one line of BIN/tests.txt: a test binary and its package's folder.
-type testBinary struct{ file, dir string }
-
-// readManifest reads BIN/tests.txt: "FILE DIR" per line, DIR relative to the repository root.
-func readManifest(bin string) ([]testBinary, error) {
-	b, err := os.ReadFile(filepath.Join(bin, "tests.txt"))
-	if err != nil {
-		return nil, fmt.Errorf("no test binaries (%w): build them first with scripts/gpucheck build", err)
-	}
-	var out []testBinary
-	for i, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		switch {
-		case len(f) == 0:
-			continue
-		case len(f) != 2:
-			return nil, fmt.Errorf("%s line %d: %q, want FILE DIR", filepath.Join(bin, "tests.txt"), i+1, l)
-		}
-		out = append(out, testBinary{f[0], f[1]})
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s lists no test binary", filepath.Join(bin, "tests.txt"))
-	}
-	return out, nil
-}
-
-// runTests runs every test binary with the GPU pattern.
-func (c *check) runTests() (string, error) {
-	bins, err := readManifest(c.cfg.bin)
-	if err != nil {
-		return "", err
-	}
-	pattern := gpuTestPattern
-	env := os.Environ()
-	if c.fake { // the GPU tests skip; the fake-driver tests load their own fake
-		pattern = fakeTestPattern
-		env = withoutEnv(env, cuda.LibraryEnv)
-	}
-	var failed []string
-	for _, tb := range bins {
-		left := c.left(30 * time.Second)
-		br := binResult{Binary: tb.file, Dir: tb.dir}
-		if left < 10*time.Second {
-			br.Status, br.Detail = fail, "not run: the deadline"
-			c.Binaries = append(c.Binaries, br)
-			failed = append(failed, tb.file+" (not run)")
-			continue
-		}
-		limit := min(left, 5*time.Minute)
-		path, err := filepath.Abs(filepath.Join(c.cfg.bin, tb.file))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(c.log, "--- %s -test.run '%s' (in %s, at most %v)\n", tb.file, pattern, tb.dir, limit.Round(time.Second))
-		out, secs, err := c.runLogged(limit+10*time.Second, tb.dir, env, path, "-test.run", pattern, "-test.v", "-test.count=1",
-			"-test.timeout", limit.Round(time.Second).String())
-		br.Seconds = secs
-		ts := parseTests(tb.file, out)
-		c.Tests = append(c.Tests, ts...)
-		br.Status = pass
-		for _, t := range ts {
-			if t.Status == fail {
-				br.Status = fail
-			}
-		}
-		if err != nil {
-			br.Status, br.Detail = fail, err.Error()
-		}
-		if br.Status == fail {
-			failed = append(failed, tb.file)
-		}
-		c.Binaries = append(c.Binaries, br)
-	}
-	n := map[string]int{}
-	for _, t := range c.Tests {
-		n[t.Status]++
-	}
-	detail := fmt.Sprintf("%d binaries, pattern '%s': %d tests passed, %d failed, %d skipped", len(bins), pattern, n[pass], n[fail], n["SKIP"])
-	if len(failed) > 0 {
-		return detail, fmt.Errorf("failed: %s", strings.Join(failed, ", "))
-	}
-	return detail, nil
-}
-
-// withoutEnv returns env without the variable name.
-func withoutEnv(env []string, name string) []string {
-	var out []string
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, name+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// runLogged runs a program in dir with env, its output copied to the log, killed after
-// limit; it returns the output and the seconds it ran.
-func (c *check) runLogged(limit time.Duration, dir string, env []string, prog string, args ...string) (string, float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Dir, cmd.Env = dir, env
-	var buf bytes.Buffer
-	cmd.Stdout = io.MultiWriter(&buf, c.logFile)
-	cmd.Stderr = cmd.Stdout
-	t0 := time.Now()
-	err := cmd.Run()
-	secs := time.Since(t0).Seconds()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("killed after %v: %w", limit.Round(time.Second), ctx.Err())
-	} else if err != nil {
-		err = fmt.Errorf("%s: %w", filepath.Base(prog), err)
-	}
-	return buf.String(), secs, err
-}
-
-// testLine is a test's result line in -test.v output, runLine its start; subtests are
-// indented (results) or named with a slash (starts).
-var (
-	testLine = regexp.MustCompile(`^(\s*)--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
-	runLine  = regexp.MustCompile(`^=== RUN\s+(\S+)$`)
-)
-
-// parseTests reads the top-level tests' results from a test binary's -test.v output. A skip
-// or failure's detail is the first line the test logged (-test.v prints logs as they come,
-// before the result line), else the first line after its result.
-func parseTests(binary, out string) []testResult {
-	var ts []testResult
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	firstLog := ""
-	want := -1 // the index of a result without a detail, whose detail is the next line
-	for sc.Scan() {
-		line := sc.Text()
-		if m := runLine.FindStringSubmatch(line); m != nil {
-			if !strings.Contains(m[1], "/") {
-				firstLog = ""
-			}
-			want = -1
-			continue
-		}
-		m := testLine.FindStringSubmatch(line)
-		if m == nil {
-			text := strings.TrimSpace(line)
-			switch {
-			case text == "":
-			case want >= 0 && strings.HasPrefix(line, " "):
-				ts[want].Detail = text
-			case firstLog == "" && strings.HasPrefix(line, " "):
-				firstLog = text
-			}
-			want = -1
-			continue
-		}
-		want = -1
-		if m[1] != "" { // a subtest
-			continue
-		}
-		var secs float64
-		fmt.Sscan(m[4], &secs)
-		ts = append(ts, testResult{Binary: binary, Name: m[3], Status: m[2], Seconds: secs})
-		if m[2] != pass {
-			if firstLog != "" {
-				ts[len(ts)-1].Detail = firstLog
-			} else {
-				want = len(ts) - 1
-			}
-		}
-		firstLog = ""
-	}
-	return ts
 }
 
 // runExamples runs kvcache at 3x oversubscription and loadweights with their defaults.
