@@ -102,12 +102,17 @@ const (
 	// StreamQueries counts cuStreamQuery calls, valid stream or not (how often a caller asks
 	// the driver about a stream).
 	StreamQueries
+	// Pools counts memory pools (cuMemPoolCreate) not destroyed.
+	Pools
+	// PoolAllocs counts allocations from memory pools (cuMemAllocFromPoolAsync) not freed.
+	PoolAllocs
 	numStats
 )
 
 // Live is the list of counters of live objects, those that must be zero when everything is
 // freed.
-var Live = []Stat{Registrations, HostAllocs, DeviceAllocs, ManagedAllocs, Reservations, Handles, Mappings, Streams, Events, Retains, HostVMMBytes}
+var Live = []Stat{Registrations, HostAllocs, DeviceAllocs, ManagedAllocs, Reservations, Handles, Mappings, Streams, Events, Retains, HostVMMBytes,
+	Pools, PoolAllocs}
 
 // Controls understood by fake_ctl (the FC_ constants of the C source).
 const (
@@ -123,6 +128,7 @@ const (
 	ctlCompleteStream
 	ctlHostVMM
 	ctlNUMANodes
+	ctlHostPools
 )
 
 // Result codes for FailRegister.
@@ -251,7 +257,8 @@ func (d *Driver) Stat(s Stat) int64 { return d.ctl(ctlStat, int64(s), 0) }
 func (d *Driver) LiveObjects() map[string]int64 {
 	names := []string{"registrations", "host allocs", "device allocs", "managed allocs", "reservations",
 		"handles", "mappings", "streams", "events", "register calls", "create calls", "registered bytes", "retains",
-		"pinned copies", "pinned bytes", "pageable copies", "pageable bytes", "host VMM bytes"}
+		"pinned copies", "pinned bytes", "pageable copies", "pageable bytes", "host VMM bytes", "event records", "stream queries",
+		"pools", "pool allocs"}
 	m := map[string]int64{}
 	for _, s := range Live {
 		if v := d.Stat(s); v != 0 {
@@ -279,6 +286,11 @@ func (d *Driver) SetVMM(on bool) { d.ctl(ctlVMM, b2i(on), 0) }
 // HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (145) read 0, and cuMemCreate or
 // cuMemGetAllocationGranularity with a host location fail with CUDA_ERROR_NOT_SUPPORTED.
 func (d *Driver) SetHostVMM(on bool) { d.ctl(ctlHostVMM, b2i(on), 0) }
+
+// SetHostPools turns memory pools in host memory on (the default) or off, to emulate a driver
+// older than CUDA 12.6: off, cuMemPoolCreate with a HOST or HOST_NUMA location fails with
+// CUDA_ERROR_NOT_SUPPORTED.
+func (d *Driver) SetHostPools(on bool) { d.ctl(ctlHostPools, b2i(on), 0) }
 
 // SetNUMANodes sets the number of host NUMA nodes (1 by default, at most 8): the valid ids of
 // a HOST_NUMA location. Device i's nearest node (attribute HOST_NUMA_ID, 134) is i modulo n.
