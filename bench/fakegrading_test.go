@@ -42,6 +42,17 @@ func TestSuitesGradeNothingOnTheFake(t *testing.T) {
 		}
 	}
 	add("uvm-managed", "managed", "evict_warm_gbps", 1)
+	for _, sz := range anchorPairSizes {
+		add("cuda-pair/"+sizeName(sz), hostPoolName, "ns_per_pair", 1e6)
+	}
+	for _, dir := range cudaDirs {
+		for _, sz := range anchorCopySizes {
+			add("cuda-"+dir+"/"+sizeName(sz), hostPoolName, "gbps", 50)
+		}
+	}
+	add("cuda-setup/1GiB", "pinmalloc-pool", "setup_ms", 100)
+	add("cuda-setup/1GiB", hostPoolName, "setup_ms", 300)
+	add("cuda-trace", "pinmalloc-pool", "committed_over_live", 1.1)
 	for _, fake := range []bool{false, true} {
 		var ts []target
 		ts = append(ts, (&cudaSuite{fake: fake}).targets(rs)...)
@@ -57,5 +68,50 @@ func TestSuitesGradeNothingOnTheFake(t *testing.T) {
 				t.Errorf("fake %v: %s = %s (%s), want %s", fake, tg.Name, tg.Status, tg.Detail, want)
 			}
 		}
+	}
+}
+
+// TestAnchorTargets checks the anchors' targets (issue 26) on made-up figures: each met and
+// missed as its limit says, the trace's limit an upper one, and every target that reads the
+// CUDA host pool N/A on a driver without host pools (its rows say so) rather than failing.
+func TestAnchorTargets(t *testing.T) {
+	rs := []result{
+		{Case: "cuda-pair/4KiB", Impl: hostPoolName, Metric: "ns_per_pair", Value: 2000},
+		{Case: "cuda-pair/4KiB", Impl: "pinmalloc-pool", Metric: "ns_per_pair", Value: 100},
+		{Case: "cuda-pair/16MiB", Impl: hostPoolName, Metric: "ns_per_pair", Value: 900},
+		{Case: "cuda-pair/16MiB", Impl: "pinmalloc-pool", Metric: "ns_per_pair", Value: 100},
+		{Case: "cuda-setup/1GiB", Impl: hostPoolName, Metric: "setup_ms", Value: 90},
+		{Case: "cuda-setup/1GiB", Impl: "pinmalloc-pool", Metric: "setup_ms", Value: 100},
+		{Case: "cuda-h2d/1MiB", Impl: hostPoolName, Metric: "gbps", Value: 50},
+		{Case: "cuda-h2d/1MiB", Impl: "pinmalloc-pool", Metric: "gbps", Value: 48},
+		{Case: "cuda-trace", Impl: "pinmalloc-pool", Metric: "committed_over_live", Value: 1.2},
+		{Case: "cuda-trace", Impl: torchName, Metric: "committed_over_live", Value: 1.9},
+	}
+	want := map[string]string{"pool-vs-cuda-hostpool/4KiB": met, "pool-vs-cuda-hostpool/16MiB": missed, "pool-vs-cuda-hostpool/64KiB": unmeasured,
+		"precommit-vs-hostpool-setup/1GiB": missed, "pool-h2d-vs-hostpool/1MiB": met, "gpu-trace-committed-over-live": missed}
+	got := map[string]target{}
+	for _, tg := range anchorTargets(rs) {
+		got[tg.Name] = tg
+	}
+	if len(got) != len(issue26Targets) {
+		t.Errorf("%d targets, %d names", len(got), len(issue26Targets))
+	}
+	for name, status := range want {
+		if got[name].Status != status {
+			t.Errorf("%s: %+v, want %s", name, got[name], status)
+		}
+	}
+	if !strings.Contains(got["gpu-trace-committed-over-live"].Detail, torchName+" 1.900") {
+		t.Errorf("the trace's detail lacks the PyTorch-style cache: %q", got["gpu-trace-committed-over-live"].Detail)
+	}
+	old := append(rs, result{Case: "cuda-pair/64KiB", Impl: hostPoolName, Metric: "error", Note: noHostPools + " (CUDA driver API 12.4; host pools need 12.6)"})
+	for _, tg := range anchorTargets(old) {
+		if tg.Name != "gpu-trace-committed-over-live" && tg.Status != notApplicable {
+			t.Errorf("driver without host pools: %s = %s", tg.Name, tg.Status)
+		}
+	}
+	c := &check{}
+	if !c.naError(result{Metric: "error", Note: noHostPools + ": x"}) || c.naError(result{Metric: "error", Note: "cuda: out of memory"}) {
+		t.Error("naError: a driver without host pools is no failure; other errors are")
 	}
 }

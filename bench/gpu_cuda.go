@@ -32,7 +32,7 @@ func init() { gpuSuites = append(gpuSuites, &cudaSuite{}) }
 
 // Sizes of the suite's cases, and the directions of its copies.
 var (
-	cudaPairSizes   = []int64{4 << 10, 64 << 10, 1 << 20}
+	cudaPairSizes   = []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20}
 	cudaDeviceSizes = []int64{4 << 10, 1 << 20}
 	cudaCopySizes   = []int64{1 << 20, 16 << 20, 64 << 20, 256 << 20}
 	cudaDirs        = []string{"h2d", "d2h"}
@@ -84,8 +84,9 @@ func (c *cudaSuite) cases() []benchCase {
 	hostAlloc := hostSource{"cuda-hostalloc", func(int64) (allocator[[]byte], error) { return cudaHostAlloc{c.dev}, nil }}
 	hostRegister := hostSource{"cuda-hostregister", func(int64) (allocator[[]byte], error) { return cudaHostRegister{c.dev}, nil }}
 	goMake := hostSource{"go-make", func(int64) (allocator[[]byte], error) { return &goMake{newGoHeap()}, nil }}
+	anchors := c.anchorSources() // cuda-hostpool, torch-caching-host
 	var hostImpls []impl
-	for _, h := range []hostSource{pool, hostAlloc, hostRegister} {
+	for _, h := range append([]hostSource{pool, hostAlloc, hostRegister}, anchors...) {
 		hostImpls = append(hostImpls, goImpl(h.name, h.open))
 	}
 	deviceImpls := []impl{
@@ -104,10 +105,10 @@ func (c *cudaSuite) cases() []benchCase {
 	}
 	for _, dir := range cudaDirs {
 		for _, sz := range cudaCopySizes {
-			cs = append(cs, c.copyCase("cuda-"+dir+"/"+sizeName(sz), dir, int(sz), []hostSource{pool, hostAlloc, goMake}))
+			cs = append(cs, c.copyCase("cuda-"+dir+"/"+sizeName(sz), dir, int(sz), []hostSource{pool, hostAlloc, anchors[0], goMake}))
 		}
 	}
-	return cs
+	return append(cs, c.setupCase(c.setupSize()), c.traceCase([]hostSource{pool, anchors[0], anchors[1]}))
 }
 
 // pairCase runs impls on a pair case of their own through the harness, in rounds, with
@@ -233,6 +234,7 @@ func (c *cudaSuite) targets(rs []result) []target {
 	for _, sz := range cudaDeviceSizes {
 		check("device-vs-mallocasync/"+sizeName(sz), "cuda-device-pair/"+sizeName(sz), "ns_per_pair", "cuda-mallocasync", "pinmalloc-device", 10)
 	}
+	ts = append(ts, anchorTargets(rs)...)
 	if c.fake {
 		return onFakeDriver(ts)
 	}

@@ -51,7 +51,7 @@ func (c *check) evaluate() {
 		byName[t.Name] = t
 		order = append(order, t.Name)
 	}
-	for _, name := range issue19Targets {
+	for _, name := range gradedTargets() {
 		t, ok := byName[name]
 		if !ok {
 			t = target{Name: name, Want: "measured by the -gpu suites", Status: unmeasured, Detail: "no GPU suite ran"}
@@ -59,18 +59,23 @@ func (c *check) evaluate() {
 		c.Checks = append(c.Checks, c.fromTarget(t, "target"))
 	}
 	in19 := map[string]bool{}
-	for _, n := range issue19Targets {
+	for _, n := range gradedTargets() {
 		in19[n] = true
 	}
 	for _, name := range order { // the suites' other targets, where measured
 		if t := byName[name]; !in19[name] && t.Status != unmeasured {
 			ct := c.fromTarget(t, "other")
 			ct.Status = na
-			ct.Detail = "informational (not an issue 19 target): " + strings.ToLower(t.Status) + "; " + ct.Detail
+			ct.Detail = "informational (not an issue 19 or 26 target): " + strings.ToLower(t.Status) + "; " + ct.Detail
 			c.Checks = append(c.Checks, ct)
 		}
 	}
 	c.Checks = append(c.Checks, c.runChecks(rs)...)
+}
+
+// gradedTargets are the targets the check grades: issue 19's and the anchors' of issue 26.
+func gradedTargets() []string {
+	return append(append([]string(nil), issue19Targets...), issue26Targets...)
 }
 
 // fromTarget turns a suite's target into a check: MET passes, MISSED and UNMEASURED fail; on
@@ -85,6 +90,8 @@ func (c *check) fromTarget(t target, kind string) checkResult {
 	case t.Name == poolScalingTarget && runtime.NumCPU() < 16:
 		ct.Status = na
 		ct.Detail = fmt.Sprintf("needs 16 cores; this machine has %d", runtime.NumCPU())
+	case t.Status == notApplicable: // an anchor the driver cannot run (host pools before 12.6)
+		ct.Status = na
 	case t.Status == met:
 		ct.Status = pass
 	case t.Status == missed:
@@ -280,7 +287,7 @@ func (c *check) markdown(m machine, rs []result) string {
 			}
 		}
 	}
-	table("Targets (issue 19)", "target")
+	table("Targets (issues 19 and 26)", "target")
 	table("Runs", "run")
 	table("Other targets of the suites (informational)", "other")
 	fmt.Fprintf(&b, "\n## Steps\n\n| step | status | seconds | detail |\n|---|---|---|---|\n")

@@ -159,6 +159,101 @@ func evaluateTargets(rs []result) []target {
 	return ts
 }
 
+// The anchors' targets (issue 26), graded on a GPU only (the cuda suite marks them N/A on the
+// fake driver): pinmalloc's CUDAHost pool against CUDA's own memory pool in host memory, set up
+// as a user would (gpu_anchors.go), and the serving trace's memory beside a PyTorch-style cache.
+const (
+	anchorPairFactor  = 10   // the pool's pair at least 10x faster than the host pool's, every size
+	anchorCopyFactor  = 0.95 // copies from pool buffers at 0.95 of the host pool's bandwidth or better
+	anchorTraceLimit  = 1.15 // peak reserved (committed) over peak live on the serving trace
+	anchorSetupFactor = 1    // precommit of 1 GiB no slower than the host pool's set-up of 1 GiB
+)
+
+// The anchors' sizes and names.
+var (
+	anchorPairSizes = []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20}
+	anchorCopySizes = []int64{1 << 20, 16 << 20, 64 << 20, 256 << 20}
+)
+
+// hostPoolName and torchName are the anchors' names in every table.
+const (
+	hostPoolName = "cuda-hostpool"
+	torchName    = "torch-caching-host"
+)
+
+// noHostPools begins the note of the rows a driver without host pools (before CUDA 12.6)
+// cannot fill: no failure, and the targets that read them are N/A.
+const noHostPools = "not measured: the driver lacks host memory pools"
+
+// issue26Targets are the anchors' targets, by name.
+var issue26Targets = func() []string {
+	var ts []string
+	for _, sz := range anchorPairSizes {
+		ts = append(ts, "pool-vs-cuda-hostpool/"+sizeName(sz))
+	}
+	ts = append(ts, "precommit-vs-hostpool-setup/1GiB")
+	for _, dir := range []string{"h2d", "d2h"} {
+		for _, sz := range anchorCopySizes {
+			ts = append(ts, "pool-"+dir+"-vs-hostpool/"+sizeName(sz))
+		}
+	}
+	return append(ts, "gpu-trace-committed-over-live")
+}()
+
+// anchorTargets checks the anchors' targets on the cuda suite's results.
+func anchorTargets(rs []result) []target {
+	var ts []target
+	noPools := ""
+	for _, r := range rs {
+		if r.Impl == hostPoolName && r.Metric == "error" && strings.HasPrefix(r.Note, noHostPools) {
+			noPools = r.Note
+		}
+	}
+	show := func(metric string, v float64) string {
+		switch metric {
+		case "ns_per_pair":
+			return fmtNs(v)
+		case "gbps":
+			return fmt.Sprintf("%.2f GB/s", v)
+		}
+		return fmt.Sprintf("%.1f ms", v)
+	}
+	// check builds a target from num/den >= limit, num and den being two allocators' figures.
+	check := func(name, c, metric, num, den string, limit float64, want string) {
+		a, ok1 := lookup(rs, c, num, metric)
+		b, ok2 := lookup(rs, c, den, metric)
+		t := ratio(name, want, a, b, ok1 && ok2, limit, false, num+" "+show(metric, a)+", "+den+" "+show(metric, b))
+		if noPools != "" {
+			t.Status, t.Ratio, t.Detail = notApplicable, 0, noPools
+		}
+		ts = append(ts, t)
+	}
+	for _, sz := range anchorPairSizes {
+		c := "cuda-pair/" + sizeName(sz)
+		check("pool-vs-cuda-hostpool/"+sizeName(sz), c, "ns_per_pair", hostPoolName, "pinmalloc-pool", anchorPairFactor,
+			fmt.Sprintf("%s / pinmalloc-pool ns/pair >= %g (%s)", hostPoolName, float64(anchorPairFactor), c))
+	}
+	check("precommit-vs-hostpool-setup/1GiB", "cuda-setup/1GiB", "setup_ms", hostPoolName, "pinmalloc-pool", anchorSetupFactor,
+		"cuda-hostpool set-up of 1 GiB / pinmalloc-pool precommit of 1 GiB >= 1 (no slower)")
+	for _, dir := range []string{"h2d", "d2h"} {
+		for _, sz := range anchorCopySizes {
+			c := "cuda-" + dir + "/" + sizeName(sz)
+			check("pool-"+dir+"-vs-hostpool/"+sizeName(sz), c, "gbps", "pinmalloc-pool", hostPoolName, anchorCopyFactor,
+				fmt.Sprintf("pinmalloc-pool / %s GB/s >= %g (%s)", hostPoolName, anchorCopyFactor, c))
+		}
+	}
+	col, ok := lookup(rs, "cuda-trace", "pinmalloc-pool", "committed_over_live")
+	detail := fmt.Sprintf("pinmalloc-pool %.3f", col)
+	for _, im := range []string{torchName, hostPoolName} {
+		if v, found := lookup(rs, "cuda-trace", im, "committed_over_live"); found {
+			detail += fmt.Sprintf(", %s %.3f", im, v)
+		}
+	}
+	ts = append(ts, ratio("gpu-trace-committed-over-live", fmt.Sprintf("pinmalloc-pool (CUDAHost) peak committed / peak live <= %g on the serving trace (cuda-trace); the anchors' reserved / live shown", anchorTraceLimit),
+		col, 1, ok, anchorTraceLimit, true, detail))
+	return ts
+}
+
 // poolScalingTarget names the pool's scaling target.
 const poolScalingTarget = "pool-scaling-16g"
 

@@ -222,6 +222,3 @@ func newTorchCachingHost() impl {
 	im.mixed, im.prodcons, im.churn, im.huge, im.replay = nil, nil, nil, nil, nil
 	return im
 }
-
-// torchName is the PyTorch-style cache's name in every table.
-const torchName = "torch-caching-host"
