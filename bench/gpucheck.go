@@ -106,13 +106,14 @@ type check struct {
 
 // deviceInfo describes device 0.
 type deviceInfo struct {
-	Name            string `json:"name"`
-	TotalMem        uint64 `json:"total_mem"`
-	Compute         string `json:"compute_capability"`
-	Multiprocessors int    `json:"multiprocessors"`
-	CUDA            string `json:"cuda_driver_api"`
-	NvidiaSMI       string `json:"nvidia_smi,omitempty"`
-	Fake            bool   `json:"fake"`
+	Name            string    `json:"name"`
+	TotalMem        uint64    `json:"total_mem"`
+	Compute         string    `json:"compute_capability"`
+	Multiprocessors int       `json:"multiprocessors"`
+	CUDA            string    `json:"cuda_driver_api"`
+	NvidiaSMI       string    `json:"nvidia_smi,omitempty"`
+	NVML            *nvmlInfo `json:"nvml,omitempty"` // internal/nvml's view, beside nvidia-smi's
+	Fake            bool      `json:"fake"`
 }
 
 // stepResult is one step of the run.
@@ -257,6 +258,9 @@ func (c *check) describe() (string, error) {
 	smi := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=name,driver_version,memory.total,pci.bus_id", "--format=csv,noheader", "-i", "0")
 	if out, err := smi.Output(); err == nil {
 		d.NvidiaSMI = strings.TrimSpace(string(out))
+	}
+	if !c.fake {
+		d.NVML = describeNVML(d.Name)
 	}
 	c.name = c.cfg.name
 	if c.name == "" {

@@ -131,6 +131,20 @@ func (c *check) runChecks(rs []result) []checkResult {
 			add(ct.check, name+" passes: "+ct.what, status == pass, strings.TrimSuffix(status+"; "+detail, "; "))
 		}
 	}
+	if c.stepRan("device") {
+		// internal/nvml against nvidia-smi: the name, the memory and the PCI bus id.
+		ct := checkResult{Name: "nvml-vs-nvidia-smi", Want: "internal/nvml's name, total memory and PCI bus id of the device are nvidia-smi's", Kind: "run"}
+		switch {
+		case c.fake:
+			ct.Status, ct.Detail = na, "the fake driver: no NVML, no nvidia-smi"
+		case c.Device.NvidiaSMI == "":
+			ct.Status, ct.Detail = na, "no nvidia-smi on this machine to compare with"
+		default:
+			ok, detail := compareNVML(c.Device.NvidiaSMI, c.Device.NVML)
+			ct.Status, ct.Detail = map[bool]string{true: pass, false: fail}[ok], detail
+		}
+		out = append(out, ct)
+	}
 	if c.stepRan("examples") {
 		for _, ex := range c.Examples {
 			line := lastLine(ex.Output)
@@ -277,6 +291,13 @@ func (c *check) markdown(m machine, rs []result) string {
 		smi = "no nvidia-smi"
 	}
 	fmt.Fprintf(&b, "| driver | CUDA driver API %s; nvidia-smi: %s |\n", d.CUDA, smi)
+	if n := d.NVML; n != nil {
+		line := fmt.Sprintf("%s, %d MiB, PCI %s", n.Name, n.TotalMem>>20, n.PCIBusID)
+		if n.Err != "" {
+			line = n.Err
+		}
+		fmt.Fprintf(&b, "| internal/nvml | %s |\n", mdCell(line))
+	}
 	fmt.Fprintf(&b, "| host | %s, %d cores, %s, load %s |\n", m.CPU, m.Cores, m.Go, m.Load)
 	fmt.Fprintf(&b, "| run | commit %s, %s, %s mode, %.0f s (deadline %.0f s) |\n", m.Commit, m.Date, m.Mode, time.Since(c.start).Seconds(), c.cfg.deadline.Seconds())
 	table := func(title, kind string) {

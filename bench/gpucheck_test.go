@@ -355,3 +355,31 @@ func TestGpucheckScriptArgs(t *testing.T) {
 		t.Errorf("a usage error wrote into DIR: %v %v", entries, err)
 	}
 }
+
+// TestGpucheckNVML checks the comparison of internal/nvml with nvidia-smi: the same device in
+// their two spellings passes, a different name, memory or bus id fails, and so does NVML
+// unavailable on a GPU machine.
+func TestGpucheckNVML(t *testing.T) {
+	n := &nvmlInfo{Name: "NVIDIA H100 80GB HBM3", TotalMem: 81559 << 20, PCIBusID: "0000:1b:00.0"}
+	smi := "NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB, 00000000:1B:00.0"
+	if ok, detail := compareNVML(smi, n); !ok {
+		t.Errorf("the same device: %s", detail)
+	}
+	for _, bad := range []string{"NVIDIA H200, 580.65.06, 81559 MiB, 00000000:1B:00.0", "NVIDIA H100 80GB HBM3, 580.65.06, 40000 MiB, 00000000:1B:00.0",
+		"NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB, 00000000:2A:00.0", "garbage"} {
+		if ok, detail := compareNVML(bad, n); ok {
+			t.Errorf("%q passed: %s", bad, detail)
+		}
+	}
+	if ok, _ := compareNVML(smi, &nvmlInfo{Err: "nvml: NVML unavailable"}); ok {
+		t.Error("NVML unavailable passed")
+	}
+	c := newCheck(t, t.TempDir(), false)
+	c.Steps = []stepResult{{Name: "device", Status: pass}}
+	c.Device.NvidiaSMI, c.Device.NVML = smi, n
+	c.Device.Name = n.Name
+	c.evaluate()
+	if ct := findCheck(c, "nvml-vs-nvidia-smi"); ct.Status != pass {
+		t.Errorf("report check: %+v", ct)
+	}
+}
