@@ -38,7 +38,7 @@ func onFakeDriver(ts []target) []target {
 			was = "unmeasured"
 		}
 		t.Status = notApplicable
-		t.Detail = fmt.Sprintf("N/A: the fake driver (no GPU), figures for information (%s there): %s", was, t.Detail)
+		t.Detail = fmt.Sprintf("on the fake driver, for information (%s there): %s", was, t.Detail)
 	}
 	return ts
 }
