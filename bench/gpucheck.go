@@ -14,7 +14,9 @@ package main
 //     and, where nvidia-smi answers, the driver's version;
 //  2. tests: every test binary listed in BIN/tests.txt, run from its package's folder with
 //     -test.run 'CUDA|GPU' (every GPU test, the contract tests of pinned host buffers among
-//     them: every size from 1 B to 256 MiB copied both ways);
+//     them: every size from 1 B to 256 MiB copied both ways), under BIN/test2json, so that
+//     every test and subtest is recorded from its own event (gpucheck_tests.go); on a GPU
+//     every GPU test the manifest lists must run and pass, and a skip is a failure;
 //  3. the examples: kvcache at 3x oversubscription and loadweights with their defaults;
 //  4. the benchmark suites of -gpu (gpu.go: pinned pool against cuMemHostAlloc, copies, device
 //     heap against cuMemAllocAsync, the copy engine and its calibration, the UVM tier suite of
@@ -22,8 +24,10 @@ package main
 //     first and the tier's oversubscription cases last.
 //
 // The report, DIR/NAME.md and DIR/NAME.json (NAME: the device's name as a file name, or
-// fake-driver), gives every figure and PASS, FAIL or N/A for each target of issue 19 and for the
-// checks that the tests, the examples and the suites ran clean. It is rewritten after every
+// fake-driver), gives every figure and PASS, FAIL or N/A for each target of issues 19 and 26
+// (the anchors: CUDA's host memory pool, a PyTorch-style caching host allocator) and for the
+// checks that the tests, the examples and the suites ran clean, and compares internal/nvml's
+// view of the device with nvidia-smi's. It is rewritten after every
 // step, so a run cut short still leaves what it measured. A step that would start past the
 // deadline is not run, and its checks FAIL.
 //

@@ -258,7 +258,7 @@ func (c *check) write() error {
 		Examples []exampleRun  `json:"examples"`
 		Results  []result      `json:"results"`
 		NotRun   []string      `json:"cases_not_run,omitempty"`
-	}{"pinmalloc gpucheck (issue 19)", "", c.verdict(), m, c.Device, c.start.UTC().Format(time.RFC3339), time.Since(c.start).Seconds(),
+	}{"pinmalloc gpucheck (issues 19 and 26)", "", c.verdict(), m, c.Device, c.start.UTC().Format(time.RFC3339), time.Since(c.start).Seconds(),
 		c.cfg.deadline.Seconds(), c.Checks, c.Steps, c.Binaries, c.Tests, c.Examples, rs, c.skipped}
 	if c.fake {
 		doc.Note = fakeNote
