@@ -244,3 +244,101 @@ func (c *cudaSuite) traceCase(srcs []hostSource) benchCase {
 		return out
 	}}
 }
+
+// stager is a host source whose buffer can be freed while a copy queued on a stream still
+// reads it, the way each allocator offers: pinmalloc's FreeAsync, the PyTorch-style cache's
+// recordStream and free, the host pool's cuMemFreeAsync.
+type stager interface {
+	allocator[[]byte]
+	freeAfter(b []byte, s cuda.Stream) error
+}
+
+func (a pinPool) freeAfter(b []byte, s cuda.Stream) error { return a.p.FreeAsync(b, s) }
+
+func (a *torchHost) freeAfter(b []byte, s cuda.Stream) error {
+	return errors.Join(a.recordStream(b, s), a.free(b))
+}
+
+func (a *cudaHostPool) freeAfter(b []byte, s cuda.Stream) error {
+	if s != a.s {
+		return errors.New("cuda-hostpool: staging on a stream other than the pool's")
+	}
+	return a.free(b)
+}
+
+// stagingSizes are the buffer sizes of the staging loop.
+var stagingSizes = []int64{64 << 10, 1 << 20}
+
+// stagingCase is the staging loop users run: take a pinned buffer, fill its first byte, queue
+// its copy to the device on the suite's stream, free it while the copy may still read it; n
+// times, then one synchronize. The time per iteration covers the allocator's calls, the queued
+// copy and the events each allocator records; the cache's reserved bytes after it are shown
+// where the source can say.
+func (c *cudaSuite) stagingCase(size int64, srcs []hostSource) benchCase {
+	name := "cuda-staging/" + sizeName(size)
+	return benchCase{name: name, group: "gpu", size: size, custom: func(s *suite) []result {
+		var out []result
+		for _, src := range srcs {
+			if !s.cfg.implFilter.MatchString(src.name) {
+				continue
+			}
+			rs := resultSet{c: name, impl: src.name}
+			held, err := c.staging(cudaConfig(s.cfg), int(size), src, &rs)
+			if err != nil {
+				rs.fail(err)
+			} else if held > 0 {
+				rs.add("held_bytes", float64(held), "B")
+			}
+			out = append(out, rs.out...)
+		}
+		return out
+	}}
+}
+
+// staging runs the staging loop on one source and records ns per iteration into rs.
+func (c *cudaSuite) staging(cfg *config, size int, src hostSource, rs *resultSet) (held uint64, err error) {
+	a, err := src.open(caseCapacity)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, a.close()) }()
+	st, ok := a.(stager)
+	if !ok {
+		return 0, fmt.Errorf("%s cannot free a buffer a stream still uses", src.name)
+	}
+	d, err := c.dev.MemAlloc(uintptr(size))
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, c.dev.MemFree(d)) }()
+	run := func(n int) (time.Duration, error) {
+		t0 := time.Now()
+		for range n {
+			b, err := st.alloc(size)
+			if err != nil {
+				return 0, err
+			}
+			st.touch(b)
+			if err := c.dev.MemcpyHtoDAsync(d, uintptr(unsafe.Pointer(&b[0])), uintptr(size), c.s); err != nil {
+				return 0, err
+			}
+			if err := st.freeAfter(b, c.s); err != nil {
+				return 0, err
+			}
+		}
+		err := c.dev.StreamSynchronize(c.s)
+		return time.Since(t0), err
+	}
+	if _, err := run(1); err != nil {
+		return 0, err
+	}
+	m, err := measure(cfg, run, 1)
+	if err != nil {
+		return 0, err
+	}
+	rs.add("ns_per_iter", m.nsPerOp, "ns")
+	if fp, ok := a.(footprinter); ok {
+		held, _ = fp.footprint()
+	}
+	return held, nil
+}

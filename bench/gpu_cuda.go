@@ -108,6 +108,9 @@ func (c *cudaSuite) cases() []benchCase {
 			cs = append(cs, c.copyCase("cuda-"+dir+"/"+sizeName(sz), dir, int(sz), []hostSource{pool, hostAlloc, anchors[0], goMake}))
 		}
 	}
+	for _, sz := range stagingSizes {
+		cs = append(cs, c.stagingCase(sz, []hostSource{pool, anchors[0], anchors[1]}))
+	}
 	return append(cs, c.setupCase(c.setupSize()), c.traceCase([]hostSource{pool, anchors[0], anchors[1]}))
 }
 

@@ -345,7 +345,7 @@ func (c *check) runExamples() (string, error) {
 // caseOrder ranks a case: the ones the targets read first, the tier's oversubscription cases
 // (the longest) last.
 func caseOrder(name string) int {
-	for i, p := range []string{"cuda-pair/", "cuda-h2d/", "cuda-d2h/", "cuda-device-pair/", "cuda-setup/", "cuda-trace", "uvm-move/", "uvm-managed",
+	for i, p := range []string{"cuda-pair/", "cuda-h2d/", "cuda-d2h/", "cuda-device-pair/", "cuda-staging/", "cuda-setup/", "cuda-trace", "uvm-move/", "uvm-managed",
 		"uvm-acquire/", "batch-calibration", "batch-", "gomaxprocs", "uvm-oversub/"} {
 		if strings.HasPrefix(name, p) {
 			if strings.Contains(name, "/"+managedPolicy+"/") {
