@@ -59,7 +59,9 @@ func openHostPool(dev *cuda.Device, s cuda.Stream, prime uintptr) (*cudaHostPool
 	}
 	p, err := dev.MemPoolCreate(cuda.MemPoolProps{Location: cuda.MemLocation{Type: cuda.LocationHostNUMA, ID: int32(node)}})
 	if err != nil {
-		return nil, fmt.Errorf("%s: cuMemPoolCreate(HOST_NUMA %d): %w", noHostPools, node, err)
+		// The driver says it has host pools (12.6 or later): a refusal is a failure to report,
+		// not a row to mark N/A.
+		return nil, fmt.Errorf("cuMemPoolCreate(HOST_NUMA %d) on a driver with host pools: %w", node, err)
 	}
 	a := &cudaHostPool{dev: dev, s: s, pool: p}
 	err = dev.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, math.MaxUint64)
