@@ -59,7 +59,7 @@ func TestCommitSuiteOnFake(t *testing.T) {
 		t.Errorf("latency ratio %v", r)
 	}
 	ts := c.targets(all)
-	if len(ts) != 2 || ts[0].Status != unmeasured || ts[1].Status == unmeasured {
+	if len(ts) != 2 || ts[0].Status != notApplicable || ts[1].Status == unmeasured || ts[1].Status == notApplicable {
 		t.Errorf("targets %+v", ts)
 	}
 	var b strings.Builder

@@ -13,6 +13,7 @@ import (
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -22,15 +23,16 @@ import (
 // from each kind of host buffer. Its competitors run only in its own cases, where
 // pinmalloc-pool is the CUDAHost pool, not the CPU cases' locked one.
 type cudaSuite struct {
-	dev *cuda.Device
-	s   cuda.Stream // the stream of every stream-ordered call and copy
+	dev  *cuda.Device
+	s    cuda.Stream // the stream of every stream-ordered call and copy
+	fake bool        // dev is the fake driver's: the targets are N/A
 }
 
 func init() { gpuSuites = append(gpuSuites, &cudaSuite{}) }
 
 // Sizes of the suite's cases, and the directions of its copies.
 var (
-	cudaPairSizes   = []int64{4 << 10, 64 << 10, 1 << 20}
+	cudaPairSizes   = []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20}
 	cudaDeviceSizes = []int64{4 << 10, 1 << 20}
 	cudaCopySizes   = []int64{1 << 20, 16 << 20, 64 << 20, 256 << 20}
 	cudaDirs        = []string{"h2d", "d2h"}
@@ -57,6 +59,7 @@ func (c *cudaSuite) open() (err error) {
 	if c.dev, err = cuda.Open(0); err != nil {
 		return err
 	}
+	c.fake = fakecuda.IsFake(c.dev)
 	if c.s, err = c.dev.StreamCreate(true); err != nil {
 		return errors.Join(err, c.dev.Close())
 	}
@@ -81,8 +84,9 @@ func (c *cudaSuite) cases() []benchCase {
 	hostAlloc := hostSource{"cuda-hostalloc", func(int64) (allocator[[]byte], error) { return cudaHostAlloc{c.dev}, nil }}
 	hostRegister := hostSource{"cuda-hostregister", func(int64) (allocator[[]byte], error) { return cudaHostRegister{c.dev}, nil }}
 	goMake := hostSource{"go-make", func(int64) (allocator[[]byte], error) { return &goMake{newGoHeap()}, nil }}
+	anchors := c.anchorSources() // cuda-hostpool, torch-caching-host
 	var hostImpls []impl
-	for _, h := range []hostSource{pool, hostAlloc, hostRegister} {
+	for _, h := range append([]hostSource{pool, hostAlloc, hostRegister}, anchors...) {
 		hostImpls = append(hostImpls, goImpl(h.name, h.open))
 	}
 	deviceImpls := []impl{
@@ -101,10 +105,13 @@ func (c *cudaSuite) cases() []benchCase {
 	}
 	for _, dir := range cudaDirs {
 		for _, sz := range cudaCopySizes {
-			cs = append(cs, c.copyCase("cuda-"+dir+"/"+sizeName(sz), dir, int(sz), []hostSource{pool, hostAlloc, goMake}))
+			cs = append(cs, c.copyCase("cuda-"+dir+"/"+sizeName(sz), dir, int(sz), []hostSource{pool, hostAlloc, anchors[0], goMake}))
 		}
 	}
-	return cs
+	for _, sz := range stagingSizes {
+		cs = append(cs, c.stagingCase(sz, []hostSource{pool, anchors[0], anchors[1]}))
+	}
+	return append(cs, c.setupCase(c.setupSize()), c.traceCase([]hostSource{pool, anchors[0], anchors[1]}))
 }
 
 // pairCase runs impls on a pair case of their own through the harness, in rounds, with
@@ -206,7 +213,8 @@ func (c *cudaSuite) copyBandwidth(cfg *config, dir string, size int, src hostSou
 // cuMemFreeHost, its copies at 0.95 of a cuMemHostAlloc buffer's bandwidth or better, and the
 // device heap's pair 10 times faster than cuMemAllocAsync + cuMemFreeAsync (5 before issue 19;
 // measured 13.9x at 4 KiB and 6.3x at 1 MiB on an H100).
-func (*cudaSuite) targets(rs []result) []target {
+// On the fake driver every one is N/A: its copies are memcpy and its calls a cost model.
+func (c *cudaSuite) targets(rs []result) []target {
 	var ts []target
 	check := func(name, c, metric, num, den string, limit float64) {
 		a, ok1 := lookup(rs, c, num, metric)
@@ -228,6 +236,10 @@ func (*cudaSuite) targets(rs []result) []target {
 	}
 	for _, sz := range cudaDeviceSizes {
 		check("device-vs-mallocasync/"+sizeName(sz), "cuda-device-pair/"+sizeName(sz), "ns_per_pair", "cuda-mallocasync", "pinmalloc-device", 10)
+	}
+	ts = append(ts, anchorTargets(rs)...)
+	if c.fake {
+		return onFakeDriver(ts)
 	}
 	return ts
 }

@@ -14,7 +14,9 @@ package main
 //     and, where nvidia-smi answers, the driver's version;
 //  2. tests: every test binary listed in BIN/tests.txt, run from its package's folder with
 //     -test.run 'CUDA|GPU' (every GPU test, the contract tests of pinned host buffers among
-//     them: every size from 1 B to 256 MiB copied both ways);
+//     them: every size from 1 B to 256 MiB copied both ways), under BIN/test2json, so that
+//     every test and subtest is recorded from its own event (gpucheck_tests.go); on a GPU
+//     every GPU test the manifest lists must run and pass, and a skip is a failure;
 //  3. the examples: kvcache at 3x oversubscription and loadweights with their defaults;
 //  4. the benchmark suites of -gpu (gpu.go: pinned pool against cuMemHostAlloc, copies, device
 //     heap against cuMemAllocAsync, the copy engine and its calibration, the UVM tier suite of
@@ -22,8 +24,10 @@ package main
 //     first and the tier's oversubscription cases last.
 //
 // The report, DIR/NAME.md and DIR/NAME.json (NAME: the device's name as a file name, or
-// fake-driver), gives every figure and PASS, FAIL or N/A for each target of issue 19 and for the
-// checks that the tests, the examples and the suites ran clean. It is rewritten after every
+// fake-driver), gives every figure and PASS, FAIL or N/A for each target of issues 19 and 26
+// (the anchors: CUDA's host memory pool, a PyTorch-style caching host allocator) and for the
+// checks that the tests, the examples and the suites ran clean, and compares internal/nvml's
+// view of the device with nvidia-smi's. It is rewritten after every
 // step, so a run cut short still leaves what it measured. A step that would start past the
 // deadline is not run, and its checks FAIL.
 //
@@ -39,8 +43,6 @@ package main
 // was missed.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -98,6 +100,7 @@ type check struct {
 	Steps    []stepResult  `json:"steps"`
 	Tests    []testResult  `json:"tests"`
 	Binaries []binResult   `json:"binaries"`
+	manifest []testBinary  // BIN/tests.txt
 	Examples []exampleRun  `json:"examples"`
 	bench    *suite        // the suites' results
 	benchRun []benchCase   // the cases run
@@ -107,13 +110,14 @@ type check struct {
 
 // deviceInfo describes device 0.
 type deviceInfo struct {
-	Name            string `json:"name"`
-	TotalMem        uint64 `json:"total_mem"`
-	Compute         string `json:"compute_capability"`
-	Multiprocessors int    `json:"multiprocessors"`
-	CUDA            string `json:"cuda_driver_api"`
-	NvidiaSMI       string `json:"nvidia_smi,omitempty"`
-	Fake            bool   `json:"fake"`
+	Name            string    `json:"name"`
+	TotalMem        uint64    `json:"total_mem"`
+	Compute         string    `json:"compute_capability"`
+	Multiprocessors int       `json:"multiprocessors"`
+	CUDA            string    `json:"cuda_driver_api"`
+	NvidiaSMI       string    `json:"nvidia_smi,omitempty"`
+	NVML            *nvmlInfo `json:"nvml,omitempty"` // internal/nvml's view, beside nvidia-smi's
+	Fake            bool      `json:"fake"`
 }
 
 // stepResult is one step of the run.
@@ -124,13 +128,13 @@ type stepResult struct {
 	Detail  string  `json:"detail"`
 }
 
-// testResult is one top-level test of a test binary.
+// testResult is one test or subtest (its name has a slash) of a test binary.
 type testResult struct {
 	Binary  string  `json:"binary"`
 	Name    string  `json:"name"`
 	Status  string  `json:"status"` // PASS, FAIL or SKIP
 	Seconds float64 `json:"seconds"`
-	Detail  string  `json:"detail,omitempty"` // a skip's reason, a failure's first line
+	Detail  string  `json:"detail,omitempty"` // a skip's reason, a failure's first line logged
 }
 
 // binResult is one test binary's run.
@@ -259,6 +263,9 @@ func (c *check) describe() (string, error) {
 	if out, err := smi.Output(); err == nil {
 		d.NvidiaSMI = strings.TrimSpace(string(out))
 	}
+	if !c.fake {
+		d.NVML = describeNVML(d.Name)
+	}
 	c.name = c.cfg.name
 	if c.name == "" {
 		c.name = fileName(d.Name)
@@ -294,179 +301,6 @@ func fileName(s string) string {
 		return out
 	}
 	return "gpu"
-}
-
-// testBinary is one line of BIN/tests.txt: a test binary and its package's folder.
-type testBinary struct{ file, dir string }
-
-// readManifest reads BIN/tests.txt: "FILE DIR" per line, DIR relative to the repository root.
-func readManifest(bin string) ([]testBinary, error) {
-	b, err := os.ReadFile(filepath.Join(bin, "tests.txt"))
-	if err != nil {
-		return nil, fmt.Errorf("no test binaries (%w): build them first with scripts/gpucheck build", err)
-	}
-	var out []testBinary
-	for i, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		switch {
-		case len(f) == 0:
-			continue
-		case len(f) != 2:
-			return nil, fmt.Errorf("%s line %d: %q, want FILE DIR", filepath.Join(bin, "tests.txt"), i+1, l)
-		}
-		out = append(out, testBinary{f[0], f[1]})
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s lists no test binary", filepath.Join(bin, "tests.txt"))
-	}
-	return out, nil
-}
-
-// runTests runs every test binary with the GPU pattern.
-func (c *check) runTests() (string, error) {
-	bins, err := readManifest(c.cfg.bin)
-	if err != nil {
-		return "", err
-	}
-	pattern := gpuTestPattern
-	env := os.Environ()
-	if c.fake { // the GPU tests skip; the fake-driver tests load their own fake
-		pattern = fakeTestPattern
-		env = withoutEnv(env, cuda.LibraryEnv)
-	}
-	var failed []string
-	for _, tb := range bins {
-		left := c.left(30 * time.Second)
-		br := binResult{Binary: tb.file, Dir: tb.dir}
-		if left < 10*time.Second {
-			br.Status, br.Detail = fail, "not run: the deadline"
-			c.Binaries = append(c.Binaries, br)
-			failed = append(failed, tb.file+" (not run)")
-			continue
-		}
-		limit := min(left, 5*time.Minute)
-		path, err := filepath.Abs(filepath.Join(c.cfg.bin, tb.file))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(c.log, "--- %s -test.run '%s' (in %s, at most %v)\n", tb.file, pattern, tb.dir, limit.Round(time.Second))
-		out, secs, err := c.runLogged(limit+10*time.Second, tb.dir, env, path, "-test.run", pattern, "-test.v", "-test.count=1",
-			"-test.timeout", limit.Round(time.Second).String())
-		br.Seconds = secs
-		ts := parseTests(tb.file, out)
-		c.Tests = append(c.Tests, ts...)
-		br.Status = pass
-		for _, t := range ts {
-			if t.Status == fail {
-				br.Status = fail
-			}
-		}
-		if err != nil {
-			br.Status, br.Detail = fail, err.Error()
-		}
-		if br.Status == fail {
-			failed = append(failed, tb.file)
-		}
-		c.Binaries = append(c.Binaries, br)
-	}
-	n := map[string]int{}
-	for _, t := range c.Tests {
-		n[t.Status]++
-	}
-	detail := fmt.Sprintf("%d binaries, pattern '%s': %d tests passed, %d failed, %d skipped", len(bins), pattern, n[pass], n[fail], n["SKIP"])
-	if len(failed) > 0 {
-		return detail, fmt.Errorf("failed: %s", strings.Join(failed, ", "))
-	}
-	return detail, nil
-}
-
-// withoutEnv returns env without the variable name.
-func withoutEnv(env []string, name string) []string {
-	var out []string
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, name+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// runLogged runs a program in dir with env, its output copied to the log, killed after
-// limit; it returns the output and the seconds it ran.
-func (c *check) runLogged(limit time.Duration, dir string, env []string, prog string, args ...string) (string, float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Dir, cmd.Env = dir, env
-	var buf bytes.Buffer
-	cmd.Stdout = io.MultiWriter(&buf, c.logFile)
-	cmd.Stderr = cmd.Stdout
-	t0 := time.Now()
-	err := cmd.Run()
-	secs := time.Since(t0).Seconds()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("killed after %v: %w", limit.Round(time.Second), ctx.Err())
-	} else if err != nil {
-		err = fmt.Errorf("%s: %w", filepath.Base(prog), err)
-	}
-	return buf.String(), secs, err
-}
-
-// testLine is a test's result line in -test.v output, runLine its start; subtests are
-// indented (results) or named with a slash (starts).
-var (
-	testLine = regexp.MustCompile(`^(\s*)--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
-	runLine  = regexp.MustCompile(`^=== RUN\s+(\S+)$`)
-)
-
-// parseTests reads the top-level tests' results from a test binary's -test.v output. A skip
-// or failure's detail is the first line the test logged (-test.v prints logs as they come,
-// before the result line), else the first line after its result.
-func parseTests(binary, out string) []testResult {
-	var ts []testResult
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	firstLog := ""
-	want := -1 // the index of a result without a detail, whose detail is the next line
-	for sc.Scan() {
-		line := sc.Text()
-		if m := runLine.FindStringSubmatch(line); m != nil {
-			if !strings.Contains(m[1], "/") {
-				firstLog = ""
-			}
-			want = -1
-			continue
-		}
-		m := testLine.FindStringSubmatch(line)
-		if m == nil {
-			text := strings.TrimSpace(line)
-			switch {
-			case text == "":
-			case want >= 0 && strings.HasPrefix(line, " "):
-				ts[want].Detail = text
-			case firstLog == "" && strings.HasPrefix(line, " "):
-				firstLog = text
-			}
-			want = -1
-			continue
-		}
-		want = -1
-		if m[1] != "" { // a subtest
-			continue
-		}
-		var secs float64
-		fmt.Sscan(m[4], &secs)
-		ts = append(ts, testResult{Binary: binary, Name: m[3], Status: m[2], Seconds: secs})
-		if m[2] != pass {
-			if firstLog != "" {
-				ts[len(ts)-1].Detail = firstLog
-			} else {
-				want = len(ts) - 1
-			}
-		}
-		firstLog = ""
-	}
-	return ts
 }
 
 // runExamples runs kvcache at 3x oversubscription and loadweights with their defaults.
@@ -511,7 +345,7 @@ func (c *check) runExamples() (string, error) {
 // caseOrder ranks a case: the ones the targets read first, the tier's oversubscription cases
 // (the longest) last.
 func caseOrder(name string) int {
-	for i, p := range []string{"cuda-pair/", "cuda-h2d/", "cuda-d2h/", "cuda-device-pair/", "uvm-move/", "uvm-managed",
+	for i, p := range []string{"cuda-pair/", "cuda-h2d/", "cuda-d2h/", "cuda-device-pair/", "cuda-staging/", "cuda-setup/", "cuda-trace", "uvm-move/", "uvm-managed",
 		"uvm-acquire/", "batch-calibration", "batch-", "gomaxprocs", "uvm-oversub/"} {
 		if strings.HasPrefix(name, p) {
 			if strings.Contains(name, "/"+managedPolicy+"/") {
@@ -573,9 +407,10 @@ func (c *check) runBench() (string, error) {
 	return detail, nil
 }
 
-// naError reports whether an error result says the case cannot run on the fake driver.
+// naError reports whether an error result is no failure: a case that cannot run on the fake
+// driver, or a CUDA host pool's row on a driver without host pools (before CUDA 12.6).
 func (c *check) naError(r result) bool {
-	return c.fake && strings.HasPrefix(r.Note, "not measured on the fake driver")
+	return (c.fake && strings.HasPrefix(r.Note, "not measured on the fake driver")) || strings.HasPrefix(r.Note, noHostPools)
 }
 
 // sortCases orders cases by caseOrder, keeping the suites' order within a rank.

@@ -51,7 +51,7 @@ func (c *check) evaluate() {
 		byName[t.Name] = t
 		order = append(order, t.Name)
 	}
-	for _, name := range issue19Targets {
+	for _, name := range gradedTargets() {
 		t, ok := byName[name]
 		if !ok {
 			t = target{Name: name, Want: "measured by the -gpu suites", Status: unmeasured, Detail: "no GPU suite ran"}
@@ -59,18 +59,23 @@ func (c *check) evaluate() {
 		c.Checks = append(c.Checks, c.fromTarget(t, "target"))
 	}
 	in19 := map[string]bool{}
-	for _, n := range issue19Targets {
+	for _, n := range gradedTargets() {
 		in19[n] = true
 	}
 	for _, name := range order { // the suites' other targets, where measured
 		if t := byName[name]; !in19[name] && t.Status != unmeasured {
 			ct := c.fromTarget(t, "other")
 			ct.Status = na
-			ct.Detail = "informational (not an issue 19 target): " + strings.ToLower(t.Status) + "; " + ct.Detail
+			ct.Detail = "informational (not an issue 19 or 26 target): " + strings.ToLower(t.Status) + "; " + ct.Detail
 			c.Checks = append(c.Checks, ct)
 		}
 	}
 	c.Checks = append(c.Checks, c.runChecks(rs)...)
+}
+
+// gradedTargets are the targets the check grades: issue 19's and the anchors' of issue 26.
+func gradedTargets() []string {
+	return append(append([]string(nil), issue19Targets...), issue26Targets...)
 }
 
 // fromTarget turns a suite's target into a check: MET passes, MISSED and UNMEASURED fail; on
@@ -85,6 +90,8 @@ func (c *check) fromTarget(t target, kind string) checkResult {
 	case t.Name == poolScalingTarget && runtime.NumCPU() < 16:
 		ct.Status = na
 		ct.Detail = fmt.Sprintf("needs 16 cores; this machine has %d", runtime.NumCPU())
+	case t.Status == notApplicable: // an anchor the driver cannot run (host pools before 12.6)
+		ct.Status = na
 	case t.Status == met:
 		ct.Status = pass
 	case t.Status == missed:
@@ -105,32 +112,11 @@ func (c *check) runChecks(rs []result) []checkResult {
 	add := func(name, want string, ok bool, detail string) {
 		out = append(out, checkResult{Name: name, Want: want, Status: map[bool]string{true: pass, false: fail}[ok], Detail: detail, Kind: "run"})
 	}
-	// The tests: none failed, every binary ran, and on a GPU at least one GPU test passed (a
-	// driver the tests cannot find skips them all).
+	// The tests: none failed, every binary ran and, on a GPU, every GPU test of the manifest
+	// passed with no skip (gpuTestsCheck).
 	if c.stepRan("tests") {
-		n := map[string]int{}
-		for _, t := range c.Tests {
-			n[t.Status]++
-		}
-		binsOK := len(c.Binaries) > 0
-		for _, b := range c.Binaries {
-			binsOK = binsOK && b.Status == pass
-		}
-		gpuPassed := 0
-		for _, t := range c.Tests {
-			if t.Status == pass && (strings.Contains(t.Name, "CUDA") || strings.Contains(t.Name, "GPU")) && !strings.Contains(t.Name, "Fake") {
-				gpuPassed++
-			}
-		}
-		detail := fmt.Sprintf("%d binaries; %d tests passed, %d failed, %d skipped", len(c.Binaries), n[pass], n[fail], n["SKIP"])
-		ok := binsOK && n[fail] == 0
-		if !c.fake {
-			ok = ok && gpuPassed > 0
-			detail += fmt.Sprintf("; %d GPU tests passed", gpuPassed)
-		} else {
-			detail += " (no GPU: the GPU tests skip, the fake-driver twins of the contract tests run)"
-		}
-		add("gpu-tests", "every test matching '"+gpuTestPattern+"' passes (skips allowed, none failed)", ok, detail)
+		ok, detail := c.gpuTestsCheck()
+		add("gpu-tests", "every test matching '"+gpuTestPattern+"' runs and passes; on a GPU every GPU test of the manifest passes and nothing skips", ok, detail)
 		for _, ct := range contractTests {
 			name := ct.gpu
 			if c.fake {
@@ -144,6 +130,20 @@ func (c *check) runChecks(rs []result) []checkResult {
 			}
 			add(ct.check, name+" passes: "+ct.what, status == pass, strings.TrimSuffix(status+"; "+detail, "; "))
 		}
+	}
+	if c.stepRan("device") {
+		// internal/nvml against nvidia-smi: the name, the memory and the PCI bus id.
+		ct := checkResult{Name: "nvml-vs-nvidia-smi", Want: "internal/nvml's name, total memory and PCI bus id of the device are nvidia-smi's", Kind: "run"}
+		switch {
+		case c.fake:
+			ct.Status, ct.Detail = na, "the fake driver: no NVML, no nvidia-smi"
+		case c.Device.NvidiaSMI == "":
+			ct.Status, ct.Detail = na, "no nvidia-smi on this machine to compare with"
+		default:
+			ok, detail := compareNVML(c.Device.NvidiaSMI, c.Device.NVML)
+			ct.Status, ct.Detail = map[bool]string{true: pass, false: fail}[ok], detail
+		}
+		out = append(out, ct)
 	}
 	if c.stepRan("examples") {
 		for _, ex := range c.Examples {
@@ -258,7 +258,7 @@ func (c *check) write() error {
 		Examples []exampleRun  `json:"examples"`
 		Results  []result      `json:"results"`
 		NotRun   []string      `json:"cases_not_run,omitempty"`
-	}{"pinmalloc gpucheck (issue 19)", "", c.verdict(), m, c.Device, c.start.UTC().Format(time.RFC3339), time.Since(c.start).Seconds(),
+	}{"pinmalloc gpucheck (issues 19 and 26)", "", c.verdict(), m, c.Device, c.start.UTC().Format(time.RFC3339), time.Since(c.start).Seconds(),
 		c.cfg.deadline.Seconds(), c.Checks, c.Steps, c.Binaries, c.Tests, c.Examples, rs, c.skipped}
 	if c.fake {
 		doc.Note = fakeNote
@@ -291,6 +291,13 @@ func (c *check) markdown(m machine, rs []result) string {
 		smi = "no nvidia-smi"
 	}
 	fmt.Fprintf(&b, "| driver | CUDA driver API %s; nvidia-smi: %s |\n", d.CUDA, smi)
+	if n := d.NVML; n != nil {
+		line := fmt.Sprintf("%s, %d MiB, PCI %s", n.Name, n.TotalMem>>20, n.PCIBusID)
+		if n.Err != "" {
+			line = n.Err
+		}
+		fmt.Fprintf(&b, "| internal/nvml | %s |\n", mdCell(line))
+	}
 	fmt.Fprintf(&b, "| host | %s, %d cores, %s, load %s |\n", m.CPU, m.Cores, m.Go, m.Load)
 	fmt.Fprintf(&b, "| run | commit %s, %s, %s mode, %.0f s (deadline %.0f s) |\n", m.Commit, m.Date, m.Mode, time.Since(c.start).Seconds(), c.cfg.deadline.Seconds())
 	table := func(title, kind string) {
@@ -301,7 +308,7 @@ func (c *check) markdown(m machine, rs []result) string {
 			}
 		}
 	}
-	table("Targets (issue 19)", "target")
+	table("Targets (issues 19 and 26)", "target")
 	table("Runs", "run")
 	table("Other targets of the suites (informational)", "other")
 	fmt.Fprintf(&b, "\n## Steps\n\n| step | status | seconds | detail |\n|---|---|---|---|\n")
@@ -313,7 +320,7 @@ func (c *check) markdown(m machine, rs []result) string {
 		for _, bin := range c.Binaries {
 			n := map[string][]string{}
 			for _, t := range c.Tests {
-				if t.Binary == bin.Binary {
+				if t.Binary == bin.Binary && (topLevel(t.Name) || t.Status != pass) {
 					n[t.Status] = append(n[t.Status], t.Name)
 				}
 			}
@@ -322,11 +329,14 @@ func (c *check) markdown(m machine, rs []result) string {
 				status += ": " + bin.Detail
 			}
 			fmt.Fprintf(&b, "| %s | %s | %.1f | %s | %s | %d |\n", bin.Binary, mdCell(status), bin.Seconds,
-				mdCell(strings.Join(n[pass], ", ")), mdCell(strings.Join(n[fail], ", ")), len(n["SKIP"]))
+				mdCell(strings.Join(n[pass], ", ")), mdCell(strings.Join(n[fail], ", ")), len(n[skip]))
 		}
 		for _, t := range c.Tests {
-			if t.Status == fail {
+			switch {
+			case t.Status == fail:
 				fmt.Fprintf(&b, "\nFAILED %s %s: %s\n", t.Binary, t.Name, t.Detail)
+			case t.Status == skip && !c.fake:
+				fmt.Fprintf(&b, "\nSKIPPED (a failure on a GPU) %s %s: %s\n", t.Binary, t.Name, t.Detail)
 			}
 		}
 	}

@@ -5,7 +5,10 @@ package main
 // builds the packages whose tests have those names for the GPU machine.
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -35,77 +38,141 @@ func script(t *testing.T, dir, name, body string) {
 	}
 }
 
-// TestGpucheckTests runs stand-in test binaries (shell scripts printing -test.v lines) through
-// the tests step: results are parsed per top-level test with a skip's reason, a failing test or
-// a binary that exits non-zero fails the step and the run (exit status 1), and the contract
-// checks follow the contract tests' results.
+// ev is one test2json event as a line of a stand-in test binary's output.
+func ev(action, test, output string) string {
+	b, err := json.Marshal(struct {
+		Action string `json:",omitempty"`
+		Test   string `json:",omitempty"`
+		Output string `json:",omitempty"`
+	}{action, test, output})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// events is a shell script body that prints the lines of evs.
+func events(evs ...string) string { return "cat <<'EOF'\n" + strings.Join(evs, "\n") + "\nEOF" }
+
+// passing, skipping and failing are a test's events: it runs, logs a line and ends so.
+func passing(name string) []string { return []string{ev("run", name, ""), ev("pass", name, "")} }
+func skipping(name, why string) []string {
+	return []string{ev("run", name, ""), ev("output", name, "    x_test.go:9: "+why+"\n"), ev("skip", name, "")}
+}
+func failing(name, why string) []string {
+	return []string{ev("run", name, ""), ev("output", name, "    x_test.go:9: "+why+"\n"), ev("fail", name, "")}
+}
+
+// cat joins lists of events.
+func cat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// TestGpucheckTests runs stand-in test binaries (shell scripts printing test2json events, run
+// by a stand-in test2json that runs its command) through the tests step, and checks issue 26's
+// rules: every test and subtest is counted; a failing test or subtest, a binary that exits
+// non-zero or prints what is not an event, or a test that never finishes fails the run; on a GPU
+// a skip anywhere (a subtest whose provider did not open, say) and a GPU test of the manifest
+// that did not run fail the gpu-tests check, with the reason; on the fake the GPU tests may skip.
 func TestGpucheckTests(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("shell scripts stand in for test binaries")
 	}
 	bin := t.TempDir()
 	pkg := t.TempDir()
-	script(t, bin, "good.test", `case "$*" in *"-test.run CUDA|GPU "*) ;; *) echo "bad args: $*"; exit 2;; esac
-echo "=== RUN   TestCUDAPoolCopiesMixedSizes"
-echo "--- PASS: TestCUDAPoolCopiesMixedSizes (1.50s)"
-echo "--- PASS: TestCUDAHostProvidersCopy (0.20s)"
-echo "    --- FAIL: TestCUDAHostProvidersCopy/vmm (0.10s)"
-echo "--- SKIP: TestCUDAMultiGPU (0.00s)"
-echo "    cuda_gpu_test.go:130: one GPU"
-echo "PASS"`)
-	script(t, bin, "bad.test", `echo "--- FAIL: TestGPUThing (0.01s)"
-echo "    x_test.go:9: it broke"
-echo FAIL; exit 1`)
-	script(t, bin, "crash.test", `echo "panic: boom"; exit 2`)
+	script(t, bin, test2jsonName, `[ "$1 $2 $3" = "-t -p `+pkg+`" ] || { echo "bad test2json args: $*"; exit 2; }; shift 3; exec "$@"`)
+	const contract = "TestCUDAPoolCopiesMixedSizes,TestCUDAHostProvidersCopy"
+	good := cat(passing("TestCUDAPoolCopiesMixedSizes"), []string{ev("run", "TestCUDAHostProvidersCopy", "")},
+		passing("TestCUDAHostProvidersCopy/vmm"), passing("TestCUDAHostProvidersCopy/register"), []string{ev("pass", "TestCUDAHostProvidersCopy", "")})
+	script(t, bin, "good.test", `case "$*" in *"-test.v=test2json -test.run CUDA|GPU "*) ;; *) echo "bad args: $*"; exit 2;; esac
+`+events(good...))
 	write := func(lines ...string) {
 		if err := os.WriteFile(filepath.Join(bin, "tests.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	run := func(fake bool) *check {
+		c := newCheck(t, bin, fake)
+		c.step("tests", c.runTests)
+		c.evaluate()
+		return c
+	}
 
-	write("good.test " + pkg)
-	c := newCheck(t, bin, false)
-	c.step("tests", c.runTests)
-	if c.Steps[0].Status != pass || len(c.Tests) != 3 || c.Tests[2].Detail != "cuda_gpu_test.go:130: one GPU" {
+	write("good.test " + pkg + " " + contract)
+	c := run(false)
+	if c.Steps[0].Status != pass || len(c.Tests) != 4 || c.Tests[2].Name != "TestCUDAHostProvidersCopy/vmm" {
 		t.Fatalf("good binary: step %+v, tests %+v", c.Steps[0], c.Tests)
 	}
-	c.evaluate()
 	for _, name := range []string{"gpu-tests", "pinned-contract/mixed-sizes", "pinned-contract/host-providers"} {
 		if ct := findCheck(c, name); ct.Status != pass {
 			t.Errorf("%s: %+v", name, ct)
 		}
 	}
+	if c.exitCode() == 1 { // 3: the targets, no suite having run
+		t.Errorf("good binary: exit %d", c.exitCode())
+	}
 
-	for _, bad := range []string{"bad.test", "crash.test"} {
-		write("good.test "+pkg, bad+" "+pkg)
-		c := newCheck(t, bin, false)
-		c.step("tests", c.runTests)
-		c.evaluate()
+	// On a GPU, a subtest that skips fails gpu-tests though its parent passed (issue 26: the
+	// host providers' subtests skipped when a provider did not open), and says why.
+	script(t, bin, "skipsub.test", events(cat(passing("TestCUDAPoolCopiesMixedSizes"), []string{ev("run", "TestCUDAHostProvidersCopy", "")},
+		skipping("TestCUDAHostProvidersCopy/vmm", "vmm provider: not supported"), passing("TestCUDAHostProvidersCopy/register"),
+		[]string{ev("pass", "TestCUDAHostProvidersCopy", "")})...))
+	write("skipsub.test " + pkg + " " + contract)
+	c = run(false)
+	if ct := findCheck(c, "gpu-tests"); ct.Status != fail || !strings.Contains(ct.Detail, "TestCUDAHostProvidersCopy/vmm skipped: x_test.go:9: vmm provider: not supported") || c.exitCode() != 1 {
+		t.Errorf("a subtest skipped on a GPU: %+v, exit %d", ct, c.exitCode())
+	}
+	if c = run(true); findCheck(c, "gpu-tests").Status != pass { // the fake: skips are allowed
+		t.Errorf("a subtest skipped on the fake: %+v", findCheck(c, "gpu-tests"))
+	}
+
+	// On a GPU, a GPU test of the manifest that did not run fails gpu-tests, naming it.
+	write("good.test " + pkg + " " + contract + ",TestGPUElsewhere")
+	c = run(false)
+	if ct := findCheck(c, "gpu-tests"); ct.Status != fail || !strings.Contains(ct.Detail, "good.test TestGPUElsewhere") {
+		t.Errorf("a manifest test not run: %+v", ct)
+	}
+
+	// A failing test, a failing subtest, a crash (not an event, exit 2), a test that never ends.
+	script(t, bin, "bad.test", events(failing("TestGPUThing", "it broke")...)+"\nexit 1")
+	script(t, bin, "badsub.test", events(cat([]string{ev("run", "TestGPUThing", "")}, failing("TestGPUThing/sub", "sub broke"),
+		[]string{ev("fail", "TestGPUThing", "")})...))
+	script(t, bin, "crash.test", `echo "panic: boom"; exit 2`)
+	script(t, bin, "hang.test", events(ev("run", "TestGPUThing", ""), ev("output", "TestGPUThing", "=== RUN   TestGPUThing\n")))
+	for bad, detail := range map[string]string{"bad.test": "x_test.go:9: it broke", "badsub.test": "TestGPUThing/sub: x_test.go:9: sub broke",
+		"crash.test": "", "hang.test": "did not finish"} {
+		write("good.test "+pkg+" "+contract, bad+" "+pkg+" TestGPUThing")
+		c := run(false)
 		if c.Steps[0].Status != fail || findCheck(c, "gpu-tests").Status != fail || c.exitCode() != 1 {
 			t.Errorf("%s: step %+v, gpu-tests %+v, exit %d", bad, c.Steps[0], findCheck(c, "gpu-tests"), c.exitCode())
+		}
+		found := false
+		for _, tr := range c.Tests {
+			found = found || tr.Binary == bad && tr.Name == "TestGPUThing" && tr.Status == fail && tr.Detail == detail
+		}
+		if !found && detail != "" {
+			t.Errorf("%s: tests %+v, want TestGPUThing failing with %q", bad, c.Tests, detail)
 		}
 	}
 
 	// On a GPU, tests that all skip (a driver the tests cannot find) fail the check; a missing
 	// contract test fails its check.
-	script(t, bin, "skips.test", `echo "--- SKIP: TestCUDAPoolCopiesMixedSizes (0.00s)"; echo "    x: no CUDA driver"`)
-	write("skips.test " + pkg)
-	c = newCheck(t, bin, false)
-	c.step("tests", c.runTests)
-	c.evaluate()
+	script(t, bin, "skips.test", events(skipping("TestCUDAPoolCopiesMixedSizes", "no CUDA driver")...))
+	write("skips.test " + pkg + " TestCUDAPoolCopiesMixedSizes")
+	c = run(false)
 	if findCheck(c, "gpu-tests").Status != fail || findCheck(c, "pinned-contract/mixed-sizes").Status != fail ||
 		findCheck(c, "pinned-contract/host-providers").Detail != "not run" {
 		t.Errorf("all skipped on a GPU: %+v", c.Checks)
 	}
 	// On the fake the pattern adds the contract tests' twins, and the GPU tests may all skip.
 	script(t, bin, "fake.test", `case "$*" in *TestFakePoolCopiesMixedSizes*) ;; *) exit 2;; esac
-echo "--- SKIP: TestCUDAPoolCopiesMixedSizes (0.00s)"
-echo "--- PASS: TestFakePoolCopiesMixedSizes (0.30s)"
-echo "--- PASS: TestFakeHostProvidersCopy (0.30s)"`)
-	write("fake.test " + pkg)
-	c = newCheck(t, bin, true)
-	c.step("tests", c.runTests)
-	c.evaluate()
+`+events(cat(skipping("TestCUDAPoolCopiesMixedSizes", "no CUDA driver"), passing("TestFakePoolCopiesMixedSizes"), passing("TestFakeHostProvidersCopy"))...))
+	write("fake.test " + pkg + " TestCUDAPoolCopiesMixedSizes")
+	c = run(true)
 	for _, name := range []string{"gpu-tests", "pinned-contract/mixed-sizes", "pinned-contract/host-providers"} {
 		if ct := findCheck(c, name); ct.Status != pass {
 			t.Errorf("fake: %s: %+v", name, ct)
@@ -117,8 +184,19 @@ echo "--- PASS: TestFakeHostProvidersCopy (0.30s)"`)
 	if _, err := c.runTests(); err == nil || !strings.Contains(err.Error(), "lists no test binary") {
 		t.Errorf("empty manifest: %v", err)
 	}
+	write("good.test " + pkg) // a manifest of before issue 26
+	if _, err := c.runTests(); err == nil || !strings.Contains(err.Error(), "want FILE DIR TESTS") {
+		t.Errorf("old manifest: %v", err)
+	}
 	if _, err := readManifest(t.TempDir()); err == nil || !strings.Contains(err.Error(), "scripts/gpucheck build") {
 		t.Errorf("no manifest: %v", err)
+	}
+	write("good.test " + pkg + " " + contract)
+	if err := os.Remove(filepath.Join(bin, test2jsonName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.runTests(); err == nil || !strings.Contains(err.Error(), "no test2json") {
+		t.Errorf("no test2json: %v", err)
 	}
 }
 
@@ -228,14 +306,15 @@ func TestGpucheckTargets(t *testing.T) {
 // TestGpucheckHelpers covers the test-output parser's indentation rule, file names and the
 // order of the cases.
 func TestGpucheckHelpers(t *testing.T) {
-	ts := parseTests("x.test", "--- FAIL: TestA (0.50s)\n    a_test.go:3: boom\n    a_test.go:4: more\n    --- PASS: TestA/sub (0.1s)\n--- PASS: TestB (2.00s)\n")
-	if len(ts) != 2 || ts[0].Status != fail || ts[0].Detail != "a_test.go:3: boom" || ts[0].Seconds != 0.5 || ts[1].Name != "TestB" {
-		t.Errorf("parseTests, logs after the result: %+v", ts)
+	out := strings.Join(cat(failing("TestA", "boom"), []string{ev("output", "TestA", "    a_test.go:4: more\n")}, passing("TestB"),
+		[]string{ev("run", "TestC", "")}, skipping("TestC/sub", "no CUDA driver"), []string{ev("pass", "TestC", ""), ev("output", "", "PASS\n")}), "\n")
+	ts, err := parseEvents("x.test", []byte(out))
+	if err != nil || len(ts) != 4 || ts[0].Status != fail || ts[0].Detail != "x_test.go:9: boom" || ts[1].Name != "TestB" || ts[1].Status != pass ||
+		ts[3].Name != "TestC/sub" || ts[3].Status != skip || ts[3].Detail != "x_test.go:9: no CUDA driver" || ts[2].Status != pass {
+		t.Errorf("parseEvents: %+v, %v", ts, err)
 	}
-	ts = parseTests("x.test", "=== RUN   TestA\n=== RUN   TestA/sub\n    a_test.go:3: boom\n    --- FAIL: TestA/sub (0.1s)\n--- FAIL: TestA (0.50s)\n"+
-		"=== RUN   TestB\n    b_test.go:1: no CUDA driver\n--- SKIP: TestB (0.00s)\n=== RUN   TestC\n--- PASS: TestC (0.00s)\nFAIL\n")
-	if len(ts) != 3 || ts[0].Detail != "a_test.go:3: boom" || ts[1].Detail != "b_test.go:1: no CUDA driver" || ts[2].Detail != "" {
-		t.Errorf("parseTests, logs before the result: %+v", ts)
+	if _, err := parseEvents("x.test", []byte(out+"\n--- PASS: TestD (0.00s)\n")); err == nil {
+		t.Error("parseEvents took a line of text for an event")
 	}
 	for in, want := range map[string]string{"NVIDIA H100 80GB HBM3": "nvidia-h100-80gb-hbm3", "  Fake GPU 0 ": "fake-gpu-0", "///": "gpu", "NVIDIA H200": "nvidia-h200"} {
 		if got := fileName(in); got != want {
@@ -252,5 +331,55 @@ func TestGpucheckHelpers(t *testing.T) {
 	want := "cuda-pair/4KiB uvm-move/4KiB batch-calibration batch-h2d/4KiB gomaxprocs uvm-oversub/zipf/lru/1x uvm-oversub/zipf/managed/1x"
 	if strings.Join(got, " ") != want {
 		t.Errorf("order %v", got)
+	}
+}
+
+// TestGpucheckScriptArgs checks that scripts/gpucheck parses its arguments strictly (issue 26:
+// `scripts/gpucheck -quick` once took -quick for the output folder): a missing DIR, a flag in
+// DIR's place, an unknown flag or a flag without its value exits 2 before anything is built.
+func TestGpucheckScriptArgs(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	for _, args := range [][]string{{}, {"-quick"}, {dir, "-bogus"}, {dir, "-deadline"}, {dir, "-quick", "extra"}, {"run"},
+		{"run", "-quick", dir}, {"run", dir, "-name"}, {"build", dir}} {
+		cmd := exec.Command("bash", append([]string{filepath.Join("..", "scripts", "gpucheck")}, args...)...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "usage") {
+			t.Errorf("scripts/gpucheck %q: %v, want exit status 2 and the usage:\n%s", args, err, out)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("a usage error wrote into DIR: %v %v", entries, err)
+	}
+}
+
+// TestGpucheckNVML checks the comparison of internal/nvml with nvidia-smi: the same device in
+// their two spellings passes, a different name, memory or bus id fails, and so does NVML
+// unavailable on a GPU machine.
+func TestGpucheckNVML(t *testing.T) {
+	n := &nvmlInfo{Name: "NVIDIA H100 80GB HBM3", TotalMem: 81559 << 20, PCIBusID: "0000:1b:00.0"}
+	smi := "NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB, 00000000:1B:00.0"
+	if ok, detail := compareNVML(smi, n); !ok {
+		t.Errorf("the same device: %s", detail)
+	}
+	for _, bad := range []string{"NVIDIA H200, 580.65.06, 81559 MiB, 00000000:1B:00.0", "NVIDIA H100 80GB HBM3, 580.65.06, 40000 MiB, 00000000:1B:00.0",
+		"NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB, 00000000:2A:00.0", "garbage"} {
+		if ok, detail := compareNVML(bad, n); ok {
+			t.Errorf("%q passed: %s", bad, detail)
+		}
+	}
+	if ok, _ := compareNVML(smi, &nvmlInfo{Err: "nvml: NVML unavailable"}); ok {
+		t.Error("NVML unavailable passed")
+	}
+	c := newCheck(t, t.TempDir(), false)
+	c.Steps = []stepResult{{Name: "device", Status: pass}}
+	c.Device.NvidiaSMI, c.Device.NVML = smi, n
+	c.Device.Name = n.Name
+	c.evaluate()
+	if ct := findCheck(c, "nvml-vs-nvidia-smi"); ct.Status != pass {
+		t.Errorf("report check: %+v", ct)
 	}
 }

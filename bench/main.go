@@ -140,6 +140,7 @@ func allImpls() []impl {
 		newGoMake(),
 		newGoSyncPool(),
 		newPercallMlock(),
+		newTorchCachingHost(),
 	}
 }
 

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // TestSmallObjectTargets checks the targets of issue 22 on made-up results: the heap's mixed
 // pair is judged harness-adjusted, its pairs and churn raw, the pool against sync.Pool raw, and
@@ -45,5 +48,29 @@ func TestSmallObjectTargets(t *testing.T) {
 	}
 	if tg := got["small-mixed-vs-mimalloc"]; tg.Ratio != 1.2 || tg.Limit != 1.3 {
 		t.Errorf("small-mixed-vs-mimalloc: ratio %v limit %v, want the adjusted 1.2 against 1.3", tg.Ratio, tg.Limit)
+	}
+}
+
+// TestRatioRefusesNonPositiveFigures checks that a target built from a figure of zero or less
+// (a harness-adjusted time below its null loop) or not finite is UNMEASURED, never MET: before
+// issue 26 a negative numerator met every "at most" target.
+func TestRatioRefusesNonPositiveFigures(t *testing.T) {
+	for _, c := range []struct{ num, den float64 }{{-3, 10}, {0, 10}, {10, 0}, {10, -1}, {math.NaN(), 1}, {math.Inf(1), 1}, {1, math.Inf(1)}} {
+		for _, atMost := range []bool{true, false} {
+			if tg := ratio("x", "x", c.num, c.den, true, 1.3, atMost, ""); tg.Status != unmeasured {
+				t.Errorf("ratio(%g, %g, atMost %v) = %s (%g), want %s", c.num, c.den, atMost, tg.Status, tg.Ratio, unmeasured)
+			}
+		}
+	}
+	if tg := ratio("x", "x", 1.2, 1, true, 1.3, true, ""); tg.Status != met {
+		t.Errorf("ratio(1.2, 1) at most 1.3 = %s", tg.Status)
+	}
+	// Through evaluateTargets: an adjusted time below the null loop does not meet the target.
+	rs := []result{{Case: "mixed/1g", Impl: "pinmalloc-heap", Metric: "ns_per_pair_adjusted", Value: -0.5},
+		{Case: "mixed/1g", Impl: "mimalloc", Metric: "ns_per_pair_adjusted", Value: 4}}
+	for _, tg := range evaluateTargets(rs) {
+		if tg.Name == "small-mixed-vs-mimalloc" && tg.Status != unmeasured {
+			t.Errorf("small-mixed-vs-mimalloc with an adjusted figure of -0.5 ns: %s", tg.Status)
+		}
 	}
 }

@@ -167,7 +167,8 @@ func (u *uvmSuite) targets(rs []result) []target {
 		v, ok, detail := worst(metric, divide)
 		t := ratio(name, want, v, 1, ok, limit, false, detail)
 		if u.fake {
-			t.Status, t.Ratio, t.Detail = unmeasured, 0, noGPU+"; measured "+detail
+			t = onFakeDriver([]target{t})[0]
+			t.Detail = noGPU + "; measured " + detail
 			if detail == "" {
 				t.Detail = noGPU + "; nothing to show"
 			}

@@ -1,42 +1,81 @@
 package device
 
-// Tests and benchmarks on a real GPU; each skips with "no CUDA driver" where there is none.
+// Tests and benchmarks on a real GPU; each skips with "no CUDA driver" where there is none (and
+// fails on any other error opening the device: fakecuda.GPU).
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
 // TestCUDAStreamOrderedReuse makes the window between a free and its completion real: stream b
 // is kept busy with large device-to-device copies when a block allocated on a is freed on b,
-// so a must not get the block back until b has finished them.
+// so a must not get the block back until b has finished them. Whether b was still busy is
+// asked after a's allocation, so a fast GPU cannot make the test vacuous: where b had already
+// finished, the round proves nothing and is run again with twice the copies (issue 26: it used
+// to skip itself there), and the test fails if no amount of work holds the stream.
 func TestCUDAStreamOrderedReuse(t *testing.T) {
 	dev := fakecuda.GPU(t, 0)
 	h := newHeap(t, dev, Options{Capacity: 2 << 30})
+	streamOrderedReuse(t, dev, h, 512<<20, 20)
+}
+
+// TestFakeStreamOrderedReuseHeld runs TestCUDAStreamOrderedReuse's body on the fake driver,
+// whose held queries keep b busy until it is synchronized.
+func TestFakeStreamOrderedReuseHeld(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 64 << 20})
+	if f == nil {
+		return
+	}
+	f.Hold(true)
+	defer f.Complete()
+	streamOrderedReuse(t, dev, h, 4<<20, 2)
+}
+
+// streamOrderedReuse is the body of TestCUDAStreamOrderedReuse: copies of big bytes on b,
+// starting with copies of them and doubling until b is seen busy after a's allocation.
+func streamOrderedReuse(t *testing.T, dev *cuda.Device, h *Heap, big uintptr, copies int) {
 	a, b := newStream(t, dev, h), newStream(t, dev, h)
-	const big = 512 << 20
 	src, dst := alloc(t, h, big, b), alloc(t, h, big, b)
-	p := alloc(t, h, 4096, a)
-	for i := 0; i < 20; i++ { // about 20 × 0.4 ms at 2.5 TB/s: far longer than the calls below
-		must(t, "DtoDAsync", h.DtoDAsync(dst, src, big, b))
+	var live []cuda.DevicePtr // allocated on a, freed at the end
+	for ; ; copies *= 2 {
+		p := alloc(t, h, 4096, a)
+		for i := 0; i < copies; i++ {
+			must(t, "DtoDAsync", h.DtoDAsync(dst, src, big, b))
+		}
+		must(t, "FreeAsync on b", h.FreeAsync(p, b))
+		q := alloc(t, h, 4096, a)
+		live = append(live, q)
+		err := dev.StreamQuery(b)
+		busy := errors.Is(err, cuda.ErrNotReady)
+		if err != nil && !busy {
+			t.Fatalf("StreamQuery(b): %v", err)
+		}
+		if busy && q == p {
+			t.Fatal("a block freed on a busy stream was reused on another stream at once")
+		}
+		must(t, "StreamSynchronize", dev.StreamSynchronize(b))
+		if busy {
+			if r := alloc(t, h, 4096, a); r != p {
+				t.Errorf("after b finished the block was not reused: %#x, want %#x", r, p)
+				live = append(live, r)
+			} else {
+				must(t, "FreeAsync", h.FreeAsync(r, a))
+			}
+			break
+		}
+		if copies >= 640 {
+			t.Fatalf("b finished %d copies of %d MiB before a's next allocation: no work holds the stream", copies, big>>20)
+		}
+		t.Logf("b finished %d copies of %d MiB before a's allocation: again with twice as many", copies, big>>20)
 	}
-	must(t, "FreeAsync on b", h.FreeAsync(p, b))
-	if err := dev.StreamQuery(b); err == nil {
-		t.Skip("the copies finished before the check: the GPU is faster than this test assumes")
-	}
-	if q := alloc(t, h, 4096, a); q == p {
-		t.Fatal("a block freed on a busy stream was reused on another stream at once")
-	} else {
-		defer func() { must(t, "Free", h.Free(q)) }()
-	}
-	must(t, "StreamSynchronize", dev.StreamSynchronize(b))
-	if q := alloc(t, h, 4096, a); q != p {
-		t.Errorf("after b finished the block was not reused: %#x, want %#x", q, p)
-	} else {
-		must(t, "FreeAsync", h.FreeAsync(q, a))
+	for _, q := range live {
+		must(t, "Free", h.Free(q))
 	}
 	must(t, "FreeAsync", h.FreeAsync(src, b))
 	must(t, "FreeAsync", h.FreeAsync(dst, b))

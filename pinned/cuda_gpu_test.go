@@ -161,7 +161,7 @@ func hostProvidersCopy(t *testing.T, d *cuda.Device, log2max int) {
 				prov, err = cudamem.NewHostRegister(pub, cudamem.HostOptions{})
 			}
 			if err != nil {
-				t.Skipf("%s provider: %v", name, err)
+				t.Fatalf("the %s provider does not open: %v", name, err)
 			}
 			a, err := arena.New(arena.Options{Provider: prov, Capacity: 2 << 30})
 			if err != nil {

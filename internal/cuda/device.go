@@ -87,7 +87,7 @@ func PrimaryRetains() int64 { return primaryRetains.Load() }
 // not yet freed. Each field is incremented on success of the allocating call and decremented
 // on success of the freeing one.
 type Stats struct {
-	// DeviceAllocs counts MemAlloc and MemAllocAsync allocations.
+	// DeviceAllocs counts MemAlloc, MemAllocAsync and MemAllocFromPoolAsync allocations.
 	DeviceAllocs int64
 	// ManagedAllocs counts MemAllocManaged allocations.
 	ManagedAllocs int64
@@ -105,12 +105,14 @@ type Stats struct {
 	Events int64
 	// Modules counts modules from ModuleLoadData.
 	Modules int64
+	// Pools counts memory pools from MemPoolCreate.
+	Pools int64
 }
 
 // Live reports the sum of all counters; zero means nothing is outstanding.
 func (s Stats) Live() int64 {
 	return s.DeviceAllocs + s.ManagedAllocs + s.HostAllocs + s.HostRegistrations +
-		s.Reservations + s.Handles + s.Streams + s.Events + s.Modules
+		s.Reservations + s.Handles + s.Streams + s.Events + s.Modules + s.Pools
 }
 
 // Device is one CUDA device with its primary context retained. Methods are safe for concurrent
@@ -124,7 +126,7 @@ type Device struct {
 
 	deviceAllocs, managedAllocs, hostAllocs, hostRegs atomic.Int64
 	reservations, handles, streams, events            atomic.Int64
-	modules                                           atomic.Int64
+	modules, pools                                    atomic.Int64
 }
 
 // Open initializes the driver (once) and retains the primary context of the device with the
@@ -180,6 +182,7 @@ func (d *Device) Stats() Stats {
 		Streams:           d.streams.Load(),
 		Events:            d.events.Load(),
 		Modules:           d.modules.Load(),
+		Pools:             d.pools.Load(),
 	}
 }
 

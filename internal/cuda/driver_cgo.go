@@ -327,6 +327,14 @@ const (
 	symModuleGetFunction
 	symModuleUnload
 	symLaunchKernel
+	// Memory pools (mempool_cgo.go).
+	symMemPoolCreate
+	symMemPoolDestroy
+	symMemPoolSetAttribute
+	symMemPoolGetAttribute
+	symMemPoolSetAccess
+	symMemPoolTrimTo
+	symMemAllocFromPoolAsync
 	numSyms
 )
 
@@ -406,6 +414,15 @@ var symbols = [numSyms]struct {
 	symModuleGetFunction: {"cuModuleGetFunction", apiVersion, "cuModuleGetFunction"},
 	symModuleUnload:      {"cuModuleUnload", apiVersion, "cuModuleUnload"},
 	symLaunchKernel:      {"cuLaunchKernel", apiVersion, "cuLaunchKernel"},
+	// Memory pools: CUDA 11.2 entry points, unversioned since (a host location needs a 12.6
+	// driver, which the call itself refuses before: MemPoolCreate's error).
+	symMemPoolCreate:         {"cuMemPoolCreate", apiVersion, "cuMemPoolCreate"},
+	symMemPoolDestroy:        {"cuMemPoolDestroy", apiVersion, "cuMemPoolDestroy"},
+	symMemPoolSetAttribute:   {"cuMemPoolSetAttribute", apiVersion, "cuMemPoolSetAttribute"},
+	symMemPoolGetAttribute:   {"cuMemPoolGetAttribute", apiVersion, "cuMemPoolGetAttribute"},
+	symMemPoolSetAccess:      {"cuMemPoolSetAccess", apiVersion, "cuMemPoolSetAccess"},
+	symMemPoolTrimTo:         {"cuMemPoolTrimTo", apiVersion, "cuMemPoolTrimTo"},
+	symMemAllocFromPoolAsync: {"cuMemAllocFromPoolAsync", apiVersion, "cuMemAllocFromPoolAsync"},
 }
 
 // dlMu serializes dlopen/dlsym/dlclose with their dlerror, which is per-thread state that a

@@ -46,4 +46,17 @@ func TestMissingSymbol(t *testing.T) {
 		!strings.Contains(err.Error(), "cuMemPrefetchAsync_v2") {
 		t.Errorf("memPrefetchAsync on libc = %v", err)
 	}
+	// The memory pool entry points (issue 26): each a named ErrSymbol where the driver lacks it.
+	_, errCreate := dr.memPoolCreate(MemPoolProps{Location: MemLocation{Type: LocationHostNUMA}})
+	_, errAlloc := dr.memAllocFromPoolAsync(1, 1, 0)
+	for _, c := range []struct {
+		err  error
+		name string
+	}{{errCreate, "cuMemPoolCreate"}, {errAlloc, "cuMemAllocFromPoolAsync"}, {dr.memPoolSetAccess(1, []MemLocation{{Type: LocationDevice}}, false), "cuMemPoolSetAccess"},
+		{dr.memPoolSetAttribute(1, PoolAttrReleaseThreshold, 1), "cuMemPoolSetAttribute"}, {dr.memPoolTrimTo(1, 0), "cuMemPoolTrimTo"},
+		{dr.memPoolDestroy(1), "cuMemPoolDestroy"}} {
+		if !errors.Is(c.err, ErrSymbol) || !strings.Contains(c.err.Error(), c.name) {
+			t.Errorf("%s on libc = %v, want ErrSymbol naming it", c.name, c.err)
+		}
+	}
 }

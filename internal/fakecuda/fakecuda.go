@@ -28,6 +28,7 @@ package fakecuda
 
 import (
 	_ "embed" // the fake driver's C source
+	"errors"
 	"flag"
 	"os"
 	"os/exec"
@@ -49,6 +50,9 @@ var Source string
 const childEnv = "PINMALLOC_FAKECUDA_CHILD"
 
 const noDriver = "none"
+
+// openDevice is cuda.Open; a test of GPU replaces it to make the open fail.
+var openDevice = cuda.Open
 
 // Stat names one of the fake's counters of live objects and calls.
 type Stat int
@@ -98,12 +102,17 @@ const (
 	// StreamQueries counts cuStreamQuery calls, valid stream or not (how often a caller asks
 	// the driver about a stream).
 	StreamQueries
+	// Pools counts memory pools (cuMemPoolCreate) not destroyed.
+	Pools
+	// PoolAllocs counts allocations from memory pools (cuMemAllocFromPoolAsync) not freed.
+	PoolAllocs
 	numStats
 )
 
 // Live is the list of counters of live objects, those that must be zero when everything is
 // freed.
-var Live = []Stat{Registrations, HostAllocs, DeviceAllocs, ManagedAllocs, Reservations, Handles, Mappings, Streams, Events, Retains, HostVMMBytes}
+var Live = []Stat{Registrations, HostAllocs, DeviceAllocs, ManagedAllocs, Reservations, Handles, Mappings, Streams, Events, Retains, HostVMMBytes,
+	Pools, PoolAllocs}
 
 // Controls understood by fake_ctl (the FC_ constants of the C source).
 const (
@@ -119,6 +128,7 @@ const (
 	ctlCompleteStream
 	ctlHostVMM
 	ctlNUMANodes
+	ctlHostPools
 )
 
 // Result codes for FailRegister.
@@ -247,7 +257,8 @@ func (d *Driver) Stat(s Stat) int64 { return d.ctl(ctlStat, int64(s), 0) }
 func (d *Driver) LiveObjects() map[string]int64 {
 	names := []string{"registrations", "host allocs", "device allocs", "managed allocs", "reservations",
 		"handles", "mappings", "streams", "events", "register calls", "create calls", "registered bytes", "retains",
-		"pinned copies", "pinned bytes", "pageable copies", "pageable bytes", "host VMM bytes"}
+		"pinned copies", "pinned bytes", "pageable copies", "pageable bytes", "host VMM bytes", "event records", "stream queries",
+		"pools", "pool allocs"}
 	m := map[string]int64{}
 	for _, s := range Live {
 		if v := d.Stat(s); v != 0 {
@@ -276,6 +287,11 @@ func (d *Driver) SetVMM(on bool) { d.ctl(ctlVMM, b2i(on), 0) }
 // cuMemGetAllocationGranularity with a host location fail with CUDA_ERROR_NOT_SUPPORTED.
 func (d *Driver) SetHostVMM(on bool) { d.ctl(ctlHostVMM, b2i(on), 0) }
 
+// SetHostPools turns memory pools in host memory on (the default) or off, to emulate a driver
+// older than CUDA 12.6: off, cuMemPoolCreate with a HOST or HOST_NUMA location fails with
+// CUDA_ERROR_NOT_SUPPORTED.
+func (d *Driver) SetHostPools(on bool) { d.ctl(ctlHostPools, b2i(on), 0) }
+
 // SetNUMANodes sets the number of host NUMA nodes (1 by default, at most 8): the valid ids of
 // a HOST_NUMA location. Device i's nearest node (attribute HOST_NUMA_ID, 134) is i modulo n.
 // It returns false, changing nothing, for n out of range.
@@ -301,18 +317,26 @@ func (d *Driver) Open(t testing.TB, ordinal int) *cuda.Device {
 	return dev
 }
 
-// GPU opens device ordinal of the real driver for a test or benchmark that needs a GPU, and
-// skips it with "no CUDA driver: ..." where there is none (or where this process runs against
-// the fake). At cleanup it checks that nothing allocated through the device is live and closes
-// it.
+// GPU opens device ordinal of the real driver for a test or benchmark that needs a GPU. It
+// skips it only where there is no GPU to test: with "no CUDA driver: ..." where no driver loads
+// (or where this process runs against the fake), with "no CUDA device: ..." where the driver
+// finds no device of that ordinal. Any other error of cuda.Open (a broken driver, a missing
+// entry point, out of memory, a busy device) fails the test: on a GPU machine it is a fault to
+// report, not a reason to test nothing. At cleanup it checks that nothing allocated through the
+// device is live and closes it.
 func GPU(tb testing.TB, ordinal int) *cuda.Device {
 	tb.Helper()
 	if os.Getenv(childEnv) != "" {
 		tb.Skipf("no CUDA driver: this process runs against the fake driver")
 	}
-	dev, err := cuda.Open(ordinal)
-	if err != nil {
+	dev, err := openDevice(ordinal)
+	switch {
+	case errors.Is(err, cuda.ErrNoDriver):
 		tb.Skipf("no CUDA driver: %v", err)
+	case errors.Is(err, cuda.ErrNoDevice):
+		tb.Skipf("no CUDA device: %v", err)
+	case err != nil:
+		tb.Fatalf("fakecuda.GPU: the driver loads but device %d does not open: %v", ordinal, err)
 	}
 	closeAtCleanup(tb, dev, func() {})
 	return dev

@@ -1,0 +1,61 @@
+package fakecuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// verdictTB records how GPU ended a test: skipped or failed, with the message.
+type verdictTB struct {
+	testing.TB
+	skipped, failed bool
+	msg             string
+}
+
+func (v *verdictTB) Helper() {}
+func (v *verdictTB) Skipf(format string, args ...any) {
+	v.skipped, v.msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (v *verdictTB) Fatalf(format string, args ...any) {
+	v.failed, v.msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// TestGPUSkipsOnlyWithoutAGPU checks GPU's rule (issue 26): a test that needs a GPU skips only
+// where the driver does not load or finds no device; any other error of cuda.Open (a missing
+// entry point, out of memory, a device the driver cannot use) fails it, so that a broken GPU
+// machine cannot turn every GPU test into a skip.
+func TestGPUSkipsOnlyWithoutAGPU(t *testing.T) {
+	t.Setenv(childEnv, "")
+	saved := openDevice
+	defer func() { openDevice = saved }()
+	for _, c := range []struct {
+		err  error
+		skip bool
+		word string
+	}{
+		{fmt.Errorf("cuda: dlopen libcuda.so.1: %w", cuda.ErrNoDriver), true, "no CUDA driver"},
+		{fmt.Errorf("cuda: cuDeviceGet(0): %w", cuda.ErrNoDevice), true, "no CUDA device"},
+		{fmt.Errorf("cuda: cuDevicePrimaryCtxRetain: %w", cuda.ErrOutOfMemory), false, "does not open"},
+		{fmt.Errorf("cuda: cuMemPoolCreate: %w", cuda.ErrSymbol), false, "does not open"},
+		{errors.New("cuda: CUDA_ERROR_UNKNOWN"), false, "does not open"},
+	} {
+		openDevice = func(int) (*cuda.Device, error) { return nil, c.err }
+		v := &verdictTB{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			GPU(v, 0)
+		}()
+		<-done
+		if v.skipped != c.skip || v.failed == c.skip || !strings.Contains(v.msg, c.word) {
+			t.Errorf("open error %q: skipped %v, failed %v (%q); want skipped %v saying %q", c.err, v.skipped, v.failed, v.msg, c.skip, c.word)
+		}
+	}
+}

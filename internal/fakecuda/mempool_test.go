@@ -1,0 +1,170 @@
+package fakecuda
+
+import (
+	"math"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// hostNUMA0 is host NUMA node 0, the location of the host pools below.
+var hostNUMA0 = cuda.MemLocation{Type: cuda.LocationHostNUMA, ID: 0}
+
+// hostPool creates a pool on host NUMA node 0 and destroys it at the end of the test.
+func hostPool(t *testing.T, d *cuda.Device) cuda.MemPool {
+	t.Helper()
+	p, err := d.MemPoolCreate(cuda.MemPoolProps{Location: hostNUMA0})
+	must(t, "MemPoolCreate(host NUMA 0)", err)
+	t.Cleanup(func() { must(t, "MemPoolDestroy", d.MemPoolDestroy(p)) })
+	return p
+}
+
+// TestFakeHostPoolInvisibleUntilSetAccess checks the fake's first pool rule: a host pool's
+// memory is CPU memory from the start but no device's until cuMemPoolSetAccess grants it (a
+// copy refused at the call), and then for every allocation, past and future; a block freed back
+// to the pool is no buffer to copy from.
+func TestFakeHostPoolInvisibleUntilSetAccess(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	p := hostPool(t, d)
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", d.StreamDestroy(s)) }()
+	const n = 1 << 20
+	h, err := d.MemAllocFromPoolAsync(n, p, s)
+	must(t, "MemAllocFromPoolAsync", err)
+	buf := mem.Bytes(uintptr(h), n)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	dst, err := d.MemAlloc(n)
+	must(t, "MemAlloc", err)
+	defer func() { must(t, "MemFree", d.MemFree(dst)) }()
+	wantErr(t, "HtoD from a host pool without access", d.MemcpyHtoDAsync(dst, uintptr(h), n, s), cuda.ErrInvalidValue)
+	wantErr(t, "DtoH into a host pool without access", d.MemcpyDtoHAsync(uintptr(h), dst, n, s), cuda.ErrInvalidValue)
+	must(t, "MemPoolSetAccess", d.MemPoolSetAccess(p, []cuda.MemLocation{dev0}, false))
+	must(t, "HtoD with access", d.MemcpyHtoDAsync(dst, uintptr(h), n, s))
+	h2, err := d.MemAllocFromPoolAsync(n, p, s) // a later allocation: access already granted
+	must(t, "MemAllocFromPoolAsync", err)
+	must(t, "DtoH into a later allocation", d.MemcpyDtoHAsync(uintptr(h2), dst, n, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+	got := mem.Bytes(uintptr(h2), n)
+	for i := range got {
+		if got[i] != byte(i*7) {
+			t.Fatalf("byte %d after the round trip: %d, want %d", i, got[i], byte(i*7))
+		}
+	}
+	if before := f.Stat(PinnedCopies); before < 2 {
+		t.Errorf("pinned copies %d: a host pool's copies are pinned copies", before)
+	}
+	wantErr(t, "MemPoolSetAccess for a device that does not exist", d.MemPoolSetAccess(p, []cuda.MemLocation{{Type: cuda.LocationDevice, ID: 5}}, false), cuda.ErrInvalidValue)
+	must(t, "MemFreeAsync", d.MemFreeAsync(h, s))
+	must(t, "MemFreeAsync", d.MemFreeAsync(h2, s))
+	must(t, "MemPoolSetAttribute(threshold max)", d.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, math.MaxUint64))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+	wantErr(t, "HtoD from a block freed back to the pool", d.MemcpyHtoDAsync(dst, uintptr(h), n, s), cuda.ErrInvalidValue)
+	must(t, "MemPoolSetAccess revoke", d.MemPoolSetAccess(p, []cuda.MemLocation{dev0}, true))
+	h3, err := d.MemAllocFromPoolAsync(n, p, s)
+	must(t, "MemAllocFromPoolAsync", err)
+	wantErr(t, "HtoD after the access is revoked", d.MemcpyHtoDAsync(dst, uintptr(h3), n, s), cuda.ErrInvalidValue)
+	must(t, "MemFreeAsync", d.MemFreeAsync(h3, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+}
+
+// TestFakeHostPoolCannotBeExported checks that a pool in host memory takes no shareable handle
+// type (CUDA_ERROR_NOT_SUPPORTED) where a device pool does, and that HOST_NUMA_CURRENT and a
+// node that does not exist are refused.
+func TestFakeHostPoolCannotBeExported(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	const posixFD = 1 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+	for _, loc := range []cuda.MemLocation{hostNUMA0, {Type: cuda.LocationHost}} {
+		_, err := d.MemPoolCreate(cuda.MemPoolProps{Location: loc, HandleTypes: posixFD})
+		wantErr(t, "MemPoolCreate of an exportable host pool", err, cuda.ErrNotSupported)
+	}
+	for _, loc := range []cuda.MemLocation{{Type: 4}, {Type: cuda.LocationHostNUMA, ID: 5}, {Type: cuda.LocationDevice, ID: 3}} {
+		_, err := d.MemPoolCreate(cuda.MemPoolProps{Location: loc})
+		wantErr(t, "MemPoolCreate at a bad location", err, cuda.ErrInvalidValue)
+	}
+	p, err := d.MemPoolCreate(cuda.MemPoolProps{Location: dev0, HandleTypes: posixFD})
+	must(t, "MemPoolCreate of an exportable device pool", err)
+	must(t, "MemPoolDestroy", d.MemPoolDestroy(p))
+	if st := d.Stats(); st.Pools != 0 {
+		t.Errorf("pools live: %d", st.Pools)
+	}
+}
+
+// TestFakePoolReleaseThreshold checks that a pool keeps freed memory up to its release
+// threshold and releases the rest at the next synchronize: with the default threshold of 0 a
+// synchronize empties it (the rmm#2379 trap), with UINT64_MAX the memory stays and the next
+// allocation reuses it, and MemPoolTrimTo releases it at once.
+func TestFakePoolReleaseThreshold(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	p := hostPool(t, d)
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", d.StreamDestroy(s)) }()
+	reserved := func() uint64 {
+		v, err := d.MemPoolGetAttribute(p, cuda.PoolAttrReservedMemCurrent)
+		must(t, "MemPoolGetAttribute(reserved)", err)
+		return v
+	}
+	const n = 64 << 10
+	cycle := func() cuda.DevicePtr {
+		h, err := d.MemAllocFromPoolAsync(n, p, s)
+		must(t, "MemAllocFromPoolAsync", err)
+		must(t, "MemFreeAsync", d.MemFreeAsync(h, s))
+		if got := reserved(); got != n {
+			t.Errorf("reserved before the synchronize: %d, want %d", got, n)
+		}
+		must(t, "StreamSynchronize", d.StreamSynchronize(s))
+		return h
+	}
+	cycle()
+	if got := reserved(); got != 0 {
+		t.Errorf("threshold 0: reserved after a synchronize %d, want 0", got)
+	}
+	must(t, "MemPoolSetAttribute", d.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, math.MaxUint64))
+	if v, err := d.MemPoolGetAttribute(p, cuda.PoolAttrReleaseThreshold); err != nil || v != math.MaxUint64 {
+		t.Errorf("threshold read back %d, %v", v, err)
+	}
+	first := cycle()
+	if got := reserved(); got != n {
+		t.Errorf("threshold max: reserved after a synchronize %d, want %d", got, n)
+	}
+	if again := cycle(); again != first {
+		t.Errorf("the next allocation took new memory (%#x, was %#x)", again, first)
+	}
+	if used, _ := d.MemPoolGetAttribute(p, cuda.PoolAttrUsedMemCurrent); used != 0 {
+		t.Errorf("used %d with nothing live", used)
+	}
+	wantErr(t, "setting the reserved figure", d.MemPoolSetAttribute(p, cuda.PoolAttrReservedMemCurrent, 0), cuda.ErrInvalidValue)
+	must(t, "MemPoolTrimTo", d.MemPoolTrimTo(p, 0))
+	if got := reserved(); got != 0 {
+		t.Errorf("after MemPoolTrimTo(0): reserved %d", got)
+	}
+}
+
+// TestFakeHostPoolsNeedCUDA126 checks the emulation of a driver before CUDA 12.6: host
+// locations are CUDA_ERROR_NOT_SUPPORTED, device pools still work.
+func TestFakeHostPoolsNeedCUDA126(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetHostPools(false)
+	defer f.SetHostPools(true)
+	_, err := d.MemPoolCreate(cuda.MemPoolProps{Location: hostNUMA0})
+	wantErr(t, "MemPoolCreate(host NUMA) on an old driver", err, cuda.ErrNotSupported)
+	p, err := d.MemPoolCreate(cuda.MemPoolProps{Location: dev0})
+	must(t, "MemPoolCreate(device)", err)
+	must(t, "MemPoolDestroy", d.MemPoolDestroy(p))
+}
