@@ -37,7 +37,6 @@ func (r *asyncRig) finishReleased(d cuda.DevicePtr) {
 	}
 }
 
-
 // TestFakeQuotaReclaims: Alloc of the whole quota, FreeAsync, the stream synchronized, and an
 // Alloc of the whole quota again. The quota used to refuse it (ErrQuota) before anything took
 // the deferred buffer back, with nothing live, until something called Stats.

@@ -25,6 +25,7 @@ func (p *Pool) ForgetStream(s cuda.Stream) error {
 	if p.released.Load() {
 		return ErrClosed
 	}
+	p.flushAll()
 	err := p.order.forget(s)
 	if err == nil && p.closed.Load() {
 		p.finishClose(0)

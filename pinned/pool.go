@@ -194,7 +194,7 @@ func newPool(o Options) (*Pool, error) {
 	letGo(s)
 	made = true
 	if order != nil {
-		order.start(g, a, p.freeDeferred)
+		order.start(g, a, p.freeDeferred, p.enqueue)
 	}
 	p.startPrecommit(o.Precommit, o.OnPrecommit)
 	return p, nil
@@ -262,6 +262,9 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 	defer letGo(s)
 	if p.closed.Load() {
 		return 0, ErrClosed
+	}
+	if len(s.pend) > 0 {
+		p.flush(s)
 	}
 	if p.reclaimSoon() {
 		// Take back the deferred buffers the streams have passed: the shard's own go straight

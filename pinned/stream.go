@@ -93,6 +93,9 @@ type streamOrder struct {
 	g      *heap.Group
 	a      *arena.Arena
 	free   func(deferred) error // frees a buffer for real (Pool.freeDeferred)
+	// enqueue defers a buffer that waits for one stream only (Pool.enqueue: the shard's cache,
+	// or the stream's list).
+	enqueue func(*streamList, deferred)
 
 	// weight is the deferred buffers, each weighed by its size (weigh): zero when there are
 	// none, and what tells the allocation's slow path to reclaim (reclaimSoon). A buffer's
@@ -208,9 +211,9 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 }
 
 // start begins serving the pool's group and arena and answering internal/hostuse; free frees
-// a deferred buffer for real.
-func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred) error) {
-	o.g, o.a, o.free = g, a, free
+// a deferred buffer for real, enqueue defers one that waits for one stream.
+func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred) error, enqueue func(*streamList, deferred)) {
+	o.g, o.a, o.free, o.enqueue = g, a, free, enqueue
 	hostuse.Register(o)
 }
 
@@ -292,7 +295,7 @@ func (o *streamOrder) deferOne(addr, n uintptr, l *streamList) error {
 			return wrapError(err, ErrNotOwned)
 		}
 		if first { // no stream recorded, and none can be now: the buffer is l's alone
-			o.queue(l, deferred{addr: addr, n: n})
+			o.enqueue(l, deferred{addr: addr, n: n})
 			return nil
 		}
 	} else if size, err := o.g.Size(addr); err != nil || size != n {
@@ -320,7 +323,11 @@ func (o *streamOrder) deferOne(addr, n uintptr, l *streamList) error {
 		// One stream: the buffer is its alone now, held with no use, as after FreeAsync.
 		delete(sh.m, addr)
 		sh.mu.Unlock()
-		o.queue(o.list(u.one), deferred{addr: addr, n: n})
+		l = o.last.Load()
+		if l == nil || l.s != u.one {
+			l = o.list(u.one)
+		}
+		o.enqueue(l, deferred{addr: addr, n: n})
 		return nil
 	}
 	u.freed, u.left = true, 1+len(u.more)
@@ -474,7 +481,7 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if p.guarded {
 		err = p.freeGuarded(addr, n, l)
 	} else {
-		err = p.order.deferFree(addr, n, l)
+		err = p.freeAsync(addr, n, l)
 	}
 	if err == nil && p.closed.Load() {
 		p.finishClose(addr)
@@ -519,10 +526,14 @@ const reclaimWeight = 32
 func (p *Pool) reclaimSoon() bool { return p.order != nil && p.order.weight.Load() >= reclaimWeight }
 
 // reclaim takes back the deferred buffers whose streams have passed them; with wait, after the
-// reclaim another goroutine runs, if any, rather than leaving the work to it.
+// reclaim another goroutine runs, if any, rather than leaving the work to it, and with the
+// shards' caches of FreeAsync (pend.go) on the lists first.
 func (p *Pool) reclaim(wait bool) error {
 	if p.order == nil {
 		return nil
+	}
+	if wait {
+		p.flushAll()
 	}
 	return p.order.reclaim(p.freeDeferred, wait)
 }

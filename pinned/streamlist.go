@@ -112,6 +112,32 @@ func (o *streamOrder) queue(l *streamList, d deferred) {
 	}
 }
 
+// queueMany is queue of bufs, none shared, under one lock.
+func (o *streamOrder) queueMany(l *streamList, bufs []deferred) {
+	var w int64
+	var bytes uintptr
+	for _, d := range bufs {
+		w += weigh(d.n)
+		bytes += d.n
+	}
+	for {
+		l.mu.Lock()
+		if !l.gone {
+			l.open = append(l.open, bufs...)
+			l.idle = 0
+			l.n += len(bufs)
+			l.bytes += bytes
+			o.weight.Add(w)
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		next := o.list(l.s)
+		o.last.CompareAndSwap(l, next)
+		l = next
+	}
+}
+
 // poll appends to done the buffers of l whose point s has passed, and gives the open ones a
 // point when there is none: none at all when the stream is idle (they are done), else an event.
 // A list the driver refuses is left as it is (pollLost, with the driver's error), for reclaim.
