@@ -40,7 +40,8 @@
 // out again only once every stream that may still use it has passed its free: FreeAsync frees
 // in a stream's order, RecordStream marks a buffer as used by a stream (device.Heap's
 // HtoDAsync and DtoHAsync do it themselves), and Free of a marked buffer waits for its streams.
-// No CPU waits for them: the buffer comes back at a later allocation. Other pools' memory is
+// No CPU waits for them: the buffer comes back at a later allocation. ForgetStream, called
+// before a stream is destroyed, waits for it and forgets it. Other pools' memory is
 // copied by the driver as pageable memory, before the call returns, so their FreeAsync frees at
 // once. stream.go has the design.
 //
