@@ -225,8 +225,19 @@ func TestFakeDestroyedStreamsForgotten(t *testing.T) {
 	r.pool.Stats()
 	r.pool.Stats()
 	statsAfter, freeAfter := streamCosts(r, n)
+	if st := r.pool.Stats(); st.Deferred != 0 || st.Live != 0 {
+		t.Errorf("%d deferred, %d live at the end", st.Deferred, st.Live)
+	}
+	if got := pinned.StreamLists(r.pool); got > 1 {
+		t.Errorf("the pool keeps state for %d streams, all destroyed and their buffers back (at most the last checked may stay)", got)
+	}
+	ok(t, "Free", r.heap.Free(d))
+	r.finish()
 	t.Logf("%d streams: the pool's calls took %v for the first half, %v for the second; Stats %v before, %v after; FreeAsync on a new stream %v before, %v after",
 		total, halves[0], halves[1], statsBefore, statsAfter, freeBefore, freeAfter)
+	if invariants.Enabled {
+		return // every call checks the pool's and the heap's state: costs are not comparable
+	}
 	if halves[1] > 2*halves[0]+10*time.Millisecond {
 		t.Errorf("the pool's calls for the second %d streams took %v, for the first %v: the cost per stream grows with the streams seen", total/2, halves[1], halves[0])
 	}
@@ -236,11 +247,6 @@ func TestFakeDestroyedStreamsForgotten(t *testing.T) {
 	if freeAfter > 5*freeBefore+20*time.Microsecond {
 		t.Errorf("FreeAsync on a new stream takes %v after %d destroyed streams, %v before", freeAfter, total, freeBefore)
 	}
-	if st := r.pool.Stats(); st.Deferred != 0 || st.Live != 0 {
-		t.Errorf("%d deferred, %d live at the end", st.Deferred, st.Live)
-	}
-	ok(t, "Free", r.heap.Free(d))
-	r.finish()
 }
 
 // streamCosts returns the median time of a Stats, and of a FreeAsync of an n-byte buffer on a

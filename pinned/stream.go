@@ -111,6 +111,8 @@ type streamOrder struct {
 	listMu sync.Mutex
 	lists  map[cuda.Stream]*streamList // under listMu: the streams with state (streamlist.go)
 	nlists atomic.Int32                // len(lists), read without listMu
+	// listsPeak is the most lists since the map was last made, under listMu (retire).
+	listsPeak int
 	reclMu sync.Mutex
 	done   []deferred    // reclaim's scratch, under reclMu
 	scan   []*streamList // reclaim's snapshot of lists, under reclMu

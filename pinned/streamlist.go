@@ -3,6 +3,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -86,6 +87,7 @@ func (o *streamOrder) list(s cuda.Stream) *streamList {
 	l := &streamList{s: s}
 	o.lists[s] = l
 	o.nlists.Store(int32(len(o.lists)))
+	o.listsPeak = max(o.listsPeak, len(o.lists))
 	return l
 }
 
@@ -220,6 +222,12 @@ func (o *streamOrder) retire(l *streamList, all bool, done []deferred) []deferre
 		if o.lists[l.s] == l {
 			delete(o.lists, l.s)
 			o.nlists.Store(int32(len(o.lists)))
+			if n := len(o.lists); o.listsPeak > 64 && 8*n < o.listsPeak {
+				// A Go map keeps its room when emptied, and a walk visits the room: make
+				// it again (amortized O(1): it shrank by 8x since the last time).
+				o.lists = maps.Clone(o.lists)
+				o.listsPeak = n
+			}
 		}
 	}
 	l.mu.Unlock()
