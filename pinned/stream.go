@@ -113,10 +113,10 @@ type streamOrder struct {
 	nlists atomic.Int32                // len(lists), read without listMu
 	// listsPeak is the most lists since the map was last made, under listMu (retire).
 	listsPeak int
-	reclMu sync.Mutex
-	done   []deferred    // reclaim's scratch, under reclMu
-	scan   []*streamList // reclaim's snapshot of lists, under reclMu
-	lost   []*streamList // the lists a reclaim found without a stream, under reclMu
+	reclMu    sync.Mutex
+	done      []deferred    // reclaim's scratch, under reclMu
+	scan      []*streamList // reclaim's snapshot of lists, under reclMu
+	lost      []*streamList // the lists a reclaim found without a stream, under reclMu
 }
 
 // useShard is a lock and the buffers with streams recorded whose start it covers.
