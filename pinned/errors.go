@@ -50,10 +50,11 @@ var (
 	// ErrTrace means writing Options.Trace failed; the pool itself is unaffected.
 	ErrTrace = errors.New("pinned: trace write failed")
 	// ErrBusy means Close found buffers whose free waits for a CUDA stream (FreeAsync) still
-	// waiting after its bound: the memory stays mapped, and a later Close waits again.
+	// waiting after its bound: the memory stays mapped, a later Close waits again, and a later
+	// Free, FreeAsync, ForgetStream or Trim releases it once the streams have passed.
 	ErrBusy = errors.New("pinned: buffers wait for their streams")
 	// ErrInvalidStream means a CUDA stream the driver refuses (destroyed, or of another
-	// context).
+	// context), or the per-thread default stream, which a pool cannot order reuse after.
 	ErrInvalidStream = pinmalloc.NewError(pinmalloc.ErrInvalidStream, "pinned: invalid stream")
 )
 

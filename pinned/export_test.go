@@ -8,3 +8,13 @@ func SetCloseWait(d time.Duration) time.Duration {
 	closeWait = d
 	return old
 }
+
+// StreamLists returns the number of streams the pool keeps state for.
+func StreamLists(p *Pool) int {
+	if p.order == nil {
+		return 0
+	}
+	p.order.listMu.Lock()
+	defer p.order.listMu.Unlock()
+	return len(p.order.lists)
+}

@@ -13,18 +13,23 @@ import (
 // (one pool per tenant). With both off, Alloc and Free test one field; with either on they take
 // the paths below.
 //
-// The scrub runs after the buffer is known to be a whole live buffer (the heap's lookup) and
-// before the heap takes it back, so that a refused Free (a sub-slice, a slice of Go memory, a
-// buffer freed already) clears nothing, and no other Alloc can be handed the memory before it
-// is clear. Two goroutines freeing the same buffer at once are a double free the heap reports
-// to one of them; the other may have cleared the buffer after it was handed out again, which
-// loses that new owner's data but shows it to no one. A buffer a CUDA stream may still use
-// (stream.go) is scrubbed, and leaves the quota, only once its streams have passed its free
-// (giveBack with held set): scrubbing it at Free would be undone by a copy landing after.
+// A ZeroOnFree Free claims the buffer first (heap.Group.HoldSized: one compare-and-swap that
+// checks it is a whole live buffer and marks it held), then scrubs it, then gives it back as
+// a held buffer, so that a refused Free (a sub-slice, a slice of Go memory, a buffer freed
+// already) clears nothing, no other Alloc can be handed the memory before it is clear, and of
+// two goroutines freeing the same buffer at once only the one whose claim won touches it: the
+// other's claim finds it held (or freed) and reports a double free without writing a byte, so
+// it never clears memory handed out again, nor memory a closed pool released with its last
+// buffer. A buffer a CUDA stream may still use (stream.go) is scrubbed, and leaves the quota,
+// only once its streams have passed its free (giveBack with held set): scrubbing it at Free
+// would be undone by a copy landing after.
 //
 // The quota counts the bytes asked for, in one atomic counter shared by the pool's goroutines:
 // an Alloc adds its size and backs off when the sum passes the quota, so concurrent Allocs
-// never take the pool beyond it.
+// never take the pool beyond it. A buffer counts until the heap has it back: a deferred one
+// (stream.go) until its streams have passed its free. An Alloc the quota refuses first takes
+// back the deferred buffers the streams have passed (waiting for a reclaim under way), and
+// tries again.
 
 // allocGuarded is Alloc with a quota, allocation sites, or both (ZeroOnFree needs nothing here).
 func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
@@ -54,7 +59,16 @@ func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
 func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
 	if used := p.used.Add(int64(n)); used > p.quota {
 		p.used.Add(-int64(n))
-		return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, used-int64(n), p.quota)
+		if p.order == nil || p.order.weight.Load() == 0 {
+			return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, used-int64(n), p.quota)
+		}
+		_ = p.reclaim(true) // deferred buffers the streams have passed leave the quota
+		if used = p.used.Add(int64(n)); used > p.quota {
+			p.used.Add(-int64(n))
+			dn, dbytes := p.deferred()
+			return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use (%d bytes in %d buffers wait for their streams)",
+				ErrQuota, n, used-int64(n), p.quota, dbytes, dn)
+		}
 	}
 	b, err := p.alloc(n, alignment, false)
 	if err != nil {
@@ -66,26 +80,31 @@ func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
 // freeGuarded is Free (FreeAsync on the stream of l when l is not nil) with a scrub, a quota,
 // sites, a trace, or several.
 func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
-	if p.zeroOnFree {
-		size, err := p.g.Size(addr)
-		if err == nil && size != n {
-			return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
-		}
+	claimed := false
+	if p.zeroOnFree && l == nil { // FreeAsync holds the buffer itself, and scrubs it later
+		first, err := p.g.HoldSized(addr, n)
 		if err != nil {
 			if p.released.Load() {
 				return fmt.Errorf("%w: %w", ErrClosed, err)
 			}
 			return wrapError(err, ErrNotOwned)
 		}
+		if !first && p.order == nil {
+			return fmt.Errorf("%w: %#x is being freed by another goroutine", ErrDoubleFree, addr)
+		}
+		// Held before the claim: a stream uses it, and freeRecorded defers it (or finds it
+		// deferred already, or being freed: a double free).
+		claimed = first
 	}
-	return p.freeRecorded(addr, n, l)
+	return p.freeRecorded(addr, n, l, claimed)
 }
 
 // freeRecorded frees the block at addr (FreeAsync on the stream of l when l is not nil) and forgets
 // its allocation site and trace record, under the locks of both (lock order: the site table's
 // shard, then the trace), so that an Alloc handed the same memory meanwhile is recorded after
-// the free.
-func (p *Pool) freeRecorded(addr, n uintptr, l *streamList) error {
+// the free. claimed says the caller holds the block (freeGuarded's claim): it is given back
+// held.
+func (p *Pool) freeRecorded(addr, n uintptr, l *streamList, claimed bool) error {
 	var sh *siteShard
 	if p.sites != nil {
 		sh = p.sites.shard(addr)
@@ -100,7 +119,7 @@ func (p *Pool) freeRecorded(addr, n uintptr, l *streamList) error {
 	if l != nil {
 		err = p.order.deferFree(addr, n, l)
 	} else {
-		err = p.giveBack(addr, n, false, nil)
+		err = p.giveBack(addr, n, claimed, nil)
 	}
 	if err != nil {
 		return err

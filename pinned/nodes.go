@@ -50,6 +50,17 @@ func NewNodes(o Options) (*Nodes, error) {
 	if o.Backend != CUDAHost && o.Backend != Auto {
 		return nil, fmt.Errorf("%w: Nodes needs the %s or %s backend, not %s", ErrInvalidOptions, CUDAHost, Auto, o.Backend)
 	}
+	if o.Backend == Auto {
+		// As New: a device listed in Devices that the driver lacks is refused, with no quiet
+		// fallback (an absent Device falls back, as New's does).
+		if n, err := cuda.Count(); err == nil {
+			for _, d := range o.Devices {
+				if d < 0 || d >= n {
+					return nil, fmt.Errorf("%w: the set lists device %d; the driver has %d", ErrInvalidOptions, d, n)
+				}
+			}
+		}
+	}
 	devs := append([]int{o.Device}, o.Devices...)
 	slices.Sort(devs)
 	devs = slices.Compact(devs)

@@ -136,7 +136,10 @@ type Options struct {
 	// what it held. It costs a memclr of the buffer per Free (see the package documentation).
 	ZeroOnFree bool
 	// Quota caps the bytes of the pool's live buffers (the sizes asked for); an Alloc beyond
-	// it fails with ErrQuota and allocates nothing. Zero means no quota; negative is refused.
+	// it fails with ErrQuota and allocates nothing. A buffer freed while a CUDA stream may
+	// still use it counts until the stream has passed its free; an Alloc the quota would
+	// refuse first takes back the buffers the streams have passed. Zero means no quota;
+	// negative is refused.
 	Quota int64
 	// RecordSites records, for every live buffer, when it was allocated and where (the caller
 	// of Alloc and seven frames above it, with runtime.Callers): Blocks reports them, and Close

@@ -40,7 +40,8 @@
 // out again only once every stream that may still use it has passed its free: FreeAsync frees
 // in a stream's order, RecordStream marks a buffer as used by a stream (device.Heap's
 // HtoDAsync and DtoHAsync do it themselves), and Free of a marked buffer waits for its streams.
-// No CPU waits for them: the buffer comes back at a later allocation. Other pools' memory is
+// No CPU waits for them: the buffer comes back at a later allocation. ForgetStream, called
+// before a stream is destroyed, waits for it and forgets it. Other pools' memory is
 // copied by the driver as pageable memory, before the call returns, so their FreeAsync frees at
 // once. stream.go has the design.
 //
@@ -194,7 +195,7 @@ func newPool(o Options) (*Pool, error) {
 	letGo(s)
 	made = true
 	if order != nil {
-		order.start(g, a)
+		order.start(g, a, p.freeDeferred, p.enqueue)
 	}
 	p.startPrecommit(o.Precommit, o.OnPrecommit)
 	return p, nil
@@ -244,7 +245,7 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
 		// Other shards may hold freed blocks they have not collected, and streams may have
 		// passed deferred ones: take them back, retry once.
-		_ = p.reclaim()
+		_ = p.reclaim(true)
 		p.collectAll()
 		addr, err = p.allocOnce(uintptr(n), alignment)
 	}
@@ -263,10 +264,13 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 	if p.closed.Load() {
 		return 0, ErrClosed
 	}
+	if len(s.pend) > 0 {
+		p.flush(s)
+	}
 	if p.reclaimSoon() {
 		// Take back the deferred buffers the streams have passed: the shard's own go straight
 		// back on their pages, which stay for this allocation (TryFreeHeld keeps empty ones).
-		_ = p.order.reclaim(func(d deferred) error { return p.giveBack(d.addr, d.n, true, s.h) })
+		_ = p.order.reclaim(func(d deferred) error { return p.giveBack(d.addr, d.n, true, s.h) }, false)
 	}
 	if alignment == 0 {
 		return s.h.Alloc(n)
@@ -309,7 +313,7 @@ func (p *Pool) free(b []byte, guard bool) error {
 		if err == nil && p.closed.Load() {
 			// Out of freeGuarded's locks: finishClose holds every shard, and Blocks, which
 			// holds them too, takes the site table's locks.
-			p.finishClose()
+			p.finishClose(addr)
 		}
 		return err
 	}
@@ -342,7 +346,7 @@ func (p *Pool) free(b []byte, guard bool) error {
 		return wrapError(err, ErrNotOwned)
 	}
 	if guard && p.closed.Load() {
-		p.finishClose()
+		p.finishClose(addr)
 	}
 	return nil
 }
@@ -392,27 +396,34 @@ func (p *Pool) freeLarge(addr, n uintptr, held bool) error {
 func (p *Pool) collectAll() { p.each((*heap.Heap).Trim) }
 
 // Trim gives every empty page and segment back to the arena and decommits (and unlocks) every
-// free chunk at once, without waiting for the purge delay.
+// free chunk at once, without waiting for the purge delay. After Close it releases the pool's
+// memory if no buffer is live and none waits for a stream any more (see Close).
 func (p *Pool) Trim() {
 	if p.released.Load() {
 		return
 	}
-	_ = p.reclaim()
+	if p.closed.Load() {
+		p.finishClose(0)
+		return
+	}
+	_ = p.reclaim(true)
 	p.collectAll()
 	p.a.Trim()
 }
 
-// Close stops allocation. First it waits, 5 s at most, for the buffers freed with FreeAsync (or
-// freed while a stream used them) until their streams have passed their frees; if some are
-// still waiting then, it returns an error wrapping ErrBusy with their count and bytes, keeps
-// all the memory mapped, and a later Close waits for them again. Then, when no buffer is live,
-// it releases all memory and returns nil. When buffers are live it returns an error wrapping
-// ErrLiveBlocks with their count and bytes, and keeps the memory until the last of them is
-// freed (so nothing in use is unmapped under a caller). Another Close then returns ErrClosed.
-// With Options.Trace, Close also writes out the trace; an error doing so wraps ErrTrace.
+// Close stops allocation. When buffers are live it returns an error wrapping ErrLiveBlocks
+// with their count and bytes, at once, and keeps the memory until the last of them is freed
+// (so nothing in use is unmapped under a caller); another Close then returns ErrClosed. Else it
+// waits, closeWait (5 s) at most, for the buffers freed with FreeAsync (or freed while a
+// stream used them) until their streams have passed their frees, and then releases all
+// memory and returns nil. If some still wait then, it returns an error wrapping ErrBusy with
+// their count and bytes and keeps all the memory mapped: a later Close waits for them again,
+// and a later Free, FreeAsync, ForgetStream or Trim releases the memory once they have passed
+// (none of those waits for them). With Options.Trace, Close also writes out the trace; an error
+// doing so wraps ErrTrace.
 func (p *Pool) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
-		if p.busy.Load() {
+		if p.busy.Load() && !p.released.Load() {
 			return p.close()
 		}
 		return ErrClosed
@@ -425,12 +436,8 @@ func (p *Pool) close() error {
 	p.growMu.Lock()
 	//lint:ignore SA2001 an empty critical section: a barrier for newShard
 	p.growMu.Unlock()
-	if err := p.drain(); err != nil {
-		p.busy.Store(true)
-		return err
-	}
-	p.busy.Store(false)
-	if n, bytes := p.live(); n > 0 {
+	_ = p.reclaim(true)
+	if n, bytes := p.userLive(); n > 0 {
 		sites := ""
 		if p.sites != nil {
 			if top := p.sites.top(topSites); top != "" {
@@ -440,10 +447,20 @@ func (p *Pool) close() error {
 		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed%s",
 			ErrLiveBlocks, n, bytes, sites)
 	}
+	if err := p.drain(); err != nil {
+		p.busy.Store(true)
+		return err
+	}
+	p.busy.Store(false)
+	if n, bytes := p.live(); n > 0 { // a free of the last buffer deferred it meanwhile
+		p.busy.Store(true)
+		return fmt.Errorf("%w: %d buffers (%d bytes) wait for their streams; a later Close, Free or Trim releases the memory once they have passed", ErrBusy, n, bytes)
+	}
 	return wrapError(p.releaseAll(), ErrClosed)
 }
 
-// live collects every shard and counts the live buffers.
+// live collects every shard and counts the live buffers, the deferred ones with them (the heap
+// holds those until their streams have passed them).
 func (p *Pool) live() (n, bytes uint64) {
 	p.each(func(h *heap.Heap) {
 		st := h.Stats()
@@ -453,13 +470,36 @@ func (p *Pool) live() (n, bytes uint64) {
 	return n, bytes
 }
 
-// finishClose releases the memory of a closed pool once its last buffer is freed, waiting for
-// the streams of the deferred ones (as Close does: see drain), so that a closed pool's memory
-// goes with its last free even when that free waits for a stream.
-func (p *Pool) finishClose() {
-	_ = p.drain()
-	if n, _ := p.live(); n == 0 {
-		_ = p.releaseAll()
+// userLive counts the buffers the caller has not freed: the live ones less the deferred.
+func (p *Pool) userLive() (n, bytes uint64) {
+	n, bytes = p.live()
+	dn, dbytes := p.deferred()
+	return n - min(n, dn), bytes - min(bytes, dbytes)
+}
+
+// finishClose runs after a free (of the buffer at addr; 0 for none) once the pool is closed:
+// when that was the last buffer the caller had, it waits for the buffer's own streams
+// (closeWait at most: see settle), takes back what the streams have passed, and releases the
+// memory when no buffer is deferred any more. Otherwise it marks the pool busy, so that a
+// later Close, Free, FreeAsync, ForgetStream or Trim tries again; it never waits for the
+// streams of other buffers.
+func (p *Pool) finishClose(addr uintptr) {
+	if p.released.Load() {
+		return
+	}
+	_ = p.reclaim(true)
+	if n, _ := p.userLive(); n > 0 {
+		return
+	}
+	if addr != 0 && p.order != nil {
+		p.settle(addr)
+	}
+	if n, _ := p.live(); n > 0 {
+		p.busy.Store(true)
+		return
+	}
+	if err := p.releaseAll(); err == nil {
+		p.busy.Store(false)
 	}
 }
 

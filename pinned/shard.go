@@ -57,7 +57,12 @@ type shard struct {
 	slot    int          // the P it is home to; -1 for a spill shard
 	mu      sync.Mutex   // held by a holder
 	h       *heap.Heap
-	_       [32]byte
+
+	// pend is FreeAsync's cache of buffers freed on the stream of pendL and not yet on its
+	// list (pend.go), written by the shard's owners only; nil in pools with no stream order.
+	pend  []deferred
+	pendL *streamList
+	_     [32]byte
 }
 
 // entered starts a fast section on home shard i, the caller's P's, and returns it; nil when
@@ -195,6 +200,9 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 		return nil, err
 	}
 	s := &shard{h: h, slot: slot}
+	if p.order != nil && p.fast {
+		s.pend = make([]deferred, 0, pendMax)
+	}
 	s.mu.Lock()
 	s.revoked.Store(1) // held before anyone can see it
 	ss := append(append([]*shard(nil), *p.shards.Load()...), s)

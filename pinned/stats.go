@@ -81,7 +81,7 @@ func (p *Pool) Stats() Stats {
 	st := Stats{Backend: p.backend.String()}
 	classes := map[uint64]*heap.ClassStats{}
 	if !p.released.Load() {
-		_ = p.reclaim()
+		_ = p.reclaim(true)
 		st.Deferred, st.DeferredBytes = p.deferred()
 		p.each(func(h *heap.Heap) {
 			hs := h.Stats()

@@ -12,6 +12,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/heap"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/hostuse"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -47,20 +48,42 @@ import (
 //     shard's holder, once the buffers waiting weigh reclaimWeight (see weigh), so that a
 //     reclaim's driver calls are shared by many buffers; the shard's own blocks go straight
 //     back on their pages (heap.TryFreeHeld), which stay for the allocation. They run too when
-//     the pool is out of memory, in Trim and Stats, and in Close, which waits for them
-//     (closeWait at most, then ErrBusy). One goroutine reclaims at a time; the others go on.
+//     the pool is out of memory or over its quota, in Trim and Stats, and in Close, which
+//     waits for them (closeWait at most, then ErrBusy). One goroutine reclaims at a time; the
+//     others go on (or, where they need its result, wait for it).
 //   - A stream the driver no longer accepts (destroyed with buffers deferred on it) cannot take
-//     an event: the pool synchronizes the context, which waits for the work it still had.
+//     an event: the pool synchronizes the context, once for all such streams a reclaim finds,
+//     which waits for the work they still had.
 //
-// Lock order: a pool shard (the allocation's slow path reclaims as its holder) → reclMu (only
-// ever taken with TryLock) → a uses shard's lock → a stream list's lock. Buffers are freed for
-// real holding neither of the last two.
+// Per-stream state (streamlist.go) costs O(1) per call and lives only while a stream has
+// buffers deferred on it: lists sit in a map under listMu, a reclaim walks only the lists in
+// it, and a list found empty at two reclaims in a row leaves it (ForgetStream drops it at
+// once). A stream new to the pool is checked once with the driver (an event of the pool's
+// device recorded on it); one whose list left is checked again, except the stream check found
+// last, which stays trusted. The contract that makes that safe is device.Heap's: forget a
+// stream (ForgetStream) before destroying it, since the driver may give its handle to a new
+// stream, of another device even. The per-thread default stream (CU_STREAM_PER_THREAD) is
+// refused: the pool queries and records its streams from whatever OS thread it runs on, where
+// that handle names another thread's stream.
+//
+// Lock order: a pool shard (the allocation's slow path reclaims as its holder) → reclMu (taken
+// with TryLock there) → a uses shard's lock → listMu → a stream list's lock. Buffers are freed
+// for real holding none of the last three.
 
-// closeWait bounds how long Close waits for deferred buffers.
+// closeWait bounds how long Close waits for deferred buffers, and a free after Close for the
+// streams of its own buffer.
 var closeWait = 5 * time.Second
 
 // useShards is the number of locks over uses.
 const useShards = 16
+
+// perThreadStream is CU_STREAM_PER_THREAD, the calling OS thread's default stream: refused (see
+// above).
+const perThreadStream cuda.Stream = 2
+
+// noStream stands in a use for the streams ForgetStream forgot: they have passed the work
+// recorded, so a use left with none frees at once.
+const noStream = ^cuda.Stream(0)
 
 // streamOrder is a pool's stream-ordered reuse; nil for pools that need none.
 type streamOrder struct {
@@ -69,20 +92,31 @@ type streamOrder struct {
 	events *icuda.EventPool
 	g      *heap.Group
 	a      *arena.Arena
+	free   func(deferred) error // frees a buffer for real (Pool.freeDeferred)
+	// enqueue defers a buffer that waits for one stream only (Pool.enqueue: the shard's cache,
+	// or the stream's list).
+	enqueue func(*streamList, deferred)
 
 	// weight is the deferred buffers, each weighed by its size (weigh): zero when there are
-	// none, and what tells the allocation's slow path to reclaim (reclaimSoon).
+	// none, and what tells the allocation's slow path to reclaim (reclaimSoon). A buffer's
+	// weight is added under the lock that publishes it (its list's, or its use shard's when
+	// shared) and taken off by the reclaim that frees it.
 	weight atomic.Int64
 	// shared and sharedBytes count the deferred buffers with uses (on a stream list each);
 	// the lists count the others.
 	shared, sharedBytes atomic.Int64
 
 	uses   [useShards]useShard
-	lists  atomic.Pointer[map[cuda.Stream]*streamList] // copied to change, under listMu
-	last   atomic.Pointer[streamList]                  // the list check found last
+	last   atomic.Pointer[streamList] // the list check found last; it may have left lists
 	listMu sync.Mutex
-	reclMu sync.Mutex
-	done   []deferred // reclaim's scratch, under reclMu
+	lists  map[cuda.Stream]*streamList // under listMu: the streams with state (streamlist.go)
+	nlists atomic.Int32                // len(lists), read without listMu
+	// listsPeak is the most lists since the map was last made, under listMu (retire).
+	listsPeak int
+	reclMu    sync.Mutex
+	done      []deferred    // reclaim's scratch, under reclMu
+	scan      []*streamList // reclaim's snapshot of lists, under reclMu
+	lost      []*streamList // the lists a reclaim found without a stream, under reclMu
 }
 
 // useShard is a lock and the buffers with streams recorded whose start it covers.
@@ -94,7 +128,7 @@ type useShard struct {
 
 // use is what the pool knows of a held buffer with streams recorded.
 type use struct {
-	one   cuda.Stream   // the first stream recorded
+	one   cuda.Stream   // the first stream recorded; noStream when ForgetStream took them all
 	more  []cuda.Stream // the others, rarely any
 	freed bool          // a free is deferred
 	left  int           // once freed: the streams still to pass it
@@ -105,12 +139,35 @@ func (u *use) add(s cuda.Stream) {
 	if s == u.one {
 		return
 	}
+	if u.one == noStream {
+		u.one = s
+		return
+	}
 	for _, t := range u.more {
 		if t == s {
 			return
 		}
 	}
 	u.more = append(u.more, s)
+}
+
+// drop forgets s, which has passed the work recorded, and reports whether u had it.
+func (u *use) drop(s cuda.Stream) bool {
+	if s == u.one {
+		if len(u.more) == 0 {
+			u.one = noStream
+		} else {
+			u.one, u.more = u.more[0], u.more[1:]
+		}
+		return true
+	}
+	for i, t := range u.more {
+		if t == s {
+			u.more = append(u.more[:i:i], u.more[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // deferred is a buffer whose free waits for a stream. shared says it waits for others too, and
@@ -124,28 +181,13 @@ type deferred struct {
 // 16 KiB.
 func weigh(n uintptr) int64 { return 1 + int64(n>>14) }
 
-// streamList is the buffers deferred on one stream: open ones, freed since its point was
-// placed, and marked ones, freed before it. A stream has one point at most, an event: the open
-// buffers get the next once it has completed, so a stuck stream costs one event however long it
-// is stuck.
-type streamList struct {
-	s      cuda.Stream
-	mu     sync.Mutex
-	open   []deferred
-	marked []deferred
-	ev     cuda.Event // the point, recorded after marked were freed; 0 for none
-	gone   bool       // retired (lost): queue takes a new list
-	n      int        // the buffers not shared in open and marked
-	bytes  uintptr    // and their bytes
-}
-
 // newStreamOrder returns the stream-ordered reuse a pool over provider prov needs (nil for
 // none), opening device ordinal for an External region of pinned memory.
 func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 	if prov.Kind() != arena.HostPinned {
 		return nil, nil
 	}
-	o := &streamOrder{}
+	o := &streamOrder{lists: map[cuda.Stream]*streamList{}}
 	if d, ok := prov.(interface{ Device() *cuda.Device }); ok {
 		dev, err := icuda.Of(d.Device())
 		if err != nil {
@@ -164,16 +206,16 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 		o.dev, o.ownDev = dev, true
 	}
 	o.events = icuda.NewEventPool(o.dev)
-	o.lists.Store(&map[cuda.Stream]*streamList{})
 	for i := range o.uses {
 		o.uses[i].m = map[uintptr]use{}
 	}
 	return o, nil
 }
 
-// start begins serving the pool's group and arena and answering internal/hostuse.
-func (o *streamOrder) start(g *heap.Group, a *arena.Arena) {
-	o.g, o.a = g, a
+// start begins serving the pool's group and arena and answering internal/hostuse; free frees
+// a deferred buffer for real, enqueue defers one that waits for one stream.
+func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred) error, enqueue func(*streamList, deferred)) {
+	o.g, o.a, o.free, o.enqueue = g, a, free, enqueue
 	hostuse.Register(o)
 }
 
@@ -218,9 +260,9 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 	}
 	sh := o.shard(base)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	_, _, first, err := o.g.Hold(base)
 	if err != nil {
+		sh.mu.Unlock()
 		return wrapError(err, ErrNotOwned)
 	}
 	u, ok := sh.m[base]
@@ -228,87 +270,34 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 	case first:
 		u = use{one: s}
 	case !ok || u.freed:
+		sh.mu.Unlock()
 		return fmt.Errorf("%w: stream %#x recorded on buffer %#x after its free", ErrDoubleFree, s, base)
 	default:
 		u.add(s)
 	}
 	sh.m[base] = u
+	sh.mu.Unlock()
+	o.verify()
 	return nil
-}
-
-// check returns the list of stream s: of a stream seen before, or one the driver accepts now,
-// with a record of an event of the pool's device: a stream of another device, or a handle the
-// driver does not know, is refused (the pool could not order reuse after it).
-func (o *streamOrder) check(s cuda.Stream) (*streamList, error) {
-	if l := o.last.Load(); l != nil && l.s == s {
-		return l, nil
-	}
-	if l := (*o.lists.Load())[s]; l != nil {
-		o.last.Store(l)
-		return l, nil
-	}
-	ev, err := o.events.Get()
-	if err == nil {
-		err = o.dev.EventRecord(ev, s)
-		o.events.Put(ev)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %#x (a stream of the pool's device, CUDA device %d): %w", ErrInvalidStream, s, o.dev.Ordinal(), err)
-	}
-	return o.list(s), nil
-}
-
-// list returns the list of stream s, made on first use.
-func (o *streamOrder) list(s cuda.Stream) *streamList {
-	if l := (*o.lists.Load())[s]; l != nil {
-		return l
-	}
-	o.listMu.Lock()
-	defer o.listMu.Unlock()
-	m := *o.lists.Load()
-	if l := m[s]; l != nil {
-		return l
-	}
-	c := make(map[cuda.Stream]*streamList, len(m)+1)
-	for k, v := range m {
-		c[k] = v
-	}
-	l := &streamList{s: s}
-	c[s] = l
-	o.lists.Store(&c)
-	return l
-}
-
-// retire takes l, which lost its stream, out of the lists.
-func (o *streamOrder) retire(l *streamList) {
-	o.listMu.Lock()
-	defer o.listMu.Unlock()
-	m := *o.lists.Load()
-	if m[l.s] != l {
-		return
-	}
-	c := make(map[cuda.Stream]*streamList, len(m))
-	for k, v := range m {
-		if v != l {
-			c[k] = v
-		}
-	}
-	o.lists.Store(&c)
-	o.last.CompareAndSwap(l, nil) // so that check asks the driver about the handle again
 }
 
 // deferFree frees the whole buffer at addr, of n bytes, once every stream recorded on it, and
 // the stream of l when l is not nil (FreeAsync), has passed the work queued on it so far. l nil
 // is a Free of a held buffer.
 func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
+	err := o.deferOne(addr, n, l)
+	o.verify()
+	return err
+}
+
+func (o *streamOrder) deferOne(addr, n uintptr, l *streamList) error {
 	if l != nil {
 		first, err := o.g.HoldSized(addr, n)
 		if err != nil {
 			return wrapError(err, ErrNotOwned)
 		}
 		if first { // no stream recorded, and none can be now: the buffer is l's alone
-			o.weight.Add(weigh(n))
-			o.queue(l, deferred{addr: addr, n: n})
+			o.enqueue(l, deferred{addr: addr, n: n})
 			return nil
 		}
 	} else if size, err := o.g.Size(addr); err != nil || size != n {
@@ -327,16 +316,25 @@ func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
 	if l != nil {
 		u.add(l.s)
 	}
-	o.weight.Add(weigh(n))
+	if u.one == noStream { // every stream recorded was forgotten, so has passed: free it now
+		delete(sh.m, addr)
+		sh.mu.Unlock()
+		return o.free(deferred{addr: addr, n: n})
+	}
 	if len(u.more) == 0 {
 		// One stream: the buffer is its alone now, held with no use, as after FreeAsync.
 		delete(sh.m, addr)
 		sh.mu.Unlock()
-		o.queue(o.list(u.one), deferred{addr: addr, n: n})
+		l = o.last.Load()
+		if l == nil || l.s != u.one {
+			l = o.list(u.one)
+		}
+		o.enqueue(l, deferred{addr: addr, n: n})
 		return nil
 	}
 	u.freed, u.left = true, 1+len(u.more)
 	sh.m[addr] = u
+	o.weight.Add(weigh(n))
 	o.shared.Add(1)
 	o.sharedBytes.Add(int64(n))
 	d := deferred{addr: addr, n: n, shared: true}
@@ -348,39 +346,72 @@ func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
 	return nil
 }
 
-// queue adds d to the open list l, or to the list that took its place when l lost its stream.
-func (o *streamOrder) queue(l *streamList, d deferred) {
-	for {
-		l.mu.Lock()
-		if !l.gone {
-			l.open = append(l.open, d)
-			if !d.shared {
-				l.n++
-				l.bytes += d.n
-			}
-			l.mu.Unlock()
-			return
-		}
-		l.mu.Unlock()
-		l = o.list(l.s)
-	}
-}
-
 // reclaim frees the deferred buffers whose streams have passed their free, and gives the
-// streams still busy a point for the buffers freed since their last. It returns at once when
-// another goroutine reclaims. free frees a buffer for real.
-func (o *streamOrder) reclaim(free func(deferred) error) error {
-	if o.weight.Load() == 0 || !o.reclMu.TryLock() {
+// streams still busy a point for the buffers freed since their last. When another goroutine
+// reclaims, it returns at once, or with wait, waits for that one and reclaims after it. free
+// frees a buffer for real.
+func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
+	if o.weight.Load() == 0 && o.nlists.Load() == 0 {
 		return nil
 	}
-	defer o.reclMu.Unlock()
+	if !wait {
+		if !o.reclMu.TryLock() {
+			return nil
+		}
+	} else {
+		o.reclMu.Lock()
+	}
+	err := o.reclaimLocked(free)
+	if invariants.Enabled {
+		o.mustVerify()
+	}
+	o.reclMu.Unlock()
+	return err
+}
+
+// reclaimLocked is reclaim, reclMu held.
+func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
+	o.listMu.Lock()
+	for _, l := range o.lists {
+		o.scan = append(o.scan, l)
+	}
+	o.listMu.Unlock()
 	var errs []error
-	for _, l := range *o.lists.Load() {
+	for _, l := range o.scan {
+		var st pollState
 		var err error
-		if o.done, err = l.poll(o, o.done); err != nil {
+		switch o.done, st, err = l.poll(o, o.done); st {
+		case pollLost:
+			o.lost = append(o.lost, l)
 			errs = append(errs, err)
+		case pollIdle:
+			o.retire(l, false, nil)
 		}
 	}
+	clear(o.scan)
+	o.scan = o.scan[:0]
+	if len(o.lost) > 0 {
+		// The driver refuses these streams (destroyed, most likely): no event can mark a point
+		// in them, so wait for the whole context, which waits for the work they still had,
+		// once for all of them.
+		if err := o.dev.Synchronize(); err != nil {
+			errs = append(errs, fmt.Errorf("pinned: the buffers deferred on %d streams the driver refuses stay held: synchronize: %w", len(o.lost), err))
+		} else {
+			errs = nil // each list's refusal is answered: its buffers come back
+			for _, l := range o.lost {
+				o.done = o.retire(l, true, o.done)
+			}
+		}
+		clear(o.lost)
+		o.lost = o.lost[:0]
+	}
+	errs = append(errs, o.freeDone(free))
+	return errors.Join(errs...)
+}
+
+// freeDone frees the buffers of o.done whose last stream has passed them. reclMu is held.
+func (o *streamOrder) freeDone(free func(deferred) error) error {
+	var errs []error
 	var freed int64
 	for _, d := range o.done {
 		if d.shared {
@@ -414,92 +445,23 @@ func (o *streamOrder) passed(addr uintptr) bool {
 	return true
 }
 
-// poll appends to done the buffers of l whose point s has passed, and gives the open ones a
-// point when there is none: none at all when the stream is idle (they are done), else an event.
-func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ev != 0 {
-		err := o.dev.EventQuery(l.ev)
-		if errors.Is(err, icuda.ErrNotReady) {
-			return done, nil
-		}
-		if err != nil {
-			return l.lost(o, done, err)
-		}
-		done = l.take(done, l.marked)
-		o.events.Put(l.ev)
-		l.ev, l.marked = 0, l.marked[:0]
-	}
-	if len(l.open) == 0 {
-		return done, nil
-	}
-	err := o.dev.StreamQuery(l.s)
-	if err == nil { // idle: everything queued on it has completed
-		done = l.take(done, l.open)
-		l.open = l.open[:0]
-		return done, nil
-	}
-	if !errors.Is(err, icuda.ErrNotReady) {
-		return l.lost(o, done, err)
-	}
-	ev, err := o.events.Get()
-	if err == nil {
-		if err = o.dev.EventRecord(ev, l.s); err != nil {
-			o.events.Put(ev)
-		}
-	}
-	if err != nil {
-		return l.lost(o, done, err)
-	}
-	l.ev = ev
-	l.open, l.marked = l.marked, l.open
-	return done, nil
-}
-
-// take appends bufs, leaving l, to done. l.mu is held.
-func (l *streamList) take(done, bufs []deferred) []deferred {
-	for _, d := range bufs {
-		if !d.shared {
-			l.n--
-			l.bytes -= d.n
-		}
-	}
-	return append(done, bufs...)
-}
-
-// lost runs when the driver refuses l's stream or its events (destroyed, say): no point can be
-// placed in it any more, so it waits for the whole context (which waits for the work a
-// destroyed stream still had), hands back every buffer of l and retires l, so that the handle
-// is checked again if it comes back. If the context cannot be synchronized either (a sticky
-// error), the buffers stay held: nothing says the device is done with them.
-func (l *streamList) lost(o *streamOrder, done []deferred, cause error) ([]deferred, error) {
-	if err := o.dev.Synchronize(); err != nil {
-		return done, fmt.Errorf("pinned: stream %#x: %w; the %d buffers deferred on it stay held: synchronize: %w", l.s, cause, len(l.open)+len(l.marked), err)
-	}
-	if l.ev != 0 {
-		o.events.Put(l.ev)
-	}
-	done = l.take(l.take(done, l.marked), l.open)
-	l.marked, l.open, l.ev, l.gone = nil, nil, 0, true
-	o.retire(l)
-	return done, nil
-}
-
 // FreeAsync frees buffer b in the order of CUDA stream s, as cudaFreeAsync frees device
 // memory: copies and kernels queued on s before the call may still read and write b, and b is
 // handed out again (or scrubbed, with ZeroOnFree) only after s has passed them, as well as
 // every stream recorded on b (RecordStream, device.Heap's async copies). The pool takes b back
 // lazily: on later allocations that find no free block, Trim, Stats, Usage and Close.
 //
-// After Close, FreeAsync (like Free of a buffer a stream uses) waits for the stream, 5 s at
-// most, so that the pool's memory goes with its last buffer.
+// After Close, FreeAsync of the last live buffer (like a Free of one a stream uses) waits for
+// that buffer's streams, closeWait (5 s) at most, so that the pool's memory goes with it; it
+// never waits for other buffers' streams (a later Close, Free or Trim releases the memory once
+// they have passed).
 //
-// b must be a whole buffer, as for Free. s is a stream of the pool's device (Options.Device);
-// one the driver refuses gives an error wrapping ErrInvalidStream. A pool whose memory the
-// driver does not copy asynchronously (Locked, Pageable, an External region that is not
-// HostPinned, or HostPinned with no driver) frees b at once: the driver copies such memory as
-// pageable memory, before the copy call returns.
+// b must be a whole buffer, as for Free. s is a stream of the pool's device (Options.Device),
+// forgotten (ForgetStream) before it is destroyed; one the driver refuses, and the per-thread
+// default stream, give an error wrapping ErrInvalidStream. A pool whose memory the driver does
+// not copy asynchronously (Locked, Pageable, an External region that is not HostPinned, or
+// HostPinned with no driver) frees b at once: the driver copies such memory as pageable
+// memory, before the copy call returns.
 func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if p.order == nil {
 		return p.Free(b)
@@ -521,10 +483,10 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if p.guarded {
 		err = p.freeGuarded(addr, n, l)
 	} else {
-		err = p.order.deferFree(addr, n, l)
+		err = p.freeAsync(addr, n, l)
 	}
 	if err == nil && p.closed.Load() {
-		p.finishClose()
+		p.finishClose(addr)
 	}
 	return err
 }
@@ -534,8 +496,8 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 // that free. device.Heap's HtoDAsync and DtoHAsync record their stream themselves; call
 // RecordStream for other work that reads or writes the buffer asynchronously (a kernel given
 // DevicePointer, a copy made with another binding). Recording costs no event; the free does
-// the waiting (see FreeAsync). On a pool whose memory the driver copies synchronously it only
-// checks that b lies in a live buffer.
+// the waiting (see FreeAsync). s is refused as FreeAsync refuses it. On a pool whose memory
+// the driver copies synchronously it only checks that b lies in a live buffer.
 func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
 	if len(b) == 0 {
 		return fmt.Errorf("%w: empty slice", ErrNotOwned)
@@ -565,12 +527,17 @@ const reclaimWeight = 32
 // reclaim.
 func (p *Pool) reclaimSoon() bool { return p.order != nil && p.order.weight.Load() >= reclaimWeight }
 
-// reclaim takes back the deferred buffers whose streams have passed them.
-func (p *Pool) reclaim() error {
+// reclaim takes back the deferred buffers whose streams have passed them; with wait, after the
+// reclaim another goroutine runs, if any, rather than leaving the work to it, and with the
+// shards' caches of FreeAsync (pend.go) on the lists first.
+func (p *Pool) reclaim(wait bool) error {
 	if p.order == nil {
 		return nil
 	}
-	return p.order.reclaim(p.freeDeferred)
+	if wait {
+		p.flushAll()
+	}
+	return p.order.reclaim(p.freeDeferred, wait)
 }
 
 // freeDeferred frees a deferred buffer for real, its streams having passed it.
@@ -584,14 +551,26 @@ func (p *Pool) drain() error {
 	}
 	deadline := time.Now().Add(closeWait)
 	for wait := 20 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
-		err := p.reclaim()
+		err := p.reclaim(true)
 		if o.weight.Load() == 0 {
 			return err
 		}
 		if time.Now().After(deadline) {
 			n, bytes := p.deferred()
-			return errors.Join(fmt.Errorf("%w: %d buffers (%d bytes) wait for their streams after %v; the pool's memory stays mapped, and Close waits again",
+			return errors.Join(fmt.Errorf("%w: %d buffers (%d bytes) wait for their streams after %v; the pool's memory stays mapped, and a later Close, Free or Trim releases it once they have passed",
 				ErrBusy, n, bytes, closeWait), err)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// settle waits, closeWait at most, until the buffer at addr is no longer deferred: its own
+// streams have passed it. Only a closed pool waits so (see finishClose).
+func (p *Pool) settle(addr uintptr) {
+	deadline := time.Now().Add(closeWait)
+	for wait := 20 * time.Microsecond; !p.released.Load() && p.g.Held(addr); wait = min(2*wait, 5*time.Millisecond) {
+		if _ = p.reclaim(true); !p.g.Held(addr) || time.Now().After(deadline) {
+			return
 		}
 		time.Sleep(wait)
 	}
@@ -604,7 +583,9 @@ func (p *Pool) deferred() (n, bytes uint64) {
 	}
 	o := p.order
 	n, bytes = uint64(o.shared.Load()), uint64(o.sharedBytes.Load())
-	for _, l := range *o.lists.Load() {
+	o.listMu.Lock()
+	defer o.listMu.Unlock()
+	for _, l := range o.lists {
 		l.mu.Lock()
 		n, bytes = n+uint64(l.n), bytes+uint64(l.bytes)
 		l.mu.Unlock()

@@ -26,7 +26,7 @@ func stamped(n int, seed uint32) []byte {
 // fake, whose streams run their work late (and not at all while Hold is on): allocations
 // stamped with their own pattern, async copies from them to per-stream device blocks and into
 // them, frees right after (Free, FreeAsync on any stream), RecordStream of sub-slices, queries,
-// synchronizes. A buffer reused before a stream had passed its copies shows: a device block
+// synchronizes, ForgetStream. A buffer reused before a stream had passed its copies shows: a device block
 // then holds another stamp than the last copy queued into it, or a live buffer another stamp
 // than its own.
 func TestFakeStreamProperty(t *testing.T) {
@@ -116,8 +116,10 @@ func TestFakeStreamProperty(t *testing.T) {
 			}
 		case x < 90:
 			r.f.Hold(rng.IntN(3) == 0)
-		case x < 95:
+		case x < 93:
 			_ = r.pool.Stats()
+		case x < 95: // waits for s, takes back its buffers, takes it off the live ones
+			ok(t, "pool ForgetStream", r.pool.ForgetStream(s))
 		default:
 			check(step, k)
 		}

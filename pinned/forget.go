@@ -1,0 +1,104 @@
+package pinned
+
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
+)
+
+// ForgetStream waits until CUDA stream s has passed the work queued on it, takes back the
+// buffers whose frees waited for it, and forgets s, as device.Heap.ForgetStream does: call it
+// before destroying a stream the pool has seen (FreeAsync, RecordStream, device.Heap's async
+// copies of the pool's buffers), once no other goroutine uses s. The driver may give a
+// destroyed stream's handle to a new stream, of another device even, which the pool would
+// otherwise take for the one it knew. A stream the pool holds nothing for costs no driver call;
+// one destroyed already is waited for with a synchronize of the pool's context. Buffers still
+// live that s was recorded on forget it too: s has passed what it did with them.
+//
+// A pool whose memory the driver copies synchronously knows no streams: ForgetStream does
+// nothing there. After the pool's memory is released it returns ErrClosed.
+func (p *Pool) ForgetStream(s cuda.Stream) error {
+	if p.order == nil {
+		return nil
+	}
+	if p.released.Load() {
+		return ErrClosed
+	}
+	p.flushAll()
+	err := p.order.forget(s)
+	if err == nil && p.closed.Load() {
+		p.finishClose(0)
+	}
+	return err
+}
+
+// forget is ForgetStream.
+func (o *streamOrder) forget(s cuda.Stream) error {
+	o.reclMu.Lock()
+	defer o.reclMu.Unlock()
+	if l := o.last.Load(); l != nil && l.s == s {
+		o.last.CompareAndSwap(l, nil)
+	}
+	o.listMu.Lock()
+	l := o.lists[s]
+	o.listMu.Unlock()
+	if l == nil && !o.recorded(s) {
+		return nil
+	}
+	if err := o.dev.StreamSynchronize(s); err != nil {
+		// Destroyed already, most likely: the context's synchronize waits for its work.
+		if err2 := o.dev.Synchronize(); err2 != nil {
+			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; the buffers deferred on it stay held", s, err, err2)
+		}
+	}
+	o.dropUses(s)
+	if l != nil {
+		o.done = o.retire(l, true, o.done)
+	}
+	err := o.freeDone(o.free)
+	if invariants.Enabled {
+		o.mustVerify()
+	}
+	return err
+}
+
+// recorded reports whether s is recorded on a live buffer. reclMu is held.
+func (o *streamOrder) recorded(s cuda.Stream) bool {
+	for i := range o.uses {
+		sh := &o.uses[i]
+		sh.mu.Lock()
+		for _, u := range sh.m {
+			if !u.freed && (u.one == s || containsStream(u.more, s)) {
+				sh.mu.Unlock()
+				return true
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return false
+}
+
+// dropUses takes s, which has passed every use recorded, off the live buffers it is recorded
+// on. The deferred ones (freed) are counted down by the buffers of s's list instead.
+func (o *streamOrder) dropUses(s cuda.Stream) {
+	for i := range o.uses {
+		sh := &o.uses[i]
+		sh.mu.Lock()
+		for addr, u := range sh.m {
+			if !u.freed && u.drop(s) {
+				sh.m[addr] = u
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func containsStream(ss []cuda.Stream, s cuda.Stream) bool {
+	for _, t := range ss {
+		if t == s {
+			return true
+		}
+	}
+	return false
+}

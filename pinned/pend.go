@@ -1,0 +1,99 @@
+package pinned
+
+import (
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/procpin"
+)
+
+// FreeAsync's per-shard cache.
+//
+// A FreeAsync of a buffer no stream was recorded on holds it (heap.Group.HoldSized, from any
+// goroutine), and a free of a buffer recorded on one stream only finds it so (its use goes);
+// then, in a fast section of the caller's P's shard (shard.go), appends it to
+// the shard's pend cache when the cache is empty or holds buffers of the same stream: no lock
+// and no atomic read-modify-write, where the stream's list costs a mutex and the weight an
+// atomic add. The cache goes on the stream's list, in one lock, when it is full or another
+// stream comes (by the FreeAsync that finds it so, out of its fast section), when the shard's
+// own allocation takes its slow path (as the shard's holder, before it looks at the weight),
+// and before every reclaim that waits (Stats, Trim, ForgetStream, Close, a quota refusal, an
+// allocation that found the pool full), which holds every shard for it (flushAll). Nothing
+// else reads the cache: its buffers are held in the heap, so no free, Alloc or RecordStream
+// can touch them, and a double free of one is refused as for any deferred buffer.
+//
+// A cached buffer is in no list and weighs nothing yet: Usage does not count it as deferred,
+// and the lists' point (an event, or the idle query) comes at the reclaim after the flush,
+// which is later than the free, as ordering after the stream requires. After Close a FreeAsync
+// skips the cache, so that the release sees every deferred buffer on a list.
+
+// pendMax is the most buffers a shard's cache holds: a reclaim's worth (reclaimWeight).
+const pendMax = reclaimWeight
+
+// freeAsync is FreeAsync of the buffer at addr, of n bytes, on the stream of l, with no guard.
+func (p *Pool) freeAsync(addr, n uintptr, l *streamList) error {
+	first, err := p.g.HoldSized(addr, n)
+	if err != nil {
+		return wrapError(err, ErrNotOwned)
+	}
+	if !first { // streams recorded on it: the uses path
+		return p.order.deferFree(addr, n, l)
+	}
+	p.enqueue(l, deferred{addr: addr, n: n})
+	return nil
+}
+
+// enqueue defers d, a held buffer that waits for the stream of l only: to the cache of the
+// caller's P's shard when it can, else to l.
+func (p *Pool) enqueue(l *streamList, d deferred) {
+	o := p.order
+	if p.fast && d.n <= heap.MaxClassSize && !p.closed.Load() {
+		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
+			procpin.Unpin()
+		} else {
+			if len(s.pend) < cap(s.pend) && (len(s.pend) == 0 || s.pendL == l) {
+				s.pend = append(s.pend, d)
+				s.pendL = l
+				p.exit(s)
+				return
+			}
+			// Full, or of another stream: move it to the list, out of the fast section.
+			var out [pendMax]deferred
+			k := copy(out[:], s.pend)
+			ol := s.pendL
+			s.pend = append(s.pend[:0], d)
+			s.pendL = l
+			p.exit(s)
+			if k > 0 {
+				o.queueMany(ol, out[:k])
+			}
+			o.verify()
+			return
+		}
+	}
+	o.queue(l, d)
+	o.verify()
+}
+
+// flush moves the cache of shard s, which the caller holds, to its stream's list.
+func (p *Pool) flush(s *shard) {
+	if len(s.pend) == 0 {
+		return
+	}
+	p.order.queueMany(s.pendL, s.pend)
+	clear(s.pend)
+	s.pend, s.pendL = s.pend[:0], nil
+	p.order.verify()
+}
+
+// flushAll moves every shard's cache to the lists, holding each shard in turn.
+func (p *Pool) flushAll() {
+	if !p.fast || p.order == nil {
+		return
+	}
+	ss := *p.shards.Load()
+	p.revoke(ss)
+	for _, s := range ss {
+		s.take()
+		p.flush(s)
+		letGo(s)
+	}
+}

@@ -1,0 +1,112 @@
+package pinned
+
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
+)
+
+// verify checks the pool's stream state after a mutating stream operation, in builds with
+// invariants.Enabled (-tags invariants, -race), and panics if it is inconsistent; elsewhere it
+// compiles to nothing.
+func (o *streamOrder) verify() {
+	if !invariants.Enabled {
+		return
+	}
+	o.reclMu.Lock()
+	defer o.reclMu.Unlock()
+	o.mustVerify()
+}
+
+// mustVerify panics with consistent's error. reclMu is held.
+func (o *streamOrder) mustVerify() {
+	if err := o.consistent(); err != nil {
+		panic(err)
+	}
+}
+
+// consistent checks, with every lock of the stream state held (reclMu by the caller), that:
+// each list is the map's entry for its stream and in it; its counts are those of its buffers;
+// it has an event exactly when it has marked buffers; a buffer deferred on one stream is on one
+// list once and has no use; a shared one is on as many lists as its use has streams left to
+// pass it, and its use is freed; the weight and shared counts are those of the buffers.
+func (o *streamOrder) consistent() error {
+	for i := range o.uses {
+		o.uses[i].mu.Lock()
+		defer o.uses[i].mu.Unlock()
+	}
+	o.listMu.Lock()
+	defer o.listMu.Unlock()
+	if len(o.done) != 0 {
+		return fmt.Errorf("pinned: invariant: %d buffers in reclaim's scratch between reclaims", len(o.done))
+	}
+	if int(o.nlists.Load()) != len(o.lists) {
+		return fmt.Errorf("pinned: invariant: nlists %d, %d lists", o.nlists.Load(), len(o.lists))
+	}
+	var weight int64
+	own := map[uintptr]int{}
+	shared := map[uintptr]int{}
+	sharedN := map[uintptr]uintptr{}
+	for s, l := range o.lists {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.s != s || l.gone {
+			return fmt.Errorf("pinned: invariant: the list of stream %#x is of %#x (gone %v)", s, l.s, l.gone)
+		}
+		if (l.ev != 0) != (len(l.marked) > 0) {
+			return fmt.Errorf("pinned: invariant: stream %#x: event %#x with %d marked buffers", s, l.ev, len(l.marked))
+		}
+		n, bytes := 0, uintptr(0)
+		for _, bufs := range [][]deferred{l.open, l.marked} {
+			for _, d := range bufs {
+				if d.shared {
+					shared[d.addr]++
+					sharedN[d.addr] = d.n
+					continue
+				}
+				own[d.addr]++
+				n, bytes = n+1, bytes+d.n
+				weight += weigh(d.n)
+			}
+		}
+		if n != l.n || bytes != l.bytes {
+			return fmt.Errorf("pinned: invariant: stream %#x counts %d buffers (%d bytes), holds %d (%d bytes)", s, l.n, l.bytes, n, bytes)
+		}
+	}
+	for addr, c := range own {
+		if c != 1 {
+			return fmt.Errorf("pinned: invariant: buffer %#x deferred %d times", addr, c)
+		}
+		if _, ok := o.shard(addr).m[addr]; ok {
+			return fmt.Errorf("pinned: invariant: buffer %#x deferred on one stream has a use", addr)
+		}
+	}
+	var nShared, bytesShared int64
+	for i := range o.uses {
+		for addr, u := range o.uses[i].m {
+			if !u.freed {
+				if shared[addr] != 0 {
+					return fmt.Errorf("pinned: invariant: live buffer %#x is on %d lists", addr, shared[addr])
+				}
+				continue
+			}
+			if shared[addr] != u.left || u.left < 1 {
+				return fmt.Errorf("pinned: invariant: buffer %#x waits for %d streams, is on %d lists", addr, u.left, shared[addr])
+			}
+			nShared++
+			bytesShared += int64(sharedN[addr])
+			weight += weigh(sharedN[addr])
+			delete(shared, addr)
+		}
+	}
+	for addr := range shared {
+		return fmt.Errorf("pinned: invariant: shared buffer %#x on a list has no use", addr)
+	}
+	if nShared != o.shared.Load() || bytesShared != o.sharedBytes.Load() {
+		return fmt.Errorf("pinned: invariant: %d shared buffers (%d bytes) counted, %d (%d bytes) found", o.shared.Load(), o.sharedBytes.Load(), nShared, bytesShared)
+	}
+	if weight != o.weight.Load() {
+		return fmt.Errorf("pinned: invariant: weight %d, buffers weigh %d", o.weight.Load(), weight)
+	}
+	return nil
+}
