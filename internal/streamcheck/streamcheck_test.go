@@ -1,0 +1,137 @@
+package streamcheck
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// The flags are copied into the environment, which the child process fakecuda.Run starts
+// inherits (it passes no flags of its own).
+var (
+	flagSeed   = flag.Uint64("seed", 0, "run this seed only (env STREAMCHECK_SEED)")
+	flagSteps  = flag.Int("steps", 0, "operations per seed (env STREAMCHECK_STEPS)")
+	flagSeeds  = flag.Int("seeds", 0, "number of seeds, drawn at random (env STREAMCHECK_SEEDS)")
+	flagLong   = flag.Duration("long", 0, "run random seeds until this much time has passed (env STREAMCHECK_DURATION)")
+	flagShrink = flag.Duration("shrink", 0, "time to spend shrinking a failure (env STREAMCHECK_SHRINK, default 60s)")
+)
+
+const (
+	envSeed     = "STREAMCHECK_SEED"
+	envSteps    = "STREAMCHECK_STEPS"
+	envSeeds    = "STREAMCHECK_SEEDS"
+	envDuration = "STREAMCHECK_DURATION"
+	envShrink   = "STREAMCHECK_SHRINK"
+)
+
+// ciSeeds are the seeds of the default run (CI); ciSteps its operations per seed.
+var ciSeeds = []uint64{1, 2, 3}
+
+const ciSteps = 4000
+
+// TestStreamOrder runs the model checker (see the package documentation) on the fake driver.
+func TestStreamOrder(t *testing.T) {
+	exportFlags(t)
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	rig := Rig{F: f, Dev: f.Open(t, 0)}
+	steps := envInt(t, envSteps, ciSteps)
+	if testing.Short() && os.Getenv(envSteps) == "" {
+		steps /= 4
+	}
+	shrink := durationEnv(t, envShrink, time.Minute)
+	seeds := ciSeeds
+	random := false
+	if s := os.Getenv(envSeed); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, s, err)
+		}
+		seeds = []uint64{seed}
+	} else if n := envInt(t, envSeeds, 0); n > 0 {
+		seeds, random = make([]uint64, n), true
+	}
+	until := time.Time{}
+	if d := durationEnv(t, envDuration, 0); d > 0 {
+		until, random, seeds = time.Now().Add(d), true, nil
+	}
+	base := uint64(time.Now().UnixNano())
+	for i := 0; i < len(seeds) || !until.IsZero() && time.Now().Before(until); i++ {
+		var seed uint64
+		if random {
+			seed = base + uint64(i)*0x9E3779B97F4A7C15
+		} else {
+			seed = seeds[i]
+		}
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { checkSeed(t, rig, seed, steps, shrink) })
+		if !ok && !until.IsZero() {
+			break
+		}
+	}
+}
+
+// checkSeed runs one seed and, on a failure, shrinks it and reports the shortest sequence.
+func checkSeed(t *testing.T, rig Rig, seed uint64, steps int, shrink time.Duration) {
+	cfg := ConfigFor(seed)
+	start := time.Now()
+	res := Generate(rig, cfg, steps)
+	t.Logf("%v: %v in %v", cfg, res.Summary(), time.Since(start).Round(time.Millisecond))
+	if res.Failure == nil {
+		return
+	}
+	f := res.Failure
+	t.Errorf("seed %d failed: %v", seed, f)
+	start = time.Now()
+	ops, g, replays := Shrink(rig, cfg, res.Ops, f, shrink)
+	t.Errorf("seed %d (%v): shrunk from %d to %d operations in %d replays (%v); it fails with\n\t%v\nreplay it with go test ./internal/streamcheck -run TestStreamOrder -seed %d; the operations:\n%s",
+		seed, cfg, len(res.Ops), len(ops), replays, time.Since(start).Round(time.Millisecond), g, seed, Listing(ops))
+}
+
+func exportFlags(t *testing.T) {
+	if *flagSeed != 0 {
+		t.Setenv(envSeed, strconv.FormatUint(*flagSeed, 10))
+	}
+	if *flagSteps != 0 {
+		t.Setenv(envSteps, strconv.Itoa(*flagSteps))
+	}
+	if *flagSeeds != 0 {
+		t.Setenv(envSeeds, strconv.Itoa(*flagSeeds))
+	}
+	if *flagLong != 0 {
+		t.Setenv(envDuration, flagLong.String())
+	}
+	if *flagShrink != 0 {
+		t.Setenv(envShrink, flagShrink.String())
+	}
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a count", name, s)
+	}
+	return n
+}
+
+func durationEnv(t *testing.T, name string, def time.Duration) time.Duration {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, s, err)
+	}
+	return d
+}
