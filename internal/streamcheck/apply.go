@@ -197,7 +197,10 @@ func (w *world) devFree(op Op, s pubcuda.Stream) (bool, *Failure) {
 				return true, f
 			}
 		}
-		w.devFreed = append(w.devFreed, freed{n: d.n, mask: bit(op.S) | bit(d.busy), alloc: d.alloc})
+		w.devFreed = append(w.devFreed, freed{n: d.n, mask: bit(op.S) | bit(d.busy)})
+		if op.S != d.alloc {
+			w.crossFrees[d.alloc]++
+		}
 	}
 	delete(w.dev, op.A)
 	w.devID = removeID(w.devID, op.A)
@@ -316,7 +319,7 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 		mask |= bit(op.S)
 	}
 	if mask != 0 {
-		w.poolFreed = append(w.poolFreed, freed{n: len(bf.b), mask: mask, alloc: -1})
+		w.poolFreed = append(w.poolFreed, freed{n: len(bf.b), mask: mask})
 	}
 	delete(w.bufs, op.A)
 	w.bufID = removeID(w.bufID, op.A)
@@ -629,10 +632,12 @@ func (w *world) misc(op Op, s pubcuda.Stream) (bool, *Failure) {
 		if err := w.heap.Trim(); err != nil {
 			return true, unexpected("device.Heap.Trim", err)
 		}
+		clear(w.crossFrees) // both wait for every deferred free
 	case HeapSync:
 		if err := w.heap.Sync(); err != nil {
 			return true, unexpected("device.Heap.Sync", err)
 		}
+		clear(w.crossFrees)
 	case PoolTrim:
 		w.pool.Trim()
 	case TierSync:
@@ -678,10 +683,11 @@ func (w *world) recreate(op Op, s pubcuda.Stream) (bool, *Failure) {
 		}
 	}
 	err := w.heap.ForgetStream(s)
-	if errors.Is(err, heap.ErrLiveBlocks) && w.freeingOn(op.S) {
-		// A block allocated on s whose free waits on another stream still counts as live
-		// (device.Stats: "a deferred free counts until it is done"): the stream stays.
-		w.counts["ForgetStream refused: a free of its block pending on another stream"]++
+	if errors.Is(err, heap.ErrLiveBlocks) && w.crossFrees[op.S] > 0 {
+		// A block allocated on s whose free was queued on another stream counts as live until
+		// the heap polls that stream's frees (device.Stats: "a deferred free counts until it
+		// is done"), which ForgetStream(s) does not: the stream stays.
+		w.counts["ForgetStream refused: a free of its block queued on another stream"]++
 		return true, nil
 	}
 	if err != nil {
@@ -704,17 +710,8 @@ func (w *world) recreate(op Op, s pubcuda.Stream) (bool, *Failure) {
 		return true, unexpected("cuStreamCreate", err)
 	}
 	w.streams[op.S] = ns
+	w.crossFrees[op.S] = 0
 	return true, nil
-}
-
-// freeingOn reports a device block allocated on stream slot k whose free may not have passed.
-func (w *world) freeingOn(k int) bool {
-	for _, f := range w.devFreed {
-		if f.alloc == k && f.mask != 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // finish ends a run: every stream passes, every object is checked and freed, the tier, heap
@@ -756,6 +753,9 @@ func (w *world) finish() *Failure {
 	w.tbID = nil
 	if err := w.tier.Close(); err != nil {
 		return unexpected("uvm.Tier.Close", err)
+	}
+	if _, err := w.tier.Alloc(4096); !errors.Is(err, uvm.ErrClosed) {
+		return wantErr("uvm.Tier.Alloc after Close", err, uvm.ErrClosed)
 	}
 	w.tier = nil
 	for _, id := range w.bufID {
@@ -806,12 +806,18 @@ func (w *world) finish() *Failure {
 	if err := w.heap.Close(); err != nil {
 		return unexpected("device.Heap.Close", err)
 	}
+	if _, err := w.heap.Alloc(4096, w.streams[0]); !errors.Is(err, device.ErrClosed) {
+		return wantErr("device.Heap.Alloc after Close", err, device.ErrClosed)
+	}
 	w.heap = nil
 	if st := w.pool.Stats(); st.Live != 0 || st.Deferred != 0 {
 		return failf("pool stats at the end", "%d live, %d deferred after every buffer was freed and every stream passed", st.Live, st.Deferred)
 	}
 	if err := w.pool.Close(); err != nil {
 		return unexpected("pinned.Pool.Close", err)
+	}
+	if _, err := w.pool.Alloc(4096); !errors.Is(err, pinned.ErrClosed) {
+		return wantErr("pinned.Pool.Alloc after Close", err, pinned.ErrClosed)
 	}
 	w.pool = nil
 	for i, s := range w.streams {

@@ -13,41 +13,41 @@ type Kind uint8
 // exist, or whose preconditions (the contract in the package documentation) do not hold when
 // it is replayed, is skipped.
 const (
-	DevAlloc       Kind = iota // heap.Alloc(N, S), then a memset to V on S (or none: Flag, ZeroOnFree)
-	DevWrite                   // HtoDAsync of pool buffer B (or Go memory: B < 0) to block A at Off, N bytes, on S
-	DevRead                    // DtoHAsync of N bytes of block A at Off into pool buffer B (or Go memory, checked at once), on S
-	DevMemset                  // MemsetAsync of N bytes of block A at Off to V, on S
-	DevFreeAsync               // FreeAsync(A, S)
-	DevFree                    // Free(A)
-	DevDoubleFree              // FreeAsync(A, S), then a copy from A (ErrNotOwned) and FreeAsync again (ErrDoubleFree)
-	DevOutOfBounds             // HtoDAsync of one byte more than block A holds from Off: ErrOutOfBounds
-	PoolAlloc                  // pool.Alloc(N), stamped with V
-	PoolStamp                  // the CPU writes stamp V over buffer A
-	PoolFree                   // pool.Free(A)
-	PoolFreeAsync              // pool.FreeAsync(A, S)
-	PoolRecordFree             // RecordStream(A[Off:Off+N], S), then Free(A)
-	PoolRawCopy                // a raw driver HtoDAsync of buffer A to block B on S, then RecordStream(A, S)
-	PoolDoubleFree             // Free(A) twice: ErrDoubleFree
-	PoolSubFree                // Free(A[:len-1]) and Free(A[1:]): ErrSubSlice, A stays live
-	TierAlloc                  // tier.Alloc(N)
-	TierAcquire                // Acquire(A, S, Write if Flag): a write memsets to V and copies pool buffer B (if any) over the start; a read is checked
-	TierRelease                // Release(A, its stream)
-	TierWrongRelease           // Release(A, S) on a stream it is not acquired on: ErrWrongStream
-	TierHost                   // AcquireHost(A, Write if Flag): checked, a write stamps V; then ReleaseHost
-	TierEvict                  // Evict of the unacquired blocks among A, B, Off
-	TierPrefetch               // Prefetch of the unacquired blocks among A, B, Off on S
-	TierFree                   // tier.Free(A)
-	TierDoubleFree             // tier.Free(A) twice: ErrInvalidHandle
-	Sync                       // StreamSynchronize(S), then check every idle object
-	Hold                       // the fake's Hold(Flag)
-	Complete                   // the fake runs all pending work; check every object
-	CompleteStream             // the fake runs S's pending work
-	HeapTrim                   // device.Heap.Trim
-	HeapSync                   // device.Heap.Sync
-	PoolTrim                   // pinned.Pool.Trim
-	Stats                      // Stats of heap, pool and tier
-	TierSync                   // uvm.Tier.Sync
-	Recreate                   // synchronize S, ForgetStream it everywhere, destroy it, make a new one
+	DevAlloc         Kind = iota // heap.Alloc(N, S), then a memset to V on S (or none: Flag, ZeroOnFree)
+	DevWrite                     // HtoDAsync of pool buffer B (or Go memory: B < 0) to block A at Off, N bytes, on S
+	DevRead                      // DtoHAsync of N bytes of block A at Off into pool buffer B (or Go memory, checked at once), on S
+	DevMemset                    // MemsetAsync of N bytes of block A at Off to V, on S
+	DevFreeAsync                 // FreeAsync(A, S)
+	DevFree                      // Free(A)
+	DevDoubleFree                // FreeAsync(A, S), then a copy from A (ErrNotOwned) and FreeAsync again (ErrDoubleFree)
+	DevOutOfBounds               // HtoDAsync of one byte more than block A holds from Off: ErrOutOfBounds
+	PoolAlloc                    // pool.Alloc(N), stamped with V
+	PoolStamp                    // the CPU writes stamp V over buffer A
+	PoolFree                     // pool.Free(A)
+	PoolFreeAsync                // pool.FreeAsync(A, S)
+	PoolRecordFree               // RecordStream(A[Off:Off+N], S), then Free(A)
+	PoolRawCopy                  // a raw driver HtoDAsync of buffer A to block B on S, then RecordStream(A, S)
+	PoolDoubleFree               // Free(A) twice: ErrDoubleFree
+	PoolSubFree                  // Free(A[:len-1]) and Free(A[1:]): ErrSubSlice, A stays live
+	TierAlloc                    // tier.Alloc(N)
+	TierAcquire                  // Acquire(A, S, Write if Flag): a write memsets to V and copies pool buffer B (if any) over the start; a read is checked
+	TierRelease                  // Release(A, its stream)
+	TierWrongRelease             // Release(A, S) on a stream it is not acquired on: ErrWrongStream
+	TierHost                     // AcquireHost(A, Write if Flag): checked, a write stamps V; then ReleaseHost
+	TierEvict                    // Evict of the unacquired blocks among A, B, Off
+	TierPrefetch                 // Prefetch of the unacquired blocks among A, B, Off on S
+	TierFree                     // tier.Free(A)
+	TierDoubleFree               // tier.Free(A) twice: ErrInvalidHandle
+	Sync                         // StreamSynchronize(S), then check every idle object
+	Hold                         // the fake's Hold(Flag)
+	Complete                     // the fake runs all pending work; check every object
+	CompleteStream               // the fake runs S's pending work
+	HeapTrim                     // device.Heap.Trim
+	HeapSync                     // device.Heap.Sync
+	PoolTrim                     // pinned.Pool.Trim
+	Stats                        // Stats of heap, pool and tier
+	TierSync                     // uvm.Tier.Sync
+	Recreate                     // synchronize S, ForgetStream it everywhere, destroy it, make a new one
 	numKinds
 )
 

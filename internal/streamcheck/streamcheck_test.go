@@ -90,8 +90,8 @@ func checkSeed(t *testing.T, rig Rig, seed uint64, steps int, shrink time.Durati
 	t.Errorf("seed %d failed: %v", seed, f)
 	start = time.Now()
 	ops, g, replays := Shrink(rig, cfg, res.Ops, f, shrink)
-	t.Errorf("seed %d (%v): shrunk from %d to %d operations in %d replays (%v); it fails with\n\t%v\nreplay it with go test ./internal/streamcheck -run TestStreamOrder -seed %d; the operations:\n%s",
-		seed, cfg, len(res.Ops), len(ops), replays, time.Since(start).Round(time.Millisecond), g, seed, Listing(ops))
+	t.Errorf("seed %d (%v): shrunk from %d to %d operations in %d replays (%v); it fails with\n\t%v\nreplay it with go test ./internal/streamcheck -run TestStreamOrder -seed %d; the operations:\n%s\nas a regression case:\n%s",
+		seed, cfg, len(res.Ops), len(ops), replays, time.Since(start).Round(time.Millisecond), g, seed, Listing(ops), GoCode(fmt.Sprintf("seed %d", seed), cfg, ops, g.What))
 }
 
 func exportFlags(t *testing.T) {

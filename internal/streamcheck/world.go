@@ -100,9 +100,8 @@ type ublock struct {
 // freed is memory the user freed whose streams may not have passed it: it may still count
 // against a quota while Hold keeps the streams from passing.
 type freed struct {
-	n     int
-	mask  uint32 // stream slots
-	alloc int    // a device block's allocation stream slot (-1 for a pool buffer)
+	n    int
+	mask uint32 // stream slots
 }
 
 // Rig is the fake driver and the device the checker runs on.
@@ -135,14 +134,17 @@ type world struct {
 	closed            bool
 	counts            map[string]int // legitimate refusals seen, by kind
 	checkedBytes      int64
-	tierBytes         int // bytes of live tier blocks
-	tierPinned        int // bytes of acquired tier blocks
+	tierBytes         int   // bytes of live tier blocks
+	tierPinned        int   // bytes of acquired tier blocks
+	crossFrees        []int // by stream slot: its blocks freed on other streams since the heap last drained its frees
 	devLive, poolLive int
 }
 
 func newWorld(cfg Config, rig Rig) (*world, error) {
 	w := &world{cfg: cfg, rig: rig, pub: icuda.Wrap[*pubcuda.Device](rig.Dev),
-		dev: map[int]*dblock{}, bufs: map[int]*pbuf{}, tb: map[int]*ublock{}, counts: map[string]int{}}
+		dev: map[int]*dblock{}, bufs: map[int]*pbuf{}, tb: map[int]*ublock{}, counts: map[string]int{},
+		crossFrees: make([]int, cfg.Streams)}
+	rig.F.ClearStickyError() // a fault of an earlier run would fail every call of this one
 	var err error
 	w.heap, err = device.New(w.pub, device.Options{Capacity: cfg.DeviceCapacity, ZeroOnFree: cfg.DeviceZero, Quota: cfg.DeviceQuota, PurgeDelay: cfg.PurgeDelay})
 	if err != nil {
@@ -185,6 +187,7 @@ func (w *world) abandon() {
 	w.closed = true
 	w.rig.F.Hold(false)
 	w.rig.F.Complete()
+	w.rig.F.ClearStickyError()
 	if w.tier != nil {
 		for _, id := range w.tbID {
 			u := w.tb[id]
@@ -242,10 +245,18 @@ func failf(what, format string, args ...any) *Failure {
 	return &Failure{What: what, Msg: fmt.Sprintf(format, args...)}
 }
 
-// unexpected is a failure for an error a legitimate operation returned.
+// unexpected is a failure for an error a legitimate operation returned. A fault of queued work
+// (CUDA_ERROR_ILLEGAL_ADDRESS: memory freed or unmapped under it) is sticky: whichever call
+// reports it, it is one class of failure.
 func unexpected(call string, err error) *Failure {
+	if code, ok := pubcuda.ResultCode(err); ok && code == illegalAddress {
+		return &Failure{What: "device fault: queued work met memory freed or unmapped under it", Msg: call + ": " + err.Error()}
+	}
 	return &Failure{What: "error from " + call, Msg: err.Error()}
 }
+
+// illegalAddress is CUDA_ERROR_ILLEGAL_ADDRESS.
+const illegalAddress = 700
 
 // wantErr is nil when err matches target, and a failure otherwise.
 func wantErr(call string, err, target error) *Failure {
