@@ -758,6 +758,10 @@ func (w *world) finish() *Failure {
 		return wantErr("uvm.Tier.Alloc after Close", err, uvm.ErrClosed)
 	}
 	w.tier = nil
+	if err := w.mv.Close(); err != nil {
+		return unexpected("device.Batcher.Close", err)
+	}
+	w.mv = nil
 	for _, id := range w.bufID {
 		if err := w.pool.Free(w.bufs[id].b); err != nil {
 			return unexpected("pinned.Pool.Free", err)

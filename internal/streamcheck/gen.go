@@ -43,9 +43,9 @@ func devSize(r *rand.Rand) int {
 		return 16<<10 + r.IntN(112<<10)
 	case x < 85:
 		return 200<<10 + r.IntN(500<<10)
-	case x < 94:
+	case x < 91:
 		return 800<<10 + r.IntN(224<<10)
-	case x < 97:
+	case x < 94:
 		return 1<<20 + 1 + r.IntN(512<<10)
 	default: // more than a 2 MiB segment: in a small heap, often more than the arena has left
 		return 2<<20 + r.IntN(1536<<10)

@@ -148,8 +148,8 @@ func Listing(ops []Op) string {
 func GoCode(name string, cfg Config, ops []Op, what string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{\n\tname: %q,\n\twhat: %q,\n", name, what)
-	fmt.Fprintf(&b, "\tcfg: Config{Seed: %d, Streams: %d, DeviceCapacity: %d << 20, DeviceZero: %v, DeviceQuota: %d, PoolZero: %v, PoolQuota: %d, PoolShards: %d, TierBudget: %d << 10, PurgeDelay: %d},\n",
-		cfg.Seed, cfg.Streams, cfg.DeviceCapacity>>20, cfg.DeviceZero, cfg.DeviceQuota, cfg.PoolZero, cfg.PoolQuota, cfg.PoolShards, cfg.TierBudget>>10, cfg.PurgeDelay)
+	fmt.Fprintf(&b, "\tcfg: Config{Seed: %d, Streams: %d, DeviceCapacity: %d << 20, DeviceZero: %v, DeviceQuota: %d, PoolZero: %v, PoolQuota: %d, PoolShards: %d, TierBudget: %d << 10, Mover: %d, PurgeDelay: %d},\n",
+		cfg.Seed, cfg.Streams, cfg.DeviceCapacity>>20, cfg.DeviceZero, cfg.DeviceQuota, cfg.PoolZero, cfg.PoolQuota, cfg.PoolShards, cfg.TierBudget>>10, cfg.Mover, cfg.PurgeDelay)
 	b.WriteString("\tops: []Op{\n")
 	for _, op := range ops {
 		fmt.Fprintf(&b, "\t\t{ID: %d, Kind: %s, S: %d, A: %d, B: %d, N: %d, Off: %d, V: %#x, Flag: %v},\n",

@@ -17,14 +17,15 @@ import (
 // Config is one run's setting, drawn from its seed (ConfigFor).
 type Config struct {
 	Seed           uint64
-	Streams        int     // user streams (non-blocking)
-	DeviceCapacity uintptr // the device heap's capacity: small, so reclaim and trim run constantly
-	DeviceZero     bool    // device.Options.ZeroOnFree
-	DeviceQuota    uintptr // device.Options.Quota (0: none)
-	PoolZero       bool    // pinned.Options.ZeroOnFree
-	PoolQuota      int64   // pinned.Options.Quota (0: none)
-	PoolShards     int     // pinned.Options.Shards (1: every operation takes the holder path)
-	TierBudget     uintptr // uvm.Options.DeviceBudget, its VRAM taken from the device heap
+	Streams        int               // user streams (non-blocking)
+	DeviceCapacity uintptr           // the device heap's capacity: small, so reclaim and trim run constantly
+	DeviceZero     bool              // device.Options.ZeroOnFree
+	DeviceQuota    uintptr           // device.Options.Quota (0: none)
+	PoolZero       bool              // pinned.Options.ZeroOnFree
+	PoolQuota      int64             // pinned.Options.Quota (0: none)
+	PoolShards     int               // pinned.Options.Shards (1: every operation takes the holder path)
+	TierBudget     uintptr           // uvm.Options.DeviceBudget, its VRAM taken from the device heap
+	Mover          device.CopyMethod // the tier's device.Batcher's method: fixed, so that a replay moves the same way
 	PurgeDelay     time.Duration
 }
 
@@ -35,7 +36,7 @@ func ConfigFor(seed uint64) Config {
 		Seed:           seed,
 		Streams:        3 + r.IntN(2),
 		DeviceCapacity: uintptr(4+2*r.IntN(3)) << 20,
-		DeviceZero:     r.IntN(2) == 0,
+		DeviceZero:     r.IntN(3) != 0, // a scrub queued on every free: pending work on every freed block
 		PoolZero:       r.IntN(2) == 0,
 		PoolShards:     1,
 		TierBudget:     uintptr(512+512*r.IntN(2)) << 10,
@@ -53,12 +54,13 @@ func ConfigFor(seed uint64) Config {
 	if r.IntN(4) == 0 {
 		c.PurgeDelay = time.Millisecond
 	}
+	c.Mover = []device.CopyMethod{device.MethodKernel, device.MethodBatchAPI, device.MethodPerCopy}[r.IntN(3)]
 	return c
 }
 
 func (c Config) String() string {
-	return fmt.Sprintf("seed=%d streams=%d device{capacity=%dMiB zero=%v quota=%d} pool{zero=%v quota=%d shards=%d} tier{budget=%dKiB} purge=%v",
-		c.Seed, c.Streams, c.DeviceCapacity>>20, c.DeviceZero, c.DeviceQuota, c.PoolZero, c.PoolQuota, c.PoolShards, c.TierBudget>>10, c.PurgeDelay)
+	return fmt.Sprintf("seed=%d streams=%d device{capacity=%dMiB zero=%v quota=%d} pool{zero=%v quota=%d shards=%d} tier{budget=%dKiB mover=%v} purge=%v",
+		c.Seed, c.Streams, c.DeviceCapacity>>20, c.DeviceZero, c.DeviceQuota, c.PoolZero, c.PoolQuota, c.PoolShards, c.TierBudget>>10, c.Mover, c.PurgeDelay)
 }
 
 // limits of what the generator keeps live.
@@ -118,6 +120,7 @@ type world struct {
 	heap *device.Heap
 	pool *pinned.Pool
 	tier *uvm.Tier
+	mv   *device.Batcher
 
 	streams []pubcuda.Stream
 
@@ -155,8 +158,14 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("pinned.New: %w", err)
 	}
-	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: cfg.TierBudget, Heap: w.heap, ThrashLapse: -1})
+	if w.mv, err = device.NewBatcher(w.pub, device.BatchOptions{Method: cfg.Mover}); err != nil {
+		_ = w.pool.Close()
+		_ = w.heap.Close()
+		return nil, fmt.Errorf("device.NewBatcher: %w", err)
+	}
+	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: cfg.TierBudget, Heap: w.heap, ThrashLapse: -1, Mover: w.mv})
 	if err != nil {
+		_ = w.mv.Close()
 		_ = w.pool.Close()
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("uvm.New: %w", err)
@@ -197,6 +206,9 @@ func (w *world) abandon() {
 			_ = w.tier.Free(u.h)
 		}
 		_ = w.tier.Close()
+	}
+	if w.mv != nil {
+		_ = w.mv.Close()
 	}
 	if w.heap != nil {
 		for _, id := range w.devID {
