@@ -48,12 +48,22 @@
 //
 // # Running it
 //
-// go test ./internal/streamcheck runs a few seeds of a few thousand steps each (CI mode).
-// Flags (or the environment variables in parentheses, which a child process of fakecuda.Run
-// inherits): -seed (STREAMCHECK_SEED) one seed; -steps (STREAMCHECK_STEPS) steps per seed;
-// -seeds (STREAMCHECK_SEEDS) how many seeds; -long (STREAMCHECK_DURATION) run new seeds until
-// that much time has passed. A failure prints its seed, the configuration and the shortest
+// go test ./internal/streamcheck runs a few fixed seeds of a few thousand steps each (CI mode,
+// under a minute on a 2-core machine), then TestRegressions replays every sequence a failure
+// was shrunk to. Flags (or the environment variables in parentheses, which the child process
+// fakecuda.Run starts inherits; it passes no flags of its own):
+//
+//	-seed N      (STREAMCHECK_SEED)     run this seed only
+//	-steps N     (STREAMCHECK_STEPS)    operations per seed
+//	-seeds N     (STREAMCHECK_SEEDS)    N random seeds instead of the fixed ones
+//	-long D      (STREAMCHECK_DURATION) random seeds until D has passed (give -timeout above D)
+//	-shrink D    (STREAMCHECK_SHRINK)   time to spend shrinking a failure (default 20s)
+//
+// For example go test ./internal/streamcheck -run TestStreamOrder -long 30m -timeout 40m, or
+// -seeds 20 -steps 100000. A failure prints its seed, the configuration, and the shortest
 // sequence of operations delta debugging found that fails the same way (each candidate
-// replayed on a fresh heap, pool and tier), as a readable list. It runs the same under -race
-// and with -tags invariants.
+// replayed on a fresh heap, pool and tier), as a readable list and as a regression case for
+// regressions_test.go. Configurations with one pool shard and no timed purge replay
+// deterministically; the others (a shard per P, a 1 ms purge) may not shrink. The same runs
+// under -race and with -tags invariants (go test -race -tags invariants ./internal/streamcheck).
 package streamcheck

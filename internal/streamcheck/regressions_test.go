@@ -2,7 +2,9 @@ package streamcheck
 
 import (
 	"testing"
+	"time"
 
+	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -34,4 +36,47 @@ func TestRegressions(t *testing.T) {
 
 // regressions are the shrunk sequences of the failures found on the code before the fixes of
 // issue 25 (see the report of the commit that added each).
-var regressions = []regression{}
+var regressions = []regression{
+	{
+		// Issue 25 (2): the pool's quota refuses before it reclaims the deferred buffers whose
+		// streams have passed (Hold is off: a query runs the work).
+		name: "pool quota never reclaims",
+		what: "pool quota refused with room",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 2097152, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodBatchAPI, PurgeDelay: time.Millisecond},
+		ops: []Op{
+			{ID: 33, Kind: PoolAlloc, S: 1, A: -1, B: -1, N: 1190238, Off: 0, V: 0xc0ae15d7, Flag: false},
+			{ID: 83, Kind: PoolFreeAsync, S: 1, A: 33, B: -1, N: 200599, Off: 24319, V: 0x11b411da, Flag: false},
+			{ID: 109, Kind: PoolAlloc, S: 0, A: -1, B: -1, N: 923871, Off: 0, V: 0x4b1ad8ea, Flag: false},
+		},
+	},
+	{
+		// The same at the end of a run: every stream passed, nothing live, and an Alloc of the
+		// whole quota is refused (until something calls Stats).
+		name: "pool quota refused with nothing live",
+		what: "pool quota refused with nothing live",
+		cfg:  Config{Seed: 2, Streams: 3, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 3145728, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodBatchAPI, PurgeDelay: time.Millisecond},
+		ops: []Op{
+			{ID: 471, Kind: PoolAlloc, S: 0, A: -1, B: -1, N: 68193, V: 1426367088},
+			{ID: 476, Kind: PoolFreeAsync, S: 0, A: 471, B: -1},
+		},
+	},
+	{
+		// Issue 25 (1): stream 2 frees two blocks on itself (ZeroOnFree queues their scrubs on
+		// stream 2), its next Alloc finds the arena full and its heap gives its emptied
+		// segment back to the arena with the scrubs still queued; stream 1 takes it, and the
+		// scrub of #210 lands on the first 7322 bytes of stream 1's block #293.
+		name: "device heap self-trim",
+		what: "device block bytes",
+		cfg:  Config{Seed: 1795705589568168621, Streams: 3, DeviceCapacity: 6 << 20, DeviceZero: true, DeviceQuota: 0, PoolZero: false, PoolQuota: 0, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodKernel, PurgeDelay: time.Millisecond},
+		ops: []Op{
+			{ID: 179, Kind: DevAlloc, S: 0, A: -1, B: -1, N: 889251, Off: 0, V: 0x5f779c6e, Flag: true},
+			{ID: 209, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 366096, Off: 0, V: 0x22740fd4, Flag: true},
+			{ID: 210, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 7322, Off: 0, V: 0xa909b653, Flag: false},
+			{ID: 218, Kind: DevFreeAsync, S: 2, A: 210, B: -1, N: 0, Off: 6466, V: 0xa7b9b06e, Flag: false},
+			{ID: 220, Kind: Recreate, S: 1, A: -1, B: -1, N: 0, Off: 0, V: 0xe280b6a4, Flag: false},
+			{ID: 223, Kind: DevFreeAsync, S: 2, A: 209, B: -1, N: 0, Off: 270143, V: 0xc17869c1, Flag: false},
+			{ID: 291, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 118052, Off: 0, V: 0x1a648d9d, Flag: true},
+			{ID: 293, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 121836, Off: 0, V: 0xe9b36e5f, Flag: false},
+		},
+	},
+}

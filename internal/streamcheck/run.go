@@ -2,6 +2,8 @@ package streamcheck
 
 import (
 	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/device"
 	"sort"
 	"strings"
 	"time"
@@ -110,6 +112,15 @@ func Shrink(rig Rig, cfg Config, ops []Op, f *Failure, budget time.Duration) ([]
 			ops, f = got, g
 		}
 	}
+	// A failure usually needs a few operations shortly before it: try the last 16, 32, 64, ...
+	// operations alone first (operations on objects made before the cut are skipped), short
+	// replays that often cut thousands of operations at once.
+	for keep := 16; keep < len(ops) && time.Now().Before(deadline); keep *= 2 {
+		if got, g := fails(ops[len(ops)-keep:]); g != nil {
+			ops, f = got, g
+			break
+		}
+	}
 	for n := 2; len(ops) >= 2 && time.Now().Before(deadline); {
 		chunk := (len(ops) + n - 1) / n
 		reduced := false
@@ -144,12 +155,15 @@ func Listing(ops []Op) string {
 	return b.String()
 }
 
+var methodName = map[device.CopyMethod]string{device.MethodAuto: "MethodAuto", device.MethodKernel: "MethodKernel",
+	device.MethodBatchAPI: "MethodBatchAPI", device.MethodPerCopy: "MethodPerCopy"}
+
 // GoCode is a failing sequence as Go source: a regression case for regressions_test.go.
 func GoCode(name string, cfg Config, ops []Op, what string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{\n\tname: %q,\n\twhat: %q,\n", name, what)
-	fmt.Fprintf(&b, "\tcfg: Config{Seed: %d, Streams: %d, DeviceCapacity: %d << 20, DeviceZero: %v, DeviceQuota: %d, PoolZero: %v, PoolQuota: %d, PoolShards: %d, TierBudget: %d << 10, Mover: %d, PurgeDelay: %d},\n",
-		cfg.Seed, cfg.Streams, cfg.DeviceCapacity>>20, cfg.DeviceZero, cfg.DeviceQuota, cfg.PoolZero, cfg.PoolQuota, cfg.PoolShards, cfg.TierBudget>>10, cfg.Mover, cfg.PurgeDelay)
+	fmt.Fprintf(&b, "\tcfg: Config{Seed: %d, Streams: %d, DeviceCapacity: %d << 20, DeviceZero: %v, DeviceQuota: %d, PoolZero: %v, PoolQuota: %d, PoolShards: %d, TierBudget: %d << 10, Mover: device.%s, PurgeDelay: %d},\n",
+		cfg.Seed, cfg.Streams, cfg.DeviceCapacity>>20, cfg.DeviceZero, cfg.DeviceQuota, cfg.PoolZero, cfg.PoolQuota, cfg.PoolShards, cfg.TierBudget>>10, methodName[cfg.Mover], cfg.PurgeDelay)
 	b.WriteString("\tops: []Op{\n")
 	for _, op := range ops {
 		fmt.Fprintf(&b, "\t\t{ID: %d, Kind: %s, S: %d, A: %d, B: %d, N: %d, Off: %d, V: %#x, Flag: %v},\n",

@@ -18,7 +18,7 @@ var (
 	flagSteps  = flag.Int("steps", 0, "operations per seed (env STREAMCHECK_STEPS)")
 	flagSeeds  = flag.Int("seeds", 0, "number of seeds, drawn at random (env STREAMCHECK_SEEDS)")
 	flagLong   = flag.Duration("long", 0, "run random seeds until this much time has passed (env STREAMCHECK_DURATION)")
-	flagShrink = flag.Duration("shrink", 0, "time to spend shrinking a failure (env STREAMCHECK_SHRINK, default 60s)")
+	flagShrink = flag.Duration("shrink", 0, "time to spend shrinking a failure (env STREAMCHECK_SHRINK, default 20s)")
 )
 
 const (
@@ -29,10 +29,12 @@ const (
 	envShrink   = "STREAMCHECK_SHRINK"
 )
 
-// ciSeeds are the seeds of the default run (CI); ciSteps its operations per seed.
-var ciSeeds = []uint64{1, 2, 3}
+// ciSeeds are the seeds of the default run (CI); ciSteps its operations per seed. On the code
+// before the fixes of issue 25, seed 1 fails on the pool quota, 15 and 51 on a tier block and
+// 36 on a device block zeroed by a scrub left queued on a segment another stream took.
+var ciSeeds = []uint64{1, 3, 15, 36, 51, 8}
 
-const ciSteps = 4000
+const ciSteps = 5000
 
 // TestStreamOrder runs the model checker (see the package documentation) on the fake driver.
 func TestStreamOrder(t *testing.T) {
@@ -46,7 +48,7 @@ func TestStreamOrder(t *testing.T) {
 	if testing.Short() && os.Getenv(envSteps) == "" {
 		steps /= 4
 	}
-	shrink := durationEnv(t, envShrink, time.Minute)
+	shrink := durationEnv(t, envShrink, 20*time.Second)
 	seeds := ciSeeds
 	random := false
 	if s := os.Getenv(envSeed); s != "" {
