@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // The flags are copied into the environment, which the child process fakecuda.Run starts
@@ -34,7 +35,7 @@ const (
 // 36 on a device block zeroed by a scrub left queued on a segment another stream took.
 var ciSeeds = []uint64{1, 3, 15, 36, 51, 8}
 
-const ciSteps = 5000
+const ciSteps = 15000
 
 // TestStreamOrder runs the model checker (see the package documentation) on the fake driver.
 func TestStreamOrder(t *testing.T) {
@@ -44,10 +45,14 @@ func TestStreamOrder(t *testing.T) {
 		return
 	}
 	rig := Rig{F: f, Dev: f.Open(t, 0)}
-	steps := envInt(t, envSteps, ciSteps)
-	if testing.Short() && os.Getenv(envSteps) == "" {
-		steps /= 4
+	def := ciSteps
+	if invariants.Enabled { // -race or -tags invariants: every step costs several times more
+		def /= 5
 	}
+	if testing.Short() {
+		def /= 4
+	}
+	steps := envInt(t, envSteps, def)
 	shrink := durationEnv(t, envShrink, 20*time.Second)
 	seeds := ciSeeds
 	random := false
