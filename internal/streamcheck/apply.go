@@ -229,7 +229,11 @@ func (w *world) poolAlloc(op Op) (bool, *Failure) {
 	case errors.Is(err, pinned.ErrQuota):
 		pending := 0
 		if w.hold {
-			pending = w.pendingFreed(w.poolFreed)
+			// The pool marks a stream's point lazily, with an event recorded when it reclaims,
+			// after whatever work was queued since the free ("it only makes reuse later"):
+			// while Hold keeps that work pending, buffers whose streams the model saw pass may
+			// still wait. The pool's own count of them is the bound then.
+			pending = max(w.pendingFreed(w.poolFreed), int(w.pool.Stats().DeferredBytes))
 		}
 		if w.poolLive+op.N+pending <= q {
 			return true, failf("pool quota refused with room", "%v (model: %d live, %d of frees maybe pending on held streams, quota %d)", err, w.poolLive, pending, q)
