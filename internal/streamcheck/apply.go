@@ -370,7 +370,7 @@ func (w *world) tierOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 			return true, nil
 		}
 		err := w.tier.Prefetch(hs, s)
-		if err != nil && !errors.Is(err, uvm.ErrAllPinned) && !errors.Is(err, uvm.ErrTooLarge) && !errors.Is(err, device.ErrOutOfMemory) {
+		if err != nil && !errors.Is(err, uvm.ErrAllPinned) && !errors.Is(err, uvm.ErrTooLarge) && !deviceFull(err) {
 			return true, unexpected("uvm.Tier.Prefetch", err)
 		}
 		w.count("tier prefetch", err)
@@ -457,8 +457,14 @@ func (w *world) count(what string, err error) {
 	}
 }
 
+// deviceFull reports the shared device heap refusing the tier VRAM: out of memory, or its quota
+// (which the user's blocks and the tier's share) used up.
+func deviceFull(err error) bool {
+	return errors.Is(err, device.ErrOutOfMemory) || errors.Is(err, device.ErrQuota)
+}
+
 func errorClass(err error) string {
-	for _, e := range []error{uvm.ErrHostFull, uvm.ErrAllPinned, uvm.ErrTooLarge, device.ErrOutOfMemory} {
+	for _, e := range []error{uvm.ErrHostFull, uvm.ErrAllPinned, uvm.ErrTooLarge, device.ErrOutOfMemory, device.ErrQuota} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}
@@ -481,7 +487,7 @@ func (w *world) tierAcquire(op Op, u *ublock, s pubcuda.Stream) (bool, *Failure)
 		mode = uvm.Write
 	}
 	p, err := w.tier.Acquire(u.h, s, mode)
-	if errors.Is(err, uvm.ErrAllPinned) || errors.Is(err, device.ErrOutOfMemory) || errors.Is(err, uvm.ErrHostFull) {
+	if errors.Is(err, uvm.ErrAllPinned) || deviceFull(err) || errors.Is(err, uvm.ErrHostFull) {
 		w.count("tier acquire", err)
 		return true, nil
 	}
