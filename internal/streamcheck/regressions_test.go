@@ -79,4 +79,28 @@ var regressions = []regression{
 			{ID: 293, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 121836, Off: 0, V: 0xe9b36e5f, Flag: false},
 		},
 	},
+	// Issue 25 (1) with the tier as the victim: stream 1 frees a block on itself (its scrub
+	// queued on stream 1), asks for more than a segment, and its heap gives the emptied
+	// segment to the arena; the tier restores block #925 (evicted under that Alloc's pressure)
+	// into it, and stream 1's scrub then
+	// zeroes the tier's block.
+	{
+		name: "tier block under a self-trimmed segment",
+		what: "tier block bytes (acquired for reading)",
+		cfg:  Config{Seed: 15, Streams: 3, DeviceCapacity: 6 << 20, DeviceZero: true, DeviceQuota: 4718592, PoolZero: false, PoolQuota: 0, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodKernel, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 925, Kind: TierAlloc, S: 1, A: -1, B: -1, N: 16484, Off: 0, V: 0xb97d390b, Flag: false},
+			{ID: 1935, Kind: TierAcquire, S: 0, A: 925, B: 1807, N: 0, Off: 0, V: 0x909fd08, Flag: true},
+			{ID: 3031, Kind: DevAlloc, S: 0, A: -1, B: -1, N: 508672, Off: 0, V: 0x61f894b4, Flag: true},
+			{ID: 3036, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 978133, Off: 0, V: 0xa2b8935c, Flag: true},
+			{ID: 3268, Kind: TierRelease, S: 0, A: 925, B: -1, N: 0, Off: 0, V: 0x85d45a63, Flag: false},
+			{ID: 3270, Kind: Sync, S: 0, A: -1, B: -1, N: 0, Off: 0, V: 0xc34693ec, Flag: false},
+			{ID: 3600, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 120725, Off: 0, V: 0xa265cf15, Flag: false},
+			{ID: 3610, Kind: DevFreeAsync, S: 1, A: 3600, B: -1, N: 0, Off: 11843, V: 0x81558018, Flag: false},
+			{ID: 3612, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 2325331, Off: 0, V: 0x45ad1521, Flag: false},
+			{ID: 3615, Kind: TierAcquire, S: 2, A: 925, B: -1, N: 0, Off: 0, V: 0x37c3cdef, Flag: false},
+			{ID: 3647, Kind: CompleteStream, S: 1, A: -1, B: -1, N: 0, Off: 0, V: 0x4057ed34, Flag: false},
+			{ID: 3651, Kind: TierAcquire, S: 2, A: 925, B: -1, N: 0, Off: 0, V: 0x66ec0526, Flag: false},
+		},
+	},
 }
