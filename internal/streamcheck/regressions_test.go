@@ -82,8 +82,7 @@ var regressions = []regression{
 	// Issue 25 (1) with the tier as the victim: stream 1 frees a block on itself (its scrub
 	// queued on stream 1), asks for more than a segment, and its heap gives the emptied
 	// segment to the arena; the tier restores block #925 (evicted under that Alloc's pressure)
-	// into it, and stream 1's scrub then
-	// zeroes the tier's block.
+	// into it, and stream 1's scrub then zeroes the tier's block.
 	{
 		name: "tier block under a self-trimmed segment",
 		what: "tier block bytes (acquired for reading)",
@@ -101,6 +100,23 @@ var regressions = []regression{
 			{ID: 3615, Kind: TierAcquire, S: 2, A: 925, B: -1, N: 0, Off: 0, V: 0x37c3cdef, Flag: false},
 			{ID: 3647, Kind: CompleteStream, S: 1, A: -1, B: -1, N: 0, Off: 0, V: 0x4057ed34, Flag: false},
 			{ID: 3651, Kind: TierAcquire, S: 2, A: 925, B: -1, N: 0, Off: 0, V: 0x66ec0526, Flag: false},
+		},
+	},
+	{
+		// A quota refusal must take back a buffer recorded on an idle stream and freed. Found
+		// on the fixes of issue 25 (wt-device and wt-pinned merged) with several pool shards:
+		// the refusal does not reclaim it (one shard passes).
+		name: "pool quota with shards",
+		what: "pool quota refused with room",
+		cfg:  Config{Seed: 102, Streams: 4, DeviceCapacity: 4 << 20, DeviceQuota: 3145728, PoolQuota: 3145728, PoolShards: 4, TierBudget: 1024 << 10, Mover: device.MethodKernel, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 9675, Kind: PoolAlloc, A: -1, B: -1, N: 1169871, V: 3221156417},
+			{ID: 9755, Kind: PoolAlloc, A: -1, B: -1, N: 1012230, V: 3401259559},
+			{ID: 9777, Kind: PoolAlloc, A: -1, B: -1, N: 84057, V: 625638866},
+			{ID: 9988, Kind: PoolAlloc, A: -1, B: -1, N: 87254, V: 3943577100},
+			{ID: 10003, Kind: PoolAlloc, A: -1, B: -1, N: 491280, V: 3063180335},
+			{ID: 10022, Kind: PoolRecordFree, S: 3, A: 9777, B: -1, N: 48222, Off: 63485},
+			{ID: 10030, Kind: PoolAlloc, A: -1, B: -1, N: 380027, V: 3428353806},
 		},
 	},
 }
