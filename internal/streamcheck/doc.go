@@ -57,7 +57,8 @@
 //	-steps N     (STREAMCHECK_STEPS)    operations per seed
 //	-seeds N     (STREAMCHECK_SEEDS)    N random seeds instead of the fixed ones
 //	-long D      (STREAMCHECK_DURATION) random seeds until D has passed (give -timeout above D)
-//	-shrink D    (STREAMCHECK_SHRINK)   time to spend shrinking a failure (default 20s)
+//	-shrink D    (STREAMCHECK_SHRINK)   time to spend shrinking a failure (default 30s; a
+//	                                    failure thousands of operations deep may need minutes)
 //
 // For example go test ./internal/streamcheck -run TestStreamOrder -long 30m -timeout 40m, or
 // -seeds 20 -steps 100000. A failure prints its seed, the configuration, and the shortest

@@ -112,6 +112,26 @@ func Shrink(rig Rig, cfg Config, ops []Op, f *Failure, budget time.Duration) ([]
 			ops, f = got, g
 		}
 	}
+	// Whole kinds of operation first (every Stats, every PoolStamp, ...), commonest first: a
+	// coarse pass that keeps the state the failure needs more often than cutting the sequence
+	// in halves does.
+	for _, k := range kindsByCount(ops) {
+		if !time.Now().Before(deadline) {
+			break
+		}
+		var cand []Op
+		for _, op := range ops {
+			if op.Kind != k {
+				cand = append(cand, op)
+			}
+		}
+		if len(cand) == len(ops) || len(cand) == 0 {
+			continue
+		}
+		if got, g := fails(cand); g != nil {
+			ops, f = got, g
+		}
+	}
 	// A failure usually needs a few operations shortly before it: try the last 16, 32, 64, ...
 	// operations alone first (operations on objects made before the cut are skipped), short
 	// replays that often cut thousands of operations at once.
@@ -171,4 +191,20 @@ func GoCode(name string, cfg Config, ops []Op, what string) string {
 	}
 	b.WriteString("\t},\n}")
 	return b.String()
+}
+
+// kindsByCount is the kinds of operation in ops, commonest first.
+func kindsByCount(ops []Op) []Kind {
+	var n [numKinds + 1]int
+	for _, op := range ops {
+		n[op.Kind]++
+	}
+	var ks []Kind
+	for k := Kind(0); k < numKinds; k++ {
+		if n[k] > 0 {
+			ks = append(ks, k)
+		}
+	}
+	sort.SliceStable(ks, func(i, j int) bool { return n[ks[i]] > n[ks[j]] })
+	return ks
 }

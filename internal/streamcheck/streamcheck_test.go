@@ -19,7 +19,7 @@ var (
 	flagSteps  = flag.Int("steps", 0, "operations per seed (env STREAMCHECK_STEPS)")
 	flagSeeds  = flag.Int("seeds", 0, "number of seeds, drawn at random (env STREAMCHECK_SEEDS)")
 	flagLong   = flag.Duration("long", 0, "run random seeds until this much time has passed (env STREAMCHECK_DURATION)")
-	flagShrink = flag.Duration("shrink", 0, "time to spend shrinking a failure (env STREAMCHECK_SHRINK, default 20s)")
+	flagShrink = flag.Duration("shrink", 0, "time to spend shrinking a failure (env STREAMCHECK_SHRINK, default 30s)")
 )
 
 const (
@@ -53,7 +53,7 @@ func TestStreamOrder(t *testing.T) {
 		def /= 4
 	}
 	steps := envInt(t, envSteps, def)
-	shrink := durationEnv(t, envShrink, 20*time.Second)
+	shrink := durationEnv(t, envShrink, 30*time.Second)
 	seeds := ciSeeds
 	random := false
 	if s := os.Getenv(envSeed); s != "" {
