@@ -18,15 +18,26 @@
 // fake's new memory is zero, and everything freed is scrubbed). Memory that changes owner
 // before its streams have passed it shows as a late copy landing on another object.
 //
-// Errors the APIs return for legitimate operations fail the run, with three exceptions the
-// model cannot predict exactly, each checked to have changed nothing: device out of memory
-// (fragmentation; it must not happen while the heap holds no user block and no acquired tier
-// block), the tier's ErrAllPinned and ErrHostFull, and quota refusals while Hold keeps streams
-// from passing (with Hold off a quota must refuse exactly what the live bytes do not leave
-// room for: a deferred free whose stream has run is not live). Misuse the model knows to be
-// invalid (double frees, sub-slices, copies past a block's end, a copy into a freed block,
-// Release on the wrong stream, ForgetStream of a stream with live blocks) must return its
-// sentinel (errors.Is) and change nothing.
+// Errors the APIs return for legitimate operations fail the run, except refusals the model
+// cannot predict exactly, each checked to have changed nothing (the bytes are checked after):
+//
+//   - device out of memory (fragmentation), which must not happen while the heap holds no
+//     user block and no acquired tier block;
+//   - the tier's ErrAllPinned and ErrHostFull, and its VRAM refused by the shared heap (out of
+//     memory, or the heap's quota, which the user's blocks and the tier's VRAM share);
+//   - quota refusals while Hold keeps streams from passing: the device's may count the frees
+//     whose streams have not passed, the pool's the buffers its own Stats reports deferred
+//     (it records a stream's event lazily, behind later work). With Hold off a quota must
+//     refuse exactly what the live bytes leave no room for: a deferred free whose stream has
+//     run is not live (and the device's quota may count the tier's VRAM);
+//   - device.Heap.ForgetStream's heap.ErrLiveBlocks for a stream one of whose blocks was
+//     freed on another stream since the heap last waited for every deferred free (it counts
+//     as live until the heap polls that other stream: the stream is then kept).
+//
+// Misuse the model knows to be invalid (double frees, sub-slices, copies past a block's end,
+// a copy from a freed block, Release on the wrong stream or of a block not acquired,
+// ForgetStream of a stream with live blocks or acquired tier blocks, use after Close) must
+// return its sentinel (errors.Is) and change nothing.
 //
 // # The contract the model assumes (the misuse it never generates)
 //
