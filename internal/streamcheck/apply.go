@@ -1,0 +1,584 @@
+package streamcheck
+
+import (
+	"errors"
+
+	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// usable says whether an object busy on stream slot busy (-1: idle) may be touched by work on
+// slot k without a synchronize first (the contract).
+func usable(busy, k int) bool { return busy < 0 || busy == k }
+
+func bit(k int) uint32 {
+	if k < 0 {
+		return 0
+	}
+	return 1 << uint(k)
+}
+
+// apply runs op against the system and the model. It reports whether op was applied (false:
+// its objects are gone or its preconditions do not hold; nothing was done), and what it found
+// wrong.
+func (w *world) apply(op Op) (bool, *Failure) {
+	if op.S >= len(w.streams) {
+		return false, nil
+	}
+	s := w.streams[op.S]
+	switch op.Kind {
+	case DevAlloc:
+		return w.devAlloc(op, s)
+	case DevWrite, DevRead, DevMemset:
+		return w.devCopy(op, s)
+	case DevFreeAsync, DevFree, DevDoubleFree, DevOutOfBounds:
+		return w.devFree(op, s)
+	case PoolAlloc:
+		return w.poolAlloc(op)
+	case PoolStamp, PoolFree, PoolFreeAsync, PoolRecordFree, PoolRawCopy, PoolDoubleFree, PoolSubFree:
+		return w.poolOp(op, s)
+	case TierAlloc, TierAcquire, TierRelease, TierWrongRelease, TierHost, TierEvict, TierPrefetch, TierFree, TierDoubleFree:
+		return w.tierOp(op, s)
+	default:
+		return w.misc(op, s)
+	}
+}
+
+func (w *world) devAlloc(op Op, s pubcuda.Stream) (bool, *Failure) {
+	if len(w.dev) >= maxDevBlocks || op.N <= 0 {
+		return false, nil
+	}
+	p, err := w.heap.Alloc(uintptr(op.N), s)
+	q := int(w.cfg.DeviceQuota)
+	tierBound := 3 * int(w.cfg.TierBudget) // the tier's VRAM (blocks and spare) counts against the quota too
+	switch {
+	case err == nil:
+		if q > 0 && w.devLive+op.N > q {
+			_ = w.heap.Free(p)
+			return true, failf("device quota not enforced", "Alloc(%d) with %d of %d live succeeded", op.N, w.devLive, q)
+		}
+	case errors.Is(err, device.ErrQuota):
+		pending := 0
+		if w.hold {
+			pending = w.pendingFreed(w.devFreed)
+		}
+		if w.devLive+op.N+tierBound+pending <= q {
+			return true, failf("device quota refused with room", "%v (model: %d live, %d of frees maybe pending, tier at most %d, quota %d)", err, w.devLive, pending, tierBound, q)
+		}
+		w.counts["device quota refusals"]++
+		return true, nil
+	case errors.Is(err, device.ErrOutOfMemory):
+		if w.devLive == 0 && w.tierPinned == 0 && !w.hold && uintptr(op.N) <= w.cfg.DeviceCapacity/2 {
+			return true, failf("device out of memory with nothing held", "%v", err)
+		}
+		w.counts["device out of memory"]++
+		return true, nil
+	default:
+		return true, unexpected("device.Heap.Alloc", err)
+	}
+	d := &dblock{p: p, n: op.N, alloc: op.S, busy: op.S, want: make([]byte, op.N)}
+	if !(op.Flag && w.cfg.DeviceZero) {
+		if err := w.heap.MemsetAsync(p, byte(op.V), uintptr(op.N), s); err != nil {
+			return true, unexpected("device.Heap.MemsetAsync", err)
+		}
+		fill(d.want, byte(op.V))
+	}
+	w.dev[op.ID] = d
+	w.devID = insertID(w.devID, op.ID)
+	w.devLive += op.N
+	return true, nil
+}
+
+// fill sets every byte of b to v, doubling copies (a byte loop is slow under -race).
+func fill(b []byte, v byte) {
+	if len(b) == 0 {
+		return
+	}
+	b[0] = v
+	for n := 1; n < len(b); n *= 2 {
+		copy(b[n:], b[:n])
+	}
+}
+
+// stamp fills b with a pattern of seed that no other seed shares at any index.
+func stamp(b []byte, seed uint32) {
+	for i := range b {
+		b[i] = byte(seed>>(uint(i)%4*8)) ^ byte(i*29)
+	}
+}
+
+func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
+	d := w.dev[op.A]
+	if d == nil || !usable(d.busy, op.S) || op.Off < 0 || op.Off >= d.n {
+		return false, nil
+	}
+	n := min(op.N, d.n-op.Off)
+	var bf *pbuf
+	if op.Kind != DevMemset && op.B >= 0 {
+		if bf = w.bufs[op.B]; bf == nil || !usable(bf.busy, op.S) {
+			return false, nil
+		}
+		n = min(n, len(bf.b))
+	}
+	if n <= 0 {
+		return false, nil
+	}
+	at := d.p + uintptr(op.Off)
+	switch op.Kind {
+	case DevMemset:
+		if err := w.heap.MemsetAsync(at, byte(op.V), uintptr(n), s); err != nil {
+			return true, unexpected("device.Heap.MemsetAsync", err)
+		}
+		fill(d.want[op.Off:op.Off+n], byte(op.V))
+	case DevWrite:
+		src := make([]byte, n)
+		if bf != nil {
+			copy(src, bf.want)
+			if err := w.heap.HtoDAsync(at, bf.b[:n], s); err != nil {
+				return true, unexpected("device.Heap.HtoDAsync (pool buffer)", err)
+			}
+			bf.busy = op.S
+		} else {
+			stamp(src, op.V)
+			if err := w.heap.HtoDAsync(at, src, s); err != nil {
+				return true, unexpected("device.Heap.HtoDAsync (Go memory)", err)
+			}
+		}
+		copy(d.want[op.Off:], src)
+	case DevRead:
+		if bf != nil {
+			if err := w.heap.DtoHAsync(bf.b[:n], at, s); err != nil {
+				return true, unexpected("device.Heap.DtoHAsync (pool buffer)", err)
+			}
+			copy(bf.want, d.want[op.Off:op.Off+n])
+			bf.busy = op.S
+		} else {
+			dst := make([]byte, n)
+			if err := w.heap.DtoHAsync(dst, at, s); err != nil {
+				return true, unexpected("device.Heap.DtoHAsync (Go memory)", err)
+			}
+			if f := compare("device block bytes (pageable read)", op.A, dst, d.want[op.Off:op.Off+n], op.Off); f != nil {
+				return true, f
+			}
+		}
+	}
+	d.busy = op.S
+	return true, nil
+}
+
+func (w *world) devFree(op Op, s pubcuda.Stream) (bool, *Failure) {
+	d := w.dev[op.A]
+	if d == nil {
+		return false, nil
+	}
+	switch op.Kind {
+	case DevOutOfBounds:
+		off := min(max(op.Off, 0), d.n-1)
+		err := w.heap.HtoDAsync(d.p+uintptr(off), make([]byte, d.n-off+1), s)
+		return true, wantErr("device.Heap.HtoDAsync past a block's end", err, device.ErrOutOfBounds)
+	case DevFree:
+		if d.busy >= 0 {
+			return false, nil
+		}
+		if err := w.heap.Free(d.p); err != nil {
+			return true, unexpected("device.Heap.Free", err)
+		}
+	default: // DevFreeAsync, DevDoubleFree
+		if !usable(d.busy, op.S) {
+			return false, nil
+		}
+		if err := w.heap.FreeAsync(d.p, s); err != nil {
+			return true, unexpected("device.Heap.FreeAsync", err)
+		}
+		if op.Kind == DevDoubleFree {
+			if f := wantErr("device.Heap.DtoHAsync from a freed block", w.heap.DtoHAsync(make([]byte, 1), d.p, s), device.ErrNotOwned); f != nil {
+				return true, f
+			}
+			if f := wantErr("device.Heap.FreeAsync twice", w.heap.FreeAsync(d.p, s), heap.ErrDoubleFree); f != nil {
+				return true, f
+			}
+		}
+		w.devFreed = append(w.devFreed, freed{n: d.n, mask: bit(op.S) | bit(d.busy)})
+		if op.S != d.alloc {
+			w.crossFrees[d.alloc]++
+		}
+	}
+	delete(w.dev, op.A)
+	w.devID = removeID(w.devID, op.A)
+	w.devLive -= d.n
+	return true, nil
+}
+
+func (w *world) poolAlloc(op Op) (bool, *Failure) {
+	if len(w.bufs) >= maxPoolBufs || op.N <= 0 || w.poolLive+w.pendingFreed(w.poolFreed)+op.N > maxPoolLive {
+		return false, nil
+	}
+	b, err := w.pool.Alloc(op.N)
+	q := int(w.cfg.PoolQuota)
+	switch {
+	case err == nil:
+		if q > 0 && w.poolLive+op.N > q {
+			_ = w.pool.Free(b)
+			return true, failf("pool quota not enforced", "Alloc(%d) with %d of %d live succeeded", op.N, w.poolLive, q)
+		}
+	case errors.Is(err, pinned.ErrQuota):
+		pending := 0
+		if w.hold {
+			// The pool marks a stream's point lazily, with an event recorded when it reclaims,
+			// after whatever work was queued since the free ("it only makes reuse later"):
+			// while Hold keeps that work pending, buffers whose streams the model saw pass may
+			// still wait. The pool's own count of them is the bound then.
+			pending = max(w.pendingFreed(w.poolFreed), int(w.pool.Stats().DeferredBytes))
+		}
+		if w.poolLive+op.N+pending <= q {
+			return true, failf("pool quota refused with room", "%v (model: %d live, %d of frees maybe pending on held streams, quota %d)", err, w.poolLive, pending, q)
+		}
+		w.counts["pool quota refusals"]++
+		return true, nil
+	default:
+		return true, unexpected("pinned.Pool.Alloc", err)
+	}
+	if w.cfg.PoolZero {
+		if i := nonZero(b); i >= 0 {
+			return true, failf("pool buffer not clear at Alloc", "buffer #%d of %d bytes holds %#x at %d (ZeroOnFree: every freed buffer is scrubbed once its streams passed it)", op.ID, len(b), b[i], i)
+		}
+	}
+	bf := &pbuf{b: b, want: make([]byte, op.N), busy: -1}
+	stamp(bf.want, op.V)
+	copy(b, bf.want)
+	w.bufs[op.ID] = bf
+	w.bufID = insertID(w.bufID, op.ID)
+	w.poolLive += op.N
+	return true, nil
+}
+
+func nonZero(b []byte) int {
+	for i, v := range b {
+		if v != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
+	bf := w.bufs[op.A]
+	if bf == nil {
+		return false, nil
+	}
+	mask := bit(bf.busy)
+	switch op.Kind {
+	case PoolStamp:
+		if bf.busy >= 0 {
+			return false, nil
+		}
+		stamp(bf.want, op.V)
+		copy(bf.b, bf.want)
+		return true, nil
+	case PoolRawCopy:
+		d := w.dev[op.B]
+		if d == nil || !usable(bf.busy, op.S) || !usable(d.busy, op.S) {
+			return false, nil
+		}
+		n := min(len(bf.b), d.n, max(op.N, 1))
+		if err := w.rig.Dev.MemcpyHtoDAsync(d.p, mem.Addr(bf.b), uintptr(n), s); err != nil {
+			return true, unexpected("raw cuMemcpyHtoDAsync", err)
+		}
+		if err := w.pool.RecordStream(bf.b, s); err != nil {
+			return true, unexpected("pinned.Pool.RecordStream", err)
+		}
+		copy(d.want, bf.want[:n])
+		d.busy, bf.busy = op.S, op.S
+		return true, nil
+	case PoolSubFree:
+		if len(bf.b) < 2 {
+			return false, nil
+		}
+		if f := wantErr("pinned.Pool.Free of a truncated buffer", w.pool.Free(bf.b[:len(bf.b)-1]), pinned.ErrSubSlice); f != nil {
+			return true, f
+		}
+		return true, wantErr("pinned.Pool.Free of an offset buffer", w.pool.Free(bf.b[1:]), pinned.ErrSubSlice)
+	case PoolFree, PoolDoubleFree:
+		if err := w.pool.Free(bf.b); err != nil {
+			return true, unexpected("pinned.Pool.Free", err)
+		}
+		if op.Kind == PoolDoubleFree {
+			if f := wantErr("pinned.Pool.Free twice", w.pool.Free(bf.b), pinned.ErrDoubleFree); f != nil {
+				return true, f
+			}
+		}
+	case PoolFreeAsync:
+		if err := w.pool.FreeAsync(bf.b, s); err != nil {
+			return true, unexpected("pinned.Pool.FreeAsync", err)
+		}
+		mask |= bit(op.S)
+	case PoolRecordFree:
+		lo := min(max(op.Off, 0), len(bf.b)-1)
+		hi := min(lo+max(op.N, 1), len(bf.b))
+		if err := w.pool.RecordStream(bf.b[lo:hi], s); err != nil {
+			return true, unexpected("pinned.Pool.RecordStream", err)
+		}
+		if err := w.pool.Free(bf.b); err != nil {
+			return true, unexpected("pinned.Pool.Free", err)
+		}
+		mask |= bit(op.S)
+	}
+	if mask != 0 {
+		w.poolFreed = append(w.poolFreed, freed{n: len(bf.b), mask: mask})
+	}
+	delete(w.bufs, op.A)
+	w.bufID = removeID(w.bufID, op.A)
+	w.poolLive -= len(bf.b)
+	return true, nil
+}
+
+func (w *world) tierOp(op Op, s pubcuda.Stream) (bool, *Failure) {
+	if op.Kind == TierAlloc {
+		if len(w.tb) >= maxTierBlocks || op.N <= 0 || w.tierBytes+op.N > 3*int(w.cfg.TierBudget) {
+			return false, nil
+		}
+		h, err := w.tier.Alloc(op.N)
+		if err != nil {
+			return true, unexpected("uvm.Tier.Alloc", err)
+		}
+		w.tb[op.ID] = &ublock{h: h, n: op.N, acq: -1, busy: -1}
+		w.tbID = insertID(w.tbID, op.ID)
+		w.tierBytes += op.N
+		return true, nil
+	}
+	if op.Kind == TierEvict || op.Kind == TierPrefetch {
+		var hs []uvm.Handle
+		for _, id := range []int{op.A, op.B, op.Off} {
+			if u := w.tb[id]; u != nil && u.pins == 0 {
+				hs = append(hs, u.h)
+			}
+		}
+		if len(hs) == 0 {
+			return false, nil
+		}
+		if op.Kind == TierEvict {
+			err := w.tier.Evict(hs)
+			if err != nil && !errors.Is(err, uvm.ErrHostFull) {
+				return true, unexpected("uvm.Tier.Evict", err)
+			}
+			w.count("tier evict", err)
+			return true, nil
+		}
+		err := w.tier.Prefetch(hs, s)
+		if err != nil && !errors.Is(err, uvm.ErrAllPinned) && !errors.Is(err, uvm.ErrTooLarge) && !deviceFull(err) {
+			return true, unexpected("uvm.Tier.Prefetch", err)
+		}
+		w.count("tier prefetch", err)
+		return true, nil
+	}
+	u := w.tb[op.A]
+	if u == nil {
+		return false, nil
+	}
+	switch op.Kind {
+	case TierAcquire:
+		return w.tierAcquire(op, u, s)
+	case TierRelease:
+		if u.pins == 0 {
+			return false, nil
+		}
+		if err := w.tier.Release(u.h, w.streams[u.acq]); err != nil {
+			return true, unexpected("uvm.Tier.Release", err)
+		}
+		if u.pins--; u.pins == 0 {
+			u.acq = -1
+			w.tierPinned -= u.n
+		}
+	case TierWrongRelease:
+		if u.pins == 0 {
+			return true, wantErr("uvm.Tier.Release of a block not acquired", w.tier.Release(u.h, s), uvm.ErrNotAcquired)
+		}
+		if u.acq == op.S {
+			return false, nil
+		}
+		return true, wantErr("uvm.Tier.Release on another stream", w.tier.Release(u.h, s), uvm.ErrWrongStream)
+	case TierHost:
+		if u.pins > 0 {
+			return false, nil
+		}
+		mode := uvm.Read
+		if op.Flag {
+			mode = uvm.Write
+		}
+		b, err := w.tier.AcquireHost(u.h, mode)
+		if errors.Is(err, uvm.ErrHostFull) {
+			w.counts["tier host full"]++
+			return true, nil
+		}
+		if err != nil {
+			return true, unexpected("uvm.Tier.AcquireHost", err)
+		}
+		if u.want != nil {
+			if f := compare("tier block bytes (AcquireHost)", op.A, b, u.want, 0); f != nil {
+				_ = w.tier.ReleaseHost(u.h)
+				return true, f
+			}
+		}
+		if op.Flag {
+			u.want = make([]byte, u.n)
+			stamp(u.want, op.V)
+			copy(b, u.want)
+		}
+		if err := w.tier.ReleaseHost(u.h); err != nil {
+			return true, unexpected("uvm.Tier.ReleaseHost", err)
+		}
+	case TierFree, TierDoubleFree:
+		if err := w.tier.Free(u.h); err != nil {
+			return true, unexpected("uvm.Tier.Free", err)
+		}
+		if op.Kind == TierDoubleFree {
+			if f := wantErr("uvm.Tier.Free twice", w.tier.Free(u.h), uvm.ErrInvalidHandle); f != nil {
+				return true, f
+			}
+		}
+		if u.pins > 0 {
+			w.tierPinned -= u.n
+		}
+		delete(w.tb, op.A)
+		w.tbID = removeID(w.tbID, op.A)
+		w.tierBytes -= u.n
+	}
+	return true, nil
+}
+
+func (w *world) count(what string, err error) {
+	if err != nil {
+		w.counts[what+": "+errorClass(err)]++
+	}
+}
+
+// deviceFull reports the shared device heap refusing the tier VRAM: out of memory, or its quota
+// (which the user's blocks and the tier's share) used up.
+func deviceFull(err error) bool {
+	return errors.Is(err, device.ErrOutOfMemory) || errors.Is(err, device.ErrQuota)
+}
+
+func errorClass(err error) string {
+	for _, e := range []error{uvm.ErrHostFull, uvm.ErrAllPinned, uvm.ErrTooLarge, device.ErrOutOfMemory, device.ErrQuota} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return "other"
+}
+
+func (w *world) tierAcquire(op Op, u *ublock, s pubcuda.Stream) (bool, *Failure) {
+	if u.pins > 0 && u.acq != op.S || u.pins == 0 && (!usable(u.busy, op.S) || w.tierPinned+u.n > int(w.cfg.TierBudget)/2) {
+		return false, nil
+	}
+	var bf *pbuf
+	if op.Flag && op.B >= 0 {
+		if bf = w.bufs[op.B]; bf != nil && !usable(bf.busy, op.S) {
+			bf = nil
+		}
+	}
+	mode := uvm.Read
+	if op.Flag {
+		mode = uvm.Write
+	}
+	p, err := w.tier.Acquire(u.h, s, mode)
+	if errors.Is(err, uvm.ErrAllPinned) || deviceFull(err) || errors.Is(err, uvm.ErrHostFull) {
+		w.count("tier acquire", err)
+		return true, nil
+	}
+	if err != nil {
+		return true, unexpected("uvm.Tier.Acquire", err)
+	}
+	if u.pins > 0 && p != u.ptr {
+		return true, failf("acquired tier block moved", "block #%d from %#x to %#x", op.A, u.ptr, p)
+	}
+	if u.pins == 0 {
+		w.tierPinned += u.n
+	}
+	u.pins++
+	u.acq, u.ptr, u.busy = op.S, p, op.S
+	if !op.Flag {
+		if u.want != nil {
+			got := make([]byte, u.n)
+			if err := w.heap.DtoHAsync(got, p, s); err != nil {
+				return true, unexpected("device.Heap.DtoHAsync of an acquired tier block", err)
+			}
+			if f := compare("tier block bytes (acquired for reading)", op.A, got, u.want, 0); f != nil {
+				return true, f
+			}
+		}
+		return true, nil
+	}
+	want := make([]byte, u.n)
+	fill(want, byte(op.V))
+	if err := w.heap.MemsetAsync(p, byte(op.V), uintptr(u.n), s); err != nil {
+		return true, unexpected("device.Heap.MemsetAsync of an acquired tier block", err)
+	}
+	if bf != nil {
+		n := min(len(bf.b), u.n)
+		if err := w.heap.HtoDAsync(p, bf.b[:n], s); err != nil {
+			return true, unexpected("device.Heap.HtoDAsync to an acquired tier block", err)
+		}
+		copy(want, bf.want[:n])
+		bf.busy = op.S
+	}
+	u.want = want
+	return true, nil
+}
+
+func (w *world) misc(op Op, s pubcuda.Stream) (bool, *Failure) {
+	switch op.Kind {
+	case Sync:
+		if err := w.rig.Dev.StreamSynchronize(s); err != nil {
+			return true, unexpected("cuStreamSynchronize", err)
+		}
+		w.passed(bit(op.S))
+		return true, w.check()
+	case Hold:
+		w.rig.F.Hold(op.Flag)
+		w.hold = op.Flag
+	case Complete:
+		w.rig.F.Complete()
+		w.passed(^uint32(0))
+		return true, w.check()
+	case CompleteStream:
+		w.rig.F.CompleteStream(s)
+		w.passed(bit(op.S))
+	case HeapTrim:
+		if err := w.heap.Trim(); err != nil {
+			return true, unexpected("device.Heap.Trim", err)
+		}
+		clear(w.crossFrees) // both wait for every deferred free
+	case HeapSync:
+		if err := w.heap.Sync(); err != nil {
+			return true, unexpected("device.Heap.Sync", err)
+		}
+		clear(w.crossFrees)
+	case PoolTrim:
+		w.pool.Trim()
+	case TierSync:
+		if err := w.tier.Sync(); err != nil {
+			return true, unexpected("uvm.Tier.Sync", err)
+		}
+	case Stats:
+		_ = w.heap.Stats()
+		ts := w.tier.Stats()
+		if ts.Blocks != len(w.tb) {
+			return true, failf("tier stats", "%d blocks, the model has %d", ts.Blocks, len(w.tb))
+		}
+		ps := w.pool.Stats()
+		if live := ps.Live - ps.Deferred; live != uint64(len(w.bufs)) || ps.InUse-ps.DeferredBytes != uint64(w.poolLive) {
+			return true, failf("pool stats", "%d live buffers (%d bytes) less %d deferred (%d bytes); the model has %d (%d bytes)",
+				ps.Live, ps.InUse, ps.Deferred, ps.DeferredBytes, len(w.bufs), w.poolLive)
+		}
+	case Recreate:
+		return w.recreate(op, s)
+	default:
+		return false, nil
+	}
+	return true, nil
+}

@@ -1,0 +1,81 @@
+// Package streamcheck is a model checker for stream order: it drives a device.Heap, a
+// pinned.Pool (CUDAHost backend) and a uvm.Tier sharing that heap, all on the fake CUDA driver
+// (internal/fakecuda, whose streams run their work late: at a synchronize, a query that finds it
+// pending, Complete), with long random sequences of operations on several non-blocking streams,
+// and checks every byte of every device block, pool buffer and tier block against a reference
+// model at each synchronize.
+//
+// # The model
+//
+// For each object the model keeps the bytes it must hold once every stream has run the work
+// queued so far (work is applied to the model when it is queued, in each stream's order), and
+// the stream that may still have work on it (busy), or none (idle). A synchronize of stream k
+// makes the objects busy on k idle; Complete makes every object idle. At each synchronize every
+// idle pool buffer and every idle device block is compared with the model; a tier block is
+// compared whenever it is acquired for reading (a pageable DtoHAsync on the acquiring stream,
+// which returns once the stream has run everything before it), read on the host (AcquireHost)
+// and at the end. A fresh block or buffer of a ZeroOnFree heap or pool must read zero (the
+// fake's new memory is zero, and everything freed is scrubbed). Memory that changes owner
+// before its streams have passed it shows as a late copy landing on another object.
+//
+// Errors the APIs return for legitimate operations fail the run, except refusals the model
+// cannot predict exactly, each checked to have changed nothing (the bytes are checked after):
+//
+//   - device out of memory (fragmentation), which must not happen while the heap holds no
+//     user block and no acquired tier block;
+//   - the tier's ErrAllPinned and ErrHostFull, and its VRAM refused by the shared heap (out of
+//     memory, or the heap's quota, which the user's blocks and the tier's VRAM share);
+//   - quota refusals while Hold keeps streams from passing: the device's may count the frees
+//     whose streams have not passed, the pool's the buffers its own Stats reports deferred
+//     (it records a stream's event lazily, behind later work). With Hold off a quota must
+//     refuse exactly what the live bytes leave no room for: a deferred free whose stream has
+//     run is not live (and the device's quota may count the tier's VRAM);
+//   - device.Heap.ForgetStream's heap.ErrLiveBlocks for a stream one of whose blocks was
+//     freed on another stream since the heap last waited for every deferred free (it counts
+//     as live until the heap polls that other stream: the stream is then kept).
+//
+// Misuse the model knows to be invalid (double frees, sub-slices, copies past a block's end,
+// a copy from a freed block, Release on the wrong stream or of a block not acquired,
+// ForgetStream of a stream with live blocks or acquired tier blocks, use after Close) must
+// return its sentinel (errors.Is) and change nothing.
+//
+// # The contract the model assumes (the misuse it never generates)
+//
+// The generator is a well-behaved user; it never does what is the caller's fault:
+//
+//   - A device block or pool buffer with work queued on stream a is touched by work on another
+//     stream b only after a has been synchronized: nothing orders a's work before b's. (The pool
+//     orders its own reuse after every stream recorded on a buffer; that is a free, not a use.)
+//   - A device block is freed with the synchronous device.Heap.Free only when no stream has
+//     work on it; FreeAsync on another stream than its work's only when it is idle.
+//   - A pool buffer is not written by the CPU while a copy from or into it is queued; a copy
+//     made with another binding (the raw driver) is followed by RecordStream before any free.
+//   - A tier block acquired on stream a is acquired on stream b only after a has been
+//     synchronized (the tier orders its own moves after Release's event, not user work on a
+//     before user work on b); its device address is used only on the acquiring stream.
+//   - A stream is synchronized, and ForgetStream'd by the heap, the tier and the pool (when the
+//     pool has ForgetStream), before it is destroyed.
+//   - Buffers the tier hands out with AcquireHost are used only until ReleaseHost.
+//
+// # Running it
+//
+// go test ./internal/streamcheck runs a few fixed seeds of a few thousand steps each (CI mode,
+// under a minute on a 2-core machine), then TestRegressions replays every sequence a failure
+// was shrunk to. Flags (or the environment variables in parentheses, which the child process
+// fakecuda.Run starts inherits; it passes no flags of its own):
+//
+//	-seed N      (STREAMCHECK_SEED)     run this seed only
+//	-steps N     (STREAMCHECK_STEPS)    operations per seed
+//	-seeds N     (STREAMCHECK_SEEDS)    N random seeds instead of the fixed ones
+//	-long D      (STREAMCHECK_DURATION) random seeds until D has passed (give -timeout above D)
+//	-shrink D    (STREAMCHECK_SHRINK)   time to spend shrinking a failure (default 30s; a
+//	                                    failure thousands of operations deep may need minutes)
+//
+// For example go test ./internal/streamcheck -run TestStreamOrder -long 30m -timeout 40m, or
+// -seeds 20 -steps 100000. A failure prints its seed, the configuration, and the shortest
+// sequence of operations delta debugging found that fails the same way (each candidate
+// replayed on a fresh heap, pool and tier), as a readable list and as a regression case for
+// regressions_test.go. Configurations with one pool shard and no timed purge replay
+// deterministically; the others (a shard per P, a 1 ms purge) may not shrink. The same runs
+// under -race and with -tags invariants (go test -race -tags invariants ./internal/streamcheck).
+package streamcheck

@@ -1,0 +1,161 @@
+package streamcheck
+
+import "math/rand/v2"
+
+func newRand(seed, stream uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, stream)) }
+
+// weights of the operations the generator draws (per mille, about).
+var weights = [numKinds]int{
+	DevAlloc: 80, DevWrite: 90, DevRead: 60, DevMemset: 30, DevFreeAsync: 60, DevFree: 20, DevDoubleFree: 5, DevOutOfBounds: 5,
+	PoolAlloc: 80, PoolStamp: 20, PoolFree: 30, PoolFreeAsync: 30, PoolRecordFree: 20, PoolRawCopy: 20, PoolDoubleFree: 5, PoolSubFree: 5,
+	TierAlloc: 30, TierAcquire: 70, TierRelease: 55, TierWrongRelease: 5, TierHost: 25, TierEvict: 15, TierPrefetch: 10, TierFree: 15, TierDoubleFree: 3,
+	Sync: 60, Hold: 15, Complete: 8, CompleteStream: 10, HeapTrim: 8, HeapSync: 5, PoolTrim: 5, Stats: 10, TierSync: 5, Recreate: 8,
+}
+
+var totalWeight = func() int {
+	n := 0
+	for _, w := range weights {
+		n += w
+	}
+	return n
+}()
+
+func drawKind(r *rand.Rand) Kind {
+	x := r.IntN(totalWeight)
+	for k, w := range weights {
+		if x < w {
+			return Kind(k)
+		}
+		x -= w
+	}
+	return Sync
+}
+
+// devSize draws a device block size: mostly small, some object pages, a few huge blocks
+// (above heap.HugeThreshold, 1 MiB), which every free defers behind an event, some of them
+// larger than a segment, which a small heap often cannot serve: the allocating stream's heap
+// then gives its empty segments back to the arena, where other streams take them.
+func devSize(r *rand.Rand) int {
+	switch x := r.IntN(100); {
+	case x < 40:
+		return 1 + r.IntN(8<<10)
+	case x < 65:
+		return 16<<10 + r.IntN(112<<10)
+	case x < 85:
+		return 200<<10 + r.IntN(500<<10)
+	case x < 91:
+		return 800<<10 + r.IntN(224<<10)
+	case x < 94:
+		return 1<<20 + 1 + r.IntN(512<<10)
+	default: // more than a 2 MiB segment: in a small heap, often more than the arena has left
+		return 2<<20 + r.IntN(1536<<10)
+	}
+}
+
+func poolSize(r *rand.Rand) int {
+	switch x := r.IntN(100); {
+	case x < 40:
+		return 1 + r.IntN(4<<10)
+	case x < 70:
+		return 8<<10 + r.IntN(88<<10)
+	case x < 90:
+		return 200<<10 + r.IntN(400<<10)
+	default:
+		return 900<<10 + r.IntN(300<<10)
+	}
+}
+
+var tierSizes = []int{4 << 10, 16<<10 + 100, 64 << 10, 200 << 10}
+
+// gen draws the next operation for the world's state: mostly valid ones (on the stream the
+// objects are busy on), sometimes on another stream, which the contract may forbid (apply
+// skips those).
+func (w *world) gen(r *rand.Rand, id int) Op {
+	op := Op{ID: id, Kind: drawKind(r), S: r.IntN(len(w.streams)), A: -1, B: -1, V: uint32(r.Uint32())}
+	pick := func(ids []int) int {
+		if len(ids) == 0 {
+			return -1
+		}
+		return ids[r.IntN(len(ids))]
+	}
+	// on moves the operation to the stream an object is busy on, most of the time.
+	on := func(busy int) {
+		if busy >= 0 && r.IntN(5) != 0 {
+			op.S = busy
+		}
+	}
+	switch op.Kind {
+	case DevAlloc:
+		op.N = devSize(r)
+		op.Flag = w.cfg.DeviceZero && r.IntN(2) == 0
+	case DevWrite, DevRead, DevMemset, PoolRawCopy:
+		a := pick(w.devID)
+		op.A = a
+		if d := w.dev[a]; d != nil {
+			on(d.busy)
+			op.N = 1 + r.IntN(d.n)
+			if r.IntN(2) == 0 {
+				op.Off = r.IntN(d.n)
+			}
+		}
+		if op.Kind != DevMemset && r.IntN(4) != 0 {
+			if op.B = pick(w.bufID); op.B >= 0 && w.bufs[op.B].busy >= 0 && r.IntN(2) == 0 {
+				op.S = w.bufs[op.B].busy
+			}
+		}
+		if op.Kind == PoolRawCopy {
+			op.A, op.B = op.B, op.A
+			if op.A < 0 {
+				op.A = pick(w.bufID)
+			}
+		}
+	case DevFreeAsync, DevFree, DevDoubleFree, DevOutOfBounds:
+		op.A = pick(w.devID)
+		if d := w.dev[op.A]; d != nil {
+			on(d.busy)
+			op.Off = r.IntN(d.n)
+		}
+	case PoolAlloc:
+		op.N = poolSize(r)
+	case PoolStamp, PoolFree, PoolFreeAsync, PoolRecordFree, PoolDoubleFree, PoolSubFree:
+		op.A = pick(w.bufID)
+		if bf := w.bufs[op.A]; bf != nil {
+			op.Off = r.IntN(len(bf.b))
+			op.N = 1 + r.IntN(len(bf.b))
+			if r.IntN(2) == 0 {
+				on(bf.busy)
+			}
+		}
+	case TierAlloc:
+		op.N = tierSizes[r.IntN(len(tierSizes))]
+	case TierAcquire:
+		op.A = pick(w.tbID)
+		if u := w.tb[op.A]; u != nil {
+			if u.pins > 0 {
+				op.S = u.acq
+			} else {
+				on(u.busy)
+			}
+		}
+		op.Flag = r.IntN(2) == 0
+		if op.Flag && r.IntN(2) == 0 {
+			op.B = pick(w.bufID)
+		}
+	case TierRelease:
+		var pinned []int
+		for _, id := range w.tbID {
+			if w.tb[id].pins > 0 {
+				pinned = append(pinned, id)
+			}
+		}
+		op.A = pick(pinned)
+	case TierWrongRelease, TierHost, TierFree, TierDoubleFree:
+		op.A = pick(w.tbID)
+		op.Flag = r.IntN(2) == 0
+	case TierEvict, TierPrefetch:
+		op.A, op.B, op.Off = pick(w.tbID), pick(w.tbID), pick(w.tbID)
+	case Hold:
+		op.Flag = r.IntN(3) == 0
+	}
+	return op
+}

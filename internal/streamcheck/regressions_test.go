@@ -1,0 +1,122 @@
+package streamcheck
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// regression is a shrunk failing sequence the checker found, replayed as it was found (the
+// configurations have one pool shard and no timed purge, so a replay is deterministic).
+type regression struct {
+	name string
+	what string // the failure it showed
+	cfg  Config
+	ops  []Op
+}
+
+// TestRegressions replays every sequence the checker shrank a failure to; each must pass.
+func TestRegressions(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	rig := Rig{F: f, Dev: f.Open(t, 0)}
+	for _, c := range regressions {
+		t.Run(c.name, func(t *testing.T) {
+			res := Replay(rig, c.cfg, c.ops)
+			if res.Failure != nil {
+				t.Errorf("%v (found as %q): %v\n%s", c.cfg, c.what, res.Failure, Listing(c.ops))
+			}
+		})
+	}
+}
+
+// regressions are the shrunk sequences of the failures found on the code before the fixes of
+// issue 25 (see the report of the commit that added each).
+var regressions = []regression{
+	{
+		// Issue 25 (2): the pool's quota refuses before it reclaims the deferred buffers whose
+		// streams have passed (Hold is off: a query runs the work).
+		name: "pool quota never reclaims",
+		what: "pool quota refused with room",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 2097152, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodBatchAPI, PurgeDelay: time.Millisecond},
+		ops: []Op{
+			{ID: 33, Kind: PoolAlloc, S: 1, A: -1, B: -1, N: 1190238, Off: 0, V: 0xc0ae15d7, Flag: false},
+			{ID: 83, Kind: PoolFreeAsync, S: 1, A: 33, B: -1, N: 200599, Off: 24319, V: 0x11b411da, Flag: false},
+			{ID: 109, Kind: PoolAlloc, S: 0, A: -1, B: -1, N: 923871, Off: 0, V: 0x4b1ad8ea, Flag: false},
+		},
+	},
+	{
+		// The same at the end of a run: every stream passed, nothing live, and an Alloc of the
+		// whole quota is refused (until something calls Stats).
+		name: "pool quota refused with nothing live",
+		what: "pool quota refused with nothing live",
+		cfg:  Config{Seed: 2, Streams: 3, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 3145728, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodBatchAPI, PurgeDelay: time.Millisecond},
+		ops: []Op{
+			{ID: 471, Kind: PoolAlloc, S: 0, A: -1, B: -1, N: 68193, V: 1426367088},
+			{ID: 476, Kind: PoolFreeAsync, S: 0, A: 471, B: -1},
+		},
+	},
+	{
+		// Issue 25 (1): stream 2 frees two blocks on itself (ZeroOnFree queues their scrubs on
+		// stream 2), its next Alloc finds the arena full and its heap gives its emptied
+		// segment back to the arena with the scrubs still queued; stream 1 takes it, and the
+		// scrub of #210 lands on the first 7322 bytes of stream 1's block #293.
+		name: "device heap self-trim",
+		what: "device block bytes",
+		cfg:  Config{Seed: 1795705589568168621, Streams: 3, DeviceCapacity: 6 << 20, DeviceZero: true, DeviceQuota: 0, PoolZero: false, PoolQuota: 0, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodKernel, PurgeDelay: time.Millisecond},
+		ops: []Op{
+			{ID: 179, Kind: DevAlloc, S: 0, A: -1, B: -1, N: 889251, Off: 0, V: 0x5f779c6e, Flag: true},
+			{ID: 209, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 366096, Off: 0, V: 0x22740fd4, Flag: true},
+			{ID: 210, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 7322, Off: 0, V: 0xa909b653, Flag: false},
+			{ID: 218, Kind: DevFreeAsync, S: 2, A: 210, B: -1, N: 0, Off: 6466, V: 0xa7b9b06e, Flag: false},
+			{ID: 220, Kind: Recreate, S: 1, A: -1, B: -1, N: 0, Off: 0, V: 0xe280b6a4, Flag: false},
+			{ID: 223, Kind: DevFreeAsync, S: 2, A: 209, B: -1, N: 0, Off: 270143, V: 0xc17869c1, Flag: false},
+			{ID: 291, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 118052, Off: 0, V: 0x1a648d9d, Flag: true},
+			{ID: 293, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 121836, Off: 0, V: 0xe9b36e5f, Flag: false},
+		},
+	},
+	// Issue 25 (1) with the tier as the victim: stream 1 frees a block on itself (its scrub
+	// queued on stream 1), asks for more than a segment, and its heap gives the emptied
+	// segment to the arena; the tier restores block #925 (evicted under that Alloc's pressure)
+	// into it, and stream 1's scrub then zeroes the tier's block.
+	{
+		name: "tier block under a self-trimmed segment",
+		what: "tier block bytes (acquired for reading)",
+		cfg:  Config{Seed: 15, Streams: 3, DeviceCapacity: 6 << 20, DeviceZero: true, DeviceQuota: 4718592, PoolZero: false, PoolQuota: 0, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodKernel, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 925, Kind: TierAlloc, S: 1, A: -1, B: -1, N: 16484, Off: 0, V: 0xb97d390b, Flag: false},
+			{ID: 1935, Kind: TierAcquire, S: 0, A: 925, B: 1807, N: 0, Off: 0, V: 0x909fd08, Flag: true},
+			{ID: 3031, Kind: DevAlloc, S: 0, A: -1, B: -1, N: 508672, Off: 0, V: 0x61f894b4, Flag: true},
+			{ID: 3036, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 978133, Off: 0, V: 0xa2b8935c, Flag: true},
+			{ID: 3268, Kind: TierRelease, S: 0, A: 925, B: -1, N: 0, Off: 0, V: 0x85d45a63, Flag: false},
+			{ID: 3270, Kind: Sync, S: 0, A: -1, B: -1, N: 0, Off: 0, V: 0xc34693ec, Flag: false},
+			{ID: 3600, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 120725, Off: 0, V: 0xa265cf15, Flag: false},
+			{ID: 3610, Kind: DevFreeAsync, S: 1, A: 3600, B: -1, N: 0, Off: 11843, V: 0x81558018, Flag: false},
+			{ID: 3612, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 2325331, Off: 0, V: 0x45ad1521, Flag: false},
+			{ID: 3615, Kind: TierAcquire, S: 2, A: 925, B: -1, N: 0, Off: 0, V: 0x37c3cdef, Flag: false},
+			{ID: 3647, Kind: CompleteStream, S: 1, A: -1, B: -1, N: 0, Off: 0, V: 0x4057ed34, Flag: false},
+			{ID: 3651, Kind: TierAcquire, S: 2, A: 925, B: -1, N: 0, Off: 0, V: 0x66ec0526, Flag: false},
+		},
+	},
+	{
+		// A quota refusal must take back a buffer recorded on an idle stream and freed. Found
+		// on the fixes of issue 25 (wt-device and wt-pinned merged) with several pool shards:
+		// the refusal does not reclaim it (one shard passes).
+		name: "pool quota with shards",
+		what: "pool quota refused with room",
+		cfg:  Config{Seed: 102, Streams: 4, DeviceCapacity: 4 << 20, DeviceQuota: 3145728, PoolQuota: 3145728, PoolShards: 4, TierBudget: 1024 << 10, Mover: device.MethodKernel, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 9675, Kind: PoolAlloc, A: -1, B: -1, N: 1169871, V: 3221156417},
+			{ID: 9755, Kind: PoolAlloc, A: -1, B: -1, N: 1012230, V: 3401259559},
+			{ID: 9777, Kind: PoolAlloc, A: -1, B: -1, N: 84057, V: 625638866},
+			{ID: 9988, Kind: PoolAlloc, A: -1, B: -1, N: 87254, V: 3943577100},
+			{ID: 10003, Kind: PoolAlloc, A: -1, B: -1, N: 491280, V: 3063180335},
+			{ID: 10022, Kind: PoolRecordFree, S: 3, A: 9777, B: -1, N: 48222, Off: 63485},
+			{ID: 10030, Kind: PoolAlloc, A: -1, B: -1, N: 380027, V: 3428353806},
+		},
+	},
+}

@@ -1,0 +1,295 @@
+package streamcheck
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/pinned"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// Config is one run's setting, drawn from its seed (ConfigFor).
+type Config struct {
+	Seed           uint64
+	Streams        int               // user streams (non-blocking)
+	DeviceCapacity uintptr           // the device heap's capacity: small, so reclaim and trim run constantly
+	DeviceZero     bool              // device.Options.ZeroOnFree
+	DeviceQuota    uintptr           // device.Options.Quota (0: none)
+	PoolZero       bool              // pinned.Options.ZeroOnFree
+	PoolQuota      int64             // pinned.Options.Quota (0: none)
+	PoolShards     int               // pinned.Options.Shards (1: every operation takes the holder path)
+	TierBudget     uintptr           // uvm.Options.DeviceBudget, its VRAM taken from the device heap
+	Mover          device.CopyMethod // the tier's device.Batcher's method: fixed, so that a replay moves the same way
+	PurgeDelay     time.Duration
+}
+
+// ConfigFor draws a configuration from seed: every combination of the guards comes up.
+func ConfigFor(seed uint64) Config {
+	r := newRand(seed, 1)
+	c := Config{
+		Seed:           seed,
+		Streams:        3 + r.IntN(2),
+		DeviceCapacity: uintptr(4+2*r.IntN(3)) << 20,
+		DeviceZero:     r.IntN(3) != 0, // a scrub queued on every free: pending work on every freed block
+		PoolZero:       r.IntN(2) == 0,
+		PoolShards:     1,
+		TierBudget:     uintptr(512+512*r.IntN(2)) << 10,
+		PurgeDelay:     -1,
+	}
+	if r.IntN(2) == 0 {
+		c.DeviceQuota = c.DeviceCapacity * 3 / 4
+	}
+	if r.IntN(2) == 0 {
+		c.PoolQuota = int64(2+r.IntN(3)) << 20
+	}
+	if r.IntN(3) == 0 {
+		c.PoolShards = 0 // one per P: the fast path (less reproducible: a goroutine may change P)
+	}
+	if r.IntN(4) == 0 {
+		c.PurgeDelay = time.Millisecond
+	}
+	c.Mover = []device.CopyMethod{device.MethodKernel, device.MethodBatchAPI, device.MethodPerCopy}[r.IntN(3)]
+	return c
+}
+
+func (c Config) String() string {
+	return fmt.Sprintf("seed=%d streams=%d device{capacity=%dMiB zero=%v quota=%d} pool{zero=%v quota=%d shards=%d} tier{budget=%dKiB mover=%v} purge=%v",
+		c.Seed, c.Streams, c.DeviceCapacity>>20, c.DeviceZero, c.DeviceQuota, c.PoolZero, c.PoolQuota, c.PoolShards, c.TierBudget>>10, c.Mover, c.PurgeDelay)
+}
+
+// limits of what the generator keeps live.
+const (
+	maxDevBlocks  = 24
+	maxPoolBufs   = 32
+	maxTierBlocks = 16
+	poolCapacity  = 64 << 20
+	maxPoolLive   = 12 << 20 // live plus possibly deferred pool bytes
+)
+
+// dblock is a device block the user allocated.
+type dblock struct {
+	p     pubcuda.DevicePtr
+	n     int
+	alloc int // the stream slot it was allocated on
+	want  []byte
+	busy  int // the stream slot that may have work on it, or -1
+}
+
+// pbuf is a pool buffer.
+type pbuf struct {
+	b    []byte
+	want []byte
+	busy int
+}
+
+// ublock is a tier block.
+type ublock struct {
+	h    uvm.Handle
+	n    int
+	want []byte // nil until first written
+	acq  int    // the stream slot it is acquired on, or -1
+	pins int
+	ptr  pubcuda.DevicePtr
+	busy int // the stream slot whose work on it has not been synchronized, or -1
+}
+
+// freed is memory the user freed whose streams may not have passed it: it may still count
+// against a quota while Hold keeps the streams from passing.
+type freed struct {
+	n    int
+	mask uint32 // stream slots
+}
+
+// Rig is the fake driver and the device the checker runs on.
+type Rig struct {
+	F   *fakecuda.Driver
+	Dev *icuda.Device
+}
+
+// world is the system under test and its model.
+type world struct {
+	cfg  Config
+	rig  Rig
+	pub  *pubcuda.Device
+	heap *device.Heap
+	pool *pinned.Pool
+	tier *uvm.Tier
+	mv   *device.Batcher
+
+	streams []pubcuda.Stream
+
+	dev   map[int]*dblock
+	bufs  map[int]*pbuf
+	tb    map[int]*ublock
+	devID []int // sorted IDs, for a deterministic generator
+	bufID []int
+	tbID  []int
+
+	hold              bool
+	poolFreed         []freed
+	devFreed          []freed
+	closed            bool
+	counts            map[string]int // legitimate refusals seen, by kind
+	checkedBytes      int64
+	tierBytes         int   // bytes of live tier blocks
+	tierPinned        int   // bytes of acquired tier blocks
+	crossFrees        []int // by stream slot: its blocks freed on other streams since the heap last drained its frees
+	devLive, poolLive int
+}
+
+func newWorld(cfg Config, rig Rig) (*world, error) {
+	w := &world{cfg: cfg, rig: rig, pub: icuda.Wrap[*pubcuda.Device](rig.Dev),
+		dev: map[int]*dblock{}, bufs: map[int]*pbuf{}, tb: map[int]*ublock{}, counts: map[string]int{},
+		crossFrees: make([]int, cfg.Streams)}
+	rig.F.ClearStickyError() // a fault of an earlier run would fail every call of this one
+	var err error
+	w.heap, err = device.New(w.pub, device.Options{Capacity: cfg.DeviceCapacity, ZeroOnFree: cfg.DeviceZero, Quota: cfg.DeviceQuota, PurgeDelay: cfg.PurgeDelay})
+	if err != nil {
+		return nil, fmt.Errorf("device.New: %w", err)
+	}
+	w.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: poolCapacity, ZeroOnFree: cfg.PoolZero, Quota: cfg.PoolQuota, Shards: cfg.PoolShards, PurgeDelay: cfg.PurgeDelay})
+	if err != nil {
+		_ = w.heap.Close()
+		return nil, fmt.Errorf("pinned.New: %w", err)
+	}
+	if w.mv, err = device.NewBatcher(w.pub, device.BatchOptions{Method: cfg.Mover}); err != nil {
+		_ = w.pool.Close()
+		_ = w.heap.Close()
+		return nil, fmt.Errorf("device.NewBatcher: %w", err)
+	}
+	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: cfg.TierBudget, Heap: w.heap, ThrashLapse: -1, Mover: w.mv})
+	if err != nil {
+		_ = w.mv.Close()
+		_ = w.pool.Close()
+		_ = w.heap.Close()
+		return nil, fmt.Errorf("uvm.New: %w", err)
+	}
+	for range cfg.Streams {
+		s, err := rig.Dev.StreamCreate(true)
+		if err != nil {
+			w.abandon()
+			return nil, fmt.Errorf("StreamCreate: %w", err)
+		}
+		w.streams = append(w.streams, s)
+	}
+	return w, nil
+}
+
+// streamForgetter is a pool's ForgetStream (issue 25 adds it): called before a stream is
+// destroyed where the pool has it.
+type streamForgetter interface {
+	ForgetStream(s pubcuda.Stream) error
+}
+
+// abandon releases what it can after a failed run, ignoring errors, so that the next replay
+// starts on a clean driver as far as possible.
+func (w *world) abandon() {
+	if w.closed {
+		return
+	}
+	w.closed = true
+	w.rig.F.Hold(false)
+	w.rig.F.Complete()
+	w.rig.F.ClearStickyError()
+	if w.tier != nil {
+		for _, id := range w.tbID {
+			u := w.tb[id]
+			for ; u.pins > 0; u.pins-- {
+				_ = w.tier.Release(u.h, w.streams[u.acq])
+			}
+			_ = w.tier.Free(u.h)
+		}
+		_ = w.tier.Close()
+	}
+	if w.mv != nil {
+		_ = w.mv.Close()
+	}
+	if w.heap != nil {
+		for _, id := range w.devID {
+			_ = w.heap.Free(w.dev[id].p)
+		}
+		_ = w.heap.Sync()
+	}
+	if w.pool != nil {
+		for _, id := range w.bufID {
+			_ = w.pool.Free(w.bufs[id].b)
+		}
+	}
+	for _, s := range w.streams {
+		_ = w.rig.Dev.StreamSynchronize(s)
+		if w.heap != nil {
+			_ = w.heap.ForgetStream(s)
+		}
+		if f, ok := any(w.pool).(streamForgetter); ok && w.pool != nil {
+			_ = f.ForgetStream(s)
+		}
+	}
+	if w.heap != nil {
+		_ = w.heap.Close()
+	}
+	if w.pool != nil {
+		_ = w.pool.Close()
+	}
+	for _, s := range w.streams {
+		_ = w.rig.Dev.StreamDestroy(s)
+	}
+}
+
+// Failure is what a run found wrong.
+type Failure struct {
+	Step int    // index in the sequence of the failing operation (len: the final checks)
+	Op   Op     // the failing operation (Kind numKinds: the final checks)
+	What string // the class of failure, compared when shrinking
+	Msg  string
+}
+
+func (f *Failure) Error() string {
+	return fmt.Sprintf("step %d (%s): %s: %s", f.Step, f.Op, f.What, f.Msg)
+}
+
+func failf(what, format string, args ...any) *Failure {
+	return &Failure{What: what, Msg: fmt.Sprintf(format, args...)}
+}
+
+// unexpected is a failure for an error a legitimate operation returned. A fault of queued work
+// (CUDA_ERROR_ILLEGAL_ADDRESS: memory freed or unmapped under it) is sticky: whichever call
+// reports it, it is one class of failure.
+func unexpected(call string, err error) *Failure {
+	if code, ok := pubcuda.ResultCode(err); ok && code == illegalAddress {
+		return &Failure{What: "device fault: queued work met memory freed or unmapped under it", Msg: call + ": " + err.Error()}
+	}
+	return &Failure{What: "error from " + call, Msg: err.Error()}
+}
+
+// illegalAddress is CUDA_ERROR_ILLEGAL_ADDRESS.
+const illegalAddress = 700
+
+// wantErr is nil when err matches target, and a failure otherwise.
+func wantErr(call string, err, target error) *Failure {
+	if errors.Is(err, target) {
+		return nil
+	}
+	return &Failure{What: "misuse of " + call + " not refused with " + target.Error(), Msg: fmt.Sprint(err)}
+}
+
+func insertID(ids []int, id int) []int {
+	i := sort.SearchInts(ids, id)
+	ids = append(ids, 0)
+	copy(ids[i+1:], ids[i:])
+	ids[i] = id
+	return ids
+}
+
+func removeID(ids []int, id int) []int {
+	i := sort.SearchInts(ids, id)
+	if i < len(ids) && ids[i] == id {
+		return append(ids[:i], ids[i+1:]...)
+	}
+	return ids
+}
