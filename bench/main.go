@@ -163,6 +163,27 @@ func (s *suite) selected() []impl {
 	return out
 }
 
+// foundLine says which C allocators were found and which are skipped, in one line.
+func foundLine(ims []impl) string {
+	var found, skipped []string
+	for _, im := range ims {
+		switch {
+		case im.found != "":
+			found = append(found, im.found)
+		case im.skip != "":
+			skipped = append(skipped, im.name+" "+im.skip)
+		}
+	}
+	line := "bench: allocators: found " + strings.Join(found, ", ")
+	if len(found) == 0 {
+		line = "bench: allocators: no C allocator found"
+	}
+	if len(skipped) > 0 {
+		line += "; " + strings.Join(skipped, "; ")
+	}
+	return line
+}
+
 // flagSet reports whether the flag was given on the command line.
 func flagSet(name string) bool {
 	set := false
@@ -174,6 +195,10 @@ func main() {
 	cfg := parseFlags()
 	if cfg.gpucheck != "" {
 		os.Exit(gpucheck(cfg))
+	}
+	if !cfg.uvm && !cfg.commit { // those suites lock nothing of their own beyond the driver's
+		hostMemory = checkMemlock()
+		fmt.Fprintln(os.Stderr, hostMemory.line())
 	}
 	if cfg.record != "" || cfg.replay != "" {
 		var err error
@@ -189,6 +214,9 @@ func main() {
 		return
 	}
 	s := &suite{cfg: cfg, impls: allImpls(), nulls: nullImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
+	if !cfg.uvm && !cfg.commit {
+		fmt.Fprintln(os.Stderr, foundLine(s.impls))
+	}
 	cs := cases(cfg.maxLive)
 	if cfg.uvm {
 		uvmCases, closeUVM := uvmOnly(cfg)
@@ -276,12 +304,14 @@ type machine struct {
 	Mode   string `json:"mode"`
 	// Load is /proc/loadavg when the run began: other work on the machine skews the timings.
 	Load string `json:"load"`
+	// Memory says when pinmalloc ran on pageable memory (a low memlock limit: memlock.go).
+	Memory string `json:"memory,omitempty"`
 }
 
 // thisMachine describes the machine.
 func thisMachine(quick bool, load string) machine {
 	m := machine{CPU: "unknown", Cores: runtime.NumCPU(), Go: runtime.Version(),
-		Date: time.Now().UTC().Format(time.RFC3339), Commit: "unknown", Mode: "full", Load: load}
+		Date: time.Now().UTC().Format(time.RFC3339), Commit: "unknown", Mode: "full", Load: load, Memory: hostMemory.memoryNote()}
 	if quick {
 		m.Mode = "quick"
 	}

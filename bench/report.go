@@ -92,6 +92,10 @@ func printTables(w io.Writer, s *suite, run []benchCase) {
 			names = append(names, im.name)
 		}
 	}
+	if note := hostMemory.memoryNote(); note != "" {
+		fmt.Fprintf(w, "\n**%s**: the pinmalloc columns are the allocator's own cost, without locking; mmap+mlock and torch-caching-host ran only the pairs up to %s.\n",
+			note, sizeName(hostMemory.maxPair))
+	}
 	groups := map[string][]benchCase{}
 	for _, c := range run {
 		groups[c.group] = append(groups[c.group], c)
