@@ -68,7 +68,7 @@ func parseFlags() *config {
 		flag.PrintDefaults()
 	}
 	quick := flag.Bool("quick", false, "short run, about a minute on 2 cores (a full run takes about two): 10 ms runs and 5 rounds instead of 20 ms and 7, a shorter trace")
-	flag.StringVar(&cfg.out, "out", "", "directory for the JSON results and SVG plots (default: none written; the project's own are in bench/results; -uvm: $TMPDIR/pinmalloc-bench)")
+	flag.StringVar(&cfg.out, "out", defaultOut(), "directory for the JSON results and SVG plots (the project's own are in bench/results)")
 	flag.StringVar(&cfg.replay, "replay", "", "replay this allocation trace (pinned.Options.Trace) against every Go-side allocator instead of running the suite")
 	flag.StringVar(&cfg.record, "record", "", "record the serving trace through a traced pool into this file and exit")
 	flag.StringVar(&cfg.name, "name", "", "results name (default cpu-<cores>core, with -quick appended in quick mode)")
@@ -83,9 +83,6 @@ func parseFlags() *config {
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
 	cfg.quick = *quick
-	if cfg.uvm && !flagSet("out") { // a -uvm run's results are the machine's, not the source tree's
-		cfg.out = filepath.Join(os.TempDir(), "pinmalloc-bench")
-	}
 	cfg.target, cfg.reps, cfg.traceSteps = 20*time.Millisecond, 7, 5*wavePeriod
 	if cfg.quick {
 		cfg.target, cfg.reps, cfg.traceSteps = 10*time.Millisecond, 5, 2*wavePeriod
@@ -184,12 +181,9 @@ func foundLine(ims []impl) string {
 	return line
 }
 
-// flagSet reports whether the flag was given on the command line.
-func flagSet(name string) bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
+// defaultOut is where results go without -out: a run's results are the machine's, not the
+// source tree's.
+func defaultOut() string { return filepath.Join(os.TempDir(), "pinmalloc-bench") }
 
 func main() {
 	cfg := parseFlags()
@@ -340,10 +334,6 @@ func loadAvg() string {
 
 // write stores the results JSON and the plots under cfg.out.
 func (s *suite) write(targets []target) error {
-	if s.cfg.out == "" {
-		fmt.Fprintln(os.Stderr, "bench: no -out directory: results not written")
-		return nil
-	}
 	if err := os.MkdirAll(s.cfg.out, 0o755); err != nil {
 		return err
 	}
@@ -369,10 +359,11 @@ func (s *suite) write(targets []target) error {
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintln(os.Stderr, "bench: wrote", path)
 	files, err := writePlots(s)
+	names := []string{filepath.Base(path)}
 	for _, f := range files {
-		fmt.Fprintln(os.Stderr, "bench: wrote", f)
+		names = append(names, filepath.Base(f))
 	}
+	fmt.Fprintf(os.Stderr, "bench: wrote the results and %d plots into %s: %s\n", len(files), s.cfg.out, strings.Join(names, ", "))
 	return err
 }

@@ -240,7 +240,12 @@ func runReplay(cfg *config, impls []impl, path string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(cfg.out, cfg.name+"-replay.json"), append(b, '\n'), 0o644)
+	out := filepath.Join(cfg.out, cfg.name+"-replay.json")
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "bench: wrote", out)
+	return nil
 }
 
 func printReplay(w io.Writer, path string, rs []replayResult) {
