@@ -55,7 +55,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
@@ -169,17 +168,7 @@ type checkResult struct {
 
 // gpucheck runs the check and returns the process's exit status.
 func gpucheck(cfg *config) int {
-	if err := icuda.Load(); err != nil {
-		if os.Getenv(cuda.LibraryEnv) != "" {
-			fmt.Fprintf(os.Stderr, "gpucheck: the driver at %s=%s: %v\n", cuda.LibraryEnv, os.Getenv(cuda.LibraryEnv), err)
-			return 1
-		}
-		fmt.Fprintf(os.Stderr, "gpucheck: no CUDA driver (%v): running everything on pinmalloc's fake driver (%s)\n", err, fakeNote)
-		code, err := fakecuda.ExecOnFake()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "gpucheck:", err)
-			return 1
-		}
+	if code, rerun := driverOrFake("gpucheck", "everything runs there ("+fakeNote+")"); rerun {
 		return code
 	}
 	c := &check{cfg: cfg, start: time.Now()}
