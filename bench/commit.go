@@ -48,7 +48,7 @@ import (
 // populated beforehand). What the fake's figures show:
 // that the workers overlap their calls, and what faulting pages costs here; what they cannot:
 // how the real driver scales with threads (the sleep assumes a driver that serializes
-// nothing). The H100 figures wait for a GPU session (`go run ./bench -commit` there).
+// nothing). The H100 figures wait for a GPU session (`go run . -commit` in bench/ there).
 type commitSuite struct {
 	pub  *cuda.Device
 	dev  *icuda.Device

@@ -3,7 +3,7 @@ package main
 // The GPU check (issue 19): every GPU figure of the project and its targets in one run, within
 // a deadline, written as one report.
 //
-//	go run ./bench -gpucheck DIR [-quick] [-bin .gpu/bin] [-deadline 9m] [-name NAME]
+//	go run . -gpucheck DIR [-quick] [-bin .gpu/bin] [-deadline 9m] [-name NAME]
 //
 // scripts/gpucheck builds what it needs (stripped test binaries of the packages with GPU tests,
 // this program and the examples, into .gpu/bin) on a machine with Go, so that a machine with a

@@ -9,20 +9,21 @@
 // are measured together in rounds (interleave.go), beside null allocators that measure the
 // Go and C loops themselves, whose cost the harness-adjusted figures take off (adjust.go).
 //
-// Usage:
+// Usage (bench is a module of its own: run it from bench/, or build it there):
 //
-//	go run -tags mimalloc ./bench [-quick] [-cases REGEXP] [-impls REGEXP] [-maxlive N] [-name NAME] [-out DIR] [-gpu]
-//	go run ./bench -replay FILE [-out DIR]     replay an allocation trace (replay.go)
-//	go run ./bench -record FILE                record the serving trace through a traced pool
-//	go run ./bench -gpucheck DIR [-quick]      the GPU check (gpucheck.go; scripts/gpucheck)
-//	go run ./bench -commit [-quick] [-out DIR] the pinning suite alone (commit.go), GPU or fake driver
+//	go run . [-quick] [-cases REGEXP] [-impls REGEXP] [-maxlive N] [-name NAME] [-out DIR] [-gpu]
+//	go run . -replay FILE [-out DIR]     replay an allocation trace (replay.go)
+//	go run . -record FILE                record the serving trace through a traced pool
+//	go run . -gpucheck DIR [-quick]      the GPU check (gpucheck.go; scripts/gpucheck)
+//	go run . -commit [-quick] [-out DIR] the pinning suite alone (commit.go), GPU or fake driver
 //
-// Results are written only with -out (the project's own: -out bench/results).
-// Without -tags mimalloc (which needs libmimalloc-dev) mimalloc is reported as skipped; with
-// CGO_ENABLED=0 glibc is skipped too. glibc is libc.so.6's own malloc in either build (with the
-// tag, libmimalloc.so takes over the names malloc and __libc_malloc; glibc.go). -gpu adds the CUDA competitors and cases when a suite
-// is compiled in (gpu.go). -uvm runs the UVM tier suite alone (uvm.go), on the GPU or, without
-// a driver, on the fake one; its results go to $TMPDIR/pinmalloc-bench unless -out says where.
+// It checks the memlock limit once, up front (memlock.go): below what the suite locks,
+// pinmalloc runs on pageable memory, labelled so. mimalloc is loaded at run time from
+// libmimalloc.so.2 where installed (mimalloc.go), glibc's malloc from libc.so.6 (glibc.go);
+// the run names what it found, and with CGO_ENABLED=0 both are skipped. Results and plots go
+// to $TMPDIR/pinmalloc-bench unless -out names a folder (the project's own: -out results).
+// -gpu adds the CUDA competitors and cases when a suite is compiled in (gpu.go). -uvm runs the
+// UVM tier suite alone (uvm.go), on the GPU or, without a driver, on the fake one.
 package main
 
 import (
@@ -62,7 +63,7 @@ type config struct {
 func parseFlags() *config {
 	cfg := &config{}
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench [flags]   (-tags mimalloc adds native mimalloc; needs libmimalloc-dev)\n\n"+
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run . [flags]   (in bench/, a module of its own)\n\n"+
 			"Measures pinmalloc beside mimalloc, glibc, make([]byte), sync.Pool and mmap+mlock per buffer, in one\n"+
 			"process, interleaved, and prints tables and targets (bench/main.go says how it measures).\n\n")
 		flag.PrintDefaults()
