@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // The up-front check of the memlock limit. The suite locks up to suiteLocked bytes at once (the
@@ -79,7 +81,7 @@ func (p memlockPlan) memoryNote() string {
 	if !p.pageable {
 		return ""
 	}
-	return fmt.Sprintf("pinmalloc on pageable memory (RLIMIT_MEMLOCK %s)", sizeName(int64(p.limit)))
+	return fmt.Sprintf("pinmalloc on pageable memory (RLIMIT_MEMLOCK %s)", units.Bytes(p.limit))
 }
 
 // line is the one line the run prints about the limit.
@@ -92,7 +94,7 @@ func (p memlockPlan) line() string {
 	}
 	return fmt.Sprintf("bench: memlock: limit %s (the suite locks up to %s): pinmalloc runs on pageable memory, labelled so; "+
 		"mmap+mlock and the PyTorch-style cache run only pairs up to %s. For locked memory: ulimit -l unlimited, or run as root",
-		sizeName(int64(p.limit)), sizeName(suiteLocked), sizeName(p.maxPair))
+		units.Bytes(p.limit), units.Bytes(suiteLocked), units.Bytes(uint64(p.maxPair)))
 }
 
 // limitName writes a limit, or "unlimited".
@@ -100,5 +102,5 @@ func limitName(l uint64) string {
 	if l == unix.RLIM_INFINITY {
 		return "unlimited"
 	}
-	return sizeName(int64(l))
+	return units.Bytes(l)
 }

@@ -15,7 +15,7 @@ func TestMemlockPlan(t *testing.T) {
 	if !p.pageable || p.maxPair != 1<<20 {
 		t.Errorf("8 MiB: %+v, want pageable and pairs up to 1 MiB", p)
 	}
-	if l := p.line(); !strings.Contains(l, "pageable") || !strings.Contains(l, "8MiB") || !strings.Contains(l, "1MiB") || strings.Contains(l, "\n") {
+	if l := p.line(); !strings.Contains(l, "pageable") || !strings.Contains(l, "8 MiB") || !strings.Contains(l, "1 MiB") || strings.Contains(l, "\n") {
 		t.Errorf("8 MiB line %q", l)
 	}
 	if n := p.memoryNote(); !strings.Contains(n, "pageable") {
