@@ -21,7 +21,7 @@
 // pinmalloc runs on pageable memory, labelled so. mimalloc is loaded at run time from
 // libmimalloc.so.2 where installed (mimalloc.go), glibc's malloc from libc.so.6 (glibc.go);
 // the run names what it found, and with CGO_ENABLED=0 both are skipped. Results and plots go
-// to $TMPDIR/pinmalloc-bench unless -out names a folder (the project's own: -out results).
+// to $TMPDIR/pinmalloc-bench-$USER unless -out names a folder (the project's own: -out results).
 // -gpu adds the CUDA competitors and cases when a suite is compiled in (gpu.go). -uvm runs the
 // UVM tier suite alone (uvm.go), on the GPU or, without a driver, on the fake one.
 package main
@@ -33,9 +33,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -183,8 +185,14 @@ func foundLine(ims []impl) string {
 }
 
 // defaultOut is where results go without -out: a run's results are the machine's, not the
-// source tree's.
-func defaultOut() string { return filepath.Join(os.TempDir(), "pinmalloc-bench") }
+// source tree's, and the user's (another user's folder of that name may not be writable).
+func defaultOut() string {
+	name := strconv.Itoa(os.Getuid())
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	return filepath.Join(os.TempDir(), "pinmalloc-bench-"+name)
+}
 
 func main() {
 	cfg := parseFlags()
@@ -365,6 +373,6 @@ func (s *suite) write(targets []target) error {
 	for _, f := range files {
 		names = append(names, filepath.Base(f))
 	}
-	fmt.Fprintf(os.Stderr, "bench: wrote the results and %d plots into %s: %s\n", len(files), s.cfg.out, strings.Join(names, ", "))
+	fmt.Fprintf(os.Stderr, "bench: wrote the results and %d plot(s) into %s: %s\n", len(files), s.cfg.out, strings.Join(names, ", "))
 	return err
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
+	"io/fs"
 	"math"
 	"math/bits"
 	"os"
@@ -92,10 +94,13 @@ func writePlots(s *suite) ([]string, error) {
 		if err != nil {
 			return files, fmt.Errorf("plot %s: %w", p.suffix, err)
 		}
-		if pl == nil {
+		path := filepath.Join(s.cfg.out, s.cfg.name+"-"+p.suffix+".svg")
+		if pl == nil { // no data this run: no plot of an earlier one left beside its results
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return files, err
+			}
 			continue
 		}
-		path := filepath.Join(s.cfg.out, s.cfg.name+"-"+p.suffix+".svg")
 		if err := saveSVG(pl, path, caption(s)); err != nil {
 			return files, err
 		}
