@@ -124,7 +124,7 @@ func (s *suite) run(c benchCase, ims []impl) []result {
 // its operation counts must be a multiple of; nil when im does not take part in c.
 func (s *suite) workload(c benchCase, im impl) (func() (workload, error), int) {
 	switch {
-	case c.group == "pair" && im.pair != nil:
+	case c.group == "pair" && im.pair != nil && (im.maxPair == 0 || c.size <= im.maxPair):
 		return func() (workload, error) { return im.pair(int(c.size)) }, 1
 	case c.group == "mixed" && im.mixed != nil:
 		return func() (workload, error) { return im.mixed(s.ops, c.g) }, c.g

@@ -48,7 +48,7 @@ import (
 // populated beforehand). What the fake's figures show:
 // that the workers overlap their calls, and what faulting pages costs here; what they cannot:
 // how the real driver scales with threads (the sleep assumes a driver that serializes
-// nothing). The H100 figures wait for a GPU session (`go run ./bench -commit` there).
+// nothing). The H100 figures wait for a GPU session (`go run . -commit` in bench/ there).
 type commitSuite struct {
 	pub  *cuda.Device
 	dev  *icuda.Device
@@ -476,17 +476,7 @@ func (c *commitSuite) targets(rs []result) []target {
 // where none can be loaded, on the fake driver in a re-executed process (this process then
 // exits with the child's status).
 func commitOnly(cfg *config) ([]benchCase, func()) {
-	if err := icuda.Load(); err != nil {
-		if os.Getenv(cuda.LibraryEnv) != "" {
-			fmt.Fprintf(os.Stderr, "bench: -commit: %v\n", err)
-			os.Exit(1)
-		}
-		fmt.Fprintf(os.Stderr, "bench: -commit: no CUDA driver (%v): running on the fake driver; its pinning cost is a model\n", err)
-		code, err := fakecuda.ExecOnFake()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: -commit:", err)
-			code = 1
-		}
+	if code, rerun := driverOrFake("bench: -commit", "its pinning cost is a model"); rerun {
 		os.Exit(code)
 	}
 	c := &commitSuite{}

@@ -11,10 +11,11 @@ package main
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-// glibc's own malloc and free, found in libc.so.6 itself. With -tags mimalloc, libmimalloc.so
-// is linked before libc and exports malloc, free and __libc_malloc and __libc_free too, so any
-// of these names, called plainly, reaches mimalloc: the "glibc" figures of that build were
-// mimalloc's. dlsym on libc's own handle searches libc (and its dependencies), never
+#include <gnu/libc-version.h>
+// glibc's own malloc and free, found in libc.so.6 itself. A libmimalloc.so linked or preloaded
+// before libc exports malloc, free, __libc_malloc and __libc_free too, so any of these names,
+// called plainly, would reach mimalloc (an earlier build that linked it measured mimalloc as
+// "glibc"). dlsym on libc's own handle searches libc (and its dependencies), never
 // libmimalloc. The loops call through the pointers, as they call the others through the PLT.
 static void *(*glibc_malloc_fn)(size_t);
 static void (*glibc_free_fn)(void *);
@@ -57,7 +58,7 @@ func newGlibc() impl {
 	if msg := C.glibc_resolve(); msg != nil {
 		return impl{name: "glibc", skip: "skipped (" + C.GoString(msg) + ")"}
 	}
-	return cImpl("glibc", cLoops{
+	im := cImpl("glibc", cLoops{
 		pair: func(size, n int) int64 { return int64(C.glibc_pair(C.size_t(size), C.int64_t(n))) },
 		mixed: func(ops []uint32, n int, b *barrier) (int64, int64) {
 			var start C.int64_t
@@ -80,6 +81,8 @@ func newGlibc() impl {
 			return int64(ns), uint64(peak)
 		},
 	})
+	im.found = "glibc " + C.GoString(C.gnu_get_libc_version()) + " (libc.so.6)"
+	return im
 }
 
 // glibcOrigin names the shared object whose malloc the glibc loops call.

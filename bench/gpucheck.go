@@ -3,7 +3,7 @@ package main
 // The GPU check (issue 19): every GPU figure of the project and its targets in one run, within
 // a deadline, written as one report.
 //
-//	go run ./bench -gpucheck DIR [-quick] [-bin .gpu/bin] [-deadline 9m] [-name NAME]
+//	go run . -gpucheck DIR [-quick] [-bin .gpu/bin] [-deadline 9m] [-name NAME]
 //
 // scripts/gpucheck builds what it needs (stripped test binaries of the packages with GPU tests,
 // this program and the examples, into .gpu/bin) on a machine with Go, so that a machine with a
@@ -55,7 +55,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
@@ -169,17 +168,7 @@ type checkResult struct {
 
 // gpucheck runs the check and returns the process's exit status.
 func gpucheck(cfg *config) int {
-	if err := icuda.Load(); err != nil {
-		if os.Getenv(cuda.LibraryEnv) != "" {
-			fmt.Fprintf(os.Stderr, "gpucheck: the driver at %s=%s: %v\n", cuda.LibraryEnv, os.Getenv(cuda.LibraryEnv), err)
-			return 1
-		}
-		fmt.Fprintf(os.Stderr, "gpucheck: no CUDA driver (%v): running everything on pinmalloc's fake driver (%s)\n", err, fakeNote)
-		code, err := fakecuda.ExecOnFake()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "gpucheck:", err)
-			return 1
-		}
+	if code, rerun := driverOrFake("gpucheck", "everything runs there ("+fakeNote+")"); rerun {
 		return code
 	}
 	c := &check{cfg: cfg, start: time.Now()}

@@ -15,6 +15,8 @@ type impl struct {
 	name string
 	// skip, when set, says why the allocator is not measured in this build.
 	skip string
+	// found names the library a C allocator was loaded from, with its version.
+	found string
 	// harness names the null allocator (null.go) that runs through the same loops as this
 	// one: what the loops themselves cost, which the harness-adjusted figures take off. A
 	// null allocator names itself.
@@ -39,6 +41,20 @@ type impl struct {
 	huge func(capacity, size int64) hugeResult
 	// replay plays a recorded trace (replay.go) in an allocator of the given capacity.
 	replay func(evs []alloctrace.Event, capacity int64) (*replayResult, error)
+	// maxPair, when set, is the largest fixed-size pair the allocator runs: one that locks
+	// each buffer itself, under a low memlock limit (memlock.go).
+	maxPair int64
+}
+
+// selfLocking bounds an allocator that locks its buffers itself to what the memlock limit
+// allows: under a low limit, only the pairs whose buffer fits it, and none of the cases that
+// hold many buffers at once.
+func selfLocking(im impl) impl {
+	if hostMemory.maxPair > 0 {
+		im.maxPair = hostMemory.maxPair
+		im.mixed, im.prodcons, im.churn, im.trace, im.huge, im.replay = nil, nil, nil, nil, nil, nil
+	}
+	return im
 }
 
 // workload is a runner and the resources it holds for the length of a case.

@@ -9,20 +9,21 @@
 // are measured together in rounds (interleave.go), beside null allocators that measure the
 // Go and C loops themselves, whose cost the harness-adjusted figures take off (adjust.go).
 //
-// Usage:
+// Usage (bench is a module of its own: run it from bench/, or build it there):
 //
-//	go run -tags mimalloc ./bench [-quick] [-cases REGEXP] [-impls REGEXP] [-maxlive N] [-name NAME] [-out DIR] [-gpu]
-//	go run ./bench -replay FILE [-out DIR]     replay an allocation trace (replay.go)
-//	go run ./bench -record FILE                record the serving trace through a traced pool
-//	go run ./bench -gpucheck DIR [-quick]      the GPU check (gpucheck.go; scripts/gpucheck)
-//	go run ./bench -commit [-quick] [-out DIR] the pinning suite alone (commit.go), GPU or fake driver
+//	go run . [-quick] [-cases REGEXP] [-impls REGEXP] [-maxlive N] [-name NAME] [-out DIR] [-gpu]
+//	go run . -replay FILE [-out DIR]     replay an allocation trace (replay.go)
+//	go run . -record FILE                record the serving trace through a traced pool
+//	go run . -gpucheck DIR [-quick]      the GPU check (gpucheck.go; scripts/gpucheck)
+//	go run . -commit [-quick] [-out DIR] the pinning suite alone (commit.go), GPU or fake driver
 //
-// Results are written only with -out (the project's own: -out bench/results).
-// Without -tags mimalloc (which needs libmimalloc-dev) mimalloc is reported as skipped; with
-// CGO_ENABLED=0 glibc is skipped too. glibc is libc.so.6's own malloc in either build (with the
-// tag, libmimalloc.so takes over the names malloc and __libc_malloc; glibc.go). -gpu adds the CUDA competitors and cases when a suite
-// is compiled in (gpu.go). -uvm runs the UVM tier suite alone (uvm.go), on the GPU or, without
-// a driver, on the fake one; its results go to $TMPDIR/pinmalloc-bench unless -out says where.
+// It checks the memlock limit once, up front (memlock.go): below what the suite locks,
+// pinmalloc runs on pageable memory, labelled so. mimalloc is loaded at run time from
+// libmimalloc.so.2 where installed (mimalloc.go), glibc's malloc from libc.so.6 (glibc.go);
+// the run names what it found, and with CGO_ENABLED=0 both are skipped. Results and plots go
+// to $TMPDIR/pinmalloc-bench-$USER unless -out names a folder (the project's own: -out results).
+// -gpu adds the CUDA competitors and cases when a suite is compiled in (gpu.go). -uvm runs the
+// UVM tier suite alone (uvm.go), on the GPU or, without a driver, on the fake one.
 package main
 
 import (
@@ -32,9 +33,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -62,13 +65,13 @@ type config struct {
 func parseFlags() *config {
 	cfg := &config{}
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench [flags]   (-tags mimalloc adds native mimalloc; needs libmimalloc-dev)\n\n"+
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run . [flags]   (in bench/, a module of its own)\n\n"+
 			"Measures pinmalloc beside mimalloc, glibc, make([]byte), sync.Pool and mmap+mlock per buffer, in one\n"+
 			"process, interleaved, and prints tables and targets (bench/main.go says how it measures).\n\n")
 		flag.PrintDefaults()
 	}
 	quick := flag.Bool("quick", false, "short run, about a minute on 2 cores (a full run takes about two): 10 ms runs and 5 rounds instead of 20 ms and 7, a shorter trace")
-	flag.StringVar(&cfg.out, "out", "", "directory for the JSON results and SVG plots (default: none written; the project's own are in bench/results; -uvm: $TMPDIR/pinmalloc-bench)")
+	flag.StringVar(&cfg.out, "out", defaultOut(), "directory for the JSON results and SVG plots (the project's own are in bench/results)")
 	flag.StringVar(&cfg.replay, "replay", "", "replay this allocation trace (pinned.Options.Trace) against every Go-side allocator instead of running the suite")
 	flag.StringVar(&cfg.record, "record", "", "record the serving trace through a traced pool into this file and exit")
 	flag.StringVar(&cfg.name, "name", "", "results name (default cpu-<cores>core, with -quick appended in quick mode)")
@@ -83,9 +86,6 @@ func parseFlags() *config {
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
 	cfg.quick = *quick
-	if cfg.uvm && !flagSet("out") { // a -uvm run's results are the machine's, not the source tree's
-		cfg.out = filepath.Join(os.TempDir(), "pinmalloc-bench")
-	}
 	cfg.target, cfg.reps, cfg.traceSteps = 20*time.Millisecond, 7, 5*wavePeriod
 	if cfg.quick {
 		cfg.target, cfg.reps, cfg.traceSteps = 10*time.Millisecond, 5, 2*wavePeriod
@@ -163,17 +163,45 @@ func (s *suite) selected() []impl {
 	return out
 }
 
-// flagSet reports whether the flag was given on the command line.
-func flagSet(name string) bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
+// foundLine says which C allocators were found and which are skipped, in one line.
+func foundLine(ims []impl) string {
+	var found, skipped []string
+	for _, im := range ims {
+		switch {
+		case im.found != "":
+			found = append(found, im.found)
+		case im.skip != "":
+			skipped = append(skipped, im.name+" "+im.skip)
+		}
+	}
+	line := "bench: allocators: found " + strings.Join(found, ", ")
+	if len(found) == 0 {
+		line = "bench: allocators: no C allocator found"
+	}
+	if len(skipped) > 0 {
+		line += "; " + strings.Join(skipped, "; ")
+	}
+	return line
+}
+
+// defaultOut is where results go without -out: a run's results are the machine's, not the
+// source tree's, and the user's (another user's folder of that name may not be writable).
+func defaultOut() string {
+	name := strconv.Itoa(os.Getuid())
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	return filepath.Join(os.TempDir(), "pinmalloc-bench-"+name)
 }
 
 func main() {
 	cfg := parseFlags()
 	if cfg.gpucheck != "" {
 		os.Exit(gpucheck(cfg))
+	}
+	if !cfg.uvm && !cfg.commit { // those suites lock nothing of their own beyond the driver's
+		hostMemory = checkMemlock()
+		fmt.Fprintln(os.Stderr, hostMemory.line())
 	}
 	if cfg.record != "" || cfg.replay != "" {
 		var err error
@@ -189,6 +217,9 @@ func main() {
 		return
 	}
 	s := &suite{cfg: cfg, impls: allImpls(), nulls: nullImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
+	if !cfg.uvm && !cfg.commit {
+		fmt.Fprintln(os.Stderr, foundLine(s.impls))
+	}
 	cs := cases(cfg.maxLive)
 	if cfg.uvm {
 		uvmCases, closeUVM := uvmOnly(cfg)
@@ -276,12 +307,14 @@ type machine struct {
 	Mode   string `json:"mode"`
 	// Load is /proc/loadavg when the run began: other work on the machine skews the timings.
 	Load string `json:"load"`
+	// Memory says when pinmalloc ran on pageable memory (a low memlock limit: memlock.go).
+	Memory string `json:"memory,omitempty"`
 }
 
 // thisMachine describes the machine.
 func thisMachine(quick bool, load string) machine {
 	m := machine{CPU: "unknown", Cores: runtime.NumCPU(), Go: runtime.Version(),
-		Date: time.Now().UTC().Format(time.RFC3339), Commit: "unknown", Mode: "full", Load: load}
+		Date: time.Now().UTC().Format(time.RFC3339), Commit: "unknown", Mode: "full", Load: load, Memory: hostMemory.memoryNote()}
 	if quick {
 		m.Mode = "quick"
 	}
@@ -310,10 +343,6 @@ func loadAvg() string {
 
 // write stores the results JSON and the plots under cfg.out.
 func (s *suite) write(targets []target) error {
-	if s.cfg.out == "" {
-		fmt.Fprintln(os.Stderr, "bench: no -out directory: results not written")
-		return nil
-	}
 	if err := os.MkdirAll(s.cfg.out, 0o755); err != nil {
 		return err
 	}
@@ -339,10 +368,11 @@ func (s *suite) write(targets []target) error {
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintln(os.Stderr, "bench: wrote", path)
 	files, err := writePlots(s)
+	names := []string{filepath.Base(path)}
 	for _, f := range files {
-		fmt.Fprintln(os.Stderr, "bench: wrote", f)
+		names = append(names, filepath.Base(f))
 	}
+	fmt.Fprintf(os.Stderr, "bench: wrote the results and %d plot(s) into %s: %s\n", len(files), s.cfg.out, strings.Join(names, ", "))
 	return err
 }

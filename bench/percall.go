@@ -15,7 +15,7 @@ func newPercallMlock() impl {
 	im := goImpl("percall-mlock", func(int64) (allocator[[]byte], error) { return percallMlock{}, nil })
 	im.trace, im.huge = nil, nil // it holds exactly what is live, rounded to pages
 	im.churn = nil               // the churn cases compare pinmalloc with the C allocators
-	return im
+	return selfLocking(im)
 }
 
 func (percallMlock) alloc(n int) ([]byte, error) {

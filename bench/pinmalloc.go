@@ -9,7 +9,8 @@ import (
 )
 
 // This file and pinned.go are the only ones that call pinmalloc. Both fronts run over locked
-// (mmap+mlock) host memory, the library's default without a GPU.
+// (mmap+mlock) host memory, the library's default without a GPU, or over pageable memory where
+// the memlock limit is too low for the suite (memlock.go).
 
 // heapAlign is the mandated alignment of the pinmalloc heap (a cache line).
 const heapAlign = 64
@@ -26,7 +27,11 @@ type pinHeap struct {
 
 func newPinmallocHeap() impl {
 	return goImpl("pinmalloc-heap", func(capacity int64) (allocator[uintptr], error) {
-		ar, err := arena.New(arena.Options{Provider: arena.Locked(arena.HostOptions{}), Capacity: uintptr(capacity)})
+		prov := arena.Locked(arena.HostOptions{})
+		if hostMemory.pageable {
+			prov = arena.Pageable(arena.HostOptions{})
+		}
+		ar, err := arena.New(arena.Options{Provider: prov, Capacity: uintptr(capacity)})
 		if err != nil {
 			return nil, err
 		}

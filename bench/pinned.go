@@ -7,9 +7,14 @@ type pinPool struct{ p *pinned.Pool }
 
 func newPinmallocPool() impl { return goImpl("pinmalloc-pool", openPool) }
 
-// openPool opens a pool of locked memory of the given capacity.
+// openPool opens a pool of locked memory of the given capacity (pageable where the memlock
+// limit is too low: memlock.go).
 func openPool(capacity int64) (allocator[[]byte], error) {
-	p, err := pinned.New(pinned.Options{Capacity: capacity, Backend: pinned.Locked})
+	backend := pinned.Locked
+	if hostMemory.pageable {
+		backend = pinned.Pageable
+	}
+	p, err := pinned.New(pinned.Options{Capacity: capacity, Backend: backend})
 	if err != nil {
 		return nil, err
 	}

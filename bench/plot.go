@@ -1,11 +1,18 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"image/color"
+	"io/fs"
+	"math"
 	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -19,6 +26,55 @@ import (
 
 // plotPoints caps the points of a line, to keep each SVG small.
 const plotPoints = 300
+
+// palette is Okabe and Ito's, for eyes with and without a colour deficiency, grey for yellow
+// (too light on white). Every line also has a marker of its own shape.
+var palette = []color.Color{
+	color.RGBA{0x00, 0x72, 0xB2, 0xff}, // blue
+	color.RGBA{0xD5, 0x5E, 0x00, 0xff}, // vermillion
+	color.RGBA{0x00, 0x9E, 0x73, 0xff}, // bluish green
+	color.RGBA{0xE6, 0x9F, 0x00, 0xff}, // orange
+	color.RGBA{0x00, 0x00, 0x00, 0xff}, // black
+	color.RGBA{0xCC, 0x79, 0xA7, 0xff}, // reddish purple
+	color.RGBA{0x56, 0xB4, 0xE9, 0xff}, // sky blue
+	color.RGBA{0x99, 0x99, 0x99, 0xff}, // grey
+}
+
+func init() { plotutil.DefaultColors = palette } // the uvm plots' lines too
+
+// plainNames are the allocators' names in the plots (the tables keep the short ones; docs/bench.md
+// has the key).
+var plainNames = map[string]string{
+	"pinmalloc-heap":   "pinmalloc heap (one owner)",
+	"pinmalloc-pool":   "pinmalloc pool (goroutine-safe)",
+	"mimalloc":         "mimalloc (C)",
+	"glibc":            "glibc malloc (C)",
+	"go-make":          "make([]byte), GC counted",
+	"go-syncpool":      "sync.Pool of []byte",
+	"percall-mlock":    "mmap+mlock per buffer",
+	torchName:          "PyTorch-style host cache",
+	hostPoolName:       "CUDA host memory pool",
+	"cuda-hostalloc":   "cuMemHostAlloc per buffer",
+	"cuda-mallocasync": "cudaMallocAsync",
+}
+
+// plainName is an allocator's name in a plot.
+func plainName(im string) string {
+	if n, ok := plainNames[im]; ok {
+		return n
+	}
+	return im
+}
+
+// styleOf gives every allocator of allImpls the same colour and marker in every plot.
+func styleOf(s *suite, im string) (color.Color, int) {
+	for i, x := range s.impls {
+		if x.name == im {
+			return palette[i%len(palette)], i
+		}
+	}
+	return color.Black, 0
+}
 
 // writePlots draws the plots the results allow and returns the files written.
 func writePlots(s *suite) ([]string, error) {
@@ -38,11 +94,14 @@ func writePlots(s *suite) ([]string, error) {
 		if err != nil {
 			return files, fmt.Errorf("plot %s: %w", p.suffix, err)
 		}
-		if pl == nil {
+		path := filepath.Join(s.cfg.out, s.cfg.name+"-"+p.suffix+".svg")
+		if pl == nil { // no data this run: no plot of an earlier one left beside its results
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return files, err
+			}
 			continue
 		}
-		path := filepath.Join(s.cfg.out, s.cfg.name+"-"+p.suffix+".svg")
-		if err := saveSVG(pl, path); err != nil {
+		if err := saveSVG(pl, path, caption(s)); err != nil {
 			return files, err
 		}
 		files = append(files, path)
@@ -50,15 +109,62 @@ func writePlots(s *suite) ([]string, error) {
 	return files, nil
 }
 
-// saveSVG writes a plot as a 6 × 4 inch SVG without embedded fonts.
-func saveSVG(p *plot.Plot, path string) error {
-	c := vgsvg.New(6*vg.Inch, 4*vg.Inch)
-	p.Draw(draw.New(c))
+// caption says where and when the figures were taken, under each plot.
+func caption(s *suite) []string {
+	m := thisMachine(s.cfg.quick, s.load)
+	line := fmt.Sprintf("%s, %d cores; load %s at the start; %s mode; %s; %s",
+		m.CPU, m.Cores, s.load, m.Mode, time.Now().UTC().Format("2006-01-02 15:04 UTC"), m.Go)
+	if m.Commit != "unknown" {
+		line += "; commit " + m.Commit
+	}
+	lines := []string{line}
+	if m.Memory != "" {
+		lines = append(lines, m.Memory+": pinmalloc's figures are without locking")
+	}
+	return lines
+}
+
+// Plot geometry: the data's area on the left, the legend in a column of its own on the right
+// (never over a line), the caption along the bottom.
+const (
+	plotWidth    = 9.6 * vg.Inch
+	plotHeight   = 4.5 * vg.Inch
+	legendWidth  = 3 * vg.Inch
+	captionLine  = 11 * vg.Length(1) // points
+	captionInset = 4 * vg.Length(1)
+)
+
+// saveSVG writes a plot as an SVG without embedded fonts: the legend to the right of the data,
+// the caption lines under it, and plain tick labels on linear axes.
+func saveSVG(p *plot.Plot, path string, captionLines []string) error {
+	svg := vgsvg.New(plotWidth, plotHeight)
+	c := draw.New(svg)
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		if _, ok := a.Tick.Marker.(plot.DefaultTicks); ok {
+			a.Tick.Marker = plainTicks{}
+		}
+	}
+	leg := p.Legend
+	p.Legend = plot.NewLegend()
+	bottom := captionLine*vg.Length(len(captionLines)) + captionInset
+	p.Draw(draw.Crop(c, 0, -legendWidth, bottom, 0))
+	leg.Top, leg.Left = true, true
+	leg.TextStyle.Font.Size = vg.Points(9)
+	leg.Padding = vg.Points(5)
+	title := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding
+	leg.Draw(draw.Crop(c, plotWidth-legendWidth+6, 0, bottom, -title-4))
+	sty := p.X.Label.TextStyle
+	sty.Font.Size = vg.Points(7.5)
+	sty.XAlign, sty.YAlign = draw.XLeft, draw.YBottom
+	for i, l := range captionLines {
+		y := c.Min.Y + captionInset/2 + captionLine*vg.Length(len(captionLines)-1-i)
+		c.FillText(sty, vg.Point{X: c.Min.X + captionInset, Y: y}, l)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := c.WriteTo(f); err != nil {
+	if _, err := svg.WriteTo(f); err != nil {
 		f.Close()
 		return err
 	}
@@ -68,34 +174,64 @@ func saveSVG(p *plot.Plot, path string) error {
 // pairPlot is ns per pair against block size, log-log, one line per allocator.
 func pairPlot(s *suite) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = "alloc+free pair"
+	p.Title.Text = "alloc+free of one block: time per pair (lower is better)"
 	p.X.Label.Text = "block size"
-	p.Y.Label.Text = "time per pair"
+	p.Y.Label.Text = "time per alloc+free pair"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = byteTicks{}, nsTicks{}
-	var lines []any
-	top := 0.0
+	n := 0
 	for _, im := range s.impls {
 		var xys plotter.XYs
 		for _, sz := range pairSizes {
 			if v, ok := lookup(s.results, "pair/"+sizeName(sz), im.name, "ns_per_pair"); ok && v > 0 {
 				xys = append(xys, plotter.XY{X: float64(sz), Y: v})
-				top = max(top, v)
 			}
 		}
-		if len(xys) > 0 {
-			lines = append(lines, im.name, xys)
+		if len(xys) == 0 {
+			continue
 		}
+		l, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, err
+		}
+		col, i := styleOf(s, im.name)
+		l.Color, pts.Color, pts.Shape = col, col, plotutil.Shape(i)
+		l.Width = vg.Points(1.5)
+		p.Add(l, pts)
+		p.Legend.Add(plainName(im.name), l, pts)
+		n++
 	}
-	if len(lines) == 0 {
+	if n == 0 {
 		return nil, nil
 	}
-	if err := plotutil.AddLinePoints(p, lines...); err != nil {
-		return nil, err
-	}
-	p.Y.Max = top * 300 // room above the data for the legend
-	p.Legend.Top, p.Legend.Left = true, true
 	return p, nil
+}
+
+// plainTicks are gonum's default ticks labelled without trailing zeros (750, not 750.00).
+type plainTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = plainNumber(ts[i].Value)
+		}
+	}
+	return ts
+}
+
+// plainNumber writes a tick's value with the digits it needs: 750, 0.25, 1.5e+09.
+func plainNumber(v float64) string {
+	if v != 0 && (math.Abs(v) >= 1e7 || math.Abs(v) < 1e-3) {
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	s := strconv.FormatFloat(v, 'f', 6, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	if s == "-0" {
+		s = "0"
+	}
+	return s
 }
 
 // byteTicks marks a log axis of bytes at powers of two, labelling every fourth (16 B, 256 B,
@@ -157,24 +293,31 @@ func tracePlot(s *suite) (*plot.Plot, error) {
 		return nil, nil
 	}
 	p := plot.New()
-	p.Title.Text = "serving trace: bytes live and held"
-	p.X.Label.Text = "step"
+	p.Title.Text = "serving trace: memory held against memory live (lower is better; live is the floor)"
+	p.X.Label.Text = fmt.Sprintf("step (%v each)", traceStep)
 	p.Y.Label.Text = "MiB"
-	lines := []any{"live (bytes asked)", downsample(s.traces[0].series, func(t tracePoint) uint64 { return t.live })}
-	top := 0.0
-	for _, tr := range s.traces {
-		label := tr.impl + " committed"
-		if tr.impl == "go-make" || tr.impl == "go-syncpool" {
-			label = tr.impl + " heap in use"
-		}
-		lines = append(lines, label, downsample(tr.series, func(t tracePoint) uint64 { return t.footprint }))
-		top = max(top, float64(tr.peakFootprint)/(1<<20))
-	}
-	if err := plotutil.AddLines(p, lines...); err != nil {
+	live, err := plotter.NewLine(downsample(s.traces[0].series, func(t tracePoint) uint64 { return t.live }))
+	if err != nil {
 		return nil, err
 	}
-	p.Y.Min, p.Y.Max = 0, top*1.6 // room above the data for the legend
-	p.Legend.Top, p.Legend.Left = true, true
+	live.Color, live.Width, live.Dashes = color.Gray{0x60}, vg.Points(1), []vg.Length{vg.Points(3), vg.Points(2)}
+	p.Add(live)
+	p.Legend.Add("live (bytes asked for)", live)
+	for _, tr := range s.traces {
+		label := plainName(tr.impl) + ": committed"
+		if tr.impl == "go-make" || tr.impl == "go-syncpool" {
+			label = plainName(tr.impl) + ": heap in use"
+		}
+		l, err := plotter.NewLine(downsample(tr.series, func(t tracePoint) uint64 { return t.footprint }))
+		if err != nil {
+			return nil, err
+		}
+		l.Color, _ = styleOf(s, tr.impl)
+		l.Width = vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(label, l)
+	}
+	p.Y.Min = 0
 	return p, nil
 }
 
@@ -200,7 +343,7 @@ func mixedPlot(s *suite) (*plot.Plot, error) {
 		a, ok1 := lookup(s.results, "mixed/1g", im.name, "ops_per_sec")
 		b, ok2 := lookup(s.results, "mixed/2g", im.name, "ops_per_sec")
 		if ok1 || ok2 {
-			names = append(names, im.name)
+			names = append(names, plainName(im.name))
 			one, two = append(one, a/1e6), append(two, b/1e6)
 		}
 	}
@@ -208,7 +351,7 @@ func mixedPlot(s *suite) (*plot.Plot, error) {
 		return nil, nil
 	}
 	p := plot.New()
-	p.Title.Text = "mixed sizes 16 B - 8 KiB: throughput"
+	p.Title.Text = "mixed sizes 16 B - 8 KiB: throughput (higher is better)"
 	p.Y.Label.Text = "million alloc+free pairs per second"
 	w := vg.Points(14)
 	for i, v := range []plotter.Values{one, two} {
@@ -216,14 +359,13 @@ func mixedPlot(s *suite) (*plot.Plot, error) {
 		if err != nil {
 			return nil, err
 		}
-		bars.Color = plotutil.Color(i)
+		bars.Color = palette[2*i]
 		bars.LineStyle.Width = 0
 		bars.Offset = w * vg.Length(2*i-1) / 2
 		p.Add(bars)
 		p.Legend.Add(map[int]string{0: "1 goroutine", 1: "2 goroutines"}[i], bars)
 	}
-	p.Y.Max = max(slices.Max(one), slices.Max(two)) * 1.2 // room above the bars for the legend
-	p.Legend.Top = true
+	p.Y.Max = max(slices.Max(one), slices.Max(two)) * 1.05
 	p.NominalX(names...)
 	p.X.Tick.Label.Rotation = 0.5
 	p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter

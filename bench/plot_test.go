@@ -48,3 +48,17 @@ func TestHitRatePlotKeepsZeros(t *testing.T) {
 		t.Fatalf("uvmHitPlot: %v, %v", p, err)
 	}
 }
+
+// TestPlainTicks: linear axes read 750, not 750.00.
+func TestPlainTicks(t *testing.T) {
+	for _, tk := range (plainTicks{}).Ticks(0, 800) {
+		if strings.Contains(tk.Label, ".") {
+			t.Errorf("tick %q", tk.Label)
+		}
+	}
+	for v, want := range map[float64]string{750: "750", 0.25: "0.25", 2.5e9: "2.5e+09", 0: "0"} {
+		if got := plainNumber(v); got != want {
+			t.Errorf("plainNumber(%g) = %q, want %q", v, got, want)
+		}
+	}
+}

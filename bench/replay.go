@@ -46,8 +46,8 @@ type replayResult struct {
 // cReplay plays evs with a C allocator's replay loop (cloops.h), which times the whole loop and
 // samples the memory the allocator holds from the OS (glibc: mallinfo2's arenas and mmapped
 // chunks; mimalloc: its committed bytes) for the peak held; the peak resident is not measured.
-// The glibc loops call libc.so.6's own malloc in either build (glibc.go), so mallinfo2 sees
-// their blocks with -tags mimalloc too.
+// The glibc loops call libc.so.6's own malloc (glibc.go), so mallinfo2 sees their blocks
+// whatever else is loaded.
 func cReplay(replay func(ev []uint64, nalloc int) (int64, uint64), evs []alloctrace.Event) (*replayResult, error) {
 	ev := make([]uint64, len(evs))
 	res := &replayResult{Events: len(evs)}
@@ -240,7 +240,12 @@ func runReplay(cfg *config, impls []impl, path string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(cfg.out, cfg.name+"-replay.json"), append(b, '\n'), 0o644)
+	out := filepath.Join(cfg.out, cfg.name+"-replay.json")
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "bench: wrote", out)
+	return nil
 }
 
 func printReplay(w io.Writer, path string, rs []replayResult) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -71,6 +72,30 @@ func TestRatioRefusesNonPositiveFigures(t *testing.T) {
 	for _, tg := range evaluateTargets(rs) {
 		if tg.Name == "small-mixed-vs-mimalloc" && tg.Status != unmeasured {
 			t.Errorf("small-mixed-vs-mimalloc with an adjusted figure of -0.5 ns: %s", tg.Status)
+		}
+	}
+}
+
+// TestUnreachableHere: a miss against mmap+mlock that no allocator measured here could meet
+// says so; one that the pool could meet does not.
+func TestUnreachableHere(t *testing.T) {
+	ns := func(c, im string, v float64) result {
+		return result{Case: c, Impl: im, Metric: "ns_per_pair", Value: v, Unit: "ns"}
+	}
+	rs := []result{
+		ns("pair/4KiB", "percall-mlock", 7000), ns("pair/4KiB", "pinmalloc-pool", 25), ns("pair/4KiB", "pinmalloc-heap", 14), ns("pair/4KiB", "null-go", 4),
+		ns("pair/8KiB", "percall-mlock", 70000), ns("pair/8KiB", "pinmalloc-pool", 90), ns("pair/8KiB", "pinmalloc-heap", 14),
+	}
+	for _, tg := range evaluateTargets(rs) {
+		switch tg.Name {
+		case "pool-vs-percall-mlock/4KiB":
+			if tg.Status != missed || !strings.Contains(tg.Unreachable, "pinmalloc-heap") {
+				t.Errorf("4KiB: %s, unreachable %q", tg.Status, tg.Unreachable)
+			}
+		case "pool-vs-percall-mlock/8KiB":
+			if tg.Status != missed || tg.Unreachable != "" {
+				t.Errorf("8KiB: %s, unreachable %q (the heap's 14 ns would meet 70 ns)", tg.Status, tg.Unreachable)
+			}
 		}
 	}
 }

@@ -220,5 +220,5 @@ func (lockedBacking) put(p uintptr, n int) error {
 func newTorchCachingHost() impl {
 	im := goImpl(torchName, func(int64) (allocator[[]byte], error) { return newTorchHost(lockedBacking{}, nil), nil })
 	im.mixed, im.prodcons, im.churn, im.huge, im.replay = nil, nil, nil, nil, nil
-	return im
+	return selfLocking(im)
 }

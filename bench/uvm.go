@@ -194,17 +194,7 @@ func (u *uvmSuite) targets(rs []result) []target {
 // driver or, where none can be loaded, on the fake driver in a re-executed process (this
 // process then exits with the child's status). It also names the results after the device.
 func uvmOnly(cfg *config) ([]benchCase, func()) {
-	if err := icuda.Load(); err != nil {
-		if os.Getenv(cuda.LibraryEnv) != "" {
-			fmt.Fprintf(os.Stderr, "bench: -uvm: %v\n", err)
-			os.Exit(1)
-		}
-		fmt.Fprintf(os.Stderr, "bench: -uvm: no CUDA driver (%v): running on the fake driver; its figures are CPU-bound\n", err)
-		code, err := fakecuda.ExecOnFake()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: -uvm:", err)
-			code = 1
-		}
+	if code, rerun := driverOrFake("bench: -uvm", "its figures are CPU-bound"); rerun {
 		os.Exit(code)
 	}
 	u := &uvmSuite{}

@@ -16,7 +16,7 @@ import (
 // Its Y axis is logarithmic: at 1x every access hits and costs CPU bookkeeping only, orders of
 // magnitude above the oversubscribed points, which pay for migrations.
 func uvmOversubPlot(s *suite) (*plot.Plot, error) {
-	p, err := uvmFactorPlot(s, "gbps", "UVM tier: throughput against oversubscription", "accessed GB/s (block "+sizeName(int64(uvmPlotBlock(s)))+"), log scale", true)
+	p, err := uvmFactorPlot(s, "gbps", "UVM tier: throughput against oversubscription (higher is better)", "accessed GB/s (block "+sizeName(int64(uvmPlotBlock(s)))+"), log scale", true)
 	if p == nil {
 		return p, err
 	}
@@ -33,7 +33,7 @@ func uvmOversubPlot(s *suite) (*plot.Plot, error) {
 
 // uvmHitPlot is the tier's hit rate against oversubscription (NAME-uvm-hitrate.svg).
 func uvmHitPlot(s *suite) (*plot.Plot, error) {
-	p, err := uvmFactorPlot(s, "hit_rate", "UVM tier: hit rate against oversubscription", "hit rate", false)
+	p, err := uvmFactorPlot(s, "hit_rate", "UVM tier: hit rate against oversubscription (higher is better)", "hit rate", false)
 	if p != nil {
 		p.Y.Min, p.Y.Max = 0, 1.5 // room above the data for the legend
 	}
@@ -119,7 +119,7 @@ func uvmMovePlot(s *suite) (*plot.Plot, error) {
 			plotter.XYs{{X: float64(uvmBlockSizes[0]), Y: v}, {X: float64(uvmBlockSizes[len(uvmBlockSizes)-1]), Y: v}})
 	}
 	p := plot.New()
-	p.Title.Text = "UVM tier: explicit migration bandwidth"
+	p.Title.Text = "UVM tier: explicit migration bandwidth (higher is better)"
 	p.X.Label.Text = "block size"
 	p.Y.Label.Text = "GB/s"
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, byteTicks{}
