@@ -40,11 +40,10 @@ type Process struct {
 	h  *heap.Heap
 	g  *heap.Group
 
-	pushMu  sync.Mutex // the producer side of this process's rings
-	drainMu sync.Mutex // the consumer side
-	stop    chan struct{}
-	done    chan struct{}
-	closed  atomic.Bool
+	pushMu sync.Mutex // the producer side of this process's rings (the heap's lock is the consumer's)
+	stop   chan struct{}
+	done   chan struct{}
+	closed atomic.Bool
 
 	freesOut, freesIn, dropped, freeErrs atomic.Uint64
 }
@@ -69,7 +68,7 @@ func newProcess(h hello, ctlFd int, regionFds []int, mode lockMode, align uintpt
 	}
 	p.ar, err = arena.New(arena.Options{Provider: &grantProvider{p}, Capacity: h.poolBytes(), RegionSize: h.grantSize, PurgeDelay: -1})
 	if err == nil {
-		p.h, err = heap.New(p.ar, heap.Options{Align: align, Retention: heap.RetainSegments})
+		p.h, err = heap.New(p.ar, heap.Options{Align: align})
 	}
 	if err != nil {
 		p.unmapAll()
@@ -270,16 +269,19 @@ func (p *Process) drainer(every time.Duration) {
 	}
 }
 
-// drain takes in every pending remote free and returns how many it found.
+// drain takes in every pending remote free and returns how many it found. It frees them as
+// the heap's owner, under the heap's lock: that also orders, for the race detector, the
+// allocation of each block before its free, an order that reached here through another
+// process and shared memory, which the detector cannot see.
 func (p *Process) drain() int {
-	p.drainMu.Lock()
-	defer p.drainMu.Unlock()
 	n := 0
 	for q := 0; q < p.slots; q++ {
 		if q == p.slot || !p.c.pending(q, p.slot) {
 			continue
 		}
+		p.mu.Lock()
 		n += p.c.drain(q, p.slot, p.takeFree)
+		p.mu.Unlock()
 	}
 	return n
 }
@@ -297,7 +299,7 @@ func (p *Process) takeFree(e uint64) {
 		p.dropped.Add(1)
 		return
 	}
-	if err := p.g.Free(p.maps[r] + off); err != nil {
+	if err := p.h.Free(p.maps[r] + off); err != nil {
 		p.freeErrs.Add(1)
 		return
 	}
