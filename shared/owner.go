@@ -71,7 +71,7 @@ type Owner struct {
 	ln     *net.UnixListener
 	ctlFd  int
 	fds    []int
-	allow  map[int]bool
+	allow  map[int]bool // user ids that may attach
 	hello  hello
 	mu     sync.Mutex // the grant table's writer; slots
 	cond   *sync.Cond
@@ -236,10 +236,11 @@ func (w *Owner) session(c *net.UnixConn) {
 	defer w.wg.Done()
 	defer c.Close()
 	cred, err := peerCred(c)
+	w.mu.Lock()
 	if err != nil || !w.allow[int(cred.Uid)] {
+		w.mu.Unlock()
 		return // refused: the peer reads EOF
 	}
-	w.mu.Lock()
 	slot := -1
 	for i, u := range w.used {
 		if !u && !w.closed {
