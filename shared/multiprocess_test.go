@@ -24,6 +24,7 @@ import (
 //	A n seed          allocate n bytes, fill them with pattern(seed): "H <handle>"
 //	C <handle> seed   check the handle's bytes against pattern(seed): "OK"
 //	F <handle>        free by handle: "OK"
+//	X                 close the socket without detaching, and live on: "OK"
 //	Q                 stop, detach: "OK"
 //
 // and "E stale" or "E <error>" when a command fails. Each child also churns buffers of its
@@ -171,6 +172,9 @@ func runChild(path string) int {
 				fmt.Println(errLine(err))
 				continue
 			}
+			fmt.Println("OK")
+		case len(f) == 1 && f[0] == "X": // close the socket, stay alive
+			p.granter.(*connGranter).c.Close()
 			fmt.Println("OK")
 		case len(f) == 1 && f[0] == "Q":
 			close(stop)

@@ -180,8 +180,11 @@ func listen(path string, mode os.FileMode) (*net.UnixListener, error) {
 		mode = 0o600
 	}
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		c, err := net.Dial("unix", path)
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 		if err == nil {
+			// Someone serves it. Leave as a detach, so that the server takes the slot back at
+			// once rather than when this process exits.
+			_, _, _ = request(c, opDetach, 0)
 			c.Close()
 			return nil, fmt.Errorf("shared: %s: another pool serves it: %w", path, syscall.EADDRINUSE)
 		}
@@ -256,6 +259,14 @@ func (w *Owner) session(c *net.UnixConn) {
 	if slot < 0 {
 		return
 	}
+	// A pidfd of the peer: when its socket closes without a detach, its memory comes back
+	// only once it has exited (see awaitExit).
+	pidfd, perr := unix.PidfdOpen(int(cred.Pid), 0)
+	if perr != nil {
+		pidfd = -1
+	} else {
+		defer unix.Close(pidfd)
+	}
 	h := w.hello
 	h.slot = slot
 	_, _, err = c.WriteMsgUnix(h.encode(), unix.UnixRights(append([]int{w.ctlFd}, w.fds...)...), nil)
@@ -285,8 +296,11 @@ func (w *Owner) session(c *net.UnixConn) {
 			err = ErrProtocol
 		}
 	}
-	// The process detached, died, or broke the protocol: its memory comes back. On the CPU
-	// (memfd) backend nothing else can be using it.
+	// The process detached, died, or broke the protocol: its memory comes back, once nothing
+	// of the process can touch it any more.
+	if !errors.Is(err, errDetached) && int(cred.Pid) != os.Getpid() {
+		awaitExit(pidfd)
+	}
 	w.reclaim(slot)
 	w.mu.Lock()
 	w.used[slot] = false
@@ -296,6 +310,25 @@ func (w *Owner) session(c *net.UnixConn) {
 }
 
 var errDetached = errors.New("detached")
+
+// awaitExit waits until the process of pidfd has exited: its mappings are gone then, and so
+// are its file descriptors, the CUDA driver's among them (the driver tears down the process's
+// contexts, and the work queued on their streams, as those close). A socket that closes
+// without a detach may be a process that is dying (SIGKILL closes its files one by one) or
+// one that closed the socket and lives on with the pool mapped: either way its memory may
+// still be written, so it is not taken back before. Without a pidfd (a kernel before 5.3) it
+// returns at once.
+func awaitExit(pidfd int) {
+	if pidfd < 0 {
+		return
+	}
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			return
+		}
+	}
+}
 
 // grant gives slot n contiguous free grants of one region, of a new generation.
 func (w *Owner) grant(slot, n int) (int, error) {

@@ -114,3 +114,34 @@ func TestPeerRefused(t *testing.T) {
 		t.Fatalf("%d attached after a refusal", n)
 	}
 }
+
+// A process that closes its socket without detaching keeps its memory until it exits: it
+// still has the pool mapped and may write it.
+func TestSocketClosedMemoryKeptUntilExit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	k := startChild(t, path)
+	line := k.do(t, "A 100 9")
+	h, err := parseHandle(strings.Fields(line)[1:])
+	if err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	if got := k.do(t, "X"); got != "OK" {
+		t.Fatal(got)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := w.Bytes(h); err != nil {
+		t.Fatalf("the memory of a live process was taken back when its socket closed: %v", err)
+	}
+	_ = k.cmd.Process.Signal(syscall.SIGKILL)
+	_ = k.cmd.Wait()
+	k.dead = true
+	waitFor(t, func() bool { return w.Attached() == 0 })
+	if _, err := w.Bytes(h); !errors.Is(err, ErrStaleHandle) {
+		t.Fatalf("after the process exited: %v", err)
+	}
+}
