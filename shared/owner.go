@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
 // Limits and defaults of Options.
@@ -24,10 +26,7 @@ const (
 	DefaultSlots = 16
 	// DefaultRingSize is the entries of each remote-free ring when Options.RingSize is zero.
 	DefaultRingSize = 4096
-	// DefaultRegionSize caps one region (one memfd, one mapping) when Options.RegionSize is
-	// zero.
-	DefaultRegionSize = 64 << 30
-	grantUnit         = 2 << 20
+	grantUnit       = 2 << 20
 )
 
 // Options configures a shared pool (Serve).
@@ -40,8 +39,8 @@ type Options struct {
 	// process holds at most 64 grants, so a smaller grant suits many small processes, a
 	// larger one few big ones.
 	GrantSize uintptr
-	// RegionSize is the size of each memfd the pool is made of, a multiple of GrantSize.
-	// Default min(Size, DefaultRegionSize).
+	// RegionSize is the size of each memfd the pool is made of, a multiple of GrantSize and
+	// at most MaxRegistration. Default min(Size, MaxRegistration).
 	RegionSize uintptr
 	// Slots is how many processes, the owner included, may be attached at once (default
 	// DefaultSlots, at most 256).
@@ -60,6 +59,20 @@ type Options struct {
 	// DrainInterval is how often the owner takes in the frees others made of its buffers
 	// (default DefaultDrainInterval).
 	DrainInterval time.Duration
+	// Device, when set, registers every region with the owner's CUDA context
+	// (cuMemHostRegister, portable and device-mapped), one registration per region, so that
+	// copies to and from the pool run by DMA. Each attached process registers the regions with
+	// its own context (AttachOptions.Device).
+	Device *cuda.Device
+	// MaxRegistration caps a region, and so one registration (default
+	// DefaultMaxRegistration, 64 GiB); a bigger pool is made of several regions. A buffer
+	// never crosses a region, so no copy spans two registrations.
+	MaxRegistration uintptr
+	// FallbackPageable, when set, keeps a region the owner cannot lock (the memlock limit) or
+	// register (the driver refused) mapped as it is, pageable or unregistered, rather than
+	// failing; Stats.PageableRegions says which and why. Copies from pageable memory run at
+	// a fraction of the bandwidth.
+	FallbackPageable bool
 }
 
 // Owner is the process that owns a shared pool: it made the pool's memory, serves it on a
@@ -117,7 +130,8 @@ func Serve(path string, o Options) (*Owner, error) {
 		w.fds = append(w.fds, fd)
 	}
 	w.used[0] = true
-	w.Process, err = newProcess(w.hello, w.ctlFd, w.fds, lockNow, o.Align, o.DrainInterval, ownerGranter{w})
+	cfg := procConfig{mode: lockNow, align: o.Align, dev: o.Device, fallback: o.FallbackPageable}
+	w.Process, err = newProcess(w.hello, w.ctlFd, w.fds, cfg, o.DrainInterval, ownerGranter{w})
 	if err != nil {
 		return fail(err)
 	}
@@ -152,9 +166,16 @@ func (o Options) layout() (layout, error) {
 		return layout{}, fmt.Errorf("%w: grant size %d is not a multiple of 2 MiB", ErrInvalidOptions, g)
 	}
 	size := (o.Size + g - 1) / g * g
+	maxReg := o.MaxRegistration
+	if maxReg == 0 {
+		maxReg = DefaultMaxRegistration
+	}
 	rs := o.RegionSize
 	if rs == 0 {
-		rs = min(size, DefaultRegionSize/g*g)
+		rs = min(size, maxReg/g*g)
+	}
+	if rs > maxReg {
+		return layout{}, fmt.Errorf("%w: region size %d above the registration cap %d", ErrInvalidOptions, rs, maxReg)
 	}
 	if rs == 0 || rs%g != 0 {
 		return layout{}, fmt.Errorf("%w: region size %d is not a multiple of the grant size %d", ErrInvalidOptions, rs, g)
@@ -459,6 +480,11 @@ type AttachOptions struct {
 	// DrainInterval is how often the process takes in others' frees of its buffers (default
 	// DefaultDrainInterval).
 	DrainInterval time.Duration
+	// Device, when set, registers every region with this process's CUDA context, as
+	// Options.Device does for the owner.
+	Device *cuda.Device
+	// FallbackPageable is Options.FallbackPageable for this process.
+	FallbackPageable bool
 }
 
 // Attach connects to the pool served at path and maps it: the regions are mapped shared and
@@ -491,7 +517,8 @@ func Attach(path string, o AttachOptions) (*Process, error) {
 		}
 	}
 	cg := &connGranter{c: conn}
-	p, err := newProcess(h, fds[0], fds[1:], lockOnFault, o.Align, o.DrainInterval, cg)
+	cfg := procConfig{mode: lockOnFault, align: o.Align, dev: o.Device, fallback: o.FallbackPageable}
+	p, err := newProcess(h, fds[0], fds[1:], cfg, o.DrainInterval, cg)
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -32,8 +33,13 @@ type Process struct {
 	ctlBase uintptr
 	ctlSize uintptr
 	maps    []uintptr // each region's base in this process
-	granter granter
-	leave   func() error // after the heap is gone: detach from the pool
+	// registered says which regions are registered with dev; fallbacks are the refusals
+	// that left regions pageable or unregistered (Options.FallbackPageable).
+	registered []bool
+	dev        *icuda.Device
+	fallbacks  []string
+	granter    granter
+	leave      func() error // after the heap is gone: detach from the pool
 
 	mu sync.Mutex // the heap's owner: Alloc, own frees, Collect, Stats
 	ar *arena.Arena
@@ -50,7 +56,7 @@ type Process struct {
 
 // newProcess maps the control region and the regions, builds the process's arena and heap,
 // and starts its drainer. On error it unmaps what it mapped; the caller closes the fds.
-func newProcess(h hello, ctlFd int, regionFds []int, mode lockMode, align uintptr, drain time.Duration, g granter) (*Process, error) {
+func newProcess(h hello, ctlFd int, regionFds []int, cfg procConfig, drain time.Duration, g granter) (*Process, error) {
 	p := &Process{layout: h.layout, pool: h.pool, slot: h.slot, ctlSize: h.ctlSize, granter: g,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	var err error
@@ -59,16 +65,14 @@ func newProcess(h hello, ctlFd int, regionFds []int, mode lockMode, align uintpt
 	}
 	p.c = ctl{layout: h.layout, w: words(p.ctlBase, h.ctlSize)}
 	for _, fd := range regionFds {
-		base, err := mapFd(fd, h.regionSize, mapAlign, mode)
-		if err != nil {
+		if err := p.mapRegion(fd, cfg); err != nil {
 			p.unmapAll()
 			return nil, err
 		}
-		p.maps = append(p.maps, base)
 	}
 	p.ar, err = arena.New(arena.Options{Provider: &grantProvider{p}, Capacity: h.poolBytes(), RegionSize: h.grantSize, PurgeDelay: -1})
 	if err == nil {
-		p.h, err = heap.New(p.ar, heap.Options{Align: align})
+		p.h, err = heap.New(p.ar, heap.Options{Align: cfg.align})
 	}
 	if err != nil {
 		p.unmapAll()
@@ -83,10 +87,11 @@ func newProcess(h hello, ctlFd int, regionFds []int, mode lockMode, align uintpt
 }
 
 func (p *Process) unmapAll() {
+	_ = p.unregisterAll()
 	for _, b := range p.maps {
 		_ = unmap(b, p.regionSize)
 	}
-	p.maps = nil
+	p.maps, p.registered = nil, nil
 	if p.ctlBase != 0 {
 		_ = unmap(p.ctlBase, p.ctlSize)
 		p.ctlBase = 0
@@ -335,6 +340,12 @@ type Stats struct {
 	// RemoteFreeErrors counts frees taken in that were not of a live buffer (a double free or
 	// an interior pointer by another process): refused, as a local one would be.
 	RemoteFreeErrors uint64
+	// Registered counts the regions registered with this process's CUDA context.
+	Registered int
+	// PageableRegions lists, one line each, the refusals (of mlock, of a CUDA registration)
+	// that left a region of this process pageable or unregistered, with FallbackPageable
+	// set: empty when every region is locked (and registered, with a device).
+	PageableRegions []string
 }
 
 // Stats returns the process's figures.
@@ -346,6 +357,12 @@ func (p *Process) Stats() Stats {
 	}
 	p.mu.Lock()
 	s.Heap = p.h.Stats()
+	s.PageableRegions = append([]string(nil), p.fallbacks...)
+	for _, r := range p.registered {
+		if r {
+			s.Registered++
+		}
+	}
 	p.mu.Unlock()
 	for g := 0; g < p.grants(); g++ {
 		if _, slot := p.c.grant(g); slot == p.slot {
@@ -374,6 +391,9 @@ func (p *Process) shutdown() error {
 	}
 	p.mu.Unlock()
 	if err := p.leave(); err != nil && first == nil {
+		first = err
+	}
+	if err := p.unregisterAll(); err != nil && first == nil {
 		first = err
 	}
 	p.unmapAll()
