@@ -139,3 +139,37 @@ func TestShareableImportChild(t *testing.T) {
 	b[1] = 33
 	unmapHandle(t, f, d, va, h)
 }
+
+// The binding's entry points (internal/cuda: MemCreateExportable, MemExportFD, MemImportFD)
+// on the fake: the same rules.
+func TestShareableBinding(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	_, err := d.MemCreateExportable(gran, hostLoc)
+	wantErr(t, "MemCreateExportable(HOST)", err, cuda.ErrInvalidValue)
+	h, err := d.MemCreateExportable(gran, numa0)
+	must(t, "MemCreateExportable(HOST_NUMA)", err)
+	fd, err := d.MemExportFD(h)
+	must(t, "MemExportFD", err)
+	defer unix.Close(fd)
+	h2, err := d.MemImportFD(fd)
+	must(t, "MemImportFD", err)
+	_, err = d.MemImportFD(-1)
+	wantErr(t, "MemImportFD(-1)", err, cuda.ErrInvalidValue)
+	va, va2 := mapHandle(t, f, d, h), mapHandle(t, f, d, h2)
+	mem.Bytes(va2, gran)[9] = 99
+	if got := mem.Bytes(va, gran)[9]; got != 99 {
+		t.Errorf("the exporter's mapping reads %d where the importer wrote 99", got)
+	}
+	must(t, "MemUnmap", d.MemUnmap(va, gran))
+	must(t, "MemUnmap", d.MemUnmap(va2, gran))
+	must(t, "MemRelease", d.MemRelease(h))
+	must(t, "MemRelease", d.MemRelease(h2))
+	must(t, "MemAddressFree", d.MemAddressFree(va, gran))
+	must(t, "MemAddressFree", d.MemAddressFree(va2, gran))
+	if n := d.Stats().Handles; n != 0 {
+		t.Errorf("%d handles left", n)
+	}
+}
