@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 )
 
 // The multi-process test: the test process owns a pool, two copies of the test binary
@@ -30,6 +32,9 @@ import (
 // and "E stale" or "E <error>" when a command fails. Each child also churns buffers of its
 // own on a goroutine (alloc, fill, check, free) all along.
 const childEnv = "PINMALLOC_SHARED_TEST_CHILD"
+
+// childDeviceEnv, set, makes a child attach with CUDA device 0.
+const childDeviceEnv = "PINMALLOC_SHARED_TEST_DEVICE"
 
 func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
@@ -80,7 +85,16 @@ func errLine(err error) string {
 
 // runChild is a child process: it attaches and obeys its commands.
 func runChild(path string) int {
-	p, err := Attach(path, AttachOptions{})
+	var o AttachOptions
+	if os.Getenv(childDeviceEnv) != "" { // attach with CUDA device 0 (the fake's, in the tests)
+		dev, err := pcuda.Open(0)
+		if err != nil {
+			fmt.Println("E", err)
+			return 1
+		}
+		o.Device = dev
+	}
+	p, err := Attach(path, o)
 	if err != nil {
 		fmt.Println("E", err)
 		return 1
@@ -208,10 +222,10 @@ type child struct {
 	dead bool
 }
 
-func startChild(t *testing.T, path string) *child {
+func startChild(t *testing.T, path string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+path)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+path), env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

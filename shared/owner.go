@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // Limits and defaults of Options.
@@ -59,6 +60,9 @@ type Options struct {
 	// DrainInterval is how often the owner takes in the frees others made of its buffers
 	// (default DefaultDrainInterval).
 	DrainInterval time.Duration
+	// Backend is the kind of memory the pool is made of: Locked (memfds, the default) or VMM
+	// (exportable CUDA host granules; needs Device, here and in every attached process).
+	Backend Backend
 	// Device, when set, registers every region with the owner's CUDA context
 	// (cuMemHostRegister, portable and device-mapped), one registration per region, so that
 	// copies to and from the pool run by DMA. Each attached process registers the regions with
@@ -122,15 +126,35 @@ func Serve(path string, o Options) (*Owner, error) {
 	if w.ctlFd, err = newMemfd("pinmalloc-shared-ctl", w.hello.ctlSize); err != nil {
 		return fail(err)
 	}
-	for i := 0; i < l.regions; i++ {
-		fd, err := newMemfd(fmt.Sprintf("pinmalloc-shared-%d", i), l.regionSize)
+	cfg := procConfig{mode: lockNow, align: o.Align, dev: o.Device, fallback: o.FallbackPageable, backend: o.Backend}
+	switch o.Backend {
+	case Locked:
+		for i := 0; i < l.regions; i++ {
+			fd, err := newMemfd(fmt.Sprintf("pinmalloc-shared-%d", i), l.regionSize)
+			if err != nil {
+				return fail(err)
+			}
+			w.fds = append(w.fds, fd)
+		}
+	case VMM:
+		d, err := icuda.Of(o.Device)
 		if err != nil {
+			return fail(fmt.Errorf("%w: the VMM backend needs Options.Device: %w", ErrInvalidOptions, err))
+		}
+		fds, hs, err := newVMMRegions(d, l)
+		w.fds = fds
+		if err != nil {
+			for _, h := range hs {
+				_ = d.MemRelease(h)
+			}
 			return fail(err)
 		}
-		w.fds = append(w.fds, fd)
+		cfg.handles = hs
+	default:
+		return fail(fmt.Errorf("%w: backend %d", ErrInvalidOptions, o.Backend))
 	}
+	w.hello.backend = o.Backend
 	w.used[0] = true
-	cfg := procConfig{mode: lockNow, align: o.Align, dev: o.Device, fallback: o.FallbackPageable}
 	w.Process, err = newProcess(w.hello, w.ctlFd, w.fds, cfg, o.DrainInterval, ownerGranter{w})
 	if err != nil {
 		return fail(err)
@@ -511,13 +535,16 @@ func Attach(path string, o AttachOptions) (*Process, error) {
 		if i > 0 {
 			size = h.regionSize
 		}
+		if i > 0 && h.backend == VMM {
+			break // the driver's descriptors: cuMemImportFromShareableHandle checks them
+		}
 		if err := checkMemfd(fd, size); err != nil {
 			conn.Close()
 			return nil, err
 		}
 	}
 	cg := &connGranter{c: conn}
-	cfg := procConfig{mode: lockOnFault, align: o.Align, dev: o.Device, fallback: o.FallbackPageable}
+	cfg := procConfig{mode: lockOnFault, align: o.Align, dev: o.Device, fallback: o.FallbackPageable, backend: h.backend}
 	p, err := newProcess(h, fds[0], fds[1:], cfg, o.DrainInterval, cg)
 	if err != nil {
 		conn.Close()

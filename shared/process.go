@@ -38,6 +38,7 @@ type Process struct {
 	registered []bool
 	dev        *icuda.Device
 	fallbacks  []string
+	vmm        []vmmRegion // a VMM pool's regions
 	granter    granter
 	leave      func() error // after the heap is gone: detach from the pool
 
@@ -64,11 +65,9 @@ func newProcess(h hello, ctlFd int, regionFds []int, cfg procConfig, drain time.
 		return nil, err
 	}
 	p.c = ctl{layout: h.layout, w: words(p.ctlBase, h.ctlSize)}
-	for _, fd := range regionFds {
-		if err := p.mapRegion(fd, cfg); err != nil {
-			p.unmapAll()
-			return nil, err
-		}
+	if err := p.mapRegions(regionFds, cfg); err != nil {
+		p.unmapAll()
+		return nil, err
 	}
 	p.ar, err = arena.New(arena.Options{Provider: &grantProvider{p}, Capacity: h.poolBytes(), RegionSize: h.grantSize, PurgeDelay: -1})
 	if err == nil {
@@ -88,8 +87,12 @@ func newProcess(h hello, ctlFd int, regionFds []int, cfg procConfig, drain time.
 
 func (p *Process) unmapAll() {
 	_ = p.unregisterAll()
-	for _, b := range p.maps {
-		_ = unmap(b, p.regionSize)
+	if len(p.vmm) > 0 {
+		_ = p.unmapVMM()
+	} else {
+		for _, b := range p.maps {
+			_ = unmap(b, p.regionSize)
+		}
 	}
 	p.maps, p.registered = nil, nil
 	if p.ctlBase != 0 {

@@ -22,6 +22,8 @@ type procConfig struct {
 	align    uintptr
 	dev      *cuda.Device
 	fallback bool
+	backend  Backend
+	handles  []icuda.MemHandle // the owner's VMM regions, to map rather than import
 }
 
 // mapRegion maps region fd and, with a device, registers it with the process's CUDA context

@@ -15,7 +15,7 @@ import (
 // one at a time. The socket closing, for any reason, detaches the process.
 const (
 	wireVersion = 1
-	helloWords  = 10
+	helloWords  = 11
 
 	opGrant   = 1 // argument: grants wanted (contiguous); value: the first grant
 	opRelease = 2 // argument: first grant<<32 | count
@@ -32,12 +32,13 @@ type hello struct {
 	slot int
 	layout
 	ctlSize uintptr
+	backend Backend
 }
 
 func (h hello) encode() []byte {
 	b := make([]byte, 8*helloWords)
 	for i, v := range []uint64{ctlMagic, wireVersion, h.pool, uint64(h.slot), uint64(h.regions),
-		uint64(h.regionSize), uint64(h.grantSize), uint64(h.slots), uint64(h.ringCap), uint64(h.ctlSize)} {
+		uint64(h.regionSize), uint64(h.grantSize), uint64(h.slots), uint64(h.ringCap), uint64(h.ctlSize), uint64(h.backend)} {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
 	}
 	return b
@@ -52,10 +53,10 @@ func decodeHello(b []byte) (hello, error) {
 		return hello{}, fmt.Errorf("%w: not a pinmalloc shared pool of version %d", ErrProtocol, wireVersion)
 	}
 	h := hello{pool: w(2), slot: int(w(3)), layout: layout{regions: int(w(4)), regionSize: uintptr(w(5)),
-		grantSize: uintptr(w(6)), slots: int(w(7)), ringCap: int(w(8))}, ctlSize: uintptr(w(9))}
+		grantSize: uintptr(w(6)), slots: int(w(7)), ringCap: int(w(8))}, ctlSize: uintptr(w(9)), backend: Backend(w(10))}
 	if h.regions <= 0 || h.regions > maxRegions || h.grantSize == 0 || h.regionSize%h.grantSize != 0 ||
 		h.slots <= 0 || h.slots > maxSlots || h.slot >= h.slots || h.ringCap <= 0 ||
-		h.ctlSize < uintptr(8*h.words()) {
+		h.ctlSize < uintptr(8*h.words()) || h.backend > VMM {
 		return hello{}, fmt.Errorf("%w: hello with an impossible geometry", ErrProtocol)
 	}
 	return h, nil
