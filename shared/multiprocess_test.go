@@ -17,6 +17,8 @@ import (
 	"time"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
 // The multi-process test: the test process owns a pool, two copies of the test binary
@@ -279,8 +281,31 @@ func TestMultiProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	multiProcess(t, Options{})
+}
+
+// TestMultiProcessVMM is TestMultiProcess on a VMM pool of the fake driver: every process
+// imports the owner's exported granules.
+func TestMultiProcessVMM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	multiProcess(t, Options{Backend: VMM, Device: cuda.Wrap[*pcuda.Device](d)}, childDeviceEnv+"=1")
+	if st := d.Stats(); st.Handles != 0 || st.Reservations != 0 {
+		t.Fatalf("%d handles, %d reservations left", st.Handles, st.Reservations)
+	}
+}
+
+// multiProcess runs the owner of a pool of backend o.Backend and two children, which start
+// with env.
+func multiProcess(t *testing.T, o Options, env ...string) {
 	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 96 << 20, GrantSize: 2 << 20, RingSize: 64})
+	o.Size, o.GrantSize, o.RingSize = 96<<20, 2<<20, 64
+	w, err := Serve(path, o)
 	if errors.Is(err, ErrMemlock) {
 		t.Skipf("the memlock limit refuses a 96 MiB pool: %v", err)
 	}
@@ -288,7 +313,7 @@ func TestMultiProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	kids := []*child{nil, startChild(t, path), startChild(t, path)}
+	kids := []*child{nil, startChild(t, path, env...), startChild(t, path, env...)}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 2))
