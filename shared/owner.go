@@ -342,8 +342,13 @@ func (w *Owner) session(c *net.UnixConn) {
 		}
 	}
 	// The process detached, died, or broke the protocol: its memory comes back, once nothing
-	// of the process can touch it any more.
-	if !errors.Is(err, errDetached) && int(cred.Pid) != os.Getpid() {
+	// of the process can touch it any more. (When Close cut it off, nothing is handed out
+	// again: the memory stays alive for as long as the process maps it, the kernel's or the
+	// driver's reference, and the owner waits for no one.)
+	w.mu.Lock()
+	closing := w.closed
+	w.mu.Unlock()
+	if !errors.Is(err, errDetached) && int(cred.Pid) != os.Getpid() && !closing {
 		awaitExit(pidfd)
 	}
 	w.reclaim(slot)
