@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // BenchmarkAllocFreePair compares an alloc+free pair in the owner and in an attached process
@@ -42,6 +43,44 @@ func BenchmarkAllocFreePair(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkAllocFreeRatio times alloc+free pairs of 64 B in the owner and in an attached
+// process in alternating batches of 1000, so that both sides see the same load, and reports
+// each side's ns per pair and their ratio (attached / owner; the target is at most 1.2).
+func BenchmarkAllocFreeRatio(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 16 << 20})
+	if err != nil {
+		b.Skip(err)
+	}
+	defer w.Close()
+	p, err := Attach(path, AttachOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Detach()
+	const batch = 1000
+	var took [2]time.Duration
+	for i := 0; i < b.N; i++ {
+		for side, q := range []*Process{w.Process, p} {
+			start := time.Now()
+			for j := 0; j < batch; j++ {
+				buf, err := q.Alloc(64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := q.Free(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			took[side] += time.Since(start)
+		}
+	}
+	n := float64(b.N * batch)
+	b.ReportMetric(float64(took[0].Nanoseconds())/n, "owner-ns/pair")
+	b.ReportMetric(float64(took[1].Nanoseconds())/n, "attached-ns/pair")
+	b.ReportMetric(float64(took[1])/float64(took[0]), "attached/owner")
 }
 
 // BenchmarkAttach measures attaching to (and detaching from) a pool of
