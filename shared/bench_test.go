@@ -14,12 +14,12 @@ import (
 // another process). Run both with -count to interleave them.
 func BenchmarkAllocFreePair(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 16 << 20})
+	w, err := Serve(path, Options{FallbackPageable: true, Size: 16 << 20})
 	if err != nil {
 		b.Skip(err)
 	}
 	defer w.Close()
-	p, err := Attach(path, AttachOptions{})
+	p, err := Attach(path, AttachOptions{FallbackPageable: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,12 +50,12 @@ func BenchmarkAllocFreePair(b *testing.B) {
 // each side's ns per pair and their ratio (attached / owner; the target is at most 1.2).
 func BenchmarkAllocFreeRatio(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 16 << 20})
+	w, err := Serve(path, Options{FallbackPageable: true, Size: 16 << 20})
 	if err != nil {
 		b.Skip(err)
 	}
 	defer w.Close()
-	p, err := Attach(path, AttachOptions{})
+	p, err := Attach(path, AttachOptions{FallbackPageable: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func BenchmarkAttach(b *testing.B) {
 		mib, _ = strconv.Atoi(s)
 	}
 	path := filepath.Join(b.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: uintptr(mib) << 20})
+	w, err := Serve(path, Options{FallbackPageable: true, Size: uintptr(mib) << 20})
 	if errors.Is(err, ErrMemlock) {
 		b.Skipf("memlock limit: %v", err)
 	}
@@ -104,7 +104,7 @@ func BenchmarkAttach(b *testing.B) {
 	b.Run(strconv.Itoa(mib)+"MiB", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			b.StartTimer()
-			p, err := Attach(path, AttachOptions{})
+			p, err := Attach(path, AttachOptions{FallbackPageable: true})
 			b.StopTimer()
 			if err != nil {
 				b.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // one free) is taken again, its rings are used as they are, its handles are stale.
 func TestKilledSlotReused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20, Slots: 2})
+	w, err := Serve(path, Options{FallbackPageable: true, Size: 8 << 20, Slots: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,12 +55,12 @@ func TestKilledSlotReused(t *testing.T) {
 // A free into a full ring waits for the owner to take entries in, and then goes through.
 func TestRingFullWaits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20, RingSize: 2, DrainInterval: time.Hour})
+	w, err := Serve(path, Options{FallbackPageable: true, Size: 8 << 20, RingSize: 2, DrainInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	p, err := Attach(path, AttachOptions{})
+	p, err := Attach(path, AttachOptions{FallbackPageable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +103,11 @@ func TestRingFullWaits(t *testing.T) {
 
 // A peer whose user id (SO_PEERCRED) is not allowed is refused before it is given anything.
 func TestPeerRefused(t *testing.T) {
-	w, path := serveTest(t, Options{})
+	w, path := serveTest(t, Options{FallbackPageable: true})
 	w.mu.Lock()
 	w.allow = map[int]bool{} // not even the owner's user: this process's peer is refused
 	w.mu.Unlock()
-	if _, err := Attach(path, AttachOptions{}); !errors.Is(err, ErrRefused) {
+	if _, err := Attach(path, AttachOptions{FallbackPageable: true}); !errors.Is(err, ErrRefused) {
 		t.Fatalf("Attach by a refused user: %v", err)
 	}
 	if n := w.Attached(); n != 0 {
@@ -119,7 +119,7 @@ func TestPeerRefused(t *testing.T) {
 // still has the pool mapped and may write it.
 func TestSocketClosedMemoryKeptUntilExit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20})
+	w, err := Serve(path, Options{FallbackPageable: true, Size: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

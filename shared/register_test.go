@@ -24,14 +24,14 @@ func TestRegisteredInPieces(t *testing.T) {
 		t.Fatalf("a region above the registration cap: %v", err)
 	}
 	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20, MaxRegistration: 4 << 20, Device: dev})
+	w, err := Serve(path, Options{Size: 8 << 20, MaxRegistration: 4 << 20, Device: dev, FallbackPageable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if w.regions != 2 || w.Stats().Registered != 2 || f.Stat(fakecuda.Registrations) != 2 {
 		t.Fatalf("%d regions, %d registered, %d registrations; want 2 of each", w.regions, w.Stats().Registered, f.Stat(fakecuda.Registrations))
 	}
-	p, err := Attach(path, AttachOptions{Device: dev})
+	p, err := Attach(path, AttachOptions{Device: dev, FallbackPageable: true})
 	if err != nil {
 		t.Fatal(err)
 	}

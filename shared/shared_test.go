@@ -30,8 +30,8 @@ func serveTest(t *testing.T, o Options) (*Owner, string) {
 }
 
 func TestAttachAllocHandle(t *testing.T) {
-	w, path := serveTest(t, Options{})
-	p, err := Attach(path, AttachOptions{})
+	w, path := serveTest(t, Options{FallbackPageable: true})
+	p, err := Attach(path, AttachOptions{FallbackPageable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +90,8 @@ func TestAttachAllocHandle(t *testing.T) {
 }
 
 func TestForeignHandle(t *testing.T) {
-	w1, _ := serveTest(t, Options{})
-	w2, _ := serveTest(t, Options{})
+	w1, _ := serveTest(t, Options{FallbackPageable: true})
+	w2, _ := serveTest(t, Options{FallbackPageable: true})
 	b, _ := w1.Alloc(100)
 	h, _ := w1.Handle(b)
 	if _, err := w2.Bytes(h); !errors.Is(err, ErrForeignHandle) {
@@ -119,7 +119,7 @@ func TestForeignHandle(t *testing.T) {
 func TestStaleSocketReplaced(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pool.sock")
 	// A socket file nobody serves, as an owner that died leaves it.
-	w, err := Serve(path, Options{Size: 2 << 20})
+	w, err := Serve(path, Options{FallbackPageable: true, Size: 2 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,11 +130,11 @@ func TestStaleSocketReplaced(t *testing.T) {
 	if _, err := os.Lstat(path); err != nil {
 		t.Fatal(err)
 	}
-	w2, err := Serve(path, Options{Size: 2 << 20})
+	w2, err := Serve(path, Options{FallbackPageable: true, Size: 2 << 20})
 	if err != nil {
 		t.Fatalf("Serve over a stale socket: %v", err)
 	}
-	if _, err := Serve(path, Options{Size: 2 << 20}); err == nil {
+	if _, err := Serve(path, Options{FallbackPageable: true, Size: 2 << 20}); err == nil {
 		t.Fatal("a second owner took a served socket")
 	}
 	if err := w2.Close(); err != nil {
@@ -143,7 +143,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 }
 
 func TestSocketMode(t *testing.T) {
-	_, path := serveTest(t, Options{})
+	_, path := serveTest(t, Options{FallbackPageable: true})
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
