@@ -87,8 +87,10 @@ func errLine(err error) string {
 
 // runChild is a child process: it attaches and obeys its commands.
 func runChild(path string) int {
-	o := AttachOptions{FallbackPageable: true} // under an 8 MiB memlock limit, the test runs pageable
-	if os.Getenv(childDeviceEnv) != "" {       // attach with CUDA device 0 (the fake's, in the tests)
+	// Under an 8 MiB memlock limit the children run pageable. With childDeviceEnv they attach
+	// with CUDA device 0 (the fake's, in the tests).
+	o := AttachOptions{FallbackPageable: true}
+	if os.Getenv(childDeviceEnv) != "" {
 		dev, err := pcuda.Open(0)
 		if err != nil {
 			fmt.Println("E", err)
