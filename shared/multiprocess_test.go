@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
 		os.Exit(runChild(path))
 	}
+	if path := os.Getenv(ownerChildEnv); path != "" {
+		os.Exit(runOwnerChild(path))
+	}
 	os.Exit(m.Run())
 }
 

@@ -561,6 +561,11 @@ func Attach(path string, o AttachOptions) (*Process, error) {
 		return nil, fmt.Errorf("%w: control region does not match the hello", ErrProtocol)
 	}
 	p.leave = cg.detach
+	if cred, err := peerCred(conn); err == nil { // the owner, to notice its exit (see free)
+		if fd, err := unix.PidfdOpen(int(cred.Pid), 0); err == nil {
+			p.ownerFd = fd
+		}
+	}
 	return p, nil
 }
 

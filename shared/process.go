@@ -41,6 +41,7 @@ type Process struct {
 	vmm        []vmmRegion // a VMM pool's regions
 	granter    granter
 	leave      func() error // after the heap is gone: detach from the pool
+	ownerFd    int          // a pidfd of the owner, in an attached process; -1 in the owner
 
 	mu sync.Mutex // the heap's owner: Alloc, own frees, Collect, Stats
 	ar *arena.Arena
@@ -58,7 +59,7 @@ type Process struct {
 // newProcess maps the control region and the regions, builds the process's arena and heap,
 // and starts its drainer. On error it unmaps what it mapped; the caller closes the fds.
 func newProcess(h hello, ctlFd int, regionFds []int, cfg procConfig, drain time.Duration, g granter) (*Process, error) {
-	p := &Process{layout: h.layout, pool: h.pool, slot: h.slot, ctlSize: h.ctlSize, granter: g,
+	p := &Process{layout: h.layout, pool: h.pool, slot: h.slot, ctlSize: h.ctlSize, granter: g, ownerFd: -1,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	var err error
 	if p.ctlBase, err = mapFd(ctlFd, h.ctlSize, pageSize, lockNone); err != nil {
@@ -107,6 +108,16 @@ func (p *Process) abandon() {
 	close(p.stop)
 	<-p.done
 	p.unmapAll()
+}
+
+// ownerExited reports whether the pool's owner process has exited (never, in the owner).
+func (p *Process) ownerExited() bool {
+	if p.ownerFd < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(p.ownerFd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
 }
 
 // Slot returns the process's number in the pool (the owner's is 0).
@@ -185,6 +196,9 @@ func (p *Process) free(r int, off uintptr, gen uint64, slot int) error {
 		}
 		if p.closed.Load() {
 			return ErrClosed
+		}
+		if p.ownerExited() { // nobody will drain the ring nor take the memory back
+			return fmt.Errorf("%w: the pool's owner exited", ErrClosed)
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
@@ -400,5 +414,9 @@ func (p *Process) shutdown() error {
 		first = err
 	}
 	p.unmapAll()
+	if p.ownerFd >= 0 {
+		unix.Close(p.ownerFd)
+		p.ownerFd = -1
+	}
 	return first
 }
