@@ -137,6 +137,8 @@ func TestStaleSocketReplaced(t *testing.T) {
 	if _, err := Serve(path, Options{FallbackPageable: true, Size: 2 << 20}); err == nil {
 		t.Fatal("a second owner took a served socket")
 	}
+	// The second owner's probe left as a detach: the first one counts it until it has read it.
+	waitFor(t, func() bool { return w2.Attached() == 0 })
 	if err := w2.Close(); err != nil {
 		t.Fatal(err)
 	}
