@@ -305,6 +305,9 @@ const (
 	symMemMap
 	symMemUnmap
 	symMemSetAccess
+	// Shareable handles of VMM allocations (vmm_share_cgo.go).
+	symMemExportToShareableHandle
+	symMemImportFromShareableHandle
 	symMemPrefetchAsync
 	symMemAdvise
 	symStreamCreate
@@ -387,6 +390,9 @@ var symbols = [numSyms]struct {
 	symMemMap:                      {"cuMemMap", apiVersion, "cuMemMap"},
 	symMemUnmap:                    {"cuMemUnmap", apiVersion, "cuMemUnmap"},
 	symMemSetAccess:                {"cuMemSetAccess", apiVersion, "cuMemSetAccess"},
+	// Shareable handles of VMM allocations (vmm_share_cgo.go).
+	symMemExportToShareableHandle:   {"cuMemExportToShareableHandle", apiVersion, "cuMemExportToShareableHandle"},
+	symMemImportFromShareableHandle: {"cuMemImportFromShareableHandle", apiVersion, "cuMemImportFromShareableHandle"},
 	// The CUmemLocation forms appeared in CUDA 12.2; asking for 12000 would return the
 	// CUdevice forms, whose signature differs.
 	symMemPrefetchAsync:  {"cuMemPrefetchAsync", 12020, "cuMemPrefetchAsync_v2"},
