@@ -297,7 +297,7 @@ func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	p, err := sh.Alloc(n)
 	if err != nil && outOfMemory(err) {
 		h.st.Reclaims++
-		if rerr := h.reclaim(sh); rerr != nil {
+		if rerr := h.reclaim(); rerr != nil {
 			return 0, errors.Join(err, rerr)
 		}
 		p, err = sh.Alloc(n)
@@ -385,7 +385,7 @@ func (h *Heap) Trim() error {
 		return err
 	}
 	defer h.mu.Unlock()
-	err := h.reclaim(nil)
+	err := h.reclaim()
 	h.a.Trim()
 	return err
 }
@@ -576,12 +576,15 @@ func (h *Heap) drain() error {
 	return nil
 }
 
-// reclaim does every deferred free, then synchronizes each stream other than except whose heap
-// holds memory and gives that memory back to the arena.
-func (h *Heap) reclaim(except *heap.Heap) error {
+// reclaim does every deferred free, then synchronizes each stream whose heap holds memory,
+// the caller's own included, and gives that memory back to the arena. The synchronize comes
+// first: a block freed on its own stream is free in the heap at once, with the stream's work
+// that used it possibly still queued, and the arena hands what it gets to any stream. A stream
+// that fails to synchronize keeps its memory.
+func (h *Heap) reclaim() error {
 	errs := []error{h.drain()}
 	for s, sh := range h.streams {
-		if sh == except || sh.Stats().Segments == 0 {
+		if sh.Stats().Segments == 0 {
 			continue
 		}
 		if err := h.dev.StreamSynchronize(s); err != nil {

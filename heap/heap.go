@@ -60,7 +60,9 @@
 //     list, not its current page;
 //   - a kept object or huge page is tracked (page.tracked) from its first free until dropped;
 //     while kept its range is idle or given up, never busy; a live one's range is busy and
-//     committed (object pages: seg.decommit clear; huge: committed up to page.want);
+//     committed (object pages: seg.decommit clear; huge: committed up to page.want). A held
+//     heap (RetainSegments) keeps no huge page and tracks no object page: its kept object
+//     pages stay committed, as they were left;
 //   - page and segment structs are never reused, so a stale pointer held by a buggy double free
 //     sees only free states and reports ErrDoubleFree; a released page is marked dead, and a
 //     stale pending-stack entry for it is ignored.
@@ -129,9 +131,13 @@ const (
 	// gives the rest back to the arena, where any heap of the group may take it.
 	RetainSpare Retention = iota
 	// RetainSegments keeps every empty segment with the heap until Trim or Close, so memory
-	// freed in the heap's segments is reused by this heap alone until then. It keeps no freed
-	// huge object: those go back to the arena at once, so that whoever frees one decides when
-	// others may reuse it.
+	// freed in the heap's segments is reused by this heap alone until then: the heap never
+	// trims itself (not even when the arena is full), and its frees give nothing to the
+	// arena's purge (free slices and kept object pages stay committed), since a decommit
+	// hands the memory back to the provider whatever still uses it. Its owner calls Trim
+	// once nothing outside the heap uses its free memory (device synchronizes the stream).
+	// It keeps no freed huge object: those go back to the arena at once, so that whoever
+	// frees one decides when others may reuse it.
 	RetainSegments
 )
 
