@@ -69,7 +69,8 @@
 //
 // verify (invariants.go) checks them all, with the counts that rest on them and the agreement
 // of the group's two lookup tables. Built with the tag invariants, Collect and Trim check them
-// and the property and fuzz tests check them after every step: go test -tags invariants ./heap.
+// and the property and fuzz tests check them after every step: go test -tags invariants ./heap;
+// under -race (internal/invariants.Enabled) they do at one step in invariants.RaceEvery.
 //
 // Lock order: Heap (owner, no lock) → arena.Arena.mu. Remote frees take no lock at all.
 //
@@ -180,6 +181,7 @@ type Heap struct {
 	remoteMostly                       bool
 
 	nsegs, nhuge int
+	checks       uint32 // calls of checkInvariants (invariants.Due)
 	index        int
 	closed       bool
 	noBlock      bool // a non-blocking path (try.go) runs: refuse what needs the arena

@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // verify checks the invariants of the package documentation, and the bookkeeping that rests on
 // them, over everything the heap holds. The owner calls it, with no free of its blocks in
 // flight on other goroutines (a remote free half done is seen as an inconsistency). It costs a
-// walk of every page, so the heap calls it only when built with the tag invariants (see
-// checkInvariants); the property and fuzz tests call it after their operations.
+// walk of every page, so the heap calls it only when internal/invariants.Enabled (the tag
+// invariants, or -race; see checkInvariants); the property and fuzz tests call it after their
+// operations.
 func (h *Heap) verify() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -194,10 +197,11 @@ func (g *Group) verifyTables() ([]*segment, error) {
 	return segs, errors.Join(errs...)
 }
 
-// checkInvariants panics when verify finds a broken invariant, in builds with the tag
-// invariants; otherwise it does nothing and costs nothing.
+// checkInvariants panics when verify finds a broken invariant, when internal/invariants says a
+// check is due: at every call with the tag invariants, one call in invariants.RaceEvery under
+// -race alone (see invariants.Due); otherwise it does nothing and costs nothing.
 func (h *Heap) checkInvariants(where string) {
-	if !invariants {
+	if !invariants.Due(&h.checks) {
 		return
 	}
 	if err := h.verify(); err != nil {
