@@ -157,7 +157,8 @@ type Heap struct {
 	events   *icuda.EventPool
 	st       Stats
 
-	guard // ZeroOnFree and Quota (guard.go)
+	guard         // ZeroOnFree and Quota (guard.go)
+	checks uint32 // calls of checkInvariants (verify.go)
 }
 
 // Stats describes a Heap.
@@ -284,6 +285,7 @@ func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	defer h.checkInvariants("Alloc")
 	if err := h.ready(s); err != nil {
 		return 0, err
 	}
@@ -324,6 +326,7 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 		return err
 	}
 	defer h.mu.Unlock()
+	defer h.checkInvariants("Free")
 	owner, err := h.owner(p)
 	if err != nil {
 		return err
@@ -342,6 +345,7 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 		return err
 	}
 	defer h.mu.Unlock()
+	defer h.checkInvariants("FreeAsync")
 	if err := h.checkStream(s); err != nil {
 		return err
 	}
@@ -375,6 +379,7 @@ func (h *Heap) Sync() error {
 		return err
 	}
 	defer h.mu.Unlock()
+	defer h.checkInvariants("Sync")
 	return h.drain()
 }
 
@@ -385,6 +390,7 @@ func (h *Heap) Trim() error {
 		return err
 	}
 	defer h.mu.Unlock()
+	defer h.checkInvariants("Trim")
 	err := h.reclaim()
 	h.a.Trim()
 	return err
@@ -398,6 +404,7 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return err
 	}
 	defer h.mu.Unlock()
+	defer h.checkInvariants("ForgetStream")
 	if !h.seen[s] {
 		return nil
 	}

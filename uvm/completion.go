@@ -154,6 +154,7 @@ func (t *Tier) putDevList(l []devBlock) { t.batches.devLists = append(t.batches.
 func (t *Tier) Sync() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("Sync")
 	if t.closed {
 		return ErrClosed
 	}

@@ -157,6 +157,7 @@ type Tier struct {
 	rel     releases      // release events, and the waits of a batch being built (release.go)
 	spare   spares        // VRAM kept for the next restores (spare.go)
 	scratch scratch       // slices every batch reuses
+	checks  uint32        // calls of checkInvariants (verify.go)
 }
 
 // stores are where the blocks' bytes live: VRAM from a device heap, within the budget, and
