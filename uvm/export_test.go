@@ -17,3 +17,6 @@ func (t *Tier) SkewAccounts(d uintptr) {
 	defer t.mu.Unlock()
 	t.acct.device += d
 }
+
+// FailWaits makes every queueing of a batch's waits fail with err (nil: none fail).
+func FailWaits(err error) { waitFault = err }
