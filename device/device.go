@@ -27,12 +27,47 @@
 //   - Trim waits for deferred frees, synchronizes each stream whose heap holds memory, and gives
 //     the held segments back to the arena (and decommits free chunks).
 //
-// Running out of memory, Alloc waits for every deferred free and gives back every other
-// stream's held segments (synchronizing those streams) before it retries once; then, if
+// Running out of memory, Alloc waits for every deferred free and gives back every stream's
+// held segments, its own stream's included (synchronizing each stream first), before it
+// retries once; then, if
 // the heap has a pressure hook (Options.Pressure, SetPressure), it asks that hook to give
 // memory back (a uvm.Tier evicts blocks) and retries while the hook says it freed some. The
 // hook is never re-entered by its own call chain: an Alloc made inside it is served without
 // it, or fails with ErrInPressureHook (pressure.go).
+//
+// # Stream order: when memory changes owner
+//
+// The rule: memory moves from one owner to another (a stream's heap, the arena, another
+// stream's heap, the provider through a decommit) only after every stream that may use it has
+// passed the point where it was freed (an event completed, or the stream synchronized), or it
+// does not move. Every path that moves memory, and why it keeps the rule:
+//
+//   - FreeAsync(p, s) on p's own stream: p goes back to s's heap and only work queued on s
+//     later can reuse it, which runs after the work that used p. It stays in that heap: the
+//     stream heaps keep their memory (heap.RetainSegments), never trim themselves (not even
+//     when the arena is full: heap.fromArena used to, handing segments with copies still
+//     queued to the arena, where another stream took them; issue 25), and give nothing to the
+//     arena's purge (a decommit unmaps memory whatever work still uses it; PyTorch found that
+//     cuMemUnmap and cuMemRelease do not wait for the device).
+//   - FreeAsync on another stream, and every huge block (which goes back to the arena itself):
+//     deferred behind an event recorded on the freeing stream (internal/streamq: per stream,
+//     oldest first, so an event completes after every older one of its stream), done once the
+//     event has completed (Poll) or been waited for (Drain).
+//   - Free: synchronous; the caller promises no work uses p. With ZeroOnFree its memset is
+//     waited for before the block is free.
+//   - reclaim (an Alloc out of memory, Trim): drains the deferred frees, then synchronizes each
+//     stream whose heap holds memory, the caller's own included, before that heap gives its
+//     empty segments to the arena; a stream that fails to synchronize keeps its memory. It
+//     used to skip the caller's stream, whose same-stream frees may have copies queued.
+//   - Trim's arena purge (arena.Trim) runs after the reclaim: the arena decommits only chunks
+//     it holds, which came to it by the paths above.
+//   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
+//     (a heap with live blocks, deferred ones included, refuses); Close refuses while a
+//     deferred free waits or a stream the heap has seen has work in flight.
+//   - The pressure hook gives memory back through Free, after its own events (a uvm.Tier frees
+//     VRAM only once its copies are done).
+//
+// The copies' host memory follows the same rule on the pool's side (docs/streams.md).
 //
 // # Streams
 //

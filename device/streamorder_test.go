@@ -17,6 +17,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -118,8 +119,8 @@ func freeUnderQueuedWork(t *testing.T, n uintptr, fill int, keepLast bool) {
 // PINMALLOC_STRESS_SEEDS="from to" (inclusive); PINMALLOC_STRESS_JOBS jobs per goroutine.
 func TestFakePressureStress(t *testing.T) {
 	from, to, jobs := uint64(1), uint64(3), 160
-	if testing.Short() {
-		jobs = 64
+	if testing.Short() || invariants.Enabled { // -race: a tenth of the speed
+		jobs = 48
 	}
 	if v := os.Getenv("PINMALLOC_STRESS_SEEDS"); v != "" {
 		if _, err := fmt.Sscan(v, &from, &to); err != nil {

@@ -74,6 +74,29 @@
 //
 // Lock order: Heap (owner, no lock) → arena.Arena.mu. Remote frees take no lock at all.
 //
+// # When memory changes owner
+//
+// The heap knows nothing of CUDA streams, but its fronts order memory on them (device's
+// stream heaps, pinned's buffers with copies queued), and memory that changes owner while a
+// stream still uses it is corrupted silently. The rule the fronts build on: every move of
+// memory to another owner (another heap, the arena, the provider by a decommit) happens where
+// the front can order it, or does not happen. Each path, and why it is safe:
+//
+//   - A free (Free, FreeSized, TryFree, Group.Free, FreeHeld) makes a block free in its own
+//     heap. A front whose blocks something else may still use holds them (Hold) and frees
+//     them only once that use has ended (pinned), or frees on the stream's behalf and keeps
+//     reuse on that stream (device, with RetainSegments).
+//   - Collect, and the class's spare page, the page cache (near.go) and exclusive pages move
+//     nothing to another heap: they reuse the heap's own free blocks and pages.
+//   - An empty page goes back to its segment, in the same heap. An empty segment, freed kept
+//     object pages and huge objects go to the arena (RetainSpare), where any heap of the group
+//     may take them, and their memory to the arena's purge; a RetainSegments heap keeps all of
+//     them, committed, never trims itself (fromArena does not, even with the arena full) and
+//     gives nothing to the purge: only its owner's Trim or Close moves its memory, and the owner
+//     calls them once nothing uses it (device synchronizes the stream first).
+//   - The arena decommits only memory no span wants (the purge, Trim): memory the heaps gave
+//     back by the paths above.
+//
 // # For fronts
 //
 // Alloc, Free (FreeSized), Group.Free, Stats, Trim and Close are what a plain user needs. A
