@@ -27,12 +27,47 @@
 //   - Trim waits for deferred frees, synchronizes each stream whose heap holds memory, and gives
 //     the held segments back to the arena (and decommits free chunks).
 //
-// Running out of memory, Alloc waits for every deferred free and gives back every other
-// stream's held segments (synchronizing those streams) before it retries once; then, if
+// Running out of memory, Alloc waits for every deferred free and gives back every stream's
+// held segments, its own stream's included (synchronizing each stream first), before it
+// retries once; then, if
 // the heap has a pressure hook (Options.Pressure, SetPressure), it asks that hook to give
 // memory back (a uvm.Tier evicts blocks) and retries while the hook says it freed some. The
 // hook is never re-entered by its own call chain: an Alloc made inside it is served without
 // it, or fails with ErrInPressureHook (pressure.go).
+//
+// # Stream order: when memory changes owner
+//
+// The rule: memory moves from one owner to another (a stream's heap, the arena, another
+// stream's heap, the provider through a decommit) only after every stream that may use it has
+// passed the point where it was freed (an event completed, or the stream synchronized), or it
+// does not move. Every path that moves memory, and why it keeps the rule:
+//
+//   - FreeAsync(p, s) on p's own stream: p goes back to s's heap and only work queued on s
+//     later can reuse it, which runs after the work that used p. It stays in that heap: the
+//     stream heaps keep their memory (heap.RetainSegments), never trim themselves (not even
+//     when the arena is full: heap.fromArena used to, handing segments with copies still
+//     queued to the arena, where another stream took them; issue 25), and give nothing to the
+//     arena's purge (a decommit unmaps memory whatever work still uses it; PyTorch found that
+//     cuMemUnmap and cuMemRelease do not wait for the device).
+//   - FreeAsync on another stream, and every huge block (which goes back to the arena itself):
+//     deferred behind an event recorded on the freeing stream (internal/streamq: per stream,
+//     oldest first, so an event completes after every older one of its stream), done once the
+//     event has completed (Poll) or been waited for (Drain).
+//   - Free: synchronous; the caller promises no work uses p. With ZeroOnFree its memset is
+//     waited for before the block is free.
+//   - reclaim (an Alloc out of memory, Trim): drains the deferred frees, then synchronizes each
+//     stream whose heap holds memory, the caller's own included, before that heap gives its
+//     empty segments to the arena; a stream that fails to synchronize keeps its memory. It
+//     used to skip the caller's stream, whose same-stream frees may have copies queued.
+//   - Trim's arena purge (arena.Trim) runs after the reclaim: the arena decommits only chunks
+//     it holds, which came to it by the paths above.
+//   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
+//     (a heap with live blocks, deferred ones included, refuses); Close refuses while a
+//     deferred free waits or a stream the heap has seen has work in flight.
+//   - The pressure hook gives memory back through Free, after its own events (a uvm.Tier frees
+//     VRAM only once its copies are done).
+//
+// The copies' host memory follows the same rule on the pool's side (docs/streams.md).
 //
 // # Streams
 //
@@ -157,7 +192,8 @@ type Heap struct {
 	events   *icuda.EventPool
 	st       Stats
 
-	guard // ZeroOnFree and Quota (guard.go)
+	guard         // ZeroOnFree and Quota (guard.go)
+	checks uint32 // calls of checkInvariants (verify.go)
 }
 
 // Stats describes a Heap.
@@ -284,6 +320,7 @@ func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	defer h.checkInvariants("Alloc")
 	if err := h.ready(s); err != nil {
 		return 0, err
 	}
@@ -297,7 +334,7 @@ func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	p, err := sh.Alloc(n)
 	if err != nil && outOfMemory(err) {
 		h.st.Reclaims++
-		if rerr := h.reclaim(sh); rerr != nil {
+		if rerr := h.reclaim(); rerr != nil {
 			return 0, errors.Join(err, rerr)
 		}
 		p, err = sh.Alloc(n)
@@ -324,6 +361,7 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 		return err
 	}
 	defer h.mu.Unlock()
+	defer h.checkInvariants("Free")
 	owner, err := h.owner(p)
 	if err != nil {
 		return err
@@ -342,6 +380,7 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 		return err
 	}
 	defer h.mu.Unlock()
+	defer h.checkInvariants("FreeAsync")
 	if err := h.checkStream(s); err != nil {
 		return err
 	}
@@ -375,6 +414,7 @@ func (h *Heap) Sync() error {
 		return err
 	}
 	defer h.mu.Unlock()
+	defer h.checkInvariants("Sync")
 	return h.drain()
 }
 
@@ -385,7 +425,8 @@ func (h *Heap) Trim() error {
 		return err
 	}
 	defer h.mu.Unlock()
-	err := h.reclaim(nil)
+	defer h.checkInvariants("Trim")
+	err := h.reclaim()
 	h.a.Trim()
 	return err
 }
@@ -398,6 +439,7 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return err
 	}
 	defer h.mu.Unlock()
+	defer h.checkInvariants("ForgetStream")
 	if !h.seen[s] {
 		return nil
 	}
@@ -576,12 +618,15 @@ func (h *Heap) drain() error {
 	return nil
 }
 
-// reclaim does every deferred free, then synchronizes each stream other than except whose heap
-// holds memory and gives that memory back to the arena.
-func (h *Heap) reclaim(except *heap.Heap) error {
+// reclaim does every deferred free, then synchronizes each stream whose heap holds memory,
+// the caller's own included, and gives that memory back to the arena. The synchronize comes
+// first: a block freed on its own stream is free in the heap at once, with the stream's work
+// that used it possibly still queued, and the arena hands what it gets to any stream. A stream
+// that fails to synchronize keeps its memory.
+func (h *Heap) reclaim() error {
 	errs := []error{h.drain()}
 	for s, sh := range h.streams {
-		if sh == except || sh.Stats().Segments == 0 {
+		if sh.Stats().Segments == 0 {
 			continue
 		}
 		if err := h.dev.StreamSynchronize(s); err != nil {

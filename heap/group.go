@@ -44,6 +44,9 @@ type Group struct {
 	granule    uintptr // the provider's commit granule
 	exclusive  bool    // class pages start exclusive (exclusive.go)
 	nheaps     atomic.Int32
+	// Changes to pages by goroutines other than the owner (remote frees, holds) begun and
+	// ended, counted only when invariants.Enabled (Heap.checkInvariants).
+	foreignBegun, foreignEnded atomic.Uint64
 }
 
 const (

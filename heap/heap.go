@@ -60,16 +60,42 @@
 //     list, not its current page;
 //   - a kept object or huge page is tracked (page.tracked) from its first free until dropped;
 //     while kept its range is idle or given up, never busy; a live one's range is busy and
-//     committed (object pages: seg.decommit clear; huge: committed up to page.want);
+//     committed (object pages: seg.decommit clear; huge: committed up to page.want). A held
+//     heap (RetainSegments) keeps no huge page and tracks no object page: its kept object
+//     pages stay committed, as they were left;
 //   - page and segment structs are never reused, so a stale pointer held by a buggy double free
 //     sees only free states and reports ErrDoubleFree; a released page is marked dead, and a
 //     stale pending-stack entry for it is ignored.
 //
 // verify (invariants.go) checks them all, with the counts that rest on them and the agreement
 // of the group's two lookup tables. Built with the tag invariants, Collect and Trim check them
-// and the property and fuzz tests check them after every step: go test -tags invariants ./heap.
+// and the property and fuzz tests check them after every step: go test -tags invariants ./heap;
+// under -race (internal/invariants.Enabled) they do at one step in invariants.RaceEvery.
 //
 // Lock order: Heap (owner, no lock) → arena.Arena.mu. Remote frees take no lock at all.
+//
+// # When memory changes owner
+//
+// The heap knows nothing of CUDA streams, but its fronts order memory on them (device's
+// stream heaps, pinned's buffers with copies queued), and memory that changes owner while a
+// stream still uses it is corrupted silently. The rule the fronts build on: every move of
+// memory to another owner (another heap, the arena, the provider by a decommit) happens where
+// the front can order it, or does not happen. Each path, and why it is safe:
+//
+//   - A free (Free, FreeSized, TryFree, Group.Free, FreeHeld) makes a block free in its own
+//     heap. A front whose blocks something else may still use holds them (Hold) and frees
+//     them only once that use has ended (pinned), or frees on the stream's behalf and keeps
+//     reuse on that stream (device, with RetainSegments).
+//   - Collect, and the class's spare page, the page cache (near.go) and exclusive pages move
+//     nothing to another heap: they reuse the heap's own free blocks and pages.
+//   - An empty page goes back to its segment, in the same heap. An empty segment, freed kept
+//     object pages and huge objects go to the arena (RetainSpare), where any heap of the group
+//     may take them, and their memory to the arena's purge; a RetainSegments heap keeps all of
+//     them, committed, never trims itself (fromArena does not, even with the arena full) and
+//     gives nothing to the purge: only its owner's Trim or Close moves its memory, and the owner
+//     calls them once nothing uses it (device synchronizes the stream first).
+//   - The arena decommits only memory no span wants (the purge, Trim): memory the heaps gave
+//     back by the paths above.
 //
 // # For fronts
 //
@@ -129,9 +155,13 @@ const (
 	// gives the rest back to the arena, where any heap of the group may take it.
 	RetainSpare Retention = iota
 	// RetainSegments keeps every empty segment with the heap until Trim or Close, so memory
-	// freed in the heap's segments is reused by this heap alone until then. It keeps no freed
-	// huge object: those go back to the arena at once, so that whoever frees one decides when
-	// others may reuse it.
+	// freed in the heap's segments is reused by this heap alone until then: the heap never
+	// trims itself (not even when the arena is full), and its frees give nothing to the
+	// arena's purge (free slices and kept object pages stay committed), since a decommit
+	// hands the memory back to the provider whatever still uses it. Its owner calls Trim
+	// once nothing outside the heap uses its free memory (device synchronizes the stream).
+	// It keeps no freed huge object: those go back to the arena at once, so that whoever
+	// frees one decides when others may reuse it.
 	RetainSegments
 )
 
@@ -174,6 +204,7 @@ type Heap struct {
 	remoteMostly                       bool
 
 	nsegs, nhuge int
+	checks       uint32 // calls of checkInvariants (invariants.Due)
 	index        int
 	closed       bool
 	noBlock      bool // a non-blocking path (try.go) runs: refuse what needs the arena

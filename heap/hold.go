@@ -17,6 +17,8 @@ package heap
 import (
 	"fmt"
 	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // Hold holds the live block that holds address p (p may point inside it) and returns its start
@@ -24,6 +26,10 @@ import (
 // block was held already). Any goroutine may call it. Errors: ErrNotOwned for an address
 // outside the arena's blocks, ErrDoubleFree for one in a free block.
 func (g *Group) Hold(p uintptr) (base, size uintptr, first bool, err error) {
+	if invariants.Enabled {
+		g.foreignBegun.Add(1) // see checkInvariants
+		defer g.foreignEnded.Add(1)
+	}
 	pg, idx, base, err := g.blockAt(p)
 	if err != nil {
 		return 0, 0, false, err
@@ -45,6 +51,10 @@ func (g *Group) Hold(p uintptr) (base, size uintptr, first bool, err error) {
 // HoldSized holds the block that starts at p, allocated with n bytes, with the checks of
 // FreeSized, and reports whether this call set the hold.
 func (g *Group) HoldSized(p, n uintptr) (first bool, err error) {
+	if invariants.Enabled {
+		g.foreignBegun.Add(1) // see checkInvariants
+		defer g.foreignEnded.Add(1)
+	}
 	pg, idx, ok := g.find(p)
 	if !ok {
 		return false, g.whyNot(p)

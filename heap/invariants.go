@@ -4,14 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // verify checks the invariants of the package documentation, and the bookkeeping that rests on
 // them, over everything the heap holds. The owner calls it, with no free of its blocks in
 // flight on other goroutines (a remote free half done is seen as an inconsistency). It costs a
-// walk of every page, so the heap calls it only when built with the tag invariants (see
-// checkInvariants); the property and fuzz tests call it after their operations.
-func (h *Heap) verify() error {
+// walk of every page, so the heap calls it only when internal/invariants.Enabled (the tag
+// invariants, or -race; see checkInvariants); the property and fuzz tests call it after their
+// operations.
+func (h *Heap) verify() error { return h.verifyWith(true) }
+
+// verifyWith is verify, with the check of the group's lookup tables against each other only
+// when tables is set: that check reads what every heap of the group registers, so the owner of
+// one heap cannot run it while the others' owners work (checkInvariants runs it only for a
+// group of one heap).
+func (h *Heap) verifyWith(tables bool) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	var liveN uint64
@@ -55,11 +64,14 @@ func (h *Heap) verify() error {
 			bad("page cache entry %d names page %#x (dead %v, class %d, another heap's %v, covers %v)", i, pg.base, pg.dead, pg.class, pg.heap != h, covers)
 		}
 	}
-	segs, err := h.g.verifyTables()
+	segs, err := h.g.verifyTables(tables)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, s := range segs {
+		if s.owner() != h {
+			continue // another heap's: its owner may be changing it now
+		}
 		pg := s.huge
 		if pg == nil {
 			seen := map[*page]bool{}
@@ -96,6 +108,20 @@ func (h *Heap) verify() error {
 		bad("heap counts %d blocks of %d bytes live, its pages %d of %d", h.allocs-h.frees, h.live, liveN, liveBytes)
 	}
 	return errors.Join(errs...)
+}
+
+// owner returns the heap whose pages segment s holds (nil: none), reading only what other
+// goroutines may read: the page table's atomic entries and a page's heap, fixed at its making.
+func (s *segment) owner() *Heap {
+	if s.huge != nil {
+		return s.huge.heap
+	}
+	for i := range s.pages {
+		if p := s.pages[i].Load(); p != nil {
+			return p.heap
+		}
+	}
+	return nil
 }
 
 // verifyBlocks checks a class page's blocks: each index below the bump index is live, on the
@@ -154,8 +180,8 @@ func (pg *page) objectLive() (uint64, uintptr) {
 // verifyTables checks that the address table and the chunk table agree: every segment the
 // chunk table holds is found by the address table at its first and last byte, unless its slot
 // is crowded or beyond the directory, and the address table holds no segment the chunk table
-// does not. It returns the segments, each once.
-func (g *Group) verifyTables() ([]*segment, error) {
+// does not. It returns the segments, each once; without check it only lists them.
+func (g *Group) verifyTables(check bool) ([]*segment, error) {
 	var segs []*segment
 	held := map[*segment]bool{}
 	for d := range g.dir {
@@ -169,6 +195,9 @@ func (g *Group) verifyTables() ([]*segment, error) {
 				segs = append(segs, s)
 			}
 		}
+	}
+	if !check {
+		return segs, nil
 	}
 	var errs []error
 	for _, s := range segs {
@@ -194,13 +223,34 @@ func (g *Group) verifyTables() ([]*segment, error) {
 	return segs, errors.Join(errs...)
 }
 
-// checkInvariants panics when verify finds a broken invariant, in builds with the tag
-// invariants; otherwise it does nothing and costs nothing.
+// checkInvariants panics when verify finds a broken invariant, when internal/invariants says a
+// check is due: at every call with the tag invariants, one call in invariants.RaceEvery under
+// -race alone (see invariants.Due); otherwise it does nothing and costs nothing.
+//
+// verify reads a remote free or a hold that another goroutine has half done as a broken
+// invariant, so the walk runs only when none is under way in the group, and its verdict counts
+// only when none began meanwhile (the group counts them: foreignBegun, foreignEnded). A pool
+// whose buffers are freed from many goroutines (pinned) is checked between their frees.
 func (h *Heap) checkInvariants(where string) {
-	if !invariants {
+	if !invariants.Due(&h.checks) {
 		return
 	}
-	if err := h.verify(); err != nil {
+	if err := h.verifyQuiet(); err != nil {
 		panic(fmt.Sprintf("heap: invariant broken after %s: %v", where, err))
 	}
+}
+
+// verifyQuiet is verify when no other goroutine changes the group's pages during the walk, and
+// nil (no verdict) when one did or was doing so (see checkInvariants).
+func (h *Heap) verifyQuiet() error {
+	g := h.g
+	ended := g.foreignEnded.Load()
+	if g.foreignBegun.Load() != ended {
+		return nil
+	}
+	err := h.verifyWith(g.nheaps.Load() == 1)
+	if g.foreignBegun.Load() != ended {
+		return nil
+	}
+	return err
 }

@@ -34,6 +34,10 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if n <= HugeThreshold && alignment <= min(segSize, h.g.chunkAlign) {
 		k := int((n + sliceSize - 1) >> sliceShift)
 		if pg := h.reuseObject(k, alignment); pg != nil {
+			if h.hold {
+				// As it was left: a held heap keeps its object pages committed (freeObject).
+				return h.takeObject(pg, n), false, nil
+			}
 			if !(pg.tracked && pg.kept.Claim()) {
 				// The arena gave it up (or never tracked it): its memory may be gone.
 				pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice)
@@ -160,8 +164,11 @@ func (h *Heap) freeObject(pg *page) {
 	}
 	// Keep the page, geometry and all, for the next object of about its size: reusing it is
 	// reusing a block, with no page or segment to build. Its memory goes to the arena's purge
-	// unless the page is reused within the delay.
-	h.idle(pg)
+	// unless the page is reused within the delay; a held heap's stays committed, untracked,
+	// until Trim (see Retention).
+	if !h.hold {
+		h.idle(pg)
+	}
 	h.keep(&h.objFree, pg, maxObjFree)
 }
 

@@ -20,11 +20,25 @@ package heap
 import (
 	"math/bits"
 	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // freeRemote frees block idx of pg, at p, allocated with n bytes (0: any), held or not as hold
 // says, from any goroutine, without a lock.
 func (pg *page) freeRemote(idx uint32, p, n uintptr, hold uint32) error {
+	if !invariants.Enabled {
+		return pg.freeRemoteNow(idx, p, n, hold)
+	}
+	g := pg.heap.g
+	g.foreignBegun.Add(1) // see checkInvariants
+	err := pg.freeRemoteNow(idx, p, n, hold)
+	g.foreignEnded.Add(1)
+	return err
+}
+
+// freeRemoteNow is freeRemote.
+func (pg *page) freeRemoteNow(idx uint32, p, n uintptr, hold uint32) error {
 	pg.share()
 	if st, ok := pg.freeState(idx, true, n, hold); !ok {
 		return pg.freeError(idx, st, p, n, hold)

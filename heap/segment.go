@@ -3,8 +3,8 @@
 // A segment holds pages of one kind (small, medium, large class pages, or object pages), so
 // that small pages never fragment the room larger ones need; a huge object is a segment of its
 // own (a run of chunks, segHuge) with one page. A heap keeps, per kind, the segments that still
-// have free slices; an empty segment is kept as the spare (all of them with RetainSegments) or
-// goes back to the arena.
+// have free slices; an empty segment is kept as the spare (all of them with RetainSegments,
+// committed, until Trim) or goes back to the arena.
 //
 // Invariants, for every segment s:
 //   - bit i of s.free is set iff s.pages[i] is nil; s.npages counts the distinct pages;
@@ -165,13 +165,20 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 // fromArena takes a span from the arena with take (Alloc, or Reserve for a segment). When the
 // arena is full, frees pending in the heap may have emptied segments and kept objects that can
 // go back first: it collects them and tries once more; a full arena is then ErrOutOfMemory.
+//
+// A heap with RetainSegments never trims itself here: its memory changes owner only when its
+// owner calls Trim, having seen the outside work that may use it end (device synchronizes the
+// heap's stream). Trimming here handed segments with copies still queued on a stream to the
+// arena, where another stream's heap took them (issue 25).
 func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error), size, alignment uintptr) (arena.Span, error) {
 	span, err := take(size, alignment)
 	if err == nil {
 		return span, nil
 	}
-	h.Trim()
-	span, err = take(size, alignment)
+	if !h.hold {
+		h.Trim()
+		span, err = take(size, alignment)
+	}
 	switch {
 	case err == nil:
 		return span, nil
@@ -219,8 +226,9 @@ func (h *Heap) freeSlices(pg *page) {
 	if s.npages > 0 {
 		// The segment stays. A page of 512 KiB or more gives its memory to the arena's purge
 		// unless a new page claims it within the delay; small pages churn too fast for that
-		// to pay (it would bring commit system calls back into steady states).
-		if s.kind != segSmall && s.decommit&m != m && h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift) == nil {
+		// to pay (it would bring commit system calls back into steady states). A held heap
+		// gives nothing to the purge (see below).
+		if !h.hold && s.kind != segSmall && s.decommit&m != m && h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift) == nil {
 			s.decommit |= m
 		}
 		h.segs[s.kind].push(s)
@@ -228,7 +236,14 @@ func (h *Heap) freeSlices(pg *page) {
 	}
 	h.segs[s.kind].remove(s)
 	h.g.unregister(s)
-	if h.hold || len(h.spares) == 0 {
+	if h.hold {
+		// Kept, committed, until Trim: a decommit is a change of owner too (the memory goes
+		// back to the provider when the purge runs, whatever still uses it), and a held heap's
+		// memory changes owner only at its owner's Trim (see Retention).
+		h.spares = append(h.spares, s)
+		return
+	}
+	if len(h.spares) == 0 {
 		// Kept for reuse, but its memory goes to the arena's purge unless claimed in time.
 		if h.a.Decommit(s.base, segSize) == nil {
 			s.decommit = ^uint64(0)

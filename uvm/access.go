@@ -71,6 +71,7 @@ func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mo
 	for {
 		t.mu.Lock()
 		p, err := t.acquire(h, s, m)
+		t.checkInvariants("Acquire")
 		if err == nil || !errors.Is(err, ErrAllPinned) {
 			t.mu.Unlock()
 			return p, err
@@ -160,6 +161,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("Release")
 	id, b, err := t.lookup(h)
 	if err != nil {
 		return err

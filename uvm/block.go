@@ -95,6 +95,7 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 	size := roundUp(uintptr(n))
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("Alloc")
 	if t.closed {
 		return 0, ErrClosed
 	}
@@ -131,6 +132,7 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 func (t *Tier) Free(h Handle) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("Free")
 	id, _, err := t.lookup(h)
 	if err != nil {
 		return err

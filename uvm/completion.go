@@ -84,17 +84,28 @@ func (t *Tier) push(dir int, c completion) error {
 
 // retire queues c on the D2H stream behind t.rel.waits: its memory is given back once every use
 // and copy before it is done. t.mu is held.
+//
+// When the waits or the batch's event cannot be queued, it waits on the CPU for all that the
+// queued completion would have come after: the events of t.rel.waits, and the D2H stream's
+// earlier work, where an eviction's copy may still write the block's host buffer (or read its
+// VRAM). Finishing the completion after the events alone handed such a buffer to the pool
+// under the copy.
 func (t *Tier) retire(c completion) error {
-	if err := t.queueWaits(t.engine.d2h); err != nil {
-		// The waits cannot be queued: wait for the streams themselves, on the CPU.
-		for _, w := range t.rel.waits {
-			if serr := t.dev.EventSynchronize(w.ev); serr != nil {
-				return errors.Join(err, serr)
-			}
+	err := t.queueWaits(t.engine.d2h)
+	if err == nil {
+		if err = t.push(dirD2H, c); err == nil {
+			return nil
 		}
-		return t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})
 	}
-	return t.push(dirD2H, c)
+	for _, w := range t.rel.waits {
+		if serr := t.dev.EventSynchronize(w.ev); serr != nil {
+			return errors.Join(err, serr)
+		}
+	}
+	if serr := t.dev.StreamSynchronize(t.engine.d2h); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})
 }
 
 // poll finishes the batches that have completed. t.mu is held.
@@ -154,6 +165,7 @@ func (t *Tier) putDevList(l []devBlock) { t.batches.devLists = append(t.batches.
 func (t *Tier) Sync() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("Sync")
 	if t.closed {
 		return ErrClosed
 	}

@@ -46,6 +46,7 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 func (t *Tier) Evict(hs []Handle) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("Evict")
 	if t.closed {
 		return ErrClosed
 	}

@@ -26,6 +26,7 @@ import (
 func (t *Tier) AcquireHost(h Handle, m Mode) ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("AcquireHost")
 	if t.closed {
 		return nil, ErrClosed
 	}
@@ -143,6 +144,7 @@ func (t *Tier) copyToHost(id BlockID, b *block) error {
 func (t *Tier) ReleaseHost(h Handle) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("ReleaseHost")
 	_, b, err := t.lookup(h)
 	if err != nil {
 		return err

@@ -56,6 +56,7 @@ func (t *Tier) relieve(n uintptr, s cuda.Stream) bool {
 	}
 	t.mu.Lock()
 	ok := !t.closed && t.evictForHeap(n)
+	t.checkInvariants("the pressure hook")
 	prev := t.hook.prev
 	t.mu.Unlock()
 	if ok {

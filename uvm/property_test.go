@@ -243,6 +243,9 @@ func runProperty(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, over int, 
 			must(t, tr.Sync())
 		}
 		checkAccounts(t, tr.Stats())
+		if err := tr.Verify(); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
 	}
 	f.Hold(false)
 	f.Complete()

@@ -91,8 +91,14 @@ func (t *Tier) addWait(r relEvent) {
 	t.rel.waits = append(t.rel.waits, r)
 }
 
+// waitFault, set by tests only, makes queueWaits fail with its error.
+var waitFault error
+
 // queueWaits makes stream s wait on every event of t.rel.waits.
 func (t *Tier) queueWaits(s cuda.Stream) error {
+	if waitFault != nil {
+		return waitFault
+	}
 	for _, w := range t.rel.waits {
 		if err := t.dev.StreamWaitEvent(s, w.ev); err != nil {
 			return fmt.Errorf("uvm: wait on stream %#x for stream %#x: %w", s, w.s, err)

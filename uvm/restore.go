@@ -54,6 +54,7 @@ func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("Prefetch")
 	if t.closed {
 		return ErrClosed
 	}

@@ -143,6 +143,7 @@ func (s Stats) Moved(toDevice bool) Traffic {
 func (t *Tier) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("Stats")
 	if !t.closed {
 		_ = t.poll()
 	}

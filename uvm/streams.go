@@ -65,6 +65,7 @@ func (t *Tier) checkStream(s cuda.Stream) error {
 func (t *Tier) ForgetStream(s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.checkInvariants("ForgetStream")
 	if t.closed {
 		return ErrClosed
 	}

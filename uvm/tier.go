@@ -82,7 +82,12 @@
 //   - device + host-only + fresh bytes are the live bytes; device bytes stay within the budget,
 //     and with the spare VRAM within twice the budget;
 //   - memory a queued copy or the user's queued work may still touch (VRAM, a host buffer) is
-//     reused only after the event of the batch that retires it has completed;
+//     reused only after the event of the batch that retires it has completed (or, when the
+//     waits cannot be queued, after the CPU waited for the release events and the D2H
+//     stream: retire); it then becomes spare VRAM or goes back to the heap (Free, the heap's
+//     synchronous free: nothing uses it any more) or the pool. The spare VRAM, the
+//     evictions' VRAM, the completions' lists (internal/streamq) and the host buffers the
+//     pressure hook or Close give back all pass through a completion first;
 //   - every host buffer is one range the device can copy by DMA, so a block moves as one copy;
 //   - a batch that fails moves no block: its blocks stay where they were, intact.
 //
@@ -157,6 +162,7 @@ type Tier struct {
 	rel     releases      // release events, and the waits of a batch being built (release.go)
 	spare   spares        // VRAM kept for the next restores (spare.go)
 	scratch scratch       // slices every batch reuses
+	checks  uint32        // calls of checkInvariants (verify.go)
 }
 
 // stores are where the blocks' bytes live: VRAM from a device heap, within the budget, and

@@ -1,0 +1,55 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
+)
+
+// verify checks the heap's own bookkeeping against its stream heaps (h.mu held, heap open):
+// every stream with a heap is one the driver accepted; the deferred set is the queue's
+// contents, each a live block of a stream heap; the allocations less the frees done are the
+// blocks the stream heaps hold live (a deferred free counts until it is done); under a quota,
+// the bytes counted are the bytes the stream heaps hold live. The stream heaps check their
+// own invariants as Stats collects them (heap.checkInvariants). It costs a walk of the
+// deferred set, so the heap calls it only when internal/invariants says a check is due
+// (checkInvariants); tests call it through Verify.
+func (h *Heap) verify() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for s := range h.streams {
+		if !h.seen[s] {
+			bad("stream %#x has a heap and was never accepted", s)
+		}
+	}
+	if n := h.queue.Len(); n != len(h.deferred) {
+		bad("%d deferred frees queued, %d blocks marked deferred", n, len(h.deferred))
+	}
+	for p := range h.deferred {
+		if _, err := h.g.Size(uintptr(p)); err != nil {
+			bad("deferred block %#x is not live: %v", p, err)
+		}
+	}
+	live, bytes, _ := h.live()
+	if h.st.Allocs-h.st.Frees != live {
+		bad("%d allocations and %d frees, but the stream heaps hold %d blocks", h.st.Allocs, h.st.Frees, live)
+	}
+	if h.quota > 0 && uint64(h.used) != bytes {
+		bad("the quota counts %d bytes in use, the stream heaps %d", h.used, bytes)
+	}
+	return errors.Join(errs...)
+}
+
+// checkInvariants panics when verify finds the bookkeeping broken, when internal/invariants
+// says a check is due (every call with the tag invariants; one in invariants.RaceEvery under
+// -race alone). h.mu is held; the methods that change the heap defer it after their unlock is
+// deferred, so it runs first.
+func (h *Heap) checkInvariants(where string) {
+	if h.closed || !invariants.Due(&h.checks) {
+		return
+	}
+	if err := h.verify(); err != nil {
+		panic(fmt.Sprintf("device: invariant broken after %s: %v", where, err))
+	}
+}

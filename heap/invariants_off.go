@@ -1,6 +1,0 @@
-//go:build !invariants
-
-package heap
-
-// invariants turns on checkInvariants: go test -tags invariants ./heap.
-const invariants = false

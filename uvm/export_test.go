@@ -1,0 +1,22 @@
+package uvm
+
+// Verify checks the tier's accounting against its blocks (verify.go).
+func (t *Tier) Verify() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	return t.verify()
+}
+
+// SkewAccounts adds d to the tier's count of device bytes, so that a test can see Verify
+// catch the accounts disagreeing with the blocks.
+func (t *Tier) SkewAccounts(d uintptr) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.acct.device += d
+}
+
+// FailWaits makes every queueing of a batch's waits fail with err (nil: none fail).
+func FailWaits(err error) { waitFault = err }

@@ -1,0 +1,122 @@
+package uvm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
+)
+
+// verify checks the tier's accounting against its block table (t.mu held, between calls): the
+// byte counts of t.acct equal the sums over the live blocks by state, every live block is in
+// exactly one state, an acquired block is on the device, the policy holds exactly the
+// evictable blocks, the free slots are the dead ones, and the spare VRAM's byte count is the
+// sum of its blocks. It costs a walk of the table, so the tier calls it only when
+// internal/invariants says a check is due (checkInvariants); tests call it through Verify.
+func (t *Tier) verify() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var a accounts
+	evictable := map[BlockID]bool{}
+	free := map[uint32]bool{}
+	for _, id := range t.free {
+		if free[id] || int(id) >= len(t.blocks) || t.blocks[id].live {
+			bad("free slot %d is listed twice, out of the table or live", id)
+		}
+		free[id] = true
+	}
+	for i := range t.blocks {
+		b := &t.blocks[i]
+		id := BlockID(i)
+		if !b.live {
+			if !free[uint32(i)] {
+				bad("slot %d is dead and not free", i)
+			}
+			continue
+		}
+		a.live += b.size
+		states := 0
+		switch {
+		case b.fresh:
+			states++
+			a.fresh += b.size
+			if b.dev != 0 || b.host != nil {
+				bad("block %d is fresh with storage (device %#x, host %v)", i, b.dev, b.host != nil)
+			}
+		case b.dev != 0:
+			states++
+			a.device += b.size
+		case b.host != nil && b.hostValid:
+			states++
+			a.hostOnly += b.size
+		}
+		if states != 1 {
+			bad("block %d is in no state: device %#x, host %v (valid %v)", i, b.dev, b.host != nil, b.hostValid)
+		}
+		if b.host != nil {
+			a.hostHeld += b.size
+			if uintptr(len(b.host)) != b.size {
+				bad("block %d: host buffer of %d bytes for a block of %d", i, len(b.host), b.size)
+			}
+		}
+		if b.pins > 0 {
+			a.pinned += b.size
+			a.pinnedBlocks++
+			if b.dev == 0 {
+				bad("block %d is acquired %d times and not on the device", i, b.pins)
+			}
+		}
+		if b.hostWrite && (b.hostPins == 0 || b.dev != 0) {
+			bad("block %d is acquired on the host for writing with %d host acquisitions, device %#x", i, b.hostPins, b.dev)
+		}
+		var pins int32
+		for _, u := range b.uses {
+			pins += u.n
+		}
+		if pins != b.pins {
+			bad("block %d: %d acquisitions, %d counted by stream", i, b.pins, pins)
+		}
+		if b.dev != 0 && b.pins == 0 {
+			evictable[id] = true
+		}
+	}
+	if a != t.acct {
+		bad("accounts %+v, the blocks sum to %+v", t.acct, a)
+	}
+	t.policy.Walk(func(id BlockID) bool {
+		if !evictable[id] {
+			bad("the policy holds block %d, which is not evictable", id)
+		}
+		delete(evictable, id)
+		return true
+	})
+	for id := range evictable {
+		bad("evictable block %d is not in the policy", id)
+	}
+	var spare uintptr
+	for _, run := range t.spare.runs {
+		for _, d := range run {
+			spare += d.size
+		}
+	}
+	for _, l := range t.spare.lists {
+		spare += uintptr(len(l.ps)) * l.size
+	}
+	if spare != t.spare.bytes {
+		bad("spare VRAM counts %d bytes, its blocks %d", t.spare.bytes, spare)
+	}
+	return errors.Join(errs...)
+}
+
+// checkInvariants panics when verify finds the accounting broken, when internal/invariants says
+// a check is due (every call with the tag invariants; one in invariants.RaceEvery under -race
+// alone). t.mu is held. The exported calls that change the tier defer it after their unlock
+// is deferred, so it runs first.
+func (t *Tier) checkInvariants(where string) {
+	if t.closed || !invariants.Due(&t.checks) {
+		return
+	}
+	if err := t.verify(); err != nil {
+		panic(fmt.Sprintf("uvm: invariant broken after %s: %v", where, err))
+	}
+}
