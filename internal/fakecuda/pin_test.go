@@ -38,11 +38,12 @@ func TestPinCostOverlaps(t *testing.T) {
 		go func() { defer wg.Done(); create() }()
 	}
 	wg.Wait()
-	if took := time.Since(start); took >= 2*delay-delay/4 {
-		t.Errorf("two cuMemCreate on two threads took %v: serialized (one takes %v)", took, delay)
-	}
+	took := time.Since(start)
+	// The proof of overlap is MaxInflight: both calls were inside the modelled cost at once,
+	// which a cost paid under the fake's lock never allows. The wall time only corroborates it,
+	// and on a loaded machine (the scheduler late by tens of milliseconds) it cannot decide.
 	if n := f.MaxInflight(); n != 2 {
-		t.Errorf("MaxInflight = %d, want 2", n)
+		t.Errorf("MaxInflight = %d, want 2: two cuMemCreate on two threads took %v, serialized (one takes %v)", n, took, delay)
 	}
 	if n := f.MaxInflight(); n != 0 {
 		t.Errorf("MaxInflight after reading = %d, want 0", n)
