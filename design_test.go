@@ -48,7 +48,7 @@ func floorsOf(t *testing.T, doc string) map[string]int {
 	if j := strings.Index(sec, "\n## "); j >= 0 {
 		sec = sec[:j]
 	}
-	row := regexp.MustCompile("(?m)^\\|\\s*(\\d+)\\s*\\|([^|]*)\\|")
+	row := regexp.MustCompile(`(?m)^\|\s*(\d+)\s*\|([^|]*)\|`)
 	pkg := regexp.MustCompile("`([^`]+)`")
 	floors := map[string]int{}
 	for _, m := range row.FindAllStringSubmatch(sec, -1) {
