@@ -1,8 +1,8 @@
 package cudamem
 
-// Device memory: NewDevice picks the provider (DeviceVMM where the device has the VMM API, else
-// DeviceMalloc), DefaultDeviceCapacity sizes a device arena by the memory free on the device,
-// and memset clears device-accessible memory for the device-side providers.
+// What the device-side providers share: DefaultDeviceCapacity sizes a device arena by the
+// memory free on the device (deviceCapacity gives DeviceVMM and DeviceMalloc their
+// DefaultCapacity method), and memset clears device-accessible memory for them and Managed.
 
 import (
 	"fmt"
@@ -67,19 +67,6 @@ type deviceCapacity struct{ capDev *icuda.Device }
 func (c deviceCapacity) DefaultCapacity() uintptr {
 	n, _ := defaultDeviceCapacity(c.capDev)
 	return n
-}
-
-// NewDevice returns the best provider of device memory dev offers: the VMM provider
-// (commit and decommit by granule) where the VMM API is supported, else the cuMemAlloc one.
-func NewDevice(dev *cuda.Device) (arena.Provider, error) {
-	in, err := internalDevice(dev, "device")
-	if err != nil {
-		return nil, err
-	}
-	if in.VMMSupported() {
-		return NewDeviceVMM(dev)
-	}
-	return NewDeviceMalloc(dev)
 }
 
 // memset clears device-accessible memory with the driver, and waits for it: a cuMemsetD8 of

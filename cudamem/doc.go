@@ -3,17 +3,18 @@
 // internal/cuda, which loads the driver at run time. One file per provider, each opening with
 // when to choose it:
 //
-//   - Pinned host memory: NewHost (host.go) picks VMM host granules (HostVMM, hostvmm.go) where
+//   - Pinned host memory: NewHost (choose.go) picks VMM host granules (HostVMM, hostvmm.go) where
 //     the driver has them, else mmap + cuMemHostRegister (HostRegister, hostregister.go);
 //     cuMemHostAlloc (HostAlloc, hostalloc.go) is kept for comparison. OpenHost opens the
 //     device as well, for pinned.Pool's CUDAHost backend.
-//   - Device memory: NewDevice (device.go) picks the VMM API (DeviceVMM, devicevmm.go), which
+//   - Device memory: NewDevice (choose.go) picks the VMM API (DeviceVMM, devicevmm.go), which
 //     commits and decommits in 2 MiB granules, else cuMemAlloc (DeviceMalloc, devicemalloc.go);
 //     DefaultDeviceCapacity sizes an arena by the device's free memory.
 //   - Managed memory: cuMemAllocManaged (Managed, managed.go), with Prefetch and Advise.
-//   - What providers share: the device, counters and errors (cudamem.go); the VMM machinery of
-//     HostVMM and DeviceVMM (vmm.go); the one-allocation regions of HostAlloc, DeviceMalloc and
-//     Managed (whole.go).
+//   - What providers share: the device, counters and errors (cudamem.go); the host providers'
+//     options (host.go); the device providers' capacity and memset (device.go); the VMM
+//     machinery of HostVMM and DeviceVMM (vmm.go); the one-allocation regions of HostAlloc,
+//     DeviceMalloc and Managed (whole.go).
 //   - The host NUMA node of a GPU (node.go): DeviceNode, where the host providers place their
 //     memory by default.
 //
