@@ -55,8 +55,6 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/bitset"
 )
 
-const maxRegions = 64
-
 // ChunkID identifies a chunk of an arena. IDs are dense: every ID is below Arena.MaxChunks.
 type ChunkID uint32
 

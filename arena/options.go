@@ -18,6 +18,7 @@ const (
 	// DefaultPurgeDelay is how long free chunks stay committed when Options.PurgeDelay is zero.
 	DefaultPurgeDelay = 10 * time.Millisecond // mimalloc's purge delay
 	defaultRegionSize = 1 << 30
+	maxRegions        = 64 // regions an arena reserves at most
 )
 
 // Options configures an Arena.

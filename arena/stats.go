@@ -1,4 +1,4 @@
-// Stats: the figures an Arena reports of its memory, and how they are gathered.
+// Stats: the figures an Arena reports of its memory (Arena.Stats, snapshot.go gathers them).
 
 package arena
 
@@ -73,34 +73,4 @@ func (s Stats) CommitPerGiB() time.Duration {
 		return 0
 	}
 	return time.Duration(float64(s.CommitTime) * float64(1<<30) / float64(s.CommitBytes))
-}
-
-// Stats returns the arena's figures.
-func (a *Arena) Stats() Stats {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st := a.st
-	if a.reporter != nil {
-		st.Counters = a.reporter.Report()
-	}
-	st.Reserved = uint64(a.reserved)
-	st.Regions = len(*a.regions.Load())
-	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
-		st.Locked = st.Committed
-	}
-	st.Kept = a.keptIdleBytes()
-	st.Node = placement(a.prov)
-	for _, r := range *a.regions.Load() {
-		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
-		st.PerRegion = append(st.PerRegion, RegionStats{Base: r.r.Base, Size: r.r.Size,
-			Committed: uint64(r.commit.Count(0, ng)) << r.gshift, Node: st.Node})
-		_ = r.used.Runs(0, r.nchunks, true, func(s, e int) error {
-			lo := r.grid - r.r.Base + uintptr(s)<<a.shift
-			hi := min(r.grid-r.r.Base+uintptr(e)<<a.shift, r.r.Size)
-			st.InUse += uint64(r.commit.Count(int(lo>>r.gshift), int((hi+a.caps.Granule-1)>>r.gshift))) << r.gshift
-			return nil
-		})
-
-	}
-	return st
 }
