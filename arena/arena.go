@@ -55,51 +55,8 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/bitset"
 )
 
-const (
-	// DefaultChunkSize is the chunk size when Options.ChunkSize is zero.
-	DefaultChunkSize = 2 << 20
-	// DefaultAlign is Options.Align's default: enough for a cache line and for GPU coalescing.
-	DefaultAlign = 256
-	// DefaultPurgeDelay is how long free chunks stay committed when Options.PurgeDelay is zero.
-	DefaultPurgeDelay = 10 * time.Millisecond // mimalloc's purge delay
-	maxRegions        = 64
-	defaultRegionSize = 1 << 30
-)
-
 // ChunkID identifies a chunk of an arena. IDs are dense: every ID is below Arena.MaxChunks.
 type ChunkID uint32
-
-// Options configures an Arena.
-type Options struct {
-	// Provider is where regions come from. Required.
-	Provider Provider
-	// Capacity caps the bytes of all regions together. Zero takes the provider's
-	// DefaultCapacity() (a share of a GPU's free memory) when it has one. A provider of fixed
-	// size (an external region, with a Capacity() method) lowers it to that, and supplies it
-	// when zero. Zero is otherwise an error.
-	Capacity uintptr
-	// ChunkSize is the chunk size, a power of two of at least the provider's granule and
-	// 64 KiB. Default 2 MiB.
-	ChunkSize uintptr
-	// RegionSize is how much address space each growth step reserves. Default: the capacity,
-	// capped at 1 GiB but at least Capacity/32. Requests larger than it get a region of their own.
-	RegionSize uintptr
-	// Align is the alignment every chunk start must meet (a power of two). Default 256.
-	Align uintptr
-	// PurgeDelay is how long memory no span wants stays committed before it is decommitted:
-	// at least this long, and at most 1.5 times as long after memory in its chunk was last
-	// given back. Zero means DefaultPurgeDelay (10 ms); a negative value keeps it committed
-	// until Trim.
-	PurgeDelay time.Duration
-	// Logger, when set, receives the arena's rare events (see log.go): regions reserved or
-	// refused, purges, forced purges and refused commits, with sizes. Nil logs nothing.
-	Logger *slog.Logger
-	// CommitWorkers is how many goroutines commit and decommit memory at once (workers.go):
-	// Precommit's batches, the commit of a span of at least 4 MiB, the purge's decommits.
-	// Zero means DefaultCommitWorkers; 1 commits on the calling goroutine only. At most
-	// MaxCommitWorkers.
-	CommitWorkers int
-}
 
 // Span is a run of chunks handed out by Alloc.
 type Span struct {
@@ -112,77 +69,6 @@ type Span struct {
 	N  int
 	// Zeroed reports that [Base, Base+Size) reads as zero.
 	Zeroed bool
-}
-
-// Stats describes an arena's memory.
-type Stats struct {
-	// Provider and Kind name the memory.
-	Provider string
-	Kind     Kind
-	// Capacity is the cap on reserved bytes.
-	Capacity uint64
-	// Reserved is the address space held in regions.
-	Reserved uint64
-	// Committed is the memory backed by the provider (locked, for locked memory); PeakCommitted
-	// its highest value.
-	Committed, PeakCommitted uint64
-	// Locked is the committed memory that is page-locked (host-locked and host-pinned kinds).
-	Locked uint64
-	// InUse is the committed memory inside chunks that are handed out.
-	InUse uint64
-	// AlignWaste is memory made unusable to meet alignment: the bytes between an unaligned
-	// region base and the first chunk. Zero for every region the arena maps itself.
-	AlignWaste uint64
-	// Regions, Chunks and ChunksInUse count the regions and chunks.
-	Regions, Chunks, ChunksInUse int
-	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
-	Commits, Decommits, Purged uint64
-	// CommitCalls and DecommitCalls count calls of Arena.Commit and Arena.Decommit (a heap
-	// claiming or giving up part of a span), whatever the provider had to do for them.
-	CommitCalls, DecommitCalls uint64
-	// ForcedPurges counts commits refused for want of memory (the memlock limit, device
-	// memory) after which the arena gave back at once the memory waiting for the purge, and
-	// tried again.
-	ForcedPurges uint64
-	// CommitTime is the time spent in the provider committing memory (and, for providers that
-	// join registrations, joining them); CommitBytes the bytes committed in that time. Their
-	// ratio is the cost of pinning memory: see CommitPerGiB.
-	CommitTime  time.Duration
-	CommitBytes uint64
-	// Precommitted counts the bytes Precommit committed ahead of need.
-	Precommitted uint64
-	// CommitWorkers is the most goroutines one commit or decommit runs on (Options).
-	CommitWorkers int
-	// Node is the host NUMA node of the arena's memory (Placer), or NodeUnknown.
-	Node int
-	// PerRegion describes each region, in the order reserved: where it is, what of it is
-	// committed, and its node.
-	PerRegion []RegionStats
-	// Kept is the committed memory of tracked ranges now idle (kept.go): freed pages and
-	// objects a heap keeps for reuse, in whole granules. It is part of Committed and InUse,
-	// not of what waits for the purge; where the provider decommits, it is given up, and
-	// decommitted at once, when it stays idle for the purge delay, or at Trim.
-	Kept uint64
-	// Counters is what the provider counts of its own work, when it does (Reporter).
-	Counters ProviderStats
-}
-
-// RegionStats describes one region of an arena.
-type RegionStats struct {
-	// Base and Size are the region's address range.
-	Base, Size uintptr
-	// Committed is the region's committed memory.
-	Committed uint64
-	// Node is the host NUMA node of its memory, or NodeUnknown.
-	Node int
-}
-
-// CommitPerGiB is the average time committing one GiB took (zero before any commit).
-func (s Stats) CommitPerGiB() time.Duration {
-	if s.CommitBytes == 0 {
-		return 0
-	}
-	return time.Duration(float64(s.CommitTime) * float64(1<<30) / float64(s.CommitBytes))
 }
 
 // Arena hands out chunks of one kind of memory. It is safe for use from several goroutines.
@@ -243,47 +129,9 @@ type region struct {
 
 // New creates an arena. It reserves nothing until the first Alloc.
 func New(o Options) (*Arena, error) {
-	if o.Provider == nil {
-		return nil, fmt.Errorf("%w: no provider", ErrInvalid)
-	}
-	caps := o.Provider.Caps()
-	if !align.IsPow2(caps.Granule) {
-		return nil, fmt.Errorf("%w: provider granule %d is not a power of two", ErrInvalid, caps.Granule)
-	}
-	if o.ChunkSize == 0 {
-		o.ChunkSize = max(DefaultChunkSize, caps.Granule)
-	}
-	if !align.IsPow2(o.ChunkSize) || o.ChunkSize < 64<<10 || o.ChunkSize < caps.Granule || o.ChunkSize > 1<<30 {
-		return nil, fmt.Errorf("%w: chunk size %d (want a power of two from 64 KiB to 1 GiB, at least the granule %d)",
-			ErrInvalid, o.ChunkSize, caps.Granule)
-	}
-	if o.Align == 0 {
-		o.Align = DefaultAlign
-	}
-	if !align.IsPow2(o.Align) || o.Align > o.ChunkSize {
-		return nil, fmt.Errorf("%w: align %d (want a power of two up to the chunk size)", ErrInvalid, o.Align)
-	}
-	if c, ok := o.Provider.(CapacityDefaulter); ok && o.Capacity == 0 {
-		o.Capacity = c.DefaultCapacity()
-	}
-	if c, ok := o.Provider.(FixedCapacity); ok && (o.Capacity == 0 || o.Capacity > c.Capacity()) {
-		o.Capacity = c.Capacity() // a provider of fixed size caps the arena
-	}
-	if o.Capacity == 0 {
-		return nil, fmt.Errorf("%w: capacity is zero", ErrInvalid)
-	}
-	if o.RegionSize == 0 {
-		o.RegionSize = max(min(o.Capacity, defaultRegionSize), o.Capacity/(maxRegions/2))
-	}
-	o.RegionSize, _ = align.Up(o.RegionSize, o.ChunkSize) // cannot overflow: below Capacity
-	if o.PurgeDelay == 0 {
-		o.PurgeDelay = DefaultPurgeDelay
-	}
-	if o.CommitWorkers == 0 {
-		o.CommitWorkers = DefaultCommitWorkers
-	}
-	if o.CommitWorkers < 0 || o.CommitWorkers > MaxCommitWorkers {
-		return nil, fmt.Errorf("%w: %d commit workers (want 1 to %d, or 0 for %d)", ErrInvalid, o.CommitWorkers, MaxCommitWorkers, DefaultCommitWorkers)
+	o, caps, err := o.resolve()
+	if err != nil {
+		return nil, err
 	}
 	shift, _ := align.Log2(o.ChunkSize)
 	a := &Arena{
@@ -554,36 +402,6 @@ func (a *Arena) chunkGranules(r *region, i int) (glo, ghi int) {
 	lo := r.grid - r.r.Base + uintptr(i)<<a.shift
 	hi := min(lo+a.chunk, r.r.Size)
 	return int(lo >> r.gshift), int((hi + a.caps.Granule - 1) >> r.gshift)
-}
-
-// Stats returns the arena's figures.
-func (a *Arena) Stats() Stats {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st := a.st
-	if a.reporter != nil {
-		st.Counters = a.reporter.Report()
-	}
-	st.Reserved = uint64(a.reserved)
-	st.Regions = len(*a.regions.Load())
-	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
-		st.Locked = st.Committed
-	}
-	st.Kept = a.keptIdleBytes()
-	st.Node = placement(a.prov)
-	for _, r := range *a.regions.Load() {
-		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
-		st.PerRegion = append(st.PerRegion, RegionStats{Base: r.r.Base, Size: r.r.Size,
-			Committed: uint64(r.commit.Count(0, ng)) << r.gshift, Node: st.Node})
-		_ = r.used.Runs(0, r.nchunks, true, func(s, e int) error {
-			lo := r.grid - r.r.Base + uintptr(s)<<a.shift
-			hi := min(r.grid-r.r.Base+uintptr(e)<<a.shift, r.r.Size)
-			st.InUse += uint64(r.commit.Count(int(lo>>r.gshift), int((hi+a.caps.Granule-1)>>r.gshift))) << r.gshift
-			return nil
-		})
-
-	}
-	return st
 }
 
 // Close decommits and releases every region. It fails with ErrBusy, and releases nothing, while

@@ -1,8 +1,39 @@
 package arena
 
-// Read-only views of an arena for observers (sampling, the debug page, metrics). Usage costs no
-// allocation and no provider call, so it can be sampled often; Snapshot copies the per-chunk
+// Read-only views of an arena for observers (sampling, the debug page, metrics). Stats gathers
+// every figure (stats.go says what each means); Usage costs no allocation and no provider call,
+// so it can be sampled often; Snapshot copies the per-chunk
 // state of every region under the arena's lock, so what it shows is one consistent instant.
+
+// Stats returns the arena's figures.
+func (a *Arena) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.st
+	if a.reporter != nil {
+		st.Counters = a.reporter.Report()
+	}
+	st.Reserved = uint64(a.reserved)
+	st.Regions = len(*a.regions.Load())
+	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
+		st.Locked = st.Committed
+	}
+	st.Kept = a.keptIdleBytes()
+	st.Node = placement(a.prov)
+	for _, r := range *a.regions.Load() {
+		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
+		st.PerRegion = append(st.PerRegion, RegionStats{Base: r.r.Base, Size: r.r.Size,
+			Committed: uint64(r.commit.Count(0, ng)) << r.gshift, Node: st.Node})
+		_ = r.used.Runs(0, r.nchunks, true, func(s, e int) error {
+			lo := r.grid - r.r.Base + uintptr(s)<<a.shift
+			hi := min(r.grid-r.r.Base+uintptr(e)<<a.shift, r.r.Size)
+			st.InUse += uint64(r.commit.Count(int(lo>>r.gshift), int((hi+a.caps.Granule-1)>>r.gshift))) << r.gshift
+			return nil
+		})
+
+	}
+	return st
+}
 
 // Usage is the part of Stats that costs nothing to read.
 type Usage struct {

@@ -1,39 +1,14 @@
-// Package cudamem is where an arena's memory comes from when CUDA gives it: arena.Provider
-// implementations for pinned host memory, device memory and managed memory, all through
-// internal/cuda, which loads the driver at run time.
-//
-//   - Pinned host memory (host.go): NewHost picks VMM host granules (HostVMM) where the driver
-//     has them, else mmap + cuMemHostRegister (HostRegister, hostregister.go); cuMemHostAlloc
-//     (HostAlloc) is kept for comparison. OpenHost opens the device as well, for pinned.Pool's
-//     CUDAHost backend.
-//   - Device memory (device.go): NewDevice picks the VMM API (DeviceVMM, vmm.go), which commits
-//     and decommits in 2 MiB granules, else cuMemAlloc (DeviceMalloc); DefaultDeviceCapacity
-//     sizes an arena by the device's free memory.
-//   - Managed memory (device.go): cuMemAllocManaged (Managed), with Prefetch and Advise.
-//   - The host NUMA node of a GPU (node.go): DeviceNode, where the host providers place their
-//     memory by default.
-//
-// Every provider takes an open *cuda.Device (cuda.Open reports cuda.ErrNoDriver on a machine
-// without a driver) and never closes it: the caller keeps it open until every arena over the
-// provider is closed (OpenHost is the exception: its provider owns the device it opened, and
-// Close gives it back). Every driver resource a provider holds is counted (Counters), so tests
-// can prove that closing an arena leaves nothing behind. Errors wrap the arena's sentinels
-// (arena.ErrReserve, arena.ErrCommit, arena.ErrInvalid; arena.ErrExhausted when the driver is
-// out of memory) and the driver's error.
 package cudamem
 
-// This file has what the providers share: the device, the counters, the error reports, and the
-// providers whose regions are one driver allocation.
+// What every provider shares: the device, the counters and the error reports.
 
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/align"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -170,65 +145,7 @@ func hostZero(addr, size uintptr) error {
 	return nil
 }
 
-// Whole-region allocations: cuMemHostAlloc, cuMemAlloc, cuMemAllocManaged.
-
-// wholeRegions is a provider whose every region is one driver allocation, committed at
-// Reserve and freed at Release: it cannot align or decommit.
-type wholeRegions struct {
-	*cudaBase
-	page  uintptr
-	alloc func(size uintptr) (uintptr, error)
-	free  func(addr uintptr) error
-	op    string // the allocating call, for errors
-}
-
-func newWholeRegions(b *cudaBase, op string, alloc func(uintptr) (uintptr, error), free func(uintptr) error) wholeRegions {
-	return wholeRegions{cudaBase: b, page: uintptr(os.Getpagesize()), op: op, alloc: alloc, free: free}
-}
-
 // memLocation is loc as the driver takes it.
 func memLocation(loc cuda.Location) icuda.MemLocation {
 	return icuda.MemLocation{Type: int32(loc.Type), ID: int32(loc.ID)}
-}
-
-// Caps implements arena.Provider.
-func (w *wholeRegions) Caps() arena.Caps { return arena.Caps{Granule: w.page} }
-
-// Reserve implements arena.Provider: one allocation of size bytes (rounded up to the granule); the
-// alignment is not honoured (arena.Caps.Aligns is false: the arena's grid needs none).
-func (w *wholeRegions) Reserve(size, _ uintptr) (*arena.Region, error) {
-	n, err := align.Up(size, w.page)
-	if err != nil || n == 0 {
-		return nil, fmt.Errorf("%w: reserve %d bytes", arena.ErrInvalid, size)
-	}
-	size = n
-	addr, err := w.alloc(size)
-	if err = w.call(&w.allocations, 1, err); err != nil {
-		return nil, w.driverError(arena.ErrReserve, w.op, size, err)
-	}
-	w.committed.Add(int64(size))
-	return &arena.Region{Base: addr, Size: size, Committed: true, Handle: w}, nil
-}
-
-// Commit implements arena.Provider: regions are committed whole already.
-func (w *wholeRegions) Commit(r *arena.Region, off, size uintptr) error {
-	return r.CheckRange(off, size)
-}
-
-// Decommit implements arena.Provider: nothing can be given back short of Release.
-func (w *wholeRegions) Decommit(r *arena.Region, off, size uintptr) error {
-	return r.CheckRange(off, size)
-}
-
-// Release implements arena.Provider.
-func (w *wholeRegions) Release(r *arena.Region) error {
-	if r == nil || r.Handle != w {
-		return fmt.Errorf("%w: region not from this provider or already released", arena.ErrInvalid)
-	}
-	if err := w.call(&w.allocations, -1, w.free(r.Base)); err != nil {
-		return fmt.Errorf("%w: freeing %d bytes at %#x: %w", arena.ErrInvalid, r.Size, r.Base, err)
-	}
-	w.committed.Add(-int64(r.Size))
-	r.Handle = nil
-	return nil
 }

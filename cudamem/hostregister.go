@@ -1,6 +1,10 @@
 package cudamem
 
-// CUDA pinned host memory for drivers without VMM host memory: mmap + cuMemHostRegister.
+// HostRegister: CUDA pinned host memory as mmap + cuMemHostRegister, the provider NewHost picks
+// where the driver has no VMM host memory (before CUDA 12.2, or without host NUMA support).
+// Choose it there, or where memory must come from mmap (huge pages, an address range of your
+// own); where the driver has VMM host memory, HostVMM does the same without RLIMIT_MEMLOCK and
+// without the registration invariant below.
 //
 // # The registration invariant
 //

@@ -6,7 +6,7 @@ package cudamem
 // (loaders on the wrong node ran 30 % slower: pytorch#197868). So host memory that serves a GPU
 // is placed at the node of that GPU:
 //
-//   - VMM host memory is created at location HOST_NUMA with the node's id (host.go). Where the
+//   - VMM host memory is created at location HOST_NUMA with the node's id (hostvmm.go). Where the
 //     driver refuses HOST_NUMA for the node found nearest (a CUDA 13 driver on a host without
 //     NUMA support, a node without memory), the provider falls back to the HOST location and
 //     reports no node; a node asked for by arena.NUMANode is never silently replaced.

@@ -1,0 +1,49 @@
+// Package cudamem is where an arena's memory comes from when CUDA gives it: arena.Provider
+// implementations for pinned host memory, device memory and managed memory, all through
+// internal/cuda, which loads the driver at run time. One file per provider, each opening with
+// when to choose it:
+//
+//   - Pinned host memory: NewHost (choose.go) picks VMM host granules (HostVMM, hostvmm.go) where
+//     the driver has them, else mmap + cuMemHostRegister (HostRegister, hostregister.go);
+//     cuMemHostAlloc (HostAlloc, hostalloc.go) is kept for comparison. OpenHost opens the
+//     device as well, for pinned.Pool's CUDAHost backend.
+//   - Device memory: NewDevice (choose.go) picks the VMM API (DeviceVMM, devicevmm.go), which
+//     commits and decommits in 2 MiB granules, else cuMemAlloc (DeviceMalloc, devicemalloc.go);
+//     DefaultDeviceCapacity sizes an arena by the device's free memory.
+//   - Managed memory: cuMemAllocManaged (Managed, managed.go), with Prefetch and Advise.
+//   - What providers share: the device, counters and errors (cudamem.go); the host providers'
+//     options (host.go); the device providers' capacity and memset (device.go); the VMM
+//     machinery of HostVMM and DeviceVMM (vmm.go); the one-allocation regions of HostAlloc,
+//     DeviceMalloc and Managed (whole.go).
+//   - The host NUMA node of a GPU (node.go): DeviceNode, where the host providers place their
+//     memory by default.
+//
+// # Optional capabilities
+//
+// The arena finds a provider's optional interfaces (arena/provider.go) by type assertion.
+// Which provider implements which (x: implements; the test TestCapabilityTable holds this
+// table against the types):
+//
+//	provider      Zeroer  FixedCapacity  CapacityDefaulter  Placer  Reporter  Threaded  Prefaulter  Joiner
+//	HostVMM       x       -              -                  x       x         x         -           -
+//	HostRegister  x       -              -                  x       x         x         x           x
+//	HostAlloc     x       -              -                  -       x         x         -           -
+//	DeviceVMM     x       -              x                  -       x         x         -           -
+//	DeviceMalloc  x       -              x                  -       x         x         -           -
+//	Managed       x       -              -                  -       x         x         -           -
+//
+// Zeroer clears with the CPU on host memory and with a synchronized cuMemsetD8 on device and
+// managed memory. Only the device providers suggest a capacity (DefaultDeviceShare of the free
+// memory); HostVMM and HostRegister, which place their memory on a NUMA node, report it
+// (Placer). HostRegister alone prefaults on
+// the arena's workers and joins registrations, since a copy must lie inside one registration.
+// No CUDA provider has a fixed capacity: that is the external region's (arena).
+//
+// Every provider takes an open *cuda.Device (cuda.Open reports cuda.ErrNoDriver on a machine
+// without a driver) and never closes it: the caller keeps it open until every arena over the
+// provider is closed (OpenHost is the exception: its provider owns the device it opened, and
+// Close gives it back). Every driver resource a provider holds is counted (Counters), so tests
+// can prove that closing an arena leaves nothing behind. Errors wrap the arena's sentinels
+// (arena.ErrReserve, arena.ErrCommit, arena.ErrInvalid; arena.ErrExhausted when the driver is
+// out of memory) and the driver's error.
+package cudamem

@@ -1,0 +1,181 @@
+package cudamem
+
+// HostVMM: pinned host memory through the CUDA VMM API (vmm.go), the provider NewHost picks
+// where the driver has VMM host memory (CUDA 12.2+ with host NUMA support, or CUDA 13's host
+// location). Choose it for pinned host memory that commits and decommits granule by granule,
+// lives on the NUMA node asked for, is pinned by the driver (no RLIMIT_MEMLOCK applies) and
+// copies in one call whatever the size of the block.
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// HostVMM hands out pinned host memory with the CUDA VMM API (vmm.go): each granule is
+// physical host memory created at a host location (a NUMA node, or the host), mapped into the
+// region's reserved range and granted read and write access to the host (the CPU) and to the
+// devices of HostOptions. The driver pins it: no RLIMIT_MEMLOCK applies. A device addresses it
+// at the same address (DevicePointer).
+type HostVMM struct {
+	*vmm
+	populate bool
+
+	mu      sync.Mutex
+	regions []*arena.Region // live regions, for DevicePointer
+}
+
+// NewHostVMM returns a provider of VMM host memory on dev. It fails with an error wrapping
+// cuda.ErrNotSupported when the driver has no VMM host memory, or none at the node o.NUMA asks
+// for.
+func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
+	b, err := newCUDABase(dev, "cuda-host-vmm", arena.HostPinned)
+	if err != nil {
+		return nil, err
+	}
+	var devs []cuda.Location
+	for _, d := range o.Devices {
+		l := cuda.Location{Type: cuda.LocationDevice, ID: d}
+		if d < 0 {
+			return nil, fmt.Errorf("%w: device ordinal %d", arena.ErrInvalid, d)
+		}
+		if l != dev.Location() {
+			devs = append(devs, l)
+		}
+	}
+	loc, fallback, err := hostLocation(b.dev, o.NUMA)
+	if err != nil {
+		return nil, err
+	}
+	v, err := newHostVMM(b, loc, devs)
+	if err != nil && fallback {
+		// The driver refuses the node found nearest the device: let it place the memory.
+		v, err = newHostVMM(b, cuda.HostLocation(), devs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &HostVMM{vmm: v, populate: o.Populate}, nil
+}
+
+// newHostVMM makes the VMM machinery for host memory at loc, granted to the host, the device
+// and devs, after checking that the driver creates memory there: the granularity query and one
+// granule created and released (a driver may refuse a location at either).
+func newHostVMM(b *cudaBase, loc cuda.Location, devs []cuda.Location) (*vmm, error) {
+	access := append([]cuda.Location{loc, b.pub.Location()}, devs...)
+	v, err := newVMM(b, loc, access, "host")
+	if err != nil {
+		return nil, err
+	}
+	if v.gran > arena.DefaultChunkSize {
+		return nil, fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", arena.ErrInvalid, v.gran, arena.DefaultChunkSize)
+	}
+	h, err := b.dev.MemCreateAt(v.gran, memLocation(loc))
+	if err = b.call(nil, 0, err); err != nil {
+		return nil, fmt.Errorf("%w: cuMemCreate of host memory at %+v on device %d: %w", arena.ErrInvalid, loc, b.dev.Ordinal(), err)
+	}
+	if err := b.call(nil, 0, b.dev.MemRelease(h)); err != nil {
+		return nil, fmt.Errorf("%w: cuMemRelease: %w", arena.ErrInvalid, err)
+	}
+	v.zero = true // a fresh granule reads zero (measured on the H100)
+	return v, nil
+}
+
+// hostLocation picks where VMM host memory lives: the node asked for, or the node nearest
+// the device (DeviceNode), where the driver has host NUMA support; else the host location
+// (CUDA 13), which is also where it goes when no source knows the device's node. fallback says
+// that the HOST location may replace the node chosen if the driver refuses it (the node was
+// not asked for).
+func hostLocation(dev *icuda.Device, n arena.NUMA) (loc cuda.Location, fallback bool, err error) {
+	host, hasNUMA := dev.HostVMMSupported()
+	node, asked := n.Node()
+	switch {
+	case asked && node < 0:
+		return cuda.Location{}, false, fmt.Errorf("%w: NUMA node %d", arena.ErrInvalid, node)
+	case asked && hasNUMA:
+		return cuda.Location{Type: cuda.LocationHostNUMA, ID: node}, false, nil
+	case asked && host:
+		return cuda.Location{}, false, fmt.Errorf("%w: NUMA node %d asked, but the driver of device %d places host VMM memory on no chosen node: %w",
+			arena.ErrInvalid, node, dev.Ordinal(), icuda.ErrNotSupported)
+	case hasNUMA:
+		if id, _, ok := deviceNode(dev); ok {
+			return cuda.Location{Type: cuda.LocationHostNUMA, ID: id}, host, nil
+		}
+		if host {
+			return cuda.HostLocation(), false, nil
+		}
+		return cuda.Location{Type: cuda.LocationHostNUMA, ID: 0}, false, nil
+	case host:
+		return cuda.HostLocation(), false, nil
+	}
+	return cuda.Location{}, false, fmt.Errorf("%w: the driver of device %d has no VMM host memory (device attributes 141 and 145): %w",
+		arena.ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
+}
+
+// Node implements arena.Placer: the NUMA node the memory is created at, or arena.NodeUnknown
+// at the HOST location.
+func (p *HostVMM) Node() int {
+	if p.loc.Type == cuda.LocationHostNUMA {
+		return p.loc.ID
+	}
+	return arena.NodeUnknown
+}
+
+// Location returns where the provider's memory lives.
+func (p *HostVMM) Location() cuda.Location { return p.loc }
+
+// Reserve implements arena.Provider. With HostOptions.Populate the region is committed whole.
+func (p *HostVMM) Reserve(size, alignment uintptr) (*arena.Region, error) {
+	r, err := p.vmm.Reserve(size, alignment)
+	if err != nil {
+		return nil, err
+	}
+	if p.populate {
+		if err := p.Commit(r, 0, r.Size); err != nil {
+			_ = p.vmm.Release(r)
+			return nil, err
+		}
+		r.Committed = true
+	}
+	p.mu.Lock()
+	p.regions = append(p.regions, r)
+	p.mu.Unlock()
+	return r, nil
+}
+
+// Release implements arena.Provider.
+func (p *HostVMM) Release(r *arena.Region) error {
+	if err := p.vmm.Release(r); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.regions {
+		if x == r {
+			p.regions = append(p.regions[:i], p.regions[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
+
+// Zero implements arena.Zeroer, with the CPU.
+func (p *HostVMM) Zero(addr, size uintptr) error { return hostZero(addr, size) }
+
+// DevicePointer returns the address at which a device sees host address addr, which must lie in
+// committed memory of the provider: for VMM host memory, addr itself.
+func (p *HostVMM) DevicePointer(addr uintptr) (uintptr, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.vmm.mu.Lock()
+	defer p.vmm.mu.Unlock()
+	for _, r := range p.regions {
+		if v, ok := r.Handle.(*vmmRegion); ok && addr-r.Base < r.Size && v.mapped.Get(int((addr-r.Base)/p.gran)) {
+			return addr, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: device pointer of %#x: not in committed memory of the %s provider", arena.ErrInvalid, addr, p.name)
+}

@@ -1,0 +1,69 @@
+package cudamem
+
+// wholeRegions: the providers whose every region is one driver allocation (HostAlloc,
+// DeviceMalloc, Managed) share it: it reserves by allocating, cannot align or decommit, and
+// frees at Release.
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/align"
+)
+
+// wholeRegions is a provider whose every region is one driver allocation, committed at
+// Reserve and freed at Release: it cannot align or decommit.
+type wholeRegions struct {
+	*cudaBase
+	page  uintptr
+	alloc func(size uintptr) (uintptr, error)
+	free  func(addr uintptr) error
+	op    string // the allocating call, for errors
+}
+
+func newWholeRegions(b *cudaBase, op string, alloc func(uintptr) (uintptr, error), free func(uintptr) error) wholeRegions {
+	return wholeRegions{cudaBase: b, page: uintptr(os.Getpagesize()), op: op, alloc: alloc, free: free}
+}
+
+// Caps implements arena.Provider.
+func (w *wholeRegions) Caps() arena.Caps { return arena.Caps{Granule: w.page} }
+
+// Reserve implements arena.Provider: one allocation of size bytes (rounded up to the granule); the
+// alignment is not honoured (arena.Caps.Aligns is false: the arena's grid needs none).
+func (w *wholeRegions) Reserve(size, _ uintptr) (*arena.Region, error) {
+	n, err := align.Up(size, w.page)
+	if err != nil || n == 0 {
+		return nil, fmt.Errorf("%w: reserve %d bytes", arena.ErrInvalid, size)
+	}
+	size = n
+	addr, err := w.alloc(size)
+	if err = w.call(&w.allocations, 1, err); err != nil {
+		return nil, w.driverError(arena.ErrReserve, w.op, size, err)
+	}
+	w.committed.Add(int64(size))
+	return &arena.Region{Base: addr, Size: size, Committed: true, Handle: w}, nil
+}
+
+// Commit implements arena.Provider: regions are committed whole already.
+func (w *wholeRegions) Commit(r *arena.Region, off, size uintptr) error {
+	return r.CheckRange(off, size)
+}
+
+// Decommit implements arena.Provider: nothing can be given back short of Release.
+func (w *wholeRegions) Decommit(r *arena.Region, off, size uintptr) error {
+	return r.CheckRange(off, size)
+}
+
+// Release implements arena.Provider.
+func (w *wholeRegions) Release(r *arena.Region) error {
+	if r == nil || r.Handle != w {
+		return fmt.Errorf("%w: region not from this provider or already released", arena.ErrInvalid)
+	}
+	if err := w.call(&w.allocations, -1, w.free(r.Base)); err != nil {
+		return fmt.Errorf("%w: freeing %d bytes at %#x: %w", arena.ErrInvalid, r.Size, r.Base, err)
+	}
+	w.committed.Add(-int64(r.Size))
+	r.Handle = nil
+	return nil
+}
