@@ -10,6 +10,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math"
 	"sort"
 	"time"
@@ -255,7 +256,7 @@ type stager interface {
 	freeAfter(b []byte, s cuda.Stream) error
 }
 
-func (a pinPool) freeAfter(b []byte, s cuda.Stream) error { return a.p.FreeAsync(b, s) }
+func (a pinPool) freeAfter(b []byte, s cuda.Stream) error { return a.p.FreeAsync(b, pcuda.Stream(s)) }
 
 func (a *torchHost) freeAfter(b []byte, s cuda.Stream) error {
 	return errors.Join(a.recordStream(b, s), a.free(b))

@@ -72,7 +72,8 @@
 // # Streams
 //
 // Streams and device pointers cross the API as raw handles (cuda.Stream and cuda.DevicePtr are
-// uintptr), so a program using gorgonia.org/cu, cgo or another binding passes its own streams.
+// types of their own over uintptr), so a program using gorgonia.org/cu, cgo or another binding
+// passes its own streams with one conversion, cuda.Stream(raw).
 // 0 is the legacy default stream. A stream is checked with cuStreamQuery the first time the
 // heap sees it; a handle the driver rejects is refused with an error wrapping ErrInvalidStream.
 // Before destroying a stream the heap has seen, call ForgetStream.
@@ -346,7 +347,7 @@ func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	if h.quota > 0 {
 		h.used += n
 	}
-	return p, nil
+	return cuda.DevicePtr(p), nil
 }
 
 // outOfMemory reports an error that more memory could cure: the heap's capacity or the
@@ -392,7 +393,7 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 		return err
 	}
 	if owner == h.streams[s] {
-		size, err := h.g.Size(p)
+		size, err := h.g.Size(uintptr(p))
 		if err != nil {
 			return err
 		}
@@ -400,7 +401,7 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 			return h.free(owner, p)
 		}
 	}
-	if err := h.queue.Push(s, p); err != nil {
+	if err := h.queue.Push(uintptr(s), p); err != nil {
 		return fmt.Errorf("device: free of %#x on stream %#x: %w", p, s, err)
 	}
 	h.deferred[p] = true
@@ -443,10 +444,10 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if !h.seen[s] {
 		return nil
 	}
-	if err := h.dev.StreamSynchronize(s); err != nil {
+	if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
 		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
 	}
-	if err := h.queue.PollStream(s); err != nil {
+	if err := h.queue.PollStream(uintptr(s)); err != nil {
 		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)
 	}
 	if sh := h.streams[s]; sh != nil {
@@ -496,7 +497,7 @@ func (h *Heap) Close() error {
 		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, deferred)
 	}
 	for s := range h.seen {
-		if err := h.dev.StreamQuery(s); errors.Is(err, cuda.ErrNotReady) {
+		if err := h.dev.StreamQuery(uintptr(s)); errors.Is(err, cuda.ErrNotReady) {
 			return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
 		}
 	}
@@ -557,7 +558,7 @@ func (h *Heap) checkStream(s cuda.Stream) error {
 	if h.seen[s] {
 		return nil
 	}
-	if err := h.dev.StreamQuery(s); err != nil && !errors.Is(err, cuda.ErrNotReady) {
+	if err := h.dev.StreamQuery(uintptr(s)); err != nil && !errors.Is(err, cuda.ErrNotReady) {
 		return fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
 	}
 	h.seen[s] = true
@@ -579,7 +580,7 @@ func (h *Heap) heapFor(s cuda.Stream) (*heap.Heap, error) {
 
 // owner returns the stream heap of the live block at p.
 func (h *Heap) owner(p cuda.DevicePtr) (*heap.Heap, error) {
-	sh, err := h.g.Owner(p)
+	sh, err := h.g.Owner(uintptr(p))
 	if err != nil {
 		return nil, err
 	}
@@ -592,7 +593,7 @@ func (h *Heap) owner(p cuda.DevicePtr) (*heap.Heap, error) {
 // free gives p back to its heap, as its owner (h.mu makes every stream heap ours).
 func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 	size := h.liveSize(p)
-	if err := owner.Free(p); err != nil {
+	if err := owner.Free(uintptr(p)); err != nil {
 		return err
 	}
 	h.st.Frees++
@@ -629,7 +630,7 @@ func (h *Heap) reclaim() error {
 		if sh.Stats().Segments == 0 {
 			continue
 		}
-		if err := h.dev.StreamSynchronize(s); err != nil {
+		if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
 			errs = append(errs, fmt.Errorf("device: synchronize stream %#x: %w", s, err))
 			continue
 		}

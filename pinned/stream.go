@@ -243,7 +243,7 @@ func (o *streamOrder) RecordStream(addr, n, s, ctx uintptr) (bool, error) {
 	if ctx != o.dev.Context() {
 		return true, hostuse.ErrOtherContext
 	}
-	return true, o.record(addr, n, s)
+	return true, o.record(addr, n, cuda.Stream(s))
 }
 
 // record holds the buffer holding [addr, addr+n) and records s on it.

@@ -145,7 +145,7 @@ func TestPerJobMover(t *testing.T) {
 	if !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(err.Error(), "job 1 of 2") {
 		t.Fatalf("a copy whose second job runs past its buffer: %v", err)
 	}
-	if !bytes.Equal(readDev(t, dev, 0, d, n), src) {
+	if !bytes.Equal(readDev(t, dev, 0, cuda.DevicePtr(d), n), src) {
 		t.Error("the job before the failing one did not move its bytes")
 	}
 }

@@ -234,12 +234,16 @@ func (t *Tier) open(o Options) error {
 		return err
 	}
 	t.mem.unified = ua == 1
-	if t.engine.h2d, err = t.dev.StreamCreate(true); err != nil {
+	sh2d, err := t.dev.StreamCreate(true)
+	if err != nil {
 		return fmt.Errorf("uvm: H2D stream: %w", err)
 	}
-	if t.engine.d2h, err = t.dev.StreamCreate(true); err != nil {
+	t.engine.h2d = cuda.Stream(sh2d)
+	sd2h, err := t.dev.StreamCreate(true)
+	if err != nil {
 		return fmt.Errorf("uvm: D2H stream: %w", err)
 	}
+	t.engine.d2h = cuda.Stream(sd2h)
 	if err := t.openHeap(o.Heap); err != nil {
 		return err
 	}
@@ -334,12 +338,12 @@ func (t *Tier) release() error {
 	}
 	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
 		if *s != 0 {
-			errs = append(errs, t.dev.StreamSynchronize(*s), t.dev.StreamDestroy(*s))
+			errs = append(errs, t.dev.StreamSynchronize(uintptr(*s)), t.dev.StreamDestroy(uintptr(*s)))
 			*s = 0
 		}
 	}
 	for _, ev := range t.rel.idle {
-		t.engine.events.Put(ev)
+		t.engine.events.Put(uintptr(ev))
 	}
 	t.rel.idle = nil
 	errs = append(errs, t.engine.events.Close())
@@ -366,7 +370,7 @@ func (t *Tier) Close() error {
 			errs = append(errs, t.freeBlock(BlockID(i)))
 		}
 	}
-	errs = append(errs, t.drain(), t.dev.StreamSynchronize(t.engine.h2d), t.dev.StreamSynchronize(t.engine.d2h))
+	errs = append(errs, t.drain(), t.dev.StreamSynchronize(uintptr(t.engine.h2d)), t.dev.StreamSynchronize(uintptr(t.engine.d2h)))
 	_, ferr := t.flushSpares()
 	errs = append(errs, ferr)
 	if t.mem.ownHeap {

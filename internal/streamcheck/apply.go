@@ -127,7 +127,7 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 	if n <= 0 {
 		return false, nil
 	}
-	at := d.p + uintptr(op.Off)
+	at := d.p + pubcuda.DevicePtr(op.Off)
 	switch op.Kind {
 	case DevMemset:
 		if err := w.heap.MemsetAsync(at, byte(op.V), uintptr(n), s); err != nil {
@@ -178,7 +178,7 @@ func (w *world) devFree(op Op, s pubcuda.Stream) (bool, *Failure) {
 	switch op.Kind {
 	case DevOutOfBounds:
 		off := min(max(op.Off, 0), d.n-1)
-		err := w.heap.HtoDAsync(d.p+uintptr(off), make([]byte, d.n-off+1), s)
+		err := w.heap.HtoDAsync(d.p+pubcuda.DevicePtr(off), make([]byte, d.n-off+1), s)
 		return true, wantErr("device.Heap.HtoDAsync past a block's end", err, device.ErrOutOfBounds)
 	case DevFree:
 		if d.busy >= 0 {
@@ -285,7 +285,7 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 			return false, nil
 		}
 		n := min(len(bf.b), d.n, max(op.N, 1))
-		if err := w.rig.Dev.MemcpyHtoDAsync(d.p, mem.Addr(bf.b), uintptr(n), s); err != nil {
+		if err := w.rig.Dev.MemcpyHtoDAsync(uintptr(d.p), mem.Addr(bf.b), uintptr(n), uintptr(s)); err != nil {
 			return true, unexpected("raw cuMemcpyHtoDAsync", err)
 		}
 		if err := w.pool.RecordStream(bf.b, s); err != nil {
@@ -533,7 +533,7 @@ func (w *world) tierAcquire(op Op, u *ublock, s pubcuda.Stream) (bool, *Failure)
 func (w *world) misc(op Op, s pubcuda.Stream) (bool, *Failure) {
 	switch op.Kind {
 	case Sync:
-		if err := w.rig.Dev.StreamSynchronize(s); err != nil {
+		if err := w.rig.Dev.StreamSynchronize(uintptr(s)); err != nil {
 			return true, unexpected("cuStreamSynchronize", err)
 		}
 		w.passed(bit(op.S))
@@ -546,7 +546,7 @@ func (w *world) misc(op Op, s pubcuda.Stream) (bool, *Failure) {
 		w.passed(^uint32(0))
 		return true, w.check()
 	case CompleteStream:
-		w.rig.F.CompleteStream(s)
+		w.rig.F.CompleteStream(uintptr(s))
 		w.passed(bit(op.S))
 	case HeapTrim:
 		if err := w.heap.Trim(); err != nil {

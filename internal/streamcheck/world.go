@@ -176,7 +176,7 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 			w.abandon()
 			return nil, fmt.Errorf("StreamCreate: %w", err)
 		}
-		w.streams = append(w.streams, s)
+		w.streams = append(w.streams, pubcuda.Stream(s))
 	}
 	return w, nil
 }
@@ -222,7 +222,7 @@ func (w *world) abandon() {
 		}
 	}
 	for _, s := range w.streams {
-		_ = w.rig.Dev.StreamSynchronize(s)
+		_ = w.rig.Dev.StreamSynchronize(uintptr(s))
 		if w.heap != nil {
 			_ = w.heap.ForgetStream(s)
 		}
@@ -237,7 +237,7 @@ func (w *world) abandon() {
 		_ = w.pool.Close()
 	}
 	for _, s := range w.streams {
-		_ = w.rig.Dev.StreamDestroy(s)
+		_ = w.rig.Dev.StreamDestroy(uintptr(s))
 	}
 }
 
