@@ -175,7 +175,7 @@ func (c *cudaSuite) setupCase(size int64) benchCase {
 		}{
 			{"pinmalloc-pool", func() (time.Duration, error) {
 				t0 := time.Now()
-				p, err := pinned.New(pinned.Options{Capacity: 2 * size, Backend: pinned.CUDAHost, Precommit: size})
+				p, err := pinned.New(pinned.Options{Capacity: int(2 * size), Backend: pinned.CUDAHost, Precommit: int(size)})
 				if err != nil {
 					return 0, err
 				}

@@ -78,7 +78,7 @@ type hostSource struct {
 
 func (c *cudaSuite) cases() []benchCase {
 	pool := hostSource{"pinmalloc-pool", func(capacity int64) (allocator[[]byte], error) {
-		p, err := pinned.New(pinned.Options{Capacity: capacity, Backend: pinned.CUDAHost})
+		p, err := pinned.New(pinned.Options{Capacity: int(capacity), Backend: pinned.CUDAHost})
 		return pinPool{p}, err
 	}}
 	hostAlloc := hostSource{"cuda-hostalloc", func(int64) (allocator[[]byte], error) { return cudaHostAlloc{c.dev}, nil }}
@@ -287,7 +287,7 @@ type deviceHeap struct {
 }
 
 func (a deviceHeap) alloc(n int) (cuda.DevicePtr, error) {
-	p, err := a.h.Alloc(uintptr(n), pcuda.Stream(a.s))
+	p, err := a.h.Alloc(int(n), pcuda.Stream(a.s))
 	return uintptr(p), err
 }
 func (a deviceHeap) free(p cuda.DevicePtr) error {

@@ -45,7 +45,7 @@ func (u *uvmSuite) oversub(cfg *config, name string, p wl.Pattern, pol uvmPolicy
 func (u *uvmSuite) runOversub(cfg *config, rs *resultSet, p wl.Pattern, pol uvmPolicy, f float64) (err error) {
 	g := u.geo
 	n := int(f * float64(g.budget) / float64(g.block))
-	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: g.budget, HostCapacity: uintptr(n+1) * uintptr(g.block), Policy: pol.make()})
+	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: int(g.budget), HostCapacity: (n + 1) * int(g.block), Policy: pol.make()})
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (u *uvmSuite) runMove(cfg *config, rs *resultSet, size int) (err error) {
 		nb = min(nb, g.maxBlocks)
 	}
 	budget := uintptr(2*g.batch + 2<<20)
-	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: budget, HostCapacity: budget + uintptr(g.batch)})
+	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: int(budget), HostCapacity: int(budget + uintptr(g.batch))})
 	if err != nil {
 		return err
 	}

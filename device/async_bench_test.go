@@ -26,7 +26,7 @@ func BenchmarkFakeStagedCopy(b *testing.B) {
 	b.Cleanup(func() { must(b, "pool Close", pool.Close()) })
 	for _, n := range []int{4 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
-			d, err := h.Alloc(uintptr(n), pcuda.Stream(s))
+			d, err := h.Alloc(int(n), pcuda.Stream(s))
 			must(b, "Alloc", err)
 			events := f.Stat(fakecuda.EventRecords)
 			b.ReportAllocs()

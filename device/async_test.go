@@ -143,11 +143,11 @@ func stress(h *Heap, pool *pinned.Pool, frees chan<- []byte, dev *cuda.Device, s
 	for r := range rounds {
 		n := 1 + (r*7919+g*104729)%(4<<20)
 		seed := byte(g*31 + r)
-		d1, err := h.Alloc(uintptr(n), pcuda.Stream(s))
+		d1, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err != nil {
 			return err
 		}
-		d2, err := h.Alloc(uintptr(n), pcuda.Stream(s))
+		d2, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err != nil {
 			return err
 		}

@@ -50,8 +50,12 @@ func (h *Heap) DtoH(dst []byte, src cuda.DevicePtr) error {
 	return h.hostCopy(dst, "DtoH copy", func(addr uintptr) error { return h.dev.MemcpyDtoH(addr, uintptr(src), uintptr(len(dst))) })
 }
 
-// DtoD copies n bytes between device addresses and returns when the copy is done.
-func (h *Heap) DtoD(dst, src cuda.DevicePtr, n uintptr) error {
+// DtoD copies size bytes between device addresses and returns when the copy is done.
+func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
+	n, err := copySize("DtoD copy", size)
+	if err != nil {
+		return err
+	}
 	if err := h.checkCopy("DtoD copy", n, dst, src); err != nil {
 		return err
 	}
@@ -97,13 +101,21 @@ func (h *Heap) DtoHAsync(dst []byte, src cuda.DevicePtr, s cuda.Stream) error {
 	return h.hostAsync("DtoH copy", dst, s, func(addr, n uintptr) error { return h.dev.MemcpyDtoHAsync(addr, uintptr(src), n, uintptr(s)) })
 }
 
-// DtoDAsync queues a copy of n bytes between device addresses on stream s.
-func (h *Heap) DtoDAsync(dst, src cuda.DevicePtr, n uintptr, s cuda.Stream) error {
+// DtoDAsync queues a copy of size bytes between device addresses on stream s.
+func (h *Heap) DtoDAsync(dst, src cuda.DevicePtr, size int, s cuda.Stream) error {
+	n, err := copySize("DtoD copy", size)
+	if err != nil {
+		return err
+	}
 	return h.asyncCopy(s, "DtoD copy", n, []cuda.DevicePtr{dst, src}, func() error { return h.dev.MemcpyDtoDAsync(uintptr(dst), uintptr(src), n, uintptr(s)) })
 }
 
-// MemsetAsync queues setting n bytes of device memory at p to v on stream s.
-func (h *Heap) MemsetAsync(p cuda.DevicePtr, v byte, n uintptr, s cuda.Stream) error {
+// MemsetAsync queues setting size bytes of device memory at p to v on stream s.
+func (h *Heap) MemsetAsync(p cuda.DevicePtr, v byte, size int, s cuda.Stream) error {
+	n, err := copySize("memset", size)
+	if err != nil {
+		return err
+	}
 	return h.asyncCopy(s, "memset", n, []cuda.DevicePtr{p}, func() error { return h.dev.MemsetD8Async(uintptr(p), v, n, uintptr(s)) })
 }
 
@@ -226,4 +238,13 @@ func wrapCopy[N int | uintptr](what string, n N, err error) error {
 		return fmt.Errorf("device: %s of %d bytes: %w", what, n, err)
 	}
 	return nil
+}
+
+// copySize returns a copy's or memset's size as the driver takes it; a negative size is
+// refused with an error wrapping ErrOutOfBounds.
+func copySize(what string, size int) (uintptr, error) {
+	if size < 0 {
+		return 0, fmt.Errorf("%w: %s of %d bytes", ErrOutOfBounds, what, size)
+	}
+	return uintptr(size), nil
 }

@@ -47,7 +47,7 @@ func streamOrderedReuse(t *testing.T, dev *cuda.Device, h *Heap, big uintptr, co
 	for ; ; copies *= 2 {
 		p := alloc(t, h, 4096, a)
 		for i := 0; i < copies; i++ {
-			must(t, "DtoDAsync", h.DtoDAsync(pcuda.DevicePtr(dst), pcuda.DevicePtr(src), big, pcuda.Stream(b)))
+			must(t, "DtoDAsync", h.DtoDAsync(pcuda.DevicePtr(dst), pcuda.DevicePtr(src), int(big), pcuda.Stream(b)))
 		}
 		must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
 		q := alloc(t, h, 4096, a)
@@ -108,7 +108,7 @@ func BenchmarkCUDAHeapAllocFree(b *testing.B) {
 	s, err := dev.StreamCreate(true)
 	must(b, "StreamCreate", err)
 	benchPairs(b, func(n uintptr) error {
-		p, err := h.Alloc(n, pcuda.Stream(s))
+		p, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err != nil {
 			return err
 		}

@@ -134,10 +134,10 @@ var (
 // Options configures a Heap. The zero value is ready to use.
 type Options struct {
 	// Align is the alignment of every block: a power of two from 256 to 32768 (default 256).
-	Align uintptr
+	Align int
 	// Capacity caps the heap's device memory. Zero means cudamem.DefaultDeviceCapacity: 90 % of
 	// the memory free on the device when the heap is made.
-	Capacity uintptr
+	Capacity int
 	// Provider overrides where memory comes from (default cudamem.NewDevice of the
 	// device). It must serve memory the device can use: a device, managed or pinned host
 	// provider on the same device.
@@ -150,7 +150,7 @@ type Options struct {
 	ZeroOnFree bool
 	// Quota caps the bytes of the heap's live blocks (the sizes asked for; a deferred free
 	// counts until it is done); an Alloc beyond it fails with ErrQuota. Zero means no quota.
-	Quota uintptr
+	Quota int
 	// Pressure, if set, is the heap's pressure hook (see PressureFunc); SetPressure changes it
 	// later.
 	Pressure PressureFunc
@@ -168,12 +168,18 @@ type Options struct {
 // makes on that goroutine does not call it (pressure.go). s tells a hook its own allocations
 // apart: a uvm.Tier allocates on its own stream while holding its lock, and answers those
 // itself.
-type PressureFunc func(n uintptr, s cuda.Stream) bool
+type PressureFunc func(n int, s cuda.Stream) bool
 
 // pressureTries bounds the calls of Options.Pressure per Alloc.
 const pressureTries = 3
 
-// Heap allocates device memory with stream-ordered frees. See the package documentation.
+// Heap allocates device memory with stream-ordered frees: Alloc(size, s) gives a block for work
+// on stream s, and FreeAsync(p, s) frees it in s's order, so the block is reused by s at once
+// and by other streams only once the device has passed the free; Free frees at once when no
+// work in flight uses the block. HtoD, DtoH and their Async forms copy, checking that a range
+// stays within its block. Running out of memory, Alloc takes back what other streams hold and
+// then calls the pressure hook (SetPressure). A Heap is safe for concurrent use; Close it
+// before the cuda.Device. The package documentation says how the streams are kept apart.
 type Heap struct {
 	pub    *cuda.Device  // the device given to New (or opened: ownDev)
 	dev    *icuda.Device // the binding inside pub
@@ -231,6 +237,9 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	if o.Align < DefaultAlign || o.Align&(o.Align-1) != 0 {
 		return nil, fmt.Errorf("%w: alignment %d (want a power of two of at least %d)", ErrInvalidOptions, o.Align, DefaultAlign)
 	}
+	if o.Capacity < 0 || o.Quota < 0 {
+		return nil, fmt.Errorf("%w: capacity %d, quota %d (want 0 or more)", ErrInvalidOptions, o.Capacity, o.Quota)
+	}
 	prov := o.Provider
 	if prov == nil {
 		var err error
@@ -238,14 +247,14 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 			return nil, err
 		}
 	}
-	a, err := arena.New(arena.Options{Provider: prov, Capacity: o.Capacity, Align: o.Align, PurgeDelay: o.PurgeDelay, Logger: o.Logger})
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: uintptr(o.Capacity), Align: uintptr(o.Align), PurgeDelay: o.PurgeDelay, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
 	g, err := heap.NewGroup(a)
 	if err == nil { // a heap made and closed at once checks the alignment against the arena now
 		var probe *heap.Heap
-		if probe, err = g.NewHeap(heap.Options{Align: o.Align}); err == nil {
+		if probe, err = g.NewHeap(heap.Options{Align: uintptr(o.Align)}); err == nil {
 			err = probe.Close()
 		}
 	}
@@ -254,11 +263,11 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		return nil, err
 	}
 	h := &Heap{
-		pub: dev, dev: d, a: a, g: g, align: o.Align,
+		pub: dev, dev: d, a: a, g: g, align: uintptr(o.Align),
 		streams: map[cuda.Stream]*heap.Heap{},
 		seen:    map[cuda.Stream]bool{}, deferred: map[cuda.DevicePtr]bool{},
 		events: icuda.NewEventPool(d),
-		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: o.Quota},
+		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: uintptr(o.Quota)},
 	}
 	h.queue = streamq.New(d, h.events, h.finish)
 	h.SetPressure(o.Pressure)
@@ -302,12 +311,16 @@ func (h *Heap) Device() *cuda.Device { return h.pub }
 func (h *Heap) Arena() *arena.Arena { return h.a }
 
 // Align returns the alignment of every block.
-func (h *Heap) Align() uintptr { return h.align }
+func (h *Heap) Align() int { return int(h.align) }
 
-// Alloc returns a block of at least n bytes of device memory for use on stream s. Its contents
+// Alloc returns a block of at least size bytes of device memory for use on stream s. Its contents
 // are undefined. Out of memory, it calls Options.Pressure (see the package documentation);
 // inside that hook, it does not call it again and fails with ErrInPressureHook (pressure.go).
-func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
+func (h *Heap) Alloc(size int, s cuda.Stream) (cuda.DevicePtr, error) {
+	if size < 0 {
+		return 0, fmt.Errorf("%w: %d bytes", heap.ErrInvalidSize, size)
+	}
+	n := uintptr(size)
 	p, err := h.alloc(n, s)
 	if err == nil || !outOfMemory(err) {
 		return p, err

@@ -81,7 +81,7 @@ func freeAll(t *testing.T, h *Heap, ps []cuda.DevicePtr) {
 
 func alloc(t *testing.T, h *Heap, n uintptr, s cuda.Stream) cuda.DevicePtr {
 	t.Helper()
-	p, err := h.Alloc(n, pcuda.Stream(s))
+	p, err := h.Alloc(int(n), pcuda.Stream(s))
 	must(t, "Alloc", err)
 	return uintptr(p)
 }
@@ -369,7 +369,7 @@ func TestFakeConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 300; i++ {
 				s := streams[(g+i)%len(streams)]
-				p, err := h.Alloc(uintptr(64+(i*977)%(300<<10)), pcuda.Stream(s))
+				p, err := h.Alloc(int(64+(i*977)%(300<<10)), pcuda.Stream(s))
 				if err == nil {
 					err = h.FreeAsync(p, pcuda.Stream(streams[(g+2*i)%len(streams)]))
 				}
@@ -423,7 +423,7 @@ func TestPressureHook(t *testing.T) {
 	var held []cuda.DevicePtr
 	var h *Heap
 	calls, armed := 0, false
-	h, err := New(public(dev), Options{Capacity: 4 << 20, Pressure: func(n uintptr, s pcuda.Stream) bool {
+	h, err := New(public(dev), Options{Capacity: 4 << 20, Pressure: func(n int, s pcuda.Stream) bool {
 		calls++
 		if !armed || len(held) == 0 {
 			return false
@@ -454,7 +454,7 @@ func TestPressureHook(t *testing.T) {
 	sp, err := dev.StreamCreate(true)
 	must(t, "StreamCreate", err)
 	var gotStream cuda.Stream
-	prev := h.SetPressure(func(n uintptr, s pcuda.Stream) bool {
+	prev := h.SetPressure(func(n int, s pcuda.Stream) bool {
 		gotStream = uintptr(s)
 		if len(held) == 0 {
 			return false

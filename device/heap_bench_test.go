@@ -43,7 +43,7 @@ func BenchmarkHeapBulk(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
 				for k := range ps {
-					p, err := h.Alloc(size, pcuda.Stream(s))
+					p, err := h.Alloc(int(size), pcuda.Stream(s))
 					if err != nil {
 						b.Fatal(err)
 					}

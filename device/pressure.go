@@ -75,7 +75,7 @@ func (h *Heap) relieve(press PressureFunc, n uintptr, s cuda.Stream, err error) 
 	}
 	defer h.hooks.leave(tid)
 	var p cuda.DevicePtr
-	for try := 0; try < pressureTries && press(n, s); try++ {
+	for try := 0; try < pressureTries && press(int(n), s); try++ {
 		if p, err = h.alloc(n, s); err == nil || !outOfMemory(err) {
 			break
 		}

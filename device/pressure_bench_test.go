@@ -64,7 +64,7 @@ func BenchmarkPressureP99(b *testing.B) {
 				}
 				n := sizes[rng.IntN(len(sizes))]
 				t0 := time.Now()
-				p, err := h.Alloc(n, pcuda.Stream(w.s))
+				p, err := h.Alloc(int(n), pcuda.Stream(w.s))
 				if lat != nil {
 					*lat = time.Since(t0)
 				}

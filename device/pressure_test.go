@@ -50,7 +50,7 @@ func TestPressureHookNotReentered(t *testing.T) {
 	// Nothing to free: the nested Alloc fails at once.
 	var depth, deepest, calls int
 	var nested []error
-	h.SetPressure(func(n uintptr, s pcuda.Stream) bool {
+	h.SetPressure(func(n int, s pcuda.Stream) bool {
 		calls++
 		depth++
 		defer func() { depth-- }()
@@ -78,7 +78,7 @@ func TestPressureHookNotReentered(t *testing.T) {
 	// The hook frees a block, then allocates inside itself: served, without the hook.
 	calls, deepest, nested = 0, 0, nil
 	var inner []cuda.DevicePtr
-	h.SetPressure(func(n uintptr, s pcuda.Stream) bool {
+	h.SetPressure(func(n int, s pcuda.Stream) bool {
 		calls++
 		depth++
 		defer func() { depth-- }()
@@ -116,7 +116,7 @@ func TestPressureHookNotReentered(t *testing.T) {
 	inHook, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	hooked := 0
-	h.SetPressure(func(n uintptr, s pcuda.Stream) bool {
+	h.SetPressure(func(n int, s pcuda.Stream) bool {
 		mu.Lock()
 		hooked++
 		first := hooked == 1

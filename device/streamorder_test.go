@@ -265,7 +265,7 @@ func pressureWorker(h *Heap, pool *pinned.Pool, s cuda.Stream, rng *rand.Rand, j
 // pressureAlloc allocates, retrying a while when the other streams hold the memory.
 func pressureAlloc(h *Heap, n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	for try := 0; ; try++ {
-		p, err := h.Alloc(n, pcuda.Stream(s))
+		p, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err == nil || !errors.Is(err, ErrOutOfMemory) || try == 100 {
 			return uintptr(p), err
 		}

@@ -101,7 +101,7 @@ func (r *asyncRig) alloc(n int, v byte) []byte {
 }
 
 func (r *asyncRig) devAlloc(n int) cuda.DevicePtr {
-	d, err := r.heap.Alloc(uintptr(n), pubcuda.Stream(r.s))
+	d, err := r.heap.Alloc(int(n), pubcuda.Stream(r.s))
 	if err != nil {
 		r.t.Fatal(err)
 	}

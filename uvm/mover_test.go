@@ -104,7 +104,7 @@ func TestMoverCalibrated(t *testing.T) {
 		size          int
 		kernel, batch bool
 	}{{4 * kib, true, false}, {256 * kib, false, true}} {
-		tr := newTier(t, dev, uvm.Options{DeviceBudget: uintptr(2 * c.size)})
+		tr := newTier(t, dev, uvm.Options{DeviceBudget: int(2 * c.size)})
 		before := count()
 		roundTrip(t, dev, tr, 8, c.size)
 		after := count()

@@ -254,7 +254,7 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 		if p := t.takeSpare(size); p != 0 {
 			return p, nil
 		}
-		p, err := t.mem.heap.Alloc(size, t.engine.h2d)
+		p, err := t.mem.heap.Alloc(int(size), t.engine.h2d)
 		if err == nil {
 			return p, nil
 		}
@@ -262,7 +262,7 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 			if _, ferr := t.flushSpares(); ferr != nil {
 				return 0, errors.Join(err, ferr)
 			}
-			if p, err = t.mem.heap.Alloc(size, t.engine.h2d); err == nil {
+			if p, err = t.mem.heap.Alloc(int(size), t.engine.h2d); err == nil {
 				return p, nil
 			}
 		}

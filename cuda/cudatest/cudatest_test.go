@@ -14,7 +14,7 @@ import (
 // device is checked and closed: cleanups run last first).
 func newHeap(t *testing.T, dev *cuda.Device, capacity uintptr) *device.Heap {
 	t.Helper()
-	h, err := device.New(dev, device.Options{Capacity: capacity})
+	h, err := device.New(dev, device.Options{Capacity: int(capacity)})
 	if err != nil {
 		t.Fatal(err)
 	}

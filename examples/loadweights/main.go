@@ -145,7 +145,7 @@ func run(args []string, out io.Writer) (err error) {
 			for c := range work {
 				sums[c.idx] = crc32.ChecksumIEEE(c.buf[:c.n])
 				if gpu != nil {
-					if d, err := gpu.Alloc(uintptr(c.n), 0); err != nil {
+					if d, err := gpu.Alloc(int(c.n), 0); err != nil {
 						fail(err)
 					} else {
 						mu.Lock()

@@ -33,7 +33,7 @@ func TestDeviceHeapConcurrentCopies(t *testing.T) {
 	}
 	var o device.Options
 	if v, err := strconv.Atoi(os.Getenv("FAKECUDA_CAPACITY_MIB")); err == nil {
-		o.Capacity = uintptr(v) << 20
+		o.Capacity = int(uintptr(v) << 20)
 	}
 	h, err := device.New(cuda.Wrap[*pcuda.Device](dev), o)
 	if err != nil {
@@ -107,7 +107,7 @@ func worker(h *device.Heap, streams []cuda.Stream, w, rounds, keep int) error {
 	}
 	for r := 0; r < rounds; r++ {
 		n := 1 + rng.Intn(4<<20)
-		p, err := h.Alloc(uintptr(n), pcuda.Stream(s))
+		p, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err != nil {
 			return err
 		}

@@ -52,7 +52,7 @@ func (w *world) devAlloc(op Op, s pubcuda.Stream) (bool, *Failure) {
 	if len(w.dev) >= maxDevBlocks || op.N <= 0 {
 		return false, nil
 	}
-	p, err := w.heap.Alloc(uintptr(op.N), s)
+	p, err := w.heap.Alloc(int(op.N), s)
 	q := int(w.cfg.DeviceQuota)
 	tierBound := 3 * int(w.cfg.TierBudget) // the tier's VRAM (blocks and spare) counts against the quota too
 	switch {
@@ -82,7 +82,7 @@ func (w *world) devAlloc(op Op, s pubcuda.Stream) (bool, *Failure) {
 	}
 	d := &dblock{p: p, n: op.N, alloc: op.S, busy: op.S, want: make([]byte, op.N)}
 	if !(op.Flag && w.cfg.DeviceZero) {
-		if err := w.heap.MemsetAsync(p, byte(op.V), uintptr(op.N), s); err != nil {
+		if err := w.heap.MemsetAsync(p, byte(op.V), int(op.N), s); err != nil {
 			return true, unexpected("device.Heap.MemsetAsync", err)
 		}
 		fill(d.want, byte(op.V))
@@ -130,7 +130,7 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 	at := d.p + pubcuda.DevicePtr(op.Off)
 	switch op.Kind {
 	case DevMemset:
-		if err := w.heap.MemsetAsync(at, byte(op.V), uintptr(n), s); err != nil {
+		if err := w.heap.MemsetAsync(at, byte(op.V), int(n), s); err != nil {
 			return true, unexpected("device.Heap.MemsetAsync", err)
 		}
 		fill(d.want[op.Off:op.Off+n], byte(op.V))
@@ -515,7 +515,7 @@ func (w *world) tierAcquire(op Op, u *ublock, s pubcuda.Stream) (bool, *Failure)
 	}
 	want := make([]byte, u.n)
 	fill(want, byte(op.V))
-	if err := w.heap.MemsetAsync(p, byte(op.V), uintptr(u.n), s); err != nil {
+	if err := w.heap.MemsetAsync(p, byte(op.V), int(u.n), s); err != nil {
 		return true, unexpected("device.Heap.MemsetAsync of an acquired tier block", err)
 	}
 	if bf != nil {

@@ -138,7 +138,7 @@ func (w *world) finish() *Failure {
 		return unexpected("device.Heap.Trim", err)
 	}
 	if q := w.cfg.DeviceQuota; q > 0 {
-		p, err := w.heap.Alloc(q, w.streams[0])
+		p, err := w.heap.Alloc(int(q), w.streams[0])
 		if err != nil {
 			return failf("device quota refused with nothing live", "Alloc(%d) after every block was freed: %v", q, err)
 		}

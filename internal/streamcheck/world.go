@@ -149,11 +149,11 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		crossFrees: make([]int, cfg.Streams)}
 	rig.F.ClearStickyError() // a fault of an earlier run would fail every call of this one
 	var err error
-	w.heap, err = device.New(w.pub, device.Options{Capacity: cfg.DeviceCapacity, ZeroOnFree: cfg.DeviceZero, Quota: cfg.DeviceQuota, PurgeDelay: cfg.PurgeDelay})
+	w.heap, err = device.New(w.pub, device.Options{Capacity: int(cfg.DeviceCapacity), ZeroOnFree: cfg.DeviceZero, Quota: int(cfg.DeviceQuota), PurgeDelay: cfg.PurgeDelay})
 	if err != nil {
 		return nil, fmt.Errorf("device.New: %w", err)
 	}
-	w.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: poolCapacity, ZeroOnFree: cfg.PoolZero, Quota: cfg.PoolQuota, Shards: cfg.PoolShards, PurgeDelay: cfg.PurgeDelay})
+	w.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: poolCapacity, ZeroOnFree: cfg.PoolZero, Quota: int(cfg.PoolQuota), Shards: cfg.PoolShards, PurgeDelay: cfg.PurgeDelay})
 	if err != nil {
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("pinned.New: %w", err)
@@ -163,7 +163,7 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("device.NewBatcher: %w", err)
 	}
-	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: cfg.TierBudget, Heap: w.heap, ThrashLapse: -1, Mover: w.mv})
+	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: int(cfg.TierBudget), Heap: w.heap, ThrashLapse: -1, Mover: w.mv})
 	if err != nil {
 		_ = w.mv.Close()
 		_ = w.pool.Close()
