@@ -72,6 +72,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -146,15 +147,15 @@ type BatchOptions struct {
 // Errors of the Batcher.
 var (
 	// ErrInvalidJob means a job with a zero length, a zero address, or a range that wraps.
-	ErrInvalidJob = pinmalloc.NewError(pinmalloc.ErrInvalid, "device: invalid copy job")
+	ErrInvalidJob = errkind.New(pinmalloc.ErrInvalid, "device: invalid copy job")
 	// ErrOverlap means two jobs of one batch whose destinations overlap, or a destination that
 	// overlaps a source.
-	ErrOverlap = errors.New("device: overlapping copy jobs")
+	ErrOverlap = errkind.New(pinmalloc.ErrInvalid, "device: overlapping copy jobs")
 	// ErrMethodUnsupported means the driver cannot do the method asked for; the error wraps
 	// the driver's reason.
-	ErrMethodUnsupported = errors.New("device: copy method not supported by the driver")
+	ErrMethodUnsupported = errkind.New(pinmalloc.ErrNotSupported, "device: copy method not supported by the driver")
 	// ErrBatcherClosed means the Batcher was used after Close.
-	ErrBatcherClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "device: batcher closed")
+	ErrBatcherClosed = errkind.New(pinmalloc.ErrClosed, "device: batcher closed")
 )
 
 const (

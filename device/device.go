@@ -98,6 +98,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/heap"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -114,13 +115,13 @@ const (
 var (
 	// ErrBusy means Close found frees waiting for their event, or work in flight on a stream
 	// the heap has seen; nothing was released.
-	ErrBusy = errors.New("device: work in flight")
+	ErrBusy = errkind.New(pinmalloc.ErrBusy, "device: work in flight")
 	// ErrInvalidStream means the driver does not know the stream handle.
-	ErrInvalidStream = pinmalloc.NewError(pinmalloc.ErrInvalidStream, "device: invalid stream")
+	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "device: invalid stream")
 	// ErrClosed means the heap was used after Close.
-	ErrClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "device: heap closed")
+	ErrClosed = errkind.New(pinmalloc.ErrClosed, "device: heap closed")
 	// ErrInvalidOptions means Options that cannot work.
-	ErrInvalidOptions = pinmalloc.NewError(pinmalloc.ErrInvalid, "device: invalid options")
+	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "device: invalid options")
 	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, or cgo is off).
 	ErrNoDriver = cuda.ErrNoDriver
 	// ErrNoDevice means the driver found no such device.

@@ -5,10 +5,11 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // ErrQuota means an allocation would take the heap's live bytes beyond Options.Quota.
-var ErrQuota = pinmalloc.NewError(pinmalloc.ErrQuota, "device: quota exceeded")
+var ErrQuota = errkind.New(pinmalloc.ErrQuota, "device: quota exceeded")
 
 // guard holds what a heap shared by tenants needs, off by default: ZeroOnFree clears a block
 // with a driver memset as it is freed, and Quota caps the live bytes. With both off, Alloc and
