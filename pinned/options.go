@@ -235,7 +235,7 @@ func (o *Options) cudaHost(ho arena.HostOptions) (arena.Provider, error) {
 	}
 	c, err := cudamem.OpenHost(o.Device, cudamem.HostOptions{HostOptions: ho, Devices: o.Devices, NUMA: o.NUMA})
 	if err != nil {
-		return nil, fmt.Errorf("the %s backend needs CUDA device %d: %w", CUDAHost, o.Device, err)
+		return nil, fmt.Errorf("the %s backend: %w", CUDAHost, err)
 	}
 	return c, nil
 }

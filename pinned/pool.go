@@ -74,6 +74,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -463,8 +464,8 @@ func (p *Pool) close() error {
 				sites = "; " + top
 			}
 		}
-		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed%s",
-			ErrLiveBlocks, n, bytes, sites)
+		return fmt.Errorf("%w: %s (%d bytes); the pool's memory is released when the last is freed%s",
+			ErrLiveBlocks, units.Count(uint64(n), "buffer"), bytes, sites)
 	}
 	if err := p.drain(); err != nil {
 		p.busy.Store(true)
@@ -473,7 +474,7 @@ func (p *Pool) close() error {
 	p.busy.Store(false)
 	if n, bytes := p.live(); n > 0 { // a free of the last buffer deferred it meanwhile
 		p.busy.Store(true)
-		return fmt.Errorf("%w: %d buffers (%d bytes) wait for their streams; a later Close, Free or Trim releases the memory once they have passed", ErrBusy, n, bytes)
+		return fmt.Errorf("%w: %s (%d bytes); a later Close, Free or Trim releases the memory once they have passed", ErrBusy, units.Count(uint64(n), "buffer"), bytes)
 	}
 	return wrapError(p.releaseAll(), ErrClosed)
 }
