@@ -4,6 +4,23 @@
 // at once by later work on that stream, and by other streams only once the device has passed
 // the free.
 //
+// # Use
+//
+//	dev, err := cuda.Open(0)
+//	...
+//	defer dev.Close()
+//	s, err := dev.StreamCreate(cuda.StreamNonBlocking)
+//	...
+//	h, err := device.New(dev, device.Options{Capacity: 64 << 20})
+//	...
+//	defer h.Close()
+//	p, err := h.Alloc(1<<20, s)  // a block for work on s
+//	err = h.HtoDAsync(p, src, s) // a copy queued on s (src in Go memory is read before it returns)
+//	err = h.FreeAsync(p, s)      // s may reuse p at once, other streams once s has passed the free
+//	err = dev.StreamSynchronize(s)
+//
+// TestPackageUse runs this on the fake driver (package cuda/cudatest), where no GPU is needed.
+//
 // # Design
 //
 // A Heap keeps one heap.Heap per stream it has seen, all in one heap.Group over one arena of

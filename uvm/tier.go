@@ -3,6 +3,19 @@
 // driver pages managed memory, but explicitly, in stream order, and in batches moved at copy
 // bandwidth.
 //
+// # Use
+//
+//	tier, err := uvm.New(dev, uvm.Options{DeviceBudget: 1 << 30}) // dev from cuda.Open
+//	...
+//	defer tier.Close()
+//	h, err := tier.Alloc(1 << 20)           // a block of 1 MiB, no storage yet
+//	p, err := tier.Acquire(h, s, uvm.Write) // on the device, for the work queued on s next
+//	...                                     // kernels and copies queued on s use p
+//	err = tier.Release(h, s)                // evictable again once s has passed this point
+//	err = tier.Free(h)
+//
+// TestPackageUse runs this on the fake driver (package cuda/cudatest), where no GPU is needed.
+//
 // # Blocks and handles
 //
 // Alloc(n) returns a Handle: a slot index and a generation, so a handle used after Free is
