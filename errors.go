@@ -60,6 +60,10 @@ var (
 	// stream that has not passed a free, an acquired block); the call did nothing, and a later
 	// one may succeed.
 	ErrBusy = errors.New("pinmalloc: busy")
+	// ErrRefused: the system, the CUDA driver or a peer process refused a call (mmap, mlock,
+	// cuMemCreate, an attach) for a reason the error's cause gives; where the reason is a want
+	// of memory, the cause matches ErrOutOfMemory too.
+	ErrRefused = errors.New("pinmalloc: refused")
 )
 
 // Classes of CUDA driver failure. A driver call's error (a CUresult) matches the class of its

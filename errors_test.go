@@ -48,8 +48,8 @@ var kinds = []struct {
 	{"arena.ErrClosed", arena.ErrClosed, pinmalloc.ErrClosed, "arena: "},
 	{"arena.ErrBusy", arena.ErrBusy, pinmalloc.ErrLiveBlocks, "arena: "},
 	{"arena.ErrExhausted", arena.ErrExhausted, pinmalloc.ErrOutOfMemory, "arena: "},
-	{"arena.ErrReserve", arena.ErrReserve, pinmalloc.ErrOutOfMemory, "arena: "},
-	{"arena.ErrCommit", arena.ErrCommit, pinmalloc.ErrOutOfMemory, "arena: "},
+	{"arena.ErrReserve", arena.ErrReserve, pinmalloc.ErrRefused, "arena: "},
+	{"arena.ErrCommit", arena.ErrCommit, pinmalloc.ErrRefused, "arena: "},
 	{"arena.ErrCapacity", arena.ErrCapacity, pinmalloc.ErrOutOfMemory, "arena: "},
 	{"arena.ErrNotHostAccessible", arena.ErrNotHostAccessible, pinmalloc.ErrInvalid, "arena: "},
 
@@ -101,7 +101,7 @@ var kinds = []struct {
 	{"shared.ErrPoolFull", shared.ErrPoolFull, pinmalloc.ErrOutOfMemory, "shared: "},
 	{"shared.ErrInvalidOptions", shared.ErrInvalidOptions, pinmalloc.ErrInvalid, "shared: "},
 	{"shared.ErrMemlock", shared.ErrMemlock, pinmalloc.ErrMemlock, "shared: "},
-	{"shared.ErrRefused", shared.ErrRefused, pinmalloc.ErrInvalid, "shared: "},
+	{"shared.ErrRefused", shared.ErrRefused, pinmalloc.ErrRefused, "shared: "},
 	{"shared.ErrProtocol", shared.ErrProtocol, pinmalloc.ErrInvalid, "shared: "},
 
 	{"metrics.ErrInvalidName", metrics.ErrInvalidName, pinmalloc.ErrInvalid, "metrics: "},
@@ -114,7 +114,7 @@ var kinds = []struct {
 func TestKinds(t *testing.T) {
 	all := []error{pinmalloc.ErrOutOfMemory, pinmalloc.ErrClosed, pinmalloc.ErrDoubleFree, pinmalloc.ErrNotOwned,
 		pinmalloc.ErrInvalidSize, pinmalloc.ErrTooLarge, pinmalloc.ErrInvalidAlign, pinmalloc.ErrLiveBlocks,
-		pinmalloc.ErrMemlock, pinmalloc.ErrQuota, pinmalloc.ErrInvalidStream, pinmalloc.ErrInvalid, pinmalloc.ErrBusy,
+		pinmalloc.ErrMemlock, pinmalloc.ErrQuota, pinmalloc.ErrInvalidStream, pinmalloc.ErrInvalid, pinmalloc.ErrBusy, pinmalloc.ErrRefused,
 		pinmalloc.ErrNoDriver, pinmalloc.ErrNoDevice, pinmalloc.ErrSymbol, pinmalloc.ErrInvalidValue, pinmalloc.ErrNotSupported,
 		pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered}
 	for _, k := range kinds {

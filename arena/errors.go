@@ -11,9 +11,9 @@ import (
 // pinmalloc.ErrClosed; ErrBusy, chunks still handed out at Close, pinmalloc.ErrLiveBlocks).
 var (
 	// ErrReserve means address space could not be reserved (mmap failed, the driver refused).
-	ErrReserve = errkind.New(pinmalloc.ErrOutOfMemory, "arena: cannot reserve memory")
+	ErrReserve = errkind.New(pinmalloc.ErrRefused, "arena: cannot reserve memory")
 	// ErrCommit means reserved memory could not be backed by physical memory.
-	ErrCommit = errkind.New(pinmalloc.ErrOutOfMemory, "arena: cannot commit memory")
+	ErrCommit = errkind.New(pinmalloc.ErrRefused, "arena: cannot commit memory")
 	// ErrMemlock means the memlock limit (RLIMIT_MEMLOCK) does not allow locking more memory.
 	// The error text names the current limit and how to raise it.
 	ErrMemlock = errkind.New(pinmalloc.ErrMemlock, "arena: memlock limit reached")

@@ -27,7 +27,7 @@ var (
 	ErrMemlock = errkind.New(pinmalloc.ErrMemlock, "shared: memlock limit reached (raise ulimit -l, LimitMEMLOCK, or grant CAP_IPC_LOCK)")
 	// ErrRefused: the owner refused the attaching process (its peer credentials are not
 	// allowed) or the attaching side found no pool at the socket.
-	ErrRefused = errkind.New(pinmalloc.ErrInvalid, "shared: attach refused")
+	ErrRefused = errkind.New(pinmalloc.ErrRefused, "shared: attach refused")
 	// ErrProtocol: the socket carried something that is not this package's protocol (a
 	// version mismatch, a truncated message).
 	ErrProtocol = errkind.New(pinmalloc.ErrInvalid, "shared: protocol error")
