@@ -9,7 +9,8 @@
 // Each kind of failure that more than one package reports is one sentinel here:
 // ErrOutOfMemory, ErrClosed, ErrDoubleFree, ErrInvalidStream and the others below. A package
 // keeps sentinels of its own, whose text names the package and what failed ("pinned: pool
-// closed", "heap: double free"), and each of them matches its kind under errors.Is as well. So
+// closed", "heap: double free"), and each of them matches its kind under errors.Is as well:
+// every exported Err variable of every package matches one kind here. So
 // code that handles errors of one package tests that package's sentinel, and code that handles
 // several tests the kind once:
 //
@@ -26,8 +27,8 @@ package pinmalloc
 
 import "errors"
 
-// Kinds of failure. A package's sentinel of one of these kinds is made with NewError, and
-// matches it.
+// Kinds of failure. Every sentinel of the module's packages matches one of these, or one of
+// the driver's classes below.
 var (
 	// ErrOutOfMemory: the memory asked for cannot be had: a pool or heap is full, the driver
 	// is out of device memory (CUDA_ERROR_OUT_OF_MEMORY), or the system refused memory.
@@ -55,6 +56,14 @@ var (
 	ErrInvalidStream = errors.New("pinmalloc: invalid stream")
 	// ErrInvalid: options or an argument that cannot work.
 	ErrInvalid = errors.New("pinmalloc: invalid argument")
+	// ErrBusy: the memory asked about is still in use by work in flight or by a holder (a
+	// stream that has not passed a free, an acquired block); the call did nothing, and a later
+	// one may succeed.
+	ErrBusy = errors.New("pinmalloc: busy")
+	// ErrRefused: the system, the CUDA driver or a peer process refused a call (mmap, mlock,
+	// cuMemCreate, an attach) for a reason the error's cause gives; where the reason is a want
+	// of memory, the cause matches ErrOutOfMemory too.
+	ErrRefused = errors.New("pinmalloc: refused")
 )
 
 // Classes of CUDA driver failure. A driver call's error (a CUresult) matches the class of its
@@ -62,7 +71,7 @@ var (
 var (
 	// ErrNoDriver: the CUDA driver library could not be loaded (libcuda.so.1 is absent, it is a
 	// stub, or the program was built without cgo). The error names why.
-	ErrNoDriver = errors.New("cuda: no CUDA driver (libcuda.so.1 not loaded)")
+	ErrNoDriver = errors.New("cuda: no CUDA driver")
 	// ErrNoDevice: the driver found no CUDA device, or none of that ordinal.
 	ErrNoDevice = errors.New("cuda: no CUDA device")
 	// ErrSymbol: the driver lacks an entry point (it is too old); the error names it.
@@ -79,19 +88,3 @@ var (
 	// ErrAlreadyRegistered: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
 	ErrAlreadyRegistered = errors.New("cuda: host memory already registered")
 )
-
-// NewError returns an error whose text is text and which matches kind under errors.Is (it
-// unwraps to kind): a package's own sentinel of a shared kind. pinned.ErrClosed is
-// NewError(ErrClosed, "pinned: pool closed").
-func NewError(kind error, text string) error { return &kindError{text: text, kind: kind} }
-
-// kindError is an error of NewError.
-type kindError struct {
-	text string
-	kind error
-}
-
-func (e *kindError) Error() string { return e.text }
-
-// Unwrap returns the error's kind.
-func (e *kindError) Unwrap() error { return e.kind }

@@ -1,9 +1,8 @@
 package arena
 
 import (
-	"errors"
-
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // Sentinel errors. Every error the arena returns wraps one of them (and the system or driver
@@ -12,28 +11,28 @@ import (
 // pinmalloc.ErrClosed; ErrBusy, chunks still handed out at Close, pinmalloc.ErrLiveBlocks).
 var (
 	// ErrReserve means address space could not be reserved (mmap failed, the driver refused).
-	ErrReserve = errors.New("arena: cannot reserve memory")
+	ErrReserve = errkind.New(pinmalloc.ErrRefused, "arena: cannot reserve memory")
 	// ErrCommit means reserved memory could not be backed by physical memory.
-	ErrCommit = errors.New("arena: cannot commit memory")
+	ErrCommit = errkind.New(pinmalloc.ErrRefused, "arena: cannot commit memory")
 	// ErrMemlock means the memlock limit (RLIMIT_MEMLOCK) does not allow locking more memory.
 	// The error text names the current limit and how to raise it.
-	ErrMemlock = pinmalloc.NewError(pinmalloc.ErrMemlock, "arena: memlock limit reached")
+	ErrMemlock = errkind.New(pinmalloc.ErrMemlock, "arena: memlock limit reached")
 	// ErrCapacity means the request does not fit in the arena's capacity.
-	ErrCapacity = errors.New("arena: capacity exhausted")
+	ErrCapacity = errkind.New(pinmalloc.ErrOutOfMemory, "arena: capacity exhausted")
 	// ErrInvalid means an argument is out of range (zero or absurd size, bad alignment,
 	// a range outside the region).
-	ErrInvalid = pinmalloc.NewError(pinmalloc.ErrInvalid, "arena: invalid argument")
+	ErrInvalid = errkind.New(pinmalloc.ErrInvalid, "arena: invalid argument")
 	// ErrClosed means the arena or provider was used after Close.
-	ErrClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "arena: closed")
+	ErrClosed = errkind.New(pinmalloc.ErrClosed, "arena: closed")
 	// ErrBusy means Close was called while chunks were still handed out.
-	ErrBusy = pinmalloc.NewError(pinmalloc.ErrLiveBlocks, "arena: chunks still in use")
+	ErrBusy = errkind.New(pinmalloc.ErrLiveBlocks, "arena: chunks still in use")
 	// ErrNotHostAccessible means the CPU cannot access the memory (device memory): Bytes
 	// refuses to view it.
-	ErrNotHostAccessible = errors.New("arena: memory is not accessible by the CPU")
+	ErrNotHostAccessible = errkind.New(pinmalloc.ErrInvalid, "arena: memory is not accessible by the CPU")
 )
 
 // ErrExhausted means a provider could not commit memory for want of it: device memory, host
 // memory the driver could not pin, the memlock limit. Providers wrap it (beside their own
 // cause) so that the arena knows to give back the memory waiting for the purge and try again,
 // without naming any provider's errors.
-var ErrExhausted = pinmalloc.NewError(pinmalloc.ErrOutOfMemory, "arena: out of memory")
+var ErrExhausted = errkind.New(pinmalloc.ErrOutOfMemory, "arena: out of memory")

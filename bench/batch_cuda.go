@@ -152,7 +152,7 @@ func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method device.Copy
 	run := func(k int) (time.Duration, error) {
 		t0 := time.Now()
 		for range k {
-			if err := b.Copy(jobs, c.s); err != nil {
+			if err := b.Copy(jobs, pcuda.Stream(c.s)); err != nil {
 				return 0, err
 			}
 		}

@@ -301,7 +301,7 @@ func (c *commitSuite) latency(cfg *config) []result {
 	}
 	var idle50, idle99, busy50, busy99, firstIdle, firstBusy, perGiB, samples []float64
 	for range rounds {
-		p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(c.lat) + 256<<20})
+		p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int(int64(c.lat) + 256<<20)})
 		if err != nil {
 			rs.fail(err)
 			return rs.out
@@ -319,7 +319,7 @@ func (c *commitSuite) latency(cfg *config) []result {
 		}
 		runtime.GC()
 		start := time.Now()
-		p, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(c.lat) + 256<<20, Precommit: int64(c.lat)})
+		p, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int(int64(c.lat) + 256<<20), Precommit: int(int64(c.lat))})
 		if err != nil {
 			rs.fail(err)
 			return rs.out

@@ -10,6 +10,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math"
 	"sort"
 	"time"
@@ -174,7 +175,7 @@ func (c *cudaSuite) setupCase(size int64) benchCase {
 		}{
 			{"pinmalloc-pool", func() (time.Duration, error) {
 				t0 := time.Now()
-				p, err := pinned.New(pinned.Options{Capacity: 2 * size, Backend: pinned.CUDAHost, Precommit: size})
+				p, err := pinned.New(pinned.Options{Capacity: int(2 * size), Backend: pinned.CUDAHost, Precommit: int(size)})
 				if err != nil {
 					return 0, err
 				}
@@ -255,7 +256,7 @@ type stager interface {
 	freeAfter(b []byte, s cuda.Stream) error
 }
 
-func (a pinPool) freeAfter(b []byte, s cuda.Stream) error { return a.p.FreeAsync(b, s) }
+func (a pinPool) freeAfter(b []byte, s cuda.Stream) error { return a.p.FreeAsync(b, pcuda.Stream(s)) }
 
 func (a *torchHost) freeAfter(b []byte, s cuda.Stream) error {
 	return errors.Join(a.recordStream(b, s), a.free(b))

@@ -78,7 +78,7 @@ type hostSource struct {
 
 func (c *cudaSuite) cases() []benchCase {
 	pool := hostSource{"pinmalloc-pool", func(capacity int64) (allocator[[]byte], error) {
-		p, err := pinned.New(pinned.Options{Capacity: capacity, Backend: pinned.CUDAHost})
+		p, err := pinned.New(pinned.Options{Capacity: int(capacity), Backend: pinned.CUDAHost})
 		return pinPool{p}, err
 	}}
 	hostAlloc := hostSource{"cuda-hostalloc", func(int64) (allocator[[]byte], error) { return cudaHostAlloc{c.dev}, nil }}
@@ -286,10 +286,15 @@ type deviceHeap struct {
 	s cuda.Stream
 }
 
-func (a deviceHeap) alloc(n int) (cuda.DevicePtr, error) { return a.h.Alloc(uintptr(n), a.s) }
-func (a deviceHeap) free(p cuda.DevicePtr) error         { return a.h.FreeAsync(p, a.s) }
-func (deviceHeap) touch(cuda.DevicePtr)                  {}
-func (a deviceHeap) close() error                        { return a.h.Close() }
+func (a deviceHeap) alloc(n int) (cuda.DevicePtr, error) {
+	p, err := a.h.Alloc(int(n), pcuda.Stream(a.s))
+	return uintptr(p), err
+}
+func (a deviceHeap) free(p cuda.DevicePtr) error {
+	return a.h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a.s))
+}
+func (deviceHeap) touch(cuda.DevicePtr) {}
+func (a deviceHeap) close() error       { return a.h.Close() }
 
 // mallocAsync is cuMemAllocAsync + cuMemFreeAsync on one stream, from the device's default
 // memory pool.

@@ -14,7 +14,7 @@ func openPool(capacity int64) (allocator[[]byte], error) {
 	if hostMemory.pageable {
 		backend = pinned.Pageable
 	}
-	p, err := pinned.New(pinned.Options{Capacity: capacity, Backend: backend})
+	p, err := pinned.New(pinned.Options{Capacity: int(capacity), Backend: backend})
 	if err != nil {
 		return nil, err
 	}

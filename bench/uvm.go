@@ -76,9 +76,11 @@ func (u *uvmSuite) open() (err error) {
 	if u.dev, err = icuda.Of(u.pub); err != nil {
 		return errors.Join(err, u.pub.Close())
 	}
-	if u.s, err = u.dev.StreamCreate(true); err != nil {
+	s, err := u.dev.StreamCreate(true)
+	if err != nil {
 		return errors.Join(err, u.pub.Close())
 	}
+	u.s = cuda.Stream(s)
 	u.fake = fakecuda.IsFake(u.dev)
 	// A GPU: a 1 GiB budget (4 GiB of pinned host memory at 4x: 4,096 to 16,384 blocks) and
 	// 64 MiB batches, well above the 16 MiB the targets ask for. The fake keeps "device" memory
@@ -90,7 +92,9 @@ func (u *uvmSuite) open() (err error) {
 	return nil
 }
 
-func (u *uvmSuite) close() error { return errors.Join(u.dev.StreamDestroy(u.s), u.pub.Close()) }
+func (u *uvmSuite) close() error {
+	return errors.Join(u.dev.StreamDestroy(uintptr(u.s)), u.pub.Close())
+}
 
 func (*uvmSuite) impls() []impl { return nil }
 

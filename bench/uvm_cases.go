@@ -45,7 +45,7 @@ func (u *uvmSuite) oversub(cfg *config, name string, p wl.Pattern, pol uvmPolicy
 func (u *uvmSuite) runOversub(cfg *config, rs *resultSet, p wl.Pattern, pol uvmPolicy, f float64) (err error) {
 	g := u.geo
 	n := int(f * float64(g.budget) / float64(g.block))
-	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: g.budget, HostCapacity: uintptr(n+1) * uintptr(g.block), Policy: pol.make()})
+	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: int(g.budget), HostCapacity: (n + 1) * int(g.block), Policy: pol.make()})
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (u *uvmSuite) runOversub(cfg *config, rs *resultSet, p wl.Pattern, pol uvmP
 			return err
 		}
 		if m == uvm.Write {
-			err = u.dev.MemsetD8Async(ptr, byte(i), stampBytes, u.s)
+			err = u.dev.MemsetD8Async(uintptr(ptr), byte(i), stampBytes, uintptr(u.s))
 		}
 		return errors.Join(err, t.Release(h, u.s))
 	}
@@ -95,7 +95,7 @@ func (u *uvmSuite) runOversub(cfg *config, rs *resultSet, p wl.Pattern, pol uvmP
 			return err
 		}
 	}
-	if err := errors.Join(t.Sync(), u.dev.StreamSynchronize(u.s)); err != nil {
+	if err := errors.Join(t.Sync(), u.dev.StreamSynchronize(uintptr(u.s))); err != nil {
 		return err
 	}
 	hist.Reset()
@@ -110,7 +110,7 @@ func (u *uvmSuite) runOversub(cfg *config, rs *resultSet, p wl.Pattern, pol uvmP
 			return err
 		}
 	}
-	if err := errors.Join(t.Sync(), u.dev.StreamSynchronize(u.s)); err != nil {
+	if err := errors.Join(t.Sync(), u.dev.StreamSynchronize(uintptr(u.s))); err != nil {
 		return err
 	}
 	el := time.Since(t0).Seconds()
@@ -223,7 +223,7 @@ func (u *uvmSuite) runMove(cfg *config, rs *resultSet, size int) (err error) {
 		nb = min(nb, g.maxBlocks)
 	}
 	budget := uintptr(2*g.batch + 2<<20)
-	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: budget, HostCapacity: budget + uintptr(g.batch)})
+	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: int(budget), HostCapacity: int(budget + uintptr(g.batch))})
 	if err != nil {
 		return err
 	}
@@ -244,11 +244,11 @@ func (u *uvmSuite) runMove(cfg *config, rs *resultSet, size int) (err error) {
 			if err != nil {
 				return err
 			}
-			if err := errors.Join(u.dev.MemsetD8Async(p, v, uintptr(size), u.s), t.Release(h, u.s)); err != nil {
+			if err := errors.Join(u.dev.MemsetD8Async(uintptr(p), v, uintptr(size), uintptr(u.s)), t.Release(h, u.s)); err != nil {
 				return err
 			}
 		}
-		return errors.Join(t.Sync(), u.dev.StreamSynchronize(u.s))
+		return errors.Join(t.Sync(), u.dev.StreamSynchronize(uintptr(u.s)))
 	}
 	timed := func(f func() error) (time.Duration, error) {
 		t0 := time.Now()
@@ -279,7 +279,7 @@ func (u *uvmSuite) runMove(cfg *config, rs *resultSet, size int) (err error) {
 		}
 		bothT += d
 	}
-	if err := u.dev.StreamSynchronize(u.s); err != nil {
+	if err := u.dev.StreamSynchronize(uintptr(u.s)); err != nil {
 		return err
 	}
 	for _, c := range []struct {
@@ -333,7 +333,7 @@ func (u *uvmSuite) runAcquireResident(cfg *config, rs *resultSet) (err error) {
 	if err := t.Prefetch(hs, u.s); err != nil {
 		return err
 	}
-	if err := errors.Join(t.Sync(), u.dev.StreamSynchronize(u.s)); err != nil {
+	if err := errors.Join(t.Sync(), u.dev.StreamSynchronize(uintptr(u.s))); err != nil {
 		return err
 	}
 	_, m0, _, _ := uvmCounters(t.Stats())

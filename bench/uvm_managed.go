@@ -39,13 +39,13 @@ func (u *uvmSuite) runManaged(cfg *config, rs *resultSet) (err error) {
 	dev, host := memLocation(u.pub.Location()), memLocation(pcuda.HostLocation())
 	move := func(to cuda.MemLocation) (time.Duration, error) {
 		t0 := time.Now()
-		err := errors.Join(u.dev.MemPrefetchAsync(p, n, to, u.s), u.dev.StreamSynchronize(u.s))
+		err := errors.Join(u.dev.MemPrefetchAsync(p, n, to, uintptr(u.s)), u.dev.StreamSynchronize(uintptr(u.s)))
 		return time.Since(t0), err
 	}
 	if _, err := move(dev); err != nil {
 		return err
 	}
-	if err := errors.Join(u.dev.MemsetD8Async(p, 1, n, u.s), u.dev.StreamSynchronize(u.s)); err != nil {
+	if err := errors.Join(u.dev.MemsetD8Async(p, 1, n, uintptr(u.s)), u.dev.StreamSynchronize(uintptr(u.s))); err != nil {
 		return err
 	}
 	cold, err := move(host)
@@ -173,8 +173,8 @@ func (u *uvmSuite) runManagedOversub(cfg *config, rs *resultSet, p wl.Pattern, f
 	defer func() { err = errors.Join(err, u.dev.MemFreeManaged(base)) }()
 	dev, host := memLocation(u.pub.Location()), memLocation(pcuda.HostLocation())
 	// Filled on the device, then all on the host: where the tier's blocks start.
-	if err := errors.Join(u.dev.MemsetD8Async(base, 1, uintptr(n)*size, u.s),
-		u.dev.MemPrefetchAsync(base, uintptr(n)*size, host, u.s), u.dev.StreamSynchronize(u.s)); err != nil {
+	if err := errors.Join(u.dev.MemsetD8Async(base, 1, uintptr(n)*size, uintptr(u.s)),
+		u.dev.MemPrefetchAsync(base, uintptr(n)*size, host, uintptr(u.s)), u.dev.StreamSynchronize(uintptr(u.s))); err != nil {
 		return err
 	}
 	gen, err := wl.New(p, n, uvmSeed)
@@ -195,13 +195,13 @@ func (u *uvmSuite) runManagedOversub(cfg *config, rs *resultSet, p wl.Pattern, f
 			in += uint64(size)
 			if victim >= 0 {
 				out += uint64(size)
-				err = u.dev.MemPrefetchAsync(base+uintptr(victim)*size, size, host, u.s)
+				err = u.dev.MemPrefetchAsync(base+uintptr(victim)*size, size, host, uintptr(u.s))
 			}
-			err = errors.Join(err, u.dev.MemPrefetchAsync(base+uintptr(k)*size, size, dev, u.s))
+			err = errors.Join(err, u.dev.MemPrefetchAsync(base+uintptr(k)*size, size, dev, uintptr(u.s)))
 		}
 		hist.Record(time.Since(a0))
 		if err == nil && write {
-			err = u.dev.MemsetD8Async(base+uintptr(k)*size, v, stampBytes, u.s)
+			err = u.dev.MemsetD8Async(base+uintptr(k)*size, v, stampBytes, uintptr(u.s))
 		}
 		return err
 	}
@@ -215,7 +215,7 @@ func (u *uvmSuite) runManagedOversub(cfg *config, rs *resultSet, p wl.Pattern, f
 			return err
 		}
 	}
-	if err := u.dev.StreamSynchronize(u.s); err != nil {
+	if err := u.dev.StreamSynchronize(uintptr(u.s)); err != nil {
 		return err
 	}
 	hist.Reset()
@@ -230,7 +230,7 @@ func (u *uvmSuite) runManagedOversub(cfg *config, rs *resultSet, p wl.Pattern, f
 			return err
 		}
 	}
-	if err := u.dev.StreamSynchronize(u.s); err != nil {
+	if err := u.dev.StreamSynchronize(uintptr(u.s)); err != nil {
 		return err
 	}
 	el := time.Since(t0).Seconds()

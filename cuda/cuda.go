@@ -30,9 +30,10 @@
 //
 // # Handles and interop
 //
-// Device pointers, streams and events are raw driver handles typed as uintptr (DevicePtr,
-// Stream and Event are aliases of uintptr, not new types), so a handle made by any other CUDA
-// code passes in with a conversion and nothing else:
+// Device pointers, streams and events are raw driver handles, each a type of its own over
+// uintptr (DevicePtr, Stream, Event), so a stream passed where an event or an address is
+// expected does not compile, and a handle made by any other CUDA code passes in with one
+// conversion and nothing else:
 //
 //   - cgo: cuda.Stream(uintptr(unsafe.Pointer(cs))) for a CUstream or cudaStream_t cs, and
 //     cuda.DevicePtr(dp) for a CUdeviceptr dp (an integer).
@@ -60,16 +61,19 @@ import (
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// DevicePtr is a CUDA device address (CUdeviceptr): an alias of uintptr, the representation
-// gorgonia.org/cu's DevicePtr has.
-type DevicePtr = uintptr
+// DevicePtr is a CUDA device address (CUdeviceptr). It is a type of its own over uintptr, the
+// representation gorgonia.org/cu's DevicePtr has, so one conversion crosses either way
+// (cuda.DevicePtr(p), cu.DevicePtr(p)) and a stream or an event passed where an address is
+// expected does not compile.
+type DevicePtr uintptr
 
-// Stream is a CUDA stream handle (CUstream, the runtime's cudaStream_t): an alias of uintptr.
-// 0 is the legacy default stream.
-type Stream = uintptr
+// Stream is a CUDA stream handle (CUstream, the runtime's cudaStream_t), a type of its own over
+// uintptr: cuda.Stream(uintptr(unsafe.Pointer(cs))) from cgo. 0 is the legacy default stream.
+type Stream uintptr
 
-// Event is a CUDA event handle (CUevent, the runtime's cudaEvent_t): an alias of uintptr.
-type Event = uintptr
+// Event is a CUDA event handle (CUevent, the runtime's cudaEvent_t), a type of its own over
+// uintptr: cuda.Event(uintptr(unsafe.Pointer(ce))) from cgo.
+type Event uintptr
 
 // LibraryEnv names the environment variable that, when set and not empty, gives the path of
 // the driver library to load instead of libcuda.so.1. It is read once, when the driver is first

@@ -109,7 +109,7 @@ func TestFakeStreamsAndEvents(t *testing.T) {
 	p, err := in.MemAlloc(4096)
 	must(t, "MemAlloc", err)
 	f.Hold(true)
-	must(t, "MemsetD8Async", in.MemsetD8Async(p, 1, 4096, s))
+	must(t, "MemsetD8Async", in.MemsetD8Async(p, 1, 4096, uintptr(s)))
 	must(t, "EventRecord", d.EventRecord(ev, s))
 	if err := d.StreamQuery(s); !errors.Is(err, cuda.ErrNotReady) {
 		t.Errorf("StreamQuery with work pending = %v; want ErrNotReady", err)
@@ -122,15 +122,15 @@ func TestFakeStreamsAndEvents(t *testing.T) {
 	if err := d.StreamQuery(s2); !errors.Is(err, cuda.ErrNotReady) {
 		t.Errorf("StreamQuery of a stream waiting for pending work = %v; want ErrNotReady", err)
 	}
-	f.CompleteStream(s2)
-	f.CompleteStream(s)
+	f.CompleteStream(uintptr(s2))
+	f.CompleteStream(uintptr(s))
 	must(t, "EventQuery after completion", d.EventQuery(ev))
 	must(t, "StreamQuery after completion", d.StreamQuery(s))
 
-	must(t, "MemsetD8Async", in.MemsetD8Async(p, 2, 4096, s))
+	must(t, "MemsetD8Async", in.MemsetD8Async(p, 2, 4096, uintptr(s)))
 	must(t, "EventRecord", d.EventRecord(ev, s))
 	must(t, "EventSynchronize", d.EventSynchronize(ev)) // the fake completes what it waits for
-	must(t, "MemsetD8Async", in.MemsetD8Async(p, 3, 4096, s))
+	must(t, "MemsetD8Async", in.MemsetD8Async(p, 3, 4096, uintptr(s)))
 	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	if f.Pending() != 0 {
 		t.Errorf("%d operations pending after the synchronizations", f.Pending())

@@ -58,8 +58,8 @@ func Example() {
 	}
 }
 
-// Streams, events and device pointers are uintptr, so a handle made by other CUDA code passes
-// in with a conversion:
+// Streams, events and device pointers are types of their own over uintptr, so a handle made by
+// other CUDA code passes in with one conversion:
 //
 //	// cgo: cs is a C.CUstream (a C pointer) from cuStreamCreate or cudaStreamCreate.
 //	s := cuda.Stream(uintptr(unsafe.Pointer(cs)))
@@ -83,7 +83,7 @@ func Example_interop() {
 		fmt.Println(err)
 		return
 	}
-	var handle uintptr = theirs // what the other binding hands over: a raw CUstream
+	var handle uintptr = uintptr(theirs) // what the other binding hands over: a raw CUstream
 
 	s := cuda.Stream(handle) // no copy, no lookup: the same handle
 	if err := dev.StreamQuery(s); err != nil && !errors.Is(err, cuda.ErrNotReady) {
@@ -94,4 +94,15 @@ func Example_interop() {
 	if err := dev.StreamDestroy(theirs); err != nil {
 		fmt.Println(err)
 	}
+}
+
+// Stream, Event and DevicePtr are distinct types over uintptr: a stream passed where an event
+// is expected (dev.EventRecord(stream, event)) does not compile, and a raw handle from cgo or
+// another binding crosses in one conversion each way, keeping its value.
+func Example_handles() {
+	var raw uintptr = 0x7f3a10 // a CUstream from cgo or another binding, as an integer
+	s := cuda.Stream(raw)
+	var p cuda.DevicePtr = 0x7f0000200000 // a CUdeviceptr
+	fmt.Printf("stream %#x, back %#x, address %#x\n", s, uintptr(s), uintptr(p+0x100))
+	// Output: stream 0x7f3a10, back 0x7f3a10, address 0x7f0000200100
 }

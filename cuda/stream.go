@@ -27,7 +27,8 @@ func (d *Device) StreamCreate(flags StreamFlags) (Stream, error) {
 	if flags&^StreamNonBlocking != 0 {
 		return 0, fmt.Errorf("%w: stream flags %#x", ErrInvalidValue, uint32(flags))
 	}
-	return in.StreamCreate(flags&StreamNonBlocking != 0)
+	st, err := in.StreamCreate(flags&StreamNonBlocking != 0)
+	return Stream(st), err
 }
 
 // StreamCreateWithPriority creates a stream with a scheduling priority from
@@ -43,7 +44,8 @@ func (d *Device) StreamCreateWithPriority(flags StreamFlags, priority int) (Stre
 	if flags&^StreamNonBlocking != 0 {
 		return 0, fmt.Errorf("%w: stream flags %#x", ErrInvalidValue, uint32(flags))
 	}
-	return in.StreamCreateWithPriority(flags&StreamNonBlocking != 0, priority)
+	st, err := in.StreamCreateWithPriority(flags&StreamNonBlocking != 0, priority)
+	return Stream(st), err
 }
 
 // StreamPriorityRange returns the device's stream priorities: least is the lowest and
@@ -62,24 +64,24 @@ func (d *Device) StreamPriorityRange() (least, greatest int, err error) {
 // wait for it on the second). An event never recorded is complete already: the call is then
 // a no-op.
 func (d *Device) StreamWaitEvent(s Stream, ev Event) error {
-	return d.do(func(in *icuda.Device) error { return in.StreamWaitEvent(s, ev) })
+	return d.do(func(in *icuda.Device) error { return in.StreamWaitEvent(uintptr(s), uintptr(ev)) })
 }
 
 // StreamSynchronize waits until all work queued on s has completed.
 func (d *Device) StreamSynchronize(s Stream) error {
-	return d.do(func(in *icuda.Device) error { return in.StreamSynchronize(s) })
+	return d.do(func(in *icuda.Device) error { return in.StreamSynchronize(uintptr(s)) })
 }
 
 // StreamQuery returns nil when all work queued on s has completed, and an error matching
 // ErrNotReady while some is pending.
 func (d *Device) StreamQuery(s Stream) error {
-	return d.do(func(in *icuda.Device) error { return in.StreamQuery(s) })
+	return d.do(func(in *icuda.Device) error { return in.StreamQuery(uintptr(s)) })
 }
 
 // StreamDestroy destroys a stream from StreamCreate; work queued on it still completes. A heap
 // that has seen the stream must forget it first (device.Heap.ForgetStream).
 func (d *Device) StreamDestroy(s Stream) error {
-	return d.do(func(in *icuda.Device) error { return in.StreamDestroy(s) })
+	return d.do(func(in *icuda.Device) error { return in.StreamDestroy(uintptr(s)) })
 }
 
 // EventCreate creates an event for ordering work (timing disabled, the cheap kind). Destroy
@@ -89,29 +91,30 @@ func (d *Device) EventCreate() (Event, error) {
 	if err != nil {
 		return 0, err
 	}
-	return in.EventCreate(true)
+	ev, err := in.EventCreate(true)
+	return Event(ev), err
 }
 
 // EventRecord records ev on stream s: the event completes when the work queued on s before it
 // has completed. An event may be recorded again; waits and queries see the latest record.
 func (d *Device) EventRecord(ev Event, s Stream) error {
-	return d.do(func(in *icuda.Device) error { return in.EventRecord(ev, s) })
+	return d.do(func(in *icuda.Device) error { return in.EventRecord(uintptr(ev), uintptr(s)) })
 }
 
 // EventQuery returns nil when ev has completed (or was never recorded), and an error matching
 // ErrNotReady while the work before it is pending.
 func (d *Device) EventQuery(ev Event) error {
-	return d.do(func(in *icuda.Device) error { return in.EventQuery(ev) })
+	return d.do(func(in *icuda.Device) error { return in.EventQuery(uintptr(ev)) })
 }
 
 // EventSynchronize waits until ev has completed.
 func (d *Device) EventSynchronize(ev Event) error {
-	return d.do(func(in *icuda.Device) error { return in.EventSynchronize(ev) })
+	return d.do(func(in *icuda.Device) error { return in.EventSynchronize(uintptr(ev)) })
 }
 
 // EventDestroy destroys an event from EventCreate.
 func (d *Device) EventDestroy(ev Event) error {
-	return d.do(func(in *icuda.Device) error { return in.EventDestroy(ev) })
+	return d.do(func(in *icuda.Device) error { return in.EventDestroy(uintptr(ev)) })
 }
 
 // do calls f with the Device inside d, or returns the error of a nil or zero d.

@@ -41,7 +41,7 @@ func (p *Managed) Zero(addr, size uintptr) error { return p.memset(addr, size) }
 // Prefetch queues a migration of [addr, addr+n) to loc (a device's Location, or
 // cuda.HostLocation()) on stream s, with the CUDA 12.2+ cuMemPrefetchAsync_v2.
 func (p *Managed) Prefetch(addr, n uintptr, loc cuda.Location, s cuda.Stream) error {
-	if err := p.dev.MemPrefetchAsync(addr, n, memLocation(loc), s); err != nil {
+	if err := p.dev.MemPrefetchAsync(addr, n, memLocation(loc), uintptr(s)); err != nil {
 		return fmt.Errorf("%w: prefetch %d bytes at %#x to %+v: %w", arena.ErrInvalid, n, addr, loc, err)
 	}
 	return nil

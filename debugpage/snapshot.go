@@ -2,14 +2,15 @@ package debugpage
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"io"
 )
 
 // ErrSnapshot means a file that is not a snapshot this package can show: not JSON, not the
 // document stats.json serves, or of another format version.
-var ErrSnapshot = errors.New("debugpage: not a snapshot")
+var ErrSnapshot = errkind.New(pinmalloc.ErrInvalid, "debugpage: not a snapshot")
 
 // Snapshot reads a snapshot saved from stats.json (the page's "download a snapshot" link, or
 // stats.json?download=1) and returns a handler that serves it as it was: the page, map.svg and

@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -25,7 +26,7 @@ func BenchmarkFakeStagedCopy(b *testing.B) {
 	b.Cleanup(func() { must(b, "pool Close", pool.Close()) })
 	for _, n := range []int{4 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
-			d, err := h.Alloc(uintptr(n), s)
+			d, err := h.Alloc(int(n), pcuda.Stream(s))
 			must(b, "Alloc", err)
 			events := f.Stat(fakecuda.EventRecords)
 			b.ReportAllocs()
@@ -33,7 +34,7 @@ func BenchmarkFakeStagedCopy(b *testing.B) {
 			for i := range b.N {
 				buf, err := pool.Alloc(n)
 				if err == nil {
-					err = h.HtoDAsync(d, buf, s)
+					err = h.HtoDAsync(d, buf, pcuda.Stream(s))
 				}
 				if err == nil {
 					err = pool.Free(buf)

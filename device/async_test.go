@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"runtime"
 	"sync"
 	"testing"
@@ -49,15 +50,15 @@ func TestFakeAsyncGoSourceGC(t *testing.T) {
 				junk = append(junk, bytes.Repeat([]byte{0xEE}, n))
 			}
 		}
-		must(t, "HtoDAsync", h.HtoDAsync(d, src, s)) // src is dead from here on
+		must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(d), src, pcuda.Stream(s))) // src is dead from here on
 		afterAddr, junk = nil, nil
 		must(t, "StreamSynchronize", dev.StreamSynchronize(s))
 		got := make([]byte, n)
-		must(t, "DtoH", h.DtoH(got, d))
+		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(d)))
 		if want := goBytes(n, byte(i)); !bytes.Equal(got, want) {
 			t.Fatalf("copy %d of %d bytes from a fresh Go slice: the device holds other bytes (first difference at %d)", i, n, firstDiff(got, want))
 		}
-		must(t, "Free", h.Free(d))
+		must(t, "Free", h.Free(pcuda.DevicePtr(d)))
 	}
 }
 
@@ -142,15 +143,15 @@ func stress(h *Heap, pool *pinned.Pool, frees chan<- []byte, dev *cuda.Device, s
 	for r := range rounds {
 		n := 1 + (r*7919+g*104729)%(4<<20)
 		seed := byte(g*31 + r)
-		d1, err := h.Alloc(uintptr(n), s)
+		d1, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err != nil {
 			return err
 		}
-		d2, err := h.Alloc(uintptr(n), s)
+		d2, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err != nil {
 			return err
 		}
-		if err := h.HtoDAsync(d1, goBytes(n, seed), s); err != nil {
+		if err := h.HtoDAsync(d1, goBytes(n, seed), pcuda.Stream(s)); err != nil {
 			return err
 		}
 		b, err := pool.Alloc(n)
@@ -158,7 +159,7 @@ func stress(h *Heap, pool *pinned.Pool, frees chan<- []byte, dev *cuda.Device, s
 			return err
 		}
 		copy(b, goBytes(n, seed+1))
-		if err := h.HtoDAsync(d2, b, s); err != nil {
+		if err := h.HtoDAsync(d2, b, pcuda.Stream(s)); err != nil {
 			return err
 		}
 		if r%2 == 0 {
@@ -179,7 +180,7 @@ func stress(h *Heap, pool *pinned.Pool, frees chan<- []byte, dev *cuda.Device, s
 			return err
 		}
 		got := make([]byte, n)
-		if err := h.DtoHAsync(got, d1, s); err != nil { // pageable: written before it returns
+		if err := h.DtoHAsync(got, d1, pcuda.Stream(s)); err != nil { // pageable: written before it returns
 			return err
 		}
 		if err := check("from Go memory", got, n, seed, r); err != nil {
@@ -189,7 +190,7 @@ func stress(h *Heap, pool *pinned.Pool, frees chan<- []byte, dev *cuda.Device, s
 		if err != nil {
 			return err
 		}
-		if err := h.DtoHAsync(c, d2, s); err != nil {
+		if err := h.DtoHAsync(c, d2, pcuda.Stream(s)); err != nil {
 			return err
 		}
 		if err := dev.StreamSynchronize(s); err != nil {
@@ -198,10 +199,10 @@ func stress(h *Heap, pool *pinned.Pool, frees chan<- []byte, dev *cuda.Device, s
 		if err := check("from a freed pool buffer", c, n, seed+1, r); err != nil {
 			return err
 		}
-		if err := pool.FreeAsync(c, s); err != nil {
+		if err := pool.FreeAsync(c, pcuda.Stream(s)); err != nil {
 			return err
 		}
-		if err := errors.Join(h.FreeAsync(d1, s), h.FreeAsync(d2, s)); err != nil {
+		if err := errors.Join(h.FreeAsync(d1, pcuda.Stream(s)), h.FreeAsync(d2, pcuda.Stream(s))); err != nil {
 			return err
 		}
 	}

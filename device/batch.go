@@ -72,6 +72,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -146,15 +147,15 @@ type BatchOptions struct {
 // Errors of the Batcher.
 var (
 	// ErrInvalidJob means a job with a zero length, a zero address, or a range that wraps.
-	ErrInvalidJob = pinmalloc.NewError(pinmalloc.ErrInvalid, "device: invalid copy job")
+	ErrInvalidJob = errkind.New(pinmalloc.ErrInvalid, "device: invalid copy job")
 	// ErrOverlap means two jobs of one batch whose destinations overlap, or a destination that
 	// overlaps a source.
-	ErrOverlap = errors.New("device: overlapping copy jobs")
+	ErrOverlap = errkind.New(pinmalloc.ErrInvalid, "device: overlapping copy jobs")
 	// ErrMethodUnsupported means the driver cannot do the method asked for; the error wraps
 	// the driver's reason.
-	ErrMethodUnsupported = errors.New("device: copy method not supported by the driver")
+	ErrMethodUnsupported = errkind.New(pinmalloc.ErrNotSupported, "device: copy method not supported by the driver")
 	// ErrBatcherClosed means the Batcher was used after Close.
-	ErrBatcherClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "device: batcher closed")
+	ErrBatcherClosed = errkind.New(pinmalloc.ErrClosed, "device: batcher closed")
 )
 
 const (
@@ -167,11 +168,11 @@ const (
 
 // stage is a staging buffer for a kernel's job array: pinned host memory mapped for the device.
 type stage struct {
-	host uintptr        // host address, written by Copy
-	dptr cuda.DevicePtr // the device's address of the same memory
-	jobs int            // capacity in jobs
-	ev   cuda.Event     // recorded after the launch that reads the buffer
-	busy bool           // ev was recorded and may not have completed
+	host uintptr         // host address, written by Copy
+	dptr icuda.DevicePtr // the device's address of the same memory
+	jobs int             // capacity in jobs
+	ev   icuda.Event     // recorded after the launch that reads the buffer
+	busy bool            // ev was recorded and may not have completed
 }
 
 // Batcher moves batches of copy jobs with one kernel launch, one batch call or one copy per
@@ -194,7 +195,7 @@ type Batcher struct {
 
 	mu     sync.Mutex
 	closed bool
-	side   cuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
+	side   icuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
 	fences *icuda.EventPool
 	stages []*stage // FIFO: stages[0] is the least recently used
 
@@ -495,17 +496,17 @@ func (b *Batcher) launch(jobs []CopyJob, s cuda.Stream) error {
 	}
 	on := s
 	if b.side != 0 {
-		if err := b.fence(s, b.side); err != nil {
+		if err := b.fence(s, cuda.Stream(b.side)); err != nil {
 			return err
 		}
-		on = b.side
+		on = cuda.Stream(b.side)
 	}
-	err = b.dev.LaunchKernel(b.fn, icuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, icuda.Dim3{X: uint32(b.threads), Y: 1, Z: 1}, 0, on,
+	err = b.dev.LaunchKernel(b.fn, icuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, icuda.Dim3{X: uint32(b.threads), Y: 1, Z: 1}, 0, uintptr(on),
 		uint64(st.dptr), uint64(len(jobs)))
 	if err != nil {
 		return fmt.Errorf("device: kernel copy of %d jobs: %w", len(jobs), err)
 	}
-	if err := b.dev.EventRecord(st.ev, on); err != nil {
+	if err := b.dev.EventRecord(st.ev, uintptr(on)); err != nil {
 		return fmt.Errorf("device: kernel copy of %d jobs: recording its staging event: %w", len(jobs), err)
 	}
 	st.busy = true
@@ -522,10 +523,10 @@ func (b *Batcher) fence(from, to cuda.Stream) error {
 		return err
 	}
 	defer b.fences.Put(ev) // a wait already queued is not affected by a later record
-	if err := b.dev.EventRecord(ev, from); err != nil {
+	if err := b.dev.EventRecord(ev, uintptr(from)); err != nil {
 		return fmt.Errorf("device: ordering streams: %w", err)
 	}
-	if err := b.dev.StreamWaitEvent(to, ev); err != nil {
+	if err := b.dev.StreamWaitEvent(uintptr(to), ev); err != nil {
 		return fmt.Errorf("device: ordering streams: %w", err)
 	}
 	return nil
@@ -624,12 +625,12 @@ func (b *Batcher) batch(jobs []CopyJob, s cuda.Stream) error {
 			}
 			b.side = side
 		}
-		if err := b.fence(s, b.side); err != nil {
+		if err := b.fence(s, cuda.Stream(b.side)); err != nil {
 			return err
 		}
-		on = b.side
+		on = cuda.Stream(b.side)
 	}
-	if err := b.dev.MemcpyBatchAsync(b.dsts, b.srcs, b.sizes, 0, on); err != nil {
+	if err := b.dev.MemcpyBatchAsync(b.dsts, b.srcs, b.sizes, 0, uintptr(on)); err != nil {
 		return fmt.Errorf("device: batch copy of %d jobs: %w", len(jobs), err)
 	}
 	if on != s {
@@ -641,7 +642,7 @@ func (b *Batcher) batch(jobs []CopyJob, s cuda.Stream) error {
 // perCopy queues one cuMemcpyAsync per job.
 func (b *Batcher) perCopy(jobs []CopyJob, s cuda.Stream) error {
 	for i, j := range jobs {
-		if err := b.dev.MemcpyAsync(j.Dst, j.Src, j.Len, s); err != nil {
+		if err := b.dev.MemcpyAsync(j.Dst, j.Src, j.Len, uintptr(s)); err != nil {
 			return fmt.Errorf("device: copy job %d of %d (%d bytes from %#x to %#x; earlier jobs are queued): %w",
 				i, len(jobs), j.Len, j.Src, j.Dst, err)
 		}

@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math/rand/v2"
 	"testing"
 
@@ -65,7 +66,7 @@ func benchBatcher(b *testing.B, dev *cuda.Device, gpu bool) {
 					b.ResetTimer()
 					cpu0 := cpuTime(b)
 					for i := 0; i < b.N; i++ {
-						if err := bt.Copy(jobs, s); err != nil {
+						if err := bt.Copy(jobs, pcuda.Stream(s)); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -6,6 +6,7 @@ package device
 //	device.test -test.v -test.run CUDABatcher -test.bench CUDABatcher -test.benchtime 20x
 
 import (
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"testing"
 	"time"
 
@@ -169,7 +170,7 @@ func BenchmarkCUDABatcherInterference(b *testing.B) {
 				m, g := computeTime(b, func() (int, error) {
 					const batches = 32 // 512 MiB of copies: about 10 ms, longer than the compute kernel
 					for j := 0; j < batches; j++ {
-						if err := bt.Copy(jobs, cp); err != nil {
+						if err := bt.Copy(jobs, pcuda.Stream(cp)); err != nil {
 							return j, err
 						}
 					}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -110,8 +111,8 @@ func roundTrip(t testing.TB, dev *cuda.Device, b *Batcher, s cuda.Stream, seed u
 		up[i] = CopyJob{Dst: d + devOff[i], Src: in + inOff[i], Len: sz}
 		down[i] = CopyJob{Dst: out + outOff[i], Src: d + devOff[i], Len: sz}
 	}
-	must(t, "Copy host→device", b.Copy(up, s))
-	must(t, "Copy device→host", b.Copy(down, s))
+	must(t, "Copy host→device", b.Copy(up, pcuda.Stream(s)))
+	must(t, "Copy device→host", b.Copy(down, pcuda.Stream(s)))
 	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
 	dst := mem.Bytes(out, outTotal)
 	for i, sz := range sizes {
@@ -198,7 +199,7 @@ func TestBatcherOptions(t *testing.T) {
 	// not complete the side stream.
 	host, d := hostMem(t, dev, 1<<20), devMem(t, dev, 1<<20)
 	f.Hold(true)
-	must(t, "Copy held", low.Copy([]CopyJob{{Dst: d, Src: host, Len: 4096}}, s))
+	must(t, "Copy held", low.Copy([]CopyJob{{Dst: d, Src: host, Len: 4096}}, pcuda.Stream(s)))
 	if err := dev.StreamQuery(s); !errors.Is(err, cuda.ErrNotReady) {
 		t.Errorf("caller's stream after a held low-priority copy: %v, want not ready", err)
 	}
@@ -376,7 +377,7 @@ func TestBatcherStaging(t *testing.T) {
 	host, d := hostMem(t, dev, 8<<20), devMem(t, dev, 8<<20)
 	f.Hold(true)
 	for i := 0; i < 2*maxStages; i++ {
-		must(t, "Copy", b.Copy([]CopyJob{{Dst: d + uintptr(i)*4096, Src: host + uintptr(i)*4096, Len: 4096}}, s))
+		must(t, "Copy", b.Copy([]CopyJob{{Dst: d + uintptr(i)*4096, Src: host + uintptr(i)*4096, Len: 4096}}, pcuda.Stream(s)))
 		if len(b.stages) > maxStages {
 			t.Fatalf("%d staging buffers", len(b.stages))
 		}
@@ -390,7 +391,7 @@ func TestBatcherStaging(t *testing.T) {
 	for i := range big {
 		big[i] = CopyJob{Dst: d + uintptr(i)*1024, Src: host + uintptr(i)*1024, Len: 1024}
 	}
-	must(t, "Copy of a big batch", b.Copy(big, s))
+	must(t, "Copy of a big batch", b.Copy(big, pcuda.Stream(s)))
 	if last := b.stages[len(b.stages)-1]; last.jobs < len(big) {
 		t.Errorf("staging buffer of %d jobs for a batch of %d", last.jobs, len(big))
 	}
@@ -430,11 +431,11 @@ func TestBatcherConcurrent(t *testing.T) {
 						up[i] = CopyJob{Dst: d + uintptr(p)*4096, Src: host + uintptr(i)*4096, Len: 4096}
 						down[i] = CopyJob{Dst: host + blocks*4096 + uintptr(i)*4096, Src: d + uintptr(p)*4096, Len: 4096}
 					}
-					if err := b.Copy(up, s); err != nil {
+					if err := b.Copy(up, pcuda.Stream(s)); err != nil {
 						errs <- err
 						return
 					}
-					if err := b.Copy(down, s); err != nil {
+					if err := b.Copy(down, pcuda.Stream(s)); err != nil {
 						errs <- err
 						return
 					}

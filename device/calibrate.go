@@ -173,11 +173,11 @@ func forgetCalibrations() {
 // calRun is what the calibration allocated.
 type calRun struct {
 	b        *Batcher
-	host     uintptr        // calBytes of pinned host memory
-	hostDev  cuda.DevicePtr // its device address
-	dev      cuda.DevicePtr // calBytes of device memory
-	s        cuda.Stream
-	e0, e1   cuda.Event
+	host     uintptr         // calBytes of pinned host memory
+	hostDev  icuda.DevicePtr // its device address
+	dev      icuda.DevicePtr // calBytes of device memory
+	s        icuda.Stream
+	e0, e1   icuda.Event
 	up, down []CopyJob
 }
 
@@ -258,7 +258,7 @@ func (r *calRun) free() error {
 	if r.s != 0 {
 		errs = append(errs, d.StreamSynchronize(r.s), d.StreamDestroy(r.s))
 	}
-	for _, ev := range []cuda.Event{r.e0, r.e1} {
+	for _, ev := range []icuda.Event{r.e0, r.e1} {
 		if ev != 0 {
 			errs = append(errs, d.EventDestroy(ev))
 		}
@@ -303,11 +303,11 @@ func (r *calRun) time(m CopyMethod) (float64, error) {
 			var err error
 			switch m {
 			case MethodKernel:
-				err = r.b.launch(jobs, r.s)
+				err = r.b.launch(jobs, cuda.Stream(r.s))
 			case MethodBatchAPI:
-				err = r.b.batch(jobs, r.s)
+				err = r.b.batch(jobs, cuda.Stream(r.s))
 			default:
-				err = r.b.perCopy(jobs, r.s)
+				err = r.b.perCopy(jobs, cuda.Stream(r.s))
 			}
 			if err != nil {
 				return err

@@ -38,7 +38,7 @@ func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
 		return err
 	}
 	return h.hostCopy(src, "HtoD copy", func(addr uintptr) error {
-		return h.syncLegacy(h.dev.MemcpyHtoD(dst, addr, uintptr(len(src))))
+		return h.syncLegacy(h.dev.MemcpyHtoD(uintptr(dst), addr, uintptr(len(src))))
 	})
 }
 
@@ -47,18 +47,22 @@ func (h *Heap) DtoH(dst []byte, src cuda.DevicePtr) error {
 	if err := h.checkCopy("DtoH copy", uintptr(len(dst)), src); err != nil {
 		return err
 	}
-	return h.hostCopy(dst, "DtoH copy", func(addr uintptr) error { return h.dev.MemcpyDtoH(addr, src, uintptr(len(dst))) })
+	return h.hostCopy(dst, "DtoH copy", func(addr uintptr) error { return h.dev.MemcpyDtoH(addr, uintptr(src), uintptr(len(dst))) })
 }
 
-// DtoD copies n bytes between device addresses and returns when the copy is done.
-func (h *Heap) DtoD(dst, src cuda.DevicePtr, n uintptr) error {
+// DtoD copies size bytes between device addresses and returns when the copy is done.
+func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
+	n, err := copySize("DtoD copy", size)
+	if err != nil {
+		return err
+	}
 	if err := h.checkCopy("DtoD copy", n, dst, src); err != nil {
 		return err
 	}
 	if n == 0 {
 		return nil
 	}
-	return wrapCopy("DtoD copy", n, h.syncLegacy(h.dev.MemcpyDtoD(dst, src, n)))
+	return wrapCopy("DtoD copy", n, h.syncLegacy(h.dev.MemcpyDtoD(uintptr(dst), uintptr(src), n)))
 }
 
 // syncLegacy waits, after a synchronous copy or memset that succeeded (err nil), for the legacy
@@ -83,7 +87,7 @@ func (h *Heap) HtoDAsync(dst cuda.DevicePtr, src []byte, s cuda.Stream) error {
 	if err := h.checkAsync(s, "HtoD copy", uintptr(len(src)), dst); err != nil || len(src) == 0 {
 		return err
 	}
-	return h.hostAsync("HtoD copy", src, s, func(addr, n uintptr) error { return h.dev.MemcpyHtoDAsync(dst, addr, n, s) })
+	return h.hostAsync("HtoD copy", src, s, func(addr, n uintptr) error { return h.dev.MemcpyHtoDAsync(uintptr(dst), addr, n, uintptr(s)) })
 }
 
 // DtoHAsync queues a copy of len(dst) bytes of device memory at src to dst on stream s. A dst
@@ -94,17 +98,25 @@ func (h *Heap) DtoHAsync(dst []byte, src cuda.DevicePtr, s cuda.Stream) error {
 	if err := h.checkAsync(s, "DtoH copy", uintptr(len(dst)), src); err != nil || len(dst) == 0 {
 		return err
 	}
-	return h.hostAsync("DtoH copy", dst, s, func(addr, n uintptr) error { return h.dev.MemcpyDtoHAsync(addr, src, n, s) })
+	return h.hostAsync("DtoH copy", dst, s, func(addr, n uintptr) error { return h.dev.MemcpyDtoHAsync(addr, uintptr(src), n, uintptr(s)) })
 }
 
-// DtoDAsync queues a copy of n bytes between device addresses on stream s.
-func (h *Heap) DtoDAsync(dst, src cuda.DevicePtr, n uintptr, s cuda.Stream) error {
-	return h.asyncCopy(s, "DtoD copy", n, []cuda.DevicePtr{dst, src}, func() error { return h.dev.MemcpyDtoDAsync(dst, src, n, s) })
+// DtoDAsync queues a copy of size bytes between device addresses on stream s.
+func (h *Heap) DtoDAsync(dst, src cuda.DevicePtr, size int, s cuda.Stream) error {
+	n, err := copySize("DtoD copy", size)
+	if err != nil {
+		return err
+	}
+	return h.asyncCopy(s, "DtoD copy", n, []cuda.DevicePtr{dst, src}, func() error { return h.dev.MemcpyDtoDAsync(uintptr(dst), uintptr(src), n, uintptr(s)) })
 }
 
-// MemsetAsync queues setting n bytes of device memory at p to v on stream s.
-func (h *Heap) MemsetAsync(p cuda.DevicePtr, v byte, n uintptr, s cuda.Stream) error {
-	return h.asyncCopy(s, "memset", n, []cuda.DevicePtr{p}, func() error { return h.dev.MemsetD8Async(p, v, n, s) })
+// MemsetAsync queues setting size bytes of device memory at p to v on stream s.
+func (h *Heap) MemsetAsync(p cuda.DevicePtr, v byte, size int, s cuda.Stream) error {
+	n, err := copySize("memset", size)
+	if err != nil {
+		return err
+	}
+	return h.asyncCopy(s, "memset", n, []cuda.DevicePtr{p}, func() error { return h.dev.MemsetD8Async(uintptr(p), v, n, uintptr(s)) })
 }
 
 // hostCopy runs a synchronous copy to or from b with b pinned (see pinHost).
@@ -131,7 +143,7 @@ func (h *Heap) hostAsync(what string, b []byte, s cuda.Stream, queue func(addr, 
 	if afterAddr != nil {
 		afterAddr()
 	}
-	_, err := hostuse.Record(addr, n, s, h.dev.Context())
+	_, err := hostuse.Record(addr, n, uintptr(s), h.dev.Context())
 	wait := errors.Is(err, hostuse.ErrOtherContext)
 	if wait {
 		err = nil
@@ -140,7 +152,7 @@ func (h *Heap) hostAsync(what string, b []byte, s cuda.Stream, queue func(addr, 
 		err = queue(addr, n)
 	}
 	if err == nil && wait {
-		err = h.dev.StreamSynchronize(s)
+		err = h.dev.StreamSynchronize(uintptr(s))
 	}
 	pin.Unpin()
 	return wrapCopy(what, n, err)
@@ -226,4 +238,13 @@ func wrapCopy[N int | uintptr](what string, n N, err error) error {
 		return fmt.Errorf("device: %s of %d bytes: %w", what, n, err)
 	}
 	return nil
+}
+
+// copySize returns a copy's or memset's size as the driver takes it; a negative size is
+// refused with an error wrapping ErrOutOfBounds.
+func copySize(what string, size int) (uintptr, error) {
+	if size < 0 {
+		return 0, fmt.Errorf("%w: %s of %d bytes", ErrOutOfBounds, what, size)
+	}
+	return uintptr(size), nil
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -46,9 +47,9 @@ func streamOrderedReuse(t *testing.T, dev *cuda.Device, h *Heap, big uintptr, co
 	for ; ; copies *= 2 {
 		p := alloc(t, h, 4096, a)
 		for i := 0; i < copies; i++ {
-			must(t, "DtoDAsync", h.DtoDAsync(dst, src, big, b))
+			must(t, "DtoDAsync", h.DtoDAsync(pcuda.DevicePtr(dst), pcuda.DevicePtr(src), int(big), pcuda.Stream(b)))
 		}
-		must(t, "FreeAsync on b", h.FreeAsync(p, b))
+		must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
 		q := alloc(t, h, 4096, a)
 		live = append(live, q)
 		err := dev.StreamQuery(b)
@@ -65,7 +66,7 @@ func streamOrderedReuse(t *testing.T, dev *cuda.Device, h *Heap, big uintptr, co
 				t.Errorf("after b finished the block was not reused: %#x, want %#x", r, p)
 				live = append(live, r)
 			} else {
-				must(t, "FreeAsync", h.FreeAsync(r, a))
+				must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(r), pcuda.Stream(a)))
 			}
 			break
 		}
@@ -75,10 +76,10 @@ func streamOrderedReuse(t *testing.T, dev *cuda.Device, h *Heap, big uintptr, co
 		t.Logf("b finished %d copies of %d MiB before a's allocation: again with twice as many", copies, big>>20)
 	}
 	for _, q := range live {
-		must(t, "Free", h.Free(q))
+		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
 	}
-	must(t, "FreeAsync", h.FreeAsync(src, b))
-	must(t, "FreeAsync", h.FreeAsync(dst, b))
+	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(src), pcuda.Stream(b)))
+	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(dst), pcuda.Stream(b)))
 }
 
 // TestCUDARoundTrip writes blocks of several sizes to the device and reads them back.
@@ -89,12 +90,12 @@ func TestCUDARoundTrip(t *testing.T) {
 		src := bytes.Repeat([]byte{byte(n), 7, 42}, int(n/3)+1)[:n]
 		got := make([]byte, n)
 		p := alloc(t, h, n, 0)
-		must(t, "HtoD", h.HtoD(p, src))
-		must(t, "DtoH", h.DtoH(got, p))
+		must(t, "HtoD", h.HtoD(pcuda.DevicePtr(p), src))
+		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(p)))
 		if !bytes.Equal(got, src) {
 			t.Errorf("%d bytes: the round trip changed the data", n)
 		}
-		must(t, "Free", h.Free(p))
+		must(t, "Free", h.Free(pcuda.DevicePtr(p)))
 	}
 }
 
@@ -107,13 +108,13 @@ func BenchmarkCUDAHeapAllocFree(b *testing.B) {
 	s, err := dev.StreamCreate(true)
 	must(b, "StreamCreate", err)
 	benchPairs(b, func(n uintptr) error {
-		p, err := h.Alloc(n, s)
+		p, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err != nil {
 			return err
 		}
-		return h.FreeAsync(p, s)
+		return h.FreeAsync(p, pcuda.Stream(s))
 	})
-	must(b, "ForgetStream", h.ForgetStream(s))
+	must(b, "ForgetStream", h.ForgetStream(pcuda.Stream(s)))
 	must(b, "Close", h.Close())
 	must(b, "StreamDestroy", dev.StreamDestroy(s))
 }

@@ -4,6 +4,23 @@
 // at once by later work on that stream, and by other streams only once the device has passed
 // the free.
 //
+// # Use
+//
+//	dev, err := cuda.Open(0)
+//	...
+//	defer dev.Close()
+//	s, err := dev.StreamCreate(cuda.StreamNonBlocking)
+//	...
+//	h, err := device.New(dev, device.Options{Capacity: 64 << 20})
+//	...
+//	defer h.Close()
+//	p, err := h.Alloc(1<<20, s)  // a block for work on s
+//	err = h.HtoDAsync(p, src, s) // a copy queued on s (src in Go memory is read before it returns)
+//	err = h.FreeAsync(p, s)      // s may reuse p at once, other streams once s has passed the free
+//	err = dev.StreamSynchronize(s)
+//
+// TestPackageUse runs this on the fake driver (package cuda/cudatest), where no GPU is needed.
+//
 // # Design
 //
 // A Heap keeps one heap.Heap per stream it has seen, all in one heap.Group over one arena of
@@ -72,7 +89,8 @@
 // # Streams
 //
 // Streams and device pointers cross the API as raw handles (cuda.Stream and cuda.DevicePtr are
-// uintptr), so a program using gorgonia.org/cu, cgo or another binding passes its own streams.
+// types of their own over uintptr), so a program using gorgonia.org/cu, cgo or another binding
+// passes its own streams with one conversion, cuda.Stream(raw).
 // 0 is the legacy default stream. A stream is checked with cuStreamQuery the first time the
 // heap sees it; a handle the driver rejects is refused with an error wrapping ErrInvalidStream.
 // Before destroying a stream the heap has seen, call ForgetStream.
@@ -97,6 +115,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/heap"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -113,13 +132,13 @@ const (
 var (
 	// ErrBusy means Close found frees waiting for their event, or work in flight on a stream
 	// the heap has seen; nothing was released.
-	ErrBusy = errors.New("device: work in flight")
+	ErrBusy = errkind.New(pinmalloc.ErrBusy, "device: work in flight")
 	// ErrInvalidStream means the driver does not know the stream handle.
-	ErrInvalidStream = pinmalloc.NewError(pinmalloc.ErrInvalidStream, "device: invalid stream")
+	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "device: invalid stream")
 	// ErrClosed means the heap was used after Close.
-	ErrClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "device: heap closed")
+	ErrClosed = errkind.New(pinmalloc.ErrClosed, "device: heap closed")
 	// ErrInvalidOptions means Options that cannot work.
-	ErrInvalidOptions = pinmalloc.NewError(pinmalloc.ErrInvalid, "device: invalid options")
+	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "device: invalid options")
 	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, or cgo is off).
 	ErrNoDriver = cuda.ErrNoDriver
 	// ErrNoDevice means the driver found no such device.
@@ -133,10 +152,10 @@ var (
 // Options configures a Heap. The zero value is ready to use.
 type Options struct {
 	// Align is the alignment of every block: a power of two from 256 to 32768 (default 256).
-	Align uintptr
+	Align int
 	// Capacity caps the heap's device memory. Zero means cudamem.DefaultDeviceCapacity: 90 % of
 	// the memory free on the device when the heap is made.
-	Capacity uintptr
+	Capacity int
 	// Provider overrides where memory comes from (default cudamem.NewDevice of the
 	// device). It must serve memory the device can use: a device, managed or pinned host
 	// provider on the same device.
@@ -149,7 +168,7 @@ type Options struct {
 	ZeroOnFree bool
 	// Quota caps the bytes of the heap's live blocks (the sizes asked for; a deferred free
 	// counts until it is done); an Alloc beyond it fails with ErrQuota. Zero means no quota.
-	Quota uintptr
+	Quota int
 	// Pressure, if set, is the heap's pressure hook (see PressureFunc); SetPressure changes it
 	// later.
 	Pressure PressureFunc
@@ -167,12 +186,18 @@ type Options struct {
 // makes on that goroutine does not call it (pressure.go). s tells a hook its own allocations
 // apart: a uvm.Tier allocates on its own stream while holding its lock, and answers those
 // itself.
-type PressureFunc func(n uintptr, s cuda.Stream) bool
+type PressureFunc func(n int, s cuda.Stream) bool
 
 // pressureTries bounds the calls of Options.Pressure per Alloc.
 const pressureTries = 3
 
-// Heap allocates device memory with stream-ordered frees. See the package documentation.
+// Heap allocates device memory with stream-ordered frees: Alloc(size, s) gives a block for work
+// on stream s, and FreeAsync(p, s) frees it in s's order, so the block is reused by s at once
+// and by other streams only once the device has passed the free; Free frees at once when no
+// work in flight uses the block. HtoD, DtoH and their Async forms copy, checking that a range
+// stays within its block. Running out of memory, Alloc takes back what other streams hold and
+// then calls the pressure hook (SetPressure). A Heap is safe for concurrent use; Close it
+// before the cuda.Device. The package documentation says how the streams are kept apart.
 type Heap struct {
 	pub    *cuda.Device  // the device given to New (or opened: ownDev)
 	dev    *icuda.Device // the binding inside pub
@@ -230,6 +255,9 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	if o.Align < DefaultAlign || o.Align&(o.Align-1) != 0 {
 		return nil, fmt.Errorf("%w: alignment %d (want a power of two of at least %d)", ErrInvalidOptions, o.Align, DefaultAlign)
 	}
+	if o.Capacity < 0 || o.Quota < 0 {
+		return nil, fmt.Errorf("%w: capacity %d, quota %d (want 0 or more)", ErrInvalidOptions, o.Capacity, o.Quota)
+	}
 	prov := o.Provider
 	if prov == nil {
 		var err error
@@ -237,14 +265,14 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 			return nil, err
 		}
 	}
-	a, err := arena.New(arena.Options{Provider: prov, Capacity: o.Capacity, Align: o.Align, PurgeDelay: o.PurgeDelay, Logger: o.Logger})
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: uintptr(o.Capacity), Align: uintptr(o.Align), PurgeDelay: o.PurgeDelay, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
 	g, err := heap.NewGroup(a)
 	if err == nil { // a heap made and closed at once checks the alignment against the arena now
 		var probe *heap.Heap
-		if probe, err = g.NewHeap(heap.Options{Align: o.Align}); err == nil {
+		if probe, err = g.NewHeap(heap.Options{Align: uintptr(o.Align)}); err == nil {
 			err = probe.Close()
 		}
 	}
@@ -253,11 +281,11 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		return nil, err
 	}
 	h := &Heap{
-		pub: dev, dev: d, a: a, g: g, align: o.Align,
+		pub: dev, dev: d, a: a, g: g, align: uintptr(o.Align),
 		streams: map[cuda.Stream]*heap.Heap{},
 		seen:    map[cuda.Stream]bool{}, deferred: map[cuda.DevicePtr]bool{},
 		events: icuda.NewEventPool(d),
-		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: o.Quota},
+		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: uintptr(o.Quota)},
 	}
 	h.queue = streamq.New(d, h.events, h.finish)
 	h.SetPressure(o.Pressure)
@@ -301,12 +329,16 @@ func (h *Heap) Device() *cuda.Device { return h.pub }
 func (h *Heap) Arena() *arena.Arena { return h.a }
 
 // Align returns the alignment of every block.
-func (h *Heap) Align() uintptr { return h.align }
+func (h *Heap) Align() int { return int(h.align) }
 
-// Alloc returns a block of at least n bytes of device memory for use on stream s. Its contents
+// Alloc returns a block of at least size bytes of device memory for use on stream s. Its contents
 // are undefined. Out of memory, it calls Options.Pressure (see the package documentation);
 // inside that hook, it does not call it again and fails with ErrInPressureHook (pressure.go).
-func (h *Heap) Alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
+func (h *Heap) Alloc(size int, s cuda.Stream) (cuda.DevicePtr, error) {
+	if size < 0 {
+		return 0, fmt.Errorf("%w: %d bytes", heap.ErrInvalidSize, size)
+	}
+	n := uintptr(size)
 	p, err := h.alloc(n, s)
 	if err == nil || !outOfMemory(err) {
 		return p, err
@@ -346,7 +378,7 @@ func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	if h.quota > 0 {
 		h.used += n
 	}
-	return p, nil
+	return cuda.DevicePtr(p), nil
 }
 
 // outOfMemory reports an error that more memory could cure: the heap's capacity or the
@@ -392,7 +424,7 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 		return err
 	}
 	if owner == h.streams[s] {
-		size, err := h.g.Size(p)
+		size, err := h.g.Size(uintptr(p))
 		if err != nil {
 			return err
 		}
@@ -400,7 +432,7 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 			return h.free(owner, p)
 		}
 	}
-	if err := h.queue.Push(s, p); err != nil {
+	if err := h.queue.Push(uintptr(s), p); err != nil {
 		return fmt.Errorf("device: free of %#x on stream %#x: %w", p, s, err)
 	}
 	h.deferred[p] = true
@@ -443,10 +475,10 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if !h.seen[s] {
 		return nil
 	}
-	if err := h.dev.StreamSynchronize(s); err != nil {
+	if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
 		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
 	}
-	if err := h.queue.PollStream(s); err != nil {
+	if err := h.queue.PollStream(uintptr(s)); err != nil {
 		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)
 	}
 	if sh := h.streams[s]; sh != nil {
@@ -496,7 +528,7 @@ func (h *Heap) Close() error {
 		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, deferred)
 	}
 	for s := range h.seen {
-		if err := h.dev.StreamQuery(s); errors.Is(err, cuda.ErrNotReady) {
+		if err := h.dev.StreamQuery(uintptr(s)); errors.Is(err, cuda.ErrNotReady) {
 			return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
 		}
 	}
@@ -557,7 +589,7 @@ func (h *Heap) checkStream(s cuda.Stream) error {
 	if h.seen[s] {
 		return nil
 	}
-	if err := h.dev.StreamQuery(s); err != nil && !errors.Is(err, cuda.ErrNotReady) {
+	if err := h.dev.StreamQuery(uintptr(s)); err != nil && !errors.Is(err, cuda.ErrNotReady) {
 		return fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
 	}
 	h.seen[s] = true
@@ -579,7 +611,7 @@ func (h *Heap) heapFor(s cuda.Stream) (*heap.Heap, error) {
 
 // owner returns the stream heap of the live block at p.
 func (h *Heap) owner(p cuda.DevicePtr) (*heap.Heap, error) {
-	sh, err := h.g.Owner(p)
+	sh, err := h.g.Owner(uintptr(p))
 	if err != nil {
 		return nil, err
 	}
@@ -592,7 +624,7 @@ func (h *Heap) owner(p cuda.DevicePtr) (*heap.Heap, error) {
 // free gives p back to its heap, as its owner (h.mu makes every stream heap ours).
 func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 	size := h.liveSize(p)
-	if err := owner.Free(p); err != nil {
+	if err := owner.Free(uintptr(p)); err != nil {
 		return err
 	}
 	h.st.Frees++
@@ -629,7 +661,7 @@ func (h *Heap) reclaim() error {
 		if sh.Stats().Segments == 0 {
 			continue
 		}
-		if err := h.dev.StreamSynchronize(s); err != nil {
+		if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
 			errs = append(errs, fmt.Errorf("device: synchronize stream %#x: %w", s, err))
 			continue
 		}

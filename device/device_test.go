@@ -64,7 +64,7 @@ func newStream(t *testing.T, dev *cuda.Device, h *Heap) cuda.Stream {
 	must(t, "StreamCreate", err)
 	t.Cleanup(func() {
 		if !h.closed {
-			must(t, "ForgetStream", h.ForgetStream(s))
+			must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(s)))
 		}
 		must(t, "StreamDestroy", dev.StreamDestroy(s))
 	})
@@ -75,15 +75,15 @@ func newStream(t *testing.T, dev *cuda.Device, h *Heap) cuda.Stream {
 func freeAll(t *testing.T, h *Heap, ps []cuda.DevicePtr) {
 	t.Helper()
 	for _, p := range ps {
-		must(t, "Free", h.Free(p))
+		must(t, "Free", h.Free(pcuda.DevicePtr(p)))
 	}
 }
 
 func alloc(t *testing.T, h *Heap, n uintptr, s cuda.Stream) cuda.DevicePtr {
 	t.Helper()
-	p, err := h.Alloc(n, s)
+	p, err := h.Alloc(int(n), pcuda.Stream(s))
 	must(t, "Alloc", err)
-	return p
+	return uintptr(p)
 }
 
 func TestFakeStreamOrderedReuse(t *testing.T) {
@@ -103,14 +103,14 @@ func TestFakeStreamOrderedReuse(t *testing.T) {
 
 	// Same stream: reused at once, even with work pending on the stream.
 	p := alloc(t, h, 1000, a)
-	must(t, "MemsetAsync", h.MemsetAsync(p, 0, 1000, a))
-	must(t, "FreeAsync", h.FreeAsync(p, a))
+	must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 0, 1000, pcuda.Stream(a)))
+	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
 	if q := alloc(t, h, 1000, a); q != p {
 		t.Errorf("a block freed on its own stream was not reused at once: %#x, then %#x", p, q)
 	}
 
 	// Freed on another stream: reusable only once the event recorded on that stream is done.
-	must(t, "FreeAsync on b", h.FreeAsync(p, b))
+	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
 	if st := h.Stats(); st.Deferred != 1 || st.DeferredFrees != 1 {
 		t.Errorf("stats after a cross-stream free: %+v", st)
 	}
@@ -132,7 +132,7 @@ func TestFakeStreamOrderedReuse(t *testing.T) {
 		onB = append(onB, alloc(t, h, 8<<10, b))
 	}
 	for _, x := range onB {
-		must(t, "FreeAsync on b", h.FreeAsync(x, b))
+		must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(x), pcuda.Stream(b)))
 	}
 	lo := onB[0] &^ (2<<20 - 1)
 	for i := 0; i < 512; i++ {
@@ -143,7 +143,7 @@ func TestFakeStreamOrderedReuse(t *testing.T) {
 
 	// Huge blocks go back to the arena: deferred even on their own stream.
 	big := alloc(t, h, 4<<20, a)
-	must(t, "FreeAsync huge", h.FreeAsync(big, a))
+	must(t, "FreeAsync huge", h.FreeAsync(pcuda.DevicePtr(big), pcuda.Stream(a)))
 	if h.Stats().Deferred != 1 {
 		t.Errorf("a huge free on its own stream was not deferred")
 	}
@@ -172,20 +172,20 @@ func TestFakeClose(t *testing.T) {
 		t.Errorf("Close with a live block = %v", err)
 	}
 	f.Hold(true)
-	must(t, "FreeAsync", h.FreeAsync(p, 0)) // another stream: deferred
+	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), 0)) // another stream: deferred
 	if err := h.Close(); !errors.Is(err, ErrBusy) {
 		t.Errorf("Close with a free pending = %v", err)
 	}
 	must(t, "Sync", h.Sync())
 	buf := make([]byte, 100)
 	q := alloc(t, h, 100, s)
-	must(t, "HtoDAsync", h.HtoDAsync(q, buf, s))
-	must(t, "Free", h.Free(q))
+	must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(q), buf, pcuda.Stream(s)))
+	must(t, "Free", h.Free(pcuda.DevicePtr(q)))
 	if err := h.Close(); !errors.Is(err, ErrBusy) {
 		t.Errorf("Close with a copy in flight = %v", err)
 	}
 	f.Complete()
-	must(t, "ForgetStream", h.ForgetStream(s))
+	must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(s)))
 	must(t, "Close", h.Close())
 	if err := h.Close(); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Close = %v", err)
@@ -206,29 +206,29 @@ func TestFakeErrors(t *testing.T) {
 	h1 := newHeap(t, dev, Options{Capacity: 16 << 20})
 	h2 := newHeap(t, dev, Options{Capacity: 16 << 20})
 	p := alloc(t, h1, 512, 0)
-	if err := h2.Free(p); !errors.Is(err, heap.ErrNotOwned) {
+	if err := h2.Free(pcuda.DevicePtr(p)); !errors.Is(err, heap.ErrNotOwned) {
 		t.Errorf("Free into the wrong heap = %v", err)
 	}
-	if err := h2.FreeAsync(p, 0); !errors.Is(err, heap.ErrNotOwned) {
+	if err := h2.FreeAsync(pcuda.DevicePtr(p), 0); !errors.Is(err, heap.ErrNotOwned) {
 		t.Errorf("FreeAsync into the wrong heap = %v", err)
 	}
 	raw, err := dev.MemAlloc(4096)
 	must(t, "MemAlloc", err)
-	if err := h1.Free(raw); !errors.Is(err, heap.ErrNotOwned) {
+	if err := h1.Free(pcuda.DevicePtr(raw)); !errors.Is(err, heap.ErrNotOwned) {
 		t.Errorf("Free of a cuMemAlloc pointer = %v", err)
 	}
 	must(t, "MemFree", dev.MemFree(raw))
-	if err := h1.Free(p + 256); !errors.Is(err, heap.ErrInteriorPointer) {
+	if err := h1.Free(pcuda.DevicePtr(p + 256)); !errors.Is(err, heap.ErrInteriorPointer) {
 		t.Errorf("Free of an interior pointer = %v", err)
 	}
 	const bogus = cuda.Stream(0xdead0)
-	if _, err := h1.Alloc(64, bogus); !errors.Is(err, ErrInvalidStream) || !errors.Is(err, cuda.ErrInvalidHandle) {
+	if _, err := h1.Alloc(64, pcuda.Stream(bogus)); !errors.Is(err, ErrInvalidStream) || !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("Alloc on an invalid stream = %v", err)
 	}
-	if err := h1.FreeAsync(p, bogus); !errors.Is(err, ErrInvalidStream) {
+	if err := h1.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(bogus)); !errors.Is(err, ErrInvalidStream) {
 		t.Errorf("FreeAsync on an invalid stream = %v", err)
 	}
-	if err := h1.HtoDAsync(p, make([]byte, 8), bogus); !errors.Is(err, ErrInvalidStream) {
+	if err := h1.HtoDAsync(pcuda.DevicePtr(p), make([]byte, 8), pcuda.Stream(bogus)); !errors.Is(err, ErrInvalidStream) {
 		t.Errorf("HtoDAsync on an invalid stream = %v", err)
 	}
 	if _, err := h1.Alloc(0, 0); !errors.Is(err, heap.ErrInvalidSize) {
@@ -239,16 +239,16 @@ func TestFakeErrors(t *testing.T) {
 	}
 	f.Hold(true)
 	s := newStream(t, dev, h1)
-	must(t, "FreeAsync", h1.FreeAsync(p, s))
-	if err := h1.FreeAsync(p, s); !errors.Is(err, heap.ErrDoubleFree) {
+	must(t, "FreeAsync", h1.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+	if err := h1.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)); !errors.Is(err, heap.ErrDoubleFree) {
 		t.Errorf("second FreeAsync while the first waits = %v", err)
 	}
-	if err := h1.Free(p); !errors.Is(err, heap.ErrDoubleFree) {
+	if err := h1.Free(pcuda.DevicePtr(p)); !errors.Is(err, heap.ErrDoubleFree) {
 		t.Errorf("Free while a FreeAsync waits = %v", err)
 	}
 	f.Complete()
 	must(t, "Sync", h1.Sync())
-	if err := h1.Free(p); !errors.Is(err, heap.ErrDoubleFree) {
+	if err := h1.Free(pcuda.DevicePtr(p)); !errors.Is(err, heap.ErrDoubleFree) {
 		t.Errorf("Free after the deferred free = %v", err)
 	}
 	if _, err := New(nil, Options{}); !errors.Is(err, cuda.ErrNoDriver) {
@@ -271,10 +271,10 @@ func TestFakeCopies(t *testing.T) {
 	if a%4096 != 0 || b%4096 != 0 {
 		t.Errorf("blocks %#x, %#x not 4096-aligned", a, b)
 	}
-	must(t, "HtoD", h.HtoD(a, src))
-	must(t, "DtoD", h.DtoD(b, a, n))
+	must(t, "HtoD", h.HtoD(pcuda.DevicePtr(a), src))
+	must(t, "DtoD", h.DtoD(pcuda.DevicePtr(b), pcuda.DevicePtr(a), n))
 	got := make([]byte, n)
-	must(t, "DtoH", h.DtoH(got, b))
+	must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(b)))
 	if !bytes.Equal(got, src) {
 		t.Error("synchronous round trip changed the data")
 	}
@@ -283,17 +283,17 @@ func TestFakeCopies(t *testing.T) {
 	must(t, "mmap", err)
 	defer unix.Munmap(host)
 	copy(host, src)
-	must(t, "MemsetAsync", h.MemsetAsync(a, 0, n, s))
-	must(t, "HtoDAsync", h.HtoDAsync(b, host, s))
-	must(t, "DtoDAsync", h.DtoDAsync(a, b, n, s))
+	must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(a), 0, n, pcuda.Stream(s)))
+	must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(b), host, pcuda.Stream(s)))
+	must(t, "DtoDAsync", h.DtoDAsync(pcuda.DevicePtr(a), pcuda.DevicePtr(b), n, pcuda.Stream(s)))
 	clear(host)
-	must(t, "DtoHAsync", h.DtoHAsync(host, a, s))
+	must(t, "DtoHAsync", h.DtoHAsync(host, pcuda.DevicePtr(a), pcuda.Stream(s)))
 	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
 	if !bytes.Equal(host, src) {
 		t.Error("asynchronous round trip changed the data")
 	}
 	for _, p := range []cuda.DevicePtr{a, b} {
-		must(t, "FreeAsync", h.FreeAsync(p, s))
+		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
 	}
 }
 
@@ -309,27 +309,27 @@ func TestFakeReclaim(t *testing.T) {
 	a, b := newStream(t, dev, h), newStream(t, dev, h)
 	var ps []cuda.DevicePtr
 	for {
-		p, err := h.Alloc(200<<10, a)
+		p, err := h.Alloc(200<<10, pcuda.Stream(a))
 		if err != nil {
 			if !errors.Is(err, heap.ErrOutOfMemory) && !errors.Is(err, cuda.ErrOutOfMemory) {
 				t.Fatalf("Alloc until full = %v", err)
 			}
 			break
 		}
-		ps = append(ps, p)
+		ps = append(ps, uintptr(p))
 	}
 	if len(ps) < 50 {
 		t.Fatalf("only %d blocks of 200 KiB fit in 14 MiB", len(ps))
 	}
 	for _, p := range ps {
-		must(t, "FreeAsync", h.FreeAsync(p, a))
+		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
 	}
 	before := h.Stats().Reclaims // the failed Alloc above reclaimed once already
 	p := alloc(t, h, 4<<20, b)
 	if st := h.Stats(); st.Reclaims != before+1 {
 		t.Errorf("reclaims = %d, want %d", st.Reclaims, before+1)
 	}
-	must(t, "Free", h.Free(p))
+	must(t, "Free", h.Free(pcuda.DevicePtr(p)))
 }
 
 // TestFakeMallocBackend runs a heap over cuMemAlloc regions, whose base is not chunk-aligned:
@@ -369,9 +369,9 @@ func TestFakeConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 300; i++ {
 				s := streams[(g+i)%len(streams)]
-				p, err := h.Alloc(uintptr(64+(i*977)%(300<<10)), s)
+				p, err := h.Alloc(int(64+(i*977)%(300<<10)), pcuda.Stream(s))
 				if err == nil {
-					err = h.FreeAsync(p, streams[(g+2*i)%len(streams)])
+					err = h.FreeAsync(p, pcuda.Stream(streams[(g+2*i)%len(streams)]))
 				}
 				if err != nil {
 					t.Errorf("goroutine %d: %v", g, err)
@@ -423,12 +423,12 @@ func TestPressureHook(t *testing.T) {
 	var held []cuda.DevicePtr
 	var h *Heap
 	calls, armed := 0, false
-	h, err := New(public(dev), Options{Capacity: 4 << 20, Pressure: func(n uintptr, s cuda.Stream) bool {
+	h, err := New(public(dev), Options{Capacity: 4 << 20, Pressure: func(n int, s pcuda.Stream) bool {
 		calls++
 		if !armed || len(held) == 0 {
 			return false
 		}
-		must(t, "Free", h.Free(held[0]))
+		must(t, "Free", h.Free(pcuda.DevicePtr(held[0])))
 		held = held[1:]
 		return true
 	}})
@@ -438,7 +438,7 @@ func TestPressureHook(t *testing.T) {
 		if err != nil {
 			break
 		}
-		held = append(held, p)
+		held = append(held, uintptr(p))
 	}
 	if calls == 0 || len(held) == 0 {
 		t.Fatalf("filling the heap: %d hook calls, %d blocks held", calls, len(held))
@@ -449,17 +449,17 @@ func TestPressureHook(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("%d hook calls, want 1", calls)
 	}
-	held = append(held, p)
+	held = append(held, uintptr(p))
 	// SetPressure replaces the hook, returns the old one, and the new one sees the stream.
 	sp, err := dev.StreamCreate(true)
 	must(t, "StreamCreate", err)
 	var gotStream cuda.Stream
-	prev := h.SetPressure(func(n uintptr, s cuda.Stream) bool {
-		gotStream = s
+	prev := h.SetPressure(func(n int, s pcuda.Stream) bool {
+		gotStream = uintptr(s)
 		if len(held) == 0 {
 			return false
 		}
-		must(t, "Free", h.Free(held[0]))
+		must(t, "Free", h.Free(pcuda.DevicePtr(held[0])))
 		held = held[1:]
 		return true
 	})
@@ -467,22 +467,22 @@ func TestPressureHook(t *testing.T) {
 		t.Fatal("SetPressure returned no previous hook")
 	}
 	calls = 0
-	p, err = h.Alloc(1<<20+1, sp)
+	p, err = h.Alloc(1<<20+1, pcuda.Stream(sp))
 	must(t, "Alloc under pressure, new hook", err)
 	if gotStream != sp || calls != 0 {
 		t.Errorf("the new hook saw stream %#x (want %#x); the old one was called %d times", gotStream, sp, calls)
 	}
-	held = append(held, p)
+	held = append(held, uintptr(p))
 	if h.SetPressure(nil) == nil {
 		t.Error("SetPressure(nil) returned no previous hook")
 	}
-	if _, err := h.Alloc(64<<20, sp); err == nil {
+	if _, err := h.Alloc(64<<20, pcuda.Stream(sp)); err == nil {
 		t.Error("an Alloc beyond the capacity succeeded without a hook")
 	}
 	for _, p := range held {
-		must(t, "Free", h.Free(p))
+		must(t, "Free", h.Free(pcuda.DevicePtr(p)))
 	}
-	must(t, "ForgetStream", h.ForgetStream(sp))
+	must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(sp)))
 	must(t, "Close", h.Close())
 	must(t, "StreamDestroy", dev.StreamDestroy(sp))
 }

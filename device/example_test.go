@@ -27,7 +27,7 @@ func Example_streamInterop() {
 	}
 	defer dev.Close() // after the heap's Close: deferred calls run last first
 
-	var myStream uintptr // a CUstream from any binding; 0 would be the legacy default stream
+	var myStream cuda.Stream // a CUstream from any binding; 0 would be the legacy default stream
 	if myStream, err = dev.StreamCreate(cuda.StreamNonBlocking); err != nil {
 		fmt.Println(err)
 		return

@@ -5,10 +5,11 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // ErrQuota means an allocation would take the heap's live bytes beyond Options.Quota.
-var ErrQuota = pinmalloc.NewError(pinmalloc.ErrQuota, "device: quota exceeded")
+var ErrQuota = errkind.New(pinmalloc.ErrQuota, "device: quota exceeded")
 
 // guard holds what a heap shared by tenants needs, off by default: ZeroOnFree clears a block
 // with a driver memset as it is freed, and Quota caps the live bytes. With both off, Alloc and
@@ -53,9 +54,9 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
 		return err
 	}
 	if s != nil {
-		err = h.dev.MemsetD8Async(p, 0, n, *s)
+		err = h.dev.MemsetD8Async(uintptr(p), 0, n, uintptr(*s))
 	} else {
-		err = h.syncLegacy(h.dev.MemsetD8(p, 0, n))
+		err = h.syncLegacy(h.dev.MemsetD8(uintptr(p), 0, n))
 	}
 	if err != nil {
 		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w", p, n, err)

@@ -3,6 +3,7 @@ package device
 import (
 	"bytes"
 	"errors"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -24,15 +25,15 @@ func TestFakeZeroOnFree(t *testing.T) {
 	secret := bytes.Repeat([]byte{0x5A}, 4096)
 	for _, how := range []string{"FreeAsync same stream", "FreeAsync other stream", "Free"} {
 		p := alloc(t, h, 4096, a)
-		must(t, "HtoD", h.HtoD(p, secret))
+		must(t, "HtoD", h.HtoD(pcuda.DevicePtr(p), secret))
 		switch how {
 		case "FreeAsync same stream":
-			must(t, how, h.FreeAsync(p, a))
+			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
 		case "FreeAsync other stream":
-			must(t, how, h.FreeAsync(p, b))
+			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
 			must(t, "Sync", h.Sync())
 		case "Free":
-			must(t, how, h.Free(p))
+			must(t, how, h.Free(pcuda.DevicePtr(p)))
 		}
 		q := alloc(t, h, 4096, a)
 		if q != p {
@@ -40,11 +41,11 @@ func TestFakeZeroOnFree(t *testing.T) {
 		}
 		must(t, "StreamSynchronize", dev.StreamSynchronize(a))
 		got := host[:4096]
-		must(t, "DtoH", h.DtoH(got, q))
+		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
 		if !bytes.Equal(got, make([]byte, 4096)) {
 			t.Fatalf("%s: the next user of the block reads the last one's data", how)
 		}
-		must(t, "Free", h.Free(q))
+		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
 	}
 }
 
@@ -55,16 +56,16 @@ func TestFakeQuota(t *testing.T) {
 	}
 	s := newStream(t, dev, h)
 	p := alloc(t, h, 768<<10, s)
-	if _, err := h.Alloc(512<<10, s); !errors.Is(err, ErrQuota) {
+	if _, err := h.Alloc(512<<10, pcuda.Stream(s)); !errors.Is(err, ErrQuota) {
 		t.Fatalf("Alloc past the quota: %v", err)
 	}
 	q := alloc(t, h, 256<<10, s) // exactly the quota
-	if _, err := h.Alloc(1, s); !errors.Is(err, ErrQuota) {
+	if _, err := h.Alloc(1, pcuda.Stream(s)); !errors.Is(err, ErrQuota) {
 		t.Fatalf("Alloc at the quota: %v", err)
 	}
 	f.Hold(true)
-	must(t, "FreeAsync", h.FreeAsync(p, cuda.Stream(0))) // deferred: counts until done
-	if _, err := h.Alloc(512<<10, s); !errors.Is(err, ErrQuota) {
+	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), 0)) // deferred: counts until done
+	if _, err := h.Alloc(512<<10, pcuda.Stream(s)); !errors.Is(err, ErrQuota) {
 		t.Fatalf("Alloc with a deferred free pending: %v", err)
 	}
 	f.Complete()

@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func benchHeap(b *testing.B, f *fakecuda.Driver, o Options) (*cuda.Device, *Heap
 	s, err := dev.StreamCreate(true)
 	must(b, "StreamCreate", err)
 	b.Cleanup(func() {
-		must(b, "ForgetStream", h.ForgetStream(s))
+		must(b, "ForgetStream", h.ForgetStream(pcuda.Stream(s)))
 		must(b, "StreamDestroy", dev.StreamDestroy(s))
 	})
 	return dev, h, s
@@ -42,15 +43,15 @@ func BenchmarkHeapBulk(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
 				for k := range ps {
-					p, err := h.Alloc(size, s)
+					p, err := h.Alloc(int(size), pcuda.Stream(s))
 					if err != nil {
 						b.Fatal(err)
 					}
-					ps[k] = p
+					ps[k] = uintptr(p)
 				}
 				t1 := time.Now()
 				for _, p := range ps {
-					if err := h.Free(p); err != nil {
+					if err := h.Free(pcuda.DevicePtr(p)); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -45,9 +45,9 @@ func TestFakeUsageMapBlocks(t *testing.T) {
 	}
 	seen := map[cuda.DevicePtr]uint64{}
 	for _, b := range bs {
-		seen[b.Addr] = b.Size
+		seen[cuda.DevicePtr(b.Addr)] = b.Size
 	}
-	if seen[p1] != 1000 || seen[p2] != 3<<20 {
+	if seen[cuda.DevicePtr(p1)] != 1000 || seen[cuda.DevicePtr(p2)] != 3<<20 {
 		t.Errorf("blocks %+v, want %#x (1000) and %#x (3 MiB)", bs, p1, p2)
 	}
 	s := h.Stats().String()
@@ -56,8 +56,8 @@ func TestFakeUsageMapBlocks(t *testing.T) {
 			t.Errorf("Stats.String() lacks %q:\n%s", want, s)
 		}
 	}
-	must(t, "Free", h.Free(p1))
-	must(t, "Free", h.Free(p2))
+	must(t, "Free", h.Free(cuda.DevicePtr(p1)))
+	must(t, "Free", h.Free(cuda.DevicePtr(p2)))
 	if u := h.Usage(); u.Live != 0 || u.InUse != 0 {
 		t.Errorf("after the frees: %+v", u)
 	}
@@ -79,7 +79,7 @@ func TestFakeBlocksInBatches(t *testing.T) {
 	want := map[cuda.DevicePtr]uint64{}
 	for i := range n {
 		size := uintptr(256 + i%3*256)
-		want[alloc(t, h, size, a)] = uint64(size)
+		want[cuda.DevicePtr(alloc(t, h, size, a))] = uint64(size)
 	}
 	stop, errs := make(chan struct{}), make(chan error, 1)
 	go func() {
@@ -90,9 +90,9 @@ func TestFakeBlocksInBatches(t *testing.T) {
 				return
 			default:
 			}
-			p, err := h.Alloc(4096, b)
+			p, err := h.Alloc(4096, cuda.Stream(b))
 			if err == nil {
-				err = h.FreeAsync(p, b)
+				err = h.FreeAsync(p, cuda.Stream(b))
 			}
 			if err != nil {
 				errs <- err
@@ -104,7 +104,7 @@ func TestFakeBlocksInBatches(t *testing.T) {
 		bs := h.Blocks()
 		got := 0
 		for i, bl := range bs {
-			if size, ok := want[bl.Addr]; ok {
+			if size, ok := want[cuda.DevicePtr(bl.Addr)]; ok {
 				got++
 				if bl.Size != size {
 					t.Errorf("block %#x: %d bytes, want %d", bl.Addr, bl.Size, size)

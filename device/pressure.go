@@ -1,8 +1,9 @@
 package device
 
 import (
-	"errors"
 	"fmt"
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"runtime"
 	"slices"
 	"sync"
@@ -37,7 +38,7 @@ import (
 // ErrInPressureHook means an Alloc made inside the heap's pressure hook, on the goroutine
 // running it, found no memory: the hook is not called again (the error also wraps
 // ErrOutOfMemory).
-var ErrInPressureHook = errors.New("device: Alloc inside the heap's pressure hook")
+var ErrInPressureHook = errkind.New(pinmalloc.ErrOutOfMemory, "device: Alloc inside the heap's pressure hook")
 
 // inHook records the threads of the goroutines running the pressure hook.
 type inHook struct {
@@ -75,7 +76,7 @@ func (h *Heap) relieve(press PressureFunc, n uintptr, s cuda.Stream, err error) 
 	}
 	defer h.hooks.leave(tid)
 	var p cuda.DevicePtr
-	for try := 0; try < pressureTries && press(n, s); try++ {
+	for try := 0; try < pressureTries && press(int(n), s); try++ {
 		if p, err = h.alloc(n, s); err == nil || !outOfMemory(err) {
 			break
 		}

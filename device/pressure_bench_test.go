@@ -3,6 +3,7 @@ package device
 import (
 	"errors"
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -58,12 +59,12 @@ func BenchmarkPressureP99(b *testing.B) {
 					bl := w.live[k]
 					w.live[k] = w.live[len(w.live)-1]
 					w.live = w.live[:len(w.live)-1]
-					must(b, "FreeAsync", h.FreeAsync(bl.p, w.s))
+					must(b, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(bl.p), pcuda.Stream(w.s)))
 					w.bytes -= bl.n
 				}
 				n := sizes[rng.IntN(len(sizes))]
 				t0 := time.Now()
-				p, err := h.Alloc(n, w.s)
+				p, err := h.Alloc(int(n), pcuda.Stream(w.s))
 				if lat != nil {
 					*lat = time.Since(t0)
 				}
@@ -74,7 +75,7 @@ func BenchmarkPressureP99(b *testing.B) {
 					fails++
 					return
 				}
-				w.live = append(w.live, block{p, n})
+				w.live = append(w.live, block{uintptr(p), n})
 				w.bytes += n
 			}
 			for range 100000 { // fill, then churn a while before measuring
@@ -95,9 +96,9 @@ func BenchmarkPressureP99(b *testing.B) {
 			b.ReportMetric(float64(fails)*1000/float64(b.N), "fails/kalloc")
 			for _, w := range ws {
 				for _, bl := range w.live {
-					must(b, "Free", h.Free(bl.p))
+					must(b, "Free", h.Free(pcuda.DevicePtr(bl.p)))
 				}
-				must(b, "ForgetStream", h.ForgetStream(w.s))
+				must(b, "ForgetStream", h.ForgetStream(pcuda.Stream(w.s)))
 				must(b, "StreamDestroy", dev.StreamDestroy(w.s))
 			}
 			must(b, "Close", h.Close())

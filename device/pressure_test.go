@@ -2,6 +2,7 @@ package device
 
 import (
 	"errors"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"sync"
 	"testing"
 
@@ -21,7 +22,7 @@ func fillHeap(t *testing.T, h *Heap) []cuda.DevicePtr {
 			}
 			return held
 		}
-		held = append(held, p)
+		held = append(held, uintptr(p))
 	}
 }
 
@@ -42,14 +43,14 @@ func TestPressureHookNotReentered(t *testing.T) {
 	}
 	t.Cleanup(func() { // before the heap's Close, after a failure
 		for _, p := range held {
-			_ = h.Free(p)
+			_ = h.Free(pcuda.DevicePtr(p))
 		}
 	})
 
 	// Nothing to free: the nested Alloc fails at once.
 	var depth, deepest, calls int
 	var nested []error
-	h.SetPressure(func(n uintptr, s cuda.Stream) bool {
+	h.SetPressure(func(n int, s pcuda.Stream) bool {
 		calls++
 		depth++
 		defer func() { depth-- }()
@@ -57,7 +58,7 @@ func TestPressureHookNotReentered(t *testing.T) {
 		if depth > 8 { // the old behaviour: stop before the stack overflows
 			return false
 		}
-		p, err := h.Alloc(n, s)
+		p, err := h.Alloc(n, pcuda.Stream(s))
 		if err == nil {
 			must(t, "Free", h.Free(p))
 		}
@@ -77,7 +78,7 @@ func TestPressureHookNotReentered(t *testing.T) {
 	// The hook frees a block, then allocates inside itself: served, without the hook.
 	calls, deepest, nested = 0, 0, nil
 	var inner []cuda.DevicePtr
-	h.SetPressure(func(n uintptr, s cuda.Stream) bool {
+	h.SetPressure(func(n int, s pcuda.Stream) bool {
 		calls++
 		depth++
 		defer func() { depth-- }()
@@ -85,18 +86,18 @@ func TestPressureHookNotReentered(t *testing.T) {
 		if depth > 8 || len(held) == 0 {
 			return false
 		}
-		must(t, "Free", h.Free(held[0]))
+		must(t, "Free", h.Free(pcuda.DevicePtr(held[0])))
 		held = held[1:]
-		p, err := h.Alloc(4096, s)
+		p, err := h.Alloc(4096, pcuda.Stream(s))
 		nested = append(nested, err)
 		if err == nil {
-			inner = append(inner, p)
+			inner = append(inner, uintptr(p))
 		}
 		return true
 	})
 	p, err := h.Alloc(1<<20+1, 0)
 	must(t, "Alloc under pressure", err)
-	held = append(held, p)
+	held = append(held, uintptr(p))
 	if deepest != 1 || len(nested) == 0 || len(nested) != calls {
 		t.Fatalf("the hook ran %d times, nested %d deep, %d nested Allocs", calls, deepest, len(nested))
 	}
@@ -106,7 +107,7 @@ func TestPressureHookNotReentered(t *testing.T) {
 		}
 	}
 	for _, p := range inner {
-		must(t, "Free", h.Free(p))
+		must(t, "Free", h.Free(pcuda.DevicePtr(p)))
 	}
 
 	// A hook running on one goroutine does not keep another's Alloc from calling it.
@@ -115,7 +116,7 @@ func TestPressureHookNotReentered(t *testing.T) {
 	inHook, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	hooked := 0
-	h.SetPressure(func(n uintptr, s cuda.Stream) bool {
+	h.SetPressure(func(n int, s pcuda.Stream) bool {
 		mu.Lock()
 		hooked++
 		first := hooked == 1
@@ -145,7 +146,7 @@ func TestPressureHookNotReentered(t *testing.T) {
 	}
 	h.SetPressure(nil)
 	for _, p := range held {
-		must(t, "Free", h.Free(p))
+		must(t, "Free", h.Free(pcuda.DevicePtr(p)))
 	}
 	held = nil
 }

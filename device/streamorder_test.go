@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -48,21 +49,21 @@ func TestFakeSelfTrimKeepsStreamOrder(t *testing.T) {
 	const n = 128 << 10
 	held := alloc(t, h, 8<<10, b) // B's segment
 	pa := alloc(t, h, n, a)       // A's segment
-	must(t, "HtoDAsync on A", h.HtoDAsync(pa, pattern(n, 0xA0), a))
-	must(t, "FreeAsync on A", h.FreeAsync(pa, a))
+	must(t, "HtoDAsync on A", h.HtoDAsync(pcuda.DevicePtr(pa), pattern(n, 0xA0), pcuda.Stream(a)))
+	must(t, "FreeAsync on A", h.FreeAsync(pcuda.DevicePtr(pa), pcuda.Stream(a)))
 	// Two chunks, and B holds one: A runs out of memory, whatever it reclaims.
-	if p, err := h.Alloc(3<<20, a); err == nil {
+	if p, err := h.Alloc(3<<20, pcuda.Stream(a)); err == nil {
 		t.Fatalf("3 MiB on A with one of two chunks held by B: %#x", p)
 	} else if !errors.Is(err, ErrOutOfMemory) {
 		t.Fatalf("3 MiB on A = %v, want ErrOutOfMemory", err)
 	}
 	pb := alloc(t, h, n, b) // the segment A held, if A let it go
 	want := pattern(n, 0xB0)
-	must(t, "HtoDAsync on B", h.HtoDAsync(pb, want, b))
+	must(t, "HtoDAsync on B", h.HtoDAsync(pcuda.DevicePtr(pb), want, pcuda.Stream(b)))
 	must(t, "synchronize B", dev.StreamSynchronize(b))
 	must(t, "synchronize A", dev.StreamSynchronize(a))
 	got := make([]byte, n)
-	must(t, "DtoH", h.DtoH(got, pb))
+	must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(pb)))
 	if !bytes.Equal(got, want) {
 		t.Errorf("B's block %#x (A's freed block was %#x) holds other bytes from byte %d: %#x, want %#x (A's copy is %#x)",
 			pb, pa, firstDiff(got, want), got[firstDiff(got, want)], want[firstDiff(got, want)], pattern(n, 0xA0)[firstDiff(got, want)])
@@ -95,13 +96,13 @@ func freeUnderQueuedWork(t *testing.T, n uintptr, fill int, keepLast bool) {
 	for range fill {
 		ps = append(ps, alloc(t, h, n, a))
 	}
-	must(t, "HtoDAsync", h.HtoDAsync(ps[0], pattern(int(n), 0xC0), a))
+	must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(ps[0]), pattern(int(n), 0xC0), pcuda.Stream(a)))
 	last := len(ps)
 	if keepLast {
 		last--
 	}
 	for _, p := range ps[:last] {
-		must(t, "FreeAsync", h.FreeAsync(p, a))
+		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
 	}
 	time.Sleep(30 * time.Millisecond) // many purge delays
 	if err := dev.StreamSynchronize(a); err != nil {
@@ -179,7 +180,7 @@ func pressureRun(t *testing.T, dev *cuda.Device, pool *pinned.Pool, seed uint64,
 	}
 	wg.Wait()
 	for _, s := range streams {
-		errs = append(errs, h.ForgetStream(s), dev.StreamDestroy(s))
+		errs = append(errs, h.ForgetStream(pcuda.Stream(s)), dev.StreamDestroy(s))
 	}
 	errs = append(errs, h.Close())
 	return errors.Join(errs...)
@@ -221,7 +222,7 @@ func pressureWorker(h *Heap, pool *pinned.Pool, s cuda.Stream, rng *rand.Rand, j
 			return err
 		}
 		batch = append(batch, result{dst, prevSeed})
-		err = errors.Join(h.DtoHAsync(dst, prev, s), h.FreeAsync(prev, s))
+		err = errors.Join(h.DtoHAsync(dst, pcuda.DevicePtr(prev), pcuda.Stream(s)), h.FreeAsync(pcuda.DevicePtr(prev), pcuda.Stream(s)))
 		prev = 0
 		return err
 	}
@@ -248,7 +249,7 @@ func pressureWorker(h *Heap, pool *pinned.Pool, s cuda.Stream, rng *rand.Rand, j
 			return err
 		}
 		copy(src, pattern(n, seed))
-		if err := errors.Join(h.HtoDAsync(d, src, s), pool.FreeAsync(src, s), readBack()); err != nil {
+		if err := errors.Join(h.HtoDAsync(pcuda.DevicePtr(d), src, pcuda.Stream(s)), pool.FreeAsync(src, pcuda.Stream(s)), readBack()); err != nil {
 			return err
 		}
 		prev, prevN, prevSeed = d, n, seed
@@ -264,9 +265,9 @@ func pressureWorker(h *Heap, pool *pinned.Pool, s cuda.Stream, rng *rand.Rand, j
 // pressureAlloc allocates, retrying a while when the other streams hold the memory.
 func pressureAlloc(h *Heap, n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	for try := 0; ; try++ {
-		p, err := h.Alloc(n, s)
+		p, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err == nil || !errors.Is(err, ErrOutOfMemory) || try == 100 {
-			return p, err
+			return uintptr(p), err
 		}
 		time.Sleep(10 * time.Microsecond)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // Group is a set of heaps over one arena. Any goroutine may free any block of any of them
@@ -277,7 +278,7 @@ func (g *Group) whyNot(p uintptr) error {
 		off -= uintptr(uint64(off)*uint64(pg.divMul)>>32) * pg.bsize
 	}
 	if off != 0 {
-		return fmt.Errorf("%w: %#x is %d bytes into a block", ErrInteriorPointer, p, off)
+		return fmt.Errorf("%w: %#x is %s into a block", ErrInteriorPointer, p, units.Count(uint64(off), "byte"))
 	}
 	return fmt.Errorf("%w: %#x is a block freed meanwhile", ErrDoubleFree, p)
 }

@@ -48,9 +48,10 @@
 package metrics
 
 import (
-	"errors"
 	"expvar"
 	"fmt"
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"sort"
 	"strconv"
 	"sync"
@@ -97,7 +98,7 @@ type source struct {
 
 // ErrInvalidName means a source name that cannot be a Prometheus label value (it is not valid
 // UTF-8); nothing was registered.
-var ErrInvalidName = errors.New("metrics: invalid source name")
+var ErrInvalidName = errkind.New(pinmalloc.ErrInvalid, "metrics: invalid source name")
 
 // New returns a collector with nothing registered.
 func New() *Collector { return &Collector{sources: map[string]source{}} }

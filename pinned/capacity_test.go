@@ -11,7 +11,7 @@ import (
 // bytes per 2 MiB of capacity, allocated up front: fatal error: runtime: out of memory).
 func TestCapacityBounds(t *testing.T) {
 	for _, c := range []int64{math.MaxInt64, 1 << 60, MaxCapacity + 1, 1, MinCapacity - 1} {
-		p, err := New(Options{Capacity: c, Backend: Pageable})
+		p, err := New(Options{Capacity: int(c), Backend: Pageable})
 		if !errors.Is(err, ErrInvalidOptions) {
 			if p != nil {
 				_ = p.Close()

@@ -5,6 +5,7 @@ package pinned_test
 
 import (
 	"errors"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"sort"
 	"strings"
 	"sync"
@@ -26,9 +27,9 @@ func released(p *pinned.Pool) bool { return errors.Is(p.Free(make([]byte, 8)), p
 // nothing of either (the pool released already).
 func (r *asyncRig) finishReleased(d cuda.DevicePtr) {
 	r.t.Helper()
-	ok(r.t, "device Free", r.heap.Free(d))
+	ok(r.t, "device Free", r.heap.Free(pcuda.DevicePtr(d)))
 	ok(r.t, "heap Sync", r.heap.Sync())
-	ok(r.t, "ForgetStream", r.heap.ForgetStream(r.s))
+	ok(r.t, "ForgetStream", r.heap.ForgetStream(pcuda.Stream(r.s)))
 	ok(r.t, "heap Close", r.heap.Close())
 	for _, s := range []fakecuda.Stat{fakecuda.Registrations, fakecuda.Reservations, fakecuda.Handles, fakecuda.Mappings, fakecuda.HostVMMBytes} {
 		if n := r.f.Stat(s); n != 0 {
@@ -49,15 +50,15 @@ func TestFakeQuotaReclaims(t *testing.T) {
 	d := r.devAlloc(quota)
 	for i := range 3 {
 		b := r.alloc(quota, byte(i))
-		ok(t, "HtoDAsync", r.heap.HtoDAsync(d, b, r.s))
-		ok(t, "FreeAsync", r.pool.FreeAsync(b, r.s))
+		ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), b, pcuda.Stream(r.s)))
+		ok(t, "FreeAsync", r.pool.FreeAsync(b, pcuda.Stream(r.s)))
 		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
 	}
 	// A stream that has not passed its free keeps the buffer in the quota.
 	r.f.Hold(true)
 	b := r.alloc(quota, 9)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, b, r.s))
-	ok(t, "FreeAsync", r.pool.FreeAsync(b, r.s))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), b, pcuda.Stream(r.s)))
+	ok(t, "FreeAsync", r.pool.FreeAsync(b, pcuda.Stream(r.s)))
 	if _, err := r.pool.Alloc(quota); !errors.Is(err, pinned.ErrQuota) {
 		t.Fatalf("Alloc of the quota while a stream still uses a buffer of it: %v, want ErrQuota", err)
 	}
@@ -65,7 +66,7 @@ func TestFakeQuotaReclaims(t *testing.T) {
 	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
 	c := r.alloc(quota, 1)
 	ok(t, "Free", r.pool.Free(c))
-	ok(t, "Free", r.heap.Free(d))
+	ok(t, "Free", r.heap.Free(pcuda.DevicePtr(d)))
 	r.finish()
 }
 
@@ -86,7 +87,7 @@ func TestFakeCloseBusyThenClose(t *testing.T) {
 		t.Fatalf("Close with a live buffer: %v", err)
 	}
 	r.f.Hold(true)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, a, r.s))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), a, pcuda.Stream(r.s)))
 	ok(t, "Free of the last buffer after Close", r.pool.Free(a))
 	if released(r.pool) {
 		t.Fatal("the pool's memory went while a queued copy still reads it")
@@ -119,8 +120,8 @@ func TestFakeCloseBusyThenTrim(t *testing.T) {
 		t.Fatalf("Close with a live buffer: %v", err)
 	}
 	r.f.Hold(true)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, a, r.s))
-	ok(t, "FreeAsync of the last buffer after Close", r.pool.FreeAsync(a, r.s))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), a, pcuda.Stream(r.s)))
+	ok(t, "FreeAsync of the last buffer after Close", r.pool.FreeAsync(a, pcuda.Stream(r.s)))
 	r.pool.Trim()
 	if released(r.pool) {
 		t.Fatal("Trim released the pool's memory while a queued copy still reads it")
@@ -153,7 +154,7 @@ func TestFakeFreeAfterCloseDoesNotWait(t *testing.T) {
 		t.Fatalf("Close with live buffers: %v", err)
 	}
 	r.f.Hold(true)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, c, r.s))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), c, pcuda.Stream(r.s)))
 	// c waits for the stream, which Hold keeps busy; a and b are freed with no stream
 	for _, x := range [][]byte{c, a, b} {
 		start := time.Now()
@@ -206,9 +207,9 @@ func TestFakeDestroyedStreamsForgotten(t *testing.T) {
 			ok(t, "StreamCreate", err)
 			streams[j] = s
 			b := r.alloc(n, 7)
-			ok(t, "HtoDAsync", r.heap.HtoDAsync(d, b, s))
+			ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), b, pcuda.Stream(s)))
 			start := time.Now()
-			err = r.pool.FreeAsync(b, s)
+			err = r.pool.FreeAsync(b, pcuda.Stream(s))
 			batches[i] += time.Since(start)
 			ok(t, "FreeAsync", err)
 		}
@@ -219,7 +220,7 @@ func TestFakeDestroyedStreamsForgotten(t *testing.T) {
 		r.pool.Stats()
 		batches[i] += time.Since(start)
 		for _, s := range streams {
-			ok(t, "heap ForgetStream", r.heap.ForgetStream(s))
+			ok(t, "heap ForgetStream", r.heap.ForgetStream(pcuda.Stream(s)))
 			ok(t, "StreamDestroy", r.dev.StreamDestroy(s))
 		}
 	}
@@ -232,7 +233,7 @@ func TestFakeDestroyedStreamsForgotten(t *testing.T) {
 	if got := pinned.StreamLists(r.pool); got > 1 {
 		t.Errorf("the pool keeps state for %d streams, all destroyed and their buffers back (at most the last checked may stay)", got)
 	}
-	ok(t, "Free", r.heap.Free(d))
+	ok(t, "Free", r.heap.Free(pcuda.DevicePtr(d)))
 	r.finish()
 	half := len(batches) / 2
 	halves := [2]time.Duration{medianOf(batches[:half]), medianOf(batches[half:])}
@@ -274,7 +275,7 @@ func streamCosts(r *asyncRig, n int) (stats, free time.Duration) {
 	}
 	for i := range ts {
 		start := time.Now()
-		err := r.pool.FreeAsync(bufs[i], streams[i])
+		err := r.pool.FreeAsync(bufs[i], pcuda.Stream(streams[i]))
 		ts[i] = time.Since(start)
 		ok(r.t, "FreeAsync", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // Sentinel errors. Every error of this package wraps one of them, so callers test with
@@ -18,44 +19,44 @@ import (
 // matches pinmalloc.ErrClosed, as device's and uvm's do).
 var (
 	// ErrInvalidSize means a size of zero or less.
-	ErrInvalidSize = pinmalloc.NewError(pinmalloc.ErrInvalidSize, "pinned: invalid size")
+	ErrInvalidSize = errkind.New(pinmalloc.ErrInvalidSize, "pinned: invalid size")
 	// ErrTooLarge means a size or an alignment beyond the pool's capacity.
-	ErrTooLarge = pinmalloc.NewError(pinmalloc.ErrTooLarge, "pinned: size exceeds the pool's capacity")
+	ErrTooLarge = errkind.New(pinmalloc.ErrTooLarge, "pinned: size exceeds the pool's capacity")
 	// ErrInvalidAlign means an alignment that is not a power of two or out of range.
-	ErrInvalidAlign = pinmalloc.NewError(pinmalloc.ErrInvalidAlign, "pinned: invalid alignment")
+	ErrInvalidAlign = errkind.New(pinmalloc.ErrInvalidAlign, "pinned: invalid alignment")
 	// ErrOutOfMemory means the pool is full: every byte of its capacity is in use or
 	// fragmented, or the system refused memory.
-	ErrOutOfMemory = pinmalloc.NewError(pinmalloc.ErrOutOfMemory, "pinned: out of memory")
+	ErrOutOfMemory = errkind.New(pinmalloc.ErrOutOfMemory, "pinned: out of memory")
 	// ErrDoubleFree means the buffer is not live: freed already, or never allocated here.
-	ErrDoubleFree = pinmalloc.NewError(pinmalloc.ErrDoubleFree, "pinned: double free")
+	ErrDoubleFree = errkind.New(pinmalloc.ErrDoubleFree, "pinned: double free")
 	// ErrNotOwned means the slice is not memory of this pool.
-	ErrNotOwned = pinmalloc.NewError(pinmalloc.ErrNotOwned, "pinned: buffer not owned by this pool")
+	ErrNotOwned = errkind.New(pinmalloc.ErrNotOwned, "pinned: buffer not owned by this pool")
 	// ErrSubSlice means the slice is part of a buffer (re-sliced, truncated or offset), not the
 	// buffer Alloc returned. The buffer stays live.
-	ErrSubSlice = errors.New("pinned: not a whole buffer (sub-slice)")
+	ErrSubSlice = errkind.New(pinmalloc.ErrInvalid, "pinned: not a whole buffer (sub-slice)")
 	// ErrLiveBlocks means Close found buffers still live.
-	ErrLiveBlocks = pinmalloc.NewError(pinmalloc.ErrLiveBlocks, "pinned: buffers still live")
+	ErrLiveBlocks = errkind.New(pinmalloc.ErrLiveBlocks, "pinned: buffers still live")
 	// ErrClosed means the pool was used after Close.
-	ErrClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "pinned: pool closed")
+	ErrClosed = errkind.New(pinmalloc.ErrClosed, "pinned: pool closed")
 	// ErrMemlock means the memlock limit forbids locking more memory; the error names the
 	// limit and how to raise it.
-	ErrMemlock = pinmalloc.NewError(pinmalloc.ErrMemlock, "pinned: memlock limit reached")
+	ErrMemlock = errkind.New(pinmalloc.ErrMemlock, "pinned: memlock limit reached")
 	// ErrInvalidOptions means Options that cannot work: out of range, or together.
-	ErrInvalidOptions = pinmalloc.NewError(pinmalloc.ErrInvalid, "pinned: invalid options")
+	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "pinned: invalid options")
 	// ErrNoDriver means the CUDAHost backend found no CUDA driver or no such device (Auto falls
 	// back to Locked instead).
-	ErrNoDriver = errors.New("pinned: no CUDA driver")
+	ErrNoDriver = errkind.New(pinmalloc.ErrNoDriver, "pinned: no CUDA driver")
 	// ErrQuota means an allocation would take the pool's live bytes beyond Options.Quota.
-	ErrQuota = pinmalloc.NewError(pinmalloc.ErrQuota, "pinned: quota exceeded")
+	ErrQuota = errkind.New(pinmalloc.ErrQuota, "pinned: quota exceeded")
 	// ErrTrace means writing Options.Trace failed; the pool itself is unaffected.
-	ErrTrace = errors.New("pinned: trace write failed")
+	ErrTrace = errkind.New(pinmalloc.ErrInvalid, "pinned: trace write failed")
 	// ErrBusy means Close found buffers whose free waits for a CUDA stream (FreeAsync) still
 	// waiting after its bound: the memory stays mapped, a later Close waits again, and a later
 	// Free, FreeAsync, ForgetStream or Trim releases it once the streams have passed.
-	ErrBusy = errors.New("pinned: buffers wait for their streams")
+	ErrBusy = errkind.New(pinmalloc.ErrBusy, "pinned: buffers wait for their streams")
 	// ErrInvalidStream means a CUDA stream the driver refuses (destroyed, or of another
 	// context), or the per-thread default stream, which a pool cannot order reuse after.
-	ErrInvalidStream = pinmalloc.NewError(pinmalloc.ErrInvalidStream, "pinned: invalid stream")
+	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "pinned: invalid stream")
 )
 
 // causes maps the errors of the layers below to this package's sentinels, most specific
@@ -94,7 +95,7 @@ func wrapError(err, fallback error) error {
 	}
 	for _, c := range causes {
 		if errors.Is(err, c.cause) {
-			return fmt.Errorf("%w: %w", c.sentinel, err)
+			return errkind.Wrap(c.sentinel, err, c.cause)
 		}
 	}
 	return fmt.Errorf("%w: %w", fallback, err)

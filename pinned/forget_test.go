@@ -2,6 +2,7 @@ package pinned_test
 
 import (
 	"errors"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -45,14 +46,14 @@ func TestFakeIdleStreamDropped(t *testing.T) {
 	}
 	s, err := r.dev.StreamCreate(true)
 	ok(t, "StreamCreate", err)
-	ok(t, "FreeAsync", r.pool.FreeAsync(r.alloc(4096, 1), s))
-	ok(t, "FreeAsync", r.pool.FreeAsync(r.alloc(4096, 2), r.s)) // the stream checked last
+	ok(t, "FreeAsync", r.pool.FreeAsync(r.alloc(4096, 1), pcuda.Stream(s)))
+	ok(t, "FreeAsync", r.pool.FreeAsync(r.alloc(4096, 2), pcuda.Stream(r.s))) // the stream checked last
 	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(s))
 	r.pool.Stats()
 	r.pool.Stats()
 	ok(t, "StreamDestroy", r.dev.StreamDestroy(s))
 	b := r.alloc(4096, 3)
-	if err := r.pool.FreeAsync(b, s); !errors.Is(err, pinned.ErrInvalidStream) {
+	if err := r.pool.FreeAsync(b, pcuda.Stream(s)); !errors.Is(err, pinned.ErrInvalidStream) {
 		t.Fatalf("FreeAsync on a destroyed stream whose buffers had all come back: %v, want ErrInvalidStream", err)
 	}
 	ok(t, "Free", r.pool.Free(b))
@@ -73,15 +74,15 @@ func TestFakeForgetStream(t *testing.T) {
 	d := r.devAlloc(n)
 	r.f.Hold(true)
 	a, b, c := r.alloc(n, 0xA), r.alloc(n, 0xB), r.alloc(n, 0xC)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, a, s))
-	ok(t, "FreeAsync", r.pool.FreeAsync(a, s))
-	ok(t, "RecordStream", r.pool.RecordStream(b[10:20], s))
-	ok(t, "RecordStream", r.pool.RecordStream(c, s))
-	ok(t, "RecordStream", r.pool.RecordStream(c, r.s))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), a, pcuda.Stream(s)))
+	ok(t, "FreeAsync", r.pool.FreeAsync(a, pcuda.Stream(s)))
+	ok(t, "RecordStream", r.pool.RecordStream(b[10:20], pcuda.Stream(s)))
+	ok(t, "RecordStream", r.pool.RecordStream(c, pcuda.Stream(s)))
+	ok(t, "RecordStream", r.pool.RecordStream(c, pcuda.Stream(r.s)))
 	if got := r.deferred(); got != 1 {
 		t.Fatalf("%d deferred, want 1", got)
 	}
-	ok(t, "ForgetStream", r.pool.ForgetStream(s)) // synchronizes s, Hold or not
+	ok(t, "ForgetStream", r.pool.ForgetStream(pcuda.Stream(s))) // synchronizes s, Hold or not
 	if got := r.deferred(); got != 0 {
 		t.Fatalf("%d deferred after ForgetStream, want 0", got)
 	}
@@ -98,19 +99,19 @@ func TestFakeForgetStream(t *testing.T) {
 	if got := r.deferred(); got != 1 {
 		t.Fatalf("%d deferred after a Free of a buffer r.s uses, want 1", got)
 	}
-	ok(t, "ForgetStream of a stream with nothing", r.pool.ForgetStream(s))
-	ok(t, "heap ForgetStream", r.heap.ForgetStream(s))
+	ok(t, "ForgetStream of a stream with nothing", r.pool.ForgetStream(pcuda.Stream(s)))
+	ok(t, "heap ForgetStream", r.heap.ForgetStream(pcuda.Stream(s)))
 	ok(t, "StreamDestroy", r.dev.StreamDestroy(s))
 	e := r.alloc(n, 0xE)
-	if err := r.pool.FreeAsync(e, s); !errors.Is(err, pinned.ErrInvalidStream) {
+	if err := r.pool.FreeAsync(e, pcuda.Stream(s)); !errors.Is(err, pinned.ErrInvalidStream) {
 		t.Fatalf("FreeAsync on a forgotten, destroyed stream: %v, want ErrInvalidStream", err)
 	}
 	ok(t, "Free", r.pool.Free(e))
 	r.f.Hold(false)
-	ok(t, "ForgetStream", r.pool.ForgetStream(r.s))
+	ok(t, "ForgetStream", r.pool.ForgetStream(pcuda.Stream(r.s)))
 	if st := r.pool.Stats(); st.Live != 0 || st.Deferred != 0 {
 		t.Fatalf("%d live, %d deferred at the end", st.Live, st.Deferred)
 	}
-	ok(t, "Free", r.heap.Free(d))
+	ok(t, "Free", r.heap.Free(pcuda.DevicePtr(d)))
 	r.finish()
 }

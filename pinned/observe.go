@@ -194,7 +194,7 @@ func (s Stats) String() string {
 		b.WriteByte('\n')
 	}
 	for _, c := range s.Classes {
-		fmt.Fprintf(&b, "  class %9s: %d live, %d allocs, %d frees, %d pages\n", units.Bytes(c.Size), c.Live, c.Allocs, c.Frees, c.Pages)
+		fmt.Fprintf(&b, "  class %9s: %d live, %d allocs, %d frees, %s\n", units.Bytes(c.Size), c.Live, c.Allocs, c.Frees, units.Count(uint64(c.Pages), "page"))
 	}
 	return b.String()
 }

@@ -66,7 +66,7 @@ type Options struct {
 	// Capacity caps the pool's memory in bytes. It is reserved as address space only; memory is
 	// committed (and locked) as buffers need it. Default: the machine's physical memory. For
 	// the External backend it is the region's size.
-	Capacity int64
+	Capacity int
 	// Backend selects the memory (default Locked).
 	Backend Backend
 	// Align is the alignment of every buffer, a power of two from 16 to 32768 (default 64, a
@@ -122,7 +122,7 @@ type Options struct {
 	// Usage and Stats (Precommitted); PrecommitDone is closed, and OnPrecommit called, when it
 	// ends, and WaitPrecommit returns the error that stopped it, if any (the memlock limit, the
 	// driver refusing memory). Precommitted memory stays until a buffer uses it, Trim, or Close.
-	Precommit int64
+	Precommit int
 	// OnPrecommit, when set, is called once the background commit of Precommit ends, on its
 	// goroutine, with the bytes it committed and the error that stopped it (nil when it
 	// committed what was asked, or the pool closed first).
@@ -140,12 +140,12 @@ type Options struct {
 	// still use it counts until the stream has passed its free; an Alloc the quota would
 	// refuse first takes back the buffers the streams have passed. Zero means no quota;
 	// negative is refused.
-	Quota int64
+	Quota int
 	// RecordSites records, for every live buffer, when it was allocated and where (the caller
 	// of Alloc and seven frames above it, with runtime.Callers): Blocks reports them, and Close
 	// names the sites holding the most bytes when buffers are still live. It costs a
-	// runtime.Callers and a map insert per Alloc and a map delete per Free (see the notes for
-	// figures); off, it costs nothing.
+	// runtime.Callers and a map insert per Alloc and a map delete per Free
+	// (BenchmarkPoolPairSites measures it); off, it costs nothing.
 	RecordSites bool
 	// Logger, when set, receives the pool's rare events at Info level and above, with sizes:
 	// regions reserved, purges, forced purges, and commits the system or driver refused (the
@@ -235,7 +235,7 @@ func (o *Options) cudaHost(ho arena.HostOptions) (arena.Provider, error) {
 	}
 	c, err := cudamem.OpenHost(o.Device, cudamem.HostOptions{HostOptions: ho, Devices: o.Devices, NUMA: o.NUMA})
 	if err != nil {
-		return nil, fmt.Errorf("the %s backend needs CUDA device %d: %w", CUDAHost, o.Device, err)
+		return nil, fmt.Errorf("the %s backend: %w", CUDAHost, err)
 	}
 	return c, nil
 }

@@ -2,10 +2,47 @@
 // moves or frees: staging buffers for DMA and GPU copies, I/O buffers, memory that must not be
 // swapped.
 //
+// # Use
+//
+//	pool, err := pinned.New(pinned.Options{}) // mmap+mlock memory (Backend Locked)
+//	if err != nil {
+//		return err
+//	}
+//	defer pool.Close()
+//	buf, err := pool.Alloc(1 << 20) // a []byte of 1 MiB, page-locked; contents undefined
+//	if errors.Is(err, pinned.ErrMemlock) {
+//		// raise ulimit -l, or use Backend Pageable
+//	}
+//	...
+//	err = pool.Free(buf) // the slice Alloc returned; a double free is an error, not a crash
+//
+// Options.Backend picks the memory: CUDAHost for buffers the GPU copies at full speed (with
+// FreeAsync and RecordStream to order frees after the streams that use them), Pageable where
+// nothing may be locked, Auto for CUDAHost where a GPU is and Locked elsewhere. pool.Usage()
+// and pool.Stats() say what the pool holds.
+//
 // A Pool is goroutine-safe: any goroutine may allocate, and any goroutine may free any buffer.
 // Buffers come from a mimalloc-style heap (package heap) over an arena of locked host memory
 // (mmap + mlock) by default, so allocation and free cost nanoseconds and make no system call in
 // steady state, where mmap+mlock per buffer costs microseconds and cudaHostAlloc a millisecond.
+//
+// # Streams
+//
+// The CUDA driver copies the memory of a CUDAHost pool asynchronously: a copy queued on a
+// stream reads or writes the buffer after the call that queued it. Such a pool hands a buffer
+// out again only once every stream that may still use it has passed its free: FreeAsync frees
+// in a stream's order, RecordStream marks a buffer as used by a stream (device.Heap's
+// HtoDAsync and DtoHAsync do it themselves), and Free of a marked buffer waits for its streams.
+// No CPU waits for them: the buffer comes back at a later allocation. ForgetStream, called
+// before a stream is destroyed, waits for it and forgets it. Other pools' memory is
+// copied by the driver as pageable memory, before the call returns, so their FreeAsync frees at
+// once. stream.go has the design.
+//
+// # Errors
+//
+// Every error wraps a sentinel of this package (equal to the heap's or arena's, so errors.Is
+// works with either): bad sizes, double frees, foreign pointers and sub-slices are reported,
+// never acted on, and leave the pool usable.
 //
 // # How it scales
 //
@@ -32,29 +69,12 @@
 // barrier's ordering), the pinmalloc_noprocpin tag, a kernel without membarrier — and pools
 // with fewer shards than Ps (Options.Shards) take the holder path every time: a TryLock of the
 // P's shard, as before the fast path existed.
-//
-// # Streams
-//
-// The CUDA driver copies the memory of a CUDAHost pool asynchronously: a copy queued on a
-// stream reads or writes the buffer after the call that queued it. Such a pool hands a buffer
-// out again only once every stream that may still use it has passed its free: FreeAsync frees
-// in a stream's order, RecordStream marks a buffer as used by a stream (device.Heap's
-// HtoDAsync and DtoHAsync do it themselves), and Free of a marked buffer waits for its streams.
-// No CPU waits for them: the buffer comes back at a later allocation. ForgetStream, called
-// before a stream is destroyed, waits for it and forgets it. Other pools' memory is
-// copied by the driver as pageable memory, before the call returns, so their FreeAsync frees at
-// once. stream.go has the design.
-//
-// # Errors
-//
-// Every error wraps a sentinel of this package (equal to the heap's or arena's, so errors.Is
-// works with either): bad sizes, double frees, foreign pointers and sub-slices are reported,
-// never acted on, and leave the pool usable.
 package pinned
 
 import (
 	"errors"
 	"fmt"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -168,7 +188,7 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: quota %d", ErrInvalidOptions, o.Quota)
 	}
 	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, order: order,
-		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: o.Quota, log: o.Logger}
+		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: int64(o.Quota), log: o.Logger}
 	if o.RecordSites {
 		p.sites = newSiteTable()
 	}
@@ -197,7 +217,7 @@ func newPool(o Options) (*Pool, error) {
 	if order != nil {
 		order.start(g, a, p.freeDeferred, p.enqueue)
 	}
-	p.startPrecommit(o.Precommit, o.OnPrecommit)
+	p.startPrecommit(int64(o.Precommit), o.OnPrecommit)
 	return p, nil
 }
 
@@ -444,8 +464,8 @@ func (p *Pool) close() error {
 				sites = "; " + top
 			}
 		}
-		return fmt.Errorf("%w: %d buffers (%d bytes) are still live; the pool's memory is released when the last is freed%s",
-			ErrLiveBlocks, n, bytes, sites)
+		return fmt.Errorf("%w: %s (%d bytes); the pool's memory is released when the last is freed%s",
+			ErrLiveBlocks, units.Count(uint64(n), "buffer"), bytes, sites)
 	}
 	if err := p.drain(); err != nil {
 		p.busy.Store(true)
@@ -454,7 +474,7 @@ func (p *Pool) close() error {
 	p.busy.Store(false)
 	if n, bytes := p.live(); n > 0 { // a free of the last buffer deferred it meanwhile
 		p.busy.Store(true)
-		return fmt.Errorf("%w: %d buffers (%d bytes) wait for their streams; a later Close, Free or Trim releases the memory once they have passed", ErrBusy, n, bytes)
+		return fmt.Errorf("%w: %s (%d bytes); a later Close, Free or Trim releases the memory once they have passed", ErrBusy, units.Count(uint64(n), "buffer"), bytes)
 	}
 	return wrapError(p.releaseAll(), ErrClosed)
 }

@@ -365,7 +365,9 @@ func TestSteadyStateNoSyscalls(t *testing.T) {
 	t.Logf("warm: %d shards", p.Stats().Shards)
 	before := p.Stats().Syscalls
 	run(ops)
-	if after := p.Stats().Syscalls; after != before {
+	after := p.Stats().Syscalls
+	t.Logf("%d system calls in %d steady-state alloc+free pairs (%d before them, warming up)", after-before, ops, before)
+	if after != before {
 		t.Fatalf("%d system calls in steady state: %+v", after-before, p.host.Counters())
 	}
 	if before == 0 {

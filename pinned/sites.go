@@ -2,6 +2,7 @@ package pinned
 
 import (
 	"fmt"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 	"runtime"
 	"sort"
 	"strings"
@@ -133,7 +134,7 @@ func (t *siteTable) top(k int) string {
 		if i > 0 {
 			b.WriteString(";")
 		}
-		fmt.Fprintf(&b, " %d buffers (%d bytes) at %s", s.n, s.bytes, strings.Join(s.rec.frames(), " ← "))
+		fmt.Fprintf(&b, " %s (%d bytes) at %s", units.Count(uint64(s.n), "buffer"), s.bytes, strings.Join(s.rec.frames(), " ← "))
 	}
 	if len(sites) > k {
 		fmt.Fprintf(&b, "; and %d more sites", len(sites)-k)

@@ -86,7 +86,7 @@ func TestSoak(t *testing.T) {
 func soakOptions(gen uint64) (Options, string) {
 	r := rand.New(rand.NewPCG(gen, 17))
 	o := Options{
-		Capacity:   int64(16+r.IntN(4)*16) << 20,
+		Capacity:   int(int64(16+r.IntN(4)*16) << 20),
 		Backend:    Pageable,
 		Shards:     r.IntN(5),
 		ZeroOnFree: r.IntN(2) == 0,
@@ -94,12 +94,12 @@ func soakOptions(gen uint64) (Options, string) {
 		Align:      []int{0, 16, 256, 4096}[r.IntN(4)],
 	}
 	if r.IntN(2) == 0 {
-		o.Quota = int64(1+r.IntN(8)) << 20
+		o.Quota = int(int64(1+r.IntN(8)) << 20)
 	}
 	if ok, _ := lockable(uint64(o.Capacity)); ok && r.IntN(2) == 0 {
 		o.Backend = Locked
 	}
-	return o, strings.Join([]string{o.Backend.String(), sizeName(o.Capacity), "quota " + sizeName(o.Quota),
+	return o, strings.Join([]string{o.Backend.String(), sizeName(int64(o.Capacity)), "quota " + sizeName(int64(o.Quota)),
 		map[bool]string{true: "zero-on-free", false: "no scrub"}[o.ZeroOnFree]}, ", ")
 }
 

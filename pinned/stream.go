@@ -3,6 +3,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,7 +244,7 @@ func (o *streamOrder) RecordStream(addr, n, s, ctx uintptr) (bool, error) {
 	if ctx != o.dev.Context() {
 		return true, hostuse.ErrOtherContext
 	}
-	return true, o.record(addr, n, s)
+	return true, o.record(addr, n, cuda.Stream(s))
 }
 
 // record holds the buffer holding [addr, addr+n) and records s on it.
@@ -557,8 +558,8 @@ func (p *Pool) drain() error {
 		}
 		if time.Now().After(deadline) {
 			n, bytes := p.deferred()
-			return errors.Join(fmt.Errorf("%w: %d buffers (%d bytes) wait for their streams after %v; the pool's memory stays mapped, and a later Close, Free or Trim releases it once they have passed",
-				ErrBusy, n, bytes, closeWait), err)
+			return errors.Join(fmt.Errorf("%w: %s (%d bytes) after %v; the pool's memory stays mapped, and a later Close, Free or Trim releases it once they have passed",
+				ErrBusy, units.Count(uint64(n), "buffer"), bytes, closeWait), err)
 		}
 		time.Sleep(wait)
 	}

@@ -1,6 +1,7 @@
 package pinned_test
 
 import (
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -33,9 +34,9 @@ func BenchmarkFakeFreeAsyncPair(b *testing.B) {
 		free func([]byte) error
 	}{
 		{"Free", p.Free},
-		{"FreeAsync", func(buf []byte) error { return p.FreeAsync(buf, s) }},
+		{"FreeAsync", func(buf []byte) error { return p.FreeAsync(buf, pcuda.Stream(s)) }},
 		{"RecordStream+Free", func(buf []byte) error {
-			if err := p.RecordStream(buf, s); err != nil {
+			if err := p.RecordStream(buf, pcuda.Stream(s)); err != nil {
 				return err
 			}
 			return p.Free(buf)

@@ -2,6 +2,7 @@ package pinned_test
 
 import (
 	"bytes"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math/rand/v2"
 	"testing"
 
@@ -46,10 +47,10 @@ func TestFakeStreamProperty(t *testing.T) {
 	}
 	blocks := make([]block, len(streams))
 	for i := range blocks {
-		d, err := r.heap.Alloc(maxN, streams[i])
+		d, err := r.heap.Alloc(maxN, pcuda.Stream(streams[i]))
 		ok(t, "device Alloc", err)
-		blocks[i] = block{d: d, want: make([]byte, maxN)}
-		ok(t, "MemsetAsync", r.heap.MemsetAsync(d, 0, maxN, streams[i]))
+		blocks[i] = block{d: uintptr(d), want: make([]byte, maxN)}
+		ok(t, "MemsetAsync", r.heap.MemsetAsync(d, 0, maxN, pcuda.Stream(streams[i])))
 	}
 	type live struct {
 		b    []byte
@@ -87,18 +88,18 @@ func TestFakeStreamProperty(t *testing.T) {
 			bufs = append(bufs, live{b: b, seed: seed})
 		case x < 55 && len(bufs) > 0:
 			l := &bufs[rng.IntN(len(bufs))]
-			ok(t, "HtoDAsync", r.heap.HtoDAsync(blocks[k].d, l.b, s))
+			ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(blocks[k].d), l.b, pcuda.Stream(s)))
 			copy(blocks[k].want, l.b)
 			l.src = true
 		case x < 62 && len(bufs) > 0 && !bufs[len(bufs)-1].src: // a copy into a buffer, then its free: the write lands late
 			i := len(bufs) - 1
 			l := bufs[i]
-			ok(t, "DtoHAsync", r.heap.DtoHAsync(l.b, blocks[k].d, s))
+			ok(t, "DtoHAsync", r.heap.DtoHAsync(l.b, pcuda.DevicePtr(blocks[k].d), pcuda.Stream(s)))
 			bufs = append(bufs[:i], bufs[i+1:]...)
 			if rng.IntN(2) == 0 {
 				ok(t, "Free", r.pool.Free(l.b))
 			} else {
-				ok(t, "FreeAsync", r.pool.FreeAsync(l.b, s))
+				ok(t, "FreeAsync", r.pool.FreeAsync(l.b, pcuda.Stream(s)))
 			}
 		case x < 85 && len(bufs) > 0:
 			i := rng.IntN(len(bufs))
@@ -108,10 +109,10 @@ func TestFakeStreamProperty(t *testing.T) {
 			case 0:
 				ok(t, "Free", r.pool.Free(l.b))
 			case 1:
-				ok(t, "FreeAsync", r.pool.FreeAsync(l.b, s))
+				ok(t, "FreeAsync", r.pool.FreeAsync(l.b, pcuda.Stream(s)))
 			default:
 				lo := rng.IntN(len(l.b))
-				ok(t, "RecordStream", r.pool.RecordStream(l.b[lo:lo+1+rng.IntN(len(l.b)-lo)], s))
+				ok(t, "RecordStream", r.pool.RecordStream(l.b[lo:lo+1+rng.IntN(len(l.b)-lo)], pcuda.Stream(s)))
 				ok(t, "Free", r.pool.Free(l.b))
 			}
 		case x < 90:
@@ -119,7 +120,7 @@ func TestFakeStreamProperty(t *testing.T) {
 		case x < 93:
 			_ = r.pool.Stats()
 		case x < 95: // waits for s, takes back its buffers, takes it off the live ones
-			ok(t, "pool ForgetStream", r.pool.ForgetStream(s))
+			ok(t, "pool ForgetStream", r.pool.ForgetStream(pcuda.Stream(s)))
 		default:
 			check(step, k)
 		}
@@ -132,13 +133,13 @@ func TestFakeStreamProperty(t *testing.T) {
 		ok(t, "Free", r.pool.Free(l.b))
 	}
 	for k, b := range blocks {
-		ok(t, "device Free", r.heap.FreeAsync(b.d, streams[k]))
+		ok(t, "device Free", r.heap.FreeAsync(pcuda.DevicePtr(b.d), pcuda.Stream(streams[k])))
 	}
 	if st := r.pool.Stats(); st.Deferred != 0 || st.Live != 0 {
 		t.Errorf("at the end: %d deferred, %d live", st.Deferred, st.Live)
 	}
 	for _, s := range streams[1:] {
-		ok(t, "ForgetStream", r.heap.ForgetStream(s))
+		ok(t, "ForgetStream", r.heap.ForgetStream(pcuda.Stream(s)))
 	}
 	r.finish()
 }

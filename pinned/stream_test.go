@@ -64,7 +64,7 @@ func (r *asyncRig) finish() {
 	r.f.Hold(false)
 	ok(r.t, "heap Sync", r.heap.Sync())
 	for _, s := range []cuda.Stream{r.s} {
-		ok(r.t, "ForgetStream", r.heap.ForgetStream(s))
+		ok(r.t, "ForgetStream", r.heap.ForgetStream(pubcuda.Stream(s)))
 	}
 	ok(r.t, "heap Close", r.heap.Close())
 	closePool(r.t, r.f, r.pool)
@@ -78,7 +78,7 @@ func (r *asyncRig) stream() cuda.Stream {
 	}
 	r.t.Cleanup(func() {
 		_ = r.dev.StreamSynchronize(s)
-		err := r.heap.ForgetStream(s)
+		err := r.heap.ForgetStream(pubcuda.Stream(s))
 		if errors.Is(err, device.ErrClosed) {
 			err = nil
 		}
@@ -101,17 +101,17 @@ func (r *asyncRig) alloc(n int, v byte) []byte {
 }
 
 func (r *asyncRig) devAlloc(n int) cuda.DevicePtr {
-	d, err := r.heap.Alloc(uintptr(n), r.s)
+	d, err := r.heap.Alloc(int(n), pubcuda.Stream(r.s))
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return d
+	return uintptr(d)
 }
 
 // read copies n bytes of device memory at d back, synchronously, into Go memory.
 func (r *asyncRig) read(d cuda.DevicePtr, n int) []byte {
 	b := make([]byte, n)
-	if err := r.heap.DtoH(b, d); err != nil {
+	if err := r.heap.DtoH(b, pubcuda.DevicePtr(d)); err != nil {
 		r.t.Fatal(err)
 	}
 	return b
@@ -138,7 +138,7 @@ func TestFakeFreeAfterHtoDAsync(t *testing.T) {
 		r.f.Hold(true)
 		d := r.devAlloc(n)
 		a := r.alloc(n, 0xA1)
-		ok(t, "HtoDAsync", r.heap.HtoDAsync(d, a, r.s))
+		ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), a, pubcuda.Stream(r.s)))
 		ok(t, "Free", r.pool.Free(a))
 		if got := r.deferred(); got != 1 {
 			t.Fatalf("%d bytes: %d buffers deferred after a Free behind a queued copy, want 1", n, got)
@@ -156,7 +156,7 @@ func TestFakeFreeAfterHtoDAsync(t *testing.T) {
 			t.Fatalf("%d bytes: %d buffers still deferred after the stream passed", n, got)
 		}
 		ok(t, "Free", r.pool.Free(b))
-		ok(t, "Free", r.heap.Free(d))
+		ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	}
 	if st := r.pool.Stats(); st.Live != 0 {
 		t.Fatalf("%d buffers live at the end", st.Live)
@@ -174,10 +174,10 @@ func TestFakeZeroOnFreeAfterDtoHAsync(t *testing.T) {
 	}
 	const n = 48 << 10
 	d := r.devAlloc(n)
-	ok(t, "MemsetAsync", r.heap.MemsetAsync(d, 0x5C, n, r.s))
+	ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d), 0x5C, n, pubcuda.Stream(r.s)))
 	r.f.Hold(true)
 	c := r.alloc(n, 0)
-	ok(t, "DtoHAsync", r.heap.DtoHAsync(c, d, r.s))
+	ok(t, "DtoHAsync", r.heap.DtoHAsync(c, pubcuda.DevicePtr(d), pubcuda.Stream(r.s)))
 	ok(t, "Free", r.pool.Free(c))
 	r.f.Hold(false)
 	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s)) // the copy lands in c now
@@ -187,7 +187,7 @@ func TestFakeZeroOnFreeAfterDtoHAsync(t *testing.T) {
 	if !bytes.Equal(mem.Bytes(mem.Addr(c), n), make([]byte, n)) {
 		t.Fatal("a freed buffer holds the bytes a copy queued before its free wrote: the scrub ran before the copy")
 	}
-	ok(t, "Free", r.heap.Free(d))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finish()
 }
 
@@ -205,7 +205,7 @@ func TestFakeCloseWaitsForCopies(t *testing.T) {
 	d := r.devAlloc(n)
 	a := r.alloc(n, 0x3D)
 	r.f.Hold(true)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, a, r.s))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), a, pubcuda.Stream(r.s)))
 	ok(t, "Free", r.pool.Free(a))
 	err := r.pool.Close()
 	if !errors.Is(err, pinned.ErrBusy) {
@@ -226,7 +226,7 @@ func TestFakeCloseWaitsForCopies(t *testing.T) {
 	if err := r.pool.Close(); !errors.Is(err, pinned.ErrClosed) {
 		t.Errorf("a third Close: %v", err)
 	}
-	ok(t, "Free", r.heap.Free(d))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	ok(t, "heap Sync", r.heap.Sync())
 	ok(t, "heap Close", r.heap.Close())
 	if n := r.f.Stat(fakecuda.Mappings) + r.f.Stat(fakecuda.Registrations) + r.f.Stat(fakecuda.Reservations); n != 0 {
@@ -245,12 +245,12 @@ func TestFakeFreeAsync(t *testing.T) {
 	const n = 4 << 10
 	d := r.devAlloc(n)
 	first := r.alloc(n, 0)
-	ok(t, "FreeAsync", r.pool.FreeAsync(first, r.s)) // a new stream is checked with an event
+	ok(t, "FreeAsync", r.pool.FreeAsync(first, pubcuda.Stream(r.s))) // a new stream is checked with an event
 	records := r.f.Stat(fakecuda.EventRecords)
 	for i := range 2000 { // the stream idle at every reclaim: no event
 		b := r.alloc(n, byte(i))
-		ok(t, "HtoDAsync", r.heap.HtoDAsync(d, b, r.s))
-		ok(t, "FreeAsync", r.pool.FreeAsync(b, r.s))
+		ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), b, pubcuda.Stream(r.s)))
+		ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
 	}
 	if got := r.f.Stat(fakecuda.EventRecords) - records; got != 0 {
 		t.Errorf("%d events recorded for buffers freed on an idle stream", got)
@@ -268,8 +268,8 @@ func TestFakeFreeAsync(t *testing.T) {
 	var held [][]byte
 	for i := range 100 {
 		b := r.alloc(n, byte(i))
-		ok(t, "HtoDAsync", r.heap.HtoDAsync(d, b, r.s))
-		ok(t, "FreeAsync", r.pool.FreeAsync(b, r.s))
+		ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), b, pubcuda.Stream(r.s)))
+		ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
 		held = append(held, b)
 	}
 	if got := r.deferred(); got != 100 {
@@ -292,7 +292,7 @@ func TestFakeFreeAsync(t *testing.T) {
 	if got := r.deferred(); got != 0 {
 		t.Fatalf("%d buffers deferred after the stream passed", got)
 	}
-	ok(t, "Free", r.heap.Free(d))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finish()
 }
 
@@ -309,10 +309,10 @@ func TestFakeRecordStreams(t *testing.T) {
 	d1, d2 := r.devAlloc(n), r.devAlloc(n)
 	b := r.alloc(n, 0x77)
 	r.f.Hold(true)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d1, b[100:200], r.s))
-	ok(t, "MemsetAsync", r.heap.MemsetAsync(d2, 1, n, s2))
-	ok(t, "RecordStream", r.pool.RecordStream(b[n-10:], s2)) // say, a kernel reading it
-	ok(t, "RecordStream twice", r.pool.RecordStream(b, s2))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d1), b[100:200], pubcuda.Stream(r.s)))
+	ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d2), 1, n, pubcuda.Stream(s2)))
+	ok(t, "RecordStream", r.pool.RecordStream(b[n-10:], pubcuda.Stream(s2))) // say, a kernel reading it
+	ok(t, "RecordStream twice", r.pool.RecordStream(b, pubcuda.Stream(s2)))
 	ok(t, "Free", r.pool.Free(b))
 	if got := r.deferred(); got != 1 {
 		t.Fatalf("%d deferred, want 1", got)
@@ -326,9 +326,9 @@ func TestFakeRecordStreams(t *testing.T) {
 		t.Fatalf("after both streams passed: %d deferred, want 0", got)
 	}
 	r.f.Hold(false)
-	ok(t, "Free", r.heap.Free(d1))
-	ok(t, "Free", r.heap.Free(d2))
-	ok(t, "ForgetStream", r.heap.ForgetStream(s2))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d1)))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d2)))
+	ok(t, "ForgetStream", r.heap.ForgetStream(pubcuda.Stream(s2)))
 	r.finish()
 }
 
@@ -341,21 +341,21 @@ func TestFakeStreamMisuse(t *testing.T) {
 	}
 	r.f.Hold(true)
 	d := r.devAlloc(1000)
-	ok(t, "MemsetAsync", r.heap.MemsetAsync(d, 0, 1000, r.s)) // the stream is busy
+	ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d), 0, 1000, pubcuda.Stream(r.s))) // the stream is busy
 	b := r.alloc(1000, 1)
-	ok(t, "FreeAsync", r.pool.FreeAsync(b, r.s))
+	ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
 	for what, err := range map[string]error{
-		"FreeAsync twice":          r.pool.FreeAsync(b, r.s),
+		"FreeAsync twice":          r.pool.FreeAsync(b, pubcuda.Stream(r.s)),
 		"Free after FreeAsync":     r.pool.Free(b),
-		"RecordStream after free":  r.pool.RecordStream(b, r.s),
-		"HtoDAsync from freed buf": r.heap.HtoDAsync(d, b, r.s),
+		"RecordStream after free":  r.pool.RecordStream(b, pubcuda.Stream(r.s)),
+		"HtoDAsync from freed buf": r.heap.HtoDAsync(pubcuda.DevicePtr(d), b, pubcuda.Stream(r.s)),
 	} {
 		if !errors.Is(err, pinned.ErrDoubleFree) {
 			t.Errorf("%s: %v, want ErrDoubleFree", what, err)
 		}
 	}
 	c := r.alloc(4096, 2)
-	if err := r.pool.FreeAsync(c[:100], r.s); !errors.Is(err, pinned.ErrSubSlice) {
+	if err := r.pool.FreeAsync(c[:100], pubcuda.Stream(r.s)); !errors.Is(err, pinned.ErrSubSlice) {
 		t.Errorf("FreeAsync of a sub-slice: %v", err)
 	}
 	if err := r.pool.FreeAsync(c, 0xdead0); !errors.Is(err, pinned.ErrInvalidStream) {
@@ -364,13 +364,13 @@ func TestFakeStreamMisuse(t *testing.T) {
 	if err := r.pool.RecordStream(c, 0xdead0); !errors.Is(err, pinned.ErrInvalidStream) {
 		t.Errorf("RecordStream of a bogus stream: %v", err)
 	}
-	if err := r.pool.FreeAsync(make([]byte, 64), r.s); !errors.Is(err, pinned.ErrNotOwned) {
+	if err := r.pool.FreeAsync(make([]byte, 64), pubcuda.Stream(r.s)); !errors.Is(err, pinned.ErrNotOwned) {
 		t.Errorf("FreeAsync of Go memory: %v", err)
 	}
-	if err := r.pool.RecordStream(make([]byte, 64), r.s); !errors.Is(err, pinned.ErrNotOwned) {
+	if err := r.pool.RecordStream(make([]byte, 64), pubcuda.Stream(r.s)); !errors.Is(err, pinned.ErrNotOwned) {
 		t.Errorf("RecordStream of Go memory: %v", err)
 	}
-	ok(t, "RecordStream", r.pool.RecordStream(c[10:20], r.s))
+	ok(t, "RecordStream", r.pool.RecordStream(c[10:20], pubcuda.Stream(r.s)))
 	if err := r.pool.Free(c[:100]); !errors.Is(err, pinned.ErrSubSlice) {
 		t.Errorf("Free of a sub-slice of a recorded buffer: %v", err)
 	}
@@ -382,7 +382,7 @@ func TestFakeStreamMisuse(t *testing.T) {
 		t.Errorf("deferred %d, live %d; want 2 and 2", st.Deferred, st.Live)
 	}
 	r.f.Hold(false)
-	ok(t, "Free", r.heap.Free(d))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finish()
 }
 
@@ -398,9 +398,9 @@ func TestFakeStreamDestroyed(t *testing.T) {
 	const n = 8 << 10
 	d := r.devAlloc(n)
 	a := r.alloc(n, 0x42)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, a, s))
-	ok(t, "FreeAsync", r.pool.FreeAsync(a, s))
-	ok(t, "ForgetStream", r.heap.ForgetStream(s))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), a, pubcuda.Stream(s)))
+	ok(t, "FreeAsync", r.pool.FreeAsync(a, pubcuda.Stream(s)))
+	ok(t, "ForgetStream", r.heap.ForgetStream(pubcuda.Stream(s)))
 	ok(t, "StreamDestroy", r.dev.StreamDestroy(s))
 	if got := r.deferred(); got != 0 {
 		t.Fatalf("%d buffers deferred on a destroyed stream", got)
@@ -408,7 +408,7 @@ func TestFakeStreamDestroyed(t *testing.T) {
 	if got := r.read(d, n); !bytes.Equal(got, bytes.Repeat([]byte{0x42}, n)) {
 		t.Fatal("the copy of a buffer freed on a destroyed stream did not carry its bytes")
 	}
-	ok(t, "Free", r.heap.Free(d))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finish()
 }
 
@@ -446,19 +446,19 @@ func TestFakeLastFreeAfterClose(t *testing.T) {
 	if err := r.pool.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
 		t.Fatalf("Close with live buffers: %v", err)
 	}
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, a, r.s))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), a, pubcuda.Stream(r.s)))
 	ok(t, "Free after Close", r.pool.Free(a))
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(d, b, r.s))
-	ok(t, "FreeAsync after Close", r.pool.FreeAsync(b, r.s))
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), b, pubcuda.Stream(r.s)))
+	ok(t, "FreeAsync after Close", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
 	if n := r.f.Stat(fakecuda.Mappings) + r.f.Stat(fakecuda.Registrations); n == 0 {
 		t.Fatal("nothing mapped: the device heap's memory should be")
 	}
 	if got := r.read(d, n); got[0] != 2 {
 		t.Fatalf("the device holds %d, want the last copy's 2", got[0])
 	}
-	ok(t, "Free", r.heap.Free(d))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	ok(t, "heap Sync", r.heap.Sync())
-	ok(t, "ForgetStream", r.heap.ForgetStream(r.s))
+	ok(t, "ForgetStream", r.heap.ForgetStream(pubcuda.Stream(r.s)))
 	ok(t, "heap Close", r.heap.Close())
 	if n := r.f.Stat(fakecuda.Mappings) + r.f.Stat(fakecuda.Registrations) + r.f.Stat(fakecuda.Reservations); n != 0 {
 		t.Errorf("the pool's memory outlived its last free: the fake holds %v", r.f.LiveObjects())
@@ -482,13 +482,13 @@ func TestFakeStreamOfAnotherDevice(t *testing.T) {
 	s1, err := dev1.StreamCreate(true)
 	ok(t, "StreamCreate on device 1", err)
 	const n = 64 << 10
-	d, err := h.Alloc(n, s1)
+	d, err := h.Alloc(n, pubcuda.Stream(s1))
 	ok(t, "Alloc", err)
 	b, err := p.Alloc(n)
 	ok(t, "pool Alloc", err)
 	copy(b, bytes.Repeat([]byte{0x5A}, n))
 	f.Hold(true)
-	ok(t, "HtoDAsync by device 1", h.HtoDAsync(d, b, s1))
+	ok(t, "HtoDAsync by device 1", h.HtoDAsync(d, b, pubcuda.Stream(s1)))
 	ok(t, "Free", p.Free(b))
 	c, err := p.Alloc(n) // the same memory, most likely: the copy must be done
 	ok(t, "pool Alloc", err)
@@ -500,15 +500,15 @@ func TestFakeStreamOfAnotherDevice(t *testing.T) {
 	if !bytes.Equal(got, bytes.Repeat([]byte{0x5A}, n)) {
 		t.Fatal("device 1 got the next owner's bytes")
 	}
-	if err := p.FreeAsync(c, s1); !errors.Is(err, pinned.ErrInvalidStream) {
+	if err := p.FreeAsync(c, pubcuda.Stream(s1)); !errors.Is(err, pinned.ErrInvalidStream) {
 		t.Errorf("FreeAsync on another device's stream: %v", err)
 	}
-	if err := p.RecordStream(c, s1); !errors.Is(err, pinned.ErrInvalidStream) {
+	if err := p.RecordStream(c, pubcuda.Stream(s1)); !errors.Is(err, pinned.ErrInvalidStream) {
 		t.Errorf("RecordStream of another device's stream: %v", err)
 	}
 	ok(t, "Free", p.Free(c))
 	ok(t, "device Free", h.Free(d))
-	ok(t, "ForgetStream", h.ForgetStream(s1))
+	ok(t, "ForgetStream", h.ForgetStream(pubcuda.Stream(s1)))
 	ok(t, "heap Close", h.Close())
 	ok(t, "StreamDestroy", dev1.StreamDestroy(s1))
 	closePool(t, f, p)

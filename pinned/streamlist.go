@@ -65,7 +65,7 @@ func (o *streamOrder) checkSlow(s cuda.Stream) (*streamList, error) {
 	if l == nil {
 		ev, err := o.events.Get()
 		if err == nil {
-			err = o.dev.EventRecord(ev, s)
+			err = o.dev.EventRecord(ev, uintptr(s))
 			o.events.Put(ev)
 		}
 		if err != nil {
@@ -147,7 +147,7 @@ func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, pollStat
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ev != 0 {
-		err := o.dev.EventQuery(l.ev)
+		err := o.dev.EventQuery(uintptr(l.ev))
 		if errors.Is(err, icuda.ErrNotReady) {
 			return done, pollBusy, nil
 		}
@@ -155,11 +155,11 @@ func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, pollStat
 			return done, pollLost, fmt.Errorf("pinned: stream %#x: %w", l.s, err)
 		}
 		done = l.take(done, l.marked)
-		o.events.Put(l.ev)
+		o.events.Put(uintptr(l.ev))
 		l.ev, l.marked = 0, l.marked[:0]
 	}
 	if len(l.open) > 0 {
-		err := o.dev.StreamQuery(l.s)
+		err := o.dev.StreamQuery(uintptr(l.s))
 		switch {
 		case err == nil: // idle: everything queued on it has completed
 			done = l.take(done, l.open)
@@ -169,14 +169,14 @@ func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, pollStat
 		default:
 			ev, err := o.events.Get()
 			if err == nil {
-				if err = o.dev.EventRecord(ev, l.s); err != nil {
+				if err = o.dev.EventRecord(ev, uintptr(l.s)); err != nil {
 					o.events.Put(ev)
 				}
 			}
 			if err != nil {
 				return done, pollLost, fmt.Errorf("pinned: stream %#x: event: %w", l.s, err)
 			}
-			l.ev = ev
+			l.ev = cuda.Event(ev)
 			l.open, l.marked = l.marked, l.open
 			return done, pollBusy, nil
 		}
@@ -215,7 +215,7 @@ func (o *streamOrder) retire(l *streamList, all bool, done []deferred) []deferre
 		return done
 	default:
 		if l.ev != 0 {
-			o.events.Put(l.ev)
+			o.events.Put(uintptr(l.ev))
 		}
 		done = l.take(l.take(done, l.marked), l.open)
 		l.marked, l.open, l.ev, l.gone = nil, nil, 0, true

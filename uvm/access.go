@@ -128,7 +128,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 		t.st.Hits++
 	}
 	if b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
-		if err := t.dev.StreamWaitEvent(s, b.readyEv); err != nil {
+		if err := t.dev.StreamWaitEvent(uintptr(s), uintptr(b.readyEv)); err != nil {
 			return 0, fmt.Errorf("uvm: stream %#x waits for block %#x: %w", s, uint64(h), err)
 		}
 	}

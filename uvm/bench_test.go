@@ -65,7 +65,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		b.Run(fmt.Sprintf("event-record/%d", round), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				if err := dev.EventRecord(ev, s); err != nil {
+				if err := dev.EventRecord(ev, uintptr(s)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -66,14 +66,14 @@ func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := t.dev.EventRecord(ev, s); err != nil {
+	if err := t.dev.EventRecord(ev, uintptr(s)); err != nil {
 		t.engine.events.Put(ev)
 		return 0, err
 	}
 	t.batches.issued[dir]++
 	c.dir, c.seq = dir, t.batches.issued[dir]
-	t.batches.queue.PushEvent(s, ev, c)
-	return ev, nil
+	t.batches.queue.PushEvent(uintptr(s), ev, c)
+	return cuda.Event(ev), nil
 }
 
 // push is pushEvent for a batch whose event no block needs.
@@ -98,11 +98,11 @@ func (t *Tier) retire(c completion) error {
 		}
 	}
 	for _, w := range t.rel.waits {
-		if serr := t.dev.EventSynchronize(w.ev); serr != nil {
+		if serr := t.dev.EventSynchronize(uintptr(w.ev)); serr != nil {
 			return errors.Join(err, serr)
 		}
 	}
-	if serr := t.dev.StreamSynchronize(t.engine.d2h); serr != nil {
+	if serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h)); serr != nil {
 		return errors.Join(err, serr)
 	}
 	return t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})

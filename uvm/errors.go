@@ -1,9 +1,8 @@
 package uvm
 
 import (
-	"errors"
-
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // Sentinel errors. Every error of the tier wraps one of them (with the handle or size at fault),
@@ -12,33 +11,33 @@ import (
 // kind too (uvm.ErrClosed matches pinmalloc.ErrClosed; ErrHostFull, pinmalloc.ErrOutOfMemory).
 var (
 	// ErrClosed means the tier was used after Close.
-	ErrClosed = pinmalloc.NewError(pinmalloc.ErrClosed, "uvm: tier closed")
+	ErrClosed = errkind.New(pinmalloc.ErrClosed, "uvm: tier closed")
 	// ErrInvalidHandle means a handle the tier never gave out, or one already freed (its
 	// generation is stale).
-	ErrInvalidHandle = errors.New("uvm: invalid handle")
+	ErrInvalidHandle = errkind.New(pinmalloc.ErrNotOwned, "uvm: invalid handle")
 	// ErrNotAcquired means Release or ReleaseHost of a block that is not acquired that way.
-	ErrNotAcquired = errors.New("uvm: block not acquired")
+	ErrNotAcquired = errkind.New(pinmalloc.ErrInvalid, "uvm: block not acquired")
 	// ErrWrongStream means Release on a stream the block was not acquired on.
-	ErrWrongStream = errors.New("uvm: release on a stream the block was not acquired on")
+	ErrWrongStream = errkind.New(pinmalloc.ErrInvalid, "uvm: release on a stream the block was not acquired on")
 	// ErrAcquired means an operation that needs the block free of acquisitions (Evict, an
 	// AcquireHost for writing, an Acquire for writing while the host holds it) met one, or
 	// Close found blocks acquired; nothing was changed.
-	ErrAcquired = errors.New("uvm: block acquired")
+	ErrAcquired = errkind.New(pinmalloc.ErrBusy, "uvm: block acquired")
 	// ErrTooLarge means a block larger than the device budget (it could never be resident).
-	ErrTooLarge = pinmalloc.NewError(pinmalloc.ErrTooLarge, "uvm: block larger than the device budget")
+	ErrTooLarge = errkind.New(pinmalloc.ErrTooLarge, "uvm: block larger than the device budget")
 	// ErrAllPinned means the device budget is held by acquired blocks (and transfers still in
 	// flight) so that nothing can be evicted to make room: retry after a Release, or use
 	// AcquireContext, which waits.
-	ErrAllPinned = errors.New("uvm: every evictable byte is acquired")
+	ErrAllPinned = errkind.New(pinmalloc.ErrBusy, "uvm: every evictable byte is acquired")
 	// ErrHostFull means the pinned host pool cannot take the block (an eviction, or a block
 	// whose bytes would exceed what device and host together can hold); the block stays where
 	// it was.
-	ErrHostFull = pinmalloc.NewError(pinmalloc.ErrOutOfMemory, "uvm: host pool full")
+	ErrHostFull = errkind.New(pinmalloc.ErrOutOfMemory, "uvm: host pool full")
 	// ErrInvalidOptions means Options that cannot work, or a bad argument (a size of zero, a
 	// mode that does not exist).
-	ErrInvalidOptions = pinmalloc.NewError(pinmalloc.ErrInvalid, "uvm: invalid options")
+	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "uvm: invalid options")
 	// ErrInvalidStream means a stream the driver does not know (never made, or destroyed):
 	// Acquire and Prefetch on it change nothing; a Release or Free on it still ends the use,
 	// after a wait, and says so (streams.go).
-	ErrInvalidStream = pinmalloc.NewError(pinmalloc.ErrInvalidStream, "uvm: invalid stream")
+	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "uvm: invalid stream")
 )

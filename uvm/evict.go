@@ -109,7 +109,7 @@ func (t *Tier) addEvict(e *evicting, id BlockID) error {
 			return err
 		}
 	}
-	if e.add(CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size}) { // start the copies while the rest is prepared
+	if e.add(CopyJob{Dst: b.hostDev, Src: uintptr(b.dev), Len: b.size}) { // start the copies while the rest is prepared
 		return t.launchEvict(e)
 	}
 	return nil
@@ -161,7 +161,7 @@ func (t *Tier) abortEvict(e *evicting, err error) error {
 	t.putDevList(e.done.dev)
 	t.unchoose(e.ids)
 	if e.queued > 0 { // copies into host buffers the blocks keep: let them land first
-		_ = t.dev.StreamSynchronize(t.engine.d2h)
+		_ = t.dev.StreamSynchronize(uintptr(t.engine.d2h))
 	}
 	return err
 }

@@ -54,12 +54,12 @@ func managedWarmEviction(t *testing.T, dev *icuda.Device, n uintptr) float64 {
 	toHost := icuda.MemLocation{Type: int32(cuda.LocationHost)}
 	best := 0.0
 	for round := 0; round < 3; round++ {
-		must(t, dev.MemPrefetchAsync(p, n, toDevice, s))
-		must(t, dev.MemsetD8Async(p, byte(round), n, s)) // resident and written on the device
-		must(t, dev.StreamSynchronize(s))
+		must(t, dev.MemPrefetchAsync(p, n, toDevice, uintptr(s)))
+		must(t, dev.MemsetD8Async(p, byte(round), n, uintptr(s))) // resident and written on the device
+		must(t, dev.StreamSynchronize(uintptr(s)))
 		start := time.Now()
-		must(t, dev.MemPrefetchAsync(p, n, toHost, s))
-		must(t, dev.StreamSynchronize(s))
+		must(t, dev.MemPrefetchAsync(p, n, toHost, uintptr(s)))
+		must(t, dev.StreamSynchronize(uintptr(s)))
 		g := gbps(int(n), time.Since(start))
 		if round == 0 {
 			t.Logf("managed memory, first eviction (cold): %.1f GB/s", g)
@@ -104,10 +104,10 @@ func tierBandwidth(t *testing.T, dev *icuda.Device, size int) bandwidth {
 		for i, hd := range hs {
 			p, err := tr.Acquire(hd, s, uvm.Write)
 			must(t, err)
-			must(t, dev.MemsetD8Async(p, byte(seed+i), uintptr(size), s))
+			must(t, dev.MemsetD8Async(uintptr(p), byte(seed+i), uintptr(size), uintptr(s)))
 			must(t, tr.Release(hd, s))
 		}
-		must(t, dev.StreamSynchronize(s))
+		must(t, dev.StreamSynchronize(uintptr(s)))
 		must(t, tr.Sync())
 	}
 	timed := func(f func() error) time.Duration {
@@ -126,7 +126,7 @@ func tierBandwidth(t *testing.T, dev *icuda.Device, size int) bandwidth {
 		dr := timed(func() error { return tr.Prefetch(b, s) })
 		write(b, round+100)
 		db := timed(func() error { return tr.Prefetch(a, s) })
-		must(t, dev.StreamSynchronize(s))
+		must(t, dev.StreamSynchronize(uintptr(s)))
 		if round > 0 {
 			r.evict = max(r.evict, gbps(gpuBatch, de))
 			r.restore = max(r.restore, gbps(gpuBatch, dr))
@@ -194,11 +194,11 @@ func TestGPUAcquireRelease(t *testing.T) {
 		pair := time.Since(start) / n
 		start = time.Now()
 		for i := 0; i < n; i++ {
-			must(t, dev.EventRecord(ev, s))
+			must(t, dev.EventRecord(ev, uintptr(s)))
 		}
 		rec := time.Since(start) / n
 		t.Logf("Acquire+Release of a resident block: %v; cuEventRecord alone: %v; the tier's share: %v", pair, rec, pair-rec)
 	}
-	must(t, dev.StreamSynchronize(s))
+	must(t, dev.StreamSynchronize(uintptr(s)))
 	must(t, tr.Free(h))
 }

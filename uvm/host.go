@@ -81,12 +81,12 @@ func (t *Tier) hostCurrent(id BlockID, b *block) error {
 // and, before Go writes it (m is Write), for one still reading it (a restore).
 func (t *Tier) waitHostCopies(id BlockID, b *block, m Mode) error {
 	if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) {
-		if err := t.dev.EventSynchronize(b.evictEv); err != nil {
+		if err := t.dev.EventSynchronize(uintptr(b.evictEv)); err != nil {
 			return fmt.Errorf("uvm: wait for the eviction of %#x: %w", uint64(t.handle(id)), err)
 		}
 	}
 	if m == Write && b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
-		if err := t.dev.EventSynchronize(b.readyEv); err != nil {
+		if err := t.dev.EventSynchronize(uintptr(b.readyEv)); err != nil {
 			return fmt.Errorf("uvm: wait for the restore of %#x: %w", uint64(t.handle(id)), err)
 		}
 	}
@@ -121,14 +121,14 @@ func (t *Tier) copyToHost(id BlockID, b *block) error {
 	t.addWaits(b)
 	err := t.queueWaits(t.engine.d2h)
 	if err == nil {
-		err = t.engine.mover.Copy(append(t.scratch.jobs[:0], CopyJob{Dst: b.hostDev, Src: b.dev, Len: b.size}), t.engine.d2h)
+		err = t.engine.mover.Copy(append(t.scratch.jobs[:0], CopyJob{Dst: b.hostDev, Src: uintptr(b.dev), Len: b.size}), t.engine.d2h)
 	}
 	var ev cuda.Event
 	if err == nil {
 		ev, err = t.pushEvent(dirD2H, completion{})
 	}
 	if err == nil {
-		err = t.dev.EventSynchronize(ev)
+		err = t.dev.EventSynchronize(uintptr(ev))
 	}
 	if err != nil {
 		t.st.Failures++

@@ -45,7 +45,7 @@ func TestHostCopyOutlivesFree(t *testing.T) {
 		must(t, tr.ReleaseHost(h))
 	}
 	f.Hold(false)
-	must(t, dev.StreamSynchronize(s))
+	must(t, dev.StreamSynchronize(uintptr(s)))
 	got := make([]byte, size)
 	must(t, dh.DtoH(got, d))
 	if !bytes.Equal(got, pattern(0, size)) {

@@ -104,7 +104,7 @@ func TestMoverCalibrated(t *testing.T) {
 		size          int
 		kernel, batch bool
 	}{{4 * kib, true, false}, {256 * kib, false, true}} {
-		tr := newTier(t, dev, uvm.Options{DeviceBudget: uintptr(2 * c.size)})
+		tr := newTier(t, dev, uvm.Options{DeviceBudget: int(2 * c.size)})
 		before := count()
 		roundTrip(t, dev, tr, 8, c.size)
 		after := count()
@@ -145,7 +145,7 @@ func TestPerJobMover(t *testing.T) {
 	if !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(err.Error(), "job 1 of 2") {
 		t.Fatalf("a copy whose second job runs past its buffer: %v", err)
 	}
-	if !bytes.Equal(readDev(t, dev, 0, d, n), src) {
+	if !bytes.Equal(readDev(t, dev, 0, cuda.DevicePtr(d), n), src) {
 		t.Error("the job before the failing one did not move its bytes")
 	}
 }

@@ -20,14 +20,14 @@ const (
 // Options configures a Tier.
 type Options struct {
 	// DeviceBudget is the VRAM the tier's blocks may hold, in bytes (required).
-	DeviceBudget uintptr
+	DeviceBudget int
 	// HostCapacity caps the pinned host pool (default 4×DeviceBudget). Blocks whose bytes
 	// would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.
-	HostCapacity uintptr
+	HostCapacity int
 	// HostPrecommit is how many bytes of the host pool to commit and pin in the background
 	// when the tier is made, so that the first evictions do not wait for the driver to pin
 	// memory (default 0: pinned as evictions need it). At most HostCapacity.
-	HostPrecommit uintptr
+	HostPrecommit int
 	// Policy orders evictions (nil: LRU()). A Policy serves one tier.
 	Policy Policy
 	// Mover copies batches of blocks (nil: a device.Batcher that calibrates itself and moves
@@ -57,8 +57,11 @@ type Options struct {
 
 // withDefaults checks o and fills in the defaults of the fields left zero.
 func (o Options) withDefaults() (Options, error) {
-	if o.DeviceBudget == 0 {
-		return o, fmt.Errorf("%w: DeviceBudget is required", ErrInvalidOptions)
+	if o.DeviceBudget <= 0 {
+		return o, fmt.Errorf("%w: DeviceBudget %d (required, above 0)", ErrInvalidOptions, o.DeviceBudget)
+	}
+	if o.HostCapacity < 0 || o.HostPrecommit < 0 {
+		return o, fmt.Errorf("%w: HostCapacity %d, HostPrecommit %d (want 0 or more)", ErrInvalidOptions, o.HostCapacity, o.HostPrecommit)
 	}
 	if o.HostCapacity == 0 {
 		o.HostCapacity = 4 * o.DeviceBudget

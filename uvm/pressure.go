@@ -50,12 +50,12 @@ func (t *Tier) uninstallPressure() {
 }
 
 // relieve is the heap's pressure hook (device.PressureFunc).
-func (t *Tier) relieve(n uintptr, s cuda.Stream) bool {
+func (t *Tier) relieve(n int, s cuda.Stream) bool {
 	if s == t.hook.own {
 		return false
 	}
 	t.mu.Lock()
-	ok := !t.closed && t.evictForHeap(n)
+	ok := !t.closed && t.evictForHeap(uintptr(n))
 	t.checkInvariants("the pressure hook")
 	prev := t.hook.prev
 	t.mu.Unlock()

@@ -26,7 +26,7 @@ func TestSharedHeapPressure(t *testing.T) {
 	const size, n = 256 * kib, 24
 	var prevCalls int
 	h, err := device.New(public(dev), device.Options{Capacity: 8 << 20, Align: 256,
-		Pressure: func(uintptr, cuda.Stream) bool { prevCalls++; return false }})
+		Pressure: func(int, cuda.Stream) bool { prevCalls++; return false }})
 	must(t, err)
 	tr, err := uvm.New(public(dev), uvm.Options{DeviceBudget: n * size, Heap: h})
 	must(t, err)

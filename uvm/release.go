@@ -36,19 +36,20 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 	for i := range b.rel {
 		if r := &b.rel[i]; r.s == s {
 			r.seq = t.rel.seq
-			return t.dev.EventRecord(r.ev, s)
+			return t.dev.EventRecord(uintptr(r.ev), uintptr(s))
 		}
 	}
 	var ev cuda.Event
 	if k := len(t.rel.idle); k > 0 {
 		ev, t.rel.idle = t.rel.idle[k-1], t.rel.idle[:k-1]
 	} else {
-		var err error
-		if ev, err = t.engine.events.Get(); err != nil {
+		e, err := t.engine.events.Get()
+		if err != nil {
 			return err
 		}
+		ev = cuda.Event(e)
 	}
-	if err := t.dev.EventRecord(ev, s); err != nil {
+	if err := t.dev.EventRecord(uintptr(ev), uintptr(s)); err != nil {
 		t.rel.idle = append(t.rel.idle, ev)
 		return err
 	}
@@ -100,7 +101,7 @@ func (t *Tier) queueWaits(s cuda.Stream) error {
 		return waitFault
 	}
 	for _, w := range t.rel.waits {
-		if err := t.dev.StreamWaitEvent(s, w.ev); err != nil {
+		if err := t.dev.StreamWaitEvent(uintptr(s), uintptr(w.ev)); err != nil {
 			return fmt.Errorf("uvm: wait on stream %#x for stream %#x: %w", s, w.s, err)
 		}
 	}

@@ -76,7 +76,7 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 		return err
 	}
 	// One wait covers the batch: every copy of it is before its event.
-	if err := t.dev.StreamWaitEvent(s, ev); err != nil {
+	if err := t.dev.StreamWaitEvent(uintptr(s), uintptr(ev)); err != nil {
 		return fmt.Errorf("uvm: stream %#x waits for a prefetch: %w", s, err)
 	}
 	return nil
@@ -153,11 +153,11 @@ func (t *Tier) addRestore(r *restoring, ids []BlockID, need uintptr) error {
 			continue
 		}
 		if b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq) { // the host copy is still being written
-			if err := t.dev.StreamWaitEvent(t.engine.h2d, b.evictEv); err != nil {
+			if err := t.dev.StreamWaitEvent(uintptr(t.engine.h2d), uintptr(b.evictEv)); err != nil {
 				return fmt.Errorf("uvm: restore waits for an eviction: %w", err)
 			}
 		}
-		if r.add(CopyJob{Dst: p, Src: b.hostDev, Len: b.size}) { // start the copies while the rest is prepared
+		if r.add(CopyJob{Dst: uintptr(p), Src: b.hostDev, Len: b.size}) { // start the copies while the rest is prepared
 			if err := t.launch(&r.launcher, t.engine.h2d); err != nil {
 				t.st.Failures++
 				return fmt.Errorf("uvm: restore of a batch of blocks: %w", err)
@@ -241,7 +241,7 @@ func (t *Tier) undoRestore(ids []BlockID) {
 		}
 	}
 	if err := t.push(dirH2D, c); err != nil {
-		_ = t.dev.StreamSynchronize(t.engine.h2d)
+		_ = t.dev.StreamSynchronize(uintptr(t.engine.h2d))
 		_ = t.complete(c)
 	}
 }
@@ -254,7 +254,7 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 		if p := t.takeSpare(size); p != 0 {
 			return p, nil
 		}
-		p, err := t.mem.heap.Alloc(size, t.engine.h2d)
+		p, err := t.mem.heap.Alloc(int(size), t.engine.h2d)
 		if err == nil {
 			return p, nil
 		}
@@ -262,7 +262,7 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 			if _, ferr := t.flushSpares(); ferr != nil {
 				return 0, errors.Join(err, ferr)
 			}
-			if p, err = t.mem.heap.Alloc(size, t.engine.h2d); err == nil {
+			if p, err = t.mem.heap.Alloc(int(size), t.engine.h2d); err == nil {
 				return p, nil
 			}
 		}

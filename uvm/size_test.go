@@ -38,7 +38,7 @@ func TestBlockSizes(t *testing.T) {
 
 func runSizes(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, size int) {
 	const n = 4
-	tr := newTier(t, dev, uvm.Options{DeviceBudget: uintptr(2 * size)})
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: int(2 * size)})
 	s := stream(t, dev)
 	launches, jobs := f.Launches(), f.GatherJobs()
 	hs := filled(t, tr, n, size)

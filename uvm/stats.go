@@ -52,7 +52,7 @@ type Migration struct {
 	// Handle is the block.
 	Handle Handle
 	// Bytes is the block's size (rounded to 256 bytes).
-	Bytes uintptr
+	Bytes int
 	// ToDevice is true for a restore, false for an eviction.
 	ToDevice bool
 	// Cause says why.
@@ -175,6 +175,6 @@ func (t *Tier) moved(id BlockID, b *block, toDevice bool, cause Cause, clean boo
 	}
 	t.thrashed(b, now)
 	if t.opts.onMigrate != nil {
-		t.opts.onMigrate(Migration{Handle: t.handle(id), Bytes: b.size, ToDevice: toDevice, Cause: cause, Clean: clean})
+		t.opts.onMigrate(Migration{Handle: t.handle(id), Bytes: int(b.size), ToDevice: toDevice, Cause: cause, Clean: clean})
 	}
 }

@@ -3,6 +3,7 @@ package uvm_test
 import (
 	"bytes"
 	"errors"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -75,17 +76,17 @@ func TestReleaseOnDestroyedStream(t *testing.T) {
 	hs := filled(t, tr, 2, 64*kib)
 	s, err := dev.StreamCreate(true)
 	must(t, err)
-	p, err := tr.Acquire(hs[0], s, uvm.Write)
+	p, err := tr.Acquire(hs[0], pcuda.Stream(s), uvm.Write)
 	must(t, err)
-	_, err = tr.Acquire(hs[1], s, uvm.Read)
+	_, err = tr.Acquire(hs[1], pcuda.Stream(s), uvm.Read)
 	must(t, err)
-	writeDev(t, dev, s, p, pattern(99, 64*kib)) // queued on s, run late
+	writeDev(t, dev, pcuda.Stream(s), p, pattern(99, 64*kib)) // queued on s, run late
 	must(t, dev.StreamDestroy(s))
-	err = tr.Release(hs[0], s)
+	err = tr.Release(hs[0], pcuda.Stream(s))
 	if !errors.Is(err, uvm.ErrInvalidStream) {
 		t.Errorf("Release on a destroyed stream: %v, want ErrInvalidStream", err)
 	}
-	if err2 := tr.Release(hs[0], s); !errors.Is(err2, uvm.ErrNotAcquired) {
+	if err2 := tr.Release(hs[0], pcuda.Stream(s)); !errors.Is(err2, uvm.ErrNotAcquired) {
 		t.Errorf("a second Release: %v; the first (%v) should have released the block", err2, err)
 	}
 	must(t, tr.Evict(hs[:1]))
@@ -95,7 +96,7 @@ func TestReleaseOnDestroyedStream(t *testing.T) {
 		t.Error("the block moved before the destroyed stream's write to it ran")
 	}
 	must(t, tr.ReleaseHost(hs[0]))
-	if _, err := tr.Acquire(hs[0], s, uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
+	if _, err := tr.Acquire(hs[0], pcuda.Stream(s), uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
 		t.Errorf("Acquire on the destroyed stream after its failed Release: %v", err)
 	}
 	// Free of a block still acquired on the dead stream frees it (behind the device's work).
@@ -118,27 +119,27 @@ func TestForgetStream(t *testing.T) {
 	hs := filled(t, tr, 2, 64*kib)
 	s, err := dev.StreamCreate(true)
 	must(t, err)
-	p, err := tr.Acquire(hs[0], s, uvm.Write)
+	p, err := tr.Acquire(hs[0], pcuda.Stream(s), uvm.Write)
 	must(t, err)
-	if err := tr.ForgetStream(s); !errors.Is(err, uvm.ErrAcquired) {
+	if err := tr.ForgetStream(pcuda.Stream(s)); !errors.Is(err, uvm.ErrAcquired) {
 		t.Errorf("ForgetStream with a block acquired on the stream: %v", err)
 	}
 	f.Hold(true) // the write stays queued past the destroy
-	writeDev(t, dev, s, p, pattern(42, 64*kib))
-	must(t, tr.Release(hs[0], s))
-	must(t, tr.ForgetStream(s))
-	must(t, tr.ForgetStream(s)) // a stream the tier does not know: nothing to do
+	writeDev(t, dev, pcuda.Stream(s), p, pattern(42, 64*kib))
+	must(t, tr.Release(hs[0], pcuda.Stream(s)))
+	must(t, tr.ForgetStream(pcuda.Stream(s)))
+	must(t, tr.ForgetStream(pcuda.Stream(s))) // a stream the tier does not know: nothing to do
 	q := f.Stat(fakecuda.StreamQueries)
-	_, err = tr.Acquire(hs[1], s, uvm.Read) // forgotten: checked again
+	_, err = tr.Acquire(hs[1], pcuda.Stream(s), uvm.Read) // forgotten: checked again
 	must(t, err)
-	must(t, tr.Release(hs[1], s))
+	must(t, tr.Release(hs[1], pcuda.Stream(s)))
 	if n := f.Stat(fakecuda.StreamQueries) - q; n != 1 {
 		t.Errorf("an Acquire on a forgotten stream asked the driver %d times, want 1", n)
 	}
-	must(t, tr.ForgetStream(s))
+	must(t, tr.ForgetStream(pcuda.Stream(s)))
 	must(t, dev.StreamDestroy(s))
 	f.Hold(false)
-	if _, err := tr.Acquire(hs[0], s, uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
+	if _, err := tr.Acquire(hs[0], pcuda.Stream(s), uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
 		t.Errorf("Acquire on a forgotten, destroyed stream: %v", err)
 	}
 	must(t, tr.Evict(hs[:1]))
@@ -149,7 +150,7 @@ func TestForgetStream(t *testing.T) {
 	}
 	must(t, tr.ReleaseHost(hs[0]))
 	must(t, tr.Close())
-	if err := tr.ForgetStream(s); !errors.Is(err, uvm.ErrClosed) {
+	if err := tr.ForgetStream(pcuda.Stream(s)); !errors.Is(err, uvm.ErrClosed) {
 		t.Errorf("ForgetStream after Close: %v", err)
 	}
 }

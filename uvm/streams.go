@@ -48,7 +48,7 @@ func (t *Tier) checkStream(s cuda.Stream) error {
 	if _, ok := t.streams[s]; ok {
 		return nil
 	}
-	if err := t.dev.StreamQuery(s); err != nil && !errors.Is(err, cuda.ErrNotReady) {
+	if err := t.dev.StreamQuery(uintptr(s)); err != nil && !errors.Is(err, cuda.ErrNotReady) {
 		return fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
 	}
 	if len(t.streams) >= maxKnownStreams {
@@ -87,7 +87,7 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 // and returns the error that says so. t.mu is held; the caller ends the use.
 func (t *Tier) unordered(h Handle, s cuda.Stream, cause error) error {
 	err := fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w", uint64(h), s, cause)
-	if t.dev.StreamSynchronize(s) == nil {
+	if t.dev.StreamSynchronize(uintptr(s)) == nil {
 		return fmt.Errorf("%w; released after waiting for the stream", err)
 	}
 	delete(t.streams, s)

@@ -3,6 +3,19 @@
 // driver pages managed memory, but explicitly, in stream order, and in batches moved at copy
 // bandwidth.
 //
+// # Use
+//
+//	tier, err := uvm.New(dev, uvm.Options{DeviceBudget: 1 << 30}) // dev from cuda.Open
+//	...
+//	defer tier.Close()
+//	h, err := tier.Alloc(1 << 20)           // a block of 1 MiB, no storage yet
+//	p, err := tier.Acquire(h, s, uvm.Write) // on the device, for the work queued on s next
+//	...                                     // kernels and copies queued on s use p
+//	err = tier.Release(h, s)                // evictable again once s has passed this point
+//	err = tier.Free(h)
+//
+// TestPackageUse runs this on the fake driver (package cuda/cudatest), where no GPU is needed.
+//
 // # Blocks and handles
 //
 // Alloc(n) returns a Handle: a slot index and a generation, so a handle used after Free is
@@ -33,8 +46,8 @@
 // record_stream). The VRAM of an evicted or freed block is reused only once an event recorded
 // on the D2H stream after its copy has completed; then the tier keeps it as spare VRAM for its
 // next restores, within twice the budget with the blocks on the device, and gives it back to
-// the heap when the heap runs short (spare.go says why the tier keeps VRAM in front of a heap
-// that is itself a cache, and what that was measured to save). A host buffer being written by
+// the heap when the heap runs short (a spare block costs a restore a few nanoseconds, where a
+// heap Free and Alloc per block cost more than a batch's copy of a small block). A host buffer being written by
 // an eviction is read by a restore only after the H2D stream waited on that eviction's event.
 // Completions are found by polling (cuEventQuery, internal/streamq), oldest first per stream,
 // on every migration and in Stats; Sync and Close wait for them.
@@ -48,12 +61,12 @@
 // The user's streams are raw handles: Acquire and Prefetch check theirs with the driver the
 // first time the tier sees it (ErrInvalidStream), and remember it, so that later calls make no
 // driver call. Call ForgetStream before destroying a stream the tier has seen; a Release on a
-// stream destroyed without it still ends the use, after a device wait (streams.go).
+// stream destroyed without it still ends the use, after a device wait.
 //
 // # Eviction
 //
 // When a restore needs room (the budget, or the device heap refusing memory), or another user
-// of a shared device heap finds it full (the heap's pressure hook, pressure.go), the tier walks
+// of a shared device heap finds it full (the heap's pressure hook), the tier walks
 // the Policy's order, coldest first: among the evictWindow (4) coldest blocks it takes clean
 // ones first (no copy: the VRAM is dropped), then any in policy order. The window keeps the
 // preference for clean blocks from overriding the policy: a hot clean block is not evicted
@@ -64,7 +77,7 @@
 // (AcquireContext waits for a release instead).
 //
 // The victims move in one batch: the dirty ones' bytes are copied to host buffers, handed to
-// the Mover a launch at a time while the batch is built (launch.go), so that the device copies
+// the Mover a launch at a time while the batch is built, so that the device copies
 // the first blocks while the CPU prepares the rest. Restores are batched the same way.
 //
 // # Thrashing
@@ -74,7 +87,28 @@
 // the device for Options.ThrashPin instead of evicting it again, and counts the event. Its
 // history resets after a quiet second.
 //
-// # Invariants
+// # Concurrency
+//
+// A Tier is safe for concurrent use. Its calls queue work on streams and return without
+// waiting for the GPU, except Sync, Close, AcquireHost, an allocation while the device heap is
+// out of memory, and a Release or Free whose event cannot be recorded.
+package uvm
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// Implementation notes.
+//
+// Invariants.
 //
 // With Tier.mu held, between calls:
 //   - an acquired block is on the device, out of the policy's order, and does not move;
@@ -91,7 +125,7 @@
 //   - every host buffer is one range the device can copy by DMA, so a block moves as one copy;
 //   - a batch that fails moves no block: its blocks stay where they were, intact.
 //
-// # Concurrency and lock order
+// Concurrency and lock order.
 //
 // A Tier is safe for concurrent use: one mutex guards it, held across driver calls (they are
 // enqueues, never waits, except in Sync, Close, AcquireHost, a device heap that is out of
@@ -101,7 +135,7 @@
 // hook takes Tier.mu on another user's goroutine, which holds no heap lock then, and does
 // nothing for the tier's own allocations (made holding Tier.mu, on its H2D stream).
 //
-// # Source files
+// Source files.
 //
 //	tier.go        this documentation; the Tier, its parts, New and Close
 //	options.go     Options, their defaults and checks
@@ -122,26 +156,17 @@
 //	thrash.go      thrash detection
 //	stats.go       Stats and the counting of migrations
 //	errors.go      the sentinel errors
-package uvm
 
-import (
-	"errors"
-	"fmt"
-	"sync"
-
-	"github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/device"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/streamq"
-	"github.com/pinmalloc/pinmalloc/pinned"
-)
-
-// Tier keeps blocks in VRAM within a budget and the rest in pinned host memory. See the
-// package documentation.
-//
-// Its state comes in parts, each a small type declared with the code that uses it. The first
-// are fixed by New (Close takes their memory and streams back); the rest change under mu.
+// Tier keeps blocks in VRAM within a budget and the rest in pinned host memory: Alloc a block,
+// Acquire it on a stream for its device address, Release it when the stream's work is queued,
+// Free it when done. Blocks beyond the budget are evicted to the host and restored when
+// acquired, in stream order (see the package documentation). A Tier is safe for concurrent use;
+// Close it before the device heap it was given and before the cuda.Device.
 type Tier struct {
+	// Its state comes in parts, each a small type declared with the code that uses it. The
+	// first are fixed by New (Close takes their memory and streams back); the rest change under
+	// mu.
+
 	dev    *icuda.Device
 	pub    *cuda.Device // dev, as given
 	mem    stores       // the device heap and the host pool, and the tier's share of each
@@ -204,7 +229,7 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	}
 	t := &Tier{
 		dev: dev, pub: pub, policy: o.Policy,
-		mem:     stores{budget: roundUp(o.DeviceBudget), hostCap: o.HostCapacity},
+		mem:     stores{budget: roundUp(uintptr(o.DeviceBudget)), hostCap: uintptr(o.HostCapacity)},
 		engine:  engine{events: icuda.NewEventPool(dev)},
 		opts:    settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
 		streams: streamSet{},
@@ -234,16 +259,20 @@ func (t *Tier) open(o Options) error {
 		return err
 	}
 	t.mem.unified = ua == 1
-	if t.engine.h2d, err = t.dev.StreamCreate(true); err != nil {
+	sh2d, err := t.dev.StreamCreate(true)
+	if err != nil {
 		return fmt.Errorf("uvm: H2D stream: %w", err)
 	}
-	if t.engine.d2h, err = t.dev.StreamCreate(true); err != nil {
+	t.engine.h2d = cuda.Stream(sh2d)
+	sd2h, err := t.dev.StreamCreate(true)
+	if err != nil {
 		return fmt.Errorf("uvm: D2H stream: %w", err)
 	}
+	t.engine.d2h = cuda.Stream(sd2h)
 	if err := t.openHeap(o.Heap); err != nil {
 		return err
 	}
-	if err := t.openPool(o.HostPrecommit); err != nil {
+	if err := t.openPool(uintptr(o.HostPrecommit)); err != nil {
 		return err
 	}
 	t.installPressure()
@@ -261,7 +290,7 @@ func (t *Tier) openHeap(shared *device.Heap) error {
 	// restore takes, and committing VMM device memory again costs 0.4-0.77 ms per 2 MiB
 	// (measured on an H100), where copying 2 MiB takes 40 µs.
 	capacity := roundChunk(t.mem.budget + t.mem.budget/4 + 4<<20)
-	h, err := device.New(t.pub, device.Options{Capacity: capacity, Align: hostAlign, PurgeDelay: -1})
+	h, err := device.New(t.pub, device.Options{Capacity: int(capacity), Align: hostAlign, PurgeDelay: -1})
 	if err != nil {
 		return fmt.Errorf("uvm: device heap: %w", err)
 	}
@@ -286,8 +315,8 @@ func (t *Tier) openHeap(shared *device.Heap) error {
 // segments).
 func (t *Tier) openPool(precommit uintptr) error {
 	capacity := roundChunk(t.mem.hostCap+t.mem.hostCap/8) + 8<<20
-	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int64(capacity),
-		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int64(precommit)})
+	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int(int64(capacity)),
+		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int(int64(precommit))})
 	if err != nil {
 		return fmt.Errorf("uvm: host pool: %w", err)
 	}
@@ -334,12 +363,12 @@ func (t *Tier) release() error {
 	}
 	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
 		if *s != 0 {
-			errs = append(errs, t.dev.StreamSynchronize(*s), t.dev.StreamDestroy(*s))
+			errs = append(errs, t.dev.StreamSynchronize(uintptr(*s)), t.dev.StreamDestroy(uintptr(*s)))
 			*s = 0
 		}
 	}
 	for _, ev := range t.rel.idle {
-		t.engine.events.Put(ev)
+		t.engine.events.Put(uintptr(ev))
 	}
 	t.rel.idle = nil
 	errs = append(errs, t.engine.events.Close())
@@ -366,7 +395,7 @@ func (t *Tier) Close() error {
 			errs = append(errs, t.freeBlock(BlockID(i)))
 		}
 	}
-	errs = append(errs, t.drain(), t.dev.StreamSynchronize(t.engine.h2d), t.dev.StreamSynchronize(t.engine.d2h))
+	errs = append(errs, t.drain(), t.dev.StreamSynchronize(uintptr(t.engine.h2d)), t.dev.StreamSynchronize(uintptr(t.engine.d2h)))
 	_, ferr := t.flushSpares()
 	errs = append(errs, ferr)
 	if t.mem.ownHeap {

@@ -47,7 +47,7 @@ func stream(t testing.TB, dev *icuda.Device) cuda.Stream {
 			t.Errorf("StreamDestroy: %v", err)
 		}
 	})
-	return s
+	return cuda.Stream(s)
 }
 
 // readDev copies n bytes of device memory at p into a new Go slice, on stream s, the stream
@@ -59,10 +59,10 @@ func readDev(t testing.TB, dev *icuda.Device, s cuda.Stream, p cuda.DevicePtr, n
 	var pin runtime.Pinner
 	pin.Pin(&b[0])
 	defer pin.Unpin()
-	if err := dev.MemcpyDtoHAsync(mem.Addr(b), p, uintptr(n), s); err != nil {
+	if err := dev.MemcpyDtoHAsync(mem.Addr(b), uintptr(p), uintptr(n), uintptr(s)); err != nil {
 		t.Fatalf("MemcpyDtoHAsync: %v", err)
 	}
-	if err := dev.StreamSynchronize(s); err != nil {
+	if err := dev.StreamSynchronize(uintptr(s)); err != nil {
 		t.Fatalf("StreamSynchronize: %v", err)
 	}
 	return b
@@ -76,7 +76,7 @@ func writeDev(t testing.TB, dev *icuda.Device, s cuda.Stream, p cuda.DevicePtr, 
 	var pin runtime.Pinner
 	pin.Pin(&b[0])
 	defer pin.Unpin()
-	if err := dev.MemcpyHtoDAsync(p, mem.Addr(b), uintptr(len(b)), s); err != nil {
+	if err := dev.MemcpyHtoDAsync(uintptr(p), mem.Addr(b), uintptr(len(b)), uintptr(s)); err != nil {
 		t.Fatalf("MemcpyHtoDAsync: %v", err)
 	}
 }

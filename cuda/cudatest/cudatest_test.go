@@ -14,7 +14,7 @@ import (
 // device is checked and closed: cleanups run last first).
 func newHeap(t *testing.T, dev *cuda.Device, capacity uintptr) *device.Heap {
 	t.Helper()
-	h, err := device.New(dev, device.Options{Capacity: capacity})
+	h, err := device.New(dev, device.Options{Capacity: int(capacity)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestFailNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Free(p)
-	jobs := []device.CopyJob{{Dst: p, Src: p + 4096, Len: 4096}}
+	jobs := []device.CopyJob{{Dst: uintptr(p), Src: uintptr(p + 4096), Len: 4096}}
 	fake.FailNext(cudatest.LaunchKernel, cudatest.LaunchFailed)
 	err = b.Copy(jobs, 0)
 	if code, ok := cuda.ResultCode(err); !ok || code != cudatest.LaunchFailed {

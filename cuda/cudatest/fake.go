@@ -29,7 +29,7 @@ func (f *Fake) Complete() { f.d.Complete() }
 
 // CompleteStream runs the work queued on stream s (0: the legacy default stream), and before it
 // the work of other streams that s waits for (through cuda.Device.StreamWaitEvent).
-func (f *Fake) CompleteStream(s cuda.Stream) { f.d.CompleteStream(s) }
+func (f *Fake) CompleteStream(s cuda.Stream) { f.d.CompleteStream(uintptr(s)) }
 
 // Pending returns the number of streams with work queued and not yet run.
 func (f *Fake) Pending() int { return f.d.Pending() }

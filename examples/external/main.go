@@ -213,8 +213,8 @@ func batched(dev *cuda.Device, h *device.Heap, pool *pinned.Pool, s cuda.Stream)
 		var p cuda.DevicePtr
 		if p, err = h.Alloc(n/parts, s); err == nil {
 			blocks = append(blocks, p)
-			out = append(out, device.CopyJob{Dst: p, Src: hs + i*n/parts, Len: n / parts})
-			in = append(in, device.CopyJob{Dst: hd + i*n/parts, Src: p, Len: n / parts})
+			out = append(out, device.CopyJob{Dst: uintptr(p), Src: hs + i*n/parts, Len: n / parts})
+			in = append(in, device.CopyJob{Dst: hd + i*n/parts, Src: uintptr(p), Len: n / parts})
 		}
 	}
 	if err == nil {

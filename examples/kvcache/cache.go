@@ -178,7 +178,7 @@ func (k *cache) acquire(h uvm.Handle, m uvm.Mode) (cuda.DevicePtr, error) {
 func (k *cache) write(p cuda.DevicePtr, q *sequence) error {
 	off := uintptr(q.n%k.c.blockTokens) * uintptr(k.c.tokenBytes)
 	k.tokens++
-	return k.heap.MemsetAsync(p+off, stamp(q.id, q.n), uintptr(k.c.tokenBytes), k.s)
+	return k.heap.MemsetAsync(p+cuda.DevicePtr(off), stamp(q.id, q.n), int(k.c.tokenBytes), k.s)
 }
 
 // decode appends one token to the sequence in slot i; the sequence ends, freeing its blocks,
@@ -222,7 +222,7 @@ func (k *cache) attend(q *sequence) (err error) {
 		if j == last {
 			err = k.write(p, q)
 		} else {
-			err = k.heap.DtoDAsync(k.scratch, p, uintptr(k.c.blockBytes()), k.s)
+			err = k.heap.DtoDAsync(k.scratch, p, int(k.c.blockBytes()), k.s)
 		}
 		if err != nil {
 			return err

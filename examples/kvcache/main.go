@@ -178,12 +178,12 @@ func run(args []string, out io.Writer) (err error) {
 	// One device heap for the tier and the program's own scratch block, with room for both; its
 	// memory stays committed (PurgeDelay -1), as a heap shared with a tier should.
 	const chunk = 2 << 20
-	heap, err := device.New(dev, device.Options{Capacity: (c.budget + uintptr(c.blockBytes()) + 2*chunk - 1) &^ (chunk - 1), PurgeDelay: -1})
+	heap, err := device.New(dev, device.Options{Capacity: int((c.budget + uintptr(c.blockBytes()) + 2*chunk - 1) &^ (chunk - 1)), PurgeDelay: -1})
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, heap.Close()) }()
-	scratch, err := heap.Alloc(uintptr(c.blockBytes()), s) // where "attention" copies the blocks it reads
+	scratch, err := heap.Alloc(int(c.blockBytes()), s) // where "attention" copies the blocks it reads
 	if err != nil {
 		return err
 	}
@@ -191,8 +191,8 @@ func run(args []string, out io.Writer) (err error) {
 
 	target := uintptr(c.oversub * float64(c.budget))
 	t, err := uvm.New(dev, uvm.Options{
-		DeviceBudget: c.budget,
-		HostCapacity: target, // the live KV bytes never pass it: the host can hold all of them
+		DeviceBudget: int(c.budget),
+		HostCapacity: int(target), // the live KV bytes never pass it: the host can hold all of them
 		Policy:       c.policyFactory(),
 		Heap:         heap,
 	})

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"hash/crc32"
 	"io"
 	"log"
@@ -117,7 +118,7 @@ func run(args []string, out io.Writer) (err error) {
 	} else {
 		defer func() { // on every path: a device heap with live blocks would not close
 			for _, c := range onGPU {
-				err = errors.Join(err, gpu.Free(c.ptr))
+				err = errors.Join(err, gpu.Free(pcuda.DevicePtr(c.ptr)))
 			}
 			err = errors.Join(err, gpu.Close())
 		}()
@@ -144,11 +145,11 @@ func run(args []string, out io.Writer) (err error) {
 			for c := range work {
 				sums[c.idx] = crc32.ChecksumIEEE(c.buf[:c.n])
 				if gpu != nil {
-					if d, err := gpu.Alloc(uintptr(c.n), 0); err != nil {
+					if d, err := gpu.Alloc(int(c.n), 0); err != nil {
 						fail(err)
 					} else {
 						mu.Lock()
-						onGPU = append(onGPU, onDevice{d, c.n, c.idx})
+						onGPU = append(onGPU, onDevice{uintptr(d), c.n, c.idx})
 						mu.Unlock()
 						if err := gpu.HtoD(d, c.buf[:c.n]); err != nil {
 							fail(err)
@@ -202,7 +203,7 @@ func run(args []string, out io.Writer) (err error) {
 		fmt.Fprintf(out, "GPU: %d chunks in device memory, %d MiB committed\n", len(onGPU), gs.Arena.Committed>>20)
 		back := make([]byte, *chunkSize)
 		for _, c := range onGPU {
-			if err := gpu.DtoH(back[:c.n], c.ptr); err != nil {
+			if err := gpu.DtoH(back[:c.n], pcuda.DevicePtr(c.ptr)); err != nil {
 				return err
 			}
 			if crc32.ChecksumIEEE(back[:c.n]) != sums[c.idx] {

@@ -27,7 +27,10 @@
 //
 // Device pointers, streams and events cross the API as raw handles (DevicePtr, Stream, Event
 // are aliases of uintptr, the representation gorgonia.org/cu uses for cu.DevicePtr and
-// CUstream), so a program can pass in handles it got from another binding. Host pointers are
+// CUstream). The public package cuda declares them as types of their own (cuda.Stream is not a
+// cuda.Event), and converts at its boundary: it imports this package, so this one cannot use
+// its types, and the module's packages below the public API (fakecuda, streamq, the EventPool)
+// keep one representation. Host pointers are
 // uintptr as well: the package never dereferences them, and the memory they point to must not
 // be moved by the Go runtime while the driver uses it (memory from mmap, MemHostAlloc or C is
 // fine; a Go heap buffer is fine for the duration of a synchronous copy if kept alive).

@@ -256,6 +256,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -462,7 +463,11 @@ func loadFrom(path string) (*driver, error) {
 	var cerr *C.char
 	h := C.pm_dlopen(cstring(path), &cerr)
 	if h == 0 {
-		return nil, fmt.Errorf("%w: dlopen %s: %s", ErrNoDriver, path, C.GoString(cerr))
+		msg := C.GoString(cerr)
+		if !strings.Contains(msg, path) { // dlerror names the library; say it once
+			msg = path + ": " + msg
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNoDriver, msg)
 	}
 	dr := &driver{path: path, handle: h}
 	dr.getProc = C.pm_dlsym(h, cstring("cuGetProcAddress_v2"), &cerr) // 0 if absent

@@ -6,33 +6,20 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 )
 
-// Sentinel errors: the module's vocabulary (package pinmalloc), under the names this binding
-// has always used. A Result matches the sentinel of its class under errors.Is, so callers test
-// errors.Is(err, cuda.ErrOutOfMemory) rather than numeric codes.
+// The driver's classes of failure (and the kinds the binding reports), under the names this
+// binding uses: package pinmalloc defines and documents them, package cuda re-exports them. A
+// Result matches the one of its class under errors.Is.
 var (
-	// ErrNoDriver reports that the CUDA driver library could not be loaded (libcuda.so.1 was
-	// not found, cgo is disabled, or the driver is a stub). The error returned by Load wraps
-	// it and carries the dlopen message.
-	ErrNoDriver = pinmalloc.ErrNoDriver
-	// ErrNoDevice reports that the driver found no CUDA device, or no device of that ordinal.
-	ErrNoDevice = pinmalloc.ErrNoDevice
-	// ErrSymbol reports that the driver lacks an entry point; the wrapping error names it.
-	ErrSymbol = pinmalloc.ErrSymbol
-	// ErrOutOfMemory matches CUDA_ERROR_OUT_OF_MEMORY (and every out-of-memory error of the
-	// module: it is pinmalloc.ErrOutOfMemory).
-	ErrOutOfMemory = pinmalloc.ErrOutOfMemory
-	// ErrInvalidValue matches CUDA_ERROR_INVALID_VALUE.
-	ErrInvalidValue = pinmalloc.ErrInvalidValue
-	// ErrNotSupported matches CUDA_ERROR_NOT_SUPPORTED.
-	ErrNotSupported = pinmalloc.ErrNotSupported
-	// ErrInvalidHandle matches CUDA_ERROR_INVALID_HANDLE.
-	ErrInvalidHandle = pinmalloc.ErrInvalidHandle
-	// ErrNotReady matches CUDA_ERROR_NOT_READY: queried work has not completed yet.
-	ErrNotReady = pinmalloc.ErrNotReady
-	// ErrAlreadyRegistered matches CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
+	ErrNoDriver          = pinmalloc.ErrNoDriver
+	ErrNoDevice          = pinmalloc.ErrNoDevice
+	ErrSymbol            = pinmalloc.ErrSymbol
+	ErrOutOfMemory       = pinmalloc.ErrOutOfMemory
+	ErrInvalidValue      = pinmalloc.ErrInvalidValue
+	ErrNotSupported      = pinmalloc.ErrNotSupported
+	ErrInvalidHandle     = pinmalloc.ErrInvalidHandle
+	ErrNotReady          = pinmalloc.ErrNotReady
 	ErrAlreadyRegistered = pinmalloc.ErrAlreadyRegistered
-	// ErrClosed is wrapped by the errors of a Device's methods after Close.
-	ErrClosed = pinmalloc.ErrClosed
+	ErrClosed            = pinmalloc.ErrClosed
 )
 
 // Result is a CUresult other than CUDA_SUCCESS, returned as an error.

@@ -33,7 +33,7 @@ func TestDeviceHeapConcurrentCopies(t *testing.T) {
 	}
 	var o device.Options
 	if v, err := strconv.Atoi(os.Getenv("FAKECUDA_CAPACITY_MIB")); err == nil {
-		o.Capacity = uintptr(v) << 20
+		o.Capacity = int(uintptr(v) << 20)
 	}
 	h, err := device.New(cuda.Wrap[*pcuda.Device](dev), o)
 	if err != nil {
@@ -89,7 +89,7 @@ func worker(h *device.Heap, streams []cuda.Stream, w, rounds, keep int) error {
 	var live []block
 	check := func(b block) error {
 		got := make([]byte, len(b.data))
-		if err := h.DtoH(got, b.p); err != nil {
+		if err := h.DtoH(got, pcuda.DevicePtr(b.p)); err != nil {
 			return err
 		}
 		if !bytes.Equal(got, b.data) {
@@ -107,20 +107,20 @@ func worker(h *device.Heap, streams []cuda.Stream, w, rounds, keep int) error {
 	}
 	for r := 0; r < rounds; r++ {
 		n := 1 + rng.Intn(4<<20)
-		p, err := h.Alloc(uintptr(n), s)
+		p, err := h.Alloc(int(n), pcuda.Stream(s))
 		if err != nil {
 			return err
 		}
-		b := block{p: p, data: make([]byte, n)}
+		b := block{p: uintptr(p), data: make([]byte, n)}
 		rng.Read(b.data)
 		src := b.data
 		if os.Getenv("FAKECUDA_TEMPSRC") != "" { // a copy the program drops after the call
 			src = append([]byte(nil), b.data...)
 		}
-		if err := h.HtoDAsync(p, src, s); err != nil {
+		if err := h.HtoDAsync(p, src, pcuda.Stream(s)); err != nil {
 			return err
 		}
-		if err := h.Device().StreamSynchronize(s); err != nil {
+		if err := h.Device().StreamSynchronize(pcuda.Stream(s)); err != nil {
 			return err
 		}
 		live = append(live, b)
@@ -131,7 +131,7 @@ func worker(h *device.Heap, streams []cuda.Stream, w, rounds, keep int) error {
 				if err := check(old); err != nil {
 					return err
 				}
-				if err := h.FreeAsync(old.p, streams[rng.Intn(len(streams))]); err != nil {
+				if err := h.FreeAsync(pcuda.DevicePtr(old.p), pcuda.Stream(streams[rng.Intn(len(streams))])); err != nil {
 					return err
 				}
 			}

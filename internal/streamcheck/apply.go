@@ -52,7 +52,7 @@ func (w *world) devAlloc(op Op, s pubcuda.Stream) (bool, *Failure) {
 	if len(w.dev) >= maxDevBlocks || op.N <= 0 {
 		return false, nil
 	}
-	p, err := w.heap.Alloc(uintptr(op.N), s)
+	p, err := w.heap.Alloc(int(op.N), s)
 	q := int(w.cfg.DeviceQuota)
 	tierBound := 3 * int(w.cfg.TierBudget) // the tier's VRAM (blocks and spare) counts against the quota too
 	switch {
@@ -82,7 +82,7 @@ func (w *world) devAlloc(op Op, s pubcuda.Stream) (bool, *Failure) {
 	}
 	d := &dblock{p: p, n: op.N, alloc: op.S, busy: op.S, want: make([]byte, op.N)}
 	if !(op.Flag && w.cfg.DeviceZero) {
-		if err := w.heap.MemsetAsync(p, byte(op.V), uintptr(op.N), s); err != nil {
+		if err := w.heap.MemsetAsync(p, byte(op.V), int(op.N), s); err != nil {
 			return true, unexpected("device.Heap.MemsetAsync", err)
 		}
 		fill(d.want, byte(op.V))
@@ -127,10 +127,10 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 	if n <= 0 {
 		return false, nil
 	}
-	at := d.p + uintptr(op.Off)
+	at := d.p + pubcuda.DevicePtr(op.Off)
 	switch op.Kind {
 	case DevMemset:
-		if err := w.heap.MemsetAsync(at, byte(op.V), uintptr(n), s); err != nil {
+		if err := w.heap.MemsetAsync(at, byte(op.V), int(n), s); err != nil {
 			return true, unexpected("device.Heap.MemsetAsync", err)
 		}
 		fill(d.want[op.Off:op.Off+n], byte(op.V))
@@ -178,7 +178,7 @@ func (w *world) devFree(op Op, s pubcuda.Stream) (bool, *Failure) {
 	switch op.Kind {
 	case DevOutOfBounds:
 		off := min(max(op.Off, 0), d.n-1)
-		err := w.heap.HtoDAsync(d.p+uintptr(off), make([]byte, d.n-off+1), s)
+		err := w.heap.HtoDAsync(d.p+pubcuda.DevicePtr(off), make([]byte, d.n-off+1), s)
 		return true, wantErr("device.Heap.HtoDAsync past a block's end", err, device.ErrOutOfBounds)
 	case DevFree:
 		if d.busy >= 0 {
@@ -285,7 +285,7 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 			return false, nil
 		}
 		n := min(len(bf.b), d.n, max(op.N, 1))
-		if err := w.rig.Dev.MemcpyHtoDAsync(d.p, mem.Addr(bf.b), uintptr(n), s); err != nil {
+		if err := w.rig.Dev.MemcpyHtoDAsync(uintptr(d.p), mem.Addr(bf.b), uintptr(n), uintptr(s)); err != nil {
 			return true, unexpected("raw cuMemcpyHtoDAsync", err)
 		}
 		if err := w.pool.RecordStream(bf.b, s); err != nil {
@@ -515,7 +515,7 @@ func (w *world) tierAcquire(op Op, u *ublock, s pubcuda.Stream) (bool, *Failure)
 	}
 	want := make([]byte, u.n)
 	fill(want, byte(op.V))
-	if err := w.heap.MemsetAsync(p, byte(op.V), uintptr(u.n), s); err != nil {
+	if err := w.heap.MemsetAsync(p, byte(op.V), int(u.n), s); err != nil {
 		return true, unexpected("device.Heap.MemsetAsync of an acquired tier block", err)
 	}
 	if bf != nil {
@@ -533,7 +533,7 @@ func (w *world) tierAcquire(op Op, u *ublock, s pubcuda.Stream) (bool, *Failure)
 func (w *world) misc(op Op, s pubcuda.Stream) (bool, *Failure) {
 	switch op.Kind {
 	case Sync:
-		if err := w.rig.Dev.StreamSynchronize(s); err != nil {
+		if err := w.rig.Dev.StreamSynchronize(uintptr(s)); err != nil {
 			return true, unexpected("cuStreamSynchronize", err)
 		}
 		w.passed(bit(op.S))
@@ -546,7 +546,7 @@ func (w *world) misc(op Op, s pubcuda.Stream) (bool, *Failure) {
 		w.passed(^uint32(0))
 		return true, w.check()
 	case CompleteStream:
-		w.rig.F.CompleteStream(s)
+		w.rig.F.CompleteStream(uintptr(s))
 		w.passed(bit(op.S))
 	case HeapTrim:
 		if err := w.heap.Trim(); err != nil {

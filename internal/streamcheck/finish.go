@@ -17,7 +17,7 @@ import (
 // (heap.ErrLiveBlocks), and while tier blocks are acquired on it the tier must (ErrAcquired):
 // then the stream stays.
 func (w *world) recreate(op Op, s pubcuda.Stream) (bool, *Failure) {
-	if err := w.rig.Dev.StreamSynchronize(s); err != nil {
+	if err := w.rig.Dev.StreamSynchronize(uintptr(s)); err != nil {
 		return true, unexpected("cuStreamSynchronize", err)
 	}
 	w.passed(bit(op.S))
@@ -50,7 +50,7 @@ func (w *world) recreate(op Op, s pubcuda.Stream) (bool, *Failure) {
 			return true, unexpected("pinned.Pool.ForgetStream", err)
 		}
 	}
-	if err := w.rig.Dev.StreamDestroy(s); err != nil {
+	if err := w.rig.Dev.StreamDestroy(uintptr(s)); err != nil {
 		return true, unexpected("cuStreamDestroy", err)
 	}
 	ns, err := w.rig.Dev.StreamCreate(true)
@@ -58,7 +58,7 @@ func (w *world) recreate(op Op, s pubcuda.Stream) (bool, *Failure) {
 		w.streams = append(w.streams[:op.S], w.streams[op.S+1:]...) // keeps abandon from destroying it twice
 		return true, unexpected("cuStreamCreate", err)
 	}
-	w.streams[op.S] = ns
+	w.streams[op.S] = pubcuda.Stream(ns)
 	w.crossFrees[op.S] = 0
 	return true, nil
 }
@@ -138,7 +138,7 @@ func (w *world) finish() *Failure {
 		return unexpected("device.Heap.Trim", err)
 	}
 	if q := w.cfg.DeviceQuota; q > 0 {
-		p, err := w.heap.Alloc(q, w.streams[0])
+		p, err := w.heap.Alloc(int(q), w.streams[0])
 		if err != nil {
 			return failf("device quota refused with nothing live", "Alloc(%d) after every block was freed: %v", q, err)
 		}
@@ -174,7 +174,7 @@ func (w *world) finish() *Failure {
 	}
 	w.pool = nil
 	for i, s := range w.streams {
-		if err := w.rig.Dev.StreamDestroy(s); err != nil {
+		if err := w.rig.Dev.StreamDestroy(uintptr(s)); err != nil {
 			w.streams = w.streams[i+1:]
 			return unexpected("cuStreamDestroy", err)
 		}

@@ -149,11 +149,11 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		crossFrees: make([]int, cfg.Streams)}
 	rig.F.ClearStickyError() // a fault of an earlier run would fail every call of this one
 	var err error
-	w.heap, err = device.New(w.pub, device.Options{Capacity: cfg.DeviceCapacity, ZeroOnFree: cfg.DeviceZero, Quota: cfg.DeviceQuota, PurgeDelay: cfg.PurgeDelay})
+	w.heap, err = device.New(w.pub, device.Options{Capacity: int(cfg.DeviceCapacity), ZeroOnFree: cfg.DeviceZero, Quota: int(cfg.DeviceQuota), PurgeDelay: cfg.PurgeDelay})
 	if err != nil {
 		return nil, fmt.Errorf("device.New: %w", err)
 	}
-	w.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: poolCapacity, ZeroOnFree: cfg.PoolZero, Quota: cfg.PoolQuota, Shards: cfg.PoolShards, PurgeDelay: cfg.PurgeDelay})
+	w.pool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: poolCapacity, ZeroOnFree: cfg.PoolZero, Quota: int(cfg.PoolQuota), Shards: cfg.PoolShards, PurgeDelay: cfg.PurgeDelay})
 	if err != nil {
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("pinned.New: %w", err)
@@ -163,7 +163,7 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("device.NewBatcher: %w", err)
 	}
-	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: cfg.TierBudget, Heap: w.heap, ThrashLapse: -1, Mover: w.mv})
+	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: int(cfg.TierBudget), Heap: w.heap, ThrashLapse: -1, Mover: w.mv})
 	if err != nil {
 		_ = w.mv.Close()
 		_ = w.pool.Close()
@@ -176,7 +176,7 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 			w.abandon()
 			return nil, fmt.Errorf("StreamCreate: %w", err)
 		}
-		w.streams = append(w.streams, s)
+		w.streams = append(w.streams, pubcuda.Stream(s))
 	}
 	return w, nil
 }
@@ -222,7 +222,7 @@ func (w *world) abandon() {
 		}
 	}
 	for _, s := range w.streams {
-		_ = w.rig.Dev.StreamSynchronize(s)
+		_ = w.rig.Dev.StreamSynchronize(uintptr(s))
 		if w.heap != nil {
 			_ = w.heap.ForgetStream(s)
 		}
@@ -237,7 +237,7 @@ func (w *world) abandon() {
 		_ = w.pool.Close()
 	}
 	for _, s := range w.streams {
-		_ = w.rig.Dev.StreamDestroy(s)
+		_ = w.rig.Dev.StreamDestroy(uintptr(s))
 	}
 }
 

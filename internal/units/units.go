@@ -24,3 +24,15 @@ func Bytes(n uint64) string {
 	}
 	return fmt.Sprintf("%.2f %ciB", v, units[u])
 }
+
+// Count formats n things named by one, the singular: "1 page", "3 pages", "0 pages". The plural
+// adds an s, unless given ("miss", "misses").
+func Count(n uint64, one string, plural ...string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	if len(plural) > 0 {
+		return fmt.Sprintf("%d %s", n, plural[0])
+	}
+	return fmt.Sprintf("%d %ss", n, one)
+}

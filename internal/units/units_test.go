@@ -15,3 +15,17 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestCount(t *testing.T) {
+	for _, c := range []struct {
+		n    uint64
+		want string
+	}{{0, "0 pages"}, {1, "1 page"}, {2, "2 pages"}, {1000, "1000 pages"}} {
+		if got := Count(c.n, "page"); got != c.want {
+			t.Errorf("Count(%d, page) = %q, want %q", c.n, got, c.want)
+		}
+	}
+	if got := Count(2, "miss", "misses"); got != "2 misses" {
+		t.Errorf("Count(2, miss, misses) = %q", got)
+	}
+}

@@ -1,0 +1,34 @@
+package arena_test
+
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+)
+
+// An arena of pageable host memory: a run of chunks, committed and viewed as bytes, then given
+// back. The heap above it (package heap) carves such runs into blocks.
+func Example() {
+	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 8 << 20})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer a.Close()
+	s, err := a.Alloc(1<<20, 4096)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b, err := a.Bytes(s.Base, s.Size)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b[0] = 1
+	fmt.Println(len(b), s.Base%4096 == 0, s.Zeroed)
+	fmt.Println(a.Free(s))
+	// Output:
+	// 1048576 true true
+	// <nil>
+}

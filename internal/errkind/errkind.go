@@ -1,0 +1,56 @@
+// Package errkind makes the module's package sentinels: errors with a text of their own that
+// match a kind of package pinmalloc under errors.Is (pinned.ErrClosed is New(pinmalloc.ErrClosed,
+// "pinned: pool closed")), and the wrap that gives a cause from a lower layer one of them
+// without saying the same thing twice.
+package errkind
+
+import "strings"
+
+// New returns an error whose text is text and which matches kind under errors.Is (it unwraps
+// to kind).
+func New(kind error, text string) error { return &kindError{text: text, kind: kind} }
+
+// kindError is an error of New.
+type kindError struct {
+	text string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.text }
+
+// Unwrap returns the error's kind.
+func (e *kindError) Unwrap() error { return e.kind }
+
+// Wrap returns an error that matches both sentinel and err under errors.Is, for err, an error
+// of a lower layer that wraps cause (a sentinel of that layer of the same meaning). Its text is
+// sentinel's, then err's without cause's text, which sentinel says already: "pinned: double
+// free: 0x7f00" for sentinel pinned.ErrDoubleFree and err "heap: double free: 0x7f00", not
+// "pinned: double free: heap: double free: 0x7f00".
+func Wrap(sentinel, err, cause error) error {
+	rest := err.Error()
+	if c := cause.Error(); c != "" {
+		if i := strings.Index(rest, c); i >= 0 {
+			after := rest[i+len(c):]
+			if after == "" || strings.HasPrefix(after, ": ") {
+				rest = rest[:i] + strings.TrimPrefix(after, ": ")
+			}
+		}
+	}
+	rest = strings.TrimSuffix(rest, ": ")
+	text := sentinel.Error()
+	if rest != "" {
+		text += ": " + rest
+	}
+	return &wrapped{text: text, errs: []error{sentinel, err}}
+}
+
+// wrapped is an error of Wrap.
+type wrapped struct {
+	text string
+	errs []error
+}
+
+func (e *wrapped) Error() string { return e.text }
+
+// Unwrap returns the sentinel and the wrapped error.
+func (e *wrapped) Unwrap() []error { return e.errs }
