@@ -105,6 +105,10 @@ type streamOrder struct {
 	// shared and sharedBytes count the deferred buffers with uses (on a stream list each);
 	// the lists count the others.
 	shared, sharedBytes atomic.Int64
+	// cached is the number of shards whose FreeAsync cache (pend.go) holds buffers: they weigh
+	// nothing until flushed, so a quota refusal that finds weight zero reclaims still when it is
+	// not zero.
+	cached atomic.Int32
 
 	uses   [useShards]useShard
 	last   atomic.Pointer[streamList] // the list check found last; it may have left lists
