@@ -460,7 +460,8 @@ func (o *streamOrder) passed(addr uintptr) bool {
 // never waits for other buffers' streams (a later Close, Free or Trim releases the memory once
 // they have passed).
 //
-// b must be a whole buffer, as for Free. s is a stream of the pool's device (Options.Device),
+// b must be a whole buffer, or one resliced from its start, as for Free. s is a stream of the
+// pool's device (Options.Device),
 // forgotten (ForgetStream) before it is destroyed; one the driver refuses, and the per-thread
 // default stream, give an error wrapping ErrInvalidStream. A pool whose memory the driver does
 // not copy asynchronously (Locked, Pageable, an External region that is not HostPinned, or
@@ -470,11 +471,8 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if p.order == nil {
 		return p.Free(b)
 	}
-	if len(b) == 0 {
+	if cap(b) == 0 {
 		return fmt.Errorf("%w: empty slice", ErrNotOwned)
-	}
-	if cap(b) != len(b) {
-		return fmt.Errorf("%w: len %d, cap %d (Alloc returns len == cap)", ErrSubSlice, len(b), cap(b))
 	}
 	if p.released.Load() {
 		return ErrClosed
@@ -483,7 +481,7 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if err != nil {
 		return err
 	}
-	addr, n := mem.Addr(b), uintptr(len(b))
+	addr, n := mem.Addr(b), uintptr(cap(b)) // the buffer's start and capacity, as for Free
 	if p.guarded {
 		err = p.freeGuarded(addr, n, l)
 	} else {
