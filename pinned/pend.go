@@ -31,6 +31,32 @@ const pendMax = reclaimWeight
 
 // freeAsync is FreeAsync of the buffer at addr, of n bytes, on the stream of l, with no guard.
 func (p *Pool) freeAsync(addr, n uintptr, l *streamList) error {
+	if p.fast && n <= heap.MaxClassSize && !p.closed.Load() {
+		// The hold and the cache in one fast section, when the buffer is of a page in the
+		// shard's page cache (heap.Heap.TryHoldSized): one pin, no lookup in the group's tables.
+		if s := p.entered(procpin.Pin()); s == nil {
+			procpin.Unpin()
+		} else {
+			first, ok := s.h.TryHoldSized(addr, n)
+			if ok && first && len(s.pend) < cap(s.pend) && (len(s.pend) == 0 || s.pendL == l) {
+				if len(s.pend) == 0 {
+					p.order.cached.Add(1) // see enqueue
+				}
+				s.pend = append(s.pend, deferred{addr: addr, n: n})
+				s.pendL = l
+				p.exit(s)
+				return nil
+			}
+			p.exit(s)
+			switch {
+			case ok && first: // the cache is full, or of another stream
+				p.enqueue(l, deferred{addr: addr, n: n})
+				return nil
+			case ok: // streams recorded on it: the uses path
+				return p.order.deferFree(addr, n, l)
+			}
+		}
+	}
 	first, err := p.g.HoldSized(addr, n)
 	if err != nil {
 		return wrapError(err, ErrNotOwned)

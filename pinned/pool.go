@@ -327,17 +327,19 @@ func (p *Pool) free(b []byte, guard bool) error {
 		}
 		return err
 	}
-	done, err := false, error(nil)
+	done, held, err := false, false, error(nil)
 	if p.fast {
 		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else {
-			done = s.h.TryFree(addr, n)
+			done, held = s.h.TryFreeOrHeld(addr, n)
 			p.exit(s)
 		}
 	}
 	switch {
 	case done:
+	case guard && p.order != nil && held: // a stream may use it, and the size is checked
+		err = p.order.deferHeld(addr, n)
 	case guard && p.order != nil && p.g.Held(addr): // a stream may use it: see stream.go
 		err = p.order.deferFree(addr, n, nil)
 	default:

@@ -289,12 +289,21 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 // the stream of l when l is not nil (FreeAsync), has passed the work queued on it so far. l nil
 // is a Free of a held buffer.
 func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
-	err := o.deferOne(addr, n, l)
+	err := o.deferOne(addr, n, l, false)
 	o.verify()
 	return err
 }
 
-func (o *streamOrder) deferOne(addr, n uintptr, l *streamList) error {
+// deferHeld is deferFree of a Free (l nil) whose fast path found the buffer live, held and of n
+// bytes (heap.Heap.TryFreeOrHeld): the size check is made.
+func (o *streamOrder) deferHeld(addr, n uintptr) error {
+	err := o.deferOne(addr, n, nil, true)
+	o.verify()
+	return err
+}
+
+// deferOne is deferFree; sized says a Free's check of the size is made already.
+func (o *streamOrder) deferOne(addr, n uintptr, l *streamList, sized bool) error {
 	if l != nil {
 		first, err := o.g.HoldSized(addr, n)
 		if err != nil {
@@ -304,11 +313,13 @@ func (o *streamOrder) deferOne(addr, n uintptr, l *streamList) error {
 			o.enqueue(l, deferred{addr: addr, n: n})
 			return nil
 		}
-	} else if size, err := o.g.Size(addr); err != nil || size != n {
-		if err != nil {
-			return wrapError(err, ErrNotOwned)
+	} else if !sized {
+		if size, err := o.g.Size(addr); err != nil || size != n {
+			if err != nil {
+				return wrapError(err, ErrNotOwned)
+			}
+			return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
 		}
-		return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
 	}
 	sh := o.shard(addr)
 	sh.mu.Lock()
