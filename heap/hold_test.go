@@ -112,3 +112,67 @@ func TestHoldRacesFree(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerHold checks the owner's paths for held blocks: TryHoldSized serves a block of a page
+// in the owner's cache (sharing an exclusive page itself) and refuses, changing nothing, what
+// HoldSized would refuse or what the cache does not have; TryFreeOrHeld reports a held block of
+// the size asked, and only that; TryFreeHeld takes it back through the cache.
+func TestOwnerHold(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := h.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.TryHoldSized(p, 100); ok {
+		t.Fatal("TryHoldSized of a block of a page not in the cache")
+	}
+	if err := h.FreeSized(q, 100); err != nil { // asks the tables: the page goes into the cache
+		t.Fatal(err)
+	}
+	pg, _, _, hit := h.nearBlock(p)
+	if !hit || atomic.LoadUint32(&pg.mode) != exclusive && h.g.exclusive {
+		t.Fatalf("after a free of its own: cached %v, mode %d", hit, pg.mode)
+	}
+	for _, n := range []uintptr{0, 99, 101} {
+		if _, ok := h.TryHoldSized(p, n); ok || h.g.Held(p) {
+			t.Fatalf("TryHoldSized with %d bytes of a block of 100", n)
+		}
+	}
+	if _, ok := h.TryHoldSized(q, 100); ok {
+		t.Fatal("TryHoldSized of a free block")
+	}
+	if first, ok := h.TryHoldSized(p, 100); !ok || !first || !h.g.Held(p) {
+		t.Fatalf("TryHoldSized: first %v ok %v held %v", first, ok, h.g.Held(p))
+	}
+	if atomic.LoadUint32(&pg.mode) != shared {
+		t.Fatal("a hold left its page exclusive")
+	}
+	if first, ok := h.TryHoldSized(p, 100); !ok || first {
+		t.Fatalf("second TryHoldSized: first %v ok %v", first, ok)
+	}
+	if freed, held := h.TryFreeOrHeld(p, 99); freed || held {
+		t.Fatalf("TryFreeOrHeld with the wrong size: freed %v held %v", freed, held)
+	}
+	if freed, held := h.TryFreeOrHeld(p, 100); freed || !held {
+		t.Fatalf("TryFreeOrHeld of a held block: freed %v held %v", freed, held)
+	}
+	if h.TryFreeHeld(p, 99) {
+		t.Fatal("TryFreeHeld with the wrong size")
+	}
+	if !h.TryFreeHeld(p, 100) {
+		t.Fatal("TryFreeHeld of a held block")
+	}
+	if freed, held := h.TryFreeOrHeld(p, 100); freed || held {
+		t.Fatalf("TryFreeOrHeld of a freed block: freed %v held %v", freed, held)
+	}
+	if h.TryFreeHeld(p, 100) {
+		t.Fatal("TryFreeHeld twice")
+	}
+	if st := h.Stats(); st.Live != 0 {
+		t.Fatalf("live after the frees: %+v", st)
+	}
+}
