@@ -103,6 +103,36 @@ func (g *Group) FreeHeld(p, n uintptr) error { return g.freeSized(p, n, held) }
 // with FreeSized.
 func (h *Heap) FreeHeld(p, n uintptr) error { return h.freeSlow(p, n, freeSized, held) }
 
+// TryHoldFrom is Hold of the live block that starts at p, for the range [p, p+n) (n > 0) in
+// it, in one lookup: a caller that knows the block's start has no need of Block first. ok is
+// false, and nothing has changed, when p is not the start of a live block or the range runs
+// past the size it was allocated with: call Block and Hold, which say why. Any goroutine may
+// call it.
+func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
+	if invariants.Enabled {
+		g.foreignBegun.Add(1) // see checkInvariants
+		defer g.foreignEnded.Add(1)
+	}
+	pg, idx, found := g.find(p)
+	if !found || n == 0 {
+		return false, false
+	}
+	pg.share() // before the state word is read: see exclusive.go
+	st := atomic.LoadUint32(&pg.state[idx])
+	size := uintptr(st &^ held)
+	if pg.class < 0 {
+		size = pg.objSize
+	}
+	if st == 0 || st&freedRemote != 0 || n > size {
+		return false, false
+	}
+	old, ok := pg.hold(idx, st&^held) // of the size read: not a block freed and handed out since
+	if !ok {
+		return false, false
+	}
+	return old&held == 0, true
+}
+
 // TryHoldSized is HoldSized by the heap's owner, for a block of one of its class pages in its
 // page cache (near.go): no lookup in the group's tables, and an exclusive page is shared by the
 // owner itself, with no barrier (no plain free of its own can be under way). ok is false, and

@@ -176,3 +176,33 @@ func TestOwnerHold(t *testing.T) {
 		t.Fatalf("live after the frees: %+v", st)
 	}
 }
+
+// TestTryHoldFrom checks the one-lookup hold of a range from a block's start: it holds for a
+// range within the size asked for, and refuses, holding nothing, an interior start, a range
+// past the size, a free block and an address outside the arena.
+func TestTryHoldFrom(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	for _, n := range []uintptr{100, 300 << 10, 4 << 20} {
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ p, n uintptr }{{p + 16, 1}, {p, n + 1}, {p, 0}, {0x1000, 1}} {
+			if _, ok := h.g.TryHoldFrom(c.p, c.n); ok || h.g.Held(p) {
+				t.Fatalf("TryHoldFrom(%#x, %d) of a block at %#x of %d bytes", c.p, c.n, p, n)
+			}
+		}
+		if first, ok := h.g.TryHoldFrom(p, n/2); !ok || !first || !h.g.Held(p) {
+			t.Fatalf("TryHoldFrom of half a block of %d bytes: first %v ok %v", n, first, ok)
+		}
+		if first, ok := h.g.TryHoldFrom(p, n); !ok || first {
+			t.Fatalf("second TryHoldFrom: first %v ok %v", first, ok)
+		}
+		if err := h.FreeHeld(p, n); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := h.g.TryHoldFrom(p, 1); ok {
+			t.Fatalf("TryHoldFrom of a freed block of %d bytes", n)
+		}
+	}
+}

@@ -255,6 +255,14 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 	if _, err := o.check(s); err != nil {
 		return err
 	}
+	// A range from a buffer's start (the usual RecordStream(buf, s)) is held under the lock of
+	// its start in one lookup; any other goes through Block first, for the start of its buffer.
+	sh := o.shard(addr)
+	sh.mu.Lock()
+	if first, ok := o.g.TryHoldFrom(addr, n); ok {
+		return o.recordHeld(sh, addr, s, first)
+	}
+	sh.mu.Unlock()
 	base, size, err := o.g.Block(addr)
 	if err != nil {
 		return wrapError(err, ErrNotOwned)
@@ -262,13 +270,19 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 	if off := addr - base; n > size-off {
 		return fmt.Errorf("%w: %d bytes at %#x run %d bytes past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, n-(size-off), base, size)
 	}
-	sh := o.shard(base)
+	sh = o.shard(base)
 	sh.mu.Lock()
 	_, _, first, err := o.g.Hold(base)
 	if err != nil {
 		sh.mu.Unlock()
 		return wrapError(err, ErrNotOwned)
 	}
+	return o.recordHeld(sh, base, s, first)
+}
+
+// recordHeld records s on the buffer at base, which the caller has held (first: its hold was
+// the first) under the lock of sh, its uses shard, and unlocks it.
+func (o *streamOrder) recordHeld(sh *useShard, base uintptr, s cuda.Stream, first bool) error {
 	u, ok := sh.m[base]
 	switch {
 	case first:
