@@ -45,7 +45,9 @@ func (h *Heap) freeAt(p, n uintptr, how uint8) error {
 			ownerStore(&h.freeSeq, seq+1) // even, after the state word
 		} else {
 			ownerStore(&h.freeSeq, seq+1)
-			size, ok = pg.freeState(idx, false, n, 0)
+			if size, ok = pg.freeState(idx, false, n, 0); !ok && how == freeTry && heldSized(size, n) {
+				return errHeldBlock
+			}
 		}
 		if ok {
 			h.pushFree(pg, off, size)

@@ -15,6 +15,7 @@
 package heap
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -101,3 +102,72 @@ func (g *Group) FreeHeld(p, n uintptr) error { return g.freeSized(p, n, held) }
 // FreeHeld is Group.FreeHeld by the heap's owner: a block of its own goes straight back, as
 // with FreeSized.
 func (h *Heap) FreeHeld(p, n uintptr) error { return h.freeSlow(p, n, freeSized, held) }
+
+// TryHoldFrom is Hold of the live block that starts at p, for the range [p, p+n) (n > 0) in
+// it, in one lookup: a caller that knows the block's start has no need of Block first. ok is
+// false, and nothing has changed, when p is not the start of a live block or the range runs
+// past the size it was allocated with: call Block and Hold, which say why. Any goroutine may
+// call it.
+func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
+	if invariants.Enabled {
+		g.foreignBegun.Add(1) // see checkInvariants
+		defer g.foreignEnded.Add(1)
+	}
+	pg, idx, found := g.find(p)
+	if !found || n == 0 {
+		return false, false
+	}
+	pg.share() // before the state word is read: see exclusive.go
+	st := atomic.LoadUint32(&pg.state[idx])
+	size := uintptr(st &^ held)
+	if pg.class < 0 {
+		size = pg.objSize
+	}
+	if st == 0 || st&freedRemote != 0 || n > size {
+		return false, false
+	}
+	old, ok := pg.hold(idx, st&^held) // of the size read: not a block freed and handed out since
+	if !ok {
+		return false, false
+	}
+	return old&held == 0, true
+}
+
+// TryHoldSized is HoldSized by the heap's owner, for a block of one of its class pages in its
+// page cache (near.go): no lookup in the group's tables, and an exclusive page is shared by the
+// owner itself, with no barrier (no plain free of its own can be under way). ok is false, and
+// nothing has changed, where it does not serve (not in the cache, a sharer under way) or
+// HoldSized would refuse: call HoldSized, which says why. It is non-blocking (see try.go).
+func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
+	pg, idx, _, hit := h.nearBlock(p)
+	want := stateOf(n)
+	if !hit || n == 0 || want == stateMax {
+		return false, false
+	}
+	if atomic.LoadUint32(&pg.mode) != shared && !atomic.CompareAndSwapUint32(&pg.mode, exclusive, shared) {
+		return false, false // a sharer is at work: HoldSized waits for it
+	}
+	old, ok := pg.hold(idx, want)
+	if !ok {
+		return false, false
+	}
+	return old&held == 0, true
+}
+
+// TryFreeOrHeld is TryFree that also reports, when it refuses, whether it found the block live,
+// allocated with n bytes and held (a caller then defers its free rather than asking Held and
+// Size). held false says nothing: the block may be held still (call Held).
+func (h *Heap) TryFreeOrHeld(p, n uintptr) (freed, held bool) {
+	err := h.freeAt(p, n, freeTry)
+	return err == nil, err == errHeldBlock
+}
+
+// errHeldBlock is how TryFree's paths refuse a live block of the size asked that is held: no
+// error is built on a non-blocking path.
+var errHeldBlock = errors.New("heap: held")
+
+// heldSized reports whether state word old, refused by a free of n bytes, is that of a live
+// block allocated with n bytes and held.
+func heldSized(old uint32, n uintptr) bool {
+	return old&(freedRemote|held) == held && old&^held == stateOf(n) && stateOf(n) != stateMax
+}

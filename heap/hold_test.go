@@ -112,3 +112,97 @@ func TestHoldRacesFree(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerHold checks the owner's paths for held blocks: TryHoldSized serves a block of a page
+// in the owner's cache (sharing an exclusive page itself) and refuses, changing nothing, what
+// HoldSized would refuse or what the cache does not have; TryFreeOrHeld reports a held block of
+// the size asked, and only that; TryFreeHeld takes it back through the cache.
+func TestOwnerHold(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := h.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.TryHoldSized(p, 100); ok {
+		t.Fatal("TryHoldSized of a block of a page not in the cache")
+	}
+	if err := h.FreeSized(q, 100); err != nil { // asks the tables: the page goes into the cache
+		t.Fatal(err)
+	}
+	pg, _, _, hit := h.nearBlock(p)
+	if !hit || atomic.LoadUint32(&pg.mode) != exclusive && h.g.exclusive {
+		t.Fatalf("after a free of its own: cached %v, mode %d", hit, pg.mode)
+	}
+	for _, n := range []uintptr{0, 99, 101} {
+		if _, ok := h.TryHoldSized(p, n); ok || h.g.Held(p) {
+			t.Fatalf("TryHoldSized with %d bytes of a block of 100", n)
+		}
+	}
+	if _, ok := h.TryHoldSized(q, 100); ok {
+		t.Fatal("TryHoldSized of a free block")
+	}
+	if first, ok := h.TryHoldSized(p, 100); !ok || !first || !h.g.Held(p) {
+		t.Fatalf("TryHoldSized: first %v ok %v held %v", first, ok, h.g.Held(p))
+	}
+	if atomic.LoadUint32(&pg.mode) != shared {
+		t.Fatal("a hold left its page exclusive")
+	}
+	if first, ok := h.TryHoldSized(p, 100); !ok || first {
+		t.Fatalf("second TryHoldSized: first %v ok %v", first, ok)
+	}
+	if freed, held := h.TryFreeOrHeld(p, 99); freed || held {
+		t.Fatalf("TryFreeOrHeld with the wrong size: freed %v held %v", freed, held)
+	}
+	if freed, held := h.TryFreeOrHeld(p, 100); freed || !held {
+		t.Fatalf("TryFreeOrHeld of a held block: freed %v held %v", freed, held)
+	}
+	if h.TryFreeHeld(p, 99) {
+		t.Fatal("TryFreeHeld with the wrong size")
+	}
+	if !h.TryFreeHeld(p, 100) {
+		t.Fatal("TryFreeHeld of a held block")
+	}
+	if freed, held := h.TryFreeOrHeld(p, 100); freed || held {
+		t.Fatalf("TryFreeOrHeld of a freed block: freed %v held %v", freed, held)
+	}
+	if h.TryFreeHeld(p, 100) {
+		t.Fatal("TryFreeHeld twice")
+	}
+	if st := h.Stats(); st.Live != 0 {
+		t.Fatalf("live after the frees: %+v", st)
+	}
+}
+
+// TestTryHoldFrom checks the one-lookup hold of a range from a block's start: it holds for a
+// range within the size asked for, and refuses, holding nothing, an interior start, a range
+// past the size, a free block and an address outside the arena.
+func TestTryHoldFrom(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	for _, n := range []uintptr{100, 300 << 10, 4 << 20} {
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ p, n uintptr }{{p + 16, 1}, {p, n + 1}, {p, 0}, {0x1000, 1}} {
+			if _, ok := h.g.TryHoldFrom(c.p, c.n); ok || h.g.Held(p) {
+				t.Fatalf("TryHoldFrom(%#x, %d) of a block at %#x of %d bytes", c.p, c.n, p, n)
+			}
+		}
+		if first, ok := h.g.TryHoldFrom(p, n/2); !ok || !first || !h.g.Held(p) {
+			t.Fatalf("TryHoldFrom of half a block of %d bytes: first %v ok %v", n, first, ok)
+		}
+		if first, ok := h.g.TryHoldFrom(p, n); !ok || first {
+			t.Fatalf("second TryHoldFrom: first %v ok %v", first, ok)
+		}
+		if err := h.FreeHeld(p, n); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := h.g.TryHoldFrom(p, 1); ok {
+			t.Fatalf("TryHoldFrom of a freed block of %d bytes", n)
+		}
+	}
+}

@@ -109,3 +109,23 @@ func TestAddressTableCrowded(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockIndex: blockIndex, the lookup of Block and Hold by divMul, is off / bsize at every
+// offset of a page of every class (and of sizes the alignment rounds to), where a rounding of
+// the product would name the next block.
+func TestBlockIndex(t *testing.T) {
+	sizes := []uintptr{}
+	for c := range classSize {
+		sizes = append(sizes, uintptr(classSize[c]))
+	}
+	sizes = append(sizes, 3*64, 7*4096, 24576, 81920)
+	for _, b := range sizes {
+		nb := uint32((2 << 20) / b)
+		pg := &page{bsize: b, nblocks: nb, divMul: ^uint32(0)/uint32(b) + 1}
+		for off := uintptr(0); off < uintptr(nb)*b; off++ {
+			if got, want := blockIndex(pg, off), uint32(off/b); got != want {
+				t.Fatalf("block size %d, offset %d: index %d, want %d", b, off, got, want)
+			}
+		}
+	}
+}

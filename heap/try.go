@@ -56,7 +56,18 @@ func (h *Heap) TryFree(p, n uintptr) bool { return h.freeAt(p, n, freeTry) == ni
 
 // TryFreeHeld is TryFree of a held block (see FreeHeld): what FreeHeld does when it needs no
 // arena call, leaving a page it empties for the next blocking path, as TryFree does.
-func (h *Heap) TryFreeHeld(p, n uintptr) bool { return h.tryFree(p, n, held) == nil }
+// Its first path is freeAt's: a block of a page in the owner's cache (near.go), which is its
+// own class page and shared (Hold shared it), freed with the compare-and-swap.
+func (h *Heap) TryFreeHeld(p, n uintptr) bool {
+	if pg, idx, off, ok := h.nearBlock(p); ok && n != 0 {
+		size, ok := pg.freeState(idx, false, n, held)
+		if ok {
+			h.tookBack(pg, off, size)
+		}
+		return ok // a refusal here is tryFree's too
+	}
+	return h.tryFree(p, n, held) == nil
+}
 
 // tryFreeSlow is TryFree where freeAt's fast path does not serve. It returns errWouldBlock (no
 // error is built on a non-blocking path) when it refuses.
@@ -83,7 +94,10 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 		if atomic.LoadUint32(&pg.mode) != shared {
 			return errWouldBlock
 		}
-		if _, ok := pg.freeState(idx, true, n, hold); !ok {
+		if old, ok := pg.freeState(idx, true, n, hold); !ok {
+			if hold == 0 && heldSized(old, n) {
+				return errHeldBlock
+			}
 			return errWouldBlock
 		}
 		pg.remoteFreed(idx)
@@ -91,15 +105,24 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 	}
 	size, ok := h.freeOwn(pg, idx, n, hold)
 	if !ok {
+		if hold == 0 && heldSized(size, n) {
+			return errHeldBlock
+		}
 		return errWouldBlock
 	}
-	h.pushFree(pg, idx*uint32(pg.bsize), size) // freed's class-page half, with the page change non-blocking
+	h.tookBack(pg, idx*uint32(pg.bsize), size)
+	return nil
+}
+
+// tookBack is freed's class-page half, with the page change non-blocking: block off of pg, its
+// own class page, no longer live (it was size bytes), goes back on the page.
+func (h *Heap) tookBack(pg *page, off, size uint32) {
+	h.pushFree(pg, off, size)
 	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
 		h.noBlock = true
 		h.pageChanged(pg, true)
 		h.noBlock = false
 	}
-	return nil
 }
 
 // releaseDeferred gives back the empty class pages that non-blocking paths left on the

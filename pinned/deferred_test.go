@@ -5,13 +5,14 @@ package pinned_test
 
 import (
 	"errors"
-	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
@@ -420,4 +421,30 @@ func TestZeroOnFreeRacingDoubleFree(t *testing.T) {
 func medianOf(ts []time.Duration) time.Duration {
 	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
 	return ts[len(ts)/2]
+}
+
+// TestFakeQuotaTakesBackCached: RecordStream of a buffer on an idle stream, Free, and an Alloc
+// that the quota allows only once that buffer is back. The Free defers the buffer to the shard's
+// FreeAsync cache (pend.go), which weighs nothing, and the quota refusal took "nothing weighs"
+// for "nothing deferred": it refused without a reclaim (found by internal/streamcheck, "pool
+// quota with shards"). One P, so that the cache is the one the Free fills whatever P it runs on
+// (with fast sections, which the race detector turns off).
+func TestFakeQuotaTakesBackCached(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const quota = 1 << 20
+	r := newAsyncRig(t, pinned.Options{Quota: quota})
+	if r == nil {
+		return
+	}
+	a := r.alloc(quota/2, 1)
+	b := r.alloc(quota/4, 2)
+	ok(t, "RecordStream", r.pool.RecordStream(b[100:200], pcuda.Stream(r.s)))
+	ok(t, "Free", r.pool.Free(b))
+	c, err := r.pool.Alloc(quota / 2)
+	if err != nil {
+		t.Fatalf("Alloc of half the quota with a quarter live and a quarter freed on an idle stream: %v", err)
+	}
+	ok(t, "Free", r.pool.Free(c))
+	ok(t, "Free", r.pool.Free(a))
+	r.finish()
 }

@@ -31,8 +31,8 @@ var (
 	ErrDoubleFree = errkind.New(pinmalloc.ErrDoubleFree, "pinned: double free")
 	// ErrNotOwned means the slice is not memory of this pool.
 	ErrNotOwned = errkind.New(pinmalloc.ErrNotOwned, "pinned: buffer not owned by this pool")
-	// ErrSubSlice means the slice is part of a buffer (re-sliced, truncated or offset), not the
-	// buffer Alloc returned. The buffer stays live.
+	// ErrSubSlice means the slice is part of a buffer (offset, or with its capacity cut), not the
+	// buffer Alloc returned nor one resliced from its start. The buffer stays live.
 	ErrSubSlice = errkind.New(pinmalloc.ErrInvalid, "pinned: not a whole buffer (sub-slice)")
 	// ErrLiveBlocks means Close found buffers still live.
 	ErrLiveBlocks = errkind.New(pinmalloc.ErrLiveBlocks, "pinned: buffers still live")

@@ -48,7 +48,7 @@ func TestErrorsAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.Free(c[:50])
+	err = p.Free(c[:50:50])
 	if !errors.Is(err, ErrSubSlice) || !strings.HasPrefix(err.Error(), "pinned: ") {
 		t.Errorf("sub-slice: %v", err)
 	}

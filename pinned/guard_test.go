@@ -19,7 +19,7 @@ func TestZeroOnFree(t *testing.T) {
 		for i := range b {
 			b[i] = 0xAB
 		}
-		if err := p.Free(b[:n-1]); !errors.Is(err, ErrSubSlice) {
+		if err := p.Free(b[: n-1 : n-1]); !errors.Is(err, ErrSubSlice) {
 			t.Fatalf("Free of a sub-slice: %v", err)
 		}
 		if err := p.Free(b[1:]); !errors.Is(err, ErrSubSlice) {
@@ -157,6 +157,47 @@ func BenchmarkGuards(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestFreeResliced: a buffer resliced from its start (buf = buf[:nread]) is freed whole, by
+// Free and under the guards; slices that start elsewhere or cut the capacity are not. Free of
+// a resliced buffer used to be refused as a sub-slice (issue 27).
+func TestFreeResliced(t *testing.T) {
+	for _, o := range []Options{{}, {ZeroOnFree: true, Quota: 1 << 20}} {
+		o.Capacity, o.Backend, o.PurgeDelay = 64<<20, Pageable, -1
+		p := newTestPool(t, o)
+		for _, n := range []int{100, 5000, 300 << 10} {
+			b, err := p.Alloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range b {
+				b[i] = 0xCD
+			}
+			if err := p.Free(b[1:1]); !errors.Is(err, ErrSubSlice) {
+				t.Fatalf("Free of an empty slice one byte in: %v", err)
+			}
+			if err := p.Free(b[:n/2]); err != nil {
+				t.Fatalf("Free of a buffer resliced to half its length: %v", err)
+			}
+			if err := p.Free(b); !errors.Is(err, ErrDoubleFree) {
+				t.Fatalf("Free of the whole buffer after a free of its reslice: %v", err)
+			}
+			if o.ZeroOnFree && (b[0] != 0 || b[n-1] != 0) {
+				t.Fatal("ZeroOnFree of a resliced buffer left its tail")
+			}
+			c, err := p.Alloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Free(c[:0]); err != nil {
+				t.Fatalf("Free of a buffer resliced to nothing: %v", err)
+			}
+		}
+		if u := p.Usage(); u.Live != 0 {
+			t.Fatalf("after the frees: %+v", u)
 		}
 	}
 }

@@ -10,9 +10,9 @@ import (
 // A FreeAsync of a buffer no stream was recorded on holds it (heap.Group.HoldSized, from any
 // goroutine), and a free of a buffer recorded on one stream only finds it so (its use goes);
 // then, in a fast section of the caller's P's shard (shard.go), appends it to
-// the shard's pend cache when the cache is empty or holds buffers of the same stream: no lock
-// and no atomic read-modify-write, where the stream's list costs a mutex and the weight an
-// atomic add. The cache goes on the stream's list, in one lock, when it is full or another
+// the shard's pend cache when the cache is empty or holds buffers of the same stream: no lock,
+// and an atomic add only when the cache was empty (streamOrder.cached), where the stream's list
+// costs a mutex and the weight an atomic add per buffer. The cache goes on the stream's list, in one lock, when it is full or another
 // stream comes (by the FreeAsync that finds it so, out of its fast section), when the shard's
 // own allocation takes its slow path (as the shard's holder, before it looks at the weight),
 // and before every reclaim that waits (Stats, Trim, ForgetStream, Close, a quota refusal, an
@@ -21,7 +21,8 @@ import (
 // can touch them, and a double free of one is refused as for any deferred buffer.
 //
 // A cached buffer is in no list and weighs nothing yet: Usage does not count it as deferred,
-// and the lists' point (an event, or the idle query) comes at the reclaim after the flush,
+// streamOrder.cached (the number of caches not empty) is what tells a quota refusal that a
+// reclaim may give something back, and the lists' point (an event, or the idle query) comes at the reclaim after the flush,
 // which is later than the free, as ordering after the stream requires. After Close a FreeAsync
 // skips the cache, so that the release sees every deferred buffer on a list.
 
@@ -30,6 +31,32 @@ const pendMax = reclaimWeight
 
 // freeAsync is FreeAsync of the buffer at addr, of n bytes, on the stream of l, with no guard.
 func (p *Pool) freeAsync(addr, n uintptr, l *streamList) error {
+	if p.fast && n <= heap.MaxClassSize && !p.closed.Load() {
+		// The hold and the cache in one fast section, when the buffer is of a page in the
+		// shard's page cache (heap.Heap.TryHoldSized): one pin, no lookup in the group's tables.
+		if s := p.entered(procpin.Pin()); s == nil {
+			procpin.Unpin()
+		} else {
+			first, ok := s.h.TryHoldSized(addr, n)
+			if ok && first && len(s.pend) < cap(s.pend) && (len(s.pend) == 0 || s.pendL == l) {
+				if len(s.pend) == 0 {
+					p.order.cached.Add(1) // see enqueue
+				}
+				s.pend = append(s.pend, deferred{addr: addr, n: n})
+				s.pendL = l
+				p.exit(s)
+				return nil
+			}
+			p.exit(s)
+			switch {
+			case ok && first: // the cache is full, or of another stream
+				p.enqueue(l, deferred{addr: addr, n: n})
+				return nil
+			case ok: // streams recorded on it: the uses path
+				return p.order.deferFree(addr, n, l)
+			}
+		}
+	}
 	first, err := p.g.HoldSized(addr, n)
 	if err != nil {
 		return wrapError(err, ErrNotOwned)
@@ -50,6 +77,9 @@ func (p *Pool) enqueue(l *streamList, d deferred) {
 			procpin.Unpin()
 		} else {
 			if len(s.pend) < cap(s.pend) && (len(s.pend) == 0 || s.pendL == l) {
+				if len(s.pend) == 0 {
+					o.cached.Add(1) // once per filling of the cache
+				}
 				s.pend = append(s.pend, d)
 				s.pendL = l
 				p.exit(s)
@@ -81,6 +111,7 @@ func (p *Pool) flush(s *shard) {
 	p.order.queueMany(s.pendL, s.pend)
 	clear(s.pend)
 	s.pend, s.pendL = s.pend[:0], nil
+	p.order.cached.Add(-1)
 	p.order.verify()
 }
 

@@ -38,6 +38,16 @@
 // copied by the driver as pageable memory, before the call returns, so their FreeAsync frees at
 // once. stream.go has the design.
 //
+// # Reslicing and append
+//
+// A buffer may be resliced from its start, as I/O code does (buf = buf[:nread]), and freed so:
+// Free and FreeAsync take the buffer's start and capacity, and free all of it. A slice that
+// starts elsewhere (buf[16:]) or whose capacity was cut (buf[:n:n]) is not a buffer, and is
+// refused with ErrSubSlice. append within the capacity writes the pinned buffer; append past
+// the capacity copies the contents to a new array of Go memory, not pinned, which Free refuses
+// (ErrNotOwned): keep the slice Alloc returned (or one resliced from it) to free, and size the
+// buffer for what it must hold.
+//
 // # Errors
 //
 // Every error wraps a sentinel of this package (equal to the heap's or arena's, so errors.Is
@@ -306,9 +316,10 @@ func (p *Pool) allocError(err error, n, alignment uintptr) error {
 	return wrapError(err, ErrOutOfMemory)
 }
 
-// Free gives a buffer back. b must be exactly a slice returned by Alloc: a sub-slice, a
-// re-sliced or truncated buffer, a double free or a slice of other memory is refused with an
-// error and changes nothing. After Close, Free still takes back the buffers that were live,
+// Free gives a buffer back. b must start where a slice returned by Alloc starts and have its
+// capacity: the buffer itself, or the buffer resliced from its start (buf = buf[:nread]; the
+// whole buffer is freed). Any other sub-slice (offset, or with its capacity cut), a double free
+// or a slice of other memory is refused with an error and changes nothing. After Close, Free still takes back the buffers that were live,
 // and the pool's memory is released with the last of them.
 func (p *Pool) Free(b []byte) error {
 	return p.free(b, true)
@@ -318,16 +329,15 @@ func (p *Pool) Free(b []byte) error {
 // under the site table's locks, so it leaves finishClose to Free). One function, so that the
 // fast path costs the hot path no call of its own.
 func (p *Pool) free(b []byte, guard bool) error {
-	if len(b) == 0 {
+	if cap(b) == 0 {
 		return fmt.Errorf("%w: empty slice", ErrNotOwned)
-	}
-	if cap(b) != len(b) {
-		return fmt.Errorf("%w: len %d, cap %d (Alloc returns len == cap)", ErrSubSlice, len(b), cap(b))
 	}
 	if p.released.Load() {
 		return ErrClosed
 	}
-	addr, n := mem.Addr(b), uintptr(len(b))
+	// The buffer is its start and capacity (see the package doc): the heap refuses a size that
+	// is not the block's (ErrSubSlice) or an address that does not start one.
+	addr, n := mem.Addr(b), uintptr(cap(b))
 	if guard && p.guarded {
 		err := p.freeGuarded(addr, n, nil)
 		if err == nil && p.closed.Load() {
@@ -337,17 +347,19 @@ func (p *Pool) free(b []byte, guard bool) error {
 		}
 		return err
 	}
-	done, err := false, error(nil)
+	done, held, err := false, false, error(nil)
 	if p.fast {
 		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else {
-			done = s.h.TryFree(addr, n)
+			done, held = s.h.TryFreeOrHeld(addr, n)
 			p.exit(s)
 		}
 	}
 	switch {
 	case done:
+	case guard && p.order != nil && held: // a stream may use it, and the size is checked
+		err = p.order.deferHeld(addr, n)
 	case guard && p.order != nil && p.g.Held(addr): // a stream may use it: see stream.go
 		err = p.order.deferFree(addr, n, nil)
 	default:

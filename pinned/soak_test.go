@@ -243,7 +243,7 @@ func soakMisuse(p *Pool, r *rand.Rand, live, freed [][]byte, check func(string, 
 	case 2:
 		if len(live) > 0 {
 			b := live[r.IntN(len(live))]
-			subs := [][]byte{b[:len(b)-1], b[: len(b)-1 : len(b)-1]}
+			subs := [][]byte{b[: len(b)-1 : len(b)-1]} // a capacity cut: not a buffer resliced from its start
 			if len(b) > 1 {
 				subs = append(subs, b[1:])
 			}

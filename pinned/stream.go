@@ -106,6 +106,10 @@ type streamOrder struct {
 	// shared and sharedBytes count the deferred buffers with uses (on a stream list each);
 	// the lists count the others.
 	shared, sharedBytes atomic.Int64
+	// cached is the number of shards whose FreeAsync cache (pend.go) holds buffers: they weigh
+	// nothing until flushed, so a quota refusal that finds weight zero reclaims still when it is
+	// not zero.
+	cached atomic.Int32
 
 	uses   [useShards]useShard
 	last   atomic.Pointer[streamList] // the list check found last; it may have left lists
@@ -252,6 +256,14 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 	if _, err := o.check(s); err != nil {
 		return err
 	}
+	// A range from a buffer's start (the usual RecordStream(buf, s)) is held under the lock of
+	// its start in one lookup; any other goes through Block first, for the start of its buffer.
+	sh := o.shard(addr)
+	sh.mu.Lock()
+	if first, ok := o.g.TryHoldFrom(addr, n); ok {
+		return o.recordHeld(sh, addr, s, first)
+	}
+	sh.mu.Unlock()
 	base, size, err := o.g.Block(addr)
 	if err != nil {
 		return wrapError(err, ErrNotOwned)
@@ -259,13 +271,19 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 	if off := addr - base; n > size-off {
 		return fmt.Errorf("%w: %d bytes at %#x run %d bytes past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, n-(size-off), base, size)
 	}
-	sh := o.shard(base)
+	sh = o.shard(base)
 	sh.mu.Lock()
 	_, _, first, err := o.g.Hold(base)
 	if err != nil {
 		sh.mu.Unlock()
 		return wrapError(err, ErrNotOwned)
 	}
+	return o.recordHeld(sh, base, s, first)
+}
+
+// recordHeld records s on the buffer at base, which the caller has held (first: its hold was
+// the first) under the lock of sh, its uses shard, and unlocks it.
+func (o *streamOrder) recordHeld(sh *useShard, base uintptr, s cuda.Stream, first bool) error {
 	u, ok := sh.m[base]
 	switch {
 	case first:
@@ -286,12 +304,21 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 // the stream of l when l is not nil (FreeAsync), has passed the work queued on it so far. l nil
 // is a Free of a held buffer.
 func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
-	err := o.deferOne(addr, n, l)
+	err := o.deferOne(addr, n, l, false)
 	o.verify()
 	return err
 }
 
-func (o *streamOrder) deferOne(addr, n uintptr, l *streamList) error {
+// deferHeld is deferFree of a Free (l nil) whose fast path found the buffer live, held and of n
+// bytes (heap.Heap.TryFreeOrHeld): the size check is made.
+func (o *streamOrder) deferHeld(addr, n uintptr) error {
+	err := o.deferOne(addr, n, nil, true)
+	o.verify()
+	return err
+}
+
+// deferOne is deferFree; sized says a Free's check of the size is made already.
+func (o *streamOrder) deferOne(addr, n uintptr, l *streamList, sized bool) error {
 	if l != nil {
 		first, err := o.g.HoldSized(addr, n)
 		if err != nil {
@@ -301,11 +328,13 @@ func (o *streamOrder) deferOne(addr, n uintptr, l *streamList) error {
 			o.enqueue(l, deferred{addr: addr, n: n})
 			return nil
 		}
-	} else if size, err := o.g.Size(addr); err != nil || size != n {
-		if err != nil {
-			return wrapError(err, ErrNotOwned)
+	} else if !sized {
+		if size, err := o.g.Size(addr); err != nil || size != n {
+			if err != nil {
+				return wrapError(err, ErrNotOwned)
+			}
+			return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
 		}
-		return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
 	}
 	sh := o.shard(addr)
 	sh.mu.Lock()
@@ -457,7 +486,8 @@ func (o *streamOrder) passed(addr uintptr) bool {
 // never waits for other buffers' streams (a later Close, Free or Trim releases the memory once
 // they have passed).
 //
-// b must be a whole buffer, as for Free. s is a stream of the pool's device (Options.Device),
+// b must be a whole buffer, or one resliced from its start, as for Free. s is a stream of the
+// pool's device (Options.Device),
 // forgotten (ForgetStream) before it is destroyed; one the driver refuses, and the per-thread
 // default stream, give an error wrapping ErrInvalidStream. A pool whose memory the driver does
 // not copy asynchronously (Locked, Pageable, an External region that is not HostPinned, or
@@ -467,11 +497,8 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if p.order == nil {
 		return p.Free(b)
 	}
-	if len(b) == 0 {
+	if cap(b) == 0 {
 		return fmt.Errorf("%w: empty slice", ErrNotOwned)
-	}
-	if cap(b) != len(b) {
-		return fmt.Errorf("%w: len %d, cap %d (Alloc returns len == cap)", ErrSubSlice, len(b), cap(b))
 	}
 	if p.released.Load() {
 		return ErrClosed
@@ -480,7 +507,7 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if err != nil {
 		return err
 	}
-	addr, n := mem.Addr(b), uintptr(len(b))
+	addr, n := mem.Addr(b), uintptr(cap(b)) // the buffer's start and capacity, as for Free
 	if p.guarded {
 		err = p.freeGuarded(addr, n, l)
 	} else {

@@ -355,7 +355,7 @@ func TestFakeStreamMisuse(t *testing.T) {
 		}
 	}
 	c := r.alloc(4096, 2)
-	if err := r.pool.FreeAsync(c[:100], pubcuda.Stream(r.s)); !errors.Is(err, pinned.ErrSubSlice) {
+	if err := r.pool.FreeAsync(c[:100:100], pubcuda.Stream(r.s)); !errors.Is(err, pinned.ErrSubSlice) {
 		t.Errorf("FreeAsync of a sub-slice: %v", err)
 	}
 	if err := r.pool.FreeAsync(c, 0xdead0); !errors.Is(err, pinned.ErrInvalidStream) {
@@ -371,7 +371,7 @@ func TestFakeStreamMisuse(t *testing.T) {
 		t.Errorf("RecordStream of Go memory: %v", err)
 	}
 	ok(t, "RecordStream", r.pool.RecordStream(c[10:20], pubcuda.Stream(r.s)))
-	if err := r.pool.Free(c[:100]); !errors.Is(err, pinned.ErrSubSlice) {
+	if err := r.pool.Free(c[:100:100]); !errors.Is(err, pinned.ErrSubSlice) {
 		t.Errorf("Free of a sub-slice of a recorded buffer: %v", err)
 	}
 	ok(t, "Free", r.pool.Free(c))

@@ -298,7 +298,7 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 		if len(bf.b) < 2 {
 			return false, nil
 		}
-		if f := wantErr("pinned.Pool.Free of a truncated buffer", w.pool.Free(bf.b[:len(bf.b)-1]), pinned.ErrSubSlice); f != nil {
+		if f := wantErr("pinned.Pool.Free of a buffer with its capacity cut", w.pool.Free(bf.b[:len(bf.b)-1:len(bf.b)-1]), pinned.ErrSubSlice); f != nil {
 			return true, f
 		}
 		return true, wantErr("pinned.Pool.Free of an offset buffer", w.pool.Free(bf.b[1:]), pinned.ErrSubSlice)

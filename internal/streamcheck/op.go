@@ -28,7 +28,7 @@ const (
 	PoolRecordFree               // RecordStream(A[Off:Off+N], S), then Free(A)
 	PoolRawCopy                  // a raw driver HtoDAsync of buffer A to block B on S, then RecordStream(A, S)
 	PoolDoubleFree               // Free(A) twice: ErrDoubleFree
-	PoolSubFree                  // Free(A[:len-1]) and Free(A[1:]): ErrSubSlice, A stays live
+	PoolSubFree                  // Free(A[:len-1:len-1]) and Free(A[1:]): ErrSubSlice, A stays live
 	TierAlloc                    // tier.Alloc(N)
 	TierAcquire                  // Acquire(A, S, Write if Flag): a write memsets to V and copies pool buffer B (if any) over the start; a read is checked
 	TierRelease                  // Release(A, its stream)
