@@ -1,7 +1,19 @@
 // Package cudamem is where an arena's memory comes from when CUDA gives it: arena.Provider
-// implementations for pinned host memory, device memory and managed memory, all through
-// internal/cuda, which loads the driver at run time. One file per provider, each opening with
-// when to choose it:
+// implementations for pinned host memory, device memory and managed memory.
+//
+//	dev, err := cuda.Open(0)
+//	defer dev.Close()
+//	prov, err := cudamem.NewHost(dev, cudamem.HostOptions{}) // VMM host granules, else registered mmap
+//	a, err := arena.New(arena.Options{Provider: prov, Capacity: 1 << 30})
+//	defer a.Close()
+//	sp, err := a.Alloc(4<<20, 64)       // 4 MiB, committed and pinned
+//	b, err := a.Bytes(sp.Base, sp.Size) // a []byte the driver copies by DMA
+//	err = a.Free(sp)
+//
+// Most programs take the memory through pinned.Pool (the CUDAHost backend: OpenHost) or
+// device.Heap (NewDevice), which put a heap of buffers over such an arena. The providers reach
+// the driver through internal/cuda, which loads it at run time. One file per provider, each
+// opening with when to choose it:
 //
 //   - Pinned host memory: NewHost (choose.go) picks VMM host granules (HostVMM, hostvmm.go) where
 //     the driver has them, else mmap + cuMemHostRegister (HostRegister, hostregister.go);

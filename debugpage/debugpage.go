@@ -16,8 +16,9 @@
 //	                     seconds (1 to 3600)
 //	.../map.svg          the maps alone, as one SVG document with its legend
 //	.../stats.json       a snapshot: every source's Stats, Usage, size classes, largest
-//	                     buffers, top sites, timeline samples and map (as data and as the SVG
-//	                     drawn), every key in snake_case; ?download=1 serves it as a file
+//	                     buffers, top sites, deferred frees by stream, timeline samples and
+//	                     map (as data and as the SVG drawn), every key in snake_case;
+//	                     ?download=1 serves it as a file
 //
 // A snapshot saved from stats.json is a page to read later, elsewhere:
 //
@@ -35,8 +36,10 @@
 // minutes at one a second): for a pool its committed, in-use and deferred bytes (freed, waiting
 // for a CUDA stream), for a device heap its committed and in-use bytes, for a tier the bytes of
 // its blocks in VRAM and of those evicted to the host. A sample reads Usage, or a tier's Stats:
-// no map, no walk of the buffers. Without StartTimeline the page has no timeline. The public
-// stats give no per-stream split of the deferred bytes, so the page shows their total.
+// no map, no walk of the buffers. Without StartTimeline the page has no timeline: the
+// timeline's deferred bytes are the total, and the page itself (and stats.json, under
+// deferred_by_stream) splits the deferred frees of the moment by stream
+// (pinned.Pool.DeferredByStream, device.Heap.DeferredByStream).
 //
 // # Allocation sites
 //
@@ -107,6 +110,8 @@ type source struct {
 	str    func() string
 	m      func() heap.Map
 	blocks func() []Buffer
+	// streams is what waits for each CUDA stream to pass its frees.
+	streams func() []StreamDeferred
 	// A tier: its Stats.
 	tier func() uvm.Stats
 	// Every source: a sample for the timeline, and the timeline.
@@ -122,6 +127,7 @@ func (h *Handler) AddPool(name string, p *pinned.Pool) {
 	h.add(&source{name: name, kind: "pinned",
 		stats: func() any { return p.Stats() }, usage: func() any { return p.Usage() },
 		live: func() uint64 { return p.Usage().Live }, str: func() string { return p.Stats().String() }, m: p.Map,
+		streams: func() []StreamDeferred { return poolStreams(p) },
 		blocks: func() []Buffer {
 			var out []Buffer
 			for _, b := range p.Blocks() {
@@ -140,6 +146,7 @@ func (h *Handler) AddDevice(name string, d *device.Heap) {
 	h.add(&source{name: name, kind: "device",
 		stats: func() any { return d.Stats() }, usage: func() any { return d.Usage() },
 		live: func() uint64 { return d.Usage().Live }, str: func() string { return d.Stats().String() }, m: d.Map,
+		streams: func() []StreamDeferred { return heapStreams(d) },
 		blocks: func() []Buffer {
 			var out []Buffer
 			for _, b := range d.Blocks() {

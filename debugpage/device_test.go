@@ -10,6 +10,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cuda/cudatest"
 	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/pinned"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -148,5 +149,85 @@ func TestFakeTier(t *testing.T) {
 	}
 	if svg, _ := get(t, url+"map.svg"); !strings.Contains(svg, ">vram: ") || strings.Contains(svg, ">kv: ") {
 		t.Error("map.svg should draw the heap's map and none for the tier")
+	}
+}
+
+// TestFakeDeferredByStream: blocks of a device heap freed on two held streams show in a table
+// of the streams holding them, on the page and in stats.json; once the streams have passed
+// the frees, the table goes.
+func TestFakeDeferredByStream(t *testing.T) {
+	dev, fake := cudatest.Device(t)
+	if dev == nil {
+		return
+	}
+	h, err := device.New(dev, device.Options{Capacity: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams [2]cuda.Stream
+	for i := range streams {
+		if streams[i], err = dev.StreamCreate(cuda.StreamNonBlocking); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake.Hold(true)
+	for i, n := range []int{4096, 8192, 1 << 20} {
+		p, err := h.Alloc(n, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.FreeAsync(p, streams[min(i, 1)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pool.Alloc(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.FreeAsync(b, streams[0]); err != nil {
+		t.Fatal(err)
+	}
+	dp := New()
+	dp.AddDevice("gpu0", h)
+	dp.AddPool("host", pool)
+	url := serve(t, dp)
+	page, _ := get(t, url)
+	for _, want := range []string{
+		`<table class="streams">`,
+		fmt.Sprintf("<tr><td>%#x</td><td>1</td><td>64 KiB</td></tr>", streams[0]),
+		fmt.Sprintf("<tr><td>%#x</td><td>1</td><td>4 KiB</td></tr>", streams[0]),
+		fmt.Sprintf("<tr><td>%#x</td><td>2</td><td>1.01 MiB</td></tr>", streams[1]),
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q:\n%s", want, page)
+		}
+	}
+	js, _ := get(t, url+"stats.json")
+	if want := fmt.Sprintf(`"stream": %d,
+          "buffers": 2,
+          "bytes": %d`, streams[1], 8192+1<<20); !strings.Contains(js, `"deferred_by_stream"`) || !strings.Contains(js, want) {
+		t.Errorf("stats.json lacks the streams (%q):\n%s", want, js)
+	}
+	fake.Hold(false)
+	fake.Complete()
+	if page, _ := get(t, url); strings.Contains(page, `class="streams"`) {
+		t.Errorf("the streams passed their frees, and the table stays")
+	}
+	dp.Remove("gpu0")
+	dp.Remove("host")
+	if err := pool.Close(); err != nil {
+		t.Error(err)
+	}
+	for _, s := range streams {
+		if err := errors.Join(h.ForgetStream(s), dev.StreamDestroy(s)); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := h.Close(); err != nil {
+		t.Error(err)
 	}
 }

@@ -95,7 +95,8 @@ func writeLinks(w io.Writer, snap *snapshot, refresh int) {
 	io.WriteString(w, "</p>\n")
 }
 
-// writeDeferred says how much of a pool or heap waits for CUDA streams to pass its frees.
+// writeDeferred says how much of a pool or heap waits for CUDA streams to pass its frees, and
+// for which streams.
 func writeDeferred(w io.Writer, v view) {
 	var blocks, bytes uint64
 	switch st := v.Stats.(type) {
@@ -118,7 +119,8 @@ func writeDeferred(w io.Writer, v view) {
 	if bytes > 0 {
 		fmt.Fprintf(w, ", %s", units.Bytes(bytes))
 	}
-	io.WriteString(w, " (the public stats give no split by stream).</p>\n")
+	io.WriteString(w, ".</p>\n")
+	writeStreams(w, v.Streams)
 }
 
 // toUint returns a number of a snake'd Stats as a uint64, 0 for anything else.

@@ -40,6 +40,8 @@ type view struct {
 	Largest        []Buffer `json:"largest_buffers,omitempty"`
 	LargestNote    string   `json:"largest_buffers_note,omitempty"`
 	Sites          []Site   `json:"top_sites,omitempty"`
+	// Streams is what waits for each CUDA stream to pass its frees (deferred_by_stream).
+	Streams []StreamDeferred `json:"deferred_by_stream,omitempty"`
 
 	// Tier is the tier's placement and moves (tiers only).
 	Tier *tierView `json:"tier,omitempty"`
@@ -68,6 +70,7 @@ func look(s *source) view {
 		v.Chunks += len(r.Chunks)
 	}
 	v.Largest, v.Sites, v.LargestNote = buffers(s)
+	v.Streams = s.streams()
 	v.Map = snake(m)
 	var svg bytes.Buffer
 	writeSVG(&svg, s.name, m, v.LargestFreeRun, v.Unreserved)

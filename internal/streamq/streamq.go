@@ -76,6 +76,17 @@ func (q *Queue[T]) Len() int { return q.n }
 // Streams returns the number of streams with items waiting.
 func (q *Queue[T]) Streams() int { return len(q.fifos) }
 
+// Range calls f for every item waiting, with its stream, oldest first per stream, the streams
+// in no set order. f must not change the queue. It costs no driver call: it says what waits,
+// not what has completed since the last Poll.
+func (q *Queue[T]) Range(f func(s cuda.Stream, v T)) {
+	for s, fifo := range q.fifos {
+		for _, e := range fifo {
+			f(s, e.v)
+		}
+	}
+}
+
 // Poll finishes the items whose event has completed, on every stream, oldest first per stream.
 func (q *Queue[T]) Poll() error {
 	if q.n == 0 {

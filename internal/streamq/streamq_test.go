@@ -37,6 +37,11 @@ func TestOrder(t *testing.T) {
 	if len(done) != 0 || q.Len() != 6 || q.Streams() != 2 {
 		t.Fatalf("nothing complete: done %v, Len %d, Streams %d", done, q.Len(), q.Streams())
 	}
+	seen := map[cuda.Stream][]int{}
+	q.Range(func(s cuda.Stream, v int) { seen[s] = append(seen[s], v) })
+	if len(seen) != 2 || !slices.Equal(seen[s1], []int{10, 11, 12}) || !slices.Equal(seen[s2], []int{20, 21, 22}) {
+		t.Fatalf("Range with nothing complete: %v", seen)
+	}
 	f.CompleteStream(s2)
 	must(t, q.Poll())
 	if !slices.Equal(done, []int{20, 21, 22}) || q.Len() != 3 {

@@ -1,0 +1,58 @@
+package device
+
+import (
+	"slices"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+)
+
+// The per-stream view of the deferred frees, for observers (the debug page): not on any hot
+// path.
+
+// StreamDeferred is what waits for one stream: the blocks freed on it (FreeAsync) whose free
+// waits for the device to pass it, and their bytes.
+type StreamDeferred struct {
+	Stream cuda.Stream
+	Blocks int
+	Bytes  int
+}
+
+// DeferredByStream returns, per freeing stream, the deferred frees that wait still, ordered
+// by stream handle; nil when none waits or the heap is closed. It first does the deferred
+// frees that have completed, as Stats does, so its total is Stats().Deferred. It holds the
+// heap's lock for a walk of every deferred free: call it from an observer, not from a loop of
+// allocations.
+func (h *Heap) DeferredByStream() []StreamDeferred {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	_ = h.queue.Poll()
+	by := map[cuda.Stream]*StreamDeferred{}
+	h.queue.Range(func(s uintptr, p cuda.DevicePtr) {
+		sd := by[cuda.Stream(s)]
+		if sd == nil {
+			sd = &StreamDeferred{Stream: cuda.Stream(s)}
+			by[cuda.Stream(s)] = sd
+		}
+		sd.Blocks++
+		if n, err := h.g.Size(uintptr(p)); err == nil {
+			sd.Bytes += int(n)
+		}
+	})
+	var out []StreamDeferred
+	for _, sd := range by {
+		out = append(out, *sd)
+	}
+	slices.SortFunc(out, func(a, b StreamDeferred) int {
+		switch {
+		case a.Stream < b.Stream:
+			return -1
+		case a.Stream > b.Stream:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
