@@ -119,3 +119,7 @@ func (t *Tier) timeAcquire(start time.Time, missed bool) {
 func (a *AcquireLatency) withBounds() {
 	a.Hit.Bounds, a.Miss.Bounds, a.Host.Bounds = latencyBounds, latencyBounds, latencyBounds
 }
+
+// LatencyBounds returns a copy of the upper bounds of the buckets of every Latency (the last
+// bucket, without bound, excepted).
+func LatencyBounds() []time.Duration { return append([]time.Duration(nil), latencyBounds...) }
