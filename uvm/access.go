@@ -49,7 +49,7 @@ func (m Mode) String() string {
 // and the errors of the copy, the device heap and the driver, after which the block is where
 // it was.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
-	start := time.Now()
+	start := nanotime() // latency.go
 	t.mu.Lock()
 	misses := t.st.Misses
 	p, err := t.acquire(h, s, m)
@@ -67,7 +67,7 @@ func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // is done: then ctx's error is returned, joined with ErrAllPinned. Like Acquire, it does not
 // wait for copies.
 func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
-	start := time.Now()
+	start := nanotime() // latency.go
 	var retry *time.Timer
 	defer func() {
 		if retry != nil {

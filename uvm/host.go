@@ -3,7 +3,6 @@ package uvm
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -25,13 +24,13 @@ import (
 // a writer excludes every other acquisition. Errors: ErrInvalidHandle, ErrAcquired (acquired
 // on the device, or on the host by a writer or, for Write, a reader), ErrHostFull.
 func (t *Tier) AcquireHost(h Handle, m Mode) (_ []byte, err error) {
-	start := time.Now()
+	start := nanotime() // latency.go
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.checkInvariants("AcquireHost")
 	defer func() {
 		if err == nil {
-			t.st.AcquireLatency.Host.record(time.Since(start)) // latency.go
+			t.st.AcquireLatency.Host.record(nanotime() - start) // latency.go
 		}
 	}()
 	if t.closed {

@@ -5,7 +5,8 @@ import "time"
 // Acquire latency: every successful Acquire, AcquireContext and AcquireHost is timed, from the
 // call to the moment the tier lets go of its lock (lock wait included, the copy a restore
 // queues not: Acquire does not wait for it), and counted in a fixed log-scale histogram under
-// the lock the call already holds: two clock reads (vDSO, no system call), no allocation.
+// the lock the call already holds: two reads of the monotonic clock (vDSO, no system call;
+// time.Now would read the wall clock too), no allocation.
 // Stats.AcquireLatency returns the counts; the metrics package exports them as a Prometheus
 // histogram.
 
@@ -104,10 +105,17 @@ func (l Latency) Quantile(q float64) time.Duration {
 	return latencyBounds[len(latencyBounds)-1]
 }
 
-// timeAcquire records an Acquire that succeeded after starting at start; missed says it
-// restored the block. t.mu is held.
-func (t *Tier) timeAcquire(start time.Time, missed bool) {
-	d := time.Since(start)
+// clockBase is the origin of nanotime.
+var clockBase = time.Now()
+
+// nanotime reads the monotonic clock only (time.Since of a time.Time that has a monotonic
+// reading does not read the wall clock).
+func nanotime() time.Duration { return time.Since(clockBase) }
+
+// timeAcquire records an Acquire that succeeded after starting at start (a nanotime); missed
+// says it restored the block. t.mu is held.
+func (t *Tier) timeAcquire(start time.Duration, missed bool) {
+	d := nanotime() - start
 	if missed {
 		t.st.AcquireLatency.Miss.record(d)
 	} else {
