@@ -117,8 +117,8 @@ func (ts *tierScene) done(t *testing.T) {
 	}
 }
 
-// TestFakeTier shows a tier: where its blocks are against the budget, what moved and why, and
-// its timeline of VRAM and evicted bytes; stats.json holds the same.
+// TestFakeTier shows a tier: where its blocks are against the budget, what moved and why, its
+// Acquire latency, and its timeline of VRAM and evicted bytes; stats.json holds the same.
 func TestFakeTier(t *testing.T) {
 	dev, _ := cudatest.Device(t)
 	if dev == nil {
@@ -137,14 +137,17 @@ func TestFakeTier(t *testing.T) {
 	page, _ := get(t, url)
 	for _, want := range []string{"<h2>kv (uvm)</h2>", "Policy lru", `class="tier"`, "VRAM budget", "<td>2 MiB</td>",
 		"evicted: only in pinned host memory", "<td>to the host</td><td>pressure</td>", "<td>to the device</td><td>acquire</td>",
-		"in VRAM: 2 MiB", "evicted to the host: 4 MiB", "<h2>vram (device)</h2>"} {
+		"in VRAM: 2 MiB", "evicted to the host: 4 MiB", "<h2>vram (device)</h2>",
+		"<th>p50</th><th>p99</th>", "<td>Acquire, restored</td><td>12</td>"} { // every Acquire of the scene restores
+
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
 	js, _ := get(t, url+"stats.json")
 	checkSnake(t, js)
-	if !strings.Contains(js, `"kind": "uvm"`) || !strings.Contains(js, `"cause": "pressure"`) || !strings.Contains(js, `"evicted": 4194304`) {
+	if !strings.Contains(js, `"kind": "uvm"`) || !strings.Contains(js, `"cause": "pressure"`) || !strings.Contains(js, `"evicted": 4194304`) ||
+		!strings.Contains(js, `"outcome": "miss"`) || !strings.Contains(js, `"p99_ns"`) {
 		t.Errorf("stats.json lacks the tier:\n%.3000s", js)
 	}
 	if svg, _ := get(t, url+"map.svg"); !strings.Contains(svg, ">vram: ") || strings.Contains(svg, ">kv: ") {

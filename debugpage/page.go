@@ -14,8 +14,8 @@ var refreshChoices = []int{2, 5, 30}
 
 // writePage writes the HTML page of a snapshot: a legend, then for each source its timeline,
 // its figures, and either its size classes, top allocation sites, largest live buffers and map,
-// or for a tier where its blocks are and what it moved. refresh > 0 reloads the page every
-// refresh seconds.
+// or for a tier where its blocks are, how long its acquisitions took (p50, p99, mean by
+// outcome) and what it moved. refresh > 0 reloads the page every refresh seconds.
 func writePage(w io.Writer, snap *snapshot, refresh int) {
 	io.WriteString(w, `<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>pinmalloc</title>
@@ -138,7 +138,8 @@ func toUint(v any) uint64 {
 	return 0
 }
 
-// writeTier draws where a tier's blocks are against its budget, and what it moved.
+// writeTier draws where a tier's blocks are against its budget, its acquisition latency, and
+// what it moved.
 func writeTier(w io.Writer, t *tierView) {
 	fmt.Fprintf(w, "<p>Policy %s, mover %s, %d blocks, hit rate %.1f %%.</p>\n", esc(t.Policy), esc(t.Mover), t.Blocks, 100*t.HitRate)
 	scale := max(t.Budget, t.DeviceBytes, 1)
@@ -154,6 +155,7 @@ func writeTier(w io.Writer, t *tierView) {
 	bar("evicted: only in pinned host memory", t.HostBytes, timelineSeries["uvm"][1].colour)
 	bar("never acquired (no memory yet)", t.FreshBytes, "#dddddd")
 	io.WriteString(w, "</table>\n")
+	writeLatency(w, t.Latency)
 	if len(t.Moves) == 0 {
 		io.WriteString(w, "<p>Nothing moved yet.</p>\n")
 		return
@@ -165,6 +167,20 @@ func writeTier(w io.Writer, t *tierView) {
 			dir = "to the device"
 		}
 		fmt.Fprintf(w, "<tr><td>%s</td><td>%s</td><td>%d</td><td>%s</td></tr>\n", dir, esc(m.Cause), m.Blocks, units.Bytes(m.Bytes))
+	}
+	io.WriteString(w, "</table>\n")
+}
+
+// writeLatency lists a tier's acquisition latency by outcome.
+func writeLatency(w io.Writer, ls []latency) {
+	if len(ls) == 0 {
+		io.WriteString(w, "<p>No acquisition yet.</p>\n")
+		return
+	}
+	io.WriteString(w, "<table class=\"buffers\"><tr><th>acquisition</th><th>calls</th><th>p50</th><th>p99</th><th>mean</th></tr>\n")
+	what := map[string]string{"hit": "Acquire, on the device", "miss": "Acquire, restored", "host": "AcquireHost"}
+	for _, l := range ls {
+		fmt.Fprintf(w, "<tr><td>%s</td><td>%d</td><td>%v</td><td>%v</td><td>%v</td></tr>\n", esc(what[l.Outcome]), l.Count, l.P50, l.P99, l.Mean)
 	}
 	io.WriteString(w, "</table>\n")
 }

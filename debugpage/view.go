@@ -96,6 +96,19 @@ type tierView struct {
 	// Moves are the blocks and bytes moved, by direction and cause; causes that moved nothing
 	// are left out.
 	Moves []move `json:"moves"`
+	// Latency is the time successful acquisitions took, by outcome: "hit" and "miss"
+	// (Acquire), "host" (AcquireHost); outcomes never seen are left out.
+	Latency []latency `json:"latency"`
+}
+
+// latency sums up one of a tier's latency histograms: quantiles estimated within its buckets
+// (uvm.Latency.Quantile) and the mean.
+type latency struct {
+	Outcome string        `json:"outcome"`
+	Count   uint64        `json:"count"`
+	P50     time.Duration `json:"p50_ns"`
+	P99     time.Duration `json:"p99_ns"`
+	Mean    time.Duration `json:"mean_ns"`
 }
 
 // move is what a tier moved in one direction for one cause.
@@ -109,7 +122,16 @@ type move struct {
 func newTierView(st uvm.Stats) *tierView {
 	t := &tierView{Policy: st.Policy, Mover: st.Mover, Budget: st.Budget, DeviceBytes: st.DeviceBytes,
 		HostBytes: st.HostBytes, FreshBytes: st.FreshBytes, SpareBytes: st.SpareBytes, AcquiredBytes: st.PinnedBytes,
-		Blocks: st.Blocks, HitRate: st.HitRate(), Moves: []move{}}
+		Blocks: st.Blocks, HitRate: st.HitRate(), Moves: []move{}, Latency: []latency{}}
+	for _, l := range []struct {
+		outcome string
+		h       uvm.Latency
+	}{{"hit", st.AcquireLatency.Hit}, {"miss", st.AcquireLatency.Miss}, {"host", st.AcquireLatency.Host}} {
+		if l.h.Count > 0 {
+			t.Latency = append(t.Latency, latency{Outcome: l.outcome, Count: l.h.Count, P50: l.h.Quantile(0.5),
+				P99: l.h.Quantile(0.99), Mean: l.h.Sum / time.Duration(l.h.Count)})
+		}
+	}
 	for i, tr := range st.In {
 		if tr.Blocks > 0 {
 			t.Moves = append(t.Moves, move{ToDevice: true, Cause: uvm.Cause(i).String(), Blocks: tr.Blocks, Bytes: tr.Bytes})

@@ -109,6 +109,10 @@ func TestExposition(t *testing.T) {
 		`pinmalloc_uvm_moved_bytes_total{cause="acquire",direction="to_device",name="kv"}`,
 		`pinmalloc_uvm_moved_bytes_total{cause="pressure",direction="to_host",name="kv"}`,
 		`pinmalloc_info{version=`,
+		`pinmalloc_uvm_acquire_seconds_count{name="kv",outcome="miss"} 4`, // each block's first Acquire
+		`pinmalloc_uvm_acquire_seconds_bucket{name="kv",outcome="hit",le="+Inf"} 0`,
+		`pinmalloc_uvm_acquire_seconds_bucket{name="kv",outcome="miss",le="1e-07"}`,
+		`pinmalloc_uvm_acquire_host_seconds_count{name="kv"} 0`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %s in the exposition", want)

@@ -99,6 +99,9 @@ type TierFigures struct {
 	CleanEvictions uint64 `json:"clean_evictions"`
 	// Moves are the blocks and bytes moved, by direction and cause.
 	Moves []Move `json:"moves"`
+	// AcquireSeconds are the latency histograms of successful Acquire calls, by outcome
+	// ("hit", "miss"), and of AcquireHost ("host"), in seconds (latency.go).
+	AcquireSeconds []Histogram `json:"acquire_seconds"`
 }
 
 // Move counts the blocks and bytes a tier moved in one direction for one cause.
@@ -125,6 +128,7 @@ func FromTier(s uvm.Stats) TierFigures {
 		Blocks: uint64(max(s.Blocks, 0)), Pending: uint64(max(s.Pending, 0)),
 		Hits: s.Hits, Misses: s.Misses, Allocs: s.Allocs, Frees: s.Frees, ThrashEvents: s.ThrashEvents,
 		HeapPressure: s.HeapPressure, Failures: s.Failures, CleanEvictions: s.CleanEvictions,
+		AcquireSeconds: acquireHistograms(s.AcquireLatency),
 	}
 	for _, toDevice := range []bool{true, false} {
 		traffic := s.Out[:]

@@ -180,6 +180,17 @@ func TestFromDeviceAndTier(t *testing.T) {
 	if _, ok := moves["true pressure"]; ok {
 		t.Error("FromTier lists evictions for pressure toward the device")
 	}
+	s.AcquireLatency.Miss.Counts[0], s.AcquireLatency.Miss.Counts[2], s.AcquireLatency.Miss.Counts[uvm.LatencyBuckets-1] = 1, 2, 3
+	s.AcquireLatency.Miss.Count, s.AcquireLatency.Miss.Sum = 6, 3*time.Second
+	tf = FromTier(s)
+	if len(tf.AcquireSeconds) != 3 || tf.AcquireSeconds[1].Outcome != "miss" {
+		t.Fatalf("FromTier latency: %+v", tf.AcquireSeconds)
+	}
+	miss := tf.AcquireSeconds[1]
+	if b := miss.Buckets; len(b) != uvm.LatencyBuckets-1 || b[0] != 1 || b[1] != 1 || b[2] != 3 || b[len(b)-1] != 3 ||
+		miss.Count != 6 || miss.Sum != 3 || miss.UpperBounds[0] != 1e-7 || miss.UpperBounds[len(b)-1] != 1 {
+		t.Errorf("FromTier miss latency (cumulative, in seconds): %+v", miss)
+	}
 
 	c := New()
 	c.AddFunc("custom", Device, func() Figures { return f })

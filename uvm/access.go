@@ -49,8 +49,13 @@ func (m Mode) String() string {
 // and the errors of the copy, the device heap and the driver, after which the block is where
 // it was.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
+	start := nanotime() // latency.go
 	t.mu.Lock()
+	misses := t.st.Misses
 	p, err := t.acquire(h, s, m)
+	if err == nil {
+		t.timeAcquire(start, t.st.Misses != misses) // latency.go
+	}
 	t.mu.Unlock()
 	return p, err
 }
@@ -62,6 +67,7 @@ func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // is done: then ctx's error is returned, joined with ErrAllPinned. Like Acquire, it does not
 // wait for copies.
 func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
+	start := nanotime() // latency.go
 	var retry *time.Timer
 	defer func() {
 		if retry != nil {
@@ -70,8 +76,12 @@ func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mo
 	}()
 	for {
 		t.mu.Lock()
+		misses := t.st.Misses
 		p, err := t.acquire(h, s, m)
 		t.checkInvariants("Acquire")
+		if err == nil {
+			t.timeAcquire(start, t.st.Misses != misses) // latency.go
+		}
 		if err == nil || !errors.Is(err, ErrAllPinned) {
 			t.mu.Unlock()
 			return p, err

@@ -23,10 +23,16 @@ import (
 // is dropped (the next Acquire brings the new bytes back). Several readers may hold a block;
 // a writer excludes every other acquisition. Errors: ErrInvalidHandle, ErrAcquired (acquired
 // on the device, or on the host by a writer or, for Write, a reader), ErrHostFull.
-func (t *Tier) AcquireHost(h Handle, m Mode) ([]byte, error) {
+func (t *Tier) AcquireHost(h Handle, m Mode) (_ []byte, err error) {
+	start := nanotime() // latency.go
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.checkInvariants("AcquireHost")
+	defer func() {
+		if err == nil {
+			t.st.AcquireLatency.Host.record(nanotime() - start) // latency.go
+		}
+	}()
 	if t.closed {
 		return nil, ErrClosed
 	}

@@ -115,6 +115,8 @@ type Stats struct {
 	Pending int
 	// Allocs and Frees count blocks.
 	Allocs, Frees uint64
+	// AcquireLatency holds the latency histograms of Acquire and AcquireHost (latency.go).
+	AcquireLatency AcquireLatency
 }
 
 // HitRate is Hits / (Hits + Misses), or 0 before any Acquire.
@@ -158,6 +160,7 @@ func (t *Tier) Stats() Stats {
 	st.SpareBytes = uint64(t.spare.bytes)
 	st.PinnedBytes, st.PinnedBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
 	st.Pending = t.batches.queue.Len()
+	st.AcquireLatency.withBounds()
 	return st
 }
 
