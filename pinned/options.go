@@ -152,7 +152,7 @@ type Options struct {
 	// memlock limit, for locked memory). Nil (the default) logs nothing.
 	Logger *slog.Logger
 	// Trace, when set, receives a record of every Alloc and Free (size, alignment, time and,
-	// with TraceGoroutines, goroutine) in the compact form `go run ./bench -replay FILE` plays
+	// with TraceGoroutines, goroutine) in the compact form `cd bench && go run . -replay FILE` plays
 	// against other allocators. Records are buffered; FlushTrace and Close write them out. It
 	// costs a lock and a map update per Alloc and per Free, and serialises Frees (see the
 	// notes for figures).

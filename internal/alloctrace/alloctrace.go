@@ -1,6 +1,6 @@
 // Package alloctrace reads and writes allocation traces: every allocation (size, alignment,
 // time, goroutine) and every free of a run, in a compact binary form that a benchmark replays
-// against other allocators (go run ./bench -replay FILE).
+// against other allocators (cd bench && go run . -replay FILE).
 //
 // # Format
 //
