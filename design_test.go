@@ -85,7 +85,7 @@ func ignored(f *ast.File) bool {
 
 // modulePackages returns the module's packages (relative paths, rootName for the root), each
 // with the module packages its non-test files import under any build tags. Directories with a
-// go.mod of their own (bench, examples/external), testdata and hidden directories are left out.
+// go.mod of their own (bench, examples/external), testdata, vendor and hidden directories are left out.
 func modulePackages(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	pkgs := map[string]map[string]bool{}
@@ -96,7 +96,7 @@ func modulePackages(t *testing.T) map[string]map[string]bool {
 		}
 		if d.IsDir() {
 			name := d.Name()
-			if path != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata") {
+			if path != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
 				return filepath.SkipDir
 			}
 			if path != "." {
