@@ -611,9 +611,10 @@ func (g *connGranter) detach() error {
 	return err
 }
 
-// Detach leaves the pool: the process's memory goes back to the owner (buffers still live
-// with it: their handles go stale) and every mapping is removed. Buffers of the pool must not
-// be used in this process afterwards.
+// Detach leaves the pool: with a Device, it first synchronizes the process's CUDA context, so
+// that no copy queued here still uses the memory; then the process's memory goes back to the
+// owner (buffers still live with it: their handles go stale) and every mapping is removed.
+// Buffers of the pool must not be used in this process afterwards.
 func (p *Process) Detach() error { return p.shutdown() }
 
 // Detach on the owner is Close: the owner cannot leave the pool it serves.

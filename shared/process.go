@@ -389,18 +389,27 @@ func (p *Process) Stats() Stats {
 	return s
 }
 
-// shutdown leaves the pool: it stops the drainer, gives the heap and its grants back when no
-// buffer is live (otherwise leave takes the grants back with the buffers: their handles go
-// stale), leaves, and unmaps everything.
+// shutdown leaves the pool: it waits for the work queued in the process's CUDA context (a
+// copy into a buffer of the pool, its own or a peer's, may still be queued), stops the
+// drainer, gives the heap and its grants back when no buffer is live (otherwise leave takes
+// the grants back with the buffers: their handles go stale), leaves, and unmaps everything.
 func (p *Process) shutdown() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return ErrClosed
+	}
+	var first error
+	if p.dev != nil {
+		// The grants may go to another process as soon as they are back: every stream of this
+		// context must have passed them first. (A synchronize that fails reports the context's
+		// sticky error: nothing of it runs any more.)
+		if err := p.dev.Synchronize(); err != nil {
+			first = fmt.Errorf("shared: synchronizing before leaving: %w", err)
+		}
 	}
 	close(p.stop)
 	<-p.done
 	p.drain()
 	p.mu.Lock()
-	var first error
 	if err := p.h.Close(); err == nil {
 		if err := p.ar.Close(); err != nil && !errors.Is(err, arena.ErrClosed) {
 			first = err
