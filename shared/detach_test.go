@@ -54,3 +54,70 @@ func TestDetachWaitsForStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A process that dies holding a buffer another process still copies into on its stream: the
+// dead process's grant is handed out again only after that stream has passed (the survivor
+// synchronized at the fence), not while the copy is queued.
+func TestDeadGrantsWaitForPeersStreams(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	w, path := serveTest(t, Options{Size: 4 << 20, GrantSize: 2 << 20})
+	dead, err := Attach(path, AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Attach(path, AttachOptions{Device: cuda.Wrap[*pcuda.Device](d)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := dead.Alloc(4096) // the dead process's grant
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := q.Alloc(4096) // the pool's other grant
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := dead.Handle(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := q.Bytes(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, err := d.MemAlloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MemcpyDtoHAsync(mem.Addr(peer), dp, 4096, s); err != nil {
+		t.Fatal(err)
+	}
+	if f.Pending() == 0 {
+		t.Fatal("the copy ran at once: the fake driver's late execution is off")
+	}
+	// The process dies: its socket closes without a detach (in this process, the owner does
+	// not wait for an exit).
+	dead.granter.(*connGranter).c.Close()
+	waitFor(t, func() bool { return w.Attached() == 1 })
+	var ob []byte
+	waitFor(t, func() bool { ob, err = w.Alloc(4096); return err == nil })
+	if n := f.Pending(); n != 0 {
+		t.Fatalf("the dead process's grant was handed out with %d streams still to run (a peer's copy into it)", n)
+	}
+	if r, _, _ := w.locate(mem.Addr(ob)); r != 0 {
+		t.Fatalf("the owner's buffer is in region %d", r)
+	}
+	for _, e := range []error{w.Free(ob), q.Free(qb), q.Detach(), d.StreamDestroy(s), d.MemFree(dp)} {
+		if e != nil {
+			t.Fatal(e)
+		}
+	}
+	_ = dead.Detach() // its socket is gone: the owner took its memory back already
+}

@@ -42,6 +42,7 @@ type Process struct {
 	granter    granter
 	leave      func() error // after the heap is gone: detach from the pool
 	ownerFd    int          // a pidfd of the owner, in an attached process; -1 in the owner
+	fence      uint64       // the last fence epoch this process passed (the drainer's)
 
 	mu sync.Mutex // the heap's owner: Alloc, own frees, Collect, Stats
 	ar *arena.Arena
@@ -286,9 +287,28 @@ func (p *Process) drainer(every time.Duration) {
 		case <-p.stop:
 			return
 		case <-t.C:
+			p.passFence()
 			p.drain()
 		}
 	}
+}
+
+// passFence passes a fence the owner published (Owner.reclaim): it synchronizes the
+// process's CUDA context, so that no copy it queued into memory the owner took back is still
+// to run, and says so in its fence word. A synchronize that fails reports the context's
+// sticky error: nothing of it runs any more either. A process without a Device has no
+// registered mapping of the pool, and its copies from or to pageable memory are done when
+// their calls return.
+func (p *Process) passFence() {
+	e := p.c.load(hFence)
+	if e == p.fence {
+		return
+	}
+	if p.dev != nil {
+		_ = p.dev.Synchronize()
+	}
+	p.c.store(p.c.fenceWord(p.slot), e)
+	p.fence = e
 }
 
 // drain takes in every pending remote free and returns how many it found. It frees them as
