@@ -155,7 +155,9 @@ func (p *Process) locate(a uintptr) (r int, off uintptr, ok bool) {
 // Free gives back a buffer of the pool: one of this process's (a local free) or one another
 // process owns, obtained through its handle (the free goes to the owner's ring; the owner
 // takes it in within its drain interval, and counts, in Stats.RemoteFreeErrors, one that was
-// not of a live buffer).
+// not of a live buffer). The buffer may be reused at once: every stream that used it must
+// have passed (a synchronize, or an event waited on) before Free; there is no FreeAsync
+// across processes.
 func (p *Process) Free(b []byte) error {
 	if p.closed.Load() {
 		return ErrClosed
