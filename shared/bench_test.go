@@ -9,21 +9,31 @@ import (
 	"time"
 )
 
-// BenchmarkAllocFreePair compares an alloc+free pair in the owner and in an attached process
-// of the same pool (attached in this process: the same code over a mapping of its own, as in
-// another process). Run both with -count to interleave them.
-func BenchmarkAllocFreePair(b *testing.B) {
+// benchPool serves a pool of 16 MiB (pageable where the memlock limit refuses) and attaches
+// to it in this process; both go at the benchmark's end.
+func benchPool(b *testing.B) (*Owner, *Process) {
 	path := filepath.Join(b.TempDir(), "pool.sock")
 	w, err := Serve(path, Options{FallbackPageable: true, Size: 16 << 20})
 	if err != nil {
 		b.Skip(err)
 	}
-	defer w.Close()
 	p, err := Attach(path, AttachOptions{FallbackPageable: true})
 	if err != nil {
+		w.Close()
 		b.Fatal(err)
 	}
-	defer p.Detach()
+	b.Cleanup(func() {
+		p.Detach()
+		w.Close()
+	})
+	return w, p
+}
+
+// BenchmarkAllocFreePair compares an alloc+free pair in the owner and in an attached process
+// of the same pool (attached in this process: the same code over a mapping of its own, as in
+// another process). Run both with -count to interleave them.
+func BenchmarkAllocFreePair(b *testing.B) {
+	w, p := benchPool(b)
 	for _, c := range []struct {
 		name string
 		p    *Process
@@ -49,17 +59,7 @@ func BenchmarkAllocFreePair(b *testing.B) {
 // process in alternating batches of 1000, so that both sides see the same load, and reports
 // each side's ns per pair and their ratio (attached / owner; the target is at most 1.2).
 func BenchmarkAllocFreeRatio(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{FallbackPageable: true, Size: 16 << 20})
-	if err != nil {
-		b.Skip(err)
-	}
-	defer w.Close()
-	p, err := Attach(path, AttachOptions{FallbackPageable: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Detach()
+	w, p := benchPool(b)
 	const batch = 1000
 	var took [2]time.Duration
 	for i := 0; i < b.N; i++ {

@@ -9,9 +9,13 @@ import (
 // atomic operations only:
 //
 //	header   hdrWords words: magic, version, pool id, regions, region size, grant size,
-//	         slots, ring capacity
-//	grants   one word per grant: gen<<16 | owner slot+1 (0: free). Only the owner's server
-//	         writes it; every process reads it.
+//	         slots, ring capacity, fence epoch
+//	grants   one word per grant: gen<<16 | owner slot+1 (0: free), with grantFenced set on a
+//	         grant taken back from a process that left buffers behind, until every process
+//	         has passed the fence (see Owner.reclaim). Only the owner's server writes it; every
+//	         process reads it.
+//	fences   one word per slot: the last fence epoch the process in that slot passed (its
+//	         CUDA context synchronized after the epoch was published). Written by that process.
 //	rings    slots×slots single-producer single-consumer rings, ring (p, c) carrying the
 //	         frees process p makes of blocks process c owns: head (written by c), tail
 //	         (written by p), each on a cache line of its own, then capacity entries.
@@ -24,7 +28,7 @@ import (
 // raced the grant being taken back), so a stale entry never frees a block of a later owner.
 const (
 	ctlMagic   = 0x706d2d73686d3031 // "pm-shm01"
-	ctlVersion = 1
+	ctlVersion = 2
 	hdrWords   = 16
 	lineWords  = 8 // a 64-byte cache line
 	ringHdr    = 2 * lineWords
@@ -40,6 +44,7 @@ const (
 	hGrantSize
 	hSlots
 	hRingCap
+	hFence // the fence epoch: bumped by the owner when grants are fenced
 )
 
 // layout is the geometry of a control region, the same in every process.
@@ -54,8 +59,9 @@ type layout struct {
 func (l layout) grants() int          { return l.regions * int(l.regionSize/l.grantSize) }
 func (l layout) grantsPerRegion() int { return int(l.regionSize / l.grantSize) }
 func (l layout) grantWord(g int) int  { return hdrWords + g }
+func (l layout) fenceWord(s int) int  { return hdrWords + l.grants() + s }
 func (l layout) ringsStart() int {
-	return (hdrWords + l.grants() + lineWords - 1) / lineWords * lineWords
+	return (hdrWords + l.grants() + l.slots + lineWords - 1) / lineWords * lineWords
 }
 func (l layout) ringWords() int                 { return ringHdr + l.ringCap }
 func (l layout) ring(p, c int) int              { return l.ringsStart() + (p*l.slots+c)*l.ringWords() }
@@ -63,11 +69,18 @@ func (l layout) words() int                     { return l.ring(l.slots, 0) }
 func (l layout) poolBytes() uintptr             { return uintptr(l.regions) * l.regionSize }
 func (l layout) grantAt(r int, off uintptr) int { return r*l.grantsPerRegion() + int(off/l.grantSize) }
 
-// grantWord packs a grant's generation and owner slot (-1: free).
+// packGrant packs a grant's generation and owner slot (-1: free).
 func packGrant(gen uint64, slot int) uint64 { return gen<<16 | uint64(slot+1) }
 
+// grantFenced marks a free grant that may not be handed out yet: it is free to every reader
+// (unpackGrant), only the owner's grant looks at the mark.
+const grantFenced = 1 << 15
+
 // unpackGrant is packGrant's inverse.
-func unpackGrant(w uint64) (gen uint64, slot int) { return w >> 16, int(w&0xffff) - 1 }
+func unpackGrant(w uint64) (gen uint64, slot int) { return w >> 16, unpackSlot(w) }
+
+// unpackSlot is the owner slot of a grant word (-1: free, fenced or not).
+func unpackSlot(w uint64) int { return int(w&(grantFenced-1)) - 1 }
 
 // Ring entries: the block's offset in the pool in 16-byte units (40 bits: 16 TiB) and the low
 // 24 bits of its grant's generation.

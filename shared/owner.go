@@ -92,7 +92,13 @@ type Owner struct {
 	hello  hello
 	mu     sync.Mutex // the grant table's writer; slots
 	cond   *sync.Cond
-	used   []bool // slots taken
+	used   []bool   // slots taken
+	serial []uint64 // each slot's attach count: tells a process from the next in its slot
+	// The fence (see reclaim): its epoch, the last published, and for each slot the serial of
+	// the process that must pass it (0: none); fenced says grants wait for it.
+	epoch  uint64
+	need   []uint64
+	fenced bool
 	conns  map[*net.UnixConn]bool
 	gen    uint64 // the last generation handed out
 	closed bool
@@ -112,7 +118,7 @@ func Serve(path string, o Options) (*Owner, error) {
 		return nil, fmt.Errorf("shared: pool id: %w", err)
 	}
 	w := &Owner{path: path, ctlFd: -1, allow: map[int]bool{os.Getuid(): true}, used: make([]bool, l.slots),
-		conns: map[*net.UnixConn]bool{}}
+		serial: make([]uint64, l.slots), need: make([]uint64, l.slots), conns: map[*net.UnixConn]bool{}}
 	w.cond = sync.NewCond(&w.mu)
 	for _, u := range o.AllowUIDs {
 		w.allow[u] = true
@@ -154,7 +160,7 @@ func Serve(path string, o Options) (*Owner, error) {
 		return fail(fmt.Errorf("%w: backend %d", ErrInvalidOptions, o.Backend))
 	}
 	w.hello.backend = o.Backend
-	w.used[0] = true
+	w.used[0], w.serial[0] = true, 1
 	w.Process, err = newProcess(w.hello, w.ctlFd, w.fds, cfg, o.DrainInterval, ownerGranter{w})
 	if err != nil {
 		return fail(err)
@@ -294,6 +300,7 @@ func (w *Owner) session(c *net.UnixConn) {
 		if !u && !w.closed {
 			slot = i
 			w.used[i] = true
+			w.serial[i]++
 			break
 		}
 	}
@@ -380,7 +387,9 @@ func awaitExit(pidfd int) {
 	}
 }
 
-// grant gives slot n contiguous free grants of one region, of a new generation.
+// grant gives slot n contiguous free grants of one region, of a new generation. Fenced
+// grants are not free yet: while every process has not passed their fence, a request they
+// alone could satisfy fails with ErrPoolFull.
 func (w *Owner) grant(slot, n int) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -389,10 +398,11 @@ func (w *Owner) grant(slot, n int) (int, error) {
 	if n <= 0 || n > per {
 		return 0, fmt.Errorf("%w: %d grants", ErrPoolFull, n)
 	}
+	w.unfence()
 	for r := 0; r < c.regions; r++ {
 		run := 0
 		for i := r * per; i < (r+1)*per; i++ {
-			if _, s := c.grant(i); s >= 0 {
+			if v := c.load(c.grantWord(i)); v&grantFenced != 0 || unpackSlot(v) >= 0 {
 				run = 0
 				continue
 			}
@@ -429,17 +439,56 @@ func (w *Owner) release(slot, first, n int) error {
 	return nil
 }
 
-// reclaim takes back every grant slot holds.
+// reclaim takes back every grant slot holds: those of a process that died, or left buffers
+// behind. Other processes may still have copies queued on their streams into those buffers
+// (they got them by handle), so the grants are fenced: they are handed out again only once
+// every process attached now has passed the fence (its drainer synchronized its CUDA context
+// after the epoch was published; see Process.passFence) or has left.
 func (w *Owner) reclaim(slot int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	c := &w.Process.c
 	w.gen++
+	n := 0
 	for g := 0; g < c.grants(); g++ {
 		if _, s := c.grant(g); s == slot {
-			c.store(c.grantWord(g), packGrant(w.gen, -1))
+			c.store(c.grantWord(g), packGrant(w.gen, -1)|grantFenced)
+			n++
 		}
 	}
+	if n == 0 {
+		return
+	}
+	// One fence for every fenced grant: a process that passes this epoch passed the earlier.
+	w.epoch++
+	w.fenced = true
+	for i, u := range w.used {
+		w.need[i] = 0
+		if u && i != slot {
+			w.need[i] = w.serial[i]
+		}
+	}
+	c.store(hFence, w.epoch)
+}
+
+// unfence frees the fenced grants once every process that had to pass the fence has passed it
+// or left its slot. Called with w.mu held.
+func (w *Owner) unfence() {
+	if !w.fenced {
+		return
+	}
+	c := &w.Process.c
+	for i, s := range w.need {
+		if s != 0 && w.used[i] && w.serial[i] == s && c.load(c.fenceWord(i)) < w.epoch {
+			return
+		}
+	}
+	for g := 0; g < c.grants(); g++ {
+		if v := c.load(c.grantWord(g)); v&grantFenced != 0 {
+			c.store(c.grantWord(g), v&^grantFenced)
+		}
+	}
+	w.fenced = false
 }
 
 // Attached returns how many processes other than the owner are attached.
@@ -611,9 +660,10 @@ func (g *connGranter) detach() error {
 	return err
 }
 
-// Detach leaves the pool: the process's memory goes back to the owner (buffers still live
-// with it: their handles go stale) and every mapping is removed. Buffers of the pool must not
-// be used in this process afterwards.
+// Detach leaves the pool: with a Device, it first synchronizes the process's CUDA context, so
+// that no copy queued here still uses the memory; then the process's memory goes back to the
+// owner (buffers still live with it: their handles go stale) and every mapping is removed.
+// Buffers of the pool must not be used in this process afterwards.
 func (p *Process) Detach() error { return p.shutdown() }
 
 // Detach on the owner is Close: the owner cannot leave the pool it serves.

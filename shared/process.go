@@ -42,6 +42,7 @@ type Process struct {
 	granter    granter
 	leave      func() error // after the heap is gone: detach from the pool
 	ownerFd    int          // a pidfd of the owner, in an attached process; -1 in the owner
+	fence      uint64       // the last fence epoch this process passed (the drainer's)
 
 	mu sync.Mutex // the heap's owner: Alloc, own frees, Collect, Stats
 	ar *arena.Arena
@@ -154,7 +155,9 @@ func (p *Process) locate(a uintptr) (r int, off uintptr, ok bool) {
 // Free gives back a buffer of the pool: one of this process's (a local free) or one another
 // process owns, obtained through its handle (the free goes to the owner's ring; the owner
 // takes it in within its drain interval, and counts, in Stats.RemoteFreeErrors, one that was
-// not of a live buffer).
+// not of a live buffer). The buffer may be reused at once: every stream that used it must
+// have passed (a synchronize, or an event waited on) before Free; there is no FreeAsync
+// across processes.
 func (p *Process) Free(b []byte) error {
 	if p.closed.Load() {
 		return ErrClosed
@@ -286,9 +289,28 @@ func (p *Process) drainer(every time.Duration) {
 		case <-p.stop:
 			return
 		case <-t.C:
+			p.passFence()
 			p.drain()
 		}
 	}
+}
+
+// passFence passes a fence the owner published (Owner.reclaim): it synchronizes the
+// process's CUDA context, so that no copy it queued into memory the owner took back is still
+// to run, and says so in its fence word. A synchronize that fails reports the context's
+// sticky error: nothing of it runs any more either. A process without a Device has no
+// registered mapping of the pool, and its copies from or to pageable memory are done when
+// their calls return.
+func (p *Process) passFence() {
+	e := p.c.load(hFence)
+	if e == p.fence {
+		return
+	}
+	if p.dev != nil {
+		_ = p.dev.Synchronize()
+	}
+	p.c.store(p.c.fenceWord(p.slot), e)
+	p.fence = e
 }
 
 // drain takes in every pending remote free and returns how many it found. It frees them as
@@ -389,18 +411,27 @@ func (p *Process) Stats() Stats {
 	return s
 }
 
-// shutdown leaves the pool: it stops the drainer, gives the heap and its grants back when no
-// buffer is live (otherwise leave takes the grants back with the buffers: their handles go
-// stale), leaves, and unmaps everything.
+// shutdown leaves the pool: it waits for the work queued in the process's CUDA context (a
+// copy into a buffer of the pool, its own or a peer's, may still be queued), stops the
+// drainer, gives the heap and its grants back when no buffer is live (otherwise leave takes
+// the grants back with the buffers: their handles go stale), leaves, and unmaps everything.
 func (p *Process) shutdown() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return ErrClosed
+	}
+	var first error
+	if p.dev != nil {
+		// The grants may go to another process as soon as they are back: every stream of this
+		// context must have passed them first. (A synchronize that fails reports the context's
+		// sticky error: nothing of it runs any more.)
+		if err := p.dev.Synchronize(); err != nil {
+			first = fmt.Errorf("shared: synchronizing before leaving: %w", err)
+		}
 	}
 	close(p.stop)
 	<-p.done
 	p.drain()
 	p.mu.Lock()
-	var first error
 	if err := p.h.Close(); err == nil {
 		if err := p.ar.Close(); err != nil && !errors.Is(err, arena.ErrClosed) {
 			first = err

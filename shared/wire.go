@@ -14,7 +14,7 @@ import (
 // sends requests of two words (op, argument) and reads replies of two words (status, value),
 // one at a time. The socket closing, for any reason, detaches the process.
 const (
-	wireVersion = 1
+	wireVersion = 2
 	helloWords  = 11
 
 	opGrant   = 1 // argument: grants wanted (contiguous); value: the first grant

@@ -37,7 +37,7 @@ _Static_assert(sizeof(pmvMemAccessDesc) == 12, "CUmemAccessDesc layout");
 #define PMV_MAX_ACCESS 16
 
 static void pmv_prop(pmvMemAllocationProp *prop, int locType, int locID) {
-	prop->type = 1; // CU_MEM_ALLOCATION_TYPE_PINNED; no shareable handle type (HOST requires none)
+	prop->type = 1; // CU_MEM_ALLOCATION_TYPE_PINNED; no shareable handle type (HOST takes none)
 	prop->location.type = locType;
 	prop->location.id = locID;
 }
@@ -49,10 +49,11 @@ static int pmv_granularity(uintptr_t fn, size_t *out, int locType, int locID, in
 	return ((int (*)(size_t *, const pmvMemAllocationProp *, int))fn)(out, &prop, option);
 }
 
-// cuMemCreate at a location.
-static int pmv_create(uintptr_t fn, pmvDevPtr *h, size_t size, int locType, int locID) {
+// cuMemCreate at a location, asking for the shareable handle types given (0: none).
+static int pmv_create(uintptr_t fn, pmvDevPtr *h, size_t size, int locType, int locID, int handleTypes) {
 	pmvMemAllocationProp prop = {0};
 	pmv_prop(&prop, locType, locID);
+	prop.requestedHandleTypes = handleTypes;
 	return ((int (*)(pmvDevPtr *, size_t, const pmvMemAllocationProp *, unsigned long long))fn)(h, size, &prop, 0);
 }
 
@@ -86,9 +87,13 @@ func (dr *driver) memGetGranularityAt(loc MemLocation, recommended bool) (uintpt
 }
 
 func (dr *driver) memCreateAt(size uintptr, loc MemLocation) (MemHandle, error) {
+	return dr.memCreateTypes(size, loc, 0)
+}
+
+func (dr *driver) memCreateTypes(size uintptr, loc MemLocation, handleTypes int) (MemHandle, error) {
 	var h C.pmvDevPtr
 	err := dr.call(symMemCreate, func(f C.uintptr_t) C.int {
-		return C.pmv_create(f, &h, C.size_t(size), C.int(loc.Type), C.int(loc.ID))
+		return C.pmv_create(f, &h, C.size_t(size), C.int(loc.Type), C.int(loc.ID), C.int(handleTypes))
 	})
 	return MemHandle(h), err
 }

@@ -2,8 +2,9 @@ package cuda
 
 // Shareable handles of VMM allocations: physical memory one process creates exportable,
 // exports as a POSIX file descriptor, and another process imports, maps and accesses (NCCL's
-// shared-memory transport does this with HOST_NUMA granules). The driver lets only HOST_NUMA
-// host allocations be exportable, not HOST ones.
+// shared-memory transport does this with HOST_NUMA granules). The driver refuses an
+// exportable HOST allocation (measured); that it accepts an exportable HOST_NUMA one is what
+// NCCL's use suggests, not yet measured here.
 
 // HandleTypePOSIXFD is CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.
 const HandleTypePOSIXFD = 1

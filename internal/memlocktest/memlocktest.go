@@ -1,0 +1,101 @@
+// Package memlocktest runs a test again in a child process under a low RLIMIT_MEMLOCK, as an
+// unprivileged user when the test runs as root (whose CAP_IPC_LOCK ignores the limit), so that
+// a package's memlock paths run for real. Tests only.
+package memlocktest
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Limit is the RLIMIT_MEMLOCK the child runs under: 4 MiB.
+const Limit = 4 << 20
+
+const (
+	childEnv = "PINMALLOC_MEMLOCK_CHILD"
+	okLine   = "MEMLOCK-OK"
+)
+
+// Child reports whether this process is the child Run started. There it lowers
+// RLIMIT_MEMLOCK to Limit first (failing t when it cannot), and says, at the end of t, that
+// the child passed.
+func Child(t *testing.T) bool {
+	if os.Getenv(childEnv) != "1" {
+		return false
+	}
+	lim := unix.Rlimit{Cur: Limit, Max: Limit}
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
+		t.Fatalf("setrlimit: %v", err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			fmt.Println(okLine)
+		}
+	})
+	return true
+}
+
+// Run runs the test named test of this test binary again in a child process, where Child
+// returns true; as nobody when the test runs as root, from a copy of the binary in a
+// temporary directory anyone may write (its TMPDIR). It fails t unless the child passed,
+// skips it where an unprivileged child cannot start, and returns the child's output.
+func Run(t *testing.T, test string) []byte {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Skipf("cannot find the test binary: %v", err)
+	}
+	cmd := exec.Command(self, "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	if os.Geteuid() == 0 {
+		dir, err := os.MkdirTemp("", "pinmalloc-memlock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, filepath.Base(self))
+		if err := copyExe(self, bin); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o777); err != nil { // nobody makes its files here
+			t.Fatal(err)
+		}
+		cmd.Path, cmd.Args[0], cmd.Dir = bin, bin, dir
+		cmd.Env = append(cmd.Env, "TMPDIR="+dir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(string(out), "operation not permitted") {
+		t.Skipf("cannot start an unprivileged child here: %v\n%s", err, out)
+	}
+	if err != nil || !strings.Contains(string(out), okLine) {
+		t.Fatalf("child failed: %v\n%s", err, out)
+	}
+	return out
+}
+
+// copyExe copies the executable from to a new file to, executable by anyone.
+func copyExe(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
