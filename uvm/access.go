@@ -49,7 +49,7 @@ func (m Mode) String() string {
 // and the errors of the copy, the device heap and the driver, after which the block is where
 // it was.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
-	start := nanotime() // latency.go
+	start := t.acquireStart() // latency.go
 	t.mu.Lock()
 	misses := t.st.Misses
 	p, err := t.acquire(h, s, m)
@@ -67,7 +67,7 @@ func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // is done: then ctx's error is returned, joined with ErrAllPinned. Like Acquire, it does not
 // wait for copies.
 func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
-	start := nanotime() // latency.go
+	start := t.acquireStart() // latency.go
 	var retry *time.Timer
 	defer func() {
 		if retry != nil {
@@ -128,6 +128,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	}
 	if b.dev == 0 {
 		t.st.Misses++
+		t.lat.missAt = nanotime() // latency.go
 		t.scratch.victims = t.scratch.victims[:0]
 		ids := append(t.scratch.one[:0], id)
 		b.chosen = true
