@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // Device access: Acquire makes a block resident for work queued on a stream, and Release ends
@@ -56,7 +57,7 @@ func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	if err == nil {
 		t.timeAcquire(start, t.st.Misses != misses) // latency.go
 	}
-	t.mu.Unlock()
+	t.unlock("Acquire")
 	return p, err
 }
 
@@ -78,7 +79,9 @@ func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mo
 		t.mu.Lock()
 		misses := t.st.Misses
 		p, err := t.acquire(h, s, m)
-		t.checkInvariants("Acquire")
+		if invariants.Enabled {
+			t.checkInvariants("AcquireContext")
+		}
 		if err == nil {
 			t.timeAcquire(start, t.st.Misses != misses) // latency.go
 		}
@@ -171,8 +174,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // streams.go).
 func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("Release")
+	defer t.unlock("Release")
 	id, b, err := t.lookup(h)
 	if err != nil {
 		return err
