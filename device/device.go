@@ -405,6 +405,9 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // FreeAsync gives back the block at p in the order of stream s, as cudaFreeAsync does: work
 // queued on s before the call may still use p. The block is reusable at once by allocations on
 // s when p was allocated on s, and otherwise once an event recorded now on s has completed.
+// As with cudaFreeAsync, work on other streams that uses p must be ordered before the call
+// (s waits on an event of theirs): the heap waits for s alone, and a huge block (above
+// heap.HugeThreshold) goes back to the arena, for any stream, once s has passed the free.
 func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
