@@ -1,6 +1,7 @@
 package device
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -45,14 +46,6 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 	for _, sd := range by {
 		out = append(out, *sd)
 	}
-	slices.SortFunc(out, func(a, b StreamDeferred) int {
-		switch {
-		case a.Stream < b.Stream:
-			return -1
-		case a.Stream > b.Stream:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b StreamDeferred) int { return cmp.Compare(a.Stream, b.Stream) })
 	return out
 }

@@ -351,8 +351,7 @@ func (h *Heap) Alloc(size int, s cuda.Stream) (cuda.DevicePtr, error) {
 
 func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	defer h.checkInvariants("Alloc")
+	defer h.unlock("Alloc")
 	if err := h.ready(s); err != nil {
 		return 0, err
 	}
@@ -392,8 +391,7 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 	if err := h.lock(); err != nil {
 		return err
 	}
-	defer h.mu.Unlock()
-	defer h.checkInvariants("Free")
+	defer h.unlock("Free")
 	owner, err := h.owner(p)
 	if err != nil {
 		return err
@@ -407,12 +405,14 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // FreeAsync gives back the block at p in the order of stream s, as cudaFreeAsync does: work
 // queued on s before the call may still use p. The block is reusable at once by allocations on
 // s when p was allocated on s, and otherwise once an event recorded now on s has completed.
+// As with cudaFreeAsync, work on other streams that uses p must be ordered before the call
+// (s waits on an event of theirs): the heap waits for s alone, and a huge block (above
+// heap.HugeThreshold) goes back to the arena, for any stream, once s has passed the free.
 func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
 	}
-	defer h.mu.Unlock()
-	defer h.checkInvariants("FreeAsync")
+	defer h.unlock("FreeAsync")
 	if err := h.checkStream(s); err != nil {
 		return err
 	}
@@ -445,8 +445,7 @@ func (h *Heap) Sync() error {
 	if err := h.lock(); err != nil {
 		return err
 	}
-	defer h.mu.Unlock()
-	defer h.checkInvariants("Sync")
+	defer h.unlock("Sync")
 	return h.drain()
 }
 
@@ -456,8 +455,7 @@ func (h *Heap) Trim() error {
 	if err := h.lock(); err != nil {
 		return err
 	}
-	defer h.mu.Unlock()
-	defer h.checkInvariants("Trim")
+	defer h.unlock("Trim")
 	err := h.reclaim()
 	h.a.Trim()
 	return err
@@ -470,8 +468,7 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
 	}
-	defer h.mu.Unlock()
-	defer h.checkInvariants("ForgetStream")
+	defer h.unlock("ForgetStream")
 	if !h.seen[s] {
 		return nil
 	}

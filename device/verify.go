@@ -41,10 +41,20 @@ func (h *Heap) verify() error {
 	return errors.Join(errs...)
 }
 
+// unlock checks the heap's bookkeeping (checkInvariants, in builds with invariants.Enabled
+// only: in others the check is compiled out) and lets go of h.mu. The methods that change the
+// heap defer it in place of h.mu.Unlock: one deferred call, where a second defer pushed
+// FreeAsync off the open-coded defers.
+func (h *Heap) unlock(where string) {
+	if invariants.Enabled {
+		h.checkInvariants(where)
+	}
+	h.mu.Unlock()
+}
+
 // checkInvariants panics when verify finds the bookkeeping broken, when internal/invariants
 // says a check is due (every call with the tag invariants; one in invariants.RaceEvery under
-// -race alone). h.mu is held; the methods that change the heap defer it after their unlock is
-// deferred, so it runs first.
+// -race alone). h.mu is held.
 func (h *Heap) checkInvariants(where string) {
 	if h.closed || !invariants.Due(&h.checks) {
 		return

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // Device access: Acquire makes a block resident for work queued on a stream, and Release ends
@@ -49,14 +50,14 @@ func (m Mode) String() string {
 // and the errors of the copy, the device heap and the driver, after which the block is where
 // it was.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
-	start := nanotime() // latency.go
+	start := t.acquireStart() // latency.go
 	t.mu.Lock()
 	misses := t.st.Misses
 	p, err := t.acquire(h, s, m)
 	if err == nil {
 		t.timeAcquire(start, t.st.Misses != misses) // latency.go
 	}
-	t.mu.Unlock()
+	t.unlock("Acquire")
 	return p, err
 }
 
@@ -67,7 +68,7 @@ func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // is done: then ctx's error is returned, joined with ErrAllPinned. Like Acquire, it does not
 // wait for copies.
 func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
-	start := nanotime() // latency.go
+	start := t.acquireStart() // latency.go
 	var retry *time.Timer
 	defer func() {
 		if retry != nil {
@@ -78,7 +79,9 @@ func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mo
 		t.mu.Lock()
 		misses := t.st.Misses
 		p, err := t.acquire(h, s, m)
-		t.checkInvariants("Acquire")
+		if invariants.Enabled {
+			t.checkInvariants("AcquireContext")
+		}
 		if err == nil {
 			t.timeAcquire(start, t.st.Misses != misses) // latency.go
 		}
@@ -128,6 +131,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	}
 	if b.dev == 0 {
 		t.st.Misses++
+		t.lat.missAt = nanotime() // latency.go
 		t.scratch.victims = t.scratch.victims[:0]
 		ids := append(t.scratch.one[:0], id)
 		b.chosen = true
@@ -170,8 +174,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // streams.go).
 func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("Release")
+	defer t.unlock("Release")
 	id, b, err := t.lookup(h)
 	if err != nil {
 		return err

@@ -94,8 +94,7 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 	}
 	size := roundUp(uintptr(n))
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("Alloc")
+	defer t.unlock("Alloc")
 	if t.closed {
 		return 0, ErrClosed
 	}
@@ -131,8 +130,7 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 // from AcquireHost must not be used after Free.
 func (t *Tier) Free(h Handle) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("Free")
+	defer t.unlock("Free")
 	id, _, err := t.lookup(h)
 	if err != nil {
 		return err

@@ -164,8 +164,7 @@ func (t *Tier) putDevList(l []devBlock) { t.batches.devLists = append(t.batches.
 // VRAM and host buffers become reusable).
 func (t *Tier) Sync() error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("Sync")
+	defer t.unlock("Sync")
 	if t.closed {
 		return ErrClosed
 	}

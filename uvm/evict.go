@@ -45,8 +45,7 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 // and the copy's errors, after which every block is where it was.
 func (t *Tier) Evict(hs []Handle) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("Evict")
+	defer t.unlock("Evict")
 	if t.closed {
 		return ErrClosed
 	}

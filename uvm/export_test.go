@@ -20,3 +20,12 @@ func (t *Tier) SkewAccounts(d uintptr) {
 
 // FailWaits makes every queueing of a batch's waits fail with err (nil: none fail).
 func FailWaits(err error) { waitFault = err }
+
+// TimeEveryHit makes the tier time every Acquire from the call, not one in hitEvery, so that a
+// test can check the histograms' counts against Stats' hits and misses.
+func (t *Tier) TimeEveryHit() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lat.every, t.lat.n = 1, 0
+	t.lat.sample.Store(true)
+}

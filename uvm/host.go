@@ -26,8 +26,7 @@ import (
 func (t *Tier) AcquireHost(h Handle, m Mode) (_ []byte, err error) {
 	start := nanotime() // latency.go
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("AcquireHost")
+	defer t.unlock("AcquireHost")
 	defer func() {
 		if err == nil {
 			t.st.AcquireLatency.Host.record(nanotime() - start) // latency.go
@@ -149,8 +148,7 @@ func (t *Tier) copyToHost(id BlockID, b *block) error {
 // ReleaseHost ends a use of the []byte from AcquireHost. Errors: ErrNotAcquired.
 func (t *Tier) ReleaseHost(h Handle) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("ReleaseHost")
+	defer t.unlock("ReleaseHost")
 	_, b, err := t.lookup(h)
 	if err != nil {
 		return err

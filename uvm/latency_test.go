@@ -10,7 +10,8 @@ import (
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
-// TestAcquireLatency checks that every successful acquisition is timed in the right histogram:
+// TestAcquireLatency checks, with every hit timed (TimeEveryHit), that every successful
+// acquisition is timed in the right histogram:
 // a restore made slow (OnMigrate sleeps 3 ms, under the tier's lock) lands in Miss above
 // 2.5 ms, hits in Hit with a median well below that, AcquireHost in Host, and the counts match
 // the tier's Hits and Misses.
@@ -25,6 +26,7 @@ func TestAcquireLatency(t *testing.T) {
 			time.Sleep(slow)
 		}
 	}})
+	tr.TimeEveryHit() // not a sample: the counts below are exact
 	s := stream(t, dev)
 	h, err := tr.Alloc(64 * kib)
 	must(t, err)
@@ -83,5 +85,35 @@ func TestAcquireLatency(t *testing.T) {
 	}
 	if all := lat.Device(); all.Count != hits+1 || all.Sum != lat.Hit.Sum+lat.Miss.Sum {
 		t.Errorf("Device(): count %d, sum %v", all.Count, all.Sum)
+	}
+}
+
+// TestAcquireLatencySamplesHits checks that a tier times one hit in 16, and every miss, the
+// unsampled ones included (timed from the moment the miss is found).
+func TestAcquireLatencySamplesHits(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 1 << 20})
+	s := stream(t, dev)
+	h, err := tr.Alloc(64 * kib)
+	must(t, err)
+	const hits = 16 * 10
+	for i := 0; i < 1+hits; i++ { // a miss (the block's first restore), then hits
+		_, err := tr.Acquire(h, s, uvm.Read)
+		must(t, err)
+		must(t, tr.Release(h, s))
+	}
+	st := tr.Stats()
+	lat := st.AcquireLatency
+	if st.Misses != 1 || st.Hits != hits {
+		t.Fatalf("hits %d, misses %d; want %d, 1", st.Hits, st.Misses, hits)
+	}
+	if lat.Miss.Count != 1 || lat.Miss.Sum <= 0 {
+		t.Errorf("miss: count %d, sum %v; want 1 miss timed", lat.Miss.Count, lat.Miss.Sum)
+	}
+	if lat.Hit.Count != hits/16 {
+		t.Errorf("hit: %d timed of %d, want %d", lat.Hit.Count, hits, hits/16)
 	}
 }

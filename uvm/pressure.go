@@ -3,6 +3,7 @@ package uvm
 import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // Device heap integration: the tier is the pressure hook of its device heap
@@ -56,7 +57,9 @@ func (t *Tier) relieve(n int, s cuda.Stream) bool {
 	}
 	t.mu.Lock()
 	ok := !t.closed && t.evictForHeap(uintptr(n))
-	t.checkInvariants("the pressure hook")
+	if invariants.Enabled {
+		t.checkInvariants("the pressure hook")
+	}
 	prev := t.hook.prev
 	t.mu.Unlock()
 	if ok {

@@ -53,8 +53,7 @@ func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 // has moved (blocks evicted to make room for them stay evicted).
 func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("Prefetch")
+	defer t.unlock("Prefetch")
 	if t.closed {
 		return ErrClosed
 	}

@@ -144,8 +144,7 @@ func (s Stats) Moved(toDevice bool) Traffic {
 // Stats returns the tier's figures, after finishing the batches that have completed.
 func (t *Tier) Stats() Stats {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("Stats")
+	defer t.unlock("Stats")
 	if !t.closed {
 		_ = t.poll()
 	}

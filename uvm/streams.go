@@ -64,8 +64,7 @@ func (t *Tier) checkStream(s cuda.Stream) error {
 // and forgets nothing, while a block is acquired on s.
 func (t *Tier) ForgetStream(s cuda.Stream) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.checkInvariants("ForgetStream")
+	defer t.unlock("ForgetStream")
 	if t.closed {
 		return ErrClosed
 	}

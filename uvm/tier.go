@@ -188,6 +188,7 @@ type Tier struct {
 	spare   spares        // VRAM kept for the next restores (spare.go)
 	scratch scratch       // slices every batch reuses
 	checks  uint32        // calls of checkInvariants (verify.go)
+	lat     acquireClock  // which acquisitions are timed (latency.go)
 }
 
 // stores are where the blocks' bytes live: VRAM from a device heap, within the budget, and
@@ -233,6 +234,7 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 		engine:  engine{events: icuda.NewEventPool(dev)},
 		opts:    settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
 		streams: streamSet{},
+		lat:     acquireClock{every: hitEvery},
 	}
 	t.batches.queue = streamq.New(dev, t.engine.events, t.complete)
 	if err := t.open(o); err != nil {

@@ -108,10 +108,20 @@ func (t *Tier) verify() error {
 	return errors.Join(errs...)
 }
 
+// unlock checks the tier's accounting (checkInvariants, in builds with invariants.Enabled
+// only: in others the check is compiled out) and lets go of t.mu. The exported calls that
+// change the tier defer it in place of t.mu.Unlock: one deferred call, not two, on hot paths
+// such as Release.
+func (t *Tier) unlock(where string) {
+	if invariants.Enabled {
+		t.checkInvariants(where)
+	}
+	t.mu.Unlock()
+}
+
 // checkInvariants panics when verify finds the accounting broken, when internal/invariants says
 // a check is due (every call with the tag invariants; one in invariants.RaceEvery under -race
-// alone). t.mu is held. The exported calls that change the tier defer it after their unlock
-// is deferred, so it runs first.
+// alone). t.mu is held.
 func (t *Tier) checkInvariants(where string) {
 	if t.closed || !invariants.Due(&t.checks) {
 		return
