@@ -177,8 +177,8 @@ func writeLatency(w io.Writer, ls []latency) {
 		io.WriteString(w, "<p>No acquisition yet.</p>\n")
 		return
 	}
-	io.WriteString(w, "<table class=\"buffers\"><tr><th>acquisition</th><th>calls</th><th>p50</th><th>p99</th><th>mean</th></tr>\n")
-	what := map[string]string{"hit": "Acquire, on the device", "miss": "Acquire, restored", "host": "AcquireHost"}
+	io.WriteString(w, "<table class=\"buffers\"><tr><th>acquisition</th><th>calls timed</th><th>p50</th><th>p99</th><th>mean</th></tr>\n")
+	what := map[string]string{"hit": "Acquire, on the device (a sample of the calls)", "miss": "Acquire, restored", "host": "AcquireHost"}
 	for _, l := range ls {
 		fmt.Fprintf(w, "<tr><td>%s</td><td>%d</td><td>%v</td><td>%v</td><td>%v</td></tr>\n", esc(what[l.Outcome]), l.Count, l.P50, l.P99, l.Mean)
 	}

@@ -10,7 +10,8 @@ import (
 
 // Acquire latency: the tier's histograms (uvm.Stats.AcquireLatency) as Prometheus histograms,
 // pinmalloc_uvm_acquire_seconds{name,outcome} for Acquire (outcome "hit": the block was on the
-// device; "miss": it was restored) and pinmalloc_uvm_acquire_host_seconds{name} for
+// device, a sample of those calls, so its _count is not the number of hits: pinmalloc's hits
+// counter is; "miss": it was restored, every one) and pinmalloc_uvm_acquire_host_seconds{name} for
 // AcquireHost, in seconds, with uvm's fixed buckets (uvm.LatencyBounds).
 
 // Histogram is a latency histogram of a tier, in seconds.
@@ -53,7 +54,7 @@ func acquireHistograms(a uvm.AcquireLatency) []Histogram {
 
 var (
 	acquireSecondsDesc = prometheus.NewDesc("pinmalloc_uvm_acquire_seconds",
-		"Time successful Acquire calls took, by outcome: hit (the block was on the device) or miss (it was restored).",
+		"Time successful Acquire calls took, by outcome: hit (the block was on the device; a sample of those calls) or miss (it was restored; every one).",
 		[]string{"name", "outcome"}, nil)
 	acquireHostSecondsDesc = prometheus.NewDesc("pinmalloc_uvm_acquire_host_seconds",
 		"Time successful AcquireHost calls took, the copies they waited for included.", nameLabel, nil)
