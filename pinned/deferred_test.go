@@ -71,6 +71,24 @@ func TestFakeQuotaReclaims(t *testing.T) {
 	r.finish()
 }
 
+// closeWithQueuedCopy closes r's pool with one buffer live (ErrLiveBlocks), then queues a copy
+// from that buffer on r's stream, which Hold keeps from passing, with a close wait of 50 ms for
+// the test. It returns the device block copied to and the buffer.
+func (r *asyncRig) closeWithQueuedCopy() (cuda.DevicePtr, []byte) {
+	r.t.Helper()
+	old := pinned.SetCloseWait(50 * time.Millisecond)
+	r.t.Cleanup(func() { pinned.SetCloseWait(old) })
+	const n = 64 << 10
+	d := r.devAlloc(n)
+	a := r.alloc(n, 0x11)
+	if err := r.pool.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+		r.t.Fatalf("Close with a live buffer: %v", err)
+	}
+	r.f.Hold(true)
+	ok(r.t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), a, pcuda.Stream(r.s)))
+	return d, a
+}
+
 // TestFakeCloseBusyThenClose: Close with a buffer live, whose last free then waits for a stream
 // that will not pass in time. That free used to wait 5 s, drop the pool's ErrBusy, and leave a
 // second Close answering ErrClosed: the reservation, an event and the context stayed for the
@@ -80,15 +98,7 @@ func TestFakeCloseBusyThenClose(t *testing.T) {
 	if r == nil {
 		return
 	}
-	defer pinned.SetCloseWait(pinned.SetCloseWait(50 * time.Millisecond))
-	const n = 64 << 10
-	d := r.devAlloc(n)
-	a := r.alloc(n, 0x11)
-	if err := r.pool.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
-		t.Fatalf("Close with a live buffer: %v", err)
-	}
-	r.f.Hold(true)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), a, pcuda.Stream(r.s)))
+	d, a := r.closeWithQueuedCopy()
 	ok(t, "Free of the last buffer after Close", r.pool.Free(a))
 	if released(r.pool) {
 		t.Fatal("the pool's memory went while a queued copy still reads it")
@@ -113,15 +123,7 @@ func TestFakeCloseBusyThenTrim(t *testing.T) {
 	if r == nil {
 		return
 	}
-	defer pinned.SetCloseWait(pinned.SetCloseWait(50 * time.Millisecond))
-	const n = 64 << 10
-	d := r.devAlloc(n)
-	a := r.alloc(n, 0x11)
-	if err := r.pool.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
-		t.Fatalf("Close with a live buffer: %v", err)
-	}
-	r.f.Hold(true)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(pcuda.DevicePtr(d), a, pcuda.Stream(r.s)))
+	d, a := r.closeWithQueuedCopy()
 	ok(t, "FreeAsync of the last buffer after Close", r.pool.FreeAsync(a, pcuda.Stream(r.s)))
 	r.pool.Trim()
 	if released(r.pool) {

@@ -54,7 +54,7 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 	}
 	o.dropUses(s)
 	if l != nil {
-		o.done = o.retire(l, true, o.done)
+		o.done = o.release(l, true, o.done)
 	}
 	err := o.freeDone(o.free)
 	if invariants.Enabled {

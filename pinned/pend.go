@@ -38,12 +38,7 @@ func (p *Pool) freeAsync(addr, n uintptr, l *streamList) error {
 			procpin.Unpin()
 		} else {
 			first, ok := s.h.TryHoldSized(addr, n)
-			if ok && first && len(s.pend) < cap(s.pend) && (len(s.pend) == 0 || s.pendL == l) {
-				if len(s.pend) == 0 {
-					p.order.cached.Add(1) // see enqueue
-				}
-				s.pend = append(s.pend, deferred{addr: addr, n: n})
-				s.pendL = l
+			if ok && first && p.cache(s, l, deferred{addr: addr, n: n}) {
 				p.exit(s)
 				return nil
 			}
@@ -76,31 +71,40 @@ func (p *Pool) enqueue(l *streamList, d deferred) {
 		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else {
-			if len(s.pend) < cap(s.pend) && (len(s.pend) == 0 || s.pendL == l) {
-				if len(s.pend) == 0 {
-					o.cached.Add(1) // once per filling of the cache
-				}
-				s.pend = append(s.pend, d)
-				s.pendL = l
+			if p.cache(s, l, d) {
 				p.exit(s)
 				return
 			}
-			// Full, or of another stream: move it to the list, out of the fast section.
+			// Full, or of another stream (so not empty): move it to the list, out of the fast
+			// section.
 			var out [pendMax]deferred
 			k := copy(out[:], s.pend)
 			ol := s.pendL
 			s.pend = append(s.pend[:0], d)
 			s.pendL = l
 			p.exit(s)
-			if k > 0 {
-				o.queueMany(ol, out[:k])
-			}
+			o.queueMany(ol, out[:k])
 			o.verify()
 			return
 		}
 	}
 	o.queue(l, d)
 	o.verify()
+}
+
+// cache appends d, a held buffer that waits for the stream of l only, to the cache of shard s,
+// in a fast section of s, and reports whether it could: the cache has room and is empty or of
+// l.
+func (p *Pool) cache(s *shard, l *streamList, d deferred) bool {
+	if len(s.pend) == cap(s.pend) || len(s.pend) > 0 && s.pendL != l {
+		return false
+	}
+	if len(s.pend) == 0 {
+		p.order.cached.Add(1) // once per filling of the cache
+	}
+	s.pend = append(s.pend, d)
+	s.pendL = l
+	return true
 }
 
 // flush moves the cache of shard s, which the caller holds, to its stream's list.

@@ -116,7 +116,7 @@ type streamOrder struct {
 	listMu sync.Mutex
 	lists  map[cuda.Stream]*streamList // under listMu: the streams with state (streamlist.go)
 	nlists atomic.Int32                // len(lists), read without listMu
-	// listsPeak is the most lists since the map was last made, under listMu (retire).
+	// listsPeak is the most lists since the map was last made, under listMu (unlist).
 	listsPeak int
 	reclMu    sync.Mutex
 	done      []deferred    // reclaim's scratch, under reclMu
@@ -415,7 +415,7 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 			o.lost = append(o.lost, l)
 			errs = append(errs, err)
 		case pollIdle:
-			o.retire(l, false, nil)
+			o.retire(l)
 		}
 	}
 	clear(o.scan)
@@ -427,9 +427,12 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 		if err := o.dev.Synchronize(); err != nil {
 			errs = append(errs, fmt.Errorf("pinned: the buffers deferred on %d streams the driver refuses stay held: synchronize: %w", len(o.lost), err))
 		} else {
+			if afterLostSync != nil {
+				afterLostSync()
+			}
 			errs = nil // each list's refusal is answered: its buffers come back
 			for _, l := range o.lost {
-				o.done = o.retire(l, true, o.done)
+				o.done = o.release(l, false, o.done)
 			}
 		}
 		clear(o.lost)
@@ -438,6 +441,10 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 	errs = append(errs, o.freeDone(free))
 	return errors.Join(errs...)
 }
+
+// afterLostSync, when set (by tests), runs in a reclaim between the synchronize for the lists
+// it found lost and the take-back of their buffers.
+var afterLostSync func()
 
 // freeDone frees the buffers of o.done whose last stream has passed them. reclMu is held.
 func (o *streamOrder) freeDone(free func(deferred) error) error {

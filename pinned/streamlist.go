@@ -31,8 +31,11 @@ type streamList struct {
 	ev     cuda.Event // the point, recorded after marked were freed; 0 for none
 	gone   bool       // out of the lists: queue takes a new list
 	idle   int        // reclaims in a row that found it empty
-	n      int        // the buffers not shared in open and marked
-	bytes  uintptr    // and their bytes
+	// lostOpen is the number of open buffers when poll last found the list lost: the
+	// synchronize that follows covers those, not the ones queued after them.
+	lostOpen int
+	n        int     // the buffers not shared in open and marked
+	bytes    uintptr // and their bytes
 }
 
 // pollState is what poll found of a list.
@@ -152,7 +155,7 @@ func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, pollStat
 			return done, pollBusy, nil
 		}
 		if err != nil {
-			return done, pollLost, fmt.Errorf("pinned: stream %#x: %w", l.s, err)
+			return done, l.lost(), fmt.Errorf("pinned: stream %#x: %w", l.s, err)
 		}
 		done = l.take(done, l.marked)
 		o.events.Put(uintptr(l.ev))
@@ -165,7 +168,7 @@ func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, pollStat
 			done = l.take(done, l.open)
 			l.open = l.open[:0]
 		case !errors.Is(err, icuda.ErrNotReady):
-			return done, pollLost, fmt.Errorf("pinned: stream %#x: %w", l.s, err)
+			return done, l.lost(), fmt.Errorf("pinned: stream %#x: %w", l.s, err)
 		default:
 			ev, err := o.events.Get()
 			if err == nil {
@@ -174,7 +177,7 @@ func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, pollStat
 				}
 			}
 			if err != nil {
-				return done, pollLost, fmt.Errorf("pinned: stream %#x: event: %w", l.s, err)
+				return done, l.lost(), fmt.Errorf("pinned: stream %#x: event: %w", l.s, err)
 			}
 			l.ev = cuda.Event(ev)
 			l.open, l.marked = l.marked, l.open
@@ -189,6 +192,13 @@ func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, pollStat
 	return done, pollBusy, nil
 }
 
+// lost notes how many open buffers l has as poll finds it lost, and returns pollLost. l.mu is
+// held.
+func (l *streamList) lost() pollState {
+	l.lostOpen = len(l.open)
+	return pollLost
+}
+
 // take appends bufs, leaving l, to done. l.mu is held.
 func (l *streamList) take(done, bufs []deferred) []deferred {
 	for _, d := range bufs {
@@ -200,40 +210,61 @@ func (l *streamList) take(done, bufs []deferred) []deferred {
 	return append(done, bufs...)
 }
 
-// retire takes l out of the lists. Without all it retires l only if it is still idle (empty at
-// two reclaims in a row); with all, l's stream is lost or forgotten and has passed every
-// buffer of l (the caller synchronized it, or the context): they are appended to done, and
-// the handle is checked with the driver again when it comes back.
-func (o *streamOrder) retire(l *streamList, all bool, done []deferred) []deferred {
+// retire takes l out of the lists if it is still idle (empty at two reclaims in a row).
+func (o *streamOrder) retire(l *streamList) {
 	o.listMu.Lock()
 	l.mu.Lock()
-	switch {
-	case l.gone:
-	case !all && (len(l.open) > 0 || len(l.marked) > 0 || l.idle < 2):
-		l.mu.Unlock()
-		o.listMu.Unlock()
-		return done
-	default:
-		if l.ev != 0 {
-			o.events.Put(uintptr(l.ev))
-		}
-		done = l.take(l.take(done, l.marked), l.open)
-		l.marked, l.open, l.ev, l.gone = nil, nil, 0, true
-		if o.lists[l.s] == l {
-			delete(o.lists, l.s)
-			o.nlists.Store(int32(len(o.lists)))
-			if n := len(o.lists); o.listsPeak > 64 && 8*n < o.listsPeak {
-				// A Go map keeps its room when emptied, and a walk visits the room: make
-				// it again (amortized O(1): it shrank by 8x since the last time).
-				o.lists = maps.Clone(o.lists)
-				o.listsPeak = n
-			}
-		}
+	if !l.gone && len(l.open) == 0 && len(l.marked) == 0 && l.idle >= 2 {
+		o.unlist(l)
 	}
 	l.mu.Unlock()
 	o.listMu.Unlock()
-	if all {
+}
+
+// release appends to done the buffers of l its stream has passed, by a synchronize of the
+// stream or the context that followed their frees: with all every one (ForgetStream, where no
+// other goroutine uses the stream), else the marked ones and the open ones poll saw as it found
+// l lost, before the synchronize (a live stream's list whose event the driver refused gets more
+// since, and their work may be queued after the synchronize). When none is left it takes l out
+// of the lists, and the handle is checked with the driver again when it comes back.
+func (o *streamOrder) release(l *streamList, all bool, done []deferred) []deferred {
+	o.listMu.Lock()
+	l.mu.Lock()
+	open := len(l.open)
+	if !all {
+		open = min(open, l.lostOpen)
+	}
+	if l.ev != 0 {
+		o.events.Put(uintptr(l.ev))
+	}
+	done = l.take(l.take(done, l.marked), l.open[:open])
+	l.open = append(l.open[:0], l.open[open:]...)
+	l.marked, l.ev = l.marked[:0], 0
+	gone := !l.gone && len(l.open) == 0
+	if gone {
+		o.unlist(l)
+	}
+	l.mu.Unlock()
+	o.listMu.Unlock()
+	if gone {
 		o.last.CompareAndSwap(l, nil)
 	}
 	return done
+}
+
+// unlist takes l out of the lists: queue then takes a new list for its stream. listMu and l.mu
+// are held.
+func (o *streamOrder) unlist(l *streamList) {
+	l.marked, l.open, l.gone = nil, nil, true
+	if o.lists[l.s] != l {
+		return
+	}
+	delete(o.lists, l.s)
+	o.nlists.Store(int32(len(o.lists)))
+	if n := len(o.lists); o.listsPeak > 64 && 8*n < o.listsPeak {
+		// A Go map keeps its room when emptied, and a walk visits the room: make it again
+		// (amortized O(1): it shrank by 8x since the last time).
+		o.lists = maps.Clone(o.lists)
+		o.listsPeak = n
+	}
 }
