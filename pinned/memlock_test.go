@@ -3,59 +3,24 @@ package pinned
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/internal/memlocktest"
 	"golang.org/x/sys/unix"
 )
 
-const memlockChildEnv = "PINMALLOC_MEMLOCK_CHILD"
-
 // TestMemlockLimit checks the memlock path for real: the test binary runs itself again as an
 // unprivileged user (when the test runs as root: no CAP_IPC_LOCK there) with RLIMIT_MEMLOCK
-// lowered to 4 MiB. There, locking 8 MiB must fail with ErrMemlock naming the limit and how to
-// raise it, and the pool must stay usable.
+// lowered to 4 MiB (internal/memlocktest). There, locking 8 MiB must fail with ErrMemlock
+// naming the limit and how to raise it, and the pool must stay usable.
 func TestMemlockLimit(t *testing.T) {
-	if os.Getenv(memlockChildEnv) == "1" {
-		memlockChild()
+	if memlocktest.Child(t) {
+		memlockChild(t)
 		return
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Skipf("cannot find the test binary: %v", err)
-	}
-	cmd := exec.Command(self, "-test.run=^TestMemlockLimit$", "-test.v")
-	cmd.Env = append(os.Environ(), memlockChildEnv+"=1")
-	if os.Geteuid() == 0 {
-		// Root has CAP_IPC_LOCK and ignores the limit: run as nobody, from a copy of the binary
-		// that nobody can read (the build directory is private).
-		dir, err := os.MkdirTemp("", "pinmalloc-memlock")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(dir)
-		bin := filepath.Join(dir, "pinned.test")
-		if err := copyFile(self, bin); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		cmd.Path, cmd.Args[0], cmd.Dir = bin, bin, dir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil && strings.Contains(string(out), "operation not permitted") {
-		t.Skipf("cannot start an unprivileged child here: %v\n%s", err, out)
-	}
-	if err != nil || !strings.Contains(string(out), "MEMLOCK-OK") {
-		t.Fatalf("child failed: %v\n%s", err, out)
-	}
+	out := memlocktest.Run(t, "TestMemlockLimit")
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.Contains(line, "memlock error:") {
 			t.Log(strings.TrimSpace(line))
@@ -63,15 +28,8 @@ func TestMemlockLimit(t *testing.T) {
 	}
 }
 
-func memlockChild() {
-	fail := func(format string, args ...any) {
-		fmt.Printf("MEMLOCK-FAIL: "+format+"\n", args...)
-		os.Exit(1)
-	}
-	lim := unix.Rlimit{Cur: 4 << 20, Max: 4 << 20}
-	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
-		fail("setrlimit: %v", err)
-	}
+func memlockChild(t *testing.T) {
+	fail := t.Fatalf
 	p, err := New(Options{Capacity: 256 << 20, PurgeDelay: -1}) // freed memory stays locked
 	if err != nil {
 		fail("New: %v", err)
@@ -120,24 +78,6 @@ func memlockChild() {
 	if err := p.Close(); err != nil {
 		fail("Close: %v", err)
 	}
-	fmt.Println("MEMLOCK-OK")
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // lockable reports whether this process may lock n more bytes: it has CAP_IPC_LOCK, or its
