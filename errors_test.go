@@ -12,6 +12,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/debugpage"
 	"github.com/pinmalloc/pinmalloc/device"
@@ -75,13 +76,15 @@ var kinds = []struct {
 	{"device.ErrInvalidOptions", device.ErrInvalidOptions, pinmalloc.ErrInvalid, "device: "},
 	{"device.ErrNotOwned", device.ErrNotOwned, pinmalloc.ErrNotOwned, "device: "},
 	{"device.ErrQuota", device.ErrQuota, pinmalloc.ErrQuota, "device: "},
-	{"device.ErrInvalidJob", device.ErrInvalidJob, pinmalloc.ErrInvalid, "device: "},
-	{"device.ErrBatcherClosed", device.ErrBatcherClosed, pinmalloc.ErrClosed, "device: "},
 	{"device.ErrBusy", device.ErrBusy, pinmalloc.ErrBusy, "device: "},
 	{"device.ErrOutOfBounds", device.ErrOutOfBounds, pinmalloc.ErrInvalid, "device: "},
 	{"device.ErrInPressureHook", device.ErrInPressureHook, pinmalloc.ErrOutOfMemory, "device: "},
-	{"device.ErrOverlap", device.ErrOverlap, pinmalloc.ErrInvalid, "device: "},
-	{"device.ErrMethodUnsupported", device.ErrMethodUnsupported, pinmalloc.ErrNotSupported, "device: "},
+
+	{"copyengine.ErrInvalidOptions", copyengine.ErrInvalidOptions, pinmalloc.ErrInvalid, "copyengine: "},
+	{"copyengine.ErrInvalidJob", copyengine.ErrInvalidJob, pinmalloc.ErrInvalid, "copyengine: "},
+	{"copyengine.ErrOverlap", copyengine.ErrOverlap, pinmalloc.ErrInvalid, "copyengine: "},
+	{"copyengine.ErrMethodUnsupported", copyengine.ErrMethodUnsupported, pinmalloc.ErrNotSupported, "copyengine: "},
+	{"copyengine.ErrClosed", copyengine.ErrClosed, pinmalloc.ErrClosed, "copyengine: "},
 
 	{"uvm.ErrClosed", uvm.ErrClosed, pinmalloc.ErrClosed, "uvm: "},
 	{"uvm.ErrTooLarge", uvm.ErrTooLarge, pinmalloc.ErrTooLarge, "uvm: "},

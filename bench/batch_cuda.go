@@ -8,13 +8,13 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
-// batchSuite measures device.Batcher, the copy engine of the uvm tier, on device 0: 16 MiB
+// batchSuite measures copyengine.Batcher, the copy engine of the uvm tier, on device 0: 16 MiB
 // batches of scattered blocks of 4 KiB, 64 KiB and 1 MiB between device memory and pinned host
 // memory mapped for the device, each way, moved by the gather kernel (pinmalloc-kernel), by one
 // cuMemcpyBatchAsync call (cuda-batch-api) and by one cuMemcpyAsync per block (cuda-per-copy),
@@ -38,8 +38,8 @@ var (
 	batchDirs    = []string{"h2d", "d2h"}
 	batchMethods = []struct {
 		name string
-		m    device.CopyMethod
-	}{{"pinmalloc-kernel", device.MethodKernel}, {"cuda-batch-api", device.MethodBatchAPI}, {"cuda-per-copy", device.MethodPerCopy}}
+		m    copyengine.Method
+	}{{"pinmalloc-kernel", copyengine.MethodKernel}, {"cuda-batch-api", copyengine.MethodBatchAPI}, {"cuda-per-copy", copyengine.MethodPerCopy}}
 )
 
 func (*batchSuite) name() string { return "batch" }
@@ -97,7 +97,7 @@ func (c *batchSuite) cases() []benchCase {
 // prints them).
 func (c *batchSuite) calibration(*suite) []result {
 	rs := resultSet{c: "batch-calibration", impl: "pinmalloc-auto"}
-	b, err := device.NewBatcher(cuda.Wrap[*pcuda.Device](c.dev), device.BatchOptions{TrustNoOverlap: true})
+	b, err := copyengine.New(cuda.Wrap[*pcuda.Device](c.dev), copyengine.Options{TrustNoOverlap: true})
 	if err != nil {
 		rs.fail(err)
 		return rs.out
@@ -128,8 +128,8 @@ func (c *batchSuite) calibration(*suite) []result {
 }
 
 // measureBatch times n batches queued on the suite's stream and one synchronize.
-func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method device.CopyMethod, toHost bool, size uintptr) {
-	b, err := device.NewBatcher(cuda.Wrap[*pcuda.Device](c.dev), device.BatchOptions{Method: method, TrustNoOverlap: true})
+func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method copyengine.Method, toHost bool, size uintptr) {
+	b, err := copyengine.New(cuda.Wrap[*pcuda.Device](c.dev), copyengine.Options{Method: method, TrustNoOverlap: true})
 	if err != nil {
 		rs.fail(err)
 		return
@@ -141,12 +141,12 @@ func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method device.Copy
 	}()
 	n := batchBytes / int(size)
 	perm := rand.New(rand.NewPCG(uint64(size), 3)).Perm(n)
-	jobs := make([]device.CopyJob, n)
+	jobs := make([]copyengine.Job, n)
 	for i, p := range perm {
 		h, d := c.host+uintptr(i)*2*size, c.d+uintptr(p)*2*size
-		jobs[i] = device.CopyJob{Dst: d, Src: h, Len: size}
+		jobs[i] = copyengine.Job{Dst: d, Src: h, Len: size}
 		if toHost {
-			jobs[i] = device.CopyJob{Dst: h, Src: d, Len: size}
+			jobs[i] = copyengine.Job{Dst: h, Src: d, Len: size}
 		}
 	}
 	run := func(k int) (time.Duration, error) {

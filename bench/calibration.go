@@ -27,7 +27,7 @@ func printCalibration(w io.Writer, rs []result) {
 		return
 	}
 	took, _ := lookup(rs, "batch-calibration", "pinmalloc-auto", "took_ms")
-	fmt.Fprintf(w, "\n### Copy engine calibration (device.Batcher, MethodAuto; %.0f ms): GB/s to the device and back, the fastest chosen\n\n", took)
+	fmt.Fprintf(w, "\n### Copy engine calibration (copyengine.Batcher, MethodAuto; %.0f ms): GB/s to the device and back, the fastest chosen\n\n", took)
 	fmt.Fprintln(w, "| cell (block x batch) | timed with | kernel | batch-api | per-copy | chosen |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, r := range rs {

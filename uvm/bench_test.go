@@ -100,7 +100,7 @@ func (nopMover) Copy([]uvm.CopyJob, cuda.Stream) error { return nil }
 
 // BenchmarkMigration moves batches of blocks off the device and back (Evict of every block,
 // then Prefetch of every block: two batches of 16 MiB) and reports the time and heap
-// allocations per block migrated. The movers: "kernel", the tier's default (a device.Batcher
+// allocations per block migrated. The movers: "kernel", the tier's default (a copyengine.Batcher
 // launching the gather kernel, which the fake emulates in C, checking each job's ranges
 // against its tables: a cost a real driver does not have), and "none", a Mover that queues
 // nothing, which leaves the tier's own bookkeeping: the device heap, the host pool, events,
@@ -191,7 +191,7 @@ func benchMigration(b *testing.B, tr *uvm.Tier, s cuda.Stream, size int, dirty b
 // call to its first copy (mover "none": nothing overlaps that either), and heap allocations
 // per block over the whole round. Mover "none" queues nothing and the fake
 // moves no byte: what is left is the tier's bookkeeping (the device heap, the host pool,
-// events, the policy, the accounts); "kernel" adds the default device.Batcher (the fake
+// events, the policy, the accounts); "kernel" adds the default copyengine.Batcher (the fake
 // checks each job's ranges in C: a cost a real driver does not have).
 func BenchmarkBlockCost(b *testing.B) {
 	f := fakecuda.RunBenchmark(b)

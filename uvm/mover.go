@@ -3,22 +3,22 @@ package uvm
 import (
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // The copy engine: the Mover interface the tier moves its batches through, the Mover a tier makes
-// for itself (a calibrated device.Batcher), PerJobMover (the Batcher's per-copy path), and the
+// for itself (a calibrated copyengine.Batcher), PerJobMover (the Batcher's per-copy path), and the
 // Tier's engine part: the mover, the tier's two streams and its events.
 
 // CopyJob is one copy of Len bytes from Src to Dst, both addresses the device can use. It is
-// device.CopyJob, so that *device.Batcher is a Mover as it is.
-type CopyJob = device.CopyJob
+// copyengine.Job, so that *copyengine.Batcher is a Mover as it is.
+type CopyJob = copyengine.Job
 
 // Mover queues batches of copies on a stream and returns without waiting for them. Every
 // address of a job is one the device can use: device memory, or pinned host memory through its
-// device address. *device.Batcher satisfies it (per batch: one launch of its gather kernel, one
+// device address. *copyengine.Batcher satisfies it (per batch: one launch of its gather kernel, one
 // cuMemcpyBatchAsync call, or one copy per job).
 //
 // When Copy fails, the tier treats every job of the batch as not done: the blocks stay where
@@ -29,23 +29,23 @@ type Mover interface {
 }
 
 // newDefaultMover returns the copy engine a tier uses when Options.Mover is nil: a
-// device.Batcher of MethodAuto, which times the gather kernel, cuMemcpyBatchAsync and one copy
+// copyengine.Batcher of MethodAuto, which times the gather kernel, cuMemcpyBatchAsync and one copy
 // per block on the device once per process and picks the fastest for each batch by its block
 // size and length (the tier's batches are launches of 128 to 1024 blocks). The tier's jobs never
 // overlap (every block has its own VRAM and its own host buffer, and a batch moves a block
 // once), so the Batcher's overlap check is skipped.
-func newDefaultMover(dev *cuda.Device) (*device.Batcher, error) {
-	return device.NewBatcher(dev, device.BatchOptions{TrustNoOverlap: true})
+func newDefaultMover(dev *cuda.Device) (*copyengine.Batcher, error) {
+	return copyengine.New(dev, copyengine.Options{TrustNoOverlap: true})
 }
 
-// PerJobMover returns a Mover that queues one cuMemcpyAsync per job on dev: a device.Batcher
-// forced to device.MethodPerCopy, whose errors name the failing job (0-based) and leave the
+// PerJobMover returns a Mover that queues one cuMemcpyAsync per job on dev: a copyengine.Batcher
+// forced to copyengine.MethodPerCopy, whose errors name the failing job (0-based) and leave the
 // jobs before it queued. Such a Batcher holds no driver resource (no kernel, no staging buffer,
 // no stream), so it needs no Close. Like the tier's own Batcher it trusts that the jobs of a
-// batch do not overlap (device.BatchOptions.TrustNoOverlap); it still refuses an invalid job
-// (device.ErrInvalidJob).
+// batch do not overlap (copyengine.Options.TrustNoOverlap); it still refuses an invalid job
+// (copyengine.ErrInvalidJob).
 func PerJobMover(dev *cuda.Device) (Mover, error) {
-	b, err := device.NewBatcher(dev, device.BatchOptions{Method: device.MethodPerCopy, TrustNoOverlap: true})
+	b, err := copyengine.New(dev, copyengine.Options{Method: copyengine.MethodPerCopy, TrustNoOverlap: true})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}

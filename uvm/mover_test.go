@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -128,8 +128,8 @@ func TestPerJobMover(t *testing.T) {
 	}
 	m, err := uvm.PerJobMover(public(dev))
 	must(t, err)
-	if b, ok := m.(*device.Batcher); !ok || b.Method() != device.MethodPerCopy {
-		t.Fatalf("PerJobMover is %T, want a per-copy *device.Batcher", m)
+	if b, ok := m.(*copyengine.Batcher); !ok || b.Method() != copyengine.MethodPerCopy {
+		t.Fatalf("PerJobMover is %T, want a per-copy *copyengine.Batcher", m)
 	}
 	const n = 4 * kib
 	d, err := dev.MemAlloc(n)

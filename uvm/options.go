@@ -30,7 +30,7 @@ type Options struct {
 	HostPrecommit int
 	// Policy orders evictions (nil: LRU()). A Policy serves one tier.
 	Policy Policy
-	// Mover copies batches of blocks (nil: a device.Batcher that calibrates itself and moves
+	// Mover copies batches of blocks (nil: a copyengine.Batcher that calibrates itself and moves
 	// each batch with the fastest method the driver has for its block size and length: one
 	// launch of the gather kernel, one cuMemcpyBatchAsync call, or one copy per block). The
 	// tier closes a Mover it made, never one given here.

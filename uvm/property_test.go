@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/uvm"
@@ -25,15 +25,15 @@ type model struct {
 	pins int
 }
 
-// kernelMover returns a device.Batcher that launches the gather kernel (the fake runs its
+// kernelMover returns a copyengine.Batcher that launches the gather kernel (the fake runs its
 // semantics in C), closed at cleanup.
-func kernelMover(t testing.TB, dev *icuda.Device) *device.Batcher {
+func kernelMover(t testing.TB, dev *icuda.Device) *copyengine.Batcher {
 	t.Helper()
-	b, err := device.NewBatcher(public(dev), device.BatchOptions{})
+	b, err := copyengine.New(public(dev), copyengine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Method() != device.MethodKernel {
+	if b.Method() != copyengine.MethodKernel {
 		t.Fatalf("the Batcher chose %s, want the kernel", b.Method())
 	}
 	t.Cleanup(func() {

@@ -70,7 +70,7 @@ type Traffic struct {
 type Stats struct {
 	// Policy names the eviction policy.
 	Policy string
-	// Mover names the copy engine: the device.CopyMethod of the tier's own device.Batcher
+	// Mover names the copy engine: the copyengine.Method of the tier's own copyengine.Batcher
 	// ("kernel", "batch-api" or "per-copy", or "auto" when its calibration picks the method
 	// per batch), or "custom" for Options.Mover.
 	Mover string

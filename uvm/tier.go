@@ -99,6 +99,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -247,7 +248,7 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	}
 	t.st.Policy = t.policy.Name()
 	t.st.Mover = "custom"
-	if b, ok := t.engine.ownMover.(*device.Batcher); ok {
+	if b, ok := t.engine.ownMover.(*copyengine.Batcher); ok {
 		t.st.Mover = b.Method().String()
 	}
 	t.st.Budget = uint64(t.mem.budget)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cuda/cudatest"
 	"github.com/pinmalloc/pinmalloc/device"
@@ -124,14 +125,14 @@ func TestSetMemory(t *testing.T) {
 }
 
 // TestFailNext: the next kernel launch fails with the code asked for, once: a batch of copies
-// moved by device.Batcher's gather kernel fails, and the next one works.
+// moved by copyengine.Batcher's gather kernel fails, and the next one works.
 func TestFailNext(t *testing.T) {
 	dev, fake := cudatest.Device(t)
 	if dev == nil {
 		return
 	}
 	h := newHeap(t, dev, 8<<20)
-	b, err := device.NewBatcher(dev, device.BatchOptions{Method: device.MethodKernel})
+	b, err := copyengine.New(dev, copyengine.Options{Method: copyengine.MethodKernel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestFailNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Free(p)
-	jobs := []device.CopyJob{{Dst: uintptr(p), Src: uintptr(p + 4096), Len: 4096}}
+	jobs := []copyengine.Job{{Dst: uintptr(p), Src: uintptr(p + 4096), Len: 4096}}
 	fake.FailNext(cudatest.LaunchKernel, cudatest.LaunchFailed)
 	err = b.Copy(jobs, 0)
 	if code, ok := cuda.ResultCode(err); !ok || code != cudatest.LaunchFailed {

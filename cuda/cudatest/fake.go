@@ -61,7 +61,7 @@ const (
 	MemMap
 	// HostRegister is cuMemHostRegister, which pins host memory the pool mapped itself.
 	HostRegister
-	// LaunchKernel is cuLaunchKernel: device.Batcher's gather kernel, and a uvm tier's moves.
+	// LaunchKernel is cuLaunchKernel: copyengine.Batcher's gather kernel, and a uvm tier's moves.
 	LaunchKernel
 )
 

@@ -18,6 +18,7 @@ import (
 	"log"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/device"
@@ -185,11 +186,11 @@ func roundTrip(dev *cuda.Device, h *device.Heap, pool *pinned.Pool, s cuda.Strea
 }
 
 // batched scatters a pinned buffer into four device blocks and gathers them back into another
-// with the copy engine (device.Batcher: one kernel launch per batch where the driver loads it),
+// with the copy engine (copyengine.Batcher: one kernel launch per batch where the driver loads it),
 // and checks the bytes.
 func batched(dev *cuda.Device, h *device.Heap, pool *pinned.Pool, s cuda.Stream) error {
 	const n, parts = 256 << 10, 4
-	b, err := device.NewBatcher(dev, device.BatchOptions{})
+	b, err := copyengine.New(dev, copyengine.Options{})
 	if err != nil {
 		return err
 	}
@@ -207,14 +208,14 @@ func batched(dev *cuda.Device, h *device.Heap, pool *pinned.Pool, s cuda.Stream)
 	hs, err := pool.DevicePointer(src)
 	hd, err2 := pool.DevicePointer(dst)
 	err = errors.Join(err, err2)
-	var out, in []device.CopyJob
+	var out, in []copyengine.Job
 	var blocks []cuda.DevicePtr
 	for i := uintptr(0); err == nil && i < parts; i++ {
 		var p cuda.DevicePtr
 		if p, err = h.Alloc(n/parts, s); err == nil {
 			blocks = append(blocks, p)
-			out = append(out, device.CopyJob{Dst: uintptr(p), Src: hs + i*n/parts, Len: n / parts})
-			in = append(in, device.CopyJob{Dst: hd + i*n/parts, Src: uintptr(p), Len: n / parts})
+			out = append(out, copyengine.Job{Dst: uintptr(p), Src: hs + i*n/parts, Len: n / parts})
+			in = append(in, copyengine.Job{Dst: hd + i*n/parts, Src: uintptr(p), Len: n / parts})
 		}
 	}
 	if err == nil {

@@ -6,7 +6,7 @@ import (
 )
 
 // Stream dependencies and priorities, generic and batched copies, and kernels loaded from PTX
-// at run time. The copy engine of package device (device.Batcher) is built on them: one kernel
+// at run time. The copy engine (package copyengine, its Batcher) is built on them: one kernel
 // launch moves a whole batch of blocks, cuMemcpyBatchAsync is its fallback and one
 // cuMemcpyAsync per block the fallback's.
 //

@@ -3,7 +3,7 @@ package fakecuda
 // The fake's timing model (the end of fakedriver.c.in): each stream has a device clock that
 // the work it runs advances by latency per call + latency per job + bytes / bandwidth, with
 // one set of figures per path (CostPath), and cuEventElapsedTime returns the clock's advance
-// between two event records. It is what device.Batcher's calibration measures on the fake;
+// between two event records. It is what copyengine.Batcher's calibration measures on the fake;
 // tests inject figures to decide which path the calibration must choose. The defaults are H100
 // figures under which the gather kernel is fastest at every block size and count (see the C
 // source); Reset restores them.

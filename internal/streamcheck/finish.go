@@ -108,7 +108,7 @@ func (w *world) finish() *Failure {
 	}
 	w.tier = nil
 	if err := w.mv.Close(); err != nil {
-		return unexpected("device.Batcher.Close", err)
+		return unexpected("copyengine.Batcher.Close", err)
 	}
 	w.mv = nil
 	for _, id := range w.bufID {

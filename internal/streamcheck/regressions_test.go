@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -42,7 +42,7 @@ var regressions = []regression{
 		// streams have passed (Hold is off: a query runs the work).
 		name: "pool quota never reclaims",
 		what: "pool quota refused with room",
-		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 2097152, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodBatchAPI, PurgeDelay: time.Millisecond},
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 2097152, PoolShards: 1, TierBudget: 1024 << 10, Mover: copyengine.MethodBatchAPI, PurgeDelay: time.Millisecond},
 		ops: []Op{
 			{ID: 33, Kind: PoolAlloc, S: 1, A: -1, B: -1, N: 1190238, Off: 0, V: 0xc0ae15d7, Flag: false},
 			{ID: 83, Kind: PoolFreeAsync, S: 1, A: 33, B: -1, N: 200599, Off: 24319, V: 0x11b411da, Flag: false},
@@ -54,7 +54,7 @@ var regressions = []regression{
 		// whole quota is refused (until something calls Stats).
 		name: "pool quota refused with nothing live",
 		what: "pool quota refused with nothing live",
-		cfg:  Config{Seed: 2, Streams: 3, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 3145728, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodBatchAPI, PurgeDelay: time.Millisecond},
+		cfg:  Config{Seed: 2, Streams: 3, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 3145728, PoolShards: 1, TierBudget: 1024 << 10, Mover: copyengine.MethodBatchAPI, PurgeDelay: time.Millisecond},
 		ops: []Op{
 			{ID: 471, Kind: PoolAlloc, S: 0, A: -1, B: -1, N: 68193, V: 1426367088},
 			{ID: 476, Kind: PoolFreeAsync, S: 0, A: 471, B: -1},
@@ -67,7 +67,7 @@ var regressions = []regression{
 		// scrub of #210 lands on the first 7322 bytes of stream 1's block #293.
 		name: "device heap self-trim",
 		what: "device block bytes",
-		cfg:  Config{Seed: 1795705589568168621, Streams: 3, DeviceCapacity: 6 << 20, DeviceZero: true, DeviceQuota: 0, PoolZero: false, PoolQuota: 0, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodKernel, PurgeDelay: time.Millisecond},
+		cfg:  Config{Seed: 1795705589568168621, Streams: 3, DeviceCapacity: 6 << 20, DeviceZero: true, DeviceQuota: 0, PoolZero: false, PoolQuota: 0, PoolShards: 1, TierBudget: 1024 << 10, Mover: copyengine.MethodKernel, PurgeDelay: time.Millisecond},
 		ops: []Op{
 			{ID: 179, Kind: DevAlloc, S: 0, A: -1, B: -1, N: 889251, Off: 0, V: 0x5f779c6e, Flag: true},
 			{ID: 209, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 366096, Off: 0, V: 0x22740fd4, Flag: true},
@@ -86,7 +86,7 @@ var regressions = []regression{
 	{
 		name: "tier block under a self-trimmed segment",
 		what: "tier block bytes (acquired for reading)",
-		cfg:  Config{Seed: 15, Streams: 3, DeviceCapacity: 6 << 20, DeviceZero: true, DeviceQuota: 4718592, PoolZero: false, PoolQuota: 0, PoolShards: 1, TierBudget: 1024 << 10, Mover: device.MethodKernel, PurgeDelay: -1},
+		cfg:  Config{Seed: 15, Streams: 3, DeviceCapacity: 6 << 20, DeviceZero: true, DeviceQuota: 4718592, PoolZero: false, PoolQuota: 0, PoolShards: 1, TierBudget: 1024 << 10, Mover: copyengine.MethodKernel, PurgeDelay: -1},
 		ops: []Op{
 			{ID: 925, Kind: TierAlloc, S: 1, A: -1, B: -1, N: 16484, Off: 0, V: 0xb97d390b, Flag: false},
 			{ID: 1935, Kind: TierAcquire, S: 0, A: 925, B: 1807, N: 0, Off: 0, V: 0x909fd08, Flag: true},
@@ -108,7 +108,7 @@ var regressions = []regression{
 		// the refusal does not reclaim it (one shard passes).
 		name: "pool quota with shards",
 		what: "pool quota refused with room",
-		cfg:  Config{Seed: 102, Streams: 4, DeviceCapacity: 4 << 20, DeviceQuota: 3145728, PoolQuota: 3145728, PoolShards: 4, TierBudget: 1024 << 10, Mover: device.MethodKernel, PurgeDelay: -1},
+		cfg:  Config{Seed: 102, Streams: 4, DeviceCapacity: 4 << 20, DeviceQuota: 3145728, PoolQuota: 3145728, PoolShards: 4, TierBudget: 1024 << 10, Mover: copyengine.MethodKernel, PurgeDelay: -1},
 		ops: []Op{
 			{ID: 9675, Kind: PoolAlloc, A: -1, B: -1, N: 1169871, V: 3221156417},
 			{ID: 9755, Kind: PoolAlloc, A: -1, B: -1, N: 1012230, V: 3401259559},

@@ -3,10 +3,11 @@ package streamcheck
 import (
 	"fmt"
 
-	"github.com/pinmalloc/pinmalloc/device"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc/copyengine"
 )
 
 // Result is what a run did.
@@ -175,8 +176,8 @@ func Listing(ops []Op) string {
 	return b.String()
 }
 
-var methodName = map[device.CopyMethod]string{device.MethodAuto: "MethodAuto", device.MethodKernel: "MethodKernel",
-	device.MethodBatchAPI: "MethodBatchAPI", device.MethodPerCopy: "MethodPerCopy"}
+var methodName = map[copyengine.Method]string{copyengine.MethodAuto: "MethodAuto", copyengine.MethodKernel: "MethodKernel",
+	copyengine.MethodBatchAPI: "MethodBatchAPI", copyengine.MethodPerCopy: "MethodPerCopy"}
 
 // GoCode is a failing sequence as Go source: a regression case for regressions_test.go.
 func GoCode(name string, cfg Config, ops []Op, what string) string {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -25,7 +26,7 @@ type Config struct {
 	PoolQuota      int64             // pinned.Options.Quota (0: none)
 	PoolShards     int               // pinned.Options.Shards (1: every operation takes the holder path)
 	TierBudget     uintptr           // uvm.Options.DeviceBudget, its VRAM taken from the device heap
-	Mover          device.CopyMethod // the tier's device.Batcher's method: fixed, so that a replay moves the same way
+	Mover          copyengine.Method // the tier's copyengine.Batcher's method: fixed, so that a replay moves the same way
 	PurgeDelay     time.Duration
 }
 
@@ -54,7 +55,7 @@ func ConfigFor(seed uint64) Config {
 	if r.IntN(4) == 0 {
 		c.PurgeDelay = time.Millisecond
 	}
-	c.Mover = []device.CopyMethod{device.MethodKernel, device.MethodBatchAPI, device.MethodPerCopy}[r.IntN(3)]
+	c.Mover = []copyengine.Method{copyengine.MethodKernel, copyengine.MethodBatchAPI, copyengine.MethodPerCopy}[r.IntN(3)]
 	return c
 }
 
@@ -120,7 +121,7 @@ type world struct {
 	heap *device.Heap
 	pool *pinned.Pool
 	tier *uvm.Tier
-	mv   *device.Batcher
+	mv   *copyengine.Batcher
 
 	streams []pubcuda.Stream
 
@@ -158,10 +159,10 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("pinned.New: %w", err)
 	}
-	if w.mv, err = device.NewBatcher(w.pub, device.BatchOptions{Method: cfg.Mover}); err != nil {
+	if w.mv, err = copyengine.New(w.pub, copyengine.Options{Method: cfg.Mover}); err != nil {
 		_ = w.pool.Close()
 		_ = w.heap.Close()
-		return nil, fmt.Errorf("device.NewBatcher: %w", err)
+		return nil, fmt.Errorf("copyengine.New: %w", err)
 	}
 	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: int(cfg.TierBudget), Heap: w.heap, ThrashLapse: -1, Mover: w.mv})
 	if err != nil {

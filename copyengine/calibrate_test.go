@@ -1,4 +1,4 @@
-package device
+package copyengine
 
 // Tests of MethodAuto's calibration and of the kernel's grid cap against the fake driver, whose
 // timing model (internal/fakecuda, cost.go) the calibration measures: each test sets the costs
@@ -31,9 +31,9 @@ func calls(f *fakecuda.Driver) [3]int64 { return [3]int64{f.Launches(), f.Batche
 func copyBlocks(t *testing.T, f *fakecuda.Driver, dev *cuda.Device, b *Batcher, n int, size uintptr) [3]int64 {
 	t.Helper()
 	host, d := hostMem(t, dev, uintptr(n)*size), devMem(t, dev, uintptr(n)*size)
-	jobs := make([]CopyJob, n)
+	jobs := make([]Job, n)
 	for i := range jobs {
-		jobs[i] = CopyJob{Dst: d + uintptr(i)*size, Src: host + uintptr(i)*size, Len: size}
+		jobs[i] = Job{Dst: d + uintptr(i)*size, Src: host + uintptr(i)*size, Len: size}
 	}
 	before := calls(f)
 	must(t, "Copy", b.Copy(jobs, 0))
@@ -58,13 +58,13 @@ func TestCalibrationFollowsTimings(t *testing.T) {
 	type want struct {
 		size  uintptr
 		count int
-		m     CopyMethod
+		m     Method
 	}
 	for _, c := range []struct {
 		name                   string
 		kernel, batch, perCopy fakecuda.Cost
 		saturation             int
-		method                 CopyMethod // Method()
+		method                 Method // Method()
 		wants                  []want
 	}{
 		{"kernel-small-batch-big",
@@ -79,7 +79,7 @@ func TestCalibrationFollowsTimings(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			costs(t, f, c.kernel, c.batch, c.perCopy, c.saturation)
-			b := newBatcher(t, dev, BatchOptions{})
+			b := newBatcher(t, dev, Options{})
 			cal, err := b.Calibration()
 			must(t, "Calibration", err)
 			t.Logf("%s", cal)
@@ -121,7 +121,7 @@ func TestCalibrationCached(t *testing.T) {
 	}
 	forgetCalibrations()
 	before := calls(f)
-	a := newBatcher(t, dev, BatchOptions{})
+	a := newBatcher(t, dev, Options{})
 	if calls(f) == before {
 		t.Fatal("the first auto Batcher timed nothing")
 	}
@@ -147,18 +147,18 @@ func TestCalibrationCached(t *testing.T) {
 		t.Fatal("SetCost refused")
 	}
 	before = calls(f)
-	b := newBatcher(t, dev, BatchOptions{TrustNoOverlap: true}) // the overlap check is no part of the key
+	b := newBatcher(t, dev, Options{TrustNoOverlap: true}) // the overlap check is no part of the key
 	if cb, _ := b.Calibration(); cb != ca || calls(f) != before || b.Method() != MethodKernel {
 		t.Errorf("a second Batcher calibrated again (calls %v -> %v) or chose %s", before, calls(f), b.Method())
 	}
-	other := newBatcher(t, dev, BatchOptions{BlockThreads: 128})
+	other := newBatcher(t, dev, Options{BlockThreads: 128})
 	if co, _ := other.Calibration(); co == ca || other.Method() == MethodKernel {
 		t.Errorf("another configuration shares the calibration, or chose the kernel that now costs a second: %s", other.Method())
 	}
 	f.ResetCosts()
-	for _, m := range []CopyMethod{MethodKernel, MethodBatchAPI, MethodPerCopy} {
+	for _, m := range []Method{MethodKernel, MethodBatchAPI, MethodPerCopy} {
 		before = calls(f)
-		forced := newBatcher(t, dev, BatchOptions{Method: m})
+		forced := newBatcher(t, dev, Options{Method: m})
 		if _, err := forced.Calibration(); err == nil || calls(f) != before {
 			t.Errorf("forced %s: calibration %v, calls %v -> %v", m, err, before, calls(f))
 		}
@@ -170,12 +170,12 @@ func TestCalibrationCached(t *testing.T) {
 	forgetCalibrations()
 	f.SetMemory(0, 2<<20) // no room for the calibration's 4 MiB of device memory
 	defer f.SetMemory(0, 1<<30)
-	starved := newBatcher(t, dev, BatchOptions{})
+	starved := newBatcher(t, dev, Options{})
 	if _, err := starved.Calibration(); !errors.Is(err, cuda.ErrOutOfMemory) || starved.Method() != MethodKernel {
 		t.Errorf("calibration without memory: %v; Method() %s, want kernel", err, starved.Method())
 	}
 	f.SetMemory(0, 1<<30)
-	again := newBatcher(t, dev, BatchOptions{})
+	again := newBatcher(t, dev, Options{})
 	if _, err := again.Calibration(); err != nil {
 		t.Errorf("the failed calibration was kept: %v", err)
 	}
@@ -195,17 +195,17 @@ func TestBatcherSMShare(t *testing.T) {
 		t.Fatal("SetSMs refused")
 	}
 	for _, c := range []struct {
-		o    BatchOptions
+		o    Options
 		grid int64
 	}{
-		{BatchOptions{SMShare: 0.25}, 10},
-		{BatchOptions{SMShare: 0.5, MaxBlocks: 4}, 4},
-		{BatchOptions{SMShare: 0.25, MaxBlocks: 30}, 10},
-		{BatchOptions{SMShare: 0.001}, 1},
-		{BatchOptions{SMShare: 1}, 40},
-		{BatchOptions{LowPriority: true}, 80},
-		{BatchOptions{LowPriority: true, SMShare: 0.1}, 4},
-		{BatchOptions{Method: MethodKernel, SMShare: 0.2}, 8},
+		{Options{SMShare: 0.25}, 10},
+		{Options{SMShare: 0.5, MaxBlocks: 4}, 4},
+		{Options{SMShare: 0.25, MaxBlocks: 30}, 10},
+		{Options{SMShare: 0.001}, 1},
+		{Options{SMShare: 1}, 40},
+		{Options{LowPriority: true}, 80},
+		{Options{LowPriority: true, SMShare: 0.1}, 4},
+		{Options{Method: MethodKernel, SMShare: 0.2}, 8},
 	} {
 		f.ResetGrids()
 		forgetCalibrations()
@@ -226,15 +226,15 @@ func TestBatcherSMShare(t *testing.T) {
 		}
 	}
 	for _, share := range []float64{-0.1, 1.5, math.NaN(), math.Inf(1)} {
-		if _, err := NewBatcher(public(dev), BatchOptions{SMShare: share}); !errors.Is(err, ErrInvalidOptions) {
+		if _, err := New(public(dev), Options{SMShare: share}); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("SMShare %v: %v, want ErrInvalidOptions", share, err)
 		}
 	}
 
 	costs(t, f, fakecuda.Cost{CallNs: 4000, MBps: 52000}, fakecuda.Cost{CallNs: 2000, JobNs: 750, MBps: 50000},
 		fakecuda.Cost{CallNs: 2000, MBps: 50000}, 64)
-	free := newBatcher(t, dev, BatchOptions{})
-	capped := newBatcher(t, dev, BatchOptions{SMShare: 0.1}) // 4 blocks: a sixteenth of the link
+	free := newBatcher(t, dev, Options{})
+	capped := newBatcher(t, dev, Options{SMShare: 0.1}) // 4 blocks: a sixteenth of the link
 	if free.Choose(4<<10, 1024) != MethodKernel || capped.Choose(4<<10, 1024) != MethodBatchAPI {
 		t.Errorf("1024 blocks of 4 KiB: uncapped %s (want kernel), capped %s (want batch-api)",
 			free.Choose(4<<10, 1024), capped.Choose(4<<10, 1024))
@@ -249,7 +249,7 @@ func TestCalibrationChoice(t *testing.T) {
 	for _, x := range []struct {
 		size  uintptr
 		count int
-		want  CopyMethod
+		want  Method
 	}{
 		{1, 1, MethodKernel}, {4 << 10, 16, MethodKernel}, {4 << 10, 127, MethodKernel}, {4 << 10, 129, MethodBatchAPI},
 		{15 << 10, 16, MethodKernel}, {17 << 10, 16, MethodPerCopy}, {1 << 30, 1 << 20, MethodKernel}, {64 << 10, 16, MethodPerCopy},

@@ -1,4 +1,4 @@
-package device
+package copyengine
 
 import (
 	"math/rand/v2"

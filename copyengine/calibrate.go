@@ -1,4 +1,4 @@
-package device
+package copyengine
 
 // The copy engine's calibration: which of the Batcher's methods is fastest for a batch.
 //
@@ -59,8 +59,8 @@ type Calibration struct {
 	// Took is how long the calibration took, allocations included.
 	Took time.Duration
 
-	only                  CopyMethod // the method every cell chose, else MethodAuto
-	sizeBound, countBound []float64  // the geometric midpoints between neighbours (Choice)
+	only                  Method    // the method every cell chose, else MethodAuto
+	sizeBound, countBound []float64 // the geometric midpoints between neighbours (Choice)
 }
 
 // CalibrationCell is one block size and batch length.
@@ -71,15 +71,15 @@ type CalibrationCell struct {
 	// would move more than the calibration's batch (4 MiB).
 	Jobs int
 	// GBps is the bandwidth (10^9 bytes a second, both ways) each method reached, indexed by
-	// CopyMethod; 0 for MethodAuto and for a method the driver does not have.
+	// Method; 0 for MethodAuto and for a method the driver does not have.
 	GBps [MethodPerCopy + 1]float64
 	// Choice is the fastest method.
-	Choice CopyMethod
+	Choice Method
 }
 
 // Choice returns the method of the cell nearest (on a log scale) a batch of count blocks of
 // size bytes each.
-func (c *Calibration) Choice(size uintptr, count int) CopyMethod {
+func (c *Calibration) Choice(size uintptr, count int) Method {
 	i := nearest(c.sizeBound, float64(size))
 	j := nearest(c.countBound, float64(count))
 	return c.Cells[i*len(c.Counts)+j].Choice
@@ -157,7 +157,7 @@ func calibrationFor(b *Batcher) (*Calibration, error) {
 	}
 	c, err := b.calibrate()
 	if err != nil {
-		return nil, fmt.Errorf("device: calibrating the copy engine (using %s for every batch): %w", b.static, err)
+		return nil, fmt.Errorf("copyengine: calibrating the copy engine (using %s for every batch): %w", b.static, err)
 	}
 	calibrations[k] = c
 	return c, nil
@@ -178,7 +178,7 @@ type calRun struct {
 	dev      icuda.DevicePtr // calBytes of device memory
 	s        icuda.Stream
 	e0, e1   icuda.Event
-	up, down []CopyJob
+	up, down []Job
 }
 
 // calibrate times b's methods (see the file comment).
@@ -279,8 +279,8 @@ func (r *calRun) cell(size uintptr, jobs int) (gbps [MethodPerCopy + 1]float64, 
 	r.up, r.down = r.up[:0], r.down[:0]
 	for i, p := range perm {
 		h, d := r.hostDev+uintptr(i)*size, r.dev+uintptr(p)*size
-		r.up = append(r.up, CopyJob{Dst: d, Src: h, Len: size})
-		r.down = append(r.down, CopyJob{Dst: h, Src: d, Len: size})
+		r.up = append(r.up, Job{Dst: d, Src: h, Len: size})
+		r.down = append(r.down, Job{Dst: h, Src: d, Len: size})
 	}
 	for m := MethodKernel; m <= MethodPerCopy; m++ {
 		if (m == MethodKernel && !r.b.kernel) || (m == MethodBatchAPI && !r.b.batchOK) {
@@ -296,10 +296,10 @@ func (r *calRun) cell(size uintptr, jobs int) (gbps [MethodPerCopy + 1]float64, 
 }
 
 // time returns the ns calReps round trips take with method m, after one untimed.
-func (r *calRun) time(m CopyMethod) (float64, error) {
+func (r *calRun) time(m Method) (float64, error) {
 	d := r.b.dev
 	trip := func() error {
-		for _, jobs := range [][]CopyJob{r.up, r.down} {
+		for _, jobs := range [][]Job{r.up, r.down} {
 			var err error
 			switch m {
 			case MethodKernel:

@@ -1,4 +1,4 @@
-package device
+package copyengine
 
 import (
 	"strconv"
@@ -28,7 +28,7 @@ import (
 // Volta device loads it too. Checked with ptxas 11.8 for sm_75, sm_80 and sm_90
 // (TestGatherPTXAssembles runs ptxas when one is installed).
 const gatherPTXTemplate = `//
-// pinmalloc gather/scatter copy kernel (device.Batcher).
+// pinmalloc gather/scatter copy kernel (copyengine.Batcher).
 //
 .version 7.0
 .target sm_{{SM}}

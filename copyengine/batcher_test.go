@@ -1,4 +1,4 @@
-package device
+package copyengine
 
 // Tests of the Batcher against the fake driver, which runs the gather kernel's semantics in C
 // and checks that every range it touches is device-accessible.
@@ -17,11 +17,21 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
-// newBatcher makes a Batcher closed at cleanup.
-func newBatcher(t testing.TB, dev *cuda.Device, o BatchOptions) *Batcher {
+// public is d, a device opened through the binding (fakecuda), as the public API takes it.
+func public(d *cuda.Device) *pcuda.Device { return cuda.Wrap[*pcuda.Device](d) }
+
+func must(t testing.TB, what string, err error) {
 	t.Helper()
-	b, err := NewBatcher(public(dev), o)
-	must(t, "NewBatcher", err)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// newBatcher makes a Batcher closed at cleanup.
+func newBatcher(t testing.TB, dev *cuda.Device, o Options) *Batcher {
+	t.Helper()
+	b, err := New(public(dev), o)
+	must(t, "New", err)
 	t.Cleanup(func() { must(t, "Batcher.Close", b.Close()) })
 	return b
 }
@@ -106,10 +116,10 @@ func roundTrip(t testing.TB, dev *cuda.Device, b *Batcher, s cuda.Stream, seed u
 	src := mem.Bytes(in, inTotal)
 	fill(src, seed)
 	clear(mem.Bytes(out, outTotal))
-	up, down := make([]CopyJob, n), make([]CopyJob, n)
+	up, down := make([]Job, n), make([]Job, n)
 	for i, sz := range sizes {
-		up[i] = CopyJob{Dst: d + devOff[i], Src: in + inOff[i], Len: sz}
-		down[i] = CopyJob{Dst: out + outOff[i], Src: d + devOff[i], Len: sz}
+		up[i] = Job{Dst: d + devOff[i], Src: in + inOff[i], Len: sz}
+		down[i] = Job{Dst: out + outOff[i], Src: d + devOff[i], Len: sz}
 	}
 	must(t, "Copy host→device", b.Copy(up, pcuda.Stream(s)))
 	must(t, "Copy device→host", b.Copy(down, pcuda.Stream(s)))
@@ -134,9 +144,9 @@ func TestBatcherRoundTrip(t *testing.T) {
 	must(t, "StreamCreate", err)
 	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) }()
 	const n = 2500
-	for i, m := range []CopyMethod{MethodKernel, MethodBatchAPI, MethodPerCopy, MethodAuto} {
+	for i, m := range []Method{MethodKernel, MethodBatchAPI, MethodPerCopy, MethodAuto} {
 		t.Run(m.String(), func(t *testing.T) {
-			b := newBatcher(t, dev, BatchOptions{Method: m})
+			b := newBatcher(t, dev, Options{Method: m})
 			want := m
 			if m == MethodAuto {
 				want = MethodKernel
@@ -170,26 +180,26 @@ func TestBatcherOptions(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, o := range []BatchOptions{
+	for _, o := range []Options{
 		{Method: MethodPerCopy + 1}, {MaxBlocks: -1}, {BlockThreads: 100}, {BlockThreads: 2048},
 	} {
-		if _, err := NewBatcher(public(dev), o); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("NewBatcher(%+v) = %v, want ErrInvalidOptions", o, err)
+		if _, err := New(public(dev), o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidOptions", o, err)
 		}
 	}
-	if _, err := NewBatcher(nil, BatchOptions{}); !errors.Is(err, ErrInvalidOptions) {
-		t.Errorf("NewBatcher(nil) = %v", err)
+	if _, err := New(nil, Options{}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("New(nil) = %v", err)
 	}
 
 	s, err := dev.StreamCreate(true)
 	must(t, "StreamCreate", err)
 	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) }()
-	low := newBatcher(t, dev, BatchOptions{LowPriority: true, MaxBlocks: 8, BlockThreads: 128})
+	low := newBatcher(t, dev, Options{LowPriority: true, MaxBlocks: 8, BlockThreads: 128})
 	if low.side == 0 || low.blocks != 8 || low.threads != 128 {
 		t.Fatalf("low-priority batcher: side %#x, %d blocks of %d threads", low.side, low.blocks, low.threads)
 	}
 	roundTrip(t, dev, low, s, 10, 500)
-	dflt := newBatcher(t, dev, BatchOptions{LowPriority: true})
+	dflt := newBatcher(t, dev, Options{LowPriority: true})
 	if dflt.blocks <= 0 {
 		t.Errorf("LowPriority without MaxBlocks: grid bound %d", dflt.blocks)
 	}
@@ -199,7 +209,7 @@ func TestBatcherOptions(t *testing.T) {
 	// not complete the side stream.
 	host, d := hostMem(t, dev, 1<<20), devMem(t, dev, 1<<20)
 	f.Hold(true)
-	must(t, "Copy held", low.Copy([]CopyJob{{Dst: d, Src: host, Len: 4096}}, pcuda.Stream(s)))
+	must(t, "Copy held", low.Copy([]Job{{Dst: d, Src: host, Len: 4096}}, pcuda.Stream(s)))
 	if err := dev.StreamQuery(s); !errors.Is(err, cuda.ErrNotReady) {
 		t.Errorf("caller's stream after a held low-priority copy: %v, want not ready", err)
 	}
@@ -211,8 +221,8 @@ func TestBatcherOptions(t *testing.T) {
 
 	// The legacy stream: the kernel launches on it; the batch API is fenced through a side
 	// stream, since the driver refuses stream 0 for it.
-	for _, m := range []CopyMethod{MethodKernel, MethodBatchAPI, MethodPerCopy} {
-		b := newBatcher(t, dev, BatchOptions{Method: m})
+	for _, m := range []Method{MethodKernel, MethodBatchAPI, MethodPerCopy} {
+		b := newBatcher(t, dev, Options{Method: m})
 		roundTrip(t, dev, b, 0, 20+uint64(m), 200)
 	}
 }
@@ -225,19 +235,19 @@ func TestBatcherAuto(t *testing.T) {
 		return
 	}
 	f.FailModuleLoad(1, fakecuda.ResultInvalidPTX)
-	if _, err := NewBatcher(public(dev), BatchOptions{Method: MethodKernel}); !errors.Is(err, ErrMethodUnsupported) {
+	if _, err := New(public(dev), Options{Method: MethodKernel}); !errors.Is(err, ErrMethodUnsupported) {
 		t.Errorf("forced kernel with the PTX refused: %v", err)
 	}
 	f.FailModuleLoad(1, fakecuda.ResultInvalidPTX)
-	b := newBatcher(t, dev, BatchOptions{})
+	b := newBatcher(t, dev, Options{})
 	if b.Method() != MethodBatchAPI {
 		t.Errorf("auto with the PTX refused: %s, want batch-api", b.Method())
 	}
 	if f.Modules() != 0 {
 		t.Errorf("%d modules loaded after refusals", f.Modules())
 	}
-	for m, want := range map[CopyMethod]string{MethodAuto: "auto", MethodKernel: "kernel", MethodBatchAPI: "batch-api",
-		MethodPerCopy: "per-copy", 9: "CopyMethod(9)"} {
+	for m, want := range map[Method]string{MethodAuto: "auto", MethodKernel: "kernel", MethodBatchAPI: "batch-api",
+		MethodPerCopy: "per-copy", 9: "Method(9)"} {
 		if m.String() != want {
 			t.Errorf("%d.String() = %q", m, m.String())
 		}
@@ -261,45 +271,45 @@ func TestBatcherBadJobs(t *testing.T) {
 		return
 	}
 	host, d := hostMem(t, dev, 1<<20), devMem(t, dev, 1<<20)
-	for _, m := range []CopyMethod{MethodKernel, MethodBatchAPI, MethodPerCopy} {
-		b := newBatcher(t, dev, BatchOptions{Method: m})
+	for _, m := range []Method{MethodKernel, MethodBatchAPI, MethodPerCopy} {
+		b := newBatcher(t, dev, Options{Method: m})
 		calls := func() int64 { return f.Launches() + f.Batches() + f.Memcpys() }
 		before := calls()
 		must(t, "empty Copy", b.Copy(nil, 0))
 		for _, c := range []struct {
 			name string
-			jobs []CopyJob
+			jobs []Job
 			want error
 		}{
-			{"zero length", []CopyJob{{Dst: d, Src: host, Len: 0}}, ErrInvalidJob},
-			{"zero destination", []CopyJob{{Dst: 0, Src: host, Len: 8}}, ErrInvalidJob},
-			{"zero source", []CopyJob{{Dst: d, Src: 0, Len: 8}}, ErrInvalidJob},
-			{"wrapping", []CopyJob{{Dst: ^uintptr(0) - 4, Src: host, Len: 8}}, ErrInvalidJob},
-			{"destinations overlap", []CopyJob{{Dst: d, Src: host, Len: 4096}, {Dst: d + 4095, Src: host + 8192, Len: 16}}, ErrOverlap},
-			{"destination overlaps a source", []CopyJob{{Dst: d, Src: host, Len: 4096}, {Dst: host + 4000, Src: d + 8192, Len: 16}}, ErrOverlap},
-			{"a job overlapping itself", []CopyJob{{Dst: d + 16, Src: d, Len: 4096}}, ErrOverlap},
-			{"same destination twice", []CopyJob{{Dst: d, Src: host, Len: 64}, {Dst: d, Src: host + 64, Len: 64}}, ErrOverlap},
+			{"zero length", []Job{{Dst: d, Src: host, Len: 0}}, ErrInvalidJob},
+			{"zero destination", []Job{{Dst: 0, Src: host, Len: 8}}, ErrInvalidJob},
+			{"zero source", []Job{{Dst: d, Src: 0, Len: 8}}, ErrInvalidJob},
+			{"wrapping", []Job{{Dst: ^uintptr(0) - 4, Src: host, Len: 8}}, ErrInvalidJob},
+			{"destinations overlap", []Job{{Dst: d, Src: host, Len: 4096}, {Dst: d + 4095, Src: host + 8192, Len: 16}}, ErrOverlap},
+			{"destination overlaps a source", []Job{{Dst: d, Src: host, Len: 4096}, {Dst: host + 4000, Src: d + 8192, Len: 16}}, ErrOverlap},
+			{"a job overlapping itself", []Job{{Dst: d + 16, Src: d, Len: 4096}}, ErrOverlap},
+			{"same destination twice", []Job{{Dst: d, Src: host, Len: 64}, {Dst: d, Src: host + 64, Len: 64}}, ErrOverlap},
 		} {
 			if err := b.Copy(c.jobs, 0); !errors.Is(err, c.want) {
 				t.Errorf("%s: %s: %v, want %v", m, c.name, err, c.want)
 			}
 		}
 		// Sources may overlap, and adjacent ranges do not overlap.
-		must(t, "sources shared", b.Copy([]CopyJob{{Dst: d, Src: host, Len: 4096}, {Dst: d + 4096, Src: host, Len: 4096}}, 0))
+		must(t, "sources shared", b.Copy([]Job{{Dst: d, Src: host, Len: 4096}, {Dst: d + 4096, Src: host, Len: 4096}}, 0))
 		must(t, "StreamSynchronize", dev.StreamSynchronize(0)) // Launches counts kernels run
 		if calls() == before {
 			t.Errorf("%s: the valid batch made no driver call", m)
 		}
 		must(t, "Close", b.Close())
 		must(t, "second Close", b.Close())
-		trusting := newBatcher(t, dev, BatchOptions{Method: m, TrustNoOverlap: true})
-		if err := trusting.Copy([]CopyJob{{Dst: d, Src: host, Len: 64}, {Dst: d, Src: host + 64, Len: 64}}, 0); err != nil {
+		trusting := newBatcher(t, dev, Options{Method: m, TrustNoOverlap: true})
+		if err := trusting.Copy([]Job{{Dst: d, Src: host, Len: 64}, {Dst: d, Src: host + 64, Len: 64}}, 0); err != nil {
 			t.Errorf("%s: TrustNoOverlap refused overlapping jobs: %v", m, err)
 		}
-		if err := trusting.Copy([]CopyJob{{Dst: d, Src: host, Len: 0}}, 0); !errors.Is(err, ErrInvalidJob) {
+		if err := trusting.Copy([]Job{{Dst: d, Src: host, Len: 0}}, 0); !errors.Is(err, ErrInvalidJob) {
 			t.Errorf("%s: TrustNoOverlap accepted a zero-length job: %v", m, err)
 		}
-		if err := b.Copy([]CopyJob{{Dst: d, Src: host, Len: 8}}, 0); !errors.Is(err, ErrBatcherClosed) {
+		if err := b.Copy([]Job{{Dst: d, Src: host, Len: 8}}, 0); !errors.Is(err, ErrClosed) {
 			t.Errorf("%s: Copy after Close: %v", m, err)
 		}
 	}
@@ -320,10 +330,10 @@ func TestBatcherFaults(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i + 1)
 	}
-	ok := []CopyJob{{Dst: d, Src: host, Len: 4096}}
-	back := []CopyJob{{Dst: host + 8192, Src: d, Len: 4096}}
+	ok := []Job{{Dst: d, Src: host, Len: 4096}}
+	back := []Job{{Dst: host + 8192, Src: d, Len: 4096}}
 
-	kb := newBatcher(t, dev, BatchOptions{Method: MethodKernel})
+	kb := newBatcher(t, dev, Options{Method: MethodKernel})
 	f.FailLaunch(1, fakecuda.ResultLaunchFailed)
 	var r cuda.Result
 	if err := kb.Copy(ok, 0); !errors.As(err, &r) || r != fakecuda.ResultLaunchFailed {
@@ -342,7 +352,7 @@ func TestBatcherFaults(t *testing.T) {
 	}
 	// A source the device cannot reach faults the kernel when it runs: the launch succeeds,
 	// the synchronizing call reports the fault, and it is sticky, like a real context.
-	must(t, "Copy of a job that faults", kb.Copy([]CopyJob{{Dst: d, Src: unmapped, Len: 64}}, 0))
+	must(t, "Copy of a job that faults", kb.Copy([]Job{{Dst: d, Src: unmapped, Len: 64}}, 0))
 	err = dev.StreamSynchronize(0)
 	if !errors.As(err, &r) || r != fakecuda.ResultIllegalAddress || f.StickyError() != fakecuda.ResultIllegalAddress {
 		t.Errorf("kernel fault: %v (sticky %d)", err, f.StickyError())
@@ -353,9 +363,9 @@ func TestBatcherFaults(t *testing.T) {
 	f.ClearStickyError()
 
 	// The copy-engine methods refuse a range past the end of an allocation.
-	for _, m := range []CopyMethod{MethodBatchAPI, MethodPerCopy} {
-		b := newBatcher(t, dev, BatchOptions{Method: m})
-		err := b.Copy([]CopyJob{{Dst: host + 64<<10, Src: d, Len: 64}, {Dst: host, Src: d + 1<<20 - 8, Len: 64}}, 0)
+	for _, m := range []Method{MethodBatchAPI, MethodPerCopy} {
+		b := newBatcher(t, dev, Options{Method: m})
+		err := b.Copy([]Job{{Dst: host + 64<<10, Src: d, Len: 64}, {Dst: host, Src: d + 1<<20 - 8, Len: 64}}, 0)
 		if !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("%s: copy past the end: %v", m, err)
 		}
@@ -370,14 +380,14 @@ func TestBatcherStaging(t *testing.T) {
 	if f == nil {
 		return
 	}
-	b := newBatcher(t, dev, BatchOptions{Method: MethodKernel})
+	b := newBatcher(t, dev, Options{Method: MethodKernel})
 	s, err := dev.StreamCreate(true)
 	must(t, "StreamCreate", err)
 	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) }()
 	host, d := hostMem(t, dev, 8<<20), devMem(t, dev, 8<<20)
 	f.Hold(true)
 	for i := 0; i < 2*maxStages; i++ {
-		must(t, "Copy", b.Copy([]CopyJob{{Dst: d + uintptr(i)*4096, Src: host + uintptr(i)*4096, Len: 4096}}, pcuda.Stream(s)))
+		must(t, "Copy", b.Copy([]Job{{Dst: d + uintptr(i)*4096, Src: host + uintptr(i)*4096, Len: 4096}}, pcuda.Stream(s)))
 		if len(b.stages) > maxStages {
 			t.Fatalf("%d staging buffers", len(b.stages))
 		}
@@ -387,9 +397,9 @@ func TestBatcherStaging(t *testing.T) {
 	}
 	f.Complete()
 	f.Hold(false)
-	big := make([]CopyJob, 2*minStageJobs+1)
+	big := make([]Job, 2*minStageJobs+1)
 	for i := range big {
-		big[i] = CopyJob{Dst: d + uintptr(i)*1024, Src: host + uintptr(i)*1024, Len: 1024}
+		big[i] = Job{Dst: d + uintptr(i)*1024, Src: host + uintptr(i)*1024, Len: 1024}
 	}
 	must(t, "Copy of a big batch", b.Copy(big, pcuda.Stream(s)))
 	if last := b.stages[len(b.stages)-1]; last.jobs < len(big) {
@@ -408,8 +418,8 @@ func TestBatcherConcurrent(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, m := range []CopyMethod{MethodKernel, MethodBatchAPI, MethodPerCopy} {
-		b := newBatcher(t, dev, BatchOptions{Method: m, LowPriority: m == MethodKernel})
+	for _, m := range []Method{MethodKernel, MethodBatchAPI, MethodPerCopy} {
+		b := newBatcher(t, dev, Options{Method: m, LowPriority: m == MethodKernel})
 		const workers, rounds, blocks = 4, 8, 64
 		var wg sync.WaitGroup
 		errs := make(chan error, 2*workers)
@@ -423,13 +433,13 @@ func TestBatcherConcurrent(t *testing.T) {
 				defer func() { errs <- dev.StreamDestroy(s) }()
 				rng := rand.New(rand.NewPCG(uint64(w), 2))
 				in, out := mem.Bytes(host, blocks*4096), mem.Bytes(host+blocks*4096, blocks*4096)
-				up, down := make([]CopyJob, blocks), make([]CopyJob, blocks)
+				up, down := make([]Job, blocks), make([]Job, blocks)
 				for r := 0; r < rounds; r++ {
 					fill(in, uint64(w*rounds+r))
 					perm := rng.Perm(blocks)
 					for i, p := range perm {
-						up[i] = CopyJob{Dst: d + uintptr(p)*4096, Src: host + uintptr(i)*4096, Len: 4096}
-						down[i] = CopyJob{Dst: host + blocks*4096 + uintptr(i)*4096, Src: d + uintptr(p)*4096, Len: 4096}
+						up[i] = Job{Dst: d + uintptr(p)*4096, Src: host + uintptr(i)*4096, Len: 4096}
+						down[i] = Job{Dst: host + blocks*4096 + uintptr(i)*4096, Src: d + uintptr(p)*4096, Len: 4096}
 					}
 					if err := b.Copy(up, pcuda.Stream(s)); err != nil {
 						errs <- err

@@ -1,4 +1,4 @@
-package device
+package copyengine
 
 import (
 	"fmt"
@@ -44,9 +44,9 @@ func benchBatcher(b *testing.B, dev *cuda.Device, gpu bool) {
 	must(b, "StreamCreate", err)
 	b.Cleanup(func() { must(b, "StreamDestroy", dev.StreamDestroy(s)) })
 	host, d := hostMem(b, dev, 2*benchBatchBytes), devMem(b, dev, 2*benchBatchBytes)
-	for _, o := range []BatchOptions{{Method: MethodKernel}, {Method: MethodKernel, TrustNoOverlap: true},
+	for _, o := range []Options{{Method: MethodKernel}, {Method: MethodKernel, TrustNoOverlap: true},
 		{Method: MethodBatchAPI}, {Method: MethodPerCopy}} {
-		bt, err := NewBatcher(public(dev), o)
+		bt, err := New(public(dev), o)
 		if err != nil {
 			b.Logf("%s: %v", o.Method, err)
 			continue
@@ -92,17 +92,17 @@ func cpuTime(b *testing.B) int64 {
 
 // benchJobs scatters a batch of blocks of the given size: block i of the host side goes to a
 // random slot of the device side (slots at twice the block size), or back.
-func benchJobs(host, d uintptr, size uintptr, toHost bool) []CopyJob {
+func benchJobs(host, d uintptr, size uintptr, toHost bool) []Job {
 	n := benchBatchBytes / int(size)
 	rng := rand.New(rand.NewPCG(uint64(size), 3))
 	perm := rng.Perm(n)
-	jobs := make([]CopyJob, n)
+	jobs := make([]Job, n)
 	for i, p := range perm {
 		h, dv := host+uintptr(i)*2*size, d+uintptr(p)*2*size
 		if toHost {
-			jobs[i] = CopyJob{Dst: h, Src: dv, Len: size}
+			jobs[i] = Job{Dst: h, Src: dv, Len: size}
 		} else {
-			jobs[i] = CopyJob{Dst: dv, Src: h, Len: size}
+			jobs[i] = Job{Dst: dv, Src: h, Len: size}
 		}
 	}
 	return jobs

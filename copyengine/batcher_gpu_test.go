@@ -1,9 +1,9 @@
-package device
+package copyengine
 
 // Tests and benchmarks of the Batcher on a real GPU; each skips with "no CUDA driver" where
 // there is none. Run on a GPU machine with
 //
-//	device.test -test.v -test.run CUDABatcher -test.bench CUDABatcher -test.benchtime 20x
+//	copyengine.test -test.v -test.run CUDABatcher -test.bench CUDABatcher -test.benchtime 20x
 
 import (
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -24,8 +24,8 @@ func TestCUDABatcher(t *testing.T) {
 	must(t, "StreamCreate", err)
 	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) }()
 	start := time.Now()
-	auto := newBatcher(t, dev, BatchOptions{})
-	t.Logf("NewBatcher: %s in %v (calibration included)", auto.Method(), time.Since(start))
+	auto := newBatcher(t, dev, Options{})
+	t.Logf("New: %s in %v (calibration included)", auto.Method(), time.Since(start))
 	if !auto.kernel {
 		t.Errorf("the driver refused the kernel: auto has %s", auto.Method())
 	}
@@ -34,11 +34,11 @@ func TestCUDABatcher(t *testing.T) {
 	} else {
 		t.Logf("%s", cal)
 	}
-	for i, o := range []BatchOptions{
+	for i, o := range []Options{
 		{Method: MethodKernel}, {Method: MethodBatchAPI}, {Method: MethodPerCopy},
 		{Method: MethodKernel, LowPriority: true}, {Method: MethodKernel, MaxBlocks: 3, BlockThreads: 64},
 	} {
-		b, err := NewBatcher(public(dev), o)
+		b, err := New(public(dev), o)
 		if err != nil {
 			t.Logf("%+v: %v", o, err)
 			continue
@@ -153,13 +153,13 @@ func BenchmarkCUDABatcherInterference(b *testing.B) {
 	b.Logf("compute kernel alone: %.3f ms", alone)
 	for _, c := range []struct {
 		name string
-		o    BatchOptions
+		o    Options
 	}{
-		{"kernel", BatchOptions{Method: MethodKernel, TrustNoOverlap: true}},
-		{"kernel-lowpriority", BatchOptions{Method: MethodKernel, TrustNoOverlap: true, LowPriority: true}},
-		{"batch-api", BatchOptions{Method: MethodBatchAPI, TrustNoOverlap: true}},
+		{"kernel", Options{Method: MethodKernel, TrustNoOverlap: true}},
+		{"kernel-lowpriority", Options{Method: MethodKernel, TrustNoOverlap: true, LowPriority: true}},
+		{"batch-api", Options{Method: MethodBatchAPI, TrustNoOverlap: true}},
 	} {
-		bt, err := NewBatcher(public(dev), c.o)
+		bt, err := New(public(dev), c.o)
 		if err != nil {
 			b.Logf("%s: %v", c.name, err)
 			continue

@@ -1,0 +1,205 @@
+package copyengine
+
+// The Batcher: its job type, its state, and the calls of its API. What each method does lives
+// in a file of its own (kernel.go, batchapi.go, percopy.go), as do the checks of a batch
+// (validate.go), the kernel's staging ring (ring.go), the side stream and its fences
+// (streams.go) and MethodAuto's calibration (calibrate.go).
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// Job is one copy of Len bytes from Src to Dst. Both are addresses the device can use: device
+// memory, or pinned host memory mapped for the device (VMM host granules: the host address
+// itself; registered or cuMemHostAlloc memory: its device pointer, pinned.Pool.DevicePointer).
+// Its layout, three machine words, is the kernel's job layout. Jobs are raw addresses: the
+// Batcher records no stream on the host buffers they touch (device.Heap's HtoDAsync and
+// DtoHAsync do). Free a pinned.Pool buffer a batch uses with FreeAsync on the batch's stream,
+// or call RecordStream before a plain Free.
+type Job struct{ Dst, Src, Len uintptr }
+
+// Batcher moves batches of copy jobs with one kernel launch, one batch call or one copy per
+// job. See the package comment.
+type Batcher struct {
+	dev     *icuda.Device
+	method  Method // as asked: MethodAuto, or the one forced
+	static  Method // MethodAuto's choice without a calibration: the first the driver has
+	kernel  bool   // the kernel is loaded
+	batchOK bool   // the driver has the batch API
+	cal     *Calibration
+	calErr  error // why MethodAuto has no calibration
+	low     bool
+	trust   bool // skip the overlap check
+	blocks  int  // grid bound; 0 = one block per job
+	threads int
+
+	mod icuda.Module
+	fn  icuda.Function
+
+	mu     sync.Mutex
+	closed bool
+	side   icuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
+	fences *icuda.EventPool
+	stages []*stage // FIFO: stages[0] is the least recently used
+
+	spans, spare      []span // scratch for the overlap check
+	dsts, srcs, sizes []uintptr
+}
+
+// New makes a Batcher for dev, which must stay open until Close. With MethodAuto or
+// MethodKernel it loads the kernel (one JIT compilation per process, cached by the driver
+// across processes).
+func New(pub *cuda.Device, o Options) (*Batcher, error) {
+	dev, err := icuda.Of(pub)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	if o.Method > MethodPerCopy || o.MaxBlocks < 0 || o.BlockThreads < 0 || o.BlockThreads > 1024 || o.BlockThreads%32 != 0 ||
+		!(o.SMShare >= 0 && o.SMShare <= 1) {
+		return nil, fmt.Errorf("%w: %+v (method %s, MaxBlocks ≥ 0, BlockThreads a multiple of 32 up to 1024, SMShare in [0, 1])",
+			ErrInvalidOptions, o, o.Method)
+	}
+	b := &Batcher{dev: dev, method: o.Method, low: o.LowPriority, trust: o.TrustNoOverlap, blocks: o.MaxBlocks, threads: o.BlockThreads,
+		fences: icuda.NewEventPool(dev)}
+	if b.threads == 0 {
+		b.threads = defaultBlockThreads
+	}
+	var kerr, berr error
+	if o.Method == MethodAuto || o.Method == MethodKernel {
+		kerr = b.loadKernel()
+		b.kernel = kerr == nil
+	}
+	if o.Method == MethodAuto || o.Method == MethodBatchAPI {
+		berr = dev.MemcpyBatchSupported()
+		b.batchOK = berr == nil
+	}
+	switch {
+	case o.Method == MethodKernel && !b.kernel, o.Method == MethodBatchAPI && !b.batchOK:
+		return nil, errors.Join(fmt.Errorf("%w: %s: %w", ErrMethodUnsupported, o.Method, errors.Join(kerr, berr)), b.Close())
+	case b.kernel:
+		b.static = MethodKernel
+	case b.batchOK:
+		b.static = MethodBatchAPI
+	default:
+		b.static = MethodPerCopy
+	}
+	if b.kernel {
+		if err := b.boundGrid(o.SMShare); err != nil {
+			return nil, errors.Join(err, b.Close())
+		}
+	}
+	if o.Method == MethodAuto && (b.kernel || b.batchOK) {
+		b.cal, b.calErr = calibrationFor(b)
+	}
+	return b, nil
+}
+
+// Method returns the method the Batcher uses for every batch: the one forced, or the one the
+// calibration chose at every block size and batch length (or, without a calibration, the
+// first the driver has). It returns MethodAuto when the calibrated Batcher picks per batch
+// (Choose tells which).
+func (b *Batcher) Method() Method {
+	switch {
+	case b.method != MethodAuto:
+		return b.method
+	case b.cal == nil:
+		return b.static
+	}
+	return b.cal.only
+}
+
+// Choose returns the method Copy uses for a batch of count jobs of size bytes each (on
+// average).
+func (b *Batcher) Choose(size uintptr, count int) Method {
+	switch {
+	case b.method != MethodAuto:
+		return b.method
+	case b.cal == nil:
+		return b.static
+	}
+	return b.cal.Choice(size, count)
+}
+
+// Calibration returns what MethodAuto measured, shared by the Batchers of the same device and
+// configuration; nil with the reason when it did not calibrate (a forced method, a driver with
+// one method only, or a calibration that failed: then it uses the first method the driver has).
+func (b *Batcher) Calibration() (*Calibration, error) {
+	switch {
+	case b.cal != nil:
+		return b.cal, nil
+	case b.method != MethodAuto:
+		return nil, fmt.Errorf("copyengine: no calibration: the method %s is forced", b.method)
+	case b.calErr != nil:
+		return nil, b.calErr
+	}
+	return nil, fmt.Errorf("copyengine: no calibration: the driver has one method, %s", b.static)
+}
+
+// Copy queues every job on stream s and returns without waiting (see the package comment for
+// the stream guarantees and errors). An empty batch does nothing. The host side of each job
+// must stay allocated, and its bytes untouched, until s has passed the copy.
+func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	total, err := b.check(jobs)
+	if err != nil {
+		return err
+	}
+	m := b.method
+	if m == MethodAuto {
+		m = b.static
+		if b.cal != nil {
+			m = b.cal.Choice(total/uintptr(len(jobs)), len(jobs))
+		}
+	}
+	switch m {
+	case MethodKernel:
+		err = b.launch(jobs, s)
+	case MethodBatchAPI:
+		err = b.batch(jobs, s)
+	default:
+		err = b.perCopy(jobs, s)
+	}
+	return err
+}
+
+// Close waits for the launches that read the Batcher's staging buffers, frees them, unloads the
+// kernel and destroys the Batcher's stream and events. Work queued by Copy on the caller's
+// streams is not waited for, except what a staging buffer's event covers. Close is idempotent.
+func (b *Batcher) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	var errs []error
+	for _, st := range b.stages {
+		if st.busy {
+			errs = append(errs, b.dev.EventSynchronize(st.ev))
+		}
+		errs = append(errs, b.freeStage(st))
+	}
+	b.stages = nil
+	if b.side != 0 {
+		errs = append(errs, b.dev.StreamSynchronize(b.side), b.dev.StreamDestroy(b.side))
+		b.side = 0
+	}
+	errs = append(errs, b.fences.Close())
+	if b.mod != 0 {
+		errs = append(errs, b.dev.ModuleUnload(b.mod))
+		b.mod, b.fn = 0, 0
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,66 @@
+// Package copyengine moves batches of scattered copies between device memory and pinned host
+// memory: a Batcher queues a batch on a stream in as few driver calls as it can. It is the
+// copy engine of the uvm tier (uvm.Mover), usable on its own; package device keeps the heaps
+// and their checked copies.
+//
+// # Methods
+//
+//   - MethodKernel: one launch of a gather/scatter kernel (gather_ptx.go, loaded and launched by
+//     kernel.go) per batch. Measured on an H100 (docs/cuda.md): 52.4 GB/s device → mapped host
+//     and 51.1 GB/s back for scattered 4 KiB to 1 MiB blocks, where one copy per block manages
+//     1.9 GB/s at 4 KiB. It runs on the SMs, so it competes with the caller's kernels:
+//     Options.LowPriority moves it to a stream of the device's least priority with a bounded
+//     grid, and Options.SMShare caps its grid at a share of the device's multiprocessors.
+//   - MethodBatchAPI (batchapi.go): one cuMemcpyBatchAsync_v2 call (CUDA 13.0 drivers): copy
+//     engines, 4.9 GB/s at 4 KiB, 44.6 at 1 MiB.
+//   - MethodPerCopy (percopy.go): one cuMemcpyAsync per job: 1.9 GB/s at 4 KiB, 46.9 at 1 MiB.
+//
+// Which is fastest depends on the device, the block size and the batch length (peers measured
+// batched DMA at 4–7 GB/s for 4–24 KiB blocks where a gather kernel wins below about 28 KiB, and
+// a kernel of one block per job cannot fill the link with a few huge jobs), so MethodAuto
+// calibrates: New times every method the driver has at a few block sizes and batch lengths,
+// once per device, configuration and process (calibrate.go), and Copy picks the fastest for
+// each batch by its mean block size and its length. Where the calibration cannot run (no
+// memory for its buffers), MethodAuto takes the kernel when the driver loads it, else the batch
+// API when the driver has it, else one copy per job, and Calibration says why. A forced method
+// (Options.Method) is never calibrated; one the driver cannot do makes New fail with
+// ErrMethodUnsupported.
+//
+// # Kernel launches
+//
+// The kernel reads the job array from pinned host memory mapped for the device (cuMemHostAlloc
+// with DEVICEMAP), a staging buffer the Batcher owns. A buffer is written by Copy, read by the
+// launch, and reused only once an event recorded after that launch has completed; the Batcher
+// keeps up to maxStages buffers in a FIFO ring (ring.go) and waits for the oldest
+// (cuEventSynchronize) only when all are in flight. The PTX is loaded once per Batcher (the
+// driver caches the JIT result across processes).
+//
+// # Streams
+//
+// Copy queues the jobs on the caller's stream s and returns without waiting: they run after the
+// work queued on s before, and work queued on s after sees them done. With LowPriority the
+// kernel runs on the Batcher's own low-priority stream instead, fenced by events both ways (s →
+// side before the launch, side → s after: streams.go), which keeps those guarantees. The batch
+// API refuses the legacy default stream (0), so a batch on stream 0 is fenced through the side
+// stream the same way.
+//
+// # Errors
+//
+// Jobs are checked before anything is queued (validate.go): a zero length, a zero address or a
+// range that wraps around the address space is ErrInvalidJob, and two jobs whose destinations
+// overlap, or a destination that overlaps any job's source, is ErrOverlap (the jobs of one
+// batch run in no particular order; Options.TrustNoOverlap skips that check). Addresses are not
+// checked against the driver: a job the device cannot reach fails the batch API or per-copy
+// call with an error wrapping cuda.ErrInvalidValue, and faults the kernel:
+// CUDA_ERROR_ILLEGAL_ADDRESS, which on a real GPU is sticky and ends the context. A failing
+// launch or batch call is reported, not retried with another method: a fault is not
+// recoverable, the other failures are misuse that a retry would repeat, and the caller (uvm)
+// must know that a block did not move. Per copy, a failure at job k leaves jobs 0..k-1 queued;
+// the error says which job failed. The sentinels (errors.go) are of the module's shared kinds
+// (package pinmalloc).
+//
+// # Concurrency
+//
+// A Batcher is safe for concurrent use; Copy calls are serialized by a mutex (the staging ring
+// and the scratch arrays are shared). Close must not race with Copy.
+package copyengine

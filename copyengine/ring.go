@@ -1,0 +1,104 @@
+package copyengine
+
+// The kernel's staging ring: the job arrays the gather kernel reads, in pinned host memory
+// mapped for the device. A buffer is written by Copy, read by the launch, and reused only once
+// an event recorded after that launch has completed; up to maxStages buffers wait in a FIFO,
+// and the oldest is waited for (cuEventSynchronize) only when all are in flight.
+
+import (
+	"errors"
+	"fmt"
+
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+const (
+	maxStages    = 4    // staging buffers in flight at most
+	minStageJobs = 1024 // the smallest staging buffer, in jobs
+	jobBytes     = 24   // one {dst, src, len} triple
+)
+
+// stage is a staging buffer for a kernel's job array: pinned host memory mapped for the device.
+type stage struct {
+	host uintptr         // host address, written by Copy
+	dptr icuda.DevicePtr // the device's address of the same memory
+	jobs int             // capacity in jobs
+	ev   icuda.Event     // recorded after the launch that reads the buffer
+	busy bool            // ev was recorded and may not have completed
+}
+
+// stage returns a staging buffer for n jobs that no launch in flight reads: the least recently
+// used one if its launch has completed, else a new one while fewer than maxStages exist, else
+// the least recently used after waiting for it. It moves the buffer to the end of the FIFO.
+func (b *Batcher) stage(n int) (*stage, error) {
+	var st *stage
+	if len(b.stages) > 0 {
+		old := b.stages[0]
+		switch err := b.idle(old); {
+		case err == nil:
+			st = old
+		case !errors.Is(err, icuda.ErrNotReady):
+			return nil, err
+		case len(b.stages) >= maxStages:
+			if err := b.dev.EventSynchronize(old.ev); err != nil {
+				return nil, fmt.Errorf("copyengine: waiting for a staging buffer: %w", err)
+			}
+			old.busy = false
+			st = old
+		}
+	}
+	if st != nil {
+		b.stages = append(b.stages[:0], b.stages[1:]...)
+		if st.jobs < n { // too small: replace it
+			if err := b.freeStage(st); err != nil {
+				return nil, err
+			}
+			st = nil
+		}
+	}
+	if st == nil {
+		var err error
+		if st, err = b.newStage(n); err != nil {
+			return nil, err
+		}
+	}
+	b.stages = append(b.stages, st)
+	return st, nil
+}
+
+// idle returns nil when no launch in flight reads st, cuda.ErrNotReady while one may.
+func (b *Batcher) idle(st *stage) error {
+	if !st.busy {
+		return nil
+	}
+	if err := b.dev.EventQuery(st.ev); err != nil {
+		return err
+	}
+	st.busy = false
+	return nil
+}
+
+// newStage allocates a staging buffer for at least n jobs.
+func (b *Batcher) newStage(n int) (*stage, error) {
+	jobs := minStageJobs
+	for jobs < n {
+		jobs *= 2
+	}
+	host, err := b.dev.MemHostAlloc(uintptr(jobs)*jobBytes, icuda.HostAllocDeviceMap|icuda.HostAllocPortable)
+	if err != nil {
+		return nil, fmt.Errorf("copyengine: allocating a staging buffer for %d jobs: %w", jobs, err)
+	}
+	st := &stage{host: host, jobs: jobs}
+	if st.dptr, err = b.dev.MemHostGetDevicePointer(host); err == nil {
+		st.ev, err = b.dev.EventCreate(true)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("copyengine: staging buffer: %w", err), b.dev.MemFreeHost(host))
+	}
+	return st, nil
+}
+
+// freeStage frees an idle staging buffer.
+func (b *Batcher) freeStage(st *stage) error {
+	return errors.Join(b.dev.EventDestroy(st.ev), b.dev.MemFreeHost(st.host))
+}

@@ -1,0 +1,37 @@
+package copyengine
+
+// The Batcher's side stream and the fences that keep a batch moved on it in the order of the
+// caller's stream: LowPriority launches run there, and batch-API batches on the legacy stream,
+// which that API refuses.
+
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+)
+
+// lowPriority creates the side stream at the device's least priority.
+func (b *Batcher) lowPriority() error {
+	least, _, err := b.dev.StreamPriorityRange()
+	if err != nil {
+		return err
+	}
+	b.side, err = b.dev.StreamCreateWithPriority(true, least)
+	return err
+}
+
+// fence makes the work queued on to from now on wait for the work queued on from so far.
+func (b *Batcher) fence(from, to cuda.Stream) error {
+	ev, err := b.fences.Get()
+	if err != nil {
+		return err
+	}
+	defer b.fences.Put(ev) // a wait already queued is not affected by a later record
+	if err := b.dev.EventRecord(ev, uintptr(from)); err != nil {
+		return fmt.Errorf("copyengine: ordering streams: %w", err)
+	}
+	if err := b.dev.StreamWaitEvent(uintptr(to), ev); err != nil {
+		return fmt.Errorf("copyengine: ordering streams: %w", err)
+	}
+	return nil
+}
