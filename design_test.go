@@ -185,7 +185,7 @@ var walkStep = regexp.MustCompile("`([A-Za-z0-9_./-]+\\.go)`\\s+`([A-Za-z_][A-Za
 
 // TestDesignWalks checks that every function docs/design.md names beside a file is declared
 // in that file: Recv.Method for a method (pointer or not), Func for a function. Steps that go
-// on naming functions without a file (`Heap.alloc` after `device/device.go` `Heap.Alloc`) are
+// on naming functions without a file (`Heap.alloc` after `device/alloc.go` `Heap.Alloc`) are
 // checked in the file named last before them in the same walk step.
 func TestDesignWalks(t *testing.T) {
 	doc := readDesign(t)

@@ -104,92 +104,16 @@ package device
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/heap"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
-
-const (
-	// DefaultAlign is the block alignment when Options.Align is zero: what GPU memory
-	// coalescing wants, and what cudaMalloc guarantees.
-	DefaultAlign = 256
-)
-
-// Sentinel errors. Errors of the heap (heap.ErrNotOwned, heap.ErrDoubleFree, ...) and of the
-// arena pass through wrapped. A sentinel of a kind the module's packages share matches that
-// kind too (device.ErrClosed matches pinmalloc.ErrClosed); ErrNoDriver, ErrNoDevice and
-// ErrOutOfMemory are the module's own (package pinmalloc).
-var (
-	// ErrBusy means Close found frees waiting for their event, or work in flight on a stream
-	// the heap has seen; nothing was released.
-	ErrBusy = errkind.New(pinmalloc.ErrBusy, "device: work in flight")
-	// ErrInvalidStream means the driver does not know the stream handle.
-	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "device: invalid stream")
-	// ErrClosed means the heap was used after Close.
-	ErrClosed = errkind.New(pinmalloc.ErrClosed, "device: heap closed")
-	// ErrInvalidOptions means Options that cannot work.
-	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "device: invalid options")
-	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, or cgo is off).
-	ErrNoDriver = cuda.ErrNoDriver
-	// ErrNoDevice means the driver found no such device.
-	ErrNoDevice = cuda.ErrNoDevice
-	// ErrOutOfMemory is pinmalloc.ErrOutOfMemory: the heap's capacity is used up (the error
-	// wraps heap.ErrOutOfMemory), or the device is out of memory (CUDA_ERROR_OUT_OF_MEMORY: the
-	// error says how much was asked, how much is free, and how much pinmalloc has committed).
-	ErrOutOfMemory = pinmalloc.ErrOutOfMemory
-)
-
-// Options configures a Heap. The zero value is ready to use.
-type Options struct {
-	// Align is the alignment of every block: a power of two from 256 to 32768 (default 256).
-	Align int
-	// Capacity caps the heap's device memory. Zero means cudamem.DefaultDeviceCapacity: 90 % of
-	// the memory free on the device when the heap is made.
-	Capacity int
-	// Provider overrides where memory comes from (default cudamem.NewDevice of the
-	// device). It must serve memory the device can use: a device, managed or pinned host
-	// provider on the same device.
-	Provider arena.Provider
-	// PurgeDelay is how long free chunks stay committed in the arena (see arena.Options).
-	PurgeDelay time.Duration
-	// ZeroOnFree clears every block as it is freed, with a driver memset queued on the freeing
-	// stream (FreeAsync) or done at once (Free), before the block can be handed out again: no
-	// later user of the memory reads what it held.
-	ZeroOnFree bool
-	// Quota caps the bytes of the heap's live blocks (the sizes asked for; a deferred free
-	// counts until it is done); an Alloc beyond it fails with ErrQuota. Zero means no quota.
-	Quota int
-	// Pressure, if set, is the heap's pressure hook (see PressureFunc); SetPressure changes it
-	// later.
-	Pressure PressureFunc
-	// Logger, when set, receives the heap's rare events at Info level and above, with sizes:
-	// regions reserved or refused, purges, forced purges, and commits the driver refused.
-	// Nil (the default) logs nothing.
-	Logger *slog.Logger
-}
-
-// PressureFunc is a heap's pressure hook. It is called when an Alloc of n bytes for stream s
-// finds no memory even after reclaiming what the streams hold: it may give memory of this
-// heap back (a tier evicting blocks, a cache dropping entries) and returns whether the Alloc
-// should try again. It is called without the heap's lock, at most pressureTries times per
-// Alloc, on the goroutine that called Alloc, and never from inside itself: an Alloc the hook
-// makes on that goroutine does not call it (pressure.go). s tells a hook its own allocations
-// apart: a uvm.Tier allocates on its own stream while holding its lock, and answers those
-// itself.
-type PressureFunc func(n int, s cuda.Stream) bool
-
-// pressureTries bounds the calls of Options.Pressure per Alloc.
-const pressureTries = 3
 
 // Heap allocates device memory with stream-ordered frees: Alloc(size, s) gives a block for work
 // on stream s, and FreeAsync(p, s) frees it in s's order, so the block is reused by s at once
@@ -219,28 +143,6 @@ type Heap struct {
 
 	guard         // ZeroOnFree and Quota (guard.go)
 	checks uint32 // calls of checkInvariants (verify.go)
-}
-
-// Stats describes a Heap.
-type Stats struct {
-	// Streams is the number of streams with a heap.
-	Streams int
-	// Live and InUse count the blocks not yet freed (a deferred free counts until it is done)
-	// and the bytes asked for them. PeakInUse is the sum of each stream's heap's peak of
-	// InUse: exact with one stream, an upper bound on the true peak with several (as
-	// pinned.Stats.PeakInUse is over shards).
-	Live, InUse, PeakInUse uint64
-	// Deferred is the number of frees waiting for their event.
-	Deferred int
-	// Events is the number of events the heap has created and not destroyed (idle in its pool
-	// or recorded for a deferred free). Zero after Close.
-	Events int64
-	// Allocs counts allocations; Frees frees done (immediate or deferred); DeferredFrees the
-	// frees that had to wait for an event; Reclaims the times an allocation ran out of memory
-	// and reclaimed what other streams held.
-	Allocs, Frees, DeferredFrees, Reclaims uint64
-	// Arena is the arena's figures.
-	Arena arena.Stats
 }
 
 // New creates a heap of memory on dev, which must stay open until Close.
@@ -292,20 +194,6 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	return h, nil
 }
 
-// SetPressure makes f the heap's pressure hook (nil: none) and returns the hook it replaces,
-// so that a user of a shared heap (a uvm.Tier given the heap) can chain to the hook before it
-// and put it back when done. An Alloc already running may still call the previous hook.
-func (h *Heap) SetPressure(f PressureFunc) (prev PressureFunc) {
-	var p *PressureFunc
-	if f != nil {
-		p = &f
-	}
-	if old := h.press.Swap(p); old != nil {
-		prev = *old
-	}
-	return prev
-}
-
 // Open opens device ordinal (cuda.Open: the error wraps cuda.ErrNoDriver without a driver) and
 // creates a heap on it that closes the device with the heap.
 func Open(ordinal int, o Options) (*Heap, error) {
@@ -330,59 +218,6 @@ func (h *Heap) Arena() *arena.Arena { return h.a }
 
 // Align returns the alignment of every block.
 func (h *Heap) Align() int { return int(h.align) }
-
-// Alloc returns a block of at least size bytes of device memory for use on stream s. Its contents
-// are undefined. Out of memory, it calls Options.Pressure (see the package documentation);
-// inside that hook, it does not call it again and fails with ErrInPressureHook (pressure.go).
-func (h *Heap) Alloc(size int, s cuda.Stream) (cuda.DevicePtr, error) {
-	if size < 0 {
-		return 0, fmt.Errorf("%w: %d bytes", heap.ErrInvalidSize, size)
-	}
-	n := uintptr(size)
-	p, err := h.alloc(n, s)
-	if err == nil || !outOfMemory(err) {
-		return p, err
-	}
-	if press := h.press.Load(); press != nil {
-		return h.relieve(*press, n, s, err)
-	}
-	return p, err
-}
-
-func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
-	h.mu.Lock()
-	defer h.unlock("Alloc")
-	if err := h.ready(s); err != nil {
-		return 0, err
-	}
-	sh, err := h.heapFor(s)
-	if err != nil {
-		return 0, err
-	}
-	if err := h.overQuota(n); err != nil {
-		return 0, err
-	}
-	p, err := sh.Alloc(n)
-	if err != nil && outOfMemory(err) {
-		h.st.Reclaims++
-		if rerr := h.reclaim(); rerr != nil {
-			return 0, errors.Join(err, rerr)
-		}
-		p, err = sh.Alloc(n)
-	}
-	if err != nil {
-		return 0, err
-	}
-	h.st.Allocs++
-	if h.quota > 0 {
-		h.used += n
-	}
-	return cuda.DevicePtr(p), nil
-}
-
-// outOfMemory reports an error that more memory could cure: the heap's capacity or the
-// device's memory used up.
-func outOfMemory(err error) bool { return errors.Is(err, ErrOutOfMemory) }
 
 // Free gives back the block at p at once. The caller guarantees that no work in flight on any
 // stream uses it (after a synchronize, say). Errors: heap.ErrNotOwned for a pointer of another
@@ -488,22 +323,6 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	return nil
 }
 
-// Stats returns the heap's figures, after doing the deferred frees that have completed.
-func (h *Heap) Stats() Stats {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.closed {
-		_ = h.queue.Poll()
-	}
-	st := h.st
-	st.Streams = len(h.streams)
-	st.Live, st.InUse, st.PeakInUse = h.live()
-	st.Deferred = len(h.deferred)
-	st.Events = h.events.Created() - h.events.Destroyed()
-	st.Arena = h.a.Stats()
-	return st
-}
-
 // Close releases the heap's memory and events, and the device if Open made it. It fails, and
 // releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with
 // one wrapping ErrBusy while deferred frees wait for their event or a stream the heap has seen
@@ -542,18 +361,6 @@ func (h *Heap) Close() error {
 	}
 	h.closed = true
 	return errors.Join(errs...)
-}
-
-// live counts the blocks of every stream heap (deferred frees included), their bytes and the
-// sum of the heaps' peaks of bytes.
-func (h *Heap) live() (n, bytes, peak uint64) {
-	for _, sh := range h.streams {
-		hs := sh.Stats()
-		n += hs.Live
-		bytes += hs.InUse
-		peak += hs.Peak
-	}
-	return n, bytes, peak
 }
 
 // lock takes h.mu, or fails with ErrClosed (and leaves it unlocked) after Close.

@@ -2,15 +2,15 @@ package device
 
 import (
 	"fmt"
-	"github.com/pinmalloc/pinmalloc"
-	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"runtime"
 	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // The pressure hook, and why it is never re-entered by its own call chain.
@@ -34,6 +34,33 @@ import (
 // the hook that Alloc calls.
 //
 // Cost: a thread lock and a gettid per hook call, on the out-of-memory path only.
+
+// PressureFunc is a heap's pressure hook. It is called when an Alloc of n bytes for stream s
+// finds no memory even after reclaiming what the streams hold: it may give memory of this
+// heap back (a tier evicting blocks, a cache dropping entries) and returns whether the Alloc
+// should try again. It is called without the heap's lock, at most pressureTries times per
+// Alloc, on the goroutine that called Alloc, and never from inside itself: an Alloc the hook
+// makes on that goroutine does not call it (above: how). s tells a hook its own allocations
+// apart: a uvm.Tier allocates on its own stream while holding its lock, and answers those
+// itself.
+type PressureFunc func(n int, s cuda.Stream) bool
+
+// pressureTries bounds the calls of Options.Pressure per Alloc.
+const pressureTries = 3
+
+// SetPressure makes f the heap's pressure hook (nil: none) and returns the hook it replaces,
+// so that a user of a shared heap (a uvm.Tier given the heap) can chain to the hook before it
+// and put it back when done. An Alloc already running may still call the previous hook.
+func (h *Heap) SetPressure(f PressureFunc) (prev PressureFunc) {
+	var p *PressureFunc
+	if f != nil {
+		p = &f
+	}
+	if old := h.press.Swap(p); old != nil {
+		prev = *old
+	}
+	return prev
+}
 
 // ErrInPressureHook means an Alloc made inside the heap's pressure hook, on the goroutine
 // running it, found no memory: the hook is not called again (the error also wraps

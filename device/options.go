@@ -1,0 +1,45 @@
+package device
+
+// What a Heap is made with: its Options and their defaults.
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+)
+
+const (
+	// DefaultAlign is the block alignment when Options.Align is zero: what GPU memory
+	// coalescing wants, and what cudaMalloc guarantees.
+	DefaultAlign = 256
+)
+
+// Options configures a Heap. The zero value is ready to use.
+type Options struct {
+	// Align is the alignment of every block: a power of two from 256 to 32768 (default 256).
+	Align int
+	// Capacity caps the heap's device memory. Zero means cudamem.DefaultDeviceCapacity: 90 % of
+	// the memory free on the device when the heap is made.
+	Capacity int
+	// Provider overrides where memory comes from (default cudamem.NewDevice of the
+	// device). It must serve memory the device can use: a device, managed or pinned host
+	// provider on the same device.
+	Provider arena.Provider
+	// PurgeDelay is how long free chunks stay committed in the arena (see arena.Options).
+	PurgeDelay time.Duration
+	// ZeroOnFree clears every block as it is freed, with a driver memset queued on the freeing
+	// stream (FreeAsync) or done at once (Free), before the block can be handed out again: no
+	// later user of the memory reads what it held.
+	ZeroOnFree bool
+	// Quota caps the bytes of the heap's live blocks (the sizes asked for; a deferred free
+	// counts until it is done); an Alloc beyond it fails with ErrQuota. Zero means no quota.
+	Quota int
+	// Pressure, if set, is the heap's pressure hook (see PressureFunc); SetPressure changes it
+	// later.
+	Pressure PressureFunc
+	// Logger, when set, receives the heap's rare events at Info level and above, with sizes:
+	// regions reserved or refused, purges, forced purges, and commits the driver refused.
+	// Nil (the default) logs nothing.
+	Logger *slog.Logger
+}
