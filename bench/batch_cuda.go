@@ -92,7 +92,7 @@ func (c *batchSuite) cases() []benchCase {
 	return append(cs, benchCase{name: "batch-calibration", group: "calibration", custom: c.calibration})
 }
 
-// calibration reports the calibration of MethodAuto on the device (device/calibrate.go), the
+// calibration reports the calibration of MethodAuto on the device (copyengine/calibrate.go), the
 // tier's copy engine's: each cell's bandwidth by method and the method chosen (calibration.go
 // prints them).
 func (c *batchSuite) calibration(*suite) []result {
