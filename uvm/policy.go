@@ -35,13 +35,13 @@ type Policy interface {
 // last Release (or the restore of a Prefetch). It keeps no history of evicted blocks.
 func LRU() Policy {
 	p := &lru{}
-	p.q = newList(&p.l, 1)
+	p.q = newList(&p.ns)
 	return p
 }
 
 type lru struct {
-	l links
-	q list
+	ns nodes
+	q  list
 }
 
 func (p *lru) Name() string { return "lru" }

@@ -13,9 +13,9 @@ package uvm
 // Am, which LRU would all evict.
 func TwoQ() Policy {
 	p := &twoQ{}
-	p.a1in = newList(&p.l, tagA1in)
-	p.am = newList(&p.l, tagAm)
-	p.a1out = newList(&p.l, tagA1out)
+	p.a1in = newList(&p.ns)
+	p.am = newList(&p.ns)
+	p.a1out = newList(&p.ns)
 	return p
 }
 
@@ -26,7 +26,7 @@ const (
 )
 
 type twoQ struct {
-	l        links
+	ns       nodes
 	a1in, am list    // evictable blocks
 	a1out    list    // ghost ids, evicted from A1in
 	where    []uint8 // by id: the queue a block belongs to (tagA1in, tagAm, tagA1out or 0)
@@ -89,7 +89,7 @@ func (p *twoQ) Evicted(id BlockID) {
 	}
 	p.setHome(id, tagA1out)
 	p.a1out.pushBack(id)
-	for limit := max(64, (p.a1in.n+p.am.n)/2); p.a1out.n > limit; {
+	for limit := max(64, (p.a1in.len()+p.am.len())/2); p.a1out.len() > limit; {
 		old, _ := p.a1out.popFront()
 		p.setHome(old, 0)
 	}
@@ -104,7 +104,7 @@ func (p *twoQ) Freed(id BlockID) {
 }
 
 func (p *twoQ) Walk(yield func(BlockID) bool) {
-	if p.a1in.n > (p.a1in.n+p.am.n)/4 {
+	if p.a1in.len() > (p.a1in.len()+p.am.len())/4 {
 		if p.a1in.walk(yield) {
 			p.am.walk(yield)
 		}
