@@ -8,6 +8,7 @@ import "github.com/pinmalloc/pinmalloc/internal/ilist"
 type node struct {
 	link ilist.Links[node]
 	id   BlockID
+	home uint8 // TwoQ: the queue the block belongs to, evictable or not (tagA1in, ...), or 0
 }
 
 // nodeChunk is how many nodes a policy allocates at a time.
@@ -30,40 +31,31 @@ func (ns *nodes) at(id BlockID) *node {
 	return &ns.chunks[id/nodeChunk][id%nodeChunk]
 }
 
-// list is a queue of block ids of one policy, its front the coldest end. The lists of one
-// policy share its nodes: a block is in at most one of them.
-type list struct {
-	ns *nodes
-	l  ilist.List[node]
-}
+// list is a queue of one policy's nodes, its front the coldest end. The lists of one policy
+// share its nodes: a block is in at most one of them.
+type list struct{ l ilist.List[node] }
 
-func newList(ns *nodes) list { return list{ns: ns} }
-
-// len returns the number of ids in the list.
+// len returns the number of blocks in the list.
 func (q *list) len() int { return q.l.Len() }
 
-// has reports whether id is in this list.
-func (q *list) has(id BlockID) bool {
-	return int(id/nodeChunk) < len(q.ns.chunks) && q.l.Contains(&q.ns.at(id).link)
-}
+// has reports whether n is in this list.
+func (q *list) has(n *node) bool { return q.l.Contains(&n.link) }
 
-// pushBack appends id at the hot end. id must be in no list.
-func (q *list) pushBack(id BlockID) {
-	n := q.ns.at(id)
-	q.l.PushBack(n, &n.link)
-}
+// pushBack appends n at the hot end. n must be in no list.
+func (q *list) pushBack(n *node) { q.l.PushBack(n, &n.link) }
 
-// remove takes id out of this list; it must be in it.
-func (q *list) remove(id BlockID) { q.l.Remove(&q.ns.at(id).link) }
+// remove takes n out of this list; it must be in it.
+func (q *list) remove(n *node) { q.l.Remove(&n.link) }
 
-// popFront removes and returns the coldest id.
-func (q *list) popFront() (BlockID, bool) {
-	n := q.l.PopFront()
-	if n == nil {
-		return 0, false
+// drop takes n out of this list if it is in it.
+func (q *list) drop(n *node) {
+	if q.has(n) {
+		q.remove(n)
 	}
-	return n.id, true
 }
+
+// popFront removes and returns the coldest node, or nil when the list is empty.
+func (q *list) popFront() *node { return q.l.PopFront() }
 
 // walk visits the list from the coldest end; it reports whether yield asked to go on.
 func (q *list) walk(yield func(BlockID) bool) bool {

@@ -163,3 +163,26 @@ func TestPolicyNoAllocation(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPolicy is a policy's work for one Acquire and Release of a hit (Pinned, then Used)
+// over 4096 blocks, and an eviction (Evicted, then Used again) every 16th.
+func BenchmarkPolicy(b *testing.B) {
+	const blocks = 4096
+	for _, p := range []uvm.Policy{uvm.LRU(), uvm.TwoQ()} {
+		b.Run(p.Name(), func(b *testing.B) {
+			for id := range uvm.BlockID(blocks) {
+				p.Used(id)
+			}
+			id := uvm.BlockID(0)
+			for i := 0; b.Loop(); i++ {
+				id = (id + 2731) % blocks // a stride prime to blocks: every id in turn
+				p.Pinned(id)
+				p.Used(id)
+				if i%16 == 0 {
+					p.Evicted(id)
+					p.Used(id)
+				}
+			}
+		})
+	}
+}
