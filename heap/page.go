@@ -21,8 +21,8 @@ type page struct {
 	divMul  uint32            // off*divMul>>32 == off/bsize for multiples of bsize
 	class   int16             // heap class, or -1 for object and huge pages
 	fresh   bool              // blocks from bump read as zero
-	avail   ilist.Links[page] // on its class's available list (hclass.avail) or not
 	dead    bool              // given back: never used again (see the invariants)
+	avail   ilist.Links[page] // on its class's available list (hclass.avail) or not
 	objSize uintptr           // object and huge pages: the size asked for
 	want    uintptr           // huge pages: bytes from base known committed and wanted in the arena
 	tracked bool              // object and huge pages: kept is tracked by the arena (see idle)
