@@ -123,23 +123,17 @@ func newTierView(st uvm.Stats) *tierView {
 	t := &tierView{Policy: st.Policy, Mover: st.Mover, Budget: st.Budget, DeviceBytes: st.DeviceBytes,
 		HostBytes: st.HostBytes, FreshBytes: st.FreshBytes, SpareBytes: st.SpareBytes, AcquiredBytes: st.PinnedBytes,
 		Blocks: st.Blocks, HitRate: st.HitRate(), Moves: []move{}, Latency: []latency{}}
-	for _, l := range []struct {
-		outcome string
-		h       uvm.Latency
-	}{{"hit", st.AcquireLatency.Hit}, {"miss", st.AcquireLatency.Miss}, {"host", st.AcquireLatency.Host}} {
-		if l.h.Count > 0 {
-			t.Latency = append(t.Latency, latency{Outcome: l.outcome, Count: l.h.Count, P50: l.h.Quantile(0.5),
-				P99: l.h.Quantile(0.99), Mean: l.h.Sum / time.Duration(l.h.Count)})
+	for outcome, h := range st.AcquireLatency.Outcomes() {
+		if h.Count > 0 {
+			t.Latency = append(t.Latency, latency{Outcome: outcome, Count: h.Count, P50: h.Quantile(0.5),
+				P99: h.Quantile(0.99), Mean: h.Sum / time.Duration(h.Count)})
 		}
 	}
-	for i, tr := range st.In {
-		if tr.Blocks > 0 {
-			t.Moves = append(t.Moves, move{ToDevice: true, Cause: uvm.Cause(i).String(), Blocks: tr.Blocks, Bytes: tr.Bytes})
-		}
-	}
-	for i, tr := range st.Out {
-		if tr.Blocks > 0 {
-			t.Moves = append(t.Moves, move{Cause: uvm.Cause(i).String(), Blocks: tr.Blocks, Bytes: tr.Bytes})
+	for _, toDevice := range []bool{true, false} {
+		for c, tr := range st.Traffic(toDevice) {
+			if tr.Blocks > 0 {
+				t.Moves = append(t.Moves, move{ToDevice: toDevice, Cause: c.String(), Blocks: tr.Blocks, Bytes: tr.Bytes})
+			}
 		}
 	}
 	return t

@@ -125,8 +125,8 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 	cl := &h.classes[c]
 	for attempt := 0; ; attempt++ {
 		// Walk the class's available pages, collecting remote frees, dropping full ones.
-		for pg := cl.avail.head; pg != nil; {
-			next := pg.next
+		for pg := cl.avail.Front(); pg != nil; {
+			next := pg.avail.Next()
 			if pg.pending.Load() != 0 {
 				h.collectPage(pg, false)
 			}
@@ -141,7 +141,7 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 				}
 				return h.allocClass(n, c)
 			}
-			cl.avail.remove(pg)
+			cl.avail.Remove(&pg.avail)
 			pg = next
 		}
 		h.cur[c] = &cl.empty
@@ -181,7 +181,7 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	h.afterCarve(s)
 	pg.allIdx = len(cl.all)
 	cl.all = append(cl.all, pg)
-	cl.avail.pushFront(pg)
+	cl.avail.PushFront(pg, &pg.avail)
 	return pg, nil
 }
 

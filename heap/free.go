@@ -51,7 +51,7 @@ func (h *Heap) freeAt(p, n uintptr, how uint8) error {
 		}
 		if ok {
 			h.pushFree(pg, off, size)
-			if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
+			if !pg.avail.Linked() || pg.empty() && h.cur[pg.class] != pg {
 				h.noBlock = how == freeTry
 				h.pageChanged(pg, true)
 				h.noBlock = false
@@ -116,7 +116,7 @@ func (h *Heap) free(pg *page, idx uint32, p, n uintptr, hold uint32) error {
 // of the live states (it was size bytes).
 func (h *Heap) freed(pg *page, idx, size uint32) {
 	h.pushFree(pg, idx*uint32(pg.bsize), size)
-	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
+	if !pg.avail.Linked() || pg.empty() && h.cur[pg.class] != pg {
 		h.pageChanged(pg, true)
 	}
 }
@@ -160,12 +160,12 @@ func (h *Heap) pushFree(pg *page, off, size uint32) {
 // KiB, given back by Trim and Close.
 func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 	cl := &h.classes[pg.class]
-	if !pg.inAvail {
+	if !pg.avail.Linked() {
 		// At the back: the pages ahead of it have gathered frees longer, so the class's next
 		// current page (allocSlow takes the first with a block) has more than this one's one
 		// or two, and a churn over many pages does not change pages at every allocation
 		// (mimalloc queues a page that stops being full at the end too).
-		cl.avail.pushBack(pg)
+		cl.avail.PushBack(pg, &pg.avail)
 	}
 	if mayRelease && pg.empty() && h.cur[pg.class] != pg {
 		if cl.spare == pg || cl.spare == nil && cl.kind == segSmall {
@@ -186,7 +186,7 @@ func (h *Heap) release(pg *page) {
 	if cl.spare == pg {
 		cl.spare = nil
 	}
-	cl.avail.remove(pg)
+	cl.avail.Remove(&pg.avail)
 	cl.retire(pg)
 	h.freeSlices(pg)
 }

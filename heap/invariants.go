@@ -30,11 +30,11 @@ func (h *Heap) verifyWith(tables bool) error {
 		if cur := h.cur[c]; cur != &cl.empty && (cur.class != int16(c) || cur.dead || cur.heap != h) {
 			bad("class %d: current page is of class %d (dead %v)", c, cur.class, cur.dead)
 		}
-		if sp := cl.spare; sp != nil && (!sp.inAvail || !sp.empty() || sp == h.cur[c] || cl.kind != segSmall || sp.class != int16(c)) {
+		if sp := cl.spare; sp != nil && (!sp.avail.Linked() || !sp.empty() || sp == h.cur[c] || cl.kind != segSmall || sp.class != int16(c)) {
 			bad("class %d: spare page %#x is not an empty small page of the class on its available list, other than the current one", c, sp.base)
 		}
-		for pg := cl.avail.head; pg != nil; pg = pg.next {
-			if !pg.inAvail || pg.class != int16(c) || pg.dead || pg.allIdx >= len(cl.all) || cl.all[pg.allIdx] != pg {
+		for pg := cl.avail.Front(); pg != nil; pg = pg.avail.Next() {
+			if !cl.avail.Contains(&pg.avail) || pg.class != int16(c) || pg.dead || pg.allIdx >= len(cl.all) || cl.all[pg.allIdx] != pg {
 				bad("class %d: page %#x on the available list is not a live page of the class", c, pg.base)
 			}
 		}

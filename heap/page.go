@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/ilist"
 )
 
 // page is a run of slices holding blocks of one size. See the package invariants.
@@ -17,17 +18,15 @@ type page struct {
 	base    uintptr
 	span    uintptr // nblocks * bsize: the bytes the blocks cover
 	bsize   uintptr
-	divMul  uint32 // off*divMul>>32 == off/bsize for multiples of bsize
-	class   int16  // heap class, or -1 for object and huge pages
-	fresh   bool   // blocks from bump read as zero
-	inAvail bool
-	dead    bool    // given back: never used again (see the invariants)
-	objSize uintptr // object and huge pages: the size asked for
-	want    uintptr // huge pages: bytes from base known committed and wanted in the arena
-	tracked bool    // object and huge pages: kept is tracked by the arena (see idle)
+	divMul  uint32            // off*divMul>>32 == off/bsize for multiples of bsize
+	class   int16             // heap class, or -1 for object and huge pages
+	fresh   bool              // blocks from bump read as zero
+	dead    bool              // given back: never used again (see the invariants)
+	avail   ilist.Links[page] // on its class's available list (hclass.avail) or not
+	objSize uintptr           // object and huge pages: the size asked for
+	want    uintptr           // huge pages: bytes from base known committed and wanted in the arena
+	tracked bool              // object and huge pages: kept is tracked by the arena (see idle)
 	kept    arena.Kept
-	prev    *page
-	next    *page
 	frees   uint64 // class pages: frees, for Stats (see hclass)
 	allIdx  int    // class pages: index in hclass.all
 
@@ -152,42 +151,5 @@ func (pg *page) liveSize(idx uint32) uintptr {
 	return uintptr(st &^ held)
 }
 
-// pageList is an intrusive doubly linked list of pages; p.inAvail says whether p is on one.
-type pageList struct{ head, tail *page }
-
-func (l *pageList) pushFront(p *page) {
-	p.inAvail = true
-	p.prev, p.next = nil, l.head
-	if l.head != nil {
-		l.head.prev = p
-	} else {
-		l.tail = p
-	}
-	l.head = p
-}
-
-func (l *pageList) pushBack(p *page) {
-	p.inAvail = true
-	p.prev, p.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.next = p
-	} else {
-		l.head = p
-	}
-	l.tail = p
-}
-
-func (l *pageList) remove(p *page) {
-	p.inAvail = false
-	if p.prev != nil {
-		p.prev.next = p.next
-	} else {
-		l.head = p.next
-	}
-	if p.next != nil {
-		p.next.prev = p.prev
-	} else {
-		l.tail = p.prev
-	}
-	p.prev, p.next = nil, nil
-}
+// pageList is a class's list of available pages (hclass.avail), linked through page.avail.
+type pageList = ilist.List[page]

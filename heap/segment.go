@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/ilist"
 )
 
 // segKind is what a segment holds. Which kind holds each size class's pages, and how many
@@ -50,11 +51,9 @@ type segment struct {
 	kind      segKind
 	free      uint64 // bit set: slice free
 	npages    int
-	dirtyBits uint64 // slices handed out since the chunk last read as zero
-	decommit  uint64 // slices not known to be committed: never used, or given back
-	inList    bool
-	prev      *segment
-	next      *segment
+	dirtyBits uint64               // slices handed out since the chunk last read as zero
+	decommit  uint64               // slices not known to be committed: never used, or given back
+	room      ilist.Links[segment] // on its kind's list of segments with room (Heap.segs) or not
 }
 
 func sliceMask(first, n int) uint64 {
@@ -80,42 +79,28 @@ func (s *segment) findSlices(n, step int) (int, bool) {
 	return 0, false
 }
 
-// segList is an intrusive doubly linked list of segments.
-type segList struct{ head *segment }
+// segList is a kind's list of segments with room (Heap.segs), linked through segment.room.
+type segList = ilist.List[segment]
 
-func (l *segList) push(s *segment) {
-	if s.inList {
-		return
+// listRoom puts s on its kind's list of segments with room, unless it is on it.
+func (h *Heap) listRoom(s *segment) {
+	if !s.room.Linked() {
+		h.segs[s.kind].PushFront(s, &s.room)
 	}
-	s.inList = true
-	s.prev, s.next = nil, l.head
-	if l.head != nil {
-		l.head.prev = s
-	}
-	l.head = s
 }
 
-func (l *segList) remove(s *segment) {
-	if !s.inList {
-		return
+// unlistRoom takes s off its kind's list of segments with room, if it is on it.
+func (h *Heap) unlistRoom(s *segment) {
+	if s.room.Linked() {
+		h.segs[s.kind].Remove(&s.room)
 	}
-	s.inList = false
-	if s.prev != nil {
-		s.prev.next = s.next
-	} else {
-		l.head = s.next
-	}
-	if s.next != nil {
-		s.next.prev = s.prev
-	}
-	s.prev, s.next = nil, nil
 }
 
 // segmentWithRoom returns a segment of the kind with n free slices starting at a multiple of
 // step, taking the spare or a new chunk when none has room.
 func (h *Heap) segmentWithRoom(kind segKind, n, step int) (*segment, int, error) {
 	h.releaseDeferred() // their slices may be the room
-	for s := h.segs[kind].head; s != nil; s = s.next {
+	for s := h.segs[kind].Front(); s != nil; s = s.room.Next() {
 		if i, ok := s.findSlices(n, step); ok {
 			return s, i, nil
 		}
@@ -130,7 +115,7 @@ func (h *Heap) segmentWithRoom(kind segKind, n, step int) (*segment, int, error)
 // afterCarve keeps the segment in its kind's list only while it has room.
 func (h *Heap) afterCarve(s *segment) {
 	if s.free == 0 {
-		h.segs[s.kind].remove(s)
+		h.unlistRoom(s)
 	}
 }
 
@@ -158,7 +143,7 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 	}
 	s.kind = kind
 	s.free = ^uint64(0)
-	h.segs[kind].push(s)
+	h.listRoom(s)
 	return s, nil
 }
 
@@ -231,10 +216,10 @@ func (h *Heap) freeSlices(pg *page) {
 		if !h.hold && s.kind != segSmall && s.decommit&m != m && h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift) == nil {
 			s.decommit |= m
 		}
-		h.segs[s.kind].push(s)
+		h.listRoom(s)
 		return
 	}
-	h.segs[s.kind].remove(s)
+	h.unlistRoom(s)
 	h.g.unregister(s)
 	if h.hold {
 		// Kept, committed, until Trim: a decommit is a change of owner too (the memory goes

@@ -118,7 +118,7 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 // own class page, no longer live (it was size bytes), goes back on the page.
 func (h *Heap) tookBack(pg *page, off, size uint32) {
 	h.pushFree(pg, off, size)
-	if !pg.inAvail || pg.empty() && h.cur[pg.class] != pg {
+	if !pg.avail.Linked() || pg.empty() && h.cur[pg.class] != pg {
 		h.noBlock = true
 		h.pageChanged(pg, true)
 		h.noBlock = false
@@ -134,8 +134,8 @@ func (h *Heap) releaseDeferred() {
 	h.deferred = false
 	for c := range h.classes {
 		cl := &h.classes[c]
-		for pg := cl.avail.head; pg != nil; {
-			next := pg.next
+		for pg := cl.avail.Front(); pg != nil; {
+			next := pg.avail.Next()
 			if pg.empty() && h.cur[c] != pg && pg != cl.spare {
 				h.release(pg)
 			}

@@ -131,12 +131,7 @@ func FromTier(s uvm.Stats) TierFigures {
 		AcquireSeconds: acquireHistograms(s.AcquireLatency),
 	}
 	for _, toDevice := range []bool{true, false} {
-		traffic := s.Out[:]
-		if toDevice {
-			traffic = s.In[:]
-		}
-		for i, tr := range traffic {
-			c := uvm.Cause(i)
+		for c, tr := range s.Traffic(toDevice) {
 			if restores(c) == toDevice || tr != (uvm.Traffic{}) {
 				f.Moves = append(f.Moves, Move{ToDevice: toDevice, Cause: c.String(), Blocks: tr.Blocks, Bytes: tr.Bytes})
 			}

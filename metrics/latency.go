@@ -49,7 +49,11 @@ func fromLatency(outcome string, l uvm.Latency) Histogram {
 
 // acquireHistograms converts a tier's latency histograms: hit, miss and host.
 func acquireHistograms(a uvm.AcquireLatency) []Histogram {
-	return []Histogram{fromLatency("hit", a.Hit), fromLatency("miss", a.Miss), fromLatency("host", a.Host)}
+	hs := make([]Histogram, 0, 3)
+	for outcome, l := range a.Outcomes() {
+		hs = append(hs, fromLatency(outcome, l))
+	}
+	return hs
 }
 
 var (

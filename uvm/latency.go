@@ -1,6 +1,7 @@
 package uvm
 
 import (
+	"iter"
 	"sync/atomic"
 	"time"
 )
@@ -76,6 +77,13 @@ type AcquireLatency struct {
 	Hit, Miss Latency
 	// Host times AcquireHost calls, the copies they wait for included.
 	Host Latency
+}
+
+// Outcomes yields each histogram with the name of its outcome: "hit", "miss", then "host".
+func (a AcquireLatency) Outcomes() iter.Seq2[string, Latency] {
+	return func(yield func(string, Latency) bool) {
+		_ = yield("hit", a.Hit) && yield("miss", a.Miss) && yield("host", a.Host)
+	}
 }
 
 // record counts one duration. t.mu is held.

@@ -1,88 +1,68 @@
 package uvm
 
-// An intrusive list of block ids, what the policies are made of (policy.go, twoq.go).
+// The policies' queues of block ids (policy.go, twoq.go), made of internal/ilist's list.
 
-// list is an intrusive doubly linked list of block ids, with its links in slices indexed by
-// id, so that it makes no allocation once the slices have grown to the tier's block count.
-// A list shares the link slices of its links value with the other lists of one policy: a
-// block is in at most one of them.
-type list struct {
-	l          *links
-	head, tail int32 // -1 when empty; head is the coldest end
-	n          int
-	tag        uint8 // which list of the policy; links.in records it
+import "github.com/pinmalloc/pinmalloc/internal/ilist"
+
+// node is a block id's element of its policy's queues: on one of them at most.
+type node struct {
+	link ilist.Links[node]
+	id   BlockID
+	home uint8 // TwoQ: the queue the block belongs to, evictable or not (tagA1in, ...), or 0
 }
 
-// links holds the prev/next links and list membership of every block id.
-type links struct {
-	prev, next []int32
-	in         []uint8 // 0: in no list; otherwise the tag of the list
+// nodeChunk is how many nodes a policy allocates at a time.
+const nodeChunk = 64
+
+// nodes holds a policy's elements by block id, in chunks that never move (the queues point into
+// them), so that a policy makes no allocation once it has grown to the tier's block count.
+type nodes struct{ chunks []*[nodeChunk]node }
+
+// at returns id's node, growing the table to hold it.
+func (ns *nodes) at(id BlockID) *node {
+	for int(id/nodeChunk) >= len(ns.chunks) {
+		c := new([nodeChunk]node)
+		first := BlockID(len(ns.chunks) * nodeChunk)
+		for i := range c {
+			c[i].id = first + BlockID(i)
+		}
+		ns.chunks = append(ns.chunks, c)
+	}
+	return &ns.chunks[id/nodeChunk][id%nodeChunk]
 }
 
-func (l *links) grow(id BlockID) {
-	for int(id) >= len(l.prev) {
-		l.prev = append(l.prev, -1)
-		l.next = append(l.next, -1)
-		l.in = append(l.in, 0)
+// list is a queue of one policy's nodes, its front the coldest end. The lists of one policy
+// share its nodes: a block is in at most one of them.
+type list struct{ l ilist.List[node] }
+
+// len returns the number of blocks in the list.
+func (q *list) len() int { return q.l.Len() }
+
+// has reports whether n is in this list.
+func (q *list) has(n *node) bool { return q.l.Contains(&n.link) }
+
+// pushBack appends n at the hot end. n must be in no list.
+func (q *list) pushBack(n *node) { q.l.PushBack(n, &n.link) }
+
+// remove takes n out of this list; it must be in it.
+func (q *list) remove(n *node) { q.l.Remove(&n.link) }
+
+// drop takes n out of this list if it is in it.
+func (q *list) drop(n *node) {
+	if q.has(n) {
+		q.remove(n)
 	}
 }
 
-func newList(l *links, tag uint8) list { return list{l: l, head: -1, tail: -1, tag: tag} }
-
-// has reports whether id is in this list.
-func (q *list) has(id BlockID) bool { return int(id) < len(q.l.in) && q.l.in[id] == q.tag }
-
-// pushBack appends id at the hot end. id must be in no list.
-func (q *list) pushBack(id BlockID) {
-	q.l.grow(id)
-	i := int32(id)
-	q.l.prev[i], q.l.next[i] = q.tail, -1
-	if q.tail >= 0 {
-		q.l.next[q.tail] = i
-	} else {
-		q.head = i
-	}
-	q.tail = i
-	q.l.in[i] = q.tag
-	q.n++
-}
-
-// remove takes id out of this list; it must be in it.
-func (q *list) remove(id BlockID) {
-	i := int32(id)
-	p, n := q.l.prev[i], q.l.next[i]
-	if p >= 0 {
-		q.l.next[p] = n
-	} else {
-		q.head = n
-	}
-	if n >= 0 {
-		q.l.prev[n] = p
-	} else {
-		q.tail = p
-	}
-	q.l.prev[i], q.l.next[i], q.l.in[i] = -1, -1, 0
-	q.n--
-}
-
-// popFront removes and returns the coldest id.
-func (q *list) popFront() (BlockID, bool) {
-	if q.head < 0 {
-		return 0, false
-	}
-	id := BlockID(q.head)
-	q.remove(id)
-	return id, true
-}
+// popFront removes and returns the coldest node, or nil when the list is empty.
+func (q *list) popFront() *node { return q.l.PopFront() }
 
 // walk visits the list from the coldest end; it reports whether yield asked to go on.
 func (q *list) walk(yield func(BlockID) bool) bool {
-	for i := q.head; i >= 0; {
-		next := q.l.next[i] // yield must not change the list; read ahead anyway
-		if !yield(BlockID(i)) {
+	for n := range q.l.All() {
+		if !yield(n.id) {
 			return false
 		}
-		i = next
 	}
 	return true
 }

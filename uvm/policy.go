@@ -34,33 +34,26 @@ type Policy interface {
 // LRU returns the default policy: least recently used first, where a block's last use is its
 // last Release (or the restore of a Prefetch). It keeps no history of evicted blocks.
 func LRU() Policy {
-	p := &lru{}
-	p.q = newList(&p.l, 1)
-	return p
+	return &lru{}
 }
 
 type lru struct {
-	l links
-	q list
+	ns nodes
+	q  list
 }
 
 func (p *lru) Name() string { return "lru" }
 
 func (p *lru) Used(id BlockID) {
-	if p.q.has(id) {
-		p.q.remove(id)
-	}
-	p.q.pushBack(id)
+	n := p.ns.at(id)
+	p.q.drop(n)
+	p.q.pushBack(n)
 }
 
 func (p *lru) Pinned(id BlockID)  { p.drop(id) }
 func (p *lru) Evicted(id BlockID) { p.drop(id) }
 func (p *lru) Freed(id BlockID)   { p.drop(id) }
 
-func (p *lru) drop(id BlockID) {
-	if p.q.has(id) {
-		p.q.remove(id)
-	}
-}
+func (p *lru) drop(id BlockID) { p.q.drop(p.ns.at(id)) }
 
 func (p *lru) Walk(yield func(BlockID) bool) { p.q.walk(yield) }

@@ -134,3 +134,55 @@ func TestThrashing(t *testing.T) {
 		must(t, tr.Free(h))
 	}
 }
+
+// TestPolicyNoAllocation checks that a policy makes no allocation once it has seen the highest
+// block id: its queues are intrusive lists over nodes that never move.
+func TestPolicyNoAllocation(t *testing.T) {
+	const blocks = 200
+	for _, p := range []uvm.Policy{uvm.LRU(), uvm.TwoQ()} {
+		for id := range uvm.BlockID(blocks) {
+			p.Used(id)
+		}
+		n := testing.AllocsPerRun(20, func() {
+			for id := range uvm.BlockID(blocks) {
+				p.Pinned(id)
+				p.Used(id)
+				if id%3 == 0 {
+					p.Evicted(id)
+					p.Used(id)
+				}
+				if id%7 == 0 {
+					p.Freed(id)
+					p.Used(id)
+				}
+			}
+			p.Walk(func(uvm.BlockID) bool { return true })
+		})
+		if n != 0 {
+			t.Errorf("%s: %v allocations per run", p.Name(), n)
+		}
+	}
+}
+
+// BenchmarkPolicy is a policy's work for one Acquire and Release of a hit (Pinned, then Used)
+// over 4096 blocks, and an eviction (Evicted, then Used again) every 16th.
+func BenchmarkPolicy(b *testing.B) {
+	const blocks = 4096
+	for _, p := range []uvm.Policy{uvm.LRU(), uvm.TwoQ()} {
+		b.Run(p.Name(), func(b *testing.B) {
+			for id := range uvm.BlockID(blocks) {
+				p.Used(id)
+			}
+			id := uvm.BlockID(0)
+			for i := 0; b.Loop(); i++ {
+				id = (id + 2731) % blocks // a stride prime to blocks: every id in turn
+				p.Pinned(id)
+				p.Used(id)
+				if i%16 == 0 {
+					p.Evicted(id)
+					p.Used(id)
+				}
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package uvm
 
 import (
 	"fmt"
+	"iter"
 	"time"
 )
 
@@ -125,6 +126,22 @@ func (s Stats) HitRate() float64 {
 		return float64(s.Hits) / float64(n)
 	}
 	return 0
+}
+
+// Traffic yields every cause with the blocks it moved to the device (In: toDevice) or off it
+// (Out), in the order of the causes.
+func (s Stats) Traffic(toDevice bool) iter.Seq2[Cause, Traffic] {
+	src := &s.Out
+	if toDevice {
+		src = &s.In
+	}
+	return func(yield func(Cause, Traffic) bool) {
+		for i, t := range src {
+			if !yield(Cause(i), t) {
+				return
+			}
+		}
+	}
 }
 
 // Moved sums In (toDevice) or Out over every cause.

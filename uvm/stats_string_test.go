@@ -22,3 +22,48 @@ func TestStatsString(t *testing.T) {
 		t.Errorf("Stats.String() =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestStatsIterators checks Stats.Traffic and AcquireLatency.Outcomes: every cause in order with
+// its direction's traffic, and the three outcomes in order, each stopping when asked.
+func TestStatsIterators(t *testing.T) {
+	var s Stats
+	s.In[CauseAcquire] = Traffic{Blocks: 1, Bytes: 10}
+	s.Out[CausePressure] = Traffic{Blocks: 2, Bytes: 20}
+	for _, toDevice := range []bool{true, false} {
+		want := s.Out
+		if toDevice {
+			want = s.In
+		}
+		n := 0
+		for c, tr := range s.Traffic(toDevice) {
+			if c != Cause(n) || tr != want[n] {
+				t.Fatalf("Traffic(%v) yields %v %v at %d, want %v %v", toDevice, c, tr, n, Cause(n), want[n])
+			}
+			n++
+		}
+		if n != int(numCauses) {
+			t.Fatalf("Traffic(%v) yields %d causes, want %d", toDevice, n, numCauses)
+		}
+		for range s.Traffic(toDevice) {
+			n--
+			break
+		}
+		if n != int(numCauses)-1 {
+			t.Fatal("Traffic went on after break")
+		}
+	}
+	a := AcquireLatency{Hit: Latency{Count: 1}, Miss: Latency{Count: 2}, Host: Latency{Count: 3}}
+	var got []string
+	for o, l := range a.Outcomes() {
+		got = append(got, o)
+		if l.Count != uint64(len(got)) {
+			t.Fatalf("outcome %s has count %d", o, l.Count)
+		}
+		if o == "miss" {
+			break
+		}
+	}
+	if len(got) != 2 || got[0] != "hit" || got[1] != "miss" {
+		t.Fatalf("Outcomes yields %v, want hit, miss (then a break)", got)
+	}
+}

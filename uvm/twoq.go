@@ -11,14 +11,9 @@ package uvm
 // else from Am; A1out remembers up to half as many ids as there are evictable blocks (at least
 // 64). So a scan of blocks each used once flows through A1in and never displaces the blocks of
 // Am, which LRU would all evict.
-func TwoQ() Policy {
-	p := &twoQ{}
-	p.a1in = newList(&p.l, tagA1in)
-	p.am = newList(&p.l, tagAm)
-	p.a1out = newList(&p.l, tagA1out)
-	return p
-}
+func TwoQ() Policy { return &twoQ{} }
 
+// The queue a block belongs to (node.home), whether or not it is evictable now.
 const (
 	tagA1in = 1 + iota
 	tagAm
@@ -26,85 +21,65 @@ const (
 )
 
 type twoQ struct {
-	l        links
-	a1in, am list    // evictable blocks
-	a1out    list    // ghost ids, evicted from A1in
-	where    []uint8 // by id: the queue a block belongs to (tagA1in, tagAm, tagA1out or 0)
+	ns       nodes
+	a1in, am list // evictable blocks
+	a1out    list // ghost ids, evicted from A1in
 }
 
 func (p *twoQ) Name() string { return "2q" }
 
-// home returns the queue a block belongs to, whether or not it is evictable now.
-func (p *twoQ) home(id BlockID) uint8 {
-	if int(id) < len(p.where) {
-		return p.where[id]
-	}
-	return 0
-}
-
-func (p *twoQ) setHome(id BlockID, tag uint8) {
-	for int(id) >= len(p.where) {
-		p.where = append(p.where, 0)
-	}
-	p.where[id] = tag
-}
-
 func (p *twoQ) Used(id BlockID) {
-	switch p.home(id) {
+	n := p.ns.at(id)
+	switch n.home {
 	case tagA1in:
-		if p.a1in.has(id) {
+		if p.a1in.has(n) {
 			return // a correlated reference: it keeps its place in the FIFO
 		}
-		p.a1in.pushBack(id)
+		p.a1in.pushBack(n)
 	case tagAm:
-		if p.am.has(id) {
-			p.am.remove(id)
-		}
-		p.am.pushBack(id)
+		p.am.drop(n)
+		p.am.pushBack(n)
 	case tagA1out:
-		p.a1out.remove(id)
-		p.setHome(id, tagAm)
-		p.am.pushBack(id)
+		p.a1out.remove(n)
+		n.home = tagAm
+		p.am.pushBack(n)
 	default:
-		p.setHome(id, tagA1in)
-		p.a1in.pushBack(id)
+		n.home = tagA1in
+		p.a1in.pushBack(n)
 	}
 }
 
-func (p *twoQ) Pinned(id BlockID) {
-	switch {
-	case p.a1in.has(id):
-		p.a1in.remove(id)
-	case p.am.has(id):
-		p.am.remove(id)
-	}
+func (p *twoQ) Pinned(id BlockID) { p.pinned(p.ns.at(id)) }
+
+// pinned takes n out of the evictable queues, if it is in one.
+func (p *twoQ) pinned(n *node) {
+	p.a1in.drop(n)
+	p.am.drop(n)
 }
 
 func (p *twoQ) Evicted(id BlockID) {
-	home := p.home(id)
-	p.Pinned(id)
-	if home != tagA1in {
-		p.setHome(id, 0)
+	n := p.ns.at(id)
+	p.pinned(n)
+	if n.home != tagA1in {
+		n.home = 0
 		return
 	}
-	p.setHome(id, tagA1out)
-	p.a1out.pushBack(id)
-	for limit := max(64, (p.a1in.n+p.am.n)/2); p.a1out.n > limit; {
-		old, _ := p.a1out.popFront()
-		p.setHome(old, 0)
+	n.home = tagA1out
+	p.a1out.pushBack(n)
+	for limit := max(64, (p.a1in.len()+p.am.len())/2); p.a1out.len() > limit; {
+		p.a1out.popFront().home = 0
 	}
 }
 
 func (p *twoQ) Freed(id BlockID) {
-	p.Pinned(id)
-	if p.a1out.has(id) {
-		p.a1out.remove(id)
-	}
-	p.setHome(id, 0)
+	n := p.ns.at(id)
+	p.pinned(n)
+	p.a1out.drop(n)
+	n.home = 0
 }
 
 func (p *twoQ) Walk(yield func(BlockID) bool) {
-	if p.a1in.n > (p.a1in.n+p.am.n)/4 {
+	if p.a1in.len() > (p.a1in.len()+p.am.len())/4 {
 		if p.a1in.walk(yield) {
 			p.am.walk(yield)
 		}

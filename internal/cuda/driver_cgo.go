@@ -5,8 +5,8 @@ package cuda
 // The driver, loaded with dlopen and called through one C shim per signature. Every shim takes
 // the entry point as a uintptr_t and its arguments by value; handles and host pointers cross as
 // uintptr_t so that no Go code converts a uintptr back to an unsafe.Pointer. The three driver
-// structs used are declared below with the layout of cuda.h (CUDA 12 and 13 agree on it) and
-// checked by static assertions.
+// structs used are declared in vmmtypes.h with the layout of cuda.h (CUDA 12 and 13 agree on
+// it) and checked by static assertions.
 
 /*
 #cgo LDFLAGS: -ldl
@@ -14,28 +14,7 @@ package cuda
 #include <stddef.h>
 #include <stdint.h>
 
-typedef unsigned long long pmDevPtr; // CUdeviceptr, CUmemGenericAllocationHandle
-
-typedef struct { int type; int id; } pmMemLocation; // CUmemLocation
-
-typedef struct { // CUmemAllocationProp
-	int type;                 // CUmemAllocationType: 1 = CU_MEM_ALLOCATION_TYPE_PINNED
-	int requestedHandleTypes; // CUmemAllocationHandleType: 0 = none
-	pmMemLocation location;
-	void *win32HandleMetaData;
-	struct {
-		unsigned char compressionType;
-		unsigned char gpuDirectRDMACapable;
-		unsigned short usage;
-		unsigned char reserved[4];
-	} allocFlags;
-} pmMemAllocationProp;
-
-typedef struct { pmMemLocation location; int flags; } pmMemAccessDesc; // CUmemAccessDesc
-
-_Static_assert(sizeof(pmMemLocation) == 8, "CUmemLocation layout");
-_Static_assert(sizeof(pmMemAllocationProp) == 32, "CUmemAllocationProp layout");
-_Static_assert(sizeof(pmMemAccessDesc) == 12, "CUmemAccessDesc layout");
+#include "vmmtypes.h"
 
 enum {
 	pmLocationDevice = 1,     // CU_MEM_LOCATION_TYPE_DEVICE
