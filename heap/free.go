@@ -48,6 +48,9 @@ func (h *Heap) freeAt(p, n uintptr, how uint8) error {
 			if size, ok = pg.freeState(idx, false, n, 0); !ok && how == freeTry && heldSized(size, n) {
 				return errHeldBlock
 			}
+			if pg.calm++; ok && pg.calm >= reexclusiveAfter {
+				h.reexclusive(pg)
+			}
 		}
 		if ok {
 			h.pushFree(pg, off, size)

@@ -53,8 +53,9 @@
 //   - p.bump - p.nfree counts live blocks plus remotely freed blocks not yet collected; a page
 //     is given back only when that is zero, so a remote free never races with its release;
 //   - an exclusive page (exclusive.go) has no remote bit set and no block freed remotely or
-//     held: no goroutine but the owner has touched its state words; it never becomes
-//     exclusive again once shared;
+//     held: no goroutine but the owner has touched its state words since it last became
+//     exclusive; one that had a block held never becomes exclusive again, and another
+//     becomes so again only when no other goroutine is at work on it (reexclusive);
 //   - an entry of the owner's page cache (near.go) names a live class page of the heap;
 //   - a small class's spare (see pageChanged) is an empty page of the class on its available
 //     list, not its current page;

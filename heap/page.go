@@ -37,9 +37,13 @@ type page struct {
 	nslice  int
 	ncommit int // class pages: slices committed, from slice0
 
+	calm uint32 // class pages: the owner's frees since it last tried to make the page exclusive again
+
 	// Shared with remote freers.
-	mode        uint32   // exclusive, sharing or shared (exclusive.go)
-	state       []uint32 // per block: see freedRemote
+	mode        uint32       // exclusive, sharing or shared (exclusive.go)
+	sharers     atomic.Int32 // other goroutines at work on the state words (enter, leave)
+	keepShared  atomic.Bool  // a block was held: the page stays shared (exclusive.go)
+	state       []uint32     // per block: see freedRemote
 	remote      []atomicWord
 	pending     atomic.Uint32
 	nextPending *page

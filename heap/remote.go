@@ -39,11 +39,15 @@ func (pg *page) freeRemote(idx uint32, p, n uintptr, hold uint32) error {
 
 // freeRemoteNow is freeRemote.
 func (pg *page) freeRemoteNow(idx uint32, p, n uintptr, hold uint32) error {
-	pg.share()
-	if st, ok := pg.freeState(idx, true, n, hold); !ok {
+	pg.enter()
+	st, ok := pg.freeState(idx, true, n, hold)
+	if ok {
+		pg.remoteFreed(idx)
+	}
+	pg.leave()
+	if !ok {
 		return pg.freeError(idx, st, p, n, hold)
 	}
-	pg.remoteFreed(idx)
 	return nil
 }
 

@@ -91,17 +91,23 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 	}
 	if pg.heap != h {
 		// An exclusive page is shared first, which waits (exclusive.go): FreeSized does it.
+		pg.sharers.Add(1) // enter's count, without the sharing
 		if atomic.LoadUint32(&pg.mode) != shared {
+			pg.leave()
 			return errWouldBlock
 		}
-		if old, ok := pg.freeState(idx, true, n, hold); !ok {
-			if hold == 0 && heldSized(old, n) {
-				return errHeldBlock
-			}
-			return errWouldBlock
+		old, ok := pg.freeState(idx, true, n, hold)
+		if ok {
+			pg.remoteFreed(idx)
 		}
-		pg.remoteFreed(idx)
-		return nil
+		pg.leave()
+		switch {
+		case ok:
+			return nil
+		case hold == 0 && heldSized(old, n):
+			return errHeldBlock
+		}
+		return errWouldBlock
 	}
 	size, ok := h.freeOwn(pg, idx, n, hold)
 	if !ok {
