@@ -124,27 +124,39 @@ func (h *Heap) freeExcl(pg *page, idx, want uint32) (size uint32, ok bool) {
 }
 
 // enter begins a change of pg's state words by a goroutine other than its owner (a remote free,
-// a hold): it counts the caller in pg.sharers, so that the owner does not make the page
-// exclusive again meanwhile (reexclusive), and shares pg unless it is shared. leave ends it,
-// once the caller is done with the state words and the remote bitmap.
-func (pg *page) enter() {
-	pg.sharers.Add(1) // then the load of the mode: see reexclusive
+// a hold), and shares pg unless it is shared. Unless pg stays shared for good (keepShared), it
+// counts the caller in pg.sharers, so that the owner does not make the page exclusive again
+// meanwhile (reexclusive), and reports so; leave(counted) ends it, once the caller is done
+// with the state words and the remote bitmap. A page that stays shared costs its remote
+// frees no count: two locked instructions, a third of a remote free.
+func (pg *page) enter() (counted bool) {
+	if counted = !pg.keepShared.Load(); counted {
+		pg.sharers.Add(1) // then the load of the mode: see reexclusive
+	}
+	if atomic.LoadUint32(&pg.mode) != shared {
+		pg.shareSlow()
+	}
+	return counted
+}
+
+// enterHold is enter for a hold, always counted: the page stays shared from then on (see
+// reexclusive), as an exclusive page holds no held block.
+func (pg *page) enterHold() {
+	if !pg.keepShared.Load() {
+		pg.keepShared.Store(true) // before the count: see reexclusive
+	}
+	pg.sharers.Add(1)
 	if atomic.LoadUint32(&pg.mode) != shared {
 		pg.shareSlow()
 	}
 }
 
-// enterHold is enter for a hold: the page stays shared from then on (see reexclusive), as an
-// exclusive page holds no held block.
-func (pg *page) enterHold() {
-	if !pg.keepShared.Load() {
-		pg.keepShared.Store(true) // before enter's count: see reexclusive
-	}
-	pg.enter()
-}
-
 // leave ends what enter began.
-func (pg *page) leave() { pg.sharers.Add(-1) }
+func (pg *page) leave(counted bool) {
+	if counted {
+		pg.sharers.Add(-1)
+	}
+}
 
 // shareSlow moves an exclusive page to shared, or waits for the sharer that is doing it (or
 // for the owner to give up making it exclusive again: see reexclusive).
@@ -177,6 +189,13 @@ func (pg *page) shareSlow() {
 // frees at most, and saves a compare-and-swap on each.
 const reexclusiveAfter = 4096
 
+// reexclusiveMax is how many times reexclusive makes a page exclusive again.
+const reexclusiveMax = 8
+
+// keepSharedAfter is how many remote frees of a class page the owner collects before the page
+// stays shared for good (keepShared): its remote frees then need no count.
+const keepSharedAfter = 256
+
 // reexclusive makes pg, a shared class page of the owner's, exclusive again when no other
 // goroutine is at work on it and none ever held one of its blocks, so that the owner's frees
 // go back to plain stores. A page is shared by its first remote free, which a goroutine that
@@ -184,10 +203,15 @@ const reexclusiveAfter = 4096
 // one such free made every later owner free of the page a compare-and-swap for its life.
 //
 // It pairs with enter as sequentially consistent operations: the owner moves the mode from
-// shared to exclusive, then loads sharers; a sharer adds itself to sharers, then loads the
-// mode. Either the owner sees the sharer counted, and puts the mode back (a sharer that found
-// it exclusive meanwhile shares it again, the usual way), or the sharer sees the mode
-// exclusive and shares the page itself, waiting for the owner's plain frees. A sharer counted
+// shared to exclusive, then loads sharers and keepShared; a sharer adds itself to sharers (or
+// finds keepShared set, which is never cleared), then loads the mode. Either the owner sees the
+// sharer counted or keepShared set, and puts the mode back (a sharer that found it exclusive
+// meanwhile shares it again, the usual way), or the sharer sees the mode exclusive and shares
+// the page itself, waiting for the owner's plain frees. A page made exclusive again
+// reexclusiveMax times stays shared (keepShared): each time costs the next remote free a
+// barrier, and remote frees that keep coming back are better paid with compare-and-swaps;
+// so does a page of which the owner has collected keepSharedAfter remote frees (collectPage),
+// and one shared from the start (newMode's remoteMostly). A sharer counted
 // is done with the page when the owner sees sharers at zero: its state word and its remote bit
 // are written, and the owner collects the bit here, so that the page is exclusive as a new one
 // is: no remote bit set, no state word freed remotely (the blocks collected before keep theirs
@@ -201,6 +225,9 @@ func (h *Heap) reexclusive(pg *page) {
 		// Fails only where a sharer has begun sharing it again: it ends that.
 		atomic.CompareAndSwapUint32(&pg.mode, exclusive, shared)
 		return
+	}
+	if pg.reexcl++; pg.reexcl == reexclusiveMax {
+		pg.keepShared.Store(true) // the last time (see above)
 	}
 	for _, off := range pg.free[:pg.nfree] {
 		if w := &pg.state[uint64(off)*uint64(pg.divMul)>>32]; atomic.LoadUint32(w)&freedRemote != 0 {
@@ -217,6 +244,7 @@ func (h *Heap) reexclusive(pg *page) {
 			atomic.StoreUint32(&pg.state[idx], 0)
 			h.pushFree(pg, idx*uint32(pg.bsize), st&^freedRemote)
 			h.remoteFrees++
+			pg.remoteSeen++
 		}
 	}
 }

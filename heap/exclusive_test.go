@@ -352,3 +352,46 @@ func TestSharedPageExclusiveAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRemotelyFreedPageStaysShared checks that a class page whose owner has collected
+// keepSharedAfter remote frees stays shared however many frees its owner makes, so that a
+// producer/consumer flow's remote frees need no count (and no barrier).
+func TestRemotelyFreedPageStaysShared(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	keep, err := h.Alloc(64) // keeps the page from being given back
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, _, _ := h.g.find(keep)
+	for range keepSharedAfter {
+		p, err := h.Alloc(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.g.FreeSized(p, 64); err != nil {
+			t.Fatal(err)
+		}
+		h.Collect()
+	}
+	if !pg.keepShared.Load() {
+		t.Fatalf("after %d remote frees collected the page may become exclusive again", keepSharedAfter)
+	}
+	for range 2 * reexclusiveAfter {
+		p, err := h.Alloc(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.FreeSized(p, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := atomic.LoadUint32(&pg.mode); m != shared {
+		t.Fatalf("a page freed remotely for good became exclusive (mode %d)", m)
+	}
+	if err := h.FreeSized(keep, 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+}

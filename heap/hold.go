@@ -36,7 +36,7 @@ func (g *Group) Hold(p uintptr) (base, size uintptr, first bool, err error) {
 		return 0, 0, false, err
 	}
 	pg.enterHold() // before the state word is read: see exclusive.go
-	defer pg.leave()
+	defer pg.leave(true)
 	if size = pg.liveSize(idx); size == 0 {
 		return 0, 0, false, freeBlockError(p)
 	}
@@ -67,7 +67,7 @@ func (g *Group) HoldSized(p, n uintptr) (first bool, err error) {
 	}
 	pg.enterHold()
 	old, ok := pg.hold(idx, want)
-	pg.leave()
+	pg.leave(true)
 	if !ok {
 		return false, pg.freeError(idx, old, p, n, old&held)
 	}
@@ -120,7 +120,7 @@ func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
 		return false, false
 	}
 	pg.enterHold() // before the state word is read: see exclusive.go
-	defer pg.leave()
+	defer pg.leave(true)
 	st := atomic.LoadUint32(&pg.state[idx])
 	size := uintptr(st &^ held)
 	if pg.class < 0 {

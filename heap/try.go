@@ -91,16 +91,19 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 	}
 	if pg.heap != h {
 		// An exclusive page is shared first, which waits (exclusive.go): FreeSized does it.
-		pg.sharers.Add(1) // enter's count, without the sharing
+		counted := !pg.keepShared.Load()
+		if counted {
+			pg.sharers.Add(1) // enter's count, without the sharing
+		}
 		if atomic.LoadUint32(&pg.mode) != shared {
-			pg.leave()
+			pg.leave(counted)
 			return errWouldBlock
 		}
 		old, ok := pg.freeState(idx, true, n, hold)
 		if ok {
 			pg.remoteFreed(idx)
 		}
-		pg.leave()
+		pg.leave(counted)
 		switch {
 		case ok:
 			return nil
