@@ -208,7 +208,7 @@ func (h *Heap) releaseEmpty() {
 	for c := range h.classes {
 		cl := &h.classes[c]
 		if pg := h.cur[c]; pg != &cl.empty && pg.empty() {
-			h.cur[c] = &cl.empty
+			h.setCur(uint8(c), &cl.empty)
 			h.pageChanged(pg, true) // given back, or kept as the spare and given back below
 		}
 		if cl.spare != nil {

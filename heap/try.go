@@ -29,13 +29,11 @@ func (h *Heap) TryAlloc(n uintptr) (p uintptr, ok bool) {
 	if n-1 >= maxClassSize {
 		return h.tryReuseObject(n)
 	}
-	c := h.class(n)
-	pg := h.cur[c]
-	if off, ok := pg.pop(); ok {
+	if off, pg, ok := h.popFor(n); ok {
 		return h.take(pg, off, n), true
 	}
 	h.noBlock = true
-	p, _, err := h.allocSlow(n, c)
+	p, _, err := h.allocSlow(n, h.class(n))
 	h.noBlock = false
 	return p, err == nil
 }
