@@ -16,7 +16,13 @@ import (
 // arena's capacity and an error wrapping arena.ErrCapacity when the arena is full.
 func (h *Heap) Alloc(n uintptr) (uintptr, error) {
 	if n-1 < maxClassSize {
-		if off, pg, ok := h.popFor(n); ok {
+		var pg *page
+		if n <= smallMax {
+			pg = h.direct[(n+15)>>4] // one load, as mimalloc's pages_free_direct (setCur)
+		} else {
+			pg = h.cur[h.class(n)]
+		}
+		if off, ok := pg.pop(); ok {
 			return h.take(pg, off, n), nil
 		}
 		p, _, err := h.allocSlow(n, h.class(n))
@@ -24,20 +30,6 @@ func (h *Heap) Alloc(n uintptr) (uintptr, error) {
 	}
 	p, _, err := h.allocBig(n, h.align)
 	return p, err
-}
-
-// popFor pops a block for a request of 1 to maxClassSize bytes from its class's current page
-// (see pop), and returns the page. Up to smallMax bytes the page is one load from the request
-// (Heap.direct, as mimalloc's pages_free_direct), not two.
-func (h *Heap) popFor(n uintptr) (uint32, *page, bool) {
-	var pg *page
-	if n <= smallMax {
-		pg = h.direct[(n+15)>>4]
-	} else {
-		pg = h.cur[h.class(n)]
-	}
-	off, ok := pg.pop()
-	return off, pg, ok
 }
 
 // setCur makes pg the current page of class c, in cur and in direct.

@@ -29,7 +29,13 @@ func (h *Heap) TryAlloc(n uintptr) (p uintptr, ok bool) {
 	if n-1 >= maxClassSize {
 		return h.tryReuseObject(n)
 	}
-	if off, pg, ok := h.popFor(n); ok {
+	var pg *page
+	if n <= smallMax {
+		pg = h.direct[(n+15)>>4] // see Alloc
+	} else {
+		pg = h.cur[h.class(n)]
+	}
+	if off, ok := pg.pop(); ok {
 		return h.take(pg, off, n), true
 	}
 	h.noBlock = true
