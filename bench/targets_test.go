@@ -52,6 +52,46 @@ func TestSmallObjectTargets(t *testing.T) {
 	}
 }
 
+// TestWithinReachTargets checks the targets of issue 29 on made-up results: the heap's pairs
+// against mimalloc harness-adjusted (1.1x at 16 and 64 B, 1.0x mixed), churn raw (heap 1.3x,
+// pool 1.6x), and a churn case not run UNMEASURED.
+func TestWithinReachTargets(t *testing.T) {
+	r := func(c, im, metric string, v float64) result {
+		return result{Case: c, Impl: im, Metric: metric, Value: v, Unit: "ns"}
+	}
+	rs := []result{
+		r("pair/16B", "pinmalloc-heap", "ns_per_pair_adjusted", 5.5), r("pair/16B", "mimalloc", "ns_per_pair_adjusted", 5),
+		r("pair/64B", "pinmalloc-heap", "ns_per_pair_adjusted", 5.6), r("pair/64B", "mimalloc", "ns_per_pair_adjusted", 5),
+		r("mixed/1g", "pinmalloc-heap", "ns_per_pair_adjusted", 10.1), r("mixed/1g", "mimalloc", "ns_per_pair_adjusted", 10),
+		r("churn/10k", "pinmalloc-heap", "ns_per_pair", 13), r("churn/10k", "pinmalloc-pool", "ns_per_pair", 17),
+		r("churn/10k", "mimalloc", "ns_per_pair", 10),
+		r("churn/100k", "pinmalloc-heap", "ns_per_pair", 13.1), r("churn/100k", "pinmalloc-pool", "ns_per_pair", 16),
+		r("churn/100k", "mimalloc", "ns_per_pair", 10),
+	}
+	want := map[string]string{
+		"heap-vs-mimalloc-adjusted/16B":      met,
+		"heap-vs-mimalloc-adjusted/64B":      missed,
+		"heap-vs-mimalloc-adjusted/mixed/1g": missed,
+		"heap-vs-mimalloc/churn/10k":         met,
+		"pool-vs-mimalloc/churn/10k":         missed,
+		"heap-vs-mimalloc/churn/100k":        missed,
+		"pool-vs-mimalloc/churn/100k":        met,
+		"heap-vs-mimalloc/churn/1M":          unmeasured,
+		"pool-vs-mimalloc/churn/1M":          unmeasured,
+	}
+	got := map[string]target{}
+	for _, tg := range evaluateTargets(rs) {
+		got[tg.Name] = tg
+	}
+	for name, status := range want {
+		if tg, ok := got[name]; !ok {
+			t.Errorf("no target %s", name)
+		} else if tg.Status != status {
+			t.Errorf("%s: %s (ratio %.3g), want %s", name, tg.Status, tg.Ratio, status)
+		}
+	}
+}
+
 // TestRatioRefusesNonPositiveFigures checks that a target built from a figure of zero or less
 // (a harness-adjusted time below its null loop) or not finite is UNMEASURED, never MET: before
 // issue 26 a negative numerator met every "at most" target.

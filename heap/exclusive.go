@@ -7,9 +7,10 @@
 // the allocation's stores to drain: about 6 ns, a third of a pair. So a class page starts
 // exclusive: no goroutine but the owner touches its state words, and the owner frees with a
 // plain load and store (freeOwn). The first other goroutine that needs one of its state words
-// (a remote free, Hold, HoldSized, FreeHeld through the group) shares the page first, for the
-// rest of its life; from then on the owner uses the compare-and-swap as well. A page given
-// back is never reused (see the package invariants), so a new page starts exclusive again,
+// (a remote free, Hold, HoldSized, FreeHeld through the group) shares the page first; from
+// then on the owner uses the compare-and-swap as well, until it makes the page exclusive again
+// (reexclusive: after reexclusiveAfter of its frees, when no other goroutine is at work on the
+// page and none has ever held one of its blocks). A page given back is never reused (see the package invariants), so a new page starts exclusive again,
 // unless remote frees have lately been a good part of the heap's (a producer/consumer pattern:
 // see newMode). Object pages and huge objects are shared from the start: their frees are rare
 // beside their cost.
@@ -55,6 +56,7 @@
 package heap
 
 import (
+	"math/bits"
 	"runtime"
 	"sync/atomic"
 )
@@ -121,28 +123,128 @@ func (h *Heap) freeExcl(pg *page, idx, want uint32) (size uint32, ok bool) {
 	return size, ok
 }
 
-// share makes pg shared, for a goroutine other than its owner that is about to touch its
-// state words. It returns at once for a shared page.
-func (pg *page) share() {
+// enter begins a change of pg's state words by a goroutine other than its owner (a remote free,
+// a hold), and shares pg unless it is shared. Unless pg stays shared for good (keepShared), it
+// counts the caller in pg.sharers, so that the owner does not make the page exclusive again
+// meanwhile (reexclusive), and reports so; leave(counted) ends it, once the caller is done
+// with the state words and the remote bitmap. A page that stays shared costs its remote
+// frees no count: two locked instructions, a third of a remote free.
+func (pg *page) enter() (counted bool) {
+	if counted = !pg.keepShared.Load(); counted {
+		pg.sharers.Add(1) // then the load of the mode: see reexclusive
+	}
+	if atomic.LoadUint32(&pg.mode) != shared {
+		pg.shareSlow()
+	}
+	return counted
+}
+
+// enterHold is enter for a hold, always counted: the page stays shared from then on (see
+// reexclusive), as an exclusive page holds no held block.
+func (pg *page) enterHold() {
+	if !pg.keepShared.Load() {
+		pg.keepShared.Store(true) // before the count: see reexclusive
+	}
+	pg.sharers.Add(1)
 	if atomic.LoadUint32(&pg.mode) != shared {
 		pg.shareSlow()
 	}
 }
 
-// shareSlow moves an exclusive page to shared, or waits for the sharer that is doing it.
+// leave ends what enter began.
+func (pg *page) leave(counted bool) {
+	if counted {
+		pg.sharers.Add(-1)
+	}
+}
+
+// shareSlow moves an exclusive page to shared, or waits for the sharer that is doing it (or
+// for the owner to give up making it exclusive again: see reexclusive).
 func (pg *page) shareSlow() {
-	if !atomic.CompareAndSwapUint32(&pg.mode, exclusive, sharing) {
-		for atomic.LoadUint32(&pg.mode) != shared {
-			runtime.Gosched()
+	for {
+		switch atomic.LoadUint32(&pg.mode) {
+		case shared:
+			return
+		case exclusive:
+			if !atomic.CompareAndSwapUint32(&pg.mode, exclusive, sharing) {
+				continue
+			}
+			heavy()
+			h := pg.heap
+			if seq := atomic.LoadUint32(&h.freeSeq); seq&1 != 0 {
+				for atomic.LoadUint32(&h.freeSeq) == seq {
+					runtime.Gosched()
+				}
+			}
+			atomic.StoreUint32(&pg.mode, shared)
+			return
 		}
+		runtime.Gosched() // sharing: another sharer is at it
+	}
+}
+
+// reexclusiveAfter is how many of the owner's frees on a shared class page come between two
+// tries to make it exclusive again: each success costs the next remote free of the page a
+// barrier (heavy), so a page freed remotely now and then pays one barrier per this many
+// frees at most, and saves a compare-and-swap on each.
+const reexclusiveAfter = 4096
+
+// reexclusiveMax is how many times reexclusive makes a page exclusive again.
+const reexclusiveMax = 8
+
+// keepSharedAfter is how many remote frees of a class page the owner collects before the page
+// stays shared for good (keepShared): its remote frees then need no count.
+const keepSharedAfter = 256
+
+// reexclusive makes pg, a shared class page of the owner's, exclusive again when no other
+// goroutine is at work on it and none ever held one of its blocks, so that the owner's frees
+// go back to plain stores. A page is shared by its first remote free, which a goroutine that
+// merely moved to another processor makes as well (pinned's shards are per P): without this,
+// one such free made every later owner free of the page a compare-and-swap for its life.
+//
+// It pairs with enter as sequentially consistent operations: the owner moves the mode from
+// shared to exclusive, then loads sharers and keepShared; a sharer adds itself to sharers (or
+// finds keepShared set, which is never cleared), then loads the mode. Either the owner sees the
+// sharer counted or keepShared set, and puts the mode back (a sharer that found it exclusive
+// meanwhile shares it again, the usual way), or the sharer sees the mode exclusive and shares
+// the page itself, waiting for the owner's plain frees. A page made exclusive again
+// reexclusiveMax times stays shared (keepShared): each time costs the next remote free a
+// barrier, and remote frees that keep coming back are better paid with compare-and-swaps;
+// so does a page of which the owner has collected keepSharedAfter remote frees (collectPage),
+// and one shared from the start (newMode's remoteMostly). A sharer counted
+// is done with the page when the owner sees sharers at zero: its state word and its remote bit
+// are written, and the owner collects the bit here, so that the page is exclusive as a new one
+// is: no remote bit set, no state word freed remotely (the blocks collected before keep theirs
+// until reused, so the free stack is cleaned too) and none held (a hold sets keepShared first).
+func (h *Heap) reexclusive(pg *page) {
+	pg.calm = 0
+	if h.remoteMostly || pg.keepShared.Load() || pg.sharers.Load() != 0 || !atomic.CompareAndSwapUint32(&pg.mode, shared, exclusive) {
 		return
 	}
-	heavy()
-	h := pg.heap
-	if seq := atomic.LoadUint32(&h.freeSeq); seq&1 != 0 {
-		for atomic.LoadUint32(&h.freeSeq) == seq {
-			runtime.Gosched()
+	if pg.sharers.Load() != 0 || pg.keepShared.Load() {
+		// Fails only where a sharer has begun sharing it again: it ends that.
+		atomic.CompareAndSwapUint32(&pg.mode, exclusive, shared)
+		return
+	}
+	if pg.reexcl++; pg.reexcl == reexclusiveMax {
+		pg.keepShared.Store(true) // the last time (see above)
+	}
+	for _, off := range pg.free[:pg.nfree] {
+		if w := &pg.state[uint64(off)*uint64(pg.divMul)>>32]; atomic.LoadUint32(w)&freedRemote != 0 {
+			atomic.StoreUint32(w, 0)
 		}
 	}
-	atomic.StoreUint32(&pg.mode, shared)
+	for w := range pg.remote {
+		if pg.remote[w].Load() == 0 {
+			continue
+		}
+		for b := pg.remote[w].Swap(0); b != 0; b &= b - 1 {
+			idx := uint32(w*64 + bits.TrailingZeros64(b))
+			st := atomic.LoadUint32(&pg.state[idx])
+			atomic.StoreUint32(&pg.state[idx], 0)
+			h.pushFree(pg, idx*uint32(pg.bsize), st&^freedRemote)
+			h.remoteFrees++
+			pg.remoteSeen++
+		}
+	}
 }

@@ -267,3 +267,131 @@ func TestSharedPagesStayExact(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSharedPageExclusiveAgain checks that a class page shared by a remote free (in pinned, a
+// goroutine that moved to another P frees so) becomes exclusive again after reexclusiveAfter
+// owner frees without other goroutines at work on it: the remote free is collected on the way,
+// the page verifies as exclusive, and the next remote free shares it again and stays exact. A
+// page one of whose blocks was held stays shared.
+func TestSharedPageExclusiveAgain(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	if !h.g.exclusive {
+		t.Skip("pages start shared here (no membarrier)")
+	}
+	a, err := h.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, _, _ := h.g.find(a)
+	if err := h.g.FreeSized(a, 64); err != nil { // remote: shares the page
+		t.Fatal(err)
+	}
+	if m := atomic.LoadUint32(&pg.mode); m != shared {
+		t.Fatalf("after a remote free the page's mode is %d, want shared", m)
+	}
+	for range reexclusiveAfter + 1 { // the first fills the owner's page cache (near.go)
+		p, err := h.Alloc(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.FreeSized(p, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := atomic.LoadUint32(&pg.mode); m != exclusive {
+		t.Fatalf("after %d owner frees with no sharer the page's mode is %d, want exclusive", reexclusiveAfter+1, m)
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.FreeSized(a, 64); !errors.Is(err, ErrDoubleFree) {
+		t.Fatalf("owner free of the block freed remotely before: %v", err)
+	}
+	if err := h.g.FreeSized(b, 64); err != nil { // shares it again
+		t.Fatal(err)
+	}
+	if m := atomic.LoadUint32(&pg.mode); m != shared {
+		t.Fatalf("a remote free left the page exclusive again (mode %d)", m)
+	}
+	if err := h.g.FreeSized(b, 64); !errors.Is(err, ErrDoubleFree) {
+		t.Fatalf("second remote free: %v", err)
+	}
+	if err := h.FreeSized(b, 64); !errors.Is(err, ErrDoubleFree) {
+		t.Fatalf("owner free after a remote one: %v", err)
+	}
+
+	// A page with a held block stays shared, whatever the owner frees.
+	c, err := h.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := h.g.Hold(c); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 * reexclusiveAfter {
+		p, err := h.Alloc(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.FreeSized(p, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := atomic.LoadUint32(&pg.mode); m != shared {
+		t.Fatalf("a page with a held block became exclusive (mode %d)", m)
+	}
+	if err := h.FreeHeld(c, 64); err != nil {
+		t.Fatal(err)
+	}
+	h.Collect()
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRemotelyFreedPageStaysShared checks that a class page whose owner has collected
+// keepSharedAfter remote frees stays shared however many frees its owner makes, so that a
+// producer/consumer flow's remote frees need no count (and no barrier).
+func TestRemotelyFreedPageStaysShared(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	keep, err := h.Alloc(64) // keeps the page from being given back
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, _, _ := h.g.find(keep)
+	for range keepSharedAfter {
+		p, err := h.Alloc(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.g.FreeSized(p, 64); err != nil {
+			t.Fatal(err)
+		}
+		h.Collect()
+	}
+	if !pg.keepShared.Load() {
+		t.Fatalf("after %d remote frees collected the page may become exclusive again", keepSharedAfter)
+	}
+	for range 2 * reexclusiveAfter {
+		p, err := h.Alloc(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.FreeSized(p, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := atomic.LoadUint32(&pg.mode); m != shared {
+		t.Fatalf("a page freed remotely for good became exclusive (mode %d)", m)
+	}
+	if err := h.FreeSized(keep, 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -48,6 +48,9 @@ func (h *Heap) freeAt(p, n uintptr, how uint8) error {
 			if size, ok = pg.freeState(idx, false, n, 0); !ok && how == freeTry && heldSized(size, n) {
 				return errHeldBlock
 			}
+			if pg.calm++; ok && pg.calm >= reexclusiveAfter {
+				h.reexclusive(pg)
+			}
 		}
 		if ok {
 			h.pushFree(pg, off, size)
@@ -205,7 +208,7 @@ func (h *Heap) releaseEmpty() {
 	for c := range h.classes {
 		cl := &h.classes[c]
 		if pg := h.cur[c]; pg != &cl.empty && pg.empty() {
-			h.cur[c] = &cl.empty
+			h.setCur(uint8(c), &cl.empty)
 			h.pageChanged(pg, true) // given back, or kept as the spare and given back below
 		}
 		if cl.spare != nil {

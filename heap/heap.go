@@ -53,8 +53,9 @@
 //   - p.bump - p.nfree counts live blocks plus remotely freed blocks not yet collected; a page
 //     is given back only when that is zero, so a remote free never races with its release;
 //   - an exclusive page (exclusive.go) has no remote bit set and no block freed remotely or
-//     held: no goroutine but the owner has touched its state words; it never becomes
-//     exclusive again once shared;
+//     held: no goroutine but the owner has touched its state words since it last became
+//     exclusive; one that had a block held never becomes exclusive again, and another
+//     becomes so again only when no other goroutine is at work on it (reexclusive);
 //   - an entry of the owner's page cache (near.go) names a live class page of the heap;
 //   - a small class's spare (see pageChanged) is an empty page of the class on its available
 //     list, not its current page;
@@ -186,8 +187,9 @@ type Heap struct {
 	allocs, frees uint64
 	freeSeq       uint32 // odd while the owner frees on an exclusive page (exclusive.go)
 	small         [smallMax/16 + 1]uint8
-	classOf       [numClasses]uint8 // generated class → heap class (sizes rounded up to align)
-	cur           [256]*page        // per heap class (a uint8: no bounds check); never nil below len(classes)
+	direct        [smallMax/16 + 1]*page // cur[small[i]]: a request up to smallMax to its page in one load (setCur)
+	classOf       [numClasses]uint8      // generated class → heap class (sizes rounded up to align)
+	cur           [256]*page             // per heap class (a uint8: no bounds check); never nil below len(classes)
 	classes       []hclass
 	near          [nearLen]nearEntry // the owner's class pages by address (near.go)
 
@@ -222,6 +224,7 @@ type hclass struct {
 	size   uintptr
 	kind   segKind
 	slices uint8    // per page
+	direct [2]uint8 // the indices of Heap.direct that name this class's current page: [lo, hi)
 	empty  page     // sentinel current page: no blocks
 	avail  pageList // pages with free blocks, a new one first, refilled ones last
 	spare  *page    // an empty page kept on avail (small classes: see pageChanged)
@@ -288,9 +291,14 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	}
 	for i := range h.small {
 		h.small[i] = h.classOf[smallClass[i]]
+		if cl := &h.classes[h.small[i]]; cl.direct[1] == 0 {
+			cl.direct = [2]uint8{uint8(i), uint8(i + 1)}
+		} else {
+			cl.direct[1] = uint8(i + 1) // small is monotonic: each class's indices are a run
+		}
 	}
 	for i := range h.classes {
-		h.cur[i] = &h.classes[i].empty
+		h.setCur(uint8(i), &h.classes[i].empty)
 	}
 	return h, nil
 }

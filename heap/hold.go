@@ -35,7 +35,8 @@ func (g *Group) Hold(p uintptr) (base, size uintptr, first bool, err error) {
 	if err != nil {
 		return 0, 0, false, err
 	}
-	pg.share() // before the state word is read: see exclusive.go
+	pg.enterHold() // before the state word is read: see exclusive.go
+	defer pg.leave(true)
 	if size = pg.liveSize(idx); size == 0 {
 		return 0, 0, false, freeBlockError(p)
 	}
@@ -64,8 +65,9 @@ func (g *Group) HoldSized(p, n uintptr) (first bool, err error) {
 	if n == 0 || want == stateMax && pg.objSize != n {
 		return false, fmt.Errorf("%w: %#x held with %d bytes", ErrSizeMismatch, p, n)
 	}
-	pg.share()
+	pg.enterHold()
 	old, ok := pg.hold(idx, want)
+	pg.leave(true)
 	if !ok {
 		return false, pg.freeError(idx, old, p, n, old&held)
 	}
@@ -117,7 +119,8 @@ func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
 	if !found || n == 0 {
 		return false, false
 	}
-	pg.share() // before the state word is read: see exclusive.go
+	pg.enterHold() // before the state word is read: see exclusive.go
+	defer pg.leave(true)
 	st := atomic.LoadUint32(&pg.state[idx])
 	size := uintptr(st &^ held)
 	if pg.class < 0 {
@@ -143,6 +146,9 @@ func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
 	want := stateOf(n)
 	if !hit || n == 0 || want == stateMax {
 		return false, false
+	}
+	if !pg.keepShared.Load() {
+		pg.keepShared.Store(true) // the owner's: no reexclusive can be under way
 	}
 	if atomic.LoadUint32(&pg.mode) != shared && !atomic.CompareAndSwapUint32(&pg.mode, exclusive, shared) {
 		return false, false // a sharer is at work: HoldSized waits for it

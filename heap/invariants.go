@@ -25,6 +25,11 @@ func (h *Heap) verifyWith(tables bool) error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	var liveN uint64
 	var liveBytes uintptr
+	for i, c := range h.small {
+		if h.direct[i] != h.cur[c] {
+			bad("direct[%d] is not the current page of class %d", i, c)
+		}
+	}
 	for c := range h.classes {
 		cl := &h.classes[c]
 		if cur := h.cur[c]; cur != &cl.empty && (cur.class != int16(c) || cur.dead || cur.heap != h) {

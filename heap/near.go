@@ -4,7 +4,7 @@
 // the heap's group, the directory, a leaf, the slot's segment, the segment's page slot, then
 // the page. On the owner's free that chain was a third of a pair. So the owner keeps near, a
 // direct-mapped table of nearLen entries indexed by the address's slice number modulo nearLen
-// (8 MiB of address space before two slices collide), filled when a free of one of its own
+// (128 MiB of address space before two slices collide), filled when a free of one of its own
 // class pages had to ask the tables (remember), and cleared for a page when the page is given
 // back. An entry holds the page and its geometry (nearEntry), so a hit is one load from the
 // address to the block's offset and index, while the page's own fields load beside. The entry
@@ -20,8 +20,11 @@
 
 package heap
 
-// nearLen is the number of entries of the owner's page cache (a power of two).
-const nearLen = 256
+// nearLen is the number of entries of the owner's page cache (a power of two): 128 MiB of
+// address space, the pages of a million live 64 B blocks, for 128 KiB of the heap's own Go
+// memory. With 256 (8 MiB) a churn over 10^6 live blocks missed the cache on most frees, and
+// the tables' chain of cache misses cost more than the rest of the pair (issue 29).
+const nearLen = 4096
 
 // nearEntry is a class page in the owner's cache with the geometry a free needs, so that the
 // block's offset and index follow from the entry alone while the page's own fields load. The

@@ -10,25 +10,28 @@ import (
 // page is a run of slices holding blocks of one size. See the package invariants.
 type page struct {
 	// Owner-only fields, hot first.
-	nfree   uint32
-	bump    uint32
-	limit   uint32 // blocks below it lie in committed slices (class pages: see extend)
-	nblocks uint32
-	free    []uint32 // stack of free blocks, by offset in the page (an address is base + offset)
-	base    uintptr
-	span    uintptr // nblocks * bsize: the bytes the blocks cover
-	bsize   uintptr
-	divMul  uint32            // off*divMul>>32 == off/bsize for multiples of bsize
-	class   int16             // heap class, or -1 for object and huge pages
-	fresh   bool              // blocks from bump read as zero
-	dead    bool              // given back: never used again (see the invariants)
-	avail   ilist.Links[page] // on its class's available list (hclass.avail) or not
-	objSize uintptr           // object and huge pages: the size asked for
-	want    uintptr           // huge pages: bytes from base known committed and wanted in the arena
-	tracked bool              // object and huge pages: kept is tracked by the arena (see idle)
-	kept    arena.Kept
-	frees   uint64 // class pages: frees, for Stats (see hclass)
-	allIdx  int    // class pages: index in hclass.all
+	nfree      uint32
+	bump       uint32
+	limit      uint32 // blocks below it lie in committed slices (class pages: see extend)
+	nblocks    uint32
+	free       []uint32 // stack of free blocks, by offset in the page (an address is base + offset)
+	base       uintptr
+	span       uintptr // nblocks * bsize: the bytes the blocks cover
+	bsize      uintptr
+	divMul     uint32            // off*divMul>>32 == off/bsize for multiples of bsize
+	class      int16             // heap class, or -1 for object and huge pages
+	fresh      bool              // blocks from bump read as zero
+	dead       bool              // given back: never used again (see the invariants)
+	avail      ilist.Links[page] // on its class's available list (hclass.avail) or not
+	objSize    uintptr           // object and huge pages: the size asked for
+	want       uintptr           // huge pages: bytes from base known committed and wanted in the arena
+	tracked    bool              // object and huge pages: kept is tracked by the arena (see idle)
+	kept       arena.Kept
+	frees      uint64 // class pages: frees, for Stats (see hclass)
+	calm       uint32 // class pages: the owner's frees since it last tried reexclusive
+	reexcl     uint8  // class pages: times reexclusive made it exclusive again
+	remoteSeen uint32 // class pages: remote frees collected (see keepSharedAfter)
+	allIdx     int    // class pages: index in hclass.all
 
 	heap    *Heap
 	seg     *segment
@@ -37,11 +40,19 @@ type page struct {
 	ncommit int // class pages: slices committed, from slice0
 
 	// Shared with remote freers.
-	mode        uint32   // exclusive, sharing or shared (exclusive.go)
-	state       []uint32 // per block: see freedRemote
+	mode        uint32      // exclusive, sharing or shared (exclusive.go)
+	keepShared  atomic.Bool // the page stays shared: other goroutines need not count (exclusive.go)
+	state       []uint32    // per block: see freedRemote
 	remote      []atomicWord
 	pending     atomic.Uint32
 	nextPending *page
+
+	// Written by the counted remote frees (enter), so on a cache line of its own: beside the
+	// fields above, which the owner reads on its fast paths, it would bounce that line
+	// between a remote freer and the owner at every free.
+	_       [64]byte
+	sharers atomic.Int32 // other goroutines at work on the state words (enter, leave)
+	_       [60]byte
 }
 
 // newPage carves a page of nslice slices from s: a class page (its blocks fresh until extend
@@ -50,6 +61,9 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 	pg := &page{
 		heap: h, seg: s, slice0: slice0, nslice: nslice, bsize: bsize, class: class, fresh: class >= 0,
 		base: s.base + uintptr(slice0)<<sliceShift, nblocks: 1, mode: h.newMode(class),
+	}
+	if pg.mode == shared {
+		pg.keepShared.Store(true) // shared from the start: never made exclusive (see reexclusive)
 	}
 	if class >= 0 {
 		pg.nblocks = uint32(uintptr(nslice) << sliceShift / bsize)

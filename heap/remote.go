@@ -39,11 +39,15 @@ func (pg *page) freeRemote(idx uint32, p, n uintptr, hold uint32) error {
 
 // freeRemoteNow is freeRemote.
 func (pg *page) freeRemoteNow(idx uint32, p, n uintptr, hold uint32) error {
-	pg.share()
-	if st, ok := pg.freeState(idx, true, n, hold); !ok {
+	counted := pg.enter()
+	st, ok := pg.freeState(idx, true, n, hold)
+	if ok {
+		pg.remoteFreed(idx)
+	}
+	pg.leave(counted)
+	if !ok {
 		return pg.freeError(idx, st, p, n, hold)
 	}
-	pg.remoteFreed(idx)
 	return nil
 }
 
@@ -98,7 +102,11 @@ func (h *Heap) collectPage(pg *page, mayRelease bool) {
 			idx := uint32(w*64 + bits.TrailingZeros64(b))
 			h.pushFree(pg, idx*uint32(pg.bsize), atomic.LoadUint32(&pg.state[idx])&^freedRemote)
 			h.remoteFrees++
+			pg.remoteSeen++
 		}
+	}
+	if pg.remoteSeen >= keepSharedAfter && !pg.keepShared.Load() {
+		pg.keepShared.Store(true) // freed remotely for good: see reexclusive
 	}
 	if pg.class >= 0 {
 		h.pageChanged(pg, mayRelease)

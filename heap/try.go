@@ -29,13 +29,17 @@ func (h *Heap) TryAlloc(n uintptr) (p uintptr, ok bool) {
 	if n-1 >= maxClassSize {
 		return h.tryReuseObject(n)
 	}
-	c := h.class(n)
-	pg := h.cur[c]
+	var pg *page
+	if n <= smallMax {
+		pg = h.direct[(n+15)>>4] // see Alloc
+	} else {
+		pg = h.cur[h.class(n)]
+	}
 	if off, ok := pg.pop(); ok {
 		return h.take(pg, off, n), true
 	}
 	h.noBlock = true
-	p, _, err := h.allocSlow(n, c)
+	p, _, err := h.allocSlow(n, h.class(n))
 	h.noBlock = false
 	return p, err == nil
 }
@@ -91,17 +95,26 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 	}
 	if pg.heap != h {
 		// An exclusive page is shared first, which waits (exclusive.go): FreeSized does it.
+		counted := !pg.keepShared.Load()
+		if counted {
+			pg.sharers.Add(1) // enter's count, without the sharing
+		}
 		if atomic.LoadUint32(&pg.mode) != shared {
+			pg.leave(counted)
 			return errWouldBlock
 		}
-		if old, ok := pg.freeState(idx, true, n, hold); !ok {
-			if hold == 0 && heldSized(old, n) {
-				return errHeldBlock
-			}
-			return errWouldBlock
+		old, ok := pg.freeState(idx, true, n, hold)
+		if ok {
+			pg.remoteFreed(idx)
 		}
-		pg.remoteFreed(idx)
-		return nil
+		pg.leave(counted)
+		switch {
+		case ok:
+			return nil
+		case hold == 0 && heldSized(old, n):
+			return errHeldBlock
+		}
+		return errWouldBlock
 	}
 	size, ok := h.freeOwn(pg, idx, n, hold)
 	if !ok {

@@ -118,7 +118,7 @@ type Pool struct {
 	host    *arena.HostProvider // nil for other providers
 
 	fast   bool                     // fast sections run: fastPaths, and a home slot per P at New
-	home   []atomic.Pointer[shard]  // by P number (see shard.go); nil until first used
+	home   []homeSlot               // by P number (see shard.go); empty until first used
 	spill  atomic.Pointer[[]*shard] // spill shards, at most len(home)
 	shards atomic.Pointer[[]*shard] // every shard, in the order made: by heap.Heap.Index
 	growMu sync.Mutex
@@ -213,7 +213,7 @@ func newPool(o Options) (*Pool, error) {
 		_ = a.Close()
 		return nil, fmt.Errorf("%w: %d shards (at most %d)", ErrInvalidOptions, n, MaxShards)
 	}
-	p.home = make([]atomic.Pointer[shard], n)
+	p.home = make([]homeSlot, n)
 	p.fast = fastPaths() && n >= runtime.GOMAXPROCS(0)
 	p.shards.Store(new([]*shard))
 	p.spill.Store(new([]*shard))
@@ -257,13 +257,13 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 		return p.allocGuarded(n, alignment)
 	}
 	if alignment == 0 && p.fast {
-		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
+		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else {
 			var addr uintptr
 			ok := false
 			if !p.closed.Load() { // see allocOnce
-				addr, ok = s.h.TryAlloc(uintptr(n))
+				addr, ok = h.TryAlloc(uintptr(n))
 			}
 			p.exit(s)
 			if ok {
@@ -349,10 +349,10 @@ func (p *Pool) free(b []byte, guard bool) error {
 	}
 	done, held, err := false, false, error(nil)
 	if p.fast {
-		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
+		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else {
-			done, held = s.h.TryFreeOrHeld(addr, n)
+			done, held = h.TryFreeOrHeld(addr, n)
 			p.exit(s)
 		}
 	}

@@ -65,6 +65,31 @@ type shard struct {
 	_     [32]byte
 }
 
+// homeSlot is P i's home shard, and its heap beside it: a fast section loads both from the
+// slot at once, where the heap was one more dependent load behind the shard (issue 29).
+type homeSlot struct {
+	s atomic.Pointer[shard]
+	h *heap.Heap // s's heap, written before s is stored
+}
+
+// Load returns the slot's shard, nil until made.
+func (hs *homeSlot) Load() *shard { return hs.s.Load() }
+
+// enteredHeap is entered that also returns the shard's heap (nil with a nil shard).
+func (p *Pool) enteredHeap(i int) (*shard, *heap.Heap) {
+	if i < len(p.home) {
+		hs := &p.home[i]
+		if s := hs.s.Load(); s != nil {
+			s.inside = 1 // then the load below: see fence
+			if s.revoked.Load() == 0 {
+				return s, hs.h
+			}
+			s.inside = 0
+		}
+	}
+	return nil, nil
+}
+
 // entered starts a fast section on home shard i, the caller's P's, and returns it; nil when
 // there is no shard i or it is held. The caller checks p.fast first, and writes the section
 // out (a helper that pinned too would be a call, a nanosecond of a 28 ns pair):
@@ -208,7 +233,8 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 	ss := append(append([]*shard(nil), *p.shards.Load()...), s)
 	p.shards.Store(&ss)
 	if slot >= 0 {
-		p.home[slot].Store(s)
+		p.home[slot].h = h
+		p.home[slot].s.Store(s)
 	} else {
 		sp := append(append([]*shard(nil), *p.spill.Load()...), s)
 		p.spill.Store(&sp)
