@@ -109,13 +109,31 @@ func (h *Heap) FreeHeld(p, n uintptr) error { return h.freeSlow(p, n, freeSized,
 // past the size it was allocated with: call Block and Hold, which say why. Any goroutine may
 // call it.
 func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
+	r, ok := g.FindFrom(p, n)
+	if !ok {
+		return false, false
+	}
+	return r.Hold()
+}
+
+// A BlockRef is a live block found by FindFrom: its tag (tag.go), and a hold of that block.
+type BlockRef struct {
+	pg   *page
+	idx  uint32
+	want uint32 // its state word, less the hold: a hold refuses a block freed and handed out since
+}
+
+// FindFrom finds the live block that starts at p, for the range [p, p+n) (n > 0) in it, as
+// TryHoldFrom does, and holds nothing: a caller that must write the block's tag before it
+// holds the block (Tag, then Hold) looks it up once. ok is false where TryHoldFrom's is.
+func (g *Group) FindFrom(p, n uintptr) (r BlockRef, ok bool) {
 	if invariants.Enabled {
 		g.foreignBegun.Add(1) // see checkInvariants
 		defer g.foreignEnded.Add(1)
 	}
 	pg, idx, found := g.find(p)
 	if !found || n == 0 {
-		return false, false
+		return BlockRef{}, false
 	}
 	pg.share() // before the state word is read: see exclusive.go
 	st := atomic.LoadUint32(&pg.state[idx])
@@ -124,9 +142,16 @@ func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
 		size = pg.objSize
 	}
 	if st == 0 || st&freedRemote != 0 || n > size {
-		return false, false
+		return BlockRef{}, false
 	}
-	old, ok := pg.hold(idx, st&^held) // of the size read: not a block freed and handed out since
+	return BlockRef{pg: pg, idx: idx, want: st &^ held}, true
+}
+
+// Hold holds the block r names, as Group.Hold does, and reports whether this call set the
+// hold; ok is false, and nothing has changed, when the block has been freed since FindFrom
+// (and handed out again, perhaps). Any goroutine may call it.
+func (r BlockRef) Hold() (first, ok bool) {
+	old, ok := r.pg.hold(r.idx, r.want)
 	if !ok {
 		return false, false
 	}

@@ -43,6 +43,7 @@ type page struct {
 	remote      []atomicWord
 	pending     atomic.Uint32
 	nextPending *page
+	tags        atomic.Pointer[[]atomic.Uintptr] // per block, made at the page's first hold (tag.go)
 }
 
 // newPage carves a page of nslice slices from s: a class page (its blocks fresh until extend

@@ -30,8 +30,9 @@ import (
 //   - A buffer a stream uses is held in the heap (heap.Group.Hold): every free refuses it, and
 //     the fast path's TryFree refuses it at no cost to buffers never held.
 //   - RecordStream, and device.Heap's async copies through internal/hostuse, record the stream
-//     in uses, keyed by the start of the buffer, whatever part of it the copy touched (keying
-//     by the data pointer missed slices: pytorch#69124).
+//     on the buffer, whatever part of it the copy touched (keying by the data pointer missed
+//     slices: pytorch#69124): in the block's tag when it is the buffer's only stream (no lock,
+//     no map: streamtag.go), else in uses, keyed by the start of the buffer.
 //   - A free of a held buffer (Free of a recorded one, FreeAsync of any) defers it: the buffer
 //     joins the open list of each stream it waits for, and is freed for real (scrubbed first,
 //     with ZeroOnFree) once the last of them has passed the free.
@@ -68,7 +69,8 @@ import (
 // that handle names another thread's stream.
 //
 // Lock order: a pool shard (the allocation's slow path reclaims as its holder) → reclMu (taken
-// with TryLock there) → a uses shard's lock → listMu → a stream list's lock. Buffers are freed
+// with TryLock there) → a uses shard's lock → listMu → a stream list's lock. ForgetStream reads
+// the tags under every shard (taggedWith) before it takes reclMu. Buffers are freed
 // for real holding none of the last three.
 
 // closeWait bounds how long Close waits for deferred buffers, and a free after Close for the
@@ -131,7 +133,8 @@ type useShard struct {
 	_  [40]byte
 }
 
-// use is what the pool knows of a held buffer with streams recorded.
+// use is what the pool knows of a held buffer with several streams recorded (tagMulti), or
+// with several streams' frees pending.
 type use struct {
 	one   cuda.Stream   // the first stream recorded; noStream when ForgetStream took them all
 	more  []cuda.Stream // the others, rarely any
@@ -249,131 +252,6 @@ func (o *streamOrder) RecordStream(addr, n, s, ctx uintptr) (bool, error) {
 		return true, hostuse.ErrOtherContext
 	}
 	return true, o.record(addr, n, cuda.Stream(s))
-}
-
-// record holds the buffer holding [addr, addr+n) and records s on it.
-func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
-	if _, err := o.check(s); err != nil {
-		return err
-	}
-	// A range from a buffer's start (the usual RecordStream(buf, s)) is held under the lock of
-	// its start in one lookup; any other goes through Block first, for the start of its buffer.
-	sh := o.shard(addr)
-	sh.mu.Lock()
-	if first, ok := o.g.TryHoldFrom(addr, n); ok {
-		return o.recordHeld(sh, addr, s, first)
-	}
-	sh.mu.Unlock()
-	base, size, err := o.g.Block(addr)
-	if err != nil {
-		return wrapError(err, ErrNotOwned)
-	}
-	if off := addr - base; n > size-off {
-		return fmt.Errorf("%w: %d bytes at %#x run %d bytes past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, n-(size-off), base, size)
-	}
-	sh = o.shard(base)
-	sh.mu.Lock()
-	_, _, first, err := o.g.Hold(base)
-	if err != nil {
-		sh.mu.Unlock()
-		return wrapError(err, ErrNotOwned)
-	}
-	return o.recordHeld(sh, base, s, first)
-}
-
-// recordHeld records s on the buffer at base, which the caller has held (first: its hold was
-// the first) under the lock of sh, its uses shard, and unlocks it.
-func (o *streamOrder) recordHeld(sh *useShard, base uintptr, s cuda.Stream, first bool) error {
-	u, ok := sh.m[base]
-	switch {
-	case first:
-		u = use{one: s}
-	case !ok || u.freed:
-		sh.mu.Unlock()
-		return fmt.Errorf("%w: stream %#x recorded on buffer %#x after its free", ErrDoubleFree, s, base)
-	default:
-		u.add(s)
-	}
-	sh.m[base] = u
-	sh.mu.Unlock()
-	o.verify()
-	return nil
-}
-
-// deferFree frees the whole buffer at addr, of n bytes, once every stream recorded on it, and
-// the stream of l when l is not nil (FreeAsync), has passed the work queued on it so far. l nil
-// is a Free of a held buffer.
-func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
-	err := o.deferOne(addr, n, l, false)
-	o.verify()
-	return err
-}
-
-// deferHeld is deferFree of a Free (l nil) whose fast path found the buffer live, held and of n
-// bytes (heap.Heap.TryFreeOrHeld): the size check is made.
-func (o *streamOrder) deferHeld(addr, n uintptr) error {
-	err := o.deferOne(addr, n, nil, true)
-	o.verify()
-	return err
-}
-
-// deferOne is deferFree; sized says a Free's check of the size is made already.
-func (o *streamOrder) deferOne(addr, n uintptr, l *streamList, sized bool) error {
-	if l != nil {
-		first, err := o.g.HoldSized(addr, n)
-		if err != nil {
-			return wrapError(err, ErrNotOwned)
-		}
-		if first { // no stream recorded, and none can be now: the buffer is l's alone
-			o.enqueue(l, deferred{addr: addr, n: n})
-			return nil
-		}
-	} else if !sized {
-		if size, err := o.g.Size(addr); err != nil || size != n {
-			if err != nil {
-				return wrapError(err, ErrNotOwned)
-			}
-			return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
-		}
-	}
-	sh := o.shard(addr)
-	sh.mu.Lock()
-	u, ok := sh.m[addr]
-	if !ok || u.freed {
-		sh.mu.Unlock()
-		return fmt.Errorf("%w: %#x has a free pending already", ErrDoubleFree, addr)
-	}
-	if l != nil {
-		u.add(l.s)
-	}
-	if u.one == noStream { // every stream recorded was forgotten, so has passed: free it now
-		delete(sh.m, addr)
-		sh.mu.Unlock()
-		return o.free(deferred{addr: addr, n: n})
-	}
-	if len(u.more) == 0 {
-		// One stream: the buffer is its alone now, held with no use, as after FreeAsync.
-		delete(sh.m, addr)
-		sh.mu.Unlock()
-		l = o.last.Load()
-		if l == nil || l.s != u.one {
-			l = o.list(u.one)
-		}
-		o.enqueue(l, deferred{addr: addr, n: n})
-		return nil
-	}
-	u.freed, u.left = true, 1+len(u.more)
-	sh.m[addr] = u
-	o.weight.Add(weigh(n))
-	o.shared.Add(1)
-	o.sharedBytes.Add(int64(n))
-	d := deferred{addr: addr, n: n, shared: true}
-	o.queue(o.list(u.one), d)
-	for _, t := range u.more {
-		o.queue(o.list(t), d)
-	}
-	sh.mu.Unlock()
-	return nil
 }
 
 // reclaim frees the deferred buffers whose streams have passed their free, and gives the
