@@ -8,7 +8,9 @@
 // exclusive: no goroutine but the owner touches its state words, and the owner frees with a
 // plain load and store (freeOwn). The first other goroutine that needs one of its state words
 // (a remote free, Hold, HoldSized, FreeHeld through the group) shares the page first, for the
-// rest of its life; from then on the owner uses the compare-and-swap as well. A page given
+// rest of its life; from then on the owner uses the compare-and-swap as well. The owner's own
+// holds and frees of held blocks (TryHoldSized, TryFreeHeld) keep the page exclusive: they are
+// plain stores in the same protocol (holdExcl, freeExcl). A page given
 // back is never reused (see the package invariants), so a new page starts exclusive again,
 // unless remote frees have lately been a good part of the heap's (a producer/consumer pattern:
 // see newMode). Object pages and huge objects are shared from the start: their frees are rare
@@ -95,30 +97,49 @@ const (
 // exclusive (freeExcl), else the compare-and-swap. The owner may always take the latter: a
 // compare-and-swap is ordered with a sharer's whatever the mode.
 func (h *Heap) freeOwn(pg *page, idx uint32, n uintptr, hold uint32) (old uint32, ok bool) {
-	if hold == 0 {
-		if old, ok = h.freeExcl(pg, idx, stateOf(n)); ok {
-			return old, true
-		}
+	if old, ok = h.freeExcl(pg, idx, stateOf(n), hold); ok {
+		return old, true
 	}
 	return pg.freeState(idx, false, n, hold) // shared, or refused: freeState says why
 }
 
-// freeExcl is the owner's plain free of block idx of its class page pg, not held and allocated
-// with want bytes (0: any), when pg is exclusive: see above. It returns the size the block was
-// allocated with; ok false, with nothing changed, when pg is not exclusive or the block cannot
-// be freed.
-func (h *Heap) freeExcl(pg *page, idx, want uint32) (size uint32, ok bool) {
+// freeExcl is the owner's plain free of block idx of its class page pg, held or not as hold
+// says and allocated with want bytes (0: any), when pg is exclusive: see above. It returns the
+// size the block was allocated with; ok false, with nothing changed, when pg is not exclusive
+// or the block cannot be freed.
+func (h *Heap) freeExcl(pg *page, idx, want, hold uint32) (size uint32, ok bool) {
 	seq := h.freeSeq + 1
 	ownerStore(&h.freeSeq, seq) // odd: then the load of the mode (see above)
 	if atomic.LoadUint32(&pg.mode) == exclusive {
 		w := &pg.state[idx]
-		if size = *w; freeable(size, want, 0) {
+		if size = *w; freeable(size, want, hold) {
 			*w = 0
 			ok = true
 		}
 	}
 	ownerStore(&h.freeSeq, seq+1) // even, after the state word: see above
-	return size, ok
+	return size &^ held, ok
+}
+
+// holdExcl is the owner's plain hold of live block idx of its class page pg, allocated with
+// want bytes, when pg is exclusive: freeExcl's protocol, with the state word's hold set where
+// freeExcl clears the word, so that a buffer its owner holds (pinned's FreeAsync) keeps its
+// page exclusive and is freed later with plain stores too. excl false says pg is not
+// exclusive, and nothing has changed; else ok says whether the block is live and of that size
+// (held now), and old is its state word before.
+func (h *Heap) holdExcl(pg *page, idx, want uint32) (old uint32, ok, excl bool) {
+	seq := h.freeSeq + 1
+	ownerStore(&h.freeSeq, seq) // odd: then the load of the mode (see above)
+	if atomic.LoadUint32(&pg.mode) == exclusive {
+		excl = true
+		w := &pg.state[idx]
+		if old = *w; old != 0 && old&freedRemote == 0 && old&^held == want {
+			*w = old | held
+			ok = true
+		}
+	}
+	ownerStore(&h.freeSeq, seq+1) // even, after the state word: see above
+	return old, ok, excl
 }
 
 // share makes pg shared, for a goroutine other than its owner that is about to touch its

@@ -158,18 +158,29 @@ func (r BlockRef) Hold() (first, ok bool) {
 	return old&held == 0, true
 }
 
-// TryHoldSized is HoldSized by the heap's owner, for a block of one of its class pages in its
-// page cache (near.go): no lookup in the group's tables, and an exclusive page is shared by the
-// owner itself, with no barrier (no plain free of its own can be under way). ok is false, and
-// nothing has changed, where it does not serve (not in the cache, a sharer under way) or
-// HoldSized would refuse: call HoldSized, which says why. It is non-blocking (see try.go).
+// TryHoldSized is HoldSized by the heap's owner, for a block of one of its own class pages:
+// found in its page cache (near.go) with no lookup in the group's tables (or in them, and then
+// cached), and held on an exclusive page with a plain store that keeps it exclusive (holdExcl:
+// exclusive.go). ok is false, and nothing has changed, where it does not serve (a page of
+// another heap, an object page, a sharer under way) or HoldSized would refuse: call
+// HoldSized, which says why. It is non-blocking (see try.go).
 func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
 	pg, idx, _, hit := h.nearBlock(p)
 	want := stateOf(n)
-	if !hit || n == 0 || want == stateMax {
+	if n == 0 || want == stateMax {
 		return false, false
 	}
-	if atomic.LoadUint32(&pg.mode) != shared && !atomic.CompareAndSwapUint32(&pg.mode, exclusive, shared) {
+	if !hit { // ask the tables, as tryFree does: a page of the owner's goes into the cache
+		var found bool
+		if pg, idx, found = h.g.find(p); !found || pg.class < 0 || pg.heap != h {
+			return false, false
+		}
+		h.remember(p, pg)
+	}
+	if old, ok, excl := h.holdExcl(pg, idx, want); excl { // exclusive: a plain store
+		return old&held == 0, ok
+	}
+	if atomic.LoadUint32(&pg.mode) != shared {
 		return false, false // a sharer is at work: HoldSized waits for it
 	}
 	old, ok := pg.hold(idx, want)
