@@ -73,9 +73,9 @@ func (o *streamOrder) forget(s cuda.Stream, tags []*atomic.Uintptr) error {
 	if l == nil && len(tags) == 0 && !o.recorded(s) {
 		return nil
 	}
-	if err := o.dev.StreamSynchronize(uintptr(s)); err != nil {
+	if err := o.points.WaitStream(uintptr(s)); err != nil {
 		// Destroyed already, most likely: the context's synchronize waits for its work.
-		if err2 := o.dev.Synchronize(); err2 != nil {
+		if err2 := o.points.WaitAll(); err2 != nil {
 			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; the buffers deferred on it stay held", s, err, err2)
 		}
 	}

@@ -11,10 +11,10 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/hostuse"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Stream-ordered reuse.
@@ -90,9 +90,7 @@ const noStream = ^cuda.Stream(0)
 
 // streamOrder is a pool's stream-ordered reuse; nil for pools that need none.
 type streamOrder struct {
-	dev    *icuda.Device
-	ownDev bool // opened for the pool (External): closed with it
-	events *icuda.EventPool
+	points *streamq.Points // the pool's device (opened for an External region), its events
 	g      *heap.Group
 	a      *arena.Arena
 	free   func(deferred) error // frees a buffer for real (Pool.freeDeferred)
@@ -196,24 +194,20 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 		return nil, nil
 	}
 	o := &streamOrder{lists: map[cuda.Stream]*streamList{}}
+	var err error
 	if d, ok := prov.(interface{ Device() *cuda.Device }); ok {
-		dev, err := icuda.Of(d.Device())
-		if err != nil {
+		if o.points, err = streamq.Of(d.Device()); err != nil {
 			return nil, err
 		}
-		o.dev = dev
 	} else {
 		// The caller's pinned memory: without a driver nothing copies it asynchronously.
-		dev, err := icuda.Open(ordinal)
-		if errors.Is(err, icuda.ErrNoDriver) || errors.Is(err, icuda.ErrNoDevice) {
-			return nil, nil
-		}
-		if err != nil {
+		if o.points, err = streamq.Open(ordinal); err != nil {
 			return nil, fmt.Errorf("%w: CUDA device %d, for the streams that copy the External region: %w", ErrInvalidOptions, ordinal, err)
 		}
-		o.dev, o.ownDev = dev, true
+		if o.points == nil {
+			return nil, nil
+		}
 	}
-	o.events = icuda.NewEventPool(o.dev)
 	for i := range o.uses {
 		o.uses[i].m = map[uintptr]use{}
 	}
@@ -230,11 +224,7 @@ func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred) e
 // close ends it, once no buffer is deferred.
 func (o *streamOrder) close() error {
 	hostuse.Unregister(o)
-	err := o.events.Close()
-	if o.ownDev {
-		err = errors.Join(err, o.dev.Close())
-	}
-	return err
+	return o.points.Close()
 }
 
 // shard returns the uses shard of the buffer starting at base.
@@ -248,7 +238,7 @@ func (o *streamOrder) RecordStream(addr, n, s, ctx uintptr) (bool, error) {
 	if _, ok := o.a.Lookup(addr); !ok {
 		return false, nil
 	}
-	if ctx != o.dev.Context() {
+	if ctx != o.points.Context() {
 		return true, hostuse.ErrOtherContext
 	}
 	return true, o.record(addr, n, cuda.Stream(s))
@@ -302,7 +292,7 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 		// The driver refuses these streams (destroyed, most likely): no event can mark a point
 		// in them, so wait for the whole context, which waits for the work they still had,
 		// once for all of them.
-		if err := o.dev.Synchronize(); err != nil {
+		if err := o.points.WaitAll(); err != nil {
 			errs = append(errs, fmt.Errorf("pinned: the buffers deferred on %d streams the driver refuses stay held: synchronize: %w", len(o.lost), err))
 		} else {
 			if afterLostSync != nil {
