@@ -104,92 +104,16 @@ package device
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/heap"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
-
-const (
-	// DefaultAlign is the block alignment when Options.Align is zero: what GPU memory
-	// coalescing wants, and what cudaMalloc guarantees.
-	DefaultAlign = 256
-)
-
-// Sentinel errors. Errors of the heap (heap.ErrNotOwned, heap.ErrDoubleFree, ...) and of the
-// arena pass through wrapped. A sentinel of a kind the module's packages share matches that
-// kind too (device.ErrClosed matches pinmalloc.ErrClosed); ErrNoDriver, ErrNoDevice and
-// ErrOutOfMemory are the module's own (package pinmalloc).
-var (
-	// ErrBusy means Close found frees waiting for their event, or work in flight on a stream
-	// the heap has seen; nothing was released.
-	ErrBusy = errkind.New(pinmalloc.ErrBusy, "device: work in flight")
-	// ErrInvalidStream means the driver does not know the stream handle.
-	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "device: invalid stream")
-	// ErrClosed means the heap was used after Close.
-	ErrClosed = errkind.New(pinmalloc.ErrClosed, "device: heap closed")
-	// ErrInvalidOptions means Options that cannot work.
-	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "device: invalid options")
-	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, or cgo is off).
-	ErrNoDriver = cuda.ErrNoDriver
-	// ErrNoDevice means the driver found no such device.
-	ErrNoDevice = cuda.ErrNoDevice
-	// ErrOutOfMemory is pinmalloc.ErrOutOfMemory: the heap's capacity is used up (the error
-	// wraps heap.ErrOutOfMemory), or the device is out of memory (CUDA_ERROR_OUT_OF_MEMORY: the
-	// error says how much was asked, how much is free, and how much pinmalloc has committed).
-	ErrOutOfMemory = pinmalloc.ErrOutOfMemory
-)
-
-// Options configures a Heap. The zero value is ready to use.
-type Options struct {
-	// Align is the alignment of every block: a power of two from 256 to 32768 (default 256).
-	Align int
-	// Capacity caps the heap's device memory. Zero means cudamem.DefaultDeviceCapacity: 90 % of
-	// the memory free on the device when the heap is made.
-	Capacity int
-	// Provider overrides where memory comes from (default cudamem.NewDevice of the
-	// device). It must serve memory the device can use: a device, managed or pinned host
-	// provider on the same device.
-	Provider arena.Provider
-	// PurgeDelay is how long free chunks stay committed in the arena (see arena.Options).
-	PurgeDelay time.Duration
-	// ZeroOnFree clears every block as it is freed, with a driver memset queued on the freeing
-	// stream (FreeAsync) or done at once (Free), before the block can be handed out again: no
-	// later user of the memory reads what it held.
-	ZeroOnFree bool
-	// Quota caps the bytes of the heap's live blocks (the sizes asked for; a deferred free
-	// counts until it is done); an Alloc beyond it fails with ErrQuota. Zero means no quota.
-	Quota int
-	// Pressure, if set, is the heap's pressure hook (see PressureFunc); SetPressure changes it
-	// later.
-	Pressure PressureFunc
-	// Logger, when set, receives the heap's rare events at Info level and above, with sizes:
-	// regions reserved or refused, purges, forced purges, and commits the driver refused.
-	// Nil (the default) logs nothing.
-	Logger *slog.Logger
-}
-
-// PressureFunc is a heap's pressure hook. It is called when an Alloc of n bytes for stream s
-// finds no memory even after reclaiming what the streams hold: it may give memory of this
-// heap back (a tier evicting blocks, a cache dropping entries) and returns whether the Alloc
-// should try again. It is called without the heap's lock, at most pressureTries times per
-// Alloc, on the goroutine that called Alloc, and never from inside itself: an Alloc the hook
-// makes on that goroutine does not call it (pressure.go). s tells a hook its own allocations
-// apart: a uvm.Tier allocates on its own stream while holding its lock, and answers those
-// itself.
-type PressureFunc func(n int, s cuda.Stream) bool
-
-// pressureTries bounds the calls of Options.Pressure per Alloc.
-const pressureTries = 3
 
 // Heap allocates device memory with stream-ordered frees: Alloc(size, s) gives a block for work
 // on stream s, and FreeAsync(p, s) frees it in s's order, so the block is reused by s at once
@@ -219,28 +143,6 @@ type Heap struct {
 
 	guard         // ZeroOnFree and Quota (guard.go)
 	checks uint32 // calls of checkInvariants (verify.go)
-}
-
-// Stats describes a Heap.
-type Stats struct {
-	// Streams is the number of streams with a heap.
-	Streams int
-	// Live and InUse count the blocks not yet freed (a deferred free counts until it is done)
-	// and the bytes asked for them. PeakInUse is the sum of each stream's heap's peak of
-	// InUse: exact with one stream, an upper bound on the true peak with several (as
-	// pinned.Stats.PeakInUse is over shards).
-	Live, InUse, PeakInUse uint64
-	// Deferred is the number of frees waiting for their event.
-	Deferred int
-	// Events is the number of events the heap has created and not destroyed (idle in its pool
-	// or recorded for a deferred free). Zero after Close.
-	Events int64
-	// Allocs counts allocations; Frees frees done (immediate or deferred); DeferredFrees the
-	// frees that had to wait for an event; Reclaims the times an allocation ran out of memory
-	// and reclaimed what other streams held.
-	Allocs, Frees, DeferredFrees, Reclaims uint64
-	// Arena is the arena's figures.
-	Arena arena.Stats
 }
 
 // New creates a heap of memory on dev, which must stay open until Close.
@@ -438,122 +340,6 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 	h.deferred[p] = true
 	h.st.DeferredFrees++
 	return nil
-}
-
-// Sync waits until every deferred free has completed and does it.
-func (h *Heap) Sync() error {
-	if err := h.lock(); err != nil {
-		return err
-	}
-	defer h.unlock("Sync")
-	return h.drain()
-}
-
-// Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
-// the memory the stream heaps hold back to the arena and decommits the arena's free chunks.
-func (h *Heap) Trim() error {
-	if err := h.lock(); err != nil {
-		return err
-	}
-	defer h.unlock("Trim")
-	err := h.reclaim()
-	h.a.Trim()
-	return err
-}
-
-// ForgetStream waits for s, does its deferred frees, gives back the memory its heap holds and
-// forgets s, so that it may be destroyed. It fails with an error wrapping heap.ErrLiveBlocks,
-// and keeps s, while blocks allocated on s are live.
-func (h *Heap) ForgetStream(s cuda.Stream) error {
-	if err := h.lock(); err != nil {
-		return err
-	}
-	defer h.unlock("ForgetStream")
-	if !h.seen[s] {
-		return nil
-	}
-	if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
-		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
-	}
-	if err := h.queue.PollStream(uintptr(s)); err != nil {
-		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)
-	}
-	if sh := h.streams[s]; sh != nil {
-		if err := sh.Close(); err != nil {
-			return fmt.Errorf("device: stream %#x: %w", s, err)
-		}
-		delete(h.streams, s)
-	}
-	delete(h.seen, s)
-	return nil
-}
-
-// Stats returns the heap's figures, after doing the deferred frees that have completed.
-func (h *Heap) Stats() Stats {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.closed {
-		_ = h.queue.Poll()
-	}
-	st := h.st
-	st.Streams = len(h.streams)
-	st.Live, st.InUse, st.PeakInUse = h.live()
-	st.Deferred = len(h.deferred)
-	st.Events = h.events.Created() - h.events.Destroyed()
-	st.Arena = h.a.Stats()
-	return st
-}
-
-// Close releases the heap's memory and events, and the device if Open made it. It fails, and
-// releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with
-// one wrapping ErrBusy while deferred frees wait for their event or a stream the heap has seen
-// has work in flight (Sync, or synchronize the stream, and Close again).
-func (h *Heap) Close() error {
-	if err := h.lock(); err != nil {
-		return err
-	}
-	defer h.mu.Unlock()
-	if err := h.queue.Poll(); err != nil {
-		return fmt.Errorf("device: deferred frees: %w", err)
-	}
-	live, bytes, _ := h.live()
-	deferred := len(h.deferred)
-	if live > uint64(deferred) {
-		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams))
-	}
-	if deferred > 0 {
-		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, deferred)
-	}
-	for s := range h.seen {
-		if err := h.dev.StreamQuery(uintptr(s)); errors.Is(err, cuda.ErrNotReady) {
-			return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
-		}
-	}
-	var errs []error
-	for _, sh := range h.streams {
-		errs = append(errs, sh.Close())
-	}
-	errs = append(errs, h.a.Close(), h.events.Close())
-	if n := h.events.Created() - h.events.Destroyed(); n != 0 {
-		errs = append(errs, fmt.Errorf("device: %d events not destroyed", n))
-	}
-	if h.ownDev {
-		errs = append(errs, h.dev.Close())
-	}
-	h.closed = true
-	return errors.Join(errs...)
-}
-
-// live counts the blocks of every stream heap (deferred frees included), their bytes and the
-// sum of the heaps' peaks of bytes.
-func (h *Heap) live() (n, bytes, peak uint64) {
-	for _, sh := range h.streams {
-		hs := sh.Stats()
-		n += hs.Live
-		bytes += hs.InUse
-		peak += hs.Peak
-	}
-	return n, bytes, peak
 }
 
 // lock takes h.mu, or fails with ErrClosed (and leaves it unlocked) after Close.

@@ -2,15 +2,40 @@ package device
 
 import (
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // Sentinel errors of the checks that keep one tenant's copies and allocations out of another's
-// memory (the others are declared with the Heap, in device.go).
+// memory.
 var (
 	// ErrOutOfBounds means a copy or memset runs past the end of the block it starts in.
 	ErrOutOfBounds = errkind.New(pinmalloc.ErrInvalid, "device: range outside its block")
 	// ErrNotOwned means a device address is not inside a live block of this heap: memory of
 	// another heap or allocator, a freed block, or a block whose free is pending.
 	ErrNotOwned = errkind.New(pinmalloc.ErrNotOwned, "device: not a live block of this heap")
+)
+
+// Sentinel errors. Errors of the heap (heap.ErrNotOwned, heap.ErrDoubleFree, ...) and of the
+// arena pass through wrapped. A sentinel of a kind the module's packages share matches that
+// kind too (device.ErrClosed matches pinmalloc.ErrClosed); ErrNoDriver, ErrNoDevice and
+// ErrOutOfMemory are the module's own (package pinmalloc).
+var (
+	// ErrBusy means Close found frees waiting for their event, or work in flight on a stream
+	// the heap has seen; nothing was released.
+	ErrBusy = errkind.New(pinmalloc.ErrBusy, "device: work in flight")
+	// ErrInvalidStream means the driver does not know the stream handle.
+	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "device: invalid stream")
+	// ErrClosed means the heap was used after Close.
+	ErrClosed = errkind.New(pinmalloc.ErrClosed, "device: heap closed")
+	// ErrInvalidOptions means Options that cannot work.
+	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "device: invalid options")
+	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, or cgo is off).
+	ErrNoDriver = cuda.ErrNoDriver
+	// ErrNoDevice means the driver found no such device.
+	ErrNoDevice = cuda.ErrNoDevice
+	// ErrOutOfMemory is pinmalloc.ErrOutOfMemory: the heap's capacity is used up (the error
+	// wraps heap.ErrOutOfMemory), or the device is out of memory (CUDA_ERROR_OUT_OF_MEMORY: the
+	// error says how much was asked, how much is free, and how much pinmalloc has committed).
+	ErrOutOfMemory = pinmalloc.ErrOutOfMemory
 )

@@ -1,0 +1,53 @@
+package device
+
+import "github.com/pinmalloc/pinmalloc/arena"
+
+// Stats describes a Heap.
+type Stats struct {
+	// Streams is the number of streams with a heap.
+	Streams int
+	// Live and InUse count the blocks not yet freed (a deferred free counts until it is done)
+	// and the bytes asked for them. PeakInUse is the sum of each stream's heap's peak of
+	// InUse: exact with one stream, an upper bound on the true peak with several (as
+	// pinned.Stats.PeakInUse is over shards).
+	Live, InUse, PeakInUse uint64
+	// Deferred is the number of frees waiting for their event.
+	Deferred int
+	// Events is the number of events the heap has created and not destroyed (idle in its pool
+	// or recorded for a deferred free). Zero after Close.
+	Events int64
+	// Allocs counts allocations; Frees frees done (immediate or deferred); DeferredFrees the
+	// frees that had to wait for an event; Reclaims the times an allocation ran out of memory
+	// and reclaimed what other streams held.
+	Allocs, Frees, DeferredFrees, Reclaims uint64
+	// Arena is the arena's figures.
+	Arena arena.Stats
+}
+
+// Stats returns the heap's figures, after doing the deferred frees that have completed.
+func (h *Heap) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		_ = h.queue.Poll()
+	}
+	st := h.st
+	st.Streams = len(h.streams)
+	st.Live, st.InUse, st.PeakInUse = h.live()
+	st.Deferred = len(h.deferred)
+	st.Events = h.events.Created() - h.events.Destroyed()
+	st.Arena = h.a.Stats()
+	return st
+}
+
+// live counts the blocks of every stream heap (deferred frees included), their bytes and the
+// sum of the heaps' peaks of bytes.
+func (h *Heap) live() (n, bytes, peak uint64) {
+	for _, sh := range h.streams {
+		hs := sh.Stats()
+		n += hs.Live
+		bytes += hs.InUse
+		peak += hs.Peak
+	}
+	return n, bytes, peak
+}
