@@ -10,7 +10,10 @@
 // (a remote free, Hold, HoldSized, FreeHeld through the group) shares the page first; from
 // then on the owner uses the compare-and-swap as well, until it makes the page exclusive again
 // (reexclusive: after reexclusiveAfter of its frees, when no other goroutine is at work on the
-// page and none has ever held one of its blocks). A page given back is never reused (see the package invariants), so a new page starts exclusive again,
+// page and none has ever held one of its blocks). The owner's own holds and frees of held
+// blocks (TryHoldSized, TryFreeHeld) keep an exclusive page exclusive: they are plain stores in
+// the same protocol (holdExcl, freeExcl). A page given back is never reused (see the package
+// invariants), so a new page starts exclusive again,
 // unless remote frees have lately been a good part of the heap's (a producer/consumer pattern:
 // see newMode). Object pages and huge objects are shared from the start: their frees are rare
 // beside their cost.
@@ -97,30 +100,49 @@ const (
 // exclusive (freeExcl), else the compare-and-swap. The owner may always take the latter: a
 // compare-and-swap is ordered with a sharer's whatever the mode.
 func (h *Heap) freeOwn(pg *page, idx uint32, n uintptr, hold uint32) (old uint32, ok bool) {
-	if hold == 0 {
-		if old, ok = h.freeExcl(pg, idx, stateOf(n)); ok {
-			return old, true
-		}
+	if old, ok = h.freeExcl(pg, idx, stateOf(n), hold); ok {
+		return old, true
 	}
 	return pg.freeState(idx, false, n, hold) // shared, or refused: freeState says why
 }
 
-// freeExcl is the owner's plain free of block idx of its class page pg, not held and allocated
-// with want bytes (0: any), when pg is exclusive: see above. It returns the size the block was
-// allocated with; ok false, with nothing changed, when pg is not exclusive or the block cannot
-// be freed.
-func (h *Heap) freeExcl(pg *page, idx, want uint32) (size uint32, ok bool) {
+// freeExcl is the owner's plain free of block idx of its class page pg, held or not as hold
+// says and allocated with want bytes (0: any), when pg is exclusive: see above. It returns the
+// size the block was allocated with; ok false, with nothing changed, when pg is not exclusive
+// or the block cannot be freed.
+func (h *Heap) freeExcl(pg *page, idx, want, hold uint32) (size uint32, ok bool) {
 	seq := h.freeSeq + 1
 	ownerStore(&h.freeSeq, seq) // odd: then the load of the mode (see above)
 	if atomic.LoadUint32(&pg.mode) == exclusive {
 		w := &pg.state[idx]
-		if size = *w; freeable(size, want, 0) {
+		if size = *w; freeable(size, want, hold) {
 			*w = 0
 			ok = true
 		}
 	}
 	ownerStore(&h.freeSeq, seq+1) // even, after the state word: see above
-	return size, ok
+	return size &^ held, ok
+}
+
+// holdExcl is the owner's plain hold of live block idx of its class page pg, allocated with
+// want bytes, when pg is exclusive: freeExcl's protocol, with the state word's hold set where
+// freeExcl clears the word, so that a buffer its owner holds (pinned's FreeAsync) keeps its
+// page exclusive and is freed later with plain stores too. excl false says pg is not
+// exclusive, and nothing has changed; else ok says whether the block is live and of that size
+// (held now), and old is its state word before.
+func (h *Heap) holdExcl(pg *page, idx, want uint32) (old uint32, ok, excl bool) {
+	seq := h.freeSeq + 1
+	ownerStore(&h.freeSeq, seq) // odd: then the load of the mode (see above)
+	if atomic.LoadUint32(&pg.mode) == exclusive {
+		excl = true
+		w := &pg.state[idx]
+		if old = *w; old != 0 && old&freedRemote == 0 && old&^held == want {
+			*w = old | held
+			ok = true
+		}
+	}
+	ownerStore(&h.freeSeq, seq+1) // even, after the state word: see above
+	return old, ok, excl
 }
 
 // enter begins a change of pg's state words by a goroutine other than its owner (a remote free,
@@ -140,7 +162,7 @@ func (pg *page) enter() (counted bool) {
 }
 
 // enterHold is enter for a hold, always counted: the page stays shared from then on (see
-// reexclusive), as an exclusive page holds no held block.
+// reexclusive), as an exclusive page holds no block held by another goroutine.
 func (pg *page) enterHold() {
 	if !pg.keepShared.Load() {
 		pg.keepShared.Store(true) // before the count: see reexclusive
@@ -215,7 +237,9 @@ const keepSharedAfter = 256
 // is done with the page when the owner sees sharers at zero: its state word and its remote bit
 // are written, and the owner collects the bit here, so that the page is exclusive as a new one
 // is: no remote bit set, no state word freed remotely (the blocks collected before keep theirs
-// until reused, so the free stack is cleaned too) and none held (a hold sets keepShared first).
+// until reused, so the free stack is cleaned too) and none held by another goroutine (a hold
+// through the group, or the owner's on a shared page, sets keepShared first; the owner's plain
+// holds of an exclusive page, holdExcl, may stay, as on any exclusive page).
 func (h *Heap) reexclusive(pg *page) {
 	pg.calm = 0
 	if h.remoteMostly || pg.keepShared.Load() || pg.sharers.Load() != 0 || !atomic.CompareAndSwapUint32(&pg.mode, shared, exclusive) {

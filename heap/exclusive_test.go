@@ -395,3 +395,76 @@ func TestRemotelyFreedPageStaysShared(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOwnerHoldRacesHold races the owner's holds of a fresh heap's blocks (TryHoldSized, on
+// exclusive pages the plain store of holdExcl; HoldSized where the page is not in its cache)
+// with Hold and HoldSized of every block from another goroutine: exactly one hold of each
+// block is the first, every block ends held, and the owner's TryFreeHeld (a plain store on a
+// page still exclusive) or FreeHeld takes each back once.
+func TestOwnerHoldRacesHold(t *testing.T) {
+	g := newTestHeap(t, 512<<20, Options{})
+	for round := range raceRounds() {
+		h, ps, ns := freshBlocks(t, g.g, 3000)
+		firsts := make([]atomic.Int32, len(ps))
+		var plain atomic.Int32
+		owner := func() {
+			at := order(round, 0, len(ps))
+			for k := range ps {
+				i := at(k)
+				if h.TryFree(ps[i], ns[i]+1) { // refused, after it put the page in the cache
+					t.Errorf("TryFree of %#x with the wrong size", ps[i])
+				}
+				pg, _, _, hit := h.nearBlock(ps[i])
+				excl := hit && atomic.LoadUint32(&pg.mode) == exclusive
+				first, ok := h.TryHoldSized(ps[i], ns[i])
+				if ok && excl {
+					plain.Add(1)
+				}
+				if !ok {
+					var err error
+					if first, err = g.g.HoldSized(ps[i], ns[i]); err != nil {
+						t.Errorf("owner hold %#x: %v", ps[i], err)
+					}
+				}
+				if first {
+					firsts[i].Add(1)
+				}
+			}
+		}
+		other := func() {
+			at := order(round, 1, len(ps))
+			for k := range ps {
+				i := at(k)
+				var first bool
+				var err error
+				if k%2 == 0 {
+					_, _, first, err = g.g.Hold(ps[i])
+				} else {
+					first, err = g.g.HoldSized(ps[i], ns[i])
+				}
+				if err != nil {
+					t.Errorf("hold %#x: %v", ps[i], err)
+				}
+				if first {
+					firsts[i].Add(1)
+				}
+			}
+		}
+		race(owner, other)
+		for i, p := range ps {
+			if got := firsts[i].Load(); got != 1 || !g.g.Held(p) {
+				t.Fatalf("round %d: block %#x: %d first holds, held %v", round, p, got, g.g.Held(p))
+			}
+			if !h.TryFreeHeld(p, ns[i]) {
+				if err := h.FreeHeld(p, ns[i]); err != nil {
+					t.Fatalf("round %d: FreeHeld %#x: %v", round, p, err)
+				}
+			}
+			if h.TryFreeHeld(p, ns[i]) || g.g.Held(p) {
+				t.Fatalf("round %d: block %#x taken back twice, or still held", round, p)
+			}
+		}
+		t.Logf("round %d: %d plain holds of the owner", round, plain.Load())
+		closeClean(t, h, round)
+	}
+}

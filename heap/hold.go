@@ -111,13 +111,31 @@ func (h *Heap) FreeHeld(p, n uintptr) error { return h.freeSlow(p, n, freeSized,
 // past the size it was allocated with: call Block and Hold, which say why. Any goroutine may
 // call it.
 func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
+	r, ok := g.FindFrom(p, n)
+	if !ok {
+		return false, false
+	}
+	return r.Hold()
+}
+
+// A BlockRef is a live block found by FindFrom: its tag (tag.go), and a hold of that block.
+type BlockRef struct {
+	pg   *page
+	idx  uint32
+	want uint32 // its state word, less the hold: a hold refuses a block freed and handed out since
+}
+
+// FindFrom finds the live block that starts at p, for the range [p, p+n) (n > 0) in it, as
+// TryHoldFrom does, and holds nothing: a caller that must write the block's tag before it
+// holds the block (Tag, then Hold) looks it up once. ok is false where TryHoldFrom's is.
+func (g *Group) FindFrom(p, n uintptr) (r BlockRef, ok bool) {
 	if invariants.Enabled {
 		g.foreignBegun.Add(1) // see checkInvariants
 		defer g.foreignEnded.Add(1)
 	}
 	pg, idx, found := g.find(p)
 	if !found || n == 0 {
-		return false, false
+		return BlockRef{}, false
 	}
 	pg.enterHold() // before the state word is read: see exclusive.go
 	defer pg.leave(true)
@@ -127,30 +145,48 @@ func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
 		size = pg.objSize
 	}
 	if st == 0 || st&freedRemote != 0 || n > size {
-		return false, false
+		return BlockRef{}, false
 	}
-	old, ok := pg.hold(idx, st&^held) // of the size read: not a block freed and handed out since
+	return BlockRef{pg: pg, idx: idx, want: st &^ held}, true
+}
+
+// Hold holds the block r names, as Group.Hold does, and reports whether this call set the
+// hold; ok is false, and nothing has changed, when the block has been freed since FindFrom
+// (and handed out again, perhaps). Any goroutine may call it.
+func (r BlockRef) Hold() (first, ok bool) {
+	old, ok := r.pg.hold(r.idx, r.want)
 	if !ok {
 		return false, false
 	}
 	return old&held == 0, true
 }
 
-// TryHoldSized is HoldSized by the heap's owner, for a block of one of its class pages in its
-// page cache (near.go): no lookup in the group's tables, and an exclusive page is shared by the
-// owner itself, with no barrier (no plain free of its own can be under way). ok is false, and
-// nothing has changed, where it does not serve (not in the cache, a sharer under way) or
-// HoldSized would refuse: call HoldSized, which says why. It is non-blocking (see try.go).
+// TryHoldSized is HoldSized by the heap's owner, for a block of one of its own class pages:
+// found in its page cache (near.go) with no lookup in the group's tables (or in them, and then
+// cached), and held on an exclusive page with a plain store that keeps it exclusive (holdExcl:
+// exclusive.go). ok is false, and nothing has changed, where it does not serve (a page of
+// another heap, an object page, a sharer under way) or HoldSized would refuse: call
+// HoldSized, which says why. It is non-blocking (see try.go).
 func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
 	pg, idx, _, hit := h.nearBlock(p)
 	want := stateOf(n)
-	if !hit || n == 0 || want == stateMax {
+	if n == 0 || want == stateMax {
 		return false, false
+	}
+	if !hit { // ask the tables, as tryFree does: a page of the owner's goes into the cache
+		var found bool
+		if pg, idx, found = h.g.find(p); !found || pg.class < 0 || pg.heap != h {
+			return false, false
+		}
+		h.remember(p, pg)
+	}
+	if old, ok, excl := h.holdExcl(pg, idx, want); excl { // exclusive: a plain store
+		return old&held == 0, ok
 	}
 	if !pg.keepShared.Load() {
 		pg.keepShared.Store(true) // the owner's: no reexclusive can be under way
 	}
-	if atomic.LoadUint32(&pg.mode) != shared && !atomic.CompareAndSwapUint32(&pg.mode, exclusive, shared) {
+	if atomic.LoadUint32(&pg.mode) != shared {
 		return false, false // a sharer is at work: HoldSized waits for it
 	}
 	old, ok := pg.hold(idx, want)

@@ -114,8 +114,8 @@ func TestHoldRacesFree(t *testing.T) {
 }
 
 // TestOwnerHold checks the owner's paths for held blocks: TryHoldSized serves a block of a page
-// in the owner's cache (sharing an exclusive page itself) and refuses, changing nothing, what
-// HoldSized would refuse or what the cache does not have; TryFreeOrHeld reports a held block of
+// of the owner's (keeping an exclusive page exclusive) and refuses, changing nothing, what
+// HoldSized would refuse or another heap's block; TryFreeOrHeld reports a held block of
 // the size asked, and only that; TryFreeHeld takes it back through the cache.
 func TestOwnerHold(t *testing.T) {
 	h := newTestHeap(t, 64<<20, Options{})
@@ -127,10 +127,27 @@ func TestOwnerHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := h.TryHoldSized(p, 100); ok {
-		t.Fatal("TryHoldSized of a block of a page not in the cache")
+	if _, ok := h.TryHoldSized(p, 99); ok {
+		t.Fatal("TryHoldSized with the wrong size")
 	}
-	if err := h.FreeSized(q, 100); err != nil { // asks the tables: the page goes into the cache
+	if _, ok := h.TryHoldSized(p, 100); !ok {
+		t.Fatal("TryHoldSized of a block of the owner's page not in the cache")
+	}
+	if err := h.FreeHeld(p, 100); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = h.Alloc(100); err != nil {
+		t.Fatal(err)
+	}
+	other, err := h.g.NewHeap(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, ok := other.TryHoldSized(p, 100); ok || h.g.Held(p) {
+		t.Fatal("TryHoldSized of a block of another heap")
+	}
+	if err := h.FreeSized(q, 100); err != nil {
 		t.Fatal(err)
 	}
 	pg, _, _, hit := h.nearBlock(p)
@@ -148,8 +165,8 @@ func TestOwnerHold(t *testing.T) {
 	if first, ok := h.TryHoldSized(p, 100); !ok || !first || !h.g.Held(p) {
 		t.Fatalf("TryHoldSized: first %v ok %v held %v", first, ok, h.g.Held(p))
 	}
-	if atomic.LoadUint32(&pg.mode) != shared {
-		t.Fatal("a hold left its page exclusive")
+	if atomic.LoadUint32(&pg.mode) != exclusive && h.g.exclusive {
+		t.Fatal("the owner's hold shared its page") // a plain store: holdExcl
 	}
 	if first, ok := h.TryHoldSized(p, 100); !ok || first {
 		t.Fatalf("second TryHoldSized: first %v ok %v", first, ok)

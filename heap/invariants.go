@@ -152,7 +152,7 @@ func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
 		st := atomic.LoadUint32(&pg.state[idx])
 		remote := pg.remote[idx>>6].Load()>>(idx&63)&1 == 1
 		switch {
-		case excl && (remote || st&(freedRemote|held) != 0):
+		case excl && (remote || st&freedRemote != 0): // held is the owner's (holdExcl)
 			return 0, 0, fmt.Errorf("page %#x is exclusive, yet block %d (state %#x) was touched by another goroutine", pg.base, idx, st)
 		case idx >= pg.bump && (st != 0 || remote):
 			return 0, 0, fmt.Errorf("page %#x: block %d past the bump index has state %#x", pg.base, idx, st)

@@ -46,6 +46,7 @@ type page struct {
 	remote      []atomicWord
 	pending     atomic.Uint32
 	nextPending *page
+	tags        atomic.Pointer[[]atomic.Uintptr] // per block, made at the page's first hold (tag.go)
 
 	// Written by the counted remote frees (enter), so on a cache line of its own: beside the
 	// fields above, which the owner reads on its fast paths, it would bounce that line

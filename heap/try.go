@@ -61,10 +61,11 @@ func (h *Heap) TryFree(p, n uintptr) bool { return h.freeAt(p, n, freeTry) == ni
 // TryFreeHeld is TryFree of a held block (see FreeHeld): what FreeHeld does when it needs no
 // arena call, leaving a page it empties for the next blocking path, as TryFree does.
 // Its first path is freeAt's: a block of a page in the owner's cache (near.go), which is its
-// own class page and shared (Hold shared it), freed with the compare-and-swap.
+// own class page, freed as freeOwn frees (a plain store while the page is exclusive: the
+// owner's TryHoldSized keeps it so).
 func (h *Heap) TryFreeHeld(p, n uintptr) bool {
 	if pg, idx, off, ok := h.nearBlock(p); ok && n != 0 {
-		size, ok := pg.freeState(idx, false, n, held)
+		size, ok := h.freeOwn(pg, idx, n, held)
 		if ok {
 			h.tookBack(pg, off, size)
 		}
@@ -77,8 +78,7 @@ func (h *Heap) TryFreeHeld(p, n uintptr) bool {
 // error is built on a non-blocking path) when it refuses.
 func (h *Heap) tryFreeSlow(p, n uintptr) error { return h.tryFree(p, n, 0) }
 
-// tryFree is tryFreeSlow of a block held or not, as hold says (see freeState). A held block's
-// page is shared (Hold shares it: exclusive.go), so its owner's free takes the CAS.
+// tryFree is tryFreeSlow of a block held or not, as hold says (see freeState).
 func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 	pg, idx, ok := h.g.find(p)
 	if !ok || n == 0 {

@@ -2,6 +2,9 @@ package pinned
 
 import (
 	"fmt"
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/heap"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
@@ -26,15 +29,39 @@ func (p *Pool) ForgetStream(s cuda.Stream) error {
 		return ErrClosed
 	}
 	p.flushAll()
-	err := p.order.forget(s)
+	err := p.order.forget(s, p.taggedWith(s))
 	if err == nil && p.closed.Load() {
 		p.finishClose(0)
 	}
 	return err
 }
 
-// forget is ForgetStream.
-func (o *streamOrder) forget(s cuda.Stream) error {
+// taggedWith returns the tags of the live buffers recorded on s alone (streamtag.go), reading
+// a batch of buffers at a time under every shard's lock, as Blocks does. It costs a walk of the
+// live buffers, once per ForgetStream, where a record costs none.
+func (p *Pool) taggedWith(s cuda.Stream) []*atomic.Uintptr {
+	if !tagFits(s) {
+		return nil
+	}
+	var tags []*atomic.Uintptr
+	var c heap.BlockCursor
+	batch := make([]uintptr, 0, 2*blockBatch)
+	for done := false; !done; {
+		batch = batch[:0]
+		ss := p.lockAll()
+		done = p.g.BlocksFrom(&c, blockBatch, func(b heap.Block) { batch = append(batch, b.Addr) })
+		p.unlockAll(ss)
+		for _, addr := range batch {
+			if t := p.g.Tag(addr); t != nil && t.Load() == tagOf(s) {
+				tags = append(tags, t)
+			}
+		}
+	}
+	return tags
+}
+
+// forget is ForgetStream; tags are those of the live buffers recorded on s alone.
+func (o *streamOrder) forget(s cuda.Stream, tags []*atomic.Uintptr) error {
 	o.reclMu.Lock()
 	defer o.reclMu.Unlock()
 	if l := o.last.Load(); l != nil && l.s == s {
@@ -43,16 +70,19 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 	o.listMu.Lock()
 	l := o.lists[s]
 	o.listMu.Unlock()
-	if l == nil && !o.recorded(s) {
+	if l == nil && len(tags) == 0 && !o.recorded(s) {
 		return nil
 	}
-	if err := o.dev.StreamSynchronize(uintptr(s)); err != nil {
+	if err := o.points.WaitStream(uintptr(s)); err != nil {
 		// Destroyed already, most likely: the context's synchronize waits for its work.
-		if err2 := o.dev.Synchronize(); err2 != nil {
+		if err2 := o.points.WaitAll(); err2 != nil {
 			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; the buffers deferred on it stay held", s, err, err2)
 		}
 	}
 	o.dropUses(s)
+	for _, t := range tags {
+		t.CompareAndSwap(tagOf(s), tagForgot) // or changed since: freed, or a stream added
+	}
 	if l != nil {
 		o.done = o.release(l, true, o.done)
 	}
@@ -63,7 +93,8 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 	return err
 }
 
-// recorded reports whether s is recorded on a live buffer. reclMu is held.
+// recorded reports whether s is recorded on a live buffer with several streams. reclMu is
+// held.
 func (o *streamOrder) recorded(s cuda.Stream) bool {
 	for i := range o.uses {
 		sh := &o.uses[i]
@@ -79,8 +110,9 @@ func (o *streamOrder) recorded(s cuda.Stream) bool {
 	return false
 }
 
-// dropUses takes s, which has passed every use recorded, off the live buffers it is recorded
-// on. The deferred ones (freed) are counted down by the buffers of s's list instead.
+// dropUses takes s, which has passed every use recorded, off the live buffers with several
+// streams it is recorded on. The deferred ones (freed) are counted down by the buffers of s's
+// list instead.
 func (o *streamOrder) dropUses(s cuda.Stream) {
 	for i := range o.uses {
 		sh := &o.uses[i]

@@ -7,6 +7,7 @@ import (
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // TestFakeLostListKeepsLaterFrees: a reclaim finds a live, busy stream's list lost (the driver
@@ -53,8 +54,8 @@ func TestFakeLostListKeepsLaterFrees(t *testing.T) {
 
 	// Events of device 1: the driver refuses to record them on s, a stream of device 0.
 	dev1 := f.Open(t, 1)
-	own := o.events
-	o.events = icuda.NewEventPool(dev1)
+	own := o.points
+	o.points = streamq.NewPoints(dev, icuda.NewEventPool(dev1))
 	b := alloc()
 	afterLostSync = func() {
 		// After the synchronize: a copy from b queued on s, then b freed on s.
@@ -81,8 +82,8 @@ func TestFakeLostListKeepsLaterFrees(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	ok("events of device 1", o.events.Close())
-	o.events = own
+	ok("events of device 1", o.points.Close())
+	o.points = own
 	f.Hold(false)
 	ok("StreamSynchronize", dev.StreamSynchronize(s))
 	ok("ForgetStream", p.ForgetStream(cuda.Stream(s)))

@@ -166,7 +166,7 @@ func (n *Nodes) AllocOn(node, size int) ([]byte, error) {
 // Free gives a buffer back to the pool it came from (Pool.Free's rules apply).
 func (n *Nodes) Free(b []byte) error {
 	if len(b) == 0 {
-		return fmt.Errorf("%w: empty slice", ErrNotOwned)
+		return errEmptySlice
 	}
 	addr := mem.Addr(b)
 	for _, p := range n.pools {

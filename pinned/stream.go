@@ -11,10 +11,9 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/hostuse"
-	"github.com/pinmalloc/pinmalloc/internal/invariants"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Stream-ordered reuse.
@@ -30,8 +29,9 @@ import (
 //   - A buffer a stream uses is held in the heap (heap.Group.Hold): every free refuses it, and
 //     the fast path's TryFree refuses it at no cost to buffers never held.
 //   - RecordStream, and device.Heap's async copies through internal/hostuse, record the stream
-//     in uses, keyed by the start of the buffer, whatever part of it the copy touched (keying
-//     by the data pointer missed slices: pytorch#69124).
+//     on the buffer, whatever part of it the copy touched (keying by the data pointer missed
+//     slices: pytorch#69124): in the block's tag when it is the buffer's only stream (no lock,
+//     no map: streamtag.go), else in uses, keyed by the start of the buffer.
 //   - A free of a held buffer (Free of a recorded one, FreeAsync of any) defers it: the buffer
 //     joins the open list of each stream it waits for, and is freed for real (scrubbed first,
 //     with ZeroOnFree) once the last of them has passed the free.
@@ -67,8 +67,15 @@ import (
 // refused: the pool queries and records its streams from whatever OS thread it runs on, where
 // that handle names another thread's stream.
 //
+// The files: this one has the state and the API (FreeAsync, RecordStream), streamtag.go what a
+// buffer's tag says, streamlist.go the per-stream lists, reclaim.go the reclaims, pend.go
+// FreeAsync's per-shard cache, forget.go ForgetStream, verify.go the invariants. The driver is
+// reached through internal/streamq's Points (events from a pool, idle queries, waits), as
+// device.Heap's and uvm.Tier's queues reach it.
+//
 // Lock order: a pool shard (the allocation's slow path reclaims as its holder) → reclMu (taken
-// with TryLock there) → a uses shard's lock → listMu → a stream list's lock. Buffers are freed
+// with TryLock there) → a uses shard's lock → listMu → a stream list's lock. ForgetStream reads
+// the tags under every shard (taggedWith) before it takes reclMu. Buffers are freed
 // for real holding none of the last three.
 
 // closeWait bounds how long Close waits for deferred buffers, and a free after Close for the
@@ -88,9 +95,7 @@ const noStream = ^cuda.Stream(0)
 
 // streamOrder is a pool's stream-ordered reuse; nil for pools that need none.
 type streamOrder struct {
-	dev    *icuda.Device
-	ownDev bool // opened for the pool (External): closed with it
-	events *icuda.EventPool
+	points *streamq.Points // the pool's device (opened for an External region), its events
 	g      *heap.Group
 	a      *arena.Arena
 	free   func(deferred) error // frees a buffer for real (Pool.freeDeferred)
@@ -131,7 +136,8 @@ type useShard struct {
 	_  [40]byte
 }
 
-// use is what the pool knows of a held buffer with streams recorded.
+// use is what the pool knows of a held buffer with several streams recorded (tagMulti), or
+// with several streams' frees pending.
 type use struct {
 	one   cuda.Stream   // the first stream recorded; noStream when ForgetStream took them all
 	more  []cuda.Stream // the others, rarely any
@@ -193,24 +199,20 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 		return nil, nil
 	}
 	o := &streamOrder{lists: map[cuda.Stream]*streamList{}}
+	var err error
 	if d, ok := prov.(interface{ Device() *cuda.Device }); ok {
-		dev, err := icuda.Of(d.Device())
-		if err != nil {
+		if o.points, err = streamq.Of(d.Device()); err != nil {
 			return nil, err
 		}
-		o.dev = dev
 	} else {
 		// The caller's pinned memory: without a driver nothing copies it asynchronously.
-		dev, err := icuda.Open(ordinal)
-		if errors.Is(err, icuda.ErrNoDriver) || errors.Is(err, icuda.ErrNoDevice) {
-			return nil, nil
-		}
-		if err != nil {
+		if o.points, err = streamq.Open(ordinal); err != nil {
 			return nil, fmt.Errorf("%w: CUDA device %d, for the streams that copy the External region: %w", ErrInvalidOptions, ordinal, err)
 		}
-		o.dev, o.ownDev = dev, true
+		if o.points == nil {
+			return nil, nil
+		}
 	}
-	o.events = icuda.NewEventPool(o.dev)
 	for i := range o.uses {
 		o.uses[i].m = map[uintptr]use{}
 	}
@@ -227,11 +229,7 @@ func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred) e
 // close ends it, once no buffer is deferred.
 func (o *streamOrder) close() error {
 	hostuse.Unregister(o)
-	err := o.events.Close()
-	if o.ownDev {
-		err = errors.Join(err, o.dev.Close())
-	}
-	return err
+	return o.points.Close()
 }
 
 // shard returns the uses shard of the buffer starting at base.
@@ -245,241 +243,10 @@ func (o *streamOrder) RecordStream(addr, n, s, ctx uintptr) (bool, error) {
 	if _, ok := o.a.Lookup(addr); !ok {
 		return false, nil
 	}
-	if ctx != o.dev.Context() {
+	if ctx != o.points.Context() {
 		return true, hostuse.ErrOtherContext
 	}
 	return true, o.record(addr, n, cuda.Stream(s))
-}
-
-// record holds the buffer holding [addr, addr+n) and records s on it.
-func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
-	if _, err := o.check(s); err != nil {
-		return err
-	}
-	// A range from a buffer's start (the usual RecordStream(buf, s)) is held under the lock of
-	// its start in one lookup; any other goes through Block first, for the start of its buffer.
-	sh := o.shard(addr)
-	sh.mu.Lock()
-	if first, ok := o.g.TryHoldFrom(addr, n); ok {
-		return o.recordHeld(sh, addr, s, first)
-	}
-	sh.mu.Unlock()
-	base, size, err := o.g.Block(addr)
-	if err != nil {
-		return wrapError(err, ErrNotOwned)
-	}
-	if off := addr - base; n > size-off {
-		return fmt.Errorf("%w: %d bytes at %#x run %d bytes past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, n-(size-off), base, size)
-	}
-	sh = o.shard(base)
-	sh.mu.Lock()
-	_, _, first, err := o.g.Hold(base)
-	if err != nil {
-		sh.mu.Unlock()
-		return wrapError(err, ErrNotOwned)
-	}
-	return o.recordHeld(sh, base, s, first)
-}
-
-// recordHeld records s on the buffer at base, which the caller has held (first: its hold was
-// the first) under the lock of sh, its uses shard, and unlocks it.
-func (o *streamOrder) recordHeld(sh *useShard, base uintptr, s cuda.Stream, first bool) error {
-	u, ok := sh.m[base]
-	switch {
-	case first:
-		u = use{one: s}
-	case !ok || u.freed:
-		sh.mu.Unlock()
-		return fmt.Errorf("%w: stream %#x recorded on buffer %#x after its free", ErrDoubleFree, s, base)
-	default:
-		u.add(s)
-	}
-	sh.m[base] = u
-	sh.mu.Unlock()
-	o.verify()
-	return nil
-}
-
-// deferFree frees the whole buffer at addr, of n bytes, once every stream recorded on it, and
-// the stream of l when l is not nil (FreeAsync), has passed the work queued on it so far. l nil
-// is a Free of a held buffer.
-func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
-	err := o.deferOne(addr, n, l, false)
-	o.verify()
-	return err
-}
-
-// deferHeld is deferFree of a Free (l nil) whose fast path found the buffer live, held and of n
-// bytes (heap.Heap.TryFreeOrHeld): the size check is made.
-func (o *streamOrder) deferHeld(addr, n uintptr) error {
-	err := o.deferOne(addr, n, nil, true)
-	o.verify()
-	return err
-}
-
-// deferOne is deferFree; sized says a Free's check of the size is made already.
-func (o *streamOrder) deferOne(addr, n uintptr, l *streamList, sized bool) error {
-	if l != nil {
-		first, err := o.g.HoldSized(addr, n)
-		if err != nil {
-			return wrapError(err, ErrNotOwned)
-		}
-		if first { // no stream recorded, and none can be now: the buffer is l's alone
-			o.enqueue(l, deferred{addr: addr, n: n})
-			return nil
-		}
-	} else if !sized {
-		if size, err := o.g.Size(addr); err != nil || size != n {
-			if err != nil {
-				return wrapError(err, ErrNotOwned)
-			}
-			return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
-		}
-	}
-	sh := o.shard(addr)
-	sh.mu.Lock()
-	u, ok := sh.m[addr]
-	if !ok || u.freed {
-		sh.mu.Unlock()
-		return fmt.Errorf("%w: %#x has a free pending already", ErrDoubleFree, addr)
-	}
-	if l != nil {
-		u.add(l.s)
-	}
-	if u.one == noStream { // every stream recorded was forgotten, so has passed: free it now
-		delete(sh.m, addr)
-		sh.mu.Unlock()
-		return o.free(deferred{addr: addr, n: n})
-	}
-	if len(u.more) == 0 {
-		// One stream: the buffer is its alone now, held with no use, as after FreeAsync.
-		delete(sh.m, addr)
-		sh.mu.Unlock()
-		l = o.last.Load()
-		if l == nil || l.s != u.one {
-			l = o.list(u.one)
-		}
-		o.enqueue(l, deferred{addr: addr, n: n})
-		return nil
-	}
-	u.freed, u.left = true, 1+len(u.more)
-	sh.m[addr] = u
-	o.weight.Add(weigh(n))
-	o.shared.Add(1)
-	o.sharedBytes.Add(int64(n))
-	d := deferred{addr: addr, n: n, shared: true}
-	o.queue(o.list(u.one), d)
-	for _, t := range u.more {
-		o.queue(o.list(t), d)
-	}
-	sh.mu.Unlock()
-	return nil
-}
-
-// reclaim frees the deferred buffers whose streams have passed their free, and gives the
-// streams still busy a point for the buffers freed since their last. When another goroutine
-// reclaims, it returns at once, or with wait, waits for that one and reclaims after it. free
-// frees a buffer for real.
-func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
-	if o.weight.Load() == 0 && o.nlists.Load() == 0 {
-		return nil
-	}
-	if !wait {
-		if !o.reclMu.TryLock() {
-			return nil
-		}
-	} else {
-		o.reclMu.Lock()
-	}
-	err := o.reclaimLocked(free)
-	if invariants.Enabled {
-		o.mustVerify()
-	}
-	o.reclMu.Unlock()
-	return err
-}
-
-// reclaimLocked is reclaim, reclMu held.
-func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
-	o.listMu.Lock()
-	for _, l := range o.lists {
-		o.scan = append(o.scan, l)
-	}
-	o.listMu.Unlock()
-	var errs []error
-	for _, l := range o.scan {
-		var st pollState
-		var err error
-		switch o.done, st, err = l.poll(o, o.done); st {
-		case pollLost:
-			o.lost = append(o.lost, l)
-			errs = append(errs, err)
-		case pollIdle:
-			o.retire(l)
-		}
-	}
-	clear(o.scan)
-	o.scan = o.scan[:0]
-	if len(o.lost) > 0 {
-		// The driver refuses these streams (destroyed, most likely): no event can mark a point
-		// in them, so wait for the whole context, which waits for the work they still had,
-		// once for all of them.
-		if err := o.dev.Synchronize(); err != nil {
-			errs = append(errs, fmt.Errorf("pinned: the buffers deferred on %d streams the driver refuses stay held: synchronize: %w", len(o.lost), err))
-		} else {
-			if afterLostSync != nil {
-				afterLostSync()
-			}
-			errs = nil // each list's refusal is answered: its buffers come back
-			for _, l := range o.lost {
-				o.done = o.release(l, false, o.done)
-			}
-		}
-		clear(o.lost)
-		o.lost = o.lost[:0]
-	}
-	errs = append(errs, o.freeDone(free))
-	return errors.Join(errs...)
-}
-
-// afterLostSync, when set (by tests), runs in a reclaim between the synchronize for the lists
-// it found lost and the take-back of their buffers.
-var afterLostSync func()
-
-// freeDone frees the buffers of o.done whose last stream has passed them. reclMu is held.
-func (o *streamOrder) freeDone(free func(deferred) error) error {
-	var errs []error
-	var freed int64
-	for _, d := range o.done {
-		if d.shared {
-			if !o.passed(d.addr) {
-				continue
-			}
-			o.shared.Add(-1)
-			o.sharedBytes.Add(-int64(d.n))
-		}
-		if err := free(d); err != nil {
-			errs = append(errs, err)
-		}
-		freed += weigh(d.n)
-	}
-	o.weight.Add(-freed)
-	o.done = o.done[:0]
-	return errors.Join(errs...)
-}
-
-// passed counts one stream of a shared buffer as passed, and reports whether it was the last.
-func (o *streamOrder) passed(addr uintptr) bool {
-	sh := o.shard(addr)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	u := sh.m[addr]
-	if u.left--; u.left > 0 {
-		sh.m[addr] = u
-		return false
-	}
-	delete(sh.m, addr)
-	return true
 }
 
 // FreeAsync frees buffer b in the order of CUDA stream s, as cudaFreeAsync frees device
@@ -504,17 +271,14 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if p.order == nil {
 		return p.Free(b)
 	}
-	if cap(b) == 0 {
-		return fmt.Errorf("%w: empty slice", ErrNotOwned)
-	}
-	if p.released.Load() {
-		return ErrClosed
+	addr, n, err := p.buffer(b)
+	if err != nil {
+		return err
 	}
 	l, err := p.order.check(s)
 	if err != nil {
 		return err
 	}
-	addr, n := mem.Addr(b), uintptr(cap(b)) // the buffer's start and capacity, as for Free
 	if p.guarded {
 		err = p.freeGuarded(addr, n, l)
 	} else {
@@ -535,7 +299,7 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 // the driver copies synchronously it only checks that b lies in a live buffer.
 func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
 	if len(b) == 0 {
-		return fmt.Errorf("%w: empty slice", ErrNotOwned)
+		return errEmptySlice
 	}
 	if p.released.Load() {
 		return ErrClosed
@@ -550,33 +314,6 @@ func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
 	}
 	return p.order.record(addr, n, s)
 }
-
-// reclaimWeight is the weight of deferred buffers (see weigh) that makes the allocation's slow
-// path reclaim: lighter ones wait for the next (or for an allocation that finds the pool full),
-// so that a reclaim's driver calls are shared by many buffers. 32 small buffers (or 512 KiB):
-// a FreeAsync pair on an idle stream cost 2.5x a plain pair on the fake at 32, 3.7x at 8, and
-// the same at 64 as at 32.
-const reclaimWeight = 32
-
-// reclaimSoon reports whether enough buffers are deferred for the allocation's slow path to
-// reclaim.
-func (p *Pool) reclaimSoon() bool { return p.order != nil && p.order.weight.Load() >= reclaimWeight }
-
-// reclaim takes back the deferred buffers whose streams have passed them; with wait, after the
-// reclaim another goroutine runs, if any, rather than leaving the work to it, and with the
-// shards' caches of FreeAsync (pend.go) on the lists first.
-func (p *Pool) reclaim(wait bool) error {
-	if p.order == nil {
-		return nil
-	}
-	if wait {
-		p.flushAll()
-	}
-	return p.order.reclaim(p.freeDeferred, wait)
-}
-
-// freeDeferred frees a deferred buffer for real, its streams having passed it.
-func (p *Pool) freeDeferred(d deferred) error { return p.giveBack(d.addr, d.n, true, nil) }
 
 // drain waits, closeWait at most, until no buffer is deferred.
 func (p *Pool) drain() error {

@@ -513,3 +513,43 @@ func TestFakeStreamOfAnotherDevice(t *testing.T) {
 	ok(t, "StreamDestroy", dev1.StreamDestroy(s1))
 	closePool(t, f, p)
 }
+
+// TestFakeConcurrentRecords: two goroutines record their streams on one fresh buffer at once
+// (two copies from one source, say). Both records hold, whichever writes the buffer's tag
+// first, and the Free after them waits for both streams.
+func TestFakeConcurrentRecords(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	s2 := r.stream()
+	d := r.devAlloc(4 << 10)
+	r.f.Hold(true)
+	for i := range 500 {
+		b := r.alloc(4<<10, 1)
+		for _, s := range []cuda.Stream{r.s, s2} { // work on each stream, that the free waits for
+			ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d), 1, 4<<10, pubcuda.Stream(s)))
+		}
+		errs := make(chan error, 2)
+		for _, s := range []cuda.Stream{r.s, s2} {
+			go func() { errs <- r.pool.RecordStream(b, pubcuda.Stream(s)) }()
+		}
+		ok(t, "RecordStream", errors.Join(<-errs, <-errs))
+		ok(t, "Free", r.pool.Free(b))
+		if got := r.deferred(); got != 1 {
+			t.Fatalf("round %d: %d deferred, want 1", i, got)
+		}
+		r.f.CompleteStream(r.s)
+		if got := r.deferred(); got != 1 {
+			t.Fatalf("round %d: %d deferred after the first stream passed, want 1", i, got)
+		}
+		r.f.CompleteStream(s2)
+		if got := r.deferred(); got != 0 {
+			t.Fatalf("round %d: %d deferred after both streams passed, want 0", i, got)
+		}
+	}
+	r.f.Hold(false)
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	ok(t, "ForgetStream", r.heap.ForgetStream(pubcuda.Stream(s2)))
+	r.finish()
+}

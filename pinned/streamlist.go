@@ -1,13 +1,12 @@
 package pinned
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // The per-stream lists of deferred buffers.
@@ -28,9 +27,9 @@ type streamList struct {
 	mu     sync.Mutex
 	open   []deferred
 	marked []deferred
-	ev     cuda.Event // the point, recorded after marked were freed; 0 for none
-	gone   bool       // out of the lists: queue takes a new list
-	idle   int        // reclaims in a row that found it empty
+	ev     streamq.Event // the point, recorded after marked were freed; 0 for none
+	gone   bool          // out of the lists: queue takes a new list
+	idle   int           // reclaims in a row that found it empty
 	// lostOpen is the number of open buffers when poll last found the list lost: the
 	// synchronize that follows covers those, not the ones queued after them.
 	lostOpen int
@@ -66,13 +65,8 @@ func (o *streamOrder) checkSlow(s cuda.Stream) (*streamList, error) {
 	l := o.lists[s]
 	o.listMu.Unlock()
 	if l == nil {
-		ev, err := o.events.Get()
-		if err == nil {
-			err = o.dev.EventRecord(ev, uintptr(s))
-			o.events.Put(ev)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: %#x (a stream of the pool's device, CUDA device %d): %w", ErrInvalidStream, s, o.dev.Ordinal(), err)
+		if err := o.points.Check(uintptr(s)); err != nil {
+			return nil, fmt.Errorf("%w: %#x (a stream of the pool's device, CUDA device %d): %w", ErrInvalidStream, s, o.points.Ordinal(), err)
 		}
 		l = o.list(s)
 	}
@@ -150,36 +144,31 @@ func (l *streamList) poll(o *streamOrder, done []deferred) ([]deferred, pollStat
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ev != 0 {
-		err := o.dev.EventQuery(uintptr(l.ev))
-		if errors.Is(err, icuda.ErrNotReady) {
-			return done, pollBusy, nil
-		}
+		passed, err := o.points.Passed(l.ev)
 		if err != nil {
 			return done, l.lost(), fmt.Errorf("pinned: stream %#x: %w", l.s, err)
 		}
+		if !passed {
+			return done, pollBusy, nil
+		}
 		done = l.take(done, l.marked)
-		o.events.Put(uintptr(l.ev))
+		o.points.Put(l.ev)
 		l.ev, l.marked = 0, l.marked[:0]
 	}
 	if len(l.open) > 0 {
-		err := o.dev.StreamQuery(uintptr(l.s))
+		idle, err := o.points.Idle(uintptr(l.s))
 		switch {
-		case err == nil: // idle: everything queued on it has completed
+		case err != nil:
+			return done, l.lost(), fmt.Errorf("pinned: stream %#x: %w", l.s, err)
+		case idle: // everything queued on it has completed
 			done = l.take(done, l.open)
 			l.open = l.open[:0]
-		case !errors.Is(err, icuda.ErrNotReady):
-			return done, l.lost(), fmt.Errorf("pinned: stream %#x: %w", l.s, err)
 		default:
-			ev, err := o.events.Get()
-			if err == nil {
-				if err = o.dev.EventRecord(ev, uintptr(l.s)); err != nil {
-					o.events.Put(ev)
-				}
-			}
+			ev, err := o.points.Mark(uintptr(l.s))
 			if err != nil {
 				return done, l.lost(), fmt.Errorf("pinned: stream %#x: event: %w", l.s, err)
 			}
-			l.ev = cuda.Event(ev)
+			l.ev = ev
 			l.open, l.marked = l.marked, l.open
 			return done, pollBusy, nil
 		}
@@ -235,7 +224,7 @@ func (o *streamOrder) release(l *streamList, all bool, done []deferred) []deferr
 		open = min(open, l.lostOpen)
 	}
 	if l.ev != 0 {
-		o.events.Put(uintptr(l.ev))
+		o.points.Put(l.ev)
 	}
 	done = l.take(l.take(done, l.marked), l.open[:open])
 	l.open = append(l.open[:0], l.open[open:]...)

@@ -27,7 +27,8 @@ func (o *streamOrder) mustVerify() {
 
 // consistent checks, with every lock of the stream state held (reclMu by the caller), that:
 // each list is the map's entry for its stream and in it; its counts are those of its buffers;
-// it has an event exactly when it has marked buffers; a buffer deferred on one stream is on one
+// it has an event exactly when it has marked buffers; a deferred buffer's tag says no stream
+// is recorded on it (streamtag.go); a buffer deferred on one stream is on one
 // list once and has no use; a shared one is on as many lists as its use has streams left to
 // pass it, and its use is freed; the weight and shared counts are those of the buffers.
 func (o *streamOrder) consistent() error {
@@ -59,6 +60,9 @@ func (o *streamOrder) consistent() error {
 		n, bytes := 0, uintptr(0)
 		for _, bufs := range [][]deferred{l.open, l.marked} {
 			for _, d := range bufs {
+				if t := o.tagAt(d.addr); t != tagNone && t != tagLocked {
+					return fmt.Errorf("pinned: invariant: deferred buffer %#x has tag %#x, of a live one", d.addr, t)
+				}
 				if d.shared {
 					shared[d.addr]++
 					sharedN[d.addr] = d.n
@@ -109,4 +113,16 @@ func (o *streamOrder) consistent() error {
 		return fmt.Errorf("pinned: invariant: weight %d, buffers weigh %d", o.weight.Load(), weight)
 	}
 	return nil
+}
+
+// tagAt returns the tag of the buffer at addr; tagNone where it has none, or o has no group
+// (a state built by a test).
+func (o *streamOrder) tagAt(addr uintptr) uintptr {
+	if o.g == nil {
+		return tagNone
+	}
+	if t := o.g.Tag(addr); t != nil {
+		return t.Load()
+	}
+	return tagNone
 }

@@ -4,8 +4,8 @@
 // # Design
 //
 // A Queue keeps, per stream, a FIFO of items, each behind an event recorded on that stream
-// when the item was pushed (events come from a cuda.EventPool and go back to it when their
-// item is done). Work on one stream completes in order, so an event of a stream completes
+// when the item was pushed (a point: points.go, which has the rule every user of this package
+// keeps; events come from a cuda.EventPool and go back to it when their item is done). Work on one stream completes in order, so an event of a stream completes
 // after every earlier event of the same stream: Poll walks each stream's FIFO from the oldest
 // item and stops at the first event not complete, so that a poll costs one cuEventQuery per
 // stream with nothing ready. Drain waits (cuEventSynchronize) for the newest event of every
@@ -30,8 +30,7 @@ import (
 
 // Queue holds items of type T, each waiting for an event recorded on a stream.
 type Queue[T any] struct {
-	dev    *cuda.Device
-	events *cuda.EventPool
+	points *Points
 	done   func(T) error
 	fifos  map[cuda.Stream][]entry[T]
 	n      int
@@ -45,18 +44,14 @@ type entry[T any] struct {
 // New returns an empty queue whose events come from events (on dev) and whose finished items
 // are handed to done.
 func New[T any](dev *cuda.Device, events *cuda.EventPool, done func(T) error) *Queue[T] {
-	return &Queue[T]{dev: dev, events: events, done: done, fifos: map[cuda.Stream][]entry[T]{}}
+	return &Queue[T]{points: NewPoints(dev, events), done: done, fifos: map[cuda.Stream][]entry[T]{}}
 }
 
 // Push records an event on s and queues v behind it: v is done once the device has passed
 // every operation queued on s before the call.
 func (q *Queue[T]) Push(s cuda.Stream, v T) error {
-	ev, err := q.events.Get()
+	ev, err := q.points.Mark(s)
 	if err != nil {
-		return err
-	}
-	if err := q.dev.EventRecord(ev, s); err != nil {
-		q.events.Put(ev)
 		return err
 	}
 	q.PushEvent(s, ev, v)
@@ -107,17 +102,17 @@ func (q *Queue[T]) PollStream(s cuda.Stream) error {
 	f := q.fifos[s]
 	var err error
 	for len(f) > 0 {
-		if qerr := q.dev.EventQuery(f[0].ev); errors.Is(qerr, cuda.ErrNotReady) {
-			break
-		} else if qerr != nil {
+		if passed, qerr := q.points.Passed(f[0].ev); qerr != nil {
 			err = fmt.Errorf("streamq: event on stream %#x: %w", s, qerr)
+			break
+		} else if !passed {
 			break
 		}
 		e := f[0]
 		f[0] = entry[T]{}
 		f = f[1:]
 		q.n--
-		q.events.Put(e.ev)
+		q.points.Put(e.ev)
 		if err = q.done(e.v); err != nil {
 			break
 		}
@@ -145,7 +140,7 @@ func (q *Queue[T]) DrainStream(s cuda.Stream) error {
 	if len(f) == 0 {
 		return nil
 	}
-	if err := q.dev.EventSynchronize(f[len(f)-1].ev); err != nil {
+	if err := q.points.Wait(f[len(f)-1].ev); err != nil {
 		return fmt.Errorf("streamq: wait for stream %#x: %w", s, err)
 	}
 	return q.PollStream(s)

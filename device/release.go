@@ -1,0 +1,100 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
+)
+
+// Giving memory back: the deferred frees done (Sync), the stream heaps trimmed (Trim), a
+// stream forgotten (ForgetStream), the heap closed (Close).
+
+// Sync waits until every deferred free has completed and does it.
+func (h *Heap) Sync() error {
+	if err := h.lock(); err != nil {
+		return err
+	}
+	defer h.unlock("Sync")
+	return h.drain()
+}
+
+// Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
+// the memory the stream heaps hold back to the arena and decommits the arena's free chunks.
+func (h *Heap) Trim() error {
+	if err := h.lock(); err != nil {
+		return err
+	}
+	defer h.unlock("Trim")
+	err := h.reclaim()
+	h.a.Trim()
+	return err
+}
+
+// ForgetStream waits for s, does its deferred frees, gives back the memory its heap holds and
+// forgets s, so that it may be destroyed. It fails with an error wrapping heap.ErrLiveBlocks,
+// and keeps s, while blocks allocated on s are live.
+func (h *Heap) ForgetStream(s cuda.Stream) error {
+	if err := h.lock(); err != nil {
+		return err
+	}
+	defer h.unlock("ForgetStream")
+	if !h.seen[s] {
+		return nil
+	}
+	if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
+		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
+	}
+	if err := h.queue.PollStream(uintptr(s)); err != nil {
+		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)
+	}
+	if sh := h.streams[s]; sh != nil {
+		if err := sh.Close(); err != nil {
+			return fmt.Errorf("device: stream %#x: %w", s, err)
+		}
+		delete(h.streams, s)
+	}
+	delete(h.seen, s)
+	return nil
+}
+
+// Close releases the heap's memory and events, and the device if Open made it. It fails, and
+// releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with
+// one wrapping ErrBusy while deferred frees wait for their event or a stream the heap has seen
+// has work in flight (Sync, or synchronize the stream, and Close again).
+func (h *Heap) Close() error {
+	if err := h.lock(); err != nil {
+		return err
+	}
+	defer h.mu.Unlock()
+	if err := h.queue.Poll(); err != nil {
+		return fmt.Errorf("device: deferred frees: %w", err)
+	}
+	live, bytes, _ := h.live()
+	deferred := len(h.deferred)
+	if live > uint64(deferred) {
+		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams))
+	}
+	if deferred > 0 {
+		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, deferred)
+	}
+	for s := range h.seen {
+		if err := h.dev.StreamQuery(uintptr(s)); errors.Is(err, cuda.ErrNotReady) {
+			return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
+		}
+	}
+	var errs []error
+	for _, sh := range h.streams {
+		errs = append(errs, sh.Close())
+	}
+	errs = append(errs, h.a.Close(), h.events.Close())
+	if n := h.events.Created() - h.events.Destroyed(); n != 0 {
+		errs = append(errs, fmt.Errorf("device: %d events not destroyed", n))
+	}
+	if h.ownDev {
+		errs = append(errs, h.dev.Close())
+	}
+	h.closed = true
+	return errors.Join(errs...)
+}

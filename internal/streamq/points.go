@@ -1,0 +1,139 @@
+package streamq
+
+import (
+	"errors"
+
+	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// Points in streams: the driver half of stream-ordered reuse, which every allocator of the
+// module goes through (device.Heap and uvm.Tier by a Queue, pinned.Pool by its per-stream
+// lists).
+//
+// The rule it serves, everywhere: memory changes owner (is handed out again, scrubbed, given
+// back) only after every stream that may use it has passed a point recorded after its free,
+// an event that has completed, or a query or synchronize that found the stream idle; or it
+// does not change owner. A point recorded later than the free is safe (it only makes reuse
+// later); one recorded earlier is not. A stream whose work completes in order passes its
+// points in order, so one point stands for every free before it on that stream.
+//
+// Points records events of one device (its context), from a pool: a stream of another device,
+// or a handle the driver does not know, is refused at the first record.
+
+// Event is a point recorded in a stream; 0 is none.
+type Event = cuda.Event
+
+// Stream is a CUDA stream handle.
+type Stream = cuda.Stream
+
+// Points records and queries points in the streams of one device.
+type Points struct {
+	dev    *cuda.Device
+	events *cuda.EventPool
+	own    bool // dev was opened for the Points: Close closes it
+}
+
+// NewPoints returns the points of dev, whose events come from events (a pool of dev's).
+func NewPoints(dev *cuda.Device, events *cuda.EventPool) *Points {
+	return &Points{dev: dev, events: events}
+}
+
+// PointsOf returns the points of dev, with a pool of events of its own.
+func PointsOf(dev *cuda.Device) *Points { return NewPoints(dev, cuda.NewEventPool(dev)) }
+
+// Open returns the points of device ordinal, opened for them (Close closes it); nil, and no
+// error, when there is no driver or no such device: nothing then copies asynchronously.
+func Open(ordinal int) (*Points, error) {
+	dev, err := cuda.Open(ordinal)
+	if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := PointsOf(dev)
+	p.own = true
+	return p, nil
+}
+
+// Of returns the points of pub, a device of the public binding, with events of their own.
+func Of(pub *pubcuda.Device) (*Points, error) {
+	dev, err := cuda.Of(pub)
+	if err != nil {
+		return nil, err
+	}
+	return PointsOf(dev), nil
+}
+
+// Close destroys the events (all must be back) and closes the device if it was opened for
+// the points.
+func (p *Points) Close() error {
+	err := p.events.Close()
+	if p.own {
+		err = errors.Join(err, p.dev.Close())
+	}
+	return err
+}
+
+// Context is the device's context: a stream of another context is not one of its streams.
+func (p *Points) Context() uintptr { return p.dev.Context() }
+
+// Ordinal is the device's ordinal.
+func (p *Points) Ordinal() int { return p.dev.Ordinal() }
+
+// Check reports whether the driver accepts s as a stream of the device, by recording a point
+// in it (an error: not).
+func (p *Points) Check(s Stream) error {
+	ev, err := p.Mark(s)
+	if err == nil {
+		p.Put(ev)
+	}
+	return err
+}
+
+// Mark records a point in s, after everything queued on it so far. The caller owns it until
+// it puts it back (Put).
+func (p *Points) Mark(s Stream) (Event, error) {
+	ev, err := p.events.Get()
+	if err != nil {
+		return 0, err
+	}
+	if err := p.dev.EventRecord(ev, s); err != nil {
+		p.events.Put(ev)
+		return 0, err
+	}
+	return ev, nil
+}
+
+// Passed reports whether the stream of ev has passed it (an error: the driver refuses ev).
+func (p *Points) Passed(ev Event) (bool, error) {
+	return done(p.dev.EventQuery(ev))
+}
+
+// Idle reports whether s has completed everything queued on it: a point now, at no cost of an
+// event (an error: the driver refuses s).
+func (p *Points) Idle(s Stream) (bool, error) {
+	return done(p.dev.StreamQuery(s))
+}
+
+// done maps a query's answer: nil is done, ErrNotReady is not, any other is an error.
+func done(err error) (bool, error) {
+	if errors.Is(err, cuda.ErrNotReady) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Wait waits until the stream of ev has passed it.
+func (p *Points) Wait(ev Event) error { return p.dev.EventSynchronize(ev) }
+
+// WaitStream waits until s has completed everything queued on it.
+func (p *Points) WaitStream(s Stream) error { return p.dev.StreamSynchronize(s) }
+
+// WaitAll waits until every stream of the device's context has completed everything queued on
+// it: the answer for streams the driver refuses (destroyed), whose work it still runs.
+func (p *Points) WaitAll() error { return p.dev.Synchronize() }
+
+// Put gives ev back to the pool.
+func (p *Points) Put(ev Event) { p.events.Put(ev) }

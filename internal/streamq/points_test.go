@@ -1,0 +1,150 @@
+package streamq_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+)
+
+// TestPointsProperty drives Points with random work, points, queries and completions on three
+// streams of the fake (Hold on: queued work runs only when the test completes its stream) and
+// checks the rule against a model of what each stream has run: a point reported passed, or a
+// stream reported idle, has run everything queued before it (never early), and once a stream
+// has run its work every point recorded in it before then is reported passed (never lost).
+func TestPointsProperty(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const nstreams = 3
+	var ss [nstreams]cuda.Stream
+	var bufs [nstreams]cuda.DevicePtr
+	for i := range ss {
+		var err error
+		if ss[i], err = dev.StreamCreate(true); err != nil {
+			t.Fatal(err)
+		}
+		if bufs[i], err = dev.MemAlloc(4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := cuda.NewEventPool(dev)
+	p := streamq.NewPoints(dev, events)
+	type point struct {
+		ev      streamq.Event
+		s       int
+		pending bool // work was queued on s before it and had not run
+		ran     bool // s has run everything queued before it since
+	}
+	for seed := range uint64(4) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		f.Hold(true)
+		var pending [nstreams]bool // work queued and not run
+		var points []point
+		for step := range 3000 {
+			i := r.IntN(nstreams)
+			switch op := r.IntN(10); {
+			case op < 4: // work
+				if err := dev.MemsetD8Async(bufs[i], byte(step), 4096, ss[i]); err != nil {
+					t.Fatal(err)
+				}
+				pending[i] = true
+			case op < 6: // a point
+				ev, err := p.Mark(ss[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				points = append(points, point{ev: ev, s: i, pending: pending[i]})
+			case op < 7: // the stream runs what it has
+				f.CompleteStream(ss[i])
+				pending[i] = false
+				for k := range points {
+					if points[k].s == i {
+						points[k].ran = true
+					}
+				}
+			case op < 8: // is it idle?
+				idle, err := p.Idle(ss[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if idle && pending[i] {
+					t.Fatalf("seed %d step %d: stream %d idle with work queued", seed, step, i)
+				}
+			default: // which points have passed?
+				kept := points[:0]
+				for _, pt := range points {
+					passed, err := p.Passed(pt.ev)
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch {
+					case passed && pt.pending && !pt.ran:
+						t.Fatalf("seed %d step %d: a point of stream %d passed before the work queued ahead of it ran", seed, step, pt.s)
+					case !passed && pt.ran:
+						t.Fatalf("seed %d step %d: a point of stream %d not passed after its stream ran everything before it", seed, step, pt.s)
+					case passed:
+						p.Put(pt.ev)
+					default:
+						kept = append(kept, pt)
+					}
+				}
+				points = kept
+			}
+		}
+		f.Hold(false)
+		for _, pt := range points {
+			if err := p.Wait(pt.ev); err != nil {
+				t.Fatal(err)
+			}
+			p.Put(pt.ev)
+		}
+	}
+	for i := range ss {
+		if err := dev.StreamSynchronize(ss[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.MemFree(bufs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.StreamDestroy(ss[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPointsRefuseOtherDevice: a stream of another device cannot take a point of this one
+// (Check, Mark), and the event goes back to the pool.
+func TestPointsRefuseOtherDevice(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	dev1 := f.Open(t, 1)
+	s1, err := dev1.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev1.StreamDestroy(s1)
+	events := cuda.NewEventPool(dev)
+	p := streamq.NewPoints(dev, events)
+	if err := p.Check(s1); err == nil {
+		t.Fatal("Check of a stream of device 1 with the points of device 0")
+	}
+	if _, err := p.Mark(s1); err == nil {
+		t.Fatal("Mark on a stream of device 1 with the points of device 0")
+	}
+	if events.Idle() != int(events.Created()) {
+		t.Errorf("%d events idle of %d created", events.Idle(), events.Created())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

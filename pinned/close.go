@@ -1,0 +1,128 @@
+package pinned
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/units"
+)
+
+// Closing a pool: Close stops allocation, and the memory goes once no buffer is live and no
+// deferred one waits for its streams, at Close or at the free, Trim or ForgetStream that
+// finishes it (finishClose).
+
+// Close stops allocation. When buffers are live it returns an error wrapping ErrLiveBlocks
+// with their count and bytes, at once, and keeps the memory until the last of them is freed
+// (so nothing in use is unmapped under a caller); another Close then returns ErrClosed. Else it
+// waits, closeWait (5 s) at most, for the buffers freed with FreeAsync (or freed while a
+// stream used them) until their streams have passed their frees, and then releases all
+// memory and returns nil. If some still wait then, it returns an error wrapping ErrBusy with
+// their count and bytes and keeps all the memory mapped: a later Close waits for them again,
+// and a later Free, FreeAsync, ForgetStream or Trim releases the memory once they have passed
+// (none of those waits for them). With Options.Trace, Close also writes out the trace; an error
+// doing so wraps ErrTrace.
+func (p *Pool) Close() error {
+	if !p.closed.CompareAndSwap(false, true) {
+		if p.busy.Load() && !p.released.Load() {
+			return p.close()
+		}
+		return ErrClosed
+	}
+	return errors.Join(p.close(), p.FlushTrace()) // nil when both are
+}
+
+func (p *Pool) close() error {
+	// No shard is added from now on, and a shard being added is published before this returns.
+	p.growMu.Lock()
+	//lint:ignore SA2001 an empty critical section: a barrier for newShard
+	p.growMu.Unlock()
+	_ = p.reclaim(true)
+	if n, bytes := p.userLive(); n > 0 {
+		sites := ""
+		if p.sites != nil {
+			if top := p.sites.top(topSites); top != "" {
+				sites = "; " + top
+			}
+		}
+		return fmt.Errorf("%w: %s (%d bytes); the pool's memory is released when the last is freed%s",
+			ErrLiveBlocks, units.Count(uint64(n), "buffer"), bytes, sites)
+	}
+	if err := p.drain(); err != nil {
+		p.busy.Store(true)
+		return err
+	}
+	p.busy.Store(false)
+	if n, bytes := p.live(); n > 0 { // a free of the last buffer deferred it meanwhile
+		p.busy.Store(true)
+		return fmt.Errorf("%w: %s (%d bytes); a later Close, Free or Trim releases the memory once they have passed", ErrBusy, units.Count(uint64(n), "buffer"), bytes)
+	}
+	return wrapError(p.releaseAll(), ErrClosed)
+}
+
+// live collects every shard and counts the live buffers, the deferred ones with them (the heap
+// holds those until their streams have passed them).
+func (p *Pool) live() (n, bytes uint64) {
+	p.each(func(h *heap.Heap) {
+		st := h.Stats()
+		n += st.Live
+		bytes += st.InUse
+	})
+	return n, bytes
+}
+
+// userLive counts the buffers the caller has not freed: the live ones less the deferred.
+func (p *Pool) userLive() (n, bytes uint64) {
+	n, bytes = p.live()
+	dn, dbytes := p.deferred()
+	return n - min(n, dn), bytes - min(bytes, dbytes)
+}
+
+// finishClose runs after a free (of the buffer at addr; 0 for none) once the pool is closed:
+// when that was the last buffer the caller had, it waits for the buffer's own streams
+// (closeWait at most: see settle), takes back what the streams have passed, and releases the
+// memory when no buffer is deferred any more. Otherwise it marks the pool busy, so that a
+// later Close, Free, FreeAsync, ForgetStream or Trim tries again; it never waits for the
+// streams of other buffers.
+func (p *Pool) finishClose(addr uintptr) {
+	if p.released.Load() {
+		return
+	}
+	_ = p.reclaim(true)
+	if n, _ := p.userLive(); n > 0 {
+		return
+	}
+	if addr != 0 && p.order != nil {
+		p.settle(addr)
+	}
+	if n, _ := p.live(); n > 0 {
+		p.busy.Store(true)
+		return
+	}
+	if err := p.releaseAll(); err == nil {
+		p.busy.Store(false)
+	}
+}
+
+func (p *Pool) releaseAll() error {
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	if p.released.Load() {
+		return nil
+	}
+	var first error
+	p.each(func(h *heap.Heap) {
+		if err := h.Close(); err != nil && !errors.Is(err, heap.ErrClosed) && first == nil {
+			first = err
+		}
+	})
+	if first != nil {
+		return first // a buffer came back to life: a racing Alloc before closed was seen
+	}
+	p.released.Store(true)
+	err := p.a.Close()
+	if p.order != nil {
+		err = errors.Join(err, p.order.close()) // its events, before the device goes
+	}
+	return errors.Join(err, closeDevice(p.a.Provider()))
+}

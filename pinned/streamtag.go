@@ -1,0 +1,278 @@
+package pinned
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
+)
+
+// What a buffer's tag says.
+//
+// The streams recorded on a live buffer are kept beside its block, in the word the heap keeps
+// for a holder (heap.BlockRef.Tag: see heap/tag.go), so that the common case, a buffer one
+// stream uses, costs compare-and-swaps and no map or lock:
+//
+//	tagNone     no stream recorded. A held buffer with it has its free pending (FreeAsync
+//	            held it, or a free of a recorded buffer cleared its tag) or is being freed (a
+//	            ZeroOnFree claim): a record or a free of it is refused (ErrDoubleFree). Every
+//	            block is given back with it.
+//	tagLocked   a record is between its write of the tag and its hold of the block (record):
+//	            every other call waits for it (settled).
+//	tagMulti    live and held, several streams recorded: the use under its uses shard's lock
+//	            has them. It leaves tagMulti only under that lock.
+//	tagForgot   live and held, recorded, every stream forgotten since (ForgetStream): a free
+//	            frees it at once, as one that waits for no stream.
+//	tagOf(s)    live and held, recorded on stream s alone.
+//
+// So a tag other than tagNone and tagLocked says the buffer is live and held, and tagNone on
+// a held buffer that its free is pending, with no write of the tag by FreeAsync or a claim. A
+// record that finds tagNone locks the tag first, then holds the block: a hold that was not the
+// first finds a free pending (it unlocks the tag and is refused). Every change is a
+// compare-and-swap from the value read, so a record and a free racing on one buffer are
+// ordered by it: the record wins (the free then waits for its stream too) or the free wins
+// (the record is refused). A stream whose handle does not fit a tag (tagFits) goes to the uses
+// map, as a second stream does.
+
+const (
+	tagNone   uintptr = 0
+	tagLocked uintptr = 1
+	tagMulti  uintptr = 2
+	tagForgot uintptr = 3
+)
+
+// tagOf is the tag of a buffer recorded on stream s alone (tagFits(s)).
+func tagOf(s cuda.Stream) uintptr { return (uintptr(s) + 1) << 2 }
+
+// tagFits reports whether tagOf(s) is a tag of s alone.
+func tagFits(s cuda.Stream) bool { return uintptr(s) < 1<<61 }
+
+// tagStream is the stream of tag t, one of a buffer recorded on one stream (t > tagForgot).
+func tagStream(t uintptr) cuda.Stream { return cuda.Stream(t>>2 - 1) }
+
+// settled returns tag's value once no record holds it locked (tagLocked): the wait is that of
+// a record between two of its instructions.
+func settled(tag *atomic.Uintptr) uintptr {
+	for {
+		if t := tag.Load(); t != tagLocked {
+			return t
+		}
+		runtime.Gosched()
+	}
+}
+
+// record holds the buffer holding [addr, addr+n) and records s on it.
+func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
+	if _, err := o.check(s); err != nil {
+		return err
+	}
+	// A range from a buffer's start (the usual RecordStream(buf, s)) is found in one lookup;
+	// any other goes through Block first, for the start of its buffer.
+	base := addr
+	r, ok := o.g.FindFrom(addr, n)
+	if !ok {
+		b, size, err := o.g.Block(addr)
+		if err != nil {
+			return wrapError(err, ErrNotOwned)
+		}
+		if off := addr - b; n > size-off {
+			return fmt.Errorf("%w: %d bytes at %#x run %d bytes past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, n-(size-off), b, size)
+		}
+		if r, ok = o.g.FindFrom(b, size); !ok {
+			return fmt.Errorf("%w: %#x was freed during the record", ErrDoubleFree, b)
+		}
+		base = b
+	}
+	err := o.recordOn(r, base, s)
+	o.verify()
+	return err
+}
+
+// recordOn records s on the live block r, which starts at base.
+func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) error {
+	tag := r.Tag()
+	for {
+		t := settled(tag)
+		switch {
+		case t == tagNone:
+			if !tag.CompareAndSwap(tagNone, tagLocked) {
+				continue
+			}
+			first, ok := r.Hold()
+			if !ok || !first { // freed since it was found, or its free is pending
+				tag.Store(tagNone)
+				return fmt.Errorf("%w: stream %#x recorded on buffer %#x after its free", ErrDoubleFree, s, base)
+			}
+			if tagFits(s) {
+				tag.Store(tagOf(s))
+				return nil
+			}
+			sh := o.shard(base)
+			sh.mu.Lock()
+			sh.m[base] = use{one: s}
+			tag.Store(tagMulti)
+			sh.mu.Unlock()
+			return nil
+		case tagFits(s) && t == tagOf(s):
+			return nil
+		case tagFits(s) && t == tagForgot:
+			if tag.CompareAndSwap(t, tagOf(s)) {
+				return nil
+			}
+			continue
+		}
+		// A second stream (or one that does not fit a tag): the uses map.
+		sh := o.shard(base)
+		sh.mu.Lock()
+		if t != tagMulti && !tag.CompareAndSwap(t, tagMulti) {
+			sh.mu.Unlock()
+			continue // changed since it was read: read it again
+		}
+		var u use
+		switch t {
+		case tagMulti:
+			u = sh.m[base]
+			u.add(s)
+		case tagForgot:
+			u = use{one: s}
+		default:
+			u = use{one: tagStream(t)}
+			u.add(s)
+		}
+		sh.m[base] = u
+		sh.mu.Unlock()
+		return nil
+	}
+}
+
+// deferFree frees the whole buffer at addr, of n bytes, once every stream recorded on it, and
+// the stream of l when l is not nil (FreeAsync), has passed the work queued on it so far. l nil
+// is a Free of a held buffer.
+func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
+	if l != nil {
+		first, err := o.g.HoldSized(addr, n)
+		if err != nil {
+			return wrapError(err, ErrNotOwned)
+		}
+		if first { // no stream recorded, and none can be now: the buffer is l's alone
+			o.enqueue(l, deferred{addr: addr, n: n})
+			return nil
+		}
+	} else if err := o.wholeBuffer(addr, n); err != nil {
+		return err
+	}
+	err := o.deferTagged(addr, n, l)
+	o.verify()
+	return err
+}
+
+// deferHeld is deferFree of a Free (l nil) whose fast path found the buffer live, held and of n
+// bytes (heap.Heap.TryFreeOrHeld): the size check is made.
+func (o *streamOrder) deferHeld(addr, n uintptr) error {
+	err := o.deferTagged(addr, n, nil)
+	o.verify()
+	return err
+}
+
+// deferTagged is deferFree of the buffer at addr, of n bytes, found held by someone else (a
+// record, or a free pending), by what its tag says.
+func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList) error {
+	tag := o.g.Tag(addr)
+	d := deferred{addr: addr, n: n}
+	for {
+		t := tagNone
+		if tag != nil {
+			t = settled(tag)
+		}
+		switch {
+		case t == tagNone:
+			return fmt.Errorf("%w: %#x has a free pending already", ErrDoubleFree, addr)
+		case t == tagForgot: // the streams recorded have passed it: l's alone, or none
+			if !tag.CompareAndSwap(t, tagNone) {
+				continue
+			}
+			if l == nil {
+				return o.free(d)
+			}
+			o.enqueue(l, d)
+			return nil
+		case t != tagMulti && (l == nil || tagStream(t) == l.s): // one stream
+			if !tag.CompareAndSwap(t, tagNone) {
+				continue
+			}
+			o.enqueue(o.listOf(tagStream(t), l), d)
+			return nil
+		}
+		if err, again := o.deferShared(tag, t, d, l); !again {
+			return err
+		}
+	}
+}
+
+// listOf returns the list of stream s: l when it is s's, else the one check found last, else
+// the lists'.
+func (o *streamOrder) listOf(s cuda.Stream, l *streamList) *streamList {
+	if l != nil && l.s == s {
+		return l
+	}
+	if l = o.last.Load(); l != nil && l.s == s {
+		return l
+	}
+	return o.list(s)
+}
+
+// deferShared defers d, whose tag read t (tagMulti, or one stream other than l's), under its
+// uses shard's lock; again says the tag changed since it was read.
+func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l *streamList) (err error, again bool) {
+	sh := o.shard(d.addr)
+	sh.mu.Lock()
+	if !tag.CompareAndSwap(t, tagNone) {
+		sh.mu.Unlock()
+		return nil, true
+	}
+	u := use{one: noStream}
+	if t == tagMulti {
+		u = sh.m[d.addr]
+		delete(sh.m, d.addr)
+	} else {
+		u.add(tagStream(t))
+	}
+	if l != nil {
+		u.add(l.s)
+	}
+	if len(u.more) == 0 {
+		sh.mu.Unlock()
+		if u.one == noStream { // every stream recorded was forgotten, so has passed: free it now
+			return o.free(d), false
+		}
+		// One stream left: the buffer is its alone now, as after FreeAsync.
+		o.enqueue(o.listOf(u.one, l), d)
+		return nil, false
+	}
+	u.freed, u.left = true, 1+len(u.more)
+	sh.m[d.addr] = u
+	o.weight.Add(weigh(d.n))
+	o.shared.Add(1)
+	o.sharedBytes.Add(int64(d.n))
+	d.shared = true
+	o.queue(o.list(u.one), d)
+	for _, s := range u.more {
+		o.queue(o.list(s), d)
+	}
+	sh.mu.Unlock()
+	return nil, false
+}
+
+// wholeBuffer checks that [addr, addr+n) is a whole live buffer, for a free.
+func (o *streamOrder) wholeBuffer(addr, n uintptr) error {
+	size, err := o.g.Size(addr)
+	if err != nil {
+		return wrapError(err, ErrNotOwned)
+	}
+	if size != n {
+		return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
+	}
+	return nil
+}
