@@ -106,7 +106,7 @@ type stressRun struct {
 	contest atomic.Pointer[[2]uintptr] // a block the owner frees while another goroutine does
 	result  atomic.Int32               // the other goroutine's verdict on contest: 1 freed, 2 refused
 	stop    atomic.Bool
-	plain   bool // holds only the owner's on exclusive pages, which may become exclusive again
+	plain   bool         // holds only the owner's on exclusive pages, which may become exclusive again
 	wins    atomic.Int64 // contests the other goroutine won
 }
 
