@@ -18,6 +18,8 @@ package heap
 import (
 	"errors"
 	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // TryAlloc is Alloc restricted to what the heap holds: a block of a size class from the
@@ -94,6 +96,10 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 		return errWouldBlock
 	}
 	if pg.heap != h {
+		if invariants.Enabled {
+			h.g.foreignBegun.Add(1) // a remote free, as freeRemote's: see checkInvariants
+			defer h.g.foreignEnded.Add(1)
+		}
 		// An exclusive page is shared first, which waits (exclusive.go): FreeSized does it.
 		counted := !pg.keepShared.Load()
 		if counted {
