@@ -427,10 +427,13 @@ func (ls *Lists[T]) Verify(f func(s Stream, marked, open []T)) error {
 	}
 	var sum Tally
 	for s, l := range ls.m {
+		if l.s != s { // before its lock: a list under two keys is locked once
+			return fmt.Errorf("streamq: invariant: the list of stream %#x is of %#x", s, l.s)
+		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.s != s || l.gone {
-			return fmt.Errorf("streamq: invariant: the list of stream %#x is of %#x (gone %v)", s, l.s, l.gone)
+		if l.gone {
+			return fmt.Errorf("streamq: invariant: the list of stream %#x left the lists", s)
 		}
 		if (l.ev != 0) != (len(l.marked) > 0) {
 			return fmt.Errorf("streamq: invariant: stream %#x: event %#x with %d marked items", s, l.ev, len(l.marked))
