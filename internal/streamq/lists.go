@@ -48,12 +48,12 @@ type Lists[T any] struct {
 	measure func(T) Tally
 	linger  int
 
-	mu    sync.Mutex
-	m     map[Stream]*List[T] // under mu: the streams with state
-	peak  int                 // the most lists since m was last made, under mu
-	n     atomic.Int32        // len(m), read without mu
-	last  atomic.Pointer[List[T]]
-	total struct{ items, bytes, weight atomic.Int64 }
+	mu     sync.Mutex
+	m      map[Stream]*List[T] // under mu: the streams with state
+	peak   int                 // the most lists since m was last made, under mu
+	n      atomic.Int32        // len(m), read without mu
+	last   atomic.Pointer[List[T]]
+	weight atomic.Int64 // the items' weight, read without a lock
 
 	scan []*List[T] // Poll's snapshot of the lists
 	lost []*List[T] // the lists Poll found lost, for Recover
@@ -67,8 +67,11 @@ type List[T any] struct {
 	open   []T
 	marked []T
 	ev     Event // the point, recorded after marked were pushed; 0 for none
-	gone   bool  // out of the lists: a push takes the stream's new list
-	idle   int   // polls in a row that found it empty
+	// openT and markedT are what open and marked count for (Measure), so that a whole slice
+	// leaves at no cost of measuring it again.
+	openT, markedT Tally
+	gone           bool // out of the lists: a push takes the stream's new list
+	idle           int  // polls in a row that found it empty
 	// lostOpen is the number of open items when Poll last found the list lost: the synchronize
 	// that follows (Recover) covers those, not the ones pushed after them.
 	lostOpen int
@@ -130,25 +133,31 @@ func (ls *Lists[T]) Get(s Stream) *List[T] {
 // Streams returns the number of streams with state, read without a lock.
 func (ls *Lists[T]) Streams() int { return int(ls.n.Load()) }
 
-// Totals returns the sum of Measure over the items on the lists.
+// Totals returns the sum of Measure over the items on the lists, a list at a time under its
+// lock (not for a hot path).
 func (ls *Lists[T]) Totals() Tally {
-	return Tally{Items: ls.total.items.Load(), Bytes: ls.total.bytes.Load(), Weight: ls.total.weight.Load()}
+	var sum Tally
+	ls.mu.Lock()
+	for _, l := range ls.m {
+		l.mu.Lock()
+		sum = sum.plus(l.openT).plus(l.markedT)
+		l.mu.Unlock()
+	}
+	ls.mu.Unlock()
+	return sum
 }
 
-// Weight returns the total weight of the items on the lists.
-func (ls *Lists[T]) Weight() int64 { return ls.total.weight.Load() }
+// Weight returns the total weight of the items on the lists, read without a lock.
+func (ls *Lists[T]) Weight() int64 { return ls.weight.Load() }
 
-// add adds t to the totals, under the lock of the list that publishes or takes the items.
-func (ls *Lists[T]) add(t Tally, sign int64) {
-	if t.Items != 0 {
-		ls.total.items.Add(sign * t.Items)
-	}
-	if t.Bytes != 0 {
-		ls.total.bytes.Add(sign * t.Bytes)
-	}
-	if t.Weight != 0 {
-		ls.total.weight.Add(sign * t.Weight)
-	}
+// plus returns t+u.
+func (t Tally) plus(u Tally) Tally {
+	return Tally{Items: t.Items + u.Items, Bytes: t.Bytes + u.Bytes, Weight: t.Weight + u.Weight}
+}
+
+// minus returns t-u.
+func (t Tally) minus(u Tally) Tally {
+	return Tally{Items: t.Items - u.Items, Bytes: t.Bytes - u.Bytes, Weight: t.Weight - u.Weight}
 }
 
 // measureAll sums measure over vs.
@@ -158,8 +167,7 @@ func (ls *Lists[T]) measureAll(vs []T) Tally {
 		return t
 	}
 	for _, v := range vs {
-		m := ls.measure(v)
-		t.Items, t.Bytes, t.Weight = t.Items+m.Items, t.Bytes+m.Bytes, t.Weight+m.Weight
+		t = t.plus(ls.measure(v))
 	}
 	return t
 }
@@ -176,7 +184,10 @@ func (ls *Lists[T]) Push(l *List[T], v T) {
 		if !l.gone {
 			l.open = append(l.open, v)
 			l.idle = 0
-			ls.add(t, 1)
+			l.openT = l.openT.plus(t)
+			if t.Weight != 0 {
+				ls.weight.Add(t.Weight)
+			}
 			l.mu.Unlock()
 			return
 		}
@@ -193,7 +204,10 @@ func (ls *Lists[T]) PushMany(l *List[T], vs []T) {
 		if !l.gone {
 			l.open = append(l.open, vs...)
 			l.idle = 0
-			ls.add(t, 1)
+			l.openT = l.openT.plus(t)
+			if t.Weight != 0 {
+				ls.weight.Add(t.Weight)
+			}
 			l.mu.Unlock()
 			return
 		}
@@ -258,7 +272,7 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		if !passed {
 			return done, pollBusy, nil
 		}
-		done = ls.take(done, l.marked)
+		done = ls.take(done, l.marked, &l.markedT, true)
 		p.Put(l.ev)
 		clear(l.marked)
 		l.ev, l.marked = 0, l.marked[:0]
@@ -269,7 +283,7 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		case err != nil:
 			return done, l.lose(), fmt.Errorf("streamq: stream %#x: %w", l.s, err)
 		case idle: // everything queued on it has completed
-			done = ls.take(done, l.open)
+			done = ls.take(done, l.open, &l.openT, true)
 			clear(l.open)
 			l.open = l.open[:0]
 		default:
@@ -279,6 +293,7 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 			}
 			l.ev = ev
 			l.open, l.marked = l.marked, l.open
+			l.openT, l.markedT = l.markedT, l.openT
 			return done, pollBusy, nil
 		}
 	}
@@ -296,10 +311,16 @@ func (l *List[T]) lose() pollState {
 	return pollLost
 }
 
-// take appends vs, leaving their list, to done. The list's lock is held.
-func (ls *Lists[T]) take(done, vs []T) []T {
-	if ls.measure != nil {
-		ls.add(ls.measureAll(vs), -1)
+// take appends vs, leaving their list, to done, and takes t, what they count for, off the
+// list's count (*from: all of it when vs is the whole slice, whole). The list's lock is held.
+func (ls *Lists[T]) take(done, vs []T, from *Tally, whole bool) []T {
+	t := *from
+	if !whole {
+		t = ls.measureAll(vs)
+	}
+	*from = from.minus(t)
+	if t.Weight != 0 {
+		ls.weight.Add(-t.Weight)
 	}
 	return append(done, vs...)
 }
@@ -358,7 +379,7 @@ func (ls *Lists[T]) Release(l *List[T], all bool, done []T) []T {
 	if l.ev != 0 {
 		ls.points.Put(l.ev)
 	}
-	done = ls.take(ls.take(done, l.marked), l.open[:open])
+	done = ls.take(ls.take(done, l.marked, &l.markedT, true), l.open[:open], &l.openT, open == len(l.open))
 	clear(l.marked)
 	rest := copy(l.open, l.open[open:])
 	clear(l.open[rest:])
@@ -438,16 +459,16 @@ func (ls *Lists[T]) Verify(f func(s Stream, marked, open []T)) error {
 		if (l.ev != 0) != (len(l.marked) > 0) {
 			return fmt.Errorf("streamq: invariant: stream %#x: event %#x with %d marked items", s, l.ev, len(l.marked))
 		}
-		for _, vs := range [][]T{l.marked, l.open} {
-			t := ls.measureAll(vs)
-			sum.Items, sum.Bytes, sum.Weight = sum.Items+t.Items, sum.Bytes+t.Bytes, sum.Weight+t.Weight
+		if ls.measureAll(l.marked) != l.markedT || ls.measureAll(l.open) != l.openT {
+			return fmt.Errorf("streamq: invariant: stream %#x counts %+v marked and %+v open, holds %+v and %+v", s, l.markedT, l.openT, ls.measureAll(l.marked), ls.measureAll(l.open))
 		}
+		sum = sum.plus(l.markedT).plus(l.openT)
 		if f != nil {
 			f(s, l.marked, l.open)
 		}
 	}
-	if sum != ls.Totals() {
-		return fmt.Errorf("streamq: invariant: totals %+v, the items count %+v", ls.Totals(), sum)
+	if sum.Weight != ls.weight.Load() {
+		return fmt.Errorf("streamq: invariant: weight %d, the items weigh %d", ls.weight.Load(), sum.Weight)
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 // here).
 func TestListsVerify(t *testing.T) {
 	build := func() *Lists[int] {
-		ls := NewLists(nil, func(v int) Tally { return Tally{Items: 1, Bytes: int64(v)} }, 2)
+		ls := NewLists(nil, func(v int) Tally { return Tally{Items: 1, Bytes: int64(v), Weight: 1} }, 2)
 		ls.Push(ls.Get(0x10), 4096)
 		ls.PushMany(ls.Get(0x20), []int{100, 200})
 		return ls
@@ -19,7 +19,8 @@ func TestListsVerify(t *testing.T) {
 		t.Fatalf("sound lists: %v", err)
 	}
 	for what, damage := range map[string]func(ls *Lists[int]){
-		"list count":  func(ls *Lists[int]) { ls.total.items.Add(1) },
+		"list count":  func(ls *Lists[int]) { ls.m[0x20].openT.Items++ },
+		"weight":      func(ls *Lists[int]) { ls.weight.Add(1) },
 		"bytes":       func(ls *Lists[int]) { ls.m[0x10].open[0]++ },
 		"stray event": func(ls *Lists[int]) { ls.m[0x10].ev = 1 },
 		"unmarked":    func(ls *Lists[int]) { l := ls.m[0x10]; l.marked, l.open = l.open, nil },
