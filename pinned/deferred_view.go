@@ -34,22 +34,18 @@ func (p *Pool) DeferredByStream() []StreamDeferred {
 		p.flushAll()
 	}
 	var out []StreamDeferred
-	o.listMu.Lock()
-	for _, l := range o.lists {
-		l.mu.Lock()
-		sd := StreamDeferred{Stream: l.s, Buffers: len(l.open) + len(l.marked)}
-		for _, d := range l.open {
+	o.lists.Range(func(s uintptr, marked, open []deferred) {
+		sd := StreamDeferred{Stream: cuda.Stream(s), Buffers: len(open) + len(marked)}
+		for _, d := range open {
 			sd.Bytes += int(d.n)
 		}
-		for _, d := range l.marked {
+		for _, d := range marked {
 			sd.Bytes += int(d.n)
 		}
-		l.mu.Unlock()
 		if sd.Buffers > 0 {
 			out = append(out, sd)
 		}
-	}
-	o.listMu.Unlock()
+	})
 	slices.SortFunc(out, func(a, b StreamDeferred) int {
 		switch {
 		case a.Stream < b.Stream:

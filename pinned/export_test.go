@@ -14,7 +14,5 @@ func StreamLists(p *Pool) int {
 	if p.order == nil {
 		return 0
 	}
-	p.order.listMu.Lock()
-	defer p.order.listMu.Unlock()
-	return len(p.order.lists)
+	return p.order.lists.Streams()
 }

@@ -64,18 +64,13 @@ func (p *Pool) taggedWith(s cuda.Stream) []*atomic.Uintptr {
 func (o *streamOrder) forget(s cuda.Stream, tags []*atomic.Uintptr) error {
 	o.reclMu.Lock()
 	defer o.reclMu.Unlock()
-	if l := o.last.Load(); l != nil && l.s == s {
-		o.last.CompareAndSwap(l, nil)
-	}
-	o.listMu.Lock()
-	l := o.lists[s]
-	o.listMu.Unlock()
+	l := o.lists.Forget(uintptr(s))
 	if l == nil && len(tags) == 0 && !o.recorded(s) {
 		return nil
 	}
-	if err := o.points.WaitStream(uintptr(s)); err != nil {
+	if err := o.points().WaitStream(uintptr(s)); err != nil {
 		// Destroyed already, most likely: the context's synchronize waits for its work.
-		if err2 := o.points.WaitAll(); err2 != nil {
+		if err2 := o.points().WaitAll(); err2 != nil {
 			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; the buffers deferred on it stay held", s, err, err2)
 		}
 	}
@@ -84,7 +79,7 @@ func (o *streamOrder) forget(s cuda.Stream, tags []*atomic.Uintptr) error {
 		t.CompareAndSwap(tagOf(s), tagForgot) // or changed since: freed, or a stream added
 	}
 	if l != nil {
-		o.done = o.release(l, true, o.done)
+		o.done = o.lists.Release(l, true, o.done)
 	}
 	err := o.freeDone(o.free)
 	if invariants.Enabled {

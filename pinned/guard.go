@@ -59,7 +59,7 @@ func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
 func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
 	if used := p.used.Add(int64(n)); used > p.quota {
 		p.used.Add(-int64(n))
-		if p.order == nil || p.order.weight.Load() == 0 && p.order.cached.Load() == 0 {
+		if p.order == nil || p.order.weight() == 0 && p.order.cached.Load() == 0 {
 			return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, used-int64(n), p.quota)
 		}
 		_ = p.reclaim(true) // deferred buffers the streams have passed leave the quota

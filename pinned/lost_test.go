@@ -54,8 +54,8 @@ func TestFakeLostListKeepsLaterFrees(t *testing.T) {
 
 	// Events of device 1: the driver refuses to record them on s, a stream of device 0.
 	dev1 := f.Open(t, 1)
-	own := o.points
-	o.points = streamq.NewPoints(dev, icuda.NewEventPool(dev1))
+	own := o.points()
+	o.lists.SetPoints(streamq.NewPoints(dev, icuda.NewEventPool(dev1)))
 	b := alloc()
 	afterLostSync = func() {
 		// After the synchronize: a copy from b queued on s, then b freed on s.
@@ -82,8 +82,8 @@ func TestFakeLostListKeepsLaterFrees(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	ok("events of device 1", o.points.Close())
-	o.points = own
+	ok("events of device 1", o.points().Close())
+	o.lists.SetPoints(own)
 	f.Hold(false)
 	ok("StreamSynchronize", dev.StreamSynchronize(s))
 	ok("ForgetStream", p.ForgetStream(cuda.Stream(s)))

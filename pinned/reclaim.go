@@ -8,7 +8,7 @@ import (
 )
 
 // Reclaims: the deferred buffers whose streams have passed them go back to the heap (see
-// stream.go for when reclaims run, and streamlist.go for the lists they poll).
+// stream.go for when reclaims run, and internal/streamq's Lists for the lists they poll).
 
 // reclaimWeight is the weight of deferred buffers (see weigh) that makes the allocation's slow
 // path reclaim: lighter ones wait for the next (or for an allocation that finds the pool full),
@@ -19,7 +19,7 @@ const reclaimWeight = 32
 
 // reclaimSoon reports whether enough buffers are deferred for the allocation's slow path to
 // reclaim.
-func (p *Pool) reclaimSoon() bool { return p.order != nil && p.order.weight.Load() >= reclaimWeight }
+func (p *Pool) reclaimSoon() bool { return p.order != nil && p.order.weight() >= reclaimWeight }
 
 // reclaim takes back the deferred buffers whose streams have passed them; with wait, after the
 // reclaim another goroutine runs, if any, rather than leaving the work to it, and with the
@@ -42,7 +42,7 @@ func (p *Pool) freeDeferred(d deferred) error { return p.giveBack(d.addr, d.n, t
 // reclaims, it returns at once, or with wait, waits for that one and reclaims after it. free
 // frees a buffer for real.
 func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
-	if o.weight.Load() == 0 && o.nlists.Load() == 0 {
+	if o.weight() == 0 && o.lists.Streams() == 0 {
 		return nil
 	}
 	if !wait {
@@ -62,42 +62,20 @@ func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
 
 // reclaimLocked is reclaim, reclMu held.
 func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
-	o.listMu.Lock()
-	for _, l := range o.lists {
-		o.scan = append(o.scan, l)
-	}
-	o.listMu.Unlock()
 	var errs []error
-	for _, l := range o.scan {
-		var st pollState
-		var err error
-		switch o.done, st, err = l.poll(o, o.done); st {
-		case pollLost:
-			o.lost = append(o.lost, l)
-			errs = append(errs, err)
-		case pollIdle:
-			o.retire(l)
-		}
+	var err error
+	if o.done, err = o.lists.Poll(o.done); err != nil {
+		errs = append(errs, fmt.Errorf("pinned: %w", err))
 	}
-	clear(o.scan)
-	o.scan = o.scan[:0]
-	if len(o.lost) > 0 {
+	if o.lists.Lost() > 0 {
 		// The driver refuses these streams (destroyed, most likely): no event can mark a point
 		// in them, so wait for the whole context, which waits for the work they still had,
 		// once for all of them.
-		if err := o.points.WaitAll(); err != nil {
-			errs = append(errs, fmt.Errorf("pinned: the buffers deferred on %d streams the driver refuses stay held: synchronize: %w", len(o.lost), err))
+		if o.done, err = o.lists.Recover(o.done, afterLostSync); err != nil {
+			errs = append(errs, fmt.Errorf("pinned: deferred buffers stay held: %w", err))
 		} else {
-			if afterLostSync != nil {
-				afterLostSync()
-			}
 			errs = nil // each list's refusal is answered: its buffers come back
-			for _, l := range o.lost {
-				o.done = o.release(l, false, o.done)
-			}
 		}
-		clear(o.lost)
-		o.lost = o.lost[:0]
 	}
 	errs = append(errs, o.freeDone(free))
 	return errors.Join(errs...)
@@ -107,7 +85,8 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 // it found lost and the take-back of their buffers.
 var afterLostSync func()
 
-// freeDone frees the buffers of o.done whose last stream has passed them. reclMu is held.
+// freeDone frees the buffers of o.done whose last stream has passed them (the lists took the
+// weight of the others off as they handed them back). reclMu is held.
 func (o *streamOrder) freeDone(free func(deferred) error) error {
 	var errs []error
 	var freed int64
@@ -118,13 +97,13 @@ func (o *streamOrder) freeDone(free func(deferred) error) error {
 			}
 			o.shared.Add(-1)
 			o.sharedBytes.Add(-int64(d.n))
+			freed += weigh(d.n)
 		}
 		if err := free(d); err != nil {
 			errs = append(errs, err)
 		}
-		freed += weigh(d.n)
 	}
-	o.weight.Add(-freed)
+	o.sharedWeight.Add(-freed)
 	o.done = o.done[:0]
 	return errors.Join(errs...)
 }

@@ -56,9 +56,9 @@ import (
 //     an event: the pool synchronizes the context, once for all such streams a reclaim finds,
 //     which waits for the work they still had.
 //
-// Per-stream state (streamlist.go) costs O(1) per call and lives only while a stream has
-// buffers deferred on it: lists sit in a map under listMu, a reclaim walks only the lists in
-// it, and a list found empty at two reclaims in a row leaves it (ForgetStream drops it at
+// Per-stream state (streamlist.go: internal/streamq's Lists) costs O(1) per call and lives only
+// while a stream has buffers deferred on it: lists sit in a map under the lists' lock, a reclaim
+// walks only the lists in it, and a list found empty at two reclaims in a row leaves it (ForgetStream drops it at
 // once). A stream new to the pool is checked once with the driver (an event of the pool's
 // device recorded on it); one whose list left is checked again, except the stream check found
 // last, which stays trusted. The contract that makes that safe is device.Heap's: forget a
@@ -68,13 +68,14 @@ import (
 // that handle names another thread's stream.
 //
 // The files: this one has the state and the API (FreeAsync, RecordStream), streamtag.go what a
-// buffer's tag says, streamlist.go the per-stream lists, reclaim.go the reclaims, pend.go
-// FreeAsync's per-shard cache, forget.go ForgetStream, verify.go the invariants. The driver is
-// reached through internal/streamq's Points (events from a pool, idle queries, waits), as
-// device.Heap's and uvm.Tier's queues reach it.
+// buffer's tag says, streamlist.go the pool's side of the per-stream lists (internal/streamq's
+// Lists keep them, with their points), reclaim.go the reclaims, pend.go FreeAsync's per-shard
+// cache, forget.go ForgetStream, verify.go the invariants. The driver is reached through
+// internal/streamq's Points (events from a pool, idle queries, waits), as device.Heap's and
+// uvm.Tier's queues reach it.
 //
 // Lock order: a pool shard (the allocation's slow path reclaims as its holder) → reclMu (taken
-// with TryLock there) → a uses shard's lock → listMu → a stream list's lock. ForgetStream reads
+// with TryLock there) → a uses shard's lock → the lists' lock → a stream list's lock. ForgetStream reads
 // the tags under every shard (taggedWith) before it takes reclMu. Buffers are freed
 // for real holding none of the last three.
 
@@ -95,19 +96,21 @@ const noStream = ^cuda.Stream(0)
 
 // streamOrder is a pool's stream-ordered reuse; nil for pools that need none.
 type streamOrder struct {
-	points *streamq.Points // the pool's device (opened for an External region), its events
-	g      *heap.Group
-	a      *arena.Arena
-	free   func(deferred) error // frees a buffer for real (Pool.freeDeferred)
+	// lists are the buffers deferred on each stream (streamlist.go, internal/streamq's Lists),
+	// whose points are the pool's device's (opened for an External region) and its events.
+	lists *streamq.Lists[deferred]
+	g     *heap.Group
+	a     *arena.Arena
+	free  func(deferred) error // frees a buffer for real (Pool.freeDeferred)
 	// enqueue defers a buffer that waits for one stream only (Pool.enqueue: the shard's cache,
 	// or the stream's list).
 	enqueue func(*streamList, deferred)
 
-	// weight is the deferred buffers, each weighed by its size (weigh): zero when there are
-	// none, and what tells the allocation's slow path to reclaim (reclaimSoon). A buffer's
-	// weight is added under the lock that publishes it (its list's, or its use shard's when
-	// shared) and taken off by the reclaim that frees it.
-	weight atomic.Int64
+	// sharedWeight is the deferred buffers with uses, each weighed by its size (weigh); the
+	// lists weigh the others, and the two make the weight (streamOrder.weight). A shared
+	// buffer's weight is added under its use shard's lock and taken off by the reclaim that
+	// frees it; the lists add and take off the others' under their list's lock.
+	sharedWeight atomic.Int64
 	// shared and sharedBytes count the deferred buffers with uses (on a stream list each);
 	// the lists count the others.
 	shared, sharedBytes atomic.Int64
@@ -117,16 +120,8 @@ type streamOrder struct {
 	cached atomic.Int32
 
 	uses   [useShards]useShard
-	last   atomic.Pointer[streamList] // the list check found last; it may have left lists
-	listMu sync.Mutex
-	lists  map[cuda.Stream]*streamList // under listMu: the streams with state (streamlist.go)
-	nlists atomic.Int32                // len(lists), read without listMu
-	// listsPeak is the most lists since the map was last made, under listMu (unlist).
-	listsPeak int
-	reclMu    sync.Mutex
-	done      []deferred    // reclaim's scratch, under reclMu
-	scan      []*streamList // reclaim's snapshot of lists, under reclMu
-	lost      []*streamList // the lists a reclaim found without a stream, under reclMu
+	reclMu sync.Mutex
+	done   []deferred // reclaim's scratch, under reclMu
 }
 
 // useShard is a lock and the buffers with streams recorded whose start it covers.
@@ -198,21 +193,22 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 	if prov.Kind() != arena.HostPinned {
 		return nil, nil
 	}
-	o := &streamOrder{lists: map[cuda.Stream]*streamList{}}
+	var points *streamq.Points
 	var err error
 	if d, ok := prov.(interface{ Device() *cuda.Device }); ok {
-		if o.points, err = streamq.Of(d.Device()); err != nil {
+		if points, err = streamq.Of(d.Device()); err != nil {
 			return nil, err
 		}
 	} else {
 		// The caller's pinned memory: without a driver nothing copies it asynchronously.
-		if o.points, err = streamq.Open(ordinal); err != nil {
+		if points, err = streamq.Open(ordinal); err != nil {
 			return nil, fmt.Errorf("%w: CUDA device %d, for the streams that copy the External region: %w", ErrInvalidOptions, ordinal, err)
 		}
-		if o.points == nil {
+		if points == nil {
 			return nil, nil
 		}
 	}
+	o := &streamOrder{lists: newLists(points)}
 	for i := range o.uses {
 		o.uses[i].m = map[uintptr]use{}
 	}
@@ -229,7 +225,7 @@ func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred) e
 // close ends it, once no buffer is deferred.
 func (o *streamOrder) close() error {
 	hostuse.Unregister(o)
-	return o.points.Close()
+	return o.points().Close()
 }
 
 // shard returns the uses shard of the buffer starting at base.
@@ -243,7 +239,7 @@ func (o *streamOrder) RecordStream(addr, n, s, ctx uintptr) (bool, error) {
 	if _, ok := o.a.Lookup(addr); !ok {
 		return false, nil
 	}
-	if ctx != o.points.Context() {
+	if ctx != o.points().Context() {
 		return true, hostuse.ErrOtherContext
 	}
 	return true, o.record(addr, n, cuda.Stream(s))
@@ -324,7 +320,7 @@ func (p *Pool) drain() error {
 	deadline := time.Now().Add(closeWait)
 	for wait := 20 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
 		err := p.reclaim(true)
-		if o.weight.Load() == 0 {
+		if o.weight() == 0 {
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -354,13 +350,6 @@ func (p *Pool) deferred() (n, bytes uint64) {
 		return 0, 0
 	}
 	o := p.order
-	n, bytes = uint64(o.shared.Load()), uint64(o.sharedBytes.Load())
-	o.listMu.Lock()
-	defer o.listMu.Unlock()
-	for _, l := range o.lists {
-		l.mu.Lock()
-		n, bytes = n+uint64(l.n), bytes+uint64(l.bytes)
-		l.mu.Unlock()
-	}
-	return n, bytes
+	t := o.lists.Totals()
+	return uint64(o.shared.Load() + t.Items), uint64(o.sharedBytes.Load() + t.Bytes)
 }

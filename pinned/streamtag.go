@@ -198,7 +198,7 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList) error {
 			}
 			o.enqueue(l, d)
 			return nil
-		case t != tagMulti && (l == nil || tagStream(t) == l.s): // one stream
+		case t != tagMulti && (l == nil || tagStream(t) == streamOf(l)): // one stream
 			if !tag.CompareAndSwap(t, tagNone) {
 				continue
 			}
@@ -214,10 +214,10 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList) error {
 // listOf returns the list of stream s: l when it is s's, else the one check found last, else
 // the lists'.
 func (o *streamOrder) listOf(s cuda.Stream, l *streamList) *streamList {
-	if l != nil && l.s == s {
+	if l != nil && streamOf(l) == s {
 		return l
 	}
-	if l = o.last.Load(); l != nil && l.s == s {
+	if l = o.lists.Last(); l != nil && streamOf(l) == s {
 		return l
 	}
 	return o.list(s)
@@ -240,7 +240,7 @@ func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l 
 		u.add(tagStream(t))
 	}
 	if l != nil {
-		u.add(l.s)
+		u.add(streamOf(l))
 	}
 	if len(u.more) == 0 {
 		sh.mu.Unlock()
@@ -253,7 +253,7 @@ func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l 
 	}
 	u.freed, u.left = true, 1+len(u.more)
 	sh.m[d.addr] = u
-	o.weight.Add(weigh(d.n))
+	o.sharedWeight.Add(weigh(d.n))
 	o.shared.Add(1)
 	o.sharedBytes.Add(int64(d.n))
 	d.shared = true

@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
@@ -26,8 +27,9 @@ func (o *streamOrder) mustVerify() {
 }
 
 // consistent checks, with every lock of the stream state held (reclMu by the caller), that:
-// each list is the map's entry for its stream and in it; its counts are those of its buffers;
-// it has an event exactly when it has marked buffers; a deferred buffer's tag says no stream
+// the lists are sound (streamq.Lists.Verify: each list is the map's entry for its stream, it
+// has an event exactly when it has marked buffers, the counts are those of the buffers); a
+// deferred buffer's tag says no stream
 // is recorded on it (streamtag.go); a buffer deferred on one stream is on one
 // list once and has no use; a shared one is on as many lists as its use has streams left to
 // pass it, and its use is freed; the weight and shared counts are those of the buffers.
@@ -36,32 +38,19 @@ func (o *streamOrder) consistent() error {
 		o.uses[i].mu.Lock()
 		defer o.uses[i].mu.Unlock()
 	}
-	o.listMu.Lock()
-	defer o.listMu.Unlock()
 	if len(o.done) != 0 {
 		return fmt.Errorf("pinned: invariant: %d buffers in reclaim's scratch between reclaims", len(o.done))
 	}
-	if int(o.nlists.Load()) != len(o.lists) {
-		return fmt.Errorf("pinned: invariant: nlists %d, %d lists", o.nlists.Load(), len(o.lists))
-	}
 	var weight int64
+	var tagErr error
 	own := map[uintptr]int{}
 	shared := map[uintptr]int{}
 	sharedN := map[uintptr]uintptr{}
-	for s, l := range o.lists {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.s != s || l.gone {
-			return fmt.Errorf("pinned: invariant: the list of stream %#x is of %#x (gone %v)", s, l.s, l.gone)
-		}
-		if (l.ev != 0) != (len(l.marked) > 0) {
-			return fmt.Errorf("pinned: invariant: stream %#x: event %#x with %d marked buffers", s, l.ev, len(l.marked))
-		}
-		n, bytes := 0, uintptr(0)
-		for _, bufs := range [][]deferred{l.open, l.marked} {
+	err := o.lists.Verify(func(_ uintptr, marked, open []deferred) {
+		for _, bufs := range [][]deferred{open, marked} {
 			for _, d := range bufs {
-				if t := o.tagAt(d.addr); t != tagNone && t != tagLocked {
-					return fmt.Errorf("pinned: invariant: deferred buffer %#x has tag %#x, of a live one", d.addr, t)
+				if t := o.tagAt(d.addr); t != tagNone && t != tagLocked && tagErr == nil {
+					tagErr = fmt.Errorf("pinned: invariant: deferred buffer %#x has tag %#x, of a live one", d.addr, t)
 				}
 				if d.shared {
 					shared[d.addr]++
@@ -69,13 +58,11 @@ func (o *streamOrder) consistent() error {
 					continue
 				}
 				own[d.addr]++
-				n, bytes = n+1, bytes+d.n
-				weight += weigh(d.n)
 			}
 		}
-		if n != l.n || bytes != l.bytes {
-			return fmt.Errorf("pinned: invariant: stream %#x counts %d buffers (%d bytes), holds %d (%d bytes)", s, l.n, l.bytes, n, bytes)
-		}
+	})
+	if err = errors.Join(err, tagErr); err != nil {
+		return fmt.Errorf("pinned: %w", err)
 	}
 	for addr, c := range own {
 		if c != 1 {
@@ -109,8 +96,8 @@ func (o *streamOrder) consistent() error {
 	if nShared != o.shared.Load() || bytesShared != o.sharedBytes.Load() {
 		return fmt.Errorf("pinned: invariant: %d shared buffers (%d bytes) counted, %d (%d bytes) found", o.shared.Load(), o.sharedBytes.Load(), nShared, bytesShared)
 	}
-	if weight != o.weight.Load() {
-		return fmt.Errorf("pinned: invariant: weight %d, buffers weigh %d", o.weight.Load(), weight)
+	if weight != o.sharedWeight.Load() {
+		return fmt.Errorf("pinned: invariant: shared weight %d, shared buffers weigh %d", o.sharedWeight.Load(), weight)
 	}
 	return nil
 }

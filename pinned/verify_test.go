@@ -11,7 +11,7 @@ import (
 // finds each kind of damage verify guards against.
 func TestStreamStateConsistent(t *testing.T) {
 	build := func() *streamOrder {
-		o := &streamOrder{lists: map[cuda.Stream]*streamList{}}
+		o := &streamOrder{lists: newLists(nil)}
 		for i := range o.uses {
 			o.uses[i].m = map[uintptr]use{}
 		}
@@ -20,7 +20,7 @@ func TestStreamStateConsistent(t *testing.T) {
 		o.queue(b, deferred{addr: 0x2000, n: 64 << 10})
 		// a buffer used on both streams, freed
 		o.shard(0x3000).m[0x3000] = use{one: 0x10, more: []cuda.Stream{0x20}, freed: true, left: 2}
-		o.weight.Add(weigh(100))
+		o.sharedWeight.Add(weigh(100))
 		o.shared.Add(1)
 		o.sharedBytes.Add(100)
 		d := deferred{addr: 0x3000, n: 100, shared: true}
@@ -33,15 +33,12 @@ func TestStreamStateConsistent(t *testing.T) {
 		t.Fatalf("a sound state: %v", err)
 	}
 	for what, damage := range map[string]func(o *streamOrder){
-		"weight":        func(o *streamOrder) { o.weight.Add(1) },
-		"twice":         func(o *streamOrder) { o.queue(o.lists[0x20], deferred{addr: 0x1000, n: 4096}) },
-		"list count":    func(o *streamOrder) { o.lists[0x10].n++ },
+		"weight":        func(o *streamOrder) { o.sharedWeight.Add(1) },
+		"twice":         func(o *streamOrder) { o.queue(o.lists.Lookup(0x20), deferred{addr: 0x1000, n: 4096}) },
 		"shared left":   func(o *streamOrder) { u := o.shard(0x3000).m[0x3000]; u.left = 1; o.shard(0x3000).m[0x3000] = u },
 		"shared count":  func(o *streamOrder) { o.shared.Add(1) },
-		"stray event":   func(o *streamOrder) { o.lists[0x10].ev = 1 },
-		"wrong key":     func(o *streamOrder) { o.lists[0x30] = o.lists[0x10] },
 		"own with use":  func(o *streamOrder) { o.shard(0x1000).m[0x1000] = use{one: 0x10} },
-		"live on lists": func(o *streamOrder) { o.queue(o.lists[0x10], deferred{addr: 0x4000, n: 8, shared: true}) },
+		"live on lists": func(o *streamOrder) { o.queue(o.lists.Lookup(0x10), deferred{addr: 0x4000, n: 8, shared: true}) },
 	} {
 		o := build()
 		damage(o)
