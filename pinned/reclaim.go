@@ -99,7 +99,9 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 		clear(o.lost)
 		o.lost = o.lost[:0]
 	}
-	errs = append(errs, o.freeDone(free))
+	if err := o.freeDone(free); err != nil { // appended only when not nil: no allocation
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
