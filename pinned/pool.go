@@ -224,7 +224,7 @@ func newPool(o Options) (*Pool, error) {
 	letGo(s)
 	made = true
 	if order != nil {
-		order.start(g, a, p.freeDeferred, p.enqueue)
+		order.start(g, a, p.freeDeferred, !p.zeroOnFree && p.quota == 0, p.enqueue)
 	}
 	p.startPrecommit(int64(o.Precommit), o.OnPrecommit)
 	return p, nil
@@ -299,7 +299,7 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 	if p.reclaimSoon() {
 		// Take back the deferred buffers the streams have passed: the shard's own go straight
 		// back on their pages, which stay for this allocation (TryFreeHeld keeps empty ones).
-		_ = p.order.reclaim(func(d deferred) error { return p.giveBack(d.addr, d.n, true, s.h) }, false)
+		_ = p.order.reclaim(s.h, false)
 	}
 	if alignment == 0 {
 		return s.h.Alloc(n)

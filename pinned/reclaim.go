@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/heap"
+
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
@@ -31,17 +33,21 @@ func (p *Pool) reclaim(wait bool) error {
 	if wait {
 		p.flushAll()
 	}
-	return p.order.reclaim(p.freeDeferred, wait)
+	return p.order.reclaim(nil, wait)
 }
 
-// freeDeferred frees a deferred buffer for real, its streams having passed it.
-func (p *Pool) freeDeferred(d deferred) error { return p.giveBack(d.addr, d.n, true, nil) }
+// freeDeferred frees a deferred buffer for real, its streams having passed it: straight back
+// on its page when it is a block of on, the heap of a shard the caller holds (nil for none).
+func (p *Pool) freeDeferred(d deferred, on *heap.Heap) error {
+	return p.giveBack(d.addr, d.n, true, on)
+}
 
 // reclaim frees the deferred buffers whose streams have passed their free, and gives the
 // streams still busy a point for the buffers freed since their last. When another goroutine
-// reclaims, it returns at once, or with wait, waits for that one and reclaims after it. free
-// frees a buffer for real.
-func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
+// reclaims, it returns at once, or with wait, waits for that one and reclaims after it. on is
+// the heap of the shard the caller holds, if any (the allocation's slow path): its own blocks
+// go straight back on their pages (heap.Heap.TryFreeHeld keeps empty ones for the allocation).
+func (o *streamOrder) reclaim(on *heap.Heap, wait bool) error {
 	if o.weight.Load() == 0 && o.nlists.Load() == 0 {
 		return nil
 	}
@@ -52,7 +58,7 @@ func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
 	} else {
 		o.reclMu.Lock()
 	}
-	err := o.reclaimLocked(free)
+	err := o.reclaimLocked(on)
 	if invariants.Enabled {
 		o.mustVerify()
 	}
@@ -61,7 +67,7 @@ func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
 }
 
 // reclaimLocked is reclaim, reclMu held.
-func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
+func (o *streamOrder) reclaimLocked(on *heap.Heap) error {
 	o.listMu.Lock()
 	for _, l := range o.lists {
 		o.scan = append(o.scan, l)
@@ -99,7 +105,7 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 		clear(o.lost)
 		o.lost = o.lost[:0]
 	}
-	if err := o.freeDone(free); err != nil { // appended only when not nil: no allocation
+	if err := o.freeDone(on); err != nil { // appended only when not nil: no allocation
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -109,8 +115,9 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 // it found lost and the take-back of their buffers.
 var afterLostSync func()
 
-// freeDone frees the buffers of o.done whose last stream has passed them. reclMu is held.
-func (o *streamOrder) freeDone(free func(deferred) error) error {
+// freeDone frees the buffers of o.done whose last stream has passed them, on's own straight
+// back on their pages (see reclaim). reclMu is held.
+func (o *streamOrder) freeDone(on *heap.Heap) error {
 	var errs []error
 	var freed int64
 	for _, d := range o.done {
@@ -121,7 +128,12 @@ func (o *streamOrder) freeDone(free func(deferred) error) error {
 			o.shared.Add(-1)
 			o.sharedBytes.Add(-int64(d.n))
 		}
-		if err := free(d); err != nil {
+		if o.direct && on != nil && on.TryFreeHeld(d.addr, d.n) {
+			// giveBack's fast path, called here: no call of o.free per buffer.
+			freed += weigh(d.n)
+			continue
+		}
+		if err := o.free(d, on); err != nil {
 			errs = append(errs, err)
 		}
 		freed += weigh(d.n)

@@ -98,7 +98,12 @@ type streamOrder struct {
 	points *streamq.Points // the pool's device (opened for an External region), its events
 	g      *heap.Group
 	a      *arena.Arena
-	free   func(deferred) error // frees a buffer for real (Pool.freeDeferred)
+	// free frees a buffer for real (Pool.freeDeferred), straight back on its page when it is
+	// a block of the heap given (the shard a reclaim holds), else by the paths of any goroutine.
+	free func(deferred, *heap.Heap) error
+	// direct says that free does nothing but give the block back (no ZeroOnFree scrub, no
+	// quota to count): a reclaim on a shard's heap then calls heap.Heap.TryFreeHeld itself.
+	direct bool
 	// enqueue defers a buffer that waits for one stream only (Pool.enqueue: the shard's cache,
 	// or the stream's list).
 	enqueue func(*streamList, deferred)
@@ -220,9 +225,10 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 }
 
 // start begins serving the pool's group and arena and answering internal/hostuse; free frees
-// a deferred buffer for real, enqueue defers one that waits for one stream.
-func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred) error, enqueue func(*streamList, deferred)) {
-	o.g, o.a, o.free, o.enqueue = g, a, free, enqueue
+// a deferred buffer for real (direct: by a free of its block and nothing else), enqueue defers
+// one that waits for one stream.
+func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred)) {
+	o.g, o.a, o.free, o.direct, o.enqueue = g, a, free, direct, enqueue
 	hostuse.Register(o)
 }
 

@@ -194,7 +194,7 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList) error {
 				continue
 			}
 			if l == nil {
-				return o.free(d)
+				return o.free(d, nil)
 			}
 			o.enqueue(l, d)
 			return nil
@@ -245,7 +245,7 @@ func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l 
 	if len(u.more) == 0 {
 		sh.mu.Unlock()
 		if u.one == noStream { // every stream recorded was forgotten, so has passed: free it now
-			return o.free(d), false
+			return o.free(d, nil), false
 		}
 		// One stream left: the buffer is its alone now, as after FreeAsync.
 		o.enqueue(o.listOf(u.one, l), d)
