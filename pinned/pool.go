@@ -342,18 +342,21 @@ func (p *Pool) free(b []byte, guard bool) error {
 		return err
 	}
 	done, held := false, false
+	var tag *atomic.Uintptr // a held block's, found by the fast path (nil: not found)
 	if p.fast {
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else {
-			done, held = h.TryFreeOrHeld(addr, n)
+			if done, held = h.TryFreeOrHeld(addr, n); held {
+				tag = h.NearTag(addr) // no lookup in the group's tables for deferHeld
+			}
 			p.exit(s)
 		}
 	}
 	switch {
 	case done:
 	case guard && p.order != nil && held: // a stream may use it, and the size is checked
-		err = p.order.deferHeld(addr, n)
+		err = p.order.deferHeld(addr, n, tag)
 	case guard && p.order != nil && p.g.Held(addr): // a stream may use it: see stream.go
 		err = p.order.deferFree(addr, n, nil)
 	default:

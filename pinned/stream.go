@@ -13,6 +13,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/hostuse"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/procpin"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -311,6 +312,33 @@ func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
 		return ErrClosed
 	}
 	addr, n := mem.Addr(b), uintptr(len(b))
+	if p.order != nil && p.fast && n <= heap.MaxClassSize {
+		// A buffer of the caller's P's shard, from its start (the usual RecordStream(buf, s)):
+		// found in the shard's page cache and held by the owner, in one fast section.
+		if _, err := p.order.check(s); err != nil {
+			return err
+		}
+		for try := 0; try < 2; try++ {
+			sh, h := p.enteredHeap(procpin.Pin())
+			if sh == nil {
+				procpin.Unpin()
+				break
+			}
+			done, untagged, r := p.order.recordOwn(h, addr, n, s)
+			p.exit(sh)
+			if done {
+				p.order.verify()
+				return nil
+			}
+			if !untagged {
+				break
+			}
+			// The first record on its page: make the page's tags out of the fast section
+			// (it allocates), and try again, so that the page is not shared for it (record's
+			// FindFrom shares a page for good).
+			r.Tag()
+		}
+	}
 	if p.order == nil {
 		base, size, err := p.g.Block(addr)
 		if err == nil && n > size-(addr-base) {
