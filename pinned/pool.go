@@ -343,18 +343,31 @@ func (p *Pool) free(b []byte, guard bool) error {
 	}
 	done, held := false, false
 	var tag *atomic.Uintptr // a held block's, found by the fast path (nil: not found)
+	var claimed *streamList // the list the fast path deferred the buffer to, the cache full
 	if p.fast {
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else {
-			if done, held = h.TryFreeOrHeld(addr, n); held {
-				tag = h.NearTag(addr) // no lookup in the group's tables for deferHeld
+			if done, held = h.TryFreeOrHeld(addr, n); held && guard && p.order != nil {
+				// Recorded on one stream, most likely (RecordStream then Free): defer it in
+				// this fast section, to the shard's FreeAsync cache (pend.go) when it can.
+				if tag = h.NearTag(addr); tag != nil {
+					if claimed = p.order.claimOne(tag); claimed != nil && !p.closed.Load() &&
+						p.cache(s, claimed, deferred{addr: addr, n: n}) {
+						done, claimed = true, nil
+					}
+				}
 			}
 			p.exit(s)
 		}
 	}
 	switch {
 	case done:
+		if held {
+			p.order.verify()
+		}
+	case claimed != nil:
+		p.enqueue(claimed, deferred{addr: addr, n: n})
 	case guard && p.order != nil && held: // a stream may use it, and the size is checked
 		err = p.order.deferHeld(addr, n, tag)
 	case guard && p.order != nil && p.g.Held(addr): // a stream may use it: see stream.go
