@@ -293,12 +293,13 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 	if p.closed.Load() {
 		return 0, ErrClosed
 	}
-	if len(s.pend) > 0 {
-		p.flush(s)
+	if n := len(s.pend); n > 0 && n == cap(s.pend) {
+		p.drainPend(s) // a full FreeAsync cache: back on the pages if its stream is idle
 	}
 	if p.reclaimSoon() {
 		// Take back the deferred buffers the streams have passed: the shard's own go straight
 		// back on their pages, which stay for this allocation (TryFreeHeld keeps empty ones).
+		p.flush(s) // the cache too, under the same queries
 		_ = p.order.reclaim(s.h, false)
 	}
 	if alignment == 0 {

@@ -49,7 +49,9 @@ import (
 //   - Reclaims run on the allocation's slow path (when the fast path found no block), as the
 //     shard's holder, once the buffers waiting weigh reclaimWeight (see weigh), so that a
 //     reclaim's driver calls are shared by many buffers; the shard's own blocks go straight
-//     back on their pages (heap.TryFreeHeld), which stay for the allocation. They run too when
+//     back on their pages (heap.TryFreeHeld), which stay for the allocation; a full FreeAsync
+//     cache of the shard's (pend.go) whose stream is idle goes back so with no reclaim and
+//     no list (drainPend: one query, the same point a reclaim's poll takes). They run too when
 //     the pool is out of memory or over its quota, in Trim and Stats, and in Close, which
 //     waits for them (closeWait at most, then ErrBusy). One goroutine reclaims at a time; the
 //     others go on (or, where they need its result, wait for it).
