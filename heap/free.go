@@ -43,6 +43,9 @@ func (h *Heap) freeAt(p, n uintptr, how uint8) error {
 				*w = 0
 			}
 			ownerStore(&h.freeSeq, seq+1) // even, after the state word
+			if !ok && how == freeTry && heldSized(size, n) {
+				return errHeldBlock // held by the owner (holdExcl): the page stays exclusive
+			}
 		} else {
 			ownerStore(&h.freeSeq, seq+1)
 			if size, ok = pg.freeState(idx, false, n, 0); !ok && how == freeTry && heldSized(size, n) {

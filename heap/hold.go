@@ -196,6 +196,53 @@ func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
 	return old&held == 0, true
 }
 
+// TryFindFrom is FindFrom by the heap's owner, for a block of one of its own class pages: found
+// in its page cache (near.go) with no lookup in the group's tables (or in them, and then
+// cached, as TryHoldSized does), and with no sharing of the page, which the owner then holds
+// with TryHoldRef (a plain store while the page is exclusive). ok is false, and nothing has
+// changed, where FindFrom's is or where it does not serve (another heap's page, an object
+// page): call FindFrom. It is non-blocking (see try.go).
+func (h *Heap) TryFindFrom(p, n uintptr) (r BlockRef, ok bool) {
+	pg, idx, _, hit := h.nearBlock(p)
+	if n == 0 {
+		return BlockRef{}, false
+	}
+	if !hit {
+		var found bool
+		if pg, idx, found = h.g.find(p); !found || pg.class < 0 || pg.heap != h {
+			return BlockRef{}, false
+		}
+		h.remember(p, pg)
+	}
+	st := atomic.LoadUint32(&pg.state[idx])
+	if st == 0 || st&freedRemote != 0 || n > uintptr(st&^held) {
+		return BlockRef{}, false
+	}
+	return BlockRef{pg: pg, idx: idx, want: st &^ held}, true
+}
+
+// TryHoldRef is Hold by the heap's owner of block r, found by TryFindFrom, as TryHoldSized
+// holds: a plain store while the page is exclusive (holdExcl), else the compare-and-swap. ok
+// is false, and nothing has changed, where r.Hold's would be or where a sharer is at work on
+// the page: call r.Hold after FindFrom. It is non-blocking (see try.go).
+func (h *Heap) TryHoldRef(r BlockRef) (first, ok bool) {
+	pg := r.pg
+	if old, ok, excl := h.holdExcl(pg, r.idx, r.want); excl {
+		return old&held == 0, ok
+	}
+	if !pg.keepShared.Load() {
+		pg.keepShared.Store(true) // the owner's: no reexclusive can be under way
+	}
+	if atomic.LoadUint32(&pg.mode) != shared {
+		return false, false // a sharer is at work: Hold waits for it
+	}
+	old, ok := pg.hold(r.idx, r.want)
+	if !ok {
+		return false, false
+	}
+	return old&held == 0, true
+}
+
 // TryFreeOrHeld is TryFree that also reports, when it refuses, whether it found the block live,
 // allocated with n bytes and held (a caller then defers its free rather than asking Held and
 // Size). held false says nothing: the block may be held still (call Held).

@@ -27,6 +27,29 @@ func (pg *page) tag(idx uint32) *atomic.Uintptr {
 // Tag returns the tag of block r, making its page's tags when it has none.
 func (r BlockRef) Tag() *atomic.Uintptr { return r.pg.tag(r.idx) }
 
+// TryTag returns the tag of block r when its page's tags are made, else nil (Tag makes them):
+// for a non-blocking path, which allocates nothing.
+func (r BlockRef) TryTag() *atomic.Uintptr {
+	if t := r.pg.tags.Load(); t != nil {
+		return &(*t)[r.idx]
+	}
+	return nil
+}
+
+// NearTag is Group.Tag by the heap's owner for a block of a page in its page cache (near.go),
+// with no lookup in the group's tables; nil where it does not serve or the page has no tags
+// (call Group.Tag, which tells the two apart).
+func (h *Heap) NearTag(p uintptr) *atomic.Uintptr {
+	pg, idx, _, ok := h.nearBlock(p)
+	if !ok {
+		return nil
+	}
+	if t := pg.tags.Load(); t != nil {
+		return &(*t)[idx]
+	}
+	return nil
+}
+
 // Tag returns the tag of the block that starts at p, or nil when p starts no block or no tag
 // of its page was ever asked for. Any goroutine may call it; it takes no lock and allocates
 // nothing.

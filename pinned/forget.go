@@ -81,7 +81,7 @@ func (o *streamOrder) forget(s cuda.Stream, tags []*atomic.Uintptr) error {
 	if l != nil {
 		o.done = o.lists.Release(l, true, o.done)
 	}
-	err := o.freeDone(o.free)
+	err := o.freeDone(nil)
 	if invariants.Enabled {
 		o.mustVerify()
 	}

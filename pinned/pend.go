@@ -12,18 +12,22 @@ import (
 // then, in a fast section of the caller's P's shard (shard.go), appends it to
 // the shard's pend cache when the cache is empty or holds buffers of the same stream: no lock,
 // and an atomic add only when the cache was empty (streamOrder.cached), where the stream's list
-// costs a mutex and the weight an atomic add per buffer. The cache goes on the stream's list, in one lock, when it is full or another
-// stream comes (by the FreeAsync that finds it so, out of its fast section), when the shard's
-// own allocation takes its slow path (as the shard's holder, before it looks at the weight),
-// and before every reclaim that waits (Stats, Trim, ForgetStream, Close, a quota refusal, an
-// allocation that found the pool full), which holds every shard for it (flushAll). Nothing
+// costs a mutex and the weight an atomic add per buffer. The shard's own allocation, on its slow
+// path (as the shard's holder), takes a full cache back itself when its stream is idle
+// (drainPend: one query, then the blocks straight back on the shard's pages, with no list);
+// the cache goes on the stream's list, in one lock, when that stream is busy, when another
+// stream comes or a FreeAsync finds it full (by that FreeAsync, out of its fast section), when
+// the slow path reclaims (before the reclaim, which then polls it), and before every reclaim
+// that waits (Stats, Trim, ForgetStream, Close, a quota refusal, an allocation that found the
+// pool full), which holds every shard for it (flushAll). Nothing
 // else reads the cache: its buffers are held in the heap, so no free, Alloc or RecordStream
 // can touch them, and a double free of one is refused as for any deferred buffer.
 //
 // A cached buffer is in no list and weighs nothing yet: Usage does not count it as deferred,
 // streamOrder.cached (the number of caches not empty) is what tells a quota refusal that a
-// reclaim may give something back, and the lists' point (an event, or the idle query) comes at the reclaim after the flush,
-// which is later than the free, as ordering after the stream requires. After Close a FreeAsync
+// reclaim may give something back, and the point (drainPend's idle query, or the lists' event or
+// query at the reclaim after the flush) comes after the free, as ordering after the stream
+// requires. After Close a FreeAsync
 // skips the cache, so that the release sees every deferred buffer on a list.
 
 // pendMax is the most buffers a shard's cache holds: a reclaim's worth (reclaimWeight).
@@ -105,6 +109,29 @@ func (p *Pool) cache(s *shard, l *streamList, d deferred) bool {
 	s.pend = append(s.pend, d)
 	s.pendL = l
 	return true
+}
+
+// drainPend takes back the buffers of the cache of shard s, which the caller holds (full, on
+// the allocation's slow path), as a reclaim's poll would, with none of its lists: when their
+// stream is idle (a query after their frees, so the stream has passed them) they go straight
+// back on the shard's pages (heap.Heap.TryFreeHeld, or Pool.freeDeferred), with no event and
+// no lock; else, or when the driver refuses the stream, the cache goes on its list (flush), for
+// the reclaims, which place its point or find it lost.
+func (p *Pool) drainPend(s *shard) {
+	o := p.order
+	if idle, err := o.points().Idle(s.pendL.Stream()); err != nil || !idle {
+		p.flush(s)
+		return
+	}
+	for _, d := range s.pend {
+		if !o.direct || !s.h.TryFreeHeld(d.addr, d.n) {
+			_ = o.free(d, s.h) // as an allocation's reclaim, which leaves its errors
+		}
+	}
+	clear(s.pend)
+	s.pend, s.pendL = s.pend[:0], nil
+	o.cached.Add(-1)
+	o.verify()
 }
 
 // flush moves the cache of shard s, which the caller holds, to its stream's list.

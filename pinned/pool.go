@@ -224,7 +224,7 @@ func newPool(o Options) (*Pool, error) {
 	letGo(s)
 	made = true
 	if order != nil {
-		order.start(g, a, p.freeDeferred, p.enqueue)
+		order.start(g, a, p.freeDeferred, !p.zeroOnFree && p.quota == 0, p.enqueue)
 	}
 	p.startPrecommit(int64(o.Precommit), o.OnPrecommit)
 	return p, nil
@@ -293,13 +293,14 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 	if p.closed.Load() {
 		return 0, ErrClosed
 	}
-	if len(s.pend) > 0 {
-		p.flush(s)
+	if n := len(s.pend); n > 0 && n == cap(s.pend) {
+		p.drainPend(s) // a full FreeAsync cache: back on the pages if its stream is idle
 	}
 	if p.reclaimSoon() {
 		// Take back the deferred buffers the streams have passed: the shard's own go straight
 		// back on their pages, which stay for this allocation (TryFreeHeld keeps empty ones).
-		_ = p.order.reclaim(func(d deferred) error { return p.giveBack(d.addr, d.n, true, s.h) }, false)
+		p.flush(s) // the cache too, under the same queries
+		_ = p.order.reclaim(s.h, false)
 	}
 	if alignment == 0 {
 		return s.h.Alloc(n)
@@ -342,18 +343,34 @@ func (p *Pool) free(b []byte, guard bool) error {
 		return err
 	}
 	done, held := false, false
+	var tag *atomic.Uintptr // a held block's, found by the fast path (nil: not found)
+	var claimed *streamList // the list the fast path deferred the buffer to, the cache full
 	if p.fast {
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else {
-			done, held = h.TryFreeOrHeld(addr, n)
+			if done, held = h.TryFreeOrHeld(addr, n); held && guard && p.order != nil {
+				// Recorded on one stream, most likely (RecordStream then Free): defer it in
+				// this fast section, to the shard's FreeAsync cache (pend.go) when it can.
+				if tag = h.NearTag(addr); tag != nil {
+					if claimed = p.order.claimOne(tag); claimed != nil && !p.closed.Load() &&
+						p.cache(s, claimed, deferred{addr: addr, n: n}) {
+						done, claimed = true, nil
+					}
+				}
+			}
 			p.exit(s)
 		}
 	}
 	switch {
 	case done:
+		if held {
+			p.order.verify()
+		}
+	case claimed != nil:
+		p.enqueue(claimed, deferred{addr: addr, n: n})
 	case guard && p.order != nil && held: // a stream may use it, and the size is checked
-		err = p.order.deferHeld(addr, n)
+		err = p.order.deferHeld(addr, n, tag)
 	case guard && p.order != nil && p.g.Held(addr): // a stream may use it: see stream.go
 		err = p.order.deferFree(addr, n, nil)
 	default:

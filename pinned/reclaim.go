@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/heap"
+
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
@@ -14,7 +16,8 @@ import (
 // path reclaim: lighter ones wait for the next (or for an allocation that finds the pool full),
 // so that a reclaim's driver calls are shared by many buffers. 32 small buffers (or 512 KiB):
 // a FreeAsync pair on an idle stream cost 2.5x a plain pair on the fake at 32, 3.7x at 8, and
-// the same at 64 as at 32.
+// the same at 64 as at 32; since a full FreeAsync cache goes back without a reclaim (pend.go's
+// drainPend) and the idle query is one cgo call, 1.8x at 32, and still no better at 64.
 const reclaimWeight = 32
 
 // reclaimSoon reports whether enough buffers are deferred for the allocation's slow path to
@@ -31,17 +34,21 @@ func (p *Pool) reclaim(wait bool) error {
 	if wait {
 		p.flushAll()
 	}
-	return p.order.reclaim(p.freeDeferred, wait)
+	return p.order.reclaim(nil, wait)
 }
 
-// freeDeferred frees a deferred buffer for real, its streams having passed it.
-func (p *Pool) freeDeferred(d deferred) error { return p.giveBack(d.addr, d.n, true, nil) }
+// freeDeferred frees a deferred buffer for real, its streams having passed it: straight back
+// on its page when it is a block of on, the heap of a shard the caller holds (nil for none).
+func (p *Pool) freeDeferred(d deferred, on *heap.Heap) error {
+	return p.giveBack(d.addr, d.n, true, on)
+}
 
 // reclaim frees the deferred buffers whose streams have passed their free, and gives the
 // streams still busy a point for the buffers freed since their last. When another goroutine
-// reclaims, it returns at once, or with wait, waits for that one and reclaims after it. free
-// frees a buffer for real.
-func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
+// reclaims, it returns at once, or with wait, waits for that one and reclaims after it. on is
+// the heap of the shard the caller holds, if any (the allocation's slow path): its own blocks
+// go straight back on their pages (heap.Heap.TryFreeHeld keeps empty ones for the allocation).
+func (o *streamOrder) reclaim(on *heap.Heap, wait bool) error {
 	if o.weight() == 0 && o.lists.Streams() == 0 {
 		return nil
 	}
@@ -52,7 +59,7 @@ func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
 	} else {
 		o.reclMu.Lock()
 	}
-	err := o.reclaimLocked(free)
+	err := o.reclaimLocked(on)
 	if invariants.Enabled {
 		o.mustVerify()
 	}
@@ -61,7 +68,7 @@ func (o *streamOrder) reclaim(free func(deferred) error, wait bool) error {
 }
 
 // reclaimLocked is reclaim, reclMu held.
-func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
+func (o *streamOrder) reclaimLocked(on *heap.Heap) error {
 	var errs []error
 	var err error
 	if o.done, err = o.lists.Poll(o.done); err != nil {
@@ -77,7 +84,9 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 			errs = nil // each list's refusal is answered: its buffers come back
 		}
 	}
-	errs = append(errs, o.freeDone(free))
+	if err := o.freeDone(on); err != nil { // appended only when not nil: no allocation
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -86,8 +95,9 @@ func (o *streamOrder) reclaimLocked(free func(deferred) error) error {
 var afterLostSync func()
 
 // freeDone frees the buffers of o.done whose last stream has passed them (the lists took the
-// weight of the others off as they handed them back). reclMu is held.
-func (o *streamOrder) freeDone(free func(deferred) error) error {
+// weight of the others off as they handed them back), on's own straight back on their pages
+// (see reclaim). reclMu is held.
+func (o *streamOrder) freeDone(on *heap.Heap) error {
 	var errs []error
 	var freed int64
 	for _, d := range o.done {
@@ -99,7 +109,11 @@ func (o *streamOrder) freeDone(free func(deferred) error) error {
 			o.sharedBytes.Add(-int64(d.n))
 			freed += weigh(d.n)
 		}
-		if err := free(d); err != nil {
+		if o.direct && on != nil && on.TryFreeHeld(d.addr, d.n) {
+			// giveBack's fast path, called here: no call of o.free per buffer.
+			continue
+		}
+		if err := o.free(d, on); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/hostuse"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/procpin"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -48,7 +49,9 @@ import (
 //   - Reclaims run on the allocation's slow path (when the fast path found no block), as the
 //     shard's holder, once the buffers waiting weigh reclaimWeight (see weigh), so that a
 //     reclaim's driver calls are shared by many buffers; the shard's own blocks go straight
-//     back on their pages (heap.TryFreeHeld), which stay for the allocation. They run too when
+//     back on their pages (heap.TryFreeHeld), which stay for the allocation; a full FreeAsync
+//     cache of the shard's (pend.go) whose stream is idle goes back so with no reclaim and
+//     no list (drainPend: one query, the same point a reclaim's poll takes). They run too when
 //     the pool is out of memory or over its quota, in Trim and Stats, and in Close, which
 //     waits for them (closeWait at most, then ErrBusy). One goroutine reclaims at a time; the
 //     others go on (or, where they need its result, wait for it).
@@ -101,7 +104,12 @@ type streamOrder struct {
 	lists *streamq.Lists[deferred]
 	g     *heap.Group
 	a     *arena.Arena
-	free  func(deferred) error // frees a buffer for real (Pool.freeDeferred)
+	// free frees a buffer for real (Pool.freeDeferred), straight back on its page when it is
+	// a block of the heap given (the shard a reclaim holds), else by the paths of any goroutine.
+	free func(deferred, *heap.Heap) error
+	// direct says that free does nothing but give the block back (no ZeroOnFree scrub, no
+	// quota to count): a reclaim on a shard's heap then calls heap.Heap.TryFreeHeld itself.
+	direct bool
 	// enqueue defers a buffer that waits for one stream only (Pool.enqueue: the shard's cache,
 	// or the stream's list).
 	enqueue func(*streamList, deferred)
@@ -216,9 +224,10 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 }
 
 // start begins serving the pool's group and arena and answering internal/hostuse; free frees
-// a deferred buffer for real, enqueue defers one that waits for one stream.
-func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred) error, enqueue func(*streamList, deferred)) {
-	o.g, o.a, o.free, o.enqueue = g, a, free, enqueue
+// a deferred buffer for real (direct: by a free of its block and nothing else), enqueue defers
+// one that waits for one stream.
+func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred)) {
+	o.g, o.a, o.free, o.direct, o.enqueue = g, a, free, direct, enqueue
 	hostuse.Register(o)
 }
 
@@ -301,6 +310,33 @@ func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
 		return ErrClosed
 	}
 	addr, n := mem.Addr(b), uintptr(len(b))
+	if p.order != nil && p.fast && n <= heap.MaxClassSize {
+		// A buffer of the caller's P's shard, from its start (the usual RecordStream(buf, s)):
+		// found in the shard's page cache and held by the owner, in one fast section.
+		if _, err := p.order.check(s); err != nil {
+			return err
+		}
+		for try := 0; try < 2; try++ {
+			sh, h := p.enteredHeap(procpin.Pin())
+			if sh == nil {
+				procpin.Unpin()
+				break
+			}
+			done, untagged, r := p.order.recordOwn(h, addr, n, s)
+			p.exit(sh)
+			if done {
+				p.order.verify()
+				return nil
+			}
+			if !untagged {
+				break
+			}
+			// The first record on its page: make the page's tags out of the fast section
+			// (it allocates), and try again, so that the page is not shared for it (record's
+			// FindFrom shares a page for good).
+			r.Tag()
+		}
+	}
 	if p.order == nil {
 		base, size, err := p.g.Block(addr)
 		if err == nil && n > size-(addr-base) {

@@ -90,6 +90,45 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 	return err
 }
 
+// recordOwn is record of s, checked, on the buffer holding [addr, addr+n) by the owner of its
+// heap h, in a fast section of h's shard: a buffer from its start found in h's page cache
+// (heap.Heap.TryFindFrom), its tag made, and none but tagNone or s's own. It holds the block
+// with the owner's hold (heap.Heap.TryHoldRef: a plain store while the page is exclusive,
+// which it stays), between the tag's lock and its store as recordOn does. done false says it
+// changed nothing: record then does the work, and says why it fails where it does, unless
+// untagged is set (r the block): the block's page has no tags made yet, which its BlockRef.Tag makes (out of
+// the fast section, as it allocates) before a second try. It never blocks: a tag another record
+// holds locked is record's to wait for.
+func (o *streamOrder) recordOwn(h *heap.Heap, addr, n uintptr, s cuda.Stream) (done, untagged bool, r heap.BlockRef) {
+	if !tagFits(s) {
+		return false, false, r
+	}
+	r, ok := h.TryFindFrom(addr, n)
+	if !ok {
+		return false, false, r
+	}
+	tag := r.TryTag()
+	if tag == nil {
+		return false, true, r
+	}
+	switch tag.Load() {
+	case tagOf(s):
+		return true, false, r // recorded already: live and held
+	case tagNone:
+	default:
+		return false, false, r
+	}
+	if !tag.CompareAndSwap(tagNone, tagLocked) {
+		return false, false, r
+	}
+	if first, ok := h.TryHoldRef(r); !ok || !first { // changed nothing: record says why
+		tag.Store(tagNone)
+		return false, false, r
+	}
+	tag.Store(tagOf(s))
+	return true, false, r
+}
+
 // recordOn records s on the live block r, which starts at base.
 func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) error {
 	tag := r.Tag()
@@ -163,23 +202,26 @@ func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
 	} else if err := o.wholeBuffer(addr, n); err != nil {
 		return err
 	}
-	err := o.deferTagged(addr, n, l)
+	err := o.deferTagged(addr, n, l, nil)
 	o.verify()
 	return err
 }
 
 // deferHeld is deferFree of a Free (l nil) whose fast path found the buffer live, held and of n
-// bytes (heap.Heap.TryFreeOrHeld): the size check is made.
-func (o *streamOrder) deferHeld(addr, n uintptr) error {
-	err := o.deferTagged(addr, n, nil)
+// bytes (heap.Heap.TryFreeOrHeld): the size check is made. tag is the block's tag when the fast
+// path found it too (heap.Heap.NearTag), else nil.
+func (o *streamOrder) deferHeld(addr, n uintptr, tag *atomic.Uintptr) error {
+	err := o.deferTagged(addr, n, nil, tag)
 	o.verify()
 	return err
 }
 
 // deferTagged is deferFree of the buffer at addr, of n bytes, found held by someone else (a
-// record, or a free pending), by what its tag says.
-func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList) error {
-	tag := o.g.Tag(addr)
+// record, or a free pending), by what its tag says: tag, or when nil the group's (Group.Tag).
+func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Uintptr) error {
+	if tag == nil {
+		tag = o.g.Tag(addr)
+	}
 	d := deferred{addr: addr, n: n}
 	for {
 		t := tagNone
@@ -194,7 +236,7 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList) error {
 				continue
 			}
 			if l == nil {
-				return o.free(d)
+				return o.free(d, nil)
 			}
 			o.enqueue(l, d)
 			return nil
@@ -209,6 +251,23 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList) error {
 			return err
 		}
 	}
+}
+
+// claimOne is deferTagged's case of a Free of a buffer recorded on one stream, by the fast
+// path (it never blocks): when tag says the buffer is recorded on the stream of the list check
+// found last alone, it takes the tag back to tagNone and returns that list, which the buffer
+// must then be deferred to (enqueue); else nil, with nothing changed, and deferTagged does the
+// work.
+func (o *streamOrder) claimOne(tag *atomic.Uintptr) *streamList {
+	t := tag.Load()
+	if t <= tagForgot { // none (or a free pending), locked, several streams, forgotten
+		return nil
+	}
+	l := o.lists.Last()
+	if l == nil || streamOf(l) != tagStream(t) || !tag.CompareAndSwap(t, tagNone) {
+		return nil
+	}
+	return l
 }
 
 // listOf returns the list of stream s: l when it is s's, else the one check found last, else
@@ -245,7 +304,7 @@ func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l 
 	if len(u.more) == 0 {
 		sh.mu.Unlock()
 		if u.one == noStream { // every stream recorded was forgotten, so has passed: free it now
-			return o.free(d), false
+			return o.free(d, nil), false
 		}
 		// One stream left: the buffer is its alone now, as after FreeAsync.
 		o.enqueue(o.listOf(u.one, l), d)

@@ -191,7 +191,7 @@ func (d *Device) Stats() Stats {
 // calls of another binding (or several calls of this one) in the same context. Do may nest.
 func (d *Device) Do(f func() error) (err error) {
 	if d.closed.Load() {
-		return fmt.Errorf("%w: CUDA device %d is closed", ErrClosed, d.ordinal)
+		return d.closedError()
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -204,6 +204,11 @@ func (d *Device) Do(f func() error) (err error) {
 		}
 	}()
 	return f()
+}
+
+// closedError is a call's on a closed Device.
+func (d *Device) closedError() error {
+	return fmt.Errorf("%w: CUDA device %d is closed", ErrClosed, d.ordinal)
 }
 
 // track adds delta to counter when err is nil, and returns err.
@@ -436,7 +441,10 @@ func (d *Device) StreamSynchronize(s Stream) error {
 // StreamQuery returns nil if all work queued on s has completed, and an error matching
 // ErrNotReady while some is pending.
 func (d *Device) StreamQuery(s Stream) error {
-	return d.Do(func() error { return d.drv.streamQuery(s) })
+	if d.closed.Load() {
+		return d.closedError()
+	}
+	return d.drv.streamQueryIn(d.ctx, s) // Do's push, call and pop in one cgo call
 }
 
 // EventCreate creates an event. Events with timing disabled are cheaper to record and query;
@@ -452,12 +460,18 @@ func (d *Device) EventCreate(disableTiming bool) (ev Event, err error) {
 
 // EventRecord records ev on stream s: it completes when the work queued before it does.
 func (d *Device) EventRecord(ev Event, s Stream) error {
-	return d.Do(func() error { return d.drv.eventRecord(ev, s) })
+	if d.closed.Load() {
+		return d.closedError()
+	}
+	return d.drv.eventRecordIn(d.ctx, ev, s) // as StreamQuery
 }
 
 // EventQuery returns nil if ev has completed and an error matching ErrNotReady if not.
 func (d *Device) EventQuery(ev Event) error {
-	return d.Do(func() error { return d.drv.eventQuery(ev) })
+	if d.closed.Load() {
+		return d.closedError()
+	}
+	return d.drv.eventQueryIn(d.ctx, ev) // as StreamQuery
 }
 
 // EventSynchronize waits until ev has completed.

@@ -36,6 +36,9 @@ func (*driver) primaryRelease(int32) error                       { return errStu
 func (*driver) ctxPush(uintptr) error                            { return errStub }
 func (*driver) ctxPop() error                                    { return errStub }
 func (*driver) ctxSynchronize() error                            { return errStub }
+func (*driver) streamQueryIn(uintptr, Stream) error              { return errStub }
+func (*driver) eventQueryIn(uintptr, Event) error                { return errStub }
+func (*driver) eventRecordIn(uintptr, Event, Stream) error       { return errStub }
 func (*driver) memGetInfo() (uintptr, uintptr, error)            { return 0, 0, errStub }
 func (*driver) memAlloc(uintptr) (DevicePtr, error)              { return 0, errStub }
 func (*driver) memFree(DevicePtr) error                          { return errStub }
@@ -74,10 +77,7 @@ func (*driver) memAdvise(DevicePtr, uintptr, int32, MemLocation) error { return 
 func (*driver) streamCreate(uint32) (Stream, error)                    { return 0, errStub }
 func (*driver) streamDestroy(Stream) error                             { return errStub }
 func (*driver) streamSynchronize(Stream) error                         { return errStub }
-func (*driver) streamQuery(Stream) error                               { return errStub }
 func (*driver) eventCreate(uint32) (Event, error)                      { return 0, errStub }
-func (*driver) eventRecord(Event, Stream) error                        { return errStub }
-func (*driver) eventQuery(Event) error                                 { return errStub }
 func (*driver) eventSynchronize(Event) error                           { return errStub }
 func (*driver) eventDestroy(Event) error                               { return errStub }
 func (*driver) eventElapsed(Event, Event) (float32, error)             { return 0, errStub }
