@@ -10,11 +10,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math"
 	"sort"
 	"time"
 	"unsafe"
+
+	"github.com/pinmalloc/pinmalloc"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -131,7 +133,7 @@ func (e deviceEvents) record(s uintptr) (uintptr, error) {
 
 func (e deviceEvents) done(ev uintptr) (bool, error) {
 	err := e.dev.EventQuery(cuda.Event(ev))
-	if errors.Is(err, cuda.ErrNotReady) {
+	if errors.Is(err, pinmalloc.ErrNotReady) {
 		return false, nil
 	}
 	return err == nil, err

@@ -7,10 +7,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -210,10 +212,10 @@ func TestBatcherOptions(t *testing.T) {
 	host, d := hostMem(t, dev, 1<<20), devMem(t, dev, 1<<20)
 	f.Hold(true)
 	must(t, "Copy held", low.Copy([]Job{{Dst: d, Src: host, Len: 4096}}, pcuda.Stream(s)))
-	if err := dev.StreamQuery(s); !errors.Is(err, cuda.ErrNotReady) {
+	if err := dev.StreamQuery(s); !errors.Is(err, pinmalloc.ErrNotReady) {
 		t.Errorf("caller's stream after a held low-priority copy: %v, want not ready", err)
 	}
-	if err := dev.StreamQuery(low.side); !errors.Is(err, cuda.ErrNotReady) {
+	if err := dev.StreamQuery(low.side); !errors.Is(err, pinmalloc.ErrNotReady) {
 		t.Errorf("side stream after a held copy: %v, want not ready", err)
 	}
 	f.Complete()
@@ -366,7 +368,7 @@ func TestBatcherFaults(t *testing.T) {
 	for _, m := range []Method{MethodBatchAPI, MethodPerCopy} {
 		b := newBatcher(t, dev, Options{Method: m})
 		err := b.Copy([]Job{{Dst: host + 64<<10, Src: d, Len: 64}, {Dst: host, Src: d + 1<<20 - 8, Len: 64}}, 0)
-		if !errors.Is(err, cuda.ErrInvalidValue) {
+		if !errors.Is(err, pinmalloc.ErrInvalidValue) {
 			t.Errorf("%s: copy past the end: %v", m, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
@@ -171,7 +172,7 @@ func TestCalibrationCached(t *testing.T) {
 	f.SetMemory(0, 2<<20) // no room for the calibration's 4 MiB of device memory
 	defer f.SetMemory(0, 1<<30)
 	starved := newBatcher(t, dev, Options{})
-	if _, err := starved.Calibration(); !errors.Is(err, cuda.ErrOutOfMemory) || starved.Method() != MethodKernel {
+	if _, err := starved.Calibration(); !errors.Is(err, pinmalloc.ErrOutOfMemory) || starved.Method() != MethodKernel {
 		t.Errorf("calibration without memory: %v; Method() %s, want kernel", err, starved.Method())
 	}
 	f.SetMemory(0, 1<<30)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -37,7 +38,7 @@ func (b *Batcher) stage(n int) (*stage, error) {
 		switch err := b.idle(old); {
 		case err == nil:
 			st = old
-		case !errors.Is(err, icuda.ErrNotReady):
+		case !errors.Is(err, pinmalloc.ErrNotReady):
 			return nil, err
 		case len(b.stages) >= maxStages:
 			if err := b.dev.EventSynchronize(old.ev); err != nil {

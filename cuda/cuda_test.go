@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -324,11 +325,11 @@ func TestSentinelsShared(t *testing.T) {
 		{"device.ErrNoDriver", device.ErrNoDriver, cuda.ErrNoDriver},
 		{"device.ErrNoDevice", device.ErrNoDevice, cuda.ErrNoDevice},
 		{"device.ErrOutOfMemory", device.ErrOutOfMemory, cuda.ErrOutOfMemory},
-		{"internal ErrNotSupported", icuda.ErrNotSupported, cuda.ErrNotSupported},
-		{"internal ErrInvalidValue", icuda.ErrInvalidValue, cuda.ErrInvalidValue},
-		{"internal ErrInvalidHandle", icuda.ErrInvalidHandle, cuda.ErrInvalidHandle},
-		{"internal ErrNotReady", icuda.ErrNotReady, cuda.ErrNotReady},
-		{"internal ErrClosed", icuda.ErrClosed, cuda.ErrClosed},
+		{"internal ErrNotSupported", pinmalloc.ErrNotSupported, cuda.ErrNotSupported},
+		{"internal ErrInvalidValue", pinmalloc.ErrInvalidValue, cuda.ErrInvalidValue},
+		{"internal ErrInvalidHandle", pinmalloc.ErrInvalidHandle, cuda.ErrInvalidHandle},
+		{"internal ErrNotReady", pinmalloc.ErrNotReady, cuda.ErrNotReady},
+		{"internal ErrClosed", pinmalloc.ErrClosed, cuda.ErrClosed},
 	}
 	if cuda.LibraryEnv != icuda.LibraryEnv {
 		t.Errorf("LibraryEnv %q, the loader reads %q", cuda.LibraryEnv, icuda.LibraryEnv)

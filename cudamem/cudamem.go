@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -117,7 +118,7 @@ func (b *cudaBase) call(counter *atomic.Int64, delta int64, err error) error {
 // memory it says how much was asked, how much the device has free and how much this provider
 // holds, and the error matches cuda.ErrOutOfMemory as well.
 func (b *cudaBase) driverError(sentinel error, op string, size uintptr, err error) error {
-	if !errors.Is(err, icuda.ErrOutOfMemory) {
+	if !errors.Is(err, pinmalloc.ErrOutOfMemory) {
 		return fmt.Errorf("%w: %s of %d bytes on device %d: %w", sentinel, op, size, b.dev.Ordinal(), err)
 	}
 	free, total, ierr := b.dev.MemGetInfo()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
@@ -140,7 +141,7 @@ func TestFakeHostRegisterJoin(t *testing.T) {
 	must(t, "Commit", p.Commit(r, g, 2*g))
 	dst, err := d.MemAlloc(2 * g)
 	must(t, "MemAlloc", err)
-	if err := d.MemcpyHtoD(dst, r.Base, 2*g); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.MemcpyHtoD(dst, r.Base, 2*g); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("a copy spanning two registrations = %v, want CUDA_ERROR_INVALID_VALUE", err)
 	}
 	must(t, "MemFree", d.MemFree(dst))
@@ -252,7 +253,7 @@ func TestFakeHostVMMChoice(t *testing.T) {
 	if loc := p.Location(); loc.ID != 0 {
 		t.Errorf("NUMANode(0) gave %+v", loc)
 	}
-	if _, err := cudamem.NewHostVMM(public(d1), cudamem.HostOptions{NUMA: arena.NUMANode(5)}); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrInvalidValue) {
+	if _, err := cudamem.NewHostVMM(public(d1), cudamem.HostOptions{NUMA: arena.NUMANode(5)}); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("a node that does not exist = %v", err)
 	}
 	f.SetHostVMM(false)
@@ -261,7 +262,7 @@ func TestFakeHostVMMChoice(t *testing.T) {
 	if _, ok := prov.(*cudamem.HostRegister); !ok {
 		t.Errorf("NewHost without host VMM = %T, want the registration provider", prov)
 	}
-	if _, err := cudamem.NewHostVMM(public(d1), cudamem.HostOptions{}); !errors.Is(err, cuda.ErrNotSupported) {
+	if _, err := cudamem.NewHostVMM(public(d1), cudamem.HostOptions{}); !errors.Is(err, pinmalloc.ErrNotSupported) {
 		t.Errorf("NewHostVMM without host VMM = %v", err)
 	}
 }
@@ -277,7 +278,7 @@ func TestFakeHostVMMRefused(t *testing.T) {
 	s, err := a.Alloc(4<<20, 256)
 	must(t, "Alloc", err)
 	f.SetHostVMM(false) // the driver refuses new host granules from now on
-	if _, err := a.Alloc(4<<20, 256); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, cuda.ErrNotSupported) || !strings.Contains(err.Error(), "cuMemCreate") {
+	if _, err := a.Alloc(4<<20, 256); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrNotSupported) || !strings.Contains(err.Error(), "cuMemCreate") {
 		t.Errorf("Alloc with cuMemCreate refused = %v", err)
 	}
 	if st := a.Stats(); st.Committed != 4<<20 || p.Counters().Handles != 2 {
@@ -297,8 +298,8 @@ func TestFakeHostRegisterRefused(t *testing.T) {
 	a := newArena(t, p, 16<<20)
 	f.FailRegister(1, fakecuda.ResultOutOfMemory)
 	_, err = a.Alloc(1<<20, 64)
-	if !errors.Is(err, arena.ErrCommit) || !errors.Is(err, cuda.ErrOutOfMemory) || !errors.Is(err, arena.ErrExhausted) || !strings.Contains(err.Error(), "cuMemHostRegister") {
-		t.Fatalf("Alloc with registration refused = %v; want ErrCommit and cuda.ErrOutOfMemory", err)
+	if !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrOutOfMemory) || !errors.Is(err, arena.ErrExhausted) || !strings.Contains(err.Error(), "cuMemHostRegister") {
+		t.Fatalf("Alloc with registration refused = %v; want ErrCommit and pinmalloc.ErrOutOfMemory", err)
 	}
 	if st := a.Stats(); st.Committed != 0 || p.Counters().Committed != 0 {
 		t.Errorf("a refused commit left %d bytes committed (provider %+v)", st.Committed, p.Counters())
@@ -419,8 +420,8 @@ func TestFakeVMMOutOfMemory(t *testing.T) {
 	must(t, "MemAlloc", err)
 	defer func() { must(t, "MemFree", d.MemFree(other)) }()
 	_, err = a.Alloc(24<<20, arena.DefaultChunkSize)
-	if !errors.Is(err, arena.ErrCommit) || !errors.Is(err, cuda.ErrOutOfMemory) {
-		t.Fatalf("Alloc beyond the device = %v; want ErrCommit and cuda.ErrOutOfMemory", err)
+	if !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrOutOfMemory) {
+		t.Fatalf("Alloc beyond the device = %v; want ErrCommit and pinmalloc.ErrOutOfMemory", err)
 	}
 	for _, want := range []string{"25165824 bytes asked", "20971520 bytes free of 67108864", "4194304 bytes committed by this cuda-vmm provider"} {
 		if !strings.Contains(err.Error(), want) {
@@ -445,7 +446,7 @@ func TestFakeMallocFallback(t *testing.T) {
 	if !ok || p.Name() != "cuda-malloc" || p.Caps().Aligns || p.Kind() != arena.Device {
 		t.Fatalf("NewDevice without VMM = %T %s", prov, prov.Name())
 	}
-	if _, err := cudamem.NewDeviceVMM(public(d)); !errors.Is(err, cuda.ErrNotSupported) {
+	if _, err := cudamem.NewDeviceVMM(public(d)); !errors.Is(err, pinmalloc.ErrNotSupported) {
 		t.Errorf("NewDeviceVMM without VMM = %v", err)
 	}
 	a := newArena(t, p, 0)
@@ -461,9 +462,9 @@ func TestFakeMallocFallback(t *testing.T) {
 	roundTrip(t, d, s.Base, s.Size)
 	must(t, "Free", a.Free(s))
 
-	// A region the device cannot hold: ErrReserve and cuda.ErrOutOfMemory, with the figures.
+	// A region the device cannot hold: ErrReserve and pinmalloc.ErrOutOfMemory, with the figures.
 	_, err = p.Reserve(128<<20, 2<<20)
-	if !errors.Is(err, arena.ErrReserve) || !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(err.Error(), "committed by this cuda-malloc provider") {
+	if !errors.Is(err, arena.ErrReserve) || !errors.Is(err, pinmalloc.ErrOutOfMemory) || !strings.Contains(err.Error(), "committed by this cuda-malloc provider") {
 		t.Errorf("Reserve beyond the device = %v", err)
 	}
 }
@@ -497,12 +498,12 @@ func TestFakeManaged(t *testing.T) {
 	must(t, "Prefetch to device", p.Prefetch(s.Base, s.Size, loc, 0))
 	must(t, "Prefetch to host", p.Prefetch(s.Base, s.Size, pcuda.HostLocation(), 0))
 	must(t, "Advise", p.Advise(s.Base, s.Size, pcuda.AdviseSetPreferredLocation, loc))
-	if err := p.Prefetch(s.Base, 0, loc, 0); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := p.Prefetch(s.Base, 0, loc, 0); !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("Prefetch of nothing = %v", err)
 	}
 	// The public Location reaches the driver field by field: a device the fake lacks is refused.
-	if err := p.Advise(s.Base, s.Size, pcuda.AdviseSetAccessedBy, pcuda.Location{Type: pcuda.LocationDevice, ID: 7}); !errors.Is(err, cuda.ErrInvalidValue) {
-		t.Errorf("Advise for device 7 = %v; want cuda.ErrInvalidValue", err)
+	if err := p.Advise(s.Base, s.Size, pcuda.AdviseSetAccessedBy, pcuda.Location{Type: pcuda.LocationDevice, ID: 7}); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+		t.Errorf("Advise for device 7 = %v; want pinmalloc.ErrInvalidValue", err)
 	}
 	must(t, "Free", a.Free(s))
 }
@@ -545,8 +546,8 @@ func TestProvidersNeedADevice(t *testing.T) {
 	_, err4 := cudamem.NewManaged(nil)
 	_, err5 := cudamem.DefaultDeviceCapacity(nil)
 	for i, err := range []error{err1, err2, err3, err4, err5} {
-		if !errors.Is(err, cuda.ErrNoDriver) {
-			t.Errorf("constructor %d with no device = %v, want cuda.ErrNoDriver", i+1, err)
+		if !errors.Is(err, pinmalloc.ErrNoDriver) {
+			t.Errorf("constructor %d with no device = %v, want pinmalloc.ErrNoDriver", i+1, err)
 		}
 	}
 }

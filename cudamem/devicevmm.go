@@ -8,9 +8,9 @@ package cudamem
 import (
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // DeviceVMM hands out device memory with the CUDA VMM API (vmm.go): Reserve
@@ -31,7 +31,7 @@ func NewDeviceVMM(dev *cuda.Device) (*DeviceVMM, error) {
 		return nil, err
 	}
 	if !b.dev.VMMSupported() {
-		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", arena.ErrInvalid, b.dev.Ordinal(), icuda.ErrNotSupported)
+		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", arena.ErrInvalid, b.dev.Ordinal(), pinmalloc.ErrNotSupported)
 	}
 	v, err := newVMM(b, dev.Location(), []cuda.Location{dev.Location()}, "device")
 	if err != nil {

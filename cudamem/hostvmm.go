@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -99,7 +100,7 @@ func hostLocation(dev *icuda.Device, n arena.NUMA) (loc cuda.Location, fallback 
 		return cuda.Location{Type: cuda.LocationHostNUMA, ID: node}, false, nil
 	case asked && host:
 		return cuda.Location{}, false, fmt.Errorf("%w: NUMA node %d asked, but the driver of device %d places host VMM memory on no chosen node: %w",
-			arena.ErrInvalid, node, dev.Ordinal(), icuda.ErrNotSupported)
+			arena.ErrInvalid, node, dev.Ordinal(), pinmalloc.ErrNotSupported)
 	case hasNUMA:
 		if id, _, ok := deviceNode(dev); ok {
 			return cuda.Location{Type: cuda.LocationHostNUMA, ID: id}, host, nil
@@ -112,7 +113,7 @@ func hostLocation(dev *icuda.Device, n arena.NUMA) (loc cuda.Location, fallback 
 		return cuda.HostLocation(), false, nil
 	}
 	return cuda.Location{}, false, fmt.Errorf("%w: the driver of device %d has no VMM host memory (device attributes 141 and 145): %w",
-		arena.ErrInvalid, dev.Ordinal(), icuda.ErrNotSupported)
+		arena.ErrInvalid, dev.Ordinal(), pinmalloc.ErrNotSupported)
 }
 
 // Node implements arena.Placer: the NUMA node the memory is created at, or arena.NodeUnknown

@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/numa"
 	"github.com/pinmalloc/pinmalloc/internal/nvml"
@@ -99,7 +99,7 @@ func TestFakeNUMAPlacement(t *testing.T) {
 		f.RefuseHostNUMA(true, attr)
 		place(cudamem.HostOptions{}, arena.NodeUnknown, "HOST_NUMA refused")
 		_, err = cudamem.NewHostVMM(pub, cudamem.HostOptions{NUMA: arena.NUMANode(1)})
-		if !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, cuda.ErrNotSupported) {
+		if !errors.Is(err, arena.ErrInvalid) || !errors.Is(err, pinmalloc.ErrNotSupported) {
 			t.Errorf("node 1 asked while HOST_NUMA is refused (attribute %v) = %v", attr, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -102,9 +103,9 @@ func TestFakeVMMFailureMidway(t *testing.T) {
 		code int
 		want error
 	}{
-		{fakecuda.CallCreate, 9, fakecuda.ResultInvalidValue, cuda.ErrInvalidValue},
-		{fakecuda.CallMap, 5, fakecuda.ResultInvalidValue, cuda.ErrInvalidValue},
-		{fakecuda.CallAccess, 2, fakecuda.ResultNotSupported, cuda.ErrNotSupported},
+		{fakecuda.CallCreate, 9, fakecuda.ResultInvalidValue, pinmalloc.ErrInvalidValue},
+		{fakecuda.CallMap, 5, fakecuda.ResultInvalidValue, pinmalloc.ErrInvalidValue},
+		{fakecuda.CallAccess, 2, fakecuda.ResultNotSupported, pinmalloc.ErrNotSupported},
 	} {
 		f.FailAfter(c.call, c.skip, c.code)
 		_, err := a.Alloc(32<<20, 256)
@@ -185,7 +186,7 @@ func TestFakeRegisterFailureMidway(t *testing.T) {
 	a := newWorkerArena(t, p, 1<<30, 4)
 	f.FailAfter(fakecuda.CallRegister, 3, fakecuda.ResultOutOfMemory)
 	n, err := a.Precommit(16 << 20)
-	if !errors.Is(err, cuda.ErrOutOfMemory) || !errors.Is(err, arena.ErrCommit) {
+	if !errors.Is(err, pinmalloc.ErrOutOfMemory) || !errors.Is(err, arena.ErrCommit) {
 		t.Errorf("Precommit with a refused registration = %v", err)
 	}
 	if st := a.Stats(); n != 7*arena.DefaultChunkSize || st.Precommitted != uint64(n) || st.Committed != uint64(n) {
@@ -196,7 +197,7 @@ func TestFakeRegisterFailureMidway(t *testing.T) {
 
 	f.FailAfter(fakecuda.CallRegister, 0, fakecuda.ResultOutOfMemory)
 	_, err = a.Alloc(32<<20, 256)
-	if !errors.Is(err, cuda.ErrOutOfMemory) {
+	if !errors.Is(err, pinmalloc.ErrOutOfMemory) {
 		t.Errorf("Alloc with a refused registration = %v", err)
 	}
 	clean(t, f, d, p, a, "after the refused span")

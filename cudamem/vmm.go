@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
@@ -122,7 +123,7 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	for g := lo; g < hi; g++ {
 		if err := p.mapGranule(r, g, &hs[g-lo]); err != nil {
 			_, _ = p.unmap(r, lo, hs[:g-lo])
-			if errors.Is(err, icuda.ErrOutOfMemory) { // after the undo, so the figures are current
+			if errors.Is(err, pinmalloc.ErrOutOfMemory) { // after the undo, so the figures are current
 				return p.driverError(arena.ErrCommit, "cuMemCreate", size, err)
 			}
 			return err
@@ -144,7 +145,7 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 func (p *vmm) mapGranule(r *arena.Region, g int, h *icuda.MemHandle) error {
 	m, err := p.dev.MemCreateAt(p.gran, memLocation(p.loc))
 	if err = p.call(&p.handles, 1, err); err != nil {
-		if errors.Is(err, icuda.ErrOutOfMemory) {
+		if errors.Is(err, pinmalloc.ErrOutOfMemory) {
 			return err // Commit explains it
 		}
 		return p.driverError(arena.ErrCommit, "cuMemCreate", p.gran, err)

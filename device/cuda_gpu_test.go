@@ -7,8 +7,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -53,7 +55,7 @@ func streamOrderedReuse(t *testing.T, dev *cuda.Device, h *Heap, big uintptr, co
 		q := alloc(t, h, 4096, a)
 		live = append(live, q)
 		err := dev.StreamQuery(b)
-		busy := errors.Is(err, cuda.ErrNotReady)
+		busy := errors.Is(err, pinmalloc.ErrNotReady)
 		if err != nil && !busy {
 			t.Fatalf("StreamQuery(b): %v", err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pinmalloc/pinmalloc"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -222,7 +223,7 @@ func TestFakeErrors(t *testing.T) {
 		t.Errorf("Free of an interior pointer = %v", err)
 	}
 	const bogus = cuda.Stream(0xdead0)
-	if _, err := h1.Alloc(64, pcuda.Stream(bogus)); !errors.Is(err, ErrInvalidStream) || !errors.Is(err, cuda.ErrInvalidHandle) {
+	if _, err := h1.Alloc(64, pcuda.Stream(bogus)); !errors.Is(err, ErrInvalidStream) || !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("Alloc on an invalid stream = %v", err)
 	}
 	if err := h1.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(bogus)); !errors.Is(err, ErrInvalidStream) {
@@ -251,7 +252,7 @@ func TestFakeErrors(t *testing.T) {
 	if err := h1.Free(pcuda.DevicePtr(p)); !errors.Is(err, heap.ErrDoubleFree) {
 		t.Errorf("Free after the deferred free = %v", err)
 	}
-	if _, err := New(nil, Options{}); !errors.Is(err, cuda.ErrNoDriver) {
+	if _, err := New(nil, Options{}); !errors.Is(err, pinmalloc.ErrNoDriver) {
 		t.Errorf("New(nil) = %v", err)
 	}
 	if _, err := New(public(dev), Options{Align: 128}); !errors.Is(err, ErrInvalidOptions) {
@@ -311,7 +312,7 @@ func TestFakeReclaim(t *testing.T) {
 	for {
 		p, err := h.Alloc(200<<10, pcuda.Stream(a))
 		if err != nil {
-			if !errors.Is(err, heap.ErrOutOfMemory) && !errors.Is(err, cuda.ErrOutOfMemory) {
+			if !errors.Is(err, heap.ErrOutOfMemory) && !errors.Is(err, pinmalloc.ErrOutOfMemory) {
 				t.Fatalf("Alloc until full = %v", err)
 			}
 			break
@@ -408,7 +409,7 @@ func TestOpenWithoutDriver(t *testing.T) {
 	if !fakecuda.RunWithoutDriver(t) {
 		return
 	}
-	if _, err := Open(0, Options{}); !errors.Is(err, cuda.ErrNoDriver) {
+	if _, err := Open(0, Options{}); !errors.Is(err, pinmalloc.ErrNoDriver) {
 		t.Fatalf("Open without a driver = %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -364,8 +365,8 @@ func TestFakePinnedHostBackend(t *testing.T) {
 	if f == nil {
 		return
 	}
-	if _, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Device: 1}); !errors.Is(err, cuda.ErrNoDevice) {
-		t.Errorf("CUDAHost on a device that does not exist = %v, want cuda.ErrNoDevice", err)
+	if _, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Device: 1}); !errors.Is(err, pinmalloc.ErrNoDevice) {
+		t.Errorf("CUDAHost on a device that does not exist = %v, want pinmalloc.ErrNoDevice", err)
 	}
 	p := newPool(t, pinned.Options{Backend: pinned.Auto, Device: 1, Capacity: 1 << 30})
 	if b := p.Stats().Backend; b != "locked" {
@@ -383,7 +384,7 @@ func TestFakePinnedHostBackend(t *testing.T) {
 	p = newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 1 << 30})
 	f.FailRegister(100, fakecuda.ResultOutOfMemory)
 	_, err := p.Alloc(1 << 20)
-	if !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(err.Error(), "cuMemHostRegister of 2097152 bytes") || !strings.Contains(err.Error(), "bytes committed by this cuda-host-register provider") {
+	if !errors.Is(err, pinmalloc.ErrOutOfMemory) || !strings.Contains(err.Error(), "cuMemHostRegister of 2097152 bytes") || !strings.Contains(err.Error(), "bytes committed by this cuda-host-register provider") {
 		t.Errorf("Alloc with registration refused = %v", err)
 	}
 	f.FailRegister(0, 0)
@@ -488,7 +489,7 @@ func TestAutoWithoutDriver(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost}); !errors.Is(err, cuda.ErrNoDriver) || !errors.Is(err, pinned.ErrNoDriver) {
+	if _, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost}); !errors.Is(err, pinmalloc.ErrNoDriver) || !errors.Is(err, pinned.ErrNoDriver) {
 		t.Errorf("CUDAHost without a driver = %v, want ErrNoDriver", err)
 	}
 }

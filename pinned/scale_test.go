@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -50,7 +51,7 @@ func TestFakeDevicesAccess(t *testing.T) {
 	must(t, "Alloc", err)
 	for dev, ok := range map[int]bool{0: true, 1: true, 2: false, 3: true} {
 		err := copyOn(t, f, dev, b)
-		if ok && err != nil || !ok && !errors.Is(err, cuda.ErrInvalidValue) {
+		if ok && err != nil || !ok && !errors.Is(err, pinmalloc.ErrInvalidValue) {
 			t.Errorf("copy by device %d = %v (granted %v)", dev, err, ok)
 		}
 	}
@@ -113,7 +114,7 @@ func TestFakePrecommitSignals(t *testing.T) {
 		OnPrecommit: func(n uint64, err error) { stopErr.Store(err) }})
 	<-p.PrecommitDone()
 	err := p.WaitPrecommit()
-	if !errors.Is(err, pinned.ErrOutOfMemory) || !errors.Is(err, cuda.ErrOutOfMemory) {
+	if !errors.Is(err, pinned.ErrOutOfMemory) || !errors.Is(err, pinmalloc.ErrOutOfMemory) {
 		t.Errorf("precommit refused midway: %v", err)
 	}
 	if e, _ := stopErr.Load().(error); e != err {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -111,8 +112,8 @@ func TestCUDAPrimaryContextRetainRelease(t *testing.T) {
 	if got := PrimaryRetains(); got != base {
 		t.Errorf("PrimaryRetains after closing both = %d, want %d", got, base)
 	}
-	if _, err := Open(1 << 20); !errors.Is(err, ErrNoDevice) {
-		t.Errorf("Open(huge ordinal) = %v, want ErrNoDevice", err)
+	if _, err := Open(1 << 20); !errors.Is(err, pinmalloc.ErrNoDevice) {
+		t.Errorf("Open(huge ordinal) = %v, want pinmalloc.ErrNoDevice", err)
 	}
 	if got := PrimaryRetains(); got != base {
 		t.Errorf("failed Open changed PrimaryRetains to %d", got)
@@ -193,8 +194,8 @@ func TestCUDAAsyncCopyEvents(t *testing.T) {
 	must(t, "MemcpyHtoDAsync", d.MemcpyHtoDAsync(p, addr(src), n, s))
 	must(t, "MemcpyDtoHAsync", d.MemcpyDtoHAsync(addr(dst), p, n, s))
 	must(t, "EventRecord end", d.EventRecord(end, s))
-	if err := d.EventQuery(end); err != nil && !errors.Is(err, ErrNotReady) {
-		t.Errorf("EventQuery while copying = %v, want nil or ErrNotReady", err)
+	if err := d.EventQuery(end); err != nil && !errors.Is(err, pinmalloc.ErrNotReady) {
+		t.Errorf("EventQuery while copying = %v, want nil or pinmalloc.ErrNotReady", err)
 	}
 	must(t, "EventSynchronize", d.EventSynchronize(end))
 	must(t, "EventQuery after sync", d.EventQuery(end))
@@ -213,7 +214,7 @@ func TestCUDAStreamQueryNotReady(t *testing.T) {
 	d := openGPU(t)
 	const n = 1 << 30
 	a, err := d.MemAlloc(n)
-	if errors.Is(err, ErrOutOfMemory) {
+	if errors.Is(err, pinmalloc.ErrOutOfMemory) {
 		t.Skipf("cannot allocate 2 GiB: %v", err)
 	}
 	must(t, "MemAlloc a", err)
@@ -228,8 +229,8 @@ func TestCUDAStreamQueryNotReady(t *testing.T) {
 	for i := 0; i < 16; i++ { // 16 GiB each way: tens of milliseconds even on HBM3
 		must(t, "MemcpyDtoDAsync", d.MemcpyDtoDAsync(b, a, n, s))
 	}
-	if err := d.StreamQuery(s); !errors.Is(err, ErrNotReady) {
-		t.Errorf("StreamQuery during 16 GiB of copies = %v, want ErrNotReady", err)
+	if err := d.StreamQuery(s); !errors.Is(err, pinmalloc.ErrNotReady) {
+		t.Errorf("StreamQuery during 16 GiB of copies = %v, want pinmalloc.ErrNotReady", err)
 	}
 	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	must(t, "StreamQuery after sync", d.StreamQuery(s))
@@ -359,8 +360,8 @@ func TestCUDAHostRegister(t *testing.T) {
 	h, back := hostBuf(t, n), hostBuf(t, n)
 	fillPattern(h, 0x77)
 	must(t, "MemHostRegister", d.MemHostRegister(addr(h), n, HostRegisterDeviceMap|HostRegisterPortable))
-	if err := d.MemHostRegister(addr(h), n, 0); !errors.Is(err, ErrAlreadyRegistered) {
-		t.Errorf("second MemHostRegister = %v, want ErrAlreadyRegistered", err)
+	if err := d.MemHostRegister(addr(h), n, 0); !errors.Is(err, pinmalloc.ErrAlreadyRegistered) {
+		t.Errorf("second MemHostRegister = %v, want pinmalloc.ErrAlreadyRegistered", err)
 	}
 	if s := d.Stats(); s.HostRegistrations != 1 {
 		t.Errorf("Stats.HostRegistrations = %d after a failed second register, want 1", s.HostRegistrations)
@@ -389,8 +390,8 @@ func TestCUDAHostRegister(t *testing.T) {
 	case err == nil:
 		t.Logf("the driver accepted a 0-byte registration")
 		must(t, "MemHostUnregister", d.MemHostUnregister(addr(h)))
-	case !errors.Is(err, ErrInvalidValue):
-		t.Errorf("MemHostRegister of 0 bytes = %v, want ErrInvalidValue", err)
+	case !errors.Is(err, pinmalloc.ErrInvalidValue):
+		t.Errorf("MemHostRegister of 0 bytes = %v, want pinmalloc.ErrInvalidValue", err)
 	}
 }
 
@@ -422,8 +423,8 @@ func TestCUDAOutOfMemory(t *testing.T) {
 		_ = d.MemFree(p)
 		t.Fatal("MemAlloc(1<<50) succeeded")
 	}
-	if !errors.Is(err, ErrOutOfMemory) {
-		t.Fatalf("MemAlloc(1<<50) = %v, want ErrOutOfMemory", err)
+	if !errors.Is(err, pinmalloc.ErrOutOfMemory) {
+		t.Fatalf("MemAlloc(1<<50) = %v, want pinmalloc.ErrOutOfMemory", err)
 	}
 	t.Logf("MemAlloc(1<<50): %v", err)
 	var r Result
@@ -446,8 +447,8 @@ func TestCUDAInvalidHandle(t *testing.T) {
 	must(t, "EventRecord", d.EventRecord(a, 0))
 	must(t, "EventRecord", d.EventRecord(b, 0))
 	must(t, "EventSynchronize", d.EventSynchronize(b))
-	if _, err := d.EventElapsed(a, b); !errors.Is(err, ErrInvalidHandle) {
-		t.Errorf("EventElapsed of timing-disabled events = %v, want ErrInvalidHandle", err)
+	if _, err := d.EventElapsed(a, b); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
+		t.Errorf("EventElapsed of timing-disabled events = %v, want pinmalloc.ErrInvalidHandle", err)
 	}
 	c, err := d.EventCreate(false)
 	must(t, "EventCreate", err)
@@ -455,8 +456,8 @@ func TestCUDAInvalidHandle(t *testing.T) {
 	e, err := d.EventCreate(false)
 	must(t, "EventCreate", err)
 	defer func() { must(t, "EventDestroy", d.EventDestroy(e)) }()
-	if _, err := d.EventElapsed(c, e); !errors.Is(err, ErrInvalidHandle) {
-		t.Errorf("EventElapsed of never-recorded events = %v, want ErrInvalidHandle", err)
+	if _, err := d.EventElapsed(c, e); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
+		t.Errorf("EventElapsed of never-recorded events = %v, want pinmalloc.ErrInvalidHandle", err)
 	}
 	// A made-up or destroyed CUstream is not tested: the driver dereferences stream handles
 	// without validating them (undefined behaviour, not an error code); the invalid-handle path
@@ -559,9 +560,9 @@ func TestCUDAConcurrentGoroutines(t *testing.T) {
 func skipWithoutGPU(t *testing.T, err error) {
 	t.Helper()
 	switch {
-	case errors.Is(err, ErrNoDriver):
+	case errors.Is(err, pinmalloc.ErrNoDriver):
 		t.Skipf("no CUDA driver: %v", err)
-	case errors.Is(err, ErrNoDevice):
+	case errors.Is(err, pinmalloc.ErrNoDevice):
 		t.Skipf("no CUDA device: %v", err)
 	case err != nil:
 		t.Fatalf("the driver loads but device 0 does not open: %v", err)

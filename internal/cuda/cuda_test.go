@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 func TestResultIs(t *testing.T) {
@@ -11,18 +13,18 @@ func TestResultIs(t *testing.T) {
 		r    Result
 		want error
 	}{
-		{1, ErrInvalidValue},
-		{2, ErrOutOfMemory},
-		{34, ErrNoDriver},
-		{100, ErrNoDevice},
-		{101, ErrNoDevice},
-		{400, ErrInvalidHandle},
-		{600, ErrNotReady},
-		{712, ErrAlreadyRegistered},
-		{801, ErrNotSupported},
+		{1, pinmalloc.ErrInvalidValue},
+		{2, pinmalloc.ErrOutOfMemory},
+		{34, pinmalloc.ErrNoDriver},
+		{100, pinmalloc.ErrNoDevice},
+		{101, pinmalloc.ErrNoDevice},
+		{400, pinmalloc.ErrInvalidHandle},
+		{600, pinmalloc.ErrNotReady},
+		{712, pinmalloc.ErrAlreadyRegistered},
+		{801, pinmalloc.ErrNotSupported},
 	}
-	sentinels := []error{ErrNoDriver, ErrNoDevice, ErrSymbol, ErrOutOfMemory, ErrInvalidValue,
-		ErrNotSupported, ErrInvalidHandle, ErrNotReady, ErrAlreadyRegistered}
+	sentinels := []error{pinmalloc.ErrNoDriver, pinmalloc.ErrNoDevice, pinmalloc.ErrSymbol, pinmalloc.ErrOutOfMemory, pinmalloc.ErrInvalidValue,
+		pinmalloc.ErrNotSupported, pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered}
 	for _, c := range cases {
 		var err error = c.r
 		for _, s := range sentinels {
@@ -67,8 +69,8 @@ func TestLoadFromMissingPath(t *testing.T) {
 		dr.close()
 		t.Fatalf("loadFrom(%q) succeeded", path)
 	}
-	if !errors.Is(err, ErrNoDriver) {
-		t.Errorf("loadFrom error %v does not match ErrNoDriver", err)
+	if !errors.Is(err, pinmalloc.ErrNoDriver) {
+		t.Errorf("loadFrom error %v does not match pinmalloc.ErrNoDriver", err)
 	}
 	if !strings.Contains(err.Error(), path) {
 		t.Errorf("loadFrom error %q does not name the path", err)
@@ -80,8 +82,8 @@ func TestLoadWithoutDriver(t *testing.T) {
 	if err == nil {
 		t.Skip("a CUDA driver is present; the no-driver path is not testable here")
 	}
-	if !errors.Is(err, ErrNoDriver) {
-		t.Fatalf("Load() = %v, want an error matching ErrNoDriver", err)
+	if !errors.Is(err, pinmalloc.ErrNoDriver) {
+		t.Fatalf("Load() = %v, want an error matching pinmalloc.ErrNoDriver", err)
 	}
 	if !strings.Contains(err.Error(), "libcuda.so.1") {
 		t.Errorf("Load() error %q does not name libcuda.so.1", err)
@@ -89,15 +91,15 @@ func TestLoadWithoutDriver(t *testing.T) {
 	if err2 := Load(); err2 != err {
 		t.Errorf("second Load() = %v, want the first result %v", err2, err)
 	}
-	if n, err := Count(); n != 0 || !errors.Is(err, ErrNoDriver) {
-		t.Errorf("Count() = %d, %v; want 0 and ErrNoDriver", n, err)
+	if n, err := Count(); n != 0 || !errors.Is(err, pinmalloc.ErrNoDriver) {
+		t.Errorf("Count() = %d, %v; want 0 and pinmalloc.ErrNoDriver", n, err)
 	}
-	if _, err := DriverVersion(); !errors.Is(err, ErrNoDriver) {
-		t.Errorf("DriverVersion() error = %v, want ErrNoDriver", err)
+	if _, err := DriverVersion(); !errors.Is(err, pinmalloc.ErrNoDriver) {
+		t.Errorf("DriverVersion() error = %v, want pinmalloc.ErrNoDriver", err)
 	}
 	d, err := Open(0)
-	if d != nil || !errors.Is(err, ErrNoDriver) {
-		t.Errorf("Open(0) = %v, %v; want nil and ErrNoDriver", d, err)
+	if d != nil || !errors.Is(err, pinmalloc.ErrNoDriver) {
+		t.Errorf("Open(0) = %v, %v; want nil and pinmalloc.ErrNoDriver", d, err)
 	}
 	if n := PrimaryRetains(); n != 0 {
 		t.Errorf("PrimaryRetains() = %d after failed Open", n)

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 // Loader state. Lock order: loadOnce, then initOnce, then a symbol's once inside the driver.
@@ -208,7 +210,7 @@ func (d *Device) Do(f func() error) (err error) {
 
 // closedError is a call's on a closed Device.
 func (d *Device) closedError() error {
-	return fmt.Errorf("%w: CUDA device %d is closed", ErrClosed, d.ordinal)
+	return fmt.Errorf("%w: CUDA device %d is closed", pinmalloc.ErrClosed, d.ordinal)
 }
 
 // track adds delta to counter when err is nil, and returns err.

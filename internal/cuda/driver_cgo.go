@@ -251,6 +251,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 // symID names a driver entry point in symbols.
@@ -459,7 +461,7 @@ func loadFrom(path string) (*driver, error) {
 		if !strings.Contains(msg, path) { // dlerror names the library; say it once
 			msg = path + ": " + msg
 		}
-		return nil, fmt.Errorf("%w: %s", ErrNoDriver, msg)
+		return nil, fmt.Errorf("%w: %s", pinmalloc.ErrNoDriver, msg)
 	}
 	dr := &driver{path: path, handle: h}
 	dr.getProc = C.pm_dlsym(h, cstring("cuGetProcAddress_v2"), &cerr) // 0 if absent
@@ -500,7 +502,7 @@ func (dr *driver) resolve(id symID) (C.uintptr_t, error) {
 	if fn := C.pm_dlsym(dr.handle, cstring(e.dlsym), &cerr); fn != 0 {
 		return fn, nil
 	}
-	return 0, fmt.Errorf("%w: %s in %s (%s; dlsym: %s)", ErrSymbol, e.dlsym, dr.path, why, C.GoString(cerr))
+	return 0, fmt.Errorf("%w: %s in %s (%s; dlsym: %s)", pinmalloc.ErrSymbol, e.dlsym, dr.path, why, C.GoString(cerr))
 }
 
 // check turns a CUresult into an error.

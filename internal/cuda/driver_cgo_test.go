@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 func TestSymbolTableComplete(t *testing.T) {
@@ -31,8 +33,8 @@ func TestMissingSymbol(t *testing.T) {
 		t.Fatalf("libc has cuGetProcAddress_v2?")
 	}
 	_, err = dr.memAlloc(1 << 20)
-	if !errors.Is(err, ErrSymbol) {
-		t.Fatalf("memAlloc on libc = %v, want ErrSymbol", err)
+	if !errors.Is(err, pinmalloc.ErrSymbol) {
+		t.Fatalf("memAlloc on libc = %v, want pinmalloc.ErrSymbol", err)
 	}
 	if !strings.Contains(err.Error(), "cuMemAlloc_v2") {
 		t.Errorf("error %q does not name cuMemAlloc_v2", err)
@@ -42,7 +44,7 @@ func TestMissingSymbol(t *testing.T) {
 	if err2 == nil || err2.Error() != err.Error() {
 		t.Errorf("second call = %v, want %v", err2, err)
 	}
-	if err := dr.memPrefetchAsync(0, 0, hostLoc, 0); !errors.Is(err, ErrSymbol) ||
+	if err := dr.memPrefetchAsync(0, 0, hostLoc, 0); !errors.Is(err, pinmalloc.ErrSymbol) ||
 		!strings.Contains(err.Error(), "cuMemPrefetchAsync_v2") {
 		t.Errorf("memPrefetchAsync on libc = %v", err)
 	}
@@ -55,8 +57,8 @@ func TestMissingSymbol(t *testing.T) {
 	}{{errCreate, "cuMemPoolCreate"}, {errAlloc, "cuMemAllocFromPoolAsync"}, {dr.memPoolSetAccess(1, []MemLocation{{Type: LocationDevice}}, false), "cuMemPoolSetAccess"},
 		{dr.memPoolSetAttribute(1, PoolAttrReleaseThreshold, 1), "cuMemPoolSetAttribute"}, {dr.memPoolTrimTo(1, 0), "cuMemPoolTrimTo"},
 		{dr.memPoolDestroy(1), "cuMemPoolDestroy"}} {
-		if !errors.Is(c.err, ErrSymbol) || !strings.Contains(c.err.Error(), c.name) {
-			t.Errorf("%s on libc = %v, want ErrSymbol naming it", c.name, c.err)
+		if !errors.Is(c.err, pinmalloc.ErrSymbol) || !strings.Contains(c.err.Error(), c.name) {
+			t.Errorf("%s on libc = %v, want pinmalloc.ErrSymbol naming it", c.name, c.err)
 		}
 	}
 }

@@ -5,6 +5,8 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 // Without cgo, or off linux, there is no driver: loadFrom always fails, so no Device is ever
@@ -14,11 +16,11 @@ import (
 type driver struct{}
 
 // errStub is what every raw call returns.
-var errStub = fmt.Errorf("%w: built without cgo or not on linux (%s/%s)", ErrNoDriver, runtime.GOOS, runtime.GOARCH)
+var errStub = fmt.Errorf("%w: built without cgo or not on linux (%s/%s)", pinmalloc.ErrNoDriver, runtime.GOOS, runtime.GOARCH)
 
 func loadFrom(path string) (*driver, error) {
 	return nil, fmt.Errorf("%w: cannot load %s: built without cgo or not on linux (%s/%s)",
-		ErrNoDriver, path, runtime.GOOS, runtime.GOARCH)
+		pinmalloc.ErrNoDriver, path, runtime.GOOS, runtime.GOARCH)
 }
 
 func resultText(Result) (name, desc string, ok bool) { return "", "", false }

@@ -6,22 +6,6 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 )
 
-// The driver's classes of failure (and the kinds the binding reports), under the names this
-// binding uses: package pinmalloc defines and documents them, package cuda re-exports them. A
-// Result matches the one of its class under errors.Is.
-var (
-	ErrNoDriver          = pinmalloc.ErrNoDriver
-	ErrNoDevice          = pinmalloc.ErrNoDevice
-	ErrSymbol            = pinmalloc.ErrSymbol
-	ErrOutOfMemory       = pinmalloc.ErrOutOfMemory
-	ErrInvalidValue      = pinmalloc.ErrInvalidValue
-	ErrNotSupported      = pinmalloc.ErrNotSupported
-	ErrInvalidHandle     = pinmalloc.ErrInvalidHandle
-	ErrNotReady          = pinmalloc.ErrNotReady
-	ErrAlreadyRegistered = pinmalloc.ErrAlreadyRegistered
-	ErrClosed            = pinmalloc.ErrClosed
-)
-
 // Result is a CUresult other than CUDA_SUCCESS, returned as an error.
 type Result int
 
@@ -91,21 +75,21 @@ func (r Result) Error() string {
 // Is reports whether the result belongs to the class of the sentinel target, for errors.Is.
 func (r Result) Is(target error) bool {
 	switch target {
-	case ErrInvalidValue:
+	case pinmalloc.ErrInvalidValue:
 		return r == resultInvalidValue
-	case ErrOutOfMemory:
+	case pinmalloc.ErrOutOfMemory:
 		return r == resultOutOfMemory
-	case ErrNoDevice:
+	case pinmalloc.ErrNoDevice:
 		return r == resultNoDevice || r == resultInvalidDevice
-	case ErrNoDriver:
+	case pinmalloc.ErrNoDriver:
 		return r == resultStubLibrary
-	case ErrInvalidHandle:
+	case pinmalloc.ErrInvalidHandle:
 		return r == resultInvalidHandle
-	case ErrNotReady:
+	case pinmalloc.ErrNotReady:
 		return r == resultNotReady
-	case ErrAlreadyRegistered:
+	case pinmalloc.ErrAlreadyRegistered:
 		return r == resultAlreadyRegistered
-	case ErrNotSupported:
+	case pinmalloc.ErrNotSupported:
 		return r == resultNotSupported
 	}
 	return false

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 const fakeDriverC = `
@@ -286,8 +288,8 @@ func exerciseFake(t *testing.T, path string) {
 	if n, err := dr.deviceCount(); err != nil || n != 1 {
 		t.Fatalf("deviceCount = %d, %v", n, err)
 	}
-	if _, err := openOn(dr, 1); !errors.Is(err, ErrNoDevice) {
-		t.Fatalf("openOn(1) = %v, want ErrNoDevice", err)
+	if _, err := openOn(dr, 1); !errors.Is(err, pinmalloc.ErrNoDevice) {
+		t.Fatalf("openOn(1) = %v, want pinmalloc.ErrNoDevice", err)
 	}
 	base := PrimaryRetains()
 	d, err := openOn(dr, 0)
@@ -327,7 +329,7 @@ func exerciseFake(t *testing.T, path string) {
 	if free, total, err := d.MemGetInfo(); err != nil || total != 1<<30 || free != total-2 {
 		t.Errorf("MemGetInfo = %d, %d, %v", free, total, err)
 	}
-	if _, err := d.MemAlloc(1 << 50); !errors.Is(err, ErrOutOfMemory) {
+	if _, err := d.MemAlloc(1 << 50); !errors.Is(err, pinmalloc.ErrOutOfMemory) {
 		t.Errorf("MemAlloc(1<<50) = %v", err)
 	}
 	must(t, "MemFree", d.MemFree(p))
@@ -336,7 +338,7 @@ func exerciseFake(t *testing.T, path string) {
 	// Host memory.
 	h := make([]byte, 4096)
 	must(t, "MemHostRegister", d.MemHostRegister(addr(h), 4096, HostRegisterDeviceMap))
-	if err := d.MemHostRegister(addr(h), 4096, 0); !errors.Is(err, ErrAlreadyRegistered) {
+	if err := d.MemHostRegister(addr(h), 4096, 0); !errors.Is(err, pinmalloc.ErrAlreadyRegistered) {
 		t.Errorf("double register = %v", err)
 	}
 	if dp, err := d.MemHostGetDevicePointer(addr(h)); err != nil || dp != addr(h) {
@@ -365,7 +367,7 @@ func exerciseFake(t *testing.T, path string) {
 	must(t, "MemUnmap", d.MemUnmap(va, 2<<20))
 	must(t, "MemRelease", d.MemRelease(mh))
 	must(t, "MemAddressFree", d.MemAddressFree(va, 8<<20))
-	if _, err := d.MemCreate(1 << 20); !errors.Is(err, ErrInvalidValue) {
+	if _, err := d.MemCreate(1 << 20); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("MemCreate of a non-granule size = %v", err)
 	}
 
@@ -377,13 +379,13 @@ func exerciseFake(t *testing.T, path string) {
 	must(t, "MemAdvise", d.MemAdvise(mp, n, adviseSetPreferredLocation, deviceLoc(d)))
 	must(t, "MemAdvise host", d.MemAdvise(mp, n, adviseSetAccessedBy, hostLoc))
 	must(t, "MemPrefetchAsync", d.MemPrefetchAsync(mp, n, deviceLoc(d), s))
-	if err := d.StreamQuery(s); !errors.Is(err, ErrNotReady) {
-		t.Errorf("StreamQuery with work pending = %v, want ErrNotReady", err)
+	if err := d.StreamQuery(s); !errors.Is(err, pinmalloc.ErrNotReady) {
+		t.Errorf("StreamQuery with work pending = %v, want pinmalloc.ErrNotReady", err)
 	}
 	must(t, "MemPrefetchAsync host", d.MemPrefetchAsync(mp, n, hostLoc, s))
 	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	must(t, "StreamQuery", d.StreamQuery(s))
-	if err := d.MemPrefetchAsync(mp, n, MemLocation{Type: locDevice, ID: 3}, s); !errors.Is(err, ErrInvalidValue) {
+	if err := d.MemPrefetchAsync(mp, n, MemLocation{Type: locDevice, ID: 3}, s); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("prefetch to a bad location = %v", err)
 	}
 	must(t, "MemFreeManaged", d.MemFreeManaged(mp))
@@ -398,10 +400,10 @@ func exerciseFake(t *testing.T, path string) {
 	must(t, "EventCreate", err)
 	b, err := d.EventCreate(false)
 	must(t, "EventCreate", err)
-	if err := d.EventQuery(a); !errors.Is(err, ErrNotReady) {
+	if err := d.EventQuery(a); !errors.Is(err, pinmalloc.ErrNotReady) {
 		t.Errorf("EventQuery unrecorded = %v", err)
 	}
-	if _, err := d.EventElapsed(a, b); !errors.Is(err, ErrInvalidHandle) {
+	if _, err := d.EventElapsed(a, b); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("EventElapsed unrecorded = %v", err)
 	}
 	must(t, "EventRecord", d.EventRecord(a, s))

@@ -1,6 +1,10 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc"
+)
 
 // # The public device and this binding
 //
@@ -55,5 +59,5 @@ func Of[P public[T], T any](pub P) (*Device, error) {
 			return d, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: no CUDA device given (open one with cuda.Open)", ErrNoDriver)
+	return nil, fmt.Errorf("%w: no CUDA device given (open one with cuda.Open)", pinmalloc.ErrNoDriver)
 }

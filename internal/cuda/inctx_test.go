@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 // TestQueriesInContext: StreamQuery, EventQuery and EventRecord push the device's context, make
@@ -43,13 +45,13 @@ func TestQueriesInContext(t *testing.T) {
 		}
 	}
 	noContext("nothing")
-	if err := d.EventQuery(ev); !errors.Is(err, ErrNotReady) {
-		t.Fatalf("EventQuery of an event never recorded = %v, want ErrNotReady", err)
+	if err := d.EventQuery(ev); !errors.Is(err, pinmalloc.ErrNotReady) {
+		t.Fatalf("EventQuery of an event never recorded = %v, want pinmalloc.ErrNotReady", err)
 	}
 	noContext("a failed EventQuery")
 	must(t, "MemsetD8Async", d.MemsetD8Async(p, 1, 64, s)) // the fake's stream has work pending
-	if err := d.StreamQuery(s); !errors.Is(err, ErrNotReady) {
-		t.Fatalf("StreamQuery with work pending = %v, want ErrNotReady", err)
+	if err := d.StreamQuery(s); !errors.Is(err, pinmalloc.ErrNotReady) {
+		t.Fatalf("StreamQuery with work pending = %v, want pinmalloc.ErrNotReady", err)
 	}
 	noContext("a failed StreamQuery")
 	must(t, "StreamQuery", d.StreamQuery(s))
@@ -68,7 +70,7 @@ func TestQueriesInContext(t *testing.T) {
 	noContext("a refused push")
 	closed := &Device{drv: dr, ordinal: 0, dev: d.dev, ctx: d.ctx}
 	closed.closed.Store(true)
-	if err := closed.StreamQuery(s); !errors.Is(err, ErrClosed) {
-		t.Errorf("StreamQuery on a closed Device = %v, want ErrClosed", err)
+	if err := closed.StreamQuery(s); !errors.Is(err, pinmalloc.ErrClosed) {
+		t.Errorf("StreamQuery on a closed Device = %v, want pinmalloc.ErrClosed", err)
 	}
 }

@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"sync"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 // Stream dependencies and priorities, generic and batched copies, and kernels loaded from PTX
@@ -87,7 +89,7 @@ func (d *Device) MemcpyBatchSupported() error {
 	case verr != nil:
 		err = verr
 	case v < 13000:
-		err = fmt.Errorf("%w: cuMemcpyBatchAsync_v2 needs a CUDA 13.0 driver, this one is %d.%d", ErrSymbol, v/1000, v%1000/10)
+		err = fmt.Errorf("%w: cuMemcpyBatchAsync_v2 needs a CUDA 13.0 driver, this one is %d.%d", pinmalloc.ErrSymbol, v/1000, v%1000/10)
 	default:
 		err = d.drv.memcpyBatchSymbol()
 	}
@@ -103,7 +105,7 @@ func (d *Device) MemcpyBatchSupported() error {
 func (d *Device) MemcpyBatchAsync(dsts, srcs, sizes []uintptr, flags uint32, s Stream) error {
 	if len(dsts) == 0 || len(srcs) != len(dsts) || len(sizes) != len(dsts) {
 		return fmt.Errorf("%w: MemcpyBatchAsync of %d destinations, %d sources, %d sizes",
-			ErrInvalidValue, len(dsts), len(srcs), len(sizes))
+			pinmalloc.ErrInvalidValue, len(dsts), len(srcs), len(sizes))
 	}
 	if err := d.MemcpyBatchSupported(); err != nil {
 		return err
@@ -115,7 +117,7 @@ func (d *Device) MemcpyBatchAsync(dsts, srcs, sizes []uintptr, flags uint32, s S
 // caches the result on disk), a cubin or a fatbin. Unload it with ModuleUnload.
 func (d *Device) ModuleLoadData(image string) (m Module, err error) {
 	if image == "" {
-		return 0, fmt.Errorf("%w: empty module image", ErrInvalidValue)
+		return 0, fmt.Errorf("%w: empty module image", pinmalloc.ErrInvalidValue)
 	}
 	err = d.Do(func() (e error) { m, e = d.drv.moduleLoadData(image); return })
 	return m, track(&d.modules, 1, err)
@@ -137,7 +139,7 @@ func (d *Device) ModuleUnload(m Module) error {
 // a 4-byte parameter reads the low half of its slot). At most MaxKernelArgs arguments.
 func (d *Device) LaunchKernel(f Function, grid, block Dim3, sharedMem uint32, s Stream, args ...uint64) error {
 	if len(args) > MaxKernelArgs {
-		return fmt.Errorf("%w: %d kernel arguments, at most %d", ErrInvalidValue, len(args), MaxKernelArgs)
+		return fmt.Errorf("%w: %d kernel arguments, at most %d", pinmalloc.ErrInvalidValue, len(args), MaxKernelArgs)
 	}
 	return d.Do(func() error { return d.drv.launchKernel(f, grid, block, sharedMem, s, args) })
 }

@@ -103,6 +103,8 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 // maxKernelArgs is PM_MAX_KERNEL_ARGS.
@@ -140,7 +142,7 @@ func (dr *driver) memcpyAsync(dst, src, n uintptr, s Stream) error {
 // Their element types have the size of CUdeviceptr and size_t (checked by the caller).
 func (dr *driver) memcpyBatchAsync(dsts, srcs, sizes []uintptr, flags uint32, s Stream) error {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
-		return fmt.Errorf("%w: cuMemcpyBatchAsync needs 64-bit addresses", ErrNotSupported)
+		return fmt.Errorf("%w: cuMemcpyBatchAsync needs 64-bit addresses", pinmalloc.ErrNotSupported)
 	}
 	return dr.call(symMemcpyBatchAsync, func(f C.uintptr_t) C.int {
 		return C.pm_memcpyBatchAsync(f,
@@ -175,7 +177,7 @@ func (dr *driver) moduleUnload(m Module) error { return dr.callPtr(symModuleUnlo
 
 func (dr *driver) launchKernel(fn Function, grid, block Dim3, sharedMem uint32, s Stream, args []uint64) error {
 	if len(args) > maxKernelArgs {
-		return fmt.Errorf("%w: %d kernel arguments, at most %d", ErrInvalidValue, len(args), maxKernelArgs)
+		return fmt.Errorf("%w: %d kernel arguments, at most %d", pinmalloc.ErrInvalidValue, len(args), maxKernelArgs)
 	}
 	var a [maxKernelArgs]C.uint64_t
 	for i, v := range args {

@@ -1,6 +1,10 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc"
+)
 
 // MemPool is a CUmemoryPool: a stream-ordered allocator's pool of memory on a device or in
 // host memory (cuMemPoolCreate).
@@ -78,7 +82,7 @@ func (d *Device) MemPoolGetAttribute(p MemPool, attr MemPoolAttr) (v uint64, err
 // takes it away instead (CU_MEM_ACCESS_FLAGS_PROT_NONE). At most 16 locations.
 func (d *Device) MemPoolSetAccess(p MemPool, locs []MemLocation, revoke bool) error {
 	if len(locs) == 0 || len(locs) > maxAccess {
-		return fmt.Errorf("%w: pool access for %d locations (want 1 to %d)", ErrInvalidValue, len(locs), maxAccess)
+		return fmt.Errorf("%w: pool access for %d locations (want 1 to %d)", pinmalloc.ErrInvalidValue, len(locs), maxAccess)
 	}
 	return d.Do(func() error { return d.drv.memPoolSetAccess(p, locs, revoke) })
 }

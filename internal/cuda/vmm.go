@@ -1,6 +1,10 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc"
+)
 
 // Device attributes of the VMM API for host memory (CU_DEVICE_ATTRIBUTE_*).
 const (
@@ -54,7 +58,7 @@ func (d *Device) MemCreateAt(size uintptr, loc MemLocation) (h MemHandle, err er
 // call. At most 16 locations.
 func (d *Device) MemSetAccessAt(p DevicePtr, size uintptr, locs []MemLocation) error {
 	if len(locs) == 0 || len(locs) > maxAccess {
-		return fmt.Errorf("%w: access for %d locations (want 1 to %d)", ErrInvalidValue, len(locs), maxAccess)
+		return fmt.Errorf("%w: access for %d locations (want 1 to %d)", pinmalloc.ErrInvalidValue, len(locs), maxAccess)
 	}
 	return d.Do(func() error { return d.drv.memSetAccessAt(p, size, locs) })
 }

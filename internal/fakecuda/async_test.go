@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -140,7 +141,7 @@ func TestAsyncDtoHStaleUntilSynchronized(t *testing.T) {
 		t.Fatal("an async DtoH wrote its destination at the call")
 	}
 	f.Hold(true)
-	wantErr(t, "StreamQuery with Hold", d.StreamQuery(x.s), cuda.ErrNotReady)
+	wantErr(t, "StreamQuery with Hold", d.StreamQuery(x.s), pinmalloc.ErrNotReady)
 	if x.out()[0] != 0 {
 		t.Error("a query that answered not ready ran the copy")
 	}
@@ -202,7 +203,7 @@ func TestAsyncEventOrdersStreams(t *testing.T) {
 		t.Error("B's work did not see A's copy before the event")
 	}
 	must(t, "EventQuery", d.EventQuery(ev)) // A has reached the event...
-	wantErr(t, "StreamQuery A", d.StreamQuery(x.s), cuda.ErrNotReady)
+	wantErr(t, "StreamQuery A", d.StreamQuery(x.s), pinmalloc.ErrNotReady)
 	f.Hold(false) // ...and not the memset after it
 	must(t, "StreamSynchronize A", d.StreamSynchronize(x.s))
 	if !x.devHolds(t, x.dev, 3) {
@@ -245,11 +246,11 @@ func TestAsyncDestroyedStream(t *testing.T) {
 	must(t, "HtoDAsync", d.MemcpyHtoDAsync(x.dev, x.host, x.n, s))
 	must(t, "EventRecord", d.EventRecord(ev, s))
 	must(t, "StreamDestroy with work queued", d.StreamDestroy(s))
-	wantErr(t, "EventRecord on a destroyed stream", d.EventRecord(ev, s), cuda.ErrInvalidHandle)
-	wantErr(t, "StreamWaitEvent of a destroyed stream", d.StreamWaitEvent(s, ev), cuda.ErrInvalidHandle)
-	wantErr(t, "StreamSynchronize of a destroyed stream", d.StreamSynchronize(s), cuda.ErrInvalidHandle)
-	wantErr(t, "StreamQuery of a destroyed stream", d.StreamQuery(s), cuda.ErrInvalidHandle)
-	wantErr(t, "EventQuery of its event, held", d.EventQuery(ev), cuda.ErrNotReady)
+	wantErr(t, "EventRecord on a destroyed stream", d.EventRecord(ev, s), pinmalloc.ErrInvalidHandle)
+	wantErr(t, "StreamWaitEvent of a destroyed stream", d.StreamWaitEvent(s, ev), pinmalloc.ErrInvalidHandle)
+	wantErr(t, "StreamSynchronize of a destroyed stream", d.StreamSynchronize(s), pinmalloc.ErrInvalidHandle)
+	wantErr(t, "StreamQuery of a destroyed stream", d.StreamQuery(s), pinmalloc.ErrInvalidHandle)
+	wantErr(t, "EventQuery of its event, held", d.EventQuery(ev), pinmalloc.ErrNotReady)
 	f.Hold(false)
 	must(t, "StreamWaitEvent on its event", d.StreamWaitEvent(x.s2, ev))
 	must(t, "DtoDAsync after the wait", d.MemcpyDtoDAsync(x.dev2, x.dev, x.n, x.s2))
@@ -361,11 +362,11 @@ func TestAsyncFrees(t *testing.T) {
 	must(t, "HtoDAsync", d.MemcpyHtoDAsync(q, x.host, x.n, x.s))
 	must(t, "DtoHAsync", d.MemcpyDtoHAsync(x.host+x.n, q, x.n, x.s))
 	must(t, "MemFreeAsync", d.MemFreeAsync(q, x.s))
-	wantErr(t, "MemFreeAsync twice", d.MemFreeAsync(q, x.s), cuda.ErrInvalidValue)
-	wantErr(t, "a copy queued after the free", d.MemcpyHtoDAsync(q, x.host, 16, x.s), cuda.ErrInvalidValue)
+	wantErr(t, "MemFreeAsync twice", d.MemFreeAsync(q, x.s), pinmalloc.ErrInvalidValue)
+	wantErr(t, "a copy queued after the free", d.MemcpyHtoDAsync(q, x.host, 16, x.s), pinmalloc.ErrInvalidValue)
 	// Nor is memory whose free is queued host memory, to copy as pageable.
-	wantErr(t, "DtoH into memory whose free is queued", d.MemcpyDtoH(uintptr(q), x.dev, 16), cuda.ErrInvalidValue)
-	wantErr(t, "HtoDAsync from memory whose free is queued", d.MemcpyHtoDAsync(x.dev, uintptr(q), 16, x.s), cuda.ErrInvalidValue)
+	wantErr(t, "DtoH into memory whose free is queued", d.MemcpyDtoH(uintptr(q), x.dev, 16), pinmalloc.ErrInvalidValue)
+	wantErr(t, "HtoDAsync from memory whose free is queued", d.MemcpyHtoDAsync(x.dev, uintptr(q), 16, x.s), pinmalloc.ErrInvalidValue)
 	must(t, "StreamSynchronize", d.StreamSynchronize(x.s))
 	if x.out()[0] != 2 {
 		t.Error("the work queued before cuMemFreeAsync did not run on the memory")
@@ -557,8 +558,8 @@ func TestEventRecordOtherDevice(t *testing.T) {
 	ev0, err := d0.EventCreate(true)
 	must(t, "EventCreate on device 0", err)
 	defer func() { must(t, "EventDestroy", d0.EventDestroy(ev0)) }()
-	wantErr(t, "EventRecord of a device-0 event on a device-1 stream", d0.EventRecord(ev0, s1), cuda.ErrInvalidHandle)
-	wantErr(t, "the same, device 1 current", d1.EventRecord(ev0, s1), cuda.ErrInvalidHandle)
+	wantErr(t, "EventRecord of a device-0 event on a device-1 stream", d0.EventRecord(ev0, s1), pinmalloc.ErrInvalidHandle)
+	wantErr(t, "the same, device 1 current", d1.EventRecord(ev0, s1), pinmalloc.ErrInvalidHandle)
 	must(t, "EventRecord on device 0's legacy stream", d0.EventRecord(ev0, 0))
 	must(t, "StreamWaitEvent of device 1 on it", d1.StreamWaitEvent(s1, ev0))
 }

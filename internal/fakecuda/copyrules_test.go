@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -53,9 +54,9 @@ func TestCopyHostRegistrations(t *testing.T) {
 	if c := counts(f); c[0]-before[0] != 4 || c[1]-before[1] != 4*(gran-100) || c[2] != before[2] {
 		t.Errorf("counters after 4 pinned copies: %v -> %v", before, c)
 	}
-	wantCopies(t, "straddling two registrations", copies(d, dp, base+gran/2, gran), cuda.ErrInvalidValue)
-	wantCopies(t, "spanning three registrations", copies(d, dp, base, 3*gran), cuda.ErrInvalidValue)
-	wantCopies(t, "half registered, half not", copies(d, dp, base+3*gran-4096, 8192), cuda.ErrInvalidValue)
+	wantCopies(t, "straddling two registrations", copies(d, dp, base+gran/2, gran), pinmalloc.ErrInvalidValue)
+	wantCopies(t, "spanning three registrations", copies(d, dp, base, 3*gran), pinmalloc.ErrInvalidValue)
+	wantCopies(t, "half registered, half not", copies(d, dp, base+3*gran-4096, 8192), pinmalloc.ErrInvalidValue)
 	if c := counts(f); c[0]-before[0] != 4 || c[2] != before[2] {
 		t.Errorf("refused copies were counted: %v -> %v", before, c)
 	}
@@ -66,7 +67,7 @@ func TestCopyHostRegistrations(t *testing.T) {
 	if c := counts(f); c[2]-before[2] != 4 || c[3]-before[3] != 4*3*gran {
 		t.Errorf("counters after 4 pageable copies: %v -> %v", before, c)
 	}
-	wantCopies(t, "from device memory as a host pointer", copies(d, dp, dp, 16), cuda.ErrInvalidValue)
+	wantCopies(t, "from device memory as a host pointer", copies(d, dp, dp, 16), pinmalloc.ErrInvalidValue)
 	for i := uintptr(0); i < 3; i++ {
 		must(t, "MemHostUnregister", d.MemHostUnregister(base+i*gran))
 	}
@@ -78,14 +79,14 @@ func TestCopyHostRegistrations(t *testing.T) {
 	wantCopies(t, "inside a cuMemHostAlloc block", copies(d, dp, hp, 3*gran), nil)
 	hp2, err := d.MemHostAlloc(gran, 0)
 	must(t, "MemHostAlloc", err)
-	wantCopies(t, "past a cuMemHostAlloc block's end", copies(d, dp, hp+2*gran, gran+1), cuda.ErrInvalidValue)
+	wantCopies(t, "past a cuMemHostAlloc block's end", copies(d, dp, hp+2*gran, gran+1), pinmalloc.ErrInvalidValue)
 	must(t, "MemFreeHost", d.MemFreeHost(hp2))
 	must(t, "MemFreeHost", d.MemFreeHost(hp))
 
 	// A registration inside cuMemHostAlloc memory is already pinned.
 	hp, err = d.MemHostAlloc(gran, 0)
 	must(t, "MemHostAlloc", err)
-	wantErr(t, "MemHostRegister of cuMemHostAlloc memory", d.MemHostRegister(hp, 4096, 0), cuda.ErrAlreadyRegistered)
+	wantErr(t, "MemHostRegister of cuMemHostAlloc memory", d.MemHostRegister(hp, 4096, 0), pinmalloc.ErrAlreadyRegistered)
 	must(t, "MemFreeHost", d.MemFreeHost(hp))
 	must(t, "MemFree", d.MemFree(dp))
 }
@@ -102,11 +103,11 @@ func TestCopyHostVMM(t *testing.T) {
 	va, hs := hostGranules(t, f, d, ng+1, ng) // the last granule stays unmapped
 	dp, err := d.MemAlloc(ng * gran)
 	must(t, "MemAlloc", err)
-	wantCopies(t, "before any access", copies(d, dp, va, 16), cuda.ErrInvalidValue)
+	wantCopies(t, "before any access", copies(d, dp, va, 16), pinmalloc.ErrInvalidValue)
 	must(t, "MemSetAccess(host)", f.MemSetAccess(d, va, ng*gran, Access{hostLoc, rw}))
-	wantCopies(t, "with only the host granted access", copies(d, dp, va, 16), cuda.ErrInvalidValue)
+	wantCopies(t, "with only the host granted access", copies(d, dp, va, 16), pinmalloc.ErrInvalidValue)
 	must(t, "MemSetAccess(device)", f.MemSetAccess(d, va, (ng-1)*gran, Access{dev0, rw}))
-	wantCopies(t, "reaching a granule without device access", copies(d, dp, va+gran, (ng-1)*gran), cuda.ErrInvalidValue)
+	wantCopies(t, "reaching a granule without device access", copies(d, dp, va+gran, (ng-1)*gran), pinmalloc.ErrInvalidValue)
 	must(t, "MemSetAccess(device)", f.MemSetAccess(d, va+(ng-1)*gran, gran, Access{dev0, rw}))
 
 	src := mem.Bytes(va, ng*gran)
@@ -125,8 +126,8 @@ func TestCopyHostVMM(t *testing.T) {
 	if c := counts(f); c[0]-before[0] != 2 || c[2] != before[2] {
 		t.Errorf("copies over host granules not counted pinned: %v -> %v", before, c)
 	}
-	wantCopies(t, "running into unmapped reserved space", copies(d, dp, va+(ng-1)*gran, gran+1), cuda.ErrInvalidValue)
-	wantCopies(t, "running past the reservation", copies(d, dp, va+ng*gran-16, 32), cuda.ErrInvalidValue)
+	wantCopies(t, "running into unmapped reserved space", copies(d, dp, va+(ng-1)*gran, gran+1), pinmalloc.ErrInvalidValue)
+	wantCopies(t, "running past the reservation", copies(d, dp, va+ng*gran-16, 32), pinmalloc.ErrInvalidValue)
 
 	// Device reads of host granules (zero copy): DtoD from them, memset of them.
 	must(t, "DtoD from host granules", d.MemcpyDtoD(dp, va, ng*gran))
@@ -138,7 +139,7 @@ func TestCopyHostVMM(t *testing.T) {
 	// Decommit a middle granule: copies across it fail, a fresh one reads zero.
 	must(t, "MemUnmap", d.MemUnmap(va+3*gran, gran))
 	must(t, "MemRelease", f.MemRelease(d, hs[3]))
-	wantCopies(t, "across a decommitted granule", copies(d, dp, va+2*gran, 2*gran), cuda.ErrInvalidValue)
+	wantCopies(t, "across a decommitted granule", copies(d, dp, va+2*gran, 2*gran), pinmalloc.ErrInvalidValue)
 	hs[3], err = f.MemCreate(d, gran, hostLoc, 0)
 	must(t, "MemCreate", err)
 	must(t, "MemMap", d.MemMap(va+3*gran, gran, hs[3]))
@@ -147,7 +148,7 @@ func TestCopyHostVMM(t *testing.T) {
 		t.Error("a recommitted host granule does not read zero")
 	}
 	wantCopies(t, "across a recommitted granule", copies(d, dp, va+2*gran, 2*gran), nil)
-	wantErr(t, "MemHostRegister of mapped host granules", d.MemHostRegister(va, gran, 0), cuda.ErrAlreadyRegistered)
+	wantErr(t, "MemHostRegister of mapped host granules", d.MemHostRegister(va, gran, 0), pinmalloc.ErrAlreadyRegistered)
 	must(t, "MemFree", d.MemFree(dp))
 	freeGranules(t, f, d, va, ng+1, hs)
 }
@@ -164,8 +165,8 @@ func TestCopyTwoDevices(t *testing.T) {
 	must(t, "MemSetAccess(device 0)", f.MemSetAccess(d0, va, gran, Access{dev0, rw}, Access{hostLoc, rw}))
 	dp1, err := d1.MemAlloc(gran)
 	must(t, "MemAlloc on device 1", err)
-	wantCopies(t, "by device 1 without access", copies(d1, dp1, va, gran), cuda.ErrInvalidValue)
-	wantErr(t, "DtoD by device 1 without access", d1.MemcpyDtoD(dp1, va, gran), cuda.ErrInvalidValue)
+	wantCopies(t, "by device 1 without access", copies(d1, dp1, va, gran), pinmalloc.ErrInvalidValue)
+	wantErr(t, "DtoD by device 1 without access", d1.MemcpyDtoD(dp1, va, gran), pinmalloc.ErrInvalidValue)
 	must(t, "MemSetAccess(device 1)", f.MemSetAccess(d0, va, gran, Access{cuda.MemLocation{Type: locDevice, ID: 1}, rw}))
 	wantCopies(t, "by device 1 with access", copies(d1, dp1, va, gran), nil)
 	must(t, "MemFree", d1.MemFree(dp1))
@@ -206,11 +207,11 @@ func TestCopyRulesOtherPaths(t *testing.T) {
 		}
 	}
 	want("inside one registration", paths(base+100, gran-100), nil)
-	want("across two registrations", paths(base+gran/2, gran), cuda.ErrInvalidValue)
+	want("across two registrations", paths(base+gran/2, gran), pinmalloc.ErrInvalidValue)
 
 	va, hs := hostGranules(t, f, d, 2, 2)
 	must(t, "MemSetAccess(host)", f.MemSetAccess(d, va, 2*gran, Access{hostLoc, rw}))
-	want("host granules without device access", paths(va, 2*gran), cuda.ErrInvalidValue)
+	want("host granules without device access", paths(va, 2*gran), pinmalloc.ErrInvalidValue)
 	must(t, "MemSetAccess(device)", f.MemSetAccess(d, va, 2*gran, Access{dev0, rw}))
 	want("host granules with device access", paths(va, 2*gran), nil)
 

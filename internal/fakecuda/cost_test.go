@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -135,7 +136,7 @@ func TestFakeCostModel(t *testing.T) {
 	must(t, "record", d.EventRecord(e0, s))
 	must(t, "copy", copyOne())
 	must(t, "record", d.EventRecord(e1, s))
-	if _, err := d.EventElapsed(e0, e1); !errors.Is(err, cuda.ErrNotReady) {
+	if _, err := d.EventElapsed(e0, e1); !errors.Is(err, pinmalloc.ErrNotReady) {
 		t.Errorf("elapsed before the records ran: %v, want not ready", err)
 	}
 	f.Hold(false)

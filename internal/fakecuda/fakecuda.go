@@ -37,6 +37,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -331,9 +332,9 @@ func GPU(tb testing.TB, ordinal int) *cuda.Device {
 	}
 	dev, err := openDevice(ordinal)
 	switch {
-	case errors.Is(err, cuda.ErrNoDriver):
+	case errors.Is(err, pinmalloc.ErrNoDriver):
 		tb.Skipf("no CUDA driver: %v", err)
-	case errors.Is(err, cuda.ErrNoDevice):
+	case errors.Is(err, pinmalloc.ErrNoDevice):
 		tb.Skipf("no CUDA device: %v", err)
 	case err != nil:
 		tb.Fatalf("fakecuda.GPU: the driver loads but device %d does not open: %v", ordinal, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -51,7 +52,7 @@ func TestFake(t *testing.T) {
 	if !bytes.Equal(src, dst) {
 		t.Error("round trip changed the data")
 	}
-	if err := d.MemsetD8(p+1<<20, 0, 1); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.MemsetD8(p+1<<20, 0, 1); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("memset past the allocation = %v, want ErrInvalidValue", err)
 	}
 	if f.Used(0) != 1<<20 {
@@ -86,14 +87,14 @@ func TestFake(t *testing.T) {
 	must(t, "MemUnmap", d.MemUnmap(va+g, g))
 	must(t, "MemAddressFree", d.MemAddressFree(va, 4*g))
 	f.SetMemory(0, 4*g)
-	if _, err := d.MemCreate(8 * g); !errors.Is(err, cuda.ErrOutOfMemory) {
+	if _, err := d.MemCreate(8 * g); !errors.Is(err, pinmalloc.ErrOutOfMemory) {
 		t.Errorf("MemCreate beyond memory = %v", err)
 	}
 
 	// Registration needs readable memory and refuses overlaps.
 	buf := make([]byte, 1<<16)
 	must(t, "MemHostRegister", d.MemHostRegister(mem.Addr(buf), 1<<16, cuda.HostRegisterDeviceMap))
-	if err := d.MemHostRegister(mem.Addr(buf)+4096, 4096, 0); !errors.Is(err, cuda.ErrAlreadyRegistered) {
+	if err := d.MemHostRegister(mem.Addr(buf)+4096, 4096, 0); !errors.Is(err, pinmalloc.ErrAlreadyRegistered) {
 		t.Errorf("overlapping register = %v", err)
 	}
 	if dp, err := d.MemHostGetDevicePointer(mem.Addr(buf) + 8); err != nil || dp != mem.Addr(buf)+8 {
@@ -102,12 +103,12 @@ func TestFake(t *testing.T) {
 	must(t, "MemHostUnregister", d.MemHostUnregister(mem.Addr(buf)))
 	// A device pointer needs the DEVICEMAP flag.
 	must(t, "MemHostRegister without DEVICEMAP", d.MemHostRegister(mem.Addr(buf), 1<<16, 0))
-	if _, err := d.MemHostGetDevicePointer(mem.Addr(buf)); !errors.Is(err, cuda.ErrInvalidValue) {
+	if _, err := d.MemHostGetDevicePointer(mem.Addr(buf)); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("device pointer of a registration without DEVICEMAP = %v", err)
 	}
 	must(t, "MemHostUnregister", d.MemHostUnregister(mem.Addr(buf)))
 	f.FailRegister(1, ResultOutOfMemory)
-	if err := d.MemHostRegister(mem.Addr(buf), 1<<16, 0); !errors.Is(err, cuda.ErrOutOfMemory) {
+	if err := d.MemHostRegister(mem.Addr(buf), 1<<16, 0); !errors.Is(err, pinmalloc.ErrOutOfMemory) {
 		t.Errorf("injected failure = %v", err)
 	}
 
@@ -118,10 +119,10 @@ func TestFake(t *testing.T) {
 	must(t, "EventCreate", err)
 	f.Hold(true)
 	must(t, "EventRecord", d.EventRecord(ev, s))
-	if err := d.EventQuery(ev); !errors.Is(err, cuda.ErrNotReady) {
+	if err := d.EventQuery(ev); !errors.Is(err, pinmalloc.ErrNotReady) {
 		t.Errorf("held event query = %v", err)
 	}
-	if err := d.StreamQuery(s); !errors.Is(err, cuda.ErrNotReady) {
+	if err := d.StreamQuery(s); !errors.Is(err, pinmalloc.ErrNotReady) {
 		t.Errorf("held stream query = %v", err)
 	}
 	if f.Pending() != 1 {
@@ -133,14 +134,14 @@ func TestFake(t *testing.T) {
 	must(t, "EventSynchronize", d.EventSynchronize(ev))
 	must(t, "EventQuery", d.EventQuery(ev))
 	queries := f.Stat(StreamQueries)
-	if err := d.StreamQuery(12345); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := d.StreamQuery(12345); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("bogus stream query = %v", err)
 	}
 	must(t, "EventDestroy", d.EventDestroy(ev))
 	must(t, "StreamDestroy", d.StreamDestroy(s))
 	// A destroyed stream is an invalid handle (the fake keeps it, for the events recorded on
 	// it, but refuses it); every query counts.
-	if err := d.StreamQuery(s); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := d.StreamQuery(s); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("query of a destroyed stream = %v", err)
 	}
 	if n := f.Stat(StreamQueries) - queries; n != 2 {
@@ -156,7 +157,7 @@ func TestWithoutDriver(t *testing.T) {
 	if !RunWithoutDriver(t) {
 		return
 	}
-	if _, err := cuda.Open(0); !errors.Is(err, cuda.ErrNoDriver) {
+	if _, err := cuda.Open(0); !errors.Is(err, pinmalloc.ErrNoDriver) {
 		t.Fatalf("Open without a driver = %v", err)
 	}
 }

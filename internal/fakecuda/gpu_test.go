@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -40,10 +41,10 @@ func TestGPUSkipsOnlyWithoutAGPU(t *testing.T) {
 		skip bool
 		word string
 	}{
-		{fmt.Errorf("cuda: dlopen libcuda.so.1: %w", cuda.ErrNoDriver), true, "no CUDA driver"},
-		{fmt.Errorf("cuda: cuDeviceGet(0): %w", cuda.ErrNoDevice), true, "no CUDA device"},
-		{fmt.Errorf("cuda: cuDevicePrimaryCtxRetain: %w", cuda.ErrOutOfMemory), false, "does not open"},
-		{fmt.Errorf("cuda: cuMemPoolCreate: %w", cuda.ErrSymbol), false, "does not open"},
+		{fmt.Errorf("cuda: dlopen libcuda.so.1: %w", pinmalloc.ErrNoDriver), true, "no CUDA driver"},
+		{fmt.Errorf("cuda: cuDeviceGet(0): %w", pinmalloc.ErrNoDevice), true, "no CUDA device"},
+		{fmt.Errorf("cuda: cuDevicePrimaryCtxRetain: %w", pinmalloc.ErrOutOfMemory), false, "does not open"},
+		{fmt.Errorf("cuda: cuMemPoolCreate: %w", pinmalloc.ErrSymbol), false, "does not open"},
 		{errors.New("cuda: CUDA_ERROR_UNKNOWN"), false, "does not open"},
 	} {
 		openDevice = func(int) (*cuda.Device, error) { return nil, c.err }

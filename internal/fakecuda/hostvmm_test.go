@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -86,17 +87,17 @@ func TestHostVMMProperties(t *testing.T) {
 	}
 	current := cuda.MemLocation{Type: locHostNUMACurrent}
 	_, err := f.Granularity(d, current)
-	wantErr(t, "granularity at HOST_NUMA_CURRENT", err, cuda.ErrInvalidValue)
+	wantErr(t, "granularity at HOST_NUMA_CURRENT", err, pinmalloc.ErrInvalidValue)
 	_, err = f.MemCreate(d, gran, current, 0)
-	wantErr(t, "MemCreate at HOST_NUMA_CURRENT", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemCreate at HOST_NUMA_CURRENT", err, pinmalloc.ErrInvalidValue)
 	_, err = f.MemCreate(d, gran, numa(1), 0)
-	wantErr(t, "MemCreate at NUMA node 1 of 1", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemCreate at NUMA node 1 of 1", err, pinmalloc.ErrInvalidValue)
 	_, err = f.MemCreate(d, gran, hostLoc, 1) // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-	wantErr(t, "MemCreate(host) with a shareable handle type", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemCreate(host) with a shareable handle type", err, pinmalloc.ErrInvalidValue)
 	_, err = f.MemCreate(d, gran+4096, hostLoc, 0)
-	wantErr(t, "MemCreate(host) of a size not a granule multiple", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemCreate(host) of a size not a granule multiple", err, pinmalloc.ErrInvalidValue)
 	_, err = f.MemCreate(d, gran, cuda.MemLocation{Type: 9}, 0)
-	wantErr(t, "MemCreate at location type 9", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemCreate at location type 9", err, pinmalloc.ErrInvalidValue)
 
 	if f.SetNUMANodes(0) || !f.SetNUMANodes(2) {
 		t.Fatal("SetNUMANodes accepted 0 or refused 2")
@@ -116,9 +117,9 @@ func TestHostVMMProperties(t *testing.T) {
 		}
 	}
 	_, err = f.MemCreate(d, gran, hostLoc, 0)
-	wantErr(t, "MemCreate(host) without host VMM", err, cuda.ErrNotSupported)
+	wantErr(t, "MemCreate(host) without host VMM", err, pinmalloc.ErrNotSupported)
 	_, err = f.Granularity(d, numa(0))
-	wantErr(t, "granularity at a host location without host VMM", err, cuda.ErrNotSupported)
+	wantErr(t, "granularity at a host location without host VMM", err, pinmalloc.ErrNotSupported)
 	h, err = d.MemCreate(gran) // device VMM still works
 	must(t, "MemCreate(device) without host VMM", err)
 	must(t, "MemRelease", d.MemRelease(h))
@@ -156,9 +157,9 @@ func TestHostVMMAccess(t *testing.T) {
 	// A HOST_NUMA access descriptor's id is ignored (documented).
 	must(t, "MemSetAccess(HOST_NUMA 7)", f.MemSetAccess(d, va, gran, Access{cuda.MemLocation{Type: locHostNUMA, ID: 7}, rw}))
 	err := f.MemSetAccess(d, va, gran, Access{cuda.MemLocation{Type: locHostNUMACurrent}, rw})
-	wantErr(t, "MemSetAccess for HOST_NUMA_CURRENT", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemSetAccess for HOST_NUMA_CURRENT", err, pinmalloc.ErrInvalidValue)
 	err = f.MemSetAccess(d, va, gran, Access{dev0, 2})
-	wantErr(t, "MemSetAccess with flags 2", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemSetAccess with flags 2", err, pinmalloc.ErrInvalidValue)
 
 	// Device memory cannot be granted to the host.
 	dva, err := d.MemAddressReserve(gran, 0)
@@ -167,7 +168,7 @@ func TestHostVMMAccess(t *testing.T) {
 	must(t, "MemCreate", err)
 	must(t, "MemMap", d.MemMap(dva, gran, dh))
 	err = f.MemSetAccess(d, dva, gran, Access{dev0, rw}, Access{hostLoc, rw})
-	wantErr(t, "MemSetAccess(host) on device memory", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemSetAccess(host) on device memory", err, pinmalloc.ErrInvalidValue)
 	must(t, "MemUnmap", d.MemUnmap(dva, gran))
 	must(t, "MemRelease", d.MemRelease(dh))
 	must(t, "MemAddressFree", d.MemAddressFree(dva, gran))
@@ -175,6 +176,6 @@ func TestHostVMMAccess(t *testing.T) {
 	// Revoking the device's access makes device-side use fail.
 	must(t, "MemsetD8 with access", d.MemsetD8(va+gran, 1, 16))
 	must(t, "MemSetAccess(device, none)", f.MemSetAccess(d, va+gran, gran, Access{dev0, AccessNone}))
-	wantErr(t, "MemsetD8 after the device's access is revoked", d.MemsetD8(va+gran, 1, 16), cuda.ErrInvalidValue)
+	wantErr(t, "MemsetD8 after the device's access is revoked", d.MemsetD8(va+gran, 1, 16), pinmalloc.ErrInvalidValue)
 	freeGranules(t, f, d, va, 2, hs)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -79,7 +80,7 @@ func TestFakeKernel(t *testing.T) {
 	fn, err := d.ModuleGetFunction(m, "pinmalloc_gather")
 	must(t, "ModuleGetFunction", err)
 	wantCode(t, "missing function", func() error { _, err := d.ModuleGetFunction(m, "nope"); return err }(), 500)
-	if _, err := d.ModuleGetFunction(m+8, "pinmalloc_gather"); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if _, err := d.ModuleGetFunction(m+8, "pinmalloc_gather"); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("function of a bad module = %v", err)
 	}
 	other, err := d.ModuleGetFunction(m, "other")
@@ -142,20 +143,20 @@ func TestFakeKernel(t *testing.T) {
 		{"block product too big", one, cuda.Dim3{X: 512, Y: 4, Z: 1}, 0},
 		{"shared memory", one, block, 64 << 10},
 	} {
-		if err := d.LaunchKernel(fn, c.grid, c.block, c.shmem, s, uint64(jobs), 1); !errors.Is(err, cuda.ErrInvalidValue) {
+		if err := d.LaunchKernel(fn, c.grid, c.block, c.shmem, s, uint64(jobs), 1); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 			t.Errorf("%s: %v, want ErrInvalidValue", c.name, err)
 		}
 	}
-	if err := d.LaunchKernel(fn, one, block, 0, s); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.LaunchKernel(fn, one, block, 0, s); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("launch without parameters: %v", err)
 	}
-	if err := d.LaunchKernel(fn+1, one, block, 0, s, uint64(jobs), 1); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := d.LaunchKernel(fn+1, one, block, 0, s, uint64(jobs), 1); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("bad function: %v", err)
 	}
-	if err := d.LaunchKernel(fn, one, block, 0, s+8, uint64(jobs), 1); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := d.LaunchKernel(fn, one, block, 0, s+8, uint64(jobs), 1); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("bad stream: %v", err)
 	}
-	if err := d.LaunchKernel(other, one, block, 0, s, 1); !errors.Is(err, cuda.ErrNotSupported) {
+	if err := d.LaunchKernel(other, one, block, 0, s, 1); !errors.Is(err, pinmalloc.ErrNotSupported) {
 		t.Errorf("a kernel the fake cannot run: %v", err)
 	}
 	f.FailLaunch(1, ResultLaunchFailed)
@@ -185,10 +186,10 @@ func TestFakeKernel(t *testing.T) {
 	f.ClearStickyError()
 
 	must(t, "ModuleUnload", d.ModuleUnload(m))
-	if err := d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("launch after unload: %v", err)
 	}
-	if err := d.ModuleUnload(m); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := d.ModuleUnload(m); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("second unload: %v", err)
 	}
 	f.FailModuleLoad(1, ResultInvalidPTX)
@@ -239,13 +240,13 @@ func TestFakeCopiesAndStreams(t *testing.T) {
 	if !bytes.Equal(page, src[:4096]) {
 		t.Error("copy to pageable memory")
 	}
-	if err := d.MemcpyAsync(dev+n-8, host, 64, s); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.MemcpyAsync(dev+n-8, host, 64, s); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("copy past the device allocation: %v", err)
 	}
-	if err := d.MemcpyAsync(dev, host+2*n-8, 64, s); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.MemcpyAsync(dev, host+2*n-8, 64, s); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("copy past the host allocation: %v", err)
 	}
-	if err := d.MemcpyAsync(dev, host, 64, s+8); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := d.MemcpyAsync(dev, host, 64, s+8); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("copy on a bad stream: %v", err)
 	}
 
@@ -262,19 +263,19 @@ func TestFakeCopiesAndStreams(t *testing.T) {
 	if got := mem.Bytes(host+n, 3*4096+5); !bytes.Equal(got, src[:3*4096+5]) {
 		t.Error("MemcpyBatchAsync moved the wrong bytes")
 	}
-	if err := d.MemcpyBatchAsync(dsts, srcs, sizes, 0, 0); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.MemcpyBatchAsync(dsts, srcs, sizes, 0, 0); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("batch on the legacy stream: %v", err)
 	}
-	if err := d.MemcpyBatchAsync(dsts, srcs, []uintptr{4096, 0, 5}, 0, s); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.MemcpyBatchAsync(dsts, srcs, []uintptr{4096, 0, 5}, 0, s); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("batch with a zero size: %v", err)
 	}
-	if err := d.MemcpyBatchAsync(dsts, srcs, []uintptr{4096, n, 5}, 0, s); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.MemcpyBatchAsync(dsts, srcs, []uintptr{4096, n, 5}, 0, s); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("batch past the end: %v", err)
 	}
-	if err := d.MemcpyBatchAsync(dsts, srcs[:2], sizes, 0, s); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.MemcpyBatchAsync(dsts, srcs[:2], sizes, 0, s); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("batch with mismatched slices: %v", err)
 	}
-	if err := d.MemcpyBatchAsync(dsts, srcs, sizes, 2, s); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := d.MemcpyBatchAsync(dsts, srcs, sizes, 2, s); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("batch with bad flags: %v", err)
 	}
 	if f.Batches() != 1 || f.Memcpys() != 3 {
@@ -291,16 +292,16 @@ func TestFakeCopiesAndStreams(t *testing.T) {
 	f.Hold(true)
 	must(t, "EventRecord", d.EventRecord(ev, s))
 	must(t, "StreamWaitEvent", d.StreamWaitEvent(low, ev))
-	if err := d.StreamQuery(low); !errors.Is(err, cuda.ErrNotReady) {
+	if err := d.StreamQuery(low); !errors.Is(err, pinmalloc.ErrNotReady) {
 		t.Errorf("stream waiting on a pending event: %v", err)
 	}
 	f.Complete()
 	f.Hold(false)
 	must(t, "StreamQuery after completion", d.StreamQuery(low))
-	if err := d.StreamWaitEvent(low, ev+8); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := d.StreamWaitEvent(low, ev+8); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("wait on a bad event: %v", err)
 	}
-	if err := d.StreamWaitEvent(s+8, ev); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := d.StreamWaitEvent(s+8, ev); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
 		t.Errorf("wait on a bad stream: %v", err)
 	}
 }

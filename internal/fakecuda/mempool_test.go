@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -43,8 +44,8 @@ func TestFakeHostPoolInvisibleUntilSetAccess(t *testing.T) {
 	dst, err := d.MemAlloc(n)
 	must(t, "MemAlloc", err)
 	defer func() { must(t, "MemFree", d.MemFree(dst)) }()
-	wantErr(t, "HtoD from a host pool without access", d.MemcpyHtoDAsync(dst, uintptr(h), n, s), cuda.ErrInvalidValue)
-	wantErr(t, "DtoH into a host pool without access", d.MemcpyDtoHAsync(uintptr(h), dst, n, s), cuda.ErrInvalidValue)
+	wantErr(t, "HtoD from a host pool without access", d.MemcpyHtoDAsync(dst, uintptr(h), n, s), pinmalloc.ErrInvalidValue)
+	wantErr(t, "DtoH into a host pool without access", d.MemcpyDtoHAsync(uintptr(h), dst, n, s), pinmalloc.ErrInvalidValue)
 	must(t, "MemPoolSetAccess", d.MemPoolSetAccess(p, []cuda.MemLocation{dev0}, false))
 	must(t, "HtoD with access", d.MemcpyHtoDAsync(dst, uintptr(h), n, s))
 	h2, err := d.MemAllocFromPoolAsync(n, p, s) // a later allocation: access already granted
@@ -60,16 +61,16 @@ func TestFakeHostPoolInvisibleUntilSetAccess(t *testing.T) {
 	if before := f.Stat(PinnedCopies); before < 2 {
 		t.Errorf("pinned copies %d: a host pool's copies are pinned copies", before)
 	}
-	wantErr(t, "MemPoolSetAccess for a device that does not exist", d.MemPoolSetAccess(p, []cuda.MemLocation{{Type: cuda.LocationDevice, ID: 5}}, false), cuda.ErrInvalidValue)
+	wantErr(t, "MemPoolSetAccess for a device that does not exist", d.MemPoolSetAccess(p, []cuda.MemLocation{{Type: cuda.LocationDevice, ID: 5}}, false), pinmalloc.ErrInvalidValue)
 	must(t, "MemFreeAsync", d.MemFreeAsync(h, s))
 	must(t, "MemFreeAsync", d.MemFreeAsync(h2, s))
 	must(t, "MemPoolSetAttribute(threshold max)", d.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, math.MaxUint64))
 	must(t, "StreamSynchronize", d.StreamSynchronize(s))
-	wantErr(t, "HtoD from a block freed back to the pool", d.MemcpyHtoDAsync(dst, uintptr(h), n, s), cuda.ErrInvalidValue)
+	wantErr(t, "HtoD from a block freed back to the pool", d.MemcpyHtoDAsync(dst, uintptr(h), n, s), pinmalloc.ErrInvalidValue)
 	must(t, "MemPoolSetAccess revoke", d.MemPoolSetAccess(p, []cuda.MemLocation{dev0}, true))
 	h3, err := d.MemAllocFromPoolAsync(n, p, s)
 	must(t, "MemAllocFromPoolAsync", err)
-	wantErr(t, "HtoD after the access is revoked", d.MemcpyHtoDAsync(dst, uintptr(h3), n, s), cuda.ErrInvalidValue)
+	wantErr(t, "HtoD after the access is revoked", d.MemcpyHtoDAsync(dst, uintptr(h3), n, s), pinmalloc.ErrInvalidValue)
 	must(t, "MemFreeAsync", d.MemFreeAsync(h3, s))
 	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 }
@@ -85,11 +86,11 @@ func TestFakeHostPoolCannotBeExported(t *testing.T) {
 	const posixFD = 1 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 	for _, loc := range []cuda.MemLocation{hostNUMA0, {Type: cuda.LocationHost}} {
 		_, err := d.MemPoolCreate(cuda.MemPoolProps{Location: loc, HandleTypes: posixFD})
-		wantErr(t, "MemPoolCreate of an exportable host pool", err, cuda.ErrNotSupported)
+		wantErr(t, "MemPoolCreate of an exportable host pool", err, pinmalloc.ErrNotSupported)
 	}
 	for _, loc := range []cuda.MemLocation{{Type: 4}, {Type: cuda.LocationHostNUMA, ID: 5}, {Type: cuda.LocationDevice, ID: 3}} {
 		_, err := d.MemPoolCreate(cuda.MemPoolProps{Location: loc})
-		wantErr(t, "MemPoolCreate at a bad location", err, cuda.ErrInvalidValue)
+		wantErr(t, "MemPoolCreate at a bad location", err, pinmalloc.ErrInvalidValue)
 	}
 	p, err := d.MemPoolCreate(cuda.MemPoolProps{Location: dev0, HandleTypes: posixFD})
 	must(t, "MemPoolCreate of an exportable device pool", err)
@@ -146,7 +147,7 @@ func TestFakePoolReleaseThreshold(t *testing.T) {
 	if used, _ := d.MemPoolGetAttribute(p, cuda.PoolAttrUsedMemCurrent); used != 0 {
 		t.Errorf("used %d with nothing live", used)
 	}
-	wantErr(t, "setting the reserved figure", d.MemPoolSetAttribute(p, cuda.PoolAttrReservedMemCurrent, 0), cuda.ErrInvalidValue)
+	wantErr(t, "setting the reserved figure", d.MemPoolSetAttribute(p, cuda.PoolAttrReservedMemCurrent, 0), pinmalloc.ErrInvalidValue)
 	must(t, "MemPoolTrimTo", d.MemPoolTrimTo(p, 0))
 	if got := reserved(); got != 0 {
 		t.Errorf("after MemPoolTrimTo(0): reserved %d", got)
@@ -163,7 +164,7 @@ func TestFakeHostPoolsNeedCUDA126(t *testing.T) {
 	f.SetHostPools(false)
 	defer f.SetHostPools(true)
 	_, err := d.MemPoolCreate(cuda.MemPoolProps{Location: hostNUMA0})
-	wantErr(t, "MemPoolCreate(host NUMA) on an old driver", err, cuda.ErrNotSupported)
+	wantErr(t, "MemPoolCreate(host NUMA) on an old driver", err, pinmalloc.ErrNotSupported)
 	p, err := d.MemPoolCreate(cuda.MemPoolProps{Location: dev0})
 	must(t, "MemPoolCreate(device)", err)
 	must(t, "MemPoolDestroy", d.MemPoolDestroy(p))

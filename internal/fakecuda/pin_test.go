@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -105,7 +106,7 @@ func TestFailAfter(t *testing.T) {
 	for i := range 4 {
 		h, err := f.MemCreate(d, gran, hostLoc, 0)
 		if i == 2 {
-			wantErr(t, "the third cuMemCreate", err, cuda.ErrOutOfMemory)
+			wantErr(t, "the third cuMemCreate", err, pinmalloc.ErrOutOfMemory)
 			continue
 		}
 		must(t, "MemCreate", err)
@@ -113,11 +114,11 @@ func TestFailAfter(t *testing.T) {
 	}
 	f.FailAfter(CallMap, 1, ResultInvalidValue)
 	must(t, "first MemMap", d.MemMap(va, gran, hs[0]))
-	wantErr(t, "second MemMap", d.MemMap(va+gran, gran, hs[1]), cuda.ErrInvalidValue)
+	wantErr(t, "second MemMap", d.MemMap(va+gran, gran, hs[1]), pinmalloc.ErrInvalidValue)
 	must(t, "MemMap again", d.MemMap(va+gran, gran, hs[1]))
 	f.FailAfter(CallAccess, 0, ResultNotSupported)
 	acc := Access{hostLoc, rw}
-	wantErr(t, "MemSetAccess", f.MemSetAccess(d, va, 2*gran, acc), cuda.ErrNotSupported)
+	wantErr(t, "MemSetAccess", f.MemSetAccess(d, va, 2*gran, acc), pinmalloc.ErrNotSupported)
 	must(t, "MemSetAccess again", f.MemSetAccess(d, va, 2*gran, acc))
 	must(t, "MemUnmap", d.MemUnmap(va, 2*gran))
 	for _, h := range hs {
@@ -129,7 +130,7 @@ func TestFailAfter(t *testing.T) {
 	must(t, "mmap", err)
 	defer unix.Munmap(b)
 	f.FailAfter(CallRegister, 0, ResultOutOfMemory)
-	wantErr(t, "MemHostRegister", d.MemHostRegister(mem.Addr(b), gran, 0), cuda.ErrOutOfMemory)
+	wantErr(t, "MemHostRegister", d.MemHostRegister(mem.Addr(b), gran, 0), pinmalloc.ErrOutOfMemory)
 	must(t, "MemHostRegister again", d.MemHostRegister(mem.Addr(b), gran, 0))
 	must(t, "MemHostUnregister", d.MemHostUnregister(mem.Addr(b)))
 	if live := f.LiveObjects(); len(live) != 1 || live["retains"] != 1 {
@@ -180,9 +181,9 @@ func TestNUMAControls(t *testing.T) {
 		t.Errorf("attribute 141 while refusing (attribute kept) = %d", v)
 	}
 	_, err = f.MemCreate(d, gran, numa1, 0)
-	wantErr(t, "MemCreate at HOST_NUMA refused", err, cuda.ErrNotSupported)
+	wantErr(t, "MemCreate at HOST_NUMA refused", err, pinmalloc.ErrNotSupported)
 	_, err = f.Granularity(d, numa1)
-	wantErr(t, "granularity at HOST_NUMA refused", err, cuda.ErrNotSupported)
+	wantErr(t, "granularity at HOST_NUMA refused", err, pinmalloc.ErrNotSupported)
 	h3, err := f.MemCreate(d, gran, hostLoc, 0)
 	must(t, "MemCreate at HOST while HOST_NUMA is refused", err)
 	f.RefuseHostNUMA(true, false)
@@ -196,7 +197,7 @@ func TestNUMAControls(t *testing.T) {
 	for _, h := range []cuda.MemHandle{h1, h2, h3} {
 		must(t, "MemRelease", f.MemRelease(d, h))
 	}
-	if errors.Is(nil, cuda.ErrNotSupported) {
+	if errors.Is(nil, pinmalloc.ErrNotSupported) {
 		t.Fatal("unreachable")
 	}
 }

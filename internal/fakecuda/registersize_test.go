@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -23,7 +23,7 @@ func TestRegisterSizeLimit(t *testing.T) {
 	}
 	defer unix.Munmap(b)
 	p := mem.Addr(b)
-	wantErr(t, "MemHostRegister of 512 GiB", d.MemHostRegister(p, limit, 0), cuda.ErrInvalidValue)
+	wantErr(t, "MemHostRegister of 512 GiB", d.MemHostRegister(p, limit, 0), pinmalloc.ErrInvalidValue)
 	must(t, "MemHostRegister of 4 GiB", d.MemHostRegister(p, 4<<30, 0))
 	must(t, "MemHostUnregister", d.MemHostUnregister(p))
 }

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -19,19 +20,19 @@ func TestVMMRules(t *testing.T) {
 	must(t, "MemAddressReserve", err)
 	big, err := d.MemCreate(2 * gran)
 	must(t, "MemCreate", err)
-	wantErr(t, "MemMap at an address not a granule multiple", d.MemMap(va+4096, 2*gran, big), cuda.ErrInvalidValue)
-	wantErr(t, "MemMap of a size not a granule multiple", d.MemMap(va, gran+4096, big), cuda.ErrInvalidValue)
-	wantErr(t, "MemMap of more than the allocation", d.MemMap(va, 3*gran, big), cuda.ErrInvalidValue)
-	wantErr(t, "MemMap running out of the reservation", d.MemMap(va+7*gran, 2*gran, big), cuda.ErrInvalidValue)
+	wantErr(t, "MemMap at an address not a granule multiple", d.MemMap(va+4096, 2*gran, big), pinmalloc.ErrInvalidValue)
+	wantErr(t, "MemMap of a size not a granule multiple", d.MemMap(va, gran+4096, big), pinmalloc.ErrInvalidValue)
+	wantErr(t, "MemMap of more than the allocation", d.MemMap(va, 3*gran, big), pinmalloc.ErrInvalidValue)
+	wantErr(t, "MemMap running out of the reservation", d.MemMap(va+7*gran, 2*gran, big), pinmalloc.ErrInvalidValue)
 	must(t, "MemMap", d.MemMap(va, 2*gran, big))
 	small, err := d.MemCreate(gran)
 	must(t, "MemCreate", err)
-	wantErr(t, "MemMap over a mapped range", d.MemMap(va+gran, gran, small), cuda.ErrInvalidValue)
+	wantErr(t, "MemMap over a mapped range", d.MemMap(va+gran, gran, small), pinmalloc.ErrInvalidValue)
 	must(t, "MemMap", d.MemMap(va+2*gran, gran, small))
 
-	wantErr(t, "MemSetAccess of a range not fully mapped", d.MemSetAccess(va, 4*gran), cuda.ErrInvalidValue)
-	wantErr(t, "MemSetAccess of part of a mapping", d.MemSetAccess(va, gran), cuda.ErrInvalidValue)
-	wantErr(t, "memset before MemSetAccess", d.MemsetD8(va, 1, 16), cuda.ErrInvalidValue)
+	wantErr(t, "MemSetAccess of a range not fully mapped", d.MemSetAccess(va, 4*gran), pinmalloc.ErrInvalidValue)
+	wantErr(t, "MemSetAccess of part of a mapping", d.MemSetAccess(va, gran), pinmalloc.ErrInvalidValue)
+	wantErr(t, "memset before MemSetAccess", d.MemsetD8(va, 1, 16), pinmalloc.ErrInvalidValue)
 	must(t, "MemSetAccess", d.MemSetAccess(va, 3*gran))
 	if cpuReadable(t, va) {
 		t.Error("the CPU can read device memory")
@@ -49,15 +50,15 @@ func TestVMMRules(t *testing.T) {
 		}
 	}
 
-	wantErr(t, "MemUnmap of part of a mapping", d.MemUnmap(va, gran), cuda.ErrInvalidValue)
-	wantErr(t, "MemUnmap of a range cutting a mapping", d.MemUnmap(va+gran, 2*gran), cuda.ErrInvalidValue)
-	wantErr(t, "MemAddressFree with mappings left", d.MemAddressFree(va, 8*gran), cuda.ErrInvalidValue)
+	wantErr(t, "MemUnmap of part of a mapping", d.MemUnmap(va, gran), pinmalloc.ErrInvalidValue)
+	wantErr(t, "MemUnmap of a range cutting a mapping", d.MemUnmap(va+gran, 2*gran), pinmalloc.ErrInvalidValue)
+	wantErr(t, "MemAddressFree with mappings left", d.MemAddressFree(va, 8*gran), pinmalloc.ErrInvalidValue)
 	must(t, "MemUnmap of two mappings at once", d.MemUnmap(va, 3*gran))
-	wantErr(t, "memset after MemUnmap", d.MemsetD8(va, 1, 16), cuda.ErrInvalidValue)
+	wantErr(t, "memset after MemUnmap", d.MemsetD8(va, 1, 16), pinmalloc.ErrInvalidValue)
 	must(t, "MemRelease", d.MemRelease(big))
 	must(t, "MemRelease", d.MemRelease(small))
-	wantErr(t, "MemRelease twice", d.MemRelease(small), cuda.ErrInvalidValue)
-	wantErr(t, "MemAddressFree of part of a reservation", d.MemAddressFree(va, 4*gran), cuda.ErrInvalidValue)
+	wantErr(t, "MemRelease twice", d.MemRelease(small), pinmalloc.ErrInvalidValue)
+	wantErr(t, "MemAddressFree of part of a reservation", d.MemAddressFree(va, 4*gran), pinmalloc.ErrInvalidValue)
 	must(t, "MemAddressFree", d.MemAddressFree(va, 8*gran))
 }
 
@@ -71,9 +72,9 @@ func TestRegistrationRules(t *testing.T) {
 	buf := make([]byte, 4*65536)
 	base := (mem.Addr(buf) + 65535) &^ 65535
 	must(t, "MemHostRegister", d.MemHostRegister(base, 65536, 0))
-	wantErr(t, "MemHostRegister overlapping the start", d.MemHostRegister(base-4096, 8192, 0), cuda.ErrAlreadyRegistered)
-	wantErr(t, "MemHostRegister overlapping the end", d.MemHostRegister(base+65536-4096, 8192, 0), cuda.ErrAlreadyRegistered)
-	wantErr(t, "MemHostRegister covering it", d.MemHostRegister(base-4096, 2*65536, 0), cuda.ErrAlreadyRegistered)
+	wantErr(t, "MemHostRegister overlapping the start", d.MemHostRegister(base-4096, 8192, 0), pinmalloc.ErrAlreadyRegistered)
+	wantErr(t, "MemHostRegister overlapping the end", d.MemHostRegister(base+65536-4096, 8192, 0), pinmalloc.ErrAlreadyRegistered)
+	wantErr(t, "MemHostRegister covering it", d.MemHostRegister(base-4096, 2*65536, 0), pinmalloc.ErrAlreadyRegistered)
 	must(t, "MemHostRegister beside it", d.MemHostRegister(base+65536, 65536, 0))
 	err := d.MemHostUnregister(base + 4096)
 	if r, ok := err.(cuda.Result); !ok || r != 713 {
@@ -85,6 +86,6 @@ func TestRegistrationRules(t *testing.T) {
 
 	va, err := d.MemAddressReserve(gran, 0)
 	must(t, "MemAddressReserve", err)
-	wantErr(t, "MemHostRegister of reserved, unmapped space", d.MemHostRegister(va, 4096, 0), cuda.ErrInvalidValue)
+	wantErr(t, "MemHostRegister of reserved, unmapped space", d.MemHostRegister(va, 4096, 0), pinmalloc.ErrInvalidValue)
 	must(t, "MemAddressFree", d.MemAddressFree(va, gran))
 }

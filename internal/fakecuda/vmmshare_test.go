@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -43,20 +44,20 @@ func TestShareableRules(t *testing.T) {
 		return
 	}
 	_, err := f.MemCreate(d, gran, hostLoc, HandlePOSIXFD)
-	wantErr(t, "MemCreate(HOST) exportable", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemCreate(HOST) exportable", err, pinmalloc.ErrInvalidValue)
 	_, err = f.MemCreate(d, gran, numa0, 8) // CU_MEM_HANDLE_TYPE_FABRIC
-	wantErr(t, "MemCreate(HOST_NUMA) with the fabric handle type", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemCreate(HOST_NUMA) with the fabric handle type", err, pinmalloc.ErrInvalidValue)
 
 	plain, err := f.MemCreate(d, gran, numa0, 0)
 	must(t, "MemCreate(HOST_NUMA)", err)
 	_, err = f.MemExport(d, plain, HandlePOSIXFD)
-	wantErr(t, "MemExport of a granule not created exportable", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemExport of a granule not created exportable", err, pinmalloc.ErrInvalidValue)
 	must(t, "MemRelease", f.MemRelease(d, plain))
 
 	h, err := f.MemCreate(d, gran, numa0, HandlePOSIXFD)
 	must(t, "MemCreate(HOST_NUMA) exportable", err)
 	_, err = f.MemExport(d, h, 8)
-	wantErr(t, "MemExport as another handle type", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemExport as another handle type", err, pinmalloc.ErrInvalidValue)
 
 	// An import of anything but an export is refused: a pipe, a memfd of the program's own.
 	var p [2]int
@@ -64,19 +65,19 @@ func TestShareableRules(t *testing.T) {
 	defer unix.Close(p[0])
 	defer unix.Close(p[1])
 	_, err = f.MemImport(d, p[0], HandlePOSIXFD)
-	wantErr(t, "MemImport of a pipe", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemImport of a pipe", err, pinmalloc.ErrInvalidValue)
 	own, err := unix.MemfdCreate("mine", 0)
 	must(t, "memfd_create", err)
 	defer unix.Close(own)
 	must(t, "ftruncate", unix.Ftruncate(own, gran))
 	_, err = f.MemImport(d, own, HandlePOSIXFD)
-	wantErr(t, "MemImport of a memfd the driver did not export", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemImport of a memfd the driver did not export", err, pinmalloc.ErrInvalidValue)
 
 	// An export imported in the same process is the same memory.
 	fd, err := f.MemExport(d, h, HandlePOSIXFD)
 	must(t, "MemExport", err)
 	_, err = f.MemImport(d, fd, 2) // CU_MEM_HANDLE_TYPE_WIN32
-	wantErr(t, "MemImport as another handle type", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemImport as another handle type", err, pinmalloc.ErrInvalidValue)
 	h2, err := f.MemImport(d, fd, HandlePOSIXFD)
 	must(t, "MemImport", err)
 	must(t, "close", unix.Close(fd)) // the import keeps the memory, not the caller's descriptor
@@ -148,7 +149,7 @@ func TestShareableBinding(t *testing.T) {
 		return
 	}
 	_, err := d.MemCreateExportable(gran, hostLoc)
-	wantErr(t, "MemCreateExportable(HOST)", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemCreateExportable(HOST)", err, pinmalloc.ErrInvalidValue)
 	h, err := d.MemCreateExportable(gran, numa0)
 	must(t, "MemCreateExportable(HOST_NUMA)", err)
 	fd, err := d.MemExportFD(h)
@@ -157,7 +158,7 @@ func TestShareableBinding(t *testing.T) {
 	h2, err := d.MemImportFD(fd)
 	must(t, "MemImportFD", err)
 	_, err = d.MemImportFD(-1)
-	wantErr(t, "MemImportFD(-1)", err, cuda.ErrInvalidValue)
+	wantErr(t, "MemImportFD(-1)", err, pinmalloc.ErrInvalidValue)
 	va, va2 := mapHandle(t, f, d, h), mapHandle(t, f, d, h2)
 	mem.Bytes(va2, gran)[9] = 99
 	if got := mem.Bytes(va, gran)[9]; got != 99 {

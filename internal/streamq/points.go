@@ -3,6 +3,7 @@ package streamq
 import (
 	"errors"
 
+	"github.com/pinmalloc/pinmalloc"
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
@@ -46,7 +47,7 @@ func PointsOf(dev *cuda.Device) *Points { return NewPoints(dev, cuda.NewEventPoo
 // error, when there is no driver or no such device: nothing then copies asynchronously.
 func Open(ordinal int) (*Points, error) {
 	dev, err := cuda.Open(ordinal)
-	if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
+	if errors.Is(err, pinmalloc.ErrNoDriver) || errors.Is(err, pinmalloc.ErrNoDevice) {
 		return nil, nil
 	}
 	if err != nil {
@@ -119,7 +120,7 @@ func (p *Points) Idle(s Stream) (bool, error) {
 
 // done maps a query's answer: nil is done, ErrNotReady is not, any other is an error.
 func done(err error) (bool, error) {
-	if errors.Is(err, cuda.ErrNotReady) {
+	if errors.Is(err, pinmalloc.ErrNotReady) {
 		return false, nil
 	}
 	return err == nil, err
