@@ -125,5 +125,7 @@ func (g *connGranter) detach() error {
 // Detach leaves the pool: with a Device, it first synchronizes the process's CUDA context, so
 // that no copy queued here still uses the memory; then the process's memory goes back to the
 // owner (buffers still live with it: their handles go stale) and every mapping is removed.
-// Buffers of the pool must not be used in this process afterwards.
+// Buffers of the pool must not be used in this process afterwards. When it returns, the owner
+// has taken the memory back and no longer counts the process (Owner.Attached), so the owner's
+// Close may follow at once.
 func (p *Process) Detach() error { return p.shutdown() }

@@ -123,3 +123,23 @@ func TestDeadGrantsWaitForPeersStreams(t *testing.T) {
 	}
 	_ = dead.Detach() // its socket is gone: the owner took its memory back already
 }
+
+// TestDetachedBeforeDetachReturns checks that a process that Detach has returned for is no
+// longer attached: the owner answers the detach only once it has taken the process's memory
+// back and freed its slot, so that a Close right after it succeeds (the package's Example did
+// that, and failed now and then with ErrAttached).
+func TestDetachedBeforeDetachReturns(t *testing.T) {
+	w, path := serveTest(t, Options{Size: 2 << 20, FallbackPageable: true})
+	for i := range 500 {
+		p, err := Attach(path, AttachOptions{FallbackPageable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Detach(); err != nil {
+			t.Fatal(err)
+		}
+		if n := w.Attached(); n != 0 {
+			t.Fatalf("round %d: %d processes still attached after Detach returned", i, n)
+		}
+	}
+}

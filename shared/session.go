@@ -68,8 +68,7 @@ func (w *Owner) session(c *net.UnixConn) {
 				err = reply(c, stOK, 0)
 			}
 		case opDetach:
-			_ = reply(c, stOK, 0)
-			err = errDetached
+			err = errDetached // answered once its memory is back and its slot free (below)
 		default:
 			err = ErrProtocol
 		}
@@ -90,6 +89,11 @@ func (w *Owner) session(c *net.UnixConn) {
 	delete(w.conns, c)
 	w.cond.Broadcast()
 	w.mu.Unlock()
+	if errors.Is(err, errDetached) {
+		// Only now: a Detach that has returned is no longer attached (a Close right after it
+		// succeeds, Attached no longer counts it).
+		_ = reply(c, stOK, 0)
+	}
 }
 
 var errDetached = errors.New("detached")
