@@ -15,9 +15,9 @@ import (
 )
 
 // TestCUDABatcher loads the kernel (logging the JIT time: about 114 ms the first time on an
-// H100, far less from the driver's cache, and the calibration's table) and moves thousands of scattered blocks host →
-// device → host with every method the driver has, bytes checked; then again with the kernel on
-// a low-priority stream with a bounded grid.
+// H100, far less from the driver's cache, and the calibration's table) and moves thousands of
+// scattered blocks host → device → host with every method the driver has, bytes checked; then
+// again with the kernel on a low-priority stream with a bounded grid.
 func TestCUDABatcher(t *testing.T) {
 	dev := fakecuda.GPU(t, 0)
 	s, err := dev.StreamCreate(true)

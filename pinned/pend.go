@@ -8,27 +8,25 @@ import (
 // FreeAsync's per-shard cache.
 //
 // A FreeAsync of a buffer no stream was recorded on holds it (heap.Group.HoldSized, from any
-// goroutine), and a free of a buffer recorded on one stream only finds it so (its use goes);
-// then, in a fast section of the caller's P's shard (shard.go), appends it to
-// the shard's pend cache when the cache is empty or holds buffers of the same stream: no lock,
-// and an atomic add only when the cache was empty (streamOrder.cached), where the stream's list
-// costs a mutex and the weight an atomic add per buffer. The shard's own allocation, on its slow
-// path (as the shard's holder), takes a full cache back itself when its stream is idle
-// (drainPend: one query, then the blocks straight back on the shard's pages, with no list);
-// the cache goes on the stream's list, in one lock, when that stream is busy, when another
-// stream comes or a FreeAsync finds it full (by that FreeAsync, out of its fast section), when
-// the slow path reclaims (before the reclaim, which then polls it), and before every reclaim
-// that waits (Stats, Trim, ForgetStream, Close, a quota refusal, an allocation that found the
-// pool full), which holds every shard for it (flushAll). Nothing
-// else reads the cache: its buffers are held in the heap, so no free, Alloc or RecordStream
-// can touch them, and a double free of one is refused as for any deferred buffer.
+// goroutine), and a free of a buffer recorded on one stream only finds it so (its use goes); then,
+// in a fast section of the caller's P's shard (shard.go), appends it to the shard's pend cache
+// when the cache is empty or holds buffers of the same stream: no lock, and an atomic add only
+// when the cache was empty (streamOrder.cached), where the stream's list costs a mutex and the
+// weight an atomic add per buffer. The shard's own allocation, on its slow path (as the shard's
+// holder), takes a full cache back itself when its stream is idle (drainPend: one query, then the
+// blocks straight back on the shard's pages, with no list); the cache goes on the stream's list,
+// in one lock, when that stream is busy, when another stream comes or a FreeAsync finds it full
+// (by that FreeAsync, out of its fast section), when the slow path reclaims (before the reclaim,
+// which then polls it), and before every reclaim that waits (Stats, Trim, ForgetStream, Close, a
+// quota refusal, an allocation that found the pool full), which holds every shard for it
+// (flushAll). Nothing else reads the cache: its buffers are held in the heap, so no free, Alloc or
+// RecordStream can touch them, and a double free of one is refused as for any deferred buffer.
 //
 // A cached buffer is in no list and weighs nothing yet: Usage does not count it as deferred,
-// streamOrder.cached (the number of caches not empty) is what tells a quota refusal that a
-// reclaim may give something back, and the point (drainPend's idle query, or the lists' event or
-// query at the reclaim after the flush) comes after the free, as ordering after the stream
-// requires. After Close a FreeAsync
-// skips the cache, so that the release sees every deferred buffer on a list.
+// streamOrder.cached (the number of caches not empty) is what tells a quota refusal that a reclaim
+// may give something back, and the point (drainPend's idle query, or the lists' event or query at
+// the reclaim after the flush) comes after the free, as ordering after the stream requires. After
+// Close a FreeAsync skips the cache, so that the release sees every deferred buffer on a list.
 
 // pendMax is the most buffers a shard's cache holds: a reclaim's worth (reclaimWeight).
 const pendMax = reclaimWeight
