@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -23,19 +22,7 @@ func TestListsProperty(t *testing.T) {
 		return
 	}
 	const nstreams = 3
-	var ss [nstreams]cuda.Stream
-	var bufs [nstreams]cuda.DevicePtr
-	for i := range ss {
-		var err error
-		if ss[i], err = dev.StreamCreate(true); err != nil {
-			t.Fatal(err)
-		}
-		if bufs[i], err = dev.MemAlloc(4096); err != nil {
-			t.Fatal(err)
-		}
-	}
-	events := cuda.NewEventPool(dev)
-	p := streamq.NewPoints(dev, events)
+	ss, bufs, p, events := testStreams(t, dev, nstreams)
 	type item struct {
 		id   int
 		s    int
@@ -170,16 +157,5 @@ func TestListsProperty(t *testing.T) {
 		if len(out) != 0 || ls.Streams() != 0 || ls.Lookup(ss[0]) != nil {
 			t.Fatalf("seed %d: %d items out, %d streams with state after the streams ran everything", seed, len(out), ls.Streams())
 		}
-	}
-	for i := range ss {
-		if err := dev.MemFree(bufs[i]); err != nil {
-			t.Fatal(err)
-		}
-		if err := dev.StreamDestroy(ss[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
 	}
 }

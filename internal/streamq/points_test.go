@@ -20,19 +20,7 @@ func TestPointsProperty(t *testing.T) {
 		return
 	}
 	const nstreams = 3
-	var ss [nstreams]cuda.Stream
-	var bufs [nstreams]cuda.DevicePtr
-	for i := range ss {
-		var err error
-		if ss[i], err = dev.StreamCreate(true); err != nil {
-			t.Fatal(err)
-		}
-		if bufs[i], err = dev.MemAlloc(4096); err != nil {
-			t.Fatal(err)
-		}
-	}
-	events := cuda.NewEventPool(dev)
-	p := streamq.NewPoints(dev, events)
+	ss, bufs, p, _ := testStreams(t, dev, nstreams)
 	type point struct {
 		ev      streamq.Event
 		s       int
@@ -102,20 +90,6 @@ func TestPointsProperty(t *testing.T) {
 			}
 			p.Put(pt.ev)
 		}
-	}
-	for i := range ss {
-		if err := dev.StreamSynchronize(ss[i]); err != nil {
-			t.Fatal(err)
-		}
-		if err := dev.MemFree(bufs[i]); err != nil {
-			t.Fatal(err)
-		}
-		if err := dev.StreamDestroy(ss[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
 
