@@ -9,6 +9,35 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
+// queueCopyInto queues a copy of 4 KiB of device memory into buf on a new stream of d, which
+// the fake driver f leaves pending (its late execution) until something waits for the stream;
+// the stream and the device memory go when the test ends.
+func queueCopyInto(t *testing.T, f *fakecuda.Driver, d *cuda.Device, buf []byte) {
+	t.Helper()
+	dp, err := d.MemAlloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.StreamCreate(true)
+	if err != nil {
+		d.MemFree(dp)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, err := range []error{d.StreamSynchronize(s), d.StreamDestroy(s), d.MemFree(dp)} {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err := d.MemcpyDtoHAsync(mem.Addr(buf), dp, 4096, s); err != nil {
+		t.Fatal(err)
+	}
+	if f.Pending() == 0 {
+		t.Fatal("the copy ran at once: the fake driver's late execution is off")
+	}
+}
+
 // A process that detaches with a copy still queued on one of its streams into its buffer:
 // the copy has run before its grants go back to the owner (who may hand them to another
 // process at once), not after.
@@ -26,20 +55,7 @@ func TestDetachWaitsForStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, err := d.MemAlloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.StreamCreate(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.MemcpyDtoHAsync(mem.Addr(b), dp, 4096, s); err != nil {
-		t.Fatal(err)
-	}
-	if f.Pending() == 0 {
-		t.Fatal("the copy ran at once: the fake driver's late execution is off")
-	}
+	queueCopyInto(t, f, d, b)
 	if err := p.Detach(); err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +63,6 @@ func TestDetachWaitsForStreams(t *testing.T) {
 		t.Fatalf("Detach gave the grants back with %d streams still to run (a copy into the pool)", n)
 	}
 	waitFor(t, func() bool { return w.Attached() == 0 })
-	if err := d.StreamDestroy(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.MemFree(dp); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // A process that dies holding a buffer another process still copies into on its stream: the
@@ -90,20 +100,7 @@ func TestDeadGrantsWaitForPeersStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, err := d.MemAlloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.StreamCreate(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.MemcpyDtoHAsync(mem.Addr(peer), dp, 4096, s); err != nil {
-		t.Fatal(err)
-	}
-	if f.Pending() == 0 {
-		t.Fatal("the copy ran at once: the fake driver's late execution is off")
-	}
+	queueCopyInto(t, f, d, peer)
 	// The process dies: its socket closes without a detach (in this process, the owner does
 	// not wait for an exit).
 	dead.granter.(*connGranter).c.Close()
@@ -116,7 +113,7 @@ func TestDeadGrantsWaitForPeersStreams(t *testing.T) {
 	if r, _, _ := w.locate(mem.Addr(ob)); r != 0 {
 		t.Fatalf("the owner's buffer is in region %d", r)
 	}
-	for _, e := range []error{w.Free(ob), q.Free(qb), q.Detach(), d.StreamDestroy(s), d.MemFree(dp)} {
+	for _, e := range []error{w.Free(ob), q.Free(qb), q.Detach()} {
 		if e != nil {
 			t.Fatal(e)
 		}
