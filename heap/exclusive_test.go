@@ -293,15 +293,7 @@ func TestSharedPageExclusiveAgain(t *testing.T) {
 	if m := atomic.LoadUint32(&pg.mode); m != shared {
 		t.Fatalf("after a remote free the page's mode is %d, want shared", m)
 	}
-	for range reexclusiveAfter + 1 { // the first fills the owner's page cache (near.go)
-		p, err := h.Alloc(64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.FreeSized(p, 64); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ownerPairs(t, h, reexclusiveAfter+1) // the first fills the owner's page cache (near.go)
 	if m := atomic.LoadUint32(&pg.mode); m != exclusive {
 		t.Fatalf("after %d owner frees with no sharer the page's mode is %d, want exclusive", reexclusiveAfter+1, m)
 	}
@@ -332,15 +324,7 @@ func TestSharedPageExclusiveAgain(t *testing.T) {
 	if _, _, _, err := h.g.Hold(c); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 * reexclusiveAfter {
-		p, err := h.Alloc(64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.FreeSized(p, 64); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ownerPairs(t, h, 2*reexclusiveAfter)
 	if m := atomic.LoadUint32(&pg.mode); m != shared {
 		t.Fatalf("a page with a held block became exclusive (mode %d)", m)
 	}
@@ -376,15 +360,7 @@ func TestRemotelyFreedPageStaysShared(t *testing.T) {
 	if !pg.keepShared.Load() {
 		t.Fatalf("after %d remote frees collected the page may become exclusive again", keepSharedAfter)
 	}
-	for range 2 * reexclusiveAfter {
-		p, err := h.Alloc(64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.FreeSized(p, 64); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ownerPairs(t, h, 2*reexclusiveAfter)
 	if m := atomic.LoadUint32(&pg.mode); m != shared {
 		t.Fatalf("a page freed remotely for good became exclusive (mode %d)", m)
 	}
@@ -466,5 +442,19 @@ func TestOwnerHoldRacesHold(t *testing.T) {
 		}
 		t.Logf("round %d: %d plain holds of the owner", round, plain.Load())
 		closeClean(t, h, round)
+	}
+}
+
+// ownerPairs makes n pairs of an Alloc of 64 bytes and its owner's free on h.
+func ownerPairs(t *testing.T, h *Heap, n int) {
+	t.Helper()
+	for range n {
+		p, err := h.Alloc(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.FreeSized(p, 64); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
