@@ -168,26 +168,44 @@ func (r BlockRef) Hold() (first, ok bool) {
 // another heap, an object page, a sharer under way) or HoldSized would refuse: call
 // HoldSized, which says why. It is non-blocking (see try.go).
 func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
-	pg, idx, _, hit := h.nearBlock(p)
 	want := stateOf(n)
 	if n == 0 || want == stateMax {
 		return false, false
 	}
-	if !hit { // ask the tables, as tryFree does: a page of the owner's goes into the cache
-		var found bool
-		if pg, idx, found = h.g.find(p); !found || pg.class < 0 || pg.heap != h {
+	pg, idx, _, found := h.nearBlock(p)
+	if !found {
+		if pg, idx, found = h.ownBlockSlow(p); !found {
 			return false, false
 		}
-		h.remember(p, pg)
 	}
-	if old, ok, excl := h.holdExcl(pg, idx, want); excl { // exclusive: a plain store
+	return h.ownerHold(pg, idx, want)
+}
+
+// ownBlockSlow finds the block at p, missed by the owner's page cache, in the group's tables,
+// and puts its page in the cache (as tryFree does); found is false for another heap's page or
+// an object page.
+func (h *Heap) ownBlockSlow(p uintptr) (pg *page, idx uint32, found bool) {
+	if pg, idx, found = h.g.find(p); !found || pg.class < 0 || pg.heap != h {
+		return nil, 0, false
+	}
+	h.remember(p, pg)
+	return pg, idx, true
+}
+
+// ownerHold is the owner's hold of live block idx of its class page pg, allocated with want
+// bytes: a plain store while pg is exclusive (holdExcl), else the compare-and-swap, with pg
+// kept shared from then on (keepShared: a page holding a block another goroutine may free does
+// not become exclusive again). ok is false, and nothing has changed, where the hold is refused
+// or a sharer is at work on pg.
+func (h *Heap) ownerHold(pg *page, idx, want uint32) (first, ok bool) {
+	if old, ok, excl := h.holdExcl(pg, idx, want); excl {
 		return old&held == 0, ok
+	}
+	if atomic.LoadUint32(&pg.mode) != shared {
+		return false, false // a sharer is at work: the blocking hold waits for it
 	}
 	if !pg.keepShared.Load() {
 		pg.keepShared.Store(true) // the owner's: no reexclusive can be under way
-	}
-	if atomic.LoadUint32(&pg.mode) != shared {
-		return false, false // a sharer is at work: HoldSized waits for it
 	}
 	old, ok := pg.hold(idx, want)
 	if !ok {
@@ -203,16 +221,12 @@ func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
 // changed, where FindFrom's is or where it does not serve (another heap's page, an object
 // page): call FindFrom. It is non-blocking (see try.go).
 func (h *Heap) TryFindFrom(p, n uintptr) (r BlockRef, ok bool) {
-	pg, idx, _, hit := h.nearBlock(p)
-	if n == 0 {
-		return BlockRef{}, false
+	pg, idx, _, found := h.nearBlock(p)
+	if !found {
+		pg, idx, found = h.ownBlockSlow(p)
 	}
-	if !hit {
-		var found bool
-		if pg, idx, found = h.g.find(p); !found || pg.class < 0 || pg.heap != h {
-			return BlockRef{}, false
-		}
-		h.remember(p, pg)
+	if n == 0 || !found {
+		return BlockRef{}, false
 	}
 	st := atomic.LoadUint32(&pg.state[idx])
 	if st == 0 || st&freedRemote != 0 || n > uintptr(st&^held) {
@@ -226,21 +240,7 @@ func (h *Heap) TryFindFrom(p, n uintptr) (r BlockRef, ok bool) {
 // is false, and nothing has changed, where r.Hold's would be or where a sharer is at work on
 // the page: call r.Hold after FindFrom. It is non-blocking (see try.go).
 func (h *Heap) TryHoldRef(r BlockRef) (first, ok bool) {
-	pg := r.pg
-	if old, ok, excl := h.holdExcl(pg, r.idx, r.want); excl {
-		return old&held == 0, ok
-	}
-	if !pg.keepShared.Load() {
-		pg.keepShared.Store(true) // the owner's: no reexclusive can be under way
-	}
-	if atomic.LoadUint32(&pg.mode) != shared {
-		return false, false // a sharer is at work: Hold waits for it
-	}
-	old, ok := pg.hold(r.idx, r.want)
-	if !ok {
-		return false, false
-	}
-	return old&held == 0, true
+	return h.ownerHold(r.pg, r.idx, r.want)
 }
 
 // TryFreeOrHeld is TryFree that also reports, when it refuses, whether it found the block live,
