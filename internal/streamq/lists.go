@@ -72,8 +72,9 @@ type List[T any] struct {
 	openT, markedT Tally
 	gone           bool // out of the lists: a push takes the stream's new list
 	idle           int  // polls in a row that found it empty
-	// lostOpen is the number of open items when Poll last found the list lost: the synchronize
-	// that follows (Recover) covers those, not the ones pushed after them.
+	// lostOpen is the number of open items when Poll last found the list lost, or when Drain
+	// began its wait: the synchronize that follows (Recover, Drain) covers those, not the ones
+	// pushed after them.
 	lostOpen int
 }
 
@@ -361,6 +362,38 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 		done = ls.Release(l, false, done)
 	}
 	return done, nil
+}
+
+// Drain waits for the stream of every list with items (a synchronize of each) and appends to
+// done the items pushed before its wait; the items pushed while it waits stay for a later call.
+// A stream the driver refuses to synchronize keeps its items, and its error is returned. It is
+// the reclaimer's, as Poll is.
+func (ls *Lists[T]) Drain(done []T) ([]T, error) {
+	ls.mu.Lock()
+	for _, l := range ls.m {
+		ls.scan = append(ls.scan, l)
+	}
+	ls.mu.Unlock()
+	var errs []error
+	for _, l := range ls.scan {
+		l.mu.Lock()
+		n, empty := len(l.open), len(l.open)+len(l.marked) == 0
+		l.mu.Unlock()
+		if empty {
+			continue
+		}
+		if err := ls.points.WaitStream(l.s); err != nil {
+			errs = append(errs, fmt.Errorf("streamq: wait for stream %#x: %w", l.s, err))
+			continue
+		}
+		l.mu.Lock()
+		l.lostOpen = n // the open items the wait covers (Release)
+		l.mu.Unlock()
+		done = ls.Release(l, false, done)
+	}
+	clear(ls.scan)
+	ls.scan = ls.scan[:0]
+	return done, errors.Join(errs...)
 }
 
 // Release appends to done the items of l its stream has passed, by a synchronize of the

@@ -14,7 +14,7 @@ import (
 // stream has run: an item comes back only after its stream ran the work queued before its push
 // (never early), once; every item comes back at the first poll after its stream ran everything
 // (never lost); a poll records no event for a stream with nothing queued, and a stream holds
-// one event at most; the totals count the items on the lists; and a stream's state is dropped
+// one event at most; a drain hands back every item; the totals count the items on the lists; and a stream's state is dropped
 // at the second poll that finds it empty, or at once when it is forgotten.
 func TestListsProperty(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
@@ -116,6 +116,24 @@ func TestListsProperty(t *testing.T) {
 				f.CompleteStream(ss[i])
 				ran[i] = queued[i]
 				polls[i] = 1
+			case op < 14 && r.IntN(4) == 0: // drain: the streams with items synchronized
+				var has [nstreams]bool
+				for _, it := range out {
+					has[it.s] = true
+				}
+				var err error
+				if done, err = ls.Drain(done[:0]); err != nil {
+					t.Fatalf("seed %d step %d: %v", seed, step, err)
+				}
+				for k := range nstreams {
+					if has[k] {
+						ran[k], polls[k] = queued[k], 1
+					}
+				}
+				check(step, done)
+				for _, it := range out {
+					t.Fatalf("seed %d step %d: item %d of stream %d not back after a drain", seed, step, it.id, it.s)
+				}
 			case op < 14: // forget it: synchronize, then release everything
 				l := ls.Forget(ss[i])
 				if err := dev.StreamSynchronize(ss[i]); err != nil {
