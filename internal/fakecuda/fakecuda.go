@@ -1,8 +1,8 @@
 // Package fakecuda builds a fake CUDA driver library for tests and runs tests against it, so
 // that the CUDA code paths of pinmalloc are exercised on machines with no GPU and no CUDA.
 //
-// The fake (fakedriver.c.in) is compiled with the C compiler into the test's temporary
-// directory. Because internal/cuda loads its driver once per process, a test that wants the
+// The fake (fakedriver.c.in) is compiled with the C compiler once per user and source, into
+// the user's cache directory (Cached). Because internal/cuda loads its driver once per process, a test that wants the
 // fake runs in a child process: Run re-executes the test binary for that one test with
 // cuda.LibraryEnv pointing at the fake, reports the child's result as the test's own, and
 // returns nil; in the child it returns a *Driver that controls the fake (stream completion,
@@ -185,17 +185,14 @@ func RunWithoutDriver(t *testing.T) bool {
 	return false
 }
 
-// build compiles the fake into t's temporary directory and returns the library's path.
+// build returns the fake's library (Cached: compiled once per user and source, else into t's
+// temporary directory). It skips t when there is no C compiler.
 func build(t testing.TB) string {
 	t.Helper()
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
+	if _, err := compiler(); err != nil {
+		t.Skipf("%v", err)
 	}
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("fakecuda: no C compiler to build the fake driver: %v", err)
-	}
-	lib, err := Library(t.TempDir())
+	lib, err := Cached(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,14 @@
 package fakecuda
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
@@ -14,21 +17,112 @@ import (
 // the path of the library, named libcuda.so.1. A program points internal/cuda at it by
 // setting cuda.LibraryEnv to that path before its first driver call (ExecOnFake does this).
 func Library(dir string) (string, error) {
+	cc, err := compiler()
+	if err != nil {
+		return "", err
+	}
+	src, lib := filepath.Join(dir, "fakedriver.c"), filepath.Join(dir, "libcuda.so.1")
+	if err := compile(cc, src, lib); err != nil {
+		return "", err
+	}
+	return lib, nil
+}
+
+// cacheEnv set to "off" makes Cached compile into a new temporary directory every time.
+const cacheEnv = "PINMALLOC_FAKECUDA_CACHE"
+
+// ccFlags are the C compiler's flags for the fake.
+var ccFlags = []string{"-shared", "-fPIC", "-O1", "-Wall"}
+
+// Cached returns the path of the fake driver compiled from Source by the C compiler ($CC, else
+// gcc), compiled once per user, compiler and source: the library lives in the user's cache
+// directory (os.UserCacheDir, pinmalloc/fakecuda-HASH/libcuda.so.1, HASH of the source, the
+// compiler's path and its flags), made with an atomic rename, so that the tests of every package
+// and every child process share one build (a compile costs about 0.7 s; the module's tests
+// load the fake a few hundred times). Where there is no cache directory, or with
+// PINMALLOC_FAKECUDA_CACHE=off, it compiles into a new directory under dir.
+func Cached(dir string) (string, error) {
+	cc, err := compiler()
+	if err != nil {
+		return "", err
+	}
+	root, err := os.UserCacheDir()
+	if err != nil || os.Getenv(cacheEnv) == "off" {
+		return Library(dir)
+	}
+	h := sha256.New()
+	for _, part := range append([]string{Source, cc}, ccFlags...) {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	cacheDir := filepath.Join(root, "pinmalloc", fmt.Sprintf("fakecuda-%x", h.Sum(nil)[:12]))
+	lib := filepath.Join(cacheDir, "libcuda.so.1")
+	if _, err := os.Stat(lib); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(cacheDir, now, now) // in use: pruneCache keeps it
+		return lib, nil
+	}
+	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
+		return Library(dir)
+	}
+	// Compile beside the library's name and rename into place: a process that finds the
+	// name finds a whole library, and two that build at once both succeed.
+	tmp, err := os.MkdirTemp(cacheDir, "build-")
+	if err != nil {
+		return Library(dir)
+	}
+	defer os.RemoveAll(tmp)
+	built := filepath.Join(tmp, "libcuda.so.1")
+	if err := compile(cc, filepath.Join(tmp, "fakedriver.c"), built); err != nil {
+		return "", err
+	}
+	if err := os.Rename(built, lib); err != nil {
+		return "", fmt.Errorf("fakecuda: %w", err)
+	}
+	pruneCache(filepath.Dir(cacheDir), cacheDir)
+	return lib, nil
+}
+
+// cacheAge is how long a library of another source stays in the cache unused.
+const cacheAge = 7 * 24 * time.Hour
+
+// pruneCache removes from dir the fake's libraries, other than keep, unused for cacheAge, so
+// that a cache written by every edit of the source stays small.
+func pruneCache(dir, keep string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		info, err := e.Info()
+		if path == keep || !strings.HasPrefix(e.Name(), "fakecuda-") || err != nil || time.Since(info.ModTime()) < cacheAge {
+			continue
+		}
+		_ = os.RemoveAll(path)
+	}
+}
+
+// compiler returns the path of the C compiler, $CC or else gcc.
+func compiler() (string, error) {
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "gcc"
 	}
-	if _, err := exec.LookPath(cc); err != nil {
+	path, err := exec.LookPath(cc)
+	if err != nil {
 		return "", fmt.Errorf("fakecuda: no C compiler to build the fake driver: %w", err)
 	}
-	src, lib := filepath.Join(dir, "fakedriver.c"), filepath.Join(dir, "libcuda.so.1")
+	return path, nil
+}
+
+// compile writes Source to src and compiles it with cc into the shared library lib.
+func compile(cc, src, lib string) error {
 	if err := os.WriteFile(src, []byte(Source), 0o644); err != nil {
-		return "", fmt.Errorf("fakecuda: %w", err)
+		return fmt.Errorf("fakecuda: %w", err)
 	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", lib, src).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("fakecuda: building the fake driver: %w\n%s", err, out)
+	args := append(append([]string{}, ccFlags...), "-o", lib, src)
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("fakecuda: building the fake driver: %w\n%s", err, out)
 	}
-	return lib, nil
+	return nil
 }
 
 // ExecOnFake runs the running program again, with the same arguments and standard streams, in
@@ -47,7 +141,7 @@ func ExecOnFake() (int, error) {
 		return 0, fmt.Errorf("fakecuda: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	lib, err := Library(dir)
+	lib, err := Cached(dir)
 	if err != nil {
 		return 0, err
 	}

@@ -2,7 +2,10 @@ package fakecuda
 
 import (
 	"os"
+	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
@@ -51,5 +54,69 @@ func TestIsFake(t *testing.T) {
 	}
 	if !IsFake(dev) {
 		t.Fatal("IsFake is false on the fake driver")
+	}
+}
+
+// TestCached: the fake is compiled once per source into the user's cache directory, by
+// goroutines racing for it too, and again for a changed source; with the cache off, or no cache
+// directory, it is compiled into the caller's directory.
+func TestCached(t *testing.T) {
+	if _, err := compiler(); err != nil {
+		t.Skip(err)
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv(cacheEnv, "")
+	libs := make([]string, 4)
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range libs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			libs[i], errs[i] = Cached(t.TempDir())
+		}()
+	}
+	wg.Wait()
+	for i := range libs {
+		if errs[i] != nil || libs[i] != libs[0] {
+			t.Fatalf("racing Cached: %q, %v; want %q", libs[i], errs[i], libs[0])
+		}
+	}
+	first, err := os.Stat(libs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := Cached(t.TempDir()); err != nil || again != libs[0] {
+		t.Fatalf("Cached again: %q, %v; want %q", again, err, libs[0])
+	} else if st, _ := os.Stat(again); !os.SameFile(first, st) || !st.ModTime().Equal(first.ModTime()) {
+		t.Fatal("Cached compiled the same source again")
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(libs[0])); len(entries) != 1 {
+		t.Fatalf("the cache holds %d entries, want the library alone", len(entries))
+	}
+	old := time.Now().Add(-cacheAge - time.Hour)
+	if err := os.Chtimes(filepath.Dir(libs[0]), old, old); err != nil {
+		t.Fatal(err)
+	}
+	src := Source
+	Source += "\n/* changed */\n"
+	changed, err := Cached(t.TempDir())
+	Source = src
+	if err != nil || changed == libs[0] {
+		t.Fatalf("Cached of a changed source: %q, %v; want a library of its own", changed, err)
+	}
+	if _, err := os.Stat(libs[0]); !os.IsNotExist(err) {
+		t.Fatalf("the library unused for %v is still in the cache (%v)", cacheAge, err)
+	}
+	dir := t.TempDir()
+	t.Setenv(cacheEnv, "off")
+	if off, err := Cached(dir); err != nil || filepath.Dir(off) != dir {
+		t.Fatalf("Cached with the cache off: %q, %v; want a library in %s", off, err, dir)
+	}
+	t.Setenv(cacheEnv, "")
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", "")
+	if none, err := Cached(dir); err != nil || filepath.Dir(none) != dir {
+		t.Fatalf("Cached without a cache directory: %q, %v; want a library in %s", none, err, dir)
 	}
 }
