@@ -31,9 +31,10 @@ import (
 // deferredList is the frees deferred on one stream.
 type deferredList = streamq.List[cuda.DevicePtr]
 
-// listLinger is the polls in a row that find a stream's list empty before it leaves the lists:
-// a stream that frees across streams between a few Allocs keeps its list (no allocation for a
-// new one), and one no longer used costs nothing after listLinger polls.
+// listLinger is the polls in a row that find a stream's list empty before it leaves the lists.
+// A poll runs only while frees are deferred (poll): a stream that frees across streams now and
+// then keeps its list (no allocation for a new one), and one no longer used costs nothing
+// after listLinger polls made while other streams have frees deferred.
 const listLinger = 8
 
 // newLists returns the lists of a heap whose points are points.
@@ -63,8 +64,8 @@ func (h *Heap) listFor(s cuda.Stream) *deferredList {
 // synchronize of the context. It fails only when the driver refuses a stream and the context's
 // synchronize fails too (those frees stay), or when a free handed back fails.
 func (h *Heap) poll() error {
-	if h.lists.Streams() == 0 {
-		return nil
+	if len(h.deferred) == 0 {
+		return nil // nothing to do: the lists of idle streams stay as they are, at no cost
 	}
 	err := h.pollLists()
 	if ferr := h.finishDone(); ferr != nil { // joined only when not nil: no allocation
