@@ -29,17 +29,24 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 	if h.closed {
 		return nil
 	}
-	_ = h.queue.Poll()
+	_ = h.poll()
 	by := map[cuda.Stream]*StreamDeferred{}
-	h.queue.Range(func(s uintptr, p cuda.DevicePtr) {
+	h.lists.Range(func(s uintptr, marked, open []cuda.DevicePtr) {
+		if len(marked)+len(open) == 0 {
+			return // a list lingering after its frees were done
+		}
 		sd := by[cuda.Stream(s)]
 		if sd == nil {
 			sd = &StreamDeferred{Stream: cuda.Stream(s)}
 			by[cuda.Stream(s)] = sd
 		}
-		sd.Blocks++
-		if n, err := h.g.Size(uintptr(p)); err == nil {
-			sd.Bytes += int(n)
+		for _, vs := range [2][]cuda.DevicePtr{marked, open} {
+			for _, p := range vs {
+				sd.Blocks++
+				if n, err := h.g.Size(uintptr(p)); err == nil {
+					sd.Bytes += int(n)
+				}
+			}
 		}
 	})
 	var out []StreamDeferred

@@ -32,14 +32,16 @@
 //   - Alloc(n, s) allocates from s's heap.
 //   - FreeAsync(p, s) on the stream p was allocated on is an immediate heap free: work queued
 //     on s later runs after the work that used p, so s may reuse p at once.
-//   - FreeAsync(p, s) on another stream records an event on s (from an event pool) and defers
-//     the heap free until the event has completed; p then goes back to the stream it was
-//     allocated on. Huge blocks (above heap.HugeThreshold, 1 MiB) go back to the arena itself,
-//     where any stream can take them, so their frees are always deferred behind an event, on
-//     either stream.
-//   - Deferred frees wait in a streamq.Queue: checked, oldest first per stream, with
-//     cuEventQuery on every Alloc (the one call that needs their memory back) and in Stats,
-//     and waited for in Sync, Trim and Close.
+//   - FreeAsync(p, s) on another stream defers the heap free until s has passed the call: p
+//     waits on s's list of deferred frees (no driver call) and then goes back to the stream it
+//     was allocated on. Huge blocks (above heap.HugeThreshold, 1 MiB) go back to the arena
+//     itself, where any stream can take them, so their frees are always deferred, on either
+//     stream.
+//   - Deferred frees wait in streamq.Lists, one list per freeing stream (deferred.go), polled
+//     on every Alloc (the one call that needs their memory back) and in Stats: a stream's new
+//     frees get one event, recorded by the poll, and no other until that one has completed; a
+//     later poll that finds it complete does them. Sync and Trim wait for them (a synchronize of
+//     each stream with frees); Close polls them.
 //   - Free(p) is synchronous: the caller promises no work in flight uses p.
 //   - Trim waits for deferred frees, synchronizes each stream whose heap holds memory, and gives
 //     the held segments back to the arena (and decommits free chunks).
@@ -67,9 +69,10 @@
 //     arena's purge (a decommit unmaps memory whatever work still uses it; PyTorch found that
 //     cuMemUnmap and cuMemRelease do not wait for the device).
 //   - FreeAsync on another stream, and every huge block (which goes back to the arena itself):
-//     deferred behind an event recorded on the freeing stream (internal/streamq: per stream,
-//     oldest first, so an event completes after every older one of its stream), done once the
-//     event has completed (Poll) or been waited for (Drain).
+//     deferred on the freeing stream's list (internal/streamq's Lists), done once that stream
+//     has passed a point placed after the free: an event recorded after the free that has
+//     completed (Poll), a synchronize of the stream (Drain, ForgetStream), or a synchronize of
+//     the context for a stream the driver refuses, destroyed without ForgetStream (Recover).
 //   - Free: synchronous; the caller promises no work uses p. With ZeroOnFree its memset is
 //     waited for before the block is free.
 //   - reclaim (an Alloc out of memory, Trim): drains the deferred frees, then synchronizes each
@@ -81,6 +84,10 @@
 //   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
 //     (a heap with live blocks, deferred ones included, refuses); Close refuses while a
 //     deferred free waits or a stream the heap has seen has work in flight.
+//   - A stream destroyed without ForgetStream while frees wait on it: the driver refuses its
+//     handle, so no point can be placed in it; the poll that finds it refused synchronizes the
+//     context once (which waits for the work the destroyed stream still had) before its frees
+//     are done.
 //   - The pressure hook gives memory back through Free, after its own events (a uvm.Tier frees
 //     VRAM only once its copies are done).
 //
@@ -136,7 +143,8 @@ type Heap struct {
 	closed   bool
 	streams  map[cuda.Stream]*heap.Heap     // heaps, by allocation stream
 	seen     map[cuda.Stream]bool           // streams the driver accepted
-	queue    *streamq.Queue[cuda.DevicePtr] // deferred frees, by freeing stream
+	lists    *streamq.Lists[cuda.DevicePtr] // deferred frees, by freeing stream (deferred.go)
+	done     []cuda.DevicePtr               // deferred frees handed back, to do (finishDone)
 	deferred map[cuda.DevicePtr]bool        // blocks with a deferred free
 	events   *icuda.EventPool
 	st       Stats
@@ -189,7 +197,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		events: icuda.NewEventPool(d),
 		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: uintptr(o.Quota)},
 	}
-	h.queue = streamq.New(d, h.events, h.finish)
+	h.lists = newLists(streamq.NewPoints(d, h.events))
 	h.SetPressure(o.Pressure)
 	return h, nil
 }
@@ -239,7 +247,9 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 
 // FreeAsync gives back the block at p in the order of stream s, as cudaFreeAsync does: work
 // queued on s before the call may still use p. The block is reusable at once by allocations on
-// s when p was allocated on s, and otherwise once an event recorded now on s has completed.
+// s when p was allocated on s, and otherwise once s has passed the call: an Alloc or Stats
+// records an event on s for the frees it finds waiting there, and a later one that finds it
+// complete does them. FreeAsync itself makes no driver call for such a free.
 // As with cudaFreeAsync, work on other streams that uses p must be ordered before the call
 // (s waits on an event of theirs): the heap waits for s alone, and a huge block (above
 // heap.HugeThreshold) goes back to the arena, for any stream, once s has passed the free.
@@ -267,9 +277,7 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 			return h.free(owner, p)
 		}
 	}
-	if err := h.queue.Push(uintptr(s), p); err != nil {
-		return fmt.Errorf("device: free of %#x on stream %#x: %w", p, s, err)
-	}
+	h.lists.Push(h.listFor(s), p)
 	h.deferred[p] = true
 	h.st.DeferredFrees++
 	return nil
@@ -294,10 +302,7 @@ func (h *Heap) ready(s cuda.Stream) error {
 	if err := h.checkStream(s); err != nil {
 		return err
 	}
-	if err := h.queue.Poll(); err != nil {
-		return fmt.Errorf("device: deferred frees: %w", err)
-	}
-	return nil
+	return h.poll()
 }
 
 // checkStream accepts a stream seen before, or one cuStreamQuery accepts. h.mu is held.
@@ -345,24 +350,6 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 	}
 	h.st.Frees++
 	h.used -= size
-	return nil
-}
-
-// finish does a deferred free whose event has completed (the queue's done function).
-func (h *Heap) finish(p cuda.DevicePtr) error {
-	delete(h.deferred, p)
-	owner, err := h.owner(p)
-	if err != nil {
-		return err
-	}
-	return h.free(owner, p)
-}
-
-// drain waits for every deferred free and does it.
-func (h *Heap) drain() error {
-	if err := h.queue.Drain(); err != nil {
-		return fmt.Errorf("device: wait for deferred frees: %w", err)
-	}
 	return nil
 }
 

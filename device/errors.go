@@ -11,7 +11,7 @@ import (
 // kind too (device.ErrClosed matches pinmalloc.ErrClosed); ErrNoDriver, ErrNoDevice and
 // ErrOutOfMemory are the module's own (package pinmalloc).
 var (
-	// ErrBusy means Close found frees waiting for their event, or work in flight on a stream
+	// ErrBusy means Close found frees waiting for their stream, or work in flight on a stream
 	// the heap has seen; nothing was released.
 	ErrBusy = errkind.New(pinmalloc.ErrBusy, "device: work in flight")
 	// ErrInvalidStream means the driver does not know the stream handle.

@@ -17,10 +17,10 @@ var ErrQuota = errkind.New(pinmalloc.ErrQuota, "device: quota exceeded")
 //
 // The memset of a freed block is queued on the freeing stream before the free takes effect: a
 // FreeAsync on the block's own stream makes it reusable at once by later work on that stream,
-// which runs after the memset; a FreeAsync on another stream records its event after the
-// memset, so no stream sees the block before it is clear; a synchronous Free waits for the
-// memset (cuMemsetD8, then a synchronize of the legacy stream: a memset of device memory
-// returns before it has run).
+// which runs after the memset; a FreeAsync on another stream is done only once that stream has
+// passed a point placed after the memset, so no stream sees the block before it is clear; a
+// synchronous Free waits for the memset (cuMemsetD8, then a synchronize of the legacy stream: a
+// memset of device memory returns before it has run).
 type guard struct {
 	zeroOnFree bool
 	quota      uintptr

@@ -63,3 +63,48 @@ func BenchmarkHeapBulk(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFakeCrossStreamFree is the cycle of a block used on one stream and freed on another:
+// Alloc on stream a (whose poll does the frees b has passed), FreeAsync on stream b, in runs
+// of batch blocks (batch Allocs, then batch FreeAsync). Against the fake (no Hold: a query
+// runs the work), it measures the CPU cost of the calls, per block; events/free counts
+// the cuEventRecord calls per free.
+func BenchmarkFakeCrossStreamFree(b *testing.B) {
+	f := fakecuda.RunBenchmark(b)
+	if f == nil {
+		return
+	}
+	dev, h, sa := benchHeap(b, f, Options{Capacity: 64 << 20, PurgeDelay: -1})
+	sb, err := dev.StreamCreate(true)
+	must(b, "StreamCreate", err)
+	b.Cleanup(func() {
+		must(b, "ForgetStream", h.ForgetStream(pcuda.Stream(sb)))
+		must(b, "StreamDestroy", dev.StreamDestroy(sb))
+	})
+	for _, batch := range []int{1, 16} {
+		b.Run(fmt.Sprintf("batch%d", batch), func(b *testing.B) {
+			ps := make([]pcuda.DevicePtr, batch)
+			events := f.Stat(fakecuda.EventRecords)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				for k := range ps {
+					p, err := h.Alloc(4<<10, pcuda.Stream(sa))
+					if err != nil {
+						b.Fatal(err)
+					}
+					ps[k] = p
+				}
+				for _, p := range ps {
+					if err := h.FreeAsync(p, pcuda.Stream(sb)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			frees := float64(b.N * batch)
+			b.ReportMetric(float64(f.Stat(fakecuda.EventRecords)-events)/frees, "events/free")
+			must(b, "Sync", h.Sync())
+		})
+	}
+}

@@ -27,7 +27,7 @@ type Usage struct {
 }
 
 // Usage returns the heap's figures without allocating and without a driver call (deferred
-// frees whose event has completed are done by the next Alloc or Stats, not here).
+// frees whose stream has passed them are done by the next Alloc or Stats, not here).
 func (h *Heap) Usage() Usage {
 	h.mu.Lock()
 	var u Usage

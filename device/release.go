@@ -43,10 +43,14 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if !h.seen[s] {
 		return nil
 	}
+	l := h.lists.Forget(uintptr(s))
 	if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
 		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
 	}
-	if err := h.queue.PollStream(uintptr(s)); err != nil {
+	if l != nil {
+		h.done = h.lists.Release(l, true, h.done)
+	}
+	if err := h.finishDone(); err != nil {
 		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)
 	}
 	if sh := h.streams[s]; sh != nil {
@@ -61,15 +65,15 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 
 // Close releases the heap's memory and events, and the device if Open made it. It fails, and
 // releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with
-// one wrapping ErrBusy while deferred frees wait for their event or a stream the heap has seen
+// one wrapping ErrBusy while deferred frees wait for their stream or a stream the heap has seen
 // has work in flight (Sync, or synchronize the stream, and Close again).
 func (h *Heap) Close() error {
 	if err := h.lock(); err != nil {
 		return err
 	}
 	defer h.mu.Unlock()
-	if err := h.queue.Poll(); err != nil {
-		return fmt.Errorf("device: deferred frees: %w", err)
+	if err := h.poll(); err != nil {
+		return err
 	}
 	live, bytes, _ := h.live()
 	deferred := len(h.deferred)

@@ -13,13 +13,13 @@ type Stats struct {
 	// InUse: exact with one stream, an upper bound on the true peak with several (as
 	// pinned.Stats.PeakInUse is over shards).
 	Live, InUse, PeakInUse uint64
-	// Deferred is the number of frees waiting for their event.
+	// Deferred is the number of frees waiting for their stream to pass them.
 	Deferred int
 	// Events is the number of events the heap has created and not destroyed (idle in its pool
-	// or recorded for a deferred free). Zero after Close.
+	// or recorded for the deferred frees of a busy stream). Zero after Close.
 	Events int64
 	// Allocs counts allocations; Frees frees done (immediate or deferred); DeferredFrees the
-	// frees that had to wait for an event; Reclaims the times an allocation ran out of memory
+	// frees that had to wait for their stream; Reclaims the times an allocation ran out of memory
 	// and reclaimed what other streams held.
 	Allocs, Frees, DeferredFrees, Reclaims uint64
 	// Arena is the arena's figures.
@@ -31,7 +31,7 @@ func (h *Heap) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.closed {
-		_ = h.queue.Poll()
+		_ = h.poll()
 	}
 	st := h.st
 	st.Streams = len(h.streams)

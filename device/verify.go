@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // verify checks the heap's own bookkeeping against its stream heaps (h.mu held, heap open):
-// every stream with a heap is one the driver accepted; the deferred set is the queue's
+// every stream with a heap is one the driver accepted; the deferred set is the lists'
 // contents, each a live block of a stream heap; the allocations less the frees done are the
 // blocks the stream heaps hold live (a deferred free counts until it is done); under a quota,
 // the bytes counted are the bytes the stream heaps hold live. The stream heaps check their
@@ -23,8 +24,24 @@ func (h *Heap) verify() error {
 			bad("stream %#x has a heap and was never accepted", s)
 		}
 	}
-	if n := h.queue.Len(); n != len(h.deferred) {
-		bad("%d deferred frees queued, %d blocks marked deferred", n, len(h.deferred))
+	if len(h.done) != 0 {
+		bad("%d deferred frees handed back and not done", len(h.done))
+	}
+	queued := 0
+	if err := h.lists.Verify(func(s uintptr, marked, open []cuda.DevicePtr) {
+		for _, vs := range [2][]cuda.DevicePtr{marked, open} {
+			for _, p := range vs {
+				queued++
+				if !h.deferred[p] {
+					bad("block %#x waits on stream %#x and is not marked deferred", p, s)
+				}
+			}
+		}
+	}); err != nil {
+		bad("deferred frees: %v", err)
+	}
+	if queued != len(h.deferred) {
+		bad("%d deferred frees queued, %d blocks marked deferred", queued, len(h.deferred))
 	}
 	for p := range h.deferred {
 		if _, err := h.g.Size(uintptr(p)); err != nil {

@@ -177,3 +177,53 @@ func TestListsProperty(t *testing.T) {
 		}
 	}
 }
+
+// TestListsMarkIdle: with MarkIdle, a poll gives the items of a stream with nothing queued an
+// event, as it gives a busy stream's, and hands them back only at a poll that finds the event
+// complete; held by the fake (Hold), the event keeps them. Without it, the first poll hands
+// them back on a query, with no event.
+func TestListsMarkIdle(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, _, p, events := testStreams(t, dev, 1)
+	f.Hold(true)
+	defer f.Hold(false)
+	for _, mark := range []bool{false, true} {
+		ls := streamq.NewLists[int](p, nil, 1)
+		if mark {
+			ls.MarkIdle()
+		}
+		ls.Push(ls.Get(ss[0]), 1)
+		records := f.Stat(fakecuda.EventRecords)
+		done, err := ls.Poll(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded := f.Stat(fakecuda.EventRecords) - records
+		switch {
+		case !mark && (len(done) != 1 || recorded != 0):
+			t.Fatalf("without MarkIdle, a poll of an idle stream's item: %v back, %d events recorded; want it back, none", done, recorded)
+		case mark && (len(done) != 0 || recorded != 1):
+			t.Fatalf("with MarkIdle, a poll of an idle stream's item: %v back, %d events recorded; want none back, one", done, recorded)
+		}
+		if mark {
+			if done, err = ls.Poll(done); err != nil || len(done) != 0 {
+				t.Fatalf("with MarkIdle, a poll while the event is held: %v back, %v", done, err)
+			}
+			f.CompleteStream(ss[0])
+			if done, err = ls.Poll(done); err != nil || len(done) != 1 || done[0] != 1 {
+				t.Fatalf("with MarkIdle, a poll after the event completed: %v back, %v; want [1]", done, err)
+			}
+		}
+		for range 2 {
+			if _, err := ls.Poll(nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ls.Streams() != 0 || int(events.Created()) != events.Idle() {
+			t.Fatalf("MarkIdle %v: %d streams with state, %d of %d events out after the item came back", mark, ls.Streams(), int(events.Created())-events.Idle(), events.Created())
+		}
+	}
+}

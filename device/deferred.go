@@ -1,0 +1,132 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+)
+
+// Deferred frees: the frees FreeAsync cannot do at once (another stream's block, a huge
+// block) wait on internal/streamq's Lists, one list per freeing stream (lists.go there has
+// their rule, their lazy points and their life). This file is what the heap adds: which list a
+// free goes on, the polls and waits that hand frees back, the answer for a stream the driver
+// refuses, and the frees done.
+//
+// A push costs no driver call. A poll (every Alloc, Stats, DeferredByStream, Close) gives a
+// stream's new frees one event, and no other until that one has completed, and hands them back
+// at a poll that finds it complete. The heap's lists record that event even for a stream found
+// idle (Lists.MarkIdle), where a query would hand the frees back at once: a free across
+// streams then waits for an event recorded after it whatever the stream's state, as it did
+// when every FreeAsync recorded its own, and the tests that hold the fake's work (events
+// included) see it wait.
+//
+// A stream destroyed without ForgetStream while frees wait on it is refused by the driver at
+// the poll: the poll then synchronizes the context once (Lists.Recover), which waits for the
+// work that stream still had, and hands its frees back.
+// Every free handed back is done (finishDone), even when an earlier one fails: none is lost.
+// h.mu is held by every function here: the heap is the lists' one reclaimer.
+
+// deferredList is the frees deferred on one stream.
+type deferredList = streamq.List[cuda.DevicePtr]
+
+// listLinger is the polls in a row that find a stream's list empty before it leaves the lists.
+// A poll runs only while frees are deferred (poll): a stream that frees across streams now and
+// then keeps its list (no allocation for a new one), and one no longer used costs nothing
+// after listLinger polls made while other streams have frees deferred.
+const listLinger = 8
+
+// newLists returns the lists of a heap whose points are points.
+func newLists(points *streamq.Points) *streamq.Lists[cuda.DevicePtr] {
+	ls := streamq.NewLists[cuda.DevicePtr](points, nil, listLinger)
+	ls.MarkIdle()
+	return ls
+}
+
+// afterLostSync, when set (by tests), runs in a poll between the synchronize of the context for
+// the lists it found lost and the hand-back of their frees.
+var afterLostSync func()
+
+// listFor returns the list of stream s: the one found last, or the lists' own, made when s
+// has none.
+func (h *Heap) listFor(s cuda.Stream) *deferredList {
+	if l := h.lists.Last(); l != nil && l.Stream() == uintptr(s) {
+		return l
+	}
+	l := h.lists.Get(uintptr(s))
+	h.lists.Found(l)
+	return l
+}
+
+// poll does the deferred frees whose streams have passed them, and gives the busy streams a
+// point for the frees they have; the lists of streams the driver refuses are answered with one
+// synchronize of the context. It fails only when the driver refuses a stream and the context's
+// synchronize fails too (those frees stay), or when a free handed back fails.
+func (h *Heap) poll() error {
+	if len(h.deferred) == 0 {
+		return nil // nothing to do: the lists of idle streams stay as they are, at no cost
+	}
+	err := h.pollLists()
+	if ferr := h.finishDone(); ferr != nil { // joined only when not nil: no allocation
+		err = errors.Join(err, ferr)
+	}
+	return err
+}
+
+// pollLists is Poll of the lists, and Recover of the lost ones, into h.done.
+func (h *Heap) pollLists() error {
+	var err error
+	if h.done, err = h.lists.Poll(h.done); err != nil {
+		err = fmt.Errorf("device: deferred frees: %w", err)
+	}
+	if h.lists.Lost() > 0 {
+		var rerr error
+		if h.done, rerr = h.lists.Recover(h.done, afterLostSync); rerr != nil {
+			return errors.Join(err, fmt.Errorf("device: deferred frees: %w", rerr))
+		}
+		return nil // each refusal is answered: the frees of the lost lists came back
+	}
+	return err
+}
+
+// drain waits for every stream with deferred frees (a synchronize of each) and does them. A
+// stream the driver refuses to synchronize (destroyed without ForgetStream) is answered as a
+// poll answers it, with a synchronize of the context; the error stays only if frees are left.
+func (h *Heap) drain() error {
+	var err error
+	if h.done, err = h.lists.Drain(h.done); err != nil {
+		err = fmt.Errorf("device: wait for deferred frees: %w", err)
+		if perr := h.pollLists(); perr != nil {
+			err = errors.Join(err, perr)
+		}
+	}
+	ferr := h.finishDone()
+	if err != nil && ferr == nil && len(h.deferred) == 0 {
+		err = nil // every free was done: the refused streams were answered
+	}
+	return errors.Join(err, ferr)
+}
+
+// finishDone does the frees in h.done, every one even when some fail, and empties it.
+func (h *Heap) finishDone() error {
+	var errs []error
+	for _, p := range h.done {
+		if err := h.finish(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	clear(h.done)
+	h.done = h.done[:0]
+	return errors.Join(errs...)
+}
+
+// finish does a deferred free whose stream has passed it.
+func (h *Heap) finish(p cuda.DevicePtr) error {
+	delete(h.deferred, p)
+	owner, err := h.owner(p)
+	if err != nil {
+		return err
+	}
+	return h.free(owner, p)
+}
