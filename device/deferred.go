@@ -16,11 +16,8 @@ import (
 //
 // A push costs no driver call. A poll (every Alloc, Stats, DeferredByStream, Close) gives a
 // stream's new frees one event, and no other until that one has completed, and hands them back
-// at a poll that finds it complete. The heap's lists record that event even for a stream found
-// idle (Lists.MarkIdle), where a query would hand the frees back at once: a free across
-// streams then waits for an event recorded after it whatever the stream's state, as it did
-// when every FreeAsync recorded its own, and the tests that hold the fake's work (events
-// included) see it wait.
+// at a poll that finds it complete; a stream found idle (cuStreamQuery: nothing queued on it is
+// left to run) needs no event, its frees come back at once.
 //
 // A stream destroyed without ForgetStream while frees wait on it is refused by the driver at
 // the poll: the poll then synchronizes the context once (Lists.Recover), which waits for the
@@ -39,9 +36,7 @@ const listLinger = 8
 
 // newLists returns the lists of a heap whose points are points.
 func newLists(points *streamq.Points) *streamq.Lists[cuda.DevicePtr] {
-	ls := streamq.NewLists[cuda.DevicePtr](points, nil, listLinger)
-	ls.MarkIdle()
-	return ls
+	return streamq.NewLists[cuda.DevicePtr](points, nil, listLinger)
 }
 
 // afterLostSync, when set (by tests), runs in a poll between the synchronize of the context for

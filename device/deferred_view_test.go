@@ -21,6 +21,9 @@ func TestFakeDeferredByStream(t *testing.T) {
 		t.Fatalf("a new heap: %+v, want none", got)
 	}
 	p1, p2, p3 := alloc(t, h, 4096, a), alloc(t, h, 8192, a), alloc(t, h, 1<<20, a)
+	// b and c use the blocks they free: their frees wait for that work.
+	must(t, "MemsetAsync on b", h.MemsetAsync(pcuda.DevicePtr(p1), 0, 4096, pcuda.Stream(b)))
+	must(t, "MemsetAsync on c", h.MemsetAsync(pcuda.DevicePtr(p3), 0, 1<<20, pcuda.Stream(c)))
 	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(p1), pcuda.Stream(b)))
 	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(p2), pcuda.Stream(b)))
 	must(t, "FreeAsync on c", h.FreeAsync(pcuda.DevicePtr(p3), pcuda.Stream(c)))

@@ -110,7 +110,8 @@ func TestFakeStreamOrderedReuse(t *testing.T) {
 		t.Errorf("a block freed on its own stream was not reused at once: %#x, then %#x", p, q)
 	}
 
-	// Freed on another stream: reusable only once the event recorded on that stream is done.
+	// Freed on another stream that used it: reusable only once that stream has passed the free.
+	must(t, "MemsetAsync on b", h.MemsetAsync(pcuda.DevicePtr(p), 1, 1000, pcuda.Stream(b)))
 	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
 	if st := h.Stats(); st.Deferred != 1 || st.DeferredFrees != 1 {
 		t.Errorf("stats after a cross-stream free: %+v", st)
@@ -144,6 +145,7 @@ func TestFakeStreamOrderedReuse(t *testing.T) {
 
 	// Huge blocks go back to the arena: deferred even on their own stream.
 	big := alloc(t, h, 4<<20, a)
+	must(t, "MemsetAsync huge", h.MemsetAsync(pcuda.DevicePtr(big), 0, 4<<20, pcuda.Stream(a)))
 	must(t, "FreeAsync huge", h.FreeAsync(pcuda.DevicePtr(big), pcuda.Stream(a)))
 	if h.Stats().Deferred != 1 {
 		t.Errorf("a huge free on its own stream was not deferred")
@@ -173,7 +175,9 @@ func TestFakeClose(t *testing.T) {
 		t.Errorf("Close with a live block = %v", err)
 	}
 	f.Hold(true)
-	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), 0)) // another stream: deferred
+	// The default stream uses p, then frees it: another stream's, with work queued, deferred.
+	must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 0, 100, 0))
+	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), 0))
 	if err := h.Close(); !errors.Is(err, ErrBusy) {
 		t.Errorf("Close with a free pending = %v", err)
 	}

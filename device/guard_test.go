@@ -64,7 +64,9 @@ func TestFakeQuota(t *testing.T) {
 		t.Fatalf("Alloc at the quota: %v", err)
 	}
 	f.Hold(true)
-	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), 0)) // deferred: counts until done
+	// The default stream uses p, then frees it: deferred, it counts until done.
+	must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 0, 768<<10, 0))
+	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), 0))
 	if _, err := h.Alloc(512<<10, pcuda.Stream(s)); !errors.Is(err, ErrQuota) {
 		t.Fatalf("Alloc with a deferred free pending: %v", err)
 	}

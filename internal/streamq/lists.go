@@ -44,10 +44,9 @@ type Tally struct {
 
 // Lists keeps items of type T deferred per stream, in the order of each stream.
 type Lists[T any] struct {
-	points   *Points
-	measure  func(T) Tally
-	linger   int
-	markIdle bool // MarkIdle: a poll gives an idle stream's open items an event too
+	points  *Points
+	measure func(T) Tally
+	linger  int
 
 	mu     sync.Mutex
 	m      map[Stream]*List[T] // under mu: the streams with state
@@ -88,14 +87,6 @@ func (l *List[T]) Stream() Stream { return l.s }
 func NewLists[T any](points *Points, measure func(T) Tally, linger int) *Lists[T] {
 	return &Lists[T]{points: points, measure: measure, linger: max(linger, 1), m: map[Stream]*List[T]{}}
 }
-
-// MarkIdle makes a poll give the open items of an idle stream a point by an event, as it gives
-// a busy stream's, where it would hand them back at once on a query that finds the stream idle:
-// they come back at a later poll, once the event has completed. For a caller whose frees must
-// wait for an event recorded after them whatever the stream's state (device.Heap: its tests
-// hold the work of the fake driver, events included, until they complete a stream). Call it
-// before the lists are used.
-func (ls *Lists[T]) MarkIdle() { ls.markIdle = true }
 
 // Points returns the lists' points.
 func (ls *Lists[T]) Points() *Points { return ls.points }
@@ -288,11 +279,7 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		l.ev, l.marked = 0, l.marked[:0]
 	}
 	if len(l.open) > 0 {
-		var idle bool
-		var err error
-		if !ls.markIdle {
-			idle, err = p.Idle(l.s)
-		}
+		idle, err := p.Idle(l.s)
 		switch {
 		case err != nil:
 			return done, l.lose(), fmt.Errorf("streamq: stream %#x: %w", l.s, err)
