@@ -5,19 +5,30 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Completions: every batch the tier queues on one of its two streams (restores on the H2D stream,
 // evictions and retired memory on the D2H stream) ends with an event and a completion, which says
 // what the batch's memory becomes once the event has completed: its VRAM spare (spare.go), its
-// host buffers free in the pool. Completions are found by polling (cuEventQuery, internal/streamq),
-// oldest first per stream, on every migration and in Stats; Sync and Close wait for them.
+// host buffers free in the pool. The completions wait on internal/streamq's Lists, one list per
+// stream, the same stream-order mechanism as pinned.Pool's deferred buffers, with the batches'
+// events as their own points (OwnPoints): a push costs no driver call beyond the batch's event,
+// a poll one cuEventQuery per stream with batches in flight (of the newest batch's event, or of
+// the one a poll before found pending), and no event of the lists' own; completions come back
+// oldest first per stream, once their stream has passed their event. They are polled on every
+// migration and in Stats; Sync and Close wait for them (Lists.Drain synchronizes the streams).
 //
 // Invariants: memory that a queued copy, or the user's work a batch waited for, may still touch
-// is reused only by complete, after the event of the batch that lists it. Batches are numbered per
-// direction; a block's readySeq (evictSeq) names the batch that last wrote its device (host) bytes,
-// still in flight while pending says so, and its event is then valid to wait on.
+// is reused only by complete, after the stream of the batch that lists it has passed the
+// batch's event (or a synchronize after it). Batches are numbered per direction, each direction
+// one stream, so that completions come back in the order of their numbers; a block's readySeq
+// (evictSeq) names the batch that last wrote its device (host) bytes, still in flight while
+// pending says so, and its event (readyEv, evictEv) is then valid to wait on. A batch's event is the
+// completion's (c.ev): the lists query it, never record nor give it back; complete gives it back
+// to the event pool after done says the batch is no longer pending, so that no block is told to
+// wait on an event that went back.
 
 // Directions of a batch.
 const (
@@ -28,17 +39,41 @@ const (
 // batches are the batches queued on the tier's streams, numbered per direction, and finished
 // in order by their completions.
 type batches struct {
-	queue    *streamq.Queue[completion]
-	issued   [2]uint64    // the number of the newest batch queued, per direction (dirH2D, dirD2H)
-	done     [2]uint64    // the number of the newest batch completed, per direction
-	devLists [][]devBlock // completions' VRAM lists, for reuse
+	lists    *streamq.Lists[completion] // the completions in flight, per stream
+	back     []completion               // the completions a poll or drain handed back (reused)
+	issued   [2]uint64                  // the number of the newest batch queued, per direction (dirH2D, dirD2H)
+	done     [2]uint64                  // the number of the newest batch completed, per direction
+	devLists [][]devBlock               // completions' VRAM lists, for reuse
 }
+
+// batchLinger is the polls in a row that find one of the tier's two lists empty before it leaves
+// the lists: the tier's streams live as long as it does, and a list that left costs the next
+// batch a new one (an allocation), so they stay while the tier migrates blocks at all.
+const batchLinger = 64
+
+// newBatches returns the batches of a tier whose events come from events, on dev. A batch's
+// own event is its point on the lists (streamq's OwnPoints): every copy and wait of a batch, and
+// of the batches before it on its stream, is queued before its event, and the event stays the
+// completion's until complete, after the lists handed it back.
+func newBatches(dev *icuda.Device, events *icuda.EventPool) batches {
+	ls := streamq.NewLists(streamq.NewPoints(dev, events), countBatch, batchLinger)
+	ls.OwnPoints(batchPoint)
+	return batches{lists: ls}
+}
+
+// batchPoint is a completion's own point on the lists: its batch's event.
+func batchPoint(c completion) streamq.Event { return streamq.Event(c.ev) }
+
+// countBatch is what a completion counts for on the lists: one batch in flight (Stats.Pending,
+// read without a lock as the lists' weight).
+func countBatch(completion) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }
 
 // completion is a batch queued on one of the tier's streams: when its event completes, the
 // batch's copies are done and the memory it lists can be reused.
 type completion struct {
 	dir int
 	seq uint64
+	ev  cuda.Event // the batch's event, recorded by pushEvent; 0 for a batch not queued
 	dev []devBlock // VRAM no longer used once the event completes: spare (spare.go)
 	// devBytes is the bytes of dev, when the batch added them up (0: not counted)
 	devBytes uintptr
@@ -54,9 +89,9 @@ type devBlock struct {
 // pending reports whether batch seq of direction dir has not completed yet.
 func (t *Tier) pending(dir int, seq uint64) bool { return seq > t.batches.done[dir] }
 
-// pushEvent records an event on the stream of dir and queues c behind it, as batch number
-// t.batches.issued[dir]+1. It returns the event, owned by the queue until the batch completes
-// (a stream may be made to wait on it while the batch is pending).
+// pushEvent records an event on the stream of dir and pushes c behind it on the stream's list,
+// as batch number t.batches.issued[dir]+1. It returns the event, c's until complete gives it
+// back (a stream may be made to wait on it while the batch is pending).
 func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
 	s := t.engine.h2d
 	if dir == dirD2H {
@@ -71,9 +106,10 @@ func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
 		return 0, err
 	}
 	t.batches.issued[dir]++
-	c.dir, c.seq = dir, t.batches.issued[dir]
-	t.batches.queue.PushEvent(uintptr(s), ev, c)
-	return cuda.Event(ev), nil
+	c.dir, c.seq, c.ev = dir, t.batches.issued[dir], cuda.Event(ev)
+	ls := t.batches.lists
+	ls.Push(ls.Get(uintptr(s)), c) // after the record: every batch before it is before its event
+	return c.ev, nil
 }
 
 // push is pushEvent for a batch whose event no block needs.
@@ -108,21 +144,51 @@ func (t *Tier) retire(c completion) error {
 	return t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})
 }
 
-// poll finishes the batches that have completed. t.mu is held.
+// poll finishes the batches whose streams have passed them. A stream the driver refuses
+// (which only a broken context does to the tier's own) is answered by a synchronize of the
+// context, which finishes its batches; the refusal is returned. t.mu is held.
 func (t *Tier) poll() error {
-	if t.batches.queue.Len() == 0 {
+	ls := t.batches.lists
+	if ls.Weight() == 0 {
 		return nil
 	}
-	if err := t.batches.queue.Poll(); err != nil {
-		return fmt.Errorf("uvm: transfers: %w", err)
+	back, err := ls.Poll(t.batches.back[:0])
+	if err != nil {
+		err = fmt.Errorf("uvm: transfers: %w", err)
 	}
-	return nil
+	if ls.Lost() > 0 {
+		var rerr error
+		if back, rerr = ls.Recover(back, nil); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("uvm: transfers: %w", rerr))
+		}
+	}
+	return errors.Join(err, t.finish(back))
 }
 
-// complete finishes a batch whose event has completed (the queue's done function).
+// finish completes the batches back, every one (their errors joined: none is lost), and keeps
+// the slice for the next poll. t.mu is held.
+func (t *Tier) finish(back []completion) error {
+	var err error
+	for i := range back {
+		if cerr := t.complete(back[i]); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}
+	clear(back)
+	t.batches.back = back[:0]
+	return err
+}
+
+// complete finishes a batch whose event has completed (handed back by the lists, or queued
+// nowhere: retire's and undoRestore's fallbacks, after their CPU waits), then gives the event
+// back to the pool: done says first that the batch is no longer pending, so that no block
+// waits on the event from then on.
 func (t *Tier) complete(c completion) error {
-	if c.seq > t.batches.done[c.dir] {
+	if c.seq > t.batches.done[c.dir] { // the lists hand a stream's batches back in order
 		t.batches.done[c.dir] = c.seq
+	}
+	if c.ev != 0 {
+		t.engine.events.Put(uintptr(c.ev))
 	}
 	err := t.putSpares(c.dev, c.devBytes)
 	for _, b := range c.host {
@@ -171,10 +237,11 @@ func (t *Tier) Sync() error {
 	return t.drain()
 }
 
-// drain waits for every completion. t.mu is held.
+// drain waits for every stream with batches in flight and finishes them. t.mu is held.
 func (t *Tier) drain() error {
-	if err := t.batches.queue.Drain(); err != nil {
-		return fmt.Errorf("uvm: wait for transfers: %w", err)
+	back, err := t.batches.lists.Drain(t.batches.back[:0])
+	if err != nil {
+		err = fmt.Errorf("uvm: wait for transfers: %w", err)
 	}
-	return nil
+	return errors.Join(err, t.finish(back))
 }

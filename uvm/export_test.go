@@ -18,6 +18,15 @@ func (t *Tier) SkewAccounts(d uintptr) {
 	t.acct.device += d
 }
 
+// SkewBatches adds d to the number of the newest batch completed in the D2H direction, so that
+// a test can see Verify catch a batch in flight that the tier counts as completed (a block
+// would no longer wait for it), or a completed one it counts as in flight.
+func (t *Tier) SkewBatches(d uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.batches.done[dirD2H] += d
+}
+
 // FailWaits makes every queueing of a batch's waits fail with err (nil: none fail).
 func FailWaits(err error) { waitFault = err }
 

@@ -175,7 +175,7 @@ func (t *Tier) Stats() Stats {
 	st.HostHeldBytes = uint64(t.acct.hostHeld)
 	st.SpareBytes = uint64(t.spare.bytes)
 	st.PinnedBytes, st.PinnedBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
-	st.Pending = t.batches.queue.Len()
+	st.Pending = int(t.batches.lists.Weight())
 	st.AcquireLatency.withBounds()
 	return st
 }

@@ -103,7 +103,6 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/streamq"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -237,7 +236,7 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 		streams: streamSet{},
 		lat:     acquireClock{every: hitEvery},
 	}
-	t.batches.queue = streamq.New(dev, t.engine.events, t.complete)
+	t.batches = newBatches(dev, t.engine.events)
 	if err := t.open(o); err != nil {
 		// Under the lock and closed: the heap's hook may already be installed and called.
 		t.mu.Lock()

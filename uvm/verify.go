@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // verify checks the tier's accounting against its block table (t.mu held, between calls): the
@@ -104,6 +105,53 @@ func (t *Tier) verify() error {
 	}
 	if spare != t.spare.bytes {
 		bad("spare VRAM counts %d bytes, its blocks %d", t.spare.bytes, spare)
+	}
+	if err := t.verifyBatches(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// verifyBatches checks the batches in flight (t.mu held): the lists are sound (streamq's
+// Verify), and each direction's batches are on its stream, each with its event, numbered in a
+// row, oldest first, from the one after the newest completed (pending) to the newest issued.
+func (t *Tier) verifyBatches() error {
+	var errs []error
+	var n [2]uint64 // the batches in flight seen, per direction
+	check := func(s streamq.Stream, c completion) {
+		if c.dir != dirH2D && c.dir != dirD2H {
+			errs = append(errs, fmt.Errorf("a batch of direction %d is in flight", c.dir))
+			return
+		}
+		stream := t.engine.h2d
+		if c.dir == dirD2H {
+			stream = t.engine.d2h
+		}
+		n[c.dir]++
+		switch want := t.batches.done[c.dir] + n[c.dir]; {
+		case uintptr(stream) != s:
+			errs = append(errs, fmt.Errorf("batch %d of direction %d waits on stream %#x, not its own %#x", c.seq, c.dir, s, stream))
+		case c.ev == 0:
+			errs = append(errs, fmt.Errorf("batch %d of direction %d is in flight with no event", c.seq, c.dir))
+		case c.seq != want:
+			errs = append(errs, fmt.Errorf("batch %d of direction %d is in flight where batch %d should be (%d completed)", c.seq, c.dir, want, t.batches.done[c.dir]))
+		}
+	}
+	err := t.batches.lists.Verify(func(s streamq.Stream, marked, open []completion) {
+		for _, c := range marked {
+			check(s, c)
+		}
+		for _, c := range open {
+			check(s, c)
+		}
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for dir := range n {
+		if t.batches.done[dir]+n[dir] != t.batches.issued[dir] {
+			errs = append(errs, fmt.Errorf("direction %d: %d batches issued, %d completed, %d in flight", dir, t.batches.issued[dir], t.batches.done[dir], n[dir]))
+		}
 	}
 	return errors.Join(errs...)
 }

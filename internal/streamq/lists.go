@@ -28,6 +28,14 @@ import (
 // found last, an insert for a new one. Forget drops a stream's state at once, for a stream about
 // to be destroyed: the driver may give its handle to a new stream.
 //
+// Items may carry their own points (OwnPoints): an event the pusher recorded on the stream
+// before the push, after the work the item and every item pushed on the stream before it wait
+// for (a batch's event, which the caller needs for its own waits anyway). A poll then gives a
+// stream's open items, when they have no point, the newest one's own point: passed, they are
+// all done; else it becomes the list's point, borrowed: the lists query it and never record,
+// put back or keep it past the moment its item is handed back (its owner's from then on). Such
+// a stream costs a poll one query of an event and no event of the lists' own.
+//
 // A stream the driver refuses (destroyed while items waited on it) cannot take a point: Poll
 // keeps its list aside as lost, with the number of open items it had then, and Recover
 // synchronizes the whole context once for every lost list and hands back what they had.
@@ -47,6 +55,7 @@ type Lists[T any] struct {
 	points  *Points
 	measure func(T) Tally
 	linger  int
+	pointOf func(T) Event // the items' own points (OwnPoints), or nil
 
 	mu     sync.Mutex
 	m      map[Stream]*List[T] // under mu: the streams with state
@@ -67,6 +76,9 @@ type List[T any] struct {
 	open   []T
 	marked []T
 	ev     Event // the point, recorded after marked were pushed; 0 for none
+	// borrowed says that ev is the newest marked item's own point (OwnPoints), not the lists':
+	// it leaves with that item and never goes back to the pool from here.
+	borrowed bool
 	// openT and markedT are what open and marked count for (Measure), so that a whole slice
 	// leaves at no cost of measuring it again.
 	openT, markedT Tally
@@ -87,6 +99,13 @@ func (l *List[T]) Stream() Stream { return l.s }
 func NewLists[T any](points *Points, measure func(T) Tally, linger int) *Lists[T] {
 	return &Lists[T]{points: points, measure: measure, linger: max(linger, 1), m: map[Stream]*List[T]{}}
 }
+
+// OwnPoints makes the lists use the items' own points: pointOf(v) is an event v's pusher
+// recorded on v's stream before the push, after the work v and every item pushed on the stream
+// before it wait for, that stays as it is (recorded, not recorded again nor put back) until v
+// is handed back; 0 for none (the lists then take a point of their own). Call it before the
+// first push.
+func (ls *Lists[T]) OwnPoints(pointOf func(T) Event) { ls.pointOf = pointOf }
 
 // Points returns the lists' points.
 func (ls *Lists[T]) Points() *Points { return ls.points }
@@ -274,12 +293,19 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 			return done, pollBusy, nil
 		}
 		done = ls.take(done, l.marked, &l.markedT, true)
-		p.Put(l.ev)
+		l.dropPoint(p)
 		clear(l.marked)
-		l.ev, l.marked = 0, l.marked[:0]
+		l.marked = l.marked[:0]
 	}
 	if len(l.open) > 0 {
-		idle, err := p.Idle(l.s)
+		own := ls.ownPoint(l.open)
+		var idle bool
+		var err error
+		if own != 0 {
+			idle, err = p.Passed(own) // every open item's work is before it
+		} else {
+			idle, err = p.Idle(l.s)
+		}
 		switch {
 		case err != nil:
 			return done, l.lose(), fmt.Errorf("streamq: stream %#x: %w", l.s, err)
@@ -288,11 +314,13 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 			clear(l.open)
 			l.open = l.open[:0]
 		default:
-			ev, err := p.Mark(l.s)
-			if err != nil {
-				return done, l.lose(), fmt.Errorf("streamq: stream %#x: event: %w", l.s, err)
+			ev := own
+			if own == 0 {
+				if ev, err = p.Mark(l.s); err != nil {
+					return done, l.lose(), fmt.Errorf("streamq: stream %#x: event: %w", l.s, err)
+				}
 			}
-			l.ev = ev
+			l.ev, l.borrowed = ev, own != 0
 			l.open, l.marked = l.marked, l.open
 			l.openT, l.markedT = l.markedT, l.openT
 			return done, pollBusy, nil
@@ -304,6 +332,23 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		}
 	}
 	return done, pollBusy, nil
+}
+
+// ownPoint returns the own point of the newest of open (OwnPoints), or 0.
+func (ls *Lists[T]) ownPoint(open []T) Event {
+	if ls.pointOf == nil {
+		return 0
+	}
+	return ls.pointOf(open[len(open)-1])
+}
+
+// dropPoint lets go of l's point: back to the pool when it is the lists' own, left to its item
+// when borrowed. l.mu is held.
+func (l *List[T]) dropPoint(p *Points) {
+	if l.ev != 0 && !l.borrowed {
+		p.Put(l.ev)
+	}
+	l.ev, l.borrowed = 0, false
 }
 
 // lose notes how many open items l has as poll finds it lost. l.mu is held.
@@ -409,15 +454,13 @@ func (ls *Lists[T]) Release(l *List[T], all bool, done []T) []T {
 	if !all {
 		open = min(open, l.lostOpen)
 	}
-	if l.ev != 0 {
-		ls.points.Put(l.ev)
-	}
+	l.dropPoint(ls.points)
 	done = ls.take(ls.take(done, l.marked, &l.markedT, true), l.open[:open], &l.openT, open == len(l.open))
 	clear(l.marked)
 	rest := copy(l.open, l.open[open:])
 	clear(l.open[rest:])
 	l.open = l.open[:rest]
-	l.marked, l.ev = l.marked[:0], 0
+	l.marked = l.marked[:0]
 	gone := !l.gone && len(l.open) == 0
 	if gone {
 		ls.unlist(l)
@@ -470,9 +513,10 @@ func (ls *Lists[T]) Range(f func(s Stream, marked, open []T)) {
 }
 
 // Verify checks, with the lists' lock and every list's held, that each list is the entry of
-// its stream and in the lists, that it has an event exactly when it has marked items, and that
-// the totals are those of the items; it calls f (nil: none) with each list's items, for the
-// caller's own checks, while the locks are held.
+// its stream and in the lists, that it has an event exactly when it has marked items (a
+// borrowed one the newest marked item's own point), and that the totals are those of the
+// items; it calls f (nil: none) with each list's items, for the caller's own checks, while the
+// locks are held.
 func (ls *Lists[T]) Verify(f func(s Stream, marked, open []T)) error {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -491,6 +535,9 @@ func (ls *Lists[T]) Verify(f func(s Stream, marked, open []T)) error {
 		}
 		if (l.ev != 0) != (len(l.marked) > 0) {
 			return fmt.Errorf("streamq: invariant: stream %#x: event %#x with %d marked items", s, l.ev, len(l.marked))
+		}
+		if l.borrowed && (ls.pointOf == nil || len(l.marked) == 0 || l.ev != ls.pointOf(l.marked[len(l.marked)-1])) {
+			return fmt.Errorf("streamq: invariant: stream %#x: borrowed point %#x is not the newest marked item's own", s, l.ev)
 		}
 		if ls.measureAll(l.marked) != l.markedT || ls.measureAll(l.open) != l.openT {
 			return fmt.Errorf("streamq: invariant: stream %#x counts %+v marked and %+v open, holds %+v and %+v", s, l.markedT, l.openT, ls.measureAll(l.marked), ls.measureAll(l.open))

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -15,7 +16,10 @@ import (
 // (never early), once; every item comes back at the first poll after its stream ran everything
 // (never lost); a poll records no event for a stream with nothing queued, and a stream holds
 // one event at most; a drain hands back every item; the totals count the items on the lists; and a stream's state is dropped
-// at the second poll that finds it empty, or at once when it is forgotten.
+// at the second poll that finds it empty, or at once when it is forgotten. Every other seed
+// runs with own points (OwnPoints): each item pushed behind an event the test records first;
+// then the lists record no event at all, and never put an item's event back (the test does,
+// as the item comes back).
 func TestListsProperty(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -26,13 +30,18 @@ func TestListsProperty(t *testing.T) {
 	type item struct {
 		id   int
 		s    int
-		need int // the work queued on s before the push: it must have run
+		need int        // the work queued on s before the push: it must have run
+		ev   cuda.Event // its own point, with own points
 	}
 	for seed := range uint64(6) {
 		r := rand.New(rand.NewPCG(seed, 11))
 		ls := streamq.NewLists(p, func(it item) streamq.Tally {
 			return streamq.Tally{Items: 1, Bytes: int64(it.id % 7), Weight: 2}
 		}, 2)
+		own := seed%2 == 1
+		if own {
+			ls.OwnPoints(func(it item) streamq.Event { return it.ev })
+		}
 		f.Hold(true)
 		var queued, ran [nstreams]int // work queued on each stream, and run
 		var polls [nstreams]int       // 1 + the polls since the stream last ran everything (0: it has work since)
@@ -55,6 +64,9 @@ func TestListsProperty(t *testing.T) {
 				}
 				back[it.id] = true
 				delete(out, it.id)
+				if it.ev != 0 {
+					events.Put(it.ev)
+				}
 				items, bytes = items-1, bytes-int64(it.id%7)
 			}
 		}
@@ -76,8 +88,12 @@ func TestListsProperty(t *testing.T) {
 					t.Fatalf("seed %d step %d: item %d of stream %d not back at a poll after its stream ran everything", seed, step, it.id, it.s)
 				}
 			}
-			if inUse := int(events.Created()) - events.Idle(); inUse > nstreams || idle && inUse != 0 {
-				t.Fatalf("seed %d step %d: %d events in use, every stream idle %v", seed, step, inUse, idle)
+			inUse := int(events.Created()) - events.Idle()
+			if own {
+				inUse -= len(out) // the items' own: the rest are the lists'
+			}
+			if inUse < 0 || inUse > nstreams || (idle || own) && inUse != 0 {
+				t.Fatalf("seed %d step %d: %d events of the lists' in use (own points %v), every stream idle %v", seed, step, inUse, own, idle)
 			}
 		}
 		for step := range 4000 {
@@ -102,7 +118,13 @@ func TestListsProperty(t *testing.T) {
 				stale[i] = l
 				vs := make([]item, 1+r.IntN(3))
 				for k := range vs {
-					vs[k] = item{id: next, s: i, need: queued[i]}
+					vs[k] = item{id: next, s: i}
+					if own { // the record is work on the stream, queued before the push
+						vs[k].ev = ownPoint(t, dev, events, ss[i])
+						queued[i]++
+						polls[i] = 0
+					}
+					vs[k].need = queued[i]
 					out[next] = vs[k]
 					next++
 					items, bytes = items+1, bytes+int64(vs[k].id%7)
@@ -176,4 +198,17 @@ func TestListsProperty(t *testing.T) {
 			t.Fatalf("seed %d: %d items out, %d streams with state after the streams ran everything", seed, len(out), ls.Streams())
 		}
 	}
+}
+
+// ownPoint records an event of events on s, for an item's own point.
+func ownPoint(t *testing.T, dev *cuda.Device, events *cuda.EventPool, s cuda.Stream) cuda.Event {
+	t.Helper()
+	ev, err := events.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.EventRecord(ev, s); err != nil {
+		t.Fatal(err)
+	}
+	return ev
 }

@@ -18,6 +18,18 @@ func TestListsVerify(t *testing.T) {
 	if err := build().Verify(nil); err != nil {
 		t.Fatalf("sound lists: %v", err)
 	}
+	// With own points (an item's own point is its value), 0x20's items marked behind the
+	// newest one's, borrowed.
+	borrow := func(ls *Lists[int]) *List[int] {
+		ls.OwnPoints(func(v int) Event { return Event(v) })
+		l := ls.m[0x20]
+		l.marked, l.markedT, l.open, l.openT = l.open, l.openT, nil, Tally{}
+		l.ev, l.borrowed = 200, true
+		return l
+	}
+	if ls := build(); borrow(ls) != nil && ls.Verify(nil) != nil {
+		t.Fatalf("sound lists with a borrowed point: %v", ls.Verify(nil))
+	}
 	for what, damage := range map[string]func(ls *Lists[int]){
 		"list count":  func(ls *Lists[int]) { ls.m[0x20].openT.Items++ },
 		"weight":      func(ls *Lists[int]) { ls.weight.Add(1) },
@@ -27,6 +39,8 @@ func TestListsVerify(t *testing.T) {
 		"wrong key":   func(ls *Lists[int]) { ls.m[0x30] = ls.m[0x10]; ls.n.Add(1) },
 		"gone":        func(ls *Lists[int]) { ls.m[0x10].gone = true },
 		"streams":     func(ls *Lists[int]) { ls.n.Add(1) },
+		"borrowed":    func(ls *Lists[int]) { borrow(ls).ev = 100 },
+		"not own":     func(ls *Lists[int]) { borrow(ls); ls.pointOf = nil },
 	} {
 		ls := build()
 		damage(ls)

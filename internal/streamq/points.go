@@ -9,8 +9,7 @@ import (
 )
 
 // Points in streams: the driver half of stream-ordered reuse, which every allocator of the
-// module goes through (device.Heap and uvm.Tier by a Queue, pinned.Pool by its per-stream
-// lists).
+// module goes through (pinned.Pool, device.Heap and uvm.Tier, by per-stream Lists).
 //
 // The rule it serves, everywhere: memory changes owner (is handed out again, scrubbed, given
 // back) only after every stream that may use it has passed a point recorded after its free,
