@@ -1,0 +1,148 @@
+package streamq
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Polls of the lists (lists.go has their rule): what the streams have passed handed back,
+// a busy stream's new items given a point, an empty list retired.
+
+// pollState is what poll found of a list.
+type pollState int
+
+const (
+	pollBusy pollState = iota // items wait, or it is not empty for linger polls yet
+	pollIdle                  // empty at linger polls in a row: retire it
+	pollLost                  // the driver refuses its stream or its event
+)
+
+// Poll appends to done the items whose stream has passed their point, on every list, oldest
+// first per stream, and gives the open items of a busy stream a point when it has none. A list
+// the driver refuses is kept aside for Recover (Lost counts them), its error returned. A list
+// found empty at linger polls in a row leaves the lists.
+func (ls *Lists[T]) Poll(done []T) ([]T, error) {
+	ls.mu.Lock()
+	for _, l := range ls.m {
+		ls.scan = append(ls.scan, l)
+	}
+	ls.mu.Unlock()
+	var errs []error
+	for _, l := range ls.scan {
+		var st pollState
+		var err error
+		switch done, st, err = ls.poll(l, done); st {
+		case pollLost:
+			ls.lost = append(ls.lost, l)
+			errs = append(errs, err)
+		case pollIdle:
+			ls.retire(l)
+		}
+	}
+	clear(ls.scan)
+	ls.scan = ls.scan[:0]
+	return done, errors.Join(errs...)
+}
+
+// poll is Poll of l.
+func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := ls.points
+	if l.ev != 0 {
+		passed, err := p.Passed(l.ev)
+		if err != nil {
+			return done, l.lose(), fmt.Errorf("streamq: stream %#x: %w", l.s, err)
+		}
+		if !passed {
+			return done, pollBusy, nil
+		}
+		done = ls.take(done, l.marked, &l.markedT, true)
+		l.dropPoint(p)
+		clear(l.marked)
+		l.marked = l.marked[:0]
+	}
+	if len(l.open) > 0 {
+		own := ls.ownPoint(l.open)
+		var idle bool
+		var err error
+		if own != 0 {
+			idle, err = p.Passed(own) // every open item's work is before it
+		} else {
+			idle, err = p.Idle(l.s)
+		}
+		switch {
+		case err != nil:
+			return done, l.lose(), fmt.Errorf("streamq: stream %#x: %w", l.s, err)
+		case idle: // everything queued on it has completed
+			done = ls.take(done, l.open, &l.openT, true)
+			clear(l.open)
+			l.open = l.open[:0]
+		default:
+			ev := own
+			if own == 0 {
+				if ev, err = p.Mark(l.s); err != nil {
+					return done, l.lose(), fmt.Errorf("streamq: stream %#x: event: %w", l.s, err)
+				}
+			}
+			l.ev, l.borrowed = ev, own != 0
+			l.open, l.marked = l.marked, l.open
+			l.openT, l.markedT = l.markedT, l.openT
+			return done, pollBusy, nil
+		}
+	}
+	if len(l.marked) == 0 {
+		if l.idle++; l.idle >= ls.linger {
+			return done, pollIdle, nil
+		}
+	}
+	return done, pollBusy, nil
+}
+
+// ownPoint returns the own point of the newest of open (OwnPoints), or 0.
+func (ls *Lists[T]) ownPoint(open []T) Event {
+	if ls.pointOf == nil {
+		return 0
+	}
+	return ls.pointOf(open[len(open)-1])
+}
+
+// dropPoint lets go of l's point: back to the pool when it is the lists' own, left to its item
+// when borrowed. l.mu is held.
+func (l *List[T]) dropPoint(p *Points) {
+	if l.ev != 0 && !l.borrowed {
+		p.Put(l.ev)
+	}
+	l.ev, l.borrowed = 0, false
+}
+
+// lose notes how many open items l has as poll finds it lost. l.mu is held.
+func (l *List[T]) lose() pollState {
+	l.lostOpen = len(l.open)
+	return pollLost
+}
+
+// take appends vs, leaving their list, to done, and takes t, what they count for, off the
+// list's count (*from: all of it when vs is the whole slice, whole). The list's lock is held.
+func (ls *Lists[T]) take(done, vs []T, from *Tally, whole bool) []T {
+	t := *from
+	if !whole {
+		t = ls.measureAll(vs)
+	}
+	*from = from.minus(t)
+	if t.Weight != 0 {
+		ls.weight.Add(-t.Weight)
+	}
+	return append(done, vs...)
+}
+
+// retire takes l out of the lists if it is still idle.
+func (ls *Lists[T]) retire(l *List[T]) {
+	ls.mu.Lock()
+	l.mu.Lock()
+	if !l.gone && len(l.open) == 0 && len(l.marked) == 0 && l.idle >= ls.linger {
+		ls.unlist(l)
+	}
+	l.mu.Unlock()
+	ls.mu.Unlock()
+}

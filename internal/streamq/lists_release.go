@@ -1,0 +1,128 @@
+package streamq
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+)
+
+// The lists' waits: lost lists recovered by one synchronize of the context, every stream
+// drained, one stream's items released after its synchronize, a stream forgotten.
+
+// Lost returns the number of lists the polls found lost and Recover has not answered.
+func (ls *Lists[T]) Lost() int { return len(ls.lost) }
+
+// Recover answers the lost lists: it synchronizes the context once (Points.WaitAll, which waits
+// for the work the refused streams still had), calls after (nil: none), and appends to done
+// the items each lost list had when Poll found it lost. When the synchronize fails, the items
+// stay and the error is returned; the lists are polled again either way.
+func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
+	if len(ls.lost) == 0 {
+		return done, nil
+	}
+	defer func() {
+		clear(ls.lost)
+		ls.lost = ls.lost[:0]
+	}()
+	if err := ls.points.WaitAll(); err != nil {
+		return done, fmt.Errorf("streamq: the items deferred on %d streams the driver refuses stay: synchronize: %w", len(ls.lost), err)
+	}
+	if after != nil {
+		after()
+	}
+	for _, l := range ls.lost {
+		done = ls.Release(l, false, done)
+	}
+	return done, nil
+}
+
+// Drain waits for the stream of every list with items (a synchronize of each) and appends to
+// done the items pushed before its wait; the items pushed while it waits stay for a later call.
+// A stream the driver refuses to synchronize keeps its items, and its error is returned. It is
+// the reclaimer's, as Poll is.
+func (ls *Lists[T]) Drain(done []T) ([]T, error) {
+	ls.mu.Lock()
+	for _, l := range ls.m {
+		ls.scan = append(ls.scan, l)
+	}
+	ls.mu.Unlock()
+	var errs []error
+	for _, l := range ls.scan {
+		l.mu.Lock()
+		n, empty := len(l.open), len(l.open)+len(l.marked) == 0
+		l.mu.Unlock()
+		if empty {
+			continue
+		}
+		if err := ls.points.WaitStream(l.s); err != nil {
+			errs = append(errs, fmt.Errorf("streamq: wait for stream %#x: %w", l.s, err))
+			continue
+		}
+		l.mu.Lock()
+		l.lostOpen = n // the open items the wait covers (Release)
+		l.mu.Unlock()
+		done = ls.Release(l, false, done)
+	}
+	clear(ls.scan)
+	ls.scan = ls.scan[:0]
+	return done, errors.Join(errs...)
+}
+
+// Release appends to done the items of l its stream has passed, by a synchronize of the
+// stream or the context that followed their pushes: with all every one (a stream forgotten,
+// where no other goroutine pushes on it), else the marked ones and the open ones Poll saw as it
+// found l lost, before the synchronize (a live stream's list whose event the driver refused gets
+// more since, and their work may be queued after the synchronize). When none is left it takes l
+// out of the lists.
+func (ls *Lists[T]) Release(l *List[T], all bool, done []T) []T {
+	ls.mu.Lock()
+	l.mu.Lock()
+	open := len(l.open)
+	if !all {
+		open = min(open, l.lostOpen)
+	}
+	l.dropPoint(ls.points)
+	done = ls.take(ls.take(done, l.marked, &l.markedT, true), l.open[:open], &l.openT, open == len(l.open))
+	clear(l.marked)
+	rest := copy(l.open, l.open[open:])
+	clear(l.open[rest:])
+	l.open = l.open[:rest]
+	l.marked = l.marked[:0]
+	gone := !l.gone && len(l.open) == 0
+	if gone {
+		ls.unlist(l)
+	}
+	l.mu.Unlock()
+	ls.mu.Unlock()
+	if gone {
+		ls.last.CompareAndSwap(l, nil)
+	}
+	return done
+}
+
+// Forget is the start of forgetting stream s, which the caller is about to synchronize and
+// destroy: the list found last stops standing for s (a new stream may get its handle), and it
+// returns s's list in the lists, or nil, for Release(l, true, ...) once s is synchronized.
+func (ls *Lists[T]) Forget(s Stream) *List[T] {
+	if l := ls.last.Load(); l != nil && l.s == s {
+		ls.last.CompareAndSwap(l, nil)
+	}
+	return ls.Lookup(s)
+}
+
+// unlist takes l out of the lists: a push then takes a new list for its stream. The lists' lock
+// and l's are held.
+func (ls *Lists[T]) unlist(l *List[T]) {
+	l.marked, l.open, l.gone = nil, nil, true
+	if ls.m[l.s] != l {
+		return
+	}
+	delete(ls.m, l.s)
+	ls.n.Store(int32(len(ls.m)))
+	if n := len(ls.m); ls.peak > 64 && 8*n < ls.peak {
+		// A Go map keeps its room when emptied, and a walk visits the room: make it again
+		// (amortized O(1): it shrank by 8x since the last time).
+		ls.m = maps.Clone(ls.m)
+		ls.peak = n
+	}
+}
