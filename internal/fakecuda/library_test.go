@@ -66,8 +66,8 @@ func TestCached(t *testing.T) {
 	}
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	t.Setenv(cacheEnv, "")
-	libs := make([]string, 4)
-	errs := make([]error, 4)
+	libs := make([]string, 2)
+	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range libs {
 		wg.Add(1)
