@@ -179,6 +179,10 @@ func TestFakeDeferredByStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The freeing stream uses the block: its free waits for that work.
+		if err := h.MemsetAsync(p, 0, n, streams[min(i, 1)]); err != nil {
+			t.Fatal(err)
+		}
 		if err := h.FreeAsync(p, streams[min(i, 1)]); err != nil {
 			t.Fatal(err)
 		}
