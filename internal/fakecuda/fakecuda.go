@@ -214,6 +214,11 @@ func runChild(t *testing.T, lib, marker string) {
 	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), cuda.LibraryEnv+"="+lib, childEnv+"="+marker)
+	if _, set := os.LookupEnv("GORACE"); !set {
+		// A race-detector binary sleeps a second at exit (atexit_sleep_ms) for late reports:
+		// the child's test has ended, and a second per test was most of -race's time.
+		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
+	}
 	out, err := cmd.CombinedOutput()
 	switch {
 	case err != nil:
