@@ -2,6 +2,8 @@ package pinned
 
 import (
 	"fmt"
+	"math/bits"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -96,4 +98,50 @@ func BenchmarkControlCPU(b *testing.B) {
 		}
 		controlSink.Add(x)
 	})
+}
+
+// BenchmarkPairVsSyncPool times an Alloc+Free pair of one size through the pool and, in the
+// same run, a Get+Put through what a Go program uses instead: a sync.Pool per power-of-two
+// capacity holding *[]byte (as bench's go-syncpool). Compare pool/N with syncpool/N.
+func BenchmarkPairVsSyncPool(b *testing.B) {
+	for _, n := range []int{16, 64, 4096} {
+		b.Run(fmt.Sprintf("pool/%dB", n), func(b *testing.B) {
+			p := newTestPool(b, Options{Backend: Pageable})
+			buf, err := p.Alloc(n) // the class's page, made before the timing
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Free(buf); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				buf, err := p.Alloc(n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Free(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("syncpool/%dB", n), func(b *testing.B) {
+			var pools [64]sync.Pool
+			k := bits.Len(uint(n - 1))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				var buf *[]byte
+				if v := pools[k].Get(); v != nil {
+					buf = v.(*[]byte)
+					*buf = (*buf)[:n]
+				} else {
+					s := make([]byte, n, 1<<k)
+					buf = &s
+				}
+				pools[bits.Len(uint(cap(*buf)-1))].Put(buf)
+			}
+		})
+	}
 }
