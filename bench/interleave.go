@@ -34,7 +34,12 @@ type outcome struct {
 // pairs of 60 ms to commit a 256 MiB block again). A contender whose run is a single unit
 // (mmap+mlock of 256 MiB) has no warm-up: it would double the round's time for an operation
 // that long.
+//
+// Every round of one comparison runs on one CPU (onOneCPU): the contenders meet the same
+// core, whatever its neighbours do to it, rather than whichever vCPU the thread was on.
 func interleave(cfg *config, cs []contender) []outcome {
+	_, undo := onOneCPU()
+	defer undo()
 	out := make([]outcome, len(cs))
 	ns := make([]int, len(cs)) // operations per run
 	for i, c := range cs {
