@@ -13,9 +13,10 @@ import (
 func BenchmarkPoolPair(b *testing.B) { poolPairs(b, Options{}) }
 
 // poolPairs times Alloc+Free pairs of mixed sizes from 16 B to 8 KiB in a pool made with o.
-func poolPairs(b *testing.B, o Options) {
-	p := newTestPool(b, o)
-	sz := sizes1k(1)
+func poolPairs(b *testing.B, o Options) { pairsOf(b, newTestPool(b, o), sizes1k(1)) }
+
+// pairsOf times Alloc+Free pairs in p, of the sizes of sz in turn (len(sz) a power of two).
+func pairsOf(b *testing.B, p *Pool, sz []int) {
 	// One untimed pass makes a page of every class first: a page's tables are Go memory, made
 	// once, which spread over a short run's b.N read as 1 B/op (issue 29).
 	for _, n := range sz {
@@ -27,10 +28,11 @@ func poolPairs(b *testing.B, o Options) {
 			b.Fatal(err)
 		}
 	}
+	mask := len(sz) - 1
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		buf, err := p.Alloc(sz[i&1023])
+		buf, err := p.Alloc(sz[i&mask])
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -106,25 +108,7 @@ func BenchmarkControlCPU(b *testing.B) {
 func BenchmarkPairVsSyncPool(b *testing.B) {
 	for _, n := range []int{16, 64, 4096} {
 		b.Run(fmt.Sprintf("pool/%dB", n), func(b *testing.B) {
-			p := newTestPool(b, Options{Backend: Pageable})
-			buf, err := p.Alloc(n) // the class's page, made before the timing
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := p.Free(buf); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				buf, err := p.Alloc(n)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := p.Free(buf); err != nil {
-					b.Fatal(err)
-				}
-			}
+			pairsOf(b, newTestPool(b, Options{Backend: Pageable}), []int{n})
 		})
 		b.Run(fmt.Sprintf("syncpool/%dB", n), func(b *testing.B) {
 			var pools [64]sync.Pool

@@ -22,13 +22,8 @@ const (
 // the driver refuses is kept aside for Recover (Lost counts them), its error returned. A list
 // found empty at linger polls in a row leaves the lists.
 func (ls *Lists[T]) Poll(done []T) ([]T, error) {
-	ls.mu.Lock()
-	for _, l := range ls.m {
-		ls.scan = append(ls.scan, l)
-	}
-	ls.mu.Unlock()
 	var errs []error
-	for _, l := range ls.scan {
+	for _, l := range ls.snapshot() {
 		var st pollState
 		var err error
 		switch done, st, err = ls.poll(l, done); st {
@@ -39,9 +34,25 @@ func (ls *Lists[T]) Poll(done []T) ([]T, error) {
 			ls.retire(l)
 		}
 	}
+	ls.endScan()
+	return done, errors.Join(errs...)
+}
+
+// snapshot returns the lists, taken under the lists' lock into ls.scan, for a walk that takes
+// each list's lock alone (Poll, Drain: the reclaimer's); endScan ends the walk.
+func (ls *Lists[T]) snapshot() []*List[T] {
+	ls.mu.Lock()
+	for _, l := range ls.m {
+		ls.scan = append(ls.scan, l)
+	}
+	ls.mu.Unlock()
+	return ls.scan
+}
+
+// endScan empties ls.scan, keeping its room.
+func (ls *Lists[T]) endScan() {
 	clear(ls.scan)
 	ls.scan = ls.scan[:0]
-	return done, errors.Join(errs...)
 }
 
 // poll is Poll of l.

@@ -41,13 +41,8 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 // A stream the driver refuses to synchronize keeps its items, and its error is returned. It is
 // the reclaimer's, as Poll is.
 func (ls *Lists[T]) Drain(done []T) ([]T, error) {
-	ls.mu.Lock()
-	for _, l := range ls.m {
-		ls.scan = append(ls.scan, l)
-	}
-	ls.mu.Unlock()
 	var errs []error
-	for _, l := range ls.scan {
+	for _, l := range ls.snapshot() {
 		l.mu.Lock()
 		n, empty := len(l.open), len(l.open)+len(l.marked) == 0
 		l.mu.Unlock()
@@ -63,8 +58,7 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 		l.mu.Unlock()
 		done = ls.Release(l, false, done)
 	}
-	clear(ls.scan)
-	ls.scan = ls.scan[:0]
+	ls.endScan()
 	return done, errors.Join(errs...)
 }
 
