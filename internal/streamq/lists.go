@@ -192,25 +192,7 @@ func (ls *Lists[T]) measureAll(vs []T) Tally {
 // Push adds v to the open items of l, or of the list that took l's place when l left the
 // lists: v is handed back once l's stream has passed a point placed after the call.
 func (ls *Lists[T]) Push(l *List[T], v T) {
-	var t Tally
-	if ls.measure != nil {
-		t = ls.measure(v)
-	}
-	for {
-		l.mu.Lock()
-		if !l.gone {
-			l.open = append(l.open, v)
-			l.idle = 0
-			l.openT = l.openT.plus(t)
-			if t.Weight != 0 {
-				ls.weight.Add(t.Weight)
-			}
-			l.mu.Unlock()
-			return
-		}
-		l.mu.Unlock()
-		l = ls.follow(l)
-	}
+	ls.PushMany(l, []T{v}) // a slice of one on the stack: PushMany keeps vs no longer than the call
 }
 
 // PushMany is Push of vs, under one lock.
