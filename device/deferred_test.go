@@ -2,9 +2,11 @@ package device
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
@@ -128,4 +130,32 @@ func TestFakeDestroyedStreamRecovered(t *testing.T) {
 		}
 	}
 	freeAll(t, h, got)
+}
+
+// TestFakeForgetStreamTakesBackOthersFrees: a block of stream a freed on stream b, which has
+// since run everything, with no poll between: ForgetStream(a) takes the free back (b has
+// passed it) and forgets a; while b is still busy, it refuses with heap.ErrLiveBlocks and
+// keeps a, the block still deferred.
+func TestFakeForgetStreamTakesBackOthersFrees(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20})
+	if f == nil {
+		return
+	}
+	a, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer dev.StreamDestroy(a)
+	b := newStream(t, dev, h)
+	p := alloc(t, h, 4096, a)
+	f.Hold(true)
+	defer f.Complete()
+	must(t, "MemsetAsync on b", h.MemsetAsync(pcuda.DevicePtr(p), 0, 4096, pcuda.Stream(b)))
+	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
+	if err := h.ForgetStream(pcuda.Stream(a)); !errors.Is(err, heap.ErrLiveBlocks) {
+		t.Fatalf("ForgetStream(a) while b has not passed the free of a's block: %v, want ErrLiveBlocks", err)
+	}
+	f.CompleteStream(b)
+	must(t, "ForgetStream(a) once b has passed the free", h.ForgetStream(pcuda.Stream(a)))
+	if st := h.Stats(); st.Deferred != 0 || st.Live != 0 {
+		t.Fatalf("after ForgetStream: %d deferred, %d live; want none", st.Deferred, st.Live)
+	}
 }

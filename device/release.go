@@ -32,9 +32,10 @@ func (h *Heap) Trim() error {
 	return err
 }
 
-// ForgetStream waits for s, does its deferred frees, gives back the memory its heap holds and
-// forgets s, so that it may be destroyed. It fails with an error wrapping heap.ErrLiveBlocks,
-// and keeps s, while blocks allocated on s are live.
+// ForgetStream waits for s, does its deferred frees (and those of s's blocks on streams that
+// have passed them), gives back the memory its heap holds and forgets s, so that it may be
+// destroyed. It fails with an error wrapping heap.ErrLiveBlocks, and keeps s, while blocks
+// allocated on s are live, or freed on a stream that has not passed the free yet.
 func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
@@ -52,6 +53,10 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	}
 	if err := h.finishDone(); err != nil {
 		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)
+	}
+	// s's blocks freed on other streams that have passed their frees come back too.
+	if err := h.poll(); err != nil {
+		return err
 	}
 	if sh := h.streams[s]; sh != nil {
 		if err := sh.Close(); err != nil {
