@@ -1,0 +1,74 @@
+package device
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// TestFakeFreeAsyncKeepsLegacyOrder: work ordered before a FreeAsync by the legacy default
+// stream's implicit synchronization (stream-sync-behavior: an operation on the legacy stream
+// waits for the blocking streams' earlier work, and one on a blocking stream for the legacy
+// stream's), as cudaFreeAsync orders it, must have run before the block is reused. A block of
+// non-blocking stream a is written by a memset on one side (held) and freed on the other: the
+// legacy stream's memset and a free on blocking stream b, and b's memset and a free on the
+// legacy stream. Neither freeing stream has work of its own queued, so a query finds it idle;
+// an Alloc on a must not get the block back before the memset has run. Before the fix the
+// frees were handed back at the first poll (cuStreamQuery of an empty stream succeeds), a's
+// Alloc took the block, and the memset, run later, overwrote a's bytes.
+func TestFakeFreeAsyncKeepsLegacyOrder(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	b, err := dev.StreamCreate(false) // blocking: ordered with the legacy stream
+	must(t, "StreamCreate", err)
+	t.Cleanup(func() {
+		if !h.closed {
+			must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(b)))
+		}
+		must(t, "StreamDestroy", dev.StreamDestroy(b))
+	})
+	const n = 64 << 10
+	for _, c := range []struct {
+		name       string
+		work, free cuda.Stream
+	}{{"memset on legacy, free on blocking", 0, b}, {"memset on blocking, free on legacy", b, 0}} {
+		p := alloc(t, h, n, a)
+		f.Hold(true)
+		must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, n, pcuda.Stream(c.work)))
+		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(c.free)))
+		q := alloc(t, h, n, a) // its poll finds the freeing stream with nothing of its own queued
+		want := pattern(n, 0x5C)
+		must(t, "HtoDAsync on a", h.HtoDAsync(pcuda.DevicePtr(q), want, pcuda.Stream(a)))
+		must(t, "synchronize a", dev.StreamSynchronize(a))
+		f.Hold(false)
+		f.Complete()
+		must(t, "synchronize the context", dev.Synchronize())
+		buf := make([]byte, n)
+		must(t, "DtoH", h.DtoH(buf, pcuda.DevicePtr(q)))
+		if q == p || !bytes.Equal(buf, want) {
+			t.Errorf("%s: a's Alloc got %s, and its bytes are %s", c.name, same(q == p), intact(bytes.Equal(buf, want)))
+		}
+		must(t, "Sync", h.Sync())
+		freeAll(t, h, []cuda.DevicePtr{q})
+	}
+}
+
+func same(b bool) string {
+	if b {
+		return "the block freed behind the memset (before the memset ran)"
+	}
+	return "another block"
+}
+
+func intact(b bool) string {
+	if b {
+		return "intact"
+	}
+	return fmt.Sprint("overwritten by the memset")
+}
