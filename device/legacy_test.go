@@ -2,7 +2,6 @@ package device
 
 import (
 	"bytes"
-	"fmt"
 	"testing"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -70,5 +69,5 @@ func intact(b bool) string {
 	if b {
 		return "intact"
 	}
-	return fmt.Sprint("overwritten by the memset")
+	return "overwritten by the memset"
 }
