@@ -71,3 +71,55 @@ func intact(b bool) string {
 	}
 	return "overwritten by the memset"
 }
+
+// TestFakeTrimKeepsLegacyOrder: a block of blocking stream a, written by a memset on the legacy
+// stream (held) and freed on a (its own stream: free in a's heap at once, as later work on a
+// runs after the memset), must not reach the arena, where any stream takes it, before the
+// memset has run. Trim, and ForgetStream(a), synchronize a before a's heap gives its segments
+// back; a has nothing of its own queued, so that alone does not wait for the memset. A
+// non-blocking stream's Alloc after them must not get the block under the memset.
+func TestFakeTrimKeepsLegacyOrder(t *testing.T) { trimKeepsLegacyOrder(t, false) }
+
+// TestFakeForgetStreamKeepsLegacyOrder is TestFakeTrimKeepsLegacyOrder with ForgetStream(a).
+func TestFakeForgetStreamKeepsLegacyOrder(t *testing.T) { trimKeepsLegacyOrder(t, true) }
+
+func trimKeepsLegacyOrder(t *testing.T, forget bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20})
+	if f == nil {
+		return
+	}
+	a, err := dev.StreamCreate(false) // blocking: ordered with the legacy stream
+	must(t, "StreamCreate", err)
+	t.Cleanup(func() {
+		if !h.closed {
+			must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(a)))
+		}
+		must(t, "StreamDestroy", dev.StreamDestroy(a))
+	})
+	c := newStream(t, dev, h)
+	const n = 64 << 10
+	p := alloc(t, h, n, a)
+	f.Hold(true)
+	defer f.Complete()
+	must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, n, 0))
+	must(t, "FreeAsync on a", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
+	var trimErr error
+	if forget {
+		trimErr = h.ForgetStream(pcuda.Stream(a))
+	} else {
+		trimErr = h.Trim()
+	}
+	q := alloc(t, h, n, c)
+	want := pattern(n, 0x5C)
+	must(t, "HtoDAsync on c", h.HtoDAsync(pcuda.DevicePtr(q), want, pcuda.Stream(c)))
+	must(t, "synchronize c", dev.StreamSynchronize(c))
+	f.Hold(false)
+	f.Complete()
+	syncErr := dev.Synchronize()
+	buf := make([]byte, n)
+	dtohErr := h.DtoH(buf, pcuda.DevicePtr(q))
+	if trimErr != nil || syncErr != nil || dtohErr != nil || !bytes.Equal(buf, want) {
+		t.Errorf("Trim or ForgetStream: %v; c's Alloc got %s; the context's synchronize: %v; c's bytes (%v) %s", trimErr, same(q == p), syncErr, dtohErr, intact(bytes.Equal(buf, want)))
+	}
+	must(t, "Free", h.Free(pcuda.DevicePtr(q)))
+}

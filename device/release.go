@@ -54,6 +54,11 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)
 	}
 	if sh := h.streams[s]; sh != nil {
+		if sh.Stats().Segments > 0 { // its memory goes to the arena: the legacy order too (reclaim)
+			if err := h.legacyWait(isDefaultStream(s)); err != nil {
+				return err
+			}
+		}
 		if err := sh.Close(); err != nil {
 			return fmt.Errorf("device: stream %#x: %w", s, err)
 		}
