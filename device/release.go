@@ -44,7 +44,9 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return nil
 	}
 	l := h.lists.Forget(uintptr(s))
-	if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
+	// s's own synchronize, and the legacy stream's implicit order (streamq's Points.WaitStream):
+	// its deferred frees and its heap's memory change owner next.
+	if err := h.lists.Points().WaitStream(uintptr(s)); err != nil {
 		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
 	}
 	if l != nil {
@@ -54,11 +56,6 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)
 	}
 	if sh := h.streams[s]; sh != nil {
-		if sh.Stats().Segments > 0 { // its memory goes to the arena: the legacy order too (reclaim)
-			if err := h.legacyWait(isDefaultStream(s)); err != nil {
-				return err
-			}
-		}
 		if err := sh.Close(); err != nil {
 			return fmt.Errorf("device: stream %#x: %w", s, err)
 		}

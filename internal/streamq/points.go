@@ -151,8 +151,18 @@ func done(err error) (bool, error) {
 // Wait waits until the stream of ev has passed it.
 func (p *Points) Wait(ev Event) error { return p.dev.EventSynchronize(ev) }
 
-// WaitStream waits until s has completed everything queued on it.
-func (p *Points) WaitStream(s Stream) error { return p.dev.StreamSynchronize(s) }
+// WaitStream waits until s has passed everything ordered before now: s synchronized and, as
+// for Idle, the legacy default stream too (a blocking stream's work comes after its earlier
+// work), or for a default stream the context (its work comes after every blocking stream's).
+func (p *Points) WaitStream(s Stream) error {
+	if s == streamLegacy || s == streamLegacyHandle || s == streamPerThread {
+		return p.dev.Synchronize()
+	}
+	if err := p.dev.StreamSynchronize(s); err != nil {
+		return err
+	}
+	return p.dev.StreamSynchronize(streamLegacy)
+}
 
 // WaitAll waits until every stream of the device's context has completed everything queued on
 // it: the answer for streams the driver refuses (destroyed), whose work it still runs.
