@@ -16,8 +16,10 @@ import (
 //
 // A push costs no driver call. A poll (every Alloc, Stats, DeferredByStream, Close) gives a
 // stream's new frees one event, and no other until that one has completed, and hands them back
-// at a poll that finds it complete; a stream found idle (cuStreamQuery: nothing queued on it is
-// left to run) needs no event, its frees come back at once.
+// at a poll that finds it complete; a stream found idle (streamq's Points.Idle: nothing queued
+// on it, nor on the legacy default stream that a blocking stream's work waits for, is left to
+// run) needs no event, its frees come back at once. The legacy stream is never found so: its
+// frees are ordered after every blocking stream's earlier work, which only its event waits for.
 //
 // A stream destroyed without ForgetStream while frees wait on it is refused by the driver at
 // the poll: the poll then synchronizes the context once (Lists.Recover), which waits for the

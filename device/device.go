@@ -78,7 +78,10 @@
 //   - reclaim (an Alloc out of memory, Trim): drains the deferred frees, then synchronizes each
 //     stream whose heap holds memory, the caller's own included, before that heap gives its
 //     empty segments to the arena; a stream that fails to synchronize keeps its memory. It
-//     used to skip the caller's stream, whose same-stream frees may have copies queued.
+//     used to skip the caller's stream, whose same-stream frees may have copies queued. The
+//     legacy stream is synchronized first (the context, when a default stream's heap holds
+//     memory): a blocking stream's frees come after the legacy stream's earlier work, which
+//     the blocking stream's own synchronize does not wait for. ForgetStream does the same.
 //   - Trim's arena purge (arena.Trim) runs after the reclaim: the arena decommits only chunks
 //     it holds, which came to it by the paths above.
 //   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
@@ -358,8 +361,17 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 // first: a block freed on its own stream is free in the heap at once, with the stream's work
 // that used it possibly still queued, and the arena hands what it gets to any stream. A stream
 // that fails to synchronize keeps its memory.
+//
+// The legacy default stream orders work implicitly (stream-sync-behavior): a blocking stream's
+// work, a same-stream free included, comes after the legacy stream's earlier work, and the
+// legacy stream's after every blocking stream's; a stream's own synchronize covers neither. So
+// before any heap gives memory back, the legacy stream is synchronized once, or the context
+// when a default stream's heap holds memory; when that fails, no heap gives anything back.
 func (h *Heap) reclaim() error {
 	errs := []error{h.drain()}
+	if err := h.syncLegacyOrder(); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
 	for s, sh := range h.streams {
 		if sh.Stats().Segments == 0 {
 			continue
@@ -372,3 +384,38 @@ func (h *Heap) reclaim() error {
 	}
 	return errors.Join(errs...)
 }
+
+// syncLegacyOrder waits for the work the legacy stream's implicit order puts before the frees
+// in the stream heaps that hold memory (reclaim): see legacyWait.
+func (h *Heap) syncLegacyOrder() error {
+	held, dflt := false, false
+	for s, sh := range h.streams {
+		if sh.Stats().Segments > 0 {
+			held, dflt = true, dflt || isDefaultStream(s)
+		}
+	}
+	if !held {
+		return nil
+	}
+	return h.legacyWait(dflt)
+}
+
+// legacyWait waits for the work the legacy stream's implicit order puts before a free on a
+// blocking stream (the legacy stream's: a synchronize of it), or with dflt before a free on a
+// default stream (every blocking stream's: a synchronize of the context).
+func (h *Heap) legacyWait(dflt bool) error {
+	if dflt {
+		if err := h.dev.Synchronize(); err != nil {
+			return fmt.Errorf("device: synchronize the context: %w", err)
+		}
+		return nil
+	}
+	if err := h.dev.StreamSynchronize(0); err != nil {
+		return fmt.Errorf("device: synchronize the legacy stream: %w", err)
+	}
+	return nil
+}
+
+// isDefaultStream reports whether s is a default stream: the legacy one (0, CU_STREAM_LEGACY)
+// or CU_STREAM_PER_THREAD, whose work comes after every blocking stream's earlier work.
+func isDefaultStream(s cuda.Stream) bool { return s <= 2 }

@@ -45,7 +45,9 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return nil
 	}
 	l := h.lists.Forget(uintptr(s))
-	if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
+	// s's own synchronize, and the legacy stream's implicit order (streamq's Points.WaitStream):
+	// its deferred frees and its heap's memory change owner next.
+	if err := h.lists.Points().WaitStream(uintptr(s)); err != nil {
 		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
 	}
 	if l != nil {

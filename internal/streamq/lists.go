@@ -10,7 +10,9 @@ import (
 //
 // The rule is the one of points.go: an item pushed on stream s is handed back (Poll, Release)
 // only after s has passed a point placed after the push: an event recorded after it that has
-// completed, or a query that found s idle after it, or a synchronize the caller made after it
+// completed, or a query that found s idle after it (Points.Idle, which also asks the legacy
+// default stream, whose earlier work a blocking stream's points wait for), or a synchronize the
+// caller made after it
 // (Release). A push costs no driver call. A poll gives a stream's open items (pushed since its
 // last point) a point only when they have none: none at all when the stream is idle (they are
 // done), else one event for all of them, and no other until that one has completed, so that a

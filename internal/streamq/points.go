@@ -111,11 +111,34 @@ func (p *Points) Passed(ev Event) (bool, error) {
 	return done(p.dev.EventQuery(ev))
 }
 
-// Idle reports whether s has completed everything queued on it: a point now, at no cost of an
-// event (an error: the driver refuses s).
+// Idle reports whether s has passed everything ordered before now: a point now, at no cost of
+// an event (an error: the driver refuses s). That is s found idle (cuStreamQuery) and, since
+// a blocking stream's operations also wait for the legacy default stream's earlier work
+// (stream-sync-behavior), the legacy stream found idle too; a stream created non-blocking
+// waits for that needlessly, at the cost of one event (Mark) while the legacy stream is busy.
+// It is never true for the legacy stream itself, nor the per-thread default stream: their
+// operations wait for the earlier work of every blocking stream, which no query can see, and
+// a point recorded in them (Mark) waits for it.
 func (p *Points) Idle(s Stream) (bool, error) {
-	return done(p.dev.StreamQuery(s))
+	if s == streamLegacy || s == streamLegacyHandle || s == streamPerThread {
+		return false, nil
+	}
+	if idle, err := done(p.dev.StreamQuery(s)); err != nil || !idle {
+		return false, err
+	}
+	if idle, err := done(p.dev.StreamQuery(streamLegacy)); err != nil || !idle {
+		return false, err
+	}
+	return true, nil
 }
+
+// The default streams' handles (cuda.h: 0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), whose
+// work is ordered after every blocking stream's earlier work.
+const (
+	streamLegacy       Stream = 0
+	streamLegacyHandle Stream = 1
+	streamPerThread    Stream = 2
+)
 
 // done maps a query's answer: nil is done, ErrNotReady is not, any other is an error.
 func done(err error) (bool, error) {
@@ -128,8 +151,18 @@ func done(err error) (bool, error) {
 // Wait waits until the stream of ev has passed it.
 func (p *Points) Wait(ev Event) error { return p.dev.EventSynchronize(ev) }
 
-// WaitStream waits until s has completed everything queued on it.
-func (p *Points) WaitStream(s Stream) error { return p.dev.StreamSynchronize(s) }
+// WaitStream waits until s has passed everything ordered before now: s synchronized and, as
+// for Idle, the legacy default stream too (a blocking stream's work comes after its earlier
+// work), or for a default stream the context (its work comes after every blocking stream's).
+func (p *Points) WaitStream(s Stream) error {
+	if s == streamLegacy || s == streamLegacyHandle || s == streamPerThread {
+		return p.dev.Synchronize()
+	}
+	if err := p.dev.StreamSynchronize(s); err != nil {
+		return err
+	}
+	return p.dev.StreamSynchronize(streamLegacy)
+}
 
 // WaitAll waits until every stream of the device's context has completed everything queued on
 // it: the answer for streams the driver refuses (destroyed), whose work it still runs.

@@ -1,0 +1,137 @@
+package device
+
+import (
+	"bytes"
+	"testing"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// TestFakeFreeAsyncKeepsLegacyOrder: work ordered before a FreeAsync by the legacy default
+// stream's implicit synchronization (stream-sync-behavior: an operation on the legacy stream
+// waits for the blocking streams' earlier work, and one on a blocking stream for the legacy
+// stream's), as cudaFreeAsync orders it, must have run before the block is reused. A block of
+// non-blocking stream a is written by a memset on one side (held) and freed on the other: the
+// legacy stream's memset and a free on blocking stream b, and b's memset and a free on the
+// legacy stream. Neither freeing stream has work of its own queued, so a query finds it idle;
+// an Alloc on a must not get the block back before the memset has run. Before the fix the
+// frees were handed back at the first poll (cuStreamQuery of an empty stream succeeds), a's
+// Alloc took the block, and the memset, run later, overwrote a's bytes. The same with a Sync
+// between the free and the Alloc: it synchronized the freeing stream alone.
+func TestFakeFreeAsyncKeepsLegacyOrder(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	b, err := dev.StreamCreate(false) // blocking: ordered with the legacy stream
+	must(t, "StreamCreate", err)
+	t.Cleanup(func() {
+		if !h.closed {
+			must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(b)))
+		}
+		must(t, "StreamDestroy", dev.StreamDestroy(b))
+	})
+	const n = 64 << 10
+	for _, c := range []struct {
+		name       string
+		work, free cuda.Stream
+		sync       bool // Sync after the free (Lists.Drain: a synchronize of the freeing stream)
+	}{
+		{"memset on legacy, free on blocking", 0, b, false}, {"memset on blocking, free on legacy", b, 0, false},
+		{"memset on legacy, free on blocking, Sync", 0, b, true}, {"memset on blocking, free on legacy, Sync", b, 0, true},
+	} {
+		p := alloc(t, h, n, a)
+		f.Hold(true)
+		must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, n, pcuda.Stream(c.work)))
+		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(c.free)))
+		if c.sync {
+			// Sync waits: with the memset held it would not return, so let it run at its
+			// synchronize, and check that the block came back only after the memset ran.
+			f.Hold(false)
+			must(t, "Sync", h.Sync())
+			f.Hold(true)
+		}
+		q := alloc(t, h, n, a) // its poll finds the freeing stream with nothing of its own queued
+		want := pattern(n, 0x5C)
+		must(t, "HtoDAsync on a", h.HtoDAsync(pcuda.DevicePtr(q), want, pcuda.Stream(a)))
+		must(t, "synchronize a", dev.StreamSynchronize(a))
+		f.Hold(false)
+		f.Complete()
+		must(t, "synchronize the context", dev.Synchronize())
+		buf := make([]byte, n)
+		must(t, "DtoH", h.DtoH(buf, pcuda.DevicePtr(q)))
+		if q == p && !c.sync || !bytes.Equal(buf, want) { // after Sync the block may come back
+			t.Errorf("%s: a's Alloc got %s, and its bytes are %s", c.name, same(q == p), intact(bytes.Equal(buf, want)))
+		}
+		must(t, "Sync", h.Sync())
+		freeAll(t, h, []cuda.DevicePtr{q})
+	}
+}
+
+func same(b bool) string {
+	if b {
+		return "the block freed behind the memset (before the memset ran)"
+	}
+	return "another block"
+}
+
+func intact(b bool) string {
+	if b {
+		return "intact"
+	}
+	return "overwritten by the memset"
+}
+
+// TestFakeTrimKeepsLegacyOrder: a block of blocking stream a, written by a memset on the legacy
+// stream (held) and freed on a (its own stream: free in a's heap at once, as later work on a
+// runs after the memset), must not reach the arena, where any stream takes it, before the
+// memset has run. Trim, and ForgetStream(a), synchronize a before a's heap gives its segments
+// back; a has nothing of its own queued, so that alone does not wait for the memset. A
+// non-blocking stream's Alloc after them must not get the block under the memset.
+func TestFakeTrimKeepsLegacyOrder(t *testing.T) { trimKeepsLegacyOrder(t, false) }
+
+// TestFakeForgetStreamKeepsLegacyOrder is TestFakeTrimKeepsLegacyOrder with ForgetStream(a).
+func TestFakeForgetStreamKeepsLegacyOrder(t *testing.T) { trimKeepsLegacyOrder(t, true) }
+
+func trimKeepsLegacyOrder(t *testing.T, forget bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20})
+	if f == nil {
+		return
+	}
+	a, err := dev.StreamCreate(false) // blocking: ordered with the legacy stream
+	must(t, "StreamCreate", err)
+	t.Cleanup(func() {
+		if !h.closed {
+			must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(a)))
+		}
+		must(t, "StreamDestroy", dev.StreamDestroy(a))
+	})
+	c := newStream(t, dev, h)
+	const n = 64 << 10
+	p := alloc(t, h, n, a)
+	f.Hold(true)
+	defer f.Complete()
+	must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, n, 0))
+	must(t, "FreeAsync on a", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
+	var trimErr error
+	if forget {
+		trimErr = h.ForgetStream(pcuda.Stream(a))
+	} else {
+		trimErr = h.Trim()
+	}
+	q := alloc(t, h, n, c)
+	want := pattern(n, 0x5C)
+	must(t, "HtoDAsync on c", h.HtoDAsync(pcuda.DevicePtr(q), want, pcuda.Stream(c)))
+	must(t, "synchronize c", dev.StreamSynchronize(c))
+	f.Hold(false)
+	f.Complete()
+	syncErr := dev.Synchronize()
+	buf := make([]byte, n)
+	dtohErr := h.DtoH(buf, pcuda.DevicePtr(q))
+	if trimErr != nil || syncErr != nil || dtohErr != nil || !bytes.Equal(buf, want) {
+		t.Errorf("Trim or ForgetStream: %v; c's Alloc got %s; the context's synchronize: %v; c's bytes (%v) %s", trimErr, same(q == p), syncErr, dtohErr, intact(bytes.Equal(buf, want)))
+	}
+	must(t, "Free", h.Free(pcuda.DevicePtr(q)))
+}
