@@ -117,7 +117,7 @@ func (p *Pool) cache(s *shard, l *streamList, d deferred) bool {
 // the reclaims, which place its point or find it lost.
 func (p *Pool) drainPend(s *shard) {
 	o := p.order
-	if idle, err := o.points().Idle(s.pendL.Stream()); err != nil || !idle {
+	if idle, err := o.lists.Idle(s.pendL); err != nil || !idle {
 		p.flush(s)
 		return
 	}

@@ -236,6 +236,27 @@ func TestCUDAStreamQueryNotReady(t *testing.T) {
 	must(t, "StreamQuery after sync", d.StreamQuery(s))
 }
 
+// TestCUDAStreamFlags: cuStreamGetFlags says which streams are non-blocking (streamq skips the
+// legacy stream's query for those), the default stream being blocking, as on the fake.
+func TestCUDAStreamFlags(t *testing.T) {
+	d := openGPU(t)
+	nb, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	blk, err := d.StreamCreate(false)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", d.StreamDestroy(nb)) }()
+	for _, c := range []struct {
+		name string
+		s    Stream
+		want bool
+	}{{"non-blocking", nb, true}, {"blocking", blk, false}, {"legacy default", 0, false}} {
+		if got, err := d.StreamNonBlocking(c.s); err != nil || got != c.want {
+			t.Errorf("StreamNonBlocking(%s) = %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+	must(t, "StreamDestroy", d.StreamDestroy(blk))
+}
+
 func TestCUDAVMM(t *testing.T) {
 	d := openGPU(t)
 	if !d.VMMSupported() {

@@ -430,6 +430,14 @@ func (d *Device) StreamCreate(nonBlocking bool) (s Stream, err error) {
 	return s, track(&d.streams, 1, err)
 }
 
+// StreamNonBlocking reports whether s was created non-blocking (CU_STREAM_NON_BLOCKING): its
+// work is not ordered against the legacy default stream's. The default streams are not.
+func (d *Device) StreamNonBlocking(s Stream) (bool, error) {
+	var flags uint32
+	err := d.Do(func() (e error) { flags, e = d.drv.streamGetFlags(s); return })
+	return flags&0x1 != 0, err
+}
+
 // StreamDestroy destroys a stream from StreamCreate; queued work still completes.
 func (d *Device) StreamDestroy(s Stream) error {
 	return track(&d.streams, -1, d.Do(func() error { return d.drv.streamDestroy(s) }))

@@ -66,6 +66,9 @@ static int pm_void(uintptr_t fn) { return ((int (*)(void))fn)(); }
 // cuStreamSynchronize, cuEventSynchronize, cuEventDestroy_v2
 static int pm_ptr(uintptr_t fn, uintptr_t a) { return ((int (*)(void *))fn)((void *)a); }
 // cuStreamCreate, cuEventCreate
+static int pm_streamGetFlags(uintptr_t fn, uintptr_t s, unsigned *out) {
+	return ((int (*)(void *, unsigned *))fn)((void *)s, out);
+}
 static int pm_create(uintptr_t fn, uintptr_t *out, unsigned flags) {
 	void *h = NULL;
 	int r = ((int (*)(void **, unsigned))fn)(&h, flags);
@@ -309,6 +312,7 @@ const (
 	symStreamDestroy
 	symStreamSynchronize
 	symStreamQuery
+	symStreamGetFlags
 	symEventCreate
 	symEventRecord
 	symEventQuery
@@ -396,6 +400,7 @@ var symbols = [numSyms]struct {
 	symStreamDestroy:     {"cuStreamDestroy", apiVersion, "cuStreamDestroy_v2"},
 	symStreamSynchronize: {"cuStreamSynchronize", apiVersion, "cuStreamSynchronize"},
 	symStreamQuery:       {"cuStreamQuery", apiVersion, "cuStreamQuery"},
+	symStreamGetFlags:    {"cuStreamGetFlags", apiVersion, "cuStreamGetFlags"},
 	symEventCreate:       {"cuEventCreate", apiVersion, "cuEventCreate"},
 	symEventRecord:       {"cuEventRecord", apiVersion, "cuEventRecord"},
 	symEventQuery:        {"cuEventQuery", apiVersion, "cuEventQuery"},
@@ -854,6 +859,12 @@ func (dr *driver) streamCreate(flags uint32) (Stream, error) {
 }
 
 func (dr *driver) streamDestroy(s Stream) error { return dr.callPtr(symStreamDestroy, s) }
+
+func (dr *driver) streamGetFlags(s Stream) (uint32, error) {
+	var fl C.unsigned
+	err := dr.call(symStreamGetFlags, func(f C.uintptr_t) C.int { return C.pm_streamGetFlags(f, C.uintptr_t(s), &fl) })
+	return uint32(fl), err
+}
 
 func (dr *driver) streamSynchronize(s Stream) error { return dr.callPtr(symStreamSynchronize, s) }
 

@@ -39,6 +39,7 @@ func (*driver) ctxPush(uintptr) error                            { return errStu
 func (*driver) ctxPop() error                                    { return errStub }
 func (*driver) ctxSynchronize() error                            { return errStub }
 func (*driver) streamQueryIn(uintptr, Stream) error              { return errStub }
+func (*driver) streamGetFlags(Stream) (uint32, error)            { return 0, errStub }
 func (*driver) eventQueryIn(uintptr, Event) error                { return errStub }
 func (*driver) eventRecordIn(uintptr, Event, Stream) error       { return errStub }
 func (*driver) memGetInfo() (uintptr, uintptr, error)            { return 0, 0, errStub }

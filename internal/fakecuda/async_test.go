@@ -2,6 +2,7 @@ package fakecuda
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -562,4 +563,31 @@ func TestEventRecordOtherDevice(t *testing.T) {
 	wantErr(t, "the same, device 1 current", d1.EventRecord(ev0, s1), pinmalloc.ErrInvalidHandle)
 	must(t, "EventRecord on device 0's legacy stream", d0.EventRecord(ev0, 0))
 	must(t, "StreamWaitEvent of device 1 on it", d1.StreamWaitEvent(s1, ev0))
+}
+
+// TestStreamFlags: cuStreamGetFlags gives a stream its creation flags, the default streams 0,
+// and refuses a destroyed stream's handle, as the driver does.
+func TestStreamFlags(t *testing.T) {
+	_, d := RunDevice(t)
+	if d == nil {
+		return
+	}
+	nb, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	blk, err := d.StreamCreate(false)
+	must(t, "StreamCreate", err)
+	for _, c := range []struct {
+		name string
+		s    cuda.Stream
+		want bool
+	}{{"non-blocking", nb, true}, {"blocking", blk, false}, {"legacy default", 0, false}, {"per-thread default", 2, false}} {
+		if got, err := d.StreamNonBlocking(c.s); err != nil || got != c.want {
+			t.Errorf("StreamNonBlocking(%s) = %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+	must(t, "StreamDestroy", d.StreamDestroy(blk))
+	if _, err := d.StreamNonBlocking(blk); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
+		t.Errorf("StreamNonBlocking of a destroyed stream: %v, want ErrInvalidHandle", err)
+	}
+	must(t, "StreamDestroy", d.StreamDestroy(nb))
 }

@@ -37,7 +37,7 @@ func TestIdleKeepsLegacyOrder(t *testing.T) {
 	defer f.Complete()
 	idle := func(what string, s streamq.Stream, want bool) {
 		t.Helper()
-		got, err := p.Idle(s)
+		got, err := p.Idle(s, false)
 		if err != nil || got != want {
 			t.Fatalf("Idle of %s: %v, %v; want %v", what, got, err, want)
 		}
@@ -70,4 +70,29 @@ func TestIdleKeepsLegacyOrder(t *testing.T) {
 	f.CompleteStream(b)
 	idle("the legacy stream, every stream idle", 0, false) // never: a Mark says it
 	idle("a non-blocking stream, every stream idle", ss[0], true)
+
+	// Lists.Idle asks once whether a list's stream is non-blocking: a non-blocking stream is
+	// idle with the legacy stream busy, in one query; a blocking one is not, in two.
+	ls := streamq.NewLists[int](p, nil, 1)
+	if err := dev.MemsetD8Async(bufs[0], 3, 4096, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what    string
+		s       streamq.Stream
+		want    bool
+		queries int64
+	}{{"non-blocking", ss[0], true, 1}, {"blocking", b, false, 2}} {
+		l := ls.Get(c.s)
+		for range 2 {
+			q := f.Stat(fakecuda.StreamQueries)
+			if got, err := ls.Idle(l); err != nil || got != c.want {
+				t.Fatalf("Lists.Idle of a %s stream, the legacy stream busy: %v, %v; want %v", c.what, got, err, c.want)
+			}
+			if n := f.Stat(fakecuda.StreamQueries) - q; n != c.queries {
+				t.Errorf("Lists.Idle of a %s stream made %d stream queries, want %d", c.what, n, c.queries)
+			}
+		}
+	}
+	f.Complete()
 }

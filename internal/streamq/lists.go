@@ -87,6 +87,35 @@ type List[T any] struct {
 	// began its wait: the synchronize that follows (Recover, Drain) covers those, not the ones
 	// pushed after them.
 	lostOpen int
+	// order is whether the stream's work is ordered against the legacy stream's, asked of the
+	// driver once (Idle): orderUnknown, orderBlocking or orderNonBlocking.
+	order atomic.Int32
+}
+
+// A list's order.
+const (
+	orderUnknown = iota
+	orderBlocking
+	orderNonBlocking
+)
+
+// Idle reports whether l's stream has passed everything ordered before now (Points.Idle): its
+// own query, and the legacy stream's unless the stream is non-blocking, which it asks the
+// driver once per list (a stream destroyed without Forget whose handle the driver gives to a
+// new stream keeps the old answer: forget a stream before destroying it). Safe for concurrent
+// use.
+func (ls *Lists[T]) Idle(l *List[T]) (bool, error) {
+	order := l.order.Load()
+	if order == orderUnknown {
+		if nb, err := ls.points.NonBlocking(l.s); err == nil {
+			order = orderBlocking
+			if nb {
+				order = orderNonBlocking
+			}
+			l.order.Store(order)
+		}
+	}
+	return ls.points.Idle(l.s, order == orderNonBlocking)
 }
 
 // Stream is the list's stream.

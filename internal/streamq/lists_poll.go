@@ -80,7 +80,7 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		if own != 0 {
 			idle, err = p.Passed(own) // every open item's work is before it
 		} else {
-			idle, err = p.Idle(l.s)
+			idle, err = ls.Idle(l)
 		}
 		switch {
 		case err != nil:

@@ -112,24 +112,36 @@ func (p *Points) Passed(ev Event) (bool, error) {
 }
 
 // Idle reports whether s has passed everything ordered before now: a point now, at no cost of
-// an event (an error: the driver refuses s). That is s found idle (cuStreamQuery) and, since
-// a blocking stream's operations also wait for the legacy default stream's earlier work
-// (stream-sync-behavior), the legacy stream found idle too; a stream created non-blocking
-// waits for that needlessly, at the cost of one event (Mark) while the legacy stream is busy.
-// It is never true for the legacy stream itself, nor the per-thread default stream: their
-// operations wait for the earlier work of every blocking stream, which no query can see, and
-// a point recorded in them (Mark) waits for it.
-func (p *Points) Idle(s Stream) (bool, error) {
+// an event (an error: the driver refuses s). That is s found idle (cuStreamQuery) and, unless
+// nonBlocking says s was created non-blocking (NonBlocking), the legacy default stream found
+// idle too: a blocking stream's operations also wait for the legacy stream's earlier work
+// (stream-sync-behavior). It is never true for the legacy stream itself, nor the per-thread
+// default stream: their operations wait for the earlier work of every blocking stream, which
+// no query can see, and a point recorded in them (Mark) waits for it. Lists.Idle asks
+// NonBlocking once per list.
+func (p *Points) Idle(s Stream, nonBlocking bool) (bool, error) {
 	if s == streamLegacy || s == streamLegacyHandle || s == streamPerThread {
 		return false, nil
 	}
 	if idle, err := done(p.dev.StreamQuery(s)); err != nil || !idle {
 		return false, err
 	}
+	if nonBlocking {
+		return true, nil
+	}
 	if idle, err := done(p.dev.StreamQuery(streamLegacy)); err != nil || !idle {
 		return false, err
 	}
 	return true, nil
+}
+
+// NonBlocking reports whether s was created non-blocking (cuStreamGetFlags): its work is not
+// ordered against the legacy default stream's. The default streams are not.
+func (p *Points) NonBlocking(s Stream) (bool, error) {
+	if s == streamLegacy || s == streamLegacyHandle || s == streamPerThread {
+		return false, nil
+	}
+	return p.dev.StreamNonBlocking(s)
 }
 
 // The default streams' handles (cuda.h: 0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), whose

@@ -55,7 +55,7 @@ func TestPointsProperty(t *testing.T) {
 					}
 				}
 			case op < 8: // is it idle?
-				idle, err := p.Idle(ss[i])
+				idle, err := p.Idle(ss[i], true) // testStreams are non-blocking
 				if err != nil {
 					t.Fatal(err)
 				}
