@@ -143,4 +143,22 @@ var regressions = []regression{
 			{ID: 2436, Kind: PoolAlloc, S: 2, A: -1, B: -1, N: 71888, V: 0xc1ae991},
 		},
 	},
+	{
+		// The legacy mix, found with 53e398c's syncLegacyOrder taken out of device.reclaim:
+		// blocking stream 2's block is read on the legacy stream (slot 3) and freed on stream
+		// 2 (at once: its own stream); Trim synchronizes stream 2 alone, which has nothing of
+		// its own queued, gives the segment to the arena and decommits it under the legacy
+		// stream's queued read. It passes on the current code.
+		name: "device reclaim keeps the legacy order",
+		what: "device fault: queued work met memory freed or unmapped under it",
+		cfg:  ConfigFor(14859787877563202341),
+		ops: []Op{
+			{ID: 2597, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 75864, V: 0x10},
+			{ID: 2609, Kind: PoolAlloc, A: -1, B: -1, N: 2248, V: 3338244912},
+			{ID: 2614, Kind: DevRead, S: 3, A: 2597, B: 2609, N: 4490, Off: 371},
+			{ID: 2616, Kind: PoolFreeAsync, S: 0, A: 2609, B: -1},
+			{ID: 2618, Kind: DevFreeAsync, S: 2, A: 2597, B: -1},
+			{ID: 2620, Kind: HeapTrim, A: -1, B: -1},
+		},
+	},
 }
