@@ -11,17 +11,6 @@ import (
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
-// usable says whether an object busy on stream slot busy (-1: idle) may be touched by work on
-// slot k without a synchronize first (the contract).
-func usable(busy, k int) bool { return busy < 0 || busy == k }
-
-func bit(k int) uint32 {
-	if k < 0 {
-		return 0
-	}
-	return 1 << uint(k)
-}
-
 // apply runs op against the system and the model. It reports whether op was applied (false:
 // its objects are gone or its preconditions do not hold; nothing was done), and what it found
 // wrong.
@@ -80,12 +69,15 @@ func (w *world) devAlloc(op Op, s pubcuda.Stream) (bool, *Failure) {
 	default:
 		return true, unexpected("device.Heap.Alloc", err)
 	}
-	d := &dblock{p: p, n: op.N, alloc: op.S, busy: op.S, want: make([]byte, op.N)}
+	d := &dblock{p: p, n: op.N, alloc: op.S, busy: -1, want: make([]byte, op.N)}
 	if !(op.Flag && w.cfg.DeviceZero) {
 		if err := w.heap.MemsetAsync(p, byte(op.V), int(op.N), s); err != nil {
 			return true, unexpected("device.Heap.MemsetAsync", err)
 		}
 		fill(d.want, byte(op.V))
+		d.busy, d.busyAt = op.S, w.queue(op.S).at
+	} else {
+		d.busy, d.busyAt = op.S, w.tick() // a fresh block of the stream: a later synchronize of it passes it
 	}
 	w.dev[op.ID] = d
 	w.devID = insertID(w.devID, op.ID)
@@ -113,13 +105,13 @@ func stamp(b []byte, seed uint32) {
 
 func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 	d := w.dev[op.A]
-	if d == nil || !usable(d.busy, op.S) || op.Off < 0 || op.Off >= d.n {
+	if d == nil || !w.usable(d.busy, op.S) || op.Off < 0 || op.Off >= d.n {
 		return false, nil
 	}
 	n := min(op.N, d.n-op.Off)
 	var bf *pbuf
 	if op.Kind != DevMemset && op.B >= 0 {
-		if bf = w.bufs[op.B]; bf == nil || !usable(bf.busy, op.S) {
+		if bf = w.bufs[op.B]; bf == nil || !w.usable(bf.busy, op.S) {
 			return false, nil
 		}
 		n = min(n, len(bf.b))
@@ -141,7 +133,7 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 			if err := w.heap.HtoDAsync(at, bf.b[:n], s); err != nil {
 				return true, unexpected("device.Heap.HtoDAsync (pool buffer)", err)
 			}
-			bf.busy = op.S
+			bf.busy, bf.busyAt = op.S, w.queue(op.S).at
 		} else {
 			stamp(src, op.V)
 			if err := w.heap.HtoDAsync(at, src, s); err != nil {
@@ -155,7 +147,7 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 				return true, unexpected("device.Heap.DtoHAsync (pool buffer)", err)
 			}
 			copy(bf.want, d.want[op.Off:op.Off+n])
-			bf.busy = op.S
+			bf.busy, bf.busyAt = op.S, w.queue(op.S).at
 		} else {
 			dst := make([]byte, n)
 			if err := w.heap.DtoHAsync(dst, at, s); err != nil {
@@ -166,7 +158,7 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 			}
 		}
 	}
-	d.busy = op.S
+	d.busy, d.busyAt = op.S, w.queue(op.S).at
 	return true, nil
 }
 
@@ -188,7 +180,7 @@ func (w *world) devFree(op Op, s pubcuda.Stream) (bool, *Failure) {
 			return true, unexpected("device.Heap.Free", err)
 		}
 	default: // DevFreeAsync, DevDoubleFree
-		if !usable(d.busy, op.S) {
+		if !w.usable(d.busy, op.S) {
 			return false, nil
 		}
 		if err := w.heap.FreeAsync(d.p, s); err != nil {
@@ -202,7 +194,7 @@ func (w *world) devFree(op Op, s pubcuda.Stream) (bool, *Failure) {
 				return true, f
 			}
 		}
-		w.devFreed = append(w.devFreed, freed{n: d.n, mask: bit(op.S) | bit(d.busy)})
+		w.devFreed = append(w.devFreed, freed{n: d.n, marks: [2]mark{{op.S, w.tick()}, {d.busy, d.busyAt}}})
 		if op.S != d.alloc {
 			w.crossFrees[d.alloc]++
 		}
@@ -270,7 +262,7 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 	if bf == nil {
 		return false, nil
 	}
-	mask := bit(bf.busy)
+	marks := [2]mark{noMark, {bf.busy, bf.busyAt}}
 	switch op.Kind {
 	case PoolStamp:
 		if bf.busy >= 0 {
@@ -281,7 +273,7 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 		return true, nil
 	case PoolRawCopy:
 		d := w.dev[op.B]
-		if d == nil || !usable(bf.busy, op.S) || !usable(d.busy, op.S) {
+		if d == nil || !w.usable(bf.busy, op.S) || !w.usable(d.busy, op.S) {
 			return false, nil
 		}
 		n := min(len(bf.b), d.n, max(op.N, 1))
@@ -292,7 +284,8 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 			return true, unexpected("pinned.Pool.RecordStream", err)
 		}
 		copy(d.want, bf.want[:n])
-		d.busy, bf.busy = op.S, op.S
+		at := w.queue(op.S).at
+		d.busy, d.busyAt, bf.busy, bf.busyAt = op.S, at, op.S, at
 		return true, nil
 	case PoolSubFree:
 		if len(bf.b) < 2 {
@@ -315,7 +308,7 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 		if err := w.pool.FreeAsync(bf.b, s); err != nil {
 			return true, unexpected("pinned.Pool.FreeAsync", err)
 		}
-		mask |= bit(op.S)
+		marks[0] = mark{op.S, w.tick()}
 	case PoolRecordFree:
 		lo := min(max(op.Off, 0), len(bf.b)-1)
 		hi := min(lo+max(op.N, 1), len(bf.b))
@@ -325,10 +318,10 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 		if err := w.pool.Free(bf.b); err != nil {
 			return true, unexpected("pinned.Pool.Free", err)
 		}
-		mask |= bit(op.S)
+		marks[0] = mark{op.S, w.tick()}
 	}
-	if mask != 0 {
-		w.poolFreed = append(w.poolFreed, freed{n: len(bf.b), mask: mask})
+	if marks[0].slot >= 0 || marks[1].slot >= 0 {
+		w.poolFreed = append(w.poolFreed, freed{n: len(bf.b), marks: marks})
 	}
 	delete(w.bufs, op.A)
 	w.bufID = removeID(w.bufID, op.A)
@@ -472,12 +465,12 @@ func errorClass(err error) string {
 }
 
 func (w *world) tierAcquire(op Op, u *ublock, s pubcuda.Stream) (bool, *Failure) {
-	if u.pins > 0 && u.acq != op.S || u.pins == 0 && (!usable(u.busy, op.S) || w.tierPinned+u.n > int(w.cfg.TierBudget)/2) {
+	if u.pins > 0 && u.acq != op.S || u.pins == 0 && (!w.usable(u.busy, op.S) || w.tierPinned+u.n > int(w.cfg.TierBudget)/2) {
 		return false, nil
 	}
 	var bf *pbuf
 	if op.Flag && op.B >= 0 {
-		if bf = w.bufs[op.B]; bf != nil && !usable(bf.busy, op.S) {
+		if bf = w.bufs[op.B]; bf != nil && !w.usable(bf.busy, op.S) {
 			bf = nil
 		}
 	}
@@ -500,13 +493,14 @@ func (w *world) tierAcquire(op Op, u *ublock, s pubcuda.Stream) (bool, *Failure)
 		w.tierPinned += u.n
 	}
 	u.pins++
-	u.acq, u.ptr, u.busy = op.S, p, op.S
+	u.acq, u.ptr, u.busy, u.busyAt = op.S, p, op.S, w.tick()
 	if !op.Flag {
 		if u.want != nil {
 			got := make([]byte, u.n)
 			if err := w.heap.DtoHAsync(got, p, s); err != nil {
 				return true, unexpected("device.Heap.DtoHAsync of an acquired tier block", err)
 			}
+			u.busyAt = w.queue(op.S).at
 			if f := compare("tier block bytes (acquired for reading)", op.A, got, u.want, 0); f != nil {
 				return true, f
 			}
@@ -518,13 +512,15 @@ func (w *world) tierAcquire(op Op, u *ublock, s pubcuda.Stream) (bool, *Failure)
 	if err := w.heap.MemsetAsync(p, byte(op.V), int(u.n), s); err != nil {
 		return true, unexpected("device.Heap.MemsetAsync of an acquired tier block", err)
 	}
+	u.busyAt = w.queue(op.S).at
 	if bf != nil {
 		n := min(len(bf.b), u.n)
 		if err := w.heap.HtoDAsync(p, bf.b[:n], s); err != nil {
 			return true, unexpected("device.Heap.HtoDAsync to an acquired tier block", err)
 		}
 		copy(want, bf.want[:n])
-		bf.busy = op.S
+		u.busyAt = w.queue(op.S).at
+		bf.busy, bf.busyAt = op.S, u.busyAt
 	}
 	u.want = want
 	return true, nil
@@ -536,18 +532,18 @@ func (w *world) misc(op Op, s pubcuda.Stream) (bool, *Failure) {
 		if err := w.rig.Dev.StreamSynchronize(uintptr(s)); err != nil {
 			return true, unexpected("cuStreamSynchronize", err)
 		}
-		w.passed(bit(op.S))
+		w.synced(op.S)
 		return true, w.check()
 	case Hold:
 		w.rig.F.Hold(op.Flag)
 		w.hold = op.Flag
 	case Complete:
 		w.rig.F.Complete()
-		w.passed(^uint32(0))
+		w.completed()
 		return true, w.check()
 	case CompleteStream:
 		w.rig.F.CompleteStream(uintptr(s))
-		w.passed(bit(op.S))
+		w.synced(op.S)
 	case HeapTrim:
 		if err := w.heap.Trim(); err != nil {
 			return true, unexpected("device.Heap.Trim", err)

@@ -34,45 +34,6 @@ func zeroNote(b []byte) string {
 	return ""
 }
 
-// pendingFreed is the bytes freed whose streams may not have passed them.
-func (w *world) pendingFreed(fs []freed) int {
-	n := 0
-	for _, f := range fs {
-		if f.mask != 0 {
-			n += f.n
-		}
-	}
-	return n
-}
-
-// passed records that stream slots in mask have run all the work queued on them.
-func (w *world) passed(mask uint32) {
-	for _, fs := range []*[]freed{&w.poolFreed, &w.devFreed} {
-		out := (*fs)[:0]
-		for _, f := range *fs {
-			if f.mask &^= mask; f.mask != 0 {
-				out = append(out, f)
-			}
-		}
-		*fs = out
-	}
-	for _, d := range w.dev {
-		if bit(d.busy)&mask != 0 {
-			d.busy = -1
-		}
-	}
-	for _, b := range w.bufs {
-		if bit(b.busy)&mask != 0 {
-			b.busy = -1
-		}
-	}
-	for _, u := range w.tb {
-		if bit(u.busy)&mask != 0 && u.pins == 0 {
-			u.busy = -1
-		}
-	}
-}
-
 // check compares every idle pool buffer and device block with the model.
 func (w *world) check() *Failure {
 	for _, id := range w.bufID {

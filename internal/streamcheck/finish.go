@@ -17,10 +17,13 @@ import (
 // (heap.ErrLiveBlocks), and while tier blocks are acquired on it the tier must (ErrAcquired):
 // then the stream stays.
 func (w *world) recreate(op Op, s pubcuda.Stream) (bool, *Failure) {
+	if op.S == w.legacySlot() { // never destroyed
+		return false, nil
+	}
 	if err := w.rig.Dev.StreamSynchronize(uintptr(s)); err != nil {
 		return true, unexpected("cuStreamSynchronize", err)
 	}
-	w.passed(bit(op.S))
+	w.synced(op.S)
 	for _, d := range w.dev {
 		if d.alloc == op.S {
 			return true, wantErr("device.Heap.ForgetStream of a stream with live blocks", w.heap.ForgetStream(s), heap.ErrLiveBlocks)
@@ -53,7 +56,7 @@ func (w *world) recreate(op Op, s pubcuda.Stream) (bool, *Failure) {
 	if err := w.rig.Dev.StreamDestroy(uintptr(s)); err != nil {
 		return true, unexpected("cuStreamDestroy", err)
 	}
-	ns, err := w.rig.Dev.StreamCreate(true)
+	ns, err := w.rig.Dev.StreamCreate(!w.blocking(op.S))
 	if err != nil {
 		w.streams = append(w.streams[:op.S], w.streams[op.S+1:]...) // keeps abandon from destroying it twice
 		return true, unexpected("cuStreamCreate", err)
@@ -69,7 +72,7 @@ func (w *world) finish() *Failure {
 	w.rig.F.Hold(false)
 	w.hold = false
 	w.rig.F.Complete()
-	w.passed(^uint32(0))
+	w.completed()
 	if f := w.check(); f != nil {
 		return f
 	}
@@ -174,6 +177,9 @@ func (w *world) finish() *Failure {
 	}
 	w.pool = nil
 	for i, s := range w.streams {
+		if s == legacyStream {
+			continue
+		}
 		if err := w.rig.Dev.StreamDestroy(uintptr(s)); err != nil {
 			w.streams = w.streams[i+1:]
 			return unexpected("cuStreamDestroy", err)

@@ -79,9 +79,13 @@ func (w *world) gen(r *rand.Rand, id int) Op {
 		return ids[r.IntN(len(ids))]
 	}
 	// on moves the operation to the stream an object is busy on, most of the time.
+	// With the legacy mix, it is sometimes a stream ordered after that one instead.
 	on := func(busy int) {
 		if busy >= 0 && r.IntN(5) != 0 {
 			op.S = busy
+			if w.cfg.Legacy && r.IntN(3) == 0 {
+				op.S = w.orderedAfter(r, busy)
+			}
 		}
 	}
 	switch op.Kind {
@@ -158,4 +162,16 @@ func (w *world) gen(r *rand.Rand, id int) Op {
 		op.Flag = r.IntN(3) == 0
 	}
 	return op
+}
+
+// orderedAfter draws a stream slot whose work queued now runs after slot b's queued before:
+// b itself, the legacy stream for a blocking b, a blocking stream for the legacy one.
+func (w *world) orderedAfter(r *rand.Rand, b int) int {
+	var ks []int
+	for k := range w.streams {
+		if w.ordered(b, k) {
+			ks = append(ks, k)
+		}
+	}
+	return ks[r.IntN(len(ks))]
 }

@@ -18,7 +18,9 @@ import (
 // Config is one run's setting, drawn from its seed (ConfigFor).
 type Config struct {
 	Seed           uint64
-	Streams        int               // user streams (non-blocking)
+	Streams        int               // user streams (non-blocking unless Blocking says otherwise)
+	Blocking       uint32            // with Legacy, the user streams (bit k: slot k) created blocking
+	Legacy         bool              // the legacy mix: a slot after the user streams for the legacy default stream (0), and Blocking
 	DeviceCapacity uintptr           // the device heap's capacity: small, so reclaim and trim run constantly
 	DeviceZero     bool              // device.Options.ZeroOnFree
 	DeviceQuota    uintptr           // device.Options.Quota (0: none)
@@ -56,12 +58,30 @@ func ConfigFor(seed uint64) Config {
 		c.PurgeDelay = time.Millisecond
 	}
 	c.Mover = []copyengine.Method{copyengine.MethodKernel, copyengine.MethodBatchAPI, copyengine.MethodPerCopy}[r.IntN(3)]
+	if seed&LegacyMix != 0 {
+		// Drawn apart, so that everything above is what the seed without the bit draws.
+		r := newRand(seed, 3)
+		c.Legacy = true
+		for c.Blocking == 0 || c.Blocking == 1<<c.Streams-1 { // some of each
+			c.Blocking = uint32(r.IntN(1 << c.Streams))
+		}
+	}
 	return c
 }
 
+// LegacyMix is the bit of a seed that asks for the legacy mix (Config.Legacy): some user
+// streams blocking, and operations on the legacy default stream too. Seeds below it draw what
+// they always drew: non-blocking streams only. Random seeds (-seeds, -long) have it half the
+// time.
+const LegacyMix = 1 << 63
+
 func (c Config) String() string {
-	return fmt.Sprintf("seed=%d streams=%d device{capacity=%dMiB zero=%v quota=%d} pool{zero=%v quota=%d shards=%d} tier{budget=%dKiB mover=%v} purge=%v",
-		c.Seed, c.Streams, c.DeviceCapacity>>20, c.DeviceZero, c.DeviceQuota, c.PoolZero, c.PoolQuota, c.PoolShards, c.TierBudget>>10, c.Mover, c.PurgeDelay)
+	legacy := ""
+	if c.Legacy {
+		legacy = fmt.Sprintf(" legacy{slot=%d blocking=%0*b}", c.Streams, c.Streams, c.Blocking)
+	}
+	return fmt.Sprintf("seed=%d streams=%d%s device{capacity=%dMiB zero=%v quota=%d} pool{zero=%v quota=%d shards=%d} tier{budget=%dKiB mover=%v} purge=%v",
+		c.Seed, c.Streams, legacy, c.DeviceCapacity>>20, c.DeviceZero, c.DeviceQuota, c.PoolZero, c.PoolQuota, c.PoolShards, c.TierBudget>>10, c.Mover, c.PurgeDelay)
 }
 
 // limits of what the generator keeps live.
@@ -75,36 +95,39 @@ const (
 
 // dblock is a device block the user allocated.
 type dblock struct {
-	p     pubcuda.DevicePtr
-	n     int
-	alloc int // the stream slot it was allocated on
-	want  []byte
-	busy  int // the stream slot that may have work on it, or -1
+	p      pubcuda.DevicePtr
+	n      int
+	alloc  int // the stream slot it was allocated on
+	want   []byte
+	busy   int    // the stream slot that may have work on it, or -1
+	busyAt uint64 // the mark of that work in busy (order.go)
 }
 
 // pbuf is a pool buffer.
 type pbuf struct {
-	b    []byte
-	want []byte
-	busy int
+	b      []byte
+	want   []byte
+	busy   int
+	busyAt uint64
 }
 
 // ublock is a tier block.
 type ublock struct {
-	h    uvm.Handle
-	n    int
-	want []byte // nil until first written
-	acq  int    // the stream slot it is acquired on, or -1
-	pins int
-	ptr  pubcuda.DevicePtr
-	busy int // the stream slot whose work on it has not been synchronized, or -1
+	h      uvm.Handle
+	n      int
+	want   []byte // nil until first written
+	acq    int    // the stream slot it is acquired on, or -1
+	pins   int
+	ptr    pubcuda.DevicePtr
+	busy   int // the stream slot whose work on it has not been synchronized, or -1
+	busyAt uint64
 }
 
 // freed is memory the user freed whose streams may not have passed it: it may still count
 // against a quota while Hold keeps the streams from passing.
 type freed struct {
-	n    int
-	mask uint32 // stream slots
+	n     int
+	marks [2]mark // the free's stream at the free, and the stream of the object's last work
 }
 
 // Rig is the fake driver and the device the checker runs on.
@@ -142,12 +165,22 @@ type world struct {
 	tierPinned        int   // bytes of acquired tier blocks
 	crossFrees        []int // by stream slot: its blocks freed on other streams since the heap last drained its frees
 	devLive, poolLive int
+
+	// What each stream slot has run (order.go).
+	clock      uint64
+	last, ran  []uint64 // by slot: the mark of the last work queued; the work known to have run
+	legacyWork []uint64 // the marks of the legacy stream's work, in order
 }
 
 func newWorld(cfg Config, rig Rig) (*world, error) {
 	w := &world{cfg: cfg, rig: rig, pub: icuda.Wrap[*pubcuda.Device](rig.Dev),
 		dev: map[int]*dblock{}, bufs: map[int]*pbuf{}, tb: map[int]*ublock{}, counts: map[string]int{},
-		crossFrees: make([]int, cfg.Streams)}
+	}
+	slots := cfg.Streams
+	if cfg.Legacy {
+		slots++
+	}
+	w.crossFrees, w.last, w.ran = make([]int, slots), make([]uint64, slots), make([]uint64, slots)
 	rig.F.ClearStickyError() // a fault of an earlier run would fail every call of this one
 	var err error
 	w.heap, err = device.New(w.pub, device.Options{Capacity: int(cfg.DeviceCapacity), ZeroOnFree: cfg.DeviceZero, Quota: int(cfg.DeviceQuota), PurgeDelay: cfg.PurgeDelay})
@@ -171,16 +204,23 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("uvm.New: %w", err)
 	}
-	for range cfg.Streams {
-		s, err := rig.Dev.StreamCreate(true)
+	for k := range cfg.Streams {
+		s, err := rig.Dev.StreamCreate(!w.blocking(k))
 		if err != nil {
 			w.abandon()
 			return nil, fmt.Errorf("StreamCreate: %w", err)
 		}
 		w.streams = append(w.streams, pubcuda.Stream(s))
 	}
+	if cfg.Legacy {
+		w.streams = append(w.streams, legacyStream)
+	}
 	return w, nil
 }
+
+// legacyStream is the legacy default stream's handle, which every front accepts (pinned refuses
+// only the per-thread default stream, 2). It is never destroyed.
+const legacyStream pubcuda.Stream = 0
 
 // streamForgetter is a pool's ForgetStream (issue 25 adds it): called before a stream is
 // destroyed where the pool has it.
@@ -238,7 +278,9 @@ func (w *world) abandon() {
 		_ = w.pool.Close()
 	}
 	for _, s := range w.streams {
-		_ = w.rig.Dev.StreamDestroy(uintptr(s))
+		if s != legacyStream {
+			_ = w.rig.Dev.StreamDestroy(uintptr(s))
+		}
 	}
 }
 
