@@ -135,3 +135,22 @@ func trimKeepsLegacyOrder(t *testing.T, forget bool) {
 	}
 	must(t, "Free", h.Free(pcuda.DevicePtr(q)))
 }
+
+// TestFakeQuotaReclaimsLegacyFree: a block freed on the legacy stream, with every stream idle,
+// leaves the quota for the next Alloc. The legacy stream is never found idle by a query (its
+// work waits for every blocking stream's), so the first poll only gives the free a point; the
+// Alloc refused by the quota must poll again. Before, it failed with ErrQuota with nothing live.
+func TestFakeQuotaReclaimsLegacyFree(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, Quota: 1 << 20})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	p := alloc(t, h, 1<<20, a)
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	q, err := h.Alloc(1<<20, pcuda.Stream(a))
+	if err != nil {
+		t.Fatalf("Alloc of the whole quota after a free on the idle legacy stream: %v", err)
+	}
+	must(t, "Free", h.Free(q))
+}
