@@ -39,8 +39,9 @@
 //     stream.
 //   - Deferred frees wait in streamq.Lists, one list per freeing stream (deferred.go), polled
 //     on every Alloc (the one call that needs their memory back) and in Stats: a stream's new
-//     frees get one event, recorded by the poll, and no other until that one has completed; a
-//     later poll that finds it complete does them. Sync and Trim wait for them (a synchronize of
+//     frees are done at once when the poll finds the stream idle (and the legacy stream too,
+//     for a blocking stream), else they get one event, and no other until that one has
+//     completed; a later poll that finds it complete does them. Sync and Trim wait for them (a synchronize of
 //     each stream with frees); Close polls them.
 //   - Free(p) is synchronous: the caller promises no work in flight uses p.
 //   - Trim waits for deferred frees, synchronizes each stream whose heap holds memory, and gives
@@ -251,8 +252,8 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // FreeAsync gives back the block at p in the order of stream s, as cudaFreeAsync does: work
 // queued on s before the call may still use p. The block is reusable at once by allocations on
 // s when p was allocated on s, and otherwise once s has passed the call: an Alloc or Stats
-// records an event on s for the frees it finds waiting there, and a later one that finds it
-// complete does them. FreeAsync itself makes no driver call for such a free.
+// does the frees it finds waiting on an idle s, or records an event on a busy s for them, and
+// a later one that finds it complete does them. FreeAsync itself makes no driver call for such a free.
 // As with cudaFreeAsync, work on other streams that uses p must be ordered before the call
 // (s waits on an event of theirs): the heap waits for s alone, and a huge block (above
 // heap.HugeThreshold) goes back to the arena, for any stream, once s has passed the free.
