@@ -40,11 +40,7 @@ func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 		return 0, err
 	}
 	if err := h.overQuota(n); err != nil {
-		// A free the first poll could only give a point (one on the legacy stream, which no
-		// query finds idle, or on a busy stream) may have passed it by now: poll again.
-		if len(h.deferred) == 0 || h.poll() != nil || h.overQuota(n) != nil {
-			return 0, err
-		}
+		return 0, err
 	}
 	p, err := sh.Alloc(n)
 	if err != nil && outOfMemory(err) {

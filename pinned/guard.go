@@ -62,15 +62,7 @@ func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
 		if p.order == nil || p.order.weight() == 0 && p.order.cached.Load() == 0 {
 			return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, used-int64(n), p.quota)
 		}
-		// Deferred buffers the streams have passed leave the quota. A stream no query finds
-		// idle (the legacy default stream, a busy one) is given a point by the first reclaim,
-		// and only a second can find it passed: the legacy stream's buffers would otherwise
-		// stay in the quota with every stream idle, until something else reclaimed.
-		for range 2 {
-			if _ = p.reclaim(true); p.used.Load()+int64(n) <= p.quota || p.order.weight() == 0 {
-				break
-			}
-		}
+		_ = p.reclaim(true) // deferred buffers the streams have passed leave the quota
 		if used = p.used.Add(int64(n)); used > p.quota {
 			p.used.Add(-int64(n))
 			dn, dbytes := p.deferred()

@@ -74,33 +74,19 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		l.marked = l.marked[:0]
 	}
 	if len(l.open) > 0 {
-		own := ls.ownPoint(l.open)
-		var idle bool
-		var err error
-		if own != 0 {
-			idle, err = p.Passed(own) // every open item's work is before it
-		} else {
-			idle, err = ls.Idle(l)
-		}
-		switch {
-		case err != nil:
+		idle, ev, borrowed, err := ls.pointFor(l)
+		if err != nil {
 			return done, l.lose(), fmt.Errorf("streamq: stream %#x: %w", l.s, err)
-		case idle: // everything queued on it has completed
-			done = ls.take(done, l.open, &l.openT, true)
-			clear(l.open)
-			l.open = l.open[:0]
-		default:
-			ev := own
-			if own == 0 {
-				if ev, err = p.Mark(l.s); err != nil {
-					return done, l.lose(), fmt.Errorf("streamq: stream %#x: event: %w", l.s, err)
-				}
-			}
-			l.ev, l.borrowed = ev, own != 0
+		}
+		if !idle {
+			l.ev, l.borrowed = ev, borrowed
 			l.open, l.marked = l.marked, l.open
 			l.openT, l.markedT = l.markedT, l.openT
 			return done, pollBusy, nil
 		}
+		done = ls.take(done, l.open, &l.openT, true) // everything queued on it has completed
+		clear(l.open)
+		l.open = l.open[:0]
 	}
 	if len(l.marked) == 0 {
 		if l.idle++; l.idle >= ls.linger {
@@ -108,6 +94,31 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		}
 	}
 	return done, pollBusy, nil
+}
+
+// pointFor reports whether l's stream has passed l's open items now, and gives them a point
+// when it has not: the newest item's own point (borrowed), else an event recorded now. A
+// default stream, which no query finds idle (Points.Idle), is asked by querying that event at
+// once. l.mu is held.
+func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed bool, err error) {
+	p := ls.points
+	if own := ls.ownPoint(l.open); own != 0 {
+		idle, err = p.Passed(own) // every open item's work is before it
+		return idle, own, true, err
+	}
+	if idle, err = ls.Idle(l); err != nil || idle {
+		return idle, 0, false, err
+	}
+	if ev, err = p.Mark(l.s); err != nil {
+		return false, 0, false, fmt.Errorf("event: %w", err)
+	}
+	if defaultStream(l.s) {
+		if idle, err = p.Passed(ev); err != nil || idle {
+			p.Put(ev)
+			return idle, 0, false, err
+		}
+	}
+	return false, ev, false, nil
 }
 
 // ownPoint returns the own point of the newest of open (OwnPoints), or 0.
