@@ -260,3 +260,34 @@ func TestCalibrationChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelAfterLegacyBatchStaysOnCallersStream checks that a kernel batch on the legacy
+// stream launches there, even after a batch-API batch on it made the side stream that API's
+// fence needs: only LowPriority moves the kernel to the side stream. (The launch had taken
+// any side stream, paying two fences per batch for a stream of ordinary priority.)
+func TestKernelAfterLegacyBatchStaysOnCallersStream(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	defer func() { f.ResetCosts(); forgetCalibrations() }()
+	costs(t, f, fakecuda.Cost{CallNs: 50000, MBps: 52000}, fakecuda.Cost{CallNs: 1000, JobNs: 10, MBps: 5000},
+		fakecuda.Cost{CallNs: 1000000, MBps: 50000}, 1) // batch API for small blocks, kernel for big
+	b := newBatcher(t, dev, Options{})
+	if b.Choose(4<<10, 16) != MethodBatchAPI || b.Choose(2<<20, 4) != MethodKernel {
+		t.Fatalf("calibration chose %s and %s, want batch-api and kernel", b.Choose(4<<10, 16), b.Choose(2<<20, 4))
+	}
+	copyBlocks(t, f, dev, b, 16, 4<<10) // batch API on stream 0: through the side stream
+	if b.side == 0 {
+		t.Fatal("a batch-API batch on the legacy stream made no side stream")
+	}
+	host, d := hostMem(t, dev, 4<<20), devMem(t, dev, 4<<20)
+	f.Hold(true)
+	must(t, "Copy held", b.Copy([]Job{{Dst: d, Src: host, Len: 2 << 20}, {Dst: d + 2<<20, Src: host + 2<<20, Len: 2 << 20}}, 0))
+	if err := dev.StreamQuery(b.side); err != nil {
+		t.Errorf("side stream after a held kernel batch on the legacy stream: %v, want idle (the kernel runs on stream 0)", err)
+	}
+	f.Complete()
+	f.Hold(false)
+	must(t, "StreamSynchronize", dev.StreamSynchronize(0))
+}

@@ -98,7 +98,7 @@ func (b *Batcher) launch(jobs []Job, s cuda.Stream) error {
 		grid = maxGrid
 	}
 	on := s
-	if b.side != 0 {
+	if b.low { // the low-priority stream boundGrid made (a legacy-stream batch's is not one)
 		if err := b.fence(s, cuda.Stream(b.side)); err != nil {
 			return err
 		}

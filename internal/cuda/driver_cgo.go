@@ -65,10 +65,11 @@ static int pm_void(uintptr_t fn) { return ((int (*)(void))fn)(); }
 // cuCtxPushCurrent_v2, cuMemFreeHost, cuMemHostUnregister, cuStreamDestroy_v2,
 // cuStreamSynchronize, cuEventSynchronize, cuEventDestroy_v2
 static int pm_ptr(uintptr_t fn, uintptr_t a) { return ((int (*)(void *))fn)((void *)a); }
-// cuStreamCreate, cuEventCreate
+// cuStreamGetFlags
 static int pm_streamGetFlags(uintptr_t fn, uintptr_t s, unsigned *out) {
 	return ((int (*)(void *, unsigned *))fn)((void *)s, out);
 }
+// cuStreamCreate, cuEventCreate
 static int pm_create(uintptr_t fn, uintptr_t *out, unsigned flags) {
 	void *h = NULL;
 	int r = ((int (*)(void **, unsigned))fn)(&h, flags);
