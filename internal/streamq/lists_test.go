@@ -15,8 +15,9 @@ import (
 // stream has run: an item comes back only after its stream ran the work queued before its push
 // (never early), once; every item comes back at the first poll after its stream ran everything
 // (never lost); a poll records no event for a stream with nothing queued, and a stream holds
-// one event at most; a drain hands back every item; the totals count the items on the lists; and a stream's state is dropped
-// at the second poll that finds it empty, or at once when it is forgotten. Every other seed
+// one event at most; a drain hands back every item; the totals count the items on the lists;
+// and a stream's state is dropped at the second poll that finds it empty, or at once when it
+// is forgotten. Every other seed
 // runs with own points (OwnPoints): each item pushed behind an event the test records first;
 // then the lists record no event at all, and never put an item's event back (the test does,
 // as the item comes back).
