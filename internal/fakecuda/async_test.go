@@ -591,3 +591,24 @@ func TestStreamFlags(t *testing.T) {
 	}
 	must(t, "StreamDestroy", d.StreamDestroy(nb))
 }
+
+// TestLegacyHandle: CU_STREAM_LEGACY (handle 1) names the legacy default stream, as for the
+// driver: work queued on it is work of stream 0, and a query or synchronize of it is accepted.
+func TestLegacyHandle(t *testing.T) {
+	f, d := RunDevice(t)
+	if d == nil {
+		return
+	}
+	p, err := d.MemAlloc(4096)
+	must(t, "MemAlloc", err)
+	defer d.MemFree(p)
+	f.Hold(true)
+	must(t, "MemsetD8Async on handle 1", d.MemsetD8Async(p, 7, 4096, 1))
+	wantErr(t, "StreamQuery of stream 0 with handle 1's work held", d.StreamQuery(0), pinmalloc.ErrNotReady)
+	f.Hold(false)
+	must(t, "StreamSynchronize(1)", d.StreamSynchronize(1))
+	must(t, "StreamQuery(0)", d.StreamQuery(0))
+	if nb, err := d.StreamNonBlocking(1); err != nil || nb {
+		t.Errorf("StreamNonBlocking(1) = %v, %v; want false", nb, err)
+	}
+}
