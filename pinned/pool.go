@@ -233,30 +233,10 @@ func newPool(o Options) (*Pool, error) {
 // Alloc returns a buffer of n bytes with len and cap n, aligned to the pool's alignment. Its
 // contents are undefined.
 func (p *Pool) Alloc(n int) ([]byte, error) {
-	return p.alloc(n, 0, true)
-}
-
-// AllocAligned returns a buffer of n bytes whose address is a multiple of alignment, any power
-// of two (beyond 2 MiB too). It is freed with Free like any other buffer.
-func (p *Pool) AllocAligned(n, alignment int) ([]byte, error) {
-	if alignment <= 0 || alignment&(alignment-1) != 0 {
-		return nil, fmt.Errorf("%w: %d", ErrInvalidAlign, alignment)
-	}
-	return p.alloc(n, uintptr(alignment), true)
-}
-
-// alloc is Alloc and AllocAligned; guard false skips the guards (ZeroOnFree, a quota, sites,
-// a trace), for the guarded path's own allocation. One function, so that the fast path costs
-// the hot path no call of its own.
-func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
-	if n <= 0 {
-		return nil, fmt.Errorf("%w: %d bytes", ErrInvalidSize, n)
-	}
-	if guard && p.guarded {
-		return p.allocGuarded(n, alignment)
-	}
-	if alignment == 0 && p.fast {
-		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // a fast section: see shard.go
+	// The fast path, written out here so that it costs one call: a fast section on the P's
+	// shard (see shard.go) and the heap's non-blocking allocation. allocRest has the rest.
+	if p.fast && !p.guarded && n > 0 {
+		if s, h := p.enteredHeap(procpin.Pin()); s == nil {
 			procpin.Unpin()
 		} else {
 			var addr uintptr
@@ -269,7 +249,51 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 				return mem.Bytes(addr, uintptr(n)), nil
 			}
 		}
+		return p.allocRest(n, 0)
 	}
+	return p.alloc(n, 0, true)
+}
+
+// AllocAligned returns a buffer of n bytes whose address is a multiple of alignment, any power
+// of two (beyond 2 MiB too). It is freed with Free like any other buffer.
+func (p *Pool) AllocAligned(n, alignment int) ([]byte, error) {
+	if alignment <= 0 || alignment&(alignment-1) != 0 {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidAlign, alignment)
+	}
+	return p.alloc(n, uintptr(alignment), true)
+}
+
+// alloc is Alloc where its fast path did not run, and AllocAligned; guard false skips the
+// guards (ZeroOnFree, a quota, sites, a trace), for the guarded path's own allocation, which
+// takes the fast path here (written out again: a helper would be a call more on Alloc's).
+func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrInvalidSize, n)
+	}
+	if guard && p.guarded {
+		return p.allocGuarded(n, alignment)
+	}
+	if alignment == 0 && p.fast {
+		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // as Alloc's fast path
+			procpin.Unpin()
+		} else {
+			var addr uintptr
+			ok := false
+			if !p.closed.Load() {
+				addr, ok = h.TryAlloc(uintptr(n))
+			}
+			p.exit(s)
+			if ok {
+				return mem.Bytes(addr, uintptr(n)), nil
+			}
+		}
+	}
+	return p.allocRest(n, alignment)
+}
+
+// allocRest is an allocation of n > 0 bytes where no fast section served: as a shard's holder,
+// and once more after taking back what other shards and the streams hold.
+func (p *Pool) allocRest(n int, alignment uintptr) ([]byte, error) {
 	addr, err := p.allocOnce(uintptr(n), alignment)
 	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
 		// Other shards may hold freed blocks they have not collected, and streams may have
@@ -319,15 +343,35 @@ func (p *Pool) allocError(err error, n, alignment uintptr) error {
 // Free gives a buffer back. b must start where a slice returned by Alloc starts and have its
 // capacity: the buffer itself, or the buffer resliced from its start (buf = buf[:nread]; the
 // whole buffer is freed). Any other sub-slice (offset, or with its capacity cut), a double free
-// or a slice of other memory is refused with an error and changes nothing. After Close, Free still takes back the buffers that were live,
-// and the pool's memory is released with the last of them.
+// or a slice of other memory is refused with an error and changes nothing. After Close, Free
+// still takes back the buffers that were live, and the pool's memory is released with the last
+// of them.
 func (p *Pool) Free(b []byte) error {
+	// The fast path, written out here so that it costs one call: a fast section on the P's
+	// shard (see shard.go) and the heap's non-blocking free of a block no stream holds.
+	if p.fast && !p.guarded && cap(b) != 0 && !p.released.Load() {
+		addr, n := mem.Addr(b), uintptr(cap(b))
+		if s, h := p.enteredHeap(procpin.Pin()); s == nil {
+			procpin.Unpin()
+		} else {
+			done, held := h.TryFreeOrHeld(addr, n)
+			if done && !held {
+				p.exit(s)
+				if p.closed.Load() {
+					p.finishClose(addr)
+				}
+				return nil
+			}
+			return p.freeRest(addr, n, true, p.freeHeldIn(s, h, addr, n, done, held, true))
+		}
+		return p.freeRest(addr, n, true, fastFree{})
+	}
 	return p.free(b, true)
 }
 
-// free is Free; guard false skips the guards, for the guarded path's own free (which runs
-// under the site table's locks, so it leaves finishClose to Free). One function, so that the
-// fast path costs the hot path no call of its own.
+// free is Free where its fast path did not run; guard false skips the guards, for the guarded
+// path's own free (which runs under the site table's locks, so it leaves finishClose to Free),
+// which takes the fast path here.
 func (p *Pool) free(b []byte, guard bool) error {
 	addr, n, err := p.buffer(b)
 	if err != nil {
@@ -342,35 +386,58 @@ func (p *Pool) free(b []byte, guard bool) error {
 		}
 		return err
 	}
-	done, held := false, false
-	var tag *atomic.Uintptr // a held block's, found by the fast path (nil: not found)
-	var claimed *streamList // the list the fast path deferred the buffer to, the cache full
+	var r fastFree
 	if p.fast {
-		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // a fast section: see shard.go
+		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // as Free's fast path
 			procpin.Unpin()
 		} else {
-			if done, held = h.TryFreeOrHeld(addr, n); held && guard && p.order != nil {
-				// Recorded on one stream, most likely (RecordStream then Free): defer it in
-				// this fast section, to the shard's FreeAsync cache (pend.go) when it can.
-				if tag = h.NearTag(addr); tag != nil {
-					if claimed = p.order.claimOne(tag); claimed != nil && !p.closed.Load() &&
-						p.cache(s, claimed, deferred{addr: addr, n: n}) {
-						done, claimed = true, nil
-					}
-				}
-			}
-			p.exit(s)
+			done, held := h.TryFreeOrHeld(addr, n)
+			r = p.freeHeldIn(s, h, addr, n, done, held, guard)
 		}
 	}
+	return p.freeRest(addr, n, guard, r)
+}
+
+// fastFree is what a fast section did with a free: done, or found the block held by a stream
+// (held, with its tag when found), and the stream list it deferred the buffer to when the
+// shard's cache was full (claimed).
+type fastFree struct {
+	done, held bool
+	tag        *atomic.Uintptr
+	claimed    *streamList
+}
+
+// freeHeldIn ends the fast section on s (whose heap h reported done and held for the buffer at
+// addr): a block held by a stream (RecordStream then Free) is deferred in the section, to the
+// shard's FreeAsync cache (pend.go) when it can be.
+func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, guard bool) fastFree {
+	r := fastFree{done: done, held: held}
+	if held && guard && p.order != nil {
+		// Recorded on one stream, most likely: defer it in this fast section.
+		if r.tag = h.NearTag(addr); r.tag != nil {
+			if r.claimed = p.order.claimOne(r.tag); r.claimed != nil && !p.closed.Load() &&
+				p.cache(s, r.claimed, deferred{addr: addr, n: n}) {
+				r.done, r.claimed = true, nil
+			}
+		}
+	}
+	p.exit(s)
+	return r
+}
+
+// freeRest finishes a free of the buffer at addr of n bytes after the fast section's r (the
+// zero fastFree where none ran): by the blocking paths, or deferred while a stream may use it.
+func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
+	var err error
 	switch {
-	case done:
-		if held {
+	case r.done:
+		if r.held {
 			p.order.verify()
 		}
-	case claimed != nil:
-		p.enqueue(claimed, deferred{addr: addr, n: n})
-	case guard && p.order != nil && held: // a stream may use it, and the size is checked
-		err = p.order.deferHeld(addr, n, tag)
+	case r.claimed != nil:
+		p.enqueue(r.claimed, deferred{addr: addr, n: n})
+	case guard && p.order != nil && r.held: // a stream may use it, and the size is checked
+		err = p.order.deferHeld(addr, n, r.tag)
 	case guard && p.order != nil && p.g.Held(addr): // a stream may use it: see stream.go
 		err = p.order.deferFree(addr, n, nil)
 	default:
