@@ -1,4 +1,4 @@
-// The owner's allocation paths: the fast path (a size class's current page: a free stack pop
+// The owner's allocation paths: the fast path (a size class's current page: a free-list pop
 // or a bump, a plain store of the state word, no atomic operation), and the slow path that
 // finds or makes a page. Requests above the largest class are in object.go.
 
@@ -22,8 +22,8 @@ func (h *Heap) Alloc(n uintptr) (uintptr, error) {
 		} else {
 			pg = h.cur[h.class(n)]
 		}
-		if off, ok := pg.pop(); ok {
-			return h.take(pg, off, n), nil
+		if idx, ok := pg.pop(); ok {
+			return h.take(pg, idx, n), nil
 		}
 		p, _, err := h.allocSlow(n, h.class(n))
 		return p, err
@@ -41,16 +41,18 @@ func (h *Heap) setCur(c uint8, pg *page) {
 	}
 }
 
-// pop takes a free block of the page, if it has one: from its free stack, else its bump index.
-// It returns the block's offset in the page. It is the fast path of Alloc and TryAlloc.
+// pop takes a free block of the page, if it has one: from its free list, else its bump index.
+// It returns the block's index. It is the fast path of Alloc and TryAlloc.
 func (pg *page) pop() (uint32, bool) {
 	if k := pg.nfree; k > 0 {
+		idx := pg.head
 		pg.nfree = k - 1
-		return pg.free[k-1], true
+		pg.head = pg.state[idx] &^ freeLink // the next block (not one when the list is empty now)
+		return idx, true
 	}
 	if pg.bump < pg.limit {
 		pg.bump++
-		return (pg.bump - 1) * uint32(pg.bsize), true
+		return pg.bump - 1, true
 	}
 	return 0, false
 }
@@ -65,16 +67,16 @@ func (h *Heap) class(n uintptr) uint8 {
 	return h.classOf[8+(l-7)*8+uint((n-1-1<<l)>>(l-3))]
 }
 
-// take marks the block at offset off of pg live and returns its address. (The page counts no
-// allocations: they are its frees plus bump - nfree, see hclass.)
-func (h *Heap) take(pg *page, off uint32, n uintptr) uintptr {
-	pg.state[uint64(off)*uint64(pg.divMul)>>32] = uint32(n) // see freedRemote
+// take marks block idx of pg live and returns its address. (The page counts no allocations:
+// they are its frees plus bump - nfree, see hclass.)
+func (h *Heap) take(pg *page, idx uint32, n uintptr) uintptr {
+	pg.state[idx] = uint32(n) // see freedRemote
 	h.allocs++
 	h.live += n
 	if h.live > h.peak {
 		h.peak = h.live
 	}
-	return pg.base + uintptr(off)
+	return pg.base + uintptr(idx)*pg.bsize
 }
 
 // Zalloc is Alloc with the block cleared. The clear is skipped when the block is fresh from the
@@ -123,8 +125,8 @@ func (h *Heap) alloc(n, alignment uintptr) (p uintptr, fresh bool, err error) {
 func (h *Heap) allocClass(n uintptr, c uint8) (uintptr, bool, error) {
 	pg := h.cur[c]
 	fresh := pg.nfree == 0 && pg.fresh // a block from the bump index
-	if off, ok := pg.pop(); ok {
-		return h.take(pg, off, n), fresh, nil
+	if idx, ok := pg.pop(); ok {
+		return h.take(pg, idx, n), fresh, nil
 	}
 	return h.allocSlow(n, c)
 }

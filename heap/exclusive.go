@@ -236,8 +236,8 @@ const keepSharedAfter = 256
 // and one shared from the start (newMode's remoteMostly). A sharer counted
 // is done with the page when the owner sees sharers at zero: its state word and its remote bit
 // are written, and the owner collects the bit here, so that the page is exclusive as a new one
-// is: no remote bit set, no state word freed remotely (the blocks collected before keep theirs
-// until reused, so the free stack is cleaned too) and none held by another goroutine (a hold
+// is: no remote bit set, no state word freed remotely (a block collected has a free-list word
+// from then on) and none held by another goroutine (a hold
 // through the group, or the owner's on a shared page, sets keepShared first; the owner's plain
 // holds of an exclusive page, holdExcl, may stay, as on any exclusive page).
 func (h *Heap) reexclusive(pg *page) {
@@ -253,20 +253,13 @@ func (h *Heap) reexclusive(pg *page) {
 	if pg.reexcl++; pg.reexcl == reexclusiveMax {
 		pg.keepShared.Store(true) // the last time (see above)
 	}
-	for _, off := range pg.free[:pg.nfree] {
-		if w := &pg.state[uint64(off)*uint64(pg.divMul)>>32]; atomic.LoadUint32(w)&freedRemote != 0 {
-			atomic.StoreUint32(w, 0)
-		}
-	}
 	for w := range pg.remote {
 		if pg.remote[w].Load() == 0 {
 			continue
 		}
 		for b := pg.remote[w].Swap(0); b != 0; b &= b - 1 {
 			idx := uint32(w*64 + bits.TrailingZeros64(b))
-			st := atomic.LoadUint32(&pg.state[idx])
-			atomic.StoreUint32(&pg.state[idx], 0)
-			h.pushFree(pg, idx*uint32(pg.bsize), st&^freedRemote)
+			h.pushFree(pg, idx, atomic.LoadUint32(&pg.state[idx])&^freedRemote)
 			h.remoteFrees++
 			pg.remoteSeen++
 		}

@@ -390,7 +390,7 @@ func TestOwnerHoldRacesHold(t *testing.T) {
 				if h.TryFree(ps[i], ns[i]+1) { // refused, after it put the page in the cache
 					t.Errorf("TryFree of %#x with the wrong size", ps[i])
 				}
-				pg, _, _, hit := h.nearBlock(ps[i])
+				pg, _, hit := h.nearBlock(ps[i])
 				excl := hit && atomic.LoadUint32(&pg.mode) == exclusive
 				first, ok := h.TryHoldSized(ps[i], ns[i])
 				if ok && excl {

@@ -1,5 +1,5 @@
 // The owner's free paths: Free and FreeSized find the block (group.go), hand a block of another
-// heap to the remote path (remote.go), and put their own back on its page's free stack, giving
+// heap to the remote path (remote.go), and put their own back on its page's free list, giving
 // back a page that empties; Trim and Close give back what the heap keeps.
 
 package heap
@@ -33,14 +33,15 @@ const (
 // a shared one; the rest goes to freeSlow. One function for the three, so that each is a
 // single call.
 func (h *Heap) freeAt(p, n uintptr, how uint8) error {
-	if pg, idx, off, ok := h.nearBlock(p); ok && (n != 0 || how == freeAny) {
+	if pg, idx, ok := h.nearBlock(p); ok && (n != 0 || how == freeAny) {
 		var size uint32
+		linked := false // the exclusive path writes the block's free-list word itself
 		seq := h.freeSeq + 1
 		ownerStore(&h.freeSeq, seq) // odd: then the load of the mode (see exclusive.go)
 		if atomic.LoadUint32(&pg.mode) == exclusive {
 			w := &pg.state[idx]
 			if size, ok = *w, freeable(*w, stateOf(n), 0); ok {
-				*w = 0
+				*w, linked = freeLink|pg.head, true // pushFree's word, in the window
 			}
 			ownerStore(&h.freeSeq, seq+1) // even, after the state word
 			if !ok && how == freeTry && heldSized(size, n) {
@@ -56,7 +57,10 @@ func (h *Heap) freeAt(p, n uintptr, how uint8) error {
 			}
 		}
 		if ok {
-			h.pushFree(pg, off, size)
+			if !linked {
+				ownerStore(&pg.state[idx], freeLink|pg.head)
+			}
+			h.linked(pg, idx, size)
 			if !pg.avail.Linked() || pg.empty() && h.cur[pg.class] != pg {
 				h.noBlock = how == freeTry
 				h.pageChanged(pg, true)
@@ -121,7 +125,7 @@ func (h *Heap) free(pg *page, idx uint32, p, n uintptr, hold uint32) error {
 // freed takes back block idx of class page pg, whose state word the owner's free has moved out
 // of the live states (it was size bytes).
 func (h *Heap) freed(pg *page, idx, size uint32) {
-	h.pushFree(pg, idx*uint32(pg.bsize), size)
+	h.pushFree(pg, idx, size)
 	if !pg.avail.Linked() || pg.empty() && h.cur[pg.class] != pg {
 		h.pageChanged(pg, true)
 	}
@@ -145,9 +149,17 @@ func (pg *page) freeError(idx, st uint32, p, n uintptr, hold uint32) error {
 	return fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, live, n)
 }
 
-// pushFree puts the block at offset off of pg, no longer live, back on its page's free stack.
-func (h *Heap) pushFree(pg *page, off, size uint32) {
-	pg.free[pg.nfree] = off
+// pushFree puts block idx of pg, no longer live, at the head of its page's free list (see
+// freeLink). The word is stored as freeExcl's are (ownerStore): other goroutines may load it
+// at the same time, a stale free finding it free.
+func (h *Heap) pushFree(pg *page, idx, size uint32) {
+	ownerStore(&pg.state[idx], freeLink|pg.head)
+	h.linked(pg, idx, size)
+}
+
+// linked is pushFree once block idx's word links to the head: idx is the head now.
+func (h *Heap) linked(pg *page, idx, size uint32) {
+	pg.head = idx
 	pg.nfree++
 	h.live -= uintptr(size)
 	h.frees++

@@ -27,10 +27,11 @@
 // # Bookkeeping off the region
 //
 // mimalloc threads its free lists through the blocks themselves. Here nothing is ever written
-// into the region: a page keeps a stack of its free blocks (by offset), a bump index for
-// blocks never handed out, a state word per block (free, or live with the size asked for) and
-// a remote-free bitmap, all in Go memory. Addresses map to pages through the arena's ChunkID (base-relative, O(1))
-// and the segment's slice table. So device memory, managed memory and host memory are all
+// into the region: a page keeps a state word per block (live with the size asked for, or free
+// and then, on the page's free list, naming the next free block: the list mimalloc threads
+// through the blocks, threaded through the words), a bump index for blocks never handed out
+// and a remote-free bitmap, all in Go memory: 4 bytes and a bit per block. Addresses map to
+// pages through the arena's ChunkID (base-relative, O(1)) and the segment's slice table. So device memory, managed memory and host memory are all
 // served by this one code path, and alignment is arithmetic on offsets.
 //
 // # Ownership and concurrency
@@ -48,8 +49,9 @@
 //
 // Invariants, for every page p:
 //   - a block is live iff its state word is live; exactly one free moves it out;
-//   - a block is in at most one of: p.free[:p.nfree] (by its offset), the set bits of
-//     p.remote or [p.bump, p.nblocks) (by its index); live blocks are in none;
+//   - a block is in at most one of: the free list (p.nfree blocks from p.head, linked through
+//     their state words: see freeLink), the set bits of p.remote or [p.bump, p.nblocks);
+//     live blocks are in none, and only blocks on the free list have link words;
 //   - p.bump - p.nfree counts live blocks plus remotely freed blocks not yet collected; a page
 //     is given back only when that is zero, so a remote free never races with its release;
 //   - an exclusive page (exclusive.go) has no remote bit set and no block freed remotely or

@@ -172,7 +172,7 @@ func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
 	if n == 0 || want == stateMax {
 		return false, false
 	}
-	pg, idx, _, found := h.nearBlock(p)
+	pg, idx, found := h.nearBlock(p)
 	if !found {
 		if pg, idx, found = h.ownBlockSlow(p); !found {
 			return false, false
@@ -221,7 +221,7 @@ func (h *Heap) ownerHold(pg *page, idx, want uint32) (first, ok bool) {
 // changed, where FindFrom's is or where it does not serve (another heap's page, an object
 // page): call FindFrom. It is non-blocking (see try.go).
 func (h *Heap) TryFindFrom(p, n uintptr) (r BlockRef, ok bool) {
-	pg, idx, _, found := h.nearBlock(p)
+	pg, idx, found := h.nearBlock(p)
 	if !found {
 		pg, idx, found = h.ownBlockSlow(p)
 	}

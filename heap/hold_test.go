@@ -150,7 +150,7 @@ func TestOwnerHold(t *testing.T) {
 	if err := h.FreeSized(q, 100); err != nil {
 		t.Fatal(err)
 	}
-	pg, _, _, hit := h.nearBlock(p)
+	pg, _, hit := h.nearBlock(p)
 	if !hit || atomic.LoadUint32(&pg.mode) != exclusive && h.g.exclusive {
 		t.Fatalf("after a free of its own: cached %v, mode %d", hit, pg.mode)
 	}

@@ -130,37 +130,45 @@ func (s *segment) owner() *Heap {
 }
 
 // verifyBlocks checks a class page's blocks: each index below the bump index is live, on the
-// free stack or freed remotely (once), and none above it is handed out. It returns the blocks
-// the heap still counts live (remote frees not yet collected included) and their bytes.
+// free list or freed remotely (once), and none above it is handed out; the free list holds
+// nfree blocks, each once, each a link word (freeLink), and no other word is one. It returns
+// the blocks the heap still counts live (remote frees not yet collected included) and their
+// bytes.
 func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
 	if pg.nfree > pg.bump || pg.bump > pg.limit || pg.limit > pg.nblocks {
 		return 0, 0, fmt.Errorf("page %#x: nfree %d, bump %d, limit %d, nblocks %d", pg.base, pg.nfree, pg.bump, pg.limit, pg.nblocks)
 	}
-	onStack := make([]bool, pg.nblocks)
-	for _, off := range pg.free[:pg.nfree] {
-		idx := off / uint32(pg.bsize)
-		if off%uint32(pg.bsize) != 0 || idx >= pg.bump {
-			return 0, 0, fmt.Errorf("page %#x: free stack holds offset %d, not a block below the bump index", pg.base, off)
+	onList := make([]bool, pg.nblocks)
+	for i, idx := uint32(0), pg.head; i < pg.nfree; i++ {
+		if idx >= pg.bump {
+			return 0, 0, fmt.Errorf("page %#x: free list holds block %d, not below the bump index %d", pg.base, idx, pg.bump)
 		}
-		if st := atomic.LoadUint32(&pg.state[idx]); onStack[idx] || st != 0 && st&freedRemote == 0 {
-			return 0, 0, fmt.Errorf("page %#x: free stack holds block %d twice or not free", pg.base, idx)
+		st := atomic.LoadUint32(&pg.state[idx])
+		if onList[idx] || !isLink(st) {
+			return 0, 0, fmt.Errorf("page %#x: free list holds block %d (state %#x) twice or not free", pg.base, idx, st)
 		}
-		onStack[idx] = true
+		onList[idx] = true
+		idx = st &^ freeLink
 	}
 	excl := atomic.LoadUint32(&pg.mode) == exclusive
 	for idx := uint32(0); idx < pg.nblocks; idx++ {
 		st := atomic.LoadUint32(&pg.state[idx])
 		remote := pg.remote[idx>>6].Load()>>(idx&63)&1 == 1
 		switch {
+		case isLink(st) && !onList[idx]:
+			return 0, 0, fmt.Errorf("page %#x: block %d has a free-list word %#x but is not on the list", pg.base, idx, st)
+		case onList[idx] && remote:
+			return 0, 0, fmt.Errorf("page %#x: block %d is on the free list and marked remotely freed", pg.base, idx)
+		case onList[idx]:
 		case excl && (remote || st&freedRemote != 0): // held is the owner's (holdExcl)
 			return 0, 0, fmt.Errorf("page %#x is exclusive, yet block %d (state %#x) was touched by another goroutine", pg.base, idx, st)
 		case idx >= pg.bump && (st != 0 || remote):
 			return 0, 0, fmt.Errorf("page %#x: block %d past the bump index has state %#x", pg.base, idx, st)
-		case remote && (st&freedRemote == 0 || onStack[idx]):
+		case remote && st&freedRemote == 0:
 			return 0, 0, fmt.Errorf("page %#x: block %d marked remotely freed has state %#x", pg.base, idx, st)
-		case idx < pg.bump && !onStack[idx]:
+		case idx < pg.bump:
 			if st == 0 || st&freedRemote != 0 && !remote {
-				return 0, 0, fmt.Errorf("page %#x: block %d (state %#x) is lost: not live, not on the free stack, not to collect", pg.base, idx, st)
+				return 0, 0, fmt.Errorf("page %#x: block %d (state %#x) is lost: not live, not on the free list, not to collect", pg.base, idx, st)
 			}
 			n++
 			bytes += uintptr(st &^ (freedRemote | held))

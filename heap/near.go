@@ -37,14 +37,14 @@ type nearEntry struct {
 	pg     *page
 }
 
-// nearBlock finds the block that starts at p in near: its page, its index and its offset in
-// the page; ok false when near does not have it (the free paths then ask the tables, and
-// whyNot says why when they do not either).
-func (h *Heap) nearBlock(p uintptr) (pg *page, idx, off uint32, ok bool) {
+// nearBlock finds the block that starts at p in near: its page and its index; ok false when
+// near does not have it (the free paths then ask the tables, and whyNot says why when they do
+// not either).
+func (h *Heap) nearBlock(p uintptr) (pg *page, idx uint32, ok bool) {
 	e := &h.near[p>>sliceShift&(nearLen-1)]
 	o := p - e.base
 	idx = uint32(uint64(o) * uint64(e.divMul) >> 32)
-	return e.pg, idx, uint32(o), o < uintptr(e.span) && idx*e.bsize == uint32(o)
+	return e.pg, idx, o < uintptr(e.span) && idx*e.bsize == uint32(o)
 }
 
 // remember puts pg, a class page of the heap's that holds p, into near: the owner's free

@@ -24,7 +24,7 @@ func TestOwnerFindAndHold(t *testing.T) {
 	}
 	exclusiveNow := func(what string) {
 		t.Helper()
-		pg, _, _, hit := h.nearBlock(p)
+		pg, _, hit := h.nearBlock(p)
 		if !hit {
 			t.Fatalf("%s: p's page not in the cache", what)
 		}

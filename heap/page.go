@@ -10,11 +10,11 @@ import (
 // page is a run of slices holding blocks of one size. See the package invariants.
 type page struct {
 	// Owner-only fields, hot first.
-	nfree      uint32
+	nfree      uint32 // blocks on the free list
+	head       uint32 // the free list's first block (by index), when nfree > 0: see freeLink
 	bump       uint32
 	limit      uint32 // blocks below it lie in committed slices (class pages: see extend)
 	nblocks    uint32
-	free       []uint32 // stack of free blocks, by offset in the page (an address is base + offset)
 	base       uintptr
 	span       uintptr // nblocks * bsize: the bytes the blocks cover
 	bsize      uintptr
@@ -69,7 +69,6 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 	if class >= 0 {
 		pg.nblocks = uint32(uintptr(nslice) << sliceShift / bsize)
 		pg.divMul = ^uint32(0)/uint32(bsize) + 1
-		pg.free = make([]uint32, pg.nblocks)
 	}
 	pg.span = uintptr(pg.nblocks) * bsize
 	pg.state = make([]uint32, pg.nblocks)
@@ -87,11 +86,22 @@ func (pg *page) empty() bool { return pg.nfree == pg.bump }
 
 // A block's state word (page.state) says whether it is live and how big it was asked to be:
 //
-//	0                free: on the free stack, or never handed out
+//	0                free: never handed out (above the bump index), or being freed
 //	n                live, allocated with n bytes (stateOf(n): objects of 1 GiB or more have
 //	                 stateMax, and objSize has their size, as it has every object's)
 //	n | held         live and held (hold.go): no free but FreeHeld takes it back
-//	n | freedRemote  freed by another goroutine; the owner collects it, or has already
+//	n | freedRemote  freed by another goroutine, for the owner to collect (an object page's
+//	                 stays so once collected)
+//	freeLink | i     on its class page's free list, whose next block is block i
+//
+// A class page's free list is threaded through the state words of its free blocks, as
+// mimalloc threads its through the blocks themselves: the page holds the first block (head)
+// and the count (nfree), and each free block's word names the next. Allocation reads the word
+// it then overwrites with n, and a free writes the word it checked: one word, one cache line,
+// for each, where a separate stack of free blocks was a second line and a longer chain of
+// dependent loads (issue 29). Only the owner writes link words (pushFree) and follows them
+// (pop); every other reader sees freedRemote and held both set, which no live word has, and
+// refuses the block as free.
 //
 // The owner writes n at allocation with a plain store: the block is free, so nothing else may
 // touch its word, and whoever frees it later has been handed the block through some
@@ -109,7 +119,11 @@ func (pg *page) empty() bool { return pg.nfree == pg.bump }
 const (
 	freedRemote = 1 << 31
 	held        = 1 << 30
+	freeLink    = freedRemote | held // a free-list word: see above
 )
+
+// isLink reports whether state word st is a free-list word.
+func isLink(st uint32) bool { return st&freeLink == freeLink }
 
 // stateMax is the largest size a state word holds.
 const stateMax = held - 1

@@ -7,10 +7,10 @@
 // bitmap with one atomic OR and, the first time since the page was last collected, pushes the
 // page onto its owner's lock-free pending stack. The owner takes the whole stack at once
 // (so the stack has no ABA problem) when a class runs out of blocks, at Collect, Trim, Stats
-// and Close, and moves each set bit's block onto its page's free stack.
+// and Close, and moves each set bit's block onto its page's free list.
 //
 // Invariants: a page is on the pending stack at most once while page.pending is set; a block's
-// remote bit is set only while its state word says freedRemote and it is on no free stack; a
+// remote bit is set only while its state word says freedRemote and held clear and it is on no free list; a
 // page is given back only when it holds no uncollected remote free (see pushFree and the
 // package invariants), so no remote free lands on a page given back, and a stale pending entry
 // for a dead page is ignored.
@@ -79,7 +79,7 @@ func (s *pendingStack) push(p *page) {
 
 func (s *pendingStack) takeAll() *page { return s.head.Swap(nil) }
 
-// collectPage moves pg's remote frees onto its free stack. It leaves pg.pending alone: only
+// collectPage moves pg's remote frees onto its free list. It leaves pg.pending alone: only
 // collectPending, which has taken pg off the pending stack, may clear it (clearing it while pg
 // is still on the stack would let a remote free push pg twice).
 //
@@ -100,7 +100,7 @@ func (h *Heap) collectPage(pg *page, mayRelease bool) {
 				return
 			}
 			idx := uint32(w*64 + bits.TrailingZeros64(b))
-			h.pushFree(pg, idx*uint32(pg.bsize), atomic.LoadUint32(&pg.state[idx])&^freedRemote)
+			h.pushFree(pg, idx, atomic.LoadUint32(&pg.state[idx])&^freedRemote)
 			h.remoteFrees++
 			pg.remoteSeen++
 		}

@@ -40,7 +40,7 @@ func (r BlockRef) TryTag() *atomic.Uintptr {
 // with no lookup in the group's tables; nil where it does not serve or the page has no tags
 // (call Group.Tag, which tells the two apart).
 func (h *Heap) NearTag(p uintptr) *atomic.Uintptr {
-	pg, idx, _, ok := h.nearBlock(p)
+	pg, idx, ok := h.nearBlock(p)
 	if !ok {
 		return nil
 	}

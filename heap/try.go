@@ -37,8 +37,8 @@ func (h *Heap) TryAlloc(n uintptr) (p uintptr, ok bool) {
 	} else {
 		pg = h.cur[h.class(n)]
 	}
-	if off, ok := pg.pop(); ok {
-		return h.take(pg, off, n), true
+	if idx, ok := pg.pop(); ok {
+		return h.take(pg, idx, n), true
 	}
 	h.noBlock = true
 	p, _, err := h.allocSlow(n, h.class(n))
@@ -66,10 +66,10 @@ func (h *Heap) TryFree(p, n uintptr) bool { return h.freeAt(p, n, freeTry) == ni
 // own class page, freed as freeOwn frees (a plain store while the page is exclusive: the
 // owner's TryHoldSized keeps it so).
 func (h *Heap) TryFreeHeld(p, n uintptr) bool {
-	if pg, idx, off, ok := h.nearBlock(p); ok && n != 0 {
+	if pg, idx, ok := h.nearBlock(p); ok && n != 0 {
 		size, ok := h.freeOwn(pg, idx, n, held)
 		if ok {
-			h.tookBack(pg, off, size)
+			h.tookBack(pg, idx, size)
 		}
 		return ok // a refusal here is tryFree's too
 	}
@@ -129,14 +129,14 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 		}
 		return errWouldBlock
 	}
-	h.tookBack(pg, idx*uint32(pg.bsize), size)
+	h.tookBack(pg, idx, size)
 	return nil
 }
 
-// tookBack is freed's class-page half, with the page change non-blocking: block off of pg, its
+// tookBack is freed's class-page half, with the page change non-blocking: block idx of pg, its
 // own class page, no longer live (it was size bytes), goes back on the page.
-func (h *Heap) tookBack(pg *page, off, size uint32) {
-	h.pushFree(pg, off, size)
+func (h *Heap) tookBack(pg *page, idx, size uint32) {
+	h.pushFree(pg, idx, size)
 	if !pg.avail.Linked() || pg.empty() && h.cur[pg.class] != pg {
 		h.noBlock = true
 		h.pageChanged(pg, true)
