@@ -31,8 +31,9 @@
 // and then, on the page's free list, naming the next free block: the list mimalloc threads
 // through the blocks, threaded through the words), a bump index for blocks never handed out
 // and a remote-free bitmap, all in Go memory: 4 bytes and a bit per block. Addresses map to
-// pages through the arena's ChunkID (base-relative, O(1)) and the segment's slice table. So device memory, managed memory and host memory are all
-// served by this one code path, and alignment is arithmetic on offsets.
+// pages through the arena's ChunkID (base-relative, O(1)) and the segment's slice table. So
+// device memory, managed memory and host memory are all served by this one code path, and
+// alignment is arithmetic on offsets.
 //
 // # Ownership and concurrency
 //
