@@ -6,6 +6,7 @@ package heap
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
@@ -34,11 +35,38 @@ func (h *Heap) Alloc(n uintptr) (uintptr, error) {
 
 // setCur makes pg the current page of class c, in cur and in direct.
 func (h *Heap) setCur(c uint8, pg *page) {
+	old := h.cur[c]
 	h.cur[c] = pg
 	d := h.classes[c].direct
 	for i := d[0]; i < d[1]; i++ {
 		h.direct[i] = pg
 	}
+	h.watch(old)
+	h.watch(pg)
+}
+
+// watch sets pg.alert, the count of free blocks at which a free of the owner's must call
+// pageChanged: 0 for a class page off its class's available list (its next free puts it back
+// on), its bump index for one on the list but not current (the free that empties it), and
+// never for the current page. So the free paths test one field of the page's first line, where
+// they tested the list, the class's current page and the bump index. It runs wherever one of
+// those three changes: setCur, the list's Remove and Push, and pop (bump moves only on the
+// current page, whose alert it is not).
+func (h *Heap) watch(pg *page) {
+	if pg != nil && pg.class >= 0 && pg.nblocks != 0 { // not a class's sentinel
+		pg.alert = h.alertOf(pg)
+	}
+}
+
+// alertOf is the alert watch gives class page pg.
+func (h *Heap) alertOf(pg *page) uint32 {
+	switch {
+	case !pg.avail.Linked():
+		return 0
+	case h.cur[pg.class] == pg:
+		return math.MaxUint32
+	}
+	return pg.bump
 }
 
 // pop takes a free block of the page, if it has one: from its free list, else its bump index.
@@ -157,6 +185,7 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 				return h.allocClass(n, c)
 			}
 			cl.avail.Remove(&pg.avail)
+			h.watch(pg)
 			pg = next
 		}
 		h.setCur(c, &cl.empty)
@@ -197,6 +226,7 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	pg.allIdx = len(cl.all)
 	cl.all = append(cl.all, pg)
 	cl.avail.PushFront(pg, &pg.avail)
+	h.watch(pg)
 	return pg, nil
 }
 

@@ -61,7 +61,7 @@ func (h *Heap) freeAt(p, n uintptr, how uint8) error {
 				ownerStore(&pg.state[idx], freeLink|pg.head)
 			}
 			h.linked(pg, idx, size)
-			if !pg.avail.Linked() || pg.empty() && h.cur[pg.class] != pg {
+			if pg.nfree >= pg.alert { // off the list, or empty and not current: see watch
 				h.noBlock = how == freeTry
 				h.pageChanged(pg, true)
 				h.noBlock = false
@@ -126,7 +126,7 @@ func (h *Heap) free(pg *page, idx uint32, p, n uintptr, hold uint32) error {
 // of the live states (it was size bytes).
 func (h *Heap) freed(pg *page, idx, size uint32) {
 	h.pushFree(pg, idx, size)
-	if !pg.avail.Linked() || pg.empty() && h.cur[pg.class] != pg {
+	if pg.nfree >= pg.alert { // see watch
 		h.pageChanged(pg, true)
 	}
 }
@@ -184,6 +184,7 @@ func (h *Heap) pageChanged(pg *page, mayRelease bool) {
 		// or two, and a churn over many pages does not change pages at every allocation
 		// (mimalloc queues a page that stops being full at the end too).
 		cl.avail.PushBack(pg, &pg.avail)
+		h.watch(pg)
 	}
 	if mayRelease && pg.empty() && h.cur[pg.class] != pg {
 		if cl.spare == pg || cl.spare == nil && cl.kind == segSmall {

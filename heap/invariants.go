@@ -48,6 +48,10 @@ func (h *Heap) verifyWith(tables bool) error {
 				bad("class %d: page %#x at %d of the class's pages (index %d, class %d, dead %v)", c, pg.base, i, pg.allIdx, pg.class, pg.dead)
 				continue
 			}
+			if want := h.alertOf(pg); pg.alert != want {
+				bad("class %d: page %#x has alert %d, want %d (on the list %v, current %v, bump %d)",
+					c, pg.base, pg.alert, want, pg.avail.Linked(), h.cur[c] == pg, pg.bump)
+			}
 			n, bytes, err := pg.verifyBlocks()
 			if err != nil {
 				bad("class %d: %w", c, err)

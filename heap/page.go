@@ -12,6 +12,7 @@ type page struct {
 	// Owner-only fields, hot first.
 	nfree      uint32 // blocks on the free list
 	head       uint32 // the free list's first block (by index), when nfree > 0: see freeLink
+	alert      uint32 // class pages: a free that brings nfree to it calls pageChanged (watch)
 	bump       uint32
 	limit      uint32 // blocks below it lie in committed slices (class pages: see extend)
 	nblocks    uint32

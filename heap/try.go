@@ -137,7 +137,7 @@ func (h *Heap) tryFree(p, n uintptr, hold uint32) error {
 // own class page, no longer live (it was size bytes), goes back on the page.
 func (h *Heap) tookBack(pg *page, idx, size uint32) {
 	h.pushFree(pg, idx, size)
-	if !pg.avail.Linked() || pg.empty() && h.cur[pg.class] != pg {
+	if pg.nfree >= pg.alert { // see watch
 		h.noBlock = true
 		h.pageChanged(pg, true)
 		h.noBlock = false
