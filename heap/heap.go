@@ -190,7 +190,7 @@ type Heap struct {
 	allocs, frees uint64
 	freeSeq       uint32 // odd while the owner frees on an exclusive page (exclusive.go)
 	small         [smallMax/16 + 1]uint8
-	direct        [smallMax/16 + 1]*page // cur[small[i]]: a request up to smallMax to its page in one load (setCur)
+	direct        [directMax/16 + 1]*page // the current page of a request of up to directMax, by (n+15)/16 (setCur)
 	classOf       [numClasses]uint8      // generated class → heap class (sizes rounded up to align)
 	cur           [256]*page             // per heap class (a uint8: no bounds check); never nil below len(classes)
 	classes       []hclass
@@ -227,7 +227,7 @@ type hclass struct {
 	size   uintptr
 	kind   segKind
 	slices uint8    // per page
-	direct [2]uint8 // the indices of Heap.direct that name this class's current page: [lo, hi)
+	direct [2]uint16 // the indices of Heap.direct that name this class's current page: [lo, hi)
 	empty  page     // sentinel current page: no blocks
 	avail  pageList // pages with free blocks, a new one first, refilled ones last
 	spare  *page    // an empty page kept on avail (small classes: see pageChanged)
@@ -294,10 +294,16 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	}
 	for i := range h.small {
 		h.small[i] = h.classOf[smallClass[i]]
-		if cl := &h.classes[h.small[i]]; cl.direct[1] == 0 {
-			cl.direct = [2]uint8{uint8(i), uint8(i + 1)}
+	}
+	for i := range h.direct {
+		c := h.small[0]
+		if i > 0 {
+			c = h.class(uintptr(i) * 16) // every request of (i-1)*16+1 to i*16 bytes is of its class
+		}
+		if cl := &h.classes[c]; cl.direct[1] == 0 {
+			cl.direct = [2]uint16{uint16(i), uint16(i + 1)}
 		} else {
-			cl.direct[1] = uint8(i + 1) // small is monotonic: each class's indices are a run
+			cl.direct[1] = uint16(i + 1) // classes grow with sizes: each class's indices are a run
 		}
 	}
 	for i := range h.classes {

@@ -25,8 +25,8 @@ func (h *Heap) verifyWith(tables bool) error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	var liveN uint64
 	var liveBytes uintptr
-	for i, c := range h.small {
-		if h.direct[i] != h.cur[c] {
+	for i := range h.direct {
+		if c := h.class(uintptr(max(i, 1)) * 16); h.direct[i] != h.cur[c] {
 			bad("direct[%d] is not the current page of class %d", i, c)
 		}
 	}

@@ -32,7 +32,7 @@ func (h *Heap) TryAlloc(n uintptr) (p uintptr, ok bool) {
 		return h.tryReuseObject(n)
 	}
 	var pg *page
-	if n <= smallMax {
+	if n <= directMax {
 		pg = h.direct[(n+15)>>4] // see Alloc
 	} else {
 		pg = h.cur[h.class(n)]
