@@ -55,9 +55,9 @@ func (h *Heap) setCur(c uint8, pg *page) {
 // pageChanged: 0 for a class page off its class's available list (its next free puts it back
 // on), its bump index for one on the list but not current (the free that empties it), and
 // never for the current page. So the free paths test one field of the page's first line, where
-// they tested the list, the class's current page and the bump index. It runs wherever one of
-// those three changes: setCur, the list's Remove and Push, and pop (bump moves only on the
-// current page, whose alert it is not).
+// they tested the list, the class's current page and the bump index. It runs wherever the first
+// two change (setCur, the list's Remove and Push); the bump index moves only in pop, on the
+// current page, whose alert does not depend on it. The invariants check every page's alert.
 func (h *Heap) watch(pg *page) {
 	if pg != nil && pg.class >= 0 && pg.nblocks != 0 { // not a class's sentinel
 		pg.alert = h.alertOf(pg)
