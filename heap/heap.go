@@ -191,8 +191,8 @@ type Heap struct {
 	freeSeq       uint32 // odd while the owner frees on an exclusive page (exclusive.go)
 	small         [smallMax/16 + 1]uint8
 	direct        [directMax/16 + 1]*page // the current page of a request of up to directMax, by (n+15)/16 (setCur)
-	classOf       [numClasses]uint8      // generated class → heap class (sizes rounded up to align)
-	cur           [256]*page             // per heap class (a uint8: no bounds check); never nil below len(classes)
+	classOf       [numClasses]uint8       // generated class → heap class (sizes rounded up to align)
+	cur           [256]*page              // per heap class (a uint8: no bounds check); never nil below len(classes)
 	classes       []hclass
 	near          [nearLen]nearEntry // the owner's class pages by address (near.go)
 
@@ -226,13 +226,13 @@ type Heap struct {
 type hclass struct {
 	size   uintptr
 	kind   segKind
-	slices uint8    // per page
+	slices uint8     // per page
 	direct [2]uint16 // the indices of Heap.direct that name this class's current page: [lo, hi)
-	empty  page     // sentinel current page: no blocks
-	avail  pageList // pages with free blocks, a new one first, refilled ones last
-	spare  *page    // an empty page kept on avail (small classes: see pageChanged)
-	all    []*page  // every page of the class; page.allIdx is its index
-	allocs uint64   // operations counted by pages given back
+	empty  page      // sentinel current page: no blocks
+	avail  pageList  // pages with free blocks, a new one first, refilled ones last
+	spare  *page     // an empty page kept on avail (small classes: see pageChanged)
+	all    []*page   // every page of the class; page.allIdx is its index
+	allocs uint64    // operations counted by pages given back
 	frees  uint64
 }
 
