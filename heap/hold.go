@@ -139,6 +139,12 @@ func (g *Group) FindFrom(p, n uintptr) (r BlockRef, ok bool) {
 	}
 	pg.enterHold() // before the state word is read: see exclusive.go
 	defer pg.leave(true)
+	return pg.ref(idx, n)
+}
+
+// ref returns a BlockRef to block idx of pg, if it is live and was allocated with at least n
+// bytes (FindFrom, TryFindFrom).
+func (pg *page) ref(idx uint32, n uintptr) (BlockRef, bool) {
 	st := atomic.LoadUint32(&pg.state[idx])
 	size := uintptr(st &^ held)
 	if pg.class < 0 {
@@ -228,11 +234,7 @@ func (h *Heap) TryFindFrom(p, n uintptr) (r BlockRef, ok bool) {
 	if n == 0 || !found {
 		return BlockRef{}, false
 	}
-	st := atomic.LoadUint32(&pg.state[idx])
-	if st == 0 || st&freedRemote != 0 || n > uintptr(st&^held) {
-		return BlockRef{}, false
-	}
-	return BlockRef{pg: pg, idx: idx, want: st &^ held}, true
+	return pg.ref(idx, n)
 }
 
 // TryHoldRef is Hold by the heap's owner of block r, found by TryFindFrom, as TryHoldSized
