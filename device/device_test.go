@@ -61,7 +61,19 @@ func runHeap(t *testing.T, o Options) (f *fakecuda.Driver, dev *cuda.Device, h *
 // newStream creates a stream, forgotten by h and destroyed at cleanup.
 func newStream(t *testing.T, dev *cuda.Device, h *Heap) cuda.Stream {
 	t.Helper()
-	s, err := dev.StreamCreate(true)
+	return newStreamFlags(t, dev, h, true)
+}
+
+// newBlockingStream is newStream for a blocking stream, ordered with the legacy default stream.
+func newBlockingStream(t *testing.T, dev *cuda.Device, h *Heap) cuda.Stream {
+	t.Helper()
+	return newStreamFlags(t, dev, h, false)
+}
+
+// newStreamFlags is newStream, non-blocking as nonBlocking says.
+func newStreamFlags(t *testing.T, dev *cuda.Device, h *Heap, nonBlocking bool) cuda.Stream {
+	t.Helper()
+	s, err := dev.StreamCreate(nonBlocking)
 	must(t, "StreamCreate", err)
 	t.Cleanup(func() {
 		if !h.closed {

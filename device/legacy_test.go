@@ -25,14 +25,7 @@ func TestFakeFreeAsyncKeepsLegacyOrder(t *testing.T) {
 		return
 	}
 	a := newStream(t, dev, h)
-	b, err := dev.StreamCreate(false) // blocking: ordered with the legacy stream
-	must(t, "StreamCreate", err)
-	t.Cleanup(func() {
-		if !h.closed {
-			must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(b)))
-		}
-		must(t, "StreamDestroy", dev.StreamDestroy(b))
-	})
+	b := newBlockingStream(t, dev, h) // ordered with the legacy stream
 	const n = 64 << 10
 	for _, c := range []struct {
 		name       string
@@ -100,14 +93,7 @@ func trimKeepsLegacyOrder(t *testing.T, forget bool) {
 	if f == nil {
 		return
 	}
-	a, err := dev.StreamCreate(false) // blocking: ordered with the legacy stream
-	must(t, "StreamCreate", err)
-	t.Cleanup(func() {
-		if !h.closed {
-			must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(a)))
-		}
-		must(t, "StreamDestroy", dev.StreamDestroy(a))
-	})
+	a := newBlockingStream(t, dev, h) // ordered with the legacy stream
 	c := newStream(t, dev, h)
 	const n = 64 << 10
 	p := alloc(t, h, n, a)
