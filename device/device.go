@@ -309,10 +309,15 @@ func (h *Heap) ready(s cuda.Stream) error {
 	return h.poll()
 }
 
-// checkStream accepts a stream seen before, or one cuStreamQuery accepts. h.mu is held.
+// checkStream accepts a stream seen before, or one cuStreamQuery accepts, but the per-thread
+// default stream: it names the default stream of whichever OS thread calls, so neither a
+// same-stream reuse nor a point a later poll records on it would order anything. h.mu is held.
 func (h *Heap) checkStream(s cuda.Stream) error {
 	if h.seen[s] {
 		return nil
+	}
+	if streamq.Stream(s) == streamq.PerThreadStream {
+		return fmt.Errorf("%w: the per-thread default stream (%#x) names the default stream of whichever OS thread calls; use a stream of your own", ErrInvalidStream, s)
 	}
 	if err := h.dev.StreamQuery(uintptr(s)); err != nil && !errors.Is(err, cuda.ErrNotReady) {
 		return fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
@@ -392,7 +397,7 @@ func (h *Heap) syncLegacyOrder() error {
 	held, dflt := false, false
 	for s, sh := range h.streams {
 		if sh.Stats().Segments > 0 {
-			held, dflt = true, dflt || isDefaultStream(s)
+			held, dflt = true, dflt || streamq.DefaultStream(streamq.Stream(s))
 		}
 	}
 	if !held {
@@ -417,6 +422,3 @@ func (h *Heap) legacyWait(dflt bool) error {
 	return nil
 }
 
-// isDefaultStream reports whether s is a default stream: the legacy one (0, CU_STREAM_LEGACY)
-// or CU_STREAM_PER_THREAD, whose work comes after every blocking stream's earlier work.
-func isDefaultStream(s cuda.Stream) bool { return s <= 2 }

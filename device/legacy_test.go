@@ -2,6 +2,7 @@ package device
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -139,4 +140,29 @@ func TestFakeQuotaReclaimsLegacyFree(t *testing.T) {
 		t.Fatalf("Alloc of the whole quota after a free on the idle legacy stream: %v", err)
 	}
 	must(t, "Free", h.Free(q))
+}
+
+// TestFakePerThreadStreamRefused: the per-thread default stream (CU_STREAM_PER_THREAD, 2) names
+// the default stream of whichever OS thread calls. A FreeAsync on it waits for a point that a
+// later poll records, on another goroutine's thread perhaps, so on another stream; a same-stream
+// reuse on it would order nothing between threads. Alloc, FreeAsync and the async copies refuse
+// it, as a pool does; before, they took it.
+func TestFakePerThreadStreamRefused(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20})
+	if f == nil {
+		return
+	}
+	const perThread = pcuda.Stream(2)
+	if _, err := h.Alloc(4096, perThread); !errors.Is(err, ErrInvalidStream) {
+		t.Errorf("Alloc on the per-thread stream: %v, want ErrInvalidStream", err)
+	}
+	a := newStream(t, dev, h)
+	p := alloc(t, h, 4096, a)
+	if err := h.FreeAsync(pcuda.DevicePtr(p), perThread); !errors.Is(err, ErrInvalidStream) {
+		t.Errorf("FreeAsync on the per-thread stream: %v, want ErrInvalidStream", err)
+	}
+	if err := h.HtoDAsync(pcuda.DevicePtr(p), make([]byte, 16), perThread); !errors.Is(err, ErrInvalidStream) {
+		t.Errorf("HtoDAsync on the per-thread stream: %v, want ErrInvalidStream", err)
+	}
+	must(t, "Free", h.Free(pcuda.DevicePtr(p)))
 }

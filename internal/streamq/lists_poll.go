@@ -112,7 +112,7 @@ func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed bool, er
 	if ev, err = p.Mark(l.s); err != nil {
 		return false, 0, false, fmt.Errorf("event: %w", err)
 	}
-	if defaultStream(l.s) {
+	if DefaultStream(l.s) {
 		if idle, err = p.Passed(ev); err != nil || idle {
 			p.Put(ev)
 			return idle, 0, false, err

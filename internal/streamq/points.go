@@ -120,7 +120,7 @@ func (p *Points) Passed(ev Event) (bool, error) {
 // no query can see, and a point recorded in them (Mark) waits for it. Lists.Idle asks
 // NonBlocking once per list.
 func (p *Points) Idle(s Stream, nonBlocking bool) (bool, error) {
-	if defaultStream(s) {
+	if DefaultStream(s) {
 		return false, nil
 	}
 	if idle, err := done(p.dev.StreamQuery(s)); err != nil || !idle {
@@ -138,23 +138,27 @@ func (p *Points) Idle(s Stream, nonBlocking bool) (bool, error) {
 // NonBlocking reports whether s was created non-blocking (cuStreamGetFlags): its work is not
 // ordered against the legacy default stream's. The default streams are not.
 func (p *Points) NonBlocking(s Stream) (bool, error) {
-	if defaultStream(s) {
+	if DefaultStream(s) {
 		return false, nil
 	}
 	return p.dev.StreamNonBlocking(s)
 }
 
-// defaultStream reports whether s is a default stream, whose work is ordered after every
-// blocking stream's earlier work: no query of s alone says it has passed a point now.
-func defaultStream(s Stream) bool {
-	return s == streamLegacy || s == streamLegacyHandle || s == streamPerThread
+// DefaultStream reports whether s is a default stream, whose work is ordered after every
+// blocking stream's earlier work (the per-thread one's after the legacy stream's, treated
+// alike: conservative): no query of s alone says it has passed a point now.
+func DefaultStream(s Stream) bool {
+	return s == streamLegacy || s == streamLegacyHandle || s == PerThreadStream
 }
 
 // The default streams' handles (cuda.h: 0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD).
+// PerThreadStream names the calling OS thread's default stream: a point recorded on it by a
+// later poll, on another thread, would be another stream's, so a user of lazy points refuses
+// it (pinned, device).
 const (
 	streamLegacy       Stream = 0
 	streamLegacyHandle Stream = 1
-	streamPerThread    Stream = 2
+	PerThreadStream    Stream = 2
 )
 
 // done maps a query's answer: nil is done, ErrNotReady is not, any other is an error.
@@ -172,7 +176,7 @@ func (p *Points) Wait(ev Event) error { return p.dev.EventSynchronize(ev) }
 // for Idle, the legacy default stream too (a blocking stream's work comes after its earlier
 // work), or for a default stream the context (its work comes after every blocking stream's).
 func (p *Points) WaitStream(s Stream) error {
-	if defaultStream(s) {
+	if DefaultStream(s) {
 		return p.dev.Synchronize()
 	}
 	if err := p.dev.StreamSynchronize(s); err != nil {
