@@ -421,4 +421,3 @@ func (h *Heap) legacyWait(dflt bool) error {
 	}
 	return nil
 }
-
