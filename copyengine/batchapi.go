@@ -18,7 +18,9 @@ func (b *Batcher) batch(jobs []Job, s cuda.Stream) error {
 		b.sizes = append(b.sizes, j.Len)
 	}
 	on := s
-	if s == 0 { // the batch API refuses the legacy stream: fence through a side stream
+	if s == 0 || s == 1 {
+		// The batch API refuses the legacy stream (0, or CU_STREAM_LEGACY): fence through a
+		// side stream.
 		if b.side == 0 {
 			side, err := b.dev.StreamCreate(true)
 			if err != nil {

@@ -291,3 +291,32 @@ func TestKernelAfterLegacyBatchStaysOnCallersStream(t *testing.T) {
 	f.Hold(false)
 	must(t, "StreamSynchronize", dev.StreamSynchronize(0))
 }
+
+// TestBatchOnLegacyHandle: the batch API refuses the legacy stream by either handle, 0 or
+// CU_STREAM_LEGACY (1); a batch-API batch on handle 1 goes through the side stream as one on
+// stream 0 does. Before, only 0 was fenced, and a batch on handle 1 failed with the driver's
+// CUDA_ERROR_INVALID_VALUE (the fake took it until it refused handle 1 as the driver does).
+func TestBatchOnLegacyHandle(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	defer func() { f.ResetCosts(); forgetCalibrations() }()
+	costs(t, f, fakecuda.Cost{CallNs: 50000, MBps: 52000}, fakecuda.Cost{CallNs: 1000, JobNs: 10, MBps: 5000},
+		fakecuda.Cost{CallNs: 1000000, MBps: 50000}, 1) // batch API for small blocks
+	b := newBatcher(t, dev, Options{})
+	if b.Choose(4<<10, 16) != MethodBatchAPI {
+		t.Fatalf("calibration chose %s, want batch-api", b.Choose(4<<10, 16))
+	}
+	const n, size = 16, 4 << 10
+	host, d := hostMem(t, dev, n*size), devMem(t, dev, n*size)
+	jobs := make([]Job, n)
+	for i := range jobs {
+		jobs[i] = Job{Dst: d + uintptr(i)*size, Src: host + uintptr(i)*size, Len: size}
+	}
+	must(t, "Copy on CU_STREAM_LEGACY", b.Copy(jobs, 1))
+	must(t, "StreamSynchronize(1)", dev.StreamSynchronize(1))
+	if b.side == 0 {
+		t.Error("a batch-API batch on CU_STREAM_LEGACY made no side stream")
+	}
+}

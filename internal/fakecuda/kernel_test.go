@@ -263,8 +263,10 @@ func TestFakeCopiesAndStreams(t *testing.T) {
 	if got := mem.Bytes(host+n, 3*4096+5); !bytes.Equal(got, src[:3*4096+5]) {
 		t.Error("MemcpyBatchAsync moved the wrong bytes")
 	}
-	if err := d.MemcpyBatchAsync(dsts, srcs, sizes, 0, 0); !errors.Is(err, pinmalloc.ErrInvalidValue) {
-		t.Errorf("batch on the legacy stream: %v", err)
+	for _, legacy := range []uintptr{0, 1} { // the legacy stream, by either handle (CU_STREAM_LEGACY)
+		if err := d.MemcpyBatchAsync(dsts, srcs, sizes, 0, legacy); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+			t.Errorf("batch on the legacy stream (handle %d): %v", legacy, err)
+		}
 	}
 	if err := d.MemcpyBatchAsync(dsts, srcs, []uintptr{4096, 0, 5}, 0, s); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("batch with a zero size: %v", err)
