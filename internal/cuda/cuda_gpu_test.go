@@ -257,6 +257,30 @@ func TestCUDAStreamFlags(t *testing.T) {
 	must(t, "StreamDestroy", d.StreamDestroy(blk))
 }
 
+// TestCUDABatchRefusesLegacyStream: cuMemcpyBatchAsync refuses the legacy default stream by
+// either handle, 0 or CU_STREAM_LEGACY (1), as the fake does; copyengine fences both through a
+// side stream. A stream of one's own is taken.
+func TestCUDABatchRefusesLegacyStream(t *testing.T) {
+	d := openGPU(t)
+	if err := d.MemcpyBatchSupported(); err != nil {
+		t.Skipf("no batch API: %v", err)
+	}
+	p, err := d.MemAlloc(4096)
+	must(t, "MemAlloc", err)
+	defer d.MemFree(p)
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", d.StreamDestroy(s)) }()
+	dsts, srcs, sizes := []uintptr{uintptr(p) + 2048}, []uintptr{uintptr(p)}, []uintptr{1024}
+	for _, legacy := range []Stream{0, 1} {
+		if err := d.MemcpyBatchAsync(dsts, srcs, sizes, 0, legacy); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+			t.Errorf("batch on the legacy stream (handle %d): %v, want pinmalloc.ErrInvalidValue", legacy, err)
+		}
+	}
+	must(t, "batch on a stream of its own", d.MemcpyBatchAsync(dsts, srcs, sizes, 0, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+}
+
 func TestCUDAVMM(t *testing.T) {
 	d := openGPU(t)
 	if !d.VMMSupported() {
