@@ -166,3 +166,29 @@ func TestFakePerThreadStreamRefused(t *testing.T) {
 	}
 	must(t, "Free", h.Free(pcuda.DevicePtr(p)))
 }
+
+// TestFakeCloseKeepsLegacyOrder: Close gives the heap's memory back only once the legacy
+// default stream's earlier work is done too, when a stream of the heap is blocking. A block of
+// blocking stream b is written by a held memset on the legacy stream, queued by the user
+// directly, and freed on b, with nothing of b's own queued: Close must refuse with ErrBusy. Before, it queried b alone, found
+// it idle and unmapped the memory under the memset.
+func TestFakeCloseKeepsLegacyOrder(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20})
+	if f == nil {
+		return
+	}
+	b := newBlockingStream(t, dev, h)
+	const n = 64 << 10
+	p := alloc(t, h, n, b)
+	f.Hold(true)
+	// The user's own work on the legacy stream (a kernel given the pointer), which the heap
+	// has not seen: the heap learns of the legacy stream only through b's order.
+	must(t, "memset on the legacy stream", dev.MemsetD8Async(p, 0xAB, n, 0))
+	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
+	if err := h.Close(); !errors.Is(err, ErrBusy) {
+		t.Errorf("Close with the legacy stream's memset held: %v, want ErrBusy", err)
+	}
+	f.Hold(false)
+	f.Complete()
+	must(t, "synchronize the context", dev.Synchronize())
+}

@@ -72,8 +72,10 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 
 // Close releases the heap's memory and events, and the device if Open made it. It fails, and
 // releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with
-// one wrapping ErrBusy while deferred frees wait for their stream or a stream the heap has seen
-// has work in flight (Sync, or synchronize the stream, and Close again).
+// one wrapping ErrBusy while deferred frees wait for their stream, or a stream the heap has seen
+// has work in flight, or the legacy default stream does while a seen stream is blocking (its
+// earlier work is ordered before that stream's frees): Sync, or synchronize the stream, and
+// Close again.
 func (h *Heap) Close() error {
 	if err := h.lock(); err != nil {
 		return err
@@ -90,9 +92,19 @@ func (h *Heap) Close() error {
 	if deferred > 0 {
 		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, deferred)
 	}
+	legacy := false // a seen stream is ordered with the legacy stream: its earlier work counts too
 	for s := range h.seen {
 		if err := h.dev.StreamQuery(uintptr(s)); errors.Is(err, cuda.ErrNotReady) {
 			return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
+		}
+		if !legacy {
+			nb, err := h.dev.StreamNonBlocking(uintptr(s))
+			legacy = err != nil || !nb
+		}
+	}
+	if legacy {
+		if err := h.dev.StreamQuery(0); errors.Is(err, cuda.ErrNotReady) {
+			return fmt.Errorf("%w: the legacy default stream, which a blocking stream of the heap's is ordered with, has work in flight", ErrBusy)
 		}
 	}
 	var errs []error
