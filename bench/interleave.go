@@ -38,7 +38,7 @@ type outcome struct {
 // Every round of one comparison runs on one CPU (onOneCPU): the contenders meet the same
 // core, whatever its neighbours do to it, rather than whichever vCPU the thread was on.
 func interleave(cfg *config, cs []contender) []outcome {
-	_, undo := onOneCPU()
+	undo := onOneCPU()
 	defer undo()
 	out := make([]outcome, len(cs))
 	ns := make([]int, len(cs)) // operations per run

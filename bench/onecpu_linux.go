@@ -14,22 +14,22 @@ import (
 // rounds moved between them measured the vCPUs as much as the allocators. Goroutines a case
 // starts (mixed/2g, prodcons) run where the scheduler puts them. Where the affinity cannot be
 // read or set, it only locks the thread.
-func onOneCPU() (cpu int, undo func()) {
+func onOneCPU() (undo func()) {
 	runtime.LockOSThread()
 	var old unix.CPUSet
 	if unix.SchedGetaffinity(0, &old) != nil {
-		return -1, runtime.UnlockOSThread
+		return runtime.UnlockOSThread
 	}
 	var c, node uint32
 	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&c)), uintptr(unsafe.Pointer(&node)), 0); errno != 0 {
-		return -1, runtime.UnlockOSThread
+		return runtime.UnlockOSThread
 	}
 	var one unix.CPUSet
 	one.Set(int(c))
 	if unix.SchedSetaffinity(0, &one) != nil {
-		return -1, runtime.UnlockOSThread
+		return runtime.UnlockOSThread
 	}
-	return int(c), func() {
+	return func() {
 		_ = unix.SchedSetaffinity(0, &old)
 		runtime.UnlockOSThread()
 	}

@@ -6,7 +6,7 @@ import "runtime"
 
 // onOneCPU locks the calling goroutine to its thread (see onecpu_linux.go: binding the thread
 // to one CPU is Linux's here) and returns what undoes it.
-func onOneCPU() (cpu int, undo func()) {
+func onOneCPU() (undo func()) {
 	runtime.LockOSThread()
-	return -1, runtime.UnlockOSThread
+	return runtime.UnlockOSThread
 }
