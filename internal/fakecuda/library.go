@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -51,7 +52,7 @@ func Cached(dir string) (string, error) {
 		return Library(dir)
 	}
 	h := sha256.New()
-	for _, part := range append([]string{Source, cc}, ccFlags...) {
+	for _, part := range append([]string{Source, cc, runtime.GOOS, runtime.GOARCH}, ccFlags...) { // a shared cache dir may serve other machines
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}
