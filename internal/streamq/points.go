@@ -169,9 +169,6 @@ func done(err error) (bool, error) {
 	return err == nil, err
 }
 
-// Wait waits until the stream of ev has passed it.
-func (p *Points) Wait(ev Event) error { return p.dev.EventSynchronize(ev) }
-
 // WaitStream waits until s has passed everything ordered before now: s synchronized and, as
 // for Idle, the legacy default stream too (a blocking stream's work comes after its earlier
 // work), or for a default stream the context (its work comes after every blocking stream's).

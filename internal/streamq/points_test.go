@@ -85,7 +85,7 @@ func TestPointsProperty(t *testing.T) {
 		}
 		f.Hold(false)
 		for _, pt := range points {
-			if err := p.Wait(pt.ev); err != nil {
+			if err := dev.EventSynchronize(pt.ev); err != nil {
 				t.Fatal(err)
 			}
 			p.Put(pt.ev)
