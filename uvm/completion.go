@@ -93,10 +93,7 @@ func (t *Tier) pending(dir int, seq uint64) bool { return seq > t.batches.done[d
 // as batch number t.batches.issued[dir]+1. It returns the event, c's until complete gives it
 // back (a stream may be made to wait on it while the batch is pending).
 func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
-	s := t.engine.h2d
-	if dir == dirD2H {
-		s = t.engine.d2h
-	}
+	s := t.engine.stream(dir)
 	ev, err := t.engine.events.Get()
 	if err != nil {
 		return 0, err

@@ -61,3 +61,11 @@ type engine struct {
 	h2d, d2h cuda.Stream
 	events   *icuda.EventPool
 }
+
+// stream returns the tier's stream of direction dir (dirH2D or dirD2H).
+func (e *engine) stream(dir int) cuda.Stream {
+	if dir == dirD2H {
+		return e.d2h
+	}
+	return e.h2d
+}

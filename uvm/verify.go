@@ -123,10 +123,7 @@ func (t *Tier) verifyBatches() error {
 			errs = append(errs, fmt.Errorf("a batch of direction %d is in flight", c.dir))
 			return
 		}
-		stream := t.engine.h2d
-		if c.dir == dirD2H {
-			stream = t.engine.d2h
-		}
+		stream := t.engine.stream(c.dir)
 		n[c.dir]++
 		switch want := t.batches.done[c.dir] + n[c.dir]; {
 		case uintptr(stream) != s:
