@@ -51,7 +51,7 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
 	}
 	if l != nil {
-		h.done = h.lists.Release(l, true, h.done)
+		h.done = h.lists.Release(l, h.done)
 	}
 	if err := h.finishDone(); err != nil {
 		return fmt.Errorf("device: deferred frees on stream %#x: %w", s, err)

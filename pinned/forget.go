@@ -79,7 +79,7 @@ func (o *streamOrder) forget(s cuda.Stream, tags []*atomic.Uintptr) error {
 		t.CompareAndSwap(tagOf(s), tagForgot) // or changed since: freed, or a stream added
 	}
 	if l != nil {
-		o.done = o.lists.Release(l, true, o.done)
+		o.done = o.lists.Release(l, o.done)
 	}
 	err := o.freeDone(nil)
 	if invariants.Enabled {

@@ -83,9 +83,8 @@ type List[T any] struct {
 	openT, markedT Tally
 	gone           bool // out of the lists: a push takes the stream's new list
 	idle           int  // polls in a row that found it empty
-	// lostOpen is the number of open items when Poll last found the list lost, or when Drain
-	// began its wait: the synchronize that follows (Recover, Drain) covers those, not the ones
-	// pushed after them.
+	// lostOpen is the number of open items when Poll last found the list lost: the synchronize
+	// that follows (Recover) covers those, not the ones pushed after them.
 	lostOpen int
 	// order is whether the stream's work is ordered against the legacy stream's, asked of the
 	// driver once (Idle): orderUnknown, orderBlocking or orderNonBlocking.

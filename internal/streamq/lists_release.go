@@ -31,7 +31,10 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 		after()
 	}
 	for _, l := range ls.lost {
-		done = ls.Release(l, false, done)
+		l.mu.Lock()
+		n := l.lostOpen // set by the reclaimer's Poll, as this is the reclaimer: it stays
+		l.mu.Unlock()
+		done = ls.release(l, n, done)
 	}
 	return done, nil
 }
@@ -53,27 +56,27 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 			errs = append(errs, fmt.Errorf("streamq: wait for stream %#x: %w", l.s, err))
 			continue
 		}
-		l.mu.Lock()
-		l.lostOpen = n // the open items the wait covers (Release)
-		l.mu.Unlock()
-		done = ls.Release(l, false, done)
+		done = ls.release(l, n, done) // the open items the wait covers
 	}
 	ls.endScan()
 	return done, errors.Join(errs...)
 }
 
-// Release appends to done the items of l its stream has passed, by a synchronize of the
-// stream or the context that followed their pushes: with all every one (a stream forgotten,
-// where no other goroutine pushes on it), else the marked ones and the open ones Poll saw as it
-// found l lost, before the synchronize (a live stream's list whose event the driver refused gets
-// more since, and their work may be queued after the synchronize). When none is left it takes l
-// out of the lists.
-func (ls *Lists[T]) Release(l *List[T], all bool, done []T) []T {
+// Release appends to done every item of l, whose stream the caller has synchronized after their
+// pushes: a stream forgotten (Forget), where no other goroutine pushes on it. When none is left
+// it takes l out of the lists.
+func (ls *Lists[T]) Release(l *List[T], done []T) []T { return ls.release(l, -1, done) }
+
+// release is Release of the marked items and the first n open ones (n < 0: all), those a
+// synchronize covers: the open items Poll saw as it found l lost (Recover), or those there were
+// before a stream's wait (Drain); a live stream's list gets more meanwhile, and their work may be
+// queued after the synchronize.
+func (ls *Lists[T]) release(l *List[T], n int, done []T) []T {
 	ls.mu.Lock()
 	l.mu.Lock()
 	open := len(l.open)
-	if !all {
-		open = min(open, l.lostOpen)
+	if n >= 0 {
+		open = min(open, n)
 	}
 	l.dropPoint(ls.points)
 	done = ls.take(ls.take(done, l.marked, &l.markedT, true), l.open[:open], &l.openT, open == len(l.open))

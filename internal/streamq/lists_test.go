@@ -164,7 +164,7 @@ func TestListsProperty(t *testing.T) {
 				}
 				ran[i] = queued[i]
 				if l != nil {
-					done = ls.Release(l, true, done[:0])
+					done = ls.Release(l, done[:0])
 					check(step, done)
 				}
 				if ls.Lookup(ss[i]) != nil || ls.Last() != nil && ls.Last().Stream() == ss[i] {
