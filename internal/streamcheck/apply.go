@@ -120,6 +120,7 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 		return false, nil
 	}
 	at := d.p + pubcuda.DevicePtr(op.Off)
+	q := w.queue(op.S).at // the copy's one mark, the block's and the pool buffer's
 	switch op.Kind {
 	case DevMemset:
 		if err := w.heap.MemsetAsync(at, byte(op.V), int(n), s); err != nil {
@@ -133,7 +134,7 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 			if err := w.heap.HtoDAsync(at, bf.b[:n], s); err != nil {
 				return true, unexpected("device.Heap.HtoDAsync (pool buffer)", err)
 			}
-			bf.busy, bf.busyAt = op.S, w.queue(op.S).at
+			bf.busy, bf.busyAt = op.S, q
 		} else {
 			stamp(src, op.V)
 			if err := w.heap.HtoDAsync(at, src, s); err != nil {
@@ -147,7 +148,7 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 				return true, unexpected("device.Heap.DtoHAsync (pool buffer)", err)
 			}
 			copy(bf.want, d.want[op.Off:op.Off+n])
-			bf.busy, bf.busyAt = op.S, w.queue(op.S).at
+			bf.busy, bf.busyAt = op.S, q
 		} else {
 			dst := make([]byte, n)
 			if err := w.heap.DtoHAsync(dst, at, s); err != nil {
@@ -158,7 +159,7 @@ func (w *world) devCopy(op Op, s pubcuda.Stream) (bool, *Failure) {
 			}
 		}
 	}
-	d.busy, d.busyAt = op.S, w.queue(op.S).at
+	d.busy, d.busyAt = op.S, q
 	return true, nil
 }
 
