@@ -30,16 +30,12 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 		return nil
 	}
 	_ = h.poll()
-	by := map[cuda.Stream]*StreamDeferred{}
-	h.lists.Range(func(s uintptr, marked, open []cuda.DevicePtr) {
+	var out []StreamDeferred
+	h.lists.Range(func(s uintptr, marked, open []cuda.DevicePtr) { // each stream once
 		if len(marked)+len(open) == 0 {
 			return // a list lingering after its frees were done
 		}
-		sd := by[cuda.Stream(s)]
-		if sd == nil {
-			sd = &StreamDeferred{Stream: cuda.Stream(s)}
-			by[cuda.Stream(s)] = sd
-		}
+		sd := StreamDeferred{Stream: cuda.Stream(s)}
 		for _, vs := range [2][]cuda.DevicePtr{marked, open} {
 			for _, p := range vs {
 				sd.Blocks++
@@ -48,11 +44,8 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 				}
 			}
 		}
+		out = append(out, sd)
 	})
-	var out []StreamDeferred
-	for _, sd := range by {
-		out = append(out, *sd)
-	}
 	slices.SortFunc(out, func(a, b StreamDeferred) int { return cmp.Compare(a.Stream, b.Stream) })
 	return out
 }
