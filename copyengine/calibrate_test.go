@@ -261,6 +261,20 @@ func TestCalibrationChoice(t *testing.T) {
 	}
 }
 
+// splitBatcher returns a batcher calibrated on costs that choose the batch API for small blocks
+// and the kernel for big ones; the costs and calibrations are reset at the test's end.
+func splitBatcher(t *testing.T, f *fakecuda.Driver, dev *cuda.Device) *Batcher {
+	t.Helper()
+	t.Cleanup(func() { f.ResetCosts(); forgetCalibrations() })
+	costs(t, f, fakecuda.Cost{CallNs: 50000, MBps: 52000}, fakecuda.Cost{CallNs: 1000, JobNs: 10, MBps: 5000},
+		fakecuda.Cost{CallNs: 1000000, MBps: 50000}, 1)
+	b := newBatcher(t, dev, Options{})
+	if b.Choose(4<<10, 16) != MethodBatchAPI || b.Choose(2<<20, 4) != MethodKernel {
+		t.Fatalf("calibration chose %s and %s, want batch-api and kernel", b.Choose(4<<10, 16), b.Choose(2<<20, 4))
+	}
+	return b
+}
+
 // TestKernelAfterLegacyBatchStaysOnCallersStream checks that a kernel batch on the legacy
 // stream launches there, even after a batch-API batch on it made the side stream that API's
 // fence needs: only LowPriority moves the kernel to the side stream. (The launch had taken
@@ -270,13 +284,7 @@ func TestKernelAfterLegacyBatchStaysOnCallersStream(t *testing.T) {
 	if f == nil {
 		return
 	}
-	defer func() { f.ResetCosts(); forgetCalibrations() }()
-	costs(t, f, fakecuda.Cost{CallNs: 50000, MBps: 52000}, fakecuda.Cost{CallNs: 1000, JobNs: 10, MBps: 5000},
-		fakecuda.Cost{CallNs: 1000000, MBps: 50000}, 1) // batch API for small blocks, kernel for big
-	b := newBatcher(t, dev, Options{})
-	if b.Choose(4<<10, 16) != MethodBatchAPI || b.Choose(2<<20, 4) != MethodKernel {
-		t.Fatalf("calibration chose %s and %s, want batch-api and kernel", b.Choose(4<<10, 16), b.Choose(2<<20, 4))
-	}
+	b := splitBatcher(t, f, dev)
 	copyBlocks(t, f, dev, b, 16, 4<<10) // batch API on stream 0: through the side stream
 	if b.side == 0 {
 		t.Fatal("a batch-API batch on the legacy stream made no side stream")
@@ -301,13 +309,7 @@ func TestBatchOnLegacyHandle(t *testing.T) {
 	if f == nil {
 		return
 	}
-	defer func() { f.ResetCosts(); forgetCalibrations() }()
-	costs(t, f, fakecuda.Cost{CallNs: 50000, MBps: 52000}, fakecuda.Cost{CallNs: 1000, JobNs: 10, MBps: 5000},
-		fakecuda.Cost{CallNs: 1000000, MBps: 50000}, 1) // batch API for small blocks
-	b := newBatcher(t, dev, Options{})
-	if b.Choose(4<<10, 16) != MethodBatchAPI {
-		t.Fatalf("calibration chose %s, want batch-api", b.Choose(4<<10, 16))
-	}
+	b := splitBatcher(t, f, dev)
 	const n, size = 16, 4 << 10
 	host, d := hostMem(t, dev, n*size), devMem(t, dev, n*size)
 	jobs := make([]Job, n)
