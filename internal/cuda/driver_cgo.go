@@ -474,6 +474,14 @@ func loadFrom(path string) (*driver, error) {
 	return dr, nil
 }
 
+// exports reports whether the library exports the C symbol name (dlsym in it alone).
+func (dr *driver) exports(name string) bool {
+	dlMu.Lock()
+	defer dlMu.Unlock()
+	var cerr *C.char
+	return C.pm_dlsym(dr.handle, cstring(name), &cerr) != 0
+}
+
 // close closes the library. Only tests call it, on drivers from loadFrom.
 func (dr *driver) close() {
 	dlMu.Lock()

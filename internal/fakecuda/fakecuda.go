@@ -52,6 +52,11 @@ const childEnv = "PINMALLOC_FAKECUDA_CHILD"
 
 const noDriver = "none"
 
+// NameEnv names the environment variable that, set, gives the name every device of the fake
+// reports ("Fake GPU n" otherwise): a test poses the fake as a GPU with it, to prove that
+// nothing grades the fake as one (IsFake tells them apart by the library, not by the name).
+const NameEnv = "PINMALLOC_FAKECUDA_NAME"
+
 // openDevice is cuda.Open; a test of GPU replaces it to make the open fail.
 var openDevice = cuda.Open
 
@@ -189,7 +194,7 @@ func RunWithoutDriver(t *testing.T) bool {
 // temporary directory). It skips t when there is no C compiler.
 func build(t testing.TB) string {
 	t.Helper()
-	if _, err := compiler(); err != nil {
+	if err := Available(); err != nil {
 		t.Skipf("%v", err)
 	}
 	lib, err := Cached(t.TempDir())
@@ -322,8 +327,8 @@ func (d *Driver) Open(t testing.TB, ordinal int) *cuda.Device {
 
 // GPU opens device ordinal of the real driver for a test or benchmark that needs a GPU. It
 // skips it only where there is no GPU to test: with "no CUDA driver: ..." where no driver loads
-// (or where this process runs against the fake), with "no CUDA device: ..." where the driver
-// finds no device of that ordinal. Any other error of cuda.Open (a broken driver, a missing
+// (or the driver loaded is the fake, whatever its devices are called), with "no CUDA
+// device: ..." where the driver finds no device of that ordinal. Any other error of cuda.Open (a broken driver, a missing
 // entry point, out of memory, a busy device) fails the test: on a GPU machine it is a fault to
 // report, not a reason to test nothing. At cleanup it checks that nothing allocated through the
 // device is live and closes it.
@@ -340,6 +345,10 @@ func GPU(tb testing.TB, ordinal int) *cuda.Device {
 		tb.Skipf("no CUDA device: %v", err)
 	case err != nil:
 		tb.Fatalf("fakecuda.GPU: the driver loads but device %d does not open: %v", ordinal, err)
+	case dev.IsFake():
+		name, _ := dev.Name()
+		tb.Cleanup(func() { _ = dev.Close() })
+		tb.Skipf("no CUDA driver: the driver loaded is pinmalloc's fake (its device is called %q)", name)
 	}
 	closeAtCleanup(tb, dev, func() {})
 	return dev

@@ -3,6 +3,7 @@ package fakecuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -58,5 +59,28 @@ func TestGPUSkipsOnlyWithoutAGPU(t *testing.T) {
 		if v.skipped != c.skip || v.failed == c.skip || !strings.Contains(v.msg, c.word) {
 			t.Errorf("open error %q: skipped %v, failed %v (%q); want skipped %v saying %q", c.err, v.skipped, v.failed, v.msg, c.skip, c.word)
 		}
+	}
+}
+
+// TestGPUSkipsOnTheFakeNamedAsAGPU: a process whose driver is the fake, named after a real GPU
+// (NameEnv) and not marked as a fakecuda child, gets no GPU from GPU: the test skips with "no
+// CUDA driver", as the fake is known by its marker symbol, not its name.
+func TestGPUSkipsOnTheFakeNamedAsAGPU(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Setenv(NameEnv, "NVIDIA H200")
+	}
+	if Run(t) == nil {
+		return
+	}
+	t.Setenv(childEnv, "") // as a GPU test run with cuda.LibraryEnv at the fake would be
+	v := &verdictTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		GPU(v, 0)
+	}()
+	<-done
+	if !v.skipped || !strings.Contains(v.msg, "no CUDA driver") || !strings.Contains(v.msg, "NVIDIA H200") {
+		t.Errorf("GPU on the fake named NVIDIA H200: skipped %v, failed %v (%q); want a skip saying no CUDA driver", v.skipped, v.failed, v.msg)
 	}
 }

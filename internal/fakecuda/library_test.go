@@ -1,8 +1,10 @@
 package fakecuda
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,14 +48,58 @@ func TestExecOnFake(t *testing.T) {
 	}
 }
 
-// TestIsFake: the device of the fake driver says so.
+// TestIsFake: the device of the fake driver says so, named as it is or after a real GPU
+// (NameEnv): the fake is known by its marker symbol, whose value is its source's hash.
 func TestIsFake(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Setenv(NameEnv, "NVIDIA H200")
+	}
 	_, dev := RunDevice(t)
 	if dev == nil {
 		return
 	}
-	if !IsFake(dev) {
-		t.Fatal("IsFake is false on the fake driver")
+	if name, err := dev.Name(); err != nil || name != "NVIDIA H200" {
+		t.Fatalf("Name = %q, %v; want the name %s gives", name, err, NameEnv)
+	}
+	if !IsFake(dev) || !dev.Exports(cuda.FakeDriverSymbol) {
+		t.Fatal("IsFake is false on the fake driver named as a GPU")
+	}
+}
+
+// TestPrebuilt: a library named by PrebuiltEnv is used as the fake only when it was built from
+// this binary's source (its marker holds the source's hash); any other file is refused, with
+// the reason, and nothing is compiled in its place.
+func TestPrebuilt(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	t.Setenv(PrebuiltEnv, "")
+	t.Setenv(cacheEnv, "off")
+	lib, err := Library(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(PrebuiltEnv, lib)
+	t.Setenv("CC", "/no/such/compiler") // a prebuilt library needs none
+	if err := Available(); err != nil {
+		t.Fatalf("Available with a prebuilt library and no compiler: %v", err)
+	}
+	if got, err := Cached(t.TempDir()); err != nil || got != lib {
+		t.Fatalf("Cached = %q, %v; want the prebuilt %q", got, err, lib)
+	}
+	b, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "libcuda.so.1")
+	if err := os.WriteFile(other, bytes.ReplaceAll(b, []byte(SourceHash()), bytes.Repeat([]byte("0"), len(SourceHash()))), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{other, filepath.Join(t.TempDir(), "absent.so")} {
+		t.Setenv(PrebuiltEnv, bad)
+		if got, err := Cached(t.TempDir()); err == nil || !strings.Contains(err.Error(), PrebuiltEnv) {
+			t.Errorf("Cached with %s=%s: %q, %v; want an error naming %s", PrebuiltEnv, bad, got, err, PrebuiltEnv)
+		}
 	}
 }
 
