@@ -338,6 +338,7 @@ const (
 	symMemPoolSetAccess
 	symMemPoolTrimTo
 	symMemAllocFromPoolAsync
+	symDeviceGetDefaultMemPool
 	numSyms
 )
 
@@ -430,6 +431,8 @@ var symbols = [numSyms]struct {
 	symMemPoolSetAccess:      {"cuMemPoolSetAccess", apiVersion, "cuMemPoolSetAccess"},
 	symMemPoolTrimTo:         {"cuMemPoolTrimTo", apiVersion, "cuMemPoolTrimTo"},
 	symMemAllocFromPoolAsync: {"cuMemAllocFromPoolAsync", apiVersion, "cuMemAllocFromPoolAsync"},
+	// The pool cuMemAllocAsync draws from while no other is made current (CUDA 11.2).
+	symDeviceGetDefaultMemPool: {"cuDeviceGetDefaultMemPool", apiVersion, "cuDeviceGetDefaultMemPool"},
 }
 
 // dlMu serializes dlopen/dlsym/dlclose with their dlerror, which is per-thread state that a

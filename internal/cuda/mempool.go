@@ -48,7 +48,8 @@ const (
 )
 
 // DriverHasHostPools is the driver version (CUDA 12.6) from which cuMemPoolCreate takes a
-// host NUMA location.
+// host NUMA location; AttrHostNUMAMemoryPoolsSupported says so from 12.9, and a program should
+// ask the attribute (HostPoolSupport) rather than the version.
 const DriverHasHostPools = 12060
 
 // MemPoolCreate creates a memory pool with props. A pool in host memory (LocationHostNUMA
@@ -59,6 +60,11 @@ func (d *Device) MemPoolCreate(props MemPoolProps) (p MemPool, err error) {
 	err = d.Do(func() (e error) { p, e = d.drv.memPoolCreate(props); return })
 	return p, track(&d.pools, 1, err)
 }
+
+// DefaultMemPool returns the device's default pool, the one MemAllocAsync draws from: the driver
+// owns it (MemPoolDestroy refuses it), and its attributes hold for every user of the device in
+// the process (PyTorch's cudaMallocAsync backend sets its release threshold to UINT64_MAX).
+func (d *Device) DefaultMemPool() (MemPool, error) { return d.drv.deviceDefaultMemPool(d.dev) }
 
 // MemPoolDestroy destroys a pool. Allocations still outstanding stay valid until freed; the
 // pool goes with the last.

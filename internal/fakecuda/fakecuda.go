@@ -135,6 +135,7 @@ const (
 	ctlHostVMM
 	ctlNUMANodes
 	ctlHostPools
+	ctlDriverVersion
 )
 
 // Result codes for FailRegister.
@@ -295,10 +296,17 @@ func (d *Driver) SetVMM(on bool) { d.ctl(ctlVMM, b2i(on), 0) }
 // cuMemGetAllocationGranularity with a host location fail with CUDA_ERROR_NOT_SUPPORTED.
 func (d *Driver) SetHostVMM(on bool) { d.ctl(ctlHostVMM, b2i(on), 0) }
 
-// SetHostPools turns memory pools in host memory on (the default) or off, to emulate a driver
-// older than CUDA 12.6: off, cuMemPoolCreate with a HOST or HOST_NUMA location fails with
-// CUDA_ERROR_NOT_SUPPORTED.
+// SetHostPools turns memory pools in host memory on (the default) or off: off, the fake
+// emulates a driver of CUDA 12.4 (SetDriverVersion), whose cuMemPoolCreate refuses HOST and
+// HOST_NUMA locations with CUDA_ERROR_NOT_SUPPORTED; on, one of 13.0.
 func (d *Driver) SetHostPools(on bool) { d.ctl(ctlHostPools, b2i(on), 0) }
+
+// SetDriverVersion sets the CUDA version the fake emulates (13000 by default: 1000*major +
+// 10*minor), which cuDriverGetVersion reports: pools at a HOST_NUMA location from 12060, device
+// attribute 142 (HOST_NUMA_MEMORY_POOLS_SUPPORTED) from 12090, pools at the HOST location and
+// attribute 144 from 13000; an attribute newer than the version is CUDA_ERROR_INVALID_VALUE. It
+// returns false, changing nothing, for a version out of 11000 - 99000.
+func (d *Driver) SetDriverVersion(v int) bool { return d.ctl(ctlDriverVersion, int64(v), 0) == 0 }
 
 // SetNUMANodes sets the number of host NUMA nodes (1 by default, at most 8): the valid ids of
 // a HOST_NUMA location. Device i's nearest node (attribute HOST_NUMA_ID, 134) is i modulo n.
