@@ -2,13 +2,17 @@ package fakecuda
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -166,3 +170,39 @@ func TestCached(t *testing.T) {
 		t.Fatalf("Cached without a cache directory: %q, %v; want a library in %s", none, err, dir)
 	}
 }
+
+// TestStub: each stub driver loads and fails to open device 0 the way it says, with the error a
+// caller can tell apart (no device: pinmalloc.ErrNoDevice; the others: not a missing driver).
+func TestStub(t *testing.T) {
+	if _, err := compiler(); err != nil {
+		t.Skip(err)
+	}
+	if os.Getenv(stubMarker) != "" {
+		_, err := cuda.Open(0)
+		want := map[string]error{"1": nil, "2": pinmalloc.ErrSymbol, "3": pinmalloc.ErrOutOfMemory, "4": pinmalloc.ErrNoDevice}[os.Getenv(stubMarker)]
+		if err == nil || errors.Is(err, pinmalloc.ErrNoDriver) || (want != nil && !errors.Is(err, want)) {
+			t.Fatalf("stub %s: Open = %v, want an error matching %v", os.Getenv(stubMarker), err, want)
+		}
+		if os.Getenv(stubMarker) == "1" && !strings.Contains(err.Error(), "cuInit") {
+			t.Fatalf("stub 1: %v, want cuInit's error", err)
+		}
+		return
+	}
+	for _, f := range []StubFault{StubInitFails, StubMissingSymbol, StubOutOfMemory, StubNoDevice} {
+		lib, err := Stub(t.TempDir(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStub$", "-test.count=1")
+		cmd.Env = append(os.Environ(), cuda.LibraryEnv+"="+lib, fmt.Sprintf("%s=%d", stubMarker, f))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("stub %d: %v\n%s", f, err, out)
+		}
+	}
+	if _, err := Stub(t.TempDir(), 0); err == nil {
+		t.Error("Stub(0) built something")
+	}
+}
+
+// stubMarker is set in the child processes of TestStub.
+const stubMarker = "PINMALLOC_FAKECUDA_STUB_TEST"

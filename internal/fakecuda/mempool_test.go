@@ -267,5 +267,3 @@ func TestFakeDefaultPool(t *testing.T) {
 	wantErr(t, "a memset of memory back in the pool", d.MemsetD8Async(b, 0, n, s), pinmalloc.ErrInvalidValue)
 	must(t, "MemPoolTrimTo", d.MemPoolTrimTo(p, 0))
 }
-
-var errorsIs = errors.Is
