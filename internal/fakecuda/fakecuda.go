@@ -112,6 +112,9 @@ const (
 	Pools
 	// PoolAllocs counts allocations from memory pools (cuMemAllocFromPoolAsync) not freed.
 	PoolAllocs
+	// StreamSyncs counts cuStreamSynchronize calls, valid stream or not (how often a caller
+	// waits for a stream).
+	StreamSyncs
 	numStats
 )
 
@@ -267,7 +270,7 @@ func (d *Driver) LiveObjects() map[string]int64 {
 	names := []string{"registrations", "host allocs", "device allocs", "managed allocs", "reservations",
 		"handles", "mappings", "streams", "events", "register calls", "create calls", "registered bytes", "retains",
 		"pinned copies", "pinned bytes", "pageable copies", "pageable bytes", "host VMM bytes", "event records", "stream queries",
-		"pools", "pool allocs"}
+		"pools", "pool allocs", "stream synchronizes"}
 	m := map[string]int64{}
 	for _, s := range Live {
 		if v := d.Stat(s); v != 0 {
