@@ -95,7 +95,6 @@ const (
 const (
 	testsShare    = 0.45
 	examplesShare = 0.55
-	endMargin     = 3 * time.Second
 )
 
 // check is the state of a -gpucheck run.
@@ -270,9 +269,13 @@ func (c *check) until(share float64, margin time.Duration) time.Duration {
 // left returns the time left before the deadline, less margin.
 func (c *check) left(margin time.Duration) time.Duration { return time.Until(c.deadline) - margin }
 
-// floor is the least time worth starting a test binary, an example or a case with: a tenth of a
-// minute per minute of deadline, 10 s at most.
+// floor is the least time worth starting a test binary, an example or a case with: a second per
+// minute of deadline, 10 s at most.
 func (c *check) floor() time.Duration { return min(10*time.Second, c.cfg.deadline/60) }
+
+// endMargin is the time kept at the end of the run to stop a worker and write the report: 3 s,
+// less for a short deadline.
+func (c *check) endMargin() time.Duration { return min(3*time.Second, c.cfg.deadline/20) }
 
 // describe opens device 0, describes it and finds the capabilities it lacks.
 func (c *check) describe() (string, error) {

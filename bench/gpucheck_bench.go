@@ -137,7 +137,7 @@ func (c *check) startWorker(limit time.Duration) (*worker, []planCase, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := w.cmd.Start(); err != nil {
+	if err := startChild(w.cmd); err != nil {
 		return nil, nil, err
 	}
 	go func() {
@@ -234,7 +234,7 @@ func (t *tailWriter) String() string { return string(t.b) }
 func (c *check) runBench() (string, error) {
 	c.bench = &suite{cfg: c.cfg}
 	c.bench.load = loadAvg()
-	w, plan, err := c.startWorker(min(time.Minute, c.left(endMargin)))
+	w, plan, err := c.startWorker(min(time.Minute, c.left(c.endMargin())))
 	if err != nil {
 		return "", err
 	}
@@ -250,26 +250,24 @@ func (c *check) runBench() (string, error) {
 		map[bool]string{true: "quick", false: "full"}[c.cfg.quick], runtime.GOMAXPROCS(0), c.bench.load, c.cfg.caseLimit)
 	var errs []string
 	for i, pc := range plan {
-		limit, why := c.cfg.caseLimit, fmt.Sprintf("the per-case limit (-case-limit %v)", c.cfg.caseLimit)
-		if left := c.left(endMargin); left < limit {
-			limit, why = left, "the deadline"
+		limit, why, ok := c.caseLimit()
+		if ok && w == nil { // a new worker after one killed or dead: its start is not the case's time
+			if w, _, err = c.startWorker(limit); err != nil {
+				w = nil
+			}
+			limit, why, ok = c.caseLimit()
 		}
-		if limit < c.floor() {
+		if !ok {
 			for _, rest := range plan[i:] {
 				c.skipped = append(c.skipped, rest.Name)
 			}
 			break
 		}
 		t0 := time.Now()
-		if w == nil {
-			if w, _, err = c.startWorker(limit); err != nil {
-				w = nil
-			}
-		}
 		var rs []result
 		var secs float64
 		if err == nil {
-			rs, secs, err = w.run(pc.Name, limit-time.Since(t0), why)
+			rs, secs, err = w.run(pc.Name, limit, why)
 		}
 		cr := caseRun{Name: pc.Name, Status: pass, Seconds: time.Since(t0).Seconds()}
 		if err != nil {
@@ -303,6 +301,16 @@ func (c *check) runBench() (string, error) {
 		return detail, errors.New(strings.Join(errs, "; "))
 	}
 	return detail, nil
+}
+
+// caseLimit returns the time the next case may run and why it ends then: -case-limit, or the
+// deadline if sooner; ok is false when the deadline leaves less than the least worth starting.
+func (c *check) caseLimit() (limit time.Duration, why string, ok bool) {
+	limit, why = c.cfg.caseLimit, fmt.Sprintf("the per-case limit (-case-limit %v)", c.cfg.caseLimit)
+	if left := c.left(c.endMargin()); left < limit {
+		return left, "the deadline", left >= c.floor()
+	}
+	return limit, why, true
 }
 
 // naError reports whether an error result is no failure: a case that cannot run on the fake

@@ -230,7 +230,10 @@ func (c *check) run(limit time.Duration, dir string, env []string, out io.Writer
 	cmd.SysProcAttr = dieWithParent()
 	cmd.Stdout, cmd.Stderr = out, out
 	t0 := time.Now()
-	err := cmd.Run()
+	err := startChild(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	secs := time.Since(t0).Seconds()
 	if ctx.Err() != nil {
 		err = fmt.Errorf("killed after %v: %w", limit.Round(time.Second), ctx.Err())

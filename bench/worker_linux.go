@@ -2,6 +2,9 @@ package main
 
 import (
 	"os"
+	"os/exec"
+	"runtime"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -22,5 +25,28 @@ func protocolOutput() (*os.File, error) {
 }
 
 // dieWithParent makes a child process get SIGKILL when the process that started it dies, so
-// that a check killed at its command limit leaves no worker running.
+// that a check killed at its command limit leaves no worker, test binary or example running.
 func dieWithParent() *syscall.SysProcAttr { return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} }
+
+// spawner is the OS thread every child is started from (startChild).
+var (
+	spawnerOnce sync.Once
+	spawner     = make(chan func())
+)
+
+// startChild starts cmd from one OS thread that never exits: a child's death signal
+// (dieWithParent) follows the thread that forked it, not the process (golang/go#27505), and Go
+// may end a thread while the process lives.
+func startChild(cmd *exec.Cmd) error {
+	spawnerOnce.Do(func() {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for f := range spawner {
+				f()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawner <- func() { done <- cmd.Start() }
+	return <-done
+}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"syscall"
 )
 
@@ -12,3 +13,6 @@ func protocolOutput() (*os.File, error) { return os.Stdout, nil }
 
 // dieWithParent is nothing off linux.
 func dieWithParent() *syscall.SysProcAttr { return nil }
+
+// startChild starts cmd.
+func startChild(cmd *exec.Cmd) error { return cmd.Start() }
