@@ -29,11 +29,11 @@ func (v *verdictTB) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
-// TestGPUSkipsOnlyWithoutAGPU checks GPU's rule (issue 26): a test that needs a GPU skips only
+// TestRealDeviceSkipsOnlyWithoutOne checks GPU's rule (issue 26): a test that needs a GPU skips only
 // where the driver does not load or finds no device; any other error of cuda.Open (a missing
 // entry point, out of memory, a device the driver cannot use) fails it, so that a broken GPU
 // machine cannot turn every GPU test into a skip.
-func TestGPUSkipsOnlyWithoutAGPU(t *testing.T) {
+func TestRealDeviceSkipsOnlyWithoutOne(t *testing.T) {
 	t.Setenv(childEnv, "")
 	saved := openDevice
 	defer func() { openDevice = saved }()
@@ -62,10 +62,10 @@ func TestGPUSkipsOnlyWithoutAGPU(t *testing.T) {
 	}
 }
 
-// TestGPUSkipsOnTheFakeNamedAsAGPU: a process whose driver is the fake, named after a real GPU
+// TestRealDeviceSkipsOnTheRenamedFake: a process whose driver is the fake, named after a real GPU
 // (NameEnv) and not marked as a fakecuda child, gets no GPU from GPU: the test skips with "no
 // CUDA driver", as the fake is known by its marker symbol, not its name.
-func TestGPUSkipsOnTheFakeNamedAsAGPU(t *testing.T) {
+func TestRealDeviceSkipsOnTheRenamedFake(t *testing.T) {
 	if os.Getenv(childEnv) == "" {
 		t.Setenv(NameEnv, "NVIDIA H200")
 	}
