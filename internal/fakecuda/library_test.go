@@ -2,6 +2,7 @@ package fakecuda
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -206,3 +207,15 @@ func TestStub(t *testing.T) {
 
 // stubMarker is set in the child processes of TestStub.
 const stubMarker = "PINMALLOC_FAKECUDA_STUB_TEST"
+
+// TestSourceHash: SourceHash is the first 32 hex digits of the SHA-256 of fakedriver.c.in, the
+// file as it is: scripts/gpucheck build computes it so (sha256sum) for the fake it prebuilds.
+func TestSourceHash(t *testing.T) {
+	b, err := os.ReadFile("fakedriver.c.in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%x", sha256.Sum256(b))[:32]; SourceHash() != want {
+		t.Errorf("SourceHash = %s, the file's SHA-256 begins %s", SourceHash(), want)
+	}
+}

@@ -2,6 +2,7 @@ package fakecuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -265,5 +266,21 @@ func TestFakeDefaultPool(t *testing.T) {
 	must(t, "MemFreeAsync", d.MemFreeAsync(b, s))
 	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	wantErr(t, "a memset of memory back in the pool", d.MemsetD8Async(b, 0, n, s), pinmalloc.ErrInvalidValue)
+	must(t, "MemPoolTrimTo", d.MemPoolTrimTo(p, 0))
+
+	// Same-stream reuse: a thousand 1 MiB pairs on one stream with no synchronize hold one block,
+	// on a device of 64 MiB.
+	f.SetMemory(0, 64<<20)
+	defer f.SetMemory(0, 1<<30)
+	for i := range 1000 {
+		q, err := d.MemAllocAsync(n, s)
+		must(t, fmt.Sprintf("MemAllocAsync %d", i), err)
+		must(t, "MemsetD8Async", d.MemsetD8Async(q, byte(i), n, s))
+		must(t, "MemFreeAsync", d.MemFreeAsync(q, s))
+	}
+	if got := reserved(); got != n {
+		t.Errorf("after 1000 pairs on one stream the pool holds %d bytes, want %d: memory freed on a stream is that stream's again at once", got, n)
+	}
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	must(t, "MemPoolTrimTo", d.MemPoolTrimTo(p, 0))
 }
