@@ -36,6 +36,15 @@ func (c *check) markdown(m machine, rs []result) string {
 	fmt.Fprintf(&b, "| run | commit %s, %s, %s mode, %.0f s (deadline %.0f s, at most %.0f s a case)%s |\n", m.Commit, m.Date, m.Mode, time.Since(c.start).Seconds(),
 		c.cfg.deadline.Seconds(), c.cfg.caseLimit.Seconds(), c.casesNote())
 	table := func(title, kind string) {
+		n := 0
+		for _, ct := range c.Checks {
+			if ct.Kind == kind {
+				n++
+			}
+		}
+		if n == 0 {
+			return
+		}
 		fmt.Fprintf(&b, "\n## %s\n\n| check | status | measured | want |\n|---|---|---|---|\n", title)
 		for _, ct := range c.Checks {
 			if ct.Kind == kind {
@@ -45,7 +54,8 @@ func (c *check) markdown(m machine, rs []result) string {
 	}
 	table("Targets (graded on a GPU: the GPU suites' and the GPU tests' figures)", "target")
 	table("Runs", "run")
-	table("Not graded", "other")
+	fmt.Fprintf(&b, "\n## Not graded\n\n%s\n", notGraded)
+	table("Measured here, graded elsewhere", "other")
 	fmt.Fprintf(&b, "\n## Steps\n\n| step | status | seconds | detail |\n|---|---|---|---|\n")
 	for _, s := range c.Steps {
 		fmt.Fprintf(&b, "| %s | %s | %.1f | %s |\n", s.Name, s.Status, s.Seconds, mdCell(s.Detail))
@@ -103,6 +113,13 @@ func (c *check) markdown(m machine, rs []result) string {
 	}
 	return b.String()
 }
+
+// notGraded says what the check measures or logs and does not grade, and why.
+const notGraded = "Every target of the GPU suites and every figure a GPU test records (fakecuda.Figure) is graded above. " +
+	"Not graded here: the CPU suite's targets (against mimalloc, sync.Pool, make, mmap+mlock per buffer: bench's CPU run grades them, " +
+	"docs/bench.md); figures the GPU tests only log, each graded elsewhere: TestCUDARegisteredBandwidth asserts pinned copies at " +
+	"3x pageable itself, TestGPUAcquireRelease's Acquire+Release pair is the suite's uvm-acquire-resident, TestCUDAParallelPin's " +
+	"pinning per GiB is the pinning suite's pin-1gib-ms; and pool-scaling-16g on fewer than 16 cores (N/A above)."
 
 // casesNote says when -cases limited the plan.
 func (c *check) casesNote() string {

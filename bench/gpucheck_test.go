@@ -373,7 +373,7 @@ func TestGpucheckScriptArgs(t *testing.T) {
 	}
 	dir := t.TempDir()
 	for _, args := range [][]string{{}, {"-quick"}, {dir, "-bogus"}, {dir, "-deadline"}, {dir, "-quick", "extra"}, {"run"},
-		{"run", "-quick", dir}, {"run", dir, "-name"}, {"build", dir}} {
+		{"run", "-quick", dir}, {"run", dir, "-name"}, {"build", dir}, {dir, "-cases"}, {"run", dir, "-fake", "-case-limit"}, {"run", dir, "-fake=1"}} {
 		cmd := exec.Command("bash", append([]string{filepath.Join("..", "scripts", "gpucheck")}, args...)...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
