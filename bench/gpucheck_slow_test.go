@@ -70,9 +70,11 @@ func TestGpucheckSlowGPU(t *testing.T) {
 	if os.Getenv("PINMALLOC_LONG") == "" {
 		// A case that outlives -case-limit is killed, and a new worker runs the next.
 		out := t.TempDir()
-		code, log := runMain(t, slowEnv(lib, 5), "-gpucheck", out, "-bin", bin, "-quick", "-case-limit", "1s", "-cases", "^(uvm-move/256KiB|cuda-device-pair/4KiB)$")
+		// (uvm-move/256KiB, fixed work, takes 5 s at factor 20 on a quiet 2-core machine; the
+		// device heap's pair, timed to a target, half a second, one on a machine 10 times busier.)
+		code, log := runMain(t, slowEnv(lib, 20), "-gpucheck", out, "-bin", bin, "-quick", "-case-limit", "2.5s", "-cases", "^(uvm-move/256KiB|cuda-device-pair/4KiB)$")
 		doc := readReport(t, out, "fake-driver-quick")
-		if code != 1 || len(doc.Cases) != 2 || !strings.Contains(doc.Cases[0].Detail, "killed after 1s: the per-case limit") || doc.Cases[1].Status != pass ||
+		if code != 1 || len(doc.Cases) != 2 || !strings.Contains(doc.Cases[0].Detail, "killed after 2.5s: the per-case limit") || doc.Cases[1].Status != pass ||
 			doc.Cases[1].Results == 0 {
 			t.Errorf("exit %d, cases %+v: want the first killed at its limit and the next run whole by a new worker\n%s", code, doc.Cases, log)
 		}
@@ -80,7 +82,7 @@ func TestGpucheckSlowGPU(t *testing.T) {
 		out = t.TempDir()
 		const deadline = 2500 * time.Millisecond
 		t0 := time.Now()
-		code, log = runMain(t, slowEnv(lib, 5), "-gpucheck", out, "-bin", bin, "-quick", "-deadline", deadline.String(), "-cases", slowCases)
+		code, log = runMain(t, slowEnv(lib, 20), "-gpucheck", out, "-bin", bin, "-quick", "-deadline", deadline.String(), "-cases", slowCases)
 		if code != 1 {
 			t.Errorf("exit %d, want 1\n%s", code, log)
 		}
