@@ -28,7 +28,8 @@ const workerEnv = "PINMALLOC_GPUCHECK_WORKER"
 
 // workerMsg is one line a worker writes: first its plan (or why it has none), then one per case.
 type workerMsg struct {
-	Plan    []planCase `json:"plan,omitempty"`
+	Plan     []planCase `json:"plan,omitempty"`
+	Unopened []string   `json:"unopened,omitempty"` // the suites that did not open, and why
 	Error   string     `json:"error,omitempty"`
 	Case    string     `json:"case,omitempty"`
 	Results []result   `json:"results,omitempty"`
@@ -78,7 +79,7 @@ func benchWorker(cfg *config) int {
 		byName[bc.name] = bc
 		plan = append(plan, planCase{bc.name, bc.group})
 	}
-	if err := proto.Encode(workerMsg{Plan: plan}); err != nil {
+	if err := proto.Encode(workerMsg{Plan: plan, Unopened: gpuUnopened}); err != nil {
 		return 1
 	}
 	in := bufio.NewScanner(os.Stdin)
@@ -119,11 +120,11 @@ type worker struct {
 	tail *tailWriter    // the end of its standard error, for the report
 }
 
-// startWorker starts a worker and reads its plan, within limit.
-func (c *check) startWorker(limit time.Duration) (*worker, []planCase, error) {
+// startWorker starts a worker and reads its plan and the suites it could not open, within limit.
+func (c *check) startWorker(limit time.Duration) (*worker, []planCase, []string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	w := &worker{msgs: make(chan workerMsg, 1), tail: &tailWriter{max: 2048}}
 	w.cmd = exec.Command(self, os.Args[1:]...)
@@ -131,14 +132,14 @@ func (c *check) startWorker(limit time.Duration) (*worker, []planCase, error) {
 	w.cmd.Stderr = io.MultiWriter(c.log, w.tail)
 	w.cmd.SysProcAttr = dieWithParent()
 	if w.in, err = w.cmd.StdinPipe(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out, err := w.cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := startChild(w.cmd); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	go func() {
 		defer close(w.msgs)
@@ -155,13 +156,13 @@ func (c *check) startWorker(limit time.Duration) (*worker, []planCase, error) {
 	case m, ok := <-w.msgs:
 		switch {
 		case !ok:
-			return nil, nil, w.stop(errors.New("the bench worker ended before saying its plan"))
+			return nil, nil, nil, w.stop(errors.New("the bench worker ended before saying its plan"))
 		case m.Error != "":
-			return nil, nil, w.stop(errors.New("the bench worker: " + m.Error))
+			return nil, nil, nil, w.stop(errors.New("the bench worker: " + m.Error))
 		}
-		return w, m.Plan, nil
+		return w, m.Plan, m.Unopened, nil
 	case <-time.After(limit):
-		return nil, nil, w.stop(fmt.Errorf("the bench worker did not say its plan within %v", limit.Round(time.Second)))
+		return nil, nil, nil, w.stop(fmt.Errorf("the bench worker did not say its plan within %v", limit.Round(time.Second)))
 	}
 }
 
@@ -234,9 +235,15 @@ func (t *tailWriter) String() string { return string(t.b) }
 func (c *check) runBench() (string, error) {
 	c.bench = &suite{cfg: c.cfg}
 	c.bench.load = loadAvg()
-	w, plan, err := c.startWorker(min(time.Minute, c.left(c.endMargin())))
+	w, plan, unopened, err := c.startWorker(min(time.Minute, c.left(c.endMargin())))
 	if err != nil {
 		return "", err
+	}
+	var errs []string
+	for _, why := range unopened { // a suite that did not open: its cases are not in the plan
+		name, _, _ := strings.Cut(why, ":")
+		c.bench.results = append(c.bench.results, result{Case: "suite/" + name, Impl: "gpucheck", Metric: "error", Note: "the suite did not open: " + why})
+		errs = append(errs, "suite "+why)
 	}
 	defer func() {
 		if w != nil {
@@ -248,11 +255,10 @@ func (c *check) runBench() (string, error) {
 	}
 	fmt.Fprintf(c.log, "bench: %d cases, %s mode, GOMAXPROCS=%d, load %s, at most %v a case\n", len(plan),
 		map[bool]string{true: "quick", false: "full"}[c.cfg.quick], runtime.GOMAXPROCS(0), c.bench.load, c.cfg.caseLimit)
-	var errs []string
 	for i, pc := range plan {
 		limit, why, ok := c.caseLimit()
 		if ok && w == nil { // a new worker after one killed or dead: its start is not the case's time
-			if w, _, err = c.startWorker(limit); err != nil {
+			if w, _, _, err = c.startWorker(limit); err != nil {
 				w = nil
 			}
 			limit, why, ok = c.caseLimit()

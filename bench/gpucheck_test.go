@@ -482,3 +482,27 @@ func TestGpucheckEmptySteps(t *testing.T) {
 		}
 	}
 }
+
+// brokenSuite is a GPU suite that does not open.
+type brokenSuite struct{}
+
+func (brokenSuite) name() string              { return "broken" }
+func (brokenSuite) open() error               { return errors.New("cuda: device 0: CUDA_ERROR_OUT_OF_MEMORY") }
+func (brokenSuite) impls() []impl             { return nil }
+func (brokenSuite) cases() []benchCase        { return nil }
+func (brokenSuite) close() error              { return nil }
+func (brokenSuite) targets([]result) []target { return nil }
+
+// TestOpenGPUSuitesSaysWhich: a suite that does not open is recorded with its reason, which the
+// worker passes on and the check reports as an error of bench-gpu (its cases are not in the
+// plan: without it, their targets would be the only trace).
+func TestOpenGPUSuitesSaysWhich(t *testing.T) {
+	saved, savedT, savedU := gpuSuites, gpuTargets, gpuUnopened
+	defer func() { gpuSuites, gpuTargets, gpuUnopened = saved, savedT, savedU }()
+	gpuSuites, gpuUnopened = []gpuSuite{brokenSuite{}}, nil
+	_, cs, closeAll := openGPUSuites()
+	closeAll()
+	if len(cs) != 0 || len(gpuUnopened) != 1 || !strings.HasPrefix(gpuUnopened[0], "broken: cuda: device 0") {
+		t.Errorf("cases %d, unopened %q", len(cs), gpuUnopened)
+	}
+}
