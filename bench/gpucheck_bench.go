@@ -30,10 +30,10 @@ const workerEnv = "PINMALLOC_GPUCHECK_WORKER"
 type workerMsg struct {
 	Plan     []planCase `json:"plan,omitempty"`
 	Unopened []string   `json:"unopened,omitempty"` // the suites that did not open, and why
-	Error   string     `json:"error,omitempty"`
-	Case    string     `json:"case,omitempty"`
-	Results []result   `json:"results,omitempty"`
-	Seconds float64    `json:"seconds,omitempty"`
+	Error    string     `json:"error,omitempty"`
+	Case     string     `json:"case,omitempty"`
+	Results  []result   `json:"results,omitempty"`
+	Seconds  float64    `json:"seconds,omitempty"`
 }
 
 // planCase is a case of the plan: its name and its group (the report's tables go by group).
