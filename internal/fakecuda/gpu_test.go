@@ -29,6 +29,18 @@ func (v *verdictTB) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
+// gpuVerdict runs GPU for device 0 and says how it ended the test.
+func gpuVerdict(t *testing.T) *verdictTB {
+	v := &verdictTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		GPU(v, 0)
+	}()
+	<-done
+	return v
+}
+
 // TestRealDeviceSkipsOnlyWithoutOne checks GPU's rule (issue 26): a test that needs a GPU skips only
 // where the driver does not load or finds no device; any other error of cuda.Open (a missing
 // entry point, out of memory, a device the driver cannot use) fails it, so that a broken GPU
@@ -49,13 +61,7 @@ func TestRealDeviceSkipsOnlyWithoutOne(t *testing.T) {
 		{errors.New("cuda: CUDA_ERROR_UNKNOWN"), false, "does not open"},
 	} {
 		openDevice = func(int) (*cuda.Device, error) { return nil, c.err }
-		v := &verdictTB{TB: t}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			GPU(v, 0)
-		}()
-		<-done
+		v := gpuVerdict(t)
 		if v.skipped != c.skip || v.failed == c.skip || !strings.Contains(v.msg, c.word) {
 			t.Errorf("open error %q: skipped %v, failed %v (%q); want skipped %v saying %q", c.err, v.skipped, v.failed, v.msg, c.skip, c.word)
 		}
@@ -73,13 +79,7 @@ func TestRealDeviceSkipsOnTheRenamedFake(t *testing.T) {
 		return
 	}
 	t.Setenv(childEnv, "") // as a GPU test run with cuda.LibraryEnv at the fake would be
-	v := &verdictTB{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		GPU(v, 0)
-	}()
-	<-done
+	v := gpuVerdict(t)
 	if !v.skipped || !strings.Contains(v.msg, "no CUDA driver") || !strings.Contains(v.msg, "NVIDIA H200") {
 		t.Errorf("GPU on the fake named NVIDIA H200: skipped %v, failed %v (%q); want a skip saying no CUDA driver", v.skipped, v.failed, v.msg)
 	}
