@@ -6,7 +6,9 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
@@ -130,5 +132,39 @@ func TestBaselinesAsUsersRunThem(t *testing.T) {
 	}
 	if err := th.close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchAPILackedIsNA: on a driver before CUDA 13.0 (the fake at 12.4) the batch API's rows
+// say the driver lacks it, which the check counts as N/A, not as a failure of the suite; the
+// other methods are measured.
+func TestBatchAPILackedIsNA(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDriverVersion(12040)
+	defer f.SetDriverVersion(13000)
+	c := &batchSuite{}
+	if err := c.open(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	cfg := &config{quick: true, reps: 1, target: time.Millisecond}
+	for _, m := range batchMethods {
+		rs := resultSet{c: "batch-h2d/64KiB", impl: m.name}
+		c.measureBatch(cfg, &rs, m.m, false, 64<<10)
+		e, failed := failure(rs.out, rs.c, m.name)
+		chk := &check{}
+		switch {
+		case m.m == copyengine.MethodBatchAPI && (!failed || !chk.naError(result{Metric: "error", Note: e}) || !strings.Contains(e, cuda.CapBatchAPI)):
+			t.Errorf("%s on a 12.4 driver: %q, want N/A naming %s", m.name, e, cuda.CapBatchAPI)
+		case m.m != copyengine.MethodBatchAPI && failed:
+			t.Errorf("%s on a 12.4 driver: %s", m.name, e)
+		}
 	}
 }
