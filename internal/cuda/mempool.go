@@ -47,11 +47,6 @@ const (
 	PoolAttrUsedMemHigh MemPoolAttr = 8
 )
 
-// DriverHasHostPools is the driver version (CUDA 12.6) from which cuMemPoolCreate takes a
-// host NUMA location; AttrHostNUMAMemoryPoolsSupported says so from 12.9, and a program should
-// ask the attribute (HostPoolSupport) rather than the version.
-const DriverHasHostPools = 12060
-
 // MemPoolCreate creates a memory pool with props. A pool in host memory (LocationHostNUMA
 // from CUDA 12.6, LocationHost from 13.0) is accessible to no device until MemPoolSetAccess
 // grants it; an older driver refuses the location (an error matching ErrNotSupported or
