@@ -75,10 +75,10 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// TestNoGPUOnlyWithoutOne: the example goes on without a GPU only where there is none (no
+// TestGoesOnOnlyWithoutADevice: the example goes on without a GPU only where there is none (no
 // driver, no device); a driver that loads and fails (cuInit, a missing entry point, out of
 // memory) fails the run, so that a broken GPU machine does not print "no GPU" and exit 0.
-func TestNoGPUOnlyWithoutOne(t *testing.T) {
+func TestGoesOnOnlyWithoutADevice(t *testing.T) {
 	for err, want := range map[error]bool{
 		fmt.Errorf("device: %w", cuda.ErrNoDriver):                 true,
 		fmt.Errorf("cuda: device 0: %w", cuda.ErrNoDevice):         true,
