@@ -13,12 +13,14 @@ import (
 
 // TestGPUTestsAreGPUTests reads every test of the library's module: a test whose name matches
 // the GPU pattern ('CUDA|GPU': scripts/gpucheck's manifest of the tests that must pass on a GPU)
-// must not run on the fake driver (fakecuda.Run, RunDevice, RunWithoutDriver, cudatest.Device):
-// a fake-driver test in the manifest would skip on a GPU machine without gcc and fail the check
-// for the wrong reason, or pass there having tested no GPU.
+// must open a GPU (fakecuda.GPU, cuda.Open) and must not run on the fake driver (fakecuda.Run,
+// RunDevice, RunWithoutDriver, cudatest.Device): a fake-driver test in the manifest would skip
+// on a GPU machine without gcc and fail the check for the wrong reason, or pass there having
+// tested no GPU, and a test that opens none would count as a GPU test passed.
 func TestGPUTestsAreGPUTests(t *testing.T) {
 	gpu := regexp.MustCompile(gpuTestPattern)
 	fakeCalls := map[string]bool{"fakecuda.Run": true, "fakecuda.RunDevice": true, "fakecuda.RunWithoutDriver": true, "cudatest.Device": true}
+	gpuOpens := map[string]bool{"fakecuda.GPU": true, "cuda.Open": true, "icuda.Open": true}
 	root := ".."
 	checked := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -46,6 +48,7 @@ func TestGPUTestsAreGPUTests(t *testing.T) {
 				continue
 			}
 			checked++
+			opens := false
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
 				call, ok := n.(*ast.CallExpr)
 				if !ok {
@@ -65,8 +68,14 @@ func TestGPUTestsAreGPUTests(t *testing.T) {
 				if fakeCalls[name] {
 					t.Errorf("%s: %s is a GPU test by its name but runs on the fake driver (%s): rename it out of '%s'", rel, fn.Name.Name, name, gpuTestPattern)
 				}
+				if id, ok := call.Fun.(*ast.Ident); ok && (id.Name == "openGPU" || f.Name.Name == "cuda" && id.Name == "Open") || gpuOpens[name] {
+					opens = true
+				}
 				return true
 			})
+			if !opens {
+				t.Errorf("%s: %s is a GPU test by its name but opens no GPU (fakecuda.GPU, cuda.Open): rename it out of '%s'", rel, fn.Name.Name, gpuTestPattern)
+			}
 		}
 		return nil
 	})
