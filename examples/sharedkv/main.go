@@ -15,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,7 +31,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pinmalloc/pinmalloc/shared"
+	"github.com/pinmalloc/pinmalloc/ipcpool"
 )
 
 // workerEnv, set to the pool's socket, makes this program a worker.
@@ -63,18 +64,18 @@ func value(b []byte, k, v int) {
 	}
 }
 
-func hstr(h shared.Handle) string {
-	return fmt.Sprintf("%d %d %d %d %d", h.Pool, h.Region, h.Gen, h.Offset, h.Length)
+func hstr(h ipcpool.Handle) string {
+	return fmt.Sprintf("%d %d %d %d %d", h.Pool, h.Entry, h.Gen, h.Offset, h.Length)
 }
 
-func parseHandle(f []string) (h shared.Handle, err error) {
+func parseHandle(f []string) (h ipcpool.Handle, err error) {
 	var v [5]uint64
 	for i := range v {
 		if v[i], err = strconv.ParseUint(f[i], 10, 64); err != nil {
 			return h, err
 		}
 	}
-	return shared.Handle{Pool: v[0], Region: uint32(v[1]), Gen: uint32(v[2]), Offset: v[3], Length: v[4]}, nil
+	return ipcpool.Handle{Pool: v[0], Entry: uint32(v[1]), Gen: uint32(v[2]), Offset: v[3], Length: v[4]}, nil
 }
 
 // runWorker attaches and obeys the owner's commands, one a line:
@@ -83,7 +84,7 @@ func parseHandle(f []string) (h shared.Handle, err error) {
 //	R key version <handle>  read a block by handle and check it: "OK", "STALE", "BAD"
 //	Q                    detach: "OK"
 func runWorker(path string) error {
-	p, err := shared.Attach(path, shared.AttachOptions{})
+	p, err := ipcpool.Attach(context.Background(), path, ipcpool.AttachOptions{})
 	if err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func runWorker(path string) error {
 			v, _ := strconv.Atoi(f[2])
 			h, _ := parseHandle(f[3:])
 			b, err := p.Bytes(h)
-			if errors.Is(err, shared.ErrStaleHandle) {
+			if errors.Is(err, ipcpool.ErrStaleHandle) {
 				fmt.Println("STALE")
 				continue
 			}
@@ -129,14 +130,14 @@ func runWorker(path string) error {
 			}
 			fmt.Println("OK")
 		case len(f) == 1 && f[0] == "Q":
-			err := p.Detach()
+			err := p.Close()
 			fmt.Println("OK")
 			return err
 		default:
 			fmt.Println("E bad command")
 		}
 	}
-	return p.Detach()
+	return p.Close()
 }
 
 // worker is the owner's end of a worker process.
@@ -185,7 +186,7 @@ func startWorker(path string) (*worker, error) {
 // entry is the index's record of a key: its version and where its value is.
 type entry struct {
 	version int
-	h       shared.Handle
+	h       ipcpool.Handle
 	writer  int
 }
 
@@ -196,7 +197,7 @@ func run(out io.Writer, size uintptr, valueSize, ops, keys int, seed uint64) err
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "kv.sock")
-	pool, err := shared.Serve(path, shared.Options{Size: size, Slots: 4})
+	pool, err := ipcpool.Serve(path, ipcpool.Options{Size: int(size), Slots: 4})
 	if err != nil {
 		return err
 	}
@@ -260,7 +261,7 @@ func run(out io.Writer, size uintptr, valueSize, ops, keys int, seed uint64) err
 			if ok { // the old version's block goes back to whoever owns it
 				if err := pool.FreeHandle(e.h); err == nil {
 					replaced++
-				} else if !errors.Is(err, shared.ErrStaleHandle) {
+				} else if !errors.Is(err, ipcpool.ErrStaleHandle) {
 					return err
 				}
 			}
@@ -286,7 +287,7 @@ func run(out io.Writer, size uintptr, valueSize, ops, keys int, seed uint64) err
 	lost := 0
 	for k, e := range index {
 		b, err := pool.Bytes(e.h)
-		if errors.Is(err, shared.ErrStaleHandle) {
+		if errors.Is(err, ipcpool.ErrStaleHandle) {
 			delete(index, k)
 			lost++
 			continue
@@ -319,8 +320,9 @@ func run(out io.Writer, size uintptr, valueSize, ops, keys int, seed uint64) err
 		}
 	}
 	pool.Collect()
-	st := pool.Stats()
+	pool.Trim()
+	st := pool.SharedStats()
 	fmt.Fprintf(out, "memory: the workers hold nothing of the pool now; the owner holds %d KiB of %d KiB, %d live buffers\n",
-		st.Grants>>10, size>>10, st.Heap.Live)
+		st.Grants>>10, size>>10, pool.Pool.Stats().Live)
 	return pool.Close()
 }

@@ -1,0 +1,127 @@
+package ipcpool
+
+import (
+	"time"
+)
+
+// The drainer: every DrainInterval each process takes in the handles of its buffers that
+// peers let go (its rings, and a scan of its entries when a peer found a ring full), passes
+// the owner's fence, answers the owner's ask for empty grants, and now and then gives the
+// empty pages of its pool back to the arena (pinned.Pool.Compact), whose empty grants go back
+// to the owner once they have stayed empty for the purge delay. The owner's drainer also
+// looks after the processes gone and the grants they left (table.go).
+
+// compactEvery is how often a process compacts its pool at least.
+const compactEvery = 50 * time.Millisecond
+
+func (p *Process) drainer() {
+	defer close(p.done)
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			p.tick()
+		}
+	}
+}
+
+// tick is one round of the drainer.
+func (p *Process) tick() {
+	p.passFence()
+	p.drain()
+	p.answerAsk()
+	if time.Since(p.lastTrim) >= compactEvery {
+		p.lastTrim = time.Now()
+		p.Pool.Compact()
+	}
+	if p.owner != nil {
+		p.owner.tick()
+	}
+}
+
+// passFence passes a fence the owner published: it synchronizes the process's CUDA context,
+// so that no copy it queued into memory the owner took back is still to run, and says so in
+// its fence word. A synchronize that fails reports the context's sticky error: nothing of it
+// runs any more either. A process without a device passes at once: its copies from and to
+// the pool, pageable to the driver, are done when their calls return.
+func (p *Process) passFence() {
+	e := p.c.load(hFence)
+	if e == p.fence {
+		return
+	}
+	if p.dev != nil {
+		_ = p.dev.Synchronize()
+	}
+	p.c.slotStore(p.slot, sFence, e)
+	p.fence = e
+}
+
+// drain takes in the handles of this process's buffers that peers let go: every ring to it
+// and, when a peer found one full, a scan of its entries. It returns how many it took.
+func (p *Process) drain() int {
+	p.drainMu.Lock()
+	defer p.drainMu.Unlock()
+	n := 0
+	for q := range p.slots {
+		if q == p.slot || !p.c.pending(q, p.slot) {
+			continue
+		}
+		n += p.c.drain(q, p.slot, func(e uint64) {
+			i, gen := unpackRing(e)
+			p.takeRetired(i, gen)
+		})
+	}
+	if o := p.c.slotLoad(p.slot, sOverflow); o != p.overflow {
+		p.overflow = o
+		n += p.scanRetired()
+	}
+	return n
+}
+
+// scanRetired takes in every entry of this process's that is retired at the generation it
+// recorded (a peer retired it and found the ring full).
+func (p *Process) scanRetired() int {
+	p.st.scans.Add(1)
+	type ret struct {
+		i   int
+		gen uint32
+	}
+	var found []ret
+	p.ex.mu.Lock()
+	for i, r := range p.ex.recs {
+		if r.addr != 0 && p.c.load(p.c.entry(p.slot*p.exports+i)+eState) == packState(r.gen, eLive|eRetiring) {
+			found = append(found, ret{i, r.gen})
+		}
+	}
+	p.ex.mu.Unlock()
+	for _, f := range found {
+		p.takeRetired(f.i, f.gen)
+	}
+	return len(found)
+}
+
+// answerAsk gives the owner the process's empty grants now when it asked (another process
+// needs memory): the pool's empty pages go to the arena, which gives its empty regions back
+// at once (Trim).
+func (p *Process) answerAsk() {
+	a := p.c.slotLoad(p.slot, sAsk)
+	if a == p.asked {
+		return
+	}
+	p.asked = a
+	p.Pool.Trim()
+	p.st.trims.Add(1)
+	p.c.slotStore(p.slot, sAnswer, a)
+}
+
+// Collect takes in now the handles of this process's buffers that peers let go (the drainer
+// does every drain interval).
+func (p *Process) Collect() {
+	if p.closed.Load() {
+		return
+	}
+	p.drain()
+}

@@ -1,0 +1,79 @@
+package ipcpool
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ownerChildEnv makes the test binary the owner of a pool at the path it names (its size in
+// ownerSizeEnv, 8 MiB by default), answering on stdout "READY" and then, for each line on
+// stdin, the commands of a child (child_test.go) but Q and X; it lives until killed or its
+// stdin closes.
+const (
+	ownerChildEnv = "PINMALLOC_IPCPOOL_TEST_OWNER"
+	ownerSizeEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_SIZE"
+)
+
+func runOwnerChild(path string) int {
+	size := 8 << 20
+	if s := os.Getenv(ownerSizeEnv); s != "" {
+		size, _ = strconv.Atoi(s)
+	}
+	o := Options{Size: size, GrantSize: 2 << 20, FallbackPageable: true, Slots: 8}
+	w, err := Serve(path, o)
+	if err != nil {
+		fmt.Println("E", err)
+		return 1
+	}
+	fmt.Println("READY", w.hello.pool)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) > 0 {
+			fmt.Println(childCommand(w.Process, f))
+		}
+	}
+	return 0
+}
+
+// ownerChild is the test's end of an owner child.
+type ownerChild struct {
+	child
+	pool uint64
+}
+
+func startOwnerChild(t *testing.T, path string, size int, env ...string) *ownerChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), ownerChildEnv+"="+path, ownerSizeEnv+"="+strconv.Itoa(size)), env...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	must(t, "stdin", err)
+	out, err := cmd.StdoutPipe()
+	must(t, "stdout", err)
+	must(t, "start", cmd.Start())
+	o := &ownerChild{child: child{cmd: cmd, in: in, out: bufio.NewScanner(out)}}
+	t.Cleanup(o.kill)
+	done := make(chan string, 1)
+	go func() {
+		if o.out.Scan() {
+			done <- o.out.Text()
+		}
+		close(done)
+	}()
+	select {
+	case line := <-done:
+		if _, err := fmt.Sscanf(line, "READY %d", &o.pool); err != nil {
+			t.Fatalf("owner child: %q", line)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the owner child did not start")
+	}
+	return o
+}
