@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -73,7 +74,11 @@ func handshake(ctx context.Context, conn *net.UnixConn, po pinned.Options, o Att
 		return nil, err
 	}
 	abort := func(err error) (*Process, error) {
-		_ = writeMsg(conn, msg{op: opAbort}, timeout)
+		// Tell the owner, and wait for it to hang up: its slot for this process is free then.
+		if writeMsg(conn, msg{op: opAbort}, timeout) == nil {
+			_ = conn.SetReadDeadline(time.Now().Add(timeout))
+			_, _ = io.Copy(io.Discard, conn)
+		}
 		return nil, err
 	}
 	dev, err := openDevice(&po)

@@ -113,6 +113,11 @@ func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
 	case m := <-k.reply:
 		return m, nil
 	case <-cl.gone:
+		select {
+		case m := <-k.reply: // the reply came before the end
+			return m, nil
+		default:
+		}
 		return msg{}, fmt.Errorf("%w: the owner closed the connection: %v", ErrClosed, cl.err)
 	case <-t.C:
 		cl.forget(seq, k)

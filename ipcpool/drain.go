@@ -5,40 +5,56 @@ import (
 )
 
 // The drainer: every DrainInterval each process takes in the handles of its buffers that
-// peers let go (its rings, and a scan of its entries when a peer found a ring full), passes
-// the owner's fence, answers the owner's ask for empty grants, and now and then gives the
-// empty pages of its pool back to the arena (pinned.Pool.Compact), whose empty grants go back
-// to the owner once they have stayed empty for the purge delay. The owner's drainer also
-// looks after the processes gone and the grants they left (table.go).
+// peers let go (its rings, and a scan of its entries when a peer found a ring full) and
+// passes the owner's fence; its tidier answers the owner's ask for empty grants, and now and
+// then gives the empty pages of its pool back to the arena (pinned.Pool.Compact), whose
+// empty grants go back to the owner once they have stayed empty for the purge delay. The
+// owner's watcher looks after the processes gone and the grants they left (table.go).
 
 // compactEvery is how often a process compacts its pool at least.
 const compactEvery = 50 * time.Millisecond
 
+// drainer runs the process's duties that must never wait: fences, rings. The pool's
+// maintenance (Compact, Trim), which holds the pool's shards and so waits for an Alloc that
+// waits for a grant, runs on tidier; the owner's bookkeeping on its watcher. So a grant
+// request that waits for a fence (or for this process's own empty grants) is never stuck
+// behind this process's own work.
 func (p *Process) drainer() {
 	defer close(p.done)
 	t := time.NewTicker(p.every)
 	defer t.Stop()
+	tidied := make(chan struct{})
+	go p.tidier(tidied)
+	defer func() { <-tidied }()
 	for {
 		select {
 		case <-p.stop:
 			return
 		case <-t.C:
-			p.tick()
+			p.passFence()
+			p.drain()
 		}
 	}
 }
 
-// tick is one round of the drainer.
-func (p *Process) tick() {
-	p.passFence()
-	p.drain()
-	p.answerAsk()
-	if time.Since(p.lastTrim) >= compactEvery {
-		p.lastTrim = time.Now()
-		p.Pool.Compact()
-	}
-	if p.owner != nil {
-		p.owner.tick()
+// tidier compacts the pool now and then and answers the owner's asks, until stop.
+func (p *Process) tidier(done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			if p.answerAsk() {
+				last = time.Now()
+			} else if time.Since(last) >= compactEvery {
+				last = time.Now()
+				p.Pool.Compact()
+			}
+		}
 	}
 }
 
@@ -106,15 +122,16 @@ func (p *Process) scanRetired() int {
 // answerAsk gives the owner the process's empty grants now when it asked (another process
 // needs memory): the pool's empty pages go to the arena, which gives its empty regions back
 // at once (Trim).
-func (p *Process) answerAsk() {
+func (p *Process) answerAsk() bool {
 	a := p.c.slotLoad(p.slot, sAsk)
 	if a == p.asked {
-		return
+		return false
 	}
 	p.asked = a
 	p.Pool.Trim()
 	p.st.trims.Add(1)
 	p.c.slotStore(p.slot, sAnswer, a)
+	return true
 }
 
 // Collect takes in now the handles of this process's buffers that peers let go (the drainer

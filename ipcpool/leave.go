@@ -1,6 +1,8 @@
 package ipcpool
 
 import (
+	"time"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -114,11 +116,33 @@ func (w *Owner) dropEntries(g *gone) {
 	}
 }
 
-// tick is the owner's round, on its drainer: processes gone that have exited, orphans whose
-// last retain went, fences passed.
+// watch runs the owner's round every interval until stopWatch.
+func (w *Owner) watch(every time.Duration) {
+	defer close(w.watched)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.watchEnd:
+			return
+		case <-t.C:
+			w.tick()
+		}
+	}
+}
+
+func (w *Owner) stopWatch() {
+	close(w.watchEnd)
+	<-w.watched
+}
+
+// tick is the owner's round: processes gone that have exited, orphans whose last retain went,
+// fences passed; and it wakes the grant requests waiting, which look again (a fence word or an
+// answer to an ask changes in the control region, where nothing signals it).
 func (w *Owner) tick() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer w.cond.Broadcast()
 	kept := w.goneList[:0]
 	for _, g := range w.goneList {
 		if !g.exited && exited(g.pidfd) {

@@ -42,6 +42,8 @@ type Owner struct {
 	fenced   bool
 	closed   bool
 	wg       sync.WaitGroup
+	watchEnd chan struct{} // closed to stop the watcher
+	watched  chan struct{} // closed by the watcher as it ends
 }
 
 // slotState is the owner's record of a slot.
@@ -167,7 +169,10 @@ func (w *Owner) start(sp *space, po pinned.Options, dev *cuda.Device, drain time
 	w.Process = p
 	p.owner = w
 	p.start()
+	w.watchEnd, w.watched = make(chan struct{}), make(chan struct{})
+	go w.watch(p.every)
 	if w.ln, err = listen(w.path, w.mode()); err != nil {
+		w.stopWatch()
 		p.stopDrainer()
 		_ = p.closePool(true)
 		sp.close(false)
@@ -286,6 +291,7 @@ func (w *Owner) Close() error {
 	}
 	w.mu.Unlock()
 	w.wg.Wait()
+	w.stopWatch()
 	err := w.Process.leaveAll(nil)
 	w.mu.Lock()
 	for _, g := range w.goneList {

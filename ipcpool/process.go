@@ -41,7 +41,6 @@ type Process struct {
 	// What the drainer last saw: the fence epoch it passed, the owner's ask it answered, the
 	// overflow count it scanned for.
 	fence, asked, overflow uint64
-	lastTrim               time.Time
 
 	st counters
 }
@@ -93,7 +92,6 @@ func newProcess(h hello, sp *space, g granter, cfg processConfig) (*Process, err
 	p.c.slotStore(p.slot, sFence, p.fence) // nothing of this process can use memory fenced before it came
 	p.asked = p.c.slotLoad(p.slot, sAsk)
 	p.overflow = p.c.slotLoad(p.slot, sOverflow)
-	p.lastTrim = time.Now()
 	return p, nil
 }
 
