@@ -29,7 +29,7 @@ import (
 //	R <handle>        retain it: "OK";  L <handle>  release it: "OK"
 //	N                 the bytes of grants the process holds: "G <bytes>"
 //	X                 close the socket without leaving, and live on: "OK"
-//	W                 write random words over the control region for a while: "OK"
+//	W ms              write random words over the control region for ms milliseconds: "OK"
 //	Q                 stop and leave (Close): "OK"
 //
 // and "E stale" or "E <error>" when a command fails. Each child also churns buffers of its
@@ -198,8 +198,9 @@ func childCommand(p *Process, f []string) string {
 	case len(f) == 1 && f[0] == "X": // close the socket, stay alive
 		p.cl.c.Close()
 		return "OK"
-	case len(f) == 1 && f[0] == "W":
-		scribble(p, 200*time.Millisecond)
+	case len(f) == 2 && f[0] == "W":
+		ms, _ := strconv.Atoi(f[1])
+		scribble(p, time.Duration(ms)*time.Millisecond)
 		return "OK"
 	}
 	return "E bad command " + strings.Join(f, " ")

@@ -32,7 +32,10 @@ func (w *Owner) session(c *net.UnixConn) {
 	if err != nil {
 		return
 	}
-	if !w.allow[int(cred.Uid)] {
+	w.mu.Lock()
+	allowed := w.allow[int(cred.Uid)]
+	w.mu.Unlock()
+	if !allowed {
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedUser}, w.timeout)
 		return
 	}
