@@ -18,6 +18,7 @@ import (
 const (
 	ownerChildEnv = "PINMALLOC_IPCPOOL_TEST_OWNER"
 	ownerSizeEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_SIZE"
+	ownerOpenEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_OPEN" // any user may connect; root may attach
 )
 
 func runOwnerChild(path string) int {
@@ -26,6 +27,9 @@ func runOwnerChild(path string) int {
 		size, _ = strconv.Atoi(s)
 	}
 	o := Options{Size: size, GrantSize: 2 << 20, FallbackPageable: true, Slots: 8}
+	if os.Getenv(ownerOpenEnv) != "" {
+		o.Mode, o.AllowUIDs = 0o666, []int{0}
+	}
 	w, err := Serve(path, o)
 	if err != nil {
 		fmt.Println("E", err)
@@ -50,7 +54,12 @@ type ownerChild struct {
 
 func startOwnerChild(t *testing.T, path string, size int, env ...string) *ownerChild {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return startOwnerCmd(t, exec.Command(os.Args[0], "-test.run=^$"), path, size, env...)
+}
+
+// startOwnerCmd starts cmd, the test binary, as an owner child.
+func startOwnerCmd(t *testing.T, cmd *exec.Cmd, path string, size int, env ...string) *ownerChild {
+	t.Helper()
 	cmd.Env = append(append(os.Environ(), ownerChildEnv+"="+path, ownerSizeEnv+"="+strconv.Itoa(size)), env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
