@@ -26,6 +26,11 @@ import (
 // context.DeadlineExceeded. An Attach that fails after connecting tells the owner, whose slot
 // for it is free at once.
 func Attach(ctx context.Context, path string, o AttachOptions) (*Process, error) {
+	return attach(ctx, path, o, lockOnFault)
+}
+
+// attach is Attach, mapping the pool locked as mode says (a keeper locks it all).
+func attach(ctx context.Context, path string, o AttachOptions, mode lockMode) (*Process, error) {
 	po, err := poolOptions(o.Pool)
 	if err != nil {
 		return nil, err
@@ -40,7 +45,7 @@ func Attach(ctx context.Context, path string, o AttachOptions) (*Process, error)
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	conn := nc.(*net.UnixConn)
-	p, err := handshake(ctx, conn, po, o, timeout)
+	p, err := handshake(ctx, conn, path, po, o, timeout, mode)
 	if err != nil {
 		conn.Close()
 		switch {
@@ -55,7 +60,7 @@ func Attach(ctx context.Context, path string, o AttachOptions) (*Process, error)
 }
 
 // handshake checks the server, reads the hello, maps the pool and builds the process.
-func handshake(ctx context.Context, conn *net.UnixConn, po pinned.Options, o AttachOptions, timeout time.Duration) (*Process, error) {
+func handshake(ctx context.Context, conn *net.UnixConn, path string, po pinned.Options, o AttachOptions, timeout time.Duration, mode lockMode) (*Process, error) {
 	if err := checkServer(conn, o.ServerUIDs); err != nil {
 		return nil, err
 	}
@@ -86,7 +91,7 @@ func handshake(ctx context.Context, conn *net.UnixConn, po pinned.Options, o Att
 		closeFds(fds)
 		return abort(err)
 	}
-	sp, err := mapSpace(h.layout, h.ctlSize, fds, spaceConfig{mode: lockOnFault, fallback: o.FallbackPageable, dev: dev, vmm: h.vmm})
+	sp, err := mapSpace(h.layout, h.ctlSize, fds, spaceConfig{mode: mode, fallback: o.FallbackPageable, dev: dev, vmm: h.vmm})
 	if err != nil {
 		closeDevice(dev)
 		return abort(err)
@@ -97,7 +102,7 @@ func handshake(ctx context.Context, conn *net.UnixConn, po pinned.Options, o Att
 		closeDevice(dev)
 		return abort(fmt.Errorf("%w: the control region does not match the hello", ErrProtocol))
 	}
-	cl := newClient(conn, timeout, h.layout)
+	cl := newClient(conn, path, timeout, o.ServerUIDs, h)
 	p, err := newProcess(h, sp, cl, processConfig{pool: po, drain: o.DrainInterval, dev: dev})
 	if err != nil {
 		sp.close(false)
@@ -105,6 +110,8 @@ func handshake(ctx context.Context, conn *net.UnixConn, po pinned.Options, o Att
 		return abort(err)
 	}
 	p.cl = cl
+	cl.fds = func() []int { return sp.fds }
+	cl.reconcile = p.reconcileGrants
 	var flags uint64
 	if dev != nil {
 		flags = flagDevice

@@ -196,7 +196,7 @@ func childCommand(p *Process, f []string) string {
 	case len(f) == 1 && f[0] == "N":
 		return fmt.Sprintf("G %d", p.SharedStats().Grants)
 	case len(f) == 1 && f[0] == "X": // close the socket, stay alive
-		p.cl.c.Close()
+		p.cl.hangUp()
 		return "OK"
 	case len(f) == 2 && f[0] == "W":
 		ms, _ := strconv.Atoi(f[1])

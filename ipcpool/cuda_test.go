@@ -92,7 +92,7 @@ func TestFakeDeadGrantsWaitForPeersStreams(t *testing.T) {
 	queueCopyInto(t, f, d, peer)
 	// The process dies: its socket closes without a detach (in this process, the owner does
 	// not wait for an exit).
-	dead.cl.c.Close()
+	dead.cl.hangUp()
 	waitFor(t, func() bool { return w.Attached() == 1 })
 	ob, err := w.Alloc(4096) // waits for the fence: memory free but fenced is no "pool full"
 	must(t, "owner Alloc of the dead process's grant", err)

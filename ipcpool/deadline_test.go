@@ -18,7 +18,7 @@ import (
 func TestStoppedOwner(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pool.sock")
 	w := startOwnerChild(t, path, 8<<20)
-	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true, Timeout: 300 * time.Millisecond})
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true, Timeout: 100 * time.Millisecond})
 	must(t, "Attach", err)
 	line := w.do(t, "A 100 5")
 	h, err := parseHandle(strings.Fields(line)[1:])
@@ -27,7 +27,7 @@ func TestStoppedOwner(t *testing.T) {
 	defer w.cmd.Process.Signal(syscall.SIGCONT)
 	waitFor(t, func() bool { return procState(w.cmd.Process.Pid) == 'T' })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	start := time.Now()
 	_, err = Attach(ctx, path, AttachOptions{FallbackPageable: true})
 	cancel()

@@ -111,7 +111,7 @@ func openFds(t *testing.T) int {
 // it get closed, and their slots are free at once: a pool of one slot is attached to after
 // each of them.
 func TestBadPeersFreeTheirSlots(t *testing.T) {
-	w, path := serveTest(t, Options{Slots: 2, Timeout: 200 * time.Millisecond})
+	w, path := serveTest(t, Options{Slots: 2, Timeout: 50 * time.Millisecond})
 	dial := func() *net.UnixConn {
 		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 		must(t, "dial", err)

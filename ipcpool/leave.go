@@ -126,6 +126,7 @@ func (w *Owner) watch(every time.Duration) {
 		case <-w.watchEnd:
 			return
 		case <-t.C:
+			w.expireRejoins()
 			w.tick()
 		}
 	}
@@ -134,6 +135,39 @@ func (w *Owner) watch(every time.Duration) {
 func (w *Owner) stopWatch() {
 	close(w.watchEnd)
 	<-w.watched
+}
+
+// expireRejoins gives up the processes of the previous owner that did not rejoin in time: a
+// process still alive keeps its memory until it exits (limbo), a dead one's comes back.
+func (w *Owner) expireRejoins() {
+	w.mu.Lock()
+	if w.rejoinBy.IsZero() || time.Now().Before(w.rejoinBy) {
+		w.mu.Unlock()
+		return
+	}
+	w.rejoinBy = time.Time{}
+	var late []int
+	for s := range w.procs {
+		if w.procs[s].rejoin {
+			w.procs[s].rejoin = false
+			late = append(late, s)
+		}
+	}
+	pids := make([]uint64, len(late))
+	starts := make([]uint64, len(late))
+	for i, s := range late {
+		pids[i], starts[i] = w.c.slotLoad(s, sPid), w.c.slotLoad(s, sStart)
+	}
+	w.mu.Unlock()
+	for i, s := range late {
+		pidfd := -1
+		if pids[i] > 0 && pids[i] < 1<<22 && startTime(int(pids[i])) == starts[i] {
+			if fd, err := unix.PidfdOpen(int(pids[i]), 0); err == nil {
+				pidfd = fd
+			}
+		}
+		w.leave(s, false, pidfd) // no pidfd (dead, or the pid reused since): it has exited
+	}
 }
 
 // tick is the owner's round: processes gone that have exited, orphans whose last retain went,
@@ -175,7 +209,7 @@ func (w *Owner) settleOrphans(g *gone) {
 	for e, gr := range g.entries {
 		st := c.entry(e) + eState
 		w0 := c.load(st)
-		if w0&eLive != 0 && w0&eRetiring == 0 && c.load(c.entry(e)+eHolder) == packHolder(g.slot, g.serial) {
+		if w0&eLive != 0 && w0&eRetiring == 0 {
 			continue // still retained
 		}
 		if w0&eLive != 0 {

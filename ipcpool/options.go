@@ -84,8 +84,15 @@ type Options struct {
 	// and looks after processes gone (default DefaultDrainInterval).
 	DrainInterval time.Duration
 	// Timeout bounds each step of an attaching process's handshake: a connection silent for
-	// longer is closed, and its slot is free at once (default DefaultTimeout).
+	// longer is closed, and its slot is free at once (default DefaultTimeout). After an
+	// adoption it is also how long the previous owner's processes have to rejoin.
 	Timeout time.Duration
+	// Adopt, when positive, makes Serve wait that long for the memory of a previous owner of
+	// the pool at path (one that died), handed over by a process of it that survived or by a
+	// keeper (Keep): the pool is then adopted as it is, still locked, its processes, grants
+	// and handles as they were, and the other options' geometry (Size, GrantSize, Slots...)
+	// is the adopted pool's. When nothing is handed over in time, Serve makes a new pool.
+	Adopt time.Duration
 }
 
 // layout checks the options and returns the pool's geometry.
@@ -178,3 +185,6 @@ func poolOptions(o pinned.Options) (pinned.Options, error) {
 	}
 	return o, nil
 }
+
+// keeperPool is the pinned.Options of a keeper's pool.
+func keeperPool() pinned.Options { return pinned.Options{Shards: 1} }

@@ -44,6 +44,14 @@ type Owner struct {
 	wg       sync.WaitGroup
 	watchEnd chan struct{} // closed to stop the watcher
 	watched  chan struct{} // closed by the watcher as it ends
+
+	// Adoption (adopt.go): what Serve was given, to build the owner from a donation.
+	o        Options
+	po       pinned.Options
+	dev      *cuda.Device
+	adoptMu  sync.Mutex // one adoption, or the fresh pool, at a time
+	adopting bool       // the owner waits for the pool's memory: no process may attach yet
+	rejoinBy time.Time  // the processes of the previous owner rejoin by then
 }
 
 // slotState is the owner's record of a slot.
@@ -53,6 +61,7 @@ type slotState struct {
 	serial uint64        // how many processes the slot has had: tells one from the next
 	need   uint64        // the serial that must pass the current fence (0: none)
 	conn   *net.UnixConn // its connection (nil: the owner's own slot)
+	rejoin bool          // a process of the previous owner, not rejoined yet (adopt.go)
 }
 
 // Serve creates a pool of o.Size bytes of locked memory on memfds (or CUDA host granules:
@@ -67,9 +76,8 @@ func Serve(path string, o Options) (*Owner, error) {
 	if err != nil {
 		return nil, err
 	}
-	var id [8]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return nil, fmt.Errorf("ipcpool: pool id: %w", err)
+	if o.Adopt < 0 {
+		return nil, fmt.Errorf("%w: Adopt %v", ErrInvalidOptions, o.Adopt)
 	}
 	dev, err := openDevice(&po)
 	if err != nil {
@@ -79,20 +87,50 @@ func Serve(path string, o Options) (*Owner, error) {
 		return nil, fmt.Errorf("%w: a VMM pool needs Pool.Backend CUDAHost (or Auto, with a driver)", ErrInvalidOptions)
 	}
 	w := newOwner(path, o, l)
-	w.hello = hello{pool: binary.LittleEndian.Uint64(id[:]) | 1, slot: 0, serial: 1, layout: l, ctlSize: l.ctlBytes(), vmm: o.VMM, epoch: 1}
-	sp, err := w.makeSpace(o, dev)
-	if err != nil {
+	w.o, w.po, w.dev = o, po, dev
+	if o.Adopt > 0 {
+		adopted, err := w.awaitDonor(o.Adopt)
+		if err != nil {
+			closeDevice(dev)
+			return nil, err
+		}
+		if adopted {
+			return w, nil
+		}
+	}
+	w.adoptMu.Lock()
+	defer w.adoptMu.Unlock()
+	if w.Process != nil { // adopted as the wait ended
+		return w, nil
+	}
+	if err := w.fresh(); err != nil {
+		if w.ln != nil {
+			w.ln.Close()
+			w.wg.Wait()
+		}
 		closeDevice(dev)
 		return nil, err
 	}
+	return w, nil
+}
+
+// fresh makes a new pool and serves it.
+func (w *Owner) fresh() error {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return fmt.Errorf("ipcpool: pool id: %w", err)
+	}
+	l := w.hello.layout
+	w.hello = hello{pool: binary.LittleEndian.Uint64(id[:]) | 1, slot: 0, serial: 1, layout: l, ctlSize: l.ctlBytes(), vmm: w.o.VMM, epoch: 1}
+	sp, err := w.makeSpace(w.o, w.dev)
+	if err != nil {
+		return err
+	}
 	c := sp.ctl()
-	c.writeHeader(w.hello.pool, boolWord(o.VMM))
+	c.writeHeader(w.hello.pool, boolWord(w.o.VMM))
 	c.store(hOwnerPid, uint64(os.Getpid()))
 	c.store(hOwnerEpoch, 1)
-	if err := w.start(sp, po, dev, o.DrainInterval); err != nil {
-		return nil, err
-	}
-	return w, nil
+	return w.start(sp)
 }
 
 func boolWord(b bool) uint64 {
@@ -105,7 +143,7 @@ func boolWord(b bool) uint64 {
 // newOwner makes an owner's bookkeeping, serving nothing yet.
 func newOwner(path string, o Options, l layout) *Owner {
 	w := &Owner{path: path, allow: map[int]bool{os.Getuid(): true}, timeout: o.Timeout, fileMode: o.Mode,
-		table: make([]grantState, l.grants()), procs: make([]slotState, l.slots)}
+		table: make([]grantState, l.grants()), procs: make([]slotState, l.slots), hello: hello{layout: l}}
 	if w.timeout <= 0 {
 		w.timeout = DefaultTimeout
 	}
@@ -155,32 +193,34 @@ func (w *Owner) makeSpace(o Options, dev *cuda.Device) (*space, error) {
 }
 
 // start makes the owner's own process over sp (slot 0) and serves.
-func (w *Owner) start(sp *space, po pinned.Options, dev *cuda.Device, drain time.Duration) error {
+func (w *Owner) start(sp *space) error {
 	w.procs[0] = slotState{used: true, active: true, serial: w.hello.serial}
 	c := sp.ctl()
 	c.slotStore(0, sSerial, w.hello.serial)
 	c.slotStore(0, sPid, uint64(os.Getpid()))
-	p, err := newProcess(w.hello, sp, ownerGranter{w, w.timeout}, processConfig{pool: po, drain: drain, dev: dev})
+	c.slotStore(0, sStart, startTime(os.Getpid()))
+	p, err := newProcess(w.hello, sp, ownerGranter{w, w.timeout}, processConfig{pool: w.po, drain: w.o.DrainInterval, dev: w.dev})
 	if err != nil {
 		sp.close(false)
-		closeDevice(dev)
 		return err
 	}
-	w.Process = p
-	p.owner = w
+	if w.ln == nil {
+		if w.ln, err = listen(w.path, w.mode()); err != nil {
+			_ = p.closePool(true)
+			sp.close(false)
+			return err
+		}
+		w.wg.Add(1)
+		go w.serve()
+	}
+	w.mu.Lock()
+	w.Process, p.owner = p, w
+	w.adopting = false
+	w.cond.Broadcast()
+	w.mu.Unlock()
 	p.start()
 	w.watchEnd, w.watched = make(chan struct{}), make(chan struct{})
 	go w.watch(p.every)
-	if w.ln, err = listen(w.path, w.mode()); err != nil {
-		w.stopWatch()
-		p.stopDrainer()
-		_ = p.closePool(true)
-		sp.close(false)
-		closeDevice(dev)
-		return err
-	}
-	w.wg.Add(1)
-	go w.serve()
 	return nil
 }
 

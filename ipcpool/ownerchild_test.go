@@ -18,7 +18,8 @@ import (
 const (
 	ownerChildEnv = "PINMALLOC_IPCPOOL_TEST_OWNER"
 	ownerSizeEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_SIZE"
-	ownerOpenEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_OPEN" // any user may connect; root may attach
+	ownerOpenEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_OPEN"  // any user may connect; root may attach
+	ownerAdoptEnv = "PINMALLOC_IPCPOOL_TEST_OWNER_ADOPT" // adopt the pool of an owner that died
 )
 
 func runOwnerChild(path string) int {
@@ -29,6 +30,9 @@ func runOwnerChild(path string) int {
 	o := Options{Size: size, GrantSize: 2 << 20, FallbackPageable: true, Slots: 8}
 	if os.Getenv(ownerOpenEnv) != "" {
 		o.Mode, o.AllowUIDs = 0o666, []int{0}
+	}
+	if os.Getenv(ownerAdoptEnv) != "" {
+		o.Adopt = 5 * time.Second
 	}
 	w, err := Serve(path, o)
 	if err != nil {

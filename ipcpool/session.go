@@ -21,6 +21,7 @@ const (
 	refusedUser = 1 // the peer's user may not attach
 	refusedFull = 2 // no slot free, or the pool is closing
 	refusedKind = 3 // the owner does not serve that kind of connection now
+	refusedPool = 4 // (a rejoin) the owner does not know this process: another pool, or it left
 )
 
 // session serves one connection.
@@ -45,10 +46,78 @@ func (w *Owner) session(c *net.UnixConn) {
 	}
 	switch intro.flags {
 	case introAttach:
+		if !w.waitServing() {
+			_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
+			return
+		}
 		w.attachSession(c, cred)
+	case introRejoin:
+		w.rejoinSession(c, cred, intro.b)
 	default:
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
 	}
+}
+
+// waitServing waits, the handshake's timeout at most, while the owner waits for the memory of
+// the pool it adopts, and reports whether it serves now.
+func (w *Owner) waitServing() bool {
+	t := time.AfterFunc(w.timeout, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer t.Stop()
+	end := time.Now().Add(w.timeout)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.adopting && !w.closed && time.Now().Before(end) {
+		w.cond.Wait()
+	}
+	return !w.adopting && !w.closed
+}
+
+// rejoinSession takes back a process of the previous owner of a pool this owner adopted, by
+// its slot and serial (and pid): asking it for the pool's descriptors first when the owner
+// has no memory yet.
+func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
+	m, err := readMsg(c)
+	if err != nil || m.op != opRejoin {
+		return
+	}
+	w.mu.Lock()
+	has := w.Process != nil
+	w.mu.Unlock()
+	if !has {
+		if ok, _ := w.donated(c); !ok {
+			return // cut off; the owner waits for another donor
+		}
+	}
+	slot, serial := int(m.a), m.b
+	w.mu.Lock()
+	ok := pool == w.hello.pool && slot > 0 && slot < len(w.procs) && !w.closed
+	if ok {
+		st := &w.procs[slot]
+		ok = st.used && st.rejoin && st.serial == serial && w.c.slotLoad(slot, sPid) == uint64(cred.Pid)
+		if ok {
+			st.rejoin, st.active, st.conn = false, true, c
+		}
+	}
+	w.mu.Unlock()
+	if !ok {
+		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedPool}, w.timeout)
+		return
+	}
+	pidfd := -1
+	if fd, err := unix.PidfdOpen(int(cred.Pid), 0); err == nil && int(cred.Pid) != os.Getpid() {
+		pidfd = fd
+	} else if err == nil {
+		unix.Close(fd)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if err := writeMsg(c, msg{op: opReply, a: stOK}, w.timeout); err != nil {
+		c.Close()
+	}
+	w.serveProcess(c, slot, pidfd)
 }
 
 // attachSession serves a process that attaches: the hello, then its requests, until it
@@ -84,6 +153,12 @@ func (w *Owner) attachSession(c *net.UnixConn, cred *unix.Ucred) {
 	w.mu.Lock()
 	w.procs[slot].active = true
 	w.mu.Unlock()
+	w.serveProcess(c, slot, pidfd)
+}
+
+// serveProcess serves the requests of the process in slot on c until it detaches, dies or
+// breaks the protocol, and takes back what it leaves.
+func (w *Owner) serveProcess(c *net.UnixConn, slot, pidfd int) {
 	s := &serverConn{w: w, c: c, slot: slot, timeout: w.timeout}
 	detached, err := s.serve()
 	w.mu.Lock()

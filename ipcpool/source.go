@@ -31,9 +31,12 @@ type source struct {
 	kind    arena.Kind
 	dev     *cuda.Device // the device the regions are registered with (HostPinned), or nil
 
-	mu   sync.Mutex
-	held []bool // by grant: lent to this process's arena
-	n    int    // grants held
+	// lending is held (read) by a Reserve from its request to its record of the grants, and
+	// (write) by a rejoin's reconcile, which must not take a grant on its way for an extra.
+	lending sync.RWMutex
+	mu      sync.Mutex
+	held    []bool // by grant: lent to this process's arena
+	n       int    // grants held
 }
 
 func newSource(l layout, base uintptr, g granter, dev *cuda.Device) *source {
@@ -74,6 +77,8 @@ func (s *source) Reserve(size, align uintptr) (*arena.Region, error) {
 	if size == 0 || n > s.grantsPerRegion() {
 		return nil, fmt.Errorf("%w: %d bytes asked, a region of the pool holds %d", arena.ErrCapacity, size, s.regionSize)
 	}
+	s.lending.RLock()
+	defer s.lending.RUnlock()
 	first, err := s.granter.grant(n)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", arena.ErrExhausted, err)

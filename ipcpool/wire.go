@@ -26,20 +26,22 @@ const (
 	msgSize     = 32
 	helloWords  = 16
 
-	opIntro   = 1 // flags: introKind; seq: wireVersion; a: ctlMagic; b: rejoin's serial<<16|slot
-	opHello   = 2 // (the hello is its own message: see hello)
-	opReady   = 3 // a: the process's flags (flagDevice)
-	opAbort   = 4 // the process cannot use the pool: its slot is free at once
-	opGrant   = 5 // a: grants wanted (one run); b: how long the process waits, in ns; reply value: the first grant
-	opRelease = 6 // a: the first grant; b: how many; no reply
-	opDetach  = 7 // reply once the process's memory is back
-	opReply   = 8 // seq: the request's; a: status; b: value
-	opDonate  = 9 // the pool's memory for a new owner, with the descriptors (adopt.go)
-	opMax     = opDonate
+	opIntro   = 1  // flags: introKind; seq: wireVersion; a: ctlMagic; b: a rejoin's pool id
+	opHello   = 2  // (the hello is its own message: see hello)
+	opReady   = 3  // a: the process's flags (flagDevice)
+	opAbort   = 4  // the process cannot use the pool: its slot is free at once
+	opGrant   = 5  // a: grants wanted (one run); b: how long the process waits, in ns; reply value: the first grant
+	opRelease = 6  // a: the first grant; b: how many; no reply
+	opDetach  = 7  // reply once the process's memory is back
+	opReply   = 8  // seq: the request's; a: status; b: value
+	opDonate  = 9  // the pool's memory for a new owner, with the descriptors (adopt.go)
+	opRejoin  = 10 // after a rejoin's intro: a: the slot; b: its serial
+	opMax     = opRejoin
 
 	stOK      = 0
 	stFull    = 1 // no grants free (and none came back before the deadline)
 	stRefused = 2 // a request this process may not make
+	stDonate  = 3 // (to a rejoin) the owner has no memory yet: send the pool's descriptors
 )
 
 // introKind says what a connecting process is.
