@@ -47,6 +47,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(ownerChildEnv); path != "" {
 		os.Exit(runOwnerChild(path))
 	}
+	if path := os.Getenv(keeperChildEnv); path != "" {
+		os.Exit(runKeeperChild(path))
+	}
 	os.Exit(m.Run())
 }
 

@@ -39,7 +39,7 @@ func TestServerIdentity(t *testing.T) {
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	sock := filepath.Join(dir, "pool.sock")
-	startOwnerCmd(t, cmd, sock, 4<<20, ownerOpenEnv+"=1", "TMPDIR="+dir)
+	startProc(t, cmd, ownerEnv(sock, 4<<20, ownerOpenEnv+"=1", "TMPDIR="+dir))
 	if _, err := Attach(context.Background(), sock, AttachOptions{FallbackPageable: true}); !errors.Is(err, ErrRefused) {
 		t.Fatalf("root attaching to a pool nobody serves: %v, want ErrRefused", err)
 	}

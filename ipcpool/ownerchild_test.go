@@ -2,6 +2,7 @@ package ipcpool
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -32,7 +33,7 @@ func runOwnerChild(path string) int {
 		o.Mode, o.AllowUIDs = 0o666, []int{0}
 	}
 	if os.Getenv(ownerAdoptEnv) != "" {
-		o.Adopt = 5 * time.Second
+		o.Adopt, o.Timeout = 5*time.Second, 300*time.Millisecond
 	}
 	w, err := Serve(path, o)
 	if err != nil {
@@ -58,13 +59,18 @@ type ownerChild struct {
 
 func startOwnerChild(t *testing.T, path string, size int, env ...string) *ownerChild {
 	t.Helper()
-	return startOwnerCmd(t, exec.Command(os.Args[0], "-test.run=^$"), path, size, env...)
+	return startProc(t, exec.Command(os.Args[0], "-test.run=^$"), ownerEnv(path, size, env...))
 }
 
-// startOwnerCmd starts cmd, the test binary, as an owner child.
-func startOwnerCmd(t *testing.T, cmd *exec.Cmd, path string, size int, env ...string) *ownerChild {
+// ownerEnv is the environment of an owner child.
+func ownerEnv(path string, size int, env ...string) []string {
+	return append(append(os.Environ(), ownerChildEnv+"="+path, ownerSizeEnv+"="+strconv.Itoa(size)), env...)
+}
+
+// startProc starts cmd, the test binary, with environment env, and waits for its READY.
+func startProc(t *testing.T, cmd *exec.Cmd, env []string) *ownerChild {
 	t.Helper()
-	cmd.Env = append(append(os.Environ(), ownerChildEnv+"="+path, ownerSizeEnv+"="+strconv.Itoa(size)), env...)
+	cmd.Env = env
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	must(t, "stdin", err)
@@ -89,4 +95,28 @@ func startOwnerCmd(t *testing.T, cmd *exec.Cmd, path string, size int, env ...st
 		t.Fatal("the owner child did not start")
 	}
 	return o
+}
+
+// keeperChildEnv makes the test binary a keeper of the pool at the path it names: it prints
+// "READY" and keeps the pool until its stdin closes or it is killed.
+const keeperChildEnv = "PINMALLOC_IPCPOOL_TEST_KEEPER"
+
+func runKeeperChild(path string) int {
+	k, err := Keep(context.Background(), path, AttachOptions{FallbackPageable: true})
+	if err != nil {
+		fmt.Println("E", err)
+		return 1
+	}
+	fmt.Println("READY", k.Pool())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		fmt.Println("R", k.Rejoined())
+	}
+	return 0
+}
+
+// startKeeperChild starts a keeper child of the pool at path.
+func startKeeperChild(t *testing.T, path string) *ownerChild {
+	t.Helper()
+	return startProc(t, exec.Command(os.Args[0], "-test.run=^$"), append(os.Environ(), keeperChildEnv+"="+path))
 }

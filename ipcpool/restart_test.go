@@ -2,10 +2,13 @@ package ipcpool
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The owner dies (SIGKILL) and a new one adopts the pool: the same pool (its id), its
@@ -63,4 +66,111 @@ func TestOwnerRestart(t *testing.T) {
 	}
 	must(t, "Close", p.Close())
 	must(t, "keeper Close", k.Close())
+}
+
+// Without a keeper: a surviving process hands the new owner the pool. A process that died
+// while no owner ran does not rejoin; its memory comes back once the new owner gives up
+// waiting for it (Options.Timeout), and its buffers others retain live on.
+func TestOwnerRestartWithoutKeeper(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 16<<20)
+	s1 := startChild(t, path, childQuietEnv+"=1")
+	s2 := startChild(t, path, childQuietEnv+"=1")
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	h1 := s1.alloc(t, 2000, 1)
+	h2, h2kept := s2.alloc(t, 2000, 2), s2.alloc(t, 2000, 3)
+	must(t, "Retain", p.Retain(h2kept))
+	if got := s2.do(t, "N"); got == "G 0" {
+		t.Fatal("s2 holds no grant")
+	}
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	s2.kill() // dies while no owner runs
+	b := startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
+	if b.pool != a.pool {
+		t.Fatalf("pool %x after the restart, %x before", b.pool, a.pool)
+	}
+	waitFor(t, func() bool { return p.Rejoined() == 1 })
+	if got := b.do(t, "C %s 1", fmtHandle(h1)); got != "OK" {
+		t.Fatalf("a survivor's buffer after the restart: %s", got)
+	}
+	if got := s1.do(t, "C %s 1", fmtHandle(h1)); got != "OK" {
+		t.Fatalf("the survivor reads its own buffer by handle: %s", got)
+	}
+	// s2 did not rejoin: given up after the new owner's Timeout (300 ms here).
+	waitFor(t, func() bool {
+		_, err := p.Bytes(h2)
+		return errors.Is(err, ErrStaleHandle)
+	})
+	kb, err := p.Bytes(h2kept)
+	must(t, "Bytes of the dead process's buffer p retains", err)
+	must(t, "verify", verify(kb, 3))
+	must(t, "Release", p.Release(h2kept))
+	waitFor(t, func() bool {
+		ps := p.SharedStats().Pool
+		return ps.Orphaned == 0 && ps.Limbo == 0 && ps.Fenced == 0
+	})
+	if got := s1.do(t, "F %s", fmtHandle(h1)); got != "OK" {
+		t.Fatal(got)
+	}
+	s1.quit(t)
+	must(t, "Close", p.Close())
+}
+
+// A donation that is not a pool (a control region of garbage, descriptors missing) is refused:
+// the owner waiting for the memory is not hurt, and takes the next donor.
+func TestAdoptRefusesGarbage(t *testing.T) {
+	o := Options{Size: 8 << 20}
+	l, err := o.layout()
+	must(t, "layout", err)
+	for _, fds := range [][]int{
+		nil,
+		memfdsNoClose(t, 4096, 2<<20),
+		memfdsNoClose(t, l.ctlBytes(), 2<<20), // a header of zeros
+	} {
+		w := newOwner(filepath.Join(t.TempDir(), "x.sock"), o, l)
+		if err := w.adopt(fds); !errors.Is(err, ErrProtocol) {
+			t.Fatalf("adopting %d descriptors of garbage: %v", len(fds), err)
+		}
+	}
+}
+
+// memfdsNoClose makes memfds to hand over (their receiver closes them).
+func memfdsNoClose(t *testing.T, sizes ...uintptr) []int {
+	var fds []int
+	for _, n := range sizes {
+		fd, err := newMemfd("test", n)
+		must(t, "memfd", err)
+		fds = append(fds, fd)
+	}
+	return fds
+}
+
+func FuzzReadGeometry(f *testing.F) {
+	l := layout{regions: 1, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	c := testCtl(l, nil)
+	c.writeHeader(7, 0)
+	b := make([]byte, 8*hdrWords)
+	for i := range hdrWords {
+		binary.LittleEndian.PutUint64(b[8*i:], c.load(i))
+	}
+	f.Add(b, int64(l.ctlBytes()))
+	f.Fuzz(func(t *testing.T, hdr []byte, size int64) {
+		if size < 0 || size > 1<<24 {
+			return
+		}
+		fd, err := unix.MemfdCreate("fuzz", unix.MFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		_ = unix.Ftruncate(fd, size)
+		_, _ = unix.Pwrite(fd, hdr, 0)
+		gl, _, n, err := readGeometry(fd)
+		if err == nil && (gl.check() != nil || n != gl.ctlBytes() || int64(n) != size) {
+			t.Fatalf("accepted %+v of %d bytes", gl, n)
+		}
+	})
 }
