@@ -118,16 +118,13 @@ func (w *Owner) adopt(fds []int) error {
 	}
 	w.mu.Lock()
 	w.Process, p.owner = p, w
-	retired := w.rebuild(old)
+	w.rebuild(old)
 	c.store(hOwnerPid, uint64(os.Getpid()))
 	c.store(hOwnerEpoch, w.hello.epoch)
 	w.rejoinBy = time.Now().Add(w.timeout)
 	w.adopting = false
 	w.cond.Broadcast()
 	w.mu.Unlock()
-	for _, r := range retired {
-		p.deliver(r.e, r.gen)
-	}
 	p.start()
 	w.watchEnd, w.watched = make(chan struct{}), make(chan struct{})
 	go w.watch(p.every)
@@ -168,72 +165,79 @@ func readGeometry(fd int) (l layout, vmm bool, size uintptr, err error) {
 }
 
 // rebuild makes the owner's table and slots from the control region of a pool it adopts,
-// whose previous owner had serial old, and lets go what the previous owner held (it died):
-// its retains, its buffers nobody else retains; its grants come back once every process
-// with a device has passed a fence. It returns the entries its retains kept (to deliver).
-// Called with w.mu held.
-func (w *Owner) rebuild(old uint64) []retirement {
+// whose previous owner had serial old, and takes slot 0. It reads only the slots and the
+// grant words, so that the owner serves at once; what needs a scan of the export table (the
+// previous owner's retains and buffers, and those of processes gone before it) is done on
+// the watcher's first round (finishAdoption). Until then every grant no process holds is kept
+// back (limbo, for the scan), and the owner's own Retain waits. Called with w.mu held.
+func (w *Owner) rebuild(old uint64) {
 	c := &w.c
-	for s := range w.procs {
+	for s := 1; s < len(w.procs); s++ {
 		if serial := c.slotLoad(s, sSerial); serial != 0 {
-			w.procs[s] = slotState{used: true, serial: serial, rejoin: s != 0}
+			w.procs[s] = slotState{used: true, serial: serial, rejoin: true}
 		}
 	}
-	var fenced []int
+	scan := &gone{slot: 0, serial: old, pidfd: -1, pins: map[int]int{}, entries: map[int]int{}}
 	for g := range w.table {
 		gen, _, slot := unpackGrant(c.load(c.grantWord(g)))
 		t := &w.table[g]
-		t.gen = gen + 1
-		switch {
-		case slot >= 0 && slot < len(w.procs) && w.procs[slot].used:
-			t.state, t.slot, t.serial = gHeld, slot, w.procs[slot].serial
-		default: // free, fenced, in limbo or orphaned for a process gone: see below
-			t.state = gFree
-			fenced = append(fenced, g)
+		if slot > 0 && slot < len(w.procs) && w.procs[slot].used {
+			*t = grantState{state: gHeld, slot: slot, serial: w.procs[slot].serial, gen: gen + 1}
+		} else {
+			*t = grantState{state: gLimbo, gone: scan, gen: gen + 1}
 		}
+		w.publish(g)
 	}
-	// The previous owner (slot 0, serial old) is gone.
-	w.procs[0] = slotState{used: true, serial: old}
-	g0 := &gone{slot: 0, serial: old, pidfd: -1, exited: true, pins: map[int]int{}, entries: map[int]int{}}
-	retired := w.dropRetains(0)
-	w.dropEntries(g0)
-	// Entries of processes gone before it, that others still retain, keep their grants.
-	for s := range w.procs {
-		w.adoptOrphans(s)
-	}
-	for g := range w.table {
-		if t := &w.table[g]; t.state == gHeld && t.slot == 0 {
-			if g0.pins[g] > 0 {
-				*t = grantState{state: gOrphan, gone: g0, gen: t.gen + 1}
-				w.publish(g)
-			} else {
-				*t = grantState{state: gFree, gen: t.gen + 1}
-				fenced = append(fenced, g)
-			}
-		}
-	}
-	if len(g0.entries) > 0 {
-		w.goneList = append(w.goneList, g0)
-	}
+	w.scan = scan
 	w.procs[0] = slotState{used: true, active: true, serial: old + 1}
 	c.slotStore(0, sSerial, old+1)
 	c.slotStore(0, sPid, uint64(os.Getpid()))
 	c.slotStore(0, sStart, startTime(os.Getpid()))
 	w.epoch = c.load(hFence)
+}
+
+// finishAdoption lets go what the previous owner held (it died): its retains, its buffers
+// nobody else retains; the buffers others still retain, of it and of processes gone before
+// it, keep their grants (orphans); every other grant no process holds comes back once every
+// process with a device has passed a fence.
+func (w *Owner) finishAdoption() {
+	w.mu.Lock()
+	g0 := w.scan
+	w.scan = nil
+	retired := w.dropRetains(0)
+	w.dropEntries(g0)
+	for s := range w.procs {
+		w.adoptOrphans(s, g0)
+	}
 	var free []int
-	for _, g := range fenced {
-		if w.table[g].state == gFree {
+	for g := range w.table {
+		t := &w.table[g]
+		switch {
+		case t.gone != g0:
+		case g0.pins[g] > 0:
+			*t = grantState{state: gOrphan, gone: g0, gen: t.gen + 1}
+			w.publish(g)
+		default:
+			*t = grantState{state: gFree, gen: t.gen + 1}
 			free = append(free, g)
 		}
 	}
+	g0.exited = true
+	if len(g0.entries) > 0 {
+		w.goneList = append(w.goneList, g0)
+	}
 	w.fence(free)
-	return retired
+	close(w.scanned)
+	w.mu.Unlock()
+	for _, r := range retired {
+		w.Process.deliver(r.e, r.gen)
+	}
 }
 
 // adoptOrphans finds the live entries of slot s's part of the table whose holder is no
 // process the owner knows (gone before the previous owner died): those others retain keep
 // their grants (orphaned, until released), the rest are let go. Called with w.mu held.
-func (w *Owner) adoptOrphans(s int) {
+func (w *Owner) adoptOrphans(s int, scan *gone) {
 	c := &w.c
 	var g *gone
 	for i := range w.exports {
@@ -243,10 +247,13 @@ func (w *Owner) adoptOrphans(s int) {
 		if w0&eLive == 0 || int(holder&0xffff) == s && w.procs[s].used && holder>>16 == w.procs[s].serial {
 			continue
 		}
+		if _, pinned := scan.entries[e]; pinned {
+			continue // the previous owner's, retained: dropEntries kept it
+		}
 		off, n := c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength)
 		if w0&eRetiring == 0 && c.retained(e) && w.sameRegion(off, n) && w.grantOf(uintptr(off)) == w.grantOf(uintptr(off+n-1)) {
 			gr := w.grantOf(uintptr(off))
-			if t := &w.table[gr]; t.state == gFree || t.state == gOrphan {
+			if t := &w.table[gr]; t.gone == scan || t.state == gOrphan {
 				if g == nil {
 					g = &gone{slot: s, serial: holder >> 16, pidfd: -1, exited: true, pins: map[int]int{}, entries: map[int]int{}}
 					w.goneList = append(w.goneList, g)

@@ -116,7 +116,15 @@ func handshake(ctx context.Context, conn *net.UnixConn, path string, po pinned.O
 	if dev != nil {
 		flags = flagDevice
 	}
-	if err := writeMsg(conn, msg{op: opReady, a: flags}, 0); err != nil {
+	err = writeMsg(conn, msg{op: opReady, a: flags}, 0)
+	var ack msg
+	if err == nil {
+		ack, err = readMsg(conn)
+	}
+	if err == nil && (ack.op != opReply || ack.a != stOK) {
+		err = fmt.Errorf("%w: the owner answered ready with %d", ErrProtocol, ack.op)
+	}
+	if err != nil { // the owner gave the process up (its handshake took too long): nothing was granted
 		p.start() // leaveAll stops it
 		_ = p.leaveAll(nil)
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)

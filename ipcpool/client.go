@@ -236,4 +236,3 @@ func (cl *client) close() {
 	cl.mu.Unlock()
 	cl.readers.Wait()
 }
-

@@ -66,7 +66,13 @@ const (
 	sOverflow        // bumped by a producer that found the slot's ring full (see exports.go)
 )
 
-const flagDevice = 1
+// Slot flags (sFlags), written by the process in the slot: flagDevice, it has a CUDA context
+// that may queue copies (it must pass fences); flagRetains, it may hold retain bits (the owner
+// scans the export table for them when it goes).
+const (
+	flagDevice  = 1
+	flagRetains = 2
+)
 
 // layout is the geometry of a pool, the same in every process.
 type layout struct {
@@ -152,11 +158,26 @@ func unpackGrant(w uint64) (gen uint64, state, slot int) {
 	return w >> 24, int(w >> 16 & 0xff), int(w&0xffff) - 1
 }
 
-// ctl is a process's view of the control region.
+// ctl is a process's view of the control region, with the sections' word offsets worked out
+// once (they are on every handle's path).
 type ctl struct {
 	layout
-	w []uint64
+	w                           []uint64
+	grants0, slots0, exports0   int
+	rings0, ringW, nslots, nexp int
 }
+
+// newCtl views words w as the control region of geometry l (which must pass check, and w
+// hold l.words()).
+func newCtl(l layout, w []uint64) ctl {
+	return ctl{layout: l, w: w, grants0: l.grantsStart(), slots0: l.slotsStart(), exports0: l.exportsStart(),
+		rings0: l.ringsStart(), ringW: l.ringWords(), nslots: l.slots, nexp: l.exports}
+}
+
+func (c *ctl) grantWord(g int) int   { return c.grants0 + g }
+func (c *ctl) slotWord(s, i int) int { return c.slots0 + s*lineWords + i }
+func (c *ctl) entry(e int) int       { return c.exports0 + e*lineWords }
+func (c *ctl) ring(p, q int) int     { return c.rings0 + (p*c.nslots+q)*c.ringW }
 
 func (c *ctl) load(i int) uint64     { return atomic.LoadUint64(&c.w[i]) }
 func (c *ctl) store(i int, v uint64) { atomic.StoreUint64(&c.w[i], v) }

@@ -63,7 +63,7 @@ func testCtl(l layout, seed []byte) ctl {
 	for i := 0; i+8 <= len(seed) && i/8 < len(w); i += 8 {
 		w[i/8] = binary.LittleEndian.Uint64(seed[i:])
 	}
-	return ctl{layout: l, w: w}
+	return newCtl(l, w)
 }
 
 var fuzzLayout = layout{regions: 2, regionSize: 4 << 20, grantSize: 2 << 20, slots: 3, ringCap: 4, exports: 4}

@@ -34,10 +34,9 @@ func (h Handle) String() string {
 // Bytes (peers: so that Free of one finds its handle), and the retains it holds.
 type exportState struct {
 	mu      sync.Mutex
-	recs    []exportRec // by index in the slot's part of the table
+	recs    []exportRec // by index in the slot's part of the table, grown as indexes are used
 	byAddr  map[uintptr]int
 	free    []int // indexes known free
-	scanned int   // indexes below it were looked at for free ones
 	peers   map[uintptr]Handle
 	prune   int // peers' size at which to drop its stale handles
 	retains map[Handle]int
@@ -50,7 +49,7 @@ type exportRec struct {
 }
 
 func newExportState(exports int) exportState {
-	return exportState{recs: make([]exportRec, exports), byAddr: map[uintptr]int{}, peers: map[uintptr]Handle{},
+	return exportState{byAddr: map[uintptr]int{}, peers: map[uintptr]Handle{},
 		prune: 1024, retains: map[Handle]int{}}
 }
 
@@ -124,24 +123,23 @@ func (p *Process) freeEntry() (int, uint32, bool) {
 				return i, entryGen(w), true
 			}
 		}
-		if ex.scanned >= p.exports {
-			ex.scanned = 0 // once round: look again for entries let go since
-			for i := range ex.recs {
-				if ex.recs[i].addr == 0 && p.c.load(p.c.entry(p.slot*p.exports+i)+eState)&eFlags == 0 {
-					ex.free = append(ex.free, i)
-				}
-			}
-			ex.scanned = p.exports
-			if len(ex.free) == 0 {
-				return 0, 0, false
+		if n := len(ex.recs); n < p.exports { // indexes never used yet
+			end := min(n+256, p.exports)
+			ex.recs = append(ex.recs, make([]exportRec, end-n)...)
+			for i := end - 1; i >= n; i-- {
+				ex.free = append(ex.free, i)
 			}
 			continue
 		}
-		end := min(ex.scanned+256, p.exports)
-		for i := end - 1; i >= ex.scanned; i-- {
-			ex.free = append(ex.free, i)
+		// Every index used: look again for entries let go since.
+		for i := range ex.recs {
+			if ex.recs[i].addr == 0 && p.c.load(p.c.entry(p.slot*p.exports+i)+eState)&eFlags == 0 {
+				ex.free = append(ex.free, i)
+			}
 		}
-		ex.scanned = end
+		if len(ex.free) == 0 {
+			return 0, 0, false
+		}
 	}
 }
 
@@ -224,9 +222,7 @@ func (p *Process) FreeHandle(h Handle) error {
 			break
 		}
 	}
-	p.ex.mu.Lock()
-	delete(p.ex.peers, p.sp.base+uintptr(h.Offset))
-	p.ex.mu.Unlock()
+	// The handle stays in peers (a Free by address finds it stale) until pruned: no lock here.
 	if c.tryRetire(e, h.Gen) {
 		p.deliver(e, h.Gen)
 	}

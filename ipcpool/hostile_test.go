@@ -111,7 +111,7 @@ func openFds(t *testing.T) int {
 // it get closed, and their slots are free at once: a pool of one slot is attached to after
 // each of them.
 func TestBadPeersFreeTheirSlots(t *testing.T) {
-	w, path := serveTest(t, Options{Slots: 2, Timeout: 50 * time.Millisecond})
+	w, path := serveTest(t, Options{Slots: 2, Timeout: 300 * time.Millisecond})
 	dial := func() *net.UnixConn {
 		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 		must(t, "dial", err)
@@ -125,6 +125,12 @@ func TestBadPeersFreeTheirSlots(t *testing.T) {
 		_, fds, err := recvFds(c, b, 1+maxRegions)
 		must(t, "hello", err)
 		closeFds(fds)
+	}
+	ready := func(c *net.UnixConn) {
+		must(t, "ready", writeMsg(c, msg{op: opReady}, time.Second))
+		if m, err := readMsg(c); err != nil || m.op != opReply || m.a != stOK {
+			t.Fatalf("the answer to ready: %+v %v", m, err)
+		}
 	}
 	closedByOwner := func(c *net.UnixConn) {
 		t.Helper()
@@ -163,17 +169,17 @@ func TestBadPeersFreeTheirSlots(t *testing.T) {
 		{"an abort", func(c *net.UnixConn) { intro(c); _ = writeMsg(c, msg{op: opAbort}, time.Second) }},
 		{"a release of grants it does not hold", func(c *net.UnixConn) {
 			intro(c)
-			_ = writeMsg(c, msg{op: opReady}, time.Second)
+			ready(c)
 			_ = writeMsg(c, msg{op: opRelease, a: 0, b: 1}, time.Second)
 		}},
 		{"an unknown request", func(c *net.UnixConn) {
 			intro(c)
-			_ = writeMsg(c, msg{op: opReady}, time.Second)
+			ready(c)
 			_ = writeMsg(c, msg{op: 99, seq: 1}, time.Second)
 		}},
 		{"a grant of 2^40 grants", func(c *net.UnixConn) {
 			intro(c)
-			_ = writeMsg(c, msg{op: opReady}, time.Second)
+			ready(c)
 			_ = writeMsg(c, msg{op: opGrant, seq: 1, a: 1 << 40, b: uint64(time.Second)}, time.Second)
 			m, err := readMsg(c)
 			if err != nil || m.op != opReply || m.a != stFull {

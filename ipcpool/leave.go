@@ -24,7 +24,10 @@ func (w *Owner) leave(slot int, detached bool, pidfd int) {
 		unix.Close(pidfd)
 		g.pidfd = -1
 	}
-	retired := w.dropRetains(slot)
+	var retired []retirement
+	if w.c.slotLoad(slot, sFlags)&flagRetains != 0 {
+		retired = w.dropRetains(slot)
+	}
 	w.dropEntries(g)
 	var fenced []int
 	for i := range w.table {
@@ -103,8 +106,7 @@ func (w *Owner) dropEntries(g *gone) {
 				off := c.load(c.entry(e) + eOffset)
 				n := c.load(c.entry(e) + eLength)
 				if w.sameRegion(off, n) {
-					if gr := w.grantOf(uintptr(off)); w.table[gr].state == gHeld && w.table[gr].slot == g.slot &&
-						w.grantOf(uintptr(off+n-1)) == gr {
+					if gr := w.grantOf(uintptr(off)); w.belongs(gr, g) && w.grantOf(uintptr(off+n-1)) == gr {
 						g.pins[gr]++
 						g.entries[e] = gr
 						continue
@@ -170,10 +172,20 @@ func (w *Owner) expireRejoins() {
 	}
 }
 
+// belongs reports whether grant gr is the memory of g's process: held by it, or kept for it
+// (an adoption's scan: adopt.go). Called with w.mu held.
+func (w *Owner) belongs(gr int, g *gone) bool {
+	t := &w.table[gr]
+	return t.state == gHeld && t.slot == g.slot && t.serial == g.serial || t.gone == g && t.state != gFree
+}
+
 // tick is the owner's round: processes gone that have exited, orphans whose last retain went,
 // fences passed; and it wakes the grant requests waiting, which look again (a fence word or an
 // answer to an ask changes in the control region, where nothing signals it).
 func (w *Owner) tick() {
+	if w.scan != nil {
+		w.finishAdoption()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	defer w.cond.Broadcast()

@@ -49,9 +49,11 @@ type Owner struct {
 	o        Options
 	po       pinned.Options
 	dev      *cuda.Device
-	adoptMu  sync.Mutex // one adoption, or the fresh pool, at a time
-	adopting bool       // the owner waits for the pool's memory: no process may attach yet
-	rejoinBy time.Time  // the processes of the previous owner rejoin by then
+	adoptMu  sync.Mutex    // one adoption, or the fresh pool, at a time
+	adopting bool          // the owner waits for the pool's memory: no process may attach yet
+	rejoinBy time.Time     // the processes of the previous owner rejoin by then
+	scan     *gone         // what an adoption left to scan (finishAdoption), or nil
+	scanned  chan struct{} // closed once there is nothing to scan: the owner's retains may go
 }
 
 // slotState is the owner's record of a slot.
@@ -151,6 +153,7 @@ func newOwner(path string, o Options, l layout) *Owner {
 		w.allow[u] = true
 	}
 	w.cond = sync.NewCond(&w.mu)
+	w.scanned = make(chan struct{})
 	return w
 }
 
@@ -216,6 +219,7 @@ func (w *Owner) start(sp *space) error {
 	w.mu.Lock()
 	w.Process, p.owner = p, w
 	w.adopting = false
+	close(w.scanned) // a new pool: nothing to scan
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	p.start()

@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // ownerChildEnv makes the test binary the owner of a pool at the path it names (its size in
@@ -21,6 +25,7 @@ const (
 	ownerSizeEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_SIZE"
 	ownerOpenEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_OPEN"  // any user may connect; root may attach
 	ownerAdoptEnv = "PINMALLOC_IPCPOOL_TEST_OWNER_ADOPT" // adopt the pool of an owner that died
+	ownerColdEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_COLD"  // time Serve in a process that never used pinmalloc
 )
 
 func runOwnerChild(path string) int {
@@ -35,12 +40,24 @@ func runOwnerChild(path string) int {
 	if os.Getenv(ownerAdoptEnv) != "" {
 		o.Adopt, o.Timeout = 5*time.Second, 300*time.Millisecond
 	}
+	if os.Getenv(ownerColdEnv) == "" {
+		// What any program that uses pinmalloc paid once before it serves (the process's
+		// membarrier registration, a kernel RCU grace period): not the restart's.
+		if p, err := pinned.New(pinned.Options{Capacity: 2 << 20, Backend: pinned.Pageable}); err == nil {
+			_ = p.Close()
+		}
+	}
+	var before, after unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &before)
+	start := time.Now()
 	w, err := Serve(path, o)
+	took := time.Since(start)
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &after)
 	if err != nil {
 		fmt.Println("E", err)
 		return 1
 	}
-	fmt.Println("READY", w.hello.pool)
+	fmt.Println("READY", w.hello.pool, took.Nanoseconds(), after.Minflt-before.Minflt)
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		f := strings.Fields(in.Text())

@@ -41,6 +41,7 @@ type Process struct {
 	// What the drainer last saw: the fence epoch it passed, the owner's ask it answered, the
 	// overflow count it scanned for.
 	fence, asked, overflow uint64
+	retainedEver           bool // sFlags has flagRetains (ex.mu)
 
 	st counters
 }

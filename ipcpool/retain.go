@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Retain adds a reference of this process to the buffer of h: the buffer stays live, whoever
@@ -15,6 +16,7 @@ func (p *Process) Retain(h Handle) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
+	p.adopted()
 	ex := &p.ex
 	ex.mu.Lock() // one retain or release of this process at a time: see below
 	e, err := p.resolve(h)
@@ -28,6 +30,17 @@ func (p *Process) Retain(h Handle) error {
 		return nil
 	}
 	c := &p.c
+	if !p.retainedEver {
+		// Before the first bit: the owner scans for a process's bits when it goes only if
+		// it says it may have some.
+		p.retainedEver = true
+		for {
+			f := c.slotLoad(p.slot, sFlags)
+			if f&flagRetains != 0 || c.cas(c.slotWord(p.slot, sFlags), f, f|flagRetains) {
+				break
+			}
+		}
+	}
 	c.setRetain(e, p.slot, true)
 	// The bit is set: a retirement that has not marked the entry yet sees it and backs off;
 	// one that has marked it is seen here.
@@ -56,6 +69,7 @@ func (p *Process) Release(h Handle) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
+	p.adopted()
 	p.ex.mu.Lock()
 	retired, err := p.release(h)
 	p.ex.mu.Unlock()
@@ -115,12 +129,13 @@ func (p *Process) deliver(e int, gen uint32) {
 // this process's record of it agree; anything else (a replayed or forged ring entry, a
 // corrupted entry) is dropped and counted.
 func (p *Process) takeRetired(i int, gen uint32) {
-	if i < 0 || i >= p.exports {
+	ex := &p.ex
+	ex.mu.Lock()
+	if i < 0 || i >= len(ex.recs) {
+		ex.mu.Unlock()
 		p.st.dropped.Add(1)
 		return
 	}
-	ex := &p.ex
-	ex.mu.Lock()
 	r := ex.recs[i]
 	c := &p.c
 	e := p.slot*p.exports + i
@@ -147,6 +162,9 @@ type sharer struct{ p *Process }
 // FreeOutside frees a peer's buffer this process mapped with Bytes, as FreeHandle does.
 func (s sharer) FreeOutside(b []byte) error {
 	p := s.p
+	if _, in := p.sp.in(mem.Addr(b), 1); !in {
+		return fmt.Errorf("%w: %#x is not memory of the pool", pinned.ErrNotOwned, mem.Addr(b))
+	}
 	p.ex.mu.Lock()
 	h, ok := p.ex.peers[mem.Addr(b)]
 	p.ex.mu.Unlock()
@@ -192,4 +210,12 @@ func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
 	ex.free = append(ex.free, i)
 	p.st.retiredIn.Add(1)
 	return true, true, nil
+}
+
+// adopted waits, in an owner that adopted the pool, until its scan of the previous owner's
+// retains is done (the previous owner's retain bits are slot 0's, as the owner's are).
+func (p *Process) adopted() {
+	if p.owner != nil {
+		<-p.owner.scanned
+	}
 }

@@ -143,6 +143,11 @@ func (w *Owner) attachSession(c *net.UnixConn, cred *unix.Ucred) {
 	if err == nil {
 		ready, err = readMsg(c) // within the handshake's deadline
 	}
+	if err == nil && ready.op == opReady {
+		// The answer to ready: the process is attached only once it has read it, so that a
+		// ready the owner gave up waiting for fails the Attach too.
+		err = writeMsg(c, msg{op: opReply, a: stOK}, w.timeout)
+	}
 	if err != nil || ready.op != opReady {
 		// It failed before it could use anything (a bad Align, memlock refused, garbage,
 		// silence): the slot is free at once, with nothing to take back.

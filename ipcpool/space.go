@@ -133,7 +133,7 @@ func (sp *space) bytes(off, n uintptr) []byte { return mem.Bytes(sp.base+off, n)
 
 // ctl returns the process's view of the control region.
 func (sp *space) ctl() ctl {
-	return ctl{layout: sp.layout, w: words(sp.ctlBase, sp.ctlSize)}
+	return newCtl(sp.layout, words(sp.ctlBase, sp.ctlSize))
 }
 
 // close unregisters and unmaps everything and closes the descriptors. With junk set, the

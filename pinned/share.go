@@ -144,8 +144,15 @@ func (p *Pool) sharedOrForeign(addr, n uintptr, r fastFree, l *streamList) (done
 	if r.done || r.claimed != nil {
 		return false, nil
 	}
-	if !r.held && !p.g.Held(addr) {
-		return false, nil
+	if !r.held {
+		if _, in := p.a.Lookup(addr); !in {
+			// Outside the pool: the Sharer's, found before the heap's lookup would make an
+			// error of it (a free of a peer's buffer is no error, and must be cheap).
+			return true, p.sharer.FreeOutside(mem.Bytes(addr, n))
+		}
+		if !p.g.Held(addr) {
+			return false, nil
+		}
 	}
 	return p.freeShared(addr, n, l)
 }
