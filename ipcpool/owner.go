@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -167,21 +166,16 @@ func (w *Owner) makeSpace(o Options, dev *cuda.Device) (*space, error) {
 	fds := []int{ctlFd}
 	cfg := spaceConfig{mode: lockNow, fallback: o.FallbackPageable, dev: dev, vmm: o.VMM}
 	if o.VMM {
-		d, err := icuda.Of(dev)
-		if err != nil {
-			closeFds(fds)
-			return nil, err
-		}
-		rfds, hs, err := newVMMRegions(d, l)
+		rfds, exports, err := newVMMRegions(dev, l)
 		fds = append(fds, rfds...)
 		if err != nil {
-			for _, h := range hs {
-				_ = d.MemRelease(h)
+			for _, e := range exports {
+				_ = e.Release()
 			}
 			closeFds(fds)
 			return nil, err
 		}
-		cfg.handles = hs
+		cfg.exports = exports
 	} else {
 		for i := range l.regions {
 			fd, err := newMemfd(fmt.Sprintf("pinmalloc-ipcpool-%d", i), l.regionSize)

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -24,9 +24,9 @@ type space struct {
 	// pool); pageable lists the refusals that left regions pageable or unregistered
 	// (FallbackPageable).
 	registered []bool
-	dev        *icuda.Device
+	dev        *cuda.Device
 	pageable   []string
-	vmm        *vmmSpace // a VMM pool's granules, mapped
+	vmm        *cudamem.HostMapping // a VMM pool's granules, mapped
 }
 
 // spaceConfig is how a process maps the pool.
@@ -35,7 +35,7 @@ type spaceConfig struct {
 	fallback bool
 	dev      *cuda.Device // registers memfd regions, imports VMM ones; nil: none
 	vmm      bool
-	handles  []icuda.MemHandle // the owner's VMM regions, to map rather than import
+	exports  []*cudamem.HostExport // the owner's VMM regions, to map rather than import
 }
 
 // mapSpace maps the control region (fds[0], ctlSize bytes) and the regions (fds[1:]) as cfg
@@ -85,21 +85,16 @@ func (sp *space) mapAll(cfg spaceConfig) error {
 	if cfg.dev == nil {
 		return nil
 	}
-	d, err := icuda.Of(cfg.dev)
-	if err != nil {
-		return err
-	}
-	sp.dev = d
+	sp.dev = cfg.dev
 	for i := range sp.regions {
 		// One registration per region: a region is at most MaxRegistration bytes, and no
 		// buffer crosses a region, so no copy spans two registrations.
-		err := d.MemHostRegister(sp.regionAddr(i), sp.regionSize, icuda.HostRegisterPortable|icuda.HostRegisterDeviceMap)
-		if err != nil {
+		if err := cudamem.RegisterShared(cfg.dev, sp.regionAddr(i), sp.regionSize); err != nil {
 			if cfg.fallback {
 				sp.pageable = append(sp.pageable, fmt.Sprintf("registering region %d: %v", i, err))
 				continue
 			}
-			return fmt.Errorf("ipcpool: registering region %d (%d bytes) with CUDA: %w", i, sp.regionSize, err)
+			return fmt.Errorf("ipcpool: region %d: %w", i, err)
 		}
 		sp.registered[i] = true
 	}
@@ -149,12 +144,12 @@ func (sp *space) close(junk bool) error {
 	}
 	for i, r := range sp.registered {
 		if r {
-			keep(sp.dev.MemHostUnregister(sp.regionAddr(i)))
+			keep(cudamem.UnregisterShared(sp.dev, sp.regionAddr(i)))
 			sp.registered[i] = false
 		}
 	}
 	if sp.vmm != nil {
-		keep(sp.vmm.unmap())
+		keep(sp.vmm.Close())
 		sp.vmm = nil
 	}
 	if sp.base != 0 {
