@@ -126,10 +126,6 @@ func (l layout) exportsStart() int       { return l.slotsStart() + l.slots*lineW
 func (l layout) ringsStart() int         { return l.exportsStart() + l.slots*l.exports*lineWords }
 func (l layout) ringWords() int          { return ringHdr + up(l.ringCap) }
 func (l layout) words() int              { return l.ringsStart() + l.slots*l.slots*l.ringWords() }
-func (l layout) grantWord(g int) int     { return l.grantsStart() + g }
-func (l layout) slotWord(s, i int) int   { return l.slotsStart() + s*lineWords + i }
-func (l layout) entry(e int) int         { return l.exportsStart() + e*lineWords }
-func (l layout) ring(p, c int) int       { return l.ringsStart() + (p*l.slots+c)*l.ringWords() }
 
 // ctlBytes is the size of the control region: its words, rounded up to whole pages.
 func (l layout) ctlBytes() uintptr {

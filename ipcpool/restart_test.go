@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -172,4 +173,29 @@ func FuzzReadGeometry(f *testing.F) {
 			t.Fatalf("accepted %+v of %d bytes", gl, n)
 		}
 	})
+}
+
+// A keeper alone hands the pool over: no process of the dead owner survives, and the new
+// owner (this process) adopts the pool the keeper kept locked, then serves it.
+func TestKeeperHandsOver(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 8<<20)
+	k := startKeeperChild(t, path)
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	w, err := Serve(path, Options{Size: 4 << 20, Adopt: 5 * time.Second, FallbackPageable: true})
+	must(t, "Serve adopting", err)
+	if w.hello.pool != a.pool || w.poolBytes() != 8<<20 {
+		t.Fatalf("the new owner serves pool %x of %d bytes; the keeper kept %x of 8 MiB", w.hello.pool, w.poolBytes(), a.pool)
+	}
+	waitFor(t, func() bool { return k.do(t, "R") == "R 1" }) // the keeper rejoined
+	p := attachTest(t, path, AttachOptions{})
+	b, err := p.Alloc(6 << 20) // most of the pool: the dead owner's grant came back
+	must(t, "Alloc", err)
+	must(t, "Free", p.Free(b))
+	must(t, "Close", p.Close())
+	k.kill()
+	waitFor(t, func() bool { return w.Attached() == 0 })
+	must(t, "owner Close", w.Close())
 }
