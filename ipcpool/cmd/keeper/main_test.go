@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/ipcpool"
+)
+
+// The keeper attaches to a pool, holds it while it runs, and leaves when told to.
+func TestKeeper(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := ipcpool.Serve(path, ipcpool.Options{Size: 4 << 20, FallbackPageable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, path, 5*time.Second, &out) }()
+	for end := time.Now().Add(10 * time.Second); w.Attached() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the keeper did not attach")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w.Attached() != 0 || !strings.Contains(out.String(), "holding pool") {
+		t.Fatalf("after the keeper left: %d attached; it said %q", w.Attached(), out.String())
+	}
+}
