@@ -33,8 +33,8 @@ var defaultKeeperPool = keeperPool()
 // Rejoined reports how many owners the keeper has handed the pool to or rejoined.
 func (k *Keeper) Rejoined() int { return k.p.Rejoined() }
 
-// Pool returns the identity of the pool the keeper holds.
-func (k *Keeper) Pool() uint64 { return k.p.id }
+// ID returns the identity of the pool the keeper holds.
+func (k *Keeper) ID() uint64 { return k.p.id }
 
 // Close detaches the keeper; the pool's memory stays with the owner and the other processes.
 func (k *Keeper) Close() error { return k.p.Close() }

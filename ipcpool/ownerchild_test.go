@@ -124,7 +124,7 @@ func runKeeperChild(path string) int {
 		fmt.Println("E", err)
 		return 1
 	}
-	fmt.Println("READY", k.Pool())
+	fmt.Println("READY", k.ID())
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		fmt.Println("R", k.Rejoined())

@@ -102,6 +102,10 @@ func (p *Process) start() { go p.drainer() }
 // Slot returns the process's number in the pool (the owner's is 0).
 func (p *Process) Slot() int { return p.slot }
 
+// ID returns the pool's identity: the Pool of its handles. An owner that adopts the pool
+// (Options.Adopt) serves the same identity.
+func (p *Process) ID() uint64 { return p.id }
+
 // SharedStats describes a process's side of the pool and, in Pool, the pool as every process
 // sees it. (The process's pool has pinned's Stats and Usage, as any pool.)
 type SharedStats struct {

@@ -53,7 +53,7 @@ func run(ctx context.Context, path string, timeout time.Duration, out io.Writer)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "keeper: holding pool %016x at %s\n", k.Pool(), path)
+	fmt.Fprintf(out, "keeper: holding pool %016x at %s\n", k.ID(), path)
 	seen := 0
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
