@@ -31,7 +31,7 @@ import (
 
 // Roles: this program, started again with one of these set to the pool's socket.
 const (
-	ownerEnv  = "SHAREDKV_OWNER"  // serve the pool (with SHAREDKV_ADOPT set: adopt it)
+	ownerEnv  = "SHAREDKV_OWNER" // serve the pool (with SHAREDKV_ADOPT set: adopt it)
 	adoptEnv  = "SHAREDKV_ADOPT"
 	keeperEnv = "SHAREDKV_KEEPER" // hold the pool across the owner's restart
 	workerEnv = "SHAREDKV_WORKER" // attach, and obey the coordinator
