@@ -125,9 +125,7 @@ func (w *Owner) adopt(fds []int) error {
 	w.adopting = false
 	w.cond.Broadcast()
 	w.mu.Unlock()
-	p.start()
-	w.watchEnd, w.watched = make(chan struct{}), make(chan struct{})
-	go w.watch(p.every)
+	w.run(p)
 	return nil
 }
 

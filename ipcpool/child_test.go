@@ -292,8 +292,19 @@ type child struct {
 
 func startChild(t *testing.T, path string, env ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), childEnv+"="+path), env...)
+	c := spawn(t, exec.Command(os.Args[0], "-test.run=^$"), append(append(os.Environ(), childEnv+"="+path), env...))
+	line := c.read(t)
+	if _, err := fmt.Sscanf(line, "READY %d", &c.slot); err != nil {
+		t.Fatalf("child: %q", line)
+	}
+	return c
+}
+
+// spawn starts cmd, the test binary, with environment env, its stdin and stdout piped to the
+// test; it is killed at the test's end.
+func spawn(t *testing.T, cmd *exec.Cmd, env []string) *child {
+	t.Helper()
+	cmd.Env = env
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	must(t, "stdin", err)
@@ -302,10 +313,6 @@ func startChild(t *testing.T, path string, env ...string) *child {
 	must(t, "start", cmd.Start())
 	c := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
 	t.Cleanup(c.kill)
-	line := c.read(t)
-	if _, err := fmt.Sscanf(line, "READY %d", &c.slot); err != nil {
-		t.Fatalf("child: %q", line)
-	}
 	return c
 }
 

@@ -228,11 +228,6 @@ func (cl *client) detach() error {
 
 // close ends the client: no rejoin from now on.
 func (cl *client) close() {
-	cl.mu.Lock()
-	cl.closing = true
-	if cl.c != nil {
-		cl.c.Close()
-	}
-	cl.mu.Unlock()
+	cl.hangUp()
 	cl.readers.Wait()
 }

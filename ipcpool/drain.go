@@ -128,8 +128,8 @@ func (p *Process) answerAsk() bool {
 		return false
 	}
 	p.asked = a
+	p.st.trims.Add(1) // before the grants go: a request they serve may look
 	p.Pool.Trim()
-	p.st.trims.Add(1)
 	p.c.slotStore(p.slot, sAnswer, a)
 	return true
 }

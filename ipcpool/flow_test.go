@@ -69,7 +69,7 @@ func TestOwnerAsksForEmptyGrants(t *testing.T) {
 		must(t, "Free", lazy.Free(x))
 	}
 	start := time.Now()
-	for range 3 { // the owner holds one grant (its pool made a shard); the others are lazy's
+	for range 3 { // one grant is free, the other three are lazy's
 		x, err := b.Alloc(1<<21 - 4096)
 		must(t, "b Alloc of memory another process holds empty", err)
 		defer b.Free(x)

@@ -3,12 +3,13 @@ package ipcpool
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/memlocktest"
 )
 
 // Attach checks who serves the socket (SO_PEERCRED) before it sends or maps anything: a server
@@ -34,7 +35,7 @@ func TestServerIdentity(t *testing.T) {
 	defer os.RemoveAll(dir)
 	must(t, "chmod", os.Chmod(dir, 0o777))
 	bin := filepath.Join(dir, "ipcpool.test")
-	must(t, "copy", copyFile(os.Args[0], bin))
+	must(t, "copy", memlocktest.CopyExe(os.Args[0], bin))
 	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
@@ -46,21 +47,4 @@ func TestServerIdentity(t *testing.T) {
 	p, err := Attach(context.Background(), sock, AttachOptions{FallbackPageable: true, ServerUIDs: []int{65534}})
 	must(t, "Attach to nobody's pool when told to", err)
 	must(t, "Close", p.Close())
-}
-
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -216,10 +216,15 @@ func (w *Owner) start(sp *space) error {
 	close(w.scanned) // a new pool: nothing to scan
 	w.cond.Broadcast()
 	w.mu.Unlock()
+	w.run(p)
+	return nil
+}
+
+// run starts the owner's own process's drainer and the owner's watcher.
+func (w *Owner) run(p *Process) {
 	p.start()
 	w.watchEnd, w.watched = make(chan struct{}), make(chan struct{})
 	go w.watch(p.every)
-	return nil
 }
 
 func (w *Owner) mode() os.FileMode { return w.fileMode }

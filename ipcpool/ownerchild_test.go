@@ -70,7 +70,7 @@ func runOwnerChild(path string) int {
 
 // ownerChild is the test's end of an owner child.
 type ownerChild struct {
-	child
+	*child
 	pool uint64
 }
 
@@ -87,15 +87,7 @@ func ownerEnv(path string, size int, env ...string) []string {
 // startProc starts cmd, the test binary, with environment env, and waits for its READY.
 func startProc(t *testing.T, cmd *exec.Cmd, env []string) *ownerChild {
 	t.Helper()
-	cmd.Env = env
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	must(t, "stdin", err)
-	out, err := cmd.StdoutPipe()
-	must(t, "stdout", err)
-	must(t, "start", cmd.Start())
-	o := &ownerChild{child: child{cmd: cmd, in: in, out: bufio.NewScanner(out)}}
-	t.Cleanup(o.kill)
+	o := &ownerChild{child: spawn(t, cmd, env)}
 	done := make(chan string, 1)
 	go func() {
 		if o.out.Scan() {
