@@ -69,16 +69,15 @@ func newProcess(h hello, sp *space, g granter, cfg processConfig) (*Process, err
 	if p.every <= 0 {
 		p.every = DefaultDrainInterval
 	}
-	var dev *cuda.Device
-	if sp.allRegistered() || sp.vmm != nil || len(sp.registered) > 0 && sp.dev != nil {
-		dev = cfg.dev
-	}
-	p.src = newSource(h.layout, sp.base, g, dev)
+	// With a device the pool's memory is the driver's to copy asynchronously (registered, or
+	// VMM granules): the pool orders frees by stream. A region whose registration was refused
+	// (FallbackPageable) is copied synchronously, and ordering its frees costs nothing more.
+	p.src = newSource(h.layout, sp.base, g, sp.dev)
 	o := cfg.pool
 	o.Source, o.Sharer = p.src, sharer{p}
 	o.Backend = pinned.Locked
-	if dev != nil {
-		o.Backend, o.Device = pinned.CUDAHost, dev.Ordinal()
+	if sp.dev != nil {
+		o.Backend, o.Device = pinned.CUDAHost, sp.dev.Ordinal()
 	}
 	var err error
 	if p.Pool, err = pinned.New(o); err != nil {

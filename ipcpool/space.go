@@ -104,16 +104,6 @@ func (sp *space) mapAll(cfg spaceConfig) error {
 // regionAddr is where region i starts in this process.
 func (sp *space) regionAddr(i int) uintptr { return sp.base + uintptr(i)*sp.regionSize }
 
-// allRegistered reports whether every region is registered with the process's device.
-func (sp *space) allRegistered() bool {
-	for _, r := range sp.registered {
-		if !r {
-			return false
-		}
-	}
-	return sp.dev != nil || sp.vmm != nil
-}
-
 // in returns the pool offset of [addr, addr+n), or false when it is not inside one region.
 func (sp *space) in(addr, n uintptr) (uintptr, bool) {
 	if sp.base == 0 || addr < sp.base {
