@@ -26,6 +26,7 @@ func (p *Process) drainer() {
 	tidied := make(chan struct{})
 	go p.tidier(tidied)
 	defer func() { <-tidied }()
+	last := time.Now()
 	for {
 		select {
 		case <-p.stop:
@@ -33,9 +34,21 @@ func (p *Process) drainer() {
 		case <-t.C:
 			p.passFence()
 			p.drain()
+			if time.Since(last) >= scanEvery {
+				// A retirement its retirer could deliver nowhere (a slot word a peer
+				// overwrote) is taken in all the same: a lost delivery leaks nothing.
+				last = time.Now()
+				p.drainMu.Lock()
+				p.scanRetired()
+				p.drainMu.Unlock()
+			}
 		}
 	}
 }
+
+// scanEvery is how often a process looks through its shared buffers for retired ones no ring
+// brought it.
+const scanEvery = 100 * time.Millisecond
 
 // tidier compacts the pool now and then and answers the owner's asks, until stop.
 func (p *Process) tidier(done chan struct{}) {

@@ -126,8 +126,8 @@ type SharedStats struct {
 	RetiredIn, RetiredOut uint64
 	// Dropped counts ring entries (or entries found scanning) that named nothing this
 	// process holds: a replayed or forged entry, refused. Overflows counts retirements this
-	// process could not put on a full ring (the holder scanned for them), Scans the scans
-	// this process made for its own.
+	// process could not put on a full ring (the holder scanned for them), Scans the looks
+	// through its own shared buffers for retired ones (on an overflow, and every 100 ms).
 	Dropped, Overflows, Scans uint64
 	// FreeErrors counts buffers this process's pool refused to free when their last reference
 	// went (it should stay zero).
