@@ -44,9 +44,10 @@ func TestForgedControlWords(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	dropped := p.SharedStats().Dropped
 	for range 6 {
-		e := r.Uint64()
+		e := packRing(1<<20+r.IntN(1<<20), r.Uint32()) // an index p never used
 		if r.IntN(2) == 0 {
-			e = packRing(int(qh.Entry)%w.exports, qh.Gen)
+			// q's entry, in p's ring: p's entry of that index, at a generation it never had.
+			e = packRing(int(qh.Entry)%w.exports, entryGen(c.load(c.entry(p.slot*w.exports+int(qh.Entry)%w.exports)))+1000)
 		}
 		if !c.push(w.slot, p.slot, e) {
 			t.Fatal("ring full")

@@ -124,8 +124,8 @@ type SharedStats struct {
 	// RetiredIn counts this process's buffers that went back to its pool when their last
 	// reference went; RetiredOut those of peers whose last reference this process let go.
 	RetiredIn, RetiredOut uint64
-	// Dropped counts ring entries (or entries found scanning) that named nothing this
-	// process holds: a replayed or forged entry, refused. Overflows counts retirements this
+	// Dropped counts ring entries that named no retirement of this process's: a forged or
+	// garbled entry, refused (a duplicate of a delivery taken already is not counted). Overflows counts retirements this
 	// process could not put on a full ring (the holder scanned for them), Scans the looks
 	// through its own shared buffers for retired ones (on an overflow, and every 100 ms).
 	Dropped, Overflows, Scans uint64

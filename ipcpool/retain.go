@@ -139,9 +139,14 @@ func (p *Process) takeRetired(i int, gen uint32) {
 	r := ex.recs[i]
 	c := &p.c
 	e := p.slot*p.exports + i
-	if r.addr == 0 || r.gen != gen || c.load(c.entry(e)+eState) != packState(gen, eLive|eRetiring) {
+	if w := c.load(c.entry(e) + eState); r.addr == 0 || r.gen != gen || w != packState(gen, eLive|eRetiring) {
 		ex.mu.Unlock()
-		p.st.dropped.Add(1)
+		if d := entryGen(w) - gen; d == 0 || d >= 1<<31 {
+			// Not a retirement this process has seen go by (the entry is not past the
+			// generation): a forged or garbled entry. One the entry is past is a delivery
+			// taken already (a scan found it before the ring did), or a replay: nothing.
+			p.st.dropped.Add(1)
+		}
 		return
 	}
 	delete(ex.byAddr, r.addr)
