@@ -18,9 +18,9 @@ import (
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/ipcpool"
 	"github.com/pinmalloc/pinmalloc/metrics"
 	"github.com/pinmalloc/pinmalloc/pinned"
-	"github.com/pinmalloc/pinmalloc/shared"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -97,15 +97,15 @@ var kinds = []struct {
 	{"uvm.ErrAcquired", uvm.ErrAcquired, pinmalloc.ErrBusy, "uvm: "},
 	{"uvm.ErrAllPinned", uvm.ErrAllPinned, pinmalloc.ErrBusy, "uvm: "},
 
-	{"shared.ErrStaleHandle", shared.ErrStaleHandle, pinmalloc.ErrNotOwned, "shared: "},
-	{"shared.ErrForeignHandle", shared.ErrForeignHandle, pinmalloc.ErrNotOwned, "shared: "},
-	{"shared.ErrClosed", shared.ErrClosed, pinmalloc.ErrClosed, "shared: "},
-	{"shared.ErrAttached", shared.ErrAttached, pinmalloc.ErrLiveBlocks, "shared: "},
-	{"shared.ErrPoolFull", shared.ErrPoolFull, pinmalloc.ErrOutOfMemory, "shared: "},
-	{"shared.ErrInvalidOptions", shared.ErrInvalidOptions, pinmalloc.ErrInvalid, "shared: "},
-	{"shared.ErrMemlock", shared.ErrMemlock, pinmalloc.ErrMemlock, "shared: "},
-	{"shared.ErrRefused", shared.ErrRefused, pinmalloc.ErrRefused, "shared: "},
-	{"shared.ErrProtocol", shared.ErrProtocol, pinmalloc.ErrInvalid, "shared: "},
+	{"ipcpool.ErrStaleHandle", ipcpool.ErrStaleHandle, pinmalloc.ErrNotOwned, "ipcpool: "},
+	{"ipcpool.ErrForeignHandle", ipcpool.ErrForeignHandle, pinmalloc.ErrNotOwned, "ipcpool: "},
+	{"ipcpool.ErrClosed", ipcpool.ErrClosed, pinmalloc.ErrClosed, "ipcpool: "},
+	{"ipcpool.ErrAttached", ipcpool.ErrAttached, pinmalloc.ErrLiveBlocks, "ipcpool: "},
+	{"ipcpool.ErrPoolFull", ipcpool.ErrPoolFull, pinmalloc.ErrOutOfMemory, "ipcpool: "},
+	{"ipcpool.ErrInvalidOptions", ipcpool.ErrInvalidOptions, pinmalloc.ErrInvalid, "ipcpool: "},
+	{"ipcpool.ErrMemlock", ipcpool.ErrMemlock, pinmalloc.ErrMemlock, "ipcpool: "},
+	{"ipcpool.ErrRefused", ipcpool.ErrRefused, pinmalloc.ErrRefused, "ipcpool: "},
+	{"ipcpool.ErrProtocol", ipcpool.ErrProtocol, pinmalloc.ErrInvalid, "ipcpool: "},
 
 	{"metrics.ErrInvalidName", metrics.ErrInvalidName, pinmalloc.ErrInvalid, "metrics: "},
 	{"debugpage.ErrSnapshot", debugpage.ErrSnapshot, pinmalloc.ErrInvalid, "debugpage: "},

@@ -141,6 +141,7 @@ type Pool struct {
 	trace      *alloctrace.Writer // Options.Trace (trace.go)
 	traceG     bool               // Options.TraceGoroutines
 	log        *slog.Logger       // Options.Logger, or nil
+	sharer     Sharer             // Options.Sharer, or nil (share.go)
 }
 
 // New creates a pool. The zero Options give locked host memory with 64-byte alignment and a
@@ -197,7 +198,7 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: quota %d", ErrInvalidOptions, o.Quota)
 	}
 	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, order: order,
-		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: int64(o.Quota), log: o.Logger}
+		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: int64(o.Quota), log: o.Logger, sharer: o.Sharer}
 	if o.RecordSites {
 		p.sites = newSiteTable()
 	}
@@ -377,8 +378,16 @@ func (p *Pool) free(b []byte, guard bool) error {
 	if err != nil {
 		return err
 	}
+	if guard && p.sharer != nil {
+		if done, err := p.sharedOrForeign(addr, n, fastFree{}, nil); done {
+			return err
+		}
+	}
 	if guard && p.guarded {
 		err := p.freeGuarded(addr, n, nil)
+		if err != nil {
+			err = p.freeOutside(addr, n, err)
+		}
 		if err == nil && p.closed.Load() {
 			// Out of freeGuarded's locks: finishClose holds every shard, and Blocks, which
 			// holds them too, takes the site table's locks.
@@ -412,7 +421,7 @@ type fastFree struct {
 // shard's FreeAsync cache (pend.go) when it can be.
 func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, guard bool) fastFree {
 	r := fastFree{done: done, held: held}
-	if held && guard && p.order != nil {
+	if held && guard && p.order != nil && p.sharer == nil { // a Sharer is asked first: freeRest
 		// Recorded on one stream, most likely: defer it in this fast section.
 		if r.tag = h.NearTag(addr); r.tag != nil {
 			if r.claimed = p.order.claimOne(r.tag); r.claimed != nil && !p.closed.Load() &&
@@ -428,6 +437,11 @@ func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, g
 // freeRest finishes a free of the buffer at addr of n bytes after the fast section's r (the
 // zero fastFree where none ran): by the blocking paths, or deferred while a stream may use it.
 func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
+	if guard && p.sharer != nil {
+		if done, err := p.sharedOrForeign(addr, n, r, nil); done {
+			return err
+		}
+	}
 	var err error
 	switch {
 	case r.done:
@@ -444,6 +458,9 @@ func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
 		if err = p.freeSlow(addr, n, false); guard && errors.Is(err, heap.ErrHeld) {
 			err = p.order.deferFree(addr, n, nil) // held since: a stream's copy raced the free
 		}
+	}
+	if err != nil && guard {
+		err = p.freeOutside(addr, n, err)
 	}
 	if err != nil {
 		if ours(err) {
