@@ -64,3 +64,31 @@ func TestFakeHoldWithStreams(t *testing.T) {
 	}
 	r.finish()
 }
+
+// TestFakeWaitStreams: WaitStreams waits for the copy queued into a buffer, and returns at once
+// for a buffer no stream uses.
+func TestFakeWaitStreams(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	const n = 64 << 10
+	d := r.devAlloc(n)
+	ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d), 0x5C, n, pubcuda.Stream(r.s)))
+	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+	b := r.alloc(n, 0)
+	ok(t, "WaitStreams of a buffer no stream used", r.pool.WaitStreams(b))
+	r.f.Hold(true)
+	ok(t, "DtoHAsync", r.heap.DtoHAsync(b, pubcuda.DevicePtr(d), pubcuda.Stream(r.s)))
+	if b[0] != 0 {
+		t.Fatal("the fake ran the copy at once")
+	}
+	r.f.Hold(false)
+	ok(t, "WaitStreams", r.pool.WaitStreams(b[10:20]))
+	if b[0] != 0x5C || b[n-1] != 0x5C {
+		t.Fatal("WaitStreams returned before the queued copy landed")
+	}
+	ok(t, "Free", r.pool.Free(b))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
+}
