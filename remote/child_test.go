@@ -56,15 +56,15 @@ func testPool() (*pinned.Pool, error) {
 }
 
 func runChild(role string) int {
-	go func() { // the test died: so does the child
-		_, _ = bufio.NewReader(os.Stdin).ReadString(0)
-		os.Exit(3)
-	}()
 	w, err := New(Options{Name: "child-" + role})
 	if err != nil {
 		fmt.Println("E", err)
 		return 0 // the test reads the error
 	}
+	go func() { // the test died: so does the child
+		_, _ = bufio.NewReader(os.Stdin).ReadString(0)
+		os.Exit(3)
+	}()
 	pool, err := testPool()
 	if err != nil {
 		fmt.Println("E", err)

@@ -94,8 +94,10 @@ func (d Descriptor) AppendBinary(b []byte) ([]byte, error) {
 		b = binary.LittleEndian.AppendUint64(b, v)
 	}
 	b = append(b, d.rkey...)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable)), nil
+	return binary.LittleEndian.AppendUint32(b, crc32Checksum(b[start:])), nil
 }
+
+func crc32Checksum(b []byte) uint32 { return crc32.Checksum(b, crcTable) }
 
 // MarshalBinary returns d's encoding.
 func (d Descriptor) MarshalBinary() ([]byte, error) {
@@ -138,7 +140,7 @@ func ParseDescriptor(b []byte) (Descriptor, []byte, error) {
 	if len(b) < end+descTrailer {
 		return Descriptor{}, b, fmt.Errorf("%w: truncated: %d bytes, the descriptor needs %d", ErrDescriptor, len(b), end+descTrailer)
 	}
-	if got, want := binary.LittleEndian.Uint32(b[end:]), crc32.Checksum(b[:end], crcTable); got != want {
+	if got, want := binary.LittleEndian.Uint32(b[end:]), crc32Checksum(b[:end]); got != want {
 		return Descriptor{}, b, fmt.Errorf("%w: checksum %08x, the bytes give %08x (corrupted)", ErrDescriptor, got, want)
 	}
 	d := Descriptor{

@@ -64,6 +64,9 @@ func (w *Worker) RegisterDevice(h *device.Heap) (*Registration, error) {
 	if !w.CUDA() {
 		return nil, fmt.Errorf("%w: this UCX has no CUDA memory support (no cuda_copy transport: ucx_info -d lists none; Debian's libucx0 is built without CUDA)", ErrNotSupported)
 	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: a nil heap", ErrNotRegistered)
+	}
 	r := &Registration{w: w, heap: h, memType: ucx.MemoryCUDA, regions: map[uintptr]*localRegion{}}
 	return r, w.observe(r, func() error { return h.Arena().Observe(r) })
 }

@@ -1,44 +1,51 @@
-package remote_test
+package remote
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
-
-	"github.com/pinmalloc/pinmalloc/pinned"
-	"github.com/pinmalloc/pinmalloc/remote"
 )
 
-func TestSmoke(t *testing.T) {
+// TestOneProcess connects two workers of this process both ways (by listener, and by worker
+// address), moves a buffer with a put and a get, exchanges messages, and closes a connection,
+// whose peer then reads ErrClosed.
+func TestOneProcess(t *testing.T) {
+	needUCX(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w1, err := remote.New(remote.Options{})
+	w1, err := New(Options{})
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	defer w1.Close()
-	w2, err := remote.New(remote.Options{})
+	w2, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w2.Close()
-	p1, _ := pinned.New(pinned.Options{Capacity: 64 << 20})
-	p2, _ := pinned.New(pinned.Options{Capacity: 64 << 20})
-	r1, err := w1.Register(p1)
+	p1, err := testPool()
 	if err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Close()
+	p2, err := testPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	if _, err := w1.Register(p1); err != nil {
 		t.Fatal(err)
 	}
 	r2, err := w2.Register(p2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = r1
 	l, err := w2.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Log(l.Addr())
 	c1, err := w1.Connect(ctx, l.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +54,14 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b1, _ := p1.Alloc(1 << 20)
-	b2, _ := p2.Alloc(1 << 20)
+	b1, err := p1.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := p2.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range b1 {
 		b1[i] = byte(i * 3)
 	}
@@ -96,13 +109,13 @@ func TestSmoke(t *testing.T) {
 	if err != nil || string(m) != "yo" {
 		t.Fatal(string(m), err)
 	}
-	t.Logf("%+v", w1.Stats())
 	if err := c1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c2.Recv(ctx); err == nil {
-		t.Fatal("recv after peer close")
+	if _, err := c2.Recv(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Recv after the peer's Close: %v", err)
 	}
-	p1.Free(b1)
-	p2.Free(b2)
+	if err := errors.Join(p1.Free(b1), p2.Free(b2)); err != nil {
+		t.Fatal(err)
+	}
 }
