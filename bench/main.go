@@ -58,6 +58,7 @@ type config struct {
 	bin        string         // -bin: the gpucheck's prebuilt binaries
 	deadline   time.Duration  // -deadline: the gpucheck's
 	commit     bool           // run the pinning suite alone (commit.go)
+	ucx        bool           // run the UCX suite alone (ucx.go)
 	filter     *regexp.Regexp // cases to run
 	implFilter *regexp.Regexp // allocators to run
 }
@@ -82,6 +83,7 @@ func parseFlags() *config {
 	flag.StringVar(&cfg.bin, "bin", ".gpu/bin", "-gpucheck: the folder of the prebuilt test binaries and examples (scripts/gpucheck build)")
 	flag.DurationVar(&cfg.deadline, "deadline", 9*time.Minute, "-gpucheck: no step or case starts after this long")
 	flag.BoolVar(&cfg.commit, "commit", false, "run only the pinning suite (commit.go): cost per GiB by commit workers, latency during a precommit; on the GPU when a driver is found, else on the fake driver")
+	flag.BoolVar(&cfg.ucx, "ucx", false, "run only the UCX suite (ucx.go): package remote against ucx_perftest and Go net sockets, two processes on this host (UCX_TLS, default tcp on lo)")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
@@ -198,6 +200,9 @@ func main() {
 	cfg := parseFlags()
 	if cfg.gpucheck != "" {
 		os.Exit(gpucheck(cfg))
+	}
+	if cfg.ucx {
+		os.Exit(ucxBench(cfg))
 	}
 	if !cfg.uvm && !cfg.commit { // those suites lock nothing of their own beyond the driver's
 		hostMemory = checkMemlock()

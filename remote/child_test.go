@@ -56,7 +56,7 @@ func testPool() (*pinned.Pool, error) {
 }
 
 func runChild(role string) int {
-	w, err := New(Options{Name: "child-" + role})
+	w, err := New(Options{Name: "child-" + role, SharedMemory: os.Getenv(shmEnv) != ""})
 	if err != nil {
 		fmt.Println("E", err)
 		return 0 // the test reads the error
@@ -80,6 +80,7 @@ func runChild(role string) int {
 		fmt.Println("E", err)
 		return 1
 	}
+	defer l.Close()
 	addr, err := w.Address()
 	if err != nil {
 		fmt.Println("E", err)
@@ -104,7 +105,7 @@ func runChild(role string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
-	err = errors.Join(l.Close(), reg.Close(), s.freeAll(), pool.Close(), w.Close())
+	err = errors.Join(reg.Close(), s.freeAll(), pool.Close(), w.Close())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child close:", err)
 		return 1

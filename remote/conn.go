@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -24,14 +25,16 @@ type Conn struct {
 	remote string // what it was connected to, for errors
 
 	// Under w.mu:
-	state    uint8
-	err      error // why it failed or closed
-	inflight int   // operations and messages in flight on ep
-	rkeys    map[uint32]*rkeyEntry
-	mode     Mode // how its transfers go: decided at the first (messages.go)
-	msgs     [][]byte
-	msgBytes int
-	reaped   bool
+	state     uint8
+	err       error // why it failed or closed
+	inflight  int   // operations and messages in flight on ep
+	rkeys     map[uint32]*rkeyEntry
+	mode      Mode // how its transfers go: decided at the first (messages.go)
+	msgs      [][]byte
+	msgBytes  int
+	reaped    bool
+	watcher   *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
+	abandoned bool     // ended without UCX's word: its endpoint is never closed (watch.go)
 
 	gone     atomic.Bool   // state is connFailed: read without the lock by Transfer's checks
 	ready    chan struct{} // closed once the handshake ends (state open or failed)
@@ -63,8 +66,8 @@ const maxRegionsPerConn = 4096
 const (
 	msgMagic  = "pmrm"
 	msgHeader = 16
-	msgHello  = 1 // body: the sender's connection id, its worker id, and, from Dial, its address
-	msgAck    = 2 // body: the sender's connection id, its worker id
+	msgHello  = 1 // body: the sender's connection id, worker id, pid, host id, address length, and, from Dial, its address
+	msgAck    = 2 // body: the sender's connection id, worker id, pid, host id
 	msgData   = 3 // body: the user's message
 	msgBye    = 4 // the sender closed the connection
 )
@@ -76,6 +79,12 @@ func newConn(w *Worker, ep ucx.Ep, remote string) *Conn {
 	w.byEp[ep] = c
 	return c
 }
+
+// helloLen and ackLen are the fixed parts of a hello's and an acknowledgement's body.
+const (
+	ackLen   = 28
+	helloLen = ackLen + 4
+)
 
 // header returns a message's header of type typ for the peer's connection dst.
 func header(typ byte, dst uint64, body int) []byte {
@@ -138,7 +147,7 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 	}
 	switch m[4] {
 	case msgAck:
-		if c.state != connConnecting || len(body) != 16 {
+		if c.state != connConnecting || len(body) != ackLen {
 			w.failConn(c, fmt.Errorf("%w: unexpected acknowledgement from %s", ErrProtocol, c.remote))
 			return
 		}
@@ -146,6 +155,7 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 		c.peer = binary.LittleEndian.Uint64(body[8:])
 		c.state = connOpen
 		close(c.ready)
+		w.watch(c, binary.LittleEndian.Uint32(body[16:]), binary.LittleEndian.Uint64(body[20:]))
 	case msgData:
 		if c.state != connOpen {
 			return
@@ -168,13 +178,14 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 // hello answers a peer's hello: the connection it opens is accepted, on the endpoint its
 // listener accepted (replyEp), or on a new one to the address it sent (Dial). Under mu.
 func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
-	if len(body) < 20 || w.closing {
+	if len(body) < helloLen || w.closing {
 		return
 	}
 	peerConn := binary.LittleEndian.Uint64(body)
 	peer := binary.LittleEndian.Uint64(body[8:])
-	alen := int(binary.LittleEndian.Uint32(body[16:]))
-	if peerConn == 0 || peer == 0 || alen != len(body)-20 {
+	pid, host := binary.LittleEndian.Uint32(body[16:]), binary.LittleEndian.Uint64(body[20:])
+	alen := int(binary.LittleEndian.Uint32(body[ackLen:]))
+	if peerConn == 0 || peer == 0 || alen != len(body)-helloLen {
 		return
 	}
 	var c *Conn
@@ -184,7 +195,7 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 		c = newConn(w, replyEp, "listener "+l.addr)
 		into = l.accepted
 	} else if alen > 0 {
-		ep, err := w.uw.ConnectAddress(body[20:])
+		ep, err := w.uw.ConnectAddress(body[helloLen:])
 		if err != nil {
 			w.logf("remote: refused a dial: %v", err)
 			return
@@ -196,9 +207,12 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	}
 	c.peerID, c.peer, c.state = peerConn, peer, connOpen
 	close(c.ready)
-	ack := header(msgAck, peerConn, 16)
+	w.watch(c, pid, host)
+	ack := header(msgAck, peerConn, ackLen)
 	ack = binary.LittleEndian.AppendUint64(ack, c.id)
 	ack = binary.LittleEndian.AppendUint64(ack, w.id)
+	ack = binary.LittleEndian.AppendUint32(ack, uint32(os.Getpid()))
+	ack = binary.LittleEndian.AppendUint64(ack, hostID())
 	if err := w.sendLocked(c, c.ep, ack, false, nil); err != nil {
 		w.failConn(c, err)
 		return
@@ -238,6 +252,11 @@ func (w *Worker) failConn(c *Conn, err error) {
 	}
 	clear(w.queue[len(kept):])
 	w.queue = kept
+	if c.abandoned { // the peer is gone and UCX will not say so: end everything now
+		w.abandonSlots(c)
+		w.reap(c)
+		return
+	}
 	// Its operations waiting for the peer's answer end now: none will come.
 	for i := range w.slots {
 		if s := &w.slots[i]; s.kind == slotOp && s.c == c && s.remote {
@@ -250,7 +269,7 @@ func (w *Worker) failConn(c *Conn, err error) {
 			}
 		}
 	}
-	w.closeEp(c.ep, c)
+	w.closeEp(c.ep, c, !w.opts.SharedMemory)
 }
 
 // reap destroys c's remote keys once its endpoint is closed, and forgets it. Under mu.
@@ -259,8 +278,11 @@ func (w *Worker) reap(c *Conn) {
 		return
 	}
 	c.reaped = true
+	if c.watcher != nil {
+		_ = c.watcher.Close()
+	}
 	for id, e := range c.rkeys {
-		if e.rkey != 0 {
+		if e.rkey != 0 && !c.abandoned { // an abandoned one's may serve zombies: they go with the worker
 			w.uw.DestroyRkey(e.rkey)
 		}
 		delete(c.rkeys, id)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
@@ -94,7 +95,7 @@ func (w *Worker) closeListener(l *Listener) {
 	for ep, pl := range w.pending {
 		if pl == l {
 			delete(w.pending, ep)
-			w.closeEp(ep, nil)
+			w.closeEp(ep, nil, !w.opts.SharedMemory)
 		}
 	}
 	close(l.closed)
@@ -192,9 +193,11 @@ func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
 // peer's acknowledgement; peer, when not zero, is the worker the peer must be. Called with mu
 // held; returns with it released.
 func (w *Worker) handshake(ctx context.Context, c *Conn, own []byte, peer uint64) (*Conn, error) {
-	hello := header(msgHello, 0, 20+len(own))
+	hello := header(msgHello, 0, helloLen+len(own))
 	hello = binary.LittleEndian.AppendUint64(hello, c.id)
 	hello = binary.LittleEndian.AppendUint64(hello, w.id)
+	hello = binary.LittleEndian.AppendUint32(hello, uint32(os.Getpid()))
+	hello = binary.LittleEndian.AppendUint64(hello, hostID())
 	hello = binary.LittleEndian.AppendUint32(hello, uint32(len(own)))
 	hello = append(hello, own...)
 	err := w.sendLocked(c, c.ep, hello, true, nil)

@@ -40,17 +40,22 @@ func needUCX(t testing.TB) {
 }
 
 // transport is a UCX configuration the two-process tests run under: TCP on the loopback
-// device, and shared memory (cross-memory attach for puts and gets; TCP carries the messages,
-// since UCX's shared-memory message transports have no peer failure handling).
+// device, with UCX's failure handling; and shared memory (posix, sysv, cma), which UCX 1.13
+// gives only endpoints without it (Options.SharedMemory: the worker watches its peers'
+// processes itself), connected by worker address (the listener's connection manager is TCP's).
 type transport struct {
 	name string
 	env  [][2]string
+	shm  bool
 }
 
 var transports = []transport{
-	{"tcp", [][2]string{{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}},
-	{"shm", [][2]string{{"UCX_TLS", "sm,tcp"}, {"UCX_NET_DEVICES", "lo"}}},
+	{"tcp", [][2]string{{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, false},
+	{"shm", [][2]string{{"UCX_TLS", "sm"}}, true},
 }
+
+// shmEnv, set, makes the child's worker use Options.SharedMemory.
+const shmEnv = "PINMALLOC_REMOTE_TEST_SHM"
 
 // set sets the transport's environment for this process (UCX reads it when a worker is made)
 // and returns it for a child's.
@@ -59,6 +64,9 @@ func (tr transport) set(t *testing.T) []string {
 	for _, kv := range tr.env {
 		t.Setenv(kv[0], kv[1])
 		env = append(env, kv[0]+"="+kv[1])
+	}
+	if tr.shm {
+		env = append(env, shmEnv+"=1")
 	}
 	return env
 }
@@ -207,11 +215,13 @@ type local struct {
 	reg  *Registration
 }
 
-func newLocal(t *testing.T) *local { t.Helper(); return newLocalMode(t, ModeAuto) }
+func newLocal(t *testing.T) *local { t.Helper(); return newLocalMode(t, transports[0], ModeAuto) }
 
-func newLocalMode(t *testing.T, mode Mode) *local {
+func newLocalFor(t *testing.T, tr transport) *local { t.Helper(); return newLocalMode(t, tr, ModeAuto) }
+
+func newLocalMode(t *testing.T, tr transport, mode Mode) *local {
 	t.Helper()
-	w, err := New(Options{Name: "test", Mode: mode})
+	w, err := New(Options{Name: "test", Mode: mode, SharedMemory: tr.shm})
 	if err != nil {
 		t.Fatal(err)
 	}

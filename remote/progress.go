@@ -30,7 +30,7 @@ import (
 // keepalive, which runs inside progress, notices a peer that died without a word.
 
 const (
-	spinMax  = 50 * time.Microsecond
+	spinMax  = time.Millisecond
 	idleTick = 100 * time.Millisecond
 	rounds   = 8 // ucp_worker_progress calls per cgo call, fewer once one makes no progress
 )
@@ -51,7 +51,7 @@ func (w *Worker) loop() {
 		w.postQueued()
 		finished := w.finished
 		w.finished = nil
-		busy := len(w.free) < len(w.slots)
+		busy := len(w.free)+w.zombies < len(w.slots)
 		if w.closing && !busy && len(w.queue) == 0 {
 			w.mu.Unlock()
 			w.finish(finished)
@@ -109,6 +109,8 @@ func (w *Worker) complete(cq []ucx.Completion) {
 			s.c.inflight--
 		case slotClose:
 			w.reap(s.c)
+		case slotZombie:
+			w.zombies--
 		}
 		w.freeSlot(c.Slot)
 	}
@@ -159,20 +161,20 @@ func (w *Worker) handle(e *ucx.Event) {
 			w.failConn(c, wrap(ErrPeer, e.Status))
 		} else if _, ok := w.pending[ep]; ok {
 			delete(w.pending, ep)
-			w.closeEp(ep, nil)
+			w.closeEp(ep, nil, true)
 		}
 	}
 }
 
-// closeEp closes ep at once (force) and, when c is not nil, reaps c once it is closed. Under
-// mu.
-func (w *Worker) closeEp(ep ucx.Ep, c *Conn) {
+// closeEp closes ep (force: at once; UCX allows it only on failure-handling endpoints) and,
+// when c is not nil, reaps c once it is closed. Under mu.
+func (w *Worker) closeEp(ep ucx.Ep, c *Conn, force bool) {
 	i, ok := w.takeSlot(slotClose)
 	if !ok {
 		return // every control slot in flight: the endpoint goes with the worker
 	}
 	w.slots[i].c = c
-	inflight, _ := w.uw.CloseEp(ep, true, i)
+	inflight, _ := w.uw.CloseEp(ep, force, i)
 	if !inflight {
 		w.freeSlot(i)
 		if c != nil {

@@ -23,14 +23,14 @@ func TestTwoProcesses(t *testing.T) {
 			if mode == ModeRMA {
 				name += "/rma"
 			}
-			t.Run(name, func(t *testing.T) { twoProcesses(t, tr, i%2 == 1, mode) })
+			t.Run(name, func(t *testing.T) { twoProcesses(t, tr, i%2 == 1 || tr.shm, mode) })
 		}
 	}
 }
 
 func twoProcesses(t *testing.T, tr transport, dial bool, mode Mode) {
 	env := tr.set(t)
-	l := newLocalMode(t, mode)
+	l := newLocalMode(t, tr, mode)
 	maps := ucx.MemMaps()
 	ch := startChild(t, l.w, env, dial) // tcp by its listener, shm by its address
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

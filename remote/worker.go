@@ -29,6 +29,13 @@ type Options struct {
 	// Mode chooses how transfers move bytes (messages.go): ModeAuto, the default, takes UCX's
 	// puts and gets where a connection has hardware for them, and messages elsewhere.
 	Mode Mode
+	// SharedMemory lets UCX use its shared-memory transports between processes of this host
+	// (posix, sysv), which UCX 1.13 offers only to connections without its peer failure
+	// handling: the worker then watches each peer process of this host itself (pidfd) and
+	// fails its connection when it exits, and cannot tell when a peer on another host dies
+	// (docs/ucx.md). Off, every connection has UCX's failure handling, and shared memory is
+	// used only where UCX's transports for it have it.
+	SharedMemory bool
 }
 
 const (
@@ -60,6 +67,7 @@ type Worker struct {
 	free    []uint32
 	ops     int             // slots held by transfer operations (at most opts.MaxInFlight)
 	nanswer int             // slots held by answers to peers' data messages (at most opts.MaxInFlight)
+	zombies int             // slots of abandoned connections\' operations UCX still holds (watch.go)
 	queue   []*Transfer     // started, with operations not yet posted (no slot was free)
 	answers []pendingAnswer // answers waiting for a slot
 	conns   map[uint64]*Conn
@@ -107,6 +115,7 @@ const (
 	slotMsg
 	slotClose
 	slotAnswer
+	slotZombie // an operation of an abandoned connection that UCX still holds (watch.go)
 )
 
 // New creates a worker: it loads UCX (an error wrapping ErrNoUCX where it cannot), creates a
@@ -145,6 +154,7 @@ func New(o Options) (*Worker, error) {
 		w.ctx.Close()
 		return nil, wrap(ErrNoUCX, err)
 	}
+	w.uw.NoPeerFailure = o.SharedMemory
 	w.slots = make([]slot, n)
 	w.free = make([]uint32, n)
 	for i := range w.free {
@@ -237,10 +247,19 @@ func (w *Worker) Close() error {
 		w.closeListener(l)
 	}
 	for _, c := range w.conns {
+		if w.opts.SharedMemory { // no close can be waited for: say goodbye, and let go
+			if c.state == connOpen {
+				_ = w.sendLocked(c, c.ep, header(msgBye, c.peerID, 0), false, nil)
+			}
+			w.abandonConn(c, fmt.Errorf("%w: the worker was closed", ErrClosed))
+			continue
+		}
 		w.failConn(c, fmt.Errorf("%w: the worker was closed", ErrClosed))
 	}
 	for ep := range w.pending {
-		w.closeEp(ep, nil)
+		if !w.opts.SharedMemory {
+			w.closeEp(ep, nil, true)
+		}
 	}
 	clear(w.pending)
 	w.signal()

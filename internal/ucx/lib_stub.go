@@ -42,7 +42,7 @@ func (*Context) PackRkey(Mem) ([]byte, error)                    { return nil, e
 func (*Context) NewWorker(int, int) (*Worker, error)             { return nil, errStub }
 
 // Worker is a UCP worker; none is made in this build.
-type Worker struct{}
+type Worker struct{ NoPeerFailure bool }
 
 func (*Worker) Slots() int                                         { return 0 }
 func (*Worker) Destroy()                                           {}

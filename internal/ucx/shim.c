@@ -355,13 +355,15 @@ int pm_conn_request_addr(uintptr_t fn, uintptr_t req, void *out, int outlen) {
 }
 
 int pm_ep_create(uintptr_t fn, uintptr_t worker, pm_state *st, const void *addr, const void *sa,
-                 int salen, uintptr_t conn_request, uintptr_t *ep) {
+                 int salen, uintptr_t conn_request, int peer_failure, uintptr_t *ep) {
 	pm_ucp_ep_params_t p;
 	memset(&p, 0, sizeof(p));
-	p.field_mask = PM_UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | PM_UCP_EP_PARAM_FIELD_ERR_HANDLER;
-	p.err_mode = PM_UCP_ERR_HANDLING_MODE_PEER;
-	p.err_handler.cb = pm_ep_err_cb;
-	p.err_handler.arg = st;
+	if (peer_failure) {
+		p.field_mask = PM_UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | PM_UCP_EP_PARAM_FIELD_ERR_HANDLER;
+		p.err_mode = PM_UCP_ERR_HANDLING_MODE_PEER;
+		p.err_handler.cb = pm_ep_err_cb;
+		p.err_handler.arg = st;
+	}
 	if (addr != NULL) {
 		p.field_mask |= PM_UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
 		p.address = addr;

@@ -109,7 +109,7 @@ int pm_listener_create(uintptr_t fn, uintptr_t worker, const void *sa, int salen
 int pm_listener_port(uintptr_t fn, uintptr_t listener, int *port);
 int pm_conn_request_addr(uintptr_t fn, uintptr_t req, void *out, int outlen);
 int pm_ep_create(uintptr_t fn, uintptr_t worker, pm_state *st, const void *addr, const void *sa,
-                 int salen, uintptr_t conn_request, uintptr_t *ep);
+                 int salen, uintptr_t conn_request, int peer_failure, uintptr_t *ep);
 int pm_ep_close(uintptr_t fn, uintptr_t ep, int force, pm_state *st, uint32_t id);
 int pm_mem_map(uintptr_t fn, uintptr_t ctx, uintptr_t addr, size_t len, int memtype, int nonblock,
                uintptr_t *memh);

@@ -28,6 +28,11 @@ type Worker struct {
 	lis   map[Listener]unsafe.Pointer
 	data  map[uint64]*C.pm_event // data messages handed out by Events, by key
 	key   uint64
+
+	// NoPeerFailure makes the endpoints created from then on use no peer failure handling
+	// (UCP_ERR_HANDLING_MODE_NONE): UCX may then take transports that have none (its
+	// shared-memory ones, in 1.13), and reports no peer's failure (no EventEpError).
+	NoPeerFailure bool
 }
 
 // NewWorker creates a worker of context c with slots operations in flight at most, whose
@@ -268,8 +273,12 @@ func (w *Worker) Accept(r ConnRequest) (Ep, error) { return w.epCreate(nil, nil,
 
 func (w *Worker) epCreate(addr, sa unsafe.Pointer, salen int, r ConnRequest) (Ep, error) {
 	var ep C.uintptr_t
+	pf := C.int(1)
+	if w.NoPeerFailure {
+		pf = 0
+	}
 	err := w.c.l.call(symEpCreate, func(f C.uintptr_t) C.int {
-		return C.pm_ep_create(f, w.h, w.st, addr, sa, C.int(salen), C.uintptr_t(r), &ep)
+		return C.pm_ep_create(f, w.h, w.st, addr, sa, C.int(salen), C.uintptr_t(r), pf, &ep)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("ucp_ep_create: %w", err)
