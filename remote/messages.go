@@ -42,7 +42,8 @@ const (
 	answerOK        = 0
 	answerRefused   = 1 // no such region, or a range outside it
 	answerMemType   = 2 // device memory, which a message cannot reach
-	answerTruncated = 3 // the bytes are not the length the header says
+	answerTruncated = 3 // the bytes are not the length the header says, or could not be fetched
+	answerBusy      = 4 // no slot to fetch the bytes with: the sender's MaxInFlight exceeds the target's
 )
 
 // Mode is how a connection's transfers move bytes.
@@ -108,6 +109,17 @@ func (w *Worker) rmaMode(c *Conn) bool {
 	return c.mode == ModeRMA
 }
 
+// dataKind is the kind of Op a data message goes as: eagerly, with UCX's failure handling (its
+// rendezvous protocol, like its emulated puts and gets, ends a process whose peer dies while
+// it answers); by whatever protocol UCX picks without it (Options.SharedMemory: a large
+// message by rendezvous, its bytes fetched straight into place, by cma on this host).
+func (w *Worker) dataKind() int32 {
+	if w.opts.SharedMemory {
+		return ucx.OpDataAny
+	}
+	return ucx.OpData
+}
+
 // opID is the id of the operation in slot i, as a data message names it.
 func (w *Worker) opID(i uint32) uint64 { return uint64(w.slots[i].gen)<<32 | uint64(i) }
 
@@ -127,6 +139,24 @@ func (w *Worker) data(ev *ucx.Event) {
 		st := w.checkTarget(h)
 		if st == answerOK && uint64(ev.Len) != h.n {
 			st = answerTruncated
+		}
+		if st == answerOK && ev.Rndv {
+			if i, ok := w.takeSlot(slotRecv); ok { // fetch the bytes into place, then answer
+				lr := w.byID[h.region]
+				w.slots[i].c, w.slots[i].op = c, h.op
+				inflight, err := w.uw.RecvData(ev.Key, uintptr(h.addr), lr.mem, ucx.MemoryHost, i)
+				if inflight {
+					c.inflight++
+					return
+				}
+				w.freeSlot(i)
+				if err != nil {
+					st = answerTruncated
+				}
+				w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op}, nil)
+				return
+			}
+			st = answerBusy
 		}
 		if st == answerOK {
 			w.uw.CopyData(ev.Key, uintptr(h.addr))
@@ -163,7 +193,7 @@ func (w *Worker) checkTarget(h dataHeader) uint8 {
 // it until a slot is free. Under mu.
 func (w *Worker) answer(c *Conn, h dataHeader, lr *localRegion) {
 	h.conn = c.peerID
-	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData}
+	op := ucx.Op{Ep: c.ep, Kind: w.dataKind()}
 	if lr != nil {
 		op.Local, op.Length, op.Mem = h.addr, h.n, lr.mem
 	}
@@ -231,8 +261,26 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 		st = stRefused
 	case h.status == answerMemType:
 		st = stMemType
+	case h.status == answerBusy:
+		st = stBusy
 	case h.status != answerOK || s.get && uint64(ev.Len) != s.n:
 		st = stTruncated
+	case s.get && ev.Rndv:
+		r, ok := w.takeSlot(slotRecv)
+		if !ok {
+			st = stBusy
+			break
+		}
+		w.slots[r].c, w.slots[r].of = c, i
+		inflight, err := w.uw.RecvData(ev.Key, s.local, s.lr.mem, ucx.MemoryHost, r)
+		if inflight {
+			c.inflight++
+			return // the get ends with the receive (received)
+		}
+		w.freeSlot(r)
+		if err != nil {
+			st = stTruncated
+		}
 	case s.get:
 		w.uw.CopyData(ev.Key, s.local)
 	}
@@ -245,10 +293,37 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 	}
 }
 
+// received is the end of a receive by rendezvous (slot s), with UCX's status st: a put's
+// bytes are in place (answer the peer), or a get's have come (end the get). Under mu.
+func (w *Worker) received(s slot, st int32) {
+	if s.t == nil && s.op != 0 { // a put of the peer's
+		status := uint8(answerOK)
+		if st != 0 {
+			status = answerTruncated
+		}
+		if s.c.state == connOpen {
+			w.answer(s.c, dataHeader{kind: dataDone, status: status, op: s.op}, nil)
+		}
+		return
+	}
+	g := &w.slots[s.of]
+	if g.kind != slotOp || !g.remote {
+		return
+	}
+	g.remote = false
+	if st != 0 && g.status == 0 {
+		g.status = st
+	}
+	if !g.sending {
+		w.endOp(s.of)
+	}
+}
+
 // Statuses of a message-mode operation that the target refused (beside UCX's, which are above
 // -100).
 const (
 	stRefused   = -1001
 	stMemType   = -1002
 	stTruncated = -1003
+	stBusy      = -1004
 )

@@ -107,6 +107,9 @@ func (w *Worker) complete(cq []ucx.Completion) {
 			}
 		case slotAnswer:
 			s.c.inflight--
+		case slotRecv:
+			s.c.inflight--
+			w.received(s, c.Status)
 		case slotClose:
 			w.reap(s.c)
 		case slotZombie:
@@ -126,7 +129,9 @@ func (w *Worker) statusErr(c *Conn, st int32) error {
 	case stMemType:
 		return fmt.Errorf("%w: the peer's buffer is device memory, which a message cannot reach", ErrNotSupported)
 	case stTruncated:
-		return fmt.Errorf("%w: the peer answered with a truncated message", ErrProtocol)
+		return fmt.Errorf("%w: the peer answered with a truncated message, or its bytes could not be fetched", ErrProtocol)
+	case stBusy:
+		return fmt.Errorf("%w: the peer had no room to receive (its Options.MaxInFlight is below this worker's)", ErrBusy)
 	}
 	s := ucx.Status(st)
 	if c != nil && c.err != nil {

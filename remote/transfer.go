@@ -178,7 +178,7 @@ func (t *Transfer) Start() error {
 			op.Length = 0 // a request: the bytes come in the answer, to op.Local
 		}
 		h.encode(&op.Header)
-		op.Kind = ucx.OpData
+		op.Kind = w.dataKind()
 	}
 	if t.err == nil && t.puts && rma {
 		t.ops = append(t.ops, ucx.Op{Ep: c.ep, Kind: ucx.OpFlush})
@@ -229,7 +229,7 @@ func (w *Worker) post(t *Transfer) {
 			s.t, s.c, s.n = t, t.c, op.Length
 			if j := start + k; j < len(t.lrs) {
 				s.lr = t.lrs[j]
-				if op.Kind == ucx.OpData {
+				if op.Kind == ucx.OpData || op.Kind == ucx.OpDataAny {
 					s.remote, s.get = true, t.gets[j]
 					if s.get {
 						s.local, s.n = uintptr(op.Local), binary.LittleEndian.Uint64(op.Header[32:])

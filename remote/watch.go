@@ -119,7 +119,7 @@ func (w *Worker) abandonSlots(c *Conn) {
 			}
 			c.inflight--
 			w.zombie(uint32(i))
-		case slotAnswer:
+		case slotAnswer, slotRecv:
 			c.inflight--
 			w.zombie(uint32(i))
 		}
@@ -132,7 +132,7 @@ func (w *Worker) zombie(i uint32) {
 	switch w.slots[i].kind {
 	case slotOp:
 		w.ops--
-	case slotAnswer:
+	case slotAnswer, slotRecv:
 		w.nanswer--
 	}
 	w.slots[i] = slot{kind: slotZombie, gen: w.slots[i].gen}

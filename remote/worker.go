@@ -107,6 +107,11 @@ type slot struct {
 	sending, remote, get bool
 	status               int32
 	local                uintptr // a get by message: where the bytes go
+
+	// A receive by rendezvous: for a put, the answer due to the peer (op, its id); for a get's
+	// answer, the slot of the get (of).
+	op uint64
+	of uint32
 }
 
 const (
@@ -116,6 +121,7 @@ const (
 	slotClose
 	slotAnswer
 	slotZombie // an operation of an abandoned connection that UCX still holds (watch.go)
+	slotRecv   // the receive of a data message's bytes by rendezvous (messages.go)
 )
 
 // New creates a worker: it loads UCX (an error wrapping ErrNoUCX where it cannot), creates a
@@ -198,7 +204,7 @@ func wrap(sentinel, err error) error { return fmt.Errorf("%w: %w", sentinel, err
 // takeSlot returns a free slot for an operation of kind, or false when none is (a transfer
 // operation takes one only below MaxInFlight). Under mu.
 func (w *Worker) takeSlot(kind uint8) (uint32, bool) {
-	if len(w.free) == 0 || kind == slotOp && w.ops >= w.opts.MaxInFlight || kind == slotAnswer && w.nanswer >= w.opts.MaxInFlight {
+	if len(w.free) == 0 || kind == slotOp && w.ops >= w.opts.MaxInFlight || (kind == slotAnswer || kind == slotRecv) && w.nanswer >= w.opts.MaxInFlight {
 		return 0, false
 	}
 	i := w.free[len(w.free)-1]
@@ -207,7 +213,7 @@ func (w *Worker) takeSlot(kind uint8) (uint32, bool) {
 	switch kind {
 	case slotOp:
 		w.ops++
-	case slotAnswer:
+	case slotAnswer, slotRecv:
 		w.nanswer++
 	}
 	return i, true
@@ -218,7 +224,7 @@ func (w *Worker) freeSlot(i uint32) {
 	switch w.slots[i].kind {
 	case slotOp:
 		w.ops--
-	case slotAnswer:
+	case slotAnswer, slotRecv:
 		w.nanswer--
 	}
 	w.slots[i] = slot{gen: w.slots[i].gen}

@@ -60,6 +60,7 @@ const (
 	symRequestFree
 	symEpPrintInfo
 	symAmDataRelease
+	symAmRecvDataNbx
 	numSyms
 )
 
@@ -102,6 +103,7 @@ var symbols = [numSyms]string{
 	symRequestFree:          "ucp_request_free",
 	symEpPrintInfo:          "ucp_ep_print_info",
 	symAmDataRelease:        "ucp_am_data_release",
+	symAmRecvDataNbx:        "ucp_am_recv_data_nbx",
 }
 
 // lib is the opened library and its lazily resolved entry points.

@@ -69,6 +69,9 @@ func (*Worker) SendMessage(Ep, []byte, bool, uint32) (bool, error) { return fals
 
 func opSize() uintptr { return 128 }
 
-func (*Worker) EpInfo(Ep) (string, error) { return "", errStub }
-func (*Worker) CopyData(uint64, uintptr)  {}
-func (*Worker) ReleaseData(uint64)        {}
+func (*Worker) EpInfo(Ep) (string, error)                                { return "", errStub }
+func (*Worker) CopyData(uint64, uintptr)                                 {}
+func (*Worker) ReleaseData(uint64)                                       {}
+func (*Worker) RecvData(uint64, uintptr, Mem, int, uint32) (bool, error) { return false, errStub }
+
+func open(string) (*Context, error) { return nil, errStub }

@@ -66,6 +66,8 @@ void pm_state_free(pm_state *st) {
 	free(st);
 }
 
+static int ptr_status(void *r);
+
 static void cq_push(pm_state *st, uint32_t id, int status) {
 	st->cq[st->tail].id = id;
 	st->cq[st->tail].status = status;
@@ -131,18 +133,19 @@ static pm_status_t pm_am_cb(void *arg, const void *header, size_t hlen, void *da
 static pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
                               const pm_ucp_am_recv_param_t *param) {
 	pm_state *st = arg;
-	if (hlen != PM_HDR || (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+	if (hlen != PM_HDR) {
 		st->ev_dropped++; // not this binding's
 		return PM_UCS_OK;
 	}
-	int keep = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_DATA) != 0 && len > 0;
+	int rndv = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_RNDV) != 0; // the bytes are still the sender's
+	int keep = rndv || ((param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_DATA) != 0 && len > 0);
 	pm_event *e = malloc(sizeof(pm_event) + (keep ? 0 : len));
 	if (e == NULL) {
 		st->ev_dropped++;
 		return PM_UCS_OK;
 	}
 	e->kind = PM_EV_DATA;
-	e->status = 0;
+	e->status = rndv; // 1: a rendezvous, whose bytes pm_data_recv fetches
 	e->h = 0;
 	e->tag = 0;
 	e->len = len;
@@ -152,6 +155,31 @@ static pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *
 	ev_push(st, e);
 	st->ev_bytes -= e->len; // bounded by the peer's operations in flight, not by ev_limit
 	return keep ? PM_UCS_INPROGRESS : PM_UCS_OK;
+}
+
+static void pm_recv_cb(void *request, pm_status_t status, size_t length, void *user_data) {
+	pm_slot *s = user_data;
+	(void)length;
+	cq_push(s->st, s->id, status);
+	((void (*)(void *))s->st->request_free)(request);
+}
+
+int pm_data_recv(uintptr_t fn, uintptr_t worker, pm_event *e, uintptr_t dst, size_t len, uintptr_t memh,
+                 int memtype, pm_state *st, uint32_t slot) {
+	pm_ucp_request_param_t p;
+	memset(&p, 0, sizeof(p));
+	p.op_attr_mask = PM_UCP_OP_ATTR_FIELD_CALLBACK | PM_UCP_OP_ATTR_FIELD_USER_DATA | PM_UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+	p.cb.other = (void *)pm_recv_cb;
+	p.user_data = &st->slots[slot];
+	p.memory_type = memtype;
+	if (memh != 0) {
+		p.op_attr_mask |= PM_UCP_OP_ATTR_FIELD_MEMH;
+		p.memh = (pm_handle)memh;
+	}
+	void *r = ((void *(*)(void *, void *, void *, size_t, const pm_ucp_request_param_t *))fn)(
+	    (void *)worker, e->desc, (void *)dst, len, &p);
+	free(e); // the descriptor is UCX's again, whatever the outcome
+	return ptr_status(r);
 }
 
 void pm_data_copy(pm_event *e, uintptr_t dst) {
@@ -447,11 +475,11 @@ int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigne
 		void *r;
 		if (o->kind == PM_OP_FLUSH) {
 			r = ((flush_fn)flush)((void *)o->ep, &p);
-		} else if (o->kind == PM_OP_DATA) {
+		} else if (o->kind == PM_OP_DATA || o->kind == PM_OP_DATA_ANY) {
 			unsigned char *hdr = st->slots[o->id].hdr;
 			memcpy(hdr, o->hdr, PM_HDR);
 			p.op_attr_mask |= PM_UCP_OP_ATTR_FIELD_FLAGS | PM_UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-			p.flags = PM_UCP_AM_SEND_FLAG_EAGER;
+			p.flags = o->kind == PM_OP_DATA ? PM_UCP_AM_SEND_FLAG_EAGER : 0;
 			p.memory_type = o->memtype;
 			if (o->memh != 0) {
 				p.op_attr_mask |= PM_UCP_OP_ATTR_FIELD_MEMH;

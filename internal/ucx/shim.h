@@ -63,8 +63,9 @@ typedef struct pm_state {
 } pm_state;
 
 // An operation for pm_post. kind: PM_OP_PUT, PM_OP_GET, PM_OP_FLUSH (of ep), PM_OP_DATA (a
-// data message: hdr, then length bytes at local).
-enum { PM_OP_PUT = 0, PM_OP_GET = 1, PM_OP_FLUSH = 2, PM_OP_DATA = 3 };
+// data message: hdr, then length bytes at local, eagerly), PM_OP_DATA_ANY (the same, by
+// whatever protocol UCX picks: rendezvous for a large one).
+enum { PM_OP_PUT = 0, PM_OP_GET = 1, PM_OP_FLUSH = 2, PM_OP_DATA = 3, PM_OP_DATA_ANY = 4 };
 typedef struct {
 	uintptr_t ep, rkey, memh;
 	uint64_t local, remote, length;
@@ -104,6 +105,8 @@ int pm_set_am_handler(uintptr_t fn, uintptr_t worker, unsigned id, pm_state *st)
 int pm_set_data_handler(uintptr_t fn, uintptr_t worker, unsigned id, pm_state *st);
 void pm_data_copy(pm_event *e, uintptr_t dst);
 void pm_data_release(uintptr_t fn, uintptr_t worker, pm_event *e);
+int pm_data_recv(uintptr_t fn, uintptr_t worker, pm_event *e, uintptr_t dst, size_t len, uintptr_t memh,
+                 int memtype, pm_state *st, uint32_t slot);
 int pm_listener_create(uintptr_t fn, uintptr_t worker, const void *sa, int salen, pm_state *st,
                        uint64_t tag, uintptr_t *listener, void **arg);
 int pm_listener_port(uintptr_t fn, uintptr_t listener, int *port);

@@ -72,8 +72,13 @@ const (
 )
 
 // OpData is the kind of Op that sends a data message: Header, then Length bytes at Local
-// (none when Length is 0), eagerly, to the peer's data handler (EventData).
-const OpData = 3
+// (none when Length is 0), eagerly, to the peer's data handler (EventData). OpDataAny sends
+// it by whatever protocol UCX picks: a large one by rendezvous, whose bytes the receiver
+// fetches (Worker.RecvData) from Local, which must stay as it is until the send completes.
+const (
+	OpData    = 3
+	OpDataAny = 4
+)
 
 // HeaderLen is the length of a data message's header.
 const HeaderLen = 64
@@ -127,4 +132,6 @@ type Event struct {
 	Header [HeaderLen]byte
 	Len    int
 	Key    uint64
+	// Rndv says a data message's bytes are still at its sender: Worker.RecvData fetches them.
+	Rndv bool
 }

@@ -168,7 +168,7 @@ func (w *Worker) Events(out []Event, max int) []Event {
 			ev := Event{Kind: int(e.kind), Status: Status(e.status), Handle: uintptr(e.h), Tag: uint64(e.tag)}
 			if ev.Kind == EventData {
 				w.key++
-				ev.Key, ev.Len = w.key, int(e.len)
+				ev.Key, ev.Len, ev.Rndv, ev.Status = w.key, int(e.len), e.status == 1, 0
 				ev.Header = *(*[HeaderLen]byte)(unsafe.Pointer(&e.hdr[0]))
 				w.data[ev.Key] = e
 				out = append(out, ev)
@@ -194,6 +194,33 @@ func (w *Worker) CopyData(key uint64, dst uintptr) {
 	if e := w.data[key]; e != nil {
 		C.pm_data_copy(e, C.uintptr_t(dst))
 	}
+}
+
+// RecvData receives the bytes of data message key (an EventData, whole or by rendezvous)
+// into the Len bytes at dst, of registration m (0: none) and memory type memType; inflight
+// reports that they come later, their completion in slot. Eager bytes are copied at once. The
+// message is UCX's again after the call.
+func (w *Worker) RecvData(key uint64, dst uintptr, m Mem, memType int, slot uint32) (inflight bool, err error) {
+	e := w.data[key]
+	if e == nil {
+		return false, Status(-12) // UCS_ERR_NO_ELEM
+	}
+	if e.status != 1 {
+		C.pm_data_copy(e, C.uintptr_t(dst))
+		w.ReleaseData(key)
+		return false, nil
+	}
+	delete(w.data, key)
+	f, err := w.c.l.fn(symAmRecvDataNbx)
+	if err != nil {
+		C.pm_data_release(w.c.l.must(symAmDataRelease), w.h, e)
+		return false, err
+	}
+	s := C.pm_data_recv(f, w.h, e, C.uintptr_t(dst), e.len, C.uintptr_t(m), C.int(memType), w.st, C.uint32_t(slot))
+	if s == statusInProgress {
+		return true, nil
+	}
+	return false, check(s)
 }
 
 // ReleaseData gives data message key back to UCX.
