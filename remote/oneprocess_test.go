@@ -15,16 +15,8 @@ func TestOneProcess(t *testing.T) {
 	needUCX(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w1, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w1.Close()
-	w2, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w2.Close()
+	w1 := newWorker(t)
+	w2 := newWorker(t)
 	p1, err := testPool()
 	if err != nil {
 		t.Fatal(err)

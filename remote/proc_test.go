@@ -71,6 +71,17 @@ func (tr transport) set(t *testing.T) []string {
 	return env
 }
 
+// newWorker returns a worker of this process with the zero Options, closed at the test's end.
+func newWorker(t *testing.T) *Worker {
+	t.Helper()
+	w, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
 // child is the other process.
 type child struct {
 	t      *testing.T

@@ -20,11 +20,7 @@ import (
 // once; the pool's Close deregisters the region.
 func TestRegistersRegionsNotBuffers(t *testing.T) {
 	needUCX(t)
-	w, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := newWorker(t)
 	pool, err := testPool()
 	if err != nil {
 		t.Fatal(err)
@@ -100,11 +96,7 @@ func TestRegistersRegionsNotBuffers(t *testing.T) {
 // registered without pinning it, found by address, deregistered.
 func TestRegistrationObservesRegions(t *testing.T) {
 	needUCX(t)
-	w, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := newWorker(t)
 	const size = 64 << 20
 	b, err := unix.Mmap(-1, 0, size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
@@ -131,11 +123,7 @@ func TestRegistrationObservesRegions(t *testing.T) {
 
 func TestRegisterDeviceWithoutCUDA(t *testing.T) {
 	needUCX(t)
-	w, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := newWorker(t)
 	if w.CUDA() {
 		t.Skip("this UCX has CUDA transports: RegisterDevice is tested on the GPU machine")
 	}

@@ -39,16 +39,8 @@ func TestFakeTransferWaitsForStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dst.Close()
-	w1, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w1.Close()
-	w2, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w2.Close()
+	w1 := newWorker(t)
+	w2 := newWorker(t)
 	if _, err := w1.Register(src); err != nil {
 		t.Fatal(err)
 	}

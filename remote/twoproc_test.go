@@ -142,7 +142,7 @@ func TestBadDescriptors(t *testing.T) {
 	defer cancel()
 	ds := ch.alloc(64<<10, 1, 2)
 	foreign := other.alloc(64<<10, 9, 1)[0]
-	crc0, crc1 := ch.crc(0), ch.crc(1)
+	crc0 := ch.crc(0)
 	src := l.alloc(t, 128<<10, 5)
 	goMem := make([]byte, 100)
 
@@ -168,7 +168,7 @@ func TestBadDescriptors(t *testing.T) {
 	if err := put(src[:10], ds[1]); err != nil {
 		t.Fatal(err)
 	}
-	crc1 = ch.crc(1)
+	crc1 := ch.crc(1)
 	moved := ds[0]
 	moved.base -= 4096
 	moved.size += 4096

@@ -129,12 +129,7 @@ func (w *Worker) abandonSlots(c *Conn) {
 // zombie keeps slot i, whose operation has ended for this worker, until UCX completes it.
 // Under mu.
 func (w *Worker) zombie(i uint32) {
-	switch w.slots[i].kind {
-	case slotOp:
-		w.ops--
-	case slotAnswer, slotRecv:
-		w.nanswer--
-	}
+	w.count(w.slots[i].kind, -1)
 	w.slots[i] = slot{kind: slotZombie, gen: w.slots[i].gen}
 	w.zombies++
 }

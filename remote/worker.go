@@ -210,23 +210,23 @@ func (w *Worker) takeSlot(kind uint8) (uint32, bool) {
 	i := w.free[len(w.free)-1]
 	w.free = w.free[:len(w.free)-1]
 	w.slots[i] = slot{kind: kind, gen: w.slots[i].gen + 1}
+	w.count(kind, 1)
+	return i, true
+}
+
+// count adds d to the count of slots of kind held, for the kinds that have a bound. Under mu.
+func (w *Worker) count(kind uint8, d int) {
 	switch kind {
 	case slotOp:
-		w.ops++
+		w.ops += d
 	case slotAnswer, slotRecv:
-		w.nanswer++
+		w.nanswer += d
 	}
-	return i, true
 }
 
 // freeSlot gives slot i back. Under mu.
 func (w *Worker) freeSlot(i uint32) {
-	switch w.slots[i].kind {
-	case slotOp:
-		w.ops--
-	case slotAnswer, slotRecv:
-		w.nanswer--
-	}
+	w.count(w.slots[i].kind, -1)
 	w.slots[i] = slot{gen: w.slots[i].gen}
 	w.free = append(w.free, i)
 }

@@ -313,28 +313,24 @@ int pm_worker_efd(uintptr_t fn, uintptr_t worker, int *fd) {
 	return ((pm_status_t(*)(void *, int *))fn)((void *)worker, fd);
 }
 
-int pm_set_am_handler(uintptr_t fn, uintptr_t worker, unsigned id, pm_state *st) {
+static int set_handler(uintptr_t fn, uintptr_t worker, unsigned id, pm_am_recv_cb_t cb, pm_state *st) {
 	pm_ucp_am_handler_param_t p;
 	memset(&p, 0, sizeof(p));
 	p.field_mask = PM_UCP_AM_HANDLER_PARAM_FIELD_ID | PM_UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
 	               PM_UCP_AM_HANDLER_PARAM_FIELD_CB | PM_UCP_AM_HANDLER_PARAM_FIELD_ARG;
 	p.id = id;
 	p.flags = PM_UCP_AM_FLAG_WHOLE_MSG;
-	p.cb = pm_am_cb;
+	p.cb = cb;
 	p.arg = st;
 	return ((pm_status_t(*)(void *, const pm_ucp_am_handler_param_t *))fn)((void *)worker, &p);
 }
 
+int pm_set_am_handler(uintptr_t fn, uintptr_t worker, unsigned id, pm_state *st) {
+	return set_handler(fn, worker, id, pm_am_cb, st);
+}
+
 int pm_set_data_handler(uintptr_t fn, uintptr_t worker, unsigned id, pm_state *st) {
-	pm_ucp_am_handler_param_t p;
-	memset(&p, 0, sizeof(p));
-	p.field_mask = PM_UCP_AM_HANDLER_PARAM_FIELD_ID | PM_UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-	               PM_UCP_AM_HANDLER_PARAM_FIELD_CB | PM_UCP_AM_HANDLER_PARAM_FIELD_ARG;
-	p.id = id;
-	p.flags = PM_UCP_AM_FLAG_WHOLE_MSG;
-	p.cb = pm_data_cb;
-	p.arg = st;
-	return ((pm_status_t(*)(void *, const pm_ucp_am_handler_param_t *))fn)((void *)worker, &p);
+	return set_handler(fn, worker, id, pm_data_cb, st);
 }
 
 int pm_listener_create(uintptr_t fn, uintptr_t worker, const void *sa, int salen, pm_state *st,

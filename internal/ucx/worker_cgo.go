@@ -359,23 +359,13 @@ func (w *Worker) Post(ops []Op) (inflight int, err error) {
 	if len(ops) == 0 {
 		return 0, nil
 	}
-	put, err := w.c.l.fn(symPutNbx)
-	if err != nil {
-		return 0, err
+	var fns [4]C.uintptr_t
+	for i, id := range [...]symID{symPutNbx, symGetNbx, symEpFlushNbx, symAmSendNbx} {
+		if fns[i], err = w.c.l.fn(id); err != nil {
+			return 0, err
+		}
 	}
-	get, err := w.c.l.fn(symGetNbx)
-	if err != nil {
-		return 0, err
-	}
-	flush, err := w.c.l.fn(symEpFlushNbx)
-	if err != nil {
-		return 0, err
-	}
-	am, err := w.c.l.fn(symAmSendNbx)
-	if err != nil {
-		return 0, err
-	}
-	return int(C.pm_post(put, get, flush, am, AMID+1, w.st, (*C.pm_op)(unsafe.Pointer(&ops[0])), C.int(len(ops)))), nil
+	return int(C.pm_post(fns[0], fns[1], fns[2], fns[3], AMID+1, w.st, (*C.pm_op)(unsafe.Pointer(&ops[0])), C.int(len(ops)))), nil
 }
 
 // SendMessage sends data as one active message on ep (eagerly: every byte in the first
