@@ -147,6 +147,8 @@ func (w *Worker) data(ev *ucx.Event) {
 				inflight, err := w.uw.RecvData(ev.Key, uintptr(h.addr), lr.mem, ucx.MemoryHost, i)
 				if inflight {
 					c.inflight++
+					w.slots[i].lr, w.slots[i].held = lr, true
+					lr.held++
 					return
 				}
 				w.freeSlot(i)
@@ -200,18 +202,19 @@ func (w *Worker) answer(c *Conn, h dataHeader, lr *localRegion) {
 	h.encode(&op.Header)
 	i, ok := w.takeSlot(slotAnswer)
 	if !ok {
-		w.answers = append(w.answers, pendingAnswer{c: c, op: op})
+		w.answers = append(w.answers, pendingAnswer{c: c, op: op, lr: lr})
 		return
 	}
-	w.sendAnswer(c, i, op)
+	w.sendAnswer(c, i, op, lr)
 }
 
 type pendingAnswer struct {
 	c  *Conn
 	op ucx.Op
+	lr *localRegion
 }
 
-func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op) {
+func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion) {
 	op.Slot = i
 	w.slots[i].c = c
 	ops := [1]ucx.Op{op}
@@ -220,6 +223,10 @@ func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op) {
 		return
 	}
 	c.inflight++
+	if lr != nil {
+		w.slots[i].lr, w.slots[i].held = lr, true
+		lr.held++
+	}
 }
 
 // postAnswers sends the queued answers while slots are free. Under mu.
@@ -236,7 +243,7 @@ func (w *Worker) postAnswers() {
 		}
 		w.answers[0] = pendingAnswer{}
 		w.answers = w.answers[1:]
-		w.sendAnswer(a.c, i, a.op)
+		w.sendAnswer(a.c, i, a.op, a.lr)
 	}
 }
 
@@ -275,6 +282,8 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 		inflight, err := w.uw.RecvData(ev.Key, s.local, s.lr.mem, ucx.MemoryHost, r)
 		if inflight {
 			c.inflight++
+			w.slots[r].lr, w.slots[r].held = s.lr, true
+			s.lr.held++
 			return // the get ends with the receive (received)
 		}
 		w.freeSlot(r)

@@ -94,6 +94,10 @@ func (w *Worker) loop() {
 func (w *Worker) complete(cq []ucx.Completion) {
 	for _, c := range cq {
 		s := w.slots[c.Slot]
+		if s.held {
+			s.lr.held--
+			w.slots[c.Slot].held = false
+		}
 		switch s.kind {
 		case slotOp:
 			w.sent(c.Slot, c.Status)

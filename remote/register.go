@@ -34,6 +34,7 @@ type localRegion struct {
 	mem        ucx.Mem
 	rkey       string // packed, shared by every descriptor of the region
 	inflight   int    // transfer operations on it in flight, under w.mu
+	held       int    // requests UCX holds that name its registration (slot.held), under w.mu
 }
 
 // Registration is a pool or device heap registered with a Worker: every region of it is
@@ -135,7 +136,16 @@ func (r *Registration) Unmapping(g *arena.Region) {
 	delete(w.byID, lr.id)
 	next := slices.DeleteFunc(slices.Clone(*w.regions.Load()), func(x *localRegion) bool { return x == lr })
 	w.regions.Store(&next)
-	if !w.closed {
+	switch {
+	case w.closed:
+	case lr.held > 0 || w.abandoned:
+		// UCX may still hold requests naming the registration: ours (lr.held), or, once a
+		// peer died without UCX's failure handling, its own rendezvous replies to that peer,
+		// which outlive ours. It deregisters their memory when it purges them, at the worker's
+		// Close, which unmaps this registration after (TestPeerKilled/shm: a purge after the
+		// unmap crashed UCX 1.13).
+		w.leaked = append(w.leaked, lr.mem)
+	default:
 		_ = w.ctx.MemUnmap(lr.mem)
 	}
 	w.logf("remote: deregistered region %d [%#x, +%d)", lr.id, lr.base, lr.size)

@@ -259,6 +259,10 @@ func (w *Worker) post(t *Transfer) {
 				s.lr.inflight++
 			}
 			s.sending = true
+			if op.Status == 1 && s.lr != nil {
+				s.held = true
+				s.lr.held++
+			}
 			w.sent(op.Slot, op.Status)
 		}
 	}

@@ -89,6 +89,7 @@ func (w *Worker) watch(c *Conn, pid uint32, host uint64) {
 // now with err, their slots kept as zombies until UCX completes them, if ever. Under mu.
 func (w *Worker) abandonConn(c *Conn, err error) {
 	c.abandoned = true
+	w.abandoned = true
 	w.failConn(c, err)
 }
 
@@ -129,7 +130,8 @@ func (w *Worker) abandonSlots(c *Conn) {
 // zombie keeps slot i, whose operation has ended for this worker, until UCX completes it.
 // Under mu.
 func (w *Worker) zombie(i uint32) {
-	w.count(w.slots[i].kind, -1)
-	w.slots[i] = slot{kind: slotZombie, gen: w.slots[i].gen}
+	s := w.slots[i]
+	w.count(s.kind, -1)
+	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held}
 	w.zombies++
 }
