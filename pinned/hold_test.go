@@ -21,7 +21,7 @@ func live(t *testing.T, p *pinned.Pool) uint64 {
 // the last hold is released; a buffer held and released without a free stays live and frees
 // as usual.
 func TestHoldDefersFree(t *testing.T) {
-	p := newPool(t, pinned.Options{Capacity: 64 << 20})
+	p := newPool(t, pinned.Options{Capacity: 64 << 20, Backend: pinned.Pageable}) // 15 MiB live: beyond an ordinary user's memlock
 	defer p.Close()
 	for _, n := range holdSizes {
 		b, err := p.Alloc(n)
@@ -113,7 +113,7 @@ func TestHoldErrors(t *testing.T) {
 // TestHoldGuards: with ZeroOnFree and a quota, the scrub and the quota's credit come at the
 // last Release, not at the Free.
 func TestHoldGuards(t *testing.T) {
-	p := newPool(t, pinned.Options{Capacity: 64 << 20, ZeroOnFree: true, Quota: 1 << 20})
+	p := newPool(t, pinned.Options{Capacity: 64 << 20, ZeroOnFree: true, Quota: 1 << 20, Backend: pinned.Pageable})
 	defer p.Close()
 	b, err := p.Alloc(1 << 20)
 	ok(t, "Alloc", err)
@@ -160,7 +160,7 @@ func TestHoldClose(t *testing.T) {
 // TestHoldRace holds, frees and releases buffers from several goroutines at once, in random
 // orders: every buffer is freed exactly once, and only after its last hold.
 func TestHoldRace(t *testing.T) {
-	p := newPool(t, pinned.Options{Capacity: 256 << 20})
+	p := newPool(t, pinned.Options{Capacity: 256 << 20, Backend: pinned.Pageable})
 	defer p.Close()
 	rounds := 200
 	if testing.Short() {
