@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,13 +15,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pinmalloc/pinmalloc/internal/mem"
-	"github.com/pinmalloc/pinmalloc/internal/ucx"
 	"github.com/pinmalloc/pinmalloc/pinned"
 	"github.com/pinmalloc/pinmalloc/remote"
 )
@@ -229,99 +225,6 @@ func (b *ucxBenchState) peerAlloc(c *remote.Conn, n, k int) ([]remote.Descriptor
 		ds, r = append(ds, d), rest
 	}
 	return ds, nil
-}
-
-// registration measures 1,000 buffers made ready for remote access, both ways, interleaved.
-func (b *ucxBenchState) registration() ([]ucxRow, error) {
-	const n, size = 1000, 16 << 10
-	ctx, err := ucx.NewContext("bench-registration")
-	if err != nil {
-		return nil, err
-	}
-	defer ctx.Close()
-	var poolTimes, eachTimes []float64
-	var poolRSS, eachRSS, poolKeys, eachKeys int64
-	var poolMaps, eachMaps int64
-	for range b.rounds {
-		pool, err := ucxPool()
-		if err != nil {
-			return nil, err
-		}
-		bufs := make([][]byte, n)
-		for i := range bufs {
-			if bufs[i], err = pool.Alloc(size); err != nil {
-				return nil, err
-			}
-		}
-		// The pool's way: its regions once, then a descriptor per buffer.
-		maps, rss := ucx.MemMaps(), residentBytes()
-		start := time.Now()
-		reg, err := b.w.Register(pool)
-		if err != nil {
-			return nil, err
-		}
-		keys := map[string]bool{}
-		for _, buf := range bufs {
-			d, err := reg.Describe(buf)
-			if err != nil {
-				return nil, err
-			}
-			enc, _ := d.MarshalBinary()
-			keys[string(enc[56:len(enc)-4])] = true
-		}
-		poolTimes = append(poolTimes, float64(time.Since(start).Nanoseconds())/1e3)
-		poolRSS, poolMaps = residentBytes()-rss, ucx.MemMaps()-maps
-		poolKeys = 0
-		for k := range keys {
-			poolKeys += int64(len(k))
-		}
-		if err := reg.Close(); err != nil {
-			return nil, err
-		}
-		// One ucp_mem_map and one packed key per buffer.
-		maps, rss = ucx.MemMaps(), residentBytes()
-		start = time.Now()
-		mems := make([]ucx.Mem, n)
-		eachKeys = 0
-		for i, buf := range bufs {
-			if mems[i], err = ctx.MemMap(mem.Addr(buf), uintptr(len(buf)), ucx.MemoryHost, false); err != nil {
-				return nil, err
-			}
-			k, err := ctx.PackRkey(mems[i])
-			if err != nil {
-				return nil, err
-			}
-			eachKeys += int64(len(k))
-		}
-		eachTimes = append(eachTimes, float64(time.Since(start).Nanoseconds())/1e3)
-		eachRSS, eachMaps = residentBytes()-rss, ucx.MemMaps()-maps
-		for _, m := range mems {
-			_ = ctx.MemUnmap(m)
-		}
-		for _, buf := range bufs {
-			_ = pool.Free(buf)
-		}
-		_ = pool.Close()
-	}
-	pt, et := median(poolTimes), median(eachTimes)
-	return []ucxRow{{Case: "registration/1000x16KiB", Remote: pt, Other: et, Ratio: et / pt,
-		Detail: fmt.Sprintf("µs: pool %.0f (%d ucp_mem_map, %d B of keys, RSS +%d KiB) vs per buffer %.0f (%d ucp_mem_map, %d B of keys, RSS +%d KiB)",
-			pt, poolMaps, poolKeys, poolRSS>>10, et, eachMaps, eachKeys, eachRSS>>10)}}, nil
-}
-
-// residentBytes is the process's resident memory (VmRSS).
-func residentBytes() int64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			v, _ := strconv.ParseInt(f[1], 10, 64)
-			return v << 10
-		}
-	}
-	return 0
 }
 
 // transferMBs moves count operations of size bytes between src and dst on c (gets when get)
@@ -537,155 +440,6 @@ func (b *ucxBenchState) batch() ([]ucxRow, error) {
 	_, _ = b.call(b.c, "free")
 	_, _ = b.call(b.cr, "free")
 	return rows, nil
-}
-
-// netBatch writes the blocks to sock, whose peer reads each into a pool buffer and answers one
-// byte, and returns MB/s.
-func netBatch(sock net.Conn, src [][]byte) (float64, error) {
-	start := time.Now()
-	var hdr [8]byte
-	binary.LittleEndian.PutUint32(hdr[:], uint32(len(src)))
-	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(src[0])))
-	bufs := net.Buffers(append([][]byte{hdr[:]}, src...))
-	if _, err := bufs.WriteTo(sock); err != nil {
-		return 0, err
-	}
-	var ack [1]byte
-	if _, err := io.ReadFull(sock, ack[:]); err != nil {
-		return 0, err
-	}
-	return float64(len(src)*len(src[0])) / time.Since(start).Seconds() / 1e6, nil
-}
-
-// ucxPeer is the other process: a worker and a registered pool, listening, obeying "alloc N
-// K", "free", "net" and "quit" on every connection.
-func ucxPeer() error {
-	w, err := remote.New(remote.Options{Name: "bench-peer", SharedMemory: os.Getenv("PINMALLOC_BENCH_SHM") != ""})
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	pool, err := ucxPool()
-	if err != nil {
-		return err
-	}
-	reg, err := w.Register(pool)
-	if err != nil {
-		return err
-	}
-	addr, err := w.Address()
-	if err != nil {
-		return err
-	}
-	fmt.Printf("L %x\n", addr)
-	ctx := context.Background()
-	quit := make(chan struct{})
-	var once sync.Once
-	go func() {
-		for {
-			c, err := w.Accept(ctx)
-			if err != nil {
-				return
-			}
-			go serveUCXPeer(ctx, c, pool, reg, func() { once.Do(func() { close(quit) }) })
-		}
-	}()
-	<-quit
-	return nil
-}
-
-// serveUCXPeer obeys one connection's commands.
-func serveUCXPeer(ctx context.Context, c *remote.Conn, pool *pinned.Pool, reg *remote.Registration, quit func()) {
-	{
-		{
-			var bufs [][]byte
-			for {
-				m, err := c.Recv(ctx)
-				if err != nil {
-					return
-				}
-				f := strings.Fields(string(m))
-				var reply []byte
-				switch f[0] {
-				case "alloc":
-					n, _ := strconv.Atoi(f[1])
-					k, _ := strconv.Atoi(f[2])
-					for range k {
-						buf, err := pool.Alloc(n)
-						if err != nil {
-							reply = []byte("E " + err.Error())
-							break
-						}
-						bufs = append(bufs, buf)
-						d, err := reg.Describe(buf)
-						if err != nil {
-							reply = []byte("E " + err.Error())
-							break
-						}
-						reply, _ = d.AppendBinary(reply)
-					}
-				case "free":
-					for _, buf := range bufs {
-						_ = pool.Free(buf)
-					}
-					bufs, reply = nil, []byte("ok")
-				case "net":
-					port, err := netPeer(pool)
-					if err != nil {
-						reply = []byte("E " + err.Error())
-					} else {
-						reply = []byte(strconv.Itoa(port))
-					}
-				case "quit":
-					quit()
-					return
-				}
-				if err := c.Send(ctx, reply); err != nil {
-					return
-				}
-			}
-		}
-	}
-}
-
-// netPeer listens on TCP and, for each batch ("count size" then the blocks), reads every block
-// into a pool buffer and answers one byte.
-func netPeer(pool *pinned.Pool) (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	go func() {
-		s, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer s.Close()
-		var bufs [][]byte
-		for {
-			var hdr [8]byte
-			if _, err := io.ReadFull(s, hdr[:]); err != nil {
-				return
-			}
-			n, size := int(binary.LittleEndian.Uint32(hdr[:])), int(binary.LittleEndian.Uint32(hdr[4:]))
-			for len(bufs) < n {
-				b, err := pool.Alloc(size)
-				if err != nil {
-					return
-				}
-				bufs = append(bufs, b)
-			}
-			for _, b := range bufs[:n] {
-				if _, err := io.ReadFull(s, b[:size]); err != nil {
-					return
-				}
-			}
-			if _, err := s.Write([]byte{1}); err != nil {
-				return
-			}
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func printUCX(w io.Writer, tls, load string, rows []ucxRow) {

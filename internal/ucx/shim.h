@@ -76,6 +76,20 @@ typedef struct {
 	unsigned char hdr[PM_HDR];
 } pm_op;
 
+// The callbacks (shim.c), which the shims (shim_calls.c) hand to UCX.
+typedef struct {
+	pm_state *st;
+	uint64_t tag;
+} pm_listen_arg;
+void pm_cq_push(pm_state *st, uint32_t id, int status);
+void pm_send_cb(void *request, pm_status_t status, void *user_data);
+pm_status_t pm_am_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                     const pm_ucp_am_recv_param_t *param);
+pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                       const pm_ucp_am_recv_param_t *param);
+void pm_ep_err_cb(void *arg, pm_handle ep, pm_status_t status);
+void pm_conn_cb(pm_handle req, void *arg);
+
 pm_state *pm_state_new(uint32_t nslots, size_t ev_limit, uintptr_t request_free);
 void pm_state_free(pm_state *st);
 int pm_events(pm_state *st, pm_event **out, int cap);
