@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -109,5 +110,31 @@ func TestOneProcess(t *testing.T) {
 	}
 	if err := errors.Join(p1.Free(b1), p2.Free(b2)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestIdleWorkerSleeps: workers with a connection open and nothing to do sleep on their event
+// fd: a few wake-ups a second (UCX's keepalive runs inside progress), and next to no CPU.
+func TestIdleWorkerSleeps(t *testing.T) {
+	needUCX(t)
+	w1, w2 := newWorker(t), newWorker(t)
+	addr, err := w2.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w1.Dial(t.Context(), addr); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the handshake's last messages
+	var before, after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	wake := w1.Stats().Wakeups + w2.Stats().Wakeups
+	time.Sleep(500 * time.Millisecond)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+	woke := w1.Stats().Wakeups + w2.Stats().Wakeups - wake
+	t.Logf("two idle workers over 500 ms: %d wake-ups, %v of CPU", woke, cpu)
+	if woke > 30 || cpu > 100*time.Millisecond {
+		t.Fatalf("idle workers woke %d times and took %v of CPU in 500 ms: they poll", woke, cpu)
 	}
 }
