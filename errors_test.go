@@ -21,6 +21,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/ipcpool"
 	"github.com/pinmalloc/pinmalloc/metrics"
 	"github.com/pinmalloc/pinmalloc/pinned"
+	"github.com/pinmalloc/pinmalloc/remote"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -107,6 +108,17 @@ var kinds = []struct {
 	{"ipcpool.ErrRefused", ipcpool.ErrRefused, pinmalloc.ErrRefused, "ipcpool: "},
 	{"ipcpool.ErrProtocol", ipcpool.ErrProtocol, pinmalloc.ErrInvalid, "ipcpool: "},
 
+	{"remote.ErrNoUCX", remote.ErrNoUCX, pinmalloc.ErrNoUCX, "remote: "},
+	{"remote.ErrClosed", remote.ErrClosed, pinmalloc.ErrClosed, "remote: "},
+	{"remote.ErrDescriptor", remote.ErrDescriptor, pinmalloc.ErrInvalid, "remote: "},
+	{"remote.ErrOutOfRange", remote.ErrOutOfRange, pinmalloc.ErrInvalid, "remote: "},
+	{"remote.ErrNotRegistered", remote.ErrNotRegistered, pinmalloc.ErrNotOwned, "remote: "},
+	{"remote.ErrPeer", remote.ErrPeer, pinmalloc.ErrRefused, "remote: "},
+	{"remote.ErrBusy", remote.ErrBusy, pinmalloc.ErrBusy, "remote: "},
+	{"remote.ErrNotSupported", remote.ErrNotSupported, pinmalloc.ErrInvalid, "remote: "},
+	{"remote.ErrTooLarge", remote.ErrTooLarge, pinmalloc.ErrTooLarge, "remote: "},
+	{"remote.ErrProtocol", remote.ErrProtocol, pinmalloc.ErrRefused, "remote: "},
+
 	{"metrics.ErrInvalidName", metrics.ErrInvalidName, pinmalloc.ErrInvalid, "metrics: "},
 	{"debugpage.ErrSnapshot", debugpage.ErrSnapshot, pinmalloc.ErrInvalid, "debugpage: "},
 }
@@ -119,7 +131,7 @@ func TestKinds(t *testing.T) {
 		pinmalloc.ErrInvalidSize, pinmalloc.ErrTooLarge, pinmalloc.ErrInvalidAlign, pinmalloc.ErrLiveBlocks,
 		pinmalloc.ErrMemlock, pinmalloc.ErrQuota, pinmalloc.ErrInvalidStream, pinmalloc.ErrInvalid, pinmalloc.ErrBusy, pinmalloc.ErrRefused,
 		pinmalloc.ErrNoDriver, pinmalloc.ErrNoDevice, pinmalloc.ErrSymbol, pinmalloc.ErrInvalidValue, pinmalloc.ErrNotSupported,
-		pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered}
+		pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered, pinmalloc.ErrNoUCX}
 	for _, k := range kinds {
 		for _, kind := range all {
 			if got := errors.Is(k.sentinel, kind); got != (kind == k.kind) {

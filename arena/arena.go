@@ -111,6 +111,8 @@ type Arena struct {
 	gen      atomic.Int64 // purge generation: timer ticks so far; written under mu
 	timed    bool         // the timer runs at all: a delay and a provider that decommits
 	kept     []*Kept      // tracked ranges (kept.go)
+
+	observers []RegionObserver // told of each region mapped and unmapped (observe.go), under mu
 }
 
 type region struct {
@@ -359,6 +361,10 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 		_ = a.prov.Release(rr)
 		return nil, fmt.Errorf("%w: chunk table full", ErrCapacity)
 	}
+	if err := a.mapped(rr); err != nil { // an observer refuses it (observe.go)
+		_ = a.prov.Release(rr)
+		return nil, err
+	}
 	gshift, _ := align.Log2(a.caps.Granule)
 	ng := int((rr.Size + a.caps.Granule - 1) >> gshift)
 	r := &region{
@@ -447,11 +453,13 @@ func (a *Arena) Close() error {
 	a.pcDone.Broadcast() // an Alloc waiting for Precommit's chunks sees closed
 	var first error
 	for _, r := range *a.regions.Load() {
+		a.unmapping(r.r)
 		if err := a.prov.Release(r.r); err != nil && first == nil {
 			first = err
 		}
 	}
 	a.closed = true
+	a.observers = nil
 	a.st.Committed = 0
 	a.reserved = 0
 	a.regions.Store(new([]*region))

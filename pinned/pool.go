@@ -125,6 +125,7 @@ type Pool struct {
 	pc precommit // the background commit of Options.Precommit
 
 	order *streamOrder // stream-ordered reuse (stream.go); nil where copies are synchronous
+	out   outside      // buffers held by work outside the pool (hold.go)
 	busy  atomic.Bool  // Close found deferred buffers: a later Close waits for them again
 
 	closed   atomic.Bool // no more Alloc
@@ -421,7 +422,8 @@ type fastFree struct {
 // shard's FreeAsync cache (pend.go) when it can be.
 func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, guard bool) fastFree {
 	r := fastFree{done: done, held: held}
-	if held && guard && p.order != nil && p.sharer == nil { // a Sharer is asked first: freeRest
+	// A Sharer, or a Hold's table, is asked first: freeRest.
+	if held && guard && p.order != nil && p.sharer == nil && p.out.active.Load() == 0 {
 		// Recorded on one stream, most likely: defer it in this fast section.
 		if r.tag = h.NearTag(addr); r.tag != nil {
 			if r.claimed = p.order.claimOne(r.tag); r.claimed != nil && !p.closed.Load() &&
@@ -437,6 +439,11 @@ func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, g
 // freeRest finishes a free of the buffer at addr of n bytes after the fast section's r (the
 // zero fastFree where none ran): by the blocking paths, or deferred while a stream may use it.
 func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
+	if guard && !r.done && r.claimed == nil {
+		if handled, err := p.out.deferFree(addr, n, false, 0); handled { // held: hold.go
+			return err
+		}
+	}
 	if guard && p.sharer != nil {
 		if done, err := p.sharedOrForeign(addr, n, r, nil); done {
 			return err
@@ -456,7 +463,7 @@ func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
 		err = p.order.deferFree(addr, n, nil)
 	default:
 		if err = p.freeSlow(addr, n, false); guard && errors.Is(err, heap.ErrHeld) {
-			err = p.order.deferFree(addr, n, nil) // held since: a stream's copy raced the free
+			err = p.freeHeld(addr, n) // held since: a stream's copy or a Hold raced the free
 		}
 	}
 	if err != nil && guard {

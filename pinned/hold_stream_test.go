@@ -1,0 +1,94 @@
+package pinned_test
+
+import (
+	"testing"
+
+	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// TestFakeHoldWithStreams: in a CUDAHost pool (stream-ordered reuse), a buffer held and used by
+// a stream goes back only once both the last hold is released and the stream has passed its
+// free, whichever comes first: a copy recorded before the hold, one recorded during it, and a
+// FreeAsync made while held.
+func TestFakeHoldWithStreams(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	for _, n := range holdSizes {
+		d := r.devAlloc(n)
+		for _, order := range []string{"copy then hold", "hold then copy", "hold, FreeAsync"} {
+			r.f.Hold(true) // the stream's work stays queued
+			a := r.alloc(n, 0xA1)
+			var h pinned.Hold
+			var err error
+			if order == "copy then hold" {
+				ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), a, pubcuda.Stream(r.s)))
+				h, err = r.pool.Hold(a)
+				ok(t, "Hold", err)
+			} else {
+				h, err = r.pool.Hold(a)
+				ok(t, "Hold", err)
+				ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), a, pubcuda.Stream(r.s)))
+			}
+			if order == "hold, FreeAsync" {
+				ok(t, "FreeAsync", r.pool.FreeAsync(a, pubcuda.Stream(r.s)))
+			} else {
+				ok(t, "Free", r.pool.Free(a))
+			}
+			ok(t, "Release", h.Release())
+			b := r.alloc(n, 0xB2)
+			if mem.Addr(b) == mem.Addr(a) {
+				t.Fatalf("%d bytes, %s: handed out again with its copy queued", n, order)
+			}
+			r.f.Hold(false)
+			ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+			r.pool.Trim()
+			if st := r.pool.Stats(); st.Live != 1 {
+				t.Fatalf("%d bytes, %s: %d live after the stream passed and the hold was released, want 1", n, order, st.Live)
+			}
+			ok(t, "Free", r.pool.Free(b))
+		}
+		// Held with no stream, freed, released: back at once.
+		a := r.alloc(n, 0)
+		h, err := r.pool.Hold(a)
+		ok(t, "Hold", err)
+		ok(t, "Free", r.pool.Free(a))
+		ok(t, "Release", h.Release())
+		if st := r.pool.Stats(); st.Live != 0 {
+			t.Fatalf("%d bytes: %d live after the Release of a buffer no stream used", n, st.Live)
+		}
+		ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	}
+	r.finish()
+}
+
+// TestFakeWaitStreams: WaitStreams waits for the copy queued into a buffer, and returns at once
+// for a buffer no stream uses.
+func TestFakeWaitStreams(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	const n = 64 << 10
+	d := r.devAlloc(n)
+	ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d), 0x5C, n, pubcuda.Stream(r.s)))
+	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+	b := r.alloc(n, 0)
+	ok(t, "WaitStreams of a buffer no stream used", r.pool.WaitStreams(b))
+	r.f.Hold(true)
+	ok(t, "DtoHAsync", r.heap.DtoHAsync(b, pubcuda.DevicePtr(d), pubcuda.Stream(r.s)))
+	if b[0] != 0 {
+		t.Fatal("the fake ran the copy at once")
+	}
+	r.f.Hold(false)
+	ok(t, "WaitStreams", r.pool.WaitStreams(b[10:20]))
+	if b[0] != 0x5C || b[n-1] != 0x5C {
+		t.Fatal("WaitStreams returned before the queued copy landed")
+	}
+	ok(t, "Free", r.pool.Free(b))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
+}
