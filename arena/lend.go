@@ -115,6 +115,7 @@ func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
 	for _, r := range gone {
 		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
 		committed := uint64(r.commit.Count(0, ng)) << r.gshift
+		a.unmapping(r.r)
 		err := a.prov.Release(r.r)
 		a.reserved -= r.r.Size
 		a.st.Committed -= committed

@@ -174,3 +174,31 @@ func TestLenderGeometryRefused(t *testing.T) {
 		t.Fatal("a lender of 3 MiB units accepted")
 	}
 }
+
+// A region given back when idle is taken back from its observers first (a UCX registration
+// of a grant of a shared pool is dropped before the grant goes back to the owner).
+func TestLentRegionReleasedTellsObservers(t *testing.T) {
+	l := newLender(t, 16<<20, 4<<20)
+	a := newTestArena(t, Options{Provider: l, PurgeDelay: -1})
+	rec := &recorder{live: map[uintptr]uintptr{}}
+	if err := a.Observe(rec); err != nil {
+		t.Fatal(err)
+	}
+	s, err := a.Alloc(2<<20, 2<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.live) != 1 {
+		t.Fatalf("observer told of %d regions, want 1", len(rec.live))
+	}
+	if err := a.Free(s); err != nil {
+		t.Fatal(err)
+	}
+	a.Trim()
+	if l.nlent() != 0 {
+		t.Fatalf("%d loans after Trim", l.nlent())
+	}
+	if len(rec.live) != 0 {
+		t.Fatalf("the observer still holds %d regions the arena gave back: %v", len(rec.live), rec.events)
+	}
+}
