@@ -290,6 +290,10 @@ func (c *check) describe() (string, error) {
 	}
 	d.Fake = dev.IsFake()
 	c.fake = d.Fake
+	if !c.fake && len(nvidiaDeviceNodes(devDir)) == 0 {
+		return "", fmt.Errorf("%w: the driver %s, its device %q is no GPU (a fake driver of another source?), and nothing it measures is a GPU figure",
+			errDriverWithoutGPU, driverName(), d.Name)
+	}
 	if n, err := dev.TotalMem(); err == nil {
 		d.TotalMem = uint64(n)
 	}
