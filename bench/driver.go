@@ -38,7 +38,7 @@ func driverName() string {
 
 // chooseDriver decides where a suite that needs a driver runs (-gpucheck, -uvm, -commit):
 //   - on the driver that loads (libcuda.so.1, or the library cuda.LibraryEnv names), a GPU's or
-//     the fake's, as the library's marker says (internal/cuda.Device.IsFake), never its name;
+//     the fake's, as the library's symbols say (internal/cuda.Device.IsFake), never its name;
 //   - on pinmalloc's fake driver, in a child process (cudatest.ExecOnFake) whose exit status it
 //     returns with rerun set, when the fake is asked for (wantFake: -fake) or when no driver
 //     loads and nothing says this machine has an NVIDIA GPU (gpuSigns);

@@ -16,7 +16,7 @@ package main
 //     answer within a quarter of the deadline (gpucheck_device.go), ends the run there;
 //  2. tests: every test binary listed in BIN/tests.txt, the one with the contract tests of pinned
 //     host buffers first (every size from 1 B to 256 MiB copied both ways), run from its
-//     package's folder with -test.run 'CUDA|GPU' under BIN/test2json, so that every test and
+//     package's folder with -test.run 'CUDA|GPU' , its output through BIN/test2json, so that every test and
 //     subtest is recorded from its own event (gpucheck_tests.go): on a GPU every GPU test the
 //     manifest lists must run and pass; a skip is a failure unless it names a capability the
 //     device is seen to lack (N/A, naming it); the figures GPU tests record are graded;
@@ -41,7 +41,8 @@ package main
 // nvidia-smi's. A check with nothing behind it (a step that failed, no test, no case) fails.
 //
 // The driver (driver.go): the one that loads, a GPU's or the fake's, told apart by the library's
-// marker symbol and never by the device's name; the fake, in a child process, with -fake or where
+// symbols and never by the device's name, a driver that is no fake counting only where an NVIDIA
+// device node is (gpucheck_device.go); the fake, in a child process, with -fake or where
 // no driver loads and nothing says the machine has an NVIDIA GPU; on a machine with an NVIDIA GPU
 // and no loadable driver the run fails at once, saying so. On the fake the test binaries run with
 // the fake as their driver (the GPU tests skip: no GPU) and the fake-driver twins of the contract
