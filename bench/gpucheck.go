@@ -16,10 +16,11 @@ package main
 //     answer within a quarter of the deadline (gpucheck_device.go), ends the run there;
 //  2. tests: every test binary listed in BIN/tests.txt, the one with the contract tests of pinned
 //     host buffers first (every size from 1 B to 256 MiB copied both ways), run from its
-//     package's folder with -test.run 'CUDA|GPU' , its output through BIN/test2json, so that every test and
-//     subtest is recorded from its own event (gpucheck_tests.go): on a GPU every GPU test the
-//     manifest lists must run and pass; a skip is a failure unless it names a capability the
-//     device is seen to lack (N/A, naming it); the figures GPU tests record are graded;
+//     package's folder with -test.run 'CUDA|GPU', its output through BIN/test2json, so that
+//     every test and subtest is recorded from its own event (gpucheck_tests.go): on a GPU
+//     every GPU test the manifest lists must run and pass; a skip is a failure unless it names
+//     a capability the device is seen to lack (N/A, naming it); the figures GPU tests record
+//     are graded;
 //  3. the examples: kvcache at 3x oversubscription and loadweights with their defaults;
 //  4. the benchmark suites of -gpu (gpu.go: the copy bandwidth, CUDA's host pool and a
 //     PyTorch-style cache beside the CUDAHost pool, the pinning suite, the UVM tier, the device
