@@ -169,15 +169,7 @@ func TestGpucheckKilled(t *testing.T) {
 // startMain starts bench's main in a child process, as runMain runs it.
 func startMain(t *testing.T, env []string, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
-	for _, kv := range env {
-		if k, v, _ := strings.Cut(kv, "="); v == "" {
-			cmd.Env = withoutVar(cmd.Env, k)
-		} else {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	cmd := mainCmd(env, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,20 @@ func TestMain(m *testing.M) {
 // process's (a variable set to "" is taken out), and returns its exit status and output.
 func runMain(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
+	out, err := mainCmd(env, args...).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	case err != nil:
+		t.Fatalf("bench %q: %v\n%s", args, err, out)
+	}
+	return 0, string(out)
+}
+
+// mainCmd is bench's main as a command: this test binary with args, the environment env added to
+// this process's (a variable set to "" is taken out).
+func mainCmd(env []string, args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
 	for _, kv := range env {
@@ -35,15 +49,7 @@ func runMain(t *testing.T, env []string, args ...string) (int, string) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		return ee.ExitCode(), string(out)
-	case err != nil:
-		t.Fatalf("bench %q: %v\n%s", args, err, out)
-	}
-	return 0, string(out)
+	return cmd
 }
 
 // withoutVar returns env without the variable name.
