@@ -12,13 +12,15 @@ package main
 //
 //  1. the device: name, memory, compute capability, multiprocessors, the CUDA driver API version,
 //     the capabilities the GPU tests may find missing (capabilities.go) and, where nvidia-smi
-//     answers, the driver's version; a device that does not open ends the run there;
+//     answers, the driver's version; a device that does not open, or a driver that does not
+//     answer within a quarter of the deadline (gpucheck_device.go), ends the run there;
 //  2. tests: every test binary listed in BIN/tests.txt, the one with the contract tests of pinned
 //     host buffers first (every size from 1 B to 256 MiB copied both ways), run from its
-//     package's folder with -test.run 'CUDA|GPU' under BIN/test2json, so that every test and
-//     subtest is recorded from its own event (gpucheck_tests.go): on a GPU every GPU test the
-//     manifest lists must run and pass; a skip is a failure unless it names a capability the
-//     device is seen to lack (N/A, naming it); the figures GPU tests record are graded;
+//     package's folder with -test.run 'CUDA|GPU', its output through BIN/test2json, so that
+//     every test and subtest is recorded from its own event (gpucheck_tests.go): on a GPU
+//     every GPU test the manifest lists must run and pass; a skip is a failure unless it names
+//     a capability the device is seen to lack (N/A, naming it); the figures GPU tests record
+//     are graded;
 //  3. the examples: kvcache at 3x oversubscription and loadweights with their defaults;
 //  4. the benchmark suites of -gpu (gpu.go: the copy bandwidth, CUDA's host pool and a
 //     PyTorch-style cache beside the CUDAHost pool, the pinning suite, the UVM tier, the device
@@ -40,7 +42,8 @@ package main
 // nvidia-smi's. A check with nothing behind it (a step that failed, no test, no case) fails.
 //
 // The driver (driver.go): the one that loads, a GPU's or the fake's, told apart by the library's
-// marker symbol and never by the device's name; the fake, in a child process, with -fake or where
+// symbols and never by the device's name, a driver that is no fake counting only where an NVIDIA
+// device node is (gpucheck_device.go); the fake, in a child process, with -fake or where
 // no driver loads and nothing says the machine has an NVIDIA GPU; on a machine with an NVIDIA GPU
 // and no loadable driver the run fails at once, saying so. On the fake the test binaries run with
 // the fake as their driver (the GPU tests skip: no GPU) and the fake-driver twins of the contract
@@ -52,16 +55,13 @@ package main
 // was missed.
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -197,7 +197,7 @@ func gpucheck(cfg *config) int {
 	if driverErr != nil {
 		c.step("device", func() (string, error) { return "", driverErr })
 	} else {
-		c.step("device", c.describe)
+		c.step("device", c.deviceStep)
 	}
 	if c.Steps[0].Status == pass {
 		c.step("tests", c.runTests)
@@ -276,56 +276,6 @@ func (c *check) floor() time.Duration { return min(10*time.Second, c.cfg.deadlin
 // endMargin is the time kept at the end of the run to stop a worker and write the report: 3 s,
 // less for a short deadline.
 func (c *check) endMargin() time.Duration { return min(3*time.Second, c.cfg.deadline/20) }
-
-// describe opens device 0, describes it and finds the capabilities it lacks.
-func (c *check) describe() (string, error) {
-	dev, err := icuda.Open(0)
-	if err != nil {
-		return "", err
-	}
-	defer dev.Close()
-	d := &c.Device
-	if d.Name, err = dev.Name(); err != nil {
-		return "", err
-	}
-	d.Fake = dev.IsFake()
-	c.fake = d.Fake
-	if n, err := dev.TotalMem(); err == nil {
-		d.TotalMem = uint64(n)
-	}
-	major, _ := dev.Attribute(icuda.AttrComputeCapabilityMajor)
-	minor, _ := dev.Attribute(icuda.AttrComputeCapabilityMinor)
-	d.Compute = fmt.Sprintf("%d.%d", major, minor)
-	d.Multiprocessors, _ = dev.Attribute(icuda.AttrMultiprocessorCount)
-	if v, err := icuda.DriverVersion(); err == nil {
-		d.CUDA = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	smi := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=name,driver_version,memory.total,pci.bus_id", "--format=csv,noheader", "-i", "0")
-	if out, err := smi.Output(); err == nil {
-		d.NvidiaSMI = strings.TrimSpace(string(out))
-	}
-	if !c.fake {
-		d.NVML = describeNVML(d.Name)
-	}
-	c.caps = probeCapabilities(dev, d.NVML)
-	c.name = c.cfg.name
-	if c.name == "" {
-		c.name = fileName(d.Name)
-		if c.fake {
-			c.name = "fake-driver"
-		}
-		if c.cfg.quick {
-			c.name += "-quick"
-		}
-	}
-	if c.fake {
-		fmt.Fprintf(c.log, "gpucheck: %s\n", fakeNote)
-	}
-	return fmt.Sprintf("%s, %.1f GiB, compute capability %s, %d multiprocessors, CUDA driver API %s%s",
-		d.Name, float64(d.TotalMem)/(1<<30), d.Compute, d.Multiprocessors, d.CUDA, map[bool]string{true: "; " + fakeNote}[c.fake]), nil
-}
 
 // fileName turns a device name into a file name: "NVIDIA H100 80GB HBM3" is
 // nvidia-h100-80gb-hbm3.

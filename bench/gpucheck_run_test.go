@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -137,6 +138,30 @@ func TestGpucheckBrokenDrivers(t *testing.T) {
 		if doc.Device.Fake || len(doc.Cases) != 0 {
 			t.Errorf("stub %d: device %+v, cases %+v", fault, doc.Device, doc.Cases)
 		}
+	}
+}
+
+// TestGpucheckDriverHangs runs the check on a driver whose cuInit does not return (a GPU in a
+// bad state): the device step fails within its share of the deadline, saying the driver did not
+// answer, and the run ends by its deadline with its report, rather than never.
+func TestGpucheckDriverHangs(t *testing.T) {
+	if err := fakecuda.Available(); err != nil || len(gpuSuites) == 0 {
+		t.Skip("no cgo or no C compiler to build the stub drivers")
+	}
+	lib, err := fakecuda.Stub(t.TempDir(), fakecuda.StubHangs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	const deadline = 4 * time.Second // the device step's limit a second
+	t0 := time.Now()
+	code, log := runMain(t, []string{cuda.LibraryEnv + "=" + lib}, "-gpucheck", out, "-bin", standInBin(t), "-quick", "-deadline", deadline.String())
+	if ran := time.Since(t0); ran > deadline {
+		t.Errorf("the run took %v against a deadline of %v", ran, deadline)
+	}
+	doc := readReport(t, out, "gpucheck")
+	if code != 1 || doc.Status != fail || len(doc.Steps) != 4 || doc.Steps[0].Status != fail || !strings.Contains(doc.Steps[0].Detail, "did not answer") {
+		t.Errorf("exit %d, steps %+v: want the device step to fail, saying the driver did not answer\n%s", code, doc.Steps, log)
 	}
 }
 

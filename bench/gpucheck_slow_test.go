@@ -117,44 +117,111 @@ func TestGpucheckSlowGPU(t *testing.T) {
 	}
 }
 
-// TestGpucheckKilled kills the check (SIGKILL, as a command limit does) once its report holds a
-// case's figures: the report on disk is whole and keeps them, and no worker outlives it.
+// TestGpucheckKilled kills the check (SIGKILL, as a command limit does): once its report holds a
+// case's figures, run on the fake named as a GPU and on the fake it chose itself (-fake: the
+// check runs in a child of the process killed), the report on disk is whole and keeps them; and
+// while a test binary runs. Each time no process of the check outlives it: no worker, no test
+// binary, no child on the fake.
 func TestGpucheckKilled(t *testing.T) {
 	lib := needFake(t)
-	out := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-gpucheck", out, "-bin", standInBin(t), "-quick", "-cases", "^(cuda-device-pair/4KiB|uvm-acquire/resident)$")
-	cmd.Env = append(append(os.Environ(), mainEnv+"=1"), slowEnv(lib, 5)...)
+	args := []string{"-quick", "-cases", "^(cuda-device-pair/4KiB|uvm-acquire/resident)$"}
+	for _, run := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"on the fake named as a GPU", slowEnv(lib, 5), args},
+		{"on the fake it chose (-fake)", []string{cuda.LibraryEnv + "=", fakecuda.PrebuiltEnv + "=" + lib, fakecuda.SlowEnv + "=5"}, append([]string{"-fake"}, args...)},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			out := t.TempDir()
+			cmd := startMain(t, run.env, append([]string{"-gpucheck", out, "-bin", standInBin(t)}, run.args...)...)
+			waitFor(t, func() bool {
+				b, err := os.ReadFile(filepath.Join(out, "fake-driver-quick.json"))
+				return err == nil && strings.Contains(string(b), `"cuda-device-pair/4KiB"`) && strings.Contains(string(b), `"cases"`)
+			}, "no case's figures in the report")
+			kill(t, cmd)
+			doc := readReport(t, out, "fake-driver-quick")
+			found := false
+			for _, r := range doc.Results {
+				found = found || r.Case == "cuda-device-pair/4KiB" && r.Metric == "ns_per_pair" && r.Value > 0
+			}
+			if !found || len(doc.Cases) == 0 {
+				t.Errorf("the report after the kill lacks the figures taken: cases %+v", doc.Cases)
+			}
+			noneLeft(t, out, "")
+		})
+	}
+	t.Run("while a test binary runs", func(t *testing.T) {
+		bin, pkg := standInBin(t), t.TempDir()
+		script(t, bin, "pinned.test", "exec sleep 60") // its folder, pkg, tells it
+		if err := os.WriteFile(filepath.Join(bin, "tests.txt"), []byte("pinned.test "+pkg+" TestCUDAPoolCopiesMixedSizes\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := t.TempDir()
+		cmd := startMain(t, slowEnv(lib, 1), "-gpucheck", out, "-bin", bin, "-quick")
+		waitFor(t, func() bool { return len(processesIn(pkg)) > 0 }, "the test binary never started")
+		kill(t, cmd)
+		noneLeft(t, out, pkg)
+	})
+}
+
+// startMain starts bench's main in a child process, as runMain runs it.
+func startMain(t *testing.T, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := mainCmd(env, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
-	var doc reportDoc
-	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		if b, err := os.ReadFile(filepath.Join(out, "fake-driver-quick.json")); err == nil && strings.Contains(string(b), `"cuda-device-pair/4KiB"`) &&
-			strings.Contains(string(b), `"cases"`) {
-			break
-		}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+// waitFor polls cond for a minute.
+func waitFor(t *testing.T, cond func() bool, failure string) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Since(start) > time.Minute {
-			t.Fatal("no case's figures in the report after a minute")
+			t.Fatal(failure, "after a minute")
 		}
 	}
+}
+
+// kill kills cmd's process with SIGKILL and reaps it.
+func kill(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	doc = readReport(t, out, "fake-driver-quick")
-	found := false
-	for _, r := range doc.Results {
-		found = found || r.Case == "cuda-device-pair/4KiB" && r.Metric == "ns_per_pair" && r.Value > 0
-	}
-	if !found || len(doc.Cases) == 0 {
-		t.Errorf("the report after the kill lacks the figures taken: cases %+v", doc.Cases)
-	}
-	time.Sleep(200 * time.Millisecond) // the worker's death signal
+}
+
+// noneLeft fails the test if, a moment after the check was killed, a process of it lives on: one
+// whose arguments name its folder out, or that runs in the folder dir.
+func noneLeft(t *testing.T, out, dir string) {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond) // the death signals
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), out) {
 			t.Errorf("a process of the killed check lives on: %s: %q", p, strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
+	if dir != "" {
+		for _, p := range processesIn(dir) {
+			t.Errorf("a test binary of the killed check lives on: %s", p)
+		}
+	}
+}
+
+// processesIn lists the processes whose working folder is dir.
+func processesIn(dir string) []string {
+	var out []string
+	cwds, _ := filepath.Glob("/proc/[0-9]*/cwd")
+	for _, c := range cwds {
+		if d, err := os.Readlink(c); err == nil && d == dir {
+			out = append(out, filepath.Dir(c))
+		}
+	}
+	return out
 }

@@ -84,7 +84,7 @@ func TestGpucheckTests(t *testing.T) {
 	}
 	bin := t.TempDir()
 	pkg := t.TempDir()
-	script(t, bin, test2jsonName, `[ "$1 $2 $3" = "-t -p `+pkg+`" ] || { echo "bad test2json args: $*"; exit 2; }; shift 3; exec "$@"`)
+	script(t, bin, test2jsonName, `[ "$1 $2 $3" = "-t -p `+pkg+`" ] || { echo "bad test2json args: $*"; exit 2; }; `+test2jsonStandIn)
 	const contract = "TestCUDAPoolCopiesMixedSizes,TestCUDAHostProvidersCopy"
 	good := cat(passing("TestCUDAPoolCopiesMixedSizes"), []string{ev("run", "TestCUDAHostProvidersCopy", "")},
 		passing("TestCUDAHostProvidersCopy/vmm"), passing("TestCUDAHostProvidersCopy/register"), []string{ev("pass", "TestCUDAHostProvidersCopy", "")})

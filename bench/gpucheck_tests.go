@@ -158,7 +158,7 @@ func (c *check) runTests() (string, error) {
 		}
 		fmt.Fprintf(c.log, "--- %s -test.run '%s' (in %s, at most %v)\n", tb.file, pattern, tb.dir, limit.Round(time.Second))
 		var events bytes.Buffer
-		secs, err := c.runEvents(limit+10*time.Second, tb.dir, env, &events, t2j, "-t", "-p", tb.dir, path,
+		secs, err := c.runEvents(limit+10*time.Second, tb.dir, env, &events, t2j, path,
 			"-test.v=test2json", "-test.run", pattern, "-test.count=1", "-test.timeout", limit.Round(time.Second).String())
 		br.Seconds = secs
 		ts, figs, perr := parseEvents(tb.file, events.Bytes())
@@ -212,11 +212,29 @@ func (c *check) runLogged(limit time.Duration, dir string, env []string, prog st
 	return buf.String(), secs, err
 }
 
-// runEvents runs test2json and its test binary: the JSON events go to events, the tests'
-// output to the log as text.
-func (c *check) runEvents(limit time.Duration, dir string, env []string, events io.Writer, prog string, args ...string) (float64, error) {
+// runEvents runs a test binary (prog, args) in dir and Go's test2json (t2j) beside it, both
+// children of this process, the binary's output piped into test2json (test2json -t -p DIR, which
+// reads it on its standard input): the JSON events go to events, the tests' output to the log as
+// text. The binary is started by this process, not by test2json, so that it dies with the check
+// (dieWithParent) and is killed at limit.
+func (c *check) runEvents(limit time.Duration, dir string, env []string, events io.Writer, t2j, prog string, args ...string) (float64, error) {
 	w := &eventLog{log: c.logFile}
-	secs, err := c.run(limit, dir, env, io.MultiWriter(events, w), prog, args...)
+	conv := exec.Command(t2j, "-t", "-p", dir)
+	conv.Dir, conv.Env = dir, env
+	conv.Stdout, conv.Stderr = io.MultiWriter(events, w), c.logFile
+	conv.SysProcAttr = dieWithParent()
+	in, err := conv.StdinPipe()
+	if err == nil {
+		err = startChild(conv)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", filepath.Base(t2j), err)
+	}
+	secs, err := c.run(limit, dir, env, in, prog, args...)
+	in.Close()
+	if cerr := conv.Wait(); cerr != nil && err == nil {
+		err = fmt.Errorf("%s: %w", filepath.Base(t2j), cerr)
+	}
 	w.flush()
 	return secs, err
 }

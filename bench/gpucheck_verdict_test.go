@@ -23,7 +23,7 @@ func TestGpucheckCapabilities(t *testing.T) {
 		t.Skip("shell scripts stand in for test binaries")
 	}
 	bin, pkg := t.TempDir(), t.TempDir()
-	script(t, bin, test2jsonName, `shift 3; exec "$@"`)
+	script(t, bin, test2jsonName, test2jsonStandIn)
 	const contract = "TestCUDAPoolCopiesMixedSizes,TestCUDAHostProvidersCopy"
 	script(t, bin, "pinned.test", events(cat(passing("TestCUDAPoolCopiesMixedSizes"), passing("TestCUDAHostProvidersCopy"))...))
 	figure := "    gpu_test.go:41: " + fakecuda.FigureTag + " uvm-tier/evict/4KiB 51.5 GB/s >= 48\n"

@@ -16,9 +16,24 @@ func Exports(name string) (bool, error) {
 	return dr.exports(name), nil
 }
 
+// LoadedIsFake reports whether the driver library Load opened is pinmalloc's fake (as
+// Device.IsFake says), before any device is opened. The error is Load's.
+func LoadedIsFake() (bool, error) {
+	dr, err := loadDriver()
+	if err != nil {
+		return false, err
+	}
+	return dr.exports(FakeDriverSymbol) || dr.exports(fakeControlSymbol), nil
+}
+
 // Exports reports whether the library the device's driver came from exports the C symbol name.
 func (d *Device) Exports(name string) bool { return d.drv.exports(name) }
 
-// IsFake reports whether the device belongs to pinmalloc's fake driver: its library exports
-// FakeDriverSymbol, whatever the device is called.
-func (d *Device) IsFake() bool { return d.Exports(FakeDriverSymbol) }
+// fakeControlSymbol is the C function every build of pinmalloc's fake driver has exported, from
+// before it had FakeDriverSymbol: an older fake is known by it.
+const fakeControlSymbol = "fake_ctl"
+
+// IsFake reports whether the device belongs to pinmalloc's fake driver, whatever the device is
+// called and whichever source the fake was built from: its library exports FakeDriverSymbol or,
+// built before that symbol, the fake's controls (fake_ctl), which no CUDA driver exports.
+func (d *Device) IsFake() bool { return d.Exports(FakeDriverSymbol) || d.Exports(fakeControlSymbol) }

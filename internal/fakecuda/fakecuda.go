@@ -228,7 +228,8 @@ func runChild(t *testing.T, lib, marker string) {
 		// the child's test has ended, and a second per test was most of -race's time.
 		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
 	}
-	out, err := cmd.CombinedOutput()
+	var out []byte
+	err := runTied(cmd, func() (err error) { out, err = cmd.CombinedOutput(); return err })
 	switch {
 	case err != nil:
 		t.Fatalf("fakecuda: %s in a child process: %v\n%s", t.Name(), err, out)

@@ -172,8 +172,9 @@ func compile(cc, src, lib string) error {
 // directory (removed when the child ends). It is for programs (the examples, the benchmark
 // suite) that run on the fake where no CUDA driver can be loaded: since internal/cuda loads
 // its driver once per process, the choice is made by starting a new one. It returns the
-// child's exit code; err is set only when the child could not be run at all. A program should
-// call it only where cuda.LibraryEnv is not set already, so that it cannot recurse.
+// child's exit code; err is set only when the child could not be run at all. The child dies with
+// the program (on Linux): killing the program ends the run. A program should call it only where
+// cuda.LibraryEnv is not set already, so that it cannot recurse.
 func ExecOnFake() (int, error) {
 	if os.Getenv(cuda.LibraryEnv) != "" {
 		return 0, fmt.Errorf("fakecuda: %s is already set: not starting another child", cuda.LibraryEnv)
@@ -194,7 +195,7 @@ func ExecOnFake() (int, error) {
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), cuda.LibraryEnv+"="+lib)
-	err = cmd.Run()
+	err = runTied(cmd, cmd.Run)
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		return exit.ExitCode(), nil

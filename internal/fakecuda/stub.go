@@ -20,6 +20,8 @@ const (
 	StubOutOfMemory
 	// StubNoDevice: the driver loads and finds no device (CUDA_ERROR_NO_DEVICE, 100).
 	StubNoDevice
+	// StubHangs: cuInit does not return for ten minutes, as on a GPU in a bad state.
+	StubHangs
 )
 
 // stubSource is a libcuda.so.1 that is no driver: it answers the calls that open a device and
@@ -27,7 +29,8 @@ const (
 // that knows the fake by its marker does not take a broken library for one by a name either.
 const stubSource = `
 #include <stdio.h>
-int cuInit(unsigned f) { return FAULT == 1 ? 999 : f ? 1 : 0; }
+#include <unistd.h>
+int cuInit(unsigned f) { if (FAULT == 5) sleep(600); return FAULT == 1 ? 999 : f ? 1 : 0; }
 int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 int cuGetErrorName(int r, const char **s) {
 	*s = r == 999 ? "CUDA_ERROR_UNKNOWN" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : r == 100 ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_INVALID_VALUE";
@@ -49,7 +52,7 @@ int cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
 // for the tests of a program that must fail loudly, with the reason, on a machine whose driver is
 // broken (point cuda.LibraryEnv at it in a child process). It returns the library's path.
 func Stub(dir string, fault StubFault) (string, error) {
-	if fault < StubInitFails || fault > StubNoDevice {
+	if fault < StubInitFails || fault > StubHangs {
 		return "", fmt.Errorf("fakecuda: no stub driver %d", fault)
 	}
 	cc, err := compiler()
