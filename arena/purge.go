@@ -56,6 +56,25 @@ func (a *Arena) markUnwanted(r *region, first, last int) {
 	}
 }
 
+// markAged is markUnwanted for memory idle for the purge delay already (DecommitIdle): chunks
+// that hold no other unwanted memory are stamped two generations back, so that the timer's
+// next tick purges them; a chunk stamped already keeps its stamp, and its memory its delay.
+func (a *Arena) markAged(r *region, first, last int) {
+	any := false
+	for i := first; i < last; i++ {
+		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
+			if !r.stale.Get(i) {
+				r.stamp[i] = a.gen.Load() - 2
+				r.stale.SetRange(i, i+1, true)
+			}
+			any = true
+		}
+	}
+	if any {
+		a.schedulePurge()
+	}
+}
+
 // unwanted reports whether granules [glo, ghi) hold committed memory no span wants.
 func (r *region) unwanted(glo, ghi int) bool { return r.commit.AnyAndNot(r.want, glo, ghi) }
 
