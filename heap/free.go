@@ -211,10 +211,19 @@ func (h *Heap) release(pg *page) {
 }
 
 // Trim gives back to the arena every empty page and segment the heap keeps for reuse (all
-// held segments, with HoldSegments).
+// held segments, with RetainSegments) and the memory of its free blocks (where the arena's
+// granule allows: see PurgeIdle), so that what stays committed is what its live blocks
+// touch. The arena decommits it after the purge delay, or at once at its own Trim.
 func (h *Heap) Trim() {
 	h.Collect()
 	h.releaseEmpty()
+	for c := range h.classes {
+		for _, pg := range h.classes[c].all {
+			h.purgePage(pg, false)
+			pg.seenOps, pg.settled = pg.allocs()+pg.frees, true
+		}
+	}
+	h.purgeSlices(false)
 	h.checkInvariants("Trim")
 }
 

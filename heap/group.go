@@ -43,6 +43,7 @@ type Group struct {
 	dir        []atomic.Pointer[chunkLeaf] // by arena.ChunkID >> leafShift
 	chunkAlign uintptr
 	granule    uintptr // the provider's commit granule
+	decommits  bool    // the provider gives memory back (Caps.Decommits)
 	exclusive  bool    // class pages start exclusive (exclusive.go)
 	nheaps     atomic.Int32
 	// Changes to pages by goroutines other than the owner (remote frees, holds) begun and
@@ -87,7 +88,8 @@ func NewGroup(a *arena.Arena) (*Group, error) {
 	}
 	n := (a.MaxChunks() + leafChunks - 1) >> leafShift
 	return &Group{a: a, addr: make([]atomic.Pointer[addrLeaf], addrDirLen), dir: make([]atomic.Pointer[chunkLeaf], n),
-		chunkAlign: a.ChunkAlign(), granule: a.Provider().Caps().Granule, exclusive: exclusiveOK()}, nil
+		chunkAlign: a.ChunkAlign(), granule: a.Provider().Caps().Granule, decommits: a.Provider().Caps().Decommits,
+		exclusive: exclusiveOK()}, nil
 }
 
 // segmentAt returns the segment registered for chunk id, or nil.

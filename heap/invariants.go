@@ -3,6 +3,7 @@ package heap
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
@@ -83,6 +84,9 @@ func (h *Heap) verifyWith(tables bool) error {
 		}
 		pg := s.huge
 		if pg == nil {
+			if err := h.verifyKnownCommitted(s); err != nil {
+				errs = append(errs, err)
+			}
 			seen := map[*page]bool{}
 			for i := range s.pages {
 				p := s.pages[i].Load()
@@ -119,6 +123,27 @@ func (h *Heap) verifyWith(tables bool) error {
 	return errors.Join(errs...)
 }
 
+// verifyKnownCommitted checks that the slices segment s marks known committed (decommit
+// clear) are wanted by the arena, but those of a kept object page, which the arena gives up
+// without telling the heap (the page's reuse finds out: allocBig).
+func (h *Heap) verifyKnownCommitted(s *segment) error {
+	known := ^s.decommit
+	for i := 0; i < segSlices; i++ {
+		if p := s.pages[i].Load(); p != nil && p.class < 0 && p.tracked {
+			known &^= 1 << uint(i)
+		}
+	}
+	for known != 0 {
+		first := bits.TrailingZeros64(known)
+		n := bits.TrailingZeros64(^(known >> uint(first)))
+		if !h.a.Wanted(s.base+uintptr(first)<<sliceShift, uintptr(n)<<sliceShift) {
+			return fmt.Errorf("segment %#x: slices [%d, %d) are marked known committed, yet the arena does not count them all wanted", s.base, first, first+n)
+		}
+		known &^= sliceMask(first, n)
+	}
+	return nil
+}
+
 // owner returns the heap whose pages segment s holds (nil: none), reading only what other
 // goroutines may read: the page table's atomic entries and a page's heap, fixed at its making.
 func (s *segment) owner() *Heap {
@@ -139,11 +164,12 @@ func (s *segment) owner() *Heap {
 // the blocks the heap still counts live (remote frees not yet collected included) and their
 // bytes.
 func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
-	if pg.nfree > pg.bump || pg.bump > pg.limit || pg.limit > pg.nblocks {
-		return 0, 0, fmt.Errorf("page %#x: nfree %d, bump %d, limit %d, nblocks %d", pg.base, pg.nfree, pg.bump, pg.limit, pg.nblocks)
+	if pg.nfree+pg.npurged > pg.bump || pg.bump > pg.limit || pg.limit > pg.nblocks ||
+		pg.limit != min(uint32(uintptr(pg.ctop)/pg.bsize), pg.nblocks) || uintptr(pg.ctop) > uintptr(pg.nslice)<<sliceShift {
+		return 0, 0, fmt.Errorf("page %#x: nfree %d, npurged %d, bump %d, limit %d, nblocks %d, ctop %d", pg.base, pg.nfree, pg.npurged, pg.bump, pg.limit, pg.nblocks, pg.ctop)
 	}
 	onList := make([]bool, pg.nblocks)
-	for i, idx := uint32(0), pg.head; i < pg.nfree; i++ {
+	for i, idx := uint32(0), pg.head; i < pg.nfree+pg.npurged; i++ {
 		if idx >= pg.bump {
 			return 0, 0, fmt.Errorf("page %#x: free list holds block %d, not below the bump index %d", pg.base, idx, pg.bump)
 		}
@@ -178,10 +204,65 @@ func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
 			bytes += uintptr(st &^ (freedRemote | held))
 		}
 	}
-	if n != uint64(pg.bump-pg.nfree) {
-		return 0, 0, fmt.Errorf("page %#x: %d blocks held, bump - nfree = %d", pg.base, n, pg.bump-pg.nfree)
+	if n != uint64(pg.bump-pg.nfree-pg.npurged) {
+		return 0, 0, fmt.Errorf("page %#x: %d blocks held, bump - nfree - npurged = %d", pg.base, n, pg.bump-pg.nfree-pg.npurged)
 	}
-	return n, bytes, nil
+	return n, bytes, pg.verifyCommitted(onList)
+}
+
+// verifyCommitted checks the memory of class page pg (purge.go): every block but the purged
+// ones (the free list's blocks past its first nfree) touches only granules below ctop that the
+// page has not given up and the arena counts wanted; the page gave up none at or above ctop,
+// and a slice holding a granule it gave up is marked not known committed. onList marks the
+// blocks on the free list.
+func (pg *page) verifyCommitted(onList []bool) error {
+	g := pg.heap.g.granule
+	if pg.gone != nil {
+		top := int((uintptr(pg.ctop) + g - 1) / g)
+		if k := pg.gone.Count(top, int(uintptr(pg.nslice)<<sliceShift/g)); k != 0 {
+			return fmt.Errorf("page %#x: %d granules given up at or above ctop %d", pg.base, k, pg.ctop)
+		}
+		if err := pg.gone.Runs(0, top, true, func(s, e int) error {
+			lo := pg.base + uintptr(s)*g
+			if m := pg.seg.slicesOf(lo, lo+uintptr(e-s)*g); pg.seg.decommit&m != m {
+				return fmt.Errorf("page %#x: granules [%d, %d) given up in slices known committed (%#x of %#x)", pg.base, s, e, pg.seg.decommit&m, m)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	purged := make([]bool, pg.nblocks)
+	for i, idx := uint32(0), pg.head; i < pg.nfree+pg.npurged; i++ {
+		purged[idx] = i >= pg.nfree
+		idx = atomic.LoadUint32(&pg.state[idx]) &^ freeLink
+	}
+	// The runs of blocks that must be committed, merged, each checked once with the arena.
+	var lo, hi uintptr
+	flush := func() error {
+		if hi > lo && !pg.heap.a.Wanted(pg.base+lo, hi-lo) {
+			return fmt.Errorf("page %#x: [%d, %d) holds blocks in use or free at hand, yet the arena does not count it wanted", pg.base, lo, hi)
+		}
+		lo, hi = 0, 0
+		return nil
+	}
+	for idx := uint32(0); idx < pg.limit; idx++ {
+		if purged[idx] {
+			continue
+		}
+		b := uintptr(idx) * pg.bsize
+		if b+pg.bsize > uintptr(pg.ctop) || pg.touchesGone(idx, g) {
+			return fmt.Errorf("page %#x: block %d (on the list %v) lies in memory the page gave up or never committed (ctop %d)", pg.base, idx, onList[idx], pg.ctop)
+		}
+		if b != hi {
+			if err := flush(); err != nil {
+				return err
+			}
+			lo = b
+		}
+		hi = b + pg.bsize
+	}
+	return flush()
 }
 
 // objectLive returns what the heap counts live of an object or huge page: its block, unless

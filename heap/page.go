@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/bitset"
 	"github.com/pinmalloc/pinmalloc/internal/ilist"
 )
 
@@ -34,11 +35,17 @@ type page struct {
 	remoteSeen uint32 // class pages: remote frees collected (see keepSharedAfter)
 	allIdx     int    // class pages: index in hclass.all
 
-	heap    *Heap
-	seg     *segment
-	slice0  int
-	nslice  int
-	ncommit int // class pages: slices committed, from slice0
+	// Class pages: the memory of the page and its purge (purge.go).
+	npurged uint32     // purged blocks: on the free list after the nfree committed ones
+	ctop    uint32     // bytes from base that extend has committed (the bump index's reach)
+	gone    bitset.Set // granules below ctop a purge gave up (fine granules only; nil until then)
+	seenOps uint64     // allocations and frees at the last look of PurgeIdle
+	settled bool       // purged since seenOps was taken: nothing more to give until it changes
+
+	heap   *Heap
+	seg    *segment
+	slice0 int
+	nslice int
 
 	// Shared with remote freers.
 	mode        uint32      // exclusive, sharing or shared (exclusive.go)
@@ -83,7 +90,7 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 }
 
 // empty reports whether a class page has no live block and no remote free left to collect.
-func (pg *page) empty() bool { return pg.nfree == pg.bump }
+func (pg *page) empty() bool { return pg.nfree+pg.npurged == pg.bump }
 
 // A block's state word (page.state) says whether it is live and how big it was asked to be:
 //

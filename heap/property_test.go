@@ -221,6 +221,16 @@ func TestProperty(t *testing.T) {
 			}
 		}
 		h.checkInvariants("a free") // every step, built with -tags invariants
+		switch r.IntN(4000) {
+		case 0: // a look at idle pages, another after one that did nothing, and the purge: a
+			// block handed out of decommitted memory faults at its fill
+			h.PurgeIdle()
+			h.PurgeIdle()
+			a.Trim()
+		case 1:
+			h.Trim()
+			a.Trim()
+		}
 		if step%10_000 == 0 {
 			if st := h.Stats(); st.Live != uint64(len(live)) || st.InUse != uint64(inUse) {
 				t.Fatalf("step %d: stats live %d inuse %d, model %d %d", step, st.Live, st.InUse, len(live), inUse)
@@ -403,12 +413,13 @@ func TestRacingDoubleFree(t *testing.T) {
 func FuzzHeap(f *testing.F) {
 	f.Add([]byte{0, 10, 1, 0, 2, 200, 3, 1, 0, 255, 255})
 	f.Add([]byte{4, 1, 5, 9, 0, 0, 0, 0, 1, 1, 1, 1})
+	f.Add([]byte{0, 40, 0, 40, 0, 40, 0, 40, 2, 1, 6, 1, 0, 40, 2, 0, 6, 0, 0, 40, 0, 40, 0, 40})
 	f.Fuzz(func(t *testing.T, prog []byte) {
 		h := newTestHeap(t, 64<<20, Options{})
 		var live []liveBlock
 		var sh *shadow
 		for i := 0; i+1 < len(prog); i += 2 {
-			op, arg := prog[i]%6, uintptr(prog[i+1])
+			op, arg := prog[i]%7, uintptr(prog[i+1])
 			switch op {
 			case 0, 1: // alloc: arg picks a size on a log scale up to 4 MiB
 				n := 1 + (arg*arg*arg)%(4<<20)
@@ -456,6 +467,14 @@ func FuzzHeap(f *testing.F) {
 				}
 			case 5:
 				h.Collect()
+			case 6: // purge: idle pages at the second look (arg odd), or everything
+				if arg%2 == 1 {
+					h.PurgeIdle()
+					h.PurgeIdle()
+				} else {
+					h.Trim()
+				}
+				h.a.Trim() // decommitted: a block handed out of it faults at its fill
 			}
 			h.checkInvariants("an operation") // built with -tags invariants
 		}

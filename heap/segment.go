@@ -53,6 +53,7 @@ type segment struct {
 	npages    int
 	dirtyBits uint64               // slices handed out since the chunk last read as zero
 	decommit  uint64               // slices not known to be committed: never used, or given back
+	seenFree  uint64               // free slices still committed at PurgeIdle's last look
 	room      ilist.Links[segment] // on its kind's list of segments with room (Heap.segs) or not
 }
 
@@ -178,15 +179,31 @@ func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error),
 // an earlier page), reports whether all of them read as zero, and marks them dirty: whatever
 // page holds them next must not take them for fresh.
 func (h *Heap) prepareSlices(s *segment, first, n int) (fresh bool, err error) {
-	m := sliceMask(first, n)
+	return h.prepareRange(s, uintptr(first)<<sliceShift, uintptr(n)<<sliceShift)
+}
+
+// prepareRange is prepareSlices for the n bytes at offset off of s, which may start and end
+// inside a slice (a class page extended after a purge gave up its top, or block by block: see
+// purgePage and extend). A slice the range covers in part counts as touched, not as known
+// committed: the rest of it is not the range's to vouch for.
+func (h *Heap) prepareRange(s *segment, off, n uintptr) (fresh bool, err error) {
+	first, last := int(off>>sliceShift), int((off+n-1)>>sliceShift)
+	m := sliceMask(first, last-first+1)
+	whole := m
+	if off&(sliceSize-1) != 0 {
+		whole &^= 1 << uint(first)
+	}
+	if (off+n)&(sliceSize-1) != 0 {
+		whole &^= 1 << uint(last)
+	}
 	if s.decommit&m != 0 {
-		zeroed, err := h.a.Commit(s.base+uintptr(first)<<sliceShift, uintptr(n)<<sliceShift)
+		zeroed, err := h.a.Commit(s.base+off, n)
 		if err != nil {
 			return false, err
 		}
-		s.decommit &^= m
+		s.decommit &^= whole
 		if zeroed {
-			s.dirtyBits &^= m
+			s.dirtyBits &^= whole
 		}
 	}
 	fresh = s.dirtyBits&m == 0
