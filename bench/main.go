@@ -283,6 +283,7 @@ func main() {
 	printUVMTables(os.Stdout, s.results)
 	printCalibration(os.Stdout, s.results)
 	printCommitTables(os.Stdout, s.results)
+	printFootprint(os.Stdout, s.results)
 	printTargets(os.Stdout, targets)
 	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())
 	if cfg.uvm {
