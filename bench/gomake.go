@@ -16,8 +16,8 @@ func newGoMake() impl {
 	im := goImpl("go-make", func(int64) (allocator[[]byte], error) {
 		return &goMake{newGoHeap()}, nil
 	})
-	im.huge = nil  // the Go heap has no fixed capacity to fill
-	im.churn = nil // the churn cases compare pinmalloc with the C allocators
+	im.huge = nil   // the Go heap has no fixed capacity to fill
+	im.churn = nil  // the churn cases compare pinmalloc with the C allocators
 	im.larson = nil // the Go heap in use is the whole process's, the bench's own data included
 	im.alone = true
 	return im
