@@ -172,6 +172,9 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 		return 0, false, ErrClosed
 	}
 	cl := &h.classes[c]
+	if cl.kind == segObject { // a large class where memory is coarse: an object page (pack.go)
+		return h.allocObjectClass(n)
+	}
 	for attempt := 0; ; attempt++ {
 		// Walk the class's available pages, collecting remote frees, dropping full ones.
 		for pg := cl.avail.Front(); pg != nil; {

@@ -242,6 +242,14 @@ func (h *Heap) releaseEmpty() {
 	}
 	h.dropAll(&h.objFree)
 	h.dropAll(&h.bigFree)
+	for _, r := range h.runs { // a held heap's empty segments of runs in use (pack.go)
+		for _, s := range r.segs {
+			if s.npages == 0 && s.decommit != ^uint64(0) && h.a.Decommit(s.base, segSize) == nil {
+				s.decommit = ^uint64(0)
+			}
+		}
+	}
+	h.releaseRuns(0)
 	for _, s := range h.spares {
 		_ = h.a.Free(s.span)
 		h.nsegs--

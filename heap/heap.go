@@ -220,7 +220,11 @@ type Heap struct {
 	scratch, scratch2, scratch3 []uint32
 	runScratch                  [][2]int
 	freeBits                    bitset.Set
+	emptyScratch                []*page
 
+	objMax       uintptr // the largest object page: HugeThreshold, or more where memory is coarse (pack.go)
+	packed       bool    // memory is coarse and the heap gives it back: it packs (pack.go)
+	runs         []*run  // the runs of segments of a packed heap
 	nsegs, nhuge int
 	checks       uint32 // calls of checkInvariants (invariants.Due)
 	index        int
@@ -297,12 +301,26 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 		return nil, fmt.Errorf("%w: heap alignment %d exceeds the arena's chunk alignment %d", ErrInvalidAlign, o.Align, ca)
 	}
 	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1),
-		objFree: make([]*page, 0, maxObjFree), bigFree: make([]*page, 0, maxBigFree)} // TryFree appends within capacity
+		objFree: make([]*page, 0, maxObjFree), bigFree: make([]*page, 0, maxBigFree), objMax: HugeThreshold} // TryFree appends within capacity
+	h.packed = g.coarse && !h.hold
+	if h.packed {
+		h.objMax = segSize // a run's chunk, where a block must lie inside one commit
+		if g.packRuns {
+			h.objMax = runChunks << segShift / 2
+		}
+	}
 	// Round every generated class up to the alignment; merge equal sizes.
 	for c := 0; c < numClasses; c++ {
 		size, _ := align.Up(uintptr(classSize[c]), o.Align)
 		if n := len(h.classes); n == 0 || h.classes[n-1].size != size {
-			h.classes = append(h.classes, hclass{size: size, kind: classKind[c], slices: classSlices[c]})
+			kind, slices := classKind[c], classSlices[c]
+			switch {
+			case h.packed && kind == segLarge:
+				kind, slices = segObject, 0 // object pages: pack.go
+			case h.packed && kind == segMedium:
+				slices = segSlices / 8
+			}
+			h.classes = append(h.classes, hclass{size: size, kind: kind, slices: slices})
 		}
 		h.classOf[c] = uint8(len(h.classes) - 1)
 	}

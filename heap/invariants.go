@@ -93,7 +93,7 @@ func (h *Heap) verifyWith(tables bool) error {
 				if (p == nil) != (s.free>>uint(i)&1 == 1) {
 					bad("segment %#x: slice %d has page %v but free bit %d", s.base, i, p != nil, s.free>>uint(i)&1)
 				}
-				if p != nil && p.class < 0 && !seen[p] && p.heap == h {
+				if p != nil && p.class < 0 && !seen[p] && p.heap == h && p.seg == s { // a huge tail counts in its own segment
 					n, bytes := p.objectLive()
 					liveN += n
 					liveBytes += bytes
@@ -108,6 +108,30 @@ func (h *Heap) verifyWith(tables bool) error {
 			n, bytes := pg.objectLive()
 			liveN += n
 			liveBytes += bytes
+			if ts := pg.tail; ts != nil {
+				if ts.base != s.base+s.span.Size || pg.nslice <= 0 || pg.nslice >= segSlices || pg.span != s.span.Size+uintptr(pg.nslice)<<sliceShift {
+					bad("huge object %#x: its tail segment %#x, %d slices, span %d, is not where its chunks end (%d bytes)", pg.base, ts.base, pg.nslice, pg.span, s.span.Size)
+				}
+				for i := range pg.nslice {
+					if ts.pages[i].Load() != pg {
+						bad("huge object %#x: slice %d of its tail does not name it", pg.base, i)
+					}
+				}
+			}
+		}
+	}
+	for _, r := range h.runs {
+		used := 0
+		for i, s := range r.segs {
+			if s.run != r || s.ri != i || s.base != r.segs[0].base+uintptr(i)<<segShift || s.kind != segPacked || len(r.segs) > runChunks {
+				bad("run %#x: segment %d (%#x) is not its chunk %d of %d", r.segs[0].base, i, s.base, i, len(r.segs))
+			}
+			if s.npages > 0 {
+				used++
+			}
+		}
+		if used != r.used {
+			bad("run %#x: %d segments hold pages, it counts %d", r.segs[0].base, used, r.used)
 		}
 	}
 	for _, list := range [][]*page{h.objFree, h.bigFree} {

@@ -1,6 +1,7 @@
 package heap
 
 import (
+	"math/bits"
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
@@ -44,8 +45,9 @@ type page struct {
 
 	heap   *Heap
 	seg    *segment
+	tail   *segment // huge pages whose last chunk they share with object pages (pack.go): its segment
 	slice0 int
-	nslice int
+	nslice int // huge pages with a tail: the slices they take of it
 
 	// Shared with remote freers.
 	mode        uint32      // exclusive, sharing or shared (exclusive.go)
@@ -81,12 +83,28 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 	pg.span = uintptr(pg.nblocks) * bsize
 	pg.state = make([]uint32, pg.nblocks)
 	pg.remote = make([]atomicWord, (pg.nblocks+63)/64)
-	for i := slice0; i < slice0+nslice; i++ {
-		s.pages[i].Store(pg)
-	}
-	s.free &^= sliceMask(slice0, nslice)
-	s.npages++
+	pg.pieces(func(s *segment, m uint64) {
+		for r := m; r != 0; r &= r - 1 {
+			s.pages[bits.TrailingZeros64(r)].Store(pg)
+		}
+		s.free &^= m
+		if s.npages++; s.npages == 1 && s.run != nil {
+			s.run.used++
+			s.recent = false
+		}
+	})
 	return pg
+}
+
+// pieces calls f with each segment pg's slices lie in and the mask of them there: one, but for
+// an object page that runs on into the next segments of a run (pack.go).
+func (pg *page) pieces(f func(s *segment, m uint64)) {
+	s, first, n := pg.seg, pg.slice0, pg.nslice
+	for n > 0 {
+		k := min(n, segSlices-first)
+		f(s, sliceMask(first, k))
+		s, first, n = s.next(), 0, n-k
+	}
 }
 
 // empty reports whether a class page has no live block and no remote free left to collect.

@@ -42,6 +42,7 @@ package heap
 import (
 	"errors"
 	"math/bits"
+	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/bitset"
@@ -231,40 +232,56 @@ func (s *segment) slicesOf(lo, hi uintptr) uint64 {
 
 // PurgeIdle gives the arena the memory that the heap has left unused since the previous call:
 // the free blocks' and the bump index's reach of the class pages that served no allocation and
-// took no free in between (purgePage), the empty pages kept for reuse, and the free slices of
-// its segments, each untouched since the previous call. It reports whether memory in use since
-// the previous call may go at a later one: a caller calls again, a purge delay or so later,
-// while it is true. The arena decommits what was idle at its purge timer's next tick. The
-// owner calls it; a heap with RetainSegments gives nothing (see Retention): Trim is its owner's
-// to call.
+// took no free in between (purgePage); and, when none did, the empty pages kept for reuse and
+// the free slices of its segments, untouched since the previous call (a busy heap keeps those,
+// which its next pages take without a system call). It reports whether memory in use since the
+// previous call may go at a later one: a caller calls again, a purge delay or so later, while
+// it is true. The arena decommits what was idle at its purge timer's next tick. The owner
+// calls it; a heap with RetainSegments gives nothing (see Retention): Trim is its owner's to
+// call.
 func (h *Heap) PurgeIdle() (pending bool) {
 	if h.hold || h.closed {
 		return false
 	}
 	h.Collect()
+	busy := false
+	empties := h.emptyScratch[:0]
 	for c := range h.classes {
 		cl := &h.classes[c]
-		for i := len(cl.all) - 1; i >= 0; i-- { // release moves the last page to i: seen already
-			pg := cl.all[i]
-			if ops := pg.allocs() + pg.frees; ops != pg.seenOps {
+		for _, pg := range cl.all {
+			switch ops := pg.allocs() + pg.frees; {
+			case ops != pg.seenOps:
 				pg.seenOps, pg.settled = ops, false
-				pending = true
-			} else if !pg.settled {
+				busy = true
+			case pg.settled:
+			case pg.empty() && h.cur[c] != pg && pg.avail.Linked():
+				empties = append(empties, pg) // an idle spare, or a page a non-blocking free emptied
+			default:
 				pg.settled = true
-				if pg.empty() && h.cur[c] != pg && pg.avail.Linked() {
-					h.release(pg) // an idle spare, or a page a non-blocking free emptied
-				} else {
-					h.purgePage(pg, true)
-				}
+				h.purgePage(pg, true)
 			}
 		}
 	}
-	if h.purgeSlices(true) {
-		pending = true
+	pending = busy
+	if !busy {
+		for _, pg := range empties {
+			h.release(pg)
+		}
+		pending = h.purgeSlices(true)
 	}
+	h.forgetRecent()
+	clear(empties)
+	h.emptyScratch = empties[:0]
 	h.checkInvariants("PurgeIdle")
 	return pending
 }
+
+// OpsHint returns how many allocations and frees the heap has made, for a goroutine other
+// than its owner that wants to know, without stopping the owner, whether the heap has been
+// busy since it last looked (package pinned's purger): the counters' loads may be stale, and
+// race with the owner's plain stores, but a load of one word is never torn. Under the race
+// detector the caller must order the call with the owner's work (hold the owner's lock).
+func (h *Heap) OpsHint() uint64 { return atomic.LoadUint64(&h.allocs) + atomic.LoadUint64(&h.frees) }
 
 // purgeSlices gives the arena the free slices of the heap's segments that are still
 // committed (a small page given back keeps its memory for the next page: see freeSlices):

@@ -185,3 +185,125 @@ func TestTightCommits(t *testing.T) {
 		}
 	}
 }
+
+// TestPackRuns: over memory that commits 2 MiB at a time, a 2.5 MiB object is an object page
+// of a run that runs on from its first chunk into the next; a 1 MiB buffer then fills the rest
+// of that chunk and commits nothing more; an address in the object's second chunk finds the
+// object; and the chunk outlives the object's free while the buffer lives (pack.go).
+func TestPackRuns(t *testing.T) {
+	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	if !h.packed || !h.g.packRuns || h.objMax != 16<<20 {
+		t.Fatalf("2 MiB granules, no registration: packed %v, runs %v, objects to %d; want objects to 16 MiB", h.packed, h.g.packRuns, h.objMax)
+	}
+	big, err := h.Alloc(5 << 19)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.a.Usage().Committed; got != 4<<20 {
+		t.Fatalf("committed %d for a 2.5 MiB object, want 4 MiB", got)
+	}
+	obj, err := h.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj < big+5<<19 || obj >= big+4<<20 {
+		t.Errorf("the 1 MiB object at %#x is not in the big one's last chunk [%#x, %#x)", obj, big+2<<20, big+4<<20)
+	}
+	if got := h.a.Usage().Committed; got != 4<<20 {
+		t.Errorf("committed %d with the object in the big one's chunk, want 4 MiB", got)
+	}
+	if base, size, err := h.g.Block(big + 2<<20 + 100); err != nil || base != big || size != 5<<19 {
+		t.Errorf("Block in the object's second chunk: %#x, %d, %v", base, size, err)
+	}
+	if err := h.Free(big + 2<<20); err == nil {
+		t.Error("a free of an address in the object's second chunk succeeded")
+	}
+	if tails := countTails(h); tails != 1 {
+		t.Errorf("the map shows %d pages run on from another chunk, want 1", tails)
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(big); err != nil {
+		t.Fatal(err)
+	}
+	h.Trim()
+	h.a.Trim()
+	if got := h.a.Usage().Committed; got != 2<<20 {
+		t.Errorf("committed %d with the 1 MiB object live alone, want its 2 MiB chunk", got)
+	}
+	mem.Bytes(obj, 1<<20)[1<<20-1] = 1 // its chunk is still there
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(obj); err != nil {
+		t.Fatal(err)
+	}
+	h.Trim()
+	if st := h.Stats(); st.Segments != 0 {
+		t.Errorf("%d segments after Trim of an empty heap", st.Segments)
+	}
+}
+
+// TestPackTail: a huge object (above half a run, 16 MiB) that does not fill its last chunk
+// leaves the rest of it to other pages: a 1 MiB object lands there, committing nothing more,
+// and the chunk outlives the huge object's free (pack.go).
+func TestPackTail(t *testing.T) {
+	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	const n = 16<<20 + 1<<19 // 8 chunks and a quarter of a ninth
+	big, err := h.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.a.Usage().Committed; got != 18<<20 {
+		t.Fatalf("committed %d for a 16.5 MiB object, want 18 MiB", got)
+	}
+	obj, err := h.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj < big+n || obj >= big+18<<20 {
+		t.Errorf("the 1 MiB object at %#x is not in the huge object's last chunk", obj)
+	}
+	if got := h.a.Usage().Committed; got != 18<<20 {
+		t.Errorf("committed %d with the object in the tail's chunk, want 18 MiB", got)
+	}
+	if base, size, err := h.g.Block(big + 16<<20 + 100); err != nil || base != big || size != n {
+		t.Errorf("Block of the huge object's tail: %#x, %d, %v", base, size, err)
+	}
+	if tails := countTails(h); tails != 1 {
+		t.Errorf("the map shows %d tails, want 1", tails)
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(big); err != nil {
+		t.Fatal(err)
+	}
+	h.Trim()
+	h.a.Trim()
+	if got := h.a.Usage().Committed; got != 2<<20 {
+		t.Errorf("committed %d with the 1 MiB object live alone, want its 2 MiB chunk", got)
+	}
+	mem.Bytes(obj, 1<<20)[1<<20-1] = 1
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countTails counts the map's pages run on from another chunk.
+func countTails(h *Heap) (n int) {
+	for _, cs := range h.g.Map().Chunks {
+		for _, c := range cs {
+			for _, pi := range c.Pages {
+				if pi.Tail {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}

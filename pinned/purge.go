@@ -23,8 +23,9 @@ import (
 // path: a new page, a purged page's memory again) arm it. At each tick, a shard that has run a
 // slow path since the previous tick is busy: its next holder looks (on its slow path, which
 // holds the shard already: no barrier, and the allocating goroutine is not sent to a spill
-// shard while it waits), while the purger itself holds each quiet shard in turn (Pool.each:
-// fast sections revoked, one barrier) and looks there. The timer ticks a purge delay apart
+// shard while it waits); a shard whose heap counts operations since the previous tick
+// (heap.Heap.OpsHint, read without stopping it) is busy on its fast paths and left alone; the
+// purger holds each quiet shard in turn (fast sections revoked, one barrier) and looks there. The timer ticks a purge delay apart
 // while slow paths go on; while the pool is quiet the delay doubles, up to purgeMaxPeriod:
 // frees and allocations that never leave the fast path arm nothing, so the purger keeps
 // looking, less and less often, while buffers are live (any may be freed). It stops when a
@@ -105,12 +106,17 @@ func (p *Pool) purgeTick() {
 	pending, live := false, false
 	var quiet []*shard
 	for _, s := range *p.shards.Load() {
-		if s.slow.Swap(false) {
-			s.look.Store(true) // busy: its next slow path looks
+		ops, known := p.opsOf(s)
+		switch {
+		case s.slow.Swap(false):
+			s.look.Store(true) // busy with slow paths: the next one looks
 			pending = true
-		} else {
+		case !known || ops != s.seenOps:
+			pending = true // busy on its fast paths: holding it would send them to a spill shard
+		default:
 			quiet = append(quiet, s)
 		}
+		s.seenOps = ops
 	}
 	if !p.closed.Load() && len(quiet) > 0 {
 		p.revoke(quiet)
@@ -145,6 +151,22 @@ func (p *Pool) purgeTick() {
 		period = pg.delay
 	}
 	pg.schedule(period, p.purgeTick)
+}
+
+// opsOf returns the operations shard s's heap has made so far (heap.Heap.OpsHint), read
+// without stopping its fast sections; in a pool without them, where every operation holds the
+// shard's mutex, under the mutex if it is free (known is false when it is not: the shard is
+// busy).
+func (p *Pool) opsOf(s *shard) (ops uint64, known bool) {
+	if p.fast {
+		return s.h.OpsHint(), true
+	}
+	if !s.tryLock() {
+		return s.seenOps, false
+	}
+	ops = s.h.OpsHint()
+	letGo(s)
+	return ops, true
 }
 
 // stopPurge stops the purger for good (Close).

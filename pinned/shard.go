@@ -64,8 +64,10 @@ type shard struct {
 	pendL *streamList
 
 	// The idle purge (purge.go): a slow path ran on the shard since the purger's last tick;
-	// the purger asks its next holder to look (heap.Heap.PurgeIdle) rather than hold it.
+	// the purger asks its next holder to look (heap.Heap.PurgeIdle) rather than hold it; and
+	// the heap's operations at that tick (the purger's alone).
 	slow, look atomic.Bool
+	seenOps    uint64
 	_          [32]byte
 }
 
