@@ -58,6 +58,7 @@ type config struct {
 	bin        string         // -bin: the gpucheck's prebuilt binaries
 	deadline   time.Duration  // -deadline: the gpucheck's
 	commit     bool           // run the pinning suite alone (commit.go)
+	footprint  bool           // run the footprint suite alone (footprint_cuda.go)
 	filter     *regexp.Regexp // cases to run
 	implFilter *regexp.Regexp // allocators to run
 }
@@ -82,6 +83,7 @@ func parseFlags() *config {
 	flag.StringVar(&cfg.bin, "bin", ".gpu/bin", "-gpucheck: the folder of the prebuilt test binaries and examples (scripts/gpucheck build)")
 	flag.DurationVar(&cfg.deadline, "deadline", 9*time.Minute, "-gpucheck: no step or case starts after this long")
 	flag.BoolVar(&cfg.commit, "commit", false, "run only the pinning suite (commit.go): cost per GiB by commit workers, latency during a precommit; on the GPU when a driver is found, else on the fake driver")
+	flag.BoolVar(&cfg.footprint, "footprint", false, "run only the footprint suite (footprint_cuda.go): what each allocator holds for its live buffers, busy and idle, the CUDAHost pool beside the locked one, a device heap beside cuMemAllocAsync; on the GPU when a driver is found, else on the fake driver")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
@@ -229,6 +231,10 @@ func main() {
 		commitCases, closeCommit := commitOnly(cfg)
 		defer closeCommit()
 		s.impls, cs = nil, commitCases
+	} else if cfg.footprint {
+		fpCases, host, closeFootprint := footprintOnly(cfg)
+		defer closeFootprint()
+		s.impls, cs = append(s.impls, host), fpCases
 	} else if cfg.gpu {
 		impls, extra, closeGPU := openGPUSuites()
 		defer closeGPU()
@@ -284,6 +290,7 @@ func main() {
 	printCalibration(os.Stdout, s.results)
 	printCommitTables(os.Stdout, s.results)
 	printFootprint(os.Stdout, s.results)
+	printFootprintCUDA(os.Stdout, s.results)
 	printTargets(os.Stdout, targets)
 	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())
 	if cfg.uvm {

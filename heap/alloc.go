@@ -222,6 +222,9 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	cl := &h.classes[c]
 	kind := cl.kind
 	k := int(cl.slices)
+	if h.packed && kind == segMedium {
+		k = min(k, 2<<min(len(cl.all), 4)) // pages grow with the class: pack.go
+	}
 	s, first, err := h.segmentWithRoom(kind, k, k)
 	if err != nil {
 		return nil, err

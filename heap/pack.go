@@ -23,8 +23,9 @@
 //     run; a run that empties goes back to the arena, but one kept for reuse;
 //   - objects up to half a run are object pages (objMax), larger ones huge objects;
 //   - a large class (blocks of 64 – 256 KiB) has no page of its own, a segment each: its
-//     requests take object pages (allocObjectClass); medium classes (8 – 64 KiB) take pages of
-//     8 slices, not 16, so that a class used a little holds 256 KiB, not 512 (newHeap);
+//     requests take object pages, which pack with the others (allocObjectClass); a medium
+//     class (8 – 64 KiB) takes pages of 2 slices, then 4, then 8 (not 16) as it holds more,
+//     so that a class used a little holds 64 KiB, not 512 (newHeap, newClassPage);
 //   - a huge object shares its last chunk: the slices past its end are a run of one segment
 //     (packTail), where pages go like in any other run, so that a 2.1 MiB object costs its
 //     2 MiB and the slices of its tail, not 4 MiB.

@@ -254,8 +254,10 @@ func (h *Heap) PurgeIdle() (pending bool) {
 				pg.seenOps, pg.settled = ops, false
 				busy = true
 			case pg.settled:
-			case pg.empty() && h.cur[c] != pg && pg.avail.Linked():
-				empties = append(empties, pg) // an idle spare, or a page a non-blocking free emptied
+			case pg.empty() && pg.avail.Linked() && (h.cur[c] != pg || h.packed):
+				// An idle spare, a page a non-blocking free emptied, or (where memory is
+				// coarse, and an empty page holds a chunk: pack.go) the class's current one.
+				empties = append(empties, pg)
 			default:
 				pg.settled = true
 				h.purgePage(pg, true)
@@ -265,6 +267,9 @@ func (h *Heap) PurgeIdle() (pending bool) {
 	pending = busy
 	if !busy {
 		for _, pg := range empties {
+			if c := uint8(pg.class); h.cur[c] == pg {
+				h.setCur(c, &h.classes[c].empty)
+			}
 			h.release(pg)
 		}
 		pending = h.purgeSlices(true)

@@ -307,3 +307,39 @@ func countTails(h *Heap) (n int) {
 	}
 	return n
 }
+
+// TestPackMediumPages: where memory commits 2 MiB at a time, a medium class's pages grow as
+// the class holds more (2, 4, then 8 slices), and a class of many pages keeps getting pages
+// (its page count once overflowed the shift that sizes them: an allocation asked the arena for
+// a page of no slices).
+func TestPackMediumPages(t *testing.T) {
+	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 256 << 20, PurgeDelay: -1}, Options{})
+	const n = 60 << 10
+	var ps []uintptr
+	for range 300 {
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	cl := &h.classes[h.class(n)]
+	if len(cl.all) < 64 {
+		t.Fatalf("%d pages of the class: the test wants more than 64", len(cl.all))
+	}
+	slices := map[int]int{}
+	for _, pg := range cl.all {
+		slices[pg.nslice]++
+	}
+	if slices[2] != 1 || slices[4] != 1 || slices[8] != len(cl.all)-2 {
+		t.Errorf("pages by slices %v, want one of 2, one of 4, the rest of 8", slices)
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if err := h.FreeSized(p, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
