@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // The footprint cases (issue 38): how much memory an allocator keeps for the buffers it holds
@@ -83,7 +85,7 @@ func footprintCases() []benchCase {
 			return out
 		}})
 	}
-	return cs
+	return append(cs, benchCase{name: "footprint/latency", group: "footprint", custom: footprintLatency})
 }
 
 func (rs *resultSet) larsoned(r larsonResult) {
@@ -261,6 +263,12 @@ func footprintTargets(rs []result) []target {
 	if v, ok := lookup(rs, "footprint/replay", cudaHostName, "committed_over_live"); ok {
 		detail += fmt.Sprintf("; replayed without pauses %.3f", v)
 	}
+	pu, ok1 := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p99_ns_purging")
+	np, ok2 := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p99_ns_no_purge")
+	p999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_purging")
+	n999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_no_purge")
+	ts = append(ts, ratio("footprint-latency-p99", "pinmalloc-pool Alloc p99 while the purger works <= 2x without a purge (footprint/latency)",
+		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))))
 	ts = append(ts, ratio("footprint-trace-cudahost", "pinmalloc-cudahost peak committed / peak live <= 1.15 (footprint/trace, paced)", h, 1, ok1, 1.15, true, detail),
 		ratio("footprint-trace-cudahost-vs-locked", "pinmalloc-cudahost peak committed / live <= the locked pool's (footprint/trace)", h, l, ok1 && ok2, 1, true, detail))
 	return ts
@@ -299,4 +307,121 @@ func printFootprint(w io.Writer, rs []result) {
 				cell("held_end_bytes"), cell("held_idle_bytes"), cell("held_trimmed_bytes"), fmtNs(get("ns_per_op")))
 		}
 	}
+}
+
+// footprintLatency measures what the idle purge costs the allocations that run while it
+// works: a pool fills 200,000 buffers of 16 B to 8 KiB and frees nine in ten of them, which
+// leaves pages for the purge to take back; then one goroutine churns 10,000 live buffers of
+// the same sizes, timing every Alloc, for latencyOps operations, while the purger looks at
+// the pages (with the pool's default purge delay) or with no purge at all (PurgeDelay -1). The
+// two pools run in turn, three times each; a percentile is the median of its three runs.
+func footprintLatency(s *suite) []result {
+	ops := 1_000_000
+	if s.cfg.quick {
+		ops = 300_000
+	}
+	var out []result
+	if !s.cfg.implFilter.MatchString("pinmalloc-pool") {
+		return nil
+	}
+	runs := map[bool][][3]float64{}
+	var errs []error
+	var purged uint64
+	for round := range 6 {
+		purge := round%2 == 0
+		q, n, err := latencyRun(purge, ops)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		runs[purge] = append(runs[purge], q)
+		purged += n
+	}
+	rs := resultSet{c: "footprint/latency", impl: "pinmalloc-pool"}
+	if err := errors.Join(errs...); err != nil {
+		rs.fail(err)
+		return rs.out
+	}
+	for _, purge := range []bool{true, false} {
+		name := map[bool]string{true: "purging", false: "no_purge"}[purge]
+		for k, pct := range []string{"p50", "p99", "p999"} {
+			var vs []float64
+			for _, q := range runs[purge] {
+				vs = append(vs, q[k])
+			}
+			slices.Sort(vs)
+			rs.add("alloc_"+pct+"_ns_"+name, vs[len(vs)/2], "ns")
+		}
+	}
+	rs.add("purged_bytes_per_run", float64(purged)/3, "B") // what the purger gave back while the churn ran
+	return append(out, rs.out...)
+}
+
+// latencyRun is one run of footprintLatency: the p50, p99 and p99.9 of its Alloc times, and
+// the bytes the pool purged during the churn.
+func latencyRun(purge bool, ops int) (q [3]float64, purged uint64, err error) {
+	o := pinned.Options{Capacity: 1 << 30, Backend: pinned.Locked}
+	if hostMemory.pageable {
+		o.Backend = pinned.Pageable
+	}
+	if !purge {
+		o.PurgeDelay = -1
+	}
+	p, err := pinned.New(o)
+	if err != nil {
+		return q, 0, err
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	size := func(z uint64) int { return larsonSize(z, 16, 8<<10) }
+	bufs := make([][]byte, 200_000)
+	defer func() {
+		for _, b := range bufs {
+			if b != nil {
+				err = errors.Join(err, p.Free(b))
+			}
+		}
+	}()
+	for i := range bufs {
+		if bufs[i], err = p.Alloc(size(larsonDraw(9, uint64(i)))); err != nil {
+			return q, 0, err
+		}
+	}
+	for i := range bufs {
+		if i%10 != 0 {
+			if err := p.Free(bufs[i]); err != nil {
+				return q, 0, err
+			}
+			bufs[i] = nil
+		}
+	}
+	live := make([][]byte, 10_000)
+	defer func() {
+		for _, b := range live {
+			if b != nil {
+				err = errors.Join(err, p.Free(b))
+			}
+		}
+	}()
+	ns := make([]int64, 0, ops)
+	before := p.Stats().Purged
+	for k := range ops {
+		z := larsonDraw(10, uint64(k))
+		i := int((z >> 32) * uint64(len(live)) >> 32)
+		if live[i] != nil {
+			if err := p.Free(live[i]); err != nil {
+				return q, 0, err
+			}
+		}
+		t0 := time.Now()
+		b, err := p.Alloc(size(z))
+		ns = append(ns, int64(time.Since(t0)))
+		if err != nil {
+			return q, 0, err
+		}
+		live[i] = b
+	}
+	purged = p.Stats().Purged - before
+	slices.Sort(ns)
+	at := func(f float64) float64 { return float64(ns[min(int(f*float64(len(ns))), len(ns)-1)]) }
+	return [3]float64{at(0.5), at(0.99), at(0.999)}, purged, nil
 }
