@@ -240,6 +240,8 @@ func (h *Heap) releaseEmpty() {
 			h.release(cl.spare)
 		}
 	}
+	h.deferred = true // and every other empty page of the available lists
+	h.releaseDeferred()
 	h.dropAll(&h.objFree)
 	h.dropAll(&h.bigFree)
 	for _, r := range h.runs { // a held heap's empty segments of runs in use (pack.go)

@@ -343,3 +343,57 @@ func TestPackMediumPages(t *testing.T) {
 		}
 	}
 }
+
+// TestPurgedCurrentPageGoesBack: a class's current page that a purge left with nothing (its
+// bump index back at 0) and that another page then replaces as current is given back, not left
+// on the available list for ever: Close freed every chunk but its segment's (the serving trace,
+// paced, found it: an arena closed with a chunk in use).
+func TestPurgedCurrentPageGoesBack(t *testing.T) {
+	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20 << 10 // a medium class: no spare page
+	p, err := h.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	h.PurgeIdle()
+	h.PurgeIdle() // the current page, empty and idle, purged to nothing
+	c := h.class(n)
+	old := h.cur[c]
+	if old.bump != 0 || old.limit != 0 {
+		t.Fatalf("the purged current page: bump %d, limit %d", old.bump, old.limit)
+	}
+	if _, err := h.newClassPage(c); err != nil { // a page ahead of it on the available list
+		t.Fatal(err)
+	}
+	if p, err = h.Alloc(n); err != nil {
+		t.Fatal(err)
+	}
+	if h.cur[c] == old {
+		t.Fatal("the purged page is still current: the test did not replace it")
+	}
+	if !old.dead {
+		t.Error("the purged page, replaced as current, was not given back")
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("arena close after the heap's: %v", err)
+	}
+}

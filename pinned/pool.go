@@ -525,9 +525,10 @@ func (p *Pool) freeLarge(addr, n uintptr, held bool) error {
 // empty.
 func (p *Pool) collectAll() { p.each((*heap.Heap).Trim) }
 
-// Trim gives every empty page and segment back to the arena and decommits (and unlocks) every
-// free chunk at once, without waiting for the purge delay. After Close it releases the pool's
-// memory if no buffer is live and none waits for a stream any more (see Close).
+// Trim gives every empty page and segment, and the memory of free buffers that no live one
+// shares, back to the arena and decommits (and unlocks) it at once, without waiting for the
+// purge delay: what stays committed is what the live buffers touch. After Close it releases
+// the pool's memory if no buffer is live and none waits for a stream any more (see Close).
 func (p *Pool) Trim() {
 	if p.released.Load() {
 		return
