@@ -199,7 +199,7 @@ func footprintDevice(s *suite, dev *cuda.Device) []result {
 		ps, err := larsonDevice(steps, &r, func(n int) (cuda.DevicePtr, error) {
 			p, err := h.Alloc(n, pcuda.Stream(st))
 			return cuda.DevicePtr(p), err
-		}, free)
+		}, free, func() error { return dev.StreamSynchronize(st) })
 		defer func() {
 			for _, p := range ps {
 				err = errors.Join(err, free(p))
@@ -232,7 +232,7 @@ func footprintDevice(s *suite, dev *cuda.Device) []result {
 			free := func(q cuda.DevicePtr) error { return dev.MemFreeAsync(q, st) }
 			ps, err := larsonDevice(steps, &r, func(n int) (cuda.DevicePtr, error) {
 				return dev.MemAllocFromPoolAsync(uintptr(n), p, st)
-			}, free)
+			}, free, func() error { return dev.StreamSynchronize(st) })
 			defer func() {
 				for _, q := range ps {
 					err = errors.Join(err, free(q))
@@ -259,10 +259,12 @@ func footprintDevice(s *suite, dev *cuda.Device) []result {
 	return out
 }
 
-// larsonDevice runs footprintDevice's churn with alloc and free, and returns the blocks live
-// at the end (those allocated, on an error), with the bytes live and the time per operation
-// in r.
-func larsonDevice(steps int, r *larsonResult, alloc func(n int) (cuda.DevicePtr, error), free func(cuda.DevicePtr) error) ([]cuda.DevicePtr, error) {
+// larsonDevice runs footprintDevice's churn with alloc and free, synchronizing the stream
+// every syncEvery steps (as a program does, and so that the fake driver, whose streams run
+// their work only when synchronized or queried, hands freed memory back), and returns the
+// blocks live at the end (those allocated, on an error), with the bytes live and the time per
+// operation in r.
+func larsonDevice(steps int, r *larsonResult, alloc func(n int) (cuda.DevicePtr, error), free func(cuda.DevicePtr) error, sync func() error) ([]cuda.DevicePtr, error) {
 	const slots = 64
 	ps := make([]cuda.DevicePtr, 0, slots)
 	ns := make([]int, slots)
@@ -276,6 +278,11 @@ func larsonDevice(steps int, r *larsonResult, alloc func(n int) (cuda.DevicePtr,
 		ps = append(ps, p)
 	}
 	for k := range steps {
+		if k%syncEvery == syncEvery-1 {
+			if err := sync(); err != nil {
+				return ps, err
+			}
+		}
 		z := larsonDraw(0, uint64(slots+k))
 		i := int((z >> 32) * slots >> 32)
 		if err := free(ps[i]); err != nil {
@@ -296,6 +303,9 @@ func larsonDevice(steps int, r *larsonResult, alloc func(n int) (cuda.DevicePtr,
 	}
 	return ps, nil
 }
+
+// syncEvery is how many steps of the device churn pass between two synchronizes.
+const syncEvery = 256
 
 // printFootprintCUDA writes the -footprint suite's trace table, when it ran.
 func printFootprintCUDA(w io.Writer, rs []result) {
