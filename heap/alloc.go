@@ -187,7 +187,7 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 				continue
 			}
 			if pg.nfree > 0 || pg.bump < pg.limit {
-				h.replaceCur(c, pg)
+				h.setCur(c, pg)
 				if pg == cl.spare {
 					cl.spare = nil // in use again
 				}
@@ -197,7 +197,7 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 			h.watch(pg)
 			pg = next
 		}
-		h.replaceCur(c, &cl.empty)
+		h.setCur(c, &cl.empty)
 		if attempt > 0 {
 			break
 		}
@@ -215,17 +215,6 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 	}
 	h.setCur(c, pg)
 	return h.allocClass(n, c)
-}
-
-// replaceCur makes pg the current page of class c, and gives the page it replaces back (or
-// keeps it as the class's spare) when that is empty: a purge may have left the current page
-// with no block at hand and none live (purge.go), and no free will come to move it.
-func (h *Heap) replaceCur(c uint8, pg *page) {
-	old := h.cur[c]
-	h.setCur(c, pg)
-	if old != pg && old != &h.classes[c].empty && old.empty() {
-		h.pageChanged(old, true)
-	}
 }
 
 // newClassPage carves a page for class c from a segment with room, or a new segment.
@@ -246,7 +235,7 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 		return nil, err
 	}
 	h.afterCarve(s)
-	pg.allIdx = len(cl.all)
+	pg.allIdx = int32(len(cl.all))
 	cl.all = append(cl.all, pg)
 	cl.avail.PushFront(pg, &pg.avail)
 	h.watch(pg)

@@ -40,12 +40,12 @@ func (h *Heap) verifyWith(tables bool) error {
 			bad("class %d: spare page %#x is not an empty small page of the class on its available list, other than the current one", c, sp.base)
 		}
 		for pg := cl.avail.Front(); pg != nil; pg = pg.avail.Next() {
-			if !cl.avail.Contains(&pg.avail) || pg.class != int16(c) || pg.dead || pg.allIdx >= len(cl.all) || cl.all[pg.allIdx] != pg {
+			if !cl.avail.Contains(&pg.avail) || pg.class != int16(c) || pg.dead || int(pg.allIdx) >= len(cl.all) || cl.all[pg.allIdx] != pg {
 				bad("class %d: page %#x on the available list is not a live page of the class", c, pg.base)
 			}
 		}
 		for i, pg := range cl.all {
-			if pg.allIdx != i || pg.class != int16(c) || pg.dead || pg.heap != h {
+			if int(pg.allIdx) != i || pg.class != int16(c) || pg.dead || pg.heap != h {
 				bad("class %d: page %#x at %d of the class's pages (index %d, class %d, dead %v)", c, pg.base, i, pg.allIdx, pg.class, pg.dead)
 				continue
 			}

@@ -126,7 +126,7 @@ const (
 // reuseObject takes a kept object page of k to k+k/8 slices aligned as asked, if there is one.
 func (h *Heap) reuseObject(k int, alignment uintptr) *page {
 	for i, pg := range h.objFree {
-		if pg.nslice >= k && pg.nslice <= k+k/8 && pg.base%alignment == 0 {
+		if int(pg.nslice) >= k && int(pg.nslice) <= k+k/8 && pg.base%alignment == 0 {
 			h.objFree = append(h.objFree[:i], h.objFree[i+1:]...)
 			return pg
 		}
@@ -239,6 +239,6 @@ func (h *Heap) drop(pg *page) {
 	h.nhuge--
 	if ts := pg.tail; ts != nil {
 		pg.tail = nil
-		h.vacate(ts, sliceMask(0, pg.nslice)) // its last chunk, which object pages may share
+		h.vacate(ts, sliceMask(0, int(pg.nslice))) // its last chunk, which object pages may share
 	}
 }

@@ -290,7 +290,7 @@ func (h *Heap) packTail(pg *page) {
 	ts := r.segs[0]
 	ts.decommit = 0 // committed with the object: its granule is the object's last
 	s.span = arena.Span{Base: span.Base, Size: full << segShift, ID: span.ID, N: int(full)}
-	pg.tail, pg.slice0, pg.nslice = ts, 0, k
+	pg.tail, pg.slice0, pg.nslice = ts, 0, int32(k)
 	for i := range k {
 		ts.pages[i].Store(pg)
 	}

@@ -143,7 +143,8 @@ func (h *Heap) purgePage(pg *page, aged bool) uintptr {
 		idx = pg.state[idx] &^ freeLink
 	}
 	if pg.gone == nil {
-		pg.gone = bitset.New(int(uintptr(pg.nslice) << sliceShift / g))
+		gone := bitset.New(int(uintptr(pg.nslice) << sliceShift / g))
+		pg.gone = &gone
 	}
 	// The run of free blocks that ends at the bump index.
 	top := int(pg.bump)
@@ -254,9 +255,10 @@ func (h *Heap) PurgeIdle() (pending bool) {
 				pg.seenOps, pg.settled = ops, false
 				busy = true
 			case pg.settled:
-			case pg.empty() && pg.avail.Linked() && (h.cur[c] != pg || h.packed):
-				// An idle spare, a page a non-blocking free emptied, or (where memory is
-				// coarse, and an empty page holds a chunk: pack.go) the class's current one.
+			case pg.empty() && pg.avail.Linked():
+				// An idle spare, a page a non-blocking free emptied, or the class's current
+				// page: given back whole, not purged, so that no current page is left with no
+				// block at hand, to be passed over for another and stay empty for good.
 				empties = append(empties, pg)
 			default:
 				pg.settled = true

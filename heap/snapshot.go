@@ -129,7 +129,7 @@ func (g *Group) chunkInfo(id arena.ChunkID) ChunkInfo {
 			i = j
 			continue
 		}
-		pi := PageInfo{Slice: pg.slice0, Slices: pg.nslice, BlockSize: uint64(pg.bsize), Blocks: int(pg.nblocks)}
+		pi := PageInfo{Slice: int(pg.slice0), Slices: int(pg.nslice), BlockSize: uint64(pg.bsize), Blocks: int(pg.nblocks)}
 		pg.eachLive(func(idx uint32, size uintptr) {
 			pi.Live++
 			pi.LiveBytes += uint64(size)

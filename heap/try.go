@@ -186,7 +186,7 @@ func (h *Heap) tryReuseObject(n uintptr) (uintptr, bool) {
 	}
 	k := int((n + sliceSize - 1) >> sliceShift)
 	for i, pg := range h.objFree {
-		if pg.nslice < k || pg.nslice > k+k/8 {
+		if int(pg.nslice) < k || int(pg.nslice) > k+k/8 {
 			continue
 		}
 		if !pg.tracked || !pg.knownCommitted() {
