@@ -257,8 +257,8 @@ func footprintTargets(rs []result) []target {
 	// bytes, and no more than the locked pool holds (memory accounting: graded on the fake
 	// driver too, whose VMM granule is the driver's).
 	c = "footprint/trace"
-	h, ok1 := lookup(rs, c, cudaHostName, "committed_over_live")
-	l, ok2 := lookup(rs, c, "pinmalloc-pool", "committed_over_live")
+	h, hOK := lookup(rs, c, cudaHostName, "committed_over_live")
+	l, lOK := lookup(rs, c, "pinmalloc-pool", "committed_over_live")
 	detail := fmt.Sprintf("%s %.3f, pinmalloc-pool %.3f", cudaHostName, h, l)
 	if v, ok := lookup(rs, "footprint/replay", cudaHostName, "committed_over_live"); ok {
 		detail += fmt.Sprintf("; replayed without pauses %.3f", v)
@@ -269,8 +269,8 @@ func footprintTargets(rs []result) []target {
 	n999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_no_purge")
 	ts = append(ts, ratio("footprint-latency-p99", "pinmalloc-pool Alloc p99 while the purger works <= 2x without a purge (footprint/latency)",
 		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))))
-	ts = append(ts, ratio("footprint-trace-cudahost", "pinmalloc-cudahost peak committed / peak live <= 1.15 (footprint/trace, paced)", h, 1, ok1, 1.15, true, detail),
-		ratio("footprint-trace-cudahost-vs-locked", "pinmalloc-cudahost peak committed / live <= the locked pool's (footprint/trace)", h, l, ok1 && ok2, 1, true, detail))
+	ts = append(ts, ratio("footprint-trace-cudahost", "pinmalloc-cudahost peak committed / peak live <= 1.15 (footprint/trace, paced)", h, 1, hOK, 1.15, true, detail),
+		ratio("footprint-trace-cudahost-vs-locked", "pinmalloc-cudahost peak committed / live <= the locked pool's (footprint/trace)", h, l, hOK && lOK, 1, true, detail))
 	return ts
 }
 

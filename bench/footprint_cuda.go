@@ -57,10 +57,7 @@ func footprintOnly(cfg *config) ([]benchCase, impl, func()) {
 		return pinPool{p}, nil
 	}
 	host := goImpl(cudaHostName, openCUDAHost)
-	var cs []benchCase
-	for _, c := range footprintCases() {
-		cs = append(cs, c)
-	}
+	cs := footprintCases()
 	sources := []hostSource{
 		{"pinmalloc-pool", openPool},
 		{cudaHostName, openCUDAHost},

@@ -195,28 +195,50 @@ func TestPackRuns(t *testing.T) {
 	if !h.packed || !h.g.packRuns || h.objMax != 16<<20 {
 		t.Fatalf("2 MiB granules, no registration: packed %v, runs %v, objects to %d; want objects to 16 MiB", h.packed, h.g.packRuns, h.objMax)
 	}
-	big, err := h.Alloc(5 << 19)
+	sharedLastChunk(t, h, 5<<19)
+	h.Trim()
+	if st := h.Stats(); st.Segments != 0 {
+		t.Errorf("%d segments after Trim of an empty heap", st.Segments)
+	}
+}
+
+// TestPackTail: a huge object (above half a run, 16 MiB) that does not fill its last chunk
+// leaves the rest of it to other pages, as an object page of a run does (pack.go).
+func TestPackTail(t *testing.T) {
+	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	sharedLastChunk(t, h, 16<<20+1<<19) // a huge object: 8 chunks, and a quarter of a ninth
+}
+
+// sharedLastChunk allocates n bytes (a quarter of a chunk past a whole number of them) and a
+// 1 MiB object, and checks that the object lands in the first one's last chunk and commits
+// nothing more, that an address in that chunk finds the first one (which the map shows there
+// as a page run on from another chunk), and that the chunk outlives the first one's free.
+func sharedLastChunk(t *testing.T, h *Heap, n uintptr) {
+	t.Helper()
+	chunks := (n + segSize - 1) >> segShift
+	big, err := h.Alloc(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := h.a.Usage().Committed; got != 4<<20 {
-		t.Fatalf("committed %d for a 2.5 MiB object, want 4 MiB", got)
+	if got := h.a.Usage().Committed; got != uint64(chunks)<<segShift {
+		t.Fatalf("committed %d for %d bytes, want %d chunks", got, n, chunks)
 	}
 	obj, err := h.Alloc(1 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if obj < big+5<<19 || obj >= big+4<<20 {
-		t.Errorf("the 1 MiB object at %#x is not in the big one's last chunk [%#x, %#x)", obj, big+2<<20, big+4<<20)
+	last := big + (chunks-1)<<segShift
+	if obj < big+n || obj >= last+segSize {
+		t.Errorf("the 1 MiB object at %#x is not in the last chunk [%#x, %#x) of the first", obj, last, last+segSize)
 	}
-	if got := h.a.Usage().Committed; got != 4<<20 {
-		t.Errorf("committed %d with the object in the big one's chunk, want 4 MiB", got)
+	if got := h.a.Usage().Committed; got != uint64(chunks)<<segShift {
+		t.Errorf("committed %d with the object in the first one's last chunk, want %d chunks", got, chunks)
 	}
-	if base, size, err := h.g.Block(big + 2<<20 + 100); err != nil || base != big || size != 5<<19 {
-		t.Errorf("Block in the object's second chunk: %#x, %d, %v", base, size, err)
+	if base, size, err := h.g.Block(last + 100); err != nil || base != big || size != n {
+		t.Errorf("Block in the last chunk: %#x, %d, %v; want %#x, %d", base, size, err, big, n)
 	}
-	if err := h.Free(big + 2<<20); err == nil {
-		t.Error("a free of an address in the object's second chunk succeeded")
+	if err := h.Free(last); err == nil {
+		t.Error("a free of an address in the first one's last chunk succeeded")
 	}
 	if tails := countTails(h); tails != 1 {
 		t.Errorf("the map shows %d pages run on from another chunk, want 1", tails)
@@ -229,63 +251,10 @@ func TestPackRuns(t *testing.T) {
 	}
 	h.Trim()
 	h.a.Trim()
-	if got := h.a.Usage().Committed; got != 2<<20 {
+	if got := h.a.Usage().Committed; got != segSize {
 		t.Errorf("committed %d with the 1 MiB object live alone, want its 2 MiB chunk", got)
 	}
 	mem.Bytes(obj, 1<<20)[1<<20-1] = 1 // its chunk is still there
-	if err := h.verify(); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Free(obj); err != nil {
-		t.Fatal(err)
-	}
-	h.Trim()
-	if st := h.Stats(); st.Segments != 0 {
-		t.Errorf("%d segments after Trim of an empty heap", st.Segments)
-	}
-}
-
-// TestPackTail: a huge object (above half a run, 16 MiB) that does not fill its last chunk
-// leaves the rest of it to other pages: a 1 MiB object lands there, committing nothing more,
-// and the chunk outlives the huge object's free (pack.go).
-func TestPackTail(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
-	const n = 16<<20 + 1<<19 // 8 chunks and a quarter of a ninth
-	big, err := h.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := h.a.Usage().Committed; got != 18<<20 {
-		t.Fatalf("committed %d for a 16.5 MiB object, want 18 MiB", got)
-	}
-	obj, err := h.Alloc(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if obj < big+n || obj >= big+18<<20 {
-		t.Errorf("the 1 MiB object at %#x is not in the huge object's last chunk", obj)
-	}
-	if got := h.a.Usage().Committed; got != 18<<20 {
-		t.Errorf("committed %d with the object in the tail's chunk, want 18 MiB", got)
-	}
-	if base, size, err := h.g.Block(big + 16<<20 + 100); err != nil || base != big || size != n {
-		t.Errorf("Block of the huge object's tail: %#x, %d, %v", base, size, err)
-	}
-	if tails := countTails(h); tails != 1 {
-		t.Errorf("the map shows %d tails, want 1", tails)
-	}
-	if err := h.verify(); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Free(big); err != nil {
-		t.Fatal(err)
-	}
-	h.Trim()
-	h.a.Trim()
-	if got := h.a.Usage().Committed; got != 2<<20 {
-		t.Errorf("committed %d with the 1 MiB object live alone, want its 2 MiB chunk", got)
-	}
-	mem.Bytes(obj, 1<<20)[1<<20-1] = 1
 	if err := h.verify(); err != nil {
 		t.Fatal(err)
 	}
@@ -350,14 +319,8 @@ func TestPackMediumPages(t *testing.T) {
 // freed every chunk but its segment's (the serving trace, paced, found it: an arena closed with
 // a chunk in use).
 func TestIdleCurrentPageGoesBack(t *testing.T) {
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(a, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Its cleanup closes the heap and then the arena, which fails with a chunk in use.
+	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
 	const n = 20 << 10 // a medium class: no spare page
 	p, err := h.Alloc(n)
 	if err != nil {
@@ -384,11 +347,5 @@ func TestIdleCurrentPageGoesBack(t *testing.T) {
 	}
 	if err := h.Free(p); err != nil {
 		t.Fatal(err)
-	}
-	if err := h.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatalf("arena close after the heap's: %v", err)
 	}
 }

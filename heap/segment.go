@@ -10,7 +10,7 @@
 //   - bit i of s.free is set iff s.pages[i] is nil; s.npages counts the distinct pages;
 //   - s.decommit marks slices not known to be committed (never used since the chunk was
 //     reserved, or given back); a page commits its slices before it hands them out
-//     (prepareSlices), so a live block's slices are committed;
+//     (prepareRange), so a live block's slices are committed;
 //   - s.dirtyBits marks slices handed out since the chunk last read as zero: a block is
 //     fresh (reads zero) only while every slice of its page was clean when committed;
 //   - a segment is registered in its group's tables while it holds pages (a segment of a run:
@@ -141,7 +141,7 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 		// One chunk, at the alignment the arena's chunks have: asking for segSize alignment
 		// of an arena whose regions are not aligned (cuMemAlloc, external) would cost a
 		// second chunk for every segment.
-		// Reserved, not committed: pages commit their own slices (prepareSlices), so a
+		// Reserved, not committed: pages commit their own slices (prepareRange), so a
 		// segment holding one small object commits one page, not 2 MiB.
 		span, err := h.fromArena(h.a.Reserve, segSize, h.g.chunkAlign)
 		if err != nil {
@@ -183,16 +183,8 @@ func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error),
 	return arena.Span{}, err // memlock, commit or driver failures keep their own sentinel
 }
 
-// prepareSlices readies slices of s for a page that hands them out. It commits those not
-// committed yet (never used since the segment was reserved, or given back to the provider by
-// an earlier page), reports whether all of them read as zero, and marks them dirty: whatever
-// page holds them next must not take them for fresh.
-func (h *Heap) prepareSlices(s *segment, first, n int) (fresh bool, err error) {
-	return h.prepareRange(s, uintptr(first)<<sliceShift, uintptr(n)<<sliceShift)
-}
-
-// preparePage is prepareSlices for the slices of an object page, which may run on into the
-// next segments of a run (pack.go).
+// preparePage readies the slices of an object page, which may run on into the next segments
+// of a run (pack.go), as prepareRange readies a range.
 func (h *Heap) preparePage(pg *page) (fresh bool, err error) {
 	fresh = true
 	pg.pieces(func(s *segment, m uint64) {
@@ -220,10 +212,13 @@ func (pg *page) knownCommitted() bool {
 	return known
 }
 
-// prepareRange is prepareSlices for the n bytes at offset off of s, which may start and end
-// inside a slice (a class page extended after a purge gave up its top, or block by block: see
-// purgePage and extend). A slice the range covers in part counts as touched, not as known
-// committed: the rest of it is not the range's to vouch for.
+// prepareRange readies the n bytes at offset off of s for a page that hands them out. It
+// commits them unless their slices are all known committed (never used since the segment was
+// reserved, or given back to the provider by an earlier page), reports whether they read as
+// zero, and marks their slices dirty: whatever page holds them next must not take them for
+// fresh. The range may start and end inside a slice (a class page extended after a purge gave
+// up its top, or block by block: see purgePage and extend); a slice it covers in part counts
+// as touched, not as known committed: the rest of it is not the range's to vouch for.
 func (h *Heap) prepareRange(s *segment, off, n uintptr) (fresh bool, err error) {
 	first, last := int(off>>sliceShift), int((off+n-1)>>sliceShift)
 	m := sliceMask(first, last-first+1)
