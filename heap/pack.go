@@ -281,8 +281,11 @@ func (h *Heap) packTail(pg *page) {
 	span := s.span
 	full := span.Size >> segShift // chunks the object fills
 	k := int((span.Size - full<<segShift + sliceSize - 1) >> sliceShift)
-	if c, ok := h.a.ChunkBase(span.ID); k == 0 || k == segSlices || int(full)+1 != span.N || !ok || c != span.Base {
-		return // it fills its last chunk, leaves less than a slice of it, or starts inside a chunk
+	if c, ok := h.a.ChunkBase(span.ID); full == 0 || k == 0 || k == segSlices || int(full)+1 != span.N || !ok || c != span.Base {
+		// It fills its last chunk, leaves less than a slice of it, starts inside a chunk, or
+		// is smaller than one (an alignment above the chunk's made it huge): its segment would
+		// be left with no chunk, and nothing would find it.
+		return
 	}
 	r := &run{}
 	h.runs = append(h.runs, r)

@@ -209,6 +209,29 @@ func TestPackTail(t *testing.T) {
 	sharedLastChunk(t, h, 16<<20+1<<19) // a huge object: 8 chunks, and a quarter of a ninth
 }
 
+// TestPackTailSmall: an object smaller than a chunk, made huge by an alignment above the
+// chunk's, is not packed: packing it left its segment with no chunk, so the invariants found a
+// live block in no page (pinned's TestFakePoolAlignments, under -race, found it).
+func TestPackTailSmall(t *testing.T) {
+	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	p, err := h.AllocAligned(segSize*2/3, 2*segSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p%(2*segSize) != 0 {
+		t.Errorf("%#x is not aligned to %d", p, 2*segSize)
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // sharedLastChunk allocates n bytes (a quarter of a chunk past a whole number of them) and a
 // 1 MiB object, and checks that the object lands in the first one's last chunk and commits
 // nothing more, that an address in that chunk finds the first one (which the map shows there
