@@ -150,6 +150,9 @@ func property(t *testing.T, prov arena.Provider, ops int) {
 	var live []liveBlock
 	var sh *shadow
 	var inUse uintptr
+	// Some 25 to 50 looks at idle pages and as many trims a run: each purges pages the steps
+	// after it fill again (page faults: one in 2,000 steps made TestProperty a third slower).
+	purgeEvery := min(ops/50, 10_000)
 	for step := 0; step < ops; step++ {
 		if len(live) < 64 || (len(live) < 3000 && r.IntN(100) < 52) {
 			n := randSize(r)
@@ -242,7 +245,7 @@ func property(t *testing.T, prov arena.Provider, ops int) {
 			}
 		}
 		h.checkInvariants("a free") // every step, built with -tags invariants
-		switch r.IntN(4000) {
+		switch r.IntN(2 * purgeEvery) {
 		case 0: // a look at idle pages, another after one that did nothing, and the purge: a
 			// block handed out of decommitted memory faults at its fill
 			h.PurgeIdle()
