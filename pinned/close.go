@@ -121,6 +121,7 @@ func (p *Pool) releaseAll() error {
 		return first // a buffer came back to life: a racing Alloc before closed was seen
 	}
 	p.released.Store(true)
+	p.stopPurge()
 	err := p.a.Close()
 	if p.order != nil {
 		err = errors.Join(err, p.order.close()) // its events, before the device goes
