@@ -76,7 +76,10 @@ func (w *world) finish() *Failure {
 	if f := w.check(); f != nil {
 		return f
 	}
-	for _, id := range w.tbID {
+	// Each object leaves its map and its ID list together, so that abandon, after a failure
+	// here, meets only the objects still live.
+	for len(w.tbID) > 0 {
+		id := w.tbID[0]
 		u := w.tb[id]
 		for ; u.pins > 0; u.pins-- {
 			if err := w.tier.Release(u.h, w.streams[u.acq]); err != nil {
@@ -101,8 +104,8 @@ func (w *world) finish() *Failure {
 			return unexpected("uvm.Tier.Free", err)
 		}
 		delete(w.tb, id)
+		w.tbID = w.tbID[1:]
 	}
-	w.tbID = nil
 	if err := w.tier.Close(); err != nil {
 		return unexpected("uvm.Tier.Close", err)
 	}
@@ -114,13 +117,15 @@ func (w *world) finish() *Failure {
 		return unexpected("copyengine.Batcher.Close", err)
 	}
 	w.mv = nil
-	for _, id := range w.bufID {
+	for len(w.bufID) > 0 {
+		id := w.bufID[0]
 		if err := w.pool.Free(w.bufs[id].b); err != nil {
 			return unexpected("pinned.Pool.Free", err)
 		}
+		w.poolLive -= len(w.bufs[id].b)
 		delete(w.bufs, id)
+		w.bufID = w.bufID[1:]
 	}
-	w.bufID, w.poolLive = nil, 0
 	if q := int(w.cfg.PoolQuota); q > 0 { // before anything (Stats) reclaims the deferred buffers
 		b, err := w.pool.Alloc(q)
 		if err != nil {
@@ -130,13 +135,15 @@ func (w *world) finish() *Failure {
 			return unexpected("pinned.Pool.Free", err)
 		}
 	}
-	for _, id := range w.devID {
+	for len(w.devID) > 0 {
+		id := w.devID[0]
 		if err := w.heap.Free(w.dev[id].p); err != nil {
 			return unexpected("device.Heap.Free", err)
 		}
+		w.devLive -= w.dev[id].n
 		delete(w.dev, id)
+		w.devID = w.devID[1:]
 	}
-	w.devID, w.devLive = nil, 0
 	if err := w.heap.Trim(); err != nil {
 		return unexpected("device.Heap.Trim", err)
 	}

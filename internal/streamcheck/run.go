@@ -2,6 +2,7 @@ package streamcheck
 
 import (
 	"fmt"
+	"runtime/debug"
 
 	"sort"
 	"strings"
@@ -69,7 +70,7 @@ func run(rig Rig, cfg Config, steps int, ops []Op) Result {
 		} else {
 			op = ops[i]
 		}
-		applied, f := w.apply(op)
+		applied, f := w.safely(op)
 		if applied {
 			res.Ops = append(res.Ops, op)
 		}
@@ -80,14 +81,43 @@ func run(rig Rig, cfg Config, steps int, ops []Op) Result {
 		}
 	}
 	if res.Failure == nil {
-		if f := w.finish(); f != nil {
+		if _, f := w.safely(Op{ID: -1, Kind: numKinds}); f != nil {
 			f.Step, f.Op = len(res.Ops), Op{ID: -1, Kind: numKinds}
 			res.Failure = f
 		}
 	}
-	w.abandon()
+	if f := w.abandonSafely(); f != nil && res.Failure == nil {
+		res.Failure = f
+	}
 	res.Counts, res.Checked = w.counts, w.checkedBytes
 	return res
+}
+
+// safely applies op (the final checks for Kind numKinds), turning a panic of the system under
+// test into a failure of its own class, so that a run reports it, a shrink replays it like any
+// other failure, and later seeds still run.
+func (w *world) safely(op Op) (applied bool, f *Failure) {
+	defer func() {
+		if v := recover(); v != nil {
+			applied, f = true, failf("panic", "%v\n%s", v, debug.Stack())
+		}
+	}()
+	if op.Kind == numKinds {
+		return true, w.finish()
+	}
+	return w.apply(op)
+}
+
+// abandonSafely is abandon, with a panic turned into a failure (the state a failure left may
+// not be one the libraries expect, but a teardown must never stop the run).
+func (w *world) abandonSafely() (f *Failure) {
+	defer func() {
+		if v := recover(); v != nil {
+			f = failf("panic in the teardown", "%v\n%s", v, debug.Stack())
+		}
+	}()
+	w.abandon()
+	return nil
 }
 
 // Shrink looks for a shorter sequence than ops that fails the way f did (the same What), by
