@@ -30,6 +30,8 @@ func (w *world) apply(op Op) (bool, *Failure) {
 		return w.poolAlloc(op)
 	case PoolStamp, PoolFree, PoolFreeAsync, PoolRecordFree, PoolRawCopy, PoolDoubleFree, PoolSubFree:
 		return w.poolOp(op, s)
+	case PoolRawFree:
+		return w.poolRawFree(op, s)
 	case TierAlloc, TierAcquire, TierRelease, TierWrongRelease, TierHost, TierEvict, TierPrefetch, TierFree, TierDoubleFree:
 		return w.tierOp(op, s)
 	default:
@@ -61,7 +63,7 @@ func (w *world) devAlloc(op Op, s pubcuda.Stream) (bool, *Failure) {
 		w.counts["device quota refusals"]++
 		return true, nil
 	case errors.Is(err, device.ErrOutOfMemory):
-		if w.devLive == 0 && w.tierPinned == 0 && !w.hold && uintptr(op.N) <= w.cfg.DeviceCapacity/2 {
+		if w.devLive == 0 && w.tierPinned == 0 && !w.hold && uintptr(op.N) <= w.cfg.DeviceCapacity/2 && !w.tierHostFull() {
 			return true, failf("device out of memory with nothing held", "%v", err)
 		}
 		w.counts["device out of memory"]++
@@ -83,6 +85,16 @@ func (w *world) devAlloc(op Op, s pubcuda.Stream) (bool, *Failure) {
 	w.devID = insertID(w.devID, op.ID)
 	w.devLive += op.N
 	return true, nil
+}
+
+// tierHostFull reports whether the tier's host pool, when it has a quota of its own
+// (TierHostQuota), may be too full to take the largest block: the tier then cannot evict its
+// dirty blocks, and their VRAM may fill the device heap with no user block live.
+func (w *world) tierHostFull() bool {
+	if w.tierPool == nil {
+		return false
+	}
+	return w.tierPool.Stats().InUse+uint64(tierSizes[len(tierSizes)-1]) > uint64(w.cfg.TierHostQuota)
 }
 
 // fill sets every byte of b to v, doubling copies (a byte loop is slow under -race).
@@ -330,6 +342,39 @@ func (w *world) poolOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 	return true, nil
 }
 
+// poolRawFree is a copy the pool does not see (the raw driver, no RecordStream) between a pool
+// buffer and a device block on S, then FreeAsync of the buffer on T, a stream whose later work
+// runs after S's: S itself, or, in the legacy mix, a blocking stream after the legacy stream or
+// the reverse. The free is ordered after the copy by T's order alone, as cudaFreeAsync's is.
+func (w *world) poolRawFree(op Op, s pubcuda.Stream) (bool, *Failure) {
+	bf, d := w.bufs[op.A], w.dev[op.B]
+	if bf == nil || d == nil || op.T < 0 || op.T >= len(w.streams) || !w.ordered(op.S, op.T) ||
+		!w.usable(bf.busy, op.S) || !w.usable(d.busy, op.S) {
+		return false, nil
+	}
+	n := min(len(bf.b), d.n, max(op.N, 1))
+	if op.Flag {
+		if err := w.rig.Dev.MemcpyDtoHAsync(mem.Addr(bf.b), uintptr(d.p), uintptr(n), uintptr(s)); err != nil {
+			return true, unexpected("raw cuMemcpyDtoHAsync", err)
+		}
+	} else {
+		if err := w.rig.Dev.MemcpyHtoDAsync(uintptr(d.p), mem.Addr(bf.b), uintptr(n), uintptr(s)); err != nil {
+			return true, unexpected("raw cuMemcpyHtoDAsync", err)
+		}
+		copy(d.want, bf.want[:n])
+	}
+	at := w.queue(op.S).at
+	d.busy, d.busyAt = op.S, at
+	if err := w.pool.FreeAsync(bf.b, w.streams[op.T]); err != nil {
+		return true, unexpected("pinned.Pool.FreeAsync", err)
+	}
+	w.poolFreed = append(w.poolFreed, freed{n: len(bf.b), marks: [2]mark{{op.T, w.tick()}, {op.S, at}}})
+	delete(w.bufs, op.A)
+	w.bufID = removeID(w.bufID, op.A)
+	w.poolLive -= len(bf.b)
+	return true, nil
+}
+
 func (w *world) tierOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 	if op.Kind == TierAlloc {
 		if len(w.tb) >= maxTierBlocks || op.N <= 0 || w.tierBytes+op.N > 3*int(w.cfg.TierBudget) {
@@ -363,7 +408,7 @@ func (w *world) tierOp(op Op, s pubcuda.Stream) (bool, *Failure) {
 			return true, nil
 		}
 		err := w.tier.Prefetch(hs, s)
-		if err != nil && !errors.Is(err, uvm.ErrAllPinned) && !errors.Is(err, uvm.ErrTooLarge) && !deviceFull(err) {
+		if err != nil && !errors.Is(err, uvm.ErrAllPinned) && !errors.Is(err, uvm.ErrTooLarge) && !errors.Is(err, uvm.ErrHostFull) && !deviceFull(err) {
 			return true, unexpected("uvm.Tier.Prefetch", err)
 		}
 		w.count("tier prefetch", err)

@@ -113,6 +113,15 @@ func (w *world) finish() *Failure {
 		return wantErr("uvm.Tier.Alloc after Close", err, uvm.ErrClosed)
 	}
 	w.tier = nil
+	if tp := w.tierPool; tp != nil {
+		if st := tp.Stats(); st.Live != 0 || st.Deferred != 0 {
+			return failf("the tier's host pool at the end", "%d buffers live, %d deferred after the tier's Close", st.Live, st.Deferred)
+		}
+		if err := tp.Close(); err != nil {
+			return unexpected("pinned.Pool.Close (the tier's)", err)
+		}
+		w.tierPool = nil
+	}
 	if err := w.mv.Close(); err != nil {
 		return unexpected("copyengine.Batcher.Close", err)
 	}

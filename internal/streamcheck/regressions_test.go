@@ -24,7 +24,7 @@ func TestRegressions(t *testing.T) {
 		return
 	}
 	rig := Rig{F: f, Dev: f.Open(t, 0)}
-	for _, c := range regressions {
+	for _, c := range append(regressions, hostPressureCases...) {
 		t.Run(c.name, func(t *testing.T) {
 			res := Replay(rig, c.cfg, c.ops)
 			if res.Failure != nil {
@@ -159,6 +159,31 @@ var regressions = []regression{
 			{ID: 2616, Kind: PoolFreeAsync, S: 0, A: 2609, B: -1},
 			{ID: 2618, Kind: DevFreeAsync, S: 2, A: 2597, B: -1},
 			{ID: 2620, Kind: HeapTrim, A: -1, B: -1},
+		},
+	},
+}
+
+// hostPressureCases are sequences written by hand for the paths the random runs reach rarely.
+var hostPressureCases = []regression{
+	{
+		// A prefetched block's restore still reads its host copy (Hold keeps it queued) when
+		// the tier, its host pool full, looks for host copies to drop for a new block's buffer:
+		// dropping that one hands the buffer to the new block, whose bytes the restore then
+		// copies to the device.
+		name: "host copy dropped under a queued restore",
+		what: "tier block bytes (acquired for reading)",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, PoolShards: 1, TierBudget: 512 << 10, TierHostQuota: 128 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 0, Kind: TierAlloc, A: -1, B: -1, N: 64 << 10},
+			{ID: 1, Kind: TierHost, A: 0, B: -1, V: 0x11, Flag: true},
+			{ID: 2, Kind: TierAlloc, A: -1, B: -1, N: 64 << 10},
+			{ID: 3, Kind: TierHost, A: 2, B: -1, V: 0x22, Flag: true},
+			{ID: 4, Kind: Hold, A: -1, B: -1, Flag: true},
+			{ID: 5, Kind: TierPrefetch, A: 0, B: -1, Off: -1},
+			{ID: 6, Kind: TierAlloc, A: -1, B: -1, N: 64 << 10},
+			{ID: 7, Kind: TierHost, A: 6, B: -1, V: 0x33, Flag: true},
+			{ID: 8, Kind: Hold, A: -1, B: -1},
+			{ID: 9, Kind: TierAcquire, A: 0, B: -1},
 		},
 	},
 }

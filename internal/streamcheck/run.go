@@ -213,12 +213,12 @@ var methodName = map[copyengine.Method]string{copyengine.MethodAuto: "MethodAuto
 func GoCode(name string, cfg Config, ops []Op, what string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{\n\tname: %q,\n\twhat: %q,\n", name, what)
-	fmt.Fprintf(&b, "\tcfg: Config{Seed: %d, Streams: %d, Blocking: %#b, Legacy: %v, DeviceCapacity: %d << 20, DeviceZero: %v, DeviceQuota: %d, PoolZero: %v, PoolQuota: %d, PoolShards: %d, TierBudget: %d << 10, Mover: copyengine.%s, PurgeDelay: %d},\n",
-		cfg.Seed, cfg.Streams, cfg.Blocking, cfg.Legacy, cfg.DeviceCapacity>>20, cfg.DeviceZero, cfg.DeviceQuota, cfg.PoolZero, cfg.PoolQuota, cfg.PoolShards, cfg.TierBudget>>10, methodName[cfg.Mover], cfg.PurgeDelay)
+	fmt.Fprintf(&b, "\tcfg: Config{Seed: %d, Streams: %d, Blocking: %#b, Legacy: %v, Pressure: %v, DeviceCapacity: %d << 20, DeviceZero: %v, DeviceQuota: %d, PoolZero: %v, PoolQuota: %d, PoolShards: %d, TierBudget: %d << 10, TierHostQuota: %d, Mover: copyengine.%s, PurgeDelay: %d},\n",
+		cfg.Seed, cfg.Streams, cfg.Blocking, cfg.Legacy, cfg.Pressure, cfg.DeviceCapacity>>20, cfg.DeviceZero, cfg.DeviceQuota, cfg.PoolZero, cfg.PoolQuota, cfg.PoolShards, cfg.TierBudget>>10, cfg.TierHostQuota, methodName[cfg.Mover], cfg.PurgeDelay)
 	b.WriteString("\tops: []Op{\n")
 	for _, op := range ops {
-		fmt.Fprintf(&b, "\t\t{ID: %d, Kind: %s, S: %d, A: %d, B: %d, N: %d, Off: %d, V: %#x, Flag: %v},\n",
-			op.ID, op.Kind, op.S, op.A, op.B, op.N, op.Off, op.V, op.Flag)
+		fmt.Fprintf(&b, "\t\t{ID: %d, Kind: %s, S: %d, T: %d, A: %d, B: %d, N: %d, Off: %d, V: %#x, Flag: %v},\n",
+			op.ID, op.Kind, op.S, op.T, op.A, op.B, op.N, op.Off, op.V, op.Flag)
 	}
 	b.WriteString("\t},\n}")
 	return b.String()
