@@ -7,7 +7,7 @@ import (
 )
 
 // The lists' waits: lost lists recovered by one synchronize of the context, every stream
-// drained, one stream's items released after its synchronize, a stream forgotten.
+// drained, one stream's items released after its synchronize.
 
 // Lost returns the number of lists the polls found lost and Recover has not answered.
 func (ls *Lists[T]) Lost() int { return len(ls.lost) }
@@ -95,16 +95,6 @@ func (ls *Lists[T]) release(l *List[T], n int, done []T) []T {
 		ls.last.CompareAndSwap(l, nil)
 	}
 	return done
-}
-
-// Forget is the start of forgetting stream s, which the caller is about to synchronize and
-// destroy: the list found last stops standing for s (a new stream may get its handle), and it
-// returns s's list in the lists, or nil, for Release(l, true, ...) once s is synchronized.
-func (ls *Lists[T]) Forget(s Stream) *List[T] {
-	if l := ls.last.Load(); l != nil && l.s == s {
-		ls.last.CompareAndSwap(l, nil)
-	}
-	return ls.Lookup(s)
 }
 
 // unlist takes l out of the lists: a push then takes a new list for its stream. The lists' lock
