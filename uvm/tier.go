@@ -103,6 +103,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -183,7 +184,7 @@ type Tier struct {
 	acct    accounts      // byte counts
 	st      Stats         // counters; Stats adds the rest
 	batches batches       // the batches queued on the tier's streams (completion.go)
-	streams streamSet     // the user's streams the driver accepted (streams.go)
+	streams *userStreams  // the user's streams the driver accepted (streams.go)
 	rel     releases      // release events, and the waits of a batch being built (release.go)
 	spare   spares        // VRAM kept for the next restores (spare.go)
 	scratch scratch       // slices every batch reuses
@@ -234,10 +235,10 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 		mem:     stores{budget: roundUp(uintptr(o.DeviceBudget)), hostCap: uintptr(o.HostCapacity)},
 		engine:  engine{events: icuda.NewEventPool(dev)},
 		opts:    settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
-		streams: streamSet{},
 		lat:     acquireClock{every: hitEvery},
 	}
 	t.batches = newBatches(dev, t.engine.events)
+	t.streams = streamq.NewLists[struct{}](t.batches.lists.Points(), nil, 1)
 	if err := t.open(o); err != nil {
 		// Under the lock and closed: the heap's hook may already be installed and called.
 		t.mu.Lock()
