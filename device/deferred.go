@@ -45,17 +45,6 @@ func newLists(points *streamq.Points) *streamq.Lists[cuda.DevicePtr] {
 // the lists it found lost and the hand-back of their frees.
 var afterLostSync func()
 
-// listFor returns the list of stream s: the one found last, or the lists' own, made when s
-// has none.
-func (h *Heap) listFor(s cuda.Stream) *deferredList {
-	if l := h.lists.Last(); l != nil && l.Stream() == uintptr(s) {
-		return l
-	}
-	l := h.lists.Get(uintptr(s))
-	h.lists.Found(l)
-	return l
-}
-
 // poll does the deferred frees whose streams have passed them, and gives the busy streams a
 // point for the frees they have; the lists of streams the driver refuses are answered with one
 // synchronize of the context. It fails only when the driver refuses a stream and the context's

@@ -120,6 +120,9 @@ func (p *Pool) releaseAll() error {
 		return first // a buffer came back to life: a racing Alloc before closed was seen
 	}
 	p.released.Store(true)
+	if p.order != nil {
+		disown(p) // before its arena goes: PoolOf looks addresses up there
+	}
 	err := p.a.Close()
 	if p.order != nil {
 		err = errors.Join(err, p.order.close()) // its events, before the device goes

@@ -2,9 +2,12 @@ package pinned_test
 
 import (
 	"errors"
-	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"fmt"
 	"testing"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -114,4 +117,103 @@ func TestFakeForgetStream(t *testing.T) {
 	}
 	ok(t, "Free", r.heap.Free(pcuda.DevicePtr(d)))
 	r.finish()
+}
+
+// TestFakeForgetStreamCostsItsOwn: ForgetStream of a stream costs what that stream holds, not a
+// walk of the live buffers: with 0 or 20,000 live buffers (half of them recorded on another
+// stream) it allocates the same, nothing. It read the tags of every live buffer, a batch at a
+// time under every shard's lock (0.49 ms with 20,000 live, 4.4 ms with 100,000).
+func TestFakeForgetStreamCostsItsOwn(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{Capacity: 256 << 20})
+	if r == nil {
+		return
+	}
+	s := r.stream()
+	other := r.stream()
+	forget := func() float64 {
+		return testing.AllocsPerRun(20, func() { ok(t, "ForgetStream", r.pool.ForgetStream(pcuda.Stream(s))) })
+	}
+	ok(t, "FreeAsync", r.pool.FreeAsync(r.alloc(4096, 1), pcuda.Stream(s))) // s known
+	empty := forget()
+	var live [][]byte
+	for i := range 20000 {
+		b, err := r.pool.Alloc(4096)
+		ok(t, "Alloc", err)
+		if i%2 == 0 {
+			ok(t, "RecordStream", r.pool.RecordStream(b, pcuda.Stream(other)))
+		}
+		live = append(live, b)
+	}
+	full := forget()
+	if empty != 0 || full != 0 {
+		t.Errorf("ForgetStream allocated %v times with nothing live, %v with 20,000 live; want 0 both", empty, full)
+	}
+	for _, b := range live {
+		ok(t, "Free", r.pool.Free(b))
+	}
+	ok(t, "ForgetStream", r.pool.ForgetStream(pcuda.Stream(other)))
+	r.finish()
+}
+
+// BenchmarkFakeForgetStream is ForgetStream of a stream the pool holds one deferred buffer for,
+// with 0, 20,000 and 100,000 other live buffers (half of them recorded on another stream).
+func BenchmarkFakeForgetStream(b *testing.B) {
+	f := fakecuda.RunBenchmark(b)
+	if f == nil {
+		return
+	}
+	dev := f.Open(b, 0)
+	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	s, err := dev.StreamCreate(true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	other, err := dev.StreamCreate(true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var live [][]byte
+	for _, n := range []int{0, 20000, 100000} {
+		for len(live) < n {
+			buf, err := p.Alloc(4096)
+			if err == nil && len(live)%2 == 0 {
+				err = p.RecordStream(buf, pcuda.Stream(other))
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			live = append(live, buf)
+		}
+		b.Run(fmt.Sprintf("live=%d", n), func(b *testing.B) {
+			for range b.N {
+				buf, err := p.Alloc(4096)
+				if err == nil {
+					err = p.FreeAsync(buf, pcuda.Stream(s))
+				}
+				if err == nil {
+					err = p.ForgetStream(pcuda.Stream(s))
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	for _, buf := range live {
+		if err := p.Free(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, st := range []cuda.Stream{s, other} {
+		if err := p.ForgetStream(pcuda.Stream(st)); err != nil {
+			b.Fatal(err)
+		}
+		if err := dev.StreamDestroy(st); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -225,6 +225,7 @@ func newPool(o Options) (*Pool, error) {
 	made = true
 	if order != nil {
 		order.start(g, a, p.freeDeferred, !p.zeroOnFree && p.quota == 0, p.enqueue)
+		own(p) // PoolOf finds it (owners.go)
 	}
 	p.startPrecommit(int64(o.Precommit), o.OnPrecommit)
 	return p, nil

@@ -23,12 +23,12 @@ import (
 //	            every other call waits for it (settled).
 //	tagMulti    live and held, several streams recorded: the use under its uses shard's lock
 //	            has them. It leaves tagMulti only under that lock.
-//	tagForgot   live and held, recorded, every stream forgotten since (ForgetStream): a free
-//	            frees it at once, as one that waits for no stream.
 //	tagOf(s)    live and held, recorded on stream s alone.
 //
 // So a tag other than tagNone and tagLocked says the buffer is live and held, and tagNone on
-// a held buffer that its free is pending, with no write of the tag by FreeAsync or a claim. A
+// a held buffer that its free is pending, with no write of the tag by FreeAsync or a claim.
+// ForgetStream writes no tag: a free asks whether each stream its tag or use names was
+// forgotten since (streamq's Lists.Forgotten), and does not wait for those. A
 // record that finds tagNone locks the tag first, then holds the block: a hold that was not the
 // first finds a free pending (it unlocks the tag and is refused). Every change is a
 // compare-and-swap from the value read, so a record and a free racing on one buffer are
@@ -40,7 +40,6 @@ const (
 	tagNone   uintptr = 0
 	tagLocked uintptr = 1
 	tagMulti  uintptr = 2
-	tagForgot uintptr = 3
 )
 
 // tagOf is the tag of a buffer recorded on stream s alone (tagFits(s)).
@@ -49,7 +48,7 @@ func tagOf(s cuda.Stream) uintptr { return (uintptr(s) + 1) << 2 }
 // tagFits reports whether tagOf(s) is a tag of s alone.
 func tagFits(s cuda.Stream) bool { return uintptr(s) < 1<<61 }
 
-// tagStream is the stream of tag t, one of a buffer recorded on one stream (t > tagForgot).
+// tagStream is the stream of tag t, one of a buffer recorded on one stream (t > tagMulti).
 func tagStream(t uintptr) cuda.Stream { return cuda.Stream(t>>2 - 1) }
 
 // settled returns tag's value once no record holds it locked (tagLocked): the wait is that of
@@ -156,11 +155,6 @@ func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) err
 			return nil
 		case tagFits(s) && t == tagOf(s):
 			return nil
-		case tagFits(s) && t == tagForgot:
-			if tag.CompareAndSwap(t, tagOf(s)) {
-				return nil
-			}
-			continue
 		}
 		// A second stream (or one that does not fit a tag): the uses map.
 		sh := o.shard(base)
@@ -170,16 +164,12 @@ func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) err
 			continue // changed since it was read: read it again
 		}
 		var u use
-		switch t {
-		case tagMulti:
+		if t == tagMulti {
 			u = sh.m[base]
-			u.add(s)
-		case tagForgot:
-			u = use{one: s}
-		default:
+		} else {
 			u = use{one: tagStream(t)}
-			u.add(s)
 		}
+		u.add(s)
 		sh.m[base] = u
 		sh.mu.Unlock()
 		return nil
@@ -231,18 +221,12 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 		switch {
 		case t == tagNone:
 			return fmt.Errorf("%w: %#x has a free pending already", ErrDoubleFree, addr)
-		case t == tagForgot: // the streams recorded have passed it: l's alone, or none
-			if !tag.CompareAndSwap(t, tagNone) {
-				continue
-			}
-			if l == nil {
-				return o.free(d, nil)
-			}
-			o.enqueue(l, d)
-			return nil
 		case t != tagMulti && (l == nil || tagStream(t) == streamOf(l)): // one stream
 			if !tag.CompareAndSwap(t, tagNone) {
 				continue
+			}
+			if o.lists.Forgotten(uintptr(tagStream(t))) { // it has passed the buffer
+				return o.free(d, nil)
 			}
 			o.enqueue(o.listOf(tagStream(t), l), d)
 			return nil
@@ -257,10 +241,11 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 // path (it never blocks): when tag says the buffer is recorded on the stream of the list check
 // found last alone, it takes the tag back to tagNone and returns that list, which the buffer
 // must then be deferred to (enqueue); else nil, with nothing changed, and deferTagged does the
-// work.
+// work. The stream of the list found last is never a forgotten one (Lists.Forget takes it off,
+// and only a list made again puts it back), so the claim asks nothing of the forgotten streams.
 func (o *streamOrder) claimOne(tag *atomic.Uintptr) *streamList {
 	t := tag.Load()
-	if t <= tagForgot { // none (or a free pending), locked, several streams, forgotten
+	if t <= tagMulti { // none (or a free pending), locked, several streams
 		return nil
 	}
 	l := o.lists.Last()
@@ -298,6 +283,7 @@ func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l 
 	} else {
 		u.add(tagStream(t))
 	}
+	u.dropForgotten(o.lists)
 	if l != nil {
 		u.add(streamOf(l))
 	}
