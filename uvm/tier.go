@@ -232,10 +232,10 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	}
 	t := &Tier{
 		dev: dev, pub: pub, policy: o.Policy,
-		mem:     stores{budget: roundUp(uintptr(o.DeviceBudget)), hostCap: uintptr(o.HostCapacity)},
-		engine:  engine{events: icuda.NewEventPool(dev)},
-		opts:    settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
-		lat:     acquireClock{every: hitEvery},
+		mem:    stores{budget: roundUp(uintptr(o.DeviceBudget)), hostCap: uintptr(o.HostCapacity)},
+		engine: engine{events: icuda.NewEventPool(dev)},
+		opts:   settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
+		lat:    acquireClock{every: hitEvery},
 	}
 	t.batches = newBatches(dev, t.engine.events)
 	t.streams = streamq.NewLists[struct{}](t.batches.lists.Points(), nil, 1)
