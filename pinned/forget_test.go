@@ -63,9 +63,10 @@ func TestFakeIdleStreamDropped(t *testing.T) {
 	r.finish()
 }
 
-// TestFakeForgetStream: ForgetStream waits for the stream, takes back the buffers freed on it,
-// takes it off the live buffers it was recorded on (whose Free is then immediate), and forgets
-// it: the handle is checked with the driver again, so once destroyed it is refused.
+// TestFakeForgetStream: ForgetStream waits for the stream (the copy from a buffer freed on it
+// reads the buffer's bytes, not the scrub that follows its take-back), takes back the buffers
+// freed on it, takes it off the live buffers it was recorded on (whose Free is then immediate),
+// and forgets it: the handle is checked with the driver again, so once destroyed it is refused.
 func TestFakeForgetStream(t *testing.T) {
 	r := newAsyncRig(t, pinned.Options{ZeroOnFree: true})
 	if r == nil {
@@ -93,6 +94,10 @@ func TestFakeForgetStream(t *testing.T) {
 		if x != 0 {
 			t.Fatalf("byte %d of a buffer freed on a forgotten stream is %#x: not scrubbed", i, x)
 		}
+	}
+	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(s))
+	if got := r.read(d, n); got[0] != 0xA || got[n-1] != 0xA {
+		t.Fatalf("the copy from a buffer freed on s holds %#x...%#x, want 0xa: the buffer was scrubbed before s had run it", got[0], got[n-1])
 	}
 	ok(t, "Free", r.pool.Free(b)) // s was its only stream: no wait
 	if got := r.deferred(); got != 0 {
