@@ -404,6 +404,10 @@ func (w *world) misc(op Op, s pubcuda.Stream) (bool, *Failure) {
 		clear(w.crossFrees)
 	case PoolTrim:
 		w.pool.Trim()
+	case ArenaTrim:
+		// The purge, at once: what the heaps gave the arena must be free of every stream's
+		// work already, so decommitting it any time is safe.
+		w.heap.Arena().Trim()
 	case TierSync:
 		if err := w.tier.Sync(); err != nil {
 			return true, unexpected("uvm.Tier.Sync", err)

@@ -88,15 +88,7 @@ func (w *world) finish() *Failure {
 		}
 		w.tierPinned -= u.n
 		if u.want != nil {
-			b, err := w.tier.AcquireHost(u.h, uvm.Read)
-			if err != nil {
-				return unexpected("uvm.Tier.AcquireHost", err)
-			}
-			f := compare("tier block bytes (at the end)", id, b, u.want, 0)
-			if err := w.tier.ReleaseHost(u.h); err != nil && f == nil {
-				f = unexpected("uvm.Tier.ReleaseHost", err)
-			}
-			if f != nil {
+			if f := w.finalRead(id, u); f != nil {
 				return f
 			}
 		}
@@ -204,4 +196,35 @@ func (w *world) finish() *Failure {
 	w.streams = nil
 	w.closed = true
 	return nil
+}
+
+// finalRead checks the bytes of tier block u (object id) at the end: on the host (AcquireHost),
+// or, when the tier's host pool is too full to copy it there (its quota, TierHostQuota), on
+// the device, acquired for reading on the first stream.
+func (w *world) finalRead(id int, u *ublock) *Failure {
+	b, err := w.tier.AcquireHost(u.h, uvm.Read)
+	if errors.Is(err, uvm.ErrHostFull) && w.tierPool != nil {
+		p, err := w.tier.Acquire(u.h, w.streams[0], uvm.Read)
+		if err != nil {
+			return unexpected("uvm.Tier.Acquire", err)
+		}
+		got := make([]byte, u.n)
+		err = w.heap.DtoHAsync(got, p, w.streams[0])
+		f := compare("tier block bytes (at the end, on the device)", id, got, u.want, 0)
+		if err != nil {
+			f = unexpected("device.Heap.DtoHAsync of an acquired tier block", err)
+		}
+		if err := w.tier.Release(u.h, w.streams[0]); err != nil && f == nil {
+			f = unexpected("uvm.Tier.Release", err)
+		}
+		return f
+	}
+	if err != nil {
+		return unexpected("uvm.Tier.AcquireHost", err)
+	}
+	f := compare("tier block bytes (at the end)", id, b, u.want, 0)
+	if err := w.tier.ReleaseHost(u.h); err != nil && f == nil {
+		f = unexpected("uvm.Tier.ReleaseHost", err)
+	}
+	return f
 }

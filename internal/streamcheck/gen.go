@@ -24,7 +24,9 @@ func weightsFor(cfg Config) weights {
 		w[PoolRawFree] = 25
 		w[Stats] += 10 // a reclaim soon after such a free, before the legacy stream has run
 	}
+	w[ArenaTrim] = 6
 	if cfg.Pressure {
+		w[ArenaTrim] = 15
 		w[DevAlloc], w[DevFreeAsync], w[DevFree], w[DevMemset] = 160, 130, 10, 50
 		w[Sync], w[Complete], w[CompleteStream], w[HeapSync] = 25, 3, 4, 2
 		w[Hold] = 25

@@ -49,6 +49,7 @@ const (
 	TierSync                     // uvm.Tier.Sync
 	Recreate                     // synchronize S, ForgetStream it everywhere, destroy it, make a new one
 	PoolRawFree                  // a raw driver copy between buffer A and block B on S (HtoD, or DtoH with Flag), no RecordStream, then FreeAsync(A, T), T ordered after S
+	ArenaTrim                    // the device heap's arena gives back every memory no span wants at once (arena.Arena.Trim): the purge, now
 	numKinds
 )
 
@@ -57,7 +58,7 @@ var kindNames = [numKinds]string{
 	"PoolAlloc", "PoolStamp", "PoolFree", "PoolFreeAsync", "PoolRecordFree", "PoolRawCopy", "PoolDoubleFree", "PoolSubFree",
 	"TierAlloc", "TierAcquire", "TierRelease", "TierWrongRelease", "TierHost", "TierEvict", "TierPrefetch", "TierFree", "TierDoubleFree",
 	"Sync", "Hold", "Complete", "CompleteStream", "HeapTrim", "HeapSync", "PoolTrim", "Stats", "TierSync", "Recreate",
-	"PoolRawFree",
+	"PoolRawFree", "ArenaTrim",
 }
 
 func (k Kind) String() string {
