@@ -8,8 +8,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -32,32 +30,14 @@ type funcInfo struct {
 	calls []string // callee names: a function's, or a method's without its receiver
 }
 
-// moduleFuncs parses every non-test Go file of the module (as modulePackages walks it) and
+// moduleFuncs parses every non-test Go file of the module (moduleSources) and
 // returns its functions by "dir:Name" and "dir:Recv.Method", and by bare name (a method's
 // without its receiver) every key that bears it.
 func moduleFuncs(t *testing.T) (funcs map[string]*funcInfo, byName map[string][]string) {
 	t.Helper()
 	funcs, byName = map[string]*funcInfo{}, map[string][]string{}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if path != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
-				return filepath.SkipDir
-			}
-			if path != "." {
-				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
-					return filepath.SkipDir
-				}
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	moduleSources(t, func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 		if err != nil {
 			return err
@@ -97,9 +77,6 @@ func moduleFuncs(t *testing.T) (funcs map[string]*funcInfo, byName map[string][]
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return funcs, byName
 }
 

@@ -124,18 +124,7 @@ func TestRunningKeepsLegacyOrder(t *testing.T) {
 		return
 	}
 	ss, bufs, p, _ := testStreams(t, dev, 1)
-	b, err := dev.StreamCreate(false) // blocking
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := dev.StreamSynchronize(b); err != nil {
-			t.Error(err)
-		}
-		if err := dev.StreamDestroy(b); err != nil {
-			t.Error(err)
-		}
-	}()
+	b := blockingStream(t, dev)
 	f.Hold(true)
 	defer f.Complete()
 	running := func(what string, given []streamq.Stream, want streamq.Stream, wantRunning bool) {
