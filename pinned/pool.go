@@ -145,7 +145,7 @@ func newPool(o Options) (*Pool, error) {
 	letGo(s)
 	made = true
 	if order != nil {
-		order.start(g, a, p.freeDeferred, !p.zeroOnFree && p.quota == 0, p.enqueue)
+		order.start(g, p.freeDeferred, !p.zeroOnFree && p.quota == 0, p.enqueue)
 		own(p) // PoolOf finds it (owners.go)
 	}
 	p.startPrecommit(int64(o.Precommit), o.OnPrecommit)

@@ -99,7 +99,6 @@ type streamOrder struct {
 	// whose points are the pool's device's (opened for an External region) and its events.
 	lists *streamq.Lists[deferred]
 	g     *heap.Group
-	a     *arena.Arena
 	// free frees a buffer for real (Pool.freeDeferred), straight back on its page when it is
 	// a block of the heap given (the shard a reclaim holds), else by the paths of any goroutine.
 	free func(deferred, *heap.Heap) error
@@ -218,11 +217,11 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 	return o, nil
 }
 
-// start begins serving the pool's group and arena: free frees a deferred buffer for real
+// start begins serving the pool's group: free frees a deferred buffer for real
 // (direct: by a free of its block and nothing else), enqueue defers one that waits for one
 // stream.
-func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred)) {
-	o.g, o.a, o.free, o.direct, o.enqueue = g, a, free, direct, enqueue
+func (o *streamOrder) start(g *heap.Group, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred)) {
+	o.g, o.free, o.direct, o.enqueue = g, free, direct, enqueue
 }
 
 // close ends it, once no buffer is deferred.
