@@ -60,18 +60,11 @@ func (h *Heap) poll() error {
 	return err
 }
 
-// pollLists is Poll of the lists, and Recover of the lost ones, into h.done.
+// pollLists is Poll of the lists, and Recover of the lost ones, into h.done (Lists.Reclaim).
 func (h *Heap) pollLists() error {
 	var err error
-	if h.done, err = h.lists.Poll(h.done); err != nil {
+	if h.done, err = h.lists.Reclaim(h.done, afterLostSync); err != nil {
 		err = fmt.Errorf("device: deferred frees: %w", err)
-	}
-	if h.lists.Lost() > 0 {
-		var rerr error
-		if h.done, rerr = h.lists.Recover(h.done, afterLostSync); rerr != nil {
-			return errors.Join(err, fmt.Errorf("device: deferred frees: %w", rerr))
-		}
-		return nil // each refusal is answered: the frees of the lost lists came back
 	}
 	return err
 }

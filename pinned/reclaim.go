@@ -66,23 +66,15 @@ func (o *streamOrder) reclaim(on *heap.Heap, wait bool) error {
 
 // reclaimLocked is reclaim, reclMu held.
 func (o *streamOrder) reclaimLocked(on *heap.Heap) error {
+	// A stream the driver refuses (destroyed, most likely) can take no point: the lists wait
+	// for the whole context, which waits for the work it still had, once for all of them.
 	var errs []error
 	var err error
-	if o.done, err = o.lists.Poll(o.done); err != nil {
-		errs = append(errs, fmt.Errorf("pinned: %w", err))
+	if o.done, err = o.lists.Reclaim(o.done, afterLostSync); err != nil {
+		errs = append(errs, fmt.Errorf("pinned: deferred buffers: %w", err))
 	}
 	if afterPoll != nil {
 		afterPoll()
-	}
-	if o.lists.Lost() > 0 {
-		// The driver refuses these streams (destroyed, most likely): no event can mark a point
-		// in them, so wait for the whole context, which waits for the work they still had,
-		// once for all of them.
-		if o.done, err = o.lists.Recover(o.done, afterLostSync); err != nil {
-			errs = append(errs, fmt.Errorf("pinned: deferred buffers stay held: %w", err))
-		} else {
-			errs = nil // each list's refusal is answered: its buffers come back
-		}
 	}
 	if err := o.freeDone(on); err != nil { // appended only when not nil: no allocation
 		errs = append(errs, err)

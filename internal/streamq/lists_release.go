@@ -39,6 +39,22 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 	return done, nil
 }
 
+// Reclaim is Poll, then Recover of the lists the poll found lost (after as for Recover): it
+// appends to done what the streams have passed. Its error is the poll's when no list was lost;
+// none when Recover answered every refusal (the refused streams' items came back), else the
+// poll's and Recover's. It is the reclaimer's, as Poll is.
+func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
+	done, err := ls.Poll(done)
+	if ls.Lost() == 0 {
+		return done, err
+	}
+	done, rerr := ls.Recover(done, after)
+	if rerr != nil {
+		return done, errors.Join(err, rerr)
+	}
+	return done, nil
+}
+
 // Drain waits for the stream of every list with items (a synchronize of each) and appends to
 // done the items pushed before its wait; the items pushed while it waits stay for a later call.
 // A stream the driver refuses to synchronize keeps its items, and its error is returned. It is
