@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +20,15 @@ import (
 //
 // go test ./internal/streamcheck runs the fast subset (the mutants marked fast, each on the
 // one case that catches it); PINMALLOC_LONG=1 runs every mutant on the CI run of the checker
-// (TestStreamOrder's CI seeds and TestRegressions), which must fail on each.
+// (TestStreamOrder's CI seeds and TestRegressions), which must fail on each;
+// STREAMCHECK_MUTANTS=regexp runs the mutants it names.
 
 // longEnv turns on the long runs of the module's tests (CI sets it).
 const longEnv = "PINMALLOC_LONG"
+
+// envMutants picks the mutants whose names match it (a regular expression), each run on the
+// case that catches it (on the whole CI run with PINMALLOC_LONG=1).
+const envMutants = "STREAMCHECK_MUTANTS"
 
 func long() bool { return os.Getenv(longEnv) == "1" }
 
@@ -66,9 +72,19 @@ func TestMutants(t *testing.T) {
 			t.Fatalf("the checker's CI run fails on the module itself:\n%s", tail(out, 40))
 		}
 	}
+	var pick *regexp.Regexp
+	if re := os.Getenv(envMutants); re != "" {
+		var err error
+		if pick, err = regexp.Compile(re); err != nil {
+			t.Fatalf("%s=%q: %v", envMutants, re, err)
+		}
+	}
 	ran := 0
 	for _, m := range mutants {
-		if !all && !m.fast {
+		switch {
+		case pick != nil && !pick.MatchString(m.name):
+			continue
+		case pick == nil && !all && !m.fast:
 			continue
 		}
 		ran++

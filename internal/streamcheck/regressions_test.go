@@ -166,6 +166,18 @@ var regressions = []regression{
 	},
 }
 
+// afterRemoteFree returns the operations that make a buffer freed by a reclaim outside its
+// shard's fast path (Stats: a remote free, collected when the page runs out) handed out again:
+// sixteen 4 KiB allocations from ID first on (the rest of a page, then the blocks freed), then
+// a synchronize of stream slot s, which runs the copy the free should have waited for.
+func afterRemoteFree(first, s int) []Op {
+	var ops []Op
+	for i := range 16 {
+		ops = append(ops, Op{ID: first + i, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: uint32(0x40 + i)})
+	}
+	return append(ops, Op{ID: first + 16, Kind: Sync, S: s, A: -1, B: -1})
+}
+
 // handWritten are sequences written by hand for the paths the random runs reach rarely, each
 // the shortest that shows its bug (the mutant it catches, mutants_test.go, says which).
 var handWritten = []regression{
@@ -223,13 +235,7 @@ var handWritten = []regression{
 			{ID: 4, Kind: PoolFreeAsync, S: 2, A: 3, B: -1},
 			{ID: 5, Kind: PoolFree, A: 0, B: -1},
 			{ID: 6, Kind: Stats, A: -1, B: -1}, // a reclaim: remote frees, collected when the page runs out
-		}, func() []Op {
-			var ops []Op
-			for i := range 16 { // the rest of the page, then the blocks freed
-				ops = append(ops, Op{ID: 7 + i, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: uint32(0x40 + i)})
-			}
-			return append(ops, Op{ID: 30, Kind: Sync, S: 1, A: -1, B: -1})
-		}()...),
+		}, afterRemoteFree(7, 1)...),
 	},
 	{
 		// The legacy mix: a buffer a blocking stream (slot 0) still copies from is freed on
@@ -247,13 +253,7 @@ var handWritten = []regression{
 			{ID: 4, Kind: DevAlloc, S: 0, A: -1, B: -1, N: 4096, V: 0x22},
 			{ID: 5, Kind: PoolRawFree, S: 0, T: 3, A: 3, B: 4, N: 4096},
 			{ID: 6, Kind: Stats, A: -1, B: -1}, // a reclaim: remote frees, collected when the page runs out
-		}, func() []Op {
-			var ops []Op
-			for i := range 16 { // the rest of the page, then the blocks freed
-				ops = append(ops, Op{ID: 7 + i, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: uint32(0x40 + i)})
-			}
-			return append(ops, Op{ID: 30, Kind: Sync, S: 0, A: -1, B: -1})
-		}()...),
+		}, afterRemoteFree(7, 0)...),
 	},
 	{
 		// The legacy mix: a block the legacy stream (slot 3) still writes is freed on a
@@ -308,12 +308,6 @@ var handWritten = []regression{
 			{ID: 4, Kind: DevAlloc, S: 3, A: -1, B: -1, N: 4096, V: 0x22},
 			{ID: 5, Kind: PoolRawFree, S: 3, T: 0, A: 3, B: 4, N: 4096},
 			{ID: 6, Kind: Stats, A: -1, B: -1}, // a reclaim: remote frees, collected when the page runs out
-		}, func() []Op {
-			var ops []Op
-			for i := range 16 { // the rest of the page, then the blocks freed
-				ops = append(ops, Op{ID: 7 + i, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: uint32(0x40 + i)})
-			}
-			return append(ops, Op{ID: 30, Kind: Sync, S: 3, A: -1, B: -1})
-		}()...),
+		}, afterRemoteFree(7, 3)...),
 	},
 }
