@@ -284,7 +284,12 @@ func (p *Pool) Free(b []byte) error {
 				}
 				return nil
 			}
-			return p.freeRest(addr, n, true, p.freeHeldIn(s, h, addr, n, done, held, true))
+			r := p.freeHeldIn(s, h, addr, n, done, held, true)
+			if r.done && r.held && !p.closed.Load() { // deferred in the section (RecordStream, Free)
+				p.order.verify()
+				return nil
+			}
+			return p.freeRest(addr, n, true, r)
 		}
 		return p.freeRest(addr, n, true, fastFree{})
 	}
@@ -331,15 +336,30 @@ type fastFree struct {
 
 // freeHeldIn ends the fast section on s (whose heap h reported done and held for the buffer at
 // addr): a block held by a stream (RecordStream then Free) is deferred in the section, to the
-// shard's FreeAsync cache (pend.go) when it can be.
+// shard's FreeAsync cache (pend.go) when it can be. This is deferTagged's case of a buffer
+// recorded on one stream, by the fast path (it never blocks): when the tag says the buffer is
+// recorded on the stream of the cache's list, or else of the list check found last, alone, it
+// takes the tag back to tagNone, and the buffer is deferred to that list (claimed: to the cache,
+// or after the section by enqueue); else nothing changes, and deferTagged does the work. Neither
+// list is ever a forgotten stream's (ForgetStream empties the caches first, Lists.Forget takes
+// the list found last off, and only a list made again puts either back), so the claim asks
+// nothing of the forgotten streams.
 func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, guard bool) fastFree {
 	r := fastFree{done: done, held: held}
 	if held && guard && p.order != nil {
 		// Recorded on one stream, most likely: defer it in this fast section.
 		if r.tag = h.NearTag(addr); r.tag != nil {
-			if r.claimed = p.order.claimOne(r.tag); r.claimed != nil && !p.closed.Load() &&
-				p.cache(s, r.claimed, deferred{addr: addr, n: n}) {
-				r.done, r.claimed = true, nil
+			if t := r.tag.Load(); t > tagMulti { // one stream recorded
+				l := s.pendL // the cache's stream is the one recorded, most likely
+				if l == nil || streamOf(l) != tagStream(t) {
+					l = p.order.lists.Last()
+				}
+				if l != nil && streamOf(l) == tagStream(t) && r.tag.CompareAndSwap(t, tagNone) {
+					r.claimed = l
+					if !p.closed.Load() && p.cache(s, l, deferred{addr: addr, n: n}) {
+						r.done, r.claimed = true, nil
+					}
+				}
 			}
 		}
 	}

@@ -251,8 +251,31 @@ func (o *streamOrder) shard(base uintptr) *useShard {
 // HostPinned with no driver) frees b at once: the driver copies such memory as pageable
 // memory, before the copy call returns.
 func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
-	if p.order == nil {
+	o := p.order
+	if o == nil {
 		return p.Free(b)
+	}
+	// The fast path, written out here so that it costs one call: a fast section of the
+	// caller's P's shard whose FreeAsync cache holds buffers of s already (s's list, checked
+	// then, is the cache's): the hold and the cache (pend.go's freeAsync has the rest).
+	if p.fast && !p.guarded && cap(b) != 0 && uintptr(cap(b)) <= pendBuffer && !p.closed.Load() {
+		addr, n := mem.Addr(b), uintptr(cap(b))
+		if sh, h := p.enteredHeap(procpin.Pin()); sh == nil {
+			procpin.Unpin()
+		} else if l := sh.pendL; l == nil || streamOf(l) != s || len(sh.pend) == cap(sh.pend) {
+			p.exit(sh)
+		} else {
+			first, ok := h.TryHoldSized(addr, n)
+			if ok && first {
+				sh.pend = append(sh.pend, deferred{addr: addr, n: n})
+				p.exit(sh)
+				return nil
+			}
+			p.exit(sh)
+			if done, err := p.afterHold(addr, n, l, first, ok); done {
+				return err
+			}
+		}
 	}
 	addr, n, err := p.buffer(b)
 	if err != nil {
@@ -290,15 +313,22 @@ func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
 	addr, n := mem.Addr(b), uintptr(len(b))
 	if p.order != nil && p.fast && n <= heap.MaxClassSize {
 		// A buffer of the caller's P's shard, from its start (the usual RecordStream(buf, s)):
-		// found in the shard's page cache and held by the owner, in one fast section.
-		if _, err := p.order.check(s); err != nil {
-			return err
-		}
-		for try := 0; try < 2; try++ {
+		// found in the shard's page cache and held by the owner, in one fast section. The
+		// stream is checked first, unless the shard's FreeAsync cache is of s: checked then.
+		checked := false
+		for try := 0; try < 3; try++ {
 			sh, h := p.enteredHeap(procpin.Pin())
 			if sh == nil {
 				procpin.Unpin()
 				break
+			}
+			if !checked && (sh.pendL == nil || streamOf(sh.pendL) != s) {
+				p.exit(sh)
+				if _, err := p.order.check(s); err != nil {
+					return err
+				}
+				checked = true
+				continue
 			}
 			done, untagged, r := p.order.recordOwn(h, addr, n, s)
 			p.exit(sh)

@@ -237,24 +237,6 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 	}
 }
 
-// claimOne is deferTagged's case of a Free of a buffer recorded on one stream, by the fast
-// path (it never blocks): when tag says the buffer is recorded on the stream of the list check
-// found last alone, it takes the tag back to tagNone and returns that list, which the buffer
-// must then be deferred to (enqueue); else nil, with nothing changed, and deferTagged does the
-// work. The stream of the list found last is never a forgotten one (Lists.Forget takes it off,
-// and only a list made again puts it back), so the claim asks nothing of the forgotten streams.
-func (o *streamOrder) claimOne(tag *atomic.Uintptr) *streamList {
-	t := tag.Load()
-	if t <= tagMulti { // none (or a free pending), locked, several streams
-		return nil
-	}
-	l := o.lists.Last()
-	if l == nil || streamOf(l) != tagStream(t) || !tag.CompareAndSwap(t, tagNone) {
-		return nil
-	}
-	return l
-}
-
 // listOf returns the list of stream s: l when it is s's, else the one check found last, else
 // the lists'.
 func (o *streamOrder) listOf(s cuda.Stream, l *streamList) *streamList {
