@@ -108,8 +108,8 @@ var mutants = []mutant{
 		name:  "pool-freeasync-frees-at-once",
 		why:   "FreeAsync frees at once, as for a pool the driver copies synchronously",
 		file:  "pinned/stream.go",
-		old:   "func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {\n\tif p.order == nil {",
-		new:   "func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {\n\tif true {",
+		old:   "func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {\n\to := p.order\n\tif o == nil {",
+		new:   "func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {\n\to := p.order\n\tif o == nil || true {",
 		catch: ciRun,
 	},
 	{
@@ -130,10 +130,10 @@ var mutants = []mutant{
 	},
 	{
 		name:  "pool-claim-any-list",
-		why:   "a Free of a buffer recorded on one stream defers it on the list found last whatever its stream (edd56ff's claimOne without its check)",
-		file:  "pinned/streamtag.go",
-		old:   "\tif l == nil || streamOf(l) != tagStream(t) || !tag.CompareAndSwap(t, tagNone) {",
-		new:   "\tif l == nil || !tag.CompareAndSwap(t, tagNone) {",
+		why:   "a Free of a buffer recorded on one stream defers it on the list found last whatever its stream (edd56ff's claim without its check)",
+		file:  "pinned/pool.go",
+		old:   "\t\t\t\tif l != nil && streamOf(l) == tagStream(t) && r.tag.CompareAndSwap(t, tagNone) {",
+		new:   "\t\t\t\tif l != nil && r.tag.CompareAndSwap(t, tagNone) {",
 		catch: "^TestRegressions$/^free_of_a_buffer_recorded_on_another_stream_than_the_last_checked$",
 	},
 	{

@@ -1,6 +1,7 @@
 package streamcheck
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -15,6 +16,9 @@ type regression struct {
 	what string // the failure it showed
 	cfg  Config
 	ops  []Op
+	// oneP replays with GOMAXPROCS 1: a pool with a shard per P (PoolShards 0) then keeps
+	// every buffer in one shard, whatever P a driver call returns the goroutine to.
+	oneP bool
 }
 
 // TestRegressions replays every sequence the checker shrank a failure to; each must pass.
@@ -26,6 +30,9 @@ func TestRegressions(t *testing.T) {
 	rig := Rig{F: f, Dev: f.Open(t, 0)}
 	for i, c := range append(regressions, handWritten...) {
 		t.Run(c.name, func(t *testing.T) {
+			if c.oneP {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			}
 			res := Replay(rig, c.cfg, c.ops)
 			if res.Failure != nil {
 				t.Errorf("%v (found as %q): %v\n%s", c.cfg, c.what, res.Failure, Listing(c.ops))
@@ -203,22 +210,24 @@ var handWritten = []regression{
 		},
 	},
 	{
-		// A shard's FreeAsync cache fills with buffers a raw copy on s0 still writes into
-		// (DtoH), and the allocation that finds the class page used up takes the full cache
-		// back (drainPend): only once a query finds s0 idle, which runs the copies first.
-		// Without the query the 33rd buffer is one of them, and a copy lands on its stamp.
+		// A shard's FreeAsync cache (128 buffers) fills with buffers a raw copy on s0 still
+		// writes into (DtoH), and the allocation that finds the class page used up (128 blocks
+		// of 512 bytes) takes the full cache back (drainPend): only once a query finds s0
+		// idle, which runs the copies first. Without the query the 129th buffer is one of
+		// them, and a copy lands on its stamp.
 		name: "FreeAsync cache taken back under queued copies",
 		what: "pool buffer bytes",
 		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, PoolShards: 0, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
 		ops: func() []Op {
-			ops := []Op{{ID: 0, Kind: DevAlloc, A: -1, B: -1, N: 2048, V: 0x5a}}
-			for i := 1; i <= 32; i++ {
+			ops := []Op{{ID: 0, Kind: DevAlloc, A: -1, B: -1, N: 512, V: 0x5a}}
+			for i := 1; i <= 128; i++ {
 				ops = append(ops,
-					Op{ID: 2 * i, Kind: PoolAlloc, A: -1, B: -1, N: 2048, V: uint32(i)},
-					Op{ID: 2*i + 1, Kind: PoolRawFree, A: 2 * i, B: 0, N: 2048, Flag: true})
+					Op{ID: 2 * i, Kind: PoolAlloc, A: -1, B: -1, N: 512, V: uint32(i)},
+					Op{ID: 2*i + 1, Kind: PoolRawFree, A: 2 * i, B: 0, N: 512, Flag: true})
 			}
-			return append(ops, Op{ID: 100, Kind: PoolAlloc, A: -1, B: -1, N: 2048, V: 0x77}, Op{ID: 101, Kind: Sync, A: -1, B: -1})
+			return append(ops, Op{ID: 300, Kind: PoolAlloc, A: -1, B: -1, N: 512, V: 0x77}, Op{ID: 301, Kind: Sync, A: -1, B: -1})
 		}(),
+		oneP: true,
 	},
 	{
 		// A buffer recorded on s1 by a copy (HtoDAsync) is freed while the stream checked
