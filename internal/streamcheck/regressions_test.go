@@ -319,4 +319,18 @@ var handWritten = []regression{
 			{ID: 6, Kind: Stats, A: -1, B: -1}, // a reclaim: remote frees, collected when the page runs out
 		}, afterRemoteFree(7, 3)...),
 	},
+	{
+		// A quota refusal with nothing on the lists must take back what a shard's FreeAsync
+		// cache holds (a small buffer recorded on an idle stream and freed): it refused with
+		// every stream idle and nothing live.
+		name: "pool quota with a buffer in a FreeAsync cache",
+		what: "pool quota refused with room",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, PoolQuota: 64 << 10, PoolShards: 0, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 0, Kind: PoolAlloc, A: -1, B: -1, N: 8 << 10, V: 0x11},
+			{ID: 1, Kind: PoolRecordFree, S: 0, A: 0, B: -1, N: 8 << 10},
+			{ID: 2, Kind: PoolAlloc, A: -1, B: -1, N: 60000, V: 0x22},
+		},
+		oneP: true,
+	},
 }
