@@ -8,6 +8,7 @@ import (
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -126,8 +127,10 @@ func TestFakeForgetStream(t *testing.T) {
 
 // TestFakeForgetStreamCostsItsOwn: ForgetStream of a stream costs what that stream holds, not a
 // walk of the live buffers: with 0 or 20,000 live buffers (half of them recorded on another
-// stream) it allocates the same, nothing. It read the tags of every live buffer, a batch at a
-// time under every shard's lock (0.49 ms with 20,000 live, 4.4 ms with 100,000).
+// stream) it allocates the same, nothing (2,048 live and one allocation more at most under
+// -race and -tags invariants, whose checks walk every block after every call and allocate). It
+// read the tags of every live buffer, a batch of 1,024 at a time under every shard's lock, each
+// batch allocating (0.49 ms with 20,000 live, 4.4 ms with 100,000).
 func TestFakeForgetStreamCostsItsOwn(t *testing.T) {
 	r := newAsyncRig(t, pinned.Options{Capacity: 256 << 20})
 	if r == nil {
@@ -140,8 +143,12 @@ func TestFakeForgetStreamCostsItsOwn(t *testing.T) {
 	}
 	ok(t, "FreeAsync", r.pool.FreeAsync(r.alloc(4096, 1), pcuda.Stream(s))) // s known
 	empty := forget()
+	nlive := 20000
+	if invariants.Enabled {
+		nlive = 2048
+	}
 	var live [][]byte
-	for i := range 20000 {
+	for i := range nlive {
 		b, err := r.pool.Alloc(4096)
 		ok(t, "Alloc", err)
 		if i%2 == 0 {
@@ -150,8 +157,8 @@ func TestFakeForgetStreamCostsItsOwn(t *testing.T) {
 		live = append(live, b)
 	}
 	full := forget()
-	if empty != 0 || full != 0 {
-		t.Errorf("ForgetStream allocated %v times with nothing live, %v with 20,000 live; want 0 both", empty, full)
+	if full > empty+1 || !invariants.Enabled && (empty != 0 || full != 0) {
+		t.Errorf("ForgetStream allocated %v times with nothing live, %v with %d live; want 0 both", empty, full, nlive)
 	}
 	for _, b := range live {
 		ok(t, "Free", r.pool.Free(b))
