@@ -64,6 +64,11 @@ var (
 	// cuMemCreate, an attach) for a reason the error's cause gives; where the reason is a want
 	// of memory, the cause matches ErrOutOfMemory too.
 	ErrRefused = errors.New("pinmalloc: refused")
+	// ErrNoUCX: the UCX library (libucp.so.0) could not be loaded: it is absent, older than
+	// this module needs, lacks an entry point the module calls, or the program was built without
+	// cgo. The error names why. Package remote's pools over the network need it; nothing else
+	// does.
+	ErrNoUCX = errors.New("pinmalloc: no UCX library")
 )
 
 // Classes of CUDA driver failure. A driver call's error (a CUresult) matches the class of its

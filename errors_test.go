@@ -18,9 +18,10 @@ import (
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/ipcpool"
 	"github.com/pinmalloc/pinmalloc/metrics"
 	"github.com/pinmalloc/pinmalloc/pinned"
-	"github.com/pinmalloc/pinmalloc/shared"
+	"github.com/pinmalloc/pinmalloc/remote"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -97,15 +98,26 @@ var kinds = []struct {
 	{"uvm.ErrAcquired", uvm.ErrAcquired, pinmalloc.ErrBusy, "uvm: "},
 	{"uvm.ErrAllPinned", uvm.ErrAllPinned, pinmalloc.ErrBusy, "uvm: "},
 
-	{"shared.ErrStaleHandle", shared.ErrStaleHandle, pinmalloc.ErrNotOwned, "shared: "},
-	{"shared.ErrForeignHandle", shared.ErrForeignHandle, pinmalloc.ErrNotOwned, "shared: "},
-	{"shared.ErrClosed", shared.ErrClosed, pinmalloc.ErrClosed, "shared: "},
-	{"shared.ErrAttached", shared.ErrAttached, pinmalloc.ErrLiveBlocks, "shared: "},
-	{"shared.ErrPoolFull", shared.ErrPoolFull, pinmalloc.ErrOutOfMemory, "shared: "},
-	{"shared.ErrInvalidOptions", shared.ErrInvalidOptions, pinmalloc.ErrInvalid, "shared: "},
-	{"shared.ErrMemlock", shared.ErrMemlock, pinmalloc.ErrMemlock, "shared: "},
-	{"shared.ErrRefused", shared.ErrRefused, pinmalloc.ErrRefused, "shared: "},
-	{"shared.ErrProtocol", shared.ErrProtocol, pinmalloc.ErrInvalid, "shared: "},
+	{"ipcpool.ErrStaleHandle", ipcpool.ErrStaleHandle, pinmalloc.ErrNotOwned, "ipcpool: "},
+	{"ipcpool.ErrForeignHandle", ipcpool.ErrForeignHandle, pinmalloc.ErrNotOwned, "ipcpool: "},
+	{"ipcpool.ErrClosed", ipcpool.ErrClosed, pinmalloc.ErrClosed, "ipcpool: "},
+	{"ipcpool.ErrAttached", ipcpool.ErrAttached, pinmalloc.ErrLiveBlocks, "ipcpool: "},
+	{"ipcpool.ErrPoolFull", ipcpool.ErrPoolFull, pinmalloc.ErrOutOfMemory, "ipcpool: "},
+	{"ipcpool.ErrInvalidOptions", ipcpool.ErrInvalidOptions, pinmalloc.ErrInvalid, "ipcpool: "},
+	{"ipcpool.ErrMemlock", ipcpool.ErrMemlock, pinmalloc.ErrMemlock, "ipcpool: "},
+	{"ipcpool.ErrRefused", ipcpool.ErrRefused, pinmalloc.ErrRefused, "ipcpool: "},
+	{"ipcpool.ErrProtocol", ipcpool.ErrProtocol, pinmalloc.ErrInvalid, "ipcpool: "},
+
+	{"remote.ErrNoUCX", remote.ErrNoUCX, pinmalloc.ErrNoUCX, "remote: "},
+	{"remote.ErrClosed", remote.ErrClosed, pinmalloc.ErrClosed, "remote: "},
+	{"remote.ErrDescriptor", remote.ErrDescriptor, pinmalloc.ErrInvalid, "remote: "},
+	{"remote.ErrOutOfRange", remote.ErrOutOfRange, pinmalloc.ErrInvalid, "remote: "},
+	{"remote.ErrNotRegistered", remote.ErrNotRegistered, pinmalloc.ErrNotOwned, "remote: "},
+	{"remote.ErrPeer", remote.ErrPeer, pinmalloc.ErrRefused, "remote: "},
+	{"remote.ErrBusy", remote.ErrBusy, pinmalloc.ErrBusy, "remote: "},
+	{"remote.ErrNotSupported", remote.ErrNotSupported, pinmalloc.ErrInvalid, "remote: "},
+	{"remote.ErrTooLarge", remote.ErrTooLarge, pinmalloc.ErrTooLarge, "remote: "},
+	{"remote.ErrProtocol", remote.ErrProtocol, pinmalloc.ErrRefused, "remote: "},
 
 	{"metrics.ErrInvalidName", metrics.ErrInvalidName, pinmalloc.ErrInvalid, "metrics: "},
 	{"debugpage.ErrSnapshot", debugpage.ErrSnapshot, pinmalloc.ErrInvalid, "debugpage: "},
@@ -119,7 +131,7 @@ func TestKinds(t *testing.T) {
 		pinmalloc.ErrInvalidSize, pinmalloc.ErrTooLarge, pinmalloc.ErrInvalidAlign, pinmalloc.ErrLiveBlocks,
 		pinmalloc.ErrMemlock, pinmalloc.ErrQuota, pinmalloc.ErrInvalidStream, pinmalloc.ErrInvalid, pinmalloc.ErrBusy, pinmalloc.ErrRefused,
 		pinmalloc.ErrNoDriver, pinmalloc.ErrNoDevice, pinmalloc.ErrSymbol, pinmalloc.ErrInvalidValue, pinmalloc.ErrNotSupported,
-		pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered}
+		pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered, pinmalloc.ErrNoUCX}
 	for _, k := range kinds {
 		for _, kind := range all {
 			if got := errors.Is(k.sentinel, kind); got != (kind == k.kind) {

@@ -86,6 +86,7 @@ type Arena struct {
 	joiner   Joiner
 	reporter Reporter
 	log      *slog.Logger
+	lend     *lending // the provider's Lender (lend.go), or nil
 
 	workers    int        // Options.CommitWorkers (workers.go)
 	threaded   Threaded   // the provider's thread setup, or nil
@@ -110,6 +111,8 @@ type Arena struct {
 	gen      atomic.Int64 // purge generation: timer ticks so far; written under mu
 	timed    bool         // the timer runs at all: a delay and a provider that decommits
 	kept     []*Kept      // tracked ranges (kept.go)
+
+	observers []RegionObserver // told of each region mapped and unmapped (observe.go), under mu
 }
 
 type region struct {
@@ -125,6 +128,7 @@ type region struct {
 	want    bitset.Set // per granule: committed on a span's behalf (Alloc, Commit); the rest is purgeable
 	dirty   bitset.Set // per granule: not known to read as zero
 	gshift  uint
+	emptied int64 // purge generation in which its last chunk in use was freed; -1 while one is (lend.go)
 }
 
 // New creates an arena. It reserves nothing until the first Alloc.
@@ -139,7 +143,14 @@ func New(o Options) (*Arena, error) {
 		capac: o.Capacity, regSize: o.RegionSize, delay: o.PurgeDelay,
 		maxIDs: int(o.Capacity>>shift) + 2*maxRegions, log: o.Logger,
 	}
-	a.timed = o.PurgeDelay >= 0 && caps.Decommits
+	if l, ok := o.Provider.(Lender); ok {
+		if a.lend, err = newLending(l, o, caps); err != nil {
+			return nil, err
+		}
+		a.capac = min(a.capac, a.lend.size)
+		a.maxIDs = int(a.lend.size >> shift)
+	}
+	a.timed = o.PurgeDelay >= 0 && (caps.Decommits || caps.Releases && a.lend != nil)
 	a.zeroer, _ = o.Provider.(Zeroer)
 	a.joiner, _ = o.Provider.(Joiner)
 	a.reporter, _ = o.Provider.(Reporter)
@@ -292,6 +303,7 @@ func (a *Arena) take(r *region, s Span, commit bool) (Span, error) {
 		glo, ghi = 0, 0
 	}
 	r.used.SetRange(first, first+s.N, true)
+	r.emptied = -1
 	r.want.SetRange(glo, ghi, true)
 	// Memory an earlier span left committed in these chunks, outside what this one asked for,
 	// is purged after the delay unless a Commit claims it first.
@@ -321,6 +333,9 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 		need = min(need+max(alignment, a.align), a.capac-a.reserved)
 	}
 	want := max(need, min(a.regSize, a.capac-a.reserved))
+	if a.lend != nil {
+		want = a.lend.lentSize(need)
+	}
 	ra := a.chunk
 	if a.caps.Aligns {
 		ra = max(ra, alignment)
@@ -336,14 +351,24 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 		return nil, fmt.Errorf("%w: region [%#x, +%d) has no room after aligning to %d", ErrInvalid, rr.Base, rr.Size, a.align)
 	}
 	n := int((rr.End() - grid + a.chunk - 1) >> a.shift)
-	if int(a.nextID)+n > a.maxIDs {
+	firstID := a.nextID
+	if a.lend != nil {
+		if firstID, err = a.lentID(rr, grid, n); err != nil {
+			_ = a.prov.Release(rr)
+			return nil, err
+		}
+	} else if int(a.nextID)+n > a.maxIDs {
 		_ = a.prov.Release(rr)
 		return nil, fmt.Errorf("%w: chunk table full", ErrCapacity)
+	}
+	if err := a.mapped(rr); err != nil { // an observer refuses it (observe.go)
+		_ = a.prov.Release(rr)
+		return nil, err
 	}
 	gshift, _ := align.Log2(a.caps.Granule)
 	ng := int((rr.Size + a.caps.Granule - 1) >> gshift)
 	r := &region{
-		r: rr, grid: grid, end: rr.End(), nchunks: n, firstID: a.nextID,
+		r: rr, grid: grid, end: rr.End(), nchunks: n, firstID: firstID, emptied: -1,
 		used: bitset.New(n), stamp: make([]int64, n), stale: bitset.New(n), commit: bitset.New(ng), want: bitset.New(ng), dirty: bitset.New(ng), gshift: gshift,
 	}
 	if rr.Committed {
@@ -354,7 +379,9 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	if !rr.Zeroed {
 		r.dirty.SetRange(0, ng, true)
 	}
-	a.nextID += ChunkID(n)
+	if a.lend == nil {
+		a.nextID += ChunkID(n)
+	}
 	a.reserved += rr.Size
 	a.st.AlignWaste += uint64(grid - rr.Base)
 	a.st.Chunks += n
@@ -385,6 +412,7 @@ func (a *Arena) Free(s Span) error {
 	r.want.SetRange(glo, ghi, false)
 	a.markUnwanted(r, first, first+s.N)
 	a.st.ChunksInUse -= s.N
+	a.emptied(r)
 	return nil
 }
 
@@ -425,11 +453,13 @@ func (a *Arena) Close() error {
 	a.pcDone.Broadcast() // an Alloc waiting for Precommit's chunks sees closed
 	var first error
 	for _, r := range *a.regions.Load() {
+		a.unmapping(r.r)
 		if err := a.prov.Release(r.r); err != nil && first == nil {
 			first = err
 		}
 	}
 	a.closed = true
+	a.observers = nil
 	a.st.Committed = 0
 	a.reserved = 0
 	a.regions.Store(new([]*region))

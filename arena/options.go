@@ -81,6 +81,11 @@ func (o Options) resolve() (Options, Caps, error) {
 	if c, ok := o.Provider.(FixedCapacity); ok && (o.Capacity == 0 || o.Capacity > c.Capacity()) {
 		o.Capacity = c.Capacity() // a provider of fixed size caps the arena
 	}
+	if l, ok := o.Provider.(Lender); ok {
+		if _, size := l.Space(); o.Capacity == 0 || o.Capacity > size {
+			o.Capacity = size // a lender's space caps the arena (lend.go)
+		}
+	}
 	if o.Capacity == 0 {
 		return o, caps, fmt.Errorf("%w: capacity is zero", ErrInvalid)
 	}

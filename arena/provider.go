@@ -93,6 +93,11 @@ type Caps struct {
 	// that is faster (VMM granules, mlocked pages): the arena then spreads big commits and
 	// decommits over its workers (workers.go).
 	Splits bool
+	// Releases is set when the provider wants its regions back once they are empty (a
+	// Lender's loans): the arena releases a region whose chunks have all been free for the
+	// purge delay, or at Trim, and reserves anew when it needs memory (lend.go). It needs a
+	// Lender.
+	Releases bool
 }
 
 // Provider is where an arena's regions come from: this package has the host providers (Locked,

@@ -37,6 +37,7 @@ func (a *Arena) Trim() {
 		purged := a.st.Purged
 		a.purge(1<<63 - 1)
 		a.logPurge("trim", a.st.Purged-purged)
+		a.releaseIdle(1<<63 - 1)
 	}
 }
 
@@ -86,6 +87,7 @@ func (a *Arena) purgeTick() {
 	purged := a.st.Purged
 	pending := a.purge(gen - 3)
 	a.logPurge("purge", a.st.Purged-purged)
+	pending = a.releaseIdle(gen-3) || pending
 	if pending || idle {
 		a.schedulePurge()
 	}

@@ -25,6 +25,8 @@ type Stats struct {
 	AlignWaste uint64
 	// Regions, Chunks and ChunksInUse count the regions and chunks.
 	Regions, Chunks, ChunksInUse int
+	// RegionsReleased counts the regions given back empty (Caps.Releases: lend.go).
+	RegionsReleased uint64
 	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
 	Commits, Decommits, Purged uint64
 	// CommitCalls and DecommitCalls count calls of Arena.Commit and Arena.Decommit (a heap

@@ -92,6 +92,19 @@ func (c *batchSuite) cases() []benchCase {
 	return append(cs, benchCase{name: "batch-calibration", group: "calibration", custom: c.calibration})
 }
 
+// lacks says why the driver cannot run method, a capability it lacks (the batch API before CUDA
+// 13.0: its rows are N/A, not failures), or returns "".
+func (c *batchSuite) lacks(method copyengine.Method) string {
+	if method != copyengine.MethodBatchAPI {
+		return ""
+	}
+	err := c.dev.MemcpyBatchSupported()
+	if v, verr := cuda.DriverVersion(); err == nil || verr != nil || v >= 13000 {
+		return "" // a 13.0 driver without it: copyengine.New says so, as a failure
+	}
+	return fmt.Sprintf("%sthe batch API (%s): %v", lacksNote, cuda.CapBatchAPI, err)
+}
+
 // calibration reports the calibration of MethodAuto on the device (copyengine/calibrate.go), the
 // tier's copy engine's: each cell's bandwidth by method and the method chosen (calibration.go
 // prints them).
@@ -129,6 +142,10 @@ func (c *batchSuite) calibration(*suite) []result {
 
 // measureBatch times n batches queued on the suite's stream and one synchronize.
 func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method copyengine.Method, toHost bool, size uintptr) {
+	if why := c.lacks(method); why != "" {
+		rs.fail(errors.New(why))
+		return
+	}
 	b, err := copyengine.New(cuda.Wrap[*pcuda.Device](c.dev), copyengine.Options{Method: method, TrustNoOverlap: true})
 	if err != nil {
 		rs.fail(err)

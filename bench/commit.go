@@ -476,7 +476,7 @@ func (c *commitSuite) targets(rs []result) []target {
 // where none can be loaded, on the fake driver in a re-executed process (this process then
 // exits with the child's status).
 func commitOnly(cfg *config) ([]benchCase, func()) {
-	if code, rerun := driverOrFake("bench: -commit", "its pinning cost is a model"); rerun {
+	if code, rerun := driverOrFake("bench: -commit", "its pinning cost is a model", cfg.fake); rerun {
 		os.Exit(code)
 	}
 	c := &commitSuite{}

@@ -72,23 +72,31 @@ func TestSuitesGradeNothingOnTheFake(t *testing.T) {
 }
 
 // TestAnchorTargets checks the anchors' targets (issue 26) on made-up figures: each met and
-// missed as its limit says, the trace's limit an upper one, and every target that reads the
-// CUDA host pool N/A on a driver without host pools (its rows say so) rather than failing.
+// missed as its limit says, against the stronger of CUDA's two host pools (HOST_NUMA, HOST) on
+// each case, the trace's limit an upper one, and a target N/A only where the driver makes
+// neither pool (their rows say so), never failing for it.
 func TestAnchorTargets(t *testing.T) {
 	rs := []result{
 		{Case: "cuda-pair/4KiB", Impl: hostPoolName, Metric: "ns_per_pair", Value: 2000},
 		{Case: "cuda-pair/4KiB", Impl: "pinmalloc-pool", Metric: "ns_per_pair", Value: 100},
 		{Case: "cuda-pair/16MiB", Impl: hostPoolName, Metric: "ns_per_pair", Value: 900},
 		{Case: "cuda-pair/16MiB", Impl: "pinmalloc-pool", Metric: "ns_per_pair", Value: 100},
+		{Case: "cuda-pair/1MiB", Impl: hostPoolName, Metric: "ns_per_pair", Value: 2000},
+		{Case: "cuda-pair/1MiB", Impl: hostPoolHostName, Metric: "ns_per_pair", Value: 800}, // the faster pool: 8x, missed
+		{Case: "cuda-pair/1MiB", Impl: "pinmalloc-pool", Metric: "ns_per_pair", Value: 100},
 		{Case: "cuda-setup/1GiB", Impl: hostPoolName, Metric: "setup_ms", Value: 90},
 		{Case: "cuda-setup/1GiB", Impl: "pinmalloc-pool", Metric: "setup_ms", Value: 100},
 		{Case: "cuda-h2d/1MiB", Impl: hostPoolName, Metric: "gbps", Value: 50},
 		{Case: "cuda-h2d/1MiB", Impl: "pinmalloc-pool", Metric: "gbps", Value: 48},
+		{Case: "cuda-d2h/1MiB", Impl: hostPoolName, Metric: "error", Note: noHostPools + " at the HOST_NUMA location (device attribute 142 is 0)"},
+		{Case: "cuda-d2h/1MiB", Impl: hostPoolHostName, Metric: "gbps", Value: 60}, // HOST alone: graded against it
+		{Case: "cuda-d2h/1MiB", Impl: "pinmalloc-pool", Metric: "gbps", Value: 50},
 		{Case: "cuda-trace", Impl: "pinmalloc-pool", Metric: "committed_over_live", Value: 1.2},
 		{Case: "cuda-trace", Impl: torchName, Metric: "committed_over_live", Value: 1.9},
 	}
-	want := map[string]string{"pool-vs-cuda-hostpool/4KiB": met, "pool-vs-cuda-hostpool/16MiB": missed, "pool-vs-cuda-hostpool/64KiB": unmeasured,
-		"precommit-vs-hostpool-setup/1GiB": missed, "pool-h2d-vs-hostpool/1MiB": met, "gpu-trace-committed-over-live": missed}
+	want := map[string]string{"pool-vs-cuda-hostpool/4KiB": met, "pool-vs-cuda-hostpool/16MiB": missed, "pool-vs-cuda-hostpool/1MiB": missed,
+		"pool-vs-cuda-hostpool/64KiB": unmeasured, "precommit-vs-hostpool-setup/1GiB": missed, "pool-h2d-vs-hostpool/1MiB": met,
+		"pool-d2h-vs-hostpool/1MiB": missed, "gpu-trace-committed-over-live": missed}
 	got := map[string]target{}
 	for _, tg := range anchorTargets(rs) {
 		got[tg.Name] = tg
@@ -101,13 +109,28 @@ func TestAnchorTargets(t *testing.T) {
 			t.Errorf("%s: %+v, want %s", name, got[name], status)
 		}
 	}
+	if !strings.Contains(got["pool-vs-cuda-hostpool/1MiB"].Detail, hostPoolHostName) || !strings.Contains(got["pool-d2h-vs-hostpool/1MiB"].Detail, hostPoolHostName) {
+		t.Errorf("not graded against the stronger host pool: %q, %q", got["pool-vs-cuda-hostpool/1MiB"].Detail, got["pool-d2h-vs-hostpool/1MiB"].Detail)
+	}
 	if !strings.Contains(got["gpu-trace-committed-over-live"].Detail, torchName+" 1.900") {
 		t.Errorf("the trace's detail lacks the PyTorch-style cache: %q", got["gpu-trace-committed-over-live"].Detail)
 	}
-	old := append(rs, result{Case: "cuda-pair/64KiB", Impl: hostPoolName, Metric: "error", Note: noHostPools + " (CUDA driver API 12.4; host pools need 12.6)"})
+	// A driver that makes neither pool: every target reading them is N/A, with the reason.
+	var old []result
+	for _, r := range rs {
+		if r.Impl != hostPoolName && r.Impl != hostPoolHostName {
+			old = append(old, r)
+		}
+	}
+	for _, c := range []string{"cuda-pair/4KiB", "cuda-pair/64KiB", "cuda-pair/1MiB", "cuda-pair/16MiB", "cuda-setup/1GiB", "cuda-h2d/1MiB", "cuda-h2d/16MiB",
+		"cuda-h2d/64MiB", "cuda-h2d/256MiB", "cuda-d2h/1MiB", "cuda-d2h/16MiB", "cuda-d2h/64MiB", "cuda-d2h/256MiB"} {
+		for _, im := range []string{hostPoolName, hostPoolHostName} {
+			old = append(old, result{Case: c, Impl: im, Metric: "error", Note: noHostPools + " (device attribute unknown: CUDA 12.4)"})
+		}
+	}
 	for _, tg := range anchorTargets(old) {
-		if tg.Name != "gpu-trace-committed-over-live" && tg.Status != notApplicable {
-			t.Errorf("driver without host pools: %s = %s", tg.Name, tg.Status)
+		if tg.Name != "gpu-trace-committed-over-live" && (tg.Status != notApplicable || !strings.Contains(tg.Detail, noHostPools)) {
+			t.Errorf("driver without host pools: %s = %s (%s)", tg.Name, tg.Status, tg.Detail)
 		}
 	}
 	c := &check{}

@@ -35,6 +35,9 @@ var gpuTargets []func(rs []result) []target
 // gpuSuites holds the suites compiled in. None is, on a build without CUDA support.
 var gpuSuites []gpuSuite
 
+// gpuUnopened says, for each suite openGPUSuites could not open, why.
+var gpuUnopened []string
+
 // openGPUSuites opens every suite compiled in and returns their competitors and cases, and a
 // function that closes them. Without a suite or a driver it says so and returns nothing.
 func openGPUSuites() ([]impl, []benchCase, func()) {
@@ -48,6 +51,7 @@ func openGPUSuites() ([]impl, []benchCase, func()) {
 	for _, s := range gpuSuites {
 		if err := s.open(); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: -gpu: suite %s: %v; continuing without it\n", s.name(), err)
+			gpuUnopened = append(gpuUnopened, s.name()+": "+err.Error())
 			continue
 		}
 		opened = append(opened, s)

@@ -27,46 +27,65 @@ import (
 // release threshold being UINT64_MAX.
 const hostPoolPrime = 32 << 20
 
+// The host pools measured: at the device's HOST_NUMA node (CUDA 12.6), and at the HOST location
+// (CUDA 13.0), where the driver makes each.
+var hostPoolLocations = []struct {
+	name string
+	loc  int32
+}{{hostPoolName, cuda.LocationHostNUMA}, {hostPoolHostName, cuda.LocationHost}}
+
 // cudaHostPool allocates from a CUDA memory pool in host memory, as a user would set one up:
-// cuMemPoolCreate at the device's host NUMA node, the release threshold at UINT64_MAX (its
-// default of 0 empties the pool at every synchronize: rmm#2379), device access granted with
-// cuMemPoolSetAccess, primed with one allocation. An allocation is cuMemAllocFromPoolAsync on
-// the suite's stream and a synchronize of that stream (the CPU may then fill the buffer, as it
-// may a pinmalloc buffer at once); a free is cuMemFreeAsync on the stream.
+// cuMemPoolCreate at a host location (the device's HOST_NUMA node, or HOST), the release
+// threshold at UINT64_MAX (its default of 0 empties the pool at every synchronize: rmm#2379),
+// device access granted with cuMemPoolSetAccess, primed with one allocation. An allocation is
+// cuMemAllocFromPoolAsync on the suite's stream; with cpuFill, a synchronize of that stream
+// follows, which a program must wait for before the CPU writes the buffer (a pinmalloc buffer
+// it may write at once); without, the buffer is the stream's alone, as a stream-ordered user
+// runs it, and the pair's loop synchronizes once at its end. A free is cuMemFreeAsync on the
+// stream.
 type cudaHostPool struct {
-	dev  *cuda.Device
-	s    cuda.Stream
-	pool cuda.MemPool
+	dev     *cuda.Device
+	s       cuda.Stream
+	pool    cuda.MemPool
+	cpuFill bool
 }
 
-// hostPoolSupport says why the driver cannot make host pools, or "" when it can.
-func hostPoolSupport(dev *cuda.Device) string {
-	v, err := cuda.DriverVersion()
-	if err != nil {
-		return noHostPools + ": " + err.Error()
-	}
-	if v < cuda.DriverHasHostPools {
-		return fmt.Sprintf("%s (CUDA driver API %d.%d; host pools need 12.6)", noHostPools, v/1000, v%1000/10)
+// hostPoolSupport says why the driver cannot make pools at host location loc, or "" when it
+// can: by the device attribute that says so (cuda.Device.HostPoolSupport), not by the driver's
+// version.
+func hostPoolSupport(dev *cuda.Device, loc int32) string {
+	ok, how, err := dev.HostPoolSupport(loc)
+	switch {
+	case err != nil:
+		return "" // the driver failed otherwise: the pool's creation says how
+	case !ok:
+		where := "HOST_NUMA"
+		if loc == cuda.LocationHost {
+			where = "HOST"
+		}
+		return fmt.Sprintf("%s at the %s location (%s)", noHostPools, where, how)
 	}
 	return ""
 }
 
-// openHostPool creates, sets up and primes a host pool on dev.
-func openHostPool(dev *cuda.Device, s cuda.Stream, prime uintptr) (*cudaHostPool, error) {
-	if why := hostPoolSupport(dev); why != "" {
+// openHostPool creates, sets up and primes a pool at host location loc on dev.
+func openHostPool(dev *cuda.Device, s cuda.Stream, loc int32, prime uintptr, cpuFill bool) (*cudaHostPool, error) {
+	if why := hostPoolSupport(dev, loc); why != "" {
 		return nil, errors.New(why)
 	}
-	node, ok := dev.HostNUMAID()
-	if !ok {
-		node = 0
+	id := int32(0)
+	if loc == cuda.LocationHostNUMA {
+		if node, ok := dev.HostNUMAID(); ok {
+			id = int32(node)
+		}
 	}
-	p, err := dev.MemPoolCreate(cuda.MemPoolProps{Location: cuda.MemLocation{Type: cuda.LocationHostNUMA, ID: int32(node)}})
+	p, err := dev.MemPoolCreate(cuda.MemPoolProps{Location: cuda.MemLocation{Type: loc, ID: id}})
 	if err != nil {
-		// The driver says it has host pools (12.6 or later): a refusal is a failure to report,
-		// not a row to mark N/A.
-		return nil, fmt.Errorf("cuMemPoolCreate(HOST_NUMA %d) on a driver with host pools: %w", node, err)
+		// The driver says it makes such pools: a refusal is a failure to report, not a row to
+		// mark N/A.
+		return nil, fmt.Errorf("cuMemPoolCreate(host location %d, id %d) on a driver that makes them: %w", loc, id, err)
 	}
-	a := &cudaHostPool{dev: dev, s: s, pool: p}
+	a := &cudaHostPool{dev: dev, s: s, pool: p, cpuFill: true}
 	err = dev.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, math.MaxUint64)
 	if err == nil {
 		err = dev.MemPoolSetAccess(p, []cuda.MemLocation{{Type: cuda.LocationDevice, ID: int32(dev.Ordinal())}}, false)
@@ -80,6 +99,7 @@ func openHostPool(dev *cuda.Device, s cuda.Stream, prime uintptr) (*cudaHostPool
 	if err != nil {
 		return nil, errors.Join(err, dev.MemPoolDestroy(p))
 	}
+	a.cpuFill = cpuFill
 	return a, nil
 }
 
@@ -88,8 +108,10 @@ func (a *cudaHostPool) alloc(n int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := a.dev.StreamSynchronize(a.s); err != nil {
-		return nil, errors.Join(err, a.dev.MemFreeAsync(p, a.s))
+	if a.cpuFill {
+		if err := a.dev.StreamSynchronize(a.s); err != nil {
+			return nil, errors.Join(err, a.dev.MemFreeAsync(p, a.s))
+		}
 	}
 	return unsafe.Slice(bytePtr(uintptr(p)), n), nil
 }
@@ -98,7 +120,12 @@ func (a *cudaHostPool) free(b []byte) error {
 	return a.dev.MemFreeAsync(cuda.DevicePtr(uintptr(unsafe.Pointer(&b[0]))), a.s)
 }
 
-func (*cudaHostPool) touch(b []byte) { b[0] = 1 }
+// touch writes the buffer's first byte where the CPU may: after the allocation's synchronize.
+func (a *cudaHostPool) touch(b []byte) {
+	if a.cpuFill {
+		b[0] = 1
+	}
+}
 
 func (a *cudaHostPool) close() error {
 	return errors.Join(a.dev.StreamSynchronize(a.s), a.dev.MemPoolDestroy(a.pool))
@@ -120,15 +147,13 @@ func (b hostAllocBacking) put(p uintptr, _ int) error { return b.dev.MemFreeHost
 // PyTorch's).
 type deviceEvents struct{ dev *cuda.Device }
 
-func (e deviceEvents) record(s uintptr) (uintptr, error) {
+func (e deviceEvents) create() (uintptr, error) {
 	ev, err := e.dev.EventCreate(false)
-	if err != nil {
-		return 0, err
-	}
-	if err := e.dev.EventRecord(ev, cuda.Stream(s)); err != nil {
-		return 0, errors.Join(err, e.dev.EventDestroy(ev))
-	}
-	return uintptr(ev), nil
+	return uintptr(ev), err
+}
+
+func (e deviceEvents) record(ev, s uintptr) error {
+	return e.dev.EventRecord(cuda.Event(ev), cuda.Stream(s))
 }
 
 func (e deviceEvents) done(ev uintptr) (bool, error) {
@@ -140,17 +165,30 @@ func (e deviceEvents) done(ev uintptr) (bool, error) {
 }
 
 func (e deviceEvents) wait(ev uintptr) error    { return e.dev.EventSynchronize(cuda.Event(ev)) }
-func (e deviceEvents) release(ev uintptr) error { return e.dev.EventDestroy(cuda.Event(ev)) }
+func (e deviceEvents) destroy(ev uintptr) error { return e.dev.EventDestroy(cuda.Event(ev)) }
 
-// anchorSources are the host sources of the anchors: the CUDA host pool and the PyTorch-style
-// cache over cuMemHostAlloc.
-func (c *cudaSuite) anchorSources() []hostSource {
-	return []hostSource{
-		{hostPoolName, func(int64) (allocator[[]byte], error) { return openHostPool(c.dev, c.s, hostPoolPrime) }},
-		{torchName, func(int64) (allocator[[]byte], error) {
-			return newTorchHost(hostAllocBacking{c.dev}, deviceEvents{c.dev}), nil
-		}},
+// anchorSources are the host sources of the anchors: CUDA's host pools (HOST_NUMA, HOST), whose
+// buffers the CPU fills (an allocation waits for its stream), and the PyTorch-style cache over
+// cuMemHostAlloc.
+func (c *cudaSuite) anchorSources() (pools []hostSource, torch hostSource) {
+	for _, hp := range hostPoolLocations {
+		pools = append(pools, hostSource{hp.name, func(int64) (allocator[[]byte], error) { return openHostPool(c.dev, c.s, hp.loc, hostPoolPrime, true) }})
 	}
+	return pools, hostSource{torchName, func(int64) (allocator[[]byte], error) {
+		return newTorchHost(hostAllocBacking{c.dev}, deviceEvents{c.dev}), nil
+	}}
+}
+
+// pairPools are the host pools as the pair cases run them: stream-ordered, the CPU never
+// touching a buffer, one synchronize at the end of each timed loop (synced).
+func (c *cudaSuite) pairPools() []impl {
+	var ims []impl
+	for _, hp := range hostPoolLocations {
+		ims = append(ims, c.synced(goImpl(hp.name, func(int64) (allocator[[]byte], error) {
+			return openHostPool(c.dev, c.s, hp.loc, hostPoolPrime, false)
+		})))
+	}
+	return ims
 }
 
 // setupSize is the memory the set-up case makes ready: 1 GiB on a GPU, 64 MiB on the fake
@@ -185,15 +223,8 @@ func (c *cudaSuite) setupCase(size int64) benchCase {
 				d := time.Since(t0)
 				return d, errors.Join(err, p.Close())
 			}},
-			{hostPoolName, func() (time.Duration, error) {
-				t0 := time.Now()
-				a, err := openHostPool(c.dev, c.s, uintptr(size))
-				if err != nil {
-					return 0, err
-				}
-				d := time.Since(t0)
-				return d, a.close()
-			}},
+			{hostPoolName, c.hostPoolSetup(cuda.LocationHostNUMA, size)},
+			{hostPoolHostName, c.hostPoolSetup(cuda.LocationHost, size)},
 		} {
 			if !s.cfg.implFilter.MatchString(im.name) {
 				continue
@@ -218,6 +249,19 @@ func (c *cudaSuite) setupCase(size int64) benchCase {
 		}
 		return out
 	}}
+}
+
+// hostPoolSetup times the set-up of a pool at host location loc primed with size bytes.
+func (c *cudaSuite) hostPoolSetup(loc int32, size int64) func() (time.Duration, error) {
+	return func() (time.Duration, error) {
+		t0 := time.Now()
+		a, err := openHostPool(c.dev, c.s, loc, uintptr(size), true)
+		if err != nil {
+			return 0, err
+		}
+		d := time.Since(t0)
+		return d, a.close()
+	}
 }
 
 // traceCase replays the serving trace (cases.go) on pinmalloc's CUDAHost pool, the CUDA host

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 	"unsafe"
 
@@ -92,17 +93,18 @@ func (c *cudaSuite) cases() []benchCase {
 			return pinPoolStream{pinPool{p}, pcuda.Stream(c.s), record}, err
 		}}
 	}
-	anchors := c.anchorSources() // cuda-hostpool, torch-caching-host
+	hostPools, torch := c.anchorSources() // cuda-hostpool and cuda-hostpool-host, torch-caching-host
 	var hostImpls []impl
-	for _, h := range append([]hostSource{pool, poolAsync("pinmalloc-pool-freeasync", false), poolAsync("pinmalloc-pool-record", true), hostAlloc, hostRegister}, anchors...) {
+	for _, h := range []hostSource{pool, poolAsync("pinmalloc-pool-freeasync", false), poolAsync("pinmalloc-pool-record", true), hostAlloc, hostRegister, torch} {
 		hostImpls = append(hostImpls, goImpl(h.name, h.open))
 	}
+	hostImpls = append(hostImpls, c.pairPools()...)
 	deviceImpls := []impl{
 		c.synced(goImpl("pinmalloc-device", func(int64) (allocator[cuda.DevicePtr], error) {
 			h, err := device.New(cuda.Wrap[*pcuda.Device](c.dev), device.Options{Capacity: 64 << 20})
 			return deviceHeap{h, c.s}, err
 		})),
-		c.synced(goImpl("cuda-mallocasync", func(int64) (allocator[cuda.DevicePtr], error) { return mallocAsync{c.dev, c.s}, nil })),
+		c.synced(goImpl("cuda-mallocasync", func(int64) (allocator[cuda.DevicePtr], error) { return openMallocAsync(c.dev, c.s) })),
 	}
 	var cs []benchCase
 	for _, sz := range cudaPairSizes {
@@ -113,13 +115,14 @@ func (c *cudaSuite) cases() []benchCase {
 	}
 	for _, dir := range cudaDirs {
 		for _, sz := range cudaCopySizes {
-			cs = append(cs, c.copyCase("cuda-"+dir+"/"+sizeName(sz), dir, int(sz), []hostSource{pool, hostAlloc, anchors[0], goMake}))
+			cs = append(cs, c.copyCase("cuda-"+dir+"/"+sizeName(sz), dir, int(sz), append(append([]hostSource{pool, hostAlloc}, hostPools...), goMake)))
 		}
 	}
+	anchored := append(append([]hostSource{pool}, hostPools...), torch)
 	for _, sz := range stagingSizes {
-		cs = append(cs, c.stagingCase(sz, []hostSource{pool, anchors[0], anchors[1]}))
+		cs = append(cs, c.stagingCase(sz, anchored))
 	}
-	return append(cs, c.setupCase(c.setupSize()), c.traceCase([]hostSource{pool, anchors[0], anchors[1]}))
+	return append(cs, c.setupCase(c.setupSize()), c.traceCase(anchored))
 }
 
 // pinPoolStream is a CUDAHost pool whose frees are ordered on stream s: FreeAsync, or with record
@@ -325,15 +328,41 @@ func (deviceHeap) touch(cuda.DevicePtr) {}
 func (a deviceHeap) close() error       { return a.h.Close() }
 
 // mallocAsync is cuMemAllocAsync + cuMemFreeAsync on one stream, from the device's default
-// memory pool.
+// memory pool with its release threshold at UINT64_MAX, as PyTorch's cudaMallocAsync backend
+// sets it (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; RMM's cuda_async_memory_resource
+// sets its own pool's to the device's memory): at the default, 0, every synchronize would empty
+// the pool and the next allocation would map memory again. close puts the threshold back.
 type mallocAsync struct {
-	dev *cuda.Device
-	s   cuda.Stream
+	dev       *cuda.Device
+	s         cuda.Stream
+	pool      cuda.MemPool
+	threshold uint64 // the default pool's before
 }
 
-func (a mallocAsync) alloc(n int) (cuda.DevicePtr, error) {
+// openMallocAsync sets the default pool up as PyTorch does.
+func openMallocAsync(dev *cuda.Device, s cuda.Stream) (*mallocAsync, error) {
+	p, err := dev.DefaultMemPool()
+	if err != nil {
+		return nil, err
+	}
+	old, err := dev.MemPoolGetAttribute(p, cuda.PoolAttrReleaseThreshold)
+	if err == nil {
+		err = dev.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, math.MaxUint64)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &mallocAsync{dev, s, p, old}, nil
+}
+
+func (a *mallocAsync) alloc(n int) (cuda.DevicePtr, error) {
 	return a.dev.MemAllocAsync(uintptr(n), a.s)
 }
-func (a mallocAsync) free(p cuda.DevicePtr) error { return a.dev.MemFreeAsync(p, a.s) }
-func (mallocAsync) touch(cuda.DevicePtr)          {}
-func (mallocAsync) close() error                  { return nil }
+func (a *mallocAsync) free(p cuda.DevicePtr) error { return a.dev.MemFreeAsync(p, a.s) }
+func (*mallocAsync) touch(cuda.DevicePtr)          {}
+
+// close puts the default pool's threshold back and gives back what the pool kept.
+func (a *mallocAsync) close() error {
+	return errors.Join(a.dev.StreamSynchronize(a.s), a.dev.MemPoolSetAttribute(a.pool, cuda.PoolAttrReleaseThreshold, a.threshold),
+		a.dev.MemPoolTrimTo(a.pool, 0))
+}

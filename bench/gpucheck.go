@@ -1,61 +1,67 @@
 package main
 
-// The GPU check (issue 19): every GPU figure of the project and its targets in one run, within
-// a deadline, written as one report.
+// The GPU check (issue 19): every GPU figure of the project and its targets in one run that ends
+// by a deadline, written as one report after every test binary, example and case.
 //
-//	go run . -gpucheck DIR [-quick] [-bin .gpu/bin] [-deadline 9m] [-name NAME]
+//	go run . -gpucheck DIR [-quick] [-bin .gpu/bin] [-deadline 8m] [-case-limit 60s] [-cases RE] [-fake] [-name NAME]
 //
 // scripts/gpucheck builds what it needs (stripped test binaries of the packages with GPU tests,
-// this program and the examples, into .gpu/bin) on a machine with Go, so that a machine with a
-// GPU and no Go toolchain only runs them. A run has four steps, in this order, each recorded
-// with its time and its output (DIR/gpucheck.log):
+// this program, the examples and a prebuilt fake driver, into .gpu/bin) on a machine with Go, so
+// that a machine with a GPU and no Go toolchain only runs them. A run has four steps, in this
+// order, each recorded with its time and its output (DIR/gpucheck.log):
 //
-//  1. the device: name, memory, compute capability, multiprocessors, the CUDA driver API version
-//     and, where nvidia-smi answers, the driver's version;
-//  2. tests: every test binary listed in BIN/tests.txt, run from its package's folder with
-//     -test.run 'CUDA|GPU' (every GPU test, the contract tests of pinned host buffers among
-//     them: every size from 1 B to 256 MiB copied both ways), under BIN/test2json, so that
-//     every test and subtest is recorded from its own event (gpucheck_tests.go); on a GPU
-//     every GPU test the manifest lists must run and pass, and a skip is a failure;
+//  1. the device: name, memory, compute capability, multiprocessors, the CUDA driver API version,
+//     the capabilities the GPU tests may find missing (capabilities.go) and, where nvidia-smi
+//     answers, the driver's version; a device that does not open, or a driver that does not
+//     answer within a quarter of the deadline (gpucheck_device.go), ends the run there;
+//  2. tests: every test binary listed in BIN/tests.txt, the one with the contract tests of pinned
+//     host buffers first (every size from 1 B to 256 MiB copied both ways), run from its
+//     package's folder with -test.run 'CUDA|GPU', its output through BIN/test2json, so that
+//     every test and subtest is recorded from its own event (gpucheck_tests.go): on a GPU
+//     every GPU test the manifest lists must run and pass; a skip is a failure unless it names
+//     a capability the device is seen to lack (N/A, naming it); the figures GPU tests record
+//     are graded;
 //  3. the examples: kvcache at 3x oversubscription and loadweights with their defaults;
-//  4. the benchmark suites of -gpu (gpu.go: pinned pool against cuMemHostAlloc, copies, device
-//     heap against cuMemAllocAsync, the copy engine and its calibration, the UVM tier suite of
-//     -uvm with managed memory's rows) and the GOMAXPROCS sweep, the cases the targets read
-//     first and the tier's oversubscription cases last.
+//  4. the benchmark suites of -gpu (gpu.go: the copy bandwidth, CUDA's host pool and a
+//     PyTorch-style cache beside the CUDAHost pool, the pinning suite, the UVM tier, the device
+//     heap against cuMemAllocAsync, the copy engine) and the GOMAXPROCS sweep, in the order of
+//     gpucheck_plan.go, each case in a worker process that is killed at the case's limit
+//     (gpucheck_bench.go), so that no case can take the run with it.
 //
-// The report, DIR/NAME.md and DIR/NAME.json (NAME: the device's name as a file name, or
-// fake-driver), gives every figure and PASS, FAIL or N/A for each target of issues 19 and 26
-// (the anchors: CUDA's host memory pool, a PyTorch-style caching host allocator) and for the
-// checks that the tests, the examples and the suites ran clean, and compares internal/nvml's
-// view of the device with nvidia-smi's. It is rewritten after every
-// step, so a run cut short still leaves what it measured. A step that would start past the
-// deadline is not run, and its checks FAIL.
+// Time: the run ends by -deadline (8 minutes: a GPU machine's command limit is 10). The tests may
+// use the run until 45 % of it, the examples until 55 %, the suites the rest; a test binary
+// still running at its limit is killed and fails, and so is a case at -case-limit or at the
+// deadline; a case that cannot have its minimum before the deadline is not started and is
+// listed as not run. The report (DIR/NAME.md and DIR/NAME.json, NAME the device's name as a file
+// name, or fake-driver) is rewritten, whole, after every test binary, example and case (written
+// aside and renamed into place), so a run killed at any moment leaves every figure it took.
 //
-// Without a CUDA driver the whole run happens against pinmalloc's fake driver (the process runs
-// itself again with the fake loaded, as -uvm does): the test binaries run without it, so that
-// the GPU tests skip and the fake-driver twins of the contract tests run instead; the suites
-// and the examples run on the fake device. The report then says "fake driver: figures are not
-// GPU figures" and the performance targets are N/A (their figures shown for information), but
-// a test, an example or a suite that fails still fails the run.
+// The report gives every figure and PASS, FAIL or N/A for every target of the GPU suites (issues
+// 19 and 26 among them) and of the GPU tests' figures, and for the checks that the tests, the
+// examples and the suites ran clean, and compares internal/nvml's view of the device with
+// nvidia-smi's. A check with nothing behind it (a step that failed, no test, no case) fails.
+//
+// The driver (driver.go): the one that loads, a GPU's or the fake's, told apart by the library's
+// symbols and never by the device's name, a driver that is no fake counting only where an NVIDIA
+// device node is (gpucheck_device.go); the fake, in a child process, with -fake or where
+// no driver loads and nothing says the machine has an NVIDIA GPU; on a machine with an NVIDIA GPU
+// and no loadable driver the run fails at once, saying so. On the fake the test binaries run with
+// the fake as their driver (the GPU tests skip: no GPU) and the fake-driver twins of the contract
+// tests run; the report says "fake driver: figures are not GPU figures", every target and
+// gpu-tests are N/A, but a test, an example or a suite that fails still fails the run.
 //
 // Exit status: 0 when every check passed (or is N/A), 1 when a test, an example or a suite
 // failed or did not run, 2 for bad flags, 3 when everything ran clean but a performance target
 // was missed.
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"runtime"
 	"strings"
 	"time"
 
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -84,6 +90,13 @@ const (
 	na   = "N/A"
 )
 
+// The shares of the run: the tests may run until testsShare of the deadline, the examples until
+// examplesShare; the suites have the rest, less endMargin to write the report.
+const (
+	testsShare    = 0.45
+	examplesShare = 0.55
+)
+
 // check is the state of a -gpucheck run.
 type check struct {
 	cfg      *config
@@ -94,15 +107,18 @@ type check struct {
 	logFile  *os.File
 	name     string
 	commit   string // of the build, from BIN/commit
+	caps     map[string]capability
 
 	Device   deviceInfo    `json:"device"`
 	Steps    []stepResult  `json:"steps"`
 	Tests    []testResult  `json:"tests"`
+	Figures  []testFigure  `json:"test_figures,omitempty"`
 	Binaries []binResult   `json:"binaries"`
 	manifest []testBinary  // BIN/tests.txt
 	Examples []exampleRun  `json:"examples"`
 	bench    *suite        // the suites' results
-	benchRun []benchCase   // the cases run
+	benchRun []benchCase   // the cases run (name and group)
+	Cases    []caseRun     `json:"cases"`
 	skipped  []string      // the cases the deadline left out
 	Checks   []checkResult `json:"checks"`
 }
@@ -127,24 +143,6 @@ type stepResult struct {
 	Detail  string  `json:"detail"`
 }
 
-// testResult is one test or subtest (its name has a slash) of a test binary.
-type testResult struct {
-	Binary  string  `json:"binary"`
-	Name    string  `json:"name"`
-	Status  string  `json:"status"` // PASS, FAIL or SKIP
-	Seconds float64 `json:"seconds"`
-	Detail  string  `json:"detail,omitempty"` // a skip's reason, a failure's first line logged
-}
-
-// binResult is one test binary's run.
-type binResult struct {
-	Binary  string  `json:"binary"`
-	Dir     string  `json:"dir"`
-	Status  string  `json:"status"`
-	Seconds float64 `json:"seconds"`
-	Detail  string  `json:"detail,omitempty"`
-}
-
 // exampleRun is one example program's run.
 type exampleRun struct {
 	Name    string   `json:"name"`
@@ -154,8 +152,8 @@ type exampleRun struct {
 	Output  string   `json:"output"`
 }
 
-// checkResult is one line of the report's verdict: a target of issue 19, another target the
-// suites check, or a check that something ran clean.
+// checkResult is one line of the report's verdict: a target, a check that something ran clean,
+// or a capability the device lacks.
 type checkResult struct {
 	Name   string  `json:"name"`
 	Want   string  `json:"want"`
@@ -163,13 +161,22 @@ type checkResult struct {
 	Value  float64 `json:"value,omitempty"`
 	Limit  float64 `json:"limit,omitempty"`
 	Detail string  `json:"detail"`
-	Kind   string  `json:"kind"` // "target" (issue 19), "other" (informational) or "run"
+	Kind   string  `json:"kind"` // "target" (graded), "other" (not graded, with the reason) or "run"
 }
 
 // gpucheck runs the check and returns the process's exit status.
 func gpucheck(cfg *config) int {
-	if code, rerun := driverOrFake("gpucheck", "everything runs there ("+fakeNote+")"); rerun {
+	if os.Getenv(workerEnv) != "" {
+		return benchWorker(cfg)
+	}
+	usePrebuiltFake(cfg.bin)
+	code, rerun, driverErr := chooseDriver("gpucheck", "everything runs there ("+fakeNote+")", cfg.fake)
+	if rerun {
 		return code
+	}
+	gpuTargets = nil // the suites run in workers: their targets are graded here, from every suite compiled in
+	for _, s := range gpuSuites {
+		gpuTargets = append(gpuTargets, s.targets)
 	}
 	c := &check{cfg: cfg, start: time.Now()}
 	c.deadline = c.start.Add(cfg.deadline)
@@ -187,20 +194,49 @@ func gpucheck(cfg *config) int {
 	if b, err := os.ReadFile(filepath.Join(cfg.bin, "commit")); err == nil {
 		c.commit = strings.TrimSpace(string(b))
 	}
-	c.step("device", c.describe)
-	c.step("tests", c.runTests)
-	c.step("examples", c.runExamples)
-	c.step("bench", c.runBench)
+	if driverErr != nil {
+		c.step("device", func() (string, error) { return "", driverErr })
+	} else {
+		c.step("device", c.deviceStep)
+	}
+	if c.Steps[0].Status == pass {
+		c.step("tests", c.runTests)
+		c.step("examples", c.runExamples)
+		c.step("bench", c.runBench)
+	} else {
+		for _, name := range []string{"tests", "examples", "bench"} {
+			c.Steps = append(c.Steps, stepResult{Name: name, Status: fail, Detail: "not run: the device step failed"})
+		}
+	}
 	c.evaluate()
 	if err := c.write(); err != nil {
 		fmt.Fprintln(c.log, "gpucheck:", err)
 		return 1
 	}
-	code := c.exitCode()
+	code = c.exitCode()
 	fmt.Fprintf(c.log, "gpucheck: %s in %.0fs; report %s\n", map[int]string{0: "PASS", 1: "FAIL (a test, an example or a suite)", 3: "FAIL (a target missed)"}[code],
 		time.Since(c.start).Seconds(), filepath.Join(cfg.gpucheck, c.name+".md"))
 	return code
 }
+
+// usePrebuiltFake points fakecuda.PrebuiltEnv at the fake driver scripts/gpucheck build ships in
+// bin, unless it is set already: the run, its test binaries and the examples then need no C
+// compiler to have the fake.
+func usePrebuiltFake(bin string) {
+	if os.Getenv(fakecuda.PrebuiltEnv) != "" {
+		return
+	}
+	lib, err := filepath.Abs(filepath.Join(bin, prebuiltFake))
+	if err != nil {
+		return
+	}
+	if _, err := os.Stat(lib); err == nil {
+		os.Setenv(fakecuda.PrebuiltEnv, lib)
+	}
+}
+
+// prebuiltFake is where in BIN scripts/gpucheck build puts the fake driver.
+const prebuiltFake = "fakecuda/libcuda.so.1"
 
 // step runs one step, records it and rewrites the report.
 func (c *check) step(name string, run func() (string, error)) {
@@ -214,63 +250,32 @@ func (c *check) step(name string, run func() (string, error)) {
 	}
 	c.Steps = append(c.Steps, st)
 	fmt.Fprintf(c.log, "=== gpucheck step %s: %s in %.1fs: %s\n", name, st.Status, st.Seconds, st.Detail)
+	c.rewrite()
+}
+
+// rewrite evaluates what the run has so far and rewrites the report.
+func (c *check) rewrite() {
 	c.evaluate()
 	if err := c.write(); err != nil {
 		fmt.Fprintln(c.log, "gpucheck: writing the report:", err)
 	}
 }
 
+// until returns the time left before share of the run has passed, less margin.
+func (c *check) until(share float64, margin time.Duration) time.Duration {
+	return time.Until(c.start.Add(time.Duration(share*float64(c.cfg.deadline)))) - margin
+}
+
 // left returns the time left before the deadline, less margin.
 func (c *check) left(margin time.Duration) time.Duration { return time.Until(c.deadline) - margin }
 
-// describe opens device 0 and describes it.
-func (c *check) describe() (string, error) {
-	dev, err := icuda.Open(0)
-	if err != nil {
-		return "", err
-	}
-	defer dev.Close()
-	d := &c.Device
-	if d.Name, err = dev.Name(); err != nil {
-		return "", err
-	}
-	d.Fake = fakecuda.IsFake(dev)
-	c.fake = d.Fake
-	if n, err := dev.TotalMem(); err == nil {
-		d.TotalMem = uint64(n)
-	}
-	major, _ := dev.Attribute(icuda.AttrComputeCapabilityMajor)
-	minor, _ := dev.Attribute(icuda.AttrComputeCapabilityMinor)
-	d.Compute = fmt.Sprintf("%d.%d", major, minor)
-	d.Multiprocessors, _ = dev.Attribute(icuda.AttrMultiprocessorCount)
-	if v, err := icuda.DriverVersion(); err == nil {
-		d.CUDA = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	smi := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=name,driver_version,memory.total,pci.bus_id", "--format=csv,noheader", "-i", "0")
-	if out, err := smi.Output(); err == nil {
-		d.NvidiaSMI = strings.TrimSpace(string(out))
-	}
-	if !c.fake {
-		d.NVML = describeNVML(d.Name)
-	}
-	c.name = c.cfg.name
-	if c.name == "" {
-		c.name = fileName(d.Name)
-		if c.fake {
-			c.name = "fake-driver"
-		}
-		if c.cfg.quick {
-			c.name += "-quick"
-		}
-	}
-	if c.fake {
-		fmt.Fprintf(c.log, "gpucheck: %s\n", fakeNote)
-	}
-	return fmt.Sprintf("%s, %.1f GiB, compute capability %s, %d multiprocessors, CUDA driver API %s%s",
-		d.Name, float64(d.TotalMem)/(1<<30), d.Compute, d.Multiprocessors, d.CUDA, map[bool]string{true: "; " + fakeNote}[c.fake]), nil
-}
+// floor is the least time worth starting a test binary, an example or a case with: a second per
+// minute of deadline, 10 s at most.
+func (c *check) floor() time.Duration { return min(10*time.Second, c.cfg.deadline/60) }
+
+// endMargin is the time kept at the end of the run to stop a worker and write the report: 3 s,
+// less for a short deadline.
+func (c *check) endMargin() time.Duration { return min(3*time.Second, c.cfg.deadline/20) }
 
 // fileName turns a device name into a file name: "NVIDIA H100 80GB HBM3" is
 // nvidia-h100-80gb-hbm3.
@@ -300,16 +305,16 @@ func (c *check) runExamples() (string, error) {
 		args []string
 	}{{"kvcache", []string{"-oversub", "3"}}, {"loadweights", nil}} {
 		run := exampleRun{Name: ex.name, Args: ex.args, Status: fail}
-		left := c.left(20 * time.Second)
-		if left < 10*time.Second {
-			run.Output = "not run: the deadline"
+		left := c.until(examplesShare, 0)
+		if left < c.floor() {
+			run.Output = "not run: the examples' share of the deadline is spent"
 		} else {
 			prog, err := filepath.Abs(filepath.Join(c.cfg.bin, ex.name))
 			if err != nil {
 				return "", err
 			}
-			fmt.Fprintf(c.log, "--- %s %s\n", ex.name, strings.Join(ex.args, " "))
-			out, secs, err := c.runLogged(min(left, 3*time.Minute), ".", os.Environ(), prog, ex.args...)
+			fmt.Fprintf(c.log, "--- %s %s (at most %v)\n", ex.name, strings.Join(ex.args, " "), left.Round(time.Second))
+			out, secs, err := c.runLogged(min(left, 3*time.Minute), ".", c.childEnv(), prog, ex.args...)
 			run.Output, run.Seconds = strings.TrimSpace(out), secs
 			if err == nil {
 				run.Status = pass
@@ -323,90 +328,11 @@ func (c *check) runExamples() (string, error) {
 		} else {
 			done = append(done, ex.name)
 		}
+		c.rewrite()
 	}
 	detail := "ran clean: " + strings.Join(done, ", ")
 	if len(failed) > 0 {
 		return detail, fmt.Errorf("failed: %s", strings.Join(failed, ", "))
 	}
 	return detail, nil
-}
-
-// caseOrder ranks a case: the ones the targets read first, the tier's oversubscription cases
-// (the longest) last.
-func caseOrder(name string) int {
-	for i, p := range []string{"cuda-pair/", "cuda-h2d/", "cuda-d2h/", "cuda-device-pair/", "cuda-staging/", "cuda-setup/", "cuda-trace", "uvm-move/", "uvm-managed",
-		"uvm-acquire/", "batch-calibration", "batch-", "gomaxprocs", "uvm-oversub/"} {
-		if strings.HasPrefix(name, p) {
-			if strings.Contains(name, "/"+managedPolicy+"/") {
-				return i + 1 // managed memory's rows after the tier's
-			}
-			return i
-		}
-	}
-	return 99
-}
-
-// runBench runs the GPU suites and the sweep in-process, until the deadline.
-func (c *check) runBench() (string, error) {
-	cfg := *c.cfg
-	cfg.filter, cfg.implFilter = regexp.MustCompile(""), regexp.MustCompile("")
-	s := &suite{cfg: &cfg, nulls: nullImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
-	c.bench = s
-	impls, cs, closeGPU := openGPUSuites()
-	defer closeGPU()
-	if len(cs) == 0 {
-		return "", errors.New("no GPU suite opened (see the log)")
-	}
-	s.impls = impls
-	cs = append(cs, benchCase{name: "gomaxprocs", group: "sweep", custom: sweep})
-	sortCases(cs)
-	s.load = loadAvg()
-	fmt.Fprintf(c.log, "bench: %d cases, %s mode, GOMAXPROCS=%d, load %s\n", len(cs), map[bool]string{true: "quick", false: "full"}[cfg.quick], runtime.GOMAXPROCS(0), s.load)
-	for i, bc := range cs {
-		if c.left(30*time.Second) <= 0 {
-			for _, rest := range cs[i:] {
-				c.skipped = append(c.skipped, rest.name)
-			}
-			break
-		}
-		t0 := time.Now()
-		var rs []result
-		if bc.custom != nil {
-			rs = bc.custom(s)
-		} else {
-			rs = s.run(bc, s.selected())
-		}
-		s.results = append(s.results, rs...)
-		c.benchRun = append(c.benchRun, bc)
-		fmt.Fprintf(c.log, "[%2d/%d] %-28s %d results (%.1fs)\n", i+1, len(cs), bc.name, len(rs), time.Since(t0).Seconds())
-	}
-	detail := fmt.Sprintf("%d cases run, %d results", len(c.benchRun), len(s.results))
-	var errs []string
-	for _, r := range s.results {
-		if r.Metric == "error" && !c.naError(r) {
-			errs = append(errs, r.Case+" "+r.Impl+": "+r.Note)
-		}
-	}
-	if len(c.skipped) > 0 {
-		errs = append(errs, fmt.Sprintf("%d cases not run: the deadline (from %s)", len(c.skipped), c.skipped[0]))
-	}
-	if len(errs) > 0 {
-		return detail, errors.New(strings.Join(errs, "; "))
-	}
-	return detail, nil
-}
-
-// naError reports whether an error result is no failure: a case that cannot run on the fake
-// driver, or a CUDA host pool's row on a driver without host pools (before CUDA 12.6).
-func (c *check) naError(r result) bool {
-	return (c.fake && strings.HasPrefix(r.Note, "not measured on the fake driver")) || strings.HasPrefix(r.Note, noHostPools)
-}
-
-// sortCases orders cases by caseOrder, keeping the suites' order within a rank.
-func sortCases(cs []benchCase) {
-	for i := 1; i < len(cs); i++ {
-		for j := i; j > 0 && caseOrder(cs[j].name) < caseOrder(cs[j-1].name); j-- {
-			cs[j], cs[j-1] = cs[j-1], cs[j]
-		}
-	}
 }

@@ -25,7 +25,7 @@ func newCheck(t *testing.T, bin string, fake bool) *check {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	cfg := &config{gpucheck: out, bin: bin, deadline: time.Minute}
+	cfg := &config{gpucheck: out, bin: bin, deadline: time.Minute, caseLimit: time.Minute}
 	return &check{cfg: cfg, start: time.Now(), deadline: time.Now().Add(time.Minute), fake: fake, log: f, logFile: f, name: "test",
 		Device: deviceInfo{Name: "Some GPU", Fake: fake}}
 }
@@ -84,7 +84,7 @@ func TestGpucheckTests(t *testing.T) {
 	}
 	bin := t.TempDir()
 	pkg := t.TempDir()
-	script(t, bin, test2jsonName, `[ "$1 $2 $3" = "-t -p `+pkg+`" ] || { echo "bad test2json args: $*"; exit 2; }; shift 3; exec "$@"`)
+	script(t, bin, test2jsonName, `[ "$1 $2 $3" = "-t -p `+pkg+`" ] || { echo "bad test2json args: $*"; exit 2; }; `+test2jsonStandIn)
 	const contract = "TestCUDAPoolCopiesMixedSizes,TestCUDAHostProvidersCopy"
 	good := cat(passing("TestCUDAPoolCopiesMixedSizes"), []string{ev("run", "TestCUDAHostProvidersCopy", "")},
 		passing("TestCUDAHostProvidersCopy/vmm"), passing("TestCUDAHostProvidersCopy/register"), []string{ev("pass", "TestCUDAHostProvidersCopy", "")})
@@ -123,10 +123,11 @@ func TestGpucheckTests(t *testing.T) {
 		[]string{ev("pass", "TestCUDAHostProvidersCopy", "")})...))
 	write("skipsub.test " + pkg + " " + contract)
 	c = run(false)
-	if ct := findCheck(c, "gpu-tests"); ct.Status != fail || !strings.Contains(ct.Detail, "TestCUDAHostProvidersCopy/vmm skipped: x_test.go:9: vmm provider: not supported") || c.exitCode() != 1 {
+	if ct := findCheck(c, "gpu-tests"); ct.Status != fail || !strings.Contains(ct.Detail, "TestCUDAHostProvidersCopy/vmm skipped") ||
+		!strings.Contains(ct.Detail, "x_test.go:9: vmm provider: not supported") || c.exitCode() != 1 {
 		t.Errorf("a subtest skipped on a GPU: %+v, exit %d", ct, c.exitCode())
 	}
-	if c = run(true); findCheck(c, "gpu-tests").Status != pass { // the fake: skips are allowed
+	if c = run(true); findCheck(c, "gpu-tests").Status != na { // the fake: no GPU, N/A whatever skipped
 		t.Errorf("a subtest skipped on the fake: %+v", findCheck(c, "gpu-tests"))
 	}
 
@@ -173,10 +174,13 @@ func TestGpucheckTests(t *testing.T) {
 `+events(cat(skipping("TestCUDAPoolCopiesMixedSizes", "no CUDA driver"), passing("TestFakePoolCopiesMixedSizes"), passing("TestFakeHostProvidersCopy"))...))
 	write("fake.test " + pkg + " TestCUDAPoolCopiesMixedSizes")
 	c = run(true)
-	for _, name := range []string{"gpu-tests", "pinned-contract/mixed-sizes", "pinned-contract/host-providers"} {
+	for _, name := range []string{"pinned-contract/mixed-sizes", "pinned-contract/host-providers"} {
 		if ct := findCheck(c, name); ct.Status != pass {
 			t.Errorf("fake: %s: %+v", name, ct)
 		}
+	}
+	if ct := findCheck(c, "gpu-tests"); ct.Status != na {
+		t.Errorf("fake: gpu-tests %+v, want N/A: no GPU test can run there", ct)
 	}
 
 	write()
@@ -233,10 +237,11 @@ func findCheck(c *check, name string) checkResult {
 	return checkResult{Name: name, Status: "missing"}
 }
 
-// TestGpucheckTargets checks the verdict on the suites' figures: on a GPU a met target passes
-// and a missed or unmeasured one fails (exit status 3 when nothing else failed); on the fake
-// every performance target is N/A and the report says the figures are not GPU figures; the
-// 16-core scaling is N/A on fewer cores.
+// TestGpucheckTargets checks the verdict on the suites' figures and the GPU tests': on a GPU a
+// met target passes and a missed or unmeasured one fails (exit status 3 when nothing else
+// failed), every target of the GPU suites graded (the copy engine's, the pinning suite's, the
+// tier's Acquire among them, once "informational"); on the fake every target is N/A and the
+// report says the figures are not GPU figures; the 16-core scaling is N/A on fewer cores.
 func TestGpucheckTargets(t *testing.T) {
 	rs := []result{
 		{Case: "cuda-pair/4KiB", Impl: "cuda-hostalloc", Metric: "ns_per_pair", Value: 1.2e6},
@@ -245,7 +250,11 @@ func TestGpucheckTargets(t *testing.T) {
 		{Case: "cuda-pair/64KiB", Impl: "pinmalloc-pool", Metric: "ns_per_pair", Value: 100},
 		{Case: "gomaxprocs/16", Impl: "pinmalloc-pool", Metric: "speedup", Value: 13},
 		{Case: "uvm-oversub/zipf/managed/1x", Impl: "managed", Metric: "gbps", Value: 5},
+		{Case: "uvm-acquire/resident", Impl: "uvm", Metric: "ns_per_acquire", Value: 150},
+		{Case: "batch-h2d/4KiB", Impl: "pinmalloc-kernel", Metric: "gbps", Value: 20},
 	}
+	figs := []testFigure{{Binary: "uvm.test", Test: "TestGPUTierBandwidth", Name: "uvm-tier/evict/4KiB", Value: 50, Unit: "GB/s", Limit: 48},
+		{Binary: "uvm.test", Test: "TestGPUTierBandwidth", Name: "uvm-tier/restore/4KiB", Value: 0.2, Unit: "GB/s", Limit: 48}}
 	if len(gpuSuites) == 0 {
 		t.Skip("no GPU suite compiled in (cgo)")
 	}
@@ -258,8 +267,26 @@ func TestGpucheckTargets(t *testing.T) {
 	for _, fake := range []bool{false, true} {
 		c := newCheck(t, t.TempDir(), fake)
 		c.bench = &suite{cfg: c.cfg, results: rs}
+		c.Cases = []caseRun{{Name: "cuda-pair/4KiB", Status: pass}}
+		c.Figures = figs
 		c.Steps = []stepResult{{Name: "bench", Status: pass}}
 		c.evaluate()
+		acquire, kernel, figMet, figMissed, figNone := findCheck(c, "uvm-acquire-resident"), findCheck(c, "kernel-h2d/4KiB"),
+			findCheck(c, "uvm-tier/evict/4KiB"), findCheck(c, "uvm-tier/restore/4KiB"), findCheck(c, "uvm-tier/both/2MiB")
+		for _, ct := range []checkResult{acquire, kernel, figMet, figMissed, figNone} {
+			if ct.Kind != "target" {
+				t.Errorf("fake %v: %+v is not graded", fake, ct)
+			}
+		}
+		if fake {
+			for _, ct := range c.Checks {
+				if ct.Kind == "target" && ct.Status != na {
+					t.Errorf("fake: %s graded %s", ct.Name, ct.Status)
+				}
+			}
+		} else if acquire.Status != pass || kernel.Status != fail || figMet.Status != pass || figMissed.Status != fail || figNone.Status != fail {
+			t.Errorf("GPU: acquire %s, kernel %s, figures %s %s %s; want PASS FAIL PASS FAIL FAIL", acquire.Status, kernel.Status, figMet.Status, figMissed.Status, figNone.Status)
+		}
 		met4, missed64, unmeasured := findCheck(c, "pool-vs-cuda-hostalloc/4KiB"), findCheck(c, "pool-vs-cuda-hostalloc/64KiB"),
 			findCheck(c, "pool-h2d-vs-hostalloc/64MiB")
 		scaling := findCheck(c, poolScalingTarget)
@@ -284,8 +311,8 @@ func TestGpucheckTargets(t *testing.T) {
 				t.Errorf("GPU: exit %d with targets missed and every run clean, want 3", c.exitCode())
 			}
 		}
-		if len(c.Checks) < len(issue19Targets) {
-			t.Errorf("%d checks for %d targets", len(c.Checks), len(issue19Targets))
+		if len(c.Checks) < len(gradedTargets())+len(testFigureNames) {
+			t.Errorf("%d checks for %d targets and %d figures", len(c.Checks), len(gradedTargets()), len(testFigureNames))
 		}
 		if err := c.write(); err != nil {
 			t.Fatal(err)
@@ -308,12 +335,12 @@ func TestGpucheckTargets(t *testing.T) {
 func TestGpucheckHelpers(t *testing.T) {
 	out := strings.Join(cat(failing("TestA", "boom"), []string{ev("output", "TestA", "    a_test.go:4: more\n")}, passing("TestB"),
 		[]string{ev("run", "TestC", "")}, skipping("TestC/sub", "no CUDA driver"), []string{ev("pass", "TestC", ""), ev("output", "", "PASS\n")}), "\n")
-	ts, err := parseEvents("x.test", []byte(out))
+	ts, _, err := parseEvents("x.test", []byte(out))
 	if err != nil || len(ts) != 4 || ts[0].Status != fail || ts[0].Detail != "x_test.go:9: boom" || ts[1].Name != "TestB" || ts[1].Status != pass ||
 		ts[3].Name != "TestC/sub" || ts[3].Status != skip || ts[3].Detail != "x_test.go:9: no CUDA driver" || ts[2].Status != pass {
 		t.Errorf("parseEvents: %+v, %v", ts, err)
 	}
-	if _, err := parseEvents("x.test", []byte(out+"\n--- PASS: TestD (0.00s)\n")); err == nil {
+	if _, _, err := parseEvents("x.test", []byte(out+"\n--- PASS: TestD (0.00s)\n")); err == nil {
 		t.Error("parseEvents took a line of text for an event")
 	}
 	for in, want := range map[string]string{"NVIDIA H100 80GB HBM3": "nvidia-h100-80gb-hbm3", "  Fake GPU 0 ": "fake-gpu-0", "///": "gpu", "NVIDIA H200": "nvidia-h200"} {
@@ -343,7 +370,7 @@ func TestGpucheckScriptArgs(t *testing.T) {
 	}
 	dir := t.TempDir()
 	for _, args := range [][]string{{}, {"-quick"}, {dir, "-bogus"}, {dir, "-deadline"}, {dir, "-quick", "extra"}, {"run"},
-		{"run", "-quick", dir}, {"run", dir, "-name"}, {"build", dir}} {
+		{"run", "-quick", dir}, {"run", dir, "-name"}, {"build", dir}, {dir, "-cases"}, {"run", dir, "-fake", "-case-limit"}, {"run", dir, "-fake=1"}} {
 		cmd := exec.Command("bash", append([]string{filepath.Join("..", "scripts", "gpucheck")}, args...)...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
 // test2jsonName is the file in BIN of Go's cmd/test2json, which scripts/gpucheck build builds:
@@ -62,7 +62,66 @@ func readManifest(bin string) ([]testBinary, error) {
 	return out, nil
 }
 
-// runTests runs every test binary of the manifest with the GPU pattern, under test2json.
+// testResult is one test or subtest (its name has a slash) of a test binary.
+type testResult struct {
+	Binary  string  `json:"binary"`
+	Name    string  `json:"name"`
+	Status  string  `json:"status"` // PASS, FAIL or SKIP
+	Seconds float64 `json:"seconds"`
+	Detail  string  `json:"detail,omitempty"` // a skip's reason, a failure's first line logged
+}
+
+// binResult is one test binary's run.
+type binResult struct {
+	Binary  string  `json:"binary"`
+	Dir     string  `json:"dir"`
+	Status  string  `json:"status"`
+	Seconds float64 `json:"seconds"`
+	Detail  string  `json:"detail,omitempty"`
+}
+
+// testFigure is a figure a GPU test recorded with fakecuda.Figure, graded by the check.
+type testFigure struct {
+	Binary string  `json:"binary"`
+	Test   string  `json:"test"`
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	AtMost bool    `json:"at_most,omitempty"`
+	Limit  float64 `json:"limit"`
+}
+
+// contractFirst orders the manifest so that the binary holding the contract tests runs first.
+func contractFirst(bins []testBinary) {
+	holds := func(tb testBinary) bool {
+		for _, name := range tb.gpuTests {
+			for _, ct := range contractTests {
+				if name == ct.gpu {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for i, tb := range bins {
+		if holds(tb) {
+			copy(bins[1:i+1], bins[:i])
+			bins[0] = tb
+			return
+		}
+	}
+}
+
+// childEnv is the environment of the test binaries, the examples and the bench's workers: this
+// process's, which on the fake names the fake as the driver (cuda.LibraryEnv), so that a GPU test
+// finds no GPU there even on a machine that has one (-fake), and skips.
+func (c *check) childEnv() []string { return os.Environ() }
+
+// binaryLimit is the longest a test binary may run.
+const binaryLimit = 3 * time.Minute
+
+// runTests runs every test binary of the manifest with the GPU pattern, under test2json, the one
+// with the contract tests first, each within its limit and the tests' share of the run.
 func (c *check) runTests() (string, error) {
 	bins, err := readManifest(c.cfg.bin)
 	if err != nil {
@@ -76,34 +135,35 @@ func (c *check) runTests() (string, error) {
 		return "", fmt.Errorf("no %s in %s (%w): rebuild with scripts/gpucheck build", test2jsonName, c.cfg.bin, err)
 	}
 	pattern := gpuTestPattern
-	env := os.Environ()
-	if c.fake { // the GPU tests skip; the fake-driver tests load their own fake
+	if c.fake { // the GPU tests skip (no GPU); the fake-driver twins of the contract tests run
 		pattern = fakeTestPattern
-		env = withoutEnv(env, cuda.LibraryEnv)
 	}
+	contractFirst(bins)
 	c.manifest = bins
+	env := c.childEnv()
 	var failed []string
 	for _, tb := range bins {
-		left := c.left(30 * time.Second)
+		left := c.until(testsShare, 0)
 		br := binResult{Binary: tb.file, Dir: tb.dir}
-		if left < 10*time.Second {
-			br.Status, br.Detail = fail, "not run: the deadline"
+		if left < c.floor() {
+			br.Status, br.Detail = fail, "not run: the tests' share of the deadline is spent"
 			c.Binaries = append(c.Binaries, br)
 			failed = append(failed, tb.file+" (not run)")
 			continue
 		}
-		limit := min(left, 5*time.Minute)
+		limit := min(left, binaryLimit)
 		path, err := filepath.Abs(filepath.Join(c.cfg.bin, tb.file))
 		if err != nil {
 			return "", err
 		}
 		fmt.Fprintf(c.log, "--- %s -test.run '%s' (in %s, at most %v)\n", tb.file, pattern, tb.dir, limit.Round(time.Second))
 		var events bytes.Buffer
-		secs, err := c.runEvents(limit+10*time.Second, tb.dir, env, &events, t2j, "-t", "-p", tb.dir, path,
+		secs, err := c.runEvents(limit+10*time.Second, tb.dir, env, &events, t2j, path,
 			"-test.v=test2json", "-test.run", pattern, "-test.count=1", "-test.timeout", limit.Round(time.Second).String())
 		br.Seconds = secs
-		ts, perr := parseEvents(tb.file, events.Bytes())
+		ts, figs, perr := parseEvents(tb.file, events.Bytes())
 		c.Tests = append(c.Tests, ts...)
+		c.Figures = append(c.Figures, figs...)
 		br.Status = pass
 		for _, t := range ts {
 			if t.Status == fail {
@@ -122,6 +182,7 @@ func (c *check) runTests() (string, error) {
 			failed = append(failed, tb.file)
 		}
 		c.Binaries = append(c.Binaries, br)
+		c.rewrite()
 	}
 	n := countTests(c.Tests)
 	detail := fmt.Sprintf("%d binaries, pattern '%s': %d tests and subtests passed, %d failed, %d skipped", len(bins), pattern, n[pass], n[fail], n[skip])
@@ -143,17 +204,6 @@ func countTests(ts []testResult) map[string]int {
 	return n
 }
 
-// withoutEnv returns env without the variable name.
-func withoutEnv(env []string, name string) []string {
-	var out []string
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, name+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 // runLogged runs a program in dir with env, its output copied to the log, killed after
 // limit; it returns the output and the seconds it ran.
 func (c *check) runLogged(limit time.Duration, dir string, env []string, prog string, args ...string) (string, float64, error) {
@@ -162,11 +212,29 @@ func (c *check) runLogged(limit time.Duration, dir string, env []string, prog st
 	return buf.String(), secs, err
 }
 
-// runEvents runs test2json and its test binary: the JSON events go to events, the tests'
-// output to the log as text.
-func (c *check) runEvents(limit time.Duration, dir string, env []string, events io.Writer, prog string, args ...string) (float64, error) {
+// runEvents runs a test binary (prog, args) in dir and Go's test2json (t2j) beside it, both
+// children of this process, the binary's output piped into test2json (test2json -t -p DIR, which
+// reads it on its standard input): the JSON events go to events, the tests' output to the log as
+// text. The binary is started by this process, not by test2json, so that it dies with the check
+// (dieWithParent) and is killed at limit.
+func (c *check) runEvents(limit time.Duration, dir string, env []string, events io.Writer, t2j, prog string, args ...string) (float64, error) {
 	w := &eventLog{log: c.logFile}
-	secs, err := c.run(limit, dir, env, io.MultiWriter(events, w), prog, args...)
+	conv := exec.Command(t2j, "-t", "-p", dir)
+	conv.Dir, conv.Env = dir, env
+	conv.Stdout, conv.Stderr = io.MultiWriter(events, w), c.logFile
+	conv.SysProcAttr = dieWithParent()
+	in, err := conv.StdinPipe()
+	if err == nil {
+		err = startChild(conv)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", filepath.Base(t2j), err)
+	}
+	secs, err := c.run(limit, dir, env, in, prog, args...)
+	in.Close()
+	if cerr := conv.Wait(); cerr != nil && err == nil {
+		err = fmt.Errorf("%s: %w", filepath.Base(t2j), cerr)
+	}
 	w.flush()
 	return secs, err
 }
@@ -177,9 +245,13 @@ func (c *check) run(limit time.Duration, dir string, env []string, out io.Writer
 	defer cancel()
 	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Dir, cmd.Env = dir, env
+	cmd.SysProcAttr = dieWithParent()
 	cmd.Stdout, cmd.Stderr = out, out
 	t0 := time.Now()
-	err := cmd.Run()
+	err := startChild(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	secs := time.Since(t0).Seconds()
 	if ctx.Err() != nil {
 		err = fmt.Errorf("killed after %v: %w", limit.Round(time.Second), ctx.Err())
@@ -229,13 +301,14 @@ func (w *eventLog) flush() {
 	w.line = w.line[:0]
 }
 
-// parseEvents reads every test's and subtest's result from test2json's events. A skip's or a
-// failure's detail is the first line the test logged (its own, else its first failing or
-// skipping subtest's); a test that started and has no result (the binary crashed or was
-// killed) FAILS with "did not finish". A line that is not an event is an error: test2json
-// writes nothing else.
-func parseEvents(binary string, out []byte) ([]testResult, error) {
+// parseEvents reads every test's and subtest's result from test2json's events, and the figures
+// the tests recorded (fakecuda.Figure). A skip's or a failure's detail is the first line the
+// test logged (its own, else its first failing or skipping subtest's); a test that started and
+// has no result (the binary crashed or was killed) FAILS with "did not finish". A line that is
+// not an event is an error: test2json writes nothing else.
+func parseEvents(binary string, out []byte) ([]testResult, []testFigure, error) {
 	var ts []testResult
+	var figs []testFigure
 	index := map[string]int{}
 	logs := map[string]string{}
 	var bad string
@@ -264,6 +337,12 @@ func parseEvents(binary string, out []byte) ([]testResult, error) {
 			}
 		case "output":
 			text := strings.TrimSpace(e.Output)
+			if strings.Contains(text, fakecuda.FigureTag) {
+				if name, v, unit, atMost, limit, err := fakecuda.ParseFigure(text); err == nil {
+					figs = append(figs, testFigure{binary, e.Test, name, v, unit, atMost, limit})
+				}
+				continue
+			}
 			if logs[e.Test] == "" && text != "" && !strings.HasPrefix(text, "=== ") && !strings.HasPrefix(text, "--- ") {
 				logs[e.Test] = text
 			}
@@ -294,37 +373,44 @@ func parseEvents(binary string, out []byte) ([]testResult, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return ts, fmt.Errorf("reading the events of %s: %w", binary, err)
+		return ts, figs, fmt.Errorf("reading the events of %s: %w", binary, err)
 	}
 	if bad != "" {
-		return ts, fmt.Errorf("%s: not a test2json event: %q", binary, shorten(bad))
+		return ts, figs, fmt.Errorf("%s: not a test2json event: %q", binary, shorten(bad))
 	}
-	return ts, nil
+	return ts, figs, nil
 }
 
 // topLevel reports whether a test's name is a top-level test's.
 func topLevel(name string) bool { return !strings.Contains(name, "/") }
 
-// gpuTestsCheck is the verdict on the tests: none failed, every binary ran clean and, on a
-// GPU, every GPU test of the manifest ran and passed, and nothing (test or subtest) skipped:
-// a skip on a GPU machine is a test that did not test, and fails the check with its reason.
-// On the fake driver the GPU tests skip (they need a GPU) and the fake-driver twins run.
-func (c *check) gpuTestsCheck() (ok bool, detail string) {
+// gpuTestsCheck is the verdict on the tests, with the status it gives: none failed, every
+// binary ran clean and, on a GPU, every GPU test of the manifest ran and passed, and nothing
+// (test or subtest) skipped but for a capability the check saw the device lack: a skip on a GPU
+// machine is a test that did not test, and fails the check with its reason. On the fake driver
+// the GPU tests cannot run (no GPU): the check is N/A there, unless something failed.
+func (c *check) gpuTestsCheck() (status, detail string) {
 	n := countTests(c.Tests)
 	binsOK := len(c.Binaries) > 0
 	for _, b := range c.Binaries {
 		binsOK = binsOK && b.Status == pass
 	}
 	detail = fmt.Sprintf("%d binaries; tests and subtests: %d passed, %d failed, %d skipped", len(c.Binaries), n[pass], n[fail], n[skip])
-	ok = binsOK && n[fail] == 0
+	ok := binsOK && n[fail] == 0
+	if !binsOK && len(c.Binaries) == 0 {
+		detail += "; no test binary ran"
+	}
 	if c.fake {
-		return ok, detail + " (no GPU: the GPU tests skip, the fake-driver twins of the contract tests run)"
+		if !ok {
+			return fail, detail + " (on the fake driver)"
+		}
+		return na, detail + " (no GPU: the GPU tests skip on the fake driver; the fake-driver twins of the contract tests run)"
 	}
 	result := map[string]testResult{}
 	for _, t := range c.Tests {
 		result[t.Binary+" "+t.Name] = t
 	}
-	var notRun, skips []string
+	var notRun, skips, lacked []string
 	want := 0
 	for _, tb := range c.manifest {
 		for _, name := range tb.gpuTests {
@@ -335,8 +421,13 @@ func (c *check) gpuTestsCheck() (ok bool, detail string) {
 		}
 	}
 	for _, t := range c.Tests {
-		if t.Status == skip {
-			skips = append(skips, fmt.Sprintf("%s %s skipped: %s", t.Binary, t.Name, t.Detail))
+		if t.Status != skip {
+			continue
+		}
+		if cp, isLacked, why := c.lackedBy(t); isLacked {
+			lacked = append(lacked, t.Binary+" "+t.Name+" ("+cp+")")
+		} else {
+			skips = append(skips, fmt.Sprintf("%s %s skipped (%s): %s", t.Binary, t.Name, why, t.Detail))
 		}
 	}
 	detail += fmt.Sprintf("; %d GPU tests in the manifest, %d not run", want, len(notRun))
@@ -348,9 +439,12 @@ func (c *check) gpuTestsCheck() (ok bool, detail string) {
 		ok = false
 		detail += " (" + strings.Join(notRun, ", ") + ")"
 	}
+	if len(lacked) > 0 {
+		detail += "; N/A for a capability the device lacks (see capability/...): " + strings.Join(lacked, ", ")
+	}
 	if len(skips) > 0 {
 		ok = false
 		detail += "; a skip on a GPU fails: " + strings.Join(skips, "; ")
 	}
-	return ok, detail
+	return map[bool]string{true: pass, false: fail}[ok], detail
 }

@@ -56,8 +56,11 @@ type config struct {
 	uvm        bool           // run the UVM tier suite alone (uvm.go)
 	gpucheck   string         // -gpucheck: the report's folder (gpucheck.go)
 	bin        string         // -bin: the gpucheck's prebuilt binaries
-	deadline   time.Duration  // -deadline: the gpucheck's
+	deadline   time.Duration  // -deadline: when the gpucheck ends
+	caseLimit  time.Duration  // -case-limit: the longest a gpucheck case may run
+	fake       bool           // -fake: the driver-needing suites run on the fake driver, GPU or not
 	commit     bool           // run the pinning suite alone (commit.go)
+	ucx        bool           // run the UCX suite alone (ucx.go)
 	filter     *regexp.Regexp // cases to run
 	implFilter *regexp.Regexp // allocators to run
 }
@@ -80,8 +83,11 @@ func parseFlags() *config {
 	flag.BoolVar(&cfg.uvm, "uvm", false, "run only the UVM tier suite (uvm.go): on the GPU when a driver is found, else on the fake driver")
 	flag.StringVar(&cfg.gpucheck, "gpucheck", "", "run the GPU check (gpucheck.go: GPU tests, examples, -gpu suites, targets) and write its report into this directory")
 	flag.StringVar(&cfg.bin, "bin", ".gpu/bin", "-gpucheck: the folder of the prebuilt test binaries and examples (scripts/gpucheck build)")
-	flag.DurationVar(&cfg.deadline, "deadline", 9*time.Minute, "-gpucheck: no step or case starts after this long")
+	flag.DurationVar(&cfg.deadline, "deadline", 8*time.Minute, "-gpucheck: the run ends by then: a test binary or case still running is killed, one that cannot have its minimum is not started")
+	flag.DurationVar(&cfg.caseLimit, "case-limit", time.Minute, "-gpucheck: a case of the suites still running after this long is killed and fails")
+	flag.BoolVar(&cfg.fake, "fake", false, "-gpucheck, -uvm, -commit: run on pinmalloc's fake driver even where a GPU and its driver are found (without a GPU they do anyway)")
 	flag.BoolVar(&cfg.commit, "commit", false, "run only the pinning suite (commit.go): cost per GiB by commit workers, latency during a precommit; on the GPU when a driver is found, else on the fake driver")
+	flag.BoolVar(&cfg.ucx, "ucx", false, "run only the UCX suite (ucx.go): package remote against ucx_perftest and Go net sockets, two processes on this host (UCX_TLS, default tcp on lo)")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
@@ -198,6 +204,9 @@ func main() {
 	cfg := parseFlags()
 	if cfg.gpucheck != "" {
 		os.Exit(gpucheck(cfg))
+	}
+	if cfg.ucx {
+		os.Exit(ucxBench(cfg))
 	}
 	if !cfg.uvm && !cfg.commit { // those suites lock nothing of their own beyond the driver's
 		hostMemory = checkMemlock()

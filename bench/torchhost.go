@@ -12,15 +12,20 @@ import (
 
 // torchHost is a caching host allocator written after PyTorch's CachingHostAllocator
 // (aten/src/ATen/core/CachingHostAllocator.h, the pinned-memory allocator behind
-// tensor.pin_memory() and non_blocking copies), the allocator a user of pinned memory compares
-// pinmalloc with (issue 26):
+// tensor.pin_memory() and non_blocking copies, with the CUDA side's event pool), the allocator a
+// user of pinned memory compares pinmalloc with (issue 26):
 //   - a request is rounded up to a power of two and served from the free list of that size,
 //     else from a fresh block of the backing (cudaHostAlloc there; cuMemHostAlloc here on CUDA,
 //     mmap + mlock without CUDA); blocks are never split nor coalesced, and go back to the
 //     backing only when the cache is emptied (close);
 //   - a block a stream used (recordStream) is not reused at its free: an event is recorded on
-//     each such stream, and the block joins its free list once every event has completed
-//     (checked at the next allocation, as process_events does).
+//     each such stream, taken from a pool of events created once and reused (PyTorch's
+//     EventPool: no event is created or destroyed per free), and queued with the block, oldest
+//     first; at the next allocation the queue is processed from the oldest, each completed
+//     event going back to the pool and a block whose events have all completed to its free list,
+//     and processing stops at the first event not ready (process_events: events are recorded in
+//     order, so it does not look past one still pending, which keeps blocks whose later events
+//     have completed out of reuse: the memory PyTorch's cache holds).
 //
 // Its reserved bytes over the bytes asked for are what vllm#53042 (1.92x) and sglang#37285
 // (20.4 GiB asked, 32 GiB pinned) report. It is goroutine-safe, under one mutex like
@@ -31,8 +36,10 @@ type torchHost struct {
 	events   eventSource       // nil: no streams (the backing is not CUDA's)
 	lists    map[int][]uintptr // the free blocks by size
 	blocks   map[uintptr]*torchBlock
-	pending  []*torchBlock // freed, with events outstanding
-	reserved uint64        // bytes of every block taken from the backing
+	queue    []torchEvent // events recorded at frees, oldest first
+	idle     []uintptr    // the event pool: created, not recorded now
+	created  int          // events created, for the tests
+	reserved uint64       // bytes of every block taken from the backing
 }
 
 // torchBlock is one block of the cache.
@@ -40,8 +47,14 @@ type torchBlock struct {
 	p       uintptr
 	size    int // a power of two
 	streams []uintptr
-	events  []uintptr
+	pending int // events recorded at its free, not yet completed
 	inUse   bool
+}
+
+// torchEvent is an event recorded at a block's free.
+type torchEvent struct {
+	ev  uintptr
+	blk *torchBlock
 }
 
 // hostBacking is where a caching host allocator gets its blocks.
@@ -50,12 +63,14 @@ type hostBacking interface {
 	put(p uintptr, n int) error
 }
 
-// eventSource records and queries events on streams, for blocks used on streams.
+// eventSource creates, records, queries and destroys events on streams, for blocks used on
+// streams.
 type eventSource interface {
-	record(stream uintptr) (ev uintptr, err error)
+	create() (ev uintptr, err error)
+	record(ev, stream uintptr) error
 	done(ev uintptr) (bool, error)
 	wait(ev uintptr) error
-	release(ev uintptr) error
+	destroy(ev uintptr) error
 }
 
 // newTorchHost returns an empty cache over backing; events may be nil.
@@ -129,41 +144,58 @@ func (a *torchHost) free(b []byte) error {
 		return nil
 	}
 	for _, s := range blk.streams {
-		ev, err := a.events.record(s)
+		ev, err := a.event()
+		if err == nil {
+			if err = a.events.record(ev, s); err != nil {
+				a.idle = append(a.idle, ev)
+			}
+		}
 		if err != nil {
 			return err
 		}
-		blk.events = append(blk.events, ev)
+		a.queue = append(a.queue, torchEvent{ev, blk})
+		blk.pending++
 	}
 	blk.streams = blk.streams[:0]
-	a.pending = append(a.pending, blk)
 	return nil
 }
 
-// processEvents moves the pending blocks whose events have all completed to their free lists.
+// event takes an event from the pool, creating one when it is empty.
+func (a *torchHost) event() (uintptr, error) {
+	if n := len(a.idle); n > 0 {
+		ev := a.idle[n-1]
+		a.idle = a.idle[:n-1]
+		return ev, nil
+	}
+	ev, err := a.events.create()
+	if err == nil {
+		a.created++
+	}
+	return ev, err
+}
+
+// processEvents takes the completed events off the queue, oldest first, back to the pool, and
+// a block whose events have all completed to its free list; it stops at the first event not
+// ready.
 func (a *torchHost) processEvents() error {
-	kept := a.pending[:0]
-	for _, blk := range a.pending {
-		for len(blk.events) > 0 {
-			ok, err := a.events.done(blk.events[0])
-			if err != nil {
-				return err
-			}
-			if !ok {
-				break
-			}
-			if err := a.events.release(blk.events[0]); err != nil {
-				return err
-			}
-			blk.events = blk.events[1:]
+	for len(a.queue) > 0 {
+		e := a.queue[0]
+		ok, err := a.events.done(e.ev)
+		if err != nil {
+			return err
 		}
-		if len(blk.events) > 0 {
-			kept = append(kept, blk)
-		} else {
-			a.lists[blk.size] = append(a.lists[blk.size], blk.p)
+		if !ok {
+			break
+		}
+		a.queue = a.queue[1:]
+		a.idle = append(a.idle, e.ev)
+		if e.blk.pending--; e.blk.pending == 0 {
+			a.lists[e.blk.size] = append(a.lists[e.blk.size], e.blk.p)
 		}
 	}
-	a.pending = kept
+	if len(a.queue) == 0 {
+		a.queue = nil // let the backing array go
+	}
 	return nil
 }
 
@@ -176,18 +208,21 @@ func (a *torchHost) footprint() (held, resident uint64) {
 	return a.reserved, a.reserved
 }
 
-// close empties the cache: it waits for the pending blocks' events and gives every block back.
+// close empties the cache: it waits for the queued events, destroys the pool's events and gives
+// every block back.
 func (a *torchHost) close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var errs []error
-	for _, blk := range a.pending {
-		for _, ev := range blk.events {
-			errs = append(errs, a.events.wait(ev), a.events.release(ev))
-		}
-		blk.events = nil
+	for _, e := range a.queue {
+		errs = append(errs, a.events.wait(e.ev))
+		a.idle = append(a.idle, e.ev)
 	}
-	a.pending = nil
+	a.queue = nil
+	for _, ev := range a.idle {
+		errs = append(errs, a.events.destroy(ev))
+	}
+	a.idle = nil
 	for p, blk := range a.blocks {
 		errs = append(errs, a.backing.put(p, blk.size))
 		delete(a.blocks, p)

@@ -198,7 +198,7 @@ func (u *uvmSuite) targets(rs []result) []target {
 // driver or, where none can be loaded, on the fake driver in a re-executed process (this
 // process then exits with the child's status). It also names the results after the device.
 func uvmOnly(cfg *config) ([]benchCase, func()) {
-	if code, rerun := driverOrFake("bench: -uvm", "its figures are CPU-bound"); rerun {
+	if code, rerun := driverOrFake("bench: -uvm", "its figures are CPU-bound", cfg.fake); rerun {
 		os.Exit(code)
 	}
 	u := &uvmSuite{}

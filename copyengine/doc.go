@@ -6,14 +6,15 @@
 // # Methods
 //
 //   - MethodKernel: one launch of a gather/scatter kernel (gather_ptx.go, loaded and launched by
-//     kernel.go) per batch. Measured on an H100 (docs/cuda.md): 52.4 GB/s device → mapped host
-//     and 51.1 GB/s back for scattered 4 KiB to 1 MiB blocks, where one copy per block manages
-//     1.9 GB/s at 4 KiB. It runs on the SMs, so it competes with the caller's kernels:
+//     kernel.go) per batch, for scattered small blocks, where one copy per block is bound by the
+//     cost of a driver call (the GPU check's batch-* cases and calibration measure the three
+//     methods; docs/bench.md keeps an earlier session's H100 figures, unreproduced). It runs on
+//     the SMs, so it competes with the caller's kernels:
 //     Options.LowPriority moves it to a stream of the device's least priority with a bounded
 //     grid, and Options.SMShare caps its grid at a share of the device's multiprocessors.
-//   - MethodBatchAPI (batchapi.go): one cuMemcpyBatchAsync_v2 call (CUDA 13.0 drivers): copy
-//     engines, 4.9 GB/s at 4 KiB, 44.6 at 1 MiB.
-//   - MethodPerCopy (percopy.go): one cuMemcpyAsync per job: 1.9 GB/s at 4 KiB, 46.9 at 1 MiB.
+//   - MethodBatchAPI (batchapi.go): one cuMemcpyBatchAsync_v2 call (CUDA 13.0 drivers): the copy
+//     engines, with a cost per job.
+//   - MethodPerCopy (percopy.go): one cuMemcpyAsync per job.
 //
 // Which is fastest depends on the device, the block size and the batch length (peers measured
 // batched DMA at 4–7 GB/s for 4–24 KiB blocks where a gather kernel wins below about 28 KiB, and

@@ -6,11 +6,11 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/nvml"
 )
 
-// TestMultiGPUCapacityNVMLMock sizes one device arena per GPU of a fake DGX H100 (eight 80 GiB
+// TestMultiDeviceCapacityNVMLMock sizes one device arena per GPU of a fake DGX H100 (eight 80 GiB
 // GPUs, with 1 to 8 GiB used, seen through the v1 memory call) the way DefaultDeviceCapacity
 // does from each device's free memory: every capacity is a whole number of 2 MiB granules, at
 // most 90 % of what is free, and no more than one granule below it.
-func TestMultiGPUCapacityNVMLMock(t *testing.T) {
+func TestMultiDeviceCapacityNVMLMock(t *testing.T) {
 	srv := nvml.NewFakeDGXH100()
 	for i := range srv.Devices {
 		srv.Devices[i].MemoryV2Return = nvml.ErrorNotSupported

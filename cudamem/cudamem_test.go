@@ -508,9 +508,9 @@ func TestFakeManaged(t *testing.T) {
 	must(t, "Free", a.Free(s))
 }
 
-// TestFakeMultiGPU gives each of two devices its own provider and arena, sized by its own free
+// TestFakeMultiDevice gives each of two devices its own provider and arena, sized by its own free
 // memory, and checks that memory lands on the right device.
-func TestFakeMultiGPU(t *testing.T) {
+func TestFakeMultiDevice(t *testing.T) {
 	f := fakecuda.Run(t)
 	if f == nil {
 		return

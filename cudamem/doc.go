@@ -29,6 +29,9 @@
 //     DeviceMalloc and Managed (whole.go).
 //   - The host NUMA node of a GPU (node.go): DeviceNode, where the host providers place their
 //     memory by default.
+//   - Host memory several processes share (shared.go, for package ipcpool): RegisterShared of
+//     each region a process maps, or VMM host granules one process exports (NewHostExport)
+//     and the others import and map (ImportHostExport, MapHostExports).
 //
 // # Optional capabilities
 //

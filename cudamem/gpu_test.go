@@ -4,6 +4,7 @@ package cudamem_test
 // none; on a GPU machine run the test binary with -test.run CUDA.
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -96,13 +97,16 @@ func TestCUDADeviceRoundTrip(t *testing.T) {
 func TestCUDAVMMDecommit(t *testing.T) {
 	d := fakecuda.GPU(t, 0)
 	if !d.VMMSupported() {
-		t.Skip("the device lacks the VMM API")
+		t.Skip(cuda.Lacks(cuda.CapVMM, "device attribute 102 is 0"))
 	}
 	lib := nvml.Default()
+	if _, err := nvml.MemoryUsed(lib, d.Ordinal()); errors.Is(err, nvml.ErrUnavailable) {
+		t.Skip(cuda.Lacks(cuda.CapNVML, err.Error()))
+	}
 	used := func() uint64 {
 		u, err := nvml.MemoryUsed(lib, d.Ordinal())
 		if err != nil {
-			t.Skipf("NVML: %v", err)
+			t.Fatalf("NVML, which answered before: %v", err)
 		}
 		return u
 	}

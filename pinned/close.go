@@ -75,6 +75,7 @@ func (p *Pool) live() (n, bytes uint64) {
 func (p *Pool) userLive() (n, bytes uint64) {
 	n, bytes = p.live()
 	dn, dbytes := p.deferred()
+	dn, dbytes = dn+uint64(p.out.freedN.Load()), dbytes+uint64(p.out.freedBytes.Load()) // hold.go
 	return n - min(n, dn), bytes - min(bytes, dbytes)
 }
 

@@ -75,6 +75,25 @@ func ExamplePool_AllocAligned() {
 	// 8388608 10000 <nil>
 }
 
+// A buffer held for work outside the pool (a network transfer in flight) may be freed at any
+// time: the free takes effect when the work releases it.
+func ExamplePool_Hold() {
+	pool, err := pinned.New(pinned.Options{Capacity: 16 << 20, Backend: pinned.Pageable})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	buf, _ := pool.Alloc(64 << 10)
+	h, _ := pool.Hold(buf) // a transfer starts: it reads buf until it ends
+
+	fmt.Println(pool.Free(buf), pool.Usage().Live) // the caller is done with buf: deferred
+	fmt.Println(h.Release(), pool.Usage().Live)    // the transfer ends: buf goes back now
+	// Output:
+	// <nil> 1
+	// <nil> 0
+}
+
 // PoolOf finds the pool of a buffer that code queuing asynchronous work on it must tell (as
 // device.Heap's async copies do, with RecordStream): only pools whose memory the driver
 // copies after the call returns (CUDAHost) order their reuse after streams. A locked pool's

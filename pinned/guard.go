@@ -100,6 +100,11 @@ func (p *Pool) quotaRoom(n int64) bool {
 // freeGuarded is Free (FreeAsync on the stream of l when l is not nil) with a scrub, a quota,
 // sites, a trace, or several.
 func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
+	if l == nil { // FreeAsync asked already
+		if handled, err := p.out.deferFree(addr, n, false, 0); handled { // held: hold.go
+			return err
+		}
+	}
 	claimed := false
 	if p.zeroOnFree && l == nil { // FreeAsync holds the buffer itself, and scrubs it later
 		first, err := p.g.HoldSized(addr, n)
@@ -172,7 +177,7 @@ func (p *Pool) giveBack(addr, n uintptr, held bool, on *heap.Heap) error {
 	} else {
 		err = p.free(mem.Bytes(addr, n), false)
 	}
-	if !held && errors.Is(err, heap.ErrHeld) {
+	if !held && errors.Is(err, heap.ErrHeld) && p.order != nil {
 		return p.order.deferFree(addr, n, nil) // held since the check: a stream's copy raced the free
 	}
 	if err == nil && p.quota > 0 {

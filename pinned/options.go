@@ -157,6 +157,17 @@ type Options struct {
 	// costs a lock and a map update per Alloc and per Free, and serialises Frees (see the
 	// notes for figures).
 	Trace io.Writer
+	// Source, when set, is where the pool's regions come from, in place of the memory Backend
+	// names: an arena.Provider of host memory (package ipcpool's grants of a pool shared by
+	// processes). Backend then names what kind of memory the source gives: Locked (the
+	// default) or CUDAHost (memory the driver copies by DMA; the source's Kind is
+	// arena.HostPinned and it names its device with a Device() *cuda.Device method, which
+	// orders frees by stream as a CUDAHost pool does). Capacity defaults to the source's.
+	Source arena.Provider
+	// Sharer, when set, takes part in the frees the pool cannot finish alone: of memory
+	// outside the pool, and of buffers shared with Pool.Share (share.go). A pool with a
+	// Sharer costs the same on its fast paths.
+	Sharer Sharer
 	// TraceGoroutines adds the allocating goroutine's number to each trace record. Go has no
 	// cheap way to learn it: it costs a stack print, about 14 µs per Alloc on the build
 	// machine. Without it the records say goroutine 0 (unknown).
@@ -182,6 +193,9 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	}
 	if o.CommitWorkers < 0 || o.CommitWorkers > arena.MaxCommitWorkers {
 		return nil, nil, fmt.Errorf("%w: %d commit workers (want 0 to %d)", ErrInvalidOptions, o.CommitWorkers, arena.MaxCommitWorkers)
+	}
+	if o.Source != nil {
+		return o.source()
 	}
 	ho := arena.HostOptions{HugePages: o.HugePages, Populate: o.Populate}
 	if o.Backend == Locked || o.Backend == Pageable {
@@ -269,4 +283,16 @@ func (o *Options) capacity(prov arena.Provider) (uintptr, error) {
 		return 64 << 30, nil
 	}
 	return uintptr(si.Totalram) * uintptr(si.Unit), nil
+}
+
+// source checks Options.Source against Backend.
+func (o *Options) source() (arena.Provider, *arena.HostProvider, error) {
+	k := o.Source.Kind()
+	switch {
+	case !k.HostAccessible():
+		return nil, nil, fmt.Errorf("%w: a pinned pool needs host memory, not %s", ErrInvalidOptions, k)
+	case o.Backend == Locked && k != arena.HostPinned, o.Backend == CUDAHost && k == arena.HostPinned:
+		return o.Source, nil, nil
+	}
+	return nil, nil, fmt.Errorf("%w: a source of %s memory for the %s backend", ErrInvalidOptions, k, o.Backend)
 }

@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,21 @@ func (p *Pool) Device() int {
 		return -1
 	}
 	return p.order.points().Ordinal()
+}
+
+// DevicePointer returns the address at which a CUDA device sees buffer b of a pool with the
+// CUDAHost backend, for kernels that read or write host memory directly. Other backends give an
+// error wrapping ErrInvalidOptions.
+func (p *Pool) DevicePointer(b []byte) (uintptr, error) {
+	c, ok := p.a.Provider().(deviceMapper)
+	if !ok {
+		return 0, fmt.Errorf("%w: the %s backend has no device pointers", ErrInvalidOptions, p.backend)
+	}
+	if len(b) == 0 {
+		return 0, errEmptySlice
+	}
+	ptr, err := c.DevicePointer(mem.Addr(b))
+	return ptr, wrapError(err, ErrNotOwned)
 }
 
 // own adds p to the pools PoolOf asks.

@@ -72,13 +72,14 @@ func (p *Pool) freeAsync(addr, n uintptr, l *streamList) error {
 // afterHold finishes a FreeAsync on the stream of l whose fast section held the buffer at addr
 // (ok: first says no stream was recorded on it) and could not cache it: the cache was full or
 // of another stream (enqueue), or streams were recorded on it (deferFree). done false says the
-// fast section held nothing: the slow path does the work.
+// fast section held nothing: the slow path does the work. That is so, too, of a buffer held
+// already in a pool with a Sharer or a Hold (hold.go, share.go): the slow path asks them.
 func (p *Pool) afterHold(addr, n uintptr, l *streamList, first, ok bool) (done bool, err error) {
 	switch {
 	case ok && first:
 		p.enqueue(l, deferred{addr: addr, n: n})
 		return true, nil
-	case ok:
+	case ok && p.sharer == nil && p.out.active.Load() == 0:
 		return true, p.order.deferFree(addr, n, l)
 	}
 	return false, nil

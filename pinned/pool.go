@@ -46,6 +46,7 @@ type Pool struct {
 	pc precommit // the background commit of Options.Precommit
 
 	order *streamOrder // stream-ordered reuse (stream.go); nil where copies are synchronous
+	out   outside      // buffers held by work outside the pool (hold.go)
 	busy  atomic.Bool  // Close found deferred buffers: a later Close waits for them again
 
 	closed   atomic.Bool // no more Alloc
@@ -62,6 +63,7 @@ type Pool struct {
 	trace      *alloctrace.Writer // Options.Trace (trace.go)
 	traceG     bool               // Options.TraceGoroutines
 	log        *slog.Logger       // Options.Logger, or nil
+	sharer     Sharer             // Options.Sharer, or nil (share.go)
 }
 
 // New creates a pool. The zero Options give locked host memory with 64-byte alignment and a
@@ -118,7 +120,7 @@ func newPool(o Options) (*Pool, error) {
 		return nil, fmt.Errorf("%w: quota %d", ErrInvalidOptions, o.Quota)
 	}
 	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, order: order,
-		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: int64(o.Quota), log: o.Logger}
+		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: int64(o.Quota), log: o.Logger, sharer: o.Sharer}
 	if o.RecordSites {
 		p.sites = newSiteTable()
 	}
@@ -304,8 +306,16 @@ func (p *Pool) free(b []byte, guard bool) error {
 	if err != nil {
 		return err
 	}
+	if guard && p.sharer != nil {
+		if done, err := p.sharedOrForeign(addr, n, fastFree{}, nil); done {
+			return err
+		}
+	}
 	if guard && p.guarded {
 		err := p.freeGuarded(addr, n, nil)
+		if err != nil {
+			err = p.freeOutside(addr, n, err)
+		}
 		if err == nil && p.closed.Load() {
 			// Out of freeGuarded's locks: finishClose holds every shard, and Blocks, which
 			// holds them too, takes the site table's locks.
@@ -325,9 +335,8 @@ func (p *Pool) free(b []byte, guard bool) error {
 	return p.freeRest(addr, n, guard, r)
 }
 
-// fastFree is what a fast section did with a free: done, or found the block held by a stream
-// (held, with its tag when found), and the stream list it deferred the buffer to when the
-// shard's cache was full (claimed).
+// fastFree is what a fast section did with a free: done, or found the block held (held, its
+// tag when found), and the list it deferred the buffer to, the shard's cache full (claimed).
 type fastFree struct {
 	done, held bool
 	tag        *atomic.Uintptr
@@ -335,21 +344,19 @@ type fastFree struct {
 }
 
 // freeHeldIn ends the fast section on s (whose heap h reported done and held for the buffer at
-// addr): a block held by a stream (RecordStream then Free) is deferred in the section, to the
-// shard's FreeAsync cache (pend.go) when it can be. This is deferTagged's case of a buffer
-// recorded on one stream, by the fast path (it never blocks): when the tag says the buffer is
-// recorded on the stream of the cache's list, or else of the list check found last, alone, it
-// takes the tag back to tagNone, and the buffer is deferred to that list (claimed: to the cache,
-// or after the section by enqueue); else nothing changes, and deferTagged does the work. Neither
-// list is ever a forgotten stream's (ForgetStream empties the caches first, Lists.Forget takes
-// the list found last off, and only a list made again puts either back), so the claim asks
-// nothing of the forgotten streams.
+// addr). It is deferTagged's case of a buffer recorded on one stream (RecordStream then Free),
+// never blocking: when the tag names the stream of the cache's list, or else of the list check
+// found last, it takes the tag back to tagNone, and the buffer goes to that list (claimed: to
+// the cache, pend.go, or after the section by enqueue); else deferTagged does the work. Neither
+// list is a forgotten stream's (ForgetStream empties the caches, Lists.Forget the list found
+// last), so the claim asks nothing of the forgotten streams.
 func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, guard bool) fastFree {
 	r := fastFree{done: done, held: held}
-	if held && guard && p.order != nil {
+	// A Sharer, or a Hold's table, is asked first: freeRest.
+	if held && guard && p.order != nil && p.sharer == nil && p.out.active.Load() == 0 {
 		// Recorded on one stream, most likely: defer it in this fast section.
 		if r.tag = h.NearTag(addr); r.tag != nil {
-			if t := r.tag.Load(); t > tagMulti { // one stream recorded
+			if t := r.tag.Load(); t > tagHeld { // one stream recorded
 				l := s.pendL // the cache's stream is the one recorded, most likely
 				if l == nil || streamOf(l) != tagStream(t) {
 					l = p.order.lists.Last()
@@ -370,6 +377,16 @@ func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, g
 // freeRest finishes a free of the buffer at addr of n bytes after the fast section's r (the
 // zero fastFree where none ran): by the blocking paths, or deferred while a stream may use it.
 func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
+	if guard && !r.done && r.claimed == nil {
+		if handled, err := p.out.deferFree(addr, n, false, 0); handled { // held: hold.go
+			return err
+		}
+	}
+	if guard && p.sharer != nil {
+		if done, err := p.sharedOrForeign(addr, n, r, nil); done {
+			return err
+		}
+	}
 	var err error
 	switch {
 	case r.done:
@@ -384,8 +401,11 @@ func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
 		err = p.order.deferFree(addr, n, nil)
 	default:
 		if err = p.freeSlow(addr, n, false); guard && errors.Is(err, heap.ErrHeld) {
-			err = p.order.deferFree(addr, n, nil) // held since: a stream's copy raced the free
+			err = p.freeHeld(addr, n) // held since: a stream's copy or a Hold raced the free
 		}
+	}
+	if err != nil && guard {
+		err = p.freeOutside(addr, n, err)
 	}
 	if err != nil {
 		if ours(err) {
@@ -477,19 +497,4 @@ func (p *Pool) Trim() {
 	_ = p.reclaim(true)
 	p.collectAll()
 	p.a.Trim()
-}
-
-// DevicePointer returns the address at which a CUDA device sees buffer b of a pool with the
-// CUDAHost backend, for kernels that read or write host memory directly. Other backends give an
-// error wrapping ErrInvalidOptions.
-func (p *Pool) DevicePointer(b []byte) (uintptr, error) {
-	c, ok := p.a.Provider().(deviceMapper)
-	if !ok {
-		return 0, fmt.Errorf("%w: the %s backend has no device pointers", ErrInvalidOptions, p.backend)
-	}
-	if len(b) == 0 {
-		return 0, errEmptySlice
-	}
-	ptr, err := c.DevicePointer(mem.Addr(b))
-	return ptr, wrapError(err, ErrNotOwned)
 }

@@ -285,6 +285,14 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if err != nil {
 		return err
 	}
+	if handled, err := p.out.deferFree(addr, n, true, s); handled { // held: hold.go
+		return err
+	}
+	if p.sharer != nil {
+		if done, err := p.freeAsyncShared(addr, n, s, l); done {
+			return err
+		}
+	}
 	if p.guarded {
 		err = p.freeGuarded(addr, n, l)
 	} else {

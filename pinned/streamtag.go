@@ -23,6 +23,9 @@ import (
 //	            every other call waits for it (settled).
 //	tagMulti    live and held, several streams recorded: the use under its uses shard's lock
 //	            has them. It leaves tagMulti only under that lock.
+//	tagHeld     live and held, waiting for no stream: a Hold (hold.go) or a Share (share.go)
+//	            of a buffer no stream was recorded on. A free frees it at once (FreeAsync: once
+//	            its stream has passed it); a record makes it tagOf(s).
 //	tagOf(s)    live and held, recorded on stream s alone.
 //
 // So a tag other than tagNone and tagLocked says the buffer is live and held, and tagNone on
@@ -40,6 +43,7 @@ const (
 	tagNone   uintptr = 0
 	tagLocked uintptr = 1
 	tagMulti  uintptr = 2
+	tagHeld   uintptr = 3
 )
 
 // tagOf is the tag of a buffer recorded on stream s alone (tagFits(s)).
@@ -48,7 +52,7 @@ func tagOf(s cuda.Stream) uintptr { return (uintptr(s) + 1) << 2 }
 // tagFits reports whether tagOf(s) is a tag of s alone.
 func tagFits(s cuda.Stream) bool { return uintptr(s) < 1<<61 }
 
-// tagStream is the stream of tag t, one of a buffer recorded on one stream (t > tagMulti).
+// tagStream is the stream of tag t, one of a buffer recorded on one stream (t > tagHeld).
 func tagStream(t uintptr) cuda.Stream { return cuda.Stream(t>>2 - 1) }
 
 // settled returns tag's value once no record holds it locked (tagLocked): the wait is that of
@@ -155,6 +159,11 @@ func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) err
 			return nil
 		case tagFits(s) && t == tagOf(s):
 			return nil
+		case tagFits(s) && t == tagHeld:
+			if tag.CompareAndSwap(t, tagOf(s)) {
+				return nil
+			}
+			continue
 		}
 		// A second stream (or one that does not fit a tag): the uses map.
 		sh := o.shard(base)
@@ -164,12 +173,16 @@ func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) err
 			continue // changed since it was read: read it again
 		}
 		var u use
-		if t == tagMulti {
+		switch t {
+		case tagMulti:
 			u = sh.m[base]
-		} else {
+			u.add(s)
+		case tagHeld:
+			u = use{one: s}
+		default:
 			u = use{one: tagStream(t)}
+			u.add(s)
 		}
-		u.add(s)
 		sh.m[base] = u
 		sh.mu.Unlock()
 		return nil
@@ -221,6 +234,15 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 		switch {
 		case t == tagNone:
 			return fmt.Errorf("%w: %#x has a free pending already", ErrDoubleFree, addr)
+		case t == tagHeld: // waits for no stream: l's alone, or none
+			if !tag.CompareAndSwap(t, tagNone) {
+				continue
+			}
+			if l == nil {
+				return o.free(d, nil)
+			}
+			o.enqueue(l, d)
+			return nil
 		case t != tagMulti && (l == nil || tagStream(t) == streamOf(l)): // one stream
 			if !tag.CompareAndSwap(t, tagNone) {
 				continue

@@ -34,8 +34,10 @@
 //
 // # Requirements
 //
-// A C compiler ($CC, else gcc) and cgo. Without either, Device skips the test and says which is
-// missing. The fake is built into the test's temporary directory, once per test (about 0.3 s).
+// cgo, and a C compiler ($CC, else gcc) or a fake built beforehand (the path in the environment
+// variable PINMALLOC_FAKECUDA_LIB, checked against this binary's source). Without them, Device
+// skips the test and says what is missing. The fake is compiled once per user and source, into
+// the user's cache directory.
 //
 // # Programs
 //
@@ -45,8 +47,6 @@ package cudatest
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
 	"testing"
 
@@ -102,17 +102,14 @@ func canBuild() error {
 	if runtime.GOOS != "linux" {
 		return fmt.Errorf("the fake driver runs on linux only, not %s", runtime.GOOS)
 	}
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		return fmt.Errorf("no C compiler to build the fake CUDA driver (install gcc, or set CC): %w", err)
+	if err := fakecuda.Available(); err != nil {
+		return fmt.Errorf("no C compiler to build the fake CUDA driver (install gcc, or set CC) and no prebuilt one (%s): %w", fakecuda.PrebuiltEnv, err)
 	}
 	return nil
 }
 
-// IsFake reports whether dev is a device of pinmalloc's fake driver.
+// IsFake reports whether dev is a device of pinmalloc's fake driver: its library is the fake's,
+// whatever the device is called.
 func IsFake(dev *cuda.Device) bool {
 	in, err := icuda.Of(dev)
 	return err == nil && fakecuda.IsFake(in)

@@ -112,7 +112,10 @@ func run(args []string, out io.Writer) (err error) {
 		firstErr error
 	)
 	gpu, gerr := device.Open(0, device.Options{})
-	if gerr != nil { // errors.Is(gerr, device.ErrNoDriver) without a driver
+	if gerr != nil {
+		if !noGPU(gerr) { // a driver that loads and fails is a fault to report, not a machine without a GPU
+			return fmt.Errorf("the CUDA driver is present but device 0 does not open: %w", gerr)
+		}
 		gpu = nil
 		fmt.Fprintf(out, "no GPU (%v): chunks are checksummed in pinned memory only\n", gerr)
 	} else {
@@ -294,4 +297,10 @@ func verify(path string, chunkSize int, sums []uint32) error {
 		}
 	}
 	return nil
+}
+
+// noGPU reports whether err, from opening device 0, says there is no GPU to use: no driver, or a
+// driver with no device. Any other error is a driver present and failing.
+func noGPU(err error) bool {
+	return errors.Is(err, device.ErrNoDriver) || errors.Is(err, pcuda.ErrNoDevice)
 }

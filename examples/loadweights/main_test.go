@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cuda/cudatest"
 )
 
@@ -31,10 +33,10 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
-// TestRunOnFakeGPU runs the example against the fake libcuda: CUDA-registered pool memory,
+// TestRunOnFakeDriver runs the example against the fake libcuda: CUDA-registered pool memory,
 // copies into a device heap, and every device copy read back and compared; at cleanup cudatest
 // checks that the driver holds nothing.
-func TestRunOnFakeGPU(t *testing.T) {
+func TestRunOnFakeDriver(t *testing.T) {
 	if dev, _ := cudatest.Device(t); dev == nil {
 		return // the child process ran the test against the fake
 	}
@@ -49,10 +51,10 @@ func TestRunOnFakeGPU(t *testing.T) {
 	}
 }
 
-// TestGPUOutOfMemory gives the fake GPU less memory than the file: run must fail with the
+// TestFakeDeviceOutOfMemory gives the fake GPU less memory than the file: run must fail with the
 // driver's error and leave nothing allocated in the driver. (Found in review: the device copies
 // made before the failure were not freed, so the device heap could not close.)
-func TestGPUOutOfMemory(t *testing.T) {
+func TestFakeDeviceOutOfMemory(t *testing.T) {
 	dev, fake := cudatest.Device(t) // at cleanup it checks that the driver holds nothing
 	if dev == nil {
 		return
@@ -70,5 +72,22 @@ func TestHelp(t *testing.T) {
 	err := run([]string{"-h"}, &out)
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("run -h = %v, want flag.ErrHelp", err)
+	}
+}
+
+// TestGoesOnOnlyWithoutADevice: the example goes on without a GPU only where there is none (no
+// driver, no device); a driver that loads and fails (cuInit, a missing entry point, out of
+// memory) fails the run, so that a broken GPU machine does not print "no GPU" and exit 0.
+func TestGoesOnOnlyWithoutADevice(t *testing.T) {
+	for err, want := range map[error]bool{
+		fmt.Errorf("device: %w", cuda.ErrNoDriver):                 true,
+		fmt.Errorf("cuda: device 0: %w", cuda.ErrNoDevice):         true,
+		errors.New("cuInit: CUDA_ERROR_UNKNOWN"):                   false,
+		fmt.Errorf("retain: %w", cuda.ErrOutOfMemory):              false,
+		fmt.Errorf("cuDevicePrimaryCtxRetain: %w", cuda.ErrSymbol): false,
+	} {
+		if got := noGPU(err); got != want {
+			t.Errorf("noGPU(%v) = %v, want %v", err, got, want)
+		}
 	}
 }

@@ -338,6 +338,7 @@ const (
 	symMemPoolSetAccess
 	symMemPoolTrimTo
 	symMemAllocFromPoolAsync
+	symDeviceGetDefaultMemPool
 	numSyms
 )
 
@@ -430,6 +431,8 @@ var symbols = [numSyms]struct {
 	symMemPoolSetAccess:      {"cuMemPoolSetAccess", apiVersion, "cuMemPoolSetAccess"},
 	symMemPoolTrimTo:         {"cuMemPoolTrimTo", apiVersion, "cuMemPoolTrimTo"},
 	symMemAllocFromPoolAsync: {"cuMemAllocFromPoolAsync", apiVersion, "cuMemAllocFromPoolAsync"},
+	// The pool cuMemAllocAsync draws from while no other is made current (CUDA 11.2).
+	symDeviceGetDefaultMemPool: {"cuDeviceGetDefaultMemPool", apiVersion, "cuDeviceGetDefaultMemPool"},
 }
 
 // dlMu serializes dlopen/dlsym/dlclose with their dlerror, which is per-thread state that a
@@ -472,6 +475,14 @@ func loadFrom(path string) (*driver, error) {
 	dr := &driver{path: path, handle: h}
 	dr.getProc = C.pm_dlsym(h, cstring("cuGetProcAddress_v2"), &cerr) // 0 if absent
 	return dr, nil
+}
+
+// exports reports whether the library exports the C symbol name (dlsym in it alone).
+func (dr *driver) exports(name string) bool {
+	dlMu.Lock()
+	defer dlMu.Unlock()
+	var cerr *C.char
+	return C.pm_dlsym(dr.handle, cstring(name), &cerr) != 0
 }
 
 // close closes the library. Only tests call it, on drivers from loadFrom.

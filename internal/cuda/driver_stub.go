@@ -26,6 +26,7 @@ func loadFrom(path string) (*driver, error) {
 func resultText(Result) (name, desc string, ok bool) { return "", "", false }
 
 func (*driver) close()                                           {}
+func (*driver) exports(string) bool                              { return false }
 func (*driver) init() error                                      { return errStub }
 func (*driver) driverVersion() (int, error)                      { return 0, errStub }
 func (*driver) deviceCount() (int, error)                        { return 0, errStub }

@@ -297,6 +297,10 @@ func exerciseFake(t *testing.T, path string) {
 	if PrimaryRetains() != base+1 || fakeLive(t, dr) != 1000 {
 		t.Fatalf("retains: package %d (base %d), fake %d", PrimaryRetains(), base, fakeLive(t, dr))
 	}
+	// Named "Fake GPU", but not pinmalloc's fake: that is known by its marker symbol alone.
+	if d.IsFake() || !d.Exports("cuInit") || d.Exports(FakeDriverSymbol) {
+		t.Errorf("IsFake %v, exports cuInit %v: a driver is known by the symbols it exports, not its device's name", d.IsFake(), d.Exports("cuInit"))
+	}
 	if name, err := d.Name(); err != nil || name != "Fake GPU" {
 		t.Errorf("Name = %q, %v", name, err)
 	}

@@ -47,10 +47,6 @@ const (
 	PoolAttrUsedMemHigh MemPoolAttr = 8
 )
 
-// DriverHasHostPools is the driver version (CUDA 12.6) from which cuMemPoolCreate takes a
-// host NUMA location.
-const DriverHasHostPools = 12060
-
 // MemPoolCreate creates a memory pool with props. A pool in host memory (LocationHostNUMA
 // from CUDA 12.6, LocationHost from 13.0) is accessible to no device until MemPoolSetAccess
 // grants it; an older driver refuses the location (an error matching ErrNotSupported or
@@ -59,6 +55,11 @@ func (d *Device) MemPoolCreate(props MemPoolProps) (p MemPool, err error) {
 	err = d.Do(func() (e error) { p, e = d.drv.memPoolCreate(props); return })
 	return p, track(&d.pools, 1, err)
 }
+
+// DefaultMemPool returns the device's default pool, the one MemAllocAsync draws from: the driver
+// owns it (MemPoolDestroy refuses it), and its attributes hold for every user of the device in
+// the process (PyTorch's cudaMallocAsync backend sets its release threshold to UINT64_MAX).
+func (d *Device) DefaultMemPool() (MemPool, error) { return d.drv.deviceDefaultMemPool(d.dev) }
 
 // MemPoolDestroy destroys a pool. Allocations still outstanding stay valid until freed; the
 // pool goes with the last.

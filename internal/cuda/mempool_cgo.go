@@ -71,8 +71,21 @@ static int pmp_trimTo(uintptr_t fn, uintptr_t pool, size_t keep) {
 static int pmp_allocFrom(uintptr_t fn, pmpDevPtr *p, size_t n, uintptr_t pool, uintptr_t s) {
 	return ((int (*)(pmpDevPtr *, size_t, void *, void *))fn)(p, n, (void *)pool, (void *)s);
 }
+// cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+static int pmp_defaultPool(uintptr_t fn, uintptr_t *pool, int dev) {
+	void *p = NULL;
+	int r = ((int (*)(void **, int))fn)(&p, dev);
+	*pool = (uintptr_t)p;
+	return r;
+}
 */
 import "C"
+
+func (dr *driver) deviceDefaultMemPool(dev int32) (MemPool, error) {
+	var p C.uintptr_t
+	err := dr.call(symDeviceGetDefaultMemPool, func(f C.uintptr_t) C.int { return C.pmp_defaultPool(f, &p, C.int(dev)) })
+	return MemPool(p), err
+}
 
 func (dr *driver) memPoolCreate(props MemPoolProps) (MemPool, error) {
 	var p C.uintptr_t

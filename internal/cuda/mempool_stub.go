@@ -9,3 +9,4 @@ func (*driver) memPoolGetAttribute(MemPool, MemPoolAttr) (uint64, error)        
 func (*driver) memPoolSetAccess(MemPool, []MemLocation, bool) error               { return errStub }
 func (*driver) memPoolTrimTo(MemPool, uintptr) error                              { return errStub }
 func (*driver) memAllocFromPoolAsync(uintptr, MemPool, Stream) (DevicePtr, error) { return 0, errStub }
+func (*driver) deviceDefaultMemPool(int32) (MemPool, error)                       { return 0, errStub }

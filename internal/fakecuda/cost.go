@@ -8,6 +8,12 @@ package fakecuda
 // figures under which the gather kernel is fastest at every block size and count (see the C
 // source); Reset restores them.
 
+// SlowEnv names the environment variable that makes the fake a slow GPU in wall time: set to a
+// factor F when the library loads, every call takes 5 us times F more, every queued operation
+// its modelled device time times F when it runs, and pinning 0.5 ms times F per 2 MiB. A test
+// uses it to run a whole program (the GPU check) as if on a GPU F times slower than the model.
+const SlowEnv = "PINMALLOC_FAKECUDA_SLOW"
+
 // CostPath names a path of the timing model.
 type CostPath int
 

@@ -3,7 +3,10 @@ package fakecuda
 import (
 	"errors"
 	"math"
+	"os"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -160,4 +163,42 @@ func TestFakeCostModel(t *testing.T) {
 	if v, _ := d.Attribute(cuda.AttrMultiprocessorCount); v != 132 {
 		t.Errorf("multiprocessors %d after ResetCosts", v)
 	}
+}
+
+// TestSlowMode: with PINMALLOC_FAKECUDA_SLOW=F the fake is a slow GPU in wall time: a queued
+// copy takes its modelled device time times F when it runs (16 MiB at the model's 50 GB/s is
+// 0.34 ms: 34 ms at F = 100), and pinning 2 MiB with cuMemHostAlloc takes 0.5 ms times F.
+func TestSlowMode(t *testing.T) {
+	const factor = 100
+	if os.Getenv(childEnv) == "" {
+		t.Setenv(SlowEnv, strconv.Itoa(factor))
+	}
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n = 16 << 20
+	host, err := d.MemHostAlloc(n, 0)
+	must(t, "MemHostAlloc", err)
+	defer func() { must(t, "MemFreeHost", d.MemFreeHost(host)) }()
+	dev, err := d.MemAlloc(n)
+	must(t, "MemAlloc", err)
+	defer func() { must(t, "MemFree", d.MemFree(dev)) }()
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", d.StreamDestroy(s)) }()
+	t0 := time.Now()
+	must(t, "HtoDAsync", d.MemcpyHtoDAsync(dev, host, n, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+	modelled := time.Duration(float64(n) / 50e9 * 1e9 * factor)
+	if took := time.Since(t0); took < modelled {
+		t.Errorf("a 16 MiB copy took %v at slow factor %d, want at least %v", took, factor, modelled)
+	}
+	t0 = time.Now()
+	p, err := d.MemHostAlloc(2<<20, 0)
+	must(t, "MemHostAlloc", err)
+	if took := time.Since(t0); took < 500*time.Microsecond*factor {
+		t.Errorf("pinning 2 MiB took %v at slow factor %d, want at least %v", took, factor, 500*time.Microsecond*factor)
+	}
+	must(t, "MemFreeHost", d.MemFreeHost(p))
 }

@@ -52,6 +52,11 @@ const childEnv = "PINMALLOC_FAKECUDA_CHILD"
 
 const noDriver = "none"
 
+// NameEnv names the environment variable that, set, gives the name every device of the fake
+// reports ("Fake GPU n" otherwise): a test poses the fake as a GPU with it, to prove that
+// nothing grades the fake as one (IsFake tells them apart by the library, not by the name).
+const NameEnv = "PINMALLOC_FAKECUDA_NAME"
+
 // openDevice is cuda.Open; a test of GPU replaces it to make the open fail.
 var openDevice = cuda.Open
 
@@ -107,6 +112,9 @@ const (
 	Pools
 	// PoolAllocs counts allocations from memory pools (cuMemAllocFromPoolAsync) not freed.
 	PoolAllocs
+	// StreamSyncs counts cuStreamSynchronize calls, valid stream or not (how often a caller
+	// waits for a stream).
+	StreamSyncs
 	numStats
 )
 
@@ -130,6 +138,7 @@ const (
 	ctlHostVMM
 	ctlNUMANodes
 	ctlHostPools
+	ctlDriverVersion
 )
 
 // Result codes for FailRegister.
@@ -189,7 +198,7 @@ func RunWithoutDriver(t *testing.T) bool {
 // temporary directory). It skips t when there is no C compiler.
 func build(t testing.TB) string {
 	t.Helper()
-	if _, err := compiler(); err != nil {
+	if err := Available(); err != nil {
 		t.Skipf("%v", err)
 	}
 	lib, err := Cached(t.TempDir())
@@ -219,7 +228,8 @@ func runChild(t *testing.T, lib, marker string) {
 		// the child's test has ended, and a second per test was most of -race's time.
 		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
 	}
-	out, err := cmd.CombinedOutput()
+	var out []byte
+	err := runTied(cmd, func() (err error) { out, err = cmd.CombinedOutput(); return err })
 	switch {
 	case err != nil:
 		t.Fatalf("fakecuda: %s in a child process: %v\n%s", t.Name(), err, out)
@@ -261,7 +271,7 @@ func (d *Driver) LiveObjects() map[string]int64 {
 	names := []string{"registrations", "host allocs", "device allocs", "managed allocs", "reservations",
 		"handles", "mappings", "streams", "events", "register calls", "create calls", "registered bytes", "retains",
 		"pinned copies", "pinned bytes", "pageable copies", "pageable bytes", "host VMM bytes", "event records", "stream queries",
-		"pools", "pool allocs"}
+		"pools", "pool allocs", "stream synchronizes"}
 	m := map[string]int64{}
 	for _, s := range Live {
 		if v := d.Stat(s); v != 0 {
@@ -290,10 +300,17 @@ func (d *Driver) SetVMM(on bool) { d.ctl(ctlVMM, b2i(on), 0) }
 // cuMemGetAllocationGranularity with a host location fail with CUDA_ERROR_NOT_SUPPORTED.
 func (d *Driver) SetHostVMM(on bool) { d.ctl(ctlHostVMM, b2i(on), 0) }
 
-// SetHostPools turns memory pools in host memory on (the default) or off, to emulate a driver
-// older than CUDA 12.6: off, cuMemPoolCreate with a HOST or HOST_NUMA location fails with
-// CUDA_ERROR_NOT_SUPPORTED.
+// SetHostPools turns memory pools in host memory on (the default) or off: off, the fake
+// emulates a driver of CUDA 12.4 (SetDriverVersion), whose cuMemPoolCreate refuses HOST and
+// HOST_NUMA locations with CUDA_ERROR_NOT_SUPPORTED; on, one of 13.0.
 func (d *Driver) SetHostPools(on bool) { d.ctl(ctlHostPools, b2i(on), 0) }
+
+// SetDriverVersion sets the CUDA version the fake emulates (13000 by default: 1000*major +
+// 10*minor), which cuDriverGetVersion reports: pools at a HOST_NUMA location from 12060, device
+// attribute 142 (HOST_NUMA_MEMORY_POOLS_SUPPORTED) from 12090, pools at the HOST location and
+// attribute 144 from 13000; an attribute newer than the version is CUDA_ERROR_INVALID_VALUE. It
+// returns false, changing nothing, for a version out of 11000 - 99000.
+func (d *Driver) SetDriverVersion(v int) bool { return d.ctl(ctlDriverVersion, int64(v), 0) == 0 }
 
 // SetNUMANodes sets the number of host NUMA nodes (1 by default, at most 8): the valid ids of
 // a HOST_NUMA location. Device i's nearest node (attribute HOST_NUMA_ID, 134) is i modulo n.
@@ -322,8 +339,8 @@ func (d *Driver) Open(t testing.TB, ordinal int) *cuda.Device {
 
 // GPU opens device ordinal of the real driver for a test or benchmark that needs a GPU. It
 // skips it only where there is no GPU to test: with "no CUDA driver: ..." where no driver loads
-// (or where this process runs against the fake), with "no CUDA device: ..." where the driver
-// finds no device of that ordinal. Any other error of cuda.Open (a broken driver, a missing
+// (or the driver loaded is the fake, whatever its devices are called), with "no CUDA
+// device: ..." where the driver finds no device of that ordinal. Any other error of cuda.Open (a broken driver, a missing
 // entry point, out of memory, a busy device) fails the test: on a GPU machine it is a fault to
 // report, not a reason to test nothing. At cleanup it checks that nothing allocated through the
 // device is live and closes it.
@@ -340,6 +357,10 @@ func GPU(tb testing.TB, ordinal int) *cuda.Device {
 		tb.Skipf("no CUDA device: %v", err)
 	case err != nil:
 		tb.Fatalf("fakecuda.GPU: the driver loads but device %d does not open: %v", ordinal, err)
+	case dev.IsFake():
+		name, _ := dev.Name()
+		tb.Cleanup(func() { _ = dev.Close() })
+		tb.Skipf("no CUDA driver: the driver loaded is pinmalloc's fake (its device is called %q)", name)
 	}
 	closeAtCleanup(tb, dev, func() {})
 	return dev

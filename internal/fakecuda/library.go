@@ -1,6 +1,7 @@
 package fakecuda
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -13,6 +14,43 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
+
+// PrebuiltEnv names the environment variable that gives the path of a fake driver compiled
+// beforehand, for a machine without a C compiler (scripts/gpucheck build ships one with the test
+// binaries). Cached returns it instead of compiling, once it has checked that the library was
+// built from this binary's Source; one built from another source is an error, never used.
+const PrebuiltEnv = "PINMALLOC_FAKECUDA_LIB"
+
+// SourceHash returns the hash of Source that a library compiled from it holds in its marker
+// symbol (cuda.FakeDriverSymbol).
+func SourceHash() string {
+	sum := sha256.Sum256([]byte(Source))
+	return fmt.Sprintf("%x", sum[:16])
+}
+
+// Available says why the fake driver cannot be had here (no prebuilt library and no C
+// compiler), or returns nil.
+func Available() error {
+	if os.Getenv(PrebuiltEnv) != "" {
+		return nil
+	}
+	_, err := compiler()
+	return err
+}
+
+// prebuilt checks the library at path: a file that holds this source's hash, the value of its
+// marker symbol.
+func prebuilt(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("fakecuda: the prebuilt fake driver (%s): %w", PrebuiltEnv, err)
+	}
+	if !bytes.HasPrefix(b, []byte("\x7fELF")) || !bytes.Contains(b, []byte(SourceHash())) {
+		return "", fmt.Errorf("fakecuda: %s=%s was not built from this program's fake driver source (hash %s): rebuild it (scripts/gpucheck build)",
+			PrebuiltEnv, path, SourceHash())
+	}
+	return path, nil
+}
 
 // Library compiles the fake driver with the C compiler ($CC, else gcc) into dir and returns
 // the path of the library, named libcuda.so.1. A program points internal/cuda at it by
@@ -43,6 +81,9 @@ var ccFlags = []string{"-shared", "-fPIC", "-O1", "-Wall"}
 // load the fake a few hundred times). Where there is no cache directory, or with
 // PINMALLOC_FAKECUDA_CACHE=off, it compiles into a new directory under dir.
 func Cached(dir string) (string, error) {
+	if p := os.Getenv(PrebuiltEnv); p != "" {
+		return prebuilt(p)
+	}
 	cc, err := compiler()
 	if err != nil {
 		return "", err
@@ -119,7 +160,7 @@ func compile(cc, src, lib string) error {
 	if err := os.WriteFile(src, []byte(Source), 0o644); err != nil {
 		return fmt.Errorf("fakecuda: %w", err)
 	}
-	args := append(append([]string{}, ccFlags...), "-o", lib, src)
+	args := append(append([]string{}, ccFlags...), `-DPINMALLOC_FAKE_SOURCE_HASH="`+SourceHash()+`"`, "-o", lib, src)
 	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("fakecuda: building the fake driver: %w\n%s", err, out)
 	}
@@ -131,8 +172,9 @@ func compile(cc, src, lib string) error {
 // directory (removed when the child ends). It is for programs (the examples, the benchmark
 // suite) that run on the fake where no CUDA driver can be loaded: since internal/cuda loads
 // its driver once per process, the choice is made by starting a new one. It returns the
-// child's exit code; err is set only when the child could not be run at all. A program should
-// call it only where cuda.LibraryEnv is not set already, so that it cannot recurse.
+// child's exit code; err is set only when the child could not be run at all. The child dies with
+// the program (on Linux): killing the program ends the run. A program should call it only where
+// cuda.LibraryEnv is not set already, so that it cannot recurse.
 func ExecOnFake() (int, error) {
 	if os.Getenv(cuda.LibraryEnv) != "" {
 		return 0, fmt.Errorf("fakecuda: %s is already set: not starting another child", cuda.LibraryEnv)
@@ -153,7 +195,7 @@ func ExecOnFake() (int, error) {
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), cuda.LibraryEnv+"="+lib)
-	err = cmd.Run()
+	err = runTied(cmd, cmd.Run)
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		return exit.ExitCode(), nil
@@ -164,8 +206,7 @@ func ExecOnFake() (int, error) {
 	return 0, nil
 }
 
-// IsFake reports whether dev is the fake driver's device (its name is "Fake GPU n").
-func IsFake(dev *cuda.Device) bool {
-	name, err := dev.Name()
-	return err == nil && len(name) >= 8 && name[:8] == "Fake GPU"
-}
+// IsFake reports whether dev is the fake driver's device: its library exports
+// cuda.FakeDriverSymbol, whatever its devices are called (PINMALLOC_FAKECUDA_NAME may name them
+// after a real GPU).
+func IsFake(dev *cuda.Device) bool { return dev.IsFake() }

@@ -1,12 +1,19 @@
 package fakecuda
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -46,14 +53,58 @@ func TestExecOnFake(t *testing.T) {
 	}
 }
 
-// TestIsFake: the device of the fake driver says so.
+// TestIsFake: the device of the fake driver says so, named as it is or after a real GPU
+// (NameEnv): the fake is known by its marker symbol, whose value is its source's hash.
 func TestIsFake(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Setenv(NameEnv, "NVIDIA H200")
+	}
 	_, dev := RunDevice(t)
 	if dev == nil {
 		return
 	}
-	if !IsFake(dev) {
-		t.Fatal("IsFake is false on the fake driver")
+	if name, err := dev.Name(); err != nil || name != "NVIDIA H200" {
+		t.Fatalf("Name = %q, %v; want the name %s gives", name, err, NameEnv)
+	}
+	if !IsFake(dev) || !dev.Exports(cuda.FakeDriverSymbol) {
+		t.Fatal("IsFake is false on the fake driver named as a GPU")
+	}
+}
+
+// TestPrebuilt: a library named by PrebuiltEnv is used as the fake only when it was built from
+// this binary's source (its marker holds the source's hash); any other file is refused, with
+// the reason, and nothing is compiled in its place.
+func TestPrebuilt(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	t.Setenv(PrebuiltEnv, "")
+	t.Setenv(cacheEnv, "off")
+	lib, err := Library(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(PrebuiltEnv, lib)
+	t.Setenv("CC", "/no/such/compiler") // a prebuilt library needs none
+	if err := Available(); err != nil {
+		t.Fatalf("Available with a prebuilt library and no compiler: %v", err)
+	}
+	if got, err := Cached(t.TempDir()); err != nil || got != lib {
+		t.Fatalf("Cached = %q, %v; want the prebuilt %q", got, err, lib)
+	}
+	b, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "libcuda.so.1")
+	if err := os.WriteFile(other, bytes.ReplaceAll(b, []byte(SourceHash()), bytes.Repeat([]byte("0"), len(SourceHash()))), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{other, filepath.Join(t.TempDir(), "absent.so")} {
+		t.Setenv(PrebuiltEnv, bad)
+		if got, err := Cached(t.TempDir()); err == nil || !strings.Contains(err.Error(), PrebuiltEnv) {
+			t.Errorf("Cached with %s=%s: %q, %v; want an error naming %s", PrebuiltEnv, bad, got, err, PrebuiltEnv)
+		}
 	}
 }
 
@@ -118,5 +169,53 @@ func TestCached(t *testing.T) {
 	t.Setenv("HOME", "")
 	if none, err := Cached(dir); err != nil || filepath.Dir(none) != dir {
 		t.Fatalf("Cached without a cache directory: %q, %v; want a library in %s", none, err, dir)
+	}
+}
+
+// TestStub: each stub driver loads and fails to open device 0 the way it says, with the error a
+// caller can tell apart (no device: pinmalloc.ErrNoDevice; the others: not a missing driver).
+func TestStub(t *testing.T) {
+	if _, err := compiler(); err != nil {
+		t.Skip(err)
+	}
+	if os.Getenv(stubMarker) != "" {
+		_, err := cuda.Open(0)
+		want := map[string]error{"1": nil, "2": pinmalloc.ErrSymbol, "3": pinmalloc.ErrOutOfMemory, "4": pinmalloc.ErrNoDevice}[os.Getenv(stubMarker)]
+		if err == nil || errors.Is(err, pinmalloc.ErrNoDriver) || (want != nil && !errors.Is(err, want)) {
+			t.Fatalf("stub %s: Open = %v, want an error matching %v", os.Getenv(stubMarker), err, want)
+		}
+		if os.Getenv(stubMarker) == "1" && !strings.Contains(err.Error(), "cuInit") {
+			t.Fatalf("stub 1: %v, want cuInit's error", err)
+		}
+		return
+	}
+	for _, f := range []StubFault{StubInitFails, StubMissingSymbol, StubOutOfMemory, StubNoDevice} {
+		lib, err := Stub(t.TempDir(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStub$", "-test.count=1")
+		cmd.Env = append(os.Environ(), cuda.LibraryEnv+"="+lib, fmt.Sprintf("%s=%d", stubMarker, f))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("stub %d: %v\n%s", f, err, out)
+		}
+	}
+	if _, err := Stub(t.TempDir(), 0); err == nil {
+		t.Error("Stub(0) built something")
+	}
+}
+
+// stubMarker is set in the child processes of TestStub.
+const stubMarker = "PINMALLOC_FAKECUDA_STUB_TEST"
+
+// TestSourceHash: SourceHash is the first 32 hex digits of the SHA-256 of fakedriver.c.in, the
+// file as it is: scripts/gpucheck build computes it so (sha256sum) for the fake it prebuilds.
+func TestSourceHash(t *testing.T) {
+	b, err := os.ReadFile("fakedriver.c.in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%x", sha256.Sum256(b))[:32]; SourceHash() != want {
+		t.Errorf("SourceHash = %s, the file's SHA-256 begins %s", SourceHash(), want)
 	}
 }

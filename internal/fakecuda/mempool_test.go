@@ -1,6 +1,8 @@
 package fakecuda
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -154,18 +156,131 @@ func TestFakePoolReleaseThreshold(t *testing.T) {
 	}
 }
 
-// TestFakeHostPoolsNeedCUDA126 checks the emulation of a driver before CUDA 12.6: host
-// locations are CUDA_ERROR_NOT_SUPPORTED, device pools still work.
-func TestFakeHostPoolsNeedCUDA126(t *testing.T) {
+// TestFakeHostPoolsByDriverVersion checks the emulation of older drivers (SetDriverVersion): a
+// driver before 12.6 refuses host locations (CUDA_ERROR_NOT_SUPPORTED) and makes device pools;
+// 12.6 to 12.8 make HOST_NUMA pools without knowing attribute 142 (CUDA_ERROR_INVALID_VALUE);
+// 12.9 knows it; HOST pools and attribute 144 come with 13.0. HostPoolSupport answers by the
+// attribute, and by making a pool where the driver is too old to know it.
+func TestFakeHostPoolsByDriverVersion(t *testing.T) {
 	f, d := RunDevice(t)
 	if f == nil {
 		return
 	}
-	f.SetHostPools(false)
-	defer f.SetHostPools(true)
-	_, err := d.MemPoolCreate(cuda.MemPoolProps{Location: hostNUMA0})
-	wantErr(t, "MemPoolCreate(host NUMA) on an old driver", err, pinmalloc.ErrNotSupported)
-	p, err := d.MemPoolCreate(cuda.MemPoolProps{Location: dev0})
-	must(t, "MemPoolCreate(device)", err)
-	must(t, "MemPoolDestroy", d.MemPoolDestroy(p))
+	defer f.SetDriverVersion(13000)
+	host := cuda.MemLocation{Type: cuda.LocationHost}
+	for _, c := range []struct {
+		version          int
+		numa, hostLoc    bool // pools made at HOST_NUMA, at HOST
+		attr142, attr144 bool // the driver knows the attribute
+	}{{12040, false, false, false, false}, {12060, true, false, false, false}, {12090, true, false, true, false}, {13000, true, true, true, true}} {
+		if !f.SetDriverVersion(c.version) {
+			t.Fatalf("SetDriverVersion(%d) refused", c.version)
+		}
+		if v, err := cuda.DriverVersion(); err != nil || v != c.version {
+			t.Fatalf("DriverVersion = %d, %v; want %d", v, err, c.version)
+		}
+		for _, l := range []struct {
+			loc      cuda.MemLocation
+			made     bool
+			attr     int
+			attrKnow bool
+		}{{hostNUMA0, c.numa, cuda.AttrHostNUMAMemoryPoolsSupported, c.attr142}, {host, c.hostLoc, cuda.AttrHostMemoryPoolsSupported, c.attr144}} {
+			p, err := d.MemPoolCreate(cuda.MemPoolProps{Location: l.loc})
+			if l.made {
+				must(t, "MemPoolCreate", err)
+				must(t, "MemPoolDestroy", d.MemPoolDestroy(p))
+			} else {
+				wantErr(t, "MemPoolCreate on an old driver", err, pinmalloc.ErrNotSupported)
+			}
+			v, err := d.Attribute(l.attr)
+			if l.attrKnow && (err != nil || v != 1) || !l.attrKnow && !errors.Is(err, pinmalloc.ErrInvalidValue) {
+				t.Errorf("driver %d: attribute %d = %d, %v (known: %v)", c.version, l.attr, v, err, l.attrKnow)
+			}
+			ok, how, err := d.HostPoolSupport(l.loc.Type)
+			if err != nil || ok != l.made || how == "" {
+				t.Errorf("driver %d: HostPoolSupport(%d) = %v, %q, %v; want %v", c.version, l.loc.Type, ok, how, err, l.made)
+			}
+		}
+		p, err := d.MemPoolCreate(cuda.MemPoolProps{Location: dev0})
+		must(t, "MemPoolCreate(device)", err)
+		must(t, "MemPoolDestroy", d.MemPoolDestroy(p))
+	}
+	if f.SetDriverVersion(5) {
+		t.Error("SetDriverVersion(5) accepted")
+	}
+	if _, err := d.Attribute(400); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+		t.Errorf("attribute 400: %v, want CUDA_ERROR_INVALID_VALUE (past the attributes of CUDA 13.0)", err)
+	}
+}
+
+// TestFakeDefaultPool checks the default pool's rules: cuMemAllocAsync draws from it; its
+// release threshold, 0 by default, empties it at a synchronize, so the next allocation maps new
+// memory; at UINT64_MAX (PyTorch's setting) it keeps what came back, and the next allocation
+// of that size gets the same block; the driver's pool cannot be destroyed; memory freed back to
+// it is no allocation to use.
+func TestFakeDefaultPool(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := d.DefaultMemPool()
+	must(t, "DefaultMemPool", err)
+	if q, err := d.DefaultMemPool(); err != nil || q != p || p == 0 {
+		t.Fatalf("DefaultMemPool again = %#x, %v; want %#x", q, err, p)
+	}
+	wantErr(t, "MemPoolDestroy of the default pool", d.MemPoolDestroy(p), pinmalloc.ErrInvalidValue)
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", d.StreamDestroy(s)) }()
+	const n = 1 << 20
+	reserved := func() uint64 {
+		v, err := d.MemPoolGetAttribute(p, cuda.PoolAttrReservedMemCurrent)
+		must(t, "MemPoolGetAttribute", err)
+		return v
+	}
+	cycle := func() uint64 { // allocate, free, synchronize: what the pool holds after
+		q, err := d.MemAllocAsync(n, s)
+		must(t, "MemAllocAsync", err)
+		must(t, "MemsetD8Async", d.MemsetD8Async(q, 1, n, s))
+		must(t, "MemFreeAsync", d.MemFreeAsync(q, s))
+		must(t, "StreamSynchronize", d.StreamSynchronize(s))
+		return reserved()
+	}
+	if got := cycle(); got != 0 {
+		t.Errorf("threshold 0: the default pool holds %d bytes after a synchronize, want 0", got)
+	}
+	must(t, "MemPoolSetAttribute", d.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, math.MaxUint64))
+	defer func() { must(t, "MemPoolSetAttribute", d.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, 0)) }()
+	if got := cycle(); got != n {
+		t.Errorf("threshold UINT64_MAX: the default pool holds %d bytes after a synchronize, want %d", got, n)
+	}
+	a, err := d.MemAllocAsync(n, s)
+	must(t, "MemAllocAsync", err)
+	must(t, "MemFreeAsync", d.MemFreeAsync(a, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+	b, err := d.MemAllocAsync(n, s)
+	must(t, "MemAllocAsync", err)
+	if a != b {
+		t.Errorf("the kept block was not reused: %#x, then %#x", a, b)
+	}
+	must(t, "MemFreeAsync", d.MemFreeAsync(b, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+	wantErr(t, "a memset of memory back in the pool", d.MemsetD8Async(b, 0, n, s), pinmalloc.ErrInvalidValue)
+	must(t, "MemPoolTrimTo", d.MemPoolTrimTo(p, 0))
+
+	// Same-stream reuse: a thousand 1 MiB pairs on one stream with no synchronize hold one block,
+	// on a device of 64 MiB.
+	f.SetMemory(0, 64<<20)
+	defer f.SetMemory(0, 1<<30)
+	for i := range 1000 {
+		q, err := d.MemAllocAsync(n, s)
+		must(t, fmt.Sprintf("MemAllocAsync %d", i), err)
+		must(t, "MemsetD8Async", d.MemsetD8Async(q, byte(i), n, s))
+		must(t, "MemFreeAsync", d.MemFreeAsync(q, s))
+	}
+	if got := reserved(); got != n {
+		t.Errorf("after 1000 pairs on one stream the pool holds %d bytes, want %d: memory freed on a stream is that stream's again at once", got, n)
+	}
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+	must(t, "MemPoolTrimTo", d.MemPoolTrimTo(p, 0))
 }

@@ -62,7 +62,7 @@ func Run(t *testing.T, test string) []byte {
 		}
 		defer os.RemoveAll(dir)
 		bin := filepath.Join(dir, filepath.Base(self))
-		if err := copyExe(self, bin); err != nil {
+		if err := CopyExe(self, bin); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chmod(dir, 0o777); err != nil { // nobody makes its files here
@@ -82,8 +82,9 @@ func Run(t *testing.T, test string) []byte {
 	return out
 }
 
-// copyExe copies the executable from to a new file to, executable by anyone.
-func copyExe(from, to string) error {
+// CopyExe copies the executable from to a new file to, executable by anyone (for a child run
+// as another user).
+func CopyExe(from, to string) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err

@@ -3,11 +3,14 @@ package nvml
 import (
 	"errors"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// TestGPUDiscoverDefault runs discovery against the system library: on a machine without NVML
-// it must fail cleanly with ErrUnavailable (and not kill the process); with NVML it lists GPUs.
-func TestGPUDiscoverDefault(t *testing.T) {
+// TestDiscoverDefault runs discovery against the system library: on a machine without NVML it
+// must fail cleanly with ErrUnavailable (and not kill the process); with NVML it lists GPUs.
+func TestDiscoverDefault(t *testing.T) {
 	gpus, err := Discover(Default())
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrorLibraryNotFound) {
@@ -30,13 +33,48 @@ func TestGPUDiscoverDefault(t *testing.T) {
 			t.Errorf("implausible GPU %+v", g)
 		}
 	}
-	if len(gpus) > 0 {
-		used, err := MemoryUsed(Default(), 0)
-		if err != nil {
-			t.Fatalf("MemoryUsed: %v", err)
-		}
-		t.Logf("GPU 0 used: %d MiB", used>>20)
+}
+
+// TestGPUDiscoverDefault runs discovery on a GPU machine (a CUDA driver that opens device 0,
+// not pinmalloc's fake; without one it skips, saying so): NVML must list the device CUDA
+// calls device 0, by name, and give its used memory. Without NVML there, the test skips naming
+// the capability (cuda.Lacks), which the GPU check verifies; it never passes without having
+// asked NVML.
+func TestGPUDiscoverDefault(t *testing.T) {
+	dev, err := cuda.Open(0)
+	switch {
+	case errors.Is(err, pinmalloc.ErrNoDriver) || errors.Is(err, pinmalloc.ErrNoDevice):
+		t.Skipf("no CUDA driver: %v", err)
+	case err != nil:
+		t.Fatalf("the CUDA driver loads but device 0 does not open: %v", err)
 	}
+	defer dev.Close()
+	if dev.IsFake() {
+		t.Skip("no CUDA driver: the driver loaded is pinmalloc's fake")
+	}
+	name, err := dev.Name()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := Discover(Default())
+	if errors.Is(err, ErrUnavailable) {
+		t.Skip(cuda.Lacks(cuda.CapNVML, err.Error()))
+	}
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	found := false
+	for _, g := range gpus {
+		found = found || g.Name == name
+	}
+	if !found {
+		t.Errorf("NVML lists %+v, not CUDA's device 0 %q", gpus, name)
+	}
+	used, err := MemoryUsed(Default(), 0)
+	if err != nil || used == 0 {
+		t.Fatalf("MemoryUsed: %d, %v", used, err)
+	}
+	t.Logf("GPU 0 (%s) used: %d MiB", name, used>>20)
 }
 
 func TestNilLibrary(t *testing.T) {

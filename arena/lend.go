@@ -1,0 +1,143 @@
+package arena
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/pinmalloc/pinmalloc/internal/align"
+)
+
+// # Lent regions
+//
+// A Lender's regions are loans out of one range of address space that the provider maps
+// once (the pool a host's processes share, lent to each in grants: package ipcpool). Two
+// things follow in the arena:
+//
+//   - Chunk IDs are the chunk's place in that range: (address - Space base) >> shift. A chunk
+//     has the same ID in every region that ever covers it, so a region given back and another
+//     lent later at the same addresses reuse the IDs without any table above (a heap's) ever
+//     seeing one ID name two addresses, and a lookup that raced with the release finds what
+//     it would have found before it: no segment.
+//   - Regions come in the provider's Unit: the arena asks for the least multiple of it that
+//     holds a request, not for Options.RegionSize.
+//
+// With Caps.Releases set the arena gives back a region whose chunks are all free once it has
+// stayed so for the purge delay (at most half as long again, on the purge timer's ticks; at
+// once at Trim): memory follows what the arena's users hold. Only chunks no span holds are
+// given back, so the rule of stream order holds as it does for a decommit: memory a front
+// still defers (a buffer a stream may use) lies in a span in use.
+//
+// Invariants (under a.mu):
+//   - a released region is out of a.regions before the provider's Release is called, and its
+//     chunks were all free;
+//   - r.emptied is the purge generation in which r's last chunk in use was freed, or -1 while
+//     a chunk is in use (or r never held one since it was reserved: then it is set at reserve).
+
+// Lender is implemented by providers whose regions are lent out of one fixed range of address
+// space: see the section above. An arena over a Lender needs Caps.Aligns and a Space whose
+// base is chunk-aligned.
+type Lender interface {
+	// Space returns the range every region of the provider lies in.
+	Space() (base, size uintptr)
+	// Unit is the size regions are lent in, a multiple of the chunk size.
+	Unit() uintptr
+}
+
+// lending is the arena's record of its Lender, if any.
+type lending struct {
+	base, size, unit uintptr
+}
+
+// newLending checks a Lender provider against the arena's geometry.
+func newLending(l Lender, o Options, caps Caps) (*lending, error) {
+	base, size := l.Space()
+	unit := l.Unit()
+	if !caps.Aligns || base%o.ChunkSize != 0 || size == 0 || size%o.ChunkSize != 0 || unit == 0 || unit%o.ChunkSize != 0 {
+		return nil, fmt.Errorf("%w: lender space [%#x, +%d) in units of %d does not fit %d-byte chunks (or the provider does not align)",
+			ErrInvalid, base, size, unit, o.ChunkSize)
+	}
+	return &lending{base: base, size: size, unit: unit}, nil
+}
+
+// lentSize is what grow asks a Lender for: the least multiple of its unit that holds need.
+func (l *lending) lentSize(need uintptr) uintptr {
+	n, err := align.Up(need, l.unit)
+	if err != nil || n > l.size {
+		return l.size
+	}
+	return n
+}
+
+// lentID returns the first chunk ID of a region lent at grid of n chunks, checking that it
+// lies in the space.
+func (a *Arena) lentID(rr *Region, grid uintptr, n int) (ChunkID, error) {
+	l := a.lend
+	if grid != rr.Base || grid < l.base || rr.End() > l.base+l.size || grid-l.base >= l.size {
+		return 0, fmt.Errorf("%w: lent region [%#x, +%d) outside the space [%#x, +%d)", ErrInvalid, rr.Base, rr.Size, l.base, l.size)
+	}
+	return ChunkID((grid - l.base) >> a.shift), nil
+}
+
+// emptied notes that r has no chunk in use any more (Free), for releaseIdle.
+func (a *Arena) emptied(r *region) {
+	if !a.caps.Releases || a.lend == nil || r.used.Count(0, r.nchunks) != 0 {
+		return
+	}
+	r.emptied = a.gen.Load()
+	a.schedulePurge()
+}
+
+// releaseIdle gives back the regions empty since generation cutoff or before, and reports
+// whether an empty region is left waiting. Called under a.mu.
+func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
+	if !a.caps.Releases || a.lend == nil || a.pcHeld > 0 {
+		return false
+	}
+	regs := *a.regions.Load()
+	keep := make([]*region, 0, len(regs))
+	var gone []*region
+	for _, r := range regs {
+		switch {
+		case r.emptied < 0 || r.used.Count(0, r.nchunks) != 0:
+			keep = append(keep, r)
+		case r.emptied > cutoff:
+			keep = append(keep, r)
+			pending = true
+		default:
+			gone = append(gone, r)
+		}
+	}
+	if len(gone) == 0 {
+		return pending
+	}
+	a.regions.Store(&keep)
+	for _, r := range gone {
+		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
+		committed := uint64(r.commit.Count(0, ng)) << r.gshift
+		a.unmapping(r.r)
+		err := a.prov.Release(r.r)
+		a.reserved -= r.r.Size
+		a.st.Committed -= committed
+		a.st.Chunks -= r.nchunks
+		a.st.AlignWaste -= uint64(r.grid - r.r.Base)
+		a.st.RegionsReleased++
+		a.logRelease(r.r, err)
+	}
+	return pending
+}
+
+// logRelease logs a region given back (err: the provider's refusal, which loses nothing: the
+// region is out of the arena either way, and the provider keeps what it could not take).
+func (a *Arena) logRelease(r *Region, err error) {
+	if a.log == nil {
+		return
+	}
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelWarn
+	}
+	a.log.LogAttrs(context.Background(), level, "pinmalloc: region released",
+		slog.String("provider", a.st.Provider), slog.Uint64("size", uint64(r.Size)), slog.String("base", hex(r.Base)),
+		slog.Uint64("reserved", uint64(a.reserved)), slog.Any("error", err))
+}

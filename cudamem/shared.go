@@ -1,0 +1,197 @@
+package cudamem
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// Host memory several processes share (package ipcpool's pools): what each process asks of
+// its driver so that copies to and from that memory run by DMA. The processes map the
+// memory themselves; here is the CUDA side, one of two ways:
+//
+//   - Memory the processes map from files (memfds): each process registers every region it
+//     maps with its own context, as one registration (RegisterShared), so that no buffer
+//     inside a region spans two registrations.
+//   - Exportable VMM host granules: one process creates each region (NewHostExport) at the
+//     host NUMA node nearest its device, and passes it to the others as a file descriptor
+//     (HostExport.FD); each imports it (ImportHostExport) and maps the regions one after
+//     another in one reservation with read-write access for the host and its device
+//     (MapHostExports). The driver pins them: no registration, no mlock. The driver refuses
+//     an exportable allocation at the HOST location (measured); HOST_NUMA is what NCCL's
+//     shared-memory transport uses (nccl#2106).
+//
+// The fake driver (internal/fakecuda) holds these calls to the real driver's rules: a copy
+// must lie inside one registration or one run of mapped granules, an imported descriptor must
+// be an exported allocation's, and a mapping must be released before its reservation
+// (internal/fakecuda/vmmshare_test.go; this package's shared_test.go).
+
+// RegisterShared registers [addr, addr+size), host memory the caller maps, with the context of
+// dev as one registration, portable to every context and mapped for the device, so that every
+// copy inside it runs by DMA. UnregisterShared undoes it. size is at most what one
+// registration may hold (drivers from r580 on refuse 512 GiB or more).
+func RegisterShared(dev *cuda.Device, addr, size uintptr) error {
+	d, err := internalDevice(dev, "shared")
+	if err != nil {
+		return err
+	}
+	if err := d.MemHostRegister(addr, size, registerFlags); err != nil {
+		return fmt.Errorf("cudamem: registering %d bytes of shared memory at %#x: %w", size, addr, err)
+	}
+	return nil
+}
+
+// UnregisterShared undoes RegisterShared of the range that starts at addr.
+func UnregisterShared(dev *cuda.Device, addr uintptr) error {
+	d, err := internalDevice(dev, "shared")
+	if err != nil {
+		return err
+	}
+	if err := d.MemHostUnregister(addr); err != nil {
+		return fmt.Errorf("cudamem: unregistering shared memory at %#x: %w", addr, err)
+	}
+	return nil
+}
+
+// HostExport is one allocation of host granules several processes map: made exportable by one
+// process (NewHostExport), passed to others as a file descriptor (FD), imported by them
+// (ImportHostExport), and mapped by each (MapHostExports).
+type HostExport struct {
+	d    *icuda.Device
+	h    icuda.MemHandle
+	size uintptr
+}
+
+// NewHostExport creates size bytes (a multiple of 2 MiB) of host granules at the host NUMA
+// node nearest dev (node 0 where the driver does not say), exportable as a POSIX file
+// descriptor.
+func NewHostExport(dev *cuda.Device, size uintptr) (*HostExport, error) {
+	d, err := internalDevice(dev, "shared")
+	if err != nil {
+		return nil, err
+	}
+	node, ok := d.HostNUMAID()
+	if !ok {
+		node = 0
+	}
+	h, err := d.MemCreateExportable(size, icuda.MemLocation{Type: int32(cuda.LocationHostNUMA), ID: int32(node)})
+	if err != nil {
+		return nil, fmt.Errorf("cudamem: creating %d bytes of exportable host granules at node %d: %w", size, node, err)
+	}
+	return &HostExport{d: d, h: h, size: size}, nil
+}
+
+// ImportHostExport imports the allocation of size bytes a descriptor from FD names (another
+// process's, passed over a Unix socket). It does not take fd.
+func ImportHostExport(dev *cuda.Device, fd int, size uintptr) (*HostExport, error) {
+	d, err := internalDevice(dev, "shared")
+	if err != nil {
+		return nil, err
+	}
+	h, err := d.MemImportFD(fd)
+	if err != nil {
+		return nil, fmt.Errorf("cudamem: importing exported host granules: %w", err)
+	}
+	return &HostExport{d: d, h: h, size: size}, nil
+}
+
+// FD returns a new file descriptor of the allocation, for another process to import; the
+// caller closes it.
+func (e *HostExport) FD() (int, error) {
+	fd, err := e.d.MemExportFD(e.h)
+	if err != nil {
+		return -1, fmt.Errorf("cudamem: exporting host granules: %w", err)
+	}
+	return fd, nil
+}
+
+// Release gives the allocation's handle back; a mapping of it (MapHostExports) keeps the
+// memory until it is closed.
+func (e *HostExport) Release() error {
+	if e.h == 0 {
+		return nil
+	}
+	err := e.d.MemRelease(e.h)
+	e.h = 0
+	if err != nil {
+		return fmt.Errorf("cudamem: releasing host granules: %w", err)
+	}
+	return nil
+}
+
+// HostMapping is host granules mapped one allocation after another in one reservation, with
+// read-write access for the host and the device.
+type HostMapping struct {
+	d      *icuda.Device
+	va     icuda.DevicePtr
+	size   uintptr
+	mapped []*HostExport
+}
+
+// MapHostExports maps exports (each of the same size, a multiple of 2 MiB) one after another
+// in one reservation aligned to 2 MiB, and grants the host and dev read-write access. The
+// mapping takes the exports: Close unmaps and releases them.
+func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, error) {
+	d, err := internalDevice(dev, "shared")
+	if err != nil {
+		return nil, err
+	}
+	if len(exports) == 0 {
+		return nil, fmt.Errorf("%w: no host granules to map", arena.ErrInvalid)
+	}
+	rs := exports[0].size
+	m := &HostMapping{d: d, size: uintptr(len(exports)) * rs}
+	if m.va, err = d.MemAddressReserve(m.size, 2<<20); err != nil {
+		for _, e := range exports {
+			_ = e.Release()
+		}
+		return nil, fmt.Errorf("cudamem: reserving %d bytes for shared host granules: %w", m.size, err)
+	}
+	locs := []icuda.MemLocation{{Type: int32(cuda.LocationHost)}, {Type: int32(cuda.LocationDevice), ID: int32(d.Ordinal())}}
+	for i, e := range exports {
+		at := m.va + icuda.DevicePtr(uintptr(i)*rs)
+		if e.size != rs {
+			err = fmt.Errorf("%w: host granules of %d bytes among some of %d", arena.ErrInvalid, e.size, rs)
+		} else if err = d.MemMap(at, rs, e.h); err == nil {
+			m.mapped = append(m.mapped, e)
+			err = d.MemSetAccessAt(at, rs, locs)
+		}
+		if err != nil {
+			for _, e := range exports[len(m.mapped):] {
+				_ = e.Release()
+			}
+			return nil, errors.Join(fmt.Errorf("cudamem: mapping shared host granules: %w", err), m.Close())
+		}
+	}
+	return m, nil
+}
+
+// Base returns the mapping's first address.
+func (m *HostMapping) Base() uintptr { return uintptr(m.va) }
+
+// Close unmaps every allocation, releases them and the reservation.
+func (m *HostMapping) Close() error {
+	var errs []error
+	for i, e := range m.mapped {
+		if err := m.d.MemUnmap(m.va+icuda.DevicePtr(uintptr(i)*e.size), e.size); err != nil {
+			errs = append(errs, err)
+		}
+		if err := e.Release(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.mapped = nil
+	if m.va != 0 {
+		if err := m.d.MemAddressFree(m.va, m.size); err != nil {
+			errs = append(errs, err)
+		}
+		m.va = 0
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cudamem: unmapping shared host granules: %w", err)
+	}
+	return nil
+}

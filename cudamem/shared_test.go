@@ -1,0 +1,117 @@
+package cudamem_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cudamem"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// Memory shared by processes, registered region by region: a copy inside one registration
+// runs by DMA, one across two is refused (the driver's rule), and unregistering leaves
+// nothing.
+func TestFakeRegisterShared(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	fd, err := unix.MemfdCreate("shared", unix.MFD_CLOEXEC)
+	must(t, "memfd", err)
+	defer unix.Close(fd)
+	must(t, "ftruncate", unix.Ftruncate(fd, 8<<20))
+	b, err := unix.Mmap(fd, 0, 8<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	must(t, "mmap", err)
+	defer unix.Munmap(b)
+	base := mem.Addr(b)
+	for _, off := range []uintptr{0, 4 << 20} {
+		must(t, "RegisterShared", cudamem.RegisterShared(public(d), base+off, 4<<20))
+	}
+	if n := f.Stat(fakecuda.Registrations); n != 2 {
+		t.Fatalf("%d registrations, want 2", n)
+	}
+	dst, err := d.MemAlloc(2 << 20)
+	must(t, "MemAlloc", err)
+	before := f.Stat(fakecuda.PinnedCopies)
+	must(t, "a copy inside one registration", d.MemcpyHtoD(dst, base+1<<20, 2<<20))
+	if f.Stat(fakecuda.PinnedCopies) != before+1 {
+		t.Fatal("the copy was not from pinned memory")
+	}
+	if err := d.MemcpyHtoD(dst, base+3<<20, 2<<20); err == nil {
+		t.Fatal("a copy across two registrations was accepted")
+	}
+	must(t, "MemFree", d.MemFree(dst))
+	for _, off := range []uintptr{0, 4 << 20} {
+		must(t, "UnregisterShared", cudamem.UnregisterShared(public(d), base+off))
+	}
+	if n := f.Stat(fakecuda.Registrations); n != 0 {
+		t.Fatalf("%d registrations left", n)
+	}
+	if err := cudamem.UnregisterShared(public(d), base); err == nil {
+		t.Fatal("unregistering twice succeeded")
+	}
+}
+
+// Exportable host granules: created, exported as a descriptor, imported (here, as another
+// process would), mapped in one reservation by both sides; the bytes written through one
+// mapping read through the other and copy to the device by DMA; a descriptor that is not an
+// export is refused; nothing is left after Close.
+func TestFakeHostExport(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	var exports, imports []*cudamem.HostExport
+	var fds []int
+	for range 2 {
+		e, err := cudamem.NewHostExport(public(d), 2<<20)
+		must(t, "NewHostExport", err)
+		fd, err := e.FD()
+		must(t, "FD", err)
+		exports, fds = append(exports, e), append(fds, fd)
+	}
+	for _, fd := range fds {
+		e, err := cudamem.ImportHostExport(public(d), fd, 2<<20)
+		must(t, "ImportHostExport", err)
+		imports = append(imports, e)
+		unix.Close(fd)
+	}
+	owner, err := cudamem.MapHostExports(public(d), exports)
+	must(t, "MapHostExports (owner)", err)
+	peer, err := cudamem.MapHostExports(public(d), imports)
+	must(t, "MapHostExports (importer)", err)
+	w := mem.Bytes(owner.Base()+3<<20, 4096)
+	for i := range w {
+		w[i] = byte(i * 3)
+	}
+	if r := mem.Bytes(peer.Base()+3<<20, 4096); !bytes.Equal(r, w) {
+		t.Fatal("the importer does not see the owner's bytes")
+	}
+	dst, err := d.MemAlloc(2 << 20)
+	must(t, "MemAlloc", err)
+	before := f.Stat(fakecuda.PinnedCopies)
+	must(t, "a copy from mapped granules", d.MemcpyHtoD(dst, peer.Base()+1<<20, 2<<20))
+	if f.Stat(fakecuda.PinnedCopies) != before+1 {
+		t.Fatal("the copy was not from pinned memory")
+	}
+	must(t, "MemFree", d.MemFree(dst))
+	memfd, err := unix.MemfdCreate("not-an-export", unix.MFD_CLOEXEC)
+	must(t, "memfd", err)
+	if _, err := cudamem.ImportHostExport(public(d), memfd, 2<<20); err == nil {
+		t.Fatal("a memfd was imported as exported granules")
+	}
+	unix.Close(memfd)
+	must(t, "Close (importer)", peer.Close())
+	must(t, "Close (owner)", owner.Close())
+	if st := d.Stats(); st.Handles != 0 || st.Reservations != 0 {
+		t.Fatalf("%d handles, %d reservations left", st.Handles, st.Reservations)
+	}
+	if _, err := cudamem.MapHostExports(public(d), nil); !errors.Is(err, arena.ErrInvalid) {
+		t.Fatalf("mapping nothing: %v", err)
+	}
+}

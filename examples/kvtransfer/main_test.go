@@ -1,0 +1,66 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/remote"
+)
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(decodeEnv); v != "" {
+		var c config
+		if _, err := fmt.Sscan(v, &c.blocks, &c.block, &c.requests); err != nil {
+			os.Exit(2)
+		}
+		if err := decode(c, "127.0.0.1:0", os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// syncWriter is a strings.Builder two goroutines write (prefill, and the copy of decode's
+// output).
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// The example runs: every request's blocks arrive, checked byte for byte by the decode
+// process, with one registration per region of each pool.
+func TestKVTransfer(t *testing.T) {
+	if w, err := remote.New(remote.Options{}); errors.Is(err, remote.ErrNoUCX) {
+		if os.Getenv("PINMALLOC_REQUIRE_UCX") != "" {
+			t.Fatal(err)
+		}
+		t.Skipf("no UCX: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	} else {
+		_ = w.Close()
+	}
+	var out syncWriter
+	if err := both(config{blocks: 16, block: 16 << 10, requests: 4}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.b.String())
+	}
+	s := out.b.String()
+	t.Log(s)
+	for _, want := range []string{"request  3: 16 blocks of 16 KiB", "every byte checked", "1 ucp_mem_map calls for 64 blocks"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}

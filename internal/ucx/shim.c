@@ -1,0 +1,192 @@
+//go:build cgo && linux
+
+// See shim.h: dlopen and dlsym, a worker's state, and the callbacks that write it (the shims
+// that call UCX are shim_calls.c's).
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+uintptr_t pm_dlopen(const char *path, const char **err) {
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		const char *e = dlerror();
+		*err = e ? e : "dlopen failed";
+	}
+	return (uintptr_t)h;
+}
+
+uintptr_t pm_dlsym(uintptr_t h, const char *name, const char **err) {
+	dlerror();
+	void *p = dlsym((void *)h, name);
+	if (p == NULL) {
+		const char *e = dlerror();
+		*err = e ? e : "symbol is NULL";
+	}
+	return (uintptr_t)p;
+}
+
+pm_state *pm_state_new(uint32_t nslots, size_t ev_limit, uintptr_t request_free) {
+	pm_state *st = calloc(1, sizeof(*st));
+	if (st == NULL) return NULL;
+	st->slots = calloc(nslots, sizeof(pm_slot));
+	st->cq = calloc((size_t)nslots + 1, sizeof(pm_cqe));
+	if (st->slots == NULL || st->cq == NULL) {
+		free(st->slots);
+		free(st->cq);
+		free(st);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < nslots; i++) {
+		st->slots[i].st = st;
+		st->slots[i].id = i;
+	}
+	st->nslots = nslots;
+	st->ev_limit = ev_limit;
+	st->request_free = request_free;
+	return st;
+}
+
+void pm_event_free(pm_event *e) { free(e); }
+
+void pm_state_free(pm_state *st) {
+	pm_event *e = st->ev_head;
+	while (e != NULL) {
+		pm_event *next = e->next;
+		free(e);
+		e = next;
+	}
+	free(st->slots);
+	free(st->cq);
+	free(st);
+}
+
+void pm_cq_push(pm_state *st, uint32_t id, int status) {
+	st->cq[st->tail].id = id;
+	st->cq[st->tail].status = status;
+	st->tail = (st->tail + 1) % (st->nslots + 1);
+}
+
+static void ev_push(pm_state *st, pm_event *e) {
+	e->next = NULL;
+	if (st->ev_tail != NULL) st->ev_tail->next = e;
+	else st->ev_head = e;
+	st->ev_tail = e;
+	st->ev_bytes += sizeof(*e) + e->len;
+}
+
+int pm_events(pm_state *st, pm_event **out, int cap) {
+	int n = 0;
+	while (n < cap && st->ev_head != NULL) {
+		pm_event *e = st->ev_head;
+		st->ev_head = e->next;
+		if (st->ev_head == NULL) st->ev_tail = NULL;
+		st->ev_bytes -= sizeof(*e) + (e->kind == PM_EV_DATA ? 0 : e->len);
+		out[n++] = e;
+	}
+	return n;
+}
+
+// The callbacks.
+
+void pm_send_cb(void *request, pm_status_t status, void *user_data) {
+	pm_slot *s = user_data;
+	pm_cq_push(s->st, s->id, status);
+	((void (*)(void *))s->st->request_free)(request);
+}
+
+pm_status_t pm_am_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                            const pm_ucp_am_recv_param_t *param) {
+	pm_state *st = arg;
+	(void)header;
+	if (hlen != 0 || (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_RNDV) ||
+	    st->ev_bytes + sizeof(pm_event) + len > st->ev_limit) {
+		st->ev_dropped++; // a message this binding never sends (rendezvous, a header), or a flood
+		return PM_UCS_OK;
+	}
+	pm_event *e = malloc(sizeof(pm_event) + len);
+	if (e == NULL) {
+		st->ev_dropped++;
+		return PM_UCS_OK;
+	}
+	e->kind = PM_EV_MSG;
+	e->status = 0;
+	e->h = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? (uintptr_t)param->reply_ep : 0;
+	e->tag = 0;
+	e->len = len;
+	if (len > 0) memcpy(e->data, data, len);
+	ev_push(st, e);
+	return PM_UCS_OK;
+}
+
+// pm_data_cb receives a data message: its header is copied; its bytes are kept in UCX's buffer
+// when UCX lets them be (UCP_AM_RECV_ATTR_FLAG_DATA: the callback returns UCS_INPROGRESS and
+// pm_data_release gives them back), else copied. Data messages are never dropped: the peer
+// waits for the answer to each, and their number is bounded by its operations in flight.
+pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                              const pm_ucp_am_recv_param_t *param) {
+	pm_state *st = arg;
+	if (hlen != PM_HDR) {
+		st->ev_dropped++; // not this binding's
+		return PM_UCS_OK;
+	}
+	int rndv = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_RNDV) != 0; // the bytes are still the sender's
+	int keep = rndv || ((param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_DATA) != 0 && len > 0);
+	pm_event *e = malloc(sizeof(pm_event) + (keep ? 0 : len));
+	if (e == NULL) {
+		st->ev_dropped++;
+		return PM_UCS_OK;
+	}
+	e->kind = PM_EV_DATA;
+	e->status = rndv; // 1: a rendezvous, whose bytes pm_data_recv fetches
+	e->h = 0;
+	e->tag = 0;
+	e->len = len;
+	e->desc = keep ? data : NULL;
+	memcpy(e->hdr, header, PM_HDR);
+	if (!keep && len > 0) memcpy(e->data, data, len);
+	ev_push(st, e);
+	st->ev_bytes -= e->len; // bounded by the peer's operations in flight, not by ev_limit
+	return keep ? PM_UCS_INPROGRESS : PM_UCS_OK;
+}
+
+void pm_data_copy(pm_event *e, uintptr_t dst) {
+	if (e->len > 0) memcpy((void *)dst, e->desc != NULL ? e->desc : (void *)e->data, e->len);
+}
+
+void pm_data_release(uintptr_t fn, uintptr_t worker, pm_event *e) {
+	if (e->desc != NULL) ((void (*)(void *, void *))fn)((void *)worker, e->desc);
+	free(e);
+}
+
+void pm_ep_err_cb(void *arg, pm_handle ep, pm_status_t status) {
+	pm_state *st = arg;
+	pm_event *e = malloc(sizeof(pm_event));
+	if (e == NULL) {
+		st->ev_dropped++;
+		return;
+	}
+	e->kind = PM_EV_EPERR;
+	e->status = status;
+	e->h = (uintptr_t)ep;
+	e->tag = 0;
+	e->len = 0;
+	ev_push(st, e);
+}
+
+void pm_conn_cb(pm_handle req, void *arg) {
+	pm_listen_arg *la = arg;
+	pm_event *e = malloc(sizeof(pm_event));
+	if (e == NULL) {
+		la->st->ev_dropped++;
+		return;
+	}
+	e->kind = PM_EV_CONN;
+	e->status = 0;
+	e->h = (uintptr_t)req;
+	e->tag = la->tag;
+	e->len = 0;
+	ev_push(la->st, e);
+}

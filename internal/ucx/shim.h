@@ -1,0 +1,144 @@
+// The C half of the UCX binding: the state a worker's callbacks write (completions, messages,
+// connection requests, endpoint failures) and the shims that call UCX's entry points, each
+// given as a function pointer resolved by the Go half (lib_cgo.go). Every callback is plain C:
+// UCX calls them inside ucp_worker_progress (or inside the call that completes an operation),
+// and they only queue what they were told, so no completion costs a call into Go.
+
+#ifndef PINMALLOC_UCX_SHIM_H
+#define PINMALLOC_UCX_SHIM_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "ucxtypes.h"
+
+// A completion: the operation's slot and its status (0, or a negative ucs_status_t).
+typedef struct {
+	uint32_t id;
+	int32_t status;
+} pm_cqe;
+
+enum {
+	PM_EV_CONN = 1,  // a connection request on a listener: h the request, tag the listener's
+	PM_EV_MSG = 2,   // an active message: h the reply endpoint (or NULL), data its bytes
+	PM_EV_EPERR = 3, // an endpoint failed: h the endpoint, status why
+	PM_EV_DATA = 4,  // a data message: hdr its header, its bytes in desc (UCX's, kept) or data
+};
+
+// PM_HDR is the size of a data message's header (pm_op.hdr, pm_event.hdr).
+#define PM_HDR 64
+
+typedef struct pm_event {
+	struct pm_event *next;
+	int32_t kind;
+	int32_t status;
+	uintptr_t h;
+	uint64_t tag;
+	size_t len;
+	void *desc; // a data message's bytes, kept in UCX's buffer until pm_data_release
+	unsigned char hdr[PM_HDR];
+	unsigned char data[];
+} pm_event;
+
+struct pm_state;
+
+// A slot names one operation in flight; UCX's callback gets a pointer to it as user data.
+typedef struct {
+	struct pm_state *st;
+	uint32_t id;
+	unsigned char hdr[PM_HDR]; // a data message's header, valid until its send completes
+} pm_slot;
+
+// pm_state is a worker's: written by callbacks and read by pm_progress and pm_events, all under
+// the Go worker's lock (UCX calls back only inside calls made under it).
+typedef struct pm_state {
+	uintptr_t request_free; // ucp_request_free
+	pm_slot *slots;
+	uint32_t nslots;
+	pm_cqe *cq; // a ring of nslots+1 completions: each slot completes once per use
+	uint32_t head, tail;
+	pm_event *ev_head, *ev_tail;
+	size_t ev_bytes, ev_limit;
+	uint64_t ev_dropped;
+} pm_state;
+
+// An operation for pm_post. kind: PM_OP_PUT, PM_OP_GET, PM_OP_FLUSH (of ep), PM_OP_DATA (a
+// data message: hdr, then length bytes at local, eagerly), PM_OP_DATA_ANY (the same, by
+// whatever protocol UCX picks: rendezvous for a large one).
+enum { PM_OP_PUT = 0, PM_OP_GET = 1, PM_OP_FLUSH = 2, PM_OP_DATA = 3, PM_OP_DATA_ANY = 4 };
+typedef struct {
+	uintptr_t ep, rkey, memh;
+	uint64_t local, remote, length;
+	uint32_t id;
+	int32_t kind;
+	int32_t status; // out: 0 done at once, 1 in flight (its completion comes), < 0 refused
+	int32_t memtype;
+	unsigned char hdr[PM_HDR];
+} pm_op;
+
+// The callbacks (shim.c), which the shims (shim_calls.c) hand to UCX.
+typedef struct {
+	pm_state *st;
+	uint64_t tag;
+} pm_listen_arg;
+void pm_cq_push(pm_state *st, uint32_t id, int status);
+void pm_send_cb(void *request, pm_status_t status, void *user_data);
+pm_status_t pm_am_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                     const pm_ucp_am_recv_param_t *param);
+pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                       const pm_ucp_am_recv_param_t *param);
+void pm_ep_err_cb(void *arg, pm_handle ep, pm_status_t status);
+void pm_conn_cb(pm_handle req, void *arg);
+
+pm_state *pm_state_new(uint32_t nslots, size_t ev_limit, uintptr_t request_free);
+void pm_state_free(pm_state *st);
+int pm_events(pm_state *st, pm_event **out, int cap);
+void pm_event_free(pm_event *e);
+
+uintptr_t pm_dlopen(const char *path, const char **err);
+uintptr_t pm_dlsym(uintptr_t h, const char *name, const char **err);
+
+const char *pm_status_string(uintptr_t fn, int status);
+void pm_get_version(uintptr_t fn, unsigned *major, unsigned *minor, unsigned *release);
+int pm_config_read(uintptr_t fn, uintptr_t *config);
+void pm_call_ptr(uintptr_t fn, uintptr_t a);
+void pm_call_ptr2(uintptr_t fn, uintptr_t a, uintptr_t b);
+int pm_status_ptr(uintptr_t fn, uintptr_t a);
+int pm_status_ptr2(uintptr_t fn, uintptr_t a, uintptr_t b);
+void pm_call_vptr(uintptr_t fn, void *a);
+int pm_init(uintptr_t fn, unsigned major, unsigned minor, uint64_t features, const char *name,
+            uintptr_t config, uintptr_t *ctx);
+int pm_context_memtypes(uintptr_t fn, uintptr_t ctx, uint64_t *types);
+int pm_worker_create(uintptr_t fn, uintptr_t ctx, uintptr_t *worker);
+int pm_worker_address(uintptr_t fn, uintptr_t worker, void **addr, size_t *len);
+void pm_worker_release_address(uintptr_t fn, uintptr_t worker, void *addr);
+unsigned char *pm_event_data(pm_event *e);
+void *pm_copy(const void *p, size_t n);
+int pm_worker_efd(uintptr_t fn, uintptr_t worker, int *fd);
+int pm_set_am_handler(uintptr_t fn, uintptr_t worker, unsigned id, pm_state *st);
+int pm_set_data_handler(uintptr_t fn, uintptr_t worker, unsigned id, pm_state *st);
+void pm_data_copy(pm_event *e, uintptr_t dst);
+void pm_data_release(uintptr_t fn, uintptr_t worker, pm_event *e);
+int pm_data_recv(uintptr_t fn, uintptr_t worker, pm_event *e, uintptr_t dst, size_t len, uintptr_t memh,
+                 int memtype, pm_state *st, uint32_t slot);
+int pm_listener_create(uintptr_t fn, uintptr_t worker, const void *sa, int salen, pm_state *st,
+                       uint64_t tag, uintptr_t *listener, void **arg);
+int pm_listener_port(uintptr_t fn, uintptr_t listener, int *port);
+int pm_conn_request_addr(uintptr_t fn, uintptr_t req, void *out, int outlen);
+int pm_ep_create(uintptr_t fn, uintptr_t worker, pm_state *st, const void *addr, const void *sa,
+                 int salen, uintptr_t conn_request, int peer_failure, uintptr_t *ep);
+int pm_ep_close(uintptr_t fn, uintptr_t ep, int force, pm_state *st, uint32_t id);
+int pm_mem_map(uintptr_t fn, uintptr_t ctx, uintptr_t addr, size_t len, int memtype, int nonblock,
+               uintptr_t *memh);
+int pm_rkey_pack(uintptr_t fn, uintptr_t ctx, uintptr_t memh, void **buf, size_t *len);
+int pm_rkey_unpack(uintptr_t fn, uintptr_t ep, const void *buf, uintptr_t *rkey);
+int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigned amid, pm_state *st,
+            pm_op *ops, int n);
+int pm_am_send(uintptr_t fn, uintptr_t ep, unsigned id, const void *hdr, size_t hlen,
+               const void *data, size_t len, int reply, pm_state *st, uint32_t slot);
+int pm_progress(uintptr_t fn, uintptr_t worker, pm_state *st, int rounds, pm_cqe *out, int cap,
+                unsigned *progressed);
+
+char *pm_ep_info(uintptr_t fn, uintptr_t ep, size_t *len);
+
+#endif

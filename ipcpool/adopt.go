@@ -1,0 +1,268 @@
+package ipcpool
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Adoption: the memory outlives its owner. The pool's memory lives in memfds (or exported
+// CUDA granules), which live while any process holds a descriptor or a mapping of them: every
+// attached process keeps the pool's descriptors open, and so does a keeper (Keep). An owner
+// started with Options.Adopt listens at the path and waits, that long at most, for one of
+// them to hand it the descriptors (the processes of the owner that died rejoin it on their
+// own, and the first to come is asked for them). It then maps the pool as it is, still
+// locked by the keeper's mapping (MLOCK_ONFAULT here: no page faulted or pinned again),
+// rebuilds its table from the control region, and takes the processes back by their slot
+// and serial, their grants and handles as they were. A process that does not rejoin within
+// Options.Timeout is taken to have left (its memory comes back once it has exited).
+//
+// Everything read from the descriptors and the control region is checked as at an attach:
+// the geometry against this package's limits and the files' sizes and seals, each grant
+// word's slot against the slots, each export entry's holder and place against the grants. A
+// donor that hands over garbage is cut off, and the owner waits for another.
+
+// awaitDonor listens at the path and waits, d at most, for the pool's memory to be handed
+// over. It reports whether it was.
+func (w *Owner) awaitDonor(d time.Duration) (bool, error) {
+	ln, err := listen(w.path, w.fileMode)
+	if err != nil {
+		return false, err
+	}
+	w.mu.Lock()
+	w.ln, w.adopting = ln, true
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go w.serve()
+	t := time.AfterFunc(d, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer t.Stop()
+	end := time.Now().Add(d)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.adopting && time.Now().Before(end) {
+		w.cond.Wait()
+	}
+	return !w.adopting, nil
+}
+
+// donated serves a rejoining process while the owner has no memory: it asks for the pool's
+// descriptors and adopts them. It reports whether the owner has memory now (adopted by this
+// call or another).
+func (w *Owner) donated(c *net.UnixConn) (bool, error) {
+	w.adoptMu.Lock()
+	defer w.adoptMu.Unlock()
+	if w.Process != nil {
+		return true, nil
+	}
+	if err := writeMsg(c, msg{op: opReply, a: stDonate}, w.timeout); err != nil {
+		return false, err
+	}
+	b := make([]byte, msgSize)
+	n, fds, err := recvFds(c, b, 1+maxRegions)
+	if err != nil {
+		return false, err
+	}
+	if m, err := decodeMsg(b[:n]); err != nil || m.op != opDonate {
+		closeFds(fds)
+		return false, fmt.Errorf("%w: a donation that is not one", ErrProtocol)
+	}
+	if err := w.adopt(fds); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// adopt maps the pool of the descriptors fds (the control region's first), rebuilds the
+// owner from its control region and starts serving it. It takes fds.
+func (w *Owner) adopt(fds []int) error {
+	if len(fds) < 2 {
+		closeFds(fds)
+		return fmt.Errorf("%w: %d descriptors for a pool", ErrProtocol, len(fds))
+	}
+	l, vmm, ctlSize, err := readGeometry(fds[0])
+	if err != nil {
+		closeFds(fds)
+		return err
+	}
+	if vmm && w.dev == nil {
+		closeFds(fds)
+		return fmt.Errorf("%w: adopting a VMM pool needs Pool.Backend CUDAHost", ErrInvalidOptions)
+	}
+	sp, err := mapSpace(l, ctlSize, fds, spaceConfig{mode: lockOnFault, fallback: w.o.FallbackPageable, dev: w.dev, vmm: vmm})
+	if err != nil {
+		return err
+	}
+	c := sp.ctl()
+	pool := c.load(hPool)
+	if !c.matches(pool, l, boolWord(vmm)) {
+		sp.close(false)
+		return fmt.Errorf("%w: the control region changed as it was adopted", ErrProtocol)
+	}
+	w.mu.Lock()
+	w.table, w.procs = make([]grantState, l.grants()), make([]slotState, l.slots)
+	old := c.slotLoad(0, sSerial)
+	w.hello = hello{pool: pool, slot: 0, serial: old + 1, layout: l, ctlSize: ctlSize, vmm: vmm, epoch: c.load(hOwnerEpoch) + 1}
+	w.mu.Unlock()
+	p, err := newProcess(w.hello, sp, ownerGranter{w, w.timeout}, processConfig{pool: w.po, drain: w.o.DrainInterval, dev: w.dev})
+	if err != nil {
+		sp.close(false)
+		return err
+	}
+	w.mu.Lock()
+	w.Process, p.owner = p, w
+	w.rebuild(old)
+	c.store(hOwnerPid, uint64(os.Getpid()))
+	c.store(hOwnerEpoch, w.hello.epoch)
+	w.rejoinBy = time.Now().Add(w.timeout)
+	w.adopting = false
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	w.run(p)
+	return nil
+}
+
+// readGeometry reads and checks the geometry of the control region of fd.
+func readGeometry(fd int) (l layout, vmm bool, size uintptr, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Size < 8*hdrWords || st.Size > 1<<40 {
+		return l, false, 0, fmt.Errorf("%w: a control region of %d bytes", ErrProtocol, st.Size)
+	}
+	b := make([]byte, 8*hdrWords)
+	if n, err := unix.Pread(fd, b, 0); err != nil || n != len(b) {
+		return l, false, 0, fmt.Errorf("%w: reading the control region: %v", ErrProtocol, err)
+	}
+	w := make([]uint64, hdrWords)
+	for i := range w {
+		w[i] = binary.LittleEndian.Uint64(b[8*i:])
+	}
+	for i := hRegions; i <= hBackend; i++ {
+		if w[i] > maxPoolSize {
+			return l, false, 0, fmt.Errorf("%w: header word %d is %#x", ErrProtocol, i, w[i])
+		}
+	}
+	l = layout{regions: int(w[hRegions]), regionSize: uintptr(w[hRegionSize]), grantSize: uintptr(w[hGrantSize]),
+		slots: int(w[hSlots]), ringCap: int(w[hRingCap]), exports: int(w[hExports])}
+	if w[hMagic] != ctlMagic || w[hVersion] != ctlVersion || w[hBackend] > 1 {
+		return l, false, 0, fmt.Errorf("%w: not a control region of this version", ErrProtocol)
+	}
+	if err := l.check(); err != nil {
+		return l, false, 0, fmt.Errorf("%w: a control region with %v", ErrProtocol, err)
+	}
+	if uintptr(st.Size) != l.ctlBytes() {
+		return l, false, 0, fmt.Errorf("%w: a control region of %d bytes for a geometry of %d", ErrProtocol, st.Size, l.ctlBytes())
+	}
+	return l, w[hBackend] == 1, l.ctlBytes(), nil
+}
+
+// rebuild makes the owner's table and slots from the control region of a pool it adopts,
+// whose previous owner had serial old, and takes slot 0. It reads only the slots and the
+// grant words, so that the owner serves at once; what needs a scan of the export table (the
+// previous owner's retains and buffers, and those of processes gone before it) is done on
+// the watcher's first round (finishAdoption). Until then every grant no process holds is kept
+// back (limbo, for the scan), and the owner's own Retain waits. Called with w.mu held.
+func (w *Owner) rebuild(old uint64) {
+	c := &w.c
+	for s := 1; s < len(w.procs); s++ {
+		if serial := c.slotLoad(s, sSerial); serial != 0 {
+			w.procs[s] = slotState{used: true, serial: serial, rejoin: true}
+		}
+	}
+	scan := &gone{slot: 0, serial: old, pidfd: -1, pins: map[int]int{}, entries: map[int]int{}}
+	for g := range w.table {
+		gen, _, slot := unpackGrant(c.load(c.grantWord(g)))
+		t := &w.table[g]
+		if slot > 0 && slot < len(w.procs) && w.procs[slot].used {
+			*t = grantState{state: gHeld, slot: slot, serial: w.procs[slot].serial, gen: gen + 1}
+		} else {
+			*t = grantState{state: gLimbo, gone: scan, gen: gen + 1}
+		}
+		w.publish(g)
+	}
+	w.scan = scan
+	w.procs[0] = slotState{used: true, active: true, serial: old + 1}
+	c.slotStore(0, sSerial, old+1)
+	c.slotStore(0, sPid, uint64(os.Getpid()))
+	c.slotStore(0, sStart, startTime(os.Getpid()))
+	w.epoch = c.load(hFence)
+}
+
+// finishAdoption lets go what the previous owner held (it died): its retains, its buffers
+// nobody else retains; the buffers others still retain, of it and of processes gone before
+// it, keep their grants (orphans); every other grant no process holds comes back once every
+// process with a device has passed a fence.
+func (w *Owner) finishAdoption() {
+	w.mu.Lock()
+	g0 := w.scan
+	w.scan = nil
+	retired := w.dropRetains(0)
+	w.dropEntries(g0)
+	for s := range w.procs {
+		w.adoptOrphans(s, g0)
+	}
+	var free []int
+	for g := range w.table {
+		t := &w.table[g]
+		switch {
+		case t.gone != g0:
+		case g0.pins[g] > 0:
+			*t = grantState{state: gOrphan, gone: g0, gen: t.gen + 1}
+			w.publish(g)
+		default:
+			*t = grantState{state: gFree, gen: t.gen + 1}
+			free = append(free, g)
+		}
+	}
+	g0.exited = true
+	if len(g0.entries) > 0 {
+		w.goneList = append(w.goneList, g0)
+	}
+	w.fence(free)
+	close(w.scanned)
+	w.mu.Unlock()
+	for _, r := range retired {
+		w.Process.deliver(r.e, r.gen)
+	}
+}
+
+// adoptOrphans finds the live entries of slot s's part of the table whose holder is no
+// process the owner knows (gone before the previous owner died): those others retain keep
+// their grants (orphaned, until released), the rest are let go. Called with w.mu held.
+func (w *Owner) adoptOrphans(s int, scan *gone) {
+	c := &w.c
+	var g *gone
+	for i := range w.exports {
+		e := s*w.exports + i
+		w0 := c.load(c.entry(e) + eState)
+		holder := c.load(c.entry(e) + eHolder)
+		if w0&eLive == 0 || int(holder&0xffff) == s && w.procs[s].used && holder>>16 == w.procs[s].serial {
+			continue
+		}
+		if _, pinned := scan.entries[e]; pinned {
+			continue // the previous owner's, retained: dropEntries kept it
+		}
+		off, n := c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength)
+		if w0&eRetiring == 0 && c.retained(e) && w.sameRegion(off, n) && w.grantOf(uintptr(off)) == w.grantOf(uintptr(off+n-1)) {
+			gr := w.grantOf(uintptr(off))
+			if t := &w.table[gr]; t.gone == scan || t.state == gOrphan {
+				if g == nil {
+					g = &gone{slot: s, serial: holder >> 16, pidfd: -1, exited: true, pins: map[int]int{}, entries: map[int]int{}}
+					w.goneList = append(w.goneList, g)
+				}
+				*t = grantState{state: gOrphan, gone: g, gen: t.gen + 1}
+				w.publish(gr)
+				g.pins[gr]++
+				g.entries[e] = gr
+				continue
+			}
+		}
+		c.store(c.entry(e)+eState, packState(entryGen(w0)+1, 0))
+	}
+}

@@ -1,0 +1,201 @@
+package ipcpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// Attach connects to the pool served at path and maps it: the regions are mapped shared and
+// locked as their pages are touched (mlock2 MLOCK_ONFAULT: the owner's pages are resident
+// and locked already, nothing is copied or pinned again, so attaching costs a few system
+// calls whatever the pool's size). The process then allocates from a pinned.Pool of its own
+// over grants of the pool.
+//
+// Attach first checks who serves the socket (SO_PEERCRED): a server whose user is not in
+// AttachOptions.ServerUIDs (default: this process's user and root) is refused with
+// ErrRefused before anything is sent or mapped. ctx bounds the whole of it (and
+// AttachOptions.Timeout each step): a stopped owner makes Attach fail with an error matching
+// context.DeadlineExceeded. An Attach that fails after connecting tells the owner, whose slot
+// for it is free at once.
+func Attach(ctx context.Context, path string, o AttachOptions) (*Process, error) {
+	return attach(ctx, path, o, lockOnFault)
+}
+
+// attach is Attach, mapping the pool locked as mode says (a keeper locks it all).
+func attach(ctx context.Context, path string, o AttachOptions, mode lockMode) (*Process, error) {
+	po, err := poolOptions(o.Pool)
+	if err != nil {
+		return nil, err
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	conn := nc.(*net.UnixConn)
+	p, err := handshake(ctx, conn, path, po, o, timeout, mode)
+	if err != nil {
+		conn.Close()
+		switch {
+		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+			err = fmt.Errorf("%w: %w", err, ctx.Err())
+		case errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded):
+			err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded) // a step past the timeout
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+// handshake checks the server, reads the hello, maps the pool and builds the process.
+func handshake(ctx context.Context, conn *net.UnixConn, path string, po pinned.Options, o AttachOptions, timeout time.Duration, mode lockMode) (*Process, error) {
+	if err := checkServer(conn, o.ServerUIDs); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := writeMsg(conn, msg{op: opIntro, flags: introAttach, seq: wireVersion, a: ctlMagic}, 0); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	h, fds, err := recvHello(conn)
+	if err != nil {
+		return nil, err
+	}
+	abort := func(err error) (*Process, error) {
+		// Tell the owner, and wait for it to hang up: its slot for this process is free then.
+		if writeMsg(conn, msg{op: opAbort}, timeout) == nil {
+			_ = conn.SetReadDeadline(time.Now().Add(timeout))
+			_, _ = io.Copy(io.Discard, conn)
+		}
+		return nil, err
+	}
+	dev, err := openDevice(&po)
+	if err != nil {
+		closeFds(fds)
+		return abort(err)
+	}
+	sp, err := mapSpace(h.layout, h.ctlSize, fds, spaceConfig{mode: mode, fallback: o.FallbackPageable, dev: dev, vmm: h.vmm})
+	if err != nil {
+		closeDevice(dev)
+		return abort(err)
+	}
+	c := sp.ctl()
+	if !c.matches(h.pool, h.layout, boolWord(h.vmm)) || c.slotLoad(h.slot, sSerial) != h.serial {
+		sp.close(false)
+		closeDevice(dev)
+		return abort(fmt.Errorf("%w: the control region does not match the hello", ErrProtocol))
+	}
+	cl := newClient(conn, path, timeout, o.ServerUIDs, h)
+	p, err := newProcess(h, sp, cl, processConfig{pool: po, drain: o.DrainInterval, dev: dev})
+	if err != nil {
+		sp.close(false)
+		closeDevice(dev)
+		return abort(err)
+	}
+	p.cl = cl
+	cl.fds = func() []int { return sp.fds }
+	cl.reconcile = p.reconcileGrants
+	var flags uint64
+	if dev != nil {
+		flags = flagDevice
+	}
+	err = writeMsg(conn, msg{op: opReady, a: flags}, 0)
+	var ack msg
+	if err == nil {
+		ack, err = readMsg(conn)
+	}
+	if err == nil && (ack.op != opReply || ack.a != stOK) {
+		err = fmt.Errorf("%w: the owner answered ready with %d", ErrProtocol, ack.op)
+	}
+	if err != nil { // the owner gave the process up (its handshake took too long): nothing was granted
+		p.start() // leaveAll stops it
+		_ = p.leaveAll(nil)
+		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	cl.start()
+	p.start()
+	return p, nil
+}
+
+// checkServer refuses a server whose user is not one uids allows (default: this process's
+// user and root).
+func checkServer(conn *net.UnixConn, uids []int) error {
+	cred, err := peerCred(conn)
+	if err != nil {
+		return fmt.Errorf("%w: reading the server's credentials: %w", ErrRefused, err)
+	}
+	if uids == nil {
+		uids = []int{os.Getuid(), 0}
+	}
+	if !slices.Contains(uids, int(cred.Uid)) {
+		return fmt.Errorf("%w: the pool is served by user %d (pid %d), not one of %v", ErrRefused, cred.Uid, cred.Pid, uids)
+	}
+	return nil
+}
+
+// recvHello reads the owner's answer to the intro: the hello and its descriptors, or a
+// refusal.
+func recvHello(conn *net.UnixConn) (hello, []int, error) {
+	b := make([]byte, 8*helloWords)
+	n, fds, err := recvFds(conn, b, 1+maxRegions)
+	if err != nil {
+		return hello{}, nil, fmt.Errorf("%w: reading the pool's hello: %w", ErrRefused, err)
+	}
+	if n == msgSize {
+		closeFds(fds)
+		m, err := decodeMsg(b[:n])
+		if err != nil || m.op != opReply || m.a != stRefused {
+			return hello{}, nil, fmt.Errorf("%w: an answer that is no hello", ErrProtocol)
+		}
+		why := map[uint64]string{refusedUser: "this user may not attach", refusedFull: "no slot free (Options.Slots), or the pool is closing",
+			refusedKind: "not served now"}[m.b]
+		return hello{}, nil, fmt.Errorf("%w: the owner refused: %s", ErrRefused, why)
+	}
+	if n == 0 {
+		closeFds(fds)
+		return hello{}, nil, fmt.Errorf("%w: the owner closed the connection", ErrRefused)
+	}
+	h, err := decodeHello(b[:n])
+	if err == nil && len(fds) != 1+h.regions {
+		err = fmt.Errorf("%w: %d descriptors for %d regions", ErrProtocol, len(fds), h.regions)
+	}
+	if err != nil {
+		closeFds(fds)
+		return hello{}, nil, err
+	}
+	return h, fds, nil
+}
+
+// Close leaves the pool: it waits for the work queued in the process's CUDA context, lets go
+// its retains, closes its pool (its grants go back) and tells the owner, once nothing of the
+// process can touch the pool's memory any more. Buffers still live are given up (an error
+// wrapping pinned.ErrLiveBlocks says how many; those shared with others live on while they
+// retain them): they must not be used afterwards, and they read and write memory of their own
+// if they are, never the pool's. When Close returns, the owner has taken the memory back and
+// no longer counts the process.
+func (p *Process) Close() error {
+	if p.owner != nil {
+		return p.owner.Close()
+	}
+	err := p.leaveAll(p.cl.detach)
+	p.cl.close()
+	return err
+}

@@ -1,0 +1,233 @@
+package ipcpool
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// client is an attached process's connection to the owner. Requests go out one message each,
+// under wmu; a reader goroutine hands each reply to the request of its sequence number. A
+// request waits at most the process's timeout (the owner may be stopped: SIGSTOP), and a
+// grant whose reply comes after its request gave up is given straight back.
+//
+// When the connection ends without the process leaving (the owner died), the client rejoins
+// whatever owner serves the path next (rejoin.go), keeping its slot, its grants and its
+// handles; requests made meanwhile wait for it, within their deadline.
+type client struct {
+	path      string
+	timeout   time.Duration
+	uids      []int
+	l         layout
+	pool      uint64
+	slot      int
+	serial    uint64
+	fds       func() []int // the pool's descriptors, for a new owner (adopt.go)
+	reconcile func()       // after a rejoin: give back grants this process does not know
+
+	wmu      sync.Mutex
+	mu       sync.Mutex
+	c        *net.UnixConn // nil while no owner serves this process
+	up       chan struct{} // closed when c is set again
+	closing  bool
+	orphaned error // set when no owner will know this process again
+	seq      uint64
+	pending  map[uint64]*call
+	late     map[uint64]uint64 // grant requests that gave up: their grants' count
+	readers  sync.WaitGroup
+	rejoined int // how many times it rejoined a new owner
+}
+
+// call is a request waiting for its reply.
+type call struct {
+	op, n uint64
+	reply chan msg
+	lost  chan struct{} // closed when its connection ended before the reply
+}
+
+func newClient(c *net.UnixConn, path string, timeout time.Duration, uids []int, h hello) *client {
+	return &client{c: c, path: path, timeout: timeout, uids: uids, l: h.layout, pool: h.pool, slot: h.slot,
+		serial: h.serial, pending: map[uint64]*call{}, up: make(chan struct{})}
+}
+
+// start starts the reader of the current connection, once the handshake is done.
+func (cl *client) start() {
+	cl.mu.Lock()
+	c := cl.c
+	close(cl.up)
+	cl.mu.Unlock()
+	cl.readers.Add(1)
+	go cl.reader(c)
+}
+
+// reader hands replies on c to their requests until c ends.
+func (cl *client) reader(c *net.UnixConn) {
+	defer cl.readers.Done()
+	for {
+		m, err := readMsg(c)
+		if err != nil || m.op != opReply {
+			break
+		}
+		cl.mu.Lock()
+		k := cl.pending[m.seq]
+		delete(cl.pending, m.seq)
+		n := cl.late[m.seq]
+		delete(cl.late, m.seq)
+		cl.mu.Unlock()
+		switch {
+		case k != nil:
+			k.reply <- m
+		case n > 0 && m.a == stOK && m.b < uint64(cl.l.grants()):
+			// A grant whose request gave up: it is this process's, unknown to its arena.
+			_ = cl.sendOn(c, msg{op: opRelease, a: m.b, b: n})
+		}
+	}
+	c.Close()
+	cl.mu.Lock()
+	if cl.c == c {
+		cl.c = nil
+		cl.up = make(chan struct{})
+	}
+	for seq, k := range cl.pending {
+		close(k.lost)
+		delete(cl.pending, seq)
+	}
+	closing := cl.closing
+	cl.mu.Unlock()
+	if !closing {
+		cl.readers.Add(1)
+		go cl.rejoinLoop()
+	}
+}
+
+// sendOn writes m on c (no reply expected).
+func (cl *client) sendOn(c *net.UnixConn, m msg) error {
+	cl.wmu.Lock()
+	defer cl.wmu.Unlock()
+	return writeMsg(c, m, cl.timeout)
+}
+
+// request sends a request and waits for its reply, at most d: across an owner's restart too
+// (the request waits for the rejoin, and is sent again to the new owner if its connection
+// ended before the reply).
+func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	late := func() (msg, error) {
+		return msg{}, fmt.Errorf("ipcpool: no answer from the owner within %v: %w", d, context.DeadlineExceeded)
+	}
+	for {
+		cl.mu.Lock()
+		c, up := cl.c, cl.up
+		switch {
+		case cl.closing:
+			cl.mu.Unlock()
+			return msg{}, fmt.Errorf("%w: the process left the pool", ErrClosed)
+		case cl.orphaned != nil:
+			cl.mu.Unlock()
+			return msg{}, cl.orphaned
+		case c == nil:
+			cl.mu.Unlock()
+			select {
+			case <-up:
+				continue
+			case <-deadline.C:
+				return late()
+			}
+		}
+		cl.seq++
+		seq := cl.seq
+		k := &call{op: op, n: a, reply: make(chan msg, 1), lost: make(chan struct{})}
+		cl.pending[seq] = k
+		cl.mu.Unlock()
+		if err := cl.sendOn(c, msg{op: uint32(op), seq: seq, a: a, b: b}); err != nil {
+			c.Close() // its reader ends, and the client rejoins
+			cl.forget(seq, k)
+			continue
+		}
+		select {
+		case m := <-k.reply:
+			return m, nil
+		case <-k.lost:
+			select {
+			case m := <-k.reply: // the reply came before the end
+				return m, nil
+			default:
+			}
+			continue // the owner went: ask the next one
+		case <-deadline.C:
+			cl.forget(seq, k)
+			select {
+			case m := <-k.reply: // came as it gave up
+				return m, nil
+			default:
+			}
+			return late()
+		}
+	}
+}
+
+// forget drops request seq, which gave up; a grant's late reply is given back (reader).
+func (cl *client) forget(seq uint64, k *call) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	delete(cl.pending, seq)
+	if k.op == opGrant {
+		if cl.late == nil {
+			cl.late = map[uint64]uint64{}
+		}
+		cl.late[seq] = k.n
+	}
+}
+
+// grant implements granter: one request, waiting at most the timeout.
+func (cl *client) grant(n int) (int, error) {
+	m, err := cl.request(opGrant, uint64(n), uint64(cl.timeout), cl.timeout+cl.timeout/4)
+	if err != nil {
+		return 0, err
+	}
+	per := cl.l.grantsPerRegion()
+	switch {
+	case m.a == stFull:
+		return 0, fmt.Errorf("%w: %d grants asked", ErrPoolFull, n)
+	case m.a != stOK:
+		return 0, fmt.Errorf("%w: %d grants refused", ErrRefused, n)
+	case m.b >= uint64(cl.l.grants()) || int(m.b)%per+n > per:
+		// Not a run of the pool: refuse it (nothing was mapped for it) and cut the owner off.
+		cl.mu.Lock()
+		if cl.c != nil {
+			cl.c.Close()
+		}
+		cl.mu.Unlock()
+		return 0, fmt.Errorf("%w: the owner granted %d grants at %d", ErrProtocol, n, m.b)
+	}
+	return int(m.b), nil
+}
+
+// release implements granter: one message, no reply. With no owner, the grants stay this
+// process's in the table; a rejoin gives back those its arena no longer holds (reconcile).
+func (cl *client) release(first, n int) {
+	cl.mu.Lock()
+	c := cl.c
+	cl.mu.Unlock()
+	if c != nil {
+		_ = cl.sendOn(c, msg{op: opRelease, a: uint64(first), b: uint64(n)})
+	}
+}
+
+// detach tells the owner this process has left, and waits for it to take the memory back.
+func (cl *client) detach() error {
+	m, err := cl.request(opDetach, 0, 0, cl.timeout)
+	if err == nil && m.a != stOK {
+		err = fmt.Errorf("%w: the owner refused the detach", ErrProtocol)
+	}
+	return err
+}
+
+// close ends the client: no rejoin from now on.
+func (cl *client) close() {
+	cl.hangUp()
+	cl.readers.Wait()
+}

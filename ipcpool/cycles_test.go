@@ -1,0 +1,108 @@
+package ipcpool
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// 200 processes attach and leave one after another (every fifth killed with SIGKILL), each
+// sharing a buffer with the owner: no slot, descriptor, mapping or goroutine is left behind,
+// and every leaver's memory is back.
+func TestAttachDetachCycles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 3, FallbackPageable: true})
+	must(t, "Serve", err)
+	defer w.Close()
+	fds, maps, gs := openFds(t), mappings(t), runtime.NumGoroutine()
+	cycles := 20
+	if long() {
+		cycles = 200
+	}
+	for i := range cycles {
+		k := startChild(t, path, childQuietEnv+"=1")
+		h := k.alloc(t, 1000+i, uint64(i))
+		b, err := w.Bytes(h)
+		must(t, "Bytes", err)
+		must(t, "verify", verify(b, uint64(i)))
+		if i%5 == 4 {
+			must(t, "kill", k.cmd.Process.Signal(syscall.SIGKILL))
+			_ = k.cmd.Wait()
+			k.dead = true
+		} else {
+			if got := k.do(t, "F %s", fmtHandle(h)); got != "OK" {
+				t.Fatal(got)
+			}
+			k.quit(t)
+		}
+		waitFor(t, func() bool { return w.Attached() == 0 })
+		if _, err := w.Bytes(h); !errors.Is(err, ErrStaleHandle) {
+			t.Fatalf("cycle %d: the handle of a process gone: %v", i, err)
+		}
+	}
+	waitFor(t, func() bool {
+		ps := w.SharedStats().Pool
+		return ps.Held == w.src.grantsHeld() && ps.Limbo == 0 && ps.Fenced == 0
+	})
+	// In process: the in-process attaches' descriptors, mappings and goroutines, counted after
+	// a few cycles (the runtime's own mappings settle).
+	for i := range cycles + 5 {
+		if i == 5 {
+			fds, maps, gs = openFds(t), mappings(t), runtime.NumGoroutine()
+		}
+		p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+		must(t, "Attach", err)
+		x, err := p.Alloc(100 + i)
+		must(t, "Alloc", err)
+		must(t, "Free", p.Free(x))
+		must(t, "Close", p.Close())
+	}
+	waitFor(t, func() bool { return openFds(t) <= fds && runtime.NumGoroutine() <= gs+2 })
+	if m := mappings(t); m > maps+4 {
+		t.Fatalf("%d mappings after %d cycles, %d before", m, cycles, maps)
+	}
+}
+
+// mappings counts this process's memory mappings.
+func mappings(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/maps")
+	must(t, "maps", err)
+	n := 0
+	for _, c := range b {
+		if c == '\n' {
+			n++
+		}
+	}
+	return n
+}
+
+// A process that closes its socket and lives on keeps its grants until it exits (it may still
+// write them), though its handles go stale at once; its slot is free at once.
+func TestSocketClosedMemoryKeptUntilExit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
+	must(t, "Serve", err)
+	defer w.Close()
+	k := startChild(t, path, childQuietEnv+"=1")
+	h := k.alloc(t, 100, 9)
+	if got := k.do(t, "X"); got != "OK" {
+		t.Fatal(got)
+	}
+	waitFor(t, func() bool { return w.Attached() == 0 })
+	time.Sleep(20 * time.Millisecond)
+	if ps := w.SharedStats().Pool; ps.Limbo != 1 {
+		t.Fatalf("the grant of a live process that closed its socket: %+v, want it in limbo", ps)
+	}
+	if _, err := w.Bytes(h); !errors.Is(err, ErrStaleHandle) {
+		t.Fatalf("a handle of a process cut off: %v", err)
+	}
+	k2 := startChild(t, path, childQuietEnv+"=1") // its slot is free at once
+	k2.quit(t)
+	k.kill()
+	waitFor(t, func() bool { return w.SharedStats().Pool.Limbo == 0 })
+}

@@ -1,0 +1,38 @@
+package ipcpool
+
+import (
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
+)
+
+// Sentinels of package ipcpool. Each matches the module's kind it names under errors.Is as
+// well. Errors that come from a process's pinned.Pool (Alloc, Free) are pinned's.
+var (
+	// ErrStaleHandle: the handle's buffer is gone (its last reference was let go, its holder
+	// died), or this reference was let go already (a second FreeHandle, a replayed handle).
+	// Nothing is done to the memory. Kind ErrNotOwned.
+	ErrStaleHandle = errkind.New(pinmalloc.ErrNotOwned, "ipcpool: stale handle (its buffer was let go)")
+	// ErrForeignHandle: the handle, or the slice, is not of this pool (another pool's id, a
+	// place outside it, an interior or unknown pointer). Kind ErrNotOwned.
+	ErrForeignHandle = errkind.New(pinmalloc.ErrNotOwned, "ipcpool: not a buffer of this pool")
+	// ErrClosed: the process left the pool, or the owner closed it. Kind ErrClosed.
+	ErrClosed = errkind.New(pinmalloc.ErrClosed, "ipcpool: pool closed or left")
+	// ErrAttached: the owner's Close found processes still attached; nothing was released.
+	// Kind ErrLiveBlocks.
+	ErrAttached = errkind.New(pinmalloc.ErrLiveBlocks, "ipcpool: processes still attached")
+	// ErrPoolFull: no grant of the pool is free, no process slot, or no export entry left.
+	// Kind ErrOutOfMemory.
+	ErrPoolFull = errkind.New(pinmalloc.ErrOutOfMemory, "ipcpool: pool full")
+	// ErrInvalidOptions: options that cannot work. Kind ErrInvalid.
+	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "ipcpool: invalid options")
+	// ErrMemlock: the memlock limit refused to lock the pool's memory. Kind ErrMemlock.
+	ErrMemlock = errkind.New(pinmalloc.ErrMemlock, "ipcpool: memlock limit reached (raise ulimit -l, LimitMEMLOCK, or grant CAP_IPC_LOCK)")
+	// ErrRefused: the owner refused the attaching process (its credentials are not allowed,
+	// or no slot is free), the attaching process refused the server (its credentials are not
+	// those AttachOptions allow), or no pool is served at the path. Kind ErrRefused.
+	ErrRefused = errkind.New(pinmalloc.ErrRefused, "ipcpool: refused")
+	// ErrProtocol: the socket or the control region carried something that is not this
+	// package's protocol (another version, a truncated message, a value out of range): the
+	// peer is cut off. Kind ErrInvalid.
+	ErrProtocol = errkind.New(pinmalloc.ErrInvalid, "ipcpool: protocol error")
+)

@@ -1,0 +1,104 @@
+package ipcpool
+
+// The export table: one entry (a cache line) for each buffer a process shared with a Handle,
+// in the part of the table of the process's slot. An entry names one allocation: its
+// generation changes each time the entry is let go, so a handle of a buffer freed since (or
+// freed, or replayed, by a second FreeHandle) is refused, every time, and never names the
+// buffer allocated in its place.
+//
+//	word 0  state: gen<<32 | eLive | eAlloc | eRetiring
+//	word 1  the buffer's offset in the pool
+//	word 2  its length
+//	word 3  its holder: slot | serial<<16 (the process in the slot when it was shared)
+//	word 4-7  retains: one bit per slot (Retain)
+//
+// A buffer is referenced by its allocation (eAlloc: what a Free or FreeHandle lets go, once)
+// and by the processes that retained it (a bit each; a process counts its own retains in Go
+// memory and holds its bit while it has one). The last reference to go retires the entry:
+// the compare-and-swap to eRetiring decides, among racing processes, the one that does, and
+// that one delivers the entry to its holder (a ring entry, or its overflow word when the ring
+// is full; itself when it holds it), which frees the block and sets the entry free at the
+// next generation. A retain that races with the retirement either lands first (the retirer
+// sees its bit and backs off) or finds eRetiring and fails. The holder, and no one else,
+// frees the block, and only for an entry still retiring at the generation it recorded.
+//
+// When a process goes (it died, or was cut off), the owner clears its retain bits in every
+// entry (retiring what they kept alive) and lets go the allocations of its own entries; the
+// entries that others still retain keep their buffers, and the grants under them, until the
+// last of those is let go (table.go: orphans).
+//
+// Every word here may be a peer's garbage: a reader checks an entry's generation, offset,
+// length and holder against the handle (and the holder against its own records) before it
+// trusts any of it, and a retirement is acted on only by a holder whose records agree.
+const (
+	eLive     = 1
+	eAlloc    = 2
+	eRetiring = 4
+	eFlags    = eLive | eAlloc | eRetiring
+)
+
+const (
+	eState  = 0
+	eOffset = 1
+	eLength = 2
+	eHolder = 3
+	eRetain = 4
+)
+
+func entryGen(w uint64) uint32 { return uint32(w >> 32) }
+func packState(gen uint32, flags uint64) uint64 {
+	return uint64(gen)<<32 | flags
+}
+func packHolder(slot int, serial uint64) uint64 { return uint64(slot) | serial<<16 }
+
+// retainWord returns the word of entry e holding slot s's retain bit, and the bit.
+func (c *ctl) retainWord(e, s int) (int, uint64) {
+	return c.entry(e) + eRetain + s/64, 1 << (s % 64)
+}
+
+// retained reports whether any process holds a retain of entry e.
+func (c *ctl) retained(e int) bool {
+	w := c.entry(e) + eRetain
+	return c.load(w)|c.load(w+1)|c.load(w+2)|c.load(w+3) != 0
+}
+
+// setRetain sets (on) or clears slot s's retain bit of entry e, and reports whether it changed.
+func (c *ctl) setRetain(e, s int, on bool) bool {
+	i, bit := c.retainWord(e, s)
+	for {
+		old := c.load(i)
+		v := old &^ bit
+		if on {
+			v = old | bit
+		}
+		if v == old {
+			return false
+		}
+		if c.cas(i, old, v) {
+			return true
+		}
+	}
+}
+
+// tryRetire retires entry e at generation gen if no reference to it is left, and reports
+// whether this call did: the caller must then deliver it (Process.deliver).
+func (c *ctl) tryRetire(e int, gen uint32) bool {
+	i := c.entry(e) + eState
+	for {
+		w := c.load(i)
+		if entryGen(w) != gen || w&eFlags != eLive || c.retained(e) {
+			return false
+		}
+		if !c.cas(i, w, w|eRetiring) {
+			continue
+		}
+		if !c.retained(e) {
+			return true
+		}
+		// A retain landed between the check and the mark: it keeps the buffer. Back off; the
+		// retain either sees eRetiring and lets go (then tries again itself) or has it.
+		if !c.cas(i, w|eRetiring, w) {
+			return false // changed meanwhile by someone's garbage: leave it to its holder's scan
+		}
+	}
+}

@@ -1,0 +1,245 @@
+package ipcpool
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// What the owner does when a process leaves its slot: it detached (it synchronized its
+// device and unmapped the pool first), died, or was cut off (garbage, a failed handshake).
+// Its slot is free at once; what it held comes back as it safely can (table.go): its retains
+// are let go now, its buffers nobody retains are let go now, the grants under buffers others
+// retain wait for them, and a process that did not detach keeps the rest (limbo) until it has
+// exited.
+
+// leave takes back what the process in slot left. pidfd is the process's (-1: none, or it
+// detached); leave owns it.
+func (w *Owner) leave(slot int, detached bool, pidfd int) {
+	w.mu.Lock()
+	st := &w.procs[slot]
+	g := &gone{slot: slot, serial: st.serial, pidfd: pidfd, exited: detached || pidfd < 0,
+		pins: map[int]int{}, entries: map[int]int{}}
+	if g.exited && pidfd >= 0 {
+		unix.Close(pidfd)
+		g.pidfd = -1
+	}
+	var retired []retirement
+	if w.c.slotLoad(slot, sFlags)&flagRetains != 0 {
+		retired = w.dropRetains(slot)
+	}
+	w.dropEntries(g)
+	var fenced []int
+	for i := range w.table {
+		t := &w.table[i]
+		if t.state != gHeld || t.slot != slot {
+			continue
+		}
+		switch {
+		case g.pins[i] > 0:
+			*t = grantState{state: gOrphan, gone: g, gen: t.gen + 1}
+			w.publish(i)
+		case !g.exited:
+			*t = grantState{state: gLimbo, gone: g, gen: t.gen + 1}
+			w.publish(i)
+		default:
+			fenced = append(fenced, i)
+		}
+	}
+	w.fence(fenced)
+	if len(g.entries) > 0 || !g.exited {
+		w.goneList = append(w.goneList, g)
+	} else if g.pidfd >= 0 {
+		unix.Close(g.pidfd)
+	}
+	w.c.slotStore(slot, sSerial, 0)
+	st.used, st.active = false, false
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	for _, r := range retired {
+		w.Process.deliver(r.e, r.gen)
+	}
+}
+
+type retirement struct {
+	e   int
+	gen uint32
+}
+
+// dropRetains clears slot's retain bit in every entry and returns the entries that retires.
+// Called with w.mu held.
+func (w *Owner) dropRetains(slot int) []retirement {
+	var out []retirement
+	c := &w.c
+	for e := range w.slots * w.exports {
+		if !c.setRetain(e, slot, false) {
+			continue
+		}
+		gen := entryGen(c.load(c.entry(e) + eState))
+		if c.tryRetire(e, gen) {
+			out = append(out, retirement{e, gen})
+		}
+	}
+	return out
+}
+
+// dropEntries lets go the allocations of g's process's entries: those no other process
+// retains are free at once (their memory goes back with the grants), the others pin their
+// grants (g.pins). Called with w.mu held.
+func (w *Owner) dropEntries(g *gone) {
+	c := &w.c
+	for i := range w.exports {
+		e := g.slot*w.exports + i
+		st := c.entry(e) + eState
+		w0 := c.load(st)
+		if w0&eLive == 0 || c.load(c.entry(e)+eHolder) != packHolder(g.slot, g.serial) {
+			continue
+		}
+		gen := entryGen(w0)
+		if w0&eRetiring == 0 {
+			for w0&eAlloc != 0 && !c.cas(st, w0, w0&^eAlloc) {
+				w0 = c.load(st)
+			}
+			if !c.tryRetire(e, gen) {
+				// Retained by others: the buffer stays, and its grant, if it is one the process
+				// held (the entry's offset is a peer's word: a grant it did not hold pins nothing).
+				off := c.load(c.entry(e) + eOffset)
+				n := c.load(c.entry(e) + eLength)
+				if w.sameRegion(off, n) {
+					if gr := w.grantOf(uintptr(off)); w.belongs(gr, g) && w.grantOf(uintptr(off+n-1)) == gr {
+						g.pins[gr]++
+						g.entries[e] = gr
+						continue
+					}
+				}
+			}
+		}
+		c.store(st, packState(gen+1, 0))
+	}
+}
+
+// watch runs the owner's round every interval until stopWatch.
+func (w *Owner) watch(every time.Duration) {
+	defer close(w.watched)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.watchEnd:
+			return
+		case <-t.C:
+			w.expireRejoins()
+			w.tick()
+		}
+	}
+}
+
+func (w *Owner) stopWatch() {
+	close(w.watchEnd)
+	<-w.watched
+}
+
+// expireRejoins gives up the processes of the previous owner that did not rejoin in time: a
+// process still alive keeps its memory until it exits (limbo), a dead one's comes back.
+func (w *Owner) expireRejoins() {
+	w.mu.Lock()
+	if w.rejoinBy.IsZero() || time.Now().Before(w.rejoinBy) {
+		w.mu.Unlock()
+		return
+	}
+	w.rejoinBy = time.Time{}
+	var late []int
+	for s := range w.procs {
+		if w.procs[s].rejoin {
+			w.procs[s].rejoin = false
+			late = append(late, s)
+		}
+	}
+	pids := make([]uint64, len(late))
+	starts := make([]uint64, len(late))
+	for i, s := range late {
+		pids[i], starts[i] = w.c.slotLoad(s, sPid), w.c.slotLoad(s, sStart)
+	}
+	w.mu.Unlock()
+	for i, s := range late {
+		pidfd := -1
+		if pids[i] > 0 && pids[i] < 1<<22 && startTime(int(pids[i])) == starts[i] {
+			if fd, err := unix.PidfdOpen(int(pids[i]), 0); err == nil {
+				pidfd = fd
+			}
+		}
+		w.leave(s, false, pidfd) // no pidfd (dead, or the pid reused since): it has exited
+	}
+}
+
+// belongs reports whether grant gr is the memory of g's process: held by it, or kept for it
+// (an adoption's scan: adopt.go). Called with w.mu held.
+func (w *Owner) belongs(gr int, g *gone) bool {
+	t := &w.table[gr]
+	return t.state == gHeld && t.slot == g.slot && t.serial == g.serial || t.gone == g && t.state != gFree
+}
+
+// tick is the owner's round: processes gone that have exited, orphans whose last retain went,
+// fences passed; and it wakes the grant requests waiting, which look again (a fence word or an
+// answer to an ask changes in the control region, where nothing signals it).
+func (w *Owner) tick() {
+	if w.scan != nil {
+		w.finishAdoption()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	defer w.cond.Broadcast()
+	kept := w.goneList[:0]
+	for _, g := range w.goneList {
+		if !g.exited && exited(g.pidfd) {
+			g.exited = true
+			unix.Close(g.pidfd)
+			g.pidfd = -1
+		}
+		w.settleOrphans(g)
+		var fenced []int
+		for i := range w.table {
+			if t := w.table[i]; t.gone == g && (t.state == gLimbo || t.state == gOrphan) && g.exited && g.pins[i] == 0 {
+				fenced = append(fenced, i)
+			}
+		}
+		w.fence(fenced)
+		if len(g.entries) > 0 || !g.exited {
+			kept = append(kept, g)
+		}
+	}
+	clear(w.goneList[len(kept):])
+	w.goneList = kept
+	w.unfence()
+}
+
+// settleOrphans frees the entries of g's process that were retired since (their last retain
+// let go, delivered to no one: the holder is gone) and unpins their grants. Called with w.mu
+// held.
+func (w *Owner) settleOrphans(g *gone) {
+	c := &w.c
+	for e, gr := range g.entries {
+		st := c.entry(e) + eState
+		w0 := c.load(st)
+		if w0&eLive != 0 && w0&eRetiring == 0 {
+			continue // still retained
+		}
+		if w0&eLive != 0 {
+			c.store(st, packState(entryGen(w0)+1, 0))
+		}
+		delete(g.entries, e)
+		if g.pins[gr]--; g.pins[gr] <= 0 {
+			delete(g.pins, gr)
+		}
+	}
+}
+
+// exited reports whether the process of pidfd has exited.
+func exited(pidfd int) bool {
+	if pidfd < 0 {
+		return true
+	}
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}

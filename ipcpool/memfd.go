@@ -1,0 +1,139 @@
+package ipcpool
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// The pool's memory in one process: the regions (memfds, or VMM granules: vmm.go) mapped one
+// after the other in one reservation of address space aligned to 2 MiB, so that the pool is
+// one range [base, base+poolBytes) in every process (each at its own base), which its grant
+// source lends from (source.go); and the control region, mapped on its own.
+
+var pageSize = uintptr(unix.Getpagesize())
+
+// mapAlign is the alignment of the pool's range: a heap segment (an arena chunk) starts on it.
+const mapAlign = 2 << 20
+
+// newMemfd creates a memfd of size bytes, sealed against shrinking and growing, so that no
+// process can truncate it under the others' mappings (a SIGBUS in every process).
+func newMemfd(name string, size uintptr) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, fmt.Errorf("ipcpool: memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("ipcpool: ftruncate memfd to %d bytes: %w", size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("ipcpool: sealing memfd: %w", err)
+	}
+	return fd, nil
+}
+
+// checkMemfd verifies that fd is a memfd of exactly size bytes sealed against shrinking and
+// growing: a process maps nothing a peer could pull from under it.
+func checkMemfd(fd int, size uintptr) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("%w: fstat: %v", ErrProtocol, err)
+	}
+	if st.Size < 0 || uintptr(st.Size) != size {
+		return fmt.Errorf("%w: a memfd of %d bytes, want %d", ErrProtocol, st.Size, size)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
+		return fmt.Errorf("%w: a region file that is not a memfd sealed against shrinking and growing", ErrProtocol)
+	}
+	return nil
+}
+
+// mlockOnFault is MLOCK_ONFAULT of <linux/mman.h> (x/sys lacks it).
+const mlockOnFault = 1
+
+// lockMode says how a mapping is locked.
+type lockMode uint8
+
+const (
+	lockNone    lockMode = iota // the control region; a region left pageable
+	lockNow                     // the owner that made the pool: fault every page in and lock it (mlock)
+	lockOnFault                 // every other process: lock pages as they are touched (mlock2 MLOCK_ONFAULT)
+)
+
+// reserve reserves size bytes of address space aligned to align, and returns its base.
+func reserve(size, align uintptr) (uintptr, error) {
+	res, err := unix.MmapPtr(-1, 0, nil, size+align, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return 0, fmt.Errorf("%w: reserving %d bytes of address space: %v", ErrPoolFull, size+align, err)
+	}
+	lo := uintptr(res)
+	base := (lo + align - 1) &^ (align - 1)
+	if base > lo {
+		_ = unix.MunmapPtr(res, base-lo)
+	}
+	if end := lo + size + align; end > base+size {
+		_ = unix.MunmapPtr(mem.Ptr(base+size), end-base-size)
+	}
+	return base, nil
+}
+
+// mapAt maps size bytes of fd shared at addr, inside a reservation.
+func mapAt(fd int, addr, size uintptr) error {
+	if _, err := unix.MmapPtr(fd, 0, mem.Ptr(addr), size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+		return fmt.Errorf("ipcpool: mapping %d bytes of a memfd: %w", size, err)
+	}
+	return nil
+}
+
+// lock locks [base, base+size) as mode says.
+func lock(base, size uintptr, mode lockMode) error {
+	var err error
+	switch mode {
+	case lockNow:
+		err = unix.Mlock(mem.Bytes(base, size))
+	case lockOnFault:
+		if _, _, e := unix.Syscall(unix.SYS_MLOCK2, base, size, mlockOnFault); e != 0 {
+			err = e
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("%w: locking %d bytes: %w", ErrMemlock, size, err)
+	}
+	return fmt.Errorf("ipcpool: locking %d bytes: %w", size, err)
+}
+
+// mapCtl maps the control region: its own mapping, not locked.
+func mapCtl(fd int, size uintptr) (uintptr, error) {
+	base, err := reserve(size, pageSize)
+	if err != nil {
+		return 0, err
+	}
+	if err := mapAt(fd, base, size); err != nil {
+		_ = unmap(base, size)
+		return 0, err
+	}
+	return base, nil
+}
+
+// unmap unmaps [base, base+size).
+func unmap(base, size uintptr) error {
+	if err := unix.MunmapPtr(mem.Ptr(base), size); err != nil {
+		return fmt.Errorf("ipcpool: munmap: %w", err)
+	}
+	return nil
+}
+
+// words views a mapping as 64-bit words.
+func words(base, size uintptr) []uint64 {
+	return unsafe.Slice((*uint64)(mem.Ptr(base)), size/8)
+}

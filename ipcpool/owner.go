@@ -1,0 +1,382 @@
+package ipcpool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// Owner is the process that owns a pool: it made the pool's memory (or adopted it from an
+// owner before it), serves it on a Unix socket, lends grants and takes them back from the
+// processes that give them back, leave or die. It is itself a Process of the pool (slot 0)
+// and allocates like any other.
+type Owner struct {
+	*Process
+	path     string
+	ln       *net.UnixListener
+	allow    map[int]bool // user ids that may attach
+	timeout  time.Duration
+	fileMode os.FileMode
+	hello    hello // the template of every hello: slot and serial are each process's
+
+	mu       sync.Mutex // the table, the slots, the fence, closed
+	cond     *sync.Cond // on mu: memory came back, a slot was freed, a process left
+	table    []grantState
+	procs    []slotState
+	goneList []*gone
+	askedAt  map[int]uint64 // the last ask of each slot (table.go)
+	epoch    uint64         // the fence epoch last published
+	fenced   bool
+	closed   bool
+	wg       sync.WaitGroup
+	watchEnd chan struct{} // closed to stop the watcher
+	watched  chan struct{} // closed by the watcher as it ends
+
+	// Adoption (adopt.go): what Serve was given, to build the owner from a donation.
+	o        Options
+	po       pinned.Options
+	dev      *cuda.Device
+	adoptMu  sync.Mutex    // one adoption, or the fresh pool, at a time
+	adopting bool          // the owner waits for the pool's memory: no process may attach yet
+	rejoinBy time.Time     // the processes of the previous owner rejoin by then
+	scan     *gone         // what an adoption left to scan (finishAdoption), or nil
+	scanned  chan struct{} // closed once there is nothing to scan: the owner's retains may go
+}
+
+// slotState is the owner's record of a slot.
+type slotState struct {
+	used   bool          // a process holds it (from the intro on)
+	active bool          // it answered the hello: it may ask for grants
+	serial uint64        // how many processes the slot has had: tells one from the next
+	need   uint64        // the serial that must pass the current fence (0: none)
+	conn   *net.UnixConn // its connection (nil: the owner's own slot)
+	rejoin bool          // a process of the previous owner, not rejoined yet (adopt.go)
+}
+
+// Serve creates a pool of o.Size bytes of locked memory on memfds (or CUDA host granules:
+// Options.VMM) and serves it on a Unix socket at path. A socket file left there by an owner
+// that died is replaced; one another owner serves is not (an error wrapping EADDRINUSE).
+func Serve(path string, o Options) (*Owner, error) {
+	l, err := o.layout()
+	if err != nil {
+		return nil, err
+	}
+	po, err := poolOptions(o.Pool)
+	if err != nil {
+		return nil, err
+	}
+	if o.Adopt < 0 {
+		return nil, fmt.Errorf("%w: Adopt %v", ErrInvalidOptions, o.Adopt)
+	}
+	dev, err := openDevice(&po)
+	if err != nil {
+		return nil, err
+	}
+	if o.VMM && dev == nil {
+		return nil, fmt.Errorf("%w: a VMM pool needs Pool.Backend CUDAHost (or Auto, with a driver)", ErrInvalidOptions)
+	}
+	w := newOwner(path, o, l)
+	w.o, w.po, w.dev = o, po, dev
+	if o.Adopt > 0 {
+		adopted, err := w.awaitDonor(o.Adopt)
+		if err != nil {
+			closeDevice(dev)
+			return nil, err
+		}
+		if adopted {
+			return w, nil
+		}
+	}
+	w.adoptMu.Lock()
+	defer w.adoptMu.Unlock()
+	if w.Process != nil { // adopted as the wait ended
+		return w, nil
+	}
+	if err := w.fresh(); err != nil {
+		if w.ln != nil {
+			w.ln.Close()
+			w.wg.Wait()
+		}
+		closeDevice(dev)
+		return nil, err
+	}
+	return w, nil
+}
+
+// fresh makes a new pool and serves it.
+func (w *Owner) fresh() error {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return fmt.Errorf("ipcpool: pool id: %w", err)
+	}
+	l := w.hello.layout
+	w.hello = hello{pool: binary.LittleEndian.Uint64(id[:]) | 1, slot: 0, serial: 1, layout: l, ctlSize: l.ctlBytes(), vmm: w.o.VMM, epoch: 1}
+	sp, err := w.makeSpace(w.o, w.dev)
+	if err != nil {
+		return err
+	}
+	c := sp.ctl()
+	c.writeHeader(w.hello.pool, boolWord(w.o.VMM))
+	c.store(hOwnerPid, uint64(os.Getpid()))
+	c.store(hOwnerEpoch, 1)
+	return w.start(sp)
+}
+
+func boolWord(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// newOwner makes an owner's bookkeeping, serving nothing yet.
+func newOwner(path string, o Options, l layout) *Owner {
+	w := &Owner{path: path, allow: map[int]bool{os.Getuid(): true}, timeout: o.Timeout, fileMode: o.Mode,
+		table: make([]grantState, l.grants()), procs: make([]slotState, l.slots), hello: hello{layout: l}}
+	if w.timeout <= 0 {
+		w.timeout = DefaultTimeout
+	}
+	for _, u := range o.AllowUIDs {
+		w.allow[u] = true
+	}
+	w.cond = sync.NewCond(&w.mu)
+	w.scanned = make(chan struct{})
+	return w
+}
+
+// makeSpace makes the pool's memory and maps it, locked, in the owner.
+func (w *Owner) makeSpace(o Options, dev *cuda.Device) (*space, error) {
+	l := w.hello.layout
+	ctlFd, err := newMemfd("pinmalloc-ipcpool-ctl", w.hello.ctlSize)
+	if err != nil {
+		return nil, err
+	}
+	fds := []int{ctlFd}
+	cfg := spaceConfig{mode: lockNow, fallback: o.FallbackPageable, dev: dev, vmm: o.VMM}
+	if o.VMM {
+		rfds, exports, err := newVMMRegions(dev, l)
+		fds = append(fds, rfds...)
+		if err != nil {
+			for _, e := range exports {
+				_ = e.Release()
+			}
+			closeFds(fds)
+			return nil, err
+		}
+		cfg.exports = exports
+	} else {
+		for i := range l.regions {
+			fd, err := newMemfd(fmt.Sprintf("pinmalloc-ipcpool-%d", i), l.regionSize)
+			if err != nil {
+				closeFds(fds)
+				return nil, err
+			}
+			fds = append(fds, fd)
+		}
+	}
+	return mapSpace(l, w.hello.ctlSize, fds, cfg)
+}
+
+// start makes the owner's own process over sp (slot 0) and serves.
+func (w *Owner) start(sp *space) error {
+	w.procs[0] = slotState{used: true, active: true, serial: w.hello.serial}
+	c := sp.ctl()
+	c.slotStore(0, sSerial, w.hello.serial)
+	c.slotStore(0, sPid, uint64(os.Getpid()))
+	c.slotStore(0, sStart, startTime(os.Getpid()))
+	p, err := newProcess(w.hello, sp, ownerGranter{w, w.timeout}, processConfig{pool: w.po, drain: w.o.DrainInterval, dev: w.dev})
+	if err != nil {
+		sp.close(false)
+		return err
+	}
+	if w.ln == nil {
+		if w.ln, err = listen(w.path, w.mode()); err != nil {
+			_ = p.closePool(true)
+			sp.close(false)
+			return err
+		}
+		w.wg.Add(1)
+		go w.serve()
+	}
+	w.mu.Lock()
+	w.Process, p.owner = p, w
+	w.adopting = false
+	close(w.scanned) // a new pool: nothing to scan
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	w.run(p)
+	return nil
+}
+
+// run starts the owner's own process's drainer and the owner's watcher.
+func (w *Owner) run(p *Process) {
+	p.start()
+	w.watchEnd, w.watched = make(chan struct{}), make(chan struct{})
+	go w.watch(p.every)
+}
+
+func (w *Owner) mode() os.FileMode { return w.fileMode }
+
+// listen listens on path with the given permissions, replacing a socket file nobody serves.
+func listen(path string, mode os.FileMode) (*net.UnixListener, error) {
+	if mode == 0 {
+		mode = 0o600
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("ipcpool: %s: another pool serves it: %w", path, syscall.EADDRINUSE)
+		}
+		_ = os.Remove(path) // a stale socket of an owner that died
+	}
+	// Create the socket with no permission for anyone, then open it to mode: no window in
+	// which another user could connect.
+	old := unix.Umask(0o777)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("ipcpool: listen: %w", err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, mode.Perm()); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("ipcpool: chmod socket: %w", err)
+	}
+	return ln, nil
+}
+
+// serve accepts connections until the listener closes.
+func (w *Owner) serve() {
+	defer w.wg.Done()
+	for {
+		c, err := w.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // EMFILE and the like: let it pass
+			continue
+		}
+		w.wg.Add(1)
+		go w.session(c)
+	}
+}
+
+// Attached returns how many processes other than the owner are attached.
+func (w *Owner) Attached() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for s := 1; s < len(w.procs); s++ {
+		if w.procs[s].used {
+			n++
+		}
+	}
+	return n
+}
+
+// Wait waits until no process but the owner is attached, or ctx is done.
+func (w *Owner) Wait(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer stop()
+	for {
+		if n := w.Attached(); n == 0 {
+			return nil
+		} else if ctx.Err() != nil {
+			return fmt.Errorf("%w: %d: %w", ErrAttached, n, ctx.Err())
+		}
+		w.mu.Lock()
+		w.cond.Wait()
+		w.mu.Unlock()
+	}
+}
+
+// Close closes the pool. It refuses with ErrAttached, naming the count and releasing nothing,
+// while other processes are attached (Wait waits for them). Otherwise it stops serving,
+// removes the socket, and unmaps and frees the pool's memory; the owner's own buffers still
+// live are given up with it (an error wrapping pinned.ErrLiveBlocks says how many).
+func (w *Owner) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	if n := w.attachedLocked(); n > 0 {
+		w.mu.Unlock()
+		return fmt.Errorf("%w: %d processes", ErrAttached, n)
+	}
+	w.closed = true // no session takes a slot from now on
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	w.ln.Close()
+	w.mu.Lock()
+	for s := range w.procs { // a process that connected between the check and the close
+		if c := w.procs[s].conn; c != nil {
+			c.Close()
+		}
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
+	w.stopWatch()
+	err := w.Process.leaveAll(nil)
+	w.mu.Lock()
+	for _, g := range w.goneList {
+		if g.pidfd >= 0 {
+			unix.Close(g.pidfd)
+		}
+	}
+	w.goneList = nil
+	w.mu.Unlock()
+	return err
+}
+
+func (w *Owner) attachedLocked() int {
+	n := 0
+	for s := 1; s < len(w.procs); s++ {
+		if w.procs[s].used {
+			n++
+		}
+	}
+	return n
+}
+
+// openDevice opens the CUDA device a process's pool registers with, as its Backend says
+// (Auto: CUDAHost where a driver and the device are, Locked otherwise); nil for Locked.
+func openDevice(po *pinned.Options) (*cuda.Device, error) {
+	if po.Backend == pinned.Locked {
+		return nil, nil
+	}
+	dev, err := cuda.Open(po.Device)
+	if err != nil {
+		if po.Backend == pinned.Auto {
+			po.Backend = pinned.Locked
+			return nil, nil
+		}
+		return nil, fmt.Errorf("ipcpool: the %s backend: %w", pinned.CUDAHost, err)
+	}
+	po.Backend = pinned.CUDAHost
+	return dev, nil
+}
+
+func closeDevice(dev *cuda.Device) {
+	if dev != nil {
+		_ = dev.Close()
+	}
+}

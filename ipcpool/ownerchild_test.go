@@ -1,0 +1,131 @@
+package ipcpool
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// ownerChildEnv makes the test binary the owner of a pool at the path it names (its size in
+// ownerSizeEnv, 8 MiB by default), answering on stdout "READY" and then, for each line on
+// stdin, the commands of a child (child_test.go) but Q and X; it lives until killed or its
+// stdin closes.
+const (
+	ownerChildEnv = "PINMALLOC_IPCPOOL_TEST_OWNER"
+	ownerSizeEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_SIZE"
+	ownerOpenEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_OPEN"  // any user may connect; root may attach
+	ownerAdoptEnv = "PINMALLOC_IPCPOOL_TEST_OWNER_ADOPT" // adopt the pool of an owner that died
+	ownerColdEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_COLD"  // time Serve in a process that never used pinmalloc
+)
+
+func runOwnerChild(path string) int {
+	size := 8 << 20
+	if s := os.Getenv(ownerSizeEnv); s != "" {
+		size, _ = strconv.Atoi(s)
+	}
+	o := Options{Size: size, GrantSize: 2 << 20, FallbackPageable: true, Slots: 8}
+	if os.Getenv(ownerOpenEnv) != "" {
+		o.Mode, o.AllowUIDs = 0o666, []int{0}
+	}
+	if os.Getenv(ownerAdoptEnv) != "" {
+		o.Adopt, o.Timeout = 5*time.Second, 300*time.Millisecond
+	}
+	if os.Getenv(ownerColdEnv) == "" {
+		// What any program that uses pinmalloc paid once before it serves (the process's
+		// membarrier registration, a kernel RCU grace period): not the restart's.
+		if p, err := pinned.New(pinned.Options{Capacity: 2 << 20, Backend: pinned.Pageable}); err == nil {
+			_ = p.Close()
+		}
+	}
+	var before, after unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &before)
+	start := time.Now()
+	w, err := Serve(path, o)
+	took := time.Since(start)
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &after)
+	if err != nil {
+		fmt.Println("E", err)
+		return 1
+	}
+	fmt.Println("READY", w.hello.pool, took.Nanoseconds(), after.Minflt-before.Minflt)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) > 0 {
+			fmt.Println(childCommand(w.Process, f))
+		}
+	}
+	return 0
+}
+
+// ownerChild is the test's end of an owner child.
+type ownerChild struct {
+	*child
+	pool uint64
+}
+
+func startOwnerChild(t *testing.T, path string, size int, env ...string) *ownerChild {
+	t.Helper()
+	return startProc(t, exec.Command(os.Args[0], "-test.run=^$"), ownerEnv(path, size, env...))
+}
+
+// ownerEnv is the environment of an owner child.
+func ownerEnv(path string, size int, env ...string) []string {
+	return append(append(os.Environ(), ownerChildEnv+"="+path, ownerSizeEnv+"="+strconv.Itoa(size)), env...)
+}
+
+// startProc starts cmd, the test binary, with environment env, and waits for its READY.
+func startProc(t *testing.T, cmd *exec.Cmd, env []string) *ownerChild {
+	t.Helper()
+	o := &ownerChild{child: spawn(t, cmd, env)}
+	done := make(chan string, 1)
+	go func() {
+		if o.out.Scan() {
+			done <- o.out.Text()
+		}
+		close(done)
+	}()
+	select {
+	case line := <-done:
+		if _, err := fmt.Sscanf(line, "READY %d", &o.pool); err != nil {
+			t.Fatalf("owner child: %q", line)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the owner child did not start")
+	}
+	return o
+}
+
+// keeperChildEnv makes the test binary a keeper of the pool at the path it names: it prints
+// "READY" and keeps the pool until its stdin closes or it is killed.
+const keeperChildEnv = "PINMALLOC_IPCPOOL_TEST_KEEPER"
+
+func runKeeperChild(path string) int {
+	k, err := Keep(context.Background(), path, AttachOptions{FallbackPageable: true})
+	if err != nil {
+		fmt.Println("E", err)
+		return 1
+	}
+	fmt.Println("READY", k.ID())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		fmt.Println("R", k.Rejoined())
+	}
+	return 0
+}
+
+// startKeeperChild starts a keeper child of the pool at path.
+func startKeeperChild(t *testing.T, path string) *ownerChild {
+	t.Helper()
+	return startProc(t, exec.Command(os.Args[0], "-test.run=^$"), append(os.Environ(), keeperChildEnv+"="+path))
+}

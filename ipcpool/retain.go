@@ -1,0 +1,226 @@
+package ipcpool
+
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// Retain adds a reference of this process to the buffer of h: the buffer stays live, whoever
+// frees its allocation, until this process calls Release as many times as it retained it
+// (or leaves the pool, or dies). So several processes can read one buffer (a shared KV
+// prefix) and the buffer goes back to its holder when the last of them lets go. It fails
+// with ErrStaleHandle for a buffer already let go.
+func (p *Process) Retain(h Handle) error {
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	p.adopted()
+	ex := &p.ex
+	ex.mu.Lock() // one retain or release of this process at a time: see below
+	e, err := p.resolve(h)
+	if err != nil {
+		ex.mu.Unlock()
+		return err
+	}
+	if n := ex.retains[h]; n > 0 {
+		ex.retains[h] = n + 1
+		ex.mu.Unlock()
+		return nil
+	}
+	c := &p.c
+	if !p.retainedEver {
+		// Before the first bit: the owner scans for a process's bits when it goes only if
+		// it says it may have some.
+		p.retainedEver = true
+		for {
+			f := c.slotLoad(p.slot, sFlags)
+			if f&flagRetains != 0 || c.cas(c.slotWord(p.slot, sFlags), f, f|flagRetains) {
+				break
+			}
+		}
+	}
+	c.setRetain(e, p.slot, true)
+	// The bit is set: a retirement that has not marked the entry yet sees it and backs off;
+	// one that has marked it is seen here.
+	w := c.load(c.entry(e) + eState)
+	if entryGen(w) == h.Gen && w&(eLive|eRetiring) == eLive {
+		ex.retains[h] = 1
+		ex.mu.Unlock()
+		return nil
+	}
+	// Too late: the buffer is being let go. Take the bit back (this process's, which no other
+	// retain of it can hold: ex.mu) and let the entry retire if it now may.
+	c.setRetain(e, p.slot, false)
+	retired := c.tryRetire(e, entryGen(w))
+	ex.mu.Unlock()
+	if retired {
+		p.deliver(e, entryGen(w))
+	}
+	return fmt.Errorf("%w: %v", ErrStaleHandle, h)
+}
+
+// Release lets go one reference Retain added. When it was the buffer's last reference, the
+// buffer goes back to its holder. Release of a handle this process does not retain is
+// refused with ErrStaleHandle. The caller must have let every stream that used the buffer
+// pass first.
+func (p *Process) Release(h Handle) error {
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	p.adopted()
+	p.ex.mu.Lock()
+	retired, err := p.release(h)
+	p.ex.mu.Unlock()
+	if retired {
+		p.deliver(int(h.Entry), h.Gen)
+	}
+	return err
+}
+
+// release is Release with ex.mu held: retired says the entry of h must be delivered (once
+// ex.mu is let go).
+func (p *Process) release(h Handle) (retired bool, err error) {
+	ex := &p.ex
+	n := ex.retains[h]
+	switch {
+	case n == 0:
+		return false, fmt.Errorf("%w: %v is not retained by this process", ErrStaleHandle, h)
+	case n > 1:
+		ex.retains[h] = n - 1
+		return false, nil
+	}
+	delete(ex.retains, h)
+	e := int(h.Entry) // checked by Retain
+	p.c.setRetain(e, p.slot, false)
+	return p.c.tryRetire(e, h.Gen), nil
+}
+
+// deliver hands entry e, retired at gen by this process, to its holder: its own entry is
+// taken at once, a peer's goes on the ring to it (or, the ring full, its overflow word says
+// to scan). An entry whose holder is gone is the owner's to let go (table.go).
+func (p *Process) deliver(e int, gen uint32) {
+	c := &p.c
+	s, i := e/p.exports, e%p.exports
+	holder := c.load(c.entry(e) + eHolder)
+	serial := holder >> 16
+	if int(holder&0xffff) != s || s >= p.slots {
+		return // garbage: the holder's scan, or the owner's, deals with it
+	}
+	if s == p.slot && serial == p.serial {
+		p.takeRetired(i, gen)
+		return
+	}
+	if c.slotLoad(s, sSerial) != serial {
+		return // its holder is gone: an orphan
+	}
+	p.pushMu.Lock()
+	ok := c.push(p.slot, s, packRing(i, gen))
+	p.pushMu.Unlock()
+	if !ok {
+		c.add(c.slotWord(s, sOverflow), 1)
+		p.st.overflows.Add(1)
+	}
+	p.st.retiredOut.Add(1)
+}
+
+// takeRetired frees the buffer of this process's entry i, retired at gen, if the entry and
+// this process's record of it agree; anything else (a replayed or forged ring entry, a
+// corrupted entry) is dropped and counted.
+func (p *Process) takeRetired(i int, gen uint32) {
+	ex := &p.ex
+	ex.mu.Lock()
+	if i < 0 || i >= len(ex.recs) {
+		ex.mu.Unlock()
+		p.st.dropped.Add(1)
+		return
+	}
+	r := ex.recs[i]
+	c := &p.c
+	e := p.slot*p.exports + i
+	if w := c.load(c.entry(e) + eState); r.addr == 0 || r.gen != gen || w != packState(gen, eLive|eRetiring) {
+		ex.mu.Unlock()
+		if d := entryGen(w) - gen; d == 0 || d >= 1<<31 {
+			// Not a retirement this process has seen go by (the entry is not past the
+			// generation): a forged or garbled entry. One the entry is past is a delivery
+			// taken already (a scan found it before the ring did), or a replay: nothing.
+			p.st.dropped.Add(1)
+		}
+		return
+	}
+	delete(ex.byAddr, r.addr)
+	ex.recs[i] = exportRec{}
+	c.store(c.entry(e)+eState, packState(gen+1, 0))
+	ex.free = append(ex.free, i)
+	ex.mu.Unlock()
+	if err := p.Pool.FreeShared(mem.Bytes(r.addr, r.n)); err != nil {
+		p.st.freeErrors.Add(1)
+		return
+	}
+	p.st.retiredIn.Add(1)
+}
+
+// sharer is the process's pinned.Sharer: what its pool asks of frees it cannot finish alone.
+type sharer struct{ p *Process }
+
+// FreeOutside frees a peer's buffer this process mapped with Bytes, as FreeHandle does.
+func (s sharer) FreeOutside(b []byte) error {
+	p := s.p
+	if _, in := p.sp.in(mem.Addr(b), 1); !in {
+		return fmt.Errorf("%w: %#x is not memory of the pool", pinned.ErrNotOwned, mem.Addr(b))
+	}
+	p.ex.mu.Lock()
+	h, ok := p.ex.peers[mem.Addr(b)]
+	p.ex.mu.Unlock()
+	if !ok || uint64(cap(b)) != h.Length {
+		if _, in := p.sp.in(mem.Addr(b), 1); in && ok {
+			return fmt.Errorf("%w: %d bytes of a buffer of %d", ErrForeignHandle, cap(b), h.Length)
+		}
+		return fmt.Errorf("%w: %#x is not a buffer this process mapped with Bytes (free a peer's buffer by its handle)", ErrForeignHandle, mem.Addr(b))
+	}
+	return p.FreeHandle(h)
+}
+
+// DropShared lets go the allocation of a buffer this process shared, for its pool's free of
+// it: last says it was the buffer's last reference (the pool frees it then).
+func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
+	p := s.p
+	ex := &p.ex
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	i, ok := ex.byAddr[addr]
+	if !ok {
+		return false, false, nil
+	}
+	r := ex.recs[i]
+	c := &p.c
+	e := p.slot*p.exports + i
+	st := c.entry(e) + eState
+	for {
+		w := c.load(st)
+		if entryGen(w) != r.gen || w&eFlags != eLive|eAlloc {
+			return true, false, fmt.Errorf("%w: buffer %#x freed already (by its handle)", ErrStaleHandle, addr)
+		}
+		if c.cas(st, w, w&^eAlloc) {
+			break
+		}
+	}
+	if !c.tryRetire(e, r.gen) {
+		return true, false, nil // others retain it
+	}
+	delete(ex.byAddr, addr)
+	ex.recs[i] = exportRec{}
+	c.store(st, packState(r.gen+1, 0))
+	ex.free = append(ex.free, i)
+	p.st.retiredIn.Add(1)
+	return true, true, nil
+}
+
+// adopted waits, in an owner that adopted the pool, until its scan of the previous owner's
+// retains is done (the previous owner's retain bits are slot 0's, as the owner's are).
+func (p *Process) adopted() {
+	if p.owner != nil {
+		<-p.owner.scanned
+	}
+}

@@ -1,0 +1,320 @@
+package ipcpool
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The owner's side of one connection. Every step of the handshake has a deadline (a peer
+// silent past Options.Timeout is closed), every message is checked (a peer that sends
+// garbage is cut off), and a connection that fails before it answered the hello frees its
+// slot at once: it was granted nothing.
+
+// Reasons in a refusal (a reply to the intro, status stRefused).
+const (
+	refusedUser = 1 // the peer's user may not attach
+	refusedFull = 2 // no slot free, or the pool is closing
+	refusedKind = 3 // the owner does not serve that kind of connection now
+	refusedPool = 4 // (a rejoin) the owner does not know this process: another pool, or it left
+)
+
+// session serves one connection.
+func (w *Owner) session(c *net.UnixConn) {
+	defer w.wg.Done()
+	defer c.Close()
+	cred, err := peerCred(c)
+	_ = c.SetReadDeadline(time.Now().Add(w.timeout))
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	allowed := w.allow[int(cred.Uid)]
+	w.mu.Unlock()
+	if !allowed {
+		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedUser}, w.timeout)
+		return
+	}
+	intro, err := readMsg(c)
+	if err != nil || intro.op != opIntro {
+		return // garbage or silence: nothing was taken
+	}
+	switch intro.flags {
+	case introAttach:
+		if !w.waitServing() {
+			_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
+			return
+		}
+		w.attachSession(c, cred)
+	case introRejoin:
+		w.rejoinSession(c, cred, intro.b)
+	default:
+		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
+	}
+}
+
+// waitServing waits, the handshake's timeout at most, while the owner waits for the memory of
+// the pool it adopts, and reports whether it serves now.
+func (w *Owner) waitServing() bool {
+	t := time.AfterFunc(w.timeout, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer t.Stop()
+	end := time.Now().Add(w.timeout)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.adopting && !w.closed && time.Now().Before(end) {
+		w.cond.Wait()
+	}
+	return !w.adopting && !w.closed
+}
+
+// rejoinSession takes back a process of the previous owner of a pool this owner adopted, by
+// its slot and serial (and pid): asking it for the pool's descriptors first when the owner
+// has no memory yet.
+func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
+	m, err := readMsg(c)
+	if err != nil || m.op != opRejoin {
+		return
+	}
+	w.mu.Lock()
+	has := w.Process != nil
+	w.mu.Unlock()
+	if !has {
+		if ok, _ := w.donated(c); !ok {
+			return // cut off; the owner waits for another donor
+		}
+	}
+	slot, serial := int(m.a), m.b
+	w.mu.Lock()
+	ok := pool == w.hello.pool && slot > 0 && slot < len(w.procs) && !w.closed
+	if ok {
+		st := &w.procs[slot]
+		ok = st.used && st.rejoin && st.serial == serial && w.c.slotLoad(slot, sPid) == uint64(cred.Pid)
+		if ok {
+			st.rejoin, st.active, st.conn = false, true, c
+		}
+	}
+	w.mu.Unlock()
+	if !ok {
+		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedPool}, w.timeout)
+		return
+	}
+	pidfd := -1
+	if fd, err := unix.PidfdOpen(int(cred.Pid), 0); err == nil && int(cred.Pid) != os.Getpid() {
+		pidfd = fd
+	} else if err == nil {
+		unix.Close(fd)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if err := writeMsg(c, msg{op: opReply, a: stOK}, w.timeout); err != nil {
+		c.Close()
+	}
+	w.serveProcess(c, slot, pidfd)
+}
+
+// attachSession serves a process that attaches: the hello, then its requests, until it
+// detaches, dies, or breaks the protocol.
+func (w *Owner) attachSession(c *net.UnixConn, cred *unix.Ucred) {
+	slot := w.takeSlot(c, cred)
+	if slot < 0 {
+		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedFull}, w.timeout)
+		return
+	}
+	pidfd := -1
+	if cred.Pid > 0 && int(cred.Pid) != os.Getpid() {
+		if fd, err := unix.PidfdOpen(int(cred.Pid), 0); err == nil {
+			pidfd = fd
+		}
+	}
+	h := w.hello
+	w.mu.Lock()
+	h.slot, h.serial = slot, w.procs[slot].serial
+	w.mu.Unlock()
+	err := sendFds(c, h.encode(), w.sp.fds, w.timeout)
+	var ready msg
+	if err == nil {
+		ready, err = readMsg(c) // within the handshake's deadline
+	}
+	if err == nil && ready.op == opReady {
+		// The answer to ready: the process is attached only once it has read it, so that a
+		// ready the owner gave up waiting for fails the Attach too.
+		err = writeMsg(c, msg{op: opReply, a: stOK}, w.timeout)
+	}
+	if err != nil || ready.op != opReady {
+		// It failed before it could use anything (a bad Align, memlock refused, garbage,
+		// silence): the slot is free at once, with nothing to take back.
+		w.freeSlot(slot, pidfd)
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	w.mu.Lock()
+	w.procs[slot].active = true
+	w.mu.Unlock()
+	w.serveProcess(c, slot, pidfd)
+}
+
+// serveProcess serves the requests of the process in slot on c until it detaches, dies or
+// breaks the protocol, and takes back what it leaves.
+func (w *Owner) serveProcess(c *net.UnixConn, slot, pidfd int) {
+	s := &serverConn{w: w, c: c, slot: slot, timeout: w.timeout}
+	detached, err := s.serve()
+	w.mu.Lock()
+	w.procs[slot].active = false // its grant requests waiting end now
+	w.mu.Unlock()
+	s.wait()
+	if !detached && err != nil && !errors.Is(err, errGone) {
+		c.Close() // cut off: it broke the protocol
+	}
+	w.leave(slot, detached, pidfd)
+	if detached {
+		// Only now: a Close that returned is no longer attached (Attached does not count it,
+		// the owner's Close may follow at once).
+		_ = s.write(msg{op: opReply, seq: s.detachSeq, a: stOK})
+	}
+}
+
+// takeSlot takes a free slot for a process, or returns -1.
+func (w *Owner) takeSlot(c *net.UnixConn, cred *unix.Ucred) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return -1
+	}
+	for s := 1; s < len(w.procs); s++ {
+		st := &w.procs[s]
+		if st.used {
+			continue
+		}
+		st.serial++
+		st.used, st.active, st.conn, st.need = true, false, c, 0
+		w.c.slotStore(s, sPid, uint64(cred.Pid))
+		w.c.slotStore(s, sStart, startTime(int(cred.Pid)))
+		w.c.slotStore(s, sFence, w.epoch)
+		w.c.slotStore(s, sFlags, 0)
+		w.c.slotStore(s, sSerial, st.serial)
+		return s
+	}
+	return -1
+}
+
+// freeSlot frees the slot of a process that held nothing.
+func (w *Owner) freeSlot(slot, pidfd int) {
+	if pidfd >= 0 {
+		unix.Close(pidfd)
+	}
+	w.mu.Lock()
+	st := &w.procs[slot]
+	st.used, st.active, st.conn = false, false, nil
+	w.c.slotStore(slot, sSerial, 0)
+	w.cond.Broadcast()
+	w.mu.Unlock()
+}
+
+var errGone = errors.New("ipcpool: the process closed its connection")
+
+// serverConn is the owner's end of one attached process's connection.
+type serverConn struct {
+	w         *Owner
+	c         *net.UnixConn
+	slot      int
+	timeout   time.Duration
+	wmu       sync.Mutex
+	grants    sync.WaitGroup
+	inflight  int // grant requests being served (at most maxGrantsInFlight)
+	mu        sync.Mutex
+	detachSeq uint64
+}
+
+// maxGrantsInFlight bounds the grant requests one process may have waiting at once.
+const maxGrantsInFlight = 4
+
+func (s *serverConn) write(m msg) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return writeMsg(s.c, m, s.timeout)
+}
+
+// serve reads the process's requests until it detaches (detached), its connection ends
+// (errGone) or it breaks the protocol (another error).
+func (s *serverConn) serve() (detached bool, err error) {
+	for {
+		m, err := readMsg(s.c)
+		if err != nil {
+			if errors.Is(err, ErrProtocol) {
+				return false, err
+			}
+			return false, errGone
+		}
+		switch m.op {
+		case opGrant:
+			s.mu.Lock()
+			busy := s.inflight >= maxGrantsInFlight
+			if !busy {
+				s.inflight++
+			}
+			s.mu.Unlock()
+			if busy {
+				_ = s.write(msg{op: opReply, seq: m.seq, a: stRefused})
+				continue
+			}
+			s.grants.Add(1)
+			go s.grant(m)
+		case opRelease:
+			if m.a > uint64(len(s.w.table)) || m.b > uint64(len(s.w.table)) {
+				return false, fmt.Errorf("%w: release of grants %d+%d", ErrProtocol, m.a, m.b)
+			}
+			s.w.mu.Lock()
+			err := s.w.releaseRun(s.slot, int(m.a), int(m.b))
+			s.w.mu.Unlock()
+			if err != nil {
+				return false, err
+			}
+		case opDetach:
+			s.detachSeq = m.seq
+			return true, nil
+		default:
+			return false, fmt.Errorf("%w: operation %d after the handshake", ErrProtocol, m.op)
+		}
+	}
+}
+
+// grant serves one grant request, waiting as long as the process said it waits (at most
+// the owner's timeout).
+func (s *serverConn) grant(m msg) {
+	defer s.grants.Done()
+	d := min(time.Duration(min(m.b, uint64(s.timeout))), s.timeout)
+	var reply msg
+	if m.a == 0 || m.a > uint64(s.w.grantsPerRegion()) {
+		reply = msg{op: opReply, seq: m.seq, a: stFull}
+	} else if first, err := s.w.grantWait(s.slot, int(m.a), d); err != nil {
+		reply = msg{op: opReply, seq: m.seq, a: stFull}
+	} else {
+		reply = msg{op: opReply, seq: m.seq, a: stOK, b: uint64(first)}
+	}
+	if err := s.write(reply); err != nil && reply.a == stOK {
+		// Nobody will know of these grants: take them back (the process may be gone).
+		s.w.mu.Lock()
+		_ = s.w.releaseRun(s.slot, int(reply.b), int(m.a))
+		s.w.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.inflight--
+	s.mu.Unlock()
+}
+
+// wait waits for the grant requests being served: they end at the slot's leave (grantWait
+// sees the slot gone) or at their deadline.
+func (s *serverConn) wait() {
+	s.w.mu.Lock()
+	s.w.cond.Broadcast()
+	s.w.mu.Unlock()
+	s.grants.Wait()
+}

@@ -1,0 +1,244 @@
+package ipcpool
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The owner's grant table. The owner keeps it in Go memory, where no peer can write, and
+// publishes each change in the control region's grant words for the others to read. A grant
+// is, in order of its life:
+//
+//	free     the owner may grant it
+//	held     by the process in a slot (its arena's region, or part of one)
+//	limbo    of a process gone from its socket without a detach (it died, or was cut off):
+//	         it may still write its memory until it has exited (its pidfd says when)
+//	orphan   of a process gone, under buffers it shared that others still retain: kept until
+//	         the last of those is let go (Retain), then on as the rest
+//	fenced   free once every process with a CUDA device has passed the fence: a copy one of
+//	         them queued into a buffer of the process gone (got by handle) may still run
+//
+// A grant request that finds no room waits, at most its deadline, while memory may come back:
+// fenced grants (a fence completes within a drain tick of every live process), grants in
+// limbo, and the empty grants of the processes the owner asks for them (sAsk). It fails
+// with ErrPoolFull at once when none of that can help: the pool is full of live buffers.
+
+type grantState struct {
+	state  int    // gFree, gFenced, gLimbo, gOrphan, or held (-1)
+	slot   int    // the holder, when held
+	serial uint64 // the holder's serial when held
+	gone   *gone  // the process gone, in limbo or orphaned
+	gen    uint64 // the grant's generation: bumped at each change of hands
+}
+
+const gHeld = -1
+
+// gone is the owner's record of a process that left its slot with grants (or retained
+// buffers of its own others hold) still to come back.
+type gone struct {
+	slot   int
+	serial uint64
+	pidfd  int  // -1: no pidfd (exited, or never known)
+	exited bool // its pidfd said so (or it detached: it unmapped the pool first)
+	// pins counts, per grant, the entries of the process's that others still retain.
+	pins    map[int]int
+	entries map[int]int // entry -> grant, of those still retained
+}
+
+// publish writes grant g's word.
+func (w *Owner) publish(g int) {
+	t := &w.table[g]
+	slot, state := t.slot, t.state
+	if state == gHeld {
+		state = 0
+	} else {
+		slot = -1
+	}
+	w.c.store(w.c.grantWord(g), packGrant(t.gen, state, slot))
+}
+
+// grantRun gives slot n contiguous free grants of one region and returns the first, or false.
+// Called with w.mu held.
+func (w *Owner) grantRun(slot, n int) (int, bool) {
+	per := w.grantsPerRegion()
+	if n <= 0 || n > per {
+		return 0, false
+	}
+	for r := range w.regions {
+		run := 0
+		for g := r * per; g < (r+1)*per; g++ {
+			if w.table[g].state != gFree {
+				run = 0
+				continue
+			}
+			if run++; run == n {
+				first := g - n + 1
+				for i := first; i <= g; i++ {
+					w.table[i] = grantState{state: gHeld, slot: slot, serial: w.procs[slot].serial, gen: w.table[i].gen + 1}
+					w.publish(i)
+				}
+				return first, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// grantWait is a grant request of slot for n grants, waiting until d passes while memory may
+// come back (see above).
+func (w *Owner) grantWait(slot, n int, d time.Duration) (int, error) {
+	deadline := time.Now().Add(d)
+	t := time.AfterFunc(d, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer t.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	asked := false
+	for {
+		if w.closed || !w.procs[slot].active {
+			return 0, ErrClosed
+		}
+		w.unfence()
+		if first, ok := w.grantRun(slot, n); ok {
+			return first, nil
+		}
+		if !asked {
+			w.ask(slot)
+			asked = true
+		} else if !w.mayComeBack(slot) {
+			return 0, fmt.Errorf("%w: no run of %d free grants", ErrPoolFull, n)
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%w: no run of %d free grants within %v: %w", ErrPoolFull, n, d, context.DeadlineExceeded)
+		}
+		w.cond.Wait()
+	}
+}
+
+// ask asks every process but slot that holds grants to give its empty ones back now.
+// Called with w.mu held.
+func (w *Owner) ask(slot int) {
+	w.askedAt = make(map[int]uint64)
+	for s := range w.procs {
+		st := &w.procs[s]
+		if s == slot || !st.used || !st.active || w.heldBy(s) == 0 {
+			continue
+		}
+		w.askedAt[s] = w.c.add(w.c.slotWord(s, sAsk), 1)
+	}
+}
+
+// mayComeBack reports whether memory may yet come back for a request of slot: fenced or
+// limbo grants, or a process asked that has not answered. Called with w.mu held.
+func (w *Owner) mayComeBack(slot int) bool {
+	for g := range w.table {
+		if s := w.table[g].state; s == gFenced || s == gLimbo {
+			return true
+		}
+	}
+	for s, a := range w.askedAt {
+		if w.procs[s].used && w.c.slotLoad(s, sAnswer) < a {
+			return true
+		}
+	}
+	return false
+}
+
+// heldBy counts the grants slot holds. Called with w.mu held.
+func (w *Owner) heldBy(slot int) int {
+	n := 0
+	for g := range w.table {
+		if w.table[g].state == gHeld && w.table[g].slot == slot {
+			n++
+		}
+	}
+	return n
+}
+
+// releaseRun takes back grants [first, first+n) from slot, which must hold them all.
+// Called with w.mu held.
+func (w *Owner) releaseRun(slot, first, n int) error {
+	if first < 0 || n <= 0 || first >= len(w.table) || n > len(w.table)-first {
+		return fmt.Errorf("%w: release of grants %d+%d", ErrProtocol, first, n)
+	}
+	for g := first; g < first+n; g++ {
+		if t := w.table[g]; t.state != gHeld || t.slot != slot || t.serial != w.procs[slot].serial {
+			return fmt.Errorf("%w: release of grant %d, not the process's", ErrProtocol, g)
+		}
+	}
+	for g := first; g < first+n; g++ {
+		w.table[g] = grantState{state: gFree, gen: w.table[g].gen + 1}
+		w.publish(g)
+	}
+	w.cond.Broadcast()
+	return nil
+}
+
+// fence fences grants: they become free once every process with a device attached now has
+// passed the new epoch (or left). Called with w.mu held.
+func (w *Owner) fence(gs []int) {
+	if len(gs) == 0 {
+		return
+	}
+	devices := false
+	for s := range w.procs {
+		st := &w.procs[s]
+		st.need = 0
+		if st.used && w.c.slotLoad(s, sFlags)&flagDevice != 0 {
+			st.need, devices = st.serial, true
+		}
+	}
+	for _, g := range gs {
+		w.table[g] = grantState{state: gFenced, gen: w.table[g].gen + 1}
+		if !devices {
+			w.table[g].state = gFree // no process can have a copy queued: nothing to wait for
+		}
+		w.publish(g)
+	}
+	if devices {
+		w.epoch++
+		w.fenced = true
+		w.c.store(hFence, w.epoch)
+	}
+	w.cond.Broadcast()
+}
+
+// unfence frees the fenced grants once every process that had to pass the fence has passed
+// it or left its slot. Called with w.mu held.
+func (w *Owner) unfence() {
+	if !w.fenced {
+		return
+	}
+	for s := range w.procs {
+		st := &w.procs[s]
+		if st.need != 0 && st.used && st.serial == st.need && w.c.slotLoad(s, sFence) < w.epoch {
+			return
+		}
+	}
+	for g := range w.table {
+		if w.table[g].state == gFenced {
+			w.table[g].state = gFree
+			w.publish(g)
+		}
+	}
+	w.fenced = false
+	w.cond.Broadcast()
+}
+
+// ownerGranter is the owner's own process's granter: the table, in process.
+type ownerGranter struct {
+	w *Owner
+	d time.Duration
+}
+
+func (g ownerGranter) grant(n int) (int, error) { return g.w.grantWait(0, n, g.d) }
+
+func (g ownerGranter) release(first, n int) {
+	g.w.mu.Lock()
+	_ = g.w.releaseRun(0, first, n)
+	g.w.mu.Unlock()
+}

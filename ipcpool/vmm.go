@@ -1,0 +1,59 @@
+package ipcpool
+
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
+)
+
+// A VMM pool (Options.VMM): each region is one exportable allocation of CUDA host granules
+// (cudamem.HostExport), made by the owner at the host NUMA node nearest its device and
+// passed to the other processes as a file descriptor; each process imports the regions and
+// maps them one after another in one reservation (cudamem.MapHostExports), so that the pool
+// is one range there as a memfd pool is. The driver pins the memory: no mlock, no
+// registration.
+
+// mapVMM maps a VMM pool's regions: the owner's exports, or the descriptors imported.
+func (sp *space) mapVMM(cfg spaceConfig) error {
+	if cfg.dev == nil {
+		return fmt.Errorf("%w: a VMM pool needs a CUDA device in every process (Pool.Backend CUDAHost)", ErrInvalidOptions)
+	}
+	exports := cfg.exports
+	if exports == nil {
+		for i := range sp.regions {
+			e, err := cudamem.ImportHostExport(cfg.dev, sp.fds[1+i], sp.regionSize)
+			if err != nil {
+				for _, e := range exports {
+					_ = e.Release()
+				}
+				return fmt.Errorf("ipcpool: region %d: %w", i, err)
+			}
+			exports = append(exports, e)
+		}
+	}
+	m, err := cudamem.MapHostExports(cfg.dev, exports)
+	if err != nil {
+		return err
+	}
+	sp.vmm, sp.base, sp.dev = m, m.Base(), cfg.dev
+	return nil
+}
+
+// newVMMRegions makes the owner's regions of a VMM pool and their descriptors. On error the
+// caller releases the exports and closes the descriptors it got.
+func newVMMRegions(dev *cuda.Device, l layout) (fds []int, exports []*cudamem.HostExport, err error) {
+	for range l.regions {
+		e, err := cudamem.NewHostExport(dev, l.regionSize)
+		if err != nil {
+			return fds, exports, fmt.Errorf("ipcpool: %w", err)
+		}
+		exports = append(exports, e)
+		fd, err := e.FD()
+		if err != nil {
+			return fds, exports, fmt.Errorf("ipcpool: %w", err)
+		}
+		fds = append(fds, fd)
+	}
+	return fds, exports, nil
+}

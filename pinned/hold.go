@@ -1,0 +1,247 @@
+package pinned
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// Holds: a buffer used by work outside the pool that ends after the call that starts it (a
+// network transfer of package remote reads or writes it until its completion).
+//
+// A hold keeps the buffer's block held in the heap (heap.Group.Hold), the mechanism a stream's
+// use goes through: every free of the block is refused by the heap, so the pool's free paths
+// look up the buffer in the holds table and defer the free to the last Release, which gives the
+// buffer back the way the deferred Free or FreeAsync would have. The table is looked at only
+// while some buffer is held (outside.active), so a pool never held costs its frees one atomic
+// load.
+//
+//   - In a pool without stream order (Locked, Pageable, ...), the hold bit is the table's own:
+//     the first Hold sets it, the last Release clears it (heap.Group.Unhold) before it gives the
+//     buffer back, under the table's lock, so a free racing the Release either finds the entry
+//     (and is deferred) or finds the block live (and frees it).
+//   - In a pool with stream order (CUDAHost), a buffer recorded on a stream is held already,
+//     and stays so after the last Release (the streams' protocol takes it back at its free); one
+//     recorded on none is held waiting for no stream (tagHeld: its free, when no hold is left,
+//     frees it at once), so that a later RecordStream on it records as usual.
+//
+// A Hold and a free of the same buffer must be ordered by their caller, as any use and its
+// free are; if they race, the free is either deferred or wins (the Hold is then refused).
+
+// Hold keeps buffer b, or the live buffer b is part of, in use by work outside the pool until
+// Release: a Free or FreeAsync of the buffer meanwhile returns at once and takes effect at the
+// last Release of its holds, so that memory a transfer still reads or writes is never handed
+// out again. A buffer may be held many times. Holding costs a lookup and a lock; package remote
+// holds the buffers of its transfers. Errors: an empty slice or memory not of a live buffer of
+// the pool (ErrNotOwned, ErrDoubleFree), a buffer whose free is pending (ErrDoubleFree), a
+// released pool (ErrClosed).
+func (p *Pool) Hold(b []byte) (Hold, error) {
+	if len(b) == 0 {
+		return Hold{}, errEmptySlice
+	}
+	if p.released.Load() {
+		return Hold{}, ErrClosed
+	}
+	addr, n := mem.Addr(b), uintptr(len(b))
+	base, size, err := p.g.Block(addr)
+	if err != nil {
+		return Hold{}, wrapError(err, ErrNotOwned)
+	}
+	if off := addr - base; n > size-off {
+		return Hold{}, fmt.Errorf("%w: %d bytes at %#x run past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, base, size)
+	}
+	sh := p.out.shard(base)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if u := sh.m[base]; u != nil {
+		if u.freed != 0 {
+			return Hold{}, fmt.Errorf("%w: buffer %#x was freed; its free waits for its holds", ErrDoubleFree, base)
+		}
+		u.holds++
+		return Hold{p: p, base: base}, nil
+	}
+	p.out.active.Add(1) // before the hold bit: a free that finds the bit finds the table in use
+	own, err := p.holdBlock(base, size)
+	if err != nil {
+		p.out.active.Add(-1)
+		return Hold{}, err
+	}
+	if sh.m == nil {
+		sh.m = map[uintptr]*outUse{}
+	}
+	sh.m[base] = &outUse{holds: 1, size: size, own: own}
+	return Hold{p: p, base: base}, nil
+}
+
+// holdBlock holds the live block at base of size bytes for the table, and reports whether the
+// hold bit is the table's (see above). The caller holds the block's table shard.
+func (p *Pool) holdBlock(base, size uintptr) (own bool, err error) {
+	if p.order != nil {
+		return false, p.order.holdUnrecorded(base, size)
+	}
+	first, err := p.g.HoldSized(base, size)
+	if err != nil {
+		return false, wrapError(err, ErrNotOwned)
+	}
+	if !first { // a ZeroOnFree free's claim: the buffer is being freed
+		return false, fmt.Errorf("%w: buffer %#x is being freed", ErrDoubleFree, base)
+	}
+	return true, nil
+}
+
+// holdUnrecorded holds the live block at base, of size bytes, as a buffer waiting for no stream
+// (tagHeld), unless a stream's record holds it already.
+func (o *streamOrder) holdUnrecorded(base, size uintptr) error {
+	r, ok := o.g.FindFrom(base, size)
+	if !ok {
+		return fmt.Errorf("%w: %#x was freed during the hold", ErrDoubleFree, base)
+	}
+	tag := r.Tag()
+	for {
+		switch t := settled(tag); t {
+		case tagNone:
+			if !tag.CompareAndSwap(tagNone, tagLocked) {
+				continue
+			}
+			if first, ok := r.Hold(); !ok || !first { // freed since, or its free is pending
+				tag.Store(tagNone)
+				return fmt.Errorf("%w: buffer %#x was freed", ErrDoubleFree, base)
+			}
+			tag.Store(tagHeld)
+			return nil
+		default: // recorded: live and held by its streams' protocol
+			return nil
+		}
+	}
+}
+
+// Hold is one hold of a buffer (Pool.Hold), ended once by Release.
+type Hold struct {
+	p    *Pool
+	base uintptr
+}
+
+// Release ends the hold. At the buffer's last, a Free or FreeAsync made meanwhile takes effect,
+// and its error, if any, is Release's. A second Release of a buffer's last hold is an error
+// wrapping ErrDoubleFree.
+func (h Hold) Release() error {
+	p := h.p
+	if p == nil {
+		return fmt.Errorf("%w: release of the zero Hold", ErrNotOwned)
+	}
+	sh := p.out.shard(h.base)
+	sh.mu.Lock()
+	u := sh.m[h.base]
+	if u == nil {
+		sh.mu.Unlock()
+		return fmt.Errorf("%w: release of buffer %#x, which is not held", ErrDoubleFree, h.base)
+	}
+	if u.holds--; u.holds > 0 {
+		sh.mu.Unlock()
+		return nil
+	}
+	var err error
+	if u.own {
+		err = wrapError(p.g.Unhold(h.base, u.size), ErrNotOwned)
+	}
+	delete(sh.m, h.base)
+	p.out.active.Add(-1)
+	if u.freed != 0 {
+		p.out.freedN.Add(-1)
+		p.out.freedBytes.Add(-int64(u.size))
+	}
+	sh.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	switch b := mem.Bytes(h.base, u.size); u.freed {
+	case freedSync:
+		return p.Free(b)
+	case freedAsync:
+		return p.FreeAsync(b, u.stream)
+	}
+	return nil
+}
+
+// freeHeld frees the buffer at addr, of n bytes, which a free found held: deferred to its
+// holds' last Release, to its streams, or, where a Hold's Release was clearing the hold at the
+// time, freed once it has.
+func (p *Pool) freeHeld(addr, n uintptr) error {
+	for {
+		if handled, err := p.out.deferFree(addr, n, false, 0); handled {
+			return err
+		}
+		if p.order != nil {
+			return p.order.deferFree(addr, n, nil)
+		}
+		if err := p.freeSlow(addr, n, false); !errors.Is(err, heap.ErrHeld) {
+			return err
+		}
+		runtime.Gosched() // a Release between its table and the heap: microseconds
+	}
+}
+
+// outside is a pool's holds table, sharded by buffer.
+type outside struct {
+	active             atomic.Int64 // buffers held
+	freedN, freedBytes atomic.Int64 // of them, those freed: their free waits for their holds
+	shards             [16]outShard
+}
+
+type outShard struct {
+	mu sync.Mutex
+	m  map[uintptr]*outUse // by buffer start
+	_  [48]byte
+}
+
+// outUse is a held buffer: its holds, its size, whether the hold bit is the table's, and the
+// free waiting for the holds, if any.
+type outUse struct {
+	holds  int
+	size   uintptr
+	own    bool
+	freed  uint8
+	stream cuda.Stream // FreeAsync's
+}
+
+const (
+	freedSync  = 1
+	freedAsync = 2
+)
+
+func (o *outside) shard(base uintptr) *outShard { return &o.shards[(base>>6^base>>16)%16] }
+
+// deferFree defers the free of the buffer at addr, of n bytes (FreeAsync on stream s when
+// async), when it is held: handled reports that it was (err then says why the free is
+// refused: a sub-slice, a free pending already). A pool with no buffer held answers at the cost
+// of one load.
+func (o *outside) deferFree(addr, n uintptr, async bool, s cuda.Stream) (handled bool, err error) {
+	if o.active.Load() == 0 {
+		return false, nil
+	}
+	sh := o.shard(addr)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	u := sh.m[addr]
+	switch {
+	case u == nil:
+		return false, nil
+	case n != u.size:
+		return true, fmt.Errorf("%w: %#x freed with %d bytes, allocated with %d", ErrSubSlice, addr, n, u.size)
+	case u.freed != 0:
+		return true, fmt.Errorf("%w: %#x has a free pending already (it waits for its holds)", ErrDoubleFree, addr)
+	}
+	u.freed = freedSync
+	if async {
+		u.freed, u.stream = freedAsync, s
+	}
+	o.freedN.Add(1)
+	o.freedBytes.Add(int64(u.size))
+	return true, nil
+}

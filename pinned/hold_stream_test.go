@@ -1,0 +1,158 @@
+package pinned_test
+
+import (
+	"runtime"
+	"testing"
+
+	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// TestFakeHoldWithStreams: in a CUDAHost pool (stream-ordered reuse), a buffer held and used by
+// a stream goes back only once both the last hold is released and the stream has passed its
+// free, whichever comes first: a copy recorded before the hold, one recorded during it, and a
+// FreeAsync made while held.
+func TestFakeHoldWithStreams(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	for _, n := range holdSizes {
+		d := r.devAlloc(n)
+		for _, order := range []string{"copy then hold", "hold then copy", "hold, FreeAsync"} {
+			r.f.Hold(true) // the stream's work stays queued
+			a := r.alloc(n, 0xA1)
+			var h pinned.Hold
+			var err error
+			if order == "copy then hold" {
+				ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), a, pubcuda.Stream(r.s)))
+				h, err = r.pool.Hold(a)
+				ok(t, "Hold", err)
+			} else {
+				h, err = r.pool.Hold(a)
+				ok(t, "Hold", err)
+				ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), a, pubcuda.Stream(r.s)))
+			}
+			if order == "hold, FreeAsync" {
+				ok(t, "FreeAsync", r.pool.FreeAsync(a, pubcuda.Stream(r.s)))
+			} else {
+				ok(t, "Free", r.pool.Free(a))
+			}
+			ok(t, "Release", h.Release())
+			b := r.alloc(n, 0xB2)
+			if mem.Addr(b) == mem.Addr(a) {
+				t.Fatalf("%d bytes, %s: handed out again with its copy queued", n, order)
+			}
+			r.f.Hold(false)
+			ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+			r.pool.Trim()
+			if st := r.pool.Stats(); st.Live != 1 {
+				t.Fatalf("%d bytes, %s: %d live after the stream passed and the hold was released, want 1", n, order, st.Live)
+			}
+			ok(t, "Free", r.pool.Free(b))
+		}
+		// Held with no stream, freed, released: back at once.
+		a := r.alloc(n, 0)
+		h, err := r.pool.Hold(a)
+		ok(t, "Hold", err)
+		ok(t, "Free", r.pool.Free(a))
+		ok(t, "Release", h.Release())
+		if st := r.pool.Stats(); st.Live != 0 {
+			t.Fatalf("%d bytes: %d live after the Release of a buffer no stream used", n, st.Live)
+		}
+		ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	}
+	r.finish()
+}
+
+// TestFakeWaitStreams: WaitStreams waits for the copy queued into a buffer, and returns at once
+// for a buffer no stream uses.
+func TestFakeWaitStreams(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	const n = 64 << 10
+	d := r.devAlloc(n)
+	ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d), 0x5C, n, pubcuda.Stream(r.s)))
+	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+	b := r.alloc(n, 0)
+	ok(t, "WaitStreams of a buffer no stream used", r.pool.WaitStreams(b))
+	r.f.Hold(true)
+	ok(t, "DtoHAsync", r.heap.DtoHAsync(b, pubcuda.DevicePtr(d), pubcuda.Stream(r.s)))
+	if b[0] != 0 {
+		t.Fatal("the fake ran the copy at once")
+	}
+	r.f.Hold(false)
+	ok(t, "WaitStreams", r.pool.WaitStreams(b[10:20]))
+	if b[0] != 0x5C || b[n-1] != 0x5C {
+		t.Fatal("WaitStreams returned before the queued copy landed")
+	}
+	ok(t, "Free", r.pool.Free(b))
+	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
+}
+
+// TestFakeHoldFreeAsyncCached: a held buffer freed by FreeAsync while the P's FreeAsync cache
+// holds buffers of that stream (FreeAsync's fast path, written out) waits for the last Release
+// too, whether a stream was recorded on it or not: it is not handed out again before.
+func TestFakeHoldFreeAsyncCached(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one P: one shard, one cache
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	const n = 256
+	s := pubcuda.Stream(r.s)
+	for _, recorded := range []bool{false, true} {
+		warm := r.alloc(n, 0)
+		ok(t, "FreeAsync", r.pool.FreeAsync(warm, s)) // the cache is s's now
+		a := r.alloc(n, 0xA1)
+		h, err := r.pool.Hold(a)
+		ok(t, "Hold", err)
+		if recorded {
+			ok(t, "RecordStream", r.pool.RecordStream(a, s))
+		}
+		ok(t, "FreeAsync", r.pool.FreeAsync(a, s))
+		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+		r.pool.Trim() // takes back what the stream has passed
+		var got [][]byte
+		for range 32 {
+			b := r.alloc(n, 0)
+			if mem.Addr(b) == mem.Addr(a) {
+				t.Fatalf("recorded %v: a held buffer freed by FreeAsync was handed out again before its Release", recorded)
+			}
+			got = append(got, b)
+		}
+		ok(t, "Release", h.Release())
+		for _, b := range got {
+			ok(t, "Free", r.pool.Free(b))
+		}
+		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+		r.pool.Trim()
+		if st := r.pool.Stats(); st.Live != 0 {
+			t.Fatalf("recorded %v: %d live after the Release and the stream passed, want 0", recorded, st.Live)
+		}
+	}
+	r.finish()
+}
+
+// TestFakeWaitStreamsForgotten: WaitStreams does not wait for a stream forgotten since its
+// record (ForgetStream: it has passed the buffer) and destroyed, whose handle the driver
+// refuses.
+func TestFakeWaitStreamsForgotten(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	s, err := r.dev.StreamCreate(true)
+	ok(t, "StreamCreate", err)
+	b := r.alloc(4096, 0)
+	ok(t, "RecordStream", r.pool.RecordStream(b, pubcuda.Stream(s)))
+	ok(t, "ForgetStream", r.pool.ForgetStream(pubcuda.Stream(s)))
+	ok(t, "StreamDestroy", r.dev.StreamDestroy(s))
+	ok(t, "WaitStreams after the stream was forgotten", r.pool.WaitStreams(b))
+	ok(t, "Free", r.pool.Free(b))
+	r.finish()
+}

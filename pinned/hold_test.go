@@ -1,0 +1,219 @@
+package pinned_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+var holdSizes = []int{100, 64 << 10, 700 << 10, 3 << 20} // a class block, a medium one, an object page, a huge object
+
+func live(t *testing.T, p *pinned.Pool) uint64 {
+	t.Helper()
+	return p.Usage().Live
+}
+
+// TestHoldDefersFree: a buffer freed while held stays live, and is not handed out again, until
+// the last hold is released; a buffer held and released without a free stays live and frees
+// as usual.
+func TestHoldDefersFree(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 64 << 20, Backend: pinned.Pageable}) // 15 MiB live: beyond an ordinary user's memlock
+	defer p.Close()
+	for _, n := range holdSizes {
+		b, err := p.Alloc(n)
+		ok(t, "Alloc", err)
+		h1, err := p.Hold(b)
+		ok(t, "Hold", err)
+		h2, err := p.Hold(b[n/2 : n/2+1]) // a part of it holds the whole buffer
+		ok(t, "Hold of a part", err)
+		ok(t, "Free of a held buffer", p.Free(b))
+		if live(t, p) != 1 {
+			t.Fatalf("%d bytes: a held buffer freed is not live", n)
+		}
+		if err := p.Free(b); !errors.Is(err, pinned.ErrDoubleFree) {
+			t.Fatalf("second Free of a held buffer: %v", err)
+		}
+		if _, err := p.Hold(b); !errors.Is(err, pinned.ErrDoubleFree) {
+			t.Fatalf("Hold of a buffer whose free is pending: %v", err)
+		}
+		// No Alloc of the size gets the held buffer's memory.
+		var others [][]byte
+		for range 4 {
+			o, err := p.Alloc(n)
+			ok(t, "Alloc", err)
+			if mem.Addr(o) == mem.Addr(b) {
+				t.Fatalf("%d bytes: the held buffer was handed out again", n)
+			}
+			others = append(others, o)
+		}
+		ok(t, "Release", h1.Release())
+		if live(t, p) != 5 {
+			t.Fatalf("%d bytes: freed before its last hold was released", n)
+		}
+		ok(t, "last Release", h2.Release())
+		if live(t, p) != 4 {
+			t.Fatalf("%d bytes: the last Release did not free the buffer (%d live)", n, live(t, p))
+		}
+		if err := h2.Release(); !errors.Is(err, pinned.ErrDoubleFree) {
+			t.Fatalf("Release once more: %v", err)
+		}
+		// Held and released, never freed meanwhile: an ordinary live buffer.
+		c := others[0]
+		h, err := p.Hold(c)
+		ok(t, "Hold", err)
+		ok(t, "Release", h.Release())
+		for _, o := range others {
+			ok(t, "Free after a Release", p.Free(o))
+		}
+		if live(t, p) != 0 {
+			t.Fatalf("%d live after every free", live(t, p))
+		}
+	}
+}
+
+func TestHoldErrors(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 64 << 20})
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	if _, err := p.Hold(nil); !errors.Is(err, pinned.ErrNotOwned) {
+		t.Errorf("Hold(nil): %v", err)
+	}
+	if _, err := p.Hold(make([]byte, 10)); !errors.Is(err, pinned.ErrNotOwned) {
+		t.Errorf("Hold of Go memory: %v", err)
+	}
+	tail, err := p.Hold(b[4000:])
+	ok(t, "Hold of the tail", err)
+	if err := (pinned.Hold{}).Release(); !errors.Is(err, pinned.ErrNotOwned) {
+		t.Errorf("Release of the zero Hold: %v", err)
+	}
+	h, err := p.Hold(b)
+	ok(t, "Hold", err)
+	if err := p.Free(b[:10:10]); !errors.Is(err, pinned.ErrSubSlice) {
+		t.Errorf("Free of a sub-slice of a held buffer: %v", err)
+	}
+	ok(t, "Free", p.Free(b))
+	ok(t, "Release", h.Release())
+	if live(t, p) != 1 {
+		t.Error("freed before the tail's hold was released")
+	}
+	ok(t, "Release of the tail's hold", tail.Release())
+	if _, err := p.Hold(b); !errors.Is(err, pinned.ErrDoubleFree) {
+		t.Errorf("Hold of a freed buffer: %v", err)
+	}
+	ok(t, "Close", p.Close())
+	if _, err := p.Hold(b); !errors.Is(err, pinned.ErrClosed) {
+		t.Errorf("Hold after Close: %v", err)
+	}
+}
+
+// TestHoldGuards: with ZeroOnFree and a quota, the scrub and the quota's credit come at the
+// last Release, not at the Free.
+func TestHoldGuards(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 64 << 20, ZeroOnFree: true, Quota: 1 << 20, Backend: pinned.Pageable})
+	defer p.Close()
+	b, err := p.Alloc(1 << 20)
+	ok(t, "Alloc", err)
+	for i := range b {
+		b[i] = 0xAB
+	}
+	h, err := p.Hold(b)
+	ok(t, "Hold", err)
+	ok(t, "Free", p.Free(b))
+	if b[0] != 0xAB || b[len(b)-1] != 0xAB {
+		t.Fatal("scrubbed while held: a transfer would send zeros")
+	}
+	if _, err := p.Alloc(1); !errors.Is(err, pinned.ErrQuota) {
+		t.Fatalf("Alloc under the quota while the held buffer counts: %v", err)
+	}
+	ok(t, "Release", h.Release())
+	if b[0] != 0 || b[len(b)-1] != 0 {
+		t.Fatal("not scrubbed at the last Release")
+	}
+	c, err := p.Alloc(1 << 20)
+	ok(t, "Alloc after the Release", err)
+	ok(t, "Free", p.Free(c))
+}
+
+// TestHoldClose: Close with a freed buffer still held keeps the memory, and the last Release
+// releases it.
+func TestHoldClose(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 64 << 20})
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	h, err := p.Hold(b)
+	ok(t, "Hold", err)
+	if err := p.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+		t.Fatalf("Close with a live held buffer: %v", err)
+	}
+	ok(t, "Free", p.Free(b))
+	b[0] = 1 // still mapped
+	ok(t, "Release", h.Release())
+	if u := p.Usage(); u.Reserved != 0 || u.Live != 0 {
+		t.Fatalf("after the last Release of a closed pool: %+v", u)
+	}
+}
+
+// TestHoldRace holds, frees and releases buffers from several goroutines at once, in random
+// orders: every buffer is freed exactly once, and only after its last hold.
+func TestHoldRace(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 256 << 20, Backend: pinned.Pageable})
+	defer p.Close()
+	rounds := 200
+	if testing.Short() {
+		rounds = 50
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for range rounds {
+				n := 1 + rng.IntN(300<<10)
+				b, err := p.Alloc(n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				k := 1 + rng.IntN(3)
+				hs := make([]pinned.Hold, k)
+				for i := range hs {
+					if hs[i], err = p.Hold(b); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				// The free lands anywhere among the releases, on another goroutine.
+				at := rng.IntN(k + 1)
+				var fw sync.WaitGroup
+				for i := range k + 1 {
+					if i == at {
+						fw.Add(1)
+						go func() { defer fw.Done(); b[0] = 1; ok2(t, p.Free(b)) }()
+						continue
+					}
+					j := i
+					if i > at {
+						j = i - 1
+					}
+					ok2(t, hs[j].Release())
+				}
+				fw.Wait()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := live(t, p); n != 0 {
+		t.Fatalf("%d buffers live after every free and release", n)
+	}
+}
+
+func ok2(t *testing.T, err error) {
+	if err != nil {
+		t.Error(err)
+	}
+}

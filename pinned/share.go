@@ -1,0 +1,186 @@
+package pinned
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+)
+
+// Shared buffers: the seam through which a layer above a pool (package ipcpool, a pool shared
+// by the processes of a host) takes part in frees the pool cannot decide alone.
+//
+//   - A free of memory outside the pool (a buffer another process holds, mapped here too) goes
+//     to Sharer.FreeOutside, found on the free's slow path: the pool's own frees never look.
+//   - Share marks a buffer shared: it holds its block (heap.Group.Hold, as RecordStream does),
+//     so that every free of it leaves the fast path, and a free of a held buffer asks
+//     Sharer.DropShared first, whose answer says whether the free was the buffer's last
+//     reference. Until then the buffer stays live; the last one frees it as the free it is
+//     (Free, FreeAsync: after the streams recorded on it, as any held buffer). FreeShared is
+//     that last free when it comes from elsewhere (another process let the buffer go).
+//
+// A buffer never shared, in a pool with no Sharer or one with it, pays nothing on Alloc and
+// Free: the fast paths are unchanged, and only frees that leave them ask anything.
+//
+// The tag (see streamtag.go) of a shared buffer no stream was recorded on is tagHeld: live,
+// held, waiting for no stream. RecordStream on it records the stream as on any buffer; its
+// last free then waits for the stream.
+
+// A Sharer is told of the frees a pool cannot finish alone: of memory outside the pool, and
+// of buffers it shared with Pool.Share. Options.Sharer sets it; package ipcpool's processes
+// are one. Its methods are called from any goroutine that frees, never with a lock of the
+// pool held.
+type Sharer interface {
+	// FreeOutside frees b, a slice of memory outside the pool's arena that a Free (or a
+	// FreeAsync, once its stream has passed the work queued so far) was given. Its error is
+	// the free's.
+	FreeOutside(b []byte) error
+	// DropShared is asked by a free of a held buffer at addr whether the buffer is shared
+	// (Pool.Share) and, if so, drops the reference that free holds: last says it was the
+	// last, and the pool then frees the buffer. shared false says the sharer does not know the
+	// buffer: the pool frees it as any held buffer. err, with shared set, is the free's error
+	// (a reference dropped already, say).
+	DropShared(addr uintptr) (shared, last bool, err error)
+}
+
+// ErrNoSharer: Share on a pool made without Options.Sharer.
+var errNoSharer = fmt.Errorf("%w: Share needs Options.Sharer", ErrInvalidOptions)
+
+// Share marks buffer b, a whole live buffer of the pool, shared: from now on every free of it
+// asks the pool's Sharer (Options.Sharer) whether it was the last reference, and the buffer
+// stays live until it was (see Sharer). Sharing a buffer twice is not an error; the Sharer
+// counts references, the pool does not.
+func (p *Pool) Share(b []byte) error {
+	if p.sharer == nil {
+		return errNoSharer
+	}
+	addr, n, err := p.buffer(b)
+	if err != nil {
+		return err
+	}
+	r, ok := p.g.FindFrom(addr, n)
+	if !ok {
+		size, err := p.g.Size(addr)
+		if err == nil && size != n {
+			err = fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: %#x was freed meanwhile", ErrDoubleFree, addr)
+		}
+		return wrapError(err, ErrNotOwned)
+	}
+	if size, err := p.g.Size(addr); err != nil || size != n {
+		if err == nil {
+			err = fmt.Errorf("%w: %d bytes of a buffer of %d", ErrSubSlice, n, size)
+		}
+		return wrapError(err, ErrNotOwned)
+	}
+	tag := r.Tag()
+	for {
+		if t := settled(tag); t != tagNone {
+			return nil // held for streams recorded on it: live, and every free asks already
+		}
+		if !tag.CompareAndSwap(tagNone, tagLocked) {
+			continue
+		}
+		first, ok := r.Hold()
+		if !ok || !first { // freed since it was found, or its free is pending
+			tag.Store(tagNone)
+			return fmt.Errorf("%w: buffer %#x shared after its free", ErrDoubleFree, addr)
+		}
+		tag.Store(tagHeld)
+		return nil
+	}
+}
+
+// FreeShared frees buffer b, shared with Share, whose last reference its Sharer has seen go
+// elsewhere (another process let it go): as Free frees a held buffer, after the streams
+// recorded on it. The Sharer must know the buffer no more (DropShared answers shared false).
+func (p *Pool) FreeShared(b []byte) error {
+	addr, n, err := p.buffer(b)
+	if err != nil {
+		return err
+	}
+	err = p.releaseShared(addr, n, nil)
+	if err == nil && p.closed.Load() {
+		p.finishClose(addr)
+	}
+	return err
+}
+
+// freeShared is the part of a free (Free, FreeAsync on the stream of l when l is not nil) of
+// the held buffer at addr that asks the Sharer: done says the free is finished, with err.
+func (p *Pool) freeShared(addr, n uintptr, l *streamList) (done bool, err error) {
+	shared, last, err := p.sharer.DropShared(addr)
+	switch {
+	case !shared:
+		return false, nil
+	case err != nil || !last:
+		return true, err
+	}
+	return true, p.releaseShared(addr, n, l)
+}
+
+// releaseShared frees the shared buffer at addr, held, whose last reference went.
+func (p *Pool) releaseShared(addr, n uintptr, l *streamList) error {
+	if p.order == nil {
+		if tag := p.g.Tag(addr); tag != nil {
+			tag.CompareAndSwap(tagHeld, tagNone) // the heap's rule: given back with its tag zero
+		}
+		return p.freeRecorded(addr, n, nil, true)
+	}
+	// A held buffer freed so is deferred by what its tag says (deferTagged): at once with
+	// tagHeld, behind its streams otherwise.
+	return p.freeRecorded(addr, n, l, false)
+}
+
+// sharedOrForeign is the Sharer's part of a free (Free, FreeAsync on the stream of l when l
+// is not nil) of the buffer at addr found held or not in the pool (r: what the fast section
+// saw, zero where none ran): done says the free is finished, with err.
+func (p *Pool) sharedOrForeign(addr, n uintptr, r fastFree, l *streamList) (done bool, err error) {
+	if r.done || r.claimed != nil {
+		return false, nil
+	}
+	if !r.held {
+		if _, in := p.a.Lookup(addr); !in {
+			// Outside the pool: the Sharer's, found before the heap's lookup would make an
+			// error of it (a free of a peer's buffer is no error, and must be cheap).
+			return true, p.sharer.FreeOutside(mem.Bytes(addr, n))
+		}
+		if !p.g.Held(addr) {
+			return false, nil
+		}
+	}
+	return p.freeShared(addr, n, l)
+}
+
+// freeOutside hands a free of memory outside the pool to the Sharer: err is the free's error
+// (from the heap: a foreign pointer) when the memory is not outside, or there is no Sharer.
+func (p *Pool) freeOutside(addr, n uintptr, err error) error {
+	if p.sharer == nil || !errors.Is(err, heap.ErrNotOwned) && !errors.Is(err, ErrNotOwned) {
+		return err
+	}
+	if _, in := p.a.Lookup(addr); in {
+		return err
+	}
+	return p.sharer.FreeOutside(mem.Bytes(addr, n))
+}
+
+// freeAsyncShared is FreeAsync's part for a pool with a Sharer: a buffer outside the pool is
+// freed once s has passed the work queued on it (the caller waits for it: the other process
+// cannot), a shared one asks the Sharer.
+func (p *Pool) freeAsyncShared(addr, n uintptr, s cuda.Stream, l *streamList) (done bool, err error) {
+	if _, in := p.a.Lookup(addr); !in {
+		if err := p.order.points().WaitStream(streamq.Stream(s)); err != nil {
+			return true, wrapError(err, ErrInvalidStream)
+		}
+		return true, p.sharer.FreeOutside(mem.Bytes(addr, n))
+	}
+	if !p.g.Held(addr) {
+		return false, nil
+	}
+	return p.freeShared(addr, n, l)
+}

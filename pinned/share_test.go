@@ -1,0 +1,199 @@
+package pinned_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// refSharer counts references of shared buffers, as package ipcpool does across processes.
+type refSharer struct {
+	mu       sync.Mutex
+	refs     map[uintptr]int
+	asked    int
+	outside  [][]byte
+	outsideE error
+}
+
+func newRefSharer() *refSharer { return &refSharer{refs: map[uintptr]int{}} }
+
+func (s *refSharer) share(t *testing.T, p *pinned.Pool, b []byte, refs int) {
+	t.Helper()
+	if err := p.Share(b); err != nil {
+		t.Fatalf("Share: %v", err)
+	}
+	s.mu.Lock()
+	s.refs[mem.Addr(b)] += refs
+	s.mu.Unlock()
+}
+
+func (s *refSharer) FreeOutside(b []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outside = append(s.outside, b)
+	return s.outsideE
+}
+
+var errDropped = errors.New("reference dropped already")
+
+func (s *refSharer) DropShared(addr uintptr) (shared, last bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked++
+	n, ok := s.refs[addr]
+	switch {
+	case !ok:
+		return false, false, nil
+	case n == 0:
+		return true, false, errDropped
+	}
+	s.refs[addr] = n - 1
+	if n == 1 {
+		delete(s.refs, addr)
+		return true, true, nil
+	}
+	return true, false, nil
+}
+
+// A shared buffer stays live through frees until its last reference goes; buffers never shared
+// never ask the Sharer; memory outside the pool goes to FreeOutside.
+func TestShareKeepsBufferUntilLastReference(t *testing.T) {
+	for _, o := range []pinned.Options{{}, {ZeroOnFree: true, Quota: 1 << 20}} {
+		s := newRefSharer()
+		o.Sharer, o.Capacity = s, 8<<20
+		p := newPool(t, o)
+		b, err := p.Alloc(4096)
+		ok(t, "Alloc", err)
+		b[0] = 7
+		s.share(t, p, b, 2)
+		ok(t, "first Free", p.Free(b)) // one of two references
+		if st := p.Stats(); st.Live != 1 {
+			t.Fatalf("after the first free of a buffer with two references: %d live", st.Live)
+		}
+		if b[0] != 7 {
+			t.Fatal("a shared buffer was scrubbed before its last free")
+		}
+		ok(t, "last Free", p.Free(b))
+		if st := p.Stats(); st.Live != 0 {
+			t.Fatalf("after the last free: %d live", st.Live)
+		}
+		if err := p.Free(b); !errors.Is(err, pinned.ErrDoubleFree) {
+			t.Fatalf("a third free: %v, want ErrDoubleFree", err)
+		}
+		// A buffer never shared: the Sharer is not asked.
+		asked := s.asked
+		for i := 0; i < 100; i++ {
+			c, err := p.Alloc(64 + i)
+			ok(t, "Alloc", err)
+			ok(t, "Free", p.Free(c))
+		}
+		if s.asked != asked {
+			t.Fatalf("frees of buffers never shared asked the Sharer %d times", s.asked-asked)
+		}
+		// FreeShared: the last reference went elsewhere.
+		c, err := p.Alloc(100)
+		ok(t, "Alloc", err)
+		s.share(t, p, c, 1)
+		s.mu.Lock()
+		delete(s.refs, mem.Addr(c))
+		s.mu.Unlock()
+		ok(t, "FreeShared", p.FreeShared(c))
+		if st := p.Stats(); st.Live != 0 {
+			t.Fatalf("after FreeShared: %d live", st.Live)
+		}
+		// A reference dropped twice is the Sharer's error, and nothing is freed.
+		d, err := p.Alloc(100)
+		ok(t, "Alloc", err)
+		s.share(t, p, d, 1)
+		s.mu.Lock()
+		s.refs[mem.Addr(d)] = 0
+		s.mu.Unlock()
+		if err := p.Free(d); !errors.Is(err, errDropped) {
+			t.Fatalf("Free with no reference left: %v", err)
+		}
+		s.mu.Lock()
+		delete(s.refs, mem.Addr(d))
+		s.mu.Unlock()
+		ok(t, "FreeShared", p.FreeShared(d))
+		// Outside the pool.
+		other := newPool(t, pinned.Options{Capacity: 4 << 20})
+		x, err := other.Alloc(512)
+		ok(t, "Alloc", err)
+		ok(t, "Free outside", p.Free(x))
+		if len(s.outside) != 1 || mem.Addr(s.outside[0]) != mem.Addr(x) || len(s.outside[0]) != 512 {
+			t.Fatalf("FreeOutside got %d slices", len(s.outside))
+		}
+		s.outsideE = pinned.ErrNotOwned
+		if err := p.Free(x); !errors.Is(err, pinned.ErrNotOwned) {
+			t.Fatalf("a refused free outside: %v", err)
+		}
+		ok(t, "Free", other.Free(x))
+		ok(t, "Close", other.Close())
+		ok(t, "Close", p.Close())
+	}
+}
+
+func TestShareRefusals(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 4 << 20})
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	if err := p.Share(b); !errors.Is(err, pinned.ErrInvalidOptions) {
+		t.Fatalf("Share without a Sharer: %v", err)
+	}
+	ok(t, "Free", p.Free(b))
+	ok(t, "Close", p.Close())
+
+	s := newRefSharer()
+	p = newPool(t, pinned.Options{Capacity: 4 << 20, Sharer: s})
+	b, err = p.Alloc(4096)
+	ok(t, "Alloc", err)
+	if err := p.Share(b[16:]); !errors.Is(err, pinned.ErrSubSlice) {
+		t.Fatalf("Share of an interior slice: %v", err)
+	}
+	if err := p.Share(b[:16:16]); !errors.Is(err, pinned.ErrSubSlice) {
+		t.Fatalf("Share of a cut slice: %v", err)
+	}
+	ok(t, "Free", p.Free(b))
+	if err := p.Share(b); !errors.Is(err, pinned.ErrDoubleFree) && !errors.Is(err, pinned.ErrNotOwned) {
+		t.Fatalf("Share of a freed buffer: %v", err)
+	}
+	if err := p.Share(make([]byte, 64)); !errors.Is(err, pinned.ErrNotOwned) {
+		t.Fatalf("Share of Go memory: %v", err)
+	}
+	ok(t, "Close", p.Close())
+}
+
+// On a CUDAHost pool, the last free of a shared buffer waits for the streams recorded on it,
+// and FreeAsync of a shared buffer drops one reference.
+func TestFakeSharedBufferWaitsForStream(t *testing.T) {
+	s := newRefSharer()
+	r := newAsyncRig(t, pinned.Options{Sharer: s})
+	if r == nil {
+		return
+	}
+	d := r.devAlloc(4096)
+	b := r.alloc(4096, 1)
+	s.share(t, r.pool, b, 2)
+	r.f.Hold(true) // the stream's work waits
+	ok(t, "DtoHAsync", r.heap.DtoHAsync(b, pubcuda.DevicePtr(d), pubcuda.Stream(r.s)))
+	ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s))) // one reference
+	if r.deferred() != 0 || r.pool.Stats().Live != 1 {
+		t.Fatalf("a shared buffer with a reference left: %d deferred, %d live", r.deferred(), r.pool.Stats().Live)
+	}
+	ok(t, "Free", r.pool.Free(b)) // the last: deferred behind the copy
+	if r.deferred() != 1 {
+		t.Fatalf("the last free of a buffer a queued copy writes: %d deferred, want 1", r.deferred())
+	}
+	r.f.Hold(false)
+	ok(t, "Sync", r.heap.Sync())
+	r.pool.Trim()
+	if st := r.pool.Stats(); st.Deferred != 0 || st.Live != 0 {
+		t.Fatalf("after the stream passed: %d deferred, %d live", st.Deferred, st.Live)
+	}
+	ok(t, "device Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
+}

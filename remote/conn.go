@@ -1,0 +1,468 @@
+package remote
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/ucx"
+)
+
+// Conn is a connection to another worker: transfers between this worker's registered memory
+// and the peer's descriptors (NewTransfer, Put, Get), and small messages both ways (Send,
+// Recv) to exchange descriptors and say when a transfer is done. It is made by Connect or Dial,
+// and on the other side by a Listener's Accept or the worker's Accept. Every method is safe for
+// concurrent use.
+type Conn struct {
+	w      *Worker
+	id     uint64 // this side's id, which the peer's messages name
+	peerID uint64 // the peer's
+	peer   uint64 // the peer's worker
+	ep     ucx.Ep
+	remote string // what it was connected to, for errors
+
+	// Under w.mu:
+	state     uint8
+	err       error // why it failed or closed
+	inflight  int   // operations and messages in flight on ep
+	rkeys     map[uint32]*rkeyEntry
+	mode      Mode // how its transfers go: decided at the first (messages.go)
+	msgs      [][]byte
+	msgBytes  int
+	reaped    bool
+	watcher   *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
+	abandoned bool     // ended without UCX's word: its endpoint is never closed (watch.go)
+
+	gone     atomic.Bool   // state is connFailed: read without the lock by Transfer's checks
+	ready    chan struct{} // closed once the handshake ends (state open or failed)
+	dead     chan struct{} // closed when it fails or closes
+	recv     chan struct{} // a message came (buffered, 1)
+	reapedCh chan struct{} // closed once its endpoint is closed and its keys destroyed
+}
+
+const (
+	connConnecting = iota
+	connOpen
+	connFailed // failed, closed, or closed by the peer: err says which
+)
+
+// rkeyEntry is a peer's region as the connection knows it: from the first descriptor of it.
+type rkeyEntry struct {
+	rkey       ucx.Rkey
+	base, size uint64
+	memType    uint8
+	packed     string
+}
+
+// maxRegionsPerConn bounds the regions a connection unpacks keys for: a peer's regions are 64
+// per pool at most, and a flood of forged ones must not grow UCX's memory without bound.
+const maxRegionsPerConn = 4096
+
+// Messages of the protocol between two workers' connections, little-endian: a magic, a type,
+// three zero bytes and the id of the connection it is for (zero in a hello), then the body.
+const (
+	msgMagic  = "pmrm"
+	msgHeader = 16
+	msgHello  = 1 // body: the sender's connection id, worker id, pid, host id, address length, and, from Dial, its address
+	msgAck    = 2 // body: the sender's connection id, worker id, pid, host id
+	msgData   = 3 // body: the user's message
+	msgBye    = 4 // the sender closed the connection
+)
+
+func newConn(w *Worker, ep ucx.Ep, remote string) *Conn {
+	c := &Conn{w: w, id: randomID(), ep: ep, remote: remote, rkeys: map[uint32]*rkeyEntry{},
+		ready: make(chan struct{}), dead: make(chan struct{}), recv: make(chan struct{}, 1), reapedCh: make(chan struct{})}
+	w.conns[c.id] = c
+	w.byEp[ep] = c
+	return c
+}
+
+// helloLen and ackLen are the fixed parts of a hello's and an acknowledgement's body.
+const (
+	ackLen   = 28
+	helloLen = ackLen + 4
+)
+
+// header returns a message's header of type typ for the peer's connection dst.
+func header(typ byte, dst uint64, body int) []byte {
+	b := make([]byte, msgHeader, msgHeader+body)
+	copy(b, msgMagic)
+	b[4] = typ
+	binary.LittleEndian.PutUint64(b[8:], dst)
+	return b
+}
+
+// sendLocked sends message m on c's endpoint; with done, the result is sent on done (when the
+// send completes later). Under mu.
+func (w *Worker) sendLocked(c *Conn, ep ucx.Ep, m []byte, reply bool, done chan error) error {
+	i, ok := w.takeSlot(slotMsg)
+	if !ok {
+		return fmt.Errorf("%w: %d messages and closes in flight", ErrBusy, controlSlots)
+	}
+	w.slots[i].c, w.slots[i].done = c, done
+	inflight, err := w.uw.SendMessage(ep, m, reply, i)
+	if !inflight {
+		w.freeSlot(i)
+		if err != nil {
+			return w.statusErr(c, int32(statusOf(err)))
+		}
+		if done != nil {
+			done <- nil
+		}
+		return nil
+	}
+	if c != nil {
+		c.inflight++
+	}
+	w.signal()
+	return nil
+}
+
+// statusOf returns err's UCX status, or -1 (UCS_ERR_NO_MESSAGE) for another error.
+func statusOf(err error) ucx.Status {
+	if s, ok := err.(ucx.Status); ok {
+		return s
+	}
+	return -1
+}
+
+// message handles a message of the protocol, from the endpoint replyEp when the sender asked
+// for a reply (a hello). Under mu.
+func (w *Worker) message(replyEp ucx.Ep, m []byte) {
+	if len(m) < msgHeader || string(m[:4]) != msgMagic || m[5] != 0 || m[6] != 0 || m[7] != 0 {
+		return // not this protocol's: dropped
+	}
+	dst := binary.LittleEndian.Uint64(m[8:])
+	body := m[msgHeader:]
+	if m[4] == msgHello {
+		w.hello(replyEp, body)
+		return
+	}
+	c := w.conns[dst]
+	if c == nil {
+		return // for a connection gone, or a guess: dropped
+	}
+	switch m[4] {
+	case msgAck:
+		if c.state != connConnecting || len(body) != ackLen {
+			w.failConn(c, fmt.Errorf("%w: unexpected acknowledgement from %s", ErrProtocol, c.remote))
+			return
+		}
+		c.peerID = binary.LittleEndian.Uint64(body)
+		c.peer = binary.LittleEndian.Uint64(body[8:])
+		c.state = connOpen
+		close(c.ready)
+		w.watch(c, binary.LittleEndian.Uint32(body[16:]), binary.LittleEndian.Uint64(body[20:]))
+	case msgData:
+		if c.state != connOpen {
+			return
+		}
+		if c.msgBytes+len(body) > queuedMessages {
+			w.failConn(c, fmt.Errorf("%w: %s sent more than %d bytes of messages nobody received", ErrProtocol, c.remote, queuedMessages))
+			return
+		}
+		c.msgs = append(c.msgs, body)
+		c.msgBytes += len(body)
+		select {
+		case c.recv <- struct{}{}:
+		default:
+		}
+	case msgBye:
+		w.failConn(c, fmt.Errorf("%w: the peer closed the connection", ErrClosed))
+	}
+}
+
+// hello answers a peer's hello: the connection it opens is accepted, on the endpoint its
+// listener accepted (replyEp), or on a new one to the address it sent (Dial). Under mu.
+func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
+	if len(body) < helloLen || w.closing {
+		return
+	}
+	peerConn := binary.LittleEndian.Uint64(body)
+	peer := binary.LittleEndian.Uint64(body[8:])
+	pid, host := binary.LittleEndian.Uint32(body[16:]), binary.LittleEndian.Uint64(body[20:])
+	alen := int(binary.LittleEndian.Uint32(body[ackLen:]))
+	if peerConn == 0 || peer == 0 || alen != len(body)-helloLen {
+		return
+	}
+	var c *Conn
+	var into chan *Conn
+	if l := w.pending[replyEp]; l != nil && replyEp != 0 {
+		delete(w.pending, replyEp)
+		c = newConn(w, replyEp, "listener "+l.addr)
+		into = l.accepted
+	} else if alen > 0 {
+		ep, err := w.uw.ConnectAddress(body[helloLen:])
+		if err != nil {
+			w.logf("remote: refused a dial: %v", err)
+			return
+		}
+		c = newConn(w, ep, "a worker that dialed this one")
+		into = w.inbound
+	} else {
+		return
+	}
+	c.peerID, c.peer, c.state = peerConn, peer, connOpen
+	close(c.ready)
+	w.watch(c, pid, host)
+	ack := header(msgAck, peerConn, ackLen)
+	ack = binary.LittleEndian.AppendUint64(ack, c.id)
+	ack = binary.LittleEndian.AppendUint64(ack, w.id)
+	ack = binary.LittleEndian.AppendUint32(ack, uint32(os.Getpid()))
+	ack = binary.LittleEndian.AppendUint64(ack, hostID())
+	if err := w.sendLocked(c, c.ep, ack, false, nil); err != nil {
+		w.failConn(c, err)
+		return
+	}
+	select {
+	case into <- c:
+	default:
+		w.failConn(c, fmt.Errorf("%w: too many connections waiting for Accept", ErrBusy))
+	}
+}
+
+// failConn ends c with err: its waiters wake, its endpoint is closed at once (which ends its
+// operations in flight with errors), and its keys are destroyed once the close completes.
+// Under mu.
+func (w *Worker) failConn(c *Conn, err error) {
+	if c.state == connFailed {
+		return
+	}
+	if c.state == connConnecting {
+		close(c.ready)
+	}
+	c.state, c.err = connFailed, err
+	c.gone.Store(true)
+	close(c.dead)
+	w.logf("remote: connection to %s ended: %v", c.remote, err)
+	// Its transfers not yet posted end now; those in flight end with their operations.
+	kept := w.queue[:0]
+	for _, t := range w.queue {
+		if t.c == c {
+			t.fail(err)
+			if t.pending == 0 {
+				w.finished = append(w.finished, t)
+			}
+			continue
+		}
+		kept = append(kept, t)
+	}
+	clear(w.queue[len(kept):])
+	w.queue = kept
+	if c.abandoned { // the peer is gone and UCX will not say so: end everything now
+		w.abandonSlots(c)
+		w.reap(c)
+		return
+	}
+	// Its operations waiting for the peer's answer end now: none will come.
+	for i := range w.slots {
+		if s := &w.slots[i]; s.kind == slotOp && s.c == c && s.remote {
+			s.remote = false
+			if s.status == 0 {
+				s.status = -25 // UCS_ERR_CONNECTION_RESET: the error is c.err (statusErr)
+			}
+			if !s.sending {
+				w.endOp(uint32(i))
+			}
+		}
+	}
+	w.closeEp(c.ep, c, !w.opts.SharedMemory)
+}
+
+// reap destroys c's remote keys once its endpoint is closed, and forgets it. Under mu.
+func (w *Worker) reap(c *Conn) {
+	if c == nil || c.reaped {
+		return
+	}
+	c.reaped = true
+	if c.watcher != nil {
+		_ = c.watcher.Close()
+	}
+	for id, e := range c.rkeys {
+		if e.rkey != 0 && !c.abandoned { // an abandoned one's may serve zombies: they go with the worker
+			w.uw.DestroyRkey(e.rkey)
+		}
+		delete(c.rkeys, id)
+	}
+	delete(w.conns, c.id)
+	if w.byEp[c.ep] == c {
+		delete(w.byEp, c.ep)
+	}
+	close(c.reapedCh)
+}
+
+// Peer returns the id of the worker at the other end (its Worker.ID).
+func (c *Conn) Peer() uint64 { return c.peer }
+
+// Err returns why the connection ended, or nil while it is open.
+func (c *Conn) Err() error {
+	c.w.mu.Lock()
+	defer c.w.mu.Unlock()
+	return c.err
+}
+
+// Send sends msg to the peer, which receives it whole with Recv, in order. It returns once
+// UCX has sent it (msg may then be reused), or when ctx ends. A message is at most
+// Options.MaxMessage bytes (ErrTooLarge); after the connection failed or closed, the error
+// says why.
+func (c *Conn) Send(ctx context.Context, msg []byte) error {
+	w := c.w
+	if len(msg) > w.opts.MaxMessage {
+		return fmt.Errorf("%w: %d bytes (MaxMessage %d)", ErrTooLarge, len(msg), w.opts.MaxMessage)
+	}
+	m := append(header(msgData, c.peerID, len(msg)), msg...)
+	done := make(chan error, 1)
+	w.mu.Lock()
+	if c.state != connOpen {
+		err := c.stateErr()
+		w.mu.Unlock()
+		return err
+	}
+	err := w.sendLocked(c, c.ep, m, false, done)
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stateErr is the error of a call on c after it ended. Under mu.
+func (c *Conn) stateErr() error {
+	if c.err != nil {
+		return c.err
+	}
+	return fmt.Errorf("%w: connection not open", ErrClosed)
+}
+
+// Recv returns the next message from the peer, waiting for one until ctx ends. Messages that
+// came before the connection ended are still returned; then the error says why it ended.
+func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
+	w := c.w
+	for {
+		w.mu.Lock()
+		if len(c.msgs) > 0 {
+			m := c.msgs[0]
+			c.msgs[0] = nil
+			c.msgs = c.msgs[1:]
+			c.msgBytes -= len(m)
+			w.mu.Unlock()
+			return m, nil
+		}
+		if c.state == connFailed {
+			err := c.err
+			w.mu.Unlock()
+			return nil, err
+		}
+		w.mu.Unlock()
+		select {
+		case <-c.recv:
+		case <-c.dead:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close closes the connection: it waits for the transfers in flight on it (closeWait at
+// most), tells the peer, and closes the endpoint. The peer's Recv then reports ErrClosed.
+func (c *Conn) Close() error {
+	w := c.w
+	w.mu.Lock()
+	if c.state != connOpen {
+		err := c.stateErr()
+		w.mu.Unlock()
+		if c.err != nil {
+			return nil // failed or closed by the peer: nothing more to do than was done
+		}
+		return err
+	}
+	w.mu.Unlock()
+	deadline := time.Now().Add(closeWait)
+	for {
+		w.mu.Lock()
+		busy := c.inflight > 0 || c.queued()
+		w.mu.Unlock()
+		if !busy || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	w.mu.Lock()
+	if c.state == connOpen {
+		_ = w.sendLocked(c, c.ep, header(msgBye, c.peerID, 0), false, nil)
+		w.failConn(c, fmt.Errorf("%w: connection closed", ErrClosed))
+	}
+	w.mu.Unlock()
+	select {
+	case <-c.reapedCh:
+	case <-time.After(closeWait):
+		return fmt.Errorf("%w: the endpoint to %s did not close within %v", ErrBusy, c.remote, closeWait)
+	}
+	return nil
+}
+
+// queued reports whether a transfer of c waits for slots. Under mu.
+func (c *Conn) queued() bool {
+	for _, t := range c.w.queue {
+		if t.c == c {
+			return true
+		}
+	}
+	return false
+}
+
+// region checks descriptor d against what the connection learned of its region from the
+// first descriptor of it: another range, memory type or key is a forged or stale descriptor,
+// refused. Under mu.
+func (c *Conn) region(d *Descriptor) error {
+	e := c.rkeys[d.region]
+	if e == nil {
+		if len(c.rkeys) >= maxRegionsPerConn {
+			return fmt.Errorf("%w: more than %d regions of worker %016x", ErrDescriptor, maxRegionsPerConn, d.worker)
+		}
+		c.rkeys[d.region] = &rkeyEntry{base: d.base, size: d.size, memType: d.memType, packed: d.rkey}
+		return nil
+	}
+	if e.base != d.base || e.size != d.size || e.memType != d.memType || e.packed != d.rkey {
+		return fmt.Errorf("%w: region %d of worker %016x is [%#x, +%d) with another key, not [%#x, +%d): a forged or stale descriptor", ErrDescriptor, d.region, d.worker, e.base, e.size, d.base, d.size)
+	}
+	return nil
+}
+
+// rkey returns the key of the peer's region that descriptor d names (checked by region),
+// unpacked once per region. UCX reads a packed key with no length, so it is given a copy
+// followed by zeros, which no key it packed reads past. Under mu.
+func (c *Conn) rkey(d *Descriptor) (ucx.Rkey, error) {
+	if err := c.region(d); err != nil {
+		return 0, err
+	}
+	e := c.rkeys[d.region]
+	if e.rkey == 0 {
+		padded := make([]byte, len(d.rkey)+rkeyPad)
+		copy(padded, d.rkey)
+		r, err := c.w.uw.UnpackRkey(c.ep, padded)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrDescriptor, err)
+		}
+		e.rkey = r
+	}
+	return e.rkey, nil
+}
+
+// rkeyPad is the zeros after a packed key given to UCX: its parser reads, per memory domain a
+// key's bit map names, a length byte and that many bytes, 64 domains at most.
+const rkeyPad = 64 * 257
+
+func (w *Worker) logf(format string, args ...any) {
+	if w.log != nil {
+		w.log.Info(fmt.Sprintf(format, args...))
+	}
+}

@@ -1,0 +1,71 @@
+// Package remote moves pool buffers between processes and hosts with UCX (openucx): every
+// region of a pinned.Pool (or device.Heap) is registered with the network once, when the pool
+// maps it, so every buffer the pool hands out can be read and written by a peer with one-sided
+// puts and gets, at no registration cost per buffer.
+//
+// # Use
+//
+//	w, err := remote.New(remote.Options{})   // errors.Is(err, remote.ErrNoUCX) without libucp
+//	reg, err := w.Register(pool)              // the pool's regions, now and as it grows
+//	l, err := w.Listen("0.0.0.0:13337")       // one side listens...
+//	c, err := l.Accept(ctx)
+//	d, err := reg.Describe(buf)               // buf's descriptor: send it to the peer
+//	err = c.Send(ctx, d.AppendBinary(nil))
+//
+//	c, err := w.Connect(ctx, "decode:13337")  // ...the other connects
+//	m, err := c.Recv(ctx)
+//	d, _, err := remote.ParseDescriptor(m)
+//	t := c.NewTransfer()                      // a batch: KV blocks of a request
+//	err = t.Put(block, d)                     // block: a buffer of a registered pool
+//	err = t.Start()
+//	err = t.Wait(ctx)                         // or select on t.Done()
+//
+// Worker addresses (Address, Dial, and Accept on the dialed side) serve programs that have a
+// control plane of their own.
+//
+// # Design
+//
+// UCX is loaded at run time (internal/ucx: dlopen of libucp.so.0, no header at build, each
+// entry point resolved when first used), so a program builds without UCX and reports ErrNoUCX
+// where it is missing, as package cuda reports a missing driver.
+//
+// A Registration is an arena.RegionObserver of the pool's arena: ucp_mem_map when a region is
+// mapped, its remote key packed then, ucp_mem_unmap before the region is given back. A
+// Descriptor carries the region's key, its range and the buffer's, and the id of the worker
+// that registered it; a connection checks every descriptor against its peer's id and, per
+// region, against the first descriptor it saw (a forged or stale one is refused before
+// anything is posted), and every length against the buffer named, so this process never asks a
+// peer to write outside the buffer a descriptor names.
+//
+// A Transfer posts its puts and gets in one cgo call, each with the registration of its local
+// region, and ends with a flush of the endpoint when it has puts, so that its completion means
+// the bytes are in the peer's memory. Completions are queued by C callbacks inside UCX and
+// handed over in one cgo call per progress round: no call into Go per operation. One goroutine
+// per worker progresses UCX; idle, it sleeps on the worker's event fd through the Go runtime's
+// poller (ucp_worker_arm), so an idle worker costs nothing.
+//
+// Ownership follows the pool's rules. A local buffer is held in its pool (pinned.Pool.Hold)
+// from Put or Get until its transfer ends: a Free meanwhile takes effect then, so memory in
+// flight is never handed out again, and its region, which holds a live buffer, is never
+// deregistered under it. In a CUDAHost pool, a transfer waits for the CUDA streams recorded on
+// its buffers (RecordStream, device.Heap's async copies) before it reads or writes them, and a
+// buffer used by both that is freed goes back only once the streams and the transfer have
+// passed it.
+//
+// # Peers
+//
+// Connections are made with UCX's peer failure handling: a peer that dies (SIGKILL, a reset)
+// fails the connection, and every transfer in flight on it ends with an error wrapping ErrPeer.
+// What UCX cannot give is protection from a hostile peer: with transports that emulate puts and
+// gets in software (TCP, and shared memory without a zero-copy path) a peer's write lands at the
+// address it names, checked by nothing but that peer's UCX; only RDMA hardware checks a remote
+// key's range. So connect workers that trust each other, as with any RDMA fabric. docs/ucx.md
+// has the transports, the knobs (UCX_TLS, UCX_NET_DEVICES) and what this machine can show.
+//
+// # Locking
+//
+// The worker's mutex guards every UCX call and the worker's state; a pool's arena calls a
+// Registration with its own lock held, and the worker never holds its mutex while it calls a
+// pool (a transfer's holds are released after the mutex is let go). Lock order: a pool's arena,
+// then the worker.
+package remote

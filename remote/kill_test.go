@@ -1,0 +1,177 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestPeerKilled kills the other process with SIGKILL while transfers run, over each
+// transport: while this process gets from it, and while it puts into this process's buffers.
+// The transfers in flight end with ErrPeer, the connection reports it, nothing hangs, and every
+// local buffer comes back to its pool (the holds of the failed transfers are released).
+func TestPeerKilled(t *testing.T) {
+	needUCX(t)
+	for _, tr := range transports {
+		t.Run(tr.name+"/getting", func(t *testing.T) {
+			env := tr.set(t)
+			l := newLocalFor(t, tr)
+			ch := startChild(t, l.w, env, tr.shm)
+			ds := ch.alloc(1<<20, 3, 8)
+			mine := make([][]byte, len(ds))
+			for i := range mine {
+				mine[i] = l.alloc(t, 1<<20, 0)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			tx := ch.c.NewTransfer()
+			var err error
+			for round := 0; err == nil; round++ {
+				for i := 0; i < len(ds) && err == nil; i++ {
+					err = tx.Get(mine[i], ds[i]) // refused once the connection is known to be gone
+				}
+				if err == nil {
+					if err = tx.Start(); err == nil {
+						if round == 2 {
+							ch.kill() // with this batch, at least, in flight
+						}
+						err = tx.Wait(ctx)
+					}
+				}
+				if e := tx.Reset(); e != nil {
+					t.Fatal(e)
+				}
+			}
+			if !errors.Is(err, ErrPeer) && !errors.Is(err, ErrClosed) {
+				t.Fatalf("transfer with the peer killed: %v, want ErrPeer", err)
+			}
+			if _, err := ch.c.Recv(ctx); !errors.Is(err, ErrPeer) && !errors.Is(err, ErrClosed) {
+				t.Fatalf("Recv on the killed peer's connection: %v", err)
+			}
+			if got := l.pool.Usage().Live; got != uint64(len(mine)) {
+				t.Fatalf("%d buffers live, want the %d this test holds: a failed transfer kept a hold", got, len(mine))
+			}
+			for _, b := range mine {
+				if err := l.pool.Free(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st := l.w.Stats(); st.Failed == 0 {
+				t.Errorf("stats count no failed transfer: %+v", st)
+			}
+		})
+		t.Run(tr.name+"/putting", func(t *testing.T) {
+			env := tr.set(t)
+			l := newLocalFor(t, tr)
+			ch := startChild(t, l.w, env, tr.shm)
+			mine := make([][]byte, 8)
+			var payload []byte
+			for i := range mine {
+				mine[i] = l.alloc(t, 1<<20, 0)
+				d, err := l.reg.Describe(mine[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				payload, _ = d.AppendBinary(payload)
+			}
+			if r := ch.call("putloop", payload); string(r) != "started" {
+				t.Fatalf("putloop: %q", r)
+			}
+			// Wait until the puts land, then kill the child in the middle of them.
+			deadline := time.Now().Add(10 * time.Second)
+			for mine[7][1000] != pattern(7, 1000) {
+				if time.Now().After(deadline) {
+					t.Fatal("the child's puts never landed")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			ch.kill()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if _, err := ch.c.Recv(ctx); !errors.Is(err, ErrPeer) && !errors.Is(err, ErrClosed) {
+				t.Fatalf("Recv on the killed peer's connection: %v", err)
+			}
+			for _, b := range mine {
+				if err := l.pool.Free(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.reg.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestFreeDuringTransfer frees a buffer while a put from it is in flight, and allocates buffers
+// of its size meanwhile and writes other bytes into them: none of them is the freed buffer, and
+// the peer gets the bytes the buffer had when the put started. The buffer goes back when the
+// put ends.
+func TestFreeDuringTransfer(t *testing.T) {
+	needUCX(t)
+	env := transports[0].set(t)
+	l := newLocal(t)
+	ch := startChild(t, l.w, env, false)
+	const n = 3 << 20
+	d := ch.alloc(n, 1, 1)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		src := l.alloc(t, n, 42)
+		expect := crcOf(src)
+		tx := ch.c.NewTransfer()
+		for range 16 { // 48 MiB: tens of milliseconds on loopback, time for the test to look
+			if err := tx.Put(src, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.pool.Free(src); err != nil {
+			t.Fatal(err)
+		}
+		var others [][]byte
+		for range 4 {
+			o, err := l.pool.Alloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			others = append(others, o)
+		}
+		inFlight := true
+		select {
+		case <-tx.Done():
+			inFlight = false // it ended during the allocations: the buffer may be back already
+		default:
+		}
+		for _, o := range others {
+			if inFlight && &o[0] == &src[0] {
+				t.Fatal("a buffer with a put in flight was handed out again")
+			}
+			fill(o, 77)
+		}
+		if err := tx.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := ch.crc(0); got != expect {
+			t.Fatalf("the peer got other bytes than the buffer's at the put (CRC %x, want %x)", got, expect)
+		}
+		if got := l.pool.Usage().Live; got != uint64(len(others)) {
+			t.Fatalf("%d buffers live after the put ended, want %d: the freed buffer did not go back", got, len(others))
+		}
+		for _, o := range others {
+			if err := l.pool.Free(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if inFlight {
+			break
+		}
+		if attempt == 10 {
+			t.Fatal("every put ended before the test could look: no evidence either way")
+		}
+	}
+	ch.quit()
+}

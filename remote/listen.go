@@ -1,0 +1,270 @@
+package remote
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/pinmalloc/pinmalloc/internal/ucx"
+)
+
+// Two ways to connect. A Listener takes connections on a socket address (ucp_listener: UCX's
+// connection manager over TCP, whatever transports the data then takes), and Connect makes one
+// to it. Or the worker's address (Address), carried to the peer by whatever control plane the
+// program has, is Dialed, and the worker that owns the address takes the connection with
+// Accept. Either way both sides then know each other's worker id, which every descriptor used
+// on the connection must carry.
+
+// maxPending bounds the endpoints accepted by listeners and waiting for their hello.
+const maxPending = 1024
+
+// Listener takes connections on a socket address.
+type Listener struct {
+	w        *Worker
+	tag      uint64
+	l        ucx.Listener
+	addr     string
+	accepted chan *Conn
+	closed   chan struct{}
+	done     bool // under w.mu
+}
+
+// Listen listens on address, "host:port" (port 0: any free port, which Addr then gives).
+func (w *Worker) Listen(address string) (*Listener, error) {
+	sa, ta, err := sockaddr(address)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closing {
+		return nil, ErrClosed
+	}
+	l := &Listener{w: w, tag: randomID(), accepted: make(chan *Conn, 64), closed: make(chan struct{})}
+	if l.l, err = w.uw.Listen(sa, l.tag); err != nil {
+		return nil, wrap(ErrPeer, err)
+	}
+	port, err := w.uw.ListenerPort(l.l)
+	if err != nil {
+		w.uw.DestroyListener(l.l)
+		return nil, fmt.Errorf("remote: %w", err)
+	}
+	l.addr = net.JoinHostPort(ta.IP.String(), strconv.Itoa(port))
+	w.lis[l.tag] = l
+	w.signal()
+	return l, nil
+}
+
+// Addr returns the address the listener listens on, its port resolved.
+func (l *Listener) Addr() string { return l.addr }
+
+// Accept returns the next connection made to the listener, waiting until ctx ends.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	select {
+	case c := <-l.accepted:
+		return c, nil
+	case <-l.closed:
+		return nil, fmt.Errorf("%w: listener %s", ErrClosed, l.addr)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops the listener. Connections it accepted stay open.
+func (l *Listener) Close() error {
+	l.w.mu.Lock()
+	defer l.w.mu.Unlock()
+	if l.done {
+		return ErrClosed
+	}
+	l.w.closeListener(l)
+	return nil
+}
+
+// closeListener destroys l. Under mu.
+func (w *Worker) closeListener(l *Listener) {
+	if l.done {
+		return
+	}
+	l.done = true
+	w.uw.DestroyListener(l.l)
+	delete(w.lis, l.tag)
+	for ep, pl := range w.pending {
+		if pl == l {
+			delete(w.pending, ep)
+			w.closeEp(ep, nil, !w.opts.SharedMemory)
+		}
+	}
+	close(l.closed)
+}
+
+// connRequest accepts a connection request of the listener tagged tag: the endpoint waits for
+// the client's hello. Under mu.
+func (w *Worker) connRequest(r ucx.ConnRequest, tag uint64) {
+	l := w.lis[tag]
+	if l == nil || w.closing || len(w.pending) >= maxPending {
+		if l != nil {
+			_ = w.uw.Reject(l.l, r)
+		}
+		return
+	}
+	ep, err := w.uw.Accept(r)
+	if err != nil {
+		w.logf("remote: listener %s could not accept a connection: %v", l.addr, err)
+		return
+	}
+	w.pending[ep] = l
+}
+
+// Connect connects to the listener at address ("host:port"), waiting for the handshake until
+// ctx ends.
+func (w *Worker) Connect(ctx context.Context, address string) (*Conn, error) {
+	sa, _, err := sockaddr(address)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	if w.closing {
+		w.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ep, err := w.uw.ConnectSockaddr(sa)
+	if err != nil {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPeer, address, err)
+	}
+	c := newConn(w, ep, address)
+	return w.handshake(ctx, c, nil, 0)
+}
+
+// Address returns the worker's address, for a peer's Dial: a few hundred bytes naming the
+// worker and how to reach it, to send over the program's own control plane.
+func (w *Worker) Address() ([]byte, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closing {
+		return nil, ErrClosed
+	}
+	a, err := w.uw.Address()
+	if err != nil {
+		return nil, fmt.Errorf("remote: %w", err)
+	}
+	b := append([]byte(addrMagic), addrVersion, 0, 0, 0)
+	b = binary.LittleEndian.AppendUint64(b, w.id)
+	return append(b, a...), nil
+}
+
+const (
+	addrMagic   = "pmra"
+	addrVersion = 1
+	addrHeader  = 16
+)
+
+// Dial connects to the worker whose Address is addr, waiting for the handshake until ctx
+// ends; that worker takes the connection with Accept.
+func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
+	if len(addr) <= addrHeader || string(addr[:4]) != addrMagic || addr[4] != addrVersion {
+		return nil, fmt.Errorf("%w: not a worker address (%d bytes)", ErrDescriptor, len(addr))
+	}
+	peer := binary.LittleEndian.Uint64(addr[8:])
+	w.mu.Lock()
+	if w.closing {
+		w.mu.Unlock()
+		return nil, ErrClosed
+	}
+	own, err := w.uw.Address()
+	if err != nil {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("remote: %w", err)
+	}
+	ep, err := w.uw.ConnectAddress(addr[addrHeader:])
+	if err != nil {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("%w: dial worker %016x: %w", ErrPeer, peer, err)
+	}
+	c := newConn(w, ep, fmt.Sprintf("worker %016x", peer))
+	return w.handshake(ctx, c, own, peer)
+}
+
+// handshake sends c's hello (with the worker's own address when dialing) and waits for the
+// peer's acknowledgement; peer, when not zero, is the worker the peer must be. Called with mu
+// held; returns with it released.
+func (w *Worker) handshake(ctx context.Context, c *Conn, own []byte, peer uint64) (*Conn, error) {
+	hello := header(msgHello, 0, helloLen+len(own))
+	hello = binary.LittleEndian.AppendUint64(hello, c.id)
+	hello = binary.LittleEndian.AppendUint64(hello, w.id)
+	hello = binary.LittleEndian.AppendUint32(hello, uint32(os.Getpid()))
+	hello = binary.LittleEndian.AppendUint64(hello, hostID())
+	hello = binary.LittleEndian.AppendUint32(hello, uint32(len(own)))
+	hello = append(hello, own...)
+	err := w.sendLocked(c, c.ep, hello, true, nil)
+	if err != nil {
+		w.failConn(c, err)
+	}
+	w.signal()
+	w.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		w.mu.Lock()
+		w.failConn(c, fmt.Errorf("%w: handshake with %s: %w", ErrPeer, c.remote, ctx.Err()))
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c.state != connOpen {
+		return nil, c.err
+	}
+	if peer != 0 && c.peer != peer {
+		err := fmt.Errorf("%w: dialed worker %016x, worker %016x answered", ErrProtocol, peer, c.peer)
+		w.failConn(c, err)
+		return nil, err
+	}
+	return c, nil
+}
+
+// Accept returns the next connection Dialed to this worker, waiting until ctx ends.
+func (w *Worker) Accept(ctx context.Context) (*Conn, error) {
+	select {
+	case c := <-w.inbound:
+		return c, nil
+	case <-w.loopDone:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// sockaddr resolves "host:port" to a struct sockaddr_in or sockaddr_in6, as bytes.
+func sockaddr(address string) ([]byte, *net.TCPAddr, error) {
+	ta, err := net.ResolveTCPAddr("tcp", address)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: address %q: %w", ErrPeer, address, err)
+	}
+	if ta.IP == nil {
+		ta.IP = net.IPv4zero
+	}
+	if ip4 := ta.IP.To4(); ip4 != nil {
+		sa := make([]byte, 16) // sa_family, sin_port (network order), sin_addr, zero
+		binary.NativeEndian.PutUint16(sa, 2)
+		binary.BigEndian.PutUint16(sa[2:], uint16(ta.Port))
+		copy(sa[4:], ip4)
+		return sa, ta, nil
+	}
+	sa := make([]byte, 28) // sa_family, sin6_port, sin6_flowinfo, sin6_addr, sin6_scope_id
+	binary.NativeEndian.PutUint16(sa, 10)
+	binary.BigEndian.PutUint16(sa[2:], uint16(ta.Port))
+	copy(sa[8:], ta.IP.To16())
+	if ta.Zone != "" {
+		if ifi, err := net.InterfaceByName(ta.Zone); err == nil {
+			binary.NativeEndian.PutUint32(sa[24:], uint32(ifi.Index))
+		}
+	}
+	return sa, ta, nil
+}

@@ -1,0 +1,338 @@
+package remote
+
+import (
+	"encoding/binary"
+	"regexp"
+
+	"github.com/pinmalloc/pinmalloc/internal/ucx"
+)
+
+// Transfers by message.
+//
+// Where UCX has no transport that does puts and gets itself for a connection (no RDMA NIC, no
+// zero-copy shared memory: TCP), it emulates them with messages, and UCX 1.13's emulation
+// ends the process that is the target of a put or a get with ucs_fatal ("unexpected error")
+// when the peer dies while it answers. A transfer on such a connection therefore goes as
+// messages of this package, eagerly (UCX sends every byte at once and keeps nothing of a
+// message on either side once it is delivered), which UCX's failure handling covers: a put
+// is a message carrying the bytes, which the target checks against its own registered
+// regions, copies into place and acknowledges; a get is a request the target checks and
+// answers with the bytes. So the target writes only into its registered regions, within the
+// range a descriptor it issued can name, whatever a peer sends; and the transfer completes when
+// every acknowledgement and answer has come, the bytes in place.
+//
+// A connection chooses at its first transfer: puts and gets of UCX where ucp_ep_print_info
+// lists an RMA protocol on one of its lanes ("put[lane]"), messages otherwise; Options.Mode
+// forces one.
+//
+// A data message's header (ucx.HeaderLen bytes, little-endian): kind, status, six zero bytes,
+// the receiver's connection id, the initiator's operation id (slot and generation), the
+// address at the target, the length, the region's id at the target, four zero bytes, and the
+// region's base and size as the descriptor has them, which the target checks too.
+
+const (
+	dataPut   = 1 // the bytes to write at address: the target answers dataDone
+	dataGet   = 2 // a request for length bytes at address: the target answers dataReply
+	dataReply = 3 // the bytes asked for
+	dataDone  = 4 // the put is in place
+)
+
+// Statuses of an answer.
+const (
+	answerOK        = 0
+	answerRefused   = 1 // no such region, or a range outside it
+	answerMemType   = 2 // device memory, which a message cannot reach
+	answerTruncated = 3 // the bytes are not the length the header says, or could not be fetched
+	answerBusy      = 4 // no slot to fetch the bytes with: the sender's MaxInFlight exceeds the target's
+)
+
+// Mode is how a connection's transfers move bytes.
+type Mode uint8
+
+const (
+	// ModeAuto: UCX's puts and gets where a lane of the connection does them in hardware (an
+	// RDMA NIC) or zero-copy, messages otherwise (ModeMessages).
+	ModeAuto Mode = iota
+	// ModeRMA: UCX's puts and gets (ucp_put_nbx, ucp_get_nbx), emulated by UCX where no
+	// transport has them. On UCX 1.13, a peer that dies while this process answers its
+	// emulated put or get ends this process (ucs_fatal): for tests and benchmarks.
+	ModeRMA
+	// ModeMessages: messages of this package, checked and placed by the target.
+	ModeMessages
+)
+
+// dataHeader is a data message's header, decoded.
+type dataHeader struct {
+	kind, status uint8
+	conn, op     uint64
+	addr, n      uint64
+	region       uint32
+	base, size   uint64
+}
+
+func (h dataHeader) encode(b *[ucx.HeaderLen]byte) {
+	*b = [ucx.HeaderLen]byte{}
+	b[0], b[1] = h.kind, h.status
+	binary.LittleEndian.PutUint64(b[8:], h.conn)
+	binary.LittleEndian.PutUint64(b[16:], h.op)
+	binary.LittleEndian.PutUint64(b[24:], h.addr)
+	binary.LittleEndian.PutUint64(b[32:], h.n)
+	binary.LittleEndian.PutUint32(b[40:], h.region)
+	binary.LittleEndian.PutUint64(b[48:], h.base)
+	binary.LittleEndian.PutUint64(b[56:], h.size)
+}
+
+func decodeHeader(b *[ucx.HeaderLen]byte) (dataHeader, bool) {
+	for _, i := range [...]int{2, 3, 4, 5, 6, 7, 44, 45, 46, 47} {
+		if b[i] != 0 {
+			return dataHeader{}, false
+		}
+	}
+	return dataHeader{kind: b[0], status: b[1], conn: binary.LittleEndian.Uint64(b[8:]), op: binary.LittleEndian.Uint64(b[16:]),
+		addr: binary.LittleEndian.Uint64(b[24:]), n: binary.LittleEndian.Uint64(b[32:]), region: binary.LittleEndian.Uint32(b[40:]),
+		base: binary.LittleEndian.Uint64(b[48:]), size: binary.LittleEndian.Uint64(b[56:])}, true
+}
+
+var rmaProto = regexp.MustCompile(`(?m)^#\s+(put|get)\[\d+\]:`)
+
+// rmaMode reports whether c's transfers go as UCX's puts and gets. Under mu.
+func (w *Worker) rmaMode(c *Conn) bool {
+	if c.mode == ModeAuto {
+		c.mode = w.opts.Mode
+		if c.mode == ModeAuto {
+			c.mode = ModeMessages
+			if info, err := w.uw.EpInfo(c.ep); err == nil && rmaProto.MatchString(info) {
+				c.mode = ModeRMA
+			}
+		}
+	}
+	return c.mode == ModeRMA
+}
+
+// dataKind is the kind of Op a data message goes as: eagerly, with UCX's failure handling (its
+// rendezvous protocol, like its emulated puts and gets, ends a process whose peer dies while
+// it answers); by whatever protocol UCX picks without it (Options.SharedMemory: a large
+// message by rendezvous, its bytes fetched straight into place, by cma on this host).
+func (w *Worker) dataKind() int32 {
+	if w.opts.SharedMemory {
+		return ucx.OpDataAny
+	}
+	return ucx.OpData
+}
+
+// opID is the id of the operation in slot i, as a data message names it.
+func (w *Worker) opID(i uint32) uint64 { return uint64(w.slots[i].gen)<<32 | uint64(i) }
+
+// data handles a data message. Under mu.
+func (w *Worker) data(ev *ucx.Event) {
+	defer w.uw.ReleaseData(ev.Key)
+	h, ok := decodeHeader(&ev.Header)
+	if !ok {
+		return
+	}
+	c := w.conns[h.conn]
+	if c == nil || c.state != connOpen {
+		return // for a connection gone: the peer's transfer failed with it
+	}
+	switch h.kind {
+	case dataPut:
+		st := w.checkTarget(h)
+		if st == answerOK && uint64(ev.Len) != h.n {
+			st = answerTruncated
+		}
+		if st == answerOK && ev.Rndv {
+			if i, ok := w.takeSlot(slotRecv); ok { // fetch the bytes into place, then answer
+				lr := w.byID[h.region]
+				w.slots[i].c, w.slots[i].op = c, h.op
+				inflight, err := w.uw.RecvData(ev.Key, uintptr(h.addr), lr.mem, ucx.MemoryHost, i)
+				if inflight {
+					c.inflight++
+					w.slots[i].lr, w.slots[i].held = lr, true
+					lr.held++
+					return
+				}
+				w.freeSlot(i)
+				if err != nil {
+					st = answerTruncated
+				}
+				w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op}, nil)
+				return
+			}
+			st = answerBusy
+		}
+		if st == answerOK {
+			w.uw.CopyData(ev.Key, uintptr(h.addr))
+		}
+		w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op}, nil)
+	case dataGet:
+		st := w.checkTarget(h)
+		var lr *localRegion
+		if st == answerOK {
+			lr = w.lookup(uintptr(h.addr), uintptr(h.n))
+		}
+		w.answer(c, dataHeader{kind: dataReply, status: st, op: h.op, addr: h.addr, n: h.n}, lr)
+	case dataReply, dataDone:
+		w.answered(c, h, ev)
+	}
+}
+
+// checkTarget checks that [h.addr, h.addr+h.n) lies in host memory of region h.region of this
+// worker, which has the base and size the header says: what a descriptor of it can name.
+// Under mu.
+func (w *Worker) checkTarget(h dataHeader) uint8 {
+	lr := w.byID[h.region]
+	switch {
+	case lr == nil || h.base != uint64(lr.base) || h.size != uint64(lr.size) ||
+		h.n == 0 || h.addr < uint64(lr.base) || h.n > uint64(lr.base+lr.size)-h.addr || h.addr+h.n < h.addr:
+		return answerRefused
+	case lr.reg.memType != ucx.MemoryHost:
+		return answerMemType
+	}
+	return answerOK
+}
+
+// answer sends a done or a reply (with the bytes at h.addr of region lr) to c's peer, or queues
+// it until a slot is free. Under mu.
+func (w *Worker) answer(c *Conn, h dataHeader, lr *localRegion) {
+	h.conn = c.peerID
+	op := ucx.Op{Ep: c.ep, Kind: w.dataKind()}
+	if lr != nil {
+		op.Local, op.Length, op.Mem = h.addr, h.n, lr.mem
+	}
+	h.encode(&op.Header)
+	i, ok := w.takeSlot(slotAnswer)
+	if !ok {
+		w.answers = append(w.answers, pendingAnswer{c: c, op: op, lr: lr})
+		return
+	}
+	w.sendAnswer(c, i, op, lr)
+}
+
+type pendingAnswer struct {
+	c  *Conn
+	op ucx.Op
+	lr *localRegion
+}
+
+func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion) {
+	op.Slot = i
+	w.slots[i].c = c
+	ops := [1]ucx.Op{op}
+	if _, err := w.uw.Post(ops[:]); err != nil || ops[0].Status != 1 {
+		w.freeSlot(i) // sent at once, or refused: the peer's transfer fails with the connection
+		return
+	}
+	c.inflight++
+	if lr != nil {
+		w.slots[i].lr, w.slots[i].held = lr, true
+		lr.held++
+	}
+}
+
+// postAnswers sends the queued answers while slots are free. Under mu.
+func (w *Worker) postAnswers() {
+	for len(w.answers) > 0 {
+		a := w.answers[0]
+		if a.c.state != connOpen {
+			w.answers = w.answers[1:]
+			continue
+		}
+		i, ok := w.takeSlot(slotAnswer)
+		if !ok {
+			return
+		}
+		w.answers[0] = pendingAnswer{}
+		w.answers = w.answers[1:]
+		w.sendAnswer(a.c, i, a.op, a.lr)
+	}
+}
+
+// answered takes the target's answer to an operation of this worker: the bytes of a get, or
+// the done of a put. Under mu.
+func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
+	i := uint32(h.op)
+	if int(i) >= len(w.slots) {
+		return
+	}
+	s := &w.slots[i]
+	want := uint8(dataDone)
+	if s.get {
+		want = dataReply
+	}
+	if s.kind != slotOp || s.gen != uint32(h.op>>32) || s.c != c || !s.remote || h.kind != want {
+		return // a stale or forged answer: dropped
+	}
+	st := int32(0)
+	switch {
+	case h.status == answerRefused:
+		st = stRefused
+	case h.status == answerMemType:
+		st = stMemType
+	case h.status == answerBusy:
+		st = stBusy
+	case h.status != answerOK || s.get && uint64(ev.Len) != s.n:
+		st = stTruncated
+	case s.get && ev.Rndv:
+		r, ok := w.takeSlot(slotRecv)
+		if !ok {
+			st = stBusy
+			break
+		}
+		w.slots[r].c, w.slots[r].of = c, i
+		inflight, err := w.uw.RecvData(ev.Key, s.local, s.lr.mem, ucx.MemoryHost, r)
+		if inflight {
+			c.inflight++
+			w.slots[r].lr, w.slots[r].held = s.lr, true
+			s.lr.held++
+			return // the get ends with the receive (received)
+		}
+		w.freeSlot(r)
+		if err != nil {
+			st = stTruncated
+		}
+	case s.get:
+		w.uw.CopyData(ev.Key, s.local)
+	}
+	s.remote = false
+	if s.status == 0 {
+		s.status = st
+	}
+	if !s.sending {
+		w.endOp(i)
+	}
+}
+
+// received is the end of a receive by rendezvous (slot s), with UCX's status st: a put's
+// bytes are in place (answer the peer), or a get's have come (end the get). Under mu.
+func (w *Worker) received(s slot, st int32) {
+	if s.t == nil && s.op != 0 { // a put of the peer's
+		status := uint8(answerOK)
+		if st != 0 {
+			status = answerTruncated
+		}
+		if s.c.state == connOpen {
+			w.answer(s.c, dataHeader{kind: dataDone, status: status, op: s.op}, nil)
+		}
+		return
+	}
+	g := &w.slots[s.of]
+	if g.kind != slotOp || !g.remote {
+		return
+	}
+	g.remote = false
+	if st != 0 && g.status == 0 {
+		g.status = st
+	}
+	if !g.sending {
+		w.endOp(s.of)
+	}
+}
+
+// Statuses of a message-mode operation that the target refused (beside UCX's, which are above
+// -100).
+const (
+	stRefused   = -1001
+	stMemType   = -1002
+	stTruncated = -1003
+	stBusy      = -1004
+)

@@ -1,0 +1,186 @@
+package remote
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/ucx"
+)
+
+// TestRegistersRegionsNotBuffers: a pool of 2,000 buffers is registered with one ucp_mem_map
+// per region, none per buffer, and every buffer's descriptor carries its region's key, packed
+// once; the pool's Close deregisters the region.
+func TestRegistersRegionsNotBuffers(t *testing.T) {
+	needUCX(t)
+	w := newWorker(t)
+	pool, err := testPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bufs [][]byte
+	for range 1000 {
+		b, err := pool.Alloc(16 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, b)
+	}
+	before := ucx.MemMaps()
+	reg, err := w.Register(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regions := int64(reg.Regions())
+	if regions == 0 || ucx.MemMaps()-before != regions {
+		t.Fatalf("%d ucp_mem_map calls to register a pool of %d regions", ucx.MemMaps()-before, regions)
+	}
+	for range 1000 { // more buffers, in the same region
+		b, err := pool.Alloc(16 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, b)
+	}
+	keys := map[string]bool{}
+	for _, b := range bufs {
+		d, err := reg.Describe(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Len() != len(b) || d.Worker() != w.ID() || d.Device() {
+			t.Fatalf("descriptor %v of a buffer of %d bytes", d, len(b))
+		}
+		keys[d.rkey] = true
+	}
+	if got := ucx.MemMaps() - before; got != int64(reg.Regions()) || len(keys) != reg.Regions() {
+		t.Fatalf("%d ucp_mem_map calls and %d distinct keys for %d buffers in %d regions", got, len(keys), len(bufs), reg.Regions())
+	}
+	if _, err := reg.Describe(make([]byte, 10)); !errors.Is(err, ErrNotRegistered) {
+		t.Errorf("Describe of Go memory: %v", err)
+	}
+	if _, err := reg.Describe(bufs[0][:0]); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("Describe of an empty slice: %v", err)
+	}
+	for _, b := range bufs {
+		if err := pool.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := reg.Describe(bufs[0]); !errors.Is(err, ErrNotRegistered) {
+		t.Errorf("Describe of a freed buffer: %v", err)
+	}
+	if err := pool.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if reg.Regions() != 0 || w.Stats().Regions != 0 {
+		t.Fatalf("the pool's Close left %d regions registered (%d in the worker)", reg.Regions(), w.Stats().Regions)
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestRegistrationObservesRegions drives a Registration as the arena does, with a region
+// reserved PROT_NONE (address space, nothing committed, as an arena's region is at first):
+// registered without pinning it, found by address, deregistered.
+func TestRegistrationObservesRegions(t *testing.T) {
+	needUCX(t)
+	w := newWorker(t)
+	const size = 64 << 20
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(b)
+	r := &Registration{w: w, memType: ucx.MemoryHost, regions: map[uintptr]*localRegion{}}
+	g := &arena.Region{Base: mem.Addr(b), Size: size}
+	before := ucx.MemMaps()
+	if err := r.Mapped(g); err != nil {
+		t.Fatal(err)
+	}
+	if ucx.MemMaps()-before != 1 || w.lookup(g.Base+100, 10) == nil || w.lookup(g.Base+size-10, 11) != nil {
+		t.Fatal("the region is not registered as mapped")
+	}
+	if d, err := r.describe(g.Base+4096, 100); err != nil || d.base != uint64(g.Base) || d.size != size {
+		t.Fatalf("describe: %v %v", d, err)
+	}
+	r.Unmapping(g)
+	if w.lookup(g.Base+100, 10) != nil || w.Stats().Regions != 0 {
+		t.Fatal("the region is registered after Unmapping")
+	}
+}
+
+func TestRegisterDeviceWithoutCUDA(t *testing.T) {
+	needUCX(t)
+	w := newWorker(t)
+	if w.CUDA() {
+		t.Skip("this UCX has CUDA transports: RegisterDevice is tested on the GPU machine")
+	}
+	if _, err := w.RegisterDevice(nil); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("RegisterDevice with a UCX without CUDA: %v, want ErrNotSupported", err)
+	}
+}
+
+func TestClosedWorker(t *testing.T) {
+	needUCX(t)
+	w, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close: %v", err)
+	}
+	pool, err := testPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := w.Register(pool); !errors.Is(err, ErrClosed) {
+		t.Errorf("Register after Close: %v", err)
+	}
+	if _, err := w.Listen("127.0.0.1:0"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Listen after Close: %v", err)
+	}
+	if _, err := w.Address(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Address after Close: %v", err)
+	}
+	if _, err := w.Dial(t.Context(), []byte("pmra")); !errors.Is(err, ErrDescriptor) {
+		t.Errorf("Dial of a bad address: %v", err)
+	}
+}
+
+// TestNoUCX runs a process whose UCX library cannot be loaded: New reports ErrNoUCX, naming
+// the library, and nothing else happens. It needs no UCX.
+func TestNoUCX(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=target", ucx.LibraryEnv+"=/nonexistent/libucp.so.0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
+	line := string(out)
+	if !strings.HasPrefix(line, "E ") || !strings.Contains(line, pinmalloc.ErrNoUCX.Error()) || !strings.Contains(line, "/nonexistent/libucp.so.0") {
+		t.Fatalf("New without UCX: %q, want an error naming %v and the library", line, pinmalloc.ErrNoUCX)
+	}
+	if _, err := New(Options{MaxInFlight: -1}); !errors.Is(err, pinmalloc.ErrInvalid) {
+		t.Errorf("New with MaxInFlight -1: %v", err)
+	}
+}

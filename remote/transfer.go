@@ -1,0 +1,442 @@
+package remote
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/ucx"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// Transfer is a batch of puts and gets on one connection, posted together and completed
+// together: the KV blocks of a request, say. Add operations with Put and Get (PutDevice and
+// GetDevice for device memory), post them with Start (one cgo call for as many as there are
+// slots), then wait with Wait or select on Done. It completes once every get has landed and
+// every put has reached the peer's memory (a flush of the endpoint after the puts). A Transfer
+// is reused after Reset, keeping its memory: a batch in steady state allocates one channel.
+//
+// Each local buffer is held in its pool (pinned.Pool.Hold) from Put or Get until the transfer
+// ends: a Free of it meanwhile takes effect then, so memory in flight is never handed out
+// again, and its region is never deregistered under it. Put and Get first wait for the CUDA
+// streams recorded on the buffer (pinned.Pool.WaitStreams: copies queued into or out of it). A remote buffer is the peer's to keep
+// live until the transfer ends (the application's protocol: it is told by a message).
+type Transfer struct {
+	c     *Conn
+	ops   []ucx.Op
+	descs []Descriptor   // the remote buffer of each put and get
+	lrs   []*localRegion // the local region of each put and get
+	holds []pinned.Hold  // the holds on the local buffers (the zero Hold for device memory)
+	gets  []bool         // which operations are gets
+	puts  bool
+	bytes uint64
+
+	// Under the worker's mutex once started:
+	started, finishing bool
+	posted, pending    int
+	err                error
+	done               chan struct{}
+}
+
+// NewTransfer returns an empty transfer on c.
+func (c *Conn) NewTransfer() *Transfer { return &Transfer{c: c, done: make(chan struct{})} }
+
+// Put adds a put of src, a buffer (or part of one) of a pool registered with the worker, to
+// the start of the peer's buffer dst: len(src) bytes, at most dst.Len() (use dst.Slice for an
+// offset). It checks everything it can before Start: dst is of the connection's peer
+// (ErrDescriptor), the length fits (ErrOutOfRange), src is registered memory
+// (ErrNotRegistered), and holds src in its pool.
+func (t *Transfer) Put(src []byte, dst Descriptor) error {
+	return t.add(ucx.OpPut, mem.Addr(src), len(src), src, dst)
+}
+
+// Get adds a get of len(dst) bytes from the start of the peer's buffer src (at most
+// src.Len()) into dst, registered memory as for Put.
+func (t *Transfer) Get(dst []byte, src Descriptor) error {
+	return t.add(ucx.OpGet, mem.Addr(dst), len(dst), dst, src)
+}
+
+// PutDevice is Put from n bytes of device memory at src, of a device heap registered with
+// RegisterDevice. The caller keeps the memory allocated until the transfer ends.
+func (t *Transfer) PutDevice(src cuda.DevicePtr, n int, dst Descriptor) error {
+	return t.add(ucx.OpPut, uintptr(src), n, nil, dst)
+}
+
+// GetDevice is Get into n bytes of device memory at dst.
+func (t *Transfer) GetDevice(dst cuda.DevicePtr, n int, src Descriptor) error {
+	return t.add(ucx.OpGet, uintptr(dst), n, nil, src)
+}
+
+func (t *Transfer) add(kind int32, addr uintptr, n int, buf []byte, d Descriptor) error {
+	w := t.c.w
+	switch {
+	case t.started:
+		return fmt.Errorf("%w: the transfer was started (Reset it once it is done)", ErrBusy)
+	case t.c.gone.Load():
+		return fmt.Errorf("%w: connection to %s", ErrClosed, t.c.remote)
+	case d.IsZero():
+		return fmt.Errorf("%w: the zero Descriptor", ErrDescriptor)
+	case d.worker != t.c.peer:
+		return fmt.Errorf("%w: a descriptor of worker %016x, on a connection to worker %016x", ErrDescriptor, d.worker, t.c.peer)
+	case n <= 0 || uint64(n) > d.n:
+		return fmt.Errorf("%w: %d bytes to or from a remote buffer of %d", ErrOutOfRange, n, d.n)
+	}
+	lr := w.lookup(addr, uintptr(n))
+	if lr == nil {
+		return fmt.Errorf("%w: local [%#x, +%d) lies in no registered region", ErrNotRegistered, addr, n)
+	}
+	var h pinned.Hold
+	if buf != nil {
+		if lr.reg.pool == nil {
+			return fmt.Errorf("%w: local [%#x, +%d) is device memory: PutDevice, GetDevice", ErrNotRegistered, addr, n)
+		}
+		var err error
+		if h, err = lr.reg.pool.Hold(buf); err != nil {
+			return fmt.Errorf("%w: %w", ErrNotRegistered, err)
+		}
+		// Held, the buffer is live and its region stays registered: look again, in case it
+		// was freed and its region replaced since the first look (a free racing this call).
+		if lr2 := w.lookup(addr, uintptr(n)); lr2 != lr {
+			return errors.Join(fmt.Errorf("%w: local [%#x, +%d) changed region during the call", ErrNotRegistered, addr, n), h.Release())
+		}
+		// Copies queued on CUDA streams into or out of the buffer (a CUDAHost pool) come
+		// first, as they would for a copy on another stream.
+		if err := lr.reg.pool.WaitStreams(buf); err != nil {
+			return errors.Join(err, h.Release())
+		}
+	} else if lr.reg.heap == nil {
+		return fmt.Errorf("%w: local [%#x, +%d) is host memory: Put, Get", ErrNotRegistered, addr, n)
+	}
+	t.ops = append(t.ops, ucx.Op{Mem: lr.mem, Local: uint64(addr), Remote: d.addr, Length: uint64(n), Kind: kind, MemType: int32(lr.reg.memType)})
+	t.descs = append(t.descs, d)
+	t.lrs = append(t.lrs, lr)
+	t.holds = append(t.holds, h)
+	t.gets = append(t.gets, kind == ucx.OpGet)
+	t.puts = t.puts || kind == ucx.OpPut
+	t.bytes += uint64(n)
+	return nil
+}
+
+// Len returns the number of puts and gets added.
+func (t *Transfer) Len() int { return len(t.descs) }
+
+// Bytes returns the bytes the puts and gets added move.
+func (t *Transfer) Bytes() int64 { return int64(t.bytes) }
+
+// Start posts the transfer. Each remote key is unpacked once per peer region and kept; a
+// descriptor whose region contradicts an earlier one is refused (ErrDescriptor) before
+// anything is posted. The error, if any, is Wait's too.
+func (t *Transfer) Start() error {
+	w := t.c.w
+	if len(t.descs) == 0 {
+		return fmt.Errorf("%w: an empty transfer", ErrOutOfRange)
+	}
+	w.mu.Lock()
+	if t.started {
+		w.mu.Unlock()
+		return fmt.Errorf("%w: the transfer was started already", ErrBusy)
+	}
+	t.started = true
+	c := t.c
+	switch {
+	case w.closing:
+		t.fail(fmt.Errorf("%w: the worker is closed", ErrClosed))
+	case c.state != connOpen:
+		t.fail(c.stateErr())
+	}
+	rma := t.err == nil && w.rmaMode(c)
+	for i := 0; i < len(t.descs) && t.err == nil; i++ {
+		if lr := t.lrs[i]; lr.reg.closed || lr.reg.regions[lr.base] != lr {
+			t.fail(fmt.Errorf("%w: the registration of local region %d was closed", ErrClosed, lr.id))
+			break
+		}
+		op, d := &t.ops[i], &t.descs[i]
+		op.Ep = c.ep
+		if rma {
+			rk, err := c.rkey(d)
+			if err != nil {
+				t.fail(err)
+				break
+			}
+			op.Rkey = rk
+			continue
+		}
+		if op.MemType != ucx.MemoryHost || d.memType != memHost {
+			t.fail(fmt.Errorf("%w: device memory by message (this connection has no transport that moves it)", ErrNotSupported))
+			break
+		}
+		if err := c.region(d); err != nil {
+			t.fail(err)
+			break
+		}
+		h := dataHeader{kind: dataPut, conn: c.peerID, addr: d.addr, n: op.Length, region: d.region, base: d.base, size: d.size}
+		if t.gets[i] {
+			h.kind = dataGet
+			op.Length = 0 // a request: the bytes come in the answer, to op.Local
+		}
+		h.encode(&op.Header)
+		op.Kind = w.dataKind()
+	}
+	if t.err == nil && t.puts && rma {
+		t.ops = append(t.ops, ucx.Op{Ep: c.ep, Kind: ucx.OpFlush})
+	}
+	if t.err == nil {
+		w.post(t)
+		if t.posted < len(t.ops) && t.err == nil {
+			w.queue = append(w.queue, t)
+		}
+	}
+	end := t.completed()
+	err := t.err
+	w.signal()
+	w.mu.Unlock()
+	if end {
+		t.end(w)
+	}
+	return err
+}
+
+// completed reports whether t has ended and marks it so (once). Under mu.
+func (t *Transfer) completed() bool {
+	if t.finishing || t.pending > 0 || t.err == nil && t.posted < len(t.ops) {
+		return false
+	}
+	t.finishing = true
+	return true
+}
+
+// fail records t's first error. Under mu.
+func (t *Transfer) fail(err error) {
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// post posts as many of t's operations as there are slots for. Under mu.
+func (w *Worker) post(t *Transfer) {
+	for t.posted < len(t.ops) && t.err == nil {
+		start, k := t.posted, 0
+		for start+k < len(t.ops) {
+			i, ok := w.takeSlot(slotOp)
+			if !ok {
+				break
+			}
+			op, s := &t.ops[start+k], &w.slots[i]
+			op.Slot = i
+			s.t, s.c, s.n = t, t.c, op.Length
+			if j := start + k; j < len(t.lrs) {
+				s.lr = t.lrs[j]
+				if op.Kind == ucx.OpData || op.Kind == ucx.OpDataAny {
+					s.remote, s.get = true, t.gets[j]
+					if s.get {
+						s.local, s.n = uintptr(op.Local), binary.LittleEndian.Uint64(op.Header[32:])
+					}
+					binary.LittleEndian.PutUint64(op.Header[16:], w.opID(i))
+				}
+			}
+			k++
+		}
+		if k == 0 {
+			return
+		}
+		batch := t.ops[start : start+k]
+		if _, err := w.uw.Post(batch); err != nil {
+			for _, op := range batch {
+				w.freeSlot(op.Slot)
+			}
+			t.fail(fmt.Errorf("remote: %w", err))
+			return
+		}
+		t.posted += k
+		t.pending += k
+		t.c.inflight += k
+		for _, op := range batch {
+			s := &w.slots[op.Slot]
+			if s.lr != nil {
+				s.lr.inflight++
+			}
+			s.sending = true
+			if op.Status == 1 && s.lr != nil {
+				s.held = true
+				s.lr.held++
+			}
+			w.sent(op.Slot, op.Status)
+		}
+	}
+}
+
+// sent is the end of UCX's part of the operation in slot i: at once (st 0), in flight (1,
+// from Post), or completed later with st (from Progress). The operation ends with it unless
+// the target's answer is still due. Under mu.
+func (w *Worker) sent(i uint32, st int32) {
+	s := &w.slots[i]
+	if st == 1 {
+		return
+	}
+	s.sending = false
+	if st != 0 {
+		s.remote = false // the peer got nothing, or is gone: no answer comes
+		if s.status == 0 {
+			s.status = st
+		}
+	}
+	if !s.remote {
+		w.endOp(i)
+	}
+}
+
+// endOp ends the operation in slot i and frees the slot. Under mu.
+func (w *Worker) endOp(i uint32) {
+	s := w.slots[i]
+	kind := int32(ucx.OpFlush)
+	if s.lr != nil {
+		kind = ucx.OpPut
+	}
+	w.freeSlot(i)
+	w.opDone(s.t, s.lr, s.status, s.n, kind)
+}
+
+// countOp counts an operation of t that ended with status st. Under mu.
+func (w *Worker) countOp(t *Transfer, st int32, n uint64, kind int32) {
+	if st != 0 {
+		t.fail(w.statusErr(t.c, st))
+		return
+	}
+	if kind != ucx.OpFlush {
+		w.stats.ops.Add(1)
+		w.stats.bytes.Add(n)
+	}
+}
+
+// opDone is the completion of an operation of t, of n bytes on local region lr (nil for a
+// flush). Under mu.
+func (w *Worker) opDone(t *Transfer, lr *localRegion, st int32, n uint64, kind int32) {
+	t.pending--
+	t.c.inflight--
+	if lr != nil {
+		lr.inflight--
+	}
+	w.countOp(t, st, n, kind)
+	if t.completed() {
+		w.finished = append(w.finished, t)
+	}
+}
+
+// postQueued posts the queued transfers' operations while slots are free, and drops the
+// queued transfers that failed. Under mu.
+func (w *Worker) postQueued() {
+	kept := w.queue[:0]
+	for _, t := range w.queue {
+		if t.err == nil {
+			w.post(t)
+		}
+		if t.err == nil && t.posted < len(t.ops) {
+			kept = append(kept, t)
+			continue
+		}
+		if t.completed() {
+			w.finished = append(w.finished, t)
+		}
+	}
+	clear(w.queue[len(kept):])
+	w.queue = kept
+}
+
+// end releases t's holds (which may free buffers freed meanwhile) and wakes its waiters. Not
+// under mu.
+func (t *Transfer) end(w *Worker) {
+	for i, h := range t.holds {
+		if h != (pinned.Hold{}) {
+			if err := h.Release(); err != nil {
+				w.stats.freeErrs.Add(1)
+				w.logf("remote: a free deferred by a transfer failed: %v", err)
+			}
+			t.holds[i] = pinned.Hold{}
+		}
+	}
+	w.stats.transfers.Add(1)
+	if t.err != nil {
+		w.stats.failed.Add(1)
+	}
+	close(t.done)
+}
+
+// Done returns a channel closed when the transfer has ended, successfully or not (Err).
+func (t *Transfer) Done() <-chan struct{} { return t.done }
+
+// Err returns the transfer's error once Done is closed: the first operation's that failed,
+// or nil.
+func (t *Transfer) Err() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+// Wait waits until the transfer has ended, or ctx has (ctx.Err(): the transfer goes on, and
+// its buffers stay held until it ends), and returns its error.
+func (t *Transfer) Wait(ctx context.Context) error {
+	if !t.started {
+		return fmt.Errorf("%w: the transfer was not started", ErrBusy)
+	}
+	select {
+	case <-t.done:
+		return t.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Reset empties the transfer for reuse, once it has ended (ErrBusy before); a transfer never
+// started gives its buffers' holds back.
+func (t *Transfer) Reset() error {
+	if t.started {
+		select {
+		case <-t.done:
+		default:
+			return fmt.Errorf("%w: the transfer has not ended", ErrBusy)
+		}
+	}
+	var errs []error
+	for _, h := range t.holds {
+		if h != (pinned.Hold{}) {
+			errs = append(errs, h.Release())
+		}
+	}
+	clear(t.holds)
+	clear(t.descs)
+	clear(t.lrs)
+	t.ops, t.descs, t.lrs, t.holds, t.gets = t.ops[:0], t.descs[:0], t.lrs[:0], t.holds[:0], t.gets[:0]
+	t.puts, t.bytes, t.started, t.finishing, t.posted, t.pending, t.err = false, 0, false, false, 0, 0, nil
+	t.done = make(chan struct{})
+	return errors.Join(errs...)
+}
+
+// Put puts src to dst and waits for it: a Transfer of one put.
+func (c *Conn) Put(ctx context.Context, src []byte, dst Descriptor) error {
+	t := c.NewTransfer()
+	if err := t.Put(src, dst); err != nil {
+		return err
+	}
+	if err := t.Start(); err != nil {
+		return err
+	}
+	return t.Wait(ctx)
+}
+
+// Get gets len(dst) bytes of src into dst and waits for it: a Transfer of one get.
+func (c *Conn) Get(ctx context.Context, dst []byte, src Descriptor) error {
+	t := c.NewTransfer()
+	if err := t.Get(dst, src); err != nil {
+		return err
+	}
+	if err := t.Start(); err != nil {
+		return err
+	}
+	return t.Wait(ctx)
+}

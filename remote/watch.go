@@ -1,0 +1,137 @@
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Peers without UCX's failure handling (Options.SharedMemory).
+//
+// UCX 1.13's shared-memory transports (posix, sysv) serve only endpoints without peer failure
+// handling, and such an endpoint never reports that its peer died. A worker with SharedMemory
+// watches each peer process of its host itself: the handshake carries each side's pid and an
+// id of its host and pid namespace (hostID), and a peer with this worker's id is watched
+// through a pidfd (pidfd_open), registered with the Go runtime's poller, which becomes readable
+// when the process exits. The connection then is abandoned: its operations in flight end with
+// ErrPeer at once, and its endpoint is never closed (a close waits for a peer that will never
+// answer, and a forced close is UCX's only for failure-handling endpoints): UCX's requests on
+// it stay as zombie slots, freed if UCX ever completes them, and the endpoint, its keys and
+// its requests go with the worker. A peer on another host cannot be watched so: a transfer to
+// it that dies waits until its context ends.
+
+var (
+	hostOnce sync.Once
+	hostVal  uint64
+)
+
+// hostID identifies this host's boot and this process's pid namespace: two processes with the
+// same id can name each other by pid.
+func hostID() uint64 {
+	hostOnce.Do(func() {
+		h := fnv.New64a()
+		boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+		ns, _ := os.Readlink("/proc/self/ns/pid")
+		h.Write(boot)
+		h.Write([]byte(ns))
+		hostVal = h.Sum64() | 1
+	})
+	return hostVal
+}
+
+// watch watches the process of c's peer when the worker has no UCX failure handling and the
+// peer shares its host and pid namespace. Under mu.
+func (w *Worker) watch(c *Conn, pid uint32, host uint64) {
+	if !w.opts.SharedMemory || pid == 0 || host != hostID() {
+		return
+	}
+	fd, err := unix.PidfdOpen(int(pid), 0)
+	if err != nil {
+		w.logf("remote: cannot watch peer process %d (%v): its death will not be seen", pid, err)
+		return
+	}
+	_ = unix.SetNonblock(fd, true) // so that os.NewFile registers it with the poller
+	f := os.NewFile(uintptr(fd), fmt.Sprintf("pidfd-%d", pid))
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return
+	}
+	c.watcher = f
+	go func() {
+		first := true
+		err := rc.Read(func(uintptr) bool { // readable once the process has exited
+			if first {
+				first = false
+				return false
+			}
+			return true
+		})
+		if err != nil {
+			if !errors.Is(err, os.ErrClosed) {
+				w.logf("remote: cannot watch peer process %d (%v): its death will not be seen", pid, err)
+			}
+			return // closed: the connection ended otherwise
+		}
+		w.mu.Lock()
+		if c.state != connFailed {
+			w.abandonConn(c, fmt.Errorf("%w: peer process %d exited", ErrPeer, pid))
+		}
+		w.mu.Unlock()
+	}()
+}
+
+// abandonConn ends c, whose peer is gone, without a word to UCX: its operations in flight end
+// now with err, their slots kept as zombies until UCX completes them, if ever. Under mu.
+func (w *Worker) abandonConn(c *Conn, err error) {
+	c.abandoned = true
+	w.abandoned = true
+	w.failConn(c, err)
+}
+
+// abandonSlots ends the operations of c in flight, keeping the slots UCX still holds as
+// zombies. Under mu.
+func (w *Worker) abandonSlots(c *Conn) {
+	for i := range w.slots {
+		s := &w.slots[i]
+		if s.c != c {
+			continue
+		}
+		switch s.kind {
+		case slotOp:
+			s.remote = false
+			if s.status == 0 {
+				s.status = -25 // the error is c.err (statusErr)
+			}
+			if !s.sending {
+				w.endOp(uint32(i))
+				continue
+			}
+			t, lr, st, n := s.t, s.lr, s.status, s.n
+			w.zombie(uint32(i))
+			w.opDone(t, lr, st, n, 0)
+		case slotMsg:
+			if s.done != nil {
+				s.done <- c.err
+			}
+			c.inflight--
+			w.zombie(uint32(i))
+		case slotAnswer, slotRecv:
+			c.inflight--
+			w.zombie(uint32(i))
+		}
+	}
+}
+
+// zombie keeps slot i, whose operation has ended for this worker, until UCX completes it.
+// Under mu.
+func (w *Worker) zombie(i uint32) {
+	s := w.slots[i]
+	w.count(s.kind, -1)
+	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held}
+	w.zombies++
+}
