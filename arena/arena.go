@@ -259,16 +259,6 @@ func (a *Arena) alloc(size, alignment uintptr, commit bool) (Span, error) {
 	}
 }
 
-// placeAny finds a free run for size bytes in the regions there are.
-func (a *Arena) placeAny(size, alignment uintptr) (*region, Span, bool) {
-	for _, r := range *a.regions.Load() {
-		if s, ok := a.place(r, size, alignment); ok {
-			return r, s, true
-		}
-	}
-	return nil, Span{}, false
-}
-
 // place finds, first fit, a free run in r for size bytes at an aligned address.
 func (a *Arena) place(r *region, size, alignment uintptr) (Span, bool) {
 	for s := r.used.Next(0, r.nchunks, false); s < r.nchunks; {
@@ -306,8 +296,9 @@ func (a *Arena) take(r *region, s Span, commit bool) (Span, error) {
 	r.emptied = -1
 	r.want.SetRange(glo, ghi, true)
 	// Memory an earlier span left committed in these chunks, outside what this one asked for,
-	// is purged after the delay unless a Commit claims it first.
-	a.markUnwanted(r, first, first+s.N)
+	// is purged after the delay unless a Commit claims it first; memory Precommit committed
+	// stays for the span's Commits (a heap's segments, reserved, commit page by page).
+	a.markUnwantedKeep(r, first, first+s.N, !commit)
 	a.st.ChunksInUse += s.N
 	return s, nil
 }
@@ -389,6 +380,28 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	a.regions.Store(&next)
 	a.logReserve(rr.Size, rr.Base, nil)
 	return r, nil
+}
+
+// ReserveNext is Reserve of the n chunks that follow span s (of this arena, in use) in its
+// region, when they are all free: a heap grows a run of adjacent chunks with it. It fails with
+// an error wrapping ErrCapacity, taking nothing, when one of them is in use or past the
+// region's end.
+func (a *Arena) ReserveNext(s Span, n int) (Span, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return Span{}, ErrClosed
+	}
+	r := a.regionOf(s.ID)
+	if r == nil || s.N <= 0 || n <= 0 {
+		return Span{}, fmt.Errorf("%w: %d chunks after a span of %d chunks at chunk %d", ErrInvalid, n, s.N, s.ID)
+	}
+	first := int(s.ID-r.firstID) + s.N
+	if first+n > r.nchunks || r.used.Count(first, first+n) != 0 {
+		return Span{}, fmt.Errorf("%w: the %d chunks after chunk %d are not all free", ErrCapacity, n, s.ID+ChunkID(s.N-1))
+	}
+	base := r.grid + uintptr(first)<<a.shift
+	return a.take(r, Span{Base: base, Size: min(uintptr(n)<<a.shift, r.end-base), ID: r.firstID + ChunkID(first), N: n}, false)
 }
 
 // Free gives a span back. Its chunks stay committed for the purge delay.

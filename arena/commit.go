@@ -67,7 +67,17 @@ func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
 // Decommit gives up the whole granules inside [addr, addr+size), part of a span in use (a page
 // the heap no longer needs): they are decommitted after the purge delay, or by Trim, unless a
 // Commit claims them again first. The span stays handed out.
-func (a *Arena) Decommit(addr, size uintptr) error {
+func (a *Arena) Decommit(addr, size uintptr) error { return a.decommit(addr, size, false) }
+
+// DecommitIdle is Decommit for memory that has been idle for the purge delay already (a heap
+// found a page's free blocks untouched since it last looked): the whole granules inside
+// [addr, addr+size) are decommitted at the purge timer's next tick, half a delay at most,
+// rather than a delay later, unless a Commit claims them first. Memory waiting in the same
+// chunks keeps its own delay: a chunk stamped already keeps its stamp.
+func (a *Arena) DecommitIdle(addr, size uintptr) error { return a.decommit(addr, size, true) }
+
+// decommit is Decommit, and DecommitIdle when aged.
+func (a *Arena) decommit(addr, size uintptr, aged bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r, err := a.inUse(addr, size)
@@ -77,15 +87,35 @@ func (a *Arena) Decommit(addr, size uintptr) error {
 	if err != nil || !a.caps.Decommits || r.r.Committed {
 		return err
 	}
-	off := addr - r.r.Base
-	glo := int((off + a.caps.Granule - 1) >> r.gshift) // whole granules only
-	ghi := int((off + size) >> r.gshift)
-	if ghi <= glo {
+	glo, ghi, ok := r.whole(addr, size)
+	if !ok {
 		return nil
 	}
 	r.want.SetRange(glo, ghi, false)
-	a.markUnwanted(r, int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1)
+	first, last := int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)+1
+	if aged {
+		a.markAged(r, first, last)
+	} else {
+		a.markUnwanted(r, first, last)
+	}
 	return nil
+}
+
+// Wanted reports whether every granule that [addr, addr+size) touches is committed and claimed
+// by a span (Alloc, Commit), so that the purge leaves it alone: what a heap checks its live
+// blocks against (its invariants). A region committed whole at Reserve is wanted throughout.
+func (a *Arena) Wanted(addr, size uintptr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, err := a.inUse(addr, size)
+	if err != nil {
+		return false
+	}
+	if r.r.Committed {
+		return true
+	}
+	glo, ghi := r.granules(addr, size)
+	return r.commit.Count(glo, ghi) == ghi-glo && r.want.Count(glo, ghi) == ghi-glo
 }
 
 // Zero clears [addr, addr+size) with the provider's Zeroer.

@@ -22,7 +22,8 @@ import "time"
 //     most once (a.armed). It rearms itself while unwanted memory or an idle kept range waits and
 //     stops otherwise; the next markUnwanted or Idle starts it again.
 //   - Chunks stamped keepStamp (Precommit) are left to Trim, forced purges and Close, and do not
-//     keep the timer ticking.
+//     keep the timer ticking; an Alloc there, or memory given back there, stamps them anew (a
+//     Reserve does not: its span commits what it uses).
 //   - Regions committed whole at Reserve are never purged.
 //   - Everything here runs under a.mu. a.armed and a.gen are atomics only so that Kept.Idle
 //     (kept.go) can read them without the lock; they are written under it.
@@ -43,12 +44,38 @@ func (a *Arena) Trim() {
 
 // markUnwanted stamps chunks [first, last) that hold committed memory no span wants with the
 // purge generation, and arms the purge timer.
-func (a *Arena) markUnwanted(r *region, first, last int) {
+func (a *Arena) markUnwanted(r *region, first, last int) { a.markUnwantedKeep(r, first, last, false) }
+
+// markUnwantedKeep is markUnwanted that leaves alone, when keep is set, the chunks whose memory
+// Precommit committed (keepStamp): a span reserved there commits its parts as it uses them.
+func (a *Arena) markUnwantedKeep(r *region, first, last int, keep bool) {
 	any := false
 	for i := first; i < last; i++ {
+		if keep && r.stamp[i] == keepStamp && r.stale.Get(i) {
+			continue
+		}
 		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
 			r.stamp[i] = a.gen.Load()
 			r.stale.SetRange(i, i+1, true)
+			any = true
+		}
+	}
+	if any {
+		a.schedulePurge()
+	}
+}
+
+// markAged is markUnwanted for memory idle for the purge delay already (DecommitIdle): chunks
+// that hold no other unwanted memory are stamped two generations back, so that the timer's
+// next tick purges them; a chunk stamped already keeps its stamp, and its memory its delay.
+func (a *Arena) markAged(r *region, first, last int) {
+	any := false
+	for i := first; i < last; i++ {
+		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
+			if !r.stale.Get(i) || r.stamp[i] == keepStamp { // idle ends a precommit's hold
+				r.stamp[i] = a.gen.Load() - 2
+				r.stale.SetRange(i, i+1, true)
+			}
 			any = true
 		}
 	}

@@ -54,6 +54,7 @@ func cases(maxLive int) []benchCase {
 		benchCase{name: "gomaxprocs", group: "sweep", custom: sweep},
 		benchCase{name: "trace", group: "trace"},
 	)
+	cs = append(cs, footprintCases()...)
 	for _, sz := range hugeSizes {
 		cs = append(cs, benchCase{name: "huge/" + sizeName(sz), group: "huge", size: sz})
 	}

@@ -3,11 +3,13 @@
 // the allocator. The loops mirror the Go ones in goloops.go operation for operation: same size
 // sequence, same slot table, same batch shape.
 //
-// The file is a template: define BENCH_PREFIX, BENCH_MALLOC(n), BENCH_FREE(p) and BENCH_HELD() (the
-// bytes the allocator holds from the OS), then include it.
-// It defines static functions <prefix>_pair, <prefix>_mixed, <prefix>_prodcons, <prefix>_churn and
-// <prefix>_replay, each returning the elapsed nanoseconds, or -1 when an allocation failed, and
-// <prefix>_churn_open and <prefix>_churn_close, which set up and free the churn's live blocks.
+// The file is a template: define BENCH_PREFIX, BENCH_MALLOC(n), BENCH_FREE(p), BENCH_HELD() (the
+// bytes the allocator holds from the OS) and BENCH_COLLECT() (what gives free memory back on the
+// calling thread), then include it.
+// It defines static functions <prefix>_pair, <prefix>_mixed, <prefix>_prodcons, <prefix>_churn,
+// <prefix>_replay and <prefix>_larson, each returning the elapsed nanoseconds, or -1 when an
+// allocation failed, and <prefix>_churn_open and <prefix>_churn_close, which set up and free the
+// churn's live blocks.
 
 #ifndef BENCH_CLOOPS_COMMON
 #define BENCH_CLOOPS_COMMON
@@ -72,6 +74,125 @@ static void *bench_consumer(void *arg) {
 		atomic_store_explicit(&r->tail, k + 1, memory_order_release);
 	}
 	return NULL;
+}
+
+// Keep this in step with footprint.go (larsonDraw).
+#define BENCH_LARSON_SEED 0x6c6172736f6e3338ull
+
+// bench_larson_draw is the i-th draw of thread t of a larson run: splitmix64 of the pair.
+static inline uint64_t bench_larson_draw(uint64_t t, uint64_t i) {
+	uint64_t z = BENCH_LARSON_SEED + (t << 40 ^ i) * 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+// bench_larson is a larson run's shape and its threads' meeting points.
+typedef struct {
+	int64_t threads, slots, steps;
+	uint64_t lo, hi;
+	pthread_barrier_t churned, collect, collected, release;
+	_Atomic int64_t live;  // bytes asked for by the blocks live after the churn
+	_Atomic int64_t fails; // allocations that failed
+	void *(*malloc_fn)(size_t);
+	void (*free_fn)(void *);
+	void (*collect_fn)(void);
+} bench_larson;
+
+typedef struct {
+	bench_larson *run;
+	int64_t t;
+} bench_larson_arg;
+
+static inline size_t bench_larson_size(bench_larson *r, uint64_t z) {
+	return (size_t)(r->lo + ((z & 0xffffffffull) * (r->hi - r->lo + 1) >> 32));
+}
+
+// bench_larson_thread fills its slots, churns, and keeps its blocks live, idle, until the
+// main thread has sampled what the allocator holds; then it collects, waits, and frees.
+static void *bench_larson_thread(void *p) {
+	bench_larson_arg *a = p;
+	bench_larson *r = a->run;
+	void **slot = calloc((size_t)r->slots, sizeof *slot);
+	size_t *size = calloc((size_t)r->slots, sizeof *size);
+	int64_t fails = slot == NULL || size == NULL;
+	for (int64_t i = 0; !fails && i < r->slots; i++) {
+		size[i] = bench_larson_size(r, bench_larson_draw((uint64_t)a->t, (uint64_t)i));
+		char *b = r->malloc_fn(size[i]);
+		fails += b == NULL;
+		if (b != NULL) b[0] = 1;
+		slot[i] = b;
+	}
+	for (int64_t k = 0; !fails && k < r->steps; k++) {
+		uint64_t z = bench_larson_draw((uint64_t)a->t, (uint64_t)(r->slots + k));
+		uint64_t i = (z >> 32) * (uint64_t)r->slots >> 32;
+		r->free_fn(slot[i]);
+		size[i] = bench_larson_size(r, z);
+		char *b = r->malloc_fn(size[i]);
+		fails += b == NULL;
+		if (b != NULL) b[0] = b[size[i] - 1] = (char)k;
+		slot[i] = b;
+	}
+	int64_t live = 0;
+	for (int64_t i = 0; slot != NULL && i < r->slots; i++) {
+		if (slot[i] != NULL) live += (int64_t)size[i];
+	}
+	atomic_fetch_add(&r->live, live);
+	atomic_fetch_add(&r->fails, fails);
+	pthread_barrier_wait(&r->churned);
+	pthread_barrier_wait(&r->collect);
+	r->collect_fn();
+	pthread_barrier_wait(&r->collected);
+	pthread_barrier_wait(&r->release);
+	for (int64_t i = 0; slot != NULL && i < r->slots; i++) {
+		if (slot[i] != NULL) r->free_fn(slot[i]);
+	}
+	free(slot);
+	free(size);
+	return NULL;
+}
+
+// bench_larson_run runs r on r->threads threads. held gets what the allocator holds at the end
+// of the churn, after idle_ms with every thread idle and its blocks live, and after each thread
+// collected (the collect function); *live the bytes live. It returns the churn's ns (from the
+// start to the last thread done), or -1 when an allocation failed or a thread could not start.
+static int64_t bench_larson_run(bench_larson *r, int64_t idle_ms, int64_t (*held_fn)(void), int64_t held[3], int64_t *live) {
+	pthread_t *th = calloc((size_t)r->threads, sizeof *th);
+	bench_larson_arg *args = calloc((size_t)r->threads, sizeof *args);
+	if (th == NULL || args == NULL) {
+		free(th);
+		free(args);
+		return -1;
+	}
+	unsigned parties = (unsigned)r->threads + 1;
+	pthread_barrier_init(&r->churned, NULL, parties);
+	pthread_barrier_init(&r->collect, NULL, parties);
+	pthread_barrier_init(&r->collected, NULL, parties);
+	pthread_barrier_init(&r->release, NULL, parties);
+	int64_t t0 = bench_now_ns();
+	for (int64_t t = 0; t < r->threads; t++) {
+		args[t] = (bench_larson_arg){r, t};
+		if (pthread_create(&th[t], NULL, bench_larson_thread, &args[t]) != 0) abort(); // the barriers count on it
+	}
+	pthread_barrier_wait(&r->churned);
+	int64_t el = bench_now_ns() - t0;
+	held[0] = held_fn();
+	struct timespec ts = {idle_ms / 1000, (idle_ms % 1000) * 1000000};
+	nanosleep(&ts, NULL);
+	held[1] = held_fn();
+	pthread_barrier_wait(&r->collect);
+	pthread_barrier_wait(&r->collected);
+	held[2] = held_fn();
+	pthread_barrier_wait(&r->release);
+	for (int64_t t = 0; t < r->threads; t++) pthread_join(th[t], NULL);
+	pthread_barrier_destroy(&r->churned);
+	pthread_barrier_destroy(&r->collect);
+	pthread_barrier_destroy(&r->collected);
+	pthread_barrier_destroy(&r->release);
+	free(th);
+	free(args);
+	*live = atomic_load(&r->live);
+	return atomic_load(&r->fails) ? -1 : el;
 }
 
 #endif // BENCH_CLOOPS_COMMON
@@ -231,6 +352,18 @@ static int64_t BENCH_FN(replay)(const uint64_t *ev, int64_t n, void **slots, int
 		if (slots[i] != NULL) BENCH_FREE(slots[i]);
 	}
 	return failed ? -1 : el;
+}
+
+static void *BENCH_FN(larson_malloc)(size_t n) { return BENCH_MALLOC(n); }
+static void BENCH_FN(larson_collect)(void) { BENCH_COLLECT(); }
+static int64_t BENCH_FN(larson_held)(void) { return BENCH_HELD(); }
+
+// <prefix>_larson runs the footprint cases' larson churn (footprint.go) on threads threads:
+// see bench_larson_run.
+static int64_t BENCH_FN(larson)(int64_t threads, int64_t slots, uint64_t lo, uint64_t hi, int64_t steps, int64_t idle_ms, int64_t held[3], int64_t *live) {
+	bench_larson r = {.threads = threads, .slots = slots, .steps = steps, .lo = lo, .hi = hi,
+		.malloc_fn = BENCH_FN(larson_malloc), .free_fn = BENCH_FN(release), .collect_fn = BENCH_FN(larson_collect)};
+	return bench_larson_run(&r, idle_ms, BENCH_FN(larson_held), held, live);
 }
 
 #undef BENCH_CAT2

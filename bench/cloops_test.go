@@ -19,6 +19,18 @@ func TestChurnSlotInC(t *testing.T) {
 	}
 }
 
+// TestLarsonDrawInC checks that the C loops draw the larson cases' slots and sizes as the Go
+// loops do.
+func TestLarsonDrawInC(t *testing.T) {
+	for th := range uint64(8) {
+		for i := range uint64(10000) {
+			if g, c := larsonDraw(th, i), cLarsonDraw(th, i); g != c {
+				t.Fatalf("thread %d draw %d: Go %#x, C %#x", th, i, g, c)
+			}
+		}
+	}
+}
+
 // TestGlibcIsGlibc: the glibc loops call libc.so.6's malloc, mimalloc loaded or not. (A
 // libmimalloc.so linked before libc also exports malloc and __libc_malloc; an earlier build
 // that linked it had the glibc loops call mimalloc.)

@@ -19,11 +19,13 @@ package main
 // libmimalloc. The loops call through the pointers, as they call the others through the PLT.
 static void *(*glibc_malloc_fn)(size_t);
 static void (*glibc_free_fn)(void *);
+static int (*glibc_trim_fn)(size_t);
 static const char *glibc_resolve(void) {
 	void *h = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
 	if (h == NULL) return "dlopen libc.so.6 failed";
 	glibc_malloc_fn = (void *(*)(size_t))dlsym(h, "malloc");
 	glibc_free_fn = (void (*)(void *))dlsym(h, "free");
+	glibc_trim_fn = (int (*)(size_t))dlsym(h, "malloc_trim"); // the footprint cases' trim; optional
 	if (glibc_malloc_fn == NULL || glibc_free_fn == NULL) return "malloc or free not found in libc.so.6";
 	return NULL;
 }
@@ -43,6 +45,11 @@ static int64_t glibc_held(void) {
 	return (int64_t)(m.arena + m.hblkhd);
 }
 #define BENCH_HELD() glibc_held()
+// malloc_trim(0) gives back what glibc can of the calling thread's arena (the footprint cases).
+static void glibc_trim(void) {
+	if (glibc_trim_fn != NULL) glibc_trim_fn(0);
+}
+#define BENCH_COLLECT() glibc_trim()
 #include "cloops.h"
 */
 import "C"
@@ -72,6 +79,12 @@ func newGlibc() impl {
 			slots := C.glibc_churn_open(C.int64_t(live), C.size_t(size))
 			return func(n int) int64 { return int64(C.glibc_churn(slots, C.int64_t(live), C.size_t(size), C.int64_t(n))) },
 				func() { C.glibc_churn_close(slots, C.int64_t(live)) }, slots != nil
+		},
+		larson: func(threads, slots, lo, hi, steps, idleMs int) (int64, [3]int64, int64) {
+			var held [3]C.int64_t
+			var live C.int64_t
+			ns := C.glibc_larson(C.int64_t(threads), C.int64_t(slots), C.uint64_t(lo), C.uint64_t(hi), C.int64_t(steps), C.int64_t(idleMs), &held[0], &live)
+			return int64(ns), [3]int64{int64(held[0]), int64(held[1]), int64(held[2])}, int64(live)
 		},
 		replay: func(ev []uint64, nalloc int) (int64, uint64) {
 			slots := C.malloc(C.size_t(max(nalloc, 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))

@@ -16,8 +16,9 @@ func newGoMake() impl {
 	im := goImpl("go-make", func(int64) (allocator[[]byte], error) {
 		return &goMake{newGoHeap()}, nil
 	})
-	im.huge = nil  // the Go heap has no fixed capacity to fill
-	im.churn = nil // the churn cases compare pinmalloc with the C allocators
+	im.huge = nil   // the Go heap has no fixed capacity to fill
+	im.churn = nil  // the churn cases compare pinmalloc with the C allocators
+	im.larson = nil // the Go heap in use is the whole process's, the bench's own data included
 	im.alone = true
 	return im
 }
@@ -38,7 +39,7 @@ func newGoSyncPool() impl {
 	im := goImpl("go-syncpool", func(int64) (allocator[*[]byte], error) {
 		return &goSyncPool{goHeap: newGoHeap()}, nil
 	})
-	im.huge, im.churn = nil, nil
+	im.huge, im.churn, im.larson = nil, nil, nil
 	im.alone = true
 	return im
 }

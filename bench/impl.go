@@ -41,6 +41,8 @@ type impl struct {
 	huge func(capacity, size int64) hugeResult
 	// replay plays a recorded trace (replay.go) in an allocator of the given capacity.
 	replay func(evs []alloctrace.Event, capacity int64) (*replayResult, error)
+	// larson runs a footprint case's churn and samples what the allocator holds (footprint.go).
+	larson func(sh larsonShape, steps int, idle time.Duration) (larsonResult, error)
 	// maxPair, when set, is the largest fixed-size pair the allocator runs: one that locks
 	// each buffer itself, under a low memlock limit (memlock.go).
 	maxPair int64
@@ -52,7 +54,7 @@ type impl struct {
 func selfLocking(im impl) impl {
 	if hostMemory.maxPair > 0 {
 		im.maxPair = hostMemory.maxPair
-		im.mixed, im.prodcons, im.churn, im.trace, im.huge, im.replay = nil, nil, nil, nil, nil, nil
+		im.mixed, im.prodcons, im.churn, im.trace, im.huge, im.replay, im.larson = nil, nil, nil, nil, nil, nil, nil
 	}
 	return im
 }
@@ -97,11 +99,18 @@ type cLoops struct {
 	// churn allocates live blocks of size bytes and returns the loop that churns them and the
 	// function that frees them, or ok false when an allocation failed (having freed the rest).
 	churn func(live, size int) (loop func(n int) int64, release func(), ok bool)
+	// larson runs a footprint case (footprint.go): ns -1 when an allocation failed.
+	larson func(threads, slots, lo, hi, steps, idleMs int) (ns int64, held [3]int64, live int64)
 }
 
 // cImpl builds the impl of a C allocator from its loops.
 func cImpl(name string, l cLoops) impl {
+	var larson func(larsonShape, int, time.Duration) (larsonResult, error)
+	if l.larson != nil {
+		larson = cLarson(l.larson)
+	}
 	return impl{
+		larson:  larson,
 		name:    name,
 		harness: "null-c",
 		pair: func(size int) (workload, error) {
@@ -198,6 +207,9 @@ func goImpl[H any](name string, open func(capacity int64) (allocator[H], error))
 			}
 			res, err := traceLoop(a, tr)
 			return res, errors.Join(err, a.close())
+		},
+		larson: func(sh larsonShape, steps int, idle time.Duration) (larsonResult, error) {
+			return goLarson(open, sh, steps, idle)
 		},
 		huge: func(capacity, size int64) hugeResult {
 			a, err := open(capacity)

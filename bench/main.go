@@ -61,6 +61,7 @@ type config struct {
 	fake       bool           // -fake: the driver-needing suites run on the fake driver, GPU or not
 	commit     bool           // run the pinning suite alone (commit.go)
 	ucx        bool           // run the UCX suite alone (ucx.go)
+	footprint  bool           // run the footprint suite alone (footprint_cuda.go)
 	filter     *regexp.Regexp // cases to run
 	implFilter *regexp.Regexp // allocators to run
 }
@@ -85,9 +86,10 @@ func parseFlags() *config {
 	flag.StringVar(&cfg.bin, "bin", ".gpu/bin", "-gpucheck: the folder of the prebuilt test binaries and examples (scripts/gpucheck build)")
 	flag.DurationVar(&cfg.deadline, "deadline", 8*time.Minute, "-gpucheck: the run ends by then: a test binary or case still running is killed, one that cannot have its minimum is not started")
 	flag.DurationVar(&cfg.caseLimit, "case-limit", time.Minute, "-gpucheck: a case of the suites still running after this long is killed and fails")
-	flag.BoolVar(&cfg.fake, "fake", false, "-gpucheck, -uvm, -commit: run on pinmalloc's fake driver even where a GPU and its driver are found (without a GPU they do anyway)")
+	flag.BoolVar(&cfg.fake, "fake", false, "-gpucheck, -uvm, -commit, -footprint: run on pinmalloc's fake driver even where a GPU and its driver are found (without a GPU they do anyway)")
 	flag.BoolVar(&cfg.commit, "commit", false, "run only the pinning suite (commit.go): cost per GiB by commit workers, latency during a precommit; on the GPU when a driver is found, else on the fake driver")
 	flag.BoolVar(&cfg.ucx, "ucx", false, "run only the UCX suite (ucx.go): package remote against ucx_perftest and Go net sockets, two processes on this host (UCX_TLS, default tcp on lo)")
+	flag.BoolVar(&cfg.footprint, "footprint", false, "run only the footprint suite (footprint_cuda.go): what each allocator holds for its live buffers, busy and idle, the CUDAHost pool beside the locked one, a device heap beside cuMemAllocAsync; on the GPU when a driver is found, else on the fake driver")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
@@ -238,6 +240,10 @@ func main() {
 		commitCases, closeCommit := commitOnly(cfg)
 		defer closeCommit()
 		s.impls, cs = nil, commitCases
+	} else if cfg.footprint {
+		fpCases, host, closeFootprint := footprintOnly(cfg)
+		defer closeFootprint()
+		s.impls, cs = append(s.impls, host), fpCases
 	} else if cfg.gpu {
 		impls, extra, closeGPU := openGPUSuites()
 		defer closeGPU()
@@ -292,6 +298,8 @@ func main() {
 	printUVMTables(os.Stdout, s.results)
 	printCalibration(os.Stdout, s.results)
 	printCommitTables(os.Stdout, s.results)
+	printFootprint(os.Stdout, s.results)
+	printFootprintCUDA(os.Stdout, s.results)
 	printTargets(os.Stdout, targets)
 	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())
 	if cfg.uvm {

@@ -23,6 +23,7 @@ static bool (*mi_manage_os_memory_ex_fn)(void *, size_t, bool, bool, bool, int, 
 static void *(*mi_heap_new_in_arena_fn)(mi_arena_id_t);
 static void *(*mi_heap_malloc_fn)(void *, size_t);
 static void (*mi_heap_delete_fn)(void *);
+static void (*mi_collect_fn)(bool);
 static const char *mi_path;
 
 // mi_load opens the library and resolves the functions; it returns NULL or what went wrong.
@@ -45,6 +46,7 @@ static const char *mi_load(void) {
 	mi_heap_new_in_arena_fn = (void *(*)(mi_arena_id_t))dlsym(h, "mi_heap_new_in_arena");
 	mi_heap_malloc_fn = (void *(*)(void *, size_t))dlsym(h, "mi_heap_malloc");
 	mi_heap_delete_fn = (void (*)(void *))dlsym(h, "mi_heap_delete");
+	mi_collect_fn = (void (*)(bool))dlsym(h, "mi_collect"); // the footprint cases' trim; optional
 	return NULL;
 }
 static int mi_version_of(void) { return mi_version_fn(); }
@@ -62,6 +64,11 @@ static int64_t mi_held(void) {
 	return (int64_t)commit;
 }
 #define BENCH_HELD() mi_held()
+// mi_collect(true) gives back what the calling thread's heap can (the footprint cases).
+static void mi_collect_now(void) {
+	if (mi_collect_fn != NULL) mi_collect_fn(true);
+}
+#define BENCH_COLLECT() mi_collect_now()
 #include "cloops.h"
 
 // The exclusive arena of the huge-object cases: made once per process, since mimalloc 2.0.9
@@ -139,6 +146,12 @@ func newMimalloc() impl {
 			slots := C.mi_churn_open(C.int64_t(live), C.size_t(size))
 			return func(n int) int64 { return int64(C.mi_churn(slots, C.int64_t(live), C.size_t(size), C.int64_t(n))) },
 				func() { C.mi_churn_close(slots, C.int64_t(live)) }, slots != nil
+		},
+		larson: func(threads, slots, lo, hi, steps, idleMs int) (int64, [3]int64, int64) {
+			var held [3]C.int64_t
+			var live C.int64_t
+			ns := C.mi_larson(C.int64_t(threads), C.int64_t(slots), C.uint64_t(lo), C.uint64_t(hi), C.int64_t(steps), C.int64_t(idleMs), &held[0], &live)
+			return int64(ns), [3]int64{int64(held[0]), int64(held[1]), int64(held[2])}, int64(live)
 		},
 		replay: func(ev []uint64, nalloc int) (int64, uint64) {
 			slots := C.malloc(C.size_t(max(nalloc, 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))

@@ -20,6 +20,7 @@ static void (*volatile nullc_free)(void *) = nullc_free_impl;
 #define BENCH_MALLOC(n) nullc_malloc(n)
 #define BENCH_FREE(p) nullc_free(p)
 #define BENCH_HELD() 0
+#define BENCH_COLLECT() ((void)0)
 #include "cloops.h"
 */
 import "C"
@@ -49,4 +50,9 @@ func newNullC() impl {
 // cChurnSlot is cloops.h's bench_churn_slot, for the test that it draws what churnSlot draws.
 func cChurnSlot(i, live uint64) uint64 {
 	return uint64(C.bench_churn_slot(C.uint64_t(i), C.uint64_t(live)))
+}
+
+// cLarsonDraw is cloops.h's bench_larson_draw, for the test that it draws what larsonDraw draws.
+func cLarsonDraw(t, i uint64) uint64 {
+	return uint64(C.bench_larson_draw(C.uint64_t(t), C.uint64_t(i)))
 }

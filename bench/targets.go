@@ -187,6 +187,9 @@ func evaluateTargets(rs []result) []target {
 	ts = append(ts, ratio(poolScalingTarget, "pinmalloc-pool pairs on 16 goroutines / on 1 >= 12 (GOMAXPROCS 16, sweep)",
 		sp, 1, ok, 12, false, fmt.Sprintf("speedup %.2fx; CPU-bound control %.2fx", sp, ctl)))
 
+	// 7a. What the pool holds for its live buffers, idle (issue 38: footprint.go).
+	ts = append(ts, footprintTargets(rs)...)
+
 	// 8. The targets of the CUDA suites opened with -gpu (gpu.go).
 	for _, f := range gpuTargets {
 		ts = append(ts, f(rs)...)

@@ -37,6 +37,7 @@ var colours = map[string]string{
 	"medium":    "#59a14f",
 	"large":     "#76b7b2",
 	"object":    "#b07aa1",
+	"packed":    "#8c8c3c",
 }
 
 // tints are the pale backgrounds of segments, by kind.
@@ -45,6 +46,7 @@ var tints = map[heap.ChunkKind]string{
 	heap.ChunkMedium: "#deecdc",
 	heap.ChunkLarge:  "#e4f1f0",
 	heap.ChunkObject: "#efe4ec",
+	heap.ChunkPacked: "#eeeedd",
 }
 
 // legend explains the colours, in groups; each colour appears once.
@@ -62,6 +64,7 @@ var legend = []struct {
 		{"medium", "medium (≤ 64 KiB)", "medium ≤ 64 KiB"},
 		{"large", "large, one page (≤ 256 KiB)", "large ≤ 256 KiB"},
 		{"object", "object pages (one buffer ≤ 1 MiB each)", "object ≤ 1 MiB"},
+		{"packed", "pages of every kind, of memory committed 2 MiB at a time (CUDA VMM): an object may run on from the chunk before", "packed (2 MiB granules)"},
 	}},
 	{"huge objects", "", []legendEntry{
 		{"huge", "live", "live"},

@@ -72,7 +72,7 @@ func (h *Heap) alertOf(pg *page) uint32 {
 	case h.cur[pg.class] == pg:
 		return math.MaxUint32
 	}
-	return pg.bump
+	return pg.bump - pg.npurged // the free that empties it
 }
 
 // pop takes a free block of the page, if it has one: from its free list, else its bump index.
@@ -172,6 +172,9 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 		return 0, false, ErrClosed
 	}
 	cl := &h.classes[c]
+	if cl.kind == segObject { // a large class where memory is coarse: an object page (pack.go)
+		return h.allocObjectClass(n)
+	}
 	for attempt := 0; ; attempt++ {
 		// Walk the class's available pages, collecting remote frees, dropping full ones.
 		for pg := cl.avail.Front(); pg != nil; {
@@ -179,7 +182,7 @@ func (h *Heap) allocSlow(n uintptr, c uint8) (uintptr, bool, error) {
 			if pg.pending.Load() != 0 {
 				h.collectPage(pg, false)
 			}
-			if pg.nfree == 0 && pg.bump == pg.limit && pg.limit < pg.nblocks && (h.noBlock || h.extend(pg) != nil) {
+			if pg.nfree == 0 && pg.bump == pg.limit && (pg.npurged > 0 || pg.limit < pg.nblocks) && (h.noBlock || h.grow(pg) != nil) {
 				pg = next // it stays available; another page may have a block (a new one fails alike)
 				continue
 			}
@@ -219,6 +222,9 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	cl := &h.classes[c]
 	kind := cl.kind
 	k := int(cl.slices)
+	if h.packed && kind == segMedium {
+		k = min(k, 2<<min(len(cl.all), 4)) // pages grow with the class: pack.go
+	}
 	s, first, err := h.segmentWithRoom(kind, k, k)
 	if err != nil {
 		return nil, err
@@ -229,29 +235,45 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 		return nil, err
 	}
 	h.afterCarve(s)
-	pg.allIdx = len(cl.all)
+	pg.allIdx = int32(len(cl.all))
 	cl.all = append(cl.all, pg)
 	cl.avail.PushFront(pg, &pg.avail)
 	h.watch(pg)
 	return pg, nil
 }
 
-// extend commits the next part of a class page: at least one slice, and enough slices for the
-// block at the bump index. A page's memory is committed as its bump index reaches it, so a
-// page of large blocks holding a few of them commits those, not its 2 MiB (mimalloc extends
-// its pages the same way). Blocks handed out from the bump index stay fresh (zero) only while
-// every part committed so far read as zero.
+// grow gives a class page with no free block at hand one: its purged blocks' memory committed
+// again (revive) or, when it has none, the next part of the page (extend).
+func (h *Heap) grow(pg *page) error {
+	if pg.npurged > 0 {
+		return h.revive(pg)
+	}
+	return h.extend(pg)
+}
+
+// extend commits the next part of a class page: to the end of the slice it reached at least,
+// and enough slices for the block at the bump index. A page's memory is committed as its bump
+// index reaches it, so a page of large blocks holding a few of them commits those, not its
+// 2 MiB (mimalloc extends its pages the same way). Blocks handed out from the bump index stay
+// fresh (zero) only while every part committed so far read as zero.
+//
+// A heap the arena has refused memory (h.tight: the memlock limit) commits only the granules
+// the next block needs, where they are smaller than a slice.
 func (h *Heap) extend(pg *page) error {
-	s := pg.seg
 	end := uintptr(pg.bump+1) * pg.bsize // bytes of the page the next block needs
-	next := min(max(pg.ncommit+1, int((end+sliceSize-1)>>sliceShift)), pg.nslice)
-	first, n := pg.slice0+pg.ncommit, next-pg.ncommit
-	fresh, err := h.prepareSlices(s, first, n)
+	lo := uintptr(pg.ctop)
+	hi := max(lo&^(sliceSize-1)+sliceSize, (end+sliceSize-1)&^(sliceSize-1))
+	if g := h.g.granule; h.tight && h.g.fineGranules() && pg.base%g == 0 {
+		hi = (end + g - 1) &^ (g - 1)
+	}
+	hi = min(hi, uintptr(pg.nslice)<<sliceShift)
+	fresh, err := h.prepareRange(pg.seg, pg.base-pg.seg.base+lo, hi-lo)
 	if err != nil {
+		h.refused(err)
 		return err
 	}
 	pg.fresh = pg.fresh && fresh
-	pg.ncommit = next
-	pg.limit = min(uint32(uintptr(next)<<sliceShift/pg.bsize), pg.nblocks)
+	pg.ctop = uint32(hi)
+	pg.limit = min(uint32(hi/pg.bsize), pg.nblocks)
 	return nil
 }

@@ -211,10 +211,19 @@ func (h *Heap) release(pg *page) {
 }
 
 // Trim gives back to the arena every empty page and segment the heap keeps for reuse (all
-// held segments, with HoldSegments).
+// held segments, with RetainSegments) and the memory of its free blocks (where the arena's
+// granule allows: see PurgeIdle), so that what stays committed is what its live blocks
+// touch. The arena decommits it after the purge delay, or at once at its own Trim.
 func (h *Heap) Trim() {
 	h.Collect()
 	h.releaseEmpty()
+	for c := range h.classes {
+		for _, pg := range h.classes[c].all {
+			h.purgePage(pg, false)
+			pg.seenOps, pg.settled = pg.allocs()+pg.frees, true
+		}
+	}
+	h.purgeSlices(false)
 	h.checkInvariants("Trim")
 }
 
@@ -231,8 +240,18 @@ func (h *Heap) releaseEmpty() {
 			h.release(cl.spare)
 		}
 	}
+	h.deferred = true // and every other empty page of the available lists
+	h.releaseDeferred()
 	h.dropAll(&h.objFree)
 	h.dropAll(&h.bigFree)
+	for _, r := range h.runs { // a held heap's empty segments of runs in use (pack.go)
+		for _, s := range r.segs {
+			if s.npages == 0 && s.decommit != ^uint64(0) && h.a.Decommit(s.base, segSize) == nil {
+				s.decommit = ^uint64(0)
+			}
+		}
+	}
+	h.releaseRuns(0)
 	for _, s := range h.spares {
 		_ = h.a.Free(s.span)
 		h.nsegs--

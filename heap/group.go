@@ -43,6 +43,9 @@ type Group struct {
 	dir        []atomic.Pointer[chunkLeaf] // by arena.ChunkID >> leafShift
 	chunkAlign uintptr
 	granule    uintptr // the provider's commit granule
+	decommits  bool    // the provider gives memory back (Caps.Decommits)
+	coarse     bool    // it commits in granules of a chunk or more (pack.go)
+	packRuns   bool    // coarse, and a block may span commits: pages run on across chunks (pack.go)
 	exclusive  bool    // class pages start exclusive (exclusive.go)
 	nheaps     atomic.Int32
 	// Changes to pages by goroutines other than the owner (remote frees, holds) begun and
@@ -86,8 +89,12 @@ func NewGroup(a *arena.Arena) (*Group, error) {
 		return nil, fmt.Errorf("%w: arena capacity %d exceeds %d (128 TiB, a 48-bit address space)", ErrInvalidArgument, a.Capacity(), uint64(MaxCapacity))
 	}
 	n := (a.MaxChunks() + leafChunks - 1) >> leafShift
+	caps := a.Provider().Caps()
+	_, joins := a.Provider().(arena.Joiner)
+	coarse := caps.Granule >= segSize && caps.Decommits
 	return &Group{a: a, addr: make([]atomic.Pointer[addrLeaf], addrDirLen), dir: make([]atomic.Pointer[chunkLeaf], n),
-		chunkAlign: a.ChunkAlign(), granule: a.Provider().Caps().Granule, exclusive: exclusiveOK()}, nil
+		chunkAlign: a.ChunkAlign(), granule: caps.Granule, decommits: caps.Decommits, coarse: coarse, packRuns: coarse && !joins,
+		exclusive: exclusiveOK()}, nil
 }
 
 // segmentAt returns the segment registered for chunk id, or nil.

@@ -7,11 +7,14 @@
 // one segment holding blocks of one size class: small pages (64 KiB) for blocks up to 8 KiB,
 // medium pages (512 KiB) up to 64 KiB, large pages (the whole segment) up to 256 KiB. A
 // segment holds pages of one kind only, so that small pages never fragment the room that large
-// ones need. A page commits its slices as its bump index reaches them (see extend). Requests above 256 KiB and up to 1 MiB get a page of their own (an "object"
-// page: one block of whole slices) in an object segment; larger ones are huge objects, a run of
-// chunks straight from the arena, committed only as far as they reach, with no cap below the
-// arena's capacity. Size classes come from mksizeclasses.go: eight to each doubling, so no
-// request over 128 B wastes more than 12.5 % of its block.
+// ones need. A page commits its memory as its bump index reaches it (see extend), and gives
+// back, where the arena's granule is a host page, what its free blocks do not share with live
+// ones once it has stayed unused for the purge delay, or at Trim (purge.go). Requests above
+// 256 KiB and up to 1 MiB get a page of their own (an "object" page: one block of whole
+// slices) in an object segment; larger ones are huge objects, a run of chunks straight from
+// the arena, committed only as far as they reach, with no cap below the arena's capacity.
+// Size classes come from mksizeclasses.go: eight to each doubling, so no request over 128 B
+// wastes more than 12.5 % of its block.
 //
 // # Kept object pages and huge objects
 //
@@ -50,11 +53,15 @@
 //
 // Invariants, for every page p:
 //   - a block is live iff its state word is live; exactly one free moves it out;
-//   - a block is in at most one of: the free list (p.nfree blocks from p.head, linked through
-//     their state words: see freeLink), the set bits of p.remote or [p.bump, p.nblocks);
-//     live blocks are in none, and only blocks on the free list have link words;
-//   - p.bump - p.nfree counts live blocks plus remotely freed blocks not yet collected; a page
-//     is given back only when that is zero, so a remote free never races with its release;
+//   - a block is in at most one of: the free list (p.nfree committed blocks, then p.npurged
+//     purged ones, from p.head, linked through their state words: see freeLink and purge.go),
+//     the set bits of p.remote or [p.bump, p.nblocks); live blocks are in none, and only
+//     blocks on the free list have link words;
+//   - p.bump - p.nfree - p.npurged counts live blocks plus remotely freed blocks not yet
+//     collected; a page is given back only when that is zero, so a remote free never races
+//     with its release;
+//   - the memory of a class page's live blocks, committed free blocks and blocks in
+//     [p.bump, p.limit) is committed (purge.go has the page's commit invariants);
 //   - an exclusive page (exclusive.go) has no remote bit set and no block freed remotely or
 //     held: no goroutine but the owner has touched its state words since it last became
 //     exclusive; one that had a block held never becomes exclusive again, and another
@@ -127,6 +134,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/align"
+	"github.com/pinmalloc/pinmalloc/internal/bitset"
 )
 
 const (
@@ -208,11 +216,21 @@ type Heap struct {
 	remoteFrees, modeFrees, modeRemote uint64
 	remoteMostly                       bool
 
+	// Scratch space of the purge (purge.go), kept between calls.
+	scratch, scratch2, scratch3 []uint32
+	runScratch                  [][2]int
+	freeBits                    bitset.Set
+	emptyScratch                []*page
+
+	objMax       uintptr // the largest object page: HugeThreshold, or more where memory is coarse (pack.go)
+	packed       bool    // memory is coarse and the heap gives it back: it packs (pack.go)
+	runs         []*run  // the runs of segments of a packed heap
 	nsegs, nhuge int
 	checks       uint32 // calls of checkInvariants (invariants.Due)
 	index        int
 	closed       bool
 	noBlock      bool // a non-blocking path (try.go) runs: refuse what needs the arena
+	tight        bool // the arena refused a commit for want of memory: pages commit block by block
 	deferred     bool // a non-blocking path left an empty page on an available list
 }
 
@@ -245,9 +263,9 @@ func (cl *hclass) retire(pg *page) {
 	cl.all = cl.all[:len(cl.all)-1]
 }
 
-// allocs returns the allocations a class page has served: every one is still live (between
-// bump and nfree) or has been freed (and collected).
-func (pg *page) allocs() uint64 { return pg.frees + uint64(pg.bump-pg.nfree) }
+// allocs returns the allocations a class page has served: every one is still live (below
+// bump and off the free list) or has been freed (and collected).
+func (pg *page) allocs() uint64 { return pg.frees + uint64(pg.bump-pg.nfree-pg.npurged) }
 
 // counts returns the class's operations so far.
 func (cl *hclass) counts() (allocs, frees uint64) {
@@ -283,12 +301,26 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 		return nil, fmt.Errorf("%w: heap alignment %d exceeds the arena's chunk alignment %d", ErrInvalidAlign, o.Align, ca)
 	}
 	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1),
-		objFree: make([]*page, 0, maxObjFree), bigFree: make([]*page, 0, maxBigFree)} // TryFree appends within capacity
+		objFree: make([]*page, 0, maxObjFree), bigFree: make([]*page, 0, maxBigFree), objMax: HugeThreshold} // TryFree appends within capacity
+	h.packed = g.coarse && !h.hold
+	if h.packed {
+		h.objMax = segSize // a run's chunk, where a block must lie inside one commit
+		if g.packRuns {
+			h.objMax = runChunks << segShift / 2
+		}
+	}
 	// Round every generated class up to the alignment; merge equal sizes.
 	for c := 0; c < numClasses; c++ {
 		size, _ := align.Up(uintptr(classSize[c]), o.Align)
 		if n := len(h.classes); n == 0 || h.classes[n-1].size != size {
-			h.classes = append(h.classes, hclass{size: size, kind: classKind[c], slices: classSlices[c]})
+			kind, slices := classKind[c], classSlices[c]
+			switch {
+			case h.packed && kind == segLarge:
+				kind, slices = segObject, 0 // object pages: pack.go
+			case h.packed && kind == segMedium:
+				slices = segSlices / 8
+			}
+			h.classes = append(h.classes, hclass{size: size, kind: kind, slices: slices})
 		}
 		h.classOf[c] = uint8(len(h.classes) - 1)
 	}

@@ -3,6 +3,7 @@ package heap
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
@@ -39,12 +40,12 @@ func (h *Heap) verifyWith(tables bool) error {
 			bad("class %d: spare page %#x is not an empty small page of the class on its available list, other than the current one", c, sp.base)
 		}
 		for pg := cl.avail.Front(); pg != nil; pg = pg.avail.Next() {
-			if !cl.avail.Contains(&pg.avail) || pg.class != int16(c) || pg.dead || pg.allIdx >= len(cl.all) || cl.all[pg.allIdx] != pg {
+			if !cl.avail.Contains(&pg.avail) || pg.class != int16(c) || pg.dead || int(pg.allIdx) >= len(cl.all) || cl.all[pg.allIdx] != pg {
 				bad("class %d: page %#x on the available list is not a live page of the class", c, pg.base)
 			}
 		}
 		for i, pg := range cl.all {
-			if pg.allIdx != i || pg.class != int16(c) || pg.dead || pg.heap != h {
+			if int(pg.allIdx) != i || pg.class != int16(c) || pg.dead || pg.heap != h {
 				bad("class %d: page %#x at %d of the class's pages (index %d, class %d, dead %v)", c, pg.base, i, pg.allIdx, pg.class, pg.dead)
 				continue
 			}
@@ -83,13 +84,16 @@ func (h *Heap) verifyWith(tables bool) error {
 		}
 		pg := s.huge
 		if pg == nil {
+			if err := h.verifyKnownCommitted(s); err != nil {
+				errs = append(errs, err)
+			}
 			seen := map[*page]bool{}
 			for i := range s.pages {
 				p := s.pages[i].Load()
 				if (p == nil) != (s.free>>uint(i)&1 == 1) {
 					bad("segment %#x: slice %d has page %v but free bit %d", s.base, i, p != nil, s.free>>uint(i)&1)
 				}
-				if p != nil && p.class < 0 && !seen[p] && p.heap == h {
+				if p != nil && p.class < 0 && !seen[p] && p.heap == h && p.seg == s { // a huge tail counts in its own segment
 					n, bytes := p.objectLive()
 					liveN += n
 					liveBytes += bytes
@@ -104,6 +108,30 @@ func (h *Heap) verifyWith(tables bool) error {
 			n, bytes := pg.objectLive()
 			liveN += n
 			liveBytes += bytes
+			if ts := pg.tail; ts != nil {
+				if ts.base != s.base+s.span.Size || pg.nslice <= 0 || pg.nslice >= segSlices || pg.span != s.span.Size+uintptr(pg.nslice)<<sliceShift {
+					bad("huge object %#x: its tail segment %#x, %d slices, span %d, is not where its chunks end (%d bytes)", pg.base, ts.base, pg.nslice, pg.span, s.span.Size)
+				}
+				for i := range pg.nslice {
+					if ts.pages[i].Load() != pg {
+						bad("huge object %#x: slice %d of its tail does not name it", pg.base, i)
+					}
+				}
+			}
+		}
+	}
+	for _, r := range h.runs {
+		used := 0
+		for i, s := range r.segs {
+			if s.run != r || s.ri != i || s.base != r.segs[0].base+uintptr(i)<<segShift || s.kind != segPacked || len(r.segs) > runChunks {
+				bad("run %#x: segment %d (%#x) is not its chunk %d of %d", r.segs[0].base, i, s.base, i, len(r.segs))
+			}
+			if s.npages > 0 {
+				used++
+			}
+		}
+		if used != r.used {
+			bad("run %#x: %d segments hold pages, it counts %d", r.segs[0].base, used, r.used)
 		}
 	}
 	for _, list := range [][]*page{h.objFree, h.bigFree} {
@@ -117,6 +145,27 @@ func (h *Heap) verifyWith(tables bool) error {
 		bad("heap counts %d blocks of %d bytes live, its pages %d of %d", h.allocs-h.frees, h.live, liveN, liveBytes)
 	}
 	return errors.Join(errs...)
+}
+
+// verifyKnownCommitted checks that the slices segment s marks known committed (decommit
+// clear) are wanted by the arena, but those of a kept object page, which the arena gives up
+// without telling the heap (the page's reuse finds out: allocBig).
+func (h *Heap) verifyKnownCommitted(s *segment) error {
+	known := ^s.decommit
+	for i := 0; i < segSlices; i++ {
+		if p := s.pages[i].Load(); p != nil && p.class < 0 && p.tracked {
+			known &^= 1 << uint(i)
+		}
+	}
+	for known != 0 {
+		first := bits.TrailingZeros64(known)
+		n := bits.TrailingZeros64(^(known >> uint(first)))
+		if !h.a.Wanted(s.base+uintptr(first)<<sliceShift, uintptr(n)<<sliceShift) {
+			return fmt.Errorf("segment %#x: slices [%d, %d) are marked known committed, yet the arena does not count them all wanted", s.base, first, first+n)
+		}
+		known &^= sliceMask(first, n)
+	}
+	return nil
 }
 
 // owner returns the heap whose pages segment s holds (nil: none), reading only what other
@@ -139,11 +188,12 @@ func (s *segment) owner() *Heap {
 // the blocks the heap still counts live (remote frees not yet collected included) and their
 // bytes.
 func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
-	if pg.nfree > pg.bump || pg.bump > pg.limit || pg.limit > pg.nblocks {
-		return 0, 0, fmt.Errorf("page %#x: nfree %d, bump %d, limit %d, nblocks %d", pg.base, pg.nfree, pg.bump, pg.limit, pg.nblocks)
+	if pg.nfree+pg.npurged > pg.bump || pg.bump > pg.limit || pg.limit > pg.nblocks ||
+		pg.limit != min(uint32(uintptr(pg.ctop)/pg.bsize), pg.nblocks) || uintptr(pg.ctop) > uintptr(pg.nslice)<<sliceShift {
+		return 0, 0, fmt.Errorf("page %#x: nfree %d, npurged %d, bump %d, limit %d, nblocks %d, ctop %d", pg.base, pg.nfree, pg.npurged, pg.bump, pg.limit, pg.nblocks, pg.ctop)
 	}
 	onList := make([]bool, pg.nblocks)
-	for i, idx := uint32(0), pg.head; i < pg.nfree; i++ {
+	for i, idx := uint32(0), pg.head; i < pg.nfree+pg.npurged; i++ {
 		if idx >= pg.bump {
 			return 0, 0, fmt.Errorf("page %#x: free list holds block %d, not below the bump index %d", pg.base, idx, pg.bump)
 		}
@@ -178,10 +228,65 @@ func (pg *page) verifyBlocks() (n uint64, bytes uintptr, err error) {
 			bytes += uintptr(st &^ (freedRemote | held))
 		}
 	}
-	if n != uint64(pg.bump-pg.nfree) {
-		return 0, 0, fmt.Errorf("page %#x: %d blocks held, bump - nfree = %d", pg.base, n, pg.bump-pg.nfree)
+	if n != uint64(pg.bump-pg.nfree-pg.npurged) {
+		return 0, 0, fmt.Errorf("page %#x: %d blocks held, bump - nfree - npurged = %d", pg.base, n, pg.bump-pg.nfree-pg.npurged)
 	}
-	return n, bytes, nil
+	return n, bytes, pg.verifyCommitted(onList)
+}
+
+// verifyCommitted checks the memory of class page pg (purge.go): every block but the purged
+// ones (the free list's blocks past its first nfree) touches only granules below ctop that the
+// page has not given up and the arena counts wanted; the page gave up none at or above ctop,
+// and a slice holding a granule it gave up is marked not known committed. onList marks the
+// blocks on the free list.
+func (pg *page) verifyCommitted(onList []bool) error {
+	g := pg.heap.g.granule
+	if pg.gone != nil {
+		top := int((uintptr(pg.ctop) + g - 1) / g)
+		if k := pg.gone.Count(top, int(uintptr(pg.nslice)<<sliceShift/g)); k != 0 {
+			return fmt.Errorf("page %#x: %d granules given up at or above ctop %d", pg.base, k, pg.ctop)
+		}
+		if err := pg.gone.Runs(0, top, true, func(s, e int) error {
+			lo := pg.base + uintptr(s)*g
+			if m := pg.seg.slicesOf(lo, lo+uintptr(e-s)*g); pg.seg.decommit&m != m {
+				return fmt.Errorf("page %#x: granules [%d, %d) given up in slices known committed (%#x of %#x)", pg.base, s, e, pg.seg.decommit&m, m)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	purged := make([]bool, pg.nblocks)
+	for i, idx := uint32(0), pg.head; i < pg.nfree+pg.npurged; i++ {
+		purged[idx] = i >= pg.nfree
+		idx = atomic.LoadUint32(&pg.state[idx]) &^ freeLink
+	}
+	// The runs of blocks that must be committed, merged, each checked once with the arena.
+	var lo, hi uintptr
+	flush := func() error {
+		if hi > lo && !pg.heap.a.Wanted(pg.base+lo, hi-lo) {
+			return fmt.Errorf("page %#x: [%d, %d) holds blocks in use or free at hand, yet the arena does not count it wanted", pg.base, lo, hi)
+		}
+		lo, hi = 0, 0
+		return nil
+	}
+	for idx := uint32(0); idx < pg.limit; idx++ {
+		if purged[idx] {
+			continue
+		}
+		b := uintptr(idx) * pg.bsize
+		if b+pg.bsize > uintptr(pg.ctop) || pg.touchesGone(idx, g) {
+			return fmt.Errorf("page %#x: block %d (on the list %v) lies in memory the page gave up or never committed (ctop %d)", pg.base, idx, onList[idx], pg.ctop)
+		}
+		if b != hi {
+			if err := flush(); err != nil {
+				return err
+			}
+			lo = b
+		}
+		hi = b + pg.bsize
+	}
+	return flush()
 }
 
 // objectLive returns what the heap counts live of an object or huge page: its block, unless

@@ -1,7 +1,7 @@
 // Object pages and huge objects: requests above the largest class.
 //
-// Up to HugeThreshold (1 MiB) a request gets an object page: one block of whole slices in an
-// object segment, so that several share a chunk. Above it, a huge object: a run of chunks of
+// Up to HugeThreshold (1 MiB; a whole segment where memory is coarse: pack.go) a request gets an
+// object page: one block of whole slices in an object segment, so that several share a chunk. Above it, a huge object: a run of chunks of
 // its own straight from the arena, committed only as far as it reaches. Both are kept when
 // freed (a few of each, see maxObjFree and maxBigFree) for the next request of about their
 // size, their memory an idle arena.Kept range that the arena's purge gives up if it stays
@@ -31,7 +31,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if h.pending.head.Load() != nil {
 		h.collectPending() // kept pages freed by other goroutines (or left by TryFree) come back
 	}
-	if n <= HugeThreshold && alignment <= min(segSize, h.g.chunkAlign) {
+	if n <= h.objMax && alignment <= min(segSize, h.g.chunkAlign) {
 		k := int((n + sliceSize - 1) >> sliceShift)
 		if pg := h.reuseObject(k, alignment); pg != nil {
 			if h.hold {
@@ -40,12 +40,12 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 			}
 			if !(pg.tracked && pg.kept.Claim()) {
 				// The arena gave it up (or never tracked it): its memory may be gone.
-				pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice)
-			} else if pg.seg.decommit&sliceMask(pg.slice0, pg.nslice) == 0 {
+				pg.unknownCommitted()
+			} else if pg.knownCommitted() {
 				// As it was left: committed, wanted, dirty. No arena call.
 				return h.takeObject(pg, n), false, nil
 			}
-			fresh, err := h.prepareSlices(pg.seg, pg.slice0, pg.nslice)
+			fresh, err := h.preparePage(pg)
 			if err != nil {
 				h.idle(pg)
 				h.objFree = append(h.objFree, pg)
@@ -59,7 +59,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 			return 0, false, err
 		}
 		pg := newPage(h, s, first, k, uintptr(k)<<sliceShift, -1)
-		fresh, err := h.prepareSlices(s, first, k)
+		fresh, err := h.preparePage(pg)
 		if err != nil {
 			h.freeSlices(pg) // and a segment made for it goes back
 			return 0, false, err
@@ -96,6 +96,9 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		mode: shared, state: make([]uint32, 1), remote: make([]atomicWord, 1)}
 	pg.want = span.Size
 	s.huge = pg
+	if h.packed && h.g.packRuns {
+		h.packTail(pg)
+	}
 	h.g.register(s)
 	h.nhuge++
 	return h.takeObject(pg, n), span.Zeroed, nil
@@ -123,7 +126,7 @@ const (
 // reuseObject takes a kept object page of k to k+k/8 slices aligned as asked, if there is one.
 func (h *Heap) reuseObject(k int, alignment uintptr) *page {
 	for i, pg := range h.objFree {
-		if pg.nslice >= k && pg.nslice <= k+k/8 && pg.base%alignment == 0 {
+		if int(pg.nslice) >= k && int(pg.nslice) <= k+k/8 && pg.base%alignment == 0 {
 			h.objFree = append(h.objFree[:i], h.objFree[i+1:]...)
 			return pg
 		}
@@ -186,7 +189,9 @@ func (h *Heap) idle(pg *page) {
 	if !pg.tracked {
 		if h.a.Track(&pg.kept, pg.base, size) != nil {
 			if h.a.Decommit(pg.base, size) == nil {
-				pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice) // an empty mask for huge pages
+				if pg.seg.kind != segHuge {
+					pg.unknownCommitted()
+				}
 				pg.want = 0
 			}
 			return
@@ -221,7 +226,7 @@ func (h *Heap) drop(pg *page) {
 	if pg.tracked {
 		pg.tracked = false
 		if h.a.Untrack(&pg.kept) && pg.seg.kind != segHuge {
-			pg.seg.decommit |= sliceMask(pg.slice0, pg.nslice) // given up: see freeSlices
+			pg.unknownCommitted() // given up: see freeSlices
 		}
 	}
 	if pg.seg.kind != segHuge {
@@ -232,4 +237,8 @@ func (h *Heap) drop(pg *page) {
 	h.g.unregister(pg.seg)
 	_ = h.a.Free(pg.seg.span) // cannot fail: the span is ours and in use
 	h.nhuge--
+	if ts := pg.tail; ts != nil {
+		pg.tail = nil
+		h.vacate(ts, sliceMask(0, int(pg.nslice))) // its last chunk, which object pages may share
+	}
 }

@@ -1,9 +1,11 @@
 package heap
 
 import (
+	"math/bits"
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/bitset"
 	"github.com/pinmalloc/pinmalloc/internal/ilist"
 )
 
@@ -26,19 +28,24 @@ type page struct {
 	avail      ilist.Links[page] // on its class's available list (hclass.avail) or not
 	objSize    uintptr           // object and huge pages: the size asked for
 	want       uintptr           // huge pages: bytes from base known committed and wanted in the arena
-	tracked    bool              // object and huge pages: kept is tracked by the arena (see idle)
 	kept       arena.Kept
-	frees      uint64 // class pages: frees, for Stats (see hclass)
-	calm       uint32 // class pages: the owner's frees since it last tried reexclusive
-	reexcl     uint8  // class pages: times reexclusive made it exclusive again
-	remoteSeen uint32 // class pages: remote frees collected (see keepSharedAfter)
-	allIdx     int    // class pages: index in hclass.all
+	frees      uint64      // class pages: frees, for Stats (see hclass)
+	seenOps    uint64      // class pages: allocations and frees at PurgeIdle's last look (purge.go)
+	calm       uint32      // class pages: the owner's frees since it last tried reexclusive
+	remoteSeen uint32      // class pages: remote frees collected (see keepSharedAfter)
+	npurged    uint32      // class pages: purged blocks, on the free list after the nfree committed ones
+	ctop       uint32      // class pages: bytes from base that extend has committed (the bump index's reach)
+	allIdx     int32       // class pages: index in hclass.all
+	reexcl     uint8       // class pages: times reexclusive made it exclusive again
+	tracked    bool        // object and huge pages: kept is tracked by the arena (see idle)
+	settled    bool        // class pages: purged since seenOps was taken, nothing more to give until it changes
+	gone       *bitset.Set // class pages: granules below ctop a purge gave up (fine granules; nil until then)
 
-	heap    *Heap
-	seg     *segment
-	slice0  int
-	nslice  int
-	ncommit int // class pages: slices committed, from slice0
+	heap   *Heap
+	seg    *segment
+	tail   *segment // huge pages whose last chunk they share with object pages (pack.go): its segment
+	slice0 int32
+	nslice int32 // huge pages with a tail: the slices they take of it
 
 	// Shared with remote freers.
 	mode        uint32      // exclusive, sharing or shared (exclusive.go)
@@ -61,7 +68,7 @@ type page struct {
 // finds dirty memory) or, for class -1, an object page of one block.
 func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16) *page {
 	pg := &page{
-		heap: h, seg: s, slice0: slice0, nslice: nslice, bsize: bsize, class: class, fresh: class >= 0,
+		heap: h, seg: s, slice0: int32(slice0), nslice: int32(nslice), bsize: bsize, class: class, fresh: class >= 0,
 		base: s.base + uintptr(slice0)<<sliceShift, nblocks: 1, mode: h.newMode(class),
 	}
 	if pg.mode == shared {
@@ -74,16 +81,32 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 	pg.span = uintptr(pg.nblocks) * bsize
 	pg.state = make([]uint32, pg.nblocks)
 	pg.remote = make([]atomicWord, (pg.nblocks+63)/64)
-	for i := slice0; i < slice0+nslice; i++ {
-		s.pages[i].Store(pg)
-	}
-	s.free &^= sliceMask(slice0, nslice)
-	s.npages++
+	pg.pieces(func(s *segment, m uint64) {
+		for r := m; r != 0; r &= r - 1 {
+			s.pages[bits.TrailingZeros64(r)].Store(pg)
+		}
+		s.free &^= m
+		if s.npages++; s.npages == 1 && s.run != nil {
+			s.run.used++
+			s.recent = false
+		}
+	})
 	return pg
 }
 
+// pieces calls f with each segment pg's slices lie in and the mask of them there: one, but for
+// an object page that runs on into the next segments of a run (pack.go).
+func (pg *page) pieces(f func(s *segment, m uint64)) {
+	s, first, n := pg.seg, int(pg.slice0), int(pg.nslice)
+	for n > 0 {
+		k := min(n, segSlices-first)
+		f(s, sliceMask(first, k))
+		s, first, n = s.next(), 0, n-k
+	}
+}
+
 // empty reports whether a class page has no live block and no remote free left to collect.
-func (pg *page) empty() bool { return pg.nfree == pg.bump }
+func (pg *page) empty() bool { return pg.nfree+pg.npurged == pg.bump }
 
 // A block's state word (page.state) says whether it is live and how big it was asked to be:
 //

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,8 +117,28 @@ func TestProperty(t *testing.T) {
 	case raceEnabled || testing.Short():
 		ops = 100_000
 	}
+	property(t, arena.Pageable(arena.HostOptions{}), ops)
+}
+
+// TestPropertyCoarse is TestProperty over memory that commits 2 MiB at a time (pack.go: huge
+// objects share their last chunk, object pages fill whole segments, the fullest segment
+// first), the way CUDA's VMM host memory does; hugetlb pages where the kernel has them,
+// ordinary pages committed in 2 MiB granules where it has not.
+func TestPropertyCoarse(t *testing.T) {
+	ops := 40_000
+	switch {
+	case *long || os.Getenv("PINMALLOC_LONG") != "":
+		ops = 2_000_000
+	case raceEnabled || testing.Short():
+		ops = 10_000
+	}
+	property(t, arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), ops)
+}
+
+// property is TestProperty over memory of the provider prov, for ops steps.
+func property(t *testing.T, prov arena.Provider, ops int) {
 	const capacity = 256 << 20
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity, PurgeDelay: -1})
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: capacity, RegionSize: capacity, PurgeDelay: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +150,9 @@ func TestProperty(t *testing.T) {
 	var live []liveBlock
 	var sh *shadow
 	var inUse uintptr
+	// Some 25 to 50 looks at idle pages and as many trims a run: each purges pages the steps
+	// after it fill again (page faults: one in 2,000 steps made TestProperty a third slower).
+	purgeEvery := min(ops/50, 10_000)
 	for step := 0; step < ops; step++ {
 		if len(live) < 64 || (len(live) < 3000 && r.IntN(100) < 52) {
 			n := randSize(r)
@@ -221,6 +245,16 @@ func TestProperty(t *testing.T) {
 			}
 		}
 		h.checkInvariants("a free") // every step, built with -tags invariants
+		switch r.IntN(2 * purgeEvery) {
+		case 0: // a look at idle pages, another after one that did nothing, and the purge: a
+			// block handed out of decommitted memory faults at its fill
+			h.PurgeIdle()
+			h.PurgeIdle()
+			a.Trim()
+		case 1:
+			h.Trim()
+			a.Trim()
+		}
 		if step%10_000 == 0 {
 			if st := h.Stats(); st.Live != uint64(len(live)) || st.InUse != uint64(inUse) {
 				t.Fatalf("step %d: stats live %d inuse %d, model %d %d", step, st.Live, st.InUse, len(live), inUse)
@@ -403,12 +437,18 @@ func TestRacingDoubleFree(t *testing.T) {
 func FuzzHeap(f *testing.F) {
 	f.Add([]byte{0, 10, 1, 0, 2, 200, 3, 1, 0, 255, 255})
 	f.Add([]byte{4, 1, 5, 9, 0, 0, 0, 0, 1, 1, 1, 1})
+	f.Add([]byte{0, 40, 0, 40, 0, 40, 0, 40, 2, 1, 6, 1, 0, 40, 2, 0, 6, 0, 0, 40, 0, 40, 0, 40})
+	f.Add([]byte{0, 140, 0, 130, 0, 40, 0, 150, 2, 1, 0, 90, 2, 0, 6, 0, 0, 128, 0, 129, 5, 0, 2, 2, 0, 135, 7})
 	f.Fuzz(func(t *testing.T, prog []byte) {
-		h := newTestHeap(t, 64<<20, Options{})
+		prov := arena.Pageable(arena.HostOptions{})
+		if len(prog)%2 == 1 { // memory that commits 2 MiB at a time (pack.go)
+			prov = arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB})
+		}
+		h := newTestHeapOn(t, arena.Options{Provider: prov, Capacity: 64 << 20, RegionSize: 64 << 20}, Options{})
 		var live []liveBlock
 		var sh *shadow
 		for i := 0; i+1 < len(prog); i += 2 {
-			op, arg := prog[i]%6, uintptr(prog[i+1])
+			op, arg := prog[i]%7, uintptr(prog[i+1])
 			switch op {
 			case 0, 1: // alloc: arg picks a size on a log scale up to 4 MiB
 				n := 1 + (arg*arg*arg)%(4<<20)
@@ -456,6 +496,14 @@ func FuzzHeap(f *testing.F) {
 				}
 			case 5:
 				h.Collect()
+			case 6: // purge: idle pages at the second look (arg odd), or everything
+				if arg%2 == 1 {
+					h.PurgeIdle()
+					h.PurgeIdle()
+				} else {
+					h.Trim()
+				}
+				h.a.Trim() // decommitted: a block handed out of it faults at its fill
 			}
 			h.checkInvariants("an operation") // built with -tags invariants
 		}

@@ -10,11 +10,12 @@
 //   - bit i of s.free is set iff s.pages[i] is nil; s.npages counts the distinct pages;
 //   - s.decommit marks slices not known to be committed (never used since the chunk was
 //     reserved, or given back); a page commits its slices before it hands them out
-//     (prepareSlices), so a live block's slices are committed;
+//     (prepareRange), so a live block's slices are committed;
 //   - s.dirtyBits marks slices handed out since the chunk last read as zero: a block is
 //     fresh (reads zero) only while every slice of its page was clean when committed;
-//   - a segment is registered in its group's tables while it holds pages, and never reused
-//     once unregistered: a spare comes back as a new struct.
+//   - a segment is registered in its group's tables while it holds pages (a segment of a run:
+//     while its run is the heap's, see pack.go), and never reused once unregistered: a spare
+//     comes back as a new struct.
 
 package heap
 
@@ -38,6 +39,7 @@ const (
 	segLarge                 // 1 page of 2 MiB
 	segObject                // object pages: one block of whole slices each
 	segHuge                  // a huge object: a chunk run with one page
+	segPacked                // a chunk of a run: pages of every kind, where memory is coarse (pack.go)
 	numSegKinds
 )
 
@@ -53,6 +55,10 @@ type segment struct {
 	npages    int
 	dirtyBits uint64               // slices handed out since the chunk last read as zero
 	decommit  uint64               // slices not known to be committed: never used, or given back
+	seenFree  uint64               // free slices still committed at PurgeIdle's last look
+	run       *run                 // the run it is part of, where memory is coarse (pack.go)
+	ri        int                  // its index in the run
+	recent    bool                 // a segment of a run emptied since PurgeIdle's last look
 	room      ilist.Links[segment] // on its kind's list of segments with room (Heap.segs) or not
 }
 
@@ -97,9 +103,13 @@ func (h *Heap) unlistRoom(s *segment) {
 }
 
 // segmentWithRoom returns a segment of the kind with n free slices starting at a multiple of
-// step, taking the spare or a new chunk when none has room.
+// step, taking the spare or a new chunk when none has room; a packed heap's pages go into its
+// runs (pack.go).
 func (h *Heap) segmentWithRoom(kind segKind, n, step int) (*segment, int, error) {
 	h.releaseDeferred() // their slices may be the room
+	if h.packed {
+		return h.roomInRuns(n, step, kind == segObject)
+	}
 	for s := h.segs[kind].Front(); s != nil; s = s.room.Next() {
 		if i, ok := s.findSlices(n, step); ok {
 			return s, i, nil
@@ -114,7 +124,7 @@ func (h *Heap) segmentWithRoom(kind segKind, n, step int) (*segment, int, error)
 
 // afterCarve keeps the segment in its kind's list only while it has room.
 func (h *Heap) afterCarve(s *segment) {
-	if s.free == 0 {
+	if s.free == 0 && s.run == nil {
 		h.unlistRoom(s)
 	}
 }
@@ -131,7 +141,7 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 		// One chunk, at the alignment the arena's chunks have: asking for segSize alignment
 		// of an arena whose regions are not aligned (cuMemAlloc, external) would cost a
 		// second chunk for every segment.
-		// Reserved, not committed: pages commit their own slices (prepareSlices), so a
+		// Reserved, not committed: pages commit their own slices (prepareRange), so a
 		// segment holding one small object commits one page, not 2 MiB.
 		span, err := h.fromArena(h.a.Reserve, segSize, h.g.chunkAlign)
 		if err != nil {
@@ -173,20 +183,60 @@ func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error),
 	return arena.Span{}, err // memlock, commit or driver failures keep their own sentinel
 }
 
-// prepareSlices readies slices of s for a page that hands them out. It commits those not
-// committed yet (never used since the segment was reserved, or given back to the provider by
-// an earlier page), reports whether all of them read as zero, and marks them dirty: whatever
-// page holds them next must not take them for fresh.
-func (h *Heap) prepareSlices(s *segment, first, n int) (fresh bool, err error) {
-	m := sliceMask(first, n)
+// preparePage readies the slices of an object page, which may run on into the next segments
+// of a run (pack.go), as prepareRange readies a range.
+func (h *Heap) preparePage(pg *page) (fresh bool, err error) {
+	fresh = true
+	pg.pieces(func(s *segment, m uint64) {
+		if err != nil {
+			return
+		}
+		var f bool
+		first := bits.TrailingZeros64(m)
+		f, err = h.prepareRange(s, uintptr(first)<<sliceShift, uintptr(bits.OnesCount64(m))<<sliceShift)
+		fresh = fresh && f
+	})
+	return fresh, err
+}
+
+// unknownCommitted marks the slices of object page pg not known to be committed (the arena gave
+// its memory up, or may have).
+func (pg *page) unknownCommitted() {
+	pg.pieces(func(s *segment, m uint64) { s.decommit |= m })
+}
+
+// knownCommitted reports whether every slice of object page pg is known to be committed.
+func (pg *page) knownCommitted() bool {
+	known := true
+	pg.pieces(func(s *segment, m uint64) { known = known && s.decommit&m == 0 })
+	return known
+}
+
+// prepareRange readies the n bytes at offset off of s for a page that hands them out. It
+// commits them unless their slices are all known committed (never used since the segment was
+// reserved, or given back to the provider by an earlier page), reports whether they read as
+// zero, and marks their slices dirty: whatever page holds them next must not take them for
+// fresh. The range may start and end inside a slice (a class page extended after a purge gave
+// up its top, or block by block: see purgePage and extend); a slice it covers in part counts
+// as touched, not as known committed: the rest of it is not the range's to vouch for.
+func (h *Heap) prepareRange(s *segment, off, n uintptr) (fresh bool, err error) {
+	first, last := int(off>>sliceShift), int((off+n-1)>>sliceShift)
+	m := sliceMask(first, last-first+1)
+	whole := m
+	if off&(sliceSize-1) != 0 {
+		whole &^= 1 << uint(first)
+	}
+	if (off+n)&(sliceSize-1) != 0 {
+		whole &^= 1 << uint(last)
+	}
 	if s.decommit&m != 0 {
-		zeroed, err := h.a.Commit(s.base+uintptr(first)<<sliceShift, uintptr(n)<<sliceShift)
+		zeroed, err := h.a.Commit(s.base+off, n)
 		if err != nil {
 			return false, err
 		}
-		s.decommit &^= m
+		s.decommit &^= whole
 		if zeroed {
-			s.dirtyBits &^= m
+			s.dirtyBits &^= whole
 		}
 	}
 	fresh = s.dirtyBits&m == 0
@@ -197,23 +247,32 @@ func (h *Heap) prepareSlices(s *segment, first, n int) (fresh bool, err error) {
 // freeSlices returns a page's slices to its segment, and an empty segment to the spare slot or
 // the arena.
 func (h *Heap) freeSlices(pg *page) {
-	s := pg.seg
 	pg.dead = true
 	if pg.class >= 0 {
 		h.forget(pg)
 	}
-	for i := pg.slice0; i < pg.slice0+pg.nslice; i++ {
-		s.pages[i].Store(nil)
+	pg.pieces(h.vacate)
+}
+
+// vacate frees the slices m of s, which a page held, and gives the segment back when it is
+// empty.
+func (h *Heap) vacate(s *segment, m uint64) {
+	for r := m; r != 0; r &= r - 1 {
+		s.pages[bits.TrailingZeros64(r)].Store(nil)
 	}
-	m := sliceMask(pg.slice0, pg.nslice)
 	s.free |= m
 	s.npages--
+	if s.run != nil {
+		h.vacateRun(s)
+		return
+	}
 	if s.npages > 0 {
 		// The segment stays. A page of 512 KiB or more gives its memory to the arena's purge
 		// unless a new page claims it within the delay; small pages churn too fast for that
 		// to pay (it would bring commit system calls back into steady states). A held heap
 		// gives nothing to the purge (see below).
-		if !h.hold && s.kind != segSmall && s.decommit&m != m && h.a.Decommit(pg.base, uintptr(pg.nslice)<<sliceShift) == nil {
+		first := bits.TrailingZeros64(m)
+		if !h.hold && s.kind != segSmall && s.decommit&m != m && h.a.Decommit(s.base+uintptr(first)<<sliceShift, uintptr(bits.OnesCount64(m))<<sliceShift) == nil {
 			s.decommit |= m
 		}
 		h.listRoom(s)

@@ -27,9 +27,12 @@ const (
 	ChunkObject
 	// ChunkHuge is a chunk of a huge object (a run of chunks of its own).
 	ChunkHuge
+	// ChunkPacked is a segment of pages of every kind, of memory that commits a chunk at a time
+	// (CUDA's VMM granules): its object pages may begin in the chunk before it.
+	ChunkPacked
 )
 
-var chunkKindNames = [...]string{"free", "small", "medium", "large", "object", "huge"}
+var chunkKindNames = [...]string{"free", "small", "medium", "large", "object", "huge", "packed"}
 
 // String names the kind.
 func (k ChunkKind) String() string {
@@ -52,6 +55,10 @@ type PageInfo struct {
 	Blocks    int
 	Live      int
 	LiveBytes uint64
+	// Tail reports slices of a page that began in an earlier chunk, which reports it (where
+	// memory commits a chunk at a time, an object page may run on from one chunk into the
+	// next, and a huge object shares its last chunk with object pages).
+	Tail bool
 }
 
 // ChunkInfo describes what a group holds in one chunk.
@@ -109,22 +116,44 @@ func (g *Group) chunkInfo(id arena.ChunkID) ChunkInfo {
 		}
 		return ci
 	}
-	ci := ChunkInfo{Kind: ChunkSmall + ChunkKind(s.kind-segSmall)}
+	ci := ChunkInfo{Kind: s.chunkKind()}
 	for i := 0; i < segSlices; {
 		pg := s.pages[i].Load()
-		if pg == nil || pg.slice0 != i {
+		if pg == nil {
 			i++
 			continue
 		}
-		pi := PageInfo{Slice: pg.slice0, Slices: pg.nslice, BlockSize: uint64(pg.bsize), Blocks: int(pg.nblocks)}
+		if pg.seg != s { // a page begun in another segment: that segment reports it
+			j := s.runOf(pg, i)
+			ci.Pages = append(ci.Pages, PageInfo{Slice: i, Slices: j - i, BlockSize: uint64(pg.bsize), Blocks: int(pg.nblocks), Tail: true})
+			i = j
+			continue
+		}
+		pi := PageInfo{Slice: int(pg.slice0), Slices: int(pg.nslice), BlockSize: uint64(pg.bsize), Blocks: int(pg.nblocks)}
 		pg.eachLive(func(idx uint32, size uintptr) {
 			pi.Live++
 			pi.LiveBytes += uint64(size)
 		})
 		ci.Pages = append(ci.Pages, pi)
-		i += pg.nslice
+		i = s.runOf(pg, i)
 	}
 	return ci
+}
+
+// chunkKind is what a segment's chunk holds.
+func (s *segment) chunkKind() ChunkKind {
+	if s.kind == segPacked {
+		return ChunkPacked
+	}
+	return ChunkSmall + ChunkKind(s.kind-segSmall)
+}
+
+// runOf returns the slice past the slices of s from i on that page pg holds.
+func (s *segment) runOf(pg *page, i int) int {
+	for i < segSlices && s.pages[i].Load() == pg {
+		i++
+	}
+	return i
 }
 
 // liveBlock reports whether block idx is live (allocated, not freed by anyone).
@@ -169,11 +198,15 @@ func (g *Group) eachBlockOf(s *segment, id arena.ChunkID, f func(Block) bool) bo
 		}
 		return true
 	}
-	kind := ChunkSmall + ChunkKind(s.kind-segSmall)
+	kind := s.chunkKind()
 	for i := 0; i < segSlices; {
 		pg := s.pages[i].Load()
-		if pg == nil || pg.slice0 != i {
+		if pg == nil {
 			i++
+			continue
+		}
+		if pg.seg != s { // a page begun in another segment: that segment reports its blocks
+			i = s.runOf(pg, i)
 			continue
 		}
 		more := true
@@ -185,7 +218,7 @@ func (g *Group) eachBlockOf(s *segment, id arena.ChunkID, f func(Block) bool) bo
 		if !more {
 			return false
 		}
-		i += pg.nslice
+		i = s.runOf(pg, i)
 	}
 	return true
 }
@@ -223,18 +256,22 @@ func (g *Group) BlocksFrom(c *BlockCursor, max int, f func(Block)) (done bool) {
 			}
 			c.slice = segSlices
 		}
-		kind := ChunkSmall + ChunkKind(s.kind-segSmall)
+		kind := s.chunkKind()
 		for c.slice < segSlices {
 			pg := s.pages[c.slice].Load()
-			if pg == nil || pg.slice0 != c.slice {
+			if pg == nil {
 				c.slice++
+				continue
+			}
+			if pg.seg != s { // a page begun in another segment: that segment reports its blocks
+				c.slice = s.runOf(pg, c.slice)
 				continue
 			}
 			pg.eachLive(func(idx uint32, size uintptr) {
 				f(Block{Addr: pg.base + uintptr(idx)*pg.bsize, Size: uint64(size), BlockSize: uint64(pg.bsize), Kind: kind})
 				n++
 			})
-			c.slice += pg.nslice
+			c.slice = s.runOf(pg, c.slice)
 			if n >= max {
 				return false
 			}

@@ -167,7 +167,7 @@ func (h *Heap) releaseDeferred() {
 // one whose memory is as it was left (committed, and claimed back from the arena before its
 // purge), with no tail to give to the purge.
 func (h *Heap) tryReuseObject(n uintptr) (uintptr, bool) {
-	if n > HugeThreshold {
+	if n > h.objMax {
 		for i, pg := range h.bigFree {
 			if n > pg.bsize || n < pg.bsize/2 {
 				continue
@@ -186,17 +186,16 @@ func (h *Heap) tryReuseObject(n uintptr) (uintptr, bool) {
 	}
 	k := int((n + sliceSize - 1) >> sliceShift)
 	for i, pg := range h.objFree {
-		if pg.nslice < k || pg.nslice > k+k/8 {
+		if int(pg.nslice) < k || int(pg.nslice) > k+k/8 {
 			continue
 		}
-		m := sliceMask(pg.slice0, pg.nslice)
-		if !pg.tracked || pg.seg.decommit&m != 0 {
+		if !pg.tracked || !pg.knownCommitted() {
 			return 0, false
 		}
 		if !pg.kept.Claim() {
 			// Given up meanwhile: now busy, with memory to commit again, which allocBig
 			// does when it finds the page so marked.
-			pg.seg.decommit |= m
+			pg.unknownCommitted()
 			return 0, false
 		}
 		h.objFree = append(h.objFree[:i], h.objFree[i+1:]...)

@@ -40,8 +40,8 @@ func TestFillEveryClass(t *testing.T) {
 							t.Fatalf("align %d class %d round %d: fresh block %d byte %d = %d", al, size, round, idx, k, b[k])
 						}
 					}
-					if pg.limit > pg.nblocks || uintptr(pg.limit)*pg.bsize > uintptr(pg.ncommit)<<sliceShift {
-						t.Fatalf("limit %d beyond commit %d", pg.limit, pg.ncommit)
+					if pg.limit > pg.nblocks || uintptr(pg.limit)*pg.bsize > uintptr(pg.ctop) {
+						t.Fatalf("limit %d beyond commit %d", pg.limit, pg.ctop)
 					}
 					for k := range b {
 						b[k] = 0xA5

@@ -121,6 +121,7 @@ func (p *Pool) releaseAll() error {
 		return first // a buffer came back to life: a racing Alloc before closed was seen
 	}
 	p.released.Store(true)
+	p.stopPurge()
 	if p.order != nil {
 		disown(p) // before its arena goes: PoolOf looks addresses up there
 	}

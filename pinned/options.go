@@ -84,7 +84,8 @@ type Options struct {
 	// PurgeDelay is how long free memory stays committed (and locked) before it is given back,
 	// in case it is needed again: at least this long, and at most 1.5 times as long after
 	// the last free in its 2 MiB chunk (default 10 ms, mimalloc's; negative: only Trim gives
-	// it back).
+	// it back). The memory of free buffers among live ones goes two to three delays after
+	// their page was last used, when the pool's purger finds it untouched twice.
 	// Giving locked memory back is cheap, taking it again is not: mlock or cuMemHostRegister
 	// faults in and zeroes every page (mmap+mlock of 256 MiB took 108 ms on an H100 host). A
 	// program that frees big staging buffers and allocates them again at a slower cadence (a

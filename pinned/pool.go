@@ -43,7 +43,8 @@ type Pool struct {
 	shards atomic.Pointer[[]*shard] // every shard, in the order made: by heap.Heap.Index
 	growMu sync.Mutex
 
-	pc precommit // the background commit of Options.Precommit
+	pc    precommit // the background commit of Options.Precommit
+	purge purger    // the idle purge (purge.go)
 
 	order *streamOrder // stream-ordered reuse (stream.go); nil where copies are synchronous
 	out   outside      // buffers held by work outside the pool (hold.go)
@@ -121,6 +122,7 @@ func newPool(o Options) (*Pool, error) {
 	}
 	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, order: order,
 		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: int64(o.Quota), log: o.Logger, sharer: o.Sharer}
+	p.purge.delay = purgeDelay(o.PurgeDelay, prov)
 	if o.RecordSites {
 		p.sites = newSiteTable()
 	}
@@ -219,9 +221,10 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 // and once more after taking back what other shards and the streams hold.
 func (p *Pool) allocRest(n int, alignment uintptr) ([]byte, error) {
 	addr, err := p.allocOnce(uintptr(n), alignment)
-	if err != nil && errors.Is(err, heap.ErrOutOfMemory) {
+	for try := 0; err != nil && try < allocRetries && (errors.Is(err, heap.ErrOutOfMemory) || exhausted(err)); try++ {
 		// Other shards may hold freed blocks they have not collected, and streams may have
-		// passed deferred ones: take them back, retry once.
+		// passed deferred ones: take them back, give the shards' free memory to the arena
+		// (which gives it back at once when the memlock limit refuses the retry), retry.
 		_ = p.reclaim(true)
 		p.collectAll()
 		addr, err = p.allocOnce(uintptr(n), alignment)
@@ -241,6 +244,7 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 	if p.closed.Load() {
 		return 0, ErrClosed
 	}
+	p.purgeSoon(s)
 	if n := len(s.pend); n > 0 && n == cap(s.pend) {
 		p.drainPend(s) // a full FreeAsync cache: back on the pages if its stream is idle
 	}
@@ -477,24 +481,4 @@ func (p *Pool) freeLarge(addr, n uintptr, held bool) error {
 	}
 	letGo(s)
 	return err
-}
-
-// collectAll makes every shard take in the frees other goroutines made and give back what is
-// empty.
-func (p *Pool) collectAll() { p.each((*heap.Heap).Trim) }
-
-// Trim gives every empty page and segment back to the arena and decommits (and unlocks) every
-// free chunk at once, without waiting for the purge delay. After Close it releases the pool's
-// memory if no buffer is live and none waits for a stream any more (see Close).
-func (p *Pool) Trim() {
-	if p.released.Load() {
-		return
-	}
-	if p.closed.Load() {
-		p.finishClose(0)
-		return
-	}
-	_ = p.reclaim(true)
-	p.collectAll()
-	p.a.Trim()
 }

@@ -62,7 +62,13 @@ type shard struct {
 	// list (pend.go), written by the shard's owners only; nil in pools with no stream order.
 	pend  []deferred
 	pendL *streamList
-	_     [32]byte
+
+	// The idle purge (purge.go): a slow path ran on the shard since the purger's last tick;
+	// the purger asks its next holder to look (heap.Heap.PurgeIdle) rather than hold it; and
+	// the heap's operations at that tick (the purger's alone).
+	slow, look atomic.Bool
+	seenOps    uint64
+	_          [32]byte
 }
 
 // homeSlot is P i's home shard, and its heap beside it: a fast section loads both from the

@@ -121,7 +121,7 @@ func TestRegistrationObservesRegions(t *testing.T) {
 	}
 }
 
-func TestRegisterDeviceWithoutCUDA(t *testing.T) {
+func TestRegisterDeviceRefusedWithoutDeviceTransports(t *testing.T) {
 	needUCX(t)
 	w := newWorker(t)
 	if w.CUDA() {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Limit is the RLIMIT_MEMLOCK the child runs under: 4 MiB.
+// Limit is the RLIMIT_MEMLOCK the child runs under by default: 4 MiB (RunAt picks another).
 const Limit = 4 << 20
 
 const (
@@ -24,14 +25,23 @@ const (
 	okLine   = "MEMLOCK-OK"
 )
 
-// Child reports whether this process is the child Run started. There it lowers
-// RLIMIT_MEMLOCK to Limit first (failing t when it cannot), and says, at the end of t, that
-// the child passed.
+// Child reports whether this process is the child Run (or RunAt) started. There it lowers
+// RLIMIT_MEMLOCK to Limit (or RunAt's limit) first, failing t when it cannot, and says, at the
+// end of t, that the child passed.
 func Child(t *testing.T) bool {
-	if os.Getenv(childEnv) != "1" {
+	v := os.Getenv(childEnv)
+	if v == "" {
 		return false
 	}
-	lim := unix.Rlimit{Cur: Limit, Max: Limit}
+	limit := uint64(Limit)
+	if v != "1" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", childEnv, v, err)
+		}
+		limit = n
+	}
+	lim := unix.Rlimit{Cur: limit, Max: limit}
 	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
 		t.Fatalf("setrlimit: %v", err)
 	}
@@ -49,12 +59,24 @@ func Child(t *testing.T) bool {
 // skips it where an unprivileged child cannot start, and returns the child's output.
 func Run(t *testing.T, test string) []byte {
 	t.Helper()
+	return run(t, test, "1")
+}
+
+// RunAt is Run with the child's RLIMIT_MEMLOCK at limit bytes: Debian's default for an
+// ordinary user is 8 MiB, say.
+func RunAt(t *testing.T, test string, limit uint64) []byte {
+	t.Helper()
+	return run(t, test, strconv.FormatUint(limit, 10))
+}
+
+func run(t *testing.T, test, limit string) []byte {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Skipf("cannot find the test binary: %v", err)
 	}
 	cmd := exec.Command(self, "-test.run=^"+test+"$", "-test.v")
-	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.Env = append(os.Environ(), childEnv+"="+limit)
 	if os.Geteuid() == 0 {
 		dir, err := os.MkdirTemp("", "pinmalloc-memlock")
 		if err != nil {

@@ -1,0 +1,427 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// The footprint cases (issue 38): how much memory an allocator keeps for the buffers it holds
+// live, as a user of pinned memory sees it. A larson churn (after the benchmark of that name,
+// and issue 38's measurement): larsonThreads goroutines (threads, for the C allocators), each
+// keeping slots buffers of uniform random size lo to hi bytes and replacing one at random,
+// steps times; then every goroutine keeps its buffers and the allocator sits idle. Each
+// allocator reports what it holds at the end of the churn, after footprintIdle (pinmalloc's
+// purge delay is 10 ms, mimalloc's 10 ms too), and after it was asked to give back what it can
+// (pinmalloc's Trim, mimalloc's mi_collect(true) on every thread, glibc's malloc_trim(0) on
+// every thread; the PyTorch-style cache has no such call and keeps its peak): committed bytes
+// for pinmalloc and mimalloc, the reserved blocks for the cache, mallinfo2's arenas for glibc.
+// The two shapes: issue 38's low occupancy (8 buffers of 8 B – 64 KiB a goroutine, about
+// 2 MiB live) and mimalloc-bench's larson at high occupancy (5000 buffers of 8 – 1000 B a
+// thread, about 20 MiB live).
+//
+// The sizes and slots are drawn by larsonDraw, from the goroutine's number and the step, the
+// same in Go and in C (bench_larson_draw in cloops.h), so every allocator sees the same
+// sequence on every machine.
+
+// larsonShape is one footprint case's workload.
+type larsonShape struct {
+	name              string
+	threads, slots    int
+	lo, hi            int
+	steps, quickSteps int
+}
+
+var larsonShapes = []larsonShape{
+	{name: "larson-low", threads: 8, slots: 8, lo: 8, hi: 64 << 10, steps: 100_000, quickSteps: 20_000},
+	{name: "larson-high", threads: 8, slots: 5000, lo: 8, hi: 1000, steps: 100_000, quickSteps: 20_000},
+}
+
+// cudaHostName is the CUDAHost pool's name in the footprint suite (-footprint).
+const cudaHostName = "pinmalloc-cudahost"
+
+// footprintIdle is how long the allocators sit idle, their buffers live, before the second
+// sample: 25 of pinmalloc's and mimalloc's purge delays.
+const footprintIdle = 250 * time.Millisecond
+
+// larsonResult is what one allocator held in a larson run.
+type larsonResult struct {
+	live               uint64 // bytes asked for by the buffers live at the end
+	end, idle, trimmed uint64 // held at the end of the churn, after footprintIdle, after a trim
+	nsPerOp            float64
+}
+
+// footprintCases returns the larson footprint cases.
+func footprintCases() []benchCase {
+	var cs []benchCase
+	for _, sh := range larsonShapes {
+		cs = append(cs, benchCase{name: "footprint/" + sh.name, group: "footprint", custom: func(s *suite) []result {
+			steps := sh.steps
+			if s.cfg.quick {
+				steps = sh.quickSteps
+			}
+			var out []result
+			for _, im := range s.selected() {
+				if im.larson == nil {
+					continue
+				}
+				rs := resultSet{c: "footprint/" + sh.name, impl: im.name}
+				r, err := im.larson(sh, steps, footprintIdle)
+				if errors.Is(err, errNoFootprint) {
+					continue // it cannot say what it holds: no row
+				}
+				if err != nil {
+					rs.fail(err)
+				} else {
+					rs.larsoned(r)
+				}
+				out = append(out, rs.out...)
+			}
+			return out
+		}})
+	}
+	return append(cs, benchCase{name: "footprint/latency", group: "footprint", custom: footprintLatency})
+}
+
+func (rs *resultSet) larsoned(r larsonResult) {
+	rs.add("live_bytes", float64(r.live), "B")
+	rs.add("held_end_bytes", float64(r.end), "B")
+	rs.add("held_idle_bytes", float64(r.idle), "B")
+	rs.add("held_trimmed_bytes", float64(r.trimmed), "B")
+	rs.add("idle_over_live", float64(r.idle)/float64(r.live), "ratio")
+	rs.add("ns_per_op", r.nsPerOp, "ns")
+}
+
+// larsonSeed keys the draws (BENCH_LARSON_SEED in cloops.h).
+const larsonSeed = 0x6c6172736f6e3338 // "larson38"
+
+// larsonDraw is the i-th draw of goroutine t: splitmix64 of the pair. The slot is its high
+// half scaled to the slots, the size its low half scaled to [lo, hi].
+func larsonDraw(t, i uint64) uint64 {
+	z := larsonSeed + (t<<40^i)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+func larsonSize(z uint64, lo, hi int) int { return lo + int((z&0xffffffff)*uint64(hi-lo+1)>>32) }
+
+// errNoFootprint is a larson run's answer for an allocator that cannot say what it holds.
+var errNoFootprint = errors.New("the allocator cannot say what it holds")
+
+// trimmer is implemented by Go-side allocators that can give their free memory back on demand.
+type trimmer interface {
+	trim()
+}
+
+// goLarson runs a larson shape on a Go-side allocator, one allocator per goroutine (the same
+// one for a goroutine-safe allocator, forks for a single-owner one: openWorkers), and samples
+// what it holds.
+func goLarson[H any](open func(int64) (allocator[H], error), sh larsonShape, steps int, idle time.Duration) (res larsonResult, err error) {
+	workers, owned, err := openWorkers(open, sh.threads)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, closeAll(owned)) }()
+	fp, ok := owned[0].(footprinter)
+	if !ok {
+		return res, errNoFootprint
+	}
+	slots := make([][]H, sh.threads)
+	sizes := make([][]int, sh.threads)
+	errs := make([]error, sh.threads)
+	defer func() {
+		for t := range slots {
+			for _, h := range slots[t] {
+				firstErr(&err, workers[t].free(h))
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for t := range sh.threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := workers[t]
+			for i := range sh.slots {
+				n := larsonSize(larsonDraw(uint64(t), uint64(i)), sh.lo, sh.hi)
+				h, err := a.alloc(n)
+				if err != nil {
+					errs[t] = err
+					return
+				}
+				a.touch(h)
+				slots[t], sizes[t] = append(slots[t], h), append(sizes[t], n)
+			}
+			s, sz := slots[t], sizes[t]
+			for k := range steps {
+				z := larsonDraw(uint64(t), uint64(sh.slots+k))
+				i := int((z >> 32) * uint64(sh.slots) >> 32)
+				if err := a.free(s[i]); err != nil {
+					errs[t] = err
+					s[i], s[len(s)-1] = s[len(s)-1], s[i]
+					slots[t] = s[:len(s)-1]
+					return
+				}
+				sz[i] = larsonSize(z, sh.lo, sh.hi)
+				h, err := a.alloc(sz[i])
+				if err != nil {
+					errs[t] = err
+					s[i], s[len(s)-1] = s[len(s)-1], s[i]
+					slots[t] = s[:len(s)-1]
+					return
+				}
+				a.touch(h)
+				s[i] = h
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	for _, sz := range sizes {
+		for _, n := range sz {
+			res.live += uint64(n)
+		}
+	}
+	res.nsPerOp = float64(elapsed.Nanoseconds()) / float64(sh.threads*(sh.slots+steps))
+	res.end, _ = fp.footprint()
+	time.Sleep(idle)
+	res.idle, _ = fp.footprint()
+	res.trimmed = res.idle // an allocator with no such call keeps what it holds
+	if _, ok := owned[0].(trimmer); ok {
+		for i := len(owned) - 1; i >= 0; i-- { // each worker's own heap, for a single-owner one
+			owned[i].(trimmer).trim()
+		}
+		res.trimmed, _ = fp.footprint()
+	}
+	return res, nil
+}
+
+// cLarson runs a larson shape with a C allocator's loop (cloops.h).
+func cLarson(run func(threads, slots, lo, hi, steps, idleMs int) (ns int64, held [3]int64, live int64)) func(larsonShape, int, time.Duration) (larsonResult, error) {
+	return func(sh larsonShape, steps int, idle time.Duration) (larsonResult, error) {
+		ns, held, live := run(sh.threads, sh.slots, sh.lo, sh.hi, steps, int(idle.Milliseconds()))
+		if ns < 0 {
+			return larsonResult{}, errAllocFailed
+		}
+		return larsonResult{live: uint64(live), end: uint64(held[0]), idle: uint64(held[1]), trimmed: uint64(held[2]),
+			nsPerOp: float64(ns) / float64(sh.threads*(sh.slots+steps))}, nil
+	}
+}
+
+// The trims of the Go-side allocators.
+func (a pinPool) trim() { a.p.Trim() }
+func (a *pinHeap) trim() {
+	a.h.Trim()
+	if a.owner {
+		a.ar.Trim()
+	}
+}
+
+// footprintTargets checks issue 38's footprint targets: the pool's committed memory after it
+// sat idle, at most its live bytes plus 1 MiB at low occupancy and 1.1 times them at high.
+func footprintTargets(rs []result) []target {
+	var ts []target
+	others := func(c string) string {
+		d := ""
+		for _, im := range []string{"mimalloc", "glibc", torchName, "pinmalloc-heap"} {
+			live, ok1 := lookup(rs, c, im, "live_bytes")
+			idle, ok2 := lookup(rs, c, im, "held_idle_bytes")
+			trimmed, ok3 := lookup(rs, c, im, "held_trimmed_bytes")
+			if ok1 && ok2 && ok3 && live > 0 {
+				d += fmt.Sprintf("; %s idle %.2fx, trimmed %.2fx", im, idle/live, trimmed/live)
+			}
+		}
+		return d
+	}
+	c := "footprint/larson-low"
+	live, ok1 := lookup(rs, c, "pinmalloc-pool", "live_bytes")
+	idle, ok2 := lookup(rs, c, "pinmalloc-pool", "held_idle_bytes")
+	ts = append(ts, ratio("footprint-low-idle", "pinmalloc-pool committed after sitting idle <= live + 1 MiB (footprint/larson-low)",
+		idle, live+1<<20, ok1 && ok2, 1, true, fmt.Sprintf("pinmalloc-pool %.2f MiB for %.2f MiB live%s", idle/(1<<20), live/(1<<20), others(c))))
+	c = "footprint/larson-high"
+	live, ok1 = lookup(rs, c, "pinmalloc-pool", "live_bytes")
+	idle, ok2 = lookup(rs, c, "pinmalloc-pool", "held_idle_bytes")
+	ts = append(ts, ratio("footprint-high-idle", "pinmalloc-pool committed after sitting idle <= 1.1x live (footprint/larson-high)",
+		idle, live, ok1 && ok2, 1.1, true, fmt.Sprintf("pinmalloc-pool %.2f MiB for %.2f MiB live%s", idle/(1<<20), live/(1<<20), others(c))))
+	// The -footprint suite's serving trace, paced: the CUDAHost pool within 1.15 of its live
+	// bytes, and no more than the locked pool holds (memory accounting: graded on the fake
+	// driver too, whose VMM granule is the driver's).
+	c = "footprint/trace"
+	h, hOK := lookup(rs, c, cudaHostName, "committed_over_live")
+	l, lOK := lookup(rs, c, "pinmalloc-pool", "committed_over_live")
+	detail := fmt.Sprintf("%s %.3f, pinmalloc-pool %.3f", cudaHostName, h, l)
+	if v, ok := lookup(rs, "footprint/replay", cudaHostName, "committed_over_live"); ok {
+		detail += fmt.Sprintf("; replayed without pauses %.3f", v)
+	}
+	pu, ok1 := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p99_ns_purging")
+	np, ok2 := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p99_ns_no_purge")
+	p999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_purging")
+	n999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_no_purge")
+	ts = append(ts, ratio("footprint-latency-p99", "pinmalloc-pool Alloc p99 while the purger works <= 2x without a purge (footprint/latency)",
+		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))))
+	ts = append(ts, ratio("footprint-trace-cudahost", "pinmalloc-cudahost peak committed / peak live <= 1.15 (footprint/trace, paced)", h, 1, hOK, 1.15, true, detail),
+		ratio("footprint-trace-cudahost-vs-locked", "pinmalloc-cudahost peak committed / live <= the locked pool's (footprint/trace)", h, l, hOK && lOK, 1, true, detail))
+	return ts
+}
+
+// printFootprint writes the footprint cases' table, when they ran.
+func printFootprint(w io.Writer, rs []result) {
+	if !ran(rs, "footprint/") {
+		return
+	}
+	fmt.Fprintf(w, "\n### Footprint: memory held for the live buffers (MiB; x live)\n\n")
+	fmt.Fprintln(w, "| case | allocator | live | end of churn | idle "+footprintIdle.String()+" | after trim | ns/op |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	cases := []string{"footprint/device"}
+	for _, sh := range larsonShapes {
+		cases = append(cases, "footprint/"+sh.name)
+	}
+	for _, c := range cases {
+		var seen []string
+		for _, r := range rs {
+			if r.Case != c || slices.Contains(seen, r.Impl) {
+				continue
+			}
+			seen = append(seen, r.Impl)
+			if e, failed := failure(rs, c, r.Impl); failed {
+				fmt.Fprintf(w, "| %s | %s | error: %s | | | | |\n", c, r.Impl, e)
+				continue
+			}
+			get := func(m string) float64 { v, _ := lookup(rs, c, r.Impl, m); return v }
+			live := get("live_bytes")
+			cell := func(m string) string {
+				v := get(m)
+				return fmt.Sprintf("%.2f (%.2fx)", v/(1<<20), v/live)
+			}
+			fmt.Fprintf(w, "| %s | %s | %.2f | %s | %s | %s | %s |\n", c, r.Impl, live/(1<<20),
+				cell("held_end_bytes"), cell("held_idle_bytes"), cell("held_trimmed_bytes"), fmtNs(get("ns_per_op")))
+		}
+	}
+}
+
+// footprintLatency measures what the idle purge costs the allocations that run while it
+// works: a pool fills 200,000 buffers of 16 B to 8 KiB and frees nine in ten of them, which
+// leaves pages for the purge to take back; then one goroutine churns 10,000 live buffers of
+// the same sizes, timing every Alloc, for latencyOps operations, while the purger looks at
+// the pages (with the pool's default purge delay) or with no purge at all (PurgeDelay -1). The
+// two pools run in turn, three times each; a percentile is the median of its three runs.
+func footprintLatency(s *suite) []result {
+	ops := 1_000_000
+	if s.cfg.quick {
+		ops = 300_000
+	}
+	var out []result
+	if !s.cfg.implFilter.MatchString("pinmalloc-pool") {
+		return nil
+	}
+	runs := map[bool][][3]float64{}
+	var errs []error
+	var purged uint64
+	for round := range 6 {
+		purge := round%2 == 0
+		q, n, err := latencyRun(purge, ops)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		runs[purge] = append(runs[purge], q)
+		purged += n
+	}
+	rs := resultSet{c: "footprint/latency", impl: "pinmalloc-pool"}
+	if err := errors.Join(errs...); err != nil {
+		rs.fail(err)
+		return rs.out
+	}
+	for _, purge := range []bool{true, false} {
+		name := map[bool]string{true: "purging", false: "no_purge"}[purge]
+		for k, pct := range []string{"p50", "p99", "p999"} {
+			var vs []float64
+			for _, q := range runs[purge] {
+				vs = append(vs, q[k])
+			}
+			slices.Sort(vs)
+			rs.add("alloc_"+pct+"_ns_"+name, vs[len(vs)/2], "ns")
+		}
+	}
+	rs.add("purged_bytes_per_run", float64(purged)/3, "B") // what the purger gave back while the churn ran
+	return append(out, rs.out...)
+}
+
+// latencyRun is one run of footprintLatency: the p50, p99 and p99.9 of its Alloc times, and
+// the bytes the pool purged during the churn.
+func latencyRun(purge bool, ops int) (q [3]float64, purged uint64, err error) {
+	o := pinned.Options{Capacity: 1 << 30, Backend: pinned.Locked}
+	if hostMemory.pageable {
+		o.Backend = pinned.Pageable
+	}
+	if !purge {
+		o.PurgeDelay = -1
+	}
+	p, err := pinned.New(o)
+	if err != nil {
+		return q, 0, err
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	size := func(z uint64) int { return larsonSize(z, 16, 8<<10) }
+	bufs := make([][]byte, 200_000)
+	defer func() {
+		for _, b := range bufs {
+			if b != nil {
+				err = errors.Join(err, p.Free(b))
+			}
+		}
+	}()
+	for i := range bufs {
+		if bufs[i], err = p.Alloc(size(larsonDraw(9, uint64(i)))); err != nil {
+			return q, 0, err
+		}
+	}
+	for i := range bufs {
+		if i%10 != 0 {
+			if err := p.Free(bufs[i]); err != nil {
+				return q, 0, err
+			}
+			bufs[i] = nil
+		}
+	}
+	live := make([][]byte, 10_000)
+	defer func() {
+		for _, b := range live {
+			if b != nil {
+				err = errors.Join(err, p.Free(b))
+			}
+		}
+	}()
+	ns := make([]int64, 0, ops)
+	before := p.Stats().Purged
+	for k := range ops {
+		z := larsonDraw(10, uint64(k))
+		i := int((z >> 32) * uint64(len(live)) >> 32)
+		if live[i] != nil {
+			if err := p.Free(live[i]); err != nil {
+				return q, 0, err
+			}
+		}
+		t0 := time.Now()
+		b, err := p.Alloc(size(z))
+		ns = append(ns, int64(time.Since(t0)))
+		if err != nil {
+			return q, 0, err
+		}
+		live[i] = b
+	}
+	purged = p.Stats().Purged - before
+	slices.Sort(ns)
+	at := func(f float64) float64 { return float64(ns[min(int(f*float64(len(ns))), len(ns)-1)]) }
+	return [3]float64{at(0.5), at(0.99), at(0.999)}, purged, nil
+}
