@@ -90,25 +90,7 @@ func modulePackages(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	pkgs := map[string]map[string]bool{}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if path != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
-				return filepath.SkipDir
-			}
-			if path != "." {
-				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
-					return filepath.SkipDir
-				}
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	moduleSources(t, func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly|parser.ParseComments)
 		if err != nil {
 			return err
@@ -134,10 +116,38 @@ func modulePackages(t *testing.T) map[string]map[string]bool {
 		}
 		return nil
 	})
+	return pkgs
+}
+
+// moduleSources calls f with the path of every non-test Go file of the module: directories with
+// a go.mod of their own (bench, examples/external), testdata, vendor and hidden directories are
+// left out.
+func moduleSources(t *testing.T, f func(path string) error) {
+	t.Helper()
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			if path != "." {
+				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		return f(path)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pkgs
 }
 
 // TestLayers checks that every import points down the Layers table of docs/design.md (on the

@@ -85,9 +85,17 @@ func (c *cudaSuite) cases() []benchCase {
 	hostAlloc := hostSource{"cuda-hostalloc", func(int64) (allocator[[]byte], error) { return cudaHostAlloc{c.dev}, nil }}
 	hostRegister := hostSource{"cuda-hostregister", func(int64) (allocator[[]byte], error) { return cudaHostRegister{c.dev}, nil }}
 	goMake := hostSource{"go-make", func(int64) (allocator[[]byte], error) { return &goMake{newGoHeap()}, nil }}
+	// The same pool freeing in stream order, on the suite's stream with nothing queued: FreeAsync,
+	// and RecordStream then Free (pinned's targets: at most 2x and 3x its plain pair).
+	poolAsync := func(name string, record bool) hostSource {
+		return hostSource{name, func(capacity int64) (allocator[[]byte], error) {
+			p, err := pinned.New(pinned.Options{Capacity: int(capacity), Backend: pinned.CUDAHost})
+			return pinPoolStream{pinPool{p}, pcuda.Stream(c.s), record}, err
+		}}
+	}
 	hostPools, torch := c.anchorSources() // cuda-hostpool and cuda-hostpool-host, torch-caching-host
 	var hostImpls []impl
-	for _, h := range []hostSource{pool, hostAlloc, hostRegister, torch} {
+	for _, h := range []hostSource{pool, poolAsync("pinmalloc-pool-freeasync", false), poolAsync("pinmalloc-pool-record", true), hostAlloc, hostRegister, torch} {
 		hostImpls = append(hostImpls, goImpl(h.name, h.open))
 	}
 	hostImpls = append(hostImpls, c.pairPools()...)
@@ -116,6 +124,26 @@ func (c *cudaSuite) cases() []benchCase {
 	}
 	return append(cs, c.setupCase(c.setupSize()), c.traceCase(anchored))
 }
+
+// pinPoolStream is a CUDAHost pool whose frees are ordered on stream s: FreeAsync, or with record
+// RecordStream then Free.
+type pinPoolStream struct {
+	pinPool
+	s      pcuda.Stream
+	record bool
+}
+
+func (a pinPoolStream) free(b []byte) error {
+	if a.record {
+		if err := a.p.RecordStream(b, a.s); err != nil {
+			return err
+		}
+		return a.p.Free(b)
+	}
+	return a.p.FreeAsync(b, a.s)
+}
+
+func (a pinPoolStream) close() error { return errors.Join(a.p.ForgetStream(a.s), a.p.Close()) }
 
 // pairCase runs impls on a pair case of their own through the harness, in rounds, with
 // cudaConfig.

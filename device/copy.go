@@ -1,13 +1,13 @@
 package device
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/hostuse"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Copies between host []byte and device memory. Every device range must lie inside one live
@@ -38,7 +38,7 @@ func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
 		return err
 	}
 	return h.hostCopy(src, "HtoD copy", func(addr uintptr) error {
-		return h.syncLegacy(h.dev.MemcpyHtoD(uintptr(dst), addr, uintptr(len(src))))
+		return h.points().WaitLegacy(h.dev.MemcpyHtoD(uintptr(dst), addr, uintptr(len(src))))
 	})
 }
 
@@ -62,22 +62,13 @@ func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	if n == 0 {
 		return nil
 	}
-	return wrapCopy("DtoD copy", n, h.syncLegacy(h.dev.MemcpyDtoD(uintptr(dst), uintptr(src), n)))
+	return wrapCopy("DtoD copy", n, h.points().WaitLegacy(h.dev.MemcpyDtoD(uintptr(dst), uintptr(src), n)))
 }
 
-// syncLegacy waits, after a synchronous copy or memset that succeeded (err nil), for the legacy
-// default stream they were queued on. cuMemcpyHtoD from pageable memory returns once the
-// source is staged, with the DMA to the device possibly still in flight, and cuMemcpyDtoD and a
-// cuMemsetD8 of device memory return before they have run (the driver API's "API
-// synchronization behavior"): without the wait, work on a non-blocking stream, which does not
-// wait for the legacy stream, could run before them, and a block reused at once could be
-// overwritten after the fact.
-func (h *Heap) syncLegacy(err error) error {
-	if err != nil {
-		return err
-	}
-	return h.dev.StreamSynchronize(0)
-}
+// points are the heap's device's points (streamq): HtoD, DtoD and a ZeroOnFree Free wait for
+// the legacy stream they queue on (Points.WaitLegacy), so that a block reused at once is not
+// overwritten after the fact by work a non-blocking stream does not wait for.
+func (h *Heap) points() *streamq.Points { return h.lists.Points() }
 
 // HtoDAsync queues a copy of src to device memory at dst on stream s. A src in Go memory (or
 // any memory the driver has not page-locked) is read before the call returns; a src in a
@@ -132,21 +123,22 @@ func (h *Heap) hostCopy(b []byte, what string, copyFn func(addr uintptr) error) 
 }
 
 // hostAsync queues an async copy to or from host buffer b on stream s with b pinned for the
-// call (see pinHost) and s recorded on b when b is a pool's pinned buffer, which the driver
-// reads or writes after the call; a buffer of a pool of another device, which cannot order its
-// reuse after s, is copied and waited for. queue gets b's address and length. The unpin is not
-// deferred: a defer keeps b alive by itself, and would hide a missing pin from
-// TestFakeAsyncGoSourceGC.
+// call (see pinHost) and s recorded on b when b is a buffer of a pinned.Pool whose memory the
+// driver copies asynchronously (pinned.PoolOf finds it), which the driver reads or writes after
+// the call; a buffer of a pool of another device, which cannot order its reuse after s, is
+// copied and waited for. queue gets b's address and length. The unpin is not deferred: a defer
+// keeps b alive by itself, and would hide a missing pin from TestFakeAsyncGoSourceGC.
 func (h *Heap) hostAsync(what string, b []byte, s cuda.Stream, queue func(addr, n uintptr) error) error {
+	pool := pinned.PoolOf(b) // before b's address is taken: b is not used after pinHost
 	var pin runtime.Pinner
 	addr, n := pinHost(&pin, b)
 	if afterAddr != nil {
 		afterAddr()
 	}
-	_, err := hostuse.Record(addr, n, uintptr(s), h.dev.Context())
-	wait := errors.Is(err, hostuse.ErrOtherContext)
-	if wait {
-		err = nil
+	var err error
+	wait := pool != nil && pool.Device() != h.dev.Ordinal()
+	if pool != nil && !wait {
+		err = pool.RecordStream(mem.Bytes(addr, n), s) // pool memory: not Go's, the slice keeps nothing alive
 	}
 	if err == nil {
 		err = queue(addr, n)
@@ -195,7 +187,7 @@ func (h *Heap) checkAsync(s cuda.Stream, what string, n uintptr, ptrs ...cuda.De
 	if h.closed {
 		return ErrClosed
 	}
-	if err := h.checkStream(s); err != nil {
+	if _, err := h.checkStream(s); err != nil {
 		return err
 	}
 	return h.checkRanges(what, n, ptrs...)

@@ -45,17 +45,6 @@ func newLists(points *streamq.Points) *streamq.Lists[cuda.DevicePtr] {
 // the lists it found lost and the hand-back of their frees.
 var afterLostSync func()
 
-// listFor returns the list of stream s: the one found last, or the lists' own, made when s
-// has none.
-func (h *Heap) listFor(s cuda.Stream) *deferredList {
-	if l := h.lists.Last(); l != nil && l.Stream() == uintptr(s) {
-		return l
-	}
-	l := h.lists.Get(uintptr(s))
-	h.lists.Found(l)
-	return l
-}
-
 // poll does the deferred frees whose streams have passed them, and gives the busy streams a
 // point for the frees they have; the lists of streams the driver refuses are answered with one
 // synchronize of the context. It fails only when the driver refuses a stream and the context's
@@ -71,18 +60,11 @@ func (h *Heap) poll() error {
 	return err
 }
 
-// pollLists is Poll of the lists, and Recover of the lost ones, into h.done.
+// pollLists is Poll of the lists, and Recover of the lost ones, into h.done (Lists.Reclaim).
 func (h *Heap) pollLists() error {
 	var err error
-	if h.done, err = h.lists.Poll(h.done); err != nil {
+	if h.done, err = h.lists.Reclaim(h.done, afterLostSync); err != nil {
 		err = fmt.Errorf("device: deferred frees: %w", err)
-	}
-	if h.lists.Lost() > 0 {
-		var rerr error
-		if h.done, rerr = h.lists.Recover(h.done, afterLostSync); rerr != nil {
-			return errors.Join(err, fmt.Errorf("device: deferred frees: %w", rerr))
-		}
-		return nil // each refusal is answered: the frees of the lost lists came back
 	}
 	return err
 }

@@ -146,8 +146,7 @@ type Heap struct {
 	mu       sync.Mutex
 	closed   bool
 	streams  map[cuda.Stream]*heap.Heap     // heaps, by allocation stream
-	seen     map[cuda.Stream]bool           // streams the driver accepted
-	lists    *streamq.Lists[cuda.DevicePtr] // deferred frees, by freeing stream (deferred.go)
+	lists    *streamq.Lists[cuda.DevicePtr] // the streams seen, and the deferred frees by freeing stream (deferred.go)
 	done     []cuda.DevicePtr               // deferred frees handed back, to do (finishDone)
 	deferred map[cuda.DevicePtr]bool        // blocks with a deferred free
 	events   *icuda.EventPool
@@ -196,8 +195,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	}
 	h := &Heap{
 		pub: dev, dev: d, a: a, g: g, align: uintptr(o.Align),
-		streams: map[cuda.Stream]*heap.Heap{},
-		seen:    map[cuda.Stream]bool{}, deferred: map[cuda.DevicePtr]bool{},
+		streams: map[cuda.Stream]*heap.Heap{}, deferred: map[cuda.DevicePtr]bool{},
 		events: icuda.NewEventPool(d),
 		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: uintptr(o.Quota)},
 	}
@@ -262,7 +260,8 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 		return err
 	}
 	defer h.unlock("FreeAsync")
-	if err := h.checkStream(s); err != nil {
+	l, err := h.checkStream(s)
+	if err != nil {
 		return err
 	}
 	owner, err := h.owner(p)
@@ -281,7 +280,7 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 			return h.free(owner, p)
 		}
 	}
-	h.lists.Push(h.listFor(s), p)
+	h.lists.Push(l, p)
 	h.deferred[p] = true
 	h.st.DeferredFrees++
 	return nil
@@ -303,27 +302,22 @@ func (h *Heap) ready(s cuda.Stream) error {
 	if h.closed {
 		return ErrClosed
 	}
-	if err := h.checkStream(s); err != nil {
+	if _, err := h.checkStream(s); err != nil {
 		return err
 	}
 	return h.poll()
 }
 
-// checkStream accepts a stream seen before, or one cuStreamQuery accepts, but the per-thread
-// default stream: it names the default stream of whichever OS thread calls, so neither a
-// same-stream reuse nor a point a later poll records on it would order anything. h.mu is held.
-func (h *Heap) checkStream(s cuda.Stream) error {
-	if h.seen[s] {
-		return nil
+// checkStream returns the list of stream s (streamq's Lists.Check: a stream seen before, or one
+// the driver accepts as a stream of the heap's device; the per-thread default stream is
+// refused, since neither a same-stream reuse nor a point a later poll records on it would
+// order anything). h.mu is held.
+func (h *Heap) checkStream(s cuda.Stream) (*deferredList, error) {
+	l, err := h.lists.Check(uintptr(s))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidStream, err)
 	}
-	if streamq.Stream(s) == streamq.PerThreadStream {
-		return fmt.Errorf("%w: the per-thread default stream (%#x) names the default stream of whichever OS thread calls; use a stream of your own", ErrInvalidStream, s)
-	}
-	if err := h.dev.StreamQuery(uintptr(s)); err != nil && !errors.Is(err, cuda.ErrNotReady) {
-		return fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
-	}
-	h.seen[s] = true
-	return nil
+	return l, nil
 }
 
 // heapFor returns s's heap, making it on first use.
@@ -371,12 +365,15 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 // The legacy default stream orders work implicitly (stream-sync-behavior): a blocking stream's
 // work, a same-stream free included, comes after the legacy stream's earlier work, and the
 // legacy stream's after every blocking stream's; a stream's own synchronize covers neither. So
-// before any heap gives memory back, the legacy stream is synchronized once, or the context
-// when a default stream's heap holds memory; when that fails, no heap gives anything back.
+// before any heap gives memory back, streamq's Points.WaitLegacyOrder synchronizes the legacy
+// stream once, or the context when a default stream's heap holds memory; when that fails, no
+// heap gives anything back.
 func (h *Heap) reclaim() error {
 	errs := []error{h.drain()}
-	if err := h.syncLegacyOrder(); err != nil {
-		return errors.Join(append(errs, err)...)
+	if held, dflt := h.heldBy(); held {
+		if err := h.lists.Points().WaitLegacyOrder(dflt); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("device: %w", err))...)
+		}
 	}
 	for s, sh := range h.streams {
 		if sh.Stats().Segments == 0 {
@@ -391,33 +388,12 @@ func (h *Heap) reclaim() error {
 	return errors.Join(errs...)
 }
 
-// syncLegacyOrder waits for the work the legacy stream's implicit order puts before the frees
-// in the stream heaps that hold memory (reclaim): see legacyWait.
-func (h *Heap) syncLegacyOrder() error {
-	held, dflt := false, false
+// heldBy reports whether a stream heap holds memory, and whether a default stream's does.
+func (h *Heap) heldBy() (held, dflt bool) {
 	for s, sh := range h.streams {
 		if sh.Stats().Segments > 0 {
 			held, dflt = true, dflt || streamq.DefaultStream(streamq.Stream(s))
 		}
 	}
-	if !held {
-		return nil
-	}
-	return h.legacyWait(dflt)
-}
-
-// legacyWait waits for the work the legacy stream's implicit order puts before a free on a
-// blocking stream (the legacy stream's: a synchronize of it), or with dflt before a free on a
-// default stream (every blocking stream's: a synchronize of the context).
-func (h *Heap) legacyWait(dflt bool) error {
-	if dflt {
-		if err := h.dev.Synchronize(); err != nil {
-			return fmt.Errorf("device: synchronize the context: %w", err)
-		}
-		return nil
-	}
-	if err := h.dev.StreamSynchronize(0); err != nil {
-		return fmt.Errorf("device: synchronize the legacy stream: %w", err)
-	}
-	return nil
+	return held, dflt
 }

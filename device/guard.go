@@ -56,7 +56,7 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
 	if s != nil {
 		err = h.dev.MemsetD8Async(uintptr(p), 0, n, uintptr(*s))
 	} else {
-		err = h.syncLegacy(h.dev.MemsetD8(uintptr(p), 0, n))
+		err = h.points().WaitLegacy(h.dev.MemsetD8(uintptr(p), 0, n))
 	}
 	if err != nil {
 		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w", p, n, err)

@@ -3,9 +3,11 @@ package device
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Giving memory back: the deferred frees done (Sync), the stream heaps trimmed (Trim), a
@@ -41,10 +43,10 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return err
 	}
 	defer h.unlock("ForgetStream")
-	if !h.seen[s] {
-		return nil
-	}
 	l := h.lists.Forget(uintptr(s))
+	if l == nil && h.streams[s] == nil {
+		return nil // nothing of s's: no heap, no deferred free
+	}
 	// s's own synchronize, and the legacy stream's implicit order (streamq's Points.WaitStream):
 	// its deferred frees and its heap's memory change owner next.
 	if err := h.lists.Points().WaitStream(uintptr(s)); err != nil {
@@ -66,7 +68,6 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		}
 		delete(h.streams, s)
 	}
-	delete(h.seen, s)
 	return nil
 }
 
@@ -92,20 +93,20 @@ func (h *Heap) Close() error {
 	if deferred > 0 {
 		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, deferred)
 	}
-	legacy := false // a seen stream is ordered with the legacy stream: its earlier work counts too
-	for s := range h.seen {
-		if err := h.dev.StreamQuery(uintptr(s)); errors.Is(err, cuda.ErrNotReady) {
-			return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
-		}
-		if !legacy {
-			nb, err := h.dev.StreamNonBlocking(uintptr(s))
-			legacy = err != nil || !nb
-		}
+	// Every stream that may have used the heap's memory: each with a heap (same-stream frees)
+	// or a list (seen, with frees or not), and the legacy stream when one is blocking.
+	var ss []streamq.Stream
+	for s := range h.streams {
+		ss = append(ss, streamq.Stream(s))
 	}
-	if legacy {
-		if err := h.dev.StreamQuery(0); errors.Is(err, cuda.ErrNotReady) {
-			return fmt.Errorf("%w: the legacy default stream, which a blocking stream of the heap's is ordered with, has work in flight", ErrBusy)
-		}
+	h.lists.Range(func(s streamq.Stream, _, _ []cuda.DevicePtr) { ss = append(ss, s) })
+	switch s, running, err := h.points().Running(ss); {
+	case err != nil:
+		return fmt.Errorf("%w: stream %#x: %w", ErrBusy, s, err)
+	case running && streamq.DefaultStream(s) && !slices.Contains(ss, s):
+		return fmt.Errorf("%w: the legacy default stream, which a blocking stream of the heap's is ordered with, has work in flight", ErrBusy)
+	case running:
+		return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
 	}
 	var errs []error
 	for _, sh := range h.streams {

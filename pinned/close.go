@@ -122,6 +122,9 @@ func (p *Pool) releaseAll() error {
 	}
 	p.released.Store(true)
 	p.stopPurge()
+	if p.order != nil {
+		disown(p) // before its arena goes: PoolOf looks addresses up there
+	}
 	err := p.a.Close()
 	if p.order != nil {
 		err = errors.Join(err, p.order.close()) // its events, before the device goes

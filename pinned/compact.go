@@ -1,5 +1,7 @@
 package pinned
 
+import "github.com/pinmalloc/pinmalloc/heap"
+
 // Compact gives every empty page and segment of the pool's heaps back to the arena, as Trim
 // does, but leaves to the purge delay what becomes of their memory: it is decommitted (and
 // unlocked) once it has stayed unused for the delay, and a region of a source that lends its
@@ -13,4 +15,25 @@ func (p *Pool) Compact() {
 	}
 	_ = p.reclaim(true)
 	p.collectAll()
+}
+
+// collectAll makes every shard take in the frees other goroutines made and give back what is
+// empty.
+func (p *Pool) collectAll() { p.each((*heap.Heap).Trim) }
+
+// Trim gives every empty page and segment, and the memory of free buffers that no live one
+// shares, back to the arena and decommits (and unlocks) it at once, without waiting for the
+// purge delay: what stays committed is what the live buffers touch. After Close it releases
+// the pool's memory if no buffer is live and none waits for a stream any more (see Close).
+func (p *Pool) Trim() {
+	if p.released.Load() {
+		return
+	}
+	if p.closed.Load() {
+		p.finishClose(0)
+		return
+	}
+	_ = p.reclaim(true)
+	p.collectAll()
+	p.a.Trim()
 }

@@ -93,3 +93,23 @@ func ExamplePool_Hold() {
 	// <nil> 1
 	// <nil> 0
 }
+
+// PoolOf finds the pool of a buffer that code queuing asynchronous work on it must tell (as
+// device.Heap's async copies do, with RecordStream): only pools whose memory the driver
+// copies after the call returns (CUDAHost) order their reuse after streams. A locked pool's
+// buffers, and Go memory, have none: the driver copies them before the call returns.
+func ExamplePoolOf() {
+	pool, err := pinned.New(pinned.Options{Capacity: 16 << 20, Backend: pinned.Pageable})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	buf, _ := pool.Alloc(4096)
+	fmt.Println(pinned.PoolOf(buf) == nil, pool.Device())
+	fmt.Println(pinned.PoolOf(make([]byte, 64)) == nil)
+	_ = pool.Free(buf)
+	// Output:
+	// true -1
+	// true
+}

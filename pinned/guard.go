@@ -27,8 +27,10 @@ import (
 // The quota counts the bytes asked for, in one atomic counter shared by the pool's goroutines:
 // an Alloc adds its size and backs off when the sum passes the quota, so concurrent Allocs
 // never take the pool beyond it. A buffer counts until the heap has it back: a deferred one
-// (stream.go) until its streams have passed its free. An Alloc the quota refuses first takes
-// back the deferred buffers the streams have passed (waiting for a reclaim under way), and
+// (stream.go) until its streams have passed its free. An Alloc the quota refuses is refused
+// only once nothing that may still come back could make room (quotaRoom): while buffers are
+// deferred, in a shard's FreeAsync cache, or being freed by a reclaim under way (it takes them
+// off the lists before it frees them), it reclaims, waiting for the reclaim under way, and
 // tries again.
 
 // allocGuarded is Alloc with a quota, allocation sites, or both (ZeroOnFree needs nothing here).
@@ -57,24 +59,42 @@ func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
 
 // allocQuota is Alloc under a quota.
 func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
-	if used := p.used.Add(int64(n)); used > p.quota {
-		p.used.Add(-int64(n))
-		if p.order == nil || p.order.weight() == 0 && p.order.cached.Load() == 0 {
-			return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, used-int64(n), p.quota)
+	if !p.quotaRoom(int64(n)) {
+		used := p.used.Load()
+		if p.order == nil {
+			return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, used, p.quota)
 		}
-		_ = p.reclaim(true) // deferred buffers the streams have passed leave the quota
-		if used = p.used.Add(int64(n)); used > p.quota {
-			p.used.Add(-int64(n))
-			dn, dbytes := p.deferred()
-			return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use (%d bytes in %d buffers wait for their streams)",
-				ErrQuota, n, used-int64(n), p.quota, dbytes, dn)
-		}
+		dn, dbytes := p.deferred()
+		return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use (%d bytes in %d buffers wait for their streams)",
+			ErrQuota, n, used, p.quota, dbytes, dn)
 	}
 	b, err := p.alloc(n, alignment, false)
 	if err != nil {
 		p.used.Add(-int64(n))
 	}
 	return b, err
+}
+
+// quotaTries bounds the reclaims of one Alloc the quota refuses: each waits for the reclaim
+// under way and takes back what the streams have passed, and a second finds what the first
+// recorded an event for passed when the stream was; more only help when other goroutines free
+// buffers meanwhile.
+const quotaTries = 4
+
+// quotaRoom counts n bytes more in use when the quota has room for them, and reports whether
+// it had. A refusal is final once no deferred buffer may come back (streamOrder.returning), or
+// after quotaTries reclaims.
+func (p *Pool) quotaRoom(n int64) bool {
+	for try := 0; ; try++ {
+		if p.used.Add(n) <= p.quota {
+			return true
+		}
+		p.used.Add(-n)
+		if p.order == nil || try == quotaTries || !p.order.returning() {
+			return false
+		}
+		_ = p.reclaim(true) // deferred buffers the streams have passed leave the quota
+	}
 }
 
 // freeGuarded is Free (FreeAsync on the stream of l when l is not nil) with a scrub, a quota,

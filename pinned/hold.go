@@ -28,8 +28,8 @@ import (
 //     (and is deferred) or finds the block live (and frees it).
 //   - In a pool with stream order (CUDAHost), a buffer recorded on a stream is held already,
 //     and stays so after the last Release (the streams' protocol takes it back at its free); one
-//     recorded on none is held as if recorded and then forgotten (tagForgot: its free, when no
-//     hold is left, frees it at once), so that a later RecordStream on it records as usual.
+//     recorded on none is held waiting for no stream (tagHeld: its free, when no hold is left,
+//     frees it at once), so that a later RecordStream on it records as usual.
 //
 // A Hold and a free of the same buffer must be ordered by their caller, as any use and its
 // free are; if they race, the free is either deferred or wins (the Hold is then refused).
@@ -83,7 +83,7 @@ func (p *Pool) Hold(b []byte) (Hold, error) {
 // hold bit is the table's (see above). The caller holds the block's table shard.
 func (p *Pool) holdBlock(base, size uintptr) (own bool, err error) {
 	if p.order != nil {
-		return false, p.order.holdForgot(base, size)
+		return false, p.order.holdUnrecorded(base, size)
 	}
 	first, err := p.g.HoldSized(base, size)
 	if err != nil {
@@ -95,9 +95,9 @@ func (p *Pool) holdBlock(base, size uintptr) (own bool, err error) {
 	return true, nil
 }
 
-// holdForgot holds the live block at base, of size bytes, as a buffer recorded on streams that
-// have all passed it (tagForgot), unless a stream's record holds it already.
-func (o *streamOrder) holdForgot(base, size uintptr) error {
+// holdUnrecorded holds the live block at base, of size bytes, as a buffer waiting for no stream
+// (tagHeld), unless a stream's record holds it already.
+func (o *streamOrder) holdUnrecorded(base, size uintptr) error {
 	r, ok := o.g.FindFrom(base, size)
 	if !ok {
 		return fmt.Errorf("%w: %#x was freed during the hold", ErrDoubleFree, base)
@@ -113,7 +113,7 @@ func (o *streamOrder) holdForgot(base, size uintptr) error {
 				tag.Store(tagNone)
 				return fmt.Errorf("%w: buffer %#x was freed", ErrDoubleFree, base)
 			}
-			tag.Store(tagForgot)
+			tag.Store(tagHeld)
 			return nil
 		default: // recorded: live and held by its streams' protocol
 			return nil

@@ -1,6 +1,7 @@
 package pinned_test
 
 import (
+	"runtime"
 	"testing"
 
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -90,5 +91,68 @@ func TestFakeWaitStreams(t *testing.T) {
 	}
 	ok(t, "Free", r.pool.Free(b))
 	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
+}
+
+// TestFakeHoldFreeAsyncCached: a held buffer freed by FreeAsync while the P's FreeAsync cache
+// holds buffers of that stream (FreeAsync's fast path, written out) waits for the last Release
+// too, whether a stream was recorded on it or not: it is not handed out again before.
+func TestFakeHoldFreeAsyncCached(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one P: one shard, one cache
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	const n = 256
+	s := pubcuda.Stream(r.s)
+	for _, recorded := range []bool{false, true} {
+		warm := r.alloc(n, 0)
+		ok(t, "FreeAsync", r.pool.FreeAsync(warm, s)) // the cache is s's now
+		a := r.alloc(n, 0xA1)
+		h, err := r.pool.Hold(a)
+		ok(t, "Hold", err)
+		if recorded {
+			ok(t, "RecordStream", r.pool.RecordStream(a, s))
+		}
+		ok(t, "FreeAsync", r.pool.FreeAsync(a, s))
+		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+		r.pool.Trim() // takes back what the stream has passed
+		var got [][]byte
+		for range 32 {
+			b := r.alloc(n, 0)
+			if mem.Addr(b) == mem.Addr(a) {
+				t.Fatalf("recorded %v: a held buffer freed by FreeAsync was handed out again before its Release", recorded)
+			}
+			got = append(got, b)
+		}
+		ok(t, "Release", h.Release())
+		for _, b := range got {
+			ok(t, "Free", r.pool.Free(b))
+		}
+		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+		r.pool.Trim()
+		if st := r.pool.Stats(); st.Live != 0 {
+			t.Fatalf("recorded %v: %d live after the Release and the stream passed, want 0", recorded, st.Live)
+		}
+	}
+	r.finish()
+}
+
+// TestFakeWaitStreamsForgotten: WaitStreams does not wait for a stream forgotten since its
+// record (ForgetStream: it has passed the buffer) and destroyed, whose handle the driver
+// refuses.
+func TestFakeWaitStreamsForgotten(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	s, err := r.dev.StreamCreate(true)
+	ok(t, "StreamCreate", err)
+	b := r.alloc(4096, 0)
+	ok(t, "RecordStream", r.pool.RecordStream(b, pubcuda.Stream(s)))
+	ok(t, "ForgetStream", r.pool.ForgetStream(pubcuda.Stream(s)))
+	ok(t, "StreamDestroy", r.dev.StreamDestroy(s))
+	ok(t, "WaitStreams after the stream was forgotten", r.pool.WaitStreams(b))
+	ok(t, "Free", r.pool.Free(b))
 	r.finish()
 }

@@ -1,84 +1,5 @@
-// Package pinned allocates page-locked []byte buffers that the Go garbage collector never scans,
-// moves or frees: staging buffers for DMA and GPU copies, I/O buffers, memory that must not be
-// swapped.
-//
-// # Use
-//
-//	pool, err := pinned.New(pinned.Options{}) // mmap+mlock memory (Backend Locked)
-//	if err != nil {
-//		return err
-//	}
-//	defer pool.Close()
-//	buf, err := pool.Alloc(1 << 20) // a []byte of 1 MiB, page-locked; contents undefined
-//	if errors.Is(err, pinned.ErrMemlock) {
-//		// raise ulimit -l, or use Backend Pageable
-//	}
-//	...
-//	err = pool.Free(buf) // the slice Alloc returned; a double free is an error, not a crash
-//
-// Options.Backend picks the memory: CUDAHost for buffers the GPU copies at full speed (with
-// FreeAsync and RecordStream to order frees after the streams that use them), Pageable where
-// nothing may be locked, Auto for CUDAHost where a GPU is and Locked elsewhere. pool.Usage()
-// and pool.Stats() say what the pool holds.
-//
-// A Pool is goroutine-safe: any goroutine may allocate, and any goroutine may free any buffer.
-// Buffers come from a mimalloc-style heap (package heap) over an arena of locked host memory
-// (mmap + mlock) by default, so allocation and free cost nanoseconds and make no system call in
-// steady state, where mmap+mlock per buffer costs microseconds and cudaHostAlloc a millisecond.
-//
-// # Streams
-//
-// The CUDA driver copies the memory of a CUDAHost pool asynchronously: a copy queued on a
-// stream reads or writes the buffer after the call that queued it. Such a pool hands a buffer
-// out again only once every stream that may still use it has passed its free: FreeAsync frees
-// in a stream's order, RecordStream marks a buffer as used by a stream (device.Heap's
-// HtoDAsync and DtoHAsync do it themselves), and Free of a marked buffer waits for its streams.
-// No CPU waits for them: the buffer comes back at a later allocation. ForgetStream, called
-// before a stream is destroyed, waits for it and forgets it. Other pools' memory is
-// copied by the driver as pageable memory, before the call returns, so their FreeAsync frees at
-// once. stream.go has the design.
-//
-// # Reslicing and append
-//
-// A buffer may be resliced from its start, as I/O code does (buf = buf[:nread]), and freed so:
-// Free and FreeAsync take the buffer's start and capacity, and free all of it. A slice that
-// starts elsewhere (buf[16:]) or whose capacity was cut (buf[:n:n]) is not a buffer, and is
-// refused with ErrSubSlice. append within the capacity writes the pinned buffer; append past
-// the capacity copies the contents to a new array of Go memory, not pinned, which Free refuses
-// (ErrNotOwned): keep the slice Alloc returned (or one resliced from it) to free, and size the
-// buffer for what it must hold.
-//
-// # Errors
-//
-// Every error wraps a sentinel of this package (equal to the heap's or arena's, so errors.Is
-// works with either): bad sizes, double frees, foreign pointers and sub-slices are reported,
-// never acted on, and leave the pool usable.
-//
-// # How it scales
-//
-// The pool keeps one heap shard per processor (P, in the Go scheduler's terms), made when a
-// goroutine first allocates there: mimalloc's heap per thread, with Ps in place of threads.
-// Alloc and Free run in a fast section: the goroutine pins itself to its P (internal/procpin),
-// which makes it the only code running there, marks the P's shard entered with a plain store
-// and checks that no holder has revoked it, then runs the heap's non-blocking paths
-// (heap.TryAlloc, heap.TryFree) and unpins. No lock and no atomic read-modify-write but the
-// free's own compare-and-swap (and a kept object page's claim): a free of a block of the P's
-// shard goes straight back on its page, or keeps its object page or huge object for the next
-// request of its size; a class block of another shard takes the heap's lock-free remote path.
-//
-// What may block (a new page or segment from the arena, a new or purged object page or huge
-// object, aligned requests, a large buffer of another shard) runs as the shard's holder: its
-// mutex, taken while pinned to its P so that no fast section can be under way, with the fast
-// sections revoked until it is done. Maintenance
-// (Stats, Usage, Trim, Close, the observers) holds shards from any goroutine: it revokes them,
-// makes every thread pass a memory barrier (internal/fence: one membarrier system call), and
-// waits for the fast sections under way to end. A goroutine whose shard is held meanwhile takes
-// a spill shard, a heap only holders use. shard.go has the protocol and its invariants.
-//
-// Builds where fast sections cannot be trusted — the race detector (which cannot see the
-// barrier's ordering), the pinmalloc_noprocpin tag, a kernel without membarrier — and pools
-// with fewer shards than Ps (Options.Shards) take the holder path every time: a TryLock of the
-// P's shard, as before the fast path existed.
+// The Pool: New, Alloc, Free and their fast paths (the package documentation is in doc.go).
+
 package pinned
 
 import (
@@ -228,7 +149,8 @@ func newPool(o Options) (*Pool, error) {
 	letGo(s)
 	made = true
 	if order != nil {
-		order.start(g, a, p.freeDeferred, !p.zeroOnFree && p.quota == 0, p.enqueue)
+		order.start(g, p.freeDeferred, !p.zeroOnFree && p.quota == 0, p.enqueue)
+		own(p) // PoolOf finds it (owners.go)
 	}
 	p.startPrecommit(int64(o.Precommit), o.OnPrecommit)
 	return p, nil
@@ -368,7 +290,12 @@ func (p *Pool) Free(b []byte) error {
 				}
 				return nil
 			}
-			return p.freeRest(addr, n, true, p.freeHeldIn(s, h, addr, n, done, held, true))
+			r := p.freeHeldIn(s, h, addr, n, done, held, true)
+			if r.done && r.held && !p.closed.Load() { // deferred in the section (RecordStream, Free)
+				p.order.verify()
+				return nil
+			}
+			return p.freeRest(addr, n, true, r)
 		}
 		return p.freeRest(addr, n, true, fastFree{})
 	}
@@ -412,9 +339,8 @@ func (p *Pool) free(b []byte, guard bool) error {
 	return p.freeRest(addr, n, guard, r)
 }
 
-// fastFree is what a fast section did with a free: done, or found the block held by a stream
-// (held, with its tag when found), and the stream list it deferred the buffer to when the
-// shard's cache was full (claimed).
+// fastFree is what a fast section did with a free: done, or found the block held (held, its
+// tag when found), and the list it deferred the buffer to, the shard's cache full (claimed).
 type fastFree struct {
 	done, held bool
 	tag        *atomic.Uintptr
@@ -422,17 +348,29 @@ type fastFree struct {
 }
 
 // freeHeldIn ends the fast section on s (whose heap h reported done and held for the buffer at
-// addr): a block held by a stream (RecordStream then Free) is deferred in the section, to the
-// shard's FreeAsync cache (pend.go) when it can be.
+// addr). It is deferTagged's case of a buffer recorded on one stream (RecordStream then Free),
+// never blocking: when the tag names the stream of the cache's list, or else of the list check
+// found last, it takes the tag back to tagNone, and the buffer goes to that list (claimed: to
+// the cache, pend.go, or after the section by enqueue); else deferTagged does the work. Neither
+// list is a forgotten stream's (ForgetStream empties the caches, Lists.Forget the list found
+// last), so the claim asks nothing of the forgotten streams.
 func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, guard bool) fastFree {
 	r := fastFree{done: done, held: held}
 	// A Sharer, or a Hold's table, is asked first: freeRest.
 	if held && guard && p.order != nil && p.sharer == nil && p.out.active.Load() == 0 {
 		// Recorded on one stream, most likely: defer it in this fast section.
 		if r.tag = h.NearTag(addr); r.tag != nil {
-			if r.claimed = p.order.claimOne(r.tag); r.claimed != nil && !p.closed.Load() &&
-				p.cache(s, r.claimed, deferred{addr: addr, n: n}) {
-				r.done, r.claimed = true, nil
+			if t := r.tag.Load(); t > tagHeld { // one stream recorded
+				l := s.pendL // the cache's stream is the one recorded, most likely
+				if l == nil || streamOf(l) != tagStream(t) {
+					l = p.order.lists.Last()
+				}
+				if l != nil && streamOf(l) == tagStream(t) && r.tag.CompareAndSwap(t, tagNone) {
+					r.claimed = l
+					if !p.closed.Load() && p.cache(s, l, deferred{addr: addr, n: n}) {
+						r.done, r.claimed = true, nil
+					}
+				}
 			}
 		}
 	}
@@ -543,40 +481,4 @@ func (p *Pool) freeLarge(addr, n uintptr, held bool) error {
 	}
 	letGo(s)
 	return err
-}
-
-// collectAll makes every shard take in the frees other goroutines made and give back what is
-// empty.
-func (p *Pool) collectAll() { p.each((*heap.Heap).Trim) }
-
-// Trim gives every empty page and segment, and the memory of free buffers that no live one
-// shares, back to the arena and decommits (and unlocks) it at once, without waiting for the
-// purge delay: what stays committed is what the live buffers touch. After Close it releases
-// the pool's memory if no buffer is live and none waits for a stream any more (see Close).
-func (p *Pool) Trim() {
-	if p.released.Load() {
-		return
-	}
-	if p.closed.Load() {
-		p.finishClose(0)
-		return
-	}
-	_ = p.reclaim(true)
-	p.collectAll()
-	p.a.Trim()
-}
-
-// DevicePointer returns the address at which a CUDA device sees buffer b of a pool with the
-// CUDAHost backend, for kernels that read or write host memory directly. Other backends give an
-// error wrapping ErrInvalidOptions.
-func (p *Pool) DevicePointer(b []byte) (uintptr, error) {
-	c, ok := p.a.Provider().(deviceMapper)
-	if !ok {
-		return 0, fmt.Errorf("%w: the %s backend has no device pointers", ErrInvalidOptions, p.backend)
-	}
-	if len(b) == 0 {
-		return 0, errEmptySlice
-	}
-	ptr, err := c.DevicePointer(mem.Addr(b))
-	return ptr, wrapError(err, ErrNotOwned)
 }

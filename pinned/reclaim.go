@@ -49,15 +49,12 @@ func (p *Pool) freeDeferred(d deferred, on *heap.Heap) error {
 // the heap of the shard the caller holds, if any (the allocation's slow path): its own blocks
 // go straight back on their pages (heap.Heap.TryFreeHeld keeps empty ones for the allocation).
 func (o *streamOrder) reclaim(on *heap.Heap, wait bool) error {
-	if o.weight() == 0 && o.lists.Streams() == 0 {
-		return nil
-	}
 	if !wait {
-		if !o.reclMu.TryLock() {
+		if o.weight() == 0 && o.lists.Streams() == 0 || !o.reclMu.TryLock() {
 			return nil
 		}
 	} else {
-		o.reclMu.Lock()
+		o.reclMu.Lock() // after a reclaim under way, which may be freeing what it took
 	}
 	err := o.reclaimLocked(on)
 	if invariants.Enabled {
@@ -69,20 +66,15 @@ func (o *streamOrder) reclaim(on *heap.Heap, wait bool) error {
 
 // reclaimLocked is reclaim, reclMu held.
 func (o *streamOrder) reclaimLocked(on *heap.Heap) error {
+	// A stream the driver refuses (destroyed, most likely) can take no point: the lists wait
+	// for the whole context, which waits for the work it still had, once for all of them.
 	var errs []error
 	var err error
-	if o.done, err = o.lists.Poll(o.done); err != nil {
-		errs = append(errs, fmt.Errorf("pinned: %w", err))
+	if o.done, err = o.lists.Reclaim(o.done, afterLostSync); err != nil {
+		errs = append(errs, fmt.Errorf("pinned: deferred buffers: %w", err))
 	}
-	if o.lists.Lost() > 0 {
-		// The driver refuses these streams (destroyed, most likely): no event can mark a point
-		// in them, so wait for the whole context, which waits for the work they still had,
-		// once for all of them.
-		if o.done, err = o.lists.Recover(o.done, afterLostSync); err != nil {
-			errs = append(errs, fmt.Errorf("pinned: deferred buffers stay held: %w", err))
-		} else {
-			errs = nil // each list's refusal is answered: its buffers come back
-		}
+	if afterPoll != nil {
+		afterPoll()
 	}
 	if err := o.freeDone(on); err != nil { // appended only when not nil: no allocation
 		errs = append(errs, err)
@@ -91,8 +83,23 @@ func (o *streamOrder) reclaimLocked(on *heap.Heap) error {
 }
 
 // afterLostSync, when set (by tests), runs in a reclaim between the synchronize for the lists
-// it found lost and the take-back of their buffers.
-var afterLostSync func()
+// it found lost and the take-back of their buffers; afterPoll between the poll, which takes
+// the buffers the streams have passed off the lists, and their frees.
+var afterLostSync, afterPoll func()
+
+// returning reports whether a deferred buffer may still leave the quota: some wait on the
+// lists or in a shard's FreeAsync cache, or a reclaim is under way, which frees the buffers it
+// took off the lists only after its poll.
+func (o *streamOrder) returning() bool {
+	if o.weight() > 0 || o.cached.Load() > 0 {
+		return true
+	}
+	if !o.reclMu.TryLock() {
+		return true
+	}
+	o.reclMu.Unlock()
+	return false
+}
 
 // freeDone frees the buffers of o.done whose last stream has passed them (the lists took the
 // weight of the others off as they handed them back), on's own straight back on their pages

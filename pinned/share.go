@@ -25,7 +25,7 @@ import (
 // A buffer never shared, in a pool with no Sharer or one with it, pays nothing on Alloc and
 // Free: the fast paths are unchanged, and only frees that leave them ask anything.
 //
-// The tag (see streamtag.go) of a shared buffer no stream was recorded on is tagForgot: live,
+// The tag (see streamtag.go) of a shared buffer no stream was recorded on is tagHeld: live,
 // held, waiting for no stream. RecordStream on it records the stream as on any buffer; its
 // last free then waits for the stream.
 
@@ -91,7 +91,7 @@ func (p *Pool) Share(b []byte) error {
 			tag.Store(tagNone)
 			return fmt.Errorf("%w: buffer %#x shared after its free", ErrDoubleFree, addr)
 		}
-		tag.Store(tagForgot)
+		tag.Store(tagHeld)
 		return nil
 	}
 }
@@ -128,12 +128,12 @@ func (p *Pool) freeShared(addr, n uintptr, l *streamList) (done bool, err error)
 func (p *Pool) releaseShared(addr, n uintptr, l *streamList) error {
 	if p.order == nil {
 		if tag := p.g.Tag(addr); tag != nil {
-			tag.CompareAndSwap(tagForgot, tagNone) // the heap's rule: given back with its tag zero
+			tag.CompareAndSwap(tagHeld, tagNone) // the heap's rule: given back with its tag zero
 		}
 		return p.freeRecorded(addr, n, nil, true)
 	}
 	// A held buffer freed so is deferred by what its tag says (deferTagged): at once with
-	// tagForgot, behind its streams otherwise.
+	// tagHeld, behind its streams otherwise.
 	return p.freeRecorded(addr, n, l, false)
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
-	"github.com/pinmalloc/pinmalloc/internal/hostuse"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/procpin"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
@@ -29,8 +28,8 @@ import (
 //
 //   - A buffer a stream uses is held in the heap (heap.Group.Hold): every free refuses it, and
 //     the fast path's TryFree refuses it at no cost to buffers never held.
-//   - RecordStream, and device.Heap's async copies through internal/hostuse, record the stream
-//     on the buffer, whatever part of it the copy touched (keying by the data pointer missed
+//   - RecordStream, and device.Heap's async copies (which find the pool with PoolOf), record
+//     the stream on the buffer, whatever part of it the copy touched (keying by the data pointer missed
 //     slices: pytorch#69124): in the block's tag when it is the buffer's only stream (no lock,
 //     no map: streamtag.go), else in uses, keyed by the start of the buffer.
 //   - A free of a held buffer (Free of a recorded one, FreeAsync of any) defers it: the buffer
@@ -89,12 +88,9 @@ var closeWait = 5 * time.Second
 // useShards is the number of locks over uses.
 const useShards = 16
 
-// perThreadStream is CU_STREAM_PER_THREAD, the calling OS thread's default stream: refused (see
-// above).
-const perThreadStream cuda.Stream = 2
-
-// noStream stands in a use for the streams ForgetStream forgot: they have passed the work
-// recorded, so a use left with none frees at once.
+// noStream stands in a use for no stream: the streams recorded were all forgotten since
+// (ForgetStream), so they have passed the work recorded, and a use left with none frees at
+// once.
 const noStream = ^cuda.Stream(0)
 
 // streamOrder is a pool's stream-ordered reuse; nil for pools that need none.
@@ -103,7 +99,6 @@ type streamOrder struct {
 	// whose points are the pool's device's (opened for an External region) and its events.
 	lists *streamq.Lists[deferred]
 	g     *heap.Group
-	a     *arena.Arena
 	// free frees a buffer for real (Pool.freeDeferred), straight back on its page when it is
 	// a block of the heap given (the shard a reclaim holds), else by the paths of any goroutine.
 	free func(deferred, *heap.Heap) error
@@ -165,23 +160,22 @@ func (u *use) add(s cuda.Stream) {
 	u.more = append(u.more, s)
 }
 
-// drop forgets s, which has passed the work recorded, and reports whether u had it.
-func (u *use) drop(s cuda.Stream) bool {
-	if s == u.one {
-		if len(u.more) == 0 {
-			u.one = noStream
-		} else {
-			u.one, u.more = u.more[0], u.more[1:]
-		}
-		return true
-	}
-	for i, t := range u.more {
-		if t == s {
-			u.more = append(u.more[:i:i], u.more[i+1:]...)
-			return true
+// dropForgotten takes off u the streams forgotten since they were recorded (ForgetStream):
+// they have passed the work recorded.
+func (u *use) dropForgotten(ls *streamq.Lists[deferred]) {
+	more := u.more[:0]
+	for _, s := range u.more {
+		if !ls.Forgotten(uintptr(s)) {
+			more = append(more, s)
 		}
 	}
-	return false
+	u.more = more
+	if u.one != noStream && ls.Forgotten(uintptr(u.one)) {
+		u.one = noStream
+	}
+	if u.one == noStream && len(u.more) > 0 {
+		u.one, u.more = u.more[0], u.more[1:]
+	}
 }
 
 // deferred is a buffer whose free waits for a stream. shared says it waits for others too, and
@@ -223,35 +217,19 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 	return o, nil
 }
 
-// start begins serving the pool's group and arena and answering internal/hostuse; free frees
-// a deferred buffer for real (direct: by a free of its block and nothing else), enqueue defers
-// one that waits for one stream.
-func (o *streamOrder) start(g *heap.Group, a *arena.Arena, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred)) {
-	o.g, o.a, o.free, o.direct, o.enqueue = g, a, free, direct, enqueue
-	hostuse.Register(o)
+// start begins serving the pool's group: free frees a deferred buffer for real
+// (direct: by a free of its block and nothing else), enqueue defers one that waits for one
+// stream.
+func (o *streamOrder) start(g *heap.Group, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred)) {
+	o.g, o.free, o.direct, o.enqueue = g, free, direct, enqueue
 }
 
 // close ends it, once no buffer is deferred.
-func (o *streamOrder) close() error {
-	hostuse.Unregister(o)
-	return o.points().Close()
-}
+func (o *streamOrder) close() error { return o.points().Close() }
 
 // shard returns the uses shard of the buffer starting at base.
 func (o *streamOrder) shard(base uintptr) *useShard {
 	return &o.uses[(base>>6^base>>16)%useShards]
-}
-
-// RecordStream is the pool's answer to internal/hostuse: it records s on the buffer holding
-// [addr, addr+n) when that is the pool's memory, and s is of the pool's device.
-func (o *streamOrder) RecordStream(addr, n, s, ctx uintptr) (bool, error) {
-	if _, ok := o.a.Lookup(addr); !ok {
-		return false, nil
-	}
-	if ctx != o.points().Context() {
-		return true, hostuse.ErrOtherContext
-	}
-	return true, o.record(addr, n, cuda.Stream(s))
 }
 
 // FreeAsync frees buffer b in the order of CUDA stream s, as cudaFreeAsync frees device
@@ -273,8 +251,31 @@ func (o *streamOrder) RecordStream(addr, n, s, ctx uintptr) (bool, error) {
 // HostPinned with no driver) frees b at once: the driver copies such memory as pageable
 // memory, before the copy call returns.
 func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
-	if p.order == nil {
+	o := p.order
+	if o == nil {
 		return p.Free(b)
+	}
+	// The fast path, written out here so that it costs one call: a fast section of the
+	// caller's P's shard whose FreeAsync cache holds buffers of s already (s's list, checked
+	// then, is the cache's): the hold and the cache (pend.go's freeAsync has the rest).
+	if p.fast && !p.guarded && cap(b) != 0 && uintptr(cap(b)) <= pendBuffer && !p.closed.Load() {
+		addr, n := mem.Addr(b), uintptr(cap(b))
+		if sh, h := p.enteredHeap(procpin.Pin()); sh == nil {
+			procpin.Unpin()
+		} else if l := sh.pendL; l == nil || streamOf(l) != s || len(sh.pend) == cap(sh.pend) {
+			p.exit(sh)
+		} else {
+			first, ok := h.TryHoldSized(addr, n)
+			if ok && first {
+				sh.pend = append(sh.pend, deferred{addr: addr, n: n})
+				p.exit(sh)
+				return nil
+			}
+			p.exit(sh)
+			if done, err := p.afterHold(addr, n, l, first, ok); done {
+				return err
+			}
+		}
 	}
 	addr, n, err := p.buffer(b)
 	if err != nil {
@@ -320,15 +321,22 @@ func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
 	addr, n := mem.Addr(b), uintptr(len(b))
 	if p.order != nil && p.fast && n <= heap.MaxClassSize {
 		// A buffer of the caller's P's shard, from its start (the usual RecordStream(buf, s)):
-		// found in the shard's page cache and held by the owner, in one fast section.
-		if _, err := p.order.check(s); err != nil {
-			return err
-		}
-		for try := 0; try < 2; try++ {
+		// found in the shard's page cache and held by the owner, in one fast section. The
+		// stream is checked first, unless the shard's FreeAsync cache is of s: checked then.
+		checked := false
+		for try := 0; try < 3; try++ {
 			sh, h := p.enteredHeap(procpin.Pin())
 			if sh == nil {
 				procpin.Unpin()
 				break
+			}
+			if !checked && (sh.pendL == nil || streamOf(sh.pendL) != s) {
+				p.exit(sh)
+				if _, err := p.order.check(s); err != nil {
+					return err
+				}
+				checked = true
+				continue
 			}
 			done, untagged, r := p.order.recordOwn(h, addr, n, s)
 			p.exit(sh)

@@ -8,8 +8,8 @@ import (
 )
 
 // The per-stream lists of deferred buffers are internal/streamq's Lists (lists.go there has
-// their rule, their lazy points and their life): this file is what the pool adds, the check of
-// a stream new to it and what a buffer counts for.
+// their rule, their lazy points and their life; lists_seen.go the check of a stream new to the
+// pool, and the streams forgotten): this file is what the pool adds, what a buffer counts for.
 //
 // A list exists while its stream has buffers deferred on it, and a little longer: a reclaim
 // polls the lists, and one that finds a list empty for the second time in a row takes it out
@@ -40,29 +40,19 @@ func measure(d deferred) streamq.Tally {
 // streamOf is the stream of list l.
 func streamOf(l *streamList) cuda.Stream { return cuda.Stream(l.Stream()) }
 
-// check returns the list of stream s: the one check found last, one the lists have, or a new
-// one for a stream the driver accepts now, with a record of an event of the pool's device: a
-// stream of another device, or a handle the driver does not know, is refused (the pool could
-// not order reuse after it), and so is the per-thread default stream.
+// check returns the list of stream s: the one check found last (written out here, for
+// FreeAsync's fast path), or streamq's Lists.Check: one the lists have, or a new one for a
+// stream the driver accepts now as a stream of the pool's device (the pool could not order
+// reuse after another device's stream, nor after a handle the driver does not know); the
+// per-thread default stream is refused, as everywhere in the module.
 func (o *streamOrder) check(s cuda.Stream) (*streamList, error) {
 	if l := o.lists.Last(); l != nil && streamOf(l) == s {
 		return l, nil
 	}
-	return o.checkSlow(s)
-}
-
-func (o *streamOrder) checkSlow(s cuda.Stream) (*streamList, error) {
-	if s == perThreadStream {
-		return nil, fmt.Errorf("%w: the per-thread default stream (%#x) names the default stream of whichever OS thread the pool runs on; use a stream of your own", ErrInvalidStream, s)
+	l, err := o.lists.Check(uintptr(s))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidStream, err)
 	}
-	l := o.lists.Lookup(uintptr(s))
-	if l == nil {
-		if err := o.points().Check(uintptr(s)); err != nil {
-			return nil, fmt.Errorf("%w: %#x (a stream of the pool's device, CUDA device %d): %w", ErrInvalidStream, s, o.points().Ordinal(), err)
-		}
-		l = o.list(s)
-	}
-	o.lists.Found(l)
 	return l, nil
 }
 

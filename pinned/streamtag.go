@@ -23,12 +23,15 @@ import (
 //	            every other call waits for it (settled).
 //	tagMulti    live and held, several streams recorded: the use under its uses shard's lock
 //	            has them. It leaves tagMulti only under that lock.
-//	tagForgot   live and held, recorded, every stream forgotten since (ForgetStream): a free
-//	            frees it at once, as one that waits for no stream.
+//	tagHeld     live and held, waiting for no stream: a Hold (hold.go) or a Share (share.go)
+//	            of a buffer no stream was recorded on. A free frees it at once (FreeAsync: once
+//	            its stream has passed it); a record makes it tagOf(s).
 //	tagOf(s)    live and held, recorded on stream s alone.
 //
 // So a tag other than tagNone and tagLocked says the buffer is live and held, and tagNone on
-// a held buffer that its free is pending, with no write of the tag by FreeAsync or a claim. A
+// a held buffer that its free is pending, with no write of the tag by FreeAsync or a claim.
+// ForgetStream writes no tag: a free asks whether each stream its tag or use names was
+// forgotten since (streamq's Lists.Forgotten), and does not wait for those. A
 // record that finds tagNone locks the tag first, then holds the block: a hold that was not the
 // first finds a free pending (it unlocks the tag and is refused). Every change is a
 // compare-and-swap from the value read, so a record and a free racing on one buffer are
@@ -40,7 +43,7 @@ const (
 	tagNone   uintptr = 0
 	tagLocked uintptr = 1
 	tagMulti  uintptr = 2
-	tagForgot uintptr = 3
+	tagHeld   uintptr = 3
 )
 
 // tagOf is the tag of a buffer recorded on stream s alone (tagFits(s)).
@@ -49,7 +52,7 @@ func tagOf(s cuda.Stream) uintptr { return (uintptr(s) + 1) << 2 }
 // tagFits reports whether tagOf(s) is a tag of s alone.
 func tagFits(s cuda.Stream) bool { return uintptr(s) < 1<<61 }
 
-// tagStream is the stream of tag t, one of a buffer recorded on one stream (t > tagForgot).
+// tagStream is the stream of tag t, one of a buffer recorded on one stream (t > tagHeld).
 func tagStream(t uintptr) cuda.Stream { return cuda.Stream(t>>2 - 1) }
 
 // settled returns tag's value once no record holds it locked (tagLocked): the wait is that of
@@ -156,7 +159,7 @@ func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) err
 			return nil
 		case tagFits(s) && t == tagOf(s):
 			return nil
-		case tagFits(s) && t == tagForgot:
+		case tagFits(s) && t == tagHeld:
 			if tag.CompareAndSwap(t, tagOf(s)) {
 				return nil
 			}
@@ -174,7 +177,7 @@ func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) err
 		case tagMulti:
 			u = sh.m[base]
 			u.add(s)
-		case tagForgot:
+		case tagHeld:
 			u = use{one: s}
 		default:
 			u = use{one: tagStream(t)}
@@ -231,7 +234,7 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 		switch {
 		case t == tagNone:
 			return fmt.Errorf("%w: %#x has a free pending already", ErrDoubleFree, addr)
-		case t == tagForgot: // the streams recorded have passed it: l's alone, or none
+		case t == tagHeld: // waits for no stream: l's alone, or none
 			if !tag.CompareAndSwap(t, tagNone) {
 				continue
 			}
@@ -244,6 +247,9 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 			if !tag.CompareAndSwap(t, tagNone) {
 				continue
 			}
+			if o.lists.Forgotten(uintptr(tagStream(t))) { // it has passed the buffer
+				return o.free(d, nil)
+			}
 			o.enqueue(o.listOf(tagStream(t), l), d)
 			return nil
 		}
@@ -251,23 +257,6 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 			return err
 		}
 	}
-}
-
-// claimOne is deferTagged's case of a Free of a buffer recorded on one stream, by the fast
-// path (it never blocks): when tag says the buffer is recorded on the stream of the list check
-// found last alone, it takes the tag back to tagNone and returns that list, which the buffer
-// must then be deferred to (enqueue); else nil, with nothing changed, and deferTagged does the
-// work.
-func (o *streamOrder) claimOne(tag *atomic.Uintptr) *streamList {
-	t := tag.Load()
-	if t <= tagForgot { // none (or a free pending), locked, several streams, forgotten
-		return nil
-	}
-	l := o.lists.Last()
-	if l == nil || streamOf(l) != tagStream(t) || !tag.CompareAndSwap(t, tagNone) {
-		return nil
-	}
-	return l
 }
 
 // listOf returns the list of stream s: l when it is s's, else the one check found last, else
@@ -298,6 +287,7 @@ func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l 
 	} else {
 		u.add(tagStream(t))
 	}
+	u.dropForgotten(o.lists)
 	if l != nil {
 		u.add(streamOf(l))
 	}

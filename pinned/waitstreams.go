@@ -5,12 +5,14 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // WaitStreams waits until every CUDA stream recorded on the buffer that holds b (RecordStream,
 // device.Heap's async copies) has passed the work queued on it so far: what a reader or writer
 // of the buffer outside CUDA's streams (a network transfer of package remote) needs first. It
-// returns at once for a buffer no stream was recorded on, and in a pool whose copies are
+// returns at once for a buffer no stream was recorded on (or only streams forgotten since:
+// ForgetStream), and in a pool whose copies are
 // synchronous (any backend but CUDAHost). Errors: b not in a live buffer of the pool
 // (ErrNotOwned, ErrDoubleFree), a stream the driver refuses.
 func (p *Pool) WaitStreams(b []byte) error {
@@ -42,12 +44,12 @@ func (o *streamOrder) waitStreams(base uintptr) error {
 			ss = append(append(ss, u.one), u.more...)
 		}
 		sh.mu.Unlock()
-	case t > tagForgot:
+	case t > tagHeld:
 		ss = append(ss, tagStream(t))
 	}
 	var errs []error
 	for _, s := range ss {
-		if s != noStream {
+		if s != noStream && !o.lists.Forgotten(streamq.Stream(s)) { // a forgotten one has passed it
 			errs = append(errs, wrapError(o.points().WaitStream(uintptr(s)), ErrInvalidStream))
 		}
 	}

@@ -2,11 +2,13 @@ package uvm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/pinned"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -81,4 +83,37 @@ func Example_sharedHeap() {
 	for _, h := range blocks {
 		_ = tier.Free(h)
 	}
+}
+
+// A tier whose host buffers come from the program's own pinned pool, under one quota: the
+// pool gives the tier what the program leaves, and an eviction it refuses drops the host
+// copies of clean blocks first. It needs a GPU, so it has no output to check.
+func Example_hostPool() {
+	dev, err := cuda.Open(0)
+	if err != nil {
+		fmt.Println("no GPU:", err)
+		return
+	}
+	defer dev.Close()
+	pool, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 4 << 30, Quota: 2 << 30})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close() // after the tier's Close
+	tier, err := uvm.New(dev, uvm.Options{DeviceBudget: 512 << 20, HostPool: pool})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer tier.Close()
+	h, err := tier.Alloc(1 << 20)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := tier.Evict([]uvm.Handle{h}); errors.Is(err, uvm.ErrHostFull) {
+		fmt.Println("the pool's quota is used up:", err)
+	}
+	_ = tier.Free(h)
 }

@@ -38,3 +38,6 @@ func (t *Tier) TimeEveryHit() {
 	t.lat.every, t.lat.n = 1, 0
 	t.lat.sample.Store(true)
 }
+
+// StreamChecks returns how many times the tier asked the driver about a stream of the user's.
+func (t *Tier) StreamChecks() int64 { return t.streams.Checks() }

@@ -163,16 +163,17 @@ func (t *Tier) ReleaseHost(h Handle) error {
 	return nil
 }
 
-// hostAlloc gives b a host buffer. When the pool is out of memory (pinned.ErrOutOfMemory: its
-// capacity is used, or the driver refused to pin more) it drops host copies of clean blocks on
-// the device (they become dirty), then retries; it fails with ErrHostFull. t.mu is held.
+// hostAlloc gives b a host buffer. When the pool is full (pinned.ErrOutOfMemory: its capacity
+// is used, or the driver refused to pin more; pinned.ErrQuota: a shared pool's quota) it drops
+// host copies of clean blocks on the device (they become dirty), then retries; it fails with
+// ErrHostFull. t.mu is held.
 func (t *Tier) hostAlloc(id BlockID, b *block) error {
-	buf, err := t.mem.pool.Alloc(int(b.size))
-	if err != nil && errors.Is(err, pinned.ErrOutOfMemory) && t.dropHostCopies(b.size) {
-		buf, err = t.mem.pool.Alloc(int(b.size))
+	buf, err := t.poolAlloc(b.size)
+	if err != nil && poolFull(err) && t.dropHostCopies(b.size) {
+		buf, err = t.poolAlloc(b.size)
 	}
 	if err != nil {
-		if errors.Is(err, pinned.ErrOutOfMemory) || errors.Is(err, pinned.ErrTooLarge) {
+		if poolFull(err) || errors.Is(err, pinned.ErrTooLarge) {
 			return fmt.Errorf("%w: host buffer of %d bytes for block %#x: %w", ErrHostFull, b.size, t.handle(id), err)
 		}
 		return fmt.Errorf("uvm: host buffer of %d bytes: %w", b.size, err)
@@ -183,7 +184,7 @@ func (t *Tier) hostAlloc(id BlockID, b *block) error {
 	}
 	dp := addr
 	if !t.mem.unified {
-		if dp, err = t.dev.MemHostGetDevicePointer(addr); err != nil {
+		if dp, err = t.mem.pool.DevicePointer(buf); err != nil {
 			_ = t.mem.pool.Free(buf)
 			return fmt.Errorf("uvm: device address of a host buffer: %w", err)
 		}
@@ -191,6 +192,20 @@ func (t *Tier) hostAlloc(id BlockID, b *block) error {
 	b.host, b.hostDev, b.hostValid = buf, dp, false
 	t.acct.hostHeld += b.size
 	return nil
+}
+
+// poolAlloc allocates a host buffer of n bytes: from the tier's own pool, whose alignment is
+// hostAlign, or aligned to hostAlign from a pool given (Options.HostPool).
+func (t *Tier) poolAlloc(n uintptr) ([]byte, error) {
+	if t.mem.ownPool {
+		return t.mem.pool.Alloc(int(n))
+	}
+	return t.mem.pool.AllocAligned(int(n), hostAlign)
+}
+
+// poolFull reports an allocation the host pool refused for want of room.
+func poolFull(err error) bool {
+	return errors.Is(err, pinned.ErrOutOfMemory) || errors.Is(err, pinned.ErrQuota)
 }
 
 // dropHostCopies frees host copies of clean, unacquired blocks on the device, not in flight,

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Options of a Tier: their defaults, their checks, and the settings the tier keeps from them.
@@ -35,6 +36,14 @@ type Options struct {
 	// launch of the gather kernel, one cuMemcpyBatchAsync call, or one copy per block). The
 	// tier closes a Mover it made, never one given here.
 	Mover Mover
+	// HostPool is a pool of CUDA pinned host memory (pinned.CUDAHost, of the tier's device) to
+	// take host buffers from, shared with other users (nil: the tier makes its own, sized for
+	// HostCapacity). The tier gives its buffers back to it once no copy uses them, and never
+	// closes it: close the pool after the tier. The pool's capacity and Quota bound the tier's
+	// host buffers as much as HostCapacity does: an eviction the pool refuses drops the host
+	// copies of clean blocks on the device first, then fails with ErrHostFull. HostPrecommit
+	// applies to the tier's own pool only.
+	HostPool *pinned.Pool
 	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
 	// its own over dev). The tier becomes the heap's pressure hook until Close (chaining to
 	// the hook it replaces): another user's Alloc that finds the heap full makes the tier
@@ -71,6 +80,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ThrashPin == 0 {
 		o.ThrashPin = DefaultThrashPin
+	}
+	if o.HostPool != nil && o.HostPrecommit > 0 {
+		return o, fmt.Errorf("%w: HostPrecommit %d with a HostPool (precommit the pool itself)", ErrInvalidOptions, o.HostPrecommit)
 	}
 	if o.HostPrecommit > o.HostCapacity {
 		return o, fmt.Errorf("%w: HostPrecommit %d above HostCapacity %d", ErrInvalidOptions, o.HostPrecommit, o.HostCapacity)

@@ -7,8 +7,11 @@ import (
 )
 
 // Device heap integration: the tier is the pressure hook of its device heap
-// (device.Heap.SetPressure), so that an allocation of another user of a shared heap
-// (Options.Heap) that finds no memory asks the tier to evict cold blocks before it fails.
+// (device.Heap.SetPressure of Tier.Relieve, a device.PressureFunc), so that an allocation of
+// another user of a shared heap (Options.Heap) that finds no memory asks the tier to evict cold
+// blocks before it fails. It is the one call from device up into uvm, and it is made through
+// that type: device.Heap.Alloc calls the hook, the hook calls the tier, the tier frees VRAM
+// back down into the heap (device.Heap.Free), and the Alloc retries.
 //
 // The hook runs on the allocating goroutine, without the heap's lock. For an allocation on
 // the tier's own H2D stream it does nothing: that is the tier itself, inside devAlloc with
@@ -37,7 +40,7 @@ type pressureHook struct {
 // installPressure makes the tier the heap's pressure hook, keeping the one it replaces.
 func (t *Tier) installPressure() {
 	t.hook.own = t.engine.h2d
-	t.hook.prev = t.mem.heap.SetPressure(t.relieve)
+	t.hook.prev = t.mem.heap.SetPressure(t.Relieve)
 	t.hook.installed = true
 }
 
@@ -50,8 +53,15 @@ func (t *Tier) uninstallPressure() {
 	}
 }
 
-// relieve is the heap's pressure hook (device.PressureFunc).
-func (t *Tier) relieve(n int, s cuda.Stream) bool {
+// Relieve is the tier's device heap's pressure hook (a device.PressureFunc, which the tier
+// installs at New and takes off at Close): it gives the tier's spare VRAM back to the heap and,
+// if that was fewer than n bytes rounded up to a 2 MiB segment, evicts cold blocks worth that
+// and waits for their copies, so that their VRAM is back in the heap; it reports whether it
+// gave any back. It does nothing for an allocation on the tier's own stream s (the tier's own
+// restores answer their pressure themselves) and passes the call on to the hook it replaced
+// when it cannot help. Call it to make room in a heap shared with other users ahead of an
+// allocation.
+func (t *Tier) Relieve(n int, s cuda.Stream) bool {
 	if s == t.hook.own {
 		return false
 	}

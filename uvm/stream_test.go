@@ -13,7 +13,7 @@ import (
 // TestAcquireChecksStream: Acquire checks the stream on a hit as on a miss (a block on the
 // device was acquired on a bogus stream, whose Release then failed and left the block acquired
 // for good); the check asks the driver once per stream: a hit or miss on a known stream costs
-// no cuStreamQuery.
+// no driver call.
 func TestAcquireChecksStream(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -32,7 +32,7 @@ func TestAcquireChecksStream(t *testing.T) {
 	if _, err := tr.Acquire(hs[7], 0xdead, uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
 		t.Errorf("Acquire of a block on the host, on a stream the driver does not know: %v", err)
 	}
-	q := f.Stat(fakecuda.StreamQueries)
+	q := tr.StreamChecks()
 	st := tr.Stats()
 	for round := range 3 {
 		for _, h := range hs {
@@ -45,7 +45,7 @@ func TestAcquireChecksStream(t *testing.T) {
 		}
 	}
 	after := tr.Stats()
-	if n := f.Stat(fakecuda.StreamQueries) - q; n != 0 {
+	if n := tr.StreamChecks() - q; n != 0 {
 		t.Errorf("%d Acquires (%d hits) on a known stream asked the driver about it %d times, want 0",
 			6*len(hs), after.Hits-st.Hits, n)
 	}
@@ -56,8 +56,8 @@ func TestAcquireChecksStream(t *testing.T) {
 	_, err = tr.Acquire(hs[0], s2, uvm.Read)
 	must(t, err)
 	must(t, tr.Release(hs[0], s2))
-	if n := f.Stat(fakecuda.StreamQueries) - q; n != 1 {
-		t.Errorf("a new stream was checked with %d queries, want 1", n)
+	if n := tr.StreamChecks() - q; n != 1 {
+		t.Errorf("a new stream was checked %d times, want 1", n)
 	}
 	must(t, tr.Close())
 }
@@ -129,11 +129,11 @@ func TestForgetStream(t *testing.T) {
 	must(t, tr.Release(hs[0], pcuda.Stream(s)))
 	must(t, tr.ForgetStream(pcuda.Stream(s)))
 	must(t, tr.ForgetStream(pcuda.Stream(s))) // a stream the tier does not know: nothing to do
-	q := f.Stat(fakecuda.StreamQueries)
+	q := tr.StreamChecks()
 	_, err = tr.Acquire(hs[1], pcuda.Stream(s), uvm.Read) // forgotten: checked again
 	must(t, err)
 	must(t, tr.Release(hs[1], pcuda.Stream(s)))
-	if n := f.Stat(fakecuda.StreamQueries) - q; n != 1 {
+	if n := tr.StreamChecks() - q; n != 1 {
 		t.Errorf("an Acquire on a forgotten stream asked the driver %d times, want 1", n)
 	}
 	must(t, tr.ForgetStream(pcuda.Stream(s)))
@@ -153,4 +153,27 @@ func TestForgetStream(t *testing.T) {
 	if err := tr.ForgetStream(pcuda.Stream(s)); !errors.Is(err, uvm.ErrClosed) {
 		t.Errorf("ForgetStream after Close: %v", err)
 	}
+}
+
+// TestPerThreadStreamRefused: Acquire and Prefetch refuse the per-thread default stream
+// (handle 2), as pinned.Pool and device.Heap do: a Release's event and a restore's wait would
+// be recorded on the default stream of whichever OS thread makes the call.
+func TestPerThreadStreamRefused(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	hs := filled(t, tr, 2, 64*kib)
+	const perThread pcuda.Stream = 2
+	if _, err := tr.Acquire(hs[0], perThread, uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Acquire on the per-thread default stream: %v, want ErrInvalidStream", err)
+	}
+	if err := tr.Prefetch(hs, perThread); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Prefetch on the per-thread default stream: %v, want ErrInvalidStream", err)
+	}
+	if st := tr.Stats(); st.PinnedBlocks != 0 || st.DeviceBytes != 0 {
+		t.Errorf("a refused stream moved blocks: %d pinned, %d bytes on the device", st.PinnedBlocks, st.DeviceBytes)
+	}
+	must(t, tr.Close())
 }

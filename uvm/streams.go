@@ -1,10 +1,10 @@
 package uvm
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // The user's streams.
@@ -12,10 +12,13 @@ import (
 // Acquire and Prefetch take the stream the user's work runs on, as a raw handle the tier did
 // not make. A handle the driver does not know (a bogus value, a destroyed stream) must be
 // refused before the tier queues anything for it: a block acquired on it could never be
-// released in stream order. So every Acquire and Prefetch checks its stream, hit or miss; the
-// first time the tier sees a stream it asks the driver (cuStreamQuery), and it remembers the
-// streams the driver accepted (t.streams), so that an Acquire on a known stream makes no
-// driver call. The set is bounded (maxKnownStreams): past that it is emptied, and the streams
+// released in stream order. So every Acquire and Prefetch checks its stream, hit or miss, as
+// pinned.Pool and device.Heap check theirs: with internal/streamq's seen streams (Lists.Check,
+// t.streams, whose lists hold nothing), which refuse the per-thread default stream (a Release's
+// event and a restore's wait would be recorded from whatever OS thread makes the call) and ask
+// the driver once per stream by recording an event of the tier's device in it (another
+// device's stream is refused too), so that an Acquire on a known stream makes no driver call.
+// The streams known are bounded (maxKnownStreams): past that they are pruned, and the streams
 // still in use are checked again once each.
 //
 // A stream the tier knows may still be destroyed under it. ForgetStream is the clean way:
@@ -36,26 +39,29 @@ import (
 // acquired for good. If even the device wait fails (a sticky error: the context runs no more
 // work), the use ends anyway, and the error says that too.
 
-// streamSet holds the user's streams the driver accepted.
-type streamSet map[cuda.Stream]struct{}
+// userStreams are the user's streams the tier has seen: lists that never hold an item.
+type userStreams = streamq.Lists[struct{}]
 
 // maxKnownStreams bounds the streams the tier remembers.
 const maxKnownStreams = 1024
 
-// checkStream accepts a stream the tier knows, or one cuStreamQuery accepts, which it then
-// remembers. t.mu is held.
+// checkStream accepts a stream the tier knows, or one streamq accepts and remembers (see the
+// file comment). t.mu is held.
 func (t *Tier) checkStream(s cuda.Stream) error {
-	if _, ok := t.streams[s]; ok {
-		return nil
+	if t.streams.Streams() >= maxKnownStreams {
+		t.streams.Prune()
 	}
-	if err := t.dev.StreamQuery(uintptr(s)); err != nil && !errors.Is(err, cuda.ErrNotReady) {
-		return fmt.Errorf("%w: %#x: %w", ErrInvalidStream, s, err)
+	if _, err := t.streams.Check(uintptr(s)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidStream, err)
 	}
-	if len(t.streams) >= maxKnownStreams {
-		clear(t.streams)
-	}
-	t.streams[s] = struct{}{}
 	return nil
+}
+
+// forget drops s from the streams the tier knows. t.mu is held.
+func (t *Tier) forget(s cuda.Stream) {
+	if l := t.streams.Forget(uintptr(s)); l != nil {
+		_ = t.streams.Release(l, nil) // it holds nothing
+	}
 }
 
 // ForgetStream makes the tier forget stream s, so that s may be destroyed: an Acquire on its
@@ -77,7 +83,7 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 			}
 		}
 	}
-	delete(t.streams, s)
+	t.forget(s)
 	return nil
 }
 
@@ -89,7 +95,7 @@ func (t *Tier) unordered(h Handle, s cuda.Stream, cause error) error {
 	if t.dev.StreamSynchronize(uintptr(s)) == nil {
 		return fmt.Errorf("%w; released after waiting for the stream", err)
 	}
-	delete(t.streams, s)
+	t.forget(s)
 	if derr := t.dev.Synchronize(); derr != nil {
 		return fmt.Errorf("%w: %w; released, but waiting for the device failed: %w", ErrInvalidStream, err, derr)
 	}

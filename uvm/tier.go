@@ -103,6 +103,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -183,7 +184,7 @@ type Tier struct {
 	acct    accounts      // byte counts
 	st      Stats         // counters; Stats adds the rest
 	batches batches       // the batches queued on the tier's streams (completion.go)
-	streams streamSet     // the user's streams the driver accepted (streams.go)
+	streams *userStreams  // the user's streams the driver accepted (streams.go)
 	rel     releases      // release events, and the waits of a batch being built (release.go)
 	spare   spares        // VRAM kept for the next restores (spare.go)
 	scratch scratch       // slices every batch reuses
@@ -198,6 +199,7 @@ type stores struct {
 	ownHeap bool    // New made heap: Close closes it
 	budget  uintptr // Options.DeviceBudget, rounded to hostAlign
 	pool    *pinned.Pool
+	ownPool bool    // New made pool: Close closes it
 	hostCap uintptr // Options.HostCapacity
 	unified bool    // host addresses are device addresses (unified addressing)
 }
@@ -230,13 +232,13 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	}
 	t := &Tier{
 		dev: dev, pub: pub, policy: o.Policy,
-		mem:     stores{budget: roundUp(uintptr(o.DeviceBudget)), hostCap: uintptr(o.HostCapacity)},
-		engine:  engine{events: icuda.NewEventPool(dev)},
-		opts:    settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
-		streams: streamSet{},
-		lat:     acquireClock{every: hitEvery},
+		mem:    stores{budget: roundUp(uintptr(o.DeviceBudget)), hostCap: uintptr(o.HostCapacity)},
+		engine: engine{events: icuda.NewEventPool(dev)},
+		opts:   settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
+		lat:    acquireClock{every: hitEvery},
 	}
 	t.batches = newBatches(dev, t.engine.events)
+	t.streams = streamq.NewLists[struct{}](t.batches.lists.Points(), nil, 1)
 	if err := t.open(o); err != nil {
 		// Under the lock and closed: the heap's hook may already be installed and called.
 		t.mu.Lock()
@@ -274,7 +276,7 @@ func (t *Tier) open(o Options) error {
 	if err := t.openHeap(o.Heap); err != nil {
 		return err
 	}
-	if err := t.openPool(uintptr(o.HostPrecommit)); err != nil {
+	if err := t.openPool(o.HostPool, uintptr(o.HostPrecommit)); err != nil {
 		return err
 	}
 	t.installPressure()
@@ -300,7 +302,8 @@ func (t *Tier) openHeap(shared *device.Heap) error {
 	return nil
 }
 
-// openPool makes the host pool, committing precommit bytes of it in the background.
+// openPool takes the host pool given, or makes the tier's own, committing precommit bytes of
+// it in the background.
 //
 // Invariant: every host buffer, whatever its size, is ONE range the device can copy by DMA
 // (one copy's host range must lie inside one registration, measured on an H100), so a block of
@@ -314,15 +317,21 @@ func (t *Tier) openHeap(shared *device.Heap) error {
 // (HostPrecommit), and never purged: pinning again costs about 0.5 ms per 2 MiB, where an
 // eviction's copy of 2 MiB takes 40 µs. The capacity has room for the size classes' rounding
 // and a partly used segment of each kind (small, medium, large and object pages do not share
-// segments).
-func (t *Tier) openPool(precommit uintptr) error {
+// segments), of one shard: the tier calls its pool under its lock, one call at a time, so a
+// shard per P would only spread its buffers over more segments (one of each kind per P that
+// ever evicted: with two, the second P's evictions found the pool full).
+func (t *Tier) openPool(shared *pinned.Pool, precommit uintptr) error {
+	if shared != nil {
+		t.mem.pool = shared
+		return nil
+	}
 	capacity := roundChunk(t.mem.hostCap+t.mem.hostCap/8) + 8<<20
 	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int(int64(capacity)),
-		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int(int64(precommit))})
+		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int(int64(precommit)), Shards: 1})
 	if err != nil {
 		return fmt.Errorf("uvm: host pool: %w", err)
 	}
-	t.mem.pool = p
+	t.mem.pool, t.mem.ownPool = p, true
 	return nil
 }
 
@@ -355,10 +364,10 @@ func (t *Tier) release() error {
 		errs = append(errs, t.engine.ownMover.Close())
 		t.engine.ownMover = nil
 	}
-	if t.mem.pool != nil {
+	if t.mem.pool != nil && t.mem.ownPool {
 		errs = append(errs, t.mem.pool.Close())
-		t.mem.pool = nil
 	}
+	t.mem.pool = nil
 	if t.mem.ownHeap && t.mem.heap != nil {
 		errs = append(errs, t.mem.heap.Close())
 		t.mem.heap = nil

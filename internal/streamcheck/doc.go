@@ -49,7 +49,9 @@
 //   - A device block is freed with the synchronous device.Heap.Free only when no stream has
 //     work on it; FreeAsync on another stream than its work's only when it is idle.
 //   - A pool buffer is not written by the CPU while a copy from or into it is queued; a copy
-//     made with another binding (the raw driver) is followed by RecordStream before any free.
+//     made with another binding (the raw driver) is followed by RecordStream before any free,
+//     or by FreeAsync on a stream whose later work runs after the copy's: its own, or through
+//     the legacy default stream's implicit order (PoolRawFree).
 //   - A tier block acquired on stream a is acquired on stream b only after a has been
 //     synchronized (the tier orders its own moves after Release's event, not user work on a
 //     before user work on b); its device address is used only on the acquiring stream.
@@ -57,11 +59,30 @@
 //     pool has ForgetStream), before it is destroyed.
 //   - Buffers the tier hands out with AcquireHost are used only until ReleaseHost.
 //
+// # Profiles
+//
+// Bits of a seed ask for profiles, each drawn apart so that a seed without them draws what it
+// always drew (random seeds have each bit half the time): LegacyMix (some streams blocking, the
+// legacy default stream in use, frees ordered by it alone), DevicePressure (a 4 MiB heap kept
+// full by allocations beyond a segment and same-stream frees, each with a scrub queued: the
+// conditions under which a heap that gives memory away behind its stream is seen) and
+// HostPressure (the tier's host buffers from a pool of their own with a tight quota: evictions
+// and host acquisitions meet a full pool, and the tier drops host copies, some under restores
+// Hold keeps queued).
+//
+// # Proven by mutants
+//
+// mutants_test.go lists ordering bugs put back into the module, one edit each: every bug the
+// checker was first tried on and every ordering bug fixed since. TestMutants builds each with
+// go build's -overlay (the tree is not touched) and runs the CI run of the checker on it, which
+// must fail; TestMutantsApply checks that every edit still applies.
+//
 // # Running it
 //
 // go test ./internal/streamcheck runs a few fixed seeds of a few thousand steps each (CI mode,
 // under a minute on a 2-core machine), then TestRegressions replays every sequence a failure
-// was shrunk to. Flags (or the environment variables in parentheses, which the child process
+// was shrunk to, and a fast subset of the mutants. PINMALLOC_LONG=1 adds 20 seeds of 100,000
+// steps (every combination of the profiles) and every mutant. Flags (or the environment variables in parentheses, which the child process
 // fakecuda.Run starts inherits; it passes no flags of its own):
 //
 //	-seed N      (STREAMCHECK_SEED)     run this seed only

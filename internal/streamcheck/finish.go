@@ -76,7 +76,10 @@ func (w *world) finish() *Failure {
 	if f := w.check(); f != nil {
 		return f
 	}
-	for _, id := range w.tbID {
+	// Each object leaves its map and its ID list together, so that abandon, after a failure
+	// here, meets only the objects still live.
+	for len(w.tbID) > 0 {
+		id := w.tbID[0]
 		u := w.tb[id]
 		for ; u.pins > 0; u.pins-- {
 			if err := w.tier.Release(u.h, w.streams[u.acq]); err != nil {
@@ -85,15 +88,7 @@ func (w *world) finish() *Failure {
 		}
 		w.tierPinned -= u.n
 		if u.want != nil {
-			b, err := w.tier.AcquireHost(u.h, uvm.Read)
-			if err != nil {
-				return unexpected("uvm.Tier.AcquireHost", err)
-			}
-			f := compare("tier block bytes (at the end)", id, b, u.want, 0)
-			if err := w.tier.ReleaseHost(u.h); err != nil && f == nil {
-				f = unexpected("uvm.Tier.ReleaseHost", err)
-			}
-			if f != nil {
+			if f := w.finalRead(id, u); f != nil {
 				return f
 			}
 		}
@@ -101,8 +96,8 @@ func (w *world) finish() *Failure {
 			return unexpected("uvm.Tier.Free", err)
 		}
 		delete(w.tb, id)
+		w.tbID = w.tbID[1:]
 	}
-	w.tbID = nil
 	if err := w.tier.Close(); err != nil {
 		return unexpected("uvm.Tier.Close", err)
 	}
@@ -110,17 +105,28 @@ func (w *world) finish() *Failure {
 		return wantErr("uvm.Tier.Alloc after Close", err, uvm.ErrClosed)
 	}
 	w.tier = nil
+	if tp := w.tierPool; tp != nil {
+		if st := tp.Stats(); st.Live != 0 || st.Deferred != 0 {
+			return failf("the tier's host pool at the end", "%d buffers live, %d deferred after the tier's Close", st.Live, st.Deferred)
+		}
+		if err := tp.Close(); err != nil {
+			return unexpected("pinned.Pool.Close (the tier's)", err)
+		}
+		w.tierPool = nil
+	}
 	if err := w.mv.Close(); err != nil {
 		return unexpected("copyengine.Batcher.Close", err)
 	}
 	w.mv = nil
-	for _, id := range w.bufID {
+	for len(w.bufID) > 0 {
+		id := w.bufID[0]
 		if err := w.pool.Free(w.bufs[id].b); err != nil {
 			return unexpected("pinned.Pool.Free", err)
 		}
+		w.poolLive -= len(w.bufs[id].b)
 		delete(w.bufs, id)
+		w.bufID = w.bufID[1:]
 	}
-	w.bufID, w.poolLive = nil, 0
 	if q := int(w.cfg.PoolQuota); q > 0 { // before anything (Stats) reclaims the deferred buffers
 		b, err := w.pool.Alloc(q)
 		if err != nil {
@@ -130,13 +136,15 @@ func (w *world) finish() *Failure {
 			return unexpected("pinned.Pool.Free", err)
 		}
 	}
-	for _, id := range w.devID {
+	for len(w.devID) > 0 {
+		id := w.devID[0]
 		if err := w.heap.Free(w.dev[id].p); err != nil {
 			return unexpected("device.Heap.Free", err)
 		}
+		w.devLive -= w.dev[id].n
 		delete(w.dev, id)
+		w.devID = w.devID[1:]
 	}
-	w.devID, w.devLive = nil, 0
 	if err := w.heap.Trim(); err != nil {
 		return unexpected("device.Heap.Trim", err)
 	}
@@ -188,4 +196,35 @@ func (w *world) finish() *Failure {
 	w.streams = nil
 	w.closed = true
 	return nil
+}
+
+// finalRead checks the bytes of tier block u (object id) at the end: on the host (AcquireHost),
+// or, when the tier's host pool is too full to copy it there (its quota, TierHostQuota), on
+// the device, acquired for reading on the first stream.
+func (w *world) finalRead(id int, u *ublock) *Failure {
+	b, err := w.tier.AcquireHost(u.h, uvm.Read)
+	if errors.Is(err, uvm.ErrHostFull) && w.tierPool != nil {
+		p, err := w.tier.Acquire(u.h, w.streams[0], uvm.Read)
+		if err != nil {
+			return unexpected("uvm.Tier.Acquire", err)
+		}
+		got := make([]byte, u.n)
+		err = w.heap.DtoHAsync(got, p, w.streams[0])
+		f := compare("tier block bytes (at the end, on the device)", id, got, u.want, 0)
+		if err != nil {
+			f = unexpected("device.Heap.DtoHAsync of an acquired tier block", err)
+		}
+		if err := w.tier.Release(u.h, w.streams[0]); err != nil && f == nil {
+			f = unexpected("uvm.Tier.Release", err)
+		}
+		return f
+	}
+	if err != nil {
+		return unexpected("uvm.Tier.AcquireHost", err)
+	}
+	f := compare("tier block bytes (at the end)", id, b, u.want, 0)
+	if err := w.tier.ReleaseHost(u.h); err != nil && f == nil {
+		f = unexpected("uvm.Tier.ReleaseHost", err)
+	}
+	return f
 }

@@ -48,6 +48,8 @@ const (
 	Stats                        // Stats of heap, pool and tier
 	TierSync                     // uvm.Tier.Sync
 	Recreate                     // synchronize S, ForgetStream it everywhere, destroy it, make a new one
+	PoolRawFree                  // a raw driver copy between buffer A and block B on S (HtoD, or DtoH with Flag), no RecordStream, then FreeAsync(A, T), T ordered after S
+	ArenaTrim                    // the device heap's arena gives back every memory no span wants at once (arena.Arena.Trim): the purge, now
 	numKinds
 )
 
@@ -56,6 +58,7 @@ var kindNames = [numKinds]string{
 	"PoolAlloc", "PoolStamp", "PoolFree", "PoolFreeAsync", "PoolRecordFree", "PoolRawCopy", "PoolDoubleFree", "PoolSubFree",
 	"TierAlloc", "TierAcquire", "TierRelease", "TierWrongRelease", "TierHost", "TierEvict", "TierPrefetch", "TierFree", "TierDoubleFree",
 	"Sync", "Hold", "Complete", "CompleteStream", "HeapTrim", "HeapSync", "PoolTrim", "Stats", "TierSync", "Recreate",
+	"PoolRawFree", "ArenaTrim",
 }
 
 func (k Kind) String() string {
@@ -73,6 +76,7 @@ type Op struct {
 	ID   int // the operation's index in the generated sequence: the name of what it makes
 	Kind Kind
 	S    int // stream slot
+	T    int // a second stream slot (PoolRawFree: the free's)
 	A, B int // objects (IDs of the operations that made them); -1 for none
 	N    int // size or length
 	Off  int
@@ -110,6 +114,12 @@ func (o Op) String() string {
 		fmt.Fprintf(&b, " %s[%d:%d] s%d", obj(o.A), o.Off, o.Off+o.N, o.S)
 	case PoolRawCopy:
 		fmt.Fprintf(&b, " s%d src=%s dst=%s n=%d", o.S, obj(o.A), obj(o.B), o.N)
+	case PoolRawFree:
+		dir := "HtoD"
+		if o.Flag {
+			dir = "DtoH"
+		}
+		fmt.Fprintf(&b, " s%d %s buf=%s block=%s n=%d, free on s%d", o.S, dir, obj(o.A), obj(o.B), o.N, o.T)
 	case TierAcquire:
 		mode := "read"
 		if o.Flag {

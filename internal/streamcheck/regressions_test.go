@@ -1,6 +1,7 @@
 package streamcheck
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -15,6 +16,9 @@ type regression struct {
 	what string // the failure it showed
 	cfg  Config
 	ops  []Op
+	// oneP replays with GOMAXPROCS 1: a pool with a shard per P (PoolShards 0) then keeps
+	// every buffer in one shard, whatever P a driver call returns the goroutine to.
+	oneP bool
 }
 
 // TestRegressions replays every sequence the checker shrank a failure to; each must pass.
@@ -24,11 +28,17 @@ func TestRegressions(t *testing.T) {
 		return
 	}
 	rig := Rig{F: f, Dev: f.Open(t, 0)}
-	for _, c := range regressions {
+	for i, c := range append(regressions, handWritten...) {
 		t.Run(c.name, func(t *testing.T) {
+			if c.oneP {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			}
 			res := Replay(rig, c.cfg, c.ops)
 			if res.Failure != nil {
 				t.Errorf("%v (found as %q): %v\n%s", c.cfg, c.what, res.Failure, Listing(c.ops))
+			}
+			if i >= len(regressions) && len(res.Ops) != len(c.ops) {
+				t.Errorf("%d of the %d operations written by hand applied: the case no longer builds its state\n%s", len(res.Ops), len(c.ops), Listing(res.Ops))
 			}
 		})
 	}
@@ -151,7 +161,7 @@ var regressions = []regression{
 		// stream's queued read. It passes on the current code.
 		name: "device reclaim keeps the legacy order",
 		what: "device fault: queued work met memory freed or unmapped under it",
-		cfg:  ConfigFor(14859787877563202341),
+		cfg:  Config{Seed: 14859787877563202341, Streams: 3, Blocking: 0b110, Legacy: true, DeviceCapacity: 4 << 20, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 2097152, PoolShards: 1, TierBudget: 512 << 10, Mover: copyengine.MethodBatchAPI, PurgeDelay: -1},
 		ops: []Op{
 			{ID: 2597, Kind: DevAlloc, S: 2, A: -1, B: -1, N: 75864, V: 0x10},
 			{ID: 2609, Kind: PoolAlloc, A: -1, B: -1, N: 2248, V: 3338244912},
@@ -160,5 +170,167 @@ var regressions = []regression{
 			{ID: 2618, Kind: DevFreeAsync, S: 2, A: 2597, B: -1},
 			{ID: 2620, Kind: HeapTrim, A: -1, B: -1},
 		},
+	},
+}
+
+// afterRemoteFree returns the operations that make a buffer freed by a reclaim outside its
+// shard's fast path (Stats: a remote free, collected when the page runs out) handed out again:
+// sixteen 4 KiB allocations from ID first on (the rest of a page, then the blocks freed), then
+// a synchronize of stream slot s, which runs the copy the free should have waited for.
+func afterRemoteFree(first, s int) []Op {
+	var ops []Op
+	for i := range 16 {
+		ops = append(ops, Op{ID: first + i, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: uint32(0x40 + i)})
+	}
+	return append(ops, Op{ID: first + 16, Kind: Sync, S: s, A: -1, B: -1})
+}
+
+// handWritten are sequences written by hand for the paths the random runs reach rarely, each
+// the shortest that shows its bug (the mutant it catches, mutants_test.go, says which).
+var handWritten = []regression{
+	{
+		// A prefetched block's restore still reads its host copy (Hold keeps it queued) when
+		// the tier, its host pool full, looks for host copies to drop for a new block's buffer:
+		// dropping that one hands the buffer to the new block, whose bytes the restore then
+		// copies to the device.
+		name: "host copy dropped under a queued restore",
+		what: "tier block bytes (acquired for reading)",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, PoolShards: 1, TierBudget: 512 << 10, TierHostQuota: 128 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 0, Kind: TierAlloc, A: -1, B: -1, N: 64 << 10},
+			{ID: 1, Kind: TierHost, A: 0, B: -1, V: 0x11, Flag: true},
+			{ID: 2, Kind: TierAlloc, A: -1, B: -1, N: 64 << 10},
+			{ID: 3, Kind: TierHost, A: 2, B: -1, V: 0x22, Flag: true},
+			{ID: 4, Kind: Hold, A: -1, B: -1, Flag: true},
+			{ID: 5, Kind: TierPrefetch, A: 0, B: -1, Off: -1},
+			{ID: 6, Kind: TierAlloc, A: -1, B: -1, N: 64 << 10},
+			{ID: 7, Kind: TierHost, A: 6, B: -1, V: 0x33, Flag: true},
+			{ID: 8, Kind: Hold, A: -1, B: -1},
+			{ID: 9, Kind: TierAcquire, A: 0, B: -1},
+		},
+	},
+	{
+		// A shard's FreeAsync cache (128 buffers) fills with buffers a raw copy on s0 still
+		// writes into (DtoH), and the allocation that finds the class page used up (128 blocks
+		// of 512 bytes) takes the full cache back (drainPend): only once a query finds s0
+		// idle, which runs the copies first. Without the query the 129th buffer is one of
+		// them, and a copy lands on its stamp.
+		name: "FreeAsync cache taken back under queued copies",
+		what: "pool buffer bytes",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, PoolShards: 0, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: func() []Op {
+			ops := []Op{{ID: 0, Kind: DevAlloc, A: -1, B: -1, N: 512, V: 0x5a}}
+			for i := 1; i <= 128; i++ {
+				ops = append(ops,
+					Op{ID: 2 * i, Kind: PoolAlloc, A: -1, B: -1, N: 512, V: uint32(i)},
+					Op{ID: 2*i + 1, Kind: PoolRawFree, A: 2 * i, B: 0, N: 512, Flag: true})
+			}
+			return append(ops, Op{ID: 300, Kind: PoolAlloc, A: -1, B: -1, N: 512, V: 0x77}, Op{ID: 301, Kind: Sync, A: -1, B: -1})
+		}(),
+		oneP: true,
+	},
+	{
+		// A buffer recorded on s1 by a copy (HtoDAsync) is freed while the stream checked
+		// last is s2 (a FreeAsync there): the free must defer it on s1, not on the list found
+		// last, or the reclaim that finds s2 idle hands it out under s1's queued copy.
+		name: "free of a buffer recorded on another stream than the last checked",
+		what: "device block bytes",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, PoolShards: 0, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: append([]Op{
+			{ID: 0, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: 0x11},
+			{ID: 1, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 4096, V: 0x22},
+			{ID: 2, Kind: DevWrite, S: 1, A: 1, B: 0, N: 4096},
+			{ID: 3, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: 0x33},
+			{ID: 4, Kind: PoolFreeAsync, S: 2, A: 3, B: -1},
+			{ID: 5, Kind: PoolFree, A: 0, B: -1},
+			{ID: 6, Kind: Stats, A: -1, B: -1}, // a reclaim: remote frees, collected when the page runs out
+		}, afterRemoteFree(7, 1)...),
+	},
+	{
+		// The legacy mix: a buffer a blocking stream (slot 0) still copies from is freed on
+		// the legacy stream (slot 3), whose work comes after the blocking stream's: no query
+		// of the legacy stream alone finds it idle (its own queue is empty: the pool knew the
+		// stream before, so it recorded no point there at this free), an event does.
+		name: "free on the legacy stream after a blocking stream's copy",
+		what: "device block bytes",
+		cfg:  Config{Seed: 1, Streams: 3, Blocking: 0b001, Legacy: true, DeviceCapacity: 8 << 20, PoolShards: 1, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: append([]Op{
+			{ID: 0, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: 0x10},
+			{ID: 1, Kind: PoolFreeAsync, S: 3, A: 0, B: -1},
+			{ID: 2, Kind: Sync, S: 3, A: -1, B: -1},
+			{ID: 3, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: 0x11},
+			{ID: 4, Kind: DevAlloc, S: 0, A: -1, B: -1, N: 4096, V: 0x22},
+			{ID: 5, Kind: PoolRawFree, S: 0, T: 3, A: 3, B: 4, N: 4096},
+			{ID: 6, Kind: Stats, A: -1, B: -1}, // a reclaim: remote frees, collected when the page runs out
+		}, afterRemoteFree(7, 0)...),
+	},
+	{
+		// The legacy mix: a block the legacy stream (slot 3) still writes is freed on a
+		// blocking stream (slot 0, known to the heap before: no point recorded at the free),
+		// whose later work waits for the legacy stream's: the heap's Sync must wait for the
+		// legacy stream too before the block goes back, or the legacy memset lands on the block
+		// a non-blocking stream (slot 1) takes next.
+		name: "heap Sync of a free ordered by the legacy stream",
+		what: "device block bytes",
+		cfg:  Config{Seed: 1, Streams: 3, Blocking: 0b001, Legacy: true, DeviceCapacity: 8 << 20, PoolShards: 1, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 0, Kind: DevAlloc, S: 0, A: -1, B: -1, N: 4096, V: 0x10},
+			{ID: 1, Kind: Sync, S: 0, A: -1, B: -1},
+			{ID: 2, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 4096, V: 0x11},
+			{ID: 3, Kind: Sync, S: 1, A: -1, B: -1},
+			{ID: 4, Kind: DevMemset, S: 3, A: 2, B: -1, N: 4096, V: 0x22},
+			{ID: 5, Kind: DevFreeAsync, S: 0, A: 2, B: -1},
+			{ID: 6, Kind: HeapSync, A: -1, B: -1},
+			{ID: 7, Kind: DevAlloc, S: 1, A: -1, B: -1, N: 4096, V: 0x33},
+			{ID: 8, Kind: Sync, S: 1, A: -1, B: -1},
+		},
+	},
+	{
+		// A ZeroOnFree Free scrubs the block with a memset on the legacy stream, which a
+		// non-blocking stream does not wait for: the Free must wait for it, or the block, taken
+		// again at once by the same stream and filled there, is zeroed when the legacy stream
+		// runs (the check's own copy, on the legacy stream, runs it).
+		name: "device ZeroOnFree Free waits for its scrub",
+		what: "device block bytes",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, DeviceZero: true, PoolShards: 1, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 0, Kind: DevAlloc, A: -1, B: -1, N: 4096, V: 0x11},
+			{ID: 1, Kind: Sync, A: -1, B: -1},
+			{ID: 2, Kind: DevFree, A: 0, B: -1},
+			{ID: 3, Kind: DevAlloc, A: -1, B: -1, N: 4096, V: 0x22},
+			{ID: 4, Kind: Sync, A: -1, B: -1},
+		},
+	},
+	{
+		// The legacy mix, the blind spot of issue 37: a raw copy on the legacy stream (slot 3)
+		// reads a buffer freed on a blocking stream (slot 0, known to the pool before, with
+		// nothing of its own queued): the free waits for the legacy stream's earlier work, so
+		// the blocking stream is idle only with the legacy stream idle too.
+		name: "free on a blocking stream after a legacy stream's copy",
+		what: "device block bytes",
+		cfg:  Config{Seed: 1, Streams: 3, Blocking: 0b001, Legacy: true, DeviceCapacity: 8 << 20, PoolShards: 1, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: append([]Op{
+			{ID: 0, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: 0x10},
+			{ID: 1, Kind: PoolFreeAsync, S: 0, A: 0, B: -1},
+			{ID: 2, Kind: Sync, S: 0, A: -1, B: -1},
+			{ID: 3, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: 0x11},
+			{ID: 4, Kind: DevAlloc, S: 3, A: -1, B: -1, N: 4096, V: 0x22},
+			{ID: 5, Kind: PoolRawFree, S: 3, T: 0, A: 3, B: 4, N: 4096},
+			{ID: 6, Kind: Stats, A: -1, B: -1}, // a reclaim: remote frees, collected when the page runs out
+		}, afterRemoteFree(7, 3)...),
+	},
+	{
+		// A quota refusal with nothing on the lists must take back what a shard's FreeAsync
+		// cache holds (a small buffer recorded on an idle stream and freed): it refused with
+		// every stream idle and nothing live.
+		name: "pool quota with a buffer in a FreeAsync cache",
+		what: "pool quota refused with room",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, PoolQuota: 64 << 10, PoolShards: 0, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 0, Kind: PoolAlloc, A: -1, B: -1, N: 8 << 10, V: 0x11},
+			{ID: 1, Kind: PoolRecordFree, S: 0, A: 0, B: -1, N: 8 << 10},
+			{ID: 2, Kind: PoolAlloc, A: -1, B: -1, N: 60000, V: 0x22},
+		},
+		oneP: true,
 	},
 }

@@ -2,6 +2,7 @@ package streamcheck
 
 import (
 	"fmt"
+	"runtime/debug"
 
 	"sort"
 	"strings"
@@ -69,7 +70,7 @@ func run(rig Rig, cfg Config, steps int, ops []Op) Result {
 		} else {
 			op = ops[i]
 		}
-		applied, f := w.apply(op)
+		applied, f := w.safely(op)
 		if applied {
 			res.Ops = append(res.Ops, op)
 		}
@@ -80,14 +81,43 @@ func run(rig Rig, cfg Config, steps int, ops []Op) Result {
 		}
 	}
 	if res.Failure == nil {
-		if f := w.finish(); f != nil {
+		if _, f := w.safely(Op{ID: -1, Kind: numKinds}); f != nil {
 			f.Step, f.Op = len(res.Ops), Op{ID: -1, Kind: numKinds}
 			res.Failure = f
 		}
 	}
-	w.abandon()
+	if f := w.abandonSafely(); f != nil && res.Failure == nil {
+		res.Failure = f
+	}
 	res.Counts, res.Checked = w.counts, w.checkedBytes
 	return res
+}
+
+// safely applies op (the final checks for Kind numKinds), turning a panic of the system under
+// test into a failure of its own class, so that a run reports it, a shrink replays it like any
+// other failure, and later seeds still run.
+func (w *world) safely(op Op) (applied bool, f *Failure) {
+	defer func() {
+		if v := recover(); v != nil {
+			applied, f = true, failf("panic", "%v\n%s", v, debug.Stack())
+		}
+	}()
+	if op.Kind == numKinds {
+		return true, w.finish()
+	}
+	return w.apply(op)
+}
+
+// abandonSafely is abandon, with a panic turned into a failure (the state a failure left may
+// not be one the libraries expect, but a teardown must never stop the run).
+func (w *world) abandonSafely() (f *Failure) {
+	defer func() {
+		if v := recover(); v != nil {
+			f = failf("panic in the teardown", "%v\n%s", v, debug.Stack())
+		}
+	}()
+	w.abandon()
+	return nil
 }
 
 // Shrink looks for a shorter sequence than ops that fails the way f did (the same What), by
@@ -183,12 +213,12 @@ var methodName = map[copyengine.Method]string{copyengine.MethodAuto: "MethodAuto
 func GoCode(name string, cfg Config, ops []Op, what string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{\n\tname: %q,\n\twhat: %q,\n", name, what)
-	fmt.Fprintf(&b, "\tcfg: Config{Seed: %d, Streams: %d, Blocking: %#b, Legacy: %v, DeviceCapacity: %d << 20, DeviceZero: %v, DeviceQuota: %d, PoolZero: %v, PoolQuota: %d, PoolShards: %d, TierBudget: %d << 10, Mover: copyengine.%s, PurgeDelay: %d},\n",
-		cfg.Seed, cfg.Streams, cfg.Blocking, cfg.Legacy, cfg.DeviceCapacity>>20, cfg.DeviceZero, cfg.DeviceQuota, cfg.PoolZero, cfg.PoolQuota, cfg.PoolShards, cfg.TierBudget>>10, methodName[cfg.Mover], cfg.PurgeDelay)
+	fmt.Fprintf(&b, "\tcfg: Config{Seed: %d, Streams: %d, Blocking: %#b, Legacy: %v, Pressure: %v, DeviceCapacity: %d << 20, DeviceZero: %v, DeviceQuota: %d, PoolZero: %v, PoolQuota: %d, PoolShards: %d, TierBudget: %d << 10, TierHostQuota: %d, Mover: copyengine.%s, PurgeDelay: %d},\n",
+		cfg.Seed, cfg.Streams, cfg.Blocking, cfg.Legacy, cfg.Pressure, cfg.DeviceCapacity>>20, cfg.DeviceZero, cfg.DeviceQuota, cfg.PoolZero, cfg.PoolQuota, cfg.PoolShards, cfg.TierBudget>>10, cfg.TierHostQuota, methodName[cfg.Mover], cfg.PurgeDelay)
 	b.WriteString("\tops: []Op{\n")
 	for _, op := range ops {
-		fmt.Fprintf(&b, "\t\t{ID: %d, Kind: %s, S: %d, A: %d, B: %d, N: %d, Off: %d, V: %#x, Flag: %v},\n",
-			op.ID, op.Kind, op.S, op.A, op.B, op.N, op.Off, op.V, op.Flag)
+		fmt.Fprintf(&b, "\t\t{ID: %d, Kind: %s, S: %d, T: %d, A: %d, B: %d, N: %d, Off: %d, V: %#x, Flag: %v},\n",
+			op.ID, op.Kind, op.S, op.T, op.A, op.B, op.N, op.Off, op.V, op.Flag)
 	}
 	b.WriteString("\t},\n}")
 	return b.String()

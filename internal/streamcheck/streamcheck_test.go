@@ -32,11 +32,32 @@ const (
 
 // ciSeeds are the seeds of the default run (CI); ciSteps its operations per seed. On the code
 // before the fixes of issue 25, seed 1 fails on the pool quota, 15 and 51 on a tier block and
-// 36 on a device block zeroed by a scrub left queued on a segment another stream took. The last
-// two have the legacy mix (LegacyMix: blocking streams and the legacy default stream).
-var ciSeeds = []uint64{1, 15, 36, 51, LegacyMix | 1, LegacyMix | 2}
+// 36 on a device block zeroed by a scrub left queued on a segment another stream took. Two
+// have the legacy mix (LegacyMix: blocking streams, the legacy default stream, frees ordered
+// by it alone), one the device pressure profile and one the host pressure profile; which
+// mutant each catches, mutants_test.go says.
+var ciSeeds = []uint64{1, 15, 36, 51, LegacyMix | 1, LegacyMix | 2, DevicePressure | 10, HostPressure | 2}
 
 const ciSteps = 15000
+
+// longSeeds are the seeds PINMALLOC_LONG=1 adds, each run for longSteps: twenty, every
+// combination of the profiles' bits in turn.
+var longSeeds = func() []uint64 {
+	bits := []uint64{LegacyMix, DevicePressure, HostPressure}
+	var seeds []uint64
+	for i := range 20 {
+		seed := uint64(1000 + i)
+		for k, b := range bits {
+			if i>>k&1 != 0 {
+				seed |= b
+			}
+		}
+		seeds = append(seeds, seed)
+	}
+	return seeds
+}()
+
+const longSteps = 100000
 
 // TestStreamOrder runs the model checker (see the package documentation) on the fake driver.
 func TestStreamOrder(t *testing.T) {
@@ -70,6 +91,10 @@ func TestStreamOrder(t *testing.T) {
 	if d := durationEnv(t, envDuration, 0); d > 0 {
 		until, random, seeds = time.Now().Add(d), true, nil
 	}
+	nci := len(seeds)
+	if long() && !random && os.Getenv(envSeed) == "" {
+		seeds = append(append([]uint64(nil), seeds...), longSeeds...)
+	}
 	base := uint64(time.Now().UnixNano())
 	for i := 0; i < len(seeds) || !until.IsZero() && time.Now().Before(until); i++ {
 		var seed uint64
@@ -78,7 +103,11 @@ func TestStreamOrder(t *testing.T) {
 		} else {
 			seed = seeds[i]
 		}
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { checkSeed(t, rig, seed, steps, shrink) })
+		n := steps
+		if i >= nci && !random {
+			n = envInt(t, envSteps, longSteps*def/ciSteps)
+		}
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { checkSeed(t, rig, seed, n, shrink) })
 		if !ok && !until.IsZero() {
 			break
 		}

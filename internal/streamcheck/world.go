@@ -27,7 +27,9 @@ type Config struct {
 	PoolZero       bool              // pinned.Options.ZeroOnFree
 	PoolQuota      int64             // pinned.Options.Quota (0: none)
 	PoolShards     int               // pinned.Options.Shards (1: every operation takes the holder path)
+	Pressure       bool              // the device pressure profile: a small, full heap churned on every stream (DevicePressure)
 	TierBudget     uintptr           // uvm.Options.DeviceBudget, its VRAM taken from the device heap
+	TierHostQuota  int64             // the tier's host buffers from a pool of their own with this quota (uvm.Options.HostPool; 0: the tier's own pool)
 	Mover          copyengine.Method // the tier's copyengine.Batcher's method: fixed, so that a replay moves the same way
 	PurgeDelay     time.Duration
 }
@@ -58,30 +60,59 @@ func ConfigFor(seed uint64) Config {
 		c.PurgeDelay = time.Millisecond
 	}
 	c.Mover = []copyengine.Method{copyengine.MethodKernel, copyengine.MethodBatchAPI, copyengine.MethodPerCopy}[r.IntN(3)]
+	// The profiles, each drawn apart, so that everything above is what the seed without its
+	// bit draws.
 	if seed&LegacyMix != 0 {
-		// Drawn apart, so that everything above is what the seed without the bit draws.
 		r := newRand(seed, 3)
 		c.Legacy = true
 		for c.Blocking == 0 || c.Blocking == 1<<c.Streams-1 { // some of each
 			c.Blocking = uint32(r.IntN(1 << c.Streams))
 		}
 	}
+	if seed&DevicePressure != 0 {
+		r := newRand(seed, 4)
+		c.Pressure = true
+		c.Streams = 4
+		c.DeviceCapacity = 4 << 20
+		c.DeviceZero = true // every free queues a scrub: pending work on every freed block
+		c.DeviceQuota = 0
+		c.TierBudget = uintptr(256+256*r.IntN(2)) << 10
+	}
+	if seed&HostPressure != 0 {
+		r := newRand(seed, 5)
+		c.TierHostQuota = int64(c.TierBudget) * int64(2+r.IntN(2)) / 2 // 1 to 1.5 budgets
+	}
 	return c
 }
 
-// LegacyMix is the bit of a seed that asks for the legacy mix (Config.Legacy): some user
-// streams blocking, and operations on the legacy default stream too. Seeds below it draw what
-// they always drew: non-blocking streams only. Random seeds (-seeds, -long) have it half the
-// time.
-const LegacyMix = 1 << 63
+// The bits of a seed that ask for a profile: seeds below them draw what they always drew.
+// Random seeds (-seeds, -long) have each half the time.
+const (
+	// LegacyMix asks for the legacy mix (Config.Legacy): some user streams blocking, and
+	// operations on the legacy default stream too, frees ordered by the legacy stream alone
+	// (PoolRawFree from it to a blocking stream) among them.
+	LegacyMix = 1 << 63
+	// DevicePressure asks for a small device heap kept full by allocations and same-stream
+	// frees on every stream, with a scrub queued on each free (Config.Pressure): the
+	// conditions under which a stream heap that gave its memory away behind its stream's
+	// queued work (a self-trim) is found.
+	DevicePressure = 1 << 62
+	// HostPressure asks for the tier's host buffers from a pool of their own whose quota holds
+	// one to one and a half budgets (Config.TierHostQuota): evictions meet a full pool and drop
+	// the host copies of clean blocks, some of which a restore may still be reading.
+	HostPressure = 1 << 61
+)
 
 func (c Config) String() string {
 	legacy := ""
 	if c.Legacy {
 		legacy = fmt.Sprintf(" legacy{slot=%d blocking=%0*b}", c.Streams, c.Streams, c.Blocking)
 	}
-	return fmt.Sprintf("seed=%d streams=%d%s device{capacity=%dMiB zero=%v quota=%d} pool{zero=%v quota=%d shards=%d} tier{budget=%dKiB mover=%v} purge=%v",
-		c.Seed, c.Streams, legacy, c.DeviceCapacity>>20, c.DeviceZero, c.DeviceQuota, c.PoolZero, c.PoolQuota, c.PoolShards, c.TierBudget>>10, c.Mover, c.PurgeDelay)
+	if c.Pressure {
+		legacy += " pressure"
+	}
+	return fmt.Sprintf("seed=%d streams=%d%s device{capacity=%dMiB zero=%v quota=%d} pool{zero=%v quota=%d shards=%d} tier{budget=%dKiB host-quota=%d mover=%v} purge=%v",
+		c.Seed, c.Streams, legacy, c.DeviceCapacity>>20, c.DeviceZero, c.DeviceQuota, c.PoolZero, c.PoolQuota, c.PoolShards, c.TierBudget>>10, c.TierHostQuota, c.Mover, c.PurgeDelay)
 }
 
 // limits of what the generator keeps live.
@@ -144,9 +175,12 @@ type world struct {
 	heap *device.Heap
 	pool *pinned.Pool
 	tier *uvm.Tier
-	mv   *copyengine.Batcher
+	// tierPool is the tier's host pool when the configuration gives it one (TierHostQuota).
+	tierPool *pinned.Pool
+	mv       *copyengine.Batcher
 
 	streams []pubcuda.Stream
+	weights weights // the generator's, by the configuration's profiles
 
 	dev   map[int]*dblock
 	bufs  map[int]*pbuf
@@ -173,7 +207,7 @@ type world struct {
 }
 
 func newWorld(cfg Config, rig Rig) (*world, error) {
-	w := &world{cfg: cfg, rig: rig, pub: icuda.Wrap[*pubcuda.Device](rig.Dev),
+	w := &world{cfg: cfg, rig: rig, pub: icuda.Wrap[*pubcuda.Device](rig.Dev), weights: weightsFor(cfg),
 		dev: map[int]*dblock{}, bufs: map[int]*pbuf{}, tb: map[int]*ublock{}, counts: map[string]int{},
 	}
 	slots := cfg.Streams
@@ -197,9 +231,21 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("copyengine.New: %w", err)
 	}
-	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: int(cfg.TierBudget), Heap: w.heap, ThrashLapse: -1, Mover: w.mv})
+	if cfg.TierHostQuota > 0 {
+		w.tierPool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: poolCapacity, Quota: int(cfg.TierHostQuota), Shards: cfg.PoolShards, PurgeDelay: cfg.PurgeDelay})
+		if err != nil {
+			_ = w.mv.Close()
+			_ = w.pool.Close()
+			_ = w.heap.Close()
+			return nil, fmt.Errorf("pinned.New of the tier's pool: %w", err)
+		}
+	}
+	w.tier, err = uvm.New(w.pub, uvm.Options{DeviceBudget: int(cfg.TierBudget), Heap: w.heap, HostPool: w.tierPool, ThrashLapse: -1, Mover: w.mv})
 	if err != nil {
 		_ = w.mv.Close()
+		if w.tierPool != nil {
+			_ = w.tierPool.Close()
+		}
 		_ = w.pool.Close()
 		_ = w.heap.Close()
 		return nil, fmt.Errorf("uvm.New: %w", err)
@@ -247,6 +293,9 @@ func (w *world) abandon() {
 			_ = w.tier.Free(u.h)
 		}
 		_ = w.tier.Close()
+	}
+	if w.tierPool != nil {
+		_ = w.tierPool.Close()
 	}
 	if w.mv != nil {
 		_ = w.mv.Close()

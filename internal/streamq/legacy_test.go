@@ -21,18 +21,7 @@ func TestIdleKeepsLegacyOrder(t *testing.T) {
 		return
 	}
 	ss, bufs, p, _ := testStreams(t, dev, 1)
-	b, err := dev.StreamCreate(false) // blocking
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := dev.StreamSynchronize(b); err != nil {
-			t.Error(err)
-		}
-		if err := dev.StreamDestroy(b); err != nil {
-			t.Error(err)
-		}
-	}()
+	b := blockingStream(t, dev)
 	f.Hold(true)
 	defer f.Complete()
 	idle := func(what string, s streamq.Stream, want bool) {

@@ -65,6 +65,10 @@ type Lists[T any] struct {
 
 	scan []*List[T] // Poll's snapshot of the lists
 	lost []*List[T] // the lists Poll found lost, for Recover
+
+	forgot  map[Stream]struct{} // under mu: streams forgotten with no list made since (lists_seen.go)
+	nforgot atomic.Int32        // len(forgot), read without mu
+	checks  atomic.Int64        // streams asked of the driver (Check)
 }
 
 // List is the items deferred on one stream: open ones, pushed since its point was placed, and
@@ -124,7 +128,7 @@ func (l *List[T]) Stream() Stream { return l.s }
 // in the totals (nil: nothing), and a list leaves the lists at the linger'th poll in a row that
 // finds it empty (at least 1: at once).
 func NewLists[T any](points *Points, measure func(T) Tally, linger int) *Lists[T] {
-	return &Lists[T]{points: points, measure: measure, linger: max(linger, 1), m: map[Stream]*List[T]{}}
+	return &Lists[T]{points: points, measure: measure, linger: max(linger, 1), m: map[Stream]*List[T]{}, forgot: map[Stream]struct{}{}}
 }
 
 // OwnPoints makes the lists use the items' own points: pointOf(v) is an event v's pusher
@@ -173,6 +177,10 @@ func (ls *Lists[T]) Get(s Stream) *List[T] {
 	l := &List[T]{s: s}
 	ls.m[s] = l
 	ls.n.Store(int32(len(ls.m)))
+	if len(ls.forgot) > 0 { // a list for s: s is seen again (lists_seen.go)
+		delete(ls.forgot, s)
+		ls.nforgot.Store(int32(len(ls.forgot)))
+	}
 	ls.peak = max(ls.peak, len(ls.m))
 	return l
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // The lists' waits: lost lists recovered by one synchronize of the context, every stream
-// drained, one stream's items released after its synchronize, a stream forgotten.
+// drained, one stream's items released after its synchronize.
 
 // Lost returns the number of lists the polls found lost and Recover has not answered.
 func (ls *Lists[T]) Lost() int { return len(ls.lost) }
@@ -35,6 +35,22 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 		n := l.lostOpen // set by the reclaimer's Poll, as this is the reclaimer: it stays
 		l.mu.Unlock()
 		done = ls.release(l, n, done)
+	}
+	return done, nil
+}
+
+// Reclaim is Poll, then Recover of the lists the poll found lost (after as for Recover): it
+// appends to done what the streams have passed. Its error is the poll's when no list was lost;
+// none when Recover answered every refusal (the refused streams' items came back), else the
+// poll's and Recover's. It is the reclaimer's, as Poll is.
+func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
+	done, err := ls.Poll(done)
+	if ls.Lost() == 0 {
+		return done, err
+	}
+	done, rerr := ls.Recover(done, after)
+	if rerr != nil {
+		return done, errors.Join(err, rerr)
 	}
 	return done, nil
 }
@@ -95,16 +111,6 @@ func (ls *Lists[T]) release(l *List[T], n int, done []T) []T {
 		ls.last.CompareAndSwap(l, nil)
 	}
 	return done
-}
-
-// Forget is the start of forgetting stream s, which the caller is about to synchronize and
-// destroy: the list found last stops standing for s (a new stream may get its handle), and it
-// returns s's list in the lists, or nil, for Release(l, true, ...) once s is synchronized.
-func (ls *Lists[T]) Forget(s Stream) *List[T] {
-	if l := ls.last.Load(); l != nil && l.s == s {
-		ls.last.CompareAndSwap(l, nil)
-	}
-	return ls.Lookup(s)
 }
 
 // unlist takes l out of the lists: a push then takes a new list for its stream. The lists' lock

@@ -2,6 +2,7 @@ package streamq
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/pinmalloc/pinmalloc"
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -180,6 +181,63 @@ func (p *Points) WaitStream(s Stream) error {
 		return err
 	}
 	return p.dev.StreamSynchronize(streamLegacy)
+}
+
+// WaitLegacyOrder waits for the work the legacy default stream's implicit order puts before
+// work queued now on a blocking stream: the legacy stream's earlier work (a synchronize of
+// it); with dflt, before work on a default stream too: every blocking stream's earlier work
+// (a synchronize of the context). A stream's own synchronize covers neither: call it before
+// memory a blocking or default stream freed changes owner on that stream's synchronize alone
+// (a device heap's trim).
+func (p *Points) WaitLegacyOrder(dflt bool) error {
+	if dflt {
+		if err := p.dev.Synchronize(); err != nil {
+			return fmt.Errorf("synchronize the context: %w", err)
+		}
+		return nil
+	}
+	if err := p.dev.StreamSynchronize(streamLegacy); err != nil {
+		return fmt.Errorf("synchronize the legacy stream: %w", err)
+	}
+	return nil
+}
+
+// WaitLegacy waits for the work queued on the legacy default stream, after a synchronous copy
+// or memset that succeeded (err nil; an error is returned as it is). cuMemcpyHtoD from
+// pageable memory returns once the source is staged, with the DMA to the device possibly still
+// in flight, and cuMemcpyDtoD and cuMemsetD8 of device memory return before they have run (the
+// driver API's "API synchronization behavior"): without the wait, work on a non-blocking
+// stream, which does not wait for the legacy stream, could run before them.
+func (p *Points) WaitLegacy(err error) error {
+	if err != nil {
+		return err
+	}
+	return p.dev.StreamSynchronize(streamLegacy)
+}
+
+// Running returns the first of streams ss that has work queued and not run (cuStreamQuery),
+// or the legacy default stream when one of ss is blocking and it has (its earlier work is
+// ordered before theirs); running false when none has. A stream the driver refuses counts as
+// blocking: nothing says it is not.
+func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
+	blocking := false
+	for _, s := range ss {
+		if err := p.dev.StreamQuery(s); errors.Is(err, pinmalloc.ErrNotReady) {
+			return s, true, nil
+		}
+		if !blocking {
+			nb, err := p.NonBlocking(s)
+			blocking = err != nil || !nb
+		}
+	}
+	if blocking {
+		if err := p.dev.StreamQuery(streamLegacy); errors.Is(err, pinmalloc.ErrNotReady) {
+			return streamLegacy, true, nil
+		} else if err != nil {
+			return streamLegacy, false, err
+		}
+	}
+	return 0, false, nil
 }
 
 // WaitAll waits until every stream of the device's context has completed everything queued on

@@ -44,3 +44,22 @@ func testStreams(t *testing.T, dev *cuda.Device, n int) (ss []cuda.Stream, bufs 
 	}
 	return ss, bufs, p, events
 }
+
+// blockingStream makes a blocking stream of dev (ordered with the legacy default stream),
+// synchronized and destroyed when the test ends.
+func blockingStream(t *testing.T, dev *cuda.Device) streamq.Stream {
+	t.Helper()
+	b, err := dev.StreamCreate(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dev.StreamSynchronize(b); err != nil {
+			t.Error(err)
+		}
+		if err := dev.StreamDestroy(b); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}

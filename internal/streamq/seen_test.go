@@ -1,0 +1,159 @@
+package streamq_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+)
+
+// TestListsCheck: the one check of a stream new to a user (pinned.Pool, device.Heap and
+// uvm.Tier all call it): the per-thread default stream refused with ErrPerThreadStream, a
+// handle the driver does not know and a stream of another device refused with the driver's
+// error, a stream of the device accepted once with the driver (a point recorded in it) and
+// from then on with none, until it is forgotten or its list leaves.
+func TestListsCheck(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	ss, _, p, events := testStreams(t, dev, 2)
+	dev1 := f.Open(t, 1)
+	s1, err := dev1.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev1.StreamDestroy(s1)
+	ls := streamq.NewLists[int](p, nil, 1)
+	if _, err := ls.Check(streamq.PerThreadStream); !errors.Is(err, streamq.ErrPerThreadStream) {
+		t.Errorf("Check of the per-thread default stream: %v, want ErrPerThreadStream", err)
+	}
+	for _, s := range []streamq.Stream{0xdead, s1} {
+		if _, err := ls.Check(s); err == nil {
+			t.Errorf("Check of %#x (not a stream of device 0) accepted", s)
+		}
+	}
+	if ls.Checks() != 2 || ls.Streams() != 0 {
+		t.Fatalf("after three refusals: %d driver checks (want 2: the per-thread stream is refused first), %d streams (want 0)", ls.Checks(), ls.Streams())
+	}
+	records := f.Stat(fakecuda.EventRecords)
+	for range 3 {
+		for _, s := range append(ss, 0) { // the legacy stream too
+			l, err := ls.Check(s)
+			if err != nil || l.Stream() != s {
+				t.Fatalf("Check of stream %#x: %v, %v", s, l, err)
+			}
+		}
+	}
+	if n := f.Stat(fakecuda.EventRecords) - records; n != 3 || ls.Checks() != 5 {
+		t.Errorf("three streams checked nine times: %d points recorded, %d driver checks; want 3 and 5", n, ls.Checks())
+	}
+	if l := ls.Forget(ss[0]); l == nil {
+		t.Fatal("Forget of a stream checked: no list")
+	} else {
+		ls.Release(l, nil)
+	}
+	if _, err := ls.Check(ss[0]); err != nil || ls.Checks() != 6 {
+		t.Errorf("Check of a stream forgotten: %v, %d driver checks; want one more (6)", err, ls.Checks())
+	}
+	if events.Idle() != int(events.Created()) {
+		t.Errorf("%d events idle of %d created: a check kept one", events.Idle(), events.Created())
+	}
+}
+
+// TestListsForgotten: a stream forgotten (Forget) is Forgotten once its list has gone, and no
+// longer once a list is made for it again (a new stream may have its handle: what is recorded
+// on it then must wait for it); Prune takes the lists with no items out, and only those.
+func TestListsForgotten(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, _, p, _ := testStreams(t, dev, 3)
+	ls := streamq.NewLists[int](p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
+	if ls.Forgotten(ss[0]) {
+		t.Fatal("a stream never seen is forgotten")
+	}
+	l, err := ls.Check(ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls.Push(l, 1)
+	l = ls.Forget(ss[0])
+	if ls.Forgotten(ss[0]) {
+		t.Fatal("forgotten while its list still holds an item")
+	}
+	if done := ls.Release(l, nil); len(done) != 1 {
+		t.Fatalf("Release handed back %v, want the one item", done)
+	}
+	if !ls.Forgotten(ss[0]) || ls.Forgotten(ss[1]) {
+		t.Fatalf("forgotten: %v (want true), another stream %v (want false)", ls.Forgotten(ss[0]), ls.Forgotten(ss[1]))
+	}
+	if _, err := ls.Check(ss[0]); err != nil || ls.Forgotten(ss[0]) {
+		t.Fatalf("a forgotten stream checked again: %v; still forgotten %v", err, ls.Forgotten(ss[0]))
+	}
+	// Prune: an empty list leaves (checked again next time), one with items stays.
+	for _, s := range ss[1:] {
+		if _, err := ls.Check(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l2, _ := ls.Check(ss[2])
+	ls.Push(l2, 2)
+	ls.Prune()
+	if ls.Streams() != 1 || ls.Lookup(ss[2]) == nil {
+		t.Fatalf("after Prune: %d streams, want the one with an item", ls.Streams())
+	}
+	checks := ls.Checks()
+	if _, err := ls.Check(ss[1]); err != nil || ls.Checks() != checks+1 {
+		t.Errorf("a pruned stream is checked again: %v, %d checks (want %d)", err, ls.Checks(), checks+1)
+	}
+	if done := ls.Release(ls.Forget(ss[2]), nil); len(done) != 1 {
+		t.Fatalf("Release handed back %v", done)
+	}
+}
+
+// TestRunningKeepsLegacyOrder: Running finds a stream with work queued, and the legacy default
+// stream's work when a stream given is blocking (it is ordered before theirs), not when all are
+// non-blocking; WaitLegacyOrder runs the legacy stream's work, or the context's.
+func TestRunningKeepsLegacyOrder(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, bufs, p, _ := testStreams(t, dev, 1)
+	b := blockingStream(t, dev)
+	f.Hold(true)
+	defer f.Complete()
+	running := func(what string, given []streamq.Stream, want streamq.Stream, wantRunning bool) {
+		t.Helper()
+		s, r, err := p.Running(given)
+		if err != nil || r != wantRunning || r && s != want {
+			t.Fatalf("Running of %s: %#x, %v, %v; want %#x, %v", what, s, r, err, want, wantRunning)
+		}
+	}
+	running("idle streams", []streamq.Stream{ss[0], b}, 0, false)
+	if err := dev.MemsetD8Async(bufs[0], 1, 4096, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+	running("a busy non-blocking stream", []streamq.Stream{b, ss[0]}, ss[0], true)
+	f.CompleteStream(ss[0])
+	if err := dev.MemsetD8Async(bufs[0], 2, 4096, 0); err != nil { // on the legacy stream
+		t.Fatal(err)
+	}
+	running("a non-blocking stream, the legacy stream busy", []streamq.Stream{ss[0]}, 0, false)
+	running("a blocking stream, the legacy stream busy", []streamq.Stream{ss[0], b}, 0, true)
+	if err := p.WaitLegacyOrder(false); err != nil {
+		t.Fatal(err)
+	}
+	running("a blocking stream after WaitLegacyOrder", []streamq.Stream{b}, 0, false)
+	if err := dev.MemsetD8Async(bufs[0], 3, 4096, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitLegacyOrder(true); err != nil { // the context: b's work too
+		t.Fatal(err)
+	}
+	running("every stream after WaitLegacyOrder(true)", []streamq.Stream{ss[0], b}, 0, false)
+}
