@@ -157,7 +157,9 @@ func newPool(o Options) (*Pool, error) {
 }
 
 // Alloc returns a buffer of n bytes with len and cap n, aligned to the pool's alignment. Its
-// contents are undefined.
+// contents are undefined. When the pool is full while buffers freed in stream order
+// (FreeAsync, RecordStream) wait for their streams, Alloc waits for those streams (a
+// synchronize of each) and takes them back before it fails with ErrOutOfMemory.
 func (p *Pool) Alloc(n int) ([]byte, error) {
 	// The fast path, written out here so that it costs one call: a fast section on the P's
 	// shard (see shard.go) and the heap's non-blocking allocation. allocRest has the rest.
@@ -221,12 +223,21 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 // and once more after taking back what other shards and the streams hold.
 func (p *Pool) allocRest(n int, alignment uintptr) ([]byte, error) {
 	addr, err := p.allocOnce(uintptr(n), alignment)
-	for try := 0; err != nil && try < allocRetries && (errors.Is(err, heap.ErrOutOfMemory) || exhausted(err)); try++ {
+	for try := 0; err != nil && try < allocRetries && outOfMemory(err); try++ {
 		// Other shards may hold freed blocks they have not collected, and streams may have
 		// passed deferred ones: take them back, give the shards' free memory to the arena
 		// (which gives it back at once when the memlock limit refuses the retry), retry.
 		_ = p.reclaim(true)
 		p.collectAll()
+		addr, err = p.allocOnce(uintptr(n), alignment)
+	}
+	if err != nil && outOfMemory(err) && p.order != nil && p.order.returning() {
+		// Buffers freed in stream order still wait for their streams (a staging loop that
+		// queues copies faster than the GPU runs them): wait for those streams, as a device
+		// heap does, rather than fail with the memory about to come back.
+		if derr := p.waitDeferred(); derr != nil {
+			return nil, errors.Join(p.allocError(err, uintptr(n), alignment), derr)
+		}
 		addr, err = p.allocOnce(uintptr(n), alignment)
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/heap"
 )
 
 // The idle purge: what an idle pool gives back.
@@ -180,10 +181,11 @@ func (p *Pool) stopPurge() {
 	}
 }
 
-// exhausted reports whether an allocation failed for want of memory to commit: the memlock
-// limit, host or device memory. The free memory the shards keep may be what is missing.
-func exhausted(err error) bool {
-	return errors.Is(err, arena.ErrMemlock) || errors.Is(err, arena.ErrExhausted)
+// outOfMemory reports whether an allocation failed for want of memory: room in the heap, or
+// memory to commit (the memlock limit, host or device memory). The free memory the shards keep,
+// or the deferred buffers, may be what is missing.
+func outOfMemory(err error) bool {
+	return errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, arena.ErrMemlock) || errors.Is(err, arena.ErrExhausted)
 }
 
 // allocRetries bounds the retries of an allocation refused for want of memory, each after

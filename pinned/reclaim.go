@@ -37,6 +37,26 @@ func (p *Pool) reclaim(wait bool) error {
 	return p.order.reclaim(nil, wait)
 }
 
+// waitDeferred waits for the streams of the deferred buffers (a synchronize of each), frees the
+// buffers their waits cover and gives the shards' free memory to the arena: an allocation the
+// pool refused for want of memory while deferred buffers waited for their streams.
+func (p *Pool) waitDeferred() error {
+	p.flushAll()
+	o := p.order
+	o.reclMu.Lock()
+	var err error
+	if o.done, err = o.lists.Drain(o.done); err != nil {
+		err = fmt.Errorf("pinned: wait for the streams of deferred buffers: %w", err)
+	}
+	err = errors.Join(err, o.freeDone(nil))
+	if invariants.Enabled {
+		o.mustVerify()
+	}
+	o.reclMu.Unlock()
+	p.collectAll()
+	return err
+}
+
 // freeDeferred frees a deferred buffer for real, its streams having passed it: straight back
 // on its page when it is a block of on, the heap of a shard the caller holds (nil for none).
 func (p *Pool) freeDeferred(d deferred, on *heap.Heap) error {
