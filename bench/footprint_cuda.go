@@ -64,7 +64,7 @@ func footprintOnly(cfg *config) ([]benchCase, impl, func()) {
 		{torchName, func(int64) (allocator[[]byte], error) { return newTorchHost(lockedOrPageable(), nil), nil }},
 	}
 	cs = append(cs,
-		benchCase{name: "footprint/trace", group: "footprint", custom: func(s *suite) []result { return footprintTrace(s, sources) }},
+		benchCase{name: "footprint/trace", group: "footprint", custom: func(s *suite) []result { return traceSources(s, "footprint/trace", sources) }},
 		benchCase{name: "footprint/replay", group: "footprint", custom: func(s *suite) []result { return footprintReplay(s, sources[:2]) }},
 		benchCase{name: "footprint/device", group: "footprint", custom: func(s *suite) []result { return footprintDevice(s, dev) }},
 	)
@@ -96,14 +96,14 @@ func (pageableBacking) get(n int) (uintptr, error) {
 }
 func (pageableBacking) put(p uintptr, n int) error { return lockedBacking{}.put(p, n) }
 
-// footprintTrace plays the serving trace (the trace case's, paced) on each source.
-func footprintTrace(s *suite, sources []hostSource) []result {
+// traceSources plays the serving trace (the trace case's, paced) on each source, as case c.
+func traceSources(s *suite, c string, sources []hostSource) []result {
 	var out []result
 	for _, src := range sources {
 		if !s.cfg.implFilter.MatchString(src.name) {
 			continue
 		}
-		rs := resultSet{c: "footprint/trace", impl: src.name}
+		rs := resultSet{c: c, impl: src.name}
 		a, err := src.open(traceCapacity)
 		if err == nil {
 			var tr *traceResult

@@ -269,29 +269,7 @@ func (c *cudaSuite) hostPoolSetup(loc int32, size int64) func() (time.Duration, 
 // reserved bytes, the cache's blocks.
 func (c *cudaSuite) traceCase(srcs []hostSource) benchCase {
 	const name = "cuda-trace"
-	return benchCase{name: name, group: "gpu", custom: func(s *suite) []result {
-		var out []result
-		for _, src := range srcs {
-			if !s.cfg.implFilter.MatchString(src.name) {
-				continue
-			}
-			rs := resultSet{c: name, impl: src.name}
-			a, err := src.open(traceCapacity)
-			if err == nil {
-				var tr *traceResult
-				tr, err = traceLoop(a, s.trace)
-				err = errors.Join(err, a.close())
-				if err == nil {
-					rs.traced(tr)
-				}
-			}
-			if err != nil {
-				rs.fail(err)
-			}
-			out = append(out, rs.out...)
-		}
-		return out
-	}}
+	return benchCase{name: name, group: "gpu", custom: func(s *suite) []result { return traceSources(s, name, srcs) }}
 }
 
 // stager is a host source whose buffer can be freed while a copy queued on a stream still
