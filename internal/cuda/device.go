@@ -214,7 +214,6 @@ func (d *Device) closedError() error {
 	return fmt.Errorf("%w: CUDA device %d is closed", pinmalloc.ErrClosed, d.ordinal)
 }
 
-
 // Name returns the device's name ("NVIDIA H100 80GB HBM3").
 func (d *Device) Name() (string, error) { return d.drv.deviceName(d.dev) }
 
