@@ -25,10 +25,9 @@
 // in it last became unwanted and purged three ticks later. So a free reads no clock (a clock
 // read cost a quarter of a 1 MiB alloc+free pair on a VM). The stamp is per chunk: a chunk
 // whose memory keeps being claimed and given back keeps all of its unwanted memory until it
-// settles. A heap's freed pages that it keeps for reuse are tracked ranges (kept.go): they
+// settles. A heap's freed pages that it keeps for reuse are tracked ranges: they
 // stay wanted, with no arena call, while reused within the delay, and the same timer gives up
-// those left idle. commit.go and purge.go hold the two sides of that, each with the
-// invariants it keeps.
+// those left idle.
 //
 // # Lookup
 //

@@ -36,7 +36,7 @@
 // No CPU waits for them: the buffer comes back at a later allocation. ForgetStream, called
 // before a stream is destroyed, waits for it and forgets it. Other pools' memory is
 // copied by the driver as pageable memory, before the call returns, so their FreeAsync frees at
-// once. stream.go has the design.
+// once.
 //
 // # Reslicing and append
 //
@@ -73,7 +73,7 @@
 // (Stats, Usage, Trim, Close, the observers) holds shards from any goroutine: it revokes them,
 // makes every thread pass a memory barrier (internal/fence: one membarrier system call), and
 // waits for the fast sections under way to end. A goroutine whose shard is held meanwhile takes
-// a spill shard, a heap only holders use. shard.go has the protocol and its invariants.
+// a spill shard, a heap only holders use.
 //
 // Builds where fast sections cannot be trusted — the race detector (which cannot see the
 // barrier's ordering), the pinmalloc_noprocpin tag, a kernel without membarrier — and pools

@@ -1,0 +1,159 @@
+package pinmalloc_test
+
+import (
+	"go/ast"
+	"go/build"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// godocWords are what a user's `go doc` must not send them to: a source file (its name moves
+// and they do not read it), an issue of this project, "the notes above" of a comment go doc
+// does not print.
+var godocWords = regexp.MustCompile(`\b[A-Za-z0-9_/]+\.go\b|\b[Ii]ssue #?[0-9]+|\bnotes? above\b`)
+
+// TestPublicDocs: the doc comments `go doc -all` prints for the public packages (the package's,
+// and those of exported names, fields and methods) describe behaviour, not files or issues.
+func TestPublicDocs(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for _, dir := range publicPackages(t) {
+		for _, d := range publicDocs(t, dir) {
+			n++
+			for _, m := range godocWords.FindAllString(d.text, -1) {
+				t.Errorf("%s: the doc of %s names %q", d.where, d.name, m)
+			}
+		}
+	}
+	if n < 200 {
+		t.Fatalf("read %d doc comments: the walk is looking in the wrong place", n)
+	}
+}
+
+// TestPublicDocsCatches: the check finds each word it looks for.
+func TestPublicDocsCatches(t *testing.T) {
+	for _, s := range []string{"see kept.go", "(arena/numa.go)", "issue 25", "the notes above"} {
+		if !godocWords.MatchString(s) {
+			t.Errorf("%q passes the check", s)
+		}
+	}
+	for _, s := range []string{"go.mod", "the Go runtime", "it issues 25 calls"} {
+		if m := godocWords.FindString(s); m != "" && s != "go.mod" {
+			t.Errorf("%q fails the check (%q)", s, m)
+		}
+	}
+}
+
+// publicPackages returns the folders of the module's packages a user imports: not internal,
+// not a command or an example, not a nested module.
+func publicPackages(t *testing.T) []string {
+	var dirs []string
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		base := d.Name()
+		if path != "." && (strings.HasPrefix(base, ".") || base == "internal" || base == "examples" || base == "cmd" || base == "testdata") {
+			return filepath.SkipDir
+		}
+		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != "." {
+			return filepath.SkipDir
+		}
+		if m, _ := filepath.Glob(filepath.Join(path, "*.go")); len(m) > 0 {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+type docText struct{ where, name, text string }
+
+// publicDocs returns the doc comments go doc prints for the package in dir.
+func publicDocs(t *testing.T, dir string) []docText {
+	fset := token.NewFileSet()
+	var files []*ast.File
+	m, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+	for _, f := range m {
+		if ok, err := build.Default.MatchFile(dir, filepath.Base(f)); err != nil || !ok || strings.HasSuffix(f, "_test.go") {
+			continue // a test, or a file no build of the package includes (mksizeclasses.go)
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, af)
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	p, err := doc.NewFromFiles(fset, files, module+"/"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []docText
+	add := func(name string, pos token.Pos, text string) {
+		if text != "" {
+			out = append(out, docText{fset.Position(pos).String(), name, text})
+		}
+	}
+	add("package "+p.Name, files[0].Package, p.Doc)
+	values := func(vs []*doc.Value) {
+		for _, v := range vs {
+			add(strings.Join(v.Names, ", "), v.Decl.Pos(), v.Doc)
+			for _, s := range v.Decl.Specs {
+				if vs, ok := s.(*ast.ValueSpec); ok && vs.Names[0].IsExported() {
+					add(vs.Names[0].Name, vs.Pos(), vs.Doc.Text()+vs.Comment.Text())
+				}
+			}
+		}
+	}
+	funcs := func(prefix string, fs []*doc.Func) {
+		for _, f := range fs {
+			add(prefix+f.Name, f.Decl.Pos(), f.Doc)
+		}
+	}
+	values(p.Consts)
+	values(p.Vars)
+	funcs("", p.Funcs)
+	for _, ty := range p.Types {
+		add(ty.Name, ty.Decl.Pos(), ty.Doc)
+		values(ty.Consts)
+		values(ty.Vars)
+		funcs("", ty.Funcs)
+		funcs(ty.Name+".", ty.Methods)
+		for _, s := range ty.Decl.Specs {
+			ts, ok := s.(*ast.TypeSpec)
+			if !ok {
+				continue
+			}
+			var fields *ast.FieldList
+			switch st := ts.Type.(type) {
+			case *ast.StructType:
+				fields = st.Fields
+			case *ast.InterfaceType:
+				fields = st.Methods
+			}
+			if fields == nil {
+				continue
+			}
+			for _, f := range fields.List {
+				if len(f.Names) == 0 || !f.Names[0].IsExported() {
+					continue
+				}
+				add(ty.Name+"."+f.Names[0].Name, f.Pos(), f.Doc.Text()+f.Comment.Text())
+			}
+		}
+	}
+	return out
+}
