@@ -6,9 +6,10 @@
 // # Methods
 //
 //   - MethodKernel: one launch of a gather/scatter kernel per batch, for scattered small
-//     blocks, where one copy per block is bound by the cost of a driver call (the GPU check's batch-* cases and calibration measure the three
-//     methods; docs/bench.md keeps an earlier session's H100 figures, unreproduced). It runs on
-//     the SMs, so it competes with the caller's kernels:
+//     blocks, where one copy per block is bound by the cost of a driver call (the GPU check's
+//     batch-* cases and calibration measure the three methods; docs/bench.md keeps an earlier
+//     session's H100 figures, unreproduced). It runs on the SMs, so it competes with the
+//     caller's kernels:
 //     Options.LowPriority moves it to a stream of the device's least priority with a bounded
 //     grid, and Options.SMShare caps its grid at a share of the device's multiprocessors.
 //   - MethodBatchAPI: one cuMemcpyBatchAsync_v2 call (CUDA 13.0 drivers): the copy
