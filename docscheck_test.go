@@ -156,8 +156,9 @@ func placeholder(w string) bool {
 // repoTree answers what the checks ask of the repository at root.
 type repoTree struct {
 	root  string
-	env   map[string]bool // the PINMALLOC_ variables some source file names
-	names map[string]bool // the base names of the repository's files (fileNamed)
+	env   map[string]bool        // the PINMALLOC_ variables some source file names
+	names map[string]bool        // the base names of the repository's files (fileNamed)
+	files map[string][]*ast.File // goFiles' answers, by folder and kind
 }
 
 func (r *repoTree) exists(rel string) bool {
@@ -179,8 +180,16 @@ func (r *repoTree) moduleOf(rel string) string {
 
 // goFiles parses the Go files of a package folder: its test files or the others.
 func (r *repoTree) goFiles(dir string, tests bool) []*ast.File {
+	key := fmt.Sprint(dir, tests)
+	if files, ok := r.files[key]; ok {
+		return files
+	}
+	if r.files == nil {
+		r.files = map[string][]*ast.File{}
+	}
 	ents, _ := os.ReadDir(filepath.Join(r.root, dir))
 	var files []*ast.File
+	defer func() { r.files[key] = files }()
 	for _, e := range ents {
 		n := e.Name()
 		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") != tests {
