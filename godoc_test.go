@@ -25,10 +25,16 @@ func TestPublicDocs(t *testing.T) {
 	t.Parallel()
 	n := 0
 	for _, dir := range publicPackages(t) {
-		for _, d := range publicDocs(t, dir) {
+		docs, unexported := publicDocs(t, dir)
+		for _, d := range docs {
 			n++
 			for _, m := range godocWords.FindAllString(d.text, -1) {
 				t.Errorf("%s: the doc of %s names %q", d.where, d.name, m)
+			}
+			for _, w := range regexp.MustCompile(`\b[a-z]+[A-Z][A-Za-z0-9]*\b`).FindAllString(d.text, -1) {
+				if unexported[w] {
+					t.Errorf("%s: the doc of %s names %s, which the user cannot see", d.where, d.name, w)
+				}
 			}
 		}
 	}
@@ -79,8 +85,9 @@ func publicPackages(t *testing.T) []string {
 
 type docText struct{ where, name, text string }
 
-// publicDocs returns the doc comments go doc prints for the package in dir.
-func publicDocs(t *testing.T, dir string) []docText {
+// publicDocs returns the doc comments go doc prints for the package in dir, and the package's
+// unexported names (functions, methods, types, constants, variables).
+func publicDocs(t *testing.T, dir string) ([]docText, map[string]bool) {
 	fset := token.NewFileSet()
 	var files []*ast.File
 	m, _ := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -95,7 +102,27 @@ func publicDocs(t *testing.T, dir string) []docText {
 		files = append(files, af)
 	}
 	if len(files) == 0 {
-		return nil
+		return nil, nil
+	}
+	unexported := map[string]bool{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				unexported[d.Name.Name] = !d.Name.IsExported()
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						unexported[s.Name.Name] = !s.Name.IsExported()
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							unexported[n.Name] = !n.IsExported()
+						}
+					}
+				}
+			}
+		}
 	}
 	p, err := doc.NewFromFiles(fset, files, module+"/"+dir)
 	if err != nil {
@@ -155,5 +182,5 @@ func publicDocs(t *testing.T, dir string) []docText {
 			}
 		}
 	}
-	return out
+	return out, unexported
 }

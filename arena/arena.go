@@ -3,7 +3,7 @@
 //
 // # Design
 //
-// An Arena owns up to maxRegions regions, reserved from its provider on demand until their sizes
+// An Arena owns up to 64 regions, reserved from its provider on demand until their sizes
 // add up to the arena's capacity. Each region is cut into chunks (2 MiB by default: the huge page,
 // the GPU large page and the CUDA VMM granule) on a grid that starts at the region's base, or at
 // the first address after it that meets Options.Align. Because the grid is base-relative, a

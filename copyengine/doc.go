@@ -32,7 +32,7 @@
 // The kernel reads the job array from pinned host memory mapped for the device (cuMemHostAlloc
 // with DEVICEMAP), a staging buffer the Batcher owns. A buffer is written by Copy, read by the
 // launch, and reused only once an event recorded after that launch has completed; the Batcher
-// keeps up to maxStages buffers in a FIFO ring and waits for the oldest
+// keeps up to 4 buffers in a FIFO ring and waits for the oldest
 // (cuEventSynchronize) only when all are in flight. The PTX is loaded once per Batcher (the
 // driver caches the JIT result across processes).
 //

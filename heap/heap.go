@@ -44,7 +44,7 @@
 // take no lock and must not run concurrently with each other. Frees may come from any
 // goroutine through Group.Free (or Heap.Free of another heap's block): they are lock-free. Any
 // free moves the block's state word out of the live states with one compare-and-swap, which
-// detects a double free exactly, even between racing goroutines (see freedRemote); the owner's
+// detects a double free exactly, even between racing goroutines; the owner's
 // allocation is a plain store, and so is the owner's free on a page no other goroutine has
 // touched. A remote free then sets the block's bit in the page's remote
 // bitmap with one atomic OR and, the first time, pushes the page onto its owner's lock-free
@@ -67,7 +67,7 @@
 //     exclusive; one that had a block held never becomes exclusive again, and another
 //     becomes so again only when no other goroutine is at work on it (reexclusive);
 //   - an entry of the owner's page cache names a live class page of the heap;
-//   - a small class's spare (see pageChanged) is an empty page of the class on its available
+//   - a small class's spare is an empty page of the class on its available
 //     list, not its current page;
 //   - a kept object or huge page is tracked (page.tracked) from its first free until dropped;
 //     while kept its range is idle or given up, never busy; a live one's range is busy and
@@ -102,7 +102,7 @@
 //   - An empty page goes back to its segment, in the same heap. An empty segment, freed kept
 //     object pages and huge objects go to the arena (RetainSpare), where any heap of the group
 //     may take them, and their memory to the arena's purge; a RetainSegments heap keeps all of
-//     them, committed, never trims itself (fromArena does not, even with the arena full) and
+//     them, committed, never trims itself (not even with the arena full) and
 //     gives nothing to the purge: only its owner's Trim or Close moves its memory, and the owner
 //     calls them once nothing uses it (device synchronizes the stream first).
 //   - The arena decommits only memory no span wants (the purge, Trim): memory the heaps gave

@@ -238,7 +238,7 @@ func (h *Heap) TryFindFrom(p, n uintptr) (r BlockRef, ok bool) {
 }
 
 // TryHoldRef is Hold by the heap's owner of block r, found by TryFindFrom, as TryHoldSized
-// holds: a plain store while the page is exclusive (holdExcl), else the compare-and-swap. ok
+// holds: a plain store while the page is exclusive, else the compare-and-swap. ok
 // is false, and nothing has changed, where r.Hold's would be or where a sharer is at work on
 // the page: call r.Hold after FindFrom. It is non-blocking.
 func (h *Heap) TryHoldRef(r BlockRef) (first, ok bool) {

@@ -63,7 +63,7 @@ func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 
 // AcquireContext is Acquire, except that when every evictable byte is acquired
 // (ErrAllPinned) it waits for room instead of failing: it tries again after each Release,
-// ReleaseHost or Free of the tier, and at least every allPinnedRetry (memory another user of a
+// ReleaseHost or Free of the tier, and at least every 10 ms (memory another user of a
 // shared device heap frees is not seen otherwise), until it succeeds, fails otherwise, or ctx
 // is done: then ctx's error is returned, joined with ErrAllPinned. Like Acquire, it does not
 // wait for copies.
