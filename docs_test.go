@@ -32,6 +32,7 @@ func TestDocs(t *testing.T) {
 	t.Parallel()
 	docs := docFiles(t)
 	r := &repoTree{root: ".", env: sourceEnv(".")}
+	pkgs := publicPackageNames(t)
 	var cmds []docCommand
 	for _, doc := range docs {
 		b, err := os.ReadFile(doc)
@@ -39,6 +40,9 @@ func TestDocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range r.docPathProblems(doc, string(b)) {
+			t.Error(p)
+		}
+		for _, p := range r.docNameProblems(doc, string(b), pkgs) {
 			t.Error(p)
 		}
 		cmds = append(cmds, docCommands(doc, string(b))...)
@@ -74,12 +78,12 @@ func TestDocs(t *testing.T) {
 		}
 	}
 	bin := docsBinDir(t)
-	pkgs := sortedSet(mains)
-	out, err := exec.Command("go", append([]string{"build", "-o", bin + "/"}, pkgs...)...).CombinedOutput()
+	mainPkgs := sortedSet(mains)
+	out, err := exec.Command("go", append([]string{"build", "-o", bin + "/"}, mainPkgs...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build %v: %v\n%s", pkgs, err, out)
+		t.Fatalf("go build %v: %v\n%s", mainPkgs, err, out)
 	}
-	for _, p := range pkgs {
+	for _, p := range mainPkgs {
 		exe := filepath.Join(bin, filepath.Base(mainDir(p)))
 		help, err := exec.Command(exe, "-h").CombinedOutput()
 		if err != nil || !strings.Contains(strings.ToLower(string(help)), "usage") {
@@ -114,12 +118,15 @@ func TestDocsCheckCatches(t *testing.T) {
 		{"Run `cd nosuchdir && go run .`", "no folder nosuchdir"},
 		{"```sh\ncd bench\ngo run . -nosuchflag\n```", "bench defines no flag -nosuchflag"},
 		{"Reproduce: `cd bench && go run . -quick -out results`", "writes over the committed results"},
+		{"Use `pinned.NoSuchFunc(n)` to ...", "package pinned declares no NoSuchFunc"},
+		{"as `device.Heap.NoSuchMethod` does", "device.Heap has no method or field NoSuchMethod"},
 	} {
 		var problems []string
 		for _, c := range docCommands("README.md", tc.line) {
 			problems = append(problems, r.checkDocCommand(c)...)
 		}
 		problems = append(problems, r.docPathProblems("README.md", tc.line)...)
+		problems = append(problems, r.docNameProblems("README.md", tc.line, publicPackageNames(t))...)
 		if !strings.Contains(strings.Join(problems, "\n"), tc.want) {
 			t.Errorf("%q: problems %q, want one saying %q", tc.line, problems, tc.want)
 		}
@@ -136,6 +143,18 @@ func TestDocsCheckCatches(t *testing.T) {
 			t.Errorf("%q: problems %q, want none", ok, problems)
 		}
 	}
+}
+
+// publicPackageNames maps the name of each public package to its folder (cudatest to
+// cuda/cudatest, pinmalloc to the root).
+func publicPackageNames(t *testing.T) map[string]string {
+	m := map[string]string{"pinmalloc": "."}
+	for _, dir := range publicPackages(t) {
+		if dir != "." {
+			m[filepath.Base(dir)] = dir
+		}
+	}
+	return m
 }
 
 // docFiles returns the docs the test reads.

@@ -570,3 +570,108 @@ func sourceEnv(root string) map[string]bool {
 	})
 	return env
 }
+
+// docNameRe finds a qualified name in a doc's inline code: pinned.Options, device.Heap.Alloc.
+var docNameRe = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.([A-Z][A-Za-z0-9_]*)(?:\.([A-Z][A-Za-z0-9_]*))?`)
+
+// exportedNames returns, for a package folder, its exported top-level names and, for each of its
+// types, "Type.Member" for its methods and fields (embedded types' included by their name).
+func (r *repoTree) exportedNames(dir string) map[string]bool {
+	names := map[string]bool{}
+	for _, f := range r.goFiles(dir, false) {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					names[d.Name.Name] = true
+					continue
+				}
+				t := d.Recv.List[0].Type
+				if s, ok := t.(*ast.StarExpr); ok {
+					t = s.X
+				}
+				if ix, ok := t.(*ast.IndexExpr); ok {
+					t = ix.X
+				}
+				if id, ok := t.(*ast.Ident); ok {
+					names[id.Name+"."+d.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						names[s.Name.Name] = true
+						names[s.Name.Name+"#type"] = true
+						var fields *ast.FieldList
+						switch st := s.Type.(type) {
+						case *ast.StructType:
+							fields = st.Fields
+						case *ast.InterfaceType:
+							fields = st.Methods
+						}
+						if fields == nil {
+							continue
+						}
+						for _, fl := range fields.List {
+							for _, n := range fl.Names {
+								names[s.Name.Name+"."+n.Name] = true
+							}
+							if len(fl.Names) == 0 { // embedded: its name
+								t := fl.Type
+								if st, ok := t.(*ast.StarExpr); ok {
+									t = st.X
+								}
+								switch t := t.(type) {
+								case *ast.Ident:
+									names[s.Name.Name+"."+t.Name] = true
+								case *ast.SelectorExpr:
+									names[s.Name.Name+"."+t.Sel.Name] = true
+								}
+							}
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							names[n.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	return names
+}
+
+// docNameProblems checks the qualified names a doc's inline code gives (pkg.Name and
+// pkg.Type.Member, for the module's public packages by their names): each must be declared.
+func (r *repoTree) docNameProblems(doc, text string, pkgs map[string]string) []string {
+	var problems []string
+	known := map[string]map[string]bool{}
+	for i, l := range strings.Split(text, "\n") {
+		for _, span := range docInline.FindAllStringSubmatch(l, -1) {
+			for _, ix := range docNameRe.FindAllStringSubmatchIndex(span[1], -1) {
+				if ix[0] > 0 && span[1][ix[0]-1] == '/' {
+					continue // internal/cuda.Lacks: a package of the same name elsewhere
+				}
+				m := []string{span[1][ix[0]:ix[1]], span[1][ix[2]:ix[3]], span[1][ix[4]:ix[5]], ""}
+				if ix[6] >= 0 {
+					m[3] = span[1][ix[6]:ix[7]]
+				}
+				dir, ok := pkgs[m[1]]
+				if !ok {
+					continue
+				}
+				if known[dir] == nil {
+					known[dir] = r.exportedNames(dir)
+				}
+				names := known[dir]
+				switch {
+				case !names[m[2]]:
+					problems = append(problems, fmt.Sprintf("%s:%d: `%s`: package %s declares no %s", doc, i+1, span[1], m[1], m[2]))
+				case m[3] != "" && names[m[2]+"#type"] && !names[m[2]+"."+m[3]]:
+					problems = append(problems, fmt.Sprintf("%s:%d: `%s`: %s.%s has no method or field %s", doc, i+1, span[1], m[1], m[2], m[3]))
+				}
+			}
+		}
+	}
+	return problems
+}
