@@ -77,7 +77,8 @@ func (f *fitWriter) endTable() error {
 // columns is a line's display width.
 func columns(s string) int { return utf8.RuneCountInString(s) }
 
-// wrapLine breaks l at spaces into lines of at most width columns; the lines after the first
+// wrapLine breaks l at spaces (after a comma or a semicolon where it can) into lines of at most
+// width columns; the lines after the first
 // are indented four columns past l's own indentation (at most 12). A word longer than a line
 // stays whole.
 func wrapLine(l string, width int) []string {
@@ -88,16 +89,24 @@ func wrapLine(l string, width int) []string {
 	indent := strings.Repeat(" ", min(lead+4, 12))
 	var out []string
 	for columns(l) > width {
-		// The last space that leaves at most width columns before it, past the indentation.
-		cut, n := -1, 0
+		// The last space that leaves at most width columns before it, past the indentation;
+		// the last after a comma or a semicolon rather, where one leaves half the line or more,
+		// so that "112.0 ns" stays whole in a list.
+		cut, clause, n := -1, -1, 0
 		for i, r := range l {
 			if n > width {
 				break
 			}
 			if r == ' ' && i > lead {
 				cut = i
+				if c := l[i-1]; (c == ',' || c == ';') && n >= width/2 {
+					clause = i
+				}
 			}
 			n++
+		}
+		if clause > 0 {
+			cut = clause
 		}
 		if cut < 0 { // one word longer than the line: break after it
 			cut = strings.IndexByte(l[lead:], ' ')

@@ -36,6 +36,9 @@ func TestFitWriter(t *testing.T) {
 		}
 	}
 	got := out.String()
+	if strings.Contains(got, ".5\n") {
+		t.Errorf("a figure was cut from its unit (a list wraps after its commas):\n%s", got)
+	}
 	if !strings.HasPrefix(got, "[ 1/27] pair/16B      pinmalloc-heap") || !strings.Contains(got, "\n    pinmalloc-heap") {
 		t.Errorf("the progress line lost its spacing or its hanging indent:\n%s", got)
 	}
