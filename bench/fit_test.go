@@ -84,7 +84,7 @@ func TestOutputWidth(t *testing.T) {
 			t.Errorf("line %d is %d columns wide: %q", i+1, columns(l), l)
 		}
 	}
-	if !strings.Contains(out, "more not measured: their cases were not run") {
+	if !strings.Contains(out, "more not measured: their cases were not in this run") {
 		t.Errorf("the targets this run did not measure are not summed up in one line:\n%s", out)
 	}
 	code, out = runMain(t, nil, "-quick", "-wide", "-cases", "^pair/16B$", "-out", dir)

@@ -401,11 +401,11 @@ func printTargets(w io.Writer, ts []target) {
 			fmt.Fprintf(w, "\n(%s: pinmalloc's figures are without locking)\n", note)
 		}
 		fmt.Fprintln(w)
-		skipped := 0
+		var skipped []string
 		for _, t := range here {
 			count[t.Status]++
 			if notRun(t) {
-				skipped++
+				skipped = append(skipped, t.Name)
 				continue
 			}
 			line(t)
@@ -413,8 +413,11 @@ func printTargets(w io.Writer, ts []target) {
 				unreachable++
 			}
 		}
-		if skipped > 0 {
-			fmt.Fprintf(w, "- %d more not measured: their cases were not run (-cases); run without -cases to grade them\n", skipped)
+		switch {
+		case len(skipped) > 6:
+			fmt.Fprintf(w, "- %d more not measured: their cases were not in this run (-cases, or a suite run alone: -footprint)\n", len(skipped))
+		case len(skipped) > 0:
+			fmt.Fprintf(w, "- not measured: %s (their cases were not in this run: -cases, or a suite run alone: -footprint)\n", strings.Join(skipped, ", "))
 		}
 	}
 	if len(gpu) > 0 {
