@@ -252,6 +252,9 @@ func testNames(files []*ast.File) []string {
 func (r *repoTree) buildTags(mod string) map[string]bool {
 	tags := map[string]bool{}
 	_ = filepath.WalkDir(filepath.Join(r.root, mod), func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == "vendor" {
+			return filepath.SkipDir
+		}
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
 			return nil
 		}
@@ -532,7 +535,7 @@ func (r *repoTree) fileNamed(name string) bool {
 			if err != nil {
 				return nil
 			}
-			if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != r.root {
+			if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "vendor") && path != r.root {
 				return filepath.SkipDir
 			}
 			r.names[d.Name()] = true
@@ -551,7 +554,7 @@ func sourceEnv(root string) map[string]bool {
 			return nil
 		}
 		if d.IsDir() {
-			if n := d.Name(); n != "." && path != root && (strings.HasPrefix(n, ".") && n != ".ci" || n == "testdata") {
+			if n := d.Name(); n != "." && path != root && (strings.HasPrefix(n, ".") && n != ".ci" || n == "testdata" || n == "vendor") {
 				return filepath.SkipDir
 			}
 			return nil

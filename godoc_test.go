@@ -66,7 +66,7 @@ func publicPackages(t *testing.T) []string {
 			return err
 		}
 		base := d.Name()
-		if path != "." && (strings.HasPrefix(base, ".") || base == "internal" || base == "examples" || base == "cmd" || base == "testdata") {
+		if path != "." && (strings.HasPrefix(base, ".") || base == "internal" || base == "examples" || base == "cmd" || base == "testdata" || base == "vendor") {
 			return filepath.SkipDir
 		}
 		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != "." {

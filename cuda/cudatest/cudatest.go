@@ -61,7 +61,8 @@ import (
 // reports the child's result as the test's, and returns nil, nil: the caller returns at once.
 // In the child it returns the open device. At the test's cleanup, after the cleanups registered
 // later, it checks that nothing allocated through the device is still live (heaps, pools, tiers,
-// streams and events left open fail the test), and closes it.
+// streams and events left open fail the test, each named by the library call that made its
+// memory or handle and the line of the test that made that call), and closes it.
 //
 // It skips the test when no C compiler or no cgo is available, and fails it when called from a
 // subtest.
