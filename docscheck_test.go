@@ -605,13 +605,7 @@ func (r *repoTree) exportedNames(dir string) map[string]bool {
 					case *ast.TypeSpec:
 						names[s.Name.Name] = true
 						names[s.Name.Name+"#type"] = true
-						var fields *ast.FieldList
-						switch st := s.Type.(type) {
-						case *ast.StructType:
-							fields = st.Fields
-						case *ast.InterfaceType:
-							fields = st.Methods
-						}
+						fields := membersOf(s.Type)
 						if fields == nil {
 							continue
 						}

@@ -85,6 +85,17 @@ func publicPackages(t *testing.T) []string {
 
 type docText struct{ where, name, text string }
 
+// membersOf returns the fields of a struct type or the methods of an interface type, else nil.
+func membersOf(t ast.Expr) *ast.FieldList {
+	switch t := t.(type) {
+	case *ast.StructType:
+		return t.Fields
+	case *ast.InterfaceType:
+		return t.Methods
+	}
+	return nil
+}
+
 // publicDocs returns the doc comments go doc prints for the package in dir, and the package's
 // unexported names (functions, methods, types, constants, variables).
 func publicDocs(t *testing.T, dir string) ([]docText, map[string]bool) {
@@ -164,13 +175,7 @@ func publicDocs(t *testing.T, dir string) ([]docText, map[string]bool) {
 			if !ok {
 				continue
 			}
-			var fields *ast.FieldList
-			switch st := ts.Type.(type) {
-			case *ast.StructType:
-				fields = st.Fields
-			case *ast.InterfaceType:
-				fields = st.Methods
-			}
+			fields := membersOf(ts.Type)
 			if fields == nil {
 				continue
 			}
