@@ -45,6 +45,9 @@ func TestDocs(t *testing.T) {
 		for _, p := range r.docNameProblems(doc, string(b), pkgs) {
 			t.Error(p)
 		}
+		for _, p := range r.docMemberProblems(doc, string(b), pkgs) {
+			t.Error(p)
+		}
 		cmds = append(cmds, docCommands(doc, string(b))...)
 	}
 	if len(cmds) < 20 {
@@ -120,6 +123,7 @@ func TestDocsCheckCatches(t *testing.T) {
 		{"Reproduce: `cd bench && go run . -quick -out results`", "writes over the committed results"},
 		{"Use `pinned.NoSuchFunc(n)` to ...", "package pinned declares no NoSuchFunc"},
 		{"as `device.Heap.NoSuchMethod` does", "device.Heap has no method or field NoSuchMethod"},
+		{"set `Options.NoSuchField`", "no public type Options has a method or field NoSuchField"},
 	} {
 		var problems []string
 		for _, c := range docCommands("README.md", tc.line) {
@@ -127,6 +131,7 @@ func TestDocsCheckCatches(t *testing.T) {
 		}
 		problems = append(problems, r.docPathProblems("README.md", tc.line)...)
 		problems = append(problems, r.docNameProblems("README.md", tc.line, publicPackageNames(t))...)
+		problems = append(problems, r.docMemberProblems("README.md", tc.line, publicPackageNames(t))...)
 		if !strings.Contains(strings.Join(problems, "\n"), tc.want) {
 			t.Errorf("%q: problems %q, want one saying %q", tc.line, problems, tc.want)
 		}

@@ -672,3 +672,41 @@ func (r *repoTree) docNameProblems(doc, text string, pkgs map[string]string) []s
 	}
 	return problems
 }
+
+// docMemberRe finds an unqualified Type.Member in a doc's inline code: Options.Quota,
+// Pool.DevicePointer.
+var docMemberRe = regexp.MustCompile(`\b([A-Z][A-Za-z0-9]*)\.([A-Z][A-Za-z0-9_]*)\b`)
+
+// docMemberProblems checks each unqualified Type.Member of a doc's inline code whose Type is a
+// type of a public package: some such type (any package's: the doc's context says which) must
+// have the member.
+func (r *repoTree) docMemberProblems(doc, text string, pkgs map[string]string) []string {
+	members := map[string]map[string]bool{} // type name to its members, over every package
+	for _, dir := range pkgs {
+		for n := range r.exportedNames(dir) {
+			typ, member, ok := strings.Cut(n, ".")
+			if ok || strings.HasSuffix(n, "#type") {
+				typ = strings.TrimSuffix(typ, "#type")
+				if members[typ] == nil {
+					members[typ] = map[string]bool{}
+				}
+				members[typ][member] = true
+			}
+		}
+	}
+	var problems []string
+	for i, l := range strings.Split(text, "\n") {
+		for _, span := range docInline.FindAllStringSubmatch(l, -1) {
+			for _, ix := range docMemberRe.FindAllStringSubmatchIndex(span[1], -1) {
+				if ix[0] > 0 && (span[1][ix[0]-1] == '.' || span[1][ix[0]-1] == '/') {
+					continue // pkg.Type.Member: docNameProblems checks it
+				}
+				typ, member := span[1][ix[2]:ix[3]], span[1][ix[4]:ix[5]]
+				if m, ok := members[typ]; ok && !m[member] {
+					problems = append(problems, fmt.Sprintf("%s:%d: `%s`: no public type %s has a method or field %s", doc, i+1, span[1], typ, member))
+				}
+			}
+		}
+	}
+	return problems
+}
