@@ -159,6 +159,10 @@ type repoTree struct {
 	env   map[string]bool        // the PINMALLOC_ variables some source file names
 	names map[string]bool        // the base names of the repository's files (fileNamed)
 	files map[string][]*ast.File // goFiles' answers, by folder and kind
+	// exported holds exportedNames' answers by folder; members maps each public type name to
+	// its members over every public package (docMemberProblems).
+	exported map[string]map[string]bool
+	members  map[string]map[string]bool
 }
 
 func (r *repoTree) exists(rel string) bool {
@@ -580,7 +584,14 @@ var docNameRe = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.([A-Z][A-Za-z0-9_]*)(?:\
 // exportedNames returns, for a package folder, its exported top-level names and, for each of its
 // types, "Type.Member" for its methods and fields (embedded types' included by their name).
 func (r *repoTree) exportedNames(dir string) map[string]bool {
+	if names, ok := r.exported[dir]; ok {
+		return names
+	}
+	if r.exported == nil {
+		r.exported = map[string]map[string]bool{}
+	}
 	names := map[string]bool{}
+	r.exported[dir] = names
 	for _, f := range r.goFiles(dir, false) {
 		for _, d := range f.Decls {
 			switch d := d.(type) {
@@ -642,7 +653,6 @@ func (r *repoTree) exportedNames(dir string) map[string]bool {
 // pkg.Type.Member, for the module's public packages by their names): each must be declared.
 func (r *repoTree) docNameProblems(doc, text string, pkgs map[string]string) []string {
 	var problems []string
-	known := map[string]map[string]bool{}
 	for i, l := range strings.Split(text, "\n") {
 		for _, span := range docInline.FindAllStringSubmatch(l, -1) {
 			for _, ix := range docNameRe.FindAllStringSubmatchIndex(span[1], -1) {
@@ -657,10 +667,7 @@ func (r *repoTree) docNameProblems(doc, text string, pkgs map[string]string) []s
 				if !ok {
 					continue
 				}
-				if known[dir] == nil {
-					known[dir] = r.exportedNames(dir)
-				}
-				names := known[dir]
+				names := r.exportedNames(dir)
 				switch {
 				case !names[m[2]]:
 					problems = append(problems, fmt.Sprintf("%s:%d: `%s`: package %s declares no %s", doc, i+1, span[1], m[1], m[2]))
@@ -681,19 +688,10 @@ var docMemberRe = regexp.MustCompile(`\b([A-Z][A-Za-z0-9]*)\.([A-Z][A-Za-z0-9_]*
 // type of a public package: some such type (any package's: the doc's context says which) must
 // have the member.
 func (r *repoTree) docMemberProblems(doc, text string, pkgs map[string]string) []string {
-	members := map[string]map[string]bool{} // type name to its members, over every package
-	for _, dir := range pkgs {
-		for n := range r.exportedNames(dir) {
-			typ, member, ok := strings.Cut(n, ".")
-			if ok || strings.HasSuffix(n, "#type") {
-				typ = strings.TrimSuffix(typ, "#type")
-				if members[typ] == nil {
-					members[typ] = map[string]bool{}
-				}
-				members[typ][member] = true
-			}
-		}
+	if r.members == nil {
+		r.members = r.typeMembers(pkgs)
 	}
+	members := r.members
 	var problems []string
 	for i, l := range strings.Split(text, "\n") {
 		for _, span := range docInline.FindAllStringSubmatch(l, -1) {
@@ -709,4 +707,22 @@ func (r *repoTree) docMemberProblems(doc, text string, pkgs map[string]string) [
 		}
 	}
 	return problems
+}
+
+// typeMembers maps each type name of the packages to its members, over all of them.
+func (r *repoTree) typeMembers(pkgs map[string]string) map[string]map[string]bool {
+	members := map[string]map[string]bool{}
+	for _, dir := range pkgs {
+		for n := range r.exportedNames(dir) {
+			typ, member, ok := strings.Cut(n, ".")
+			if ok || strings.HasSuffix(n, "#type") {
+				typ = strings.TrimSuffix(typ, "#type")
+				if members[typ] == nil {
+					members[typ] = map[string]bool{}
+				}
+				members[typ][member] = true
+			}
+		}
+	}
+	return members
 }

@@ -24,10 +24,23 @@ var godocWords = regexp.MustCompile(`\b[A-Za-z0-9_/]+\.go\b|\b[Ii]ssue #?[0-9]+|
 func TestPublicDocs(t *testing.T) {
 	t.Parallel()
 	n := 0
+	r := &repoTree{root: "."}
+	pkgs := publicPackageNames(t)
 	for _, dir := range publicPackages(t) {
 		docs, unexported := publicDocs(t, dir)
 		for _, d := range docs {
 			n++
+			// The names it gives (pkg.Name, pkg.Type.Member, Type.Member) are declared, as
+			// the docs test checks the markdown's.
+			text := "`" + strings.ReplaceAll(d.text, "`", "") + "`"
+			text = strings.ReplaceAll(text, "\n", " ")
+			for _, p := range append(r.docNameProblems(d.where, text, pkgs), r.docMemberProblems(d.where, text, pkgs)...) {
+				_, why, _ := strings.Cut(p, ": `")
+				if i := strings.LastIndex(why, "`: "); i >= 0 {
+					why = why[i+3:]
+				}
+				t.Errorf("%s: the doc of %s: %s", d.where, d.name, why)
+			}
 			for _, m := range godocWords.FindAllString(d.text, -1) {
 				t.Errorf("%s: the doc of %s names %q", d.where, d.name, m)
 			}

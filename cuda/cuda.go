@@ -45,7 +45,7 @@
 //   - The runtime API's default stream is 0 here too (the legacy default stream).
 //
 // A stream passed in must belong to the primary context of the same device (with
-// gorgonia.org/cu, make it after Device.RetainPrimaryCtx rather than in a context of its own).
+// gorgonia.org/cu, make it after cu.Device.RetainPrimaryCtx rather than in a context of its own).
 //
 // # Errors
 //

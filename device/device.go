@@ -83,7 +83,7 @@
 //     legacy stream is synchronized first (the context, when a default stream's heap holds
 //     memory): a blocking stream's frees come after the legacy stream's earlier work, which
 //     the blocking stream's own synchronize does not wait for. ForgetStream does the same.
-//   - Trim's arena purge (arena.Trim) runs after the reclaim: the arena decommits only chunks
+//   - Trim's arena purge (arena.Arena.Trim) runs after the reclaim: the arena decommits only chunks
 //     it holds, which came to it by the paths above.
 //   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
 //     (a heap with live blocks, deferred ones included, refuses); Close refuses while a

@@ -61,7 +61,7 @@
 // Alloc and Free run in a fast section: the goroutine pins itself to its P (internal/procpin),
 // which makes it the only code running there, marks the P's shard entered with a plain store
 // and checks that no holder has revoked it, then runs the heap's non-blocking paths
-// (heap.TryAlloc, heap.TryFree) and unpins. No lock and no atomic read-modify-write but the
+// (heap.Heap.TryAlloc and TryFree) and unpins. No lock and no atomic read-modify-write but the
 // free's own compare-and-swap (and a kept object page's claim): a free of a block of the P's
 // shard goes straight back on its page, or keeps its object page or huge object for the next
 // request of its size; a class block of another shard takes the heap's lock-free remote path.
