@@ -86,7 +86,7 @@ func Device(t *testing.T) (*cuda.Device, *Fake) {
 	if err != nil {
 		t.Fatalf("cudatest: %v", err)
 	}
-	in.RecordSites()
+	icuda.RecordSites(in)
 	t.Cleanup(func() {
 		leaked := leaks(in)
 		if leaked != "" {
@@ -111,7 +111,7 @@ func subtestMessage(name string) string {
 // leaks says what is still live on dev at the end of a test, named by the call that made it
 // and where ("device.New at upload_test.go:23 (1 VMM reservation, 1 stream)"), or "".
 func leaks(dev *icuda.Device) string {
-	sites, unnamed := dev.LiveSites()
+	sites, unnamed := icuda.AllLiveSites()
 	if len(sites) == 0 && unnamed == 0 {
 		return ""
 	}
@@ -121,7 +121,7 @@ func leaks(dev *icuda.Device) string {
 		b.WriteString("\n\t" + s.String())
 	}
 	if unnamed > 0 {
-		fmt.Fprintf(&b, "\n\t%d more made before the test's device was opened: %+v", unnamed, dev.Stats())
+		fmt.Fprintf(&b, "\n\t%d more made before the test's device was opened (test device: %+v)", unnamed, dev.Stats())
 	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package cudatest
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // TestLeakNamesCallSite: what a test leaves open is named by the call that made it and the
@@ -33,10 +35,20 @@ func TestLeakNamesCallSite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pool, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 8 << 20}) // its own Device
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pool.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
 	msg := leaks(in)
+	t.Logf("the report:\n%s", msg)
 	for _, want := range []string{
-		`device\.Heap\.Alloc at cudatest/leaks_test\.go:28 \(`,
-		`cuda\.Device\.StreamCreate at cudatest/leaks_test\.go:32 \(1 stream\)`,
+		`device\.Heap\.Alloc at cudatest/leaks_test\.go:30 \(`,
+		`cuda\.Device\.StreamCreate at cudatest/leaks_test\.go:34 \(1 stream\)`,
+		`pinned\.(New|Pool\.Alloc) at cudatest/leaks_test\.go:(38|42) \((1 host registration|.*VMM)`,
 	} {
 		if !regexp.MustCompile(want).MatchString(msg) {
 			t.Errorf("leak report:\n%s\nwant a line matching %s", msg, want)
@@ -44,6 +56,9 @@ func TestLeakNamesCallSite(t *testing.T) {
 	}
 	if strings.Contains(msg, "DeviceAllocs") || strings.Contains(msg, "more made before") {
 		t.Errorf("leak report dumps counters:\n%s", msg)
+	}
+	if err := errors.Join(pool.Free(b), pool.Close()); err != nil {
+		t.Fatal(err)
 	}
 	if err := dev.StreamDestroy(s); err != nil {
 		t.Fatal(err)

@@ -153,7 +153,9 @@ func openOn(dr *driver, ordinal int) (*Device, error) {
 		return nil, fmt.Errorf("cuda: device %d: retain primary context: %w", ordinal, err)
 	}
 	primaryRetains.Add(1)
-	return &Device{drv: dr, ordinal: ordinal, dev: dev, ctx: ctx}, nil
+	d := &Device{drv: dr, ordinal: ordinal, dev: dev, ctx: ctx}
+	noteOpen(d)
+	return d, nil
 }
 
 // Close releases the primary-context retain taken by Open. It is idempotent. It does not free
@@ -164,6 +166,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	primaryRetains.Add(-1)
+	noteClose(d)
 	return d.drv.primaryRelease(d.dev)
 }
 

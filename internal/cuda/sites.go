@@ -12,13 +12,44 @@ import (
 
 // Where each live resource of a Device was made, so that a test's leak check can name the call
 // that made what was never closed instead of printing counters. Off by default (a Device pays
-// one atomic load per create and release); RecordSites turns it on.
+// one atomic load per create and release); RecordSites turns it on for the process.
 
 // siteBook maps each live resource (its counter and handle) to the stack that made it.
 type siteBook struct {
-	on   atomic.Bool
 	mu   sync.Mutex
 	live map[siteKey][]uintptr
+}
+
+var (
+	sitesOn atomic.Bool // RecordSites was called
+	// recorded are the Devices whose sites are recorded: the one RecordSites was given and
+	// every one opened since, until closed with nothing live.
+	recorded struct {
+		sync.Mutex
+		devs map[*Device]bool
+	}
+)
+
+// noteOpen adds a Device opened while sites are recorded; noteClose drops it.
+func noteOpen(d *Device) {
+	if !sitesOn.Load() {
+		return
+	}
+	recorded.Lock()
+	defer recorded.Unlock()
+	if recorded.devs == nil {
+		recorded.devs = map[*Device]bool{}
+	}
+	recorded.devs[d] = true
+}
+
+func noteClose(d *Device) {
+	if !sitesOn.Load() || d.Stats().Live() != 0 { // what it leaked stays to be reported
+		return
+	}
+	recorded.Lock()
+	defer recorded.Unlock()
+	delete(recorded.devs, d)
 }
 
 type siteKey struct {
@@ -26,9 +57,29 @@ type siteKey struct {
 	h       uint64
 }
 
-// RecordSites makes the Device remember, from now on, the call stack that made each resource,
-// for LiveSites.
-func (d *Device) RecordSites() { d.sites.on.Store(true) }
+// RecordSites makes d, and every Device opened from now on in this process (a pool's, a
+// heap's own), remember the call stack that made each resource, for LiveSites and
+// AllLiveSites.
+func RecordSites(d *Device) {
+	sitesOn.Store(true)
+	noteOpen(d)
+}
+
+// AllLiveSites is LiveSites over every Device whose sites are recorded.
+func AllLiveSites() (sites []Site, unnamed int64) {
+	recorded.Lock()
+	devs := make([]*Device, 0, len(recorded.devs))
+	for d := range recorded.devs {
+		devs = append(devs, d)
+	}
+	recorded.Unlock()
+	for _, d := range devs {
+		s, n := d.LiveSites()
+		sites, unnamed = append(sites, s...), unnamed+n
+	}
+	sort.Slice(sites, func(i, j int) bool { return sites[i].At < sites[j].At })
+	return sites, unnamed
+}
 
 // track adds delta to counter when err is nil, notes or forgets where resource h was made when
 // sites are recorded, and returns err.
@@ -37,7 +88,7 @@ func (d *Device) track(counter *atomic.Int64, h uint64, delta int64, err error) 
 		return err
 	}
 	counter.Add(delta)
-	if !d.sites.on.Load() {
+	if !sitesOn.Load() {
 		return nil
 	}
 	k := siteKey{counter, h}
