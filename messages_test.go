@@ -2,6 +2,9 @@ package pinmalloc_test
 
 import (
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,6 +12,32 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
+
+// TestNoDriverSaidOnce: no message of the module puts "no CUDA driver" before an error, which
+// (cuda.ErrNoDriver) says it already.
+func TestNoDriverSaidOnce(t *testing.T) {
+	said := regexp.MustCompile(`"[^"\n]*no CUDA driver[^"\n]*%[vw]`)
+	files := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && (d.Name() == "vendor" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || path == "messages_test.go" {
+			return err
+		}
+		files++
+		b, err := os.ReadFile(path)
+		for i, l := range strings.Split(string(b), "\n") {
+			if said.MatchString(l) {
+				t.Errorf("%s:%d: %s\n\tthe error printed says \"no CUDA driver\" itself: say it once", path, i+1, strings.TrimSpace(l))
+			}
+		}
+		return err
+	})
+	if err != nil || files < 100 {
+		t.Fatalf("read %d files: %v", files, err)
+	}
+}
 
 // TestMessages checks the text of the errors a user meets first: each says its package and
 // what failed once, with the particulars after, and says "1 buffer", not "1 buffers".

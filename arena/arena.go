@@ -3,7 +3,7 @@
 //
 // # Design
 //
-// An Arena owns up to maxRegions regions, reserved from its provider on demand until their sizes
+// An Arena owns up to 64 regions, reserved from its provider on demand until their sizes
 // add up to the arena's capacity. Each region is cut into chunks (2 MiB by default: the huge page,
 // the GPU large page and the CUDA VMM granule) on a grid that starts at the region's base, or at
 // the first address after it that meets Options.Align. Because the grid is base-relative, a
@@ -25,10 +25,9 @@
 // in it last became unwanted and purged three ticks later. So a free reads no clock (a clock
 // read cost a quarter of a 1 MiB alloc+free pair on a VM). The stamp is per chunk: a chunk
 // whose memory keeps being claimed and given back keeps all of its unwanted memory until it
-// settles. A heap's freed pages that it keeps for reuse are tracked ranges (kept.go): they
+// settles. A heap's freed pages that it keeps for reuse are tracked ranges: they
 // stay wanted, with no arena call, while reused within the delay, and the same timer gives up
-// those left idle. commit.go and purge.go hold the two sides of that, each with the
-// invariants it keeps.
+// those left idle.
 //
 // # Lookup
 //

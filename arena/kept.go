@@ -105,7 +105,7 @@ func (a *Arena) Untrack(k *Kept) (given bool) {
 func (a *Arena) Idle(k *Kept) { a.idle(k, true) }
 
 // IdleWaits reports whether Idle would take the arena's lock now (to start the purge timer):
-// a holder that must not block (heap.TryFree) checks it before it frees, then calls
+// a holder that must not block (Heap.TryFree in package heap) checks it before it frees, then calls
 // IdleNoWait.
 func (a *Arena) IdleWaits() bool { return a.timed && !a.armed.Load() }
 

@@ -43,10 +43,10 @@ type Options struct {
 	// given back. Zero means DefaultPurgeDelay (10 ms); a negative value keeps it committed
 	// until Trim.
 	PurgeDelay time.Duration
-	// Logger, when set, receives the arena's rare events (see log.go): regions reserved or
+	// Logger, when set, receives the arena's rare events: regions reserved or
 	// refused, purges, forced purges and refused commits, with sizes. Nil logs nothing.
 	Logger *slog.Logger
-	// CommitWorkers is how many goroutines commit and decommit memory at once (workers.go):
+	// CommitWorkers is how many goroutines commit and decommit memory at once:
 	// Precommit's batches, the commit of a span of at least 4 MiB, the purge's decommits.
 	// Zero means DefaultCommitWorkers; 1 commits on the calling goroutine only. At most
 	// MaxCommitWorkers.

@@ -18,7 +18,7 @@ const precommitPerWorker = 2
 
 // Precommit commits up to size bytes of free chunks ahead of need, so that later allocations
 // find their memory committed (and pinned, for pinned memory). It works in batches of a few
-// chunks per worker (Options.CommitWorkers), committed side by side (workers.go), and holds the
+// chunks per worker (Options.CommitWorkers), committed side by side, and holds the
 // arena's lock only to choose a batch and to record it: allocation goes on while the provider
 // commits, takes other chunks and commits what it needs itself; it waits for a batch only when
 // the chunks the batch holds are all the capacity it could use. Stats.Precommitted and

@@ -91,11 +91,11 @@ type Caps struct {
 	// Splits is set when a range may be committed (or decommitted) in pieces, each its own
 	// call, several at once on different goroutines, to the same effect as one call, and when
 	// that is faster (VMM granules, mlocked pages): the arena then spreads big commits and
-	// decommits over its workers (workers.go).
+	// decommits over its workers.
 	Splits bool
 	// Releases is set when the provider wants its regions back once they are empty (a
 	// Lender's loans): the arena releases a region whose chunks have all been free for the
-	// purge delay, or at Trim, and reserves anew when it needs memory (lend.go). It needs a
+	// purge delay, or at Trim, and reserves anew when it needs memory. It needs a
 	// Lender.
 	Releases bool
 }
@@ -181,8 +181,7 @@ type ProviderStats struct {
 
 // Threaded is implemented by providers whose calls need their thread set up: the CUDA
 // providers run OnThread(f) as f on an OS thread locked for the call with the device's primary
-// context current (cuda.Device.Do), so that a worker's batch of driver calls pays for it once
-// (workers.go).
+// context current (cuda.Device.Do), so that a worker's batch of driver calls pays for it once.
 type Threaded interface {
 	OnThread(f func() error) error
 }
@@ -190,7 +189,7 @@ type Threaded interface {
 // Prefaulter is implemented by providers that must commit a span in one call (a registration)
 // but whose commit spends its time faulting pages in: Prefault makes [off, off+size) of r
 // accessible and faults its pages in, without committing it. The arena prefaults the pieces of
-// a range on several workers, then commits the range in one call (workers.go). A range
+// a range on several workers, then commits the range in one call. A range
 // prefaulted and not committed is undone by Decommit.
 type Prefaulter interface {
 	Prefault(r *Region, off, size uintptr) error

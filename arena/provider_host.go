@@ -53,8 +53,8 @@ type HostOptions struct {
 	// Populate commits each region in full when it is reserved (MAP_POPULATE, and mlock for
 	// locked memory), so no commit happens later. The arena then never decommits it.
 	Populate bool
-	// Node binds every region to a host NUMA node before its pages are first touched (mbind;
-	// numa.go): NUMANode(n). Locked memory is bound strictly (MPOL_BIND: a full node fails the
+	// Node binds every region to a host NUMA node before its pages are first touched (mbind):
+	// NUMANode(n). Locked memory is bound strictly (MPOL_BIND: a full node fails the
 	// commit), pageable memory preferably (MPOL_PREFERRED). The zero NUMANearest binds
 	// nothing: the kernel places pages where the thread that touches them runs.
 	Node NUMA

@@ -29,7 +29,7 @@ import "time"
 //     (kept.go) can read them without the lock; they are written under it.
 
 // Trim decommits every free chunk now, whatever the purge delay, and gives up every idle
-// tracked range (kept.go).
+// tracked range.
 func (a *Arena) Trim() {
 	a.mu.Lock()
 	defer a.mu.Unlock()

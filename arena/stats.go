@@ -25,7 +25,7 @@ type Stats struct {
 	AlignWaste uint64
 	// Regions, Chunks and ChunksInUse count the regions and chunks.
 	Regions, Chunks, ChunksInUse int
-	// RegionsReleased counts the regions given back empty (Caps.Releases: lend.go).
+	// RegionsReleased counts the regions given back empty (a provider with Caps.Releases).
 	RegionsReleased uint64
 	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
 	Commits, Decommits, Purged uint64
@@ -50,7 +50,7 @@ type Stats struct {
 	// PerRegion describes each region, in the order reserved: where it is, what of it is
 	// committed, and its node.
 	PerRegion []RegionStats
-	// Kept is the committed memory of tracked ranges now idle (kept.go): freed pages and
+	// Kept is the committed memory of tracked ranges now idle: freed pages and
 	// objects a heap keeps for reuse, in whole granules. It is part of Committed and InUse,
 	// not of what waits for the purge; where the provider decommits, it is given up, and
 	// decommitted at once, when it stays idle for the purge delay, or at Trim.

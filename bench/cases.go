@@ -185,6 +185,9 @@ func (rs *resultSet) measured(m measurement, err error) {
 	rs.add("ops_per_sec", m.opsPerSec(), "1/s")
 	rs.add("cpu_ns_per_pair", m.cpuNsPerOp, "ns")
 	rs.add("gc_cpu_fraction", m.gcFraction, "ratio")
+	if m.spread > 0 {
+		rs.add("round_spread", m.spread, "ratio")
+	}
 }
 
 func (rs *resultSet) traced(tr *traceResult) {

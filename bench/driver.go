@@ -67,7 +67,7 @@ func chooseDriver(prefix, note string, wantFake bool) (code int, rerun bool, err
 			return 1, false, fmt.Errorf("%w (%s): %v; install the NVIDIA driver's libcuda.so.1 or name it with %s, or pass -fake to check the fake driver instead",
 				errGPUWithoutDriver, strings.Join(signs, "; "), loadErr, cuda.LibraryEnv)
 		}
-		fmt.Fprintf(os.Stderr, "%s: no GPU and no CUDA driver (%v): running on pinmalloc's fake driver; %s\n", prefix, loadErr, note)
+		fmt.Fprintf(os.Stderr, "%s: no GPU (%v): running on pinmalloc's fake driver; %s\n", prefix, loadErr, note)
 	default:
 		fmt.Fprintf(os.Stderr, "%s: -fake: running on pinmalloc's fake driver; %s\n", prefix, note)
 	}

@@ -23,6 +23,7 @@ type measurement struct {
 	nsPerOp    float64 // elapsed / operations: the mean of the repetitions (measure), the median of the rounds (interleave)
 	cpuNsPerOp float64 // process CPU time (user + system, every thread) per operation
 	gcFraction float64 // share of the Go runtime's busy CPU time spent in the GC
+	spread     float64 // how far its rounds disagree (interleave; noise.go), 0 when not in rounds
 }
 
 // opsPerSec converts the time per operation into a rate.

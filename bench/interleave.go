@@ -80,6 +80,7 @@ func interleave(cfg *config, cs []contender) []outcome {
 		}
 		ops := float64(ns[i]) * float64(len(perOp[i]))
 		out[i].m = measurement{
+			spread:     roundSpread(perOp[i]),
 			nsPerOp:    median(perOp[i]),
 			cpuNsPerOp: float64(cpu[i].Nanoseconds()) / ops,
 			gcFraction: fraction(gc[i], busy[i]),

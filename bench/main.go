@@ -53,6 +53,7 @@ type config struct {
 	record     string // -record: where to write the serving trace, recorded
 	maxLive    int    // live blocks of the largest churn case
 	gpu        bool
+	wide       bool           // -wide: no line is cut to defaultWidth (fit.go)
 	uvm        bool           // run the UVM tier suite alone (uvm.go)
 	gpucheck   string         // -gpucheck: the report's folder (gpucheck.go)
 	bin        string         // -bin: the gpucheck's prebuilt binaries
@@ -90,6 +91,7 @@ func parseFlags() *config {
 	flag.BoolVar(&cfg.commit, "commit", false, "run only the pinning suite (commit.go): cost per GiB by commit workers, latency during a precommit; on the GPU when a driver is found, else on the fake driver")
 	flag.BoolVar(&cfg.ucx, "ucx", false, "run only the UCX suite (ucx.go): package remote against ucx_perftest and Go net sockets, two processes on this host (UCX_TLS, default tcp on lo)")
 	flag.BoolVar(&cfg.footprint, "footprint", false, "run only the footprint suite (footprint_cuda.go): what each allocator holds for its live buffers, busy and idle, the CUDAHost pool beside the locked one, a device heap beside cuMemAllocAsync; on the GPU when a driver is found, else on the fake driver")
+	flag.BoolVar(&cfg.wide, "wide", false, "print tables and lines at their full width (by default a table wider than 120 columns is cut into narrower ones that repeat its first column, and longer lines are wrapped)")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	implPattern := flag.String("impls", "", "run only the allocators whose name matches this regular expression")
 	flag.Parse()
@@ -202,8 +204,17 @@ func defaultOut() string {
 	return filepath.Join(os.TempDir(), "pinmalloc-bench-"+name)
 }
 
+// width is the widest line the run prints (0: no limit).
+func (cfg *config) width() int {
+	if cfg.wide {
+		return 0
+	}
+	return defaultWidth
+}
+
 func main() {
 	cfg := parseFlags()
+	stdout, stderr := newFitWriter(os.Stdout, cfg.width()), newFitWriter(os.Stderr, cfg.width())
 	if cfg.gpucheck != "" {
 		os.Exit(gpucheck(cfg))
 	}
@@ -212,7 +223,7 @@ func main() {
 	}
 	if !cfg.uvm && !cfg.commit { // those suites lock nothing of their own beyond the driver's
 		hostMemory = checkMemlock()
-		fmt.Fprintln(os.Stderr, hostMemory.line())
+		fmt.Fprintln(stderr, hostMemory.line())
 	}
 	if cfg.record != "" || cfg.replay != "" {
 		var err error
@@ -229,7 +240,7 @@ func main() {
 	}
 	s := &suite{cfg: cfg, impls: allImpls(), nulls: nullImpls(), ops: mixedOps(), trace: newTrace(cfg.traceSteps)}
 	if !cfg.uvm && !cfg.commit {
-		fmt.Fprintln(os.Stderr, foundLine(s.impls))
+		fmt.Fprintln(stderr, foundLine(s.impls))
 	}
 	cs := cases(cfg.maxLive)
 	if cfg.uvm {
@@ -258,11 +269,11 @@ func main() {
 	}
 	s.load = loadAvg()
 	ims := s.selected()
-	fmt.Fprintf(os.Stderr, "bench: %d cases, %d allocators (null ones included), %s mode, GOMAXPROCS=%d, load %s\n",
+	fmt.Fprintf(stderr, "bench: %d cases, %d allocators (null ones included), %s mode, GOMAXPROCS=%d, load %s\n",
 		len(run), len(ims), map[bool]string{true: "quick", false: "full"}[cfg.quick], runtime.GOMAXPROCS(0), s.load)
 	var l1 float64
 	if _, err := fmt.Sscan(s.load, &l1); err == nil && l1 > 0.5 {
-		fmt.Fprintln(os.Stderr, "bench: warning: the machine is busy; timings will be noisy")
+		fmt.Fprintln(stderr, "bench: warning: the machine is busy; timings will be noisy (a target whose rounds disagree reads NOISY)")
 	}
 	start := time.Now()
 	for i, c := range run {
@@ -281,7 +292,7 @@ func main() {
 				}
 			}
 		}
-		fmt.Fprintf(os.Stderr, "[%2d/%d] %-13s %s (%.1fs)\n", i+1, len(run), c.name, strings.Join(line, ", "), time.Since(t0).Seconds())
+		fmt.Fprintf(stderr, "[%2d/%d] %-13s %s (%.1fs)\n", i+1, len(run), c.name, strings.Join(line, ", "), time.Since(t0).Seconds())
 	}
 	s.results = append(s.results, hugeMax(s.results)...)
 	s.results = append(s.results, adjusted(s.results, ims)...)
@@ -292,15 +303,16 @@ func main() {
 	if cfg.commit {
 		targets = commitTargetsOnly(targets)
 	}
-	printTables(os.Stdout, s, run)
-	printAdjusted(os.Stdout, s, ims, run)
-	printSweep(os.Stdout, s.results)
-	printUVMTables(os.Stdout, s.results)
-	printCalibration(os.Stdout, s.results)
-	printCommitTables(os.Stdout, s.results)
-	printFootprint(os.Stdout, s.results)
-	printFootprintCUDA(os.Stdout, s.results)
-	printTargets(os.Stdout, targets)
+	printTables(stdout, s, run)
+	printAdjusted(stdout, s, ims, run)
+	printSweep(stdout, s.results)
+	printUVMTables(stdout, s.results)
+	printCalibration(stdout, s.results)
+	printCommitTables(stdout, s.results)
+	printFootprint(stdout, s.results)
+	printFootprintCUDA(stdout, s.results)
+	printTargets(stdout, targets)
+	stdout.Flush()
 	fmt.Fprintf(os.Stderr, "bench: done in %.0fs\n", time.Since(start).Seconds())
 	if cfg.uvm {
 		if err := writeUVMTables(s, targets); err != nil {
@@ -390,6 +402,8 @@ func (s *suite) write(targets []target) error {
 	for _, f := range files {
 		names = append(names, filepath.Base(f))
 	}
-	fmt.Fprintf(os.Stderr, "bench: wrote the results and %d plot(s) into %s: %s\n", len(files), s.cfg.out, strings.Join(names, ", "))
+	w := newFitWriter(os.Stderr, s.cfg.width())
+	fmt.Fprintf(w, "bench: wrote the results and %d plot(s) into %s: %s\n", len(files), s.cfg.out, strings.Join(names, ", "))
+	w.Flush()
 	return err
 }

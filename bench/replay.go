@@ -224,7 +224,9 @@ func runReplay(cfg *config, impls []impl, path string) error {
 		}
 		results = append(results, r)
 	}
-	printReplay(os.Stdout, path, results)
+	stdout := newFitWriter(os.Stdout, cfg.width())
+	printReplay(stdout, path, results)
+	stdout.Flush()
 	if cfg.out == "" {
 		return nil
 	}

@@ -18,12 +18,18 @@ type target struct {
 	// Unreachable, on a MISSED target, says why no allocator could meet it on this machine
 	// (the target was set for another: pinning that costs a millisecond on a GPU host).
 	Unreachable string `json:"unreachable,omitempty"`
+	// Spread is how far the middle rounds of the timings it compares disagree (the product of
+	// each figure's: noise.go); 0 where its figures are no timings taken in rounds.
+	Spread float64 `json:"spread,omitempty"`
 }
 
 // Target statuses.
 const (
-	met        = "MET"
-	missed     = "MISSED"
+	met    = "MET"
+	missed = "MISSED"
+	// noisy is a target whose figures' rounds disagree by more than the margin between the
+	// ratio and its limit: the run cannot tell MET from MISSED (noise.go).
+	noisy      = "NOISY"
 	unmeasured = "UNMEASURED"
 	// notApplicable is a GPU target measured on the fake driver: its figures are the CPU's
 	// and its model's, shown for information and graded nowhere.
@@ -50,8 +56,17 @@ func onFakeDriver(ts []target) []target {
 // an allocator skipped or failed) is UNMEASURED, never MET.
 func evaluateTargets(rs []result) []target {
 	var ts []target
-	get := func(c, im, metric string) (float64, bool) { return lookup(rs, c, im, metric) }
-	// ratio builds a target from a ratio and a comparison.
+	// get looks a figure up and notes whose it is; add appends targets, judging each against
+	// the spread of the rounds of the figures looked up for it (noise.go).
+	used := map[[2]string]bool{}
+	get := func(c, im, metric string) (float64, bool) {
+		used[[2]string{c, im}] = true
+		return lookup(rs, c, im, metric)
+	}
+	add := func(t target) {
+		ts = append(ts, judgeNoise(t, rs, used))
+		clear(used)
+	}
 
 	// 1. Small blocks against mimalloc (issue 22): the heap's mixed pair within 1.3x of
 	// mimalloc harness-adjusted (each less the loop that drives it: adjust.go), its 16 and 64 B
@@ -60,7 +75,7 @@ func evaluateTargets(rs []result) []target {
 	ma, ok2 := get("mixed/1g", "mimalloc", "ns_per_pair_adjusted")
 	h, _ := get("mixed/1g", "pinmalloc-heap", "ns_per_pair")
 	m, _ := get("mixed/1g", "mimalloc", "ns_per_pair")
-	ts = append(ts, ratio("small-mixed-vs-mimalloc", "pinmalloc-heap ns/pair <= 1.3x mimalloc, harness-adjusted (mixed/1g)",
+	add(ratio("small-mixed-vs-mimalloc", "pinmalloc-heap ns/pair <= 1.3x mimalloc, harness-adjusted (mixed/1g)",
 		ha, ma, ok1 && ok2, 1.3, true, fmt.Sprintf("adjusted: pinmalloc-heap %s, mimalloc %s; raw %s and %s, %.2fx", fmtNs(ha), fmtNs(ma), fmtNs(h), fmtNs(m), h/m)))
 	for _, c := range []string{"pair/16B", "pair/64B", "churn/10k"} {
 		h, ok1 := get(c, "pinmalloc-heap", "ns_per_pair")
@@ -69,7 +84,7 @@ func evaluateTargets(rs []result) []target {
 		if adj, ok := get(c, "pinmalloc-heap", "vs_mimalloc_adjusted"); ok {
 			detail += fmt.Sprintf("; harness-adjusted %.2fx", adj)
 		}
-		ts = append(ts, ratio("heap-vs-mimalloc/"+strings.TrimPrefix(strings.TrimPrefix(c, "pair/"), "churn/"),
+		add(ratio("heap-vs-mimalloc/"+strings.TrimPrefix(strings.TrimPrefix(c, "pair/"), "churn/"),
 			"pinmalloc-heap ns/pair <= 2x mimalloc ("+c+")", h, m, ok1 && ok2, 2, true, detail))
 	}
 
@@ -83,18 +98,18 @@ func evaluateTargets(rs []result) []target {
 		}
 		h, ok1 := get(c, "pinmalloc-heap", "ns_per_pair_adjusted")
 		m, ok2 := get(c, "mimalloc", "ns_per_pair_adjusted")
-		ts = append(ts, ratio("heap-vs-mimalloc-adjusted/"+strings.TrimPrefix(c, "pair/"),
+		add(ratio("heap-vs-mimalloc-adjusted/"+strings.TrimPrefix(c, "pair/"),
 			fmt.Sprintf("pinmalloc-heap ns/pair <= %gx mimalloc, harness-adjusted (%s)", limit, c), h, m, ok1 && ok2, limit, true,
 			fmt.Sprintf("adjusted: pinmalloc-heap %s, mimalloc %s", fmtNs(h), fmtNs(m))))
 	}
 	for _, c := range []string{"churn/10k", "churn/100k", "churn/1M"} {
-		m, okm := get(c, "mimalloc", "ns_per_pair")
 		for _, side := range []struct {
 			impl  string
 			limit float64
 		}{{"pinmalloc-heap", 1.3}, {"pinmalloc-pool", 1.6}} {
+			m, okm := get(c, "mimalloc", "ns_per_pair")
 			v, ok := get(c, side.impl, "ns_per_pair")
-			ts = append(ts, ratio(strings.TrimPrefix(side.impl, "pinmalloc-")+"-vs-mimalloc/"+c,
+			add(ratio(strings.TrimPrefix(side.impl, "pinmalloc-")+"-vs-mimalloc/"+c,
 				fmt.Sprintf("%s ns/pair <= %gx mimalloc (%s)", side.impl, side.limit, c), v, m, ok && okm, side.limit, true,
 				fmt.Sprintf("%s %s, mimalloc %s", side.impl, fmtNs(v), fmtNs(m))))
 		}
@@ -106,7 +121,7 @@ func evaluateTargets(rs []result) []target {
 	for _, c := range []string{"pair/16B", "pair/64B", "pair/1KiB", "pair/4KiB", "pair/8KiB", "pair/64KiB", "mixed/1g"} {
 		p, ok1 := get(c, "pinmalloc-pool", "ns_per_pair")
 		q, ok2 := get(c, "go-syncpool", "ns_per_pair")
-		ts = append(ts, ratio("pool-vs-syncpool/"+strings.TrimPrefix(c, "pair/"), "pinmalloc-pool ns/pair <= 1.0x go-syncpool ("+c+")",
+		add(ratio("pool-vs-syncpool/"+strings.TrimPrefix(c, "pair/"), "pinmalloc-pool ns/pair <= 1.0x go-syncpool ("+c+")",
 			p, q, ok1 && ok2, 1, true, fmt.Sprintf("pinmalloc-pool %s, go-syncpool %s", fmtNs(p), fmtNs(q))))
 	}
 
@@ -121,7 +136,7 @@ func evaluateTargets(rs []result) []target {
 			t.Unreachable = fmt.Sprintf("mlock costs %s here, so 1000x asks for a pair under %s, below the fastest allocator measured (%s %s); "+
 				"the target is set against pinning on the GPU host (cuMemHostAlloc, about a millisecond)", fmtNs(q), fmtNs(q/1000), who, fmtNs(best))
 		}
-		ts = append(ts, t)
+		add(t)
 	}
 
 	// 3. Pooled pinned buffers against make([]byte) with the GC's CPU counted.
@@ -129,7 +144,7 @@ func evaluateTargets(rs []result) []target {
 		c := "pair/" + sizeName(sz)
 		p, ok1 := gcCost(rs, c, "pinmalloc-pool")
 		g, ok2 := gcCost(rs, c, "go-make")
-		ts = append(ts, ratio("pool-vs-go-make/"+sizeName(sz), "go-make / pinmalloc-pool cost > 1 at "+sizeName(sz)+", cost = max(wall, process CPU) per pair",
+		add(ratio("pool-vs-go-make/"+sizeName(sz), "go-make / pinmalloc-pool cost > 1 at "+sizeName(sz)+", cost = max(wall, process CPU) per pair",
 			g, p, ok1 && ok2, 1, false, fmt.Sprintf("go-make %s, pinmalloc-pool %s", fmtNs(g), fmtNs(p))))
 		if t := &ts[len(ts)-1]; t.Status == met && t.Ratio == 1 {
 			t.Status = missed // "faster" is strict
@@ -139,13 +154,13 @@ func evaluateTargets(rs []result) []target {
 	// 4. Serving trace: pinmalloc's peak committed against Go's peak heap.
 	p, ok1 := get("trace", "pinmalloc-pool", "peak_bytes")
 	g, ok2 := get("trace", "go-make", "peak_bytes")
-	ts = append(ts, ratio("trace-peak-vs-go-heap", "pinmalloc-pool peak committed <= 0.6x go-make peak heap in use",
+	add(ratio("trace-peak-vs-go-heap", "pinmalloc-pool peak committed <= 0.6x go-make peak heap in use",
 		p, g, ok1 && ok2, 0.6, true, fmt.Sprintf("pinmalloc-pool %.1f MiB, go-make %.1f MiB", p/(1<<20), g/(1<<20))))
 
 	// 5. Serving trace: committed over live.
 	col, ok := get("trace", "pinmalloc-pool", "committed_over_live")
 	mean, _ := get("trace", "pinmalloc-pool", "committed_over_live_mean")
-	ts = append(ts, ratio("trace-committed-over-live", "pinmalloc-pool peak committed / peak live <= 1.15",
+	add(ratio("trace-committed-over-live", "pinmalloc-pool peak committed / peak live <= 1.15",
 		col, 1, ok, 1.15, true, fmt.Sprintf("time-weighted mean %.3f", mean)))
 
 	// 6. Huge objects up to the pool's capacity.
@@ -177,14 +192,14 @@ func evaluateTargets(rs []result) []target {
 	if t.Status == unmeasured {
 		t.Detail = "not measured in this run"
 	}
-	ts = append(ts, t)
+	add(t)
 
 	// 7. The pool's scaling on 16 cores (issue 19; the GPU host has 16): pairs on 16 goroutines
 	// at GOMAXPROCS 16 at least 12 times as many per second as on one, from the sweep. Not
 	// measured on a machine of fewer cores, whose sweep stops below 16.
 	sp, ok := get("gomaxprocs/16", "pinmalloc-pool", "speedup")
 	ctl, _ := get("gomaxprocs/16", "control", "speedup")
-	ts = append(ts, ratio(poolScalingTarget, "pinmalloc-pool pairs on 16 goroutines / on 1 >= 12 (GOMAXPROCS 16, sweep)",
+	add(ratio(poolScalingTarget, "pinmalloc-pool pairs on 16 goroutines / on 1 >= 12 (GOMAXPROCS 16, sweep)",
 		sp, 1, ok, 12, false, fmt.Sprintf("speedup %.2fx; CPU-bound control %.2fx", sp, ctl)))
 
 	// 7a. What the pool holds for its live buffers, idle (issue 38: footprint.go).
@@ -372,10 +387,12 @@ func printTargets(w io.Writer, ts []target) {
 			}
 		}
 		fmt.Fprintf(w, "- %-10s %-34s ratio %-8s (want %s; %s)\n", t.Status, t.Name, r, t.Want, t.Detail)
-		if t.Unreachable != "" {
-			fmt.Fprintf(w, "  %-10s %-34s cannot be met on this machine: %s\n", "", "", t.Unreachable)
+		if t.Status == missed {
+			fmt.Fprintf(w, "    why: %s\n", missedWhy(t))
 		}
 	}
+	// notRun are the targets whose cases this run left out (-cases): counted, not listed.
+	notRun := func(t target) bool { return t.Status == unmeasured && t.Detail == "not measured in this run" }
 	count := map[string]int{}
 	unreachable := 0
 	if len(here) > 0 {
@@ -384,25 +401,47 @@ func printTargets(w io.Writer, ts []target) {
 			fmt.Fprintf(w, "\n(%s: pinmalloc's figures are without locking)\n", note)
 		}
 		fmt.Fprintln(w)
+		var skipped []string
 		for _, t := range here {
-			line(t)
 			count[t.Status]++
+			if notRun(t) {
+				skipped = append(skipped, t.Name)
+				continue
+			}
+			line(t)
 			if t.Unreachable != "" {
 				unreachable++
 			}
+		}
+		switch {
+		case len(skipped) > 6:
+			fmt.Fprintf(w, "- %d more not measured: their cases were not in this run (-cases, or a suite run alone: -footprint)\n", len(skipped))
+		case len(skipped) > 0:
+			fmt.Fprintf(w, "- not measured: %s (their cases were not in this run: -cases, or a suite run alone: -footprint)\n", strings.Join(skipped, ", "))
 		}
 	}
 	if len(gpu) > 0 {
 		fmt.Fprintln(w, "\n### Targets graded on a GPU host (scripts/gpucheck: a CUDA driver, 16 cores), shown for information")
 		fmt.Fprintln(w)
+		skipped := 0
 		for _, t := range gpu {
+			if notRun(t) {
+				skipped++
+				continue
+			}
 			line(t)
+		}
+		if skipped > 0 {
+			fmt.Fprintf(w, "- %d not measured in this run\n", skipped)
 		}
 	}
 	if len(here) > 0 {
 		summary := fmt.Sprintf("\ntargets graded on this machine: %d met, %d missed", count[met], count[missed])
 		if unreachable > 0 {
 			summary += fmt.Sprintf(" (%d of them cannot be met here, as said under each)", unreachable)
+		}
+		if count[noisy] > 0 {
+			summary += fmt.Sprintf(", %d too noisy to grade (NOISY: retake on a quiet machine)", count[noisy])
 		}
 		summary += fmt.Sprintf(", %d unmeasured (a case not run, an allocator not found or skipped)", count[unmeasured])
 		if count[notApplicable] > 0 {

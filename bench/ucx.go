@@ -89,7 +89,9 @@ func ucxBench(cfg *config) int {
 		}
 		rows = append(rows, rs...)
 	}
-	printUCX(os.Stdout, tls, loadAvg(), rows)
+	out := newFitWriter(os.Stdout, cfg.width())
+	printUCX(out, tls, loadAvg(), rows)
+	out.Flush()
 	if err := os.MkdirAll(cfg.out, 0o755); err == nil {
 		name := "ucx-" + cfg.name + ".json"
 		data, _ := json.MarshalIndent(map[string]any{"transport": tls, "load": loadAvg(), "rows": rows}, "", "  ")

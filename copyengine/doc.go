@@ -5,22 +5,22 @@
 //
 // # Methods
 //
-//   - MethodKernel: one launch of a gather/scatter kernel (gather_ptx.go, loaded and launched by
-//     kernel.go) per batch, for scattered small blocks, where one copy per block is bound by the
-//     cost of a driver call (the GPU check's batch-* cases and calibration measure the three
-//     methods; docs/bench.md keeps an earlier session's H100 figures, unreproduced). It runs on
-//     the SMs, so it competes with the caller's kernels:
+//   - MethodKernel: one launch of a gather/scatter kernel per batch, for scattered small
+//     blocks, where one copy per block is bound by the cost of a driver call (the GPU check's
+//     batch-* cases and calibration measure the three methods; docs/bench.md keeps an earlier
+//     session's H100 figures, unreproduced). It runs on the SMs, so it competes with the
+//     caller's kernels:
 //     Options.LowPriority moves it to a stream of the device's least priority with a bounded
 //     grid, and Options.SMShare caps its grid at a share of the device's multiprocessors.
-//   - MethodBatchAPI (batchapi.go): one cuMemcpyBatchAsync_v2 call (CUDA 13.0 drivers): the copy
+//   - MethodBatchAPI: one cuMemcpyBatchAsync_v2 call (CUDA 13.0 drivers): the copy
 //     engines, with a cost per job.
-//   - MethodPerCopy (percopy.go): one cuMemcpyAsync per job.
+//   - MethodPerCopy: one cuMemcpyAsync per job.
 //
 // Which is fastest depends on the device, the block size and the batch length (peers measured
 // batched DMA at 4–7 GB/s for 4–24 KiB blocks where a gather kernel wins below about 28 KiB, and
 // a kernel of one block per job cannot fill the link with a few huge jobs), so MethodAuto
 // calibrates: New times every method the driver has at a few block sizes and batch lengths,
-// once per device, configuration and process (calibrate.go), and Copy picks the fastest for
+// once per device, configuration and process, and Copy picks the fastest for
 // each batch by its mean block size and its length. Where the calibration cannot run (no
 // memory for its buffers), MethodAuto takes the kernel when the driver loads it, else the batch
 // API when the driver has it, else one copy per job, and Calibration says why. A forced method
@@ -32,7 +32,7 @@
 // The kernel reads the job array from pinned host memory mapped for the device (cuMemHostAlloc
 // with DEVICEMAP), a staging buffer the Batcher owns. A buffer is written by Copy, read by the
 // launch, and reused only once an event recorded after that launch has completed; the Batcher
-// keeps up to maxStages buffers in a FIFO ring (ring.go) and waits for the oldest
+// keeps up to 4 buffers in a FIFO ring and waits for the oldest
 // (cuEventSynchronize) only when all are in flight. The PTX is loaded once per Batcher (the
 // driver caches the JIT result across processes).
 //
@@ -41,13 +41,13 @@
 // Copy queues the jobs on the caller's stream s and returns without waiting: they run after the
 // work queued on s before, and work queued on s after sees them done. With LowPriority the
 // kernel runs on the Batcher's own low-priority stream instead, fenced by events both ways (s →
-// side before the launch, side → s after: streams.go), which keeps those guarantees. The batch
+// side before the launch, side → s after), which keeps those guarantees. The batch
 // API refuses the legacy default stream (0), so a batch on stream 0 is fenced through the side
 // stream the same way.
 //
 // # Errors
 //
-// Jobs are checked before anything is queued (validate.go): a zero length, a zero address or a
+// Jobs are checked before anything is queued: a zero length, a zero address or a
 // range that wraps around the address space is ErrInvalidJob, and two jobs whose destinations
 // overlap, or a destination that overlaps any job's source, is ErrOverlap (the jobs of one
 // batch run in no particular order; Options.TrustNoOverlap skips that check). Addresses are not
@@ -57,7 +57,7 @@
 // launch or batch call is reported, not retried with another method: a fault is not
 // recoverable, the other failures are misuse that a retry would repeat, and the caller (uvm)
 // must know that a block did not move. Per copy, a failure at job k leaves jobs 0..k-1 queued;
-// the error says which job failed. The sentinels (errors.go) are of the module's shared kinds
+// the error says which job failed. The sentinels are of the module's shared kinds
 // (package pinmalloc).
 //
 // # Concurrency

@@ -45,7 +45,7 @@
 //   - The runtime API's default stream is 0 here too (the legacy default stream).
 //
 // A stream passed in must belong to the primary context of the same device (with
-// gorgonia.org/cu, make it after Device.RetainPrimaryCtx rather than in a context of its own).
+// gorgonia.org/cu, make it after cu.Device.RetainPrimaryCtx rather than in a context of its own).
 //
 // # Errors
 //
@@ -98,7 +98,7 @@ type Device struct {
 
 // handle is the binding's handle of a device. Embedded under this unexported name it is no
 // part of the API, and it gives Device the methods by which internal/cuda alone finds its
-// device inside (internal/cuda/handle.go).
+// device inside.
 type handle = icuda.Handle
 
 // Open initializes the driver (once per process) and opens the device with the given ordinal,

@@ -13,7 +13,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
-// DeviceVMM hands out device memory with the CUDA VMM API (vmm.go): Reserve
+// DeviceVMM hands out device memory with the CUDA VMM API: Reserve
 // reserves device address space (cuMemAddressReserve, aligned as asked), Commit backs each
 // granule of a range with its own physical allocation on the device (cuMemCreate + cuMemMap)
 // and makes the range accessible to the device (cuMemSetAccess), Decommit unmaps the range and

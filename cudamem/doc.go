@@ -15,27 +15,27 @@
 // the driver through internal/cuda, which loads it at run time. One file per provider, each
 // opening with when to choose it:
 //
-//   - Pinned host memory: NewHost (choose.go) picks VMM host granules (HostVMM, hostvmm.go) where
-//     the driver has them, else mmap + cuMemHostRegister (HostRegister, hostregister.go);
-//     cuMemHostAlloc (HostAlloc, hostalloc.go) is kept for comparison. OpenHost opens the
+//   - Pinned host memory: NewHost picks VMM host granules (HostVMM) where
+//     the driver has them, else mmap + cuMemHostRegister (HostRegister);
+//     cuMemHostAlloc (HostAlloc) is kept for comparison. OpenHost opens the
 //     device as well, for pinned.Pool's CUDAHost backend.
-//   - Device memory: NewDevice (choose.go) picks the VMM API (DeviceVMM, devicevmm.go), which
-//     commits and decommits in 2 MiB granules, else cuMemAlloc (DeviceMalloc, devicemalloc.go);
+//   - Device memory: NewDevice picks the VMM API (DeviceVMM), which
+//     commits and decommits in 2 MiB granules, else cuMemAlloc (DeviceMalloc);
 //     DefaultDeviceCapacity sizes an arena by the device's free memory.
-//   - Managed memory: cuMemAllocManaged (Managed, managed.go), with Prefetch and Advise.
-//   - What providers share: the device, counters and errors (cudamem.go); the host providers'
-//     options (host.go); the device providers' capacity and memset (device.go); the VMM
-//     machinery of HostVMM and DeviceVMM (vmm.go); the one-allocation regions of HostAlloc,
-//     DeviceMalloc and Managed (whole.go).
-//   - The host NUMA node of a GPU (node.go): DeviceNode, where the host providers place their
+//   - Managed memory: cuMemAllocManaged (Managed), with Prefetch and Advise.
+//   - What providers share: the device, counters and errors; the host providers'
+//     options; the device providers' capacity and memset; the VMM
+//     machinery of HostVMM and DeviceVMM; the one-allocation regions of HostAlloc,
+//     DeviceMalloc and Managed.
+//   - The host NUMA node of a GPU: DeviceNode, where the host providers place their
 //     memory by default.
-//   - Host memory several processes share (shared.go, for package ipcpool): RegisterShared of
+//   - Host memory several processes share (for package ipcpool): RegisterShared of
 //     each region a process maps, or VMM host granules one process exports (NewHostExport)
 //     and the others import and map (ImportHostExport, MapHostExports).
 //
 // # Optional capabilities
 //
-// The arena finds a provider's optional interfaces (arena/provider.go) by type assertion.
+// The arena finds a provider's optional interfaces by type assertion.
 // Which provider implements which (x: implements; the test TestCapabilityTable holds this
 // table against the types):
 //

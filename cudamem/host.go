@@ -14,7 +14,7 @@ type HostOptions struct {
 	// (copies and zero-copy kernels): the device the provider is made on always may. A
 	// registration is portable to every device without it.
 	Devices []int
-	// NUMA selects the host NUMA node of the memory, on either path (node.go):
+	// NUMA selects the host NUMA node of the memory, on either path:
 	// arena.NUMANearest (the default) the node nearest the device (DeviceNode),
 	// arena.NUMANode(n) node n. VMM host memory is created there; registered memory is bound
 	// there before it is touched.

@@ -16,7 +16,7 @@ import (
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// HostVMM hands out pinned host memory with the CUDA VMM API (vmm.go): each granule is
+// HostVMM hands out pinned host memory with the CUDA VMM API: each granule is
 // physical host memory created at a host location (a NUMA node, or the host), mapped into the
 // region's reserved range and granted read and write access to the host (the CPU) and to the
 // devices of HostOptions. The driver pins it: no RLIMIT_MEMLOCK applies. A device addresses it

@@ -22,7 +22,7 @@ type snapshot struct {
 const snapshotVersion = 1
 
 // view is one source as the page draws it and stats.json holds it. Stats, Usage and Map are
-// the source's own, their keys turned to snake_case (snake.go); MapSVG is the map drawn, so a
+// the source's own, their keys turned to snake_case; MapSVG is the map drawn, so a
 // snapshot shows the same picture wherever it is read.
 type view struct {
 	Name  string `json:"name"`

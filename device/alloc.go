@@ -13,7 +13,7 @@ import (
 
 // Alloc returns a block of at least size bytes of device memory for use on stream s. Its contents
 // are undefined. Out of memory, it calls Options.Pressure (see the package documentation);
-// inside that hook, it does not call it again and fails with ErrInPressureHook (pressure.go).
+// inside that hook, it does not call it again and fails with ErrInPressureHook.
 func (h *Heap) Alloc(size int, s cuda.Stream) (cuda.DevicePtr, error) {
 	if size < 0 {
 		return 0, fmt.Errorf("%w: %d bytes", heap.ErrInvalidSize, size)

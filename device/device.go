@@ -37,7 +37,7 @@
 //     was allocated on. Huge blocks (above heap.HugeThreshold, 1 MiB) go back to the arena
 //     itself, where any stream can take them, so their frees are always deferred, on either
 //     stream.
-//   - Deferred frees wait in streamq.Lists, one list per freeing stream (deferred.go), polled
+//   - Deferred frees wait in streamq.Lists, one list per freeing stream, polled
 //     on every Alloc (the one call that needs their memory back) and in Stats: a stream's new
 //     frees are done at once when the poll finds the stream idle (and the legacy stream too,
 //     for a blocking stream), else they get one event, and no other until that one has
@@ -53,7 +53,7 @@
 // the heap has a pressure hook (Options.Pressure, SetPressure), it asks that hook to give
 // memory back (a uvm.Tier evicts blocks) and retries while the hook says it freed some. The
 // hook is never re-entered by its own call chain: an Alloc made inside it is served without
-// it, or fails with ErrInPressureHook (pressure.go).
+// it, or fails with ErrInPressureHook.
 //
 // # Stream order: when memory changes owner
 //
@@ -65,8 +65,8 @@
 //   - FreeAsync(p, s) on p's own stream: p goes back to s's heap and only work queued on s
 //     later can reuse it, which runs after the work that used p. It stays in that heap: the
 //     stream heaps keep their memory (heap.RetainSegments), never trim themselves (not even
-//     when the arena is full: heap.fromArena used to, handing segments with copies still
-//     queued to the arena, where another stream took them; issue 25), and give nothing to the
+//     when the arena is full: that would hand segments with copies still queued to the
+//     arena, where another stream could take them), and give nothing to the
 //     arena's purge (a decommit unmaps memory whatever work still uses it; PyTorch found that
 //     cuMemUnmap and cuMemRelease do not wait for the device).
 //   - FreeAsync on another stream, and every huge block (which goes back to the arena itself):
@@ -83,7 +83,7 @@
 //     legacy stream is synchronized first (the context, when a default stream's heap holds
 //     memory): a blocking stream's frees come after the legacy stream's earlier work, which
 //     the blocking stream's own synchronize does not wait for. ForgetStream does the same.
-//   - Trim's arena purge (arena.Trim) runs after the reclaim: the arena decommits only chunks
+//   - Trim's arena purge (arena.Arena.Trim) runs after the reclaim: the arena decommits only chunks
 //     it holds, which came to it by the paths above.
 //   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
 //     (a heap with live blocks, deferred ones included, refuses); Close refuses while a

@@ -31,8 +31,7 @@ var (
 )
 
 // Sentinel errors of the checks that keep one tenant's copies and allocations out of another's
-// memory (ErrQuota is declared with the quota, in guard.go; ErrInPressureHook with the hook, in
-// pressure.go).
+// memory (ErrQuota and ErrInPressureHook are with Options.Quota and the pressure hook).
 var (
 	// ErrOutOfBounds means a copy or memset runs past the end of the block it starts in.
 	ErrOutOfBounds = errkind.New(pinmalloc.ErrInvalid, "device: range outside its block")

@@ -17,7 +17,7 @@ import (
 //
 // Alloc calls the hook (Options.Pressure, SetPressure) when it finds no memory even after
 // reclaiming what the streams hold, and retries while the hook says it gave some back (at most
-// pressureTries times). A hook that allocates from the heap it relieves (directly, or through
+// 3 times). A hook that allocates from the heap it relieves (directly, or through
 // a hook it chains to, or a cache that refills itself) would call itself again on the same
 // goroutine, and again, until the stack overflows. So an Alloc made inside the hook, on the
 // goroutine running it, does not call the hook: it is served without it (memory that is free,
@@ -38,7 +38,7 @@ import (
 // PressureFunc is a heap's pressure hook. It is called when an Alloc of n bytes for stream s
 // finds no memory even after reclaiming what the streams hold: it may give memory of this
 // heap back (a tier evicting blocks, a cache dropping entries) and returns whether the Alloc
-// should try again. It is called without the heap's lock, at most pressureTries times per
+// should try again. It is called without the heap's lock, at most 3 times per
 // Alloc, on the goroutine that called Alloc, and never from inside itself: an Alloc the hook
 // makes on that goroutine does not call it (above: how). s tells a hook its own allocations
 // apart: a uvm.Tier allocates on its own stream while holding its lock, and answers those

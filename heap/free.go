@@ -16,7 +16,7 @@ func (h *Heap) Free(p uintptr) error { return h.freeAt(p, 0, freeAny) }
 
 // FreeSized is Free that also checks n against the size the block was allocated with, so that a
 // sub-slice or a truncated buffer is refused (ErrSizeMismatch) instead of freed. The check is
-// part of the free's compare-and-swap (see freeState), so a stale free racing another
+// part of the free's compare-and-swap, so a stale free racing another
 // goroutine's allocation of the block with a different size is refused too.
 func (h *Heap) FreeSized(p, n uintptr) error { return h.freeAt(p, n, freeSized) }
 

@@ -18,9 +18,9 @@ import (
 //
 // The address table is the fast one: it is keyed by the address itself, in slots of 2 MiB of
 // address space, so a lookup is two dependent loads (a leaf, then a slot) whatever the number
-// of regions, with no search. It has a directory of one pointer per addrLeafSlots slots (per
-// 8 GiB) covering the 128 TiB of a 48-bit user address space (128 KiB, made with the group)
-// and leaves of addrLeafSlots slots (64 KiB each) made when a segment in their range is first
+// of regions, with no search. It has a directory of one pointer per 4096 slots (per 8 GiB)
+// covering the 128 TiB of a 48-bit user address space (128 KiB, made with the group) and
+// leaves of 4096 slots (64 KiB each) made when a segment in their range is first
 // registered. A slot holds two segments: lo, the one whose chunks cover the slot's first byte,
 // and hi, one that starts inside the slot. When the arena's chunks are 2 MiB aligned (host
 // memory, VMM) a segment always starts on a slot and hi stays empty; when they are not (an
@@ -29,8 +29,8 @@ import (
 // beyond the directory, are left to the chunk table.
 //
 // The chunk table is the complete one: keyed by arena.ChunkID, which the arena's Lookup finds by
-// scanning its regions. It has the same two levels, a directory of one pointer per leafChunks
-// chunks (sized by the arena's capacity) and leaves of leafChunks segment pointers (32 KiB each).
+// scanning its regions. It has the same two levels, a directory of one pointer per 4096 chunks
+// (sized by the arena's capacity) and leaves of 4096 segment pointers (32 KiB each).
 // A lookup the address table misses goes there, and so does every error: the two agree on every
 // registered segment, so the fast table only ever answers sooner.
 //

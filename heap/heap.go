@@ -9,11 +9,11 @@
 // segment holds pages of one kind only, so that small pages never fragment the room that large
 // ones need. A page commits its memory as its bump index reaches it (see extend), and gives
 // back, where the arena's granule is a host page, what its free blocks do not share with live
-// ones once it has stayed unused for the purge delay, or at Trim (purge.go). Requests above
+// ones once it has stayed unused for the purge delay, or at Trim. Requests above
 // 256 KiB and up to 1 MiB get a page of their own (an "object" page: one block of whole
 // slices) in an object segment; larger ones are huge objects, a run of chunks straight from
 // the arena, committed only as far as they reach, with no cap below the arena's capacity.
-// Size classes come from mksizeclasses.go: eight to each doubling, so no request over 128 B
+// Size classes are generated, eight to each doubling, so no request over 128 B
 // wastes more than 12.5 % of its block.
 //
 // # Kept object pages and huge objects
@@ -44,9 +44,9 @@
 // take no lock and must not run concurrently with each other. Frees may come from any
 // goroutine through Group.Free (or Heap.Free of another heap's block): they are lock-free. Any
 // free moves the block's state word out of the live states with one compare-and-swap, which
-// detects a double free exactly, even between racing goroutines (see freedRemote); the owner's
+// detects a double free exactly, even between racing goroutines; the owner's
 // allocation is a plain store, and so is the owner's free on a page no other goroutine has
-// touched (exclusive.go). A remote free then sets the block's bit in the page's remote
+// touched. A remote free then sets the block's bit in the page's remote
 // bitmap with one atomic OR and, the first time, pushes the page onto its owner's lock-free
 // pending stack. The owner collects pending pages when it runs out of free blocks — mimalloc's
 // thread_free, with bits instead of links.
@@ -54,20 +54,20 @@
 // Invariants, for every page p:
 //   - a block is live iff its state word is live; exactly one free moves it out;
 //   - a block is in at most one of: the free list (p.nfree committed blocks, then p.npurged
-//     purged ones, from p.head, linked through their state words: see freeLink and purge.go),
+//     purged ones, from p.head, linked through their state words),
 //     the set bits of p.remote or [p.bump, p.nblocks); live blocks are in none, and only
 //     blocks on the free list have link words;
 //   - p.bump - p.nfree - p.npurged counts live blocks plus remotely freed blocks not yet
 //     collected; a page is given back only when that is zero, so a remote free never races
 //     with its release;
 //   - the memory of a class page's live blocks, committed free blocks and blocks in
-//     [p.bump, p.limit) is committed (purge.go has the page's commit invariants);
-//   - an exclusive page (exclusive.go) has no remote bit set and no block freed remotely or
+//     [p.bump, p.limit) is committed;
+//   - an exclusive page has no remote bit set and no block freed remotely or
 //     held: no goroutine but the owner has touched its state words since it last became
 //     exclusive; one that had a block held never becomes exclusive again, and another
 //     becomes so again only when no other goroutine is at work on it (reexclusive);
-//   - an entry of the owner's page cache (near.go) names a live class page of the heap;
-//   - a small class's spare (see pageChanged) is an empty page of the class on its available
+//   - an entry of the owner's page cache names a live class page of the heap;
+//   - a small class's spare is an empty page of the class on its available
 //     list, not its current page;
 //   - a kept object or huge page is tracked (page.tracked) from its first free until dropped;
 //     while kept its range is idle or given up, never busy; a live one's range is busy and
@@ -78,7 +78,7 @@
 //     sees only free states and reports ErrDoubleFree; a released page is marked dead, and a
 //     stale pending-stack entry for it is ignored.
 //
-// verify (invariants.go) checks them all, with the counts that rest on them and the agreement
+// verify checks them all, with the counts that rest on them and the agreement
 // of the group's two lookup tables. Built with the tag invariants, Collect and Trim check them
 // and the property and fuzz tests check them after every step: go test -tags invariants ./heap;
 // under -race (internal/invariants.Enabled) they do at one step in invariants.RaceEvery.
@@ -97,12 +97,12 @@
 //     heap. A front whose blocks something else may still use holds them (Hold) and frees
 //     them only once that use has ended (pinned), or frees on the stream's behalf and keeps
 //     reuse on that stream (device, with RetainSegments).
-//   - Collect, and the class's spare page, the page cache (near.go) and exclusive pages move
+//   - Collect, and the class's spare page, the page cache and exclusive pages move
 //     nothing to another heap: they reuse the heap's own free blocks and pages.
 //   - An empty page goes back to its segment, in the same heap. An empty segment, freed kept
 //     object pages and huge objects go to the arena (RetainSpare), where any heap of the group
 //     may take them, and their memory to the arena's purge; a RetainSegments heap keeps all of
-//     them, committed, never trims itself (fromArena does not, even with the arena full) and
+//     them, committed, never trims itself (not even with the arena full) and
 //     gives nothing to the purge: only its owner's Trim or Close moves its memory, and the owner
 //     calls them once nothing uses it (device synchronizes the stream first).
 //   - The arena decommits only memory no span wants (the purge, Trim): memory the heaps gave
@@ -113,15 +113,15 @@
 // Alloc, Free (FreeSized), Group.Free, Stats, Trim and Close are what a plain user needs. A
 // front that builds its own allocator on a group of heaps (package pinned does: a pool's shards
 // are the group's heaps) uses a few more, exported for it across the package boundary:
-//   - TryAlloc, TryFree and TryFreeHeld (try.go): the owner's non-blocking entry points, what
+//   - TryAlloc, TryFree and TryFreeHeld: the owner's non-blocking entry points, what
 //     Alloc, FreeSized and FreeHeld do when that needs no arena call, no lock and no
 //     allocation, for an owner that must not block (pinned runs them pinned to a processor)
 //     and falls back to the blocking calls when they refuse;
-//   - Collect (remote.go): the owner takes in the frees other goroutines made when it chooses
+//   - Collect: the owner takes in the frees other goroutines made when it chooses
 //     (pinned does before it maps its blocks) rather than when a class runs dry;
 //   - Index: the heap's number in its group, to index a front's per-heap table (pinned's
 //     shards) from the heap a block belongs to;
-//   - Group.Hold, Group.HoldSized, Group.FreeHeld and Heap.FreeHeld (hold.go): a held block
+//   - Group.Hold, Group.HoldSized, Group.FreeHeld and Heap.FreeHeld: a held block
 //     stays live whatever frees it, until its holder takes it back, for a front whose blocks
 //     something outside the heap may still use after the user freed them (pinned's buffers
 //     with a CUDA stream's copy queued).

@@ -118,7 +118,7 @@ func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
 	return r.Hold()
 }
 
-// A BlockRef is a live block found by FindFrom: its tag (tag.go), and a hold of that block.
+// A BlockRef is a live block found by FindFrom: its tag, and a hold of that block.
 type BlockRef struct {
 	pg   *page
 	idx  uint32
@@ -168,11 +168,11 @@ func (r BlockRef) Hold() (first, ok bool) {
 }
 
 // TryHoldSized is HoldSized by the heap's owner, for a block of one of its own class pages:
-// found in its page cache (near.go) with no lookup in the group's tables (or in them, and then
-// cached), and held on an exclusive page with a plain store that keeps it exclusive (holdExcl:
-// exclusive.go). ok is false, and nothing has changed, where it does not serve (a page of
-// another heap, an object page, a sharer under way) or HoldSized would refuse: call
-// HoldSized, which says why. It is non-blocking (see try.go).
+// found in its page cache with no lookup in the group's tables (or in them, and then
+// cached), and held on an exclusive page with a plain store that keeps it exclusive. ok is
+// false, and nothing has changed, where it does not serve (a page of another heap, an object
+// page, a sharer under way) or HoldSized would refuse: call HoldSized, which says why. It is
+// non-blocking.
 func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
 	want := stateOf(n)
 	if n == 0 || want == stateMax {
@@ -221,11 +221,11 @@ func (h *Heap) ownerHold(pg *page, idx, want uint32) (first, ok bool) {
 }
 
 // TryFindFrom is FindFrom by the heap's owner, for a block of one of its own class pages: found
-// in its page cache (near.go) with no lookup in the group's tables (or in them, and then
+// in its page cache with no lookup in the group's tables (or in them, and then
 // cached, as TryHoldSized does), and with no sharing of the page, which the owner then holds
 // with TryHoldRef (a plain store while the page is exclusive). ok is false, and nothing has
 // changed, where FindFrom's is or where it does not serve (another heap's page, an object
-// page): call FindFrom. It is non-blocking (see try.go).
+// page): call FindFrom. It is non-blocking.
 func (h *Heap) TryFindFrom(p, n uintptr) (r BlockRef, ok bool) {
 	pg, idx, found := h.nearBlock(p)
 	if !found {
@@ -238,9 +238,9 @@ func (h *Heap) TryFindFrom(p, n uintptr) (r BlockRef, ok bool) {
 }
 
 // TryHoldRef is Hold by the heap's owner of block r, found by TryFindFrom, as TryHoldSized
-// holds: a plain store while the page is exclusive (holdExcl), else the compare-and-swap. ok
+// holds: a plain store while the page is exclusive, else the compare-and-swap. ok
 // is false, and nothing has changed, where r.Hold's would be or where a sharer is at work on
-// the page: call r.Hold after FindFrom. It is non-blocking (see try.go).
+// the page: call r.Hold after FindFrom. It is non-blocking.
 func (h *Heap) TryHoldRef(r BlockRef) (first, ok bool) {
 	return h.ownerHold(r.pg, r.idx, r.want)
 }

@@ -113,7 +113,7 @@ func (pg *page) empty() bool { return pg.nfree+pg.npurged == pg.bump }
 //	0                free: never handed out (above the bump index), or being freed
 //	n                live, allocated with n bytes (stateOf(n): objects of 1 GiB or more have
 //	                 stateMax, and objSize has their size, as it has every object's)
-//	n | held         live and held (hold.go): no free but FreeHeld takes it back
+//	n | held         live and held: no free but FreeHeld takes it back
 //	n | freedRemote  freed by another goroutine, for the owner to collect (an object page's
 //	                 stays so once collected)
 //	freeLink | i     on its class page's free list, whose next block is block i
@@ -133,7 +133,7 @@ func (pg *page) empty() bool { return pg.nfree+pg.npurged == pg.bump }
 // compare-and-swap, so of racing frees of one block exactly one wins; the others, like any
 // later free, find a free state and report ErrDoubleFree. The owner's free of a block of an
 // exclusive page, which no other goroutine has touched, is a plain load and store instead;
-// the first other goroutine to touch the page shares it first (exclusive.go), which keeps the
+// the first other goroutine to touch the page shares it first, which keeps the
 // one-winner rule. The words are per block, not bits of
 // a shared word, so the owner's plain store never overwrites a neighbour's free.
 //

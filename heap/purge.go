@@ -233,7 +233,7 @@ func (s *segment) slicesOf(lo, hi uintptr) uint64 {
 
 // PurgeIdle gives the arena the memory that the heap has left unused since the previous call:
 // the free blocks' and the bump index's reach of the class pages that served no allocation and
-// took no free in between (purgePage); and, when none did, the empty pages kept for reuse and
+// took no free in between; and, when none did, the empty pages kept for reuse and
 // the free slices of its segments, untouched since the previous call (a busy heap keeps those,
 // which its next pages take without a system call). It reports whether memory in use since the
 // previous call may go at a later one: a caller calls again, a purge delay or so later, while

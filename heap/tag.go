@@ -36,7 +36,7 @@ func (r BlockRef) TryTag() *atomic.Uintptr {
 	return nil
 }
 
-// NearTag is Group.Tag by the heap's owner for a block of a page in its page cache (near.go),
+// NearTag is Group.Tag by the heap's owner for a block of a page in its page cache,
 // with no lookup in the group's tables; nil where it does not serve or the page has no tags
 // (call Group.Tag, which tells the two apart).
 func (h *Heap) NearTag(p uintptr) *atomic.Uintptr {

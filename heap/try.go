@@ -51,7 +51,7 @@ var errWouldBlock = errors.New("heap: would block")
 
 // TryFree is FreeSized restricted to frees that need no arena call: a block of a class page,
 // of this heap or (the lock-free remote free) of another heap's page that is shared already
-// (sharing an exclusive page waits for its owner's free: exclusive.go), and an object page
+// (sharing an exclusive page waits for its owner's free), and an object page
 // or huge object of its own that can be kept as it is (tracked already, room on its keep
 // list, the purge timer running). It reports whether it freed the block. It refuses, and
 // nothing has changed, for other object pages and huge objects, its own or another heap's
@@ -62,9 +62,9 @@ func (h *Heap) TryFree(p, n uintptr) bool { return h.freeAt(p, n, freeTry) == ni
 
 // TryFreeHeld is TryFree of a held block (see FreeHeld): what FreeHeld does when it needs no
 // arena call, leaving a page it empties for the next blocking path, as TryFree does.
-// Its first path is freeAt's: a block of a page in the owner's cache (near.go), which is its
-// own class page, freed as freeOwn frees (a plain store while the page is exclusive: the
-// owner's TryHoldSized keeps it so).
+// Its first path is TryFree's: a block of a page in the owner's cache, which is its own
+// class page, freed by a plain store while the page is exclusive (the owner's TryHoldSized
+// keeps it so).
 func (h *Heap) TryFreeHeld(p, n uintptr) bool {
 	if pg, idx, ok := h.nearBlock(p); ok && n != 0 {
 		size, ok := h.freeOwn(pg, idx, n, held)

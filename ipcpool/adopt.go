@@ -94,7 +94,7 @@ func (w *Owner) adopt(fds []int) error {
 	}
 	if vmm && w.dev == nil {
 		closeFds(fds)
-		return fmt.Errorf("%w: adopting a VMM pool needs Pool.Backend CUDAHost", ErrInvalidOptions)
+		return fmt.Errorf("%w: adopting a VMM pool needs Options.Pool.Backend CUDAHost", ErrInvalidOptions)
 	}
 	sp, err := mapSpace(l, ctlSize, fds, spaceConfig{mode: lockOnFault, fallback: w.o.FallbackPageable, dev: w.dev, vmm: vmm})
 	if err != nil {

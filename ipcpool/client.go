@@ -14,7 +14,7 @@ import (
 // grant whose reply comes after its request gave up is given straight back.
 //
 // When the connection ends without the process leaving (the owner died), the client rejoins
-// whatever owner serves the path next (rejoin.go), keeping its slot, its grants and its
+// whatever owner serves the path next, keeping its slot, its grants and its
 // handles; requests made meanwhile wait for it, within their deadline.
 type client struct {
 	path      string

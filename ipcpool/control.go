@@ -13,13 +13,13 @@ import (
 //	         size, slots, ring capacity, exports per slot, backend), the fence epoch, the
 //	         owner's pid and its epoch (how many owners the pool has had)
 //	grants   one word per grant: gen<<24 | state<<16 | holder slot+1 (0: none). Written by
-//	         the owner only, from its own table in Go memory (table.go): a word a peer
+//	         the owner only, from its own table in Go memory: a word a peer
 //	         overwrites misleads only what reads it for show (Stats), never the owner.
 //	slots    one line per slot: the fence epoch the process passed, its serial (how many
 //	         processes the slot has had: 0 while free), pid and start time, flags (a CUDA
 //	         device: it must pass fences), the owner's ask for empty grants and the answer,
 //	         and the overflow count of retired handles no ring had room for.
-//	exports  exportsPerSlot entries per slot, one line each (exports.go): the handles of the
+//	exports  exportsPerSlot entries per slot, one line each: the handles of the
 //	         buffers the process in the slot shared.
 //	rings    slots×slots single-producer single-consumer rings, ring (p, c) carrying to
 //	         process c the handles of its buffers that process p retired: head (written by

@@ -36,7 +36,7 @@
 //
 // The Locked backend (the default) needs no CUDA: memfds mapped shared and locked with mlock
 // (FallbackPageable keeps going, pageable, where the memlock limit refuses). With
-// Pool.Backend CUDAHost each process registers the regions with its CUDA context; Options.VMM
-// makes the pool of exportable CUDA host granules instead. docs/ipcpool.md describes the
-// model.
+// Options.Pool.Backend CUDAHost each process registers the regions with its CUDA context;
+// Options.VMM makes the pool of exportable CUDA host granules instead. docs/ipcpool.md
+// describes the model.
 package ipcpool

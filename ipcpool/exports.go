@@ -25,7 +25,7 @@ package ipcpool
 // When a process goes (it died, or was cut off), the owner clears its retain bits in every
 // entry (retiring what they kept alive) and lets go the allocations of its own entries; the
 // entries that others still retain keep their buffers, and the grants under them, until the
-// last of those is let go (table.go: orphans).
+// last of those is let go (orphans).
 //
 // Every word here may be a peer's garbage: a reader checks an entry's generation, offset,
 // length and holder against the handle (and the holder against its own records) before it

@@ -73,7 +73,7 @@ type Options struct {
 	VMM bool
 	// FallbackPageable keeps a region the owner cannot lock (the memlock limit) or register
 	// (the driver refused) mapped as it is, pageable or unregistered, rather than failing;
-	// Stats.PageableRegions says which and why.
+	// SharedStats.PageableRegions says which and why.
 	FallbackPageable bool
 	// Mode is the socket file's permission bits (default 0600: the owner's user only).
 	Mode os.FileMode
@@ -148,7 +148,7 @@ type AttachOptions struct {
 	// Options.Pool does the owner's.
 	Pool pinned.Options
 	// FallbackPageable is Options.FallbackPageable for this process: a region it cannot lock
-	// or register stays mapped as it is, and Stats.PageableRegions says so.
+	// or register stays mapped as it is, and SharedStats.PageableRegions says so.
 	FallbackPageable bool
 	// DrainInterval is how often the process takes in the handles of its buffers others let
 	// go, passes fences and answers the owner (default DefaultDrainInterval).

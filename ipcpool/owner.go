@@ -85,7 +85,7 @@ func Serve(path string, o Options) (*Owner, error) {
 		return nil, err
 	}
 	if o.VMM && dev == nil {
-		return nil, fmt.Errorf("%w: a VMM pool needs Pool.Backend CUDAHost (or Auto, with a driver)", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: a VMM pool needs Options.Pool.Backend CUDAHost (or Auto, with a driver)", ErrInvalidOptions)
 	}
 	w := newOwner(path, o, l)
 	w.o, w.po, w.dev = o, po, dev

@@ -8,8 +8,8 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
-// granter hands a process grants of the pool: the owner's table in the owner (table.go), a
-// request on the socket in an attached process (client.go). A grant run is contiguous and
+// granter hands a process grants of the pool: the owner's table in the owner, a
+// request on the socket in an attached process. A grant run is contiguous and
 // inside one region.
 type granter interface {
 	// grant asks for n contiguous grants, waiting at most the process's timeout.

@@ -13,7 +13,7 @@ import (
 
 // space is the pool mapped in one process: the regions one after the other from base, and
 // the control region. It keeps the descriptors it mapped open (ctl first), so that the
-// process can hand the pool to a new owner if its owner dies (adopt.go).
+// process can hand the pool to a new owner if its owner dies.
 type space struct {
 	layout
 	base    uintptr

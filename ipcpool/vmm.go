@@ -17,7 +17,7 @@ import (
 // mapVMM maps a VMM pool's regions: the owner's exports, or the descriptors imported.
 func (sp *space) mapVMM(cfg spaceConfig) error {
 	if cfg.dev == nil {
-		return fmt.Errorf("%w: a VMM pool needs a CUDA device in every process (Pool.Backend CUDAHost)", ErrInvalidOptions)
+		return fmt.Errorf("%w: a VMM pool needs a CUDA device in every process (Options.Pool.Backend CUDAHost)", ErrInvalidOptions)
 	}
 	exports := cfg.exports
 	if exports == nil {

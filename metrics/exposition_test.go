@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -117,6 +118,9 @@ func TestExposition(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %s in the exposition", want)
 		}
+	}
+	if !regexp.MustCompile(`# HELP pinmalloc_uvm_acquire_seconds .*hit \(.*1 call in 16 is timed`).MatchString(out) {
+		t.Error("the hit histogram's HELP does not say it samples 1 call in 16")
 	}
 	for _, never := range []string{`pinmalloc_device_locked_bytes`, `pinmalloc_device_syscalls_total`, `type="`, `pinmalloc_committed_bytes`} {
 		if strings.Contains(out, never) {

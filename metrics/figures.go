@@ -100,7 +100,7 @@ type TierFigures struct {
 	// Moves are the blocks and bytes moved, by direction and cause.
 	Moves []Move `json:"moves"`
 	// AcquireSeconds are the latency histograms of successful Acquire calls, by outcome
-	// ("hit", "miss"), and of AcquireHost ("host"), in seconds (latency.go).
+	// ("hit", "miss"), and of AcquireHost ("host"), in seconds.
 	AcquireSeconds []Histogram `json:"acquire_seconds"`
 }
 

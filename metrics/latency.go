@@ -10,8 +10,8 @@ import (
 
 // Acquire latency: the tier's histograms (uvm.Stats.AcquireLatency) as Prometheus histograms,
 // pinmalloc_uvm_acquire_seconds{name,outcome} for Acquire (outcome "hit": the block was on the
-// device, a sample of those calls, so its _count is not the number of hits: pinmalloc's hits
-// counter is; "miss": it was restored, every one) and pinmalloc_uvm_acquire_host_seconds{name} for
+// device, sampled: 1 call in 16 is timed, so its _count is about a sixteenth of the hits, which
+// pinmalloc_uvm_hits_total counts; "miss": it was restored, every one timed) and pinmalloc_uvm_acquire_host_seconds{name} for
 // AcquireHost, in seconds, with uvm's fixed buckets (uvm.LatencyBounds).
 
 // Histogram is a latency histogram of a tier, in seconds.
@@ -58,7 +58,7 @@ func acquireHistograms(a uvm.AcquireLatency) []Histogram {
 
 var (
 	acquireSecondsDesc = prometheus.NewDesc("pinmalloc_uvm_acquire_seconds",
-		"Time successful Acquire calls took, by outcome: hit (the block was on the device; a sample of those calls) or miss (it was restored; every one).",
+		"Time successful Acquire calls took, by outcome: hit (the block was on the device; 1 call in 16 is timed, so the hit _count is about a sixteenth of pinmalloc_uvm_hits_total) or miss (it was restored; every one timed).",
 		[]string{"name", "outcome"}, nil)
 	acquireHostSecondsDesc = prometheus.NewDesc("pinmalloc_uvm_acquire_host_seconds",
 		"Time successful AcquireHost calls took, the copies they waited for included.", nameLabel, nil)

@@ -36,7 +36,7 @@
 // No CPU waits for them: the buffer comes back at a later allocation. ForgetStream, called
 // before a stream is destroyed, waits for it and forgets it. Other pools' memory is
 // copied by the driver as pageable memory, before the call returns, so their FreeAsync frees at
-// once. stream.go has the design.
+// once.
 //
 // # Reslicing and append
 //
@@ -61,7 +61,7 @@
 // Alloc and Free run in a fast section: the goroutine pins itself to its P (internal/procpin),
 // which makes it the only code running there, marks the P's shard entered with a plain store
 // and checks that no holder has revoked it, then runs the heap's non-blocking paths
-// (heap.TryAlloc, heap.TryFree) and unpins. No lock and no atomic read-modify-write but the
+// (heap.Heap.TryAlloc and TryFree) and unpins. No lock and no atomic read-modify-write but the
 // free's own compare-and-swap (and a kept object page's claim): a free of a block of the P's
 // shard goes straight back on its page, or keeps its object page or huge object for the next
 // request of its size; a class block of another shard takes the heap's lock-free remote path.
@@ -73,7 +73,7 @@
 // (Stats, Usage, Trim, Close, the observers) holds shards from any goroutine: it revokes them,
 // makes every thread pass a memory barrier (internal/fence: one membarrier system call), and
 // waits for the fast sections under way to end. A goroutine whose shard is held meanwhile takes
-// a spill shard, a heap only holders use. shard.go has the protocol and its invariants.
+// a spill shard, a heap only holders use.
 //
 // Builds where fast sections cannot be trusted — the race detector (which cannot see the
 // barrier's ordering), the pinmalloc_noprocpin tag, a kernel without membarrier — and pools

@@ -109,7 +109,7 @@ type Options struct {
 	// listed is refused by copies. Registered memory is portable to every device. New refuses
 	// an ordinal the driver does not have.
 	Devices []int
-	// NUMA selects the host NUMA node of the pool's memory (arena/numa.go). CUDAHost and Auto:
+	// NUMA selects the host NUMA node of the pool's memory. CUDAHost and Auto:
 	// NUMANearest (the default) is the node nearest Device (cudamem.DeviceNode: driver, sysfs
 	// or NVML), where VMM host memory is created and registered memory bound;
 	// arena.NUMANode(n) is node n. Locked and Pageable: arena.NUMANode(n) binds the pool's
@@ -129,7 +129,7 @@ type Options struct {
 	// committed what was asked, or the pool closed first).
 	OnPrecommit func(committed uint64, err error)
 	// CommitWorkers is how many goroutines commit memory at once: Precommit's batches, a
-	// large buffer's commit, Trim's decommits (see arena/workers.go). Zero means
+	// large buffer's commit, Trim's decommits. Zero means
 	// arena.DefaultCommitWorkers (4); 1 commits on the calling goroutine only.
 	CommitWorkers int
 	// ZeroOnFree clears every buffer as it is freed, after Free has checked that it is a whole
@@ -166,7 +166,7 @@ type Options struct {
 	// orders frees by stream as a CUDAHost pool does). Capacity defaults to the source's.
 	Source arena.Provider
 	// Sharer, when set, takes part in the frees the pool cannot finish alone: of memory
-	// outside the pool, and of buffers shared with Pool.Share (share.go). A pool with a
+	// outside the pool, and of buffers shared with Pool.Share. A pool with a
 	// Sharer costs the same on its fast paths.
 	Sharer Sharer
 	// TraceGoroutines adds the allocating goroutine's number to each trace record. Go has no

@@ -52,7 +52,7 @@ import (
 //     cache of the shard's (pend.go) whose stream is idle goes back so with no reclaim and
 //     no list (drainPend: one query, the same point a reclaim's poll takes). They run too when
 //     the pool is out of memory or over its quota, in Trim and Stats, and in Close, which
-//     waits for them (closeWait at most, then ErrBusy). One goroutine reclaims at a time; the
+//     waits for them (5 s at most, then ErrBusy). One goroutine reclaims at a time; the
 //     others go on (or, where they need its result, wait for it).
 //   - A stream the driver no longer accepts (destroyed with buffers deferred on it) cannot take
 //     an event: the pool synchronizes the context, once for all such streams a reclaim finds,
@@ -239,7 +239,7 @@ func (o *streamOrder) shard(base uintptr) *useShard {
 // lazily: on later allocations that find no free block, Trim, Stats, Usage and Close.
 //
 // After Close, FreeAsync of the last live buffer (like a Free of one a stream uses) waits for
-// that buffer's streams, closeWait (5 s) at most, so that the pool's memory goes with it; it
+// that buffer's streams, 5 s at most, so that the pool's memory goes with it; it
 // never waits for other buffers' streams (a later Close, Free or Trim releases the memory once
 // they have passed).
 //

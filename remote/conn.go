@@ -371,8 +371,8 @@ func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// Close closes the connection: it waits for the transfers in flight on it (closeWait at
-// most), tells the peer, and closes the endpoint. The peer's Recv then reports ErrClosed.
+// Close closes the connection: it waits for the transfers in flight on it (10 s at most),
+// tells the peer, and closes the endpoint. The peer's Recv then reports ErrClosed.
 func (c *Conn) Close() error {
 	w := c.w
 	w.mu.Lock()

@@ -26,7 +26,7 @@ type Options struct {
 	// Logger, when set, receives the worker's rare events: connections made, lost and
 	// refused, regions registered and deregistered, frees deferred by a transfer that failed.
 	Logger *slog.Logger
-	// Mode chooses how transfers move bytes (messages.go): ModeAuto, the default, takes UCX's
+	// Mode chooses how transfers move bytes: ModeAuto, the default, takes UCX's
 	// puts and gets where a connection has hardware for them, and messages elsewhere.
 	Mode Mode
 	// SharedMemory lets UCX use its shared-memory transports between processes of this host

@@ -45,7 +45,7 @@ func (m Mode) String() string {
 // on the tier's H2D stream and s is made to wait for it. Mode Write marks the host copy stale.
 // The block stays acquired (never moved) until as many Releases on s as Acquires on s.
 // Errors: ErrInvalidHandle, ErrInvalidStream (a stream the driver does not know; the tier
-// asks it once per stream, streams.go), ErrAllPinned (no room: the budget is held by acquired
+// asks it once per stream), ErrAllPinned (no room: the budget is held by acquired
 // blocks), ErrAcquired (the host holds the block for writing, or for reading and m is Write),
 // and the errors of the copy, the device heap and the driver, after which the block is where
 // it was.
@@ -63,7 +63,7 @@ func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 
 // AcquireContext is Acquire, except that when every evictable byte is acquired
 // (ErrAllPinned) it waits for room instead of failing: it tries again after each Release,
-// ReleaseHost or Free of the tier, and at least every allPinnedRetry (memory another user of a
+// ReleaseHost or Free of the tier, and at least every 10 ms (memory another user of a
 // shared device heap frees is not seen otherwise), until it succeeds, fails otherwise, or ctx
 // is done: then ctx's error is returned, joined with ErrAllPinned. Like Acquire, it does not
 // wait for copies.
@@ -170,8 +170,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // when the block is not acquired, ErrWrongStream when it is acquired on other streams only
 // (the use goes on). When the event cannot be recorded (s was destroyed, say), the use ends
 // anyway, after the tier has waited for the work on s (or on the whole device), and the error
-// says the block was released (wrapping ErrInvalidStream when the driver refused s;
-// streams.go).
+// says the block was released (wrapping ErrInvalidStream when the driver refused s).
 func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("Release")

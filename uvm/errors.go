@@ -38,6 +38,6 @@ var (
 	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "uvm: invalid options")
 	// ErrInvalidStream means a stream the driver does not know (never made, or destroyed):
 	// Acquire and Prefetch on it change nothing; a Release or Free on it still ends the use,
-	// after a wait, and says so (streams.go).
+	// after a wait, and says so.
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "uvm: invalid stream")
 )

@@ -116,7 +116,7 @@ type Stats struct {
 	Pending int
 	// Allocs and Frees count blocks.
 	Allocs, Frees uint64
-	// AcquireLatency holds the latency histograms of Acquire and AcquireHost (latency.go).
+	// AcquireLatency holds the latency histograms of Acquire and AcquireHost.
 	AcquireLatency AcquireLatency
 }
 

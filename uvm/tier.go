@@ -67,7 +67,7 @@
 //
 // When a restore needs room (the budget, or the device heap refusing memory), or another user
 // of a shared device heap finds it full (the heap's pressure hook), the tier walks
-// the Policy's order, coldest first: among the evictWindow (4) coldest blocks it takes clean
+// the Policy's order, coldest first: among the 4 coldest blocks it takes clean
 // ones first (no copy: the VRAM is dropped), then any in policy order. The window keeps the
 // preference for clean blocks from overriding the policy: a hot clean block is not evicted
 // before a cold dirty one just because dropping it is free (a scan of fresh blocks would
@@ -82,7 +82,7 @@
 //
 // # Thrashing
 //
-// Like the driver's, per block: a block migrated (either way) thrashThreshold times in a row,
+// Like the driver's, per block: a block migrated (either way) 3 times in a row,
 // each within Options.ThrashLapse of the one before, is thrashing; the tier then keeps it on
 // the device for Options.ThrashPin instead of evicting it again, and counts the event. Its
 // history resets after a quiet second.

@@ -48,6 +48,7 @@ package cudatest
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -60,12 +61,16 @@ import (
 // reports the child's result as the test's, and returns nil, nil: the caller returns at once.
 // In the child it returns the open device. At the test's cleanup, after the cleanups registered
 // later, it checks that nothing allocated through the device is still live (heaps, pools, tiers,
-// streams and events left open fail the test), and closes it.
+// streams and events left open fail the test, each named by the library call that made its
+// memory or handle and the line of the test that made that call), and closes it.
 //
 // It skips the test when no C compiler or no cgo is available, and fails it when called from a
 // subtest.
 func Device(t *testing.T) (*cuda.Device, *Fake) {
 	t.Helper()
+	if strings.Contains(t.Name(), "/") {
+		t.Fatal(subtestMessage(t.Name()))
+	}
 	if err := canBuild(); err != nil {
 		t.Skipf("cudatest: %v", err)
 	}
@@ -77,21 +82,48 @@ func Device(t *testing.T) (*cuda.Device, *Fake) {
 	if err != nil {
 		t.Fatalf("cudatest: opening device 0 of the fake driver: %v", err)
 	}
+	in, err := icuda.Of(dev)
+	if err != nil {
+		t.Fatalf("cudatest: %v", err)
+	}
+	icuda.RecordSites(in)
 	t.Cleanup(func() {
-		in, err := icuda.Of(dev)
-		if err == nil {
-			if s := in.Stats(); s.Live() != 0 {
-				t.Errorf("cudatest: device 0 has resources live at the end of the test: %+v", s)
-			}
+		leaked := leaks(in)
+		if leaked != "" {
+			t.Error(leaked)
 		}
 		if err := dev.Close(); err != nil {
 			t.Errorf("cudatest: closing device 0: %v", err)
 		}
-		if live := drv.LiveObjects(); icuda.PrimaryRetains() == 0 && len(live) != 0 {
+		if live := drv.LiveObjects(); leaked == "" && icuda.PrimaryRetains() == 0 && len(live) != 0 {
 			t.Errorf("cudatest: the fake driver holds %v at the end of the test (something was not closed or freed)", live)
 		}
 	})
 	return dev, &Fake{t: t, d: drv}
+}
+
+// subtestMessage is Device's failure in a subtest.
+func subtestMessage(name string) string {
+	return "cudatest.Device: " + name + " is a subtest: call Device first in the top-level test, before t.Run " +
+		"(the test runs again alone in a child process, which a subtest cannot be)"
+}
+
+// leaks says what is still live on dev at the end of a test, named by the call that made it
+// and where ("device.New at upload_test.go:23 (1 VMM reservation, 1 stream)"), or "".
+func leaks(dev *icuda.Device) string {
+	sites, unnamed := icuda.AllLiveSites()
+	if len(sites) == 0 && unnamed == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("cudatest: not closed at the end of the test (Close or Free each, or defer it, before the test returns):")
+	for _, s := range sites {
+		b.WriteString("\n\t" + s.String())
+	}
+	if unnamed > 0 {
+		fmt.Fprintf(&b, "\n\t%d more made before the test's device was opened (test device: %+v)", unnamed, dev.Stats())
+	}
+	return b.String()
 }
 
 // canBuild says why the fake cannot be built and loaded here, or returns nil.
@@ -116,10 +148,10 @@ func IsFake(dev *cuda.Device) bool {
 }
 
 // ExecOnFake runs the running program again, with the same arguments and standard streams, in a
-// child process whose driver is the fake (built into a temporary directory, removed when the
-// child ends), and returns the child's exit code; err is set only when the child could not be
-// run (no C compiler, for one). It is for programs that should run where no CUDA driver is
-// installed:
+// child process whose driver is the fake (compiled once per user and source into the user's
+// cache directory, as for Device), and returns the child's exit code; err is set only when the
+// child could not be run (built without cgo, or no C compiler), and says why. It is for
+// programs that should run where no CUDA driver is installed:
 //
 //	if _, err := cuda.Count(); errors.Is(err, cuda.ErrNoDriver) && os.Getenv(cuda.LibraryEnv) == "" {
 //		code, err := cudatest.ExecOnFake()
@@ -131,4 +163,9 @@ func IsFake(dev *cuda.Device) bool {
 //
 // A process loads its driver once, so the choice needs a new process. ExecOnFake refuses to run
 // when cuda.LibraryEnv is set already (the child has it set), so that it cannot recurse.
-func ExecOnFake() (code int, err error) { return fakecuda.ExecOnFake() }
+func ExecOnFake() (code int, err error) {
+	if err := canBuild(); err != nil {
+		return 0, fmt.Errorf("cudatest: cannot run on the fake driver: %w", err)
+	}
+	return fakecuda.ExecOnFake()
+}

@@ -20,6 +20,11 @@ func TestNoCompiler(t *testing.T) {
 	if !cgoEnabled && (err == nil || !strings.Contains(err.Error(), "cgo")) {
 		t.Errorf("canBuild without cgo = %v; want an error naming cgo", err)
 	}
+	// ExecOnFake says the same, and runs nothing (a program's message is then its own, not a
+	// child's failing to load the fake).
+	if _, err := ExecOnFake(); err == nil || !strings.Contains(err.Error(), "cannot run on the fake driver") {
+		t.Errorf("ExecOnFake with no compiler = %v; want the reason", err)
+	}
 	t.Setenv(fakecuda.PrebuiltEnv, "/prebuilt/libcuda.so.1")
 	if err := canBuild(); cgoEnabled && err != nil {
 		t.Errorf("canBuild with a prebuilt fake and no compiler = %v", err)

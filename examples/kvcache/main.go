@@ -57,10 +57,10 @@ func main() {
 	}
 	if _, err := cuda.Count(); errors.Is(err, cuda.ErrNoDriver) && os.Getenv(cuda.LibraryEnv) == "" {
 		// A process loads its driver once: run again, on the fake.
-		fmt.Fprintf(os.Stderr, "kvcache: no CUDA driver (%v): running again on pinmalloc's fake driver\n", err)
+		fmt.Fprintf(os.Stderr, "kvcache: %v\nkvcache: trying pinmalloc's fake driver instead\n", err)
 		code, err := cudatest.ExecOnFake()
 		if err != nil {
-			log.Fatal(err)
+			log.Fatalf("kvcache: %v", err)
 		}
 		os.Exit(code)
 	}
@@ -157,7 +157,7 @@ func run(args []string, out io.Writer) (err error) {
 	}
 	dev, err := cuda.Open(0)
 	if err != nil {
-		return fmt.Errorf("no CUDA driver, and not started on the fake one (go run ./examples/kvcache does that): %w", err)
+		return fmt.Errorf("kvcache: opening device 0: %w", err)
 	}
 	defer func() { err = errors.Join(err, dev.Close()) }()
 	name, err := dev.Name()

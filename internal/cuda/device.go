@@ -129,6 +129,7 @@ type Device struct {
 	deviceAllocs, managedAllocs, hostAllocs, hostRegs atomic.Int64
 	reservations, handles, streams, events            atomic.Int64
 	modules, pools                                    atomic.Int64
+	sites                                             siteBook // where live resources were made (sites.go), once RecordSites is called
 }
 
 // Open initializes the driver (once) and retains the primary context of the device with the
@@ -152,7 +153,9 @@ func openOn(dr *driver, ordinal int) (*Device, error) {
 		return nil, fmt.Errorf("cuda: device %d: retain primary context: %w", ordinal, err)
 	}
 	primaryRetains.Add(1)
-	return &Device{drv: dr, ordinal: ordinal, dev: dev, ctx: ctx}, nil
+	d := &Device{drv: dr, ordinal: ordinal, dev: dev, ctx: ctx}
+	noteOpen(d)
+	return d, nil
 }
 
 // Close releases the primary-context retain taken by Open. It is idempotent. It does not free
@@ -163,6 +166,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	primaryRetains.Add(-1)
+	noteClose(d)
 	return d.drv.primaryRelease(d.dev)
 }
 
@@ -213,14 +217,6 @@ func (d *Device) closedError() error {
 	return fmt.Errorf("%w: CUDA device %d is closed", pinmalloc.ErrClosed, d.ordinal)
 }
 
-// track adds delta to counter when err is nil, and returns err.
-func track(counter *atomic.Int64, delta int64, err error) error {
-	if err == nil {
-		counter.Add(delta)
-	}
-	return err
-}
-
 // Name returns the device's name ("NVIDIA H100 80GB HBM3").
 func (d *Device) Name() (string, error) { return d.drv.deviceName(d.dev) }
 
@@ -249,60 +245,60 @@ func (d *Device) Synchronize() error { return d.Do(d.drv.ctxSynchronize) }
 // MemAlloc allocates n bytes of device memory.
 func (d *Device) MemAlloc(n uintptr) (p DevicePtr, err error) {
 	err = d.Do(func() (e error) { p, e = d.drv.memAlloc(n); return })
-	return p, track(&d.deviceAllocs, 1, err)
+	return p, d.track(&d.deviceAllocs, uint64(p), 1, err)
 }
 
 // MemFree frees device memory from MemAlloc or MemAllocAsync.
 func (d *Device) MemFree(p DevicePtr) error {
-	return track(&d.deviceAllocs, -1, d.Do(func() error { return d.drv.memFree(p) }))
+	return d.track(&d.deviceAllocs, uint64(p), -1, d.Do(func() error { return d.drv.memFree(p) }))
 }
 
 // MemAllocAsync allocates n bytes of device memory from the device's default memory pool,
 // ordered on stream s (requires AttrMemoryPoolsSupported).
 func (d *Device) MemAllocAsync(n uintptr, s Stream) (p DevicePtr, err error) {
 	err = d.Do(func() (e error) { p, e = d.drv.memAllocAsync(n, s); return })
-	return p, track(&d.deviceAllocs, 1, err)
+	return p, d.track(&d.deviceAllocs, uint64(p), 1, err)
 }
 
 // MemFreeAsync frees device memory back to its pool, ordered on stream s.
 func (d *Device) MemFreeAsync(p DevicePtr, s Stream) error {
-	return track(&d.deviceAllocs, -1, d.Do(func() error { return d.drv.memFreeAsync(p, s) }))
+	return d.track(&d.deviceAllocs, uint64(p), -1, d.Do(func() error { return d.drv.memFreeAsync(p, s) }))
 }
 
 // MemAllocManaged allocates n bytes of managed memory; flags is MemAttachGlobal or
 // MemAttachHost. Free it with MemFreeManaged.
 func (d *Device) MemAllocManaged(n uintptr, flags uint32) (p DevicePtr, err error) {
 	err = d.Do(func() (e error) { p, e = d.drv.memAllocManaged(n, flags); return })
-	return p, track(&d.managedAllocs, 1, err)
+	return p, d.track(&d.managedAllocs, uint64(p), 1, err)
 }
 
 // MemFreeManaged frees managed memory from MemAllocManaged (cuMemFree).
 func (d *Device) MemFreeManaged(p DevicePtr) error {
-	return track(&d.managedAllocs, -1, d.Do(func() error { return d.drv.memFree(p) }))
+	return d.track(&d.managedAllocs, uint64(p), -1, d.Do(func() error { return d.drv.memFree(p) }))
 }
 
 // MemHostAlloc allocates n bytes of page-locked host memory; flags is a combination of the
 // HostAlloc constants. Free it with MemFreeHost.
 func (d *Device) MemHostAlloc(n uintptr, flags uint32) (p uintptr, err error) {
 	err = d.Do(func() (e error) { p, e = d.drv.memHostAlloc(n, flags); return })
-	return p, track(&d.hostAllocs, 1, err)
+	return p, d.track(&d.hostAllocs, uint64(p), 1, err)
 }
 
 // MemFreeHost frees host memory from MemHostAlloc.
 func (d *Device) MemFreeHost(p uintptr) error {
-	return track(&d.hostAllocs, -1, d.Do(func() error { return d.drv.memFreeHost(p) }))
+	return d.track(&d.hostAllocs, uint64(p), -1, d.Do(func() error { return d.drv.memFreeHost(p) }))
 }
 
 // MemHostRegister page-locks the host range [p, p+n) and registers it with the driver; flags is
 // a combination of the HostRegister constants. Registering a range that overlaps a registered
 // one fails with an error matching ErrAlreadyRegistered.
 func (d *Device) MemHostRegister(p, n uintptr, flags uint32) error {
-	return track(&d.hostRegs, 1, d.Do(func() error { return d.drv.memHostRegister(p, n, flags) }))
+	return d.track(&d.hostRegs, uint64(p), 1, d.Do(func() error { return d.drv.memHostRegister(p, n, flags) }))
 }
 
 // MemHostUnregister unregisters a range registered by MemHostRegister at p.
 func (d *Device) MemHostUnregister(p uintptr) error {
-	return track(&d.hostRegs, -1, d.Do(func() error { return d.drv.memHostUnregister(p) }))
+	return d.track(&d.hostRegs, uint64(p), -1, d.Do(func() error { return d.drv.memHostUnregister(p) }))
 }
 
 // MemHostGetDevicePointer returns the device address of mapped host memory (allocated with
@@ -371,24 +367,24 @@ func (d *Device) MemGetAllocationGranularity() (minimum, recommended uintptr, er
 // (0 for the default). Nothing is backed until MemMap.
 func (d *Device) MemAddressReserve(size, align uintptr) (p DevicePtr, err error) {
 	err = d.Do(func() (e error) { p, e = d.drv.memAddressReserve(size, align); return })
-	return p, track(&d.reservations, 1, err)
+	return p, d.track(&d.reservations, uint64(p), 1, err)
 }
 
 // MemAddressFree frees a reservation made by MemAddressReserve; it must be wholly unmapped.
 func (d *Device) MemAddressFree(p DevicePtr, size uintptr) error {
-	return track(&d.reservations, -1, d.Do(func() error { return d.drv.memAddressFree(p, size) }))
+	return d.track(&d.reservations, uint64(p), -1, d.Do(func() error { return d.drv.memAddressFree(p, size) }))
 }
 
 // MemCreate allocates size bytes of pinned physical memory on this device and returns its
 // handle; size must be a multiple of the minimum granularity.
 func (d *Device) MemCreate(size uintptr) (h MemHandle, err error) {
 	err = d.Do(func() (e error) { h, e = d.drv.memCreate(size, d.ordinal); return })
-	return h, track(&d.handles, 1, err)
+	return h, d.track(&d.handles, uint64(h), 1, err)
 }
 
 // MemRelease releases a handle from MemCreate. The memory is freed once it is also unmapped.
 func (d *Device) MemRelease(h MemHandle) error {
-	return track(&d.handles, -1, d.Do(func() error { return d.drv.memRelease(h) }))
+	return d.track(&d.handles, uint64(h), -1, d.Do(func() error { return d.drv.memRelease(h) }))
 }
 
 // MemMap maps the whole of physical allocation h at [p, p+size) of a reservation. The range is
@@ -427,7 +423,7 @@ func (d *Device) StreamCreate(nonBlocking bool) (s Stream, err error) {
 		flags = 0x1 // CU_STREAM_NON_BLOCKING
 	}
 	err = d.Do(func() (e error) { s, e = d.drv.streamCreate(flags); return })
-	return s, track(&d.streams, 1, err)
+	return s, d.track(&d.streams, uint64(s), 1, err)
 }
 
 // StreamNonBlocking reports whether s was created non-blocking (CU_STREAM_NON_BLOCKING): its
@@ -440,7 +436,7 @@ func (d *Device) StreamNonBlocking(s Stream) (bool, error) {
 
 // StreamDestroy destroys a stream from StreamCreate; queued work still completes.
 func (d *Device) StreamDestroy(s Stream) error {
-	return track(&d.streams, -1, d.Do(func() error { return d.drv.streamDestroy(s) }))
+	return d.track(&d.streams, uint64(s), -1, d.Do(func() error { return d.drv.streamDestroy(s) }))
 }
 
 // StreamSynchronize waits until all work queued on s has completed.
@@ -465,7 +461,7 @@ func (d *Device) EventCreate(disableTiming bool) (ev Event, err error) {
 		flags = 0x2 // CU_EVENT_DISABLE_TIMING
 	}
 	err = d.Do(func() (e error) { ev, e = d.drv.eventCreate(flags); return })
-	return ev, track(&d.events, 1, err)
+	return ev, d.track(&d.events, uint64(ev), 1, err)
 }
 
 // EventRecord records ev on stream s: it completes when the work queued before it does.
@@ -499,5 +495,5 @@ func (d *Device) EventElapsed(start, end Event) (ms float32, err error) {
 
 // EventDestroy destroys an event from EventCreate.
 func (d *Device) EventDestroy(ev Event) error {
-	return track(&d.events, -1, d.Do(func() error { return d.drv.eventDestroy(ev) }))
+	return d.track(&d.events, uint64(ev), -1, d.Do(func() error { return d.drv.eventDestroy(ev) }))
 }

@@ -64,7 +64,7 @@ func (d *Device) StreamCreateWithPriority(nonBlocking bool, priority int) (s Str
 		flags = 0x1 // CU_STREAM_NON_BLOCKING
 	}
 	err = d.Do(func() (e error) { s, e = d.drv.streamCreateWithPriority(flags, priority); return })
-	return s, track(&d.streams, 1, err)
+	return s, d.track(&d.streams, uint64(s), 1, err)
 }
 
 // MemcpyAsync queues a copy of n bytes from src to dst on s, where each is a device address or
@@ -120,7 +120,7 @@ func (d *Device) ModuleLoadData(image string) (m Module, err error) {
 		return 0, fmt.Errorf("%w: empty module image", pinmalloc.ErrInvalidValue)
 	}
 	err = d.Do(func() (e error) { m, e = d.drv.moduleLoadData(image); return })
-	return m, track(&d.modules, 1, err)
+	return m, d.track(&d.modules, uint64(m), 1, err)
 }
 
 // ModuleGetFunction returns the kernel named name (its .entry name) in m.
@@ -131,7 +131,7 @@ func (d *Device) ModuleGetFunction(m Module, name string) (f Function, err error
 
 // ModuleUnload unloads a module from ModuleLoadData; its functions become invalid.
 func (d *Device) ModuleUnload(m Module) error {
-	return track(&d.modules, -1, d.Do(func() error { return d.drv.moduleUnload(m) }))
+	return d.track(&d.modules, uint64(m), -1, d.Do(func() error { return d.drv.moduleUnload(m) }))
 }
 
 // LaunchKernel queues kernel f on s with the given grid and block shapes and dynamic shared

@@ -53,7 +53,7 @@ const (
 // ErrInvalidValue). Destroy it with MemPoolDestroy.
 func (d *Device) MemPoolCreate(props MemPoolProps) (p MemPool, err error) {
 	err = d.Do(func() (e error) { p, e = d.drv.memPoolCreate(props); return })
-	return p, track(&d.pools, 1, err)
+	return p, d.track(&d.pools, uint64(p), 1, err)
 }
 
 // DefaultMemPool returns the device's default pool, the one MemAllocAsync draws from: the driver
@@ -64,7 +64,7 @@ func (d *Device) DefaultMemPool() (MemPool, error) { return d.drv.deviceDefaultM
 // MemPoolDestroy destroys a pool. Allocations still outstanding stay valid until freed; the
 // pool goes with the last.
 func (d *Device) MemPoolDestroy(p MemPool) error {
-	return track(&d.pools, -1, d.Do(func() error { return d.drv.memPoolDestroy(p) }))
+	return d.track(&d.pools, uint64(p), -1, d.Do(func() error { return d.drv.memPoolDestroy(p) }))
 }
 
 // MemPoolSetAttribute sets a 64-bit attribute of the pool.
@@ -97,5 +97,5 @@ func (d *Device) MemPoolTrimTo(p MemPool, keep uintptr) error {
 // counted with DeviceAllocs (it is freed with MemFreeAsync or MemFree), host pool or not.
 func (d *Device) MemAllocFromPoolAsync(n uintptr, p MemPool, s Stream) (ptr DevicePtr, err error) {
 	err = d.Do(func() (e error) { ptr, e = d.drv.memAllocFromPoolAsync(n, p, s); return })
-	return ptr, track(&d.deviceAllocs, 1, err)
+	return ptr, d.track(&d.deviceAllocs, uint64(ptr), 1, err)
 }

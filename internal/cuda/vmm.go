@@ -50,7 +50,7 @@ func (d *Device) MemGetAllocationGranularityAt(loc MemLocation) (g uintptr, err 
 // location access to its mapping.
 func (d *Device) MemCreateAt(size uintptr, loc MemLocation) (h MemHandle, err error) {
 	err = d.Do(func() (e error) { h, e = d.drv.memCreateAt(size, loc); return })
-	return h, track(&d.handles, 1, err)
+	return h, d.track(&d.handles, uint64(h), 1, err)
 }
 
 // MemSetAccessAt makes the mapped range [p, p+size) readable and writable by every location

@@ -13,7 +13,7 @@ const HandleTypePOSIXFD = 1
 // descriptor (MemExportFD). The driver refuses it at the HOST location; use a HOST_NUMA one.
 func (d *Device) MemCreateExportable(size uintptr, loc MemLocation) (h MemHandle, err error) {
 	err = d.Do(func() (e error) { h, e = d.drv.memCreateExportable(size, loc); return })
-	return h, track(&d.handles, 1, err)
+	return h, d.track(&d.handles, uint64(h), 1, err)
 }
 
 // MemExportFD returns a POSIX file descriptor for the physical memory of h, which must have
@@ -29,5 +29,5 @@ func (d *Device) MemExportFD(h MemHandle) (fd int, err error) {
 // it with MemRelease. fd stays the caller's.
 func (d *Device) MemImportFD(fd int) (h MemHandle, err error) {
 	err = d.Do(func() (e error) { h, e = d.drv.memImportFD(fd); return })
-	return h, track(&d.handles, 1, err)
+	return h, d.track(&d.handles, uint64(h), 1, err)
 }

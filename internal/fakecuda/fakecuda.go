@@ -352,9 +352,9 @@ func GPU(tb testing.TB, ordinal int) *cuda.Device {
 	dev, err := openDevice(ordinal)
 	switch {
 	case errors.Is(err, pinmalloc.ErrNoDriver):
-		tb.Skipf("no CUDA driver: %v", err)
+		tb.Skipf("%v", err) // the error says "cuda: no CUDA driver" and why
 	case errors.Is(err, pinmalloc.ErrNoDevice):
-		tb.Skipf("no CUDA device: %v", err)
+		tb.Skipf("%v", err) // "cuda: no CUDA device" and why
 	case err != nil:
 		tb.Fatalf("fakecuda.GPU: the driver loads but device %d does not open: %v", ordinal, err)
 	case dev.IsFake():

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestNoisyTargets: a target whose rounds disagree by more than its margin reads NOISY, not MET
+// or MISSED; one whose rounds agree keeps its grade, and a MISSED one says why and whether it
+// matters here; a size target's miss says the load does not move it.
+func TestNoisyTargets(t *testing.T) {
+	rs := func(heap, mim, spreadHeap, spreadMim float64) []result {
+		return []result{
+			{Case: "pair/16B", Impl: "pinmalloc-heap", Metric: "ns_per_pair", Value: heap},
+			{Case: "pair/16B", Impl: "mimalloc", Metric: "ns_per_pair", Value: mim},
+			{Case: "pair/16B", Impl: "pinmalloc-heap", Metric: "round_spread", Value: spreadHeap},
+			{Case: "pair/16B", Impl: "mimalloc", Metric: "round_spread", Value: spreadMim},
+		}
+	}
+	grade := func(r []result) target {
+		for _, tg := range evaluateTargets(r) {
+			if tg.Name == "heap-vs-mimalloc/16B" { // <= 2x
+				return tg
+			}
+		}
+		t.Fatal("no heap-vs-mimalloc/16B target")
+		return target{}
+	}
+	if tg := grade(rs(42, 20, 1.3, 1.2)); tg.Status != noisy || !strings.Contains(tg.Detail, "too noisy to grade") {
+		t.Errorf("2.1x against 2x with rounds spread 1.56x: %s (%s); want NOISY", tg.Status, tg.Detail)
+	}
+	if tg := grade(rs(38, 20, 1.3, 1.2)); tg.Status != noisy {
+		t.Errorf("1.9x against 2x with rounds spread 1.56x: %s; want NOISY (it could be either)", tg.Status)
+	}
+	tg := grade(rs(60, 20, 1.02, 1.01))
+	if tg.Status != missed {
+		t.Fatalf("3x against 2x with rounds spread 1.03x: %s; want MISSED", tg.Status)
+	}
+	if why := missedWhy(tg); !strings.Contains(why, "matters here") || !strings.Contains(why, "not the load's") {
+		t.Errorf("why: %q", why)
+	}
+	if tg := grade(rs(30, 20, 1.02, 1.01)); tg.Status != met {
+		t.Errorf("1.5x against 2x, quiet: %s; want MET", tg.Status)
+	}
+	size := target{Name: "trace-committed-over-live", Status: missed, Ratio: 1.3, Limit: 1.15}
+	if why := missedWhy(size); !strings.Contains(why, "load does not change") {
+		t.Errorf("a size target's why: %q", why)
+	}
+	if roundSpread([]float64{10, 11, 12, 30, 9}) != 12.0/10 {
+		t.Errorf("roundSpread of 9..30 = %v; want the middle rounds' 12/10", roundSpread([]float64{10, 11, 12, 30, 9}))
+	}
+}
