@@ -150,7 +150,7 @@ func (h *Handler) AddDevice(name string, d *device.Heap) {
 		blocks: func() []Buffer {
 			var out []Buffer
 			for _, b := range d.Blocks() {
-				out = append(out, Buffer{Addr: b.Addr, Size: b.Size, BlockSize: b.BlockSize, Kind: b.Kind.String()})
+				out = append(out, Buffer{Addr: b.Addr, Size: int(b.Size), BlockSize: int(b.BlockSize), Kind: b.Kind.String()})
 			}
 			return out
 		},
@@ -279,8 +279,8 @@ type Buffer struct {
 	// Addr is its address, Size the bytes asked, BlockSize the bytes it occupies and Kind
 	// what holds it ("small", "medium", "large", "object", "huge").
 	Addr      uintptr `json:"addr"`
-	Size      uint64  `json:"size"`
-	BlockSize uint64  `json:"block_size"`
+	Size      int     `json:"size"`
+	BlockSize int     `json:"block_size"`
 	Kind      string  `json:"kind"`
 	// Age and Site (innermost frame first), for a pool with Options.RecordSites.
 	Age  time.Duration `json:"age_ns,omitempty"`
@@ -291,12 +291,12 @@ type Buffer struct {
 type Class struct {
 	// Size is the block size; Pages the pages holding the class, Blocks their blocks and Live
 	// the live ones.
-	Size   uint64 `json:"size"`
-	Pages  int    `json:"pages"`
-	Blocks int    `json:"blocks"`
-	Live   int    `json:"live"`
+	Size   int `json:"size"`
+	Pages  int `json:"pages"`
+	Blocks int `json:"blocks"`
+	Live   int `json:"live"`
 	// LiveBytes is the bytes asked for by the live blocks.
-	LiveBytes uint64 `json:"live_bytes"`
+	LiveBytes int `json:"live_bytes"`
 }
 
 // classes sums the class pages of a map by block size.
@@ -310,13 +310,13 @@ func classes(m heap.Map) []Class {
 			for _, pg := range c.Pages {
 				cl := by[pg.BlockSize]
 				if cl == nil {
-					cl = &Class{Size: pg.BlockSize}
+					cl = &Class{Size: int(pg.BlockSize)}
 					by[pg.BlockSize] = cl
 				}
 				cl.Pages++
 				cl.Blocks += pg.Blocks
 				cl.Live += pg.Live
-				cl.LiveBytes += pg.LiveBytes
+				cl.LiveBytes += int(pg.LiveBytes)
 			}
 		}
 	}
