@@ -132,12 +132,12 @@ func (b *cudaBase) driverError(sentinel error, op string, size uintptr, err erro
 }
 
 // devicePointer maps host memory registered or allocated mapped to its device address.
-func (b *cudaBase) devicePointer(addr uintptr) (uintptr, error) {
+func (b *cudaBase) devicePointer(addr uintptr) (cuda.DevicePtr, error) {
 	dp, err := b.dev.MemHostGetDevicePointer(addr)
 	if err != nil {
 		return 0, fmt.Errorf("%w: device pointer of %#x: %w", arena.ErrInvalid, addr, err)
 	}
-	return dp, nil
+	return cuda.DevicePtr(dp), nil
 }
 
 // hostZero clears host-accessible memory with the CPU.

@@ -35,6 +35,6 @@ func (p *HostAlloc) Zero(addr, size uintptr) error { return hostZero(addr, size)
 
 // DevicePointer returns the address at which a device sees host address addr, which must lie
 // in memory of the provider (cuMemHostGetDevicePointer).
-func (p *HostAlloc) DevicePointer(addr uintptr) (uintptr, error) {
+func (p *HostAlloc) DevicePointer(addr uintptr) (cuda.DevicePtr, error) {
 	return p.devicePointer(addr)
 }

@@ -263,7 +263,7 @@ func (p *HostRegister) Zero(addr, size uintptr) error { return hostZero(addr, si
 // DevicePointer returns the address at which a device sees host address addr, which must lie
 // in registered memory of the provider. With unified addressing (every 64-bit platform CUDA
 // supports) it is addr itself, but kernels should be given what this returns.
-func (p *HostRegister) DevicePointer(addr uintptr) (uintptr, error) {
+func (p *HostRegister) DevicePointer(addr uintptr) (cuda.DevicePtr, error) {
 	return p.devicePointer(addr)
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -155,7 +156,7 @@ func copyEverything(t *testing.T, f *fakecuda.Driver, p *pinned.Pool, most int) 
 			}
 			bufs = append(bufs, b)
 			c.roundTrip(b)
-			if dp, err := p.DevicePointer(b); err != nil || dp != mem.Addr(b) {
+			if dp, err := p.DevicePointer(b); err != nil || dp != pcuda.DevicePtr(mem.Addr(b)) {
 				t.Fatalf("DevicePointer of a %d-byte buffer = %#x, %v", n, dp, err)
 			}
 		}
@@ -326,7 +327,7 @@ func TestFakeAutoWithDriver(t *testing.T) {
 				t.Fatalf("Alloc(%d): %v", n, err)
 			}
 			b[0], b[n-1] = 1, 2
-			if dp, err := p.DevicePointer(b); err != nil || dp != mem.Addr(b) {
+			if dp, err := p.DevicePointer(b); err != nil || dp != pcuda.DevicePtr(mem.Addr(b)) {
 				t.Errorf("DevicePointer of a %d-byte buffer = %#x, %v", n, dp, err)
 			}
 			bufs = append(bufs, b)

@@ -258,7 +258,7 @@ func (o *Options) cudaHost(ho arena.HostOptions) (arena.Provider, error) {
 // deviceMapper is what Pool.DevicePointer asks of a CUDAHost pool's provider (cudamem's pinned
 // host providers answer it): the address at which a device sees host address addr.
 type deviceMapper interface {
-	DevicePointer(addr uintptr) (uintptr, error)
+	DevicePointer(addr uintptr) (cuda.DevicePtr, error)
 }
 
 // closeDevice gives back the CUDA device a CUDAHost pool opened, once its arena is closed.
