@@ -125,13 +125,17 @@ func TestFakeCloseBusyThenTrim(t *testing.T) {
 	}
 	d, a := r.closeWithQueuedCopy()
 	ok(t, "FreeAsync of the last buffer after Close", r.pool.FreeAsync(a, pcuda.Stream(r.s)))
-	r.pool.Trim()
+	if err := r.pool.Trim(); err != nil {
+		t.Fatalf("Trim: %v", err)
+	}
 	if released(r.pool) {
 		t.Fatal("Trim released the pool's memory while a queued copy still reads it")
 	}
 	r.f.Hold(false)
 	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
-	r.pool.Trim()
+	if err := r.pool.Trim(); err != nil {
+		t.Fatalf("Trim: %v", err)
+	}
 	if !released(r.pool) {
 		t.Fatal("Trim of a closed pool whose streams have passed kept its memory")
 	}
