@@ -337,7 +337,7 @@ func TestAllPinned(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	must(t, tr.Release(hs[0], s))
 	must(t, <-done)
-	if st := tr.Stats(); st.PinnedBlocks != 2 || st.DeviceBytes != 2*size {
+	if st := tr.Stats(); st.AcquiredBlocks != 2 || st.DeviceBytes != 2*size {
 		t.Errorf("after the wait: %+v", st)
 	}
 	must(t, tr.Release(hs[1], s))
