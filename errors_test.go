@@ -211,7 +211,7 @@ func TestPoolErrors(t *testing.T) {
 		t.Errorf("Alloc after Close = %v; want pinned.ErrClosed and pinmalloc.ErrClosed, not uvm.ErrClosed", err)
 	}
 
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 4 << 20})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

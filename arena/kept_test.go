@@ -118,7 +118,7 @@ func TestKeptGivenUpAfterDelay(t *testing.T) {
 // TestKeptForcedPurge: a commit refused for want of memory gives up idle ranges, whatever their
 // age, before it fails.
 func TestKeptForcedPurge(t *testing.T) {
-	b := &budgeted{Provider: Pageable(HostOptions{}), budget: 4 << 20}
+	b := &budgeted{Provider: PageableHost(HostOptions{}), budget: 4 << 20}
 	a := newTestArena(t, Options{Provider: b, Capacity: 64 << 20, PurgeDelay: time.Hour})
 	seg, err := a.Alloc(3<<20, 1)
 	if err != nil {

@@ -60,7 +60,7 @@ const regGranule = arena.DefaultChunkSize
 const registerFlags = icuda.HostRegisterPortable | icuda.HostRegisterDeviceMap
 
 // HostRegister hands out pinned host memory: anonymous memory mapped as the pageable
-// arena.HostProvider maps it (arena.Pinnable: over-reserved and trimmed, so regions are aligned
+// arena.HostProvider maps it (arena.PinnableHost: over-reserved and trimmed, so regions are aligned
 // for free; PROT_NONE until committed), registered with cuMemHostRegister when committed and
 // unregistered when decommitted, under the registration invariant above. Registration pins the
 // pages itself, so nothing is mlocked and RLIMIT_MEMLOCK does not apply. Copies between a block
@@ -110,7 +110,7 @@ func NewHostRegister(dev *cuda.Device, o HostOptions) (*HostRegister, error) {
 	if n, asked := ho.Node.Node(); asked && !slices.Contains(numa.Online(sysfsRoot), n) {
 		return nil, fmt.Errorf("%w: NUMA node %d: the machine has nodes %v", arena.ErrInvalid, n, numa.Online(sysfsRoot))
 	}
-	return &HostRegister{cudaBase: b, host: arena.Pinnable(ho), regs: map[uintptr][]hostReg{}}, nil
+	return &HostRegister{cudaBase: b, host: arena.PinnableHost(ho), regs: map[uintptr][]hostReg{}}, nil
 }
 
 // Node implements arena.Placer: the node the mappings are bound to, or arena.NodeUnknown.

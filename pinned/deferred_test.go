@@ -323,7 +323,7 @@ func TestFakeNodesAutoAbsentDevice(t *testing.T) {
 	ok(t, "NewNodes(Devices {1})", err)
 	p, err := n.For(1)
 	ok(t, "For(1)", err)
-	if b := p.Stats().Backend; b != "cuda-host" {
+	if b := p.Stats().Backend; b != pinned.CUDAHost {
 		t.Errorf("NewNodes(Auto) on 2 GPUs made a %s pool", b)
 	}
 	ok(t, "Close", n.Close())

@@ -70,7 +70,7 @@ func hostDemo() error {
 		return err
 	}
 
-	a, err := arena.New(arena.Options{Provider: arena.Locked(arena.HostOptions{}), Capacity: 4 << 20})
+	a, err := arena.New(arena.Options{Provider: arena.LockedHost(arena.HostOptions{}), Capacity: 4 << 20})
 	if err != nil {
 		return err
 	}
