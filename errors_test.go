@@ -121,6 +121,8 @@ var kinds = []struct {
 
 	{"metrics.ErrInvalidName", metrics.ErrInvalidName, pinmalloc.ErrInvalid, "metrics: "},
 	{"debugpage.ErrSnapshot", debugpage.ErrSnapshot, pinmalloc.ErrInvalid, "debugpage: "},
+	{"debugpage.ErrFrozen", debugpage.ErrFrozen, pinmalloc.ErrInvalid, "debugpage: "},
+	{"debugpage.ErrInvalidName", debugpage.ErrInvalidName, pinmalloc.ErrInvalid, "debugpage: "},
 }
 
 // TestKinds checks that every package's sentinel of a shared kind matches that kind and no
