@@ -53,6 +53,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	"github.com/pinmalloc/pinmalloc/internal/bitset"
+	"github.com/pinmalloc/pinmalloc/internal/keep"
 )
 
 // ChunkID identifies a chunk of an arena. IDs are dense: every ID is below Arena.MaxChunks.
@@ -88,12 +89,12 @@ type Arena struct {
 	log      *slog.Logger
 	lend     *lending // the provider's Lender (lend.go), or nil
 
-	workers    int        // Options.CommitWorkers (workers.go)
-	threaded   Threaded   // the provider's thread setup, or nil
-	prefaulter Prefaulter // the provider's prefault, or nil
-	spans      []gspan    // scratch for commitOnce and the purge, under mu
-	decs       []gspan    // scratch for the purge's decommits, under mu
-	given      []*Kept    // scratch for giveUp, under mu
+	workers    int           // Options.CommitWorkers (workers.go)
+	threaded   Threaded      // the provider's thread setup, or nil
+	prefaulter Prefaulter    // the provider's prefault, or nil
+	spans      []gspan       // scratch for commitOnce and the purge, under mu
+	decs       []gspan       // scratch for the purge's decommits, under mu
+	given      []*keep.Range // scratch for giveUp, under mu
 
 	pcMu   sync.Mutex // held by Precommit for each batch it commits, and by Close: lock order pcMu, mu
 	pcHeld int        // chunks Precommit holds (marked in use) while it commits them, under mu
@@ -107,10 +108,10 @@ type Arena struct {
 	reserved uintptr
 	st       Stats
 	timer    *time.Timer
-	armed    atomic.Bool  // the timer will tick; written under mu, read by Idle without it
-	gen      atomic.Int64 // purge generation: timer ticks so far; written under mu
-	timed    bool         // the timer runs at all: a delay and a provider that decommits
-	kept     []*Kept      // tracked ranges (kept.go)
+	armed    atomic.Bool   // the timer will tick; written under mu, read by Idle without it
+	gen      atomic.Int64  // purge generation: timer ticks so far; written under mu
+	timed    bool          // the timer runs at all: a delay and a provider that decommits
+	kept     []*keep.Range // tracked ranges (kept.go)
 
 	observers []RegionObserver // told of each region mapped and unmapped (observe.go), under mu
 }
