@@ -49,12 +49,15 @@ type cudaBase struct {
 	calls                                                        atomic.Uint64
 }
 
-func newCUDABase(dev *cuda.Device, name string, kind arena.Kind) (*cudaBase, error) {
+// init sets up b, in place inside its provider (every provider holds its cudaBase by value,
+// so that each of its methods is on the pointer).
+func (b *cudaBase) init(dev *cuda.Device, name string, kind arena.Kind) error {
 	in, err := internalDevice(dev, name)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &cudaBase{pub: dev, dev: in, name: name, kind: kind}, nil
+	b.pub, b.dev, b.name, b.kind = dev, in, name, kind
+	return nil
 }
 
 // Name implements arena.Provider.
