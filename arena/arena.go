@@ -108,9 +108,7 @@ type Arena struct {
 	reserved uintptr
 	st       Stats
 	timer    *time.Timer
-	armed    atomic.Bool   // the timer will tick; written under mu, read by Idle without it
-	gen      atomic.Int64  // purge generation: timer ticks so far; written under mu
-	timed    bool          // the timer runs at all: a delay and a provider that decommits
+	clock    keep.Clock    // the timer's state (Armed, Gen, Timed), read by holders without mu
 	kept     []*keep.Range // tracked ranges (kept.go)
 
 	observers []RegionObserver // told of each region mapped and unmapped (observe.go), under mu
@@ -151,7 +149,7 @@ func New(o Options) (*Arena, error) {
 		a.capac = min(a.capac, a.lend.size)
 		a.maxIDs = int(a.lend.size >> shift)
 	}
-	a.timed = o.PurgeDelay >= 0 && (caps.Decommits || caps.Releases && a.lend != nil)
+	a.clock.Timed = o.PurgeDelay >= 0 && (caps.Decommits || caps.Releases && a.lend != nil)
 	a.zeroer, _ = o.Provider.(Zeroer)
 	a.joiner, _ = o.Provider.(Joiner)
 	a.reporter, _ = o.Provider.(Reporter)

@@ -87,29 +87,15 @@ func (t *tracker) Untrack(k *keep.Range) (given bool) {
 	return given
 }
 
-// Idle marks a tracked busy range idle: nothing uses it, and unless Claim takes it back within
-// the purge delay the arena gives it up. It takes no lock (but the first Idle after the purge
-// timer stopped, which starts it).
-func (t *tracker) Idle(k *keep.Range) { (*Arena)(t).idle(k, true) }
+// Clock returns the arena's purge clock: a holder marks its ranges idle with it, with no call
+// into the arena and no lock (Clock.Idle), and calls Start when Idle says the timer stopped.
+func (t *tracker) Clock() *keep.Clock { return &t.clock }
 
-// IdleWaits reports whether Idle would take the arena's lock now (to start the purge timer):
-// a holder that must not block (heap.TryFree) checks it before it frees, then calls
-// IdleNoWait.
-func (t *tracker) IdleWaits() bool { return (*Arena)(t).idleWaits() }
-
-// idleWaits is IdleWaits.
-func (a *Arena) idleWaits() bool { return a.timed && !a.armed.Load() }
-
-// IdleNoWait is Idle for a holder that must not block, having found IdleWaits false: it takes
-// the lock only if it is free. When the timer stops between the two calls and the lock is busy
-// (a tick racing with it), the range stays idle with no timer to give it up until the next
-// Idle, Trim or Close: memory kept longer than the purge delay, never memory lost.
-func (t *tracker) IdleNoWait(k *keep.Range) { (*Arena)(t).idle(k, false) }
-
-// idle is Idle, waiting for the lock to start the timer, or (wait false) only taking it free.
-func (a *Arena) idle(k *keep.Range, wait bool) {
-	k.Word.Store(uint64(a.gen.Load())<<keep.Shift | uint64(keep.Idle))
-	if !a.idleWaits() {
+// Start starts the purge timer after a Clock.Idle that found it stopped: it waits for the lock,
+// or (wait false: heap.TryFree, which must not block) takes it only if it is free.
+func (t *tracker) Start(wait bool) {
+	a := (*Arena)(t)
+	if !a.clock.Waits() {
 		return
 	}
 	if wait {

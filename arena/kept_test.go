@@ -14,9 +14,17 @@ type Kept = keep.Range
 
 func (a *Arena) Track(k *Kept, addr, size uintptr) error { return keep.Of(a).Track(k, addr, size) }
 func (a *Arena) Untrack(k *Kept) bool                    { return keep.Of(a).Untrack(k) }
-func (a *Arena) Idle(k *Kept)                            { keep.Of(a).Idle(k) }
-func (a *Arena) IdleNoWait(k *Kept)                      { keep.Of(a).IdleNoWait(k) }
-func (a *Arena) IdleWaits() bool                         { return keep.Of(a).IdleWaits() }
+func (a *Arena) IdleWaits() bool                         { return keep.Of(a).Clock().Waits() }
+func (a *Arena) Idle(k *Kept) {
+	if keep.Of(a).Clock().Idle(k) {
+		keep.Of(a).Start(true)
+	}
+}
+func (a *Arena) IdleNoWait(k *Kept) {
+	if keep.Of(a).Clock().Idle(k) {
+		keep.Of(a).Start(false)
+	}
+}
 
 // TestKeptClaimWithinDelay: an idle range claimed back costs no arena call and no provider
 // call, and stays committed throughout; Stats reports it as kept while idle.

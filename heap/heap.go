@@ -192,6 +192,7 @@ type Heap struct {
 	g     *Group
 	a     *arena.Arena
 	kt    keep.Tracker // a's kept-range calls
+	kc    *keep.Clock  // a's purge clock, which marks kept ranges idle with no call
 	align uintptr
 
 	// What the fast paths touch, together: the counters, then the tables of request size →
@@ -302,7 +303,8 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	if ca := g.chunkAlign; o.Align > ca {
 		return nil, fmt.Errorf("%w: heap alignment %d exceeds the arena's chunk alignment %d", ErrInvalidAlign, o.Align, ca)
 	}
-	h := &Heap{g: g, a: g.a, kt: keep.Of(g.a), align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1),
+	kt := keep.Of(g.a)
+	h := &Heap{g: g, a: g.a, kt: kt, kc: kt.Clock(), align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1),
 		objFree: make([]*page, 0, maxObjFree), bigFree: make([]*page, 0, maxBigFree), objMax: HugeThreshold} // TryFree appends within capacity
 	h.packed = g.coarse && !h.hold
 	if h.packed {

@@ -198,7 +198,9 @@ func (h *Heap) idle(pg *page) {
 		}
 		pg.tracked = true
 	}
-	h.kt.Idle(&pg.kept)
+	if h.kc.Idle(&pg.kept) {
+		h.kt.Start(true)
+	}
 }
 
 // keep adds a freed object or huge page to a list kept for reuse, dropping the oldest when the

@@ -39,6 +39,27 @@ func (k *Range) Claim() bool {
 	return false
 }
 
+// Clock is an arena's purge clock as its holders read it with no call: the generation an idle
+// range is stamped with, and whether the purge timer runs.
+type Clock struct {
+	Armed atomic.Bool  // the timer will tick; written under the arena's lock
+	Gen   atomic.Int64 // purge generation: timer ticks so far; written under the arena's lock
+	Timed bool         // the timer runs at all: a delay and a provider that decommits (set at New)
+}
+
+// Waits reports whether marking a range idle now must start the purge timer (Tracker.Start),
+// which takes the arena's lock.
+func (c *Clock) Waits() bool { return c.Timed && !c.Armed.Load() }
+
+// Idle marks the tracked busy range k idle: nothing uses it, and unless Claim takes it back
+// within the purge delay the arena gives it up. It reports whether the holder must then start
+// the purge timer (Tracker.Start). Idle and the timer pair like Dekker's flags: Idle stores the
+// state then loads Armed, a tick stores Armed = false then loads every state.
+func (c *Clock) Idle(k *Range) (start bool) {
+	k.Word.Store(uint64(c.Gen.Load())<<Shift | uint64(Idle))
+	return c.Waits()
+}
+
 // Tracker is what a holder does with its ranges in an arena (arena.Arena's kept-range calls).
 type Tracker interface {
 	// Track registers k as the range [addr, addr+size) of a span in use, busy. The holder must
@@ -48,14 +69,13 @@ type Tracker interface {
 	// Untrack ends k's tracking and reports whether the arena had given the range up; when it
 	// had not, the memory is still committed and wanted.
 	Untrack(k *Range) (given bool)
-	// Idle marks a tracked busy range idle: unless Claim takes it back within the purge delay
-	// the arena gives it up. It takes no lock (but the first after the purge timer stopped).
-	Idle(k *Range)
-	// IdleWaits reports whether Idle would take the arena's lock now; a holder that must not
-	// block checks it, then calls IdleNoWait.
-	IdleWaits() bool
-	// IdleNoWait is Idle that takes the lock only if it is free.
-	IdleNoWait(k *Range)
+	// Clock returns the arena's purge clock, which marks ranges idle (Clock.Idle).
+	Clock() *Clock
+	// Start starts the purge timer after a Clock.Idle that asked for it, taking the arena's
+	// lock; with wait false only if the lock is free (a holder that must not block): when it is
+	// busy, the range stays idle with no timer to give it up until the next Idle, Trim or
+	// Close: memory kept longer than the purge delay, never memory lost.
+	Start(wait bool)
 }
 
 // of is the arena's func(*arena.Arena) Tracker, set by Register.
