@@ -501,6 +501,3 @@ func (d *Device) EventElapsed(start, end Event) (ms float32, err error) {
 func (d *Device) EventDestroy(ev Event) error {
 	return track(&d.events, -1, d.Do(func() error { return d.drv.eventDestroy(ev) }))
 }
-
-// Closed reports whether Close was called, for the public Device's String.
-func (d *Device) Closed() bool { return d.closed.Load() }
