@@ -121,6 +121,8 @@ var kinds = []struct {
 
 	{"metrics.ErrInvalidName", metrics.ErrInvalidName, pinmalloc.ErrInvalid, "metrics: "},
 	{"debugpage.ErrSnapshot", debugpage.ErrSnapshot, pinmalloc.ErrInvalid, "debugpage: "},
+	{"debugpage.ErrFrozen", debugpage.ErrFrozen, pinmalloc.ErrInvalid, "debugpage: "},
+	{"debugpage.ErrInvalidName", debugpage.ErrInvalidName, pinmalloc.ErrInvalid, "debugpage: "},
 }
 
 // TestKinds checks that every package's sentinel of a shared kind matches that kind and no
@@ -211,7 +213,7 @@ func TestPoolErrors(t *testing.T) {
 		t.Errorf("Alloc after Close = %v; want pinned.ErrClosed and pinmalloc.ErrClosed, not uvm.ErrClosed", err)
 	}
 
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 4 << 20})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

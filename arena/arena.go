@@ -52,6 +52,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	"github.com/pinmalloc/pinmalloc/internal/bitset"
+	"github.com/pinmalloc/pinmalloc/internal/keep"
 )
 
 // ChunkID identifies a chunk of an arena. IDs are dense: every ID is below Arena.MaxChunks.
@@ -87,12 +88,12 @@ type Arena struct {
 	log      *slog.Logger
 	lend     *lending // the provider's Lender (lend.go), or nil
 
-	workers    int        // Options.CommitWorkers (workers.go)
-	threaded   Threaded   // the provider's thread setup, or nil
-	prefaulter Prefaulter // the provider's prefault, or nil
-	spans      []gspan    // scratch for commitOnce and the purge, under mu
-	decs       []gspan    // scratch for the purge's decommits, under mu
-	given      []*Kept    // scratch for giveUp, under mu
+	workers    int           // Options.CommitWorkers (workers.go)
+	threaded   Threaded      // the provider's thread setup, or nil
+	prefaulter Prefaulter    // the provider's prefault, or nil
+	spans      []gspan       // scratch for commitOnce and the purge, under mu
+	decs       []gspan       // scratch for the purge's decommits, under mu
+	given      []*keep.Range // scratch for giveUp, under mu
 
 	pcMu   sync.Mutex // held by Precommit for each batch it commits, and by Close: lock order pcMu, mu
 	pcHeld int        // chunks Precommit holds (marked in use) while it commits them, under mu
@@ -106,10 +107,8 @@ type Arena struct {
 	reserved uintptr
 	st       Stats
 	timer    *time.Timer
-	armed    atomic.Bool  // the timer will tick; written under mu, read by Idle without it
-	gen      atomic.Int64 // purge generation: timer ticks so far; written under mu
-	timed    bool         // the timer runs at all: a delay and a provider that decommits
-	kept     []*Kept      // tracked ranges (kept.go)
+	clock    keep.Clock    // the timer's state (Armed, Gen, Timed), read by holders without mu
+	kept     []*keep.Range // tracked ranges (kept.go)
 
 	observers []RegionObserver // told of each region mapped and unmapped (observe.go), under mu
 }
@@ -149,7 +148,7 @@ func New(o Options) (*Arena, error) {
 		a.capac = min(a.capac, a.lend.size)
 		a.maxIDs = int(a.lend.size >> shift)
 	}
-	a.timed = o.PurgeDelay >= 0 && (caps.Decommits || caps.Releases && a.lend != nil)
+	a.clock.Timed = o.PurgeDelay >= 0 && (caps.Decommits || caps.Releases && a.lend != nil)
 	a.zeroer, _ = o.Provider.(Zeroer)
 	a.joiner, _ = o.Provider.(Joiner)
 	a.reporter, _ = o.Provider.(Reporter)

@@ -15,7 +15,7 @@ import (
 func newTestArena(t *testing.T, o Options) *Arena {
 	t.Helper()
 	if o.Provider == nil {
-		o.Provider = Pageable(HostOptions{})
+		o.Provider = PageableHost(HostOptions{})
 	}
 	a, err := New(o)
 	if err != nil {
@@ -134,9 +134,9 @@ func TestCapacity(t *testing.T) {
 func TestInvalid(t *testing.T) {
 	for _, o := range []Options{
 		{},
-		{Provider: Pageable(HostOptions{})},
-		{Provider: Pageable(HostOptions{}), Capacity: 1 << 30, ChunkSize: 3 << 20},
-		{Provider: Pageable(HostOptions{}), Capacity: 1 << 30, Align: 100},
+		{Provider: PageableHost(HostOptions{})},
+		{Provider: PageableHost(HostOptions{}), Capacity: 1 << 30, ChunkSize: 3 << 20},
+		{Provider: PageableHost(HostOptions{}), Capacity: 1 << 30, Align: 100},
 	} {
 		if _, err := New(o); !errors.Is(err, ErrInvalid) {
 			t.Errorf("New(%+v): %v", o, err)
@@ -164,7 +164,7 @@ func TestInvalid(t *testing.T) {
 }
 
 func TestPurgeAndTrim(t *testing.T) {
-	prov := Locked(HostOptions{})
+	prov := LockedHost(HostOptions{})
 	// The delay is long enough that a loaded CI machine does not purge between Free and the
 	// Stats call that checks the memory is still committed.
 	a := newTestArena(t, Options{Provider: prov, Capacity: 64 << 20, PurgeDelay: 300 * time.Millisecond})
@@ -227,7 +227,7 @@ func (f *faulty) Commit(r *Region, off, size uintptr) error {
 }
 
 func TestFaultInjection(t *testing.T) {
-	f := &faulty{Provider: Pageable(HostOptions{})}
+	f := &faulty{Provider: PageableHost(HostOptions{})}
 	a := newTestArena(t, Options{Provider: f, Capacity: 64 << 20, RegionSize: 16 << 20})
 	f.failReserve.Store(true)
 	if _, err := a.Alloc(1<<20, 1); !errors.Is(err, ErrReserve) || !errors.Is(err, errInjected) {
@@ -252,7 +252,7 @@ func TestFaultInjection(t *testing.T) {
 }
 
 func TestHostProviderErrors(t *testing.T) {
-	p := Pageable(HostOptions{})
+	p := PageableHost(HostOptions{})
 	if _, err := p.Reserve(0, 4096); !errors.Is(err, ErrInvalid) {
 		t.Error(err)
 	}
@@ -278,7 +278,7 @@ func TestHostProviderErrors(t *testing.T) {
 // ordinary pages and counts it; either way the memory works.
 func TestHugePages(t *testing.T) {
 	for _, hp := range []HugePages{HugeTransparent, HugeTLB} {
-		p := Pageable(HostOptions{HugePages: hp})
+		p := PageableHost(HostOptions{HugePages: hp})
 		a := newTestArena(t, Options{Provider: p, Capacity: 16 << 20})
 		s, err := a.Alloc(4<<20, 1)
 		if err != nil {
@@ -293,7 +293,7 @@ func TestHugePages(t *testing.T) {
 }
 
 func TestPopulate(t *testing.T) {
-	p := Locked(HostOptions{Populate: true})
+	p := LockedHost(HostOptions{Populate: true})
 	a := newTestArena(t, Options{Provider: p, Capacity: 8 << 20})
 	s, err := a.Alloc(1<<20, 1)
 	if err != nil {
@@ -420,7 +420,7 @@ func (b *budgeted) Decommit(r *Region, off, size uintptr) error {
 // asks for new memory beyond the provider's budget: the arena must give the waiting memory back
 // and retry rather than fail, and fail only when nothing is left to give back.
 func TestCommitPurgesUnderPressure(t *testing.T) {
-	b := &budgeted{Provider: Pageable(HostOptions{}), budget: 4 << 20}
+	b := &budgeted{Provider: PageableHost(HostOptions{}), budget: 4 << 20}
 	a := newTestArena(t, Options{Provider: b, Capacity: 64 << 20, PurgeDelay: -1})
 	old, err := a.Alloc(3<<20, 1)
 	if err != nil {

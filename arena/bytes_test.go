@@ -20,7 +20,7 @@ func must(t testing.TB, what string, err error) {
 
 func newPageable(t *testing.T) *arena.Arena {
 	t.Helper()
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})
 	must(t, "New", err)
 	return a
 }

@@ -9,7 +9,7 @@ import (
 // An arena of pageable host memory: a run of chunks, committed and viewed as bytes, then given
 // back. The heap above it (package heap) carves such runs into blocks.
 func Example() {
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 8 << 20})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 8 << 20})
 	if err != nil {
 		fmt.Println(err)
 		return

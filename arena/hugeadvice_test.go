@@ -26,7 +26,7 @@ func hugeAdvice(t *testing.T, addr uintptr) string {
 // TestHugeAdvice: each setting gives its advice before the first touch.
 func TestHugeAdvice(t *testing.T) {
 	for hp, want := range map[HugePages]string{HugeNone: "", HugeTransparent: "hg", HugeSmall: "nh"} {
-		a := newTestArena(t, Options{Provider: Pageable(HostOptions{HugePages: hp}), Capacity: 8 << 20})
+		a := newTestArena(t, Options{Provider: PageableHost(HostOptions{HugePages: hp}), Capacity: 8 << 20})
 		s, err := a.Alloc(4<<20, DefaultChunkSize)
 		if err != nil {
 			t.Fatal(err)

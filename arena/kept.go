@@ -2,7 +2,8 @@ package arena
 
 import (
 	"fmt"
-	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/keep"
 )
 
 // # Kept memory
@@ -21,7 +22,7 @@ import (
 // purge (a commit refused for want of memory) give up every idle range at once, whatever its
 // age. So memory a heap keeps is never locked for longer than memory it frees.
 //
-// States of a Kept, in the low two bits of k.word (the high bits hold the stamp, so that a free
+// States of a Kept, in the low two bits of k.Word (the high bits hold the stamp, so that a free
 // makes one atomic store):
 //
 //	keptBusy   in use by its holder, or not tracked; the arena never touches it
@@ -39,86 +40,62 @@ import (
 // Stats: Committed and InUse count kept ranges (they are committed, inside spans in use);
 // Kept reports how much of that idle memory the timer will give up.
 
-// States of a Kept.
-const (
-	keptBusy uint32 = iota
-	keptIdle
-	keptGiven
-)
+// tracker is an Arena seen as the keep.Tracker of its holders (package heap), which reach it
+// with keep.Of: the kept-range calls are no part of the public API.
+type tracker Arena
 
-// Kept is a range inside a span in use that its holder (a heap) keeps committed for reuse
-// while nothing uses it; see Arena.Track. Its zero value is ready to be tracked; it must not
-// be copied or reused for another range while tracked.
-type Kept struct {
-	word       atomic.Uint64 // state | stamp<<keptShift: the purge generation it became idle in
-	addr, size uintptr       // set by Track, under the arena's lock
-	idx        int           // position in Arena.kept plus one; 0 when not tracked (arena's lock)
-}
-
-const (
-	keptShift = 2
-	keptState = 1<<keptShift - 1
-)
+func init() { keep.Register(func(a *Arena) keep.Tracker { return (*tracker)(a) }) }
 
 // Track registers k as the range [addr, addr+size) of a span in use, busy. The holder must
 // Untrack it before the span goes back (Free) and before the range is given to Decommit or
 // reused for anything else. Tracking takes the arena's lock: do it once, not at every free.
-func (a *Arena) Track(k *Kept, addr, size uintptr) error {
+func (t *tracker) Track(k *keep.Range, addr, size uintptr) error {
+	a := (*Arena)(t)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if k.idx != 0 {
-		return fmt.Errorf("%w: range [%#x, +%d) is tracked already", ErrInvalid, k.addr, k.size)
+	if k.Idx != 0 {
+		return fmt.Errorf("%w: range [%#x, +%d) is tracked already", ErrInvalid, k.Addr, k.Size)
 	}
 	if _, err := a.inUse(addr, size); err != nil {
 		return err
 	}
-	k.addr, k.size = addr, size
-	k.word.Store(uint64(keptBusy))
+	k.Addr, k.Size = addr, size
+	k.Word.Store(uint64(keep.Busy))
 	a.kept = append(a.kept, k)
-	k.idx = len(a.kept)
+	k.Idx = len(a.kept)
 	return nil
 }
 
 // Untrack ends k's tracking and reports whether the arena had given the range up (its memory
 // decommitted, or waiting for the purge): when it had not, the memory is still committed and
 // wanted, and the holder gives it back (Decommit, Free) as it would any memory.
-func (a *Arena) Untrack(k *Kept) (given bool) {
+func (t *tracker) Untrack(k *keep.Range) (given bool) {
+	a := (*Arena)(t)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if k.idx == 0 || k.idx > len(a.kept) || a.kept[k.idx-1] != k {
-		k.idx = 0 // not tracked, or dropped by Close
+	if k.Idx == 0 || k.Idx > len(a.kept) || a.kept[k.Idx-1] != k {
+		k.Idx = 0 // not tracked, or dropped by Close
 		return false
 	}
 	last := a.kept[len(a.kept)-1]
-	a.kept[k.idx-1], last.idx = last, k.idx
+	a.kept[k.Idx-1], last.Idx = last, k.Idx
 	a.kept[len(a.kept)-1] = nil
 	a.kept = a.kept[:len(a.kept)-1]
-	k.idx = 0
-	given = k.word.Load()&keptState == uint64(keptGiven)
-	k.word.Store(uint64(keptBusy))
+	k.Idx = 0
+	given = k.Word.Load()&keep.State == uint64(keep.Given)
+	k.Word.Store(uint64(keep.Busy))
 	return given
 }
 
-// Idle marks a tracked busy range idle: nothing uses it, and unless Claim takes it back within
-// the purge delay the arena gives it up. It takes no lock (but the first Idle after the purge
-// timer stopped, which starts it).
-func (a *Arena) Idle(k *Kept) { a.idle(k, true) }
+// Clock returns the arena's purge clock: a holder marks its ranges idle with it, with no call
+// into the arena and no lock (Clock.Idle), and calls Start when Idle says the timer stopped.
+func (t *tracker) Clock() *keep.Clock { return &t.clock }
 
-// IdleWaits reports whether Idle would take the arena's lock now (to start the purge timer):
-// a holder that must not block (Heap.TryFree in package heap) checks it before it frees, then calls
-// IdleNoWait.
-func (a *Arena) IdleWaits() bool { return a.timed && !a.armed.Load() }
-
-// IdleNoWait is Idle for a holder that must not block, having found IdleWaits false: it takes
-// the lock only if it is free. When the timer stops between the two calls and the lock is busy
-// (a tick racing with it), the range stays idle with no timer to give it up until the next
-// Idle, Trim or Close: memory kept longer than the purge delay, never memory lost.
-func (a *Arena) IdleNoWait(k *Kept) { a.idle(k, false) }
-
-// idle is Idle, waiting for the lock to start the timer, or (wait false) only taking it free.
-func (a *Arena) idle(k *Kept, wait bool) {
-	k.word.Store(uint64(a.gen.Load())<<keptShift | uint64(keptIdle))
-	if !a.IdleWaits() {
+// Start starts the purge timer after a Clock.Idle that found it stopped: it waits for the lock,
+// or (wait false: heap.TryFree, which must not block) takes it only if it is free.
+func (t *tracker) Start(wait bool) {
+	a := (*Arena)(t)
+	if !a.clock.Waits() {
 		return
 	}
 	if wait {
@@ -130,17 +107,6 @@ func (a *Arena) idle(k *Kept, wait bool) {
 	a.mu.Unlock()
 }
 
-// Claim takes an idle range back for its holder. It returns true when the range is as it was
-// left: committed and wanted, with no arena call needed. It returns false when the arena gave
-// it up meanwhile: the range is busy again, and the holder must Commit what it uses.
-func (k *Kept) Claim() bool {
-	if w := k.word.Load(); w&keptState == uint64(keptIdle) && k.word.CompareAndSwap(w, uint64(keptBusy)) {
-		return true
-	}
-	k.word.Store(uint64(keptBusy)) // given: the arena no longer touches it
-	return false
-}
-
 // giveUp gives up every tracked range idle since generation cutoff or before: it stops being
 // wanted and, when it has been idle for the delay, is decommitted now (force: Trim and forced
 // purges, whatever its age). It reports whether an idle range remains. Called with a.mu held.
@@ -150,19 +116,19 @@ func (a *Arena) giveUp(cutoff int64) (pending bool) {
 	}
 	given := a.given[:0]
 	for _, k := range a.kept {
-		w := k.word.Load()
-		if w&keptState != uint64(keptIdle) {
+		w := k.Word.Load()
+		if w&keep.State != uint64(keep.Idle) {
 			continue
 		}
-		if int64(w>>keptShift) > cutoff {
+		if int64(w>>keep.Shift) > cutoff {
 			pending = true
 			continue
 		}
-		if !k.word.CompareAndSwap(w, uint64(keptGiven)) {
+		if !k.Word.CompareAndSwap(w, uint64(keep.Given)) {
 			continue // claimed in the meantime
 		}
-		if r := a.regionAt(k.addr); r != nil && !r.r.Committed {
-			if glo, ghi, ok := r.whole(k.addr, k.size); ok {
+		if r := a.regionAt(k.Addr); r != nil && !r.r.Committed {
+			if glo, ghi, ok := r.whole(k.Addr, k.Size); ok {
 				r.want.SetRange(glo, ghi, false)
 				a.planRelease(r, glo, ghi)
 				given = append(given, k)
@@ -172,8 +138,8 @@ func (a *Arena) giveUp(cutoff int64) (pending bool) {
 	a.runDecommits()
 	for _, k := range given {
 		// What failed to decommit waits for the purge like any unwanted memory.
-		r := a.regionAt(k.addr)
-		a.markUnwanted(r, int((k.addr-r.grid)>>a.shift), int((k.addr+k.size-1-r.grid)>>a.shift)+1)
+		r := a.regionAt(k.Addr)
+		a.markUnwanted(r, int((k.Addr-r.grid)>>a.shift), int((k.Addr+k.Size-1-r.grid)>>a.shift)+1)
 	}
 	clear(given)
 	a.given = given[:0]
@@ -184,11 +150,11 @@ func (a *Arena) giveUp(cutoff int64) (pending bool) {
 // decommits, where the provider decommits). Called with a.mu held.
 func (a *Arena) keptIdleBytes() (n uint64) {
 	for _, k := range a.kept {
-		if k.word.Load()&keptState != uint64(keptIdle) {
+		if k.Word.Load()&keep.State != uint64(keep.Idle) {
 			continue
 		}
-		if r := a.regionAt(k.addr); r != nil {
-			if glo, ghi, ok := r.whole(k.addr, k.size); ok {
+		if r := a.regionAt(k.Addr); r != nil {
+			if glo, ghi, ok := r.whole(k.Addr, k.Size); ok {
 				n += uint64(ghi-glo) << r.gshift
 			}
 		}

@@ -5,8 +5,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/internal/keep"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
+
+// The kept-range calls as package heap makes them (keep.Of), under the names the tests use.
+type Kept = keep.Range
+
+func (a *Arena) Track(k *Kept, addr, size uintptr) error { return keep.Of(a).Track(k, addr, size) }
+func (a *Arena) Untrack(k *Kept) bool                    { return keep.Of(a).Untrack(k) }
+func (a *Arena) IdleWaits() bool                         { return keep.Of(a).Clock().Waits() }
+func (a *Arena) Idle(k *Kept) {
+	if keep.Of(a).Clock().Idle(k) {
+		keep.Of(a).Start(true)
+	}
+}
+func (a *Arena) IdleNoWait(k *Kept) {
+	if keep.Of(a).Clock().Idle(k) {
+		keep.Of(a).Start(false)
+	}
+}
 
 // TestKeptClaimWithinDelay: an idle range claimed back costs no arena call and no provider
 // call, and stays committed throughout; Stats reports it as kept while idle.
@@ -118,7 +136,7 @@ func TestKeptGivenUpAfterDelay(t *testing.T) {
 // TestKeptForcedPurge: a commit refused for want of memory gives up idle ranges, whatever their
 // age, before it fails.
 func TestKeptForcedPurge(t *testing.T) {
-	b := &budgeted{Provider: Pageable(HostOptions{}), budget: 4 << 20}
+	b := &budgeted{Provider: PageableHost(HostOptions{}), budget: 4 << 20}
 	a := newTestArena(t, Options{Provider: b, Capacity: 64 << 20, PurgeDelay: time.Hour})
 	seg, err := a.Alloc(3<<20, 1)
 	if err != nil {
@@ -194,7 +212,7 @@ func TestKeptRacesTimer(t *testing.T) {
 			// Wait for the timer to give the range up: three ticks of half the delay after the
 			// Idle, and timers fire late under -race (a fixed 2 ms sleep missed every time in
 			// some runs). The other iterations race the timer.
-			for wait := time.Now(); k.word.Load()&keptState != uint64(keptGiven) && time.Since(wait) < time.Second; {
+			for wait := time.Now(); k.Word.Load()&keep.State != uint64(keep.Given) && time.Since(wait) < time.Second; {
 				time.Sleep(500 * time.Microsecond)
 			}
 		}

@@ -84,7 +84,7 @@ func (a *Arena) emptied(r *region) {
 	if !a.caps.Releases || a.lend == nil || r.used.Count(0, r.nchunks) != 0 {
 		return
 	}
-	r.emptied = a.gen.Load()
+	r.emptied = a.clock.Gen.Load()
 	a.schedulePurge()
 }
 

@@ -19,9 +19,9 @@ func TestHostNode(t *testing.T) {
 		o := HostOptions{Node: NUMANode(node), Populate: c.populate}
 		var p *HostProvider
 		if c.locked {
-			p = Locked(o)
+			p = LockedHost(o)
 		} else {
-			p = Pageable(o)
+			p = PageableHost(o)
 		}
 		if p.Node() != node {
 			t.Errorf("%+v: Node() = %d", c, p.Node())
@@ -43,10 +43,10 @@ func TestHostNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if Pageable(HostOptions{}).Node() != NodeUnknown {
+	if PageableHost(HostOptions{}).Node() != NodeUnknown {
 		t.Error("an unbound provider names a node")
 	}
-	a := newTestArena(t, Options{Provider: Pageable(HostOptions{Node: NUMANode(999)}), Capacity: 4 << 20})
+	a := newTestArena(t, Options{Provider: PageableHost(HostOptions{Node: NUMANode(999)}), Capacity: 4 << 20})
 	if _, err := a.Alloc(1<<20, 1); !errors.Is(err, ErrReserve) || !errors.Is(err, unix.EINVAL) {
 		t.Errorf("Alloc bound to node 999 = %v, want ErrReserve and EINVAL", err)
 	}

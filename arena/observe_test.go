@@ -99,7 +99,7 @@ func TestObserverSeesEveryRegion(t *testing.T) {
 // fails the allocation with the observer's error, and is taken back from observers that
 // accepted it; and that an Observe refused part way takes back what it was told.
 func TestObserverRefuses(t *testing.T) {
-	prov := &counting{Provider: Pageable(HostOptions{})}
+	prov := &counting{Provider: PageableHost(HostOptions{})}
 	a := newTestArena(t, Options{Provider: prov, Capacity: 64 << 20, RegionSize: 8 << 20})
 	ok := &recorder{live: map[uintptr]uintptr{}}
 	no := &recorder{live: map[uintptr]uintptr{}}

@@ -93,19 +93,21 @@ type HostProvider struct {
 	lockedBytes                                                   atomic.Int64
 }
 
-// Locked returns the embedded default provider: host memory locked with mlock (page-locked,
-// never swapped), subject to RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK.
-func Locked(o HostOptions) *HostProvider { return newHost(true, o) }
+// LockedHost returns the default provider: host memory locked with mlock (page-locked, never
+// swapped), subject to RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK (pinned.Locked pools
+// use it).
+func LockedHost(o HostOptions) *HostProvider { return newHost(true, o) }
 
-// Pageable returns a provider of ordinary pageable host memory.
-func Pageable(o HostOptions) *HostProvider { return newHost(false, o) }
+// PageableHost returns a provider of ordinary pageable host memory (pinned.Pageable pools use
+// it).
+func PageableHost(o HostOptions) *HostProvider { return newHost(false, o) }
 
-// Pinnable returns a provider of pageable host memory for a provider that pins it itself when
-// it commits it (a registration with a driver, as package cudamem's HostRegister does): as
-// Pageable, but o.Node binds strictly (MPOL_BIND), as for locked memory, since pinning faults
+// PinnableHost returns a provider of pageable host memory for a provider that pins it itself
+// when it commits it (a registration with a driver, as package cudamem's HostRegister does): as
+// PageableHost, but o.Node binds strictly (MPOL_BIND), as for locked memory, since pinning faults
 // every page in at commit, so that a full node fails the commit instead of placing the memory
 // elsewhere. FaultIn serves such a provider's Prefault.
-func Pinnable(o HostOptions) *HostProvider {
+func PinnableHost(o HostOptions) *HostProvider {
 	h := newHost(false, o)
 	h.strict = true
 	return h

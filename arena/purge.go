@@ -7,8 +7,8 @@ import "time"
 // Committed memory that no span wants (unwanted: commit &^ want, see commit.go) stays committed
 // for Options.PurgeDelay, in case it is claimed again, and is then decommitted by a timer; Trim
 // decommits it at once. A free reads no clock: the timer ticks every half delay while unwanted
-// memory or an idle kept range waits, and each tick advances the purge generation a.gen. A chunk
-// is stamped with the generation in which memory in it last became unwanted (markUnwanted) and
+// memory or an idle kept range waits, and each tick advances the purge generation
+// a.clock.Gen. A chunk is stamped with the generation in which memory in it last became unwanted (markUnwanted) and
 // purged at the third tick after it, that is at least one delay and at most 1.5 delays later.
 // The stamp is per chunk: a chunk whose memory keeps being given back and claimed keeps all of
 // its unwanted memory until it settles.
@@ -18,15 +18,15 @@ import "time"
 //   - Every chunk that holds unwanted memory is stale (r.stale); the purge scans stale chunks only
 //     and clears a chunk's mark only when none of its memory is left unwanted, so memory the
 //     provider refused to decommit is tried again at the next tick.
-//   - The timer runs only when a.timed (a delay, and a provider that decommits) and is armed at
-//     most once (a.armed). It rearms itself while unwanted memory or an idle kept range waits and
+//   - The timer runs only when a.clock.Timed (a delay, and a provider that decommits) and is
+//     armed at most once (a.clock.Armed). It rearms itself while unwanted memory or an idle kept range waits and
 //     stops otherwise; the next markUnwanted or Idle starts it again.
 //   - Chunks stamped keepStamp (Precommit) are left to Trim, forced purges and Close, and do not
 //     keep the timer ticking; an Alloc there, or memory given back there, stamps them anew (a
 //     Reserve does not: its span commits what it uses).
 //   - Regions committed whole at Reserve are never purged.
-//   - Everything here runs under a.mu. a.armed and a.gen are atomics only so that Kept.Idle
-//     (kept.go) can read them without the lock; they are written under it.
+//   - Everything here runs under a.mu. a.clock's Armed and Gen are atomics only so that a
+//     holder's keep.Clock.Idle can read them without the lock; they are written under it.
 
 // Trim decommits every free chunk now, whatever the purge delay, and gives up every idle
 // tracked range.
@@ -55,7 +55,7 @@ func (a *Arena) markUnwantedKeep(r *region, first, last int, keep bool) {
 			continue
 		}
 		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
-			r.stamp[i] = a.gen.Load()
+			r.stamp[i] = a.clock.Gen.Load()
 			r.stale.SetRange(i, i+1, true)
 			any = true
 		}
@@ -73,7 +73,7 @@ func (a *Arena) markAged(r *region, first, last int) {
 	for i := first; i < last; i++ {
 		if glo, ghi := a.chunkGranules(r, i); r.unwanted(glo, ghi) {
 			if !r.stale.Get(i) || r.stamp[i] == keepStamp { // idle ends a precommit's hold
-				r.stamp[i] = a.gen.Load() - 2
+				r.stamp[i] = a.clock.Gen.Load() - 2
 				r.stale.SetRange(i, i+1, true)
 			}
 			any = true
@@ -88,10 +88,10 @@ func (a *Arena) markAged(r *region, first, last int) {
 func (r *region) unwanted(glo, ghi int) bool { return r.commit.AnyAndNot(r.want, glo, ghi) }
 
 func (a *Arena) schedulePurge() {
-	if !a.timed || a.armed.Load() {
+	if !a.clock.Timed || a.clock.Armed.Load() {
 		return
 	}
-	a.armed.Store(true)
+	a.clock.Armed.Store(true)
 	tick := max((a.delay+1)/2, 1) // two ticks make at least a delay
 	if a.timer == nil {
 		a.timer = time.AfterFunc(tick, a.purgeTick)
@@ -103,13 +103,13 @@ func (a *Arena) schedulePurge() {
 func (a *Arena) purgeTick() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.armed.Store(false) // before giveUp loads the states of tracked ranges: see kept.go
+	a.clock.Armed.Store(false) // before giveUp loads the states of tracked ranges: see kept.go
 	if a.closed {
 		return
 	}
 	// Memory stamped in generation g became unwanted before tick g+1; tick g+3 comes at least
 	// two half delays after that. Idle ranges are stamped the same way.
-	gen := a.gen.Add(1)
+	gen := a.clock.Gen.Add(1)
 	idle := a.giveUp(gen - 3)
 	purged := a.st.Purged
 	pending := a.purge(gen - 3)

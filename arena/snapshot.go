@@ -5,6 +5,8 @@ package arena
 // so it can be sampled often; Snapshot copies the per-chunk
 // state of every region under the arena's lock, so what it shows is one consistent instant.
 
+import "github.com/pinmalloc/pinmalloc/internal/keep"
+
 // Stats returns the arena's figures.
 func (a *Arena) Stats() Stats {
 	a.mu.Lock()
@@ -70,7 +72,7 @@ type ChunkState struct {
 	// PurgePending reports that the purge timer will decommit the unwanted memory; it is false
 	// for memory Precommit keeps, and when the arena's purge delay is negative.
 	PurgePending bool
-	// Kept is the part of Committed in idle kept ranges (Arena.Track: pages and huge objects a
+	// Kept is the part of Committed in idle kept ranges (pages and huge objects a
 	// heap freed and keeps for reuse); the purge timer gives it up if it stays idle.
 	Kept uint64
 }
@@ -151,14 +153,14 @@ func (a *Arena) Snapshot() Snapshot {
 		s.Regions = append(s.Regions, rs)
 	}
 	for _, k := range a.kept {
-		if k.word.Load()&keptState != uint64(keptIdle) {
+		if k.Word.Load()&keep.State != uint64(keep.Idle) {
 			continue
 		}
 		for _, rs := range s.Regions {
-			if k.addr < rs.Grid || k.addr >= rs.Base+rs.Size {
+			if k.Addr < rs.Grid || k.Addr >= rs.Base+rs.Size {
 				continue
 			}
-			for lo, end := k.addr, k.addr+k.size; lo < end; {
+			for lo, end := k.Addr, k.Addr+k.Size; lo < end; {
 				i := int((lo - rs.Grid) / a.chunk)
 				hi := min(end, rs.Grid+uintptr(i+1)*a.chunk)
 				if i < len(rs.Chunks) {

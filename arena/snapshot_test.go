@@ -13,7 +13,7 @@ import (
 // snapshot of the chunks on the way.
 func TestLogAndSnapshot(t *testing.T) {
 	var out bytes.Buffer
-	b := &budgeted{Provider: Pageable(HostOptions{}), budget: 4 << 20}
+	b := &budgeted{Provider: PageableHost(HostOptions{}), budget: 4 << 20}
 	a := newTestArena(t, Options{Provider: b, Capacity: 64 << 20, PurgeDelay: -1,
 		Logger: slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	old, err := a.Alloc(3<<20, 1)
@@ -69,7 +69,7 @@ func TestLogAndSnapshot(t *testing.T) {
 
 	// With a purge delay, freed memory is pending, and the timer's purge is logged.
 	out.Reset()
-	a2 := newTestArena(t, Options{Provider: Pageable(HostOptions{}), Capacity: 64 << 20, PurgeDelay: 5 * time.Millisecond,
+	a2 := newTestArena(t, Options{Provider: PageableHost(HostOptions{}), Capacity: 64 << 20, PurgeDelay: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&out, nil))})
 	sp, _ := a2.Alloc(2<<20, 1)
 	_ = a2.Free(sp)
@@ -97,7 +97,7 @@ func (refusing) Reserve(size, align uintptr) (*Region, error) {
 
 func TestLogRegionRefused(t *testing.T) {
 	var out bytes.Buffer
-	a := newTestArena(t, Options{Provider: refusing{Pageable(HostOptions{})}, Capacity: 64 << 20,
+	a := newTestArena(t, Options{Provider: refusing{PageableHost(HostOptions{})}, Capacity: 64 << 20,
 		Logger: slog.New(slog.NewTextHandler(&out, nil))})
 	if _, err := a.Alloc(1<<20, 1); err == nil {
 		t.Fatal("Alloc from a refusing provider succeeded")

@@ -25,7 +25,7 @@ type slow struct {
 }
 
 func newSlow(delay time.Duration, splits bool) *slow {
-	return &slow{Provider: Pageable(HostOptions{}), splits: splits, delay: delay, committed: map[uintptr]bool{}, failAfter: -1}
+	return &slow{Provider: PageableHost(HostOptions{}), splits: splits, delay: delay, committed: map[uintptr]bool{}, failAfter: -1}
 }
 
 func (s *slow) Caps() Caps {

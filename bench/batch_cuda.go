@@ -160,10 +160,10 @@ func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method copyengine.
 	perm := rand.New(rand.NewPCG(uint64(size), 3)).Perm(n)
 	jobs := make([]copyengine.Job, n)
 	for i, p := range perm {
-		h, d := c.host+uintptr(i)*2*size, c.d+uintptr(p)*2*size
-		jobs[i] = copyengine.Job{Dst: d, Src: h, Len: size}
+		h, d := pcuda.DevicePtr(c.host+uintptr(i)*2*size), pcuda.DevicePtr(uintptr(c.d)+uintptr(p)*2*size)
+		jobs[i] = copyengine.Job{Dst: d, Src: h, Len: int(size)}
 		if toHost {
-			jobs[i] = copyengine.Job{Dst: h, Src: d, Len: size}
+			jobs[i] = copyengine.Job{Dst: h, Src: d, Len: int(size)}
 		}
 	}
 	run := func(k int) (time.Duration, error) {

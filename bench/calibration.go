@@ -14,7 +14,7 @@ import (
 const calibrationChosen = "chosen"
 
 // calibrationCase names the case of a cell.
-func calibrationCase(size uintptr, count int) string {
+func calibrationCase(size, count int) string {
 	return fmt.Sprintf("calibration/%sx%d", sizeName(int64(size)), count)
 }
 

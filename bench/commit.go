@@ -189,7 +189,7 @@ func (c *commitSuite) pinOnce(path string, w int) (pin, unpin time.Duration, err
 	case "register-span/thp", "register-precommit": // the registration provider's default
 		prov, err = cudamem.NewHostRegister(c.pub, cudamem.HostOptions{})
 	case "locked":
-		prov = arena.Locked(arena.HostOptions{})
+		prov = arena.LockedHost(arena.HostOptions{})
 	default:
 		err = fmt.Errorf("unknown path %q", path)
 	}

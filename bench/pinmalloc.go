@@ -27,9 +27,9 @@ type pinHeap struct {
 
 func newPinmallocHeap() impl {
 	return goImpl("pinmalloc-heap", func(capacity int64) (allocator[uintptr], error) {
-		prov := arena.Locked(arena.HostOptions{})
+		prov := arena.LockedHost(arena.HostOptions{})
 		if hostMemory.pageable {
-			prov = arena.Pageable(arena.HostOptions{})
+			prov = arena.PageableHost(arena.HostOptions{})
 		}
 		ar, err := arena.New(arena.Options{Provider: prov, Capacity: uintptr(capacity)})
 		if err != nil {

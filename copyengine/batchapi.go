@@ -13,9 +13,9 @@ import (
 func (b *Batcher) batch(jobs []Job, s cuda.Stream) error {
 	b.dsts, b.srcs, b.sizes = b.dsts[:0], b.srcs[:0], b.sizes[:0]
 	for _, j := range jobs {
-		b.dsts = append(b.dsts, j.Dst)
-		b.srcs = append(b.srcs, j.Src)
-		b.sizes = append(b.sizes, j.Len)
+		b.dsts = append(b.dsts, uintptr(j.Dst))
+		b.srcs = append(b.srcs, uintptr(j.Src))
+		b.sizes = append(b.sizes, uintptr(j.Len))
 	}
 	on := s
 	if s == 0 || s == 1 {

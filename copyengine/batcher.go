@@ -21,7 +21,10 @@ import (
 // Batcher records no stream on the host buffers they touch (device.Heap's HtoDAsync and
 // DtoHAsync do). Free a pinned.Pool buffer a batch uses with FreeAsync on the batch's stream,
 // or call RecordStream before a plain Free.
-type Job struct{ Dst, Src, Len uintptr }
+type Job struct {
+	Dst, Src cuda.DevicePtr
+	Len      int
+}
 
 // Batcher moves batches of copy jobs with one kernel launch, one batch call or one copy per
 // job. See the package comment.
@@ -115,7 +118,7 @@ func (b *Batcher) Method() Method {
 
 // Choose returns the method Copy uses for a batch of count jobs of size bytes each (on
 // average).
-func (b *Batcher) Choose(size uintptr, count int) Method {
+func (b *Batcher) Choose(size, count int) Method {
 	switch {
 	case b.method != MethodAuto:
 		return b.method
@@ -160,7 +163,7 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 	if m == MethodAuto {
 		m = b.static
 		if b.cal != nil {
-			m = b.cal.Choice(total/uintptr(len(jobs)), len(jobs))
+			m = b.cal.Choice(int(total/uintptr(len(jobs))), len(jobs))
 		}
 	}
 	switch m {

@@ -100,9 +100,9 @@ func benchJobs(host, d uintptr, size uintptr, toHost bool) []Job {
 	for i, p := range perm {
 		h, dv := host+uintptr(i)*2*size, d+uintptr(p)*2*size
 		if toHost {
-			jobs[i] = Job{Dst: h, Src: dv, Len: size}
+			jobs[i] = mkJob(h, dv, size)
 		} else {
-			jobs[i] = Job{Dst: dv, Src: h, Len: size}
+			jobs[i] = mkJob(dv, h, size)
 		}
 	}
 	return jobs

@@ -22,6 +22,11 @@ import (
 // public is d, a device opened through the binding (fakecuda), as the public API takes it.
 func public(d *cuda.Device) *pcuda.Device { return cuda.Wrap[*pcuda.Device](d) }
 
+// mkJob is a Job of n bytes between the raw addresses the internal binding deals in.
+func mkJob[D, S, N ~uintptr | ~int](dst D, src S, n N) Job {
+	return Job{Dst: pcuda.DevicePtr(dst), Src: pcuda.DevicePtr(src), Len: int(n)}
+}
+
 func must(t testing.TB, what string, err error) {
 	t.Helper()
 	if err != nil {
@@ -120,8 +125,8 @@ func roundTrip(t testing.TB, dev *cuda.Device, b *Batcher, s cuda.Stream, seed u
 	clear(mem.Bytes(out, outTotal))
 	up, down := make([]Job, n), make([]Job, n)
 	for i, sz := range sizes {
-		up[i] = Job{Dst: d + devOff[i], Src: in + inOff[i], Len: sz}
-		down[i] = Job{Dst: out + outOff[i], Src: d + devOff[i], Len: sz}
+		up[i] = mkJob(d+devOff[i], in+inOff[i], sz)
+		down[i] = mkJob(out+outOff[i], d+devOff[i], sz)
 	}
 	must(t, "Copy host→device", b.Copy(up, pcuda.Stream(s)))
 	must(t, "Copy device→host", b.Copy(down, pcuda.Stream(s)))
@@ -211,7 +216,7 @@ func TestBatcherOptions(t *testing.T) {
 	// not complete the side stream.
 	host, d := hostMem(t, dev, 1<<20), devMem(t, dev, 1<<20)
 	f.Hold(true)
-	must(t, "Copy held", low.Copy([]Job{{Dst: d, Src: host, Len: 4096}}, pcuda.Stream(s)))
+	must(t, "Copy held", low.Copy([]Job{mkJob(d, host, 4096)}, pcuda.Stream(s)))
 	if err := dev.StreamQuery(s); !errors.Is(err, pinmalloc.ErrNotReady) {
 		t.Errorf("caller's stream after a held low-priority copy: %v, want not ready", err)
 	}
@@ -283,21 +288,22 @@ func TestBatcherBadJobs(t *testing.T) {
 			jobs []Job
 			want error
 		}{
-			{"zero length", []Job{{Dst: d, Src: host, Len: 0}}, ErrInvalidJob},
-			{"zero destination", []Job{{Dst: 0, Src: host, Len: 8}}, ErrInvalidJob},
-			{"zero source", []Job{{Dst: d, Src: 0, Len: 8}}, ErrInvalidJob},
-			{"wrapping", []Job{{Dst: ^uintptr(0) - 4, Src: host, Len: 8}}, ErrInvalidJob},
-			{"destinations overlap", []Job{{Dst: d, Src: host, Len: 4096}, {Dst: d + 4095, Src: host + 8192, Len: 16}}, ErrOverlap},
-			{"destination overlaps a source", []Job{{Dst: d, Src: host, Len: 4096}, {Dst: host + 4000, Src: d + 8192, Len: 16}}, ErrOverlap},
-			{"a job overlapping itself", []Job{{Dst: d + 16, Src: d, Len: 4096}}, ErrOverlap},
-			{"same destination twice", []Job{{Dst: d, Src: host, Len: 64}, {Dst: d, Src: host + 64, Len: 64}}, ErrOverlap},
+			{"zero length", []Job{mkJob(d, host, 0)}, ErrInvalidJob},
+			{"negative length", []Job{mkJob(d, host, -8)}, ErrInvalidJob},
+			{"zero destination", []Job{mkJob(0, host, 8)}, ErrInvalidJob},
+			{"zero source", []Job{mkJob(d, 0, 8)}, ErrInvalidJob},
+			{"wrapping", []Job{mkJob(^uintptr(0)-4, host, 8)}, ErrInvalidJob},
+			{"destinations overlap", []Job{mkJob(d, host, 4096), mkJob(d+4095, host+8192, 16)}, ErrOverlap},
+			{"destination overlaps a source", []Job{mkJob(d, host, 4096), mkJob(host+4000, d+8192, 16)}, ErrOverlap},
+			{"a job overlapping itself", []Job{mkJob(d+16, d, 4096)}, ErrOverlap},
+			{"same destination twice", []Job{mkJob(d, host, 64), mkJob(d, host+64, 64)}, ErrOverlap},
 		} {
 			if err := b.Copy(c.jobs, 0); !errors.Is(err, c.want) {
 				t.Errorf("%s: %s: %v, want %v", m, c.name, err, c.want)
 			}
 		}
 		// Sources may overlap, and adjacent ranges do not overlap.
-		must(t, "sources shared", b.Copy([]Job{{Dst: d, Src: host, Len: 4096}, {Dst: d + 4096, Src: host, Len: 4096}}, 0))
+		must(t, "sources shared", b.Copy([]Job{mkJob(d, host, 4096), mkJob(d+4096, host, 4096)}, 0))
 		must(t, "StreamSynchronize", dev.StreamSynchronize(0)) // Launches counts kernels run
 		if calls() == before {
 			t.Errorf("%s: the valid batch made no driver call", m)
@@ -305,13 +311,13 @@ func TestBatcherBadJobs(t *testing.T) {
 		must(t, "Close", b.Close())
 		must(t, "second Close", b.Close())
 		trusting := newBatcher(t, dev, Options{Method: m, TrustNoOverlap: true})
-		if err := trusting.Copy([]Job{{Dst: d, Src: host, Len: 64}, {Dst: d, Src: host + 64, Len: 64}}, 0); err != nil {
+		if err := trusting.Copy([]Job{mkJob(d, host, 64), mkJob(d, host+64, 64)}, 0); err != nil {
 			t.Errorf("%s: TrustNoOverlap refused overlapping jobs: %v", m, err)
 		}
-		if err := trusting.Copy([]Job{{Dst: d, Src: host, Len: 0}}, 0); !errors.Is(err, ErrInvalidJob) {
+		if err := trusting.Copy([]Job{mkJob(d, host, 0)}, 0); !errors.Is(err, ErrInvalidJob) {
 			t.Errorf("%s: TrustNoOverlap accepted a zero-length job: %v", m, err)
 		}
-		if err := b.Copy([]Job{{Dst: d, Src: host, Len: 8}}, 0); !errors.Is(err, ErrClosed) {
+		if err := b.Copy([]Job{mkJob(d, host, 8)}, 0); !errors.Is(err, ErrClosed) {
 			t.Errorf("%s: Copy after Close: %v", m, err)
 		}
 	}
@@ -332,8 +338,8 @@ func TestBatcherFaults(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i + 1)
 	}
-	ok := []Job{{Dst: d, Src: host, Len: 4096}}
-	back := []Job{{Dst: host + 8192, Src: d, Len: 4096}}
+	ok := []Job{mkJob(d, host, 4096)}
+	back := []Job{mkJob(host+8192, d, 4096)}
 
 	kb := newBatcher(t, dev, Options{Method: MethodKernel})
 	f.FailLaunch(1, fakecuda.ResultLaunchFailed)
@@ -354,7 +360,7 @@ func TestBatcherFaults(t *testing.T) {
 	}
 	// A source the device cannot reach faults the kernel when it runs: the launch succeeds,
 	// the synchronizing call reports the fault, and it is sticky, like a real context.
-	must(t, "Copy of a job that faults", kb.Copy([]Job{{Dst: d, Src: unmapped, Len: 64}}, 0))
+	must(t, "Copy of a job that faults", kb.Copy([]Job{mkJob(d, unmapped, 64)}, 0))
 	err = dev.StreamSynchronize(0)
 	if !errors.As(err, &r) || r != fakecuda.ResultIllegalAddress || f.StickyError() != fakecuda.ResultIllegalAddress {
 		t.Errorf("kernel fault: %v (sticky %d)", err, f.StickyError())
@@ -367,7 +373,7 @@ func TestBatcherFaults(t *testing.T) {
 	// The copy-engine methods refuse a range past the end of an allocation.
 	for _, m := range []Method{MethodBatchAPI, MethodPerCopy} {
 		b := newBatcher(t, dev, Options{Method: m})
-		err := b.Copy([]Job{{Dst: host + 64<<10, Src: d, Len: 64}, {Dst: host, Src: d + 1<<20 - 8, Len: 64}}, 0)
+		err := b.Copy([]Job{mkJob(host+64<<10, d, 64), mkJob(host, d+1<<20-8, 64)}, 0)
 		if !errors.Is(err, pinmalloc.ErrInvalidValue) {
 			t.Errorf("%s: copy past the end: %v", m, err)
 		}
@@ -389,7 +395,7 @@ func TestBatcherStaging(t *testing.T) {
 	host, d := hostMem(t, dev, 8<<20), devMem(t, dev, 8<<20)
 	f.Hold(true)
 	for i := 0; i < 2*maxStages; i++ {
-		must(t, "Copy", b.Copy([]Job{{Dst: d + uintptr(i)*4096, Src: host + uintptr(i)*4096, Len: 4096}}, pcuda.Stream(s)))
+		must(t, "Copy", b.Copy([]Job{mkJob(d+uintptr(i)*4096, host+uintptr(i)*4096, 4096)}, pcuda.Stream(s)))
 		if len(b.stages) > maxStages {
 			t.Fatalf("%d staging buffers", len(b.stages))
 		}
@@ -401,7 +407,7 @@ func TestBatcherStaging(t *testing.T) {
 	f.Hold(false)
 	big := make([]Job, 2*minStageJobs+1)
 	for i := range big {
-		big[i] = Job{Dst: d + uintptr(i)*1024, Src: host + uintptr(i)*1024, Len: 1024}
+		big[i] = mkJob(d+uintptr(i)*1024, host+uintptr(i)*1024, 1024)
 	}
 	must(t, "Copy of a big batch", b.Copy(big, pcuda.Stream(s)))
 	if last := b.stages[len(b.stages)-1]; last.jobs < len(big) {
@@ -440,8 +446,8 @@ func TestBatcherConcurrent(t *testing.T) {
 					fill(in, uint64(w*rounds+r))
 					perm := rng.Perm(blocks)
 					for i, p := range perm {
-						up[i] = Job{Dst: d + uintptr(p)*4096, Src: host + uintptr(i)*4096, Len: 4096}
-						down[i] = Job{Dst: host + blocks*4096 + uintptr(i)*4096, Src: d + uintptr(p)*4096, Len: 4096}
+						up[i] = mkJob(d+uintptr(p)*4096, host+uintptr(i)*4096, 4096)
+						down[i] = mkJob(host+blocks*4096+uintptr(i)*4096, d+uintptr(p)*4096, 4096)
 					}
 					if err := b.Copy(up, pcuda.Stream(s)); err != nil {
 						errs <- err

@@ -39,7 +39,7 @@ import (
 
 // What the calibration times.
 var (
-	calSizes  = []uintptr{4 << 10, 16 << 10, 64 << 10, 256 << 10, 2 << 20}
+	calSizes  = []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 2 << 20}
 	calCounts = []int{16, 128, 1024}
 )
 
@@ -52,7 +52,7 @@ const (
 // of every method the driver has and the fastest. Its String is a table.
 type Calibration struct {
 	// Sizes are the block sizes timed, Counts the batch lengths.
-	Sizes  []uintptr
+	Sizes  []int
 	Counts []int
 	// Cells are the cells, Sizes major: Cells[i*len(Counts)+j] is Sizes[i] and Counts[j].
 	Cells []CalibrationCell
@@ -65,7 +65,7 @@ type Calibration struct {
 
 // CalibrationCell is one block size and batch length.
 type CalibrationCell struct {
-	Size  uintptr
+	Size  int
 	Count int
 	// Jobs is the number of blocks each timed batch had: Count, or fewer where Count blocks
 	// would move more than the calibration's batch (4 MiB).
@@ -79,7 +79,7 @@ type CalibrationCell struct {
 
 // Choice returns the method of the cell nearest (on a log scale) a batch of count blocks of
 // size bytes each.
-func (c *Calibration) Choice(size uintptr, count int) Method {
+func (c *Calibration) Choice(size, count int) Method {
 	i := nearest(c.sizeBound, float64(size))
 	j := nearest(c.countBound, float64(count))
 	return c.Cells[i*len(c.Counts)+j].Choice
@@ -125,7 +125,7 @@ func (c *Calibration) String() string {
 }
 
 // sizeName writes a power-of-two size in KiB or MiB.
-func sizeName(n uintptr) string {
+func sizeName(n int) string {
 	if n >= 1<<20 && n%(1<<20) == 0 {
 		return fmt.Sprintf("%dMiB", n>>20)
 	}
@@ -190,11 +190,11 @@ func (b *Batcher) calibrate() (c *Calibration, err error) {
 		return nil, err
 	}
 	c = &Calibration{Sizes: calSizes, Counts: calCounts}
-	timed := map[[2]uintptr][MethodPerCopy + 1]float64{} // by size and jobs
+	timed := map[[2]int][MethodPerCopy + 1]float64{} // by size and jobs
 	for _, size := range calSizes {
 		for _, count := range calCounts {
 			cell := CalibrationCell{Size: size, Count: count, Jobs: max(1, min(count, int(calBytes/size)))}
-			key := [2]uintptr{size, uintptr(cell.Jobs)}
+			key := [2]int{size, cell.Jobs}
 			gbps, ok := timed[key]
 			if !ok {
 				if gbps, err = r.cell(size, cell.Jobs); err != nil {
@@ -274,11 +274,11 @@ func (r *calRun) free() error {
 
 // cell times every method the driver has on jobs blocks of size bytes to the device and back,
 // the blocks in a random order on the device side as a tier's are.
-func (r *calRun) cell(size uintptr, jobs int) (gbps [MethodPerCopy + 1]float64, err error) {
+func (r *calRun) cell(size, jobs int) (gbps [MethodPerCopy + 1]float64, err error) {
 	perm := rand.New(rand.NewPCG(uint64(size), uint64(jobs))).Perm(jobs)
 	r.up, r.down = r.up[:0], r.down[:0]
 	for i, p := range perm {
-		h, d := r.hostDev+uintptr(i)*size, r.dev+uintptr(p)*size
+		h, d := cuda.DevicePtr(r.hostDev+uintptr(i*size)), cuda.DevicePtr(r.dev+uintptr(p*size))
 		r.up = append(r.up, Job{Dst: d, Src: h, Len: size})
 		r.down = append(r.down, Job{Dst: h, Src: d, Len: size})
 	}

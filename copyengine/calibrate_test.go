@@ -34,7 +34,7 @@ func copyBlocks(t *testing.T, f *fakecuda.Driver, dev *cuda.Device, b *Batcher, 
 	host, d := hostMem(t, dev, uintptr(n)*size), devMem(t, dev, uintptr(n)*size)
 	jobs := make([]Job, n)
 	for i := range jobs {
-		jobs[i] = Job{Dst: d + uintptr(i)*size, Src: host + uintptr(i)*size, Len: size}
+		jobs[i] = mkJob(d+uintptr(i)*size, host+uintptr(i)*size, size)
 	}
 	before := calls(f)
 	must(t, "Copy", b.Copy(jobs, 0))
@@ -88,7 +88,7 @@ func TestCalibrationFollowsTimings(t *testing.T) {
 				t.Errorf("Method() = %s, want %s", b.Method(), c.method)
 			}
 			for _, w := range c.wants {
-				if got := b.Choose(w.size, w.count); got != w.m {
+				if got := b.Choose(int(w.size), w.count); got != w.m {
 					t.Errorf("Choose(%d, %d) = %s, want %s", w.size, w.count, got, w.m)
 				}
 				got := copyBlocks(t, f, dev, b, w.count, w.size)
@@ -132,7 +132,7 @@ func TestCalibrationCached(t *testing.T) {
 		t.Errorf("calibration: %d cells, took %v", len(ca.Cells), ca.Took)
 	}
 	for _, cell := range ca.Cells {
-		if cell.Jobs < 1 || cell.Jobs > cell.Count || uintptr(cell.Jobs)*cell.Size > calBytes && cell.Jobs > 1 {
+		if cell.Jobs < 1 || cell.Jobs > cell.Count || cell.Jobs*cell.Size > calBytes && cell.Jobs > 1 {
 			t.Errorf("cell %+v: timed with %d jobs", cell, cell.Jobs)
 		}
 		for m := MethodKernel; m <= MethodPerCopy; m++ {
@@ -244,11 +244,11 @@ func TestBatcherSMShare(t *testing.T) {
 
 // TestCalibrationChoice checks Choice's nearest cell on a log scale.
 func TestCalibrationChoice(t *testing.T) {
-	c := &Calibration{Sizes: []uintptr{4 << 10, 64 << 10}, Counts: []int{16, 1024}, Cells: []CalibrationCell{
+	c := &Calibration{Sizes: []int{4 << 10, 64 << 10}, Counts: []int{16, 1024}, Cells: []CalibrationCell{
 		{Choice: MethodKernel}, {Choice: MethodBatchAPI}, {Choice: MethodPerCopy}, {Choice: MethodKernel},
 	}, sizeBound: midpoints([]float64{4 << 10, 64 << 10}), countBound: midpoints([]float64{16, 1024})}
 	for _, x := range []struct {
-		size  uintptr
+		size  int
 		count int
 		want  Method
 	}{
@@ -291,7 +291,7 @@ func TestKernelAfterLegacyBatchStaysOnCallersStream(t *testing.T) {
 	}
 	host, d := hostMem(t, dev, 4<<20), devMem(t, dev, 4<<20)
 	f.Hold(true)
-	must(t, "Copy held", b.Copy([]Job{{Dst: d, Src: host, Len: 2 << 20}, {Dst: d + 2<<20, Src: host + 2<<20, Len: 2 << 20}}, 0))
+	must(t, "Copy held", b.Copy([]Job{mkJob(d, host, 2<<20), mkJob(d+2<<20, host+2<<20, 2<<20)}, 0))
 	if err := dev.StreamQuery(b.side); err != nil {
 		t.Errorf("side stream after a held kernel batch on the legacy stream: %v, want idle (the kernel runs on stream 0)", err)
 	}
@@ -314,7 +314,7 @@ func TestBatchOnLegacyHandle(t *testing.T) {
 	host, d := hostMem(t, dev, n*size), devMem(t, dev, n*size)
 	jobs := make([]Job, n)
 	for i := range jobs {
-		jobs[i] = Job{Dst: d + uintptr(i)*size, Src: host + uintptr(i)*size, Len: size}
+		jobs[i] = mkJob(d+uintptr(i)*size, host+uintptr(i)*size, size)
 	}
 	must(t, "Copy on CU_STREAM_LEGACY", b.Copy(jobs, 1))
 	must(t, "StreamSynchronize(1)", dev.StreamSynchronize(1))

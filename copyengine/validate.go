@@ -19,18 +19,19 @@ const dstBit = ^(^uintptr(0) >> 1)
 func (b *Batcher) check(jobs []Job) (uintptr, error) {
 	var total uintptr
 	for i, j := range jobs {
-		if j.Len == 0 || j.Dst == 0 || j.Src == 0 || j.Dst+j.Len < j.Dst || j.Src+j.Len < j.Src ||
-			(j.Dst+j.Len)&dstBit != 0 || (j.Src+j.Len)&dstBit != 0 {
+		d, s, n := uintptr(j.Dst), uintptr(j.Src), uintptr(j.Len)
+		if j.Len <= 0 || d == 0 || s == 0 || d+n < d || s+n < s || (d+n)&dstBit != 0 || (s+n)&dstBit != 0 {
 			return 0, fmt.Errorf("%w: job %d of %d: %d bytes from %#x to %#x", ErrInvalidJob, i, len(jobs), j.Len, j.Src, j.Dst)
 		}
-		total += min(j.Len, ^uintptr(0)-total)
+		total += min(n, ^uintptr(0)-total)
 	}
 	if b.trust {
 		return total, nil
 	}
 	b.spans = b.spans[:0]
 	for _, j := range jobs {
-		b.spans = append(b.spans, span{j.Dst, (j.Dst + j.Len) | dstBit}, span{j.Src, j.Src + j.Len})
+		d, s, n := uintptr(j.Dst), uintptr(j.Src), uintptr(j.Len)
+		b.spans = append(b.spans, span{d, (d + n) | dstBit}, span{s, s + n})
 	}
 	b.spare = slices.Grow(b.spare[:0], len(b.spans))[:len(b.spans)]
 	sorted := sortSpans(b.spans, b.spare)

@@ -144,22 +144,24 @@ func (d *Device) Name() (string, error) {
 }
 
 // TotalMem returns the device's total memory in bytes.
-func (d *Device) TotalMem() (uintptr, error) {
+func (d *Device) TotalMem() (int, error) {
 	in, err := d.in()
 	if err != nil {
 		return 0, err
 	}
-	return in.TotalMem()
+	n, err := in.TotalMem()
+	return int(n), err
 }
 
 // MemInfo returns the device memory free now and the total, in bytes, as the driver sees them
 // (other processes' allocations included).
-func (d *Device) MemInfo() (free, total uintptr, err error) {
+func (d *Device) MemInfo() (free, total int, err error) {
 	in, err := d.in()
 	if err != nil {
 		return 0, 0, err
 	}
-	return in.MemGetInfo()
+	f, t, err := in.MemGetInfo()
+	return int(f), int(t), err
 }
 
 // Synchronize waits until all work queued in the primary context, on every stream, has

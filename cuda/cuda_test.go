@@ -54,6 +54,9 @@ func TestFakeDeviceInfo(t *testing.T) {
 	if name, err := d.Name(); err != nil || name != "Fake GPU 1" {
 		t.Errorf("Name = %q, %v", name, err)
 	}
+	if s := fmt.Sprint(d); s != "cuda device 1 (Fake GPU 1)" {
+		t.Errorf("fmt.Sprint(device) = %q; want it named (it printed &{{0x...}})", s)
+	}
 	if total, err := d.TotalMem(); err != nil || total != 3<<30 {
 		t.Errorf("TotalMem = %d, %v; want 3 GiB", total, err)
 	}
@@ -179,6 +182,9 @@ func TestFakeCloseAndDo(t *testing.T) {
 	}
 	must(t, "Close", d.Close())
 	must(t, "Close again", d.Close())
+	if s := d.String(); s != "cuda device 0 (closed)" {
+		t.Errorf("String after Close = %q", s)
+	}
 	if f.Stat(fakecuda.Retains) != 0 {
 		t.Errorf("retains after Close = %d, want 0", f.Stat(fakecuda.Retains))
 	}
@@ -309,8 +315,35 @@ func TestNilDevice(t *testing.T) {
 				t.Errorf("%v: call %d = %v; want ErrNoDriver", d, i, err)
 			}
 		}
+		if s := d.String(); s != "cuda device <none>" {
+			t.Errorf("String of a nil or zero Device = %q", s)
+		}
 		if d.Ordinal() != -1 || d.Context() != 0 || d.Location() != (cuda.Location{Type: cuda.LocationDevice, ID: -1}) {
 			t.Errorf("%v: Ordinal %d, Context %#x, Location %+v", d, d.Ordinal(), d.Context(), d.Location())
+		}
+	}
+}
+
+// TestHandlesPrint: the handles print as what they are with %v and %s, and as integers with
+// the integer verbs, so a message that formats one with %#x or %d reads as before.
+func TestHandlesPrint(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{fmt.Sprint(cuda.DevicePtr(0x7f3a00200000)), "0x7f3a00200000"},
+		{fmt.Sprintf("%#x", cuda.DevicePtr(0x1000)), "0x1000"},
+		{fmt.Sprintf("%d", cuda.DevicePtr(4096)), "4096"},
+		{fmt.Sprintf("%#v", cuda.DevicePtr(0x1000)), "0x1000"},
+		{fmt.Sprintf("[%8s]", cuda.DevicePtr(0x10)), "[    0x10]"},
+		{fmt.Sprintf("%x", cuda.Stream(0xabc)), "abc"},
+		{fmt.Sprint(cuda.Stream(0x55d1c3a0)), "stream 0x55d1c3a0"},
+		{fmt.Sprint(cuda.Stream(0)), "stream 0 (legacy default)"},
+		{fmt.Sprint(cuda.Stream(1)), "stream 1 (legacy)"},
+		{fmt.Sprint(cuda.Stream(2)), "stream 2 (per-thread default)"},
+		{fmt.Sprintf("%q", cuda.Stream(2)), `"stream 2 (per-thread default)"`},
+		{fmt.Sprintf("%v", cuda.Event(0x10)), "event 0x10"},
+		{fmt.Sprintf("%+v", struct{ S cuda.Stream }{7}), "{S:stream 0x7}"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
 		}
 	}
 }

@@ -106,3 +106,15 @@ func Example_handles() {
 	fmt.Printf("stream %#x, back %#x, address %#x\n", s, uintptr(s), uintptr(p+0x100))
 	// Output: stream 0x7f3a10, back 0x7f3a10, address 0x7f0000200100
 }
+
+// The handles print as what they are; the integer verbs still give the raw value.
+func ExampleStream_String() {
+	s, p := cuda.Stream(0x55d1c3a0), cuda.DevicePtr(0x7f3a00200000)
+	fmt.Println(s, cuda.Stream(0))
+	fmt.Println(p)
+	fmt.Printf("%#x %d\n", s, p)
+	// Output:
+	// stream 0x55d1c3a0 stream 0 (legacy default)
+	// 0x7f3a00200000
+	// 0x55d1c3a0 139887086927872
+}

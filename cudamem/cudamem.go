@@ -49,12 +49,15 @@ type cudaBase struct {
 	calls                                                        atomic.Uint64
 }
 
-func newCUDABase(dev *cuda.Device, name string, kind arena.Kind) (*cudaBase, error) {
+// init sets up b, in place inside its provider (every provider holds its cudaBase by value,
+// so that each of its methods is on the pointer).
+func (b *cudaBase) init(dev *cuda.Device, name string, kind arena.Kind) error {
 	in, err := internalDevice(dev, name)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &cudaBase{pub: dev, dev: in, name: name, kind: kind}, nil
+	b.pub, b.dev, b.name, b.kind = dev, in, name, kind
+	return nil
 }
 
 // Name implements arena.Provider.
@@ -132,12 +135,12 @@ func (b *cudaBase) driverError(sentinel error, op string, size uintptr, err erro
 }
 
 // devicePointer maps host memory registered or allocated mapped to its device address.
-func (b *cudaBase) devicePointer(addr uintptr) (uintptr, error) {
+func (b *cudaBase) devicePointer(addr uintptr) (cuda.DevicePtr, error) {
 	dp, err := b.dev.MemHostGetDevicePointer(addr)
 	if err != nil {
 		return 0, fmt.Errorf("%w: device pointer of %#x: %w", arena.ErrInvalid, addr, err)
 	}
-	return dp, nil
+	return cuda.DevicePtr(dp), nil
 }
 
 // hostZero clears host-accessible memory with the CPU.

@@ -84,7 +84,7 @@ func TestFakeHostRegister(t *testing.T) {
 	b[0], b[len(b)-1] = 1, 2
 	copyBoth(t, d, big.Base, big.Size)
 	for _, s := range []arena.Span{small, big} {
-		if dp, err := p.DevicePointer(s.Base + 8); err != nil || dp != s.Base+8 {
+		if dp, err := p.DevicePointer(s.Base + 8); err != nil || dp != pcuda.DevicePtr(s.Base+8) {
 			t.Errorf("DevicePointer(%#x) = %#x, %v", s.Base+8, dp, err)
 		}
 	}
@@ -196,7 +196,7 @@ func TestFakeHostVMM(t *testing.T) {
 		if !s.Zeroed || mem.Bytes(s.Base, n)[n-1] != 0 {
 			t.Errorf("fresh span of %d bytes: Zeroed %v", n, s.Zeroed)
 		}
-		if dp, err := p.DevicePointer(s.Base + n - 1); err != nil || dp != s.Base+n-1 {
+		if dp, err := p.DevicePointer(s.Base + n - 1); err != nil || dp != pcuda.DevicePtr(s.Base+n-1) {
 			t.Errorf("DevicePointer = %#x, %v", dp, err)
 		}
 		copyBoth(t, d, s.Base, n)
@@ -341,7 +341,7 @@ func TestFakeHostAlloc(t *testing.T) {
 	if f.Stat(fakecuda.HostAllocs) != 1 || p.Counters().Allocations != 1 || a.Stats().Committed != 8<<20 {
 		t.Errorf("host allocs %d, provider %+v, arena %+v", f.Stat(fakecuda.HostAllocs), p.Counters(), a.Stats())
 	}
-	if dp, err := p.DevicePointer(s.Base); err != nil || dp != s.Base {
+	if dp, err := p.DevicePointer(s.Base); err != nil || dp != pcuda.DevicePtr(s.Base) {
 		t.Errorf("DevicePointer = %#x, %v", dp, err)
 	}
 	clear(mem.Bytes(s.Base, s.Size))

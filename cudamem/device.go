@@ -64,7 +64,7 @@ type deviceCapacity struct{ capDev *icuda.Device }
 // DefaultCapacity is DefaultDeviceCapacity, computed when asked (an arena asks once, at arena.New,
 // when arena.Options.Capacity is zero); 0 when it cannot be found. It is a default, not a cap: an
 // arena may be given more.
-func (c deviceCapacity) DefaultCapacity() uintptr {
+func (c *deviceCapacity) DefaultCapacity() uintptr {
 	n, _ := defaultDeviceCapacity(c.capDev)
 	return n
 }

@@ -19,12 +19,13 @@ type DeviceMalloc struct {
 
 // NewDeviceMalloc returns a provider of device memory from cuMemAlloc.
 func NewDeviceMalloc(dev *cuda.Device) (*DeviceMalloc, error) {
-	b, err := newCUDABase(dev, "cuda-malloc", arena.Device)
-	if err != nil {
+	p := &DeviceMalloc{}
+	if err := p.cudaBase.init(dev, "cuda-malloc", arena.Device); err != nil {
 		return nil, err
 	}
-	w := newWholeRegions(b, "cuMemAlloc", b.dev.MemAlloc, b.dev.MemFree)
-	return &DeviceMalloc{w, deviceCapacity{b.dev}}, nil
+	p.wholeRegions.init("cuMemAlloc", p.dev.MemAlloc, p.dev.MemFree)
+	p.capDev = p.dev
+	return p, nil
 }
 
 // Zero implements arena.Zeroer with cuMemsetD8.

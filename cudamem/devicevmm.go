@@ -19,25 +19,25 @@ import (
 // and makes the range accessible to the device (cuMemSetAccess), Decommit unmaps the range and
 // releases its granules, so memory goes back to the device granule by granule.
 type DeviceVMM struct {
-	*vmm
+	vmm
 	deviceCapacity
 }
 
 // NewDeviceVMM returns a VMM provider on dev. It fails with an error wrapping cuda.ErrNotSupported
 // when the device lacks the VMM API.
 func NewDeviceVMM(dev *cuda.Device) (*DeviceVMM, error) {
-	b, err := newCUDABase(dev, "cuda-vmm", arena.Device)
-	if err != nil {
+	p := &DeviceVMM{}
+	if err := p.cudaBase.init(dev, "cuda-vmm", arena.Device); err != nil {
 		return nil, err
 	}
-	if !b.dev.VMMSupported() {
-		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", arena.ErrInvalid, b.dev.Ordinal(), pinmalloc.ErrNotSupported)
+	if !p.dev.VMMSupported() {
+		return nil, fmt.Errorf("%w: device %d lacks the VMM API: %w", arena.ErrInvalid, p.dev.Ordinal(), pinmalloc.ErrNotSupported)
 	}
-	v, err := newVMM(b, dev.Location(), []cuda.Location{dev.Location()}, "device")
-	if err != nil {
+	if err := p.vmm.init(dev.Location(), []cuda.Location{dev.Location()}, "device"); err != nil {
 		return nil, err
 	}
-	return &DeviceVMM{vmm: v, deviceCapacity: deviceCapacity{b.dev}}, nil
+	p.capDev = p.dev
+	return p, nil
 }
 
 // Zero implements arena.Zeroer with cuMemsetD8.

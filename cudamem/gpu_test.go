@@ -171,7 +171,7 @@ func BenchmarkCUDAHostCommit(b *testing.B) {
 		{"cuda-host-register", func() (arena.Provider, error) {
 			return cudamem.NewHostRegister(pub, cudamem.HostOptions{})
 		}},
-		{"mmap-mlock", func() (arena.Provider, error) { return arena.Locked(arena.HostOptions{}), nil }},
+		{"mmap-mlock", func() (arena.Provider, error) { return arena.LockedHost(arena.HostOptions{}), nil }},
 	}
 	for _, pr := range providers {
 		b.Run(pr.name, func(b *testing.B) {

@@ -19,15 +19,14 @@ type HostAlloc struct {
 
 // NewHostAlloc returns a provider of host memory from cuMemHostAlloc (portable, mapped).
 func NewHostAlloc(dev *cuda.Device) (*HostAlloc, error) {
-	b, err := newCUDABase(dev, "cuda-hostalloc", arena.HostPinned)
-	if err != nil {
+	p := &HostAlloc{}
+	if err := p.cudaBase.init(dev, "cuda-hostalloc", arena.HostPinned); err != nil {
 		return nil, err
 	}
 	const flags = icuda.HostAllocPortable | icuda.HostAllocDeviceMap
-	in := b.dev
-	w := newWholeRegions(b, "cuMemHostAlloc",
-		func(n uintptr) (uintptr, error) { return in.MemHostAlloc(n, flags) }, in.MemFreeHost)
-	return &HostAlloc{w}, nil
+	in := p.dev
+	p.wholeRegions.init("cuMemHostAlloc", func(n uintptr) (uintptr, error) { return in.MemHostAlloc(n, flags) }, in.MemFreeHost)
+	return p, nil
 }
 
 // Zero implements arena.Zeroer, with the CPU.
@@ -35,6 +34,6 @@ func (p *HostAlloc) Zero(addr, size uintptr) error { return hostZero(addr, size)
 
 // DevicePointer returns the address at which a device sees host address addr, which must lie
 // in memory of the provider (cuMemHostGetDevicePointer).
-func (p *HostAlloc) DevicePointer(addr uintptr) (uintptr, error) {
+func (p *HostAlloc) DevicePointer(addr uintptr) (cuda.DevicePtr, error) {
 	return p.devicePointer(addr)
 }

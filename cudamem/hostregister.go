@@ -60,14 +60,14 @@ const regGranule = arena.DefaultChunkSize
 const registerFlags = icuda.HostRegisterPortable | icuda.HostRegisterDeviceMap
 
 // HostRegister hands out pinned host memory: anonymous memory mapped as the pageable
-// arena.HostProvider maps it (arena.Pinnable: over-reserved and trimmed, so regions are aligned
+// arena.HostProvider maps it (arena.PinnableHost: over-reserved and trimmed, so regions are aligned
 // for free; PROT_NONE until committed), registered with cuMemHostRegister when committed and
 // unregistered when decommitted, under the registration invariant above. Registration pins the
 // pages itself, so nothing is mlocked and RLIMIT_MEMLOCK does not apply. Copies between a block
 // of this memory and any device run by DMA at full bandwidth, and the device can address it
 // directly (DevicePointer). It is the fallback of NewHost on drivers without VMM host memory.
 type HostRegister struct {
-	*cudaBase
+	cudaBase
 	host *arena.HostProvider
 
 	mu   sync.Mutex
@@ -91,10 +91,11 @@ func (g hostReg) end() uintptr { return g.off + g.size }
 // nearest the device when a source knows it (DeviceNode); o.Node is not used. o.Devices does
 // not apply: a registration is portable to every device.
 func NewHostRegister(dev *cuda.Device, o HostOptions) (*HostRegister, error) {
-	b, err := newCUDABase(dev, "cuda-host-register", arena.HostPinned)
-	if err != nil {
+	p := &HostRegister{regs: map[uintptr][]hostReg{}}
+	if err := p.cudaBase.init(dev, "cuda-host-register", arena.HostPinned); err != nil {
 		return nil, err
 	}
+	b := &p.cudaBase
 	ho := o.HostOptions
 	ho.Node = o.NUMA
 	if ho.HugePages == arena.HugeNone {
@@ -110,7 +111,8 @@ func NewHostRegister(dev *cuda.Device, o HostOptions) (*HostRegister, error) {
 	if n, asked := ho.Node.Node(); asked && !slices.Contains(numa.Online(sysfsRoot), n) {
 		return nil, fmt.Errorf("%w: NUMA node %d: the machine has nodes %v", arena.ErrInvalid, n, numa.Online(sysfsRoot))
 	}
-	return &HostRegister{cudaBase: b, host: arena.Pinnable(ho), regs: map[uintptr][]hostReg{}}, nil
+	p.host = arena.PinnableHost(ho)
+	return p, nil
 }
 
 // Node implements arena.Placer: the node the mappings are bound to, or arena.NodeUnknown.
@@ -263,7 +265,7 @@ func (p *HostRegister) Zero(addr, size uintptr) error { return hostZero(addr, si
 // DevicePointer returns the address at which a device sees host address addr, which must lie
 // in registered memory of the provider. With unified addressing (every 64-bit platform CUDA
 // supports) it is addr itself, but kernels should be given what this returns.
-func (p *HostRegister) DevicePointer(addr uintptr) (uintptr, error) {
+func (p *HostRegister) DevicePointer(addr uintptr) (cuda.DevicePtr, error) {
 	return p.devicePointer(addr)
 }
 

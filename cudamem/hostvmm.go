@@ -22,7 +22,7 @@ import (
 // devices of HostOptions. The driver pins it: no RLIMIT_MEMLOCK applies. A device addresses it
 // at the same address (DevicePointer).
 type HostVMM struct {
-	*vmm
+	vmm
 	populate bool
 
 	mu      sync.Mutex
@@ -33,8 +33,8 @@ type HostVMM struct {
 // cuda.ErrNotSupported when the driver has no VMM host memory, or none at the node o.NUMA asks
 // for.
 func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
-	b, err := newCUDABase(dev, "cuda-host-vmm", arena.HostPinned)
-	if err != nil {
+	p := &HostVMM{populate: o.Populate}
+	if err := p.cudaBase.init(dev, "cuda-host-vmm", arena.HostPinned); err != nil {
 		return nil, err
 	}
 	var devs []cuda.Location
@@ -47,42 +47,42 @@ func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 			devs = append(devs, l)
 		}
 	}
-	loc, fallback, err := hostLocation(b.dev, o.NUMA)
+	loc, fallback, err := hostLocation(p.dev, o.NUMA)
 	if err != nil {
 		return nil, err
 	}
-	v, err := newHostVMM(b, loc, devs)
+	err = p.vmm.initHost(loc, devs)
 	if err != nil && fallback {
 		// The driver refuses the node found nearest the device: let it place the memory.
-		v, err = newHostVMM(b, cuda.HostLocation(), devs)
+		err = p.vmm.initHost(cuda.HostLocation(), devs)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &HostVMM{vmm: v, populate: o.Populate}, nil
+	return p, nil
 }
 
-// newHostVMM makes the VMM machinery for host memory at loc, granted to the host, the device
+// initHost sets up the VMM machinery for host memory at loc, granted to the host, the device
 // and devs, after checking that the driver creates memory there: the granularity query and one
 // granule created and released (a driver may refuse a location at either).
-func newHostVMM(b *cudaBase, loc cuda.Location, devs []cuda.Location) (*vmm, error) {
+func (v *vmm) initHost(loc cuda.Location, devs []cuda.Location) error {
+	b := &v.cudaBase
 	access := append([]cuda.Location{loc, b.pub.Location()}, devs...)
-	v, err := newVMM(b, loc, access, "host")
-	if err != nil {
-		return nil, err
+	if err := v.init(loc, access, "host"); err != nil {
+		return err
 	}
 	if v.gran > arena.DefaultChunkSize {
-		return nil, fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", arena.ErrInvalid, v.gran, arena.DefaultChunkSize)
+		return fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", arena.ErrInvalid, v.gran, arena.DefaultChunkSize)
 	}
 	h, err := b.dev.MemCreateAt(v.gran, memLocation(loc))
 	if err = b.call(nil, 0, err); err != nil {
-		return nil, fmt.Errorf("%w: cuMemCreate of host memory at %+v on device %d: %w", arena.ErrInvalid, loc, b.dev.Ordinal(), err)
+		return fmt.Errorf("%w: cuMemCreate of host memory at %+v on device %d: %w", arena.ErrInvalid, loc, b.dev.Ordinal(), err)
 	}
 	if err := b.call(nil, 0, b.dev.MemRelease(h)); err != nil {
-		return nil, fmt.Errorf("%w: cuMemRelease: %w", arena.ErrInvalid, err)
+		return fmt.Errorf("%w: cuMemRelease: %w", arena.ErrInvalid, err)
 	}
 	v.zero = true // a fresh granule reads zero (measured on the H100)
-	return v, nil
+	return nil
 }
 
 // hostLocation picks where VMM host memory lives: the node asked for, or the node nearest
@@ -168,14 +168,14 @@ func (p *HostVMM) Zero(addr, size uintptr) error { return hostZero(addr, size) }
 
 // DevicePointer returns the address at which a device sees host address addr, which must lie in
 // committed memory of the provider: for VMM host memory, addr itself.
-func (p *HostVMM) DevicePointer(addr uintptr) (uintptr, error) {
+func (p *HostVMM) DevicePointer(addr uintptr) (cuda.DevicePtr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.vmm.mu.Lock()
 	defer p.vmm.mu.Unlock()
 	for _, r := range p.regions {
 		if v, ok := r.Handle.(*vmmRegion); ok && addr-r.Base < r.Size && v.mapped.Get(int((addr-r.Base)/p.gran)) {
-			return addr, nil
+			return cuda.DevicePtr(addr), nil
 		}
 	}
 	return 0, fmt.Errorf("%w: device pointer of %#x: not in committed memory of the %s provider", arena.ErrInvalid, addr, p.name)

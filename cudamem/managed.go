@@ -25,14 +25,14 @@ type Managed struct {
 // NewManaged returns a provider of managed memory attached globally (any stream, any
 // device).
 func NewManaged(dev *cuda.Device) (*Managed, error) {
-	b, err := newCUDABase(dev, "cuda-managed", arena.Managed)
-	if err != nil {
+	p := &Managed{}
+	if err := p.cudaBase.init(dev, "cuda-managed", arena.Managed); err != nil {
 		return nil, err
 	}
-	in := b.dev
-	w := newWholeRegions(b, "cuMemAllocManaged",
+	in := p.dev
+	p.wholeRegions.init("cuMemAllocManaged",
 		func(n uintptr) (uintptr, error) { return in.MemAllocManaged(n, icuda.MemAttachGlobal) }, in.MemFreeManaged)
-	return &Managed{w}, nil
+	return p, nil
 }
 
 // Zero implements arena.Zeroer with cuMemsetD8, which does not migrate the pages to the host.

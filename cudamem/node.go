@@ -11,7 +11,7 @@ package cudamem
 //     NUMA support, a node without memory), the provider falls back to the HOST location and
 //     reports no node; a node asked for by arena.NUMANode is never silently replaced.
 //   - Registered memory is bound with mbind before it is first touched, strictly (MPOL_BIND:
-//     arena.Pinnable), since a registration faults it in at commit: a full node is a commit
+//     arena.PinnableHost), since a registration faults it in at commit: a full node is a commit
 //     error and not a signal later (hostregister.go).
 //
 // The node of a GPU (DeviceNode) is, in order: what the driver says (CU_DEVICE_ATTRIBUTE_

@@ -36,7 +36,7 @@ import (
 // vmm is the VMM machinery of a provider: the physical location, the locations granted access,
 // and the granule.
 type vmm struct {
-	*cudaBase
+	cudaBase
 	loc    cuda.Location       // where cuMemCreate puts the memory
 	access []icuda.MemLocation // who may read and write it, as cuMemSetAccess takes them
 	gran   uintptr
@@ -52,21 +52,23 @@ type vmmRegion struct {
 	mapped  bitset.Set
 }
 
-// newVMM checks the granularity of loc and makes the machinery.
-func newVMM(b *cudaBase, loc cuda.Location, access []cuda.Location, what string) (*vmm, error) {
+// init checks the granularity of loc and sets up the machinery, its cudaBase set up already.
+func (v *vmm) init(loc cuda.Location, access []cuda.Location, what string) error {
+	b := &v.cudaBase
 	g, err := b.dev.MemGetAllocationGranularityAt(memLocation(loc))
 	if err != nil {
-		return nil, fmt.Errorf("%w: VMM allocation granularity of %s memory (location %+v) on device %d: %w",
+		return fmt.Errorf("%w: VMM allocation granularity of %s memory (location %+v) on device %d: %w",
 			arena.ErrInvalid, what, loc, b.dev.Ordinal(), err)
 	}
 	if !align.IsPow2(g) {
-		return nil, fmt.Errorf("%w: %s VMM granularity %d on device %d is not a power of two", arena.ErrInvalid, what, g, b.dev.Ordinal())
+		return fmt.Errorf("%w: %s VMM granularity %d on device %d is not a power of two", arena.ErrInvalid, what, g, b.dev.Ordinal())
 	}
 	locs := make([]icuda.MemLocation, len(access))
 	for i, l := range access {
 		locs[i] = memLocation(l)
 	}
-	return &vmm{cudaBase: b, loc: loc, access: locs, gran: g, what: what}, nil
+	v.loc, v.access, v.gran, v.what = loc, locs, g, what
+	return nil
 }
 
 // Caps implements arena.Provider.

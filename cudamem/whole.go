@@ -15,15 +15,16 @@ import (
 // wholeRegions is a provider whose every region is one driver allocation, committed at
 // Reserve and freed at Release: it cannot align or decommit.
 type wholeRegions struct {
-	*cudaBase
+	cudaBase
 	page  uintptr
 	alloc func(size uintptr) (uintptr, error)
 	free  func(addr uintptr) error
 	op    string // the allocating call, for errors
 }
 
-func newWholeRegions(b *cudaBase, op string, alloc func(uintptr) (uintptr, error), free func(uintptr) error) wholeRegions {
-	return wholeRegions{cudaBase: b, page: uintptr(os.Getpagesize()), op: op, alloc: alloc, free: free}
+// init sets up w, its cudaBase set up already.
+func (w *wholeRegions) init(op string, alloc func(uintptr) (uintptr, error), free func(uintptr) error) {
+	w.page, w.op, w.alloc, w.free = uintptr(os.Getpagesize()), op, alloc, free
 }
 
 // Caps implements arena.Provider.

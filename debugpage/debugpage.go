@@ -5,8 +5,8 @@
 // mux, the way net/http/pprof is mounted, and register the sources to show by name:
 //
 //	dp := debugpage.New()
-//	dp.AddPool("staging", pool)
-//	dp.AddTier("kv", tier)
+//	err := dp.AddPool("staging", pool) // ErrInvalidName for a name that is not UTF-8
+//	err = dp.AddTier("kv", tier)
 //	defer dp.StartTimeline(time.Second)() // sample every second for the timelines
 //	mux.Handle("/debug/pinmalloc/", dp)
 //
@@ -83,6 +83,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -122,9 +123,11 @@ type source struct {
 // New returns a handler with nothing registered.
 func New() *Handler { return &Handler{} }
 
-// AddPool registers a pinned pool under name, replacing any source of that name.
-func (h *Handler) AddPool(name string, p *pinned.Pool) {
-	h.add(&source{name: name, kind: "pinned",
+// AddPool registers a pinned pool under name, replacing any source of that name. It fails with
+// ErrInvalidName for a name that is not valid UTF-8 (stats.json could not keep it), and with
+// ErrFrozen on the handler of a snapshot.
+func (h *Handler) AddPool(name string, p *pinned.Pool) error {
+	return h.add(&source{name: name, kind: "pinned",
 		stats: func() any { return p.Stats() }, usage: func() any { return p.Usage() },
 		live: func() uint64 { return p.Usage().Live }, str: func() string { return p.Stats().String() }, m: p.Map,
 		streams: func() []StreamDeferred { return poolStreams(p) },
@@ -141,16 +144,17 @@ func (h *Handler) AddPool(name string, p *pinned.Pool) {
 		}})
 }
 
-// AddDevice registers a device heap under name, replacing any source of that name.
-func (h *Handler) AddDevice(name string, d *device.Heap) {
-	h.add(&source{name: name, kind: "device",
+// AddDevice registers a device heap under name, replacing any source of that name. Errors as
+// for AddPool.
+func (h *Handler) AddDevice(name string, d *device.Heap) error {
+	return h.add(&source{name: name, kind: "device",
 		stats: func() any { return d.Stats() }, usage: func() any { return d.Usage() },
 		live: func() uint64 { return d.Usage().Live }, str: func() string { return d.Stats().String() }, m: d.Map,
 		streams: func() []StreamDeferred { return heapStreams(d) },
 		blocks: func() []Buffer {
 			var out []Buffer
 			for _, b := range d.Blocks() {
-				out = append(out, Buffer{Addr: b.Addr, Size: b.Size, BlockSize: b.BlockSize, Kind: b.Kind.String()})
+				out = append(out, Buffer{Addr: b.Addr, Size: int(b.Size), BlockSize: int(b.BlockSize), Kind: b.Kind.String()})
 			}
 			return out
 		},
@@ -163,9 +167,9 @@ func (h *Handler) AddDevice(name string, d *device.Heap) {
 // AddTier registers a UVM tier under name, replacing any source of that name. The page shows
 // where its blocks are (VRAM, host, not yet placed) against its budget and what it moved, by
 // cause; the device heap it takes VRAM from has a map of its own when registered with
-// AddDevice (uvm.Options.Heap).
-func (h *Handler) AddTier(name string, t *uvm.Tier) {
-	h.add(&source{name: name, kind: "uvm", tier: t.Stats,
+// AddDevice (uvm.Options.Heap). Errors as for AddPool.
+func (h *Handler) AddTier(name string, t *uvm.Tier) error {
+	return h.add(&source{name: name, kind: "uvm", tier: t.Stats,
 		sample: func() Sample {
 			st := t.Stats()
 			return Sample{Device: st.DeviceBytes, Evicted: st.HostBytes}
@@ -184,16 +188,23 @@ func (h *Handler) Remove(name string) {
 	}
 }
 
-func (h *Handler) add(s *source) {
+func (h *Handler) add(s *source) error {
+	switch {
+	case h.frozen != nil:
+		return fmt.Errorf("%w: %q not added", ErrFrozen, s.name)
+	case !utf8.ValidString(s.name):
+		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, s.name)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, old := range h.sources {
 		if old.name == s.name {
 			h.sources[i] = s
-			return
+			return nil
 		}
 	}
 	h.sources = append(h.sources, s)
+	return nil
 }
 
 // list returns the sources in the order they were added.
@@ -279,8 +290,8 @@ type Buffer struct {
 	// Addr is its address, Size the bytes asked, BlockSize the bytes it occupies and Kind
 	// what holds it ("small", "medium", "large", "object", "huge").
 	Addr      uintptr `json:"addr"`
-	Size      uint64  `json:"size"`
-	BlockSize uint64  `json:"block_size"`
+	Size      int     `json:"size"`
+	BlockSize int     `json:"block_size"`
 	Kind      string  `json:"kind"`
 	// Age and Site (innermost frame first), for a pool with Options.RecordSites.
 	Age  time.Duration `json:"age_ns,omitempty"`
@@ -291,12 +302,12 @@ type Buffer struct {
 type Class struct {
 	// Size is the block size; Pages the pages holding the class, Blocks their blocks and Live
 	// the live ones.
-	Size   uint64 `json:"size"`
-	Pages  int    `json:"pages"`
-	Blocks int    `json:"blocks"`
-	Live   int    `json:"live"`
+	Size   int `json:"size"`
+	Pages  int `json:"pages"`
+	Blocks int `json:"blocks"`
+	Live   int `json:"live"`
 	// LiveBytes is the bytes asked for by the live blocks.
-	LiveBytes uint64 `json:"live_bytes"`
+	LiveBytes int `json:"live_bytes"`
 }
 
 // classes sums the class pages of a map by block size.
@@ -310,13 +321,13 @@ func classes(m heap.Map) []Class {
 			for _, pg := range c.Pages {
 				cl := by[pg.BlockSize]
 				if cl == nil {
-					cl = &Class{Size: pg.BlockSize}
+					cl = &Class{Size: int(pg.BlockSize)}
 					by[pg.BlockSize] = cl
 				}
 				cl.Pages++
 				cl.Blocks += pg.Blocks
 				cl.Live += pg.Live
-				cl.LiveBytes += pg.LiveBytes
+				cl.LiveBytes += int(pg.LiveBytes)
 			}
 		}
 	}

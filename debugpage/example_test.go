@@ -23,7 +23,10 @@ func Example() {
 	defer pool.Free(buf)
 
 	dp := debugpage.New()
-	dp.AddPool("staging", pool)
+	if err := dp.AddPool("staging", pool); err != nil { // ErrInvalidName for a name that is not UTF-8
+		fmt.Println(err)
+		return
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/debug/pinmalloc/", dp) // then: http.ListenAndServe("127.0.0.1:6060", mux)
 

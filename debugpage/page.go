@@ -63,7 +63,7 @@ table.legend td,table.legend th,table.buffers td,table.buffers th{text-align:lef
 					occ = float64(c.Live) / float64(c.Blocks)
 				}
 				fmt.Fprintf(w, `<tr><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%.1f %%</td><td style="text-align:left"><span class="bar" style="width:%dpx"></span></td></tr>`+"\n",
-					units.Bytes(c.Size), c.Pages, c.Blocks, c.Live, units.Bytes(c.LiveBytes), 100*occ, int(100*occ))
+					units.Bytes(uint64(c.Size)), c.Pages, c.Blocks, c.Live, units.Bytes(uint64(c.LiveBytes)), 100*occ, int(100*occ))
 			}
 			io.WriteString(w, "</table>\n")
 		}
@@ -192,7 +192,7 @@ func writeSites(w io.Writer, sites []Site) {
 	}
 	io.WriteString(w, "<p>Top allocation sites by live bytes:</p>\n<table class=\"buffers sites\"><tr><th>live bytes</th><th>buffers</th><th>allocated at (innermost first; hover for the whole stack)</th></tr>\n")
 	for _, s := range sites {
-		fmt.Fprintf(w, "<tr><td>%s</td><td>%d</td><td title=\"%s\">%s</td></tr>\n", units.Bytes(s.Bytes), s.Buffers,
+		fmt.Fprintf(w, "<tr><td>%s</td><td>%d</td><td title=\"%s\">%s</td></tr>\n", units.Bytes(uint64(s.Bytes)), s.Buffers,
 			esc(strings.Join(s.Frames, "\n")), esc(strings.Join(s.Frames[:min(len(s.Frames), 2)], " ← ")))
 	}
 	io.WriteString(w, "</table>\n")
@@ -233,7 +233,7 @@ func writeBuffers(w io.Writer, v view) {
 	}
 	io.WriteString(w, "</tr>\n")
 	for _, b := range v.Largest {
-		fmt.Fprintf(w, "<tr><td>%s</td><td>%s</td><td>%#x</td>", units.Bytes(b.Size), esc(b.Kind), b.Addr)
+		fmt.Fprintf(w, "<tr><td>%s</td><td>%s</td><td>%#x</td>", units.Bytes(uint64(b.Size)), esc(b.Kind), b.Addr)
 		if sites {
 			site := strings.Join(b.Site[:min(len(b.Site), 2)], " ← ")
 			fmt.Fprintf(w, "<td>%s</td><td title=\"%s\">%s</td>", round3(b.Age), esc(strings.Join(b.Site, "\n")), esc(site))

@@ -12,8 +12,8 @@ type Site struct {
 	// Frames is the stack that called Alloc, innermost first.
 	Frames []string `json:"frames"`
 	// Buffers is the number of live buffers allocated there, Bytes their bytes asked.
-	Buffers int    `json:"buffers"`
-	Bytes   uint64 `json:"bytes"`
+	Buffers int `json:"buffers"`
+	Bytes   int `json:"bytes"`
 }
 
 // topSites sums the live buffers of bs by allocation site (the whole stack) and returns the

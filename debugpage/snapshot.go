@@ -3,14 +3,23 @@ package debugpage
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
-	"io"
 )
 
 // ErrSnapshot means a file that is not a snapshot this package can show: not JSON, not the
 // document stats.json serves, or of another format version.
 var ErrSnapshot = errkind.New(pinmalloc.ErrInvalid, "debugpage: not a snapshot")
+
+// ErrFrozen means a source added to the handler of a snapshot (Snapshot), which shows the
+// sources as they were and takes no others.
+var ErrFrozen = errkind.New(pinmalloc.ErrInvalid, "debugpage: a snapshot's page takes no sources")
+
+// ErrInvalidName means a source name that is not valid UTF-8: stats.json and the page could
+// not keep it as given.
+var ErrInvalidName = errkind.New(pinmalloc.ErrInvalid, "debugpage: invalid source name")
 
 // Snapshot reads a snapshot saved from stats.json (the page's "download a snapshot" link, or
 // stats.json?download=1) and returns a handler that serves it as it was: the page, map.svg and

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 // TestSnapshot: a snapshot downloaded from stats.json, served by Snapshot, shows the page as
@@ -15,7 +17,9 @@ func TestSnapshot(t *testing.T) {
 	s := newScene(t)
 	defer s.done(t)
 	h := New()
-	h.AddPool("staging", s.pool)
+	if err := h.AddPool("staging", s.pool); err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h.sampleAll(t0)
 	h.sampleAll(t0.Add(time.Second))
@@ -53,6 +57,14 @@ func TestSnapshot(t *testing.T) {
 	checkSnake(t, js)
 	if again, err := Snapshot(strings.NewReader(js)); err != nil || len(again.frozen.Sources) != 1 {
 		t.Errorf("the snapshot's own stats.json does not read back: %v", err)
+	}
+	// A snapshot's page shows what it was taken with: a source added to it is refused, where it
+	// used to be kept and never shown.
+	if err := frozen.AddPool("late", s.pool); !errors.Is(err, ErrFrozen) || !errors.Is(err, pinmalloc.ErrInvalid) {
+		t.Errorf("AddPool on a snapshot's handler = %v; want ErrFrozen", err)
+	}
+	if err := h.AddPool("bad\xff", s.pool); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("AddPool with a name that is not UTF-8 = %v; want ErrInvalidName", err)
 	}
 
 	for _, bad := range []string{"", "not json", `{"version": 2, "taken": "2026-01-02T03:04:05Z", "sources": []}`, `{"version": 1}`} {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -17,16 +18,16 @@ import (
 type StreamDeferred struct {
 	// Stream is the stream's handle; Buffers the buffers (a pool's) or blocks (a heap's)
 	// waiting for it, and Bytes their bytes.
-	Stream  uintptr `json:"stream"`
-	Buffers int     `json:"buffers"`
-	Bytes   int     `json:"bytes"`
+	Stream  cuda.Stream `json:"stream"`
+	Buffers int         `json:"buffers"`
+	Bytes   int         `json:"bytes"`
 }
 
 // poolStreams is a pool's deferred buffers by stream.
 func poolStreams(p *pinned.Pool) []StreamDeferred {
 	var out []StreamDeferred
 	for _, sd := range p.DeferredByStream() {
-		out = append(out, StreamDeferred{Stream: uintptr(sd.Stream), Buffers: sd.Buffers, Bytes: sd.Bytes})
+		out = append(out, StreamDeferred{Stream: sd.Stream, Buffers: sd.Buffers, Bytes: sd.Bytes})
 	}
 	return out
 }
@@ -35,7 +36,7 @@ func poolStreams(p *pinned.Pool) []StreamDeferred {
 func heapStreams(h *device.Heap) []StreamDeferred {
 	var out []StreamDeferred
 	for _, sd := range h.DeferredByStream() {
-		out = append(out, StreamDeferred{Stream: uintptr(sd.Stream), Buffers: sd.Blocks, Bytes: sd.Bytes})
+		out = append(out, StreamDeferred{Stream: sd.Stream, Buffers: sd.Blocks, Bytes: sd.Bytes})
 	}
 	return out
 }

@@ -121,7 +121,7 @@ type move struct {
 
 func newTierView(st uvm.Stats) *tierView {
 	t := &tierView{Policy: st.Policy, Mover: st.Mover, Budget: st.Budget, DeviceBytes: st.DeviceBytes,
-		HostBytes: st.HostBytes, FreshBytes: st.FreshBytes, SpareBytes: st.SpareBytes, AcquiredBytes: st.PinnedBytes,
+		HostBytes: st.HostBytes, FreshBytes: st.FreshBytes, SpareBytes: st.SpareBytes, AcquiredBytes: st.AcquiredBytes,
 		Blocks: st.Blocks, HitRate: st.HitRate(), Moves: []move{}, Latency: []latency{}}
 	for outcome, h := range st.AcquireLatency.Outcomes() {
 		if h.Count > 0 {

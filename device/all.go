@@ -26,7 +26,7 @@ type GPU struct {
 	// memory (a MIG instance's own, under MIG).
 	Ordinal  int
 	Name     string
-	TotalMem uintptr
+	TotalMem int
 	// PCIBusID is its PCI address ("0000:1b:00.0") and Node its host NUMA node
 	// (cudamem.DeviceNode; arena.NodeUnknown when no source knows).
 	PCIBusID string
@@ -46,7 +46,7 @@ type GPU struct {
 type MIGInstance struct {
 	// UUID is what CUDA_VISIBLE_DEVICES takes ("MIG-..."); TotalMem the instance's memory.
 	UUID     string
-	TotalMem uint64
+	TotalMem int
 }
 
 // All is one Heap per CUDA device of the host.
@@ -116,7 +116,7 @@ func (a *All) addNVML(lib nvml.Library) error {
 			}
 			g.NVMLIndex, g.UUID, g.MIG = ng.Index, ng.UUID, ng.MIG
 			for _, m := range ng.MIGDevices {
-				g.MIGInstances = append(g.MIGInstances, MIGInstance{UUID: m.UUID, TotalMem: m.TotalMem})
+				g.MIGInstances = append(g.MIGInstances, MIGInstance{UUID: m.UUID, TotalMem: int(m.TotalMem)})
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package device
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 func TestFakeUsageMapBlocks(t *testing.T) {
@@ -24,6 +26,9 @@ func TestFakeUsageMapBlocks(t *testing.T) {
 	st := h.Stats()
 	if u.Live != 2 || u.InUse != 1000+3<<20 || u.Committed != st.Arena.Committed || u.Reserved != st.Arena.Reserved || u.Committed == 0 {
 		t.Fatalf("Usage %+v, Stats %+v", u, st)
+	}
+	if got, want := fmt.Sprint(u), fmt.Sprintf("2 live blocks, 3.00 MiB in use; %s committed, %s reserved", units.Bytes(u.Committed), units.Bytes(u.Reserved)); got != want {
+		t.Errorf("fmt.Sprint(Usage) = %q, want %q", got, want)
 	}
 	if !invariants.Enabled { // the invariant checks that Collect runs allocate
 		if allocs := testing.AllocsPerRun(100, func() { _ = h.Usage() }); allocs != 0 {

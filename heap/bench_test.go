@@ -93,7 +93,7 @@ func BenchmarkChurnMixed(b *testing.B) {
 func BenchmarkPairRegions(b *testing.B) {
 	for _, n := range []int{1, 32} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			h := newTestHeapOn(b, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 128 << 20, RegionSize: 4 << 20}, Options{})
+			h := newTestHeapOn(b, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 128 << 20, RegionSize: 4 << 20}, Options{})
 			var hold []uintptr
 			for range n - 1 { // a huge block fills each of the first regions
 				p, err := h.Alloc(4 << 20)

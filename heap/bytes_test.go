@@ -34,7 +34,7 @@ func newHeapOver(t *testing.T, prov arena.Provider, capacity uintptr) *heap.Heap
 }
 
 func TestBytes(t *testing.T) {
-	h := newHeapOver(t, arena.Pageable(arena.HostOptions{}), 64<<20)
+	h := newHeapOver(t, arena.PageableHost(arena.HostOptions{}), 64<<20)
 	for _, n := range []uintptr{1, 100, 70 << 10, 3 << 20} { // small, large, huge
 		p, err := h.Alloc(n)
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 // A heap works in addresses, not slices, so the same code serves memory the CPU cannot touch.
 // Here it carves locked host memory; frees from other goroutines go through the group.
 func Example() {
-	a, err := arena.New(arena.Options{Provider: arena.Locked(arena.HostOptions{}), Capacity: 64 << 20})
+	a, err := arena.New(arena.Options{Provider: arena.LockedHost(arena.HostOptions{}), Capacity: 64 << 20})
 	if err != nil {
 		fmt.Println(err)
 		return

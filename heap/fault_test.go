@@ -24,7 +24,7 @@ func (f *failingProvider) Commit(r *arena.Region, off, size uintptr) error {
 }
 
 func TestProviderFault(t *testing.T) {
-	f := &failingProvider{Provider: arena.Locked(arena.HostOptions{})}
+	f := &failingProvider{Provider: arena.LockedHost(arena.HostOptions{})}
 	a, err := arena.New(arena.Options{Provider: f, Capacity: 64 << 20})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 // of 8 bytes per 2 MiB: 512 MiB for 128 TiB, and a fatal out-of-memory for 1<<62).
 func TestGroupTableIsLazy(t *testing.T) {
 	for _, capacity := range []uintptr{1 << 40, 1 << 47} {
-		a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity})
+		a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: capacity})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +37,7 @@ func TestGroupTableIsLazy(t *testing.T) {
 // TestGroupTableLeaves places blocks 16 GiB apart, so that their chunks fall in different
 // leaves of the chunk table, and checks every lookup through it.
 func TestGroupTableLeaves(t *testing.T) {
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 1 << 40, RegionSize: 64 << 30, PurgeDelay: -1})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 1 << 40, RegionSize: 64 << 30, PurgeDelay: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestNewGroupBadArena(t *testing.T) {
 	if _, err := NewGroup(nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("NewGroup(nil): %v", err)
 	}
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, ChunkSize: 1 << 20})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, ChunkSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestNewGroupBadArena(t *testing.T) {
 }
 
 func TestNewGroupRefusesBeyondAddressSpace(t *testing.T) {
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 1 << 62})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 1 << 62})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@
 // # Kept object pages and huge objects
 //
 // A freed object page or huge object is kept (a few of them) for the next request of about
-// its size. Its memory is an arena.Kept range, tracked from the page's first free until it is
+// its size. Its memory is a kept range of the arena, tracked from the page's first free until it is
 // dropped: a free marks it idle and a reuse claims it back, one atomic operation each and no
 // arena call, so such a pair costs about what a class pair costs. The arena's purge timer
 // gives up a range left idle for the purge delay (decommits it) with no help from the heap,
@@ -135,6 +135,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	"github.com/pinmalloc/pinmalloc/internal/bitset"
+	"github.com/pinmalloc/pinmalloc/internal/keep"
 )
 
 const (
@@ -190,6 +191,8 @@ type Options struct {
 type Heap struct {
 	g     *Group
 	a     *arena.Arena
+	kt    keep.Tracker // a's kept-range calls
+	kc    *keep.Clock  // a's purge clock, which marks kept ranges idle with no call
 	align uintptr
 
 	// What the fast paths touch, together: the counters, then the tables of request size →
@@ -300,7 +303,8 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	if ca := g.chunkAlign; o.Align > ca {
 		return nil, fmt.Errorf("%w: heap alignment %d exceeds the arena's chunk alignment %d", ErrInvalidAlign, o.Align, ca)
 	}
-	h := &Heap{g: g, a: g.a, align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1),
+	kt := keep.Of(g.a)
+	h := &Heap{g: g, a: g.a, kt: kt, kc: kt.Clock(), align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1),
 		objFree: make([]*page, 0, maxObjFree), bigFree: make([]*page, 0, maxBigFree), objMax: HugeThreshold} // TryFree appends within capacity
 	h.packed = g.coarse && !h.hold
 	if h.packed {

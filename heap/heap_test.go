@@ -16,7 +16,7 @@ import (
 // at cleanup.
 func newTestHeap(t testing.TB, capacity uintptr, o Options) *Heap {
 	t.Helper()
-	return newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity}, o)
+	return newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity}, o)
 }
 
 // newTestHeapOn returns a heap over a new arena with the given options, closed at cleanup.
@@ -496,7 +496,7 @@ func TestGeometry(t *testing.T) {
 // object (4 MiB) reuse the kept memory with no arena Commit or Decommit and no provider call;
 // the kept memory stays committed, and the arena reports it kept while it is idle.
 func TestKeptReuseNoArenaCall(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: time.Hour}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: time.Hour}, Options{})
 	for _, n := range []uintptr{512 << 10, 1 << 20, 4 << 20} {
 		p, err := h.Alloc(n)
 		mustOK(t, err)
@@ -531,7 +531,7 @@ func TestKeptReuseNoArenaCall(t *testing.T) {
 // reused afterwards they are committed again, read as zero and say so.
 func TestKeptPurgedAfterDelay(t *testing.T) {
 	const delay = 30 * time.Millisecond
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: delay}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: delay}, Options{})
 	sizes := []uintptr{1 << 20, 4 << 20}
 	var ps []uintptr
 	for _, n := range sizes {

@@ -105,19 +105,6 @@ func (g *Group) FreeHeld(p, n uintptr) error { return g.freeSized(p, n, held) }
 // with FreeSized.
 func (h *Heap) FreeHeld(p, n uintptr) error { return h.freeSlow(p, n, freeSized, held) }
 
-// TryHoldFrom is Hold of the live block that starts at p, for the range [p, p+n) (n > 0) in
-// it, in one lookup: a caller that knows the block's start has no need of Block first. ok is
-// false, and nothing has changed, when p is not the start of a live block or the range runs
-// past the size it was allocated with: call Block and Hold, which say why. Any goroutine may
-// call it.
-func (g *Group) TryHoldFrom(p, n uintptr) (first, ok bool) {
-	r, ok := g.FindFrom(p, n)
-	if !ok {
-		return false, false
-	}
-	return r.Hold()
-}
-
 // A BlockRef is a live block found by FindFrom: its tag, and a hold of that block.
 type BlockRef struct {
 	pg   *page
@@ -125,9 +112,12 @@ type BlockRef struct {
 	want uint32 // its state word, less the hold: a hold refuses a block freed and handed out since
 }
 
-// FindFrom finds the live block that starts at p, for the range [p, p+n) (n > 0) in it, as
-// TryHoldFrom does, and holds nothing: a caller that must write the block's tag before it
-// holds the block (Tag, then Hold) looks it up once. ok is false where TryHoldFrom's is.
+// FindFrom finds the live block that starts at p, for the range [p, p+n) (n > 0) in it, in one
+// lookup, and holds nothing: a caller that knows the block's start has no need of Block first,
+// and one that must write the block's tag before it holds the block (Tag, then Hold) looks it
+// up once. ok is false, and nothing has changed, when p is not the start of a live block or the
+// range runs past the size it was allocated with: call Block and Hold, which say why. Any
+// goroutine may call it.
 func (g *Group) FindFrom(p, n uintptr) (r BlockRef, ok bool) {
 	if invariants.Enabled {
 		g.foreignBegun.Add(1) // see checkInvariants

@@ -205,21 +205,30 @@ func TestTryHoldFrom(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, c := range []struct{ p, n uintptr }{{p + 16, 1}, {p, n + 1}, {p, 0}, {0x1000, 1}} {
-			if _, ok := h.g.TryHoldFrom(c.p, c.n); ok || h.g.Held(p) {
-				t.Fatalf("TryHoldFrom(%#x, %d) of a block at %#x of %d bytes", c.p, c.n, p, n)
+			if _, ok := tryHoldFrom(h.g, c.p, c.n); ok || h.g.Held(p) {
+				t.Fatalf("tryHoldFrom(%#x, %d) of a block at %#x of %d bytes", c.p, c.n, p, n)
 			}
 		}
-		if first, ok := h.g.TryHoldFrom(p, n/2); !ok || !first || !h.g.Held(p) {
-			t.Fatalf("TryHoldFrom of half a block of %d bytes: first %v ok %v", n, first, ok)
+		if first, ok := tryHoldFrom(h.g, p, n/2); !ok || !first || !h.g.Held(p) {
+			t.Fatalf("tryHoldFrom of half a block of %d bytes: first %v ok %v", n, first, ok)
 		}
-		if first, ok := h.g.TryHoldFrom(p, n); !ok || first {
-			t.Fatalf("second TryHoldFrom: first %v ok %v", first, ok)
+		if first, ok := tryHoldFrom(h.g, p, n); !ok || first {
+			t.Fatalf("second tryHoldFrom: first %v ok %v", first, ok)
 		}
 		if err := h.FreeHeld(p, n); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := h.g.TryHoldFrom(p, 1); ok {
-			t.Fatalf("TryHoldFrom of a freed block of %d bytes", n)
+		if _, ok := tryHoldFrom(h.g, p, 1); ok {
+			t.Fatalf("tryHoldFrom of a freed block of %d bytes", n)
 		}
 	}
+}
+
+// tryHoldFrom is FindFrom and the BlockRef's Hold, as package pinned's Hold makes them.
+func tryHoldFrom(g *Group, p, n uintptr) (first, ok bool) {
+	r, ok := g.FindFrom(p, n)
+	if !ok {
+		return false, false
+	}
+	return r.Hold()
 }

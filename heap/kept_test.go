@@ -22,7 +22,7 @@ func TestPropertyKept(t *testing.T) {
 		ops = 500
 	}
 	const capacity = 256 << 20
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity, PurgeDelay: time.Millisecond})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity, PurgeDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 // object page: one block of whole slices in an object segment, so that several share a chunk. Above it, a huge object: a run of chunks of
 // its own straight from the arena, committed only as far as it reaches. Both are kept when
 // freed (a few of each, see maxObjFree and maxBigFree) for the next request of about their
-// size, their memory an idle arena.Kept range that the arena's purge gives up if it stays
+// size, their memory an idle kept range (internal/keep) that the arena's purge gives up if it stays
 // unused for the purge delay (see the package documentation, "Kept object pages and huge
 // objects").
 //
@@ -176,7 +176,7 @@ func (h *Heap) freeObject(pg *page) {
 }
 
 // idle hands the memory of a freed object or huge page to the arena as an idle tracked range
-// (arena.Kept): it stays committed and wanted, so that reusing the page within the purge delay
+// (a kept range, internal/keep): it stays committed and wanted, so that reusing the page within the purge delay
 // costs no arena call (see Claim in allocBig), and the arena's purge timer gives it up when it
 // stays idle for the delay, or Trim does. The range is tracked at the page's first free and
 // until it is dropped. A range the arena refuses to track goes to the purge at once (Decommit)
@@ -187,7 +187,7 @@ func (h *Heap) idle(pg *page) {
 		size = uintptr(pg.nslice) << sliceShift
 	}
 	if !pg.tracked {
-		if h.a.Track(&pg.kept, pg.base, size) != nil {
+		if h.kt.Track(&pg.kept, pg.base, size) != nil {
 			if h.a.Decommit(pg.base, size) == nil {
 				if pg.seg.kind != segHuge {
 					pg.unknownCommitted()
@@ -198,7 +198,9 @@ func (h *Heap) idle(pg *page) {
 		}
 		pg.tracked = true
 	}
-	h.a.Idle(&pg.kept)
+	if h.kc.Idle(&pg.kept) {
+		h.kt.Start(true)
+	}
 }
 
 // keep adds a freed object or huge page to a list kept for reuse, dropping the oldest when the
@@ -225,7 +227,7 @@ func (h *Heap) dropAll(list *[]*page) {
 func (h *Heap) drop(pg *page) {
 	if pg.tracked {
 		pg.tracked = false
-		if h.a.Untrack(&pg.kept) && pg.seg.kind != segHuge {
+		if h.kt.Untrack(&pg.kept) && pg.seg.kind != segHuge {
 			pg.unknownCommitted() // given up: see freeSlices
 		}
 	}

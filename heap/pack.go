@@ -41,7 +41,7 @@
 // the heap gives its chunks back in two parts: the huge segment's at the object's drop, the
 // tail's when its run empties. Commits touch whole chunks, so the tail's chunk is committed
 // with the object and stays so while anything is in it; a kept huge object's range
-// (arena.Kept) ends inside it, so giving the range up gives only the chunks the object fills.
+// (a kept range) ends inside it, so giving the range up gives only the chunks the object fills.
 //
 // Invariants: a page's slices are named by the slice tables of the segments they lie in, and
 // counted in each of those segments' npages; a run's used counts its segments with a page;

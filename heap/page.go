@@ -4,9 +4,9 @@ import (
 	"math/bits"
 	"sync/atomic"
 
-	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/bitset"
 	"github.com/pinmalloc/pinmalloc/internal/ilist"
+	"github.com/pinmalloc/pinmalloc/internal/keep"
 )
 
 // page is a run of slices holding blocks of one size. See the package invariants.
@@ -28,7 +28,7 @@ type page struct {
 	avail      ilist.Links[page] // on its class's available list (hclass.avail) or not
 	objSize    uintptr           // object and huge pages: the size asked for
 	want       uintptr           // huge pages: bytes from base known committed and wanted in the arena
-	kept       arena.Kept
+	kept       keep.Range
 	frees      uint64      // class pages: frees, for Stats (see hclass)
 	seenOps    uint64      // class pages: allocations and frees at PurgeIdle's last look (purge.go)
 	calm       uint32      // class pages: the owner's frees since it last tried reexclusive

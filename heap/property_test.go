@@ -117,7 +117,7 @@ func TestProperty(t *testing.T) {
 	case raceEnabled || testing.Short():
 		ops = 100_000
 	}
-	property(t, arena.Pageable(arena.HostOptions{}), ops)
+	property(t, arena.PageableHost(arena.HostOptions{}), ops)
 }
 
 // TestPropertyCoarse is TestProperty over memory that commits 2 MiB at a time (pack.go: huge
@@ -132,7 +132,7 @@ func TestPropertyCoarse(t *testing.T) {
 	case raceEnabled || testing.Short():
 		ops = 10_000
 	}
-	property(t, arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), ops)
+	property(t, arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB}), ops)
 }
 
 // property is TestProperty over memory of the provider prov, for ops steps.
@@ -314,7 +314,7 @@ func TestRemoteFreeRace(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		perWorker = 3_000
 	}
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 1 << 30})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,9 +440,9 @@ func FuzzHeap(f *testing.F) {
 	f.Add([]byte{0, 40, 0, 40, 0, 40, 0, 40, 2, 1, 6, 1, 0, 40, 2, 0, 6, 0, 0, 40, 0, 40, 0, 40})
 	f.Add([]byte{0, 140, 0, 130, 0, 40, 0, 150, 2, 1, 0, 90, 2, 0, 6, 0, 0, 128, 0, 129, 5, 0, 2, 2, 0, 135, 7})
 	f.Fuzz(func(t *testing.T, prog []byte) {
-		prov := arena.Pageable(arena.HostOptions{})
+		prov := arena.PageableHost(arena.HostOptions{})
 		if len(prog)%2 == 1 { // memory that commits 2 MiB at a time (pack.go)
-			prov = arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB})
+			prov = arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB})
 		}
 		h := newTestHeapOn(t, arena.Options{Provider: prov, Capacity: 64 << 20, RegionSize: 64 << 20}, Options{})
 		var live []liveBlock

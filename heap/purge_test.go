@@ -24,7 +24,7 @@ func touched(ps []uintptr, bsize, g uintptr) uintptr {
 // the arena's Trim then holds what the live blocks touch; allocating again revives the
 // purged blocks with their memory, and the live blocks' contents survive throughout.
 func TestPurgeIdlePage(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
 	const n = 40 << 10
 	var ps []uintptr
 	for range 12 {
@@ -99,7 +99,7 @@ func TestPurgeIdlePage(t *testing.T) {
 // TestTrimLeavesLive: after a random mix of class blocks, most of them freed, Trim and the
 // arena's Trim leave committed no more than the granules the live blocks' slots touch.
 func TestTrimLeavesLive(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 256 << 20, PurgeDelay: -1}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 256 << 20, PurgeDelay: -1}, Options{})
 	r := rand.New(rand.NewPCG(38, 1))
 	type blk struct{ p, n, bsize uintptr }
 	var live []blk
@@ -152,7 +152,7 @@ func TestTrimLeavesLive(t *testing.T) {
 // not slice by slice; its slices stay marked known committed only where they wholly are (a
 // slice marked so in part was handed out uncommitted: caught by verify and by the fill).
 func TestTightCommits(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 256 << 20, PurgeDelay: -1}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 256 << 20, PurgeDelay: -1}, Options{})
 	h.tight = true
 	r := rand.New(rand.NewPCG(38, 2))
 	var ps []uintptr
@@ -191,7 +191,7 @@ func TestTightCommits(t *testing.T) {
 // of that chunk and commits nothing more; an address in the object's second chunk finds the
 // object; and the chunk outlives the object's free while the buffer lives (pack.go).
 func TestPackRuns(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
 	if !h.packed || !h.g.packRuns || h.objMax != 16<<20 {
 		t.Fatalf("2 MiB granules, no registration: packed %v, runs %v, objects to %d; want objects to 16 MiB", h.packed, h.g.packRuns, h.objMax)
 	}
@@ -205,7 +205,7 @@ func TestPackRuns(t *testing.T) {
 // TestPackTail: a huge object (above half a run, 16 MiB) that does not fill its last chunk
 // leaves the rest of it to other pages, as an object page of a run does (pack.go).
 func TestPackTail(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
 	sharedLastChunk(t, h, 16<<20+1<<19) // a huge object: 8 chunks, and a quarter of a ninth
 }
 
@@ -213,7 +213,7 @@ func TestPackTail(t *testing.T) {
 // chunk's, is not packed: packing it left its segment with no chunk, so the invariants found a
 // live block in no page (pinned's TestFakePoolAlignments, under -race, found it).
 func TestPackTailSmall(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
 	p, err := h.AllocAligned(segSize*2/3, 2*segSize)
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func countTails(h *Heap) (n int) {
 // (its page count once overflowed the shift that sizes them: an allocation asked the arena for
 // a page of no slices).
 func TestPackMediumPages(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 256 << 20, PurgeDelay: -1}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 256 << 20, PurgeDelay: -1}, Options{})
 	const n = 60 << 10
 	var ps []uintptr
 	for range 300 {
@@ -343,7 +343,7 @@ func TestPackMediumPages(t *testing.T) {
 // a chunk in use).
 func TestIdleCurrentPageGoesBack(t *testing.T) {
 	// Its cleanup closes the heap and then the arena, which fails with a chunk in use.
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
 	const n = 20 << 10 // a medium class: no spare page
 	p, err := h.Alloc(n)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 // given purge delay: held (RetainSegments) and other (the default).
 func newHeldPair(t *testing.T, capacity uintptr, delay time.Duration) (held, other *Heap) {
 	t.Helper()
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity, PurgeDelay: delay})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity, PurgeDelay: delay})
 	mustOK(t, err)
 	g, err := NewGroup(a)
 	mustOK(t, err)

@@ -211,7 +211,7 @@ func (h *Heap) tryFreeObject(pg *page, n uintptr, hold uint32) bool {
 	if pg.seg.kind == segHuge {
 		list, limit = &h.bigFree, maxBigFree
 	}
-	if h.hold && pg.seg.kind == segHuge || !pg.tracked || len(*list) == limit || h.a.IdleWaits() {
+	if h.hold && pg.seg.kind == segHuge || !pg.tracked || len(*list) == limit || h.kc.Waits() {
 		return false
 	}
 	if _, ok := pg.freeState(0, false, n, hold); !ok {
@@ -219,7 +219,9 @@ func (h *Heap) tryFreeObject(pg *page, n uintptr, hold uint32) bool {
 	}
 	h.live -= pg.objSize
 	h.frees++
-	h.a.IdleNoWait(&pg.kept)
+	if h.kc.Idle(&pg.kept) {
+		h.kt.Start(false)
+	}
 	*list = append(*list, pg) // within its capacity: no allocation
 	return true
 }

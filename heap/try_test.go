@@ -84,8 +84,8 @@ func TestTryRefuses(t *testing.T) {
 // call.
 func TestTryFreeDefersRelease(t *testing.T) {
 	// A purge delay of an hour keeps the purge timer running through the test: a kept page's
-	// TryFree needs it running (arena.IdleWaits).
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: time.Hour}, Options{})
+	// TryFree needs it running (keep.Tracker.IdleWaits).
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: time.Hour}, Options{})
 	other, err := h.Group().NewHeap(Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -177,7 +177,7 @@ func TestZallocRemoteStress(t *testing.T) {
 // carved later over the same slices reports fresh memory that holds the old contents.
 func TestZallocAfterObjectReuse(t *testing.T) {
 	for _, viaSpare := range []bool{false, true} {
-		a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})
+		a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +240,7 @@ func mustOK(t *testing.T, err error) {
 // was written (not fresh), and after the purge took its memory, when it reads as zero and says
 // so, so that Zalloc skips the memset.
 func TestReusedObjectPageFresh(t *testing.T) {
-	h := newTestHeapOn(t, arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1}, Options{})
 	a := h.a
 	const n = 600 << 10
 	p, _, err := h.alloc(n, h.align)

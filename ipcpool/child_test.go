@@ -198,7 +198,7 @@ func childCommand(p *Process, f []string) string {
 	case len(f) == 6 && f[0] == "L":
 		return result(p.Release(h))
 	case len(f) == 1 && f[0] == "N":
-		return fmt.Sprintf("G %d", p.SharedStats().Grants)
+		return fmt.Sprintf("G %d", p.SharedStats().GrantBytes)
 	case len(f) == 1 && f[0] == "X": // close the socket, stay alive
 		p.cl.hangUp()
 		return "OK"

@@ -23,14 +23,14 @@ func TestMemoryFollowsLiveSet(t *testing.T) {
 		must(t, "Alloc", err)
 		bufs = append(bufs, x)
 	}
-	if g := a.SharedStats().Grants; g < 24<<20 {
+	if g := a.SharedStats().GrantBytes; g < 24<<20 {
 		t.Fatalf("a holds %d bytes of grants for 24 MiB", g)
 	}
 	for _, x := range bufs {
 		must(t, "Free", a.Free(x))
 	}
 	start := time.Now()
-	waitFor(t, func() bool { return a.SharedStats().Grants == 0 })
+	waitFor(t, func() bool { return a.SharedStats().GrantBytes == 0 })
 	d := time.Since(start)
 	t.Logf("24 MiB back to the pool %v after the last free", d)
 	if limit := compactEvery + 2*arenaPurgeDelay + 200*time.Millisecond; d > limit {

@@ -110,8 +110,8 @@ func (p *Process) ID() uint64 { return p.id }
 type SharedStats struct {
 	// Slot is the process's number in the pool.
 	Slot int
-	// Grants is the pool memory this process holds, in bytes.
-	Grants uint64
+	// GrantBytes is the pool memory this process holds: the grants it was lent, in bytes.
+	GrantBytes int
 	// Shared counts the buffers this process shared (Handle); Exported is how many are
 	// shared now.
 	Shared   uint64
@@ -147,7 +147,7 @@ type SharedStats struct {
 // PoolStats is the pool as every process sees it in the control region.
 type PoolStats struct {
 	// Size is the pool's memory; GrantSize its unit.
-	Size, GrantSize uint64
+	Size, GrantSize int
 	// Processes is how many processes are attached, the owner included.
 	Processes int
 	// Held, Free, Fenced, Limbo and Orphaned count grants: held by a process; free; free
@@ -157,7 +157,7 @@ type PoolStats struct {
 	// Exported is how many buffers are shared across the pool now.
 	Exported int
 	// RingDepth is the handles waiting on rings for their holders.
-	RingDepth uint64
+	RingDepth int
 }
 
 // SharedStats returns the process's figures of what crosses processes, and the pool's.
@@ -168,7 +168,7 @@ func (p *Process) SharedStats() SharedStats {
 	if p.closed.Load() {
 		return s
 	}
-	s.Grants = uint64(p.src.grantsHeld()) * uint64(p.grantSize)
+	s.GrantBytes = p.src.grantsHeld() * int(p.grantSize)
 	p.ex.mu.Lock()
 	s.Exported, s.Retained = len(p.ex.byAddr), len(p.ex.retains)
 	p.ex.mu.Unlock()
@@ -185,7 +185,7 @@ func (p *Process) SharedStats() SharedStats {
 // poolStats reads the pool's figures from the control region.
 func (p *Process) poolStats() PoolStats {
 	c := &p.c
-	ps := PoolStats{Size: uint64(p.poolBytes()), GrantSize: uint64(p.grantSize)}
+	ps := PoolStats{Size: int(p.poolBytes()), GrantSize: int(p.grantSize)}
 	for g := range p.grants() {
 		_, state, slot := unpackGrant(c.load(c.grantWord(g)))
 		switch {
@@ -208,7 +208,7 @@ func (p *Process) poolStats() PoolStats {
 		for q := range p.slots {
 			r := c.ring(q, s)
 			if d := c.load(r+lineWords) - c.load(r); d <= uint64(p.ringCap) {
-				ps.RingDepth += d
+				ps.RingDepth += int(d)
 			}
 		}
 	}

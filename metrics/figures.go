@@ -124,7 +124,7 @@ func FromTier(s uvm.Stats) TierFigures {
 	f := TierFigures{
 		Policy: s.Policy, Mover: s.Mover,
 		Budget: s.Budget, DeviceBytes: s.DeviceBytes, HostBytes: s.HostBytes, FreshBytes: s.FreshBytes,
-		HostHeldBytes: s.HostHeldBytes, SpareBytes: s.SpareBytes, AcquiredBytes: s.PinnedBytes,
+		HostHeldBytes: s.HostHeldBytes, SpareBytes: s.SpareBytes, AcquiredBytes: s.AcquiredBytes,
 		Blocks: uint64(max(s.Blocks, 0)), Pending: uint64(max(s.Pending, 0)),
 		Hits: s.Hits, Misses: s.Misses, Allocs: s.Allocs, Frees: s.Frees, ThrashEvents: s.ThrashEvents,
 		HeapPressure: s.HeapPressure, Failures: s.Failures, CleanEvictions: s.CleanEvictions,

@@ -113,7 +113,7 @@ func (c *Collector) AddPool(name string, p *pinned.Pool) error {
 		st := p.Stats()
 		f := FromPool(st)
 		f.Quota = uint64(max(p.Quota(), 0))
-		return f, []string{st.Backend, st.Provider}
+		return f, []string{st.Backend.String(), st.Provider}
 	}})
 }
 

@@ -25,15 +25,20 @@ func (p *Pool) collectAll() { p.each((*heap.Heap).Trim) }
 // shares, back to the arena and decommits (and unlocks) it at once, without waiting for the
 // purge delay: what stays committed is what the live buffers touch. After Close it releases
 // the pool's memory if no buffer is live and none waits for a stream any more (see Close).
-func (p *Pool) Trim() {
+//
+// Its error, as device.Heap.Trim's, is the driver's when it could not say whether a stream has
+// passed the buffers freed on it (a context with a sticky error): those buffers stay deferred,
+// and the rest is trimmed all the same. It is nil for a pool without streams, and after Close.
+func (p *Pool) Trim() error {
 	if p.released.Load() {
-		return
+		return nil
 	}
 	if p.closed.Load() {
 		p.finishClose(0)
-		return
+		return nil
 	}
-	_ = p.reclaim(true)
+	err := p.reclaim(true)
 	p.collectAll()
 	p.a.Trim()
+	return err
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -155,7 +156,7 @@ func copyEverything(t *testing.T, f *fakecuda.Driver, p *pinned.Pool, most int) 
 			}
 			bufs = append(bufs, b)
 			c.roundTrip(b)
-			if dp, err := p.DevicePointer(b); err != nil || dp != mem.Addr(b) {
+			if dp, err := p.DevicePointer(b); err != nil || dp != pcuda.DevicePtr(mem.Addr(b)) {
 				t.Fatalf("DevicePointer of a %d-byte buffer = %#x, %v", n, dp, err)
 			}
 		}
@@ -316,7 +317,7 @@ func TestFakeAutoWithDriver(t *testing.T) {
 		f.SetHostVMM(hostVMM)
 		p := newPool(t, pinned.Options{Backend: pinned.Auto, Capacity: 1 << 30, PurgeDelay: -1})
 		want := map[bool]string{true: "cuda-host-vmm", false: "cuda-host-register"}[hostVMM]
-		if st := p.Stats(); st.Backend != "cuda-host" || st.Kind != "host-pinned" || st.Provider != want {
+		if st := p.Stats(); st.Backend != pinned.CUDAHost || st.Kind != "host-pinned" || st.Provider != want {
 			t.Fatalf("Auto with a driver (host VMM %v) chose %q (%s, %s), want cuda-host (%s)", hostVMM, st.Backend, st.Kind, st.Provider, want)
 		}
 		var bufs [][]byte
@@ -326,7 +327,7 @@ func TestFakeAutoWithDriver(t *testing.T) {
 				t.Fatalf("Alloc(%d): %v", n, err)
 			}
 			b[0], b[n-1] = 1, 2
-			if dp, err := p.DevicePointer(b); err != nil || dp != mem.Addr(b) {
+			if dp, err := p.DevicePointer(b); err != nil || dp != pcuda.DevicePtr(mem.Addr(b)) {
 				t.Errorf("DevicePointer of a %d-byte buffer = %#x, %v", n, dp, err)
 			}
 			bufs = append(bufs, b)
@@ -369,7 +370,7 @@ func TestFakePinnedHostBackend(t *testing.T) {
 		t.Errorf("CUDAHost on a device that does not exist = %v, want pinmalloc.ErrNoDevice", err)
 	}
 	p := newPool(t, pinned.Options{Backend: pinned.Auto, Device: 1, Capacity: 1 << 30})
-	if b := p.Stats().Backend; b != "locked" {
+	if b := p.Stats().Backend; b != pinned.Locked {
 		t.Errorf("Auto without device 1 chose %q, want locked", b)
 	}
 	if _, err := p.DevicePointer(make([]byte, 1)); !errors.Is(err, pinned.ErrInvalidOptions) {
@@ -483,7 +484,7 @@ func TestAutoWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New(Auto): %v", err)
 	}
-	if b := p.Stats().Backend; b != "locked" {
+	if b := p.Stats().Backend; b != pinned.Locked {
 		t.Errorf("Auto without a driver chose %q, want locked", b)
 	}
 	if err := p.Close(); err != nil {

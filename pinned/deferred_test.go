@@ -125,13 +125,17 @@ func TestFakeCloseBusyThenTrim(t *testing.T) {
 	}
 	d, a := r.closeWithQueuedCopy()
 	ok(t, "FreeAsync of the last buffer after Close", r.pool.FreeAsync(a, pcuda.Stream(r.s)))
-	r.pool.Trim()
+	if err := r.pool.Trim(); err != nil {
+		t.Fatalf("Trim: %v", err)
+	}
 	if released(r.pool) {
 		t.Fatal("Trim released the pool's memory while a queued copy still reads it")
 	}
 	r.f.Hold(false)
 	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
-	r.pool.Trim()
+	if err := r.pool.Trim(); err != nil {
+		t.Fatalf("Trim: %v", err)
+	}
 	if !released(r.pool) {
 		t.Fatal("Trim of a closed pool whose streams have passed kept its memory")
 	}
@@ -319,7 +323,7 @@ func TestFakeNodesAutoAbsentDevice(t *testing.T) {
 	ok(t, "NewNodes(Devices {1})", err)
 	p, err := n.For(1)
 	ok(t, "For(1)", err)
-	if b := p.Stats().Backend; b != "cuda-host" {
+	if b := p.Stats().Backend; b != pinned.CUDAHost {
 		t.Errorf("NewNodes(Auto) on 2 GPUs made a %s pool", b)
 	}
 	ok(t, "Close", n.Close())

@@ -46,7 +46,9 @@ func TestFakeHoldWithStreams(t *testing.T) {
 			}
 			r.f.Hold(false)
 			ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
-			r.pool.Trim()
+			if err := r.pool.Trim(); err != nil {
+				t.Fatalf("Trim: %v", err)
+			}
 			if st := r.pool.Stats(); st.Live != 1 {
 				t.Fatalf("%d bytes, %s: %d live after the stream passed and the hold was released, want 1", n, order, st.Live)
 			}
@@ -116,7 +118,9 @@ func TestFakeHoldFreeAsyncCached(t *testing.T) {
 		}
 		ok(t, "FreeAsync", r.pool.FreeAsync(a, s))
 		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
-		r.pool.Trim() // takes back what the stream has passed
+		if err := r.pool.Trim(); err != nil {
+			t.Fatalf("Trim: %v", err)
+		}
 		var got [][]byte
 		for range 32 {
 			b := r.alloc(n, 0)
@@ -130,7 +134,9 @@ func TestFakeHoldFreeAsyncCached(t *testing.T) {
 			ok(t, "Free", r.pool.Free(b))
 		}
 		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
-		r.pool.Trim()
+		if err := r.pool.Trim(); err != nil {
+			t.Fatalf("Trim: %v", err)
+		}
 		if st := r.pool.Stats(); st.Live != 0 {
 			t.Fatalf("recorded %v: %d live after the Release and the stream passed, want 0", recorded, st.Live)
 		}

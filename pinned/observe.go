@@ -87,8 +87,8 @@ type Block struct {
 	// Addr is the buffer's address, Size its length and BlockSize the memory it occupies (its
 	// size class); Kind says what holds it ("small", "medium", "large", "object", "huge").
 	Addr      uintptr
-	Size      uint64
-	BlockSize uint64
+	Size      int
+	BlockSize int
 	Kind      string
 	// Age is the time since the buffer was allocated, and Site where (the caller of Alloc and
 	// its callers, innermost first), when Options.RecordSites is on; zero and nil otherwise.
@@ -147,7 +147,7 @@ func (p *Pool) Blocks() []Block {
 		runtime.Gosched()
 		now := time.Now()
 		for i, b := range batch {
-			o := Block{Addr: b.Addr, Size: b.Size, BlockSize: b.BlockSize, Kind: b.Kind.String()}
+			o := Block{Addr: b.Addr, Size: int(b.Size), BlockSize: int(b.BlockSize), Kind: b.Kind.String()}
 			if i < len(recs) && recs[i].n > 0 {
 				r := &recs[i]
 				site, ok := sites[r.pcs]

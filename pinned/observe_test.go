@@ -131,7 +131,7 @@ func TestMapAndBlocks(t *testing.T) {
 		kind string
 	}{{small, "small"}, {med, "medium"}, {obj, "object"}, {huge, "huge"}} {
 		b, ok := got[mem.Addr(c.b)]
-		if !ok || b.Size != uint64(len(c.b)) || b.Kind != c.kind || b.BlockSize < b.Size || b.Site != nil {
+		if !ok || b.Size != len(c.b) || b.Kind != c.kind || b.BlockSize < b.Size || b.Site != nil {
 			t.Errorf("block of %d bytes: %+v (found %v)", len(c.b), b, ok)
 		}
 	}

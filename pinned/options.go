@@ -61,6 +61,21 @@ func (b Backend) String() string {
 	return fmt.Sprintf("backend(%d)", uint8(b))
 }
 
+// MarshalText writes the backend's name (String), as stats.json and the debug page show it.
+func (b Backend) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+
+// UnmarshalText reads a backend's name, as MarshalText writes it ("locked", "cuda-host"...).
+// An unknown name is an error wrapping ErrInvalidOptions.
+func (b *Backend) UnmarshalText(text []byte) error {
+	for c := Locked; c <= Auto; c++ {
+		if string(text) == c.String() {
+			*b = c
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: backend %q (want locked, pageable, external, cuda-host or auto)", ErrInvalidOptions, text)
+}
+
 // Options configures a Pool. The zero value is ready to use.
 type Options struct {
 	// Capacity caps the pool's memory in bytes. It is reserved as address space only; memory is
@@ -204,10 +219,10 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 	}
 	switch o.Backend {
 	case Locked:
-		h := arena.Locked(ho)
+		h := arena.LockedHost(ho)
 		return h, h, nil
 	case Pageable:
-		h := arena.Pageable(ho)
+		h := arena.PageableHost(ho)
 		return h, h, nil
 	case External:
 		if o.External == nil {
@@ -232,7 +247,7 @@ func (o *Options) provider() (arena.Provider, *arena.HostProvider, error) {
 		}
 		o.Backend = Locked
 		ho.Node = o.NUMA // no device is nearest: a node asked for binds, the default does not
-		h := arena.Locked(ho)
+		h := arena.LockedHost(ho)
 		return h, h, nil
 	}
 	return nil, nil, fmt.Errorf("%w: unknown backend %d", ErrInvalidOptions, o.Backend)
@@ -258,7 +273,7 @@ func (o *Options) cudaHost(ho arena.HostOptions) (arena.Provider, error) {
 // deviceMapper is what Pool.DevicePointer asks of a CUDAHost pool's provider (cudamem's pinned
 // host providers answer it): the address at which a device sees host address addr.
 type deviceMapper interface {
-	DevicePointer(addr uintptr) (uintptr, error)
+	DevicePointer(addr uintptr) (cuda.DevicePtr, error)
 }
 
 // closeDevice gives back the CUDA device a CUDAHost pool opened, once its arena is closed.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -55,7 +56,7 @@ func (p *Pool) Device() int {
 // DevicePointer returns the address at which a CUDA device sees buffer b of a pool with the
 // CUDAHost backend, for kernels that read or write host memory directly. Other backends give an
 // error wrapping ErrInvalidOptions.
-func (p *Pool) DevicePointer(b []byte) (uintptr, error) {
+func (p *Pool) DevicePointer(b []byte) (cuda.DevicePtr, error) {
 	c, ok := p.a.Provider().(deviceMapper)
 	if !ok {
 		return 0, fmt.Errorf("%w: the %s backend has no device pointers", ErrInvalidOptions, p.backend)

@@ -58,7 +58,7 @@ func TestAllocFree(t *testing.T) {
 		}
 	}
 	st := p.Stats()
-	if st.Backend != "locked" || st.Kind != "host-locked" || st.Allocs != 7 || st.Frees != 7 || st.Live != 0 {
+	if st.Backend != Locked || st.Kind != "host-locked" || st.Allocs != 7 || st.Frees != 7 || st.Live != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	if st.Locked != st.Committed || st.Committed == 0 || st.AlignWaste != 0 {
@@ -206,7 +206,7 @@ func TestExternalBackend(t *testing.T) {
 		t.Fatalf("over the region: %v", err)
 	}
 	st := p.Stats()
-	if st.Backend != "external" || st.Capacity != 20<<20 || st.AlignWaste != 56 {
+	if st.Backend != External || st.Capacity != 20<<20 || st.AlignWaste != 56 {
 		t.Fatalf("stats %+v", st)
 	}
 	if err := p.Free(b); err != nil {

@@ -221,7 +221,7 @@ func TestNodesWithoutDriver(t *testing.T) {
 	must(t, "NewNodes", err)
 	p0, _ := n.For(0)
 	p1, _ := n.For(1)
-	if p0 == nil || p0 != p1 || p0.Stats().Backend != "locked" {
+	if p0 == nil || p0 != p1 || p0.Stats().Backend != pinned.Locked {
 		t.Errorf("pools %p %p", p0, p1)
 	}
 	b, err := n.AllocFor(1, 4096)

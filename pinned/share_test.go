@@ -190,7 +190,9 @@ func TestFakeSharedBufferWaitsForStream(t *testing.T) {
 	}
 	r.f.Hold(false)
 	ok(t, "Sync", r.heap.Sync())
-	r.pool.Trim()
+	if err := r.pool.Trim(); err != nil {
+		t.Fatalf("Trim: %v", err)
+	}
 	if st := r.pool.Stats(); st.Deferred != 0 || st.Live != 0 {
 		t.Fatalf("after the stream passed: %d deferred, %d live", st.Deferred, st.Live)
 	}

@@ -10,11 +10,13 @@ import (
 
 // Stats describes a pool.
 type Stats struct {
-	// Backend is where the memory comes from ("locked", "pageable", "external", "cuda-host":
-	// what Auto chose); Kind is the memory's kind ("host-locked", "host-pinned", ...);
-	// Provider names the arena provider behind it ("cuda-host-vmm" for VMM host memory,
-	// "cuda-host-register" for registered memory, ...).
-	Backend, Kind, Provider string
+	// Backend is where the memory comes from: Options.Backend, or what Auto chose (Locked or
+	// CUDAHost). It prints, and encodes in JSON, as its name ("locked", "cuda-host"...).
+	Backend Backend
+	// Kind is the memory's kind ("host-locked", "host-pinned", ...); Provider names the arena
+	// provider behind it ("cuda-host-vmm" for VMM host memory, "cuda-host-register" for
+	// registered memory, ...).
+	Kind, Provider string
 	// Capacity caps Reserved, the address space held.
 	Capacity, Reserved uint64
 	// Committed is the memory backed (and, for locked memory, locked); PeakCommitted its peak.
@@ -78,7 +80,7 @@ type Stats struct {
 // Stats takes back the deferred buffers whose streams have passed them, collects every shard's
 // pending frees and returns the pool's figures.
 func (p *Pool) Stats() Stats {
-	st := Stats{Backend: p.backend.String()}
+	st := Stats{Backend: p.backend}
 	classes := map[uint64]*heap.ClassStats{}
 	if !p.released.Load() {
 		_ = p.reclaim(true)

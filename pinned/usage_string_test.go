@@ -1,6 +1,11 @@
 package pinned
 
-import "testing"
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
 
 func TestUsageString(t *testing.T) {
 	for _, c := range []struct {
@@ -16,5 +21,24 @@ func TestUsageString(t *testing.T) {
 		if got := c.u.String(); got != c.want {
 			t.Errorf("%+v.String() =\n%q, want\n%q", c.u, got, c.want)
 		}
+	}
+}
+
+// TestBackendText: Stats.Backend is the Backend type Options take, and it prints and encodes in
+// JSON as its name, as the string it replaced did; a name reads back, an unknown one is refused.
+func TestBackendText(t *testing.T) {
+	js, err := json.Marshal(Stats{Backend: CUDAHost})
+	if err != nil || !strings.Contains(string(js), `"Backend":"cuda-host"`) {
+		t.Errorf("Stats encodes as %s, %v; want the backend's name", js, err)
+	}
+	for b := Locked; b <= Auto; b++ {
+		var got Backend
+		if err := got.UnmarshalText([]byte(b.String())); err != nil || got != b {
+			t.Errorf("UnmarshalText(%q) = %v, %v", b, got, err)
+		}
+	}
+	var got Backend
+	if err := got.UnmarshalText([]byte("mlock")); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("UnmarshalText of an unknown name = %v; want ErrInvalidOptions", err)
 	}
 }

@@ -41,9 +41,9 @@ type block struct {
 	size      uintptr
 	n         int // bytes asked by Alloc
 	dev       cuda.DevicePtr
-	host      []byte  // len size
-	hostDev   uintptr // device address of host
-	pins      int32   // device acquisitions, all streams together
+	host      []byte         // len size
+	hostDev   cuda.DevicePtr // device address of host
+	pins      int32          // device acquisitions, all streams together
 	hostPins  int32
 	uses      []use      // device acquisitions by stream
 	rel       []relEvent // last release event per stream since the last migration

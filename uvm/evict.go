@@ -108,7 +108,7 @@ func (t *Tier) addEvict(e *evicting, id BlockID) error {
 			return err
 		}
 	}
-	if e.add(CopyJob{Dst: b.hostDev, Src: uintptr(b.dev), Len: b.size}) { // start the copies while the rest is prepared
+	if e.add(CopyJob{Dst: b.hostDev, Src: b.dev, Len: int(b.size)}) { // start the copies while the rest is prepared
 		return t.launchEvict(e)
 	}
 	return nil

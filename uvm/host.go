@@ -126,7 +126,7 @@ func (t *Tier) copyToHost(id BlockID, b *block) error {
 	t.addWaits(b)
 	err := t.queueWaits(t.engine.d2h)
 	if err == nil {
-		err = t.engine.mover.Copy(append(t.scratch.jobs[:0], CopyJob{Dst: b.hostDev, Src: uintptr(b.dev), Len: b.size}), t.engine.d2h)
+		err = t.engine.mover.Copy(append(t.scratch.jobs[:0], CopyJob{Dst: b.hostDev, Src: b.dev, Len: int(b.size)}), t.engine.d2h)
 	}
 	var ev cuda.Event
 	if err == nil {
@@ -182,7 +182,7 @@ func (t *Tier) hostAlloc(id BlockID, b *block) error {
 	if len(buf) > 0 {
 		addr = mem.Addr(buf)
 	}
-	dp := addr
+	dp := cuda.DevicePtr(addr)
 	if !t.mem.unified {
 		if dp, err = t.mem.pool.DevicePointer(buf); err != nil {
 			_ = t.mem.pool.Free(buf)

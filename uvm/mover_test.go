@@ -140,7 +140,7 @@ func TestPerJobMover(t *testing.T) {
 	must(t, err)
 	defer func() { must(t, dev.MemFreeHost(host)) }()
 	copy(mem.Bytes(host, n), src)
-	jobs := []uvm.CopyJob{{Dst: d, Src: host, Len: n}, {Dst: d, Src: host + n/2, Len: n}} // the second runs past the end
+	jobs := []uvm.CopyJob{{Dst: cuda.DevicePtr(d), Src: cuda.DevicePtr(host), Len: int(n)}, {Dst: cuda.DevicePtr(d), Src: cuda.DevicePtr(host + n/2), Len: int(n)}} // the second runs past the end
 	err = m.Copy(jobs, 0)
 	if !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(err.Error(), "job 1 of 2") {
 		t.Fatalf("a copy whose second job runs past its buffer: %v", err)

@@ -156,7 +156,7 @@ func (t *Tier) addRestore(r *restoring, ids []BlockID, need uintptr) error {
 				return fmt.Errorf("uvm: restore waits for an eviction: %w", err)
 			}
 		}
-		if r.add(CopyJob{Dst: uintptr(p), Src: b.hostDev, Len: b.size}) { // start the copies while the rest is prepared
+		if r.add(CopyJob{Dst: p, Src: b.hostDev, Len: int(b.size)}) { // start the copies while the rest is prepared
 			if err := t.launch(&r.launcher, t.engine.h2d); err != nil {
 				t.st.Failures++
 				return fmt.Errorf("uvm: restore of a batch of blocks: %w", err)

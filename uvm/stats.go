@@ -91,9 +91,10 @@ type Stats struct {
 	// heap that evictions and frees gave up (see the package documentation). With DeviceBytes
 	// it stays within twice the budget; the heap's Stats count it as live.
 	SpareBytes uint64
-	// PinnedBytes and PinnedBlocks count the blocks acquired on the device.
-	PinnedBytes  uint64
-	PinnedBlocks int
+	// AcquiredBytes and AcquiredBlocks count the blocks acquired on the device now (between an
+	// Acquire and its Release): they cannot be evicted.
+	AcquiredBytes  uint64
+	AcquiredBlocks int
 	// Hits and Misses count Acquire calls that found the block on the device, or not.
 	Hits, Misses uint64
 	// In and Out count blocks moved to and from the device, by cause (indexed by Cause). Out
@@ -174,7 +175,7 @@ func (t *Tier) Stats() Stats {
 	st.HostBytes, st.FreshBytes = uint64(t.acct.hostOnly), uint64(t.acct.fresh)
 	st.HostHeldBytes = uint64(t.acct.hostHeld)
 	st.SpareBytes = uint64(t.spare.bytes)
-	st.PinnedBytes, st.PinnedBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
+	st.AcquiredBytes, st.AcquiredBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
 	st.Pending = int(t.batches.lists.Weight())
 	st.AcquireLatency.withBounds()
 	return st

@@ -14,7 +14,7 @@ func (s Stats) String() string {
 	fmt.Fprintf(&b, "uvm tier: policy %s, mover %s, budget %s\n", s.Policy, s.Mover, units.Bytes(s.Budget))
 	fmt.Fprintf(&b, "  blocks:   %s, %s: %s on the device (%s acquired), %s on the host, %s fresh\n",
 		units.Count(uint64(s.Blocks), "live block"), units.Bytes(s.LiveBytes), units.Bytes(s.DeviceBytes),
-		units.Count(uint64(s.PinnedBlocks), "block"), units.Bytes(s.HostBytes), units.Bytes(s.FreshBytes))
+		units.Count(uint64(s.AcquiredBlocks), "block"), units.Bytes(s.HostBytes), units.Bytes(s.FreshBytes))
 	fmt.Fprintf(&b, "  memory:   %s of host buffers held, %s of spare VRAM; %d allocs, %d frees\n",
 		units.Bytes(s.HostHeldBytes), units.Bytes(s.SpareBytes), s.Allocs, s.Frees)
 	fmt.Fprintf(&b, "  acquire:  %s, %s (hit rate %.1f%%)\n", units.Count(s.Hits, "hit"), units.Count(s.Misses, "miss", "misses"), 100*s.HitRate())

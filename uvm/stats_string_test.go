@@ -4,7 +4,7 @@ import "testing"
 
 func TestStatsString(t *testing.T) {
 	s := Stats{Policy: "lru", Mover: "kernel", Budget: 64 << 20, Blocks: 3, LiveBytes: 3 << 20,
-		DeviceBytes: 2 << 20, HostBytes: 1 << 20, PinnedBlocks: 1, HostHeldBytes: 1 << 20, Hits: 3, Misses: 1,
+		DeviceBytes: 2 << 20, HostBytes: 1 << 20, AcquiredBlocks: 1, HostHeldBytes: 1 << 20, Hits: 3, Misses: 1,
 		CleanEvictions: 1, CleanBytes: 1 << 20, Allocs: 3, Pending: 1}
 	s.In[CauseAcquire] = Traffic{Blocks: 1, Bytes: 1 << 20}
 	s.Out[CausePressure] = Traffic{Blocks: 2, Bytes: 2 << 20}

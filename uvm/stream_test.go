@@ -172,8 +172,8 @@ func TestPerThreadStreamRefused(t *testing.T) {
 	if err := tr.Prefetch(hs, perThread); !errors.Is(err, uvm.ErrInvalidStream) {
 		t.Errorf("Prefetch on the per-thread default stream: %v, want ErrInvalidStream", err)
 	}
-	if st := tr.Stats(); st.PinnedBlocks != 0 || st.DeviceBytes != 0 {
-		t.Errorf("a refused stream moved blocks: %d pinned, %d bytes on the device", st.PinnedBlocks, st.DeviceBytes)
+	if st := tr.Stats(); st.AcquiredBlocks != 0 || st.DeviceBytes != 0 {
+		t.Errorf("a refused stream moved blocks: %d pinned, %d bytes on the device", st.AcquiredBlocks, st.DeviceBytes)
 	}
 	must(t, tr.Close())
 }

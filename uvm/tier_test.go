@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,6 +261,12 @@ func TestBadInput(t *testing.T) {
 	if h2 == h {
 		t.Error("a new block got the freed handle")
 	}
+	if s, s2 := h.String(), h2.String(); s2 == s || !strings.HasPrefix(s, "uvm block ") || s[:len("uvm block 0")] != s2[:len("uvm block 0")] {
+		t.Errorf("the freed handle prints %q, the slot's new one %q: want the same slot, another generation", s, s2)
+	}
+	if s := uvm.Handle(0).String(); s != "uvm block <none>" {
+		t.Errorf("the zero Handle prints %q", s)
+	}
 	// A Prefetch refused for a bad handle leaves the good ones as they were: the next
 	// Prefetch brings them (and Evict takes them off again).
 	if err := tr.Prefetch([]uvm.Handle{h2, h}, s1); !errors.Is(err, uvm.ErrInvalidHandle) {
@@ -330,7 +337,7 @@ func TestAllPinned(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	must(t, tr.Release(hs[0], s))
 	must(t, <-done)
-	if st := tr.Stats(); st.PinnedBlocks != 2 || st.DeviceBytes != 2*size {
+	if st := tr.Stats(); st.AcquiredBlocks != 2 || st.DeviceBytes != 2*size {
 		t.Errorf("after the wait: %+v", st)
 	}
 	must(t, tr.Release(hs[1], s))

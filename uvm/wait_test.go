@@ -40,7 +40,7 @@ func TestAcquireContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("AcquireContext did not return after its context was cancelled")
 	}
-	if st := tr.Stats(); st.PinnedBlocks != 2 || st.DeviceBytes != 2*size {
+	if st := tr.Stats(); st.AcquiredBlocks != 2 || st.DeviceBytes != 2*size {
 		t.Fatalf("a cancelled AcquireContext changed the tier: %+v", st)
 	}
 
@@ -62,7 +62,7 @@ func TestAcquireContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("AcquireContext did not wake when a Free made room")
 	}
-	if st := tr.Stats(); st.PinnedBlocks != 2 || st.Blocks != 2 {
+	if st := tr.Stats(); st.AcquiredBlocks != 2 || st.Blocks != 2 {
 		t.Fatalf("after the wait: %+v", st)
 	}
 	for _, h := range hs[1:] {

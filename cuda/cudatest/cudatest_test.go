@@ -142,7 +142,7 @@ func TestFailNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Free(p)
-	jobs := []copyengine.Job{{Dst: uintptr(p), Src: uintptr(p + 4096), Len: 4096}}
+	jobs := []copyengine.Job{{Dst: p, Src: p + 4096, Len: 4096}}
 	fake.FailNext(cudatest.LaunchKernel, cudatest.LaunchFailed)
 	err = b.Copy(jobs, 0)
 	if code, ok := cuda.ResultCode(err); !ok || code != cudatest.LaunchFailed {

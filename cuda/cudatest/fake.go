@@ -37,17 +37,17 @@ func (f *Fake) Pending() int { return f.d.Pending() }
 // SetMemory sets device 0's total memory to bytes (1 GiB by default): allocations beyond it fail
 // with an error matching cuda.ErrOutOfMemory, and cuda.Device.MemInfo and TotalMem report it.
 // Shrinking it below the memory in use now (Used) fails the test.
-func (f *Fake) SetMemory(bytes uint64) {
+func (f *Fake) SetMemory(bytes int) {
 	f.t.Helper()
-	if used := f.d.Used(0); bytes < used {
+	if used := f.Used(); bytes < used {
 		f.t.Fatalf("cudatest: SetMemory(%d): below the %d bytes device 0 uses now", bytes, used)
 	}
-	f.d.SetMemory(0, bytes)
+	f.d.SetMemory(0, uint64(bytes))
 }
 
 // Used returns the device memory allocated on device 0 now, in bytes: every allocation the
 // driver made, whatever made it (device heaps commit memory in 2 MiB chunks, not per block).
-func (f *Fake) Used() uint64 { return f.d.Used(0) }
+func (f *Fake) Used() int { return int(f.d.Used(0)) }
 
 // Call names a driver call FailNext can make fail.
 type Call int

@@ -70,7 +70,7 @@ func hostDemo() error {
 		return err
 	}
 
-	a, err := arena.New(arena.Options{Provider: arena.Locked(arena.HostOptions{}), Capacity: 4 << 20})
+	a, err := arena.New(arena.Options{Provider: arena.LockedHost(arena.HostOptions{}), Capacity: 4 << 20})
 	if err != nil {
 		return err
 	}
@@ -210,12 +210,13 @@ func batched(dev *cuda.Device, h *device.Heap, pool *pinned.Pool, s cuda.Stream)
 	err = errors.Join(err, err2)
 	var out, in []copyengine.Job
 	var blocks []cuda.DevicePtr
-	for i := uintptr(0); err == nil && i < parts; i++ {
+	for i := 0; err == nil && i < parts; i++ {
 		var p cuda.DevicePtr
 		if p, err = h.Alloc(n/parts, s); err == nil {
+			off := cuda.DevicePtr(i * n / parts)
 			blocks = append(blocks, p)
-			out = append(out, copyengine.Job{Dst: uintptr(p), Src: hs + i*n/parts, Len: n / parts})
-			in = append(in, copyengine.Job{Dst: hd + i*n/parts, Src: uintptr(p), Len: n / parts})
+			out = append(out, copyengine.Job{Dst: p, Src: hs + off, Len: n / parts})
+			in = append(in, copyengine.Job{Dst: hd + off, Src: p, Len: n / parts})
 		}
 	}
 	if err == nil {

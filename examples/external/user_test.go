@@ -24,7 +24,7 @@ func TestErrors(t *testing.T) {
 	if _, err := pinned.New(pinned.Options{Capacity: -1}); !errors.Is(err, pinned.ErrInvalidOptions) {
 		t.Errorf("pinned.New with a negative capacity = %v; want pinned.ErrInvalidOptions", err)
 	}
-	a, err := arena.New(arena.Options{Provider: arena.Pageable(arena.HostOptions{}), Capacity: 4 << 20})
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -252,8 +252,8 @@ func account(out io.Writer, st uvm.Stats, live, budget uintptr) error {
 			st.DeviceBytes, st.HostBytes, st.FreshBytes, st.LiveBytes)
 	case st.DeviceBytes > uint64(budget):
 		return fmt.Errorf("the tier holds %d bytes of VRAM, above its %d-byte budget", st.DeviceBytes, budget)
-	case st.PinnedBlocks != 0:
-		return fmt.Errorf("%d blocks still acquired after the run", st.PinnedBlocks)
+	case st.AcquiredBlocks != 0:
+		return fmt.Errorf("%d blocks still acquired after the run", st.AcquiredBlocks)
 	}
 	fmt.Fprintf(out, "accounted: %d MiB live = %d MiB in VRAM + %d MiB on the host only + %d MiB fresh\n",
 		st.LiveBytes>>20, st.DeviceBytes>>20, st.HostBytes>>20, st.FreshBytes>>20)

@@ -72,7 +72,9 @@ func main() {
 	}
 	// The freed staging buffers would be decommitted (and unlocked) after the purge delay,
 	// in the middle of a round; Trim does it now.
-	pool.Trim()
+	if err := pool.Trim(); err != nil {
+		log.Fatal(err)
+	}
 	const pairs = 1_000_000
 	for round := 1; round <= 3; round++ {
 		start, before := time.Now(), pool.Stats().Syscalls
@@ -91,7 +93,9 @@ func main() {
 	fmt.Println("free:", pool.Free(b))
 	fmt.Println("double free:", pool.Free(b))
 
-	pool.Trim() // give free memory back now rather than after the purge delay
+	if err := pool.Trim(); err != nil { // give free memory back now rather than after the purge delay
+		log.Fatal(err)
+	}
 	st = pool.Stats()
 	fmt.Printf("after Trim: %d KiB committed, %d KiB locked; %d allocs, %d frees\n",
 		st.Committed>>10, st.Locked>>10, st.Allocs, st.Frees)

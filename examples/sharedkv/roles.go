@@ -164,7 +164,7 @@ func workerCommand(p *ipcpool.Process, f []string) string {
 		}
 		return answer(p.Release(h))
 	case len(f) == 1 && f[0] == "G":
-		return fmt.Sprintf("G %d %d", p.SharedStats().Grants, p.Rejoined())
+		return fmt.Sprintf("G %d %d", p.SharedStats().GrantBytes, p.Rejoined())
 	}
 	return "E bad command"
 }

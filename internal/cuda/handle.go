@@ -61,3 +61,6 @@ func Of[P public[T], T any](pub P) (*Device, error) {
 	}
 	return nil, fmt.Errorf("%w: no CUDA device given (open one with cuda.Open)", pinmalloc.ErrNoDriver)
 }
+
+// Closed reports whether Close was called, for the public Device's String.
+func (d *Device) Closed() bool { return d.closed.Load() }

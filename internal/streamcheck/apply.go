@@ -403,7 +403,9 @@ func (w *world) misc(op Op, s pubcuda.Stream) (bool, *Failure) {
 		}
 		clear(w.crossFrees)
 	case PoolTrim:
-		w.pool.Trim()
+		if err := w.pool.Trim(); err != nil {
+			return true, unexpected("pinned.Pool.Trim", err)
+		}
 	case ArenaTrim:
 		// The purge, at once: what the heaps gave the arena must be free of every stream's
 		// work already, so decommitting it any time is safe.
