@@ -261,6 +261,7 @@ func (w *Worker) failConn(c *Conn, err error) {
 	for i := range w.slots {
 		if s := &w.slots[i]; s.kind == slotOp && s.c == c && s.remote {
 			s.remote = false
+			w.uw.DisarmReply(uint32(i))
 			if s.status == 0 {
 				s.status = -25 // UCS_ERR_CONNECTION_RESET: the error is c.err (statusErr)
 			}

@@ -180,6 +180,9 @@ func (t *Transfer) Start() error {
 		h.encode(&op.Header)
 		op.Kind = w.dataKind()
 	}
+	if t.err == nil && !rma && !w.opts.SharedMemory {
+		t.splitGets()
+	}
 	if t.err == nil && t.puts && rma {
 		t.ops = append(t.ops, ucx.Op{Ep: c.ep, Kind: ucx.OpFlush})
 	}
@@ -197,6 +200,39 @@ func (t *Transfer) Start() error {
 		t.end(w)
 	}
 	return err
+}
+
+// getPart is the most a get by eager message asks for in one request: its answer then comes
+// in one fragment of UCX's TCP transport (64 KiB), which the callback copies straight into
+// place (ArmReply), where a larger one is first assembled whole by UCX in a buffer it
+// allocates, then copied. The parts of a large get are in flight at once.
+const getPart = 32 << 10
+
+// splitGets splits each get by eager message of more than getPart bytes into requests of
+// getPart bytes: the first stays where it is, the others go after every operation of the
+// transfer (ops, lrs and gets beyond len(descs): parts, not counted as operations of their
+// own). Under mu.
+func (t *Transfer) splitGets() {
+	for i := range t.descs {
+		if !t.gets[i] {
+			continue
+		}
+		h, _ := decodeHeader(&t.ops[i].Header)
+		if h.n <= getPart {
+			continue
+		}
+		for off := uint64(getPart); off < h.n; off += getPart {
+			p, ph := t.ops[i], h
+			ph.addr, ph.n = h.addr+off, min(getPart, h.n-off)
+			p.Local += off
+			ph.encode(&p.Header)
+			t.ops = append(t.ops, p)
+			t.lrs = append(t.lrs, t.lrs[i])
+			t.gets = append(t.gets, true)
+		}
+		h.n = getPart
+		h.encode(&t.ops[i].Header)
+	}
 }
 
 // completed reports whether t has ended and marks it so (once). Under mu.
@@ -228,13 +264,14 @@ func (w *Worker) post(t *Transfer) {
 			op.Slot = i
 			s.t, s.c, s.n = t, t.c, op.Length
 			if j := start + k; j < len(t.lrs) {
-				s.lr = t.lrs[j]
+				s.lr, s.part = t.lrs[j], j >= len(t.descs)
 				if op.Kind == ucx.OpData || op.Kind == ucx.OpDataAny {
 					s.remote, s.get = true, t.gets[j]
-					if s.get {
-						s.local, s.n = uintptr(op.Local), binary.LittleEndian.Uint64(op.Header[32:])
-					}
 					binary.LittleEndian.PutUint64(op.Header[16:], w.opID(i))
+					if s.get { // the answer lands in place as UCX delivers it (ArmReply)
+						s.local, s.n = uintptr(op.Local), binary.LittleEndian.Uint64(op.Header[32:])
+						w.uw.ArmReply(i, w.opID(i), t.c.id, s.local, s.n)
+					}
 				}
 			}
 			k++
@@ -292,7 +329,9 @@ func (w *Worker) sent(i uint32, st int32) {
 func (w *Worker) endOp(i uint32) {
 	s := w.slots[i]
 	kind := int32(ucx.OpFlush)
-	if s.lr != nil {
+	if s.part {
+		kind = opPart
+	} else if s.lr != nil {
 		kind = ucx.OpPut
 	}
 	w.freeSlot(i)
@@ -306,10 +345,16 @@ func (w *Worker) countOp(t *Transfer, st int32, n uint64, kind int32) {
 		return
 	}
 	if kind != ucx.OpFlush {
-		w.stats.ops.Add(1)
+		if kind != opPart {
+			w.stats.ops.Add(1)
+		}
 		w.stats.bytes.Add(n)
 	}
 }
+
+// opPart is the kind opDone is told for a part of a split get (splitGets): its bytes count,
+// not as an operation.
+const opPart = -1
 
 // opDone is the completion of an operation of t, of n bytes on local region lr (nil for a
 // flush). Under mu.

@@ -116,6 +116,9 @@ type slot struct {
 	op uint64
 	of uint32
 
+	// part says the operation is a part of a get split in requests (splitGets).
+	part bool
+
 	// held says UCX holds a request of this slot that names lr's registration: counted in
 	// lr.held until UCX completes it (register.go's Unmapping waits for none).
 	held bool
@@ -233,6 +236,7 @@ func (w *Worker) count(kind uint8, d int) {
 
 // freeSlot gives slot i back. Under mu.
 func (w *Worker) freeSlot(i uint32) {
+	w.uw.DisarmReply(i)
 	w.count(w.slots[i].kind, -1)
 	w.slots[i] = slot{gen: w.slots[i].gen}
 	w.free = append(w.free, i)
