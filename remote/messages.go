@@ -22,8 +22,15 @@ import (
 // every acknowledgement and answer has come, the bytes in place.
 //
 // A connection chooses at its first transfer: puts and gets of UCX where ucp_ep_print_info
-// lists an RMA protocol on one of its lanes ("put[lane]"), messages otherwise; Options.Mode
-// forces one.
+// lists RMA protocols ("put[i]") and a lane on a transport that does them in registered memory
+// (rmaLanes: an RDMA NIC's), messages otherwise (TCP; shared memory, whose sysv and posix puts
+// reach only memory UCX allocated itself, so that UCX would emulate them into a pool's
+// regions with its own messages); Options.Mode forces one.
+//
+// A get by eager message is split into requests of getPart bytes, all in flight at once, and
+// the answer to each is copied by UCX's callback straight into place (ucx.Worker.ArmReply):
+// one copy from UCX's receive buffer, as UCX's own emulated get makes, where a whole answer
+// would be assembled by UCX in a buffer it allocates, queued, then copied.
 //
 // A data message's header (ucx.HeaderLen bytes, little-endian): kind, status, six zero bytes,
 // the receiver's connection id, the initiator's operation id (slot and generation), the
@@ -50,8 +57,9 @@ const (
 type Mode uint8
 
 const (
-	// ModeAuto: UCX's puts and gets where a lane of the connection does them in hardware (an
-	// RDMA NIC) or zero-copy, messages otherwise (ModeMessages).
+	// ModeAuto: UCX's puts and gets where a lane of the connection does them in registered
+	// memory (an RDMA NIC), messages otherwise (ModeMessages): over TCP, and over shared memory,
+	// whose transports in UCX 1.13 do puts and gets only in memory UCX allocated itself.
 	ModeAuto Mode = iota
 	// ModeRMA: UCX's puts and gets (ucp_put_nbx, ucp_get_nbx), emulated by UCX where no
 	// transport has them. On UCX 1.13, a peer that dies while this process answers its
@@ -93,7 +101,32 @@ func decodeHeader(b *[ucx.HeaderLen]byte) (dataHeader, bool) {
 		base: binary.LittleEndian.Uint64(b[48:]), size: binary.LittleEndian.Uint64(b[56:])}, true
 }
 
-var rmaProto = regexp.MustCompile(`(?m)^#\s+(put|get)\[\d+\]:`)
+var (
+	rmaProto = regexp.MustCompile(`(?m)^#\s+(put|get)\[\d+\]:`)
+	epLane   = regexp.MustCompile(`(?m)^#\s+lane\[\d+\]:\s+\d+:([A-Za-z0-9_]+)/`)
+)
+
+// allocOnly are the transports whose puts and gets reach only memory UCX allocated itself
+// (ucp_mem_map with UCP_MEM_MAP_ALLOCATE: a shared segment the peer maps); their memory
+// domains register nothing else, so a pool's regions carry no key of theirs and UCX emulates
+// puts and gets into them with messages (ucx_info -d: "allocate", no "register"). tcp, cma
+// and knem carry no puts or gets of UCX 1.13's at all (only its rendezvous).
+var allocOnly = map[string]bool{"self": true, "sysv": true, "posix": true, "tcp": true, "cma": true, "knem": true}
+
+// rmaLanes reports whether an endpoint, as ucp_ep_print_info describes it, has puts and gets
+// (put[i], get[i] lines) and a lane on a transport that does them in registered memory (an
+// RDMA NIC's, xpmem).
+func rmaLanes(info string) bool {
+	if !rmaProto.MatchString(info) {
+		return false
+	}
+	for _, m := range epLane.FindAllStringSubmatch(info, -1) {
+		if !allocOnly[m[1]] {
+			return true
+		}
+	}
+	return false
+}
 
 // rmaMode reports whether c's transfers go as UCX's puts and gets. Under mu.
 func (w *Worker) rmaMode(c *Conn) bool {
@@ -101,7 +134,7 @@ func (w *Worker) rmaMode(c *Conn) bool {
 		c.mode = w.opts.Mode
 		if c.mode == ModeAuto {
 			c.mode = ModeMessages
-			if info, err := w.uw.EpInfo(c.ep); err == nil && rmaProto.MatchString(info) {
+			if info, err := w.uw.EpInfo(c.ep); err == nil && rmaLanes(info) {
 				c.mode = ModeRMA
 			}
 		}
@@ -262,6 +295,7 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 	if s.kind != slotOp || s.gen != uint32(h.op>>32) || s.c != c || !s.remote || h.kind != want {
 		return // a stale or forged answer: dropped
 	}
+	w.uw.DisarmReply(i) // one answer per get: a second would not land
 	st := int32(0)
 	switch {
 	case h.status == answerRefused:
@@ -270,6 +304,7 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 		st = stMemType
 	case h.status == answerBusy:
 		st = stBusy
+	case ev.Landed: // the callback put the bytes in place (ArmReply)
 	case h.status != answerOK || s.get && uint64(ev.Len) != s.n:
 		st = stTruncated
 	case s.get && ev.Rndv:
