@@ -28,6 +28,7 @@ type Conn struct {
 	state     uint8
 	err       error // why it failed or closed
 	inflight  int   // operations and messages in flight on ep
+	gets      int   // gets by message in flight (getWindow)
 	rkeys     map[uint32]*rkeyEntry
 	mode      Mode // how its transfers go: decided at the first (messages.go)
 	msgs      [][]byte

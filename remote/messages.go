@@ -153,6 +153,52 @@ func (w *Worker) dataKind() int32 {
 	return ucx.OpData
 }
 
+// getPart is the most a get by eager message asks for in one request: its answer then comes
+// in one fragment of UCX's TCP transport (64 KiB), which the callback copies straight into
+// place (ArmReply), where a larger one is first assembled whole by UCX in a buffer it
+// allocates, then copied. The parts of a large get are in flight at once.
+const getPart = 32 << 10
+
+// getWindow bounds the gets by message in flight on a connection, parts of split gets included
+// (4 MiB of answers at getPart bytes): the transfer's next operations wait for earlier ones. A
+// window of thousands (Options.MaxInFlight's default) halved the rate of gets over TCP on the
+// build machine, where 128 kept it (docs/bench.md), as ucx_perftest keeps 64 outstanding.
+const getWindow = 128
+
+// getWindowFull reports whether operation j of t is a get by message that must wait: its
+// connection has getWindow of them in flight. Under mu.
+func (w *Worker) getWindowFull(t *Transfer, j int) bool {
+	k := t.ops[j].Kind
+	return (k == ucx.OpData || k == ucx.OpDataAny) && j < len(t.gets) && t.gets[j] && t.c.gets >= getWindow
+}
+
+// splitGets splits each get by eager message of more than getPart bytes into requests of
+// getPart bytes: the first stays where it is, the others go after every operation of the
+// transfer (ops, lrs and gets beyond len(descs): parts, not counted as operations of their
+// own). Under mu.
+func (t *Transfer) splitGets() {
+	for i := range t.descs {
+		if !t.gets[i] {
+			continue
+		}
+		h, _ := decodeHeader(&t.ops[i].Header)
+		if h.n <= getPart {
+			continue
+		}
+		for off := uint64(getPart); off < h.n; off += getPart {
+			p, ph := t.ops[i], h
+			ph.addr, ph.n = h.addr+off, min(getPart, h.n-off)
+			p.Local += off
+			ph.encode(&p.Header)
+			t.ops = append(t.ops, p)
+			t.lrs = append(t.lrs, t.lrs[i])
+			t.gets = append(t.gets, true)
+		}
+		h.n = getPart
+		h.encode(&t.ops[i].Header)
+	}
+}
+
 // opID is the id of the operation in slot i, as a data message names it.
 func (w *Worker) opID(i uint32) uint64 { return uint64(w.slots[i].gen)<<32 | uint64(i) }
 

@@ -202,39 +202,6 @@ func (t *Transfer) Start() error {
 	return err
 }
 
-// getPart is the most a get by eager message asks for in one request: its answer then comes
-// in one fragment of UCX's TCP transport (64 KiB), which the callback copies straight into
-// place (ArmReply), where a larger one is first assembled whole by UCX in a buffer it
-// allocates, then copied. The parts of a large get are in flight at once.
-const getPart = 32 << 10
-
-// splitGets splits each get by eager message of more than getPart bytes into requests of
-// getPart bytes: the first stays where it is, the others go after every operation of the
-// transfer (ops, lrs and gets beyond len(descs): parts, not counted as operations of their
-// own). Under mu.
-func (t *Transfer) splitGets() {
-	for i := range t.descs {
-		if !t.gets[i] {
-			continue
-		}
-		h, _ := decodeHeader(&t.ops[i].Header)
-		if h.n <= getPart {
-			continue
-		}
-		for off := uint64(getPart); off < h.n; off += getPart {
-			p, ph := t.ops[i], h
-			ph.addr, ph.n = h.addr+off, min(getPart, h.n-off)
-			p.Local += off
-			ph.encode(&p.Header)
-			t.ops = append(t.ops, p)
-			t.lrs = append(t.lrs, t.lrs[i])
-			t.gets = append(t.gets, true)
-		}
-		h.n = getPart
-		h.encode(&t.ops[i].Header)
-	}
-}
-
 // completed reports whether t has ended and marks it so (once). Under mu.
 func (t *Transfer) completed() bool {
 	if t.finishing || t.pending > 0 || t.err == nil && t.posted < len(t.ops) {
@@ -256,6 +223,9 @@ func (w *Worker) post(t *Transfer) {
 	for t.posted < len(t.ops) && t.err == nil {
 		start, k := t.posted, 0
 		for start+k < len(t.ops) {
+			if w.getWindowFull(t, start+k) {
+				break
+			}
 			i, ok := w.takeSlot(slotOp)
 			if !ok {
 				break
@@ -271,6 +241,7 @@ func (w *Worker) post(t *Transfer) {
 					if s.get { // the answer lands in place as UCX delivers it (ArmReply)
 						s.local, s.n = uintptr(op.Local), binary.LittleEndian.Uint64(op.Header[32:])
 						w.uw.ArmReply(i, w.opID(i), t.c.id, s.local, s.n)
+						t.c.gets++
 					}
 				}
 			}
@@ -282,6 +253,9 @@ func (w *Worker) post(t *Transfer) {
 		batch := t.ops[start : start+k]
 		if _, err := w.uw.Post(batch); err != nil {
 			for _, op := range batch {
+				if w.slots[op.Slot].get {
+					t.c.gets--
+				}
 				w.freeSlot(op.Slot)
 			}
 			t.fail(fmt.Errorf("remote: %w", err))
@@ -328,6 +302,9 @@ func (w *Worker) sent(i uint32, st int32) {
 // endOp ends the operation in slot i and frees the slot. Under mu.
 func (w *Worker) endOp(i uint32) {
 	s := w.slots[i]
+	if s.get {
+		s.c.gets--
+	}
 	kind := int32(ucx.OpFlush)
 	if s.part {
 		kind = opPart

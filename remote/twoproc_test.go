@@ -63,9 +63,19 @@ func twoProcesses(t *testing.T, tr transport, dial bool, mode Mode) {
 	if err := tx.Start(); err != nil {
 		t.Fatal(err)
 	}
+	l.w.mu.Lock()
+	if ch.c.gets > getWindow {
+		t.Errorf("%d gets by message in flight, more than the window of %d", ch.c.gets, getWindow)
+	}
+	l.w.mu.Unlock()
 	if err := tx.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
+	l.w.mu.Lock()
+	if ch.c.gets != 0 {
+		t.Errorf("%d gets by message in flight once the transfer ended", ch.c.gets)
+	}
+	l.w.mu.Unlock()
 	for k, b := range mine {
 		check(t, "get", b, uint64(100+10*(k/2)+k%2))
 	}
