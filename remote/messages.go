@@ -142,16 +142,10 @@ func (w *Worker) rmaMode(c *Conn) bool {
 	return c.mode == ModeRMA
 }
 
-// dataKind is the kind of Op a data message goes as: eagerly, with UCX's failure handling (its
-// rendezvous protocol, like its emulated puts and gets, ends a process whose peer dies while
-// it answers); by whatever protocol UCX picks without it (Options.SharedMemory: a large
-// message by rendezvous, its bytes fetched straight into place, by cma on this host).
-func (w *Worker) dataKind() int32 {
-	if w.opts.SharedMemory {
-		return ucx.OpDataAny
-	}
-	return ucx.OpData
-}
+// A data message always goes eagerly (ucx.OpData), and one that comes by UCX's rendezvous is
+// refused, never fetched: UCX 1.13 ends the process whose rendezvous fetch fails, by cma over
+// shared memory (process_vm_readv of a peer that exited: "No such process", TestPeerKilled/shm
+// found it), as its emulated puts and gets end a target whose peer dies while it answers.
 
 // getPart is the most a get by eager message asks for in one request: its answer then comes
 // in one fragment of UCX's TCP transport (64 KiB), which the callback copies straight into
@@ -169,7 +163,7 @@ const getWindow = 128
 // connection has getWindow of them in flight. Under mu.
 func (w *Worker) getWindowFull(t *Transfer, j int) bool {
 	k := t.ops[j].Kind
-	return (k == ucx.OpData || k == ucx.OpDataAny) && j < len(t.gets) && t.gets[j] && t.c.gets >= getWindow
+	return k == ucx.OpData && j < len(t.gets) && t.gets[j] && t.c.gets >= getWindow
 }
 
 // splitGets splits each get by eager message of more than getPart bytes into requests of
@@ -220,24 +214,7 @@ func (w *Worker) data(ev *ucx.Event) {
 			st = answerTruncated
 		}
 		if st == answerOK && ev.Rndv {
-			if i, ok := w.takeSlot(slotRecv); ok { // fetch the bytes into place, then answer
-				lr := w.byID[h.region]
-				w.slots[i].c, w.slots[i].op = c, h.op
-				inflight, err := w.uw.RecvData(ev.Key, uintptr(h.addr), lr.mem, ucx.MemoryHost, i)
-				if inflight {
-					c.inflight++
-					w.slots[i].lr, w.slots[i].held = lr, true
-					lr.held++
-					return
-				}
-				w.freeSlot(i)
-				if err != nil {
-					st = answerTruncated
-				}
-				w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op}, nil)
-				return
-			}
-			st = answerBusy
+			st = answerTruncated // by rendezvous: refused, never fetched (above)
 		}
 		if st == answerOK {
 			w.uw.CopyData(ev.Key, uintptr(h.addr))
@@ -274,7 +251,7 @@ func (w *Worker) checkTarget(h dataHeader) uint8 {
 // it until a slot is free. Under mu.
 func (w *Worker) answer(c *Conn, h dataHeader, lr *localRegion) {
 	h.conn = c.peerID
-	op := ucx.Op{Ep: c.ep, Kind: w.dataKind()}
+	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData}
 	if lr != nil {
 		op.Local, op.Length, op.Mem = h.addr, h.n, lr.mem
 	}
@@ -351,26 +328,8 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 	case h.status == answerBusy:
 		st = stBusy
 	case ev.Landed: // the callback put the bytes in place (ArmReply)
-	case h.status != answerOK || s.get && uint64(ev.Len) != s.n:
-		st = stTruncated
-	case s.get && ev.Rndv:
-		r, ok := w.takeSlot(slotRecv)
-		if !ok {
-			st = stBusy
-			break
-		}
-		w.slots[r].c, w.slots[r].of = c, i
-		inflight, err := w.uw.RecvData(ev.Key, s.local, s.lr.mem, ucx.MemoryHost, r)
-		if inflight {
-			c.inflight++
-			w.slots[r].lr, w.slots[r].held = s.lr, true
-			s.lr.held++
-			return // the get ends with the receive (received)
-		}
-		w.freeSlot(r)
-		if err != nil {
-			st = stTruncated
-		}
+	case h.status != answerOK || ev.Rndv || s.get && uint64(ev.Len) != s.n:
+		st = stTruncated // (by rendezvous: refused, never fetched)
 	case s.get:
 		w.uw.CopyData(ev.Key, s.local)
 	}
@@ -380,32 +339,6 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 	}
 	if !s.sending {
 		w.endOp(i)
-	}
-}
-
-// received is the end of a receive by rendezvous (slot s), with UCX's status st: a put's
-// bytes are in place (answer the peer), or a get's have come (end the get). Under mu.
-func (w *Worker) received(s slot, st int32) {
-	if s.t == nil && s.op != 0 { // a put of the peer's
-		status := uint8(answerOK)
-		if st != 0 {
-			status = answerTruncated
-		}
-		if s.c.state == connOpen {
-			w.answer(s.c, dataHeader{kind: dataDone, status: status, op: s.op}, nil)
-		}
-		return
-	}
-	g := &w.slots[s.of]
-	if g.kind != slotOp || !g.remote {
-		return
-	}
-	g.remote = false
-	if st != 0 && g.status == 0 {
-		g.status = st
-	}
-	if !g.sending {
-		w.endOp(s.of)
 	}
 }
 

@@ -178,9 +178,9 @@ func (t *Transfer) Start() error {
 			op.Length = 0 // a request: the bytes come in the answer, to op.Local
 		}
 		h.encode(&op.Header)
-		op.Kind = w.dataKind()
+		op.Kind = ucx.OpData
 	}
-	if t.err == nil && !rma && !w.opts.SharedMemory {
+	if t.err == nil && !rma {
 		t.splitGets()
 	}
 	if t.err == nil && t.puts && rma {
@@ -235,7 +235,7 @@ func (w *Worker) post(t *Transfer) {
 			s.t, s.c, s.n = t, t.c, op.Length
 			if j := start + k; j < len(t.lrs) {
 				s.lr, s.part = t.lrs[j], j >= len(t.descs)
-				if op.Kind == ucx.OpData || op.Kind == ucx.OpDataAny {
+				if op.Kind == ucx.OpData {
 					s.remote, s.get = true, t.gets[j]
 					binary.LittleEndian.PutUint64(op.Header[16:], w.opID(i))
 					if s.get { // the answer lands in place as UCX delivers it (ArmReply)

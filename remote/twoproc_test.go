@@ -79,10 +79,9 @@ func twoProcesses(t *testing.T, tr transport, dial bool, mode Mode) {
 	for k, b := range mine {
 		check(t, "get", b, uint64(100+10*(k/2)+k%2))
 	}
-	// By eager message (tcp), a get goes as requests of getPart bytes at most, and every
-	// answer is copied by UCX's callback straight into place: none is assembled, queued and
-	// copied again. (Over shared memory the large ones come by rendezvous, fetched into place.)
-	if byMessage && !tr.shm {
+	// By message, a get goes as requests of getPart bytes at most, and every answer is copied
+	// by UCX's callback straight into place: none is queued and copied again.
+	if byMessage {
 		want := uint64(0)
 		for _, b := range mine {
 			want += uint64((len(b) + getPart - 1) / getPart)

@@ -120,7 +120,7 @@ func (w *Worker) abandonSlots(c *Conn) {
 			}
 			c.inflight--
 			w.zombie(uint32(i))
-		case slotAnswer, slotRecv:
+		case slotAnswer:
 			c.inflight--
 			w.zombie(uint32(i))
 		}
