@@ -27,8 +27,8 @@ import (
 // reach only memory UCX allocated itself, so that UCX would emulate them into a pool's
 // regions with its own messages); Options.Mode forces one.
 //
-// A get by eager message is split into requests of getPart bytes, all in flight at once, and
-// the answer to each is copied by UCX's callback straight into place (ucx.Worker.ArmReply):
+// A get by message is split into requests of getPart bytes, getWindow of them in flight at
+// most on a connection, and the answer to each is copied by UCX's callback straight into place (ucx.Worker.ArmReply):
 // one copy from UCX's receive buffer, as UCX's own emulated get makes, where a whole answer
 // would be assembled by UCX in a buffer it allocates, queued, then copied.
 //
@@ -150,7 +150,7 @@ func (w *Worker) rmaMode(c *Conn) bool {
 // getPart is the most a get by eager message asks for in one request: its answer then comes
 // in one fragment of UCX's TCP transport (64 KiB), which the callback copies straight into
 // place (ArmReply), where a larger one is first assembled whole by UCX in a buffer it
-// allocates, then copied. The parts of a large get are in flight at once.
+// allocates, then copied. The parts of a large get are in flight together (getWindow).
 const getPart = 32 << 10
 
 // getWindow bounds the gets by message in flight on a connection, parts of split gets included
