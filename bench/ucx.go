@@ -8,12 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,23 +23,29 @@ import (
 )
 
 // The UCX suite (-ucx: issue 39) measures package remote against UCX's own ucx_perftest on the
-// same transport, in the same run, the competitors interleaved round by round:
+// same transport, in the same run, the competitors interleaved round by round (each round's
+// ratio taken against the competitor measured next to it; medians and the rounds' spread):
 //
 //   - registration of 1,000 pool buffers: a pool registered once per region (remote.Register,
 //     then a descriptor per buffer) against one ucp_mem_map and one packed key per buffer (what
 //     NIXL did before its range cache); the time, the process's resident memory added, the
 //     packed keys' bytes;
 //   - put and get bandwidth, 4 KiB – 16 MiB: one Transfer of many operations of the size into
-//     one buffer of the peer, against ucx_perftest ucp_put_bw and ucp_get (64 outstanding);
-//     remote's default (messages, on a transport without hardware puts) and its ModeRMA (UCX's
-//     puts and gets, emulated as perftest's are);
+//     one buffer of the peer; remote's default (ModeAuto: messages on these transports) and
+//     its ModeRMA (UCX's puts and gets, which UCX emulates with its own messages here), against
+//     two runs of ucx_perftest ucp_put_bw and ucp_get (64 outstanding): as it runs by default
+//     (memory UCX allocates itself: over shared memory, a segment the peer maps, so a put is a
+//     memcpy by the initiator; no failure handling), and like remote (-e: failure handling, as
+//     remote's TCP connections have; over shared memory, ordinary memory, UCX_ALLOC_PRIO=mmap,
+//     as a pool's regions are);
 //   - a batch of 1,000 16 KiB blocks, each its own buffer on both sides (KV blocks), against
-//     perftest's rate at 16 KiB;
+//     perftest's put rate at 16 KiB;
 //   - CPU-only: the same batch over plain Go net sockets (TCP on loopback, io.ReadFull into the
 //     peer's pool buffers), against remote over UCX's tcp.
 //
 // The peer is this program again (ucxPeerEnv set); UCX_TLS and UCX_NET_DEVICES, set for both
-// and for perftest, choose the transport (default tcp on lo).
+// and for perftest, choose the transport (default tcp on lo). -cases selects rows by name
+// (put/64KiB, get/, batch, registration), -ucx-rounds the rounds.
 
 const ucxPeerEnv = "PINMALLOC_BENCH_UCX_PEER"
 
@@ -49,11 +54,68 @@ var ucxSizes = []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 1
 type ucxRow struct {
 	Case   string  `json:"case"`
 	Size   int     `json:"size,omitempty"`
-	Remote float64 `json:"remote"`           // MB/s (10^6 bytes), or µs for the registration rows
-	RMA    float64 `json:"rma,omitempty"`    // remote with ModeRMA
-	Other  float64 `json:"other,omitempty"`  // perftest's, Go net's, or the per-buffer registration's
-	Ratio  float64 `json:"ratio,omitempty"`  // Remote / Other (Other / Remote for costs)
+	Remote float64 `json:"remote"`          // MB/s (10^6 bytes), or µs for the registration rows: the median
+	RMA    float64 `json:"rma,omitempty"`   // remote with ModeRMA
+	Other  float64 `json:"other,omitempty"` // perftest's, Go net's, or the per-buffer registration's
+	Ratio  float64 `json:"ratio,omitempty"` // the median of the rounds' Remote / Other (Other / Remote for costs)
+	Like   float64 `json:"like,omitempty"`  // perftest run like remote (failure handling; ordinary memory)
+	LikeR  float64 `json:"like_ratio,omitempty"`
 	Detail string  `json:"detail,omitempty"` // what else was measured
+	// The spread: every round's figure, in the order taken (the competitors interleaved).
+	Rounds struct {
+		Remote, RMA, Other, Ratio, Like, LikeRatio []float64 `json:",omitempty"`
+	} `json:"rounds"`
+}
+
+// ucxCompare fills r's medians and rounds from the rounds' figures of each competitor; the
+// ratio is taken round by round (remote against the competitor measured next to it).
+func (r *ucxRow) compare(ours, rma, other []float64) {
+	r.Rounds.Remote, r.Rounds.RMA, r.Rounds.Other = slices.Clone(ours), slices.Clone(rma), slices.Clone(other)
+	if len(ours) > 0 {
+		r.Remote = median(slices.Clone(ours)) // median sorts what it is given
+	}
+	if len(rma) > 0 {
+		r.RMA = median(slices.Clone(rma))
+	}
+	if len(other) > 0 {
+		r.Other = median(slices.Clone(other))
+	}
+	r.Rounds.Ratio = ratios(ours, other)
+	if len(r.Rounds.Ratio) > 0 {
+		r.Ratio = median(slices.Clone(r.Rounds.Ratio))
+	}
+}
+
+// like adds perftest's figures run like remote.
+func (r *ucxRow) like(ours, like []float64) {
+	r.Rounds.Like = slices.Clone(like)
+	if len(like) > 0 {
+		r.Like = median(slices.Clone(like))
+	}
+	r.Rounds.LikeRatio = ratios(ours, like)
+	if len(r.Rounds.LikeRatio) > 0 {
+		r.LikeR = median(slices.Clone(r.Rounds.LikeRatio))
+	}
+}
+
+// ratios returns ours[i]/other[i], round by round (nil unless both have every round).
+func ratios(ours, other []float64) []float64 {
+	if len(ours) != len(other) || len(ours) == 0 {
+		return nil
+	}
+	rs := make([]float64, len(ours))
+	for i := range ours {
+		rs[i] = ours[i] / other[i]
+	}
+	return rs
+}
+
+// spread returns "min–max" of xs, with prec decimals.
+func spread(xs []float64, prec int) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.*f–%.*f", prec, slices.Min(xs), prec, slices.Max(xs))
 }
 
 func ucxBench(cfg *config) int {
@@ -73,16 +135,25 @@ func ucxBench(cfg *config) int {
 	if cfg.quick {
 		rounds = 3
 	}
+	if cfg.ucxRounds > 0 {
+		rounds = cfg.ucxRounds
+	}
 	fmt.Fprintf(os.Stderr, "bench -ucx: %s, %d rounds, load %s\n", tls, rounds, loadAvg())
-	b, err := newUCXBench(rounds)
+	b, err := newUCXBench(rounds, cfg.filter)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench -ucx:", err)
 		return 1
 	}
 	defer b.close()
 	var rows []ucxRow
-	for _, step := range []func() ([]ucxRow, error){b.registration, b.bandwidth, b.batch} {
-		rs, err := step()
+	for _, step := range []struct {
+		name string
+		run  func() ([]ucxRow, error)
+	}{{"registration/1000x16KiB", b.registration}, {"", b.bandwidth}, {"batch/1000x16KiB cpu/1000x16KiB-vs-net", b.batch}} {
+		if step.name != "" && !b.filter.MatchString(step.name) {
+			continue // (bandwidth filters its rows itself)
+		}
+		rs, err := step.run()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench -ucx:", err)
 			return 1
@@ -106,6 +177,7 @@ func ucxBench(cfg *config) int {
 // a registered pool, and perftest where installed.
 type ucxBenchState struct {
 	rounds   int
+	filter   *regexp.Regexp // the rows to measure
 	pool     *pinned.Pool
 	w, wr    *remote.Worker
 	c, cr    *remote.Conn
@@ -124,8 +196,8 @@ func ucxPool() (*pinned.Pool, error) {
 	return pinned.New(o)
 }
 
-func newUCXBench(rounds int) (*ucxBenchState, error) {
-	b := &ucxBenchState{rounds: rounds, ctx: context.Background()}
+func newUCXBench(rounds int, filter *regexp.Regexp) (*ucxBenchState, error) {
+	b := &ucxBenchState{rounds: rounds, filter: filter, ctx: context.Background()}
 	b.perftest, _ = exec.LookPath("ucx_perftest")
 	var err error
 	if b.pool, err = ucxPool(); err != nil {
@@ -261,6 +333,15 @@ func opsFor(size int) int { return min(16384, max(16, (64<<20)/size)) }
 func (b *ucxBenchState) bandwidth() ([]ucxRow, error) {
 	var rows []ucxRow
 	for _, size := range ucxSizes {
+		var dirs []bool
+		for _, get := range []bool{false, true} {
+			if b.filter.MatchString(opName(get) + "/" + sizeName(int64(size))) {
+				dirs = append(dirs, get)
+			}
+		}
+		if len(dirs) == 0 {
+			continue
+		}
 		src, err := b.pool.Alloc(size)
 		if err != nil {
 			return nil, err
@@ -273,8 +354,8 @@ func (b *ucxBenchState) bandwidth() ([]ucxRow, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, get := range []bool{false, true} {
-			var ours, rma, pt []float64
+		for _, get := range dirs {
+			var ours, rma, pt, like []float64
 			for range b.rounds {
 				v, err := transferMBs(b.ctx, b.c, get, src, dst[0], size, opsFor(size))
 				if err != nil {
@@ -286,23 +367,24 @@ func (b *ucxBenchState) bandwidth() ([]ucxRow, error) {
 				}
 				rma = append(rma, v)
 				if b.perftest != "" {
-					v, err := b.runPerftest(get, size, opsFor(size))
-					if err != nil {
-						return nil, err
+					for _, l := range []bool{false, true} {
+						v, err := b.runPerftest(get, l, size, opsFor(size))
+						if err != nil {
+							return nil, err
+						}
+						if l {
+							like = append(like, v)
+						} else {
+							pt = append(pt, v)
+						}
 					}
-					pt = append(pt, v)
 				}
 			}
-			name := "put"
-			if get {
-				name = "get"
-			}
-			r := ucxRow{Case: name + "/" + sizeName(int64(size)), Size: size, Remote: median(ours), RMA: median(rma)}
-			if len(pt) > 0 {
-				r.Other = median(pt)
-				r.Ratio = r.Remote / r.Other
-			}
-			fmt.Fprintf(os.Stderr, "  %-10s remote %.0f MB/s, remote RMA mode %.0f, ucx_perftest %.0f\n", r.Case, r.Remote, r.RMA, r.Other)
+			r := ucxRow{Case: opName(get) + "/" + sizeName(int64(size)), Size: size}
+			r.compare(ours, rma, pt)
+			r.like(ours, like)
+			fmt.Fprintf(os.Stderr, "  %-10s remote %s MB/s, ModeRMA %s, ucx_perftest %s (ratio %s), like remote %s (ratio %s)\n", r.Case,
+				spread(ours, 0), spread(rma, 0), spread(pt, 0), spread(r.Rounds.Ratio, 2), spread(like, 0), spread(r.Rounds.LikeRatio, 2))
 			rows = append(rows, r)
 		}
 		if _, err := b.call(b.c, "free"); err != nil {
@@ -318,137 +400,25 @@ func (b *ucxBenchState) bandwidth() ([]ucxRow, error) {
 	return rows, nil
 }
 
-var perftestFinal = regexp.MustCompile(`^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$`)
-
-// runPerftest runs ucx_perftest's server and client on this host with the same UCX
-// environment and returns the client's overall bandwidth in MB/s (10^6 bytes).
-func (b *ucxBenchState) runPerftest(get bool, size, iters int) (float64, error) {
-	port := 20000 + os.Getpid()%20000
-	srv := exec.Command(b.perftest, "-p", fmt.Sprint(port))
-	if err := srv.Start(); err != nil {
-		return 0, err
-	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	args := []string{"127.0.0.1", "-p", fmt.Sprint(port), "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters), "-w", fmt.Sprint(max(10, iters/10)), "-f"}
+func opName(get bool) string {
 	if get {
-		args = append(args, "-t", "ucp_get", "-O", "64")
-	} else {
-		args = append(args, "-t", "ucp_put_bw")
+		return "get"
 	}
-	var out []byte
-	var err error
-	for try := 0; try < 50; try++ { // the server needs a moment to listen
-		out, err = exec.Command(b.perftest, args...).CombinedOutput()
-		if err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("ucx_perftest %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	for _, l := range strings.Split(string(out), "\n") {
-		if m := perftestFinal.FindStringSubmatch(l); m != nil {
-			mib, _ := strconv.ParseFloat(m[6], 64) // overall bandwidth, MiB/s
-			return mib * (1 << 20) / 1e6, nil
-		}
-	}
-	return 0, fmt.Errorf("no result in ucx_perftest's output: %s", out)
-}
-
-// batch moves 1,000 blocks of 16 KiB, each its own buffer on both sides, by remote (both
-// modes) and by Go net sockets, interleaved.
-func (b *ucxBenchState) batch() ([]ucxRow, error) {
-	const n, size = 1000, 16 << 10
-	src := make([][]byte, n)
-	for i := range src {
-		var err error
-		if src[i], err = b.pool.Alloc(size); err != nil {
-			return nil, err
-		}
-		for j := range src[i] {
-			src[i][j] = byte(i + j)
-		}
-	}
-	defer func() {
-		for _, s := range src {
-			_ = b.pool.Free(s)
-		}
-	}()
-	dst, err := b.peerAlloc(b.c, size, n)
-	if err != nil {
-		return nil, err
-	}
-	dstR, err := b.peerAlloc(b.cr, size, n)
-	if err != nil {
-		return nil, err
-	}
-	r, err := b.call(b.c, "net")
-	if err != nil {
-		return nil, err
-	}
-	sock, err := net.Dial("tcp", "127.0.0.1:"+string(r))
-	if err != nil {
-		return nil, err
-	}
-	defer sock.Close()
-	batch := func(c *remote.Conn, ds []remote.Descriptor) (float64, error) {
-		t := c.NewTransfer()
-		for i := range src {
-			if err := t.Put(src[i], ds[i]); err != nil {
-				return 0, err
-			}
-		}
-		start := time.Now()
-		if err := t.Start(); err != nil {
-			return 0, err
-		}
-		if err := t.Wait(b.ctx); err != nil {
-			return 0, err
-		}
-		return float64(n*size) / time.Since(start).Seconds() / 1e6, nil
-	}
-	var ours, rma, sockets, pt []float64
-	for range b.rounds {
-		v, err := batch(b.c, dst)
-		if err != nil {
-			return nil, err
-		}
-		ours = append(ours, v)
-		if v, err = batch(b.cr, dstR); err != nil {
-			return nil, err
-		}
-		rma = append(rma, v)
-		if v, err = netBatch(sock, src); err != nil {
-			return nil, err
-		}
-		sockets = append(sockets, v)
-		if b.perftest != "" {
-			if v, err = b.runPerftest(false, size, 4*n); err != nil {
-				return nil, err
-			}
-			pt = append(pt, v)
-		}
-	}
-	rows := []ucxRow{
-		{Case: "batch/1000x16KiB", Size: size, Remote: median(ours), RMA: median(rma), Detail: "vs ucx_perftest ucp_put_bw at 16 KiB"},
-		{Case: "cpu/1000x16KiB-vs-net", Size: size, Remote: median(ours), Other: median(sockets), Detail: "vs Go net: TCP on loopback, io.ReadFull into the peer's pool buffers"},
-	}
-	if len(pt) > 0 {
-		rows[0].Other = median(pt)
-		rows[0].Ratio = rows[0].Remote / rows[0].Other
-	}
-	rows[1].Ratio = rows[1].Remote / rows[1].Other
-	_, _ = b.call(b.c, "free")
-	_, _ = b.call(b.cr, "free")
-	return rows, nil
+	return "put"
 }
 
 func printUCX(w io.Writer, tls, load string, rows []ucxRow) {
 	fmt.Fprintf(w, "\n## UCX (%s), load %s\n\n", tls, load)
-	fmt.Fprintln(w, "| case | remote | remote, ModeRMA | competitor | ratio | |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "MB/s (µs for registration); medians of the rounds, the rounds' ratios min–max in brackets.")
+	fmt.Fprintln(w, "perftest: ucx_perftest as it runs by default; like remote: with failure handling (-e), or over shared memory in ordinary memory.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| case | remote | remote, ModeRMA | perftest / other | remote ÷ it | perftest like remote | remote ÷ it | |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.2f | %s |\n", r.Case, r.Remote, r.RMA, r.Other, r.Ratio, r.Detail)
+		like, likeR := "", ""
+		if r.Like > 0 {
+			like, likeR = fmt.Sprintf("%.0f", r.Like), fmt.Sprintf("%.2f [%s]", r.LikeR, spread(r.Rounds.LikeRatio, 2))
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.2f [%s] | %s | %s | %s |\n", r.Case, r.Remote, r.RMA, r.Other, r.Ratio, spread(r.Rounds.Ratio, 2), like, likeR, r.Detail)
 	}
 }

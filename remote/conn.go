@@ -28,6 +28,7 @@ type Conn struct {
 	state     uint8
 	err       error // why it failed or closed
 	inflight  int   // operations and messages in flight on ep
+	gets      int   // gets by message in flight (getWindow)
 	rkeys     map[uint32]*rkeyEntry
 	mode      Mode // how its transfers go: decided at the first (messages.go)
 	msgs      [][]byte
@@ -261,6 +262,7 @@ func (w *Worker) failConn(c *Conn, err error) {
 	for i := range w.slots {
 		if s := &w.slots[i]; s.kind == slotOp && s.c == c && s.remote {
 			s.remote = false
+			w.uw.DisarmReply(uint32(i))
 			if s.status == 0 {
 				s.status = -25 // UCS_ERR_CONNECTION_RESET: the error is c.err (statusErr)
 			}

@@ -60,6 +60,11 @@ func TestPeerKilled(t *testing.T) {
 			if st := l.w.Stats(); st.Failed == 0 {
 				t.Errorf("stats count no failed transfer: %+v", st)
 			}
+			l.w.mu.Lock()
+			if ch.c.gets != 0 {
+				t.Errorf("%d gets by message still counted in flight on the dead connection", ch.c.gets)
+			}
+			l.w.mu.Unlock()
 		})
 		t.Run(tr.name+"/putting", func(t *testing.T) {
 			env := tr.set(t)

@@ -22,8 +22,15 @@ import (
 // every acknowledgement and answer has come, the bytes in place.
 //
 // A connection chooses at its first transfer: puts and gets of UCX where ucp_ep_print_info
-// lists an RMA protocol on one of its lanes ("put[lane]"), messages otherwise; Options.Mode
-// forces one.
+// lists RMA protocols ("put[i]") and a lane on a transport that does them in registered memory
+// (rmaLanes: an RDMA NIC's), messages otherwise (TCP; shared memory, whose sysv and posix puts
+// reach only memory UCX allocated itself, so that UCX would emulate them into a pool's
+// regions with its own messages); Options.Mode forces one.
+//
+// A get by message is split into requests of getPart bytes, getWindow of them in flight at
+// most on a connection, and the answer to each is copied by UCX's callback straight into place (ucx.Worker.ArmReply):
+// one copy from UCX's receive buffer, as UCX's own emulated get makes, where a whole answer
+// would be assembled by UCX in a buffer it allocates, queued, then copied.
 //
 // A data message's header (ucx.HeaderLen bytes, little-endian): kind, status, six zero bytes,
 // the receiver's connection id, the initiator's operation id (slot and generation), the
@@ -50,8 +57,9 @@ const (
 type Mode uint8
 
 const (
-	// ModeAuto: UCX's puts and gets where a lane of the connection does them in hardware (an
-	// RDMA NIC) or zero-copy, messages otherwise (ModeMessages).
+	// ModeAuto: UCX's puts and gets where a lane of the connection does them in registered
+	// memory (an RDMA NIC), messages otherwise (ModeMessages): over TCP, and over shared memory,
+	// whose transports in UCX 1.13 do puts and gets only in memory UCX allocated itself.
 	ModeAuto Mode = iota
 	// ModeRMA: UCX's puts and gets (ucp_put_nbx, ucp_get_nbx), emulated by UCX where no
 	// transport has them. On UCX 1.13, a peer that dies while this process answers its
@@ -93,7 +101,32 @@ func decodeHeader(b *[ucx.HeaderLen]byte) (dataHeader, bool) {
 		base: binary.LittleEndian.Uint64(b[48:]), size: binary.LittleEndian.Uint64(b[56:])}, true
 }
 
-var rmaProto = regexp.MustCompile(`(?m)^#\s+(put|get)\[\d+\]:`)
+var (
+	rmaProto = regexp.MustCompile(`(?m)^#\s+(put|get)\[\d+\]:`)
+	epLane   = regexp.MustCompile(`(?m)^#\s+lane\[\d+\]:\s+\d+:([A-Za-z0-9_]+)/`)
+)
+
+// allocOnly are the transports whose puts and gets reach only memory UCX allocated itself
+// (ucp_mem_map with UCP_MEM_MAP_ALLOCATE: a shared segment the peer maps); their memory
+// domains register nothing else, so a pool's regions carry no key of theirs and UCX emulates
+// puts and gets into them with messages (ucx_info -d: "allocate", no "register"). tcp, cma
+// and knem carry no puts or gets of UCX 1.13's at all (only its rendezvous).
+var allocOnly = map[string]bool{"self": true, "sysv": true, "posix": true, "tcp": true, "cma": true, "knem": true}
+
+// rmaLanes reports whether an endpoint, as ucp_ep_print_info describes it, has puts and gets
+// (put[i], get[i] lines) and a lane on a transport that does them in registered memory (an
+// RDMA NIC's, xpmem).
+func rmaLanes(info string) bool {
+	if !rmaProto.MatchString(info) {
+		return false
+	}
+	for _, m := range epLane.FindAllStringSubmatch(info, -1) {
+		if !allocOnly[m[1]] {
+			return true
+		}
+	}
+	return false
+}
 
 // rmaMode reports whether c's transfers go as UCX's puts and gets. Under mu.
 func (w *Worker) rmaMode(c *Conn) bool {
@@ -101,7 +134,7 @@ func (w *Worker) rmaMode(c *Conn) bool {
 		c.mode = w.opts.Mode
 		if c.mode == ModeAuto {
 			c.mode = ModeMessages
-			if info, err := w.uw.EpInfo(c.ep); err == nil && rmaProto.MatchString(info) {
+			if info, err := w.uw.EpInfo(c.ep); err == nil && rmaLanes(info) {
 				c.mode = ModeRMA
 			}
 		}
@@ -109,15 +142,55 @@ func (w *Worker) rmaMode(c *Conn) bool {
 	return c.mode == ModeRMA
 }
 
-// dataKind is the kind of Op a data message goes as: eagerly, with UCX's failure handling (its
-// rendezvous protocol, like its emulated puts and gets, ends a process whose peer dies while
-// it answers); by whatever protocol UCX picks without it (Options.SharedMemory: a large
-// message by rendezvous, its bytes fetched straight into place, by cma on this host).
-func (w *Worker) dataKind() int32 {
-	if w.opts.SharedMemory {
-		return ucx.OpDataAny
+// A data message always goes eagerly (ucx.OpData), and one that comes by UCX's rendezvous is
+// refused, never fetched: UCX 1.13 ends the process whose rendezvous fetch fails, by cma over
+// shared memory (process_vm_readv of a peer that exited: "No such process", TestPeerKilled/shm
+// found it), as its emulated puts and gets end a target whose peer dies while it answers.
+
+// getPart is the most a get by eager message asks for in one request: its answer then comes
+// in one fragment of UCX's TCP transport (64 KiB), which the callback copies straight into
+// place (ArmReply), where a larger one is first assembled whole by UCX in a buffer it
+// allocates, then copied. The parts of a large get are in flight together (getWindow).
+const getPart = 32 << 10
+
+// getWindow bounds the gets by message in flight on a connection, parts of split gets included
+// (4 MiB of answers at getPart bytes): the transfer's next operations wait for earlier ones. A
+// window of thousands (Options.MaxInFlight's default) halved the rate of gets over TCP on the
+// build machine, where 128 kept it (docs/bench.md), as ucx_perftest keeps 64 outstanding.
+const getWindow = 128
+
+// getWindowFull reports whether operation j of t is a get by message that must wait: its
+// connection has getWindow of them in flight. Under mu.
+func (w *Worker) getWindowFull(t *Transfer, j int) bool {
+	k := t.ops[j].Kind
+	return k == ucx.OpData && j < len(t.gets) && t.gets[j] && t.c.gets >= getWindow
+}
+
+// splitGets splits each get by eager message of more than getPart bytes into requests of
+// getPart bytes: the first stays where it is, the others go after every operation of the
+// transfer (ops, lrs and gets beyond len(descs): parts, not counted as operations of their
+// own). Under mu.
+func (t *Transfer) splitGets() {
+	for i := range t.descs {
+		if !t.gets[i] {
+			continue
+		}
+		h, _ := decodeHeader(&t.ops[i].Header)
+		if h.n <= getPart {
+			continue
+		}
+		for off := uint64(getPart); off < h.n; off += getPart {
+			p, ph := t.ops[i], h
+			ph.addr, ph.n = h.addr+off, min(getPart, h.n-off)
+			p.Local += off
+			ph.encode(&p.Header)
+			t.ops = append(t.ops, p)
+			t.lrs = append(t.lrs, t.lrs[i])
+			t.gets = append(t.gets, true)
+		}
+		h.n = getPart
+		h.encode(&t.ops[i].Header)
 	}
-	return ucx.OpData
 }
 
 // opID is the id of the operation in slot i, as a data message names it.
@@ -141,24 +214,7 @@ func (w *Worker) data(ev *ucx.Event) {
 			st = answerTruncated
 		}
 		if st == answerOK && ev.Rndv {
-			if i, ok := w.takeSlot(slotRecv); ok { // fetch the bytes into place, then answer
-				lr := w.byID[h.region]
-				w.slots[i].c, w.slots[i].op = c, h.op
-				inflight, err := w.uw.RecvData(ev.Key, uintptr(h.addr), lr.mem, ucx.MemoryHost, i)
-				if inflight {
-					c.inflight++
-					w.slots[i].lr, w.slots[i].held = lr, true
-					lr.held++
-					return
-				}
-				w.freeSlot(i)
-				if err != nil {
-					st = answerTruncated
-				}
-				w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op}, nil)
-				return
-			}
-			st = answerBusy
+			st = answerTruncated // by rendezvous: refused, never fetched (above)
 		}
 		if st == answerOK {
 			w.uw.CopyData(ev.Key, uintptr(h.addr))
@@ -195,7 +251,7 @@ func (w *Worker) checkTarget(h dataHeader) uint8 {
 // it until a slot is free. Under mu.
 func (w *Worker) answer(c *Conn, h dataHeader, lr *localRegion) {
 	h.conn = c.peerID
-	op := ucx.Op{Ep: c.ep, Kind: w.dataKind()}
+	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData}
 	if lr != nil {
 		op.Local, op.Length, op.Mem = h.addr, h.n, lr.mem
 	}
@@ -262,6 +318,7 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 	if s.kind != slotOp || s.gen != uint32(h.op>>32) || s.c != c || !s.remote || h.kind != want {
 		return // a stale or forged answer: dropped
 	}
+	w.uw.DisarmReply(i) // one answer per get: a second would not land
 	st := int32(0)
 	switch {
 	case h.status == answerRefused:
@@ -270,26 +327,9 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 		st = stMemType
 	case h.status == answerBusy:
 		st = stBusy
-	case h.status != answerOK || s.get && uint64(ev.Len) != s.n:
-		st = stTruncated
-	case s.get && ev.Rndv:
-		r, ok := w.takeSlot(slotRecv)
-		if !ok {
-			st = stBusy
-			break
-		}
-		w.slots[r].c, w.slots[r].of = c, i
-		inflight, err := w.uw.RecvData(ev.Key, s.local, s.lr.mem, ucx.MemoryHost, r)
-		if inflight {
-			c.inflight++
-			w.slots[r].lr, w.slots[r].held = s.lr, true
-			s.lr.held++
-			return // the get ends with the receive (received)
-		}
-		w.freeSlot(r)
-		if err != nil {
-			st = stTruncated
-		}
+	case ev.Landed: // the callback put the bytes in place (ArmReply)
+	case h.status != answerOK || ev.Rndv || s.get && uint64(ev.Len) != s.n:
+		st = stTruncated // (by rendezvous: refused, never fetched)
 	case s.get:
 		w.uw.CopyData(ev.Key, s.local)
 	}
@@ -299,32 +339,6 @@ func (w *Worker) answered(c *Conn, h dataHeader, ev *ucx.Event) {
 	}
 	if !s.sending {
 		w.endOp(i)
-	}
-}
-
-// received is the end of a receive by rendezvous (slot s), with UCX's status st: a put's
-// bytes are in place (answer the peer), or a get's have come (end the get). Under mu.
-func (w *Worker) received(s slot, st int32) {
-	if s.t == nil && s.op != 0 { // a put of the peer's
-		status := uint8(answerOK)
-		if st != 0 {
-			status = answerTruncated
-		}
-		if s.c.state == connOpen {
-			w.answer(s.c, dataHeader{kind: dataDone, status: status, op: s.op}, nil)
-		}
-		return
-	}
-	g := &w.slots[s.of]
-	if g.kind != slotOp || !g.remote {
-		return
-	}
-	g.remote = false
-	if st != 0 && g.status == 0 {
-		g.status = st
-	}
-	if !g.sending {
-		w.endOp(s.of)
 	}
 }
 

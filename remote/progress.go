@@ -111,9 +111,6 @@ func (w *Worker) complete(cq []ucx.Completion) {
 			}
 		case slotAnswer:
 			s.c.inflight--
-		case slotRecv:
-			s.c.inflight--
-			w.received(s, c.Status)
 		case slotClose:
 			w.reap(s.c)
 		case slotZombie:

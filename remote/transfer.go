@@ -178,7 +178,10 @@ func (t *Transfer) Start() error {
 			op.Length = 0 // a request: the bytes come in the answer, to op.Local
 		}
 		h.encode(&op.Header)
-		op.Kind = w.dataKind()
+		op.Kind = ucx.OpData
+	}
+	if t.err == nil && !rma {
+		t.splitGets()
 	}
 	if t.err == nil && t.puts && rma {
 		t.ops = append(t.ops, ucx.Op{Ep: c.ep, Kind: ucx.OpFlush})
@@ -220,6 +223,9 @@ func (w *Worker) post(t *Transfer) {
 	for t.posted < len(t.ops) && t.err == nil {
 		start, k := t.posted, 0
 		for start+k < len(t.ops) {
+			if w.getWindowFull(t, start+k) {
+				break
+			}
 			i, ok := w.takeSlot(slotOp)
 			if !ok {
 				break
@@ -228,13 +234,15 @@ func (w *Worker) post(t *Transfer) {
 			op.Slot = i
 			s.t, s.c, s.n = t, t.c, op.Length
 			if j := start + k; j < len(t.lrs) {
-				s.lr = t.lrs[j]
-				if op.Kind == ucx.OpData || op.Kind == ucx.OpDataAny {
+				s.lr, s.part = t.lrs[j], j >= len(t.descs)
+				if op.Kind == ucx.OpData {
 					s.remote, s.get = true, t.gets[j]
-					if s.get {
-						s.local, s.n = uintptr(op.Local), binary.LittleEndian.Uint64(op.Header[32:])
-					}
 					binary.LittleEndian.PutUint64(op.Header[16:], w.opID(i))
+					if s.get { // the answer lands in place as UCX delivers it (ArmReply)
+						s.local, s.n = uintptr(op.Local), binary.LittleEndian.Uint64(op.Header[32:])
+						w.uw.ArmReply(i, w.opID(i), t.c.id, s.local, s.n)
+						t.c.gets++
+					}
 				}
 			}
 			k++
@@ -245,6 +253,9 @@ func (w *Worker) post(t *Transfer) {
 		batch := t.ops[start : start+k]
 		if _, err := w.uw.Post(batch); err != nil {
 			for _, op := range batch {
+				if w.slots[op.Slot].get {
+					t.c.gets--
+				}
 				w.freeSlot(op.Slot)
 			}
 			t.fail(fmt.Errorf("remote: %w", err))
@@ -291,8 +302,13 @@ func (w *Worker) sent(i uint32, st int32) {
 // endOp ends the operation in slot i and frees the slot. Under mu.
 func (w *Worker) endOp(i uint32) {
 	s := w.slots[i]
+	if s.get {
+		s.c.gets--
+	}
 	kind := int32(ucx.OpFlush)
-	if s.lr != nil {
+	if s.part {
+		kind = opPart
+	} else if s.lr != nil {
 		kind = ucx.OpPut
 	}
 	w.freeSlot(i)
@@ -306,10 +322,16 @@ func (w *Worker) countOp(t *Transfer, st int32, n uint64, kind int32) {
 		return
 	}
 	if kind != ucx.OpFlush {
-		w.stats.ops.Add(1)
+		if kind != opPart {
+			w.stats.ops.Add(1)
+		}
 		w.stats.bytes.Add(n)
 	}
 }
+
+// opPart is the kind opDone is told for a part of a split get (splitGets): its bytes count,
+// not as an operation.
+const opPart = -1
 
 // opDone is the completion of an operation of t, of n bytes on local region lr (nil for a
 // flush). Under mu.

@@ -51,6 +51,9 @@ func twoProcesses(t *testing.T, tr transport, dial bool, mode Mode) {
 		}
 	}
 	// One batch of gets.
+	l.w.mu.Lock()
+	landed0, byMessage := l.w.uw.Landed(), !l.w.rmaMode(ch.c)
+	l.w.mu.Unlock()
 	tx := ch.c.NewTransfer()
 	for k := range ds {
 		if err := tx.Get(mine[k], ds[k]); err != nil {
@@ -60,11 +63,35 @@ func twoProcesses(t *testing.T, tr transport, dial bool, mode Mode) {
 	if err := tx.Start(); err != nil {
 		t.Fatal(err)
 	}
+	l.w.mu.Lock()
+	if ch.c.gets > getWindow {
+		t.Errorf("%d gets by message in flight, more than the window of %d", ch.c.gets, getWindow)
+	}
+	l.w.mu.Unlock()
 	if err := tx.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
+	l.w.mu.Lock()
+	if ch.c.gets != 0 {
+		t.Errorf("%d gets by message in flight once the transfer ended", ch.c.gets)
+	}
+	l.w.mu.Unlock()
 	for k, b := range mine {
 		check(t, "get", b, uint64(100+10*(k/2)+k%2))
+	}
+	// By message, a get goes as requests of getPart bytes at most, and every answer is copied
+	// by UCX's callback straight into place: none is queued and copied again.
+	if byMessage {
+		want := uint64(0)
+		for _, b := range mine {
+			want += uint64((len(b) + getPart - 1) / getPart)
+		}
+		l.w.mu.Lock()
+		got := l.w.uw.Landed() - landed0
+		l.w.mu.Unlock()
+		if got != want {
+			t.Errorf("%d answers to gets landed in place, want %d (one per request of at most %d bytes)", got, want, getPart)
+		}
 	}
 	// One batch of puts of new bytes, on the same transfer, reset.
 	if err := tx.Reset(); err != nil {

@@ -120,7 +120,7 @@ func (w *Worker) abandonSlots(c *Conn) {
 			}
 			c.inflight--
 			w.zombie(uint32(i))
-		case slotAnswer, slotRecv:
+		case slotAnswer:
 			c.inflight--
 			w.zombie(uint32(i))
 		}
@@ -131,6 +131,10 @@ func (w *Worker) abandonSlots(c *Conn) {
 // Under mu.
 func (w *Worker) zombie(i uint32) {
 	s := w.slots[i]
+	if s.get {
+		s.c.gets--
+	}
+	w.uw.DisarmReply(i) // its transfer ends now: no answer may land in its buffer
 	w.count(s.kind, -1)
 	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held}
 	w.zombies++

@@ -111,10 +111,8 @@ type slot struct {
 	status               int32
 	local                uintptr // a get by message: where the bytes go
 
-	// A receive by rendezvous: for a put, the answer due to the peer (op, its id); for a get's
-	// answer, the slot of the get (of).
-	op uint64
-	of uint32
+	// part says the operation is a part of a get split in requests (splitGets).
+	part bool
 
 	// held says UCX holds a request of this slot that names lr's registration: counted in
 	// lr.held until UCX completes it (register.go's Unmapping waits for none).
@@ -128,7 +126,6 @@ const (
 	slotClose
 	slotAnswer
 	slotZombie // an operation of an abandoned connection that UCX still holds (watch.go)
-	slotRecv   // the receive of a data message's bytes by rendezvous (messages.go)
 )
 
 // New creates a worker: it loads UCX (an error wrapping ErrNoUCX where it cannot), creates a
@@ -211,7 +208,7 @@ func wrap(sentinel, err error) error { return fmt.Errorf("%w: %w", sentinel, err
 // takeSlot returns a free slot for an operation of kind, or false when none is (a transfer
 // operation takes one only below MaxInFlight). Under mu.
 func (w *Worker) takeSlot(kind uint8) (uint32, bool) {
-	if len(w.free) == 0 || kind == slotOp && w.ops >= w.opts.MaxInFlight || (kind == slotAnswer || kind == slotRecv) && w.nanswer >= w.opts.MaxInFlight {
+	if len(w.free) == 0 || kind == slotOp && w.ops >= w.opts.MaxInFlight || kind == slotAnswer && w.nanswer >= w.opts.MaxInFlight {
 		return 0, false
 	}
 	i := w.free[len(w.free)-1]
@@ -226,13 +223,14 @@ func (w *Worker) count(kind uint8, d int) {
 	switch kind {
 	case slotOp:
 		w.ops += d
-	case slotAnswer, slotRecv:
+	case slotAnswer:
 		w.nanswer += d
 	}
 }
 
 // freeSlot gives slot i back. Under mu.
 func (w *Worker) freeSlot(i uint32) {
+	w.uw.DisarmReply(i)
 	w.count(w.slots[i].kind, -1)
 	w.slots[i] = slot{gen: w.slots[i].gen}
 	w.free = append(w.free, i)

@@ -47,6 +47,7 @@ type Worker struct{ NoPeerFailure bool }
 func (*Worker) Slots() int                                         { return 0 }
 func (*Worker) Destroy()                                           {}
 func (*Worker) Dropped() uint64                                    { return 0 }
+func (*Worker) Landed() uint64                                     { return 0 }
 func (*Worker) Address() ([]byte, error)                           { return nil, errStub }
 func (*Worker) EventFD() (int, error)                              { return -1, errStub }
 func (*Worker) Arm() (bool, error)                                 { return false, errStub }
@@ -71,6 +72,8 @@ func opSize() uintptr { return 128 }
 
 func (*Worker) EpInfo(Ep) (string, error)                                { return "", errStub }
 func (*Worker) CopyData(uint64, uintptr)                                 {}
+func (*Worker) ArmReply(uint32, uint64, uint64, uintptr, uint64)         {}
+func (*Worker) DisarmReply(uint32)                                       {}
 func (*Worker) ReleaseData(uint64)                                       {}
 func (*Worker) RecvData(uint64, uintptr, Mem, int, uint32) (bool, error) { return false, errStub }
 

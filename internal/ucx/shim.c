@@ -121,10 +121,35 @@ pm_status_t pm_am_cb(void *arg, const void *header, size_t hlen, void *data, siz
 	return PM_UCS_OK;
 }
 
-// pm_data_cb receives a data message: its header is copied; its bytes are kept in UCX's buffer
-// when UCX lets them be (UCP_AM_RECV_ATTR_FLAG_DATA: the callback returns UCS_INPROGRESS and
-// pm_data_release gives them back), else copied. Data messages are never dropped: the peer
-// waits for the answer to each, and their number is bounded by its operations in flight.
+// land_reply copies the bytes of an answer to a get straight to where the get wants them, when
+// the header names an armed slot's operation and connection with status OK and the length is
+// the slot's: one copy from UCX's receive buffer, as UCX's own emulated get makes. Anything
+// else is left to the Go side, which checks it again and says why it refuses it. The header's
+// fields are little-endian (remote/messages.go), as the hosts UCX runs on are.
+static int land_reply(pm_state *st, const unsigned char *h, const void *data, size_t len) {
+	static const int zero[] = {1, 2, 3, 4, 5, 6, 7, 44, 45, 46, 47};
+	if (h[0] != 3 /* dataReply */) return 0;
+	for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
+		if (h[zero[i]] != 0) return 0; // a status, or a malformed header
+	}
+	uint64_t op, conn;
+	memcpy(&conn, h + 8, 8);
+	memcpy(&op, h + 16, 8);
+	uint32_t i = (uint32_t)op;
+	if (op == 0 || i >= st->nslots) return 0;
+	pm_slot *s = &st->slots[i];
+	if (s->reply_op != op || s->reply_conn != conn || s->reply_len != len) return 0;
+	if (len > 0) memcpy((void *)s->reply_dst, data, len);
+	s->reply_op = 0;
+	st->landed++;
+	return 1;
+}
+
+// pm_data_cb receives a data message: its header is copied; its bytes land at once where an
+// armed get wants them (land_reply), or are kept in UCX's buffer when UCX lets them be
+// (UCP_AM_RECV_ATTR_FLAG_DATA: the callback returns UCS_INPROGRESS and pm_data_release gives
+// them back), or copied. Data messages are never dropped: the peer waits for the answer to
+// each, and their number is bounded by its operations in flight.
 pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
                               const pm_ucp_am_recv_param_t *param) {
 	pm_state *st = arg;
@@ -133,20 +158,22 @@ pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, s
 		return PM_UCS_OK;
 	}
 	int rndv = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_RNDV) != 0; // the bytes are still the sender's
-	int keep = rndv || ((param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_DATA) != 0 && len > 0);
-	pm_event *e = malloc(sizeof(pm_event) + (keep ? 0 : len));
+	int landed = !rndv && land_reply(st, header, data, len);
+	int keep = !landed && (rndv || ((param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_DATA) != 0 && len > 0));
+	size_t copy = landed || keep ? 0 : len;
+	pm_event *e = malloc(sizeof(pm_event) + copy);
 	if (e == NULL) {
 		st->ev_dropped++;
 		return PM_UCS_OK;
 	}
 	e->kind = PM_EV_DATA;
-	e->status = rndv; // 1: a rendezvous, whose bytes pm_data_recv fetches
+	e->status = landed ? PM_DATA_LANDED : rndv ? PM_DATA_RNDV : PM_DATA_HERE;
 	e->h = 0;
 	e->tag = 0;
-	e->len = len;
+	e->len = landed ? 0 : len;
 	e->desc = keep ? data : NULL;
 	memcpy(e->hdr, header, PM_HDR);
-	if (!keep && len > 0) memcpy(e->data, data, len);
+	if (copy > 0) memcpy(e->data, data, copy);
 	ev_push(st, e);
 	st->ev_bytes -= e->len; // bounded by the peer's operations in flight, not by ev_limit
 	return keep ? PM_UCS_INPROGRESS : PM_UCS_OK;

@@ -25,6 +25,10 @@ enum {
 	PM_EV_DATA = 4,  // a data message: hdr its header, its bytes in desc (UCX's, kept) or data
 };
 
+// A data event's status: its bytes are in desc or data (0), still at the sender (a rendezvous:
+// pm_data_recv fetches them), or landed already at the armed slot's reply_dst (len 0).
+enum { PM_DATA_HERE = 0, PM_DATA_RNDV = 1, PM_DATA_LANDED = 2 };
+
 // PM_HDR is the size of a data message's header (pm_op.hdr, pm_event.hdr).
 #define PM_HDR 64
 
@@ -43,10 +47,15 @@ typedef struct pm_event {
 struct pm_state;
 
 // A slot names one operation in flight; UCX's callback gets a pointer to it as user data.
+// A get by message arms its slot (reply_op not 0): the answer that names that operation and
+// connection, of reply_len bytes, is copied by pm_data_cb straight to reply_dst, once.
 typedef struct {
 	struct pm_state *st;
 	uint32_t id;
 	unsigned char hdr[PM_HDR]; // a data message's header, valid until its send completes
+	uint64_t reply_op, reply_conn;
+	uintptr_t reply_dst;
+	size_t reply_len;
 } pm_slot;
 
 // pm_state is a worker's: written by callbacks and read by pm_progress and pm_events, all under
@@ -60,6 +69,7 @@ typedef struct pm_state {
 	pm_event *ev_head, *ev_tail;
 	size_t ev_bytes, ev_limit;
 	uint64_t ev_dropped;
+	uint64_t landed; // answers copied straight into place (land_reply)
 } pm_state;
 
 // An operation for pm_post. kind: PM_OP_PUT, PM_OP_GET, PM_OP_FLUSH (of ep), PM_OP_DATA (a

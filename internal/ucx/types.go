@@ -134,4 +134,7 @@ type Event struct {
 	Key    uint64
 	// Rndv says a data message's bytes are still at its sender: Worker.RecvData fetches them.
 	Rndv bool
+	// Landed says a data message was the answer a slot armed by ArmReply waits for: its
+	// bytes are at the slot's destination already (Len is 0), and the slot is disarmed.
+	Landed bool
 }

@@ -96,6 +96,10 @@ func (w *Worker) Destroy() {
 // found no memory.
 func (w *Worker) Dropped() uint64 { return uint64(w.st.ev_dropped) }
 
+// Landed returns the number of answers to gets that the callbacks copied straight into place
+// (ArmReply).
+func (w *Worker) Landed() uint64 { return uint64(w.st.landed) }
+
 // Address returns the worker's address, for a peer's ConnectAddress.
 func (w *Worker) Address() ([]byte, error) {
 	var a unsafe.Pointer
@@ -168,7 +172,8 @@ func (w *Worker) Events(out []Event, max int) []Event {
 			ev := Event{Kind: int(e.kind), Status: Status(e.status), Handle: uintptr(e.h), Tag: uint64(e.tag)}
 			if ev.Kind == EventData {
 				w.key++
-				ev.Key, ev.Len, ev.Rndv, ev.Status = w.key, int(e.len), e.status == 1, 0
+				ev.Key, ev.Len, ev.Status = w.key, int(e.len), 0
+				ev.Rndv, ev.Landed = e.status == C.PM_DATA_RNDV, e.status == C.PM_DATA_LANDED
 				ev.Header = *(*[HeaderLen]byte)(unsafe.Pointer(&e.hdr[0]))
 				w.data[ev.Key] = e
 				out = append(out, ev)
@@ -196,6 +201,22 @@ func (w *Worker) CopyData(key uint64, dst uintptr) {
 	}
 }
 
+// ArmReply arms slot for the answer to a get by message: the data message whose header names
+// operation op (not 0) and connection conn, with status OK and n bytes, is copied by the
+// callback straight to the n bytes at dst (memory that is not Go's, kept live until the slot
+// is disarmed) and comes as an EventData with Landed set. Anything else comes as before.
+func (w *Worker) ArmReply(slot uint32, op, conn uint64, dst uintptr, n uint64) {
+	s := w.slot(slot)
+	s.reply_op, s.reply_conn, s.reply_dst, s.reply_len = C.uint64_t(op), C.uint64_t(conn), C.uintptr_t(dst), C.size_t(n)
+}
+
+// DisarmReply disarms slot: no answer lands at its destination any more.
+func (w *Worker) DisarmReply(slot uint32) { w.slot(slot).reply_op = 0 }
+
+func (w *Worker) slot(i uint32) *C.pm_slot {
+	return &unsafe.Slice(w.st.slots, w.slots)[i]
+}
+
 // RecvData receives the bytes of data message key (an EventData, whole or by rendezvous)
 // into the Len bytes at dst, of registration m (0: none) and memory type memType; inflight
 // reports that they come later, their completion in slot. Eager bytes are copied at once. The
@@ -205,7 +226,7 @@ func (w *Worker) RecvData(key uint64, dst uintptr, m Mem, memType int, slot uint
 	if e == nil {
 		return false, Status(-12) // UCS_ERR_NO_ELEM
 	}
-	if e.status != 1 {
+	if e.status != C.PM_DATA_RNDV {
 		C.pm_data_copy(e, C.uintptr_t(dst))
 		w.ReleaseData(key)
 		return false, nil

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The UCX suite's competitor (ucx.go): UCX's own ucx_perftest, server and client, on this host.
+
+var perftestFinal = regexp.MustCompile(`^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$`)
+
+// runPerftest runs ucx_perftest's server and client on this host with the same UCX
+// environment and returns the client's overall bandwidth in MB/s (10^6 bytes): ucp_put_bw, or
+// ucp_get with 64 outstanding. With like, it runs as remote does: over shared memory
+// (PINMALLOC_BENCH_SHM) in ordinary memory (UCX_ALLOC_PRIO=mmap: perftest's buffers are then
+// memory UCX registers, not a segment it allocates for the peer to map, as a pool's regions
+// are), elsewhere with failure handling (-e, as remote's connections have it).
+func (b *ucxBenchState) runPerftest(get, like bool, size, iters int) (float64, error) {
+	port := 20000 + os.Getpid()%20000
+	env := os.Environ()
+	var extra []string
+	if like && os.Getenv("PINMALLOC_BENCH_SHM") != "" {
+		env = append(env, "UCX_ALLOC_PRIO=mmap")
+	} else if like {
+		extra = []string{"-e"}
+	}
+	srv := exec.Command(b.perftest, append([]string{"-p", fmt.Sprint(port)}, extra...)...)
+	srv.Env = env
+	if err := srv.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	args := []string{"127.0.0.1", "-p", fmt.Sprint(port), "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters), "-w", fmt.Sprint(max(10, iters/10)), "-f"}
+	if get {
+		args = append(args, "-t", "ucp_get", "-O", "64")
+	} else {
+		args = append(args, "-t", "ucp_put_bw")
+	}
+	args = append(args, extra...)
+	var out []byte
+	var err error
+	for try := 0; try < 50; try++ { // the server needs a moment to listen
+		cmd := exec.Command(b.perftest, args...)
+		cmd.Env = env
+		out, err = cmd.CombinedOutput()
+		if err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ucx_perftest %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if m := perftestFinal.FindStringSubmatch(l); m != nil {
+			mib, _ := strconv.ParseFloat(m[6], 64) // overall bandwidth, MiB/s
+			return mib * (1 << 20) / 1e6, nil
+		}
+	}
+	return 0, fmt.Errorf("no result in ucx_perftest's output: %s", out)
+}
