@@ -167,8 +167,8 @@ func buildMutant(t *testing.T, root string, m mutant) string {
 // checker failed.
 func runMutant(t *testing.T, bin string, args []string) (string, bool) {
 	t.Helper()
-	cmd := exec.Command(bin, append(args, "-test.count=1")...)
-	cmd.Env = append(os.Environ(), envShrink+"=1ms", "STREAMCHECK_MUTANT=1", longEnv+"=")
+	cmd := exec.Command(bin, append(args, "-test.count=1", "-test.failfast")...) // caught at the first failure
+	cmd.Env = append(os.Environ(), envShrink+"=1ms", "STREAMCHECK_MUTANT=1", longEnv+"=", fmt.Sprintf("%s=%d", envSteps, ciSteps))
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return string(out), false
