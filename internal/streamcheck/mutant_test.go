@@ -182,14 +182,20 @@ func runMutant(t *testing.T, bin string, args []string) (string, bool) {
 	return string(out), true
 }
 
-// firstFailure is the first line of out that says what failed.
+// firstFailure is the first subtest of out that failed, and the first line that says what
+// failed.
 func firstFailure(out string) string {
+	test, what := "", "(no failure line)"
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, " failed: ") || strings.Contains(l, "(found as") {
-			return strings.TrimSpace(l)
+		l = strings.TrimSpace(l)
+		if name, ok := strings.CutPrefix(l, "--- FAIL: "); ok && (test == "" || strings.Contains(name, "/") && !strings.Contains(test, "/")) {
+			test, _, _ = strings.Cut(name, " ")
+		}
+		if what == "(no failure line)" && (strings.Contains(l, " failed: ") || strings.Contains(l, "(found as")) {
+			what = l
 		}
 	}
-	return "(no failure line)"
+	return test + ": " + what
 }
 
 // tail is the last n lines of s.

@@ -41,12 +41,13 @@ var ciSeeds = []uint64{1, 15, 36, 51, LegacyMix | 1, LegacyMix | 2, DevicePressu
 
 const ciSteps = 15000
 
-// longSeeds are the seeds PINMALLOC_LONG=1 adds, each run for longSteps: twenty, every
-// combination of the profiles' bits in turn.
+// longSeeds are the seeds PINMALLOC_LONG=1 adds, each run for longSteps: eight, every
+// combination of the profiles' bits once (about a minute on a quiet 2-core machine; -seeds and
+// -steps, or -long, run more).
 var longSeeds = func() []uint64 {
 	bits := []uint64{LegacyMix, DevicePressure, HostPressure}
 	var seeds []uint64
-	for i := range 20 {
+	for i := range 1 << len(bits) {
 		seed := uint64(1000 + i)
 		for k, b := range bits {
 			if i>>k&1 != 0 {
@@ -58,7 +59,7 @@ var longSeeds = func() []uint64 {
 	return seeds
 }()
 
-const longSteps = 100000
+const longSteps = 50000
 
 // TestStreamOrder runs the model checker (see the package documentation) on the fake driver.
 func TestStreamOrder(t *testing.T) {
