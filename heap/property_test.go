@@ -134,9 +134,12 @@ func TestProperty(t *testing.T) {
 // first), the way CUDA's VMM host memory does; hugetlb pages where the kernel has them,
 // ordinary pages committed in 2 MiB granules where it has not.
 func TestPropertyCoarse(t *testing.T) {
-	ops := 10_000
-	if longRun() {
+	ops := 10_000 // 500,000 in the long form (longRun), 2,000,000 with -long
+	switch {
+	case *long:
 		ops = 2_000_000
+	case longRun():
+		ops = 500_000
 	}
 	property(t, arena.Pageable(arena.HostOptions{HugePages: arena.HugeTLB}), ops)
 }
