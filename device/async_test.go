@@ -85,9 +85,9 @@ func TestFakeAsyncStress(t *testing.T) {
 	}
 	pool, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 128 << 20})
 	must(t, "pinned.New", err)
-	rounds := 40
-	if testing.Short() {
-		rounds = 12
+	rounds := 12
+	if longRun() {
+		rounds = 40
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)

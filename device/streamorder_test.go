@@ -18,7 +18,6 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
-	"github.com/pinmalloc/pinmalloc/internal/invariants"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -116,12 +115,13 @@ func freeUnderQueuedWork(t *testing.T, n uintptr, fill int, keepLast bool) {
 // buffer of a CUDAHost pool (freed on the stream at once), DtoHAsync into another, FreeAsync on
 // the stream; every 8 jobs a synchronize and a byte compare of the 8 results. ZeroOnFree is on
 // for odd seeds. The heap runs out of memory all the time, so stream heaps trim and reclaim
-// constantly. Before the fix about 1 seed in 10 read another stream's bytes. Seeds: 1 to 3, or
+// constantly. Before the fix about 1 seed in 10 read another stream's bytes. Seeds 1 and 2 with 48
+// jobs per goroutine (1 to 3 with 160 in the long form, longRun), or
 // PINMALLOC_STRESS_SEEDS="from to" (inclusive); PINMALLOC_STRESS_JOBS jobs per goroutine.
 func TestFakePressureStress(t *testing.T) {
-	from, to, jobs := uint64(1), uint64(3), 160
-	if testing.Short() || invariants.Enabled { // -race: a tenth of the speed
-		jobs = 48
+	from, to, jobs := uint64(1), uint64(2), 48 // seeds 1 and 2: ZeroOnFree on and off
+	if longRun() {
+		to, jobs = 3, 160
 	}
 	if v := os.Getenv("PINMALLOC_STRESS_SEEDS"); v != "" {
 		if _, err := fmt.Sscan(v, &from, &to); err != nil {

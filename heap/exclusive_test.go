@@ -10,10 +10,10 @@ import (
 
 // raceRounds is how many rounds the owner-against-others races run.
 func raceRounds() int {
-	if raceEnabled || testing.Short() {
-		return 4
+	if longRun() {
+		return 16
 	}
-	return 16
+	return 4
 }
 
 // freshBlocks makes a new heap in g (its class pages start exclusive) and allocates n class

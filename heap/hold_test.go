@@ -49,9 +49,9 @@ func TestHoldErrors(t *testing.T) {
 // free finds it held and the block is still live, and FreeHeld takes it back.
 func TestHoldRacesFree(t *testing.T) {
 	h := newTestHeap(t, 256<<20, Options{})
-	rounds := 10
-	if raceEnabled || testing.Short() {
-		rounds = 3
+	rounds := 3
+	if longRun() {
+		rounds = 10
 	}
 	for range rounds {
 		ps := make([]uintptr, 3000)

@@ -17,9 +17,9 @@ import (
 // block's pattern is checked before it is freed, Zalloc must read as zero, and the model's
 // counters must agree with the heap's.
 func TestPropertyKept(t *testing.T) {
-	ops := 1_500 // each step may fault in megabytes the timer gave back: slow on a VM
-	if raceEnabled || testing.Short() {
-		ops = 500
+	ops := 500 // each step may fault in megabytes the timer gave back: slow on a VM
+	if longRun() {
+		ops = 1_500
 	}
 	const capacity = 256 << 20
 	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: capacity, RegionSize: capacity, PurgeDelay: time.Millisecond})

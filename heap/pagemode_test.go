@@ -25,9 +25,9 @@ func TestTryFreeRemoteIsForeign(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rounds := 40
-	if raceEnabled || testing.Short() {
-		rounds = 10
+	rounds := 10
+	if longRun() {
+		rounds = 40
 	}
 	for round := range rounds {
 		ps := make([]uintptr, 2048)
@@ -133,9 +133,9 @@ func (r *stressRun) giveBack(p uintptr) { r.live.Delete(p) }
 // where the owner's hold keeps a page exclusive, so that pages become exclusive again often. Run it with -race and with
 // -tags invariants (Collect checks the invariants).
 func TestPageModesStress(t *testing.T) {
-	rounds, ops := 60, 8000 // fresh pages each round: holds and remote frees keep pages shared
-	if raceEnabled || testing.Short() {
-		rounds = 15
+	rounds, ops := 15, 8000 // fresh pages each round: holds and remote frees keep pages shared
+	if longRun() {
+		rounds = 60
 	}
 	g := newTestHeap(t, 256<<20, Options{}).g
 	for round := range rounds {

@@ -16,6 +16,14 @@ import (
 
 var long = flag.Bool("long", false, "run the property test for 10M operations")
 
+// longRun reports whether the long form of the stress and property tests runs: PINMALLOC_LONG=1
+// (CI's full run sets it) or -long, unless -short or the race detector is on. The default form
+// takes the same paths over fewer steps, rounds and workers' operations, so that go test ./...
+// stays fast.
+func longRun() bool {
+	return (*long || os.Getenv("PINMALLOC_LONG") != "") && !testing.Short() && !raceEnabled
+}
+
 // shadow is an independent record of which 16-byte granules of the region are live: marking a
 // block that overlaps a live one is a failure.
 type shadow struct {
@@ -108,14 +116,15 @@ func randSize(r *rand.Rand) uintptr {
 // no two live blocks overlap, every block lies in the region and meets its alignment, zeroed
 // blocks read as zero, and every block's contents survive until it is freed. Every 10,000
 // steps the heap's counters must agree with the model. TryAlloc and TryFree, where they do not
-// refuse, must leave the arena as it was.
+// refuse, must leave the arena as it was. 100,000 steps; 1,000,000 in the long form (longRun),
+// 10,000,000 with -long.
 func TestProperty(t *testing.T) {
-	ops := 1_000_000
+	ops := 100_000
 	switch {
 	case *long:
 		ops = 10_000_000
-	case raceEnabled || testing.Short():
-		ops = 100_000
+	case longRun():
+		ops = 1_000_000
 	}
 	property(t, arena.PageableHost(arena.HostOptions{}), ops)
 }
@@ -125,12 +134,12 @@ func TestProperty(t *testing.T) {
 // first), the way CUDA's VMM host memory does; hugetlb pages where the kernel has them,
 // ordinary pages committed in 2 MiB granules where it has not.
 func TestPropertyCoarse(t *testing.T) {
-	ops := 40_000
+	ops := 10_000 // 500,000 in the long form (longRun), 2,000,000 with -long
 	switch {
-	case *long || os.Getenv("PINMALLOC_LONG") != "":
+	case *long:
 		ops = 2_000_000
-	case raceEnabled || testing.Short():
-		ops = 10_000
+	case longRun():
+		ops = 500_000
 	}
 	property(t, arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB}), ops)
 }
@@ -310,9 +319,9 @@ func holdRefused(h *Heap, g *Group, b liveBlock, off uintptr) error {
 // races with the frees. At the end every heap must close with no block live.
 func TestRemoteFreeRace(t *testing.T) {
 	const workers = 8
-	perWorker := 20_000
-	if raceEnabled || testing.Short() {
-		perWorker = 3_000
+	perWorker := 3_000
+	if longRun() {
+		perWorker = 20_000
 	}
 	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 1 << 30})
 	if err != nil {
@@ -384,9 +393,9 @@ func TestRemoteFreeRace(t *testing.T) {
 // during a round, so no address is reused between the racing frees.
 func TestRacingDoubleFree(t *testing.T) {
 	h := newTestHeap(t, 256<<20, Options{})
-	rounds := 20
-	if raceEnabled || testing.Short() {
-		rounds = 4
+	rounds := 4
+	if longRun() {
+		rounds = 20
 	}
 	r := rand.New(rand.NewPCG(7, 7))
 	for round := range rounds {
@@ -523,9 +532,9 @@ func FuzzHeap(f *testing.F) {
 // caught a page released twice through a stale pending-stack entry.)
 func TestOwnerAllocsWhileRemoteFrees(t *testing.T) {
 	h := newTestHeap(t, 1<<30, Options{})
-	rounds := 40_000
-	if raceEnabled || testing.Short() {
-		rounds = 4_000
+	rounds := 4_000
+	if longRun() {
+		rounds = 40_000
 	}
 	ch := make(chan []uintptr, 16)
 	done := make(chan error)

@@ -1,6 +1,7 @@
 package heap
 
 import (
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -35,17 +36,15 @@ func TestFillEveryClass(t *testing.T) {
 						want = pg.nblocks + 1
 					}
 					b := mem.Bytes(p, size)
-					for k := range b {
-						if b[k] != 0 && fresh {
+					if fresh {
+						if k := nonZero(b); k >= 0 {
 							t.Fatalf("align %d class %d round %d: fresh block %d byte %d = %d", al, size, round, idx, k, b[k])
 						}
 					}
 					if pg.limit > pg.nblocks || uintptr(pg.limit)*pg.bsize > uintptr(pg.ctop) {
 						t.Fatalf("limit %d beyond commit %d", pg.limit, pg.ctop)
 					}
-					for k := range b {
-						b[k] = 0xA5
-					}
+					fillByte(b, 0xA5)
 					ps = append(ps, p)
 					if uint32(len(ps)) == want {
 						break
@@ -73,6 +72,34 @@ func TestFillEveryClass(t *testing.T) {
 	}
 }
 
+// nonZero returns the index of b's first byte that is not zero, or -1: a word at a time, as a
+// byte loop over every block of every class is most of TestFillEveryClass's time.
+func nonZero(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		if binary.NativeEndian.Uint64(b[i:]) != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// fillByte sets every byte of b to v, doubling a copy.
+func fillByte(b []byte, v byte) {
+	if len(b) == 0 {
+		return
+	}
+	b[0] = v
+	for n := 1; n < len(b); n *= 2 {
+		copy(b[n:], b[:n])
+	}
+}
+
 // TestZallocRemoteStress: one owner Zallocs (checking zero) large-class and small blocks, scribbles
 // them and hands them to 3 freers through channels; freers free remotely. Checks Stats at the end.
 func TestZallocRemoteStress(t *testing.T) {
@@ -97,9 +124,9 @@ func TestZallocRemoteStress(t *testing.T) {
 		}
 		r := rand.New(rand.NewPCG(1, 2))
 		var local []uintptr
-		ops := 15_000
-		if raceEnabled || testing.Short() {
-			ops = 4_000
+		ops := 4_000
+		if longRun() {
+			ops = 15_000
 		}
 		for i := 0; i < ops; i++ {
 			var n uintptr

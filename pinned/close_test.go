@@ -13,9 +13,9 @@ import (
 // leaked 64 MiB silently (a shard added after Close counted the shards), refused live frees
 // with "pool closed", and returned the heap's and the arena's own errors.
 func TestCloseRacingAlloc(t *testing.T) {
-	rounds := 50
-	if raceEnabled || testing.Short() {
-		rounds = 20
+	rounds := 20
+	if longRun() {
+		rounds = 50
 	}
 	for round := range rounds {
 		p, err := New(Options{Capacity: 256 << 20, Backend: Pageable, Shards: 8})

@@ -171,9 +171,18 @@ func copyEverything(t *testing.T, f *fakecuda.Driver, p *pinned.Pool, most int) 
 	}
 }
 
-// TestFakePoolCopiesHostVMM copies every size class and huge sizes up to 256 MiB (16 and 256
-// MiB among them: what TestCUDARegisteredBandwidth and BenchmarkCUDACopy copy on a GPU) from a
-// CUDAHost pool over VMM host memory.
+// hugestCopy bounds the buffers copyEverything copies on the fake: classSizes up to 64 MiB and
+// a bit, and in the long form (pinned.LongRun) 128 and 256 MiB too.
+func hugestCopy() int {
+	if pinned.LongRun() {
+		return 256 << 20
+	}
+	return 80 << 20
+}
+
+// TestFakePoolCopiesHostVMM copies every size class and huge sizes up to 64 MiB, 256 MiB in the
+// long form (16 and 256 MiB among them: what TestCUDARegisteredBandwidth and BenchmarkCUDACopy
+// copy on a GPU), from a CUDAHost pool over VMM host memory.
 func TestFakePoolCopiesHostVMM(t *testing.T) {
 	f := fakecuda.Run(t)
 	if f == nil {
@@ -183,7 +192,7 @@ func TestFakePoolCopiesHostVMM(t *testing.T) {
 	if st := p.Stats(); st.Provider != "cuda-host-vmm" {
 		t.Fatalf("CUDAHost on a driver with host VMM uses %q", st.Provider)
 	}
-	copyEverything(t, f, p, 256<<20)
+	copyEverything(t, f, p, hugestCopy())
 	if f.Stat(fakecuda.Registrations) != 0 || f.Stat(fakecuda.PinnedCopies) == 0 {
 		t.Errorf("registrations %d, pinned copies %d", f.Stat(fakecuda.Registrations), f.Stat(fakecuda.PinnedCopies))
 	}
@@ -202,7 +211,7 @@ func TestFakePoolCopiesRegister(t *testing.T) {
 	if st := p.Stats(); st.Provider != "cuda-host-register" {
 		t.Fatalf("CUDAHost on a driver without host VMM uses %q", st.Provider)
 	}
-	copyEverything(t, f, p, 256<<20)
+	copyEverything(t, f, p, hugestCopy())
 	st := p.Stats()
 	if uint64(f.Stat(fakecuda.RegisteredBytes)) != st.Committed || f.Stat(fakecuda.HostVMMBytes) != 0 {
 		t.Errorf("registered %d bytes, host VMM %d; pool committed %d", f.Stat(fakecuda.RegisteredBytes), f.Stat(fakecuda.HostVMMBytes), st.Committed)

@@ -181,7 +181,7 @@ func TestFakeFreeAfterCloseDoesNotWait(t *testing.T) {
 	r.finishReleased(d)
 }
 
-// TestFakeDestroyedStreamsForgotten: 20k streams (4k with -short or -race), each with a buffer
+// TestFakeDestroyedStreamsForgotten: 4k streams (20k in the long form, pinned.LongRun), each with a buffer
 // copied to the device from (which records the stream on it), freed on it, synchronized and
 // destroyed. The pool used to keep every stream's list for ever: after 10k, Stats took 220 µs
 // (0.9 before) and a FreeAsync on a new stream 650 µs (2 before), as each new stream copied the
@@ -194,9 +194,9 @@ func TestFakeDestroyedStreamsForgotten(t *testing.T) {
 	if r == nil {
 		return
 	}
-	total := 20000
-	if testing.Short() || invariants.Enabled {
-		total = 4000
+	total := 4000
+	if pinned.LongRun() {
+		total = 20000
 	}
 	const n = 4 << 10
 	d := r.devAlloc(n)
@@ -377,9 +377,9 @@ func TestOnPrecommitCallsPool(t *testing.T) {
 // memory: a SIGSEGV about one run in six. Now the loser's claim fails before it touches a byte:
 // one free succeeds, the other reports a double free (or, once the memory is gone, ErrClosed).
 func TestZeroOnFreeRacingDoubleFree(t *testing.T) {
-	rounds := 300
-	if testing.Short() || invariants.Enabled {
-		rounds = 60
+	rounds := 60
+	if pinned.LongRun() {
+		rounds = 300
 	}
 	for round := range rounds {
 		p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 4 << 20, ZeroOnFree: true})

@@ -162,9 +162,9 @@ func TestHoldClose(t *testing.T) {
 func TestHoldRace(t *testing.T) {
 	p := newPool(t, pinned.Options{Capacity: 256 << 20, Backend: pinned.Pageable})
 	defer p.Close()
-	rounds := 200
-	if testing.Short() {
-		rounds = 50
+	rounds := 50
+	if pinned.LongRun() {
+		rounds = 200
 	}
 	var wg sync.WaitGroup
 	for g := range 4 {

@@ -258,9 +258,9 @@ func TestConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	const workers = 8
-	per := 20_000
-	if raceEnabled || testing.Short() {
-		per = 3_000
+	per := 3_000
+	if longRun() {
+		per = 20_000
 	}
 	chans := make([]chan []byte, workers)
 	for i := range chans {

@@ -3,7 +3,6 @@ package pinned
 import (
 	"errors"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -65,7 +64,7 @@ func larson(t *testing.T, p *Pool, g, slots, lo, hi, steps int) [][][]byte {
 // larsonSteps is the churn's length per goroutine: issue 38's 100,000 with PINMALLOC_LONG,
 // a fifth of it otherwise.
 func larsonSteps() int {
-	if os.Getenv("PINMALLOC_LONG") != "" {
+	if longRun() {
 		return 100_000
 	}
 	return 20_000

@@ -2,7 +2,6 @@ package pinned
 
 import (
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -162,7 +161,3 @@ func first(errs []error) error {
 	}
 	return errs[0]
 }
-
-// longRun reports whether the long runs of the module's tests are asked for (PINMALLOC_LONG=1,
-// as CI sets it).
-func longRun() bool { return os.Getenv("PINMALLOC_LONG") == "1" }

@@ -1,6 +1,8 @@
 package pinned
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -90,9 +92,9 @@ func TestHoldWaitsForFastSection(t *testing.T) {
 func TestMaintenanceRacesFastSections(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(4, runtime.NumCPU())))
 	p := newTestPool(t, Options{Backend: Pageable, Capacity: 256 << 20})
-	steps := 200_000
-	if testing.Short() || raceEnabled {
-		steps = 20_000
+	steps := 20_000
+	if longRun() {
+		steps = 200_000
 	}
 	stop := make(chan struct{})
 	var maint sync.WaitGroup
@@ -184,19 +186,35 @@ func TestMaintenanceRacesFastSections(t *testing.T) {
 	}
 }
 
-// stamp fills b with a pattern that starts at v; checkStamp says if b lost it.
+// stamp fills b with a pattern that starts at v, 8 bytes at a time; checkStamp says if b lost
+// it.
 func stamp(b []byte, v byte) {
 	b[0] = v
-	for i := 1; i < len(b); i++ {
-		b[i] = b[i-1]*7 + 1
+	i := 1
+	for ; i+8 <= len(b); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], stampWord(v, i))
+	}
+	for ; i < len(b); i++ {
+		b[i] = byte(stampWord(v, i))
 	}
 }
 
 func checkStamp(b []byte) string {
-	for i := 1; i < len(b); i++ {
-		if b[i] != b[i-1]*7+1 {
+	v, i := b[0], 1
+	for ; i+8 <= len(b); i += 8 {
+		if x := binary.LittleEndian.Uint64(b[i:]) ^ stampWord(v, i); x != 0 {
+			return sprintf("buffer of %d bytes changed at byte %d", len(b), i+bits.TrailingZeros64(x)/8)
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] != byte(stampWord(v, i)) {
 			return sprintf("buffer of %d bytes changed at byte %d", len(b), i)
 		}
 	}
 	return ""
+}
+
+// stampWord is the stamp that starts at v at byte i.
+func stampWord(v byte, i int) uint64 {
+	return (uint64(v)+1)*0x9e3779b97f4a7c15 ^ uint64(i)*0xbf58476d1ce4e5b9
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
-var soakTime = flag.Duration("soak", 3*time.Second, "how long TestSoak runs (go test ./pinned -run Soak -soak 2m)")
+var soakTime = flag.Duration("soak", 0, "how long TestSoak runs (go test ./pinned -run Soak -soak 2m); default 1s, 5s in the long form (PINMALLOC_LONG=1)")
 
 // soakWorkers is the number of goroutines that allocate and free in each generation; one more
 // closes the pool while they run.
@@ -30,7 +30,15 @@ const soakWorkers = 6
 // freed can only be live again with the same size in its own hands: its deliberate double
 // frees never free another worker's buffer (which no allocator could tell from a valid free).
 func TestSoak(t *testing.T) {
-	deadline := time.Now().Add(*soakTime)
+	soak := *soakTime
+	switch {
+	case soak > 0:
+	case longRun():
+		soak = 5 * time.Second
+	default:
+		soak = time.Second
+	}
+	deadline := time.Now().Add(soak)
 	var gens, ops, misuses int
 	for gen := 0; time.Now().Before(deadline) || gen == 0; gen++ {
 		o, desc := soakOptions(uint64(gen))

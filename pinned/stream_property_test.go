@@ -35,9 +35,9 @@ func TestFakeStreamProperty(t *testing.T) {
 	if r == nil {
 		return
 	}
-	ops := 4000
-	if testing.Short() {
-		ops = 1000
+	ops := 1000
+	if pinned.LongRun() {
+		ops = 4000
 	}
 	const maxN = 1200 << 10
 	streams := []cuda.Stream{r.s, r.stream(), r.stream()}

@@ -77,7 +77,8 @@ func (m *flakyMover) failNext(n int) {
 // writes, release, prefetch, evict, free and injected copy failures, at 1 to 4 times the
 // budget, with the fake's streams held and completed at random, and checks after every step
 // that every block holds exactly what was last written, an acquired block never moves, and
-// device + host + fresh bytes equal the live bytes.
+// device + host + fresh bytes equal the live bytes. 1,000 steps each; 5,000 in the long form
+// (longRun).
 func TestProperty(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -116,7 +117,11 @@ func runProperty(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, over int, 
 		return blocks[rng.IntN(len(blocks))]
 	}
 	injected := 0
-	for step := 0; step < 3000; step++ {
+	steps := 1000
+	if longRun() {
+		steps = 5000
+	}
+	for step := 0; step < steps; step++ {
 		switch op := rng.IntN(100); {
 		case op < 12: // alloc
 			n := sizes[rng.IntN(len(sizes))]

@@ -467,9 +467,9 @@ func TestAsyncConcurrentPipelines(t *testing.T) {
 	if f == nil {
 		return
 	}
-	workers, rounds := 4, 200
-	if testing.Short() || RaceEnabled {
-		rounds = 50
+	workers, rounds := 4, 50
+	if Long() {
+		rounds = 200
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, workers)

@@ -24,9 +24,9 @@ func TestDeviceHeapConcurrentCopies(t *testing.T) {
 	if f == nil {
 		return
 	}
-	rounds := 200
-	if testing.Short() || fakecuda.RaceEnabled {
-		rounds = 60
+	rounds := 60
+	if fakecuda.Long() {
+		rounds = 200
 	}
 	if v, err := strconv.Atoi(os.Getenv("FAKECUDA_ROUNDS")); err == nil {
 		rounds = v

@@ -216,7 +216,8 @@ func runChild(t *testing.T, lib, marker string) {
 		t.Fatalf("fakecuda: %s is a subtest; call Run from a top-level test", t.Name())
 	}
 	args := []string{"-test.run=^" + regexp.QuoteMeta(t.Name()) + "$", "-test.count=1", "-test.v"}
-	for _, name := range []string{"test.gocoverdir", "test.timeout"} { // the child's coverage counts too
+	// The child's coverage counts too; -failfast stops its subtests at the first failure.
+	for _, name := range []string{"test.gocoverdir", "test.timeout", "test.failfast"} {
 		if f := flag.Lookup(name); f != nil && f.Value.String() != "" {
 			args = append(args, "-"+name+"="+f.Value.String())
 		}

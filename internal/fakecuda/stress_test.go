@@ -15,15 +15,15 @@ import (
 // TestStress runs goroutines against the fake at once, each on its own stream and its own
 // granules of one shared reservation: commits and decommits of device and host granules beside
 // each other, registrations, copies sync and async, events; every granule's bytes are checked
-// against what was written. -short and -race keep it brief.
+// against what was written: 60 rounds, 300 in the long form (Long).
 func TestStress(t *testing.T) {
 	f, d := RunDevice(t)
 	if f == nil {
 		return
 	}
-	workers, rounds := 6, 300
-	if testing.Short() || RaceEnabled {
-		rounds = 60
+	workers, rounds := 6, 60
+	if Long() {
+		rounds = 300
 	}
 	const per = 4 // granules per worker
 	va, err := d.MemAddressReserve(uintptr(workers*per)*gran, 0)

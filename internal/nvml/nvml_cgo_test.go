@@ -8,12 +8,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 )
 
 // fakeLibrary compiles testdata/fakenvml.c into a shared library with the C compiler ($CC,
-// else gcc) and returns its path; the test skips without a compiler.
+// else gcc) and returns its path; the test skips without a compiler. Each call gets a library
+// of its own (a file of its own: dlopen loads it afresh, with fresh state), compiled once per
+// set of defines in this test binary and copied.
 func fakeLibrary(t *testing.T, defines ...string) string {
 	t.Helper()
 	cc := os.Getenv("CC")
@@ -23,13 +26,33 @@ func fakeLibrary(t *testing.T, defines ...string) string {
 	if _, err := exec.LookPath(cc); err != nil {
 		t.Skipf("no C compiler (%s) to build the fake NVML library", cc)
 	}
+	key := strings.Join(defines, " ")
+	fakeBuilt.Lock()
+	defer fakeBuilt.Unlock()
+	if fakeBuilt.libs[key] == nil {
+		built := filepath.Join(t.TempDir(), "libfakenvml.so")
+		args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", built}, defines...)
+		if out, err := exec.Command(cc, append(args, "testdata/fakenvml.c")...).CombinedOutput(); err != nil {
+			t.Fatalf("building the fake NVML library: %v\n%s", err, out)
+		}
+		b, err := os.ReadFile(built)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fakeBuilt.libs[key] = b
+	}
 	lib := filepath.Join(t.TempDir(), "libfakenvml.so")
-	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", lib}, defines...)
-	if out, err := exec.Command(cc, append(args, "testdata/fakenvml.c")...).CombinedOutput(); err != nil {
-		t.Fatalf("building the fake NVML library: %v\n%s", err, out)
+	if err := os.WriteFile(lib, fakeBuilt.libs[key], 0o755); err != nil {
+		t.Fatal(err)
 	}
 	return lib
 }
+
+// fakeBuilt holds the fake libraries compiled so far, by their defines.
+var fakeBuilt = struct {
+	sync.Mutex
+	libs map[string][]byte
+}{libs: map[string][]byte{}}
 
 // The fake library's GPUs, as Discover must describe them through the binding.
 var fakeLibraryGPUs = []GPU{

@@ -167,8 +167,8 @@ func buildMutant(t *testing.T, root string, m mutant) string {
 // checker failed.
 func runMutant(t *testing.T, bin string, args []string) (string, bool) {
 	t.Helper()
-	cmd := exec.Command(bin, append(args, "-test.count=1")...)
-	cmd.Env = append(os.Environ(), envShrink+"=1ms", "STREAMCHECK_MUTANT=1", longEnv+"=")
+	cmd := exec.Command(bin, append(args, "-test.count=1", "-test.failfast")...) // caught at the first failure
+	cmd.Env = append(os.Environ(), envShrink+"=1ms", "STREAMCHECK_MUTANT=1", longEnv+"=", fmt.Sprintf("%s=%d", envSteps, ciSteps))
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return string(out), false
@@ -182,14 +182,20 @@ func runMutant(t *testing.T, bin string, args []string) (string, bool) {
 	return string(out), true
 }
 
-// firstFailure is the first line of out that says what failed.
+// firstFailure is the first subtest of out that failed, and the first line that says what
+// failed.
 func firstFailure(out string) string {
+	test, what := "", "(no failure line)"
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, " failed: ") || strings.Contains(l, "(found as") {
-			return strings.TrimSpace(l)
+		l = strings.TrimSpace(l)
+		if name, ok := strings.CutPrefix(l, "--- FAIL: "); ok && (test == "" || strings.Contains(name, "/") && !strings.Contains(test, "/")) {
+			test, _, _ = strings.Cut(name, " ")
+		}
+		if what == "(no failure line)" && (strings.Contains(l, " failed: ") || strings.Contains(l, "(found as")) {
+			what = l
 		}
 	}
-	return "(no failure line)"
+	return test + ": " + what
 }
 
 // tail is the last n lines of s.

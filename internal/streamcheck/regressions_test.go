@@ -191,11 +191,13 @@ var handWritten = []regression{
 	{
 		// A prefetched block's restore still reads its host copy (Hold keeps it queued) when
 		// the tier, its host pool full, looks for host copies to drop for a new block's buffer:
-		// dropping that one hands the buffer to the new block, whose bytes the restore then
-		// copies to the device.
+		// dropping that one frees the buffer the restore then copies to the device. The pool
+		// clears it as it is freed (PoolZero): the pool need not hand the same buffer to the new
+		// block, and the restore would copy intact bytes from a buffer that is no longer the
+		// block's.
 		name: "host copy dropped under a queued restore",
 		what: "tier block bytes (acquired for reading)",
-		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, PoolShards: 1, TierBudget: 512 << 10, TierHostQuota: 128 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, PoolShards: 1, TierBudget: 512 << 10, TierHostQuota: 128 << 10, Mover: copyengine.MethodPerCopy, PoolZero: true, PurgeDelay: -1},
 		ops: []Op{
 			{ID: 0, Kind: TierAlloc, A: -1, B: -1, N: 64 << 10},
 			{ID: 1, Kind: TierHost, A: 0, B: -1, V: 0x11, Flag: true},

@@ -24,7 +24,7 @@ type Config struct {
 	DeviceCapacity uintptr           // the device heap's capacity: small, so reclaim and trim run constantly
 	DeviceZero     bool              // device.Options.ZeroOnFree
 	DeviceQuota    uintptr           // device.Options.Quota (0: none)
-	PoolZero       bool              // pinned.Options.ZeroOnFree
+	PoolZero       bool              // pinned.Options.ZeroOnFree, of the pool and of the tier's (TierHostQuota)
 	PoolQuota      int64             // pinned.Options.Quota (0: none)
 	PoolShards     int               // pinned.Options.Shards (1: every operation takes the holder path)
 	Pressure       bool              // the device pressure profile: a small, full heap churned on every stream (DevicePressure)
@@ -232,7 +232,7 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		return nil, fmt.Errorf("copyengine.New: %w", err)
 	}
 	if cfg.TierHostQuota > 0 {
-		w.tierPool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: poolCapacity, Quota: int(cfg.TierHostQuota), Shards: cfg.PoolShards, PurgeDelay: cfg.PurgeDelay})
+		w.tierPool, err = pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: poolCapacity, ZeroOnFree: cfg.PoolZero, Quota: int(cfg.TierHostQuota), Shards: cfg.PoolShards, PurgeDelay: cfg.PurgeDelay})
 		if err != nil {
 			_ = w.mv.Close()
 			_ = w.pool.Close()

@@ -1,0 +1,15 @@
+package device
+
+import (
+	"os"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
+)
+
+// longRun reports whether the long form of the package's stress tests runs: PINMALLOC_LONG=1
+// (CI's full run sets it), unless -short, the race detector or the invariant checks are on. The
+// default form takes the same paths with fewer seeds and jobs, so that go test ./... stays fast.
+func longRun() bool {
+	return os.Getenv("PINMALLOC_LONG") != "" && !testing.Short() && !invariants.Enabled
+}
