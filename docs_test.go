@@ -20,7 +20,7 @@ var docsNotRun = []struct{ pattern, why string }{
 	{`^\.ci/`, "CI's own scripts: switch to the user nobody (root) and run whole suites"},
 	{`^(cd bench && )?([A-Z_]+=\S+ )*go run \.( |$)`, "the benchmark suite: a minute or more, and bench is a module of its own with plotting dependencies (its flags are checked)"},
 	{`^go run \./bench`, "quoted only to say that it fails (bench is a module of its own)"},
-	{`^(cd [^&]+ && )?go test`, "a package's tests: go test ./... runs them (the package, -run and flags are checked)"},
+	{`^(cd [^&]+ && )?([A-Z_]+=\S+ )*go test`, "a package's tests: go test ./... runs them (the package, -run and flags are checked)"},
 	{`^cd examples/external && go run \.`, "a module of its own that runs its tests on the fake driver (its own go test covers it)"},
 	{`^go build$`, "builds the module: go vet and go test do"},
 	{`^go run \./examples/<name>`, "stands for each example: every example's command quoted elsewhere is run with -h"},
