@@ -206,3 +206,17 @@ func (a *Arena) join(r *region, glo, ghi int) error {
 	a.st.CommitTime += time.Since(start)
 	return err
 }
+
+// inUse returns the region of [addr, addr+size) after checking that its chunks are handed out.
+func (a *Arena) inUse(addr, size uintptr) (*region, error) {
+	if a.closed {
+		return nil, ErrClosed
+	}
+	if r := a.regionAt(addr); r != nil && size > 0 && size <= r.end-addr {
+		first, last := int((addr-r.grid)>>a.shift), int((addr+size-1-r.grid)>>a.shift)
+		if r.used.Count(first, last+1) == last-first+1 {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: [%#x, +%d) is not inside a span in use", ErrInvalid, addr, size)
+}
