@@ -235,10 +235,10 @@ func (p *Pool) allocRest(n int, alignment uintptr) ([]byte, error) {
 		// Buffers freed in stream order still wait for their streams (a staging loop that
 		// queues copies faster than the GPU runs them): wait for those streams, as a device
 		// heap does, rather than fail with the memory about to come back.
-		if derr := p.waitDeferred(); derr != nil {
+		derr := p.waitDeferred() // what came back of the other streams serves even so
+		if addr, err = p.allocOnce(uintptr(n), alignment); err != nil && derr != nil {
 			return nil, errors.Join(p.allocError(err, uintptr(n), alignment), derr)
 		}
-		addr, err = p.allocOnce(uintptr(n), alignment)
 	}
 	if err != nil {
 		return nil, p.allocError(err, uintptr(n), alignment)

@@ -39,14 +39,22 @@ func (p *Pool) reclaim(wait bool) error {
 
 // waitDeferred waits for the streams of the deferred buffers (a synchronize of each), frees the
 // buffers their waits cover and gives the shards' free memory to the arena: an allocation the
-// pool refused for want of memory while deferred buffers waited for their streams.
+// pool refused for want of memory while deferred buffers waited for their streams. Streams the
+// driver refuses to synchronize are answered with a synchronize of the context (Lists.Reclaim).
 func (p *Pool) waitDeferred() error {
 	p.flushAll()
 	o := p.order
 	o.reclMu.Lock()
 	var err error
 	if o.done, err = o.lists.Drain(o.done); err != nil {
-		err = fmt.Errorf("pinned: wait for the streams of deferred buffers: %w", err)
+		// A stream the driver refuses to synchronize (destroyed, most likely) is answered as a
+		// reclaim answers it: its list found lost, the context synchronized once.
+		var rerr error
+		if o.done, rerr = o.lists.Reclaim(o.done, afterLostSync); rerr != nil {
+			err = fmt.Errorf("pinned: wait for the streams of deferred buffers: %w", errors.Join(err, rerr))
+		} else {
+			err = nil
+		}
 	}
 	err = errors.Join(err, o.freeDone(nil))
 	if invariants.Enabled {
