@@ -51,6 +51,8 @@ const (
 	symEpFlushNbx
 	symMemMap
 	symMemUnmap
+	symMemQuery
+	symRkeyPtr
 	symRkeyPack
 	symRkeyBufferRelease
 	symEpRkeyUnpack
@@ -94,6 +96,8 @@ var symbols = [numSyms]string{
 	symEpFlushNbx:           "ucp_ep_flush_nbx",
 	symMemMap:               "ucp_mem_map",
 	symMemUnmap:             "ucp_mem_unmap",
+	symMemQuery:             "ucp_mem_query",
+	symRkeyPtr:              "ucp_rkey_ptr",
 	symRkeyPack:             "ucp_rkey_pack",
 	symRkeyBufferRelease:    "ucp_rkey_buffer_release",
 	symEpRkeyUnpack:         "ucp_ep_rkey_unpack",
@@ -340,6 +344,35 @@ func (c *Context) MemMap(addr, n uintptr, memType int, nonblock bool) (Mem, erro
 	}
 	memMaps.Add(1)
 	return Mem(m), nil
+}
+
+// MemAlloc allocates at least n bytes with UCX (ucp_mem_map with UCP_MEM_MAP_ALLOCATE), from
+// the first memory domain of UCX_ALLOC_PRIO that allocates (sysv, posix: a segment peers of
+// this host map, so that they reach it with ucp_rkey_ptr), registered with every transport of
+// the context. It returns the registration, the address and the length UCX gave; MemUnmap
+// frees it.
+func (c *Context) MemAlloc(n uintptr) (Mem, uintptr, uintptr, error) {
+	var m, addr C.uintptr_t
+	var got C.size_t
+	q, err := c.l.fn(symMemQuery)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	err = c.l.call(symMemMap, func(f C.uintptr_t) C.int {
+		return C.pm_mem_alloc(f, q, c.h, C.size_t(n), &m, &addr, &got)
+	})
+	if err != nil {
+		if m != 0 {
+			_ = c.MemUnmap(Mem(m))
+		}
+		return 0, 0, 0, fmt.Errorf("ucp_mem_map (allocate %d bytes): %w", n, err)
+	}
+	if addr == 0 || uintptr(got) < n {
+		_ = c.MemUnmap(Mem(m))
+		return 0, 0, 0, fmt.Errorf("ucp_mem_map (allocate %d bytes) gave %d bytes at %#x: %w", n, got, addr, Status(-4))
+	}
+	memMaps.Add(1)
+	return Mem(m), uintptr(addr), uintptr(got), nil
 }
 
 // MemUnmap undoes MemMap.

@@ -38,6 +38,7 @@ func (*Context) MemoryTypes() uint64                             { return 0 }
 func (*Context) Close()                                          {}
 func (*Context) MemMap(uintptr, uintptr, int, bool) (Mem, error) { return 0, errStub }
 func (*Context) MemUnmap(Mem) error                              { return errStub }
+func (*Context) MemAlloc(uintptr) (Mem, uintptr, uintptr, error) { return 0, 0, 0, errStub }
 func (*Context) PackRkey(Mem) ([]byte, error)                    { return nil, errStub }
 func (*Context) NewWorker(int, int) (*Worker, error)             { return nil, errStub }
 
@@ -64,6 +65,7 @@ func (*Worker) ConnectSockaddr([]byte) (Ep, error)                 { return 0, e
 func (*Worker) Accept(ConnRequest) (Ep, error)                     { return 0, errStub }
 func (*Worker) CloseEp(Ep, bool, uint32) (bool, error)             { return false, errStub }
 func (*Worker) UnpackRkey(Ep, []byte) (Rkey, error)                { return 0, errStub }
+func (*Worker) RkeyPtr(Rkey, uint64) (uintptr, error)              { return 0, errStub }
 func (*Worker) DestroyRkey(Rkey)                                   {}
 func (*Worker) Post([]Op) (int, error)                             { return 0, errStub }
 func (*Worker) SendMessage(Ep, []byte, bool, uint32) (bool, error) { return false, errStub }

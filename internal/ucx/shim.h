@@ -140,6 +140,9 @@ int pm_ep_create(uintptr_t fn, uintptr_t worker, pm_state *st, const void *addr,
 int pm_ep_close(uintptr_t fn, uintptr_t ep, int force, pm_state *st, uint32_t id);
 int pm_mem_map(uintptr_t fn, uintptr_t ctx, uintptr_t addr, size_t len, int memtype, int nonblock,
                uintptr_t *memh);
+int pm_mem_alloc(uintptr_t map, uintptr_t query, uintptr_t ctx, size_t len, uintptr_t *memh, uintptr_t *addr,
+                 size_t *got);
+int pm_rkey_ptr(uintptr_t fn, uintptr_t rkey, uint64_t raddr, uintptr_t *addr);
 int pm_rkey_pack(uintptr_t fn, uintptr_t ctx, uintptr_t memh, void **buf, size_t *len);
 int pm_rkey_unpack(uintptr_t fn, uintptr_t ep, const void *buf, uintptr_t *rkey);
 int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigned amid, pm_state *st,

@@ -257,6 +257,37 @@ int pm_mem_map(uintptr_t fn, uintptr_t ctx, uintptr_t addr, size_t len, int memt
 	return s;
 }
 
+int pm_mem_alloc(uintptr_t map, uintptr_t query, uintptr_t ctx, size_t len, uintptr_t *memh, uintptr_t *addr,
+                 size_t *got) {
+	pm_ucp_mem_map_params_t p;
+	memset(&p, 0, sizeof(p));
+	p.field_mask = PM_UCP_MEM_MAP_PARAM_FIELD_LENGTH | PM_UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+	p.length = len;
+	p.flags = PM_UCP_MEM_MAP_ALLOCATE;
+	void *m = NULL;
+	pm_status_t s = ((pm_status_t(*)(void *, const pm_ucp_mem_map_params_t *, void **))map)((void *)ctx, &p, &m);
+	*memh = (uintptr_t)m;
+	*addr = 0;
+	*got = 0;
+	if (s != PM_UCS_OK) {
+		return s;
+	}
+	pm_ucp_mem_attr_t a;
+	memset(&a, 0, sizeof(a));
+	a.field_mask = PM_UCP_MEM_ATTR_FIELD_ADDRESS | PM_UCP_MEM_ATTR_FIELD_LENGTH;
+	s = ((pm_status_t(*)(void *, pm_ucp_mem_attr_t *))query)(m, &a);
+	*addr = (uintptr_t)a.address;
+	*got = a.length;
+	return s;
+}
+
+int pm_rkey_ptr(uintptr_t fn, uintptr_t rkey, uint64_t raddr, uintptr_t *addr) {
+	void *p = NULL;
+	pm_status_t s = ((pm_status_t(*)(void *, uint64_t, void **))fn)((void *)rkey, raddr, &p);
+	*addr = (uintptr_t)p;
+	return s;
+}
+
 int pm_rkey_pack(uintptr_t fn, uintptr_t ctx, uintptr_t memh, void **buf, size_t *len) {
 	*buf = NULL;
 	return ((pm_status_t(*)(void *, void *, void **, size_t *))fn)((void *)ctx, (void *)memh, buf, len);

@@ -264,3 +264,52 @@ func TestListenerReplyEp(t *testing.T) {
 		t.Errorf("reply ep %#x is not the accepted ep %#x", evs[0].Handle, sep)
 	}
 }
+
+// TestMemAllocRkeyPtr allocates a region with UCX (a shared segment with UCX_TLS=sm), and
+// reaches it from the other worker through its unpacked key's local mapping (ucp_rkey_ptr).
+func TestMemAllocRkeyPtr(t *testing.T) {
+	needUCX(t)
+	t.Setenv("UCX_TLS", "sm")
+	p := newPair(t)
+	const size = 4 << 20
+	m, addr, got, err := p.c[1].MemAlloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.c[1].MemUnmap(m) })
+	region := mem.Bytes(addr, got)
+	for i := range region {
+		region[i] = byte(i * 7)
+	}
+	rkey, err := p.c[1].PackRkey(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.w[1].Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.w[0].NoPeerFailure = true
+	ep, err := p.w[0].ConnectAddress(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk, err := p.w[0].UnpackRkey(ep, rkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.w[0].DestroyRkey(rk)
+	lp, err := p.w[0].RkeyPtr(rk, uint64(addr)+4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("allocated %d at %#x, mapped at %#x", got, addr, lp)
+	peer := mem.Bytes(lp, 64<<10)
+	if !bytes.Equal(peer, region[4096:4096+64<<10]) {
+		t.Fatal("bytes differ")
+	}
+	peer[0]++ // the same memory, not a copy
+	if region[4096] != peer[0] {
+		t.Fatal("a write through the peer's mapping did not show in the segment")
+	}
+}

@@ -69,6 +69,10 @@ enum {
 	PM_UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE = 1 << 4,
 	// ucp_mem_map flags
 	PM_UCP_MEM_MAP_NONBLOCK = 1 << 0,
+	PM_UCP_MEM_MAP_ALLOCATE = 1 << 1,
+	// enum ucp_mem_attr_field
+	PM_UCP_MEM_ATTR_FIELD_ADDRESS = 1 << 0,
+	PM_UCP_MEM_ATTR_FIELD_LENGTH = 1 << 1,
 	// ucp_op_attr_t
 	PM_UCP_OP_ATTR_FIELD_CALLBACK = 1 << 1,
 	PM_UCP_OP_ATTR_FIELD_USER_DATA = 1 << 2,
@@ -190,6 +194,13 @@ typedef struct { // ucp_mem_map_params_t
 	unsigned prot;
 	int memory_type;
 } pm_ucp_mem_map_params_t;
+
+typedef struct { // ucp_mem_attr_t
+	uint64_t field_mask;
+	void *address;
+	size_t length;
+	int mem_type;
+} pm_ucp_mem_attr_t;
 
 typedef struct { // ucp_request_param_t
 	uint32_t op_attr_mask;

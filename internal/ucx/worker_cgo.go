@@ -367,6 +367,18 @@ func (w *Worker) UnpackRkey(ep Ep, packed []byte) (Rkey, error) {
 	return Rkey(r), nil
 }
 
+// RkeyPtr returns the address in this process of the peer's address raddr under r, where a
+// transport of r maps the peer's memory into this process (ucp_rkey_ptr: sysv, posix, xpmem
+// segments); UCS_ERR_UNREACHABLE (Status(-6)) where none does. UCX checks no range: the
+// caller checks where the address lies.
+func (w *Worker) RkeyPtr(r Rkey, raddr uint64) (uintptr, error) {
+	var p C.uintptr_t
+	if err := w.c.l.call(symRkeyPtr, func(f C.uintptr_t) C.int { return C.pm_rkey_ptr(f, C.uintptr_t(r), C.uint64_t(raddr), &p) }); err != nil {
+		return 0, fmt.Errorf("ucp_rkey_ptr: %w", err)
+	}
+	return uintptr(p), nil
+}
+
 // DestroyRkey destroys r.
 func (w *Worker) DestroyRkey(r Rkey) {
 	if f, err := w.c.l.fn(symRkeyDestroy); err == nil {
