@@ -45,11 +45,15 @@ func fill(b []byte, seed uint64) {
 }
 
 // testPool returns a pool for the tests: locked memory, or pageable memory where an ordinary
-// user's memlock limit is below what the tests use.
-func testPool() (*pinned.Pool, error) {
+// user's memlock limit is below what the tests use; of src's segments when src is set.
+func testPool(src *SegmentSource) (*pinned.Pool, error) {
 	o := pinned.Options{Capacity: 256 << 20}
 	var lim unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil && os.Geteuid() != 0 && lim.Cur < 64<<20 {
+	low := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil && os.Geteuid() != 0 && lim.Cur < 64<<20
+	if src != nil {
+		src.opts.Pageable = low
+		o.Source = src
+	} else if low {
 		o.Backend = pinned.Pageable
 	}
 	return pinned.New(o)
@@ -65,7 +69,11 @@ func runChild(role string) int {
 		_, _ = bufio.NewReader(os.Stdin).ReadString(0)
 		os.Exit(3)
 	}()
-	pool, err := testPool()
+	var src *SegmentSource
+	if os.Getenv(segEnv) != "" {
+		src = w.SegmentSource(SegmentOptions{})
+	}
+	pool, err := testPool(src)
 	if err != nil {
 		fmt.Println("E", err)
 		return 1

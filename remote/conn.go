@@ -35,6 +35,7 @@ type Conn struct {
 	msgBytes  int
 	reaped    bool
 	watcher   *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
+	pid       uint32   // the peer's process, while watched
 	abandoned bool     // ended without UCX's word: its endpoint is never closed (watch.go)
 
 	gone     atomic.Bool   // state is connFailed: read without the lock by Transfer's checks
@@ -56,6 +57,8 @@ type rkeyEntry struct {
 	base, size uint64
 	memType    uint8
 	packed     string
+	direct     int8    // reached by copy (direct.go): 1 yes, -1 no, 0 not yet known
+	local      uintptr // where base is mapped in this process, when direct
 }
 
 // maxRegionsPerConn bounds the regions a connection unpacks keys for: a peer's regions are 64

@@ -18,12 +18,12 @@ func TestOneProcess(t *testing.T) {
 	defer cancel()
 	w1 := newWorker(t)
 	w2 := newWorker(t)
-	p1, err := testPool()
+	p1, err := testPool(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p1.Close()
-	p2, err := testPool()
+	p2, err := testPool(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,15 +47,20 @@ type transport struct {
 	name string
 	env  [][2]string
 	shm  bool
+	seg  bool // both processes' pools are of a SegmentSource: puts and gets by copy
 }
 
 var transports = []transport{
-	{"tcp", [][2]string{{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, false},
-	{"shm", [][2]string{{"UCX_TLS", "sm"}}, true},
+	{"tcp", [][2]string{{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, false, false},
+	{"shm", [][2]string{{"UCX_TLS", "sm"}}, true, false},
+	{"shm-segments", [][2]string{{"UCX_TLS", "sm"}}, true, true},
 }
 
 // shmEnv, set, makes the child's worker use Options.SharedMemory.
 const shmEnv = "PINMALLOC_REMOTE_TEST_SHM"
+
+// segEnv, set, makes the child's pool one of a SegmentSource.
+const segEnv = "PINMALLOC_REMOTE_TEST_SEGMENTS"
 
 // set sets the transport's environment for this process (UCX reads it when a worker is made)
 // and returns it for a child's.
@@ -67,6 +72,9 @@ func (tr transport) set(t *testing.T) []string {
 	}
 	if tr.shm {
 		env = append(env, shmEnv+"=1")
+	}
+	if tr.seg {
+		env = append(env, segEnv+"=1")
 	}
 	return env
 }
@@ -236,7 +244,11 @@ func newLocalMode(t *testing.T, tr transport, mode Mode) *local {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := testPool()
+	var src *SegmentSource
+	if tr.seg {
+		src = w.SegmentSource(SegmentOptions{})
+	}
+	pool, err := testPool(src)
 	if err != nil {
 		t.Fatal(err)
 	}

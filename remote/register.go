@@ -32,9 +32,10 @@ type localRegion struct {
 	id         uint32
 	base, size uintptr
 	mem        ucx.Mem
-	rkey       string // packed, shared by every descriptor of the region
-	inflight   int    // transfer operations on it in flight, under w.mu
-	held       int    // requests UCX holds that name its registration (slot.held), under w.mu
+	rkey       string   // packed, shared by every descriptor of the region
+	seg        *segment // the SegmentSource's allocation behind it, which owns mem; or nil
+	inflight   int      // transfer operations on it in flight, under w.mu
+	held       int      // requests UCX holds that name its registration (slot.held), under w.mu
 }
 
 // Registration is a pool or device heap registered with a Worker: every region of it is
@@ -100,18 +101,24 @@ func (r *Registration) Mapped(g *arena.Region) error {
 	if r.closed || w.closing {
 		return nil // a Close under way: the region is not registered, and the pool grows anyway
 	}
-	m, err := w.ctx.MemMap(g.Base, g.Size, r.memType, !g.Committed)
-	if err != nil {
+	seg := w.segmentOf(g)
+	var m ucx.Mem
+	var err error
+	if seg != nil {
+		m = seg.mem // UCX allocated it: registered already
+	} else if m, err = w.ctx.MemMap(g.Base, g.Size, r.memType, !g.Committed); err != nil {
 		r.refused = err
 		return fmt.Errorf("%w: region [%#x, +%d): %w", ErrNotRegistered, g.Base, g.Size, err)
 	}
 	key, err := w.ctx.PackRkey(m)
 	if err != nil {
-		_ = w.ctx.MemUnmap(m)
+		if seg == nil {
+			_ = w.ctx.MemUnmap(m)
+		}
 		return fmt.Errorf("%w: region [%#x, +%d): %w", ErrNotRegistered, g.Base, g.Size, err)
 	}
 	w.nextReg++
-	lr := &localRegion{reg: r, id: w.nextReg, base: g.Base, size: g.Size, mem: m, rkey: string(key)}
+	lr := &localRegion{reg: r, id: w.nextReg, base: g.Base, size: g.Size, mem: m, rkey: string(key), seg: seg}
 	r.regions[g.Base] = lr
 	w.byID[lr.id] = lr
 	next := append(slices.Clone(*w.regions.Load()), lr)
@@ -138,6 +145,8 @@ func (r *Registration) Unmapping(g *arena.Region) {
 	w.regions.Store(&next)
 	switch {
 	case w.closed:
+	case lr.seg != nil: // the source frees it (SegmentSource.Release), after the worker if UCX may hold requests naming it
+		lr.seg.held = lr.seg.held || lr.held > 0 || w.abandoned
 	case lr.held > 0 || w.abandoned:
 		// UCX may still hold requests naming the registration: ours (lr.held), or, once a
 		// peer died without UCX's failure handling, its own rendezvous replies to that peer,

@@ -21,7 +21,7 @@ import (
 func TestRegistersRegionsNotBuffers(t *testing.T) {
 	needUCX(t)
 	w := newWorker(t)
-	pool, err := testPool()
+	pool, err := testPool(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestClosedWorker(t *testing.T) {
 	if err := w.Close(); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Close: %v", err)
 	}
-	pool, err := testPool()
+	pool, err := testPool(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

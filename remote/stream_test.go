@@ -34,7 +34,7 @@ func TestFakeTransferWaitsForStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer heap.Close()
-	dst, err := testPool()
+	dst, err := testPool(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,7 +121,7 @@ func (t *Transfer) add(kind int32, addr uintptr, n int, buf []byte, d Descriptor
 }
 
 // Len returns the number of puts and gets added.
-func (t *Transfer) Len() int { return len(t.descs) }
+func (t *Transfer) Len() int { return len(t.holds) }
 
 // Bytes returns the bytes the puts and gets added move.
 func (t *Transfer) Bytes() int64 { return int64(t.bytes) }
@@ -155,6 +155,21 @@ func (t *Transfer) Start() error {
 		}
 		op, d := &t.ops[i], &t.descs[i]
 		op.Ep = c.ep
+		if w.opts.SharedMemory && op.MemType == ucx.MemoryHost && d.memType == memHost {
+			p, err := c.direct(d)
+			if err != nil {
+				t.fail(err)
+				break
+			}
+			if p != 0 { // the peer's segment is mapped here: one copy (direct.go)
+				copyDirect(op, p, t.gets[i])
+				op.Kind = opCopied
+				w.stats.ops.Add(1)
+				w.stats.copied.Add(1)
+				w.stats.bytes.Add(op.Length)
+				continue
+			}
+		}
 		if rma {
 			rk, err := c.rkey(d)
 			if err != nil {
@@ -180,6 +195,7 @@ func (t *Transfer) Start() error {
 		h.encode(&op.Header)
 		op.Kind = ucx.OpData
 	}
+	t.dropCopied()
 	if t.err == nil && !rma {
 		t.splitGets()
 	}
@@ -200,6 +216,26 @@ func (t *Transfer) Start() error {
 		t.end(w)
 	}
 	return err
+}
+
+// opCopied marks an operation done by copy in Start (direct.go).
+const opCopied = -2
+
+// dropCopied removes the operations done by copy, leaving those to post. Under mu.
+func (t *Transfer) dropCopied() {
+	k := 0
+	t.puts = false
+	for i := range t.ops {
+		if t.ops[i].Kind == opCopied {
+			continue
+		}
+		t.ops[k], t.descs[k], t.lrs[k], t.gets[k] = t.ops[i], t.descs[i], t.lrs[i], t.gets[i]
+		t.puts = t.puts || !t.gets[k]
+		k++
+	}
+	clear(t.descs[k:])
+	clear(t.lrs[k:])
+	t.ops, t.descs, t.lrs, t.gets = t.ops[:k], t.descs[:k], t.lrs[:k], t.gets[:k]
 }
 
 // completed reports whether t has ended and marks it so (once). Under mu.

@@ -52,7 +52,7 @@ func twoProcesses(t *testing.T, tr transport, dial bool, mode Mode) {
 	}
 	// One batch of gets.
 	l.w.mu.Lock()
-	landed0, byMessage := l.w.uw.Landed(), !l.w.rmaMode(ch.c)
+	landed0, byMessage := l.w.uw.Landed(), !l.w.rmaMode(ch.c) && !tr.seg
 	l.w.mu.Unlock()
 	tx := ch.c.NewTransfer()
 	for k := range ds {
@@ -148,6 +148,9 @@ func twoProcesses(t *testing.T, tr transport, dial bool, mode Mode) {
 	st := l.w.Stats()
 	if st.Failed != 0 || st.Ops < uint64(2*len(ds)+2) {
 		t.Errorf("stats %+v", st)
+	}
+	if copied := uint64(2*len(ds) + 2); tr.seg && st.Copied != copied || !tr.seg && st.Copied != 0 {
+		t.Errorf("%d operations by copy, want %d (segments: %v)", st.Copied, copied, tr.seg)
 	}
 	for _, b := range append(mine, back) {
 		if err := l.pool.Free(b); err != nil {

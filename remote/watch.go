@@ -61,7 +61,7 @@ func (w *Worker) watch(c *Conn, pid uint32, host uint64) {
 		_ = f.Close()
 		return
 	}
-	c.watcher = f
+	c.watcher, c.pid = f, pid
 	go func() {
 		first := true
 		err := rc.Read(func(uintptr) bool { // readable once the process has exited

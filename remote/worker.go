@@ -82,6 +82,9 @@ type Worker struct {
 	regions   atomic.Pointer[[]*localRegion] // sorted by base; written under mu
 	leaked    []ucx.Mem                      // registrations of regions gone while UCX held requests naming them
 	abandoned bool                           // a connection was abandoned (watch.go): UCX may hold requests of its own to it
+	segments  int                            // segments of the worker's SegmentSources not yet freed: the context stays for them
+	ctxClosed bool
+	selfSysV  map[uint64]bool // the SysV ids of this process's segments (direct.go refuses them as a peer's)
 
 	sleeping atomic.Bool
 	wake     *waiter
@@ -316,9 +319,7 @@ func (w *Worker) Close() error {
 	}
 	w.mu.Lock()
 	w.closed = true
-	if !w.abandoned {
-		w.ctx.Close()
-	}
+	w.closeContext() // now, or once the last segment of a SegmentSource is freed
 	w.mu.Unlock()
 	return errors.Join(append(errs, w.wake.close())...)
 }
@@ -327,8 +328,9 @@ func (w *Worker) Close() error {
 type WorkerStats struct {
 	// Transfers counts the transfers completed; Failed those that ended with an error.
 	Transfers, Failed uint64
-	// Ops counts the puts and gets completed; Bytes the bytes they moved.
-	Ops, Bytes uint64
+	// Ops counts the puts and gets completed; Bytes the bytes they moved. Copied counts
+	// those of Ops done by one copy into or out of a peer's segment (SegmentSource).
+	Ops, Bytes, Copied uint64
 	// Regions is the number of regions registered now; Registrations the ucp_mem_map calls
 	// made so far (one per region, never one per buffer).
 	Regions, Registrations uint64
@@ -345,7 +347,7 @@ type WorkerStats struct {
 }
 
 type workerStats struct {
-	transfers, failed, ops, bytes, registrations, freeErrs, wakeups atomic.Uint64
+	transfers, failed, ops, bytes, copied, registrations, freeErrs, wakeups atomic.Uint64
 }
 
 // Stats returns the worker's counters.
@@ -354,7 +356,7 @@ func (w *Worker) Stats() WorkerStats {
 	defer w.mu.Unlock()
 	s := WorkerStats{
 		Transfers: w.stats.transfers.Load(), Failed: w.stats.failed.Load(),
-		Ops: w.stats.ops.Load(), Bytes: w.stats.bytes.Load(),
+		Ops: w.stats.ops.Load(), Bytes: w.stats.bytes.Load(), Copied: w.stats.copied.Load(),
 		Regions: uint64(len(*w.regions.Load())), Registrations: w.stats.registrations.Load(),
 		Conns: len(w.conns), DeferredFreeErrors: w.stats.freeErrs.Load(), Wakeups: w.stats.wakeups.Load(),
 	}

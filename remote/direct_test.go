@@ -1,0 +1,145 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+var segTransport = transports[2]
+
+// TestCopyRefusesForged: over shared memory with pools of segments, a descriptor whose region
+// is longer than its segment, one whose region is another process's segment, and one naming
+// this process's own segment are refused before a byte is copied; the peer's buffers keep
+// their bytes. A descriptor with the key of another process's segment but the peer's own
+// region and range is never copied by: it goes by message, to the buffer its region and range
+// name, checked by the target. Good descriptors of other peers still go by copy.
+func TestCopyRefusesForged(t *testing.T) {
+	needUCX(t)
+	env := segTransport.set(t)
+	l := newLocalFor(t, segTransport)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	src := l.alloc(t, 64<<10, 5)
+	mine, err := l.reg.Describe(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := startChild(t, l.w, env, true)
+	foreign := other.alloc(64<<10, 9, 1)[0]
+
+	foreignCRC := other.crc(0)
+	for _, c := range []struct {
+		name    string
+		forge   func(d Descriptor) Descriptor
+		message bool   // not refused: it goes by message, to the peer's buffer it names
+		why     string // the refusal says
+	}{
+		{"a region longer than its segment", func(d Descriptor) Descriptor { d.size += 1 << 30; return d }, false, "its segment has"},
+		{"another process's segment", func(d Descriptor) Descriptor {
+			f := foreign
+			f.worker, f.region = d.worker, d.region
+			return f
+		}, false, "made by process"},
+		{"this process's own segment", func(d Descriptor) Descriptor {
+			f := mine
+			f.worker, f.region = d.worker, d.region
+			return f
+		}, false, "a segment of this process"},
+		{"the key of another process's segment", func(d Descriptor) Descriptor { d.rkey = foreign.rkey; return d }, true, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ch := startChild(t, l.w, env, true)
+			ds := ch.alloc(64<<10, 1, 1)
+			crc0 := ch.crc(0)
+			before := l.w.Stats().Copied
+			mine0 := crcOf(src)
+			err := ch.c.Put(ctx, src[:100], c.forge(ds[0]))
+			if c.message {
+				if err != nil {
+					t.Fatalf("put by message: %v", err)
+				}
+				exp := make([]byte, 64<<10)
+				fill(exp, 1)
+				copy(exp, src[:100])
+				crc0 = crcOf(exp)
+			} else if !errors.Is(err, ErrDescriptor) || !strings.Contains(err.Error(), c.why) {
+				t.Errorf("put: %v, want ErrDescriptor saying %q", err, c.why)
+			}
+			err = ch.c.Get(ctx, src[100:200], c.forge(ds[0]))
+			if c.message {
+				if err != nil || string(src[100:200]) != string(src[:100]) {
+					t.Fatalf("get by message: %v, or not the bytes put", err)
+				}
+				mine0 = crcOf(src)
+			} else if !errors.Is(err, ErrDescriptor) {
+				t.Errorf("get: %v, want ErrDescriptor", err)
+			}
+			if ch.crc(0) != crc0 || crcOf(src) != mine0 || other.crc(0) != foreignCRC {
+				t.Fatal("a refused descriptor moved bytes, or bytes went elsewhere than the buffer named")
+			}
+			if got := l.w.Stats().Copied; got != before {
+				t.Errorf("%d operations by copy with a forged descriptor", got-before)
+			}
+			ch.quit()
+		})
+	}
+	// The other peer's good descriptor goes by copy, all along.
+	before := l.w.Stats().Copied
+	if err := other.c.Get(ctx, src, foreign); err != nil {
+		t.Fatal(err)
+	}
+	check(t, "get", src, 9)
+	if l.w.Stats().Copied != before+1 {
+		t.Error("a good descriptor did not go by copy")
+	}
+	if err := l.pool.Free(src); err != nil {
+		t.Fatal(err)
+	}
+	other.quit()
+}
+
+// TestCopyPeerKilled: once the peer's segment is mapped here, the peer killed with SIGKILL
+// leaves the mapping valid (the copies never fault), and the connection then fails its
+// transfers with ErrPeer; every local buffer comes back.
+func TestCopyPeerKilled(t *testing.T) {
+	needUCX(t)
+	env := segTransport.set(t)
+	l := newLocalFor(t, segTransport)
+	ch := startChild(t, l.w, env, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ds := ch.alloc(1<<20, 3, 1)
+	b := l.alloc(t, 1<<20, 0)
+	if err := ch.c.Get(ctx, b, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+	check(t, "get", b, 3)
+	l.w.mu.Lock()
+	e := ch.c.rkeys[ds[0].region]
+	l.w.mu.Unlock()
+	if e.direct != 1 {
+		t.Fatal("the peer's region is not reached by copy")
+	}
+	ch.kill()
+	// The segment stays mapped in this process: its bytes are still there to read.
+	seen := mem.Bytes(e.local+uintptr(ds[0].addr-e.base), 1<<20)
+	check(t, "the dead peer's segment", seen, 3)
+	var err error
+	for err == nil { // copies until the connection sees the death
+		err = ch.c.Get(ctx, b, ds[0])
+	}
+	if !errors.Is(err, ErrPeer) && !errors.Is(err, ErrClosed) {
+		t.Fatalf("get from the killed peer: %v, want ErrPeer", err)
+	}
+	if got := l.pool.Usage().Live; got != 1 {
+		t.Fatalf("%d buffers live, want 1", got)
+	}
+	if err := l.pool.Free(b); err != nil {
+		t.Fatal(err)
+	}
+}
