@@ -131,6 +131,9 @@ func ucxBench(cfg *config) int {
 		os.Setenv("UCX_NET_DEVICES", "lo")
 	}
 	tls := "UCX_TLS=" + os.Getenv("UCX_TLS") + " UCX_NET_DEVICES=" + os.Getenv("UCX_NET_DEVICES")
+	if os.Getenv(ucxSegmentsEnv) != "" {
+		tls += ", pools of UCX segments"
+	}
 	rounds := 5
 	if cfg.quick {
 		rounds = 3
@@ -187,10 +190,20 @@ type ucxBenchState struct {
 	ctx      context.Context
 }
 
-func ucxPool() (*pinned.Pool, error) {
+// ucxSegmentsEnv, set with PINMALLOC_BENCH_SHM, makes both sides' pools of UCX-allocated
+// segments (remote.SegmentSource of w): puts and gets by one copy, where perftest's are.
+const ucxSegmentsEnv = "PINMALLOC_BENCH_SEGMENTS"
+
+// ucxPool returns a pool for the bench: of w's segments with ucxSegmentsEnv (and w), else
+// locked memory, or pageable below a memlock limit of 256 MiB.
+func ucxPool(w *remote.Worker) (*pinned.Pool, error) {
 	o := pinned.Options{Capacity: 1 << 30}
 	var lim unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil && os.Geteuid() != 0 && lim.Cur < 256<<20 {
+	low := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil && os.Geteuid() != 0 && lim.Cur < 256<<20
+	switch {
+	case w != nil && os.Getenv(ucxSegmentsEnv) != "":
+		o.Source = w.SegmentSource(remote.SegmentOptions{Pageable: low})
+	case low:
 		o.Backend = pinned.Pageable
 	}
 	return pinned.New(o)
@@ -200,11 +213,11 @@ func newUCXBench(rounds int, filter *regexp.Regexp) (*ucxBenchState, error) {
 	b := &ucxBenchState{rounds: rounds, filter: filter, ctx: context.Background()}
 	b.perftest, _ = exec.LookPath("ucx_perftest")
 	var err error
-	if b.pool, err = ucxPool(); err != nil {
-		return nil, err
-	}
 	shm := os.Getenv("PINMALLOC_BENCH_SHM") != ""
 	if b.w, err = remote.New(remote.Options{Name: "bench", SharedMemory: shm}); err != nil {
+		return nil, err
+	}
+	if b.pool, err = ucxPool(b.w); err != nil {
 		return nil, err
 	}
 	if b.wr, err = remote.New(remote.Options{Name: "bench-rma", Mode: remote.ModeRMA, SharedMemory: shm}); err != nil {

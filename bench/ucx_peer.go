@@ -44,7 +44,7 @@ func ucxPeer() error {
 		return err
 	}
 	defer w.Close()
-	pool, err := ucxPool()
+	pool, err := ucxPool(w)
 	if err != nil {
 		return err
 	}

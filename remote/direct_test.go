@@ -3,11 +3,13 @@ package remote
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 var segTransport = transports[2]
@@ -141,5 +143,88 @@ func TestCopyPeerKilled(t *testing.T) {
 	}
 	if err := l.pool.Free(b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkCopy measures puts by copy between two workers of this process over shared memory,
+// pools of segments on both sides: one Transfer of 64 MiB's worth of operations of the size
+// into one buffer, as the bench's rows; memmove is the copy alone, for the overhead.
+func BenchmarkCopy(b *testing.B) {
+	needUCX(b)
+	b.Setenv("UCX_TLS", "sm")
+	ctx := context.Background()
+	var ws [2]*Worker
+	var pools [2]*pinned.Pool
+	var regs [2]*Registration
+	for i := range ws {
+		w, err := New(Options{SharedMemory: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws[i] = w
+		if pools[i], err = testPool(w.SegmentSource(SegmentOptions{})); err != nil {
+			b.Fatal(err)
+		}
+		if regs[i], err = w.Register(pools[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func() {
+		for i := range ws {
+			_ = ws[i].Close()
+			_ = pools[i].Close()
+		}
+	}()
+	addr, err := ws[1].Address()
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _, _ = ws[1].Accept(ctx) }()
+	c, err := ws[0].Dial(ctx, addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+		src, err := pools[0].Alloc(size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst, err := pools[1].Alloc(size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, err := regs[1].Describe(dst)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := min(16384, max(16, (64<<20)/size))
+		b.Run("put/"+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			b.SetBytes(int64(size * n))
+			t := c.NewTransfer()
+			for range b.N {
+				for range n {
+					if err := t.Put(src, d); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := t.Start(); err != nil {
+					b.Fatal(err)
+				}
+				if err := t.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := t.Reset(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("memmove/"+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			b.SetBytes(int64(size * n))
+			for range b.N {
+				for range n {
+					copy(dst, src)
+				}
+			}
+		})
 	}
 }

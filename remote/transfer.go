@@ -148,6 +148,7 @@ func (t *Transfer) Start() error {
 		t.fail(c.stateErr())
 	}
 	rma := t.err == nil && w.rmaMode(c)
+	var copied, copiedBytes uint64
 	for i := 0; i < len(t.descs) && t.err == nil; i++ {
 		if lr := t.lrs[i]; lr.reg.closed || lr.reg.regions[lr.base] != lr {
 			t.fail(fmt.Errorf("%w: the registration of local region %d was closed", ErrClosed, lr.id))
@@ -164,9 +165,8 @@ func (t *Transfer) Start() error {
 			if p != 0 { // the peer's segment is mapped here: one copy (direct.go)
 				copyDirect(op, p, t.gets[i])
 				op.Kind = opCopied
-				w.stats.ops.Add(1)
-				w.stats.copied.Add(1)
-				w.stats.bytes.Add(op.Length)
+				copied++
+				copiedBytes += op.Length
 				continue
 			}
 		}
@@ -195,7 +195,12 @@ func (t *Transfer) Start() error {
 		h.encode(&op.Header)
 		op.Kind = ucx.OpData
 	}
-	t.dropCopied()
+	if copied > 0 {
+		w.stats.ops.Add(copied)
+		w.stats.copied.Add(copied)
+		w.stats.bytes.Add(copiedBytes)
+		t.dropCopied()
+	}
 	if t.err == nil && !rma {
 		t.splitGets()
 	}
