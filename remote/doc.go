@@ -23,6 +23,11 @@
 // Worker addresses (Address, Dial, and Accept on the dialed side) serve programs that have a
 // control plane of their own.
 //
+// Between processes of one host over shared memory (Options.SharedMemory, UCX_TLS=sm), a pool
+// whose regions UCX allocates (pinned.Options.Source: Worker.SegmentSource) is reached by its
+// peers with one copy per put or get, at memcpy speed, where a pool of ordinary memory is
+// reached by messages.
+//
 // # Design
 //
 // UCX is loaded at run time (internal/ucx: dlopen of libucp.so.0, no header at build, each
@@ -36,6 +41,11 @@
 // region, against the first descriptor it saw (a forged or stale one is refused before
 // anything is posted), and every length against the buffer named, so this process never asks a
 // peer to write outside the buffer a descriptor names.
+//
+// Where a peer's region is a SysV segment UCX allocated and this process maps it (its key
+// unpacked, ucp_rkey_ptr), a put or get is a copy made by Start, once the kernel's mappings
+// and the segment's record have shown, before the first copy, that the region lies inside a
+// segment the peer made: UCX itself checks no range there (docs/ucx.md).
 //
 // A Transfer posts its puts and gets in one cgo call, each with the registration of its local
 // region, and ends with a flush of the endpoint when it has puts, so that its completion means

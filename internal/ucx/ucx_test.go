@@ -59,6 +59,26 @@ func newPair(t *testing.T) *pair {
 	return p
 }
 
+// unpack connects worker 0 to worker 1 and unpacks rkey, a key of worker 1's context, there;
+// the key is destroyed at the test's end.
+func (p *pair) unpack(t *testing.T, rkey []byte) (Ep, Rkey) {
+	t.Helper()
+	addr, err := p.w[1].Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := p.w[0].ConnectAddress(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk, err := p.w[0].UnpackRkey(ep, rkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.w[0].DestroyRkey(rk) })
+	return ep, rk
+}
+
 // progress progresses both workers until cond holds (or fails the test after 10 s).
 func (p *pair) progress(t *testing.T, cond func() bool) {
 	t.Helper()
@@ -138,19 +158,7 @@ func TestPutGetMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := p.w[1].Address()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, err := p.w[0].ConnectAddress(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rk, err := p.w[0].UnpackRkey(ep, rkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.w[0].DestroyRkey(rk)
+	ep, rk := p.unpack(t, rkey)
 
 	src, dst := region[0][:64<<10], region[1][:64<<10]
 	for i := range src {
@@ -285,20 +293,8 @@ func TestMemAllocRkeyPtr(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := p.w[1].Address()
-	if err != nil {
-		t.Fatal(err)
-	}
 	p.w[0].NoPeerFailure = true
-	ep, err := p.w[0].ConnectAddress(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rk, err := p.w[0].UnpackRkey(ep, rkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.w[0].DestroyRkey(rk)
+	_, rk := p.unpack(t, rkey)
 	lp, err := p.w[0].RkeyPtr(rk, uint64(addr)+4096)
 	if err != nil {
 		t.Fatal(err)
