@@ -12,7 +12,10 @@ import (
 
 // The UCX suite's competitor (ucx.go): UCX's own ucx_perftest, server and client, on this host.
 
-var perftestFinal = regexp.MustCompile(`^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$`)
+// perftestFinal matches the client's final line: iterations, latency (median, average,
+// overall), bandwidth (average, overall), message rate (average, overall). A round whose
+// last report came at once prints its averages as inf (and 0): only the overall figure is read.
+var perftestFinal = regexp.MustCompile(`^\s*(\d+)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$`)
 
 // runPerftest runs ucx_perftest's server and client on this host with the same UCX
 // environment and returns the client's overall bandwidth in MB/s (10^6 bytes): ucp_put_bw, or
