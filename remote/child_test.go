@@ -29,6 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -46,12 +47,12 @@ func fill(b []byte, seed uint64) {
 
 // testPool returns a pool for the tests: locked memory, or pageable memory where an ordinary
 // user's memlock limit is below what the tests use; of src's segments when src is set.
-func testPool(src *SegmentSource) (*pinned.Pool, error) {
+func testPool(src arena.Provider) (*pinned.Pool, error) {
 	o := pinned.Options{Capacity: 256 << 20}
 	var lim unix.Rlimit
 	low := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil && os.Geteuid() != 0 && lim.Cur < 64<<20
 	if src != nil {
-		src.opts.Pageable = low
+		src.(*segmentSource).opts.Pageable = low
 		o.Source = src
 	} else if low {
 		o.Backend = pinned.Pageable
@@ -69,7 +70,7 @@ func runChild(role string) int {
 		_, _ = bufio.NewReader(os.Stdin).ReadString(0)
 		os.Exit(3)
 	}()
-	var src *SegmentSource
+	var src arena.Provider
 	if os.Getenv(segEnv) != "" {
 		src = w.SegmentSource(SegmentOptions{})
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -244,7 +245,7 @@ func newLocalMode(t *testing.T, tr transport, mode Mode) *local {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var src *SegmentSource
+	var src arena.Provider
 	if tr.seg {
 		src = w.SegmentSource(SegmentOptions{})
 	}

@@ -145,7 +145,7 @@ func (r *Registration) Unmapping(g *arena.Region) {
 	w.regions.Store(&next)
 	switch {
 	case w.closed:
-	case lr.seg != nil: // the source frees it (SegmentSource.Release), after the worker if UCX may hold requests naming it
+	case lr.seg != nil: // the source frees it (segmentSource.Release), after the worker if UCX may hold requests naming it
 		lr.seg.held = lr.seg.held || lr.held > 0 || w.abandoned
 	case lr.held > 0 || w.abandoned:
 		// UCX may still hold requests naming the registration: ours (lr.held), or, once a

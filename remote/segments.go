@@ -12,24 +12,8 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
 )
 
-// SegmentSource is where a pool's regions come from when its peers on this host are to put
-// and get at the speed of a memory copy: memory UCX allocates for the worker
-// (ucp_mem_map with UCP_MEM_MAP_ALLOCATE), a shared segment (SysV with UCX_TLS=sm and
-// UCX's default UCX_ALLOC_PRIO) that a peer's worker maps into its own address space when it
-// unpacks the region's key. A transfer of such a peer into or out of it is then one copy by
-// the peer's CPU, checked against the kernel's mapping of the segment (docs/ucx.md), where
-// a pool of ordinary memory is reached by messages. Use it as pinned.Options.Source (with the
-// default Locked backend), and register the pool with the same worker:
-//
-//	src := w.SegmentSource(remote.SegmentOptions{})
-//	pool, err := pinned.New(pinned.Options{Source: src, Capacity: 1 << 30})
-//	reg, err := w.Register(pool) // the segments are registered already: nothing is mapped again
-//
-// Each region is one segment of the region's size, allocated when the pool grows and freed
-// when the pool is closed; its pages are taken as the pool commits them (locked then, unless
-// SegmentOptions.Pageable). The worker's UCX context lives until the last segment is freed,
-// so the pool may outlive the worker's Close.
-type SegmentSource struct {
+// segmentSource is a SegmentSource's provider: see Worker.SegmentSource.
+type segmentSource struct {
 	w    *Worker
 	opts SegmentOptions
 	page uintptr
@@ -40,7 +24,7 @@ type SegmentSource struct {
 	created uint64
 }
 
-// SegmentOptions configures a SegmentSource.
+// SegmentOptions configures a Worker's SegmentSource.
 type SegmentOptions struct {
 	// Pageable leaves the segments' pages unlocked (arena.HostPageable): for a memlock limit
 	// below the pool's size (an ordinary user's 8 MiB). By default each committed range is
@@ -49,7 +33,7 @@ type SegmentOptions struct {
 	Pageable bool
 }
 
-// segment is a region of a SegmentSource: the UCX allocation behind it.
+// segment is a region of a segmentSource: the UCX allocation behind it.
 type segment struct {
 	w         *Worker
 	mem       ucx.Mem
@@ -75,17 +59,32 @@ func (w *Worker) closeContext() {
 	}
 }
 
-// SegmentSource returns a source of pool regions allocated by UCX for this worker: see
-// SegmentSource's doc.
-func (w *Worker) SegmentSource(o SegmentOptions) *SegmentSource {
-	return &SegmentSource{w: w, opts: o, page: uintptr(unix.Getpagesize()), byBase: map[uintptr]*segment{}}
+// SegmentSource returns where a pool's regions come from when its peers on this host are to
+// put and get at the speed of a memory copy: memory UCX allocates for the worker (ucp_mem_map
+// with UCP_MEM_MAP_ALLOCATE), a shared segment (SysV with UCX_TLS=sm and UCX's default
+// UCX_ALLOC_PRIO) that a peer's worker maps into its own address space when it unpacks the
+// region's key. A transfer of such a peer into or out of it is then one copy by the peer's
+// CPU, checked against the kernel's mapping of the segment (docs/ucx.md), where a pool of
+// ordinary memory is reached by messages. Use it as pinned.Options.Source (with the default
+// Locked backend), and register the pool with the same worker:
+//
+//	src := w.SegmentSource(remote.SegmentOptions{})
+//	pool, err := pinned.New(pinned.Options{Source: src, Capacity: 1 << 30})
+//	reg, err := w.Register(pool) // the segments are registered already: nothing is mapped again
+//
+// Each region is one segment of the region's size, allocated when the pool grows and freed
+// when the pool is closed; its pages are taken as the pool commits them (locked then, unless
+// SegmentOptions.Pageable). The worker's UCX context lives until the last segment is freed,
+// so the pool may outlive the worker's Close.
+func (w *Worker) SegmentSource(o SegmentOptions) arena.Provider {
+	return &segmentSource{w: w, opts: o, page: uintptr(unix.Getpagesize()), byBase: map[uintptr]*segment{}}
 }
 
 // Name implements arena.Provider.
-func (s *SegmentSource) Name() string { return "ucx-segment" }
+func (s *segmentSource) Name() string { return "ucx-segment" }
 
 // Kind implements arena.Provider: locked host memory, or pageable with SegmentOptions.Pageable.
-func (s *SegmentSource) Kind() arena.Kind {
+func (s *segmentSource) Kind() arena.Kind {
 	if s.opts.Pageable {
 		return arena.HostPageable
 	}
@@ -94,13 +93,13 @@ func (s *SegmentSource) Kind() arena.Kind {
 
 // Caps implements arena.Provider: committed ranges are locked (or nothing is done), never
 // decommitted; the segment's pages come as they are touched.
-func (s *SegmentSource) Caps() arena.Caps {
+func (s *segmentSource) Caps() arena.Caps {
 	return arena.Caps{Granule: s.page, Splits: !s.opts.Pageable}
 }
 
 // Reserve implements arena.Provider: one segment of size bytes, allocated by UCX and
 // registered with the worker's context.
-func (s *SegmentSource) Reserve(size, _ uintptr) (*arena.Region, error) {
+func (s *segmentSource) Reserve(size, _ uintptr) (*arena.Region, error) {
 	w := s.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -129,7 +128,7 @@ func (s *SegmentSource) Reserve(size, _ uintptr) (*arena.Region, error) {
 }
 
 // Commit implements arena.Provider: it locks the range, unless the source is pageable.
-func (s *SegmentSource) Commit(r *arena.Region, off, size uintptr) error {
+func (s *segmentSource) Commit(r *arena.Region, off, size uintptr) error {
 	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
@@ -151,13 +150,13 @@ func (s *SegmentSource) Commit(r *arena.Region, off, size uintptr) error {
 }
 
 // Decommit implements arena.Provider; the arena never calls it (Caps.Decommits is unset).
-func (s *SegmentSource) Decommit(r *arena.Region, off, size uintptr) error {
+func (s *segmentSource) Decommit(r *arena.Region, off, size uintptr) error {
 	return fmt.Errorf("%w: a UCX segment is not decommitted", arena.ErrInvalid)
 }
 
 // Release implements arena.Provider: the segment is deregistered and freed by UCX (its pages
 // unlocked with it). A peer that still maps it keeps its pages until it lets go.
-func (s *SegmentSource) Release(r *arena.Region) error {
+func (s *segmentSource) Release(r *arena.Region) error {
 	seg, ok := r.Handle.(*segment)
 	s.mu.Lock()
 	if !ok || s.byBase[r.Base] != seg {
@@ -188,7 +187,7 @@ func (s *SegmentSource) Release(r *arena.Region) error {
 }
 
 // Regions returns the number of segments the source holds now.
-func (s *SegmentSource) Regions() int {
+func (s *segmentSource) Regions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.byBase)

@@ -37,8 +37,8 @@ func TestSegmentSourceLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ucx.MemMaps() - maps; got != 1 || src.Regions() != 1 || reg.Regions() != 1 {
-		t.Fatalf("%d ucp_mem_map calls, %d segments, %d regions registered: want 1 of each", got, src.Regions(), reg.Regions())
+	if got := ucx.MemMaps() - maps; got != 1 || src.(*segmentSource).Regions() != 1 || reg.Regions() != 1 {
+		t.Fatalf("%d ucp_mem_map calls, %d segments, %d regions registered: want 1 of each", got, src.(*segmentSource).Regions(), reg.Regions())
 	}
 	mp, ok := findMapping(mem.Addr(b))
 	if !ok || !mp.sysv() || !w.selfSysV[mp.inode] {
@@ -63,8 +63,8 @@ func TestSegmentSourceLifecycle(t *testing.T) {
 	w.mu.Lock()
 	ctxClosed, segs := w.ctxClosed, w.segments
 	w.mu.Unlock()
-	if !ctxClosed || segs != 0 || src.Regions() != 0 {
-		t.Fatalf("after the pool's Close: context destroyed %v, %d segments left, %d in the source", ctxClosed, segs, src.Regions())
+	if !ctxClosed || segs != 0 || src.(*segmentSource).Regions() != 0 {
+		t.Fatalf("after the pool's Close: context destroyed %v, %d segments left, %d in the source", ctxClosed, segs, src.(*segmentSource).Regions())
 	}
 	// A closed worker's source allocates nothing.
 	p2, err := pinned.New(pinned.Options{Source: src, Capacity: 64 << 20})

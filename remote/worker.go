@@ -329,7 +329,7 @@ type WorkerStats struct {
 	// Transfers counts the transfers completed; Failed those that ended with an error.
 	Transfers, Failed uint64
 	// Ops counts the puts and gets completed; Bytes the bytes they moved. Copied counts
-	// those of Ops done by one copy into or out of a peer's segment (SegmentSource).
+	// those of Ops done by one copy into or out of a peer's segment (Worker.SegmentSource).
 	Ops, Bytes, Copied uint64
 	// Regions is the number of regions registered now; Registrations the ucp_mem_map calls
 	// made so far (one per region, never one per buffer).
