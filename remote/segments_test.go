@@ -2,9 +2,13 @@ package remote
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
@@ -74,5 +78,38 @@ func TestSegmentSourceLifecycle(t *testing.T) {
 	}
 	if !errors.Is(err, arena.ErrReserve) || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("a pool of a closed worker's source: %v, want arena.ErrReserve saying the worker is closed", err)
+	}
+}
+
+// TestSegmentSourceMemlock: a SegmentSource that locks (the default) refuses a commit beyond
+// the memlock limit with an error matching pinmalloc.ErrMemlock, and the pool stays usable
+// and closes. It needs a limit that binds: an ordinary user's (CI's unprivileged run, 8 MiB).
+func TestSegmentSourceMemlock(t *testing.T) {
+	needUCX(t)
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil || os.Geteuid() == 0 || lim.Cur > 32<<20 {
+		t.Skipf("the memlock limit does not bind here (uid %d, limit %d): .ci/unprivileged runs this test at 8 MiB", os.Geteuid(), lim.Cur)
+	}
+	t.Setenv("UCX_TLS", "sm")
+	w := newWorker(t)
+	pool, err := pinned.New(pinned.Options{Source: w.SegmentSource(SegmentOptions{}), Capacity: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	b, err := pool.Alloc(64 << 20)
+	if err == nil {
+		_ = pool.Free(b)
+		t.Fatalf("64 MiB locked at a memlock limit of %d", lim.Cur)
+	}
+	if !errors.Is(err, pinmalloc.ErrMemlock) {
+		t.Fatalf("Alloc past the memlock limit: %v, want pinmalloc.ErrMemlock", err)
+	}
+	small, err := pool.Alloc(64 << 10)
+	if err != nil {
+		t.Fatalf("a small Alloc after the refusal: %v", err)
+	}
+	if err := pool.Free(small); err != nil {
+		t.Fatal(err)
 	}
 }
