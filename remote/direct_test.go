@@ -90,6 +90,28 @@ func TestCopyRefusesForged(t *testing.T) {
 			ch.quit()
 		})
 	}
+	// A transfer with a good descriptor and a forged one (a region the peer never had, on a
+	// segment of another process) is refused at Start and moves nothing, the good one neither.
+	ch := startChild(t, l.w, env, true)
+	ds := ch.alloc(64<<10, 1, 1)
+	crc0 := ch.crc(0)
+	forged := foreign
+	forged.worker, forged.region = ds[0].worker, ds[0].region+1
+	tx := ch.c.NewTransfer()
+	if err := errors.Join(tx.Put(src[:100], ds[0]), tx.Put(src[:100], forged)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Start(); !errors.Is(err, ErrDescriptor) {
+		t.Fatalf("a batch with a forged descriptor: %v, want ErrDescriptor", err)
+	}
+	if ch.crc(0) != crc0 {
+		t.Fatal("a refused batch moved the bytes of its good descriptor")
+	}
+	if err := ch.c.Put(ctx, src[:100], ds[0]); err != nil {
+		t.Fatal(err) // the good descriptor alone still goes
+	}
+	ch.quit()
+
 	// The other peer's good descriptor goes by copy, all along.
 	before := l.w.Stats().Copied
 	if err := other.c.Get(ctx, src, foreign); err != nil {

@@ -162,9 +162,8 @@ func (t *Transfer) Start() error {
 				t.fail(err)
 				break
 			}
-			if p != 0 { // the peer's segment is mapped here: one copy (direct.go)
-				copyDirect(op, p, t.gets[i])
-				op.Kind = opCopied
+			if p != 0 { // the peer's segment is mapped here: one copy (direct.go), once all are checked
+				op.Kind, op.Remote = opCopied, uint64(p)
 				copied++
 				copiedBytes += op.Length
 				continue
@@ -195,7 +194,12 @@ func (t *Transfer) Start() error {
 		h.encode(&op.Header)
 		op.Kind = ucx.OpData
 	}
-	if copied > 0 {
+	if copied > 0 && t.err == nil { // a transfer refused at Start moves nothing
+		for i := range t.ops {
+			if op := &t.ops[i]; op.Kind == opCopied {
+				copyDirect(op, uintptr(op.Remote), t.gets[i])
+			}
+		}
 		w.stats.ops.Add(copied)
 		w.stats.copied.Add(copied)
 		w.stats.bytes.Add(copiedBytes)
@@ -223,7 +227,8 @@ func (t *Transfer) Start() error {
 	return err
 }
 
-// opCopied marks an operation done by copy in Start (direct.go).
+// opCopied marks an operation done by copy in Start (direct.go), its Remote then the address
+// in this process of the peer's bytes.
 const opCopied = -2
 
 // dropCopied removes the operations done by copy, leaving those to post. Under mu.
