@@ -101,14 +101,19 @@ func example() error {
 	return nil
 }
 
-// TestExample runs Example's body, which says nothing testable without UCX.
+// TestExample runs the bodies of Example and ExampleWorker_SegmentSource, which say nothing
+// testable without UCX.
 func TestExample(t *testing.T) {
-	err := example()
-	if errors.Is(err, remote.ErrNoUCX) && os.Getenv("PINMALLOC_REQUIRE_UCX") == "" {
-		t.Skipf("no UCX: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
+	for name, body := range map[string]func() error{"Example": example, "ExampleWorker_SegmentSource": exampleSegments} {
+		t.Run(name, func(t *testing.T) {
+			err := body()
+			if errors.Is(err, remote.ErrNoUCX) && os.Getenv("PINMALLOC_REQUIRE_UCX") == "" {
+				t.Skipf("no UCX: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -183,15 +188,4 @@ func exampleSegments() error {
 	}
 	fmt.Println(string(dst[:10]), "by copy:", prefill.Stats().Copied)
 	return nil
-}
-
-// TestExampleSegmentSource runs ExampleWorker_SegmentSource's body.
-func TestExampleSegmentSource(t *testing.T) {
-	err := exampleSegments()
-	if errors.Is(err, remote.ErrNoUCX) && os.Getenv("PINMALLOC_REQUIRE_UCX") == "" {
-		t.Skipf("no UCX: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 }
