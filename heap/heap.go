@@ -211,6 +211,7 @@ type Heap struct {
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
 	hold    bool                 // Retention is RetainSegments
 	objFree []*page              // freed object pages kept for reuse, oldest first
+	objKeep int                  // the most objFree holds: maxObjFree, packedObjFree where packed
 	bigFree []*page              // freed huge objects kept for reuse, oldest first
 	pending pendingStack         // pages with remote frees, pushed by other goroutines
 
@@ -307,7 +308,9 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	h := &Heap{g: g, a: g.a, kt: kt, kc: kt.Clock(), align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1),
 		objFree: make([]*page, 0, maxObjFree), bigFree: make([]*page, 0, maxBigFree), objMax: HugeThreshold} // TryFree appends within capacity
 	h.packed = g.coarse && !h.hold
+	h.objKeep = maxObjFree
 	if h.packed {
+		h.objKeep = packedObjFree
 		h.objMax = segSize // a run's chunk, where a block must lie inside one commit
 		if g.packRuns {
 			h.objMax = runChunks << segShift / 2

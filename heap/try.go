@@ -207,7 +207,7 @@ func (h *Heap) tryReuseObject(n uintptr) (uintptr, bool) {
 // tryFreeObject is the owner's free of an object page or huge object for TryFree: freeObject
 // when keeping it needs no arena call.
 func (h *Heap) tryFreeObject(pg *page, n uintptr, hold uint32) bool {
-	list, limit := &h.objFree, maxObjFree
+	list, limit := &h.objFree, h.objKeep
 	if pg.seg.kind == segHuge {
 		list, limit = &h.bigFree, maxBigFree
 	}
