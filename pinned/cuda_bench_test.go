@@ -34,6 +34,26 @@ var allocSizes = []int{4 << 10, 64 << 10, 512 << 10, 1 << 20, 4 << 20}
 // with the driver once and then reused; compare BenchmarkCUDAHostAllocFree.
 func BenchmarkCUDAPoolAllocFree(b *testing.B) {
 	p, _ := cudaPool(b)
+	poolPairsOf(b, p)
+}
+
+// BenchmarkFakeCUDAPoolAllocFree is BenchmarkCUDAPoolAllocFree against the fake driver, on any
+// machine: the pool's own cost (its memory is VMM host granules, so requests above the class
+// pages take the packed shard's slow path).
+func BenchmarkFakeCUDAPoolAllocFree(b *testing.B) {
+	if fakecuda.RunBenchmark(b) == nil {
+		return
+	}
+	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 4 << 30, Align: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	poolPairsOf(b, p)
+}
+
+// poolPairsOf runs an Alloc and Free pair of p for each of allocSizes.
+func poolPairsOf(b *testing.B, p *pinned.Pool) {
 	for _, n := range allocSizes {
 		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
