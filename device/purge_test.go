@@ -1,0 +1,134 @@
+package device
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// purgeTestDelay is the purge delay of the tests of the idle purge.
+const purgeTestDelay = 2 * time.Millisecond
+
+// granule is the fake's VMM granule, the device provider's commit unit (2 MiB, as measured).
+const granule = 2 << 20
+
+// burstIdle is the low-occupancy case of the idle purge: a burst of blocks of 8 B – 64 KiB
+// on stream s, each with a memset queued on s and held (the fake runs it late, as a GPU
+// may), all freed on s (a same-stream free, done in the heap at once) but keep of them. It
+// returns the blocks kept and what the heap had committed after the burst.
+func burstIdle(t *testing.T, f *fakecuda.Driver, h *Heap, s cuda.Stream, keep int) (live []cuda.DevicePtr, peak uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(38, 41))
+	var ps []cuda.DevicePtr
+	for range 512 {
+		n := 8 + rng.IntN(64<<10-8+1)
+		p := alloc(t, h, uintptr(n), s)
+		ps = append(ps, p)
+		must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 0x38, n, pcuda.Stream(s)))
+	}
+	peak = h.Usage().Committed
+	rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+	for _, p := range ps[keep:] {
+		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+	}
+	if f.Pending() == 0 {
+		t.Fatal("the memsets ran before the frees: the test holds nothing")
+	}
+	return ps[:keep], peak
+}
+
+// floor is the least a heap can hold for live blocks on 2 MiB granules: every granule a live
+// block touches, committed whole.
+func floor(h *Heap, live []cuda.DevicePtr) uint64 {
+	gs := map[uintptr]bool{}
+	for _, p := range live {
+		n, _ := h.g.Size(p)
+		for g := p / granule; g <= (p+n-1)/granule; g++ {
+			gs[g] = true
+		}
+	}
+	return uint64(len(gs)) * granule
+}
+
+// waitFor polls cond every purge delay until it holds or a second has passed.
+func waitFor(cond func() bool) bool {
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(purgeTestDelay) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// TestFakeIdleFootprint: a stream heap that goes quiet after a burst gives back all but what
+// its live blocks need (the 2 MiB granules they touch) a few purge delays later, with no call
+// of the user's, and only once its stream has passed the frees: while the fake holds the
+// memsets queued on the freed blocks, many ticks pass and nothing is given back; once it lets
+// them run, the memory goes and the memsets ran on mapped memory (a granule unmapped under a
+// queued memset makes the fake fault, sticky, as a GPU does).
+func TestFakeIdleFootprint(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	f.Hold(true)
+	defer f.Complete()
+	live, peak := burstIdle(t, f, h, s, 4)
+	min := floor(h, live)
+	if peak <= 2*min {
+		t.Fatalf("the burst committed %d bytes for a floor of %d: the test shows nothing", peak, min)
+	}
+	ticks := h.Stats().PurgeTicks
+	time.Sleep(20 * purgeTestDelay)
+	if st := h.Stats(); st.PurgeTicks < ticks+3 || st.Purges != 0 {
+		t.Fatalf("while the stream's work is held: %d ticks, %d purges; want 3 or more, none", st.PurgeTicks-ticks, st.Purges)
+	}
+	if c := h.Usage().Committed; c < peak {
+		t.Fatalf("while the stream's work is held, committed fell from %d to %d: memory given back before the stream passed its frees", peak, c)
+	}
+	f.Hold(false) // a query now runs the work queued and succeeds
+	if !waitFor(func() bool { return h.Usage().Committed <= min }) {
+		t.Fatalf("idle: %d bytes committed for %d live blocks, want %d (the granules they touch)", h.Usage().Committed, len(live), min)
+	}
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+	if c := f.StickyError(); c != 0 {
+		t.Fatalf("sticky error %d: work ran on memory given back", c)
+	}
+	must(t, "Trim", h.Trim())
+	if c := h.Usage().Committed; c != min {
+		t.Fatalf("after Trim: %d bytes committed, want %d", c, min)
+	}
+	freeAll(t, h, live)
+}
+
+// TestFakeIdlePurgeEarlyMutant proves TestFakeIdleFootprint's fake catches a purge that does
+// not wait for the stream: with the mutant (trim a quiet heap at once), the granules go while
+// the memsets are held, and the fake faults when they run.
+func TestFakeIdlePurgeEarlyMutant(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	if f == nil {
+		return
+	}
+	h.mu.Lock()
+	h.purge.early = true
+	h.mu.Unlock()
+	s := newStream(t, dev, h)
+	f.Hold(true)
+	defer f.Complete()
+	live, peak := burstIdle(t, f, h, s, 4)
+	if !waitFor(func() bool { return h.Usage().Committed < peak }) {
+		t.Fatal("the mutant gave nothing back")
+	}
+	err := dev.StreamSynchronize(s)
+	if r := cuda.Result(0); !errors.As(err, &r) || int(r) != fakecuda.ResultIllegalAddress {
+		t.Fatalf("the memsets held on memory given back: %v, want a fault (CUDA_ERROR_ILLEGAL_ADDRESS)", err)
+	}
+	f.ClearStickyError()
+	freeAll(t, h, live)
+}
