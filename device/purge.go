@@ -19,9 +19,10 @@ import (
 // that have gone quiet:
 //
 //   - A timer ticks every purge delay while the heap has streams (it starts with the first
-//     stream heap, so neither Alloc nor FreeAsync arms anything). At each tick, under the
-//     heap's mutex, a stream heap that made an allocation or a free since the previous tick
-//     is busy (heap.Heap.OpsHint) and left alone.
+//     stream heap, so neither Alloc nor FreeAsync arms anything). A tick that finds the heap's
+//     mutex held does nothing (the heap is busy: the purger never makes an allocation wait
+//     for it to get the mutex); else, under the mutex, a stream heap that made an allocation
+//     or a free since the previous tick is busy (heap.Heap.OpsHint) and left alone.
 //   - A stream heap quiet for a whole tick is asked for: a request naming its count of
 //     operations goes on its stream's list in streamq's Lists (trims), the module's one
 //     stream-order mechanism: the list's next poll (the same tick's) hands it back at once if
@@ -123,11 +124,15 @@ func (pg *purger) schedule(d time.Duration, tick func()) {
 	}
 }
 
-// purgeTick is a tick of the purger (see purger), on the timer's goroutine.
+// purgeTick is a tick of the purger (see purger), on the timer's goroutine. It never waits
+// for the heap's mutex: a heap whose mutex is held is busy, and is looked at a delay later.
 func (h *Heap) purgeTick() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	pg := &h.purge
+	if !h.mu.TryLock() {
+		pg.timer.Reset(pg.delay) // timer and delay are set before the first tick, and not again
+		return
+	}
+	defer h.mu.Unlock()
 	if h.closed || !pg.armed {
 		return
 	}
