@@ -49,6 +49,7 @@ type purger struct {
 	looks  map[*heap.Heap]*look    // each stream heap's state
 	done   []trimReq               // requests handed back, to do
 	early  bool                    // tests: trim without waiting for the stream (a mutant)
+	manual bool                    // tests: no timer, the test calls purgeTick
 }
 
 // look is what the purger knows of one stream heap.
@@ -99,6 +100,10 @@ func (h *Heap) newPurger(d time.Duration) {
 		delay: d, looks: map[*heap.Heap]*look{},
 		trims: streamq.NewLists[trimReq](h.lists.Points(), nil, trimLinger),
 	}
+	if d > 0 { // made stopped, before any tick can read it
+		h.purge.timer = time.AfterFunc(time.Hour, h.purgeTick)
+		h.purge.timer.Stop()
+	}
 }
 
 // watch starts the purge of new stream heap sh, and the timer if it is stopped. h.mu is held.
@@ -110,16 +115,14 @@ func (h *Heap) watch(sh *heap.Heap) {
 	pg.looks[sh] = &look{ops: sh.OpsHint()}
 	if !pg.armed {
 		pg.armed = true
-		pg.schedule(pg.delay, h.purgeTick)
+		pg.schedule(pg.delay)
 	}
 }
 
 // schedule starts the timer to tick after d. h.mu is held.
-func (pg *purger) schedule(d time.Duration, tick func()) {
+func (pg *purger) schedule(d time.Duration) {
 	pg.period = d
-	if pg.timer == nil {
-		pg.timer = time.AfterFunc(d, tick)
-	} else {
+	if !pg.manual {
 		pg.timer.Reset(d)
 	}
 }
@@ -129,7 +132,7 @@ func (pg *purger) schedule(d time.Duration, tick func()) {
 func (h *Heap) purgeTick() {
 	pg := &h.purge
 	if !h.mu.TryLock() {
-		pg.timer.Reset(pg.delay) // timer and delay are set before the first tick, and not again
+		pg.timer.Reset(pg.delay) // timer and delay are set in New, and not again
 		return
 	}
 	defer h.mu.Unlock()
@@ -147,7 +150,7 @@ func (h *Heap) purgeTick() {
 	default:
 		pg.period = min(2*pg.period, max(purgeMaxPeriod, pg.delay))
 	}
-	pg.schedule(pg.period, h.purgeTick)
+	pg.schedule(pg.period)
 }
 
 // look is a tick's work: each stream heap's operations compared, the quiet ones asked for, the
@@ -213,12 +216,10 @@ func (h *Heap) purgeForget(s cuda.Stream) {
 // the caller has found idle (Close). h.mu is held.
 func (pg *purger) stop() error {
 	pg.armed = false
-	if pg.timer != nil {
-		pg.timer.Stop()
-	}
 	if pg.delay == 0 {
 		return nil
 	}
+	pg.timer.Stop()
 	var err error
 	pg.done, err = pg.trims.Reclaim(pg.done, nil)
 	clear(pg.done)

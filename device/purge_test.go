@@ -144,6 +144,11 @@ func TestFakeIdlePurgeDestroyedStream(t *testing.T) {
 	if f == nil {
 		return
 	}
+	// The test ticks the purge itself: a tick of the timer between the burst and the destroy
+	// would record a point in the stream, which the fake, holding its work, never passes.
+	h.mu.Lock()
+	h.purge.manual = true
+	h.mu.Unlock()
 	s, err := dev.StreamCreate(true)
 	must(t, "StreamCreate", err)
 	f.Hold(true)
@@ -151,6 +156,11 @@ func TestFakeIdlePurgeDestroyedStream(t *testing.T) {
 	live, peak := burstIdle(t, f, h, s, 2)
 	defer freeAll(t, h, live)
 	must(t, "StreamDestroy", dev.StreamDestroy(s))
+	h.purgeTick() // the heap busy since the last look
+	h.purgeTick() // quiet: its stream refused, the context synchronized, the heap trimmed
+	if st := h.Stats(); st.Purges != 1 || f.Pending() != 0 {
+		t.Fatalf("two ticks after the destroy: %d purges, %d streams with work pending; want 1, none", st.Purges, f.Pending())
+	}
 	min := floor(h, live)
 	if !waitFor(func() bool { return h.Usage().Committed <= min }) {
 		t.Fatalf("a destroyed stream's heap holds %d bytes for a floor of %d (%d at the peak)", h.Usage().Committed, min, peak)
