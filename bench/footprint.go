@@ -330,34 +330,11 @@ func footprintLatency(s *suite) []result {
 	if !s.cfg.implFilter.MatchString("pinmalloc-pool") {
 		return nil
 	}
-	runs := map[bool][][3]float64{}
-	var errs []error
-	var purged uint64
-	for round := range 6 {
-		purge := round%2 == 0
-		q, n, err := latencyRun(purge, ops)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		runs[purge] = append(runs[purge], q)
-		purged += n
-	}
 	rs := resultSet{c: "footprint/latency", impl: "pinmalloc-pool"}
+	purged, errs := latencyRounds(&rs, func(purge bool) ([3]float64, uint64, error) { return latencyRun(purge, ops) })
 	if err := errors.Join(errs...); err != nil {
 		rs.fail(err)
 		return rs.out
-	}
-	for _, purge := range []bool{true, false} {
-		name := map[bool]string{true: "purging", false: "no_purge"}[purge]
-		for k, pct := range []string{"p50", "p99", "p999"} {
-			var vs []float64
-			for _, q := range runs[purge] {
-				vs = append(vs, q[k])
-			}
-			slices.Sort(vs)
-			rs.add("alloc_"+pct+"_ns_"+name, vs[len(vs)/2], "ns")
-		}
 	}
 	rs.add("purged_bytes_per_run", float64(purged)/3, "B") // what the purger gave back while the churn ran
 	return append(out, rs.out...)
@@ -426,8 +403,5 @@ func latencyRun(purge bool, ops int) (q [3]float64, purged uint64, err error) {
 		}
 		live[i] = b
 	}
-	purged = p.Stats().Purged - before
-	slices.Sort(ns)
-	at := func(f float64) float64 { return float64(ns[min(int(f*float64(len(ns))), len(ns)-1)]) }
-	return [3]float64{at(0.5), at(0.99), at(0.999)}, purged, nil
+	return percentiles(ns), p.Stats().Purged - before, nil
 }

@@ -4,7 +4,6 @@ package main
 
 import (
 	"errors"
-	"slices"
 	"time"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -29,33 +28,10 @@ func footprintDeviceLatency(s *suite, dev *cuda.Device) []result {
 		ops = 300_000
 	}
 	rs := resultSet{c: "footprint/device-latency", impl: name}
-	runs := map[bool][][3]float64{}
-	var errs []error
-	var purges uint64
-	for round := range 6 {
-		purge := round%2 == 0
-		q, n, err := deviceLatencyRun(dev, purge, ops)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		runs[purge] = append(runs[purge], q)
-		purges += n
-	}
+	purges, errs := latencyRounds(&rs, func(purge bool) ([3]float64, uint64, error) { return deviceLatencyRun(dev, purge, ops) })
 	if err := errors.Join(errs...); err != nil {
 		rs.fail(err)
 		return rs.out
-	}
-	for _, purge := range []bool{true, false} {
-		label := map[bool]string{true: "purging", false: "no_purge"}[purge]
-		for k, pct := range []string{"p50", "p99", "p999"} {
-			var vs []float64
-			for _, q := range runs[purge] {
-				vs = append(vs, q[k])
-			}
-			slices.Sort(vs)
-			rs.add("alloc_"+pct+"_ns_"+label, vs[len(vs)/2], "ns")
-		}
 	}
 	rs.add("purges_per_run", float64(purges)/3, "heaps") // stream heaps trimmed while the churn ran
 	return rs.out
@@ -136,8 +112,5 @@ func deviceLatencyRun(dev *cuda.Device, purge bool, ops int) (q [3]float64, purg
 		}
 		live[i] = p
 	}
-	purges = h.Stats().Purges - before
-	slices.Sort(ns)
-	at := func(f float64) float64 { return float64(ns[min(int(f*float64(len(ns))), len(ns)-1)]) }
-	return [3]float64{at(0.5), at(0.99), at(0.999)}, purges, nil
+	return percentiles(ns), h.Stats().Purges - before, nil
 }

@@ -215,7 +215,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: uintptr(o.Quota)},
 	}
 	h.lists = newLists(streamq.NewPoints(d, h.events))
-	h.newPurger(purgeDelay(o.PurgeDelay, prov))
+	h.newPurger(o.PurgeDelay, prov)
 	h.SetPressure(o.Pressure)
 	return h, nil
 }

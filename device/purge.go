@@ -81,21 +81,17 @@ const purgeMaxPeriod = time.Second
 // leaves the lists: a stream heap asked for again after each busy spell keeps its list.
 const trimLinger = 8
 
-// purgeDelay is the purger's delay for a heap with PurgeDelay d over provider prov: the
-// arena's (DefaultPurgeDelay for 0), or 0, no purger, for a negative one or a provider that
-// never gives memory back (cuMemAlloc regions: a trim would only move memory between streams).
-func purgeDelay(d time.Duration, prov arena.Provider) time.Duration {
-	if d < 0 || !prov.Caps().Decommits {
-		return 0
-	}
+// newPurger sets up h's purger over the heap's points, for a heap with PurgeDelay d over
+// provider prov: the arena's delay (DefaultPurgeDelay for 0), or none for a negative one or a
+// provider that never gives memory back (cuMemAlloc regions: a trim would only move memory
+// between streams).
+func (h *Heap) newPurger(d time.Duration, prov arena.Provider) {
 	if d == 0 {
-		return arena.DefaultPurgeDelay
+		d = arena.DefaultPurgeDelay
 	}
-	return d
-}
-
-// newPurger sets up h's purger, with delay d (purgeDelay), over the heap's points.
-func (h *Heap) newPurger(d time.Duration) {
+	if d < 0 || !prov.Caps().Decommits {
+		d = 0
+	}
 	h.purge = purger{
 		delay: d, looks: map[*heap.Heap]*look{},
 		trims: streamq.NewLists[trimReq](h.lists.Points(), nil, trimLinger),
