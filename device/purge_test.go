@@ -1,6 +1,7 @@
 package device
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -168,5 +169,72 @@ func TestFakeIdlePurgeDestroyedStream(t *testing.T) {
 	f.Complete() // whatever was left to run: on memory given back, it faults
 	if f.StickyError() != 0 {
 		t.Fatalf("sticky error %d: the destroyed stream's memsets ran on memory given back", f.StickyError())
+	}
+}
+
+// purgeReuse is TestFakeIdlePurgeKeepsStreamOrder's run, with the purge early (the mutant)
+// or not: stream a fills 64 blocks of 32 KiB with copies the fake holds, frees them on a and
+// goes quiet for two ticks of the purge (the test's own); stream b then takes 64 such blocks
+// and fills them; b's work runs, then a's. It returns the blocks of b's that a's late copies
+// overwrote, and those of b's that lie where a's were; ran is false in the parent process
+// (fakecuda.RunDevice), where the child reports.
+func purgeReuse(t *testing.T, early bool) (overwritten, shared int, ran bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	if f == nil {
+		return 0, 0, false
+	}
+	h.mu.Lock()
+	h.purge.manual, h.purge.early = true, early
+	h.mu.Unlock()
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	f.Hold(true)
+	defer f.Complete()
+	const n, blocks = 32 << 10, 64
+	was := map[cuda.DevicePtr]bool{}
+	for range blocks {
+		p := alloc(t, h, n, a)
+		was[p] = true
+		must(t, "HtoDAsync on a", h.HtoDAsync(pcuda.DevicePtr(p), pattern(n, 0xA0), pcuda.Stream(a)))
+		must(t, "FreeAsync on a", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
+	}
+	h.purgeTick() // a's heap busy since the last look
+	h.purgeTick() // quiet: asked for (or, early, trimmed at once)
+	var ps []cuda.DevicePtr
+	want := pattern(n, 0xB0)
+	for range blocks {
+		p := alloc(t, h, n, b)
+		ps = append(ps, p)
+		if was[p] {
+			shared++
+		}
+		must(t, "HtoDAsync on b", h.HtoDAsync(pcuda.DevicePtr(p), want, pcuda.Stream(b)))
+	}
+	f.CompleteStream(b)
+	f.CompleteStream(a)
+	buf := make([]byte, n)
+	for _, p := range ps {
+		must(t, "DtoH", h.DtoH(buf, pcuda.DevicePtr(p)))
+		if !bytes.Equal(buf, want) {
+			overwritten++
+		}
+	}
+	freeAll(t, h, ps)
+	return overwritten, shared, true
+}
+
+// TestFakeIdlePurgeKeepsStreamOrder: a stream heap gone quiet with copies still queued on its
+// freed blocks keeps them while its stream has not passed the frees, so another stream's
+// blocks never lie where those copies land.
+func TestFakeIdlePurgeKeepsStreamOrder(t *testing.T) {
+	if over, shared, ran := purgeReuse(t, false); ran && (over != 0 || shared != 0) {
+		t.Fatalf("%d of b's blocks overwritten by a's late copies, %d where a's were; want none", over, shared)
+	}
+}
+
+// TestFakeIdlePurgeKeepsStreamOrderMutant proves the check: with a purge that does not wait
+// for the stream, b takes a's memory and a's late copies overwrite b's blocks.
+func TestFakeIdlePurgeKeepsStreamOrderMutant(t *testing.T) {
+	if over, shared, ran := purgeReuse(t, true); ran && (over == 0 || shared == 0) {
+		t.Fatalf("early purge: %d of b's blocks overwritten, %d where a's were; want some of both", over, shared)
 	}
 }
