@@ -54,8 +54,10 @@ type purger struct {
 
 // look is what the purger knows of one stream heap.
 type look struct {
-	ops   uint64    // the heap's operations at the last tick
-	state lookState // what is left to do
+	ops    uint64    // the heap's operations at the last tick
+	state  lookState // what is left to do
+	mark   uint64    // the heap's spares at the last tick (heap.Heap.SpareMark)
+	spares bool      // a request for its spares waits for its stream
 }
 
 // lookState says where a stream heap is in the purge.
@@ -68,10 +70,12 @@ const (
 )
 
 // trimReq asks for heap sh to be trimmed once its stream has passed the point, if it has made
-// no operation since ops.
+// no operation since ops; or, with spares, for its spares kept since mark to be given back.
 type trimReq struct {
-	sh  *heap.Heap
-	ops uint64
+	sh     *heap.Heap
+	ops    uint64
+	mark   uint64
+	spares bool
 }
 
 // purgeMaxPeriod bounds the time between two ticks of a quiet heap's purger.
@@ -156,26 +160,43 @@ func (h *Heap) purgeLook() (busy, asked bool) {
 	pg := &h.purge
 	for s, sh := range h.streams {
 		lk := pg.looks[sh]
+		prev := lk.mark
+		mark, spares := sh.SpareMark()
+		lk.mark = mark
 		switch ops := sh.OpsHint(); {
 		case ops != lk.ops:
 			lk.ops, lk.state = ops, lookBusy
 			busy = true
-		case lk.state == lookBusy && pg.early:
-			pg.done = append(pg.done, trimReq{sh, ops}) // the mutant: no wait for the stream
-			lk.state = lookAsked
+			if !lk.spares && spares > 0 && prev > 0 {
+				// Busy, with empty segments: those kept since the previous tick go back.
+				h.purgeAsk(s, trimReq{sh: sh, mark: prev, spares: true})
+				lk.spares = true
+			}
 		case lk.state == lookBusy:
-			pg.trims.Push(pg.trims.Get(streamq.Stream(s)), trimReq{sh, ops})
+			h.purgeAsk(s, trimReq{sh: sh, ops: ops})
 			lk.state = lookAsked
 		}
+		asked = asked || lk.spares
 	}
 	// An error leaves the requests the driver refused waiting (their heaps stay asked for),
 	// for a later tick; the next Alloc's poll of the deferred frees meets the same refusal.
 	pg.done, _ = pg.trims.Reclaim(pg.done, nil)
 	h.purgeDone()
 	for _, lk := range pg.looks {
-		asked = asked || lk.state == lookAsked
+		asked = asked || lk.state == lookAsked || lk.spares
 	}
 	return busy, asked
+}
+
+// purgeAsk puts request r for the heap of stream s on s's list (early, the mutant: done at
+// once, with no wait for the stream). h.mu is held.
+func (h *Heap) purgeAsk(s cuda.Stream, r trimReq) {
+	pg := &h.purge
+	if pg.early {
+		pg.done = append(pg.done, r)
+		return
+	}
+	pg.trims.Push(pg.trims.Get(streamq.Stream(s)), r)
 }
 
 // purgeDone does the requests handed back (purger.done): each heap quiet since its request
@@ -184,8 +205,17 @@ func (h *Heap) purgeDone() {
 	pg := &h.purge
 	for _, r := range pg.done {
 		lk := pg.looks[r.sh]
-		if lk == nil || r.sh.OpsHint() != r.ops {
-			continue // forgotten, or busy since: a later quiet tick asks again
+		switch {
+		case lk == nil:
+			continue // forgotten
+		case r.spares:
+			lk.spares = false
+			if r.sh.ReleaseSpares(r.mark) > 0 {
+				h.st.Purges++
+			}
+			continue
+		case r.sh.OpsHint() != r.ops:
+			continue // busy since: a later quiet tick asks again
 		}
 		r.sh.Trim()
 		lk.state = lookGiven

@@ -238,3 +238,46 @@ func TestFakeIdlePurgeKeepsStreamOrderMutant(t *testing.T) {
 		t.Fatalf("early purge: %d of b's blocks overwritten, %d where a's were; want some of both", over, shared)
 	}
 }
+
+// TestFakeBusyHeapGivesSpares: a stream heap that stays busy (an allocation and a free every
+// 100 µs) after a burst gives back the segments the burst left empty, once they have been
+// empty for a tick and the stream has passed their frees: none while the fake holds the
+// burst's memsets; then its spares go while it is busy (the empty pages still in segments
+// wait), and, once it is quiet, all but the granules its live blocks touch.
+func TestFakeBusyHeapGivesSpares(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	f.Hold(true)
+	defer f.Complete()
+	live, peak := burstIdle(t, f, h, s, 4)
+	defer freeAll(t, h, live)
+	churn := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Microsecond) {
+			p := alloc(t, h, 64, s)
+			must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+		}
+	}
+	spares := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		_, n := h.streams[pcuda.Stream(s)].SpareMark()
+		return n
+	}
+	churn(20 * purgeTestDelay)
+	if c := h.Usage().Committed; c < peak || h.Stats().Purges != 0 {
+		t.Fatalf("while the stream's work is held: committed %d (from %d), %d purges; want nothing given back", c, peak, h.Stats().Purges)
+	}
+	if spares() == 0 {
+		t.Fatal("the burst left no empty segment: the test shows nothing")
+	}
+	f.Hold(false)
+	if !waitFor(func() bool { churn(purgeTestDelay); return spares() == 0 && h.Usage().Committed < peak/2 }) {
+		t.Fatalf("busy: %d spares kept, %d bytes committed (%d at the peak); want none, less than half", spares(), h.Usage().Committed, peak)
+	}
+	if !waitFor(func() bool { return h.Usage().Committed <= floor(h, live) }) {
+		t.Fatalf("quiet: %d bytes committed, want %d", h.Usage().Committed, floor(h, live))
+	}
+}

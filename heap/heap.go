@@ -209,6 +209,7 @@ type Heap struct {
 
 	segs    [numSegKinds]segList // segments with room, per kind
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
+	spareN  uint64               // segments made spares so far: the next one's spareAt (spare.go)
 	hold    bool                 // Retention is RetainSegments
 	objFree []*page              // freed object pages kept for reuse, oldest first
 	bigFree []*page              // freed huge objects kept for reuse, oldest first
