@@ -49,8 +49,9 @@
 //   - The idle purge does what Trim does without a wait, off the allocating
 //     goroutines: a timer looks at the stream heaps every purge delay (Options.PurgeDelay), and
 //     one that made no allocation and no free since the previous look is trimmed once its
-//     stream has passed a point placed after the look (internal/streamq); the arena decommits
-//     what it gets a purge delay later. Alloc and FreeAsync arm nothing: the timer runs while
+//     stream has passed a point placed after the look (internal/streamq); a busy one gives
+//     back, the same way, the segments it has kept empty since the previous look; the arena
+//     decommits what it gets a purge delay later. Alloc and FreeAsync arm nothing: the timer runs while
 //     the heap has streams, slower (up to a second) while they are quiet.
 //
 // Running out of memory, Alloc waits for every deferred free and gives back every stream's
@@ -94,7 +95,8 @@
 //     recorded after the request has completed, a query found the stream idle, or, for a stream
 //     the driver refuses, the context synchronized) if the heap made no operation since the
 //     request: every free it took is then before a point its stream has passed. A heap busy
-//     again is left alone. (TestFakeIdleFootprint holds the stream's work back and checks
+//     again is left alone, but for its empty segments: those it kept at the previous look
+//     (stamped when they emptied) go once its stream has passed a point placed after it. (TestFakeIdleFootprint holds the stream's work back and checks
 //     nothing moves; TestFakeIdlePurgeEarlyMutant shows the fake faults when a purge does not
 //     wait.)
 //   - Trim's arena purge (arena.Arena.Trim) runs after the reclaim: the arena decommits only chunks

@@ -29,6 +29,12 @@ import (
 //     the stream is idle, or records one event on the stream and hands it back at a poll that
 //     finds the event complete; a stream the driver refuses (destroyed without ForgetStream)
 //     is answered by one synchronize of the context (Lists.Reclaim), as the deferred frees are.
+//   - A busy stream heap that keeps empty segments (heap.Heap.SpareMark) is asked for those it
+//     kept at the previous tick: a request naming that mark goes on the same list, and when it
+//     comes back the segments still empty since then go to the arena (heap.Heap.ReleaseSpares:
+//     their frees were before the mark, so before the point the stream has passed; one reused
+//     since is a new spare, past the mark). Its empty pages in segments that hold blocks wait
+//     for a quiet tick.
 //   - A request handed back whose heap has made no operation since it was pushed is done:
 //     every free the heap took came before the push, so before the point the stream has
 //     passed. The heap is trimmed (heap.Heap.Trim): its empty pages and segments go to the
