@@ -67,6 +67,21 @@ func waitFor(cond func() bool) bool {
 	return cond()
 }
 
+// purgeHeap is runHeap with the purge at purgeTestDelay, done early (the mutant) and ticked by
+// the test alone (manual) as asked, and the fake holding the work queued from then on.
+func purgeHeap(t *testing.T, early, manual bool) (*fakecuda.Driver, *cuda.Device, *Heap) {
+	t.Helper()
+	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	if f == nil {
+		return nil, nil, nil
+	}
+	h.mu.Lock()
+	h.purge.early, h.purge.manual = early, manual
+	h.mu.Unlock()
+	f.Hold(true)
+	return f, dev, h
+}
+
 // TestFakeIdleFootprint: a stream heap that goes quiet after a burst gives back all but what
 // its live blocks need (the 2 MiB granules they touch) a few purge delays later, with no call
 // of the user's, and only once its stream has passed the frees: while the fake holds the
@@ -74,12 +89,11 @@ func waitFor(cond func() bool) bool {
 // them run, the memory goes and the memsets ran on mapped memory (a granule unmapped under a
 // queued memset makes the fake fault, sticky, as a GPU does).
 func TestFakeIdleFootprint(t *testing.T) {
-	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	f, dev, h := purgeHeap(t, false, false)
 	if f == nil {
 		return
 	}
 	s := newStream(t, dev, h)
-	f.Hold(true)
 	defer f.Complete()
 	live, peak := burstIdle(t, f, h, s, 4)
 	min := floor(h, live)
@@ -114,15 +128,11 @@ func TestFakeIdleFootprint(t *testing.T) {
 // not wait for the stream: with the mutant (trim a quiet heap at once), the granules go while
 // the memsets are held, and the fake faults when they run.
 func TestFakeIdlePurgeEarlyMutant(t *testing.T) {
-	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	f, dev, h := purgeHeap(t, true, false)
 	if f == nil {
 		return
 	}
-	h.mu.Lock()
-	h.purge.early = true
-	h.mu.Unlock()
 	s := newStream(t, dev, h)
-	f.Hold(true)
 	defer f.Complete()
 	live, peak := burstIdle(t, f, h, s, 4)
 	if !waitFor(func() bool { return h.Usage().Committed < peak }) {
@@ -141,18 +151,14 @@ func TestFakeIdlePurgeEarlyMutant(t *testing.T) {
 // purge answers it with one synchronize of the context, which runs the memsets, before the
 // heap gives its memory back; nothing faults, and the heap idles at its floor.
 func TestFakeIdlePurgeDestroyedStream(t *testing.T) {
-	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	// The test ticks the purge itself: a tick of the timer between the burst and the destroy
+	// would record a point in the stream, which the fake, holding its work, never passes.
+	f, dev, h := purgeHeap(t, false, true)
 	if f == nil {
 		return
 	}
-	// The test ticks the purge itself: a tick of the timer between the burst and the destroy
-	// would record a point in the stream, which the fake, holding its work, never passes.
-	h.mu.Lock()
-	h.purge.manual = true
-	h.mu.Unlock()
 	s, err := dev.StreamCreate(true)
 	must(t, "StreamCreate", err)
-	f.Hold(true)
 	defer f.Complete()
 	live, peak := burstIdle(t, f, h, s, 2)
 	defer freeAll(t, h, live)
@@ -179,15 +185,11 @@ func TestFakeIdlePurgeDestroyedStream(t *testing.T) {
 // overwrote, and those of b's that lie where a's were; ran is false in the parent process
 // (fakecuda.RunDevice), where the child reports.
 func purgeReuse(t *testing.T, early bool) (overwritten, shared int, ran bool) {
-	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	f, dev, h := purgeHeap(t, early, true)
 	if f == nil {
 		return 0, 0, false
 	}
-	h.mu.Lock()
-	h.purge.manual, h.purge.early = true, early
-	h.mu.Unlock()
 	a, b := newStream(t, dev, h), newStream(t, dev, h)
-	f.Hold(true)
 	defer f.Complete()
 	const n, blocks = 32 << 10, 64
 	was := map[cuda.DevicePtr]bool{}
@@ -245,12 +247,11 @@ func TestFakeIdlePurgeKeepsStreamOrderMutant(t *testing.T) {
 // burst's memsets; then its spares go while it is busy (the empty pages still in segments
 // wait), and, once it is quiet, all but the granules its live blocks touch.
 func TestFakeBusyHeapGivesSpares(t *testing.T) {
-	f, dev, h := runHeap(t, Options{Capacity: 64 << 20, PurgeDelay: purgeTestDelay})
+	f, dev, h := purgeHeap(t, false, false)
 	if f == nil {
 		return
 	}
 	s := newStream(t, dev, h)
-	f.Hold(true)
 	defer f.Complete()
 	live, peak := burstIdle(t, f, h, s, 4)
 	defer freeAll(t, h, live)
