@@ -269,6 +269,12 @@ func footprintTargets(rs []result) []target {
 	n999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_no_purge")
 	ts = append(ts, ratio("footprint-latency-p99", "pinmalloc-pool Alloc p99 while the purger works <= 2x without a purge (footprint/latency)",
 		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))))
+	pu, ok1 = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p99_ns_purging")
+	np, ok2 = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p99_ns_no_purge")
+	p999, _ = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p999_ns_purging")
+	n999, _ = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p999_ns_no_purge")
+	ts = append(ts, ratio("footprint-device-latency-p99", "pinmalloc-device Alloc p99 while the purger trims other streams' heaps <= 2x without a purge (footprint/device-latency)",
+		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))))
 	ts = append(ts, ratio("footprint-trace-cudahost", "pinmalloc-cudahost peak committed / peak live <= 1.15 (footprint/trace, paced)", h, 1, hOK, 1.15, true, detail),
 		ratio("footprint-trace-cudahost-vs-locked", "pinmalloc-cudahost peak committed / live <= the locked pool's (footprint/trace)", h, l, hOK && lOK, 1, true, detail))
 	return ts
@@ -324,34 +330,11 @@ func footprintLatency(s *suite) []result {
 	if !s.cfg.implFilter.MatchString("pinmalloc-pool") {
 		return nil
 	}
-	runs := map[bool][][3]float64{}
-	var errs []error
-	var purged uint64
-	for round := range 6 {
-		purge := round%2 == 0
-		q, n, err := latencyRun(purge, ops)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		runs[purge] = append(runs[purge], q)
-		purged += n
-	}
 	rs := resultSet{c: "footprint/latency", impl: "pinmalloc-pool"}
+	purged, errs := latencyRounds(&rs, func(purge bool) ([3]float64, uint64, error) { return latencyRun(purge, ops) })
 	if err := errors.Join(errs...); err != nil {
 		rs.fail(err)
 		return rs.out
-	}
-	for _, purge := range []bool{true, false} {
-		name := map[bool]string{true: "purging", false: "no_purge"}[purge]
-		for k, pct := range []string{"p50", "p99", "p999"} {
-			var vs []float64
-			for _, q := range runs[purge] {
-				vs = append(vs, q[k])
-			}
-			slices.Sort(vs)
-			rs.add("alloc_"+pct+"_ns_"+name, vs[len(vs)/2], "ns")
-		}
 	}
 	rs.add("purged_bytes_per_run", float64(purged)/3, "B") // what the purger gave back while the churn ran
 	return append(out, rs.out...)
@@ -420,8 +403,5 @@ func latencyRun(purge bool, ops int) (q [3]float64, purged uint64, err error) {
 		}
 		live[i] = b
 	}
-	purged = p.Stats().Purged - before
-	slices.Sort(ns)
-	at := func(f float64) float64 { return float64(ns[min(int(f*float64(len(ns))), len(ns)-1)]) }
-	return [3]float64{at(0.5), at(0.99), at(0.999)}, purged, nil
+	return percentiles(ns), p.Stats().Purged - before, nil
 }

@@ -67,6 +67,7 @@ func footprintOnly(cfg *config) ([]benchCase, impl, func()) {
 		benchCase{name: "footprint/trace", group: "footprint", custom: func(s *suite) []result { return traceSources(s, "footprint/trace", sources) }},
 		benchCase{name: "footprint/replay", group: "footprint", custom: func(s *suite) []result { return footprintReplay(s, sources[:2]) }},
 		benchCase{name: "footprint/device", group: "footprint", custom: func(s *suite) []result { return footprintDevice(s, dev) }},
+		benchCase{name: "footprint/device-latency", group: "footprint", custom: func(s *suite) []result { return footprintDeviceLatency(s, dev) }},
 	)
 	return cs, host, func() {
 		if err := dev.Close(); err != nil {
@@ -155,8 +156,9 @@ func footprintReplay(s *suite, sources []hostSource) []result {
 	return out
 }
 
-// footprintDevice is the low-occupancy larson on device memory, one stream: 64 blocks of 8 B
-// to 64 KiB, one replaced at random each step, then idle (larsonDevice). The device heap (its
+// footprintDevice is the low-occupancy larson on device memory, one stream: a burst of 512
+// blocks of 8 B to 64 KiB freed but 64, which then churn, one replaced at random each step,
+// then idle (larsonDevice). The device heap (its
 // default provider: VMM granules of 2 MiB where the device has the VMM API) reports its
 // committed memory at the end, after footprintIdle and after Trim; cuMemAllocAsync pools, with
 // the release threshold at 0 (the default: the pool gives back at each synchronize what it
@@ -260,12 +262,12 @@ func footprintDevice(s *suite, dev *cuda.Device) []result {
 // every syncEvery steps (as a program does, and so that the fake driver, whose streams run
 // their work only when synchronized or queried, hands freed memory back), and returns the
 // blocks live at the end (those allocated, on an error), with the bytes live and the time per
-// operation in r.
+// step of the churn (a free and an allocation) in r.
 func larsonDevice(steps int, r *larsonResult, alloc func(n int) (cuda.DevicePtr, error), free func(cuda.DevicePtr) error, sync func() error) ([]cuda.DevicePtr, error) {
 	const slots = 64
 	ps := make([]cuda.DevicePtr, 0, slots)
 	ns := make([]int, slots)
-	start := time.Now()
+	burst := make([]cuda.DevicePtr, 0, (deviceBurst-1)*slots)
 	for i := range slots {
 		ns[i] = larsonSize(larsonDraw(0, uint64(i)), 8, 64<<10)
 		p, err := alloc(ns[i])
@@ -273,7 +275,20 @@ func larsonDevice(steps int, r *larsonResult, alloc func(n int) (cuda.DevicePtr,
 			return ps, err
 		}
 		ps = append(ps, p)
+		for j := range deviceBurst - 1 { // the burst's other blocks, between the slots'
+			q, err := alloc(larsonSize(larsonDraw(1, uint64(i*deviceBurst+j)), 8, 64<<10))
+			if err != nil {
+				return append(ps, burst...), err
+			}
+			burst = append(burst, q)
+		}
 	}
+	for k, q := range burst {
+		if err := free(q); err != nil {
+			return append(ps, burst[k:]...), err
+		}
+	}
+	start := time.Now()
 	for k := range steps {
 		if k%syncEvery == syncEvery-1 {
 			if err := sync(); err != nil {
@@ -294,7 +309,7 @@ func larsonDevice(steps int, r *larsonResult, alloc func(n int) (cuda.DevicePtr,
 		}
 		ps[i] = p
 	}
-	r.nsPerOp = float64(time.Since(start).Nanoseconds()) / float64(slots+steps)
+	r.nsPerOp = float64(time.Since(start).Nanoseconds()) / float64(steps)
 	for _, n := range ns {
 		r.live += uint64(n)
 	}
@@ -303,6 +318,11 @@ func larsonDevice(steps int, r *larsonResult, alloc func(n int) (cuda.DevicePtr,
 
 // syncEvery is how many steps of the device churn pass between two synchronizes.
 const syncEvery = 256
+
+// deviceBurst is the device churn's peak over its live blocks: it starts with deviceBurst
+// blocks for each of its slots, all freed but the slots', as a program that peaked and now
+// runs at low occupancy.
+const deviceBurst = 8
 
 // printFootprintCUDA writes the -footprint suite's trace table, when it ran.
 func printFootprintCUDA(w io.Writer, rs []result) {

@@ -46,6 +46,13 @@
 //   - Free(p) is synchronous: the caller promises no work in flight uses p.
 //   - Trim waits for deferred frees, synchronizes each stream whose heap holds memory, and gives
 //     the held segments back to the arena (and decommits free chunks).
+//   - The idle purge does what Trim does without a wait, off the allocating
+//     goroutines: a timer looks at the stream heaps every purge delay (Options.PurgeDelay), and
+//     one that made no allocation and no free since the previous look is trimmed once its
+//     stream has passed a point placed after the look (internal/streamq); a busy one gives
+//     back, the same way, the segments it has kept empty since the previous look; the arena
+//     decommits what it gets a purge delay later. Alloc and FreeAsync arm nothing: the timer runs while
+//     the heap has streams, slower (up to a second) while they are quiet.
 //
 // Running out of memory, Alloc waits for every deferred free and gives back every stream's
 // held segments, its own stream's included (synchronizing each stream first), before it
@@ -67,7 +74,7 @@
 //     stream heaps keep their memory (heap.RetainSegments), never trim themselves (not even
 //     when the arena is full: that would hand segments with copies still queued to the
 //     arena, where another stream could take them), and give nothing to the
-//     arena's purge (a decommit unmaps memory whatever work still uses it; PyTorch found that
+//     arena's purge but through the idle purge below (a decommit unmaps memory whatever work still uses it; PyTorch found that
 //     cuMemUnmap and cuMemRelease do not wait for the device).
 //   - FreeAsync on another stream, and every huge block (which goes back to the arena itself):
 //     deferred on the freeing stream's list (internal/streamq's Lists), done once that stream
@@ -83,8 +90,17 @@
 //     legacy stream is synchronized first (the context, when a default stream's heap holds
 //     memory): a blocking stream's frees come after the legacy stream's earlier work, which
 //     the blocking stream's own synchronize does not wait for. ForgetStream does the same.
+//   - The idle purge: a stream heap quiet for a purge delay is asked for on its stream's list
+//     of a second streamq.Lists, and trimmed when the list hands the request back (an event
+//     recorded after the request has completed, a query found the stream idle, or, for a stream
+//     the driver refuses, the context synchronized) if the heap made no operation since the
+//     request: every free it took is then before a point its stream has passed. A heap busy
+//     again is left alone, but for its empty segments: those it kept at the previous look
+//     (stamped when they emptied) go once its stream has passed a point placed after it. (TestFakeIdleFootprint holds the stream's work back and checks
+//     nothing moves; TestFakeIdlePurgeEarlyMutant shows the fake faults when a purge does not
+//     wait.)
 //   - Trim's arena purge (arena.Arena.Trim) runs after the reclaim: the arena decommits only chunks
-//     it holds, which came to it by the paths above.
+//     it holds, which came to it by the paths above, and so does its purge timer.
 //   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
 //     (a heap with live blocks, deferred ones included, refuses); Close refuses while a
 //     deferred free waits or a stream the heap has seen has work in flight.
@@ -152,6 +168,7 @@ type Heap struct {
 	events   *icuda.EventPool
 	st       Stats
 
+	purge  purger // the idle purge of the stream heaps (purge.go), under mu
 	guard         // ZeroOnFree and Quota (guard.go)
 	checks uint32 // calls of checkInvariants (verify.go)
 }
@@ -200,6 +217,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: uintptr(o.Quota)},
 	}
 	h.lists = newLists(streamq.NewPoints(d, h.events))
+	h.newPurger(o.PurgeDelay, prov)
 	h.SetPressure(o.Pressure)
 	return h, nil
 }
@@ -330,6 +348,7 @@ func (h *Heap) heapFor(s cuda.Stream) (*heap.Heap, error) {
 		return nil, err
 	}
 	h.streams[s] = sh
+	h.watch(sh)
 	return sh, nil
 }
 

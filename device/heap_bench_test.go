@@ -108,3 +108,32 @@ func BenchmarkFakeCrossStreamFree(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFakePair is an allocation and its free on the same stream, the device heap's hot
+// path, with the idle purge on (the default) and off: ns per pair.
+func BenchmarkFakePair(b *testing.B) {
+	f := fakecuda.RunBenchmark(b)
+	if f == nil {
+		return
+	}
+	for _, size := range []int{64, 4 << 10, 64 << 10} {
+		for _, delay := range []time.Duration{0, -1} {
+			name := map[bool]string{true: "purge", false: "nopurge"}[delay == 0]
+			b.Run(fmt.Sprintf("%dB/%s", size, name), func(b *testing.B) { benchPair(b, f, size, delay) })
+		}
+	}
+}
+
+// benchPair is BenchmarkFakePair of one size, on a heap with purge delay delay.
+func benchPair(b *testing.B, f *fakecuda.Driver, size int, delay time.Duration) {
+	_, h, s := benchHeap(b, f, Options{Capacity: 64 << 20, PurgeDelay: delay})
+	for b.Loop() {
+		p, err := h.Alloc(size, pcuda.Stream(s))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.FreeAsync(p, pcuda.Stream(s)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

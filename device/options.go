@@ -26,7 +26,12 @@ type Options struct {
 	// device). It must serve memory the device can use: a device, managed or pinned host
 	// provider on the same device.
 	Provider arena.Provider
-	// PurgeDelay is how long free chunks stay committed in the arena (see arena.Options).
+	// PurgeDelay is how long free memory stays committed: a stream's heap that made no
+	// allocation and no free for about a purge delay gives its free memory back once the
+	// stream has passed its frees (checked with a query or an event, never a wait), off the
+	// allocating goroutines, and the arena decommits free chunks a purge delay after they are
+	// given back (see arena.Options). Zero means arena.DefaultPurgeDelay (10 ms); a negative
+	// value gives nothing back until Trim.
 	PurgeDelay time.Duration
 	// ZeroOnFree clears every block as it is freed, with a driver memset queued on the freeing
 	// stream (FreeAsync) or done at once (Free), before the block can be handed out again: no

@@ -62,11 +62,13 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if err := h.poll(); err != nil {
 		return err
 	}
+	h.purgeForget(s)
 	if sh := h.streams[s]; sh != nil {
 		if err := sh.Close(); err != nil {
 			return fmt.Errorf("device: stream %#x: %w", s, err)
 		}
 		delete(h.streams, s)
+		delete(h.purge.looks, sh)
 	}
 	return nil
 }
@@ -108,7 +110,7 @@ func (h *Heap) Close() error {
 	case running:
 		return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
 	}
-	var errs []error
+	errs := []error{h.purge.stop()}
 	for _, sh := range h.streams {
 		errs = append(errs, sh.Close())
 	}

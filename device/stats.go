@@ -22,6 +22,9 @@ type Stats struct {
 	// frees that had to wait for their stream; Reclaims the times an allocation ran out of memory
 	// and reclaimed what other streams held.
 	Allocs, Frees, DeferredFrees, Reclaims uint64
+	// Purges counts the stream heaps the idle purge gave back (Options.PurgeDelay), and
+	// PurgeTicks the purge's looks at them.
+	Purges, PurgeTicks uint64
 	// Arena is the arena's figures.
 	Arena arena.Stats
 }

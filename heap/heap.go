@@ -103,8 +103,9 @@
 //     object pages and huge objects go to the arena (RetainSpare), where any heap of the group
 //     may take them, and their memory to the arena's purge; a RetainSegments heap keeps all of
 //     them, committed, never trims itself (not even with the arena full) and
-//     gives nothing to the purge: only its owner's Trim or Close moves its memory, and the owner
-//     calls them once nothing uses it (device synchronizes the stream first).
+//     gives nothing to the purge: only its owner's Trim, ReleaseSpares or Close moves its
+//     memory, and the owner calls them once nothing uses it (device synchronizes the stream,
+//     or sees it pass a point recorded after the frees).
 //   - The arena decommits only memory no span wants (the purge, Trim): memory the heaps gave
 //     back by the paths above.
 //
@@ -121,6 +122,9 @@
 //     (pinned does before it maps its blocks) rather than when a class runs dry;
 //   - Index: the heap's number in its group, to index a front's per-heap table (pinned's
 //     shards) from the heap a block belongs to;
+//   - SpareMark and ReleaseSpares: a held heap's owner gives back the empty segments it kept
+//     at a mark, once the outside work that may use them has passed a point after the mark
+//     (device's idle purge, for a busy stream heap);
 //   - Group.Hold, Group.HoldSized, Group.FreeHeld and Heap.FreeHeld: a held block
 //     stays live whatever frees it, until its holder takes it back, for a front whose blocks
 //     something outside the heap may still use after the user freed them (pinned's buffers
@@ -167,12 +171,13 @@ const (
 	// objects for reuse (their memory goes to the arena's purge unless reused in time), and
 	// gives the rest back to the arena, where any heap of the group may take it.
 	RetainSpare Retention = iota
-	// RetainSegments keeps every empty segment with the heap until Trim or Close, so memory
-	// freed in the heap's segments is reused by this heap alone until then: the heap never
-	// trims itself (not even when the arena is full), and its frees give nothing to the
-	// arena's purge (free slices and kept object pages stay committed), since a decommit
-	// hands the memory back to the provider whatever still uses it. Its owner calls Trim
-	// once nothing outside the heap uses its free memory (device synchronizes the stream).
+	// RetainSegments keeps every empty segment with the heap until Trim, ReleaseSpares or
+	// Close, so memory freed in the heap's segments is reused by this heap alone until then:
+	// the heap never trims itself (not even when the arena is full), and its frees give
+	// nothing to the arena's purge (free slices and kept object pages stay committed), since
+	// a decommit hands the memory back to the provider whatever still uses it. Its owner
+	// calls Trim once nothing outside the heap uses its free memory (device synchronizes the
+	// stream, or sees it pass a point), or ReleaseSpares for the empty segments of a mark.
 	// It keeps no freed huge object: those go back to the arena at once, so that whoever
 	// frees one decides when others may reuse it.
 	RetainSegments
@@ -209,6 +214,7 @@ type Heap struct {
 
 	segs    [numSegKinds]segList // segments with room, per kind
 	spares  []*segment           // empty segments kept to damp churn (all of them when hold)
+	spareN  uint64               // segments made spares so far: the next one's spareAt (spare.go)
 	hold    bool                 // Retention is RetainSegments
 	objFree []*page              // freed object pages kept for reuse, oldest first
 	objKeep int                  // the most objFree holds: maxObjFree, packedObjFree where packed

@@ -93,3 +93,48 @@ func TestHeldFreesNeverDecommit(t *testing.T) {
 		t.Fatalf("after Trim, %d bytes stay committed", st.Committed)
 	}
 }
+
+// TestHeldReleaseSpares: ReleaseSpares gives back the segments a held heap kept empty at the
+// mark, and no segment emptied after it (its frees may be work the owner has not ordered yet),
+// nor one reused since and emptied again. The spares are made by hand, as a held heap's frees
+// leave them (the segment's unregistered, kept with its span).
+func TestHeldReleaseSpares(t *testing.T) {
+	held, other := newHeldPair(t, 16<<20, -1)
+	empty := func() *segment { // a segment emptied now
+		span, err := held.a.Reserve(segSize, held.g.chunkAlign)
+		mustOK(t, err)
+		s := &segment{span: span, base: span.Base, dirtyBits: ^uint64(0), decommit: ^uint64(0)}
+		held.nsegs++
+		held.spare(s)
+		return s
+	}
+	empty()
+	empty()
+	empty()
+	mark, n := held.SpareMark()
+	if n != 3 {
+		t.Fatalf("%d spares, want 3", n)
+	}
+	s, err := held.newSegment(segSmall) // the newest spare, in use again
+	mustOK(t, err)
+	held.unlistRoom(s) // and emptied again, after the mark
+	held.g.unregister(s)
+	held.spare(s)
+	empty() // emptied after the mark
+	if got := held.ReleaseSpares(mark); got != 2 {
+		t.Fatalf("ReleaseSpares gave %d segments, want 2 (the spares kept at the mark and untouched)", got)
+	}
+	if _, n := held.SpareMark(); n != 2 || held.Stats().Segments != 2 {
+		t.Fatalf("after ReleaseSpares: %d spares, %d segments; want 2, 2 (those emptied after the mark)", n, held.Stats().Segments)
+	}
+	// What went back is the arena's: the other heap takes it.
+	var ps []uintptr
+	for range 2 {
+		p, err := other.Alloc(1 << 20)
+		mustOK(t, err)
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		mustOK(t, other.Free(p))
+	}
+}

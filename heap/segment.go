@@ -59,6 +59,7 @@ type segment struct {
 	run       *run                 // the run it is part of, where memory is coarse (pack.go)
 	ri        int                  // its index in the run
 	recent    bool                 // a segment of a run emptied since PurgeIdle's last look
+	spareAt   uint64               // when it became a spare, counted in the heap's spareN (spare.go)
 	room      ilist.Links[segment] // on its kind's list of segments with room (Heap.segs) or not
 }
 
@@ -283,8 +284,8 @@ func (h *Heap) vacate(s *segment, m uint64) {
 	if h.hold {
 		// Kept, committed, until Trim: a decommit is a change of owner too (the memory goes
 		// back to the provider when the purge runs, whatever still uses it), and a held heap's
-		// memory changes owner only at its owner's Trim (see Retention).
-		h.spares = append(h.spares, s)
+		// memory changes owner only at its owner's Trim (see Retention), or ReleaseSpares.
+		h.spare(s)
 		return
 	}
 	if len(h.spares) == 0 {
@@ -292,7 +293,7 @@ func (h *Heap) vacate(s *segment, m uint64) {
 		if h.a.Decommit(s.base, segSize) == nil {
 			s.decommit = ^uint64(0)
 		}
-		h.spares = append(h.spares, s)
+		h.spare(s)
 		return
 	}
 	_ = h.a.Free(s.span)
