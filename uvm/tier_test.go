@@ -13,6 +13,7 @@ import (
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	ipattern "github.com/pinmalloc/pinmalloc/internal/pattern"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -112,13 +113,7 @@ func filled(t testing.TB, tr *uvm.Tier, n, size int) []uvm.Handle {
 // the megabytes TestBlockSizes moves was most of its time.
 func pattern(seed byte, n int) []byte {
 	b := make([]byte, n)
-	m := min(n, patternPeriod)
-	for i := range m {
-		b[i] = seed + byte(i*7+i/251)
-	}
-	for ; m < n; m *= 2 {
-		copy(b[m:], b[:m])
-	}
+	ipattern.Fill(b, patternPeriod, func(i int) byte { return seed + byte(i*7+i/251) })
 	return b
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	ipattern "github.com/pinmalloc/pinmalloc/internal/pattern"
 )
 
 // TestStress runs goroutines against the fake at once, each on its own stream and its own
@@ -60,13 +61,7 @@ type granule struct {
 // first period is computed and doubled by copies: a byte loop over every granule checked was
 // most of TestStress's time.
 func pattern(b []byte, seed byte) {
-	m := min(len(b), patternPeriod)
-	for i := range m {
-		b[i] = seed + byte(i>>8) + byte(i)
-	}
-	for ; m < len(b); m *= 2 {
-		copy(b[m:], b[:m])
-	}
+	ipattern.Fill(b, patternPeriod, func(i int) byte { return seed + byte(i>>8) + byte(i) })
 }
 
 // patternPeriod is the period of pattern's bytes.

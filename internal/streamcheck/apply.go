@@ -8,6 +8,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/pattern"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -112,13 +113,7 @@ func fill(b []byte, v byte) {
 // repeats every 256 bytes, so the first 256 are computed and doubled by copies (a byte loop over
 // every buffer was a quarter of TestStreamOrder's time).
 func stamp(b []byte, seed uint32) {
-	n := min(len(b), stampPeriod)
-	for i := range n {
-		b[i] = byte(seed>>(uint(i)%4*8)) ^ byte(i*29)
-	}
-	for ; n < len(b); n *= 2 {
-		copy(b[n:], b[:n])
-	}
+	pattern.Fill(b, stampPeriod, func(i int) byte { return byte(seed>>(uint(i)%4*8)) ^ byte(i*29) })
 }
 
 // stampPeriod is the period of stamp's pattern: that of byte(i*29), a multiple of 4.
