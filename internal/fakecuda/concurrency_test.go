@@ -2,7 +2,6 @@ package fakecuda_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"math/rand"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/pattern"
 )
 
 // TestDeviceHeapConcurrentCopies is the program of issue 8: goroutines, each on its own
@@ -86,7 +86,7 @@ type block struct {
 
 func worker(h *device.Heap, streams []cuda.Stream, w, rounds, keep int) error {
 	rng := rand.New(rand.NewSource(int64(w) + 1))
-	fill := uint64(w) // the state of randomFill, which writes the blocks' bytes (rng draws the same sizes and streams as before)
+	fill := uint64(w) // the state of the blocks' bytes: rng draws the same sizes and streams as before
 	s := streams[w]
 	var live []block
 	check := func(b block) error {
@@ -114,7 +114,7 @@ func worker(h *device.Heap, streams []cuda.Stream, w, rounds, keep int) error {
 			return err
 		}
 		b := block{p: uintptr(p), data: make([]byte, n)}
-		randomFill(b.data, &fill)
+		pattern.Random(b.data, &fill)
 		src := b.data
 		if os.Getenv("FAKECUDA_TEMPSRC") != "" { // a copy the program drops after the call
 			src = append([]byte(nil), b.data...)
@@ -140,18 +140,4 @@ func worker(h *device.Heap, streams []cuda.Stream, w, rounds, keep int) error {
 		}
 	}
 	return h.Sync()
-}
-
-// randomFill fills b with random bytes, words of a splitmix64 sequence whose state is x:
-// rng.Read, a byte at a time, was most of TestDeviceHeapConcurrentCopies's CPU.
-func randomFill(b []byte, x *uint64) {
-	var w [8]byte
-	for len(b) > 0 {
-		*x += 0x9e3779b97f4a7c15
-		z := *x
-		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-		z = (z ^ z>>27) * 0x94d049bb133111eb
-		binary.LittleEndian.PutUint64(w[:], z^z>>31)
-		b = b[copy(b, w[:]):]
-	}
 }

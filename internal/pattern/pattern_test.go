@@ -1,6 +1,9 @@
 package pattern
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+)
 
 // TestFill checks every byte Fill writes against at, for periods that are and are not powers of
 // two, lengths around their multiples, and an empty buffer.
@@ -16,5 +19,32 @@ func TestFill(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRandom checks that Random repeats from the same state, continues a sequence across calls
+// (a buffer filled in two parts, at a multiple of 8, equals one filled at once), and that its
+// bytes are spread: every byte value turns up in 64 KiB.
+func TestRandom(t *testing.T) {
+	x, y := uint64(5), uint64(5)
+	a, b := make([]byte, 1<<16+3), make([]byte, 1<<16+3)
+	Random(a, &x)
+	Random(b[:4096], &y)
+	Random(b[4096:], &y)
+	if !bytes.Equal(a, b) || x != y {
+		t.Fatal("the same state gave other bytes")
+	}
+	var seen [256]bool
+	for _, v := range a {
+		seen[v] = true
+	}
+	for v, ok := range seen {
+		if !ok {
+			t.Fatalf("byte %#x never drawn in %d bytes", v, len(a))
+		}
+	}
+	Random(b, &y)
+	if bytes.Equal(a, b) {
+		t.Fatal("the next state gave the same bytes")
 	}
 }
