@@ -29,8 +29,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	ipattern "github.com/pinmalloc/pinmalloc/internal/pattern"
 	"github.com/pinmalloc/pinmalloc/pinned"
+
+	ipattern "github.com/pinmalloc/pinmalloc/internal/pattern" // the tests' fill
 )
 
 const childEnv = "PINMALLOC_REMOTE_TEST_CHILD"
