@@ -17,6 +17,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/pattern"
 )
 
 // public is d, a device opened through the binding (fakecuda), as the public API takes it.
@@ -67,11 +68,10 @@ func devMem(t testing.TB, dev *cuda.Device, n uintptr) cuda.DevicePtr {
 	return p
 }
 
-// fill fills b with pseudo-random bytes.
+// fill fills b with pseudo-random bytes of seed (eight at a time: ChaCha8's Read was a third
+// of TestBatcherRoundTrip's CPU).
 func fill(b []byte, seed uint64) {
-	var key [32]byte
-	key[0], key[1] = byte(seed), byte(seed>>8)
-	_, _ = rand.NewChaCha8(key).Read(b)
+	pattern.Random(b, &seed)
 }
 
 // scatter lays out blocks of the given sizes in a region of that many bytes in a random order,

@@ -16,6 +16,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/pattern"
 )
 
 // public is d, a device opened through the binding (fakecuda), as the public API takes it.
@@ -109,9 +110,7 @@ func TestFakeHostRegister(t *testing.T) {
 func copyBoth(t *testing.T, d *cuda.Device, p, n uintptr) {
 	t.Helper()
 	host := mem.Bytes(p, n)
-	for i := range host {
-		host[i] = byte(i*7 + 3)
-	}
+	pattern.Fill(host, 256, func(i int) byte { return byte(i*7 + 3) })
 	want := append([]byte(nil), host...)
 	dst, err := d.MemAlloc(n)
 	must(t, "MemAlloc", err)

@@ -24,65 +24,6 @@ func longRun() bool {
 	return (*long || os.Getenv("PINMALLOC_LONG") != "") && !testing.Short() && !raceEnabled
 }
 
-// shadow is an independent record of which 16-byte granules of the region are live: marking a
-// block that overlaps a live one is a failure.
-type shadow struct {
-	base, size uintptr
-	bits       []uint64
-}
-
-func newShadow(base, size uintptr) *shadow {
-	return &shadow{base: base, size: size, bits: make([]uint64, size/16/64+1)}
-}
-
-func (s *shadow) mark(t testing.TB, p, n uintptr, set bool) {
-	if p < s.base || p+n > s.base+s.size {
-		t.Fatalf("block [%#x, +%d) outside the region [%#x, +%d)", p, n, s.base, s.size)
-	}
-	for g := (p - s.base) / 16; g < (p+n-s.base+15)/16; g++ {
-		w, b := g/64, uint64(1)<<(g%64)
-		if (s.bits[w]&b != 0) == set {
-			t.Fatalf("block [%#x, +%d): granule %d already %v (overlap or lost block)", p, n, g, set)
-		}
-		s.bits[w] ^= b
-	}
-}
-
-type liveBlock struct {
-	p, n uintptr
-	seed byte
-}
-
-// fill writes a pattern over the block (all of it when small, ends and one byte a page when
-// large); check verifies it.
-func fill(b liveBlock, verify bool) (bad int) {
-	buf := mem.Bytes(b.p, b.n)
-	do := func(i uintptr) {
-		v := b.seed + byte(i*7)
-		if verify {
-			if buf[i] != v {
-				bad++
-			}
-		} else {
-			buf[i] = v
-		}
-	}
-	if b.n <= 4096 {
-		for i := uintptr(0); i < b.n; i++ {
-			do(i)
-		}
-		return bad
-	}
-	for i := uintptr(0); i < 64; i++ {
-		do(i)
-		do(b.n - 1 - i)
-	}
-	for i := uintptr(4096); i < b.n; i += 4096 {
-		do(i)
-	}
-	return bad
-}
-
 // takeRandom removes a random block from live and checks that its contents survived.
 func takeRandom(t testing.TB, r *rand.Rand, live *[]liveBlock, step int) liveBlock {
 	t.Helper()

@@ -2,7 +2,9 @@ package pinned
 
 import (
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -23,6 +25,8 @@ func TestCloseRacingAlloc(t *testing.T) {
 			t.Fatal(err)
 		}
 		var wg, ready sync.WaitGroup
+		var unready atomic.Int32 // workers not yet counted ready
+		unready.Store(4)
 		start := make(chan struct{})
 		errs := make(chan error, 16)
 		for w := range 4 {
@@ -42,7 +46,13 @@ func TestCloseRacingAlloc(t *testing.T) {
 				}()
 				for i := 0; ; i++ {
 					if i == 1+round%8 { // Close comes while all four are busy
+						unready.Add(-1)
 						ready.Done()
+					}
+					if unready.Load() > 0 {
+						// Let the others get there: on 2 CPUs a worker not yet ready waited for
+						// the preemption of those spinning, most of the test's CPU.
+						runtime.Gosched()
 					}
 					n := 64 << ((w + i) % 12) // 64 B to 128 KiB
 					if i%50 == 7 {
@@ -54,6 +64,7 @@ func TestCloseRacingAlloc(t *testing.T) {
 							errs <- err
 						}
 						if i < 1+round%8 { // not yet counted ready above
+							unready.Add(-1)
 							ready.Done()
 						}
 						return

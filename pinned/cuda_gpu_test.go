@@ -17,6 +17,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/pattern"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -53,11 +54,11 @@ func copyAll(t *testing.T, d *cuda.Device, bufs [][]byte) {
 	}
 	defer func() { _ = d.StreamDestroy(s) }()
 	refused := 0
+	scratch := make([]byte, most) // the bytes each buffer must hold: one Go buffer for them all
 	for i, b := range bufs {
-		for j := range b {
-			b[j] = byte(i*31 + j*7)
-		}
-		want := append([]byte(nil), b...)
+		pattern.Fill(b, 256, func(j int) byte { return byte(i*31 + j*7) })
+		want := scratch[:len(b)]
+		copy(want, b)
 		addr, n := mem.Addr(b), uintptr(len(b))
 		for _, async := range []bool{false, true} {
 			var err error

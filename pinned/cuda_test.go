@@ -53,6 +53,9 @@ type copier struct {
 	n   uintptr
 	s   cuda.Stream
 	i   int
+	// want holds the bytes a buffer must come back with: grown to the largest, not allocated
+	// per copy (the Go heap's page faults for tens of megabytes were most of the tests' time).
+	want []byte
 }
 
 func newCopier(t *testing.T, n uintptr) *copier {
@@ -92,7 +95,11 @@ func (c *copier) roundTrip(b []byte) {
 	for k := 251; k < len(b); k *= 2 { // a pattern of period 251, copied by doubling
 		copy(b[k:], b[:k])
 	}
-	want := append([]byte(nil), b...)
+	if cap(c.want) < len(b) {
+		c.want = make([]byte, len(b))
+	}
+	want := c.want[:len(b)]
+	copy(want, b)
 	p := mem.Addr(b)
 	var err error
 	if c.i++; c.i%2 == 0 {

@@ -2,19 +2,19 @@ package pinned_test
 
 import (
 	"bytes"
-	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"math/rand/v2"
 	"testing"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/pattern"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
-// stamp fills b with a pattern of seed that no other seed shares at any index.
+// stamp fills b with a pattern of seed that no other seed shares at any index; it repeats every
+// 256 bytes.
 func stamp(b []byte, seed uint32) {
-	for i := range b {
-		b[i] = byte(seed>>(uint(i)%4*8)) ^ byte(i*29)
-	}
+	pattern.Fill(b, 256, func(i int) byte { return byte(seed>>(uint(i)%4*8)) ^ byte(i*29) })
 }
 
 func stamped(n int, seed uint32) []byte {

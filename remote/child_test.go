@@ -31,6 +31,8 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/pinned"
+
+	ipattern "github.com/pinmalloc/pinmalloc/internal/pattern" // the tests' fill
 )
 
 const childEnv = "PINMALLOC_REMOTE_TEST_CHILD"
@@ -39,10 +41,10 @@ var crcTab = crc64.MakeTable(crc64.ECMA)
 
 func pattern(seed uint64, i int) byte { return byte(seed*131 + uint64(i)*7 + uint64(i>>9)) }
 
+// fill writes pattern(seed, i) at every byte i of b: one period, 128 KiB (i>>9 wraps at 2^17,
+// 7i at 256), doubled by copies.
 func fill(b []byte, seed uint64) {
-	for i := range b {
-		b[i] = pattern(seed, i)
-	}
+	ipattern.Fill(b, 1<<17, func(i int) byte { return pattern(seed, i) })
 }
 
 // testPool returns a pool for the tests: locked memory, or pageable memory where an ordinary

@@ -13,6 +13,7 @@ import (
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	ipattern "github.com/pinmalloc/pinmalloc/internal/pattern"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -107,13 +108,18 @@ func filled(t testing.TB, tr *uvm.Tier, n, size int) []uvm.Handle {
 	return hs
 }
 
+// pattern returns n bytes of seed's pattern, seed + 7i + i/251 at byte i. It repeats every
+// patternPeriod bytes, so the first period is computed and doubled by copies: a byte loop over
+// the megabytes TestBlockSizes moves was most of its time.
 func pattern(seed byte, n int) []byte {
 	b := make([]byte, n)
-	for i := range b {
-		b[i] = seed + byte(i*7+i/251)
-	}
+	ipattern.Fill(b, patternPeriod, func(i int) byte { return seed + byte(i*7+i/251) })
 	return b
 }
+
+// patternPeriod is the period of pattern: 256*251 bytes, after which 7i and i/251 have both
+// grown by a multiple of 256.
+const patternPeriod = 256 * 251
 
 func must(t testing.TB, err error) {
 	t.Helper()
@@ -414,5 +420,18 @@ func TestLateBadHandle(t *testing.T) {
 	checkAccounts(t, st)
 	if st.DeviceBytes != 0 {
 		t.Fatalf("a Prefetch refused for its size left %d device bytes", st.DeviceBytes)
+	}
+}
+
+// TestPattern checks that pattern's copies write seed + 7i + i/251 at every byte, across
+// several periods.
+func TestPattern(t *testing.T) {
+	for _, n := range []int{0, 1, 250, 251, patternPeriod - 1, patternPeriod, 3*patternPeriod + 5} {
+		b := pattern(9, n)
+		for i := range b {
+			if want := 9 + byte(i*7+i/251); b[i] != want {
+				t.Fatalf("pattern(9, %d): byte %d is %#x, want %#x", n, i, b[i], want)
+			}
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/pattern"
 )
 
 // TestDeviceHeapConcurrentCopies is the program of issue 8: goroutines, each on its own
@@ -85,6 +86,7 @@ type block struct {
 
 func worker(h *device.Heap, streams []cuda.Stream, w, rounds, keep int) error {
 	rng := rand.New(rand.NewSource(int64(w) + 1))
+	fill := uint64(w) // the state of the blocks' bytes: rng draws the same sizes and streams as before
 	s := streams[w]
 	var live []block
 	check := func(b block) error {
@@ -112,7 +114,7 @@ func worker(h *device.Heap, streams []cuda.Stream, w, rounds, keep int) error {
 			return err
 		}
 		b := block{p: uintptr(p), data: make([]byte, n)}
-		rng.Read(b.data)
+		pattern.Random(b.data, &fill)
 		src := b.data
 		if os.Getenv("FAKECUDA_TEMPSRC") != "" { // a copy the program drops after the call
 			src = append([]byte(nil), b.data...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	ipattern "github.com/pinmalloc/pinmalloc/internal/pattern"
 )
 
 // TestStress runs goroutines against the fake at once, each on its own stream and its own
@@ -56,11 +57,15 @@ type granule struct {
 	cpu  []byte // host granules: the CPU's view
 }
 
+// pattern fills b with seed + i/256 + i at byte i. The pattern repeats every 64 KiB, so the
+// first period is computed and doubled by copies: a byte loop over every granule checked was
+// most of TestStress's time.
 func pattern(b []byte, seed byte) {
-	for i := range b {
-		b[i] = seed + byte(i>>8) + byte(i)
-	}
+	ipattern.Fill(b, patternPeriod, func(i int) byte { return seed + byte(i>>8) + byte(i) })
 }
+
+// patternPeriod is the period of pattern's bytes.
+const patternPeriod = 1 << 16
 
 func stressWorker(f *Driver, d *cuda.Device, base cuda.DevicePtr, per, rounds int, seed int64) (err error) {
 	rng := rand.New(rand.NewSource(seed))
@@ -227,4 +232,18 @@ func stressWorker(f *Driver, d *cuda.Device, base cuda.DevicePtr, per, rounds in
 		}
 	}
 	return nil
+}
+
+// TestPattern checks that pattern's copies write seed + i/256 + i at every byte, across several
+// periods.
+func TestPattern(t *testing.T) {
+	for _, n := range []int{0, 1, 255, 256, patternPeriod - 1, patternPeriod, 3*patternPeriod + 5} {
+		b := make([]byte, n)
+		pattern(b, 7)
+		for i := range b {
+			if want := 7 + byte(i>>8) + byte(i); b[i] != want {
+				t.Fatalf("pattern of %d bytes: byte %d is %#x, want %#x", n, i, b[i], want)
+			}
+		}
+	}
 }

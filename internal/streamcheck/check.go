@@ -51,7 +51,10 @@ func (w *world) check() *Failure {
 		if d.busy >= 0 {
 			continue
 		}
-		got := make([]byte, d.n)
+		if cap(w.scratch) < d.n {
+			w.scratch = make([]byte, d.n)
+		}
+		got := w.scratch[:d.n]
 		if err := w.heap.DtoH(got, d.p); err != nil {
 			return unexpected("device.Heap.DtoH", err)
 		}

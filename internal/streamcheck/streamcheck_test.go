@@ -174,3 +174,28 @@ func durationEnv(t *testing.T, name string, def time.Duration) time.Duration {
 	}
 	return d
 }
+
+// TestStampPattern checks that stamp's copies write the pattern byte for byte, and nonZero's
+// words find the first non-zero byte, at every length and offset around their blocks.
+func TestStampPattern(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 255, 256, 257, 1000, 4096 + 3} {
+		b := make([]byte, n)
+		stamp(b, 0xdeadbeef)
+		for i := range b {
+			if want := byte(uint32(0xdeadbeef)>>(uint(i)%4*8)) ^ byte(i*29); b[i] != want {
+				t.Fatalf("stamp of %d bytes: byte %d is %#x, want %#x", n, i, b[i], want)
+			}
+		}
+		z := make([]byte, n)
+		if i := nonZero(z); i != -1 {
+			t.Fatalf("nonZero of %d zero bytes = %d", n, i)
+		}
+		for i := range n {
+			z[i] = 1
+			if got := nonZero(z); got != i {
+				t.Fatalf("nonZero with byte %d of %d set = %d", i, n, got)
+			}
+			z[i] = 0
+		}
+	}
+}

@@ -199,6 +199,9 @@ type world struct {
 	tierPinned        int   // bytes of acquired tier blocks
 	crossFrees        []int // by stream slot: its blocks freed on other streams since the heap last drained its frees
 	devLive, poolLive int
+	// scratch receives the device blocks check reads back (synchronously), grown to the
+	// largest: one buffer instead of one per block per synchronize.
+	scratch []byte
 
 	// What each stream slot has run (order.go).
 	clock      uint64
