@@ -28,7 +28,7 @@ func (ls *Lists[T]) Poll(done []T) ([]T, error) {
 		var err error
 		switch done, st, err = ls.poll(l, done); st {
 		case pollLost:
-			ls.lost = append(ls.lost, l)
+			ls.keepLost(l)
 			errs = append(errs, err)
 		case pollIdle:
 			ls.retire(l)

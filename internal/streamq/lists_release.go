@@ -9,8 +9,20 @@ import (
 // The lists' waits: lost lists recovered by one synchronize of the context, every stream
 // drained, one stream's items released after its synchronize.
 
-// Lost returns the number of lists the polls found lost and Recover has not answered.
+// Lost returns the number of lists the polls and drains found lost and Recover has not
+// answered.
 func (ls *Lists[T]) Lost() int { return len(ls.lost) }
+
+// keepLost keeps l for Recover, once however many polls and drains find it lost before Recover
+// (each Recover releases a lost list's items once).
+func (ls *Lists[T]) keepLost(l *List[T]) {
+	for _, k := range ls.lost {
+		if k == l {
+			return
+		}
+	}
+	ls.lost = append(ls.lost, l)
+}
 
 // Recover answers the lost lists: it synchronizes the context once (Points.WaitAll, which waits
 // for the work the refused streams still had), calls after (nil: none), and appends to done
@@ -57,8 +69,8 @@ func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
 
 // Drain waits for the stream of every list with items (a synchronize of each) and appends to
 // done the items pushed before its wait; the items pushed while it waits stay for a later call.
-// A stream the driver refuses to synchronize keeps its items, and its error is returned. It is
-// the reclaimer's, as Poll is.
+// A stream the driver refuses to synchronize keeps its items for Recover (Lost counts it), and
+// its error is returned. It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 	var errs []error
 	for _, l := range ls.snapshot() {
@@ -69,6 +81,12 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 			continue
 		}
 		if err := ls.points.WaitStream(l.s); err != nil {
+			// Kept for Recover, as a poll keeps a list it finds lost: the point a poll recorded
+			// before the stream was destroyed may still answer "not ready", so no poll would.
+			l.mu.Lock()
+			l.lostOpen = n
+			l.mu.Unlock()
+			ls.keepLost(l)
 			errs = append(errs, fmt.Errorf("streamq: wait for stream %#x: %w", l.s, err))
 			continue
 		}
