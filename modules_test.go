@@ -69,7 +69,8 @@ func readGoMod(t *testing.T, dir string) goMod {
 }
 
 // TestModules: every go.mod nested in the tree is an integration module or one of the other
-// modules listed; the core module requires nothing but golang.org/x/sys; each integration
+// modules listed; the core module requires nothing but golang.org/x/sys, and its packages and
+// tests import no net/http, crypto/tls or Prometheus package; each integration
 // module is the core's folder by its import path and builds against this checkout's core.
 func TestModules(t *testing.T) {
 	t.Parallel()
@@ -105,6 +106,17 @@ func TestModules(t *testing.T) {
 	for _, r := range core.Require {
 		if r.Path != "golang.org/x/sys" {
 			t.Errorf("go.mod requires %s: the core module requires golang.org/x/sys only (an integration module holds the rest)", r.Path)
+		}
+	}
+	// What the integration modules keep out: the core's tests link no net/http, crypto/tls or
+	// Prometheus package (compiling them was a third of a cold go test ./...).
+	out, err := exec.Command("go", "list", "-deps", "-test", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list -deps -test ./...: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "net/http" || p == "crypto/tls" || strings.HasPrefix(p, "github.com/prometheus/") {
+			t.Errorf("a package or test of the core module imports %s (go list -deps -test ./...): import it from an integration module", p)
 		}
 	}
 	for _, dir := range libraryModules {
