@@ -81,7 +81,7 @@ func TestDocs(t *testing.T) {
 			if mains[mod] == nil {
 				mains[mod] = map[string]bool{}
 			}
-			mains[mod][mainDir(filepath.Join(dir, runTarget(w)))] = true
+			mains[mod][runFolder(dir, runTarget(w))] = true
 		default:
 			if why := notRunWhy(c.text); why == "" {
 				t.Errorf("%s: `%s`: neither run by TestDocs nor in docsNotRun with a reason", c.where, c.text)
@@ -125,14 +125,19 @@ func TestDocs(t *testing.T) {
 // module) whose main package a go run of target from dir runs, or "" when it is none of them
 // (bench, examples/external: modules of their own that their own tests cover).
 func (r *repoTree) libraryModuleOf(dir, target string) string {
-	mod := r.moduleOf(mainDir(target))
-	if !strings.HasPrefix(target, module) {
-		mod = r.moduleOf(filepath.Join(dir, target))
-	}
-	if mod == "." || isLibraryModule(mod) {
+	if mod := r.moduleOf(runFolder(dir, target)); mod == "." || isLibraryModule(mod) {
 		return mod
 	}
 	return ""
+}
+
+// runFolder returns the folder, relative to the root, of the package a go run of target from dir
+// runs: an import path of this repository, or a path relative to dir.
+func runFolder(dir, target string) string {
+	if strings.HasPrefix(target, module+"/") {
+		return mainDir(target)
+	}
+	return filepath.Join(dir, target)
 }
 
 // runGoDoc runs go doc with args in dir, or, for a package of an integration module named by
