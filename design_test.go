@@ -83,9 +83,8 @@ func ignored(f *ast.File) bool {
 	return false
 }
 
-// modulePackages returns the module's packages (relative paths, rootName for the root), each
-// with the module packages its non-test files import under any build tags. Directories with a
-// go.mod of their own (bench, examples/external), testdata, vendor and hidden directories are left out.
+// modulePackages returns the library's packages (relative paths, rootName for the root), each
+// with the library packages its non-test files import under any build tags: moduleSources' files.
 func modulePackages(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	pkgs := map[string]map[string]bool{}
@@ -119,9 +118,9 @@ func modulePackages(t *testing.T) map[string]map[string]bool {
 	return pkgs
 }
 
-// moduleSources calls f with the path of every non-test Go file of the module: directories with
-// a go.mod of their own (bench, examples/external), testdata, vendor and hidden directories are
-// left out.
+// moduleSources calls f with the path of every non-test Go file of the library, the integration
+// modules' (metrics, debugpage) included: directories with a go.mod of their own that are not the
+// library's (bench, examples/external), testdata, vendor and hidden directories are left out.
 func moduleSources(t *testing.T, f func(path string) error) {
 	t.Helper()
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
@@ -133,7 +132,7 @@ func moduleSources(t *testing.T, f func(path string) error) {
 			if path != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
 				return filepath.SkipDir
 			}
-			if path != "." {
+			if path != "." && !isLibraryModule(path) {
 				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
 					return filepath.SkipDir
 				}

@@ -20,7 +20,7 @@ var docsNotRun = []struct{ pattern, why string }{
 	{`^\.ci/`, "CI's own scripts: switch to the user nobody (root) and run whole suites"},
 	{`^(cd bench && )?([A-Z_]+=\S+ )*go run \.( |$)`, "the benchmark suite: a minute or more, and bench is a module of its own with plotting dependencies (its flags are checked)"},
 	{`^go run \./bench`, "quoted only to say that it fails (bench is a module of its own)"},
-	{`^(cd [^&]+ && )?([A-Z_]+=\S+ )*go test`, "a package's tests: go test ./... runs them (the package, -run and flags are checked)"},
+	{`^(cd [^&]+ && )?([A-Z_]+=\S+ )*go test`, "a package's tests: go test ./... in its module runs them, and CI in every module (the package, its module, -run and flags are checked)"},
 	{`^cd examples/external && go run \.`, "a module of its own that runs its tests on the fake driver (its own go test covers it)"},
 	{`^go build$`, "builds the module: go vet and go test do"},
 	{`^go run \./examples/<name>`, "stands for each example: every example's command quoted elsewhere is run with -h"},
@@ -59,21 +59,29 @@ func TestDocs(t *testing.T) {
 		}
 	}
 
-	// Run the cheap ones: go doc; each main package of this module a command runs, with -h (built
-	// once: its other flags are checked above, its runs are the examples' own tests); the
-	// quickstart.
-	mains := map[string]bool{}
+	// Run the cheap ones: go doc; each main package of the library a command runs, with -h (built
+	// once per module: its other flags are checked above, its runs are the examples' own tests);
+	// the quickstart. A command may start with a cd (`cd metrics && go doc`); a package of an
+	// integration module named by its import path is built, and its doc read, in that module's
+	// folder, as a module that requires it would.
+	mains := map[string]map[string]bool{} // module folder → main packages
 	for _, c := range cmds {
-		w := shellWords(c.text)
+		dir, w := c.dir, shellWords(c.text)
+		if len(w) > 3 && w[0] == "cd" && w[2] == "&&" && !placeholder(w[1]) {
+			dir, w = filepath.Join(dir, w[1]), w[3:]
+		}
 		switch {
 		case len(w) == 2 && w[0] == "cd": // checked: the folder exists
-		case c.dir == "." && len(w) >= 3 && w[0] == "go" && w[1] == "doc":
-			out, err := exec.Command("go", w[1:]...).CombinedOutput()
-			if err != nil {
-				t.Errorf("%s: `%s`: %v\n%s", c.where, c.text, err, out)
+		case len(w) >= 2 && w[0] == "go" && w[1] == "doc":
+			if err := runGoDoc(r, dir, w[2:], pkgs); err != nil {
+				t.Errorf("%s: `%s`: %v", c.where, c.text, err)
 			}
-		case c.dir == "." && len(w) >= 3 && w[0] == "go" && w[1] == "run" && runTarget(w) != "" && r.moduleOf(mainDir(runTarget(w))) == ".":
-			mains[runTarget(w)] = true
+		case len(w) >= 3 && w[0] == "go" && w[1] == "run" && runTarget(w) != "" && r.libraryModuleOf(dir, runTarget(w)) != "":
+			mod := r.libraryModuleOf(dir, runTarget(w))
+			if mains[mod] == nil {
+				mains[mod] = map[string]bool{}
+			}
+			mains[mod][runFolder(dir, runTarget(w))] = true
 		default:
 			if why := notRunWhy(c.text); why == "" {
 				t.Errorf("%s: `%s`: neither run by TestDocs nor in docsNotRun with a reason", c.where, c.text)
@@ -81,22 +89,116 @@ func TestDocs(t *testing.T) {
 		}
 	}
 	bin := docsBinDir(t)
-	mainPkgs := sortedSet(mains)
-	out, err := exec.Command("go", append([]string{"build", "-o", bin + "/"}, mainPkgs...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build %v: %v\n%s", mainPkgs, err, out)
-	}
-	for _, p := range mainPkgs {
-		exe := filepath.Join(bin, filepath.Base(mainDir(p)))
-		help, err := exec.Command(exe, "-h").CombinedOutput()
-		if err != nil || !strings.Contains(strings.ToLower(string(help)), "usage") {
-			t.Errorf("go run %s -h: %v, and no usage:\n%s", p, err, help)
+	ran := map[string]bool{}
+	for _, mod := range sortedSet(keysOfSet(mains)) {
+		var pkgs []string
+		for p := range mains[mod] {
+			rel, _ := filepath.Rel(mod, p)
+			pkgs = append(pkgs, "./"+filepath.ToSlash(rel))
+		}
+		sort.Strings(pkgs)
+		build := exec.Command("go", append([]string{"build", "-o", bin + "/"}, pkgs...)...)
+		build.Dir = mod
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("cd %s && go build %v: %v\n%s", mod, pkgs, err, out)
+		}
+		for p := range mains[mod] {
+			exe := filepath.Join(bin, filepath.Base(p))
+			help, err := exec.Command(exe, "-h").CombinedOutput()
+			if err != nil || !strings.Contains(strings.ToLower(string(help)), "usage") {
+				t.Errorf("go run %s -h: %v, and no usage:\n%s", p, err, help)
+			}
+			ran[filepath.ToSlash(p)] = true
 		}
 	}
-	if mains["./examples/quickstart"] {
+	if ran["examples/quickstart"] {
 		if out, err := exec.Command(filepath.Join(bin, "quickstart")).CombinedOutput(); err != nil {
 			t.Errorf("go run ./examples/quickstart: %v\n%s", err, out)
 		}
+	}
+	if !ran["examples/quickstart"] || !ran["debugpage/cmd/view"] {
+		t.Errorf("built %v: the docs quote go run ./examples/quickstart and debugpage's viewer; the extraction is broken", sortedSet(ran))
+	}
+}
+
+// libraryModuleOf returns the folder of the library module (the core, ".", or an integration
+// module) whose main package a go run of target from dir runs, or "" when it is none of them
+// (bench, examples/external: modules of their own that their own tests cover).
+func (r *repoTree) libraryModuleOf(dir, target string) string {
+	if mod := r.moduleOf(runFolder(dir, target)); mod == "." || isLibraryModule(mod) {
+		return mod
+	}
+	return ""
+}
+
+// runFolder returns the folder, relative to the root, of the package a go run of target from dir
+// runs: an import path of this repository, or a path relative to dir.
+func runFolder(dir, target string) string {
+	if strings.HasPrefix(target, module+"/") {
+		return mainDir(target)
+	}
+	return filepath.Join(dir, target)
+}
+
+// runGoDoc runs go doc with args in dir, or, for a package of an integration module named by
+// its import path, in that module's folder. A package argument that names one of the library's
+// public packages by its name, or none (the folder's package), must print the library's package,
+// not the standard library's of the same name (`go doc metrics` prints runtime/metrics).
+func runGoDoc(r *repoTree, dir string, args []string, pkgs map[string]string) error {
+	pkg := ""
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			pkg = a
+			break
+		}
+	}
+	// pkg is [path/]name[.Symbol[.Member]]: the package is up to the first dot after the last slash.
+	path, name := "", pkg
+	if i := strings.LastIndex(pkg, "/"); i >= 0 {
+		path, name = pkg[:i+1], pkg[i+1:]
+	}
+	name, _, _ = strings.Cut(name, ".")
+	if strings.HasPrefix(path+name, module+"/") {
+		if mod := r.moduleOf(strings.TrimPrefix(path+name, module+"/")); isLibraryModule(mod) {
+			dir = mod
+		}
+	}
+	cmd := exec.Command("go", append([]string{"doc"}, args...)...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v\n%s", err, out)
+	}
+	if _, ours := pkgs[name]; (ours || pkg == "") && !strings.Contains(string(out), `// import "`+module) {
+		return fmt.Errorf("prints another package than the library's %s:\n%s", name, firstLine(string(out)))
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+func keysOfSet[V any](m map[string]V) map[string]bool {
+	s := map[string]bool{}
+	for k := range m {
+		s[k] = true
+	}
+	return s
+}
+
+// TestGoDocCatches: a go doc command that prints the standard library's package of a name the
+// library uses fails (`go doc metrics` from the root prints runtime/metrics), and one run in an
+// integration module's folder passes.
+func TestGoDocCatches(t *testing.T) {
+	t.Parallel()
+	r, pkgs := &repoTree{root: "."}, publicPackageNames(t)
+	if err := runGoDoc(r, ".", []string{"metrics"}, pkgs); err == nil || !strings.Contains(err.Error(), "runtime/metrics") {
+		t.Errorf("go doc metrics from the root: %v; want it refused for printing runtime/metrics", err)
+	}
+	if err := runGoDoc(r, "metrics", nil, pkgs); err != nil {
+		t.Errorf("cd metrics && go doc: %v", err)
 	}
 }
 
@@ -113,6 +215,7 @@ func TestDocsCheckCatches(t *testing.T) {
 		{"as `nosuch_impl.go` does", "no file of that name"},
 		{"Set `" + "PINMALLOC_" + "NO_SUCH_VAR=1` to ...", "no source file reads"},
 		{"Generated by `go run -tags mimalloc ./bench`", "main module does not contain package"},
+		{"Run `go test ./debugpage -run TestHandler`", "debugpage is in the module at debugpage, not in the one at ."},
 		{"Run `cd bench && go run -tags mimalloc .`", "has a //go:build line with mimalloc"},
 		{"Run `go run ./examples/quickstart -nosuchflag`", "defines no flag -nosuchflag"},
 		{"Run `go run ./examples/nosuch`", "no package examples/nosuch"},
@@ -139,7 +242,8 @@ func TestDocsCheckCatches(t *testing.T) {
 	// And the right ones pass.
 	for _, ok := range []string{"`go run ./examples/quickstart -h`", "`cd bench && go run . -quick -cases trace`",
 		"`cd bench && go run . -out results -name mine`",
-		"`go test ./pinned -run TestSteadyStateNoSyscalls -v`", "see `docs/ipcpool.md` and `memlock.go`"} {
+		"`go test ./pinned -run TestSteadyStateNoSyscalls -v`", "see `docs/ipcpool.md` and `memlock.go`",
+		"`cd debugpage && go test . -run TestHandler`", "`cd debugpage && go run ./cmd/view snapshot.json`"} {
 		var problems []string
 		for _, c := range docCommands("README.md", ok) {
 			problems = append(problems, r.checkDocCommand(c)...)

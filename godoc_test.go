@@ -70,8 +70,8 @@ func TestPublicDocsCatches(t *testing.T) {
 	}
 }
 
-// publicPackages returns the folders of the module's packages a user imports: not internal,
-// not a command or an example, not a nested module.
+// publicPackages returns the folders of the library's packages a user imports, the integration
+// modules' included: not internal, not a command or an example, not another nested module.
 func publicPackages(t *testing.T) []string {
 	var dirs []string
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
@@ -82,7 +82,7 @@ func publicPackages(t *testing.T) []string {
 		if path != "." && (strings.HasPrefix(base, ".") || base == "internal" || base == "examples" || base == "cmd" || base == "testdata" || base == "vendor") {
 			return filepath.SkipDir
 		}
-		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != "." {
+		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != "." && !isLibraryModule(path) {
 			return filepath.SkipDir
 		}
 		if m, _ := filepath.Glob(filepath.Join(path, "*.go")); len(m) > 0 {
