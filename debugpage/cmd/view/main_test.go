@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -64,6 +66,9 @@ func TestView(t *testing.T) {
 		t.Errorf("run after Close: %v", err)
 	}
 
+	if err := run([]string{"-h"}, io.Discard, nil); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("run -h: %v, want the usage (flag.ErrHelp)", err)
+	}
 	for _, args := range [][]string{{}, {"a", "b"}, {filepath.Join(t.TempDir(), "none.json")}} {
 		if err := run(args, io.Discard, nil); err == nil {
 			t.Errorf("run(%q): no error", args)
