@@ -11,6 +11,7 @@ package remote
 //	live             "live <buffers live in the pool>"
 //	putloop <descs>  put pattern(7) into the descriptors (the test's buffers) again and again,
 //	                 until a transfer fails; answers "started" first
+//	tell K           K messages "told <i>", then exits at once, closing nothing
 //	quit             "bye", then closes the connection, the registration, the pool and the
 //	                 worker, and exits 0 only if every Close succeeded
 //
@@ -208,6 +209,14 @@ func (s *server) do(ctx context.Context, f []string, payload []byte) (reply []by
 		}
 		go s.putLoop(ctx, ds)
 		return []byte("started"), false, nil
+	case "tell":
+		for i := range int(num(1)) {
+			if err := s.c.Send(ctx, fmt.Appendf(nil, "told %d", i)); err != nil {
+				fmt.Fprintln(os.Stderr, "tell:", err)
+				os.Exit(1)
+			}
+		}
+		os.Exit(0) // at once: no Close, no word to the peer
 	case "quit":
 		return []byte("bye"), true, nil
 	}

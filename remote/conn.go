@@ -37,6 +37,7 @@ type Conn struct {
 	watcher   *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
 	pid       uint32   // the peer's process, while watched
 	abandoned bool     // ended without UCX's word: its endpoint is never closed (watch.go)
+	exited    bool     // its peer process exited: queued in w.exited to be abandoned (watch.go)
 
 	gone     atomic.Bool   // state is connFailed: read without the lock by Transfer's checks
 	ready    chan struct{} // closed once the handshake ends (state open or failed)

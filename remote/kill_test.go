@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -181,4 +182,50 @@ func TestFreeDuringTransfer(t *testing.T) {
 		}
 	}
 	ch.quit()
+}
+
+// TestPeerExitAfterMessages: a peer over shared memory sends messages and exits at once;
+// its pidfd is seen before the progress goroutine has received them (the test holds the
+// worker's mutex until the process is gone, then reports the exit as the watcher would,
+// first). Recv returns every message the peer sent, then ErrPeer. With the mutant
+// (abandonAtOnce: the connection abandoned at the pidfd's word) Recv fails at once: CI's
+// TestCopyRefusesForged met that race, a child's "bye" lost to its exit.
+func TestPeerExitAfterMessages(t *testing.T) {
+	needUCX(t)
+	for _, mutant := range []bool{false, true} {
+		tr := transports[1]
+		env := tr.set(t)
+		l := newLocalFor(t, tr)
+		l.w.abandonAtOnce = mutant
+		ch := startChild(t, l.w, env, true)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := ch.c.Send(ctx, []byte("tell 3\n")); err != nil {
+			t.Fatal(err)
+		}
+		l.w.mu.Lock()
+		<-ch.exited // its messages lie in this process's FIFO, not yet received
+		ch.exited <- nil
+		l.w.peerExited(ch.c)
+		l.w.mu.Unlock()
+		var got []string
+		var err error
+		for {
+			var m []byte
+			if m, err = ch.c.Recv(ctx); err != nil {
+				break
+			}
+			got = append(got, string(m))
+		}
+		want := "[told 0 told 1 told 2]"
+		if mutant {
+			if fmt.Sprint(got) == want {
+				t.Fatal("the mutant (no drain) received every message: the test cannot tell")
+			}
+			continue
+		}
+		if fmt.Sprint(got) != want || !errors.Is(err, ErrPeer) {
+			t.Fatalf("Recv gave %q, then %v; want %s, then ErrPeer", got, err, want)
+		}
+	}
 }

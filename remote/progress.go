@@ -32,7 +32,8 @@ import (
 const (
 	spinMax  = time.Millisecond
 	idleTick = 100 * time.Millisecond
-	rounds   = 8 // ucp_worker_progress calls per cgo call, fewer once one makes no progress
+	rounds   = 8  // ucp_worker_progress calls per cgo call, fewer once one makes no progress
+	drainMax = 64 // rounds at most that drain a dead peer's last messages (watch.go)
 )
 
 func (w *Worker) loop() {
@@ -40,12 +41,10 @@ func (w *Worker) loop() {
 	lastWork := time.Now()
 	for {
 		w.mu.Lock()
-		n, progressed := w.uw.Progress(rounds, w.cq)
-		w.complete(w.cq[:n])
-		w.events = w.uw.Events(w.events[:0], 256)
-		for i := range w.events {
-			w.handle(&w.events[i])
-			w.events[i] = ucx.Event{}
+		worked := w.round()
+		if len(w.exited) > 0 {
+			w.abandonExited()
+			worked = true
 		}
 		w.postAnswers()
 		w.postQueued()
@@ -57,7 +56,6 @@ func (w *Worker) loop() {
 			w.finish(finished)
 			return
 		}
-		worked := n > 0 || progressed || len(w.events) > 0
 		now := time.Now()
 		if worked {
 			lastWork = now
@@ -88,6 +86,19 @@ func (w *Worker) loop() {
 		w.stats.wakeups.Add(1)
 		lastWork = time.Now()
 	}
+}
+
+// round calls UCX's progress and hands on what its callbacks queued; it says whether anything
+// happened. Under mu.
+func (w *Worker) round() (worked bool) {
+	n, progressed := w.uw.Progress(rounds, w.cq)
+	w.complete(w.cq[:n])
+	w.events = w.uw.Events(w.events[:0], 256)
+	for i := range w.events {
+		w.handle(&w.events[i])
+		w.events[i] = ucx.Event{}
+	}
+	return n > 0 || progressed || len(w.events) > 0
 }
 
 // complete hands each completion to what it belongs to. Under mu.

@@ -17,12 +17,13 @@ import (
 // watches each peer process of its host itself: the handshake carries each side's pid and an
 // id of its host and pid namespace (hostID), and a peer with this worker's id is watched
 // through a pidfd (pidfd_open), registered with the Go runtime's poller, which becomes readable
-// when the process exits. The connection then is abandoned: its operations in flight end with
-// ErrPeer at once, and its endpoint is never closed (a close waits for a peer that will never
-// answer, and a forced close is UCX's only for failure-handling endpoints): UCX's requests on
-// it stay as zombie slots, freed if UCX ever completes them, and the endpoint, its keys and
-// its requests go with the worker. A peer on another host cannot be watched so: a transfer to
-// it that dies waits until its context ends.
+// when the process exits. The progress goroutine then drains what UCX holds (the peer's last
+// messages are received, so that Recv returns them first) and abandons the connection: its
+// operations in flight end with ErrPeer at once, and its endpoint is never closed (a close
+// waits for a peer that will never answer, and a forced close is UCX's only for
+// failure-handling endpoints): UCX's requests on it stay as zombie slots, freed if UCX ever
+// completes them, and the endpoint, its keys and its requests go with the worker. A peer on
+// another host cannot be watched so: a transfer to it that dies waits until its context ends.
 
 var (
 	hostOnce sync.Once
@@ -78,11 +79,40 @@ func (w *Worker) watch(c *Conn, pid uint32, host uint64) {
 			return // closed: the connection ended otherwise
 		}
 		w.mu.Lock()
-		if c.state != connFailed {
-			w.abandonConn(c, fmt.Errorf("%w: peer process %d exited", ErrPeer, pid))
-		}
+		w.peerExited(c)
 		w.mu.Unlock()
 	}()
+}
+
+// peerExited queues c, whose peer process has exited, to be abandoned by the progress
+// goroutine. Under mu.
+func (w *Worker) peerExited(c *Conn) {
+	if c.state == connFailed || c.exited {
+		return
+	}
+	if w.abandonAtOnce {
+		w.abandonConn(c, fmt.Errorf("%w: peer process %d exited", ErrPeer, c.pid))
+		return
+	}
+	c.exited = true
+	w.exited = append(w.exited, c)
+	w.signal()
+}
+
+// abandonExited abandons the connections whose peer process has exited, once progress finds
+// nothing more in the worker: what the peer sent before it died (a message is complete for
+// its sender once it lies in this process's shared-memory FIFO) is received first, so its
+// Recv returns those messages, then ErrPeer. Under mu, by the progress goroutine.
+func (w *Worker) abandonExited() {
+	for i := 0; i < drainMax && w.round(); i++ {
+	}
+	for _, c := range w.exited {
+		if c.state != connFailed {
+			w.abandonConn(c, fmt.Errorf("%w: peer process %d exited", ErrPeer, c.pid))
+		}
+	}
+	clear(w.exited)
+	w.exited = w.exited[:0]
 }
 
 // abandonConn ends c, whose peer is gone, without a word to UCX: its operations in flight end

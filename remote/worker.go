@@ -58,33 +58,35 @@ type Worker struct {
 	opts Options
 	log  *slog.Logger
 
-	mu        sync.Mutex // every UCX call, and the state below
-	ctx       *ucx.Context
-	uw        *ucx.Worker
-	closed    bool // the context is destroyed too
-	closing   bool
-	destroyed bool // UCX's worker is destroyed
-	slots     []slot
-	free      []uint32
-	ops       int             // slots held by transfer operations (at most opts.MaxInFlight)
-	nanswer   int             // slots held by answers to peers' data messages (at most opts.MaxInFlight)
-	zombies   int             // slots of abandoned connections\' operations UCX still holds (watch.go)
-	queue     []*Transfer     // started, with operations not yet posted (no slot was free)
-	answers   []pendingAnswer // answers waiting for a slot
-	conns     map[uint64]*Conn
-	byEp      map[ucx.Ep]*Conn
-	pending   map[ucx.Ep]*Listener // endpoints accepted by a listener, before their hello
-	lis       map[uint64]*Listener
-	inbound   chan *Conn // connections made by Dial to this worker's address
-	regs      map[*Registration]bool
-	byID      map[uint32]*localRegion // the registered regions, by id
-	nextReg   uint32
-	regions   atomic.Pointer[[]*localRegion] // sorted by base; written under mu
-	leaked    []ucx.Mem                      // registrations of regions gone while UCX held requests naming them
-	abandoned bool                           // a connection was abandoned (watch.go): UCX may hold requests of its own to it
-	segments  int                            // segments of the worker's SegmentSources not yet freed: the context stays for them
-	ctxClosed bool
-	selfSysV  map[uint64]bool // the SysV ids of this process's segments (direct.go refuses them as a peer's)
+	mu            sync.Mutex // every UCX call, and the state below
+	ctx           *ucx.Context
+	uw            *ucx.Worker
+	closed        bool // the context is destroyed too
+	closing       bool
+	destroyed     bool // UCX's worker is destroyed
+	slots         []slot
+	free          []uint32
+	ops           int             // slots held by transfer operations (at most opts.MaxInFlight)
+	nanswer       int             // slots held by answers to peers' data messages (at most opts.MaxInFlight)
+	zombies       int             // slots of abandoned connections\' operations UCX still holds (watch.go)
+	queue         []*Transfer     // started, with operations not yet posted (no slot was free)
+	answers       []pendingAnswer // answers waiting for a slot
+	conns         map[uint64]*Conn
+	byEp          map[ucx.Ep]*Conn
+	pending       map[ucx.Ep]*Listener // endpoints accepted by a listener, before their hello
+	lis           map[uint64]*Listener
+	inbound       chan *Conn // connections made by Dial to this worker's address
+	regs          map[*Registration]bool
+	byID          map[uint32]*localRegion // the registered regions, by id
+	nextReg       uint32
+	regions       atomic.Pointer[[]*localRegion] // sorted by base; written under mu
+	leaked        []ucx.Mem                      // registrations of regions gone while UCX held requests naming them
+	abandoned     bool                           // a connection was abandoned (watch.go): UCX may hold requests of its own to it
+	exited        []*Conn                        // connections whose peer process exited, to be abandoned (watch.go)
+	abandonAtOnce bool                           // tests: abandon at the pidfd's word, without draining (a mutant)
+	segments      int                            // segments of the worker's SegmentSources not yet freed: the context stays for them
+	ctxClosed     bool
+	selfSysV      map[uint64]bool // the SysV ids of this process's segments (direct.go refuses them as a peer's)
 
 	sleeping atomic.Bool
 	wake     *waiter
