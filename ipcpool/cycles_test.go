@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -63,19 +64,29 @@ func TestAttachDetachCycles(t *testing.T) {
 		must(t, "Close", p.Close())
 	}
 	waitFor(t, func() bool { return openFds(t) <= fds && runtime.NumGoroutine() <= gs+2 })
-	if m := mappings(t); m > maps+4 {
-		t.Fatalf("%d mappings after %d cycles, %d before", m, cycles, maps)
+	// The pool's own mappings (its memfds) are exactly as before; all mappings together may
+	// differ by the runtime's own (its heap grows, or the kernel splits or merges its areas:
+	// CI met 64 -> 69), but not by one a cycle.
+	if m := mappings(t); m.pool != maps.pool || m.all > maps.all+cycles/2 {
+		t.Fatalf("%+v mappings after %d cycles, %+v before", m, cycles, maps)
 	}
 }
 
+// mapCount is a count of this process's memory mappings: all of them, and the pool's memfds'.
+type mapCount struct{ all, pool int }
+
 // mappings counts this process's memory mappings.
-func mappings(t *testing.T) int {
+func mappings(t *testing.T) mapCount {
 	b, err := os.ReadFile("/proc/self/maps")
 	must(t, "maps", err)
-	n := 0
-	for _, c := range b {
-		if c == '\n' {
-			n++
+	var n mapCount
+	for _, l := range strings.Split(string(b), "\n") {
+		if l == "" {
+			continue
+		}
+		n.all++
+		if strings.Contains(l, "memfd:pinmalloc-ipcpool") {
+			n.pool++
 		}
 	}
 	return n
