@@ -1,7 +1,6 @@
 package pinmalloc_test
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,7 +22,7 @@ var docsNotRun = []struct{ pattern, why string }{
 	{`^(cd [^&]+ && )?([A-Z_]+=\S+ )*go test`, "a package's tests: go test ./... in its module runs them, and CI in every module (the package, its module, -run and flags are checked)"},
 	{`^cd examples/external && go run \.`, "a module of its own that runs its tests on the fake driver (its own go test covers it)"},
 	{`^go build$`, "builds the module: go vet and go test do"},
-	{`^go run \./examples/<name>`, "stands for each example: every example's command quoted elsewhere is run with -h"},
+	{`^go run \./examples/<name>`, "stands for each example: every example's command quoted elsewhere runs with -h in its tests"},
 }
 
 // TestDocs runs or checks every command quoted in README.md, docs/*.md and bench/results/*.md,
@@ -59,14 +58,13 @@ func TestDocs(t *testing.T) {
 		}
 	}
 
-	// Run the cheap ones: go doc; each main package of the core a command runs, with -h (built
-	// once: its other flags are checked above, its runs are the examples' own tests); the
-	// quickstart. A command may start with a cd (`cd metrics && go doc`); a package of an
-	// integration module named by its import path has its doc read in that module's folder, as a
-	// module that requires it would. An integration module's main packages are that module's
-	// tests' to run (debugpage's viewer: TestView, -h included): built here, they would compile
-	// what the module split keeps out of the core's go test (net/http and its closure, ~25
-	// CPU-seconds from a cold cache).
+	// Run the cheap ones: go doc. A command may start with a cd (`cd metrics && go doc`); a
+	// package of an integration module named by its import path has its doc read in that
+	// module's folder, as a module that requires it would. A main package a command runs is run
+	// by its own tests (its other flags are checked above): the core's with -h and the
+	// quickstart whole (mainTestProblems); an integration module's by that module's (debugpage's
+	// viewer: TestView, -h included), which keeps what the module split keeps out of the core's
+	// go test (net/http and its closure).
 	mains := map[string]map[string]bool{} // module folder → main packages
 	for _, c := range cmds {
 		dir, w := c.dir, shellWords(c.text)
@@ -91,45 +89,65 @@ func TestDocs(t *testing.T) {
 			}
 		}
 	}
-	bin := docsBinDir(t)
-	ran := map[string]bool{}
 	for _, mod := range sortedSet(keysOfSet(mains)) {
-		if mod != "." {
-			for p := range mains[mod] {
-				if src, err := os.ReadFile(filepath.Join(p, "main.go")); err != nil || !strings.Contains(string(src), "\npackage main\n") {
-					t.Errorf("go run %s: no main package there (%v)", p, err)
+		for p := range mains[mod] {
+			if src, err := os.ReadFile(filepath.Join(p, "main.go")); err != nil || !strings.Contains(string(src), "\npackage main\n") {
+				t.Errorf("go run %s: no main package there (%v)", p, err)
+			} else if mod == "." {
+				for _, e := range mainTestProblems(p, filepath.ToSlash(p) == "examples/quickstart") {
+					t.Errorf("go run %s: %s", p, e)
 				}
-				ran[filepath.ToSlash(p)] = true // by its module's tests
 			}
-			continue
-		}
-		var pkgs []string
-		for p := range mains[mod] {
-			rel, _ := filepath.Rel(mod, p)
-			pkgs = append(pkgs, "./"+filepath.ToSlash(rel))
-		}
-		sort.Strings(pkgs)
-		build := exec.Command("go", append([]string{"build", "-o", bin + "/"}, pkgs...)...)
-		build.Dir = mod
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("cd %s && go build %v: %v\n%s", mod, pkgs, err, out)
-		}
-		for p := range mains[mod] {
-			exe := filepath.Join(bin, filepath.Base(p))
-			help, err := exec.Command(exe, "-h").CombinedOutput()
-			if err != nil || !strings.Contains(strings.ToLower(string(help)), "usage") {
-				t.Errorf("go run %s -h: %v, and no usage:\n%s", p, err, help)
-			}
-			ran[filepath.ToSlash(p)] = true
 		}
 	}
-	if ran["examples/quickstart"] {
-		if out, err := exec.Command(filepath.Join(bin, "quickstart")).CombinedOutput(); err != nil {
-			t.Errorf("go run ./examples/quickstart: %v\n%s", err, out)
+	if !mains["."]["examples/quickstart"] || !mains["debugpage"]["debugpage/cmd/view"] {
+		t.Errorf("found %v: the docs quote go run ./examples/quickstart and debugpage's viewer; the extraction is broken", mains)
+	}
+}
+
+// mainTestProblems says what the tests of the core's main package in dir lack for the docs test
+// to count its quoted command as run: a TestUsage that runs it with -h and, with whole, a test
+// named after the package that runs it without flags (TestQuickstart). Those tests run in the
+// same go test; a go build here would compile again, from a cold build cache, what go test is
+// compiling.
+func mainTestProblems(dir string, whole bool) []string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	var src strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		src.Write(b)
+	}
+	name := filepath.Base(dir)
+	var problems []string
+	for _, want := range []struct {
+		test string
+		need bool
+	}{{"TestUsage", true}, {"Test" + strings.ToUpper(name[:1]) + name[1:], whole}} {
+		if want.need && !strings.Contains(src.String(), "\nfunc "+want.test+"(t *testing.T) {") {
+			problems = append(problems, fmt.Sprintf("its tests have no %s: the command the docs quote is not run", want.test))
 		}
 	}
-	if !ran["examples/quickstart"] || !ran["debugpage/cmd/view"] {
-		t.Errorf("found %v: the docs quote go run ./examples/quickstart and debugpage's viewer; the extraction is broken", sortedSet(ran))
+	return problems
+}
+
+// TestMainTestProblemsCatches: a main package whose tests do not run it is reported.
+func TestMainTestProblemsCatches(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "quickstart")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main_test.go"), []byte("package main\n\nfunc TestOther(t *testing.T) {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(mainTestProblems(dir, true), "\n"); !strings.Contains(p, "no TestUsage") || !strings.Contains(p, "no TestQuickstart") {
+		t.Errorf("a main package whose tests never run it: %q", p)
+	}
+	if p := mainTestProblems("examples/quickstart", true); len(p) != 0 {
+		t.Errorf("the quickstart: %q", p)
 	}
 }
 
@@ -289,22 +307,6 @@ func docFiles(t *testing.T) []string {
 		docs = append(docs, m...)
 	}
 	return docs
-}
-
-// docsBinDir is where the docs test builds the programs it runs: a folder of the user's cache
-// for this checkout, so that go build relinks only what changed (a temporary folder when there
-// is no cache).
-func docsBinDir(t *testing.T) string {
-	cache, err := os.UserCacheDir()
-	abs, aerr := filepath.Abs(".")
-	if err != nil || aerr != nil {
-		return t.TempDir()
-	}
-	dir := filepath.Join(cache, "pinmalloc", "docs-test", fmt.Sprintf("%x", sha256.Sum256([]byte(abs)))[:16])
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return t.TempDir()
-	}
-	return dir
 }
 
 // mainDir is the folder of a go run package argument.

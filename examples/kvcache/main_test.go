@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -166,4 +168,16 @@ func TestRound3(t *testing.T) {
 			t.Errorf("round3(%d) = %s, want %s", c.d, got, c.want)
 		}
 	}
+}
+
+// TestUsage: go run ./examples/kvcache -h (the docs quote it) prints the usage and returns
+// before any driver is loaded.
+func TestUsage(t *testing.T) {
+	if _, err := parse([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("parse(-h): %v, want flag.ErrHelp", err)
+	}
+	args := os.Args
+	defer func() { os.Args = args }()
+	os.Args = []string{"kvcache", "-h"}
+	main() // returns: log.Fatal or an exec on the fake would end the test binary
 }
