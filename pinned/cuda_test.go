@@ -138,7 +138,11 @@ func classSizes(most int) []int {
 			sizes = append(sizes, k+j*k/8+1)
 		}
 	}
-	sizes = append(sizes, 256<<10, 300<<10, 700<<10, 1<<20, 1<<20+1, 3<<20+4097, 16<<20, 64<<20+12345)
+	for _, n := range []int{256 << 10, 300 << 10, 700 << 10, 1 << 20, 1<<20 + 1, 3<<20 + 4097, 16 << 20, 64<<20 + 12345} {
+		if n <= most {
+			sizes = append(sizes, n)
+		}
+	}
 	for n := 128 << 20; n <= most; n *= 2 {
 		sizes = append(sizes, n)
 	}
@@ -178,16 +182,17 @@ func copyEverything(t *testing.T, f *fakecuda.Driver, p *pinned.Pool, most int) 
 	}
 }
 
-// hugestCopy bounds the buffers copyEverything copies on the fake: classSizes up to 64 MiB and
-// a bit, and in the long form (pinned.LongRun) 128 and 256 MiB too.
+// hugestCopy bounds the buffers copyEverything copies on the fake: classSizes up to 16 MiB (a
+// huge block of eight chunks; bigger ones take the same paths), and in the long form
+// (pinned.LongRun) 64, 128 and 256 MiB too.
 func hugestCopy() int {
 	if pinned.LongRun() {
 		return 256 << 20
 	}
-	return 80 << 20
+	return 16 << 20
 }
 
-// TestFakePoolCopiesHostVMM copies every size class and huge sizes up to 64 MiB, 256 MiB in the
+// TestFakePoolCopiesHostVMM copies every size class and huge sizes up to 16 MiB, 256 MiB in the
 // long form (16 and 256 MiB among them: what TestCUDARegisteredBandwidth and BenchmarkCUDACopy
 // copy on a GPU), from a CUDAHost pool over VMM host memory.
 func TestFakePoolCopiesHostVMM(t *testing.T) {
@@ -277,7 +282,7 @@ func TestFakePoolRecommit(t *testing.T) {
 	if f == nil {
 		return
 	}
-	c := newCopier(t, 32<<20)
+	c := newCopier(t, 9<<20)
 	for _, hostVMM := range []bool{true, false} {
 		f.SetHostVMM(hostVMM)
 		p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 1 << 30, PurgeDelay: time.Millisecond})
@@ -287,7 +292,7 @@ func TestFakePoolRecommit(t *testing.T) {
 		}
 		for cycle := 0; cycle < 4; cycle++ {
 			var bufs [][]byte
-			for _, n := range []int{600 << 10, 1 << 20, 5<<20 + 3, 24 << 20, 70000} {
+			for _, n := range []int{600 << 10, 1 << 20, 5<<20 + 3, 9 << 20, 70000} {
 				b, err := p.Alloc(n)
 				if err != nil {
 					t.Fatalf("cycle %d: Alloc(%d): %v", cycle, n, err)
