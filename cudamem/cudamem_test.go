@@ -189,7 +189,7 @@ func TestFakeHostVMM(t *testing.T) {
 	}
 	a := newArena(t, p, 1<<30)
 	spans := map[uintptr]arena.Span{}
-	for _, n := range []uintptr{4096, 1 << 20, 2 << 20, 5<<20 + 123, 64 << 20} {
+	for _, n := range []uintptr{4096, 1 << 20, 2 << 20, 5<<20 + 123, 16 << 20} {
 		s, err := a.Alloc(n, 256)
 		must(t, "Alloc", err)
 		if !s.Zeroed || mem.Bytes(s.Base, n)[n-1] != 0 {
@@ -213,14 +213,14 @@ func TestFakeHostVMM(t *testing.T) {
 	s := spans[5<<20+123]
 	copyBoth(t, d1, s.Base, s.Size)
 	// Decommit and recommit: a freed span's granules go back, and come back reading zero.
-	for _, n := range []uintptr{64 << 20, 5<<20 + 123} {
+	for _, n := range []uintptr{16 << 20, 5<<20 + 123} {
 		must(t, "Free", a.Free(spans[n]))
 	}
 	a.Trim()
-	if st := a.Stats(); uint64(f.Stat(fakecuda.HostVMMBytes)) != st.Committed || st.Purged < 70<<20 {
+	if st := a.Stats(); uint64(f.Stat(fakecuda.HostVMMBytes)) != st.Committed || st.Purged < 22<<20 {
 		t.Errorf("after Trim: host VMM bytes %d, arena committed %d, purged %d", f.Stat(fakecuda.HostVMMBytes), st.Committed, st.Purged)
 	}
-	again, err := a.Alloc(64<<20, 256)
+	again, err := a.Alloc(16<<20, 256)
 	must(t, "Alloc again", err)
 	if !again.Zeroed || mem.Bytes(again.Base, again.Size)[3<<20] != 0 {
 		t.Errorf("recommitted span: Zeroed %v", again.Zeroed)
