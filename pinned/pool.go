@@ -227,6 +227,9 @@ func (p *Pool) allocRest(n int, alignment uintptr) ([]byte, error) {
 		// Other shards may hold freed blocks they have not collected, and streams may have
 		// passed deferred ones: take them back, give the shards' free memory to the arena
 		// (which gives it back at once when the memlock limit refuses the retry), retry.
+		if try > 0 {
+			runtime.Gosched() // let the goroutines that took the memory back free theirs
+		}
 		_ = p.reclaim(true)
 		p.collectAll()
 		addr, err = p.allocOnce(uintptr(n), alignment)
