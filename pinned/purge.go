@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -183,9 +184,11 @@ func (p *Pool) stopPurge() {
 
 // outOfMemory reports whether an allocation failed for want of memory: room in the heap, or
 // memory to commit (the memlock limit, host or device memory). The free memory the shards keep,
-// or the deferred buffers, may be what is missing.
+// or the deferred buffers, may be what is missing. A provider that ran out of time (a
+// cross-process pool whose owner does not answer) is not: a retry would wait as long again.
 func outOfMemory(err error) bool {
-	return errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, arena.ErrMemlock) || errors.Is(err, arena.ErrExhausted)
+	return (errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, arena.ErrMemlock) || errors.Is(err, arena.ErrExhausted)) &&
+		!errors.Is(err, context.DeadlineExceeded)
 }
 
 // allocRetries bounds the retries of an allocation refused for want of memory, each after
