@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,80 +169,102 @@ func TestCopyPeerKilled(t *testing.T) {
 	}
 }
 
+// copyPair is two workers of this process over shared memory, pools of segments on both
+// sides, the first connected to the second: puts and gets between them go by copy.
+type copyPair struct {
+	ws    [2]*Worker
+	pools [2]*pinned.Pool
+	regs  [2]*Registration
+	c     *Conn
+}
+
+func newCopyPair(b *testing.B) *copyPair {
+	needUCX(b)
+	b.Setenv("UCX_TLS", "sm")
+	p := &copyPair{}
+	b.Cleanup(func() {
+		for i := range p.ws {
+			if p.ws[i] != nil {
+				_ = p.ws[i].Close()
+			}
+			if p.pools[i] != nil {
+				_ = p.pools[i].Close()
+			}
+		}
+	})
+	for i := range p.ws {
+		w, err := New(Options{SharedMemory: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.ws[i] = w
+		if p.pools[i], err = testPool(w.SegmentSource(SegmentOptions{})); err != nil {
+			b.Fatal(err)
+		}
+		if p.regs[i], err = w.Register(p.pools[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	addr, err := p.ws[1].Address()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	go func() { _, _ = p.ws[1].Accept(ctx) }()
+	if p.c, err = p.ws[0].Dial(ctx, addr); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// timePuts times, b.N times, the Start and Wait of one Transfer of a put of each of src to the
+// descriptor of dst beside it, as the bench's rows do (the Puts untimed).
+func timePuts(b *testing.B, c *Conn, src [][]byte, dst []Descriptor) {
+	ctx := context.Background()
+	t := c.NewTransfer()
+	for range b.N {
+		b.StopTimer()
+		for i := range src {
+			if err := t.Put(src[i], dst[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		if err := t.Start(); err != nil {
+			b.Fatal(err)
+		}
+		if err := t.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := t.Reset(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkCopy measures puts by copy between two workers of this process over shared memory,
 // pools of segments on both sides: one Transfer of 64 MiB's worth of operations of the size
 // into one buffer, Start and Wait timed, as the bench's rows; memmove is the copy alone, for
 // the overhead.
 func BenchmarkCopy(b *testing.B) {
-	needUCX(b)
-	b.Setenv("UCX_TLS", "sm")
-	ctx := context.Background()
-	var ws [2]*Worker
-	var pools [2]*pinned.Pool
-	var regs [2]*Registration
-	for i := range ws {
-		w, err := New(Options{SharedMemory: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ws[i] = w
-		if pools[i], err = testPool(w.SegmentSource(SegmentOptions{})); err != nil {
-			b.Fatal(err)
-		}
-		if regs[i], err = w.Register(pools[i]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	defer func() {
-		for i := range ws {
-			_ = ws[i].Close()
-			_ = pools[i].Close()
-		}
-	}()
-	addr, err := ws[1].Address()
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _, _ = ws[1].Accept(ctx) }()
-	c, err := ws[0].Dial(ctx, addr)
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := newCopyPair(b)
 	for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 16 << 20} {
-		src, err := pools[0].Alloc(size)
+		src, err := p.pools[0].Alloc(size)
 		if err != nil {
 			b.Fatal(err)
 		}
-		dst, err := pools[1].Alloc(size)
+		dst, err := p.pools[1].Alloc(size)
 		if err != nil {
 			b.Fatal(err)
 		}
-		d, err := regs[1].Describe(dst)
+		d, err := p.regs[1].Describe(dst)
 		if err != nil {
 			b.Fatal(err)
 		}
 		n := min(16384, max(16, (64<<20)/size))
 		b.Run("put/"+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
 			b.SetBytes(int64(size * n))
-			t := c.NewTransfer()
-			for range b.N {
-				b.StopTimer() // the bench times Start and Wait, as here
-				for range n {
-					if err := t.Put(src, d); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StartTimer()
-				if err := t.Start(); err != nil {
-					b.Fatal(err)
-				}
-				if err := t.Wait(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if err := t.Reset(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			timePuts(b, p.c, slices.Repeat([][]byte{src}, n), slices.Repeat([]Descriptor{d}, n))
 		})
 		b.Run("memmove/"+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
 			b.SetBytes(int64(size * n))
@@ -252,4 +275,43 @@ func BenchmarkCopy(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkCopyBatch measures the bench's batch by copy: 1,000 blocks of 16 KiB, each its own
+// buffer on both sides (batch), against Go's copy of the same blocks (memmove), and the same
+// 1,000 puts all from one buffer into one (one: ucx_perftest's way, in the cache).
+func BenchmarkCopyBatch(b *testing.B) {
+	p := newCopyPair(b)
+	const n, size = 1000, 16 << 10
+	src, dst := make([][]byte, n), make([][]byte, n)
+	ds := make([]Descriptor, n)
+	for i := range n {
+		var err error
+		if src[i], err = p.pools[0].Alloc(size); err != nil {
+			b.Fatal(err)
+		}
+		if dst[i], err = p.pools[1].Alloc(size); err != nil {
+			b.Fatal(err)
+		}
+		fill(src[i], uint64(i))
+		if ds[i], err = p.regs[1].Describe(dst[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("batch/1000x16KiB", func(b *testing.B) {
+		b.SetBytes(n * size)
+		timePuts(b, p.c, src, ds)
+	})
+	b.Run("memmove/1000x16KiB", func(b *testing.B) {
+		b.SetBytes(n * size)
+		for range b.N {
+			for i := range src {
+				copy(dst[i], src[i])
+			}
+		}
+	})
+	b.Run("one/1000x16KiB", func(b *testing.B) {
+		b.SetBytes(n * size)
+		timePuts(b, p.c, slices.Repeat(src[:1], n), slices.Repeat(ds[:1], n))
+	})
 }
