@@ -444,16 +444,22 @@ func (c *Conn) region(d *Descriptor) error {
 }
 
 // rkey returns the key of the peer's region that descriptor d names (checked by region),
-// unpacked once per region. UCX reads a packed key with no length, so it is given a copy
-// followed by zeros, which no key it packed reads past. Under mu.
+// unpacked once per region. Under mu.
 func (c *Conn) rkey(d *Descriptor) (ucx.Rkey, error) {
 	if err := c.region(d); err != nil {
 		return 0, err
 	}
-	e := c.rkeys[d.region]
+	return c.unpack(c.rkeys[d.region])
+}
+
+// unpack returns e's key, unpacked once (destroyed with the connection's keys, reap): for
+// UCX's puts and gets (rkey), or to map the peer's region here (direct.go). UCX reads a
+// packed key with no length, so it is given a copy followed by zeros, which no key it packed
+// reads past. Under mu.
+func (c *Conn) unpack(e *rkeyEntry) (ucx.Rkey, error) {
 	if e.rkey == 0 {
-		padded := make([]byte, len(d.rkey)+rkeyPad)
-		copy(padded, d.rkey)
+		padded := make([]byte, len(e.packed)+rkeyPad)
+		copy(padded, e.packed)
 		r, err := c.w.uw.UnpackRkey(c.ep, padded)
 		if err != nil {
 			return 0, fmt.Errorf("%w: %w", ErrDescriptor, err)

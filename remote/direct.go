@@ -70,13 +70,10 @@ func (c *Conn) mapSegment(d *Descriptor, e *rkeyEntry) (uintptr, error) {
 	if err != nil {
 		return 0, nil
 	}
-	padded := make([]byte, len(d.rkey)+rkeyPad)
-	copy(padded, d.rkey)
-	rk, err := c.w.uw.UnpackRkey(c.ep, padded)
+	rk, err := c.unpack(e)
 	if err != nil {
-		return 0, nil // the target refuses the key if it is not its own
+		return 0, nil // UCX's puts and gets, and the target's check of a message, refuse it then
 	}
-	e.rkey = rk // destroyed with the connection's keys (reap)
 	p, err := c.w.uw.RkeyPtr(rk, d.base)
 	if err != nil || p == 0 {
 		return 0, nil // no transport of the key maps the region here: ordinary memory
