@@ -28,6 +28,7 @@ type Conn struct {
 	state     uint8
 	err       error // why it failed or closed
 	inflight  int   // operations and messages in flight on ep
+	copying   int   // transfers copying into or out of the peer's segments (Transfer.copy)
 	gets      int   // gets by message in flight (getWindow)
 	rkeys     map[uint32]*rkeyEntry
 	mode      Mode // how its transfers go: decided at the first (messages.go)
@@ -278,7 +279,8 @@ func (w *Worker) failConn(c *Conn, err error) {
 	w.closeEp(c.ep, c, !w.opts.SharedMemory)
 }
 
-// reap destroys c's remote keys once its endpoint is closed, and forgets it. Under mu.
+// reap destroys c's remote keys once its endpoint is closed (or once the copies that use
+// them end), and forgets it. Under mu.
 func (w *Worker) reap(c *Conn) {
 	if c == nil || c.reaped {
 		return
@@ -287,17 +289,25 @@ func (w *Worker) reap(c *Conn) {
 	if c.watcher != nil {
 		_ = c.watcher.Close()
 	}
+	if c.copying == 0 {
+		w.destroyKeys(c)
+	} // else once the copies that use them end (Transfer.copy)
+	delete(w.conns, c.id)
+	if w.byEp[c.ep] == c {
+		delete(w.byEp, c.ep)
+	}
+	close(c.reapedCh)
+}
+
+// destroyKeys destroys c's remote keys, which detaches the peer's segments mapped here
+// (direct.go). Under mu.
+func (w *Worker) destroyKeys(c *Conn) {
 	for id, e := range c.rkeys {
 		if e.rkey != 0 && !c.abandoned { // an abandoned one's may serve zombies: they go with the worker
 			w.uw.DestroyRkey(e.rkey)
 		}
 		delete(c.rkeys, id)
 	}
-	delete(w.conns, c.id)
-	if w.byEp[c.ep] == c {
-		delete(w.byEp, c.ep)
-	}
-	close(c.reapedCh)
 }
 
 // Peer returns the id of the worker at the other end (its Worker.ID).
@@ -394,7 +404,7 @@ func (c *Conn) Close() error {
 	deadline := time.Now().Add(closeWait)
 	for {
 		w.mu.Lock()
-		busy := c.inflight > 0 || c.queued()
+		busy := c.inflight > 0 || c.copying > 0 || c.queued()
 		w.mu.Unlock()
 		if !busy || time.Now().After(deadline) {
 			break

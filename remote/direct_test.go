@@ -170,15 +170,16 @@ func TestCopyPeerKilled(t *testing.T) {
 }
 
 // copyPair is two workers of this process over shared memory, pools of segments on both
-// sides, the first connected to the second: puts and gets between them go by copy.
+// sides, the first connected to the second (c; peer is the second's end): puts and gets
+// between them go by copy.
 type copyPair struct {
-	ws    [2]*Worker
-	pools [2]*pinned.Pool
-	regs  [2]*Registration
-	c     *Conn
+	ws      [2]*Worker
+	pools   [2]*pinned.Pool
+	regs    [2]*Registration
+	c, peer *Conn
 }
 
-func newCopyPair(b *testing.B) *copyPair {
+func newCopyPair(b testing.TB) *copyPair {
 	needUCX(b)
 	b.Setenv("UCX_TLS", "sm")
 	p := &copyPair{}
@@ -210,11 +211,128 @@ func newCopyPair(b *testing.B) *copyPair {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	go func() { _, _ = p.ws[1].Accept(ctx) }()
+	accepted := make(chan *Conn, 1)
+	go func() {
+		c, _ := p.ws[1].Accept(ctx)
+		accepted <- c
+	}()
 	if p.c, err = p.ws[0].Dial(ctx, addr); err != nil {
 		b.Fatal(err)
 	}
+	if p.peer = <-accepted; p.peer == nil {
+		b.Fatal("no connection accepted")
+	}
 	return p
+}
+
+// blocks allocates n buffers of size bytes of each side's pool, the first side's filled with
+// a pattern, and returns them with the second side's descriptors.
+func (p *copyPair) blocks(t testing.TB, n, size int) (src, dst [][]byte, ds []Descriptor) {
+	src, dst, ds = make([][]byte, n), make([][]byte, n), make([]Descriptor, n)
+	for i := range n {
+		var err error
+		if src[i], err = p.pools[0].Alloc(size); err != nil {
+			t.Fatal(err)
+		}
+		if dst[i], err = p.pools[1].Alloc(size); err != nil {
+			t.Fatal(err)
+		}
+		fill(src[i], uint64(i))
+		if ds[i], err = p.regs[1].Describe(dst[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return src, dst, ds
+}
+
+// TestCopyOutOfLock: a batch by copy goes with the worker's mutex let go (the progress
+// goroutine and other connections go on meanwhile), and what the copies use stays until they
+// end: the local regions' Registration refuses to close (ErrBusy), and the peer's keys, which
+// keep its segment attached here, outlive the connection (closed by the peer mid-batch) until
+// the last copy; the batch lands whole and succeeds, then the keys are destroyed. The
+// worker's Close waits for the copies.
+func TestCopyOutOfLock(t *testing.T) {
+	const n, size = 8, 256 << 10
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, close := range []string{"peer", "worker"} {
+		t.Run(close, func(t *testing.T) {
+			p := newCopyPair(t)
+			w := p.ws[0]
+			src, dst, ds := p.blocks(t, n, size)
+			closed := make(chan error, 1)
+			w.copyHook = func(i int) {
+				if i != 0 {
+					return
+				}
+				if !w.mu.TryLock() {
+					t.Error("the worker's mutex is held across the copies")
+				} else {
+					w.mu.Unlock()
+				}
+				if err := p.regs[0].Close(); !errors.Is(err, ErrBusy) {
+					t.Errorf("Registration.Close during the copies: %v, want ErrBusy", err)
+				}
+				if close == "worker" {
+					go func() { closed <- w.Close() }()
+					select {
+					case err := <-closed:
+						t.Errorf("the worker's Close returned (%v) while its copies went on", err)
+						closed <- err
+					case <-time.After(50 * time.Millisecond):
+					}
+					return
+				}
+				if err := p.peer.Close(); err != nil {
+					t.Error(err)
+				}
+				select { // this side's connection ends and is reaped meanwhile
+				case <-p.c.reapedCh:
+				case <-ctx.Done():
+					t.Fatal("the connection closed by the peer was not reaped")
+				}
+				w.mu.Lock()
+				keys := len(p.c.rkeys)
+				w.mu.Unlock()
+				if keys == 0 {
+					t.Error("the connection's keys were destroyed under its copies")
+				}
+			}
+			tx := p.c.NewTransfer()
+			for i := range src {
+				if err := tx.Put(src[i], ds[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tx.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Wait(ctx); err != nil {
+				t.Fatalf("a batch whose copies all landed: %v", err)
+			}
+			for i := range dst {
+				check(t, "put", dst[i], uint64(i))
+			}
+			if close == "worker" {
+				if err := <-closed; err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			w.mu.Lock()
+			keys := len(p.c.rkeys)
+			w.mu.Unlock()
+			if keys != 0 {
+				t.Errorf("%d keys of the reaped connection left after its copies", keys)
+			}
+			if err := tx.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.regs[0].Close(); err != nil {
+				t.Fatalf("Registration.Close after the copies: %v", err)
+			}
+		})
+	}
 }
 
 // timePuts times, b.N times, the Start and Wait of one Transfer of a put of each of src to the
@@ -283,21 +401,7 @@ func BenchmarkCopy(b *testing.B) {
 func BenchmarkCopyBatch(b *testing.B) {
 	p := newCopyPair(b)
 	const n, size = 1000, 16 << 10
-	src, dst := make([][]byte, n), make([][]byte, n)
-	ds := make([]Descriptor, n)
-	for i := range n {
-		var err error
-		if src[i], err = p.pools[0].Alloc(size); err != nil {
-			b.Fatal(err)
-		}
-		if dst[i], err = p.pools[1].Alloc(size); err != nil {
-			b.Fatal(err)
-		}
-		fill(src[i], uint64(i))
-		if ds[i], err = p.regs[1].Describe(dst[i]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	src, dst, ds := p.blocks(b, n, size)
 	b.Run("batch/1000x16KiB", func(b *testing.B) {
 		b.SetBytes(n * size)
 		timePuts(b, p.c, src, ds)

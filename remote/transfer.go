@@ -195,15 +195,18 @@ func (t *Transfer) Start() error {
 		op.Kind = ucx.OpData
 	}
 	if copied > 0 && t.err == nil { // a transfer refused at Start moves nothing
-		for i := range t.ops {
-			if op := &t.ops[i]; op.Kind == opCopied {
-				copyDirect(op, uintptr(op.Remote), t.gets[i])
-			}
-		}
+		t.copy() // out of mu, and back under it
 		w.stats.ops.Add(copied)
 		w.stats.copied.Add(copied)
 		w.stats.bytes.Add(copiedBytes)
 		t.dropCopied()
+		switch { // ended while the copies went: those done count, the rest is refused
+		case len(t.ops) == 0:
+		case w.closing:
+			t.fail(fmt.Errorf("%w: the worker is closed", ErrClosed))
+		case c.state != connOpen:
+			t.fail(c.stateErr())
+		}
 	}
 	if t.err == nil && !rma {
 		t.splitGets()
