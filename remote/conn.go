@@ -436,30 +436,32 @@ func (c *Conn) queued() bool {
 }
 
 // region checks descriptor d against what the connection learned of its region from the
-// first descriptor of it: another range, memory type or key is a forged or stale descriptor,
-// refused. Under mu.
-func (c *Conn) region(d *Descriptor) error {
+// first descriptor of it, and returns the region: another range, memory type or key is a
+// forged or stale descriptor, refused. Under mu.
+func (c *Conn) region(d *Descriptor) (*rkeyEntry, error) {
 	e := c.rkeys[d.region]
 	if e == nil {
 		if len(c.rkeys) >= maxRegionsPerConn {
-			return fmt.Errorf("%w: more than %d regions of worker %016x", ErrDescriptor, maxRegionsPerConn, d.worker)
+			return nil, fmt.Errorf("%w: more than %d regions of worker %016x", ErrDescriptor, maxRegionsPerConn, d.worker)
 		}
-		c.rkeys[d.region] = &rkeyEntry{base: d.base, size: d.size, memType: d.memType, packed: d.rkey}
-		return nil
+		e = &rkeyEntry{base: d.base, size: d.size, memType: d.memType, packed: d.rkey}
+		c.rkeys[d.region] = e
+		return e, nil
 	}
 	if e.base != d.base || e.size != d.size || e.memType != d.memType || e.packed != d.rkey {
-		return fmt.Errorf("%w: region %d of worker %016x is [%#x, +%d) with another key, not [%#x, +%d): a forged or stale descriptor", ErrDescriptor, d.region, d.worker, e.base, e.size, d.base, d.size)
+		return nil, fmt.Errorf("%w: region %d of worker %016x is [%#x, +%d) with another key, not [%#x, +%d): a forged or stale descriptor", ErrDescriptor, d.region, d.worker, e.base, e.size, d.base, d.size)
 	}
-	return nil
+	return e, nil
 }
 
 // rkey returns the key of the peer's region that descriptor d names (checked by region),
 // unpacked once per region. Under mu.
 func (c *Conn) rkey(d *Descriptor) (ucx.Rkey, error) {
-	if err := c.region(d); err != nil {
+	e, err := c.region(d)
+	if err != nil {
 		return 0, err
 	}
-	return c.unpack(c.rkeys[d.region])
+	return c.unpack(e)
 }
 
 // unpack returns e's key, unpacked once (destroyed with the connection's keys, reap): for

@@ -39,10 +39,10 @@ import (
 // direct returns the address in this process of d's buffer where the peer's region is
 // reached by copy, 0 where it is not. Under mu.
 func (c *Conn) direct(d *Descriptor) (uintptr, error) {
-	if err := c.region(d); err != nil {
+	e, err := c.region(d)
+	if err != nil {
 		return 0, err
 	}
-	e := c.rkeys[d.region]
 	if e.direct == 0 {
 		e.direct = -1
 		p, err := c.mapSegment(d, e)

@@ -360,6 +360,33 @@ func timePuts(b *testing.B, c *Conn, src [][]byte, dst []Descriptor) {
 	}
 }
 
+// TestCopyWakesNothing: a transfer done wholly by copy ends in Start with no system call: it
+// does not wake the progress goroutine, which has nothing to do for it (200 puts by copy wake
+// it no more often than its idle tick does).
+func TestCopyWakesNothing(t *testing.T) {
+	p := newCopyPair(t)
+	src, dst, ds := p.blocks(t, 1, 4<<10)
+	ctx := context.Background()
+	if err := p.c.Put(ctx, src[0], ds[0]); err != nil { // maps the peer's region here
+		t.Fatal(err)
+	}
+	w := p.ws[0]
+	before, copied, start := w.Stats().Wakeups, w.Stats().Copied, time.Now()
+	for range 200 {
+		if err := p.c.Put(ctx, src[0], ds[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	woke, ticks := w.Stats().Wakeups-before, uint64(time.Since(start)/idleTick)+2
+	if woke > ticks {
+		t.Errorf("200 puts by copy woke the progress goroutine %d times (its idle tick: %d at most)", woke, ticks)
+	}
+	if got := w.Stats().Copied - copied; got != 200 {
+		t.Errorf("%d puts by copy, want 200", got)
+	}
+	check(t, "put", dst[0], 0)
+}
+
 // BenchmarkCopy measures puts by copy between two workers of this process over shared memory,
 // pools of segments on both sides: one Transfer of 64 MiB's worth of operations of the size
 // into one buffer, Start and Wait timed, as the bench's rows; memmove is the copy alone, for
@@ -397,7 +424,8 @@ func BenchmarkCopy(b *testing.B) {
 
 // BenchmarkCopyBatch measures the bench's batch by copy: 1,000 blocks of 16 KiB, each its own
 // buffer on both sides (batch), against Go's copy of the same blocks (memmove), and the same
-// 1,000 puts all from one buffer into one (one: ucx_perftest's way, in the cache).
+// 1,000 puts all from one buffer into one (one: ucx_perftest's way, in the cache); put is
+// Conn.Put of one block.
 func BenchmarkCopyBatch(b *testing.B) {
 	p := newCopyPair(b)
 	const n, size = 1000, 16 << 10
@@ -417,5 +445,13 @@ func BenchmarkCopyBatch(b *testing.B) {
 	b.Run("one/1000x16KiB", func(b *testing.B) {
 		b.SetBytes(n * size)
 		timePuts(b, p.c, slices.Repeat(src[:1], n), slices.Repeat(ds[:1], n))
+	})
+	b.Run("put/16KiB", func(b *testing.B) { // Conn.Put: a transfer of one block, and its Wait
+		b.SetBytes(size)
+		for range b.N {
+			if err := p.c.Put(context.Background(), src[0], ds[0]); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }

@@ -149,10 +149,14 @@ func (t *Transfer) Start() error {
 	}
 	rma := t.err == nil && w.rmaMode(c)
 	var copied, copiedBytes uint64
+	var checked *localRegion // the last local region found registered: a batch's buffers share few
 	for i := 0; i < len(t.descs) && t.err == nil; i++ {
-		if lr := t.lrs[i]; lr.reg.closed || lr.reg.regions[lr.base] != lr {
-			t.fail(fmt.Errorf("%w: the registration of local region %d was closed", ErrClosed, lr.id))
-			break
+		if lr := t.lrs[i]; lr != checked {
+			if lr.reg.closed || lr.reg.regions[lr.base] != lr {
+				t.fail(fmt.Errorf("%w: the registration of local region %d was closed", ErrClosed, lr.id))
+				break
+			}
+			checked = lr
 		}
 		op, d := &t.ops[i], &t.descs[i]
 		op.Ep = c.ep
@@ -182,7 +186,7 @@ func (t *Transfer) Start() error {
 			t.fail(fmt.Errorf("%w: device memory by message (this connection has no transport that moves it)", ErrNotSupported))
 			break
 		}
-		if err := c.region(d); err != nil {
+		if _, err := c.region(d); err != nil {
 			t.fail(err)
 			break
 		}
@@ -222,7 +226,9 @@ func (t *Transfer) Start() error {
 	}
 	end := t.completed()
 	err := t.err
-	w.signal()
+	if len(t.ops) > 0 { // posted or queued: progress's to complete (a transfer by copy has ended)
+		w.signal()
+	}
 	w.mu.Unlock()
 	if end {
 		t.end(w)
