@@ -387,6 +387,41 @@ func TestCopyWakesNothing(t *testing.T) {
 	check(t, "put", dst[0], 0)
 }
 
+// TestCopyPutAllocs: Conn.Put and Get reuse the transfers that ended: by copy, two allocations
+// each (the transfer's channel, and the pool's hold), not eight of a new transfer's slices. The
+// race detector's sync.Pool drops a quarter of what it is given.
+func TestCopyPutAllocs(t *testing.T) {
+	p := newCopyPair(t)
+	src, dst, ds := p.blocks(t, 1, 4<<10)
+	ctx := context.Background()
+	want := 2.0
+	if raceEnabled {
+		want = 5
+	}
+	for _, op := range []struct {
+		name string
+		run  func() error
+	}{
+		{"put", func() error { return p.c.Put(ctx, src[0], ds[0]) }},
+		{"get", func() error { return p.c.Get(ctx, src[0], ds[0]) }},
+	} {
+		var err error
+		n := testing.AllocsPerRun(200, func() {
+			if e := op.run(); e != nil {
+				err = e
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > want {
+			t.Errorf("%s by copy: %.1f allocations, want %.0f at most", op.name, n, want)
+		}
+	}
+	check(t, "put", dst[0], 0)
+	check(t, "get", src[0], 0)
+}
+
 // BenchmarkCopy measures puts by copy between two workers of this process over shared memory,
 // pools of segments on both sides: one Transfer of 64 MiB's worth of operations of the size
 // into one buffer, Start and Wait timed, as the bench's rows; memmove is the copy alone, for

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -496,24 +497,41 @@ func (t *Transfer) Reset() error {
 
 // Put puts src to dst and waits for it: a Transfer of one put.
 func (c *Conn) Put(ctx context.Context, src []byte, dst Descriptor) error {
-	t := c.NewTransfer()
-	if err := t.Put(src, dst); err != nil {
-		return err
-	}
-	if err := t.Start(); err != nil {
-		return err
-	}
-	return t.Wait(ctx)
+	return c.one(ctx, (*Transfer).Put, src, dst)
 }
 
 // Get gets len(dst) bytes of src into dst and waits for it: a Transfer of one get.
 func (c *Conn) Get(ctx context.Context, dst []byte, src Descriptor) error {
-	t := c.NewTransfer()
-	if err := t.Get(dst, src); err != nil {
-		return err
-	}
-	if err := t.Start(); err != nil {
-		return err
-	}
-	return t.Wait(ctx)
+	return c.one(ctx, (*Transfer).Get, dst, src)
 }
+
+// one runs a transfer of one operation, added by add, and waits for it. The transfer is
+// reused from spares once it has ended, so a Put or Get allocates only its channel; one left
+// in flight by ctx is not (its buffer stays held until it ends).
+func (c *Conn) one(ctx context.Context, add func(*Transfer, []byte, Descriptor) error, b []byte, d Descriptor) error {
+	t, _ := spares.Get().(*Transfer)
+	if t == nil {
+		t = &Transfer{done: make(chan struct{})}
+	}
+	t.c = c
+	if err := add(t, b, d); err != nil {
+		spares.Put(t)
+		return err
+	}
+	err := t.Start()
+	if err == nil {
+		err = t.Wait(ctx)
+	}
+	select {
+	case <-t.done:
+		if t.Reset() == nil {
+			t.c = nil
+			spares.Put(t)
+		}
+	default: // left in flight: its end releases its hold
+	}
+	return err
+}
+
+// spares are the ended transfers of Conn.Put and Get, for the next.
+var spares sync.Pool
