@@ -428,7 +428,7 @@ func TestCopyPutAllocs(t *testing.T) {
 // the overhead.
 func BenchmarkCopy(b *testing.B) {
 	p := newCopyPair(b)
-	for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+	for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20} {
 		src, err := p.pools[0].Alloc(size)
 		if err != nil {
 			b.Fatal(err)
