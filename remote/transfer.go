@@ -514,7 +514,8 @@ func (c *Conn) one(ctx context.Context, add func(*Transfer, []byte, Descriptor) 
 		t = &Transfer{done: make(chan struct{})}
 	}
 	t.c = c
-	if err := add(t, b, d); err != nil {
+	if err := add(t, b, d); err != nil { // nothing added
+		t.c = nil
 		spares.Put(t)
 		return err
 	}
