@@ -360,6 +360,74 @@ func timePuts(b *testing.B, c *Conn, src [][]byte, dst []Descriptor) {
 	}
 }
 
+// TestCopyMixed: a transfer whose puts go partly by copy (the peer's pool of segments) and
+// partly by message (its pool of ordinary memory) posts the messages once the copies, made out
+// of the worker's lock, are done, and every byte lands; when the connection ends during the
+// copies, the copies made stand and the messages are refused with the connection's error.
+func TestCopyMixed(t *testing.T) {
+	const n, size = 4, 64 << 10
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, closed := range []bool{false, true} {
+		p := newCopyPair(t)
+		src, dst, ds := p.blocks(t, n, size)
+		plain, err := testPool(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer plain.Close()
+		reg, err := p.ws[1].Register(plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := make([][]byte, n)
+		tx := p.c.NewTransfer()
+		for i := range n {
+			if other[i], err = plain.Alloc(size); err != nil {
+				t.Fatal(err)
+			}
+			d, err := reg.Describe(other[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := errors.Join(tx.Put(src[i], ds[i]), tx.Put(src[i], d)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if closed {
+			p.ws[0].copyHook = func(i int) {
+				if i == 0 {
+					if err := p.peer.Close(); err != nil {
+						t.Error(err)
+					}
+					<-p.c.dead
+				}
+			}
+		}
+		err = tx.Start()
+		if err == nil {
+			err = tx.Wait(ctx)
+		}
+		copied := p.ws[0].Stats().Copied
+		if closed {
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("the messages after the connection ended: %v, want ErrClosed", err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if copied != n {
+			t.Errorf("%d puts by copy, want %d", copied, n)
+		}
+		for i := range n {
+			check(t, "put by copy", dst[i], uint64(i))
+			if !closed {
+				check(t, "put by message", other[i], uint64(i))
+			}
+		}
+	}
+}
+
 // TestCopyWakesNothing: a transfer done wholly by copy ends in Start with no system call: it
 // does not wake the progress goroutine, which has nothing to do for it (200 puts by copy wake
 // it no more often than its idle tick does).
