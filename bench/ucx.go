@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -64,6 +65,7 @@ type ucxRow struct {
 	// The spread: every round's figure, in the order taken (the competitors interleaved).
 	Rounds struct {
 		Remote, RMA, Other, Ratio, Like, LikeRatio []float64 `json:",omitempty"`
+		OnCPU                                      []float64 `json:",omitempty"` // remote's: the fraction of each round's time its thread was on a CPU
 	} `json:"rounds"`
 }
 
@@ -314,29 +316,66 @@ func (b *ucxBenchState) peerAlloc(c *remote.Conn, n, k int) ([]remote.Descriptor
 	return ds, nil
 }
 
-// transferMBs moves count operations of size bytes between src and dst on c (gets when get)
-// and returns MB/s.
-func transferMBs(ctx context.Context, c *remote.Conn, get bool, src []byte, dst remote.Descriptor, size, count int) (float64, error) {
-	t := c.NewTransfer()
+// transferMBs moves count operations of size bytes between src and dst with t, a transfer on
+// the connection (gets when get): runTimed's figures.
+func transferMBs(ctx context.Context, t *remote.Transfer, get bool, src []byte, dst remote.Descriptor, size, count int) (mbs, onCPU float64, err error) {
 	for range count {
-		var err error
 		if get {
 			err = t.Get(src[:size], dst)
 		} else {
 			err = t.Put(src[:size], dst)
 		}
 		if err != nil {
-			return 0, err
+			return 0, 0, errors.Join(err, t.Reset())
 		}
 	}
-	start := time.Now()
+	return runTimed(ctx, t)
+}
+
+// runTimed starts t and waits for it, timed, and returns the MB/s of its bytes and the
+// fraction of that time the calling thread was on a CPU: by copy (pools of segments over
+// shared memory) Start does the copies itself, so below 1 the machine's other processes held
+// the CPU; by UCX, the thread waits for the progress goroutine. t is reset for the next (a
+// transfer reused keeps its memory: the rounds allocate nothing for the collector to run for).
+func runTimed(ctx context.Context, t *remote.Transfer) (mbs, onCPU float64, err error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	n := t.Bytes()
+	cpu0, start := threadCPU(), time.Now()
 	if err := t.Start(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := t.Wait(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(size*count) / time.Since(start).Seconds() / 1e6, nil
+	wall, cpu := time.Since(start), threadCPU()-cpu0
+	return float64(n) / wall.Seconds() / 1e6, cpu.Seconds() / wall.Seconds(), t.Reset()
+}
+
+// threadCPU returns the CPU time of the calling thread.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return time.Duration(ts.Nano())
+}
+
+// onCPU notes remote's rounds' fractions of time on a CPU (runTimed) in r.
+func (r *ucxRow) onCPU(fs []float64) {
+	r.Rounds.OnCPU = slices.Clone(fs)
+	if len(fs) > 0 {
+		if r.Detail != "" {
+			r.Detail += "; "
+		}
+		r.Detail += fmt.Sprintf("remote's thread on a CPU %s%% of its rounds' time", spread(scale(fs, 100), 0))
+	}
+}
+
+func scale(xs []float64, k float64) []float64 {
+	ys := make([]float64, len(xs))
+	for i, x := range xs {
+		ys[i] = x * k
+	}
+	return ys
 }
 
 // opsFor is the number of operations of size bytes in one measurement: 64 MiB's worth, 16 to
@@ -367,15 +406,28 @@ func (b *ucxBenchState) bandwidth() ([]ucxRow, error) {
 		if err != nil {
 			return nil, err
 		}
+		t, tr := b.c.NewTransfer(), b.cr.NewTransfer()
 		for _, get := range dirs {
-			var ours, rma, pt, like []float64
+			// A warm-up, untimed, as perftest's (-w, a tenth of the operations): the first
+			// touch of the peer's new buffer here (over shared memory between pools of
+			// segments, a page fault per page of its mapping in this process) is not the
+			// transfer's.
+			for _, w := range []struct {
+				t *remote.Transfer
+				d remote.Descriptor
+			}{{t, dst[0]}, {tr, dstR[0]}} {
+				if _, _, err := transferMBs(b.ctx, w.t, get, src, w.d, size, max(10, opsFor(size)/10)); err != nil {
+					return nil, err
+				}
+			}
+			var ours, rma, pt, like, cpu []float64
 			for range b.rounds {
-				v, err := transferMBs(b.ctx, b.c, get, src, dst[0], size, opsFor(size))
+				v, f, err := transferMBs(b.ctx, t, get, src, dst[0], size, opsFor(size))
 				if err != nil {
 					return nil, err
 				}
-				ours = append(ours, v)
-				if v, err = transferMBs(b.ctx, b.cr, get, src, dstR[0], size, opsFor(size)); err != nil {
+				ours, cpu = append(ours, v), append(cpu, f)
+				if v, _, err = transferMBs(b.ctx, tr, get, src, dstR[0], size, opsFor(size)); err != nil {
 					return nil, err
 				}
 				rma = append(rma, v)
@@ -396,8 +448,9 @@ func (b *ucxBenchState) bandwidth() ([]ucxRow, error) {
 			r := ucxRow{Case: opName(get) + "/" + sizeName(int64(size)), Size: size}
 			r.compare(ours, rma, pt)
 			r.like(ours, like)
-			fmt.Fprintf(os.Stderr, "  %-10s remote %s MB/s, ModeRMA %s, ucx_perftest %s (ratio %s), like remote %s (ratio %s)\n", r.Case,
-				spread(ours, 0), spread(rma, 0), spread(pt, 0), spread(r.Rounds.Ratio, 2), spread(like, 0), spread(r.Rounds.LikeRatio, 2))
+			r.onCPU(cpu)
+			fmt.Fprintf(os.Stderr, "  %-10s remote %s MB/s (on a CPU %s%%), ModeRMA %s, ucx_perftest %s (ratio %s), like remote %s (ratio %s)\n", r.Case,
+				spread(ours, 0), spread(scale(cpu, 100), 0), spread(rma, 0), spread(pt, 0), spread(r.Rounds.Ratio, 2), spread(like, 0), spread(r.Rounds.LikeRatio, 2))
 			rows = append(rows, r)
 		}
 		if _, err := b.call(b.c, "free"); err != nil {

@@ -29,6 +29,19 @@ func TestUCXRowRatios(t *testing.T) {
 	}
 }
 
+// TestUCXRowOnCPU: remote's rounds' time on a CPU goes into the row's rounds and its detail,
+// in percent.
+func TestUCXRowOnCPU(t *testing.T) {
+	r := ucxRow{Detail: "vs perftest"}
+	r.onCPU([]float64{1, 0.27, 0.995})
+	if !slices.Equal(r.Rounds.OnCPU, []float64{1, 0.27, 0.995}) {
+		t.Errorf("rounds %v", r.Rounds.OnCPU)
+	}
+	if want := "vs perftest; remote's thread on a CPU 27–100% of its rounds' time"; r.Detail != want {
+		t.Errorf("detail %q, want %q", r.Detail, want)
+	}
+}
+
 // TestPerftestFinal reads ucx_perftest's final line, and one whose averages are inf (a round
 // whose last report came at once: the bench stopped on it).
 func TestPerftestFinal(t *testing.T) {

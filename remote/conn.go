@@ -28,6 +28,7 @@ type Conn struct {
 	state     uint8
 	err       error // why it failed or closed
 	inflight  int   // operations and messages in flight on ep
+	copying   int   // transfers copying into or out of the peer's segments (Transfer.copy)
 	gets      int   // gets by message in flight (getWindow)
 	rkeys     map[uint32]*rkeyEntry
 	mode      Mode // how its transfers go: decided at the first (messages.go)
@@ -278,7 +279,8 @@ func (w *Worker) failConn(c *Conn, err error) {
 	w.closeEp(c.ep, c, !w.opts.SharedMemory)
 }
 
-// reap destroys c's remote keys once its endpoint is closed, and forgets it. Under mu.
+// reap destroys c's remote keys once its endpoint is closed (or once the copies that use
+// them end), and forgets it. Under mu.
 func (w *Worker) reap(c *Conn) {
 	if c == nil || c.reaped {
 		return
@@ -287,17 +289,25 @@ func (w *Worker) reap(c *Conn) {
 	if c.watcher != nil {
 		_ = c.watcher.Close()
 	}
+	if c.copying == 0 {
+		w.destroyKeys(c)
+	} // else once the copies that use them end (Transfer.copy)
+	delete(w.conns, c.id)
+	if w.byEp[c.ep] == c {
+		delete(w.byEp, c.ep)
+	}
+	close(c.reapedCh)
+}
+
+// destroyKeys destroys c's remote keys, which detaches the peer's segments mapped here
+// (direct.go). Under mu.
+func (w *Worker) destroyKeys(c *Conn) {
 	for id, e := range c.rkeys {
 		if e.rkey != 0 && !c.abandoned { // an abandoned one's may serve zombies: they go with the worker
 			w.uw.DestroyRkey(e.rkey)
 		}
 		delete(c.rkeys, id)
 	}
-	delete(w.conns, c.id)
-	if w.byEp[c.ep] == c {
-		delete(w.byEp, c.ep)
-	}
-	close(c.reapedCh)
 }
 
 // Peer returns the id of the worker at the other end (its Worker.ID).
@@ -394,7 +404,7 @@ func (c *Conn) Close() error {
 	deadline := time.Now().Add(closeWait)
 	for {
 		w.mu.Lock()
-		busy := c.inflight > 0 || c.queued()
+		busy := c.inflight > 0 || c.copying > 0 || c.queued()
 		w.mu.Unlock()
 		if !busy || time.Now().After(deadline) {
 			break
@@ -426,34 +436,42 @@ func (c *Conn) queued() bool {
 }
 
 // region checks descriptor d against what the connection learned of its region from the
-// first descriptor of it: another range, memory type or key is a forged or stale descriptor,
-// refused. Under mu.
-func (c *Conn) region(d *Descriptor) error {
+// first descriptor of it, and returns the region: another range, memory type or key is a
+// forged or stale descriptor, refused. Under mu.
+func (c *Conn) region(d *Descriptor) (*rkeyEntry, error) {
 	e := c.rkeys[d.region]
 	if e == nil {
 		if len(c.rkeys) >= maxRegionsPerConn {
-			return fmt.Errorf("%w: more than %d regions of worker %016x", ErrDescriptor, maxRegionsPerConn, d.worker)
+			return nil, fmt.Errorf("%w: more than %d regions of worker %016x", ErrDescriptor, maxRegionsPerConn, d.worker)
 		}
-		c.rkeys[d.region] = &rkeyEntry{base: d.base, size: d.size, memType: d.memType, packed: d.rkey}
-		return nil
+		e = &rkeyEntry{base: d.base, size: d.size, memType: d.memType, packed: d.rkey}
+		c.rkeys[d.region] = e
+		return e, nil
 	}
 	if e.base != d.base || e.size != d.size || e.memType != d.memType || e.packed != d.rkey {
-		return fmt.Errorf("%w: region %d of worker %016x is [%#x, +%d) with another key, not [%#x, +%d): a forged or stale descriptor", ErrDescriptor, d.region, d.worker, e.base, e.size, d.base, d.size)
+		return nil, fmt.Errorf("%w: region %d of worker %016x is [%#x, +%d) with another key, not [%#x, +%d): a forged or stale descriptor", ErrDescriptor, d.region, d.worker, e.base, e.size, d.base, d.size)
 	}
-	return nil
+	return e, nil
 }
 
 // rkey returns the key of the peer's region that descriptor d names (checked by region),
-// unpacked once per region. UCX reads a packed key with no length, so it is given a copy
-// followed by zeros, which no key it packed reads past. Under mu.
+// unpacked once per region. Under mu.
 func (c *Conn) rkey(d *Descriptor) (ucx.Rkey, error) {
-	if err := c.region(d); err != nil {
+	e, err := c.region(d)
+	if err != nil {
 		return 0, err
 	}
-	e := c.rkeys[d.region]
+	return c.unpack(e)
+}
+
+// unpack returns e's key, unpacked once (destroyed with the connection's keys, reap): for
+// UCX's puts and gets (rkey), or to map the peer's region here (direct.go). UCX reads a
+// packed key with no length, so it is given a copy followed by zeros, which no key it packed
+// reads past. Under mu.
+func (c *Conn) unpack(e *rkeyEntry) (ucx.Rkey, error) {
 	if e.rkey == 0 {
-		padded := make([]byte, len(d.rkey)+rkeyPad)
-		copy(padded, d.rkey)
+		padded := make([]byte, len(e.packed)+rkeyPad)
+		copy(padded, e.packed)
 		r, err := c.w.uw.UnpackRkey(c.ep, padded)
 		if err != nil {
 			return 0, fmt.Errorf("%w: %w", ErrDescriptor, err)

@@ -10,14 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
-	"github.com/pinmalloc/pinmalloc/internal/ucx"
 )
 
 // Puts and gets by copy: where a peer's region is a segment UCX allocated (SegmentSource)
 // and the connection has UCX's shared-memory transports (Options.SharedMemory), unpacking
 // the region's key attaches the segment to this process (SysV: shmat), and ucp_rkey_ptr
-// says where. A put or get is then one copy by this process's CPU, under the worker's lock
-// (a key is never destroyed under it), with no message and no request of UCX.
+// says where. A put or get is then one copy by this process's CPU, out of the worker's lock
+// but with the key kept alive until it ends (Transfer.copy), with no message and no request
+// of UCX.
 //
 // UCX checks no range there: a forged key or descriptor would make the copy read or write
 // wherever it points. So the kernel decides, once per region and connection, before any
@@ -39,10 +39,10 @@ import (
 // direct returns the address in this process of d's buffer where the peer's region is
 // reached by copy, 0 where it is not. Under mu.
 func (c *Conn) direct(d *Descriptor) (uintptr, error) {
-	if err := c.region(d); err != nil {
+	e, err := c.region(d)
+	if err != nil {
 		return 0, err
 	}
-	e := c.rkeys[d.region]
 	if e.direct == 0 {
 		e.direct = -1
 		p, err := c.mapSegment(d, e)
@@ -70,13 +70,10 @@ func (c *Conn) mapSegment(d *Descriptor, e *rkeyEntry) (uintptr, error) {
 	if err != nil {
 		return 0, nil
 	}
-	padded := make([]byte, len(d.rkey)+rkeyPad)
-	copy(padded, d.rkey)
-	rk, err := c.w.uw.UnpackRkey(c.ep, padded)
+	rk, err := c.unpack(e)
 	if err != nil {
-		return 0, nil // the target refuses the key if it is not its own
+		return 0, nil // UCX's puts and gets, and the target's check of a message, refuse it then
 	}
-	e.rkey = rk // destroyed with the connection's keys (reap)
 	p, err := c.w.uw.RkeyPtr(rk, d.base)
 	if err != nil || p == 0 {
 		return 0, nil // no transport of the key maps the region here: ordinary memory
@@ -117,13 +114,48 @@ func (c *Conn) mapSegment(d *Descriptor, e *rkeyEntry) (uintptr, error) {
 	return p, nil
 }
 
-// copyDirect moves op's bytes between local memory and the peer's at p. Under mu.
-func copyDirect(op *ucx.Op, p uintptr, get bool) {
-	local, peer := mem.Bytes(uintptr(op.Local), uintptr(op.Length)), mem.Bytes(p, uintptr(op.Length))
-	if get {
-		copy(local, peer)
-	} else {
-		copy(peer, local)
+// copy does t's operations by copy (opCopied, checked whole by Start) with the worker's mutex
+// let go, so that a batch of many blocks holds up neither the progress of other transfers nor
+// other connections. What the copies use stays meanwhile: the local buffers are held in their
+// pools, their regions count the copies as operations in flight (a Registration's Close
+// refuses), and the connection counts them (c.copying), so its keys, which keep the peer's
+// segment attached here, are destroyed only after the last (reap, copied), and the worker's
+// Close waits for them before it destroys anything. Called and returns under mu.
+func (t *Transfer) copy() {
+	w, c := t.c.w, t.c
+	for i := range t.ops {
+		if t.ops[i].Kind == opCopied {
+			t.lrs[i].inflight++
+		}
+	}
+	c.copying++
+	w.copying++
+	w.mu.Unlock()
+	for i := range t.ops {
+		if op := &t.ops[i]; op.Kind == opCopied {
+			local, peer := mem.Bytes(uintptr(op.Local), uintptr(op.Length)), mem.Bytes(uintptr(op.Remote), uintptr(op.Length))
+			if t.gets[i] {
+				copy(local, peer)
+			} else {
+				copy(peer, local)
+			}
+			if w.copyHook != nil {
+				w.copyHook(i)
+			}
+		}
+	}
+	w.mu.Lock()
+	for i := range t.ops {
+		if t.ops[i].Kind == opCopied {
+			t.lrs[i].inflight--
+		}
+	}
+	w.copying--
+	if c.copying--; c.copying == 0 && c.reaped {
+		w.destroyKeys(c) // reaped while the copies went
+	}
+	if w.copying == 0 {
+		w.copied.Broadcast()
 	}
 }
 

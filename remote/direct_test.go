@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,80 +169,350 @@ func TestCopyPeerKilled(t *testing.T) {
 	}
 }
 
+// copyPair is two workers of this process over shared memory, pools of segments on both
+// sides, the first connected to the second (c; peer is the second's end): puts and gets
+// between them go by copy.
+type copyPair struct {
+	ws      [2]*Worker
+	pools   [2]*pinned.Pool
+	regs    [2]*Registration
+	c, peer *Conn
+}
+
+func newCopyPair(b testing.TB) *copyPair {
+	needUCX(b)
+	b.Setenv("UCX_TLS", "sm")
+	p := &copyPair{}
+	b.Cleanup(func() {
+		for i := range p.ws {
+			if p.ws[i] != nil {
+				_ = p.ws[i].Close()
+			}
+			if p.pools[i] != nil {
+				_ = p.pools[i].Close()
+			}
+		}
+	})
+	for i := range p.ws {
+		w, err := New(Options{SharedMemory: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.ws[i] = w
+		if p.pools[i], err = testPool(w.SegmentSource(SegmentOptions{})); err != nil {
+			b.Fatal(err)
+		}
+		if p.regs[i], err = w.Register(p.pools[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	addr, err := p.ws[1].Address()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	accepted := make(chan *Conn, 1)
+	go func() {
+		c, _ := p.ws[1].Accept(ctx)
+		accepted <- c
+	}()
+	if p.c, err = p.ws[0].Dial(ctx, addr); err != nil {
+		b.Fatal(err)
+	}
+	if p.peer = <-accepted; p.peer == nil {
+		b.Fatal("no connection accepted")
+	}
+	return p
+}
+
+// blocks allocates n buffers of size bytes of each side's pool, the first side's filled with
+// a pattern, and returns them with the second side's descriptors.
+func (p *copyPair) blocks(t testing.TB, n, size int) (src, dst [][]byte, ds []Descriptor) {
+	src, dst, ds = make([][]byte, n), make([][]byte, n), make([]Descriptor, n)
+	for i := range n {
+		var err error
+		if src[i], err = p.pools[0].Alloc(size); err != nil {
+			t.Fatal(err)
+		}
+		if dst[i], err = p.pools[1].Alloc(size); err != nil {
+			t.Fatal(err)
+		}
+		fill(src[i], uint64(i))
+		if ds[i], err = p.regs[1].Describe(dst[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return src, dst, ds
+}
+
+// TestCopyOutOfLock: a batch by copy goes with the worker's mutex let go (the progress
+// goroutine and other connections go on meanwhile), and what the copies use stays until they
+// end: the local regions' Registration refuses to close (ErrBusy), and the peer's keys, which
+// keep its segment attached here, outlive the connection (closed by the peer mid-batch) until
+// the last copy; the batch lands whole and succeeds, then the keys are destroyed. The
+// worker's Close waits for the copies.
+func TestCopyOutOfLock(t *testing.T) {
+	const n, size = 8, 256 << 10
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, close := range []string{"peer", "worker"} {
+		t.Run(close, func(t *testing.T) {
+			p := newCopyPair(t)
+			w := p.ws[0]
+			src, dst, ds := p.blocks(t, n, size)
+			closed := make(chan error, 1)
+			w.copyHook = func(i int) {
+				if i != 0 {
+					return
+				}
+				if !w.mu.TryLock() {
+					t.Error("the worker's mutex is held across the copies")
+				} else {
+					w.mu.Unlock()
+				}
+				if err := p.regs[0].Close(); !errors.Is(err, ErrBusy) {
+					t.Errorf("Registration.Close during the copies: %v, want ErrBusy", err)
+				}
+				if close == "worker" {
+					go func() { closed <- w.Close() }()
+					select {
+					case err := <-closed:
+						t.Errorf("the worker's Close returned (%v) while its copies went on", err)
+						closed <- err
+					case <-time.After(50 * time.Millisecond):
+					}
+					return
+				}
+				if err := p.peer.Close(); err != nil {
+					t.Error(err)
+				}
+				select { // this side's connection ends and is reaped meanwhile
+				case <-p.c.reapedCh:
+				case <-ctx.Done():
+					t.Fatal("the connection closed by the peer was not reaped")
+				}
+				w.mu.Lock()
+				keys := len(p.c.rkeys)
+				w.mu.Unlock()
+				if keys == 0 {
+					t.Error("the connection's keys were destroyed under its copies")
+				}
+			}
+			tx := p.c.NewTransfer()
+			for i := range src {
+				if err := tx.Put(src[i], ds[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tx.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Wait(ctx); err != nil {
+				t.Fatalf("a batch whose copies all landed: %v", err)
+			}
+			for i := range dst {
+				check(t, "put", dst[i], uint64(i))
+			}
+			if close == "worker" {
+				if err := <-closed; err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			w.mu.Lock()
+			keys := len(p.c.rkeys)
+			w.mu.Unlock()
+			if keys != 0 {
+				t.Errorf("%d keys of the reaped connection left after its copies", keys)
+			}
+			if err := tx.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.regs[0].Close(); err != nil {
+				t.Fatalf("Registration.Close after the copies: %v", err)
+			}
+		})
+	}
+}
+
+// timePuts times, b.N times, the Start and Wait of one Transfer of a put of each of src to the
+// descriptor of dst beside it, as the bench's rows do (the Puts untimed).
+func timePuts(b *testing.B, c *Conn, src [][]byte, dst []Descriptor) {
+	ctx := context.Background()
+	t := c.NewTransfer()
+	for range b.N {
+		b.StopTimer()
+		for i := range src {
+			if err := t.Put(src[i], dst[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		if err := t.Start(); err != nil {
+			b.Fatal(err)
+		}
+		if err := t.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := t.Reset(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestCopyMixed: a transfer whose puts go partly by copy (the peer's pool of segments) and
+// partly by message (its pool of ordinary memory) posts the messages once the copies, made out
+// of the worker's lock, are done, and every byte lands; when the connection ends during the
+// copies, the copies made stand and the messages are refused with the connection's error.
+func TestCopyMixed(t *testing.T) {
+	const n, size = 4, 64 << 10
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, closed := range []bool{false, true} {
+		p := newCopyPair(t)
+		src, dst, ds := p.blocks(t, n, size)
+		plain, err := testPool(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer plain.Close()
+		reg, err := p.ws[1].Register(plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := make([][]byte, n)
+		tx := p.c.NewTransfer()
+		for i := range n {
+			if other[i], err = plain.Alloc(size); err != nil {
+				t.Fatal(err)
+			}
+			d, err := reg.Describe(other[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := errors.Join(tx.Put(src[i], ds[i]), tx.Put(src[i], d)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if closed {
+			p.ws[0].copyHook = func(i int) {
+				if i == 0 {
+					if err := p.peer.Close(); err != nil {
+						t.Error(err)
+					}
+					<-p.c.dead
+				}
+			}
+		}
+		err = tx.Start()
+		if err == nil {
+			err = tx.Wait(ctx)
+		}
+		copied := p.ws[0].Stats().Copied
+		if closed {
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("the messages after the connection ended: %v, want ErrClosed", err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if copied != n {
+			t.Errorf("%d puts by copy, want %d", copied, n)
+		}
+		for i := range n {
+			check(t, "put by copy", dst[i], uint64(i))
+			if !closed {
+				check(t, "put by message", other[i], uint64(i))
+			}
+		}
+	}
+}
+
+// TestCopyWakesNothing: a transfer done wholly by copy ends in Start with no system call: it
+// does not wake the progress goroutine, which has nothing to do for it (200 puts by copy wake
+// it no more often than its idle tick does).
+func TestCopyWakesNothing(t *testing.T) {
+	p := newCopyPair(t)
+	src, dst, ds := p.blocks(t, 1, 4<<10)
+	ctx := context.Background()
+	if err := p.c.Put(ctx, src[0], ds[0]); err != nil { // maps the peer's region here
+		t.Fatal(err)
+	}
+	w := p.ws[0]
+	before, copied, start := w.Stats().Wakeups, w.Stats().Copied, time.Now()
+	for range 200 {
+		if err := p.c.Put(ctx, src[0], ds[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	woke, ticks := w.Stats().Wakeups-before, uint64(time.Since(start)/idleTick)+2
+	if woke > ticks {
+		t.Errorf("200 puts by copy woke the progress goroutine %d times (its idle tick: %d at most)", woke, ticks)
+	}
+	if got := w.Stats().Copied - copied; got != 200 {
+		t.Errorf("%d puts by copy, want 200", got)
+	}
+	check(t, "put", dst[0], 0)
+}
+
+// TestCopyPutAllocs: Conn.Put and Get reuse the transfers that ended: by copy, two allocations
+// each (the transfer's channel, and the pool's hold), not eight of a new transfer's slices. The
+// race detector's sync.Pool drops a quarter of what it is given.
+func TestCopyPutAllocs(t *testing.T) {
+	p := newCopyPair(t)
+	src, dst, ds := p.blocks(t, 1, 4<<10)
+	ctx := context.Background()
+	want := 2.0
+	if raceEnabled {
+		want = 5
+	}
+	for _, op := range []struct {
+		name string
+		run  func() error
+	}{
+		{"put", func() error { return p.c.Put(ctx, src[0], ds[0]) }},
+		{"get", func() error { return p.c.Get(ctx, src[0], ds[0]) }},
+	} {
+		var err error
+		n := testing.AllocsPerRun(200, func() {
+			if e := op.run(); e != nil {
+				err = e
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > want {
+			t.Errorf("%s by copy: %.1f allocations, want %.0f at most", op.name, n, want)
+		}
+	}
+	check(t, "put", dst[0], 0)
+	check(t, "get", src[0], 0)
+}
+
 // BenchmarkCopy measures puts by copy between two workers of this process over shared memory,
 // pools of segments on both sides: one Transfer of 64 MiB's worth of operations of the size
 // into one buffer, Start and Wait timed, as the bench's rows; memmove is the copy alone, for
 // the overhead.
 func BenchmarkCopy(b *testing.B) {
-	needUCX(b)
-	b.Setenv("UCX_TLS", "sm")
-	ctx := context.Background()
-	var ws [2]*Worker
-	var pools [2]*pinned.Pool
-	var regs [2]*Registration
-	for i := range ws {
-		w, err := New(Options{SharedMemory: true})
+	p := newCopyPair(b)
+	for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20} {
+		src, err := p.pools[0].Alloc(size)
 		if err != nil {
 			b.Fatal(err)
 		}
-		ws[i] = w
-		if pools[i], err = testPool(w.SegmentSource(SegmentOptions{})); err != nil {
-			b.Fatal(err)
-		}
-		if regs[i], err = w.Register(pools[i]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	defer func() {
-		for i := range ws {
-			_ = ws[i].Close()
-			_ = pools[i].Close()
-		}
-	}()
-	addr, err := ws[1].Address()
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _, _ = ws[1].Accept(ctx) }()
-	c, err := ws[0].Dial(ctx, addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 16 << 20} {
-		src, err := pools[0].Alloc(size)
+		dst, err := p.pools[1].Alloc(size)
 		if err != nil {
 			b.Fatal(err)
 		}
-		dst, err := pools[1].Alloc(size)
-		if err != nil {
-			b.Fatal(err)
-		}
-		d, err := regs[1].Describe(dst)
+		d, err := p.regs[1].Describe(dst)
 		if err != nil {
 			b.Fatal(err)
 		}
 		n := min(16384, max(16, (64<<20)/size))
 		b.Run("put/"+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
 			b.SetBytes(int64(size * n))
-			t := c.NewTransfer()
-			for range b.N {
-				b.StopTimer() // the bench times Start and Wait, as here
-				for range n {
-					if err := t.Put(src, d); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StartTimer()
-				if err := t.Start(); err != nil {
-					b.Fatal(err)
-				}
-				if err := t.Wait(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if err := t.Reset(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			timePuts(b, p.c, slices.Repeat([][]byte{src}, n), slices.Repeat([]Descriptor{d}, n))
 		})
 		b.Run("memmove/"+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
 			b.SetBytes(int64(size * n))
@@ -252,4 +523,38 @@ func BenchmarkCopy(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkCopyBatch measures the bench's batch by copy: 1,000 blocks of 16 KiB, each its own
+// buffer on both sides (batch), against Go's copy of the same blocks (memmove), and the same
+// 1,000 puts all from one buffer into one (one: ucx_perftest's way, in the cache); put is
+// Conn.Put of one block.
+func BenchmarkCopyBatch(b *testing.B) {
+	p := newCopyPair(b)
+	const n, size = 1000, 16 << 10
+	src, dst, ds := p.blocks(b, n, size)
+	b.Run("batch/1000x16KiB", func(b *testing.B) {
+		b.SetBytes(n * size)
+		timePuts(b, p.c, src, ds)
+	})
+	b.Run("memmove/1000x16KiB", func(b *testing.B) {
+		b.SetBytes(n * size)
+		for range b.N {
+			for i := range src {
+				copy(dst[i], src[i])
+			}
+		}
+	})
+	b.Run("one/1000x16KiB", func(b *testing.B) {
+		b.SetBytes(n * size)
+		timePuts(b, p.c, slices.Repeat(src[:1], n), slices.Repeat(ds[:1], n))
+	})
+	b.Run("put/16KiB", func(b *testing.B) { // Conn.Put: a transfer of one block, and its Wait
+		b.SetBytes(size)
+		for range b.N {
+			if err := p.c.Put(context.Background(), src[0], ds[0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

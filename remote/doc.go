@@ -77,5 +77,6 @@
 // The worker's mutex guards every UCX call and the worker's state; a pool's arena calls a
 // Registration with its own lock held, and the worker never holds its mutex while it calls a
 // pool (a transfer's holds are released after the mutex is let go). Lock order: a pool's arena,
-// then the worker.
+// then the worker. A transfer's copies into and out of a peer's segments run with the mutex
+// let go, the connection's keys (which keep the segments mapped) kept until they end.
 package remote

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -149,10 +150,14 @@ func (t *Transfer) Start() error {
 	}
 	rma := t.err == nil && w.rmaMode(c)
 	var copied, copiedBytes uint64
+	var checked *localRegion // the last local region found registered: a batch's buffers share few
 	for i := 0; i < len(t.descs) && t.err == nil; i++ {
-		if lr := t.lrs[i]; lr.reg.closed || lr.reg.regions[lr.base] != lr {
-			t.fail(fmt.Errorf("%w: the registration of local region %d was closed", ErrClosed, lr.id))
-			break
+		if lr := t.lrs[i]; lr != checked {
+			if lr.reg.closed || lr.reg.regions[lr.base] != lr {
+				t.fail(fmt.Errorf("%w: the registration of local region %d was closed", ErrClosed, lr.id))
+				break
+			}
+			checked = lr
 		}
 		op, d := &t.ops[i], &t.descs[i]
 		op.Ep = c.ep
@@ -182,7 +187,7 @@ func (t *Transfer) Start() error {
 			t.fail(fmt.Errorf("%w: device memory by message (this connection has no transport that moves it)", ErrNotSupported))
 			break
 		}
-		if err := c.region(d); err != nil {
+		if _, err := c.region(d); err != nil {
 			t.fail(err)
 			break
 		}
@@ -195,15 +200,18 @@ func (t *Transfer) Start() error {
 		op.Kind = ucx.OpData
 	}
 	if copied > 0 && t.err == nil { // a transfer refused at Start moves nothing
-		for i := range t.ops {
-			if op := &t.ops[i]; op.Kind == opCopied {
-				copyDirect(op, uintptr(op.Remote), t.gets[i])
-			}
-		}
+		t.copy() // out of mu, and back under it
 		w.stats.ops.Add(copied)
 		w.stats.copied.Add(copied)
 		w.stats.bytes.Add(copiedBytes)
 		t.dropCopied()
+		switch { // ended while the copies went: those done count, the rest is refused
+		case len(t.ops) == 0:
+		case w.closing:
+			t.fail(fmt.Errorf("%w: the worker is closed", ErrClosed))
+		case c.state != connOpen:
+			t.fail(c.stateErr())
+		}
 	}
 	if t.err == nil && !rma {
 		t.splitGets()
@@ -219,7 +227,9 @@ func (t *Transfer) Start() error {
 	}
 	end := t.completed()
 	err := t.err
-	w.signal()
+	if len(t.ops) > 0 { // posted or queued: progress's to complete (a transfer by copy has ended)
+		w.signal()
+	}
 	w.mu.Unlock()
 	if end {
 		t.end(w)
@@ -487,24 +497,42 @@ func (t *Transfer) Reset() error {
 
 // Put puts src to dst and waits for it: a Transfer of one put.
 func (c *Conn) Put(ctx context.Context, src []byte, dst Descriptor) error {
-	t := c.NewTransfer()
-	if err := t.Put(src, dst); err != nil {
-		return err
-	}
-	if err := t.Start(); err != nil {
-		return err
-	}
-	return t.Wait(ctx)
+	return c.one(ctx, (*Transfer).Put, src, dst)
 }
 
 // Get gets len(dst) bytes of src into dst and waits for it: a Transfer of one get.
 func (c *Conn) Get(ctx context.Context, dst []byte, src Descriptor) error {
-	t := c.NewTransfer()
-	if err := t.Get(dst, src); err != nil {
-		return err
-	}
-	if err := t.Start(); err != nil {
-		return err
-	}
-	return t.Wait(ctx)
+	return c.one(ctx, (*Transfer).Get, dst, src)
 }
+
+// one runs a transfer of one operation, added by add, and waits for it. The transfer is
+// reused from spares once it has ended, so a Put or Get allocates only its channel; one left
+// in flight by ctx is not (its buffer stays held until it ends).
+func (c *Conn) one(ctx context.Context, add func(*Transfer, []byte, Descriptor) error, b []byte, d Descriptor) error {
+	t, _ := spares.Get().(*Transfer)
+	if t == nil {
+		t = &Transfer{done: make(chan struct{})}
+	}
+	t.c = c
+	if err := add(t, b, d); err != nil { // nothing added
+		t.c = nil
+		spares.Put(t)
+		return err
+	}
+	err := t.Start()
+	if err == nil {
+		err = t.Wait(ctx)
+	}
+	select {
+	case <-t.done:
+		if t.Reset() == nil {
+			t.c = nil
+			spares.Put(t)
+		}
+	default: // left in flight: its end releases its hold
+	}
+	return err
+}
+
+// spares are the ended transfers of Conn.Put and Get, for the next.
+var spares sync.Pool

@@ -87,6 +87,9 @@ type Worker struct {
 	segments      int                            // segments of the worker's SegmentSources not yet freed: the context stays for them
 	ctxClosed     bool
 	selfSysV      map[uint64]bool // the SysV ids of this process's segments (direct.go refuses them as a peer's)
+	copying       int             // transfers copying out of mu (Transfer.copy)
+	copied        *sync.Cond      // on mu: broadcast when copying drops to zero
+	copyHook      func(op int)    // tests: called after each copy, out of mu
 
 	sleeping atomic.Bool
 	wake     *waiter
@@ -158,6 +161,7 @@ func New(o Options) (*Worker, error) {
 		lis: map[uint64]*Listener{}, inbound: make(chan *Conn, 64), regs: map[*Registration]bool{}, byID: map[uint32]*localRegion{},
 		loopDone: make(chan struct{}), cq: make([]ucx.Completion, 256),
 	}
+	w.copied = sync.NewCond(&w.mu)
 	w.id = randomID()
 	w.regions.Store(new([]*localRegion))
 	var err error
@@ -291,6 +295,9 @@ func (w *Worker) Close() error {
 	// rendezvous), which deregister their memory (TestPeerKilled/shm: purged after the pool's
 	// ucp_mem_unmap, they crashed UCX 1.13).
 	w.mu.Lock()
+	for w.copying > 0 { // a Start copying out of mu uses the keys reap destroys, and its connection
+		w.copied.Wait()
+	}
 	for _, c := range w.conns {
 		w.reap(c)
 	}
