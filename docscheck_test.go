@@ -405,7 +405,7 @@ func (r *repoTree) checkGo(c docCommand, dir, verb string, args []string) []stri
 				}
 			}
 		}
-		if run != "" {
+		if run != "" && run != "^$" { // ^$: no test, the idiom of a benchmark's command
 			re, err := regexp.Compile(strings.Split(run, "/")[0])
 			found := false
 			for _, n := range testNames(r.goFiles(rel, true)) {
