@@ -110,7 +110,7 @@ func handshake(ctx context.Context, conn *net.UnixConn, path string, po pinned.O
 		return abort(err)
 	}
 	p.cl = cl
-	cl.fds = func() []int { return sp.fds }
+	cl.donate = sp.donate
 	cl.reconcile = p.reconcileGrants
 	var flags uint64
 	if dev != nil {

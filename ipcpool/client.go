@@ -24,8 +24,8 @@ type client struct {
 	pool      uint64
 	slot      int
 	serial    uint64
-	fds       func() []int // the pool's descriptors, for a new owner (adopt.go)
-	reconcile func()       // after a rejoin: give back grants this process does not know
+	donate    func(send func(fds []int) error) (bool, error) // the pool's descriptors, for a new owner (adopt.go; space.donate)
+	reconcile func()                                         // after a rejoin: give back grants this process does not know
 
 	wmu      sync.Mutex
 	mu       sync.Mutex

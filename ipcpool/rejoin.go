@@ -86,9 +86,14 @@ func (cl *client) rejoin() (*net.UnixConn, error) {
 		return fail(err)
 	}
 	m, err := readMsg(c)
-	if err == nil && m.op == opReply && m.a == stDonate && cl.fds != nil {
+	if err == nil && m.op == opReply && m.a == stDonate && cl.donate != nil {
 		b := msg{op: opDonate}.encode()
-		if err = sendFds(c, b[:], cl.fds(), cl.timeout); err == nil {
+		var sent bool
+		sent, err = cl.donate(func(fds []int) error { return sendFds(c, b[:], fds, cl.timeout) })
+		if err == nil && !sent {
+			err = fmt.Errorf("%w: the process is leaving: its pool's descriptors are closed", ErrClosed)
+		}
+		if err == nil {
 			m, err = readMsg(c)
 		}
 	}

@@ -3,6 +3,7 @@ package ipcpool
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -20,6 +21,9 @@ type space struct {
 	ctlBase uintptr
 	ctlSize uintptr
 	fds     []int // the control region's, then each region's
+	// fdsMu guards fds against the close while a rejoin donates them to a new owner (from
+	// the client's goroutine, while the process may be leaving: donate).
+	fdsMu sync.Mutex
 	// registered says which regions are registered with dev (a CUDAHost process of a memfd
 	// pool); pageable lists the refusals that left regions pageable or unregistered
 	// (FallbackPageable).
@@ -156,7 +160,21 @@ func (sp *space) close(junk bool) error {
 		keep(unmap(sp.ctlBase, sp.ctlSize))
 		sp.ctlBase = 0
 	}
+	sp.fdsMu.Lock()
 	closeFds(sp.fds)
 	sp.fds = nil
+	sp.fdsMu.Unlock()
 	return first
+}
+
+// donate calls send with the space's descriptors, none of them closed until it returns, and
+// reports whether it did: not once the space is closed (its descriptors gone, or about to be
+// some other file's).
+func (sp *space) donate(send func(fds []int) error) (bool, error) {
+	sp.fdsMu.Lock()
+	defer sp.fdsMu.Unlock()
+	if sp.fds == nil {
+		return false, nil
+	}
+	return true, send(sp.fds)
 }
