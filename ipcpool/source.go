@@ -1,6 +1,7 @@
 package ipcpool
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -80,8 +81,13 @@ func (s *source) Reserve(size, align uintptr) (*arena.Region, error) {
 	s.lending.RLock()
 	defer s.lending.RUnlock()
 	first, err := s.granter.grant(n)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrPoolFull) || errors.Is(err, ErrRefused):
+		// Out of memory: what this process's shards keep free may be what is missing, and an
+		// allocation tries again once they have given it back.
 		return nil, fmt.Errorf("%w: %w", arena.ErrExhausted, err)
+	case err != nil:
+		return nil, err // no answer in time, the process gone: a retry would meet the same
 	}
 	base := s.base + uintptr(first)*s.grantSize
 	if align != 0 && base%align != 0 {

@@ -1,7 +1,6 @@
 package pinned
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -184,11 +183,9 @@ func (p *Pool) stopPurge() {
 
 // outOfMemory reports whether an allocation failed for want of memory: room in the heap, or
 // memory to commit (the memlock limit, host or device memory). The free memory the shards keep,
-// or the deferred buffers, may be what is missing. A provider that ran out of time (a
-// cross-process pool whose owner does not answer) is not: a retry would wait as long again.
+// or the deferred buffers, may be what is missing.
 func outOfMemory(err error) bool {
-	return (errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, arena.ErrMemlock) || errors.Is(err, arena.ErrExhausted)) &&
-		!errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, heap.ErrOutOfMemory) || errors.Is(err, arena.ErrMemlock) || errors.Is(err, arena.ErrExhausted)
 }
 
 // allocRetries bounds the retries of an allocation refused for want of memory, each after
