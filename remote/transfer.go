@@ -511,7 +511,7 @@ func (c *Conn) Get(ctx context.Context, dst []byte, src Descriptor) error {
 func (c *Conn) one(ctx context.Context, add func(*Transfer, []byte, Descriptor) error, b []byte, d Descriptor) error {
 	t, _ := spares.Get().(*Transfer)
 	if t == nil {
-		t = &Transfer{done: make(chan struct{})}
+		t = c.NewTransfer()
 	}
 	t.c = c
 	if err := add(t, b, d); err != nil { // nothing added
