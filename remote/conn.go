@@ -34,6 +34,7 @@ type Conn struct {
 	mode      Mode // how its transfers go: decided at the first (messages.go)
 	msgs      [][]byte
 	msgBytes  int
+	acks      []uint64 // puts of the peer's placed this round, to acknowledge (messages.go)
 	reaped    bool
 	watcher   *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
 	pid       uint32   // the peer's process, while watched
@@ -68,15 +69,27 @@ type rkeyEntry struct {
 const maxRegionsPerConn = 4096
 
 // Messages of the protocol between two workers' connections, little-endian: a magic, a type,
-// three zero bytes and the id of the connection it is for (zero in a hello), then the body.
+// the protocol's version, two zero bytes and the id of the connection it is for (zero in a
+// hello), then the body. A hello of another version is answered with msgVersion, which every
+// version from 1 on reads the same way, and the dialer fails with ErrProtocol naming both versions; any
+// other message of another version is dropped.
 const (
-	msgMagic  = "pmrm"
-	msgHeader = 16
-	msgHello  = 1 // body: the sender's connection id, worker id, pid, host id, address length, and, from Dial, its address
-	msgAck    = 2 // body: the sender's connection id, worker id, pid, host id
-	msgData   = 3 // body: the user's message
-	msgBye    = 4 // the sender closed the connection
+	msgMagic   = "pmrm"
+	msgHeader  = 16
+	msgHello   = 1 // body: the sender's connection id, worker id, pid, host id, address length, and, from Dial, its address
+	msgAck     = 2 // body: the sender's connection id, worker id, pid, host id
+	msgData    = 3 // body: the user's message
+	msgBye     = 4 // the sender closed the connection
+	msgVersion = 5 // to a hello of another version, for the connection it named: no body; the header says the version
+
+	// protoVersion is the version of the protocol: of these messages and of the data
+	// messages (messages.go). Version 1 acknowledges puts in batches (dataDones); the
+	// version before it, 0, had one answer a put.
+	protoVersion = 1
 )
+
+// helloVersion is the version a hello says: protoVersion, but in tests of a peer of another.
+var helloVersion byte = protoVersion
 
 func newConn(w *Worker, ep ucx.Ep, remote string) *Conn {
 	c := &Conn{w: w, id: randomID(), ep: ep, remote: remote, rkeys: map[uint32]*rkeyEntry{},
@@ -96,7 +109,7 @@ const (
 func header(typ byte, dst uint64, body int) []byte {
 	b := make([]byte, msgHeader, msgHeader+body)
 	copy(b, msgMagic)
-	b[4] = typ
+	b[4], b[5] = typ, protoVersion
 	binary.LittleEndian.PutUint64(b[8:], dst)
 	return b
 }
@@ -138,12 +151,23 @@ func statusOf(err error) ucx.Status {
 // message handles a message of the protocol, from the endpoint replyEp when the sender asked
 // for a reply (a hello). Under mu.
 func (w *Worker) message(replyEp ucx.Ep, m []byte) {
-	if len(m) < msgHeader || string(m[:4]) != msgMagic || m[5] != 0 || m[6] != 0 || m[7] != 0 {
+	if len(m) < msgHeader || string(m[:4]) != msgMagic || m[6] != 0 || m[7] != 0 {
 		return // not this protocol's: dropped
 	}
 	dst := binary.LittleEndian.Uint64(m[8:])
 	body := m[msgHeader:]
-	if m[4] == msgHello {
+	switch {
+	case m[4] == msgHello && m[5] != protoVersion:
+		w.refuseVersion(replyEp, body)
+		return
+	case m[4] == msgVersion:
+		if c := w.conns[dst]; c != nil && c.state == connConnecting && len(body) == 0 {
+			w.failConn(c, fmt.Errorf("%w: %s speaks version %d of the protocol, this worker %d", ErrProtocol, c.remote, m[5], helloVersion))
+		}
+		return
+	case m[5] != protoVersion:
+		return // another version's: dropped
+	case m[4] == msgHello:
 		w.hello(replyEp, body)
 		return
 	}
@@ -228,6 +252,21 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	default:
 		w.failConn(c, fmt.Errorf("%w: too many connections waiting for Accept", ErrBusy))
 	}
+}
+
+// refuseVersion answers a hello of another version of the protocol, on the endpoint its
+// listener accepted, with msgVersion for the connection it named. A hello to Dial's address
+// has no endpoint to answer on: the dialer's handshake times out. Under mu.
+func (w *Worker) refuseVersion(replyEp ucx.Ep, body []byte) {
+	l := w.pending[replyEp]
+	if l == nil || replyEp == 0 || len(body) < 8 {
+		return
+	}
+	delete(w.pending, replyEp)
+	if peerConn := binary.LittleEndian.Uint64(body); peerConn != 0 {
+		_ = w.sendLocked(nil, replyEp, header(msgVersion, peerConn, 0), false, nil)
+	}
+	w.closeEp(replyEp, nil, false)
 }
 
 // failConn ends c with err: its waiters wake, its endpoint is closed at once (which ends its

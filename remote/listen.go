@@ -194,6 +194,7 @@ func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
 // held; returns with it released.
 func (w *Worker) handshake(ctx context.Context, c *Conn, own []byte, peer uint64) (*Conn, error) {
 	hello := header(msgHello, 0, helloLen+len(own))
+	hello[5] = helloVersion
 	hello = binary.LittleEndian.AppendUint64(hello, c.id)
 	hello = binary.LittleEndian.AppendUint64(hello, w.id)
 	hello = binary.LittleEndian.AppendUint32(hello, uint32(os.Getpid()))

@@ -38,11 +38,21 @@ import (
 // region's base and size as the descriptor has them, which the target checks too.
 
 const (
-	dataPut   = 1 // the bytes to write at address: the target answers dataDone
+	dataPut   = 1 // the bytes to write at address: the target answers dataDone or dataDones
 	dataGet   = 2 // a request for length bytes at address: the target answers dataReply
 	dataReply = 3 // the bytes asked for
-	dataDone  = 4 // the put is in place
+	dataDone  = 4 // the put is in place, or was refused (the status says)
+	dataDones = 5 // several puts are in place: their operation ids (see doneIDs)
 )
+
+// Acknowledging puts in batches. The puts a target places in one progress round, for one
+// connection, are acknowledged together: a dataDones message names up to doneMax of their
+// operation ids in its header, where the fields of a single answer are (the second byte is the
+// status, always answerOK, the third the count; the connection id stays in its place; the six
+// words from byte 16 are the ids, the unused ones zero). A refused put still gets a dataDone
+// of its own, with the status. Over TCP each answer was a send, a receive and often a wakeup
+// on each side: one per put of a batch of many small blocks.
+const doneMax = 6
 
 // Statuses of an answer.
 const (
@@ -88,6 +98,39 @@ func (h dataHeader) encode(b *[ucx.HeaderLen]byte) {
 	binary.LittleEndian.PutUint32(b[40:], h.region)
 	binary.LittleEndian.PutUint64(b[48:], h.base)
 	binary.LittleEndian.PutUint64(b[56:], h.size)
+}
+
+// encodeDones writes a dataDones header for the peer's connection conn naming ids (1 to
+// doneMax of them).
+func encodeDones(b *[ucx.HeaderLen]byte, conn uint64, ids []uint64) {
+	*b = [ucx.HeaderLen]byte{}
+	b[0], b[1], b[2] = dataDones, answerOK, uint8(len(ids))
+	binary.LittleEndian.PutUint64(b[8:], conn)
+	for i, id := range ids {
+		binary.LittleEndian.PutUint64(b[16+8*i:], id)
+	}
+}
+
+// decodeDones reads a dataDones header: the connection it is for and the ids it names. ok is
+// false unless the kind, the status, the count (1 to doneMax) and every byte the header does
+// not use (zero) are as encodeDones writes them.
+func decodeDones(b *[ucx.HeaderLen]byte) (conn uint64, ids [doneMax]uint64, n int, ok bool) {
+	n = int(b[2])
+	if b[0] != dataDones || b[1] != answerOK || n < 1 || n > doneMax {
+		return 0, ids, 0, false
+	}
+	for _, x := range b[3:8] {
+		if x != 0 {
+			return 0, ids, 0, false
+		}
+	}
+	for i := range doneMax {
+		ids[i] = binary.LittleEndian.Uint64(b[16+8*i:])
+		if i >= n && ids[i] != 0 {
+			return 0, ids, 0, false
+		}
+	}
+	return binary.LittleEndian.Uint64(b[8:]), ids, n, true
 }
 
 func decodeHeader(b *[ucx.HeaderLen]byte) (dataHeader, bool) {
@@ -199,6 +242,10 @@ func (w *Worker) opID(i uint32) uint64 { return uint64(w.slots[i].gen)<<32 | uin
 // data handles a data message. Under mu.
 func (w *Worker) data(ev *ucx.Event) {
 	defer w.uw.ReleaseData(ev.Key)
+	if ev.Header[0] == dataDones {
+		w.dones(ev)
+		return
+	}
 	h, ok := decodeHeader(&ev.Header)
 	if !ok {
 		return
@@ -216,10 +263,12 @@ func (w *Worker) data(ev *ucx.Event) {
 		if st == answerOK && ev.Rndv {
 			st = answerTruncated // by rendezvous: refused, never fetched (above)
 		}
-		if st == answerOK {
-			w.uw.CopyData(ev.Key, uintptr(h.addr))
+		if st != answerOK {
+			w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op}, nil)
+			break
 		}
-		w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op}, nil)
+		w.uw.CopyData(ev.Key, uintptr(h.addr))
+		w.ackLater(c, h.op)
 	case dataGet:
 		st := w.checkTarget(h)
 		var lr *localRegion
@@ -230,6 +279,52 @@ func (w *Worker) data(ev *ucx.Event) {
 	case dataReply, dataDone:
 		w.answered(c, h, ev)
 	}
+}
+
+// dones takes a dataDones: each id it names is checked and ended as a dataDone's. A message
+// whose header is not one encodeDones writes, or that carries bytes, is dropped whole. Under
+// mu.
+func (w *Worker) dones(ev *ucx.Event) {
+	conn, ids, n, ok := decodeDones(&ev.Header)
+	c := w.conns[conn]
+	if !ok || ev.Len != 0 || ev.Rndv || c == nil || c.state != connOpen {
+		return
+	}
+	for _, id := range ids[:n] {
+		w.answered(c, dataHeader{kind: dataDone, status: answerOK, op: id}, ev)
+	}
+}
+
+// ackLater queues the acknowledgement of put op, in place, for c's peer: sent with the others
+// of c once doneMax are queued, else at the end of the progress round (sendAcks). Under mu.
+func (w *Worker) ackLater(c *Conn, op uint64) {
+	if len(c.acks) == 0 {
+		w.acking = append(w.acking, c)
+	}
+	c.acks = append(c.acks, op)
+	if len(c.acks) == doneMax {
+		w.sendDones(c)
+	}
+}
+
+// sendAcks sends the acknowledgements the round queued. Under mu.
+func (w *Worker) sendAcks() {
+	for i, c := range w.acking {
+		if len(c.acks) > 0 && c.state == connOpen {
+			w.sendDones(c) // a connection gone meanwhile: the peer's transfers failed with it
+		}
+		c.acks = c.acks[:0]
+		w.acking[i] = nil
+	}
+	w.acking = w.acking[:0]
+}
+
+// sendDones sends (or queues) a dataDones naming c's queued acknowledgements. Under mu.
+func (w *Worker) sendDones(c *Conn) {
+	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData}
+	encodeDones(&op.Header, c.peerID, c.acks)
+	c.acks = c.acks[:0]
+	w.postAnswer(c, op, nil)
 }
 
 // checkTarget checks that [h.addr, h.addr+h.n) lies in host memory of region h.region of this
@@ -256,6 +351,12 @@ func (w *Worker) answer(c *Conn, h dataHeader, lr *localRegion) {
 		op.Local, op.Length, op.Mem = h.addr, h.n, lr.mem
 	}
 	h.encode(&op.Header)
+	w.postAnswer(c, op, lr)
+}
+
+// postAnswer sends answer op to c's peer, or queues it until a slot is free. Under mu.
+func (w *Worker) postAnswer(c *Conn, op ucx.Op, lr *localRegion) {
+	w.stats.answers.Add(1)
 	i, ok := w.takeSlot(slotAnswer)
 	if !ok {
 		w.answers = append(w.answers, pendingAnswer{c: c, op: op, lr: lr})

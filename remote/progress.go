@@ -98,6 +98,7 @@ func (w *Worker) round() (worked bool) {
 		w.handle(&w.events[i])
 		w.events[i] = ucx.Event{}
 	}
+	w.sendAcks()
 	return n > 0 || progressed || len(w.events) > 0
 }
 

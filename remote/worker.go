@@ -71,6 +71,7 @@ type Worker struct {
 	zombies       int             // slots of abandoned connections\' operations UCX still holds (watch.go)
 	queue         []*Transfer     // started, with operations not yet posted (no slot was free)
 	answers       []pendingAnswer // answers waiting for a slot
+	acking        []*Conn         // connections with puts to acknowledge at the round's end (messages.go)
 	conns         map[uint64]*Conn
 	byEp          map[ucx.Ep]*Conn
 	pending       map[ucx.Ep]*Listener // endpoints accepted by a listener, before their hello
@@ -357,6 +358,7 @@ type WorkerStats struct {
 
 type workerStats struct {
 	transfers, failed, ops, bytes, copied, registrations, freeErrs, wakeups atomic.Uint64
+	answers                                                                 atomic.Uint64 // answers sent to peers' data messages (tests)
 }
 
 // Stats returns the worker's counters.
