@@ -35,6 +35,7 @@ type Conn struct {
 	msgs      [][]byte
 	msgBytes  int
 	acks      []uint64 // puts of the peer's placed this round, to acknowledge (messages.go)
+	acking    bool     // in w.acking
 	reaped    bool
 	watcher   *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
 	pid       uint32   // the peer's process, while watched

@@ -298,7 +298,8 @@ func (w *Worker) dones(ev *ucx.Event) {
 // ackLater queues the acknowledgement of put op, in place, for c's peer: sent with the others
 // of c once doneMax are queued, else at the end of the progress round (sendAcks). Under mu.
 func (w *Worker) ackLater(c *Conn, op uint64) {
-	if len(c.acks) == 0 {
+	if !c.acking {
+		c.acking = true
 		w.acking = append(w.acking, c)
 	}
 	c.acks = append(c.acks, op)
@@ -313,7 +314,7 @@ func (w *Worker) sendAcks() {
 		if len(c.acks) > 0 && c.state == connOpen {
 			w.sendDones(c) // a connection gone meanwhile: the peer's transfers failed with it
 		}
-		c.acks = c.acks[:0]
+		c.acks, c.acking = c.acks[:0], false
 		w.acking[i] = nil
 	}
 	w.acking = w.acking[:0]
