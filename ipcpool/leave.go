@@ -18,8 +18,7 @@ import (
 func (w *Owner) leave(slot int, detached bool, pidfd int) {
 	w.mu.Lock()
 	st := &w.procs[slot]
-	g := &gone{slot: slot, serial: st.serial, pidfd: pidfd, exited: detached || pidfd < 0,
-		pins: map[int]int{}, entries: map[int]int{}}
+	g := newGone(slot, st.serial, pidfd, detached || pidfd < 0)
 	if g.exited && pidfd >= 0 {
 		unix.Close(pidfd)
 		g.pidfd = -1
@@ -101,16 +100,13 @@ func (w *Owner) dropEntries(g *gone) {
 				w0 = c.load(st)
 			}
 			if !c.tryRetire(e, gen) {
-				// Retained by others: the buffer stays, and its grant, if it is one the process
-				// held (the entry's offset is a peer's word: a grant it did not hold pins nothing).
-				off := c.load(c.entry(e) + eOffset)
-				n := c.load(c.entry(e) + eLength)
-				if w.sameRegion(off, n) {
-					if gr := w.grantOf(uintptr(off)); w.belongs(gr, g) && w.grantOf(uintptr(off+n-1)) == gr {
-						g.pins[gr]++
-						g.entries[e] = gr
-						continue
-					}
+				// Retained by others: the buffer stays, and every grant under it, if they are
+				// the process's (the entry's place is a peer's words: grants it did not hold
+				// pin nothing).
+				sp, ok := w.spanOf(c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength))
+				if ok && w.allBelong(sp, g) {
+					g.pin(e, sp)
+					continue
 				}
 			}
 		}
@@ -179,6 +175,16 @@ func (w *Owner) belongs(gr int, g *gone) bool {
 	return t.state == gHeld && t.slot == g.slot && t.serial == g.serial || t.gone == g && t.state != gFree
 }
 
+// allBelong reports whether every grant of sp belongs to g's process. Called with w.mu held.
+func (w *Owner) allBelong(sp span, g *gone) bool {
+	for gr := sp.first; gr <= sp.last; gr++ {
+		if !w.belongs(gr, g) {
+			return false
+		}
+	}
+	return true
+}
+
 // tick is the owner's round: processes gone that have exited, orphans whose last retain went,
 // fences passed; and it wakes the grant requests waiting, which look again (a fence word or an
 // answer to an ask changes in the control region, where nothing signals it).
@@ -218,7 +224,7 @@ func (w *Owner) tick() {
 // held.
 func (w *Owner) settleOrphans(g *gone) {
 	c := &w.c
-	for e, gr := range g.entries {
+	for e := range g.entries {
 		st := c.entry(e) + eState
 		w0 := c.load(st)
 		if w0&eLive != 0 && w0&eRetiring == 0 {
@@ -227,10 +233,7 @@ func (w *Owner) settleOrphans(g *gone) {
 		if w0&eLive != 0 {
 			c.store(st, packState(entryGen(w0)+1, 0))
 		}
-		delete(g.entries, e)
-		if g.pins[gr]--; g.pins[gr] <= 0 {
-			delete(g.pins, gr)
-		}
+		g.unpin(e)
 	}
 }
 

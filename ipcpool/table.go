@@ -43,7 +43,42 @@ type gone struct {
 	exited bool // its pidfd said so (or it detached: it unmapped the pool first)
 	// pins counts, per grant, the entries of the process's that others still retain.
 	pins    map[int]int
-	entries map[int]int // entry -> grant, of those still retained
+	entries map[int]span // entry -> the grants under its buffer, of those still retained
+}
+
+// span is the grants [first, last] under one buffer (a buffer may be wider than a grant).
+type span struct{ first, last int }
+
+func newGone(slot int, serial uint64, pidfd int, exited bool) *gone {
+	return &gone{slot: slot, serial: serial, pidfd: pidfd, exited: exited, pins: map[int]int{}, entries: map[int]span{}}
+}
+
+// pin records entry e, retained by others, as keeping the grants of sp.
+func (g *gone) pin(e int, sp span) {
+	for gr := sp.first; gr <= sp.last; gr++ {
+		g.pins[gr]++
+	}
+	g.entries[e] = sp
+}
+
+// unpin forgets entry e: its grants are no longer kept for it.
+func (g *gone) unpin(e int) {
+	sp := g.entries[e]
+	delete(g.entries, e)
+	for gr := sp.first; gr <= sp.last; gr++ {
+		if g.pins[gr]--; g.pins[gr] <= 0 {
+			delete(g.pins, gr)
+		}
+	}
+}
+
+// spanOf returns the grants under the buffer [off, off+n) named by an export entry (a peer's
+// words), or false when it is not inside one region of the pool.
+func (l layout) spanOf(off, n uint64) (span, bool) {
+	if !l.sameRegion(off, n) {
+		return span{}, false
+	}
+	return span{l.grantOf(uintptr(off)), l.grantOf(uintptr(off + n - 1))}, true
 }
 
 // publish writes grant g's word.
