@@ -196,14 +196,19 @@ func (cl *client) grant(n int) (int, error) {
 		return 0, fmt.Errorf("%w: %d grants refused", ErrRefused, n)
 	case m.b >= uint64(cl.l.grants()) || int(m.b)%per+n > per:
 		// Not a run of the pool: refuse it (nothing was mapped for it) and cut the owner off.
-		cl.mu.Lock()
-		if cl.c != nil {
-			cl.c.Close()
-		}
-		cl.mu.Unlock()
+		cl.refuse()
 		return 0, fmt.Errorf("%w: the owner granted %d grants at %d", ErrProtocol, n, m.b)
 	}
 	return int(m.b), nil
+}
+
+// refuse implements granter: it cuts the owner off (its reader ends; a rejoin follows).
+func (cl *client) refuse() {
+	cl.mu.Lock()
+	if cl.c != nil {
+		cl.c.Close()
+	}
+	cl.mu.Unlock()
 }
 
 // release implements granter: one message, no reply. With no owner, the grants stay this

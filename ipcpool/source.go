@@ -17,6 +17,9 @@ type granter interface {
 	grant(n int) (first int, err error)
 	// release gives grants [first, first+n) back. It never waits for the owner.
 	release(first, n int)
+	// refuse says the owner lent a run this process cannot take (grants it holds already):
+	// an attached process cuts the owner off, as for any other garbage from it.
+	refuse()
 }
 
 // source is the arena.Provider of a process's pinned.Pool: its regions are runs of grants of
@@ -95,6 +98,15 @@ func (s *source) Reserve(size, align uintptr) (*arena.Region, error) {
 		return nil, fmt.Errorf("%w: grant %d at %#x is not aligned to %d", arena.ErrCapacity, first, base, align)
 	}
 	s.mu.Lock()
+	for g := first; g < first+n; g++ {
+		if s.held[g] {
+			// Lent twice (a broken or hostile owner): the memory is a region of this
+			// process's already. Neither taken nor given back (it is in use).
+			s.mu.Unlock()
+			s.granter.refuse()
+			return nil, fmt.Errorf("%w: the owner lent grant %d, which this process holds already", ErrProtocol, g)
+		}
+	}
 	for g := first; g < first+n; g++ {
 		s.held[g] = true
 	}

@@ -272,6 +272,8 @@ type ownerGranter struct {
 
 func (g ownerGranter) grant(n int) (int, error) { return g.w.grantWait(0, n, g.d) }
 
+func (g ownerGranter) refuse() {} // the owner's own table: never lends a held grant
+
 func (g ownerGranter) release(first, n int) {
 	g.w.mu.Lock()
 	_ = g.w.releaseRun(0, first, n)
