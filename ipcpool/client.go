@@ -38,6 +38,9 @@ type client struct {
 	late     map[uint64]uint64 // grant requests that gave up: their grants' count
 	readers  sync.WaitGroup
 	rejoined int // how many times it rejoined a new owner
+	// pause, set by tests only (under mu), runs once as the reader hands a reply to its
+	// request.
+	pause func(m msg)
 }
 
 // call is a request waiting for its reply.
@@ -75,10 +78,17 @@ func (cl *client) reader(c *net.UnixConn) {
 		delete(cl.pending, m.seq)
 		n := cl.late[m.seq]
 		delete(cl.late, m.seq)
+		pause := cl.pause
+		if k != nil {
+			cl.pause = nil
+		}
 		cl.mu.Unlock()
 		switch {
 		case k != nil:
-			k.reply <- m
+			if pause != nil {
+				pause(m)
+			}
+			k.reply <- m // (a request that gives up now waits for it: forget)
 		case n > 0 && m.a == stOK && m.b < uint64(cl.l.grants()):
 			// A grant whose request gave up: it is this process's, unknown to its arena.
 			_ = cl.sendOn(c, msg{op: opRelease, a: m.b, b: n})
@@ -158,21 +168,28 @@ func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
 			}
 			continue // the owner went: ask the next one
 		case <-deadline.C:
-			cl.forget(seq, k)
-			select {
-			case m := <-k.reply: // came as it gave up
-				return m, nil
-			default:
+			if cl.forget(seq, k) {
+				return late() // a grant's reply, should it come, is given back (reader)
 			}
-			return late()
+			select {
+			case m := <-k.reply: // the reader has it in hand: it comes now
+				return m, nil
+			case <-k.lost:
+				return late()
+			}
 		}
 	}
 }
 
-// forget drops request seq, which gave up; a grant's late reply is given back (reader).
-func (cl *client) forget(seq uint64, k *call) {
+// forget drops request seq, which gave up, and reports whether it was still waiting: a
+// grant's late reply is given back then (reader). Otherwise the reader took its reply (it is
+// on its way to k.reply) or its connection ended (k.lost).
+func (cl *client) forget(seq uint64, k *call) bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	if cl.pending[seq] != k {
+		return false
+	}
 	delete(cl.pending, seq)
 	if k.op == opGrant {
 		if cl.late == nil {
@@ -180,6 +197,7 @@ func (cl *client) forget(seq uint64, k *call) {
 		}
 		cl.late[seq] = k.n
 	}
+	return true
 }
 
 // grant implements granter: one request, waiting at most the timeout.
