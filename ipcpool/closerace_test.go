@@ -62,3 +62,32 @@ func TestCloseWaitsForCallsUnderWay(t *testing.T) {
 		}
 	}
 }
+
+// A second Close while the first is under way reports ErrClosed and leaves the first to
+// finish: the first detaches and returns nil. (The second hung up the connection under the
+// first, whose detach failed: the owner saw the process cut off, not leaving.)
+func TestCloseRacingClose(t *testing.T) {
+	w, path := serveTest(t, Options{})
+	b, err := w.Alloc(100)
+	must(t, "Alloc", err)
+	h, err := w.Handle(b)
+	must(t, "Handle", err)
+	p := attachTest(t, path, AttachOptions{})
+	first := make(chan error, 1)
+	var second error
+	p.pause = func() { // the first Close waits for this call: the second comes meanwhile
+		p.pause = nil
+		go func() { first <- p.Close() }()
+		for !p.closed.Load() {
+			runtime.Gosched()
+		}
+		second = p.Close()
+	}
+	_, err = p.Bytes(h)
+	must(t, "Bytes", err)
+	if !errors.Is(second, ErrClosed) {
+		t.Errorf("a second Close: %v, want ErrClosed", second)
+	}
+	must(t, "the first Close, with a second racing it", <-first)
+	must(t, "Free", w.Free(b))
+}
