@@ -123,8 +123,14 @@ func (cl *client) hangUp() {
 }
 
 // reconcileGrants gives back the grants the table says this process holds that its arena
-// does not know: a grant the previous owner lent as it died, before its answer came.
+// does not know: a grant the previous owner lent as it died, before its answer came. A
+// process closing (its Close may have unmapped the pool already, and waits to detach from
+// the owner rejoined) has nothing to reconcile: its grants go back with it.
 func (p *Process) reconcileGrants() {
+	if !p.enter() {
+		return
+	}
+	defer p.exit()
 	p.src.lending.Lock()
 	defer p.src.lending.Unlock()
 	c := &p.c
