@@ -36,11 +36,13 @@ type client struct {
 	seq      uint64
 	pending  map[uint64]*call
 	late     map[uint64]uint64 // grant requests that gave up: their grants' count
+	given    []bool            // by grant: given back on the current connection (a rejoin's reconcile leaves it be)
 	readers  sync.WaitGroup
 	rejoined int // how many times it rejoined a new owner
 	// pause, set by tests only (under mu), runs once as the reader hands a reply to its
-	// request.
-	pause func(m msg)
+	// request; pauseRejoin as a rejoin, its connection set, is about to reconcile.
+	pause       func(m msg)
+	pauseRejoin func()
 }
 
 // call is a request waiting for its reply.
@@ -52,7 +54,7 @@ type call struct {
 
 func newClient(c *net.UnixConn, path string, timeout time.Duration, uids []int, h hello) *client {
 	return &client{c: c, path: path, timeout: timeout, uids: uids, l: h.layout, pool: h.pool, slot: h.slot,
-		serial: h.serial, pending: map[uint64]*call{}, up: make(chan struct{})}
+		serial: h.serial, pending: map[uint64]*call{}, up: make(chan struct{}), given: make([]bool, h.grants())}
 }
 
 // start starts the reader of the current connection, once the handshake is done.
@@ -91,7 +93,7 @@ func (cl *client) reader(c *net.UnixConn) {
 			k.reply <- m // (a request that gives up now waits for it: forget)
 		case n > 0 && m.a == stOK && m.b < uint64(cl.l.grants()):
 			// A grant whose request gave up: it is this process's, unknown to its arena.
-			_ = cl.sendOn(c, msg{op: opRelease, a: m.b, b: n})
+			cl.giveBack(c, int(m.b), int(min(n, uint64(cl.l.grants())-m.b)))
 		}
 	}
 	c.Close()
@@ -236,8 +238,29 @@ func (cl *client) release(first, n int) {
 	c := cl.c
 	cl.mu.Unlock()
 	if c != nil {
-		_ = cl.sendOn(c, msg{op: opRelease, a: uint64(first), b: uint64(n)})
+		cl.giveBack(c, first, n)
 	}
+}
+
+// giveBack gives grants [first, first+n) back on c, recording them as given back on it while
+// it is the current connection.
+func (cl *client) giveBack(c *net.UnixConn, first, n int) {
+	cl.mu.Lock()
+	if cl.c == c && first >= 0 && n <= len(cl.given)-first {
+		for g := first; g < first+n; g++ {
+			cl.given[g] = true
+		}
+	}
+	cl.mu.Unlock()
+	_ = cl.sendOn(c, msg{op: opRelease, a: uint64(first), b: uint64(n)})
+}
+
+// givenBack reports whether grant g was given back on the current connection: the owner
+// takes it back (the grant word may say otherwise until it has read the release).
+func (cl *client) givenBack(g int) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return g >= 0 && g < len(cl.given) && cl.given[g]
 }
 
 // detach tells the owner this process has left, and waits for it to take the memory back.

@@ -35,8 +35,9 @@ type source struct {
 	kind    arena.Kind
 	dev     *cuda.Device // the device the regions are registered with (HostPinned), or nil
 
-	// lending is held (read) by a Reserve from its request to its record of the grants, and
-	// (write) by a rejoin's reconcile, which must not take a grant on its way for an extra.
+	// lending is held (read) by a Reserve from its request to its record of the grants and by
+	// a Release from its record to its message, and (write) by a rejoin's reconcile, which
+	// must take neither a grant on its way nor one given back for an extra.
 	lending sync.RWMutex
 	mu      sync.Mutex
 	held    []bool // by grant: lent to this process's arena
@@ -127,6 +128,8 @@ func (s *source) Release(r *arena.Region) error {
 	if !ok {
 		return fmt.Errorf("%w: a region the pool did not lend", arena.ErrInvalid)
 	}
+	s.lending.RLock() // a rejoin's reconcile sees the grants either held or given back
+	defer s.lending.RUnlock()
 	s.mu.Lock()
 	for g := h[0]; g < h[0]+h[1]; g++ {
 		s.held[g] = false
