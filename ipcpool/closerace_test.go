@@ -91,3 +91,33 @@ func TestCloseRacingClose(t *testing.T) {
 	must(t, "the first Close, with a second racing it", <-first)
 	must(t, "Free", w.Free(b))
 }
+
+// The owner's Close as soon as the last process has left (Attached is 0 from the moment its
+// slot is free) lets that process's Close have its answer: it returns nil at once. (The
+// owner's Close closed the connection of the process that had just left, before the answer
+// to its detach: the process's Close waited out its timeout and failed.)
+func TestOwnerCloseAsLastProcessLeaves(t *testing.T) {
+	w, path := serveTest(t, Options{})
+	p := attachTest(t, path, AttachOptions{Timeout: 2 * time.Second})
+	owner := make(chan error, 1)
+	w.mu.Lock()
+	w.pauseDetach = func() {
+		go func() { owner <- w.Close() }() // it waits for this session to end
+		// Until the owner's Close has cut the process's connection, or long past when it would.
+		for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			p.cl.mu.Lock()
+			cut := p.cl.c == nil
+			p.cl.mu.Unlock()
+			if cut {
+				return
+			}
+		}
+	}
+	w.mu.Unlock()
+	start := time.Now()
+	must(t, "Close", p.Close())
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the process's Close took %v", d)
+	}
+	must(t, "the owner's Close as the process leaves", <-owner)
+}

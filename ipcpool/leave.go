@@ -52,7 +52,7 @@ func (w *Owner) leave(slot int, detached bool, pidfd int) {
 		unix.Close(g.pidfd)
 	}
 	w.c.slotStore(slot, sSerial, 0)
-	st.used, st.active = false, false
+	st.used, st.active, st.conn = false, false, nil // its connection is its session's to close
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	for _, r := range retired {

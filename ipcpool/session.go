@@ -175,6 +175,13 @@ func (w *Owner) serveProcess(c *net.UnixConn, slot, pidfd int) {
 	}
 	w.leave(slot, detached, pidfd)
 	if detached {
+		w.mu.Lock()
+		pause := w.pauseDetach
+		w.pauseDetach = nil
+		w.mu.Unlock()
+		if pause != nil {
+			pause()
+		}
 		// Only now: a Close that returned is no longer attached (Attached does not count it,
 		// the owner's Close may follow at once).
 		_ = s.write(msg{op: opReply, seq: s.detachSeq, a: stOK})
