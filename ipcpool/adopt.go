@@ -175,7 +175,7 @@ func (w *Owner) rebuild(old uint64) {
 			w.procs[s] = slotState{used: true, serial: serial, rejoin: true}
 		}
 	}
-	scan := newGone(0, old, -1, false)
+	scan := newGone(0, old, watch{pidfd: -1}, false)
 	for g := range w.table {
 		gen, _, slot := unpackGrant(c.load(c.grantWord(g)))
 		t := &w.table[g]
@@ -262,7 +262,7 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 		sp, ok := w.spanOf(c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength))
 		if ok && w0&eRetiring == 0 && c.retained(e) && w.unheld(sp, scan) {
 			if g == nil {
-				g = newGone(s, holder>>16, -1, true)
+				g = newGone(s, holder>>16, watch{pidfd: -1}, true)
 				w.goneList = append(w.goneList, g)
 			}
 			for gr := sp.first; gr <= sp.last; gr++ {

@@ -1,10 +1,6 @@
 package ipcpool
 
-import (
-	"time"
-
-	"golang.org/x/sys/unix"
-)
+import "time"
 
 // What the owner does when a process leaves its slot: it detached (it synchronized its
 // device and unmapped the pool first), died, or was cut off (garbage, a failed handshake).
@@ -13,15 +9,14 @@ import (
 // retain wait for them, and a process that did not detach keeps the rest (limbo) until it has
 // exited.
 
-// leave takes back what the process in slot left. pidfd is the process's (-1: none, or it
-// detached); leave owns it.
-func (w *Owner) leave(slot int, detached bool, pidfd int) {
+// leave takes back what the process in slot left. wa watches the process (none: it has
+// exited, or it detached); leave owns it.
+func (w *Owner) leave(slot int, detached bool, wa watch) {
 	w.mu.Lock()
 	st := &w.procs[slot]
-	g := newGone(slot, st.serial, pidfd, detached || pidfd < 0)
-	if g.exited && pidfd >= 0 {
-		unix.Close(pidfd)
-		g.pidfd = -1
+	g := newGone(slot, st.serial, wa, detached || wa.none())
+	if g.exited {
+		g.watch.stop()
 	}
 	var retired []retirement
 	if w.c.slotLoad(slot, sFlags)&flagRetains != 0 {
@@ -48,8 +43,6 @@ func (w *Owner) leave(slot int, detached bool, pidfd int) {
 	w.fence(fenced)
 	if len(g.entries) > 0 || !g.exited {
 		w.goneList = append(w.goneList, g)
-	} else if g.pidfd >= 0 {
-		unix.Close(g.pidfd)
 	}
 	w.c.slotStore(slot, sSerial, 0)
 	st.used, st.active, st.conn = false, false, nil // its connection is its session's to close
@@ -158,13 +151,11 @@ func (w *Owner) expireRejoins() {
 	}
 	w.mu.Unlock()
 	for i, s := range late {
-		pidfd := -1
+		wa := watch{pidfd: -1} // dead, or the pid reused since: it has exited
 		if pids[i] > 0 && pids[i] < 1<<22 && startTime(int(pids[i])) == starts[i] {
-			if fd, err := unix.PidfdOpen(int(pids[i]), 0); err == nil {
-				pidfd = fd
-			}
+			wa = watchProcess(int(pids[i]))
 		}
-		w.leave(s, false, pidfd) // no pidfd (dead, or the pid reused since): it has exited
+		w.leave(s, false, wa)
 	}
 }
 
@@ -197,10 +188,9 @@ func (w *Owner) tick() {
 	defer w.cond.Broadcast()
 	kept := w.goneList[:0]
 	for _, g := range w.goneList {
-		if !g.exited && exited(g.pidfd) {
+		if !g.exited && g.watch.exited() {
 			g.exited = true
-			unix.Close(g.pidfd)
-			g.pidfd = -1
+			g.watch.stop()
 		}
 		w.settleOrphans(g)
 		var fenced []int
@@ -235,14 +225,4 @@ func (w *Owner) settleOrphans(g *gone) {
 		}
 		g.unpin(e)
 	}
-}
-
-// exited reports whether the process of pidfd has exited.
-func exited(pidfd int) bool {
-	if pidfd < 0 {
-		return true
-	}
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n > 0
 }

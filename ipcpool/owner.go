@@ -340,9 +340,7 @@ func (w *Owner) Close() error {
 	err := w.Process.leaveAll(nil)
 	w.mu.Lock()
 	for _, g := range w.goneList {
-		if g.pidfd >= 0 {
-			unix.Close(g.pidfd)
-		}
+		g.watch.stop()
 	}
 	w.goneList = nil
 	w.mu.Unlock()

@@ -13,7 +13,7 @@ import (
 //	free     the owner may grant it
 //	held     by the process in a slot (its arena's region, or part of one)
 //	limbo    of a process gone from its socket without a detach (it died, or was cut off):
-//	         it may still write its memory until it has exited (its pidfd says when)
+//	         it may still write its memory until it has exited (its watch says when)
 //	orphan   of a process gone, under buffers it shared that others still retain: kept until
 //	         the last of those is let go (Retain), then on as the rest
 //	fenced   free once every process with a CUDA device has passed the fence: a copy one of
@@ -39,8 +39,8 @@ const gHeld = -1
 type gone struct {
 	slot   int
 	serial uint64
-	pidfd  int  // -1: no pidfd (exited, or never known)
-	exited bool // its pidfd said so (or it detached: it unmapped the pool first)
+	watch  watch // until it has exited
+	exited bool  // its watch said so (or it detached: it unmapped the pool first)
 	// pins counts, per grant, the entries of the process's that others still retain.
 	pins    map[int]int
 	entries map[int]span // entry -> the grants under its buffer, of those still retained
@@ -49,8 +49,8 @@ type gone struct {
 // span is the grants [first, last] under one buffer (a buffer may be wider than a grant).
 type span struct{ first, last int }
 
-func newGone(slot int, serial uint64, pidfd int, exited bool) *gone {
-	return &gone{slot: slot, serial: serial, pidfd: pidfd, exited: exited, pins: map[int]int{}, entries: map[int]span{}}
+func newGone(slot int, serial uint64, wa watch, exited bool) *gone {
+	return &gone{slot: slot, serial: serial, watch: wa, exited: exited, pins: map[int]int{}, entries: map[int]span{}}
 }
 
 // pin records entry e, retained by others, as keeping the grants of sp.
