@@ -13,7 +13,10 @@ import (
 // prefix) and the buffer goes back to its holder when the last of them lets go. It fails
 // with ErrStaleHandle for a buffer already let go.
 func (p *Process) Retain(h Handle) error {
-	p.adopted()
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	p.adopted() // (outside enter: a Close does not wait for the owner's scan)
 	if !p.enter() {
 		return ErrClosed
 	}
@@ -67,7 +70,10 @@ func (p *Process) Retain(h Handle) error {
 // refused with ErrStaleHandle. The caller must have let every stream that used the buffer
 // pass first.
 func (p *Process) Release(h Handle) error {
-	p.adopted()
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	p.adopted() // (outside enter: a Close does not wait for the owner's scan)
 	if !p.enter() {
 		return ErrClosed
 	}
