@@ -175,7 +175,7 @@ func (w *Owner) rebuild(old uint64) {
 			w.procs[s] = slotState{used: true, serial: serial, rejoin: true}
 		}
 	}
-	scan := &gone{slot: 0, serial: old, pidfd: -1, pins: map[int]int{}, entries: map[int]int{}}
+	scan := newGone(0, old, watch{pidfd: -1}, false)
 	for g := range w.table {
 		gen, _, slot := unpackGrant(c.load(c.grantWord(g)))
 		t := &w.table[g]
@@ -232,6 +232,17 @@ func (w *Owner) finishAdoption() {
 	}
 }
 
+// unheld reports whether every grant of sp is one no process holds: kept for the scan, or an
+// orphan. Called with w.mu held.
+func (w *Owner) unheld(sp span, scan *gone) bool {
+	for gr := sp.first; gr <= sp.last; gr++ {
+		if t := &w.table[gr]; t.gone != scan && t.state != gOrphan {
+			return false
+		}
+	}
+	return true
+}
+
 // adoptOrphans finds the live entries of slot s's part of the table whose holder is no
 // process the owner knows (gone before the previous owner died): those others retain keep
 // their grants (orphaned, until released), the rest are let go. Called with w.mu held.
@@ -248,20 +259,20 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 		if _, pinned := scan.entries[e]; pinned {
 			continue // the previous owner's, retained: dropEntries kept it
 		}
-		off, n := c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength)
-		if w0&eRetiring == 0 && c.retained(e) && w.sameRegion(off, n) && w.grantOf(uintptr(off)) == w.grantOf(uintptr(off+n-1)) {
-			gr := w.grantOf(uintptr(off))
-			if t := &w.table[gr]; t.gone == scan || t.state == gOrphan {
-				if g == nil {
-					g = &gone{slot: s, serial: holder >> 16, pidfd: -1, exited: true, pins: map[int]int{}, entries: map[int]int{}}
-					w.goneList = append(w.goneList, g)
-				}
-				*t = grantState{state: gOrphan, gone: g, gen: t.gen + 1}
-				w.publish(gr)
-				g.pins[gr]++
-				g.entries[e] = gr
-				continue
+		sp, ok := w.spanOf(c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength))
+		if ok && w0&eRetiring == 0 && c.retained(e) && w.unheld(sp, scan) {
+			if g == nil {
+				g = newGone(s, holder>>16, watch{pidfd: -1}, true)
+				w.goneList = append(w.goneList, g)
 			}
+			for gr := sp.first; gr <= sp.last; gr++ {
+				if t := &w.table[gr]; t.gone != g {
+					*t = grantState{state: gOrphan, gone: g, gen: t.gen + 1}
+					w.publish(gr)
+				}
+			}
+			g.pin(e, sp)
+			continue
 		}
 		c.store(c.entry(e)+eState, packState(entryGen(w0)+1, 0))
 	}

@@ -196,6 +196,9 @@ func (p *Process) Close() error {
 		return p.owner.Close()
 	}
 	err := p.leaveAll(p.cl.detach)
+	if err == ErrClosed { // closed, or being closed, by another Close: its connection is that one's
+		return err
+	}
 	p.cl.close()
 	return err
 }

@@ -36,8 +36,13 @@ type client struct {
 	seq      uint64
 	pending  map[uint64]*call
 	late     map[uint64]uint64 // grant requests that gave up: their grants' count
+	given    []bool            // by grant: given back on the current connection (a rejoin's reconcile leaves it be)
 	readers  sync.WaitGroup
 	rejoined int // how many times it rejoined a new owner
+	// pause, set by tests only (under mu), runs once as the reader hands a reply to its
+	// request; pauseRejoin as a rejoin, its connection set, is about to reconcile.
+	pause       func(m msg)
+	pauseRejoin func()
 }
 
 // call is a request waiting for its reply.
@@ -49,7 +54,7 @@ type call struct {
 
 func newClient(c *net.UnixConn, path string, timeout time.Duration, uids []int, h hello) *client {
 	return &client{c: c, path: path, timeout: timeout, uids: uids, l: h.layout, pool: h.pool, slot: h.slot,
-		serial: h.serial, pending: map[uint64]*call{}, up: make(chan struct{})}
+		serial: h.serial, pending: map[uint64]*call{}, up: make(chan struct{}), given: make([]bool, h.grants())}
 }
 
 // start starts the reader of the current connection, once the handshake is done.
@@ -75,13 +80,20 @@ func (cl *client) reader(c *net.UnixConn) {
 		delete(cl.pending, m.seq)
 		n := cl.late[m.seq]
 		delete(cl.late, m.seq)
+		pause := cl.pause
+		if k != nil {
+			cl.pause = nil
+		}
 		cl.mu.Unlock()
 		switch {
 		case k != nil:
-			k.reply <- m
+			if pause != nil {
+				pause(m)
+			}
+			k.reply <- m // (a request that gives up now waits for it: forget)
 		case n > 0 && m.a == stOK && m.b < uint64(cl.l.grants()):
 			// A grant whose request gave up: it is this process's, unknown to its arena.
-			_ = cl.sendOn(c, msg{op: opRelease, a: m.b, b: n})
+			cl.giveBack(c, int(m.b), int(min(n, uint64(cl.l.grants())-m.b)))
 		}
 	}
 	c.Close()
@@ -158,21 +170,28 @@ func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
 			}
 			continue // the owner went: ask the next one
 		case <-deadline.C:
-			cl.forget(seq, k)
-			select {
-			case m := <-k.reply: // came as it gave up
-				return m, nil
-			default:
+			if cl.forget(seq, k) {
+				return late() // a grant's reply, should it come, is given back (reader)
 			}
-			return late()
+			select {
+			case m := <-k.reply: // the reader has it in hand: it comes now
+				return m, nil
+			case <-k.lost:
+				return late()
+			}
 		}
 	}
 }
 
-// forget drops request seq, which gave up; a grant's late reply is given back (reader).
-func (cl *client) forget(seq uint64, k *call) {
+// forget drops request seq, which gave up, and reports whether it was still waiting: a
+// grant's late reply is given back then (reader). Otherwise the reader took its reply (it is
+// on its way to k.reply) or its connection ended (k.lost).
+func (cl *client) forget(seq uint64, k *call) bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	if cl.pending[seq] != k {
+		return false
+	}
 	delete(cl.pending, seq)
 	if k.op == opGrant {
 		if cl.late == nil {
@@ -180,6 +199,7 @@ func (cl *client) forget(seq uint64, k *call) {
 		}
 		cl.late[seq] = k.n
 	}
+	return true
 }
 
 // grant implements granter: one request, waiting at most the timeout.
@@ -196,14 +216,19 @@ func (cl *client) grant(n int) (int, error) {
 		return 0, fmt.Errorf("%w: %d grants refused", ErrRefused, n)
 	case m.b >= uint64(cl.l.grants()) || int(m.b)%per+n > per:
 		// Not a run of the pool: refuse it (nothing was mapped for it) and cut the owner off.
-		cl.mu.Lock()
-		if cl.c != nil {
-			cl.c.Close()
-		}
-		cl.mu.Unlock()
+		cl.refuse()
 		return 0, fmt.Errorf("%w: the owner granted %d grants at %d", ErrProtocol, n, m.b)
 	}
 	return int(m.b), nil
+}
+
+// refuse implements granter: it cuts the owner off (its reader ends; a rejoin follows).
+func (cl *client) refuse() {
+	cl.mu.Lock()
+	if cl.c != nil {
+		cl.c.Close()
+	}
+	cl.mu.Unlock()
 }
 
 // release implements granter: one message, no reply. With no owner, the grants stay this
@@ -213,8 +238,29 @@ func (cl *client) release(first, n int) {
 	c := cl.c
 	cl.mu.Unlock()
 	if c != nil {
-		_ = cl.sendOn(c, msg{op: opRelease, a: uint64(first), b: uint64(n)})
+		cl.giveBack(c, first, n)
 	}
+}
+
+// giveBack gives grants [first, first+n) back on c, recording them as given back on it while
+// it is the current connection.
+func (cl *client) giveBack(c *net.UnixConn, first, n int) {
+	cl.mu.Lock()
+	if cl.c == c && first >= 0 && n <= len(cl.given)-first {
+		for g := first; g < first+n; g++ {
+			cl.given[g] = true
+		}
+	}
+	cl.mu.Unlock()
+	_ = cl.sendOn(c, msg{op: opRelease, a: uint64(first), b: uint64(n)})
+}
+
+// givenBack reports whether grant g was given back on the current connection: the owner
+// takes it back (the grant word may say otherwise until it has read the release).
+func (cl *client) givenBack(g int) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return g >= 0 && g < len(cl.given) && cl.given[g]
 }
 
 // detach tells the owner this process has left, and waits for it to take the memory back.

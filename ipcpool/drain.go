@@ -150,8 +150,9 @@ func (p *Process) answerAsk() bool {
 // Collect takes in now the handles of this process's buffers that peers let go (the drainer
 // does every drain interval).
 func (p *Process) Collect() {
-	if p.closed.Load() {
+	if !p.enter() {
 		return
 	}
+	defer p.exit()
 	p.drain()
 }

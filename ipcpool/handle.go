@@ -60,9 +60,10 @@ func newExportState(exports int) exportState {
 // handle. It fails with ErrForeignHandle for a slice that is neither, and ErrPoolFull when the
 // process has Options.Exports buffers shared already.
 func (p *Process) Handle(b []byte) (Handle, error) {
-	if p.closed.Load() {
+	if !p.enter() {
 		return Handle{}, ErrClosed
 	}
+	defer p.exit()
 	addr, n := mem.Addr(b), uintptr(cap(b))
 	off, ok := p.sp.in(addr, n)
 	if !ok {
@@ -148,6 +149,9 @@ func (p *Process) freeEntry() (int, uint32, bool) {
 // live at the handle's generation, hold an allocation or a retain, and name a holder in the
 // slot the entry belongs to.
 func (p *Process) resolve(h Handle) (e int, err error) {
+	if p.pause != nil {
+		p.pause()
+	}
 	if h.Pool != p.id || int64(h.Entry) >= int64(p.slots*p.exports) || !p.sameRegion(h.Offset, h.Length) {
 		return 0, fmt.Errorf("%w: %v", ErrForeignHandle, h)
 	}
@@ -167,9 +171,10 @@ func (p *Process) resolve(h Handle) (e int, err error) {
 // whose buffer was let go. The bytes are the buffer's while a reference to it is held: the
 // allocation's (until a Free or FreeHandle) or a Retain.
 func (p *Process) Bytes(h Handle) ([]byte, error) {
-	if p.closed.Load() {
+	if !p.enter() {
 		return nil, ErrClosed
 	}
+	defer p.exit()
 	if _, err := p.resolve(h); err != nil {
 		return nil, err
 	}
@@ -204,9 +209,10 @@ func (p *Process) prunePeers() {
 // ErrStaleHandle and changes nothing. The caller must have let every stream that used the
 // buffer pass first (a synchronize, or an event waited on).
 func (p *Process) FreeHandle(h Handle) error {
-	if p.closed.Load() {
+	if !p.enter() {
 		return ErrClosed
 	}
+	defer p.exit()
 	e, err := p.resolve(h)
 	if err != nil {
 		return err

@@ -1,10 +1,6 @@
 package ipcpool
 
-import (
-	"time"
-
-	"golang.org/x/sys/unix"
-)
+import "time"
 
 // What the owner does when a process leaves its slot: it detached (it synchronized its
 // device and unmapped the pool first), died, or was cut off (garbage, a failed handshake).
@@ -13,16 +9,14 @@ import (
 // retain wait for them, and a process that did not detach keeps the rest (limbo) until it has
 // exited.
 
-// leave takes back what the process in slot left. pidfd is the process's (-1: none, or it
-// detached); leave owns it.
-func (w *Owner) leave(slot int, detached bool, pidfd int) {
+// leave takes back what the process in slot left. wa watches the process (none: it has
+// exited, or it detached); leave owns it.
+func (w *Owner) leave(slot int, detached bool, wa watch) {
 	w.mu.Lock()
 	st := &w.procs[slot]
-	g := &gone{slot: slot, serial: st.serial, pidfd: pidfd, exited: detached || pidfd < 0,
-		pins: map[int]int{}, entries: map[int]int{}}
-	if g.exited && pidfd >= 0 {
-		unix.Close(pidfd)
-		g.pidfd = -1
+	g := newGone(slot, st.serial, wa, detached || wa.none())
+	if g.exited {
+		g.watch.stop()
 	}
 	var retired []retirement
 	if w.c.slotLoad(slot, sFlags)&flagRetains != 0 {
@@ -49,11 +43,9 @@ func (w *Owner) leave(slot int, detached bool, pidfd int) {
 	w.fence(fenced)
 	if len(g.entries) > 0 || !g.exited {
 		w.goneList = append(w.goneList, g)
-	} else if g.pidfd >= 0 {
-		unix.Close(g.pidfd)
 	}
 	w.c.slotStore(slot, sSerial, 0)
-	st.used, st.active = false, false
+	st.used, st.active, st.conn = false, false, nil // its connection is its session's to close
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	for _, r := range retired {
@@ -101,16 +93,13 @@ func (w *Owner) dropEntries(g *gone) {
 				w0 = c.load(st)
 			}
 			if !c.tryRetire(e, gen) {
-				// Retained by others: the buffer stays, and its grant, if it is one the process
-				// held (the entry's offset is a peer's word: a grant it did not hold pins nothing).
-				off := c.load(c.entry(e) + eOffset)
-				n := c.load(c.entry(e) + eLength)
-				if w.sameRegion(off, n) {
-					if gr := w.grantOf(uintptr(off)); w.belongs(gr, g) && w.grantOf(uintptr(off+n-1)) == gr {
-						g.pins[gr]++
-						g.entries[e] = gr
-						continue
-					}
+				// Retained by others: the buffer stays, and every grant under it, if they are
+				// the process's (the entry's place is a peer's words: grants it did not hold
+				// pin nothing).
+				sp, ok := w.spanOf(c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength))
+				if ok && w.allBelong(sp, g) {
+					g.pin(e, sp)
+					continue
 				}
 			}
 		}
@@ -162,13 +151,11 @@ func (w *Owner) expireRejoins() {
 	}
 	w.mu.Unlock()
 	for i, s := range late {
-		pidfd := -1
+		wa := watch{pidfd: -1} // dead, or the pid reused since: it has exited
 		if pids[i] > 0 && pids[i] < 1<<22 && startTime(int(pids[i])) == starts[i] {
-			if fd, err := unix.PidfdOpen(int(pids[i]), 0); err == nil {
-				pidfd = fd
-			}
+			wa = watchProcess(int(pids[i]))
 		}
-		w.leave(s, false, pidfd) // no pidfd (dead, or the pid reused since): it has exited
+		w.leave(s, false, wa)
 	}
 }
 
@@ -177,6 +164,16 @@ func (w *Owner) expireRejoins() {
 func (w *Owner) belongs(gr int, g *gone) bool {
 	t := &w.table[gr]
 	return t.state == gHeld && t.slot == g.slot && t.serial == g.serial || t.gone == g && t.state != gFree
+}
+
+// allBelong reports whether every grant of sp belongs to g's process. Called with w.mu held.
+func (w *Owner) allBelong(sp span, g *gone) bool {
+	for gr := sp.first; gr <= sp.last; gr++ {
+		if !w.belongs(gr, g) {
+			return false
+		}
+	}
+	return true
 }
 
 // tick is the owner's round: processes gone that have exited, orphans whose last retain went,
@@ -191,10 +188,9 @@ func (w *Owner) tick() {
 	defer w.cond.Broadcast()
 	kept := w.goneList[:0]
 	for _, g := range w.goneList {
-		if !g.exited && exited(g.pidfd) {
+		if !g.exited && g.watch.exited() {
 			g.exited = true
-			unix.Close(g.pidfd)
-			g.pidfd = -1
+			g.watch.stop()
 		}
 		w.settleOrphans(g)
 		var fenced []int
@@ -218,7 +214,7 @@ func (w *Owner) tick() {
 // held.
 func (w *Owner) settleOrphans(g *gone) {
 	c := &w.c
-	for e, gr := range g.entries {
+	for e := range g.entries {
 		st := c.entry(e) + eState
 		w0 := c.load(st)
 		if w0&eLive != 0 && w0&eRetiring == 0 {
@@ -227,19 +223,6 @@ func (w *Owner) settleOrphans(g *gone) {
 		if w0&eLive != 0 {
 			c.store(st, packState(entryGen(w0)+1, 0))
 		}
-		delete(g.entries, e)
-		if g.pins[gr]--; g.pins[gr] <= 0 {
-			delete(g.pins, gr)
-		}
+		g.unpin(e)
 	}
-}
-
-// exited reports whether the process of pidfd has exited.
-func exited(pidfd int) bool {
-	if pidfd < 0 {
-		return true
-	}
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n > 0
 }

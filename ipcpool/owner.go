@@ -53,6 +53,8 @@ type Owner struct {
 	rejoinBy time.Time     // the processes of the previous owner rejoin by then
 	scan     *gone         // what an adoption left to scan (finishAdoption), or nil
 	scanned  chan struct{} // closed once there is nothing to scan: the owner's retains may go
+
+	pauseDetach func() // set by tests only: runs as a session answers a detach, the slot left
 }
 
 // slotState is the owner's record of a slot.
@@ -338,9 +340,7 @@ func (w *Owner) Close() error {
 	err := w.Process.leaveAll(nil)
 	w.mu.Lock()
 	for _, g := range w.goneList {
-		if g.pidfd >= 0 {
-			unix.Close(g.pidfd)
-		}
+		g.watch.stop()
 	}
 	w.goneList = nil
 	w.mu.Unlock()

@@ -38,10 +38,13 @@ type Process struct {
 	stop    chan struct{}
 	done    chan struct{}
 	closed  atomic.Bool
+	users   atomic.Int64 // calls under way that read the mapping (enter): Close waits for them
 	// What the drainer last saw: the fence epoch it passed, the owner's ask it answered, the
 	// overflow count it scanned for.
 	fence, asked, overflow uint64
 	retainedEver           bool // sFlags has flagRetains (ex.mu)
+	// pause, set by tests only, runs as a call resolves a handle: a call paused under way.
+	pause func()
 
 	st counters
 }
@@ -165,9 +168,10 @@ func (p *Process) SharedStats() SharedStats {
 	s := SharedStats{Slot: p.slot, Shared: p.st.shared.Load(), FreedHandles: p.st.freedHandles.Load(),
 		RetiredIn: p.st.retiredIn.Load(), RetiredOut: p.st.retiredOut.Load(), Dropped: p.st.dropped.Load(),
 		Overflows: p.st.overflows.Load(), Scans: p.st.scans.Load(), FreeErrors: p.st.freeErrors.Load(), Trims: p.st.trims.Load()}
-	if p.closed.Load() {
+	if !p.enter() {
 		return s
 	}
+	defer p.exit()
 	s.GrantBytes = p.src.grantsHeld() * int(p.grantSize)
 	p.ex.mu.Lock()
 	s.Exported, s.Retained = len(p.ex.byAddr), len(p.ex.retains)
@@ -218,6 +222,28 @@ func (p *Process) poolStats() PoolStats {
 		}
 	}
 	return ps
+}
+
+// enter starts a call that reads the pool's mapping (the control region, the pool's range),
+// or reports false once the process is closed; exit ends it. Close unmaps nothing while a call
+// is under way.
+func (p *Process) enter() bool {
+	p.users.Add(1)
+	if p.closed.Load() {
+		p.users.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (p *Process) exit() { p.users.Add(-1) }
+
+// waitUsers waits, once closed is set, for the calls under way to end (they are short: none
+// waits on a peer).
+func (p *Process) waitUsers() {
+	for p.users.Load() != 0 {
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // stopDrainer stops the drainer and waits for it.
@@ -271,6 +297,7 @@ func (p *Process) leaveAll(detach func() error) error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	p.waitUsers()
 	var errs []error
 	if p.dev != nil {
 		if err := p.dev.Synchronize(); err != nil {

@@ -40,11 +40,15 @@ func (cl *client) rejoinLoop() {
 				return
 			}
 			cl.c = c
+			clear(cl.given)
 			cl.rejoined++
 			close(cl.up)
 			cl.mu.Unlock()
 			cl.readers.Add(1)
 			go cl.reader(c)
+			if cl.pauseRejoin != nil {
+				cl.pauseRejoin()
+			}
 			if cl.reconcile != nil {
 				cl.reconcile()
 			}
@@ -123,8 +127,17 @@ func (cl *client) hangUp() {
 }
 
 // reconcileGrants gives back the grants the table says this process holds that its arena
-// does not know: a grant the previous owner lent as it died, before its answer came.
+// does not know: a grant the previous owner lent as it died, before its answer came, and
+// those the arena gave back while no owner ran; not those it gave back to the new owner
+// since the rejoin (source.Release holds lending across its part: a release is either seen
+// here as given back, or comes after, of a grant still held). A
+// process closing (its Close may have unmapped the pool already, and waits to detach from
+// the owner rejoined) has nothing to reconcile: its grants go back with it.
 func (p *Process) reconcileGrants() {
+	if !p.enter() {
+		return
+	}
+	defer p.exit()
 	p.src.lending.Lock()
 	defer p.src.lending.Unlock()
 	c := &p.c
@@ -137,7 +150,7 @@ func (p *Process) reconcileGrants() {
 	}
 	for g := range p.grants() {
 		_, _, slot := unpackGrant(c.load(c.grantWord(g)))
-		extra := slot == p.slot && !p.src.holds(uintptr(g)*p.grantSize)
+		extra := slot == p.slot && !p.src.holds(uintptr(g)*p.grantSize) && !p.cl.givenBack(g)
 		switch {
 		case extra && n > 0 && first+n == g && g%p.grantsPerRegion() != 0:
 			n++

@@ -16,7 +16,11 @@ func (p *Process) Retain(h Handle) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
-	p.adopted()
+	p.adopted() // (outside enter: a Close does not wait for the owner's scan)
+	if !p.enter() {
+		return ErrClosed
+	}
+	defer p.exit()
 	ex := &p.ex
 	ex.mu.Lock() // one retain or release of this process at a time: see below
 	e, err := p.resolve(h)
@@ -69,7 +73,11 @@ func (p *Process) Release(h Handle) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
-	p.adopted()
+	p.adopted() // (outside enter: a Close does not wait for the owner's scan)
+	if !p.enter() {
+		return ErrClosed
+	}
+	defer p.exit()
 	p.ex.mu.Lock()
 	retired, err := p.release(h)
 	p.ex.mu.Unlock()
@@ -167,6 +175,10 @@ type sharer struct{ p *Process }
 // FreeOutside frees a peer's buffer this process mapped with Bytes, as FreeHandle does.
 func (s sharer) FreeOutside(b []byte) error {
 	p := s.p
+	if !p.enter() {
+		return ErrClosed
+	}
+	defer p.exit()
 	if _, in := p.sp.in(mem.Addr(b), 1); !in {
 		return fmt.Errorf("%w: %#x is not memory of the pool", pinned.ErrNotOwned, mem.Addr(b))
 	}
@@ -186,6 +198,10 @@ func (s sharer) FreeOutside(b []byte) error {
 // it: last says it was the buffer's last reference (the pool frees it then).
 func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
 	p := s.p
+	if !p.enter() {
+		return true, false, ErrClosed // (nothing freed: it may be shared)
+	}
+	defer p.exit()
 	ex := &p.ex
 	ex.mu.Lock()
 	defer ex.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -107,17 +106,12 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedPool}, w.timeout)
 		return
 	}
-	pidfd := -1
-	if fd, err := unix.PidfdOpen(int(cred.Pid), 0); err == nil && int(cred.Pid) != os.Getpid() {
-		pidfd = fd
-	} else if err == nil {
-		unix.Close(fd)
-	}
+	wa := watchProcess(int(cred.Pid))
 	_ = c.SetReadDeadline(time.Time{})
 	if err := writeMsg(c, msg{op: opReply, a: stOK}, w.timeout); err != nil {
 		c.Close()
 	}
-	w.serveProcess(c, slot, pidfd)
+	w.serveProcess(c, slot, wa)
 }
 
 // attachSession serves a process that attaches: the hello, then its requests, until it
@@ -128,12 +122,7 @@ func (w *Owner) attachSession(c *net.UnixConn, cred *unix.Ucred) {
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedFull}, w.timeout)
 		return
 	}
-	pidfd := -1
-	if cred.Pid > 0 && int(cred.Pid) != os.Getpid() {
-		if fd, err := unix.PidfdOpen(int(cred.Pid), 0); err == nil {
-			pidfd = fd
-		}
-	}
+	wa := watchProcess(int(cred.Pid))
 	h := w.hello
 	w.mu.Lock()
 	h.slot, h.serial = slot, w.procs[slot].serial
@@ -151,19 +140,19 @@ func (w *Owner) attachSession(c *net.UnixConn, cred *unix.Ucred) {
 	if err != nil || ready.op != opReady {
 		// It failed before it could use anything (a bad Align, memlock refused, garbage,
 		// silence): the slot is free at once, with nothing to take back.
-		w.freeSlot(slot, pidfd)
+		w.freeSlot(slot, wa)
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	w.mu.Lock()
 	w.procs[slot].active = true
 	w.mu.Unlock()
-	w.serveProcess(c, slot, pidfd)
+	w.serveProcess(c, slot, wa)
 }
 
 // serveProcess serves the requests of the process in slot on c until it detaches, dies or
 // breaks the protocol, and takes back what it leaves.
-func (w *Owner) serveProcess(c *net.UnixConn, slot, pidfd int) {
+func (w *Owner) serveProcess(c *net.UnixConn, slot int, wa watch) {
 	s := &serverConn{w: w, c: c, slot: slot, timeout: w.timeout}
 	detached, err := s.serve()
 	w.mu.Lock()
@@ -173,8 +162,15 @@ func (w *Owner) serveProcess(c *net.UnixConn, slot, pidfd int) {
 	if !detached && err != nil && !errors.Is(err, errGone) {
 		c.Close() // cut off: it broke the protocol
 	}
-	w.leave(slot, detached, pidfd)
+	w.leave(slot, detached, wa)
 	if detached {
+		w.mu.Lock()
+		pause := w.pauseDetach
+		w.pauseDetach = nil
+		w.mu.Unlock()
+		if pause != nil {
+			pause()
+		}
 		// Only now: a Close that returned is no longer attached (Attached does not count it,
 		// the owner's Close may follow at once).
 		_ = s.write(msg{op: opReply, seq: s.detachSeq, a: stOK})
@@ -206,10 +202,8 @@ func (w *Owner) takeSlot(c *net.UnixConn, cred *unix.Ucred) int {
 }
 
 // freeSlot frees the slot of a process that held nothing.
-func (w *Owner) freeSlot(slot, pidfd int) {
-	if pidfd >= 0 {
-		unix.Close(pidfd)
-	}
+func (w *Owner) freeSlot(slot int, wa watch) {
+	wa.stop()
 	w.mu.Lock()
 	st := &w.procs[slot]
 	st.used, st.active, st.conn = false, false, nil

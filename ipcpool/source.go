@@ -17,6 +17,9 @@ type granter interface {
 	grant(n int) (first int, err error)
 	// release gives grants [first, first+n) back. It never waits for the owner.
 	release(first, n int)
+	// refuse says the owner lent a run this process cannot take (grants it holds already):
+	// an attached process cuts the owner off, as for any other garbage from it.
+	refuse()
 }
 
 // source is the arena.Provider of a process's pinned.Pool: its regions are runs of grants of
@@ -32,8 +35,9 @@ type source struct {
 	kind    arena.Kind
 	dev     *cuda.Device // the device the regions are registered with (HostPinned), or nil
 
-	// lending is held (read) by a Reserve from its request to its record of the grants, and
-	// (write) by a rejoin's reconcile, which must not take a grant on its way for an extra.
+	// lending is held (read) by a Reserve from its request to its record of the grants and by
+	// a Release from its record to its message, and (write) by a rejoin's reconcile, which
+	// must take neither a grant on its way nor one given back for an extra.
 	lending sync.RWMutex
 	mu      sync.Mutex
 	held    []bool // by grant: lent to this process's arena
@@ -96,6 +100,15 @@ func (s *source) Reserve(size, align uintptr) (*arena.Region, error) {
 	}
 	s.mu.Lock()
 	for g := first; g < first+n; g++ {
+		if s.held[g] {
+			// Lent twice (a broken or hostile owner): the memory is a region of this
+			// process's already. Neither taken nor given back (it is in use).
+			s.mu.Unlock()
+			s.granter.refuse()
+			return nil, fmt.Errorf("%w: the owner lent grant %d, which this process holds already", ErrProtocol, g)
+		}
+	}
+	for g := first; g < first+n; g++ {
 		s.held[g] = true
 	}
 	s.n += n
@@ -115,6 +128,8 @@ func (s *source) Release(r *arena.Region) error {
 	if !ok {
 		return fmt.Errorf("%w: a region the pool did not lend", arena.ErrInvalid)
 	}
+	s.lending.RLock() // a rejoin's reconcile sees the grants either held or given back
+	defer s.lending.RUnlock()
 	s.mu.Lock()
 	for g := h[0]; g < h[0]+h[1]; g++ {
 		s.held[g] = false

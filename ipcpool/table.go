@@ -13,7 +13,7 @@ import (
 //	free     the owner may grant it
 //	held     by the process in a slot (its arena's region, or part of one)
 //	limbo    of a process gone from its socket without a detach (it died, or was cut off):
-//	         it may still write its memory until it has exited (its pidfd says when)
+//	         it may still write its memory until it has exited (its watch says when)
 //	orphan   of a process gone, under buffers it shared that others still retain: kept until
 //	         the last of those is let go (Retain), then on as the rest
 //	fenced   free once every process with a CUDA device has passed the fence: a copy one of
@@ -39,11 +39,46 @@ const gHeld = -1
 type gone struct {
 	slot   int
 	serial uint64
-	pidfd  int  // -1: no pidfd (exited, or never known)
-	exited bool // its pidfd said so (or it detached: it unmapped the pool first)
+	watch  watch // until it has exited
+	exited bool  // its watch said so (or it detached: it unmapped the pool first)
 	// pins counts, per grant, the entries of the process's that others still retain.
 	pins    map[int]int
-	entries map[int]int // entry -> grant, of those still retained
+	entries map[int]span // entry -> the grants under its buffer, of those still retained
+}
+
+// span is the grants [first, last] under one buffer (a buffer may be wider than a grant).
+type span struct{ first, last int }
+
+func newGone(slot int, serial uint64, wa watch, exited bool) *gone {
+	return &gone{slot: slot, serial: serial, watch: wa, exited: exited, pins: map[int]int{}, entries: map[int]span{}}
+}
+
+// pin records entry e, retained by others, as keeping the grants of sp.
+func (g *gone) pin(e int, sp span) {
+	for gr := sp.first; gr <= sp.last; gr++ {
+		g.pins[gr]++
+	}
+	g.entries[e] = sp
+}
+
+// unpin forgets entry e: its grants are no longer kept for it.
+func (g *gone) unpin(e int) {
+	sp := g.entries[e]
+	delete(g.entries, e)
+	for gr := sp.first; gr <= sp.last; gr++ {
+		if g.pins[gr]--; g.pins[gr] <= 0 {
+			delete(g.pins, gr)
+		}
+	}
+}
+
+// spanOf returns the grants under the buffer [off, off+n) named by an export entry (a peer's
+// words), or false when it is not inside one region of the pool.
+func (l layout) spanOf(off, n uint64) (span, bool) {
+	if !l.sameRegion(off, n) {
+		return span{}, false
+	}
+	return span{l.grantOf(uintptr(off)), l.grantOf(uintptr(off + n - 1))}, true
 }
 
 // publish writes grant g's word.
@@ -236,6 +271,8 @@ type ownerGranter struct {
 }
 
 func (g ownerGranter) grant(n int) (int, error) { return g.w.grantWait(0, n, g.d) }
+
+func (g ownerGranter) refuse() {} // the owner's own table: never lends a held grant
 
 func (g ownerGranter) release(first, n int) {
 	g.w.mu.Lock()

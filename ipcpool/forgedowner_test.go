@@ -1,0 +1,89 @@
+package ipcpool
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// fakeOwner serves, at a temporary socket, a pool of geometry l made of real memfds, with a
+// control region as a true owner writes it, and answers each grant request with answer (a
+// broken or hostile owner). It returns the path.
+func fakeOwner(t *testing.T, l layout, answer func(m msg) msg) string {
+	t.Helper()
+	h := hello{pool: 99, slot: 1, serial: 1, layout: l, ctlSize: l.ctlBytes(), epoch: 1}
+	sizes := []uintptr{h.ctlSize}
+	for range l.regions {
+		sizes = append(sizes, l.regionSize)
+	}
+	fds := memfds(t, sizes...)
+	base, err := mapCtl(fds[0], h.ctlSize)
+	must(t, "map", err)
+	t.Cleanup(func() { _ = unmap(base, h.ctlSize) })
+	c := newCtl(l, words(base, h.ctlSize))
+	c.writeHeader(h.pool, 0)
+	c.slotStore(1, sSerial, h.serial)
+	return fakeServer(t, func(conn *net.UnixConn) {
+		if _, err := readMsg(conn); err != nil {
+			return
+		}
+		if sendFds(conn, h.encode(), fds, time.Second) != nil {
+			return
+		}
+		if m, err := readMsg(conn); err != nil || m.op != opReady {
+			return
+		}
+		_ = writeMsg(conn, msg{op: opReply, a: stOK}, time.Second)
+		for {
+			m, err := readMsg(conn)
+			if err != nil {
+				return
+			}
+			switch m.op {
+			case opGrant:
+				_ = writeMsg(conn, answer(m), time.Second)
+			case opDetach:
+				_ = writeMsg(conn, msg{op: opReply, seq: m.seq, a: stOK}, time.Second)
+			}
+		}
+	})
+}
+
+// An owner that lends a process a grant it holds already (every request answered with grant
+// 0) is refused and cut off: the process never makes two buffers of the same memory. (Its
+// second region was lent over its first, and the two buffers overlapped.)
+func TestOwnerLendingAHeldGrantRefused(t *testing.T) {
+	l := layout{regions: 1, regionSize: 8 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	path := fakeOwner(t, l, func(m msg) msg { return msg{op: opReply, seq: m.seq, a: stOK, b: 0} })
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true, Timeout: 100 * time.Millisecond})
+	must(t, "Attach", err)
+	defer p.Close()
+	var bufs [][]byte
+	for range 4 {
+		b, err := p.Alloc(1<<21 - 4096)
+		if err != nil {
+			// Refused (the owner cut off: the retries find no owner, or no grant).
+			if !errors.Is(err, pinmalloc.ErrOutOfMemory) {
+				t.Errorf("Alloc of a grant lent twice: %v, want out of memory", err)
+			}
+			break
+		}
+		for _, o := range bufs {
+			if a, x := mem.Addr(b), mem.Addr(o); a < x+uintptr(len(o)) && x < a+uintptr(len(b)) {
+				t.Fatalf("two buffers of the same memory: %#x+%d and %#x+%d", a, len(b), x, len(o))
+			}
+		}
+		bufs = append(bufs, b)
+	}
+	if len(bufs) != 1 {
+		t.Fatalf("%d buffers allocated from one grant lent again and again, want 1", len(bufs))
+	}
+	for _, b := range bufs {
+		must(t, "Free", p.Free(b))
+	}
+}

@@ -1,0 +1,64 @@
+package ipcpool
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// watch is how the owner learns that a process gone from its socket has exited (until then it
+// may still write the memory it held): its pidfd or, where none could be opened (the owner out
+// of descriptors, a kernel without pidfd_open), its pid and start time, read again from /proc.
+type watch struct {
+	pidfd int    // -1: none
+	pid   int    // with pidfd -1: the process watched through /proc (0: none, it has exited)
+	start uint64 // its start time (startTime), against the pid's reuse
+}
+
+// pidfdOpen is pidfd_open(2) (tests make it fail).
+var pidfdOpen = unix.PidfdOpen
+
+// watchProcess watches process pid. A process that has exited already is taken to have
+// exited, and so is this process: an attach from within the owner's own process (as tests
+// do) is taken to be gone with its connection, it never exits before the owner.
+func watchProcess(pid int) watch {
+	if pid <= 0 || pid == os.Getpid() {
+		return watch{pidfd: -1}
+	}
+	fd, err := pidfdOpen(pid, 0)
+	switch {
+	case err == nil:
+		return watch{pidfd: fd}
+	case errors.Is(err, unix.ESRCH):
+		return watch{pidfd: -1}
+	}
+	if start := startTime(pid); start != 0 {
+		return watch{pidfd: -1, pid: pid, start: start}
+	}
+	return watch{pidfd: -1} // no /proc entry: gone
+}
+
+// none reports whether nothing is watched: the process has exited.
+func (wa *watch) none() bool { return wa.pidfd < 0 && wa.pid == 0 }
+
+// exited reports whether the process watched has exited.
+func (wa *watch) exited() bool {
+	switch {
+	case wa.pidfd >= 0:
+		fds := []unix.PollFd{{Fd: int32(wa.pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err == nil && n > 0
+	case wa.pid > 0:
+		return startTime(wa.pid) != wa.start
+	}
+	return true
+}
+
+// stop ends the watch: it is known to have exited (or need not be watched any more).
+func (wa *watch) stop() {
+	if wa.pidfd >= 0 {
+		unix.Close(wa.pidfd)
+	}
+	*wa = watch{pidfd: -1}
+}
