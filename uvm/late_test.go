@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -23,14 +24,16 @@ import (
 // frees and Prefetch run all the time. Every read checks every byte: a copy ordered after the
 // wrong point (a VRAM slot or host buffer handed on before the copy that reads or writes it has
 // run on its stream, a restore not waited for, a release event recorded before the write it
-// must cover) reads or leaves other bytes. One sequence a mover (the gather kernel, one copy per
-// job); 1,500 steps each, 6,000 in the long form.
+// must cover) reads or leaves other bytes. Four sequences: the gather kernel, one copy per job,
+// a host pool of the user's at a quota (host copies dropped), and the kernel with a
+// cuEventRecord failing now and then (a batch's, a release's, the Batcher's staging event), where
+// a call that fails leaves every block's bytes intact; 1,500 steps each, 6,000 in the long form.
 func TestLateWork(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
 		return
 	}
-	for i, name := range []string{"kernel", "perjob", "quota"} {
+	for i, name := range []string{"kernel", "perjob", "quota", "faults"} {
 		t.Run(name, func(t *testing.T) {
 			o := uvm.Options{DeviceBudget: 4 * lateSize, HostCapacity: 2 * lateBlocks * lateSize, ThrashLapse: -1}
 			o.Mover = kernelMover(t, dev)
@@ -46,7 +49,7 @@ func TestLateWork(t *testing.T) {
 				t.Cleanup(func() { must(t, pool.Close()) })
 				o.HostPool = pool
 			}
-			st := runLateWork(t, f, dev, o, 0x1a7e+uint64(i))
+			st := runLateWork(t, f, dev, o, 0x1a7e+uint64(i), name == "faults")
 			if name == "quota" && st.HostCopiesDropped == 0 {
 				t.Error("no host copy was dropped at the pool's quota")
 			}
@@ -66,7 +69,7 @@ type lateBlock struct {
 	ptr  cuda.DevicePtr
 }
 
-func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Options, seed uint64) uvm.Stats {
+func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Options, seed uint64, faults bool) uvm.Stats {
 	const size, blocks = lateSize, lateBlocks
 	rng := rand.New(rand.NewPCG(seed, 7))
 	tr := newTier(t, dev, o)
@@ -99,6 +102,23 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 		steps = 6000
 	}
 	var ops [12]int
+	// With faults, a cuEventRecord fails now and then (the tier's batches', its release events',
+	// the Batcher's staging events): a call that fails so leaves the blocks where they were, a
+	// Release or Free ends the use or frees the block anyway (their documented contracts).
+	injected := 0
+	failed := func(err error) bool {
+		if faults && errors.Is(err, pinmalloc.ErrInvalidValue) {
+			injected++
+			return true
+		}
+		return false
+	}
+	ended := func(err error) {
+		t.Helper()
+		if err != nil && !failed(err) {
+			t.Fatal(err)
+		}
+	}
 	var held []*lateBlock // one entry per acquisition, oldest first
 	pinned := 0
 	for step := 0; step < steps; step++ {
@@ -119,13 +139,13 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 			if pinned >= 3 { // leave room in the budget: release the oldest acquisition first
 				o := held[0]
 				held = held[1:]
-				must(t, tr.Release(o.h, o.home))
+				ended(tr.Release(o.h, o.home))
 				o.pins--
 				pinned--
 			}
 			mode := uvm.Mode(rng.IntN(2))
 			p, err := tr.Acquire(m.h, m.home, mode)
-			if errors.Is(err, uvm.ErrAllPinned) || errors.Is(err, uvm.ErrAcquired) || errors.Is(err, uvm.ErrHostFull) {
+			if errors.Is(err, uvm.ErrAllPinned) || errors.Is(err, uvm.ErrAcquired) || errors.Is(err, uvm.ErrHostFull) || failed(err) {
 				continue
 			}
 			if err != nil {
@@ -153,7 +173,7 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 			k := rng.IntN(len(held))
 			o := held[k]
 			held = append(held[:k], held[k+1:]...)
-			must(t, tr.Release(o.h, o.home))
+			ended(tr.Release(o.h, o.home))
 			o.pins--
 			pinned--
 			ops[1]++
@@ -162,7 +182,7 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 				continue
 			}
 			b, err := tr.AcquireHost(m.h, uvm.Read)
-			if errors.Is(err, uvm.ErrHostFull) {
+			if errors.Is(err, uvm.ErrHostFull) || failed(err) {
 				continue
 			}
 			if err != nil {
@@ -179,7 +199,7 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 				continue
 			}
 			b, err := tr.AcquireHost(m.h, uvm.Write)
-			if errors.Is(err, uvm.ErrHostFull) {
+			if errors.Is(err, uvm.ErrHostFull) || failed(err) {
 				continue
 			}
 			if err != nil {
@@ -196,7 +216,7 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 					hs = append(hs, o.h)
 				}
 			}
-			if err := tr.Evict(hs); err != nil && !errors.Is(err, uvm.ErrHostFull) {
+			if err := tr.Evict(hs); err != nil && !errors.Is(err, uvm.ErrHostFull) && !failed(err) {
 				fail("Evict: %v", err)
 			}
 			ops[4]++
@@ -207,17 +227,17 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 			}
 			err := tr.Prefetch(hs, streams[rng.IntN(len(streams))])
 			if err != nil && !errors.Is(err, uvm.ErrAllPinned) && !errors.Is(err, uvm.ErrTooLarge) && !errors.Is(err, uvm.ErrAcquired) &&
-				!errors.Is(err, uvm.ErrHostFull) {
+				!errors.Is(err, uvm.ErrHostFull) && !failed(err) {
 				fail("Prefetch: %v", err)
 			}
 			ops[5]++
 		case op < 88: // free (acquired or not, or just evicted) and make a new block in its place
 			if m.pins == 0 && rng.IntN(2) == 0 {
-				if err := tr.Evict([]uvm.Handle{m.h}); err != nil && !errors.Is(err, uvm.ErrHostFull) {
+				if err := tr.Evict([]uvm.Handle{m.h}); err != nil && !errors.Is(err, uvm.ErrHostFull) && !failed(err) {
 					fail("Evict: %v", err)
 				}
 			}
-			must(t, tr.Free(m.h))
+			ended(tr.Free(m.h))
 			for k := 0; k < len(held); k++ {
 				if held[k] == m {
 					held = append(held[:k], held[k+1:]...)
@@ -231,6 +251,9 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 			}
 			newBlock(i)
 			ops[6]++
+		case op < 93 && faults && rng.IntN(2) == 0: // a record fails soon
+			f.FailAfter(fakecuda.CallRecord, rng.IntN(6), fakecuda.ResultInvalidValue)
+			ops[11]++
 		case op < 94: // one user stream runs, with what it waits for, and nothing else
 			f.CompleteStream(icuda.Stream(streams[rng.IntN(len(streams))]))
 			ops[7]++
@@ -249,6 +272,9 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 		}
 	}
 	f.Hold(false)
+	if faults { // no failure armed any more
+		f.FailAfter(fakecuda.CallRecord, 1<<30, fakecuda.ResultInvalidValue)
+	}
 	for _, m := range bs {
 		for ; m.pins > 0; m.pins-- {
 			must(t, tr.Release(m.h, m.home))
@@ -275,10 +301,13 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 		}
 	}
 	st := tr.Stats()
-	t.Logf("ops %v; hits %d misses %d, in %+v out %+v, clean evictions %d, host copies dropped %d",
-		ops[:11], st.Hits, st.Misses, st.Moved(true), st.Moved(false), st.CleanEvictions, st.HostCopiesDropped)
+	t.Logf("ops %v, %d failed by a fault; hits %d misses %d, in %+v out %+v, clean evictions %d, host copies dropped %d",
+		ops, injected, st.Hits, st.Misses, st.Moved(true), st.Moved(false), st.CleanEvictions, st.HostCopiesDropped)
 	if st.Moved(false).Blocks == 0 || st.Misses == 0 {
 		t.Error("nothing moved at 7 times the budget")
+	}
+	if faults && (injected == 0 || st.Failures == 0) {
+		t.Errorf("%d calls failed by a fault, %d batches failed: the run wants both", injected, st.Failures)
 	}
 	return st
 }
