@@ -37,7 +37,9 @@ func (b *Batcher) batch(jobs []Job, s cuda.Stream) error {
 		return fmt.Errorf("copyengine: batch copy of %d jobs: %w", len(jobs), err)
 	}
 	if on != s {
-		return b.fence(on, s)
+		if err := b.fence(on, s); err != nil {
+			return b.settle(on, err)
+		}
 	}
 	return nil
 }

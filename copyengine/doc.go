@@ -57,7 +57,9 @@
 // launch or batch call is reported, not retried with another method: a fault is not
 // recoverable, the other failures are misuse that a retry would repeat, and the caller (uvm)
 // must know that a block did not move. Per copy, a failure at job k leaves jobs 0..k-1 queued;
-// the error says which job failed. The sentinels are of the module's shared kinds
+// the error says which job failed. A launch or batch call that was queued but whose staging
+// event or fence back to s could not be is waited for before Copy returns the error, so that
+// no copy of a failed Copy runs later out of s's order or from a staging buffer reused since. The sentinels are of the module's shared kinds
 // (package pinmalloc).
 //
 // # Concurrency

@@ -110,11 +110,15 @@ func (b *Batcher) launch(jobs []Job, s cuda.Stream) error {
 		return fmt.Errorf("copyengine: kernel copy of %d jobs: %w", len(jobs), err)
 	}
 	if err := b.dev.EventRecord(st.ev, uintptr(on)); err != nil {
-		return fmt.Errorf("copyengine: kernel copy of %d jobs: recording its staging event: %w", len(jobs), err)
+		// The kernel is queued and reads st: wait for it, or the next Copy would write its
+		// jobs into st under it.
+		return b.settle(on, fmt.Errorf("copyengine: kernel copy of %d jobs: recording its staging event: %w", len(jobs), err))
 	}
 	st.busy = true
 	if on != s {
-		return b.fence(on, s)
+		if err := b.fence(on, s); err != nil {
+			return b.settle(on, err)
+		}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ package copyengine
 // which that API refuses.
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -34,4 +35,20 @@ func (b *Batcher) fence(from, to cuda.Stream) error {
 		return fmt.Errorf("copyengine: ordering streams: %w", err)
 	}
 	return nil
+}
+
+// settle waits for the work queued on stream on, a batch's stream, after the batch was queued
+// but what orders it could not be (its staging event, its fence back to the caller's stream),
+// and returns err: so that a failed Copy leaves no copy of its batch to run later out of the
+// caller's stream order, or reading a staging buffer the next Copy reuses. When on cannot be
+// synchronized, it waits for the whole context.
+func (b *Batcher) settle(on cuda.Stream, err error) error {
+	serr := b.dev.StreamSynchronize(uintptr(on))
+	if serr != nil {
+		serr = b.dev.Synchronize()
+	}
+	if serr != nil {
+		return errors.Join(err, fmt.Errorf("copyengine: waiting for the batch after that failure: %w", serr))
+	}
+	return err
 }

@@ -9,9 +9,10 @@ import (
 )
 
 // The fake's pinning section (the end of fakedriver.c.in, fake_pin_ctl): a cost model for the
-// calls that pin host memory, fault injection for the VMM and registration calls, and what the
-// host says about NUMA. The fake runs every call under one mutex; its pinning calls do their
-// expensive part (and the modelled cost) outside it, so that calls on several threads overlap.
+// calls that pin host memory, fault injection for the VMM and registration calls (and
+// cuEventRecord), and what the host says about NUMA. The fake runs every call under one mutex;
+// its pinning calls do their expensive part (and the modelled cost) outside it, so that calls
+// on several threads overlap.
 // What figures taken with the cost model can and cannot show is said at SetPinCost.
 
 // Controls understood by fake_pin_ctl (the PC_ constants of the C source).
@@ -38,6 +39,8 @@ const (
 	CallAccess
 	// CallRegister is cuMemHostRegister.
 	CallRegister
+	// CallRecord is cuEventRecord (the event is left as it was).
+	CallRecord
 )
 
 // More result codes for FailAfter.

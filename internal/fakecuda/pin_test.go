@@ -143,6 +143,17 @@ func TestFailAfter(t *testing.T) {
 	wantErr(t, "MemHostRegister", d.MemHostRegister(mem.Addr(b), gran, 0), pinmalloc.ErrOutOfMemory)
 	must(t, "MemHostRegister again", d.MemHostRegister(mem.Addr(b), gran, 0))
 	must(t, "MemHostUnregister", d.MemHostUnregister(mem.Addr(b)))
+	ev, err := d.EventCreate(true)
+	must(t, "EventCreate", err)
+	f.FailAfter(CallRecord, 1, ResultInvalidValue)
+	must(t, "first EventRecord", d.EventRecord(ev, 0))
+	records := f.Stat(EventRecords)
+	wantErr(t, "second EventRecord", d.EventRecord(ev, 0), pinmalloc.ErrInvalidValue)
+	if n := f.Stat(EventRecords); n != records {
+		t.Errorf("a failed cuEventRecord counted as a record: %d -> %d", records, n)
+	}
+	must(t, "EventRecord again", d.EventRecord(ev, 0))
+	must(t, "EventDestroy", d.EventDestroy(ev))
 	if live := f.LiveObjects(); len(live) != 1 || live["retains"] != 1 {
 		t.Errorf("after the failures: %v", live)
 	}

@@ -1,0 +1,100 @@
+package copyengine
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// TestStagingRecordFails: a launch whose staging event cannot be recorded (cuEventRecord
+// fails after cuLaunchKernel queued the kernel) is waited for before Copy returns the error.
+// Before, the buffer was left marked idle with the kernel still queued: the next Copy wrote its
+// jobs into it, and the failed launch, run later on its own stream, copied them again out of
+// that stream's order; here it wrote a destination the next batch had already filled, with the
+// bytes its source held by then.
+func TestStagingRecordFails(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	b := newBatcher(t, dev, Options{Method: MethodKernel})
+	s1, s2 := newStream(t, dev), newStream(t, dev)
+	const n = 4096
+	host, d := hostMem(t, dev, 4*n), devMem(t, dev, 2*n)
+	h1, h2 := mem.Bytes(host, n), mem.Bytes(host+n, n)
+	fill(h1, 1)
+	fill(h2, 2)
+	want := bytes.Clone(h2)
+	f.Hold(true)
+	defer f.Hold(false)
+	f.FailAfter(fakecuda.CallRecord, 0, fakecuda.ResultInvalidValue)
+	if err := b.Copy([]Job{mkJob(d, host, n)}, pcuda.Stream(s1)); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+		t.Fatalf("Copy whose staging event fails to record: %v, want ErrInvalidValue", err)
+	}
+	must(t, "Copy of the next batch", b.Copy([]Job{mkJob(d+n, host+n, n)}, pcuda.Stream(s2)))
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s2))
+	fill(h2, 3) // the next batch is done: its source is the caller's again
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s1))
+	if !bytes.Equal(mem.Bytes(d+n, n), want) {
+		t.Fatal("a launch whose staging event failed ran later with the next batch's jobs: it overwrote that batch's destination")
+	}
+}
+
+// TestFenceBackFails: a batch moved on the Batcher's side stream (a LowPriority kernel, a
+// batch-API batch on the legacy stream) whose fence back to the caller's stream cannot be
+// queued is waited for before Copy returns the error. Before, it stayed queued on the side
+// stream outside the caller's order, and ran after the caller's retry of the same copy on its
+// own stream had written the destination: the failed batch overwrote the retry.
+func TestFenceBackFails(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, c := range []struct {
+		name string
+		o    Options
+		s    func() cuda.Stream
+		skip int // cuEventRecord calls that pass before the fence back's
+	}{
+		{"low-priority kernel", Options{Method: MethodKernel, LowPriority: true}, func() cuda.Stream { return newStream(t, dev) }, 2},
+		{"legacy-stream batch", Options{Method: MethodBatchAPI}, func() cuda.Stream { return 0 }, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newBatcher(t, dev, c.o)
+			s := c.s()
+			const n = 4096
+			host, d := hostMem(t, dev, 2*n), devMem(t, dev, n)
+			old, retry := mem.Bytes(host, n), mem.Bytes(host+n, n)
+			fill(old, 4)
+			fill(retry, 5)
+			f.Hold(true)
+			defer f.Hold(false)
+			f.FailAfter(fakecuda.CallRecord, c.skip, fakecuda.ResultInvalidValue)
+			if err := b.Copy([]Job{mkJob(d, host, n)}, pcuda.Stream(s)); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+				t.Fatalf("Copy whose fence back fails: %v, want ErrInvalidValue", err)
+			}
+			must(t, "the retry", dev.MemcpyAsync(uintptr(d), host+n, n, s))
+			must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+			f.Hold(false)
+			f.Complete() // whatever is still queued anywhere
+			if !bytes.Equal(mem.Bytes(d, n), retry) {
+				t.Fatal("the failed batch ran after the caller's retry on its stream and overwrote it")
+			}
+		})
+	}
+}
+
+// newStream makes a stream destroyed at cleanup.
+func newStream(t testing.TB, dev *cuda.Device) cuda.Stream {
+	t.Helper()
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	t.Cleanup(func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) })
+	return s
+}
