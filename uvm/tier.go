@@ -52,6 +52,14 @@
 // Completions are found by polling (cuEventQuery, internal/streamq), oldest first per stream,
 // on every migration and in Stats; Sync and Close wait for them.
 //
+// The tier orders its own copies after the user's work, not one user stream after another: a
+// block written on s1 and released, then acquired on s2 while it is still on the device, does
+// not make s2 wait for s1's work (Acquire on a resident block makes no driver call). A program
+// that hands a block from one stream to another orders the two itself (an event recorded on
+// s1, waited for on s2), as for any device memory. Where the block was evicted and restored
+// between the two, s2 happens to wait for s1 through the tier's copies; a program must not
+// count on it.
+//
 // The []byte AcquireHost returns is a buffer of the tier's pinned.Pool. A device.Heap copy
 // queued from or into it (HtoDAsync, DtoHAsync) records its stream on the buffer, so freeing,
 // evicting or dropping the block while such a copy is still queued never hands the buffer to
