@@ -212,14 +212,16 @@ func TestFakePoolCopiesHostVMM(t *testing.T) {
 }
 
 // TestFakePoolCopiesRegister is TestFakePoolCopiesHostVMM on a driver without VMM host memory:
-// registered memory, every buffer inside one registration.
+// registered memory, every buffer inside one registration. The purge is off, so that the
+// pool's committed memory and the fake's registered bytes are read at one state (a purge
+// between the two reads, a pause of a purge delay on a loaded machine, failed it).
 func TestFakePoolCopiesRegister(t *testing.T) {
 	f := fakecuda.Run(t)
 	if f == nil {
 		return
 	}
 	f.SetHostVMM(false)
-	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 2 << 30})
+	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 2 << 30, PurgeDelay: -1})
 	if st := p.Stats(); st.Provider != "cuda-host-register" {
 		t.Fatalf("CUDAHost on a driver without host VMM uses %q", st.Provider)
 	}
