@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -75,12 +76,7 @@ func TestFreeAcquiredOrdersItsWork(t *testing.T) {
 	writeDev(t, dev, s1, pa, pattern(1, size)) // queued on s1, not run
 	must(t, tr.Free(a))                        // acquired: the use ends now
 	f.Hold(false)
-	b := allocN(t, tr, 1, size)[0]
-	pb, err := tr.Acquire(b, s2, uvm.Write) // a's VRAM, once its completion is polled
-	must(t, err)
-	if pb != pa {
-		t.Fatalf("the next block got %#x, not the freed block's VRAM %#x: the test needs the reuse", pb, pa)
-	}
+	b, pb := nextOnVRAM(t, tr, s2, pa, size) // a's VRAM, once its completion is polled
 	writeDev(t, dev, s2, pb, pattern(2, size))
 	must(t, dev.StreamSynchronize(uintptr(s2))) // the next block's write runs first,
 	must(t, dev.StreamSynchronize(uintptr(s1))) // then whatever s1 still held
@@ -116,12 +112,7 @@ func TestHostWriteOrdersDeviceReads(t *testing.T) {
 	copy(buf, pattern(9, size))
 	must(t, tr.ReleaseHost(a))
 	f.Hold(false)
-	b := allocN(t, tr, 1, size)[0]
-	pb, err := tr.Acquire(b, s2, uvm.Write)
-	must(t, err)
-	if pb != pa {
-		t.Fatalf("the next block got %#x, not the dropped VRAM %#x: the test needs the reuse", pb, pa)
-	}
+	b, pb := nextOnVRAM(t, tr, s2, pa, size)
 	writeDev(t, dev, s2, pb, pattern(2, size))
 	_ = readDev(t, dev, s2, pb, size) // s2 runs
 	must(t, dev.StreamSynchronize(uintptr(s1)))
@@ -172,4 +163,17 @@ func TestDropHostCopyWaitsForRestore(t *testing.T) {
 		t.Error("the restore read a host copy dropped under it and given to another block")
 	}
 	must(t, tr.Release(a, s))
+}
+
+// nextOnVRAM makes a block of size bytes and acquires it for writing on s, where it must get the
+// VRAM at pa that an earlier block gave up: the tests of a change of owner need the reuse.
+func nextOnVRAM(t *testing.T, tr *uvm.Tier, s cuda.Stream, pa cuda.DevicePtr, size int) (uvm.Handle, cuda.DevicePtr) {
+	t.Helper()
+	b := allocN(t, tr, 1, size)[0]
+	pb, err := tr.Acquire(b, s, uvm.Write)
+	must(t, err)
+	if pb != pa {
+		t.Fatalf("the next block got %#x, not the VRAM %#x given up: the test needs the reuse", pb, pa)
+	}
+	return b, pb
 }
