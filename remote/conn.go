@@ -72,8 +72,8 @@ const maxRegionsPerConn = 4096
 // Messages of the protocol between two workers' connections, little-endian: a magic, a type,
 // the protocol's version, two zero bytes and the id of the connection it is for (zero in a
 // hello), then the body. A hello of another version is answered with msgVersion, which every
-// version from 1 on reads the same way, and the dialer fails with ErrProtocol naming both versions; any
-// other message of another version is dropped.
+// version from 1 on reads the same way, and the dialer fails with ErrProtocol naming both
+// versions; any other message of another version is dropped.
 const (
 	msgMagic   = "pmrm"
 	msgHeader  = 16

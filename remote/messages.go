@@ -42,7 +42,7 @@ const (
 	dataGet   = 2 // a request for length bytes at address: the target answers dataReply
 	dataReply = 3 // the bytes asked for
 	dataDone  = 4 // the put is in place, or was refused (the status says)
-	dataDones = 5 // several puts are in place: their operation ids (see doneIDs)
+	dataDones = 5 // several puts are in place: their operation ids (see doneMax)
 )
 
 // Acknowledging puts in batches. The puts a target places in one progress round, for one
