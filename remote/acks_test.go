@@ -11,41 +11,6 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
 )
 
-// connectedPair returns two workers of this process, each with a pool registered, and a
-// connection from the first to the second (c1) with its accepted end (c2).
-func connectedPair(t *testing.T, ctx context.Context) (w1, w2 *Worker, r1, r2 *Registration, c1, c2 *Conn) {
-	t.Helper()
-	needUCX(t)
-	w1, w2 = newWorker(t), newWorker(t)
-	for _, w := range []*Worker{w1, w2} {
-		p, err := testPool(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close() })
-		r, err := w.Register(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if w == w1 {
-			r1 = r
-		} else {
-			r2 = r
-		}
-	}
-	l, err := w2.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c1, err = w1.Connect(ctx, l.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	if c2, err = l.Accept(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return w1, w2, r1, r2, c1, c2
-}
-
 // TestPutAcksInBatches: the puts by message of one transfer are acknowledged in batches (a
 // dataDones names up to doneMax of them): far fewer answers than puts, where there was one a
 // put, and every byte in place.

@@ -13,40 +13,10 @@ import (
 // address), moves a buffer with a put and a get, exchanges messages, and closes a connection,
 // whose peer then reads ErrClosed.
 func TestOneProcess(t *testing.T) {
-	needUCX(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w1 := newWorker(t)
-	w2 := newWorker(t)
-	p1, err := testPool(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p1.Close()
-	p2, err := testPool(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p2.Close()
-	if _, err := w1.Register(p1); err != nil {
-		t.Fatal(err)
-	}
-	r2, err := w2.Register(p2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := w2.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1, err := w1.Connect(ctx, l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := l.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w1, w2, r1, r2, c1, c2 := connectedPair(t, ctx)
+	p1, p2 := r1.pool, r2.pool
 	b1, err := p1.Alloc(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -137,4 +107,39 @@ func TestIdleWorkerSleeps(t *testing.T) {
 	if woke > 30 || cpu > 100*time.Millisecond {
 		t.Fatalf("idle workers woke %d times and took %v of CPU in 500 ms: they poll", woke, cpu)
 	}
+}
+
+// connectedPair returns two workers of this process, each with a pool registered, and a
+// connection from the first to the second (c1) with its accepted end (c2).
+func connectedPair(t *testing.T, ctx context.Context) (w1, w2 *Worker, r1, r2 *Registration, c1, c2 *Conn) {
+	t.Helper()
+	needUCX(t)
+	w1, w2 = newWorker(t), newWorker(t)
+	for _, w := range []*Worker{w1, w2} {
+		p, err := testPool(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		r, err := w.Register(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w == w1 {
+			r1 = r
+		} else {
+			r2 = r
+		}
+	}
+	l, err := w2.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1, err = w1.Connect(ctx, l.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if c2, err = l.Accept(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return w1, w2, r1, r2, c1, c2
 }
