@@ -52,7 +52,9 @@
 //     stream has passed a point placed after the look (internal/streamq); a busy one gives
 //     back, the same way, the segments it has kept empty since the previous look; the arena
 //     decommits what it gets a purge delay later. Alloc and FreeAsync arm nothing: the timer runs while
-//     the heap has streams, slower (up to a second) while they are quiet.
+//     the heap has streams, slower (up to a second) while they are quiet. The heap of the legacy
+//     default stream is left to Trim: a point there, which no query can replace, would tie
+//     every blocking stream to the others at each look, and leave the stream busy to Close.
 //
 // Running out of memory, Alloc waits for every deferred free and gives back every stream's
 // held segments, its own stream's included (synchronizing each stream first), before it
@@ -90,8 +92,8 @@
 //     legacy stream is synchronized first (the context, when a default stream's heap holds
 //     memory): a blocking stream's frees come after the legacy stream's earlier work, which
 //     the blocking stream's own synchronize does not wait for. ForgetStream does the same.
-//   - The idle purge: a stream heap quiet for a purge delay is asked for on its stream's list
-//     of a second streamq.Lists, and trimmed when the list hands the request back (an event
+//   - The idle purge: a stream heap quiet for a purge delay (the legacy stream's excepted) is
+//     asked for on its stream's list of a second streamq.Lists, and trimmed when the list hands the request back (an event
 //     recorded after the request has completed, a query found the stream idle, or, for a stream
 //     the driver refuses, the context synchronized) if the heap made no operation since the
 //     request: every free it took is then before a point its stream has passed. A heap busy

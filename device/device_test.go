@@ -268,9 +268,7 @@ func TestFakeErrors(t *testing.T) {
 	if err := h1.Free(pcuda.DevicePtr(p)); !errors.Is(err, heap.ErrDoubleFree) {
 		t.Errorf("Free while a FreeAsync waits = %v", err)
 	}
-	// The fake runs work again: held, an event the idle purge records on the default stream
-	// (whose query never says it has passed a point: every ask of its quiet heap records one)
-	// after Complete stayed in flight, and Close at cleanup said ErrBusy.
+	// The fake runs work again, for the cleanup's Sync and Close.
 	f.Complete()
 	f.Hold(false)
 	must(t, "Sync", h1.Sync())

@@ -44,6 +44,14 @@ import (
 //   - While no stream heap is busy or asked for, the period doubles up to purgeMaxPeriod; the
 //     timer stops when the heap has no stream (ForgetStream of every one) and at Close.
 //
+// The heap of a default stream (the legacy one, 0 or its handle 1) is left alone: no query
+// finds such a stream idle (its work waits for every blocking stream's earlier work), so every
+// ask would record an event there, and an operation on the legacy stream is a barrier
+// between all the blocking streams: each look of the purger would tie the user's blocking
+// streams together, and leave the legacy stream with work in flight, which Close, querying
+// it, took for the user's (ErrBusy on a heap freed and synchronized). Such a heap gives its
+// memory back at Trim, at ForgetStream and when an Alloc runs out of memory, which synchronize.
+//
 // What stays is what a stream heap's live blocks need: with 2 MiB VMM granules (the device's
 // default provider), every chunk (segment) that holds a live block stays committed whole.
 type purger struct {
@@ -165,6 +173,9 @@ func (h *Heap) purgeTick() {
 func (h *Heap) purgeLook() (busy, asked bool) {
 	pg := &h.purge
 	for s, sh := range h.streams {
+		if streamq.DefaultStream(streamq.Stream(s)) {
+			continue // no point recorded there in the background (see purger)
+		}
 		lk := pg.looks[sh]
 		prev := lk.mark
 		mark, spares := sh.SpareMark()

@@ -282,3 +282,40 @@ func TestFakeBusyHeapGivesSpares(t *testing.T) {
 		t.Fatalf("quiet: %d bytes committed, want %d", h.Usage().Committed, floor(h, live))
 	}
 }
+
+// TestFakeCloseAfterIdlePurge: a user who used the legacy default stream, freed everything and
+// synchronized closes the heap at the first try, however often the idle purge looked at its
+// quiet heap meanwhile. No query finds the legacy stream idle (its work waits for every
+// blocking stream's earlier work), so the purge asked for that heap with an event recorded
+// there, which the fake holds (a GPU runs it a little later): Close found the legacy stream
+// with the purge's event in flight and said ErrBusy (a retry succeeded on a GPU). The purge
+// now leaves the heaps of the default streams alone (Trim gives them back), so it records
+// nothing there; a blocking stream's quiet heap is still given back. Fails before the fix.
+func TestFakeCloseAfterIdlePurge(t *testing.T) {
+	f, dev, h := purgeHeap(t, false, true)
+	if f == nil {
+		return
+	}
+	defer f.Complete()
+	b := newBlockingStream(t, dev, h)
+	const n = 64 << 10
+	for _, s := range []cuda.Stream{0, b} {
+		p := alloc(t, h, n, s)
+		must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 0x5A, n, pcuda.Stream(s)))
+		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+	}
+	must(t, "synchronize the context", dev.Synchronize()) // the user's
+	records := f.Stat(fakecuda.EventRecords)
+	for range 4 { // busy since the last look, then quiet: asked for, and so on
+		h.purgeTick()
+	}
+	if n := f.Stat(fakecuda.EventRecords) - records; n != 0 || f.Pending() != 0 {
+		t.Errorf("the purge of quiet heaps on idle streams recorded %d events, left %d streams with work pending; want none", n, f.Pending())
+	}
+	if st := h.Stats(); st.Purges != 1 {
+		t.Errorf("%d purges, want 1 (the blocking stream's heap)", st.Purges)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatalf("Close, the first try: %v", err)
+	}
+}
