@@ -152,3 +152,76 @@ func TestFailNext(t *testing.T) {
 		t.Fatalf("the next Copy: %v; FailNext fails one call", err)
 	}
 }
+
+// TestFailNextEventRecord: the next cuEventRecord fails with the code asked for, once, and
+// leaves the event as it was, as the driver queues nothing for a call that fails: an event
+// never recorded stays complete, one recorded behind held work still stands for that record.
+// A device heap whose point for a deferred free cannot be recorded answers with a synchronize
+// of the context: the free is done, nothing is lost.
+func TestFailNextEventRecord(t *testing.T) {
+	dev, fake := cudatest.Device(t)
+	if dev == nil {
+		return
+	}
+	h := newHeap(t, dev, 8<<20)
+	a, err := dev.StreamCreate(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.StreamDestroy(a)
+	defer h.ForgetStream(a)
+	ev, err := dev.EventCreate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.EventDestroy(ev)
+	wantFail := func(what string, err error) {
+		t.Helper()
+		if code, ok := cuda.ResultCode(err); !ok || code != cudatest.InvalidValue || !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Fatalf("%s after FailNext(EventRecord, InvalidValue) = %v (code %d); want code %d", what, err, code, cudatest.InvalidValue)
+		}
+	}
+
+	fake.FailNext(cudatest.EventRecord, cudatest.InvalidValue)
+	wantFail("EventRecord of a new event", dev.EventRecord(ev, a))
+	if err := dev.EventQuery(ev); err != nil {
+		t.Fatalf("a never-recorded event after a failed record: %v; want complete", err)
+	}
+
+	fake.Hold(true)
+	defer fake.Complete()
+	p, err := h.Alloc(4096, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.HtoDAsync(p, make([]byte, 4096), a); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.EventRecord(ev, a); err != nil { // behind the held copy
+		t.Fatal(err)
+	}
+	fake.FailNext(cudatest.EventRecord, cudatest.InvalidValue)
+	wantFail("EventRecord on the idle legacy stream", dev.EventRecord(ev, 0))
+	if err := dev.EventQuery(ev); !errors.Is(err, cuda.ErrNotReady) {
+		t.Fatalf("an event recorded behind held work, then a failed record: %v; want ErrNotReady (the earlier record stands)", err)
+	}
+
+	// The heap: a's block freed on the legacy stream waits for a point there; its record fails.
+	if err := h.FreeAsync(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	fake.FailNext(cudatest.EventRecord, cudatest.InvalidValue)
+	q, err := h.Alloc(4096, a) // polls the deferred free: the record fails, the context is synchronized
+	if err != nil {
+		t.Fatalf("Alloc whose poll's record fails: %v", err)
+	}
+	if st := h.Stats(); st.Frees != 1 || fake.Pending() != 0 {
+		t.Fatalf("after the failed record: %d frees done, %d streams with work pending; want 1, none", st.Frees, fake.Pending())
+	}
+	if err := dev.EventQuery(ev); err != nil {
+		t.Fatalf("the event after the context's synchronize: %v", err)
+	}
+	if err := errors.Join(dev.EventRecord(ev, a), h.Free(q)); err != nil {
+		t.Fatalf("the next record: %v; FailNext fails one call", err)
+	}
+}

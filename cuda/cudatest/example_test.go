@@ -53,3 +53,48 @@ func Example() {
 	}
 	_ = TestUpload
 }
+
+// A test that a program survives a CUDA call that fails: here the point a device heap
+// records for a free made on another stream. The heap answers a record it cannot make with a
+// synchronize of the context, and the free is done.
+func ExampleFake_FailNext() {
+	TestRecordFails := func(t *testing.T) {
+		dev, fake := cudatest.Device(t)
+		if dev == nil {
+			return
+		}
+		h, err := device.New(dev, device.Options{Capacity: 8 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		p, err := h.Alloc(4096, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := dev.StreamCreate(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.StreamDestroy(s)
+		defer h.ForgetStream(s)
+		fake.Hold(true) // the GPU is busy: a copy stays queued on s
+		defer fake.Complete()
+		if err := h.HtoDAsync(p, make([]byte, 4096), s); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.FreeAsync(p, s); err != nil { // another stream's block: the free waits for s
+			t.Fatal(err)
+		}
+		fake.FailNext(cudatest.EventRecord, cudatest.InvalidValue)
+		q, err := h.Alloc(4096, s) // its poll cannot record a point on s
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Free(q)
+		if st := h.Stats(); st.Frees != 1 {
+			t.Fatalf("%d frees done, want 1", st.Frees)
+		}
+	}
+	_ = TestRecordFails
+}

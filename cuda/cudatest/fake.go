@@ -63,6 +63,11 @@ const (
 	HostRegister
 	// LaunchKernel is cuLaunchKernel: copyengine.Batcher's gather kernel, and a uvm tier's moves.
 	LaunchKernel
+	// EventRecord is cuEventRecord: the points that order reuse in stream order (a pinned
+	// pool's and a device heap's frees, a uvm tier's moves) and cuda.Device.EventRecord. A
+	// record that fails queues nothing and leaves the event as it was: one never recorded
+	// stays complete, one recorded before still stands for that earlier record.
+	EventRecord
 )
 
 // Driver result codes (CUresult) for FailNext; cuda.ResultCode returns them from an error.
@@ -96,6 +101,8 @@ func (f *Fake) FailNext(c Call, code int) {
 		f.d.FailAfter(fakecuda.CallRegister, 0, code)
 	case LaunchKernel:
 		f.d.FailLaunch(1, code)
+	case EventRecord:
+		f.d.FailAfter(fakecuda.CallRecord, 0, code)
 	default:
 		f.t.Fatalf("cudatest: FailNext: unknown call %d", c)
 	}
