@@ -178,7 +178,8 @@ func (t *Tier) freeBlock(id BlockID) error {
 		}
 		t.rel.waits = t.rel.waits[:0]
 		t.addWaits(b)
-		errs = append(errs, t.retire(c))
+		_, err := t.retire(c) // the block goes either way; what a failed wait keeps is lost
+		errs = append(errs, err)
 	} else if hostFree != nil {
 		errs = append(errs, t.mem.pool.Free(hostFree))
 	}

@@ -123,22 +123,27 @@ func (t *Tier) push(dir int, c completion) error {
 // earlier work, where an eviction's copy may still write the block's host buffer (or read its
 // VRAM). Finishing the completion after the events alone handed such a buffer to the pool
 // under the copy.
-func (t *Tier) retire(c completion) error {
-	err := t.queueWaits(t.engine.d2h)
+//
+// gone reports whether c's memory has left the caller: queued, or given on by the fallback,
+// even when giving it on failed (complete's error: the heap or the pool refused it, and no
+// block may point to it any more). It is false only when a CPU wait failed: c's memory is
+// then still the caller's, and may still be in use.
+func (t *Tier) retire(c completion) (gone bool, err error) {
+	err = t.queueWaits(t.engine.d2h)
 	if err == nil {
 		if err = t.push(dirD2H, c); err == nil {
-			return nil
+			return true, nil
 		}
 	}
 	for _, w := range t.rel.waits {
 		if serr := t.dev.EventSynchronize(uintptr(w.ev)); serr != nil {
-			return errors.Join(err, serr)
+			return false, errors.Join(err, serr)
 		}
 	}
 	if serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h)); serr != nil {
-		return errors.Join(err, serr)
+		return false, errors.Join(err, serr)
 	}
-	return t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})
+	return true, t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})
 }
 
 // poll finishes the batches whose streams have passed them. A stream the driver refuses

@@ -99,11 +99,15 @@ func (t *Tier) waitHostCopies(id BlockID, b *block, m Mode) error {
 }
 
 // dropDeviceCopy drops the device copy of block id, which Go is about to write on the host:
-// its VRAM goes back behind its uses, and the block is on the host only.
+// its VRAM goes back behind its uses, and the block is on the host only. When retire could not
+// give the VRAM on (a wait failed), the block keeps it and its device copy, and the error comes
+// back; when it gave it on, even with an error (the heap refused it), the block lets go of it
+// all the same, and the error comes back: no block points to VRAM the tier no longer holds.
 func (t *Tier) dropDeviceCopy(id BlockID, b *block) error {
 	t.rel.waits = t.rel.waits[:0]
 	t.addWaits(b)
-	if err := t.retire(completion{dev: []devBlock{{b.dev, b.size}}}); err != nil {
+	gone, err := t.retire(completion{dev: []devBlock{{b.dev, b.size}}})
+	if !gone {
 		return err
 	}
 	t.putReleases(b)
@@ -111,6 +115,9 @@ func (t *Tier) dropDeviceCopy(id BlockID, b *block) error {
 	b.dev = 0
 	t.acct.device -= b.size
 	t.acct.hostOnly += b.size
+	if err != nil {
+		return fmt.Errorf("uvm: the device copy of %#x, dropped: %w", uint64(t.handle(id)), err)
+	}
 	return nil
 }
 
