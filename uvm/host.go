@@ -3,8 +3,11 @@ package uvm
 import (
 	"errors"
 	"fmt"
+	"syscall"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -170,10 +173,11 @@ func (t *Tier) ReleaseHost(h Handle) error {
 	return nil
 }
 
-// hostAlloc gives b a host buffer. When the pool is full (pinned.ErrOutOfMemory: its capacity
-// is used, or the driver refused to pin more; pinned.ErrQuota: a shared pool's quota) it drops
-// host copies of clean blocks on the device (they become dirty), then retries; it fails with
-// ErrHostFull. t.mu is held.
+// hostAlloc gives b a host buffer. When the pool is full (poolFull: its capacity is used, the
+// system or the driver had no memory to pin, a shared pool's quota) it drops host copies of
+// clean blocks on the device (they become dirty), then retries; it fails with ErrHostFull. A
+// pool that fails for another cause (the driver refusing a commit otherwise) is not full: its
+// error comes back as it is, and no host copy is dropped for it. t.mu is held.
 func (t *Tier) hostAlloc(id BlockID, b *block) error {
 	buf, err := t.poolAlloc(b.size)
 	if err != nil && poolFull(err) && t.dropHostCopies(b.size) {
@@ -181,9 +185,9 @@ func (t *Tier) hostAlloc(id BlockID, b *block) error {
 	}
 	if err != nil {
 		if poolFull(err) || errors.Is(err, pinned.ErrTooLarge) {
-			return fmt.Errorf("%w: host buffer of %d bytes for block %#x: %w", ErrHostFull, b.size, t.handle(id), err)
+			return fmt.Errorf("%w: host buffer of %d bytes for block %#x: %w", ErrHostFull, b.size, uint64(t.handle(id)), err)
 		}
-		return fmt.Errorf("uvm: host buffer of %d bytes: %w", b.size, err)
+		return fmt.Errorf("uvm: host buffer of %d bytes for block %#x: %w", b.size, uint64(t.handle(id)), err)
 	}
 	addr := uintptr(0)
 	if len(buf) > 0 {
@@ -210,9 +214,16 @@ func (t *Tier) poolAlloc(n uintptr) ([]byte, error) {
 	return t.mem.pool.AllocAligned(int(n), hostAlign)
 }
 
-// poolFull reports an allocation the host pool refused for want of room.
+// poolFull reports an allocation the host pool refused for want of room: its capacity used up
+// (heap.ErrOutOfMemory), the system or the driver out of memory to pin (arena.ErrExhausted,
+// ENOMEM), or its quota. The pool says pinned.ErrOutOfMemory for any commit the driver
+// refused, whatever the driver's cause: that alone is not a full pool.
 func poolFull(err error) bool {
-	return errors.Is(err, pinned.ErrOutOfMemory) || errors.Is(err, pinned.ErrQuota)
+	if errors.Is(err, pinned.ErrQuota) {
+		return true
+	}
+	return errors.Is(err, pinned.ErrOutOfMemory) && (errors.Is(err, heap.ErrOutOfMemory) ||
+		errors.Is(err, arena.ErrExhausted) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EAGAIN))
 }
 
 // dropHostCopies frees host copies of clean, unacquired blocks on the device, not in flight,

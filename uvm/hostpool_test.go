@@ -3,7 +3,9 @@ package uvm_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -55,6 +57,8 @@ func TestSharedHostPool(t *testing.T) {
 	must(t, tr.Evict(hs[:1])) // A, dirty now, takes B's
 	if err := tr.Evict(hs[1:2]); !errors.Is(err, uvm.ErrHostFull) {
 		t.Fatalf("evicting B with the quota full and no clean copy left: %v, want ErrHostFull", err)
+	} else if want := fmt.Sprintf("block %#x:", uint64(hs[1])); !strings.Contains(err.Error(), want) {
+		t.Errorf("the error does not name B (%q): %v", want, err) // it gave the handle's text in hex
 	}
 	must(t, pool.Free(user))
 	must(t, tr.Evict(hs[1:2]))
