@@ -350,7 +350,7 @@ func (h *Heap) heapFor(s cuda.Stream) (*heap.Heap, error) {
 		return nil, err
 	}
 	h.streams[s] = sh
-	h.watch(sh)
+	h.watch(s, sh)
 	return sh, nil
 }
 

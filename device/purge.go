@@ -42,7 +42,8 @@ import (
 //     cuMemRelease, which do not wait for the device: hence the wait for the stream). A heap
 //     busy again since is left; its next quiet tick asks again.
 //   - While no stream heap is busy or asked for, the period doubles up to purgeMaxPeriod; the
-//     timer stops when the heap has no stream (ForgetStream of every one) and at Close.
+//     timer stops when the heap has no stream heap it watches (ForgetStream of every one; the
+//     default streams' are not watched, below) and at Close.
 //
 // The heap of a default stream (the legacy one, 0 or its handle 1) is left alone: no query
 // finds such a stream idle (its work waits for every blocking stream's earlier work), so every
@@ -120,10 +121,11 @@ func (h *Heap) newPurger(d time.Duration, prov arena.Provider) {
 	}
 }
 
-// watch starts the purge of new stream heap sh, and the timer if it is stopped. h.mu is held.
-func (h *Heap) watch(sh *heap.Heap) {
+// watch starts the purge of new stream heap sh of stream s, and the timer if it is stopped; a
+// default stream's heap is not watched (see purger). h.mu is held.
+func (h *Heap) watch(s cuda.Stream, sh *heap.Heap) {
 	pg := &h.purge
-	if pg.delay == 0 {
+	if pg.delay == 0 || streamq.DefaultStream(streamq.Stream(s)) {
 		return
 	}
 	pg.looks[sh] = &look{ops: sh.OpsHint()}
@@ -156,7 +158,7 @@ func (h *Heap) purgeTick() {
 	h.st.PurgeTicks++
 	busy, asked := h.purgeLook()
 	switch {
-	case len(h.streams) == 0:
+	case len(pg.looks) == 0: // no stream heap watched
 		pg.armed = false
 		return
 	case busy || asked:
@@ -173,10 +175,10 @@ func (h *Heap) purgeTick() {
 func (h *Heap) purgeLook() (busy, asked bool) {
 	pg := &h.purge
 	for s, sh := range h.streams {
-		if streamq.DefaultStream(streamq.Stream(s)) {
-			continue // no point recorded there in the background (see purger)
-		}
 		lk := pg.looks[sh]
+		if lk == nil {
+			continue // a default stream's: no point recorded there in the background (see purger)
+		}
 		prev := lk.mark
 		mark, spares := sh.SpareMark()
 		lk.mark = mark

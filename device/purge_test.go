@@ -303,6 +303,12 @@ func TestFakeCloseAfterIdlePurge(t *testing.T) {
 		p := alloc(t, h, n, s)
 		must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 0x5A, n, pcuda.Stream(s)))
 		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+		h.mu.Lock()
+		armed := h.purge.armed
+		h.mu.Unlock()
+		if armed != (s == b) {
+			t.Fatalf("with a heap for stream %#x: the purge's timer armed %v, want %v (the legacy stream's heap is not watched)", s, armed, s == b)
+		}
 	}
 	must(t, "synchronize the context", dev.Synchronize()) // the user's
 	records := f.Stat(fakecuda.EventRecords)
