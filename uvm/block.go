@@ -178,7 +178,7 @@ func (t *Tier) freeBlock(id BlockID) error {
 		}
 		t.rel.waits = t.rel.waits[:0]
 		t.addWaits(b)
-		_, err := t.retire(c) // the block goes either way; what a failed wait keeps is lost
+		_, err := t.retire(c) // the block goes either way; after a failed wait its memory stays out of use
 		errs = append(errs, err)
 	} else if hostFree != nil {
 		errs = append(errs, t.mem.pool.Free(hostFree))
