@@ -233,16 +233,7 @@ func TestSpareVRAM(t *testing.T) {
 	must(t, err)
 	s, su := stream(t, dev), stream(t, dev)
 	small := filled(t, tr, budget/(64*kib), 64*kib)
-	acquire := func(hs []uvm.Handle) []cuda.DevicePtr {
-		t.Helper()
-		ps := make([]cuda.DevicePtr, len(hs))
-		for i, hd := range hs {
-			ps[i], err = tr.Acquire(hd, s, uvm.Write)
-			must(t, err)
-			must(t, tr.Release(hd, s))
-		}
-		return ps
-	}
+	acquire := func(hs []uvm.Handle) []cuda.DevicePtr { return acquireAll(t, tr, s, uvm.Write, hs) }
 	first := acquire(small)
 	live := h.Stats().Live
 	must(t, tr.Evict(small))

@@ -73,16 +73,7 @@ func TestDropDeviceCopyFailedFreeKeepsBlock(t *testing.T) {
 	tr, err := uvm.New(public(dev), uvm.Options{DeviceBudget: budget, Heap: h})
 	must(t, err)
 	s := stream(t, dev)
-	acquire := func(hs []uvm.Handle) []cuda.DevicePtr {
-		t.Helper()
-		ps := make([]cuda.DevicePtr, len(hs))
-		for i, hd := range hs {
-			ps[i], err = tr.Acquire(hd, s, uvm.Read)
-			must(t, err)
-			must(t, tr.Release(hd, s))
-		}
-		return ps
-	}
+	acquire := func(hs []uvm.Handle) []cuda.DevicePtr { return acquireAll(t, tr, s, uvm.Read, hs) }
 	// Spare VRAM of 256 KiB blocks and the budget's worth of 128 KiB blocks on the device: the
 	// tier holds twice its budget, so VRAM it gives up goes back to the heap, not to its spares.
 	big := filled(t, tr, 4, 256*kib)

@@ -108,6 +108,20 @@ func filled(t testing.TB, tr *uvm.Tier, n, size int) []uvm.Handle {
 	return hs
 }
 
+// acquireAll acquires each block of hs on stream s in mode m and releases it there at once: the
+// blocks are on the device, and their device addresses are returned.
+func acquireAll(t testing.TB, tr *uvm.Tier, s cuda.Stream, m uvm.Mode, hs []uvm.Handle) []cuda.DevicePtr {
+	t.Helper()
+	ps := make([]cuda.DevicePtr, len(hs))
+	for i, h := range hs {
+		p, err := tr.Acquire(h, s, m)
+		must(t, err)
+		must(t, tr.Release(h, s))
+		ps[i] = p
+	}
+	return ps
+}
+
 // pattern returns n bytes of seed's pattern, seed + 7i + i/251 at byte i. It repeats every
 // patternPeriod bytes, so the first period is computed and doubled by copies: a byte loop over
 // the megabytes TestBlockSizes moves was most of its time.
