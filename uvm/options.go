@@ -40,9 +40,10 @@ type Options struct {
 	// take host buffers from, shared with other users (nil: the tier makes its own, sized for
 	// HostCapacity). The tier gives its buffers back to it once no copy uses them, and never
 	// closes it: close the pool after the tier. The pool's capacity and Quota bound the tier's
-	// host buffers as much as HostCapacity does: an eviction the pool refuses drops the host
-	// copies of clean blocks on the device first, then fails with ErrHostFull. HostPrecommit
-	// applies to the tier's own pool only.
+	// host buffers as much as HostCapacity does: an eviction the pool refuses for want of room
+	// drops the host copies of clean blocks on the device first, then fails with ErrHostFull; a
+	// refusal for another cause (the driver failing to pin) fails with the pool's error, the
+	// host copies kept. HostPrecommit applies to the tier's own pool only.
 	HostPool *pinned.Pool
 	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
 	// its own over dev). The tier becomes the heap's pressure hook until Close (chaining to
