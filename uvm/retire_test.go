@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -120,4 +121,64 @@ func TestDropDeviceCopyFailedFreeKeepsBlock(t *testing.T) {
 	must(t, h.Sync())
 	must(t, h.ForgetStream(s))
 	must(t, h.Close())
+}
+
+// TestDropDeviceCopyFailedWaitKeepsBlock: when the tier cannot queue the waits of a block that
+// drops its device copy and cannot wait for them on the CPU either (the context's sticky error,
+// left by a kernel that faulted), the VRAM is not given on: the block keeps it and its device
+// copy, the error says why, and once the context works the block drops its copy as asked.
+func TestDropDeviceCopyFailedWaitKeepsBlock(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n = 64 * kib
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 1 << 20, HostCapacity: 8 << 20})
+	s := stream(t, dev)
+	h := filled(t, tr, 1, n)[0]
+	p := acquireAll(t, tr, s, uvm.Read, []uvm.Handle{h})[0]
+	must(t, tr.Sync())
+	before := tr.Stats()
+
+	// A kernel that reads host memory the device cannot reach faults: sticky for the context.
+	unmapped, err := dev.MemHostAlloc(1<<16, 0)
+	must(t, err)
+	defer dev.MemFreeHost(unmapped)
+	scratch, err := dev.MemAlloc(4096)
+	must(t, err)
+	defer dev.MemFree(scratch)
+	kb, err := copyengine.New(public(dev), copyengine.Options{Method: copyengine.MethodKernel})
+	must(t, err)
+	defer kb.Close()
+	must(t, kb.Copy([]copyengine.Job{{Dst: cuda.DevicePtr(scratch), Src: cuda.DevicePtr(unmapped), Len: 64}}, 0))
+	if err := dev.StreamSynchronize(0); err == nil || f.StickyError() != fakecuda.ResultIllegalAddress {
+		t.Fatalf("the faulting kernel left no sticky error: %v", err)
+	}
+
+	uvm.FailWaits(errors.New("injected: the waits cannot be queued"))
+	_, err = tr.AcquireHost(h, uvm.Write)
+	uvm.FailWaits(nil)
+	if code, _ := cuda.ResultCode(err); code != fakecuda.ResultIllegalAddress {
+		t.Fatalf("AcquireHost for writing with no wait possible: %v; want the context's error", err)
+	}
+	f.ClearStickyError()
+	if st := tr.Stats(); st.DeviceBytes != before.DeviceBytes || st.HostBytes != before.HostBytes {
+		t.Fatalf("after the failed drop: %d bytes on the device, %d on the host only; want %d, %d (the block keeps its VRAM)",
+			st.DeviceBytes, st.HostBytes, before.DeviceBytes, before.HostBytes)
+	}
+	must(t, tr.Verify())
+	if q := acquireAll(t, tr, s, uvm.Read, []uvm.Handle{h})[0]; q != p {
+		t.Fatalf("the block came back at %#x, not at its VRAM %#x", q, p)
+	}
+	if got := readDev(t, dev, s, p, n); !bytes.Equal(got, pattern(0, n)) {
+		t.Fatalf("the block's device bytes: %#x at 0, want %#x", got[0], pattern(0, n)[0])
+	}
+	b, err := tr.AcquireHost(h, uvm.Write)
+	must(t, err)
+	copy(b, pattern(9, n))
+	must(t, tr.ReleaseHost(h))
+	if st := tr.Stats(); st.DeviceBytes != before.DeviceBytes-n {
+		t.Fatalf("after the drop: %d bytes on the device, want %d", st.DeviceBytes, before.DeviceBytes-n)
+	}
+	must(t, tr.Free(h))
 }
