@@ -24,7 +24,9 @@ import (
 // Everything read from the descriptors and the control region is checked as at an attach:
 // the geometry against this package's limits and the files' sizes and seals, each grant
 // word's slot against the slots, each export entry's holder and place against the grants. A
-// donor that hands over garbage is cut off, and the owner waits for another.
+// donor that hands over garbage is cut off, and the owner waits for another. What the grant
+// words say of a process is held in doubt until it rejoins and claims its grants by its own
+// record (claim.go).
 
 // awaitDonor listens at the path and waits, d at most, for the pool's memory to be handed
 // over. It reports whether it was.
@@ -197,11 +199,14 @@ func (w *Owner) rebuild(old uint64) {
 // finishAdoption lets go what the previous owner held (it died): its retains, its buffers
 // nobody else retains; the buffers others still retain, of it and of processes gone before
 // it, keep their grants (orphans); every other grant no process holds comes back once every
-// process with a device has passed a fence.
+// process with a device has passed a fence, and once no process is still to rejoin, which
+// may claim it (claim.go).
 func (w *Owner) finishAdoption() {
 	w.mu.Lock()
 	g0 := w.scan
 	w.scan = nil
+	g0.adopted = true
+	pending := w.rejoinsPending()
 	retired := w.dropRetains(0)
 	w.dropEntries(g0)
 	for s := range w.procs {
@@ -215,6 +220,8 @@ func (w *Owner) finishAdoption() {
 		case g0.pins[g] > 0:
 			*t = grantState{state: gOrphan, gone: g0, gen: t.gen + 1}
 			w.publish(g)
+		case pending: // a process still to rejoin may claim it (its word forged)
+			w.unclaim(g)
 		default:
 			*t = grantState{state: gFree, gen: t.gen + 1}
 			free = append(free, g)
@@ -263,6 +270,7 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 		if ok && w0&eRetiring == 0 && c.retained(e) && w.unheld(sp, scan) {
 			if g == nil {
 				g = newGone(s, holder>>16, watch{pidfd: -1}, true)
+				g.adopted = true
 				w.goneList = append(w.goneList, g)
 			}
 			for gr := sp.first; gr <= sp.last; gr++ {

@@ -48,11 +48,14 @@ type Owner struct {
 	o        Options
 	po       pinned.Options
 	dev      *cuda.Device
-	adoptMu  sync.Mutex    // one adoption, or the fresh pool, at a time
-	adopting bool          // the owner waits for the pool's memory: no process may attach yet
-	rejoinBy time.Time     // the processes of the previous owner rejoin by then
-	scan     *gone         // what an adoption left to scan (finishAdoption), or nil
-	scanned  chan struct{} // closed once there is nothing to scan: the owner's retains may go
+	adoptMu  sync.Mutex // one adoption, or the fresh pool, at a time
+	adopting bool       // the owner waits for the pool's memory: no process may attach yet
+	rejoinBy time.Time  // the processes of the previous owner rejoin by then
+	scan     *gone      // what an adoption left to scan (finishAdoption), or nil
+	// unclaimed holds the grants the scan would free, or a rejoin did not claim, while a
+	// process may still rejoin and claim them (claim.go); nil when none.
+	unclaimed *gone
+	scanned   chan struct{} // closed once there is nothing to scan: the owner's retains may go
 
 	pauseDetach func() // set by tests only: runs as a session answers a detach, the slot left
 }

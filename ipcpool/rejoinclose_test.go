@@ -38,11 +38,12 @@ func TestRejoinAsProcessCloses(t *testing.T) {
 	waitFor(t, func() bool { return k.Rejoined() == 1 })
 }
 
-// A grant the process gives back on its new owner's connection as it rejoins is given back
-// once: the rejoin's reconcile, reading the grant words before the owner took that release
-// in, does not give it back again. (It did: the owner, finding a release of a grant the
-// process no longer held, cut the process off.)
-func TestRejoinReconcileRacingRelease(t *testing.T) {
+// A grant the process gives back while its rejoin waits for the answer to its claims (which
+// name it: it was held when they were sent) is given back to the new owner once the rejoin is
+// done, and once: the owner's table and the process agree afterwards, and the process stays
+// connected. (Without the release owed, the grant stayed the process's in the owner's table
+// for good.)
+func TestRejoinReleaseDuringClaims(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pool.sock")
 	a := startOwnerChild(t, path, 16<<20)
 	k, err := Keep(context.Background(), path, AttachOptions{FallbackPageable: true})
@@ -62,26 +63,33 @@ func TestRejoinReconcileRacingRelease(t *testing.T) {
 	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
 	_ = a.cmd.Wait()
 	a.dead = true
-	served := make(chan *Owner, 1)
 	p.cl.mu.Lock()
-	p.cl.pauseRejoin = func() {
-		p.cl.pauseRejoin = nil
-		// The owner takes the release in only after the reconcile has read the grant words.
-		w := <-served
-		w.mu.Lock()
-		must(t, "Trim", p.Pool.Trim())
-		time.AfterFunc(50*time.Millisecond, w.mu.Unlock)
-	}
+	p.cl.pauseRejoin = func() { must(t, "Trim", p.Pool.Trim()) } // the claims sent, no answer yet
 	p.cl.mu.Unlock()
 	w, err := Serve(path, Options{Size: 4 << 20, Adopt: 5 * time.Second, FallbackPageable: true})
 	must(t, "Serve adopting", err)
 	defer w.Close()
-	served <- w
 	waitFor(t, func() bool { return p.Rejoined() == 1 && k.Rejoined() == 1 })
-	time.Sleep(100 * time.Millisecond) // the release, and any second one, taken in
+	if p.src.grantsHeld() != 0 {
+		t.Fatal("the Trim gave nothing back")
+	}
+	agree := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.heldBy(p.slot) == 0
+	}
+	for end := time.Now().Add(time.Second); !agree(); {
+		if time.Now().After(end) {
+			t.Fatal("the owner still gives the process the grant it gave back during its rejoin")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	x, err := p.Alloc(3 << 20)
 	must(t, "Alloc from the new owner", err)
 	must(t, "Free", p.Free(x))
+	if p.Rejoined() != 1 {
+		t.Fatalf("the process rejoined %d times: cut off", p.Rejoined())
+	}
 	must(t, "Close", p.Close())
 	must(t, "keeper Close", k.Close())
 	must(t, "owner Close", w.Close())

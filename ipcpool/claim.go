@@ -1,0 +1,152 @@
+package ipcpool
+
+import (
+	"fmt"
+	"net"
+)
+
+// Claims: how a new owner learns which grants a rejoining process holds. The grant words of
+// the control region are the previous owner's record, but any process of the pool can write
+// them: the owner rebuilds its table from them (it has nothing else), and holds what they say
+// of each process in doubt until the process rejoins. The process then claims the grants it
+// holds by its own record in Go memory, which no other process can write, and the owner makes
+// its grants exactly those:
+//
+//   - a claimed grant the words gave to another process still to rejoin, to no process (kept
+//     for the adoption's scan, or unclaimed since), or to a buffer the scan found retained
+//     becomes the claimant's;
+//   - a grant the words gave the process that it does not claim (lent by the previous owner
+//     as it died, given back while no owner ran, or a forged word) goes to the scan or, after
+//     it, stays unclaimed until every process has rejoined or been given up (another may
+//     claim it); then it is fenced and free;
+//   - a claim of a grant the owner knows another process holds (lent by this owner, or
+//     claimed already) comes from a lying process or a broken owner, never from a word
+//     forged: the claims are refused, nothing changes, and the process is orphaned.
+//
+// So a process that scribbles the grant words can make no other process lose a grant, nor
+// have one lent to two processes, nor get one cut off.
+
+// readClaims reads the claims of the process rejoining on c (after stClaims): ascending,
+// disjoint runs of grants of l, each inside one region, ended by an empty one. It returns them
+// by grant. Anything else is ErrProtocol.
+func readClaims(c *net.UnixConn, l layout) ([]bool, error) {
+	claims := make([]bool, l.grants())
+	next := uint64(0)
+	for {
+		m, err := readMsg(c)
+		if err != nil {
+			return nil, err
+		}
+		first, end, err := l.checkClaim(next, m)
+		if err != nil || end == 0 {
+			return claims, err
+		}
+		for g := first; g < end; g++ {
+			claims[g] = true
+		}
+		next = uint64(end)
+	}
+}
+
+// checkClaim checks one message of a rejoin's claims, the previous run having ended at grant
+// next: it returns the run [first, end), or end 0 for the last message.
+func (l layout) checkClaim(next uint64, m msg) (first, end int, err error) {
+	switch {
+	case m.op != opClaim:
+		return 0, 0, fmt.Errorf("%w: operation %d in a rejoin's claims", ErrProtocol, m.op)
+	case m.a == 0 && m.b == 0:
+		return 0, 0, nil
+	case m.a < next || !l.validRun(m.a, m.b):
+		return 0, 0, fmt.Errorf("%w: a claim of grants %d+%d after grant %d", ErrProtocol, m.a, m.b, next)
+	}
+	return int(m.a), int(m.a + m.b), nil
+}
+
+// takeClaims makes the grants of the process rejoining in slot those it claims, or, when it
+// claims a grant the owner knows another process holds, changes nothing and says so.
+// Called with w.mu held.
+func (w *Owner) takeClaims(slot int, claims []bool) error {
+	for g, claimed := range claims {
+		if claimed && !w.holdsGrant(slot, g) && !w.claimable(g) {
+			return fmt.Errorf("%w: a claim of grant %d, which another process holds", ErrProtocol, g)
+		}
+	}
+	serial := w.procs[slot].serial
+	for g, claimed := range claims {
+		t := &w.table[g]
+		switch mine := w.holdsGrant(slot, g); {
+		case claimed && !mine:
+			// (An orphan's record keeps counting the buffer's pin: it frees only grants
+			// still its own.)
+			*t = grantState{state: gHeld, slot: slot, serial: serial, gen: t.gen + 1}
+			w.publish(g)
+		case !claimed && mine:
+			w.unclaim(g)
+		}
+	}
+	return nil
+}
+
+// holdsGrant reports whether the owner's table gives grant g to the process in slot.
+// Called with w.mu held.
+func (w *Owner) holdsGrant(slot, g int) bool {
+	t := &w.table[g]
+	return t.state == gHeld && t.slot == slot && t.serial == w.procs[slot].serial
+}
+
+// claimable reports whether grant g is one a rejoining process may claim: the control
+// region's words are all that says who holds it. Called with w.mu held.
+func (w *Owner) claimable(g int) bool {
+	t := &w.table[g]
+	switch t.state {
+	case gHeld:
+		return w.procs[t.slot].rejoin
+	case gLimbo:
+		return t.gone != nil && (t.gone == w.scan || t.gone == w.unclaimed)
+	case gOrphan:
+		return t.gone != nil && t.gone.adopted
+	}
+	return false
+}
+
+// unclaim takes back grant g, which the words gave a process that does not claim it: for the
+// adoption's scan, or unclaimed while a process may still claim it. Called with w.mu held.
+func (w *Owner) unclaim(g int) {
+	t := &w.table[g]
+	gone := w.scan
+	if gone == nil {
+		if w.unclaimed == nil {
+			w.unclaimed = newGone(0, 0, watch{pidfd: -1}, false)
+		}
+		gone = w.unclaimed
+	}
+	*t = grantState{state: gLimbo, gone: gone, gen: t.gen + 1}
+	w.publish(g)
+}
+
+// settleUnclaimed fences the grants no process claimed, once no process is still to rejoin.
+// Called with w.mu held.
+func (w *Owner) settleUnclaimed() {
+	if w.unclaimed == nil || w.rejoinsPending() {
+		return
+	}
+	var free []int
+	for g := range w.table {
+		if w.table[g].gone == w.unclaimed {
+			free = append(free, g)
+		}
+	}
+	w.unclaimed = nil
+	w.fence(free)
+}
+
+// rejoinsPending reports whether a process of the previous owner may still rejoin. Called
+// with w.mu held.
+func (w *Owner) rejoinsPending() bool {
+	for s := range w.procs {
+		if w.procs[s].rejoin {
+			return true
+		}
+	}
+	return false
+}

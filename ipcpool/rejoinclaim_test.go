@@ -1,0 +1,231 @@
+package ipcpool
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+)
+
+// A scribbler rewrites the grant words of two other processes while no owner runs: the
+// innocent one's two grants are said to be the other's and free, the other's to be the
+// innocent's. The new owner takes each process's grants from the process's own record (its
+// claims at the rejoin), so nothing of either is given back or lent to a third process (the
+// filler below, which takes every grant it can and writes all of it), and both stay
+// connected and give their grants back later without being cut off. (Before, the rejoin
+// trusted the words: the innocent's grants were freed, by the other's reconcile and by the
+// adoption's scan, and lent to the filler, which wrote over the innocent's buffers.)
+func TestRejoinIgnoresScribbledGrantWords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 16<<20)
+	inn := startChild(t, path, childQuietEnv+"=1")
+	oth := startChild(t, path, childQuietEnv+"=1")
+	h1 := inn.alloc(t, 5000, 1)
+	h2 := inn.alloc(t, 1<<20+5000, 2) // (a second grant, or more)
+	h3 := oth.alloc(t, 5000, 3)
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	defer p.Close()
+	c := &p.c
+	var innGrants, othGrants []int
+	for g := range p.grants() {
+		switch _, _, slot := unpackGrant(c.load(c.grantWord(g))); slot {
+		case inn.slot:
+			innGrants = append(innGrants, g)
+		case oth.slot:
+			othGrants = append(othGrants, g)
+		}
+	}
+	if len(innGrants) < 2 || len(othGrants) < 1 {
+		t.Fatalf("the innocent holds grants %v, the other %v", innGrants, othGrants)
+	}
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	// The scribbler (this process): the innocent's first grant is the other's, its others
+	// free, the other's grants the innocent's.
+	c.store(c.grantWord(innGrants[0]), packGrant(1, 0, oth.slot))
+	for _, g := range innGrants[1:] {
+		c.store(c.grantWord(g), packGrant(1, gFree, -1))
+	}
+	for _, g := range othGrants {
+		c.store(c.grantWord(g), packGrant(1, 0, inn.slot))
+	}
+	startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
+	waitFor(t, func() bool { return p.Rejoined() == 1 })
+	for _, k := range []*child{inn, oth} {
+		if got := k.do(t, "J"); got != "J 1" {
+			t.Fatalf("child %d after the restart: %s", k.slot, got)
+		}
+	}
+	waitFor(t, func() bool { // the adoption's scan done, every rejoin in
+		ps := p.SharedStats().Pool
+		return ps.Limbo == 0 && ps.Fenced == 0
+	})
+	// The filler takes every grant it can get and writes all of it.
+	var filled [][]byte
+	for range 64 {
+		b, err := p.Alloc(1 << 20)
+		if err != nil {
+			break
+		}
+		fill(b, 9)
+		filled = append(filled, b)
+	}
+	if len(filled) == 0 {
+		t.Fatal("the filler got nothing")
+	}
+	for _, x := range []struct {
+		k    *child
+		h    Handle
+		seed int
+	}{{inn, h1, 1}, {inn, h2, 2}, {oth, h3, 3}} {
+		if got := x.k.do(t, "C %s %d", fmtHandle(x.h), x.seed); got != "OK" {
+			t.Fatalf("child %d's buffer after the filler: %s", x.k.slot, got)
+		}
+	}
+	for _, b := range filled {
+		must(t, "Free", p.Free(b))
+	}
+	// Both give their grants back (a release of a grant the owner thought another's cut
+	// the giver off), and allocate again on the same connection.
+	for _, x := range []struct {
+		k *child
+		h Handle
+	}{{inn, h1}, {inn, h2}, {oth, h3}} {
+		if got := x.k.do(t, "F %s", fmtHandle(x.h)); got != "OK" {
+			t.Fatal(got)
+		}
+	}
+	for _, k := range []*child{inn, oth} {
+		if got := k.do(t, "T"); got != "OK" {
+			t.Fatalf("child %d: Trim: %s", k.slot, got)
+		}
+		if got := k.do(t, "N"); got != "G 0" {
+			t.Fatalf("child %d holds %s after its trim", k.slot, got)
+		}
+		h := k.alloc(t, 3000, 4)
+		if got := k.do(t, "F %s", fmtHandle(h)); got != "OK" {
+			t.Fatal(got)
+		}
+		if got := k.do(t, "J"); got != "J 1" {
+			t.Fatalf("child %d was cut off after giving its grants back: %s", k.slot, got)
+		}
+		k.quit(t)
+	}
+}
+
+// The owner's decisions on a rejoin's claims, one case each: a grant the words gave to a
+// process still to rejoin is the claimant's; one lent to a live process is refused and
+// nothing changes; a grant the words gave the claimant that it does not claim waits,
+// unclaimed, while a process may still rejoin, and is free once none may.
+func TestClaimsDecide(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 16 << 20, GrantSize: 2 << 20, FallbackPageable: true, Slots: 4})
+	must(t, "Serve", err)
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	b, err := p.Alloc(5000)
+	must(t, "Alloc", err)
+	live := p.slot
+	w.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			w.mu.Unlock()
+		}
+	}()
+	var lent int
+	for g := range w.table {
+		if w.holdsGrant(live, g) {
+			lent = g
+		}
+	}
+	// Two processes of a previous owner, still to rejoin: a holds grants 5 and 6 by the words.
+	a, other := 2, 3
+	w.procs[a] = slotState{used: true, rejoin: true, serial: 9}
+	w.procs[other] = slotState{used: true, rejoin: true, serial: 4}
+	give := func(g, slot int) {
+		w.table[g] = grantState{state: gHeld, slot: slot, serial: w.procs[slot].serial}
+	}
+	give(5, a)
+	give(6, a)
+	give(7, other)
+	claims := make([]bool, len(w.table))
+	claims[5], claims[7], claims[lent] = true, true, true
+	before := append([]grantState(nil), w.table...)
+	if err := w.takeClaims(a, claims); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("a claim of grant %d, lent to a live process: %v", lent, err)
+	}
+	if !slices.Equal(before, w.table) {
+		t.Fatal("a refused claim changed the table")
+	}
+	claims[lent] = false
+	must(t, "takeClaims", w.takeClaims(a, claims))
+	w.procs[a].rejoin = false
+	switch {
+	case !w.holdsGrant(a, 5) || !w.holdsGrant(a, 7):
+		t.Fatalf("the claimed grants: %+v, %+v", w.table[5], w.table[7])
+	case w.table[6].state != gLimbo || w.table[6].gone != w.unclaimed:
+		t.Fatalf("the grant not claimed, with a process still to rejoin: %+v", w.table[6])
+	case !w.holdsGrant(live, lent):
+		t.Fatal("the live process lost its grant")
+	}
+	w.settleUnclaimed()
+	if w.table[6].state != gLimbo {
+		t.Fatal("an unclaimed grant freed while a process may still claim it")
+	}
+	w.procs[other].rejoin = false
+	w.settleUnclaimed()
+	if s := w.table[6].state; s != gFree && s != gFenced || w.unclaimed != nil {
+		t.Fatalf("an unclaimed grant once no process may claim it: %+v", w.table[6])
+	}
+	for _, g := range []int{5, 7} {
+		w.table[g] = grantState{state: gFree, gen: w.table[g].gen + 1}
+	}
+	w.procs[a], w.procs[other] = slotState{}, slotState{}
+	locked = false
+	w.mu.Unlock()
+	must(t, "Free", p.Free(b))
+	must(t, "Close", p.Close())
+	must(t, "owner Close", w.Close())
+}
+
+// FuzzClaims: a rejoin's claims of any words are refused or name ascending, disjoint runs of
+// the pool, each inside one region.
+func FuzzClaims(f *testing.F) {
+	enc := func(ms ...msg) []byte {
+		var b []byte
+		for _, m := range ms {
+			e := m.encode()
+			b = append(b, e[:]...)
+		}
+		return b
+	}
+	f.Add(enc(msg{op: opClaim, a: 0, b: 2}, msg{op: opClaim, a: 3, b: 1}, msg{op: opClaim}))
+	f.Add(enc(msg{op: opClaim, a: 1, b: 2}, msg{op: opClaim}))
+	f.Add(enc(msg{op: opClaim, a: 2, b: 1}, msg{op: opClaim, a: 2, b: 1}))
+	f.Add(enc(msg{op: opClaim, a: 1 << 63, b: 1 << 63}))
+	l := fuzzLayout
+	f.Fuzz(func(t *testing.T, b []byte) {
+		next := uint64(0)
+		for len(b) >= msgSize {
+			m, err := decodeMsg(b[:msgSize])
+			b = b[msgSize:]
+			if err != nil {
+				return
+			}
+			first, end, err := l.checkClaim(next, m)
+			if err != nil || end == 0 {
+				return
+			}
+			per := l.grantsPerRegion()
+			if uint64(first) < next || end <= first || end > l.grants() || first/per != (end-1)/per {
+				t.Fatalf("accepted a claim of [%d, %d) after %d", first, end, next)
+			}
+			next = uint64(end)
+		}
+	})
+}
