@@ -31,12 +31,12 @@ import (
 // awaitDonor listens at the path and waits, d at most, for the pool's memory to be handed
 // over. It reports whether it was.
 func (w *Owner) awaitDonor(d time.Duration) (bool, error) {
-	ln, err := listen(w.path, w.fileMode)
+	ln, lock, err := listen(w.path, w.fileMode)
 	if err != nil {
 		return false, err
 	}
 	w.mu.Lock()
-	w.ln, w.adopting = ln, true
+	w.ln, w.lock, w.adopting = ln, lock, true
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go w.serve()

@@ -26,6 +26,7 @@ type Owner struct {
 	*Process
 	path     string
 	ln       *net.UnixListener
+	lock     *pathLock    // held while ln serves (pathlock.go)
 	allow    map[int]bool // user ids that may attach
 	timeout  time.Duration
 	fileMode os.FileMode
@@ -72,7 +73,9 @@ type slotState struct {
 
 // Serve creates a pool of o.Size bytes of locked memory on memfds (or CUDA host granules:
 // Options.VMM) and serves it on a Unix socket at path. A socket file left there by an owner
-// that died is replaced; one another owner serves is not (an error wrapping EADDRINUSE).
+// that died is replaced; one another owner serves, or starts on, is not: Serve fails with
+// ErrServed (which matches syscall.EADDRINUSE too). The owner holds a lock file beside the
+// socket, path with ".lock" appended, while it serves.
 func Serve(path string, o Options) (*Owner, error) {
 	l, err := o.layout()
 	if err != nil {
@@ -111,7 +114,7 @@ func Serve(path string, o Options) (*Owner, error) {
 	}
 	if err := w.fresh(); err != nil {
 		if w.ln != nil {
-			w.ln.Close()
+			w.closeListener()
 			w.wg.Wait()
 		}
 		closeDevice(dev)
@@ -207,7 +210,7 @@ func (w *Owner) start(sp *space) error {
 		return err
 	}
 	if w.ln == nil {
-		if w.ln, err = listen(w.path, w.mode()); err != nil {
+		if w.ln, w.lock, err = listen(w.path, w.mode()); err != nil {
 			_ = p.closePool(true)
 			sp.close(false)
 			return err
@@ -234,16 +237,33 @@ func (w *Owner) run(p *Process) {
 
 func (w *Owner) mode() os.FileMode { return w.fileMode }
 
-// listen listens on path with the given permissions, replacing a socket file nobody serves.
-func listen(path string, mode os.FileMode) (*net.UnixListener, error) {
+// listenPause, set by tests only, runs as listen has found a socket file nobody serves,
+// before it replaces it.
+var listenPause func()
+
+// listen listens on path with the given permissions, replacing a socket file nobody serves,
+// under the path's lock, which it returns held.
+func listen(path string, mode os.FileMode) (_ *net.UnixListener, _ *pathLock, err error) {
 	if mode == 0 {
 		mode = 0o600
 	}
+	lock, err := lockPath(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.unlock()
+		}
+	}()
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		c, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
+		if err == nil { // an owner that takes no lock (an older version)
 			c.Close()
-			return nil, fmt.Errorf("ipcpool: %s: another pool serves it: %w", path, syscall.EADDRINUSE)
+			return nil, nil, fmt.Errorf("%w: %s: %w", ErrServed, path, syscall.EADDRINUSE)
+		}
+		if listenPause != nil {
+			listenPause()
 		}
 		_ = os.Remove(path) // a stale socket of an owner that died
 	}
@@ -253,14 +273,20 @@ func listen(path string, mode os.FileMode) (*net.UnixListener, error) {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	unix.Umask(old)
 	if err != nil {
-		return nil, fmt.Errorf("ipcpool: listen: %w", err)
+		return nil, nil, fmt.Errorf("ipcpool: listen: %w", err)
 	}
 	ln.SetUnlinkOnClose(true)
 	if err := os.Chmod(path, mode.Perm()); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("ipcpool: chmod socket: %w", err)
+		return nil, nil, fmt.Errorf("ipcpool: chmod socket: %w", err)
 	}
-	return ln, nil
+	return ln, lock, nil
+}
+
+// closeListener stops serving: the socket goes, then the path's lock.
+func (w *Owner) closeListener() {
+	w.ln.Close()
+	w.lock.unlock()
 }
 
 // serve accepts connections until the listener closes.
@@ -330,7 +356,7 @@ func (w *Owner) Close() error {
 	w.closed = true // no session takes a slot from now on
 	w.cond.Broadcast()
 	w.mu.Unlock()
-	w.ln.Close()
+	w.closeListener()
 	w.mu.Lock()
 	for s := range w.procs { // a process that connected between the check and the close
 		if c := w.procs[s].conn; c != nil {

@@ -229,6 +229,7 @@ var Core = []Sentinel{
 	{"ipcpool.ErrMemlock", ipcpool.ErrMemlock, pinmalloc.ErrMemlock, "ipcpool: "},
 	{"ipcpool.ErrRefused", ipcpool.ErrRefused, pinmalloc.ErrRefused, "ipcpool: "},
 	{"ipcpool.ErrProtocol", ipcpool.ErrProtocol, pinmalloc.ErrInvalid, "ipcpool: "},
+	{"ipcpool.ErrServed", ipcpool.ErrServed, pinmalloc.ErrRefused, "ipcpool: "},
 
 	{"remote.ErrNoUCX", remote.ErrNoUCX, pinmalloc.ErrNoUCX, "remote: "},
 	{"remote.ErrClosed", remote.ErrClosed, pinmalloc.ErrClosed, "remote: "},
