@@ -41,6 +41,7 @@ type Owner struct {
 	epoch    uint64         // the fence epoch last published
 	fenced   bool
 	closed   bool
+	done     chan struct{} // closed with closed: ends the waits for a scan that will not come
 	wg       sync.WaitGroup
 	watchEnd chan struct{} // closed to stop the watcher
 	watched  chan struct{} // closed by the watcher as it ends
@@ -161,6 +162,7 @@ func newOwner(path string, o Options, l layout) *Owner {
 	}
 	w.cond = sync.NewCond(&w.mu)
 	w.scanned = make(chan struct{})
+	w.done = make(chan struct{})
 	return w
 }
 
@@ -354,6 +356,7 @@ func (w *Owner) Close() error {
 		return fmt.Errorf("%w: %d processes", ErrAttached, n)
 	}
 	w.closed = true // no session takes a slot from now on
+	close(w.done)
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	w.closeListener()

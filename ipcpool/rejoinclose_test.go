@@ -2,6 +2,7 @@ package ipcpool
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -93,4 +94,39 @@ func TestRejoinReleaseDuringClaims(t *testing.T) {
 	must(t, "Close", p.Close())
 	must(t, "keeper Close", k.Close())
 	must(t, "owner Close", w.Close())
+}
+
+// An owner that adopted a pool and closes before its watcher's first round (which scans what
+// the previous owner left) ends the Retain waiting for that scan with ErrClosed. (The Retain
+// waited for good: the scan never came.)
+func TestAdoptedOwnerCloseEndsRetainWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 8<<20)
+	h := a.alloc(t, 3000, 1)
+	k, err := Keep(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Keep", err)
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	// No watcher round: the scan waits for good.
+	w, err := Serve(path, Options{Size: 8 << 20, Adopt: 5 * time.Second, DrainInterval: time.Hour, FallbackPageable: true})
+	must(t, "Serve adopting", err)
+	waitFor(t, func() bool { return k.Rejoined() == 1 })
+	must(t, "keeper Close", k.Close())
+	retained := make(chan error, 1)
+	go func() { retained <- w.Retain(h) }()
+	select {
+	case err := <-retained:
+		t.Fatalf("Retain before the scan: %v", err)
+	case <-time.After(20 * time.Millisecond): // waiting for the scan
+	}
+	must(t, "owner Close", w.Close())
+	select {
+	case err := <-retained:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("the Retain waiting as the owner closed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Retain still waits for the scan after the owner's Close")
+	}
 }
