@@ -25,6 +25,7 @@ import (
 	"math/bits"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/ilist"
 )
@@ -161,6 +162,8 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 // fromArena takes a span from the arena with take (Alloc, or Reserve for a segment). When the
 // arena is full, frees pending in the heap may have emptied segments and kept objects that can
 // go back first: it collects them and tries once more; a full arena is then ErrOutOfMemory.
+// Any other failure (a provider's, for a reason other than a want of memory) is not tried
+// again and keeps its own sentinel.
 //
 // A heap with RetainSegments never trims itself here: its memory changes owner only when its
 // owner calls Trim, having seen the outside work that may use it end (device synchronizes the
@@ -171,7 +174,7 @@ func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error),
 	if err == nil {
 		return span, nil
 	}
-	if !h.hold {
+	if !h.hold && (errors.Is(err, pinmalloc.ErrOutOfMemory) || errors.Is(err, pinmalloc.ErrMemlock)) {
 		h.Trim()
 		span, err = take(size, alignment)
 	}

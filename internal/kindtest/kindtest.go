@@ -193,6 +193,7 @@ var Core = []Sentinel{
 	{"pinned.ErrNoDriver", pinned.ErrNoDriver, pinmalloc.ErrNoDriver, "pinned: "},
 	{"pinned.ErrTrace", pinned.ErrTrace, pinmalloc.ErrInvalid, "pinned: "},
 	{"pinned.ErrBusy", pinned.ErrBusy, pinmalloc.ErrBusy, "pinned: "},
+	{"pinned.ErrRefused", pinned.ErrRefused, pinmalloc.ErrRefused, "pinned: "},
 
 	{"device.ErrInvalidStream", device.ErrInvalidStream, pinmalloc.ErrInvalidStream, "device: "},
 	{"device.ErrClosed", device.ErrClosed, pinmalloc.ErrClosed, "device: "},
