@@ -24,7 +24,9 @@ import (
 //     forged: the claims are refused, nothing changes, and the process is orphaned.
 //
 // So a process that scribbles the grant words can make no other process lose a grant, nor
-// have one lent to two processes, nor get one cut off.
+// have one lent to two processes, nor get one cut off. A process that lies in its own claims
+// (on its own connection: it cannot speak for another) is another matter: the first claim of
+// a grant stands, so a liar that rejoins before the grant's holder gets the holder refused.
 
 // readClaims reads the claims of the process rejoining on c (after stClaims): ascending,
 // disjoint runs of grants of l, each inside one region, ended by an empty one. It returns them
