@@ -3,10 +3,13 @@ package ipcpool
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // A scribbler rewrites the grant words of two other processes while no owner runs: the
@@ -226,4 +229,88 @@ func FuzzClaims(f *testing.F) {
 			next = uint64(end)
 		}
 	})
+}
+
+// Owners killed one after another, the grant words scribbled at random while no owner runs,
+// and processes churning buffers of their own all along (each checks its own bytes): after
+// each restart every process is still connected, and no buffer's bytes changed though a
+// filler took and wrote every free grant. (Before the claims, every run of five failed in its
+// first round: a churning child found the filler's bytes in a buffer of its own.)
+func TestRestartsAfterScribbledGrantWords(t *testing.T) {
+	rounds := 2
+	if long() {
+		rounds = 12
+	}
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	owner := startOwnerChild(t, path, 16<<20)
+	kids := []*child{startChild(t, path), startChild(t, path)}
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	defer p.Close()
+	type shared struct {
+		k    *child
+		h    Handle
+		seed int
+	}
+	var bufs []shared
+	for i, k := range kids {
+		for j := range 2 {
+			seed := 10*i + j + 1
+			bufs = append(bufs, shared{k, k.alloc(t, 3000+j<<20, uint64(seed)), seed})
+		}
+	}
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+	c := &p.c
+	for round := 1; round <= rounds; round++ {
+		must(t, "kill the owner", owner.cmd.Process.Signal(syscall.SIGKILL))
+		_ = owner.cmd.Wait()
+		owner.dead = true
+		for g := range p.grants() {
+			if r.IntN(2) == 0 {
+				c.store(c.grantWord(g), packGrant(r.Uint64N(1<<20), r.IntN(5), r.IntN(p.slots+1)-1))
+			}
+		}
+		owner = startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
+		want := fmt.Sprintf("J %d", round)
+		for _, k := range kids {
+			waitFor(t, func() bool { return k.do(t, "J") == want })
+		}
+		waitFor(t, func() bool {
+			ps := p.SharedStats().Pool
+			return p.Rejoined() == round && ps.Limbo == 0 && ps.Fenced == 0
+		})
+		var filled [][]byte
+		for len(filled) < 64 && p.SharedStats().Pool.Free > 0 { // (a full pool's Alloc waits)
+			b, err := p.Alloc(1 << 20)
+			if err != nil {
+				break
+			}
+			fill(b, 9)
+			filled = append(filled, b)
+		}
+		if len(filled) == 0 {
+			t.Fatalf("round %d: the filler got nothing", round)
+		}
+		for _, b := range bufs {
+			if got := b.k.do(t, "C %s %d", fmtHandle(b.h), b.seed); got != "OK" {
+				t.Fatalf("round %d: child %d's buffer after the filler: %s", round, b.k.slot, got)
+			}
+		}
+		for _, b := range filled {
+			must(t, "Free", p.Free(b))
+		}
+		must(t, "Trim", p.Pool.Trim())
+	}
+	for _, b := range bufs {
+		if got := b.k.do(t, "F %s", fmtHandle(b.h)); got != "OK" {
+			t.Fatal(got)
+		}
+	}
+	for _, k := range kids {
+		if got := k.do(t, "J"); got != fmt.Sprintf("J %d", rounds) {
+			t.Fatalf("child %d was cut off: %s", k.slot, got)
+		}
+		k.quit(t)
+	}
+	must(t, "Close", p.Close())
 }
