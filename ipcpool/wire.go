@@ -17,10 +17,13 @@ import (
 // (helloWords words, and the control region's and every region's descriptor by SCM_RIGHTS),
 // and the process answers with ready (or abort, when it cannot use the pool). Then the
 // process sends requests (grant, release, detach) and the owner replies by sequence number;
-// replies may come in any order, and a release has none.
+// replies may come in any order, and a release has none. A rejoin's intro is followed by the
+// process's slot and serial (rejoin); the owner asks for the pool's descriptors if it has no
+// memory yet (stDonate), then for the grants the process holds (stClaims: opClaim runs), and
+// answers; requests follow as after an attach.
 //
-// Everything read from the socket is checked (decodeMsg, decodeHello) before it is used: a
-// peer that sends garbage gets ErrProtocol and is cut off.
+// Everything read from the socket is checked (decodeMsg, decodeHello, checkClaim) before it
+// is used: a peer that sends garbage gets ErrProtocol and is cut off.
 const (
 	wireVersion = 4
 	msgSize     = 32
