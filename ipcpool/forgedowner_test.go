@@ -68,14 +68,11 @@ func TestOwnerLendingAHeldGrantRefused(t *testing.T) {
 	defer p.Close()
 	var bufs [][]byte
 	for range 4 {
-		start := time.Now()
 		b, err := p.Alloc(1<<21 - 4096)
 		if err != nil {
-			if !errors.Is(err, ErrProtocol) || !errors.Is(err, pinned.ErrRefused) || errors.Is(err, pinmalloc.ErrOutOfMemory) {
+			if !errors.Is(err, ErrProtocol) || !errors.Is(err, pinned.ErrRefused) || errors.Is(err, pinmalloc.ErrOutOfMemory) ||
+				errors.Is(err, context.DeadlineExceeded) { // (a retry waited for the owner it cut off)
 				t.Errorf("Alloc of a grant lent twice: %v, want ErrProtocol, not out of memory", err)
-			}
-			if d := time.Since(start); d >= 100*time.Millisecond {
-				t.Errorf("Alloc of a grant lent twice failed after %v: it waited for the owner it cut off", d)
 			}
 			break
 		}
