@@ -162,8 +162,9 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 // fromArena takes a span from the arena with take (Alloc, or Reserve for a segment). When the
 // arena is full, frees pending in the heap may have emptied segments and kept objects that can
 // go back first: it collects them and tries once more; a full arena is then ErrOutOfMemory.
-// Any other failure (a provider's, for a reason other than a want of memory) is not tried
-// again and keeps its own sentinel.
+// A failure that cannot be for want of memory (an invalid request, a closed provider, a
+// provider's peer breaking its protocol or silent) is not tried again; every failure but a
+// full arena keeps its own sentinel.
 //
 // A heap with RetainSegments never trims itself here: its memory changes owner only when its
 // owner calls Trim, having seen the outside work that may use it end (device synchronizes the
@@ -174,7 +175,8 @@ func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error),
 	if err == nil {
 		return span, nil
 	}
-	if !h.hold && (errors.Is(err, pinmalloc.ErrOutOfMemory) || errors.Is(err, pinmalloc.ErrMemlock)) {
+	if !h.hold && (errors.Is(err, pinmalloc.ErrOutOfMemory) || errors.Is(err, pinmalloc.ErrMemlock) ||
+		errors.Is(err, pinmalloc.ErrRefused)) { // (a reserve or commit refused: mmap's ENOMEM)
 		h.Trim()
 		span, err = take(size, alignment)
 	}
