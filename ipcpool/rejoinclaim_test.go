@@ -65,19 +65,7 @@ func TestRejoinIgnoresScribbledGrantWords(t *testing.T) {
 		ps := p.SharedStats().Pool
 		return ps.Limbo == 0 && ps.Fenced == 0
 	})
-	// The filler takes every grant it can get and writes all of it.
-	var filled [][]byte
-	for range 64 {
-		b, err := p.Alloc(1 << 20)
-		if err != nil {
-			break
-		}
-		fill(b, 9)
-		filled = append(filled, b)
-	}
-	if len(filled) == 0 {
-		t.Fatal("the filler got nothing")
-	}
+	filled := fillPool(t, p)
 	for _, x := range []struct {
 		k    *child
 		h    Handle
@@ -279,18 +267,7 @@ func TestRestartsAfterScribbledGrantWords(t *testing.T) {
 			ps := p.SharedStats().Pool
 			return p.Rejoined() == round && ps.Limbo == 0 && ps.Fenced == 0
 		})
-		var filled [][]byte
-		for len(filled) < 64 && p.SharedStats().Pool.Free > 0 { // (a full pool's Alloc waits)
-			b, err := p.Alloc(1 << 20)
-			if err != nil {
-				break
-			}
-			fill(b, 9)
-			filled = append(filled, b)
-		}
-		if len(filled) == 0 {
-			t.Fatalf("round %d: the filler got nothing", round)
-		}
+		filled := fillPool(t, p)
 		for _, b := range bufs {
 			if got := b.k.do(t, "C %s %d", fmtHandle(b.h), b.seed); got != "OK" {
 				t.Fatalf("round %d: child %d's buffer after the filler: %s", round, b.k.slot, got)
@@ -313,4 +290,23 @@ func TestRestartsAfterScribbledGrantWords(t *testing.T) {
 		k.quit(t)
 	}
 	must(t, "Close", p.Close())
+}
+
+// fillPool is a filler: p takes every free grant of the pool, MiB by MiB, and writes all of it
+// with pattern(9).
+func fillPool(t *testing.T, p *Process) [][]byte {
+	t.Helper()
+	var filled [][]byte
+	for len(filled) < 64 && p.SharedStats().Pool.Free > 0 { // (a full pool's Alloc waits)
+		b, err := p.Alloc(1 << 20)
+		if err != nil {
+			break
+		}
+		fill(b, 9)
+		filled = append(filled, b)
+	}
+	if len(filled) == 0 {
+		t.Fatal("the filler got nothing")
+	}
+	return filled
 }
