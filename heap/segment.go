@@ -175,8 +175,11 @@ func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error),
 	if err == nil {
 		return span, nil
 	}
-	if !h.hold && (errors.Is(err, pinmalloc.ErrOutOfMemory) || errors.Is(err, pinmalloc.ErrMemlock) ||
-		errors.Is(err, pinmalloc.ErrRefused)) { // (a reserve or commit refused: mmap's ENOMEM)
+	if !errors.Is(err, pinmalloc.ErrOutOfMemory) && !errors.Is(err, pinmalloc.ErrMemlock) &&
+		!errors.Is(err, pinmalloc.ErrRefused) { // (refused: a reserve or commit, mmap's ENOMEM)
+		return arena.Span{}, err
+	}
+	if !h.hold {
 		h.Trim()
 		span, err = take(size, alignment)
 	}
