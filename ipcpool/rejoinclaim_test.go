@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -309,4 +310,97 @@ func fillPool(t *testing.T, p *Process) [][]byte {
 		t.Fatal("the filler got nothing")
 	}
 	return filled
+}
+
+// Claims forged on a rejoin's connection (this process speaks for its own slot, as only it
+// can: the owner checks the pid): garbage (a run out of order, past the pool, of no grant,
+// another message) cuts the connection off with nothing changed, and a claim of a grant a
+// rejoined process holds is refused, its holder keeping it and staying connected.
+func TestForgedClaimsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 16<<20)
+	k := startChild(t, path, childQuietEnv+"=1")
+	h := k.alloc(t, 5000, 1)
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	held := -1
+	for g := range p.grants() {
+		if _, _, slot := unpackGrant(p.c.load(p.c.grantWord(g))); slot == k.slot {
+			held = g
+		}
+	}
+	if held < 0 {
+		t.Fatal("the child holds no grant")
+	}
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	// This process stops rejoining on its own: the test speaks for its slot.
+	p.cl.mu.Lock()
+	p.cl.closing = true
+	p.cl.mu.Unlock()
+	p.cl.readers.Wait()
+	startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
+	waitFor(t, func() bool { return k.do(t, "J") == "J 1" })
+	claim := func(ms ...msg) (msg, error) {
+		nc, err := net.Dial("unix", path)
+		must(t, "dial", err)
+		c := nc.(*net.UnixConn)
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		must(t, "intro", writeMsg(c, msg{op: opIntro, flags: introRejoin, seq: wireVersion, a: ctlMagic, b: p.id}, 0))
+		must(t, "rejoin", writeMsg(c, msg{op: opRejoin, a: uint64(p.slot), b: p.serial}, 0))
+		if m, err := readMsg(c); err != nil || m.op != opReply || m.a != stClaims {
+			t.Fatalf("the owner's answer to the rejoin: %+v, %v", m, err)
+		}
+		for _, m := range ms {
+			if err := writeMsg(c, m, 0); err != nil {
+				return msg{}, err // cut off already
+			}
+		}
+		return readMsg(c)
+	}
+	n := uint64(p.grants())
+	for _, ms := range [][]msg{
+		{{op: opClaim, a: 3, b: 1}, {op: opClaim, a: 1, b: 1}, {op: opClaim}}, // out of order
+		{{op: opClaim, a: n, b: 1}, {op: opClaim}},                            // past the pool
+		{{op: opClaim, a: 1, b: 0}, {op: opClaim}},                            // no grant
+		{{op: opClaim, a: 0, b: n + 1}, {op: opClaim}},                        // across regions, past the pool
+		{{op: opClaim, a: 1, b: 1 << 63}, {op: opClaim}},                      // overflowing
+		{{op: opGrant, a: 1, b: 1}},                                           // another message
+	} {
+		if m, err := claim(ms...); err == nil {
+			t.Fatalf("claims %+v answered %+v, want the connection cut", ms, m)
+		}
+	}
+	m, err := claim(msg{op: opClaim, a: uint64(held), b: 1}, msg{op: opClaim})
+	if err != nil || m.op != opReply || m.a != stRefused || m.b != refusedClaim {
+		t.Fatalf("a claim of another's grant: %+v, %v", m, err)
+	}
+	// The holder keeps it: in the owner's table, its bytes, its free and trim (a release the
+	// owner would refuse cuts it off), its connection.
+	if _, _, slot := unpackGrant(p.c.load(p.c.grantWord(held))); slot != k.slot {
+		t.Fatalf("grant %d is slot %d's after the forged claim, not the holder's (%d)", held, slot, k.slot)
+	}
+	if got := k.do(t, "C %s 1", fmtHandle(h)); got != "OK" {
+		t.Fatal(got)
+	}
+	if got := k.do(t, "F %s", fmtHandle(h)); got != "OK" {
+		t.Fatal(got)
+	}
+	if got := k.do(t, "T"); got != "OK" {
+		t.Fatal(got)
+	}
+	if got := k.do(t, "N"); got != "G 0" {
+		t.Fatalf("the holder after its trim: %s", got)
+	}
+	h = k.alloc(t, 5000, 2) // a grant of the owner, on the same connection
+	if got := k.do(t, "F %s", fmtHandle(h)); got != "OK" {
+		t.Fatal(got)
+	}
+	if got := k.do(t, "J"); got != "J 1" {
+		t.Fatalf("the holder after the forged claim: %s", got)
+	}
+	k.quit(t)
+	_ = p.Close()
 }
