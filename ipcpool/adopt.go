@@ -185,6 +185,8 @@ func (w *Owner) rebuild(old uint64) {
 			*t = grantState{state: gHeld, slot: slot, serial: w.procs[slot].serial, gen: gen + 1}
 		} else {
 			*t = grantState{state: gLimbo, gone: scan, gen: gen + 1}
+			// A word naming no process: forged, the word or the slot's line (claim.go).
+			w.suspect = w.suspect || slot > 0
 		}
 		w.publish(g)
 	}
@@ -205,7 +207,7 @@ func (w *Owner) finishAdoption() {
 	w.mu.Lock()
 	g0 := w.scan
 	w.scan = nil
-	g0.adopted = true
+	g0.fromWords = true
 	pending := w.rejoinsPending()
 	retired := w.dropRetains(0)
 	w.dropEntries(g0)
@@ -270,7 +272,7 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 		if ok && w0&eRetiring == 0 && c.retained(e) && w.unheld(sp, scan) {
 			if g == nil {
 				g = newGone(s, holder>>16, watch{pidfd: -1}, true)
-				g.adopted = true
+				g.fromWords = true
 				w.goneList = append(w.goneList, g)
 			}
 			for gr := sp.first; gr <= sp.last; gr++ {

@@ -3,6 +3,7 @@ package ipcpool
 import (
 	"fmt"
 	"net"
+	"time"
 )
 
 // Claims: how a new owner learns which grants a rejoining process holds. The grant words of
@@ -24,7 +25,15 @@ import (
 //     forged: the claims are refused, nothing changes, and the process is orphaned.
 //
 // So a process that scribbles the grant words can make no other process lose a grant, nor
-// have one lent to two processes, nor get one cut off. A process that lies in its own claims
+// have one lent to two processes, nor get one cut off.
+//
+// The process's identity is the control region's too: its slot's serial and pid, which a
+// scribbler can rewrite so that the owner refuses the process (it is orphaned). Its claims
+// are read all the same: the grants it claims that the words alone give away are kept, in
+// limbo, until it has exited, since it may go on using them; its memory is never lent to
+// another while it lives. A process the words do name may still claim them as it rejoins: a
+// process refused (any process of the pool may ask to rejoin as anything) takes no grant
+// from one that rejoins. A process that lies in its own claims
 // (on its own connection: it cannot speak for another) is another matter: the first claim of
 // a grant stands, so a liar that rejoins before the grant's holder gets the holder refused.
 
@@ -89,6 +98,25 @@ func (w *Owner) takeClaims(slot int, claims []bool) error {
 	return nil
 }
 
+// keepClaims keeps the grants claimed by process pid, whose rejoin is refused, that nothing
+// but the control region's words gives away, until it has exited. Called with w.mu held.
+func (w *Owner) keepClaims(claims []bool, pid int) {
+	var g *gone
+	for gr, claimed := range claims {
+		if !claimed || !w.claimable(gr) {
+			continue
+		}
+		if g == nil {
+			g = newGone(-1, 0, watchProcess(pid), false)
+			g.fromWords = true // (a process that rejoins as the words say wins them back)
+			w.goneList = append(w.goneList, g)
+		}
+		t := &w.table[gr]
+		*t = grantState{state: gLimbo, gone: g, gen: t.gen + 1}
+		w.publish(gr)
+	}
+}
+
 // holdsGrant reports whether the owner's table gives grant g to the process in slot.
 // Called with w.mu held.
 func (w *Owner) holdsGrant(slot, g int) bool {
@@ -104,9 +132,9 @@ func (w *Owner) claimable(g int) bool {
 	case gHeld:
 		return w.procs[t.slot].rejoin
 	case gLimbo:
-		return t.gone != nil && (t.gone == w.scan || t.gone == w.unclaimed)
+		return t.gone != nil && (t.gone == w.scan || t.gone == w.unclaimed || t.gone.fromWords)
 	case gOrphan:
-		return t.gone != nil && t.gone.adopted
+		return t.gone != nil && t.gone.fromWords
 	}
 	return false
 }
@@ -142,9 +170,14 @@ func (w *Owner) settleUnclaimed() {
 	w.fence(free)
 }
 
-// rejoinsPending reports whether a process of the previous owner may still rejoin. Called
-// with w.mu held.
+// rejoinsPending reports whether a process of the previous owner may still rejoin. While
+// grant words name a process the slots do not know (a word or a slot's line forged), that
+// process may yet come and claim them (refused, it keeps them: keepClaims) until the
+// processes are given up (rejoinBy). Called with w.mu held.
 func (w *Owner) rejoinsPending() bool {
+	if w.suspect && time.Now().Before(w.rejoinBy) {
+		return true
+	}
 	for s := range w.procs {
 		if w.procs[s].rejoin {
 			return true

@@ -57,6 +57,7 @@ type Owner struct {
 	// unclaimed holds the grants the scan would free, or a rejoin did not claim, while a
 	// process may still rejoin and claim them (claim.go); nil when none.
 	unclaimed *gone
+	suspect   bool          // the adoption found grant words naming no process: see rejoinsPending
 	scanned   chan struct{} // closed once there is nothing to scan: the owner's retains may go
 
 	pauseDetach func() // set by tests only: runs as a session answers a detach, the slot left

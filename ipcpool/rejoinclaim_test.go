@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
 // A scribbler rewrites the grant words of two other processes while no owner runs: the
@@ -167,6 +171,21 @@ func TestClaimsDecide(t *testing.T) {
 	if w.table[6].state != gLimbo {
 		t.Fatal("an unclaimed grant freed while a process may still claim it")
 	}
+	// Claims of a process refused (grant 7 is the other's by the words, 8 is nobody's) are
+	// kept until it exits, and the process the words name may claim them still.
+	claims = make([]bool, len(w.table))
+	claims[7], claims[lent] = true, true
+	w.table[7] = grantState{state: gHeld, slot: other, serial: w.procs[other].serial}
+	w.keepClaims(claims, os.Getpid())
+	if w.table[7].state != gLimbo || w.table[7].gone == nil || !w.holdsGrant(live, lent) {
+		t.Fatalf("a refused process's claims: grant 7 %+v, grant %d %+v", w.table[7], lent, w.table[lent])
+	}
+	claims[lent] = false
+	must(t, "takeClaims", w.takeClaims(other, claims))
+	if !w.holdsGrant(other, 7) {
+		t.Fatalf("grant 7, kept for a process refused, not taken back by the one the words name: %+v", w.table[7])
+	}
+	w.goneList = w.goneList[:len(w.goneList)-1]
 	w.procs[other].rejoin = false
 	w.settleUnclaimed()
 	if s := w.table[6].state; s != gFree && s != gFenced || w.unclaimed != nil {
@@ -231,7 +250,7 @@ func TestRestartsAfterScribbledGrantWords(t *testing.T) {
 		rounds = 12
 	}
 	path := filepath.Join(t.TempDir(), "pool.sock")
-	owner := startOwnerChild(t, path, 16<<20)
+	owner := startOwnerChild(t, path, 32<<20)
 	kids := []*child{startChild(t, path), startChild(t, path)}
 	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
 	must(t, "Attach", err)
@@ -259,7 +278,7 @@ func TestRestartsAfterScribbledGrantWords(t *testing.T) {
 				c.store(c.grantWord(g), packGrant(r.Uint64N(1<<20), r.IntN(5), r.IntN(p.slots+1)-1))
 			}
 		}
-		owner = startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
+		owner = startOwnerChild(t, path, 32<<20, ownerAdoptEnv+"=1")
 		want := fmt.Sprintf("J %d", round)
 		for _, k := range kids {
 			waitFor(t, func() bool { return k.do(t, "J") == want })
@@ -307,7 +326,7 @@ func fillPool(t *testing.T, p *Process) [][]byte {
 		filled = append(filled, b)
 	}
 	if len(filled) == 0 {
-		t.Fatal("the filler got nothing")
+		t.Fatalf("the filler got nothing: %+v", p.SharedStats().Pool)
 	}
 	return filled
 }
@@ -403,4 +422,54 @@ func TestForgedClaimsRefused(t *testing.T) {
 	}
 	k.quit(t)
 	_ = p.Close()
+}
+
+// A scribbler rewrites another process's slot line while no owner runs (its pid, or its
+// serial to say the slot is free): the new owner cannot know the process and refuses its
+// rejoin (it is orphaned: ErrClosed from then on), but keeps the grants it claims until it has
+// exited, since it may still use them: a filler taking every free grant gets none of its
+// buffers' memory. (Before, its grants were freed, given up with a slot whose pid named no process or
+// scanned as nobody's, and lent to the filler.)
+func TestRefusedRejoinKeepsClaimedGrants(t *testing.T) {
+	for _, forge := range []string{"pid", "serial"} {
+		t.Run(forge, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "pool.sock")
+			a := startOwnerChild(t, path, 16<<20)
+			inn := startChild(t, path, childQuietEnv+"=1")
+			h := inn.alloc(t, 5000, 1)
+			p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+			must(t, "Attach", err)
+			defer p.Close()
+			must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+			_ = a.cmd.Wait()
+			a.dead = true
+			c := &p.c
+			if forge == "pid" {
+				c.slotStore(inn.slot, sPid, uint64(a.cmd.Process.Pid)) // a process that has exited
+			} else {
+				c.slotStore(inn.slot, sSerial, 0)
+			}
+			startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
+			waitFor(t, func() bool { return p.Rejoined() == 1 })
+			waitFor(t, func() bool { // refused: orphaned, its requests closed
+				return strings.Contains(inn.do(t, "A 3000000 2"), "closed")
+			})
+			time.Sleep(400 * time.Millisecond) // past the new owner's wait for rejoins (300 ms)
+			filled := fillPool(t, p)
+			for _, b := range filled { // (its handle is stale: its entries went with its slot)
+				if off := uint64(mem.Addr(b) - p.sp.base); off < h.Offset+h.Length && h.Offset < off+uint64(len(b)) {
+					t.Fatalf("the filler got [%#x, +%d), over the refused process's buffer [%#x, +%d)", off, len(b), h.Offset, h.Length)
+				}
+			}
+			for _, b := range filled {
+				must(t, "Free", p.Free(b))
+			}
+			inn.kill()
+			// Its grants come back once it has exited.
+			waitFor(t, func() bool {
+				ps := p.SharedStats().Pool
+				return ps.Limbo == 0 && ps.Fenced == 0 && ps.Held == p.src.grantsHeld()
+			})
+		})
+	}
 }

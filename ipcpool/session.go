@@ -94,13 +94,14 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
 	}
 	slot, serial := int(m.a), m.b
 	w.mu.Lock()
-	ok := w.mayRejoin(pool, slot, serial, cred)
+	ours := pool == w.hello.pool && !w.closed
 	l := w.hello.layout
 	w.mu.Unlock()
-	if !ok {
+	if !ours {
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedPool}, w.timeout)
 		return
 	}
+	// A process of this pool: its claims, even when it is refused below (keepClaims).
 	if err := writeMsg(c, msg{op: opReply, a: stClaims}, w.timeout); err != nil {
 		return
 	}
@@ -109,14 +110,17 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
 		return // garbage or silence: cut off; the slot waits for another try until it expires
 	}
 	w.mu.Lock()
-	ok = w.mayRejoin(pool, slot, serial, cred) // (given up meanwhile, or taken by another try)
+	ok := w.mayRejoin(pool, slot, serial, cred) // (given up meanwhile, or taken by another try)
 	if ok {
 		if err = w.takeClaims(slot, claims); err == nil {
 			st := &w.procs[slot]
 			st.rejoin, st.active, st.conn = false, true, c
-			w.settleUnclaimed()
 		}
 	}
+	if !ok || err != nil {
+		w.keepClaims(claims, int(cred.Pid))
+	}
+	w.settleUnclaimed()
 	w.mu.Unlock()
 	switch {
 	case !ok:

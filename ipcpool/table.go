@@ -41,8 +41,9 @@ type gone struct {
 	serial uint64
 	watch  watch // until it has exited
 	exited bool  // its watch said so (or it detached: it unmapped the pool first)
-	// adopted: found by an adoption's scan, from words of the control region (claim.go).
-	adopted bool
+	// fromWords: what it holds, only the control region's words gave it (an adoption's
+	// scan), or a process refused at its rejoin claimed: a rejoin may claim it (claim.go).
+	fromWords bool
 	// pins counts, per grant, the entries of the process's that others still retain.
 	pins    map[int]int
 	entries map[int]span // entry -> the grants under its buffer, of those still retained
