@@ -18,8 +18,8 @@ import (
 //     becomes the claimant's;
 //   - a grant the words gave the process that it does not claim (lent by the previous owner
 //     as it died, given back while no owner ran, or a forged word) goes to the scan or, after
-//     it, stays unclaimed until every process has rejoined or been given up (another may
-//     claim it); then it is fenced and free;
+//     it, stays unclaimed while another process may claim it (rejoinsPending); then it is
+//     fenced and free;
 //   - a claim of a grant the owner knows another process holds (lent by this owner, or
 //     claimed already) comes from a lying process or a broken owner, never from a word
 //     forged: the claims are refused, nothing changes, and the process is orphaned.
@@ -31,11 +31,15 @@ import (
 // scribbler can rewrite so that the owner refuses the process (it is orphaned). Its claims
 // are read all the same: the grants it claims that the words alone give away are kept, in
 // limbo, until it has exited, since it may go on using them; its memory is never lent to
-// another while it lives. A process the words do name may still claim them as it rejoins: a
-// process refused (any process of the pool may ask to rejoin as anything) takes no grant
-// from one that rejoins. A process that lies in its own claims
-// (on its own connection: it cannot speak for another) is another matter: the first claim of
-// a grant stands, so a liar that rejoins before the grant's holder gets the holder refused.
+// another while it lives. Grant words that name no process the slots know (forged, the word
+// or the slot's line) hold back what they name until the rejoins' deadline, for such a
+// process to come and claim it. A process the words do name may still claim what a refused
+// one keeps: a process refused (any process of the pool may ask to rejoin as anything) takes
+// no grant from one that rejoins.
+//
+// A process that lies in its own claims (on its own connection: it cannot speak for another)
+// is another matter: the first claim of a grant stands, so a liar that rejoins before the
+// grant's holder gets the holder refused.
 
 // readClaims reads the claims of the process rejoining on c (after stClaims): ascending,
 // disjoint runs of grants of l, each inside one region, ended by an empty one. It returns them
