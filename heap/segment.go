@@ -25,6 +25,7 @@ import (
 	"math/bits"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/ilist"
 )
@@ -161,6 +162,9 @@ func (h *Heap) newSegment(kind segKind) (*segment, error) {
 // fromArena takes a span from the arena with take (Alloc, or Reserve for a segment). When the
 // arena is full, frees pending in the heap may have emptied segments and kept objects that can
 // go back first: it collects them and tries once more; a full arena is then ErrOutOfMemory.
+// A failure that cannot be for want of memory (an invalid request, a closed provider, a
+// provider's peer breaking its protocol or silent) is not tried again; every failure but a
+// full arena keeps its own sentinel.
 //
 // A heap with RetainSegments never trims itself here: its memory changes owner only when its
 // owner calls Trim, having seen the outside work that may use it end (device synchronizes the
@@ -170,6 +174,10 @@ func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error),
 	span, err := take(size, alignment)
 	if err == nil {
 		return span, nil
+	}
+	if !errors.Is(err, pinmalloc.ErrOutOfMemory) && !errors.Is(err, pinmalloc.ErrMemlock) &&
+		!errors.Is(err, pinmalloc.ErrRefused) { // (refused: a reserve or commit, mmap's ENOMEM)
+		return arena.Span{}, err
 	}
 	if !h.hold {
 		h.Trim()

@@ -24,17 +24,19 @@ import (
 // Everything read from the descriptors and the control region is checked as at an attach:
 // the geometry against this package's limits and the files' sizes and seals, each grant
 // word's slot against the slots, each export entry's holder and place against the grants. A
-// donor that hands over garbage is cut off, and the owner waits for another.
+// donor that hands over garbage is cut off, and the owner waits for another. What the grant
+// words say of a process is held in doubt until it rejoins and claims its grants by its own
+// record (claim.go).
 
 // awaitDonor listens at the path and waits, d at most, for the pool's memory to be handed
 // over. It reports whether it was.
 func (w *Owner) awaitDonor(d time.Duration) (bool, error) {
-	ln, err := listen(w.path, w.fileMode)
+	ln, lock, err := listen(w.path, w.fileMode)
 	if err != nil {
 		return false, err
 	}
 	w.mu.Lock()
-	w.ln, w.adopting = ln, true
+	w.ln, w.lock, w.adopting = ln, lock, true
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go w.serve()
@@ -183,6 +185,8 @@ func (w *Owner) rebuild(old uint64) {
 			*t = grantState{state: gHeld, slot: slot, serial: w.procs[slot].serial, gen: gen + 1}
 		} else {
 			*t = grantState{state: gLimbo, gone: scan, gen: gen + 1}
+			// A word naming no process: forged, the word or the slot's line (claim.go).
+			w.suspect = w.suspect || slot > 0
 		}
 		w.publish(g)
 	}
@@ -197,11 +201,14 @@ func (w *Owner) rebuild(old uint64) {
 // finishAdoption lets go what the previous owner held (it died): its retains, its buffers
 // nobody else retains; the buffers others still retain, of it and of processes gone before
 // it, keep their grants (orphans); every other grant no process holds comes back once every
-// process with a device has passed a fence.
+// process with a device has passed a fence, and once no process is still to rejoin, which
+// may claim it (claim.go).
 func (w *Owner) finishAdoption() {
 	w.mu.Lock()
 	g0 := w.scan
 	w.scan = nil
+	g0.fromWords = true
+	pending := w.rejoinsPending()
 	retired := w.dropRetains(0)
 	w.dropEntries(g0)
 	for s := range w.procs {
@@ -215,6 +222,8 @@ func (w *Owner) finishAdoption() {
 		case g0.pins[g] > 0:
 			*t = grantState{state: gOrphan, gone: g0, gen: t.gen + 1}
 			w.publish(g)
+		case pending: // a process still to rejoin may claim it (its word forged)
+			w.unclaim(g)
 		default:
 			*t = grantState{state: gFree, gen: t.gen + 1}
 			free = append(free, g)
@@ -263,6 +272,7 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 		if ok && w0&eRetiring == 0 && c.retained(e) && w.unheld(sp, scan) {
 			if g == nil {
 				g = newGone(s, holder>>16, watch{pidfd: -1}, true)
+				g.fromWords = true
 				w.goneList = append(w.goneList, g)
 			}
 			for gr := sp.first; gr <= sp.last; gr++ {

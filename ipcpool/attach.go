@@ -111,7 +111,6 @@ func handshake(ctx context.Context, conn *net.UnixConn, path string, po pinned.O
 	}
 	p.cl = cl
 	cl.donate = sp.donate
-	cl.reconcile = p.reconcileGrants
 	var flags uint64
 	if dev != nil {
 		flags = flagDevice

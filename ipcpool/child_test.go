@@ -30,6 +30,8 @@ import (
 //	R <handle>        retain it: "OK";  L <handle>  release it: "OK"
 //	N                 the bytes of grants the process holds: "G <bytes>"
 //	X                 close the socket without leaving, and live on: "OK"
+//	T                 trim its pool (its empty grants go back to the owner): "OK"
+//	J                 how many times it rejoined a new owner: "J <n>"
 //	W ms              write random words over the control region for ms milliseconds: "OK"
 //	Q                 stop and leave (Close): "OK"
 //
@@ -199,6 +201,10 @@ func childCommand(p *Process, f []string) string {
 		return result(p.Release(h))
 	case len(f) == 1 && f[0] == "N":
 		return fmt.Sprintf("G %d", p.SharedStats().GrantBytes)
+	case len(f) == 1 && f[0] == "T":
+		return result(p.Pool.Trim())
+	case len(f) == 1 && f[0] == "J":
+		return fmt.Sprintf("J %d", p.Rejoined())
 	case len(f) == 1 && f[0] == "X": // close the socket, stay alive
 		p.cl.hangUp()
 		return "OK"

@@ -16,16 +16,19 @@ import (
 // When the connection ends without the process leaving (the owner died), the client rejoins
 // whatever owner serves the path next, keeping its slot, its grants and its
 // handles; requests made meanwhile wait for it, within their deadline.
+//
+// The client keeps its own record of the grants it holds (holds: every run an owner lent it,
+// less those it gave back), in Go memory where no other process can write: a rejoin claims
+// exactly those from the new owner (rejoin.go), whatever the control region's grant words say.
 type client struct {
-	path      string
-	timeout   time.Duration
-	uids      []int
-	l         layout
-	pool      uint64
-	slot      int
-	serial    uint64
-	donate    func(send func(fds []int) error) (bool, error) // the pool's descriptors, for a new owner (adopt.go; space.donate)
-	reconcile func()                                         // after a rejoin: give back grants this process does not know
+	path    string
+	timeout time.Duration
+	uids    []int
+	l       layout
+	pool    uint64
+	slot    int
+	serial  uint64
+	donate  func(send func(fds []int) error) (bool, error) // the pool's descriptors, for a new owner (adopt.go; space.donate)
 
 	wmu      sync.Mutex
 	mu       sync.Mutex
@@ -36,14 +39,19 @@ type client struct {
 	seq      uint64
 	pending  map[uint64]*call
 	late     map[uint64]uint64 // grant requests that gave up: their grants' count
-	given    []bool            // by grant: given back on the current connection (a rejoin's reconcile leaves it be)
+	holds    []bool            // by grant: lent to this process and not given back
+	owing    bool              // a rejoin has sent its claims: releases with no owner are owed to it
+	owed     []run             // the runs given back since the claims, while no owner served
 	readers  sync.WaitGroup
 	rejoined int // how many times it rejoined a new owner
 	// pause, set by tests only (under mu), runs once as the reader hands a reply to its
-	// request; pauseRejoin as a rejoin, its connection set, is about to reconcile.
+	// request; pauseRejoin as a rejoin has sent its claims and waits for the answer.
 	pause       func(m msg)
 	pauseRejoin func()
 }
+
+// run is grants [first, first+n).
+type run struct{ first, n int }
 
 // call is a request waiting for its reply.
 type call struct {
@@ -54,7 +62,7 @@ type call struct {
 
 func newClient(c *net.UnixConn, path string, timeout time.Duration, uids []int, h hello) *client {
 	return &client{c: c, path: path, timeout: timeout, uids: uids, l: h.layout, pool: h.pool, slot: h.slot,
-		serial: h.serial, pending: map[uint64]*call{}, up: make(chan struct{}), given: make([]bool, h.grants())}
+		serial: h.serial, pending: map[uint64]*call{}, up: make(chan struct{}), holds: make([]bool, h.grants())}
 }
 
 // start starts the reader of the current connection, once the handshake is done.
@@ -83,6 +91,12 @@ func (cl *client) reader(c *net.UnixConn) {
 		pause := cl.pause
 		if k != nil {
 			cl.pause = nil
+			if k.op == opGrant && m.a == stOK && cl.l.validRun(m.b, k.n) {
+				// Lent: this process's from now on (its request takes it or gives it back).
+				for g := m.b; g < m.b+k.n; g++ {
+					cl.holds[g] = true
+				}
+			}
 		}
 		cl.mu.Unlock()
 		switch {
@@ -91,9 +105,9 @@ func (cl *client) reader(c *net.UnixConn) {
 				pause(m)
 			}
 			k.reply <- m // (a request that gives up now waits for it: forget)
-		case n > 0 && m.a == stOK && m.b < uint64(cl.l.grants()):
-			// A grant whose request gave up: it is this process's, unknown to its arena.
-			cl.giveBack(c, int(m.b), int(min(n, uint64(cl.l.grants())-m.b)))
+		case n > 0 && m.a == stOK && cl.l.validRun(m.b, n):
+			// A grant whose request gave up: never this process's record's, nor its arena's.
+			cl.giveBack(c, int(m.b), int(n))
 		}
 	}
 	c.Close()
@@ -208,59 +222,55 @@ func (cl *client) grant(n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	per := cl.l.grantsPerRegion()
 	switch {
 	case m.a == stFull:
 		return 0, fmt.Errorf("%w: %d grants asked", ErrPoolFull, n)
 	case m.a != stOK:
 		return 0, fmt.Errorf("%w: %d grants refused", ErrRefused, n)
-	case m.b >= uint64(cl.l.grants()) || int(m.b)%per+n > per:
-		// Not a run of the pool: refuse it (nothing was mapped for it) and cut the owner off.
-		cl.refuse()
+	case !cl.l.validRun(m.b, uint64(n)):
+		// Not a run of the pool (the reader did not record it): refuse it (nothing was
+		// mapped for it) and cut the owner off.
+		cl.refuse(nil)
 		return 0, fmt.Errorf("%w: the owner granted %d grants at %d", ErrProtocol, n, m.b)
 	}
 	return int(m.b), nil
 }
 
 // refuse implements granter: it cuts the owner off (its reader ends; a rejoin follows).
-func (cl *client) refuse() {
+func (cl *client) refuse(drop []int) {
 	cl.mu.Lock()
+	for _, g := range drop {
+		if g >= 0 && g < len(cl.holds) {
+			cl.holds[g] = false
+		}
+	}
 	if cl.c != nil {
 		cl.c.Close()
 	}
 	cl.mu.Unlock()
 }
 
-// release implements granter: one message, no reply. With no owner, the grants stay this
-// process's in the table; a rejoin gives back those its arena no longer holds (reconcile).
+// release implements granter: one message, no reply. The grants leave the process's record
+// at once. With no owner the message is not sent: the next rejoin does not claim them (the
+// new owner takes them back), or, given back after its claims, they are owed to it.
 func (cl *client) release(first, n int) {
 	cl.mu.Lock()
+	if first >= 0 && n > 0 && n <= len(cl.holds)-first {
+		clear(cl.holds[first : first+n])
+	}
 	c := cl.c
+	if c == nil && cl.owing {
+		cl.owed = append(cl.owed, run{first, n})
+	}
 	cl.mu.Unlock()
 	if c != nil {
 		cl.giveBack(c, first, n)
 	}
 }
 
-// giveBack gives grants [first, first+n) back on c, recording them as given back on it while
-// it is the current connection.
+// giveBack gives grants [first, first+n) back on c.
 func (cl *client) giveBack(c *net.UnixConn, first, n int) {
-	cl.mu.Lock()
-	if cl.c == c && first >= 0 && n <= len(cl.given)-first {
-		for g := first; g < first+n; g++ {
-			cl.given[g] = true
-		}
-	}
-	cl.mu.Unlock()
 	_ = cl.sendOn(c, msg{op: opRelease, a: uint64(first), b: uint64(n)})
-}
-
-// givenBack reports whether grant g was given back on the current connection: the owner
-// takes it back (the grant word may say otherwise until it has read the release).
-func (cl *client) givenBack(g int) bool {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	return g >= 0 && g < len(cl.given) && cl.given[g]
 }
 
 // detach tells the owner this process has left, and waits for it to take the memory back.

@@ -13,8 +13,9 @@ import (
 //	         size, slots, ring capacity, exports per slot, backend), the fence epoch, the
 //	         owner's pid and its epoch (how many owners the pool has had)
 //	grants   one word per grant: gen<<24 | state<<16 | holder slot+1 (0: none). Written by
-//	         the owner only, from its own table in Go memory: a word a peer
-//	         overwrites misleads only what reads it for show (Stats), never the owner.
+//	         the owner only, from its own table in Go memory: a word a peer overwrites
+//	         misleads what reads it for show (Stats), and an owner that adopts the pool only
+//	         until each process claims its grants by its own record (claim.go).
 //	slots    one line per slot: the fence epoch the process passed, its serial (how many
 //	         processes the slot has had: 0 while free), pid and start time, flags (a CUDA
 //	         device: it must pass fences), the owner's ask for empty grants and the answer,
@@ -136,6 +137,13 @@ func (l layout) ctlBytes() uintptr {
 func (l layout) sameRegion(off, n uint64) bool {
 	return n > 0 && off < uint64(l.poolBytes()) && n <= uint64(l.poolBytes())-off &&
 		off/uint64(l.regionSize) == (off+n-1)/uint64(l.regionSize)
+}
+
+// validRun reports whether grants [first, first+n) (a peer's words) are a run of the pool: at
+// least one grant, all inside one region.
+func (l layout) validRun(first, n uint64) bool {
+	per := uint64(l.grantsPerRegion())
+	return n >= 1 && n <= per && first < uint64(l.grants()) && first%per+n <= per
 }
 
 // Grant words: gen<<24 | state<<16 | slot+1.

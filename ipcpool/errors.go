@@ -31,6 +31,9 @@ var (
 	// or no slot is free), the attaching process refused the server (its credentials are not
 	// those AttachOptions allow), or no pool is served at the path. Kind ErrRefused.
 	ErrRefused = errkind.New(pinmalloc.ErrRefused, "ipcpool: refused")
+	// ErrServed: Serve found another owner serving the path, or starting on it. Kind
+	// ErrRefused.
+	ErrServed = errkind.New(pinmalloc.ErrRefused, "ipcpool: another owner serves the path")
 	// ErrProtocol: the socket or the control region carried something that is not this
 	// package's protocol (another version, a truncated message, a value out of range): the
 	// peer is cut off. Kind ErrInvalid.

@@ -186,6 +186,7 @@ func (w *Owner) tick() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	defer w.cond.Broadcast()
+	w.settleUnclaimed()
 	kept := w.goneList[:0]
 	for _, g := range w.goneList {
 		if !g.exited && g.watch.exited() {

@@ -26,6 +26,7 @@ type Owner struct {
 	*Process
 	path     string
 	ln       *net.UnixListener
+	lock     *pathLock    // held while ln serves (pathlock.go)
 	allow    map[int]bool // user ids that may attach
 	timeout  time.Duration
 	fileMode os.FileMode
@@ -40,6 +41,7 @@ type Owner struct {
 	epoch    uint64         // the fence epoch last published
 	fenced   bool
 	closed   bool
+	done     chan struct{} // closed with closed: ends the waits for a scan that will not come
 	wg       sync.WaitGroup
 	watchEnd chan struct{} // closed to stop the watcher
 	watched  chan struct{} // closed by the watcher as it ends
@@ -48,11 +50,15 @@ type Owner struct {
 	o        Options
 	po       pinned.Options
 	dev      *cuda.Device
-	adoptMu  sync.Mutex    // one adoption, or the fresh pool, at a time
-	adopting bool          // the owner waits for the pool's memory: no process may attach yet
-	rejoinBy time.Time     // the processes of the previous owner rejoin by then
-	scan     *gone         // what an adoption left to scan (finishAdoption), or nil
-	scanned  chan struct{} // closed once there is nothing to scan: the owner's retains may go
+	adoptMu  sync.Mutex // one adoption, or the fresh pool, at a time
+	adopting bool       // the owner waits for the pool's memory: no process may attach yet
+	rejoinBy time.Time  // the processes of the previous owner rejoin by then
+	scan     *gone      // what an adoption left to scan (finishAdoption), or nil
+	// unclaimed holds the grants the scan would free, or a rejoin did not claim, while a
+	// process may still rejoin and claim them (claim.go); nil when none.
+	unclaimed *gone
+	suspect   bool          // the adoption found grant words naming no process: see rejoinsPending
+	scanned   chan struct{} // closed once there is nothing to scan: the owner's retains may go
 
 	pauseDetach func() // set by tests only: runs as a session answers a detach, the slot left
 }
@@ -69,7 +75,9 @@ type slotState struct {
 
 // Serve creates a pool of o.Size bytes of locked memory on memfds (or CUDA host granules:
 // Options.VMM) and serves it on a Unix socket at path. A socket file left there by an owner
-// that died is replaced; one another owner serves is not (an error wrapping EADDRINUSE).
+// that died is replaced; one another owner serves, or starts on, is not: Serve fails with
+// ErrServed (which matches syscall.EADDRINUSE too). The owner holds a lock file beside the
+// socket, path with ".lock" appended, while it serves.
 func Serve(path string, o Options) (*Owner, error) {
 	l, err := o.layout()
 	if err != nil {
@@ -108,7 +116,7 @@ func Serve(path string, o Options) (*Owner, error) {
 	}
 	if err := w.fresh(); err != nil {
 		if w.ln != nil {
-			w.ln.Close()
+			w.closeListener()
 			w.wg.Wait()
 		}
 		closeDevice(dev)
@@ -155,6 +163,7 @@ func newOwner(path string, o Options, l layout) *Owner {
 	}
 	w.cond = sync.NewCond(&w.mu)
 	w.scanned = make(chan struct{})
+	w.done = make(chan struct{})
 	return w
 }
 
@@ -204,7 +213,7 @@ func (w *Owner) start(sp *space) error {
 		return err
 	}
 	if w.ln == nil {
-		if w.ln, err = listen(w.path, w.mode()); err != nil {
+		if w.ln, w.lock, err = listen(w.path, w.mode()); err != nil {
 			_ = p.closePool(true)
 			sp.close(false)
 			return err
@@ -231,16 +240,33 @@ func (w *Owner) run(p *Process) {
 
 func (w *Owner) mode() os.FileMode { return w.fileMode }
 
-// listen listens on path with the given permissions, replacing a socket file nobody serves.
-func listen(path string, mode os.FileMode) (*net.UnixListener, error) {
+// listenPause, set by tests only, runs as listen has found a socket file nobody serves,
+// before it replaces it.
+var listenPause func()
+
+// listen listens on path with the given permissions, replacing a socket file nobody serves,
+// under the path's lock, which it returns held.
+func listen(path string, mode os.FileMode) (_ *net.UnixListener, _ *pathLock, err error) {
 	if mode == 0 {
 		mode = 0o600
 	}
+	lock, err := lockPath(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.unlock()
+		}
+	}()
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		c, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
+		if err == nil { // an owner that takes no lock (an older version)
 			c.Close()
-			return nil, fmt.Errorf("ipcpool: %s: another pool serves it: %w", path, syscall.EADDRINUSE)
+			return nil, nil, fmt.Errorf("%w: %s: %w", ErrServed, path, syscall.EADDRINUSE)
+		}
+		if listenPause != nil {
+			listenPause()
 		}
 		_ = os.Remove(path) // a stale socket of an owner that died
 	}
@@ -250,14 +276,20 @@ func listen(path string, mode os.FileMode) (*net.UnixListener, error) {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	unix.Umask(old)
 	if err != nil {
-		return nil, fmt.Errorf("ipcpool: listen: %w", err)
+		return nil, nil, fmt.Errorf("ipcpool: listen: %w", err)
 	}
 	ln.SetUnlinkOnClose(true)
 	if err := os.Chmod(path, mode.Perm()); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("ipcpool: chmod socket: %w", err)
+		return nil, nil, fmt.Errorf("ipcpool: chmod socket: %w", err)
 	}
-	return ln, nil
+	return ln, lock, nil
+}
+
+// closeListener stops serving: the socket goes, then the path's lock.
+func (w *Owner) closeListener() {
+	w.ln.Close()
+	w.lock.unlock()
 }
 
 // serve accepts connections until the listener closes.
@@ -325,9 +357,10 @@ func (w *Owner) Close() error {
 		return fmt.Errorf("%w: %d processes", ErrAttached, n)
 	}
 	w.closed = true // no session takes a slot from now on
+	close(w.done)
 	w.cond.Broadcast()
 	w.mu.Unlock()
-	w.ln.Close()
+	w.closeListener()
 	w.mu.Lock()
 	for s := range w.procs { // a process that connected between the check and the close
 		if c := w.procs[s].conn; c != nil {

@@ -3,6 +3,7 @@ package ipcpool
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,6 +27,7 @@ const (
 	ownerOpenEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_OPEN"  // any user may connect; root may attach
 	ownerAdoptEnv = "PINMALLOC_IPCPOOL_TEST_OWNER_ADOPT" // adopt the pool of an owner that died
 	ownerColdEnv  = "PINMALLOC_IPCPOOL_TEST_OWNER_COLD"  // time Serve in a process that never used pinmalloc
+	ownerPauseEnv = "PINMALLOC_IPCPOOL_TEST_OWNER_PAUSE" // say "PAUSED" before replacing a stale socket, go on at a line on stdin
 )
 
 func runOwnerChild(path string) int {
@@ -47,12 +49,27 @@ func runOwnerChild(path string) int {
 			_ = p.Close()
 		}
 	}
+	if os.Getenv(ownerPauseEnv) != "" {
+		listenPause = func() {
+			fmt.Println("PAUSED")
+			var b [1]byte
+			for b[0] != '\n' { // byte by byte: the lines after are the commands'
+				if n, _ := os.Stdin.Read(b[:]); n == 0 {
+					return
+				}
+			}
+		}
+	}
 	var before, after unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &before)
 	start := time.Now()
 	w, err := Serve(path, o)
 	took := time.Since(start)
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &after)
+	if errors.Is(err, ErrServed) {
+		fmt.Println("E served:", err)
+		return 1
+	}
 	if err != nil {
 		fmt.Println("E", err)
 		return 1

@@ -12,9 +12,12 @@ import (
 // grants it holds, frees by handle go on through the rings) and tries, every little while,
 // the path again: a new owner that serves it adopts the pool (Options.Adopt) and knows the
 // process by its slot and serial. If the new owner has no memory yet, the process hands it
-// the pool's descriptors (it keeps them open for this). If the owner at the path does not
-// know the process (another pool, or the process was given up), the process is orphaned:
-// its requests fail with ErrClosed from then on, and it should leave.
+// the pool's descriptors (it keeps them open for this). The process then claims the grants
+// it holds, by its own record (client.holds), never by the grant words of the control region,
+// which any process can write; the owner makes its grants exactly those (claim.go). If the
+// owner at the path does not know the process (another pool, or the process was given up),
+// or refuses its claims (another process holds one), the process is orphaned: its requests
+// fail with ErrClosed from then on, and it should leave.
 
 // rejoinBackoff bounds the wait between two tries: a new owner waits at most about that long
 // for a process to come and hand it the pool (a failed connect costs microseconds).
@@ -40,17 +43,15 @@ func (cl *client) rejoinLoop() {
 				return
 			}
 			cl.c = c
-			clear(cl.given)
+			owed := cl.owed
+			cl.owing, cl.owed = false, nil
 			cl.rejoined++
 			close(cl.up)
 			cl.mu.Unlock()
 			cl.readers.Add(1)
 			go cl.reader(c)
-			if cl.pauseRejoin != nil {
-				cl.pauseRejoin()
-			}
-			if cl.reconcile != nil {
-				cl.reconcile()
+			for _, r := range owed { // given back after the claims, before the answer
+				cl.giveBack(c, r.first, r.n)
 			}
 			return
 		}
@@ -66,7 +67,10 @@ func (cl *client) rejoinLoop() {
 	}
 }
 
-var errOrphaned = errors.New("ipcpool: the owner serving the path does not know this process (another pool, or it gave the process up)")
+var (
+	errOrphaned = errors.New("ipcpool: the owner serving the path does not know this process (another pool, or it gave the process up)")
+	errClaimed  = fmt.Errorf("%w: it found a grant this process holds held by another process", errOrphaned)
+)
 
 // rejoin makes one try: the connection to the new owner, once it took the process back.
 func (cl *client) rejoin() (*net.UnixConn, error) {
@@ -101,6 +105,20 @@ func (cl *client) rejoin() (*net.UnixConn, error) {
 			m, err = readMsg(c)
 		}
 	}
+	if err == nil && m.op == opReply && m.a == stClaims {
+		if _, err = c.Write(cl.claims()); err == nil {
+			cl.mu.Lock()
+			pause := cl.pauseRejoin
+			cl.pauseRejoin = nil
+			cl.mu.Unlock()
+			if pause != nil {
+				pause()
+			}
+			m, err = readMsg(c)
+		}
+	} else if err == nil && m.op == opReply && m.a == stOK {
+		err = fmt.Errorf("%w: a rejoin taken back without its claims", ErrProtocol)
+	}
 	switch {
 	case err != nil:
 		return fail(err)
@@ -108,11 +126,38 @@ func (cl *client) rejoin() (*net.UnixConn, error) {
 		return fail(fmt.Errorf("%w: operation %d in answer to a rejoin", ErrProtocol, m.op))
 	case m.a == stRefused && m.b == refusedPool:
 		return fail(errOrphaned)
+	case m.a == stRefused && m.b == refusedClaim:
+		return fail(errClaimed)
 	case m.a != stOK:
 		return fail(fmt.Errorf("%w: rejoin answered %d", ErrRefused, m.a))
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// claims returns the messages of a rejoin's claims: the runs of grants this process holds by
+// its own record, ascending, each inside one region, then an empty one. Releases from now on
+// find no owner until the rejoin ends: they are owed to the new owner, which counts them as
+// claimed.
+func (cl *client) claims() []byte {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.owing, cl.owed = true, nil
+	per := cl.l.grantsPerRegion()
+	var b []byte
+	for g := 0; g < len(cl.holds); {
+		if !cl.holds[g] {
+			g++
+			continue
+		}
+		first := g
+		for g++; g < len(cl.holds) && cl.holds[g] && g%per != 0; g++ {
+		}
+		m := msg{op: opClaim, a: uint64(first), b: uint64(g - first)}.encode()
+		b = append(b, m[:]...)
+	}
+	end := msg{op: opClaim}.encode()
+	return append(b, end[:]...)
 }
 
 // hangUp closes the connection for good, as a process that stops talking to the owner does:
@@ -124,44 +169,6 @@ func (cl *client) hangUp() {
 		cl.c.Close()
 	}
 	cl.mu.Unlock()
-}
-
-// reconcileGrants gives back the grants the table says this process holds that its arena
-// does not know: a grant the previous owner lent as it died, before its answer came, and
-// those the arena gave back while no owner ran; not those it gave back to the new owner
-// since the rejoin (source.Release holds lending across its part: a release is either seen
-// here as given back, or comes after, of a grant still held). A
-// process closing (its Close may have unmapped the pool already, and waits to detach from
-// the owner rejoined) has nothing to reconcile: its grants go back with it.
-func (p *Process) reconcileGrants() {
-	if !p.enter() {
-		return
-	}
-	defer p.exit()
-	p.src.lending.Lock()
-	defer p.src.lending.Unlock()
-	c := &p.c
-	first, n := -1, 0
-	flush := func() {
-		if n > 0 {
-			p.cl.release(first, n)
-		}
-		first, n = -1, 0
-	}
-	for g := range p.grants() {
-		_, _, slot := unpackGrant(c.load(c.grantWord(g)))
-		extra := slot == p.slot && !p.src.holds(uintptr(g)*p.grantSize) && !p.cl.givenBack(g)
-		switch {
-		case extra && n > 0 && first+n == g && g%p.grantsPerRegion() != 0:
-			n++
-		case extra:
-			flush()
-			first, n = g, 1
-		default:
-			flush()
-		}
-	}
-	flush()
 }
 
 // Rejoined reports how many times the process rejoined a new owner of the pool.

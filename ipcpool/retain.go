@@ -16,7 +16,9 @@ func (p *Process) Retain(h Handle) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
-	p.adopted() // (outside enter: a Close does not wait for the owner's scan)
+	if !p.adopted() { // (outside enter: a Close does not wait for the owner's scan)
+		return ErrClosed
+	}
 	if !p.enter() {
 		return ErrClosed
 	}
@@ -73,7 +75,9 @@ func (p *Process) Release(h Handle) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
-	p.adopted() // (outside enter: a Close does not wait for the owner's scan)
+	if !p.adopted() { // (outside enter: a Close does not wait for the owner's scan)
+		return ErrClosed
+	}
 	if !p.enter() {
 		return ErrClosed
 	}
@@ -234,9 +238,15 @@ func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
 }
 
 // adopted waits, in an owner that adopted the pool, until its scan of the previous owner's
-// retains is done (the previous owner's retain bits are slot 0's, as the owner's are).
-func (p *Process) adopted() {
-	if p.owner != nil {
-		<-p.owner.scanned
+// retains is done (the previous owner's retain bits are slot 0's, as the owner's are). It
+// reports false when the owner closed first: the scan will not come.
+func (p *Process) adopted() bool {
+	if w := p.owner; w != nil {
+		select {
+		case <-w.scanned:
+		case <-w.done:
+			return false
+		}
 	}
+	return true
 }

@@ -17,10 +17,11 @@ import (
 
 // Reasons in a refusal (a reply to the intro, status stRefused).
 const (
-	refusedUser = 1 // the peer's user may not attach
-	refusedFull = 2 // no slot free, or the pool is closing
-	refusedKind = 3 // the owner does not serve that kind of connection now
-	refusedPool = 4 // (a rejoin) the owner does not know this process: another pool, or it left
+	refusedUser  = 1 // the peer's user may not attach
+	refusedFull  = 2 // no slot free, or the pool is closing
+	refusedKind  = 3 // the owner does not serve that kind of connection now
+	refusedPool  = 4 // (a rejoin) the owner does not know this process: another pool, or it left
+	refusedClaim = 5 // (a rejoin) the process claims a grant another holds (claim.go)
 )
 
 // session serves one connection.
@@ -93,17 +94,40 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
 	}
 	slot, serial := int(m.a), m.b
 	w.mu.Lock()
-	ok := pool == w.hello.pool && slot > 0 && slot < len(w.procs) && !w.closed
+	ours := pool == w.hello.pool && !w.closed
+	l := w.hello.layout
+	w.mu.Unlock()
+	if !ours {
+		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedPool}, w.timeout)
+		return
+	}
+	// A process of this pool: its claims, even when it is refused below (keepClaims).
+	if err := writeMsg(c, msg{op: opReply, a: stClaims}, w.timeout); err != nil {
+		return
+	}
+	claims, err := readClaims(c, l) // (within the handshake's deadline)
+	if err != nil {
+		return // garbage or silence: cut off; the slot waits for another try until it expires
+	}
+	w.mu.Lock()
+	ok := w.mayRejoin(pool, slot, serial, cred) // (given up meanwhile, or taken by another try)
 	if ok {
-		st := &w.procs[slot]
-		ok = st.used && st.rejoin && st.serial == serial && w.c.slotLoad(slot, sPid) == uint64(cred.Pid)
-		if ok {
+		if err = w.takeClaims(slot, claims); err == nil {
+			st := &w.procs[slot]
 			st.rejoin, st.active, st.conn = false, true, c
 		}
 	}
+	if !ok || err != nil {
+		w.keepClaims(claims, int(cred.Pid))
+	}
+	w.settleUnclaimed()
 	w.mu.Unlock()
-	if !ok {
+	switch {
+	case !ok:
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedPool}, w.timeout)
+		return
+	case err != nil:
+		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedClaim}, w.timeout)
 		return
 	}
 	wa := watchProcess(int(cred.Pid))
@@ -112,6 +136,16 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
 		c.Close()
 	}
 	w.serveProcess(c, slot, wa)
+}
+
+// mayRejoin reports whether the process of cred may rejoin in slot with serial: a process of
+// the previous owner of pool, not rejoined yet, by its pid. Called with w.mu held.
+func (w *Owner) mayRejoin(pool uint64, slot int, serial uint64, cred *unix.Ucred) bool {
+	if pool != w.hello.pool || slot <= 0 || slot >= len(w.procs) || w.closed {
+		return false
+	}
+	st := &w.procs[slot]
+	return st.used && st.rejoin && st.serial == serial && w.c.slotLoad(slot, sPid) == uint64(cred.Pid)
 }
 
 // attachSession serves a process that attaches: the hello, then its requests, until it

@@ -18,8 +18,9 @@ type granter interface {
 	// release gives grants [first, first+n) back. It never waits for the owner.
 	release(first, n int)
 	// refuse says the owner lent a run this process cannot take (grants it holds already):
-	// an attached process cuts the owner off, as for any other garbage from it.
-	refuse()
+	// an attached process cuts the owner off, as for any other garbage from it, and forgets
+	// the grants of the run in drop (those it does not hold: not its to claim at a rejoin).
+	refuse(drop []int)
 }
 
 // source is the arena.Provider of a process's pinned.Pool: its regions are runs of grants of
@@ -35,13 +36,9 @@ type source struct {
 	kind    arena.Kind
 	dev     *cuda.Device // the device the regions are registered with (HostPinned), or nil
 
-	// lending is held (read) by a Reserve from its request to its record of the grants and by
-	// a Release from its record to its message, and (write) by a rejoin's reconcile, which
-	// must take neither a grant on its way nor one given back for an extra.
-	lending sync.RWMutex
-	mu      sync.Mutex
-	held    []bool // by grant: lent to this process's arena
-	n       int    // grants held
+	mu   sync.Mutex
+	held []bool // by grant: lent to this process's arena
+	n    int    // grants held
 }
 
 func newSource(l layout, base uintptr, g granter, dev *cuda.Device) *source {
@@ -82,8 +79,6 @@ func (s *source) Reserve(size, align uintptr) (*arena.Region, error) {
 	if size == 0 || n > s.grantsPerRegion() {
 		return nil, fmt.Errorf("%w: %d bytes asked, a region of the pool holds %d", arena.ErrCapacity, size, s.regionSize)
 	}
-	s.lending.RLock()
-	defer s.lending.RUnlock()
 	first, err := s.granter.grant(n)
 	switch {
 	case errors.Is(err, ErrPoolFull) || errors.Is(err, ErrRefused):
@@ -103,8 +98,14 @@ func (s *source) Reserve(size, align uintptr) (*arena.Region, error) {
 		if s.held[g] {
 			// Lent twice (a broken or hostile owner): the memory is a region of this
 			// process's already. Neither taken nor given back (it is in use).
+			var drop []int
+			for d := first; d < first+n; d++ {
+				if !s.held[d] {
+					drop = append(drop, d)
+				}
+			}
 			s.mu.Unlock()
-			s.granter.refuse()
+			s.granter.refuse(drop)
 			return nil, fmt.Errorf("%w: the owner lent grant %d, which this process holds already", ErrProtocol, g)
 		}
 	}
@@ -128,8 +129,6 @@ func (s *source) Release(r *arena.Region) error {
 	if !ok {
 		return fmt.Errorf("%w: a region the pool did not lend", arena.ErrInvalid)
 	}
-	s.lending.RLock() // a rejoin's reconcile sees the grants either held or given back
-	defer s.lending.RUnlock()
 	s.mu.Lock()
 	for g := h[0]; g < h[0]+h[1]; g++ {
 		s.held[g] = false

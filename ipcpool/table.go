@@ -41,6 +41,9 @@ type gone struct {
 	serial uint64
 	watch  watch // until it has exited
 	exited bool  // its watch said so (or it detached: it unmapped the pool first)
+	// fromWords: what it holds, only the control region's words gave it (an adoption's
+	// scan), or a process refused at its rejoin claimed: a rejoin may claim it (claim.go).
+	fromWords bool
 	// pins counts, per grant, the entries of the process's that others still retain.
 	pins    map[int]int
 	entries map[int]span // entry -> the grants under its buffer, of those still retained
@@ -272,7 +275,7 @@ type ownerGranter struct {
 
 func (g ownerGranter) grant(n int) (int, error) { return g.w.grantWait(0, n, g.d) }
 
-func (g ownerGranter) refuse() {} // the owner's own table: never lends a held grant
+func (g ownerGranter) refuse([]int) {} // the owner's own table: never lends a held grant
 
 func (g ownerGranter) release(first, n int) {
 	g.w.mu.Lock()

@@ -17,12 +17,15 @@ import (
 // (helloWords words, and the control region's and every region's descriptor by SCM_RIGHTS),
 // and the process answers with ready (or abort, when it cannot use the pool). Then the
 // process sends requests (grant, release, detach) and the owner replies by sequence number;
-// replies may come in any order, and a release has none.
+// replies may come in any order, and a release has none. A rejoin's intro is followed by the
+// process's slot and serial (rejoin); the owner asks for the pool's descriptors if it has no
+// memory yet (stDonate), then for the grants the process holds (stClaims: opClaim runs), and
+// answers; requests follow as after an attach.
 //
-// Everything read from the socket is checked (decodeMsg, decodeHello) before it is used: a
-// peer that sends garbage gets ErrProtocol and is cut off.
+// Everything read from the socket is checked (decodeMsg, decodeHello, checkClaim) before it
+// is used: a peer that sends garbage gets ErrProtocol and is cut off.
 const (
-	wireVersion = 3
+	wireVersion = 4
 	msgSize     = 32
 	helloWords  = 16
 
@@ -36,12 +39,14 @@ const (
 	opReply   = 8  // seq: the request's; a: status; b: value
 	opDonate  = 9  // the pool's memory for a new owner, with the descriptors (adopt.go)
 	opRejoin  = 10 // after a rejoin's intro: a: the slot; b: its serial
-	opMax     = opRejoin
+	opClaim   = 11 // (a rejoin, asked by stClaims) a run of grants the process holds: a: the first; b: how many (0: the last message)
+	opMax     = opClaim
 
 	stOK      = 0
 	stFull    = 1 // no grants free (and none came back before the deadline)
 	stRefused = 2 // a request this process may not make
 	stDonate  = 3 // (to a rejoin) the owner has no memory yet: send the pool's descriptors
+	stClaims  = 4 // (to a rejoin) the owner knows the process: send the grants it holds (opClaim)
 )
 
 // introKind says what a connecting process is.

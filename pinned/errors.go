@@ -54,6 +54,10 @@ var (
 	// waiting after its bound: the memory stays mapped, a later Close waits again, and a later
 	// Free, FreeAsync, ForgetStream or Trim releases it once the streams have passed.
 	ErrBusy = errkind.New(pinmalloc.ErrBusy, "pinned: buffers wait for their streams")
+	// ErrRefused means the pool's memory source refused memory for a reason other than a want
+	// of it (the process serving a shared pool broke its protocol or did not answer): the
+	// error wraps the source's own, and nothing was allocated.
+	ErrRefused = errkind.New(pinmalloc.ErrRefused, "pinned: the memory source refused")
 	// ErrInvalidStream means a CUDA stream the driver refuses (destroyed, or of another
 	// context), or the per-thread default stream, which a pool cannot order reuse after.
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "pinned: invalid stream")
@@ -105,7 +109,7 @@ func wrapError(err, fallback error) error {
 func ours(err error) bool {
 	for _, s := range []error{ErrInvalidSize, ErrTooLarge, ErrInvalidAlign, ErrOutOfMemory, ErrDoubleFree,
 		ErrNotOwned, ErrSubSlice, ErrLiveBlocks, ErrClosed, ErrMemlock, ErrInvalidOptions, ErrNoDriver, ErrQuota, ErrTrace,
-		ErrBusy, ErrInvalidStream} {
+		ErrBusy, ErrInvalidStream, ErrRefused} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
@@ -274,10 +275,14 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 	return s.h.AllocAligned(n, alignment)
 }
 
-// allocError gives an allocation's error this package's sentinel.
+// allocError gives an allocation's error this package's sentinel: one its source gave for a
+// reason other than a want of memory, and that names none of the layers below, is ErrRefused.
 func (p *Pool) allocError(err error, n, alignment uintptr) error {
 	if c := p.a.Capacity(); errors.Is(err, heap.ErrOutOfMemory) && (n > c || alignment > c) {
 		return fmt.Errorf("%w: %d bytes aligned to %d asked of a pool of capacity %d: %w", ErrTooLarge, n, alignment, c, err)
+	}
+	if !errors.Is(err, pinmalloc.ErrOutOfMemory) && !errors.Is(err, pinmalloc.ErrMemlock) {
+		return wrapError(err, ErrRefused)
 	}
 	return wrapError(err, ErrOutOfMemory)
 }

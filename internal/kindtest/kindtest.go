@@ -193,6 +193,7 @@ var Core = []Sentinel{
 	{"pinned.ErrNoDriver", pinned.ErrNoDriver, pinmalloc.ErrNoDriver, "pinned: "},
 	{"pinned.ErrTrace", pinned.ErrTrace, pinmalloc.ErrInvalid, "pinned: "},
 	{"pinned.ErrBusy", pinned.ErrBusy, pinmalloc.ErrBusy, "pinned: "},
+	{"pinned.ErrRefused", pinned.ErrRefused, pinmalloc.ErrRefused, "pinned: "},
 
 	{"device.ErrInvalidStream", device.ErrInvalidStream, pinmalloc.ErrInvalidStream, "device: "},
 	{"device.ErrClosed", device.ErrClosed, pinmalloc.ErrClosed, "device: "},
@@ -229,6 +230,7 @@ var Core = []Sentinel{
 	{"ipcpool.ErrMemlock", ipcpool.ErrMemlock, pinmalloc.ErrMemlock, "ipcpool: "},
 	{"ipcpool.ErrRefused", ipcpool.ErrRefused, pinmalloc.ErrRefused, "ipcpool: "},
 	{"ipcpool.ErrProtocol", ipcpool.ErrProtocol, pinmalloc.ErrInvalid, "ipcpool: "},
+	{"ipcpool.ErrServed", ipcpool.ErrServed, pinmalloc.ErrRefused, "ipcpool: "},
 
 	{"remote.ErrNoUCX", remote.ErrNoUCX, pinmalloc.ErrNoUCX, "remote: "},
 	{"remote.ErrClosed", remote.ErrClosed, pinmalloc.ErrClosed, "remote: "},
