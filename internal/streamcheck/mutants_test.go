@@ -284,7 +284,7 @@ var mutants = []mutant{
 		name:  "tier-retire-fallback-ignores-copies",
 		why:   "a retire whose waits cannot be queued waits for the release events but not for the D2H stream, whose eviction copy may still write the freed block's host buffer (4df4900); the waits fail only when a test injects the fault",
 		file:  "uvm/completion.go",
-		old:   "\tif serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h)); serr != nil {\n\t\treturn errors.Join(err, serr)\n\t}",
+		old:   "\tif serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h)); serr != nil {\n\t\treturn false, errors.Join(err, serr)\n\t}",
 		new:   "",
 		pkg:   "./uvm",
 		catch: "^TestFreeWaitsFailKeepStreamOrder$",
