@@ -1,11 +1,8 @@
 package arena
 
 import (
-	"errors"
 	"fmt"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // # Commit and decommit
@@ -137,7 +134,7 @@ func (a *Arena) commit(r *region, glo, ghi int) error {
 	if err == nil {
 		return nil
 	}
-	if !exhausted(err) {
+	if !Exhausted(err) {
 		a.logRefused(r, glo, ghi, err)
 		return err
 	}
@@ -152,13 +149,6 @@ func (a *Arena) commit(r *region, glo, ghi int) error {
 	err = a.commitOnce(r, glo, ghi)
 	a.logForcedPurge(r, glo, ghi, a.st.Purged-purged, err)
 	return err
-}
-
-// exhausted reports whether a commit failed for want of memory: the memlock limit, host or
-// device memory. Other failures (a bad range, a driver error) are not the purge's business.
-func exhausted(err error) bool {
-	return errors.Is(err, ErrExhausted) || errors.Is(err, ErrMemlock) ||
-		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN)
 }
 
 // commitOnce asks the provider to commit the granules of [glo, ghi) that are not committed,

@@ -1,8 +1,11 @@
 package arena
 
 import (
+	"errors"
+
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
+	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors. Every error the arena returns wraps one of them (and the system or driver
@@ -36,3 +39,13 @@ var (
 // cause) so that the arena knows to give back the memory waiting for the purge and try again,
 // without naming any provider's errors.
 var ErrExhausted = errkind.New(pinmalloc.ErrOutOfMemory, "arena: out of memory")
+
+// Exhausted reports whether err says memory ran out, rather than that it was refused for
+// another reason: an error of kind pinmalloc.ErrOutOfMemory (ErrExhausted, ErrCapacity, the
+// driver's out of memory), the memlock limit (ErrMemlock), or the system's ENOMEM or EAGAIN
+// (an mmap or a commit). Giving memory back can make a later try succeed only then; callers
+// use it to decide whether to trim and try again, and whether to report out of memory.
+func Exhausted(err error) bool {
+	return errors.Is(err, pinmalloc.ErrOutOfMemory) || errors.Is(err, pinmalloc.ErrMemlock) ||
+		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN)
+}

@@ -185,7 +185,7 @@ func (a *Arena) commitSpans(rs []gspan) (calls int, err error) {
 			}
 		}
 		a.decommitSpans(done)
-		if exhausted(err) {
+		if Exhausted(err) {
 			// Refused for want of memory while the other pieces held theirs: once they are
 			// given back, commit the runs one call each, which either fits or says exactly
 			// how much the whole asked and how much is free.

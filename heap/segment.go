@@ -25,7 +25,6 @@ import (
 	"math/bits"
 	"sync/atomic"
 
-	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/ilist"
 )
@@ -175,8 +174,7 @@ func (h *Heap) fromArena(take func(size, alignment uintptr) (arena.Span, error),
 	if err == nil {
 		return span, nil
 	}
-	if !errors.Is(err, pinmalloc.ErrOutOfMemory) && !errors.Is(err, pinmalloc.ErrMemlock) &&
-		!errors.Is(err, pinmalloc.ErrRefused) { // (refused: a reserve or commit, mmap's ENOMEM)
+	if !arena.Exhausted(err) {
 		return arena.Span{}, err
 	}
 	if !h.hold {

@@ -411,6 +411,13 @@ func TestFakePinnedHostBackend(t *testing.T) {
 	if !errors.Is(err, pinmalloc.ErrOutOfMemory) || !strings.Contains(err.Error(), "cuMemHostRegister of 2097152 bytes") || !strings.Contains(err.Error(), "bytes committed by this cuda-host-register provider") {
 		t.Errorf("Alloc with registration refused = %v", err)
 	}
+	// Refused for another cause, it is ErrRefused, not out of memory (which a caller would
+	// answer by freeing memory, or a tier by dropping copies for room).
+	f.FailRegister(100, fakecuda.ResultNotPermitted)
+	_, err = p.Alloc(1 << 20)
+	if !errors.Is(err, pinned.ErrRefused) || errors.Is(err, pinmalloc.ErrOutOfMemory) || !strings.Contains(err.Error(), "cuMemHostRegister") {
+		t.Errorf("Alloc with registration not permitted = %v, want pinned.ErrRefused naming the call, not out of memory", err)
+	}
 	f.FailRegister(0, 0)
 	b, err := p.Alloc(1 << 20)
 	if err != nil {

@@ -25,7 +25,8 @@ var (
 	// ErrInvalidAlign means an alignment that is not a power of two or out of range.
 	ErrInvalidAlign = errkind.New(pinmalloc.ErrInvalidAlign, "pinned: invalid alignment")
 	// ErrOutOfMemory means the pool is full: every byte of its capacity is in use or
-	// fragmented, or the system refused memory.
+	// fragmented, or the system or the driver had no memory to give (its out of memory, the
+	// system's ENOMEM).
 	ErrOutOfMemory = errkind.New(pinmalloc.ErrOutOfMemory, "pinned: out of memory")
 	// ErrDoubleFree means the buffer is not live: freed already, or never allocated here.
 	ErrDoubleFree = errkind.New(pinmalloc.ErrDoubleFree, "pinned: double free")
@@ -55,8 +56,9 @@ var (
 	// Free, FreeAsync, ForgetStream or Trim releases it once the streams have passed.
 	ErrBusy = errkind.New(pinmalloc.ErrBusy, "pinned: buffers wait for their streams")
 	// ErrRefused means the pool's memory source refused memory for a reason other than a want
-	// of it (the process serving a shared pool broke its protocol or did not answer): the
-	// error wraps the source's own, and nothing was allocated.
+	// of it (the driver refused a commit with another code, the process serving a shared pool
+	// broke its protocol or did not answer): the error wraps the source's own, and nothing was
+	// allocated.
 	ErrRefused = errkind.New(pinmalloc.ErrRefused, "pinned: the memory source refused")
 	// ErrInvalidStream means a CUDA stream the driver refuses (destroyed, or of another
 	// context), or the per-thread default stream, which a pool cannot order reuse after.
@@ -65,7 +67,8 @@ var (
 
 // causes maps the errors of the layers below to this package's sentinels, most specific
 // first: a heap's out-of-memory that wraps the arena's memlock error is a memlock error, an
-// arena's reserve error caused by a missing driver is ErrNoDriver.
+// arena's reserve error caused by a missing driver is ErrNoDriver, and a reserve or commit
+// the system or driver refused is out of memory only where memory ran out (arena.Exhausted).
 var causes = []struct{ cause, sentinel error }{
 	{arena.ErrMemlock, ErrMemlock},
 	{cuda.ErrNoDriver, ErrNoDriver},
@@ -83,8 +86,6 @@ var causes = []struct{ cause, sentinel error }{
 	{arena.ErrClosed, ErrClosed},
 	{heap.ErrOutOfMemory, ErrOutOfMemory},
 	{arena.ErrCapacity, ErrOutOfMemory},
-	{arena.ErrReserve, ErrOutOfMemory},
-	{arena.ErrCommit, ErrOutOfMemory},
 	{cuda.ErrOutOfMemory, ErrOutOfMemory},
 	{heap.ErrInvalidArgument, ErrInvalidOptions},
 	{arena.ErrInvalid, ErrInvalidOptions},
@@ -100,6 +101,14 @@ func wrapError(err, fallback error) error {
 	for _, c := range causes {
 		if errors.Is(err, c.cause) {
 			return errkind.Wrap(c.sentinel, err, c.cause)
+		}
+	}
+	for _, c := range []error{arena.ErrReserve, arena.ErrCommit} {
+		if errors.Is(err, c) {
+			if arena.Exhausted(err) { // the system's ENOMEM or EAGAIN: kinds are matched above
+				return errkind.Wrap(ErrOutOfMemory, err, c)
+			}
+			return errkind.Wrap(ErrRefused, err, c)
 		}
 	}
 	return fmt.Errorf("%w: %w", fallback, err)

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
@@ -281,10 +280,7 @@ func (p *Pool) allocError(err error, n, alignment uintptr) error {
 	if c := p.a.Capacity(); errors.Is(err, heap.ErrOutOfMemory) && (n > c || alignment > c) {
 		return fmt.Errorf("%w: %d bytes aligned to %d asked of a pool of capacity %d: %w", ErrTooLarge, n, alignment, c, err)
 	}
-	if !errors.Is(err, pinmalloc.ErrOutOfMemory) && !errors.Is(err, pinmalloc.ErrMemlock) {
-		return wrapError(err, ErrRefused)
-	}
-	return wrapError(err, ErrOutOfMemory)
+	return wrapError(err, ErrRefused)
 }
 
 // Free gives a buffer back. b must start where a slice returned by Alloc starts and have its

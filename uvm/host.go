@@ -3,11 +3,8 @@ package uvm
 import (
 	"errors"
 	"fmt"
-	"syscall"
 
-	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -214,16 +211,11 @@ func (t *Tier) poolAlloc(n uintptr) ([]byte, error) {
 	return t.mem.pool.AllocAligned(int(n), hostAlign)
 }
 
-// poolFull reports an allocation the host pool refused for want of room: its capacity used up
-// (heap.ErrOutOfMemory), the system or the driver out of memory to pin (arena.ErrExhausted,
-// ENOMEM), or its quota. The pool says pinned.ErrOutOfMemory for any commit the driver
-// refused, whatever the driver's cause: that alone is not a full pool.
+// poolFull reports an allocation the host pool refused for want of room: its capacity used up,
+// the system or the driver out of memory to pin (pinned.ErrOutOfMemory), or its quota. A
+// commit the driver refused for another cause is pinned.ErrRefused: not a full pool.
 func poolFull(err error) bool {
-	if errors.Is(err, pinned.ErrQuota) {
-		return true
-	}
-	return errors.Is(err, pinned.ErrOutOfMemory) && (errors.Is(err, heap.ErrOutOfMemory) ||
-		errors.Is(err, arena.ErrExhausted) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EAGAIN))
+	return errors.Is(err, pinned.ErrQuota) || errors.Is(err, pinned.ErrOutOfMemory)
 }
 
 // dropHostCopies frees host copies of clean, unacquired blocks on the device, not in flight,
