@@ -32,3 +32,18 @@ func Example() {
 	// 1048576 true true
 	// <nil>
 }
+
+// Exhausted tells an arena that ran out of room, which giving memory back may cure, from one
+// that refused a request for another reason, which trying again will not.
+func ExampleExhausted() {
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 4 << 20})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer a.Close()
+	_, full := a.Alloc(64<<20, 4096) // more than the capacity
+	_, invalid := a.Alloc(1<<20, 3)  // not a power of two
+	fmt.Println(arena.Exhausted(full), arena.Exhausted(invalid))
+	// Output: true false
+}
