@@ -146,6 +146,9 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 			return 0, fmt.Errorf("uvm: stream %#x waits for block %#x: %w", s, uint64(h), err)
 		}
 	}
+	if err := t.waitReleases(b, s); err != nil { // release.go
+		return 0, fmt.Errorf("uvm: stream %#x waits for block %#x: %w", s, uint64(h), err)
+	}
 	if m == Write {
 		b.hostValid = false
 	}

@@ -45,11 +45,13 @@ type block struct {
 	hostDev   cuda.DevicePtr // device address of host
 	pins      int32          // device acquisitions, all streams together
 	hostPins  int32
-	uses      []use      // device acquisitions by stream
-	rel       []relEvent // last release event per stream since the last migration
-	readySeq  uint64     // restore batch that last wrote dev (H2D)
-	readyEv   cuda.Event // its event, valid while the batch is pending
-	evictSeq  uint64     // eviction batch that last wrote host (D2H)
+	uses      []use       // device acquisitions by stream
+	rel       []relEvent  // last release event per stream since the last migration
+	waitS     cuda.Stream // the stream last made to wait for rel (waitReleases)
+	waitSeq   uint64      // t.rel.seq then: rel entries up to it are waited for on waitS
+	readySeq  uint64      // restore batch that last wrote dev (H2D)
+	readyEv   cuda.Event  // its event, valid while the batch is pending
+	evictSeq  uint64      // eviction batch that last wrote host (D2H)
 	evictEv   cuda.Event
 	thrash    thrashState
 }

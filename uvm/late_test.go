@@ -17,7 +17,7 @@ import (
 
 // TestLateWork runs a seeded sequence over several streams where the device work runs as late
 // as the fake allows: each block has a home stream, its device writes are left queued there
-// when it is released (no synchronize), the fake's queries are held most of the time (nothing
+// when it is released (no synchronize), and it moves to another home now and then while released, the fake's queries are held most of the time (nothing
 // completes until a synchronizing call needs it), and single user streams are completed at
 // random (CompleteStream), which runs that stream and what it waits for, and nothing else. The
 // budget holds 4 of the 28 blocks, so evictions, restores, spare VRAM, drops of host copies,
@@ -101,7 +101,7 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 	if longRun() {
 		steps = 6000
 	}
-	var ops [12]int
+	var ops [14]int
 	// With faults, a cuEventRecord fails now and then (the tier's batches', its release events',
 	// the Batcher's staging events): a call that fails so leaves the blocks where they were, a
 	// Release or Free ends the use or frees the block anyway (their documented contracts).
@@ -135,6 +135,9 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 		}
 		op := rng.IntN(100)
 		switch {
+		case op < 4 && m.pins == 0: // hand the block to another stream, its writes still queued
+			m.home = streams[rng.IntN(len(streams))]
+			ops[13]++
 		case op < 30: // acquire on the home stream, write (left queued) or read
 			if pinned >= 3 { // leave room in the budget: release the oldest acquisition first
 				o := held[0]
@@ -177,6 +180,27 @@ func runLateWork(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, o uvm.Opti
 			o.pins--
 			pinned--
 			ops[1]++
+			if o.pins > 0 || rng.IntN(3) != 0 {
+				continue
+			}
+			// Handed at once to another stream, which reads it: on the device still, most
+			// often, with the writes of its old home queued.
+			o.home = streams[rng.IntN(len(streams))]
+			p, err := tr.Acquire(o.h, o.home, uvm.Read)
+			if errors.Is(err, uvm.ErrAllPinned) || errors.Is(err, uvm.ErrAcquired) || errors.Is(err, uvm.ErrHostFull) || failed(err) {
+				continue
+			}
+			if err != nil {
+				fail("Acquire on a new stream: %v", err)
+			}
+			if o.want != nil && !bytes.Equal(readDev(t, dev, o.home, p, size), o.want) {
+				fail("acquired on a new stream: the device bytes differ from the last written on the old")
+			}
+			o.ptr = p
+			o.pins++
+			pinned++
+			held = append(held, o)
+			ops[12]++
 		case op < 63: // read on the host
 			if m.pins > 0 {
 				continue

@@ -177,3 +177,42 @@ func nextOnVRAM(t *testing.T, tr *uvm.Tier, s cuda.Stream, pa cuda.DevicePtr, si
 	}
 	return b, pb
 }
+
+// TestAcquireOnAnotherStreamWaitsForRelease: a block written on s1 and released, then acquired
+// on s2 while it stays on the device, makes s2 wait for s1's release: a read queued on s2 sees
+// what s1 wrote, though s1's write is still queued when s2 acquires. Acquiring on s2 again
+// makes no further wait. Before, s2 waited for s1 only where the block had been evicted and
+// brought back in between, so the read found the old bytes.
+func TestAcquireOnAnotherStreamWaitsForRelease(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const size = 64 * kib
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 4 * size})
+	s1, s2 := stream(t, dev), stream(t, dev)
+	h := filled(t, tr, 1, size)[0]
+	p1, err := tr.Acquire(h, s1, uvm.Write)
+	must(t, err)
+	must(t, tr.Sync()) // the block's bytes are on the device
+	f.Hold(true)
+	defer f.Hold(false)
+	writeDev(t, dev, s1, p1, pattern(9, size)) // queued on s1, not run
+	must(t, tr.Release(h, s1))
+	p2, err := tr.Acquire(h, s2, uvm.Read)
+	must(t, err)
+	if p2 != p1 {
+		t.Fatalf("the block moved (%#x -> %#x): it should have stayed on the device", p1, p2)
+	}
+	if got := readDev(t, dev, s2, p2, size); !bytes.Equal(got, pattern(9, size)) { // runs s2, and what it waits for
+		t.Errorf("a read on s2 after Acquire there found the bytes before s1's released write (byte 0 %#x, want %#x)", got[0], pattern(9, size)[0])
+	}
+	must(t, tr.Release(h, s2))
+	waits := f.Stat(fakecuda.StreamWaits)
+	_, err = tr.Acquire(h, s2, uvm.Read)
+	must(t, err)
+	if n := f.Stat(fakecuda.StreamWaits) - waits; n != 0 {
+		t.Errorf("acquiring again on the stream that waited made %d stream waits, want 0", n)
+	}
+	must(t, tr.Release(h, s2))
+}

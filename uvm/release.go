@@ -57,6 +57,25 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 	return nil
 }
 
+// waitReleases makes s wait for the newest release event of every other stream the block was
+// used on since its last migration, so that work queued on s after an Acquire sees what the
+// work released on those streams wrote: a block handed from one stream to another while it
+// stays on the device is ordered as one evicted and brought back is, through the tier's copies.
+// A block acquired again on the stream that waited last, with no release on another stream
+// since, costs a compare per release event and no driver call. t.mu is held.
+func (t *Tier) waitReleases(b *block, s cuda.Stream) error {
+	for _, r := range b.rel {
+		if r.s == s || (b.waitS == s && r.seq <= b.waitSeq) {
+			continue
+		}
+		if err := t.dev.StreamWaitEvent(uintptr(s), uintptr(r.ev)); err != nil {
+			return fmt.Errorf("the release on stream %#x: %w", r.s, err)
+		}
+	}
+	b.waitS, b.waitSeq = s, t.rel.seq
+	return nil
+}
+
 // putReleases keeps b's release events for the next releases (t.rel.idle: a stack under t.mu,
 // which costs an eviction no lock per block, as the event pool's would), once waits on them
 // are queued: recording an event again does not affect a wait queued before.

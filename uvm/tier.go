@@ -52,13 +52,13 @@
 // Completions are found by polling (cuEventQuery, internal/streamq), oldest first per stream,
 // on every migration and in Stats; Sync and Close wait for them.
 //
-// The tier orders its own copies after the user's work, not one user stream after another: a
-// block written on s1 and released, then acquired on s2 while it is still on the device, does
-// not make s2 wait for s1's work (Acquire on a resident block makes no driver call). A program
-// that hands a block from one stream to another orders the two itself (an event recorded on
-// s1, waited for on s2), as for any device memory. Where the block was evicted and restored
-// between the two, s2 happens to wait for s1 through the tier's copies; a program must not
-// count on it.
+// A block handed from one stream to another is ordered by the tier: Acquire(h, s2) makes s2
+// wait (cuStreamWaitEvent) for the release event of each other stream whose use of the block
+// ended since it last moved, so work on s2 sees what the work released on s1 wrote, whether the
+// block stayed on the device or was evicted and brought back between the two (then through the
+// tier's copies). Acquiring again on the stream that waited last makes no driver call. Uses on
+// two streams at once (both acquired, neither released) are the program's to order, as for
+// any device memory.
 //
 // The []byte AcquireHost returns is a buffer of the tier's pinned.Pool. A device.Heap copy
 // queued from or into it (HtoDAsync, DtoHAsync) records its stream on the buffer, so freeing,

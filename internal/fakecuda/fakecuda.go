@@ -115,6 +115,9 @@ const (
 	// StreamSyncs counts cuStreamSynchronize calls, valid stream or not (how often a caller
 	// waits for a stream).
 	StreamSyncs
+	// StreamWaits counts cuStreamWaitEvent calls that succeeded (how often a caller orders one
+	// stream after another's event).
+	StreamWaits
 	numStats
 )
 
