@@ -289,4 +289,13 @@ var mutants = []mutant{
 		pkg:   "./uvm",
 		catch: "^TestFreeWaitsFailKeepStreamOrder$",
 	},
+	{
+		name:  "tier-acquire-ignores-other-streams",
+		why:   "an Acquire on s2 of a block released on s1 and still on the device does not wait for s1's release, so work on s2 reads the block before s1's writes have run",
+		file:  "uvm/access.go",
+		old:   "\tif err := t.waitReleases(b, s); err != nil { // release.go",
+		new:   "\tif err := error(nil); err != nil {",
+		pkg:   "./uvm",
+		catch: "^(TestAcquireOnAnotherStreamWaitsForRelease|TestLateWork)$",
+	},
 }
