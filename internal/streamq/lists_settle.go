@@ -25,27 +25,25 @@ import (
 // flight: it asks Points.Running of the lists' streams and of ss (the caller's other
 // streams, such as those with memory of their own freed in their own order), so of the
 // legacy default stream too when one of them is blocking or a default stream. When one has
-// work in flight (or the legacy stream's query fails) it returns it, running true, after a
-// Poll (done gets what the streams have passed, and the busy streams their points). Else it
-// appends to done the items of every non-default stream (found idle now, with the legacy
-// stream), and, when a default stream is among ss or the lists, records a point in it, waits
-// for it (which waits for the earlier work of every blocking stream, seen or not, but not for
-// non-blocking streams) and appends the items its lists had before the point. lost lists
-// are recovered as Reclaim recovers them. Items pushed meanwhile, or on a stream that gets
-// work queued meanwhile, stay. It is the reclaimer's, as Poll is, and is not for a hot path.
+// work in flight it returns that stream, running true; when the legacy stream's query fails,
+// the error; either after a Reclaim (done gets what the streams have passed, the busy streams
+// their points). Else it appends to done the items of every non-default stream (found idle
+// now, with the legacy stream), and, when a default stream is among ss or the lists, records
+// a point in it, waits for it (which waits for the earlier work of every blocking stream,
+// seen or not, but not for non-blocking streams) and appends the items its lists had before
+// the point. Lost lists are recovered as Reclaim recovers them. Items pushed meanwhile, or on
+// a stream that gets work queued meanwhile, stay. It is the reclaimer's, as Poll is, and is
+// not for a hot path.
 func (ls *Lists[T]) Settle(done []T, ss []Stream) (_ []T, s Stream, running bool, err error) {
 	lists := slices.Clone(ls.snapshot()) // Reclaim below takes its own snapshot
 	ls.endScan()
 	all := slices.Clone(ss)
-	var dflt []Stream // the default streams among them: one point covers both handles
 	for _, l := range lists {
 		all = append(all, l.s)
 	}
-	for _, s := range all {
-		if DefaultStream(s) {
-			dflt = append(dflt, s)
-		}
-	}
+	// A default stream among them: 0 and CU_STREAM_LEGACY name the same stream, one point
+	// covers both.
+	dflt := slices.IndexFunc(all, DefaultStream)
 	if s, running, err := ls.points.Running(all); running || err != nil {
 		if err != nil {
 			err = fmt.Errorf("streamq: query stream %#x: %w", s, err)
@@ -61,18 +59,10 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream) (_ []T, s Stream, running bool
 		if DefaultStream(l.s) {
 			continue
 		}
-		var st pollState
-		var err error
-		switch done, st, err = ls.poll(l, done); st {
-		case pollLost:
-			ls.keepLost(l)
-			errs = append(errs, err)
-		case pollIdle:
-			ls.retire(l)
-		}
+		done, errs = ls.pollList(l, done, errs)
 	}
 	var werr error
-	if len(dflt) > 0 {
+	if dflt >= 0 {
 		counts := make([]int, len(lists)) // the open items of each default stream's list before the point
 		for i, l := range lists {
 			if DefaultStream(l.s) {
@@ -81,8 +71,8 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream) (_ []T, s Stream, running bool
 				l.mu.Unlock()
 			}
 		}
-		if werr = ls.points.WaitPoint(dflt[0]); werr != nil {
-			werr = fmt.Errorf("streamq: wait for a point in the default stream %#x: %w", dflt[0], werr)
+		if werr = ls.points.WaitPoint(all[dflt]); werr != nil {
+			werr = fmt.Errorf("streamq: wait for a point in the default stream %#x: %w", all[dflt], werr)
 		} else {
 			for i, l := range lists {
 				if DefaultStream(l.s) {
