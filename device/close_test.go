@@ -56,34 +56,34 @@ func closeBusyWithWorkInFlight(t *testing.T, onLegacy bool) {
 	if onLegacy {
 		name = "a memset on the legacy stream"
 	}
-	{
-		{
-			f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
-			if f == nil {
-				return
-			}
-			a := newStream(t, dev, h)
-			b := newBlockingStream(t, dev, h)
-			p := alloc(t, h, 4096, a)
-			must(t, "Alloc on b (b seen)", h.Free(pcuda.DevicePtr(alloc(t, h, 4096, b))))
-			work := b
-			if onLegacy {
-				work = 0
-			}
-			f.Hold(true)
-			// The user's own work, queued directly: the heap knows only the stream.
-			must(t, "memset", dev.MemsetD8Async(p, 0xAB, 4096, work))
-			must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
-			if err := h.Close(); !errors.Is(err, ErrBusy) {
-				t.Errorf("Close with %s queued: %v, want ErrBusy", name, err)
-			}
-			if n := f.Pending(); n == 0 {
-				t.Errorf("Close ran the memset (it waited for the user's work)")
-			}
-			f.Hold(false)
-			must(t, "synchronize the context", dev.Synchronize())
-		}
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
 	}
+	a := newStream(t, dev, h)
+	b := newBlockingStream(t, dev, h)
+	p := alloc(t, h, 4096, a)
+	must(t, "Free of a block of b (b seen)", h.Free(pcuda.DevicePtr(alloc(t, h, 4096, b))))
+	work := b
+	if onLegacy {
+		work = 0
+	}
+	// The heap checks the legacy stream (a point recorded there) at its first use: run it, so
+	// that only the user's work is in flight below.
+	must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 0, 4096, 0))
+	must(t, "synchronize the context", dev.Synchronize())
+	f.Hold(true)
+	// The user's own work, queued directly: the heap knows only the stream.
+	must(t, "memset", dev.MemsetD8Async(p, 0xAB, 4096, work))
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	if err := h.Close(); !errors.Is(err, ErrBusy) {
+		t.Errorf("Close with %s queued: %v, want ErrBusy", name, err)
+	}
+	if n := f.Pending(); n == 0 {
+		t.Errorf("Close ran the memset (it waited for the user's work)")
+	}
+	f.Hold(false)
+	must(t, "synchronize the context", dev.Synchronize())
 }
 
 // TestFakeCloseWaitsForUnseenBlockingStream: a block of the legacy stream's heap, written by a
@@ -102,34 +102,30 @@ func TestFakeCloseWaitsForUnseenBlockingStreamDeferred(t *testing.T) {
 }
 
 func closeWaitsForUnseen(t *testing.T, deferred bool) {
-	{
-		{
-			f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
-			if f == nil {
-				return
-			}
-			var p cuda.DevicePtr
-			if deferred {
-				a := newStream(t, dev, h)
-				p = alloc(t, h, 64<<10, a)
-				// The block used on the legacy stream: the heap checks the stream there.
-				must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 0, 64<<10, 0))
-			} else {
-				p = alloc(t, h, 64<<10, 0)
-			}
-			x, err := dev.StreamCreate(false) // blocking, the user's, never given to the heap
-			must(t, "StreamCreate", err)
-			defer func() { must(t, "StreamDestroy", dev.StreamDestroy(x)) }()
-			must(t, "synchronize the context", dev.Synchronize()) // the heap's checks of its streams, run
-			f.Hold(true)
-			must(t, "memset on x", dev.MemsetD8Async(p, 0xAB, 64<<10, x))
-			must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
-			closeErr := h.Close()
-			f.Hold(false)
-			syncErr := dev.Synchronize()
-			if closeErr != nil || syncErr != nil {
-				t.Errorf("Close: %v (want nil, after the memset); the context's synchronize after it: %v (a fault: the memset ran on memory Close gave back)", closeErr, syncErr)
-			}
-		}
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	var p cuda.DevicePtr
+	if deferred {
+		a := newStream(t, dev, h)
+		p = alloc(t, h, 64<<10, a)
+		// The block used on the legacy stream: the heap checks the stream there.
+		must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 0, 64<<10, 0))
+	} else {
+		p = alloc(t, h, 64<<10, 0)
+	}
+	x, err := dev.StreamCreate(false) // blocking, the user's, never given to the heap
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(x)) }()
+	must(t, "synchronize the context", dev.Synchronize()) // the heap's checks of its streams, run
+	f.Hold(true)
+	must(t, "memset on x", dev.MemsetD8Async(p, 0xAB, 64<<10, x))
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	closeErr := h.Close()
+	f.Hold(false)
+	syncErr := dev.Synchronize()
+	if closeErr != nil || syncErr != nil {
+		t.Errorf("Close: %v (want nil, after the memset); the context's synchronize after it: %v (a fault: the memset ran on memory Close gave back)", closeErr, syncErr)
 	}
 }
