@@ -105,7 +105,10 @@
 //     it holds, which came to it by the paths above, and so does its purge timer.
 //   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
 //     (a heap with live blocks, deferred ones included, refuses); Close refuses while a
-//     deferred free waits or a stream the heap has seen has work in flight.
+//     stream the heap has seen has work in flight (the legacy stream too, when one is blocking
+//     or a default stream), and then does the deferred frees, those on the legacy stream, and
+//     the legacy stream's heap, after a point it records there and waits for (internal/streamq's
+//     Settle): it comes after every blocking stream's earlier work, seen by the heap or not.
 //   - A stream destroyed without ForgetStream while frees wait on it: the driver refuses its
 //     handle, so no point can be placed in it; the poll that finds it refused synchronizes the
 //     context once (which waits for the work the destroyed stream still had) before its frees

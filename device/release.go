@@ -75,40 +75,45 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 
 // Close releases the heap's memory and events, and the device if Open made it. It fails, and
 // releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with
-// one wrapping ErrBusy while deferred frees wait for their stream, or a stream the heap has seen
-// has work in flight, or the legacy default stream does while a seen stream is blocking (its
-// earlier work is ordered before that stream's frees): Sync, or synchronize the stream, and
-// Close again.
+// one wrapping ErrBusy while a stream the heap has seen has work in flight, or the legacy
+// default stream does while a seen stream is blocking or the legacy stream itself (its earlier
+// work is ordered before that stream's frees): Sync, or synchronize the stream, and Close
+// again. With every such stream idle, the deferred frees are done at once; a free on the
+// legacy stream (or the heap of the legacy stream) is done after a point Close records there
+// and waits for: it waits only for work of blocking streams the heap has never seen, which
+// the legacy stream's order puts before those frees, as it puts it before cudaFreeAsync's.
 func (h *Heap) Close() error {
 	if err := h.lock(); err != nil {
 		return err
 	}
 	defer h.mu.Unlock()
-	if err := h.poll(); err != nil {
-		return err
-	}
 	live, bytes, _ := h.live()
-	deferred := len(h.deferred)
-	if live > uint64(deferred) {
+	if deferred := len(h.deferred); live > uint64(deferred) {
 		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams))
 	}
-	if deferred > 0 {
-		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, deferred)
-	}
 	// Every stream that may have used the heap's memory: each with a heap (same-stream frees)
-	// or a list (seen, with frees or not), and the legacy stream when one is blocking.
-	var ss []streamq.Stream
+	// or a list (seen, with frees or not; Settle adds those), and the legacy stream when one
+	// is blocking or a default stream.
+	ss := make([]streamq.Stream, 0, len(h.streams))
 	for s := range h.streams {
 		ss = append(ss, streamq.Stream(s))
 	}
-	h.lists.Range(func(s streamq.Stream, _, _ []cuda.DevicePtr) { ss = append(ss, s) })
-	switch s, running, err := h.points().Running(ss); {
-	case err != nil:
-		return fmt.Errorf("%w: stream %#x: %w", ErrBusy, s, err)
-	case running && streamq.DefaultStream(s) && !slices.Contains(ss, s):
+	var s streamq.Stream
+	var running bool
+	var err error
+	h.done, s, running, err = h.lists.Settle(h.done, ss)
+	if ferr := h.finishDone(); ferr != nil {
+		err = errors.Join(err, ferr)
+	}
+	switch {
+	case running && streamq.DefaultStream(s) && !slices.Contains(ss, s) && h.lists.Lookup(s) == nil:
 		return fmt.Errorf("%w: the legacy default stream, which a blocking stream of the heap's is ordered with, has work in flight", ErrBusy)
 	case running:
 		return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
+	case err != nil:
+		return err
+	case len(h.deferred) > 0:
+		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, len(h.deferred))
 	}
 	errs := []error{h.purge.stop()}
 	for _, sh := range h.streams {

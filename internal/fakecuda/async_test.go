@@ -335,6 +335,51 @@ func TestAsyncLegacyStream(t *testing.T) {
 	}
 }
 
+// TestAsyncLegacyEvent: an event recorded on the legacy default stream completes after the
+// work queued before it on every blocking stream, not on non-blocking ones (the legacy
+// stream's implicit synchronization, which device.Heap's Close relies on when it waits for a
+// point there): with the queries held it is not done, even with nothing of the legacy
+// stream's own before it; cuEventSynchronize runs the blocking stream's earlier memset and
+// neither that stream's later one nor the non-blocking stream's.
+func TestAsyncLegacyEvent(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	x := newAsyncFixture(t, f, d, 64<<10)
+	ev, err := d.EventCreate(true)
+	must(t, "EventCreate", err)
+	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+	must(t, "Synchronize", d.Synchronize())
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "EventRecord on the idle legacy stream", d.EventRecord(ev, 0))
+	wantErr(t, "EventQuery of it, held", d.EventQuery(ev), pinmalloc.ErrNotReady)
+	must(t, "EventSynchronize", d.EventSynchronize(ev))
+	must(t, "EventQuery after its synchronize", d.EventQuery(ev))
+
+	must(t, "MemsetD8Async on the blocking stream", d.MemsetD8Async(x.dev, 1, x.n, x.blk))
+	must(t, "MemsetD8Async on a non-blocking stream", d.MemsetD8Async(x.dev2, 2, x.n, x.s))
+	must(t, "EventRecord on the legacy stream", d.EventRecord(ev, 0))
+	must(t, "MemsetD8Async on the blocking stream after it", d.MemsetD8Async(x.dev, 3, x.n, x.blk))
+	wantErr(t, "EventQuery, held", d.EventQuery(ev), pinmalloc.ErrNotReady)
+	must(t, "EventSynchronize", d.EventSynchronize(ev))
+	wantErr(t, "StreamQuery of the blocking stream", d.StreamQuery(x.blk), pinmalloc.ErrNotReady)
+	wantErr(t, "StreamQuery of the non-blocking stream", d.StreamQuery(x.s), pinmalloc.ErrNotReady)
+	f.Hold(false)
+	// Read on s2, ordered with nothing: what the device holds now.
+	must(t, "DtoHAsync on s2", d.MemcpyDtoHAsync(x.host+x.n, x.dev, x.n, x.s2))
+	must(t, "StreamSynchronize s2", d.StreamSynchronize(x.s2))
+	if x.out()[0] != 1 {
+		t.Errorf("after the legacy event's synchronize the device holds %d, want 1 (the blocking stream's earlier memset, not its later one)", x.out()[0])
+	}
+	must(t, "DtoHAsync on s2", d.MemcpyDtoHAsync(x.host+x.n, x.dev2, x.n, x.s2))
+	must(t, "StreamSynchronize s2", d.StreamSynchronize(x.s2))
+	if x.out()[0] == 2 {
+		t.Error("the legacy event's synchronize ran a non-blocking stream's work")
+	}
+}
+
 // TestAsyncFrees: cuMemFree and cuMemFreeHost synchronize first; cuMemFreeAsync frees in stream
 // order; memory unmapped or freed (from cuMemAllocAsync) under queued work makes that work
 // fault when it runs, CUDA_ERROR_ILLEGAL_ADDRESS and sticky.

@@ -14,7 +14,10 @@
 //     (or their own, OwnPoints), none to an idle stream's, and hands back what the streams have
 //     passed, oldest first per stream. A stream's state is dropped once it has been empty for
 //     a few polls, or at once by Forget; a stream the driver refuses is answered by one
-//     synchronize of the context (Recover); Drain waits for every stream with items.
+//     synchronize of the context (Recover); Drain waits for every stream with items; Settle
+//     (lists_settle.go), for a caller about to let go of everything (device.Heap's Close),
+//     hands every item back when no stream has work in flight, waiting only for a point it
+//     records itself in the legacy default stream, which no query finds idle.
 //
 // # Concurrency
 //

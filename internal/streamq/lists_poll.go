@@ -24,18 +24,24 @@ const (
 func (ls *Lists[T]) Poll(done []T) ([]T, error) {
 	var errs []error
 	for _, l := range ls.snapshot() {
-		var st pollState
-		var err error
-		switch done, st, err = ls.poll(l, done); st {
-		case pollLost:
-			ls.keepLost(l)
-			errs = append(errs, err)
-		case pollIdle:
-			ls.retire(l)
-		}
+		done, errs = ls.pollList(l, done, errs)
 	}
 	ls.endScan()
 	return done, errors.Join(errs...)
+}
+
+// pollList is Poll of l: a list the driver refuses is kept for Recover, its error appended to
+// errs, and one found empty at linger polls in a row leaves the lists.
+func (ls *Lists[T]) pollList(l *List[T], done []T, errs []error) ([]T, []error) {
+	done, st, err := ls.poll(l, done)
+	switch st {
+	case pollLost:
+		ls.keepLost(l)
+		errs = append(errs, err)
+	case pollIdle:
+		ls.retire(l)
+	}
+	return done, errs
 }
 
 // snapshot returns the lists, taken under the lists' lock into ls.scan, for a walk that takes

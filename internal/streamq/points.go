@@ -183,6 +183,20 @@ func (p *Points) WaitStream(s Stream) error {
 	return p.dev.StreamSynchronize(streamLegacy)
 }
 
+// WaitPoint records a point in s and waits until s has passed it (cuEventSynchronize): s's
+// work queued before now and, for a blocking stream, the legacy default stream's earlier work;
+// for a default stream, every blocking stream's earlier work (seen by the caller or not), as
+// its own operations wait for it, but not non-blocking streams', for which WaitStream's
+// synchronize of the context waits too.
+func (p *Points) WaitPoint(s Stream) error {
+	ev, err := p.Mark(s)
+	if err != nil {
+		return err
+	}
+	defer p.Put(ev)
+	return p.dev.EventSynchronize(ev)
+}
+
 // WaitLegacyOrder waits for the work the legacy default stream's implicit order puts before
 // work queued now on a blocking stream: the legacy stream's earlier work (a synchronize of
 // it); with dflt, before work on a default stream too: every blocking stream's earlier work

@@ -1,0 +1,131 @@
+package device
+
+import (
+	"errors"
+	"testing"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// TestFakeCloseAfterContextSynchronize: a heap whose user freed blocks of stream a's heap on
+// the legacy default stream (and on blocking stream b), then synchronized the whole context,
+// has nothing in flight: Close must succeed the first time. The legacy stream is never found
+// idle by a query, so Close gives its frees a point, an event it records itself; with the
+// fake's queries held (a GPU that has not reached the event yet, as for a few microseconds on
+// a real one) that event is not passed when Close looks. Before, Close said ErrBusy, and a
+// second Close succeeded.
+func TestFakeCloseAfterContextSynchronize(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	b := newBlockingStream(t, dev, h)
+	p, q := alloc(t, h, 4096, a), alloc(t, h, 4096, a)
+	must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 1, 4096, 0))
+	must(t, "MemsetAsync on b", h.MemsetAsync(pcuda.DevicePtr(q), 2, 4096, pcuda.Stream(b)))
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
+	must(t, "synchronize the context", dev.Synchronize())
+	f.Hold(true)
+	defer f.Hold(false)
+	if err := h.Close(); err != nil {
+		t.Fatalf("Close after the context's synchronize, every free done by the device: %v", err)
+	}
+	must(t, "synchronize the context after Close", dev.Synchronize())
+	if n := f.Stat(fakecuda.Events); n != 0 {
+		t.Errorf("%d events left in the driver", n)
+	}
+}
+
+// TestFakeCloseBusyWithWorkInFlight: Close says ErrBusy, and waits for nothing, while the
+// user's own work that a free on the legacy stream is ordered after is still queued: a memset
+// on a blocking stream the heap has seen, or on the legacy stream itself. The fake runs held
+// work at any synchronize, so a Close that waited for a point it recorded would run the memset
+// and succeed; it must leave it queued.
+func TestFakeCloseBusyWithWorkInFlight(t *testing.T) { closeBusyWithWorkInFlight(t, false) }
+
+// TestFakeCloseBusyWithLegacyWorkInFlight is TestFakeCloseBusyWithWorkInFlight with the memset
+// on the legacy stream.
+func TestFakeCloseBusyWithLegacyWorkInFlight(t *testing.T) { closeBusyWithWorkInFlight(t, true) }
+
+func closeBusyWithWorkInFlight(t *testing.T, onLegacy bool) {
+	name := "a memset on blocking stream b"
+	if onLegacy {
+		name = "a memset on the legacy stream"
+	}
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	b := newBlockingStream(t, dev, h)
+	p := alloc(t, h, 4096, a)
+	must(t, "Free of a block of b (b seen)", h.Free(pcuda.DevicePtr(alloc(t, h, 4096, b))))
+	work := b
+	if onLegacy {
+		work = 0
+	}
+	// The heap checks the legacy stream (a point recorded there) at its first use: run it, so
+	// that only the user's work is in flight below.
+	must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 0, 4096, 0))
+	must(t, "synchronize the context", dev.Synchronize())
+	f.Hold(true)
+	// The user's own work, queued directly: the heap knows only the stream.
+	must(t, "memset", dev.MemsetD8Async(p, 0xAB, 4096, work))
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	if err := h.Close(); !errors.Is(err, ErrBusy) {
+		t.Errorf("Close with %s queued: %v, want ErrBusy", name, err)
+	}
+	if n := f.Pending(); n == 0 {
+		t.Errorf("Close ran the memset (it waited for the user's work)")
+	}
+	f.Hold(false)
+	must(t, "synchronize the context", dev.Synchronize())
+}
+
+// TestFakeCloseWaitsForUnseenBlockingStream: a block of the legacy stream's heap, written by a
+// memset on a blocking stream the heap never saw and then freed on the legacy stream (its own:
+// the free is immediate, and later legacy-stream work runs after the memset), must not be
+// unmapped by Close under the memset. Before, Close found the legacy stream idle by its own
+// query (its work is none: the memset is on the other stream), released the arena, and the
+// memset faulted when it ran (CUDA_ERROR_ILLEGAL_ADDRESS at the next synchronize). The same
+// with the block of a's heap freed on the legacy stream (a deferred free).
+func TestFakeCloseWaitsForUnseenBlockingStream(t *testing.T) { closeWaitsForUnseen(t, false) }
+
+// TestFakeCloseWaitsForUnseenBlockingStreamDeferred is TestFakeCloseWaitsForUnseenBlockingStream
+// with a deferred free.
+func TestFakeCloseWaitsForUnseenBlockingStreamDeferred(t *testing.T) {
+	closeWaitsForUnseen(t, true)
+}
+
+func closeWaitsForUnseen(t *testing.T, deferred bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	var p cuda.DevicePtr
+	if deferred {
+		a := newStream(t, dev, h)
+		p = alloc(t, h, 64<<10, a)
+		// The block used on the legacy stream: the heap checks the stream there.
+		must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 0, 64<<10, 0))
+	} else {
+		p = alloc(t, h, 64<<10, 0)
+	}
+	x, err := dev.StreamCreate(false) // blocking, the user's, never given to the heap
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(x)) }()
+	must(t, "synchronize the context", dev.Synchronize()) // the heap's checks of its streams, run
+	f.Hold(true)
+	must(t, "memset on x", dev.MemsetD8Async(p, 0xAB, 64<<10, x))
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	closeErr := h.Close()
+	f.Hold(false)
+	syncErr := dev.Synchronize()
+	if closeErr != nil || syncErr != nil {
+		t.Errorf("Close: %v (want nil, after the memset); the context's synchronize after it: %v (a fault: the memset ran on memory Close gave back)", closeErr, syncErr)
+	}
+}
