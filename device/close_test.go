@@ -68,8 +68,7 @@ func closeBusyWithWorkInFlight(t *testing.T, onLegacy bool) {
 	if onLegacy {
 		work = 0
 	}
-	// The heap checks the legacy stream (a point recorded there) at its first use: run it, so
-	// that only the user's work is in flight below.
+	// Run what is queued so far, so that only the user's work is in flight below.
 	must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 0, 4096, 0))
 	must(t, "synchronize the context", dev.Synchronize())
 	f.Hold(true)
@@ -127,5 +126,26 @@ func closeWaitsForUnseen(t *testing.T, deferred bool) {
 	syncErr := dev.Synchronize()
 	if closeErr != nil || syncErr != nil {
 		t.Errorf("Close: %v (want nil, after the memset); the context's synchronize after it: %v (a fault: the memset ran on memory Close gave back)", closeErr, syncErr)
+	}
+}
+
+// TestFakeCloseAfterFirstUseOfLegacyStream: a heap that meets the legacy stream for the first
+// time after the user's last synchronize (a block of stream a's heap freed there), with nothing
+// in flight, closes the first time. Before, the heap checked the stream with the driver by
+// recording a point in it, which stayed in flight where Close then asked whether the legacy
+// stream had work (under the fake's Hold; for microseconds on a GPU): ErrBusy.
+func TestFakeCloseAfterFirstUseOfLegacyStream(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	p := alloc(t, h, 4096, a)
+	must(t, "synchronize the context", dev.Synchronize())
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "FreeAsync on the legacy stream, its first use", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	if err := h.Close(); err != nil {
+		t.Fatalf("Close with nothing in flight: %v", err)
 	}
 }

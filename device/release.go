@@ -107,9 +107,9 @@ func (h *Heap) Close() error {
 	}
 	switch {
 	case running && streamq.DefaultStream(s) && !slices.Contains(ss, s) && h.lists.Lookup(s) == nil:
-		return fmt.Errorf("%w: the legacy default stream, which a blocking stream of the heap's is ordered with, has work in flight", ErrBusy)
+		return fmt.Errorf("%w on the legacy default stream, which a blocking stream of the heap's is ordered with; Sync, or synchronize it, and Close again", ErrBusy)
 	case running:
-		return fmt.Errorf("%w: stream %#x has work in flight", ErrBusy, s)
+		return fmt.Errorf("%w on stream %#x; Sync, or synchronize it, and Close again", ErrBusy, s)
 	case err != nil:
 		return err
 	case len(h.deferred) > 0:

@@ -31,8 +31,11 @@ const maxForgotten = 4096
 // Check returns the list of stream s: the one found last, one the lists have, or a new one for
 // a stream the driver accepts now, asked by recording a point of the lists' device in it
 // (Points.Check). The per-thread default stream is refused (ErrPerThreadStream), and so is a
-// handle the driver refuses (a destroyed stream, another device's): the error says which. Safe
-// for concurrent use; a list found may leave the lists meanwhile (Push follows it).
+// handle the driver refuses (a destroyed stream, another device's): the error says which. The
+// legacy default stream (0, CU_STREAM_LEGACY) is every context's, so it is not asked about: a
+// point there would wait for every blocking stream's work, and stay in flight where a caller
+// then asks whether the stream has work (a heap's Close). Safe for concurrent use; a list
+// found may leave the lists meanwhile (Push follows it).
 func (ls *Lists[T]) Check(s Stream) (*List[T], error) {
 	if l := ls.last.Load(); l != nil && l.s == s {
 		return l, nil
@@ -45,11 +48,13 @@ func (ls *Lists[T]) checkSlow(s Stream) (*List[T], error) {
 		return nil, ErrPerThreadStream
 	}
 	l := ls.Lookup(s)
-	if l == nil {
+	if l == nil && s != streamLegacy && s != streamLegacyHandle {
 		ls.checks.Add(1)
 		if err := ls.points.Check(s); err != nil {
 			return nil, fmt.Errorf("stream %#x (a stream of CUDA device %d): %w", s, ls.points.Ordinal(), err)
 		}
+	}
+	if l == nil {
 		l = ls.Get(s)
 	}
 	ls.Found(l)
