@@ -15,6 +15,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/probe"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -124,6 +125,7 @@ func (r *asyncRig) deferred() uint64 { return r.pool.Stats().Deferred }
 
 func ok(t *testing.T, what string, err error) {
 	t.Helper()
+	probe.Pause()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
