@@ -14,7 +14,7 @@ const (
 	// DefaultChunkSize is the chunk size when Options.ChunkSize is zero.
 	DefaultChunkSize = 2 << 20
 	// DefaultAlign is Options.Align's default: enough for a cache line and for GPU coalescing.
-	DefaultAlign = 256
+	DefaultAlign      = 256
 	defaultRegionSize = 1 << 30
 	maxRegions        = 64 // regions an arena reserves at most
 )
