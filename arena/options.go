@@ -14,9 +14,7 @@ const (
 	// DefaultChunkSize is the chunk size when Options.ChunkSize is zero.
 	DefaultChunkSize = 2 << 20
 	// DefaultAlign is Options.Align's default: enough for a cache line and for GPU coalescing.
-	DefaultAlign = 256
-	// DefaultPurgeDelay is how long free chunks stay committed when Options.PurgeDelay is zero.
-	DefaultPurgeDelay = 10 * time.Millisecond // mimalloc's purge delay
+	DefaultAlign      = 256
 	defaultRegionSize = 1 << 30
 	maxRegions        = 64 // regions an arena reserves at most
 )

@@ -18,6 +18,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/pattern"
+	"github.com/pinmalloc/pinmalloc/internal/probe"
 )
 
 // public is d, a device opened through the binding (fakecuda), as the public API takes it.
@@ -30,6 +31,7 @@ func mkJob[D, S, N ~uintptr | ~int](dst D, src S, n N) Job {
 
 func must(t testing.TB, what string, err error) {
 	t.Helper()
+	probe.Pause()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}

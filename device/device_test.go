@@ -18,6 +18,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/probe"
 )
 
 // public is d, a device opened through the binding (fakecuda), as the public API takes it.
@@ -25,6 +26,7 @@ func public(d *cuda.Device) *pcuda.Device { return cuda.Wrap[*pcuda.Device](d) }
 
 func must(t testing.TB, what string, err error) {
 	t.Helper()
+	probe.Pause()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}

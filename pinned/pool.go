@@ -123,6 +123,7 @@ func newPool(o Options) (*Pool, error) {
 	p := &Pool{a: a, g: g, align: uintptr(o.Align), backend: o.Backend, host: host, order: order,
 		guarded: o.ZeroOnFree || o.Quota > 0 || o.RecordSites || o.Trace != nil, zeroOnFree: o.ZeroOnFree, quota: int64(o.Quota), log: o.Logger, sharer: o.Sharer}
 	p.purge.delay = purgeDelay(o.PurgeDelay, prov)
+	p.purge.tick = p.purgeTick
 	if o.RecordSites {
 		p.sites = newSiteTable()
 	}

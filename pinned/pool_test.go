@@ -11,10 +11,12 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/gcwatch"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/probe"
 )
 
 func newTestPool(t testing.TB, o Options) *Pool {
 	t.Helper()
+	probe.Pause()
 	if o.Capacity == 0 {
 		o.Capacity = 1 << 30
 	}

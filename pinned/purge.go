@@ -38,6 +38,7 @@ import (
 // consistent).
 type purger struct {
 	delay time.Duration // the pool's purge delay; 0: no purger (a negative PurgeDelay)
+	tick  func()        // the pool's purgeTick, made once: a method value made at each arming allocates
 	armed atomic.Bool   // the timer will tick
 	busy  atomic.Bool   // a slow path ran since the last tick
 
@@ -82,12 +83,12 @@ func (p *Pool) purgeSoon(s *shard) {
 		pg.busy.Store(true)
 	}
 	if !pg.armed.Load() && pg.armed.CompareAndSwap(false, true) {
-		pg.schedule(pg.delay, p.purgeTick)
+		pg.schedule(pg.delay)
 	}
 }
 
 // schedule starts the timer to tick after d, unless the pool closed.
-func (pg *purger) schedule(d time.Duration, tick func()) {
+func (pg *purger) schedule(d time.Duration) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	if pg.stop {
@@ -95,7 +96,7 @@ func (pg *purger) schedule(d time.Duration, tick func()) {
 	}
 	pg.period = d
 	if pg.timer == nil {
-		pg.timer = time.AfterFunc(d, tick)
+		pg.timer = time.AfterFunc(d, pg.tick)
 	} else {
 		pg.timer.Reset(d)
 	}
@@ -151,7 +152,7 @@ func (p *Pool) purgeTick() {
 		}
 		period = pg.delay
 	}
-	pg.schedule(period, p.purgeTick)
+	pg.schedule(period)
 }
 
 // opsOf returns the operations shard s's heap has made so far (heap.Heap.OpsHint), read

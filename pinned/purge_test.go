@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 	"github.com/pinmalloc/pinmalloc/internal/memlocktest"
 )
 
@@ -184,4 +185,23 @@ func TestLarsonUnderMemlock(t *testing.T) {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
+}
+
+// TestPurgeTickAllocatesNothing: a tick of the idle purger over a quiet pool with live buffers
+// makes no heap allocation. It made one at each tick and each arming (the method value handed
+// to the timer), which testing.AllocsPerRun counts in whatever test the purger ticked during.
+func TestPurgeTickAllocatesNothing(t *testing.T) {
+	p := newTestPool(t, Options{Capacity: 64 << 20, Backend: Pageable, PurgeDelay: time.Hour})
+	var bufs [][]byte
+	for range 100 {
+		b, err := p.Alloc(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, b)
+	}
+	if n := testing.AllocsPerRun(100, p.purgeTick); n != 0 && !invariants.Enabled {
+		t.Errorf("a purger tick allocates %v times", n)
+	}
+	freeAll(t, p, [][][]byte{bufs})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/probe"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -32,6 +33,7 @@ func copyOn(t *testing.T, f *fakecuda.Driver, dev int, b []byte) error {
 
 func must(t *testing.T, what string, err error) {
 	t.Helper()
+	probe.Pause()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}

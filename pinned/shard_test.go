@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/probe"
 )
 
 // TestFastSectionTakesNoLock checks, on one P, that an Alloc and a Free take the home shard's
@@ -202,6 +203,7 @@ func stamp(b []byte, v byte) {
 }
 
 func checkStamp(b []byte) string {
+	probe.Pause()
 	v, i := b[0], 1
 	for ; i+8 <= len(b); i += 8 {
 		if x := binary.LittleEndian.Uint64(b[i:]) ^ stampWord(v, i); x != 0 {

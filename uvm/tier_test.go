@@ -14,6 +14,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	ipattern "github.com/pinmalloc/pinmalloc/internal/pattern"
+	"github.com/pinmalloc/pinmalloc/internal/probe"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
@@ -137,6 +138,7 @@ const patternPeriod = 256 * 251
 
 func must(t testing.TB, err error) {
 	t.Helper()
+	probe.Pause()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +147,7 @@ func must(t testing.TB, err error) {
 // checkAccounts checks the byte invariant of Stats.
 func checkAccounts(t testing.TB, st uvm.Stats) {
 	t.Helper()
+	probe.Pause()
 	if st.DeviceBytes+st.HostBytes+st.FreshBytes != st.LiveBytes {
 		t.Fatalf("device %d + host %d + fresh %d != live %d", st.DeviceBytes, st.HostBytes, st.FreshBytes, st.LiveBytes)
 	}
