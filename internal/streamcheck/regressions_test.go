@@ -247,6 +247,7 @@ var handWritten = []regression{
 			{ID: 5, Kind: PoolFree, A: 0, B: -1},
 			{ID: 6, Kind: Stats, A: -1, B: -1}, // a reclaim: remote frees, collected when the page runs out
 		}, afterRemoteFree(7, 1)...),
+		oneP: true,
 	},
 	{
 		// The legacy mix: a buffer a blocking stream (slot 0) still copies from is freed on
