@@ -48,13 +48,13 @@ func (ls *Lists[T]) checkSlow(s Stream) (*List[T], error) {
 		return nil, ErrPerThreadStream
 	}
 	l := ls.Lookup(s)
-	if l == nil && s != streamLegacy && s != streamLegacyHandle {
-		ls.checks.Add(1)
-		if err := ls.points.Check(s); err != nil {
-			return nil, fmt.Errorf("stream %#x (a stream of CUDA device %d): %w", s, ls.points.Ordinal(), err)
-		}
-	}
 	if l == nil {
+		if !DefaultStream(s) { // the legacy stream, every context's, is not asked about
+			ls.checks.Add(1)
+			if err := ls.points.Check(s); err != nil {
+				return nil, fmt.Errorf("stream %#x (a stream of CUDA device %d): %w", s, ls.points.Ordinal(), err)
+			}
+		}
 		l = ls.Get(s)
 	}
 	ls.Found(l)
