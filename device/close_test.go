@@ -149,3 +149,51 @@ func TestFakeCloseAfterFirstUseOfLegacyStream(t *testing.T) {
 		t.Fatalf("Close with nothing in flight: %v", err)
 	}
 }
+
+// TestFakeCloseAfterPollOfLegacyFrees: a heap whose user freed blocks of stream a's heap on
+// the legacy default stream and on blocking stream b, synchronized the context, and then
+// called Stats (which polls the deferred frees: b's come back, found idle, and the legacy
+// stream's get a point there, in flight under the fake's held queries as on a GPU that has
+// not reached it yet) has nothing in flight: Close must succeed the first time. Before, Close
+// found the legacy stream running its own point and said ErrBusy.
+func TestFakeCloseAfterPollOfLegacyFrees(t *testing.T) { closeAfterPoll(t, false) }
+
+// TestFakeCloseAfterAllocPollOfLegacyFrees is TestFakeCloseAfterPollOfLegacyFrees with an
+// Alloc (and its Free) for the poll.
+func TestFakeCloseAfterAllocPollOfLegacyFrees(t *testing.T) { closeAfterPoll(t, true) }
+
+func closeAfterPoll(t *testing.T, byAlloc bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	b := newBlockingStream(t, dev, h)
+	p, q := alloc(t, h, 4096, a), alloc(t, h, 4096, a)
+	must(t, "MemsetAsync on b", h.MemsetAsync(pcuda.DevicePtr(q), 2, 4096, pcuda.Stream(b)))
+	must(t, "synchronize the context", dev.Synchronize())
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
+	poll := "Stats"
+	if byAlloc {
+		poll = "Alloc"
+		r, err := h.Alloc(4096, pcuda.Stream(a))
+		must(t, "Alloc", err)
+		must(t, "Free", h.Free(pcuda.DevicePtr(r)))
+	} else {
+		h.Stats()
+	}
+	if n := f.Pending(); n == 0 {
+		t.Fatalf("%s recorded no point in the legacy stream: the test tests nothing", poll)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatalf("Close after %s, with only the heap's own point in flight: %v", poll, err)
+	}
+	f.Hold(false)
+	must(t, "synchronize the context after Close", dev.Synchronize())
+	if n := f.Stat(fakecuda.Events); n != 0 {
+		t.Errorf("%d events left in the driver", n)
+	}
+}

@@ -82,6 +82,10 @@ type List[T any] struct {
 	// borrowed says that ev is the newest marked item's own point (OwnPoints), not the lists':
 	// it leaves with that item and never goes back to the pool from here.
 	borrowed bool
+	// quiet says that ev is in a default stream and was recorded when a query had just found
+	// the legacy stream's own work all run: it waits only for the earlier work of blocking
+	// streams (Settle waits for it when they are idle).
+	quiet bool
 	// openT and markedT are what open and marked count for (Measure), so that a whole slice
 	// leaves at no cost of measuring it again.
 	openT, markedT Tally

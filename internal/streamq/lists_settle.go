@@ -20,11 +20,25 @@ import (
 // streams the caller never saw, which the legacy stream's order puts before it (and which the
 // memory must wait for: a free there comes after it, as cudaFreeAsync's does). So it waits
 // for that point (cuEventSynchronize), and for no point it did not record itself.
+//
+// The same holds of a point an earlier poll recorded in the legacy stream after the caller's
+// last wait: in flight, it makes the legacy stream's query say running. A poll queries the
+// legacy stream just before it records such a point; found idle, the point is quiet
+// (List.quiet): the legacy stream's own work before it had all run, and it waits only for
+// blocking streams' earlier work. When the legacy stream is the one found running, every
+// other stream idle (Running asks them first), Settle waits for the quiet points and asks
+// again: they wait for no work of the caller's streams (idle) and for no work of the legacy
+// stream's (run before them), only for unseen blocking streams' work, as its own point does.
+// The one exception is work another goroutine queues in the legacy stream between the poll's
+// query and its point, which Settle then waits for instead of saying running; the memory is
+// safe either way, as the decision to hand items back is still the second Running's.
 
 // Settle hands back every item of the lists when no stream that may use them has work in
 // flight: it asks Points.Running of the lists' streams and of ss (the caller's other
 // streams, such as those with memory of their own freed in their own order), so of the
-// legacy default stream too when one of them is blocking or a default stream. When one has
+// legacy default stream too when one of them is blocking or a default stream; the legacy
+// stream found running, the others idle, it waits for the points its polls recorded there
+// when its own work had all run, and asks again. When one has
 // work in flight it returns that stream, running true; when the legacy stream's query fails,
 // the error; either after a Reclaim (done gets what the streams have passed, the busy streams
 // their points). Else it appends to done the items of every non-default stream (found idle
@@ -44,10 +58,17 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream) (_ []T, s Stream, running bool
 	// A default stream among them: 0 and CU_STREAM_LEGACY name the same stream, one point
 	// covers both.
 	dflt := slices.IndexFunc(all, DefaultStream)
-	if s, running, err := ls.points.Running(all); running || err != nil {
-		if err != nil {
-			err = fmt.Errorf("streamq: query stream %#x: %w", s, err)
+	s, running, err = ls.running(all)
+	if running && DefaultStream(s) {
+		// Every other stream is idle: the legacy stream may be running only points of ours,
+		// recorded by polls after the caller's last wait. Wait for them and ask again.
+		if waited, werr := ls.waitQuiet(lists); werr != nil {
+			running, err = false, werr
+		} else if waited {
+			s, running, err = ls.running(all)
 		}
+	}
+	if running || err != nil {
 		done, perr := ls.Reclaim(done, nil)
 		return done, s, running, errors.Join(err, perr)
 	}
@@ -91,4 +112,39 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream) (_ []T, s Stream, running bool
 		}
 	}
 	return done, 0, false, errors.Join(err, werr)
+}
+
+// running is Points.Running of ss, its error saying which stream's query failed.
+func (ls *Lists[T]) running(ss []Stream) (Stream, bool, error) {
+	s, running, err := ls.points.Running(ss)
+	if err != nil {
+		err = fmt.Errorf("streamq: query stream %#x: %w", s, err)
+	}
+	return s, running, err
+}
+
+// waitQuiet waits for the quiet points of the default streams' lists (List.quiet), for Settle
+// once the legacy stream is found running and every other stream idle: such a point waits
+// only for the legacy stream's work queued between the query that found it quiet and the
+// point, and for the earlier work of blocking streams, the caller's (found idle) or not (which
+// Settle's own point waits for too), so that it waits for nothing the caller has in flight
+// (but work another goroutine queues on the legacy stream between that query and the point).
+// It reports whether it waited for one.
+func (ls *Lists[T]) waitQuiet(lists []*List[T]) (waited bool, err error) {
+	for _, l := range lists {
+		if !DefaultStream(l.s) {
+			continue
+		}
+		l.mu.Lock()
+		ev, quiet := l.ev, l.quiet // the reclaimer's, as Settle is: it stays as it is
+		l.mu.Unlock()
+		if ev == 0 || !quiet {
+			continue
+		}
+		if err := ls.points.Wait(ev); err != nil {
+			return waited, fmt.Errorf("streamq: wait for a point in the default stream %#x: %w", l.s, err)
+		}
+		waited = true
+	}
+	return waited, nil
 }
