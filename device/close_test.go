@@ -197,3 +197,47 @@ func closeAfterPoll(t *testing.T, byAlloc bool) {
 		t.Errorf("%d events left in the driver", n)
 	}
 }
+
+// TestFakeCloseBusyWithLegacyWorkAfterPoll: Close waits for the point a poll recorded in the
+// legacy stream after the user's last wait, and for nothing queued after it: with the user's
+// own memset on the legacy stream queued after Stats (and a block freed there after it), it
+// says ErrBusy and leaves the memset queued (the fake runs no more than a wait needs); once it
+// has run, Close succeeds.
+func TestFakeCloseBusyWithLegacyWorkAfterPoll(t *testing.T) { closeBusyAroundPoll(t, false) }
+
+// TestFakeCloseBusyWithLegacyWorkBeforePoll is TestFakeCloseBusyWithLegacyWorkAfterPoll with
+// the memset queued before Stats: the poll's point comes after the user's work, and Close
+// waits for no such point.
+func TestFakeCloseBusyWithLegacyWorkBeforePoll(t *testing.T) { closeBusyAroundPoll(t, true) }
+
+func closeBusyAroundPoll(t *testing.T, before bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	p, q := alloc(t, h, 4096, a), alloc(t, h, 4096, a)
+	must(t, "synchronize the context", dev.Synchronize())
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	memset := func() { must(t, "memset on the legacy stream", dev.MemsetD8Async(q, 0xAB, 4096, 0)) }
+	if before {
+		memset()
+	}
+	h.Stats() // a point for the free, in the legacy stream
+	if !before {
+		memset()
+	}
+	must(t, "FreeAsync on the legacy stream after the memset", h.FreeAsync(pcuda.DevicePtr(q), 0))
+	if err := h.Close(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Close with a memset queued on the legacy stream (before the heap's point: %v): %v, want ErrBusy", before, err)
+	}
+	if n := f.Pending(); n == 0 {
+		t.Fatalf("Close ran the memset (it waited for the user's work)")
+	}
+	must(t, "synchronize the context", dev.Synchronize())
+	if err := h.Close(); err != nil {
+		t.Fatalf("Close once the memset has run: %v", err)
+	}
+}
