@@ -156,13 +156,19 @@ func TestFakeCloseAfterFirstUseOfLegacyStream(t *testing.T) {
 // stream's get a point there, in flight under the fake's held queries as on a GPU that has
 // not reached it yet) has nothing in flight: Close must succeed the first time. Before, Close
 // found the legacy stream running its own point and said ErrBusy.
-func TestFakeCloseAfterPollOfLegacyFrees(t *testing.T) { closeAfterPoll(t, false) }
+func TestFakeCloseAfterPollOfLegacyFrees(t *testing.T) { closeAfterPoll(t, "Stats") }
 
 // TestFakeCloseAfterAllocPollOfLegacyFrees is TestFakeCloseAfterPollOfLegacyFrees with an
 // Alloc (and its Free) for the poll.
-func TestFakeCloseAfterAllocPollOfLegacyFrees(t *testing.T) { closeAfterPoll(t, true) }
+func TestFakeCloseAfterAllocPollOfLegacyFrees(t *testing.T) { closeAfterPoll(t, "Alloc") }
 
-func closeAfterPoll(t *testing.T, byAlloc bool) {
+// TestFakeCloseAfterPollBehindLegacyPoint is TestFakeCloseAfterPollOfLegacyFrees with b's free
+// made after the first Stats and polled by a second: b's own work has all run, but the legacy
+// stream's point is still in flight, which b's frees wait for, so the poll gives them a point
+// in b, behind it. Close waits for both. Before, it said ErrBusy on stream b.
+func TestFakeCloseAfterPollBehindLegacyPoint(t *testing.T) { closeAfterPoll(t, "Stats twice") }
+
+func closeAfterPoll(t *testing.T, poll string) {
 	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
 	if f == nil {
 		return
@@ -175,21 +181,27 @@ func closeAfterPoll(t *testing.T, byAlloc bool) {
 	f.Hold(true)
 	defer f.Hold(false)
 	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
-	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
-	poll := "Stats"
-	if byAlloc {
-		poll = "Alloc"
+	switch poll {
+	case "Alloc":
+		must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
 		r, err := h.Alloc(4096, pcuda.Stream(a))
 		must(t, "Alloc", err)
-		must(t, "Free", h.Free(pcuda.DevicePtr(r)))
-	} else {
+		must(t, "Free", h.Free(r))
+	case "Stats":
+		must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
 		h.Stats()
+	case "Stats twice":
+		h.Stats()
+		must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
+		if st := h.Stats(); st.Deferred != 2 {
+			t.Fatalf("%d frees deferred after the second Stats, want 2 (b's waits for the legacy stream's point)", st.Deferred)
+		}
 	}
 	if n := f.Pending(); n == 0 {
 		t.Fatalf("%s recorded no point in the legacy stream: the test tests nothing", poll)
 	}
 	if err := h.Close(); err != nil {
-		t.Fatalf("Close after %s, with only the heap's own point in flight: %v", poll, err)
+		t.Fatalf("Close after %s, with only the heap's own points in flight: %v", poll, err)
 	}
 	f.Hold(false)
 	must(t, "synchronize the context after Close", dev.Synchronize())

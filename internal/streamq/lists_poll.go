@@ -98,6 +98,7 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		}
 		if !idle {
 			l.ev, l.borrowed, l.quiet = ev, borrowed, quiet
+			l.seq = ls.seq.Add(1)
 			l.open, l.marked = l.marked, l.open
 			l.openT, l.markedT = l.markedT, l.openT
 			return done, pollBusy, nil
@@ -117,8 +118,9 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 // pointFor reports whether l's stream has passed l's open items now, and gives them a point
 // when it has not: the newest item's own point (borrowed), else an event recorded now. A
 // default stream, which no query finds idle (Points.Idle), is asked by querying that event at
-// once; quiet says the legacy stream's own work had all run when it was recorded (a query just
-// before), so that it waits only for blocking streams' earlier work (Settle). l.mu is held.
+// once. quiet says the stream's own work had all run when it was recorded (a query just
+// before: Points.Quiet), so that it waits only for the work the stream's order puts before it
+// (Settle). l.mu is held.
 func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed, quiet bool, err error) {
 	p := ls.points
 	if own := ls.ownPoint(l.open); own != 0 {
@@ -128,8 +130,8 @@ func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed, quiet b
 	if idle, err = ls.Idle(l); err != nil || idle {
 		return idle, 0, false, false, err
 	}
-	if DefaultStream(l.s) {
-		if quiet, err = p.LegacyQuiet(); err != nil {
+	if l.order.Load() != orderNonBlocking { // a non-blocking stream not idle has work of its own
+		if quiet, err = p.Quiet(l.s); err != nil {
 			return false, 0, false, false, err
 		}
 	}

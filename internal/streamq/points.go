@@ -264,10 +264,11 @@ func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
 	return 0, false, nil
 }
 
-// LegacyQuiet reports whether the legacy default stream has run all its own work
-// (cuStreamQuery): a point recorded in it next waits only for the earlier work of blocking
-// streams, which no query of it sees (Idle).
-func (p *Points) LegacyQuiet() (bool, error) { return done(p.dev.StreamQuery(streamLegacy)) }
+// Quiet reports whether s has run all its own work (cuStreamQuery), not the work its order
+// puts before it, which Idle asks about too: a point recorded in s next waits only for that
+// (a blocking stream's, the legacy stream's earlier work; a default stream's, every blocking
+// stream's).
+func (p *Points) Quiet(s Stream) (bool, error) { return done(p.dev.StreamQuery(s)) }
 
 // Wait waits until the stream of ev has passed it (cuEventSynchronize).
 func (p *Points) Wait(ev Event) error { return p.dev.EventSynchronize(ev) }

@@ -131,3 +131,99 @@ func TestSettleAfterPollOfLegacyItems(t *testing.T) {
 		t.Errorf("%d events not back in the pool", n)
 	}
 }
+
+// TestSettleAfterPollBehindLegacyPoint: a poll that finds a blocking stream's own work all run
+// but the legacy stream busy with the point an earlier poll recorded there (in flight: the
+// fake's queries held) gives the blocking stream's items a point of its own, behind that one.
+// With nothing of the caller's in flight, Settle hands everything back: it waits for the
+// legacy stream's point, then for the blocking stream's. Before, it said the blocking stream
+// was running. It still says so, and leaves the work queued, for the caller's work on the
+// blocking stream queued after its point (it waits for both points, not the work), or before
+// a point in the legacy stream recorded after the blocking stream's (which that point waits
+// for: it waits for neither).
+func TestSettleAfterPollBehindLegacyPoint(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	_, bufs, p, events := testStreams(t, dev, 1)
+	b := blockingStream(t, dev)
+	ls := streamq.NewLists[int](p, nil, 1000)
+	for _, s := range []streamq.Stream{0, b} {
+		if _, err := ls.Check(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(dev.Synchronize())
+	f.Hold(true)
+	defer f.Hold(false)
+	push := func(s streamq.Stream, v int) {
+		t.Helper()
+		l, err := ls.Check(s)
+		must(err)
+		ls.Push(l, v)
+	}
+	poll := func(what string, want []int) {
+		t.Helper()
+		got, err := ls.Poll(nil)
+		slices.Sort(got)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("%s: Poll gave %v, %v; want %v", what, got, err, want)
+		}
+	}
+	const none = ^streamq.Stream(0)
+	settle := func(what string, want []int, wantRunning streamq.Stream) {
+		t.Helper()
+		got, s, running, err := ls.Settle(nil, nil)
+		slices.Sort(got)
+		if err != nil || running != (wantRunning != none) || running && s != wantRunning || !slices.Equal(got, want) {
+			t.Fatalf("%s: Settle gave %v, running %v (stream %#x), %v; want %v, running stream %#x", what, got, running, s, err, want, wantRunning)
+		}
+	}
+	// behind makes the lists' points: the legacy stream's (1), then b's behind it (2).
+	behind := func(what string) {
+		t.Helper()
+		push(0, 1)
+		poll(what, nil)
+		push(b, 2)
+		poll(what+", then b's", nil)
+	}
+
+	behind("nothing in flight")
+	settle("nothing in flight", []int{1, 2}, none)
+	if n := f.Pending(); n != 0 {
+		t.Fatalf("%d streams have work pending after Settle", n)
+	}
+
+	behind("work on b after its point")
+	must(dev.MemsetD8Async(bufs[0], 1, 4096, b))
+	settle("work on b after its point", []int{1, 2}, b) // both points waited for, by a poll then
+	if f.Pending() == 0 {
+		t.Fatal("work on b after its point: Settle ran the work (it waited for it)")
+	}
+	must(dev.Synchronize())
+	settle("work on b after its point, then run", nil, none)
+
+	// b's point (2), the caller's work on b, then a point in the legacy stream (3), which
+	// waits for that work.
+	behind("work on b before a later legacy point")
+	must(dev.MemsetD8Async(bufs[0], 1, 4096, b))
+	f.CompleteStream(0) // the legacy stream's first point passed, not b's
+	push(0, 3)
+	poll("work on b before a later legacy point, then the legacy stream's", []int{1})
+	settle("work on b before a later legacy point", nil, b)
+	if f.Pending() == 0 {
+		t.Fatal("work on b before a later legacy point: Settle ran the work (it waited for it)")
+	}
+	must(dev.Synchronize())
+	settle("work on b before a later legacy point, then run", []int{2, 3}, none)
+	if n := events.Created() - events.Destroyed() - int64(events.Idle()); n != 0 {
+		t.Errorf("%d events not back in the pool", n)
+	}
+}
