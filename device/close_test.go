@@ -31,9 +31,17 @@ func TestFakeCloseAfterContextSynchronize(t *testing.T) {
 	must(t, "synchronize the context", dev.Synchronize())
 	f.Hold(true)
 	defer f.Hold(false)
+	closeClean(t, f, dev, h, "after the context's synchronize, every free done by the device")
+}
+
+// closeClean closes h, which has nothing of the user's in flight, with the fake's queries held
+// (what): Close must succeed the first time, and leave no event in the driver.
+func closeClean(t *testing.T, f *fakecuda.Driver, dev *cuda.Device, h *Heap, what string) {
+	t.Helper()
 	if err := h.Close(); err != nil {
-		t.Fatalf("Close after the context's synchronize, every free done by the device: %v", err)
+		t.Fatalf("Close %s: %v", what, err)
 	}
+	f.Hold(false)
 	must(t, "synchronize the context after Close", dev.Synchronize())
 	if n := f.Stat(fakecuda.Events); n != 0 {
 		t.Errorf("%d events left in the driver", n)
@@ -200,14 +208,7 @@ func closeAfterPoll(t *testing.T, poll string) {
 	if n := f.Pending(); n == 0 {
 		t.Fatalf("%s recorded no point in the legacy stream: the test tests nothing", poll)
 	}
-	if err := h.Close(); err != nil {
-		t.Fatalf("Close after %s, with only the heap's own points in flight: %v", poll, err)
-	}
-	f.Hold(false)
-	must(t, "synchronize the context after Close", dev.Synchronize())
-	if n := f.Stat(fakecuda.Events); n != 0 {
-		t.Errorf("%d events left in the driver", n)
-	}
+	closeClean(t, f, dev, h, "after "+poll+", with only the heap's own points in flight")
 }
 
 // TestFakeCloseBusyWithLegacyWorkAfterPoll: Close waits for the point a poll recorded in the
