@@ -31,9 +31,17 @@ func TestFakeCloseAfterContextSynchronize(t *testing.T) {
 	must(t, "synchronize the context", dev.Synchronize())
 	f.Hold(true)
 	defer f.Hold(false)
+	closeClean(t, f, dev, h, "after the context's synchronize, every free done by the device")
+}
+
+// closeClean closes h, which has nothing of the user's in flight, with the fake's queries held
+// (what): Close must succeed the first time, and leave no event in the driver.
+func closeClean(t *testing.T, f *fakecuda.Driver, dev *cuda.Device, h *Heap, what string) {
+	t.Helper()
 	if err := h.Close(); err != nil {
-		t.Fatalf("Close after the context's synchronize, every free done by the device: %v", err)
+		t.Fatalf("Close %s: %v", what, err)
 	}
+	f.Hold(false)
 	must(t, "synchronize the context after Close", dev.Synchronize())
 	if n := f.Stat(fakecuda.Events); n != 0 {
 		t.Errorf("%d events left in the driver", n)
@@ -147,5 +155,102 @@ func TestFakeCloseAfterFirstUseOfLegacyStream(t *testing.T) {
 	must(t, "FreeAsync on the legacy stream, its first use", h.FreeAsync(pcuda.DevicePtr(p), 0))
 	if err := h.Close(); err != nil {
 		t.Fatalf("Close with nothing in flight: %v", err)
+	}
+}
+
+// TestFakeCloseAfterPollOfLegacyFrees: a heap whose user freed blocks of stream a's heap on
+// the legacy default stream and on blocking stream b, synchronized the context, and then
+// called Stats (which polls the deferred frees: b's come back, found idle, and the legacy
+// stream's get a point there, in flight under the fake's held queries as on a GPU that has
+// not reached it yet) has nothing in flight: Close must succeed the first time. Before, Close
+// found the legacy stream running its own point and said ErrBusy.
+func TestFakeCloseAfterPollOfLegacyFrees(t *testing.T) { closeAfterPoll(t, "Stats") }
+
+// TestFakeCloseAfterAllocPollOfLegacyFrees is TestFakeCloseAfterPollOfLegacyFrees with an
+// Alloc (and its Free) for the poll.
+func TestFakeCloseAfterAllocPollOfLegacyFrees(t *testing.T) { closeAfterPoll(t, "Alloc") }
+
+// TestFakeCloseAfterPollBehindLegacyPoint is TestFakeCloseAfterPollOfLegacyFrees with b's free
+// made after the first Stats and polled by a second: b's own work has all run, but the legacy
+// stream's point is still in flight, which b's frees wait for, so the poll gives them a point
+// in b, behind it. Close waits for both. Before, it said ErrBusy on stream b.
+func TestFakeCloseAfterPollBehindLegacyPoint(t *testing.T) { closeAfterPoll(t, "Stats twice") }
+
+func closeAfterPoll(t *testing.T, poll string) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	b := newBlockingStream(t, dev, h)
+	p, q := alloc(t, h, 4096, a), alloc(t, h, 4096, a)
+	must(t, "MemsetAsync on b", h.MemsetAsync(pcuda.DevicePtr(q), 2, 4096, pcuda.Stream(b)))
+	must(t, "synchronize the context", dev.Synchronize())
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	switch poll {
+	case "Alloc":
+		must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
+		r, err := h.Alloc(4096, pcuda.Stream(a))
+		must(t, "Alloc", err)
+		must(t, "Free", h.Free(r))
+	case "Stats":
+		must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
+		h.Stats()
+	case "Stats twice":
+		h.Stats()
+		must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
+		if st := h.Stats(); st.Deferred != 2 {
+			t.Fatalf("%d frees deferred after the second Stats, want 2 (b's waits for the legacy stream's point)", st.Deferred)
+		}
+	}
+	if n := f.Pending(); n == 0 {
+		t.Fatalf("%s recorded no point in the legacy stream: the test tests nothing", poll)
+	}
+	closeClean(t, f, dev, h, "after "+poll+", with only the heap's own points in flight")
+}
+
+// TestFakeCloseBusyWithLegacyWorkAfterPoll: Close waits for the point a poll recorded in the
+// legacy stream after the user's last wait, and for nothing queued after it: with the user's
+// own memset on the legacy stream queued after Stats (and a block freed there after it), it
+// says ErrBusy and leaves the memset queued (the fake runs no more than a wait needs); once it
+// has run, Close succeeds.
+func TestFakeCloseBusyWithLegacyWorkAfterPoll(t *testing.T) { closeBusyAroundPoll(t, false) }
+
+// TestFakeCloseBusyWithLegacyWorkBeforePoll is TestFakeCloseBusyWithLegacyWorkAfterPoll with
+// the memset queued before Stats: the poll's point comes after the user's work, and Close
+// waits for no such point.
+func TestFakeCloseBusyWithLegacyWorkBeforePoll(t *testing.T) { closeBusyAroundPoll(t, true) }
+
+func closeBusyAroundPoll(t *testing.T, before bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	p, q := alloc(t, h, 4096, a), alloc(t, h, 4096, a)
+	must(t, "synchronize the context", dev.Synchronize())
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+	memset := func() { must(t, "memset on the legacy stream", dev.MemsetD8Async(q, 0xAB, 4096, 0)) }
+	if before {
+		memset()
+	}
+	h.Stats() // a point for the free, in the legacy stream
+	if !before {
+		memset()
+	}
+	must(t, "FreeAsync on the legacy stream after the memset", h.FreeAsync(pcuda.DevicePtr(q), 0))
+	if err := h.Close(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Close with a memset queued on the legacy stream (before the heap's point: %v): %v, want ErrBusy", before, err)
+	}
+	if n := f.Pending(); n == 0 {
+		t.Fatalf("Close ran the memset (it waited for the user's work)")
+	}
+	must(t, "synchronize the context", dev.Synchronize())
+	if err := h.Close(); err != nil {
+		t.Fatalf("Close once the memset has run: %v", err)
 	}
 }

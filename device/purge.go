@@ -46,12 +46,14 @@ import (
 //     default streams' are not watched, below) and at Close.
 //
 // The heap of a default stream (the legacy one, 0 or its handle 1) is left alone: no query
-// finds such a stream idle (its work waits for every blocking stream's earlier work), so every
-// ask would record an event there, and an operation on the legacy stream is a barrier
-// between all the blocking streams: each look of the purger would tie the user's blocking
-// streams together, and leave the legacy stream with work in flight, which Close, querying
-// it, took for the user's (ErrBusy on a heap freed and synchronized). Such a heap gives its
-// memory back at Trim, at ForgetStream and when an Alloc runs out of memory, which synchronize.
+// finds such a stream idle (its work waits for every blocking stream's earlier work, which a
+// query of it does not see), and its same-stream frees record no point, so every ask would
+// record an event there, and an operation on the legacy stream is a barrier between all the
+// blocking streams: each look of the purger would tie the user's blocking streams together,
+// and leave the legacy stream with a point in flight that Close, which waits only for the
+// deferred frees' own points, would take for the user's work (ErrBusy on a heap freed and
+// synchronized). Such a heap gives its memory back at Trim, at ForgetStream and when an Alloc
+// runs out of memory, which synchronize.
 //
 // What stays is what a stream heap's live blocks need: with 2 MiB VMM granules (the device's
 // default provider), every chunk (segment) that holds a live block stays committed whole.

@@ -21,10 +21,22 @@ const (
 // first per stream, and gives the open items of a busy stream a point when it has none. A list
 // the driver refuses is kept aside for Recover (Lost counts them), its error returned. A list
 // found empty at linger polls in a row leaves the lists.
+//
+// The default streams' lists come last: a point a poll records in the legacy stream waits for
+// every blocking stream's earlier work, and a blocking stream asked after it would find it in
+// flight (Points.Idle asks the legacy stream) and get a point of its own where it is idle.
 func (ls *Lists[T]) Poll(done []T) ([]T, error) {
 	var errs []error
-	for _, l := range ls.snapshot() {
-		done, errs = ls.pollList(l, done, errs)
+	lists := ls.snapshot()
+	for _, l := range lists {
+		if !DefaultStream(l.s) {
+			done, errs = ls.pollList(l, done, errs)
+		}
+	}
+	for _, l := range lists {
+		if DefaultStream(l.s) {
+			done, errs = ls.pollList(l, done, errs)
+		}
 	}
 	ls.endScan()
 	return done, errors.Join(errs...)
@@ -80,12 +92,13 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		l.marked = l.marked[:0]
 	}
 	if len(l.open) > 0 {
-		idle, ev, borrowed, err := ls.pointFor(l)
+		idle, ev, borrowed, quiet, err := ls.pointFor(l)
 		if err != nil {
 			return done, l.lose(), fmt.Errorf("streamq: stream %#x: %w", l.s, err)
 		}
 		if !idle {
-			l.ev, l.borrowed = ev, borrowed
+			l.ev, l.borrowed, l.quiet = ev, borrowed, quiet
+			l.seq = ls.seq.Add(1)
 			l.open, l.marked = l.marked, l.open
 			l.openT, l.markedT = l.markedT, l.openT
 			return done, pollBusy, nil
@@ -105,26 +118,33 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 // pointFor reports whether l's stream has passed l's open items now, and gives them a point
 // when it has not: the newest item's own point (borrowed), else an event recorded now. A
 // default stream, which no query finds idle (Points.Idle), is asked by querying that event at
-// once. l.mu is held.
-func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed bool, err error) {
+// once. quiet says the stream's own work had all run when it was recorded (a query just
+// before: Points.Quiet), so that it waits only for the work the stream's order puts before it
+// (Settle). l.mu is held.
+func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed, quiet bool, err error) {
 	p := ls.points
 	if own := ls.ownPoint(l.open); own != 0 {
 		idle, err = p.Passed(own) // every open item's work is before it
-		return idle, own, true, err
+		return idle, own, true, false, err
 	}
 	if idle, err = ls.Idle(l); err != nil || idle {
-		return idle, 0, false, err
+		return idle, 0, false, false, err
+	}
+	if l.order.Load() != orderNonBlocking { // a non-blocking stream not idle has work of its own
+		if quiet, err = p.Quiet(l.s); err != nil {
+			return false, 0, false, false, err
+		}
 	}
 	if ev, err = p.Mark(l.s); err != nil {
-		return false, 0, false, fmt.Errorf("event: %w", err)
+		return false, 0, false, false, fmt.Errorf("event: %w", err)
 	}
 	if DefaultStream(l.s) {
 		if idle, err = p.Passed(ev); err != nil || idle {
 			p.Put(ev)
-			return idle, 0, false, err
+			return idle, 0, false, false, err
 		}
 	}
-	return false, ev, false, nil
+	return false, ev, false, quiet, nil
 }
 
 // ownPoint returns the own point of the newest of open (OwnPoints), or 0.
@@ -141,7 +161,7 @@ func (l *List[T]) dropPoint(p *Points) {
 	if l.ev != 0 && !l.borrowed {
 		p.Put(l.ev)
 	}
-	l.ev, l.borrowed = 0, false
+	l.ev, l.borrowed, l.quiet = 0, false, false
 }
 
 // lose notes how many open items l has as poll finds it lost. l.mu is held.

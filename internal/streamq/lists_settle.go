@@ -20,11 +20,24 @@ import (
 // streams the caller never saw, which the legacy stream's order puts before it (and which the
 // memory must wait for: a free there comes after it, as cudaFreeAsync's does). So it waits
 // for that point (cuEventSynchronize), and for no point it did not record itself.
+//
+// The same holds of the points earlier polls recorded after the caller's last wait: in
+// flight, they make their streams' queries say running. A poll asks a stream's own work just
+// before it records a point there (Points.Quiet); found all run, the point is quiet
+// (List.quiet): it waits only for the work the stream's order puts before it, every blocking
+// stream's for the legacy stream, the legacy stream's for a blocking stream (whose items get a
+// point of their own while the legacy stream runs one of ours). When a stream is found
+// running, Settle waits for such points where they wait for no work of the caller's (waitOwn
+// says when), and asks again. They wait only for unseen blocking streams' work, as its own
+// point does, and for work another goroutine queues in their stream between the poll's query
+// and its point, which Settle then waits for instead of saying running; the memory is safe
+// either way, as the decision to hand items back is still Running's, after the waits.
 
 // Settle hands back every item of the lists when no stream that may use them has work in
 // flight: it asks Points.Running of the lists' streams and of ss (the caller's other
 // streams, such as those with memory of their own freed in their own order), so of the
-// legacy default stream too when one of them is blocking or a default stream. When one has
+// legacy default stream too when one of them is blocking or a default stream; when one is
+// running only for points its polls recorded, it waits for them and asks again. When one has
 // work in flight it returns that stream, running true; when the legacy stream's query fails,
 // the error; either after a Reclaim (done gets what the streams have passed, the busy streams
 // their points). Else it appends to done the items of every non-default stream (found idle
@@ -44,10 +57,16 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream) (_ []T, s Stream, running bool
 	// A default stream among them: 0 and CU_STREAM_LEGACY name the same stream, one point
 	// covers both.
 	dflt := slices.IndexFunc(all, DefaultStream)
-	if s, running, err := ls.points.Running(all); running || err != nil {
-		if err != nil {
-			err = fmt.Errorf("streamq: query stream %#x: %w", s, err)
+	s, running, err = ls.running(all)
+	if running {
+		// Points of ours, recorded by polls after the caller's last wait, may be all that runs.
+		if werr := ls.waitOwn(lists, all); werr != nil {
+			running, err = false, werr
+		} else {
+			s, running, err = ls.running(all)
 		}
+	}
+	if running || err != nil {
 		done, perr := ls.Reclaim(done, nil)
 		return done, s, running, errors.Join(err, perr)
 	}
@@ -91,4 +110,103 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream) (_ []T, s Stream, running bool
 		}
 	}
 	return done, 0, false, errors.Join(err, werr)
+}
+
+// running is Points.Running of ss, its error saying which stream's query failed.
+func (ls *Lists[T]) running(ss []Stream) (Stream, bool, error) {
+	s, running, err := ls.points.Running(ss)
+	if err != nil {
+		err = fmt.Errorf("streamq: query stream %#x: %w", s, err)
+	}
+	return s, running, err
+}
+
+// waitOwn waits for points of the lists' own that keep streams of all running, for Settle
+// once Running has found one, when none of them waits for work the caller has in flight (but
+// unseen blocking streams', which Settle's own point waits for too); it waits for nothing
+// otherwise, and the Running that follows decides. The points are the quiet ones
+// (List.quiet): each waits only for the work its stream's order puts before it.
+//
+//   - Each non-default stream of all that has work of its own queued must be a list's with a
+//     quiet point: a blocking stream's, which waits only for the legacy stream's earlier work.
+//     Any other stream with work queued is running: nothing is waited for.
+//   - When the legacy stream has work of its own queued, each default stream's list with a
+//     point not passed must have a quiet one, recorded before those of the busy streams above
+//     (seq): such a point waits for the legacy stream's work before it (none, found quiet), and
+//     for the blocking streams' earlier work: an idle stream's has run, and a busy one's was
+//     before its own quiet point, so had run when that point was recorded. It waits for them,
+//     then asks the legacy stream again: work of its own still queued is the caller's, after
+//     them.
+//   - The legacy stream quiet, it waits for the busy streams' points: their streams' work
+//     before them had run when they were recorded, and the legacy stream's has now.
+func (ls *Lists[T]) waitOwn(lists []*List[T], all []Stream) error {
+	p := ls.points
+	type point struct {
+		ev  Event
+		seq uint64
+		s   Stream
+	}
+	pointOf := func(l *List[T]) (pt point, ok bool) {
+		l.mu.Lock() // the reclaimer's, as Settle is: it stays as it is
+		defer l.mu.Unlock()
+		return point{l.ev, l.seq, l.s}, l.ev != 0 && l.quiet
+	}
+	var busy []point
+	first := ^uint64(0) // the first seq of busy's points
+	for _, s := range all {
+		if DefaultStream(s) {
+			continue
+		}
+		if quiet, err := p.Quiet(s); err != nil || quiet {
+			continue // a stream the driver refuses is Running's to answer
+		}
+		i := slices.IndexFunc(lists, func(l *List[T]) bool { return l.s == s })
+		if i < 0 {
+			return nil
+		}
+		pt, ok := pointOf(lists[i])
+		if !ok {
+			return nil
+		}
+		busy = append(busy, pt)
+		first = min(first, pt.seq)
+	}
+	if quiet, err := p.Quiet(streamLegacy); err != nil {
+		return fmt.Errorf("streamq: query the legacy default stream: %w", err)
+	} else if !quiet {
+		var legacy []point
+		for _, l := range lists {
+			if !DefaultStream(l.s) {
+				continue
+			}
+			pt, ok := pointOf(l)
+			if pt.ev == 0 {
+				continue
+			}
+			if !ok || pt.seq > first {
+				if passed, err := p.Passed(pt.ev); err != nil || !passed {
+					return err
+				}
+				continue // passed: before the query that found the legacy stream busy
+			}
+			legacy = append(legacy, pt)
+		}
+		if len(legacy) == 0 {
+			return nil
+		}
+		for _, pt := range legacy {
+			if err := p.Wait(pt.ev); err != nil {
+				return fmt.Errorf("streamq: wait for a point in the default stream %#x: %w", pt.s, err)
+			}
+		}
+		if quiet, err := p.Quiet(streamLegacy); err != nil || !quiet {
+			return err
+		}
+	}
+	for _, pt := range busy {
+		if err := p.Wait(pt.ev); err != nil {
+			return fmt.Errorf("streamq: wait for a point in stream %#x: %w", pt.s, err)
+		}
+	}
+	return nil
 }

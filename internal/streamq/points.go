@@ -194,7 +194,7 @@ func (p *Points) WaitPoint(s Stream) error {
 		return err
 	}
 	defer p.Put(ev)
-	return p.dev.EventSynchronize(ev)
+	return p.Wait(ev)
 }
 
 // WaitLegacyOrder waits for the work the legacy default stream's implicit order puts before
@@ -233,9 +233,19 @@ func (p *Points) WaitLegacy(err error) error {
 // or the legacy default stream when one of ss is blocking and it has (its earlier work is
 // ordered before theirs); running false when none has. A stream the driver refuses counts as
 // blocking: nothing says it is not.
+//
+// The other streams are asked before the default ones (answered by the legacy stream's query,
+// once, as the first default stream among ss): a default stream found running means that
+// every other stream of ss is idle.
 func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
-	blocking := false
+	blocking, legacy, named := false, Stream(streamLegacy), false
 	for _, s := range ss {
+		if DefaultStream(s) {
+			if !named {
+				blocking, legacy, named = true, s, true
+			}
+			continue
+		}
 		if err := p.dev.StreamQuery(s); errors.Is(err, pinmalloc.ErrNotReady) {
 			return s, true, nil
 		}
@@ -246,13 +256,22 @@ func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
 	}
 	if blocking {
 		if err := p.dev.StreamQuery(streamLegacy); errors.Is(err, pinmalloc.ErrNotReady) {
-			return streamLegacy, true, nil
+			return legacy, true, nil
 		} else if err != nil {
-			return streamLegacy, false, err
+			return legacy, false, err
 		}
 	}
 	return 0, false, nil
 }
+
+// Quiet reports whether s has run all its own work (cuStreamQuery), not the work its order
+// puts before it, which Idle asks about too: a point recorded in s next waits only for that
+// (a blocking stream's, the legacy stream's earlier work; a default stream's, every blocking
+// stream's).
+func (p *Points) Quiet(s Stream) (bool, error) { return done(p.dev.StreamQuery(s)) }
+
+// Wait waits until the stream of ev has passed it (cuEventSynchronize).
+func (p *Points) Wait(ev Event) error { return p.dev.EventSynchronize(ev) }
 
 // WaitAll waits until every stream of the device's context has completed everything queued on
 // it: the answer for streams the driver refuses (destroyed), whose work it still runs.
