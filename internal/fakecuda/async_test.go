@@ -657,3 +657,27 @@ func TestLegacyHandle(t *testing.T) {
 		t.Errorf("StreamNonBlocking(1) = %v, %v; want false", nb, err)
 	}
 }
+
+// TestAsyncQueryOwnQueue: cuStreamQuery asks a stream's own queue, as the driver's does (a
+// query is not an action that waits on another stream): a blocking stream with nothing queued
+// is done while the legacy stream has work held, the legacy stream is done while a blocking
+// stream has work held, and a blocking stream's work queued behind held legacy work is not.
+// streamq's Points.Quiet and Settle's waits for their own points rely on it.
+func TestAsyncQueryOwnQueue(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	x := newAsyncFixture(t, f, d, 64<<10)
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "MemsetD8Async on the legacy stream", d.MemsetD8Async(x.dev, 1, x.n, 0))
+	must(t, "StreamQuery of the idle blocking stream, legacy work held", d.StreamQuery(x.blk))
+	must(t, "StreamQuery of the idle non-blocking stream", d.StreamQuery(x.s))
+	wantErr(t, "StreamQuery of the legacy stream", d.StreamQuery(0), pinmalloc.ErrNotReady)
+	must(t, "MemsetD8Async on the blocking stream behind it", d.MemsetD8Async(x.dev2, 2, x.n, x.blk))
+	wantErr(t, "StreamQuery of the blocking stream", d.StreamQuery(x.blk), pinmalloc.ErrNotReady)
+	must(t, "StreamSynchronize of the legacy stream", d.StreamSynchronize(0))
+	wantErr(t, "StreamQuery of the blocking stream, its own work held", d.StreamQuery(x.blk), pinmalloc.ErrNotReady)
+	must(t, "StreamQuery of the legacy stream, a blocking stream's work held", d.StreamQuery(0))
+}
