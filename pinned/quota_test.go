@@ -83,6 +83,68 @@ func TestFakeQuotaWaitsForReclaim(t *testing.T) {
 	}
 }
 
+// TestFakeQuotaRoomAfterReclaim: an Alloc whose sum against the quota counted a deferred
+// buffer that another goroutine's reclaim then took back, and finished with, before the Alloc
+// asked whether anything was still coming back, gets the room. It was refused: nothing waited
+// any more, so the refusal looked final, though the quota had room by then (1 Alloc in some 400
+// runs of TestFakeQuotaConcurrentFreeAsync in the probe build).
+func TestFakeQuotaRoomAfterReclaim(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n = 64 << 10 // above the FreeAsync cache's sizes: on the stream's list at once
+	p, err := New(Options{Backend: CUDAHost, Capacity: 16 << 20, Quota: 2 * n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.FreeAsync(a, cuda.Stream(s)); err != nil { // an idle stream: the next reclaim takes it
+		t.Fatal(err)
+	}
+	missed := false
+	afterQuotaMiss = func() { // another goroutine's reclaim, all of it, between the sum and the question
+		afterQuotaMiss = nil
+		missed = true
+		if err := p.reclaim(true); err != nil {
+			t.Error(err)
+		}
+	}
+	c, err := p.Alloc(n)
+	afterQuotaMiss = nil
+	if !missed {
+		t.Fatal("the Alloc found room at its first sum: the buffer freed with FreeAsync left the quota before it")
+	}
+	if err != nil {
+		t.Fatalf("Alloc of %d bytes under a quota of %d, one buffer live and the other taken back while the Alloc looked: %v", n, 2*n, err)
+	}
+	for _, buf := range [][]byte{b, c} {
+		if err := p.Free(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.ForgetStream(cuda.Stream(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.StreamDestroy(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFakeQuotaConcurrentFreeAsync: goroutines that each hold at most one buffer, freed with
 // FreeAsync on an idle stream, fill a quota exactly: no Alloc is ever refused, since every
 // buffer beyond the live ones is on its way back. 8 goroutines of 64 KiB under 512 KiB had 1

@@ -121,6 +121,10 @@ type streamOrder struct {
 	// nothing until flushed, so a quota refusal that finds weight zero reclaims still when it is
 	// not zero.
 	cached atomic.Int32
+	// returned counts the deferred buffers given back to the heap in a pool with a quota
+	// (Pool.giveBack), so that a quota refusal can tell whether any left the quota since its
+	// sum (Pool.quotaRoom).
+	returned atomic.Uint64
 
 	uses   [useShards]useShard
 	reclMu sync.Mutex

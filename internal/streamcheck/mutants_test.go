@@ -170,6 +170,15 @@ var mutants = []mutant{
 		catch: "^TestFakeQuotaWaitsForReclaim$",
 	},
 	{
+		name:  "pool-quota-ignores-buffers-returned",
+		why:   "a quota refusal that finds nothing coming back any more is final, though a reclaim took back, after the sum that found no room, the buffers that filled the quota; two goroutines race there, and the model is one",
+		file:  "pinned/guard.go",
+		old:   "\t\t\tif p.order.returned.Load() == back {",
+		new:   "\t\t\tif true || p.order.returned.Load() == back {",
+		pkg:   "./pinned",
+		catch: "^TestFakeQuotaRoomAfterReclaim$",
+	},
+	{
 		name:  "pool-forget-without-wait",
 		why:   "ForgetStream takes a stream's buffers back, and forgets it on the live ones, without waiting for it; the checker's contract synchronizes a stream before it forgets it",
 		file:  "pinned/forget.go",
