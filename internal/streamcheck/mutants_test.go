@@ -179,6 +179,15 @@ var mutants = []mutant{
 		catch: "^TestFakeQuotaRoomAfterReclaim$",
 	},
 	{
+		name:  "pool-quota-ignores-cache-on-its-way",
+		why:   "a quota refusal is told nothing comes back while a FreeAsync moves a shard's cache to its list, out of the fast section, once the shard's cache emptied meanwhile; two goroutines race there, and the model is one",
+		file:  "pinned/pend.go",
+		old:   "\t\t\to.cached.Add(1)\n\t\t\tp.exit(s)",
+		new:   "\t\t\tp.exit(s)",
+		pkg:   "./pinned",
+		catch: "^TestFakeQuotaSeesCacheOnItsWay$",
+	},
+	{
 		name:  "pool-forget-without-wait",
 		why:   "ForgetStream takes a stream's buffers back, and forgets it on the live ones, without waiting for it; the checker's contract synchronizes a stream before it forgets it",
 		file:  "pinned/forget.go",
