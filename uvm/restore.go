@@ -229,7 +229,8 @@ func (t *Tier) abortRestore(r *restoring) {
 }
 
 // undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on
-// the H2D stream, so it goes back behind that stream.
+// the H2D stream, so it goes back behind that stream, or after a synchronize of it; when the
+// driver refuses both, it is held back (heldback.go).
 func (t *Tier) undoRestore(ids []BlockID) {
 	c := completion{}
 	for _, id := range ids {
@@ -240,7 +241,10 @@ func (t *Tier) undoRestore(ids []BlockID) {
 		}
 	}
 	if err := t.push(dirH2D, c); err != nil {
-		_ = t.dev.StreamSynchronize(uintptr(t.engine.h2d))
+		if t.dev.StreamSynchronize(uintptr(t.engine.h2d)) != nil {
+			t.holdBack(c) // the copies may still write it (heldback.go)
+			return
+		}
 		_ = t.complete(c)
 	}
 }

@@ -318,6 +318,15 @@ var mutants = []mutant{
 		catch: "^TestFreeWaitsFailKeepStreamOrder$",
 	},
 	{
+		name:  "tier-free-reuses-after-failed-wait",
+		why:   "a Free whose waits the driver refuses on the D2H stream and on the CPU (a context with a sticky error) hands the block's VRAM and host buffer on all the same, under work that may still use them; the waits fail only after a fault, which the model does not make",
+		file:  "uvm/completion.go",
+		old:   "\tfor _, w := range t.rel.waits {\n\t\tif serr := t.dev.EventSynchronize(uintptr(w.ev)); serr != nil {\n\t\t\treturn false, errors.Join(err, serr)\n\t\t}\n\t}\n\tif serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h)); serr != nil {\n\t\treturn false, errors.Join(err, serr)\n\t}",
+		new:   "\t_ = t.dev.StreamSynchronize(uintptr(t.engine.d2h)) // a failed wait ignored",
+		pkg:   "./uvm",
+		catch: "^TestFreeAfterFaultHoldsMemoryBack$",
+	},
+	{
 		name:  "tier-acquire-ignores-other-streams",
 		why:   "an Acquire on s2 of a block released on s1 and still on the device does not wait for s1's release, so work on s2 reads the block before s1's writes have run",
 		file:  "uvm/access.go",
