@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // Restore: bringing blocks back to the device, for an Acquire that misses and for Prefetch. A
@@ -180,7 +181,7 @@ func (t *Tier) finishRestore(r *restoring, cause Cause) (cuda.Event, bool, error
 		if err != nil {
 			t.abortRestore(r)
 			t.st.Failures++
-			return 0, false, fmt.Errorf("uvm: restore of %d blocks: %w", len(r.ids), err)
+			return 0, false, fmt.Errorf("uvm: restore of %s: %w", units.Count(uint64(len(r.ids)), "block"), err)
 		}
 	}
 	t.scratch.rjobs = r.jobs[:0]

@@ -102,9 +102,12 @@
 // fault still reads or writes a block's memory. Free then frees the block but keeps its VRAM and
 // host buffer out of use, rather than hand them to another block or another user of the heap
 // or pool (a silent corruption), and returns ErrHeldBack; Stats counts that memory
-// (HeldBackDeviceBytes, HeldBackHostBytes). Sync gives it back once a synchronize of the device
-// succeeds. Close frees every block and closes the tier all the same, but keeps the memory held
-// back, with the streams, events, device heap and host pool that hold it, and returns
+// (HeldBackDeviceBytes, HeldBackHostBytes). The VRAM of a restore that failed, and the host
+// buffers an aborted eviction's copies may still write, are held back the same way when the
+// waits for their copies fail. Sync gives the memory held back to where it goes once a
+// synchronize of the device succeeds. Close frees every block and closes the tier all the
+// same, but keeps the memory held back, with the streams, events, device heap and host pool
+// that hold it, and returns
 // ErrHeldBack naming how much; a later Close tries again and gives everything back once the
 // device synchronizes. Under a sticky error it never does (NVIDIA's word is to end the
 // process), so that memory stays allocated until the process ends; nothing is freed under
@@ -434,7 +437,7 @@ func (t *Tier) Close() error {
 	default:
 		for i := range t.blocks {
 			if b := &t.blocks[i]; b.live && (b.pins > 0 || b.hostPins > 0) {
-				return fmt.Errorf("%w: Close with block %#x acquired", ErrAcquired, t.handle(BlockID(i)))
+				return fmt.Errorf("%w: Close with block %#x acquired", ErrAcquired, uint64(t.handle(BlockID(i))))
 			}
 		}
 		errs = append(errs, t.drain())

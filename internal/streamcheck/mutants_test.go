@@ -327,6 +327,15 @@ var mutants = []mutant{
 		catch: "^TestFreeAfterFaultHoldsMemoryBack$",
 	},
 	{
+		name:  "tier-abort-evict-ignores-failed-launch",
+		why:   "an eviction whose first launch queued some copies and then failed does not wait for them, so the block's host buffer, handed to another block when the pool is full, takes the copy after Go wrote it; the model's movers queue all of a launch or nothing",
+		file:  "uvm/evict.go",
+		old:   "\tif !e.tried {\n\t\treturn err\n\t}",
+		new:   "\tif e.queued == 0 {\n\t\treturn err\n\t}",
+		pkg:   "./uvm",
+		catch: "^TestAbortedEvictionWaitsForItsCopies$",
+	},
+	{
 		name:  "tier-acquire-ignores-other-streams",
 		why:   "an Acquire on s2 of a block released on s1 and still on the device does not wait for s1's release, so work on s2 reads the block before s1's writes have run",
 		file:  "uvm/access.go",
