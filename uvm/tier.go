@@ -107,11 +107,10 @@
 // waits for their copies fail. Sync gives the memory held back to where it goes once a
 // synchronize of the device succeeds. Close frees every block and closes the tier all the
 // same, but keeps the memory held back, with the streams, events, device heap and host pool
-// that hold it, and returns
-// ErrHeldBack naming how much; a later Close tries again and gives everything back once the
-// device synchronizes. Under a sticky error it never does (NVIDIA's word is to end the
-// process), so that memory stays allocated until the process ends; nothing is freed under
-// work that may still run, and nothing panics.
+// that hold it, and returns ErrHeldBack naming how much; a later Close tries again and gives
+// everything back once the device synchronizes. Under a sticky error it never does (NVIDIA's
+// word is to end the process), so that memory stays allocated until the process ends; nothing
+// is freed under work that may still run, and nothing panics.
 //
 // # Concurrency
 //
