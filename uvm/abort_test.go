@@ -42,10 +42,11 @@ const abortBlock = 64 * kib
 
 // dirtyOnFullPool makes a tier whose copies go through a partMover and whose host pool has a
 // quota of one block of abortBlock bytes, and a block a on the device, dirty (written on stream
-// s with pattern(1), no host copy), with s synchronized.
+// s with pattern(1), no host copy), with s synchronized. The pool has one shard, so that the
+// buffer a Free gives back is the next Alloc's whatever P the test runs on.
 func dirtyOnFullPool(t *testing.T, dev *icuda.Device) (tr *uvm.Tier, m *partMover, a uvm.Handle, s cuda.Stream) {
 	t.Helper()
-	pool, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 16 << 20, Quota: abortBlock, PurgeDelay: -1})
+	pool, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 16 << 20, Quota: abortBlock, PurgeDelay: -1, Shards: 1})
 	must(t, err)
 	t.Cleanup(func() { must(t, pool.Close()) }) // after the tier's Close, registered later
 	m = &partMover{next: kernelMover(t, dev)}
