@@ -144,3 +144,42 @@ func TestAbortedEvictionAfterFaultHoldsBuffers(t *testing.T) {
 	}
 	must(t, tr.Free(a))
 }
+
+// TestFailedHostCopyWaitsForIt: AcquireHost of a dirty block copies its device bytes to a new
+// host buffer; when the Mover queued that copy and then failed, the block kept the buffer with
+// the copy still queued, and with the host pool full the next block was given it
+// (dropHostCopies): the copy landed on the bytes Go wrote there.
+func TestFailedHostCopyWaitsForIt(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n = abortBlock
+	tr, m, a, _ := dirtyOnFullPool(t, dev)
+
+	f.Hold(true) // the copy stays queued
+	defer f.Hold(false)
+	m.fail = true
+	if _, err := tr.AcquireHost(a, uvm.Read); err == nil {
+		t.Fatal("AcquireHost whose copy the Mover failed succeeded")
+	}
+	b, err := tr.Alloc(n)
+	must(t, err)
+	buf, err := tr.AcquireHost(b, uvm.Write) // the pool is full: a's host buffer is dropped for it
+	must(t, err)
+	want := pattern(2, n)
+	copy(buf, want)
+	must(t, tr.ReleaseHost(b))
+	f.Complete()
+	got, err := tr.AcquireHost(b, uvm.Read)
+	must(t, err)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the next block's host bytes changed once the streams ran: %#x at 0, want %#x (the first block's are %#x)", got[0], want[0], pattern(1, n)[0])
+	}
+	must(t, tr.ReleaseHost(b))
+	if st := tr.Stats(); st.HostCopiesDropped != 1 {
+		t.Fatalf("%d host copies dropped, want 1 (the test's premise)", st.HostCopiesDropped)
+	}
+	must(t, tr.Free(a))
+	must(t, tr.Free(b))
+}

@@ -157,9 +157,7 @@ func (t *Tier) evictFailed(e *evicting, err error) error {
 // abortEvict ends an eviction that failed with err, and returns err: the blocks stay where
 // they were, with their marks cleared. Copies into host buffers the blocks keep may be queued,
 // by a launch that failed too (a Mover may queue some of its copies and then fail): it waits
-// for them to land, so that no such buffer is handed on under a copy (dropHostCopies takes a
-// dirty block's buffer for another block). When the wait fails, the dirty blocks let go of
-// their host buffers, which are held back (heldback.go); they held no valid copy.
+// for them (settleCopies).
 func (t *Tier) abortEvict(e *evicting, err error) error {
 	t.scratch.jobs = e.jobs[:0]
 	t.putDevList(e.done.dev)
@@ -167,12 +165,24 @@ func (t *Tier) abortEvict(e *evicting, err error) error {
 	if !e.tried {
 		return err
 	}
+	if serr := t.settleCopies(e.ids); serr != nil {
+		return fmt.Errorf("%w; %w", err, serr)
+	}
+	return err
+}
+
+// settleCopies waits for the D2H stream, where a batch that failed may have queued copies into
+// the host buffers of blocks ids, so that no such buffer is handed on under a copy
+// (dropHostCopies gives a dirty block's buffer to another block). When the wait fails, the
+// blocks whose host copy is not valid let go of their host buffers, which are held back
+// (heldback.go), and the error says so. t.mu is held.
+func (t *Tier) settleCopies(ids []BlockID) error {
 	serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h))
 	if serr == nil {
-		return err
+		return nil
 	}
 	var c completion
-	for _, id := range e.ids {
+	for _, id := range ids {
 		if b := &t.blocks[id]; b.host != nil && !b.hostValid {
 			c.host = append(c.host, b.host)
 			b.host, b.hostDev = nil, 0
@@ -182,7 +192,7 @@ func (t *Tier) abortEvict(e *evicting, err error) error {
 	if len(c.host) > 0 {
 		t.holdBack(c)
 	}
-	return fmt.Errorf("%w; its copies could not be waited for, so the tier holds back %s: %w", err, units.Count(uint64(len(c.host)), "host buffer"), serr)
+	return fmt.Errorf("its copies could not be waited for, so the tier holds back %s: %w", units.Count(uint64(len(c.host)), "host buffer"), serr)
 }
 
 // evicted records the blocks ids as moved off the device by the batch whose event is ev: the

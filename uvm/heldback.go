@@ -19,8 +19,9 @@ import (
 // restore that failed once its copies were tried is held back the same way when neither the
 // batch's event nor a synchronize of the H2D stream can be had (undoRestore): the block stays
 // on the host, and the Acquire or Prefetch returns the driver's error. So are the host buffers
-// an aborted eviction's copies may still write, when the wait for them fails (abortEvict): the
-// blocks stay on the device and let go of them (they held no valid copy).
+// that the copies of a failed eviction, or of a failed copy for AcquireHost, may still write,
+// when the wait for them fails (settleCopies): the blocks stay on the device and let go of
+// them (they held no valid copy).
 //
 // Every call that waits for the tier's transfers anyway (Sync, Close, an allocation the device
 // heap refuses) tries again, with a synchronize of the device (cuCtxSynchronize: every stream of

@@ -336,6 +336,15 @@ var mutants = []mutant{
 		catch: "^TestAbortedEvictionWaitsForItsCopies$",
 	},
 	{
+		name:  "tier-host-copy-ignores-failed-copy",
+		why:   "AcquireHost of a dirty block whose copy to the host the Mover queued and then failed does not wait for it, so the block's host buffer, handed to another block when the pool is full, takes the copy after Go wrote it; the model's movers queue all of a copy or nothing",
+		file:  "uvm/host.go",
+		old:   "\t\tif tried {\n\t\t\tif serr := t.settleCopies([]BlockID{id}); serr != nil {",
+		new:   "\t\tif false {\n\t\t\tif serr := t.settleCopies([]BlockID{id}); serr != nil {",
+		pkg:   "./uvm",
+		catch: "^TestFailedHostCopyWaitsForIt$",
+	},
+	{
 		name:  "tier-acquire-ignores-other-streams",
 		why:   "an Acquire on s2 of a block released on s1 and still on the device does not wait for s1's release, so work on s2 reads the block before s1's writes have run",
 		file:  "uvm/access.go",
