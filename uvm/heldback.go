@@ -78,7 +78,7 @@ func (t *Tier) retryHeld() error {
 
 // heldBytes says how much memory is held back, for errors.
 func (t *Tier) heldBytes() string {
-	return fmt.Sprintf("%s of VRAM and %s of host buffers of freed blocks stay out of use",
+	return fmt.Sprintf("%s of VRAM and %s of host buffers stay out of use",
 		units.Bytes(uint64(t.held.dev)), units.Bytes(uint64(t.held.host)))
 }
 

@@ -91,10 +91,11 @@ type Stats struct {
 	// heap that evictions and frees gave up (see the package documentation). With DeviceBytes
 	// it stays within twice the budget; the heap's Stats count it as live.
 	SpareBytes uint64
-	// HeldBackDeviceBytes and HeldBackHostBytes are the VRAM and host buffers of freed blocks
-	// that the tier keeps out of use because the driver refused the waits for the work that may
-	// still use them (a Free that returned ErrHeldBack); they are reused once a synchronize of
-	// the device succeeds (Sync tries one). Not zero, they say the context has a sticky error.
+	// HeldBackDeviceBytes and HeldBackHostBytes are the VRAM and host buffers that the tier
+	// keeps out of use because the driver refused the waits for the work that may still use
+	// them (a Free that returned ErrHeldBack; a restore, eviction or AcquireHost whose copies
+	// failed after a fault); they are reused once a synchronize of the device succeeds (Sync
+	// tries one). Not zero, they say the context has a sticky error.
 	HeldBackDeviceBytes, HeldBackHostBytes uint64
 	// AcquiredBytes and AcquiredBlocks count the blocks acquired on the device now (between an
 	// Acquire and its Release): they cannot be evicted.

@@ -204,7 +204,7 @@ type Tier struct {
 	mu          sync.Mutex
 	closed      bool
 	heldAtClose bool          // Close kept memory held back (heldback.go): a later Close tries again
-	held        heldBack      // memory of freed blocks kept out of use after a failed wait (heldback.go)
+	held        heldBack      // memory kept out of use after a failed wait (heldback.go)
 	wake        chan struct{} // closed by signal, to wake AcquireContext's waiters (access.go)
 	blocks      []block       // the block table, indexed by BlockID (block.go)
 	free        []uint32      // free slots of blocks
