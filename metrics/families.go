@@ -87,6 +87,8 @@ var tierFamilies = []tierFamily{
 	tierMetric("host_held_bytes", "Pinned host memory held for host-only blocks and host copies of clean ones, in bytes.", prometheus.GaugeValue, func(f TierFigures) float64 { return float64(f.HostHeldBytes) }),
 	tierMetric("spare_bytes", "VRAM the tier keeps for its next restores, in bytes.", prometheus.GaugeValue, func(f TierFigures) float64 { return float64(f.SpareBytes) }),
 	tierMetric("acquired_bytes", "Bytes of the blocks acquired on the device now.", prometheus.GaugeValue, func(f TierFigures) float64 { return float64(f.AcquiredBytes) }),
+	tierMetric("held_back_device_bytes", "VRAM kept out of use because the driver refused the waits for the work that may still use it (a device fault), in bytes.", prometheus.GaugeValue, func(f TierFigures) float64 { return float64(f.HeldBackDeviceBytes) }),
+	tierMetric("held_back_host_bytes", "Pinned host buffers kept out of use because the driver refused the waits for the work that may still use them (a device fault), in bytes.", prometheus.GaugeValue, func(f TierFigures) float64 { return float64(f.HeldBackHostBytes) }),
 	tierMetric("blocks", "Number of live blocks.", prometheus.GaugeValue, func(f TierFigures) float64 { return float64(f.Blocks) }),
 	tierMetric("pending_batches", "Number of batches of copies in flight.", prometheus.GaugeValue, func(f TierFigures) float64 { return float64(f.Pending) }),
 	tierMetric("hits_total", "Acquire calls that found the block on the device.", prometheus.CounterValue, func(f TierFigures) float64 { return float64(f.Hits) }),

@@ -75,14 +75,19 @@ type TierFigures struct {
 	// Budget is the device budget. DeviceBytes, HostBytes and FreshBytes are the bytes of
 	// the live blocks on the device, only on the host, and never acquired; HostHeldBytes the
 	// host buffers held (host-only blocks and host copies of clean ones); SpareBytes the VRAM
-	// kept for the next restores; AcquiredBytes the bytes of blocks acquired on the device.
-	Budget        uint64 `json:"budget"`
-	DeviceBytes   uint64 `json:"device_bytes"`
-	HostBytes     uint64 `json:"host_bytes"`
-	FreshBytes    uint64 `json:"fresh_bytes"`
-	HostHeldBytes uint64 `json:"host_held_bytes"`
-	SpareBytes    uint64 `json:"spare_bytes"`
-	AcquiredBytes uint64 `json:"acquired_bytes"`
+	// kept for the next restores; AcquiredBytes the bytes of blocks acquired on the device;
+	// HeldBackDeviceBytes and HeldBackHostBytes the VRAM and host buffers kept out of use
+	// because the driver refused the waits for the work that may still use them (not zero:
+	// the context has a sticky error, after a kernel or copy faulted).
+	Budget              uint64 `json:"budget"`
+	DeviceBytes         uint64 `json:"device_bytes"`
+	HostBytes           uint64 `json:"host_bytes"`
+	FreshBytes          uint64 `json:"fresh_bytes"`
+	HostHeldBytes       uint64 `json:"host_held_bytes"`
+	SpareBytes          uint64 `json:"spare_bytes"`
+	AcquiredBytes       uint64 `json:"acquired_bytes"`
+	HeldBackDeviceBytes uint64 `json:"held_back_device_bytes"`
+	HeldBackHostBytes   uint64 `json:"held_back_host_bytes"`
 	// Blocks is the number of live blocks; Pending the batches of copies in flight.
 	Blocks  uint64 `json:"blocks"`
 	Pending uint64 `json:"pending"`
@@ -125,6 +130,7 @@ func FromTier(s uvm.Stats) TierFigures {
 		Policy: s.Policy, Mover: s.Mover,
 		Budget: s.Budget, DeviceBytes: s.DeviceBytes, HostBytes: s.HostBytes, FreshBytes: s.FreshBytes,
 		HostHeldBytes: s.HostHeldBytes, SpareBytes: s.SpareBytes, AcquiredBytes: s.AcquiredBytes,
+		HeldBackDeviceBytes: s.HeldBackDeviceBytes, HeldBackHostBytes: s.HeldBackHostBytes,
 		Blocks: uint64(max(s.Blocks, 0)), Pending: uint64(max(s.Pending, 0)),
 		Hits: s.Hits, Misses: s.Misses, Allocs: s.Allocs, Frees: s.Frees, ThrashEvents: s.ThrashEvents,
 		HeapPressure: s.HeapPressure, Failures: s.Failures, CleanEvictions: s.CleanEvictions,

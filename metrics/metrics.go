@@ -25,7 +25,8 @@
 //	pinmalloc_device_...                              as host, without locked_bytes,
 //	                                                  deferred_bytes and syscalls_total
 //	pinmalloc_uvm_tier_info{name,policy,mover}        always 1, per tier
-//	pinmalloc_uvm_{budget,device,host,fresh,host_held,spare,acquired}_bytes, _blocks,
+//	pinmalloc_uvm_{budget,device,host,fresh,host_held,spare,acquired,held_back_device,
+//	  held_back_host}_bytes, _blocks,
 //	  _pending_batches, _{hits,misses,allocs,frees,thrash_events,heap_pressure,failures,
 //	  clean_evictions}_total
 //	pinmalloc_uvm_moved_{blocks,bytes}_total{name,direction,cause}

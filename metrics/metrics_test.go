@@ -169,11 +169,12 @@ func TestFromDeviceAndTier(t *testing.T) {
 	if f.Locked != 0 || f.Syscalls != 0 {
 		t.Errorf("FromDevice carries host figures: locked %d, syscalls %d", f.Locked, f.Syscalls)
 	}
-	s := uvm.Stats{Budget: 10, DeviceBytes: 4, HostBytes: 6, Blocks: 3, Hits: 5, Misses: 1, ThrashEvents: 2}
+	s := uvm.Stats{Budget: 10, DeviceBytes: 4, HostBytes: 6, Blocks: 3, Hits: 5, Misses: 1, ThrashEvents: 2,
+		HeldBackDeviceBytes: 7, HeldBackHostBytes: 8}
 	s.In[uvm.CauseAcquire] = uvm.Traffic{Blocks: 1, Bytes: 256}
 	s.Out[uvm.CausePressure] = uvm.Traffic{Blocks: 2, Bytes: 512}
 	tf := FromTier(s)
-	if tf.Hits != 5 || tf.Blocks != 3 || tf.Budget != 10 {
+	if tf.Hits != 5 || tf.Blocks != 3 || tf.Budget != 10 || tf.HeldBackDeviceBytes != 7 || tf.HeldBackHostBytes != 8 {
 		t.Errorf("FromTier: %+v", tf)
 	}
 	moves := map[string]Move{}

@@ -23,10 +23,11 @@ import (
 // RecordStream can touch them, and a double free of one is refused as for any deferred buffer.
 //
 // A cached buffer is in no list and weighs nothing yet: Usage does not count it as deferred,
-// streamOrder.cached (the number of caches not empty) is what tells a quota refusal that a reclaim
-// may give something back, and the point (drainPend's idle query, or the lists' event or query at
-// the reclaim after the flush) comes after the free, as ordering after the stream requires. After
-// Close a FreeAsync skips the cache, so that the release sees every deferred buffer on a list.
+// streamOrder.cached (the number of caches not empty, and of caches on their way to a list) is
+// what tells a quota refusal that a reclaim may give something back, and the point (drainPend's
+// idle query, or the lists' event or query at the reclaim after the flush) comes after the free,
+// as ordering after the stream requires. After Close a FreeAsync skips the cache, so that the
+// release sees every deferred buffer on a list.
 
 // pendMax is the most buffers a shard's cache holds, each of pendBuffer bytes at most (2 MiB
 // in all; larger buffers go on their stream's list at once). The cache's one query is shared by
@@ -98,14 +99,21 @@ func (p *Pool) enqueue(l *streamList, d deferred) {
 				return
 			}
 			// Full, or of another stream (so not empty): move it to the list, out of the fast
-			// section.
+			// section. On their way there its buffers are in no cache and on no list: cached
+			// counts them as one more cache, so that a quota refusal sees them coming back
+			// (returning) even when the shard's cache empties meanwhile.
 			var out [pendMax]deferred
 			k := copy(out[:], s.pend)
 			ol := s.pendL
 			s.pend = append(s.pend[:0], d)
 			s.pendL = l
+			o.cached.Add(1)
 			p.exit(s)
+			if afterCacheOut != nil {
+				afterCacheOut()
+			}
 			o.queueMany(ol, out[:k])
+			o.cached.Add(-1)
 			o.verify()
 			return
 		}
@@ -113,6 +121,10 @@ func (p *Pool) enqueue(l *streamList, d deferred) {
 	o.queue(l, d)
 	o.verify()
 }
+
+// afterCacheOut, when set (by tests), runs in enqueue between the fast section that took a
+// shard's cache out and the push of its buffers on their stream's list.
+var afterCacheOut func()
 
 // cache appends d, a held buffer that waits for the stream of l only, to the cache of shard s,
 // in a fast section of s, and reports whether it could: d is small enough (pendBuffer), and

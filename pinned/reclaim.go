@@ -67,8 +67,14 @@ func (p *Pool) waitDeferred() error {
 
 // freeDeferred frees a deferred buffer for real, its streams having passed it: straight back
 // on its page when it is a block of on, the heap of a shard the caller holds (nil for none).
+// Under a quota it counts the buffer returned after it left the quota, while the reclaim or
+// the FreeAsync cache that had it still shows it returning (see quotaRoom).
 func (p *Pool) freeDeferred(d deferred, on *heap.Heap) error {
-	return p.giveBack(d.addr, d.n, true, on)
+	err := p.giveBack(d.addr, d.n, true, on)
+	if p.quota > 0 {
+		p.order.returned.Add(1)
+	}
+	return err
 }
 
 // reclaim frees the deferred buffers whose streams have passed their free, and gives the

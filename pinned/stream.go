@@ -117,10 +117,14 @@ type streamOrder struct {
 	// shared and sharedBytes count the deferred buffers with uses (on a stream list each);
 	// the lists count the others.
 	shared, sharedBytes atomic.Int64
-	// cached is the number of shards whose FreeAsync cache (pend.go) holds buffers: they weigh
-	// nothing until flushed, so a quota refusal that finds weight zero reclaims still when it is
-	// not zero.
+	// cached is the number of shards whose FreeAsync cache (pend.go) holds buffers, and of
+	// caches taken out of a shard and not yet on their list: they weigh nothing until flushed,
+	// so a quota refusal that finds weight zero reclaims still when it is not zero.
 	cached atomic.Int32
+	// returned counts the deferred buffers given back to the heap in a pool with a quota
+	// (Pool.giveBack), so that a quota refusal can tell whether any left the quota since its
+	// sum (Pool.quotaRoom).
+	returned atomic.Uint64
 
 	uses   [useShards]useShard
 	reclMu sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // Blocks: the tier's table of block slots, the handles that name them, Alloc and Free. A handle is
@@ -129,7 +130,9 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 // Free frees a block from any state. Work already queued on the streams it was acquired on
 // may still use its device memory: that memory is reused only after the tier's D2H stream has
 // waited for it (an acquired block counts as released on each of its streams now). A []byte
-// from AcquireHost must not be used after Free.
+// from AcquireHost must not be used after Free. When the driver refuses both that wait and a
+// wait on the CPU (a context with a sticky error), the block is freed all the same and Free
+// returns ErrHeldBack: its memory stays out of use until a synchronize of the device succeeds.
 func (t *Tier) Free(h Handle) error {
 	t.mu.Lock()
 	defer t.unlock("Free")
@@ -180,7 +183,12 @@ func (t *Tier) freeBlock(id BlockID) error {
 		}
 		t.rel.waits = t.rel.waits[:0]
 		t.addWaits(b)
-		_, err := t.retire(c) // the block goes either way; after a failed wait its memory stays out of use
+		gone, err := t.retire(c)
+		if !gone { // the block goes all the same; its memory stays out of use (heldback.go)
+			t.holdBack(c)
+			err = fmt.Errorf("%w: block %#x is freed, but its %s of VRAM and %s host buffer stay out of use until a synchronize of the device succeeds: %w",
+				ErrHeldBack, uint64(t.handle(id)), units.Bytes(uint64(len(c.dev))*uint64(b.size)), units.Bytes(uint64(len(c.host))*uint64(b.size)), err)
+		}
 		errs = append(errs, err)
 	} else if hostFree != nil {
 		errs = append(errs, t.mem.pool.Free(hostFree))

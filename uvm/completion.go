@@ -229,7 +229,8 @@ func (t *Tier) devList(n int) []devBlock {
 func (t *Tier) putDevList(l []devBlock) { t.batches.devLists = append(t.batches.devLists, l[:0]) }
 
 // Sync waits until every transfer the tier has queued has completed, and finishes them (their
-// VRAM and host buffers become reusable).
+// VRAM and host buffers become reusable). Memory held back by a Free that returned ErrHeldBack
+// becomes reusable too once a synchronize of the device succeeds; else Sync returns ErrHeldBack.
 func (t *Tier) Sync() error {
 	t.mu.Lock()
 	defer t.unlock("Sync")
@@ -239,11 +240,22 @@ func (t *Tier) Sync() error {
 	return t.drain()
 }
 
-// drain waits for every stream with batches in flight and finishes them. t.mu is held.
+// drain waits for every stream with batches in flight and finishes them; a stream the driver
+// refuses to synchronize is answered by a synchronize of the device (Lists.Recover), as poll
+// answers it, and so is memory held back (retryHeld). t.mu is held.
 func (t *Tier) drain() error {
-	back, err := t.batches.lists.Drain(t.batches.back[:0])
+	ls := t.batches.lists
+	back, err := ls.Drain(t.batches.back[:0])
 	if err != nil {
 		err = fmt.Errorf("uvm: wait for transfers: %w", err)
 	}
-	return errors.Join(err, t.finish(back))
+	if ls.Lost() > 0 {
+		var rerr error
+		if back, rerr = ls.Recover(back, nil); rerr == nil {
+			err = nil // the synchronize covers what the refused waits did not
+		} else {
+			err = errors.Join(err, fmt.Errorf("uvm: transfers: %w", rerr))
+		}
+	}
+	return errors.Join(err, t.finish(back), t.retryHeld())
 }

@@ -40,4 +40,11 @@ var (
 	// Acquire and Prefetch on it change nothing; a Release or Free on it still ends the use,
 	// after a wait, and says so.
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "uvm: invalid stream")
+	// ErrHeldBack means the driver refused the waits that order the reuse of a freed block's
+	// memory after the work that may still use it (the context's sticky error, after a kernel
+	// or copy faulted; the driver's error is in the chain): Free freed the block all the same,
+	// and the tier keeps its VRAM and host buffer out of use until a synchronize of the device
+	// succeeds (Sync, Close try it). Close returns it when memory is still held back: it then
+	// keeps that memory and what holds it, and a later Close tries again.
+	ErrHeldBack = errkind.New(pinmalloc.ErrRefused, "uvm: memory held back after a failed wait")
 )

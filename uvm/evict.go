@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // Eviction: moving blocks off the device in one batch on the D2H stream, for room in the budget
@@ -150,19 +151,48 @@ func (t *Tier) finishEvict(e *evicting, cause Cause) error {
 // evictFailed counts a batch whose copies could not be queued and says how far it got.
 func (t *Tier) evictFailed(e *evicting, err error) error {
 	t.st.Failures++
-	return fmt.Errorf("uvm: eviction of %d blocks (%d copied): %w", len(e.ids), e.queued, err)
+	return fmt.Errorf("uvm: eviction of %s (%d copied): %w", units.Count(uint64(len(e.ids)), "block"), e.queued, err)
 }
 
 // abortEvict ends an eviction that failed with err, and returns err: the blocks stay where
-// they were, with their marks cleared.
+// they were, with their marks cleared. Copies into host buffers the blocks keep may be queued,
+// by a launch that failed too (a Mover may queue some of its copies and then fail): it waits
+// for them (settleCopies).
 func (t *Tier) abortEvict(e *evicting, err error) error {
 	t.scratch.jobs = e.jobs[:0]
 	t.putDevList(e.done.dev)
 	t.unchoose(e.ids)
-	if e.queued > 0 { // copies into host buffers the blocks keep: let them land first
-		_ = t.dev.StreamSynchronize(uintptr(t.engine.d2h))
+	if !e.tried {
+		return err
+	}
+	if serr := t.settleCopies(e.ids); serr != nil {
+		return fmt.Errorf("%w; %w", err, serr)
 	}
 	return err
+}
+
+// settleCopies waits for the D2H stream, where a batch that failed may have queued copies into
+// the host buffers of blocks ids, so that no such buffer is handed on under a copy
+// (dropHostCopies gives a dirty block's buffer to another block). When the wait fails, the
+// blocks whose host copy is not valid let go of their host buffers, which are held back
+// (heldback.go), and the error says so. t.mu is held.
+func (t *Tier) settleCopies(ids []BlockID) error {
+	serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h))
+	if serr == nil {
+		return nil
+	}
+	var c completion
+	for _, id := range ids {
+		if b := &t.blocks[id]; b.host != nil && !b.hostValid {
+			c.host = append(c.host, b.host)
+			b.host, b.hostDev = nil, 0
+			t.acct.hostHeld -= b.size
+		}
+	}
+	if len(c.host) > 0 {
+		t.holdBack(c)
+	}
+	return fmt.Errorf("its copies could not be waited for, so the tier holds back %s: %w", units.Count(uint64(len(c.host)), "host buffer"), serr)
 }
 
 // evicted records the blocks ids as moved off the device by the batch whose event is ev: the

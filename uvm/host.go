@@ -122,7 +122,9 @@ func (t *Tier) dropDeviceCopy(id BlockID, b *block) error {
 }
 
 // copyToHost copies a dirty block's device bytes to its host buffer on the D2H stream, after
-// its uses, and waits for the copy. The block stays on the device, clean. t.mu is held.
+// its uses, and waits for the copy. The block stays on the device, clean. When the copy fails
+// once it was asked of the Mover, which may have queued it, it waits for it all the same
+// (settleCopies). t.mu is held.
 func (t *Tier) copyToHost(id BlockID, b *block) error {
 	if b.host == nil {
 		if err := t.hostAlloc(id, b); err != nil {
@@ -132,7 +134,8 @@ func (t *Tier) copyToHost(id BlockID, b *block) error {
 	t.rel.waits = t.rel.waits[:0]
 	t.addWaits(b)
 	err := t.queueWaits(t.engine.d2h)
-	if err == nil {
+	tried := err == nil
+	if tried {
 		err = t.engine.mover.Copy(append(t.scratch.jobs[:0], CopyJob{Dst: b.hostDev, Src: b.dev, Len: int(b.size)}), t.engine.d2h)
 	}
 	var ev cuda.Event
@@ -144,7 +147,13 @@ func (t *Tier) copyToHost(id BlockID, b *block) error {
 	}
 	if err != nil {
 		t.st.Failures++
-		return fmt.Errorf("uvm: copy of %#x to the host: %w", uint64(t.handle(id)), err)
+		err = fmt.Errorf("uvm: copy of %#x to the host: %w", uint64(t.handle(id)), err)
+		if tried {
+			if serr := t.settleCopies([]BlockID{id}); serr != nil {
+				err = fmt.Errorf("%w; %w", err, serr)
+			}
+		}
+		return err
 	}
 	b.hostValid = true
 	t.st.Out[CauseHost].Blocks++

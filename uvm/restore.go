@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // Restore: bringing blocks back to the device, for an Acquire that misses and for Prefetch. A
@@ -180,7 +181,7 @@ func (t *Tier) finishRestore(r *restoring, cause Cause) (cuda.Event, bool, error
 		if err != nil {
 			t.abortRestore(r)
 			t.st.Failures++
-			return 0, false, fmt.Errorf("uvm: restore of %d blocks: %w", len(r.ids), err)
+			return 0, false, fmt.Errorf("uvm: restore of %s: %w", units.Count(uint64(len(r.ids)), "block"), err)
 		}
 	}
 	t.scratch.rjobs = r.jobs[:0]
@@ -229,7 +230,8 @@ func (t *Tier) abortRestore(r *restoring) {
 }
 
 // undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on
-// the H2D stream, so it goes back behind that stream.
+// the H2D stream, so it goes back behind that stream, or after a synchronize of it; when the
+// driver refuses both, it is held back (heldback.go).
 func (t *Tier) undoRestore(ids []BlockID) {
 	c := completion{}
 	for _, id := range ids {
@@ -240,7 +242,10 @@ func (t *Tier) undoRestore(ids []BlockID) {
 		}
 	}
 	if err := t.push(dirH2D, c); err != nil {
-		_ = t.dev.StreamSynchronize(uintptr(t.engine.h2d))
+		if t.dev.StreamSynchronize(uintptr(t.engine.h2d)) != nil {
+			t.holdBack(c) // the copies may still write it (heldback.go)
+			return
+		}
 		_ = t.complete(c)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -133,30 +132,12 @@ func TestDropDeviceCopyFailedWaitKeepsBlock(t *testing.T) {
 		return
 	}
 	const n = 64 * kib
-	tr := newTier(t, dev, uvm.Options{DeviceBudget: 1 << 20, HostCapacity: 8 << 20})
-	s := stream(t, dev)
-	h := filled(t, tr, 1, n)[0]
-	p := acquireAll(t, tr, s, uvm.Read, []uvm.Handle{h})[0]
-	must(t, tr.Sync())
+	tr, h, p, s := cleanBlock(t, dev, n)
 	before := tr.Stats()
 
-	// A kernel that reads host memory the device cannot reach faults: sticky for the context.
-	unmapped, err := dev.MemHostAlloc(1<<16, 0)
-	must(t, err)
-	defer dev.MemFreeHost(unmapped)
-	scratch, err := dev.MemAlloc(4096)
-	must(t, err)
-	defer dev.MemFree(scratch)
-	kb, err := copyengine.New(public(dev), copyengine.Options{Method: copyengine.MethodKernel})
-	must(t, err)
-	defer kb.Close()
-	must(t, kb.Copy([]copyengine.Job{{Dst: cuda.DevicePtr(scratch), Src: cuda.DevicePtr(unmapped), Len: 64}}, 0))
-	if err := dev.StreamSynchronize(0); err == nil || f.StickyError() != fakecuda.ResultIllegalAddress {
-		t.Fatalf("the faulting kernel left no sticky error: %v", err)
-	}
-
+	stickyFault(t, f, dev)
 	uvm.FailWaits(errors.New("injected: the waits cannot be queued"))
-	_, err = tr.AcquireHost(h, uvm.Write)
+	_, err := tr.AcquireHost(h, uvm.Write)
 	uvm.FailWaits(nil)
 	if code, _ := cuda.ResultCode(err); code != fakecuda.ResultIllegalAddress {
 		t.Fatalf("AcquireHost for writing with no wait possible: %v; want the context's error", err)

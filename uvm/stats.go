@@ -91,6 +91,12 @@ type Stats struct {
 	// heap that evictions and frees gave up (see the package documentation). With DeviceBytes
 	// it stays within twice the budget; the heap's Stats count it as live.
 	SpareBytes uint64
+	// HeldBackDeviceBytes and HeldBackHostBytes are the VRAM and host buffers that the tier
+	// keeps out of use because the driver refused the waits for the work that may still use
+	// them (a Free that returned ErrHeldBack; a restore, eviction or AcquireHost whose copies
+	// failed after a fault); they are reused once a synchronize of the device succeeds (Sync
+	// tries one). Not zero, they say the context has a sticky error.
+	HeldBackDeviceBytes, HeldBackHostBytes uint64
 	// AcquiredBytes and AcquiredBlocks count the blocks acquired on the device now (between an
 	// Acquire and its Release): they cannot be evicted.
 	AcquiredBytes  uint64
@@ -175,6 +181,7 @@ func (t *Tier) Stats() Stats {
 	st.HostBytes, st.FreshBytes = uint64(t.acct.hostOnly), uint64(t.acct.fresh)
 	st.HostHeldBytes = uint64(t.acct.hostHeld)
 	st.SpareBytes = uint64(t.spare.bytes)
+	st.HeldBackDeviceBytes, st.HeldBackHostBytes = uint64(t.held.dev), uint64(t.held.host)
 	st.AcquiredBytes, st.AcquiredBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
 	st.Pending = int(t.batches.lists.Weight())
 	st.AcquireLatency.withBounds()

@@ -21,6 +21,11 @@ func TestStatsString(t *testing.T) {
 	if got := s.String(); got != want {
 		t.Errorf("Stats.String() =\n%s\nwant\n%s", got, want)
 	}
+	s.HeldBackDeviceBytes, s.HeldBackHostBytes = 64<<10, 32<<10
+	want += "  held:     64 KiB of VRAM and 32 KiB of host buffers kept out of use after a failed wait\n"
+	if got := s.String(); got != want {
+		t.Errorf("Stats.String() with memory held back =\n%s\nwant\n%s", got, want)
+	}
 }
 
 // TestStatsIterators checks Stats.Traffic and AcquireLatency.Outcomes: every cause in order with

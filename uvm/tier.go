@@ -95,6 +95,23 @@
 // the device for Options.ThrashPin instead of evicting it again, and counts the event. Its
 // history resets after a quiet second.
 //
+// # A device fault
+//
+// After a kernel or copy faults (CUDA_ERROR_ILLEGAL_ADDRESS and its kind), the context's error
+// is sticky: every wait fails, and the tier can no longer tell whether work queued before the
+// fault still reads or writes a block's memory. Free then frees the block but keeps its VRAM and
+// host buffer out of use, rather than hand them to another block or another user of the heap
+// or pool (a silent corruption), and returns ErrHeldBack; Stats counts that memory
+// (HeldBackDeviceBytes, HeldBackHostBytes). The VRAM of a restore that failed, and the host
+// buffers a failed eviction's or AcquireHost's copies may still write, are held back the same
+// way when the waits for their copies fail. Sync gives the memory held back to where it goes once a
+// synchronize of the device succeeds. Close frees every block and closes the tier all the
+// same, but keeps the memory held back, with the streams, events, device heap and host pool
+// that hold it, and returns ErrHeldBack naming how much; a later Close tries again and gives
+// everything back once the device synchronizes. Under a sticky error it never does (NVIDIA's
+// word is to end the process), so that memory stays allocated until the process ends; nothing
+// is freed under work that may still run, and nothing panics.
+//
 // # Concurrency
 //
 // A Tier is safe for concurrent use. Its calls queue work on streams and return without
@@ -152,6 +169,7 @@ import (
 //	access.go      Acquire, AcquireContext, Release: device access in stream order
 //	host.go        AcquireHost, ReleaseHost; host buffers
 //	release.go     release events and the waits built from them
+//	heldback.go    memory kept out of use when the driver refuses the waits for it
 //	restore.go     restores: Acquire's miss, Prefetch; VRAM for a block (devAlloc)
 //	evict.go       evictions: for room, for the heap, Evict
 //	victims.go     choosing what to evict (makeRoom, pickVictims)
@@ -183,21 +201,23 @@ type Tier struct {
 	hook   pressureHook // the tier as the device heap's pressure hook (pressure.go)
 	opts   settings     // the Options the tier consults as it runs (options.go)
 
-	mu      sync.Mutex
-	closed  bool
-	wake    chan struct{} // closed by signal, to wake AcquireContext's waiters (access.go)
-	blocks  []block       // the block table, indexed by BlockID (block.go)
-	free    []uint32      // free slots of blocks
-	policy  Policy        // the eviction order of the evictable blocks (policy.go, victims.go)
-	acct    accounts      // byte counts
-	st      Stats         // counters; Stats adds the rest
-	batches batches       // the batches queued on the tier's streams (completion.go)
-	streams *userStreams  // the user's streams the driver accepted (streams.go)
-	rel     releases      // release events, and the waits of a batch being built (release.go)
-	spare   spares        // VRAM kept for the next restores (spare.go)
-	scratch scratch       // slices every batch reuses
-	checks  uint32        // calls of checkInvariants (verify.go)
-	lat     acquireClock  // which acquisitions are timed (latency.go)
+	mu          sync.Mutex
+	closed      bool
+	heldAtClose bool          // Close kept memory held back (heldback.go): a later Close tries again
+	held        heldBack      // memory kept out of use after a failed wait (heldback.go)
+	wake        chan struct{} // closed by signal, to wake AcquireContext's waiters (access.go)
+	blocks      []block       // the block table, indexed by BlockID (block.go)
+	free        []uint32      // free slots of blocks
+	policy      Policy        // the eviction order of the evictable blocks (policy.go, victims.go)
+	acct        accounts      // byte counts
+	st          Stats         // counters; Stats adds the rest
+	batches     batches       // the batches queued on the tier's streams (completion.go)
+	streams     *userStreams  // the user's streams the driver accepted (streams.go)
+	rel         releases      // release events, and the waits of a batch being built (release.go)
+	spare       spares        // VRAM kept for the next restores (spare.go)
+	scratch     scratch       // slices every batch reuses
+	checks      uint32        // calls of checkInvariants (verify.go)
+	lat         acquireClock  // which acquisitions are timed (latency.go)
 }
 
 // stores are where the blocks' bytes live: VRAM from a device heap, within the budget, and
@@ -397,35 +417,61 @@ func (t *Tier) release() error {
 // Close waits for the tier's transfers, frees every block and gives back the tier's memory,
 // streams and events (and the device heap and mover it made). It fails with ErrAcquired, and
 // changes nothing, while a block is acquired on the device or the host.
+//
+// When the driver refuses the waits that order the reuse of the blocks' memory after the work
+// that may still use it (a context with a sticky error), Close frees the blocks and closes the
+// tier all the same, but keeps that memory out of use, with the streams, events, device heap and
+// host pool that hold it, and returns ErrHeldBack saying how much: a later Close tries again
+// (a synchronize of the device), and gives everything back once one succeeds. Under a sticky
+// error none does, and what Close kept stays until the process ends.
 func (t *Tier) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	var errs []error
+	switch {
+	case t.closed && !t.heldAtClose:
 		return ErrClosed
-	}
-	for i := range t.blocks {
-		if b := &t.blocks[i]; b.live && (b.pins > 0 || b.hostPins > 0) {
-			return fmt.Errorf("%w: Close with block %#x acquired", ErrAcquired, t.handle(BlockID(i)))
+	case t.closed: // an earlier Close kept memory held back: try again
+		errs = append(errs, t.settle())
+	default:
+		for i := range t.blocks {
+			if b := &t.blocks[i]; b.live && (b.pins > 0 || b.hostPins > 0) {
+				return fmt.Errorf("%w: Close with block %#x acquired", ErrAcquired, uint64(t.handle(BlockID(i))))
+			}
+		}
+		errs = append(errs, t.drain())
+		for i := range t.blocks {
+			if b := &t.blocks[i]; b.live {
+				if err := t.freeBlock(BlockID(i)); !errors.Is(err, ErrHeldBack) { // said once, below
+					errs = append(errs, err)
+				}
+			}
+		}
+		errs = append(errs, t.settle())
+		t.closed = true
+		if t.wake != nil {
+			close(t.wake)
+			t.wake = nil
 		}
 	}
-	errs := []error{t.drain()}
-	for i := range t.blocks {
-		if b := &t.blocks[i]; b.live {
-			errs = append(errs, t.freeBlock(BlockID(i)))
-		}
+	if t.holding() {
+		t.heldAtClose = true
+		return t.heldBackError(errs)
 	}
-	errs = append(errs, t.drain(), t.dev.StreamSynchronize(uintptr(t.engine.h2d)), t.dev.StreamSynchronize(uintptr(t.engine.d2h)))
+	t.heldAtClose = false
+	errs = append(errs, t.release())
+	return errors.Join(errs...)
+}
+
+// settle waits for the tier's transfers and streams, tries again the memory held back, and
+// gives the spare VRAM back to the heap. t.mu is held.
+func (t *Tier) settle() error {
+	errs := []error{t.drain(), t.dev.StreamSynchronize(uintptr(t.engine.h2d)), t.dev.StreamSynchronize(uintptr(t.engine.d2h))}
 	_, ferr := t.flushSpares()
 	errs = append(errs, ferr)
 	if t.mem.ownHeap {
 		errs = append(errs, t.mem.heap.Sync())
 	}
-	t.closed = true
-	if t.wake != nil {
-		close(t.wake)
-		t.wake = nil
-	}
-	errs = append(errs, t.release())
 	return errors.Join(errs...)
 }
 

@@ -106,6 +106,18 @@ func (t *Tier) verify() error {
 	if spare != t.spare.bytes {
 		bad("spare VRAM counts %d bytes, its blocks %d", t.spare.bytes, spare)
 	}
+	var held heldBack
+	for _, c := range t.held.list {
+		for _, d := range c.dev {
+			held.dev += d.size
+		}
+		for _, b := range c.host {
+			held.host += uintptr(len(b))
+		}
+	}
+	if held.dev != t.held.dev || held.host != t.held.host {
+		bad("memory held back counts %d bytes of VRAM and %d of host buffers, its list %d and %d", t.held.dev, t.held.host, held.dev, held.host)
+	}
 	if err := t.verifyBatches(); err != nil {
 		errs = append(errs, err)
 	}
