@@ -1,0 +1,105 @@
+package cudamem_test
+
+// The VMM providers when the driver refuses to give memory back: what a refused decommit
+// leaves must be what the arena then believes, committed and usable, and nothing may stay
+// mapped or held once the arena is closed.
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cudamem"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// TestFakeVMMDecommitRefused: a purge whose cuMemRelease or cuMemUnmap the driver refuses
+// leaves the range mapped, since the arena keeps a refused run as committed memory it hands
+// out again without a commit; a later purge gives it back whole. Before, a release refused
+// after the unmap had succeeded left the arena's committed range unmapped: the next copy into
+// it failed (CUDA_ERROR_INVALID_VALUE here; on a GPU a kernel faults, and the CPU faults on
+// host granules).
+func TestFakeVMMDecommitRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, call := range []fakecuda.PinCall{fakecuda.CallRelease, fakecuda.CallUnmap} {
+		p, err := cudamem.NewDeviceVMM(public(d))
+		must(t, "NewDeviceVMM", err)
+		a := newArena(t, p, 64<<20)
+		s, err := a.Alloc(2<<20, arena.DefaultChunkSize)
+		must(t, "Alloc", err)
+		must(t, "Free", a.Free(s))
+		f.FailAfter(call, 0, fakecuda.ResultInvalidValue)
+		a.Trim() // refused: the arena keeps the run committed
+		if got := a.Stats().Committed; got != 2<<20 {
+			t.Fatalf("call %d refused: the arena holds %d bytes committed, want %d", call, got, 2<<20)
+		}
+		roundTrip(t, d, s.Base, s.Size) // what the arena counts as committed is mapped
+		a.Trim()
+		gone(t, f, p, a.Stats().Committed)
+	}
+
+	// Several granules in one decommit, the driver refusing the second release or the unmap:
+	// the range stays mapped, and the next decommit neither releases a handle twice nor
+	// leaves one held.
+	for _, c := range []struct {
+		call fakecuda.PinCall
+		skip int
+	}{{fakecuda.CallRelease, 1}, {fakecuda.CallUnmap, 0}} {
+		p, err := cudamem.NewDeviceVMM(public(d))
+		must(t, "NewDeviceVMM", err)
+		r, err := p.Reserve(8<<20, 2<<20)
+		must(t, "Reserve", err)
+		must(t, "Commit", p.Commit(r, 0, 8<<20))
+		f.FailAfter(c.call, c.skip, fakecuda.ResultInvalidValue)
+		if err := p.Decommit(r, 0, 8<<20); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
+			t.Errorf("call %d refused after %d: Decommit = %v", c.call, c.skip, err)
+		}
+		roundTrip(t, d, r.Base, 8<<20)
+		if got := p.Counters().Committed; got != 8<<20 {
+			t.Errorf("call %d refused after %d: the provider counts %d bytes committed", c.call, c.skip, got)
+		}
+		must(t, "Decommit again", p.Decommit(r, 0, 8<<20))
+		gone(t, f, p, 0)
+		must(t, "Release", p.Release(r))
+	}
+}
+
+// gone checks that the provider and the fake hold no granule, with arenaCommitted the
+// committed bytes of the arena over p.
+func gone(t *testing.T, f *fakecuda.Driver, p *cudamem.DeviceVMM, arenaCommitted uint64) {
+	t.Helper()
+	if c := p.Counters(); arenaCommitted != 0 || c.Committed != 0 || c.Handles != 0 ||
+		f.Stat(fakecuda.Handles) != 0 || f.Stat(fakecuda.Mappings) != 0 {
+		t.Errorf("after the decommit again: arena committed %d, provider %+v, fake %d handles, %d mappings",
+			arenaCommitted, c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings))
+	}
+}
+
+// TestFakeVMMCommitUndoRefused: a commit that fails at cuMemSetAccess undoes its mappings; when
+// the driver refuses that unmap too, the provider keeps them on record, so that releasing the
+// region unmaps them and frees the reservation. Before, they were forgotten: closing the arena
+// failed (cuMemAddressFree of a range still mapped) and left the reservation and the mappings
+// held.
+func TestFakeVMMCommitUndoRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := cudamem.NewDeviceVMM(public(d))
+	must(t, "NewDeviceVMM", err)
+	a, err := arena.New(arena.Options{Provider: p, Capacity: 64 << 20, PurgeDelay: -1})
+	must(t, "arena.New", err)
+	f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
+	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
+	if _, err := a.Alloc(4<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrNotSupported) {
+		t.Fatalf("Alloc whose cuMemSetAccess fails: %v", err)
+	}
+	must(t, "arena.Close", a.Close())
+	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+		t.Errorf("after Close: provider %+v, fake %d mappings, %d reservations", c, f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+	}
+}
