@@ -6,10 +6,13 @@ package cudamem_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
@@ -101,5 +104,50 @@ func TestFakeVMMCommitUndoRefused(t *testing.T) {
 	must(t, "arena.Close", a.Close())
 	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
 		t.Errorf("after Close: provider %+v, fake %d mappings, %d reservations", c, f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+	}
+}
+
+// TestFakeHostVMMDevicePointerDuringRelease: DevicePointer, which looks through every live
+// region of the provider (arenas may share one), runs while another arena releases a region
+// of it: it answers for the region released (the address, or arena.ErrInvalid once the
+// granule is gone) without a data race. Before, Release cleared the region's record without
+// the lock DevicePointer reads it under (go test -race fails before: the unpin delay keeps
+// Release inside the driver while DevicePointer spins).
+func TestFakeHostVMMDevicePointerDuringRelease(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{})
+	must(t, "NewHostVMM", err)
+	r, err := p.Reserve(4<<20, 2<<20)
+	must(t, "Reserve", err)
+	must(t, "Commit", p.Commit(r, 0, 2<<20))
+	f.SetPinCost(false, 0, 20*time.Millisecond) // cuMemRelease of a host granule takes 20 ms
+	defer f.SetPinCost(false, 0, 0)
+	started, stop, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			if i == 1 {
+				close(started)
+			}
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if dp, err := p.DevicePointer(r.Base); err == nil && dp != pcuda.DevicePtr(r.Base) || err != nil && !errors.Is(err, arena.ErrInvalid) {
+				done <- fmt.Errorf("DevicePointer during Release = %#x, %v", dp, err)
+				return
+			}
+		}
+	}()
+	<-started
+	must(t, "Release", p.Release(r))
+	close(stop)
+	must(t, "DevicePointer", <-done)
+	if _, err := p.DevicePointer(r.Base); !errors.Is(err, arena.ErrInvalid) {
+		t.Errorf("DevicePointer after Release: %v", err)
 	}
 }

@@ -49,7 +49,7 @@ type vmm struct {
 	what   string // "device" or "host", for errors
 	zero   bool   // a fresh physical allocation reads as zero (measured for host memory)
 
-	mu sync.Mutex // guards the vmmRegion records (not held across driver calls)
+	mu sync.Mutex // guards the vmmRegion records and a region's Handle (not held across driver calls)
 }
 
 // vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
@@ -262,6 +262,8 @@ func (p *vmm) Release(r *arena.Region) error {
 	if err := p.call(&p.reservations, -1, p.dev.MemAddressFree(r.Base, r.Size)); err != nil {
 		return fmt.Errorf("%w: cuMemAddressFree of %d bytes: %w", arena.ErrInvalid, r.Size, err)
 	}
+	p.mu.Lock() // HostVMM.DevicePointer reads it under this lock, for the regions of every arena
 	r.Handle = nil
+	p.mu.Unlock()
 	return nil
 }
