@@ -7,6 +7,7 @@ package cudamem_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -149,5 +150,35 @@ func TestFakeHostVMMDevicePointerDuringRelease(t *testing.T) {
 	must(t, "DevicePointer", <-done)
 	if _, err := p.DevicePointer(r.Base); !errors.Is(err, arena.ErrInvalid) {
 		t.Errorf("DevicePointer after Release: %v", err)
+	}
+}
+
+// TestFakeOpenHostCloseRacing: the provider OpenHost returns owns its device; Close gives it
+// back once, however many Closes race, and a Close after it does nothing. Before, two racing
+// Closes raced on the provider's ownership (go test -race fails before).
+func TestFakeOpenHostCloseRacing(t *testing.T) {
+	f, _ := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	retains := f.LiveObjects()["retains"]
+	p, err := cudamem.OpenHost(0, cudamem.HostOptions{})
+	must(t, "OpenHost", err)
+	if got := f.LiveObjects()["retains"]; got != retains+1 {
+		t.Fatalf("OpenHost retained the device %d times", got-retains)
+	}
+	c, ok := p.(io.Closer)
+	if !ok {
+		t.Fatalf("%T has no Close", p)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- c.Close() }()
+	}
+	must(t, "Close", <-errs)
+	must(t, "Close", <-errs)
+	must(t, "Close after Close", c.Close())
+	if got := f.LiveObjects()["retains"]; got != retains {
+		t.Errorf("after Close the device is retained %d times more than before OpenHost", got-retains)
 	}
 }
