@@ -182,3 +182,26 @@ func TestFakeOpenHostCloseRacing(t *testing.T) {
 		t.Errorf("after Close the device is retained %d times more than before OpenHost", got-retains)
 	}
 }
+
+// TestFakeHostVMMDevicesChecked: HostOptions.Devices naming a device the machine lacks is
+// refused by NewHostVMM, and a device named twice is granted access once. Before, the
+// provider was made and every commit then failed at cuMemSetAccess.
+func TestFakeHostVMMDevicesChecked(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	for _, devs := range [][]int{{2}, {1, 7}, {-1}} {
+		if _, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: devs}); !errors.Is(err, arena.ErrInvalid) {
+			t.Errorf("Devices %v: %v", devs, err)
+		}
+	}
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: []int{1, 1, 0, 1}})
+	must(t, "NewHostVMM", err)
+	a := newArena(t, p, 64<<20)
+	s, err := a.Alloc(2<<20, 256)
+	must(t, "Alloc", err)
+	copyBoth(t, f.Open(t, 1), s.Base, s.Size)
+	must(t, "Free", a.Free(s))
+}
