@@ -22,7 +22,8 @@ type Counters struct {
 	Allocations int64
 	// Reservations counts VMM address reservations.
 	Reservations int64
-	// Handles counts VMM physical allocations (one per committed granule).
+	// Handles counts VMM physical allocations (one per committed granule, and those the
+	// driver refused to release, until it releases them).
 	Handles int64
 	// Committed is the memory backed through the driver, in bytes: registered host memory,
 	// whole allocations, mapped VMM granules.

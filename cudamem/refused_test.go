@@ -83,28 +83,40 @@ func gone(t *testing.T, f *fakecuda.Driver, p *cudamem.DeviceVMM, arenaCommitted
 	}
 }
 
-// TestFakeVMMCommitUndoRefused: a commit that fails at cuMemSetAccess undoes its mappings; when
-// the driver refuses that unmap too, the provider keeps them on record, so that releasing the
-// region unmaps them and frees the reservation. Before, they were forgotten: closing the arena
-// failed (cuMemAddressFree of a range still mapped) and left the reservation and the mappings
-// held.
+// TestFakeVMMCommitUndoRefused: a commit that fails at cuMemSetAccess undoes its mappings,
+// and the arena takes the range for uncommitted. When the driver refuses the undo's release,
+// the range is unmapped all the same and commits again, and the handle is released later (at
+// the region's release at the latest); when it refuses the unmap, the mappings stay on record,
+// so that releasing the region unmaps them and frees the reservation. Before, a refused unmap
+// left mappings no record held: closing the arena failed (cuMemAddressFree of a range still
+// mapped) and left the reservation held.
 func TestFakeVMMCommitUndoRefused(t *testing.T) {
 	f, d := fakecuda.RunDevice(t)
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewDeviceVMM(public(d))
-	must(t, "NewDeviceVMM", err)
-	a, err := arena.New(arena.Options{Provider: p, Capacity: 64 << 20, PurgeDelay: -1})
-	must(t, "arena.New", err)
-	f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
-	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
-	if _, err := a.Alloc(4<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrNotSupported) {
-		t.Fatalf("Alloc whose cuMemSetAccess fails: %v", err)
-	}
-	must(t, "arena.Close", a.Close())
-	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
-		t.Errorf("after Close: provider %+v, fake %d mappings, %d reservations", c, f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+	for _, call := range []fakecuda.PinCall{fakecuda.CallRelease, fakecuda.CallUnmap} {
+		p, err := cudamem.NewDeviceVMM(public(d))
+		must(t, "NewDeviceVMM", err)
+		a, err := arena.New(arena.Options{Provider: p, Capacity: 64 << 20, PurgeDelay: -1})
+		must(t, "arena.New", err)
+		f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
+		f.FailAfter(call, 0, fakecuda.ResultInvalidValue)
+		if _, err := a.Alloc(4<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrNotSupported) {
+			t.Fatalf("call %d refused: Alloc whose cuMemSetAccess fails: %v", call, err)
+		}
+		if call == fakecuda.CallRelease {
+			s, err := a.Alloc(4<<20, arena.DefaultChunkSize)
+			must(t, "Alloc after an undo whose release was refused", err)
+			roundTrip(t, d, s.Base, s.Size)
+			must(t, "Free", a.Free(s))
+		}
+		must(t, "arena.Close", a.Close())
+		if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
+			f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+			t.Errorf("call %d refused: after Close: provider %+v, fake %d handles, %d mappings, %d reservations",
+				call, c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+		}
 	}
 }
 

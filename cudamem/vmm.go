@@ -7,7 +7,7 @@ package cudamem
 // A region is one reservation of address space (cuMemAddressReserve). Each granule of it is
 // backed by its own physical allocation: Commit creates one per granule (cuMemCreate), maps
 // each (cuMemMap) and grants access to the whole range at once (cuMemSetAccess); Decommit
-// unmaps the range (cuMemUnmap) and releases the granules' allocations (cuMemRelease). One
+// releases the granules' allocations (cuMemRelease) and unmaps the range (cuMemUnmap). One
 // allocation per granule is what makes decommit possible: the driver refuses to unmap part of
 // a mapping. Consecutive mapped granules with access granted are one range for copies, so any
 // run of committed granules can be copied in one call.
@@ -18,7 +18,9 @@ package cudamem
 // records what it mapped; a decommit claims its granules (clears them in the record), calls the
 // driver, and puts back what the driver refused to give back. The arena never commits or
 // decommits overlapping ranges at once, so no two calls race for a granule. A commit that fails
-// midway unmaps and releases what it mapped before it returns: the driver holds nothing of it.
+// midway unmaps and releases what it mapped before it returns: the driver holds nothing of it
+// (a handle whose release the driver refuses is kept and released again by the next commit or
+// region release).
 //
 // A decommit releases the granules' handles first and unmaps them last (the driver frees a
 // released allocation with its last mapping), so that a decommit the driver refuses leaves the
@@ -49,7 +51,8 @@ type vmm struct {
 	what   string // "device" or "host", for errors
 	zero   bool   // a fresh physical allocation reads as zero (measured for host memory)
 
-	mu sync.Mutex // guards the vmmRegion records and a region's Handle (not held across driver calls)
+	mu       sync.Mutex        // guards the vmmRegion records, a region's Handle and stranded (not held across driver calls)
+	stranded []icuda.MemHandle // handles unmapped whose release the driver refused: released again later
 }
 
 // vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
@@ -120,6 +123,7 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	if err != nil {
 		return err
 	}
+	_ = p.releaseStranded() // what the driver refuses again stays stranded, for Release to report
 	lo, hi := int(off/p.gran), int((off+size)/p.gran)
 	p.mu.Lock()
 	busy := v.mapped.Count(lo, hi)
@@ -145,13 +149,43 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	return nil
 }
 
-// undo gives back the granules from lo that a failed commit mapped with the handles hs. What
-// the driver refuses to unmap stays on record as mapped, so that Release unmaps it before it
-// frees the reservation.
+// undo gives back the granules from lo that a failed commit mapped with the handles hs, for
+// the arena, which takes the range for uncommitted: so it unmaps them first, and a release the
+// driver refuses then leaves the range unmapped all the same, its handle stranded (released
+// again by the next commit or release). What the driver refuses to unmap stays on record as
+// mapped, so that Release unmaps it before it frees the reservation.
 func (p *vmm) undo(r *arena.Region, v *vmmRegion, lo int, hs []icuda.MemHandle) {
-	if p.unmap(r, lo, hs) != nil {
-		p.record(v, lo, hs)
+	if len(hs) == 0 {
+		return
 	}
+	if p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(lo)*p.gran, uintptr(len(hs))*p.gran)) != nil {
+		p.record(v, lo, hs)
+		return
+	}
+	_ = p.release(hs)
+}
+
+// release releases the handles hs, unmapped; those the driver refuses are stranded.
+func (p *vmm) release(hs []icuda.MemHandle) error {
+	var errs []error
+	for _, h := range hs {
+		if err := p.call(&p.handles, -1, p.dev.MemRelease(h)); err != nil {
+			p.mu.Lock()
+			p.stranded = append(p.stranded, h)
+			p.mu.Unlock()
+			errs = append(errs, fmt.Errorf("%w: cuMemRelease of an unmapped granule (kept, released again later): %w", arena.ErrCommit, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// releaseStranded releases again the handles whose release the driver refused.
+func (p *vmm) releaseStranded() error {
+	p.mu.Lock()
+	hs := p.stranded
+	p.stranded = nil
+	p.mu.Unlock()
+	return p.release(hs)
 }
 
 // record puts the granules from lo, mapped with the handles hs (zero: released already), on
@@ -174,7 +208,7 @@ func (p *vmm) mapGranule(r *arena.Region, g int, h *icuda.MemHandle) error {
 		return p.driverError(arena.ErrCommit, "cuMemCreate", p.gran, err)
 	}
 	if err := p.call(nil, 0, p.dev.MemMap(r.Base+uintptr(g)*p.gran, p.gran, m)); err != nil {
-		_ = p.call(&p.handles, -1, p.dev.MemRelease(m))
+		_ = p.release([]icuda.MemHandle{m})
 		return fmt.Errorf("%w: cuMemMap of %d bytes: %w", arena.ErrCommit, p.gran, err)
 	}
 	*h = m
@@ -247,7 +281,9 @@ func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 	return p.unmapGranules(r, v, int(off/p.gran), int((off+size)/p.gran))
 }
 
-// Release implements arena.Provider: what is still mapped is unmapped, then the address range freed.
+// Release implements arena.Provider: what is still mapped is unmapped, then the address range
+// freed. It releases the handles stranded by refused releases too, and reports those the driver
+// refuses again (the region is released all the same).
 func (p *vmm) Release(r *arena.Region) error {
 	if r == nil {
 		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
@@ -265,5 +301,5 @@ func (p *vmm) Release(r *arena.Region) error {
 	p.mu.Lock() // HostVMM.DevicePointer reads it under this lock, for the regions of every arena
 	r.Handle = nil
 	p.mu.Unlock()
-	return nil
+	return p.releaseStranded()
 }
