@@ -165,3 +165,36 @@ func TestPortableRule(t *testing.T) {
 		must(t, "free", free())
 	}
 }
+
+// TestUnmapFreesReleasedHandle: a cuMemUnmap that frees a handle released while mapped (its
+// memory goes with its last mapping) keeps walking the fake's objects safely. cudamem's VMM
+// decommit releases before it unmaps; the fake's unmap then freed the handle, the object the
+// walk went to next when the granule was mapped right after it was created, and read it after
+// the free (it crashed uvm's TestSharedHeapConcurrent now and then; with glibc's free
+// poisoning on, here, every time, before the fix).
+func TestUnmapFreesReleasedHandle(t *testing.T) {
+	t.Setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165")
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	va, err := d.MemAddressReserve(4*gran, 0)
+	must(t, "MemAddressReserve", err)
+	for range 3 {
+		var hs []cuda.MemHandle
+		for g := range uintptr(4) {
+			h, err := d.MemCreate(gran)
+			must(t, "MemCreate", err)
+			must(t, "MemMap", d.MemMap(va+g*gran, gran, h))
+			hs = append(hs, h)
+		}
+		for _, h := range hs {
+			must(t, "MemRelease", d.MemRelease(h))
+		}
+		must(t, "MemUnmap", d.MemUnmap(va, 4*gran))
+		if n := f.Stat(Handles) + f.Stat(Mappings); n != 0 {
+			t.Fatalf("%d handles and mappings left", n)
+		}
+	}
+	must(t, "MemAddressFree", d.MemAddressFree(va, 4*gran))
+}
