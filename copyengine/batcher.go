@@ -12,6 +12,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Job is one copy of Len bytes from Src to Dst. Both are addresses the device can use: device
@@ -144,7 +145,9 @@ func (b *Batcher) Calibration() (*Calibration, error) {
 }
 
 // Copy queues every job on stream s and returns without waiting (see the package comment for
-// the stream guarantees and errors). An empty batch does nothing. The host side of each job
+// the stream guarantees and errors). An empty batch does nothing. The per-thread default
+// stream (CU_STREAM_PER_THREAD) is refused with ErrInvalidStream: it names the default stream
+// of whichever OS thread a driver call runs on. The host side of each job
 // must stay allocated, and its bytes untouched, until s has passed the copy.
 func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 	if len(jobs) == 0 {
@@ -154,6 +157,9 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 	defer b.mu.Unlock()
 	if b.closed {
 		return ErrClosed
+	}
+	if streamq.Stream(s) == streamq.PerThreadStream {
+		return fmt.Errorf("%w: %w", ErrInvalidStream, streamq.ErrPerThreadStream)
 	}
 	total, err := b.check(jobs)
 	if err != nil {

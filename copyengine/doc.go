@@ -43,7 +43,9 @@
 // kernel runs on the Batcher's own low-priority stream instead, fenced by events both ways (s →
 // side before the launch, side → s after), which keeps those guarantees. The batch
 // API refuses the legacy default stream (0), so a batch on stream 0 is fenced through the side
-// stream the same way.
+// stream the same way. The per-thread default stream (CU_STREAM_PER_THREAD) is refused with
+// ErrInvalidStream: it names the default stream of whichever OS thread a driver call runs on,
+// and a goroutine moves between threads from one call to the next.
 //
 // # Errors
 //

@@ -18,6 +18,10 @@ var (
 	// ErrMethodUnsupported means the driver cannot do the method asked for; the error wraps
 	// the driver's reason.
 	ErrMethodUnsupported = errkind.New(pinmalloc.ErrNotSupported, "copyengine: copy method not supported by the driver")
+	// ErrInvalidStream means a stream Copy cannot order a batch on: the per-thread default
+	// stream (CU_STREAM_PER_THREAD), which names whichever OS thread's default stream a call
+	// runs on.
+	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "copyengine: invalid stream")
 	// ErrClosed means the Batcher was used after Close.
 	ErrClosed = errkind.New(pinmalloc.ErrClosed, "copyengine: batcher closed")
 )

@@ -56,9 +56,9 @@ func OpenHost(ordinal int, o HostOptions) (arena.Provider, error) {
 	}
 	switch p := p.(type) {
 	case *HostVMM:
-		p.owned = true
+		p.owned.Store(true)
 	case *HostRegister:
-		p.owned = true
+		p.owned.Store(true)
 	}
 	return p, nil
 }

@@ -22,7 +22,8 @@ type Counters struct {
 	Allocations int64
 	// Reservations counts VMM address reservations.
 	Reservations int64
-	// Handles counts VMM physical allocations (one per committed granule).
+	// Handles counts VMM physical allocations (one per committed granule, and those the
+	// driver refused to release, until it releases them).
 	Handles int64
 	// Committed is the memory backed through the driver, in bytes: registered host memory,
 	// whole allocations, mapped VMM granules.
@@ -43,7 +44,7 @@ type cudaBase struct {
 	dev   *icuda.Device // the binding inside pub, which the driver calls go through
 	name  string
 	kind  arena.Kind
-	owned bool // the provider opened dev, and Close closes it
+	owned atomic.Bool // the provider opened dev, and Close closes it (once, however many race)
 
 	registrations, allocations, reservations, handles, committed atomic.Int64
 	calls                                                        atomic.Uint64
@@ -101,10 +102,9 @@ func (b *cudaBase) Report() arena.ProviderStats {
 // Close gives back the device when the provider opened it (OpenHost), and does nothing
 // otherwise. Call it once every arena over the provider is closed.
 func (b *cudaBase) Close() error {
-	if !b.owned {
+	if !b.owned.CompareAndSwap(true, false) {
 		return nil
 	}
-	b.owned = false
 	return b.pub.Close()
 }
 

@@ -550,3 +550,26 @@ func TestProvidersNeedADevice(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeHostPortable: pinned host memory from a provider made on device 0 copies by DMA to
+// and from device 1 as well (registrations and host allocations are made PORTABLE: without it
+// the driver pins them for device 0's context only, and the fake refuses device 1's copies).
+func TestFakeHostPortable(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	d1 := f.Open(t, 1)
+	reg, err := cudamem.NewHostRegister(public(d), cudamem.HostOptions{})
+	must(t, "NewHostRegister", err)
+	alloc, err := cudamem.NewHostAlloc(public(d))
+	must(t, "NewHostAlloc", err)
+	for _, p := range []counted{reg, alloc} {
+		a := newArena(t, p, 64<<20)
+		s, err := a.Alloc(3<<20, 256)
+		must(t, "Alloc", err)
+		copyBoth(t, d1, s.Base, s.Size)
+		must(t, "Free", a.Free(s))
+	}
+}

@@ -11,8 +11,9 @@ type HostOptions struct {
 	// when it is reserved.
 	arena.HostOptions
 	// Devices lists the ordinals of other devices that may read and write VMM host memory
-	// (copies and zero-copy kernels): the device the provider is made on always may. A
-	// registration is portable to every device without it.
+	// (copies and zero-copy kernels): the device the provider is made on always may. An
+	// ordinal the machine lacks makes NewHostVMM fail with arena.ErrInvalid. A registration is
+	// portable to every device without it.
 	Devices []int
 	// NUMA selects the host NUMA node of the memory, on either path:
 	// arena.NUMANearest (the default) the node nearest the device (DeviceNode),

@@ -8,6 +8,7 @@ package cudamem
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc"
@@ -37,13 +38,17 @@ func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 	if err := p.cudaBase.init(dev, "cuda-host-vmm", arena.HostPinned); err != nil {
 		return nil, err
 	}
+	n, err := icuda.Count()
+	if err != nil {
+		return nil, fmt.Errorf("%w: counting devices: %w", arena.ErrInvalid, err)
+	}
 	var devs []cuda.Location
 	for _, d := range o.Devices {
 		l := cuda.Location{Type: cuda.LocationDevice, ID: d}
-		if d < 0 {
-			return nil, fmt.Errorf("%w: device ordinal %d", arena.ErrInvalid, d)
+		if d < 0 || d >= n {
+			return nil, fmt.Errorf("%w: device ordinal %d (the machine has %d devices)", arena.ErrInvalid, d, n)
 		}
-		if l != dev.Location() {
+		if l != dev.Location() && !slices.Contains(devs, l) {
 			devs = append(devs, l)
 		}
 	}

@@ -3,6 +3,7 @@ package cudamem
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -58,11 +59,14 @@ func UnregisterShared(dev *cuda.Device, addr uintptr) error {
 
 // HostExport is one allocation of host granules several processes map: made exportable by one
 // process (NewHostExport), passed to others as a file descriptor (FD), imported by them
-// (ImportHostExport), and mapped by each (MapHostExports).
+// (ImportHostExport), and mapped by each (MapHostExports). Its methods are safe for
+// concurrent use.
 type HostExport struct {
 	d    *icuda.Device
-	h    icuda.MemHandle
 	size uintptr
+
+	mu sync.Mutex
+	h  icuda.MemHandle // 0 once released
 }
 
 // NewHostExport creates size bytes (a multiple of 2 MiB) of host granules at the host NUMA
@@ -101,6 +105,11 @@ func ImportHostExport(dev *cuda.Device, fd int, size uintptr) (*HostExport, erro
 // FD returns a new file descriptor of the allocation, for another process to import; the
 // caller closes it.
 func (e *HostExport) FD() (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.h == 0 {
+		return -1, fmt.Errorf("%w: exporting host granules: released", arena.ErrInvalid)
+	}
 	fd, err := e.d.MemExportFD(e.h)
 	if err != nil {
 		return -1, fmt.Errorf("cudamem: exporting host granules: %w", err)
@@ -108,9 +117,18 @@ func (e *HostExport) FD() (int, error) {
 	return fd, nil
 }
 
+// handle returns the allocation's handle, 0 once released.
+func (e *HostExport) handle() icuda.MemHandle {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.h
+}
+
 // Release gives the allocation's handle back; a mapping of it (MapHostExports) keeps the
-// memory until it is closed.
+// memory until it is closed. A Release after the first does nothing.
 func (e *HostExport) Release() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.h == 0 {
 		return nil
 	}
@@ -123,11 +141,13 @@ func (e *HostExport) Release() error {
 }
 
 // HostMapping is host granules mapped one allocation after another in one reservation, with
-// read-write access for the host and the device.
+// read-write access for the host and the device. Its methods are safe for concurrent use.
 type HostMapping struct {
-	d      *icuda.Device
-	va     icuda.DevicePtr
-	size   uintptr
+	d    *icuda.Device
+	size uintptr
+
+	mu     sync.Mutex
+	va     icuda.DevicePtr // 0 once closed
 	mapped []*HostExport
 }
 
@@ -143,6 +163,12 @@ func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, erro
 		return nil, fmt.Errorf("%w: no host granules to map", arena.ErrInvalid)
 	}
 	rs := exports[0].size
+	if rs == 0 || uintptr(len(exports)) > ^uintptr(0)/rs {
+		for _, e := range exports {
+			_ = e.Release()
+		}
+		return nil, fmt.Errorf("%w: %d allocations of %d bytes of host granules", arena.ErrInvalid, len(exports), rs)
+	}
 	m := &HostMapping{d: d, size: uintptr(len(exports)) * rs}
 	if m.va, err = d.MemAddressReserve(m.size, 2<<20); err != nil {
 		for _, e := range exports {
@@ -155,7 +181,7 @@ func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, erro
 		at := m.va + icuda.DevicePtr(uintptr(i)*rs)
 		if e.size != rs {
 			err = fmt.Errorf("%w: host granules of %d bytes among some of %d", arena.ErrInvalid, e.size, rs)
-		} else if err = d.MemMap(at, rs, e.h); err == nil {
+		} else if err = d.MemMap(at, rs, e.handle()); err == nil {
 			m.mapped = append(m.mapped, e)
 			err = d.MemSetAccessAt(at, rs, locs)
 		}
@@ -169,11 +195,18 @@ func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, erro
 	return m, nil
 }
 
-// Base returns the mapping's first address.
-func (m *HostMapping) Base() uintptr { return uintptr(m.va) }
+// Base returns the mapping's first address, 0 once it is closed.
+func (m *HostMapping) Base() uintptr {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return uintptr(m.va)
+}
 
-// Close unmaps every allocation, releases them and the reservation.
+// Close unmaps every allocation, releases them and the reservation. A Close after the first
+// does nothing.
 func (m *HostMapping) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var errs []error
 	for i, e := range m.mapped {
 		if err := m.d.MemUnmap(m.va+icuda.DevicePtr(uintptr(i)*e.size), e.size); err != nil {

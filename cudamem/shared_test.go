@@ -115,3 +115,56 @@ func TestFakeHostExport(t *testing.T) {
 		t.Fatalf("mapping nothing: %v", err)
 	}
 }
+
+// TestFakeHostExportCloseRacing: racing Closes of a mapping unmap and release it once, racing
+// Releases of an export release its handle once; each call succeeds, and nothing is left.
+// Before, the racing calls raced on the mapping's and the export's records (go test -race
+// fails before), and the loser could unmap or release again what the driver had handed to
+// someone else since.
+func TestFakeHostExportCloseRacing(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	var exports []*cudamem.HostExport
+	for range 3 {
+		e, err := cudamem.NewHostExport(public(d), 2<<20)
+		must(t, "NewHostExport", err)
+		exports = append(exports, e)
+	}
+	m, err := cudamem.MapHostExports(public(d), exports[:2])
+	must(t, "MapHostExports", err)
+	errs := make(chan error, 4)
+	for range 2 {
+		go func() { errs <- m.Close() }()
+		go func() { errs <- exports[2].Release() }()
+	}
+	for range 4 {
+		must(t, "Close or Release", <-errs)
+	}
+	if m.Base() != 0 {
+		t.Errorf("Base after Close = %#x", m.Base())
+	}
+	// Sizes a peer may send that overflow the reservation are refused before the driver.
+	e, err := cudamem.NewHostExport(public(d), 2<<20)
+	must(t, "NewHostExport", err)
+	fd, err := e.FD()
+	must(t, "FD", err)
+	defer unix.Close(fd)
+	var absurd []*cudamem.HostExport
+	for range 4 {
+		x, err := cudamem.ImportHostExport(public(d), fd, 1<<62+2<<20)
+		must(t, "ImportHostExport", err)
+		absurd = append(absurd, x)
+	}
+	if _, err := cudamem.MapHostExports(public(d), absurd); !errors.Is(err, arena.ErrInvalid) {
+		t.Errorf("mapping 4 allocations of 2^62 bytes: %v", err)
+	}
+	must(t, "Release", e.Release())
+	if _, err := e.FD(); !errors.Is(err, arena.ErrInvalid) {
+		t.Errorf("FD after Release: %v", err)
+	}
+	if st := d.Stats(); st.Handles != 0 || st.Reservations != 0 || f.Stat(fakecuda.Mappings) != 0 {
+		t.Fatalf("%d handles, %d reservations, %d mappings left", st.Handles, st.Reservations, f.Stat(fakecuda.Mappings))
+	}
+}

@@ -7,7 +7,7 @@ package cudamem
 // A region is one reservation of address space (cuMemAddressReserve). Each granule of it is
 // backed by its own physical allocation: Commit creates one per granule (cuMemCreate), maps
 // each (cuMemMap) and grants access to the whole range at once (cuMemSetAccess); Decommit
-// unmaps the range (cuMemUnmap) and releases the granules' allocations (cuMemRelease). One
+// releases the granules' allocations (cuMemRelease) and unmaps the range (cuMemUnmap). One
 // allocation per granule is what makes decommit possible: the driver refuses to unmap part of
 // a mapping. Consecutive mapped granules with access granted are one range for copies, so any
 // run of committed granules can be copied in one call.
@@ -16,9 +16,17 @@ package cudamem
 // (arena.Caps.Splits; the arena's workers). The driver calls run outside p.mu, which guards only the
 // record of what is mapped: a commit checks its granules are unmapped, calls the driver, and
 // records what it mapped; a decommit claims its granules (clears them in the record), calls the
-// driver, and puts back what the driver refused to unmap. The arena never commits or
+// driver, and puts back what the driver refused to give back. The arena never commits or
 // decommits overlapping ranges at once, so no two calls race for a granule. A commit that fails
-// midway unmaps and releases what it mapped before it returns: the driver holds nothing of it.
+// midway unmaps and releases what it mapped before it returns: the driver holds nothing of it
+// (a handle whose release the driver refuses is kept and released again by the next commit or
+// region release).
+//
+// A decommit releases the granules' handles first and unmaps them last (the driver frees a
+// released allocation with its last mapping), so that a decommit the driver refuses leaves the
+// whole range mapped: the arena keeps a refused range as committed memory and hands it out
+// again without a commit. A granule released but still mapped keeps a zero handle on record,
+// and the next decommit only unmaps it.
 
 import (
 	"errors"
@@ -43,7 +51,8 @@ type vmm struct {
 	what   string // "device" or "host", for errors
 	zero   bool   // a fresh physical allocation reads as zero (measured for host memory)
 
-	mu sync.Mutex // guards the vmmRegion records (not held across driver calls)
+	mu       sync.Mutex        // guards the vmmRegion records, a region's Handle and stranded (not held across driver calls)
+	stranded []icuda.MemHandle // handles unmapped whose release the driver refused: released again later
 }
 
 // vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
@@ -114,6 +123,7 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	if err != nil {
 		return err
 	}
+	_ = p.releaseStranded() // what the driver refuses again stays stranded, for Release to report
 	lo, hi := int(off/p.gran), int((off+size)/p.gran)
 	p.mu.Lock()
 	busy := v.mapped.Count(lo, hi)
@@ -124,7 +134,7 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	hs := make([]icuda.MemHandle, hi-lo)
 	for g := lo; g < hi; g++ {
 		if err := p.mapGranule(r, g, &hs[g-lo]); err != nil {
-			_, _ = p.unmap(r, lo, hs[:g-lo])
+			p.undo(r, v, lo, hs[:g-lo])
 			if errors.Is(err, pinmalloc.ErrOutOfMemory) { // after the undo, so the figures are current
 				return p.driverError(arena.ErrCommit, "cuMemCreate", size, err)
 			}
@@ -132,15 +142,60 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 		}
 	}
 	if err := p.call(nil, 0, p.dev.MemSetAccessAt(r.Base+off, size, p.access)); err != nil {
-		_, _ = p.unmap(r, lo, hs)
+		p.undo(r, v, lo, hs)
 		return fmt.Errorf("%w: cuMemSetAccess of %d bytes of %s memory for %+v: %w", arena.ErrCommit, size, p.what, p.access, err)
 	}
-	p.mu.Lock()
-	copy(v.handles[lo:hi], hs)
-	v.mapped.SetRange(lo, hi, true)
-	p.mu.Unlock()
-	p.committed.Add(int64(size))
+	p.record(v, lo, hs)
 	return nil
+}
+
+// undo gives back the granules from lo that a failed commit mapped with the handles hs, for
+// the arena, which takes the range for uncommitted: so it unmaps them first, and a release the
+// driver refuses then leaves the range unmapped all the same, its handle stranded (released
+// again by the next commit or release). What the driver refuses to unmap stays on record as
+// mapped, so that Release unmaps it before it frees the reservation.
+func (p *vmm) undo(r *arena.Region, v *vmmRegion, lo int, hs []icuda.MemHandle) {
+	if len(hs) == 0 {
+		return
+	}
+	if p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(lo)*p.gran, uintptr(len(hs))*p.gran)) != nil {
+		p.record(v, lo, hs)
+		return
+	}
+	_ = p.release(hs)
+}
+
+// release releases the handles hs, unmapped; those the driver refuses are stranded.
+func (p *vmm) release(hs []icuda.MemHandle) error {
+	var errs []error
+	for _, h := range hs {
+		if err := p.call(&p.handles, -1, p.dev.MemRelease(h)); err != nil {
+			p.mu.Lock()
+			p.stranded = append(p.stranded, h)
+			p.mu.Unlock()
+			errs = append(errs, fmt.Errorf("%w: cuMemRelease of an unmapped granule (kept, released again later): %w", arena.ErrCommit, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// releaseStranded releases again the handles whose release the driver refused.
+func (p *vmm) releaseStranded() error {
+	p.mu.Lock()
+	hs := p.stranded
+	p.stranded = nil
+	p.mu.Unlock()
+	return p.release(hs)
+}
+
+// record puts the granules from lo, mapped with the handles hs (zero: released already), on
+// record as mapped.
+func (p *vmm) record(v *vmmRegion, lo int, hs []icuda.MemHandle) {
+	p.mu.Lock()
+	copy(v.handles[lo:], hs)
+	v.mapped.SetRange(lo, lo+len(hs), true)
+	p.mu.Unlock()
+	p.committed.Add(int64(uintptr(len(hs)) * p.gran))
 }
 
 // mapGranule backs granule g with a new physical allocation, whose handle it stores in *h.
@@ -153,70 +208,68 @@ func (p *vmm) mapGranule(r *arena.Region, g int, h *icuda.MemHandle) error {
 		return p.driverError(arena.ErrCommit, "cuMemCreate", p.gran, err)
 	}
 	if err := p.call(nil, 0, p.dev.MemMap(r.Base+uintptr(g)*p.gran, p.gran, m)); err != nil {
-		_ = p.call(&p.handles, -1, p.dev.MemRelease(m))
+		_ = p.release([]icuda.MemHandle{m})
 		return fmt.Errorf("%w: cuMemMap of %d bytes: %w", arena.ErrCommit, p.gran, err)
 	}
 	*h = m
 	return nil
 }
 
-// unmap unmaps granules [lo, lo+len(hs)), mapped with the handles hs, in one call, and releases
-// the handles. It touches no record. mapped reports that the driver refused the unmap (the
-// granules are still mapped, their handles held); otherwise an error is a refused release.
-func (p *vmm) unmap(r *arena.Region, lo int, hs []icuda.MemHandle) (mapped bool, err error) {
+// unmap gives back granules [lo, lo+len(hs)), mapped with the handles hs: it releases the
+// handles (a zero one is released already), then unmaps the range in one call. It touches no
+// record. An error means the driver refused a release or the unmap: the whole range is still
+// mapped, and the handles released are zeroed in hs, so that a retry does not release them
+// twice.
+func (p *vmm) unmap(r *arena.Region, lo int, hs []icuda.MemHandle) error {
 	if len(hs) == 0 {
-		return false, nil
+		return nil
+	}
+	for i, h := range hs {
+		if h == 0 {
+			continue
+		}
+		if err := p.call(&p.handles, -1, p.dev.MemRelease(h)); err != nil {
+			return fmt.Errorf("%w: cuMemRelease: %w", arena.ErrCommit, err)
+		}
+		hs[i] = 0
 	}
 	n := uintptr(len(hs)) * p.gran
 	if err := p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(lo)*p.gran, n)); err != nil {
-		return true, fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", arena.ErrCommit, n, err)
+		return fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", arena.ErrCommit, n, err)
 	}
-	var errs []error
-	for _, h := range hs {
-		if err := p.call(&p.handles, -1, p.dev.MemRelease(h)); err != nil {
-			errs = append(errs, fmt.Errorf("%w: cuMemRelease: %w", arena.ErrCommit, err))
-		}
-	}
-	return false, errors.Join(errs...)
+	return nil
 }
 
 // unmapGranules unmaps and releases the mapped granules in [lo, hi), run by run: each run is
-// claimed under p.mu, unmapped without it, and put back if the driver refuses the unmap.
+// claimed under p.mu, given back without it, and put back on record, whole, if the driver
+// refuses.
 func (p *vmm) unmapGranules(r *arena.Region, v *vmmRegion, lo, hi int) error {
 	type run struct {
 		s  int
 		hs []icuda.MemHandle
 	}
 	var rs []run
+	claimed := 0
 	p.mu.Lock()
 	_ = v.mapped.Runs(lo, hi, true, func(s, e int) error {
 		rs = append(rs, run{s, append([]icuda.MemHandle(nil), v.handles[s:e]...)})
 		clear(v.handles[s:e])
 		v.mapped.SetRange(s, e, false)
+		claimed += e - s
 		return nil
 	})
-
 	p.mu.Unlock()
-	var errs []error
+	p.committed.Add(-int64(uintptr(claimed) * p.gran))
 	for i, x := range rs {
-		mapped, err := p.unmap(r, x.s, x.hs)
-		if !mapped {
-			if err != nil {
-				errs = append(errs, err) // a release refused: the handle is lost to us either way
+		if err := p.unmap(r, x.s, x.hs); err != nil {
+			// Refused: the runs from this one on are still mapped.
+			for _, y := range rs[i:] {
+				p.record(v, y.s, y.hs)
 			}
-			p.committed.Add(-int64(uintptr(len(x.hs)) * p.gran))
-			continue
+			return err
 		}
-		// The unmap was refused: the runs from this one on are still mapped.
-		p.mu.Lock()
-		for _, y := range rs[i:] {
-			copy(v.handles[y.s:], y.hs)
-			v.mapped.SetRange(y.s, y.s+len(y.hs), true)
-		}
-		p.mu.Unlock()
-		return errors.Join(append(errs, err)...)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // Decommit implements arena.Provider: the range's granules are unmapped and their memory released.
@@ -228,7 +281,9 @@ func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 	return p.unmapGranules(r, v, int(off/p.gran), int((off+size)/p.gran))
 }
 
-// Release implements arena.Provider: what is still mapped is unmapped, then the address range freed.
+// Release implements arena.Provider: what is still mapped is unmapped, then the address range
+// freed. It releases the handles stranded by refused releases too, and reports those the driver
+// refuses again (the region is released all the same).
 func (p *vmm) Release(r *arena.Region) error {
 	if r == nil {
 		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
@@ -243,6 +298,8 @@ func (p *vmm) Release(r *arena.Region) error {
 	if err := p.call(&p.reservations, -1, p.dev.MemAddressFree(r.Base, r.Size)); err != nil {
 		return fmt.Errorf("%w: cuMemAddressFree of %d bytes: %w", arena.ErrInvalid, r.Size, err)
 	}
+	p.mu.Lock() // HostVMM.DevicePointer reads it under this lock, for the regions of every arena
 	r.Handle = nil
-	return nil
+	p.mu.Unlock()
+	return p.releaseStranded()
 }

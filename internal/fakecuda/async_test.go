@@ -224,6 +224,34 @@ func TestAsyncEventOrdersStreams(t *testing.T) {
 	}
 }
 
+// TestAsyncWaitKeepsItsRecord: a cuStreamWaitEvent waits for the record the event had when
+// the wait was queued; recording the event again later does not move the wait (D: "the wait
+// is for the most recent cuEventRecord"; copyengine's fences put an event back in their pool
+// and record it again while the waits of its earlier record are still queued).
+func TestAsyncWaitKeepsItsRecord(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	x := newAsyncFixture(t, f, d, 64<<10)
+	ev, err := d.EventCreate(true)
+	must(t, "EventCreate", err)
+	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+	must(t, "MemsetD8Async on A", d.MemsetD8Async(x.dev, 1, x.n, x.s))
+	must(t, "EventRecord on A", d.EventRecord(ev, x.s))
+	must(t, "StreamWaitEvent B", d.StreamWaitEvent(x.s2, ev))
+	must(t, "MemsetD8Async on A after the record", d.MemsetD8Async(x.dev, 2, x.n, x.s))
+	must(t, "EventRecord on A again", d.EventRecord(ev, x.s))
+	must(t, "DtoDAsync on B", d.MemcpyDtoDAsync(x.dev2, x.dev, x.n, x.s2))
+	f.Hold(true)
+	must(t, "StreamSynchronize B", d.StreamSynchronize(x.s2))
+	if !x.devHolds(t, x.dev2, 1) {
+		t.Error("B's wait followed the event's later record: it waited for A's second memset")
+	}
+	f.Hold(false)
+	must(t, "StreamSynchronize A", d.StreamSynchronize(x.s))
+}
+
 // TestAsyncDestroyedStream: a stream destroyed with work queued is gone as a handle (record,
 // wait, synchronize and query refuse it) but its work still runs (D: cuStreamDestroy returns at
 // once, "the resources associated with hStream will be released automatically once the device

@@ -84,6 +84,11 @@ func TestFake(t *testing.T) {
 	if f.Used(0) != g {
 		t.Errorf("used after release of a mapped handle = %d", f.Used(0))
 	}
+	clear(back) // the mapping still holds the memory: pinmalloc's VMM decommit releases first
+	must(t, "DtoH after the release", d.MemcpyDtoH(mem.Addr(back), va+g, g))
+	if back[0] != 7 || back[g-1] != 7 {
+		t.Error("a released handle's mapping lost its bytes before the unmap")
+	}
 	must(t, "MemUnmap", d.MemUnmap(va+g, g))
 	must(t, "MemAddressFree", d.MemAddressFree(va, 4*g))
 	f.SetMemory(0, 4*g)

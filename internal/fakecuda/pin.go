@@ -41,6 +41,12 @@ const (
 	CallRegister
 	// CallRecord is cuEventRecord (the event is left as it was).
 	CallRecord
+	// CallUnmap is cuMemUnmap (the range stays mapped).
+	CallUnmap
+	// CallRelease is cuMemRelease (the handle stays valid).
+	CallRelease
+	// CallUnregister is cuMemHostUnregister (the registration stays).
+	CallUnregister
 )
 
 // More result codes for FailAfter.

@@ -130,8 +130,21 @@ func TestFailAfter(t *testing.T) {
 	acc := Access{hostLoc, rw}
 	wantErr(t, "MemSetAccess", f.MemSetAccess(d, va, 2*gran, acc), pinmalloc.ErrNotSupported)
 	must(t, "MemSetAccess again", f.MemSetAccess(d, va, 2*gran, acc))
-	must(t, "MemUnmap", d.MemUnmap(va, 2*gran))
-	for _, h := range hs {
+	f.FailAfter(CallUnmap, 0, ResultInvalidValue)
+	wantErr(t, "MemUnmap", d.MemUnmap(va, 2*gran), pinmalloc.ErrInvalidValue)
+	if d.MemMap(va, gran, hs[2]) == nil { // over a mapping: refused
+		t.Fatal("a failed cuMemUnmap unmapped the range")
+	}
+	must(t, "MemUnmap again", d.MemUnmap(va, 2*gran))
+	f.FailAfter(CallRelease, 1, ResultInvalidValue)
+	must(t, "first MemRelease", f.MemRelease(d, hs[0]))
+	wantErr(t, "second MemRelease", f.MemRelease(d, hs[1]), pinmalloc.ErrInvalidValue)
+	if live := f.LiveObjects(); live["handles"] != 2 {
+		t.Errorf("a failed cuMemRelease released the handle: %v", live)
+	}
+	must(t, "MemMap of the handle a failed release left", d.MemMap(va, gran, hs[1]))
+	must(t, "MemUnmap", d.MemUnmap(va, gran))
+	for _, h := range hs[1:] {
 		must(t, "MemRelease", f.MemRelease(d, h))
 	}
 	must(t, "MemAddressFree", d.MemAddressFree(va, 4*gran))
@@ -142,7 +155,11 @@ func TestFailAfter(t *testing.T) {
 	f.FailAfter(CallRegister, 0, ResultOutOfMemory)
 	wantErr(t, "MemHostRegister", d.MemHostRegister(mem.Addr(b), gran, 0), pinmalloc.ErrOutOfMemory)
 	must(t, "MemHostRegister again", d.MemHostRegister(mem.Addr(b), gran, 0))
-	must(t, "MemHostUnregister", d.MemHostUnregister(mem.Addr(b)))
+	f.FailAfter(CallUnregister, 0, ResultInvalidValue)
+	wantErr(t, "MemHostUnregister", d.MemHostUnregister(mem.Addr(b)), pinmalloc.ErrInvalidValue)
+	wantErr(t, "MemHostRegister over what a failed unregister left", d.MemHostRegister(mem.Addr(b), gran, 0),
+		pinmalloc.ErrAlreadyRegistered)
+	must(t, "MemHostUnregister again", d.MemHostUnregister(mem.Addr(b)))
 	ev, err := d.EventCreate(true)
 	must(t, "EventCreate", err)
 	f.FailAfter(CallRecord, 1, ResultInvalidValue)

@@ -1,8 +1,11 @@
 package fakecuda
 
 import (
+	"errors"
 	"runtime"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -88,4 +91,110 @@ func TestRegistrationRules(t *testing.T) {
 	must(t, "MemAddressReserve", err)
 	wantErr(t, "MemHostRegister of reserved, unmapped space", d.MemHostRegister(va, 4096, 0), pinmalloc.ErrInvalidValue)
 	must(t, "MemAddressFree", d.MemAddressFree(va, gran))
+}
+
+// TestPortableRule: registered and host-allocated memory without the PORTABLE flag is pinned
+// for the context that made it only: another device's copy, kernel and device pointer of it are
+// refused; with PORTABLE every device's are allowed (and counted pinned).
+func TestPortableRule(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	d1 := f.Open(t, 1)
+	dst, err := d1.MemAlloc(gran)
+	must(t, "MemAlloc on device 1", err)
+	defer func() { must(t, "MemFree", d1.MemFree(dst)) }()
+	buf, err := unix.Mmap(-1, 0, 2*gran, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	must(t, "mmap", err)
+	defer unix.Munmap(buf)
+	const deviceMap, portable = cuda.HostRegisterDeviceMap, cuda.HostRegisterPortable
+	m1, err := d1.ModuleLoadData(gatherPTX)
+	must(t, "ModuleLoadData on device 1", err)
+	defer func() { must(t, "ModuleUnload", d1.ModuleUnload(m1)) }()
+	fn, err := d1.ModuleGetFunction(m1, "pinmalloc_gather")
+	must(t, "ModuleGetFunction", err)
+	jobs, err := d1.MemHostAlloc(4096, cuda.HostAllocDeviceMap)
+	must(t, "MemHostAlloc jobs", err)
+	defer func() { must(t, "MemFreeHost", d1.MemFreeHost(jobs)) }()
+	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
+	kernel := func(src uintptr) error { // device 1's kernel copies 4 KiB from src
+		jobArray(jobs, [3]uint64{uint64(dst), uint64(src), 4096})
+		if err := d1.LaunchKernel(fn, one, one, 0, 0, uint64(jobs), 1); err != nil {
+			return err
+		}
+		err := d1.StreamSynchronize(0)
+		f.ClearStickyError()
+		return err
+	}
+	for _, m := range []struct {
+		name  string
+		alloc func(flags uint32) (uintptr, func() error)
+	}{
+		{"registered", func(flags uint32) (uintptr, func() error) {
+			must(t, "MemHostRegister", d.MemHostRegister(mem.Addr(buf), gran, flags))
+			return mem.Addr(buf), func() error { return d.MemHostUnregister(mem.Addr(buf)) }
+		}},
+		{"host-allocated", func(flags uint32) (uintptr, func() error) {
+			h, err := d.MemHostAlloc(gran, flags)
+			must(t, "MemHostAlloc", err)
+			return h, func() error { return d.MemFreeHost(h) }
+		}},
+	} {
+		h, free := m.alloc(deviceMap)
+		wantErr(t, m.name+" without PORTABLE: device 1's copy", d1.MemcpyHtoD(dst, h, 4096), pinmalloc.ErrInvalidValue)
+		if _, err := d1.MemHostGetDevicePointer(h); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+			t.Errorf("%s without PORTABLE: device 1's device pointer: %v", m.name, err)
+		}
+		if _, err := d.MemHostGetDevicePointer(h); err != nil {
+			t.Errorf("%s without PORTABLE: its own device's device pointer: %v", m.name, err)
+		}
+		wantCode(t, m.name+" without PORTABLE: device 1's kernel", kernel(h), ResultIllegalAddress)
+		must(t, "free", free())
+		h, free = m.alloc(deviceMap | portable)
+		pinned := f.Stat(PinnedCopies)
+		must(t, m.name+" PORTABLE: device 1's copy", d1.MemcpyHtoD(dst, h, 4096))
+		if f.Stat(PinnedCopies) != pinned+1 {
+			t.Errorf("%s PORTABLE: device 1's copy not counted pinned", m.name)
+		}
+		if _, err := d1.MemHostGetDevicePointer(h); err != nil {
+			t.Errorf("%s PORTABLE: device 1's device pointer: %v", m.name, err)
+		}
+		must(t, m.name+" PORTABLE: device 1's kernel", kernel(h))
+		must(t, "free", free())
+	}
+}
+
+// TestUnmapFreesReleasedHandle: a cuMemUnmap that frees a handle released while mapped (its
+// memory goes with its last mapping) keeps walking the fake's objects safely. cudamem's VMM
+// decommit releases before it unmaps; the fake's unmap then freed the handle, the object the
+// walk went to next when the granule was mapped right after it was created, and read it after
+// the free (it crashed uvm's TestSharedHeapConcurrent now and then; with glibc's free
+// poisoning on, here, every time, before the fix).
+func TestUnmapFreesReleasedHandle(t *testing.T) {
+	t.Setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165")
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	va, err := d.MemAddressReserve(4*gran, 0)
+	must(t, "MemAddressReserve", err)
+	for range 3 {
+		var hs []cuda.MemHandle
+		for g := range uintptr(4) {
+			h, err := d.MemCreate(gran)
+			must(t, "MemCreate", err)
+			must(t, "MemMap", d.MemMap(va+g*gran, gran, h))
+			hs = append(hs, h)
+		}
+		for _, h := range hs {
+			must(t, "MemRelease", d.MemRelease(h))
+		}
+		must(t, "MemUnmap", d.MemUnmap(va, 4*gran))
+		if n := f.Stat(Handles) + f.Stat(Mappings); n != 0 {
+			t.Fatalf("%d handles and mappings left", n)
+		}
+	}
+	must(t, "MemAddressFree", d.MemAddressFree(va, 4*gran))
 }

@@ -209,6 +209,7 @@ var Core = []Sentinel{
 	{"copyengine.ErrOverlap", copyengine.ErrOverlap, pinmalloc.ErrInvalid, "copyengine: "},
 	{"copyengine.ErrMethodUnsupported", copyengine.ErrMethodUnsupported, pinmalloc.ErrNotSupported, "copyengine: "},
 	{"copyengine.ErrClosed", copyengine.ErrClosed, pinmalloc.ErrClosed, "copyengine: "},
+	{"copyengine.ErrInvalidStream", copyengine.ErrInvalidStream, pinmalloc.ErrInvalidStream, "copyengine: "},
 
 	{"uvm.ErrClosed", uvm.ErrClosed, pinmalloc.ErrClosed, "uvm: "},
 	{"uvm.ErrTooLarge", uvm.ErrTooLarge, pinmalloc.ErrTooLarge, "uvm: "},

@@ -1,0 +1,219 @@
+package cudamem_test
+
+// The VMM providers when the driver refuses to give memory back: what a refused decommit
+// leaves must be what the arena then believes, committed and usable, and nothing may stay
+// mapped or held once the arena is closed.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/arena"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/cudamem"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// TestFakeVMMDecommitRefused: a purge whose cuMemRelease or cuMemUnmap the driver refuses
+// leaves the range mapped, since the arena keeps a refused run as committed memory it hands
+// out again without a commit; a later purge gives it back whole. Before, a release refused
+// after the unmap had succeeded left the arena's committed range unmapped: the next copy into
+// it failed (CUDA_ERROR_INVALID_VALUE here; on a GPU a kernel faults, and the CPU faults on
+// host granules).
+func TestFakeVMMDecommitRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, call := range []fakecuda.PinCall{fakecuda.CallRelease, fakecuda.CallUnmap} {
+		p, err := cudamem.NewDeviceVMM(public(d))
+		must(t, "NewDeviceVMM", err)
+		a := newArena(t, p, 64<<20)
+		s, err := a.Alloc(2<<20, arena.DefaultChunkSize)
+		must(t, "Alloc", err)
+		must(t, "Free", a.Free(s))
+		f.FailAfter(call, 0, fakecuda.ResultInvalidValue)
+		a.Trim() // refused: the arena keeps the run committed
+		if got := a.Stats().Committed; got != 2<<20 {
+			t.Fatalf("call %d refused: the arena holds %d bytes committed, want %d", call, got, 2<<20)
+		}
+		roundTrip(t, d, s.Base, s.Size) // what the arena counts as committed is mapped
+		a.Trim()
+		gone(t, f, p, a.Stats().Committed)
+	}
+
+	// Several granules in one decommit, the driver refusing the second release or the unmap:
+	// the range stays mapped, and the next decommit neither releases a handle twice nor
+	// leaves one held.
+	for _, c := range []struct {
+		call fakecuda.PinCall
+		skip int
+	}{{fakecuda.CallRelease, 1}, {fakecuda.CallUnmap, 0}} {
+		p, err := cudamem.NewDeviceVMM(public(d))
+		must(t, "NewDeviceVMM", err)
+		r, err := p.Reserve(8<<20, 2<<20)
+		must(t, "Reserve", err)
+		must(t, "Commit", p.Commit(r, 0, 8<<20))
+		f.FailAfter(c.call, c.skip, fakecuda.ResultInvalidValue)
+		if err := p.Decommit(r, 0, 8<<20); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
+			t.Errorf("call %d refused after %d: Decommit = %v", c.call, c.skip, err)
+		}
+		roundTrip(t, d, r.Base, 8<<20)
+		if got := p.Counters().Committed; got != 8<<20 {
+			t.Errorf("call %d refused after %d: the provider counts %d bytes committed", c.call, c.skip, got)
+		}
+		must(t, "Decommit again", p.Decommit(r, 0, 8<<20))
+		gone(t, f, p, 0)
+		must(t, "Release", p.Release(r))
+	}
+}
+
+// gone checks that the provider and the fake hold no granule, with arenaCommitted the
+// committed bytes of the arena over p.
+func gone(t *testing.T, f *fakecuda.Driver, p *cudamem.DeviceVMM, arenaCommitted uint64) {
+	t.Helper()
+	if c := p.Counters(); arenaCommitted != 0 || c.Committed != 0 || c.Handles != 0 ||
+		f.Stat(fakecuda.Handles) != 0 || f.Stat(fakecuda.Mappings) != 0 {
+		t.Errorf("after the decommit again: arena committed %d, provider %+v, fake %d handles, %d mappings",
+			arenaCommitted, c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings))
+	}
+}
+
+// TestFakeVMMCommitUndoRefused: a commit that fails at cuMemSetAccess undoes its mappings,
+// and the arena takes the range for uncommitted. When the driver refuses the undo's release,
+// the range is unmapped all the same and commits again, and the handle is released later (at
+// the region's release at the latest); when it refuses the unmap, the mappings stay on record,
+// so that releasing the region unmaps them and frees the reservation. Before, a refused unmap
+// left mappings no record held: closing the arena failed (cuMemAddressFree of a range still
+// mapped) and left the reservation held.
+func TestFakeVMMCommitUndoRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, call := range []fakecuda.PinCall{fakecuda.CallRelease, fakecuda.CallUnmap} {
+		p, err := cudamem.NewDeviceVMM(public(d))
+		must(t, "NewDeviceVMM", err)
+		a, err := arena.New(arena.Options{Provider: p, Capacity: 64 << 20, PurgeDelay: -1})
+		must(t, "arena.New", err)
+		f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
+		f.FailAfter(call, 0, fakecuda.ResultInvalidValue)
+		if _, err := a.Alloc(4<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrNotSupported) {
+			t.Fatalf("call %d refused: Alloc whose cuMemSetAccess fails: %v", call, err)
+		}
+		if call == fakecuda.CallRelease {
+			s, err := a.Alloc(4<<20, arena.DefaultChunkSize)
+			must(t, "Alloc after an undo whose release was refused", err)
+			roundTrip(t, d, s.Base, s.Size)
+			must(t, "Free", a.Free(s))
+		}
+		must(t, "arena.Close", a.Close())
+		if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
+			f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+			t.Errorf("call %d refused: after Close: provider %+v, fake %d handles, %d mappings, %d reservations",
+				call, c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+		}
+	}
+}
+
+// TestFakeHostVMMDevicePointerDuringRelease: DevicePointer, which looks through every live
+// region of the provider (arenas may share one), runs while another arena releases a region
+// of it: it answers for the region released (the address, or arena.ErrInvalid once the
+// granule is gone) without a data race. Before, Release cleared the region's record without
+// the lock DevicePointer reads it under (go test -race fails before: the unpin delay keeps
+// Release inside the driver while DevicePointer spins).
+func TestFakeHostVMMDevicePointerDuringRelease(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{})
+	must(t, "NewHostVMM", err)
+	r, err := p.Reserve(4<<20, 2<<20)
+	must(t, "Reserve", err)
+	must(t, "Commit", p.Commit(r, 0, 2<<20))
+	f.SetPinCost(false, 0, 20*time.Millisecond) // cuMemRelease of a host granule takes 20 ms
+	defer f.SetPinCost(false, 0, 0)
+	started, stop, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			if i == 1 {
+				close(started)
+			}
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if dp, err := p.DevicePointer(r.Base); err == nil && dp != pcuda.DevicePtr(r.Base) || err != nil && !errors.Is(err, arena.ErrInvalid) {
+				done <- fmt.Errorf("DevicePointer during Release = %#x, %v", dp, err)
+				return
+			}
+		}
+	}()
+	<-started
+	must(t, "Release", p.Release(r))
+	close(stop)
+	must(t, "DevicePointer", <-done)
+	if _, err := p.DevicePointer(r.Base); !errors.Is(err, arena.ErrInvalid) {
+		t.Errorf("DevicePointer after Release: %v", err)
+	}
+}
+
+// TestFakeOpenHostCloseRacing: the provider OpenHost returns owns its device; Close gives it
+// back once, however many Closes race, and a Close after it does nothing. Before, two racing
+// Closes raced on the provider's ownership (go test -race fails before).
+func TestFakeOpenHostCloseRacing(t *testing.T) {
+	f, _ := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	retains := f.LiveObjects()["retains"]
+	p, err := cudamem.OpenHost(0, cudamem.HostOptions{})
+	must(t, "OpenHost", err)
+	if got := f.LiveObjects()["retains"]; got != retains+1 {
+		t.Fatalf("OpenHost retained the device %d times", got-retains)
+	}
+	c, ok := p.(io.Closer)
+	if !ok {
+		t.Fatalf("%T has no Close", p)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- c.Close() }()
+	}
+	must(t, "Close", <-errs)
+	must(t, "Close", <-errs)
+	must(t, "Close after Close", c.Close())
+	if got := f.LiveObjects()["retains"]; got != retains {
+		t.Errorf("after Close the device is retained %d times more than before OpenHost", got-retains)
+	}
+}
+
+// TestFakeHostVMMDevicesChecked: HostOptions.Devices naming a device the machine lacks is
+// refused by NewHostVMM, and a device named twice is granted access once. Before, the
+// provider was made and every commit then failed at cuMemSetAccess.
+func TestFakeHostVMMDevicesChecked(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	for _, devs := range [][]int{{2}, {1, 7}, {-1}} {
+		if _, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: devs}); !errors.Is(err, arena.ErrInvalid) {
+			t.Errorf("Devices %v: %v", devs, err)
+		}
+	}
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: []int{1, 1, 0, 1}})
+	must(t, "NewHostVMM", err)
+	a := newArena(t, p, 64<<20)
+	s, err := a.Alloc(2<<20, 256)
+	must(t, "Alloc", err)
+	copyBoth(t, f.Open(t, 1), s.Base, s.Size)
+	must(t, "Free", a.Free(s))
+}
