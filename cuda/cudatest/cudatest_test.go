@@ -225,3 +225,56 @@ func TestFailNextEventRecord(t *testing.T) {
 		t.Fatalf("the next record: %v; FailNext fails one call", err)
 	}
 }
+
+// TestFailNextGiveBack: a device heap's Trim whose cuMemUnmap or cuMemRelease the driver
+// refuses leaves the memory mapped and the heap's: the next block there takes bytes and gives
+// them back, and the next Trim gives the memory back.
+func TestFailNextGiveBack(t *testing.T) {
+	dev, fake := cudatest.Device(t)
+	if dev == nil {
+		return
+	}
+	for _, c := range []struct {
+		name string
+		call cudatest.Call
+	}{{"MemUnmap", cudatest.MemUnmap}, {"MemRelease", cudatest.MemRelease}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHeap(t, dev, 8<<20)
+			const n = 1 << 20
+			p, err := h.Alloc(n, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Free(p); err != nil {
+				t.Fatal(err)
+			}
+			used := fake.Used()
+			fake.FailNext(c.call, cudatest.NotPermitted)
+			_ = h.Trim() // refused: the memory stays
+			if got := fake.Used(); got != used {
+				t.Fatalf("Used after a refused give-back = %d, want %d (the memory kept)", got, used)
+			}
+			q, err := h.Alloc(n, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := bytes.Repeat([]byte("give back"), n/9+1)[:n]
+			dst := make([]byte, n)
+			if err := errors.Join(h.HtoD(q, src), h.DtoH(dst, q)); err != nil {
+				t.Fatalf("a block where the give-back was refused: %v", err)
+			}
+			if !bytes.Equal(src, dst) {
+				t.Fatal("a block where the give-back was refused lost its bytes")
+			}
+			if err := h.Free(q); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Trim(); err != nil {
+				t.Fatal(err)
+			}
+			if got := fake.Used(); got >= used {
+				t.Fatalf("Used after the next Trim = %d, want less than %d", got, used)
+			}
+		})
+	}
+}

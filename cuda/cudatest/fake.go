@@ -68,6 +68,11 @@ const (
 	// record that fails queues nothing and leaves the event as it was: one never recorded
 	// stays complete, one recorded before still stands for that earlier record.
 	EventRecord
+	// MemUnmap is cuMemUnmap, and MemRelease cuMemRelease: a device heap's (and a VMM host
+	// pool's) memory given back after the purge delay or at Trim. A give-back the driver
+	// refuses leaves the memory mapped and in use by the heap, given back at a later purge.
+	MemUnmap
+	MemRelease
 )
 
 // Driver result codes (CUresult) for FailNext; cuda.ResultCode returns them from an error.
@@ -103,6 +108,10 @@ func (f *Fake) FailNext(c Call, code int) {
 		f.d.FailLaunch(1, code)
 	case EventRecord:
 		f.d.FailAfter(fakecuda.CallRecord, 0, code)
+	case MemUnmap:
+		f.d.FailAfter(fakecuda.CallUnmap, 0, code)
+	case MemRelease:
+		f.d.FailAfter(fakecuda.CallRelease, 0, code)
 	default:
 		f.t.Fatalf("cudatest: FailNext: unknown call %d", c)
 	}
