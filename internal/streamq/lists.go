@@ -115,6 +115,12 @@ const (
 // new stream keeps the old answer: forget a stream before destroying it). Safe for concurrent
 // use.
 func (ls *Lists[T]) Idle(l *List[T]) (bool, error) {
+	return ls.points.Idle(l.s, ls.nonBlocking(l))
+}
+
+// nonBlocking reports whether l's stream was created non-blocking, asking the driver the first
+// time (see Idle).
+func (ls *Lists[T]) nonBlocking(l *List[T]) bool {
 	order := l.order.Load()
 	if order == orderUnknown {
 		if nb, err := ls.points.NonBlocking(l.s); err == nil {
@@ -125,7 +131,7 @@ func (ls *Lists[T]) Idle(l *List[T]) (bool, error) {
 			l.order.Store(order)
 		}
 	}
-	return ls.points.Idle(l.s, order == orderNonBlocking)
+	return order == orderNonBlocking
 }
 
 // Stream is the list's stream.

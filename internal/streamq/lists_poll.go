@@ -118,22 +118,17 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 // pointFor reports whether l's stream has passed l's open items now, and gives them a point
 // when it has not: the newest item's own point (borrowed), else an event recorded now. A
 // default stream, which no query finds idle (Points.Idle), is asked by querying that event at
-// once. quiet says the stream's own work had all run when it was recorded (a query just
-// before: Points.Quiet), so that it waits only for the work the stream's order puts before it
-// (Settle). l.mu is held.
+// once. quiet says the stream's own work had all run when it was recorded (the query that
+// asked whether it was idle: Points.IdleQuiet), so that it waits only for the work the
+// stream's order puts before it (Settle). l.mu is held.
 func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed, quiet bool, err error) {
 	p := ls.points
 	if own := ls.ownPoint(l.open); own != 0 {
 		idle, err = p.Passed(own) // every open item's work is before it
 		return idle, own, true, false, err
 	}
-	if idle, err = ls.Idle(l); err != nil || idle {
+	if idle, quiet, err = p.IdleQuiet(l.s, ls.nonBlocking(l)); err != nil || idle {
 		return idle, 0, false, false, err
-	}
-	if l.order.Load() != orderNonBlocking { // a non-blocking stream not idle has work of its own
-		if quiet, err = p.Quiet(l.s); err != nil {
-			return false, 0, false, false, err
-		}
 	}
 	if ev, err = p.Mark(l.s); err != nil {
 		return false, 0, false, false, fmt.Errorf("event: %w", err)

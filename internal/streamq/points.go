@@ -124,16 +124,25 @@ func (p *Points) Idle(s Stream, nonBlocking bool) (bool, error) {
 	if DefaultStream(s) {
 		return false, nil
 	}
-	if idle, err := done(p.dev.StreamQuery(s)); err != nil || !idle {
-		return false, err
+	idle, _, err := p.IdleQuiet(s, nonBlocking)
+	return idle, err
+}
+
+// IdleQuiet is Idle, and Quiet from the same query of s: a point recorded in s next, when s is
+// not idle, waits only for the work s's order puts before it when quiet is set. A default
+// stream is asked that query alone (it is never idle).
+func (p *Points) IdleQuiet(s Stream, nonBlocking bool) (idle, quiet bool, err error) {
+	if quiet, err = p.Quiet(s); err != nil || !quiet {
+		return false, false, err
 	}
-	if nonBlocking {
-		return true, nil
+	if DefaultStream(s) {
+		return false, true, nil
 	}
-	if idle, err := done(p.dev.StreamQuery(streamLegacy)); err != nil || !idle {
-		return false, err
+	if !nonBlocking {
+		idle, err = done(p.dev.StreamQuery(streamLegacy))
+		return idle, true, err
 	}
-	return true, nil
+	return true, true, nil
 }
 
 // NonBlocking reports whether s was created non-blocking (cuStreamGetFlags): its work is not
