@@ -55,6 +55,15 @@ func newAsyncFixture(t *testing.T, f *Driver, d *cuda.Device, n uintptr) *asyncF
 	return x
 }
 
+// event creates an event with timing off, destroyed when the test ends.
+func (x *asyncFixture) event(t *testing.T) cuda.Event {
+	t.Helper()
+	ev, err := x.d.EventCreate(true)
+	must(t, "EventCreate", err)
+	t.Cleanup(func() { must(t, "EventDestroy", x.d.EventDestroy(ev)) })
+	return ev
+}
+
 // in is the first half of the pinned host buffer, out the second.
 func (x *asyncFixture) in() []byte  { return mem.Bytes(x.host, x.n) }
 func (x *asyncFixture) out() []byte { return mem.Bytes(x.host+x.n, x.n) }
@@ -153,9 +162,7 @@ func TestAsyncDtoHStaleUntilSynchronized(t *testing.T) {
 	}
 
 	// Event query and synchronize: done only as far as the event.
-	ev, err := d.EventCreate(true)
-	must(t, "EventCreate", err)
-	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+	ev := x.event(t)
 	must(t, "HtoD", d.MemcpyHtoD(x.dev, mem.Addr(fill(x.in(), 8)), x.n))
 	must(t, "DtoHAsync", d.MemcpyDtoHAsync(x.host+x.n, x.dev, x.n/2, x.s))
 	must(t, "EventRecord", d.EventRecord(ev, x.s))
@@ -187,9 +194,7 @@ func TestAsyncEventOrdersStreams(t *testing.T) {
 	}
 	x := newAsyncFixture(t, f, d, 64<<10)
 	must(t, "HtoD", d.MemcpyHtoD(x.dev, mem.Addr(fill(x.in(), 1)), x.n))
-	ev, err := d.EventCreate(true)
-	must(t, "EventCreate", err)
-	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+	ev := x.event(t)
 
 	fill(x.in(), 2)
 	must(t, "HtoDAsync on A", d.MemcpyHtoDAsync(x.dev, x.host, x.n, x.s))
@@ -234,9 +239,7 @@ func TestAsyncWaitKeepsItsRecord(t *testing.T) {
 		return
 	}
 	x := newAsyncFixture(t, f, d, 64<<10)
-	ev, err := d.EventCreate(true)
-	must(t, "EventCreate", err)
-	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+	ev := x.event(t)
 	must(t, "MemsetD8Async on A", d.MemsetD8Async(x.dev, 1, x.n, x.s))
 	must(t, "EventRecord on A", d.EventRecord(ev, x.s))
 	must(t, "StreamWaitEvent B", d.StreamWaitEvent(x.s2, ev))
@@ -265,9 +268,7 @@ func TestAsyncDestroyedStream(t *testing.T) {
 	}
 	x := newAsyncFixture(t, f, d, 64<<10)
 	must(t, "HtoD", d.MemcpyHtoD(x.dev, mem.Addr(fill(x.in(), 1)), x.n))
-	ev, err := d.EventCreate(true)
-	must(t, "EventCreate", err)
-	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+	ev := x.event(t)
 	s, err := d.StreamCreate(true)
 	must(t, "StreamCreate", err)
 	fill(x.in(), 2)
@@ -375,9 +376,7 @@ func TestAsyncLegacyEvent(t *testing.T) {
 		return
 	}
 	x := newAsyncFixture(t, f, d, 64<<10)
-	ev, err := d.EventCreate(true)
-	must(t, "EventCreate", err)
-	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+	ev := x.event(t)
 	must(t, "Synchronize", d.Synchronize())
 	f.Hold(true)
 	defer f.Hold(false)
