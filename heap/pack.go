@@ -325,6 +325,34 @@ func (h *Heap) packTail(pg *page) {
 	pg.bsize = pg.span
 }
 
+// OwnPageMin returns the smallest request that a heap of g serves with a page of its own (an
+// object page or a huge object) rather than with a block of a class page shared with others:
+// just above MaxClassSize, or, where memory commits in chunks (the large classes take object
+// pages there), just above the largest medium class. Such requests take the heap's blocking
+// paths (TryAlloc serves them only from a kept page of about their size), and where memory is
+// coarse each heap keeps partly used chunks of its own: a front with several heaps may send
+// them all to one, as package pinned does there.
+func (g *Group) OwnPageMin() uintptr {
+	if g.coarse {
+		return largeClassMin
+	}
+	return MaxClassSize + 1
+}
+
+// Coarse reports whether g's memory commits in granules of a chunk or more, so that its heaps
+// pack (see the file's documentation).
+func (g *Group) Coarse() bool { return g.coarse }
+
+// largeClassMin is the smallest request of a large class.
+var largeClassMin = func() uintptr {
+	for c, k := range classKind {
+		if k == segLarge {
+			return uintptr(classSize[c-1]) + 1
+		}
+	}
+	panic("heap: no large class")
+}()
+
 // allocObjectClass serves a request of a large class where memory is coarse: an object page,
 // or, on a non-blocking path, a kept one as it was left.
 func (h *Heap) allocObjectClass(n uintptr) (uintptr, bool, error) {

@@ -137,3 +137,34 @@ func BenchmarkCUDACopy(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFakeCUDAPoolPairParallel runs BenchmarkFakeCUDAPoolAllocFree's pairs on every P at
+// once (compare -cpu 1 and -cpu 2): requests above 64 KiB go to the pool's big shard when it
+// is free and to their P's home shard when another goroutine holds it, so that they do not
+// queue on one lock.
+func BenchmarkFakeCUDAPoolPairParallel(b *testing.B) {
+	if fakecuda.RunBenchmark(b) == nil {
+		return
+	}
+	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 4 << 30, Align: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	for _, n := range allocSizes {
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					buf, err := p.Alloc(n)
+					if err == nil {
+						err = p.Free(buf)
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

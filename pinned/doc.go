@@ -75,6 +75,11 @@
 // waits for the fast sections under way to end. A goroutine whose shard is held meanwhile takes
 // a spill shard, a heap only holders use.
 //
+// Where memory commits 2 MiB at a time (CUDAHost over VMM host memory), buffers above 64 KiB
+// go to one more shard shared by the Ps, the big shard, when no other goroutine holds it, so
+// that the chunks they fill are shared as one shard's would be; a large request that finds it
+// held takes the P's shard as before, and never waits for it.
+//
 // Builds where fast sections cannot be trusted — the race detector (which cannot see the
 // barrier's ordering), the pinmalloc_noprocpin tag, a kernel without membarrier — and pools
 // with fewer shards than Ps (Options.Shards) take the holder path every time: a TryLock of the

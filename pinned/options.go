@@ -114,11 +114,13 @@ type Options struct {
 	// share shard P mod Shards under its lock and wait for each other when it is busy. A P
 	// beyond the table (GOMAXPROCS raised later) shares the same way, or, in a pool with a
 	// shard for every P at New, allocates from spill shards: heaps made as needed, up to
-	// Shards of them. At most MaxShards. Each shard keeps its own partly used memory: where
-	// it commits in 2 MiB units (CUDAHost), a few such chunks a shard at a peak, so a pool of
-	// mostly large buffers on many Ps holds less with fewer shards (the bench's serving trace
-	// on two Ps peaked at 1.19 - 1.24 times its live bytes with a shard per P, 1.14 - 1.15
-	// with one).
+	// Shards of them. At most MaxShards. Each shard keeps its own partly used memory. Where
+	// memory commits in 2 MiB units (CUDAHost), a pool of more than one shard sends buffers
+	// above 64 KiB to one more shard shared by every P whenever it is free (see the package
+	// documentation), and each shard still keeps partly used chunks of class pages: the
+	// bench's serving trace (buffers of 4 KiB - 4 MiB) on two Ps peaked at 1.15 - 1.18 times
+	// its live bytes with a shard per P (1.19 - 1.24 before the shared shard), 1.14 - 1.15
+	// with one.
 	Shards int
 	// Device is the ordinal of the CUDA device for the CUDAHost and Auto backends (default 0).
 	// The pool keeps the device's primary context retained until its memory is released.

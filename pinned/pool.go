@@ -41,6 +41,8 @@ type Pool struct {
 	home   []homeSlot               // by P number (see shard.go); empty until first used
 	spill  atomic.Pointer[[]*shard] // spill shards, at most len(home)
 	shards atomic.Pointer[[]*shard] // every shard, in the order made: by heap.Heap.Index
+	big    atomic.Pointer[shard]    // the shard of requests of bigMin bytes or more, made as needed
+	bigMin uintptr                  // 0: none (see ownFor)
 	growMu sync.Mutex
 
 	pc    precommit // the background commit of Options.Precommit
@@ -142,6 +144,9 @@ func newPool(o Options) (*Pool, error) {
 	p.fast = fastPaths() && n >= runtime.GOMAXPROCS(0)
 	p.shards.Store(new([]*shard))
 	p.spill.Store(new([]*shard))
+	if g.Coarse() && n > 1 {
+		p.bigMin = g.OwnPageMin()
+	}
 	s, err := p.newShard(p.homeSlot(procpin.ID())) // validates the alignment now rather than at the first Alloc
 	if err != nil {
 		_ = a.Close()
@@ -177,6 +182,9 @@ func (p *Pool) Alloc(n int) ([]byte, error) {
 			if ok {
 				return mem.Bytes(addr, uintptr(n)), nil
 			}
+		}
+		if addr, ok := p.tryAllocBig(uintptr(n)); ok {
+			return mem.Bytes(addr, uintptr(n)), nil
 		}
 		return p.allocRest(n, 0)
 	}
@@ -216,6 +224,9 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 				return mem.Bytes(addr, uintptr(n)), nil
 			}
 		}
+		if addr, ok := p.tryAllocBig(uintptr(n)); ok {
+			return mem.Bytes(addr, uintptr(n)), nil
+		}
 	}
 	return p.allocRest(n, alignment)
 }
@@ -254,7 +265,7 @@ func (p *Pool) allocRest(n int, alignment uintptr) ([]byte, error) {
 // closed before it holds any shard to count the live buffers, so an Alloc either sees closed or
 // ends before Close counts its shard.
 func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
-	s := p.own()
+	s := p.ownFor(n)
 	defer letGo(s)
 	if p.closed.Load() {
 		return 0, ErrClosed
@@ -406,6 +417,9 @@ func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
 		if done, err := p.sharedOrForeign(addr, n, r, nil); done {
 			return err
 		}
+	}
+	if !r.done && !r.held && r.claimed == nil {
+		r.done, r.held = p.tryFreeBig(addr, n)
 	}
 	var err error
 	switch {

@@ -33,7 +33,8 @@ import (
 //
 // A goroutine whose home shard is held, or whose P has no home slot (GOMAXPROCS raised after
 // New), takes a spill shard: a heap that only holders own, by its mutex, made as needed up to
-// the number of home slots. Frees need no owner at all for blocks of another shard (the heap's
+// the number of home slots. Where memory is coarse, one more heap that only holders own, the
+// big shard, takes the requests that need a page of their own when its mutex is free (ownFor). Frees need no owner at all for blocks of another shard (the heap's
 // remote free); a fast section frees its own shard's class blocks locally.
 //
 // Without fast sections (the race detector cannot see their ordering; the pinmalloc_noprocpin
@@ -54,7 +55,7 @@ func fastPaths() bool { return procpin.Exact && fence.Available() }
 type shard struct {
 	inside  uint32       // a fast section runs (plain stores, by goroutines pinned to the P)
 	revoked atomic.Int32 // holders, and holds under way: no fast section may start
-	slot    int          // the P it is home to; -1 for a spill shard
+	slot    int          // the P it is home to; slotSpill for a spill shard and the big shard
 	mu      sync.Mutex   // held by a holder
 	h       *heap.Heap
 
@@ -136,6 +137,63 @@ func (p *Pool) own() *shard {
 	return p.ownSlow(i)
 }
 
+// ownFor is own for a request of n bytes. Where memory commits in 2 MiB chunks (CUDAHost
+// over VMM host memory), each shard keeps a few partly used chunks of its own at a peak, and
+// the requests that fill chunks are those of a page of their own (heap.Group.OwnPageMin):
+// above 64 KiB there, never served by a fast section but from a kept page of about their size.
+// A pool of several shards sends them to one shard, the big shard, when its mutex is free, as
+// the Go runtime allocates its large objects from one heap: their chunks are then shared as
+// one shard's are, and the pool holds about what one shard would (issue 38). When another
+// goroutine holds the big shard, the request goes to the P's home shard as any other: large
+// allocations never queue on one lock, and only allocations that overlap give up some of
+// the sharing. No fast section enters the big shard (it is no P's home).
+func (p *Pool) ownFor(n uintptr) *shard {
+	if p.bigMin != 0 && n >= p.bigMin {
+		if s := p.big.Load(); s != nil {
+			if s.tryLock() {
+				return s
+			}
+		} else if s, _ := p.newShard(slotBig); s != nil {
+			return s
+		}
+	}
+	return p.own()
+}
+
+// tryAllocBig is the big shard's fast path, for Alloc where no fast section served a request
+// of bigMin bytes or more: the heap's non-blocking allocation (a kept object page of about the
+// size) when the big shard's mutex is free.
+func (p *Pool) tryAllocBig(n uintptr) (addr uintptr, ok bool) {
+	if p.bigMin == 0 || n < p.bigMin {
+		return 0, false
+	}
+	s := p.big.Load()
+	if s == nil || !s.tryLock() {
+		return 0, false
+	}
+	if !p.closed.Load() { // see allocOnce
+		addr, ok = s.h.TryAlloc(n)
+	}
+	letGo(s)
+	return addr, ok
+}
+
+// tryFreeBig is the big shard's fast path for a free that no fast section did: the heap's
+// non-blocking free (TryFreeOrHeld) when the big shard's mutex is free, which keeps a freed
+// object page for the next request of its size.
+func (p *Pool) tryFreeBig(addr, n uintptr) (freed, held bool) {
+	if p.bigMin == 0 || n < p.bigMin {
+		return false, false
+	}
+	s := p.big.Load()
+	if s == nil || !s.tryLock() {
+		return false, false
+	}
+	freed, held = s.h.TryFreeOrHeld(addr, n)
+	letGo(s)
+	return freed, held
+}
+
 // tryLock makes the caller hold s if its mutex is free, for a caller that knows no fast
 // section is under way on s (or can be: a spill shard, a pool without fast sections).
 func (s *shard) tryLock() bool {
@@ -202,7 +260,7 @@ func (p *Pool) ownSlow(i int) *shard {
 			return s
 		}
 	}
-	if s, _ := p.newShard(-1); s != nil {
+	if s, _ := p.newShard(slotSpill); s != nil {
 		return s
 	}
 	if len(sp) == 0 { // none made: the pool is closed
@@ -213,9 +271,15 @@ func (p *Pool) ownSlow(i int) *shard {
 	return s
 }
 
-// newShard makes a shard, home to P slot or a spill shard (slot -1), and returns it held; nil
-// when P slot's was made first by another goroutine, or when there are as many spill shards
-// as home slots. It makes none after Close, which takes growMu before it looks at the shards,
+// Slots of shards that are no P's home: a spill shard, and the big shard (ownFor).
+const (
+	slotSpill = -1
+	slotBig   = -2
+)
+
+// newShard makes a shard, home to P slot, a spill shard (slotSpill) or the big shard
+// (slotBig), and returns it held; nil when P slot's, or the big shard, was made first by
+// another goroutine, or when there are as many spill shards as home slots. It makes none after Close, which takes growMu before it looks at the shards,
 // so that every shard is in the snapshot it counts and closes.
 func (p *Pool) newShard(slot int) (*shard, error) {
 	p.growMu.Lock()
@@ -223,7 +287,10 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 	if p.closed.Load() {
 		return nil, ErrClosed
 	}
-	if slot >= 0 && p.home[slot].Load() != nil || slot < 0 && len(*p.spill.Load()) >= len(p.home) {
+	switch {
+	case slot >= 0 && p.home[slot].Load() != nil,
+		slot == slotBig && p.big.Load() != nil,
+		slot == slotSpill && len(*p.spill.Load()) >= len(p.home):
 		return nil, nil
 	}
 	h, err := p.g.NewHeap(heap.Options{Align: p.align})
@@ -238,12 +305,16 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 	s.revoked.Store(1) // held before anyone can see it
 	ss := append(append([]*shard(nil), *p.shards.Load()...), s)
 	p.shards.Store(&ss)
-	if slot >= 0 {
-		p.home[slot].h = h
-		p.home[slot].s.Store(s)
-	} else {
+	switch slot {
+	case slotBig:
+		s.slot = slotSpill // tryOwn: its mutex alone
+		p.big.Store(s)
+	case slotSpill:
 		sp := append(append([]*shard(nil), *p.spill.Load()...), s)
 		p.spill.Store(&sp)
+	default:
+		p.home[slot].h = h
+		p.home[slot].s.Store(s)
 	}
 	return s, nil
 }

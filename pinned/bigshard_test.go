@@ -1,0 +1,115 @@
+package pinned
+
+import (
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// coarseOptions are those of a pool whose memory commits 2 MiB at a time, as CUDAHost's VMM
+// host memory does, on any machine: huge pages (the arena's granule is then 2 MiB).
+func coarseOptions() Options {
+	return Options{Backend: Pageable, HugePages: arena.HugeTLB, Capacity: 1 << 30, PurgeDelay: -1, Shards: 2}
+}
+
+// TestBigShardTakesObjectPages checks that, where memory is coarse, every request above the
+// medium classes comes from the big shard whichever P the goroutine runs on, class requests
+// from the other shards, and that a large request never waits for the big shard: while it is
+// held, the request goes to another shard. A pool over host pages has no big shard.
+func TestBigShardTakesObjectPages(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	p := newTestPool(t, coarseOptions())
+	if !p.g.Coarse() || p.bigMin != 64<<10+1 {
+		t.Fatalf("a pool on huge pages: coarse %v, big shard from %d bytes; want from %d", p.g.Coarse(), p.bigMin, 64<<10+1)
+	}
+	var bufs [][]byte
+	for g := range 8 { // one goroutine at a time, on whichever P: the big shard is free
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 50 {
+				b, err := p.Alloc(int(math.Round(4096 * math.Pow(1024, r.Float64())))) // 4 KiB - 4 MiB
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				bufs = append(bufs, b)
+				runtime.Gosched()
+			}
+		}()
+		<-done
+	}
+	big := p.big.Load()
+	for _, b := range bufs {
+		if h := owner(t, p, b); (h == big.h) != (uintptr(len(b)) >= p.bigMin) {
+			t.Errorf("a buffer of %d bytes is in heap %d (the big shard's: %v)", len(b), h.Index(), h == big.h)
+		}
+	}
+	big.mu.Lock() // another goroutine's large allocation, say
+	b, err := p.Alloc(1 << 20)
+	big.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner(t, p, b) == big.h {
+		t.Error("a large allocation took the big shard while it was held")
+	}
+	for _, b := range append(bufs, b) {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := newTestPool(t, Options{Backend: Pageable}); q.bigMin != 0 {
+		t.Errorf("a pool on host pages sends requests from %d bytes to a big shard", q.bigMin)
+	}
+}
+
+// owner returns the heap of p's buffer b.
+func owner(t *testing.T, p *Pool, b []byte) *heap.Heap {
+	t.Helper()
+	h, err := p.g.Owner(mem.Addr(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestBigShardSharesChunks is the footprint the big shard is for: a buffer allocated while
+// the goroutine's home shard is held (as on another P) goes in the chunk another shard's
+// buffer left room in, not in a chunk of its own. Before the big shard the second buffer took
+// a spill shard and a second 2 MiB chunk.
+func TestBigShardSharesChunks(t *testing.T) {
+	p := newTestPool(t, coarseOptions())
+	a, err := p.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var homes []*shard // every shard but the big one
+	for _, s := range *p.shards.Load() {
+		if s != p.big.Load() {
+			homes = append(homes, s)
+		}
+	}
+	p.hold(homes)
+	b, err := p.Alloc(512 << 10)
+	for _, s := range homes {
+		letGo(s)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Stats().Committed; c != 2<<20 {
+		t.Errorf("a 1 MiB and a 512 KiB buffer commit %d MiB; want one 2 MiB chunk", c>>20)
+	}
+	for _, b := range [][]byte{a, b} {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
