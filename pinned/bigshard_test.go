@@ -24,8 +24,8 @@ func coarseOptions() Options {
 func TestBigShardTakesObjectPages(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
 	p := newTestPool(t, coarseOptions())
-	if !p.g.Coarse() || p.bigMin != 64<<10+1 {
-		t.Fatalf("a pool on huge pages: coarse %v, big shard from %d bytes; want from %d", p.g.Coarse(), p.bigMin, 64<<10+1)
+	if !p.g.Coarse() || p.big.min != 64<<10+1 {
+		t.Fatalf("a pool on huge pages: coarse %v, big shard from %d bytes; want from %d", p.g.Coarse(), p.big.min, 64<<10+1)
 	}
 	var bufs [][]byte
 	for g := range 8 { // one goroutine at a time, on whichever P: the big shard is free
@@ -45,9 +45,9 @@ func TestBigShardTakesObjectPages(t *testing.T) {
 		}()
 		<-done
 	}
-	big := p.big.Load()
+	big := p.big.s.Load()
 	for _, b := range bufs {
-		if h := owner(t, p, b); (h == big.h) != (uintptr(len(b)) >= p.bigMin) {
+		if h := owner(t, p, b); (h == big.h) != (uintptr(len(b)) >= p.big.min) {
 			t.Errorf("a buffer of %d bytes is in heap %d (the big shard's: %v)", len(b), h.Index(), h == big.h)
 		}
 	}
@@ -65,8 +65,8 @@ func TestBigShardTakesObjectPages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if q := newTestPool(t, Options{Backend: Pageable}); q.bigMin != 0 {
-		t.Errorf("a pool on host pages sends requests from %d bytes to a big shard", q.bigMin)
+	if q := newTestPool(t, Options{Backend: Pageable}); q.big.min != 0 {
+		t.Errorf("a pool on host pages sends requests from %d bytes to a big shard", q.big.min)
 	}
 }
 
@@ -92,7 +92,7 @@ func TestBigShardSharesChunks(t *testing.T) {
 	}
 	var homes []*shard // every shard but the big one
 	for _, s := range *p.shards.Load() {
-		if s != p.big.Load() {
+		if s != p.big.s.Load() {
 			homes = append(homes, s)
 		}
 	}

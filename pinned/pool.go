@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -41,9 +42,13 @@ type Pool struct {
 	home   []homeSlot               // by P number (see shard.go); empty until first used
 	spill  atomic.Pointer[[]*shard] // spill shards, at most len(home)
 	shards atomic.Pointer[[]*shard] // every shard, in the order made: by heap.Heap.Index
-	big    atomic.Pointer[shard]    // the shard of requests of bigMin bytes or more, made as needed
-	bigMin uintptr                  // 0: none (see ownFor)
-	growMu sync.Mutex
+	big    bigShard                 // where memory is coarse (bigshard.go)
+	// fastMax is the largest request Alloc and Free serve in a fast section as they start:
+	// 0 where they run none (no fast sections, or guards), the big shard's smallest less one
+	// where it takes larger ones. One comparison, uint(n-1) < fastMax, tests all of that and
+	// n > 0.
+	fastMax uint
+	growMu  sync.Mutex
 
 	pc    precommit // the background commit of Options.Precommit
 	purge purger    // the idle purge (purge.go)
@@ -145,7 +150,14 @@ func newPool(o Options) (*Pool, error) {
 	p.shards.Store(new([]*shard))
 	p.spill.Store(new([]*shard))
 	if g.Coarse() && n > 1 {
-		p.bigMin = g.OwnPageMin()
+		p.big.min = g.OwnPageMin()
+	}
+	switch {
+	case !p.fast || p.guarded:
+	case p.big.min != 0:
+		p.fastMax = uint(p.big.min - 1)
+	default:
+		p.fastMax = math.MaxInt
 	}
 	s, err := p.newShard(p.homeSlot(procpin.ID())) // validates the alignment now rather than at the first Alloc
 	if err != nil {
@@ -169,7 +181,7 @@ func newPool(o Options) (*Pool, error) {
 func (p *Pool) Alloc(n int) ([]byte, error) {
 	// The fast path, written out here so that it costs one call: a fast section on the P's
 	// shard (see shard.go) and the heap's non-blocking allocation. allocRest has the rest.
-	if p.fast && !p.guarded && n > 0 {
+	if uint(n-1) < p.fastMax {
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil {
 			procpin.Unpin()
 		} else {
@@ -182,9 +194,6 @@ func (p *Pool) Alloc(n int) ([]byte, error) {
 			if ok {
 				return mem.Bytes(addr, uintptr(n)), nil
 			}
-		}
-		if addr, ok := p.tryAllocBig(uintptr(n)); ok {
-			return mem.Bytes(addr, uintptr(n)), nil
 		}
 		return p.allocRest(n, 0)
 	}
@@ -211,6 +220,11 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 		return p.allocGuarded(n, alignment)
 	}
 	if alignment == 0 && p.fast {
+		if p.big.owns(uintptr(n)) {
+			if addr, ok := p.tryAllocBig(uintptr(n)); ok {
+				return mem.Bytes(addr, uintptr(n)), nil
+			}
+		}
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // as Alloc's fast path
 			procpin.Unpin()
 		} else {
@@ -223,9 +237,6 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 			if ok {
 				return mem.Bytes(addr, uintptr(n)), nil
 			}
-		}
-		if addr, ok := p.tryAllocBig(uintptr(n)); ok {
-			return mem.Bytes(addr, uintptr(n)), nil
 		}
 	}
 	return p.allocRest(n, alignment)
@@ -304,7 +315,7 @@ func (p *Pool) allocError(err error, n, alignment uintptr) error {
 func (p *Pool) Free(b []byte) error {
 	// The fast path, written out here so that it costs one call: a fast section on the P's
 	// shard (see shard.go) and the heap's non-blocking free of a block no stream holds.
-	if p.fast && !p.guarded && cap(b) != 0 && !p.released.Load() {
+	if uint(cap(b)-1) < p.fastMax && !p.released.Load() {
 		addr, n := mem.Addr(b), uintptr(cap(b))
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil {
 			procpin.Unpin()
@@ -355,7 +366,10 @@ func (p *Pool) free(b []byte, guard bool) error {
 		return err
 	}
 	var r fastFree
-	if p.fast {
+	if p.big.owns(n) {
+		r.done, r.held = p.tryFreeBig(addr, n)
+	}
+	if p.fast && !r.done && !r.held {
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // as Free's fast path
 			procpin.Unpin()
 		} else {
@@ -417,9 +431,6 @@ func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
 		if done, err := p.sharedOrForeign(addr, n, r, nil); done {
 			return err
 		}
-	}
-	if !r.done && !r.held && r.claimed == nil {
-		r.done, r.held = p.tryFreeBig(addr, n)
 	}
 	var err error
 	switch {

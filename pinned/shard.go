@@ -137,63 +137,6 @@ func (p *Pool) own() *shard {
 	return p.ownSlow(i)
 }
 
-// ownFor is own for a request of n bytes. Where memory commits in 2 MiB chunks (CUDAHost
-// over VMM host memory), each shard keeps a few partly used chunks of its own at a peak, and
-// the requests that fill chunks are those of a page of their own (heap.Group.OwnPageMin):
-// above 64 KiB there, never served by a fast section but from a kept page of about their size.
-// A pool of several shards sends them to one shard, the big shard, when its mutex is free, as
-// the Go runtime allocates its large objects from one heap: their chunks are then shared as
-// one shard's are, and the pool holds about what one shard would (issue 38). When another
-// goroutine holds the big shard, the request goes to the P's home shard as any other: large
-// allocations never queue on one lock, and only allocations that overlap give up some of
-// the sharing. No fast section enters the big shard (it is no P's home).
-func (p *Pool) ownFor(n uintptr) *shard {
-	if p.bigMin != 0 && n >= p.bigMin {
-		if s := p.big.Load(); s != nil {
-			if s.tryLock() {
-				return s
-			}
-		} else if s, _ := p.newShard(slotBig); s != nil {
-			return s
-		}
-	}
-	return p.own()
-}
-
-// tryAllocBig is the big shard's fast path, for Alloc where no fast section served a request
-// of bigMin bytes or more: the heap's non-blocking allocation (a kept object page of about the
-// size) when the big shard's mutex is free.
-func (p *Pool) tryAllocBig(n uintptr) (addr uintptr, ok bool) {
-	if p.bigMin == 0 || n < p.bigMin {
-		return 0, false
-	}
-	s := p.big.Load()
-	if s == nil || !s.tryLock() {
-		return 0, false
-	}
-	if !p.closed.Load() { // see allocOnce
-		addr, ok = s.h.TryAlloc(n)
-	}
-	letGo(s)
-	return addr, ok
-}
-
-// tryFreeBig is the big shard's fast path for a free that no fast section did: the heap's
-// non-blocking free (TryFreeOrHeld) when the big shard's mutex is free, which keeps a freed
-// object page for the next request of its size.
-func (p *Pool) tryFreeBig(addr, n uintptr) (freed, held bool) {
-	if p.bigMin == 0 || n < p.bigMin {
-		return false, false
-	}
-	s := p.big.Load()
-	if s == nil || !s.tryLock() {
-		return false, false
-	}
-	freed, held = s.h.TryFreeOrHeld(addr, n)
-	letGo(s)
-	return freed, held
-}
-
 // tryLock makes the caller hold s if its mutex is free, for a caller that knows no fast
 // section is under way on s (or can be: a spill shard, a pool without fast sections).
 func (s *shard) tryLock() bool {
@@ -289,7 +232,7 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 	}
 	switch {
 	case slot >= 0 && p.home[slot].Load() != nil,
-		slot == slotBig && p.big.Load() != nil,
+		slot == slotBig && p.big.s.Load() != nil,
 		slot == slotSpill && len(*p.spill.Load()) >= len(p.home):
 		return nil, nil
 	}
@@ -308,7 +251,7 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 	switch slot {
 	case slotBig:
 		s.slot = slotSpill // tryOwn: its mutex alone
-		p.big.Store(s)
+		p.big.s.Store(s)
 	case slotSpill:
 		sp := append(append([]*shard(nil), *p.spill.Load()...), s)
 		p.spill.Store(&sp)

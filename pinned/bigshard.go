@@ -1,0 +1,75 @@
+package pinned
+
+import "sync/atomic"
+
+// The big shard.
+//
+// Where memory commits 2 MiB at a time (CUDAHost over VMM host memory), each shard keeps a few
+// partly used chunks of its own at a peak, and the requests that fill chunks are those that
+// take a page of their own (heap.Group.OwnPageMin): above 64 KiB there, never served from a
+// class page. A pool of several shards sends them to one more shard, the big shard, when its
+// mutex is free, as the Go runtime allocates its large objects from one heap: their chunks are
+// then shared as one shard's are, and the pool holds about what one shard would (issue 38).
+// When another goroutine holds the big shard, the request goes to the P's home shard as any
+// other: large allocations never queue on one lock, and only those that overlap give up some
+// of the sharing.
+//
+// The big shard is no P's home, so no fast section enters it: its mutex alone makes a holder
+// (its fast paths take nothing else; revoked, which only stops fast sections, is counted by
+// the blocking paths as for any shard).
+// Its own fast paths (tryAllocBig, tryFreeBig) run the heap's non-blocking entry points (a
+// kept object page of about the size) when its mutex is free. Alloc and Free try them first
+// for such sizes (Pool.fastMax sends those past their own fast sections), then the home
+// shard's fast section, which serves what the home shard took while the big shard was busy.
+
+// bigShard is a pool's big shard, made by the first request for it; min is zero in pools
+// without one (memory that commits a host page at a time, or a single shard).
+type bigShard struct {
+	s   atomic.Pointer[shard]
+	min uintptr // the smallest request it takes
+}
+
+// owns reports whether a request (or a buffer) of n bytes belongs to the big shard.
+func (b *bigShard) owns(n uintptr) bool { return b.min != 0 && n >= b.min }
+
+// ownFor is own for a request of n bytes: the big shard for its sizes when its mutex is free
+// (made the first time), else own's shard.
+func (p *Pool) ownFor(n uintptr) *shard {
+	if p.big.owns(n) {
+		if s := p.big.s.Load(); s != nil {
+			if s.tryLock() {
+				return s
+			}
+		} else if s, _ := p.newShard(slotBig); s != nil {
+			return s
+		}
+	}
+	return p.own()
+}
+
+// tryAllocBig is the big shard's fast path for a request of its sizes: the heap's non-blocking
+// allocation when its mutex is free.
+func (p *Pool) tryAllocBig(n uintptr) (addr uintptr, ok bool) {
+	s := p.big.s.Load()
+	if s == nil || !s.mu.TryLock() { // its mutex alone: see the file's documentation
+		return 0, false
+	}
+	if !p.closed.Load() { // see allocOnce
+		addr, ok = s.h.TryAlloc(n)
+	}
+	s.mu.Unlock()
+	return addr, ok
+}
+
+// tryFreeBig is the big shard's fast path for a free no fast section did: the heap's
+// non-blocking free (TryFreeOrHeld) of a buffer of its sizes when its mutex is free, which
+// keeps a freed object page for the next request of its size.
+func (p *Pool) tryFreeBig(addr, n uintptr) (freed, held bool) {
+	s := p.big.s.Load()
+	if s == nil || !s.mu.TryLock() {
+		return false, false
+	}
+	freed, held = s.h.TryFreeOrHeld(addr, n)
+	s.mu.Unlock()
+	return freed, held
+}
