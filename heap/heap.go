@@ -122,6 +122,9 @@
 //     (pinned does before it maps its blocks) rather than when a class runs dry;
 //   - Index: the heap's number in its group, to index a front's per-heap table (pinned's
 //     shards) from the heap a block belongs to;
+//   - Group.OwnPageMin and Group.Coarse: the requests that take a page of their own, which a
+//     front with several heaps may send to one where memory is coarse, so that their chunks
+//     are shared (pinned's big shard);
 //   - SpareMark and ReleaseSpares: a held heap's owner gives back the empty segments it kept
 //     at a mark, once the outside work that may use them has passed a point after the mark
 //     (device's idle purge, for a busy stream heap);

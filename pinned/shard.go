@@ -34,8 +34,9 @@ import (
 // A goroutine whose home shard is held, or whose P has no home slot (GOMAXPROCS raised after
 // New), takes a spill shard: a heap that only holders own, by its mutex, made as needed up to
 // the number of home slots. Where memory is coarse, one more heap that only holders own, the
-// big shard, takes the requests that need a page of their own when its mutex is free (ownFor). Frees need no owner at all for blocks of another shard (the heap's
-// remote free); a fast section frees its own shard's class blocks locally.
+// big shard, takes the requests that need a page of their own when its mutex is free
+// (bigshard.go). Frees need no owner at all for blocks of another shard (the heap's remote
+// free); a fast section frees its own shard's class blocks locally.
 //
 // Without fast sections (the race detector cannot see their ordering; the pinmalloc_noprocpin
 // build cannot pin; a kernel without membarrier; a pool with fewer home slots than Ps) every
@@ -214,7 +215,7 @@ func (p *Pool) ownSlow(i int) *shard {
 	return s
 }
 
-// Slots of shards that are no P's home: a spill shard, and the big shard (ownFor).
+// Slots of shards that are no P's home: a spill shard, and the big shard (bigshard.go).
 const (
 	slotSpill = -1
 	slotBig   = -2
@@ -222,8 +223,9 @@ const (
 
 // newShard makes a shard, home to P slot, a spill shard (slotSpill) or the big shard
 // (slotBig), and returns it held; nil when P slot's, or the big shard, was made first by
-// another goroutine, or when there are as many spill shards as home slots. It makes none after Close, which takes growMu before it looks at the shards,
-// so that every shard is in the snapshot it counts and closes.
+// another goroutine, or when there are as many spill shards as home slots. It makes none after
+// Close, which takes growMu before it looks at the shards, so that every shard is in the
+// snapshot it counts and closes.
 func (p *Pool) newShard(slot int) (*shard, error) {
 	p.growMu.Lock()
 	defer p.growMu.Unlock()
