@@ -30,9 +30,15 @@ type HostVMM struct {
 	regions []*arena.Region // live regions, for DevicePointer
 }
 
+// maxHostDevices is the most devices VMM host memory can be granted to: the device a HostVMM
+// is made on and HostOptions.Devices, each counted once. The driver is asked to grant access
+// to all of them and to the host in one call, which the binding passes at most 16 locations.
+const maxHostDevices = icuda.MaxAccess - 1
+
 // NewHostVMM returns a provider of VMM host memory on dev. It fails with an error wrapping
 // cuda.ErrNotSupported when the driver has no VMM host memory, or none at the node o.NUMA asks
-// for.
+// for, and with one wrapping arena.ErrInvalid when o.Devices names a device the machine lacks
+// or, with dev, more than 15 devices.
 func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 	p := &HostVMM{populate: o.Populate}
 	if err := p.cudaBase.init(dev, "cuda-host-vmm", arena.HostPinned); err != nil {
@@ -41,6 +47,16 @@ func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 	n, err := icuda.Count()
 	if err != nil {
 		return nil, fmt.Errorf("%w: counting devices: %w", arena.ErrInvalid, err)
+	}
+	others := map[int]struct{}{}
+	for _, d := range o.Devices {
+		if d != p.dev.Ordinal() {
+			others[d] = struct{}{}
+		}
+	}
+	if len(others) >= maxHostDevices {
+		return nil, fmt.Errorf("%w: host VMM memory granted to %d devices (device %d and %d others): at most %d, the driver taking %d locations in one grant of access, the host's among them",
+			arena.ErrInvalid, len(others)+1, p.dev.Ordinal(), len(others), maxHostDevices, icuda.MaxAccess)
 	}
 	var devs []cuda.Location
 	for _, d := range o.Devices {

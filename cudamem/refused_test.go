@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,5 +216,37 @@ func TestFakeHostVMMDevicesChecked(t *testing.T) {
 	s, err := a.Alloc(2<<20, 256)
 	must(t, "Alloc", err)
 	copyBoth(t, f.Open(t, 1), s.Base, s.Size)
+	must(t, "Free", a.Free(s))
+}
+
+// TestFakeHostVMMDevicesLimit: the driver grants access to host VMM memory in one call for
+// the host and every device, which the binding passes at most 16 locations: more than 15
+// devices (the provider's own with HostOptions.Devices) are refused by NewHostVMM with an
+// error naming the limit, and 15 work. Before, NewHostVMM made the provider and its first
+// commit failed at cuMemSetAccess with an error about 17 locations the caller never named.
+func TestFakeHostVMMDevicesLimit(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(16)
+	ordinals := func(lo, hi int) (ds []int) {
+		for i := lo; i < hi; i++ {
+			ds = append(ds, i, i) // each twice: a device counts once
+		}
+		return ds
+	}
+	for _, devs := range [][]int{ordinals(0, 16), ordinals(1, 16)} {
+		_, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: devs})
+		if !errors.Is(err, arena.ErrInvalid) || !strings.Contains(fmt.Sprint(err), "at most 15") {
+			t.Errorf("Devices %v: %v; want arena.ErrInvalid naming the limit of 15", devs, err)
+		}
+	}
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: ordinals(0, 15)})
+	must(t, "NewHostVMM with 15 devices", err)
+	a := newArena(t, p, 64<<20)
+	s, err := a.Alloc(2<<20, 256)
+	must(t, "Alloc", err)
+	copyBoth(t, f.Open(t, 14), s.Base, s.Size)
 	must(t, "Free", a.Free(s))
 }
