@@ -250,3 +250,51 @@ func TestFakeHostVMMDevicesLimit(t *testing.T) {
 	copyBoth(t, f.Open(t, 14), s.Base, s.Size)
 	must(t, "Free", a.Free(s))
 }
+
+// TestFakeVMMReleaseRefused: closing an arena whose region release the driver refuses (the
+// unmap of a populated region, or the release of a handle a failed commit stranded) returns the
+// refusal and keeps the region, mapped or its handle held, counted by the provider; the next
+// Close gives everything back. Before, the region was dropped by the arena whatever the
+// provider said, and a refused stranded release freed the reservation anyway, so that a retry
+// found the region released.
+func TestFakeVMMReleaseRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, c := range []struct {
+		name     string
+		populate bool
+		call     fakecuda.PinCall
+	}{{"populated region's unmap", true, fakecuda.CallUnmap}, {"stranded handle's release", false, fakecuda.CallRelease}} {
+		p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: c.populate}})
+		must(t, "NewHostVMM", err)
+		a, err := arena.New(arena.Options{Provider: p, Capacity: 8 << 20, RegionSize: 8 << 20, PurgeDelay: -1})
+		must(t, "arena.New", err)
+		if c.populate {
+			s, err := a.Alloc(2<<20, arena.DefaultChunkSize)
+			must(t, "Alloc", err)
+			must(t, "Free", a.Free(s))
+		} else { // a commit failing at cuMemSetAccess whose undo's release is refused
+			f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
+			f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultInvalidValue)
+			if _, err := a.Alloc(2<<20, arena.DefaultChunkSize); err == nil {
+				t.Fatalf("%s: Alloc whose cuMemSetAccess fails succeeded", c.name)
+			}
+		}
+		held := p.Counters()
+		f.FailAfter(c.call, 0, fakecuda.ResultInvalidValue)
+		if err := a.Close(); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
+			t.Fatalf("%s refused: Close = %v", c.name, err)
+		}
+		if got := p.Counters(); got.Reservations != 1 || got.Committed != held.Committed || got.Live() == 0 || f.Stat(fakecuda.Reservations) != 1 {
+			t.Errorf("%s refused: provider %+v (before Close %+v), fake %d reservations", c.name, got, held, f.Stat(fakecuda.Reservations))
+		}
+		must(t, c.name+" refused: Close again", a.Close())
+		if got := p.Counters(); got.Live() != 0 || got.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
+			f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+			t.Errorf("%s refused: after the second Close: provider %+v, fake %d handles, %d mappings, %d reservations",
+				c.name, got, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+		}
+	}
+}

@@ -20,7 +20,7 @@ package cudamem
 // decommits overlapping ranges at once, so no two calls race for a granule. A commit that fails
 // midway unmaps and releases what it mapped before it returns: the driver holds nothing of it
 // (a handle whose release the driver refuses is kept and released again by the next commit or
-// region release).
+// region release). A region release the driver refuses keeps the region for a later one.
 //
 // A decommit releases the granules' handles first and unmaps them last (the driver frees a
 // released allocation with its last mapping), so that a decommit the driver refuses leaves the
@@ -281,9 +281,10 @@ func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 	return p.unmapGranules(r, v, int(off/p.gran), int((off+size)/p.gran))
 }
 
-// Release implements arena.Provider: what is still mapped is unmapped, then the address range
-// freed. It releases the handles stranded by refused releases too, and reports those the driver
-// refuses again (the region is released all the same).
+// Release implements arena.Provider: what is still mapped is unmapped, the handles stranded by
+// refused releases are released, then the address range freed. When the driver refuses any of
+// it, Release returns the refusal and keeps the region, with what is still mapped or held on
+// record: a later Release of it tries again.
 func (p *vmm) Release(r *arena.Region) error {
 	if r == nil {
 		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
@@ -295,11 +296,14 @@ func (p *vmm) Release(r *arena.Region) error {
 	if err := p.unmapGranules(r, v, 0, len(v.handles)); err != nil {
 		return err
 	}
+	if err := p.releaseStranded(); err != nil {
+		return err
+	}
 	if err := p.call(&p.reservations, -1, p.dev.MemAddressFree(r.Base, r.Size)); err != nil {
 		return fmt.Errorf("%w: cuMemAddressFree of %d bytes: %w", arena.ErrInvalid, r.Size, err)
 	}
 	p.mu.Lock() // HostVMM.DevicePointer reads it under this lock, for the regions of every arena
 	r.Handle = nil
 	p.mu.Unlock()
-	return p.releaseStranded()
+	return nil
 }
