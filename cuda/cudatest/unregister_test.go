@@ -13,8 +13,8 @@ import (
 // memory by registration. A Trim whose cuMemHostUnregister the driver refuses leaves the memory
 // committed and the pool's, and the next Trim gives it back; a Close whose unregistration is
 // refused (a populated pool: its memory is given back at the release) returns the driver's
-// error and keeps the memory, and the next Close gives it back, the device with it (the test's
-// cleanup finds nothing held).
+// error and keeps the memory, and the next Close or Trim gives it back, the device with it (the
+// test's cleanup finds nothing held).
 func TestFailNextHostUnregister(t *testing.T) {
 	dev, fake := cudatest.Device(t)
 	if dev == nil {
@@ -81,20 +81,28 @@ func TestFailNextHostUnregister(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p = newPool(true)
-	committed = p.Stats().Committed
-	fake.FailNext(cudatest.HostUnregister, cudatest.NotPermitted)
-	refused("Close", p.Close())
-	if got := p.Stats().Committed; got != committed || committed == 0 {
-		t.Fatalf("Committed after a refused Close = %d, want %d (the memory kept)", got, committed)
-	}
-	if err := p.Close(); err != nil {
-		t.Fatalf("the next Close: %v", err)
-	}
-	if got := p.Stats().Committed; got != 0 {
-		t.Fatalf("Committed after the next Close = %d", got)
-	}
-	if err := p.Close(); !errors.Is(err, pinned.ErrClosed) {
-		t.Fatalf("a third Close = %v, want ErrClosed", err)
+	for _, retry := range []string{"Close", "Trim"} {
+		p = newPool(true)
+		committed = p.Stats().Committed
+		fake.FailNext(cudatest.HostUnregister, cudatest.NotPermitted)
+		refused("Close", p.Close())
+		if got := p.Stats().Committed; got != committed || committed == 0 {
+			t.Fatalf("Committed after a refused Close = %d, want %d (the memory kept)", got, committed)
+		}
+		var err error
+		if retry == "Close" {
+			err = p.Close()
+		} else {
+			err = p.Trim()
+		}
+		if err != nil {
+			t.Fatalf("the next %s: %v", retry, err)
+		}
+		if got := p.Stats().Committed; got != 0 {
+			t.Fatalf("Committed after the next %s = %d", retry, got)
+		}
+		if err := p.Close(); !errors.Is(err, pinned.ErrClosed) {
+			t.Fatalf("a Close after the next %s = %v, want ErrClosed", retry, err)
+		}
 	}
 }
