@@ -298,3 +298,40 @@ func TestFakeVMMReleaseRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeHostVMMPopulateUndoRefused: a populated region whose commit fails (cuMemSetAccess)
+// is given back by Reserve; when the driver refuses that too (the undo's unmap, then the
+// release's cuMemRelease), the region is kept and given back at the next Reserve, and nothing
+// is held once the arena is closed. Before, Reserve dropped the region whatever the driver
+// said: its reservation and granules were held for good.
+func TestFakeHostVMMPopulateUndoRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: true}})
+	must(t, "NewHostVMM", err)
+	a, err := arena.New(arena.Options{Provider: p, Capacity: 8 << 20, RegionSize: 8 << 20, PurgeDelay: -1})
+	must(t, "arena.New", err)
+	f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
+	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
+	f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultInvalidValue)
+	if _, err := a.Alloc(2<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) {
+		t.Fatalf("Alloc whose populating commit fails: %v", err)
+	}
+	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
+		t.Fatalf("after the refused undo: provider %+v, fake %d reservations; want the region kept", c, f.Stat(fakecuda.Reservations))
+	}
+	s, err := a.Alloc(2<<20, arena.DefaultChunkSize)
+	must(t, "Alloc", err)
+	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
+		t.Errorf("after the next Reserve: provider %+v, fake %d reservations; want the new region only", c, f.Stat(fakecuda.Reservations))
+	}
+	must(t, "Free", a.Free(s))
+	must(t, "Close", a.Close())
+	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
+		f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+		t.Errorf("after Close: provider %+v, fake %d handles, %d mappings, %d reservations",
+			c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+	}
+}

@@ -51,8 +51,9 @@ type vmm struct {
 	what   string // "device" or "host", for errors
 	zero   bool   // a fresh physical allocation reads as zero (measured for host memory)
 
-	mu       sync.Mutex        // guards the vmmRegion records, a region's Handle and stranded (not held across driver calls)
+	mu       sync.Mutex        // guards the vmmRegion records, a region's Handle, stranded and orphans (not held across driver calls)
 	stranded []icuda.MemHandle // handles unmapped whose release the driver refused: released again later
+	orphans  []*arena.Region   // regions no arena took whose release the driver refused: released again later
 }
 
 // vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
@@ -186,6 +187,29 @@ func (p *vmm) releaseStranded() error {
 	p.stranded = nil
 	p.mu.Unlock()
 	return p.release(hs)
+}
+
+// orphan gives back r, a region reserved for no arena in the end (a populated region whose
+// commit failed); what the driver refuses to give back is kept, and released again by
+// releaseOrphans.
+func (p *vmm) orphan(r *arena.Region) {
+	if p.Release(r) != nil {
+		p.mu.Lock()
+		p.orphans = append(p.orphans, r)
+		p.mu.Unlock()
+	}
+}
+
+// releaseOrphans releases again the regions whose release orphan could not make; those the
+// driver refuses again stay orphans (counted in Counters).
+func (p *vmm) releaseOrphans() {
+	p.mu.Lock()
+	rs := p.orphans
+	p.orphans = nil
+	p.mu.Unlock()
+	for _, r := range rs {
+		p.orphan(r)
+	}
 }
 
 // record puts the granules from lo, mapped with the handles hs (zero: released already), on
