@@ -16,6 +16,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -210,12 +211,18 @@ func TestFakeHostVMMDevicesChecked(t *testing.T) {
 			t.Errorf("Devices %v: %v", devs, err)
 		}
 	}
-	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: []int{1, 1, 0, 1}})
+	copiesGranted(t, f, d, []int{1, 1, 0, 1}, 1)
+}
+
+// copiesGranted checks that VMM host memory granted to devs copies to and from device dev.
+func copiesGranted(t *testing.T, f *fakecuda.Driver, d *cuda.Device, devs []int, dev int) {
+	t.Helper()
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: devs})
 	must(t, "NewHostVMM", err)
 	a := newArena(t, p, 64<<20)
 	s, err := a.Alloc(2<<20, 256)
 	must(t, "Alloc", err)
-	copyBoth(t, f.Open(t, 1), s.Base, s.Size)
+	copyBoth(t, f.Open(t, dev), s.Base, s.Size)
 	must(t, "Free", a.Free(s))
 }
 
@@ -242,13 +249,7 @@ func TestFakeHostVMMDevicesLimit(t *testing.T) {
 			t.Errorf("Devices %v: %v; want arena.ErrInvalid naming the limit of 15", devs, err)
 		}
 	}
-	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: ordinals(0, 15)})
-	must(t, "NewHostVMM with 15 devices", err)
-	a := newArena(t, p, 64<<20)
-	s, err := a.Alloc(2<<20, 256)
-	must(t, "Alloc", err)
-	copyBoth(t, f.Open(t, 14), s.Base, s.Size)
-	must(t, "Free", a.Free(s))
+	copiesGranted(t, f, d, ordinals(0, 15), 14)
 }
 
 // TestFakeVMMReleaseRefused: closing an arena whose region release the driver refuses (the
