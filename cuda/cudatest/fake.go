@@ -103,8 +103,9 @@ const (
 )
 
 // FailNext makes the next call of c that passes its argument checks fail with the result code
-// (OutOfMemory, ...), once. A failed launch runs nothing. Calling it again before that call
-// replaces the failure set, it does not add one.
+// (OutOfMemory, ...), once. A failed launch runs nothing. Calling it again for the same call
+// before that call replaces the failure set, it does not add one; failures set for different
+// calls stand side by side (a refused MemRelease and a refused MemUnmap, say).
 func (f *Fake) FailNext(c Call, code int) {
 	f.t.Helper()
 	if code <= 0 || code > 0xffff {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cuda/cudatest"
+	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -104,5 +105,45 @@ func TestFailNextHostUnregister(t *testing.T) {
 		if err := p.Close(); !errors.Is(err, pinned.ErrClosed) {
 			t.Fatalf("a Close after the next %s = %v, want ErrClosed", retry, err)
 		}
+	}
+}
+
+// TestFailNextCloseRefused: a device heap's Close whose give-back the driver refuses twice
+// (the purge's cuMemRelease, then the release's cuMemUnmap) returns the driver's error, and the
+// memory stays allocated; the next Close gives it back. Before, the heap was closed with its
+// memory lost: the next Close said closed.
+func TestFailNextCloseRefused(t *testing.T) {
+	dev, fake := cudatest.Device(t)
+	if dev == nil {
+		return
+	}
+	h, err := device.New(dev, device.Options{Capacity: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.Alloc(1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	used := fake.Used()
+	fake.FailNext(cudatest.MemRelease, cudatest.NotPermitted)
+	fake.FailNext(cudatest.MemUnmap, cudatest.NotPermitted)
+	if code, ok := cuda.ResultCode(h.Close()); !ok || code != cudatest.NotPermitted {
+		t.Fatalf("Close whose give-back is refused: code %d", code)
+	}
+	if got := fake.Used(); got != used || used == 0 {
+		t.Fatalf("Used after a refused Close = %d, want %d (the memory kept)", got, used)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatalf("the next Close: %v", err)
+	}
+	if got := fake.Used(); got != 0 {
+		t.Fatalf("Used after the next Close = %d", got)
+	}
+	if err := h.Close(); !errors.Is(err, device.ErrClosed) {
+		t.Fatalf("a Close after that = %v, want ErrClosed", err)
 	}
 }
