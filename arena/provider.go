@@ -123,7 +123,10 @@ type Provider interface {
 	Commit(r *Region, off, size uintptr) error
 	// Decommit returns [r.Base+off, r.Base+off+size) to the system; the range stays reserved.
 	Decommit(r *Region, off, size uintptr) error
-	// Release gives the whole region back. The region must not be used afterwards.
+	// Release gives the whole region back. The region must not be used afterwards. A Release
+	// that fails keeps what it could not give back (mapped, registered, held) with the region,
+	// so that a later Release of it tries again: the arena keeps such a region, counted, and
+	// tries again at its next Close.
 	Release(r *Region) error
 }
 

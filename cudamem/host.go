@@ -12,7 +12,8 @@ type HostOptions struct {
 	arena.HostOptions
 	// Devices lists the ordinals of other devices that may read and write VMM host memory
 	// (copies and zero-copy kernels): the device the provider is made on always may. An
-	// ordinal the machine lacks makes NewHostVMM fail with arena.ErrInvalid. A registration is
+	// ordinal the machine lacks, or more than 15 devices with the provider's own,
+	// makes NewHostVMM fail with arena.ErrInvalid. A registration is
 	// portable to every device without it.
 	Devices []int
 	// NUMA selects the host NUMA node of the memory, on either path:

@@ -207,10 +207,8 @@ func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 	regs = p.regs[r.Base]
 	lo, hi = overlapping(regs, off, size)
 	inside := append([]hostReg(nil), regs[lo:hi]...)
-	for _, g := range inside {
-		if err := p.unregisterOne(r, g); err != nil {
-			return err
-		}
+	if err := p.unregisterAll(r, inside); err != nil {
+		return err
 	}
 	if err := p.registerLocked(r, hostReg{off, size}); err != nil {
 		for _, g := range inside { // put back what was there: committed memory stays registered
@@ -221,7 +219,9 @@ func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 	return nil
 }
 
-// Decommit implements arena.Provider: the range is unregistered, then its pages dropped.
+// Decommit implements arena.Provider: the range is unregistered, then its pages dropped. When
+// the driver refuses to unregister a part, the range stays committed and registered whole, as
+// the arena then takes it to be.
 func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 	if err := r.CheckRange(off, size); err != nil {
 		return err
@@ -231,11 +231,7 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 	if err == nil {
 		regs := p.regs[r.Base]
 		lo, hi := overlapping(regs, off, size)
-		for _, g := range append([]hostReg(nil), regs[lo:hi]...) {
-			if err = p.unregisterOne(r, g); err != nil {
-				break
-			}
-		}
+		err = p.unregisterAll(r, append([]hostReg(nil), regs[lo:hi]...))
 	}
 	p.mu.Unlock()
 	if err != nil {
@@ -244,7 +240,10 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 	return p.host.Decommit(r, off, size)
 }
 
-// Release implements arena.Provider. Registrations left (a populated region) are undone first.
+// Release implements arena.Provider. Registrations left (a populated region, a range whose
+// decommit the driver refused) are undone first. When the driver refuses to undo one, Release
+// returns an error wrapping arena.ErrCommit and the driver's, and keeps the region mapped with
+// the registrations it could not undo on record: a later Release of the region tries again.
 func (p *HostRegister) Release(r *arena.Region) error {
 	if r == nil {
 		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
@@ -252,11 +251,17 @@ func (p *HostRegister) Release(r *arena.Region) error {
 	p.mu.Lock()
 	var errs []error
 	for _, g := range append([]hostReg(nil), p.regs[r.Base]...) {
-		errs = append(errs, p.unregisterOne(r, g))
+		if err := p.unregisterOne(r, g); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		p.mu.Unlock()
+		return fmt.Errorf("region [%#x, +%d) kept for a later release: %w", r.Base, r.Size, errors.Join(errs...))
 	}
 	delete(p.regs, r.Base)
 	p.mu.Unlock()
-	return errors.Join(append(errs, p.host.Release(r))...)
+	return p.host.Release(r)
 }
 
 // Zero implements arena.Zeroer, with the CPU.
@@ -369,6 +374,24 @@ func (p *HostRegister) record(r *arena.Region, g hostReg) {
 	regs[i] = g
 	p.regs[r.Base] = regs
 	p.committed.Add(int64(g.size))
+}
+
+// unregisterAll undoes the registrations gs of r, in order. When the driver refuses one, those
+// undone already are registered again, so that the committed range stays registered as the
+// caller's caller (the arena, which keeps a refused range committed) takes it to be, and the
+// refusal is returned. p.mu is held.
+func (p *HostRegister) unregisterAll(r *arena.Region, gs []hostReg) error {
+	for i, g := range gs {
+		if err := p.unregisterOne(r, g); err != nil {
+			for _, u := range gs[:i] {
+				if rerr := p.registerLocked(r, u); rerr != nil {
+					return fmt.Errorf("%w; registering [%#x, +%d) again: %w", err, r.Base+u.off, u.size, rerr)
+				}
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // unregisterOne undoes registration g of r and forgets it. p.mu is held.

@@ -30,9 +30,15 @@ type HostVMM struct {
 	regions []*arena.Region // live regions, for DevicePointer
 }
 
+// maxHostDevices is the most devices VMM host memory can be granted to: the device a HostVMM
+// is made on and HostOptions.Devices, each counted once. The driver is asked to grant access
+// to all of them and to the host in one call, which the binding passes at most 16 locations.
+const maxHostDevices = icuda.MaxAccess - 1
+
 // NewHostVMM returns a provider of VMM host memory on dev. It fails with an error wrapping
 // cuda.ErrNotSupported when the driver has no VMM host memory, or none at the node o.NUMA asks
-// for.
+// for, and with one wrapping arena.ErrInvalid when o.Devices names a device the machine lacks
+// or, with dev, more than 15 devices.
 func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 	p := &HostVMM{populate: o.Populate}
 	if err := p.cudaBase.init(dev, "cuda-host-vmm", arena.HostPinned); err != nil {
@@ -41,6 +47,16 @@ func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 	n, err := icuda.Count()
 	if err != nil {
 		return nil, fmt.Errorf("%w: counting devices: %w", arena.ErrInvalid, err)
+	}
+	others := map[int]struct{}{}
+	for _, d := range o.Devices {
+		if d != p.dev.Ordinal() {
+			others[d] = struct{}{}
+		}
+	}
+	if len(others) >= maxHostDevices {
+		return nil, fmt.Errorf("%w: host VMM memory granted to %d devices (device %d and %d others): at most %d, the driver taking %d locations in one grant of access, the host's among them",
+			arena.ErrInvalid, len(others)+1, p.dev.Ordinal(), len(others), maxHostDevices, icuda.MaxAccess)
 	}
 	var devs []cuda.Location
 	for _, d := range o.Devices {
@@ -134,14 +150,17 @@ func (p *HostVMM) Node() int {
 func (p *HostVMM) Location() cuda.Location { return p.loc }
 
 // Reserve implements arena.Provider. With HostOptions.Populate the region is committed whole.
+// A populated region whose commit fails is given back, and what the driver refuses to give
+// back of it is kept and given back at the next Reserve or Release.
 func (p *HostVMM) Reserve(size, alignment uintptr) (*arena.Region, error) {
+	p.releaseOrphans()
 	r, err := p.vmm.Reserve(size, alignment)
 	if err != nil {
 		return nil, err
 	}
 	if p.populate {
 		if err := p.Commit(r, 0, r.Size); err != nil {
-			_ = p.vmm.Release(r)
+			p.orphan(r)
 			return nil, err
 		}
 		r.Committed = true
@@ -154,6 +173,7 @@ func (p *HostVMM) Reserve(size, alignment uintptr) (*arena.Region, error) {
 
 // Release implements arena.Provider.
 func (p *HostVMM) Release(r *arena.Region) error {
+	p.releaseOrphans()
 	if err := p.vmm.Release(r); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -209,11 +211,128 @@ func TestFakeHostVMMDevicesChecked(t *testing.T) {
 			t.Errorf("Devices %v: %v", devs, err)
 		}
 	}
-	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: []int{1, 1, 0, 1}})
+	copiesGranted(t, f, d, []int{1, 1, 0, 1}, 1)
+}
+
+// copiesGranted checks that VMM host memory granted to devs copies to and from device dev.
+func copiesGranted(t *testing.T, f *fakecuda.Driver, d *cuda.Device, devs []int, dev int) {
+	t.Helper()
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: devs})
 	must(t, "NewHostVMM", err)
 	a := newArena(t, p, 64<<20)
 	s, err := a.Alloc(2<<20, 256)
 	must(t, "Alloc", err)
-	copyBoth(t, f.Open(t, 1), s.Base, s.Size)
+	copyBoth(t, f.Open(t, dev), s.Base, s.Size)
 	must(t, "Free", a.Free(s))
+}
+
+// TestFakeHostVMMDevicesLimit: the driver grants access to host VMM memory in one call for
+// the host and every device, which the binding passes at most 16 locations: more than 15
+// devices (the provider's own with HostOptions.Devices) are refused by NewHostVMM with an
+// error naming the limit, and 15 work. Before, NewHostVMM made the provider and its first
+// commit failed at cuMemSetAccess with an error about 17 locations the caller never named.
+func TestFakeHostVMMDevicesLimit(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(16)
+	ordinals := func(lo, hi int) (ds []int) {
+		for i := lo; i < hi; i++ {
+			ds = append(ds, i, i) // each twice: a device counts once
+		}
+		return ds
+	}
+	for _, devs := range [][]int{ordinals(0, 16), ordinals(1, 16)} {
+		_, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{Devices: devs})
+		if !errors.Is(err, arena.ErrInvalid) || !strings.Contains(fmt.Sprint(err), "at most 15") {
+			t.Errorf("Devices %v: %v; want arena.ErrInvalid naming the limit of 15", devs, err)
+		}
+	}
+	copiesGranted(t, f, d, ordinals(0, 15), 14)
+}
+
+// TestFakeVMMReleaseRefused: closing an arena whose region release the driver refuses (the
+// unmap of a populated region, or the release of a handle a failed commit stranded) returns the
+// refusal and keeps the region, mapped or its handle held, counted by the provider; the next
+// Close gives everything back. Before, the region was dropped by the arena whatever the
+// provider said, and a refused stranded release freed the reservation anyway, so that a retry
+// found the region released.
+func TestFakeVMMReleaseRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, c := range []struct {
+		name     string
+		populate bool
+		call     fakecuda.PinCall
+	}{{"populated region's unmap", true, fakecuda.CallUnmap}, {"stranded handle's release", false, fakecuda.CallRelease}} {
+		p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: c.populate}})
+		must(t, "NewHostVMM", err)
+		a, err := arena.New(arena.Options{Provider: p, Capacity: 8 << 20, RegionSize: 8 << 20, PurgeDelay: -1})
+		must(t, "arena.New", err)
+		if c.populate {
+			s, err := a.Alloc(2<<20, arena.DefaultChunkSize)
+			must(t, "Alloc", err)
+			must(t, "Free", a.Free(s))
+		} else { // a commit failing at cuMemSetAccess whose undo's release is refused
+			f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
+			f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultInvalidValue)
+			if _, err := a.Alloc(2<<20, arena.DefaultChunkSize); err == nil {
+				t.Fatalf("%s: Alloc whose cuMemSetAccess fails succeeded", c.name)
+			}
+		}
+		held := p.Counters()
+		f.FailAfter(c.call, 0, fakecuda.ResultInvalidValue)
+		if err := a.Close(); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
+			t.Fatalf("%s refused: Close = %v", c.name, err)
+		}
+		if got := p.Counters(); got.Reservations != 1 || got.Committed != held.Committed || got.Live() == 0 || f.Stat(fakecuda.Reservations) != 1 {
+			t.Errorf("%s refused: provider %+v (before Close %+v), fake %d reservations", c.name, got, held, f.Stat(fakecuda.Reservations))
+		}
+		must(t, c.name+" refused: Close again", a.Close())
+		if got := p.Counters(); got.Live() != 0 || got.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
+			f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+			t.Errorf("%s refused: after the second Close: provider %+v, fake %d handles, %d mappings, %d reservations",
+				c.name, got, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+		}
+	}
+}
+
+// TestFakeHostVMMPopulateUndoRefused: a populated region whose commit fails (cuMemSetAccess)
+// is given back by Reserve; when the driver refuses that too (the undo's unmap, then the
+// release's cuMemRelease), the region is kept and given back at the next Reserve, and nothing
+// is held once the arena is closed. Before, Reserve dropped the region whatever the driver
+// said: its reservation and granules were held for good.
+func TestFakeHostVMMPopulateUndoRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: true}})
+	must(t, "NewHostVMM", err)
+	a, err := arena.New(arena.Options{Provider: p, Capacity: 8 << 20, RegionSize: 8 << 20, PurgeDelay: -1})
+	must(t, "arena.New", err)
+	f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
+	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
+	f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultInvalidValue)
+	if _, err := a.Alloc(2<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) {
+		t.Fatalf("Alloc whose populating commit fails: %v", err)
+	}
+	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
+		t.Fatalf("after the refused undo: provider %+v, fake %d reservations; want the region kept", c, f.Stat(fakecuda.Reservations))
+	}
+	s, err := a.Alloc(2<<20, arena.DefaultChunkSize)
+	must(t, "Alloc", err)
+	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
+		t.Errorf("after the next Reserve: provider %+v, fake %d reservations; want the new region only", c, f.Stat(fakecuda.Reservations))
+	}
+	must(t, "Free", a.Free(s))
+	must(t, "Close", a.Close())
+	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
+		f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+		t.Errorf("after Close: provider %+v, fake %d handles, %d mappings, %d reservations",
+			c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+	}
 }

@@ -125,18 +125,18 @@ func (e *HostExport) handle() icuda.MemHandle {
 }
 
 // Release gives the allocation's handle back; a mapping of it (MapHostExports) keeps the
-// memory until it is closed. A Release after the first does nothing.
+// memory until it is closed. When the driver refuses, Release returns its error and keeps the
+// handle: a later Release tries again. A Release after one that succeeded does nothing.
 func (e *HostExport) Release() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.h == 0 {
 		return nil
 	}
-	err := e.d.MemRelease(e.h)
-	e.h = 0
-	if err != nil {
-		return fmt.Errorf("cudamem: releasing host granules: %w", err)
+	if err := e.d.MemRelease(e.h); err != nil {
+		return fmt.Errorf("cudamem: releasing host granules (kept, for a later Release): %w", err)
 	}
+	e.h = 0
 	return nil
 }
 
@@ -146,9 +146,11 @@ type HostMapping struct {
 	d    *icuda.Device
 	size uintptr
 
-	mu     sync.Mutex
-	va     icuda.DevicePtr // 0 once closed
-	mapped []*HostExport
+	mu         sync.Mutex
+	closed     bool
+	va         icuda.DevicePtr // 0 once the reservation is freed
+	mapped     []*HostExport   // by position in the reservation; nil once unmapped
+	unreleased []*HostExport   // unmapped, their Release refused: released again by Close
 }
 
 // MapHostExports maps exports (each of the same size, a multiple of 2 MiB) one after another
@@ -199,32 +201,54 @@ func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, erro
 func (m *HostMapping) Base() uintptr {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return 0
+	}
 	return uintptr(m.va)
 }
 
-// Close unmaps every allocation, releases them and the reservation. A Close after the first
-// does nothing.
+// Close unmaps every allocation, releases them and the reservation. When the driver refuses a
+// part of it, Close returns the refusal and keeps what it could not give back (a mapping, a
+// handle, the reservation, which is freed only once nothing is mapped in it): a later Close
+// tries again. A Close after one that succeeded does nothing.
 func (m *HostMapping) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.closed = true
 	var errs []error
+	mapped := false
 	for i, e := range m.mapped {
+		if e == nil {
+			continue
+		}
 		if err := m.d.MemUnmap(m.va+icuda.DevicePtr(uintptr(i)*e.size), e.size); err != nil {
 			errs = append(errs, err)
+			mapped = true
+			continue
 		}
+		m.mapped[i] = nil
+		m.unreleased = append(m.unreleased, e)
+	}
+	left := m.unreleased[:0]
+	for _, e := range m.unreleased {
 		if err := e.Release(); err != nil {
 			errs = append(errs, err)
+			left = append(left, e)
 		}
 	}
-	m.mapped = nil
-	if m.va != 0 {
-		if err := m.d.MemAddressFree(m.va, m.size); err != nil {
-			errs = append(errs, err)
+	m.unreleased = left
+	if !mapped {
+		m.mapped = nil
+		if m.va != 0 {
+			if err := m.d.MemAddressFree(m.va, m.size); err != nil {
+				errs = append(errs, err)
+			} else {
+				m.va = 0
+			}
 		}
-		m.va = 0
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("cudamem: unmapping shared host granules: %w", err)
+		return fmt.Errorf("cudamem: unmapping shared host granules (what was refused is kept, for a later Close): %w", err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -166,5 +167,59 @@ func TestFakeHostExportCloseRacing(t *testing.T) {
 	}
 	if st := d.Stats(); st.Handles != 0 || st.Reservations != 0 || f.Stat(fakecuda.Mappings) != 0 {
 		t.Fatalf("%d handles, %d reservations, %d mappings left", st.Handles, st.Reservations, f.Stat(fakecuda.Mappings))
+	}
+}
+
+// TestFakeHostExportRefused: a mapping's Close whose cuMemUnmap or cuMemRelease the driver
+// refuses, and an export's Release it refuses, return the driver's error and keep what was
+// refused: the reservation while something is mapped in it, the handles; the next Close or
+// Release gives it all back. Before, both forgot what the driver had refused: the handle, the
+// mapping and the reservation stayed held for good.
+func TestFakeHostExportRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, call := range []fakecuda.PinCall{fakecuda.CallUnmap, fakecuda.CallRelease} {
+		var exports []*cudamem.HostExport
+		for range 2 {
+			e, err := cudamem.NewHostExport(public(d), 2<<20)
+			must(t, "NewHostExport", err)
+			exports = append(exports, e)
+		}
+		m, err := cudamem.MapHostExports(public(d), exports)
+		must(t, "MapHostExports", err)
+		f.FailAfter(call, 1, fakecuda.ResultInvalidValue) // the second allocation's
+		if err := m.Close(); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+			t.Fatalf("call %d refused: Close = %v", call, err)
+		}
+		if m.Base() != 0 {
+			t.Errorf("call %d refused: Base after Close = %#x", call, m.Base())
+		}
+		st := d.Stats()
+		if st.Handles != 1 || call == fakecuda.CallUnmap && (f.Stat(fakecuda.Mappings) != 1 || st.Reservations != 1) {
+			t.Errorf("call %d refused: %d handles, %d mappings, %d reservations left; want what was refused",
+				call, st.Handles, f.Stat(fakecuda.Mappings), st.Reservations)
+		}
+		must(t, "Close again", m.Close())
+		must(t, "Close after that", m.Close())
+		if st := d.Stats(); st.Handles != 0 || st.Reservations != 0 || f.Stat(fakecuda.Mappings) != 0 {
+			t.Fatalf("call %d refused: after the next Close: %d handles, %d reservations, %d mappings",
+				call, st.Handles, st.Reservations, f.Stat(fakecuda.Mappings))
+		}
+	}
+
+	e, err := cudamem.NewHostExport(public(d), 2<<20)
+	must(t, "NewHostExport", err)
+	f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultInvalidValue)
+	if err := e.Release(); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+		t.Fatalf("Release refused: %v", err)
+	}
+	fd, err := e.FD() // still the export's
+	must(t, "FD after a refused Release", err)
+	unix.Close(fd)
+	must(t, "Release again", e.Release())
+	if st := d.Stats(); st.Handles != 0 {
+		t.Fatalf("%d handles after the next Release", st.Handles)
 	}
 }

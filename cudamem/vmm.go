@@ -20,7 +20,7 @@ package cudamem
 // decommits overlapping ranges at once, so no two calls race for a granule. A commit that fails
 // midway unmaps and releases what it mapped before it returns: the driver holds nothing of it
 // (a handle whose release the driver refuses is kept and released again by the next commit or
-// region release).
+// region release). A region release the driver refuses keeps the region for a later one.
 //
 // A decommit releases the granules' handles first and unmaps them last (the driver frees a
 // released allocation with its last mapping), so that a decommit the driver refuses leaves the
@@ -51,8 +51,9 @@ type vmm struct {
 	what   string // "device" or "host", for errors
 	zero   bool   // a fresh physical allocation reads as zero (measured for host memory)
 
-	mu       sync.Mutex        // guards the vmmRegion records, a region's Handle and stranded (not held across driver calls)
+	mu       sync.Mutex        // guards the vmmRegion records, a region's Handle, stranded and orphans (not held across driver calls)
 	stranded []icuda.MemHandle // handles unmapped whose release the driver refused: released again later
+	orphans  []*arena.Region   // regions no arena took whose release the driver refused: released again later
 }
 
 // vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
@@ -188,6 +189,29 @@ func (p *vmm) releaseStranded() error {
 	return p.release(hs)
 }
 
+// orphan gives back r, a region reserved for no arena in the end (a populated region whose
+// commit failed); what the driver refuses to give back is kept, and released again by
+// releaseOrphans.
+func (p *vmm) orphan(r *arena.Region) {
+	if p.Release(r) != nil {
+		p.mu.Lock()
+		p.orphans = append(p.orphans, r)
+		p.mu.Unlock()
+	}
+}
+
+// releaseOrphans releases again the regions whose release orphan could not make; those the
+// driver refuses again stay orphans (counted in Counters).
+func (p *vmm) releaseOrphans() {
+	p.mu.Lock()
+	rs := p.orphans
+	p.orphans = nil
+	p.mu.Unlock()
+	for _, r := range rs {
+		p.orphan(r)
+	}
+}
+
 // record puts the granules from lo, mapped with the handles hs (zero: released already), on
 // record as mapped.
 func (p *vmm) record(v *vmmRegion, lo int, hs []icuda.MemHandle) {
@@ -281,9 +305,10 @@ func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 	return p.unmapGranules(r, v, int(off/p.gran), int((off+size)/p.gran))
 }
 
-// Release implements arena.Provider: what is still mapped is unmapped, then the address range
-// freed. It releases the handles stranded by refused releases too, and reports those the driver
-// refuses again (the region is released all the same).
+// Release implements arena.Provider: what is still mapped is unmapped, the handles stranded by
+// refused releases are released, then the address range freed. When the driver refuses any of
+// it, Release returns the refusal and keeps the region, with what is still mapped or held on
+// record: a later Release of it tries again.
 func (p *vmm) Release(r *arena.Region) error {
 	if r == nil {
 		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
@@ -295,11 +320,14 @@ func (p *vmm) Release(r *arena.Region) error {
 	if err := p.unmapGranules(r, v, 0, len(v.handles)); err != nil {
 		return err
 	}
+	if err := p.releaseStranded(); err != nil {
+		return err
+	}
 	if err := p.call(&p.reservations, -1, p.dev.MemAddressFree(r.Base, r.Size)); err != nil {
 		return fmt.Errorf("%w: cuMemAddressFree of %d bytes: %w", arena.ErrInvalid, r.Size, err)
 	}
 	p.mu.Lock() // HostVMM.DevicePointer reads it under this lock, for the regions of every arena
 	r.Handle = nil
 	p.mu.Unlock()
-	return p.releaseStranded()
+	return nil
 }

@@ -166,6 +166,7 @@ type Heap struct {
 
 	mu       sync.Mutex
 	closed   bool
+	refused  bool                           // the driver refused to give memory back at Close: a later Close tries again
 	streams  map[cuda.Stream]*heap.Heap     // heaps, by allocation stream
 	lists    *streamq.Lists[cuda.DevicePtr] // the streams seen, and the deferred frees by freeing stream (deferred.go)
 	done     []cuda.DevicePtr               // deferred frees handed back, to do (finishDone)

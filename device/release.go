@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
@@ -84,11 +85,19 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 // legacy stream (or the heap of the legacy stream) is done after a point Close records there
 // and waits for: it waits only for work of blocking streams the heap has never seen, which
 // the legacy stream's order puts before those frees, as it puts it before cudaFreeAsync's.
+//
+// When the driver refuses to give memory back (an unmap, say), Close returns its error and
+// the heap is closed, its memory kept (and the device, if Open made it): a later Close gives
+// them back.
 func (h *Heap) Close() error {
-	if err := h.lock(); err != nil {
-		return err
-	}
+	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		if h.refused {
+			return h.releaseRefused()
+		}
+		return ErrClosed
+	}
 	live, bytes, _ := h.live()
 	if deferred := len(h.deferred); live > uint64(deferred) {
 		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams))
@@ -121,13 +130,28 @@ func (h *Heap) Close() error {
 	for _, sh := range h.streams {
 		errs = append(errs, sh.Close())
 	}
-	errs = append(errs, h.a.Close(), h.events.Close())
+	aerr := h.a.Close()
+	errs = append(errs, aerr, h.events.Close())
 	if n := h.events.Created() - h.events.Destroyed(); n != 0 {
 		errs = append(errs, fmt.Errorf("device: %d events not destroyed", n))
 	}
-	if h.ownDev {
+	h.refused = aerr != nil // the arena keeps what the driver refused, for releaseRefused
+	if h.ownDev && !h.refused {
 		errs = append(errs, h.dev.Close())
 	}
 	h.closed = true
 	return errors.Join(errs...)
+}
+
+// releaseRefused gives back, after Close, the memory the driver refused to give back then, and
+// the device after it if Open made it. h.mu is held.
+func (h *Heap) releaseRefused() error {
+	if err := h.a.Close(); err != nil && !errors.Is(err, arena.ErrClosed) {
+		return err
+	}
+	h.refused = false
+	if h.ownDev {
+		return h.dev.Close()
+	}
+	return nil
 }

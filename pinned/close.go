@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
@@ -21,11 +22,16 @@ import (
 // their count and bytes and keeps all the memory mapped: a later Close waits for them again,
 // and a later Free, FreeAsync, ForgetStream or Trim releases the memory once they have passed
 // (none of those waits for them). With Options.Trace, Close also writes out the trace; an error
-// doing so wraps ErrTrace.
+// doing so wraps ErrTrace. When the driver refuses to give memory back (to unregister it,
+// say), Close returns its error and the memory stays the pool's, counted in Stats: a later
+// Close or Trim gives it back.
 func (p *Pool) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		if p.busy.Load() && !p.released.Load() {
 			return p.close()
+		}
+		if p.refused.Load() {
+			return wrapError(p.releaseRefused(), ErrClosed)
 		}
 		return ErrClosed
 	}
@@ -126,8 +132,27 @@ func (p *Pool) releaseAll() error {
 		disown(p) // before its arena goes: PoolOf looks addresses up there
 	}
 	err := p.a.Close()
+	p.refused.Store(err != nil) // the arena keeps what its provider refused, for releaseRefused
 	if p.order != nil {
 		err = errors.Join(err, p.order.close()) // its events, before the device goes
 	}
+	if p.refused.Load() {
+		return err // the device stays, for the driver calls that give the rest back
+	}
 	return errors.Join(err, closeDevice(p.a.Provider()))
+}
+
+// releaseRefused gives back, after the release, the memory the driver refused to give back
+// then, and the device after it. It returns nil when nothing is left.
+func (p *Pool) releaseRefused() error {
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	if !p.refused.Load() {
+		return nil
+	}
+	if err := p.a.Close(); err != nil && !errors.Is(err, arena.ErrClosed) {
+		return err
+	}
+	p.refused.Store(false)
+	return closeDevice(p.a.Provider())
 }

@@ -24,14 +24,17 @@ func (p *Pool) collectAll() { p.each((*heap.Heap).Trim) }
 // Trim gives every empty page and segment, and the memory of free buffers that no live one
 // shares, back to the arena and decommits (and unlocks) it at once, without waiting for the
 // purge delay: what stays committed is what the live buffers touch. After Close it releases
-// the pool's memory if no buffer is live and none waits for a stream any more (see Close).
+// the pool's memory if no buffer is live and none waits for a stream any more (see Close), and
+// what the driver refused to give back at the release.
 //
 // Its error, as device.Heap.Trim's, is the driver's when it could not say whether a stream has
 // passed the buffers freed on it (a context with a sticky error): those buffers stay deferred,
-// and the rest is trimmed all the same. It is nil for a pool without streams, and after Close.
+// and the rest is trimmed all the same. It is nil for a pool without streams, and after Close
+// but where the driver refuses again to give back what it refused at the release. Memory whose
+// decommit the driver refuses stays committed and the pool's, for the next Trim or purge.
 func (p *Pool) Trim() error {
 	if p.released.Load() {
-		return nil
+		return wrapError(p.releaseRefused(), ErrClosed)
 	}
 	if p.closed.Load() {
 		p.finishClose(0)

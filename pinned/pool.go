@@ -59,6 +59,7 @@ type Pool struct {
 
 	closed   atomic.Bool // no more Alloc
 	released atomic.Bool // memory given back: no more Free either
+	refused  atomic.Bool // the driver refused to give some back at the release: Close and Trim try again
 	closeMu  sync.Mutex
 
 	// guarded is set when ZeroOnFree, a quota or RecordSites is on: Alloc and Free then take

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/cuda/cudatest"
 	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // A test of code that uploads to a device heap, run on the fake driver: it needs no GPU, only
@@ -97,4 +98,33 @@ func ExampleFake_FailNext() {
 		}
 	}
 	_ = TestRecordFails
+}
+
+// A test that a pinned pool keeps its memory when the driver refuses to give it back: on a
+// driver without VMM host memory the pool pins by registration, and the unregistration of its
+// populated memory at Close is refused. Close reports it, the memory stays the pool's, and the
+// next Close gives it back.
+func ExampleFake_SetHostVMM() {
+	TestCloseRefused := func(t *testing.T) {
+		dev, fake := cudatest.Device(t)
+		if dev == nil {
+			return
+		}
+		fake.SetHostVMM(false) // a driver before CUDA 12.2: pools register their memory
+		p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 16 << 20, Populate: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.FailNext(cudatest.HostUnregister, cudatest.NotPermitted)
+		if err := p.Close(); err == nil {
+			t.Fatal("Close whose unregistration is refused succeeded")
+		}
+		if p.Stats().Committed == 0 {
+			t.Fatal("the memory the driver refused to unpin is gone from the pool's account")
+		}
+		if err := p.Close(); err != nil { // gives it back
+			t.Fatal(err)
+		}
+	}
+	_ = TestCloseRefused
 }

@@ -49,6 +49,13 @@ func (f *Fake) SetMemory(bytes int) {
 // driver made, whatever made it (device heaps commit memory in 2 MiB chunks, not per block).
 func (f *Fake) Used() int { return int(f.d.Used(0)) }
 
+// SetHostVMM turns VMM host memory off (on, the default, is a driver of CUDA 13): off, the
+// fake is a driver without it (before CUDA 12.2, or without host NUMA support), and pinned
+// pools of the CUDAHost backend map their memory themselves and pin it with
+// cuMemHostRegister (the HostRegister and HostUnregister calls of FailNext) instead of
+// creating it with cuMemCreate. It applies to pools made after it.
+func (f *Fake) SetHostVMM(on bool) { f.d.SetHostVMM(on) }
+
 // Call names a driver call FailNext can make fail.
 type Call int
 
@@ -59,7 +66,8 @@ const (
 	MemCreate Call = iota + 1
 	// MemMap is cuMemMap, which maps what cuMemCreate made.
 	MemMap
-	// HostRegister is cuMemHostRegister, which pins host memory the pool mapped itself.
+	// HostRegister is cuMemHostRegister, which pins host memory the pool mapped itself
+	// (SetHostVMM(false)).
 	HostRegister
 	// LaunchKernel is cuLaunchKernel: copyengine.Batcher's gather kernel, and a uvm tier's moves.
 	LaunchKernel
@@ -73,6 +81,11 @@ const (
 	// refuses leaves the memory mapped and in use by the heap, given back at a later purge.
 	MemUnmap
 	MemRelease
+	// HostUnregister is cuMemHostUnregister, which unpins what HostRegister pinned: a pool's
+	// memory given back after the purge delay, at Trim or at Close. A give-back the driver
+	// refuses leaves the memory pinned, mapped and the pool's (counted in its Stats), given back
+	// at a later purge, Trim or Close.
+	HostUnregister
 )
 
 // Driver result codes (CUresult) for FailNext; cuda.ResultCode returns them from an error.
@@ -90,8 +103,9 @@ const (
 )
 
 // FailNext makes the next call of c that passes its argument checks fail with the result code
-// (OutOfMemory, ...), once. A failed launch runs nothing. Calling it again before that call
-// replaces the failure set, it does not add one.
+// (OutOfMemory, ...), once. A failed launch runs nothing. Calling it again for the same call
+// before that call replaces the failure set, it does not add one; failures set for different
+// calls stand side by side (a refused MemRelease and a refused MemUnmap, say).
 func (f *Fake) FailNext(c Call, code int) {
 	f.t.Helper()
 	if code <= 0 || code > 0xffff {
@@ -112,6 +126,8 @@ func (f *Fake) FailNext(c Call, code int) {
 		f.d.FailAfter(fakecuda.CallUnmap, 0, code)
 	case MemRelease:
 		f.d.FailAfter(fakecuda.CallRelease, 0, code)
+	case HostUnregister:
+		f.d.FailAfter(fakecuda.CallUnregister, 0, code)
 	default:
 		f.t.Fatalf("cudatest: FailNext: unknown call %d", c)
 	}

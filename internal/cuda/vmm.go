@@ -53,9 +53,13 @@ func (d *Device) MemCreateAt(size uintptr, loc MemLocation) (h MemHandle, err er
 	return h, d.track(&d.handles, uint64(h), 1, err)
 }
 
+// MaxAccess is the most locations one MemSetAccessAt call grants access to: the size of the
+// access-descriptor list the binding passes to cuMemSetAccess.
+const MaxAccess = maxAccess
+
 // MemSetAccessAt makes the mapped range [p, p+size) readable and writable by every location
 // in locs (devices, and for host memory the host location the CPU accesses it from), in one
-// call. At most 16 locations.
+// call. At most MaxAccess locations.
 func (d *Device) MemSetAccessAt(p DevicePtr, size uintptr, locs []MemLocation) error {
 	if len(locs) == 0 || len(locs) > maxAccess {
 		return fmt.Errorf("%w: access for %d locations (want 1 to %d)", pinmalloc.ErrInvalidValue, len(locs), maxAccess)

@@ -30,6 +30,7 @@ import (
 	_ "embed" // the fake driver's C source
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -285,8 +286,13 @@ func (d *Driver) LiveObjects() map[string]int64 {
 	return m
 }
 
-// SetDevices sets the number of devices (1 by default, at most 8).
-func (d *Driver) SetDevices(n int) { d.ctl(ctlDevices, int64(n), 0) }
+// SetDevices sets the number of devices (1 by default, at most 16: enough for a device and
+// the 15 others the driver can grant access to in one call, with the host).
+func (d *Driver) SetDevices(n int) {
+	if d.ctl(ctlDevices, int64(n), 0) != 0 {
+		panic(fmt.Sprintf("fakecuda: SetDevices(%d): out of range", n))
+	}
+}
 
 // SetMemory sets a device's total memory (1 GiB by default).
 func (d *Driver) SetMemory(dev int, bytes uint64) { d.ctl(ctlMemory, int64(dev), int64(bytes)) }
