@@ -37,7 +37,8 @@ import (
 // (wrapping ErrInvalidStream when the driver refused the stream). Free does the same for each
 // stream its block is acquired on. So a destroyed stream costs a device wait, never a block
 // acquired for good. If even the device wait fails (a sticky error: the context runs no more
-// work), the use ends anyway, and the error says that too.
+// work), the use ends anyway, and the error says that the device failed (ErrDeviceFault), not
+// that the stream is invalid: whatever became of the stream, the context's error is the cause.
 
 // userStreams are the user's streams the tier has seen: lists that never hold an item.
 type userStreams = streamq.Lists[struct{}]
@@ -89,15 +90,18 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 
 // unordered ends a use of block h on s whose release event could not be recorded (cause): it
 // waits for the work queued on s, or for the device when the driver refuses s (and forgets s),
-// and returns the error that says so. t.mu is held; the caller ends the use.
+// and returns the error that says so. When the device refuses the wait too, the context has
+// failed (a sticky error, which the refusals of s and of the event may be too): the error says
+// that (ErrDeviceFault, the device's error in the chain), not that s is invalid, and the
+// event's refusal as what led there. t.mu is held; the caller ends the use.
 func (t *Tier) unordered(h Handle, s cuda.Stream, cause error) error {
-	err := fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w", uint64(h), s, cause)
 	if t.dev.StreamSynchronize(uintptr(s)) == nil {
-		return fmt.Errorf("%w; released after waiting for the stream", err)
+		return fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w; released after waiting for the stream", uint64(h), s, cause)
 	}
 	t.forget(s)
 	if derr := t.dev.Synchronize(); derr != nil {
-		return fmt.Errorf("%w: %w; released, but waiting for the device failed: %w", ErrInvalidStream, err, derr)
+		return fmt.Errorf("%w: release of %#x on stream %#x: the device refused to wait for the work queued there: %w; the use ended all the same (its event could not be recorded: %v)",
+			ErrDeviceFault, uint64(h), s, derr, cause)
 	}
-	return fmt.Errorf("%w: %w; released after waiting for the device", ErrInvalidStream, err)
+	return fmt.Errorf("%w: uvm: release of %#x on stream %#x: no event: %w; released after waiting for the device", ErrInvalidStream, uint64(h), s, cause)
 }

@@ -1,0 +1,73 @@
+package uvm_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// TestReleaseOnDestroyedStreamAfterFault: Release of a block acquired on a stream the user
+// destroyed (without ForgetStream), after a kernel faulted (the context's sticky error: the
+// driver refuses the release event and every wait), ends the use and says that the device
+// failed (uvm.ErrDeviceFault, of kind pinmalloc.ErrRefused, the driver's error in the chain):
+// the tier could wait for neither the stream nor the device, and the stream is not the cause.
+// Free of a block still acquired there says the same, and that its memory is held back. Before,
+// both said uvm.ErrInvalidStream, which sent the user looking for a bad stream in a context
+// that runs no more work. A stream the driver refuses while the device still waits is still
+// ErrInvalidStream (TestReleaseOnDestroyedStream).
+func TestReleaseOnDestroyedStreamAfterFault(t *testing.T) { releaseAfterFault(t, true) }
+
+func releaseAfterFault(t *testing.T, destroyed bool) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	what := "a live stream"
+	if destroyed {
+		what = "a stream the user destroyed"
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	hs := filled(t, tr, 2, 64*kib)
+	var s pcuda.Stream
+	if destroyed {
+		raw, err := dev.StreamCreate(true)
+		must(t, err)
+		s = pcuda.Stream(raw)
+	} else {
+		s = stream(t, dev)
+	}
+	for _, h := range hs {
+		_, err := tr.Acquire(h, s, uvm.Read)
+		must(t, err)
+	}
+	if destroyed {
+		must(t, dev.StreamDestroy(uintptr(s)))
+	}
+	stickyFault(t, f, dev)
+	fault := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, uvm.ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrRefused) || errors.Is(err, uvm.ErrInvalidStream) {
+			t.Errorf("%s on %s after a kernel faulted: %v; want uvm.ErrDeviceFault, not uvm.ErrInvalidStream", op, what, err)
+		}
+		if code, _ := pcuda.ResultCode(err); code != fakecuda.ResultIllegalAddress {
+			t.Errorf("%s on %s after a kernel faulted: %v; want the driver's CUDA_ERROR_ILLEGAL_ADDRESS in the chain", op, what, err)
+		}
+		if n := strings.Count(err.Error(), uvm.ErrDeviceFault.Error()); n != 1 {
+			t.Errorf("%s on %s after a kernel faulted: %v; want the device's failure said once", op, what, err)
+		}
+	}
+	fault("Release", tr.Release(hs[0], s))
+	if err := tr.Release(hs[0], s); !errors.Is(err, uvm.ErrNotAcquired) {
+		t.Errorf("a second Release on %s: %v; want uvm.ErrNotAcquired (the first ended the use)", what, err)
+	}
+	err := tr.Free(hs[1])
+	fault("Free", err)
+	if !errors.Is(err, uvm.ErrHeldBack) {
+		t.Errorf("Free on %s after a kernel faulted: %v; want uvm.ErrHeldBack too", what, err)
+	}
+}
