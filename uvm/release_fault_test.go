@@ -22,6 +22,12 @@ import (
 // ErrInvalidStream (TestReleaseOnDestroyedStream).
 func TestReleaseOnDestroyedStreamAfterFault(t *testing.T) { releaseAfterFault(t, true) }
 
+// TestReleaseAfterFault is TestReleaseOnDestroyedStreamAfterFault on a stream the user did not
+// destroy: the driver refuses the release event for the fault alone (before the fake refused
+// event records after a fault, Release recorded it and said nothing of the fault, unlike a
+// GPU).
+func TestReleaseAfterFault(t *testing.T) { releaseAfterFault(t, false) }
+
 func releaseAfterFault(t *testing.T, destroyed bool) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -61,11 +67,15 @@ func releaseAfterFault(t *testing.T, destroyed bool) {
 			t.Errorf("%s on %s after a kernel faulted: %v; want the device's failure said once", op, what, err)
 		}
 	}
-	fault("Release", tr.Release(hs[0], s))
+	err := tr.Release(hs[0], s)
+	fault("Release", err)
+	if n := strings.Count(err.Error(), "CUDA_ERROR_ILLEGAL_ADDRESS"); n != 1 {
+		t.Errorf("Release on %s after a kernel faulted: %v; want the driver's error said once", what, err)
+	}
 	if err := tr.Release(hs[0], s); !errors.Is(err, uvm.ErrNotAcquired) {
 		t.Errorf("a second Release on %s: %v; want uvm.ErrNotAcquired (the first ended the use)", what, err)
 	}
-	err := tr.Free(hs[1])
+	err = tr.Free(hs[1])
 	fault("Free", err)
 	if !errors.Is(err, uvm.ErrHeldBack) {
 		t.Errorf("Free on %s after a kernel faulted: %v; want uvm.ErrHeldBack too", what, err)

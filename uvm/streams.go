@@ -93,15 +93,21 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 // and returns the error that says so. When the device refuses the wait too, the context has
 // failed (a sticky error, which the refusals of s and of the event may be too): the error says
 // that (ErrDeviceFault, the device's error in the chain), not that s is invalid, and the
-// event's refusal as what led there. t.mu is held; the caller ends the use.
+// event's refusal as what led there when it is another error. t.mu is held; the caller ends the use.
 func (t *Tier) unordered(h Handle, s cuda.Stream, cause error) error {
 	if t.dev.StreamSynchronize(uintptr(s)) == nil {
 		return fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w; released after waiting for the stream", uint64(h), s, cause)
 	}
 	t.forget(s)
 	if derr := t.dev.Synchronize(); derr != nil {
-		return fmt.Errorf("%w: release of %#x on stream %#x: the device refused to wait for the work queued there: %w; the use ended all the same (its event could not be recorded: %v)",
-			ErrDeviceFault, uint64(h), s, derr, cause)
+		why := fmt.Sprintf(" (its event could not be recorded: %v)", cause)
+		if c, ok := cuda.ResultCode(cause); ok {
+			if d, _ := cuda.ResultCode(derr); d == c {
+				why = "" // the same error: said once
+			}
+		}
+		return fmt.Errorf("%w: release of %#x on stream %#x: the device refused to wait for the work queued there: %w; the use ended all the same%s",
+			ErrDeviceFault, uint64(h), s, derr, why)
 	}
 	return fmt.Errorf("%w: uvm: release of %#x on stream %#x: no event: %w; released after waiting for the device", ErrInvalidStream, uint64(h), s, cause)
 }
