@@ -40,12 +40,12 @@ var (
 	// Acquire and Prefetch on it change nothing; a Release or Free on it still ends the use,
 	// after a wait, and says so.
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "uvm: invalid stream")
-	// ErrDeviceFault means the driver refused a wait for the device, which a call needed as it
-	// could not order its work after the user's otherwise: the context has a sticky error (a
-	// kernel or copy faulted; the driver's error is in the chain) and runs no more work. A
-	// Release or Free whose release event could not be recorded on the stream (the user's
-	// stream destroyed, or the context's error) ends the use all the same, and says so with
-	// it rather than with ErrInvalidStream, whatever became of the stream.
+	// ErrDeviceFault means the device's context has failed: the driver refuses the calls that
+	// queue work or wait with the context's sticky error (a kernel or copy faulted; the
+	// driver's error is in the chain), and no later call succeeds. Acquire and Prefetch on a
+	// stream the tier must check then change nothing; a Release or Free whose release event
+	// cannot be recorded, and whose wait for the device fails, ends the use all the same. They
+	// say so with it rather than with ErrInvalidStream, whatever became of the stream.
 	ErrDeviceFault = errkind.New(pinmalloc.ErrRefused, "uvm: the device failed")
 	// ErrHeldBack means the driver refused the waits that order the reuse of a freed block's
 	// memory after the work that may still use it (the context's sticky error, after a kernel

@@ -81,3 +81,31 @@ func releaseAfterFault(t *testing.T, destroyed bool) {
 		t.Errorf("Free on %s after a kernel faulted: %v; want uvm.ErrHeldBack too", what, err)
 	}
 }
+
+// TestAcquireAfterFault: Acquire and Prefetch on a stream the tier has not seen, after a kernel
+// faulted, change nothing and say the device failed (uvm.ErrDeviceFault, the driver's error in
+// the chain), not that the stream is invalid: the driver refuses the point that checks the
+// stream for the context's error, not the stream's. Before, both said uvm.ErrInvalidStream. A
+// handle the driver does not know, with no fault, is still ErrInvalidStream (TestAcquireChecksStream).
+func TestAcquireAfterFault(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	hs := filled(t, tr, 1, 64*kib)
+	s := stream(t, dev)
+	stickyFault(t, f, dev)
+	_, err := tr.Acquire(hs[0], s, uvm.Read)
+	for op, err := range map[string]error{"Acquire": err, "Prefetch": tr.Prefetch(hs, s)} {
+		if !errors.Is(err, uvm.ErrDeviceFault) || errors.Is(err, uvm.ErrInvalidStream) {
+			t.Errorf("%s on a new stream after a kernel faulted: %v; want uvm.ErrDeviceFault, not uvm.ErrInvalidStream", op, err)
+		}
+		if code, _ := pcuda.ResultCode(err); code != fakecuda.ResultIllegalAddress || strings.Count(err.Error(), "CUDA_ERROR_ILLEGAL_ADDRESS") != 1 {
+			t.Errorf("%s on a new stream after a kernel faulted: %v; want the driver's CUDA_ERROR_ILLEGAL_ADDRESS in the chain, said once", op, err)
+		}
+	}
+	if st := tr.Stats(); st.AcquiredBlocks != 0 {
+		t.Errorf("after the refused Acquire and Prefetch: %d blocks acquired, want none", st.AcquiredBlocks)
+	}
+}

@@ -1,8 +1,10 @@
 package uvm
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -47,15 +49,41 @@ type userStreams = streamq.Lists[struct{}]
 const maxKnownStreams = 1024
 
 // checkStream accepts a stream the tier knows, or one streamq accepts and remembers (see the
-// file comment). t.mu is held.
+// file comment). A stream refused while the context has failed is refused with ErrDeviceFault,
+// not ErrInvalidStream: the driver then refuses every stream. t.mu is held.
 func (t *Tier) checkStream(s cuda.Stream) error {
 	if t.streams.Streams() >= maxKnownStreams {
 		t.streams.Prune()
 	}
 	if _, err := t.streams.Check(uintptr(s)); err != nil {
+		if ferr := t.contextFault(); ferr != nil {
+			return fmt.Errorf("%w: stream %#x could not be checked: %w%s", ErrDeviceFault, s, ferr, besides(err, ferr))
+		}
 		return fmt.Errorf("%w: %w", ErrInvalidStream, err)
 	}
 	return nil
+}
+
+// contextFault returns the context's error when the driver refuses a query of the tier's own
+// H2D stream (a sticky error: every call that queues or waits fails with it), nil when the
+// query answers (done or not): what tells a failed context from a stream the driver refuses.
+// It waits for nothing. t.mu is held.
+func (t *Tier) contextFault() error {
+	if err := t.dev.StreamQuery(uintptr(t.engine.h2d)); err != nil && !errors.Is(err, pinmalloc.ErrNotReady) {
+		return err
+	}
+	return nil
+}
+
+// besides says cause, the error of a call that led to the driver's error err, unless it is the
+// same driver error: said once.
+func besides(cause, err error) string {
+	if c, ok := cuda.ResultCode(cause); ok {
+		if e, _ := cuda.ResultCode(err); e == c {
+			return ""
+		}
+	}
+	return fmt.Sprintf(" (%v)", cause)
 }
 
 // forget drops s from the streams the tier knows. t.mu is held.
@@ -100,14 +128,8 @@ func (t *Tier) unordered(h Handle, s cuda.Stream, cause error) error {
 	}
 	t.forget(s)
 	if derr := t.dev.Synchronize(); derr != nil {
-		why := fmt.Sprintf(" (its event could not be recorded: %v)", cause)
-		if c, ok := cuda.ResultCode(cause); ok {
-			if d, _ := cuda.ResultCode(derr); d == c {
-				why = "" // the same error: said once
-			}
-		}
 		return fmt.Errorf("%w: release of %#x on stream %#x: the device refused to wait for the work queued there: %w; the use ended all the same%s",
-			ErrDeviceFault, uint64(h), s, derr, why)
+			ErrDeviceFault, uint64(h), s, derr, besides(fmt.Errorf("its event could not be recorded: %w", cause), derr))
 	}
 	return fmt.Errorf("%w: uvm: release of %#x on stream %#x: no event: %w; released after waiting for the device", ErrInvalidStream, uint64(h), s, cause)
 }
