@@ -21,18 +21,20 @@ import (
 // memory must wait for: a free there comes after it, as cudaFreeAsync's does). So it waits
 // for that point (cuEventSynchronize), and for no point it did not record itself.
 //
-// The same holds of the points earlier polls recorded after the caller's last wait, of the
-// lists or of peers (other lists on the same Points with points in the same streams, such as
-// a device heap's idle purge's): in flight, they make their streams' queries say running. A poll asks a stream's own work just
-// before it records a point there (Points.Quiet); found all run, the point is quiet
-// (List.quiet): it waits only for the work the stream's order puts before it, every blocking
-// stream's for the legacy stream, the legacy stream's for a blocking stream (whose items get a
-// point of their own while the legacy stream runs one of ours). When a stream is found
-// running, Settle waits for such points where they wait for no work of the caller's (waitOwn
-// says when), and asks again. They wait only for unseen blocking streams' work, as its own
-// point does, and for work another goroutine queues in their stream between the poll's query
-// and its point, which Settle then waits for instead of saying running; the memory is safe
-// either way, as the decision to hand items back is still Running's, after the waits.
+// The same holds of the points earlier polls recorded after the caller's last wait, the
+// lists' or their peers' (other lists on the same Points with points in the same streams, such
+// as a device heap's idle purge's): in flight, they make their streams' queries say running. A
+// poll asks a stream's own work just before it records a point there (Points.Quiet); found all
+// run, the point is quiet (List.quiet): it waits only for the work the stream's order puts
+// before it, every blocking stream's for the legacy stream, the legacy stream's for a blocking
+// stream (whose items get a point of their own while the legacy stream runs one of ours). When
+// a stream is found running, Settle waits for such points where they wait for no work of the
+// caller's (waitOwn says when), and asks again. They wait only for unseen blocking streams'
+// work, as its own point does, and for work another goroutine queues in their stream between
+// the poll's query and its point, which Settle then waits for instead of saying running; the
+// memory is safe either way, as the decision to hand items back is still Running's, after the
+// waits. A point recorded while the stream's own work ran is not quiet, whoever's that work was
+// (another lists' point in flight there too): Settle then says running.
 
 // Settle hands back every item of the lists when no stream that may use them has work in
 // flight: it asks Points.Running of the lists' streams and of ss (the caller's other
