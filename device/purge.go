@@ -29,6 +29,8 @@ import (
 //     the stream is idle, or records one event on the stream and hands it back at a poll that
 //     finds the event complete; a stream the driver refuses (destroyed without ForgetStream)
 //     is answered by one synchronize of the context (Lists.Reclaim), as the deferred frees are.
+//     Close waits for such events as for the deferred frees' (the trims are a peer of the
+//     deferred frees' lists in streamq's Settle): they are the heap's, not the user's work.
 //   - A busy stream heap that keeps empty segments (heap.Heap.SpareMark) is asked for those it
 //     kept at the previous tick: a request naming that mark goes on the same list, and when it
 //     comes back the segments still empty since then go to the arena (heap.Heap.ReleaseSpares:
@@ -50,10 +52,10 @@ import (
 // query of it does not see), and its same-stream frees record no point, so every ask would
 // record an event there, and an operation on the legacy stream is a barrier between all the
 // blocking streams: each look of the purger would tie the user's blocking streams together,
-// and leave the legacy stream with a point in flight that Close, which waits only for the
-// deferred frees' own points, would take for the user's work (ErrBusy on a heap freed and
-// synchronized). Such a heap gives its memory back at Trim, at ForgetStream and when an Alloc
-// runs out of memory, which synchronize.
+// and leave the legacy stream with a point in flight that Close takes for the user's work
+// unless it was recorded with the legacy stream's own work all run (ErrBusy on a heap freed
+// and synchronized). Such a heap gives its memory back at Trim, at ForgetStream and when an
+// Alloc runs out of memory, which synchronize.
 //
 // What stays is what a stream heap's live blocks need: with 2 MiB VMM granules (the device's
 // default provider), every chunk (segment) that holds a live block stays committed whole.

@@ -79,9 +79,9 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 // one wrapping ErrBusy while a stream the heap has seen has work in flight, or the legacy
 // default stream does while a seen stream is blocking or the legacy stream itself (its earlier
 // work is ordered before that stream's frees): Sync, or synchronize the stream, and Close
-// again. Points the heap's own polls (Alloc, Stats) recorded for the deferred frees are not
-// such work: Close waits for those that wait for none of the user's work in flight, and asks
-// again. With every such stream idle, the deferred frees are done at once; a free on the
+// again. Points the heap's own polls recorded (Alloc and Stats for the deferred frees, the idle
+// purge for quiet stream heaps) are not such work: Close waits for those that wait for none of
+// the user's work in flight, and asks again. With every such stream idle, the deferred frees are done at once; a free on the
 // legacy stream (or the heap of the legacy stream) is done after a point Close records there
 // and waits for: it waits only for work of blocking streams the heap has never seen, which
 // the legacy stream's order puts before those frees, as it puts it before cudaFreeAsync's.
@@ -112,7 +112,7 @@ func (h *Heap) Close() error {
 	var s streamq.Stream
 	var running bool
 	var err error
-	h.done, s, running, err = h.lists.Settle(h.done, ss)
+	h.done, s, running, err = h.lists.Settle(h.done, ss, h.purge.trims)
 	if ferr := h.finishDone(); ferr != nil {
 		err = errors.Join(err, ferr)
 	}

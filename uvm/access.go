@@ -45,10 +45,10 @@ func (m Mode) String() string {
 // on the tier's H2D stream and s is made to wait for it. Mode Write marks the host copy stale.
 // The block stays acquired (never moved) until as many Releases on s as Acquires on s.
 // Errors: ErrInvalidHandle, ErrInvalidStream (a stream the driver does not know; the tier
-// asks it once per stream), ErrAllPinned (no room: the budget is held by acquired
-// blocks), ErrAcquired (the host holds the block for writing, or for reading and m is Write),
-// and the errors of the copy, the device heap and the driver, after which the block is where
-// it was.
+// asks it once per stream; ErrDeviceFault instead when the context has failed), ErrAllPinned
+// (no room: the budget is held by acquired blocks), ErrAcquired (the host holds the block for
+// writing, or for reading and m is Write), and the errors of the copy, the device heap and the
+// driver, after which the block is where it was.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
 	start := t.acquireStart() // latency.go
 	t.mu.Lock()
@@ -173,7 +173,8 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // when the block is not acquired, ErrWrongStream when it is acquired on other streams only
 // (the use goes on). When the event cannot be recorded (s was destroyed, say), the use ends
 // anyway, after the tier has waited for the work on s (or on the whole device), and the error
-// says the block was released (wrapping ErrInvalidStream when the driver refused s).
+// says the block was released (wrapping ErrInvalidStream when the driver refused s, and
+// ErrDeviceFault instead when it refused the wait for the device too: a sticky error).
 func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("Release")

@@ -40,6 +40,13 @@ var (
 	// Acquire and Prefetch on it change nothing; a Release or Free on it still ends the use,
 	// after a wait, and says so.
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "uvm: invalid stream")
+	// ErrDeviceFault means the device's context has failed: the driver refuses the calls that
+	// queue work or wait with the context's sticky error (a kernel or copy faulted; the
+	// driver's error is in the chain), and no later call succeeds. Acquire and Prefetch on a
+	// stream the tier must check then change nothing; a Release or Free whose release event
+	// cannot be recorded, and whose wait for the device fails, ends the use all the same. They
+	// say so with it rather than with ErrInvalidStream, whatever became of the stream.
+	ErrDeviceFault = errkind.New(pinmalloc.ErrRefused, "uvm: the device failed")
 	// ErrHeldBack means the driver refused the waits that order the reuse of a freed block's
 	// memory after the work that may still use it (the context's sticky error, after a kernel
 	// or copy faulted; the driver's error is in the chain): Free freed the block all the same,

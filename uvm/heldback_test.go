@@ -156,9 +156,8 @@ func TestSyncGivesBackHeldMemory(t *testing.T) {
 
 // TestFailedRestoreHoldsMemoryBack: a restore that fails once its copies were tried gives its
 // VRAM back behind the H2D stream; when the driver refuses both the batch's event and a
-// synchronize of that stream (a context with a sticky error, where a GPU refuses every call;
-// the fake still records events then, so the test refuses one), copies into the VRAM may still
-// run: it is held back. It went to the spare VRAM, for the next restore or the heap's other
+// synchronize of that stream (a context with a sticky error, where a GPU refuses every call, as
+// the fake does), copies into the VRAM may still run: it is held back. It went to the spare VRAM, for the next restore or the heap's other
 // users. Once the device synchronizes, Sync gives it back.
 func TestFailedRestoreHoldsMemoryBack(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
@@ -174,7 +173,6 @@ func TestFailedRestoreHoldsMemoryBack(t *testing.T) {
 	}
 
 	stickyFault(t, f, dev)
-	f.FailAfter(fakecuda.CallRecord, 0, fakecuda.ResultIllegalAddress)
 	if _, err := tr.Acquire(h, s, uvm.Read); err == nil {
 		t.Fatal("Acquire of a block on the host succeeded after a kernel faulted")
 	}

@@ -1,8 +1,10 @@
 package uvm
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -37,7 +39,8 @@ import (
 // (wrapping ErrInvalidStream when the driver refused the stream). Free does the same for each
 // stream its block is acquired on. So a destroyed stream costs a device wait, never a block
 // acquired for good. If even the device wait fails (a sticky error: the context runs no more
-// work), the use ends anyway, and the error says that too.
+// work), the use ends anyway, and the error says that the device failed (ErrDeviceFault), not
+// that the stream is invalid: whatever became of the stream, the context's error is the cause.
 
 // userStreams are the user's streams the tier has seen: lists that never hold an item.
 type userStreams = streamq.Lists[struct{}]
@@ -46,15 +49,41 @@ type userStreams = streamq.Lists[struct{}]
 const maxKnownStreams = 1024
 
 // checkStream accepts a stream the tier knows, or one streamq accepts and remembers (see the
-// file comment). t.mu is held.
+// file comment). A stream refused while the context has failed is refused with ErrDeviceFault,
+// not ErrInvalidStream: the driver then refuses every stream. t.mu is held.
 func (t *Tier) checkStream(s cuda.Stream) error {
 	if t.streams.Streams() >= maxKnownStreams {
 		t.streams.Prune()
 	}
 	if _, err := t.streams.Check(uintptr(s)); err != nil {
+		if ferr := t.contextFault(); ferr != nil {
+			return fmt.Errorf("%w: stream %#x could not be checked: %w%s", ErrDeviceFault, s, ferr, besides(err, ferr))
+		}
 		return fmt.Errorf("%w: %w", ErrInvalidStream, err)
 	}
 	return nil
+}
+
+// contextFault returns the context's error when the driver refuses a query of the tier's own
+// H2D stream (a sticky error: every call that queues or waits fails with it), nil when the
+// query answers (done or not): what tells a failed context from a stream the driver refuses.
+// It waits for nothing. t.mu is held.
+func (t *Tier) contextFault() error {
+	if err := t.dev.StreamQuery(uintptr(t.engine.h2d)); err != nil && !errors.Is(err, pinmalloc.ErrNotReady) {
+		return err
+	}
+	return nil
+}
+
+// besides says cause, the error of a call that led to the driver's error err, unless it is the
+// same driver error: said once.
+func besides(cause, err error) string {
+	if c, ok := cuda.ResultCode(cause); ok {
+		if e, _ := cuda.ResultCode(err); e == c {
+			return ""
+		}
+	}
+	return fmt.Sprintf(" (%v)", cause)
 }
 
 // forget drops s from the streams the tier knows. t.mu is held.
@@ -89,15 +118,18 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 
 // unordered ends a use of block h on s whose release event could not be recorded (cause): it
 // waits for the work queued on s, or for the device when the driver refuses s (and forgets s),
-// and returns the error that says so. t.mu is held; the caller ends the use.
+// and returns the error that says so. When the device refuses the wait too, the context has
+// failed (a sticky error, which the refusals of s and of the event may be too): the error says
+// that (ErrDeviceFault, the device's error in the chain), not that s is invalid, and the
+// event's refusal as what led there when it is another error. t.mu is held; the caller ends the use.
 func (t *Tier) unordered(h Handle, s cuda.Stream, cause error) error {
-	err := fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w", uint64(h), s, cause)
 	if t.dev.StreamSynchronize(uintptr(s)) == nil {
-		return fmt.Errorf("%w; released after waiting for the stream", err)
+		return fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w; released after waiting for the stream", uint64(h), s, cause)
 	}
 	t.forget(s)
 	if derr := t.dev.Synchronize(); derr != nil {
-		return fmt.Errorf("%w: %w; released, but waiting for the device failed: %w", ErrInvalidStream, err, derr)
+		return fmt.Errorf("%w: release of %#x on stream %#x: the device refused to wait for the work queued there: %w; the use ended all the same%s",
+			ErrDeviceFault, uint64(h), s, derr, besides(fmt.Errorf("its event could not be recorded: %w", cause), derr))
 	}
-	return fmt.Errorf("%w: %w; released after waiting for the device", ErrInvalidStream, err)
+	return fmt.Errorf("%w: uvm: release of %#x on stream %#x: no event: %w; released after waiting for the device", ErrInvalidStream, uint64(h), s, cause)
 }

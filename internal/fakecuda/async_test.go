@@ -369,7 +369,8 @@ func TestAsyncLegacyStream(t *testing.T) {
 // stream's implicit synchronization, which device.Heap's Close relies on when it waits for a
 // point there): with the queries held it is not done, even with nothing of the legacy
 // stream's own before it; cuEventSynchronize runs the blocking stream's earlier memset and
-// neither that stream's later one nor the non-blocking stream's.
+// neither that stream's later one nor the non-blocking stream's. A point in a blocking stream
+// behind the legacy stream's work is not run by a synchronize of the legacy stream.
 func TestAsyncLegacyEvent(t *testing.T) {
 	f, d := RunDevice(t)
 	if f == nil {
@@ -405,6 +406,22 @@ func TestAsyncLegacyEvent(t *testing.T) {
 	if x.out()[0] == 2 {
 		t.Error("the legacy event's synchronize ran a non-blocking stream's work")
 	}
+
+	// The other way: a point recorded in the blocking stream behind the legacy stream's work
+	// waits for it, and a synchronize of the legacy stream does not wait for that point (a GPU
+	// may not have reached it yet): device.Heap's Close must wait for such a point of its own
+	// (its idle purge's) after the user has synchronized the legacy stream.
+	must(t, "Synchronize", d.Synchronize())
+	f.Hold(true)
+	must(t, "MemsetD8Async on the legacy stream", d.MemsetD8Async(x.dev, 4, x.n, 0))
+	must(t, "EventRecord on the blocking stream behind it", d.EventRecord(ev, x.blk))
+	must(t, "StreamSynchronize(legacy)", d.StreamSynchronize(0))
+	wantErr(t, "EventQuery of the blocking stream's point, held", d.EventQuery(ev), pinmalloc.ErrNotReady)
+	wantErr(t, "StreamQuery of the blocking stream, held", d.StreamQuery(x.blk), pinmalloc.ErrNotReady)
+	must(t, "StreamQuery of the legacy stream", d.StreamQuery(0))
+	must(t, "EventSynchronize of the blocking stream's point", d.EventSynchronize(ev))
+	must(t, "StreamQuery of the blocking stream after it", d.StreamQuery(x.blk))
+	f.Hold(false)
 }
 
 // TestAsyncFrees: cuMemFree and cuMemFreeHost synchronize first; cuMemFreeAsync frees in stream

@@ -175,6 +175,13 @@ func TestFakeKernel(t *testing.T) {
 	jobArray(jobs, [3]uint64{uint64(dev), uint64(unmapped), 64})
 	faults("unmapped source", jobs, ResultIllegalAddress)
 	wantCode(t, "after the fault", d.MemcpyAsync(dev, host, 64, s), ResultIllegalAddress)
+	// An event's record is work on the stream too: refused, as on a GPU ("any further CUDA work
+	// will return the same error"); before, the fake recorded it, and a release event recorded
+	// after a fault hid the fault from uvm's Release.
+	ev, err := d.EventCreate(true)
+	must(t, "EventCreate after the fault", err)
+	wantCode(t, "EventRecord after the fault", d.EventRecord(ev, s), ResultIllegalAddress)
+	must(t, "EventDestroy after the fault", d.EventDestroy(ev))
 	wantCode(t, "synchronizing after the fault", d.Synchronize(), ResultIllegalAddress)
 	f.ClearStickyError()
 	jobArray(jobs, [3]uint64{uint64(dev + 2*n - 8), uint64(host), 64}) // past the allocation's end

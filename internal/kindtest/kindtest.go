@@ -222,6 +222,7 @@ var Core = []Sentinel{
 	{"uvm.ErrAcquired", uvm.ErrAcquired, pinmalloc.ErrBusy, "uvm: "},
 	{"uvm.ErrAllPinned", uvm.ErrAllPinned, pinmalloc.ErrBusy, "uvm: "},
 	{"uvm.ErrHeldBack", uvm.ErrHeldBack, pinmalloc.ErrRefused, "uvm: "},
+	{"uvm.ErrDeviceFault", uvm.ErrDeviceFault, pinmalloc.ErrRefused, "uvm: "},
 
 	{"ipcpool.ErrStaleHandle", ipcpool.ErrStaleHandle, pinmalloc.ErrNotOwned, "ipcpool: "},
 	{"ipcpool.ErrForeignHandle", ipcpool.ErrForeignHandle, pinmalloc.ErrNotOwned, "ipcpool: "},

@@ -69,7 +69,6 @@ type Lists[T any] struct {
 	forgot  map[Stream]struct{} // under mu: streams forgotten with no list made since (lists_seen.go)
 	nforgot atomic.Int32        // len(forgot), read without mu
 	checks  atomic.Int64        // streams asked of the driver (Check)
-	seq     atomic.Uint64       // the points recorded by polls, counted (List.seq)
 }
 
 // List is the items deferred on one stream: open ones, pushed since its point was placed, and
@@ -86,7 +85,8 @@ type List[T any] struct {
 	// quiet says that ev was recorded when a query had just found the stream's own work all
 	// run (Points.Quiet): it waits only for the work the stream's order puts before it, of the
 	// legacy stream for a blocking stream, of the blocking streams for a default one (Settle
-	// waits for such points). seq orders the lists' points by their recording (Lists.seq).
+	// waits for such points). seq orders the points of every lists on the same Points by their
+	// recording (Points.seq).
 	quiet bool
 	seq   uint64
 	// openT and markedT are what open and marked count for (Measure), so that a whole slice

@@ -98,7 +98,7 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		}
 		if !idle {
 			l.ev, l.borrowed, l.quiet = ev, borrowed, quiet
-			l.seq = ls.seq.Add(1)
+			l.seq = p.seq.Add(1)
 			l.open, l.marked = l.marked, l.open
 			l.openT, l.markedT = l.markedT, l.openT
 			return done, pollBusy, nil

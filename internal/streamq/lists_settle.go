@@ -21,38 +21,56 @@ import (
 // memory must wait for: a free there comes after it, as cudaFreeAsync's does). So it waits
 // for that point (cuEventSynchronize), and for no point it did not record itself.
 //
-// The same holds of the points earlier polls recorded after the caller's last wait: in
-// flight, they make their streams' queries say running. A poll asks a stream's own work just
-// before it records a point there (Points.Quiet); found all run, the point is quiet
-// (List.quiet): it waits only for the work the stream's order puts before it, every blocking
-// stream's for the legacy stream, the legacy stream's for a blocking stream (whose items get a
-// point of their own while the legacy stream runs one of ours). When a stream is found
-// running, Settle waits for such points where they wait for no work of the caller's (waitOwn
-// says when), and asks again. They wait only for unseen blocking streams' work, as its own
-// point does, and for work another goroutine queues in their stream between the poll's query
-// and its point, which Settle then waits for instead of saying running; the memory is safe
-// either way, as the decision to hand items back is still Running's, after the waits.
+// The same holds of the points earlier polls recorded after the caller's last wait, the
+// lists' or their peers' (other lists on the same Points with points in the same streams, such
+// as a device heap's idle purge's): in flight, they make their streams' queries say running. A
+// poll asks a stream's own work just before it records a point there (Points.Quiet); found all
+// run, the point is quiet (List.quiet): it waits only for the work the stream's order puts
+// before it, every blocking stream's for the legacy stream, the legacy stream's for a blocking
+// stream (whose items get a point of their own while the legacy stream runs one of ours). When
+// a stream is found running, Settle waits for such points where they wait for no work of the
+// caller's (waitOwn says when), and asks again. They wait only for unseen blocking streams'
+// work, as its own point does, and for work another goroutine queues in their stream between
+// the poll's query and its point, which Settle then waits for instead of saying running; the
+// memory is safe either way, as the decision to hand items back is still Running's, after the
+// waits. A point recorded while the stream's own work ran is not quiet, whoever's that work was
+// (another lists' point in flight there too): Settle then says running.
 
 // Settle hands back every item of the lists when no stream that may use them has work in
 // flight: it asks Points.Running of the lists' streams and of ss (the caller's other
 // streams, such as those with memory of their own freed in their own order), so of the
 // legacy default stream too when one of them is blocking or a default stream; when one is
-// running only for points its polls recorded, it waits for them and asks again. When one has
-// work in flight it returns that stream, running true; when the legacy stream's query fails,
-// the error; either after a Reclaim (done gets what the streams have passed, the busy streams
-// their points). Else it appends to done the items of every non-default stream (found idle
-// now, with the legacy stream), and, when a default stream is among ss or the lists, records
-// a point in it, waits for it (which waits for the earlier work of every blocking stream,
-// seen or not, but not for non-blocking streams) and appends the items its lists had before
-// the point. Lost lists are recovered as Reclaim recovers them. Items pushed meanwhile, or on
-// a stream that gets work queued meanwhile, stay. It is the reclaimer's, as Poll is, and is
-// not for a hot path.
-func (ls *Lists[T]) Settle(done []T, ss []Stream) (_ []T, s Stream, running bool, err error) {
+// running only for points the polls of the lists or of peers recorded, it waits for them and
+// asks again. Peers are other lists on the same Points whose polls record points in the same
+// streams (a device heap's idle purge: a *Lists of any item type), the caller's reclaimer's as
+// these are; their streams with a point are asked too, and their items stay theirs (a Reclaim
+// of them after a Settle that found every stream idle finds their points passed). When one
+// has work in flight it returns that stream, running true; when the legacy stream's query
+// fails, the error; either after a Reclaim (done gets what the streams have passed, the busy
+// streams their points). Else it appends to done the items of every non-default stream (found
+// idle now, with the legacy stream), and, when a default stream is among ss or the lists,
+// records a point in it, waits for it (which waits for the earlier work of every blocking
+// stream, seen or not, but not for non-blocking streams) and appends the items its lists had
+// before the point. Lost lists are recovered as Reclaim recovers them. Items pushed meanwhile,
+// or on a stream that gets work queued meanwhile, stay. It is the reclaimer's, as Poll is, and
+// is not for a hot path.
+func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Stream, running bool, err error) {
 	lists := slices.Clone(ls.snapshot()) // Reclaim below takes its own snapshot
 	ls.endScan()
 	all := slices.Clone(ss)
 	for _, l := range lists {
 		all = append(all, l.s)
+	}
+	// The points in flight, the lists' and the peers' (stable: the reclaimer's).
+	pts := ls.settlePoints(nil)
+	for _, peer := range peers {
+		n := len(pts)
+		pts = peer.settlePoints(pts)
+		for _, pt := range pts[n:] {
+			if !slices.Contains(all, pt.s) {
+				all = append(all, pt.s)
+			}
+		}
 	}
 	// A default stream among them: 0 and CU_STREAM_LEGACY name the same stream, one point
 	// covers both.
@@ -60,7 +78,7 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream) (_ []T, s Stream, running bool
 	s, running, err = ls.running(all)
 	if running {
 		// Points of ours, recorded by polls after the caller's last wait, may be all that runs.
-		if werr := ls.waitOwn(lists, all); werr != nil {
+		if werr := ls.waitOwn(pts, all); werr != nil {
 			running, err = false, werr
 		} else {
 			s, running, err = ls.running(all)
@@ -121,69 +139,87 @@ func (ls *Lists[T]) running(ss []Stream) (Stream, bool, error) {
 	return s, running, err
 }
 
-// waitOwn waits for points of the lists' own that keep streams of all running, for Settle
-// once Running has found one, when none of them waits for work the caller has in flight (but
-// unseen blocking streams', which Settle's own point waits for too); it waits for nothing
-// otherwise, and the Running that follows decides. The points are the quiet ones
-// (List.quiet): each waits only for the work its stream's order puts before it.
+// Peer is what Settle asks of other lists on the same Points (any *Lists is one): the points
+// their polls recorded, for Settle to wait for as for its own.
+type Peer interface {
+	settlePoints(pts []settlePoint) []settlePoint
+}
+
+// settlePoint is a point a poll recorded, as Settle sees it.
+type settlePoint struct {
+	ev    Event
+	seq   uint64 // List.seq
+	s     Stream
+	quiet bool // List.quiet
+}
+
+// settlePoints appends to pts the points of the lists, borrowed ones too (never quiet): the
+// reclaimer's, as Settle is, so that they stay as they are. Lock order: the lists', a list's.
+func (ls *Lists[T]) settlePoints(pts []settlePoint) []settlePoint {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, l := range ls.m {
+		l.mu.Lock()
+		if l.ev != 0 {
+			pts = append(pts, settlePoint{l.ev, l.seq, l.s, l.quiet})
+		}
+		l.mu.Unlock()
+	}
+	return pts
+}
+
+// waitOwn waits for points pts (the lists' own and their peers') that keep streams of all
+// running, for Settle once Running has found one, when none of them waits for work the caller
+// has in flight (but unseen blocking streams', which Settle's own point waits for too); it
+// waits for nothing otherwise, and the Running that follows decides. The points are the quiet
+// ones (List.quiet): each waits only for the work its stream's order puts before it.
 //
-//   - Each non-default stream of all that has work of its own queued must be a list's with a
-//     quiet point: a blocking stream's, which waits only for the legacy stream's earlier work.
-//     Any other stream with work queued is running: nothing is waited for.
-//   - When the legacy stream has work of its own queued, each default stream's list with a
-//     point not passed must have a quiet one, recorded before those of the busy streams above
-//     (seq): such a point waits for the legacy stream's work before it (none, found quiet), and
-//     for the blocking streams' earlier work: an idle stream's has run, and a busy one's was
-//     before its own quiet point, so had run when that point was recorded. It waits for them,
-//     then asks the legacy stream again: work of its own still queued is the caller's, after
-//     them.
+//   - Each non-default stream of all that has work of its own queued must have a point in
+//     pts, and only quiet ones: a blocking stream's, which waits only for the legacy stream's
+//     earlier work. Any other stream with work queued is running: nothing is waited for.
+//   - When the legacy stream has work of its own queued, each point in a default stream not
+//     passed must be a quiet one, recorded before those of the busy streams above (seq): such
+//     a point waits for the legacy stream's work before it (none, found quiet), and for the
+//     blocking streams' earlier work: an idle stream's has run, and a busy one's was before
+//     its own quiet point, so had run when that point was recorded. It waits for them, then
+//     asks the legacy stream again: work of its own still queued is the caller's, after them.
 //   - The legacy stream quiet, it waits for the busy streams' points: their streams' work
 //     before them had run when they were recorded, and the legacy stream's has now.
-func (ls *Lists[T]) waitOwn(lists []*List[T], all []Stream) error {
+func (ls *Lists[T]) waitOwn(pts []settlePoint, all []Stream) error {
 	p := ls.points
-	type point struct {
-		ev  Event
-		seq uint64
-		s   Stream
-	}
-	pointOf := func(l *List[T]) (pt point, ok bool) {
-		l.mu.Lock() // the reclaimer's, as Settle is: it stays as it is
-		defer l.mu.Unlock()
-		return point{l.ev, l.seq, l.s}, l.ev != 0 && l.quiet
-	}
-	var busy []point
+	var busy []settlePoint
 	first := ^uint64(0) // the first seq of busy's points
-	for _, s := range all {
-		if DefaultStream(s) {
+	for i, s := range all {
+		if DefaultStream(s) || slices.Contains(all[:i], s) {
 			continue
 		}
 		if quiet, err := p.Quiet(s); err != nil || quiet {
 			continue // a stream the driver refuses is Running's to answer
 		}
-		i := slices.IndexFunc(lists, func(l *List[T]) bool { return l.s == s })
-		if i < 0 {
-			return nil
+		n := len(busy)
+		for _, pt := range pts {
+			if pt.s != s {
+				continue
+			}
+			if !pt.quiet {
+				return nil
+			}
+			busy = append(busy, pt)
+			first = min(first, pt.seq)
 		}
-		pt, ok := pointOf(lists[i])
-		if !ok {
-			return nil
+		if len(busy) == n {
+			return nil // no point of ours: the work is the caller's
 		}
-		busy = append(busy, pt)
-		first = min(first, pt.seq)
 	}
 	if quiet, err := p.Quiet(streamLegacy); err != nil {
 		return fmt.Errorf("streamq: query the legacy default stream: %w", err)
 	} else if !quiet {
-		var legacy []point
-		for _, l := range lists {
-			if !DefaultStream(l.s) {
+		var legacy []settlePoint
+		for _, pt := range pts {
+			if !DefaultStream(pt.s) {
 				continue
 			}
-			pt, ok := pointOf(l)
-			if pt.ev == 0 {
-				continue
-			}
-			if !ok || pt.seq > first {
+			if !pt.quiet || pt.seq > first {
 				if passed, err := p.Passed(pt.ev); err != nil || !passed {
 					return err
 				}

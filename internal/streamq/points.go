@@ -3,6 +3,7 @@ package streamq
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc"
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -33,6 +34,9 @@ type Points struct {
 	dev    *cuda.Device
 	events *cuda.EventPool
 	own    bool // dev was opened for the Points: Close closes it
+	// seq counts the points that the polls of every Lists on these points recorded, so that
+	// Settle orders one lists' points against its peers' (List.seq).
+	seq atomic.Uint64
 }
 
 // NewPoints returns the points of dev, whose events come from events (a pool of dev's).
