@@ -41,15 +41,23 @@ func BenchmarkCUDAPoolAllocFree(b *testing.B) {
 // machine: the pool's own cost (its memory is VMM host granules, so requests above the class
 // pages take the packed shard's slow path).
 func BenchmarkFakeCUDAPoolAllocFree(b *testing.B) {
+	if p := fakeCUDAPool(b); p != nil {
+		poolPairsOf(b, p)
+	}
+}
+
+// fakeCUDAPool returns a CUDAHost pool on the fake driver, closed when b ends, in the child
+// process fakecuda.RunBenchmark runs b in; nil in the parent, which reports the child's figures.
+func fakeCUDAPool(b *testing.B) *pinned.Pool {
 	if fakecuda.RunBenchmark(b) == nil {
-		return
+		return nil
 	}
 	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 4 << 30, Align: 256})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer p.Close()
-	poolPairsOf(b, p)
+	b.Cleanup(func() { p.Close() })
+	return p
 }
 
 // poolPairsOf runs an Alloc and Free pair of p for each of allocSizes.
@@ -143,14 +151,10 @@ func BenchmarkCUDACopy(b *testing.B) {
 // is free and to their P's home shard when another goroutine holds it, so that they do not
 // queue on one lock.
 func BenchmarkFakeCUDAPoolPairParallel(b *testing.B) {
-	if fakecuda.RunBenchmark(b) == nil {
+	p := fakeCUDAPool(b)
+	if p == nil {
 		return
 	}
-	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 4 << 30, Align: 256})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
 	for _, n := range allocSizes {
 		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
