@@ -403,6 +403,9 @@ func (h *Heap) reclaim() error {
 		if sh.Stats().Segments == 0 {
 			continue
 		}
+		if h.lists.Points().Capturing(uintptr(s)) {
+			continue // its work runs when the user launches the graph: its memory stays
+		}
 		if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
 			errs = append(errs, fmt.Errorf("device: synchronize stream %#x: %w", s, err))
 			continue

@@ -20,16 +20,18 @@ static int pmc_end(uintptr_t fn, uintptr_t s, uintptr_t *g) {
 }
 // cuCtxPushCurrent_v2(ctx), cuStreamIsCapturing(s, &status), cuCtxPopCurrent_v2 in one call,
 // as pm_inCtx: the answer packs the stage that failed (1 push, 2 the call, 3 pop) above the
-// CUresult.
-static uint64_t pmc_isCapturingIn(uintptr_t push, uintptr_t pop, uintptr_t ctx, uintptr_t fn, uintptr_t s, int *status) {
+// CUresult, or is the status (stage 0). No Go pointer crosses: a status out-parameter would
+// escape to the heap at every call.
+static uint64_t pmc_isCapturingIn(uintptr_t push, uintptr_t pop, uintptr_t ctx, uintptr_t fn, uintptr_t s) {
 	int r = ((int (*)(void *))push)((void *)ctx);
 	if (r != 0) return (uint64_t)1 << 32 | (uint32_t)r;
-	r = ((int (*)(void *, int *))fn)((void *)s, status);
+	int status = 0;
+	r = ((int (*)(void *, int *))fn)((void *)s, &status);
 	void *c = NULL;
 	int pr = ((int (*)(void **))pop)(&c);
 	if (r != 0) return (uint64_t)2 << 32 | (uint32_t)r;
 	if (pr != 0) return (uint64_t)3 << 32 | (uint32_t)pr;
-	return 0;
+	return (uint32_t)status;
 }
 */
 import "C"
@@ -64,10 +66,9 @@ func (dr *driver) streamIsCapturingIn(ctx uintptr, s Stream) (CaptureStatus, err
 	if err != nil {
 		return CaptureNone, err
 	}
-	var status C.int
-	out := C.pmc_isCapturingIn(push, pop, C.uintptr_t(ctx), f, C.uintptr_t(s), &status)
-	if out == 0 {
-		return CaptureStatus(status), nil
+	out := C.pmc_isCapturingIn(push, pop, C.uintptr_t(ctx), f, C.uintptr_t(s))
+	if out>>32 == 0 {
+		return CaptureStatus(int32(uint32(out))), nil
 	}
 	r := check(C.int(int32(uint32(out))))
 	switch out >> 32 {

@@ -104,6 +104,8 @@ func (r Result) Is(target error) bool {
 		return r == resultAlreadyRegistered
 	case pinmalloc.ErrNotSupported:
 		return r == resultNotSupported
+	case pinmalloc.ErrCapturing:
+		return r == resultCaptureUnsupported || r == resultCaptureInvalidated || r == resultCaptureImplicit || r == resultCapturedEvent
 	}
 	return false
 }

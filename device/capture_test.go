@@ -1,0 +1,48 @@
+package device
+
+import (
+	"runtime"
+	"testing"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// TestFakeCaptureKeepsDeferredFree: a block of stream a freed on stream b behind a memset
+// still queued there, while the user captures a graph on b, whose own heap holds memory too:
+// the heap's polls (Stats) and Trim keep the block deferred, leave b's memory alone and the
+// capture valid (a query or synchronize of b would invalidate it); once the capture ends and
+// b has run, the block comes back.
+func TestFakeCaptureKeepsDeferredFree(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	p := alloc(t, h, 4096, a)
+	keep := alloc(t, h, 4096, b)
+	f.Hold(true)
+	defer f.Complete()
+	must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 1, 4096, pcuda.Stream(b)))
+	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(b, cuda.CaptureGlobal))
+	st := h.Stats()
+	trimErr := h.Trim()
+	g, err := dev.StreamEndCapture(b)
+	if err != nil {
+		t.Fatalf("the heap invalidated the user's capture: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	must(t, "Trim during the capture", trimErr)
+	if st.Deferred != 1 {
+		t.Errorf("a poll during the capture: %d deferred, want 1", st.Deferred)
+	}
+	f.Hold(false)
+	must(t, "Sync", h.Sync())
+	if st := h.Stats(); st.Deferred != 0 {
+		t.Errorf("after the capture: %d deferred, want 0", st.Deferred)
+	}
+	freeAll(t, h, []cuda.DevicePtr{keep})
+}
