@@ -102,3 +102,25 @@ func TestRunningDuringCapture(t *testing.T) {
 		endCapture(t, dev, c.capture)
 	}
 }
+
+// TestCheckDuringCapture: the first sight of a capturing stream (Lists.Check, as a FreeAsync,
+// RecordStream or Alloc on a new stream makes) accepts it without recording a point there:
+// the record would be a node of the user's graph, which would record the pool's event again
+// at every launch of the graph while the event served as another stream's point.
+func TestCheckDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, _, p, _ := testStreams(t, dev, 1)
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1} }, 2)
+	beginCapture(t, dev, ss[0])
+	records := f.Stat(fakecuda.EventRecords)
+	if _, err := ls.Check(ss[0]); err != nil {
+		t.Errorf("Check of a capturing stream: %v", err)
+	}
+	if n := f.Stat(fakecuda.EventRecords) - records; n != 0 {
+		t.Errorf("Check of a capturing stream recorded %d events in the user's graph", n)
+	}
+	endCapture(t, dev, ss[0])
+}

@@ -84,9 +84,14 @@ func (p *Points) Context() uintptr { return p.dev.Context() }
 func (p *Points) Ordinal() int { return p.dev.Ordinal() }
 
 // Check reports whether the driver accepts s as a stream of the device, by recording a point
-// in it (an error: not).
+// in it (an error: not). A stream a capture holds is accepted without one (the driver knows
+// it, and the point would be a node of the user's graph, recorded again at each launch of it,
+// while the event went on to serve as a point of other streams).
 func (p *Points) Check(s Stream) error {
-	ev, err := p.Mark(s)
+	if p.Capturing(s) {
+		return nil
+	}
+	ev, err := p.mark(s)
 	if err == nil {
 		p.Put(ev)
 	}
