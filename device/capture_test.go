@@ -46,3 +46,43 @@ func TestFakeCaptureKeepsDeferredFree(t *testing.T) {
 	}
 	freeAll(t, h, []cuda.DevicePtr{keep})
 }
+
+// TestFakeIdlePurgeDuringCapture: a stream heap gone quiet after a burst whose memsets are
+// still queued, while the user captures a graph on its stream: the idle purge's ticks (the
+// test's own) give nothing back and leave the capture valid (its poll of the stream would
+// invalidate it: the request for the quiet heap is asked about there); once the capture has
+// ended and the memsets run, the ticks give the memory back (the arena decommits it a purge
+// delay later), with no fault.
+func TestFakeIdlePurgeDuringCapture(t *testing.T) {
+	f, dev, h := purgeHeap(t, false, true)
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	defer f.Complete()
+	live, peak := burstIdle(t, f, h, s, 4)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureGlobal))
+	for range 4 {
+		h.purgeTick()
+	}
+	st, committed := h.Stats(), h.Usage().Committed
+	g, err := dev.StreamEndCapture(s)
+	if err != nil {
+		t.Fatalf("the idle purge invalidated the user's capture: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if st.Purges != 0 || committed < peak {
+		t.Fatalf("during the capture: %d purges, committed %d of %d", st.Purges, committed, peak)
+	}
+	f.Hold(false)
+	if !waitFor(func() bool { h.purgeTick(); return h.Usage().Committed < peak }) {
+		t.Errorf("after the capture: %d bytes committed, the burst's %d: nothing given back", h.Usage().Committed, peak)
+	}
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+	if c := f.StickyError(); c != 0 {
+		t.Fatalf("sticky error %d: work ran on memory given back", c)
+	}
+	freeAll(t, h, live)
+}
