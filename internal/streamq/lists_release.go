@@ -85,8 +85,8 @@ func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
 // Drain waits for the stream of every list with items (a synchronize of each) and appends to
 // done the items pushed before its wait; the items pushed while it waits stay for a later call.
 // A stream the driver refuses to synchronize keeps its items for Recover (Lost counts it), and
-// its error is returned; a stream a capture holds (Points.Capturing) keeps its items, waited
-// for by no one. It is the reclaimer's, as Poll is.
+// its error is returned; a stream a capture holds (Points.Capturing) keeps its items, not
+// lost, and its error (matching pinmalloc.ErrCapturing) is returned. It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 	var errs []error
 	for _, l := range ls.snapshot() {
@@ -97,7 +97,8 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 			continue
 		}
 		if err := ls.points.WaitStream(l.s); errors.Is(err, pinmalloc.ErrCapturing) {
-			continue // its work runs when the user launches the graph: its items stay
+			errs = append(errs, err) // its work runs when the user launches the graph: its items stay
+			continue
 		} else if err != nil {
 			// Kept for Recover, as a poll keeps a list it finds lost: the point a poll recorded
 			// before the stream was destroyed may still answer "not ready", so no poll would.
