@@ -18,11 +18,7 @@ func TestFakeCaptureKeepsFreeAsync(t *testing.T) {
 	if r == nil {
 		return
 	}
-	d := r.devAlloc(4096)
-	b := r.alloc(4096, 7)
-	r.f.Hold(true)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), b, pubcuda.Stream(r.s)))
-	ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
+	d := r.freeBehindCopy()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	ok(t, "StreamBeginCapture", r.dev.StreamBeginCapture(r.s, cuda.CaptureGlobal))
