@@ -92,4 +92,9 @@ var (
 	ErrNotReady = errors.New("cuda: not ready")
 	// ErrAlreadyRegistered: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
 	ErrAlreadyRegistered = errors.New("cuda: host memory already registered")
+	// ErrCapturing: the stream is capturing a CUDA graph (cuStreamBeginCapture), which forbids
+	// the call: the driver's CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED and _IMPLICIT
+	// and CUDA_ERROR_CAPTURED_EVENT, and the module's refusals of the same kind (a FreeAsync on
+	// a capturing stream: the graph may use the memory for as long as it lives).
+	ErrCapturing = errors.New("cuda: stream is capturing a graph")
 )

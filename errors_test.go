@@ -50,6 +50,7 @@ var reexported = []struct {
 	{"cuda.ErrInvalidHandle", cuda.ErrInvalidHandle, pinmalloc.ErrInvalidHandle},
 	{"cuda.ErrNotReady", cuda.ErrNotReady, pinmalloc.ErrNotReady},
 	{"cuda.ErrAlreadyRegistered", cuda.ErrAlreadyRegistered, pinmalloc.ErrAlreadyRegistered},
+	{"cuda.ErrCapturing", cuda.ErrCapturing, pinmalloc.ErrCapturing},
 	{"cuda.ErrOutOfMemory", cuda.ErrOutOfMemory, pinmalloc.ErrOutOfMemory},
 	{"cuda.ErrClosed", cuda.ErrClosed, pinmalloc.ErrClosed},
 	{"device.ErrNoDriver", device.ErrNoDriver, pinmalloc.ErrNoDriver},

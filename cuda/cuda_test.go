@@ -362,6 +362,7 @@ func TestSentinelsShared(t *testing.T) {
 		{"internal ErrInvalidValue", pinmalloc.ErrInvalidValue, cuda.ErrInvalidValue},
 		{"internal ErrInvalidHandle", pinmalloc.ErrInvalidHandle, cuda.ErrInvalidHandle},
 		{"internal ErrNotReady", pinmalloc.ErrNotReady, cuda.ErrNotReady},
+		{"internal ErrCapturing", pinmalloc.ErrCapturing, cuda.ErrCapturing},
 		{"internal ErrClosed", pinmalloc.ErrClosed, cuda.ErrClosed},
 	}
 	if cuda.LibraryEnv != icuda.LibraryEnv {

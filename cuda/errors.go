@@ -33,6 +33,11 @@ var (
 	ErrNotReady = pinmalloc.ErrNotReady
 	// ErrAlreadyRegistered matches CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
 	ErrAlreadyRegistered = pinmalloc.ErrAlreadyRegistered
+	// ErrCapturing matches the driver's refusals of a call while a stream captures a CUDA graph
+	// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED, _IMPLICIT, CUDA_ERROR_CAPTURED_EVENT),
+	// and the module's refusals of the same kind: a FreeAsync or RecordStream on a capturing
+	// stream, whose graph may use the memory for as long as the graph lives.
+	ErrCapturing = pinmalloc.ErrCapturing
 	// ErrClosed reports a call on a Device after its Close. It is pinmalloc.ErrClosed, the kind
 	// every package's use-after-Close error matches.
 	ErrClosed = pinmalloc.ErrClosed

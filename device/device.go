@@ -279,6 +279,12 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // As with cudaFreeAsync, work on other streams that uses p must be ordered before the call
 // (s waits on an event of theirs): the heap waits for s alone, and a huge block (above
 // heap.HugeThreshold) goes back to the arena, for any stream, once s has passed the free.
+//
+// While s captures a CUDA graph (cuStreamBeginCapture), the heap's polls and Trim ask nothing
+// of s and record nothing there, so the capture stays valid, and its frees wait for the
+// capture to end. Memory a graph uses must outlive the graph: free it once the graph is
+// destroyed; a block freed on s during the capture is reused once s has passed the free after
+// the capture ends, whether the graph has been launched or not.
 func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
@@ -403,6 +409,9 @@ func (h *Heap) reclaim() error {
 	for s, sh := range h.streams {
 		if sh.Stats().Segments == 0 {
 			continue
+		}
+		if h.lists.Points().Capturing(uintptr(s)) {
+			continue // its work runs when the user launches the graph: its memory stays
 		}
 		if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
 			errs = append(errs, fmt.Errorf("device: synchronize stream %#x: %w", s, err))

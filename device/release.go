@@ -14,7 +14,9 @@ import (
 // Giving memory back: the deferred frees done (Sync), the stream heaps trimmed (Trim), a
 // stream forgotten (ForgetStream), the heap closed (Close).
 
-// Sync waits until every deferred free has completed and does it.
+// Sync waits until every deferred free has completed and does it. The frees on a stream that
+// is capturing a CUDA graph cannot complete before the graph is launched: they stay, and the
+// error matches cuda.ErrCapturing.
 func (h *Heap) Sync() error {
 	if err := h.lock(); err != nil {
 		return err
@@ -24,7 +26,9 @@ func (h *Heap) Sync() error {
 }
 
 // Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
-// the memory the stream heaps hold back to the arena and decommits the arena's free chunks.
+// the memory the stream heaps hold back to the arena and decommits the arena's free chunks. A
+// stream capturing a CUDA graph is neither waited for nor synchronized: its frees and its
+// heap's memory stay, and the error matches cuda.ErrCapturing.
 func (h *Heap) Trim() error {
 	if err := h.lock(); err != nil {
 		return err

@@ -254,6 +254,12 @@ func (o *streamOrder) shard(base uintptr) *useShard {
 // not copy asynchronously (Locked, Pageable, an External region that is not HostPinned, or
 // HostPinned with no driver) frees b at once: the driver copies such memory as pageable
 // memory, before the copy call returns.
+//
+// While s captures a CUDA graph (cuStreamBeginCapture), the pool's reclaims ask nothing of s
+// and record nothing there, so the capture stays valid, and its frees wait for the capture to
+// end. A buffer a graph uses must outlive the graph: free it once the graph is destroyed; one
+// freed on s during the capture is reused once s has passed the free after the capture ends,
+// whether the graph has been launched or not.
 func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	o := p.order
 	if o == nil {

@@ -123,6 +123,17 @@ func (r *asyncRig) read(d cuda.DevicePtr, n int) []byte {
 
 func (r *asyncRig) deferred() uint64 { return r.pool.Stats().Deferred }
 
+// freeBehindCopy frees a 4 KiB buffer on r.s behind an HtoDAsync from it into 4 KiB of device
+// memory, which it returns, with the fake holding the copy from then on.
+func (r *asyncRig) freeBehindCopy() cuda.DevicePtr {
+	d := r.devAlloc(4096)
+	b := r.alloc(4096, 7)
+	r.f.Hold(true)
+	ok(r.t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), b, pubcuda.Stream(r.s)))
+	ok(r.t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
+	return d
+}
+
 func ok(t *testing.T, what string, err error) {
 	t.Helper()
 	probe.Pause()

@@ -20,11 +20,7 @@ func TestFakeTrimReportsDriverError(t *testing.T) {
 	if r == nil {
 		return
 	}
-	d := r.devAlloc(4096)
-	b := r.alloc(4096, 7)
-	r.f.Hold(true)
-	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), b, pubcuda.Stream(r.s)))
-	ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
+	d := r.freeBehindCopy()
 
 	unmapped, err := r.dev.MemHostAlloc(1<<16, 0) // pinned, not mapped for the device
 	ok(t, "MemHostAlloc", err)

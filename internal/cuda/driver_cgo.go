@@ -339,6 +339,11 @@ const (
 	symMemPoolTrimTo
 	symMemAllocFromPoolAsync
 	symDeviceGetDefaultMemPool
+	// Stream capture (capture_cgo.go).
+	symStreamBeginCapture
+	symStreamEndCapture
+	symStreamIsCapturing
+	symGraphDestroy
 	numSyms
 )
 
@@ -433,6 +438,12 @@ var symbols = [numSyms]struct {
 	symMemAllocFromPoolAsync: {"cuMemAllocFromPoolAsync", apiVersion, "cuMemAllocFromPoolAsync"},
 	// The pool cuMemAllocAsync draws from while no other is made current (CUDA 11.2).
 	symDeviceGetDefaultMemPool: {"cuDeviceGetDefaultMemPool", apiVersion, "cuDeviceGetDefaultMemPool"},
+	// Stream capture: CUDA 10.0 entry points; cuStreamBeginCapture's CUDA 10.1 form, with a
+	// mode, is the one exported as cuStreamBeginCapture_v2.
+	symStreamBeginCapture: {"cuStreamBeginCapture", apiVersion, "cuStreamBeginCapture_v2"},
+	symStreamEndCapture:   {"cuStreamEndCapture", apiVersion, "cuStreamEndCapture"},
+	symStreamIsCapturing:  {"cuStreamIsCapturing", apiVersion, "cuStreamIsCapturing"},
+	symGraphDestroy:       {"cuGraphDestroy", apiVersion, "cuGraphDestroy"},
 }
 
 // dlMu serializes dlopen/dlsym/dlclose with their dlerror, which is per-thread state that a

@@ -61,4 +61,16 @@ func TestMissingSymbol(t *testing.T) {
 			t.Errorf("%s on libc = %v, want pinmalloc.ErrSymbol naming it", c.name, c.err)
 		}
 	}
+	// Stream capture: a driver without it answers each call with a named ErrSymbol.
+	_, errEnd := dr.streamEndCapture(1)
+	_, errIs := dr.streamIsCapturingIn(1, 1)
+	for _, c := range []struct {
+		err  error
+		name string
+	}{{dr.streamBeginCapture(1, CaptureGlobal), "cuStreamBeginCapture_v2"}, {errEnd, "cuStreamEndCapture"},
+		{errIs, "cuStreamIsCapturing"}, {dr.graphDestroy(1), "cuGraphDestroy"}} {
+		if !errors.Is(c.err, pinmalloc.ErrSymbol) || !strings.Contains(c.err.Error(), c.name) {
+			t.Errorf("%s on libc = %v, want pinmalloc.ErrSymbol naming it", c.name, c.err)
+		}
+	}
 }

@@ -31,6 +31,13 @@ const (
 	resultInvalidAddressSpace Result = 717
 	resultIllegalAddress      Result = 700
 	resultDeviceUnavailable   Result = 46
+	resultIllegalState        Result = 401
+	// Stream capture.
+	resultCaptureUnsupported Result = 900
+	resultCaptureInvalidated Result = 901
+	resultCaptureImplicit    Result = 906
+	resultCapturedEvent      Result = 907
+	resultCaptureWrongThread Result = 908
 )
 
 // resultNames gives the name and description of common results, used when the driver's
@@ -56,6 +63,12 @@ var resultNames = map[Result][2]string{
 	resultNotPermitted:        {"CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
 	resultNotSupported:        {"CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
 	resultUnknown:             {"CUDA_ERROR_UNKNOWN", "unknown error"},
+	resultIllegalState:        {"CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+	resultCaptureUnsupported:  {"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+	resultCaptureInvalidated:  {"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+	resultCaptureImplicit:     {"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "operation would make the legacy stream depend on a capturing blocking stream"},
+	resultCapturedEvent:       {"CUDA_ERROR_CAPTURED_EVENT", "operation not permitted on an event last recorded in a capturing stream"},
+	resultCaptureWrongThread:  {"CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "attempt to terminate a thread-local capture sequence from another thread"},
 }
 
 // Error returns "cuda: NAME: description", with the text from cuGetErrorName and
@@ -91,6 +104,8 @@ func (r Result) Is(target error) bool {
 		return r == resultAlreadyRegistered
 	case pinmalloc.ErrNotSupported:
 		return r == resultNotSupported
+	case pinmalloc.ErrCapturing:
+		return r == resultCaptureUnsupported || r == resultCaptureInvalidated || r == resultCaptureImplicit || r == resultCapturedEvent
 	}
 	return false
 }

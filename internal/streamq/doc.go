@@ -18,6 +18,10 @@
 //     (lists_settle.go), for a caller about to let go of everything (device.Heap's Close),
 //     hands every item back when no stream has work in flight, waiting only for a point it
 //     records itself in the legacy default stream, which no query finds idle.
+//   - Capture (capture.go): a stream a user's CUDA graph capture holds (or the legacy stream,
+//     while a blocking stream captures) counts as running; no query, synchronize or point of
+//     ours touches it, as the driver would refuse each and invalidate the capture. Points asks
+//     cuStreamIsCapturing, the one call a capture allows, only where it would query or record.
 //
 // # Concurrency
 //

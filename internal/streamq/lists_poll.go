@@ -78,6 +78,11 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := ls.points
+	if (l.ev != 0 || len(l.open) > 0) && p.Capturing(l.s) {
+		// A capture holds the stream: it is busy, its point (recorded before the capture, or
+		// an item's own, maybe in it) is not asked, and it gets none (capture.go).
+		return done, pollBusy, nil
+	}
 	if l.ev != 0 {
 		passed, err := p.Passed(l.ev)
 		if err != nil {
@@ -127,10 +132,10 @@ func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed, quiet b
 		idle, err = p.Passed(own) // every open item's work is before it
 		return idle, own, true, false, err
 	}
-	if idle, quiet, err = p.IdleQuiet(l.s, ls.nonBlocking(l)); err != nil || idle {
+	if idle, quiet, err = p.idleQuiet(l.s, ls.nonBlocking(l)); err != nil || idle {
 		return idle, 0, false, false, err
 	}
-	if ev, err = p.Mark(l.s); err != nil {
+	if ev, err = p.mark(l.s); err != nil {
 		return false, 0, false, false, fmt.Errorf("event: %w", err)
 	}
 	if DefaultStream(l.s) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 // The lists' waits: lost lists recovered by one synchronize of the context, every stream
@@ -27,9 +29,11 @@ func (ls *Lists[T]) keepLost(l *List[T]) {
 // Recover answers the lost lists: it synchronizes the context once (Points.WaitAll, which waits
 // for the work the refused streams still had), calls after (nil: none), and appends to done
 // the items each lost list had when Poll found it lost. When the synchronize fails, the items
-// stay and the error is returned; the lists are polled again either way.
+// stay and the error is returned; the lists are polled again either way. While a capture
+// holds a stream of the lists (Points.Capturing), whose capture a synchronize of the context
+// would invalidate, it does nothing: the lost lists stay for a later call.
 func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
-	if len(ls.lost) == 0 {
+	if len(ls.lost) == 0 || ls.capturing() {
 		return done, nil
 	}
 	defer func() {
@@ -51,6 +55,17 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 	return done, nil
 }
 
+// capturing reports whether a capture holds a stream of the lists, or the legacy stream.
+func (ls *Lists[T]) capturing() bool {
+	defer ls.endScan()
+	for _, l := range ls.snapshot() {
+		if ls.points.Capturing(l.s) {
+			return true
+		}
+	}
+	return ls.points.Capturing(streamLegacy)
+}
+
 // Reclaim is Poll, then Recover of the lists the poll found lost (after as for Recover): it
 // appends to done what the streams have passed. Its error is the poll's when no list was lost;
 // none when Recover answered every refusal (the refused streams' items came back), else the
@@ -70,7 +85,8 @@ func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
 // Drain waits for the stream of every list with items (a synchronize of each) and appends to
 // done the items pushed before its wait; the items pushed while it waits stay for a later call.
 // A stream the driver refuses to synchronize keeps its items for Recover (Lost counts it), and
-// its error is returned. It is the reclaimer's, as Poll is.
+// its error is returned; a stream a capture holds (Points.Capturing) keeps its items, not
+// lost, and its error (matching pinmalloc.ErrCapturing) is returned. It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 	var errs []error
 	for _, l := range ls.snapshot() {
@@ -80,7 +96,10 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 		if empty {
 			continue
 		}
-		if err := ls.points.WaitStream(l.s); err != nil {
+		if err := ls.points.WaitStream(l.s); errors.Is(err, pinmalloc.ErrCapturing) {
+			errs = append(errs, err) // its work runs when the user launches the graph: its items stay
+			continue
+		} else if err != nil {
 			// Kept for Recover, as a poll keeps a list it finds lost: the point a poll recorded
 			// before the stream was destroyed may still answer "not ready", so no poll would.
 			l.mu.Lock()

@@ -88,9 +88,14 @@ func (p *Points) Context() uintptr { return p.dev.Context() }
 func (p *Points) Ordinal() int { return p.dev.Ordinal() }
 
 // Check reports whether the driver accepts s as a stream of the device, by recording a point
-// in it (an error: not).
+// in it (an error: not). A stream a capture holds is accepted without one (the driver knows
+// it, and the point would be a node of the user's graph, recorded again at each launch of it,
+// while the event went on to serve as a point of other streams).
 func (p *Points) Check(s Stream) error {
-	ev, err := p.Mark(s)
+	if p.Capturing(s) {
+		return nil
+	}
+	ev, err := p.mark(s)
 	if err == nil {
 		p.Put(ev)
 	}
@@ -98,8 +103,17 @@ func (p *Points) Check(s Stream) error {
 }
 
 // Mark records a point in s, after everything queued on it so far. The caller owns it until
-// it puts it back (Put).
+// it puts it back (Put). A stream a capture holds (Capturing) is refused: an error matching
+// pinmalloc.ErrCapturing.
 func (p *Points) Mark(s Stream) (Event, error) {
+	if p.Capturing(s) {
+		return 0, capturingError(s)
+	}
+	return p.mark(s)
+}
+
+// mark is Mark of a stream the caller has found no capture holds.
+func (p *Points) mark(s Stream) (Event, error) {
 	ev, err := p.events.Get()
 	if err != nil {
 		return 0, err
@@ -134,15 +148,27 @@ func (p *Points) Idle(s Stream, nonBlocking bool) (bool, error) {
 
 // IdleQuiet is Idle, and Quiet from the same query of s: a point recorded in s next, when s is
 // not idle, waits only for the work s's order puts before it when quiet is set. A default
-// stream is asked that query alone (it is never idle).
+// stream is asked that query alone (it is never idle). A stream a capture holds, or a
+// blocking one while a capture holds the legacy stream, is not idle (Capturing).
 func (p *Points) IdleQuiet(s Stream, nonBlocking bool) (idle, quiet bool, err error) {
-	if quiet, err = p.Quiet(s); err != nil || !quiet {
+	if p.Capturing(s) {
+		return false, false, nil
+	}
+	return p.idleQuiet(s, nonBlocking)
+}
+
+// idleQuiet is IdleQuiet of a stream the caller has found no capture holds.
+func (p *Points) idleQuiet(s Stream, nonBlocking bool) (idle, quiet bool, err error) {
+	if quiet, err = p.quiet(s); err != nil || !quiet {
 		return false, false, err
 	}
 	if DefaultStream(s) {
 		return false, true, nil
 	}
 	if !nonBlocking {
+		if p.Capturing(streamLegacy) {
+			return false, true, nil
+		}
 		idle, err = done(p.dev.StreamQuery(streamLegacy))
 		return idle, true, err
 	}
@@ -186,12 +212,27 @@ func done(err error) (bool, error) {
 // WaitStream waits until s has passed everything ordered before now: s synchronized and, as
 // for Idle, the legacy default stream too (a blocking stream's work comes after its earlier
 // work), or for a default stream the context (its work comes after every blocking stream's).
+//
+// A stream a capture holds (Capturing), or a blocking one while a capture holds the legacy
+// stream, is refused: an error matching pinmalloc.ErrCapturing, its work not waited for (it
+// runs only when the user launches the graph).
 func (p *Points) WaitStream(s Stream) error {
+	if p.Capturing(s) {
+		return capturingError(s)
+	}
 	if DefaultStream(s) {
 		return p.dev.Synchronize()
 	}
 	if err := p.dev.StreamSynchronize(s); err != nil {
 		return err
+	}
+	if p.Capturing(streamLegacy) {
+		// A blocking stream captures: a non-blocking s's work is not ordered after the legacy
+		// stream's, which no call may touch now; a blocking s's is.
+		if nb, err := p.NonBlocking(s); err != nil || !nb {
+			return capturingError(streamLegacy)
+		}
+		return nil
 	}
 	return p.dev.StreamSynchronize(streamLegacy)
 }
@@ -216,7 +257,13 @@ func (p *Points) WaitPoint(s Stream) error {
 // (a synchronize of the context). A stream's own synchronize covers neither: call it before
 // memory a blocking or default stream freed changes owner on that stream's synchronize alone
 // (a device heap's trim).
+//
+// While a blocking stream captures a CUDA graph (Capturing of the legacy stream), it waits for
+// nothing: an error matching pinmalloc.ErrCapturing.
 func (p *Points) WaitLegacyOrder(dflt bool) error {
+	if p.Capturing(streamLegacy) {
+		return capturingError(streamLegacy)
+	}
 	if dflt {
 		if err := p.dev.Synchronize(); err != nil {
 			return fmt.Errorf("synchronize the context: %w", err)
@@ -244,8 +291,9 @@ func (p *Points) WaitLegacy(err error) error {
 
 // Running returns the first of streams ss that has work queued and not run (cuStreamQuery),
 // or the legacy default stream when one of ss is blocking and it has (its earlier work is
-// ordered before theirs); running false when none has. A stream the driver refuses counts as
-// blocking: nothing says it is not.
+// ordered before theirs); running false when none has. A stream a capture holds counts as
+// running (Capturing), and so does the legacy stream while a blocking stream captures. A
+// stream the driver refuses counts as blocking: nothing says it is not.
 //
 // The other streams are asked before the default ones (answered by the legacy stream's query,
 // once, as the first default stream among ss): a default stream found running means that
@@ -259,6 +307,9 @@ func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
 			}
 			continue
 		}
+		if p.Capturing(s) {
+			return s, true, nil
+		}
 		if err := p.dev.StreamQuery(s); errors.Is(err, pinmalloc.ErrNotReady) {
 			return s, true, nil
 		}
@@ -268,6 +319,9 @@ func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
 		}
 	}
 	if blocking {
+		if p.Capturing(streamLegacy) {
+			return legacy, true, nil
+		}
 		if err := p.dev.StreamQuery(streamLegacy); errors.Is(err, pinmalloc.ErrNotReady) {
 			return legacy, true, nil
 		} else if err != nil {
@@ -280,8 +334,16 @@ func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
 // Quiet reports whether s has run all its own work (cuStreamQuery), not the work its order
 // puts before it, which Idle asks about too: a point recorded in s next waits only for that
 // (a blocking stream's, the legacy stream's earlier work; a default stream's, every blocking
-// stream's).
-func (p *Points) Quiet(s Stream) (bool, error) { return done(p.dev.StreamQuery(s)) }
+// stream's). A stream a capture holds is not quiet (Capturing).
+func (p *Points) Quiet(s Stream) (bool, error) {
+	if p.Capturing(s) {
+		return false, nil
+	}
+	return p.quiet(s)
+}
+
+// quiet is Quiet of a stream the caller has found no capture holds.
+func (p *Points) quiet(s Stream) (bool, error) { return done(p.dev.StreamQuery(s)) }
 
 // Wait waits until the stream of ev has passed it (cuEventSynchronize).
 func (p *Points) Wait(ev Event) error { return p.dev.EventSynchronize(ev) }

@@ -1,0 +1,93 @@
+package device
+
+import (
+	"errors"
+	"runtime"
+	"testing"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// TestFakeCaptureKeepsDeferredFree: a block of stream a freed on stream b behind a memset
+// still queued there, while the user captures a graph on b, whose own heap holds memory too:
+// the heap's polls (Stats), Trim and Sync keep the block deferred, leave b's memory alone and
+// the capture valid (a query or synchronize of b would invalidate it), Trim and Sync saying
+// they could not wait for b (cuda.ErrCapturing); once the capture ends and b has run, the
+// block comes back.
+func TestFakeCaptureKeepsDeferredFree(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	p := alloc(t, h, 4096, a)
+	keep := alloc(t, h, 4096, b)
+	f.Hold(true)
+	defer f.Complete()
+	must(t, "MemsetAsync", h.MemsetAsync(pcuda.DevicePtr(p), 1, 4096, pcuda.Stream(b)))
+	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(b, cuda.CaptureGlobal))
+	st := h.Stats()
+	trimErr, syncErr := h.Trim(), h.Sync()
+	g, err := dev.StreamEndCapture(b)
+	if err != nil {
+		t.Fatalf("the heap invalidated the user's capture: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	// Neither can wait for b's frees: its work runs when the user launches the graph.
+	if !errors.Is(trimErr, pcuda.ErrCapturing) || !errors.Is(syncErr, pcuda.ErrCapturing) {
+		t.Errorf("Trim, Sync during the capture = %v, %v; want errors matching cuda.ErrCapturing", trimErr, syncErr)
+	}
+	if st.Deferred != 1 {
+		t.Errorf("a poll during the capture: %d deferred, want 1", st.Deferred)
+	}
+	f.Hold(false)
+	must(t, "Sync", h.Sync())
+	if st := h.Stats(); st.Deferred != 0 {
+		t.Errorf("after the capture: %d deferred, want 0", st.Deferred)
+	}
+	freeAll(t, h, []cuda.DevicePtr{keep})
+}
+
+// TestFakeIdlePurgeDuringCapture: a stream heap gone quiet after a burst whose memsets are
+// still queued, while the user captures a graph on its stream: the idle purge's ticks (the
+// test's own) give nothing back and leave the capture valid (its poll of the stream would
+// invalidate it: the request for the quiet heap is asked about there); once the capture has
+// ended and the memsets run, the ticks give the memory back (the arena decommits it a purge
+// delay later), with no fault.
+func TestFakeIdlePurgeDuringCapture(t *testing.T) {
+	f, dev, h := purgeHeap(t, false, true)
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	defer f.Complete()
+	live, peak := burstIdle(t, f, h, s, 4)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureGlobal))
+	for range 4 {
+		h.purgeTick()
+	}
+	st, committed := h.Stats(), h.Usage().Committed
+	g, err := dev.StreamEndCapture(s)
+	if err != nil {
+		t.Fatalf("the idle purge invalidated the user's capture: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if st.Purges != 0 || committed < peak {
+		t.Fatalf("during the capture: %d purges, committed %d of %d", st.Purges, committed, peak)
+	}
+	f.Hold(false)
+	if !waitFor(func() bool { h.purgeTick(); return h.Usage().Committed < peak }) {
+		t.Errorf("after the capture: %d bytes committed, the burst's %d: nothing given back", h.Usage().Committed, peak)
+	}
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+	if c := f.StickyError(); c != 0 {
+		t.Fatalf("sticky error %d: work ran on memory given back", c)
+	}
+	freeAll(t, h, live)
+}

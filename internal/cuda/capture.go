@@ -1,0 +1,78 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc"
+)
+
+// Stream capture: work queued on a capturing stream is recorded into a graph instead of run
+// (cuStreamBeginCapture_v2, cuStreamEndCapture). While a stream captures, the driver refuses a
+// query or synchronize of it (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), of an event recorded in
+// it (CUDA_ERROR_CAPTURED_EVENT), of the context, and any use of the legacy default stream
+// while the capturing stream is blocking (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); each of these
+// also invalidates the capture, whose end then gives no graph. StreamIsCapturing is the one
+// question that is always allowed and invalidates nothing.
+
+// Graph is a CUgraph, from StreamEndCapture; GraphDestroy destroys it.
+type Graph uintptr
+
+// CaptureMode is a CUstreamCaptureMode: which other calls a capture forbids.
+type CaptureMode int
+
+// Capture modes.
+const (
+	// CaptureGlobal forbids potentially unsafe calls on every thread while it lasts.
+	CaptureGlobal CaptureMode = 0
+	// CaptureThreadLocal forbids them on the capturing thread only.
+	CaptureThreadLocal CaptureMode = 1
+	// CaptureRelaxed forbids only the calls that conflict with any capture.
+	CaptureRelaxed CaptureMode = 2
+)
+
+// CaptureStatus is a stream's CUstreamCaptureStatus.
+type CaptureStatus int
+
+// Capture statuses.
+const (
+	// CaptureNone: the stream is not capturing.
+	CaptureNone CaptureStatus = 0
+	// CaptureActive: the stream is capturing.
+	CaptureActive CaptureStatus = 1
+	// CaptureInvalidated: the stream's capture was invalidated and must still be ended.
+	CaptureInvalidated CaptureStatus = 2
+)
+
+// StreamBeginCapture begins capturing the work queued on s into a graph. Outside
+// CaptureRelaxed the capture must be ended on the same OS thread: lock it
+// (runtime.LockOSThread) around the two calls.
+func (d *Device) StreamBeginCapture(s Stream, mode CaptureMode) error {
+	if mode < CaptureGlobal || mode > CaptureRelaxed {
+		return fmt.Errorf("cuda: capture mode %d: %w", mode, pinmalloc.ErrInvalidValue)
+	}
+	return d.Do(func() error { return d.drv.streamBeginCapture(s, mode) })
+}
+
+// StreamEndCapture ends the capture on s and returns its graph, or no graph and an error
+// (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) when the capture was invalidated.
+func (d *Device) StreamEndCapture(s Stream) (g Graph, err error) {
+	err = d.Do(func() (e error) { g, e = d.drv.streamEndCapture(s); return })
+	return g, err
+}
+
+// StreamIsCapturing returns the capture status of s. It is the one call allowed on a
+// capturing stream that invalidates nothing; on the legacy default stream while a blocking
+// stream captures it fails (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT),
+// still invalidating nothing. A driver without cuStreamIsCapturing answers an error matching
+// ErrSymbol.
+func (d *Device) StreamIsCapturing(s Stream) (CaptureStatus, error) {
+	if d.closed.Load() {
+		return CaptureNone, d.closedError()
+	}
+	return d.drv.streamIsCapturingIn(d.ctx, s) // push, call and pop in one cgo call
+}
+
+// GraphDestroy destroys a graph from StreamEndCapture.
+func (d *Device) GraphDestroy(g Graph) error {
+	return d.Do(func() error { return d.drv.graphDestroy(g) })
+}

@@ -1,0 +1,81 @@
+//go:build cgo && linux
+
+package cuda
+
+// The stream capture calls (capture.go).
+
+/*
+#include <stdint.h>
+
+// cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode)
+static int pmc_begin(uintptr_t fn, uintptr_t s, int mode) {
+	return ((int (*)(void *, int))fn)((void *)s, mode);
+}
+// cuStreamEndCapture(CUstream, CUgraph *)
+static int pmc_end(uintptr_t fn, uintptr_t s, uintptr_t *g) {
+	void *h = NULL;
+	int r = ((int (*)(void *, void **))fn)((void *)s, &h);
+	*g = (uintptr_t)h;
+	return r;
+}
+// cuCtxPushCurrent_v2(ctx), cuStreamIsCapturing(s, &status), cuCtxPopCurrent_v2 in one call,
+// as pm_inCtx: the answer packs the stage that failed (1 push, 2 the call, 3 pop) above the
+// CUresult, or is the status (stage 0). No Go pointer crosses: a status out-parameter would
+// escape to the heap at every call.
+static uint64_t pmc_isCapturingIn(uintptr_t push, uintptr_t pop, uintptr_t ctx, uintptr_t fn, uintptr_t s) {
+	int r = ((int (*)(void *))push)((void *)ctx);
+	if (r != 0) return (uint64_t)1 << 32 | (uint32_t)r;
+	int status = 0;
+	r = ((int (*)(void *, int *))fn)((void *)s, &status);
+	void *c = NULL;
+	int pr = ((int (*)(void **))pop)(&c);
+	if (r != 0) return (uint64_t)2 << 32 | (uint32_t)r;
+	if (pr != 0) return (uint64_t)3 << 32 | (uint32_t)pr;
+	return (uint32_t)status;
+}
+*/
+import "C"
+
+import "fmt"
+
+func (dr *driver) streamBeginCapture(s Stream, mode CaptureMode) error {
+	return dr.call(symStreamBeginCapture, func(f C.uintptr_t) C.int {
+		return C.pmc_begin(f, C.uintptr_t(s), C.int(mode))
+	})
+}
+
+func (dr *driver) streamEndCapture(s Stream) (Graph, error) {
+	var g C.uintptr_t
+	err := dr.call(symStreamEndCapture, func(f C.uintptr_t) C.int { return C.pmc_end(f, C.uintptr_t(s), &g) })
+	return Graph(g), err
+}
+
+func (dr *driver) graphDestroy(g Graph) error { return dr.callPtr(symGraphDestroy, uintptr(g)) }
+
+// streamIsCapturingIn is cuStreamIsCapturing in context ctx, in one cgo call.
+func (dr *driver) streamIsCapturingIn(ctx uintptr, s Stream) (CaptureStatus, error) {
+	f, err := dr.fn(symStreamIsCapturing) // first: an old driver's error names it
+	if err != nil {
+		return CaptureNone, err
+	}
+	push, err := dr.fn(symCtxPushCurrent)
+	if err != nil {
+		return CaptureNone, err
+	}
+	pop, err := dr.fn(symCtxPopCurrent)
+	if err != nil {
+		return CaptureNone, err
+	}
+	out := C.pmc_isCapturingIn(push, pop, C.uintptr_t(ctx), f, C.uintptr_t(s))
+	if out>>32 == 0 {
+		return CaptureStatus(int32(uint32(out))), nil
+	}
+	r := check(C.int(int32(uint32(out))))
+	switch out >> 32 {
+	case 1:
+		return CaptureNone, fmt.Errorf("cuda: push primary context: %w", r)
+	case 3:
+		return CaptureNone, fmt.Errorf("cuda: pop primary context: %w", r)
+	}
+	return CaptureNone, r
+}

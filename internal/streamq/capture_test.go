@@ -1,0 +1,126 @@
+package streamq_test
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+)
+
+// A user's CUDA graph capture on a stream the lists have seen: while a stream captures, the
+// driver refuses a query or synchronize of it, of an event recorded in it, of the context and,
+// while the stream is blocking, of the legacy stream, and each refusal invalidates the user's
+// capture (internal/fakecuda, "Stream capture"). A capturing stream counts as running: its
+// items wait, nothing is recorded in it, and the capture stays valid.
+
+// beginCapture begins a capture on s, the test's goroutine locked to its thread until the
+// test ends (a capture in CaptureGlobal mode ends on the thread that began it).
+func beginCapture(t *testing.T, dev *cuda.Device, s cuda.Stream) {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	if err := dev.StreamBeginCapture(s, cuda.CaptureGlobal); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// endCapture ends the capture on s, failing the test unless it gives a graph.
+func endCapture(t *testing.T, dev *cuda.Device, s cuda.Stream) {
+	t.Helper()
+	g, err := dev.StreamEndCapture(s)
+	if err != nil {
+		t.Fatalf("the user's capture was invalidated: %v", err)
+	}
+	if err := dev.GraphDestroy(g); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPollDuringCapture: items pushed on a stream with work queued, polled while the stream
+// captures (the poll that gives them a point, then the one that finds it), wait, with no
+// error and the capture still valid; polled after it, they come back.
+func TestPollDuringCapture(t *testing.T) {
+	for _, blocking := range []bool{false, true} {
+		f, dev := fakecuda.RunDevice(t)
+		if f == nil {
+			return
+		}
+		ss, bufs, p, _ := testStreams(t, dev, 1)
+		s := ss[0]
+		if blocking {
+			s = blockingStream(t, dev)
+		}
+		ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1} }, 2)
+		f.Hold(true)
+		if err := dev.MemsetD8Async(bufs[0], 1, 4096, s); err != nil {
+			t.Fatal(err)
+		}
+		ls.Push(ls.Get(s), 1)
+		beginCapture(t, dev, s)
+		for i := range 2 {
+			done, err := ls.Poll(nil)
+			if err != nil || len(done) != 0 {
+				t.Fatalf("blocking %v: poll %d during the capture = %v, %v; want nothing back, no error", blocking, i, done, err)
+			}
+		}
+		ls.Push(ls.Get(s), 2) // pushed during the capture
+		if done, err := ls.Poll(nil); err != nil || len(done) != 0 {
+			t.Fatalf("blocking %v: poll after a push during the capture = %v, %v; want nothing back, no error", blocking, done, err)
+		}
+		endCapture(t, dev, s)
+		f.Hold(false)
+		if done, err := ls.Poll(nil); err != nil || len(done) != 2 {
+			t.Fatalf("blocking %v: poll after the capture = %v, %v; want both items", blocking, done, err)
+		}
+		if _, err := ls.Drain(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRunningDuringCapture: Points.Running counts a capturing stream as running (it has work
+// queued that no query may see), and asking leaves the capture valid; with a blocking stream
+// capturing, the legacy stream is running too.
+func TestRunningDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, _, p, _ := testStreams(t, dev, 2)
+	b := blockingStream(t, dev)
+	for _, c := range []struct {
+		capture cuda.Stream
+		ask     []cuda.Stream
+	}{{ss[0], []cuda.Stream{ss[1], ss[0]}}, {b, []cuda.Stream{ss[1], b}}, {b, []cuda.Stream{0}}} {
+		beginCapture(t, dev, c.capture)
+		s, running, err := p.Running(c.ask)
+		if err != nil || !running {
+			t.Errorf("Running(%#x) while %#x captures = %#x, %v, %v; want running", c.ask, c.capture, s, running, err)
+		}
+		endCapture(t, dev, c.capture)
+	}
+}
+
+// TestCheckDuringCapture: the first sight of a capturing stream (Lists.Check, as a FreeAsync,
+// RecordStream or Alloc on a new stream makes) accepts it without recording a point there:
+// the record would be a node of the user's graph, which would record the pool's event again
+// at every launch of the graph while the event served as another stream's point.
+func TestCheckDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, _, p, _ := testStreams(t, dev, 1)
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1} }, 2)
+	beginCapture(t, dev, ss[0])
+	records := f.Stat(fakecuda.EventRecords)
+	if _, err := ls.Check(ss[0]); err != nil {
+		t.Errorf("Check of a capturing stream: %v", err)
+	}
+	if n := f.Stat(fakecuda.EventRecords) - records; n != 0 {
+		t.Errorf("Check of a capturing stream recorded %d events in the user's graph", n)
+	}
+	endCapture(t, dev, ss[0])
+}
