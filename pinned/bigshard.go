@@ -1,6 +1,10 @@
 package pinned
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/procpin"
+)
 
 // The big shard.
 //
@@ -11,8 +15,8 @@ import "sync/atomic"
 // mutex is free, as the Go runtime allocates its large objects from one heap: their chunks are
 // then shared as one shard's are, and the pool holds about what one shard would (issue 38).
 // When another goroutine holds the big shard, the request goes to the P's home shard as any
-// other: large allocations never queue on one lock, and only those that overlap give up some
-// of the sharing.
+// other, and so do that P's next few (bigBackoff): large allocations never queue on one lock
+// and scale over the Ps as before, and only those that overlap give up some of the sharing.
 //
 // The big shard is no P's home, so no fast section enters it: its mutex alone makes a holder
 // (its fast paths take nothing else; revoked, which only stops fast sections, is counted by
@@ -32,26 +36,53 @@ type bigShard struct {
 // owns reports whether a request (or a buffer) of n bytes belongs to the big shard.
 func (b *bigShard) owns(n uintptr) bool { return b.min != 0 && n >= b.min }
 
+// bigBackoff is how many of a P's requests of the big shard's sizes that need a blocking path
+// go to its home shard once one found the big shard held, that one among them: under
+// contention the Ps' large requests spread over their home shards, as they did before the big
+// shard (its mutex's cache line no longer passes between their CPUs at every request), and
+// each P tries the big shard again after that many. Meanwhile the P's requests that its home
+// shard's kept pages serve (fast sections) count for nothing.
+const bigBackoff = 16
+
 // ownFor is own for a request of n bytes: the big shard for its sizes when its mutex is free
-// (made the first time), else own's shard.
+// (made the first time) and the caller's P is not backing off (one request fewer to back off
+// for when it is), else own's shard.
 func (p *Pool) ownFor(n uintptr) *shard {
-	if p.big.owns(n) {
-		if s := p.big.s.Load(); s != nil {
-			if s.tryLock() {
-				return s
-			}
-		} else if s, _ := p.newShard(slotBig); s != nil {
+	if !p.big.owns(n) {
+		return p.own()
+	}
+	s := p.big.s.Load()
+	if s == nil {
+		if s, _ := p.newShard(slotBig); s != nil {
 			return s
 		}
+		return p.own() // made by another goroutine meanwhile, or the pool is closed
+	}
+	hs := p.homeHere()
+	switch {
+	case hs != nil && hs.skipBig.Load() > 0:
+		hs.skipBig.Store(hs.skipBig.Load() - 1)
+	case s.tryLock():
+		return s
+	case hs != nil:
+		hs.skipBig.Store(bigBackoff - 1) // this request is the first
 	}
 	return p.own()
 }
 
 // tryAllocBig is the big shard's fast path for a request of its sizes: the heap's non-blocking
-// allocation when its mutex is free.
+// allocation when its mutex is free and the caller's P is not backing off.
 func (p *Pool) tryAllocBig(n uintptr) (addr uintptr, ok bool) {
 	s := p.big.s.Load()
-	if s == nil || !s.mu.TryLock() { // its mutex alone: see the file's documentation
+	if s == nil {
+		return 0, false
+	}
+	hs := p.homeHere()
+	if hs != nil && hs.skipBig.Load() > 0 {
+		return 0, false
+	}
+	if !s.mu.TryLock() { // its mutex alone: see the file's documentation
+		p.heldBig(hs)
 		return 0, false
 	}
 	if !p.closed.Load() { // see allocOnce
@@ -61,15 +92,40 @@ func (p *Pool) tryAllocBig(n uintptr) (addr uintptr, ok bool) {
 	return addr, ok
 }
 
-// tryFreeBig is the big shard's fast path for a free no fast section did: the heap's
-// non-blocking free (TryFreeOrHeld) of a buffer of its sizes when its mutex is free, which
-// keeps a freed object page for the next request of its size.
+// tryFreeBig is the big shard's fast path for a free of a buffer of its sizes: the heap's
+// non-blocking free (TryFreeOrHeld), which keeps a freed object page for the next request of
+// its size, when its mutex is free and the caller's P is not backing off (its buffers then
+// most likely come from its home shard).
 func (p *Pool) tryFreeBig(addr, n uintptr) (freed, held bool) {
 	s := p.big.s.Load()
-	if s == nil || !s.mu.TryLock() {
+	if s == nil {
+		return false, false
+	}
+	hs := p.homeHere()
+	if hs != nil && hs.skipBig.Load() > 0 {
+		return false, false
+	}
+	if !s.mu.TryLock() {
+		p.heldBig(hs)
 		return false, false
 	}
 	freed, held = s.h.TryFreeOrHeld(addr, n)
 	s.mu.Unlock()
 	return freed, held
+}
+
+// homeHere returns the home shard of the caller's P, nil when it has none (yet). The goroutine
+// may move to another P at once: what it is used for (heldBig's count) needs no more.
+func (p *Pool) homeHere() *shard {
+	if i := procpin.ID(); i < len(p.home) {
+		return p.home[i].Load()
+	}
+	return nil
+}
+
+// heldBig notes, in home shard hs (nil: none), that its P found the big shard held.
+func (p *Pool) heldBig(hs *shard) {
+	if hs != nil {
+		hs.skipBig.Store(bigBackoff)
+	}
 }

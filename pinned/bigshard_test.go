@@ -113,3 +113,41 @@ func TestBigShardSharesChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestBigShardBackoff: a P that found the big shard held sends its next bigBackoff requests of
+// its sizes to its home shard, then tries the big shard again, so that Ps whose large
+// requests collide spread over their home shards instead of passing the big shard's mutex
+// between their CPUs.
+func TestBigShardBackoff(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	p := newTestPool(t, coarseOptions())
+	var bufs [][]byte
+	alloc := func() *heap.Heap {
+		b, err := p.Alloc(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, b)
+		return owner(t, p, b)
+	}
+	alloc() // makes the big shard
+	big := p.big.s.Load()
+	big.mu.Lock()
+	if alloc() == big.h {
+		t.Fatal("a request took the big shard while it was held")
+	}
+	big.mu.Unlock()
+	for i := 1; i < bigBackoff; i++ {
+		if alloc() == big.h {
+			t.Fatalf("request %d after the one that found the big shard held took it; want the home shard for %d more", i, bigBackoff-1)
+		}
+	}
+	if alloc() != big.h {
+		t.Errorf("request %d after the one that found the big shard held did not take it", bigBackoff)
+	}
+	for _, b := range bufs {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -70,7 +70,11 @@ type shard struct {
 	// the heap's operations at that tick (the purger's alone).
 	slow, look atomic.Bool
 	seenOps    uint64
-	_          [32]byte
+
+	// skipBig counts the requests of the big shard's sizes that the P of this home shard sends
+	// here without asking the big shard (bigshard.go), after it found the big shard held.
+	skipBig atomic.Uint32
+	_       [28]byte
 }
 
 // homeSlot is P i's home shard, and its heap beside it: a fast section loads both from the
