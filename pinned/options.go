@@ -118,8 +118,8 @@ type Options struct {
 	// memory commits in 2 MiB units (CUDAHost), a pool of more than one shard sends buffers
 	// above 64 KiB to one more shard shared by every P whenever it is free (see the package
 	// documentation), and each shard still keeps partly used chunks of class pages: the
-	// bench's serving trace (buffers of 4 KiB - 4 MiB) on two Ps peaked at 1.15 - 1.18 times
-	// its live bytes with a shard per P (1.19 - 1.24 before the shared shard), 1.14 - 1.15
+	// bench's serving trace (buffers of 4 KiB - 4 MiB) on two Ps peaked at 1.15 - 1.17 times
+	// its live bytes with a shard per P (1.17 - 1.22 before the shared shard), 1.13 - 1.15
 	// with one.
 	Shards int
 	// Device is the ordinal of the CUDA device for the CUDAHost and Auto backends (default 0).
