@@ -47,7 +47,9 @@ func (m Mode) String() string {
 // Errors: ErrInvalidHandle, ErrInvalidStream (a stream the driver does not know; the tier
 // asks it once per stream; ErrDeviceFault instead when the context has failed), ErrAllPinned
 // (no room: the budget is held by acquired blocks), ErrAcquired (the host holds the block for
-// writing, or for reading and m is Write), and the errors of the copy, the device heap and the
+// writing, or for reading and m is Write), an error matching cuda.ErrCapturing when s is
+// capturing a CUDA graph (a graph's memory must outlive its launches, which the tier cannot
+// know: acquire before the capture begins), and the errors of the copy, the device heap and the
 // driver, after which the block is where it was.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
 	start := t.acquireStart() // latency.go
@@ -129,6 +131,9 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	if err := t.checkStream(s); err != nil { // hit or miss (streams.go)
 		return 0, err
 	}
+	if err := t.notCapturing(s, "Acquire", h); err != nil {
+		return 0, err
+	}
 	if b.dev == 0 {
 		t.st.Misses++
 		t.lat.missAt = nanotime() // latency.go
@@ -171,7 +176,9 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // Release ends one use of block h on stream s: an event recorded on s now marks the end of
 // the work that uses it, and the block is moved only after that event. Errors: ErrNotAcquired
 // when the block is not acquired, ErrWrongStream when it is acquired on other streams only
-// (the use goes on). When the event cannot be recorded (s was destroyed, say), the use ends
+// (the use goes on), an error matching cuda.ErrCapturing when s is capturing a CUDA graph (the
+// event would be a node of the graph: the use goes on; release it once the capture has ended,
+// after the graph's last launch). When the event cannot be recorded (s was destroyed, say), the use ends
 // anyway, after the tier has waited for the work on s (or on the whole device), and the error
 // says the block was released (wrapping ErrInvalidStream when the driver refused s, and
 // ErrDeviceFault instead when it refused the wait for the device too: a sticky error).
@@ -193,6 +200,9 @@ func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	}
 	if k < 0 {
 		return fmt.Errorf("%w: %#x released on stream %#x, acquired on %#x", ErrWrongStream, uint64(h), s, b.uses[0].s)
+	}
+	if err := t.notCapturing(s, "Release", h); err != nil {
+		return fmt.Errorf("%w; the use goes on: release it once the capture ends", err)
 	}
 	if err = t.recordRelease(b, s); err != nil {
 		err = t.unordered(h, s, err)

@@ -133,12 +133,19 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 // from AcquireHost must not be used after Free. When the driver refuses both that wait and a
 // wait on the CPU (a context with a sticky error), the block is freed all the same and Free
 // returns ErrHeldBack: its memory stays out of use until a synchronize of the device succeeds.
+// The Free of a block acquired on a stream that is capturing a CUDA graph is refused with an
+// error matching cuda.ErrCapturing, and frees nothing: free it once the capture has ended.
 func (t *Tier) Free(h Handle) error {
 	t.mu.Lock()
 	defer t.unlock("Free")
-	id, _, err := t.lookup(h)
+	id, b, err := t.lookup(h)
 	if err != nil {
 		return err
+	}
+	for _, u := range b.uses { // its release events would be recorded in the user's graph
+		if err := t.notCapturing(u.s, "Free", h); err != nil {
+			return fmt.Errorf("%w; nothing was freed: free it once the capture ends", err)
+		}
 	}
 	return t.freeBlock(id)
 }

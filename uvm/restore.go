@@ -50,7 +50,7 @@ func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 // stream s is made to wait for the copies, so work queued on s after Prefetch sees the blocks.
 // The blocks are not acquired: they are evictable as soon as they arrive, coldest last (the
 // policy records the prefetch as a use). Blocks already on the device are skipped. Errors as
-// for Acquire, and ErrTooLarge for more bytes than the budget; on an error none of the blocks
+// for Acquire (cuda.ErrCapturing included), and ErrTooLarge for more bytes than the budget; on an error none of the blocks
 // has moved (blocks evicted to make room for them stay evicted).
 func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	t.mu.Lock()
@@ -59,6 +59,9 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 		return ErrClosed
 	}
 	if err := t.checkStream(s); err != nil { // as Acquire: every time (streams.go)
+		return err
+	}
+	if err := t.notCapturing(s, "Prefetch", 0); err != nil {
 		return err
 	}
 	r := t.beginRestore(t.scratch.one[:0])

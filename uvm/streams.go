@@ -64,6 +64,23 @@ func (t *Tier) checkStream(s cuda.Stream) error {
 	return nil
 }
 
+// notCapturing refuses op on s while a CUDA graph capture holds s (streamq.CaptureRefusal):
+// what the tier would queue there (a wait for its copy or for another stream's release, a
+// release event) would be a node of the user's graph, run again at every launch, and a block
+// the graph uses is memory the tier moves once it is released. The refusal comes before
+// anything is queued or changed. It costs one driver call (cuStreamIsCapturing). t.mu is held.
+// h names the block, if one (not 0).
+func (t *Tier) notCapturing(s cuda.Stream, op string, h Handle) error {
+	err := streamq.CaptureRefusal(t.dev, uintptr(s))
+	switch {
+	case err == nil:
+		return nil
+	case h == 0:
+		return fmt.Errorf("uvm: %s refused: %w", op, err)
+	}
+	return fmt.Errorf("uvm: %s of block %#x refused: %w", op, uint64(h), err)
+}
+
 // contextFault returns the context's error when the driver refuses a query of the tier's own
 // H2D stream (a sticky error: every call that queues or waits fails with it), nil when the
 // query answers (done or not): what tells a failed context from a stream the driver refuses.

@@ -31,11 +31,39 @@ import (
 // cuStreamIsCapturing) or a stream it refuses answers false: the query that follows reports
 // the refusal.
 func (p *Points) Capturing(s Stream) bool {
-	st, err := p.dev.StreamIsCapturing(s)
+	held, _ := captureHeld(p.dev, s)
+	return held
+}
+
+// captureHeld reports whether a capture holds s, with the driver's refusal that says so (the
+// legacy stream's) or nil. It allocates nothing.
+func captureHeld(dev *cuda.Device, s Stream) (bool, error) {
+	st, err := dev.StreamIsCapturing(s)
 	if err != nil {
-		return errors.Is(err, pinmalloc.ErrCapturing)
+		if errors.Is(err, pinmalloc.ErrCapturing) {
+			return true, err
+		}
+		return false, nil
 	}
-	return st != cuda.CaptureNone
+	return st != cuda.CaptureNone, nil
+}
+
+// CaptureRefusal returns an error matching pinmalloc.ErrCapturing when a CUDA graph capture
+// holds s (as Capturing says), and nil otherwise. An operation the user calls on s that would
+// record, wait for, query or synchronize anything there on the library's account asks it
+// first and refuses the call with its error before anything is queued: a record would be a
+// node of the user's graph, recorded again at every launch, and a query or synchronize would
+// invalidate the capture. The ask is one cgo call, which invalidates nothing. The error names
+// s and wraps the driver's refusal where there is one (the legacy stream while a blocking
+// stream captures).
+func CaptureRefusal(dev *cuda.Device, s Stream) error {
+	switch held, err := captureHeld(dev, s); {
+	case err != nil:
+		return fmt.Errorf("stream %#x (the legacy stream, while a blocking stream captures a CUDA graph): %w", s, err)
+	case held:
+		return fmt.Errorf("stream %#x: %w", s, pinmalloc.ErrCapturing)
+	}
+	return nil
 }
 
 // capturingError is the refusal of a wait for, or a point in, s while a capture holds it.

@@ -1,0 +1,148 @@
+package uvm_test
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// beginCapture begins a CUDA graph capture on s; the goroutine stays on its OS thread, where
+// the capture must end.
+func beginCapture(t *testing.T, dev *icuda.Device, s cuda.Stream) {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	must(t, dev.StreamBeginCapture(uintptr(s), icuda.CaptureThreadLocal))
+}
+
+// endCapture ends the capture on s, which must still be valid: the tier invalidated nothing.
+func endCapture(t *testing.T, dev *icuda.Device, s cuda.Stream) {
+	t.Helper()
+	g, err := dev.StreamEndCapture(uintptr(s))
+	if err != nil || g == 0 {
+		t.Fatalf("the user's capture ended with graph %#x, %v; want a graph", g, err)
+	}
+	must(t, dev.GraphDestroy(g))
+}
+
+// TestReleaseDuringCapture: a Release on a stream that captures a CUDA graph is refused with
+// ErrCapturing, the use going on, and the capture stays valid; released after the capture
+// ends, the block moves after the work queued on the stream before the capture. Before, the
+// Release recorded the block's release event in the user's graph: the event then stood for no
+// point of the stream's work, and the eviction's copy, ordered by it, read the block before the
+// user's write to it ran.
+func TestReleaseDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s := stream(t, dev)
+	hs := filled(t, tr, 2, 64*kib)
+	p, err := tr.Acquire(hs[0], s, uvm.Write)
+	must(t, err)
+	writeDev(t, dev, s, p, pattern(42, 64*kib)) // queued on s before the capture, run late
+	beginCapture(t, dev, s)
+	records := f.Stat(fakecuda.EventRecords)
+	err = tr.Release(hs[0], s)
+	if !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Errorf("Release on a capturing stream: %v, want ErrCapturing", err)
+	}
+	if n := f.Stat(fakecuda.EventRecords) - records; n != 0 {
+		t.Errorf("the refused Release recorded %d events", n)
+	}
+	endCapture(t, dev, s)
+	if err != nil { // refused: the use went on
+		must(t, tr.Release(hs[0], s))
+	}
+	must(t, tr.Evict(hs[:1]))
+	b, err := tr.AcquireHost(hs[0], uvm.Read)
+	must(t, err)
+	if !bytes.Equal(b, pattern(42, 64*kib)) {
+		t.Error("the block was copied off the device before the write queued on its stream ran")
+	}
+	must(t, tr.ReleaseHost(hs[0]))
+	must(t, tr.Close())
+}
+
+// TestAcquireDuringCapture: Acquire and Prefetch on a capturing stream are refused with
+// ErrCapturing before anything is queued there (a wait on the tier's copy or on another
+// stream's release would be a node of the user's graph, and the block, which the tier may move
+// once released, would be the graph's memory at every launch), and the capture stays valid.
+// Before, the Acquire queued its wait for the release on another stream into the graph.
+func TestAcquireDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s, other := stream(t, dev), stream(t, dev)
+	hs := filled(t, tr, 8, 64*kib) // twice the budget: some are on the host
+	for _, h := range hs[:1] {     // resident, last released on another stream
+		_, err := tr.Acquire(h, other, uvm.Write)
+		must(t, err)
+		must(t, tr.Release(h, other))
+	}
+	_, err := tr.Acquire(hs[7], s, uvm.Read) // s known to the tier
+	must(t, err)
+	must(t, tr.Release(hs[7], s))
+	beginCapture(t, dev, s)
+	waits := f.Stat(fakecuda.StreamWaits)
+	for _, h := range []uvm.Handle{hs[0], hs[7], hs[5]} {
+		if _, err := tr.Acquire(h, s, uvm.Read); !errors.Is(err, pinmalloc.ErrCapturing) {
+			t.Errorf("Acquire of %#x on a capturing stream: %v, want ErrCapturing", uint64(h), err)
+			if err == nil {
+				defer func() { must(t, tr.Release(h, s)) }()
+			}
+		}
+	}
+	if err := tr.Prefetch(hs[4:6], s); !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Errorf("Prefetch on a capturing stream: %v, want ErrCapturing", err)
+	}
+	if n := f.Stat(fakecuda.StreamWaits) - waits; n != 0 {
+		t.Errorf("the refused calls queued %d waits", n)
+	}
+	endCapture(t, dev, s)
+	_, err = tr.Acquire(hs[0], s, uvm.Read)
+	must(t, err)
+	must(t, tr.Release(hs[0], s))
+	must(t, tr.Prefetch(hs[4:6], s))
+	must(t, tr.Close())
+}
+
+// TestFreeDuringCapture: the Free of a block acquired on a capturing stream is refused with
+// ErrCapturing and frees nothing (its release event would be recorded in the user's graph);
+// freed once the capture ends, it is. The capture stays valid.
+func TestFreeDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s := stream(t, dev)
+	hs := filled(t, tr, 2, 64*kib)
+	_, err := tr.Acquire(hs[0], s, uvm.Write)
+	must(t, err)
+	beginCapture(t, dev, s)
+	records := f.Stat(fakecuda.EventRecords)
+	err = tr.Free(hs[0])
+	if !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Errorf("Free of a block acquired on a capturing stream: %v, want ErrCapturing", err)
+	}
+	if n := f.Stat(fakecuda.EventRecords) - records; n != 0 {
+		t.Errorf("the refused Free recorded %d events", n)
+	}
+	must(t, tr.Free(hs[1])) // acquired nowhere: freed
+	endCapture(t, dev, s)
+	if err != nil {
+		must(t, tr.Free(hs[0]))
+	}
+	must(t, tr.Close())
+}
