@@ -1,15 +1,18 @@
 package fakecuda
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// Stream capture (fakedriver.c.in, "Stream capture"): one test per rule, each failing on a
-// fake without it. They run on a GPU too (scripts/gpucheck), where they check the fake's rules
-// against the driver's.
+// Stream capture (fakedriver.c.in, "Stream capture"): one rule per function of captureRules,
+// each failing on a fake without it, run on the fake by a test of its own (TestCapture...) and
+// on a GPU by TestCUDACaptureRules (scripts/gpucheck runs it), where it checks the fake's rule
+// against the driver's: each answer of the driver is logged, and one that differs fails the
+// rule's subtest saying what the driver answered.
 
 // CUresults of stream capture (cuda.h).
 const (
@@ -18,6 +21,7 @@ const (
 	codeCaptureImplicit    = 906
 	codeCapturedEvent      = 907
 	codeCaptureWrongThread = 908
+	codeIllegalState       = 401
 )
 
 // capture begins a capture on s in mode; the test's goroutine stays on its OS thread, as a
@@ -27,6 +31,65 @@ func capture(t *testing.T, d *cuda.Device, s cuda.Stream, mode cuda.CaptureMode)
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
 	must(t, "StreamBeginCapture", d.StreamBeginCapture(s, mode))
+	t.Cleanup(func() { // a rule that failed with the capture on: end it, so the fixture's cleanup can run
+		if st, err := d.StreamIsCapturing(s); err == nil && st != cuda.CaptureNone {
+			if g, err := d.StreamEndCapture(s); err == nil && g != 0 {
+				_ = d.GraphDestroy(g)
+			}
+		}
+	})
+}
+
+// answer logs what the driver answered to a call of a rule, and fails the rule's test unless
+// it is CUresult code (0: success).
+func answer(t *testing.T, what string, err error, code int) {
+	t.Helper()
+	var r cuda.Result
+	got := 0
+	if err != nil {
+		got = -1
+		if errors.As(err, &r) {
+			got = int(r)
+		}
+	}
+	t.Logf("driver: %s = %d (%v)", what, got, err)
+	if got != code {
+		t.Errorf("%s = %v, want CUDA result %d", what, err, code)
+	}
+}
+
+// captureRules are the rules of stream capture the fake models, each a function of a device:
+// the fake's (TestCapture...) or a GPU's (TestCUDACaptureRules).
+var captureRules = []struct {
+	name string
+	rule func(*testing.T, *cuda.Device)
+}{
+	{"RecordsNotRuns", captureRecordsNotRuns},
+	{"StreamQueryInvalidates", captureStreamQueryInvalidates},
+	{"ContextSynchronizeInvalidates", captureContextSynchronizeInvalidates},
+	{"EventQueryRefused", captureEventQueryRefused},
+	{"EventAfterCapture", captureEventAfterCapture},
+	{"LegacyImplicit", captureLegacyImplicit},
+	{"IsCapturingInvalidatesNothing", captureIsCapturingInvalidatesNothing},
+	{"BeginEnd", captureBeginEnd},
+}
+
+// onFake runs rule on the fake driver.
+func onFake(t *testing.T, rule func(*testing.T, *cuda.Device)) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	rule(t, d)
+}
+
+// TestCUDACaptureRules checks each rule of captureRules on device 0 of the real driver, one
+// subtest per rule; it skips only where there is no driver or no device (GPU).
+func TestCUDACaptureRules(t *testing.T) {
+	d := GPU(t, 0)
+	for _, c := range captureRules {
+		t.Run(c.name, func(t *testing.T) { c.rule(t, d) })
+	}
 }
 
 // endValid ends the capture on s, which must give a graph.
@@ -43,7 +106,7 @@ func endValid(t *testing.T, d *cuda.Device, s cuda.Stream) {
 func endInvalidated(t *testing.T, d *cuda.Device, s cuda.Stream) {
 	t.Helper()
 	g, err := d.StreamEndCapture(s)
-	wantCode(t, "StreamEndCapture", err, codeCaptureInvalidated)
+	answer(t, "StreamEndCapture of an invalidated capture", err, codeCaptureInvalidated)
 	if g != 0 {
 		t.Errorf("StreamEndCapture of an invalidated capture gave graph %#x", g)
 		_ = d.GraphDestroy(g)
@@ -52,12 +115,10 @@ func endInvalidated(t *testing.T, d *cuda.Device, s cuda.Stream) {
 
 // TestCaptureRecordsNotRuns: work queued on a capturing stream is captured, not run: a memset
 // captured leaves the memory as it was, even after a synchronize of the context.
-func TestCaptureRecordsNotRuns(t *testing.T) {
-	f, d := RunDevice(t)
-	if f == nil {
-		return
-	}
-	x := newAsyncFixture(t, f, d, 4096)
+func TestCaptureRecordsNotRuns(t *testing.T) { onFake(t, captureRecordsNotRuns) }
+
+func captureRecordsNotRuns(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
 	must(t, "MemsetD8", d.MemsetD8(x.dev, 1, x.n))
 	must(t, "Synchronize", d.Synchronize())
 	capture(t, d, x.s, cuda.CaptureGlobal)
@@ -77,18 +138,16 @@ func TestCaptureRecordsNotRuns(t *testing.T) {
 
 // TestCaptureStreamQueryInvalidates: cuStreamQuery and cuStreamSynchronize of a capturing
 // stream are refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and invalidate the capture.
-func TestCaptureStreamQueryInvalidates(t *testing.T) {
-	f, d := RunDevice(t)
-	if f == nil {
-		return
-	}
-	x := newAsyncFixture(t, f, d, 4096)
+func TestCaptureStreamQueryInvalidates(t *testing.T) { onFake(t, captureStreamQueryInvalidates) }
+
+func captureStreamQueryInvalidates(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
 	for _, c := range []struct {
 		name string
 		call func(cuda.Stream) error
 	}{{"StreamQuery", d.StreamQuery}, {"StreamSynchronize", d.StreamSynchronize}} {
 		capture(t, d, x.s, cuda.CaptureRelaxed) // in every mode
-		wantCode(t, c.name+" of a capturing stream", c.call(x.s), codeCaptureUnsupported)
+		answer(t, c.name+" of a capturing stream", c.call(x.s), codeCaptureUnsupported)
 		if st, err := d.StreamIsCapturing(x.s); err != nil || st != cuda.CaptureInvalidated {
 			t.Errorf("after %s: StreamIsCapturing = %d, %v; want invalidated", c.name, st, err)
 		}
@@ -99,25 +158,23 @@ func TestCaptureStreamQueryInvalidates(t *testing.T) {
 // TestCaptureContextSynchronizeInvalidates: cuCtxSynchronize while a stream of the context
 // captures is refused and invalidates the capture.
 func TestCaptureContextSynchronizeInvalidates(t *testing.T) {
-	f, d := RunDevice(t)
-	if f == nil {
-		return
-	}
-	x := newAsyncFixture(t, f, d, 4096)
+	onFake(t, captureContextSynchronizeInvalidates)
+}
+
+func captureContextSynchronizeInvalidates(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
 	capture(t, d, x.s, cuda.CaptureThreadLocal)
-	wantCode(t, "Synchronize while a stream captures", d.Synchronize(), codeCaptureUnsupported)
+	answer(t, "Synchronize while a stream captures", d.Synchronize(), codeCaptureUnsupported)
 	endInvalidated(t, d, x.s)
 }
 
 // TestCaptureEventQueryRefused: cuEventQuery and cuEventSynchronize of an event recorded in a
 // capturing stream are refused (CUDA_ERROR_CAPTURED_EVENT) and invalidate the capture; an
 // event recorded before the capture is queried as usual.
-func TestCaptureEventQueryRefused(t *testing.T) {
-	f, d := RunDevice(t)
-	if f == nil {
-		return
-	}
-	x := newAsyncFixture(t, f, d, 4096)
+func TestCaptureEventQueryRefused(t *testing.T) { onFake(t, captureEventQueryRefused) }
+
+func captureEventQueryRefused(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
 	before, in := x.event(t), x.event(t)
 	must(t, "EventRecord before", d.EventRecord(before, x.s))
 	for _, c := range []struct {
@@ -127,7 +184,7 @@ func TestCaptureEventQueryRefused(t *testing.T) {
 		capture(t, d, x.s, cuda.CaptureRelaxed)
 		must(t, "EventRecord in the capture", d.EventRecord(in, x.s))
 		must(t, c.name+" of an event recorded before", c.call(before))
-		wantCode(t, c.name+" of a captured event", c.call(in), codeCapturedEvent)
+		answer(t, c.name+" of a captured event", c.call(in), codeCapturedEvent)
 		endInvalidated(t, d, x.s)
 	}
 }
@@ -135,12 +192,10 @@ func TestCaptureEventQueryRefused(t *testing.T) {
 // TestCaptureLegacyImplicit: a use of the legacy stream while a blocking stream captures is
 // refused (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) and invalidates that capture; while only a
 // non-blocking stream captures, the legacy stream is free.
-func TestCaptureLegacyImplicit(t *testing.T) {
-	f, d := RunDevice(t)
-	if f == nil {
-		return
-	}
-	x := newAsyncFixture(t, f, d, 4096)
+func TestCaptureLegacyImplicit(t *testing.T) { onFake(t, captureLegacyImplicit) }
+
+func captureLegacyImplicit(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
 	ev := x.event(t)
 	for _, c := range []struct {
 		name string
@@ -155,7 +210,7 @@ func TestCaptureLegacyImplicit(t *testing.T) {
 		endValid(t, d, x.s)
 
 		capture(t, d, x.blk, cuda.CaptureGlobal)
-		wantCode(t, c.name+" while a blocking stream captures", c.call(), codeCaptureImplicit)
+		answer(t, c.name+" while a blocking stream captures", c.call(), codeCaptureImplicit)
 		endInvalidated(t, d, x.blk)
 	}
 	must(t, "Synchronize", d.Synchronize())
@@ -165,11 +220,11 @@ func TestCaptureLegacyImplicit(t *testing.T) {
 // and leaves it valid; of the legacy stream while a blocking stream captures it is refused
 // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), still leaving the capture valid.
 func TestCaptureIsCapturingInvalidatesNothing(t *testing.T) {
-	f, d := RunDevice(t)
-	if f == nil {
-		return
-	}
-	x := newAsyncFixture(t, f, d, 4096)
+	onFake(t, captureIsCapturingInvalidatesNothing)
+}
+
+func captureIsCapturingInvalidatesNothing(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
 	if st, err := d.StreamIsCapturing(x.blk); err != nil || st != cuda.CaptureNone {
 		t.Errorf("StreamIsCapturing before = %d, %v; want none", st, err)
 	}
@@ -178,7 +233,7 @@ func TestCaptureIsCapturingInvalidatesNothing(t *testing.T) {
 		t.Errorf("StreamIsCapturing = %d, %v; want active", st, err)
 	}
 	_, err := d.StreamIsCapturing(0)
-	wantCode(t, "StreamIsCapturing(legacy) while a blocking stream captures", err, codeCaptureImplicit)
+	answer(t, "StreamIsCapturing(legacy) while a blocking stream captures", err, codeCaptureImplicit)
 	endValid(t, d, x.blk)
 	if st, err := d.StreamIsCapturing(0); err != nil || st != cuda.CaptureNone {
 		t.Errorf("StreamIsCapturing(legacy) after = %d, %v; want none", st, err)
@@ -186,30 +241,51 @@ func TestCaptureIsCapturingInvalidatesNothing(t *testing.T) {
 }
 
 // TestCaptureBeginEnd: a capture begins on a stream not capturing, other than the legacy
-// stream, and ends on the stream that began it, from its thread outside CaptureRelaxed.
-func TestCaptureBeginEnd(t *testing.T) {
-	f, d := RunDevice(t)
-	if f == nil {
-		return
-	}
-	x := newAsyncFixture(t, f, d, 4096)
-	if err := d.StreamBeginCapture(0, cuda.CaptureGlobal); err == nil {
-		t.Error("a capture began on the legacy stream")
+// stream (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED there; CUDA_ERROR_ILLEGAL_STATE on a stream
+// already capturing, whose capture stays valid), and ends on the stream that began it
+// (CUDA_ERROR_ILLEGAL_STATE on a stream not capturing), from its thread outside CaptureRelaxed
+// (CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD).
+func TestCaptureBeginEnd(t *testing.T) { onFake(t, captureBeginEnd) }
+
+func captureBeginEnd(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
+	err := d.StreamBeginCapture(0, cuda.CaptureGlobal)
+	answer(t, "StreamBeginCapture(legacy)", err, codeCaptureUnsupported)
+	if err == nil {
 		_, _ = d.StreamEndCapture(0)
 	}
-	if _, err := d.StreamEndCapture(x.s); err == nil {
-		t.Error("StreamEndCapture of a stream not capturing succeeded")
-	}
+	_, err = d.StreamEndCapture(x.s)
+	answer(t, "StreamEndCapture of a stream not capturing", err, codeIllegalState)
 	capture(t, d, x.s, cuda.CaptureGlobal)
-	if err := d.StreamBeginCapture(x.s, cuda.CaptureGlobal); err == nil {
-		t.Error("a second capture began on a capturing stream")
-	}
+	answer(t, "StreamBeginCapture of a capturing stream", d.StreamBeginCapture(x.s, cuda.CaptureGlobal), codeIllegalState)
 	done := make(chan error)
 	go func() {
 		runtime.LockOSThread() // another thread than the test's, and unlocked: it exits
 		_, err := d.StreamEndCapture(x.s)
 		done <- err
 	}()
-	wantCode(t, "StreamEndCapture from another thread", <-done, codeCaptureWrongThread)
+	answer(t, "StreamEndCapture from another thread", <-done, codeCaptureWrongThread)
 	endValid(t, d, x.s)
+}
+
+// TestCaptureEventAfterCapture: an event last recorded in a capture that has ended counts as
+// never recorded: queries and synchronizes of it succeed, a wait on it is accepted (and waits
+// for nothing: no stream point stands behind it; what uvm's release event, recorded in a
+// capture, became before its Release refused a capturing stream), and a record outside a
+// capture makes it an event of its stream again. On the fake this states the model; on a GPU
+// it asks the driver.
+func TestCaptureEventAfterCapture(t *testing.T) { onFake(t, captureEventAfterCapture) }
+
+func captureEventAfterCapture(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
+	ev := x.event(t)
+	capture(t, d, x.s, cuda.CaptureThreadLocal)
+	must(t, "EventRecord in the capture", d.EventRecord(ev, x.s))
+	endValid(t, d, x.s)
+	answer(t, "EventQuery of an event recorded in an ended capture", d.EventQuery(ev), 0)
+	answer(t, "EventSynchronize of an event recorded in an ended capture", d.EventSynchronize(ev), 0)
+	answer(t, "StreamWaitEvent on an event recorded in an ended capture", d.StreamWaitEvent(x.s2, ev), 0)
+	must(t, "StreamSynchronize", d.StreamSynchronize(x.s2))
+	must(t, "EventRecord after the capture", d.EventRecord(ev, x.s))
+	must(t, "EventSynchronize after the capture", d.EventSynchronize(ev))
 }
