@@ -45,7 +45,11 @@
 // API refuses the legacy default stream (0), so a batch on stream 0 is fenced through the side
 // stream the same way. The per-thread default stream (CU_STREAM_PER_THREAD) is refused with
 // ErrInvalidStream: it names the default stream of whichever OS thread a driver call runs on,
-// and a goroutine moves between threads from one call to the next.
+// and a goroutine moves between threads from one call to the next. A stream capturing a CUDA
+// graph (cuStreamBeginCapture), or the legacy stream while a blocking stream captures, is
+// refused with an error matching cuda.ErrCapturing before anything is queued: the staging
+// buffers and fences of a batch are the Batcher's, reused by the next Copy, and a graph would
+// use them again at every launch.
 //
 // # Errors
 //
