@@ -48,9 +48,12 @@ func (m Mode) String() string {
 // asks it once per stream; ErrDeviceFault instead when the context has failed), ErrAllPinned
 // (no room: the budget is held by acquired blocks), ErrAcquired (the host holds the block for
 // writing, or for reading and m is Write), an error matching cuda.ErrCapturing when s is
-// capturing a CUDA graph (a graph's memory must outlive its launches, which the tier cannot
-// know: acquire before the capture begins), and the errors of the copy, the device heap and the
-// driver, after which the block is where it was.
+// capturing a CUDA graph and the block must be waited for there (it is brought back or still
+// arriving, or was last released on another stream: the wait would be a node of the graph),
+// and the errors of the copy, the device heap and the driver, after which the block is where it
+// was. A block resident and ready for s is acquired with no driver call, capture or not: a
+// graph that uses it must be launched for the last time before its Release, which the tier
+// cannot know; acquire a graph's blocks before the capture begins.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
 	start := t.acquireStart() // latency.go
 	t.mu.Lock()
@@ -131,8 +134,11 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	if err := t.checkStream(s); err != nil { // hit or miss (streams.go)
 		return 0, err
 	}
-	if err := t.notCapturing(s, "Acquire", h); err != nil {
-		return 0, err
+	if b.dev == 0 || (b.readySeq != 0 && t.pending(dirH2D, b.readySeq)) || t.mustWait(b, s) {
+		// It queues a wait on s: not in the user's graph (a hit that queues nothing asks nothing).
+		if err := t.notCapturing(s, "Acquire", h); err != nil {
+			return 0, err
+		}
 	}
 	if b.dev == 0 {
 		t.st.Misses++

@@ -73,10 +73,11 @@ func TestReleaseDuringCapture(t *testing.T) {
 }
 
 // TestAcquireDuringCapture: Acquire and Prefetch on a capturing stream are refused with
-// ErrCapturing before anything is queued there (a wait on the tier's copy or on another
-// stream's release would be a node of the user's graph, and the block, which the tier may move
-// once released, would be the graph's memory at every launch), and the capture stays valid.
-// Before, the Acquire queued its wait for the release on another stream into the graph.
+// ErrCapturing before anything is queued there when they would queue a wait (for the tier's
+// copy, or for another stream's release: a node of the user's graph), and the capture stays
+// valid; the Acquire of a block resident and ready for the stream queues nothing and asks the
+// driver nothing (the hot path), capture or not. Before, the Acquire queued its wait for the
+// release on another stream into the graph.
 func TestAcquireDuringCapture(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -84,18 +85,18 @@ func TestAcquireDuringCapture(t *testing.T) {
 	}
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
 	s, other := stream(t, dev), stream(t, dev)
-	hs := filled(t, tr, 8, 64*kib) // twice the budget: some are on the host
-	for _, h := range hs[:1] {     // resident, last released on another stream
-		_, err := tr.Acquire(h, other, uvm.Write)
-		must(t, err)
-		must(t, tr.Release(h, other))
-	}
-	_, err := tr.Acquire(hs[7], s, uvm.Read) // s known to the tier
+	hs := filled(t, tr, 4, 64*kib)
+	_, err := tr.Acquire(hs[0], other, uvm.Write) // resident, last released on another stream
 	must(t, err)
-	must(t, tr.Release(hs[7], s))
+	must(t, tr.Release(hs[0], other))
+	_, err = tr.Acquire(hs[1], s, uvm.Read) // resident, ready for s
+	must(t, err)
+	must(t, tr.Release(hs[1], s))
+	must(t, tr.Evict(hs[2:])) // on the host
+	must(t, tr.Sync())
 	beginCapture(t, dev, s)
 	waits := f.Stat(fakecuda.StreamWaits)
-	for _, h := range []uvm.Handle{hs[0], hs[7], hs[5]} {
+	for _, h := range []uvm.Handle{hs[0], hs[2]} {
 		if _, err := tr.Acquire(h, s, uvm.Read); !errors.Is(err, pinmalloc.ErrCapturing) {
 			t.Errorf("Acquire of %#x on a capturing stream: %v, want ErrCapturing", uint64(h), err)
 			if err == nil {
@@ -103,17 +104,20 @@ func TestAcquireDuringCapture(t *testing.T) {
 			}
 		}
 	}
-	if err := tr.Prefetch(hs[4:6], s); !errors.Is(err, pinmalloc.ErrCapturing) {
+	if err := tr.Prefetch(hs[3:], s); !errors.Is(err, pinmalloc.ErrCapturing) {
 		t.Errorf("Prefetch on a capturing stream: %v, want ErrCapturing", err)
 	}
 	if n := f.Stat(fakecuda.StreamWaits) - waits; n != 0 {
 		t.Errorf("the refused calls queued %d waits", n)
 	}
+	_, err = tr.Acquire(hs[1], s, uvm.Read) // queues nothing
+	must(t, err)
 	endCapture(t, dev, s)
+	must(t, tr.Release(hs[1], s))
 	_, err = tr.Acquire(hs[0], s, uvm.Read)
 	must(t, err)
 	must(t, tr.Release(hs[0], s))
-	must(t, tr.Prefetch(hs[4:6], s))
+	must(t, tr.Prefetch(hs[3:], s))
 	must(t, tr.Close())
 }
 

@@ -57,6 +57,16 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 	return nil
 }
 
+// mustWait reports whether waitReleases would queue a wait on s. t.mu is held.
+func (t *Tier) mustWait(b *block, s cuda.Stream) bool {
+	for _, r := range b.rel {
+		if r.s != s && (b.waitS != s || r.seq > b.waitSeq) {
+			return true
+		}
+	}
+	return false
+}
+
 // waitReleases makes s wait for the newest release event of every other stream the block was
 // used on since its last migration, so that work queued on s after an Acquire sees what the
 // work released on those streams wrote: a block handed from one stream to another while it
