@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
@@ -207,10 +208,9 @@ func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	if k < 0 {
 		return fmt.Errorf("%w: %#x released on stream %#x, acquired on %#x", ErrWrongStream, uint64(h), s, b.uses[0].s)
 	}
-	if err := t.notCapturing(s, "Release", h); err != nil {
-		return fmt.Errorf("%w; the use goes on: release it once the capture ends", err)
-	}
-	if err = t.recordRelease(b, s); err != nil {
+	if err = t.recordRelease(b, s); errors.Is(err, pinmalloc.ErrCapturing) {
+		return fmt.Errorf("uvm: Release of block %#x refused: %w; the use goes on: release it once the capture ends", uint64(h), err)
+	} else if err != nil {
 		err = t.unordered(h, s, err)
 	}
 	if b.uses[k].n--; b.uses[k].n == 0 {

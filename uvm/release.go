@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Release events: how the tier's copies are ordered after the user's work on a block. A Release
@@ -30,13 +31,20 @@ type relEvent struct {
 	seq uint64
 }
 
-// recordRelease records (or re-records) b's release event on s. t.mu is held.
+// recordRelease records (or re-records) b's release event on s, unless a CUDA graph capture
+// holds s: then it records nothing, changes nothing and returns an error matching
+// pinmalloc.ErrCapturing (the event would be a node of the user's graph, standing for no point
+// of the stream's work; streamq.RecordOutsideCapture asks and records in one cgo call).
+// t.mu is held.
 func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
-	t.rel.seq++
 	for i := range b.rel {
 		if r := &b.rel[i]; r.s == s {
+			if err := streamq.RecordOutsideCapture(t.dev, uintptr(r.ev), uintptr(s)); err != nil {
+				return err
+			}
+			t.rel.seq++
 			r.seq = t.rel.seq
-			return t.dev.EventRecord(uintptr(r.ev), uintptr(s))
+			return nil
 		}
 	}
 	var ev cuda.Event
@@ -49,10 +57,11 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 		}
 		ev = cuda.Event(e)
 	}
-	if err := t.dev.EventRecord(uintptr(ev), uintptr(s)); err != nil {
+	if err := streamq.RecordOutsideCapture(t.dev, uintptr(ev), uintptr(s)); err != nil {
 		t.rel.idle = append(t.rel.idle, ev)
 		return err
 	}
+	t.rel.seq++
 	b.rel = append(b.rel, relEvent{s: s, ev: ev, seq: t.rel.seq})
 	return nil
 }

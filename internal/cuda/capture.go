@@ -72,6 +72,20 @@ func (d *Device) StreamIsCapturing(s Stream) (CaptureStatus, error) {
 	return d.drv.streamIsCapturingIn(d.ctx, s) // push, call and pop in one cgo call
 }
 
+// EventRecordOutsideCapture records ev in s, as EventRecord, unless a capture holds s: then
+// it records nothing and returns the status of s (CaptureActive or CaptureInvalidated), or,
+// for the legacy stream while a blocking stream captures, the driver's refusal (an error
+// matching ErrCapturing). It asks and records in one cgo call: the record of an event of the
+// library's own in a user's stream, which must not become a node of the user's graph, costs
+// one driver call more than EventRecord, not a second cgo call. A driver without
+// cuStreamIsCapturing records.
+func (d *Device) EventRecordOutsideCapture(ev Event, s Stream) (CaptureStatus, error) {
+	if d.closed.Load() {
+		return CaptureNone, d.closedError()
+	}
+	return d.drv.eventRecordOutsideCaptureIn(d.ctx, ev, s)
+}
+
 // GraphDestroy destroys a graph from StreamEndCapture.
 func (d *Device) GraphDestroy(g Graph) error {
 	return d.Do(func() error { return d.drv.graphDestroy(g) })

@@ -33,10 +33,34 @@ static uint64_t pmc_isCapturingIn(uintptr_t push, uintptr_t pop, uintptr_t ctx, 
 	if (pr != 0) return (uint64_t)3 << 32 | (uint32_t)pr;
 	return (uint32_t)status;
 }
+// cuCtxPushCurrent_v2(ctx), cuStreamIsCapturing(s, &status), and cuEventRecord(ev, s) only if
+// s is not capturing, then cuCtxPopCurrent_v2, in one cgo call. The answer packs the stage
+// above the CUresult or status: 0 recorded, 1 push failed, 2 cuStreamIsCapturing failed
+// (nothing recorded), 3 pop failed, 4 s captures (the status; nothing recorded), 5 the record
+// failed.
+static uint64_t pmc_recordOutsideCaptureIn(uintptr_t push, uintptr_t pop, uintptr_t ctx, uintptr_t isCap, uintptr_t rec, uintptr_t ev, uintptr_t s) {
+	int r = ((int (*)(void *))push)((void *)ctx);
+	if (r != 0) return (uint64_t)1 << 32 | (uint32_t)r;
+	int status = 0;
+	uint64_t out = 0;
+	r = ((int (*)(void *, int *))isCap)((void *)s, &status);
+	if (r != 0) out = (uint64_t)2 << 32 | (uint32_t)r;
+	else if (status != 0) out = (uint64_t)4 << 32 | (uint32_t)status;
+	else if ((r = ((int (*)(void *, void *))rec)((void *)ev, (void *)s)) != 0) out = (uint64_t)5 << 32 | (uint32_t)r;
+	void *c = NULL;
+	int pr = ((int (*)(void **))pop)(&c);
+	if (out == 0 && pr != 0) return (uint64_t)3 << 32 | (uint32_t)pr;
+	return out;
+}
 */
 import "C"
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc"
+)
 
 func (dr *driver) streamBeginCapture(s Stream, mode CaptureMode) error {
 	return dr.call(symStreamBeginCapture, func(f C.uintptr_t) C.int {
@@ -78,4 +102,43 @@ func (dr *driver) streamIsCapturingIn(ctx uintptr, s Stream) (CaptureStatus, err
 		return CaptureNone, fmt.Errorf("cuda: pop primary context: %w", r)
 	}
 	return CaptureNone, r
+}
+
+// eventRecordOutsideCaptureIn records ev in s in context ctx unless s is capturing, in one cgo
+// call (Device.EventRecordOutsideCapture). A driver without cuStreamIsCapturing records.
+func (dr *driver) eventRecordOutsideCaptureIn(ctx uintptr, ev Event, s Stream) (CaptureStatus, error) {
+	isCap, err := dr.fn(symStreamIsCapturing)
+	if err != nil {
+		return CaptureNone, dr.eventRecordIn(ctx, ev, s)
+	}
+	rec, err := dr.fn(symEventRecord)
+	if err != nil {
+		return CaptureNone, err
+	}
+	push, err := dr.fn(symCtxPushCurrent)
+	if err != nil {
+		return CaptureNone, err
+	}
+	pop, err := dr.fn(symCtxPopCurrent)
+	if err != nil {
+		return CaptureNone, err
+	}
+	out := C.pmc_recordOutsideCaptureIn(push, pop, C.uintptr_t(ctx), isCap, rec, C.uintptr_t(ev), C.uintptr_t(s))
+	low := int32(uint32(out))
+	switch out >> 32 {
+	case 0:
+		return CaptureNone, nil
+	case 1:
+		return CaptureNone, fmt.Errorf("cuda: push primary context: %w", check(C.int(low)))
+	case 2:
+		if r := check(C.int(low)); errors.Is(r, pinmalloc.ErrCapturing) {
+			return CaptureNone, r
+		}
+		return CaptureNone, dr.eventRecordIn(ctx, ev, s) // a stream it refuses: the record says why
+	case 3:
+		return CaptureNone, fmt.Errorf("cuda: pop primary context: %w", check(C.int(low)))
+	case 4:
+		return CaptureStatus(low), nil
+	}
+	return CaptureNone, check(C.int(low))
 }

@@ -8,3 +8,6 @@ func (*driver) graphDestroy(Graph) error                     { return errStub }
 func (*driver) streamIsCapturingIn(uintptr, Stream) (CaptureStatus, error) {
 	return CaptureNone, errStub
 }
+func (*driver) eventRecordOutsideCaptureIn(uintptr, Event, Stream) (CaptureStatus, error) {
+	return CaptureNone, errStub
+}

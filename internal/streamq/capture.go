@@ -57,13 +57,35 @@ func captureHeld(dev *cuda.Device, s Stream) (bool, error) {
 // s and wraps the driver's refusal where there is one (the legacy stream while a blocking
 // stream captures).
 func CaptureRefusal(dev *cuda.Device, s Stream) error {
-	switch held, err := captureHeld(dev, s); {
+	held, err := captureHeld(dev, s)
+	return refusal(s, held, err)
+}
+
+// refusal is the refusal of s when a capture holds it (held), with the driver's refusal that
+// says so (err, the legacy stream's) or none; nil when s is free.
+func refusal(s Stream, held bool, err error) error {
+	switch {
 	case err != nil:
 		return fmt.Errorf("stream %#x (the legacy stream, while a blocking stream captures a CUDA graph): %w", s, err)
 	case held:
 		return fmt.Errorf("stream %#x: %w", s, pinmalloc.ErrCapturing)
 	}
 	return nil
+}
+
+// RecordOutsideCapture records ev in s, unless a capture holds s: then it records nothing and
+// returns the refusal CaptureRefusal would, in one cgo call (cuda.Device.EventRecordOutsideCapture).
+// It is the record of the library's own event in a user's stream, which must never be a node
+// of the user's graph; the record's own error is returned as EventRecord's.
+func RecordOutsideCapture(dev *cuda.Device, ev cuda.Event, s Stream) error {
+	st, err := dev.EventRecordOutsideCapture(ev, s)
+	switch {
+	case err != nil && errors.Is(err, pinmalloc.ErrCapturing):
+		return refusal(s, true, err)
+	case err != nil:
+		return err
+	}
+	return refusal(s, st != cuda.CaptureNone, nil)
 }
 
 // capturingError is the refusal of a wait for, or a point in, s while a capture holds it.

@@ -1,9 +1,11 @@
 package streamq_test
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
@@ -123,4 +125,44 @@ func TestCheckDuringCapture(t *testing.T) {
 		t.Errorf("Check of a capturing stream recorded %d events in the user's graph", n)
 	}
 	endCapture(t, dev, ss[0])
+}
+
+// TestRecordOutsideCapture: RecordOutsideCapture records in a stream no capture holds, and in
+// a capturing stream, or in the legacy stream while a blocking stream captures, records
+// nothing and refuses with an error matching pinmalloc.ErrCapturing (the legacy stream's
+// wrapping the driver's CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); CaptureRefusal answers the same;
+// the capture stays valid.
+func TestRecordOutsideCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, _, _, events := testStreams(t, dev, 1)
+	b := blockingStream(t, dev)
+	ev, err := events.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Put(ev)
+	records := f.Stat(fakecuda.EventRecords)
+	if err := streamq.RecordOutsideCapture(dev, ev, ss[0]); err != nil || f.Stat(fakecuda.EventRecords) != records+1 {
+		t.Fatalf("RecordOutsideCapture in a stream no capture holds = %v, %d records; want one", err, f.Stat(fakecuda.EventRecords)-records)
+	}
+	for _, c := range []struct {
+		capture, s cuda.Stream
+		code       int
+	}{{ss[0], ss[0], 0}, {b, b, 0}, {b, 0, 906}} {
+		beginCapture(t, dev, c.capture)
+		records := f.Stat(fakecuda.EventRecords)
+		for _, err := range []error{streamq.RecordOutsideCapture(dev, ev, c.s), streamq.CaptureRefusal(dev, c.s)} {
+			var r cuda.Result
+			if !errors.Is(err, pinmalloc.ErrCapturing) || c.code != 0 && (!errors.As(err, &r) || int(r) != c.code) {
+				t.Errorf("stream %#x while %#x captures: %v; want ErrCapturing (driver's code %d)", c.s, c.capture, err, c.code)
+			}
+		}
+		if n := f.Stat(fakecuda.EventRecords) - records; n != 0 {
+			t.Errorf("stream %#x while %#x captures: %d events recorded", c.s, c.capture, n)
+		}
+		endCapture(t, dev, c.capture)
+	}
 }
