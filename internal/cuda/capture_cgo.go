@@ -82,11 +82,7 @@ func (dr *driver) streamIsCapturingIn(ctx uintptr, s Stream) (CaptureStatus, err
 	if err != nil {
 		return CaptureNone, err
 	}
-	push, err := dr.fn(symCtxPushCurrent)
-	if err != nil {
-		return CaptureNone, err
-	}
-	pop, err := dr.fn(symCtxPopCurrent)
+	push, pop, err := dr.pushPop()
 	if err != nil {
 		return CaptureNone, err
 	}
@@ -115,11 +111,7 @@ func (dr *driver) eventRecordOutsideCaptureIn(ctx uintptr, ev Event, s Stream) (
 	if err != nil {
 		return CaptureNone, err
 	}
-	push, err := dr.fn(symCtxPushCurrent)
-	if err != nil {
-		return CaptureNone, err
-	}
-	pop, err := dr.fn(symCtxPopCurrent)
+	push, pop, err := dr.pushPop()
 	if err != nil {
 		return CaptureNone, err
 	}

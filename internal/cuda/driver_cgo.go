@@ -636,15 +636,20 @@ func (dr *driver) ctxPop() error {
 	return dr.call(symCtxPopCurrent, func(f C.uintptr_t) C.int { return C.pm_ctxPop(f) })
 }
 
+// pushPop resolves cuCtxPushCurrent_v2 and cuCtxPopCurrent_v2, for a call in a context made in
+// one cgo call.
+func (dr *driver) pushPop() (push, pop C.uintptr_t, err error) {
+	if push, err = dr.fn(symCtxPushCurrent); err == nil {
+		pop, err = dr.fn(symCtxPopCurrent)
+	}
+	return push, pop, err
+}
+
 // inCtx calls entry point id with handle a (with two, handles a and b) in context ctx, pushed
 // before and popped after, in one cgo call: what Device.Do does for a call that needs nothing
 // else, at a third of its cost in cgo calls (a stream or event query on a reclaim's path).
 func (dr *driver) inCtx(ctx uintptr, id symID, two bool, a, b uintptr) error {
-	push, err := dr.fn(symCtxPushCurrent)
-	if err != nil {
-		return err
-	}
-	pop, err := dr.fn(symCtxPopCurrent)
+	push, pop, err := dr.pushPop()
 	if err != nil {
 		return err
 	}
