@@ -185,10 +185,11 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // when the block is not acquired, ErrWrongStream when it is acquired on other streams only
 // (the use goes on), an error matching cuda.ErrCapturing when s is capturing a CUDA graph (the
 // event would be a node of the graph: the use goes on; release it once the capture has ended,
-// after the graph's last launch). When the event cannot be recorded (s was destroyed, say), the use ends
-// anyway, after the tier has waited for the work on s (or on the whole device), and the error
-// says the block was released (wrapping ErrInvalidStream when the driver refused s, and
-// ErrDeviceFault instead when it refused the wait for the device too: a sticky error).
+// after the graph's last launch). When the event cannot be recorded (s was destroyed, say),
+// the use ends anyway, after the tier has waited for the work on s (or on the whole device),
+// and the error says the block was released (wrapping ErrInvalidStream when the driver
+// refused s, and ErrDeviceFault instead when it refused the wait for the device too: a sticky
+// error).
 func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("Release")

@@ -50,8 +50,9 @@ func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 // stream s is made to wait for the copies, so work queued on s after Prefetch sees the blocks.
 // The blocks are not acquired: they are evictable as soon as they arrive, coldest last (the
 // policy records the prefetch as a use). Blocks already on the device are skipped. Errors as
-// for Acquire (cuda.ErrCapturing included), and ErrTooLarge for more bytes than the budget; on an error none of the blocks
-// has moved (blocks evicted to make room for them stay evicted).
+// for Acquire, an error matching cuda.ErrCapturing whenever s is capturing a CUDA graph, and
+// ErrTooLarge for more bytes than the budget; on an error none of the blocks has moved
+// (blocks evicted to make room for them stay evicted).
 func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("Prefetch")
