@@ -94,7 +94,8 @@ var (
 	ErrAlreadyRegistered = errors.New("cuda: host memory already registered")
 	// ErrCapturing: the stream is capturing a CUDA graph (cuStreamBeginCapture), which forbids
 	// the call: the driver's CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED and _IMPLICIT
-	// and CUDA_ERROR_CAPTURED_EVENT, and the module's refusals of the same kind (a FreeAsync on
-	// a capturing stream: the graph may use the memory for as long as it lives).
+	// and CUDA_ERROR_CAPTURED_EVENT, and the module's refusals of the same kind (uvm's
+	// Acquire, Release, Prefetch and Free and copyengine's Copy on a capturing stream, whose
+	// work would go into the graph; a device heap's Sync and Trim, which cannot wait for it).
 	ErrCapturing = errors.New("cuda: stream is capturing a graph")
 )
