@@ -386,13 +386,14 @@ func (p *HostRegister) registerLocked(r *arena.Region, g hostReg) error {
 
 // record adds registration g of r to the record. p.mu is held.
 func (p *HostRegister) record(r *arena.Region, g hostReg) {
-	regs := p.regs[r.Base]
-	i := sort.Search(len(regs), func(i int) bool { return regs[i].off > g.off })
-	regs = append(regs, hostReg{})
-	copy(regs[i+1:], regs[i:])
-	regs[i] = g
-	p.regs[r.Base] = regs
+	p.regs[r.Base] = insertReg(p.regs[r.Base], g)
 	p.committed.Add(int64(g.size))
+}
+
+// insertReg inserts g in gs, sorted by offset.
+func insertReg(gs []hostReg, g hostReg) []hostReg {
+	i := sort.Search(len(gs), func(i int) bool { return gs[i].off > g.off })
+	return slices.Insert(gs, i, g)
 }
 
 // unregisterAll undoes the registrations gs of r, in order. When the driver refuses one, those

@@ -2,7 +2,6 @@ package cudamem
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 )
@@ -16,12 +15,7 @@ import (
 // hole records g of r, committed and unregistered after the driver refused to register it
 // again, and returns err (what was refused) saying so. p.mu is held.
 func (p *HostRegister) hole(r *arena.Region, g hostReg, err error) error {
-	hs := p.holes[r.Base]
-	i := sort.Search(len(hs), func(i int) bool { return hs[i].off > g.off })
-	hs = append(hs, hostReg{})
-	copy(hs[i+1:], hs[i:])
-	hs[i] = g
-	p.holes[r.Base] = hs
+	p.holes[r.Base] = insertReg(p.holes[r.Base], g)
 	p.committed.Add(int64(g.size))
 	return fmt.Errorf("%w; [%#x, +%d) stays committed, unregistered until the next call on its region",
 		err, r.Base+g.off, g.size)

@@ -310,19 +310,7 @@ func TestFakeHostVMMPopulateUndoRefused(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: true}})
-	must(t, "NewHostVMM", err)
-	a, err := arena.New(arena.Options{Provider: p, Capacity: 8 << 20, RegionSize: 8 << 20, PurgeDelay: -1})
-	must(t, "arena.New", err)
-	f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
-	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
-	f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultInvalidValue)
-	if _, err := a.Alloc(2<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) {
-		t.Fatalf("Alloc whose populating commit fails: %v", err)
-	}
-	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
-		t.Fatalf("after the refused undo: provider %+v, fake %d reservations; want the region kept", c, f.Stat(fakecuda.Reservations))
-	}
+	p, a := populateUndoRefused(t, f, d)
 	s, err := a.Alloc(2<<20, arena.DefaultChunkSize)
 	must(t, "Alloc", err)
 	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
@@ -346,19 +334,7 @@ func TestFakeHostVMMCloseReleasesKept(t *testing.T) {
 	if f == nil {
 		return
 	}
-	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: true}})
-	must(t, "NewHostVMM", err)
-	a, err := arena.New(arena.Options{Provider: p, Capacity: 8 << 20, RegionSize: 8 << 20, PurgeDelay: -1})
-	must(t, "arena.New", err)
-	f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
-	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
-	f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultInvalidValue)
-	if _, err := a.Alloc(2<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) {
-		t.Fatalf("Alloc whose populating commit fails: %v", err)
-	}
-	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
-		t.Fatalf("after the refused undo: provider %+v, fake %d reservations; want the region kept", c, f.Stat(fakecuda.Reservations))
-	}
+	p, a := populateUndoRefused(t, f, d)
 	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
 	if err := a.Close(); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Fatalf("Close whose give-back of the kept region is refused: %v", err)
@@ -375,4 +351,25 @@ func TestFakeHostVMMCloseReleasesKept(t *testing.T) {
 	if err := a.Close(); !errors.Is(err, arena.ErrClosed) {
 		t.Errorf("a third Close = %v, want arena.ErrClosed", err)
 	}
+}
+
+// populateUndoRefused returns an arena over a populated VMM host provider whose first region's
+// commit failed (its access refused) and whose give-back the driver refused too (its unmap and
+// release): the provider keeps that region, which no arena holds.
+func populateUndoRefused(t *testing.T, f *fakecuda.Driver, d *cuda.Device) (*cudamem.HostVMM, *arena.Arena) {
+	t.Helper()
+	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: true}})
+	must(t, "NewHostVMM", err)
+	a, err := arena.New(arena.Options{Provider: p, Capacity: 8 << 20, RegionSize: 8 << 20, PurgeDelay: -1})
+	must(t, "arena.New", err)
+	f.FailAfter(fakecuda.CallAccess, 0, fakecuda.ResultNotSupported)
+	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
+	f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultInvalidValue)
+	if _, err := a.Alloc(2<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) {
+		t.Fatalf("Alloc whose populating commit fails: %v", err)
+	}
+	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
+		t.Fatalf("after the refused undo: provider %+v, fake %d reservations; want the region kept", c, f.Stat(fakecuda.Reservations))
+	}
+	return p, a
 }
