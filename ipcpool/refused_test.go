@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -26,8 +27,9 @@ func TestFakeUnregisterRefused(t *testing.T) {
 	for _, live := range []bool{false, true} {
 		p, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost})
 		must(t, "Attach", err)
+		var b []byte
 		if live { // Close gives the buffer up: its region is left to junk once unregistered
-			_, err := p.Alloc(4096)
+			b, err = p.Alloc(4096)
 			must(t, "Alloc", err)
 		}
 		if n := f.Stat(fakecuda.Registrations); n != 2 {
@@ -43,11 +45,17 @@ func TestFakeUnregisterRefused(t *testing.T) {
 		if n := f.Stat(fakecuda.Registrations); n != 2 {
 			t.Fatalf("%d registrations after the refused Close, want 2 (the refused one kept)", n)
 		}
+		if live && !faults(b) {
+			t.Error("a buffer given up in the kept region still reaches the pool's memory")
+		}
 		if err := p.Close(); err != nil {
 			t.Fatalf("the Close that retries: %v", err)
 		}
 		if n := f.Stat(fakecuda.Registrations); n != 1 {
 			t.Fatalf("%d registrations after the retry, want the owner's alone", n)
+		}
+		if live && faults(b) {
+			t.Error("the buffer given up faults after the retry, where it should read junk")
 		}
 		if err := p.Close(); !errors.Is(err, ErrClosed) {
 			t.Fatalf("a Close with nothing left: %v", err)
@@ -98,4 +106,15 @@ func TestFakeVMMUnmapRefused(t *testing.T) {
 	if st := d.Stats(); st.Handles != 0 || st.Reservations != 0 {
 		t.Fatalf("%d handles, %d reservations left", st.Handles, st.Reservations)
 	}
+}
+
+// faults reports whether writing b's first byte faults.
+func faults(b []byte) (fault bool) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		fault = recover() != nil
+	}()
+	b[0]++
+	return false
 }
