@@ -103,6 +103,7 @@ type Arena struct {
 
 	mu       sync.Mutex
 	closed   bool
+	provKept bool // the provider (a KeptReleaser) refused to give back what it kept at the last Close
 	nextID   ChunkID
 	reserved uintptr
 	st       Stats
@@ -447,14 +448,15 @@ func (a *Arena) chunkGranules(r *region, i int) (glo, ghi int) {
 // chunks are still handed out. A region the provider refuses to release stays the arena's,
 // counted in Stats (Committed: what is still committed of it), and Close returns the
 // provider's error: the arena is closed all the same, and the next Close tries those regions
-// again (it returns ErrClosed once none is left).
+// again (it returns ErrClosed once none is left). A provider that is a KeptReleaser gives
+// back what it kept held by no region (ReleaseKept) at each such Close.
 func (a *Arena) Close() error {
 	a.pcMu.Lock() // waits for the chunk a Precommit is committing, if any
 	defer a.pcMu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		if len(*a.regions.Load()) != 0 {
+		if len(*a.regions.Load()) != 0 || a.provKept {
 			return a.releaseAll()
 		}
 		return ErrClosed
@@ -477,8 +479,9 @@ func (a *Arena) Close() error {
 }
 
 // releaseAll gives every region of a closed arena back to the provider, and keeps those it
-// refuses, with their reserved and committed bytes, for the next Close. It returns the first
-// refusal. Called under a.mu.
+// refuses, with their reserved and committed bytes, for the next Close; then what a
+// KeptReleaser provider kept, which the next Close tries again while the provider refuses. It
+// returns the first refusal. Called under a.mu.
 func (a *Arena) releaseAll() error {
 	var first error
 	var kept []*region
@@ -495,6 +498,13 @@ func (a *Arena) releaseAll() error {
 		}
 	}
 	a.regions.Store(&kept)
+	if k, ok := a.prov.(KeptReleaser); ok {
+		err := k.ReleaseKept()
+		if err != nil && first == nil {
+			first = err
+		}
+		a.provKept = err != nil
+	}
 	return first
 }
 

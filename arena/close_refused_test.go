@@ -61,3 +61,40 @@ func TestCloseReleaseRefused(t *testing.T) {
 		t.Errorf("a third Close = %v, want ErrClosed", err)
 	}
 }
+
+// keptReleaser is a provider that holds kept memory of no region (kept) and refuses to give it
+// back the first n times ReleaseKept is called.
+type keptReleaser struct {
+	Provider
+	kept, n, calls int
+}
+
+func (p *keptReleaser) ReleaseKept() error {
+	p.calls++
+	if p.n > 0 {
+		p.n--
+		return fmt.Errorf("%w: %w", ErrCommit, errInjected)
+	}
+	p.kept = 0
+	return nil
+}
+
+// TestCloseReleasesKept: Close asks a KeptReleaser provider to give back what it kept, even
+// with no region of its own left, returns its refusal, and asks again at the next Close
+// while it refuses; after that, Close says ErrClosed and asks nothing.
+func TestCloseReleasesKept(t *testing.T) {
+	p := &keptReleaser{Provider: PageableHost(HostOptions{}), kept: 1, n: 1}
+	a, err := New(Options{Provider: p, Capacity: 8 << 20, RegionSize: 8 << 20, PurgeDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); !errors.Is(err, errInjected) {
+		t.Fatalf("Close whose provider refuses to give back what it kept = %v", err)
+	}
+	if err := a.Close(); err != nil || p.kept != 0 {
+		t.Fatalf("the next Close = %v, kept %d", err, p.kept)
+	}
+	if err := a.Close(); !errors.Is(err, ErrClosed) || p.calls != 2 {
+		t.Fatalf("a third Close = %v after %d calls of ReleaseKept; want ErrClosed after 2", err, p.calls)
+	}
+}

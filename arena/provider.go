@@ -213,3 +213,12 @@ type Prefaulter interface {
 type Joiner interface {
 	Join(r *Region, off, size uintptr) error
 }
+
+// KeptReleaser is a provider that may keep memory no region holds after the driver refused to
+// give it back (a region it reserved for no arena in the end, a handle stranded by a refused
+// release). ReleaseKept gives that memory back; what is refused again stays kept, and the
+// error says so. Arena.Close calls it after releasing its regions, returns its error, and
+// calls it again at the next Close while it fails.
+type KeptReleaser interface {
+	ReleaseKept() error
+}

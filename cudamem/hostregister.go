@@ -72,6 +72,9 @@ type HostRegister struct {
 
 	mu   sync.Mutex
 	regs map[uintptr][]hostReg // by region base: its registrations, sorted by offset, disjoint
+	// holes, by region base: committed ranges the driver refused to register again, sorted,
+	// disjoint from regs (hostregister_holes.go).
+	holes map[uintptr][]hostReg
 }
 
 // hostReg is one registration: [off, off+size) from its region's base.
@@ -91,7 +94,7 @@ func (g hostReg) end() uintptr { return g.off + g.size }
 // nearest the device when a source knows it (DeviceNode); o.Node is not used. o.Devices does
 // not apply: a registration is portable to every device.
 func NewHostRegister(dev *cuda.Device, o HostOptions) (*HostRegister, error) {
-	p := &HostRegister{regs: map[uintptr][]hostReg{}}
+	p := &HostRegister{regs: map[uintptr][]hostReg{}, holes: map[uintptr][]hostReg{}}
 	if err := p.cudaBase.init(dev, "cuda-host-register", arena.HostPinned); err != nil {
 		return nil, err
 	}
@@ -192,10 +195,11 @@ func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	regs, ok := p.regs[r.Base]
-	if !ok {
+	if _, ok := p.regs[r.Base]; !ok {
 		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", arena.ErrInvalid, r.Base, r.Size)
 	}
+	p.mend(r)
+	regs := p.regs[r.Base]
 	lo, hi := overlapping(regs, off, size)
 	if hi-lo == 1 && regs[lo] == (hostReg{off, size}) {
 		return nil
@@ -211,27 +215,36 @@ func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 		return err
 	}
 	if err := p.registerLocked(r, hostReg{off, size}); err != nil {
+		rerrs := err
 		for _, g := range inside { // put back what was there: committed memory stays registered
-			_ = p.registerLocked(r, g)
+			if rerr := p.registerLocked(r, g); rerr != nil {
+				rerrs = p.hole(r, g, fmt.Errorf("%w; registering [%#x, +%d) again: %w", rerrs, r.Base+g.off, g.size, rerr))
+			}
 		}
-		return err
+		return rerrs
 	}
+	p.dropHoles(r, off, size)
 	return nil
 }
 
 // Decommit implements arena.Provider: the range is unregistered, then its pages dropped. When
 // the driver refuses to unregister a part, the range stays committed and registered whole, as
-// the arena then takes it to be.
+// the arena then takes it to be; a part the driver then refuses to register again stays
+// committed and counted, and is registered again at the next Join or Decommit of the region.
 func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
 	p.mu.Lock()
+	p.mend(r)
 	err := p.cut(r, off, size)
 	if err == nil {
 		regs := p.regs[r.Base]
 		lo, hi := overlapping(regs, off, size)
 		err = p.unregisterAll(r, append([]hostReg(nil), regs[lo:hi]...))
+	}
+	if err == nil {
+		p.dropHoles(r, off, size)
 	}
 	p.mu.Unlock()
 	if err != nil {
@@ -259,7 +272,9 @@ func (p *HostRegister) Release(r *arena.Region) error {
 		p.mu.Unlock()
 		return fmt.Errorf("region [%#x, +%d) kept for a later release: %w", r.Base, r.Size, errors.Join(errs...))
 	}
+	p.dropHoles(r, 0, r.Size)
 	delete(p.regs, r.Base)
+	delete(p.holes, r.Base)
 	p.mu.Unlock()
 	return p.host.Release(r)
 }
@@ -317,11 +332,15 @@ func (p *HostRegister) cut(r *arena.Region, off, size uintptr) error {
 		err := p.registerLocked(r, left)
 		if err == nil {
 			if err = p.registerLocked(r, right); err != nil {
-				_ = p.unregisterOne(r, left)
+				if uerr := p.unregisterOne(r, left); uerr != nil { // left stays registered
+					return p.hole(r, right, fmt.Errorf("%w; undoing [%#x, +%d): %w", err, r.Base+left.off, left.size, uerr))
+				}
 			}
 		}
 		if err != nil {
-			_ = p.registerLocked(r, g) // put it back whole
+			if rerr := p.registerLocked(r, g); rerr != nil { // put it back whole
+				return p.hole(r, g, fmt.Errorf("%w; registering it whole again: %w", err, rerr))
+			}
 			return err
 		}
 	}
@@ -367,25 +386,27 @@ func (p *HostRegister) registerLocked(r *arena.Region, g hostReg) error {
 
 // record adds registration g of r to the record. p.mu is held.
 func (p *HostRegister) record(r *arena.Region, g hostReg) {
-	regs := p.regs[r.Base]
-	i := sort.Search(len(regs), func(i int) bool { return regs[i].off > g.off })
-	regs = append(regs, hostReg{})
-	copy(regs[i+1:], regs[i:])
-	regs[i] = g
-	p.regs[r.Base] = regs
+	p.regs[r.Base] = insertReg(p.regs[r.Base], g)
 	p.committed.Add(int64(g.size))
+}
+
+// insertReg inserts g in gs, sorted by offset.
+func insertReg(gs []hostReg, g hostReg) []hostReg {
+	i := sort.Search(len(gs), func(i int) bool { return gs[i].off > g.off })
+	return slices.Insert(gs, i, g)
 }
 
 // unregisterAll undoes the registrations gs of r, in order. When the driver refuses one, those
 // undone already are registered again, so that the committed range stays registered as the
 // caller's caller (the arena, which keeps a refused range committed) takes it to be, and the
-// refusal is returned. p.mu is held.
+// refusal is returned; one the driver refuses to register again is kept as a hole. p.mu is
+// held.
 func (p *HostRegister) unregisterAll(r *arena.Region, gs []hostReg) error {
 	for i, g := range gs {
 		if err := p.unregisterOne(r, g); err != nil {
 			for _, u := range gs[:i] {
 				if rerr := p.registerLocked(r, u); rerr != nil {
-					return fmt.Errorf("%w; registering [%#x, +%d) again: %w", err, r.Base+u.off, u.size, rerr)
+					err = p.hole(r, u, fmt.Errorf("%w; registering [%#x, +%d) again: %w", err, r.Base+u.off, u.size, rerr))
 				}
 			}
 			return err

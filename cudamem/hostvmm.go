@@ -151,16 +151,16 @@ func (p *HostVMM) Location() cuda.Location { return p.loc }
 
 // Reserve implements arena.Provider. With HostOptions.Populate the region is committed whole.
 // A populated region whose commit fails is given back, and what the driver refuses to give
-// back of it is kept and given back at the next Reserve or Release.
+// back of it is kept and given back at the next Reserve or Release, or by ReleaseKept.
 func (p *HostVMM) Reserve(size, alignment uintptr) (*arena.Region, error) {
-	p.releaseOrphans()
+	_ = p.releaseOrphans() // those the driver refuses again stay kept, for Close to report
 	r, err := p.vmm.Reserve(size, alignment)
 	if err != nil {
 		return nil, err
 	}
 	if p.populate {
 		if err := p.Commit(r, 0, r.Size); err != nil {
-			p.orphan(r)
+			_ = p.orphan(r)
 			return nil, err
 		}
 		r.Committed = true
@@ -173,7 +173,7 @@ func (p *HostVMM) Reserve(size, alignment uintptr) (*arena.Region, error) {
 
 // Release implements arena.Provider.
 func (p *HostVMM) Release(r *arena.Region) error {
-	p.releaseOrphans()
+	_ = p.releaseOrphans()
 	if err := p.vmm.Release(r); err != nil {
 		return err
 	}

@@ -310,6 +310,54 @@ func TestFakeHostVMMPopulateUndoRefused(t *testing.T) {
 	if f == nil {
 		return
 	}
+	p, a := populateUndoRefused(t, f, d)
+	s, err := a.Alloc(2<<20, arena.DefaultChunkSize)
+	must(t, "Alloc", err)
+	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
+		t.Errorf("after the next Reserve: provider %+v, fake %d reservations; want the new region only", c, f.Stat(fakecuda.Reservations))
+	}
+	must(t, "Free", a.Free(s))
+	must(t, "Close", a.Close())
+	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
+		f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+		t.Errorf("after Close: provider %+v, fake %d handles, %d mappings, %d reservations",
+			c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+	}
+}
+
+// TestFakeHostVMMCloseReleasesKept: a populated region whose commit fails, and whose give-back
+// the driver refuses too, is given back by the arena's Close when no Reserve or Release comes
+// after it; a Close whose give-back of it is refused again says so, and the next Close gives
+// it back. Before, the arena's Close left it: its reservation and granules were held for good.
+func TestFakeHostVMMCloseReleasesKept(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, a := populateUndoRefused(t, f, d)
+	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
+	if err := a.Close(); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
+		t.Fatalf("Close whose give-back of the kept region is refused: %v", err)
+	}
+	if f.Stat(fakecuda.Reservations) != 1 {
+		t.Fatalf("after the refused Close: %d reservations, want the region kept", f.Stat(fakecuda.Reservations))
+	}
+	must(t, "Close again", a.Close())
+	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
+		f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+		t.Errorf("after Close: provider %+v, fake %d handles, %d mappings, %d reservations",
+			c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+	}
+	if err := a.Close(); !errors.Is(err, arena.ErrClosed) {
+		t.Errorf("a third Close = %v, want arena.ErrClosed", err)
+	}
+}
+
+// populateUndoRefused returns an arena over a populated VMM host provider whose first region's
+// commit failed (its access refused) and whose give-back the driver refused too (its unmap and
+// release): the provider keeps that region, which no arena holds.
+func populateUndoRefused(t *testing.T, f *fakecuda.Driver, d *cuda.Device) (*cudamem.HostVMM, *arena.Arena) {
+	t.Helper()
 	p, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{HostOptions: arena.HostOptions{Populate: true}})
 	must(t, "NewHostVMM", err)
 	a, err := arena.New(arena.Options{Provider: p, Capacity: 8 << 20, RegionSize: 8 << 20, PurgeDelay: -1})
@@ -323,16 +371,5 @@ func TestFakeHostVMMPopulateUndoRefused(t *testing.T) {
 	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
 		t.Fatalf("after the refused undo: provider %+v, fake %d reservations; want the region kept", c, f.Stat(fakecuda.Reservations))
 	}
-	s, err := a.Alloc(2<<20, arena.DefaultChunkSize)
-	must(t, "Alloc", err)
-	if c := p.Counters(); c.Reservations != 1 || f.Stat(fakecuda.Reservations) != 1 {
-		t.Errorf("after the next Reserve: provider %+v, fake %d reservations; want the new region only", c, f.Stat(fakecuda.Reservations))
-	}
-	must(t, "Free", a.Free(s))
-	must(t, "Close", a.Close())
-	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
-		f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
-		t.Errorf("after Close: provider %+v, fake %d handles, %d mappings, %d reservations",
-			c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
-	}
+	return p, a
 }

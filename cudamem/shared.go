@@ -155,7 +155,10 @@ type HostMapping struct {
 
 // MapHostExports maps exports (each of the same size, a multiple of 2 MiB) one after another
 // in one reservation aligned to 2 MiB, and grants the host and dev read-write access. The
-// mapping takes the exports: Close unmaps and releases them.
+// mapping takes the exports: Close unmaps and releases them. On error it gives back what it
+// mapped and the exports, and returns a nil mapping; when the driver refuses to give back a
+// part of it, it returns with the error a closed mapping (Base 0) that keeps that part, whose
+// Close tries again.
 func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, error) {
 	d, err := internalDevice(dev, "shared")
 	if err != nil {
@@ -165,18 +168,13 @@ func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, erro
 		return nil, fmt.Errorf("%w: no host granules to map", arena.ErrInvalid)
 	}
 	rs := exports[0].size
+	m := &HostMapping{d: d}
 	if rs == 0 || uintptr(len(exports)) > ^uintptr(0)/rs {
-		for _, e := range exports {
-			_ = e.Release()
-		}
-		return nil, fmt.Errorf("%w: %d allocations of %d bytes of host granules", arena.ErrInvalid, len(exports), rs)
+		return m.undo(exports, fmt.Errorf("%w: %d allocations of %d bytes of host granules", arena.ErrInvalid, len(exports), rs))
 	}
-	m := &HostMapping{d: d, size: uintptr(len(exports)) * rs}
+	m.size = uintptr(len(exports)) * rs
 	if m.va, err = d.MemAddressReserve(m.size, 2<<20); err != nil {
-		for _, e := range exports {
-			_ = e.Release()
-		}
-		return nil, fmt.Errorf("cudamem: reserving %d bytes for shared host granules: %w", m.size, err)
+		return m.undo(exports, fmt.Errorf("cudamem: reserving %d bytes for shared host granules: %w", m.size, err))
 	}
 	locs := []icuda.MemLocation{{Type: int32(cuda.LocationHost)}, {Type: int32(cuda.LocationDevice), ID: int32(d.Ordinal())}}
 	for i, e := range exports {
@@ -188,13 +186,21 @@ func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, erro
 			err = d.MemSetAccessAt(at, rs, locs)
 		}
 		if err != nil {
-			for _, e := range exports[len(m.mapped):] {
-				_ = e.Release()
-			}
-			return nil, errors.Join(fmt.Errorf("cudamem: mapping shared host granules: %w", err), m.Close())
+			return m.undo(exports[len(m.mapped):], fmt.Errorf("cudamem: mapping shared host granules: %w", err))
 		}
 	}
 	return m, nil
+}
+
+// undo gives back what MapHostExports did of m and the exports it did not map, after err. It
+// returns nil and err when the driver gave everything back, and m (closed, holding what the
+// driver refused) and err with the refusals otherwise.
+func (m *HostMapping) undo(unmapped []*HostExport, err error) (*HostMapping, error) {
+	m.unreleased = append(m.unreleased, unmapped...)
+	if cerr := m.Close(); cerr != nil {
+		return m, errors.Join(err, cerr)
+	}
+	return nil, err
 }
 
 // Base returns the mapping's first address, 0 once it is closed.

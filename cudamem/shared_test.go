@@ -223,3 +223,40 @@ func TestFakeHostExportRefused(t *testing.T) {
 		t.Fatalf("%d handles after the next Release", st.Handles)
 	}
 }
+
+// TestFakeMapHostExportsUndoRefused: a mapping that fails (the driver refuses the second
+// allocation's access), whose undo the driver refuses too (the first allocation's unmap),
+// comes back with the error holding what was kept, and its Close gives it back. Before,
+// MapHostExports returned nil: the mapping, its handle and the reservation were held for good.
+func TestFakeMapHostExportsUndoRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	var exports []*cudamem.HostExport
+	for range 2 {
+		e, err := cudamem.NewHostExport(public(d), 2<<20)
+		must(t, "NewHostExport", err)
+		exports = append(exports, e)
+	}
+	f.FailAfter(fakecuda.CallAccess, 1, fakecuda.ResultNotSupported)
+	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
+	m, err := cudamem.MapHostExports(public(d), exports)
+	if !errors.Is(err, pinmalloc.ErrNotSupported) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
+		t.Fatalf("MapHostExports whose access and undo are refused: %v", err)
+	}
+	if m == nil {
+		t.Fatal("MapHostExports dropped what the driver refused to give back")
+	}
+	if m.Base() != 0 {
+		t.Errorf("Base of a mapping that failed = %#x", m.Base())
+	}
+	if st := d.Stats(); st.Handles != 1 || st.Reservations != 1 || f.Stat(fakecuda.Mappings) != 1 {
+		t.Errorf("after the refused undo: %d handles, %d reservations, %d mappings; want the first allocation kept",
+			st.Handles, st.Reservations, f.Stat(fakecuda.Mappings))
+	}
+	must(t, "Close", m.Close())
+	if st := d.Stats(); st.Handles != 0 || st.Reservations != 0 || f.Stat(fakecuda.Mappings) != 0 {
+		t.Fatalf("after Close: %d handles, %d reservations, %d mappings", st.Handles, st.Reservations, f.Stat(fakecuda.Mappings))
+	}
+}

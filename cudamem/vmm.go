@@ -192,24 +192,36 @@ func (p *vmm) releaseStranded() error {
 // orphan gives back r, a region reserved for no arena in the end (a populated region whose
 // commit failed); what the driver refuses to give back is kept, and released again by
 // releaseOrphans.
-func (p *vmm) orphan(r *arena.Region) {
-	if p.Release(r) != nil {
+func (p *vmm) orphan(r *arena.Region) error {
+	err := p.Release(r)
+	if err != nil {
 		p.mu.Lock()
 		p.orphans = append(p.orphans, r)
 		p.mu.Unlock()
 	}
+	return err
 }
 
 // releaseOrphans releases again the regions whose release orphan could not make; those the
-// driver refuses again stay orphans (counted in Counters).
-func (p *vmm) releaseOrphans() {
+// driver refuses again stay orphans (counted in Counters), and their refusals are returned.
+func (p *vmm) releaseOrphans() error {
 	p.mu.Lock()
 	rs := p.orphans
 	p.orphans = nil
 	p.mu.Unlock()
+	var errs []error
 	for _, r := range rs {
-		p.orphan(r)
+		errs = append(errs, p.orphan(r))
 	}
+	return errors.Join(errs...)
+}
+
+// ReleaseKept implements arena.KeptReleaser: it gives back what the provider kept, held by no
+// region, after the driver refused to give it back (a populated region whose commit failed,
+// a granule's handle whose release was refused). Arena.Close calls it; what the driver
+// refuses again stays kept, and the error wraps arena.ErrCommit and the driver's.
+func (p *vmm) ReleaseKept() error {
+	return errors.Join(p.releaseOrphans(), p.releaseStranded())
 }
 
 // record puts the granules from lo, mapped with the handles hs (zero: released already), on

@@ -189,7 +189,11 @@ func recvHello(conn *net.UnixConn) (hello, []int, error) {
 // wrapping pinned.ErrLiveBlocks says how many; those shared with others live on while they
 // retain them): they must not be used afterwards, and they read and write memory of their own
 // if they are, never the pool's. When Close returns, the owner has taken the memory back and
-// no longer counts the process.
+// no longer counts the process. Memory the CUDA driver refuses to give back (a registration,
+// a VMM mapping) stays registered and mapped in this process, the device open, and Close
+// reports the driver's error: the next Close gives it back, and returns ErrClosed once
+// nothing is left. Until then, buffers given up in a kept region of a memfd pool are
+// inaccessible (a use faults); in a VMM pool the driver's mapping is left as it is.
 func (p *Process) Close() error {
 	if p.owner != nil {
 		return p.owner.Close()

@@ -345,12 +345,13 @@ func (w *Owner) Wait(ctx context.Context) error {
 // Close closes the pool. It refuses with ErrAttached, naming the count and releasing nothing,
 // while other processes are attached (Wait waits for them). Otherwise it stops serving,
 // removes the socket, and unmaps and frees the pool's memory; the owner's own buffers still
-// live are given up with it (an error wrapping pinned.ErrLiveBlocks says how many).
+// live are given up with it (an error wrapping pinned.ErrLiveBlocks says how many). Memory
+// the CUDA driver refuses to give back is kept for the next Close, as Process.Close says.
 func (w *Owner) Close() error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		return ErrClosed
+		return w.Process.leaveAgain()
 	}
 	if n := w.attachedLocked(); n > 0 {
 		w.mu.Unlock()

@@ -38,6 +38,8 @@ type Process struct {
 	stop    chan struct{}
 	done    chan struct{}
 	closed  atomic.Bool
+	leaveMu sync.Mutex   // the leave, and a later Close's retry of what the driver refused
+	left    bool         // the leave is done (leaveMu)
 	users   atomic.Int64 // calls under way that read the mapping (enter): Close waits for them
 	// What the drainer last saw: the fence epoch it passed, the owner's ask it answered, the
 	// overflow count it scanned for.
@@ -291,11 +293,13 @@ func (p *Process) closePool(force bool) error {
 // (a copy into a buffer of the pool may still be queued), stops the drainer, lets go its
 // retains, takes in what peers let go, closes its pool (its grants go back as its arena gives
 // its regions back), unmaps the pool (leaving junk memory where buffers were still live, so
-// that a late use faults nowhere and touches nothing of the pool), and then, detach not nil,
-// tells the owner. It reports the live buffers it gave up (pinned.ErrLiveBlocks).
+// that a late use faults nowhere and touches nothing of the pool), closes the device, and
+// then, detach not nil, tells the owner. It reports the live buffers it gave up (pinned.ErrLiveBlocks). Memory the
+// driver refuses to give back is kept, with the device, for the next Close (leaveAgain): the
+// process has left all the same, its grants given back.
 func (p *Process) leaveAll(detach func() error) error {
 	if !p.closed.CompareAndSwap(false, true) {
-		return ErrClosed
+		return p.leaveAgain()
 	}
 	p.waitUsers()
 	var errs []error
@@ -311,14 +315,36 @@ func (p *Process) leaveAll(detach func() error) error {
 	if live != nil {
 		errs = append(errs, live)
 	}
+	// leaveMu is held only here, not while the calls under way end (one may Close again).
+	p.leaveMu.Lock()
 	if err := p.sp.close(live != nil); err != nil {
 		errs = append(errs, err)
 	}
+	p.left = true
+	if !p.sp.held() {
+		closeDevice(p.dev)
+	}
+	p.leaveMu.Unlock()
 	if detach != nil {
 		if err := detach(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	closeDevice(p.dev)
 	return errors.Join(errs...)
+}
+
+// leaveAgain is a Close after the process left: it gives back what the driver refused to at
+// the leave (registrations, the VMM mapping), then unmaps the pool and closes the device. It
+// returns ErrClosed when nothing was kept.
+func (p *Process) leaveAgain() error {
+	p.leaveMu.Lock()
+	defer p.leaveMu.Unlock()
+	if !p.left || !p.sp.held() { // not left yet (another Close leaves), or nothing kept
+		return ErrClosed
+	}
+	err := p.sp.close(false)
+	if !p.sp.held() {
+		closeDevice(p.dev)
+	}
+	return err
 }

@@ -3,6 +3,7 @@ package ipcpool
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,7 @@ type space struct {
 	dev        *cuda.Device
 	pageable   []string
 	vmm        *cudamem.HostMapping // a VMM pool's granules, mapped
+	junk       bool                 // close was asked to leave junk where the pool was
 }
 
 // spaceConfig is how a process maps the pool.
@@ -129,42 +131,96 @@ func (sp *space) ctl() ctl {
 // pool's range is left mapped to fresh anonymous memory rather than unmapped: buffers a
 // process still holds after it left then read and write memory of their own, never a
 // fault, never the pool's.
+//
+// What the driver refuses to give back stays: a region whose unregistration is refused stays
+// registered and mapped (unmapped, its pages would stay pinned by the driver until the
+// context goes, and no later call could unregister them), as does a VMM mapping whose Close
+// is refused; held then says so, and the next close tries them again before it unmaps the
+// range. Meanwhile the regions given back are left reserved (junk where junk was asked) and
+// a kept region is made inaccessible where junk was asked, so that a buffer given up never
+// reaches the pool's memory; the control region and the descriptors go at once.
 func (sp *space) close(junk bool) error {
-	var first error
-	keep := func(err error) {
-		if err != nil && first == nil {
-			first = err
-		}
-	}
+	sp.junk = sp.junk || junk
+	var errs []error
 	for i, r := range sp.registered {
-		if r {
-			keep(cudamem.UnregisterShared(sp.dev, sp.regionAddr(i)))
-			sp.registered[i] = false
+		if !r {
+			continue
 		}
+		if err := cudamem.UnregisterShared(sp.dev, sp.regionAddr(i)); err != nil {
+			errs = append(errs, fmt.Errorf("ipcpool: region %d stays registered and mapped until the next Close: %w", i, err))
+			continue
+		}
+		sp.registered[i] = false
 	}
 	if sp.vmm != nil {
-		keep(sp.vmm.Close())
-		sp.vmm = nil
+		if err := sp.vmm.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("ipcpool: the pool's memory stays mapped until the next Close: %w", err))
+		} else {
+			sp.vmm = nil
+		}
 	}
 	if sp.base != 0 {
-		if junk {
-			_, err := unix.MmapPtr(-1, 0, mem.Ptr(sp.base), sp.poolBytes(), unix.PROT_READ|unix.PROT_WRITE,
-				unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
-			keep(err)
+		if sp.held() {
+			errs = append(errs, sp.keepRegions())
 		} else {
-			keep(unmap(sp.base, sp.poolBytes()))
+			errs = append(errs, sp.fill(sp.base, sp.poolBytes(), false))
+			sp.base = 0
 		}
-		sp.base = 0
 	}
 	if sp.ctlBase != 0 {
-		keep(unmap(sp.ctlBase, sp.ctlSize))
+		errs = append(errs, unmap(sp.ctlBase, sp.ctlSize))
 		sp.ctlBase = 0
 	}
 	sp.fdsMu.Lock()
 	closeFds(sp.fds)
 	sp.fds = nil
 	sp.fdsMu.Unlock()
-	return first
+	return errors.Join(errs...)
+}
+
+// held reports whether close kept memory the driver refused to give back.
+func (sp *space) held() bool {
+	return sp.vmm != nil || slices.Contains(sp.registered, true)
+}
+
+// keepRegions is close's unmap while memory is held: a memfd pool's regions given back are
+// replaced by junk (or by reserved address space, so that nothing else is mapped inside the
+// range before the last close unmaps it), and with junk the regions still registered are made
+// inaccessible. A VMM pool's range is the driver's mapping, left as it is.
+func (sp *space) keepRegions() error {
+	if sp.vmm != nil {
+		return nil
+	}
+	var errs []error
+	for i, r := range sp.registered {
+		if r {
+			if sp.junk {
+				if err := unix.Mprotect(mem.Bytes(sp.regionAddr(i), sp.regionSize), unix.PROT_NONE); err != nil {
+					errs = append(errs, fmt.Errorf("ipcpool: mprotect: %w", err))
+				}
+			}
+			continue
+		}
+		errs = append(errs, sp.fill(sp.regionAddr(i), sp.regionSize, true))
+	}
+	return errors.Join(errs...)
+}
+
+// fill unmaps [addr, addr+n), or maps fresh anonymous memory there with junk set, or
+// reserved address space (no access) with reserve set.
+func (sp *space) fill(addr, n uintptr, reserve bool) error {
+	prot := unix.PROT_NONE
+	switch {
+	case sp.junk:
+		prot = unix.PROT_READ | unix.PROT_WRITE
+	case !reserve:
+		return unmap(addr, n)
+	}
+	if _, err := unix.MmapPtr(-1, 0, mem.Ptr(addr), n, prot,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE); err != nil {
+		return fmt.Errorf("ipcpool: mapping junk over the pool: %w", err)
+	}
+	return nil
 }
 
 // donate calls send with the space's descriptors, none of them closed until it returns, and

@@ -34,6 +34,7 @@ func (sp *space) mapVMM(cfg spaceConfig) error {
 	}
 	m, err := cudamem.MapHostExports(cfg.dev, exports)
 	if err != nil {
+		sp.vmm, sp.dev = m, cfg.dev // nil, or what the driver refused to give back: close tries again
 		return err
 	}
 	sp.vmm, sp.base, sp.dev = m, m.Base(), cfg.dev
