@@ -1,0 +1,67 @@
+package arena
+
+import "fmt"
+
+// Close decommits and releases every region. It fails with ErrBusy, and releases nothing, while
+// chunks are still handed out. A region the provider refuses to release stays the arena's,
+// counted in Stats (Committed: what is still committed of it), and Close returns the
+// provider's error: the arena is closed all the same, and the next Close tries those regions
+// again (it returns ErrClosed once none is left). A provider that is a KeptReleaser gives
+// back what it kept held by no region (ReleaseKept) at each such Close.
+func (a *Arena) Close() error {
+	a.pcMu.Lock() // waits for the chunk a Precommit is committing, if any
+	defer a.pcMu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		if len(*a.regions.Load()) != 0 || a.provKept {
+			return a.releaseAll()
+		}
+		return ErrClosed
+	}
+	if a.st.ChunksInUse > 0 {
+		return fmt.Errorf("%w: %d chunks", ErrBusy, a.st.ChunksInUse)
+	}
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.kept = nil // no span is in use, so no range is tracked but by a holder's mistake
+	a.purge(1<<63 - 1)
+	a.pcDone.Broadcast() // an Alloc waiting for Precommit's chunks sees closed
+	for _, r := range *a.regions.Load() {
+		a.unmapping(r.r)
+	}
+	a.closed = true
+	a.observers = nil
+	return a.releaseAll()
+}
+
+// releaseAll gives every region of a closed arena back to the provider, and keeps those it
+// refuses, with their reserved and committed bytes, for the next Close; then what a
+// KeptReleaser provider kept, which the next Close tries again while the provider refuses. It
+// returns the first refusal. Called under a.mu.
+func (a *Arena) releaseAll() error {
+	var first error
+	var kept []*region
+	a.st.Committed, a.reserved = 0, 0
+	for _, r := range *a.regions.Load() {
+		if err := a.prov.Release(r.r); err != nil {
+			if first == nil {
+				first = err
+			}
+			kept = append(kept, r)
+			ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
+			a.st.Committed += uint64(r.commit.Count(0, ng)) << r.gshift
+			a.reserved += r.r.Size
+		}
+	}
+	a.regions.Store(&kept)
+	if k, ok := a.prov.(KeptReleaser); ok {
+		err := k.ReleaseKept()
+		if err != nil && first == nil {
+			first = err
+		}
+		a.provKept = err != nil
+	}
+	return first
+}
