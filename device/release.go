@@ -79,20 +79,19 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 }
 
 // Close releases the heap's memory and events, and the device if Open made it. It fails, and
-// releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with
-// one wrapping ErrBusy while a stream the heap has seen has work in flight, or the legacy
-// default stream does while a seen stream is blocking or the legacy stream itself (its earlier
-// work is ordered before that stream's frees): Sync, or synchronize the stream, and Close
-// again. Points the heap's own polls recorded (Alloc and Stats for the deferred frees, the idle
-// purge for quiet stream heaps) are not such work: Close waits for those that wait for none of
-// the user's work in flight, and asks again. With every such stream idle, the deferred frees are done at once; a free on the
-// legacy stream (or the heap of the legacy stream) is done after a point Close records there
-// and waits for: it waits only for work of blocking streams the heap has never seen, which
-// the legacy stream's order puts before those frees, as it puts it before cudaFreeAsync's.
+// releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with one
+// wrapping ErrBusy while a stream the heap has seen has work in flight, or the legacy default
+// stream does while a seen stream is blocking or the legacy stream itself (its earlier work is
+// ordered before that stream's frees): Sync, or synchronize the stream, and Close again. Points the
+// heap's own polls recorded (Alloc and Stats for the deferred frees, the idle purge for quiet
+// stream heaps) are not such work: Close waits for those that wait for none of the user's work in
+// flight, and asks again. With every such stream idle, the deferred frees are done at once; a free
+// on the legacy stream (or the heap of the legacy stream) is done after a point Close records there
+// and waits for: it waits only for work of blocking streams the heap has never seen, which the
+// legacy stream's order puts before those frees, as it puts it before cudaFreeAsync's.
 //
-// When the driver refuses to give memory back (an unmap, say), Close returns its error and
-// the heap is closed, its memory kept (and the device, if Open made it): a later Close gives
-// them back.
+// When the driver refuses to give memory back (an unmap, say), Close returns its error and the heap
+// is closed, its memory kept (and the device, if Open made it): a later Close gives them back.
 func (h *Heap) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()

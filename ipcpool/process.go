@@ -129,10 +129,10 @@ type SharedStats struct {
 	// RetiredIn counts this process's buffers that went back to its pool when their last
 	// reference went; RetiredOut those of peers whose last reference this process let go.
 	RetiredIn, RetiredOut uint64
-	// Dropped counts ring entries that named no retirement of this process's: a forged or
-	// garbled entry, refused (a duplicate of a delivery taken already is not counted). Overflows counts retirements this
-	// process could not put on a full ring (the holder scanned for them), Scans the looks
-	// through its own shared buffers for retired ones (on an overflow, and every 100 ms).
+	// Dropped counts ring entries that named no retirement of this process's: a forged or garbled
+	// entry, refused (a duplicate of a delivery taken already is not counted). Overflows counts
+	// retirements this process could not put on a full ring (the holder scanned for them), Scans
+	// the looks through its own shared buffers for retired ones (on an overflow, and every 100 ms).
 	Dropped, Overflows, Scans uint64
 	// FreeErrors counts buffers this process's pool refused to free when their last reference
 	// went (it should stay zero).
@@ -289,14 +289,14 @@ func (p *Process) closePool(force bool) error {
 	return err
 }
 
-// leaveAll is Close's work for any process: it waits for the work queued in its CUDA context
-// (a copy into a buffer of the pool may still be queued), stops the drainer, lets go its
-// retains, takes in what peers let go, closes its pool (its grants go back as its arena gives
-// its regions back), unmaps the pool (leaving junk memory where buffers were still live, so
-// that a late use faults nowhere and touches nothing of the pool), closes the device, and
-// then, detach not nil, tells the owner. It reports the live buffers it gave up (pinned.ErrLiveBlocks). Memory the
-// driver refuses to give back is kept, with the device, for the next Close (leaveAgain): the
-// process has left all the same, its grants given back.
+// leaveAll is Close's work for any process: it waits for the work queued in its CUDA context (a
+// copy into a buffer of the pool may still be queued), stops the drainer, lets go its retains,
+// takes in what peers let go, closes its pool (its grants go back as its arena gives its regions
+// back), unmaps the pool (leaving junk memory where buffers were still live, so that a late use
+// faults nowhere and touches nothing of the pool), closes the device, and then, detach not nil,
+// tells the owner. It reports the live buffers it gave up (pinned.ErrLiveBlocks). Memory the driver
+// refuses to give back is kept, with the device, for the next Close (leaveAgain): the process has
+// left all the same, its grants given back.
 func (p *Process) leaveAll(detach func() error) error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return p.leaveAgain()

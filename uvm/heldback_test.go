@@ -154,11 +154,11 @@ func TestSyncGivesBackHeldMemory(t *testing.T) {
 	must(t, tr.Free(next))
 }
 
-// TestFailedRestoreHoldsMemoryBack: a restore that fails once its copies were tried gives its
-// VRAM back behind the H2D stream; when the driver refuses both the batch's event and a
-// synchronize of that stream (a context with a sticky error, where a GPU refuses every call, as
-// the fake does), copies into the VRAM may still run: it is held back. It went to the spare VRAM, for the next restore or the heap's other
-// users. Once the device synchronizes, Sync gives it back.
+// TestFailedRestoreHoldsMemoryBack: a restore that fails once its copies were tried gives its VRAM
+// back behind the H2D stream; when the driver refuses both the batch's event and a synchronize of
+// that stream (a context with a sticky error, where a GPU refuses every call, as the fake does),
+// copies into the VRAM may still run: it is held back. It went to the spare VRAM, for the next
+// restore or the heap's other users. Once the device synchronizes, Sync gives it back.
 func TestFailedRestoreHoldsMemoryBack(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {

@@ -83,10 +83,10 @@ func releaseAfterFault(t *testing.T, destroyed bool) {
 }
 
 // TestAcquireAfterFault: Acquire and Prefetch on a stream the tier has not seen, after a kernel
-// faulted, change nothing and say the device failed (uvm.ErrDeviceFault, the driver's error in
-// the chain), not that the stream is invalid: the driver refuses the point that checks the
-// stream for the context's error, not the stream's. Before, both said uvm.ErrInvalidStream. A
-// handle the driver does not know, with no fault, is still ErrInvalidStream (TestAcquireChecksStream).
+// faulted, change nothing and say the device failed (uvm.ErrDeviceFault, the driver's error in the
+// chain), not that the stream is invalid: the driver refuses the point that checks the stream for
+// the context's error, not the stream's. Before, both said uvm.ErrInvalidStream. A handle the
+// driver does not know, with no fault, is still ErrInvalidStream (TestAcquireChecksStream).
 func TestAcquireAfterFault(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {

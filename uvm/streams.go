@@ -133,12 +133,12 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 	return nil
 }
 
-// unordered ends a use of block h on s whose release event could not be recorded (cause): it
-// waits for the work queued on s, or for the device when the driver refuses s (and forgets s),
-// and returns the error that says so. When the device refuses the wait too, the context has
-// failed (a sticky error, which the refusals of s and of the event may be too): the error says
-// that (ErrDeviceFault, the device's error in the chain), not that s is invalid, and the
-// event's refusal as what led there when it is another error. t.mu is held; the caller ends the use.
+// unordered ends a use of block h on s whose release event could not be recorded (cause): it waits
+// for the work queued on s, or for the device when the driver refuses s (and forgets s), and
+// returns the error that says so. When the device refuses the wait too, the context has failed (a
+// sticky error, which the refusals of s and of the event may be too): the error says that
+// (ErrDeviceFault, the device's error in the chain), not that s is invalid, and the event's refusal
+// as what led there when it is another error. t.mu is held; the caller ends the use.
 func (t *Tier) unordered(h Handle, s cuda.Stream, cause error) error {
 	if t.dev.StreamSynchronize(uintptr(s)) == nil {
 		return fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w; released after waiting for the stream", uint64(h), s, cause)

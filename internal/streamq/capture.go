@@ -74,9 +74,10 @@ func refusal(s Stream, held bool, err error) error {
 }
 
 // RecordOutsideCapture records ev in s, unless a capture holds s: then it records nothing and
-// returns the refusal CaptureRefusal would, in one cgo call (cuda.Device.EventRecordOutsideCapture).
-// It is the record of the library's own event in a user's stream, which must never be a node
-// of the user's graph; the record's own error is returned as EventRecord's.
+// returns the refusal CaptureRefusal would, in one cgo call
+// (cuda.Device.EventRecordOutsideCapture). It is the record of the library's own event in a user's
+// stream, which must never be a node of the user's graph; the record's own error is returned as
+// EventRecord's.
 func RecordOutsideCapture(dev *cuda.Device, ev cuda.Event, s Stream) error {
 	st, err := dev.EventRecordOutsideCapture(ev, s)
 	switch {

@@ -82,11 +82,11 @@ func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
 	return done, nil
 }
 
-// Drain waits for the stream of every list with items (a synchronize of each) and appends to
-// done the items pushed before its wait; the items pushed while it waits stay for a later call.
-// A stream the driver refuses to synchronize keeps its items for Recover (Lost counts it), and
-// its error is returned; a stream a capture holds (Points.Capturing) keeps its items, not
-// lost, and its error (matching pinmalloc.ErrCapturing) is returned. It is the reclaimer's, as Poll is.
+// Drain waits for the stream of every list with items (a synchronize of each) and appends to done
+// the items pushed before its wait; the items pushed while it waits stay for a later call. A stream
+// the driver refuses to synchronize keeps its items for Recover (Lost counts it), and its error is
+// returned; a stream a capture holds (Points.Capturing) keeps its items, not lost, and its error
+// (matching pinmalloc.ErrCapturing) is returned. It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 	var errs []error
 	for _, l := range ls.snapshot() {
