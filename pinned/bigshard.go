@@ -59,9 +59,13 @@ func (p *Pool) ownFor(n uintptr) *shard {
 		return p.own() // made by another goroutine meanwhile, or the pool is closed
 	}
 	hs := p.homeHere()
+	var skip uint32
+	if hs != nil {
+		skip = hs.skipBig.Load()
+	}
 	switch {
-	case hs != nil && hs.skipBig.Load() > 0:
-		hs.skipBig.Store(hs.skipBig.Load() - 1)
+	case skip > 0:
+		hs.skipBig.Store(skip - 1)
 	case s.tryLock():
 		return s
 	case hs != nil:
