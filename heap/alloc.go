@@ -225,16 +225,19 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	if h.packed && kind == segMedium {
 		k = min(k, 2<<min(len(cl.all), 4)) // pages grow with the class: pack.go
 	}
-	s, first, err := h.segmentWithRoom(kind, k, k)
-	if err != nil {
-		return nil, err
+	pg := h.borrowPage(kind, k, c)
+	if pg == nil {
+		s, first, err := h.segmentWithRoom(kind, k, k)
+		if err != nil {
+			return nil, err
+		}
+		pg = newPage(h, s, first, k, cl.size, int16(c))
+		if err := h.extend(pg); err != nil {
+			h.freeSlices(pg)
+			return nil, err
+		}
+		h.afterCarve(s)
 	}
-	pg := newPage(h, s, first, k, cl.size, int16(c))
-	if err := h.extend(pg); err != nil {
-		h.freeSlices(pg)
-		return nil, err
-	}
-	h.afterCarve(s)
 	pg.allIdx = int32(len(cl.all))
 	cl.all = append(cl.all, pg)
 	cl.avail.PushFront(pg, &pg.avail)

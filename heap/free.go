@@ -242,6 +242,7 @@ func (h *Heap) releaseEmpty() {
 	}
 	h.deferred = true // and every other empty page of the available lists
 	h.releaseDeferred()
+	h.takeBackReturned()
 	h.dropAll(&h.objFree)
 	h.dropAll(&h.bigFree)
 	for _, r := range h.runs { // a held heap's empty segments of runs in use (pack.go)

@@ -138,6 +138,7 @@ package heap
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/align"
@@ -235,9 +236,12 @@ type Heap struct {
 	freeBits                    bitset.Set
 	emptyScratch                []*page
 
-	objMax       uintptr // the largest object page: HugeThreshold, or more where memory is coarse (pack.go)
-	packed       bool    // memory is coarse and the heap gives it back: it packs (pack.go)
-	runs         []*run  // the runs of segments of a packed heap
+	objMax uintptr // the largest object page: HugeThreshold, or more where memory is coarse (pack.go)
+	packed bool    // memory is coarse and the heap gives it back: it packs (pack.go)
+	runs   []*run  // the runs of segments of a packed heap
+	lender Lender  // who lends room for the class pages (lend.go), or nil
+
+	returned     atomic.Pointer[page] // pages h lent, given back while h was busy (lend.go)
 	nsegs, nhuge int
 	checks       uint32 // calls of checkInvariants (invariants.Due)
 	index        int

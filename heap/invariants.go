@@ -53,6 +53,9 @@ func (h *Heap) verifyWith(tables bool) error {
 				bad("class %d: page %#x has alert %d, want %d (on the list %v, current %v, bump %d)",
 					c, pg.base, pg.alert, want, pg.avail.Linked(), h.cur[c] == pg, pg.bump)
 			}
+			if h.lent(pg) != nil && (uintptr(pg.ctop) != uintptr(pg.nslice)<<sliceShift || pg.limit != pg.nblocks) {
+				bad("class %d: borrowed page %#x is not committed whole (ctop %d, limit %d of %d)", c, pg.base, pg.ctop, pg.limit, pg.nblocks)
+			}
 			n, bytes, err := pg.verifyBlocks()
 			if err != nil {
 				bad("class %d: %w", c, err)
@@ -171,6 +174,9 @@ func (h *Heap) verifyKnownCommitted(s *segment) error {
 // owner returns the heap whose pages segment s holds (nil: none), reading only what other
 // goroutines may read: the page table's atomic entries and a page's heap, fixed at its making.
 func (s *segment) owner() *Heap {
+	if s.run != nil {
+		return s.run.owner // its pages may be borrowed (lend.go)
+	}
 	if s.huge != nil {
 		return s.huge.heap
 	}

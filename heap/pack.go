@@ -69,8 +69,9 @@ const runRankShift = 20
 // run is adjacent chunks, each a segment, whose pages may run on from one segment into the
 // next (see the file's documentation).
 type run struct {
-	segs []*segment // one per chunk, in address order
-	used int        // segments holding a page
+	segs  []*segment // one per chunk, in address order
+	used  int        // segments holding a page
+	owner *Heap      // the heap whose segments they are, whoever's pages they hold (lend.go)
 }
 
 // next returns the segment after s in its run, or nil.
@@ -90,6 +91,7 @@ func (s *segment) next() *segment {
 // within a segment, the first place in the runs in order that touches no empty segment, else
 // the first that touches fewest; a new run when none has room.
 func (h *Heap) roomInRuns(n, step int, across bool) (*segment, int, error) {
+	h.takeBackReturned() // their slices may be the room
 	if !h.g.packRuns {
 		across = false
 	}
@@ -164,7 +166,7 @@ func (h *Heap) newRun(k int) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{}
+	r := &run{owner: h}
 	h.runs = append(h.runs, r)
 	h.extendRun(r, span)
 	return r, nil
@@ -309,7 +311,7 @@ func (h *Heap) packTail(pg *page) {
 		// be left with no chunk, and nothing would find it.
 		return
 	}
-	r := &run{}
+	r := &run{owner: h}
 	h.runs = append(h.runs, r)
 	h.extendRun(r, arena.Span{Base: span.Base + full<<segShift, Size: segSize, ID: span.ID + arena.ChunkID(full), N: 1})
 	ts := r.segs[0]

@@ -40,6 +40,7 @@ type page struct {
 	tracked    bool        // object and huge pages: kept is tracked by the arena (see idle)
 	settled    bool        // class pages: purged since seenOps was taken, nothing more to give until it changes
 	gone       *bitset.Set // class pages: granules below ctop a purge gave up (fine granules; nil until then)
+	nextReturn *page       // borrowed class pages: the next on the lender's returned list (lend.go)
 
 	heap   *Heap
 	seg    *segment

@@ -245,6 +245,7 @@ func (h *Heap) PurgeIdle() (pending bool) {
 		return false
 	}
 	h.Collect()
+	h.takeBackReturned()
 	busy := false
 	empties := h.emptyScratch[:0]
 	for c := range h.classes {

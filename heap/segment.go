@@ -257,6 +257,10 @@ func (h *Heap) freeSlices(pg *page) {
 	pg.dead = true
 	if pg.class >= 0 {
 		h.forget(pg)
+		if b := h.lent(pg); b != nil {
+			h.giveBack(pg, b)
+			return
+		}
 	}
 	pg.pieces(h.vacate)
 }

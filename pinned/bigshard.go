@@ -3,6 +3,7 @@ package pinned
 import (
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/procpin"
 )
 
@@ -133,3 +134,22 @@ func (p *Pool) heldBig(hs *shard) {
 		hs.skipBig.Store(bigBackoff)
 	}
 }
+
+// bigLender lends the big shard's heap to the other shards (heap.Lender): their new class pages
+// take room in its runs whenever its mutex is free, so that the small buffers of every shard
+// share chunks as its large ones do, where each shard kept partly used chunks of its own
+// (issue 38). It never waits for the mutex: a shard that finds it held places the page in its
+// own runs. Pages given back while it is held wait for its next blocking call; each therefore
+// visits it last, so that a Trim or Close takes back what the others gave at theirs.
+type bigLender struct{ p *Pool }
+
+// TryLend returns the big shard's heap, the caller its holder, when its mutex is free.
+func (l bigLender) TryLend() *heap.Heap {
+	if s := l.p.big.s.Load(); s != nil && s.mu.TryLock() { // its mutex alone: see above
+		return s.h
+	}
+	return nil
+}
+
+// EndLend lets the big shard go after a TryLend that returned its heap.
+func (l bigLender) EndLend() { l.p.big.s.Load().mu.Unlock() }

@@ -247,6 +247,9 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 		return nil, err
 	}
 	s := &shard{h: h, slot: slot}
+	if slot != slotBig && p.big.min != 0 {
+		h.SetLender(bigLender{p}) // see bigshard.go
+	}
 	if p.order != nil && p.fast {
 		s.pend = make([]deferred, 0, pendMax)
 	}
@@ -322,12 +325,23 @@ func letGo(s *shard) {
 
 // each runs f on every shard in turn, as its holder. A shard's fast sections stop until f has
 // run on it.
+//
+// The big shard comes last: the pages the others give back at f are then its to take back at
+// its own (see bigLender).
 func (p *Pool) each(f func(*heap.Heap)) {
 	ss := *p.shards.Load()
 	p.revoke(ss)
+	big := p.big.s.Load()
 	for _, s := range ss {
-		s.take()
-		f(s.h)
-		letGo(s)
+		if s != big {
+			s.take()
+			f(s.h)
+			letGo(s)
+		}
+	}
+	if big != nil {
+		big.take()
+		f(big.h)
+		letGo(big)
 	}
 }
