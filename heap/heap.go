@@ -51,6 +51,11 @@
 // pending stack. The owner collects pending pages when it runs out of free blocks — mimalloc's
 // thread_free, with bits instead of links.
 //
+// Where memory commits a chunk at a time, a heap may take the room for its class pages from
+// another heap's segments while that heap's owner lets it (SetLender): the page is the
+// borrower's, its segment stays the lender's, and the page's room goes back to the lender when
+// the borrower gives the page up (lend.go).
+//
 // Invariants, for every page p:
 //   - a block is live iff its state word is live; exactly one free moves it out;
 //   - a block is in at most one of: the free list (p.nfree committed blocks, then p.npurged

@@ -78,7 +78,9 @@
 // Where memory commits 2 MiB at a time (CUDAHost over VMM host memory), buffers above 64 KiB
 // go to one more shard shared by the Ps, the big shard, when no other goroutine holds it, so
 // that the chunks they fill are shared as one shard's would be; a large request that finds it
-// held takes the P's shard as before, and never waits for it.
+// held takes the P's shard as before, and never waits for it. The other shards' class pages
+// (the buffers up to 64 KiB) take their room in the big shard's chunks too, when it is free
+// at the moment a shard makes a page: the pages stay their shard's, for its fast sections.
 //
 // Builds where fast sections cannot be trusted — the race detector (which cannot see the
 // barrier's ordering), the pinmalloc_noprocpin tag, a kernel without membarrier — and pools
