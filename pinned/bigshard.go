@@ -139,8 +139,8 @@ func (p *Pool) heldBig(hs *shard) {
 // take room in its runs whenever its mutex is free, so that the small buffers of every shard
 // share chunks as its large ones do, where each shard kept partly used chunks of its own
 // (issue 38). It never waits for the mutex: a shard that finds it held places the page in its
-// own runs. Pages given back while it is held wait for its next blocking call; each therefore
-// visits it last, so that a Trim or Close takes back what the others gave at theirs.
+// own runs. A page given back goes back at once when the mutex is free (as it is while each
+// holds another shard: a Trim or Close), else at the big shard's next blocking call.
 type bigLender struct{ p *Pool }
 
 // TryLend returns the big shard's heap, the caller its holder, when its mutex is free.

@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -150,5 +151,32 @@ func TestBigShardLendsRace(t *testing.T) {
 	wg.Wait()
 	if err := p.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestBigShardLendsCloseLate: a pool closed while a small buffer in a page borrowed from the
+// big shard is live releases all its memory at the buffer's free (the arena refuses to close
+// while a chunk is out, so a page not given back would keep the pool's memory for good).
+func TestBigShardLendsCloseLate(t *testing.T) {
+	p := newTestPool(t, coarseOptions())
+	large, err := p.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := p.Alloc(4 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); !errors.Is(err, ErrLiveBlocks) {
+		t.Fatalf("Close with two buffers live: %v; want ErrLiveBlocks", err)
+	}
+	if err := p.Free(large); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(small); err != nil {
+		t.Fatal(err)
+	}
+	if !p.released.Load() {
+		t.Error("the last free after Close did not release the pool's memory")
 	}
 }

@@ -325,23 +325,12 @@ func letGo(s *shard) {
 
 // each runs f on every shard in turn, as its holder. A shard's fast sections stop until f has
 // run on it.
-//
-// The big shard comes last: the pages the others give back at f are then its to take back at
-// its own (see bigLender).
 func (p *Pool) each(f func(*heap.Heap)) {
 	ss := *p.shards.Load()
 	p.revoke(ss)
-	big := p.big.s.Load()
 	for _, s := range ss {
-		if s != big {
-			s.take()
-			f(s.h)
-			letGo(s)
-		}
-	}
-	if big != nil {
-		big.take()
-		f(big.h)
-		letGo(big)
+		s.take()
+		f(s.h)
+		letGo(s)
 	}
 }
