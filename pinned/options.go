@@ -116,11 +116,11 @@ type Options struct {
 	// shard for every P at New, allocates from spill shards: heaps made as needed, up to
 	// Shards of them. At most MaxShards. Each shard keeps its own partly used memory. Where
 	// memory commits in 2 MiB units (CUDAHost), a pool of more than one shard sends buffers
-	// above 64 KiB to one more shard shared by every P whenever it is free (see the package
-	// documentation), and each shard still keeps partly used chunks of class pages: the
-	// bench's serving trace (buffers of 4 KiB - 4 MiB) on two Ps peaked at 1.15 - 1.17 times
-	// its live bytes with a shard per P (1.17 - 1.22 before the shared shard), 1.13 - 1.15
-	// with one.
+	// above 64 KiB to one more shard shared by every P whenever it is free, and the other
+	// shards make their class pages in its chunks when it is free too (see the package
+	// documentation): the bench's serving trace (buffers of 4 KiB - 4 MiB) on two Ps peaked
+	// at 1.13 - 1.20 times its live bytes with a shard per P, median 1.15 (1.17 - 1.22 before
+	// the shared shard), 1.13 - 1.15 with one.
 	Shards int
 	// Device is the ordinal of the CUDA device for the CUDAHost and Auto backends (default 0).
 	// The pool keeps the device's primary context retained until its memory is released.
