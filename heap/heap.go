@@ -54,7 +54,7 @@
 // Where memory commits a chunk at a time, a heap may take the room for its class pages from
 // another heap's segments while that heap's owner lets it (SetLender): the page is the
 // borrower's, its segment stays the lender's, and the page's room goes back to the lender when
-// the borrower gives the page up (lend.go).
+// the borrower gives the page up.
 //
 // Invariants, for every page p:
 //   - a block is live iff its state word is live; exactly one free moves it out;
@@ -241,10 +241,10 @@ type Heap struct {
 	freeBits                    bitset.Set
 	emptyScratch                []*page
 
-	objMax uintptr // the largest object page: HugeThreshold, or more where memory is coarse (pack.go)
-	packed bool    // memory is coarse and the heap gives it back: it packs (pack.go)
-	runs   []*run  // the runs of segments of a packed heap
-	lender Lender  // who lends room for the class pages (lend.go), or nil
+	objMax uintptr    // the largest object page: HugeThreshold, or more where memory is coarse (pack.go)
+	packed bool       // memory is coarse and the heap gives it back: it packs (pack.go)
+	runs   []*run     // the runs of segments of a packed heap
+	lender RoomLender // who lends room for the class pages (lend.go), or nil
 
 	returned     atomic.Pointer[page] // pages h lent, given back while h was busy (lend.go)
 	nsegs, nhuge int

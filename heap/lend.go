@@ -12,7 +12,7 @@
 // segment field is written by two heaps. mimalloc's segments, by contrast, move whole between
 // threads (abandoned and reclaimed); a page here moves to no one: it is lent for its life.
 //
-//  1. Borrow (newClassPage): the borrower, its own owner, asks the Lender for the lender's
+//  1. Borrow (newClassPage): the borrower, its own owner, asks its RoomLender for the lender's
 //     heap, which it gets only when that needs no wait (a TryLock). As the lender's owner for
 //     the moment it takes back what was returned (4), finds room in the lender's runs as for a
 //     page of the lender's own, and commits the whole page there (a chunk's commit covers it:
@@ -34,8 +34,8 @@
 
 package heap
 
-// Lender gives a borrowing heap the heap that lends it room: see SetLender.
-type Lender interface {
+// RoomLender gives a borrowing heap the heap that lends it room: see SetLender.
+type RoomLender interface {
 	// TryLend returns the lending heap when the caller may act as its owner now without
 	// waiting (its owner's lock was free, and is now the caller's), or nil.
 	TryLend() *Heap
@@ -51,7 +51,7 @@ type Lender interface {
 // are out. It applies only where the group is coarse (Group.Coarse); elsewhere, and for a nil
 // l, h keeps to its own segments. h's owner calls it; the pages h borrowed before a change
 // stay with their lender.
-func (h *Heap) SetLender(l Lender) {
+func (h *Heap) SetLender(l RoomLender) {
 	if l != nil && (!h.packed || h.hold) {
 		l = nil // fine-grained memory: its own pages cost what they hold
 	}

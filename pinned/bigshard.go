@@ -135,7 +135,7 @@ func (p *Pool) heldBig(hs *shard) {
 	}
 }
 
-// bigLender lends the big shard's heap to the other shards (heap.Lender): their new class pages
+// bigLender lends the big shard's heap to the other shards (heap.RoomLender): their new class pages
 // take room in its runs whenever its mutex is free, so that the small buffers of every shard
 // share chunks as its large ones do, where each shard kept partly used chunks of its own
 // (issue 38). It never waits for the mutex: a shard that finds it held places the page in its

@@ -12,7 +12,7 @@ import (
 )
 
 // TestBigShardLendsClassPages: where memory is coarse, the class pages of the other shards go
-// in the big shard's chunks (heap.Lender), so that the small buffers of two shards and a large
+// in the big shard's chunks (heap.RoomLender), so that the small buffers of two shards and a large
 // one commit one chunk, where each shard took a chunk of its own before (three); the buffers
 // stay their shard's; a held big shard sends the page to the shard's own chunk without
 // waiting; and Trim and Close give every chunk back.
