@@ -142,7 +142,7 @@ func (p *Pool) heldBig(hs *shard) {
 // own runs. A page given back goes back at once when the mutex is free (as it is while each
 // holds another shard: a Trim or Close), else at the big shard's next blocking call. It lends
 // once the big shard exists (the first request above 64 KiB): a pool of small buffers alone
-// keeps its class pages in each shard's chunks, where the lending measured no gain.
+// keeps its class pages in each shard's chunks, where the lending showed no gain.
 type bigLender struct{ p *Pool }
 
 // TryLend returns the big shard's heap, the caller its holder, when its mutex is free.
