@@ -177,97 +177,126 @@ func TestLendReturnedStale(t *testing.T) {
 	}
 }
 
-// TestLendModel runs long random sequences over a lender and two borrowers, the lender held
-// now and then (so pages go both ways and come back both ways), frees from the owner and from
-// the group, Trim and PurgeIdle, with every byte of every block checked at its free and the
-// invariants of every heap after each round; at the end everything is freed, and the arena
-// closes only if every chunk came back.
-func TestLendModel(t *testing.T) {
+// TestLendProperty runs long random sequences over a lender and two borrowers (lendRun),
+// three seeds.
+func TestLendProperty(t *testing.T) {
 	steps := 8_000
 	if testing.Short() {
 		steps = 2_000
 	}
 	for seed := uint64(1); seed <= 3; seed++ {
-		g, l, hs := newLendGroup(t, 2)
-		heaps := append([]*Heap{l.h}, hs...)
 		r := rand.New(rand.NewPCG(seed, 7))
-		type block struct {
-			p, n uintptr
-			h    *Heap
-			v    byte
-		}
-		var live []block
-		free := func(i int) {
-			b := live[i]
-			for j, c := range mem.Bytes(b.p, b.n) {
-				if c != b.v {
-					t.Fatalf("seed %d: block %#x (%d bytes) byte %d is %#x, want %#x", seed, b.p, b.n, j, c, b.v)
-				}
-			}
-			var err error
-			if r.IntN(4) == 0 {
-				err = g.Free(b.p)
-			} else {
-				err = b.h.Free(b.p)
-			}
-			if err != nil {
-				t.Fatalf("seed %d: free %#x: %v", seed, b.p, err)
-			}
-			live[i] = live[len(live)-1]
-			live = live[:len(live)-1]
-		}
-		held := false
-		for step := range steps {
-			switch k := r.IntN(100); {
-			case k < 5:
-				if held {
-					l.mu.Unlock()
-				} else {
-					l.mu.Lock()
-				}
-				held = !held
-			case k < 7:
-				if h := heaps[r.IntN(len(heaps))]; h != l.h || !held {
-					h.Trim()
-				}
-			case k < 9:
-				if h := heaps[r.IntN(len(heaps))]; h != l.h || !held {
-					h.PurgeIdle()
-				}
-			case k < 55 && len(live) > 0:
-				free(r.IntN(len(live)))
-			default:
-				h := heaps[r.IntN(len(heaps))]
-				if h == l.h && held {
-					continue // its owner is away
-				}
-				n := uintptr(math.Round(16 * math.Pow(1<<16, r.Float64()))) // 16 B - 1 MiB
-				p, err := h.Alloc(n)
-				if err != nil {
-					t.Fatalf("seed %d: alloc %d: %v", seed, n, err)
-				}
-				v := byte(step)
-				b := mem.Bytes(p, n)
-				for j := range b {
-					b[j] = v
-				}
-				live = append(live, block{p, n, h, v})
-			}
-			if step%1000 == 999 && !held {
-				verifyAll(t, heaps...)
-			}
-		}
-		if held {
-			l.mu.Unlock()
-		}
-		for len(live) > 0 {
-			free(len(live) - 1)
-		}
-		for _, h := range heaps {
-			h.Trim()
-		}
-		verifyAll(t, heaps...)
+		lendRun(t, steps, r.IntN)
 	}
+}
+
+// FuzzLend is TestLendProperty with its choices read from the input.
+func FuzzLend(f *testing.F) {
+	f.Add([]byte{90, 1, 0, 90, 2, 200, 90, 0, 9, 0, 3, 1, 2, 60, 0, 1, 6, 0, 5, 1})
+	f.Add([]byte{90, 1, 255, 255, 4, 90, 2, 40, 1, 0, 6, 90, 2, 100, 2, 30, 0, 8, 0, 90, 0, 10, 40, 1})
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		lendRun(t, len(prog)/2, func(n int) int {
+			if len(prog) == 0 {
+				return 0
+			}
+			b := int(prog[0])
+			prog = prog[1:]
+			if n > 256 { // a size: two bytes
+				if len(prog) > 0 {
+					b = b<<8 | int(prog[0])
+					prog = prog[1:]
+				}
+			}
+			return b % n
+		})
+	})
+}
+
+// lendRun runs steps random operations over a lender and two borrowers, choosing with pick
+// (a number in [0, n)): the lender held now and then (so pages go both ways and come back
+// both ways), allocations of 16 B - 1 MiB in any heap, frees from the owner and from the
+// group, Trim and PurgeIdle, with every byte of every block checked at its free and the
+// invariants of every heap checked every 1000 steps and at the end; then everything is freed,
+// and the arena closes (at cleanup) only if every chunk came back.
+func lendRun(t *testing.T, steps int, pick func(n int) int) {
+	g, l, hs := newLendGroup(t, 2)
+	heaps := append([]*Heap{l.h}, hs...)
+	type block struct {
+		p, n uintptr
+		h    *Heap
+		v    byte
+	}
+	var live []block
+	free := func(i int) {
+		b := live[i]
+		for j, c := range mem.Bytes(b.p, b.n) {
+			if c != b.v {
+				t.Fatalf("block %#x (%d bytes) byte %d is %#x, want %#x", b.p, b.n, j, c, b.v)
+			}
+		}
+		var err error
+		if pick(4) == 0 {
+			err = g.Free(b.p)
+		} else {
+			err = b.h.Free(b.p)
+		}
+		if err != nil {
+			t.Fatalf("free %#x: %v", b.p, err)
+		}
+		live[i] = live[len(live)-1]
+		live = live[:len(live)-1]
+	}
+	held := false
+	for step := range steps {
+		switch k := pick(100); {
+		case k < 5:
+			if held {
+				l.mu.Unlock()
+			} else {
+				l.mu.Lock()
+			}
+			held = !held
+		case k < 7:
+			if h := heaps[pick(len(heaps))]; h != l.h || !held {
+				h.Trim()
+			}
+		case k < 9:
+			if h := heaps[pick(len(heaps))]; h != l.h || !held {
+				h.PurgeIdle()
+			}
+		case k < 55 && len(live) > 0:
+			free(pick(len(live)))
+		default:
+			h := heaps[pick(len(heaps))]
+			if h == l.h && held {
+				continue // its owner is away
+			}
+			n := uintptr(math.Round(16 * math.Pow(1<<16, float64(pick(1<<16))/(1<<16)))) // 16 B - 1 MiB
+			p, err := h.Alloc(n)
+			if err != nil {
+				t.Fatalf("alloc %d: %v", n, err)
+			}
+			v := byte(step)
+			b := mem.Bytes(p, n)
+			for j := range b {
+				b[j] = v
+			}
+			live = append(live, block{p, n, h, v})
+		}
+		if step%1000 == 999 && !held {
+			verifyAll(t, heaps...)
+		}
+	}
+	if held {
+		l.mu.Unlock()
+	}
+	for len(live) > 0 {
+		free(len(live) - 1)
+	}
+	for _, h := range heaps {
+		h.Trim()
+	}
+	verifyAll(t, heaps...)
 }
 
 // verifyAll runs verify on each heap.
