@@ -8,6 +8,8 @@ package pinned_test
 import (
 	"bytes"
 	"math"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,5 +218,75 @@ func hostProvidersCopy(t *testing.T, d *cuda.Device, log2max int) {
 			t.Logf("provider %s: first %d MiB block (commit, map or register) %v, %.3f ms per 2 MiB",
 				prov.Name(), 1<<log2max>>20, commit, float64(commit.Microseconds())/1000/float64(int(1)<<log2max>>21))
 		})
+	}
+}
+
+// TestCUDAPoolLendsCopies copies small buffers whose pages the big shard lent (a CUDAHost pool
+// of several shards, after a large buffer made the big shard): each page's room lies in the
+// big shard's chunks, committed there, and every buffer must still copy whole both ways, on
+// VMM host memory or the registration fallback.
+func TestCUDAPoolLendsCopies(t *testing.T) { poolLendsCopies(t, fakecuda.GPU(t, 0)) }
+
+// TestFakePoolLendsCopies is TestCUDAPoolLendsCopies on the fake driver, with and without VMM
+// host memory.
+func TestFakePoolLendsCopies(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	d := openDevice(t)
+	for _, vmm := range []bool{true, false} {
+		f.SetHostVMM(vmm)
+		poolLendsCopies(t, d)
+	}
+}
+
+func poolLendsCopies(t *testing.T, d *cuda.Device) {
+	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 1 << 30, Shards: max(2, runtime.GOMAXPROCS(0))})
+	defer func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	large, err := p.Alloc(1 << 20) // makes the big shard, the lender
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := [][]byte{large}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range 4 { // on several Ps, so that several shards borrow
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 24 {
+				b, err := p.Alloc(1 + (g*24+i)*(64<<10)/96) // 1 B - 64 KiB: class pages
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				bufs = append(bufs, b)
+				mu.Unlock()
+				runtime.Gosched()
+			}
+		}()
+	}
+	wg.Wait()
+	shared := 0
+	for _, b := range bufs[1:] {
+		if mem.Addr(b)>>21 == mem.Addr(large)>>21 {
+			shared++
+		}
+	}
+	t.Logf("provider %s: %d of %d small buffers in the large buffer's chunk", p.Stats().Provider, shared, len(bufs)-1)
+	if shared == 0 {
+		t.Error("no small buffer in the big shard's chunk: nothing was lent")
+	}
+	copyAll(t, d, bufs)
+	for _, b := range bufs {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
