@@ -91,6 +91,7 @@ func (h *Heap) verifyWith(tables bool) error {
 				errs = append(errs, err)
 			}
 			seen := map[*page]bool{}
+			nclass := 0
 			for i := range s.pages {
 				p := s.pages[i].Load()
 				if (p == nil) != (s.free>>uint(i)&1 == 1) {
@@ -101,11 +102,14 @@ func (h *Heap) verifyWith(tables bool) error {
 					liveN += n
 					liveBytes += bytes
 				}
+				if p != nil && p.class >= 0 && !seen[p] {
+					nclass++
+				}
 				seen[p] = true
 			}
 			delete(seen, nil)
-			if len(seen) != s.npages {
-				bad("segment %#x: %d pages counted, %d found", s.base, s.npages, len(seen))
+			if len(seen) != s.npages || nclass != s.nclass {
+				bad("segment %#x: %d pages counted, %d found; %d class pages counted, %d found", s.base, s.npages, len(seen), s.nclass, nclass)
 			}
 		} else if pg.heap == h {
 			n, bytes := pg.objectLive()

@@ -81,7 +81,7 @@ func (h *Heap) borrowPage(kind segKind, k int, c uint8) *page {
 	if err != nil {
 		b.refused(err)
 		pg.dead = true
-		b.vacate(s, sliceMask(first, k))
+		b.vacatePage(pg)
 		return nil
 	}
 	pg.fresh, pg.ctop, pg.limit = fresh, uint32(k)<<sliceShift, pg.nblocks
@@ -130,7 +130,7 @@ func (h *Heap) takeBackReturned() {
 // takeBack vacates the slices of a page h lent, as for a page of its own; a closed h gives its
 // emptied runs back to the arena at once.
 func (h *Heap) takeBack(pg *page) {
-	pg.pieces(h.vacate)
+	h.vacatePage(pg)
 	if h.closed {
 		h.releaseRuns(0)
 	}

@@ -17,7 +17,10 @@
 //     other chunks empty; a freed object page is kept for the next buffer of its size (one:
 //     packedObjFree), as a kept page holds slices others could use; an object page may run
 //     on from one segment of a run into the next, so that objects pack without a gap at each
-//     chunk's end.
+//     chunk's end. A class page goes first where other class pages are (segment.nclass), so
+//     that small buffers that outlive the large ones around them do not pin the chunks those
+//     leave: a heap keeping 300 small buffers among 20 churning large ones held 12 - 14 MiB
+//     for them once the large ones were gone, 8 - 10 so (TestLendKeepsClassPagesTogether).
 //     A run grows by the chunks right after it when they are free (arena.ReserveNext), and a
 //     new run starts with the chunks its first page needs, so that runs hold address space in
 //     proportion to what they hold. Each chunk of a run is a segment as any other (registered
@@ -92,13 +95,14 @@ func (s *segment) next() *segment {
 // the first that touches fewest; a new run when none has room.
 func (h *Heap) roomInRuns(n, step int, across bool) (*segment, int, error) {
 	h.takeBackReturned() // their slices may be the room
+	class := !across
 	if !h.g.packRuns {
 		across = false
 	}
 	var best *segment
 	bi, least := 0, 1<<30
 	for _, r := range h.runs {
-		if s, i, cost, ok := r.find(n, step, across); ok && cost < least {
+		if s, i, cost, ok := r.find(n, step, across, class); ok && cost < least {
 			best, bi, least = s, i, cost
 			if cost == 0 && !across {
 				break // within a segment: the first that fits, as segmentWithRoom does
@@ -110,7 +114,7 @@ func (h *Heap) roomInRuns(n, step int, across bool) (*segment, int, error) {
 	}
 	// No room: a run grows by the chunks after it, or a new one starts.
 	for _, r := range h.runs {
-		if s, i, ok := h.growRun(r, n, step, across); ok {
+		if s, i, ok := h.growRun(r, n, step, across, class); ok {
 			return s, i, nil
 		}
 	}
@@ -118,14 +122,14 @@ func (h *Heap) roomInRuns(n, step int, across bool) (*segment, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	s, i, _, _ := r.find(n, step, across) // its first page fits a fresh run
+	s, i, _, _ := r.find(n, step, across, class) // its first page fits a fresh run
 	return s, i, nil
 }
 
 // growRun reserves the chunks right after run r that n slices at a multiple of step need
 // (across segments when across is set, from the free slices at the run's end), within
 // runChunks, and returns the place when the arena had them free.
-func (h *Heap) growRun(r *run, n, step int, across bool) (*segment, int, bool) {
+func (h *Heap) growRun(r *run, n, step int, across, class bool) (*segment, int, bool) {
 	if !h.g.packRuns {
 		return nil, 0, false
 	}
@@ -147,7 +151,7 @@ func (h *Heap) growRun(r *run, n, step int, across bool) (*segment, int, bool) {
 		return nil, 0, false
 	}
 	h.extendRun(r, span)
-	s, i, _, ok := r.find(n, step, across)
+	s, i, _, ok := r.find(n, step, across, class)
 	return s, i, ok
 }
 
@@ -185,16 +189,21 @@ func (h *Heap) extendRun(r *run, span arena.Span) {
 }
 
 // find returns the place in r of n free slices at a multiple of step, and its rank (lower is
-// better). Within one segment (across unset): the first place in the segment that touches the
-// fewest empty ones, ranked by that count. Across segments: the place that touches the fewest
+// better). Within one segment (across unset): the first place in a segment that touches the
+// fewest empty ones, and for a class page one holding class pages before one holding none,
+// ranked by both. Across segments: the place that touches the fewest
 // empty segments, and among those the one in the smallest free run (best fit), ranked by both
 // (the count above runRankShift); it looks a word of slices at a time.
-func (r *run) find(n, step int, across bool) (*segment, int, int, bool) {
+func (r *run) find(n, step int, across, class bool) (*segment, int, int, bool) {
 	var best *segment
 	bi, least := 0, 1<<30
 	if !across {
 		for _, s := range r.segs {
-			if cost := s.cost(); cost < least {
+			cost := s.cost() << 1
+			if class && s.nclass == 0 {
+				cost++ // a class page goes among class pages first
+			}
+			if cost < least {
 				if i, ok := s.findSlices(n, step); ok {
 					best, bi, least = s, i, cost
 					if cost == 0 {

@@ -87,6 +87,9 @@ func newPage(h *Heap, s *segment, slice0, nslice int, bsize uintptr, class int16
 			s.pages[bits.TrailingZeros64(r)].Store(pg)
 		}
 		s.free &^= m
+		if class >= 0 {
+			s.nclass++
+		}
 		if s.npages++; s.npages == 1 && s.run != nil {
 			s.run.used++
 			s.recent = false

@@ -53,6 +53,7 @@ type segment struct {
 	kind      segKind
 	free      uint64 // bit set: slice free
 	npages    int
+	nclass    int                  // class pages among them (pack.go: where class pages go)
 	dirtyBits uint64               // slices handed out since the chunk last read as zero
 	decommit  uint64               // slices not known to be committed: never used, or given back
 	seenFree  uint64               // free slices still committed at PurgeIdle's last look
@@ -261,6 +262,15 @@ func (h *Heap) freeSlices(pg *page) {
 			h.giveBack(pg, b)
 			return
 		}
+	}
+	h.vacatePage(pg)
+}
+
+// vacatePage frees the slices of page pg, which h's segments hold (its own page, or one it
+// lent), as vacate does.
+func (h *Heap) vacatePage(pg *page) {
+	if pg.class >= 0 {
+		pg.seg.nclass--
 	}
 	pg.pieces(h.vacate)
 }
