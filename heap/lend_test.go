@@ -361,3 +361,42 @@ func TestLendKeepsClassPagesTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestLendRefusesBadLenders: a lender the borrower cannot use (another group's heap, the
+// borrower itself, a closed heap) lends nothing, and the page comes from the borrower's own
+// runs; over memory that commits a host page at a time a lender is ignored.
+func TestLendRefusesBadLenders(t *testing.T) {
+	_, l, hs := newLendGroup(t, 1)
+	_, other, _ := newLendGroup(t, 0)
+	b := hs[0]
+	closed, err := l.h.g.NewHeap(Options{Align: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		name string
+		h    *Heap
+	}{{"another group's heap", other.h}, {"the borrower itself", b}, {"a closed heap", closed}} {
+		b.SetLender(&testLender{h: bad.h})
+		p, err := b.Alloc(4 << 10)
+		if err != nil {
+			t.Fatalf("%s: %v", bad.name, err)
+		}
+		if pg, _, ok := b.g.find(p); !ok || b.lent(pg) != nil {
+			t.Errorf("%s lent a page (found %v)", bad.name, ok)
+		}
+		if err := b.Free(p); err != nil {
+			t.Fatal(err)
+		}
+		b.Trim()
+	}
+	fine := newTestHeap(t, 64<<20, Options{})
+	fine.SetLender(l)
+	if fine.lender != nil {
+		t.Error("a heap over host pages took a lender")
+	}
+	verifyAll(t, b, l.h)
+}
