@@ -119,6 +119,9 @@ func (h *Heap) giveBack(pg *page, b *Heap) {
 
 // takeBackReturned takes back the room of every page returned to h since its last look.
 func (h *Heap) takeBackReturned() {
+	if h.returned.Load() == nil {
+		return // the usual case: a load, not a swap
+	}
 	for pg := h.returned.Swap(nil); pg != nil; {
 		next := pg.nextReturn
 		pg.nextReturn = nil
