@@ -51,9 +51,9 @@ func TestBigShardTakesObjectPages(t *testing.T) {
 			t.Errorf("a buffer of %d bytes is in heap %d (the big shard's: %v)", len(b), h.Index(), h == big.h)
 		}
 	}
-	big.mu.Lock() // another goroutine's large allocation, say
+	p.hold([]*shard{big}) // another goroutine's large allocation, say
 	b, err := p.Alloc(1 << 20)
-	big.mu.Unlock()
+	letGo(big)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +132,11 @@ func TestBigShardBackoff(t *testing.T) {
 	}
 	alloc() // makes the big shard
 	big := p.big.s.Load()
-	big.mu.Lock()
+	p.hold([]*shard{big})
 	if alloc() == big.h {
 		t.Fatal("a request took the big shard while it was held")
 	}
-	big.mu.Unlock()
+	letGo(big)
 	for i := 1; i < bigBackoff; i++ {
 		if alloc() == big.h {
 			t.Fatalf("request %d after the one that found the big shard held took it; want the home shard for %d more", i, bigBackoff-1)

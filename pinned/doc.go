@@ -78,7 +78,9 @@
 // Where memory commits 2 MiB at a time (CUDAHost over VMM host memory), buffers above 64 KiB
 // go to one more shard shared by the Ps, the big shard, when no other goroutine holds it, so
 // that the chunks they fill are shared as one shard's would be; a large request that finds it
-// held takes the P's shard as before, and never waits for it. The other shards' class pages
+// held takes the P's shard as before, and never waits for it. The P whose goroutines alone
+// used it for a while gets fast sections there (a biased lock), until a goroutine of another
+// P takes it: a large pair costs what it does in the P's own shard. The other shards' class pages
 // (the buffers up to 64 KiB) take their room in the big shard's chunks too, when it is free
 // at the moment a shard makes a page: the pages stay their shard's, for its fast sections.
 //

@@ -57,9 +57,9 @@ func TestBigShardLendsClassPages(t *testing.T) {
 	if c := p.Stats().Committed; c != 2<<20 {
 		t.Errorf("a large buffer and two shards' small ones commit %d MiB; want one 2 MiB chunk", c>>20)
 	}
-	big.mu.Lock() // another goroutine's large allocation, say
+	p.hold([]*shard{big}) // another goroutine's large allocation, say
 	b := alloc(16 << 10)
-	big.mu.Unlock()
+	letGo(big)
 	if chunk(b) == chunk(large) {
 		t.Error("a class page took the big shard's chunk while it was held")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
+	"github.com/pinmalloc/pinmalloc/internal/fence"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/procpin"
 )
@@ -48,6 +49,7 @@ type Pool struct {
 	// where it takes larger ones. One comparison, uint(n-1) < fastMax, tests all of that and
 	// n > 0.
 	fastMax uint
+	bigFast bool // the big shard's fast paths run for unguarded requests of its sizes
 	growMu  sync.Mutex
 
 	pc    precommit // the background commit of Options.Precommit
@@ -152,11 +154,13 @@ func newPool(o Options) (*Pool, error) {
 	p.spill.Store(new([]*shard))
 	if g.Coarse() && n > 1 {
 		p.big.min = g.OwnPageMin()
+		p.big.home, p.big.fast, p.big.last = p.home, p.fast, -1
 	}
 	switch {
 	case !p.fast || p.guarded:
 	case p.big.min != 0:
 		p.fastMax = uint(p.big.min - 1)
+		p.bigFast = true
 	default:
 		p.fastMax = math.MaxInt
 	}
@@ -197,6 +201,25 @@ func (p *Pool) Alloc(n int) ([]byte, error) {
 			}
 		}
 		return p.allocRest(n, 0)
+	}
+	if p.bigFast && uint(n) >= uint(p.big.min) { // n < 0 too: TryAlloc refuses, alloc says why
+		// The big shard's fast section, written out too (see bigshard.go).
+		if s := p.big.s.Load(); s != nil {
+			if hs := p.big.enter(s, procpin.Pin()); hs == nil {
+				procpin.Unpin()
+			} else {
+				var addr uintptr
+				ok := false
+				if !p.closed.Load() {
+					addr, ok = s.h.TryAlloc(uintptr(n))
+				}
+				fence.Release(&hs.bigInside, 0)
+				procpin.Unpin()
+				if ok {
+					return mem.Bytes(addr, uintptr(n)), nil
+				}
+			}
+		}
 	}
 	return p.alloc(n, 0, true)
 }
@@ -338,6 +361,28 @@ func (p *Pool) Free(b []byte) error {
 		}
 		return p.freeRest(addr, n, true, fastFree{})
 	}
+	if p.bigFast && uint(cap(b)) >= uint(p.big.min) && !p.released.Load() {
+		// The big shard's fast section, written out too (see bigshard.go).
+		if s := p.big.s.Load(); s != nil {
+			if hs := p.big.enter(s, procpin.Pin()); hs == nil {
+				procpin.Unpin()
+			} else {
+				addr, n := mem.Addr(b), uintptr(cap(b))
+				done, held := s.h.TryFreeOrHeld(addr, n)
+				fence.Release(&hs.bigInside, 0)
+				procpin.Unpin()
+				if done && !held {
+					if p.closed.Load() {
+						p.finishClose(addr)
+					}
+					return nil
+				}
+				if done || held {
+					return p.freeRest(addr, n, true, fastFree{done: done, held: held})
+				}
+			}
+		}
+	}
 	return p.free(b, true)
 }
 
@@ -368,7 +413,12 @@ func (p *Pool) free(b []byte, guard bool) error {
 	}
 	var r fastFree
 	if p.big.owns(n) {
-		r.done, r.held = p.tryFreeBig(addr, n)
+		if r.done, r.held = p.tryFreeBig(addr, n); r.done && !r.held { // freeRest's first case
+			if guard && p.closed.Load() {
+				p.finishClose(addr)
+			}
+			return nil
+		}
 	}
 	if p.fast && !r.done && !r.held {
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil { // as Free's fast path

@@ -74,7 +74,11 @@ type shard struct {
 	// skipBig counts the requests of the big shard's sizes that the P of this home shard sends
 	// here without asking the big shard (bigshard.go), after it found the big shard held.
 	skipBig atomic.Uint32
-	_       [28]byte
+	// bigInside is inside for the big shard's fast sections on this home shard's P (plain
+	// stores, by goroutines pinned to the P); big is the pool's big shard, on the big shard.
+	bigInside uint32
+	big       *bigShard
+	_         [16]byte
 }
 
 // homeSlot is P i's home shard, and its heap beside it: a fast section loads both from the
@@ -145,6 +149,9 @@ func (p *Pool) own() *shard {
 // tryLock makes the caller hold s if its mutex is free, for a caller that knows no fast
 // section is under way on s (or can be: a spill shard, a pool without fast sections).
 func (s *shard) tryLock() bool {
+	if s.big != nil {
+		return s.big.tryLock(s) // its sections: see bigshard.go
+	}
 	if !s.mu.TryLock() {
 		return false
 	}
@@ -259,7 +266,8 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 	p.shards.Store(&ss)
 	switch slot {
 	case slotBig:
-		s.slot = slotSpill // tryOwn: its mutex alone
+		s.slot = slotSpill // tryOwn: tryLock, which sees to its sections
+		s.big = &p.big
 		p.big.s.Store(s)
 	case slotSpill:
 		sp := append(append([]*shard(nil), *p.spill.Load()...), s)
@@ -294,6 +302,9 @@ func (s *shard) take() {
 func (s *shard) waitOut() {
 	for atomic.LoadUint32(&s.inside) != 0 {
 		runtime.Gosched()
+	}
+	if s.big != nil {
+		s.big.waitFor(s.big.bias.Load()) // the bias changes only under the mutex: see bigshard.go
 	}
 }
 
