@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -149,5 +150,46 @@ func TestBigShardBackoff(t *testing.T) {
 		if err := p.Free(b); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestBigShardMadeWhole: the big shard is whole when other goroutines can see it. A goroutine
+// walks every shard, taking each it can without waiting (tryOwn, as freeLarge does; the
+// purger's opsOf takes them so under -race), while the first large request makes the big
+// shard. newShard set the big shard's slot and big fields after it had published the shard
+// in the pool's list: a data race, which CI's -race run met (the purger's tryLock read big).
+func TestBigShardMadeWhole(t *testing.T) {
+	p := newTestPool(t, coarseOptions())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, s := range *p.shards.Load() {
+				if p.tryOwn(s) {
+					letGo(s)
+				}
+			}
+			runtime.Gosched()
+		}
+	}()
+	time.Sleep(time.Millisecond)
+	b, err := p.Alloc(1 << 20) // makes the big shard
+	time.Sleep(time.Millisecond)
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := p.big.s.Load(); s == nil || s.big != &p.big || s.slot != slotSpill {
+		t.Fatalf("the big shard: %+v", s)
+	}
+	if err := p.Free(b); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -254,6 +254,10 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 		return nil, err
 	}
 	s := &shard{h: h, slot: slot}
+	if slot == slotBig { // before any goroutine can see s (the purger's tryLock reads both)
+		s.slot = slotSpill // tryOwn: tryLock, which sees to its sections
+		s.big = &p.big
+	}
 	if slot != slotBig && p.big.min != 0 {
 		h.SetLender(bigLender{p}) // see bigshard.go
 	}
@@ -266,8 +270,6 @@ func (p *Pool) newShard(slot int) (*shard, error) {
 	p.shards.Store(&ss)
 	switch slot {
 	case slotBig:
-		s.slot = slotSpill // tryOwn: tryLock, which sees to its sections
-		s.big = &p.big
 		p.big.s.Store(s)
 	case slotSpill:
 		sp := append(append([]*shard(nil), *p.spill.Load()...), s)
