@@ -52,7 +52,7 @@ import (
 func fastPaths() bool { return procpin.Exact && fence.Available() }
 
 // shard is one heap and what makes a goroutine its owner. It is padded so that two shards
-// never share a cache line.
+// never share a cache line (shardPad).
 type shard struct {
 	inside  uint32       // a fast section runs (plain stores, by goroutines pinned to the P)
 	revoked atomic.Int32 // holders, and holds under way: no fast section may start
@@ -78,8 +78,14 @@ type shard struct {
 	// stores, by goroutines pinned to the P); big is the pool's big shard, on the big shard.
 	bigInside uint32
 	big       *bigShard
-	_         [16]byte
+	_         [shardPad]byte
 }
+
+// shardPad makes a shard 128 bytes, two cache lines, so that Go's allocator puts shards 128
+// bytes apart (its size class of 128) and two shards never share a line: one P's fast
+// sections write their shard's inside while another's read theirs. At 112 bytes, shards side
+// by side in a span shared one. TestShardSize holds it.
+const shardPad = 32
 
 // homeSlot is P i's home shard, and its heap beside it: a fast section loads both from the
 // slot at once, where the heap was one more dependent load behind the shard (issue 29).

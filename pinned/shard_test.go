@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/probe"
@@ -221,4 +222,12 @@ func checkStamp(b []byte) string {
 // stampWord is the stamp that starts at v at byte i.
 func stampWord(v byte, i int) uint64 {
 	return (uint64(v)+1)*0x9e3779b97f4a7c15 ^ uint64(i)*0xbf58476d1ce4e5b9
+}
+
+// TestShardSize: a shard is a whole number of cache lines, and a size Go's allocator keeps a
+// size class of (so that shards allocated one after another never share a line).
+func TestShardSize(t *testing.T) {
+	if n := unsafe.Sizeof(shard{}); n != 128 {
+		t.Errorf("a shard is %d bytes; want 128 (adjust shardPad)", n)
+	}
 }
