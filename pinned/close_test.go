@@ -7,22 +7,35 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc/arena"
 )
 
 // TestCloseRacingAlloc runs Close against goroutines that allocate and free: Close either
 // succeeds or reports live buffers, every refused Alloc says ErrClosed, every buffer allocated
 // before Close can be freed, and once the last is freed the pool holds no memory. It once
 // leaked 64 MiB silently (a shard added after Close counted the shards), refused live frees
-// with "pool closed", and returned the heap's and the arena's own errors.
+// with "pool closed", and returned the heap's and the arena's own errors. Every other round
+// runs on coarse memory, where buffers above 64 KiB go to the big shard and its biased fast
+// sections.
 func TestCloseRacingAlloc(t *testing.T) {
 	rounds := 20
 	if longRun() {
 		rounds = 50
 	}
 	for round := range rounds {
-		p, err := New(Options{Capacity: 256 << 20, Backend: Pageable, Shards: 8})
+		o := Options{Capacity: 256 << 20, Backend: Pageable, Shards: 8}
+		if round%2 == 1 {
+			o.HugePages = arena.HugeTLB
+		}
+		p, err := New(o)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for range 2 * biasAfter { // coarse: the P's large pairs earn the big shard's bias
+			if b, err := p.Alloc(128 << 10); err != nil || p.Free(b) != nil {
+				t.Fatal(err)
+			}
 		}
 		var wg, ready sync.WaitGroup
 		var unready atomic.Int32 // workers not yet counted ready
