@@ -46,11 +46,12 @@ type RoomLender interface {
 // SetLender makes h take the room for its new class pages from the runs of the heap l lends,
 // whenever l lends it without waiting, so that the small buffers of several heaps share
 // chunks where memory commits a chunk at a time. The lender must be a heap of the same group
-// that keeps nothing (no RetainSegments); close it after h: a lender closed first keeps the
-// chunks h's pages hold until h gives them back, and the arena refuses to close while they
-// are out. It applies only where the group is coarse (Group.Coarse); elsewhere, and for a nil
-// l, h keeps to its own segments. h's owner calls it; the pages h borrowed before a change
-// stay with their lender.
+// that keeps nothing (no RetainSegments); close it after h: a lender closed first takes back
+// the room h gives back only if it lends at that moment (room that goes onto its returned
+// list while another owner holds it stays out for good), and the arena refuses to close while
+// chunks are out. It applies only where the group is coarse (Group.Coarse); elsewhere, and
+// for a nil l, h keeps to its own segments. h's owner calls it; the pages h borrowed before a
+// change stay with their lender.
 func (h *Heap) SetLender(l RoomLender) {
 	if l != nil && (!h.packed || h.hold) {
 		l = nil // fine-grained memory: its own pages cost what they hold

@@ -3,6 +3,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -118,11 +119,17 @@ func (p *Pool) releaseAll() error {
 		return nil
 	}
 	var first error
-	p.each(func(h *heap.Heap) {
-		if err := h.Close(); err != nil && !errors.Is(err, heap.ErrClosed) && first == nil {
-			first = err
+	ss := p.closing()
+	p.revoke(ss)
+	for _, s := range ss {
+		s.take()
+		if first == nil { // else the lender stays open for the room its borrowers hold
+			if err := s.h.Close(); err != nil && !errors.Is(err, heap.ErrClosed) {
+				first = err
+			}
 		}
-	})
+		letGo(s)
+	}
 	if first != nil {
 		return first // a buffer came back to life: a racing Alloc before closed was seen
 	}
@@ -140,6 +147,21 @@ func (p *Pool) releaseAll() error {
 		return err // the device stays, for the driver calls that give the rest back
 	}
 	return errors.Join(err, closeDevice(p.a.Provider()))
+}
+
+// closing returns the shards in the order releaseAll closes their heaps: the big shard last.
+// It lends the others room (heap.Heap.SetLender), and a lender closes after its borrowers:
+// the room a borrower gives back at its Close goes onto the lender's returned list when
+// another goroutine holds the lender then (a late Free's freeLarge, say), and only a lender
+// still open takes it back (at its own Close). Closed first, it kept those chunks, and the
+// arena refused to close: the pool's memory stayed after the last free.
+func (p *Pool) closing() []*shard {
+	ss := append([]*shard(nil), *p.shards.Load()...)
+	if big := p.big.s.Load(); big != nil {
+		ss = slices.DeleteFunc(ss, func(s *shard) bool { return s == big })
+		ss = append(ss, big)
+	}
+	return ss
 }
 
 // releaseRefused gives back, after the release, the memory the driver refused to give back

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -178,5 +179,43 @@ func TestBigShardLendsCloseLate(t *testing.T) {
 	}
 	if !p.released.Load() {
 		t.Error("the last free after Close did not release the pool's memory")
+	}
+}
+
+// TestCloseLenderLast: the pool closes the big shard's heap after every other, though it was
+// made before some: it lends them room, and room given back to a closed lender through its
+// returned list stayed out, so that the arena refused to close and the pool's memory stayed
+// after the last free (TestCloseRacingAlloc's coarse rounds under -race met it, 1 run in 5).
+func TestCloseLenderLast(t *testing.T) {
+	p := newTestPool(t, coarseOptions())
+	large, err := p.Alloc(1 << 20) // makes the big shard, after the home shard New made
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := p.newShard(slotSpill); s != nil { // made after the big shard
+		letGo(s)
+	}
+	small, err := p.Alloc(4 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := p.closing()
+	big := p.big.s.Load()
+	if len(ss) < 3 || ss[len(ss)-1] != big || slices.Index(ss, big) != len(ss)-1 {
+		t.Fatalf("closing order %v, the big shard %p: want it last, once, after at least two others", ss, big)
+	}
+	if i := slices.Index(*p.shards.Load(), big); i == len(ss)-1 {
+		t.Fatal("the big shard was made last: the test shows nothing")
+	}
+	for _, b := range [][]byte{large, small} {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Reserved != 0 || st.Committed != 0 {
+		t.Errorf("after Close: %d bytes reserved, %d committed; want none", st.Reserved, st.Committed)
 	}
 }
