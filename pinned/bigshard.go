@@ -1,7 +1,6 @@
 package pinned
 
 import (
-	"runtime"
 	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -148,10 +147,7 @@ func (b *bigShard) waitFor(v int32) {
 	if v == 0 {
 		return
 	}
-	hs := b.home[v-1].Load()
-	for atomic.LoadUint32(&hs.bigInside) != 0 {
-		runtime.Gosched()
-	}
+	waitClear(&b.home[v-1].Load().bigInside)
 }
 
 // bigBackoff is how many of a P's requests of the big shard's sizes that need a blocking path

@@ -119,17 +119,14 @@ func (p *Pool) releaseAll() error {
 		return nil
 	}
 	var first error
-	ss := p.closing()
-	p.revoke(ss)
-	for _, s := range ss {
-		s.take()
-		if first == nil { // else the lender stays open for the room its borrowers hold
-			if err := s.h.Close(); err != nil && !errors.Is(err, heap.ErrClosed) {
-				first = err
-			}
+	p.eachOf(p.closing(), func(h *heap.Heap) {
+		if first != nil {
+			return // the lender stays open for the room its borrowers hold
 		}
-		letGo(s)
-	}
+		if err := h.Close(); err != nil && !errors.Is(err, heap.ErrClosed) {
+			first = err
+		}
+	})
 	if first != nil {
 		return first // a buffer came back to life: a racing Alloc before closed was seen
 	}

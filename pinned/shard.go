@@ -309,11 +309,16 @@ func (s *shard) take() {
 // waitOut waits for the fast section under way on s, revoked already, to end: it is short,
 // and takes no lock, so a holder may wait for it whatever locks it holds.
 func (s *shard) waitOut() {
-	for atomic.LoadUint32(&s.inside) != 0 {
-		runtime.Gosched()
-	}
+	waitClear(&s.inside)
 	if s.big != nil {
 		s.big.waitFor(s.big.bias.Load()) // the bias changes only under the mutex: see bigshard.go
+	}
+}
+
+// waitClear waits for a fast section's flag to clear.
+func waitClear(flag *uint32) {
+	for atomic.LoadUint32(flag) != 0 {
+		runtime.Gosched()
 	}
 }
 
@@ -345,8 +350,10 @@ func letGo(s *shard) {
 
 // each runs f on every shard in turn, as its holder. A shard's fast sections stop until f has
 // run on it.
-func (p *Pool) each(f func(*heap.Heap)) {
-	ss := *p.shards.Load()
+func (p *Pool) each(f func(*heap.Heap)) { p.eachOf(*p.shards.Load(), f) }
+
+// eachOf is each over the shards ss, in their order.
+func (p *Pool) eachOf(ss []*shard, f func(*heap.Heap)) {
 	p.revoke(ss)
 	for _, s := range ss {
 		s.take()
