@@ -72,8 +72,8 @@
 // sections revoked until it is done. Maintenance
 // (Stats, Usage, Trim, Close, the observers) holds shards from any goroutine: it revokes them,
 // makes every thread pass a memory barrier (internal/fence: one membarrier system call), and
-// waits for the fast sections under way to end. A goroutine whose shard is held meanwhile takes
-// a spill shard, a heap only holders use.
+// waits for the fast sections under way to end. Meanwhile the shard's fast sections refuse, and
+// a goroutine of its P waits for it on the blocking path.
 //
 // Where memory commits 2 MiB at a time (CUDAHost over VMM host memory), buffers above 64 KiB
 // go to one more shard shared by the Ps, the big shard, when no other goroutine holds it, so

@@ -37,11 +37,18 @@ func TestBigShardLendsClassPages(t *testing.T) {
 	for _, n := range []int{100, 4 << 10, 48 << 10} {
 		alloc(n)
 	}
-	home := p.own() // held: the next allocations go to another shard, as from another P
-	for _, n := range []int{100, 4 << 10, 48 << 10} {
-		alloc(n)
+	other, err := p.newShard(slotSpill) // another shard, held, as another P's home would be
+	if err != nil || other == nil {
+		t.Fatalf("a second shard: %v", err)
 	}
-	letGo(home)
+	for _, n := range []int{100, 4 << 10, 48 << 10} {
+		addr, err := other.h.Alloc(uintptr(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		small = append(small, mem.Bytes(addr, uintptr(n)))
+	}
+	letGo(other)
 	heaps := map[int]bool{}
 	for _, b := range small {
 		h := owner(t, p, b)
@@ -50,9 +57,7 @@ func TestBigShardLendsClassPages(t *testing.T) {
 			t.Errorf("a buffer of %d bytes (heap %d) is in chunk %#x, not the large buffer's %#x", len(b), h.Index(), chunk(b), chunk(large))
 		}
 	}
-	// Without fast paths (-race), a held home shard sends allocations to any shard, the big
-	// one included.
-	if heaps[big.h.Index()] && p.fast || len(heaps) < 2 {
+	if heaps[big.h.Index()] || len(heaps) < 2 {
 		t.Errorf("the small buffers are in %d shards, the big shard %v; want two others", len(heaps), heaps[big.h.Index()])
 	}
 	if c := p.Stats().Committed; c != 2<<20 {

@@ -23,8 +23,8 @@ import (
 // The purger is a timer. The pool's slow paths (an allocation that needed the heap's blocking
 // path: a new page, a purged page's memory again) arm it. At each tick, a shard that has run a
 // slow path since the previous tick is busy: its next holder looks (on its slow path, which
-// holds the shard already: no barrier, and the allocating goroutine is not sent to a spill
-// shard while it waits); a shard whose heap counts operations since the previous tick
+// holds the shard already: no barrier, and no allocating goroutine of the P waits for the
+// purger); a shard whose heap counts operations since the previous tick
 // (heap.Heap.OpsHint, read without stopping it) is busy on its fast paths and left alone; the
 // purger holds each quiet shard in turn (fast sections revoked, one barrier) and looks there. The timer ticks a purge delay apart
 // while slow paths go on; while the pool is quiet the delay doubles, up to purgeMaxPeriod:
@@ -114,7 +114,7 @@ func (p *Pool) purgeTick() {
 			s.look.Store(true) // busy with slow paths: the next one looks
 			pending = true
 		case !known || ops != s.seenOps:
-			pending = true // busy on its fast paths: holding it would send them to a spill shard
+			pending = true // busy on its fast paths: holding it would make their slow paths wait
 		default:
 			quiet = append(quiet, s)
 		}

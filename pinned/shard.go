@@ -13,7 +13,7 @@ import (
 // Shards and their owners.
 //
 // A heap has one owner at a time (package heap). The pool keeps a home shard per P, made the
-// first time a goroutine allocates there, and spill shards for what home shards cannot take.
+// first time a goroutine allocates there, and spill shards for the Ps that have no home slot.
 // A shard has two kinds of owner:
 //
 //   - A fast section: a goroutine pinned to P i (procpin.Pin) that has set home shard i's
@@ -31,9 +31,10 @@ import (
 //     run the blocking paths: new pages and segments, object pages, huge objects, aligned
 //     requests, collection and statistics.
 //
-// A goroutine whose home shard is held, or whose P has no home slot (GOMAXPROCS raised after
-// New), takes a spill shard: a heap that only holders own, by its mutex, made as needed up to
-// the number of home slots. Where memory is coarse, one more heap, the big shard, takes the
+// A goroutine on a blocking path whose home shard is held waits for it (ownSlow says why); one
+// whose P has no home slot (GOMAXPROCS raised after New) takes a spill shard: a heap that only
+// holders own, by its mutex, made as needed up to the number of home slots. Where memory is
+// coarse, one more heap, the big shard, takes the
 // requests that need a page of their own when it is free: its holders, and fast sections of
 // one P at a time, the P it is biased to (bigshard.go). Frees need no owner at all for blocks
 // of another shard (the heap's remote free); a fast section frees its own shard's class blocks
@@ -137,8 +138,8 @@ func (p *Pool) exit(s *shard) {
 	procpin.Unpin()
 }
 
-// own returns a shard held by the caller, for a blocking path: its P's home shard when that is
-// free, else a spill shard. Give it back with letGo.
+// own returns a shard held by the caller, for a blocking path: its P's home shard, once free
+// (a spill shard for a P without one). Give it back with letGo.
 func (p *Pool) own() *shard {
 	i := p.homeSlot(procpin.Pin())
 	if i >= 0 {
@@ -192,14 +193,32 @@ func (p *Pool) tryOwn(s *shard) bool {
 // ownSlow runs when P i's home shard is busy or missing (i is -1 for a P without a slot). It
 // makes the home shard in the second case. Otherwise, in a pool without fast sections it takes
 // any idle shard, and waits for P i's only when every shard is busy; in a pool with them it
-// takes an idle spill shard, makes one while there are fewer than home slots, and waits for
-// one only then.
+// waits for P i's, and a P without a slot takes an idle spill shard, makes one while there are
+// fewer than home slots, and waits for one only then.
+//
+// Why wait rather than take another heap: the holder of a busy home shard is most often a
+// goroutine of the same P on a blocking path that the scheduler has taken off its CPU
+// (preempted, or in a system call), as a fast section cannot be. Waiting parks the caller, and
+// the P runs the holder again soon; taking a spill shard kept the P busy with the other
+// goroutines meanwhile, and every buffer they took then stayed in the spill shard's pages for
+// its life, while their home shard kept the pages they had left: larson at high occupancy on 2
+// Ps (8 goroutines of 5000 buffers, issue 38) held a median 1.27 - 1.31 times its live bytes
+// at idle against 1.20 - 1.22 waiting (three batches of 25 - 30 alternated runs), and ran no
+// slower (docs/bench.md). Other holders (Usage, Stats, Trim, the purger) hold a shard for
+// microseconds; Map and Blocks, which hold them all, say that allocation waits for them.
 func (p *Pool) ownSlow(i int) *shard {
-	if i >= 0 && p.home[i].Load() == nil {
-		if s, _ := p.newShard(i); s != nil {
+	if i >= 0 {
+		s := p.home[i].Load()
+		if s == nil {
+			if s, _ = p.newShard(i); s != nil {
+				return s
+			}
+			s = p.home[i].Load() // made by another goroutine meanwhile; nil: the pool is closed
+		}
+		if s != nil && p.fast {
+			p.hold([]*shard{s})
 			return s
 		}
-		// Another goroutine made it first, or the pool is closed.
 	}
 	if !p.fast {
 		ss := *p.shards.Load()
