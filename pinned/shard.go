@@ -216,7 +216,7 @@ func (p *Pool) ownSlow(i int) *shard {
 			s = p.home[i].Load() // made by another goroutine meanwhile; nil: the pool is closed
 		}
 		if s != nil && p.fast {
-			p.hold([]*shard{s})
+			s.waitHome(i)
 			return s
 		}
 	}
@@ -250,6 +250,22 @@ func (p *Pool) ownSlow(i int) *shard {
 	s := sp[start%len(sp)]
 	p.hold([]*shard{s})
 	return s
+}
+
+// waitHome makes the caller hold s, P i's home shard, waiting for its mutex. The fast sections
+// of P i go on meanwhile: it revokes them once the mutex is its, pinned to P i as own does
+// when it runs there again (no barrier), else as hold does.
+func (s *shard) waitHome(i int) {
+	s.mu.Lock()
+	if procpin.Pin() == i {
+		s.revoked.Add(1) // no fast section of s is under way while the caller runs on P i
+		procpin.Unpin()
+		return
+	}
+	procpin.Unpin()
+	s.revoked.Add(1)
+	fence.Heavy() // a section starting after this sees revoked; one under way is seen inside
+	s.waitOut()
 }
 
 // Slots of shards that are no P's home: a spill shard, and the big shard (bigshard.go).

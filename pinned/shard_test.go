@@ -100,6 +100,46 @@ func TestHoldWaitsForFastSection(t *testing.T) {
 	}
 }
 
+// TestWaitHomeWaitsForFastSection checks that a goroutine that waited for its home shard's
+// mutex, and runs on another P once it has it, revokes the shard and waits out the fast section
+// under way before it holds the shard: only on the shard's own P can none be under way. (The
+// slot it passes is one no P has, so that the test does not depend on where it runs.)
+func TestWaitHomeWaitsForFastSection(t *testing.T) {
+	if !fastPaths() {
+		t.Skip("no fast sections in this build (race detector, pinmalloc_noprocpin, or no membarrier)")
+	}
+	p := newTestPool(t, Options{Backend: Pageable})
+	s := (*p.shards.Load())[0]
+	s.mu.Lock()                      // another holder
+	atomic.StoreUint32(&s.inside, 1) // a fast section under way on the shard's P
+	held := make(chan struct{})
+	go func() {
+		s.waitHome(len(p.home)) // its P is not the shard's
+		close(held)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	s.mu.Unlock()
+	early := false
+	select {
+	case <-held:
+		early = true
+	case <-time.After(50 * time.Millisecond):
+	}
+	revoked := s.revoked.Load()
+	atomic.StoreUint32(&s.inside, 0)
+	<-held
+	letGo(s)
+	if early {
+		t.Fatal("waitHome held the shard while a fast section was under way")
+	}
+	if revoked == 0 {
+		t.Fatal("waitHome waits without revoking the shard: fast sections would still start")
+	}
+	if s.revoked.Load() != 0 {
+		t.Fatalf("revoked %d after the hold ended", s.revoked.Load())
+	}
+}
+
 // TestMaintenanceRacesFastSections runs Alloc and Free on more goroutines than CPUs, each
 // stamping its buffers and checking the stamp before freeing (and freeing a third of them on
 // another goroutine), while another goroutine calls Stats, Usage, Trim and Blocks in a loop:
