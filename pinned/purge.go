@@ -24,13 +24,14 @@ import (
 // path: a new page, a purged page's memory again) arm it. At each tick, a shard that has run a
 // slow path since the previous tick is busy: its next holder looks (on its slow path, which
 // holds the shard already: no barrier, and no allocating goroutine of the P waits for the
-// purger); a shard whose heap counts operations since the previous tick
-// (heap.Heap.OpsHint, read without stopping it) is busy on its fast paths and left alone; the
-// purger holds each quiet shard in turn (fast sections revoked, one barrier) and looks there. The timer ticks a purge delay apart
-// while slow paths go on; while the pool is quiet the delay doubles, up to purgeMaxPeriod:
-// frees and allocations that never leave the fast path arm nothing, so the purger keeps
-// looking, less and less often, while buffers are live (any may be freed). It stops when a
-// tick finds nothing to give and no buffer live; the next slow path arms it again.
+// purger); a shard whose heap counts operations since the previous tick (heap.Heap.OpsHint,
+// read without stopping it) is busy on its fast paths and left alone; the purger holds each
+// quiet shard in turn (fast sections revoked, one barrier) and looks there. The timer ticks a
+// purge delay apart while slow paths go on; while the pool is quiet the delay doubles, up to
+// purgeMaxPeriod: frees and allocations that never leave the fast path arm nothing, so the
+// purger keeps looking, less and less often, while buffers are live (any may be freed). It
+// stops when a tick finds nothing to give and no buffer live; the next slow path arms it
+// again.
 //
 // Arming costs a slow path a few loads: busy is set, then armed loaded, and a tick that stops
 // clears armed, then loads busy, so that either the slow path sees the purger stopped and

@@ -34,11 +34,10 @@ import (
 // A goroutine on a blocking path whose home shard is held waits for it (ownSlow says why); one
 // whose P has no home slot (GOMAXPROCS raised after New) takes a spill shard: a heap that only
 // holders own, by its mutex, made as needed up to the number of home slots. Where memory is
-// coarse, one more heap, the big shard, takes the
-// requests that need a page of their own when it is free: its holders, and fast sections of
-// one P at a time, the P it is biased to (bigshard.go). Frees need no owner at all for blocks
-// of another shard (the heap's remote free); a fast section frees its own shard's class blocks
-// locally.
+// coarse, one more heap, the big shard, takes the requests that need a page of their own when
+// it is free: its holders, and fast sections of one P at a time, the P it is biased to
+// (bigshard.go). Frees need no owner at all for blocks of another shard (the heap's remote
+// free); a fast section frees its own shard's class blocks locally.
 //
 // Without fast sections (the race detector cannot see their ordering; the pinmalloc_noprocpin
 // build cannot pin; a kernel without membarrier; a pool with fewer home slots than Ps) every
