@@ -73,7 +73,8 @@
 // (Stats, Usage, Trim, Close, the observers) holds shards from any goroutine: it revokes them,
 // makes every thread pass a memory barrier (internal/fence: one membarrier system call), and
 // waits for the fast sections under way to end. Meanwhile the shard's fast sections refuse, and
-// a goroutine of its P waits for it on the blocking path.
+// a goroutine of its P waits a while for it on the blocking path, then takes a spill shard, a
+// heap only holders use.
 //
 // Where memory commits 2 MiB at a time (CUDAHost over VMM host memory), buffers above 64 KiB
 // go to one more shard shared by the Ps, the big shard, when no other goroutine holds it, so

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/fence"
@@ -13,7 +14,7 @@ import (
 // Shards and their owners.
 //
 // A heap has one owner at a time (package heap). The pool keeps a home shard per P, made the
-// first time a goroutine allocates there, and spill shards for the Ps that have no home slot.
+// first time a goroutine allocates there, and spill shards for what home shards cannot take.
 // A shard has two kinds of owner:
 //
 //   - A fast section: a goroutine pinned to P i (procpin.Pin) that has set home shard i's
@@ -31,13 +32,14 @@ import (
 //     run the blocking paths: new pages and segments, object pages, huge objects, aligned
 //     requests, collection and statistics.
 //
-// A goroutine on a blocking path whose home shard is held waits for it (ownSlow says why); one
-// whose P has no home slot (GOMAXPROCS raised after New) takes a spill shard: a heap that only
-// holders own, by its mutex, made as needed up to the number of home slots. Where memory is
-// coarse, one more heap, the big shard, takes the requests that need a page of their own when
-// it is free: its holders, and fast sections of one P at a time, the P it is biased to
-// (bigshard.go). Frees need no owner at all for blocks of another shard (the heap's remote
-// free); a fast section frees its own shard's class blocks locally.
+// A goroutine on a blocking path whose home shard is held waits a while for it (ownSlow says
+// why); if it is held still, or the goroutine's P has no home slot (GOMAXPROCS raised after
+// New), it takes a spill shard: a heap that only holders own, by its mutex, made as needed up
+// to the number of home slots. Where memory is coarse, one more heap, the big shard, takes the
+// requests that need a page of their own when it is free: its holders, and fast sections of
+// one P at a time, the P it is biased to (bigshard.go). Frees need no owner at all for blocks
+// of another shard (the heap's remote free); a fast section frees its own shard's class blocks
+// locally.
 //
 // Without fast sections (the race detector cannot see their ordering; the pinmalloc_noprocpin
 // build cannot pin; a kernel without membarrier; a pool with fewer home slots than Ps) every
@@ -137,8 +139,8 @@ func (p *Pool) exit(s *shard) {
 	procpin.Unpin()
 }
 
-// own returns a shard held by the caller, for a blocking path: its P's home shard, once free
-// (a spill shard for a P without one). Give it back with letGo.
+// own returns a shard held by the caller, for a blocking path: its P's home shard when that is
+// free, or soon free, else a spill shard. Give it back with letGo.
 func (p *Pool) own() *shard {
 	i := p.homeSlot(procpin.Pin())
 	if i >= 0 {
@@ -192,19 +194,21 @@ func (p *Pool) tryOwn(s *shard) bool {
 // ownSlow runs when P i's home shard is busy or missing (i is -1 for a P without a slot). It
 // makes the home shard in the second case. Otherwise, in a pool without fast sections it takes
 // any idle shard, and waits for P i's only when every shard is busy; in a pool with them it
-// waits for P i's, and a P without a slot takes an idle spill shard, makes one while there are
-// fewer than home slots, and waits for one only then.
+// waits a while for P i's (waitHome), then, as a P without a slot does at once, takes an idle
+// spill shard, makes one while there are fewer than home slots, and waits for one only then.
 //
-// Why wait rather than take another heap: the holder of a busy home shard is most often a
-// goroutine of the same P on a blocking path that the scheduler has taken off its CPU
-// (preempted, or in a system call), as a fast section cannot be. Waiting parks the caller, and
-// the P runs the holder again soon; taking a spill shard kept the P busy with the other
-// goroutines meanwhile, and every buffer they took then stayed in the spill shard's pages for
-// its life, while their home shard kept the pages they had left: larson at high occupancy on 2
-// Ps (8 goroutines of 5000 buffers, issue 38) held a median 1.27 - 1.31 times its live bytes
-// at idle against 1.20 - 1.22 waiting (three batches of 25 - 30 alternated runs), and ran no
-// slower (docs/bench.md). Other holders (Usage, Stats, Trim, the purger) hold a shard for
-// microseconds; Map and Blocks, which hold them all, say that allocation waits for them.
+// Why wait first: the holder of a busy home shard is most often a goroutine of the same P on a
+// blocking path that the scheduler took off its CPU, as it cannot take a fast section. Taking
+// a spill shard at once kept the P busy with the other goroutines, and every buffer they took
+// meanwhile stayed in the spill shard's pages for its life, while their home shard kept the
+// pages they had left. Yielding the P instead lets a preempted holder run again: larson at
+// high occupancy on 2 Ps (8 goroutines of 5000 buffers, issue 38) held a median 1.27 times its
+// live bytes at idle, 1.18 waiting up to homeWait, 1.17 waiting for good (15 alternated runs
+// each; docs/bench.md). Why not for good: a holder in a long system call (an mlock of a large
+// buffer) then stopped every other goroutine of its P, at the P's next Alloc that missed its
+// fast section: one goroutine's small Allocs beside another's 256 MiB locked ones on one P
+// made 88,000 - 102,000 in 2 s, p99.99 78 - 89 ms, against 240,000 - 1,000,000 and 23 µs - 27
+// ms taking a spill shard at once; waiting up to 200 µs, 330,000 - 840,000 and 21 µs - 21 ms.
 func (p *Pool) ownSlow(i int) *shard {
 	if i >= 0 {
 		s := p.home[i].Load()
@@ -214,8 +218,7 @@ func (p *Pool) ownSlow(i int) *shard {
 			}
 			s = p.home[i].Load() // made by another goroutine meanwhile; nil: the pool is closed
 		}
-		if s != nil && p.fast {
-			s.waitHome(i)
+		if s != nil && p.fast && s.waitHome(i) {
 			return s
 		}
 	}
@@ -251,21 +254,35 @@ func (p *Pool) ownSlow(i int) *shard {
 	return s
 }
 
-// waitHome makes the caller hold s, P i's home shard, waiting for its mutex. The fast sections
-// of P i go on meanwhile: it revokes them once the mutex is its, pinned to P i as own does
-// when it runs there again (no barrier), else as hold does.
-func (s *shard) waitHome(i int) {
-	s.mu.Lock()
+// waitHome makes the caller hold s, P i's home shard, when its mutex comes free within
+// homeWait, yielding the P meanwhile, and reports whether it did. The fast sections of P i go
+// on while it waits: it revokes them once the mutex is its, pinned to P i as own does when it
+// runs there again (no barrier), else as hold does.
+func (s *shard) waitHome(i int) bool {
+	deadline := time.Now().Add(homeWait)
+	for !s.mu.TryLock() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched() // a preempted holder waits in the global run queue: let it run
+	}
 	if procpin.Pin() == i {
 		s.revoked.Add(1) // no fast section of s is under way while the caller runs on P i
 		procpin.Unpin()
-		return
+		return true
 	}
 	procpin.Unpin()
 	s.revoked.Add(1)
 	fence.Heavy() // a section starting after this sees revoked; one under way is seen inside
 	s.waitOut()
+	return true
 }
+
+// homeWait is how long a blocking path waits for its P's busy home shard before it takes a
+// spill shard (ownSlow): long enough for a preempted holder to run again, short beside a
+// holder's commit of a large buffer (an mlock of 256 MiB takes tens of milliseconds). A
+// variable for the tests.
+var homeWait = 200 * time.Microsecond
 
 // Slots of shards that are no P's home: a spill shard, and the big shard (bigshard.go).
 const (

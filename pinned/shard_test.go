@@ -16,8 +16,9 @@ import (
 
 // TestFastSectionTakesNoLock checks, on one P, that an Alloc and a Free take the home shard's
 // fast path without its mutex, and that an Alloc waits for a held shard, then takes it (it
-// took a spill shard once: ownSlow says why no longer). The idle purger is off: a tick that
-// finds the shard quiet revokes it and waits for the mutex the test holds.
+// took a spill shard at once before: ownSlow says why no longer), or takes a spill shard when
+// the wait is over. The idle purger is off: a tick that finds the shard quiet revokes it and
+// waits for the mutex the test holds.
 func TestFastSectionTakesNoLock(t *testing.T) {
 	if !fastPaths() {
 		t.Skip("no fast sections in this build (race detector, pinmalloc_noprocpin, or no membarrier)")
@@ -45,6 +46,8 @@ func TestFastSectionTakesNoLock(t *testing.T) {
 	}
 	s.mu.Unlock()
 
+	defer func(w time.Duration) { homeWait = w }(homeWait)
+	homeWait = time.Minute
 	p.hold([]*shard{s})
 	got := make(chan []byte, 1)
 	go func() {
@@ -65,6 +68,19 @@ func TestFastSectionTakesNoLock(t *testing.T) {
 	}
 	if h, _ := p.g.Owner(mem.Addr(b)); h != s.h {
 		t.Errorf("Alloc after the hold came from heap %d, not the home shard's", h.Index())
+	}
+	homeWait = time.Millisecond
+	p.hold([]*shard{s})
+	spilled, err := p.Alloc(100) // waits a millisecond, then takes a spill shard
+	letGo(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := p.g.Owner(mem.Addr(spilled)); h == s.h {
+		t.Error("Alloc took a held shard")
+	}
+	if err := p.Free(spilled); err != nil {
+		t.Fatal(err)
 	}
 	for _, b := range [][]byte{b, first} {
 		if err := p.Free(b); err != nil {
@@ -103,18 +119,23 @@ func TestHoldWaitsForFastSection(t *testing.T) {
 // TestWaitHomeWaitsForFastSection checks that a goroutine that waited for its home shard's
 // mutex, and runs on another P once it has it, revokes the shard and waits out the fast section
 // under way before it holds the shard: only on the shard's own P can none be under way. (The
-// slot it passes is one no P has, so that the test does not depend on where it runs.)
+// slot it passes is one no P has, so that the test does not depend on where it runs.) Then
+// that a wait longer than homeWait ends with nothing held and nothing revoked.
 func TestWaitHomeWaitsForFastSection(t *testing.T) {
 	if !fastPaths() {
 		t.Skip("no fast sections in this build (race detector, pinmalloc_noprocpin, or no membarrier)")
 	}
+	defer func(w time.Duration) { homeWait = w }(homeWait)
+	homeWait = time.Minute
 	p := newTestPool(t, Options{Backend: Pageable})
 	s := (*p.shards.Load())[0]
 	s.mu.Lock()                      // another holder
 	atomic.StoreUint32(&s.inside, 1) // a fast section under way on the shard's P
 	held := make(chan struct{})
 	go func() {
-		s.waitHome(len(p.home)) // its P is not the shard's
+		if !s.waitHome(len(p.home)) { // its P is not the shard's
+			t.Error("waitHome gave up within a minute")
+		}
 		close(held)
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -137,6 +158,21 @@ func TestWaitHomeWaitsForFastSection(t *testing.T) {
 	}
 	if s.revoked.Load() != 0 {
 		t.Fatalf("revoked %d after the hold ended", s.revoked.Load())
+	}
+
+	homeWait = time.Millisecond
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t0 := time.Now()
+	done := make(chan bool, 1)
+	go func() { done <- s.waitHome(0) }()
+	select {
+	case ok := <-done:
+		if waited, revoked := time.Since(t0), s.revoked.Load(); ok || revoked != 0 || waited < homeWait {
+			t.Fatalf("waitHome of a shard held throughout: %v after %v, revoked %d; want false after %v, 0", ok, waited, revoked, homeWait)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("waitHome of a shard held throughout still waits after 5 s; homeWait is %v", homeWait)
 	}
 }
 
