@@ -188,58 +188,47 @@ func (p *Pool) ownFor(n uintptr) *shard {
 	return p.own()
 }
 
-// tryAllocBig is the big shard's fast path for a request of its sizes: the heap's non-blocking
-// allocation in a section when the caller's P has the bias, else under its mutex when that is
-// free, no P has the bias and the caller's P is not backing off.
-func (p *Pool) tryAllocBig(n uintptr) (addr uintptr, ok bool) {
+// inBig runs f, the heap's non-blocking work, on the big shard's fast paths: in a section when
+// the caller's P has the bias, else under its mutex when that is free, no P has the bias and
+// the caller's P is not backing off (finding the mutex held starts the back-off: heldBig). It
+// runs pinned to the caller's P.
+func (p *Pool) inBig(f func(h *heap.Heap)) {
 	s := p.big.s.Load()
 	if s == nil {
-		return 0, false
+		return
 	}
 	i := procpin.Pin()
+	defer procpin.Unpin()
 	if hs := p.big.enter(s, i); hs != nil {
-		if !p.closed.Load() { // see allocOnce
-			addr, ok = s.h.TryAlloc(n)
-		}
+		f(s.h)
 		fence.Release(&hs.bigInside, 0)
-		procpin.Unpin()
-		return addr, ok
+		return
 	}
 	if locked, held := p.big.lockFast(s, i); locked {
-		if !p.closed.Load() {
-			addr, ok = s.h.TryAlloc(n)
-		}
+		f(s.h)
 		s.mu.Unlock()
 	} else if held {
 		p.heldBig(i)
 	}
-	procpin.Unpin()
+}
+
+// tryAllocBig is the big shard's fast path for a request of its sizes: the heap's non-blocking
+// allocation (inBig).
+func (p *Pool) tryAllocBig(n uintptr) (addr uintptr, ok bool) {
+	p.inBig(func(h *heap.Heap) {
+		if !p.closed.Load() { // see allocOnce
+			addr, ok = h.TryAlloc(n)
+		}
+	})
 	return addr, ok
 }
 
 // tryFreeBig is the big shard's fast path for a free of a buffer of its sizes: the heap's
-// non-blocking free (TryFreeOrHeld), which keeps a freed object page for the next request of
-// its size, as tryAllocBig allocates (a P backing off most likely has its buffers from its
-// home shard).
+// non-blocking free (TryFreeOrHeld, inBig), which keeps a freed object page for the next
+// request of its size, as tryAllocBig allocates (a P backing off most likely has its buffers
+// from its home shard).
 func (p *Pool) tryFreeBig(addr, n uintptr) (freed, held bool) {
-	s := p.big.s.Load()
-	if s == nil {
-		return false, false
-	}
-	i := procpin.Pin()
-	if hs := p.big.enter(s, i); hs != nil {
-		freed, held = s.h.TryFreeOrHeld(addr, n)
-		fence.Release(&hs.bigInside, 0)
-		procpin.Unpin()
-		return freed, held
-	}
-	if locked, busy := p.big.lockFast(s, i); locked {
-		freed, held = s.h.TryFreeOrHeld(addr, n)
-		s.mu.Unlock()
-	} else if busy {
-		p.heldBig(i)
-	}
-	procpin.Unpin()
+	p.inBig(func(h *heap.Heap) { freed, held = h.TryFreeOrHeld(addr, n) })
 	return freed, held
 }
 

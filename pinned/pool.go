@@ -371,14 +371,14 @@ func (p *Pool) Free(b []byte) error {
 				done, held := s.h.TryFreeOrHeld(addr, n)
 				fence.Release(&hs.bigInside, 0)
 				procpin.Unpin()
-				if done && !held {
+				if done { // never held as well
 					if p.closed.Load() {
 						p.finishClose(addr)
 					}
 					return nil
 				}
-				if done || held {
-					return p.freeRest(addr, n, true, fastFree{done: done, held: held})
+				if held {
+					return p.freeRest(addr, n, true, fastFree{held: true})
 				}
 			}
 		}
@@ -413,7 +413,7 @@ func (p *Pool) free(b []byte, guard bool) error {
 	}
 	var r fastFree
 	if p.big.owns(n) {
-		if r.done, r.held = p.tryFreeBig(addr, n); r.done && !r.held { // freeRest's first case
+		if r.done, r.held = p.tryFreeBig(addr, n); r.done { // freeRest's first case
 			if guard && p.closed.Load() {
 				p.finishClose(addr)
 			}
