@@ -503,6 +503,46 @@ func TestAsyncFrees(t *testing.T) {
 	runtime.KeepAlive(buf)
 }
 
+// TestAsyncStickyQueries: once the context has faulted, cuStreamQuery and cuEventQuery
+// return the sticky error, as every call does on a GPU, also while the fake holds queued work
+// (Hold), where they answered CUDA_ERROR_NOT_READY before: a caller polling a stream after a
+// fault saw work still running instead of the error.
+func TestAsyncStickyQueries(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	x := newAsyncFixture(t, f, d, 64<<10)
+	ev, err := d.EventCreate(false)
+	must(t, "EventCreate", err)
+	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+
+	// Work held on the second stream, an event behind it.
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "MemsetD8Async", d.MemsetD8Async(x.dev2, 1, x.n, x.s2))
+	must(t, "EventRecord", d.EventRecord(ev, x.s2))
+	wantErr(t, "StreamQuery of held work", d.StreamQuery(x.s2), pinmalloc.ErrNotReady)
+
+	// A fault on the first stream: a copy to a VMM granule unmapped under it.
+	va, err := d.MemAddressReserve(gran, 0)
+	must(t, "MemAddressReserve", err)
+	h, err := d.MemCreate(gran)
+	must(t, "MemCreate", err)
+	must(t, "MemMap", d.MemMap(va, gran, h))
+	must(t, "MemSetAccess", d.MemSetAccess(va, gran))
+	must(t, "HtoDAsync to the granule", d.MemcpyHtoDAsync(va, x.host, x.n, x.s))
+	must(t, "MemUnmap", d.MemUnmap(va, gran))
+	must(t, "MemRelease", d.MemRelease(h))
+	must(t, "MemAddressFree", d.MemAddressFree(va, gran))
+	wantCode(t, "a copy to an unmapped granule", d.StreamSynchronize(x.s), ResultIllegalAddress)
+
+	// The held stream and event answer with the fault, not NOT_READY.
+	wantCode(t, "StreamQuery of held work after the fault", d.StreamQuery(x.s2), ResultIllegalAddress)
+	wantCode(t, "EventQuery of a held event after the fault", d.EventQuery(ev), ResultIllegalAddress)
+	f.ClearStickyError()
+}
+
 // TestAsyncKernelReadsJobsAtRun: the gather kernel reads its job array when it runs, so a job
 // array rewritten before the launch is known done sends the rewritten jobs, and a fault shows
 // at the synchronizing call, not at the launch.
