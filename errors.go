@@ -98,4 +98,12 @@ var (
 	// Acquire, Release, Prefetch and Free and copyengine's Copy on a capturing stream, whose
 	// work would go into the graph; a device heap's Sync and Trim, which cannot wait for it).
 	ErrCapturing = errors.New("cuda: stream is capturing a graph")
+	// ErrDeviceFault: the device faulted while it ran work of the process's context (an
+	// illegal address, a misaligned one, an assert in device code, a kernel's exception:
+	// CUDA_ERROR_ILLEGAL_ADDRESS, _MISALIGNED_ADDRESS, _ASSERT, _LAUNCH_FAILED and the others the
+	// driver documents as leaving the process in an inconsistent state). The error is sticky:
+	// every later call of the context returns it, memory on the device is lost, and the process
+	// must exit to use CUDA again. A stream or event the module checks then is not refused as
+	// invalid: the error is the fault's.
+	ErrDeviceFault = errors.New("cuda: the device faulted; the context is unusable until the process exits")
 )

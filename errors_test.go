@@ -51,6 +51,7 @@ var reexported = []struct {
 	{"cuda.ErrNotReady", cuda.ErrNotReady, pinmalloc.ErrNotReady},
 	{"cuda.ErrAlreadyRegistered", cuda.ErrAlreadyRegistered, pinmalloc.ErrAlreadyRegistered},
 	{"cuda.ErrCapturing", cuda.ErrCapturing, pinmalloc.ErrCapturing},
+	{"cuda.ErrDeviceFault", cuda.ErrDeviceFault, pinmalloc.ErrDeviceFault},
 	{"cuda.ErrOutOfMemory", cuda.ErrOutOfMemory, pinmalloc.ErrOutOfMemory},
 	{"cuda.ErrClosed", cuda.ErrClosed, pinmalloc.ErrClosed},
 	{"device.ErrNoDriver", device.ErrNoDriver, pinmalloc.ErrNoDriver},

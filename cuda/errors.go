@@ -38,6 +38,11 @@ var (
 	// and the module's refusals of the same kind: a FreeAsync or RecordStream on a capturing
 	// stream, whose graph may use the memory for as long as the graph lives.
 	ErrCapturing = pinmalloc.ErrCapturing
+	// ErrDeviceFault matches the driver's sticky errors: the device faulted running work of
+	// the context (CUDA_ERROR_ILLEGAL_ADDRESS, _MISALIGNED_ADDRESS, _ASSERT, _LAUNCH_FAILED and
+	// the others documented as leaving the process in an inconsistent state). Every later call
+	// returns it; the process must exit to use CUDA again.
+	ErrDeviceFault = pinmalloc.ErrDeviceFault
 	// ErrClosed reports a call on a Device after its Close. It is pinmalloc.ErrClosed, the kind
 	// every package's use-after-Close error matches.
 	ErrClosed = pinmalloc.ErrClosed

@@ -344,6 +344,9 @@ func (h *Heap) ready(s cuda.Stream) error {
 // order anything). h.mu is held.
 func (h *Heap) checkStream(s cuda.Stream) (*deferredList, error) {
 	l, err := h.lists.Check(uintptr(s))
+	if errors.Is(err, cuda.ErrDeviceFault) { // the driver refuses every stream, not this one
+		return nil, fmt.Errorf("%w: %w", ErrDeviceFault, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidStream, err)
 	}

@@ -14,6 +14,11 @@ var (
 	// ErrBusy means Close found frees waiting for their stream, or work in flight on a stream
 	// the heap has seen; nothing was released.
 	ErrBusy = errkind.New(pinmalloc.ErrBusy, "device: work in flight")
+	// ErrDeviceFault means the device faulted running work of the heap's context (the
+	// driver's sticky error, cuda.ErrDeviceFault, is in the chain): the driver refuses every
+	// stream from then on, so a call on a stream the heap must check changes nothing, and says
+	// so with it rather than with ErrInvalidStream.
+	ErrDeviceFault = errkind.New(pinmalloc.ErrDeviceFault, "device: the device faulted")
 	// ErrInvalidStream means the driver does not know the stream handle.
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "device: invalid stream")
 	// ErrClosed means the heap was used after Close.

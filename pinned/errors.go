@@ -63,6 +63,11 @@ var (
 	// ErrInvalidStream means a CUDA stream the driver refuses (destroyed, or of another
 	// context), or the per-thread default stream, which a pool cannot order reuse after.
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "pinned: invalid stream")
+	// ErrDeviceFault means the device faulted running work of the pool's context (the
+	// driver's sticky error, cuda.ErrDeviceFault, is in the chain): the driver refuses every
+	// stream and event from then on, so a FreeAsync or RecordStream on a stream the pool must
+	// check changes nothing, and the buffer stays the caller's (a plain Free takes it).
+	ErrDeviceFault = errkind.New(pinmalloc.ErrDeviceFault, "pinned: the device faulted")
 )
 
 // causes maps the errors of the layers below to this package's sentinels, most specific
@@ -73,6 +78,7 @@ var causes = []struct{ cause, sentinel error }{
 	{arena.ErrMemlock, ErrMemlock},
 	{cuda.ErrNoDriver, ErrNoDriver},
 	{cuda.ErrNoDevice, ErrNoDriver},
+	{cuda.ErrDeviceFault, ErrDeviceFault},
 	{heap.ErrInteriorPointer, ErrSubSlice},
 	{heap.ErrSizeMismatch, ErrSubSlice},
 	{heap.ErrDoubleFree, ErrDoubleFree},
@@ -118,7 +124,7 @@ func wrapError(err, fallback error) error {
 func ours(err error) bool {
 	for _, s := range []error{ErrInvalidSize, ErrTooLarge, ErrInvalidAlign, ErrOutOfMemory, ErrDoubleFree,
 		ErrNotOwned, ErrSubSlice, ErrLiveBlocks, ErrClosed, ErrMemlock, ErrInvalidOptions, ErrNoDriver, ErrQuota, ErrTrace,
-		ErrBusy, ErrInvalidStream, ErrRefused} {
+		ErrBusy, ErrInvalidStream, ErrRefused, ErrDeviceFault} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -1,8 +1,6 @@
 package pinned
 
 import (
-	"fmt"
-
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -51,7 +49,7 @@ func (o *streamOrder) check(s cuda.Stream) (*streamList, error) {
 	}
 	l, err := o.lists.Check(uintptr(s))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidStream, err)
+		return nil, wrapError(err, ErrInvalidStream) // ErrDeviceFault when the context faulted
 	}
 	return l, nil
 }

@@ -45,8 +45,9 @@ var (
 	// driver's error is in the chain), and no later call succeeds. Acquire and Prefetch on a
 	// stream the tier must check then change nothing; a Release or Free whose release event
 	// cannot be recorded, and whose wait for the device fails, ends the use all the same. They
-	// say so with it rather than with ErrInvalidStream, whatever became of the stream.
-	ErrDeviceFault = errkind.New(pinmalloc.ErrRefused, "uvm: the device failed")
+	// say so with it rather than with ErrInvalidStream, whatever became of the stream. It is
+	// of kind pinmalloc.ErrDeviceFault, as pinned's and device's are.
+	ErrDeviceFault = errkind.New(pinmalloc.ErrDeviceFault, "uvm: the device failed")
 	// ErrHeldBack means the driver refused the waits that order the reuse of a freed block's
 	// memory after the work that may still use it (the context's sticky error, after a kernel
 	// or copy faulted; the driver's error is in the chain): Free freed the block all the same,

@@ -14,7 +14,7 @@ import (
 // TestReleaseOnDestroyedStreamAfterFault: Release of a block acquired on a stream the user
 // destroyed (without ForgetStream), after a kernel faulted (the context's sticky error: the
 // driver refuses the release event and every wait), ends the use and says that the device
-// failed (uvm.ErrDeviceFault, of kind pinmalloc.ErrRefused, the driver's error in the chain):
+// failed (uvm.ErrDeviceFault, of kind pinmalloc.ErrDeviceFault, the driver's error in the chain):
 // the tier could wait for neither the stream nor the device, and the stream is not the cause.
 // Free of a block still acquired there says the same, and that its memory is held back. Before,
 // both said uvm.ErrInvalidStream, which sent the user looking for a bad stream in a context
@@ -57,7 +57,7 @@ func releaseAfterFault(t *testing.T, destroyed bool) {
 	stickyFault(t, f, dev)
 	fault := func(op string, err error) {
 		t.Helper()
-		if !errors.Is(err, uvm.ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrRefused) || errors.Is(err, uvm.ErrInvalidStream) {
+		if !errors.Is(err, uvm.ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrDeviceFault) || errors.Is(err, uvm.ErrInvalidStream) {
 			t.Errorf("%s on %s after a kernel faulted: %v; want uvm.ErrDeviceFault, not uvm.ErrInvalidStream", op, what, err)
 		}
 		if code, _ := pcuda.ResultCode(err); code != fakecuda.ResultIllegalAddress {

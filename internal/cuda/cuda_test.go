@@ -22,9 +22,20 @@ func TestResultIs(t *testing.T) {
 		{600, pinmalloc.ErrNotReady},
 		{712, pinmalloc.ErrAlreadyRegistered},
 		{801, pinmalloc.ErrNotSupported},
+		// The sticky results: the device faulted, and the process must exit to use CUDA again.
+		{700, pinmalloc.ErrDeviceFault}, // ILLEGAL_ADDRESS
+		{710, pinmalloc.ErrDeviceFault}, // ASSERT
+		{714, pinmalloc.ErrDeviceFault}, // HARDWARE_STACK_ERROR
+		{715, pinmalloc.ErrDeviceFault}, // ILLEGAL_INSTRUCTION
+		{716, pinmalloc.ErrDeviceFault}, // MISALIGNED_ADDRESS
+		{717, pinmalloc.ErrDeviceFault}, // INVALID_ADDRESS_SPACE
+		{718, pinmalloc.ErrDeviceFault}, // INVALID_PC
+		{719, pinmalloc.ErrDeviceFault}, // LAUNCH_FAILED
+		{911, pinmalloc.ErrDeviceFault}, // EXTERNAL_DEVICE
 	}
 	sentinels := []error{pinmalloc.ErrNoDriver, pinmalloc.ErrNoDevice, pinmalloc.ErrSymbol, pinmalloc.ErrOutOfMemory, pinmalloc.ErrInvalidValue,
-		pinmalloc.ErrNotSupported, pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered}
+		pinmalloc.ErrNotSupported, pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered,
+		pinmalloc.ErrDeviceFault}
 	for _, c := range cases {
 		var err error = c.r
 		for _, s := range sentinels {
@@ -34,7 +45,7 @@ func TestResultIs(t *testing.T) {
 		}
 	}
 	// Codes without a sentinel match none.
-	for _, r := range []Result{3, 201, 500, 713, 999} {
+	for _, r := range []Result{3, 201, 500, 713, 720, 999} {
 		for _, s := range sentinels {
 			if errors.Is(r, s) {
 				t.Errorf("errors.Is(Result(%d), %v) = true", int(r), s)

@@ -30,6 +30,13 @@ const (
 	resultUnknown             Result = 999
 	resultInvalidAddressSpace Result = 717
 	resultIllegalAddress      Result = 700
+	resultAssert              Result = 710
+	resultHardwareStackError  Result = 714
+	resultIllegalInstruction  Result = 715
+	resultMisalignedAddress   Result = 716
+	resultInvalidPC           Result = 718
+	resultLaunchFailed        Result = 719
+	resultExternalDevice      Result = 911
 	resultDeviceUnavailable   Result = 46
 	resultIllegalState        Result = 401
 	// Stream capture.
@@ -57,6 +64,13 @@ var resultNames = map[Result][2]string{
 	resultNotFound:            {"CUDA_ERROR_NOT_FOUND", "named symbol not found"},
 	resultNotReady:            {"CUDA_ERROR_NOT_READY", "device not ready"},
 	resultIllegalAddress:      {"CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	resultAssert:              {"CUDA_ERROR_ASSERT", "device-side assert triggered"},
+	resultHardwareStackError:  {"CUDA_ERROR_HARDWARE_STACK_ERROR", "hardware stack error"},
+	resultIllegalInstruction:  {"CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered"},
+	resultMisalignedAddress:   {"CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"},
+	resultInvalidPC:           {"CUDA_ERROR_INVALID_PC", "invalid program counter"},
+	resultLaunchFailed:        {"CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+	resultExternalDevice:      {"CUDA_ERROR_EXTERNAL_DEVICE", "external device error"},
 	resultAlreadyRegistered:   {"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
 	resultNotRegistered:       {"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
 	resultInvalidAddressSpace: {"CUDA_ERROR_INVALID_ADDRESS_SPACE", "operation not supported on global/shared address space"},
@@ -106,6 +120,20 @@ func (r Result) Is(target error) bool {
 		return r == resultNotSupported
 	case pinmalloc.ErrCapturing:
 		return r == resultCaptureUnsupported || r == resultCaptureInvalidated || r == resultCaptureImplicit || r == resultCapturedEvent
+	case pinmalloc.ErrDeviceFault:
+		return r.sticky()
+	}
+	return false
+}
+
+// sticky reports the results the driver documents as leaving the process's CUDA state
+// inconsistent: every later call of the context returns them (pinmalloc.ErrDeviceFault).
+func (r Result) sticky() bool {
+	switch r {
+	case resultIllegalAddress, resultAssert, resultHardwareStackError, resultIllegalInstruction,
+		resultMisalignedAddress, resultInvalidAddressSpace, resultInvalidPC, resultLaunchFailed,
+		resultExternalDevice:
+		return true
 	}
 	return false
 }

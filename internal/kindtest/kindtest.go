@@ -43,7 +43,7 @@ var Kinds = []error{pinmalloc.ErrOutOfMemory, pinmalloc.ErrClosed, pinmalloc.Err
 	pinmalloc.ErrInvalidSize, pinmalloc.ErrTooLarge, pinmalloc.ErrInvalidAlign, pinmalloc.ErrLiveBlocks,
 	pinmalloc.ErrMemlock, pinmalloc.ErrQuota, pinmalloc.ErrInvalidStream, pinmalloc.ErrInvalid, pinmalloc.ErrBusy, pinmalloc.ErrRefused,
 	pinmalloc.ErrNoDriver, pinmalloc.ErrNoDevice, pinmalloc.ErrSymbol, pinmalloc.ErrInvalidValue, pinmalloc.ErrNotSupported,
-	pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered, pinmalloc.ErrNoUCX}
+	pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered, pinmalloc.ErrNoUCX, pinmalloc.ErrDeviceFault}
 
 // Problems returns what is wrong with the sentinels of rows: one that does not match its kind,
 // or matches another kind, or whose text lacks its prefix, or that matches another row's
@@ -194,8 +194,10 @@ var Core = []Sentinel{
 	{"pinned.ErrTrace", pinned.ErrTrace, pinmalloc.ErrInvalid, "pinned: "},
 	{"pinned.ErrBusy", pinned.ErrBusy, pinmalloc.ErrBusy, "pinned: "},
 	{"pinned.ErrRefused", pinned.ErrRefused, pinmalloc.ErrRefused, "pinned: "},
+	{"pinned.ErrDeviceFault", pinned.ErrDeviceFault, pinmalloc.ErrDeviceFault, "pinned: "},
 
 	{"device.ErrInvalidStream", device.ErrInvalidStream, pinmalloc.ErrInvalidStream, "device: "},
+	{"device.ErrDeviceFault", device.ErrDeviceFault, pinmalloc.ErrDeviceFault, "device: "},
 	{"device.ErrClosed", device.ErrClosed, pinmalloc.ErrClosed, "device: "},
 	{"device.ErrInvalidOptions", device.ErrInvalidOptions, pinmalloc.ErrInvalid, "device: "},
 	{"device.ErrNotOwned", device.ErrNotOwned, pinmalloc.ErrNotOwned, "device: "},
@@ -222,7 +224,7 @@ var Core = []Sentinel{
 	{"uvm.ErrAcquired", uvm.ErrAcquired, pinmalloc.ErrBusy, "uvm: "},
 	{"uvm.ErrAllPinned", uvm.ErrAllPinned, pinmalloc.ErrBusy, "uvm: "},
 	{"uvm.ErrHeldBack", uvm.ErrHeldBack, pinmalloc.ErrRefused, "uvm: "},
-	{"uvm.ErrDeviceFault", uvm.ErrDeviceFault, pinmalloc.ErrRefused, "uvm: "},
+	{"uvm.ErrDeviceFault", uvm.ErrDeviceFault, pinmalloc.ErrDeviceFault, "uvm: "},
 
 	{"ipcpool.ErrStaleHandle", ipcpool.ErrStaleHandle, pinmalloc.ErrNotOwned, "ipcpool: "},
 	{"ipcpool.ErrForeignHandle", ipcpool.ErrForeignHandle, pinmalloc.ErrNotOwned, "ipcpool: "},

@@ -1,0 +1,61 @@
+package pinned_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/copyengine"
+	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// TestFakeStreamCheckAfterFault: once a kernel has faulted (the context's sticky error), the
+// driver refuses every stream, so one the pool or a device heap has not seen cannot be
+// checked. FreeAsync and the heap's Alloc on such a stream say that the device faulted
+// (ErrDeviceFault, of kind pinmalloc.ErrDeviceFault, the driver's error in the chain) and
+// change nothing: the buffer stays the caller's, and a plain Free takes it. Before, both said
+// that the stream was invalid (ErrInvalidStream), which sent the user looking for a bad
+// stream in a context that had failed.
+func TestFakeStreamCheckAfterFault(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	b, err := r.pool.Alloc(4096)
+	ok(t, "Alloc", err)
+	fresh := pubcuda.Stream(r.stream()) // made before the fault, seen by neither
+
+	unmapped, err := r.dev.MemHostAlloc(1<<16, 0) // pinned, not mapped for the device
+	ok(t, "MemHostAlloc", err)
+	d, err := r.dev.MemAlloc(4096)
+	ok(t, "MemAlloc", err)
+	kb, err := copyengine.New(public(r.dev), copyengine.Options{Method: copyengine.MethodKernel})
+	ok(t, "copyengine.New", err)
+	side := r.stream()
+	ok(t, "Copy of a job that faults", kb.Copy([]copyengine.Job{{Dst: pubcuda.DevicePtr(d), Src: pubcuda.DevicePtr(unmapped), Len: 64}}, pubcuda.Stream(side)))
+	if err := r.dev.StreamSynchronize(side); err == nil || r.f.StickyError() == 0 {
+		t.Fatalf("the faulting kernel left no sticky error: %v", err)
+	}
+
+	err = r.pool.FreeAsync(b, fresh)
+	if !errors.Is(err, pinned.ErrDeviceFault) || !errors.Is(err, pubcuda.ErrDeviceFault) ||
+		!errors.Is(err, pinmalloc.ErrDeviceFault) || errors.Is(err, pinned.ErrInvalidStream) {
+		t.Errorf("FreeAsync on a new stream after a fault: %v; want pinned.ErrDeviceFault, not ErrInvalidStream", err)
+	}
+	_, err = r.heap.Alloc(4096, fresh)
+	if !errors.Is(err, device.ErrDeviceFault) || !errors.Is(err, pubcuda.ErrDeviceFault) || errors.Is(err, device.ErrInvalidStream) {
+		t.Errorf("a device heap's Alloc on a new stream after a fault: %v; want device.ErrDeviceFault, not ErrInvalidStream", err)
+	}
+
+	r.f.ClearStickyError()
+	if st := r.pool.Stats(); st.Live != 1 || st.Deferred != 0 {
+		t.Errorf("after the refused FreeAsync: %d live, %d deferred; want the buffer live, the caller's", st.Live, st.Deferred)
+	}
+	ok(t, "Free", r.pool.Free(b))
+	ok(t, "Batcher Close", kb.Close())
+	ok(t, "MemFreeHost", r.dev.MemFreeHost(unmapped))
+	ok(t, "MemFree", r.dev.MemFree(d))
+	r.finish()
+}
