@@ -105,8 +105,7 @@ func (w *Owner) adopt(fds []int) error {
 	c := sp.ctl()
 	pool := c.load(hPool)
 	if !c.matches(pool, l, boolWord(vmm)) {
-		sp.close(false)
-		return fmt.Errorf("%w: the control region changed as it was adopted", ErrProtocol)
+		return abandon(sp, w.dev, fmt.Errorf("%w: the control region changed as it was adopted", ErrProtocol))
 	}
 	w.mu.Lock()
 	w.table, w.procs = make([]grantState, l.grants()), make([]slotState, l.slots)
@@ -115,8 +114,7 @@ func (w *Owner) adopt(fds []int) error {
 	w.mu.Unlock()
 	p, err := newProcess(w.hello, sp, ownerGranter{w, w.timeout}, processConfig{pool: w.po, drain: w.o.DrainInterval, dev: w.dev})
 	if err != nil {
-		sp.close(false)
-		return err
+		return abandon(sp, w.dev, err)
 	}
 	w.mu.Lock()
 	w.Process, p.owner = p, w

@@ -24,13 +24,16 @@ import (
 // ErrRefused before anything is sent or mapped. ctx bounds the whole of it (and
 // AttachOptions.Timeout each step): a stopped owner makes Attach fail with an error matching
 // context.DeadlineExceeded. An Attach that fails after connecting tells the owner, whose slot
-// for it is free at once.
+// for it is free at once. One that fails after mapping the pool gives the mapping back; what
+// the CUDA driver refuses to give back (a registration) stays with the package, its device
+// open, and goes at a later Attach, Serve or Close: the error says what stays.
 func Attach(ctx context.Context, path string, o AttachOptions) (*Process, error) {
 	return attach(ctx, path, o, lockOnFault)
 }
 
 // attach is Attach, mapping the pool locked as mode says (a keeper locks it all).
 func attach(ctx context.Context, path string, o AttachOptions, mode lockMode) (*Process, error) {
+	retryStrays()
 	po, err := poolOptions(o.Pool)
 	if err != nil {
 		return nil, err
@@ -98,14 +101,14 @@ func handshake(ctx context.Context, conn *net.UnixConn, path string, po pinned.O
 	}
 	c := sp.ctl()
 	if !c.matches(h.pool, h.layout, boolWord(h.vmm)) || c.slotLoad(h.slot, sSerial) != h.serial {
-		sp.close(false)
+		err := abandon(sp, dev, fmt.Errorf("%w: the control region does not match the hello", ErrProtocol))
 		closeDevice(dev)
-		return abort(fmt.Errorf("%w: the control region does not match the hello", ErrProtocol))
+		return abort(err)
 	}
 	cl := newClient(conn, path, timeout, o.ServerUIDs, h)
 	p, err := newProcess(h, sp, cl, processConfig{pool: po, drain: o.DrainInterval, dev: dev})
 	if err != nil {
-		sp.close(false)
+		err = abandon(sp, dev, err)
 		closeDevice(dev)
 		return abort(err)
 	}
@@ -195,6 +198,7 @@ func recvHello(conn *net.UnixConn) (hello, []int, error) {
 // nothing is left. Until then, buffers given up in a kept region of a memfd pool are
 // inaccessible (a use faults); in a VMM pool the driver's mapping is left as it is.
 func (p *Process) Close() error {
+	defer retryStrays()
 	if p.owner != nil {
 		return p.owner.Close()
 	}

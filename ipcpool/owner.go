@@ -79,6 +79,7 @@ type slotState struct {
 // ErrServed (which matches syscall.EADDRINUSE too). The owner holds a lock file beside the
 // socket, path with ".lock" appended, while it serves.
 func Serve(path string, o Options) (*Owner, error) {
+	retryStrays()
 	l, err := o.layout()
 	if err != nil {
 		return nil, err
@@ -209,14 +210,12 @@ func (w *Owner) start(sp *space) error {
 	c.slotStore(0, sStart, startTime(os.Getpid()))
 	p, err := newProcess(w.hello, sp, ownerGranter{w, w.timeout}, processConfig{pool: w.po, drain: w.o.DrainInterval, dev: w.dev})
 	if err != nil {
-		sp.close(false)
-		return err
+		return abandon(sp, w.dev, err)
 	}
 	if w.ln == nil {
 		if w.ln, w.lock, err = listen(w.path, w.mode()); err != nil {
 			_ = p.closePool(true)
-			sp.close(false)
-			return err
+			return abandon(sp, w.dev, err)
 		}
 		w.wg.Add(1)
 		go w.serve()
@@ -348,6 +347,7 @@ func (w *Owner) Wait(ctx context.Context) error {
 // live are given up with it (an error wrapping pinned.ErrLiveBlocks says how many). Memory
 // the CUDA driver refuses to give back is kept for the next Close, as Process.Close says.
 func (w *Owner) Close() error {
+	defer retryStrays()
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -407,10 +407,4 @@ func openDevice(po *pinned.Options) (*cuda.Device, error) {
 	}
 	po.Backend = pinned.CUDAHost
 	return dev, nil
-}
-
-func closeDevice(dev *cuda.Device) {
-	if dev != nil {
-		_ = dev.Close()
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -74,6 +75,43 @@ func TestFakeUnregisterRefused(t *testing.T) {
 	}
 	if err := w.Close(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("the owner's Close with nothing left: %v", err)
+	}
+}
+
+// An Attach that fails after it registered part of the pool gives the registrations back; one
+// the driver refuses then stays registered, with its device open, held by the package (no
+// Process is left to Close), and the failing Attach says so. The next Attach, Serve or Close
+// gives it back and closes the device. Before, it was dropped: registered and retained until
+// the process exited.
+func TestFakeAttachFailureKeepsRefused(t *testing.T) {
+	f, _ := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	base := f.Stat(fakecuda.Retains) // the test's own device
+	w, err := Serve(path, Options{Size: 8 << 20, MaxRegistration: 4 << 20, Pool: cudaHost})
+	must(t, "Serve", err)
+	regs, retains := f.Stat(fakecuda.Registrations), f.Stat(fakecuda.Retains)
+	f.FailAfter(fakecuda.CallRegister, 1, fakecuda.ResultInvalidValue) // the second region
+	f.FailAfter(fakecuda.CallUnregister, 0, fakecuda.ResultInvalidValue)
+	_, err = Attach(context.Background(), path, AttachOptions{Pool: cudaHost})
+	if !errors.Is(err, pcuda.ErrInvalidValue) || !strings.Contains(err.Error(), "stays registered") {
+		t.Fatalf("Attach with a registration refused, then its undo: %v; want both said", err)
+	}
+	if n, r := f.Stat(fakecuda.Registrations), f.Stat(fakecuda.Retains); n != regs+1 || r != retains+1 {
+		t.Fatalf("after the failed Attach: %d registrations, %d retains; want the refused one and its device kept (%d, %d)", n, r, regs+1, retains+1)
+	}
+	waitFor(t, func() bool { return w.Attached() == 0 })
+	p, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost}) // retries first
+	must(t, "Attach", err)
+	if n := f.Stat(fakecuda.Registrations); n != regs+2 {
+		t.Fatalf("%d registrations with a process attached after the retry, want %d", n, regs+2)
+	}
+	must(t, "Close", p.Close())
+	must(t, "owner Close", w.Close())
+	if n, r := f.Stat(fakecuda.Registrations), f.Stat(fakecuda.Retains); n != 0 || r != base {
+		t.Fatalf("%d registrations, %d retains left; want none but the test's own %d", n, r, base)
 	}
 }
 

@@ -49,8 +49,7 @@ type spaceConfig struct {
 func mapSpace(l layout, ctlSize uintptr, fds []int, cfg spaceConfig) (*space, error) {
 	sp := &space{layout: l, ctlSize: ctlSize, fds: fds, registered: make([]bool, l.regions)}
 	if err := sp.mapAll(cfg); err != nil {
-		sp.close(false)
-		return nil, err
+		return nil, abandon(sp, cfg.dev, err)
 	}
 	return sp, nil
 }
