@@ -90,7 +90,8 @@ func TestFakeAttachFailureKeepsRefused(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "pool.sock")
 	base := f.Stat(fakecuda.Retains) // the test's own device
-	w, err := Serve(path, Options{Size: 8 << 20, MaxRegistration: 4 << 20, Pool: cudaHost})
+	// Two regions of 2 MiB: the owner's and a process's locks fit an 8 MiB memlock limit.
+	w, err := Serve(path, Options{Size: 4 << 20, MaxRegistration: 2 << 20, Pool: cudaHost})
 	must(t, "Serve", err)
 	regs, retains := f.Stat(fakecuda.Registrations), f.Stat(fakecuda.Retains)
 	f.FailAfter(fakecuda.CallRegister, 1, fakecuda.ResultInvalidValue) // the second region
