@@ -7,6 +7,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/copyengine"
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -27,17 +28,9 @@ func TestFakeStreamCheckAfterFault(t *testing.T) {
 	ok(t, "Alloc", err)
 	fresh := pubcuda.Stream(r.stream()) // made before the fault, seen by neither
 
-	unmapped, err := r.dev.MemHostAlloc(1<<16, 0) // pinned, not mapped for the device
-	ok(t, "MemHostAlloc", err)
 	d, err := r.dev.MemAlloc(4096)
 	ok(t, "MemAlloc", err)
-	kb, err := copyengine.New(public(r.dev), copyengine.Options{Method: copyengine.MethodKernel})
-	ok(t, "copyengine.New", err)
-	side := r.stream()
-	ok(t, "Copy of a job that faults", kb.Copy([]copyengine.Job{{Dst: pubcuda.DevicePtr(d), Src: pubcuda.DevicePtr(unmapped), Len: 64}}, pubcuda.Stream(side)))
-	if err := r.dev.StreamSynchronize(side); err == nil || r.f.StickyError() == 0 {
-		t.Fatalf("the faulting kernel left no sticky error: %v", err)
-	}
+	release := r.faultKernel(d)
 
 	err = r.pool.FreeAsync(b, fresh)
 	if !errors.Is(err, pinned.ErrDeviceFault) || !errors.Is(err, pubcuda.ErrDeviceFault) ||
@@ -54,8 +47,28 @@ func TestFakeStreamCheckAfterFault(t *testing.T) {
 		t.Errorf("after the refused FreeAsync: %d live, %d deferred; want the buffer live, the caller's", st.Live, st.Deferred)
 	}
 	ok(t, "Free", r.pool.Free(b))
-	ok(t, "Batcher Close", kb.Close())
-	ok(t, "MemFreeHost", r.dev.MemFreeHost(unmapped))
+	release()
 	ok(t, "MemFree", r.dev.MemFree(d))
 	r.finish()
+}
+
+// faultKernel leaves the context's sticky error: a gather kernel, on a stream of its own, whose
+// job reads host memory the device cannot reach into device memory dst. It returns what gives
+// back the kernel's batcher and host block, once the test has cleared the error.
+func (r *asyncRig) faultKernel(dst cuda.DevicePtr) (release func()) {
+	r.t.Helper()
+	unmapped, err := r.dev.MemHostAlloc(1<<16, 0) // pinned, not mapped for the device
+	ok(r.t, "MemHostAlloc", err)
+	kb, err := copyengine.New(public(r.dev), copyengine.Options{Method: copyengine.MethodKernel})
+	ok(r.t, "copyengine.New", err)
+	side := r.stream()
+	job := copyengine.Job{Dst: pubcuda.DevicePtr(dst), Src: pubcuda.DevicePtr(unmapped), Len: 64}
+	ok(r.t, "Copy of a job that faults", kb.Copy([]copyengine.Job{job}, pubcuda.Stream(side)))
+	if err := r.dev.StreamSynchronize(side); err == nil || r.f.StickyError() == 0 {
+		r.t.Fatalf("the faulting kernel left no sticky error: %v", err)
+	}
+	return func() {
+		ok(r.t, "Batcher Close", kb.Close())
+		ok(r.t, "MemFreeHost", r.dev.MemFreeHost(unmapped))
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/pinmalloc/pinmalloc/copyengine"
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -21,19 +20,10 @@ func TestFakeTrimReportsDriverError(t *testing.T) {
 		return
 	}
 	d := r.freeBehindCopy()
+	release := r.faultKernel(d)
 
-	unmapped, err := r.dev.MemHostAlloc(1<<16, 0) // pinned, not mapped for the device
-	ok(t, "MemHostAlloc", err)
-	kb, err := copyengine.New(public(r.dev), copyengine.Options{Method: copyengine.MethodKernel})
-	ok(t, "copyengine.New", err)
-	side := r.stream()
-	ok(t, "Copy of a job that faults", kb.Copy([]copyengine.Job{{Dst: pubcuda.DevicePtr(d), Src: pubcuda.DevicePtr(unmapped), Len: 64}}, pubcuda.Stream(side)))
-	if err := r.dev.StreamSynchronize(side); err == nil || r.f.StickyError() == 0 {
-		t.Fatalf("the faulting kernel left no sticky error: %v", err)
-	}
-
-	r.f.Hold(false) // the queries answer again: with the sticky error
-	err = r.pool.Trim()
+	r.f.Hold(false) // the queries answer with the sticky error, held or not
+	err := r.pool.Trim()
 	var res cuda.Result
 	if !errors.As(err, &res) || res != fakecuda.ResultIllegalAddress {
 		t.Errorf("Trim with the context's sticky error = %v; want the driver's error", err)
@@ -48,8 +38,7 @@ func TestFakeTrimReportsDriverError(t *testing.T) {
 	if st := r.pool.Stats(); st.Deferred != 0 || st.Live != 0 {
 		t.Errorf("after Trim: %d deferred, %d live", st.Deferred, st.Live)
 	}
-	ok(t, "Batcher Close", kb.Close())
-	ok(t, "MemFreeHost", r.dev.MemFreeHost(unmapped))
+	release()
 	ok(t, "Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finish()
 }

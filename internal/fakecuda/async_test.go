@@ -424,6 +424,25 @@ func TestAsyncLegacyEvent(t *testing.T) {
 	f.Hold(false)
 }
 
+// unmapUnderCopy queues a copy on x.s to a VMM granule and unmaps the granule under it
+// (cuMemUnmap does not wait): the copy faults when x.s is synchronized, and the context's error
+// is sticky from then on.
+func (x *asyncFixture) unmapUnderCopy(t *testing.T) {
+	t.Helper()
+	d := x.d
+	va, err := d.MemAddressReserve(gran, 0)
+	must(t, "MemAddressReserve", err)
+	h, err := d.MemCreate(gran)
+	must(t, "MemCreate", err)
+	must(t, "MemMap", d.MemMap(va, gran, h))
+	must(t, "MemSetAccess", d.MemSetAccess(va, gran))
+	must(t, "HtoDAsync to the granule", d.MemcpyHtoDAsync(va, x.host, x.n, x.s))
+	must(t, "MemUnmap", d.MemUnmap(va, gran))
+	must(t, "MemRelease", d.MemRelease(h))
+	must(t, "MemAddressFree", d.MemAddressFree(va, gran))
+	wantCode(t, "a copy to an unmapped granule", d.StreamSynchronize(x.s), ResultIllegalAddress)
+}
+
 // TestAsyncFrees: cuMemFree and cuMemFreeHost synchronize first; cuMemFreeAsync frees in stream
 // order; memory unmapped or freed (from cuMemAllocAsync) under queued work makes that work
 // fault when it runs, CUDA_ERROR_ILLEGAL_ADDRESS and sticky.
@@ -479,17 +498,7 @@ func TestAsyncFrees(t *testing.T) {
 	f.ClearStickyError()
 
 	// A VMM granule unmapped under a queued copy: cuMemUnmap does not wait.
-	va, err := d.MemAddressReserve(gran, 0)
-	must(t, "MemAddressReserve", err)
-	h, err := d.MemCreate(gran)
-	must(t, "MemCreate", err)
-	must(t, "MemMap", d.MemMap(va, gran, h))
-	must(t, "MemSetAccess", d.MemSetAccess(va, gran))
-	must(t, "HtoDAsync to the granule", d.MemcpyHtoDAsync(va, x.host, x.n, x.s))
-	must(t, "MemUnmap", d.MemUnmap(va, gran))
-	must(t, "MemRelease", d.MemRelease(h))
-	must(t, "MemAddressFree", d.MemAddressFree(va, gran))
-	wantCode(t, "a copy to an unmapped granule", d.StreamSynchronize(x.s), ResultIllegalAddress)
+	x.unmapUnderCopy(t)
 	f.ClearStickyError()
 
 	// A registration dropped under a queued copy: cuMemHostUnregister does not wait either.
@@ -525,17 +534,7 @@ func TestAsyncStickyQueries(t *testing.T) {
 	wantErr(t, "StreamQuery of held work", d.StreamQuery(x.s2), pinmalloc.ErrNotReady)
 
 	// A fault on the first stream: a copy to a VMM granule unmapped under it.
-	va, err := d.MemAddressReserve(gran, 0)
-	must(t, "MemAddressReserve", err)
-	h, err := d.MemCreate(gran)
-	must(t, "MemCreate", err)
-	must(t, "MemMap", d.MemMap(va, gran, h))
-	must(t, "MemSetAccess", d.MemSetAccess(va, gran))
-	must(t, "HtoDAsync to the granule", d.MemcpyHtoDAsync(va, x.host, x.n, x.s))
-	must(t, "MemUnmap", d.MemUnmap(va, gran))
-	must(t, "MemRelease", d.MemRelease(h))
-	must(t, "MemAddressFree", d.MemAddressFree(va, gran))
-	wantCode(t, "a copy to an unmapped granule", d.StreamSynchronize(x.s), ResultIllegalAddress)
+	x.unmapUnderCopy(t)
 
 	// The held stream and event answer with the fault, not NOT_READY.
 	wantCode(t, "StreamQuery of held work after the fault", d.StreamQuery(x.s2), ResultIllegalAddress)
