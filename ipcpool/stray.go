@@ -69,7 +69,8 @@ func retryStrays() {
 	}
 	kept := strays.list[:0]
 	for _, s := range strays.list {
-		if _ = s.sp.close(false); s.sp.held() {
+		_ = s.sp.close(false) // its error said what stays when the space was first given up
+		if s.sp.held() {
 			kept = append(kept, s)
 		}
 	}

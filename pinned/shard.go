@@ -218,7 +218,7 @@ func (p *Pool) ownSlow(i int) *shard {
 			}
 			s = p.home[i].Load() // made by another goroutine meanwhile; nil: the pool is closed
 		}
-		if s != nil && p.fast && s.waitHome(i) {
+		if s != nil && p.fast && p.waitHome(s, i) {
 			return s
 		}
 	}
@@ -258,7 +258,7 @@ func (p *Pool) ownSlow(i int) *shard {
 // homeWait, yielding the P meanwhile, and reports whether it did. The fast sections of P i go
 // on while it waits: it revokes them once the mutex is its, pinned to P i as own does when it
 // runs there again (no barrier), else as hold does.
-func (s *shard) waitHome(i int) bool {
+func (p *Pool) waitHome(s *shard, i int) bool {
 	deadline := time.Now().Add(homeWait)
 	for !s.mu.TryLock() {
 		if time.Now().After(deadline) {
@@ -272,8 +272,7 @@ func (s *shard) waitHome(i int) bool {
 		return true
 	}
 	procpin.Unpin()
-	s.revoked.Add(1)
-	fence.Heavy() // a section starting after this sees revoked; one under way is seen inside
+	p.revoke([]*shard{s})
 	s.waitOut()
 	return true
 }

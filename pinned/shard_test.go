@@ -133,7 +133,7 @@ func TestWaitHomeWaitsForFastSection(t *testing.T) {
 	atomic.StoreUint32(&s.inside, 1) // a fast section under way on the shard's P
 	held := make(chan struct{})
 	go func() {
-		if !s.waitHome(len(p.home)) { // its P is not the shard's
+		if !p.waitHome(s, len(p.home)) { // its P is not the shard's
 			t.Error("waitHome gave up within a minute")
 		}
 		close(held)
@@ -165,7 +165,7 @@ func TestWaitHomeWaitsForFastSection(t *testing.T) {
 	defer s.mu.Unlock()
 	t0 := time.Now()
 	done := make(chan bool, 1)
-	go func() { done <- s.waitHome(0) }()
+	go func() { done <- p.waitHome(s, 0) }()
 	select {
 	case ok := <-done:
 		if waited, revoked := time.Since(t0), s.revoked.Load(); ok || revoked != 0 || waited < homeWait {
