@@ -100,14 +100,14 @@ type Caps struct {
 	Releases bool
 }
 
-// Provider is where an arena's regions come from: this package has the host providers
-// (LockedHost, PageableHost, PinnableHost, External), package cudamem those of CUDA memory.
-// Implementations must be safe for use from several goroutines: several arenas may share one
-// provider, and an arena calls Commit and Decommit for disjoint ranges of a region from several
-// goroutines at once (its workers, and Precommit beside an allocation). It never calls them for overlapping ranges at
-// once. A provider also implements those of the optional interfaces below that describe it;
-// its errors wrap this package's sentinels (ErrReserve, ErrCommit, ErrInvalid; ErrExhausted
-// where memory ran out).
+// Provider is where an arena's regions come from: this package has the host providers (LockedHost,
+// PageableHost, PinnableHost, External), package cudamem those of CUDA memory. Implementations must
+// be safe for use from several goroutines: several arenas may share one provider, and an arena
+// calls Commit and Decommit for disjoint ranges of a region from several goroutines at once (its
+// workers, and Precommit beside an allocation). It never calls them for overlapping ranges at once.
+// A provider also implements those of the optional interfaces below that describe it; its errors
+// wrap this package's sentinels (ErrReserve, ErrCommit, ErrInvalid; ErrExhausted where memory ran
+// out).
 type Provider interface {
 	// Name is a short human-readable name: "locked", "pageable", "external", "cuda-host", ...
 	Name() string

@@ -4,23 +4,23 @@ import "time"
 
 // # Purge
 //
-// Committed memory that no span wants (unwanted: commit &^ want, see commit.go) stays committed
-// for Options.PurgeDelay, in case it is claimed again, and is then decommitted by a timer; Trim
+// Committed memory that no span wants (unwanted: commit &^ want, see commit.go) stays committed for
+// Options.PurgeDelay, in case it is claimed again, and is then decommitted by a timer; Trim
 // decommits it at once. A free reads no clock: the timer ticks every half delay while unwanted
-// memory or an idle kept range waits, and each tick advances the purge generation
-// a.clock.Gen. A chunk is stamped with the generation in which memory in it last became unwanted (markUnwanted) and
-// purged at the third tick after it, that is at least one delay and at most 1.5 delays later.
-// The stamp is per chunk: a chunk whose memory keeps being given back and claimed keeps all of
-// its unwanted memory until it settles.
+// memory or an idle kept range waits, and each tick advances the purge generation a.clock.Gen. A
+// chunk is stamped with the generation in which memory in it last became unwanted (markUnwanted)
+// and purged at the third tick after it, that is at least one delay and at most 1.5 delays later.
+// The stamp is per chunk: a chunk whose memory keeps being given back and claimed keeps all of its
+// unwanted memory until it settles.
 //
 // Invariants:
 //
 //   - Every chunk that holds unwanted memory is stale (r.stale); the purge scans stale chunks only
 //     and clears a chunk's mark only when none of its memory is left unwanted, so memory the
 //     provider refused to decommit is tried again at the next tick.
-//   - The timer runs only when a.clock.Timed (a delay, and a provider that decommits) and is
-//     armed at most once (a.clock.Armed). It rearms itself while unwanted memory or an idle kept range waits and
-//     stops otherwise; the next markUnwanted or Idle starts it again.
+//   - The timer runs only when a.clock.Timed (a delay, and a provider that decommits) and is armed
+//     at most once (a.clock.Armed). It rearms itself while unwanted memory or an idle kept range
+//     waits and stops otherwise; the next markUnwanted or Idle starts it again.
 //   - Chunks stamped keepStamp (Precommit) are left to Trim, forced purges and Close, and do not
 //     keep the timer ticking; an Alloc there, or memory given back there, stamps them anew (a
 //     Reserve does not: its span commits what it uses).

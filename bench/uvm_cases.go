@@ -29,11 +29,12 @@ func uvmCounters(st uvm.Stats) (hits, misses, bytesIn, bytesOut uint64) {
 const stampBytes = 256
 
 // oversub runs one oversubscription case: a working set of f times the budget in blocks of
-// geo.block, filled from the host; an untimed warm-up (every block read once, in order, then
-// one pass' worth of the pattern's accesses), so that at 1x every block is resident and the
-// timed part sees the steady state; then geo.passes passes' worth of accesses from the
-// pattern's generator, timed up to the tier's Sync and the stream's completion. Every writeEach-th access is in write mode and memsets the block's first bytes on
-// the device (the block then goes back dirty); the others are reads.
+// geo.block, filled from the host; an untimed warm-up (every block read once, in order, then one
+// pass' worth of the pattern's accesses), so that at 1x every block is resident and the timed part
+// sees the steady state; then geo.passes passes' worth of accesses from the pattern's generator,
+// timed up to the tier's Sync and the stream's completion. Every writeEach-th access is in write
+// mode and memsets the block's first bytes on the device (the block then goes back dirty); the
+// others are reads.
 func (u *uvmSuite) oversub(cfg *config, name string, p wl.Pattern, pol uvmPolicy, f float64) []result {
 	rs := resultSet{c: name, impl: "uvm"}
 	if err := u.runOversub(cfg, &rs, p, pol, f); err != nil {

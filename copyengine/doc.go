@@ -53,20 +53,19 @@
 //
 // # Errors
 //
-// Jobs are checked before anything is queued: a zero length, a zero address or a
-// range that wraps around the address space is ErrInvalidJob, and two jobs whose destinations
-// overlap, or a destination that overlaps any job's source, is ErrOverlap (the jobs of one
-// batch run in no particular order; Options.TrustNoOverlap skips that check). Addresses are not
-// checked against the driver: a job the device cannot reach fails the batch API or per-copy
-// call with an error wrapping cuda.ErrInvalidValue, and faults the kernel:
-// CUDA_ERROR_ILLEGAL_ADDRESS, which on a real GPU is sticky and ends the context. A failing
-// launch or batch call is reported, not retried with another method: a fault is not
-// recoverable, the other failures are misuse that a retry would repeat, and the caller (uvm)
-// must know that a block did not move. Per copy, a failure at job k leaves jobs 0..k-1 queued;
-// the error says which job failed. A launch or batch call that was queued but whose staging
-// event or fence back to s could not be is waited for before Copy returns the error, so that
-// no copy of a failed Copy runs later out of s's order or from a staging buffer reused since. The sentinels are of the module's shared kinds
-// (package pinmalloc).
+// Jobs are checked before anything is queued: a zero length, a zero address or a range that wraps
+// around the address space is ErrInvalidJob, and two jobs whose destinations overlap, or a
+// destination that overlaps any job's source, is ErrOverlap (the jobs of one batch run in no
+// particular order; Options.TrustNoOverlap skips that check). Addresses are not checked against the
+// driver: a job the device cannot reach fails the batch API or per-copy call with an error wrapping
+// cuda.ErrInvalidValue, and faults the kernel: CUDA_ERROR_ILLEGAL_ADDRESS, which on a real GPU is
+// sticky and ends the context. A failing launch or batch call is reported, not retried with another
+// method: a fault is not recoverable, the other failures are misuse that a retry would repeat, and
+// the caller (uvm) must know that a block did not move. Per copy, a failure at job k leaves jobs
+// 0..k-1 queued; the error says which job failed. A launch or batch call that was queued but whose
+// staging event or fence back to s could not be is waited for before Copy returns the error, so
+// that no copy of a failed Copy runs later out of s's order or from a staging buffer reused since.
+// The sentinels are of the module's shared kinds (package pinmalloc).
 //
 // # Concurrency
 //

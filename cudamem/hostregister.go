@@ -31,13 +31,13 @@ package cudamem
 //
 // # Pinning fast
 //
-// A registration spends its time faulting in and pinning the pages it covers, on one thread.
-// The provider is an arena.Prefaulter: for a big span the arena first faults the span's pieces in on
-// its workers (Prefault: arena.HostProvider.FaultIn, MADV_POPULATE_WRITE, which takes the mm's lock for reading only, so
-// the pieces fault side by side), then registers the span in one call that finds its pages
-// present; Precommit registers chunk by chunk, several chunks at once. The driver calls run
-// outside p.mu, which guards the record of registrations: Commit registers a range no other
-// call touches (the arena commits disjoint ranges), and records it afterwards. A commit that
+// A registration spends its time faulting in and pinning the pages it covers, on one thread. The
+// provider is an arena.Prefaulter: for a big span the arena first faults the span's pieces in on
+// its workers (Prefault: arena.HostProvider.FaultIn, MADV_POPULATE_WRITE, which takes the mm's lock
+// for reading only, so the pieces fault side by side), then registers the span in one call that
+// finds its pages present; Precommit registers chunk by chunk, several chunks at once. The driver
+// calls run outside p.mu, which guards the record of registrations: Commit registers a range no
+// other call touches (the arena commits disjoint ranges), and records it afterwards. A commit that
 // fails leaves nothing registered and the range's pages dropped again.
 
 import (
@@ -82,17 +82,17 @@ type hostReg struct{ off, size uintptr }
 
 func (g hostReg) end() uintptr { return g.off + g.size }
 
-// NewHostRegister returns a provider of host memory pinned by registration with the CUDA
-// driver of dev. o.HugePages applies as for the host providers, but arena.HugeNone (the
-// default) means arena.HugeTransparent here: registered memory is committed in whole 2 MiB
-// chunks and pinned for as long, so transparent huge pages cost no memory, and faulting a 1 GiB
-// span in took about half the time with them (130–224 against 281–400 ms at one worker, three
-// runs of bench -commit register-span on the loaded 2-vCPU build machine), decommitting it a
-// fifteenth to a twentieth (3 against 40–67 ms); arena.HugeSmall keeps 4 KiB pages. With
-// o.Populate each region is committed and registered whole when reserved. o.NUMA binds the mappings (mbind, strictly: a
-// registration faults every page in at once) to the node asked for, or by default to the node
-// nearest the device when a source knows it (DeviceNode); o.Node is not used. o.Devices does
-// not apply: a registration is portable to every device.
+// NewHostRegister returns a provider of host memory pinned by registration with the CUDA driver of
+// dev. o.HugePages applies as for the host providers, but arena.HugeNone (the default) means
+// arena.HugeTransparent here: registered memory is committed in whole 2 MiB chunks and pinned for
+// as long, so transparent huge pages cost no memory, and faulting a 1 GiB span in took about half
+// the time with them (130–224 against 281–400 ms at one worker, three runs of bench -commit
+// register-span on the loaded 2-vCPU build machine), decommitting it a fifteenth to a twentieth (3
+// against 40–67 ms); arena.HugeSmall keeps 4 KiB pages. With o.Populate each region is committed
+// and registered whole when reserved. o.NUMA binds the mappings (mbind, strictly: a registration
+// faults every page in at once) to the node asked for, or by default to the node nearest the device
+// when a source knows it (DeviceNode); o.Node is not used. o.Devices does not apply: a registration
+// is portable to every device.
 func NewHostRegister(dev *cuda.Device, o HostOptions) (*HostRegister, error) {
 	p := &HostRegister{regs: map[uintptr][]hostReg{}, holes: map[uintptr][]hostReg{}}
 	if err := p.cudaBase.init(dev, "cuda-host-register", arena.HostPinned); err != nil {

@@ -14,10 +14,10 @@ import (
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
-// Managed hands out managed (unified) memory from cuMemAllocManaged, one
-// allocation per region, committed whole. The driver migrates its pages between host and
-// device on demand; Prefetch and Advise steer it. arena.Options.Capacity is required: managed memory
-// may oversubscribe the device, so there is no default.
+// Managed hands out managed (unified) memory from cuMemAllocManaged, one allocation per region,
+// committed whole. The driver migrates its pages between host and device on demand; Prefetch and
+// Advise steer it. arena.Options.Capacity is required: managed memory may oversubscribe the device,
+// so there is no default.
 type Managed struct {
 	wholeRegions
 }

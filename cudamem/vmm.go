@@ -13,14 +13,14 @@ package cudamem
 // run of committed granules can be copied in one call.
 //
 // Granules are independent, so a range commits and decommits in pieces on several goroutines
-// (arena.Caps.Splits; the arena's workers). The driver calls run outside p.mu, which guards only the
-// record of what is mapped: a commit checks its granules are unmapped, calls the driver, and
+// (arena.Caps.Splits; the arena's workers). The driver calls run outside p.mu, which guards only
+// the record of what is mapped: a commit checks its granules are unmapped, calls the driver, and
 // records what it mapped; a decommit claims its granules (clears them in the record), calls the
-// driver, and puts back what the driver refused to give back. The arena never commits or
-// decommits overlapping ranges at once, so no two calls race for a granule. A commit that fails
-// midway unmaps and releases what it mapped before it returns: the driver holds nothing of it
-// (a handle whose release the driver refuses is kept and released again by the next commit or
-// region release). A region release the driver refuses keeps the region for a later one.
+// driver, and puts back what the driver refused to give back. The arena never commits or decommits
+// overlapping ranges at once, so no two calls race for a granule. A commit that fails midway unmaps
+// and releases what it mapped before it returns: the driver holds nothing of it (a handle whose
+// release the driver refuses is kept and released again by the next commit or region release). A
+// region release the driver refuses keeps the region for a later one.
 //
 // A decommit releases the granules' handles first and unmaps them last (the driver frees a
 // released allocation with its last mapping), so that a decommit the driver refuses leaves the

@@ -37,24 +37,24 @@
 //     was allocated on. Huge blocks (above heap.HugeThreshold, 1 MiB) go back to the arena
 //     itself, where any stream can take them, so their frees are always deferred, on either
 //     stream.
-//   - Deferred frees wait in streamq.Lists, one list per freeing stream, polled
-//     on every Alloc (the one call that needs their memory back) and in Stats: a stream's new
-//     frees are done at once when the poll finds the stream idle (and the legacy stream too,
-//     for a blocking stream), else they get one event, and no other until that one has
-//     completed; a later poll that finds it complete does them. Sync and Trim wait for them (a synchronize of
-//     each stream with frees); Close polls them.
+//   - Deferred frees wait in streamq.Lists, one list per freeing stream, polled on every Alloc (the
+//     one call that needs their memory back) and in Stats: a stream's new frees are done at once
+//     when the poll finds the stream idle (and the legacy stream too, for a blocking stream), else
+//     they get one event, and no other until that one has completed; a later poll that finds it
+//     complete does them. Sync and Trim wait for them (a synchronize of each stream with frees);
+//     Close polls them.
 //   - Free(p) is synchronous: the caller promises no work in flight uses p.
 //   - Trim waits for deferred frees, synchronizes each stream whose heap holds memory, and gives
 //     the held segments back to the arena (and decommits free chunks).
-//   - The idle purge does what Trim does without a wait, off the allocating
-//     goroutines: a timer looks at the stream heaps every purge delay (Options.PurgeDelay), and
-//     one that made no allocation and no free since the previous look is trimmed once its
-//     stream has passed a point placed after the look (internal/streamq); a busy one gives
-//     back, the same way, the segments it has kept empty since the previous look; the arena
-//     decommits what it gets a purge delay later. Alloc and FreeAsync arm nothing: the timer runs while
-//     the heap has streams, slower (up to a second) while they are quiet. The heap of the legacy
-//     default stream is left to Trim: a point there, which no query can replace, would tie
-//     every blocking stream to the others at each look, and leave the stream busy to Close.
+//   - The idle purge does what Trim does without a wait, off the allocating goroutines: a timer
+//     looks at the stream heaps every purge delay (Options.PurgeDelay), and one that made no
+//     allocation and no free since the previous look is trimmed once its stream has passed a point
+//     placed after the look (internal/streamq); a busy one gives back, the same way, the segments
+//     it has kept empty since the previous look; the arena decommits what it gets a purge delay
+//     later. Alloc and FreeAsync arm nothing: the timer runs while the heap has streams, slower (up
+//     to a second) while they are quiet. The heap of the legacy default stream is left to Trim: a
+//     point there, which no query can replace, would tie every blocking stream to the others at
+//     each look, and leave the stream busy to Close.
 //
 // Running out of memory, Alloc waits for every deferred free and gives back every stream's
 // held segments, its own stream's included (synchronizing each stream first), before it
@@ -71,13 +71,13 @@
 // passed the point where it was freed (an event completed, or the stream synchronized), or it
 // does not move. Every path that moves memory, and why it keeps the rule:
 //
-//   - FreeAsync(p, s) on p's own stream: p goes back to s's heap and only work queued on s
-//     later can reuse it, which runs after the work that used p. It stays in that heap: the
-//     stream heaps keep their memory (heap.RetainSegments), never trim themselves (not even
-//     when the arena is full: that would hand segments with copies still queued to the
-//     arena, where another stream could take them), and give nothing to the
-//     arena's purge but through the idle purge below (a decommit unmaps memory whatever work still uses it; PyTorch found that
-//     cuMemUnmap and cuMemRelease do not wait for the device).
+//   - FreeAsync(p, s) on p's own stream: p goes back to s's heap and only work queued on s later
+//     can reuse it, which runs after the work that used p. It stays in that heap: the stream heaps
+//     keep their memory (heap.RetainSegments), never trim themselves (not even when the arena is
+//     full: that would hand segments with copies still queued to the arena, where another stream
+//     could take them), and give nothing to the arena's purge but through the idle purge below (a
+//     decommit unmaps memory whatever work still uses it; PyTorch found that cuMemUnmap and
+//     cuMemRelease do not wait for the device).
 //   - FreeAsync on another stream, and every huge block (which goes back to the arena itself):
 //     deferred on the freeing stream's list (internal/streamq's Lists), done once that stream
 //     has passed a point placed after the free: an event recorded after the free that has
@@ -92,15 +92,15 @@
 //     legacy stream is synchronized first (the context, when a default stream's heap holds
 //     memory): a blocking stream's frees come after the legacy stream's earlier work, which
 //     the blocking stream's own synchronize does not wait for. ForgetStream does the same.
-//   - The idle purge: a stream heap quiet for a purge delay (the legacy stream's excepted) is
-//     asked for on its stream's list of a second streamq.Lists, and trimmed when the list hands the request back (an event
-//     recorded after the request has completed, a query found the stream idle, or, for a stream
-//     the driver refuses, the context synchronized) if the heap made no operation since the
-//     request: every free it took is then before a point its stream has passed. A heap busy
-//     again is left alone, but for its empty segments: those it kept at the previous look
-//     (stamped when they emptied) go once its stream has passed a point placed after it. (TestFakeIdleFootprint holds the stream's work back and checks
-//     nothing moves; TestFakeIdlePurgeEarlyMutant shows the fake faults when a purge does not
-//     wait.)
+//   - The idle purge: a stream heap quiet for a purge delay (the legacy stream's excepted) is asked
+//     for on its stream's list of a second streamq.Lists, and trimmed when the list hands the
+//     request back (an event recorded after the request has completed, a query found the stream
+//     idle, or, for a stream the driver refuses, the context synchronized) if the heap made no
+//     operation since the request: every free it took is then before a point its stream has passed.
+//     A heap busy again is left alone, but for its empty segments: those it kept at the previous
+//     look (stamped when they emptied) go once its stream has passed a point placed after it.
+//     (TestFakeIdleFootprint holds the stream's work back and checks nothing moves;
+//     TestFakeIdlePurgeEarlyMutant shows the fake faults when a purge does not wait.)
 //   - Trim's arena purge (arena.Arena.Trim) runs after the reclaim: the arena decommits only chunks
 //     it holds, which came to it by the paths above, and so does its purge timer.
 //   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
@@ -271,14 +271,14 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 	return h.free(owner, p)
 }
 
-// FreeAsync gives back the block at p in the order of stream s, as cudaFreeAsync does: work
-// queued on s before the call may still use p. The block is reusable at once by allocations on
-// s when p was allocated on s, and otherwise once s has passed the call: an Alloc or Stats
-// does the frees it finds waiting on an idle s, or records an event on a busy s for them, and
-// a later one that finds it complete does them. FreeAsync itself makes no driver call for such a free.
-// As with cudaFreeAsync, work on other streams that uses p must be ordered before the call
-// (s waits on an event of theirs): the heap waits for s alone, and a huge block (above
-// heap.HugeThreshold) goes back to the arena, for any stream, once s has passed the free.
+// FreeAsync gives back the block at p in the order of stream s, as cudaFreeAsync does: work queued
+// on s before the call may still use p. The block is reusable at once by allocations on s when p
+// was allocated on s, and otherwise once s has passed the call: an Alloc or Stats does the frees it
+// finds waiting on an idle s, or records an event on a busy s for them, and a later one that finds
+// it complete does them. FreeAsync itself makes no driver call for such a free. As with
+// cudaFreeAsync, work on other streams that uses p must be ordered before the call (s waits on an
+// event of theirs): the heap waits for s alone, and a huge block (above heap.HugeThreshold) goes
+// back to the arena, for any stream, once s has passed the free.
 //
 // While s captures a CUDA graph (cuStreamBeginCapture), the heap's polls and Trim ask nothing
 // of s and record nothing there, so the capture stays valid, and its frees wait for the

@@ -167,11 +167,11 @@ func TestFakePerThreadStreamRefused(t *testing.T) {
 	must(t, "Free", h.Free(pcuda.DevicePtr(p)))
 }
 
-// TestFakeCloseKeepsLegacyOrder: Close gives the heap's memory back only once the legacy
-// default stream's earlier work is done too, when a stream of the heap is blocking. A block of
-// blocking stream b is written by a held memset on the legacy stream, queued by the user
-// directly, and freed on b, with nothing of b's own queued: Close must refuse with ErrBusy. Before, it queried b alone, found
-// it idle and unmapped the memory under the memset.
+// TestFakeCloseKeepsLegacyOrder: Close gives the heap's memory back only once the legacy default
+// stream's earlier work is done too, when a stream of the heap is blocking. A block of blocking
+// stream b is written by a held memset on the legacy stream, queued by the user directly, and freed
+// on b, with nothing of b's own queued: Close must refuse with ErrBusy. Before, it queried b alone,
+// found it idle and unmapped the memory under the memset.
 func TestFakeCloseKeepsLegacyOrder(t *testing.T) {
 	f, dev, h := runHeap(t, Options{Capacity: 16 << 20})
 	if f == nil {

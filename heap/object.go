@@ -1,12 +1,12 @@
 // Object pages and huge objects: requests above the largest class.
 //
 // Up to HugeThreshold (1 MiB; a whole segment where memory is coarse: pack.go) a request gets an
-// object page: one block of whole slices in an object segment, so that several share a chunk. Above it, a huge object: a run of chunks of
-// its own straight from the arena, committed only as far as it reaches. Both are kept when
-// freed (a few of each, see maxObjFree and maxBigFree) for the next request of about their
-// size, their memory an idle kept range (internal/keep) that the arena's purge gives up if it stays
-// unused for the purge delay (see the package documentation, "Kept object pages and huge
-// objects").
+// object page: one block of whole slices in an object segment, so that several share a chunk. Above
+// it, a huge object: a run of chunks of its own straight from the arena, committed only as far as
+// it reaches. Both are kept when freed (a few of each, see maxObjFree and maxBigFree) for the next
+// request of about their size, their memory an idle kept range (internal/keep) that the arena's
+// purge gives up if it stays unused for the purge delay (see the package documentation, "Kept
+// object pages and huge objects").
 //
 // Invariants: a kept page's block is free and its range tracked, idle or given up, never busy;
 // a live one's range is busy and committed (object pages: their slices' decommit bits clear;
@@ -180,12 +180,12 @@ func (h *Heap) freeObject(pg *page) {
 	h.keep(&h.objFree, pg, h.objKeep)
 }
 
-// idle hands the memory of a freed object or huge page to the arena as an idle tracked range
-// (a kept range, internal/keep): it stays committed and wanted, so that reusing the page within the purge delay
-// costs no arena call (see Claim in allocBig), and the arena's purge timer gives it up when it
-// stays idle for the delay, or Trim does. The range is tracked at the page's first free and
-// until it is dropped. A range the arena refuses to track goes to the purge at once (Decommit)
-// and is committed again at reuse.
+// idle hands the memory of a freed object or huge page to the arena as an idle tracked range (a
+// kept range, internal/keep): it stays committed and wanted, so that reusing the page within the
+// purge delay costs no arena call (see Claim in allocBig), and the arena's purge timer gives it up
+// when it stays idle for the delay, or Trim does. The range is tracked at the page's first free and
+// until it is dropped. A range the arena refuses to track goes to the purge at once (Decommit) and
+// is committed again at reuse.
 func (h *Heap) idle(pg *page) {
 	size := pg.bsize // a huge object's span
 	if pg.seg.kind != segHuge {

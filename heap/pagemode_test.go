@@ -121,17 +121,17 @@ func (r *stressRun) handedOut(p uintptr, how string) {
 // handed out again at once.
 func (r *stressRun) giveBack(p uintptr) { r.live.Delete(p) }
 
-// TestPageModesStress races every path that moves a class page's state words on few pages:
-// the owner's allocations, frees (Free, FreeSized, TryFree: plain stores on exclusive pages),
-// holds (TryHoldSized: holdExcl) and frees of held blocks (TryFreeHeld, FreeHeld), with its
-// reexclusive provoked often (pg.calm); other goroutines' remote frees (Group.Free,
-// FreeSized, another heap's TryFree), holds (HoldSized; FindFrom, a tag, Hold: pinned's
-// record) and FreeHeld of blocks the owner held; a free of one block by the owner and another
-// goroutine at once. It checks that no block is handed out twice or while held, that every
-// double free and every free of a held block is refused, that exactly one of two racing frees
-// wins, and that the heap ends consistent with nothing live. Every other round holds only
-// where the owner's hold keeps a page exclusive, so that pages become exclusive again often. Run it with -race and with
-// -tags invariants (Collect checks the invariants).
+// TestPageModesStress races every path that moves a class page's state words on few pages: the
+// owner's allocations, frees (Free, FreeSized, TryFree: plain stores on exclusive pages), holds
+// (TryHoldSized: holdExcl) and frees of held blocks (TryFreeHeld, FreeHeld), with its reexclusive
+// provoked often (pg.calm); other goroutines' remote frees (Group.Free, FreeSized, another heap's
+// TryFree), holds (HoldSized; FindFrom, a tag, Hold: pinned's record) and FreeHeld of blocks the
+// owner held; a free of one block by the owner and another goroutine at once. It checks that no
+// block is handed out twice or while held, that every double free and every free of a held block is
+// refused, that exactly one of two racing frees wins, and that the heap ends consistent with
+// nothing live. Every other round holds only where the owner's hold keeps a page exclusive, so that
+// pages become exclusive again often. Run it with -race and with -tags invariants (Collect checks
+// the invariants).
 func TestPageModesStress(t *testing.T) {
 	rounds, ops := 15, 8000 // fresh pages each round: holds and remote frees keep pages shared
 	if longRun() {

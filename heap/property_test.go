@@ -52,13 +52,13 @@ func randSize(r *rand.Rand) uintptr {
 	}
 }
 
-// TestProperty runs long random sequences of Alloc, AllocAligned, Zalloc, TryAlloc, local
-// frees, TryFree, frees through another heap of the group and lock-free group frees, and checks after every step that
-// no two live blocks overlap, every block lies in the region and meets its alignment, zeroed
-// blocks read as zero, and every block's contents survive until it is freed. Every 10,000
-// steps the heap's counters must agree with the model. TryAlloc and TryFree, where they do not
-// refuse, must leave the arena as it was. 100,000 steps; 1,000,000 in the long form (longRun),
-// 10,000,000 with -long.
+// TestProperty runs long random sequences of Alloc, AllocAligned, Zalloc, TryAlloc, local frees,
+// TryFree, frees through another heap of the group and lock-free group frees, and checks after
+// every step that no two live blocks overlap, every block lies in the region and meets its
+// alignment, zeroed blocks read as zero, and every block's contents survive until it is freed.
+// Every 10,000 steps the heap's counters must agree with the model. TryAlloc and TryFree, where
+// they do not refuse, must leave the arena as it was. 100,000 steps; 1,000,000 in the long form
+// (longRun), 10,000,000 with -long.
 func TestProperty(t *testing.T) {
 	ops := 100_000
 	switch {

@@ -231,12 +231,12 @@ type BlockCursor struct {
 }
 
 // BlocksFrom calls f for the live blocks from c on, in chunk order (address order within each
-// region), and stops at the end of the page (or huge object) on which f has been called max
-// times or more; it moves c past what it walked and reports whether the walk is done. The caller owns every heap of the group
-// during each call (see above), not between calls: that is the point, an observer walks a big
-// group a batch at a time, letting the heaps' owners work in between. So a walk is consistent
-// page by page, not as a whole: blocks allocated or freed between two calls are seen or not
-// depending on whether their page had been walked.
+// region), and stops at the end of the page (or huge object) on which f has been called max times
+// or more; it moves c past what it walked and reports whether the walk is done. The caller owns
+// every heap of the group during each call (see above), not between calls: that is the point, an
+// observer walks a big group a batch at a time, letting the heaps' owners work in between. So a
+// walk is consistent page by page, not as a whole: blocks allocated or freed between two calls are
+// seen or not depending on whether their page had been walked.
 func (g *Group) BlocksFrom(c *BlockCursor, max int, f func(Block)) (done bool) {
 	n := 0
 	for end := arena.ChunkID(g.a.MaxChunks()); c.chunk < end; c.chunk, c.slice = c.chunk+1, 0 {

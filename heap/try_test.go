@@ -78,9 +78,9 @@ func TestTryRefuses(t *testing.T) {
 }
 
 // TestTryFreeDefersRelease checks that pages TryFree empties stay until a blocking path (here
-// Collect) gives them back (but the class's spare), without any arena call before, and that object pages freed by
-// other goroutines wait on the pending stack through TryAlloc for Alloc to take them back.
-// Then a kept object page and a kept huge object go round TryFree and TryAlloc with no arena
+// Collect) gives them back (but the class's spare), without any arena call before, and that object
+// pages freed by other goroutines wait on the pending stack through TryAlloc for Alloc to take them
+// back. Then a kept object page and a kept huge object go round TryFree and TryAlloc with no arena
 // call.
 func TestTryFreeDefersRelease(t *testing.T) {
 	// A purge delay of an hour keeps the purge timer running through the test: a kept page's

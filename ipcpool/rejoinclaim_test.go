@@ -424,12 +424,12 @@ func TestForgedClaimsRefused(t *testing.T) {
 	_ = p.Close()
 }
 
-// A scribbler rewrites another process's slot line while no owner runs (its pid, or its
-// serial to say the slot is free): the new owner cannot know the process and refuses its
-// rejoin (it is orphaned: ErrClosed from then on), but keeps the grants it claims until it has
-// exited, since it may still use them: a filler taking every free grant gets none of its
-// buffers' memory. (Before, its grants were freed, given up with a slot whose pid named no process or
-// scanned as nobody's, and lent to the filler.)
+// A scribbler rewrites another process's slot line while no owner runs (its pid, or its serial to
+// say the slot is free): the new owner cannot know the process and refuses its rejoin (it is
+// orphaned: ErrClosed from then on), but keeps the grants it claims until it has exited, since it
+// may still use them: a filler taking every free grant gets none of its buffers' memory. (Before,
+// its grants were freed, given up with a slot whose pid named no process or scanned as nobody's,
+// and lent to the filler.)
 func TestRefusedRejoinKeepsClaimedGrants(t *testing.T) {
 	for _, forge := range []string{"pid", "serial"} {
 		t.Run(forge, func(t *testing.T) {

@@ -11,8 +11,9 @@ import (
 // Acquire latency: the tier's histograms (uvm.Stats.AcquireLatency) as Prometheus histograms,
 // pinmalloc_uvm_acquire_seconds{name,outcome} for Acquire (outcome "hit": the block was on the
 // device, sampled: 1 call in 16 is timed, so its _count is about a sixteenth of the hits, which
-// pinmalloc_uvm_hits_total counts; "miss": it was restored, every one timed) and pinmalloc_uvm_acquire_host_seconds{name} for
-// AcquireHost, in seconds, with uvm's fixed buckets (uvm.LatencyBounds).
+// pinmalloc_uvm_hits_total counts; "miss": it was restored, every one timed) and
+// pinmalloc_uvm_acquire_host_seconds{name} for AcquireHost, in seconds, with uvm's fixed buckets
+// (uvm.LatencyBounds).
 
 // Histogram is a latency histogram of a tier, in seconds.
 type Histogram struct {

@@ -181,14 +181,14 @@ func TestFakeFreeAfterCloseDoesNotWait(t *testing.T) {
 	r.finishReleased(d)
 }
 
-// TestFakeDestroyedStreamsForgotten: 4k streams (20k in the long form, pinned.LongRun), each with a buffer
-// copied to the device from (which records the stream on it), freed on it, synchronized and
-// destroyed. The pool used to keep every stream's list for ever: after 10k, Stats took 220 µs
-// (0.9 before) and a FreeAsync on a new stream 650 µs (2 before), as each new stream copied the
-// map of lists and each reclaim walked them all, and 20k streams took 36 s. Now the lists go
-// with their buffers: Stats and a FreeAsync on a new stream cost what they cost with no stream
-// seen (the test allows 5x), and the pool's cost is linear in the streams (the second half
-// within 2x the first; quadratic makes it 3x).
+// TestFakeDestroyedStreamsForgotten: 4k streams (20k in the long form, pinned.LongRun), each with a
+// buffer copied to the device from (which records the stream on it), freed on it, synchronized and
+// destroyed. The pool used to keep every stream's list for ever: after 10k, Stats took 220 µs (0.9
+// before) and a FreeAsync on a new stream 650 µs (2 before), as each new stream copied the map of
+// lists and each reclaim walked them all, and 20k streams took 36 s. Now the lists go with their
+// buffers: Stats and a FreeAsync on a new stream cost what they cost with no stream seen (the test
+// allows 5x), and the pool's cost is linear in the streams (the second half within 2x the first;
+// quadratic makes it 3x).
 func TestFakeDestroyedStreamsForgotten(t *testing.T) {
 	r := newAsyncRig(t, pinned.Options{})
 	if r == nil {

@@ -28,10 +28,10 @@ import (
 //
 //   - A buffer a stream uses is held in the heap (heap.Group.Hold): every free refuses it, and
 //     the fast path's TryFree refuses it at no cost to buffers never held.
-//   - RecordStream, and device.Heap's async copies (which find the pool with PoolOf), record
-//     the stream on the buffer, whatever part of it the copy touched (keying by the data pointer missed
-//     slices: pytorch#69124): in the block's tag when it is the buffer's only stream (no lock,
-//     no map: streamtag.go), else in uses, keyed by the start of the buffer.
+//   - RecordStream, and device.Heap's async copies (which find the pool with PoolOf), record the
+//     stream on the buffer, whatever part of it the copy touched (keying by the data pointer missed
+//     slices: pytorch#69124): in the block's tag when it is the buffer's only stream (no lock, no
+//     map: streamtag.go), else in uses, keyed by the start of the buffer.
 //   - A free of a held buffer (Free of a recorded one, FreeAsync of any) defers it: the buffer
 //     joins the open list of each stream it waits for, and is freed for real (scrubbed first,
 //     with ZeroOnFree) once the last of them has passed the free.
@@ -60,14 +60,14 @@ import (
 //
 // Per-stream state (streamlist.go: internal/streamq's Lists) costs O(1) per call and lives only
 // while a stream has buffers deferred on it: lists sit in a map under the lists' lock, a reclaim
-// walks only the lists in it, and a list found empty at two reclaims in a row leaves it (ForgetStream drops it at
-// once). A stream new to the pool is checked once with the driver (an event of the pool's
-// device recorded on it); one whose list left is checked again, except the stream check found
-// last, which stays trusted. The contract that makes that safe is device.Heap's: forget a
-// stream (ForgetStream) before destroying it, since the driver may give its handle to a new
-// stream, of another device even. The per-thread default stream (CU_STREAM_PER_THREAD) is
-// refused: the pool queries and records its streams from whatever OS thread it runs on, where
-// that handle names another thread's stream.
+// walks only the lists in it, and a list found empty at two reclaims in a row leaves it
+// (ForgetStream drops it at once). A stream new to the pool is checked once with the driver (an
+// event of the pool's device recorded on it); one whose list left is checked again, except the
+// stream check found last, which stays trusted. The contract that makes that safe is device.Heap's:
+// forget a stream (ForgetStream) before destroying it, since the driver may give its handle to a
+// new stream, of another device even. The per-thread default stream (CU_STREAM_PER_THREAD) is
+// refused: the pool queries and records its streams from whatever OS thread it runs on, where that
+// handle names another thread's stream.
 //
 // The files: this one has the state and the API (FreeAsync, RecordStream), streamtag.go what a
 // buffer's tag says, streamlist.go the pool's side of the per-stream lists (internal/streamq's
@@ -76,10 +76,10 @@ import (
 // internal/streamq's Points (events from a pool, idle queries, waits), as device.Heap's and
 // uvm.Tier's queues reach it.
 //
-// Lock order: a pool shard (the allocation's slow path reclaims as its holder) → reclMu (taken
-// with TryLock there) → a uses shard's lock → the lists' lock → a stream list's lock. ForgetStream reads
-// the tags under every shard (taggedWith) before it takes reclMu. Buffers are freed
-// for real holding none of the last three.
+// Lock order: a pool shard (the allocation's slow path reclaims as its holder) → reclMu (taken with
+// TryLock there) → a uses shard's lock → the lists' lock → a stream list's lock. ForgetStream reads
+// the tags under every shard (taggedWith) before it takes reclMu. Buffers are freed for real
+// holding none of the last three.
 
 // closeWait bounds how long Close waits for deferred buffers, and a free after Close for the
 // streams of its own buffer.

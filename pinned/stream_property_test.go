@@ -24,12 +24,12 @@ func stamped(n int, seed uint32) []byte {
 }
 
 // TestFakeStreamProperty runs a long random sequence of pool and stream operations against the
-// fake, whose streams run their work late (and not at all while Hold is on): allocations
-// stamped with their own pattern, async copies from them to per-stream device blocks and into
-// them, frees right after (Free, FreeAsync on any stream), RecordStream of sub-slices, queries,
-// synchronizes, ForgetStream. A buffer reused before a stream had passed its copies shows: a device block
-// then holds another stamp than the last copy queued into it, or a live buffer another stamp
-// than its own.
+// fake, whose streams run their work late (and not at all while Hold is on): allocations stamped
+// with their own pattern, async copies from them to per-stream device blocks and into them, frees
+// right after (Free, FreeAsync on any stream), RecordStream of sub-slices, queries, synchronizes,
+// ForgetStream. A buffer reused before a stream had passed its copies shows: a device block then
+// holds another stamp than the last copy queued into it, or a live buffer another stamp than its
+// own.
 func TestFakeStreamProperty(t *testing.T) {
 	r := newAsyncRig(t, pinned.Options{Capacity: 128 << 20})
 	if r == nil {

@@ -93,15 +93,15 @@ func (o *streamOrder) record(addr, n uintptr, s cuda.Stream) error {
 	return err
 }
 
-// recordOwn is record of s, checked, on the buffer holding [addr, addr+n) by the owner of its
-// heap h, in a fast section of h's shard: a buffer from its start found in h's page cache
-// (heap.Heap.TryFindFrom), its tag made, and none but tagNone or s's own. It holds the block
-// with the owner's hold (heap.Heap.TryHoldRef: a plain store while the page is exclusive,
-// which it stays), between the tag's lock and its store as recordOn does. done false says it
-// changed nothing: record then does the work, and says why it fails where it does, unless
-// untagged is set (r the block): the block's page has no tags made yet, which its BlockRef.Tag makes (out of
-// the fast section, as it allocates) before a second try. It never blocks: a tag another record
-// holds locked is record's to wait for.
+// recordOwn is record of s, checked, on the buffer holding [addr, addr+n) by the owner of its heap
+// h, in a fast section of h's shard: a buffer from its start found in h's page cache
+// (heap.Heap.TryFindFrom), its tag made, and none but tagNone or s's own. It holds the block with
+// the owner's hold (heap.Heap.TryHoldRef: a plain store while the page is exclusive, which it
+// stays), between the tag's lock and its store as recordOn does. done false says it changed
+// nothing: record then does the work, and says why it fails where it does, unless untagged is set
+// (r the block): the block's page has no tags made yet, which its BlockRef.Tag makes (out of the
+// fast section, as it allocates) before a second try. It never blocks: a tag another record holds
+// locked is record's to wait for.
 func (o *streamOrder) recordOwn(h *heap.Heap, addr, n uintptr, s cuda.Stream) (done, untagged bool, r heap.BlockRef) {
 	if !tagFits(s) {
 		return false, false, r

@@ -6,12 +6,11 @@ import (
 	"strconv"
 )
 
-// Allocation traces (Options.Trace): with the option on, Alloc and Free take their guarded
-// paths and write one record each (size, alignment, time, goroutine; see package
-// internal/alloctrace for the format), which `cd bench && go run . -replay FILE` plays against other
-// allocators. Frees are serialised by the trace's lock while the heap takes the buffer back,
-// so that an Alloc handed the same memory is recorded after the free. Off, nothing changes on
-// the fast paths.
+// Allocation traces (Options.Trace): with the option on, Alloc and Free take their guarded paths
+// and write one record each (size, alignment, time, goroutine; see package internal/alloctrace for
+// the format), which `cd bench && go run . -replay FILE` plays against other allocators. Frees are
+// serialised by the trace's lock while the heap takes the buffer back, so that an Alloc handed the
+// same memory is recorded after the free. Off, nothing changes on the fast paths.
 
 // FlushTrace writes out the trace records buffered so far and returns the first error of any
 // write of the trace (nil without Options.Trace). Close flushes too.

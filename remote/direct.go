@@ -19,22 +19,21 @@ import (
 // but with the key kept alive until it ends (Transfer.copy), with no message and no request
 // of UCX.
 //
-// UCX checks no range there: a forged key or descriptor would make the copy read or write
-// wherever it points. So the kernel decides, once per region and connection, before any
-// copy: the mappings of /proc/self/maps are read before and after the key is unpacked, and
-// the region is reached by copy only if the unpack attached exactly one new SysV segment,
-// shared, readable and writable, that starts where ucp_rkey_ptr puts the region's base and is
-// at least as long as the region (the descriptor's range is checked against the region as
-// for every transfer), and whose SysV record (shmctl IPC_STAT) says it was made by the peer's
-// process (the one the connection watches, SharedMemory) for this process's user and is as
-// long. A SysV segment cannot shrink, and one attached stays mapped until
-// this process detaches it (when the connection's keys are destroyed), whatever the peer
-// does: a peer killed mid-copy leaves the copy to finish in memory nobody else sees. A region
-// longer than its segment, a segment of this process's own sources, or of a process other
-// than the peer, is a forged descriptor (ErrDescriptor); anything else that does not hold (ordinary memory, a posix
-// segment, which a peer could truncate under the copy, another process attaching segments at
-// the same moment) leaves the region to the connection's other path (messages, checked by
-// the target).
+// UCX checks no range there: a forged key or descriptor would make the copy read or write wherever
+// it points. So the kernel decides, once per region and connection, before any copy: the mappings
+// of /proc/self/maps are read before and after the key is unpacked, and the region is reached by
+// copy only if the unpack attached exactly one new SysV segment, shared, readable and writable,
+// that starts where ucp_rkey_ptr puts the region's base and is at least as long as the region (the
+// descriptor's range is checked against the region as for every transfer), and whose SysV record
+// (shmctl IPC_STAT) says it was made by the peer's process (the one the connection watches,
+// SharedMemory) for this process's user and is as long. A SysV segment cannot shrink, and one
+// attached stays mapped until this process detaches it (when the connection's keys are destroyed),
+// whatever the peer does: a peer killed mid-copy leaves the copy to finish in memory nobody else
+// sees. A region longer than its segment, a segment of this process's own sources, or of a process
+// other than the peer, is a forged descriptor (ErrDescriptor); anything else that does not hold
+// (ordinary memory, a posix segment, which a peer could truncate under the copy, another process
+// attaching segments at the same moment) leaves the region to the connection's other path
+// (messages, checked by the target).
 
 // direct returns the address in this process of d's buffer where the peer's region is
 // reached by copy, 0 where it is not. Under mu.

@@ -27,10 +27,10 @@ import (
 // reach only memory UCX allocated itself, so that UCX would emulate them into a pool's
 // regions with its own messages); Options.Mode forces one.
 //
-// A get by message is split into requests of getPart bytes, getWindow of them in flight at
-// most on a connection, and the answer to each is copied by UCX's callback straight into place (ucx.Worker.ArmReply):
-// one copy from UCX's receive buffer, as UCX's own emulated get makes, where a whole answer
-// would be assembled by UCX in a buffer it allocates, queued, then copied.
+// A get by message is split into requests of getPart bytes, getWindow of them in flight at most on
+// a connection, and the answer to each is copied by UCX's callback straight into place
+// (ucx.Worker.ArmReply): one copy from UCX's receive buffer, as UCX's own emulated get makes, where
+// a whole answer would be assembled by UCX in a buffer it allocates, queued, then copied.
 //
 // A data message's header (ucx.HeaderLen bytes, little-endian): kind, status, six zero bytes,
 // the receiver's connection id, the initiator's operation id (slot and generation), the

@@ -20,11 +20,12 @@ import (
 // every put has reached the peer's memory (a flush of the endpoint after the puts). A Transfer
 // is reused after Reset, keeping its memory: a batch in steady state allocates one channel.
 //
-// Each local buffer is held in its pool (pinned.Pool.Hold) from Put or Get until the transfer
-// ends: a Free of it meanwhile takes effect then, so memory in flight is never handed out
-// again, and its region is never deregistered under it. Put and Get first wait for the CUDA
-// streams recorded on the buffer (pinned.Pool.WaitStreams: copies queued into or out of it). A remote buffer is the peer's to keep
-// live until the transfer ends (the application's protocol: it is told by a message).
+// Each local buffer is held in its pool (pinned.Pool.Hold) from Put or Get until the transfer ends:
+// a Free of it meanwhile takes effect then, so memory in flight is never handed out again, and its
+// region is never deregistered under it. Put and Get first wait for the CUDA streams recorded on
+// the buffer (pinned.Pool.WaitStreams: copies queued into or out of it). A remote buffer is the
+// peer's to keep live until the transfer ends (the application's protocol: it is told by a
+// message).
 type Transfer struct {
 	c     *Conn
 	ops   []ucx.Op

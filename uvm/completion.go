@@ -20,15 +20,15 @@ import (
 // oldest first per stream, once their stream has passed their event. They are polled on every
 // migration and in Stats; Sync and Close wait for them (Lists.Drain synchronizes the streams).
 //
-// Invariants: memory that a queued copy, or the user's work a batch waited for, may still touch
-// is reused only by complete, after the stream of the batch that lists it has passed the
-// batch's event (or a synchronize after it). Batches are numbered per direction, each direction
-// one stream, so that completions come back in the order of their numbers; a block's readySeq
-// (evictSeq) names the batch that last wrote its device (host) bytes, still in flight while
-// pending says so, and its event (readyEv, evictEv) is then valid to wait on. A batch's event is the
-// completion's (c.ev): the lists query it, never record nor give it back; complete gives it back
-// to the event pool after done says the batch is no longer pending, so that no block is told to
-// wait on an event that went back.
+// Invariants: memory that a queued copy, or the user's work a batch waited for, may still touch is
+// reused only by complete, after the stream of the batch that lists it has passed the batch's event
+// (or a synchronize after it). Batches are numbered per direction, each direction one stream, so
+// that completions come back in the order of their numbers; a block's readySeq (evictSeq) names the
+// batch that last wrote its device (host) bytes, still in flight while pending says so, and its
+// event (readyEv, evictEv) is then valid to wait on. A batch's event is the completion's (c.ev):
+// the lists query it, never record nor give it back; complete gives it back to the event pool after
+// done says the batch is no longer pending, so that no block is told to wait on an event that went
+// back.
 
 // Directions of a batch.
 const (

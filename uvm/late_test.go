@@ -15,18 +15,18 @@ import (
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
 
-// TestLateWork runs a seeded sequence over several streams where the device work runs as late
-// as the fake allows: each block has a home stream, its device writes are left queued there
-// when it is released (no synchronize), and it moves to another home now and then while released, the fake's queries are held most of the time (nothing
-// completes until a synchronizing call needs it), and single user streams are completed at
-// random (CompleteStream), which runs that stream and what it waits for, and nothing else. The
-// budget holds 4 of the 28 blocks, so evictions, restores, spare VRAM, drops of host copies,
-// frees and Prefetch run all the time. Every read checks every byte: a copy ordered after the
-// wrong point (a VRAM slot or host buffer handed on before the copy that reads or writes it has
-// run on its stream, a restore not waited for, a release event recorded before the write it
-// must cover) reads or leaves other bytes. Four sequences: the gather kernel, one copy per job,
-// a host pool of the user's at a quota (host copies dropped), and the kernel with a
-// cuEventRecord failing now and then (a batch's, a release's, the Batcher's staging event), where
+// TestLateWork runs a seeded sequence over several streams where the device work runs as late as
+// the fake allows: each block has a home stream, its device writes are left queued there when it is
+// released (no synchronize), and it moves to another home now and then while released, the fake's
+// queries are held most of the time (nothing completes until a synchronizing call needs it), and
+// single user streams are completed at random (CompleteStream), which runs that stream and what it
+// waits for, and nothing else. The budget holds 4 of the 28 blocks, so evictions, restores, spare
+// VRAM, drops of host copies, frees and Prefetch run all the time. Every read checks every byte: a
+// copy ordered after the wrong point (a VRAM slot or host buffer handed on before the copy that
+// reads or writes it has run on its stream, a restore not waited for, a release event recorded
+// before the write it must cover) reads or leaves other bytes. Four sequences: the gather kernel,
+// one copy per job, a host pool of the user's at a quota (host copies dropped), and the kernel with
+// a cuEventRecord failing now and then (a batch's, a release's, the Batcher's staging event), where
 // a call that fails leaves every block's bytes intact; 1,500 steps each, 6,000 in the long form.
 func TestLateWork(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)

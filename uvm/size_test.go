@@ -11,10 +11,10 @@ import (
 )
 
 // TestBlockSizes moves blocks of 4 KiB to 3 MiB and a page, 8 MiB too in the long form (sizes
-// inside a segment, a whole chunk, across chunks, huge) through a tier at twice its budget, on both host providers: VMM host granules
-// and the registration fallback of drivers without VMM host memory. The fake refuses a copy
-// whose host range is not one DMA range, as the driver does; every block must still be one
-// job of the copy kernel, its bytes intact each way.
+// inside a segment, a whole chunk, across chunks, huge) through a tier at twice its budget, on both
+// host providers: VMM host granules and the registration fallback of drivers without VMM host
+// memory. The fake refuses a copy whose host range is not one DMA range, as the driver does; every
+// block must still be one job of the copy kernel, its bytes intact each way.
 func TestBlockSizes(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {

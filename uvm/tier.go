@@ -38,19 +38,19 @@
 //
 // # Stream order, not CPU waits
 //
-// The tier owns two streams, one per direction. A restore for Acquire on s is copied on the
-// H2D stream behind an event, and s waits on that event (cuStreamWaitEvent): Acquire returns
-// without waiting for the copy. Release(h, s) records an event on s (one per block and stream,
-// re-recorded by later releases); evicting or freeing the block first makes the D2H stream wait
-// on those events, so the copy out reads what the user's kernels wrote (PyTorch's
-// record_stream). The VRAM of an evicted or freed block is reused only once an event recorded
-// on the D2H stream after its copy has completed; then the tier keeps it as spare VRAM for its
-// next restores, within twice the budget with the blocks on the device, and gives it back to
-// the heap when the heap runs short (a spare block costs a restore a few nanoseconds, where a
-// heap Free and Alloc per block cost more than a batch's copy of a small block). A host buffer being written by
-// an eviction is read by a restore only after the H2D stream waited on that eviction's event.
-// Completions are found by polling (cuEventQuery, internal/streamq), oldest first per stream,
-// on every migration and in Stats; Sync and Close wait for them.
+// The tier owns two streams, one per direction. A restore for Acquire on s is copied on the H2D
+// stream behind an event, and s waits on that event (cuStreamWaitEvent): Acquire returns without
+// waiting for the copy. Release(h, s) records an event on s (one per block and stream, re-recorded
+// by later releases); evicting or freeing the block first makes the D2H stream wait on those
+// events, so the copy out reads what the user's kernels wrote (PyTorch's record_stream). The VRAM
+// of an evicted or freed block is reused only once an event recorded on the D2H stream after its
+// copy has completed; then the tier keeps it as spare VRAM for its next restores, within twice the
+// budget with the blocks on the device, and gives it back to the heap when the heap runs short (a
+// spare block costs a restore a few nanoseconds, where a heap Free and Alloc per block cost more
+// than a batch's copy of a small block). A host buffer being written by an eviction is read by a
+// restore only after the H2D stream waited on that eviction's event. Completions are found by
+// polling (cuEventQuery, internal/streamq), oldest first per stream, on every migration and in
+// Stats; Sync and Close wait for them.
 //
 // A block handed from one stream to another is ordered by the tier: Acquire(h, s2) makes s2
 // wait (cuStreamWaitEvent) for the release event of each other stream whose use of the block

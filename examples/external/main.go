@@ -1,7 +1,8 @@
 // Command pinmalloc-user is a program in a module of its own that uses the public packages of
-// pinmalloc (pinned, heap, arena, cudamem, device, cuda; its tests uvm and cuda/cudatest)
-// through public names only, as a program outside the repository would. CI builds it and runs its tests, so the public API stays usable from
-// outside: a signature that names an internal type would not compile here.
+// pinmalloc (pinned, heap, arena, cudamem, device, cuda; its tests uvm and cuda/cudatest) through
+// public names only, as a program outside the repository would. CI builds it and runs its tests, so
+// the public API stays usable from outside: a signature that names an internal type would not
+// compile here.
 //
 //	cd examples/external && go run .
 //

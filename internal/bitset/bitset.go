@@ -89,7 +89,8 @@ func (b Set) AnyAndNot(c Set, lo, hi int) bool {
 	return false
 }
 
-// Runs calls f for each maximal run [s, e) inside [lo, hi) whose bits equal v; it stops at the first error f returns and returns it.
+// Runs calls f for each maximal run [s, e) inside [lo, hi) whose bits equal v; it stops at the
+// first error f returns and returns it.
 func (b Set) Runs(lo, hi int, v bool, f func(s, e int) error) error {
 	for i := lo; i < hi; {
 		if b.Get(i) != v {

@@ -1,13 +1,13 @@
 // Package fakecuda builds a fake CUDA driver library for tests and runs tests against it, so
 // that the CUDA code paths of pinmalloc are exercised on machines with no GPU and no CUDA.
 //
-// The fake (fakedriver.c.in) is compiled with the C compiler once per user and source, into
-// the user's cache directory (Cached). Because internal/cuda loads its driver once per process, a test that wants the
-// fake runs in a child process: Run re-executes the test binary for that one test with
-// cuda.LibraryEnv pointing at the fake, reports the child's result as the test's own, and
-// returns nil; in the child it returns a *Driver that controls the fake (stream completion,
-// memory size, failure injection) and reads its counters. A GPU machine runs the same tests:
-// the parent keeps the real driver and the child gets the fake.
+// The fake (fakedriver.c.in) is compiled with the C compiler once per user and source, into the
+// user's cache directory (Cached). Because internal/cuda loads its driver once per process, a test
+// that wants the fake runs in a child process: Run re-executes the test binary for that one test
+// with cuda.LibraryEnv pointing at the fake, reports the child's result as the test's own, and
+// returns nil; in the child it returns a *Driver that controls the fake (stream completion, memory
+// size, failure injection) and reads its counters. A GPU machine runs the same tests: the parent
+// keeps the real driver and the child gets the fake.
 //
 // The fake keeps device memory in host memory (cuMemCreate is a memfd that cuMemMap maps into
 // a PROT_NONE reservation), so copies, memsets and VMM commits move and protect real bytes.
@@ -347,10 +347,10 @@ func (d *Driver) Open(t testing.TB, ordinal int) *cuda.Device {
 	return dev
 }
 
-// GPU opens device ordinal of the real driver for a test or benchmark that needs a GPU. It
-// skips it only where there is no GPU to test: with "no CUDA driver: ..." where no driver loads
-// (or the driver loaded is the fake, whatever its devices are called), with "no CUDA
-// device: ..." where the driver finds no device of that ordinal. Any other error of cuda.Open (a broken driver, a missing
+// GPU opens device ordinal of the real driver for a test or benchmark that needs a GPU. It skips it
+// only where there is no GPU to test: with "no CUDA driver: ..." where no driver loads (or the
+// driver loaded is the fake, whatever its devices are called), with "no CUDA device: ..." where the
+// driver finds no device of that ordinal. Any other error of cuda.Open (a broken driver, a missing
 // entry point, out of memory, a busy device) fails the test: on a GPU machine it is a fault to
 // report, not a reason to test nothing. At cleanup it checks that nothing allocated through the
 // device is live and closes it.

@@ -41,8 +41,8 @@ func gpuVerdict(t *testing.T) *verdictTB {
 	return v
 }
 
-// TestRealDeviceSkipsOnlyWithoutOne checks GPU's rule (issue 26): a test that needs a GPU skips only
-// where the driver does not load or finds no device; any other error of cuda.Open (a missing
+// TestRealDeviceSkipsOnlyWithoutOne checks GPU's rule (issue 26): a test that needs a GPU skips
+// only where the driver does not load or finds no device; any other error of cuda.Open (a missing
 // entry point, out of memory, a device the driver cannot use) fails it, so that a broken GPU
 // machine cannot turn every GPU test into a skip.
 func TestRealDeviceSkipsOnlyWithoutOne(t *testing.T) {

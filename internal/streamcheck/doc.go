@@ -79,13 +79,13 @@
 //
 // # Running it
 //
-// go test ./internal/streamcheck runs a few fixed seeds of a few thousand steps each (some
-// seconds on a 2-core machine), then TestRegressions replays every sequence a failure was
-// shrunk to, and a fast subset of the mutants. PINMALLOC_LONG=1 (CI's run) runs the fixed seeds
-// four times as long, adds 8 seeds of 50,000 steps (every combination of the profiles) and
-// builds and runs every mutant, each until its first failure (minutes: give go test -timeout
-// 30m on a loaded machine). Flags (or the environment variables in parentheses, which the child process
-// fakecuda.Run starts inherits; it passes no flags of its own):
+// go test ./internal/streamcheck runs a few fixed seeds of a few thousand steps each (some seconds
+// on a 2-core machine), then TestRegressions replays every sequence a failure was shrunk to, and a
+// fast subset of the mutants. PINMALLOC_LONG=1 (CI's run) runs the fixed seeds four times as long,
+// adds 8 seeds of 50,000 steps (every combination of the profiles) and builds and runs every
+// mutant, each until its first failure (minutes: give go test -timeout 30m on a loaded machine).
+// Flags (or the environment variables in parentheses, which the child process fakecuda.Run starts
+// inherits; it passes no flags of its own):
 //
 //	-seed N      (STREAMCHECK_SEED)     run this seed only
 //	-steps N     (STREAMCHECK_STEPS)    operations per seed

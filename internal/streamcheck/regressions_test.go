@@ -44,8 +44,9 @@ func TestRegressions(t *testing.T) {
 	}
 }
 
-// regressions are the shrunk sequences of the failures found on the code before the fixes of
-// issue 25 (and, for the legacy mix, before the fix each names) (see the report of the commit that added each).
+// regressions are the shrunk sequences of the failures found on the code before the fixes of issue
+// 25 (and, for the legacy mix, before the fix each names) (see the report of the commit that added
+// each).
 var regressions = []regression{
 	{
 		// Issue 25 (2): the pool's quota refuses before it reclaims the deferred buffers whose
