@@ -334,8 +334,10 @@ func (w *Worker) sendDones(c *Conn) {
 func (w *Worker) checkTarget(h dataHeader) uint8 {
 	lr := w.byID[h.region]
 	switch {
-	case lr == nil || h.base != uint64(lr.base) || h.size != uint64(lr.size) ||
-		h.n == 0 || h.addr < uint64(lr.base) || h.n > uint64(lr.base+lr.size)-h.addr || h.addr+h.n < h.addr:
+	case lr == nil || h.base != uint64(lr.base) || h.size != uint64(lr.size):
+		return answerRefused
+	case h.n == 0 || h.addr < uint64(lr.base) || h.addr > uint64(lr.base+lr.size) || h.n > uint64(lr.base+lr.size)-h.addr:
+		// (addr past the region's end first: end-addr would wrap around and pass any length)
 		return answerRefused
 	case lr.reg.memType != ucx.MemoryHost:
 		return answerMemType

@@ -1,0 +1,119 @@
+package remote
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/ucx"
+)
+
+// TestCheckTargetRefusesBeyondRegion: a data message's range that starts past the end of the
+// region it names is refused, whatever its length: base+size-addr must not wrap around.
+func TestCheckTargetRefusesBeyondRegion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, w2, _, r2, _, _ := connectedPair(t, ctx)
+	b, err := r2.pool.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r2.pool.Free(b) }()
+	d, err := r2.Describe(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := d.base + d.size
+	w2.mu.Lock()
+	defer w2.mu.Unlock()
+	for _, c := range []struct{ addr, n uint64 }{
+		{end, 1}, {end, 4096}, {end + 1<<20, 8}, {1<<63 + 5, 16}, {^uint64(0) - 8, 8},
+		{end - 8, 16}, {d.base - 1, 1}, {d.base, d.size + 1}, {d.base, 0},
+	} {
+		h := dataHeader{kind: dataPut, addr: c.addr, n: c.n, region: d.region, base: d.base, size: d.size}
+		if st := w2.checkTarget(h); st != answerRefused {
+			t.Errorf("[%#x, +%d) of region [%#x, +%d): status %d, want refused (%d)", c.addr, c.n, d.base, d.size, st, answerRefused)
+		}
+	}
+	h := dataHeader{kind: dataPut, addr: d.addr, n: d.n, region: d.region, base: d.base, size: d.size}
+	if st := w2.checkTarget(h); st != answerOK {
+		t.Fatalf("the descriptor's own range: status %d", st)
+	}
+}
+
+// TestForgedPutPastRegionRefused: a peer sends a put by message that names a region of this
+// worker (its id, base and size as a descriptor has them) at an address past the region's end.
+// The target must refuse it and write nothing; the bytes must not land at that address (here a
+// buffer of the other worker's pool, in this process, lying above the region).
+func TestForgedPutPastRegionRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w1, w2, r1, r2, c1, c2 := connectedPair(t, ctx)
+	b1, err := r1.pool.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r1.pool.Free(b1) }()
+	b2, err := r2.pool.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r2.pool.Free(b2) }()
+	// The target is the worker whose region lies below the other's: the forged address, past
+	// its region's end, is the other's buffer (the hostile peer's own: nothing else is hurt).
+	hostile, target, hc, hb, tb := w1, w2, c1, b1, b2
+	treg := r2
+	if mem.Addr(b1) < mem.Addr(b2) {
+		hostile, target, hc, hb, tb = w2, w1, c2, b2, b1
+		treg = r1
+	}
+	d, err := treg.Describe(tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	landing := uint64(mem.Addr(hb))
+	if landing < d.base+d.size {
+		t.Skipf("the pools' regions overlap in address order: [%#x, +%d), %#x", d.base, d.size, landing)
+	}
+	for i := range hb {
+		hb[i] = 0xAA
+	}
+	src, err := hostile.regionsOf(hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := hb[:64] // the bytes sent are the landing buffer's own: a copy of 0xAA over 0x55 shows
+	for i := range payload {
+		payload[i] = 0x55
+	}
+	before := target.stats.answers.Load()
+	hostile.mu.Lock()
+	op := ucx.Op{Ep: hc.ep, Kind: ucx.OpData, Local: uint64(mem.Addr(payload)), Length: uint64(len(payload)), Mem: src.mem}
+	h := dataHeader{kind: dataPut, conn: hc.peerID, op: 1<<32 | 7, addr: landing + 64, n: uint64(len(payload)),
+		region: d.region, base: d.base, size: d.size}
+	h.encode(&op.Header)
+	hostile.postAnswer(hc, op, nil)
+	hostile.signal()
+	hostile.mu.Unlock()
+	for target.stats.answers.Load() == before { // the target answered: refused, or placed and acknowledged
+		if ctx.Err() != nil {
+			t.Fatal("the target never answered the forged put")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i, x := range hb[64:128] {
+		if x != 0xAA {
+			t.Fatalf("byte %d at %#x, %d bytes past the end of the region named [%#x, +%d), was written by the peer's put: %#x", 64+i, landing+64+uint64(i), landing+64-d.base-d.size, d.base, d.size, x)
+		}
+	}
+}
+
+// regionsOf returns the registered region of b. Test helper.
+func (w *Worker) regionsOf(b []byte) (*localRegion, error) {
+	lr := w.lookup(mem.Addr(b), uintptr(len(b)))
+	if lr == nil {
+		return nil, ErrNotRegistered
+	}
+	return lr, nil
+}
