@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -116,4 +117,66 @@ func (w *Worker) regionsOf(b []byte) (*localRegion, error) {
 		return nil, ErrNotRegistered
 	}
 	return lr, nil
+}
+
+// TestQueuedAnswerAfterRegionGone: a peer's get whose answer waits for a slot (the target's
+// answer slots are all in flight: a peer that does not read) must not be sent from a region
+// that was deregistered and given back meanwhile (the buffer freed, the pool closed): the
+// answer would read memory that is no longer this registration's, or no longer mapped, with a
+// registration UCX has dropped. It is refused instead.
+func TestQueuedAnswerAfterRegionGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w1, w2, r1, r2, c1, _ := connectedPair(t, ctx)
+	_ = w1
+	b2, err := r2.pool.Alloc(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r2.Describe(b2[:4096])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, err := r1.pool.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r1.pool.Free(b1) }()
+	w2.mu.Lock()
+	saved := w2.nanswer
+	w2.nanswer = w2.opts.MaxInFlight // every answer slot in flight
+	w2.mu.Unlock()
+	tr := c1.NewTransfer()
+	if err := tr.Get(b1, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		w2.mu.Lock()
+		n := len(w2.answers)
+		w2.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the get's answer was never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The peer said it is done with the buffer: it is freed, and its pool closed.
+	if err := r2.pool.Free(b2); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.pool.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w2.mu.Lock()
+	w2.nanswer = saved
+	w2.signal()
+	w2.mu.Unlock()
+	if err := tr.Wait(ctx); !errors.Is(err, ErrDescriptor) {
+		t.Fatalf("the get answered after its region was given back: %v, want the refusal (ErrDescriptor)", err)
+	}
 }

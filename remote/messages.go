@@ -403,6 +403,14 @@ func (w *Worker) postAnswers() {
 		}
 		w.answers[0] = pendingAnswer{}
 		w.answers = w.answers[1:]
+		if a.lr != nil && w.byID[a.lr.id] != a.lr {
+			// Its region was deregistered while the answer waited (and may be given back,
+			// unmapped or mapped again for another owner): refused, with none of its bytes.
+			h, _ := decodeHeader(&a.op.Header)
+			h.status = answerRefused
+			h.encode(&a.op.Header)
+			a.op.Local, a.op.Length, a.op.Mem, a.lr = 0, 0, 0, nil
+		}
 		w.sendAnswer(a.c, i, a.op, a.lr)
 	}
 }
