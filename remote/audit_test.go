@@ -180,3 +180,43 @@ func TestQueuedAnswerAfterRegionGone(t *testing.T) {
 		t.Fatalf("the get answered after its region was given back: %v, want the refusal (ErrDescriptor)", err)
 	}
 }
+
+// TestAnswerQueueBounded: a peer that keeps sending gets by message while the answers cannot
+// go (every answer slot in flight: a peer that does not read them) must not grow the queue of
+// answers without bound: past what an honest peer can have in flight (its MaxInFlight, 1<<20
+// at most, and its window of gets), its connection fails with ErrProtocol and its queued
+// answers are dropped.
+func TestAnswerQueueBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, w2, _, r2, _, c2 := connectedPair(t, ctx)
+	b, err := r2.pool.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r2.pool.Free(b) }()
+	d, err := r2.Describe(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flood = 1<<20 + getWindow + 1
+	w2.mu.Lock()
+	saved := w2.nanswer
+	w2.nanswer = w2.opts.MaxInFlight // every answer slot in flight
+	var ev ucx.Event
+	ev.Kind = ucx.EventData
+	for i := range flood {
+		h := dataHeader{kind: dataGet, conn: c2.id, op: uint64(i)<<32 | 1, addr: d.addr, n: d.n, region: d.region, base: d.base, size: d.size}
+		h.encode(&ev.Header)
+		w2.data(&ev)
+	}
+	queued, state := len(w2.answers), c2.state
+	w2.nanswer = saved
+	w2.mu.Unlock()
+	if state != connFailed || queued > 0 {
+		t.Fatalf("after %d gets of a peer that reads no answer: %d answers queued, connection state %d; want it failed, none queued", flood, queued, state)
+	}
+	if err := c2.Err(); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("the connection ended with %v, want ErrProtocol", err)
+	}
+}

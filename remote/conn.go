@@ -36,6 +36,7 @@ type Conn struct {
 	msgBytes  int
 	acks      []uint64 // puts of the peer's placed this round, to acknowledge (messages.go)
 	acking    bool     // in w.acking
+	answering int      // answers to the peer waiting for a slot in w.answers (maxQueuedAnswers)
 	reaped    bool
 	watcher   *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
 	pid       uint32   // the peer's process, while watched
@@ -298,6 +299,16 @@ func (w *Worker) failConn(c *Conn, err error) {
 	}
 	clear(w.queue[len(kept):])
 	w.queue = kept
+	if c.answering > 0 { // its peer's answers waiting for a slot: none will be sent
+		answers := w.answers[:0]
+		for _, a := range w.answers {
+			if a.c != c {
+				answers = append(answers, a)
+			}
+		}
+		clear(w.answers[len(answers):])
+		w.answers, c.answering = answers, 0
+	}
 	if c.abandoned { // the peer is gone and UCX will not say so: end everything now
 		w.abandonSlots(c)
 		w.reap(c)

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"encoding/binary"
+	"fmt"
 	"regexp"
 
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
@@ -362,11 +363,22 @@ func (w *Worker) postAnswer(c *Conn, op ucx.Op, lr *localRegion) {
 	w.stats.answers.Add(1)
 	i, ok := w.takeSlot(slotAnswer)
 	if !ok {
+		if c.answering >= maxQueuedAnswers {
+			w.failConn(c, fmt.Errorf("%w: %s sent more than %d data messages this worker could not answer yet", ErrProtocol, c.remote, maxQueuedAnswers))
+			return
+		}
+		c.answering++
 		w.answers = append(w.answers, pendingAnswer{c: c, op: op, lr: lr})
 		return
 	}
 	w.sendAnswer(c, i, op, lr)
 }
+
+// maxQueuedAnswers bounds a connection's answers waiting for a slot (w.answers): a peer's
+// operations by message in flight are at most its MaxInFlight (1<<20 at most) and the gets
+// of its window, each answered once at most; a peer that sends more, while it does not read
+// the answers (which keeps the answer slots in flight), would grow the queue without bound.
+const maxQueuedAnswers = 1<<20 + getWindow
 
 type pendingAnswer struct {
 	c  *Conn
@@ -394,6 +406,8 @@ func (w *Worker) postAnswers() {
 	for len(w.answers) > 0 {
 		a := w.answers[0]
 		if a.c.state != connOpen {
+			a.c.answering--
+			w.answers[0] = pendingAnswer{}
 			w.answers = w.answers[1:]
 			continue
 		}
@@ -401,6 +415,7 @@ func (w *Worker) postAnswers() {
 		if !ok {
 			return
 		}
+		a.c.answering--
 		w.answers[0] = pendingAnswer{}
 		w.answers = w.answers[1:]
 		if a.lr != nil && w.byID[a.lr.id] != a.lr {
