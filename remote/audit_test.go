@@ -220,3 +220,57 @@ func TestAnswerQueueBounded(t *testing.T) {
 		t.Fatalf("the connection ended with %v, want ErrProtocol", err)
 	}
 }
+
+// TestSilentConnectionExpires: a client that connects to a listener and never sends its hello
+// holds a place among the endpoints waiting for one (maxPending of them: then the listener
+// refuses everyone) only until the handshake's deadline; its endpoint is closed then.
+func TestSilentConnectionExpires(t *testing.T) {
+	needUCX(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	defer func(d time.Duration) { helloTimeout = d }(helloTimeout)
+	helloTimeout = 300 * time.Millisecond
+	w1, w2 := newWorker(t), newWorker(t)
+	l, err := w2.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, _, err := sockaddr(l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1.mu.Lock()
+	ep, err := w1.uw.ConnectSockaddr(sa) // an endpoint, and no hello on it
+	w1.signal()
+	w1.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := func() int {
+		w2.mu.Lock()
+		defer w2.mu.Unlock()
+		return len(w2.pending)
+	}
+	for pending() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the listener never accepted the endpoint")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(3 * helloTimeout)
+	if n := pending(); n != 0 {
+		t.Fatalf("%v after a connection without a hello, %d endpoints still wait for one (deadline %v)", 3*helloTimeout, n, helloTimeout)
+	}
+	// The listener still serves a client that says hello.
+	c, err := w1.Connect(ctx, l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Accept(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	w1.mu.Lock()
+	w1.closeEp(ep, nil, true)
+	w1.mu.Unlock()
+}

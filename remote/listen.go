@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
 )
@@ -20,6 +21,11 @@ import (
 
 // maxPending bounds the endpoints accepted by listeners and waiting for their hello.
 const maxPending = 1024
+
+// helloTimeout is how long an endpoint a listener accepted waits for its client's hello: one
+// that says nothing is closed then, so that silent clients hold none of the maxPending places
+// for long (a variable: tests shorten it).
+var helloTimeout = 10 * time.Second
 
 // Listener takes connections on a socket address.
 type Listener struct {
@@ -117,6 +123,32 @@ func (w *Worker) connRequest(r ucx.ConnRequest, tag uint64) {
 		return
 	}
 	w.pending[ep] = l
+	if w.pendingSince == nil {
+		w.pendingSince = map[ucx.Ep]time.Time{}
+	}
+	w.pendingSince[ep] = time.Now()
+}
+
+// expirePending closes the endpoints accepted by a listener whose client has sent no hello
+// within helloTimeout, and forgets those that left pending otherwise. Under mu, by the
+// progress goroutine.
+func (w *Worker) expirePending(now time.Time) {
+	if len(w.pendingSince) == 0 || now.Sub(w.expired) < min(helloTimeout/4, idleTick) {
+		return
+	}
+	w.expired = now
+	for ep, since := range w.pendingSince {
+		if w.pending[ep] == nil {
+			delete(w.pendingSince, ep) // a hello came, or it failed, or its listener closed
+			continue
+		}
+		if now.Sub(since) >= helloTimeout {
+			delete(w.pendingSince, ep)
+			delete(w.pending, ep)
+			w.logf("remote: a client of a listener sent no hello within %v: its endpoint is closed", helloTimeout)
+			w.closeEp(ep, nil, !w.opts.SharedMemory)
+		}
+	}
 }
 
 // Connect connects to the listener at address ("host:port"), waiting for the handshake until

@@ -75,6 +75,8 @@ type Worker struct {
 	conns         map[uint64]*Conn
 	byEp          map[ucx.Ep]*Conn
 	pending       map[ucx.Ep]*Listener // endpoints accepted by a listener, before their hello
+	pendingSince  map[ucx.Ep]time.Time // when each of pending was accepted (helloTimeout); may keep entries pending lost
+	expired       time.Time            // when expirePending last looked
 	lis           map[uint64]*Listener
 	inbound       chan *Conn // connections made by Dial to this worker's address
 	regs          map[*Registration]bool
