@@ -377,8 +377,9 @@ func (w *Worker) postAnswer(c *Conn, op ucx.Op, lr *localRegion) {
 // maxQueuedAnswers bounds a connection's answers waiting for a slot (w.answers): a peer's
 // operations by message in flight are at most its MaxInFlight (1<<20 at most) and the gets
 // of its window, each answered once at most; a peer that sends more, while it does not read
-// the answers (which keeps the answer slots in flight), would grow the queue without bound.
-const maxQueuedAnswers = 1<<20 + getWindow
+// the answers (which keeps the answer slots in flight), would grow the queue without bound. A
+// variable: tests lower it.
+var maxQueuedAnswers = 1<<20 + getWindow
 
 type pendingAnswer struct {
 	c  *Conn
