@@ -55,6 +55,26 @@ func checkMemfd(fd int, size uintptr) error {
 	return nil
 }
 
+// distinctFiles verifies that no two of fds are one file (a memfd sent twice, or the control
+// region's sent again as a region): two regions mapped from one file are one memory, and the
+// grants of each would be lent as distinct memory (overlapping buffers), or the control
+// region would be buffer memory.
+func distinctFiles(fds []int) error {
+	seen := make(map[[2]uint64]bool, len(fds))
+	for _, fd := range fds {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("%w: fstat: %v", ErrProtocol, err)
+		}
+		k := [2]uint64{uint64(st.Dev), st.Ino}
+		if seen[k] {
+			return fmt.Errorf("%w: one file sent as two of the pool's regions (or as its control region and a region)", ErrProtocol)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
 // mlockOnFault is MLOCK_ONFAULT of <linux/mman.h> (x/sys lacks it).
 const mlockOnFault = 1
 

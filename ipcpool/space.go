@@ -73,6 +73,9 @@ func (sp *space) mapAll(cfg spaceConfig) error {
 			return err
 		}
 	}
+	if err := distinctFiles(sp.fds); err != nil {
+		return err
+	}
 	if sp.base, err = reserve(sp.poolBytes(), mapAlign); err != nil {
 		return err
 	}

@@ -1,0 +1,106 @@
+package ipcpool
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// fakeOwnerWith is fakeOwner with the descriptors of the hello chosen by pick (from the
+// control region's and the regions' own) and the hello's slot given: grants are answered with
+// grant 0, 1, 2... in turn.
+func fakeOwnerWith(t *testing.T, l layout, slot int, pick func(fds []int) []int) string {
+	t.Helper()
+	h := hello{pool: 99, slot: slot, serial: 1, layout: l, ctlSize: l.ctlBytes(), epoch: 1}
+	sizes := []uintptr{h.ctlSize}
+	for range l.regions {
+		sizes = append(sizes, l.regionSize)
+	}
+	fds := memfds(t, sizes...)
+	base, err := mapCtl(fds[0], h.ctlSize)
+	must(t, "map", err)
+	t.Cleanup(func() { _ = unmap(base, h.ctlSize) })
+	c := newCtl(l, words(base, h.ctlSize))
+	c.writeHeader(h.pool, 0)
+	c.slotStore(slot, sSerial, h.serial)
+	sent := pick(fds)
+	var next atomic.Uint64
+	return fakeServer(t, func(conn *net.UnixConn) {
+		if _, err := readMsg(conn); err != nil {
+			return
+		}
+		if sendFds(conn, h.encode(), sent, time.Second) != nil {
+			return
+		}
+		if m, err := readMsg(conn); err != nil || m.op != opReady {
+			return
+		}
+		_ = writeMsg(conn, msg{op: opReply, a: stOK}, time.Second)
+		for {
+			m, err := readMsg(conn)
+			if err != nil {
+				return
+			}
+			switch m.op {
+			case opGrant:
+				_ = writeMsg(conn, msg{op: opReply, seq: m.seq, a: stOK, b: next.Add(1) - 1}, time.Second)
+			case opDetach:
+				_ = writeMsg(conn, msg{op: opReply, seq: m.seq, a: stOK}, time.Second)
+			}
+		}
+	})
+}
+
+// An owner (or a donor to an adopting owner: adopt maps through the same mapSpace) that sends
+// one memfd as two regions of the pool, or the control region's as a region, passes every
+// check of size and seals; the process then maps two regions, or the control region and a
+// region, over the same memory, and two grants the owner lends it (distinct, each inside the
+// pool) are one memory: two buffers of one Alloc each overlap. The attach must be refused.
+func TestAliasedRegionsRefused(t *testing.T) {
+	// Two regions of 2 MiB sent as one memfd twice.
+	two := layout{regions: 2, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	// A control region of exactly 2 MiB, sent again as the pool's one region.
+	one := layout{regions: 1, regionSize: 2 << 20, grantSize: 2 << 20, slots: 1, ringCap: 8, exports: 32760}
+	if one.ctlBytes() != one.regionSize {
+		t.Fatalf("the control region is %d bytes, want %d", one.ctlBytes(), one.regionSize)
+	}
+	for _, c := range []struct {
+		name string
+		l    layout
+		slot int
+		pick func(fds []int) []int
+	}{
+		{"one memfd as two regions", two, 1, func(fds []int) []int { return []int{fds[0], fds[1], fds[1]} }},
+		{"the control region as a region", one, 0, func(fds []int) []int { return []int{fds[0], fds[0]} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := fakeOwnerWith(t, c.l, c.slot, c.pick)
+			p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true, Timeout: time.Second})
+			if err == nil {
+				defer p.Close()
+				if c.l.regions == 2 {
+					// Show what it leads to: two buffers, in two grants, of one memory.
+					a, err := p.Alloc(1<<21 - 4096)
+					must(t, "Alloc", err)
+					b, err := p.Alloc(1<<21 - 4096)
+					must(t, "Alloc", err)
+					fillSeq(a, 1)
+					fillSeq(b, 2)
+					if a[0] != 1 {
+						t.Errorf("buffers %#x and %#x, in two grants, are one memory: a write to one changed the other",
+							mem.Addr(a), mem.Addr(b))
+					}
+				}
+				t.Fatalf("Attach to an owner sending %s: accepted, want ErrProtocol", c.name)
+			}
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("Attach to an owner sending %s: %v, want ErrProtocol", c.name, err)
+			}
+		})
+	}
+}
