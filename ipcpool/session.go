@@ -220,7 +220,10 @@ func (w *Owner) takeSlot(c *net.UnixConn, cred *unix.Ucred) int {
 	}
 	for s := 1; s < len(w.procs); s++ {
 		st := &w.procs[s]
-		if st.used {
+		// A serial past what a hello carries (decodeHello) is none an owner wrote: a forged
+		// slot line of a pool this owner adopted (rebuild). Lent, every process that attaches
+		// to the slot would refuse its hello: the slot is given up instead.
+		if st.used || st.serial >= maxPoolSize {
 			continue
 		}
 		st.serial++
