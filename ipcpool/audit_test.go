@@ -144,3 +144,51 @@ func TestForgedSlotSerialBlocksNoAttach(t *testing.T) {
 		must(t, "Close", q.Close())
 	}
 }
+
+// The same, from a donor: a process that rejoins an owner waiting to adopt the pool hands it
+// the pool's descriptors with one memfd as both regions. The owner must cut it off, not adopt
+// the pool (and ask for its claims).
+func TestAliasedDonationRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	l := layout{regions: 2, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	const pool = 77
+	fds := memfds(t, l.ctlBytes(), l.regionSize)
+	base, err := mapCtl(fds[0], l.ctlBytes())
+	must(t, "map", err)
+	t.Cleanup(func() { _ = unmap(base, l.ctlBytes()) })
+	c := newCtl(l, words(base, l.ctlBytes()))
+	c.writeHeader(pool, 0)
+	c.slotStore(1, sSerial, 1)
+	served := make(chan *Owner, 1)
+	go func() {
+		w, err := Serve(path, Options{Size: 4 << 20, Adopt: 2 * time.Second, Timeout: 300 * time.Millisecond, FallbackPageable: true})
+		if err != nil {
+			t.Error(err)
+		}
+		served <- w
+	}()
+	t.Cleanup(func() {
+		if w := <-served; w != nil {
+			_ = w.Close()
+		}
+	})
+	var conn *net.UnixConn
+	waitFor(t, func() bool {
+		nc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		conn = nc
+		return err == nil
+	})
+	defer conn.Close()
+	must(t, "intro", writeMsg(conn, msg{op: opIntro, flags: introRejoin, seq: wireVersion, a: ctlMagic, b: pool}, time.Second))
+	must(t, "rejoin", writeMsg(conn, msg{op: opRejoin, a: 1, b: 1}, time.Second))
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	m, err := readMsg(conn)
+	if err != nil || m.op != opReply || m.a != stDonate {
+		t.Fatalf("the owner's answer to a rejoin: %+v %v, want stDonate", m, err)
+	}
+	b := msg{op: opDonate}.encode()
+	must(t, "donate", sendFds(conn, b[:], []int{fds[0], fds[1], fds[1]}, time.Second))
+	if m, err := readMsg(conn); err == nil {
+		t.Fatalf("the owner adopted a pool of one memfd as two regions: it answered %+v", m)
+	}
+}
