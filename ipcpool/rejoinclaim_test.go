@@ -473,3 +473,41 @@ func TestRefusedRejoinKeepsClaimedGrants(t *testing.T) {
 		})
 	}
 }
+
+// A slot's serial is a word of the control region: a scribbler gives a slot a serial no owner
+// wrote (2^45: a hello carries at most maxPoolSize, decodeHello) while no owner runs. The
+// owner that adopts the pool takes it, gives the slot up at the rejoins' deadline, and lends
+// it again with the serial after it: every process that attaches is sent a hello it must
+// refuse (ErrProtocol), and the slot, still the lowest free, is lent again at the next
+// attach: no attach succeeds while it is the lowest free slot.
+func TestForgedSlotSerialBlocksNoAttach(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 8<<20)
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	forged := p.slot + 1
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	p.c.slotStore(forged, sSerial, 1<<45) // the scribbler (this process)
+	w, err := Serve(path, Options{Size: 8 << 20, Adopt: 5 * time.Second, Timeout: 300 * time.Millisecond, FallbackPageable: true})
+	must(t, "Serve adopting", err)
+	t.Cleanup(func() {
+		_ = p.Close()
+		_ = w.Close()
+	})
+	waitFor(t, func() bool { return p.Rejoined() == 1 })
+	for i := range 3 {
+		// Given up at the rejoins' deadline; then each failed attach frees it again.
+		waitFor(t, func() bool { return !w.slotUsed(forged) })
+		q, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true, Timeout: time.Second})
+		if err != nil {
+			t.Errorf("attach %d after a forged serial in slot %d: %v", i, forged, err)
+			continue
+		}
+		if q.Slot() == forged {
+			t.Errorf("attach %d lent slot %d, whose serial is past what a hello carries", i, forged)
+		}
+		must(t, "Close", q.Close())
+	}
+}
