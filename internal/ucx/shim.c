@@ -75,6 +75,7 @@ static void ev_push(pm_state *st, pm_event *e) {
 	else st->ev_head = e;
 	st->ev_tail = e;
 	st->ev_bytes += sizeof(*e) + e->len;
+	if (++st->ev_queued > st->ev_high) st->ev_high = st->ev_queued;
 }
 
 int pm_events(pm_state *st, pm_event **out, int cap) {
@@ -84,6 +85,7 @@ int pm_events(pm_state *st, pm_event **out, int cap) {
 		st->ev_head = e->next;
 		if (st->ev_head == NULL) st->ev_tail = NULL;
 		st->ev_bytes -= sizeof(*e) + (e->kind == PM_EV_DATA ? 0 : e->len);
+		st->ev_queued--;
 		out[n++] = e;
 	}
 	return n;

@@ -69,6 +69,7 @@ typedef struct pm_state {
 	pm_event *ev_head, *ev_tail;
 	size_t ev_bytes, ev_limit;
 	uint64_t ev_dropped;
+	uint64_t ev_queued, ev_high; // events queued now (every kind), and the most ever queued at once
 	uint64_t landed; // answers copied straight into place (land_reply)
 } pm_state;
 

@@ -96,6 +96,10 @@ func (w *Worker) Destroy() {
 // found no memory.
 func (w *Worker) Dropped() uint64 { return uint64(w.st.ev_dropped) }
 
+// Queued returns the number of events the callbacks queued that Events has not handed out
+// yet, and the most that were ever queued at once (the queue's high-water mark).
+func (w *Worker) Queued() (now, high uint64) { return uint64(w.st.ev_queued), uint64(w.st.ev_high) }
+
 // Landed returns the number of answers to gets that the callbacks copied straight into place
 // (ArmReply).
 func (w *Worker) Landed() uint64 { return uint64(w.st.landed) }
