@@ -278,3 +278,75 @@ func TestSilentConnectionExpires(t *testing.T) {
 	w1.closeEp(ep, nil, true)
 	w1.mu.Unlock()
 }
+
+// TestDataFloodQueueBounded: a peer that sends data messages faster than the target's progress
+// goroutine takes them (here 200,000 small gets, or puts of 512 bytes, naming no region of the
+// target's, each answered with a refusal) must not grow the queue that UCX's callbacks fill (a
+// malloc per message, and the bytes of a put copied, or held in UCX's buffers) without bound:
+// the progress goroutine stops calling UCX's progress while events of its last call remain, so
+// the queue holds at most what one call of progress received, and the rest waits in the
+// sockets (the peer's sends in its own UCX). Every message is still answered: none is dropped.
+func TestDataFloodQueueBounded(t *testing.T) {
+	for _, kind := range []uint8{dataGet, dataPut} {
+		name := map[uint8]string{dataGet: "gets", dataPut: "puts"}[kind]
+		t.Run(name, func(t *testing.T) { testDataFlood(t, kind) })
+	}
+}
+
+func testDataFlood(t *testing.T, kind uint8) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	hostile, target, hr, _, hc, _ := connectedPair(t, ctx)
+	flood := 200_000
+	if raceEnabled {
+		flood = 50_000
+	}
+	const bound = 4096 // events queued at once, at most
+	var payload []byte
+	var src *localRegion
+	if kind == dataPut {
+		b, err := hr.pool.Alloc(512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = hr.pool.Free(b) }()
+		if src, err = hostile.regionOf(b); err != nil {
+			t.Fatal(err)
+		}
+		payload = b
+	}
+	target.mu.Lock()
+	before := target.stats.answers.Load()
+	target.mu.Unlock()
+	start := time.Now()
+	hostile.mu.Lock()
+	for i := range flood {
+		op := ucx.Op{Ep: hc.ep, Kind: ucx.OpData}
+		h := dataHeader{kind: kind, conn: hc.peerID, op: uint64(i)<<32 | 1, addr: 1 << 40, n: 8, region: 1<<31 + 7, base: 1 << 40, size: 4096}
+		if payload != nil {
+			op.Local, op.Length, op.Mem = uint64(mem.Addr(payload)), uint64(len(payload)), src.mem
+			h.n = uint64(len(payload))
+		}
+		h.encode(&op.Header)
+		hostile.postAnswer(hc, op, nil) // the hostile worker's own queue of sends takes what its slots cannot
+	}
+	hostile.signal()
+	hostile.mu.Unlock()
+	for target.stats.answers.Load()-before < uint64(flood) {
+		if ctx.Err() != nil {
+			t.Fatalf("the target answered %d of %d messages", target.stats.answers.Load()-before, flood)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	target.mu.Lock()
+	_, high := target.uw.Queued()
+	dropped := target.uw.Dropped()
+	target.mu.Unlock()
+	t.Logf("%d data messages answered in %v; the target's event queue held %d at most", flood, time.Since(start).Round(time.Millisecond), high)
+	if dropped != 0 {
+		t.Errorf("the target dropped %d messages", dropped)
+	}
+	if high > bound {
+		t.Fatalf("a flood of %d data messages queued %d events at once in the target's callbacks (bound %d): the queue grows with the flood", flood, high, bound)
+	}
+}

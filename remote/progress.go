@@ -89,12 +89,21 @@ func (w *Worker) loop() {
 	}
 }
 
-// round calls UCX's progress and hands on what its callbacks queued; it says whether anything
-// happened. Under mu.
+// round calls UCX's progress and hands on what its callbacks queued, ucx.EventBatch events at
+// most; it says whether anything happened. While the last round left events queued (it took a
+// full batch), it does not call progress: the callbacks queue every data message UCX delivers
+// (none may be dropped: its sender waits for the answer), so a peer that sends faster than the
+// rounds take them would otherwise grow the queue without bound, a malloc per message. So the
+// queue holds at most what one call of progress receives (ucx.Worker.Progress stops at a
+// batch), and the rest waits in UCX's transports, where it pushes back on the sender. Under mu.
 func (w *Worker) round() (worked bool) {
-	n, progressed := w.uw.Progress(rounds, w.cq)
-	w.complete(w.cq[:n])
-	w.events = w.uw.Events(w.events[:0], 256)
+	n, progressed := 0, w.backlog // a round that skips progress has events to take still
+	if !w.backlog {
+		n, progressed = w.uw.Progress(rounds, w.cq)
+		w.complete(w.cq[:n])
+	}
+	w.events = w.uw.Events(w.events[:0], ucx.EventBatch)
+	w.backlog = len(w.events) == ucx.EventBatch
 	for i := range w.events {
 		w.handle(&w.events[i])
 		w.events[i] = ucx.Event{}

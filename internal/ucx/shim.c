@@ -151,7 +151,10 @@ static int land_reply(pm_state *st, const unsigned char *h, const void *data, si
 // armed get wants them (land_reply), or are kept in UCX's buffer when UCX lets them be
 // (UCP_AM_RECV_ATTR_FLAG_DATA: the callback returns UCS_INPROGRESS and pm_data_release gives
 // them back), or copied. Data messages are never dropped: the peer waits for the answer to
-// each, and their number is bounded by its operations in flight.
+// each. A hostile peer may send them faster than they are answered; their number queued is
+// bounded by the caller, which calls pm_progress only once pm_events has left none queued,
+// and pm_progress stops at ev_cap of them (remote/progress.go's round): the rest waits in
+// UCX's transports.
 pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
                               const pm_ucp_am_recv_param_t *param) {
 	pm_state *st = arg;
@@ -177,7 +180,7 @@ pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, s
 	memcpy(e->hdr, header, PM_HDR);
 	if (copy > 0) memcpy(e->data, data, copy);
 	ev_push(st, e);
-	st->ev_bytes -= e->len; // bounded by the peer's operations in flight, not by ev_limit
+	st->ev_bytes -= e->len; // not bounded by ev_limit: by the caller's progress (above)
 	return keep ? PM_UCS_INPROGRESS : PM_UCS_OK;
 }
 

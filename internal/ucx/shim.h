@@ -150,8 +150,8 @@ int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigne
             pm_op *ops, int n);
 int pm_am_send(uintptr_t fn, uintptr_t ep, unsigned id, const void *hdr, size_t hlen,
                const void *data, size_t len, int reply, pm_state *st, uint32_t slot);
-int pm_progress(uintptr_t fn, uintptr_t worker, pm_state *st, int rounds, pm_cqe *out, int cap,
-                unsigned *progressed);
+int pm_progress(uintptr_t fn, uintptr_t worker, pm_state *st, int rounds, uint64_t ev_cap, pm_cqe *out,
+                int cap, unsigned *progressed);
 
 char *pm_ep_info(uintptr_t fn, uintptr_t ep, size_t *len);
 

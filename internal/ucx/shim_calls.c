@@ -350,13 +350,13 @@ int pm_am_send(uintptr_t fn, uintptr_t ep, unsigned id, const void *hdr, size_t 
 	return ptr_status(((am_fn)fn)((void *)ep, id, hdr, hlen, data, len, &p));
 }
 
-int pm_progress(uintptr_t fn, uintptr_t worker, pm_state *st, int rounds, pm_cqe *out, int cap,
-                unsigned *progressed) {
+int pm_progress(uintptr_t fn, uintptr_t worker, pm_state *st, int rounds, uint64_t ev_cap, pm_cqe *out,
+                int cap, unsigned *progressed) {
 	unsigned total = 0;
 	for (int i = 0; i < rounds; i++) {
 		unsigned k = ((unsigned (*)(void *))fn)((void *)worker);
 		total += k;
-		if (k == 0) break;
+		if (k == 0 || st->ev_queued >= ev_cap) break; // idle, or events enough for the caller
 	}
 	*progressed = total;
 	int n = 0;

@@ -48,6 +48,13 @@ const (
 	apiMinor = 11
 )
 
+// EventBatch is the most events a caller should take from Events at a time; Progress stops
+// calling ucp_worker_progress once the callbacks have queued that many. A caller that calls
+// Progress only while Events has left nothing queued (it returned fewer than EventBatch) keeps
+// the queue, which a peer's messages fill, under EventBatch and what one ucp_worker_progress
+// receives, however fast the peer sends: the rest waits in UCX's transports (the sockets).
+const EventBatch = 256
+
 // Memory types (ucs_memory_type_t).
 const (
 	MemoryHost = 0

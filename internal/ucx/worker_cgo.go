@@ -144,16 +144,16 @@ func (w *Worker) Signal() error {
 	return w.c.l.call(symWorkerSignal, func(f C.uintptr_t) C.int { return C.pm_status_ptr(f, w.h) })
 }
 
-// Progress progresses the worker up to rounds times (fewer once a round makes no progress) and
-// returns the completions queued since the last call, at most len(out), and whether any round
-// progressed.
+// Progress progresses the worker up to rounds times (fewer once a round makes no progress, or
+// once EventBatch events or more are queued for Events) and returns the completions queued
+// since the last call, at most len(out), and whether any round progressed.
 func (w *Worker) Progress(rounds int, out []Completion) (n int, progressed bool) {
 	var p C.uint
 	var cq *C.pm_cqe
 	if len(out) > 0 {
 		cq = (*C.pm_cqe)(unsafe.Pointer(&out[0]))
 	}
-	n = int(C.pm_progress(w.c.l.must(symWorkerProgress), w.h, w.st, C.int(rounds), cq, C.int(len(out)), &p))
+	n = int(C.pm_progress(w.c.l.must(symWorkerProgress), w.h, w.st, C.int(rounds), C.uint64_t(EventBatch), cq, C.int(len(out)), &p))
 	for _, c := range out[:n] {
 		w.freeMsg(c.Slot)
 	}
