@@ -229,7 +229,8 @@ func TestSilentConnectionExpires(t *testing.T) {
 	needUCX(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	defer func(d time.Duration) { helloTimeout = d }(helloTimeout)
+	saved := helloTimeout
+	t.Cleanup(func() { helloTimeout = saved }) // after the workers' Close (cleanups run last first): their goroutines read it
 	helloTimeout = 300 * time.Millisecond
 	w1, w2 := newWorker(t), newWorker(t)
 	l, err := w2.Listen("127.0.0.1:0")
