@@ -141,7 +141,8 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 			return 0, err
 		}
 	}
-	if b.dev == 0 {
+	restored := b.dev == 0
+	if restored {
 		t.st.Misses++
 		t.lat.missAt = nanotime() // latency.go
 		t.scratch.victims = t.scratch.victims[:0]
@@ -153,12 +154,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	} else {
 		t.st.Hits++
 	}
-	if b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
-		if err := t.dev.StreamWaitEvent(uintptr(s), uintptr(b.readyEv)); err != nil {
-			return 0, fmt.Errorf("uvm: stream %#x waits for block %#x: %w", s, uint64(h), err)
-		}
-	}
-	if err := t.waitReleases(b, s); err != nil { // release.go
+	if err := t.waitReady(id, b, s, restored); err != nil {
 		return 0, fmt.Errorf("uvm: stream %#x waits for block %#x: %w", s, uint64(h), err)
 	}
 	if m == Write {
@@ -178,6 +174,24 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	}
 	b.uses = append(b.uses, use{s: s, n: 1})
 	return b.dev, nil
+}
+
+// waitReady makes s wait for block id's restore if it is in flight, and for its releases on
+// other streams (release.go). When a wait cannot be queued, a block that this Acquire brought
+// back (restored) stays on the device, unacquired: it goes into the policy, evictable as the
+// invariants want, not held outside every list with its VRAM for good. t.mu is held.
+func (t *Tier) waitReady(id BlockID, b *block, s cuda.Stream, restored bool) error {
+	var err error
+	if b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
+		err = t.dev.StreamWaitEvent(uintptr(s), uintptr(b.readyEv))
+	}
+	if err == nil {
+		err = t.waitReleases(b, s)
+	}
+	if err != nil && restored {
+		t.policy.Used(id)
+	}
+	return err
 }
 
 // Release ends one use of block h on stream s: an event recorded on s now marks the end of

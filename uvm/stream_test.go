@@ -177,3 +177,55 @@ func TestPerThreadStreamRefused(t *testing.T) {
 	}
 	must(t, tr.Close())
 }
+
+// TestFailedAcquireAfterRestoreStaysEvictable: an Acquire that brings a block back and then
+// fails (here the user's stream, known to the tier, was destroyed without ForgetStream, so the
+// wait on the restore's event is refused) leaves the block on the device, unacquired. It must
+// then be in the policy: evictable, as the invariants say. Before the fix it was on the device
+// and in no list, so its VRAM was held for good: Verify said so, and an Acquire that needed its
+// room failed with ErrAllPinned although nothing but the caller's own block was acquired.
+func TestFailedAcquireAfterRestoreStaysEvictable(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const size = 64 * kib
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 2 * size, ThrashLapse: -1})
+	hs := filled(t, tr, 3, size)
+	good := stream(t, dev)
+	dead, err := dev.StreamCreate(true)
+	must(t, err)
+	// The tier learns the dead stream while it lives.
+	_, err = tr.Acquire(hs[2], pcuda.Stream(dead), uvm.Read)
+	must(t, err)
+	must(t, tr.Release(hs[2], pcuda.Stream(dead)))
+	must(t, tr.Evict(hs))
+	must(t, dev.StreamDestroy(dead))
+	if _, err := tr.Acquire(hs[0], pcuda.Stream(dead), uvm.Read); err == nil {
+		t.Fatal("Acquire on a destroyed stream succeeded")
+	}
+	if err := tr.Verify(); err != nil {
+		t.Errorf("after the failed Acquire: %v", err)
+	}
+	// hs[1] acquired: the budget's other half must come from hs[0], released and cold.
+	p1, err := tr.Acquire(hs[1], good, uvm.Read)
+	must(t, err)
+	p2, err := tr.Acquire(hs[2], good, uvm.Read)
+	if err != nil {
+		t.Fatalf("Acquire with one block of two acquired and the other unused: %v", err)
+	}
+	for i, p := range []pcuda.DevicePtr{p1, p2} {
+		if !bytes.Equal(readDev(t, dev, good, p, size), pattern(byte(i+1), size)) {
+			t.Errorf("block %d: bytes differ", i+1)
+		}
+	}
+	must(t, tr.Release(hs[1], good))
+	must(t, tr.Release(hs[2], good))
+	b, err := tr.AcquireHost(hs[0], uvm.Read)
+	must(t, err)
+	if !bytes.Equal(b, pattern(0, size)) {
+		t.Error("block 0: bytes differ")
+	}
+	must(t, tr.ReleaseHost(hs[0]))
+
+}
