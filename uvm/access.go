@@ -51,8 +51,9 @@ func (m Mode) String() string {
 // writing, or for reading and m is Write), an error matching cuda.ErrCapturing when s is
 // capturing a CUDA graph and the block must be waited for there (it is brought back or still
 // arriving, or was last released on another stream: the wait would be a node of the graph),
-// and the errors of the copy, the device heap and the driver, after which the block is where it
-// was. A block resident and ready for s is acquired with no driver call, capture or not: a
+// and the errors of the copy, the device heap and the driver, after which the block is not
+// acquired: where it was, or, when its copy back was queued and a wait for it on s could not
+// be, resident and evictable like any block not acquired. A block resident and ready for s is acquired with no driver call, capture or not: a
 // graph that uses it must be launched for the last time before its Release, which the tier
 // cannot know; acquire a graph's blocks before the capture begins.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
