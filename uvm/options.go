@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -20,7 +21,8 @@ const (
 
 // Options configures a Tier.
 type Options struct {
-	// DeviceBudget is the VRAM the tier's blocks may hold, in bytes (required).
+	// DeviceBudget is the VRAM the tier's blocks may hold, in bytes (required; at most 128 TiB,
+	// heap.MaxCapacity, as is HostCapacity).
 	DeviceBudget int
 	// HostCapacity caps the pinned host pool (default 4×DeviceBudget). Blocks whose bytes
 	// would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.
@@ -67,11 +69,12 @@ type Options struct {
 
 // withDefaults checks o and fills in the defaults of the fields left zero.
 func (o Options) withDefaults() (Options, error) {
-	if o.DeviceBudget <= 0 {
-		return o, fmt.Errorf("%w: DeviceBudget %d (required, above 0)", ErrInvalidOptions, o.DeviceBudget)
+	if o.DeviceBudget <= 0 || o.DeviceBudget > heap.MaxCapacity {
+		return o, fmt.Errorf("%w: DeviceBudget %d (required, above 0 and at most 128 TiB)", ErrInvalidOptions, o.DeviceBudget)
 	}
-	if o.HostCapacity < 0 || o.HostPrecommit < 0 {
-		return o, fmt.Errorf("%w: HostCapacity %d, HostPrecommit %d (want 0 or more)", ErrInvalidOptions, o.HostCapacity, o.HostPrecommit)
+	if o.HostCapacity < 0 || o.HostPrecommit < 0 || o.HostCapacity > heap.MaxCapacity {
+		return o, fmt.Errorf("%w: HostCapacity %d, HostPrecommit %d (want 0 or more, HostCapacity at most 128 TiB)",
+			ErrInvalidOptions, o.HostCapacity, o.HostPrecommit)
 	}
 	if o.HostCapacity == 0 {
 		o.HostCapacity = 4 * o.DeviceBudget

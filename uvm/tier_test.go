@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -218,6 +219,16 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := uvm.New(public(dev), uvm.Options{DeviceBudget: 1 << 20, HostCapacity: 1 << 20, HostPrecommit: 2 << 20}); !errors.Is(err, uvm.ErrInvalidOptions) {
 		t.Errorf("New with HostPrecommit above HostCapacity: %v", err)
+	}
+	// Absurd sizes: the default HostCapacity (4x the budget) and the heap's room wrapped
+	// around, and the error named a negative HostCapacity or capacity the caller never gave.
+	for _, o := range []uvm.Options{{DeviceBudget: math.MaxInt / 2}, {DeviceBudget: math.MaxInt},
+		{DeviceBudget: 1 << 20, HostCapacity: math.MaxInt}} {
+		_, err := uvm.New(public(dev), o)
+		if !errors.Is(err, uvm.ErrInvalidOptions) || !strings.Contains(err.Error(), "at most 128 TiB") {
+			t.Errorf("New with DeviceBudget %d, HostCapacity %d: %v, want ErrInvalidOptions naming the limit",
+				o.DeviceBudget, o.HostCapacity, err)
+		}
 	}
 	if _, err := tr.Alloc(0); !errors.Is(err, uvm.ErrInvalidOptions) {
 		t.Errorf("Alloc(0): %v", err)
