@@ -1,7 +1,10 @@
 package pinned
 
 import (
+	"errors"
 	"fmt"
+
+	"github.com/pinmalloc/pinmalloc"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
@@ -37,16 +40,24 @@ func (p *Pool) ForgetStream(s cuda.Stream) error {
 // forget is ForgetStream. Live buffers whose tags name s learn that it was forgotten when
 // they are freed (streamq's Lists.Forgotten, in deferTagged and deferShared), so that forgetting
 // costs O(1) beyond s's own deferred buffers.
+//
+// It waits first and forgets after: a stream marked forgotten is one whose work has passed
+// (the frees of the live buffers recorded on it stop waiting for it), so a wait that fails
+// leaves s as it was, known and waited for. A stream a capture holds is refused before the
+// synchronize of the context, which would invalidate the capture.
 func (o *streamOrder) forget(s cuda.Stream) error {
 	o.reclMu.Lock()
 	defer o.reclMu.Unlock()
-	l := o.lists.Forget(uintptr(s))
-	if err := o.waitFor(s, l); err != nil {
+	if err := o.waitFor(s, o.lists.Lookup(uintptr(s))); err != nil {
+		if errors.Is(err, pinmalloc.ErrCapturing) {
+			return fmt.Errorf("pinned: forget stream %#x: %w; it stays known, and the buffers deferred or recorded on it wait for it", s, err)
+		}
 		// Destroyed already, most likely: the context's synchronize waits for its work.
 		if err2 := o.points().WaitAll(); err2 != nil {
-			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; the buffers deferred on it stay held", s, err, err2)
+			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; it stays known, and the buffers deferred or recorded on it wait for it", s, err, err2)
 		}
 	}
+	l := o.lists.Forget(uintptr(s))
 	if l != nil {
 		o.done = o.lists.Release(l, o.done)
 	}
