@@ -164,6 +164,11 @@ func (h Hold) Release() error {
 	case freedSync:
 		return p.Free(b)
 	case freedAsync:
+		if p.order != nil && p.order.lists.Forgotten(uintptr(u.stream)) {
+			// ForgetStream since the FreeAsync: the stream has passed the work queued before
+			// it, and its handle may be destroyed (the driver refuses it) or another stream's.
+			return p.Free(b)
+		}
 		return p.FreeAsync(b, u.stream)
 	}
 	return nil
