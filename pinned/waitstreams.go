@@ -14,10 +14,13 @@ import (
 // returns at once for a buffer no stream was recorded on (or only streams forgotten since:
 // ForgetStream), and in a pool whose copies are
 // synchronous (any backend but CUDAHost). Errors: b not in a live buffer of the pool
-// (ErrNotOwned, ErrDoubleFree), a stream the driver refuses.
+// (ErrNotOwned, ErrDoubleFree), a stream the driver refuses, a released pool (ErrClosed).
 func (p *Pool) WaitStreams(b []byte) error {
 	if len(b) == 0 {
 		return errEmptySlice
+	}
+	if p.released.Load() {
+		return ErrClosed
 	}
 	if p.order == nil {
 		return nil
