@@ -12,13 +12,13 @@ import (
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
-// TestFakeForgetStreamFailedKeepsRecord: a buffer recorded on stream s (an HtoDAsync from it,
-// still queued; s's list, empty, left the lists at two reclaims), then a ForgetStream of s that fails (s captures a graph: the pool can neither
-// query nor synchronize it). The failed ForgetStream used to mark s forgotten all the same, so
-// the buffer's later Free took it back at once and the next Alloc handed it out with the copy
-// still queued: the device got the next owner's bytes. It also synchronized the context after
-// the refused wait, which invalidated the user's capture. Now it refuses (cuda.ErrCapturing)
-// and leaves s known.
+// TestFakeForgetStreamFailedKeepsRecord: a buffer recorded on stream s (an HtoDAsync from it, still
+// queued; s's list, empty, left the lists at two reclaims), then a ForgetStream of s that fails (s
+// captures a graph: the pool can neither query nor synchronize it). The failed ForgetStream used to
+// mark s forgotten all the same, so the buffer's later Free took it back at once and the next Alloc
+// handed it out with the copy still queued: the device got the next owner's bytes. It also
+// synchronized the context after the refused wait, which invalidated the user's capture. Now it
+// refuses (cuda.ErrCapturing) and leaves s known.
 func TestFakeForgetStreamFailedKeepsRecord(t *testing.T) {
 	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1})
 	if r == nil {
