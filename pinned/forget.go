@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc"
-
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
@@ -19,6 +18,10 @@ import (
 // s has passed what it did with them, and their free no longer waits for it. It costs a query
 // of s (a synchronize when s is busy; of the pool's context when the driver no longer knows
 // s), and a take-back of the buffers deferred on s: never a walk of the live buffers.
+//
+// When the wait fails, s stays known and nothing is taken back: a stream capturing a CUDA graph
+// is refused with an error matching cuda.ErrCapturing (end the capture first), and a context
+// that refuses its synchronize returns the driver's error.
 //
 // A pool whose memory the driver copies synchronously knows no streams: ForgetStream does
 // nothing there. After the pool's memory is released it returns ErrClosed.

@@ -1,6 +1,7 @@
 package pinned_test
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 
@@ -161,4 +162,49 @@ func TestFakeWaitStreamsForgotten(t *testing.T) {
 	ok(t, "WaitStreams after the stream was forgotten", r.pool.WaitStreams(b))
 	ok(t, "Free", r.pool.Free(b))
 	r.finish()
+}
+
+// TestFakeHoldFreeAsyncForgottenStream: a held buffer freed with FreeAsync on stream s (its free
+// waits for the hold), then s forgotten (ForgetStream: s has passed its work) and destroyed,
+// then the hold released. The Release used to do the FreeAsync on the destroyed handle: the
+// driver refused it, Release failed, and the buffer stayed held for good, counted live, so the
+// pool could not close.
+func TestFakeHoldFreeAsyncForgottenStream(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	s, err := r.dev.StreamCreate(true)
+	ok(t, "StreamCreate", err)
+	a := r.alloc(4096, 0xA1)
+	h, err := r.pool.Hold(a)
+	ok(t, "Hold", err)
+	ok(t, "FreeAsync", r.pool.FreeAsync(a, pubcuda.Stream(s)))
+	ok(t, "ForgetStream", r.pool.ForgetStream(pubcuda.Stream(s)))
+	ok(t, "StreamDestroy", r.dev.StreamDestroy(s))
+	rerr := h.Release()
+	_ = r.pool.Trim()
+	if st := r.pool.Stats(); rerr != nil || st.Live != 0 {
+		t.Fatalf("Release after the FreeAsync's stream was forgotten and destroyed: %v; %d live, %d deferred, want nil, 0 and 0", rerr, st.Live, st.Deferred)
+	}
+	r.finish()
+}
+
+// TestFakeWaitStreamsAfterRelease: once the pool's memory is released, WaitStreams says
+// ErrClosed, as RecordStream, Hold and ForgetStream do. It used to look the address up in the
+// closed arena and say ErrNotOwned ("outside the arena").
+func TestFakeWaitStreamsAfterRelease(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	b := r.alloc(4096, 1)
+	ok(t, "Free", r.pool.Free(b))
+	ok(t, "Close", r.pool.Close())
+	if err := r.pool.WaitStreams(b); !errors.Is(err, pinned.ErrClosed) {
+		t.Errorf("WaitStreams after the release: %v, want ErrClosed", err)
+	}
+	if err := r.pool.RecordStream(b, 0); !errors.Is(err, pinned.ErrClosed) {
+		t.Errorf("RecordStream after the release: %v, want ErrClosed", err)
+	}
 }
