@@ -72,6 +72,7 @@ var captureRules = []struct {
 	{"LegacyImplicit", captureLegacyImplicit},
 	{"IsCapturingInvalidatesNothing", captureIsCapturingInvalidatesNothing},
 	{"BeginEnd", captureBeginEnd},
+	{"BatchRefused", captureBatchRefused},
 }
 
 // onFake runs rule on the fake driver.
@@ -288,4 +289,33 @@ func captureEventAfterCapture(t *testing.T, d *cuda.Device) {
 	must(t, "StreamSynchronize", d.StreamSynchronize(x.s2))
 	must(t, "EventRecord after the capture", d.EventRecord(ev, x.s))
 	must(t, "EventSynchronize after the capture", d.EventSynchronize(ev))
+}
+
+// TestCaptureBatchRefused: cuMemcpyBatchAsync has no graph node, so a batch on a capturing
+// stream is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the refusal leaves the
+// capture valid (its end still gives a graph) and moves nothing: cuda.core's copy_batch ("the
+// driver provides no graph-node form of cuMemcpyBatchAsync, so this cannot be captured into a
+// graph"); rapidsai/rmm#2518 and NVIDIA/cuopt#1753, measured on CUDA 13: cudaMemcpyAsync
+// during a capture 0, cudaMemcpyBatchAsync 900, the capture not invalidated.
+func TestCaptureBatchRefused(t *testing.T) { onFake(t, captureBatchRefused) }
+
+func captureBatchRefused(t *testing.T, d *cuda.Device) {
+	if err := d.MemcpyBatchSupported(); err != nil {
+		t.Skipf("no cuMemcpyBatchAsync_v2: %v", err)
+	}
+	x := newAsyncFixture(t, nil, d, 4096)
+	must(t, "MemsetD8", d.MemsetD8(x.dev, 1, x.n))
+	must(t, "MemsetD8", d.MemsetD8(x.dev2, 2, x.n))
+	must(t, "Synchronize", d.Synchronize())
+	capture(t, d, x.s, cuda.CaptureGlobal)
+	err := d.MemcpyBatchAsync([]uintptr{uintptr(x.dev)}, []uintptr{uintptr(x.dev2)}, []uintptr{x.n}, 0, x.s)
+	answer(t, "MemcpyBatchAsync on a capturing stream", err, codeCaptureUnsupported)
+	if st, err := d.StreamIsCapturing(x.s); err != nil || st != cuda.CaptureActive {
+		t.Errorf("StreamIsCapturing after the refused batch = %d, %v; want active", st, err)
+	}
+	endValid(t, d, x.s)
+	must(t, "Synchronize", d.Synchronize())
+	if !x.devHolds(t, x.dev, 1) {
+		t.Error("a batch refused during a capture moved bytes")
+	}
 }
