@@ -73,6 +73,7 @@ var captureRules = []struct {
 	{"IsCapturingInvalidatesNothing", captureIsCapturingInvalidatesNothing},
 	{"BeginEnd", captureBeginEnd},
 	{"BatchRefused", captureBatchRefused},
+	{"UnsafeAllocFree", captureUnsafeAllocFree},
 }
 
 // onFake runs rule on the fake driver.
@@ -318,4 +319,65 @@ func captureBatchRefused(t *testing.T, d *cuda.Device) {
 	if !x.devHolds(t, x.dev, 1) {
 		t.Error("a batch refused during a capture moved bytes")
 	}
+}
+
+// TestCaptureUnsafeAllocFree: cuMemAlloc is the driver's example of a "potentially unsafe" call
+// (cuThreadExchangeStreamCaptureMode), and cuMemFree and cuMemFreeHost synchronize the context:
+// while a capture begun GLOBAL is on (any thread), or one begun THREAD_LOCAL on the calling
+// thread, each is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (the calling thread is in
+// the default GLOBAL mode); another thread may call them beside a THREAD_LOCAL capture, and
+// the capturing thread beside a RELAXED one. The fake invalidates the capture that forbade the
+// call (unmeasured; on a GPU the end's answer is logged, and a valid graph is accepted too).
+func TestCaptureUnsafeAllocFree(t *testing.T) { onFake(t, captureUnsafeAllocFree) }
+
+func captureUnsafeAllocFree(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
+	p, err := d.MemAlloc(4096)
+	must(t, "MemAlloc", err)
+	h, err := d.MemHostAlloc(4096, 0)
+	must(t, "MemHostAlloc", err)
+	endEither := func(what string) {
+		g, err := d.StreamEndCapture(x.s)
+		t.Logf("driver: StreamEndCapture after %s = %#x, %v", what, g, err)
+		if g != 0 {
+			_ = d.GraphDestroy(g)
+		}
+	}
+	capture(t, d, x.s, cuda.CaptureGlobal)
+	q, err := d.MemAlloc(4096)
+	answer(t, "MemAlloc during a GLOBAL capture", err, codeCaptureUnsupported)
+	if err == nil {
+		defer func() { must(t, "MemFree", d.MemFree(q)) }()
+	}
+	endEither("MemAlloc")
+	capture(t, d, x.s, cuda.CaptureGlobal)
+	answer(t, "MemFree during a GLOBAL capture", d.MemFree(p), codeCaptureUnsupported)
+	endEither("MemFree")
+	capture(t, d, x.s, cuda.CaptureGlobal)
+	answer(t, "MemFreeHost during a GLOBAL capture", d.MemFreeHost(h), codeCaptureUnsupported)
+	endEither("MemFreeHost")
+	// Beside a THREAD_LOCAL capture another thread may allocate; beside a RELAXED one, the
+	// capturing thread too.
+	capture(t, d, x.s, cuda.CaptureThreadLocal)
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread() // another thread than the test's, and unlocked: it exits
+		r, err := d.MemAlloc(4096)
+		if err == nil {
+			err = d.MemFree(r)
+		}
+		done <- err
+	}()
+	answer(t, "MemAlloc+MemFree on another thread during a THREAD_LOCAL capture", <-done, 0)
+	endValid(t, d, x.s)
+	capture(t, d, x.s, cuda.CaptureRelaxed)
+	r, err := d.MemAlloc(4096)
+	answer(t, "MemAlloc during a RELAXED capture", err, 0)
+	endValid(t, d, x.s)
+	if err == nil {
+		must(t, "MemFree", d.MemFree(r))
+	}
+	// p and h were kept by the refusals (if the driver freed them, the test has said so above).
+	_ = d.MemFree(p)
+	_ = d.MemFreeHost(h)
 }
