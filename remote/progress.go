@@ -89,27 +89,28 @@ func (w *Worker) loop() {
 	}
 }
 
-// round calls UCX's progress and hands on what its callbacks queued, ucx.EventBatch events at
-// most; it says whether anything happened. While the last round left events queued (it took a
-// full batch), it does not call progress: the callbacks queue every data message UCX delivers
-// (none may be dropped: its sender waits for the answer), so a peer that sends faster than the
-// rounds take them would otherwise grow the queue without bound, a malloc per message. So the
-// queue holds at most what one call of progress receives (ucx.Worker.Progress stops at a
-// batch), and the rest waits in UCX's transports, where it pushes back on the sender. Under mu.
+// round calls UCX's progress and hands on everything its callbacks queued, ucx.EventBatch
+// events at a time; it says whether anything happened. The callbacks queue every data message
+// UCX delivers (none may be dropped: its sender waits for the answer), so progress is called
+// only once the queue is empty, and stops once a batch is queued (ucx.Worker.Progress): the
+// queue holds at most what one call of ucp_worker_progress receives, however fast a peer
+// sends, and the rest waits in UCX's transports, where it pushes back on the sender. Under mu.
 func (w *Worker) round() (worked bool) {
-	n, progressed := 0, w.backlog // a round that skips progress has events to take still
-	if !w.backlog {
-		n, progressed = w.uw.Progress(rounds, w.cq)
-		w.complete(w.cq[:n])
-	}
-	w.events = w.uw.Events(w.events[:0], ucx.EventBatch)
-	w.backlog = len(w.events) == ucx.EventBatch
-	for i := range w.events {
-		w.handle(&w.events[i])
-		w.events[i] = ucx.Event{}
+	n, progressed := w.uw.Progress(rounds, w.cq)
+	w.complete(w.cq[:n])
+	took := 0
+	for {
+		w.events = w.uw.Events(w.events[:0], ucx.EventBatch)
+		for i := range w.events {
+			w.handle(&w.events[i])
+			w.events[i] = ucx.Event{}
+		}
+		if took += len(w.events); len(w.events) < ucx.EventBatch {
+			break
+		}
 	}
 	w.sendAcks()
-	return n > 0 || progressed || len(w.events) > 0
+	return n > 0 || progressed || took > 0
 }
 
 // complete hands each completion to what it belongs to. Under mu.

@@ -99,7 +99,6 @@ type Worker struct {
 	loopDone chan struct{}
 	finished []*Transfer // completed under mu, finished (holds released) after it
 	events   []ucx.Event
-	backlog  bool // the last round took a full batch of events: the next takes more before progress
 	cq       []ucx.Completion
 
 	stats workerStats
