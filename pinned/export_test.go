@@ -16,3 +16,11 @@ func StreamLists(p *Pool) int {
 	}
 	return p.order.lists.Streams()
 }
+
+// SetReleaseHook sets the function a last Release with a deferred free to make runs just
+// before that free (nil: none), and returns the previous one.
+func SetReleaseHook(f func()) func() {
+	old := releaseHook
+	releaseHook = f
+	return old
+}

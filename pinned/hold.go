@@ -160,6 +160,9 @@ func (h Hold) Release() error {
 	if err != nil {
 		return err
 	}
+	if u.freed != 0 && releaseHook != nil {
+		releaseHook()
+	}
 	switch b := mem.Bytes(h.base, u.size); u.freed {
 	case freedSync:
 		return p.Free(b)
@@ -173,6 +176,10 @@ func (h Hold) Release() error {
 	}
 	return nil
 }
+
+// releaseHook, when set (by tests), runs in a last Release that has a free to make, just before
+// that free.
+var releaseHook func()
 
 // freeHeld frees the buffer at addr, of n bytes, which a free found held: deferred to its
 // holds' last Release, to its streams, or, where a Hold's Release was clearing the hold at the

@@ -2,6 +2,7 @@ package pinned_test
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -207,4 +208,61 @@ func TestFakeWaitStreamsAfterRelease(t *testing.T) {
 	if err := r.pool.RecordStream(b, 0); !errors.Is(err, pinned.ErrClosed) {
 		t.Errorf("RecordStream after the release: %v, want ErrClosed", err)
 	}
+}
+
+// TestFakeHoldReleaseRacingFree: TestHoldReleaseRacingFree in a CUDAHost pool, whose held
+// buffers are tagged held for no stream, or recorded on one: a Free, FreeAsync or Hold that
+// runs while the last Release makes the deferred Free or FreeAsync is refused with
+// ErrDoubleFree, and the buffer goes back once. The racing Free used to find the buffer held
+// for no stream and free it at once.
+func TestFakeHoldReleaseRacingFree(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	s := pubcuda.Stream(r.s)
+	for _, n := range []int{256, 64 << 10, 3 << 20} {
+		for _, deferred := range []string{"Free", "FreeAsync"} {
+			for _, recorded := range []bool{false, true} {
+				for _, racer := range []string{"Free", "FreeAsync", "Hold"} {
+					what := fmt.Sprintf("%d bytes, %s deferred, recorded %v, racing %s", n, deferred, recorded, racer)
+					b := r.alloc(n, 0xA1)
+					h, err := r.pool.Hold(b)
+					ok(t, "Hold", err)
+					if recorded {
+						ok(t, "RecordStream", r.pool.RecordStream(b, s))
+					}
+					if deferred == "Free" {
+						ok(t, "Free of the held buffer", r.pool.Free(b))
+					} else {
+						ok(t, "FreeAsync of the held buffer", r.pool.FreeAsync(b, s))
+					}
+					errc := inRelease(t, func() error {
+						switch racer {
+						case "Hold":
+							_, err := r.pool.Hold(b)
+							return err
+						case "FreeAsync":
+							return r.pool.FreeAsync(b, s)
+						}
+						return r.pool.Free(b)
+					})
+					if err := h.Release(); err != nil {
+						t.Fatalf("%s: Release: %v", what, err)
+					}
+					if err := <-errc; !errors.Is(err, pinned.ErrDoubleFree) {
+						t.Fatalf("%s: the racer during the last Release's free: %v, want ErrDoubleFree", what, err)
+					}
+					ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+					ok(t, "Trim", r.pool.Trim())
+					if st := r.pool.Stats(); st.Live != 0 || st.Deferred != 0 {
+						t.Fatalf("%s: %d live, %d deferred after the Release and the stream, want 0 and 0", what, st.Live, st.Deferred)
+					}
+					c := r.alloc(n, 0)
+					ok(t, "FreeAsync", r.pool.FreeAsync(c, s))
+				}
+			}
+		}
+	}
+	r.finish()
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/probe"
@@ -219,4 +220,66 @@ func ok2(t *testing.T, err error) {
 	if err != nil {
 		t.Error(err)
 	}
+}
+
+// inRelease makes the next last Release that has a deferred free to make run race on another
+// goroutine just before that free, and returns race's error. The Release goes on once race has
+// returned, or after a second.
+func inRelease(t *testing.T, race func() error) <-chan error {
+	t.Helper()
+	errc := make(chan error, 1)
+	var once sync.Once
+	old := pinned.SetReleaseHook(func() {
+		once.Do(func() {
+			done := make(chan error, 1)
+			go func() { done <- race() }()
+			select {
+			case err := <-done:
+				errc <- err
+			case <-time.After(time.Second):
+				go func() { errc <- <-done }()
+			}
+		})
+	})
+	t.Cleanup(func() { pinned.SetReleaseHook(old) })
+	return errc
+}
+
+// TestHoldReleaseRacingFree: a second Free of a held buffer (a double free: the first was
+// deferred to the last Release) that runs while that Release makes the deferred free is
+// refused with ErrDoubleFree, and the buffer is freed once. The Release used to drop the
+// buffer's entry and hold bit before its free, so the racing Free freed the buffer, and the
+// Release's own free then failed (or freed the buffer of whoever had it since).
+func TestHoldReleaseRacingFree(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 64 << 20, Backend: pinned.Pageable})
+	for _, n := range holdSizes {
+		for _, racer := range []string{"Free", "Hold"} {
+			b, err := p.Alloc(n)
+			ok(t, "Alloc", err)
+			h, err := p.Hold(b)
+			ok(t, "Hold", err)
+			ok(t, "Free of the held buffer", p.Free(b))
+			errc := inRelease(t, func() error {
+				if racer == "Hold" {
+					_, err := p.Hold(b)
+					return err
+				}
+				return p.Free(b)
+			})
+			before := p.Stats()
+			if err := h.Release(); err != nil {
+				t.Fatalf("%d bytes, racing %s: Release: %v", n, racer, err)
+			}
+			if err := <-errc; !errors.Is(err, pinned.ErrDoubleFree) {
+				t.Fatalf("%d bytes: %s during the last Release's free: %v, want ErrDoubleFree", n, racer, err)
+			}
+			if st := p.Stats(); st.Live != 0 || st.Frees != before.Frees+1 {
+				t.Fatalf("%d bytes, racing %s: %d live and %d frees after the Release, want 0 and %d", n, racer, st.Live, st.Frees, before.Frees+1)
+			}
+			c, err := p.Alloc(n)
+			ok(t, "Alloc after the Release", err)
+			ok(t, "Free", p.Free(c))
+		}
+	}
+	ok(t, "Close", p.Close())
 }
