@@ -17,10 +17,11 @@ func StreamLists(p *Pool) int {
 	return p.order.lists.Streams()
 }
 
-// SetReleaseHook sets the function a last Release with a deferred free to make runs just
-// before that free (nil: none), and returns the previous one.
-func SetReleaseHook(f func()) func() {
-	old := releaseHook
-	releaseHook = f
-	return old
+// SetReleaseHooks sets the function a last Release with a deferred free to make runs just
+// before that free, and the one a free or Hold runs when it waits for such a Release (nil:
+// none), and returns a function that restores the previous ones.
+func SetReleaseHooks(release, wait func()) (restore func()) {
+	oldRelease, oldWait := releaseHook, releaseWait
+	releaseHook, releaseWait = release, wait
+	return func() { releaseHook, releaseWait = oldRelease, oldWait }
 }

@@ -23,13 +23,19 @@ import (
 // load.
 //
 //   - In a pool without stream order (Locked, Pageable, ...), the hold bit is the table's own:
-//     the first Hold sets it, the last Release clears it (heap.Group.Unhold) before it gives the
-//     buffer back, under the table's lock, so a free racing the Release either finds the entry
-//     (and is deferred) or finds the block live (and frees it).
+//     the first Hold sets it; the last Release clears it (heap.Group.Unhold) under the table's
+//     lock, so a free racing the Release either finds the entry (and is deferred) or finds the
+//     block live (and frees it), or, when a free waited for the holds, gives the block back
+//     with the bit set (see below).
 //   - In a pool with stream order (CUDAHost), a buffer recorded on a stream is held already,
 //     and stays so after the last Release (the streams' protocol takes it back at its free); one
 //     recorded on none is held waiting for no stream (tagHeld: its free, when no hold is left,
 //     frees it at once), so that a later RecordStream on it records as usual.
+//
+// The last Release makes the free that waited for the holds with the buffer's entry kept in the
+// table (releasing) and the buffer still held, and drops the entry after: a free or Hold racing
+// that free waits for the Release, and then finds the buffer freed (a double free: ErrDoubleFree)
+// or another owner's since, never a buffer the Release is about to free.
 //
 // A Hold and a free of the same buffer must be ordered by their caller, as any use and its
 // free are; if they race, the free is either deferred or wins (the Hold is then refused).
@@ -57,7 +63,9 @@ func (p *Pool) Hold(b []byte) (Hold, error) {
 		return Hold{}, fmt.Errorf("%w: %d bytes at %#x run past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, base, size)
 	}
 	sh := p.out.shard(base)
-	sh.mu.Lock()
+	if !sh.lockEntry(base) {
+		return p.Hold(b)
+	}
 	defer sh.mu.Unlock()
 	if u := sh.m[base]; u != nil {
 		if u.freed != 0 {
@@ -138,7 +146,7 @@ func (h Hold) Release() error {
 	sh := p.out.shard(h.base)
 	sh.mu.Lock()
 	u := sh.m[h.base]
-	if u == nil {
+	if u == nil || u.releasing != nil {
 		sh.mu.Unlock()
 		return fmt.Errorf("%w: release of buffer %#x, which is not held", ErrDoubleFree, h.base)
 	}
@@ -146,40 +154,67 @@ func (h Hold) Release() error {
 		sh.mu.Unlock()
 		return nil
 	}
+	if u.freed != 0 {
+		// The free waiting for the holds is made with the entry kept, marked releasing, and
+		// the buffer still held: a free or Hold of it meanwhile waits for the end of the
+		// Release (outShard.lockEntry), and then finds the buffer freed (a double free), or
+		// another owner's since.
+		u.releasing = make(chan struct{})
+		p.out.freedN.Add(-1)
+		p.out.freedBytes.Add(-int64(u.size))
+		sh.mu.Unlock()
+		if releaseHook != nil {
+			releaseHook()
+		}
+		err := p.releaseFree(h.base, u)
+		sh.mu.Lock()
+		delete(sh.m, h.base)
+		p.out.active.Add(-1)
+		sh.mu.Unlock()
+		close(u.releasing)
+		if err == nil && p.closed.Load() {
+			p.finishClose(h.base)
+		}
+		return err
+	}
 	var err error
 	if u.own {
 		err = wrapError(p.g.Unhold(h.base, u.size), ErrNotOwned)
 	}
 	delete(sh.m, h.base)
 	p.out.active.Add(-1)
-	if u.freed != 0 {
-		p.out.freedN.Add(-1)
-		p.out.freedBytes.Add(-int64(u.size))
-	}
 	sh.mu.Unlock()
-	if err != nil {
-		return err
+	return err
+}
+
+// releaseFree makes the free of the held buffer at base that waited for its holds (u.freed), as
+// the Free or FreeAsync would have (the guards, the Sharer, the streams), but not by them: the
+// buffer is still held, and its entry, which they would find, in the table.
+func (p *Pool) releaseFree(base uintptr, u *outUse) error {
+	if u.own { // the hold bit is the table's: the block is given back held, as a claim is
+		return p.freeRecorded(base, u.size, nil, true)
 	}
-	if u.freed != 0 && releaseHook != nil {
-		releaseHook()
-	}
-	switch b := mem.Bytes(h.base, u.size); u.freed {
-	case freedSync:
-		return p.Free(b)
-	case freedAsync:
-		if p.order != nil && p.order.lists.Forgotten(uintptr(u.stream)) {
-			// ForgetStream since the FreeAsync: the stream has passed the work queued before
-			// it, and its handle may be destroyed (the driver refuses it) or another stream's.
-			return p.Free(b)
+	// Stream order: held by its streams' record, or tagHeld.
+	var l *streamList
+	if u.freed == freedAsync && !p.order.lists.Forgotten(uintptr(u.stream)) {
+		// (A stream forgotten since the FreeAsync has passed the work queued before it, and
+		// its handle may be destroyed, or another stream's: the free is a Free then.)
+		var err error
+		if l, err = p.order.check(u.stream); err != nil {
+			return err
 		}
-		return p.FreeAsync(b, u.stream)
 	}
-	return nil
+	if p.sharer != nil {
+		if done, err := p.freeShared(base, u.size, l); done {
+			return err
+		}
+	}
+	return p.freeRecorded(base, u.size, l, false)
 }
 
 // releaseHook, when set (by tests), runs in a last Release that has a free to make, just before
-// that free.
-var releaseHook func()
+// that free; releaseWait in a free or Hold that waits for such a Release.
+var releaseHook, releaseWait func()
 
 // freeHeld frees the buffer at addr, of n bytes, which a free found held: deferred to its
 // holds' last Release, to its streams, or, where a Hold's Release was clearing the hold at the
@@ -220,6 +255,9 @@ type outUse struct {
 	own    bool
 	freed  uint8
 	stream cuda.Stream // FreeAsync's
+	// releasing, once the last Release is making the free, is closed when it has made it and
+	// dropped the entry.
+	releasing chan struct{}
 }
 
 const (
@@ -228,6 +266,24 @@ const (
 )
 
 func (o *outside) shard(base uintptr) *outShard { return &o.shards[(base>>6^base>>16)%16] }
+
+// lockEntry locks sh for the buffer at base, and reports true, unless the buffer's last Release
+// is making its free (its entry is releasing): it then waits for the Release to end, leaves sh
+// unlocked and reports false, and the caller looks again (the buffer is freed, or another
+// owner's since).
+func (sh *outShard) lockEntry(base uintptr) bool {
+	sh.mu.Lock()
+	u := sh.m[base]
+	if u == nil || u.releasing == nil {
+		return true
+	}
+	sh.mu.Unlock()
+	if releaseWait != nil {
+		releaseWait()
+	}
+	<-u.releasing
+	return false
+}
 
 // deferFree defers the free of the buffer at addr, of n bytes (FreeAsync on stream s when
 // async), when it is held: handled reports that it was (err then says why the free is
@@ -238,7 +294,9 @@ func (o *outside) deferFree(addr, n uintptr, async bool, s cuda.Stream) (handled
 		return false, nil
 	}
 	sh := o.shard(addr)
-	sh.mu.Lock()
+	if !sh.lockEntry(addr) {
+		return o.deferFree(addr, n, async, s)
+	}
 	defer sh.mu.Unlock()
 	u := sh.m[addr]
 	switch {

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/probe"
@@ -224,24 +223,30 @@ func ok2(t *testing.T, err error) {
 
 // inRelease makes the next last Release that has a deferred free to make run race on another
 // goroutine just before that free, and returns race's error. The Release goes on once race has
-// returned, or after a second.
+// returned, or waits for the Release.
 func inRelease(t *testing.T, race func() error) <-chan error {
 	t.Helper()
 	errc := make(chan error, 1)
+	waiting := make(chan struct{}, 1)
 	var once sync.Once
-	old := pinned.SetReleaseHook(func() {
+	restore := pinned.SetReleaseHooks(func() {
 		once.Do(func() {
 			done := make(chan error, 1)
 			go func() { done <- race() }()
 			select {
 			case err := <-done:
 				errc <- err
-			case <-time.After(time.Second):
+			case <-waiting:
 				go func() { errc <- <-done }()
 			}
 		})
+	}, func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
 	})
-	t.Cleanup(func() { pinned.SetReleaseHook(old) })
+	t.Cleanup(restore)
 	return errc
 }
 
@@ -251,7 +256,15 @@ func inRelease(t *testing.T, race func() error) <-chan error {
 // buffer's entry and hold bit before its free, so the racing Free freed the buffer, and the
 // Release's own free then failed (or freed the buffer of whoever had it since).
 func TestHoldReleaseRacingFree(t *testing.T) {
-	p := newPool(t, pinned.Options{Capacity: 64 << 20, Backend: pinned.Pageable})
+	for _, o := range []pinned.Options{
+		{Capacity: 64 << 20, Backend: pinned.Pageable},
+		{Capacity: 64 << 20, Backend: pinned.Pageable, ZeroOnFree: true, Quota: 32 << 20, RecordSites: true}, // the guarded paths
+	} {
+		holdReleaseRacingFree(t, newPool(t, o))
+	}
+}
+
+func holdReleaseRacingFree(t *testing.T, p *pinned.Pool) {
 	for _, n := range holdSizes {
 		for _, racer := range []string{"Free", "Hold"} {
 			b, err := p.Alloc(n)
