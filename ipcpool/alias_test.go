@@ -12,51 +12,6 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
-// fakeOwnerWith is fakeOwner with the descriptors of the hello chosen by pick (from the
-// control region's and the regions' own) and the hello's slot given: grants are answered with
-// grant 0, 1, 2... in turn.
-func fakeOwnerWith(t *testing.T, l layout, slot int, pick func(fds []int) []int) string {
-	t.Helper()
-	h := hello{pool: 99, slot: slot, serial: 1, layout: l, ctlSize: l.ctlBytes(), epoch: 1}
-	sizes := []uintptr{h.ctlSize}
-	for range l.regions {
-		sizes = append(sizes, l.regionSize)
-	}
-	fds := memfds(t, sizes...)
-	base, err := mapCtl(fds[0], h.ctlSize)
-	must(t, "map", err)
-	t.Cleanup(func() { _ = unmap(base, h.ctlSize) })
-	c := newCtl(l, words(base, h.ctlSize))
-	c.writeHeader(h.pool, 0)
-	c.slotStore(slot, sSerial, h.serial)
-	sent := pick(fds)
-	var next atomic.Uint64
-	return fakeServer(t, func(conn *net.UnixConn) {
-		if _, err := readMsg(conn); err != nil {
-			return
-		}
-		if sendFds(conn, h.encode(), sent, time.Second) != nil {
-			return
-		}
-		if m, err := readMsg(conn); err != nil || m.op != opReady {
-			return
-		}
-		_ = writeMsg(conn, msg{op: opReply, a: stOK}, time.Second)
-		for {
-			m, err := readMsg(conn)
-			if err != nil {
-				return
-			}
-			switch m.op {
-			case opGrant:
-				_ = writeMsg(conn, msg{op: opReply, seq: m.seq, a: stOK, b: next.Add(1) - 1}, time.Second)
-			case opDetach:
-				_ = writeMsg(conn, msg{op: opReply, seq: m.seq, a: stOK}, time.Second)
-			}
-		}
-	})
-}
-
 // An owner (or a donor to an adopting owner: adopt maps through the same mapSpace) that sends
 // one memfd as two regions of the pool, or the control region's as a region, passes every
 // check of size and seals; the process then maps two regions, or the control region and a
@@ -80,7 +35,10 @@ func TestAliasedRegionsRefused(t *testing.T) {
 		{"the control region as a region", one, 0, func(fds []int) []int { return []int{fds[0], fds[0]} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			path := fakeOwnerWith(t, c.l, c.slot, c.pick)
+			var next atomic.Uint64 // grants 0, 1, 2... in turn
+			path := fakeOwnerWith(t, c.l, c.slot, c.pick, func(m msg) msg {
+				return msg{op: opReply, seq: m.seq, a: stOK, b: next.Add(1) - 1}
+			})
 			p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true, Timeout: time.Second})
 			if err == nil {
 				defer p.Close()

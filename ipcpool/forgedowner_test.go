@@ -17,7 +17,14 @@ import (
 // broken or hostile owner). It returns the path.
 func fakeOwner(t *testing.T, l layout, answer func(m msg) msg) string {
 	t.Helper()
-	h := hello{pool: 99, slot: 1, serial: 1, layout: l, ctlSize: l.ctlBytes(), epoch: 1}
+	return fakeOwnerWith(t, l, 1, func(fds []int) []int { return fds }, answer)
+}
+
+// fakeOwnerWith is fakeOwner with the hello's slot given and its descriptors chosen by pick
+// from the control region's and the regions' own (a hostile owner may send one twice).
+func fakeOwnerWith(t *testing.T, l layout, slot int, pick func(fds []int) []int, answer func(m msg) msg) string {
+	t.Helper()
+	h := hello{pool: 99, slot: slot, serial: 1, layout: l, ctlSize: l.ctlBytes(), epoch: 1}
 	sizes := []uintptr{h.ctlSize}
 	for range l.regions {
 		sizes = append(sizes, l.regionSize)
@@ -28,12 +35,13 @@ func fakeOwner(t *testing.T, l layout, answer func(m msg) msg) string {
 	t.Cleanup(func() { _ = unmap(base, h.ctlSize) })
 	c := newCtl(l, words(base, h.ctlSize))
 	c.writeHeader(h.pool, 0)
-	c.slotStore(1, sSerial, h.serial)
+	c.slotStore(slot, sSerial, h.serial)
+	sent := pick(fds)
 	return fakeServer(t, func(conn *net.UnixConn) {
 		if _, err := readMsg(conn); err != nil {
 			return
 		}
-		if sendFds(conn, h.encode(), fds, time.Second) != nil {
+		if sendFds(conn, h.encode(), sent, time.Second) != nil {
 			return
 		}
 		if m, err := readMsg(conn); err != nil || m.op != opReady {
