@@ -167,6 +167,11 @@ func (h Hold) Release() error {
 			releaseHook()
 		}
 		err := p.releaseFree(h.base, u)
+		if err != nil && u.own {
+			// Not freed: an ordinary live buffer again, not one held by no entry, whose
+			// every later free the heap would refuse.
+			err = errors.Join(err, wrapError(p.g.Unhold(h.base, u.size), ErrNotOwned))
+		}
 		sh.mu.Lock()
 		delete(sh.m, h.base)
 		p.out.active.Add(-1)
