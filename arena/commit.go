@@ -25,7 +25,8 @@ import (
 //
 //   - want is a subset of commit: want is raised only over granules just committed, and the
 //     purge decommits only granules no span wants.
-//   - A failed commit leaves nothing new committed (commitOnce undoes its own provider calls);
+//   - A failed commit leaves nothing new committed (commitOnce undoes its own provider calls)
+//     but what the provider refused to undo, which is recorded committed and unwanted;
 //     a failed join leaves the granules committed but unwanted, and stamped for the purge.
 //   - Wherever memory becomes committed and unwanted, its chunks are marked (markUnwanted), so
 //     the purge, which looks at marked chunks only, finds it.
@@ -169,8 +170,9 @@ func (a *Arena) commitOnce(r *region, glo, ghi int) error {
 		return nil
 	}
 	start := time.Now()
-	calls, err := a.commitSpans(rs)
+	calls, kept, err := a.commitSpans(rs)
 	if err != nil {
+		a.keepCommitted(kept)
 		return err
 	}
 	a.st.CommitTime += time.Since(start) // of commits that succeeded: CommitPerGiB is their cost

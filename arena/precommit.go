@@ -65,12 +65,13 @@ func (a *Arena) precommitBatch(want uintptr) (uintptr, error) {
 		return 0, err
 	}
 	start := time.Now()
+	kept := make([][]gspan, len(cs)) // per chunk whose commit failed: what the provider refused to undo
 	errs := a.fanout(len(cs), func(i int) error {
 		var err error
 		if len(cs) > 1 {
-			err = a.commitSerial(cs[i].runs) // the batch is the parallelism: no workers of workers
+			kept[i], err = a.commitSerial(cs[i].runs) // the batch is the parallelism: no workers of workers
 		} else {
-			_, err = a.commitSpans(cs[i].runs)
+			_, kept[i], err = a.commitSpans(cs[i].runs)
 		}
 		if err != nil {
 			return fmt.Errorf("precommit: %w", err)
@@ -86,6 +87,7 @@ func (a *Arena) precommitBatch(want uintptr) (uintptr, error) {
 		c := &cs[i]
 		c.r.used.SetRange(c.i, c.i+1, false)
 		if errs != nil && errs[i] != nil {
+			a.keepCommitted(kept[i])
 			continue
 		}
 		for _, x := range c.runs {

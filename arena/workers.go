@@ -153,11 +153,13 @@ func (a *Arena) parallel(rs []gspan) bool {
 
 // commitSpans commits the runs rs (uncommitted granules) with the provider, on the workers
 // when it pays, and returns the provider calls that committed them. On error nothing of rs is
-// left committed: what was committed (or prefaulted) before the failure is given back. Called
-// with a.mu held (the workers do not take it).
-func (a *Arena) commitSpans(rs []gspan) (calls int, err error) {
+// left committed but kept: what was committed before the failure is given back, and kept is
+// what the provider refused to give back, still committed (the caller records it so). Called
+// with a.mu held, or by Precommit on chunks it holds (the workers do not take it).
+func (a *Arena) commitSpans(rs []gspan) (calls int, kept []gspan, err error) {
 	if !a.parallel(rs) || (!a.caps.Splits && a.prefaulter == nil) {
-		return len(rs), a.commitSerial(rs)
+		kept, err := a.commitSerial(rs)
+		return len(rs), kept, err
 	}
 	ps := a.pieces(rs)
 	if a.prefaulter != nil && !a.caps.Splits {
@@ -165,14 +167,15 @@ func (a *Arena) commitSpans(rs []gspan) (calls int, err error) {
 			return a.prefaulter.Prefault(ps[i].r.r, uintptr(ps[i].s)<<ps[i].r.gshift, uintptr(ps[i].e-ps[i].s)<<ps[i].r.gshift)
 		})
 		if err := firstError(errs); err != nil {
-			a.decommitSpans(ps) // what was prefaulted goes back
-			return 0, err
+			a.decommitSpans(ps) // what was prefaulted goes back (prefaulted is not committed)
+			return 0, nil, err
 		}
-		if err := a.commitSerial(rs); err != nil {
-			a.decommitSpans(rs) // runs prefaulted after the one that failed, too
-			return 0, err
+		if i, err := a.commitRuns(rs); err != nil {
+			kept := a.decommitSpans(rs[:i]) // committed: what is refused stays so
+			a.decommitSpans(rs[i:])         // prefaulted only (the failed run undid its own commit)
+			return 0, kept, err
 		}
-		return len(rs), nil
+		return len(rs), nil, nil
 	}
 	errs := a.fanout(len(ps), func(i int) error {
 		return a.prov.Commit(ps[i].r.r, uintptr(ps[i].s)<<ps[i].r.gshift, uintptr(ps[i].e-ps[i].s)<<ps[i].r.gshift)
@@ -184,47 +187,111 @@ func (a *Arena) commitSpans(rs []gspan) (calls int, err error) {
 				done = append(done, p)
 			}
 		}
-		a.decommitSpans(done)
+		kept := a.decommitSpans(done)
 		if Exhausted(err) {
 			// Refused for want of memory while the other pieces held theirs: once they are
 			// given back, commit the runs one call each, which either fits or says exactly
-			// how much the whole asked and how much is free.
-			return len(rs), a.commitSerial(rs)
+			// how much the whole asked and how much is free. What the provider kept is
+			// committed already.
+			more, err := a.commitSerial(subtract(rs, kept))
+			if err != nil {
+				return 0, append(kept, more...), err
+			}
+			return len(rs), nil, nil
 		}
-		return 0, err
+		return 0, kept, err
 	}
-	return len(ps), nil
+	return len(ps), nil, nil
 }
 
 // commitSerial commits rs one after the other on the calling goroutine, undoing its own
-// commits when one fails.
-func (a *Arena) commitSerial(rs []gspan) error {
+// commits when one fails; kept is what the provider refused to undo, still committed.
+func (a *Arena) commitSerial(rs []gspan) (kept []gspan, err error) {
+	i, err := a.commitRuns(rs)
+	if err != nil {
+		return a.decommitSpans(rs[:i]), err
+	}
+	return nil, nil
+}
+
+// commitRuns commits rs one after the other on the calling goroutine and stops at the first
+// that fails, whose index it returns with the error; it undoes nothing.
+func (a *Arena) commitRuns(rs []gspan) (int, error) {
 	for i, x := range rs {
 		if err := a.prov.Commit(x.r.r, uintptr(x.s)<<x.r.gshift, uintptr(x.e-x.s)<<x.r.gshift); err != nil {
-			a.decommitSpans(rs[:i])
-			return err
+			return i, err
 		}
 	}
-	return nil
+	return len(rs), nil
 }
 
 // decommitSpans gives rs back to the provider (undoing commits or prefaults the arena has not
-// recorded), on the workers when the provider splits. Errors are dropped: it runs after a
-// failure, and the provider has reported what went wrong.
-func (a *Arena) decommitSpans(rs []gspan) {
+// recorded), on the workers when the provider splits, and returns the pieces the provider
+// refused, in order: they are still committed. The errors themselves are dropped: it runs
+// after a failure, and the provider has reported what went wrong.
+func (a *Arena) decommitSpans(rs []gspan) (refused []gspan) {
 	if len(rs) == 0 {
-		return
+		return nil
+	}
+	decommit := func(x gspan) error {
+		return a.prov.Decommit(x.r.r, uintptr(x.s)<<x.r.gshift, uintptr(x.e-x.s)<<x.r.gshift)
 	}
 	if !a.caps.Splits || !a.parallel(rs) {
 		for _, x := range rs {
-			_ = a.prov.Decommit(x.r.r, uintptr(x.s)<<x.r.gshift, uintptr(x.e-x.s)<<x.r.gshift)
+			if decommit(x) != nil {
+				refused = append(refused, x)
+			}
 		}
-		return
+		return refused
 	}
 	ps := a.pieces(rs)
-	a.fanout(len(ps), func(i int) error {
-		return a.prov.Decommit(ps[i].r.r, uintptr(ps[i].s)<<ps[i].r.gshift, uintptr(ps[i].e-ps[i].s)<<ps[i].r.gshift)
-	})
+	errs := a.fanout(len(ps), func(i int) error { return decommit(ps[i]) })
+	for i, err := range errs {
+		if err != nil {
+			refused = append(refused, ps[i])
+		}
+	}
+	return refused
+}
+
+// subtract returns the runs rs less the pieces ks, which lie inside them; both are sorted and
+// of one region.
+func subtract(rs, ks []gspan) []gspan {
+	if len(ks) == 0 {
+		return rs
+	}
+	var out []gspan
+	j := 0
+	for _, x := range rs {
+		s := x.s
+		for ; j < len(ks) && ks[j].s < x.e; j++ {
+			if ks[j].s > s {
+				out = append(out, gspan{x.r, s, ks[j].s})
+			}
+			s = max(s, ks[j].e)
+		}
+		if s < x.e {
+			out = append(out, gspan{x.r, s, x.e})
+		}
+	}
+	return out
+}
+
+// keepCommitted records the pieces ks of a failed commit, which the provider refused to give
+// back, as what they are: committed, and unwanted (claimed by no span), so that a later commit
+// does not commit them twice and the purge gives them back. Called with a.mu held.
+func (a *Arena) keepCommitted(ks []gspan) {
+	for _, x := range ks {
+		r := x.r
+		r.commit.SetRange(x.s, x.e, true)
+		r.dirty.SetRange(x.s, x.e, true)
+		a.st.Committed += uint64(x.e-x.s) << r.gshift
+		lo, hi := uintptr(x.s)<<r.gshift+r.r.Base, uintptr(x.e)<<r.gshift+r.r.Base
+		first := int((max(lo, r.grid) - r.grid) >> a.shift)
+		last := min(int((hi-1-r.grid)>>a.shift)+1, r.nchunks)
+		a.markUnwanted(r, first, last)
+	}
+	a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
 }
 
 // firstError returns the first error of errs, or nil.

@@ -21,11 +21,13 @@ type slow struct {
 	now, most       int
 	committed       map[uintptr]bool // granule offsets, by region base + offset
 	failAfter       int              // commits to let pass before failing one; -1: none
+	refuseAfter     int              // decommits to let pass before refusing one; -1: none
+	oom             bool             // the failing commit runs out of memory (ErrExhausted)
 	commits, decoms int
 }
 
 func newSlow(delay time.Duration, splits bool) *slow {
-	return &slow{Provider: PageableHost(HostOptions{}), splits: splits, delay: delay, committed: map[uintptr]bool{}, failAfter: -1}
+	return &slow{Provider: PageableHost(HostOptions{}), splits: splits, delay: delay, committed: map[uintptr]bool{}, failAfter: -1, refuseAfter: -1}
 }
 
 func (s *slow) Caps() Caps {
@@ -73,6 +75,9 @@ func (s *slow) Commit(r *Region, off, size uintptr) error {
 		}
 	}
 	s.mu.Unlock()
+	if fail && s.oom {
+		return fmt.Errorf("%w: %w", ErrExhausted, errInjected)
+	}
 	if fail {
 		return fmt.Errorf("%w: %w", ErrCommit, errInjected)
 	}
@@ -90,6 +95,15 @@ func (s *slow) Commit(r *Region, off, size uintptr) error {
 func (s *slow) Decommit(r *Region, off, size uintptr) error {
 	s.enter()
 	defer s.leave()
+	s.mu.Lock()
+	refuse := s.refuseAfter == 0
+	if s.refuseAfter >= 0 {
+		s.refuseAfter--
+	}
+	s.mu.Unlock()
+	if refuse { // the range stays committed, as a refused decommit leaves it
+		return fmt.Errorf("%w: decommit refused: %w", ErrCommit, errInjected)
+	}
 	if err := s.Provider.Decommit(r, off, size); err != nil {
 		return err
 	}
@@ -173,6 +187,69 @@ func TestParallelCommit(t *testing.T) {
 		if _, err := New(Options{Provider: p, Capacity: 64 << 20, CommitWorkers: w}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("CommitWorkers %d = %v, want ErrInvalid", w, err)
 		}
+	}
+}
+
+// TestCommitUndoRefused: a parallel commit whose piece fails gives back what the other pieces
+// committed; when the provider refuses to give one of those back, it stays committed, and the
+// arena counts it so (committed, unwanted: the purge's), so that a later commit of the range
+// does not commit it twice and Trim gives it back. Before, the arena took the refused piece for
+// uncommitted: Stats.Committed fell short of what the provider held, and every later Alloc of
+// those chunks failed (the provider refuses to commit a granule committed already).
+func TestCommitUndoRefused(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		oom       bool
+		precommit bool
+	}{{"alloc", false, false}, {"alloc out of memory", true, false}, {"precommit", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newSlow(0, true)
+			o := Options{Provider: p, Capacity: 64 << 20, PurgeDelay: -1, CommitWorkers: 4}
+			if c.precommit {
+				o.ChunkSize = 8 << 20 // a batch of one chunk, committed in four pieces
+			}
+			a := newTestArena(t, o)
+			p.mu.Lock()
+			p.failAfter, p.refuseAfter, p.oom = 1, 0, c.oom
+			p.mu.Unlock()
+			var err error
+			if c.precommit {
+				_, err = a.Precommit(8 << 20)
+			} else {
+				var s Span
+				if s, err = a.Alloc(16<<20, DefaultChunkSize); c.oom {
+					// Out of memory, the arena commits the span again one run at a time: the piece
+					// the provider kept is committed, the rest is committed now.
+					if err != nil {
+						t.Fatalf("%s: Alloc whose pieces ran out of memory, the undo refused: %v", c.name, err)
+					}
+					if err := a.Free(s); err != nil {
+						t.Fatal(err)
+					}
+					err = errInjected
+				}
+			}
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("%s: a commit with a failing piece = %v", c.name, err)
+			}
+			if st := a.Stats(); st.Committed != p.held() || p.held() == 0 {
+				t.Errorf("%s: after a failed commit whose undo was refused: arena committed %d, provider holds %d", c.name, st.Committed, p.held())
+			}
+			s, err := a.Alloc(16<<20, DefaultChunkSize)
+			if err != nil {
+				t.Fatalf("%s: Alloc after the refused undo: %v", c.name, err)
+			}
+			if st := a.Stats(); st.Committed != p.held() || p.held() < 16<<20 {
+				t.Errorf("%s: after the Alloc: arena committed %d, provider holds %d", c.name, st.Committed, p.held())
+			}
+			if err := a.Free(s); err != nil {
+				t.Fatal(err)
+			}
+			a.Trim()
+			if st := a.Stats(); st.Committed != 0 || p.held() != 0 {
+				t.Errorf("%s: after Trim: arena committed %d, provider holds %d", c.name, st.Committed, p.held())
+			}
+		})
 	}
 }
 
