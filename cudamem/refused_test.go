@@ -373,3 +373,42 @@ func populateUndoRefused(t *testing.T, f *fakecuda.Driver, d *cuda.Device) (*cud
 	}
 	return p, a
 }
+
+// TestFakeVMMCommitUndoUnmapRefusedCommitsAgain: a commit of several granules that runs out of
+// device memory midway, whose undo's cuMemUnmap the driver refuses, leaves the granules it
+// mapped on record (for Release) while the arena takes the range for uncommitted; the next
+// commit of the range unmaps them first and commits. Before, every later commit of the range
+// was refused as committed already (arena.ErrInvalid): first fit placed each later span of
+// the size there, so the arena could not hand that memory out until it was closed.
+func TestFakeVMMCommitUndoUnmapRefusedCommitsAgain(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := cudamem.NewDeviceVMM(public(d))
+	must(t, "NewDeviceVMM", err)
+	a, err := arena.New(arena.Options{Provider: p, Capacity: 64 << 20, PurgeDelay: -1, CommitWorkers: 1})
+	must(t, "arena.New", err)
+	f.FailAfter(fakecuda.CallCreate, 2, fakecuda.ResultOutOfMemory)
+	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
+	if _, err := a.Alloc(8<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrOutOfMemory) {
+		t.Fatalf("Alloc whose third cuMemCreate runs out of memory: %v", err)
+	}
+	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue) // refused again: the next try
+	if _, err := a.Alloc(8<<20, arena.DefaultChunkSize); !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
+		t.Fatalf("Alloc whose unmap of what the failed commit left is refused: %v", err)
+	}
+	s, err := a.Alloc(8<<20, arena.DefaultChunkSize)
+	must(t, "Alloc after the refused undo", err)
+	roundTrip(t, d, s.Base, s.Size)
+	if got, held := a.Stats().Committed, p.Counters().Committed; got != 8<<20 || held != 8<<20 {
+		t.Errorf("after the Alloc: arena committed %d, provider %d; want %d", got, held, 8<<20)
+	}
+	must(t, "Free", a.Free(s))
+	must(t, "arena.Close", a.Close())
+	if c := p.Counters(); c.Live() != 0 || c.Committed != 0 || f.Stat(fakecuda.Handles) != 0 ||
+		f.Stat(fakecuda.Mappings) != 0 || f.Stat(fakecuda.Reservations) != 0 {
+		t.Errorf("after Close: provider %+v, fake %d handles, %d mappings, %d reservations",
+			c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.Mappings), f.Stat(fakecuda.Reservations))
+	}
+}

@@ -60,6 +60,9 @@ type vmm struct {
 type vmmRegion struct {
 	handles []icuda.MemHandle
 	mapped  bitset.Set
+	// stray: mapped granules a failed commit could not unmap (its undo's cuMemUnmap refused),
+	// which the arena takes for uncommitted: the next commit over them unmaps them first.
+	stray bitset.Set
 }
 
 // init checks the granularity of loc and sets up the machinery, its cudaBase set up already.
@@ -99,7 +102,7 @@ func (p *vmm) Reserve(size, alignment uintptr) (*arena.Region, error) {
 	}
 	ng := int(size / p.gran)
 	return &arena.Region{Base: base, Size: size, Zeroed: p.zero,
-		Handle: &vmmRegion{handles: make([]icuda.MemHandle, ng), mapped: bitset.New(ng)}}, nil
+		Handle: &vmmRegion{handles: make([]icuda.MemHandle, ng), mapped: bitset.New(ng), stray: bitset.New(ng)}}, nil
 }
 
 func (p *vmm) state(r *arena.Region, off, size uintptr) (*vmmRegion, error) {
@@ -127,8 +130,21 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	_ = p.releaseStranded() // what the driver refuses again stays stranded, for Release to report
 	lo, hi := int(off/p.gran), int((off+size)/p.gran)
 	p.mu.Lock()
-	busy := v.mapped.Count(lo, hi)
+	busy, stray := v.mapped.Count(lo, hi), v.stray.Count(lo, hi)
 	p.mu.Unlock()
+	if stray != 0 && stray == busy {
+		// Left mapped by an earlier commit's refused undo: give them back now, or say why not.
+		if err := p.unmapGranules(r, v, lo, hi); err != nil {
+			p.mu.Lock()
+			_ = v.mapped.Runs(lo, hi, true, func(s, e int) error { // refused again: still strays
+				v.stray.SetRange(s, e, true)
+				return nil
+			})
+			p.mu.Unlock()
+			return fmt.Errorf("%w: unmapping what an earlier failed commit left mapped: %w", arena.ErrCommit, err)
+		}
+		busy = 0
+	}
 	if busy != 0 {
 		return fmt.Errorf("%w: %d granules of [%d, %d) of region %#x are committed already", arena.ErrInvalid, busy, lo, hi, r.Base)
 	}
@@ -154,13 +170,17 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 // the arena, which takes the range for uncommitted: so it unmaps them first, and a release the
 // driver refuses then leaves the range unmapped all the same, its handle stranded (released
 // again by the next commit or release). What the driver refuses to unmap stays on record as
-// mapped, so that Release unmaps it before it frees the reservation.
+// mapped, and stray, so that the next commit over it unmaps it first (the arena commits the
+// range again) and Release unmaps it before it frees the reservation.
 func (p *vmm) undo(r *arena.Region, v *vmmRegion, lo int, hs []icuda.MemHandle) {
 	if len(hs) == 0 {
 		return
 	}
 	if p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(lo)*p.gran, uintptr(len(hs))*p.gran)) != nil {
 		p.record(v, lo, hs)
+		p.mu.Lock()
+		v.stray.SetRange(lo, lo+len(hs), true)
+		p.mu.Unlock()
 		return
 	}
 	_ = p.release(hs)
@@ -291,6 +311,7 @@ func (p *vmm) unmapGranules(r *arena.Region, v *vmmRegion, lo, hi int) error {
 		rs = append(rs, run{s, append([]icuda.MemHandle(nil), v.handles[s:e]...)})
 		clear(v.handles[s:e])
 		v.mapped.SetRange(s, e, false)
+		v.stray.SetRange(s, e, false) // put back mapped, not stray, if refused: the caller says what it is
 		claimed += e - s
 		return nil
 	})
