@@ -70,3 +70,25 @@ func TestCommitSuiteOnFake(t *testing.T) {
 		}
 	}
 }
+
+// TestPinTargetBestOfMeasured: pin-1gib-ms takes the best of the measured paths and worker
+// counts, wherever a row that is not a number (recorded as 0, noted so) falls among them: such a
+// row neither wins nor makes the rows after it win over a better one before it.
+func TestPinTargetBestOfMeasured(t *testing.T) {
+	row := func(c, m string, v float64, note string) result {
+		return result{Case: c, Impl: "pinmalloc", Metric: m, Value: v, Unit: "ms", Note: note}
+	}
+	for _, tc := range []struct {
+		name string
+		rs   []result
+	}{
+		{"nan-between", []result{row("commit/vmm", "ms_per_gib_1w", 40, ""), row("commit/vmm", "ms_per_gib_2w", 0, "not a number"), row("commit/vmm", "ms_per_gib_4w", 60, "")}},
+		{"nan-last", []result{row("commit/vmm", "ms_per_gib_1w", 40, ""), row("commit/vmm", "ms_per_gib_2w", 0, "not a number")}},
+		{"nan-first", []result{row("commit/vmm", "ms_per_gib_1w", 0, "not a number"), row("commit/vmm", "ms_per_gib_2w", 40, ""), row("commit/vmm", "ms_per_gib_4w", 60, "")}},
+	} {
+		ts := (&commitSuite{}).targets(tc.rs)
+		if ts[0].Name != "pin-1gib-ms" || ts[0].Status != met || ts[0].Ratio != 40 {
+			t.Errorf("%s: %s %s ratio %g (%s), want MET at 40 ms/GiB", tc.name, ts[0].Name, ts[0].Status, ts[0].Ratio, ts[0].Detail)
+		}
+	}
+}
