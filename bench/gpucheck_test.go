@@ -7,6 +7,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -408,5 +409,25 @@ func TestGpucheckNVML(t *testing.T) {
 	c.evaluate()
 	if ct := findCheck(c, "nvml-vs-nvidia-smi"); ct.Status != pass {
 		t.Errorf("report check: %+v", ct)
+	}
+}
+
+// TestWorkerNaNIsNoFigure: a figure that is not a number comes back from a bench worker as 0,
+// noted (finite), after any note it had; no target may read that 0 as a measurement. The
+// footprint target at low occupancy adds 1 MiB to the live bytes, so a live figure read as 0
+// would grade it MET on the idle bytes alone.
+func TestWorkerNaNIsNoFigure(t *testing.T) {
+	c := "footprint/larson-low"
+	rs := finite([]result{
+		{Case: c, Impl: "pinmalloc-pool", Metric: "live_bytes", Value: math.NaN(), Unit: "B", Note: "sampled at the end"},
+		{Case: c, Impl: "pinmalloc-pool", Metric: "held_idle_bytes", Value: 512 << 10, Unit: "B"},
+	})
+	if v, ok := lookup(rs, c, "pinmalloc-pool", "live_bytes"); ok {
+		t.Errorf("lookup found %g, noted %q: a figure that was not a number", v, rs[0].Note)
+	}
+	for _, tg := range footprintTargets(rs) {
+		if tg.Name == "footprint-low-idle" && tg.Status != unmeasured {
+			t.Errorf("%s %s ratio %g (%s), want UNMEASURED", tg.Name, tg.Status, tg.Ratio, tg.Detail)
+		}
 	}
 }

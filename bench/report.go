@@ -18,10 +18,11 @@ func find(rs []result, c, im, metric string) (result, bool) {
 	return result{}, false
 }
 
-// lookup finds one measured value.
+// lookup finds one measured value: not one recorded as not a number (its note says so, last:
+// resultSet.add's, or finite's after the note it had).
 func lookup(rs []result, c, im, metric string) (float64, bool) {
 	r, ok := find(rs, c, im, metric)
-	return r.Value, ok && r.Note != "not a number"
+	return r.Value, ok && !strings.HasSuffix(r.Note, "not a number")
 }
 
 // failure returns the error recorded for an allocator on a case, if any.
