@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"time"
 	"unsafe"
 
@@ -203,16 +202,13 @@ func (c *cudaSuite) setupSize() int64 {
 // setupCase times making size bytes of pinned memory ready for buffers: pinmalloc's CUDAHost
 // pool with Options.Precommit of size (New to WaitPrecommit) against a CUDA host pool set up as
 // cudaHostPool does and primed with one allocation of size (cuMemPoolCreate to the synchronize
-// after its free). The median of three, each from nothing (the pool or the pinned pool closed
-// in between).
+// after its free). The median of three rounds, each timing every one once from nothing (the
+// pool or the pinned pool closed in between), in a turning order (setupRounds).
 func (c *cudaSuite) setupCase(size int64) benchCase {
 	name := "cuda-setup/" + sizeName(size)
 	return benchCase{name: name, group: "gpu", size: size, custom: func(s *suite) []result {
-		var out []result
-		for _, im := range []struct {
-			name string
-			once func() (time.Duration, error)
-		}{
+		var es []setupEntrant
+		for _, im := range []setupEntrant{
 			{"pinmalloc-pool", func() (time.Duration, error) {
 				t0 := time.Now()
 				p, err := pinned.New(pinned.Options{Capacity: int(2 * size), Backend: pinned.CUDAHost, Precommit: int(size)})
@@ -226,29 +222,51 @@ func (c *cudaSuite) setupCase(size int64) benchCase {
 			{hostPoolName, c.hostPoolSetup(cuda.LocationHostNUMA, size)},
 			{hostPoolHostName, c.hostPoolSetup(cuda.LocationHost, size)},
 		} {
-			if !s.cfg.implFilter.MatchString(im.name) {
+			if s.cfg.implFilter.MatchString(im.name) {
+				es = append(es, im)
+			}
+		}
+		return setupRounds(name, es, 3)
+	}}
+}
+
+// setupEntrant is one allocator of the set-up case: a set-up from nothing, timed.
+type setupEntrant struct {
+	name string
+	once func() (time.Duration, error)
+}
+
+// setupRounds times every entrant's set-up in rounds rounds, each running every entrant once in
+// an order that turns by one each round (as interleave does), and records the median of each
+// one's rounds as setup_ms; an entrant that fails records its error and leaves the rounds.
+func setupRounds(name string, es []setupEntrant, rounds int) []result {
+	ds := make([][]float64, len(es))
+	errs := make([]error, len(es))
+	for round := range rounds {
+		for k := range es {
+			i := (k + round) % len(es)
+			if errs[i] != nil {
 				continue
 			}
-			rs := resultSet{c: name, impl: im.name}
-			var ds []float64
-			var err error
-			for range 3 {
-				var d time.Duration
-				if d, err = im.once(); err != nil {
-					break
-				}
-				ds = append(ds, float64(d.Microseconds())/1000)
-			}
+			d, err := es[i].once()
 			if err != nil {
-				rs.fail(err)
-			} else {
-				sort.Float64s(ds)
-				rs.add("setup_ms", ds[1], "ms")
+				errs[i] = err
+				continue
 			}
-			out = append(out, rs.out...)
+			ds[i] = append(ds[i], float64(d.Microseconds())/1000)
 		}
-		return out
-	}}
+	}
+	var out []result
+	for i, e := range es {
+		rs := resultSet{c: name, impl: e.name}
+		if errs[i] != nil {
+			rs.fail(errs[i])
+		} else if len(ds[i]) > 0 {
+			rs.add("setup_ms", median(ds[i]), "ms")
+		}
+		out = append(out, rs.out...)
+	}
+	return out
 }
 
 // hostPoolSetup times the set-up of a pool at host location loc primed with size bytes.
