@@ -138,3 +138,19 @@ func TestAnchorTargets(t *testing.T) {
 		t.Error("naError: a driver without host pools is no failure; other errors are")
 	}
 }
+
+// TestErroredFigureIsUnmeasured: a case that recorded a figure and then an error for the same
+// allocator (the copy engine's batch, whose Close fails after its bandwidth was added) is no
+// measurement: its targets are UNMEASURED, never MET on the figure taken before the error.
+func TestErroredFigureIsUnmeasured(t *testing.T) {
+	c := "batch-h2d/64KiB"
+	rs := []result{
+		{Case: c, Impl: "pinmalloc-kernel", Metric: "gbps", Value: 60, Unit: "GB/s"},
+		{Case: c, Impl: "pinmalloc-kernel", Metric: "error", Note: "copyengine: close: CUDA_ERROR_ILLEGAL_ADDRESS"},
+	}
+	for _, tg := range (&batchSuite{}).targets(rs) {
+		if tg.Name == "kernel-h2d/64KiB" && tg.Status != unmeasured {
+			t.Errorf("%s %s ratio %g (%s), want UNMEASURED: its case failed", tg.Name, tg.Status, tg.Ratio, tg.Detail)
+		}
+	}
+}

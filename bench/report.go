@@ -19,9 +19,16 @@ func find(rs []result, c, im, metric string) (result, bool) {
 }
 
 // lookup finds one measured value: not one recorded as not a number (its note says so, last:
-// resultSet.add's, or finite's after the note it had).
+// resultSet.add's, or finite's after the note it had), nor one of an allocator whose run of the
+// case recorded an error (a figure taken before it failed: the copy engine's bandwidth, whose
+// Close failed after).
 func lookup(rs []result, c, im, metric string) (float64, bool) {
 	r, ok := find(rs, c, im, metric)
+	if ok && metric != "error" {
+		if _, failed := failure(rs, c, im); failed {
+			ok = false
+		}
+	}
 	return r.Value, ok && !strings.HasSuffix(r.Note, "not a number")
 }
 
