@@ -298,17 +298,17 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 	if err != nil {
 		return err
 	}
+	// A live block, on every path: Owner finds a freed block's start too, and a free deferred
+	// unchecked would free the block's next owner once the stream passed it.
+	size, err := h.g.Size(uintptr(p))
+	if err != nil {
+		return err
+	}
 	if err := h.scrub(p, &s); err != nil {
 		return err
 	}
-	if owner == h.streams[s] {
-		size, err := h.g.Size(uintptr(p))
-		if err != nil {
-			return err
-		}
-		if size <= heap.HugeThreshold {
-			return h.free(owner, p)
-		}
+	if owner == h.streams[s] && size <= heap.HugeThreshold {
+		return h.free(owner, p)
 	}
 	h.lists.Push(l, p)
 	h.deferred[p] = true
