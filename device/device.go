@@ -285,6 +285,9 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // capture to end. Memory a graph uses must outlive the graph: free it once the graph is
 // destroyed; a block freed on s during the capture is reused once s has passed the free after
 // the capture ends, whether the graph has been launched or not.
+//
+// Errors, on any stream: those of Free (heap.ErrDoubleFree for a block freed already or with a
+// free pending), checked before anything is queued or deferred.
 func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
