@@ -107,7 +107,7 @@ func (w *Owner) takeClaims(slot int, claims []bool) error {
 func (w *Owner) keepClaims(claims []bool, pid int) {
 	var g *gone
 	for gr, claimed := range claims {
-		if !claimed || !w.claimable(gr) {
+		if !claimed || !w.claimable(gr) || w.keptFor(gr) {
 			continue
 		}
 		if g == nil {
@@ -119,6 +119,17 @@ func (w *Owner) keepClaims(claims []bool, pid int) {
 		*t = grantState{state: gLimbo, gone: g, gen: t.gen + 1}
 		w.publish(gr)
 	}
+}
+
+// keptFor reports whether grant g is kept already for more than the words: an orphan, for a
+// buffer others retain (its gone's pins), or in the limbo of another process refused, until
+// that one exits. A refused claim (keepClaims) leaves it there: moved to the claimant's limbo,
+// it would be freed once the claimant exits (any process may ask to rejoin as anything),
+// however long the buffer stays retained or the other process lives, and every refused rejoin
+// would add a record and a pidfd for the same grants. Called with w.mu held.
+func (w *Owner) keptFor(g int) bool {
+	t := &w.table[g]
+	return t.state == gOrphan || t.state == gLimbo && t.gone != w.scan && t.gone != w.unclaimed
 }
 
 // holdsGrant reports whether the owner's table gives grant g to the process in slot.
