@@ -215,15 +215,54 @@ func (w *Owner) tick() {
 // held.
 func (w *Owner) settleOrphans(g *gone) {
 	c := &w.c
+	var stale [4]uint64
+	if len(g.entries) > 0 {
+		stale = w.staleRetainBits()
+	}
 	for e := range g.entries {
 		st := c.entry(e) + eState
 		w0 := c.load(st)
 		if w0&eLive != 0 && w0&eRetiring == 0 {
-			continue // still retained
+			// Retained, by the bits. A bit of a slot no process holds is no retain: its process
+			// left with its flagRetains cleared (dropRetains skipped it), or a peer forged it.
+			// Cleared, the entry retires here if no other bit is left (as tryRetire, its
+			// allocation aside: its holder is gone), or the buffer and its grants would wait
+			// for a Release that never comes.
+			for j, m := range stale {
+				if m == 0 {
+					continue
+				}
+				for i := c.entry(e) + eRetain + j; ; {
+					old := c.load(i)
+					if old&m == 0 || c.cas(i, old, old&^m) {
+						break
+					}
+				}
+			}
+			if c.retained(e) || !c.cas(st, w0, w0|eRetiring) {
+				continue // still retained
+			}
+			if c.retained(e) { // a retain landed between the check and the mark: it keeps it
+				c.cas(st, w0|eRetiring, w0)
+				continue
+			}
+			w0 |= eRetiring
 		}
 		if w0&eLive != 0 {
 			c.store(st, packState(entryGen(w0)+1, 0))
 		}
 		g.unpin(e)
 	}
+}
+
+// staleRetainBits returns, word by word of an entry's retain bits, the bits of slots no process
+// holds (past the slots too): no retain can be held by them, and no process can take such a
+// slot while w.mu is held. Called with w.mu held.
+func (w *Owner) staleRetainBits() (m [4]uint64) {
+	for s := range 4 * 64 {
+		if s >= len(w.procs) || !w.procs[s].used {
+			m[s/64] |= 1 << (s % 64)
+		}
+	}
+	return m
 }
