@@ -228,6 +228,10 @@ func (w *Owner) settleOrphans(g *gone) {
 			// Cleared, the entry retires here if no other bit is left (as tryRetire, its
 			// allocation aside: its holder is gone), or the buffer and its grants would wait
 			// for a Release that never comes.
+			stale := stale
+			if i, bit := c.retainWord(e, 0); c.load(i)&bit != 0 && !w.Process.retainsEntry(e, entryGen(w0)) {
+				stale[0] |= bit // the owner's own bit, which its Process does not hold: forged
+			}
 			for j, m := range stale {
 				if m == 0 {
 					continue
@@ -265,4 +269,17 @@ func (w *Owner) staleRetainBits() (m [4]uint64) {
 		}
 	}
 	return m
+}
+
+// retainsEntry reports whether this process holds a retain of entry e at generation gen (its
+// record in Go memory: a Retain sets its bit and records it under ex.mu).
+func (p *Process) retainsEntry(e int, gen uint32) bool {
+	p.ex.mu.Lock()
+	defer p.ex.mu.Unlock()
+	for h := range p.ex.retains {
+		if int(h.Entry) == e && h.Gen == gen {
+			return true
+		}
+	}
+	return false
 }
