@@ -182,7 +182,9 @@ func (h *Handler) Remove(name string) {
 	defer h.mu.Unlock()
 	for i, s := range h.sources {
 		if s.name == name {
-			h.sources = append(h.sources[:i], h.sources[i+1:]...)
+			// slices.Delete clears the slot it frees: a stale pointer there kept the removed
+			// source, and its pool, heap or tier, reachable.
+			h.sources = slices.Delete(h.sources, i, i+1)
 			return
 		}
 	}

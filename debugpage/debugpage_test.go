@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -337,6 +338,38 @@ func TestClosedPool(t *testing.T) {
 	if svg, _ := get(t, url+"map.svg"); strings.Contains(svg, `class="chunk`) {
 		t.Error("map of a closed pool draws chunks")
 	}
+}
+
+// TestRemoveLetsPoolGo: a source removed (and its pool closed) is not kept reachable by the
+// handler: Remove left a pointer to the last source in the slot past the shortened list, so the
+// pool stayed alive as long as the handler did.
+func TestRemoveLetsPoolGo(t *testing.T) {
+	h := New()
+	collected := make(chan struct{})
+	func() {
+		p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 8 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.AddCleanup(p, func(c chan struct{}) { close(c) }, collected)
+		if err := h.AddPool("gone", p); err != nil {
+			t.Fatal(err)
+		}
+		h.Remove("gone")
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	defer runtime.KeepAlive(h)
+	for range 20 {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("a pool removed from the handler and closed is still reachable from it")
 }
 
 // TestTopSites: the sites holding the most live bytes come first, each with its buffers'
