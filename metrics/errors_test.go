@@ -13,5 +13,6 @@ import (
 func TestKinds(t *testing.T) {
 	kindtest.CheckPackage(t, ".", []kindtest.Sentinel{
 		{Name: "metrics.ErrInvalidName", Err: ErrInvalidName, Kind: pinmalloc.ErrInvalid, Prefix: "metrics: "},
+		{Name: "metrics.ErrNilSource", Err: ErrNilSource, Kind: pinmalloc.ErrInvalid, Prefix: "metrics: "},
 	})
 }

@@ -47,8 +47,9 @@
 // # Errors
 //
 // A scrape never panics: the label values (a source's name) must be valid UTF-8, and the Add
-// methods refuse others with ErrInvalidName; a metric that still cannot be made is reported to
-// the registry as an invalid metric (an error of Gather), not with a Must call.
+// methods refuse others with ErrInvalidName, and a nil source with ErrNilSource; a metric that
+// still cannot be made is reported to the registry as an invalid metric (an error of Gather),
+// not with a Must call.
 package metrics
 
 import (
@@ -104,13 +105,17 @@ type source struct {
 // UTF-8); nothing was registered.
 var ErrInvalidName = errkind.New(pinmalloc.ErrInvalid, "metrics: invalid source name")
 
+// ErrNilSource means a nil pool, heap, tier or function given to an Add method (the next scrape
+// would have dereferenced it, in the registry's goroutine); nothing was registered.
+var ErrNilSource = errkind.New(pinmalloc.ErrInvalid, "metrics: nil source")
+
 // New returns a collector with nothing registered.
 func New() *Collector { return &Collector{sources: map[string]source{}} }
 
 // AddPool registers a pinned pool under name (replacing any source of that name). It fails
-// with ErrInvalidName for a name that is not valid UTF-8.
+// with ErrInvalidName for a name that is not valid UTF-8, and with ErrNilSource for a nil pool.
 func (c *Collector) AddPool(name string, p *pinned.Pool) error {
-	return c.add(name, source{mem: Host, heap: func() (Figures, []string) {
+	return c.add(name, p == nil, source{mem: Host, heap: func() (Figures, []string) {
 		st := p.Stats()
 		f := FromPool(st)
 		f.Quota = uint64(max(p.Quota(), 0))
@@ -120,7 +125,7 @@ func (c *Collector) AddPool(name string, p *pinned.Pool) error {
 
 // AddDevice registers a device heap under name. Errors as for AddPool.
 func (c *Collector) AddDevice(name string, h *device.Heap) error {
-	return c.add(name, source{mem: Device, heap: func() (Figures, []string) {
+	return c.add(name, h == nil, source{mem: Device, heap: func() (Figures, []string) {
 		st := h.Stats()
 		f := FromDevice(st)
 		f.Quota = uint64(h.Quota())
@@ -130,13 +135,13 @@ func (c *Collector) AddDevice(name string, h *device.Heap) error {
 
 // AddTier registers a UVM tier under name. Errors as for AddPool.
 func (c *Collector) AddTier(name string, t *uvm.Tier) error {
-	return c.add(name, source{tier: func() TierFigures { return FromTier(t.Stats()) }})
+	return c.add(name, t == nil, source{tier: func() TierFigures { return FromTier(t.Stats()) }})
 }
 
 // AddFunc registers any source of Figures under name, in the families of mem. Errors as for
 // AddPool.
 func (c *Collector) AddFunc(name string, mem Memory, f func() Figures) error {
-	return c.add(name, source{mem: mem, heap: func() (Figures, []string) { return f(), nil }})
+	return c.add(name, f == nil, source{mem: mem, heap: func() (Figures, []string) { return f(), nil }})
 }
 
 // Remove unregisters name (before its pool or heap is closed).
@@ -146,9 +151,13 @@ func (c *Collector) Remove(name string) {
 	c.mu.Unlock()
 }
 
-func (c *Collector) add(name string, s source) error {
-	if !utf8.ValidString(name) {
+// add registers s under name; isNil says the pool, heap, tier or function s reads is nil.
+func (c *Collector) add(name string, isNil bool, s source) error {
+	switch {
+	case !utf8.ValidString(name):
 		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, name)
+	case isNil:
+		return fmt.Errorf("%w: %q not added", ErrNilSource, name)
 	}
 	c.mu.Lock()
 	c.sources[name] = s

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -256,4 +257,30 @@ func TestInvalidNames(t *testing.T) {
 	if !found {
 		t.Error("the valid source was not gathered beside the invalid one")
 	}
+}
+
+// TestNilSources: a nil pool, heap, tier or function is refused by its Add method with
+// ErrNilSource, and the scrapes go on. It was registered, and the next scrape dereferenced it
+// in the registry's goroutine: a panic that ended the process.
+func TestNilSources(t *testing.T) {
+	c := New()
+	for what, err := range map[string]error{
+		"AddPool":   c.AddPool("p", nil),
+		"AddDevice": c.AddDevice("d", nil),
+		"AddTier":   c.AddTier("t", nil),
+		"AddFunc":   c.AddFunc("f", Device, nil),
+	} {
+		if !errors.Is(err, ErrNilSource) || !errors.Is(err, pinmalloc.ErrInvalid) {
+			t.Errorf("%s(nil) = %v; want ErrNilSource", what, err)
+		}
+	}
+	if n := len(c.list()); n != 0 {
+		t.Fatalf("%d nil sources registered", n)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Var().String()
 }
