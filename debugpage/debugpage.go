@@ -124,10 +124,10 @@ type source struct {
 func New() *Handler { return &Handler{} }
 
 // AddPool registers a pinned pool under name, replacing any source of that name. It fails with
-// ErrInvalidName for a name that is not valid UTF-8 (stats.json could not keep it), and with
-// ErrFrozen on the handler of a snapshot.
+// ErrInvalidName for a name that is not valid UTF-8 (stats.json could not keep it), with
+// ErrNilSource for a nil pool, and with ErrFrozen on the handler of a snapshot.
 func (h *Handler) AddPool(name string, p *pinned.Pool) error {
-	return h.add(&source{name: name, kind: "pinned",
+	return h.add(p == nil, &source{name: name, kind: "pinned",
 		stats: func() any { return p.Stats() }, usage: func() any { return p.Usage() },
 		live: func() uint64 { return p.Usage().Live }, str: func() string { return p.Stats().String() }, m: p.Map,
 		streams: func() []StreamDeferred { return poolStreams(p) },
@@ -147,7 +147,7 @@ func (h *Handler) AddPool(name string, p *pinned.Pool) error {
 // AddDevice registers a device heap under name, replacing any source of that name. Errors as
 // for AddPool.
 func (h *Handler) AddDevice(name string, d *device.Heap) error {
-	return h.add(&source{name: name, kind: "device",
+	return h.add(d == nil, &source{name: name, kind: "device",
 		stats: func() any { return d.Stats() }, usage: func() any { return d.Usage() },
 		live: func() uint64 { return d.Usage().Live }, str: func() string { return d.Stats().String() }, m: d.Map,
 		streams: func() []StreamDeferred { return heapStreams(d) },
@@ -169,7 +169,7 @@ func (h *Handler) AddDevice(name string, d *device.Heap) error {
 // cause; the device heap it takes VRAM from has a map of its own when registered with
 // AddDevice (uvm.Options.Heap). Errors as for AddPool.
 func (h *Handler) AddTier(name string, t *uvm.Tier) error {
-	return h.add(&source{name: name, kind: "uvm", tier: t.Stats,
+	return h.add(t == nil, &source{name: name, kind: "uvm", tier: t.Stats,
 		sample: func() Sample {
 			st := t.Stats()
 			return Sample{Device: st.DeviceBytes, Evicted: st.HostBytes}
@@ -190,12 +190,15 @@ func (h *Handler) Remove(name string) {
 	}
 }
 
-func (h *Handler) add(s *source) error {
+// add registers s; isNil says the pool, heap or tier s reads is nil.
+func (h *Handler) add(isNil bool, s *source) error {
 	switch {
 	case h.frozen != nil:
 		return fmt.Errorf("%w: %q not added", ErrFrozen, s.name)
 	case !utf8.ValidString(s.name):
 		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, s.name)
+	case isNil:
+		return fmt.Errorf("%w: %q not added", ErrNilSource, s.name)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -3,15 +3,18 @@ package debugpage
 import (
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -370,6 +373,33 @@ func TestRemoveLetsPoolGo(t *testing.T) {
 		}
 	}
 	t.Fatal("a pool removed from the handler and closed is still reachable from it")
+}
+
+// TestNilSources: a nil pool, heap or tier is refused by its Add method with ErrNilSource, and
+// the page and the timeline go on. It was registered: every render of the page panicked, and the
+// timeline's sampler, in a goroutine of its own, ended the process.
+func TestNilSources(t *testing.T) {
+	h := New()
+	for what, err := range map[string]error{
+		"AddPool":   h.AddPool("p", nil),
+		"AddDevice": h.AddDevice("d", nil),
+		"AddTier":   h.AddTier("t", nil),
+	} {
+		if !errors.Is(err, ErrNilSource) || !errors.Is(err, pinmalloc.ErrInvalid) {
+			t.Errorf("%s(nil) = %v; want ErrNilSource", what, err)
+		}
+	}
+	if n := len(h.list()); n != 0 {
+		t.Fatalf("%d nil sources registered", n)
+	}
+	h.sampleAll(time.Now())
+	for _, path := range []string{"/", "/stats.json", "/map.svg"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://x"+path, nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("%s: %d", path, rec.Code)
+		}
+	}
 }
 
 // TestTopSites: the sites holding the most live bytes come first, each with its buffers'

@@ -15,5 +15,6 @@ func TestKinds(t *testing.T) {
 		{Name: "debugpage.ErrSnapshot", Err: ErrSnapshot, Kind: pinmalloc.ErrInvalid, Prefix: "debugpage: "},
 		{Name: "debugpage.ErrFrozen", Err: ErrFrozen, Kind: pinmalloc.ErrInvalid, Prefix: "debugpage: "},
 		{Name: "debugpage.ErrInvalidName", Err: ErrInvalidName, Kind: pinmalloc.ErrInvalid, Prefix: "debugpage: "},
+		{Name: "debugpage.ErrNilSource", Err: ErrNilSource, Kind: pinmalloc.ErrInvalid, Prefix: "debugpage: "},
 	})
 }

@@ -21,6 +21,10 @@ var ErrFrozen = errkind.New(pinmalloc.ErrInvalid, "debugpage: a snapshot's page 
 // not keep it as given.
 var ErrInvalidName = errkind.New(pinmalloc.ErrInvalid, "debugpage: invalid source name")
 
+// ErrNilSource means a nil pool, heap or tier given to an Add method (every render of the page
+// and every sample of the timeline would have dereferenced it); nothing was registered.
+var ErrNilSource = errkind.New(pinmalloc.ErrInvalid, "debugpage: nil source")
+
 // Snapshot reads a snapshot saved from stats.json (the page's "download a snapshot" link, or
 // stats.json?download=1) and returns a handler that serves it as it was: the page, map.svg and
 // stats.json, under whatever prefix it is mounted at. Nothing can be registered with it.
