@@ -400,3 +400,40 @@ func TestLendRefusesBadLenders(t *testing.T) {
 	}
 	verifyAll(t, b, l.h)
 }
+
+// TestLendReturnedStaleOwnerFree: the borrower's own stale free of a block of a page it gave
+// back, found in the lender's tables before the lender takes it back, is a double free and
+// leaves its page cache naming no dead page (remember must not cache it).
+func TestLendReturnedStaleOwnerFree(t *testing.T) {
+	_, l, hs := newLendGroup(t, 1)
+	h := hs[0]
+	p, err := h.Alloc(4 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	h.Trim() // the page goes on the returned list
+	errs := []error{h.Free(p), h.FreeSized(p, 4<<10), h.FreeHeld(p, 4<<10)}
+	tried := h.TryFree(p, 4<<10)
+	_, held := h.TryHoldSized(p, 4<<10)
+	l.mu.Unlock()
+	for i, err := range errs {
+		if err == nil {
+			t.Errorf("stale free %d of a block of a returned page succeeded", i)
+		}
+	}
+	if tried || held {
+		t.Errorf("stale TryFree (%v) or TryHoldSized (%v) of a block of a returned page succeeded", tried, held)
+	}
+	for i, e := range h.near {
+		if e.pg != nil && e.pg.dead {
+			t.Errorf("page cache entry %d names a dead page %#x", i, e.pg.base)
+		}
+	}
+	if err := h.verify(); err != nil {
+		t.Error(err)
+	}
+}
