@@ -178,10 +178,10 @@ func (h *Heap) TryHoldSized(p, n uintptr) (first, ok bool) {
 }
 
 // ownBlockSlow finds the block at p, missed by the owner's page cache, in the group's tables,
-// and puts its page in the cache (as tryFree does); found is false for another heap's page or
-// an object page.
+// and puts its page in the cache (as tryFree does); found is false for another heap's page, an
+// object page or a dead one (a borrowed page given back, still in its lender's tables).
 func (h *Heap) ownBlockSlow(p uintptr) (pg *page, idx uint32, found bool) {
-	if pg, idx, found = h.g.find(p); !found || pg.class < 0 || pg.heap != h {
+	if pg, idx, found = h.g.find(p); !found || pg.class < 0 || pg.heap != h || pg.dead {
 		return nil, 0, false
 	}
 	h.remember(p, pg)

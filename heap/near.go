@@ -48,8 +48,13 @@ func (h *Heap) nearBlock(p uintptr) (pg *page, idx uint32, ok bool) {
 }
 
 // remember puts pg, a class page of the heap's that holds p, into near: the owner's free
-// paths call it when they had to ask the tables (Group.find).
+// paths call it when they had to ask the tables (Group.find). A dead page is not cached: the
+// tables still name a borrowed page given back until its lender takes it back (lend.go), and
+// a stale free of one of its blocks must not put it back in near, which freeSlices cleared.
 func (h *Heap) remember(p uintptr, pg *page) {
+	if pg.dead {
+		return
+	}
 	h.near[p>>sliceShift&(nearLen-1)] = nearEntry{base: pg.base, span: uint32(pg.span), bsize: uint32(pg.bsize), divMul: pg.divMul, pg: pg}
 }
 
