@@ -11,19 +11,19 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
-// auditMsg is a block handed to a goroutine that does not own it.
-type auditMsg struct {
+// raceMsg is a block handed to a goroutine that does not own it.
+type raceMsg struct {
 	p, n  uintptr
 	stamp byte
 }
 
-// TestAuditMaintenanceRacesRemote races the owners' maintenance (Trim, PurgeIdle, Collect), their
+// TestMaintenanceRacesRemote races the owners' maintenance (Trim, PurgeIdle, Collect), their
 // non-blocking paths (TryAlloc, TryFree, which leave object pages pending and empty pages
 // deferred) and the arena's purge timer with remote frees (Group.FreeSized, another heap's
 // Free and TryFree) of class blocks, object pages and huge objects. Every block is stamped at
 // both ends and checked before its free: a block handed out twice, or whose memory a purge gave
 // up while live (the host provider's decommit zeroes it), reads a wrong stamp.
-func TestAuditMaintenanceRacesRemote(t *testing.T) {
+func TestMaintenanceRacesRemote(t *testing.T) {
 	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 2 << 30, PurgeDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func TestAuditMaintenanceRacesRemote(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	auditStress(t, g, heaps, nil)
+	raceStress(t, g, heaps, nil)
 	for w, h := range heaps {
 		if err := h.Close(); err != nil {
 			t.Errorf("heap %d: %v", w, err)
@@ -47,10 +47,10 @@ func TestAuditMaintenanceRacesRemote(t *testing.T) {
 	}
 }
 
-// TestAuditLendRacesRemote is TestAuditMaintenanceRacesRemote over coarse memory with borrowers:
+// TestLendRacesRemote is TestMaintenanceRacesRemote over coarse memory with borrowers:
 // the lender's owner (under the lender's lock) allocates, frees, trims and purges while the
 // borrowers' pages in its runs take remote frees and go back to it.
-func TestAuditLendRacesRemote(t *testing.T) {
+func TestLendRacesRemote(t *testing.T) {
 	g, l, hs := newLendGroup(t, 3)
 	stop := make(chan struct{})
 	var lw sync.WaitGroup
@@ -104,22 +104,22 @@ func TestAuditLendRacesRemote(t *testing.T) {
 			time.Sleep(20 * time.Microsecond)
 		}
 	}()
-	auditStress(t, g, hs, func() { // verify reads the group's tables, which the lender changes
+	raceStress(t, g, hs, func() { // verify reads the group's tables, which the lender changes
 		close(stop)
 		lw.Wait()
 	})
 }
 
-// auditStress runs the owners of heaps against remote freers (see
-// TestAuditMaintenanceRacesRemote), then quiesce, if any, then checks the heaps.
-func auditStress(t *testing.T, g *Group, heaps []*Heap, quiesce func()) {
+// raceStress runs the owners of heaps against remote freers (see
+// TestMaintenanceRacesRemote), then quiesce, if any, then checks the heaps.
+func raceStress(t *testing.T, g *Group, heaps []*Heap, quiesce func()) {
 	owners := len(heaps)
 	steps := 20_000
 	if longRun() {
 		steps = 200_000
 	}
 	var handed sync.Map // block address → stamp, while handed out
-	check := func(m auditMsg, who string) {
+	check := func(m raceMsg, who string) {
 		b := mem.Bytes(m.p, m.n)
 		if b[0] != m.stamp || b[m.n-1] != m.stamp || b[m.n/2] != m.stamp {
 			t.Errorf("%s: block %#x+%d reads %d %d %d, want %d", who, m.p, m.n, b[0], b[m.n/2], b[m.n-1], m.stamp)
@@ -128,11 +128,11 @@ func auditStress(t *testing.T, g *Group, heaps []*Heap, quiesce func()) {
 			t.Errorf("%s: block %#x not recorded as handed out with stamp %d (%v %v)", who, m.p, m.stamp, v, ok)
 		}
 	}
-	inbox := make([]chan auditMsg, owners)
+	inbox := make([]chan raceMsg, owners)
 	for i := range inbox {
-		inbox[i] = make(chan auditMsg, 512)
+		inbox[i] = make(chan raceMsg, 512)
 	}
-	remote := make(chan auditMsg, 512)
+	remote := make(chan raceMsg, 512)
 	var freers sync.WaitGroup
 	for range 2 {
 		freers.Add(1)
@@ -155,8 +155,8 @@ func auditStress(t *testing.T, g *Group, heaps []*Heap, quiesce func()) {
 			defer wg.Done()
 			h := heaps[w]
 			r := rand.New(rand.NewPCG(uint64(w), 77))
-			var mine []auditMsg
-			freeIn := func(m auditMsg) {
+			var mine []raceMsg
+			freeIn := func(m raceMsg) {
 				check(m, "owner")
 				if r.IntN(2) == 0 && h.TryFree(m.p, m.n) {
 					return
@@ -204,7 +204,7 @@ func auditStress(t *testing.T, g *Group, heaps []*Heap, quiesce func()) {
 					}
 					b := mem.Bytes(p, n)
 					b[0], b[n/2], b[n-1] = s, s, s
-					m := auditMsg{p, n, s}
+					m := raceMsg{p, n, s}
 					switch r.IntN(3) {
 					case 0:
 						mine = append(mine, m)
