@@ -58,8 +58,11 @@ func TestPutAcksInBatches(t *testing.T) {
 	if c1.mode != ModeMessages {
 		t.Fatalf("the connection moves bytes by mode %d, want messages (%d)", c1.mode, ModeMessages)
 	}
-	if answers < n/doneMax || answers > n/2 {
-		t.Fatalf("%d puts by message answered by %d messages: want %d to %d", n, answers, n/doneMax, n/2)
+	// One answer a put without the batches; how many a batch holds depends on how many puts a
+	// progress round finds arrived, which a loaded machine lowers (347 of 600 seen under CI
+	// with other tests beside it; 100 – 300 on a quiet one).
+	if answers < n/doneMax || answers > n*3/4 {
+		t.Fatalf("%d puts by message answered by %d messages: want %d to %d", n, answers, n/doneMax, n*3/4)
 	}
 	t.Logf("%d puts answered by %d messages", n, answers)
 	if err := tr.Reset(); err != nil {
