@@ -22,7 +22,8 @@ func poolOptions() ipcpool.Options {
 }
 
 // runOwner serves the pool at path, adopting it from its keeper and workers when adopt is
-// set, says "READY <pool> <µs>" and serves until its stdin closes.
+// set, says "READY <pool> <µs>" and serves until its stdin closes, then closes the pool (which
+// fails with ipcpool.ErrAttached while another process is attached).
 func runOwner(path string, adopt bool) error {
 	o := poolOptions()
 	if adopt {
@@ -39,7 +40,7 @@ func runOwner(path string, adopt bool) error {
 		ps := w.SharedStats().Pool
 		fmt.Println("P", ps.Processes, ps.Held, ps.Free+ps.Fenced, ps.Orphaned)
 	}
-	return nil
+	return w.Close()
 }
 
 // runKeeper holds the pool at path until its stdin closes.
@@ -88,7 +89,7 @@ func parseHandle(f []string) (h ipcpool.Handle, err error) {
 //	F <handle>                let the value go (FreeHandle): "OK", "STALE"
 //	T <handle>, U <handle>    retain it, release it: "OK", "STALE"
 //	G                         the pool memory this worker holds: "G <bytes> <rejoined>"
-//	Q                         leave: "OK"
+//	Q                         leave (Process.Close): "OK", or "E <error>"
 func runWorker(path string) error {
 	// One shard: each shard of a process's pool takes grants of its own, and this pool has four.
 	p, err := ipcpool.Attach(context.Background(), path, ipcpool.AttachOptions{FallbackPageable: true, Pool: pinned.Options{Shards: 1}})
@@ -101,7 +102,11 @@ func runWorker(path string) error {
 		f := strings.Fields(in.Text())
 		if len(f) == 1 && f[0] == "Q" {
 			err := p.Close()
-			fmt.Println("OK")
+			if err != nil {
+				fmt.Println("E", err) // the coordinator reports it: an OK would hide a failed Close
+			} else {
+				fmt.Println("OK")
+			}
 			return err
 		}
 		fmt.Println(workerCommand(p, f))

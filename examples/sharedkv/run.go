@@ -356,7 +356,9 @@ func (s *store) finish() error {
 		if got, err := s.workers[w].do("Q"); err != nil || got != "OK" {
 			return fmt.Errorf("worker %d leaving: %s %v", w, got, err)
 		}
-		_ = s.workers[w].quit()
+		if err := s.workers[w].quit(); err != nil { // its exit status: 1 when its Close failed
+			return fmt.Errorf("worker %d: %w", w, err)
+		}
 	}
 	if err := s.keeper.quit(); err != nil {
 		return err
