@@ -132,12 +132,12 @@ func newSide(c config, name string, out io.Writer) (*side, error) {
 func (s *side) close() error { return errors.Join(s.reg.Close(), s.w.Close(), s.pool.Close()) }
 
 // decode listens, takes one prefill connection and serves its requests.
-func decode(c config, listen string, out io.Writer) error {
+func decode(c config, listen string, out io.Writer) (err error) {
 	s, err := newSide(c, "decode", out)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer func() { err = errors.Join(err, s.close()) }() // Close reports a block left live
 	l, err := s.w.Listen(listen)
 	if err != nil {
 		return err
@@ -192,7 +192,7 @@ func decode(c config, listen string, out io.Writer) error {
 }
 
 // prefill connects to decode and sends its requests' blocks.
-func prefill(c config, addr string, out io.Writer) error {
+func prefill(c config, addr string, out io.Writer) (err error) {
 	if addr == "" {
 		return errors.New("-role prefill needs -connect host:port")
 	}
@@ -200,7 +200,7 @@ func prefill(c config, addr string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer func() { err = errors.Join(err, s.close()) }() // after the blocks' Frees: Close reports a block left live
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	conn, err := s.w.Connect(ctx, addr)
@@ -208,14 +208,27 @@ func prefill(c config, addr string, out io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	blocks := make([][]byte, c.blocks)
-	for i := range blocks {
-		if blocks[i], err = s.pool.Alloc(c.block); err != nil {
+	blocks := make([][]byte, 0, c.blocks)
+	defer func() { // a Free while a transfer holds the block takes effect when the transfer ends
+		for _, b := range blocks {
+			err = errors.Join(err, s.pool.Free(b))
+		}
+	}()
+	for range c.blocks {
+		b, err := s.pool.Alloc(c.block)
+		if err != nil {
 			return err
 		}
-		defer s.pool.Free(blocks[i])
+		blocks = append(blocks, b)
 	}
 	t := conn.NewTransfer()
+	// On an error before Start, Reset gives back the holds Put took (a transfer still in
+	// flight, ErrBusy here, is waited for by the connection's Close); the blocks are then freed.
+	defer func() {
+		if rerr := t.Reset(); rerr != nil && !errors.Is(rerr, remote.ErrBusy) {
+			err = errors.Join(err, rerr)
+		}
+	}()
 	var busy time.Duration
 	for r := range c.requests {
 		for i, b := range blocks { // the request's KV blocks, as a prefill would have computed them
