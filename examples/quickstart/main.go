@@ -88,7 +88,10 @@ func main() {
 		"   needs a page of that size, or gives back a page idle past the purge delay)")
 
 	// Mistakes are errors, not crashes.
-	b, _ := pool.Alloc(100)
+	b, err := pool.Alloc(100)
+	if err != nil {
+		log.Fatal(err) // ignored, a failed Alloc leaves b nil, and b[10:] below panics
+	}
 	fmt.Println("free of a sub-slice:", pool.Free(b[10:]))
 	fmt.Println("free:", pool.Free(b))
 	fmt.Println("double free:", pool.Free(b))
