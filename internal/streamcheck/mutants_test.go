@@ -264,6 +264,15 @@ var mutants = []mutant{
 		pkg:   "./pinned",
 		catch: "^TestFakeLostListKeepsLaterFrees$",
 	},
+	{
+		name:  "recover-stale-lost-count",
+		why:   "a lost list's count of the open items the loss saw stays as it was when a later poll, before Recover (a capture put it off, or Poll and Recover called apart), marks those items: Recover then hands back, as the oldest open items, newer ones pushed while its synchronize ran; a list is lost only on a refused record or a stream destroyed before it is forgotten, which the model does not inject",
+		file:  "internal/streamq/lists_poll.go",
+		old:   "\t\t\tl.lostOpen = 0 // the open items a loss saw are marked now: Recover takes them so\n",
+		new:   "",
+		pkg:   "./internal/streamq",
+		catch: "^TestRecoverStaleLostCount$",
+	},
 
 	{
 		name:  "settle-without-legacy-point",

@@ -106,11 +106,13 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 			l.seq = p.seq.Add(1)
 			l.open, l.marked = l.marked, l.open
 			l.openT, l.markedT = l.markedT, l.openT
+			l.lostOpen = 0 // the open items a loss saw are marked now: Recover takes them so
 			return done, pollBusy, nil
 		}
 		done = ls.take(done, l.open, &l.openT, true) // everything queued on it has completed
 		clear(l.open)
 		l.open = l.open[:0]
+		l.lostOpen = 0
 	}
 	if len(l.marked) == 0 {
 		if l.idle++; l.idle >= ls.linger {
@@ -164,7 +166,11 @@ func (l *List[T]) dropPoint(p *Points) {
 	l.ev, l.borrowed, l.quiet = 0, false, false
 }
 
-// lose notes how many open items l has as poll finds it lost. l.mu is held.
+// lose notes how many open items l has as poll finds it lost. l.mu is held. The count is
+// kept in step with the open items leaving the list (marked or handed back by a later poll,
+// released by Drain): it counts the oldest open items, those pushed before the loss, and a
+// count left as it was would make Recover hand back newer ones, pushed while its synchronize
+// ran, in their place.
 func (l *List[T]) lose() pollState {
 	l.lostOpen = len(l.open)
 	return pollLost

@@ -133,6 +133,7 @@ func (ls *Lists[T]) release(l *List[T], n int, done []T) []T {
 	}
 	l.dropPoint(ls.points)
 	done = ls.take(ls.take(done, l.marked, &l.markedT, true), l.open[:open], &l.openT, open == len(l.open))
+	l.lostOpen = max(l.lostOpen-open, 0) // the open items a loss saw are the oldest (lose)
 	clear(l.marked)
 	rest := copy(l.open, l.open[open:])
 	clear(l.open[rest:])
