@@ -41,21 +41,21 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
 
-// Acquire makes block h resident and returns its device address for work queued on stream s
-// from now until Release(h, s). It does not wait for a copy: a block brought back is copied
-// on the tier's H2D stream and s is made to wait for it. Mode Write marks the host copy stale.
-// The block stays acquired (never moved) until as many Releases on s as Acquires on s.
-// Errors: ErrInvalidHandle, ErrInvalidStream (a stream the driver does not know; the tier
-// asks it once per stream; ErrDeviceFault instead when the context has failed), ErrAllPinned
-// (no room: the budget is held by acquired blocks), ErrAcquired (the host holds the block for
-// writing, or for reading and m is Write), an error matching cuda.ErrCapturing when s is
-// capturing a CUDA graph and the block must be waited for there (it is brought back or still
-// arriving, or was last released on another stream: the wait would be a node of the graph),
-// and the errors of the copy, the device heap and the driver, after which the block is not
-// acquired: where it was, or, when its copy back was queued and a wait for it on s could not
-// be, resident and evictable like any block not acquired. A block resident and ready for s is acquired with no driver call, capture or not: a
-// graph that uses it must be launched for the last time before its Release, which the tier
-// cannot know; acquire a graph's blocks before the capture begins.
+// Acquire makes block h resident and returns its device address for work queued on stream s from
+// now until Release(h, s). It does not wait for a copy: a block brought back is copied on the
+// tier's H2D stream and s is made to wait for it. Mode Write marks the host copy stale. The block
+// stays acquired (never moved) until as many Releases on s as Acquires on s. Errors: ErrClosed,
+// ErrInvalidHandle, ErrInvalidStream (a stream the driver does not know; the tier asks it once per
+// stream; ErrDeviceFault instead when the context has failed), ErrAllPinned (no room: the budget is
+// held by acquired blocks), ErrAcquired (the host holds the block for writing, or for reading and m
+// is Write), an error matching cuda.ErrCapturing when s is capturing a CUDA graph and the block
+// must be waited for there (it is brought back or still arriving, or was last released on another
+// stream: the wait would be a node of the graph), and the errors of the copy, the device heap and
+// the driver, after which the block is not acquired: where it was, or, when its copy back was
+// queued and a wait for it on s could not be, resident and evictable like any block not acquired. A
+// block resident and ready for s is acquired with no driver call, capture or not: a graph that uses
+// it must be launched for the last time before its Release, which the tier cannot know; acquire a
+// graph's blocks before the capture begins.
 func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) {
 	start := t.acquireStart() // latency.go
 	t.mu.Lock()

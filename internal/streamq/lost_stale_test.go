@@ -8,14 +8,14 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
-// TestRecoverStaleLostCount: a poll finds a list lost (its record refused once), and a later
-// poll, before Recover (a Reclaim whose Recover a capture put off, or Poll and Recover called
-// apart, as uvm.Tier does), gives the same open items a point (or a Drain hands them back):
-// they are marked now (or gone), and the list's open items are newer ones. Recover's synchronize covers what was pushed before it; an
-// item pushed while it runs (here in after, between the synchronize and the release) is not
-// covered, and must stay while its stream's work is in flight. Before the count of open items
-// the loss saw was kept in step with the items leaving the open list, Recover handed back the
-// newer item as one of them.
+// TestRecoverStaleLostCount: a poll finds a list lost (its record refused once), and a later poll,
+// before Recover (a Reclaim whose Recover a capture put off, or Poll and Recover called apart, as
+// uvm.Tier does), gives the same open items a point (or a Drain hands them back): they are marked
+// now (or gone), and the list's open items are newer ones. Recover's synchronize covers what was
+// pushed before it; an item pushed while it runs (here in after, between the synchronize and the
+// release) is not covered, and must stay while its stream's work is in flight. Before the count of
+// open items the loss saw was kept in step with the items leaving the open list, Recover handed
+// back the newer item as one of them.
 func TestRecoverStaleLostCount(t *testing.T) {
 	// A Drain in place of the second poll hands the item back and takes the emptied list out
 	// of the lists: the push after the synchronize then makes a new list, which Recover does
