@@ -395,6 +395,11 @@ func (p *Pool) free(b []byte, guard bool) error {
 		return err
 	}
 	if guard && p.sharer != nil {
+		// The holds first, as freeRest and FreeAsync ask them: a shared buffer a Hold keeps
+		// drops its reference at the last Release (releaseFree), not while still in use.
+		if handled, err := p.out.deferFree(addr, n, false, 0); handled { // held: hold.go
+			return err
+		}
 		if done, err := p.sharedOrForeign(addr, n, fastFree{}, nil); done {
 			return err
 		}
