@@ -34,6 +34,9 @@ func Discover(lib Library) ([]GPU, error) {
 	if ret != Success {
 		return nil, fmt.Errorf("nvml: device count: %w", ret)
 	}
+	if n < 0 || n > maxDevices {
+		return nil, fmt.Errorf("nvml: device count %d (0 to %d): %w", n, maxDevices, ErrorUnknown)
+	}
 	gpus := make([]GPU, 0, n)
 	for i := 0; i < n; i++ {
 		g, err := describe(lib, i)
@@ -85,6 +88,14 @@ func NUMANode(lib Library, busID string) (node int, ok bool, err error) {
 	return n, true, nil
 }
 
+// maxDevices bounds the device count Discover believes, and maxMIGDevices the MIG slots it asks
+// for (a GPU has 7 at most): an answer beyond them, from a broken or foreign library, is not
+// taken as the size of an allocation or of a loop of calls.
+const (
+	maxDevices    = 1 << 12
+	maxMIGDevices = 64
+)
+
 // describe reads one device; lib is initialized.
 func describe(lib Library, i int) (GPU, error) {
 	g := GPU{Index: i}
@@ -123,6 +134,7 @@ func migDevices(dev Device) []MIGDevice {
 	if ret != Success {
 		return nil
 	}
+	n = min(n, maxMIGDevices) // a count no GPU has is not asked slot by slot
 	var out []MIGDevice
 	for i := 0; i < n; i++ {
 		m, ret := dev.GetMigDeviceHandleByIndex(i)
