@@ -16,15 +16,7 @@ func TestCheckTargetRefusesBeyondRegion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, w2, _, r2, _, _ := connectedPair(t, ctx)
-	b, err := r2.pool.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = r2.pool.Free(b) }()
-	d, err := r2.Describe(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := describe(t, r2, liveBuffer(t, r2, 4096))
 	end := d.base + d.size
 	w2.mu.Lock()
 	defer w2.mu.Unlock()
@@ -51,16 +43,7 @@ func TestForgedPutPastRegionRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w1, w2, r1, r2, c1, c2 := connectedPair(t, ctx)
-	b1, err := r1.pool.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = r1.pool.Free(b1) }()
-	b2, err := r2.pool.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = r2.pool.Free(b2) }()
+	b1, b2 := liveBuffer(t, r1, 4096), liveBuffer(t, r2, 4096)
 	// The target is the worker whose region lies below the other's: the forged address, past
 	// its region's end, is the other's buffer (the hostile peer's own: nothing else is hurt).
 	hostile, target, hc, hb, tb := w1, w2, c1, b1, b2
@@ -69,10 +52,7 @@ func TestForgedPutPastRegionRefused(t *testing.T) {
 		hostile, target, hc, hb, tb = w2, w1, c2, b2, b1
 		treg = r1
 	}
-	d, err := treg.Describe(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := describe(t, treg, tb)
 	landing := uint64(mem.Addr(hb))
 	if landing < d.base+d.size {
 		t.Skipf("the pools' regions overlap in address order: [%#x, +%d), %#x", d.base, d.size, landing)
@@ -110,6 +90,28 @@ func TestForgedPutPastRegionRefused(t *testing.T) {
 	}
 }
 
+// liveBuffer allocates n bytes of r's pool for the test, freed when it ends (before the
+// workers close: cleanups run last first).
+func liveBuffer(t *testing.T, r *Registration, n int) []byte {
+	t.Helper()
+	b, err := r.pool.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.pool.Free(b) })
+	return b
+}
+
+// describe returns r's descriptor of b.
+func describe(t *testing.T, r *Registration, b []byte) Descriptor {
+	t.Helper()
+	d, err := r.Describe(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // regionOf returns the registered region of b. Test helper.
 func (w *Worker) regionOf(b []byte) (*localRegion, error) {
 	lr := w.lookup(mem.Addr(b), uintptr(len(b)))
@@ -132,15 +134,8 @@ func TestQueuedAnswerAfterRegionGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := r2.Describe(b2[:4096])
-	if err != nil {
-		t.Fatal(err)
-	}
-	b1, err := r1.pool.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = r1.pool.Free(b1) }()
+	d := describe(t, r2, b2[:4096])
+	b1 := liveBuffer(t, r1, 4096)
 	w2.mu.Lock()
 	saved := w2.nanswer
 	w2.nanswer = w2.opts.MaxInFlight // every answer slot in flight
@@ -189,15 +184,7 @@ func TestAnswerQueueBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, w2, _, r2, _, c2 := connectedPair(t, ctx)
-	b, err := r2.pool.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = r2.pool.Free(b) }()
-	d, err := r2.Describe(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := describe(t, r2, liveBuffer(t, r2, 4096))
 	w2.mu.Lock()
 	bound := maxQueuedAnswers // read under w2.mu, as the progress goroutine does
 	maxQueuedAnswers = 1000   // the bound's mechanism, at a size a test floods quickly
@@ -306,11 +293,8 @@ func testDataFlood(t *testing.T, kind uint8) {
 	var payload []byte
 	var src *localRegion
 	if kind == dataPut {
-		b, err := hr.pool.Alloc(512)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = hr.pool.Free(b) }()
+		b := liveBuffer(t, hr, 512)
+		var err error
 		if src, err = hostile.regionOf(b); err != nil {
 			t.Fatal(err)
 		}
