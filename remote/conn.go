@@ -222,7 +222,7 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	}
 	var c *Conn
 	var into chan *Conn
-	if l := w.pending[replyEp]; l != nil && replyEp != 0 {
+	if l := w.pending[replyEp].l; l != nil && replyEp != 0 {
 		delete(w.pending, replyEp)
 		c = newConn(w, replyEp, "listener "+l.addr)
 		into = l.accepted
@@ -260,7 +260,7 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 // listener accepted, with msgVersion for the connection it named. A hello to Dial's address
 // has no endpoint to answer on: the dialer's handshake times out. Under mu.
 func (w *Worker) refuseVersion(replyEp ucx.Ep, body []byte) {
-	l := w.pending[replyEp]
+	l := w.pending[replyEp].l
 	if l == nil || replyEp == 0 || len(body) < 8 {
 		return
 	}

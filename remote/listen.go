@@ -98,8 +98,8 @@ func (w *Worker) closeListener(l *Listener) {
 	l.done = true
 	w.uw.DestroyListener(l.l)
 	delete(w.lis, l.tag)
-	for ep, pl := range w.pending {
-		if pl == l {
+	for ep, pe := range w.pending {
+		if pe.l == l {
 			delete(w.pending, ep)
 			w.closeEp(ep, nil, !w.opts.SharedMemory)
 		}
@@ -122,28 +122,24 @@ func (w *Worker) connRequest(r ucx.ConnRequest, tag uint64) {
 		w.logf("remote: listener %s could not accept a connection: %v", l.addr, err)
 		return
 	}
-	w.pending[ep] = l
-	if w.pendingSince == nil {
-		w.pendingSince = map[ucx.Ep]time.Time{}
-	}
-	w.pendingSince[ep] = time.Now()
+	w.pending[ep] = pendingEp{l: l, since: time.Now()}
+}
+
+// pendingEp is an endpoint a listener accepted, waiting for its client's hello since when.
+type pendingEp struct {
+	l     *Listener
+	since time.Time
 }
 
 // expirePending closes the endpoints accepted by a listener whose client has sent no hello
-// within helloTimeout, and forgets those that left pending otherwise. Under mu, by the
-// progress goroutine.
+// within helloTimeout. Under mu, by the progress goroutine.
 func (w *Worker) expirePending(now time.Time) {
-	if len(w.pendingSince) == 0 || now.Sub(w.expired) < min(helloTimeout/4, idleTick) {
+	if len(w.pending) == 0 || now.Sub(w.expired) < min(helloTimeout/4, idleTick) {
 		return
 	}
 	w.expired = now
-	for ep, since := range w.pendingSince {
-		if w.pending[ep] == nil {
-			delete(w.pendingSince, ep) // a hello came, or it failed, or its listener closed
-			continue
-		}
-		if now.Sub(since) >= helloTimeout {
-			delete(w.pendingSince, ep)
+	for ep, pe := range w.pending {
+		if now.Sub(pe.since) >= helloTimeout {
 			delete(w.pending, ep)
 			w.logf("remote: a client of a listener sent no hello within %v: its endpoint is closed", helloTimeout)
 			w.closeEp(ep, nil, !w.opts.SharedMemory)

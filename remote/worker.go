@@ -74,8 +74,7 @@ type Worker struct {
 	acking        []*Conn         // connections with puts to acknowledge at the round's end (messages.go)
 	conns         map[uint64]*Conn
 	byEp          map[ucx.Ep]*Conn
-	pending       map[ucx.Ep]*Listener // endpoints accepted by a listener, before their hello
-	pendingSince  map[ucx.Ep]time.Time // when each of pending was accepted (helloTimeout); may keep entries pending lost
+	pending       map[ucx.Ep]pendingEp // endpoints accepted by a listener, before their hello
 	expired       time.Time            // when expirePending last looked
 	lis           map[uint64]*Listener
 	inbound       chan *Conn // connections made by Dial to this worker's address
@@ -160,7 +159,7 @@ func New(o Options) (*Worker, error) {
 	}
 	w := &Worker{
 		opts: o, log: o.Logger,
-		conns: map[uint64]*Conn{}, byEp: map[ucx.Ep]*Conn{}, pending: map[ucx.Ep]*Listener{},
+		conns: map[uint64]*Conn{}, byEp: map[ucx.Ep]*Conn{}, pending: map[ucx.Ep]pendingEp{},
 		lis: map[uint64]*Listener{}, inbound: make(chan *Conn, 64), regs: map[*Registration]bool{}, byID: map[uint32]*localRegion{},
 		loopDone: make(chan struct{}), cq: make([]ucx.Completion, 256),
 	}
