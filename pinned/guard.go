@@ -125,7 +125,7 @@ var afterQuotaMiss func()
 // sites, a trace, or several.
 func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 	if l == nil { // FreeAsync asked already
-		if handled, err := p.out.deferFree(addr, n, false, 0); handled { // held: hold.go
+		if handled, err := p.out.deferFree(addr, n, false, 0, false); handled { // held: hold.go
 			return err
 		}
 	}

@@ -26,7 +26,8 @@ import (
 //     the first Hold sets it; the last Release clears it (heap.Group.Unhold) under the table's
 //     lock, so a free racing the Release either finds the entry (and is deferred) or finds the
 //     block live (and frees it), or, when a free waited for the holds, gives the block back
-//     with the bit set (see below).
+//     with the bit set (see below). A shared buffer's bit (Pool.Share) is the Share's: a Hold
+//     leaves it, and a Share of a held buffer takes it over from the table.
 //   - In a pool with stream order (CUDAHost), a buffer recorded on a stream is held already,
 //     and stays so after the last Release (the streams' protocol takes it back at its free); one
 //     recorded on none is held waiting for no stream (tagHeld: its free, when no hold is left,
@@ -36,6 +37,10 @@ import (
 // table (releasing) and the buffer still held, and drops the entry after: a free or Hold racing
 // that free waits for the Release, and then finds the buffer freed (a double free: ErrDoubleFree)
 // or another owner's since, never a buffer the Release is about to free.
+//
+// A shared buffer's free asks the Sharer first, held or not: each free drops its reference at
+// once, and only the give-back after the last one (by a free, or FreeShared) waits for the
+// holds, marked dropped so that the last Release asks the Sharer nothing.
 //
 // A Hold and a free of the same buffer must be ordered by their caller, as any use and its
 // free are; if they race, the free is either deferred or wins (the Hold is then refused).
@@ -97,10 +102,14 @@ func (p *Pool) holdBlock(base, size uintptr) (own bool, err error) {
 	if err != nil {
 		return false, wrapError(err, ErrNotOwned)
 	}
-	if !first { // a ZeroOnFree free's claim: the buffer is being freed
-		return false, fmt.Errorf("%w: buffer %#x is being freed", ErrDoubleFree, base)
+	if first {
+		return true, nil
 	}
-	return true, nil
+	if tag := p.g.Tag(base); tag != nil && settled(tag) == tagHeld {
+		return false, nil // shared (Pool.Share): the hold bit is the Share's
+	}
+	// A ZeroOnFree free's claim: the buffer is being freed.
+	return false, fmt.Errorf("%w: buffer %#x is being freed", ErrDoubleFree, base)
 }
 
 // holdUnrecorded holds the live block at base, of size bytes, as a buffer waiting for no stream
@@ -193,15 +202,15 @@ func (h Hold) Release() error {
 }
 
 // releaseFree makes the free of the held buffer at base that waited for its holds (u.freed), as
-// the Free or FreeAsync would have (the guards, the Sharer, the streams), but not by them: the
-// buffer is still held, and its entry, which they would find, in the table.
+// the Free or FreeAsync would have (the guards, the streams), but not by them: the buffer is
+// still held, and its entry, which they would find, in the table. The Sharer was asked at the
+// free: a shared buffer's free waits for the holds only once its last reference went.
 func (p *Pool) releaseFree(base uintptr, u *outUse) error {
 	if u.own { // the hold bit is the table's: the block is given back held, as a claim is
 		return p.freeRecorded(base, u.size, nil, true)
 	}
-	// Stream order: held by its streams' record, or tagHeld.
 	var l *streamList
-	if u.freed == freedAsync && !p.order.lists.Forgotten(uintptr(u.stream)) {
+	if p.order != nil && u.freed == freedAsync && !p.order.lists.Forgotten(uintptr(u.stream)) {
 		// (A stream forgotten since the FreeAsync has passed the work queued before it, and
 		// its handle may be destroyed, or another stream's: the free is a Free then.)
 		var err error
@@ -209,11 +218,12 @@ func (p *Pool) releaseFree(base uintptr, u *outUse) error {
 			return err
 		}
 	}
-	if p.sharer != nil {
-		if done, err := p.freeShared(base, u.size, l); done {
-			return err
-		}
+	if u.dropped || p.order == nil {
+		// A shared buffer whose last reference went (its Sharer was asked at the free), or,
+		// without stream order, one whose hold bit is the Share's.
+		return p.giveBackShared(base, u.size, l)
 	}
+	// Stream order: held by its streams' record, or tagHeld.
 	return p.freeRecorded(base, u.size, l, false)
 }
 
@@ -226,7 +236,7 @@ var releaseHook, releaseWait func()
 // time, freed once it has.
 func (p *Pool) freeHeld(addr, n uintptr) error {
 	for {
-		if handled, err := p.out.deferFree(addr, n, false, 0); handled {
+		if handled, err := p.out.deferFree(addr, n, false, 0, false); handled {
 			return err
 		}
 		if p.order != nil {
@@ -255,11 +265,14 @@ type outShard struct {
 // outUse is a held buffer: its holds, its size, whether the hold bit is the table's, and the
 // free waiting for the holds, if any.
 type outUse struct {
-	holds  int
-	size   uintptr
-	own    bool
-	freed  uint8
-	stream cuda.Stream // FreeAsync's
+	holds int
+	size  uintptr
+	own   bool
+	freed uint8
+	// dropped says the free is of a shared buffer whose last reference went (its Sharer said
+	// so, or FreeShared): it gives the buffer back and asks the Sharer nothing.
+	dropped bool
+	stream  cuda.Stream // FreeAsync's
 	// releasing, once the last Release is making the free, is closed when it has made it and
 	// dropped the entry.
 	releasing chan struct{}
@@ -291,16 +304,16 @@ func (sh *outShard) lockEntry(base uintptr) bool {
 }
 
 // deferFree defers the free of the buffer at addr, of n bytes (FreeAsync on stream s when
-// async), when it is held: handled reports that it was (err then says why the free is
-// refused: a sub-slice, a free pending already). A pool with no buffer held answers at the cost
-// of one load.
-func (o *outside) deferFree(addr, n uintptr, async bool, s cuda.Stream) (handled bool, err error) {
+// async; of a shared buffer whose last reference went when dropped), when it is held: handled
+// reports that it was (err then says why the free is refused: a sub-slice, a free pending
+// already). A pool with no buffer held answers at the cost of one load.
+func (o *outside) deferFree(addr, n uintptr, async bool, s cuda.Stream, dropped bool) (handled bool, err error) {
 	if o.active.Load() == 0 {
 		return false, nil
 	}
 	sh := o.shard(addr)
 	if !sh.lockEntry(addr) {
-		return o.deferFree(addr, n, async, s)
+		return o.deferFree(addr, n, async, s, dropped)
 	}
 	defer sh.mu.Unlock()
 	u := sh.m[addr]
@@ -312,7 +325,7 @@ func (o *outside) deferFree(addr, n uintptr, async bool, s cuda.Stream) (handled
 	case u.freed != 0:
 		return true, fmt.Errorf("%w: %#x has a free pending already (it waits for its holds)", ErrDoubleFree, addr)
 	}
-	u.freed = freedSync
+	u.freed, u.dropped = freedSync, dropped
 	if async {
 		u.freed, u.stream = freedAsync, s
 	}

@@ -395,11 +395,9 @@ func (p *Pool) free(b []byte, guard bool) error {
 		return err
 	}
 	if guard && p.sharer != nil {
-		// The holds first, as freeRest and FreeAsync ask them: a shared buffer a Hold keeps
-		// drops its reference at the last Release (releaseFree), not while still in use.
-		if handled, err := p.out.deferFree(addr, n, false, 0); handled { // held: hold.go
-			return err
-		}
+		// The Sharer first, as freeRest and FreeAsync ask it: a shared buffer's free drops
+		// its reference at once, and the last one's give-back waits for the buffer's holds
+		// (releaseShared).
 		if done, err := p.sharedOrForeign(addr, n, fastFree{}, nil); done {
 			return err
 		}
@@ -478,13 +476,13 @@ func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, g
 // freeRest finishes a free of the buffer at addr of n bytes after the fast section's r (the
 // zero fastFree where none ran): by the blocking paths, or deferred while a stream may use it.
 func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
-	if guard && !r.done && r.claimed == nil {
-		if handled, err := p.out.deferFree(addr, n, false, 0); handled { // held: hold.go
+	if guard && p.sharer != nil {
+		if done, err := p.sharedOrForeign(addr, n, r, nil); done {
 			return err
 		}
 	}
-	if guard && p.sharer != nil {
-		if done, err := p.sharedOrForeign(addr, n, r, nil); done {
+	if guard && !r.done && r.claimed == nil {
+		if handled, err := p.out.deferFree(addr, n, false, 0, false); handled { // held: hold.go
 			return err
 		}
 	}

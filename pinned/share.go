@@ -19,8 +19,9 @@ import (
 //     so that every free of it leaves the fast path, and a free of a held buffer asks
 //     Sharer.DropShared first, whose answer says whether the free was the buffer's last
 //     reference. Until then the buffer stays live; the last one frees it as the free it is
-//     (Free, FreeAsync: after the streams recorded on it, as any held buffer). FreeShared is
-//     that last free when it comes from elsewhere (another process let the buffer go).
+//     (Free, FreeAsync: after the streams recorded on it, as any held buffer, and after the
+//     last Release of its holds, Pool.Hold). FreeShared is that last free when it comes from
+//     elsewhere (another process let the buffer go).
 //
 // A buffer never shared, in a pool with no Sharer or one with it, pays nothing on Alloc and
 // Free: the fast paths are unchanged, and only frees that leave them ask anything.
@@ -78,7 +79,25 @@ func (p *Pool) Share(b []byte) error {
 		}
 		return wrapError(err, ErrNotOwned)
 	}
+	// The holds table's lock first, as Hold takes it (a Hold settles the tag under it): a held
+	// buffer whose free waits for its holds is freed already, and where the hold bit is the
+	// table's, it passes to the Share.
+	sh := p.out.shard(addr)
+	if !sh.lockEntry(addr) {
+		return p.Share(b)
+	}
+	defer sh.mu.Unlock()
 	tag := r.Tag()
+	if u := sh.m[addr]; u != nil {
+		if u.freed != 0 {
+			return fmt.Errorf("%w: buffer %#x shared after its free (it waits for its holds)", ErrDoubleFree, addr)
+		}
+		if u.own {
+			u.own = false
+			tag.Store(tagHeld)
+			return nil
+		}
+	}
 	for {
 		if t := settled(tag); t != tagNone {
 			return nil // held for streams recorded on it: live, and every free asks already
@@ -98,7 +117,8 @@ func (p *Pool) Share(b []byte) error {
 
 // FreeShared frees buffer b, shared with Share, whose last reference its Sharer has seen go
 // elsewhere (another process let it go): as Free frees a held buffer, after the streams
-// recorded on it. The Sharer must know the buffer no more (DropShared answers shared false).
+// recorded on it and the last Release of its holds (Hold). The Sharer must know the buffer no
+// more (DropShared answers shared false).
 func (p *Pool) FreeShared(b []byte) error {
 	addr, n, err := p.buffer(b)
 	if err != nil {
@@ -124,8 +144,22 @@ func (p *Pool) freeShared(addr, n uintptr, l *streamList) (done bool, err error)
 	return true, p.releaseShared(addr, n, l)
 }
 
-// releaseShared frees the shared buffer at addr, held, whose last reference went.
+// releaseShared frees the shared buffer at addr, held, whose last reference went (FreeAsync on
+// the stream of l when l is not nil): at its holds' last Release while it has any.
 func (p *Pool) releaseShared(addr, n uintptr, l *streamList) error {
+	var s cuda.Stream
+	if l != nil {
+		s = streamOf(l)
+	}
+	if handled, err := p.out.deferFree(addr, n, l != nil, s, true); handled { // held: hold.go
+		return err
+	}
+	return p.giveBackShared(addr, n, l)
+}
+
+// giveBackShared gives back the shared buffer at addr, held, whose last reference went and
+// which no Hold keeps.
+func (p *Pool) giveBackShared(addr, n uintptr, l *streamList) error {
 	if p.order == nil {
 		if tag := p.g.Tag(addr); tag != nil {
 			tag.CompareAndSwap(tagHeld, tagNone) // the heap's rule: given back with its tag zero

@@ -2,6 +2,7 @@ package pinned_test
 
 import (
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"testing"
 
@@ -198,4 +199,160 @@ func TestFakeSharedBufferWaitsForStream(t *testing.T) {
 	}
 	ok(t, "device Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finish()
+}
+
+// TestHoldSharedBuffer: a shared buffer (Share) can be held, as package remote holds the
+// buffers it moves, and a held buffer can be shared. Each free drops a reference at once; the
+// last reference's give-back, by a free or by FreeShared, waits for the last Release. Checked
+// on a pool without stream order (package ipcpool's: there the Hold was refused, the Share's
+// hold bit taken for a free's claim, and the Share of a held buffer too) and on a CUDAHost
+// one (there FreeShared gave a held buffer back at once). A second reference's free while held
+// was refused with ErrDoubleFree in both.
+func TestHoldSharedBuffer(t *testing.T) {
+	s := newRefSharer()
+	p := newPool(t, pinned.Options{Capacity: 8 << 20, Backend: pinned.Pageable, Sharer: s})
+	defer p.Close()
+	holdShared(t, p, s)
+}
+
+func TestFakeHoldSharedBuffer(t *testing.T) {
+	s := newRefSharer()
+	r := newAsyncRig(t, pinned.Options{Sharer: s})
+	if r == nil {
+		return
+	}
+	holdShared(t, r.pool, s)
+	r.finish()
+}
+
+func holdShared(t *testing.T, p *pinned.Pool, s *refSharer) {
+	for _, n := range holdSizes {
+		for _, shareFirst := range []bool{true, false} {
+			b, err := p.Alloc(n)
+			ok(t, "Alloc", err)
+			var h pinned.Hold
+			if shareFirst {
+				s.share(t, p, b, 2)
+				h, err = p.Hold(b)
+				ok(t, "Hold of a shared buffer", err)
+			} else {
+				h, err = p.Hold(b)
+				ok(t, "Hold", err)
+				s.share(t, p, b, 2)
+			}
+			ok(t, "first Free", p.Free(b))
+			ok(t, "last Free", p.Free(b))
+			if live(t, p) != 1 {
+				t.Fatalf("%d bytes: a held buffer's last reference gave it back before the Release", n)
+			}
+			ok(t, "Release", h.Release())
+			if live(t, p) != 0 {
+				t.Fatalf("%d bytes: %d live after the last reference and the last hold", n, live(t, p))
+			}
+			if err := p.Free(b); !errors.Is(err, pinned.ErrDoubleFree) {
+				t.Fatalf("%d bytes: a free after the last: %v", n, err)
+			}
+		}
+		// The last reference goes elsewhere (FreeShared) while held.
+		c, err := p.Alloc(n)
+		ok(t, "Alloc", err)
+		s.share(t, p, c, 1)
+		h, err := p.Hold(c)
+		ok(t, "Hold", err)
+		s.mu.Lock()
+		delete(s.refs, mem.Addr(c))
+		s.mu.Unlock()
+		ok(t, "FreeShared", p.FreeShared(c))
+		if live(t, p) != 1 {
+			t.Fatalf("%d bytes: FreeShared gave a held buffer back before the Release", n)
+		}
+		ok(t, "Release", h.Release())
+		if live(t, p) != 0 {
+			t.Fatalf("%d bytes: the Release after FreeShared left %d live", n, live(t, p))
+		}
+		// Held and released, never freed: shared still, and freed by its references.
+		c, err = p.Alloc(n)
+		ok(t, "Alloc", err)
+		s.share(t, p, c, 1)
+		h, err = p.Hold(c)
+		ok(t, "Hold", err)
+		ok(t, "Release", h.Release())
+		ok(t, "Free", p.Free(c))
+		if live(t, p) != 0 {
+			t.Fatalf("%d bytes: %d live after a shared buffer's only free", n, live(t, p))
+		}
+	}
+}
+
+// TestHoldSharedRace holds, shares, frees and releases buffers of a pool without stream order
+// from several goroutines at once, in random orders: a buffer shared with r references is
+// freed r times, among the releases of its holds, and the Share comes before or after the
+// first Hold. Every buffer is freed once, after its last reference and its last hold.
+func TestHoldSharedRace(t *testing.T) {
+	s := newRefSharer()
+	p := newPool(t, pinned.Options{Capacity: 256 << 20, Backend: pinned.Pageable, Sharer: s})
+	defer p.Close()
+	rounds := 50
+	if pinned.LongRun() {
+		rounds = 200
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 2))
+			for range rounds {
+				b, err := p.Alloc(1 + rng.IntN(300<<10))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				refs, k := 1+rng.IntN(3), 1+rng.IntN(3)
+				shareFirst := rng.IntN(2) == 0
+				share := func() bool {
+					if err := p.Share(b); err != nil {
+						t.Error(err)
+						return false
+					}
+					s.mu.Lock()
+					s.refs[mem.Addr(b)] += refs
+					s.mu.Unlock()
+					return true
+				}
+				if shareFirst && !share() {
+					return
+				}
+				hs := make([]pinned.Hold, k)
+				for i := range hs {
+					if hs[i], err = p.Hold(b); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				if !shareFirst && !share() {
+					return
+				}
+				// The frees land anywhere among the releases, each on a goroutine of its own.
+				ops := rng.Perm(k + refs)
+				var fw sync.WaitGroup
+				for _, op := range ops {
+					if op >= k {
+						fw.Add(1)
+						go func() { defer fw.Done(); ok2(t, p.Free(b)) }()
+						continue
+					}
+					ok2(t, hs[op].Release())
+				}
+				fw.Wait()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := live(t, p); n != 0 {
+		t.Fatalf("%d buffers live after every free and release", n)
+	}
+	if len(s.refs) != 0 {
+		t.Fatalf("%d buffers with references left", len(s.refs))
+	}
 }

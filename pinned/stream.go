@@ -295,13 +295,13 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	if err != nil {
 		return err
 	}
-	if handled, err := p.out.deferFree(addr, n, true, s); handled { // held: hold.go
-		return err
-	}
-	if p.sharer != nil {
+	if p.sharer != nil { // first: a shared buffer's free drops its reference, held or not
 		if done, err := p.freeAsyncShared(addr, n, s, l); done {
 			return err
 		}
+	}
+	if handled, err := p.out.deferFree(addr, n, true, s, false); handled { // held: hold.go
+		return err
 	}
 	if p.guarded {
 		err = p.freeGuarded(addr, n, l)
