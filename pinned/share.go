@@ -134,6 +134,10 @@ func (p *Pool) FreeShared(b []byte) error {
 // freeShared is the part of a free (Free, FreeAsync on the stream of l when l is not nil) of
 // the held buffer at addr that asks the Sharer: done says the free is finished, with err.
 func (p *Pool) freeShared(addr, n uintptr, l *streamList) (done bool, err error) {
+	if size, err := p.g.Size(addr); err == nil && size != n {
+		// Before the Sharer: a sub-slice's free drops no reference.
+		return true, fmt.Errorf("%w: %#x freed with %d bytes, allocated with %d", ErrSubSlice, addr, n, size)
+	}
 	shared, last, err := p.sharer.DropShared(addr)
 	switch {
 	case !shared:

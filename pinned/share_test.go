@@ -284,6 +284,31 @@ func holdShared(t *testing.T, p *pinned.Pool, s *refSharer) {
 	}
 }
 
+// TestSharedSubSliceFree: the free of a part of a shared buffer is refused (ErrSubSlice) and
+// drops no reference: it dropped the reference and then failed, and the buffer stayed live
+// with no reference left to free it.
+func TestSharedSubSliceFree(t *testing.T) {
+	for _, o := range []pinned.Options{{}, {ZeroOnFree: true}} {
+		s := newRefSharer()
+		o.Sharer, o.Capacity, o.Backend = s, 8<<20, pinned.Pageable
+		p := newPool(t, o)
+		b, err := p.Alloc(4096)
+		ok(t, "Alloc", err)
+		s.share(t, p, b, 1)
+		if err := p.Free(b[:16:16]); !errors.Is(err, pinned.ErrSubSlice) {
+			t.Fatalf("ZeroOnFree %v: free of a part of a shared buffer: %v, want ErrSubSlice", o.ZeroOnFree, err)
+		}
+		if s.refs[mem.Addr(b)] != 1 {
+			t.Fatalf("ZeroOnFree %v: the free of a part dropped the buffer's reference", o.ZeroOnFree)
+		}
+		ok(t, "Free", p.Free(b))
+		if live(t, p) != 0 {
+			t.Fatalf("ZeroOnFree %v: the whole buffer's free after a part's left it live", o.ZeroOnFree)
+		}
+		ok(t, "Close", p.Close())
+	}
+}
+
 // TestHoldSharedRace holds, shares, frees and releases buffers of a pool without stream order
 // from several goroutines at once, in random orders: a buffer shared with r references is
 // freed r times, among the releases of its holds, and the Share comes before or after the
