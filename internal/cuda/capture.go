@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/pinmalloc/pinmalloc"
 )
@@ -58,6 +59,36 @@ func (d *Device) StreamBeginCapture(s Stream, mode CaptureMode) error {
 func (d *Device) StreamEndCapture(s Stream) (g Graph, err error) {
 	err = d.Do(func() (e error) { g, e = d.drv.streamEndCapture(s); return })
 	return g, err
+}
+
+// ThreadExchangeCaptureMode sets the calling OS thread's capture interaction mode
+// (cuThreadExchangeStreamCaptureMode) and returns the mode it had: which potentially unsafe
+// calls (cuMemAlloc, cuMemFree...) the thread may make while it, or another thread, captures.
+// Lock the thread (runtime.LockOSThread) around it, the calls it is for and the exchange that
+// restores the mode. A driver without the call answers an error matching ErrSymbol.
+func (d *Device) ThreadExchangeCaptureMode(mode CaptureMode) (CaptureMode, error) {
+	if mode < CaptureGlobal || mode > CaptureRelaxed {
+		return 0, fmt.Errorf("cuda: capture mode %d: %w", mode, pinmalloc.ErrInvalidValue)
+	}
+	return d.drv.threadExchangeCaptureMode(mode)
+}
+
+// RelaxCapture locks the calling goroutine to its OS thread and sets the thread's capture
+// interaction mode to CaptureRelaxed until restore is called (defer d.RelaxCapture()()): the
+// memory calls a library makes in the background, or on a caller's goroutine for memory of
+// its own, are then neither refused nor invalidate the capture a user's thread is making in
+// the default GLOBAL mode (NCCL does the same around its cudaMalloc and cudaFree). A driver
+// without the call leaves the mode as it is.
+func (d *Device) RelaxCapture() (restore func()) {
+	runtime.LockOSThread()
+	prev, err := d.drv.threadExchangeCaptureMode(CaptureRelaxed)
+	if err != nil {
+		return runtime.UnlockOSThread
+	}
+	return func() {
+		_, _ = d.drv.threadExchangeCaptureMode(prev) // refused only for a mode out of range
+		runtime.UnlockOSThread()
+	}
 }
 
 // StreamIsCapturing returns the capture status of s. It is the one call allowed on a

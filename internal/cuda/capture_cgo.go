@@ -11,6 +11,14 @@ package cuda
 static int pmc_begin(uintptr_t fn, uintptr_t s, int mode) {
 	return ((int (*)(void *, int))fn)((void *)s, mode);
 }
+// cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *): the answer packs 1 above the
+// CUresult when the call failed, or is the mode the thread had.
+static uint64_t pmc_exchangeMode(uintptr_t fn, int mode) {
+	int m = mode;
+	int r = ((int (*)(int *))fn)(&m);
+	if (r != 0) return (uint64_t)1 << 32 | (uint32_t)r;
+	return (uint32_t)m;
+}
 // cuStreamEndCapture(CUstream, CUgraph *)
 static int pmc_end(uintptr_t fn, uintptr_t s, uintptr_t *g) {
 	void *h = NULL;
@@ -75,6 +83,18 @@ func (dr *driver) streamEndCapture(s Stream) (Graph, error) {
 }
 
 func (dr *driver) graphDestroy(g Graph) error { return dr.callPtr(symGraphDestroy, uintptr(g)) }
+
+func (dr *driver) threadExchangeCaptureMode(mode CaptureMode) (CaptureMode, error) {
+	f, err := dr.fn(symThreadExchangeStreamCaptureMode)
+	if err != nil {
+		return 0, err
+	}
+	out := C.pmc_exchangeMode(f, C.int(mode))
+	if out>>32 != 0 {
+		return 0, check(C.int(int32(uint32(out))))
+	}
+	return CaptureMode(int32(uint32(out))), nil
+}
 
 // streamIsCapturingIn is cuStreamIsCapturing in context ctx, in one cgo call.
 func (dr *driver) streamIsCapturingIn(ctx uintptr, s Stream) (CaptureStatus, error) {

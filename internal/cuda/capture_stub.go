@@ -5,6 +5,9 @@ package cuda
 func (*driver) streamBeginCapture(Stream, CaptureMode) error { return errStub }
 func (*driver) streamEndCapture(Stream) (Graph, error)       { return 0, errStub }
 func (*driver) graphDestroy(Graph) error                     { return errStub }
+func (*driver) threadExchangeCaptureMode(CaptureMode) (CaptureMode, error) {
+	return 0, errStub
+}
 func (*driver) streamIsCapturingIn(uintptr, Stream) (CaptureStatus, error) {
 	return CaptureNone, errStub
 }

@@ -344,6 +344,7 @@ const (
 	symStreamEndCapture
 	symStreamIsCapturing
 	symGraphDestroy
+	symThreadExchangeStreamCaptureMode
 	numSyms
 )
 
@@ -444,6 +445,8 @@ var symbols = [numSyms]struct {
 	symStreamEndCapture:   {"cuStreamEndCapture", apiVersion, "cuStreamEndCapture"},
 	symStreamIsCapturing:  {"cuStreamIsCapturing", apiVersion, "cuStreamIsCapturing"},
 	symGraphDestroy:       {"cuGraphDestroy", apiVersion, "cuGraphDestroy"},
+	// CUDA 10.1.
+	symThreadExchangeStreamCaptureMode: {"cuThreadExchangeStreamCaptureMode", apiVersion, "cuThreadExchangeStreamCaptureMode"},
 }
 
 // dlMu serializes dlopen/dlsym/dlclose with their dlerror, which is per-thread state that a

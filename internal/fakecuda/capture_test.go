@@ -2,6 +2,7 @@ package fakecuda
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -58,6 +59,67 @@ func answer(t *testing.T, what string, err error, code int) {
 	}
 }
 
+// TestCaptureThreadModes: a thread's capture interaction mode (cuThreadExchangeStreamCaptureMode,
+// which answers the mode the thread had, GLOBAL by default) decides which captures prohibit its
+// potentially unsafe calls: beside another thread's GLOBAL capture, a thread in RELAXED or
+// THREAD_LOCAL mode may allocate and free device and pinned host memory, and the capture stays
+// valid; the capturing thread itself may in RELAXED mode. A mode out of range is refused.
+func TestCaptureThreadModes(t *testing.T) { onFake(t, captureThreadModes) }
+
+func captureThreadModes(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
+	// calls allocates and frees device and pinned host memory on a thread of its own, in mode.
+	calls := func(mode cuda.CaptureMode) error {
+		done := make(chan error)
+		go func() {
+			runtime.LockOSThread() // another thread than the test's, and unlocked: it exits
+			prev, err := d.ThreadExchangeCaptureMode(mode)
+			if err != nil {
+				done <- err
+				return
+			}
+			if prev != cuda.CaptureGlobal {
+				done <- fmt.Errorf("a new thread's mode is %d, want GLOBAL", prev)
+				return
+			}
+			done <- unsafeCalls(d)
+		}()
+		return <-done
+	}
+	for _, mode := range []cuda.CaptureMode{cuda.CaptureRelaxed, cuda.CaptureThreadLocal} {
+		capture(t, d, x.s, cuda.CaptureGlobal)
+		answer(t, fmt.Sprintf("MemAlloc, MemFree, MemHostAlloc, MemFreeHost in mode %d beside a GLOBAL capture", mode), calls(mode), 0)
+		endValid(t, d, x.s)
+	}
+	capture(t, d, x.s, cuda.CaptureGlobal)
+	prev, err := d.ThreadExchangeCaptureMode(cuda.CaptureRelaxed)
+	must(t, "ThreadExchangeCaptureMode", err)
+	answer(t, "MemAlloc, MemFree, MemHostAlloc, MemFreeHost on the capturing thread in RELAXED mode", unsafeCalls(d), 0)
+	if back, err := d.ThreadExchangeCaptureMode(prev); err != nil || back != cuda.CaptureRelaxed {
+		t.Errorf("ThreadExchangeCaptureMode back = %d, %v; want RELAXED (2), the mode set", back, err)
+	}
+	endValid(t, d, x.s)
+	if _, err := d.ThreadExchangeCaptureMode(3); err == nil {
+		t.Error("ThreadExchangeCaptureMode(3) accepted a mode out of range")
+	}
+}
+
+// unsafeCalls allocates and frees device and pinned host memory: potentially unsafe calls.
+func unsafeCalls(d *cuda.Device) error {
+	p, err := d.MemAlloc(4096)
+	if err != nil {
+		return err
+	}
+	if err := d.MemFree(p); err != nil {
+		return err
+	}
+	h, err := d.MemHostAlloc(4096, 0)
+	if err != nil {
+		return err
+	}
+	return d.MemFreeHost(h)
+}
+
 // captureRules are the rules of stream capture the fake models, each a function of a device:
 // the fake's (TestCapture...) or a GPU's (TestCUDACaptureRules).
 var captureRules = []struct {
@@ -74,6 +136,7 @@ var captureRules = []struct {
 	{"BeginEnd", captureBeginEnd},
 	{"BatchRefused", captureBatchRefused},
 	{"UnsafeAllocFree", captureUnsafeAllocFree},
+	{"ThreadModes", captureThreadModes},
 }
 
 // onFake runs rule on the fake driver.
