@@ -61,4 +61,16 @@
 // can prove that closing an arena leaves nothing behind. Errors wrap the arena's sentinels
 // (arena.ErrReserve, arena.ErrCommit, arena.ErrInvalid; arena.ErrExhausted when the driver is
 // out of memory) and the driver's error.
+//
+// # Beside a user's capture
+//
+// Every provider method and shared-memory function that allocates, maps or frees memory runs
+// its driver calls on a locked OS thread in the RELAXED capture interaction mode
+// (cuThreadExchangeStreamCaptureMode), restored after. Those calls are "potentially unsafe":
+// in the default GLOBAL mode the driver refuses them (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+// while any thread captures a stream in GLOBAL mode, and invalidates that capture. They come
+// from the arena's purge and commit workers, a pool's purger, or an Alloc that needs memory,
+// never as part of the user's graph, so a program capturing CUDA graphs (GLOBAL is the default
+// of cudaStreamBeginCapture's callers, PyTorch's among them) keeps its captures, and the pool
+// its memory (TestFakeProvidersBesideCapture).
 package cudamem

@@ -141,6 +141,7 @@ func (p *HostRegister) Report() arena.ProviderStats {
 
 // Reserve implements arena.Provider.
 func (p *HostRegister) Reserve(size, alignment uintptr) (*arena.Region, error) {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	r, err := p.host.Reserve(size, max(alignment, regGranule))
 	if err != nil {
 		return nil, err
@@ -159,6 +160,7 @@ func (p *HostRegister) Reserve(size, alignment uintptr) (*arena.Region, error) {
 
 // Commit implements arena.Provider: the range is made accessible, then registered as one.
 func (p *HostRegister) Commit(r *arena.Region, off, size uintptr) error {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	if err := p.host.Commit(r, off, size); err != nil {
 		return err
 	}
@@ -190,6 +192,7 @@ func (p *HostRegister) Prefault(r *arena.Region, off, size uintptr) error {
 // it is one already (the common case: a segment's chunk, a span committed in one piece) no
 // driver call is made.
 func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
@@ -232,6 +235,7 @@ func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 // the arena then takes it to be; a part the driver then refuses to register again stays
 // committed and counted, and is registered again at the next Join or Decommit of the region.
 func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
@@ -258,6 +262,7 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 // returns an error wrapping arena.ErrCommit and the driver's, and keeps the region mapped with
 // the registrations it could not undo on record: a later Release of the region tries again.
 func (p *HostRegister) Release(r *arena.Region) error {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	if r == nil {
 		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
 	}

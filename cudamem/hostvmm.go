@@ -88,6 +88,7 @@ func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 // granule created and released (a driver may refuse a location at either).
 func (v *vmm) initHost(loc cuda.Location, devs []cuda.Location) error {
 	b := &v.cudaBase
+	defer b.dev.RelaxCapture()() // beside a user's capture: doc.go
 	access := append([]cuda.Location{loc, b.pub.Location()}, devs...)
 	if err := v.init(loc, access, "host"); err != nil {
 		return err
@@ -153,7 +154,9 @@ func (p *HostVMM) Location() cuda.Location { return p.loc }
 // A populated region whose commit fails is given back, and what the driver refuses to give
 // back of it is kept and given back at the next Reserve or Release, or by ReleaseKept.
 func (p *HostVMM) Reserve(size, alignment uintptr) (*arena.Region, error) {
-	_ = p.releaseOrphans() // those the driver refuses again stay kept, for Close to report
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
+	// Orphans the driver refuses again stay kept, for Close to report.
+	_ = p.releaseOrphans()
 	r, err := p.vmm.Reserve(size, alignment)
 	if err != nil {
 		return nil, err
@@ -173,6 +176,7 @@ func (p *HostVMM) Reserve(size, alignment uintptr) (*arena.Region, error) {
 
 // Release implements arena.Provider.
 func (p *HostVMM) Release(r *arena.Region) error {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	_ = p.releaseOrphans()
 	if err := p.vmm.Release(r); err != nil {
 		return err

@@ -39,6 +39,7 @@ func RegisterShared(dev *cuda.Device, addr, size uintptr) error {
 	if err != nil {
 		return err
 	}
+	defer d.RelaxCapture()() // beside a user's capture: doc.go
 	if err := d.MemHostRegister(addr, size, registerFlags); err != nil {
 		return fmt.Errorf("cudamem: registering %d bytes of shared memory at %#x: %w", size, addr, err)
 	}
@@ -51,6 +52,7 @@ func UnregisterShared(dev *cuda.Device, addr uintptr) error {
 	if err != nil {
 		return err
 	}
+	defer d.RelaxCapture()() // beside a user's capture: doc.go
 	if err := d.MemHostUnregister(addr); err != nil {
 		return fmt.Errorf("cudamem: unregistering shared memory at %#x: %w", addr, err)
 	}
@@ -77,6 +79,7 @@ func NewHostExport(dev *cuda.Device, size uintptr) (*HostExport, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer d.RelaxCapture()() // beside a user's capture: doc.go
 	node, ok := d.HostNUMAID()
 	if !ok {
 		node = 0
@@ -95,6 +98,7 @@ func ImportHostExport(dev *cuda.Device, fd int, size uintptr) (*HostExport, erro
 	if err != nil {
 		return nil, err
 	}
+	defer d.RelaxCapture()() // beside a user's capture: doc.go
 	h, err := d.MemImportFD(fd)
 	if err != nil {
 		return nil, fmt.Errorf("cudamem: importing exported host granules: %w", err)
@@ -128,6 +132,7 @@ func (e *HostExport) handle() icuda.MemHandle {
 // memory until it is closed. When the driver refuses, Release returns its error and keeps the
 // handle: a later Release tries again. A Release after one that succeeded does nothing.
 func (e *HostExport) Release() error {
+	defer e.d.RelaxCapture()() // beside a user's capture: doc.go
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.h == 0 {
@@ -164,6 +169,7 @@ func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, erro
 	if err != nil {
 		return nil, err
 	}
+	defer d.RelaxCapture()() // beside a user's capture: doc.go
 	if len(exports) == 0 {
 		return nil, fmt.Errorf("%w: no host granules to map", arena.ErrInvalid)
 	}
@@ -218,6 +224,7 @@ func (m *HostMapping) Base() uintptr {
 // handle, the reservation, which is freed only once nothing is mapped in it): a later Close
 // tries again. A Close after one that succeeded does nothing.
 func (m *HostMapping) Close() error {
+	defer m.d.RelaxCapture()() // beside a user's capture: doc.go
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true

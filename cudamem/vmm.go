@@ -91,6 +91,7 @@ func (p *vmm) Caps() arena.Caps {
 
 // Reserve implements arena.Provider.
 func (p *vmm) Reserve(size, alignment uintptr) (*arena.Region, error) {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	n, err := align.Up(size, p.gran)
 	if err != nil || n == 0 || !align.IsPow2(alignment) {
 		return nil, fmt.Errorf("%w: reserve %d bytes aligned to %d", arena.ErrInvalid, size, alignment)
@@ -123,6 +124,7 @@ func (p *vmm) state(r *arena.Region, off, size uintptr) (*vmmRegion, error) {
 // arena.ErrExhausted and cuda.ErrOutOfMemory that says how much was asked and is free, and commits
 // nothing.
 func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	v, err := p.state(r, off, size)
 	if err != nil {
 		return err
@@ -241,6 +243,7 @@ func (p *vmm) releaseOrphans() error {
 // a granule's handle whose release was refused). Arena.Close calls it; what the driver
 // refuses again stays kept, and the error wraps arena.ErrCommit and the driver's.
 func (p *vmm) ReleaseKept() error {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	return errors.Join(p.releaseOrphans(), p.releaseStranded())
 }
 
@@ -331,6 +334,7 @@ func (p *vmm) unmapGranules(r *arena.Region, v *vmmRegion, lo, hi int) error {
 
 // Decommit implements arena.Provider: the range's granules are unmapped and their memory released.
 func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	v, err := p.state(r, off, size)
 	if err != nil {
 		return err
@@ -343,6 +347,7 @@ func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 // it, Release returns the refusal and keeps the region, with what is still mapped or held on
 // record: a later Release of it tries again.
 func (p *vmm) Release(r *arena.Region) error {
+	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	if r == nil {
 		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
 	}

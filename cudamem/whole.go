@@ -33,6 +33,7 @@ func (w *wholeRegions) Caps() arena.Caps { return arena.Caps{Granule: w.page} }
 // Reserve implements arena.Provider: one allocation of size bytes (rounded up to the granule); the
 // alignment is not honoured (arena.Caps.Aligns is false: the arena's grid needs none).
 func (w *wholeRegions) Reserve(size, _ uintptr) (*arena.Region, error) {
+	defer w.dev.RelaxCapture()() // beside a user's capture: doc.go
 	n, err := align.Up(size, w.page)
 	if err != nil || n == 0 {
 		return nil, fmt.Errorf("%w: reserve %d bytes", arena.ErrInvalid, size)
@@ -58,6 +59,7 @@ func (w *wholeRegions) Decommit(r *arena.Region, off, size uintptr) error {
 
 // Release implements arena.Provider.
 func (w *wholeRegions) Release(r *arena.Region) error {
+	defer w.dev.RelaxCapture()() // beside a user's capture: doc.go
 	if r == nil || r.Handle != w {
 		return fmt.Errorf("%w: region not from this provider or already released", arena.ErrInvalid)
 	}

@@ -1,0 +1,70 @@
+package cudamem_test
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cudamem"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// TestFakeProvidersBesideCapture: while a user's thread captures a stream in the default
+// GLOBAL mode, every provider commits and gives back memory on other threads (the arena's
+// Alloc, Trim, purge and Close run there): its driver calls run in RELAXED mode, so the driver refuses
+// none of them and the user's capture stays valid. cuMemAlloc (DeviceMalloc) and cuMemFreeHost
+// (HostAlloc) were refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture
+// invalidated: its end gave no graph.
+func TestFakeProvidersBesideCapture(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	providers := []struct {
+		name string
+		new  func() (counted, error)
+	}{
+		{"DeviceMalloc", func() (counted, error) { return cudamem.NewDeviceMalloc(public(d)) }},
+		{"DeviceVMM", func() (counted, error) { return cudamem.NewDeviceVMM(public(d)) }},
+		{"HostAlloc", func() (counted, error) { return cudamem.NewHostAlloc(public(d)) }},
+		{"HostVMM", func() (counted, error) { return cudamem.NewHostVMM(public(d), cudamem.HostOptions{}) }},
+		{"HostRegister", func() (counted, error) { return cudamem.NewHostRegister(public(d), cudamem.HostOptions{}) }},
+		{"Managed", func() (counted, error) { return cudamem.NewManaged(public(d)) }},
+	}
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer d.StreamDestroy(s)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, pr := range providers {
+		p, err := pr.new()
+		must(t, pr.name, err)
+		a, err := arena.New(arena.Options{Provider: p, Capacity: 64 << 20, PurgeDelay: -1})
+		must(t, "arena.New", err)
+		must(t, "StreamBeginCapture", d.StreamBeginCapture(s, 0)) // GLOBAL, on this thread
+		done := make(chan error)
+		go func() { // another thread
+			sp, err := a.Alloc(3<<20, arena.DefaultChunkSize)
+			if err == nil {
+				err = a.Free(sp)
+			}
+			a.Trim()
+			if cerr := a.Close(); err == nil {
+				err = cerr
+			}
+			done <- err
+		}()
+		if err := <-done; err != nil {
+			t.Errorf("%s: Alloc, Free, Trim and Close beside a GLOBAL capture: %v", pr.name, err)
+		}
+		g, err := d.StreamEndCapture(s)
+		if err != nil || g == 0 {
+			t.Errorf("%s: the capture ended with graph %#x, %v: invalidated by the provider's calls", pr.name, g, err)
+		} else {
+			must(t, "GraphDestroy", d.GraphDestroy(g))
+		}
+		if c := p.Counters(); c.Live() != 0 || c.Committed != 0 {
+			t.Errorf("%s: after Close: %+v", pr.name, c)
+		}
+	}
+}
