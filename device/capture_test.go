@@ -91,3 +91,34 @@ func TestFakeIdlePurgeDuringCapture(t *testing.T) {
 	}
 	freeAll(t, h, live)
 }
+
+// TestFakeGoMemoryCopyCaptureRefused: an async copy to or from Go memory on a stream that
+// captures a CUDA graph is refused (cuda.ErrCapturing) before anything is queued, and the
+// capture stays valid: the graph's copy would read or write that memory at every launch, long
+// after the call had unpinned it, where the garbage collector may have moved or reused it.
+// Both copies were captured.
+func TestFakeGoMemoryCopyCaptureRefused(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	p := alloc(t, h, 4096, s)
+	goMem := make([]byte, 4096)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureGlobal))
+	htod := h.HtoDAsync(pcuda.DevicePtr(p), goMem, pcuda.Stream(s))
+	dtoh := h.DtoHAsync(goMem, pcuda.DevicePtr(p), pcuda.Stream(s))
+	g, err := dev.StreamEndCapture(s)
+	if err != nil {
+		t.Fatalf("the copies invalidated the user's capture: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if !errors.Is(htod, pcuda.ErrCapturing) || !errors.Is(dtoh, pcuda.ErrCapturing) {
+		t.Errorf("HtoDAsync, DtoHAsync of Go memory during a capture = %v, %v; want errors matching cuda.ErrCapturing", htod, dtoh)
+	}
+	// Not capturing: Go memory is copied as before.
+	must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(p), goMem, pcuda.Stream(s)))
+	freeAll(t, h, []cuda.DevicePtr{p})
+}
