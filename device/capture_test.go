@@ -7,6 +7,8 @@ import (
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // TestFakeCaptureKeepsDeferredFree: a block of stream a freed on stream b behind a memset
@@ -120,5 +122,44 @@ func TestFakeGoMemoryCopyCaptureRefused(t *testing.T) {
 	}
 	// Not capturing: Go memory is copied as before.
 	must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(p), goMem, pcuda.Stream(s)))
+	freeAll(t, h, []cuda.DevicePtr{p})
+}
+
+// TestFakeOtherDevicePoolCopyCaptureRefused: an async copy to or from a buffer of a CUDAHost
+// pool of another device, whose streams cannot order its reuse after this device's work (so
+// the copy is synchronized on before the call returns), is refused on a capturing stream
+// (cuda.ErrCapturing) before anything is queued, and the capture stays valid. The copy was
+// captured and then synchronized on, which the driver refused
+// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), invalidating the user's capture.
+func TestFakeOtherDevicePoolCopyCaptureRefused(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	dev := f.Open(t, 0)
+	h := newHeap(t, dev, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	pool, err := pinned.New(pinned.Options{Capacity: 4 << 20, Backend: pinned.CUDAHost, Device: 1, Devices: []int{0}})
+	must(t, "pinned.New", err)
+	defer pool.Close()
+	b, err := pool.Alloc(4096)
+	must(t, "Alloc", err)
+	defer pool.Free(b)
+	s := newStream(t, dev, h)
+	p := alloc(t, h, 4096, s)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureGlobal))
+	htod := h.HtoDAsync(pcuda.DevicePtr(p), b, pcuda.Stream(s))
+	dtoh := h.DtoHAsync(b, pcuda.DevicePtr(p), pcuda.Stream(s))
+	g, err := dev.StreamEndCapture(s)
+	if err != nil {
+		t.Fatalf("the copies invalidated the user's capture: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if !errors.Is(htod, pcuda.ErrCapturing) || !errors.Is(dtoh, pcuda.ErrCapturing) {
+		t.Errorf("HtoDAsync, DtoHAsync of device 1's pool buffer during a capture = %v, %v; want errors matching cuda.ErrCapturing", htod, dtoh)
+	}
+	must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(p), b, pcuda.Stream(s)))
 	freeAll(t, h, []cuda.DevicePtr{p})
 }

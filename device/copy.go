@@ -74,8 +74,8 @@ func (h *Heap) points() *streamq.Points { return h.lists.Points() }
 // any memory the driver has not page-locked) is read before the call returns; a src in a
 // pinned.Pool of CUDA pinned memory is read when s runs the copy, and the pool's Free of it
 // waits for that (see the notes on host memory above). While s captures a CUDA graph, a src of
-// no pool is refused with an error matching cuda.ErrCapturing: the graph would read it at each
-// launch.
+// no pool of this device (Go memory, say) is refused with an error matching cuda.ErrCapturing:
+// the graph would read it at each launch.
 func (h *Heap) HtoDAsync(dst cuda.DevicePtr, src []byte, s cuda.Stream) error {
 	if err := h.checkAsync(s, "HtoD copy", uintptr(len(src)), dst); err != nil || len(src) == 0 {
 		return err
@@ -87,8 +87,8 @@ func (h *Heap) HtoDAsync(dst cuda.DevicePtr, src []byte, s cuda.Stream) error {
 // in Go memory (or any memory the driver has not page-locked) is written before the call
 // returns; a dst in a pinned.Pool of CUDA pinned memory is written when s runs the copy, and
 // the pool's Free of it waits for that (see the notes on host memory above). While s captures
-// a CUDA graph, a dst of no pool is refused with an error matching cuda.ErrCapturing: the
-// graph would write it at each launch.
+// a CUDA graph, a dst of no pool of this device (Go memory, say) is refused with an error
+// matching cuda.ErrCapturing: the graph would write it at each launch.
 func (h *Heap) DtoHAsync(dst []byte, src cuda.DevicePtr, s cuda.Stream) error {
 	if err := h.checkAsync(s, "DtoH copy", uintptr(len(dst)), src); err != nil || len(dst) == 0 {
 		return err
@@ -134,11 +134,15 @@ func (h *Heap) hostCopy(b []byte, what string, copyFn func(addr uintptr) error) 
 // keeps b alive by itself, and would hide a missing pin from TestFakeAsyncGoSourceGC.
 func (h *Heap) hostAsync(what string, b []byte, s cuda.Stream, queue func(addr, n uintptr) error) error {
 	pool := pinned.PoolOf(b) // before b's address is taken: b is not used after pinHost
-	if pool == nil {
-		// Go memory (or other memory of no pool): on a capturing stream the copy would be a
-		// node of the user's graph, reading or writing it at each launch, long after the pin.
+	// Memory no stream of this device orders: Go memory (or other memory of no pool), or a pool
+	// of another device's, waited for before the call returns.
+	wait := pool != nil && pool.Device() != h.dev.Ordinal()
+	if pool == nil || wait {
+		// On a capturing stream the copy would be a node of the user's graph, reading or
+		// writing that memory at each launch, long after the pin (and the wait, a synchronize
+		// of the stream, would invalidate the capture).
 		if err := streamq.CaptureRefusal(h.dev, streamq.Stream(s)); err != nil {
-			return wrapCopy(what, len(b), fmt.Errorf("%w: host memory of no pinned.Pool cannot be captured", err))
+			return wrapCopy(what, len(b), fmt.Errorf("%w: host memory of no pinned.Pool of this device cannot be captured", err))
 		}
 	}
 	var pin runtime.Pinner
@@ -147,7 +151,6 @@ func (h *Heap) hostAsync(what string, b []byte, s cuda.Stream, queue func(addr, 
 		afterAddr()
 	}
 	var err error
-	wait := pool != nil && pool.Device() != h.dev.Ordinal()
 	if pool != nil && !wait {
 		err = pool.RecordStream(mem.Bytes(addr, n), s) // pool memory: not Go's, the slice keeps nothing alive
 	}
