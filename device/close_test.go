@@ -254,3 +254,37 @@ func closeBusyAroundPoll(t *testing.T, before bool) {
 		t.Fatalf("Close once the memset has run: %v", err)
 	}
 }
+
+// TestFakeCloseWaitsForDestroyedStream: a block of stream s's heap, written by a memset on s and
+// freed on s (its own stream: it goes back to s's heap at once), with s then destroyed without
+// ForgetStream and the memset still queued (cuStreamDestroy returns at once, and the driver still
+// runs the work; from then on it refuses the handle). Close must not give the memory back under
+// the memset: the query of s that the driver refuses says nothing about that work, and only a
+// synchronize of the context waits for it. Before, Points.Running took the refusal for an idle
+// stream, Close released the arena (cuMemUnmap and cuMemRelease, which do not wait), and the
+// memset faulted when it ran (CUDA_ERROR_ILLEGAL_ADDRESS at the next synchronize).
+func TestFakeCloseWaitsForDestroyedStream(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	const n = 64 << 10
+	p := alloc(t, h, n, s)
+	must(t, "synchronize the context", dev.Synchronize()) // the heap's check of s, run
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "MemsetAsync on s", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, n, pcuda.Stream(s)))
+	must(t, "FreeAsync on s", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(s))
+	if f.Pending() == 0 {
+		t.Fatal("the memset ran before Close: the test holds nothing")
+	}
+	closeErr := h.Close()
+	f.Hold(false)
+	syncErr := dev.Synchronize()
+	if closeErr != nil || syncErr != nil {
+		t.Errorf("Close: %v (want nil, after the memset); the context's synchronize after it: %v (a fault: the memset ran on memory Close gave back)", closeErr, syncErr)
+	}
+}

@@ -108,7 +108,10 @@
 //     stream the heap has seen has work in flight (the legacy stream too, when one is blocking
 //     or a default stream), and then does the deferred frees, those on the legacy stream, and
 //     the legacy stream's heap, after a point it records there and waits for (internal/streamq's
-//     Settle): it comes after every blocking stream's earlier work, seen by the heap or not.
+//     Settle): it comes after every blocking stream's earlier work, seen by the heap or not. A
+//     stream destroyed without ForgetStream, which the driver refuses, is not found idle: Close
+//     synchronizes the context first, which waits for the work that stream still had (its own
+//     same-stream frees went to its heap at once, and no list of frees stands for them).
 //   - A stream destroyed without ForgetStream while frees wait on it: the driver refuses its
 //     handle, so no point can be placed in it; the poll that finds it refused synchronizes the
 //     context once (which waits for the work the destroyed stream still had) before its frees

@@ -88,7 +88,11 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 // flight, and asks again. With every such stream idle, the deferred frees are done at once; a free
 // on the legacy stream (or the heap of the legacy stream) is done after a point Close records there
 // and waits for: it waits only for work of blocking streams the heap has never seen, which the
-// legacy stream's order puts before those frees, as it puts it before cudaFreeAsync's.
+// legacy stream's order puts before those frees, as it puts it before cudaFreeAsync's. A stream
+// destroyed without ForgetStream, whose handle the driver refuses while it still runs the work
+// queued there, is answered with a synchronize of the context, which waits for that work, before
+// anything is given back; when that synchronize fails, Close returns its error and releases
+// nothing.
 //
 // When the driver refuses to give memory back (an unmap, say), Close returns its error and the heap
 // is closed, its memory kept (and the device, if Open made it): a later Close gives them back.

@@ -44,16 +44,18 @@ import (
 // asks again. Peers are other lists on the same Points whose polls record points in the same
 // streams (a device heap's idle purge: a *Lists of any item type), the caller's reclaimer's as
 // these are; their streams with a point are asked too, and their items stay theirs (a Reclaim
-// of them after a Settle that found every stream idle finds their points passed). When one
-// has work in flight it returns that stream, running true; when the legacy stream's query
-// fails, the error; either after a Reclaim (done gets what the streams have passed, the busy
-// streams their points). Else it appends to done the items of every non-default stream (found
-// idle now, with the legacy stream), and, when a default stream is among ss or the lists,
-// records a point in it, waits for it (which waits for the earlier work of every blocking
-// stream, seen or not, but not for non-blocking streams) and appends the items its lists had
-// before the point. Lost lists are recovered as Reclaim recovers them. Items pushed meanwhile,
-// or on a stream that gets work queued meanwhile, stay. It is the reclaimer's, as Poll is, and
-// is not for a hot path.
+// of them after a Settle that found every stream idle finds their points passed). A stream the
+// driver refuses (destroyed without Forget, its work still run by the driver), none running,
+// is answered with one synchronize of the context, which waits for that work. When one has
+// work in flight it returns that stream, running true; when the legacy stream's query fails,
+// or that synchronize, the error; either after a Reclaim (done gets what the streams have
+// passed, the busy streams their points). Else it appends to done the items of every
+// non-default stream (found idle now, with the legacy stream), and, when a default stream is
+// among ss or the lists, records a point in it, waits for it (which waits for the earlier work
+// of every blocking stream, seen or not, but not for non-blocking streams) and appends the
+// items its lists had before the point. Lost lists are recovered as Reclaim recovers them.
+// Items pushed meanwhile, or on a stream that gets work queued meanwhile, stay. It is the
+// reclaimer's, as Poll is, and is not for a hot path.
 func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Stream, running bool, err error) {
 	lists := slices.Clone(ls.snapshot()) // Reclaim below takes its own snapshot
 	ls.endScan()
@@ -130,13 +132,26 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Strea
 	return done, 0, false, errors.Join(err, werr)
 }
 
-// running is Points.Running of ss, its error saying which stream's query failed.
+// running is Points.Running of ss, its error saying which stream's query failed. A stream the
+// driver refuses (destroyed without Forget), with none of ss running, is answered as Recover
+// answers a lost list: one synchronize of the context (Points.WaitAll), which waits for the work
+// the driver still runs for it; once that has returned, every stream has passed what was queued
+// before it: running false, no error. When it fails, the error says both. Running has found no
+// capture on a stream of ss, nor on the legacy stream (a refused stream counts as blocking),
+// whose capture the synchronize would invalidate. A refusal of the legacy stream's query is
+// returned as it is.
 func (ls *Lists[T]) running(ss []Stream) (Stream, bool, error) {
 	s, running, err := ls.points.Running(ss)
-	if err != nil {
-		err = fmt.Errorf("streamq: query stream %#x: %w", s, err)
+	switch {
+	case err == nil:
+		return s, running, nil
+	case DefaultStream(s):
+		return s, running, fmt.Errorf("streamq: query stream %#x: %w", s, err)
 	}
-	return s, running, err
+	if werr := ls.points.WaitAll(); werr != nil {
+		return s, false, fmt.Errorf("streamq: query stream %#x: %w; synchronize the context for its work: %w", s, err, werr)
+	}
+	return 0, false, nil
 }
 
 // Peer is what Settle asks of other lists on the same Points (any *Lists is one): the points

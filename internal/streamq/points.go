@@ -292,14 +292,22 @@ func (p *Points) WaitLegacy(err error) error {
 // Running returns the first of streams ss that has work queued and not run (cuStreamQuery),
 // or the legacy default stream when one of ss is blocking and it has (its earlier work is
 // ordered before theirs); running false when none has. A stream a capture holds counts as
-// running (Capturing), and so does the legacy stream while a blocking stream captures. A
-// stream the driver refuses counts as blocking: nothing says it is not.
+// running (Capturing), and so does the legacy stream while a blocking stream captures.
+//
+// A stream whose query the driver refuses is not idle: a destroyed stream's handle is refused
+// while the work queued on it still runs (cuStreamDestroy returns at once), so the refusal
+// says nothing of that work. When no stream is found running, Running returns the first such
+// stream, running false, with the driver's error (the legacy stream's query, when it fails,
+// comes first); only a synchronize of the context (WaitAll) waits for its work. It counts as
+// blocking too: nothing says it is not.
 //
 // The other streams are asked before the default ones (answered by the legacy stream's query,
 // once, as the first default stream among ss): a default stream found running means that
 // every other stream of ss is idle.
 func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
 	blocking, legacy, named := false, Stream(streamLegacy), false
+	var refused Stream // the first stream of ss whose query the driver refused, with rerr
+	var rerr error
 	for _, s := range ss {
 		if DefaultStream(s) {
 			if !named {
@@ -312,6 +320,8 @@ func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
 		}
 		if err := p.dev.StreamQuery(s); errors.Is(err, pinmalloc.ErrNotReady) {
 			return s, true, nil
+		} else if err != nil && rerr == nil {
+			refused, rerr = s, err
 		}
 		if !blocking {
 			nb, err := p.NonBlocking(s)
@@ -327,6 +337,9 @@ func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
 		} else if err != nil {
 			return legacy, false, err
 		}
+	}
+	if rerr != nil {
+		return refused, false, rerr
 	}
 	return 0, false, nil
 }

@@ -1,9 +1,11 @@
 package streamq_test
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
@@ -120,5 +122,55 @@ func TestPointsRefuseOtherDevice(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunningRefusedStreamNotIdle: a stream destroyed with a memset still queued (the driver
+// refuses its handle from then on, and still runs the work) is not idle. Running, asked it with
+// an idle stream, returns it with the driver's refusal (matching pinmalloc.ErrInvalidHandle),
+// running false, and runs nothing; asked it with a busy stream, returns the busy one. Settle of
+// it (a device heap's Close, for the stream of a heap) synchronizes the context, which runs
+// the memset, before it says that nothing runs. Before, Running took the refusal for an idle
+// stream, and Settle said nothing ran with the memset still queued.
+func TestRunningRefusedStreamNotIdle(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, bufs, p, _ := testStreams(t, dev, 2)
+	idle, busy := ss[0], ss[1]
+	gone, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Hold(true)
+	defer f.Complete()
+	if err := dev.MemsetD8Async(bufs[0], 0xAB, 4096, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.StreamDestroy(gone); err != nil { // its memset still queued
+		t.Fatal(err)
+	}
+	s, running, err := p.Running([]streamq.Stream{idle, gone})
+	if !errors.Is(err, pinmalloc.ErrInvalidHandle) || running || s != gone {
+		t.Fatalf("Running of an idle stream and a destroyed one with work queued: %#x, %v, %v; want %#x, false, the driver's refusal", s, running, err, gone)
+	}
+	if f.Pending() == 0 {
+		t.Fatal("Running ran the destroyed stream's work (it waited)")
+	}
+	if err := dev.MemsetD8Async(bufs[1], 0xCD, 4096, busy); err != nil {
+		t.Fatal(err)
+	}
+	if s, running, err = p.Running([]streamq.Stream{gone, busy}); err != nil || !running || s != busy {
+		t.Fatalf("Running of a destroyed stream and a busy one: %#x, %v, %v; want %#x, true, nil", s, running, err, busy)
+	}
+	f.CompleteStream(busy)
+	ls := streamq.NewLists[int](p, nil, 1)
+	done, s, running, err := ls.Settle(nil, []streamq.Stream{idle, gone})
+	if err != nil || running || len(done) != 0 {
+		t.Fatalf("Settle of a destroyed stream: %v back, %#x, running %v, %v; want nothing, not running, nil", done, s, running, err)
+	}
+	if n := f.Pending(); n != 0 {
+		t.Fatalf("Settle said nothing runs with the destroyed stream's memset still queued (%d streams with work pending)", n)
 	}
 }
