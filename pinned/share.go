@@ -21,7 +21,8 @@ import (
 //     reference. Until then the buffer stays live; the last one frees it as the free it is
 //     (Free, FreeAsync: after the streams recorded on it, as any held buffer, and after the
 //     last Release of its holds, Pool.Hold). FreeShared is that last free when it comes from
-//     elsewhere (another process let the buffer go).
+//     elsewhere (another process let the buffer go). A FreeAsync records its stream on the
+//     buffer first, as RecordStream does, so that the last free waits for that stream too.
 //
 // A buffer never shared, in a pool with no Sharer or one with it, pays nothing on Alloc and
 // Free: the fast paths are unchanged, and only frees that leave them ask anything.
@@ -137,6 +138,20 @@ func (p *Pool) freeShared(addr, n uintptr, l *streamList) (done bool, err error)
 	if size, err := p.g.Size(addr); err == nil && size != n {
 		// Before the Sharer: a sub-slice's free drops no reference.
 		return true, fmt.Errorf("%w: %#x freed with %d bytes, allocated with %d", ErrSubSlice, addr, n, size)
+	}
+	if l != nil {
+		// FreeAsync's stream is recorded on the buffer, before the Sharer (after it, a last
+		// free elsewhere could give the buffer back first): whichever free is the last, it
+		// waits for the work queued on the stream before this one.
+		r, ok := p.g.FindFrom(addr, n)
+		if !ok {
+			return true, fmt.Errorf("%w: %#x was freed meanwhile", ErrDoubleFree, addr)
+		}
+		err := p.order.recordOn(r, addr, streamOf(l))
+		p.order.verify()
+		if err != nil {
+			return true, err
+		}
 	}
 	shared, last, err := p.sharer.DropShared(addr)
 	switch {

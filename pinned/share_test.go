@@ -1,6 +1,7 @@
 package pinned_test
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -380,4 +381,56 @@ func TestHoldSharedRace(t *testing.T) {
 	if len(s.refs) != 0 {
 		t.Fatalf("%d buffers with references left", len(s.refs))
 	}
+}
+
+// TestFakeSharedFreeAsyncKeepsStream: FreeAsync on s of a shared buffer that is not its last
+// reference drops the reference, and the buffer's last free (a Free, FreeShared) waits for s
+// to pass the work queued on it before that FreeAsync. It forgot s: the last free, finding
+// the buffer waiting for no stream, gave it back at once, and a copy queued on s before the
+// FreeAsync wrote into the next owner's buffer.
+func TestFakeSharedFreeAsyncKeepsStream(t *testing.T) {
+	s := newRefSharer()
+	r := newAsyncRig(t, pinned.Options{Sharer: s, PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	const n = 4096
+	d := r.devAlloc(n)
+	ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d), 0x5C, n, pubcuda.Stream(r.s)))
+	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+	for _, last := range []string{"Free", "FreeShared"} {
+		b := r.alloc(n, 0)
+		s.share(t, r.pool, b, 2)
+		r.f.Hold(true)
+		// A copy the pool is not told of (a raw driver call): FreeAsync orders it.
+		ok(t, "MemcpyDtoHAsync", r.dev.MemcpyDtoHAsync(mem.Addr(b), d, n, r.s))
+		ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s))) // one of two references
+		if last == "Free" {
+			ok(t, "Free", r.pool.Free(b))
+		} else {
+			s.mu.Lock()
+			delete(s.refs, mem.Addr(b))
+			s.mu.Unlock()
+			ok(t, "FreeShared", r.pool.FreeShared(b))
+		}
+		if got := r.deferred(); got != 1 {
+			t.Fatalf("%s: %d buffers deferred after the last free of a buffer freed on a busy stream, want 1", last, got)
+		}
+		c := r.alloc(n, 0xB2)
+		if mem.Addr(c) == mem.Addr(b) {
+			t.Fatalf("%s: a shared buffer freed on a busy stream was handed out again", last)
+		}
+		r.f.Hold(false)
+		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+		if !bytes.Equal(c, bytes.Repeat([]byte{0xB2}, n)) {
+			t.Fatalf("%s: a copy queued before a FreeAsync wrote into the next owner's buffer", last)
+		}
+		ok(t, "Free", r.pool.Free(c))
+		ok(t, "Trim", r.pool.Trim())
+		if st := r.pool.Stats(); st.Deferred != 0 || st.Live != 0 {
+			t.Fatalf("%s: after the stream passed: %d deferred, %d live", last, st.Deferred, st.Live)
+		}
+	}
+	ok(t, "device Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
 }
