@@ -125,11 +125,7 @@ func (p *Pool) FreeShared(b []byte) error {
 	if err != nil {
 		return err
 	}
-	err = p.releaseShared(addr, n, nil)
-	if err == nil && p.closed.Load() {
-		p.finishClose(addr)
-	}
-	return err
+	return p.releaseShared(addr, n, nil)
 }
 
 // freeShared is the part of a free (Free, FreeAsync on the stream of l when l is not nil) of
@@ -164,7 +160,9 @@ func (p *Pool) freeShared(addr, n uintptr, l *streamList) (done bool, err error)
 }
 
 // releaseShared frees the shared buffer at addr, held, whose last reference went (FreeAsync on
-// the stream of l when l is not nil): at its holds' last Release while it has any.
+// the stream of l when l is not nil): at its holds' last Release while it has any. After
+// Close, the free that gives it back finishes the close, as any free does; one deferred to a
+// Release leaves that to the Release.
 func (p *Pool) releaseShared(addr, n uintptr, l *streamList) error {
 	var s cuda.Stream
 	if l != nil {
@@ -173,7 +171,11 @@ func (p *Pool) releaseShared(addr, n uintptr, l *streamList) error {
 	if handled, err := p.out.deferFree(addr, n, l != nil, s, true); handled { // held: hold.go
 		return err
 	}
-	return p.giveBackShared(addr, n, l)
+	err := p.giveBackShared(addr, n, l)
+	if err == nil && p.closed.Load() {
+		p.finishClose(addr)
+	}
+	return err
 }
 
 // giveBackShared gives back the shared buffer at addr, held, whose last reference went and

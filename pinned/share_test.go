@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -433,4 +435,100 @@ func TestFakeSharedFreeAsyncKeepsStream(t *testing.T) {
 	}
 	ok(t, "device Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finish()
+}
+
+// TestSharedLastFreeAfterClose: Close with a shared buffer live (ErrLiveBlocks), then its
+// frees: the last reference's releases the pool's memory, as the last free of any buffer
+// does. It gave the buffer back and kept the memory mapped, with no later Close to release it
+// (the pool was not busy: ErrClosed).
+func TestSharedLastFreeAfterClose(t *testing.T) {
+	for _, o := range []pinned.Options{{}, {ZeroOnFree: true}} {
+		s := newRefSharer()
+		o.Sharer, o.Capacity, o.Backend = s, 8<<20, pinned.Pageable
+		p := newPool(t, o)
+		b, err := p.Alloc(4096)
+		ok(t, "Alloc", err)
+		s.share(t, p, b, 2)
+		if err := p.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+			t.Fatalf("ZeroOnFree %v: Close with a shared buffer live: %v", o.ZeroOnFree, err)
+		}
+		ok(t, "first Free", p.Free(b))
+		if st := p.Stats(); st.Reserved == 0 {
+			t.Fatalf("ZeroOnFree %v: a free with a reference left released the memory", o.ZeroOnFree)
+		}
+		ok(t, "last Free", p.Free(b))
+		if st := p.Stats(); st.Reserved != 0 || st.Live != 0 {
+			t.Fatalf("ZeroOnFree %v: the pool holds %+v after Close and the last free", o.ZeroOnFree, st)
+		}
+	}
+}
+
+func TestFakeSharedLastFreeAsyncAfterClose(t *testing.T) {
+	s := newRefSharer()
+	r := newAsyncRig(t, pinned.Options{Sharer: s})
+	if r == nil {
+		return
+	}
+	b := r.alloc(4096, 1)
+	s.share(t, r.pool, b, 1)
+	if err := r.pool.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+		t.Fatalf("Close with a shared buffer live: %v", err)
+	}
+	ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
+	if st := r.pool.Stats(); st.Reserved != 0 || st.Live != 0 {
+		t.Fatalf("the pool holds %+v after Close and the last free", st)
+	}
+	r.finishClosed()
+}
+
+// finishClosed closes the heap of r, whose pool is closed and released, and checks that the
+// fake holds nothing of either.
+func (r *asyncRig) finishClosed() {
+	r.t.Helper()
+	r.f.Hold(false)
+	ok(r.t, "heap Sync", r.heap.Sync())
+	ok(r.t, "ForgetStream", r.heap.ForgetStream(pubcuda.Stream(r.s)))
+	ok(r.t, "heap Close", r.heap.Close())
+	if err := r.pool.Close(); !errors.Is(err, pinned.ErrClosed) {
+		r.t.Fatalf("Close of a released pool: %v", err)
+	}
+	if n := r.f.Stat(fakecuda.Mappings) + r.f.Stat(fakecuda.Registrations) + r.f.Stat(fakecuda.Reservations); n != 0 {
+		r.t.Errorf("the pool's memory outlived its last free: the fake holds %v", r.f.LiveObjects())
+	}
+}
+
+// TestFakeFreeSharedHeldAfterClose: after Close, FreeShared of a held buffer, its last live
+// one, returns at once (the last Release gives it back and releases the memory). It waited
+// for the buffer to leave the heap's hold, which the Hold keeps: 5 s (closeWait), in the
+// goroutine of package ipcpool that takes retired buffers back.
+func TestFakeFreeSharedHeldAfterClose(t *testing.T) {
+	s := newRefSharer()
+	r := newAsyncRig(t, pinned.Options{Sharer: s})
+	if r == nil {
+		return
+	}
+	defer pinned.SetCloseWait(pinned.SetCloseWait(time.Second))
+	b := r.alloc(4096, 1)
+	s.share(t, r.pool, b, 1)
+	h, err := r.pool.Hold(b)
+	ok(t, "Hold", err)
+	if err := r.pool.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+		t.Fatalf("Close with a shared buffer live: %v", err)
+	}
+	s.mu.Lock()
+	delete(s.refs, mem.Addr(b))
+	s.mu.Unlock()
+	start := time.Now()
+	ok(t, "FreeShared", r.pool.FreeShared(b))
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("FreeShared of a held buffer after Close took %v: it waited for the Hold", d)
+	}
+	if st := r.pool.Stats(); st.Live != 1 || st.Reserved == 0 {
+		t.Fatalf("FreeShared gave a held buffer back, or released the memory: %+v", st)
+	}
+	ok(t, "Release", h.Release())
+	if st := r.pool.Stats(); st.Reserved != 0 || st.Live != 0 {
+		t.Fatalf("the pool holds %+v after Close and the last Release", st)
+	}
+	r.finishClosed()
 }
