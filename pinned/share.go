@@ -119,11 +119,23 @@ func (p *Pool) Share(b []byte) error {
 // FreeShared frees buffer b, shared with Share, whose last reference its Sharer has seen go
 // elsewhere (another process let it go): as Free frees a held buffer, after the streams
 // recorded on it and the last Release of its holds (Hold). The Sharer must know the buffer no
-// more (DropShared answers shared false).
+// more (DropShared answers shared false). A part of a buffer (ErrSubSlice), a buffer freed
+// (ErrDoubleFree) or one never shared (ErrNotOwned) is refused, and nothing changes.
 func (p *Pool) FreeShared(b []byte) error {
 	addr, n, err := p.buffer(b)
 	if err != nil {
 		return err
+	}
+	// Refused as a free is, before anything changes: a part of a buffer, a buffer freed, memory
+	// not of one, or a buffer never shared (not held).
+	size, err := p.g.Size(addr)
+	switch {
+	case err != nil:
+		return wrapError(err, ErrNotOwned)
+	case size != n:
+		return fmt.Errorf("%w: %#x freed with %d bytes, allocated with %d", ErrSubSlice, addr, n, size)
+	case !p.g.Held(addr):
+		return fmt.Errorf("%w: %#x is not a shared buffer", ErrNotOwned, addr)
 	}
 	return p.releaseShared(addr, n, nil)
 }

@@ -532,3 +532,49 @@ func TestFakeFreeSharedHeldAfterClose(t *testing.T) {
 	}
 	r.finishClosed()
 }
+
+// TestFreeSharedRefusals: FreeShared of a part of a shared buffer, or of a buffer never
+// shared, is refused and changes nothing, as such a free is. In a ZeroOnFree pool without
+// stream order it scrubbed the bytes it was given of a live buffer, and the part's refusal
+// left the shared buffer's tag cleared, so that every Hold of it then failed with
+// ErrDoubleFree; a buffer never shared was refused with ErrInvalidOptions.
+func TestFreeSharedRefusals(t *testing.T) {
+	s := newRefSharer()
+	p := newPool(t, pinned.Options{Capacity: 8 << 20, Backend: pinned.Pageable, Sharer: s, ZeroOnFree: true})
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	for i := range b {
+		b[i] = 7
+	}
+	s.share(t, p, b, 1)
+	s.mu.Lock()
+	delete(s.refs, mem.Addr(b)) // its last reference went elsewhere
+	s.mu.Unlock()
+	if err := p.FreeShared(b[:16:16]); !errors.Is(err, pinned.ErrSubSlice) {
+		t.Fatalf("FreeShared of a part of a buffer: %v, want ErrSubSlice", err)
+	}
+	if b[0] != 7 || live(t, p) != 1 {
+		t.Fatalf("FreeShared of a part scrubbed the buffer (%d) or freed it (%d live)", b[0], live(t, p))
+	}
+	h, err := p.Hold(b)
+	ok(t, "Hold after a refused FreeShared", err)
+	ok(t, "Release", h.Release())
+	ok(t, "FreeShared", p.FreeShared(b))
+	if live(t, p) != 0 {
+		t.Fatalf("%d live after FreeShared", live(t, p))
+	}
+	if err := p.FreeShared(b); !errors.Is(err, pinned.ErrDoubleFree) {
+		t.Fatalf("a second FreeShared: %v, want ErrDoubleFree", err)
+	}
+	c, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	c[0] = 9
+	if err := p.FreeShared(c); !errors.Is(err, pinned.ErrNotOwned) {
+		t.Fatalf("FreeShared of a buffer never shared: %v, want ErrNotOwned", err)
+	}
+	if c[0] != 9 || live(t, p) != 1 {
+		t.Fatalf("FreeShared of a buffer never shared scrubbed it (%d) or freed it (%d live)", c[0], live(t, p))
+	}
+	ok(t, "Free", p.Free(c))
+	ok(t, "Close", p.Close())
+}
