@@ -245,6 +245,11 @@ func (p *Pool) freeHeld(addr, n uintptr) error {
 		if err := p.freeSlow(addr, n, false); !errors.Is(err, heap.ErrHeld) {
 			return err
 		}
+		if tag := p.g.Tag(addr); tag != nil && settled(tag) == tagHeld {
+			// Shared, no Hold keeps it, and its Sharer answered that this free holds no
+			// reference: the hold bit is the Share's, and stays until FreeShared.
+			return fmt.Errorf("%w: buffer %#x is shared, and its Sharer holds no reference for this free", ErrDoubleFree, addr)
+		}
 		runtime.Gosched() // a Release between its table and the heap: microseconds
 	}
 }

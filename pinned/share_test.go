@@ -578,3 +578,30 @@ func TestFreeSharedRefusals(t *testing.T) {
 	ok(t, "Free", p.Free(c))
 	ok(t, "Close", p.Close())
 }
+
+// TestFreeSharedUnknownToSharer: a Free of a buffer shared with Share whose Sharer does not
+// know it (a Share racing the Free, or the Sharer's reference gone) is refused with
+// ErrDoubleFree, and the buffer stays shared for FreeShared. The Free waited for the Share's
+// hold bit to go, looping for good.
+func TestFreeSharedUnknownToSharer(t *testing.T) {
+	s := newRefSharer()
+	p := newPool(t, pinned.Options{Capacity: 8 << 20, Backend: pinned.Pageable, Sharer: s})
+	defer p.Close()
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	ok(t, "Share", p.Share(b)) // the Sharer counts no reference of it
+	done := make(chan error, 1)
+	go func() { done <- p.Free(b) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, pinned.ErrDoubleFree) {
+			t.Fatalf("Free of a shared buffer its Sharer does not know: %v, want ErrDoubleFree", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Free of a shared buffer its Sharer does not know did not return in 5 s")
+	}
+	ok(t, "FreeShared", p.FreeShared(b))
+	if live(t, p) != 0 {
+		t.Fatalf("%d live after FreeShared", live(t, p))
+	}
+}
