@@ -29,27 +29,33 @@ type stage struct {
 }
 
 // stage returns a staging buffer for n jobs that no launch in flight reads: the least recently
-// used one if its launch has completed, else a new one while fewer than maxStages exist, else
-// the least recently used after waiting for it. It moves the buffer to the end of the FIFO.
+// used one whose launch has completed, else a new one while fewer than maxStages exist, else
+// the least recently used after waiting for it (all are in flight then). It moves the buffer to
+// the end of the FIFO.
 func (b *Batcher) stage(n int) (*stage, error) {
-	var st *stage
-	if len(b.stages) > 0 {
-		old := b.stages[0]
-		switch err := b.idle(old); {
-		case err == nil:
-			st = old
-		case !errors.Is(err, pinmalloc.ErrNotReady):
+	pick := -1
+	for i, st := range b.stages { // least recently used first: most often the first is idle
+		err := b.idle(st)
+		if err == nil {
+			pick = i
+			break
+		}
+		if !errors.Is(err, pinmalloc.ErrNotReady) {
 			return nil, err
-		case len(b.stages) >= maxStages:
-			if err := b.dev.EventSynchronize(old.ev); err != nil {
-				return nil, fmt.Errorf("copyengine: waiting for a staging buffer: %w", err)
-			}
-			old.busy = false
-			st = old
 		}
 	}
-	if st != nil {
-		b.stages = append(b.stages[:0], b.stages[1:]...)
+	if pick < 0 && len(b.stages) >= maxStages {
+		old := b.stages[0]
+		if err := b.dev.EventSynchronize(old.ev); err != nil {
+			return nil, fmt.Errorf("copyengine: waiting for a staging buffer: %w", err)
+		}
+		old.busy = false
+		pick = 0
+	}
+	var st *stage
+	if pick >= 0 {
+		st = b.stages[pick]
+		b.stages = append(b.stages[:pick], b.stages[pick+1:]...)
 		if st.jobs < n { // too small: replace it
 			if err := b.freeStage(st); err != nil {
 				return nil, err
