@@ -45,11 +45,12 @@ type Batcher struct {
 	mod icuda.Module
 	fn  icuda.Function
 
-	mu     sync.Mutex
-	closed bool
-	side   icuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
-	fences *icuda.EventPool
-	stages []*stage // FIFO: stages[0] is the least recently used
+	mu      sync.Mutex
+	closed  bool
+	side    icuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
+	fences  *icuda.EventPool
+	stages  []*stage // FIFO: stages[0] is the least recently used
+	retired []*stage // idle buffers too small for a batch, freed by Close
 
 	spans, spare      []span // scratch for the overlap check
 	dsts, srcs, sizes []uintptr
@@ -207,7 +208,10 @@ func (b *Batcher) Close() error {
 		}
 		errs = append(errs, b.freeStage(st))
 	}
-	b.stages = nil
+	for _, st := range b.retired {
+		errs = append(errs, b.freeStage(st))
+	}
+	b.stages, b.retired = nil, nil
 	if b.side != 0 {
 		errs = append(errs, b.dev.StreamSynchronize(b.side), b.dev.StreamDestroy(b.side))
 		b.side = 0

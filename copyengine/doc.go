@@ -33,8 +33,10 @@
 // with DEVICEMAP), a staging buffer the Batcher owns. A buffer is written by Copy, read by the
 // launch, and reused only once an event recorded after that launch has completed; the Batcher
 // keeps up to 4 buffers in a FIFO ring and waits for the oldest
-// (cuEventSynchronize) only when all are in flight. The PTX is loaded once per Batcher (the
-// driver caches the JIT result across processes).
+// (cuEventSynchronize) only when all are in flight. A buffer too small for a batch is replaced
+// by one at least twice its size, and Close frees the small one: cuMemFreeHost synchronizes the
+// context and is refused while a stream captures a graph in the global mode. The PTX is loaded
+// once per Batcher (the driver caches the JIT result across processes).
 //
 // # Streams
 //

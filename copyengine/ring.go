@@ -3,7 +3,12 @@ package copyengine
 // The kernel's staging ring: the job arrays the gather kernel reads, in pinned host memory
 // mapped for the device. A buffer is written by Copy, read by the launch, and reused only once
 // an event recorded after that launch has completed; up to maxStages buffers wait in a FIFO,
-// and the oldest is waited for (cuEventSynchronize) only when all are in flight.
+// and the oldest is waited for (cuEventSynchronize) only when all are in flight. A buffer too
+// small for a batch is replaced by a bigger one and kept until Close frees it: cuMemFreeHost
+// synchronizes the context and is refused (invalidating the capture) while any stream captures
+// a graph in the global mode, so a free in Copy would wait for every stream of the device, or
+// fail a Copy on a stream that captures nothing. A replacement is at least twice the size of
+// the buffer it replaces, so the buffers kept take less memory than their replacements.
 
 import (
 	"errors"
@@ -56,10 +61,8 @@ func (b *Batcher) stage(n int) (*stage, error) {
 	if pick >= 0 {
 		st = b.stages[pick]
 		b.stages = append(b.stages[:pick], b.stages[pick+1:]...)
-		if st.jobs < n { // too small: replace it
-			if err := b.freeStage(st); err != nil {
-				return nil, err
-			}
+		if st.jobs < n { // too small: replace it, and keep it for Close (see the file comment)
+			b.retired = append(b.retired, st)
 			st = nil
 		}
 	}

@@ -3,10 +3,12 @@ package copyengine
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -49,6 +51,65 @@ func TestStagingRingTakesAnIdleBuffer(t *testing.T) {
 	f.Hold(false)
 	f.Complete()
 	if !bytes.Equal(mem.Bytes(d, (last+1)*n), mem.Bytes(host, (last+1)*n)) {
+		t.Error("the batches did not move their bytes")
+	}
+}
+
+// TestStagingGrowthFreesNothing: a batch too big for the staging buffer the ring hands out
+// gets a bigger buffer without freeing the small one during Copy (it is freed by Close). Before,
+// Copy freed it with cuMemFreeHost, which synchronizes the context and is one of the calls a
+// capture forbids: the Copy waited for the work of every stream of the device, and while
+// another stream captured a graph in the default (global) mode the free was refused, Copy
+// failed with the driver's CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED on a stream that captured
+// nothing, the other stream's capture was invalidated, and the buffer, already out of the
+// ring, leaked (the fake's count of host allocations at the end of the test).
+func TestStagingGrowthFreesNothing(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	b := newBatcher(t, dev, Options{Method: MethodKernel})
+	s, other := newStream(t, dev), newStream(t, dev)
+	const size = 1024
+	host, d := hostMem(t, dev, 8*minStageJobs*size), devMem(t, dev, 8*minStageJobs*size)
+	fill(mem.Bytes(host, 8*minStageJobs*size), 9)
+	batch := func(jobs int) []Job { // jobs blocks of size bytes at the start of host and d
+		out := make([]Job, jobs)
+		for i := range out {
+			out[i] = mkJob(d+uintptr(i)*size, host+uintptr(i)*size, size)
+		}
+		return out
+	}
+	must(t, "Copy of a small batch", b.Copy(batch(1), pcuda.Stream(s)))
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+
+	// Unrelated work on another stream stays queued while the Copy grows its buffer.
+	f.Hold(true)
+	must(t, "MemcpyAsync on the other stream", dev.MemcpyAsync(uintptr(d)+7*minStageJobs*size, host, size, other))
+	must(t, "Copy of a bigger batch", b.Copy(batch(2*minStageJobs), pcuda.Stream(s)))
+	if err := dev.StreamQuery(other); !errors.Is(err, pinmalloc.ErrNotReady) {
+		t.Errorf("the other stream after a Copy that grew its staging buffer: %v, want not ready "+
+			"(the Copy waited for every stream of the device)", err)
+	}
+	f.Hold(false)
+	must(t, "Synchronize", dev.Synchronize())
+
+	// A capture in the global mode on another stream stays valid.
+	runtime.LockOSThread() // a capture ends on the thread that began it
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(other, cuda.CaptureGlobal))
+	err := b.Copy(batch(4*minStageJobs), pcuda.Stream(s))
+	g, gerr := dev.StreamEndCapture(other)
+	if err != nil {
+		t.Errorf("Copy that grew its staging buffer while another stream captured: %v", err)
+	}
+	if gerr != nil || g == 0 {
+		t.Errorf("the other stream's capture ended with graph %#x, %v; want a graph", g, gerr)
+	} else {
+		must(t, "GraphDestroy", dev.GraphDestroy(g))
+	}
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+	if !bytes.Equal(mem.Bytes(d, 4*minStageJobs*size), mem.Bytes(host, 4*minStageJobs*size)) {
 		t.Error("the batches did not move their bytes")
 	}
 }
