@@ -50,7 +50,7 @@ type Batcher struct {
 	side    icuda.Stream // own stream for LowPriority launches and legacy-stream batches; 0 if none
 	fences  *icuda.EventPool
 	stages  []*stage // FIFO: stages[0] is the least recently used
-	retired []*stage // idle buffers too small for a batch, freed by Close
+	retired []*stage // idle buffers to free: too small for a batch, or refused by Close
 
 	spans, spare      []span // scratch for the overlap check
 	dsts, srcs, sizes []uintptr
@@ -193,12 +193,14 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 
 // Close waits for the launches that read the Batcher's staging buffers, frees them, unloads the
 // kernel and destroys the Batcher's stream and events. Work queued by Copy on the caller's
-// streams is not waited for, except what a staging buffer's event covers. Close is idempotent.
+// streams is not waited for, except what a staging buffer's event covers. A staging buffer
+// the driver refuses to free (it refuses while a stream captures a graph in the global mode)
+// is kept, and the next Close tries again; otherwise Close is idempotent.
 func (b *Batcher) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil
+		return b.freeRetired()
 	}
 	b.closed = true
 	var errs []error
@@ -206,12 +208,10 @@ func (b *Batcher) Close() error {
 		if st.busy {
 			errs = append(errs, b.dev.EventSynchronize(st.ev))
 		}
-		errs = append(errs, b.freeStage(st))
 	}
-	for _, st := range b.retired {
-		errs = append(errs, b.freeStage(st))
-	}
-	b.stages, b.retired = nil, nil
+	b.retired = append(b.retired, b.stages...)
+	b.stages = nil
+	errs = append(errs, b.freeRetired())
 	if b.side != 0 {
 		errs = append(errs, b.dev.StreamSynchronize(b.side), b.dev.StreamDestroy(b.side))
 		b.side = 0

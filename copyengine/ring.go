@@ -108,7 +108,38 @@ func (b *Batcher) newStage(n int) (*stage, error) {
 	return st, nil
 }
 
-// freeStage frees an idle staging buffer.
+// freeStage frees an idle staging buffer. What the driver refused to free stays in st, for a
+// later call to try again.
 func (b *Batcher) freeStage(st *stage) error {
-	return errors.Join(b.dev.EventDestroy(st.ev), b.dev.MemFreeHost(st.host))
+	var errs []error
+	if st.ev != 0 {
+		if err := b.dev.EventDestroy(st.ev); err != nil {
+			errs = append(errs, err)
+		} else {
+			st.ev = 0
+		}
+	}
+	if st.host != 0 {
+		if err := b.dev.MemFreeHost(st.host); err != nil {
+			errs = append(errs, err)
+		} else {
+			st.host = 0
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// freeRetired frees the retired staging buffers and keeps those the driver refused to free.
+func (b *Batcher) freeRetired() error {
+	var errs []error
+	kept := b.retired[:0]
+	for _, st := range b.retired {
+		if err := b.freeStage(st); err != nil {
+			errs = append(errs, fmt.Errorf("copyengine: freeing a staging buffer: %w", err))
+			kept = append(kept, st)
+		}
+	}
+	clear(b.retired[len(kept):])
+	b.retired = kept
+	return errors.Join(errs...)
 }

@@ -113,3 +113,38 @@ func TestStagingGrowthFreesNothing(t *testing.T) {
 		t.Error("the batches did not move their bytes")
 	}
 }
+
+// TestCloseRetriesRefusedFrees: a Close whose free of a staging buffer the driver refuses
+// (cuMemFreeHost, while a stream captures a graph in the global mode) returns the error and
+// keeps the buffer, and the next Close frees it. Before, the first Close dropped the buffer
+// and the second returned nil at once: the pinned memory leaked for the life of the process.
+func TestCloseRetriesRefusedFrees(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	other := newStream(t, dev)
+	const n = 4096
+	host, d := hostMem(t, dev, n), devMem(t, dev, n)
+	hostAllocs := f.LiveObjects()["host allocs"]
+	b := newBatcher(t, dev, Options{Method: MethodKernel})
+	must(t, "Copy", b.Copy([]Job{mkJob(d, host, n)}, 0))
+	must(t, "StreamSynchronize", dev.StreamSynchronize(0))
+	runtime.LockOSThread() // a capture ends on the thread that began it
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(other, cuda.CaptureGlobal))
+	err := b.Close()
+	if g, err := dev.StreamEndCapture(other); err == nil {
+		must(t, "GraphDestroy", dev.GraphDestroy(g))
+	}
+	if !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Fatalf("Close while a stream captures in the global mode: %v, want the driver's refusal", err)
+	}
+	must(t, "Close again", b.Close())
+	if now := f.LiveObjects()["host allocs"]; now != hostAllocs {
+		t.Errorf("%d host allocations after the second Close, want %d: a staging buffer leaked", now, hostAllocs)
+	}
+	if err := b.Copy([]Job{mkJob(d, host, n)}, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("Copy after Close: %v, want ErrClosed", err)
+	}
+}
