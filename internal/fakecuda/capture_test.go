@@ -262,6 +262,12 @@ func TestCaptureLegacyImplicit(t *testing.T) { onFake(t, captureLegacyImplicit) 
 func captureLegacyImplicit(t *testing.T, d *cuda.Device) {
 	x := newAsyncFixture(t, nil, d, 4096)
 	ev := x.event(t)
+	m, err := d.ModuleLoadData(gatherPTX) // its body returns at once: a launch of no job
+	must(t, "ModuleLoadData", err)
+	t.Cleanup(func() { must(t, "ModuleUnload", d.ModuleUnload(m)) })
+	fn, err := d.ModuleGetFunction(m, "pinmalloc_gather")
+	must(t, "ModuleGetFunction", err)
+	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
 	for _, c := range []struct {
 		name string
 		call func() error
@@ -269,6 +275,7 @@ func captureLegacyImplicit(t *testing.T, d *cuda.Device) {
 		{"StreamQuery(legacy)", func() error { return d.StreamQuery(0) }},
 		{"EventRecord(legacy)", func() error { return d.EventRecord(ev, 0) }},
 		{"MemsetD8Async(legacy)", func() error { return d.MemsetD8Async(x.dev, 1, x.n, 0) }},
+		{"LaunchKernel(legacy)", func() error { return d.LaunchKernel(fn, one, one, 0, 0, 0, 0) }},
 	} {
 		capture(t, d, x.s, cuda.CaptureGlobal)
 		must(t, c.name+" while a non-blocking stream captures", c.call())
