@@ -47,6 +47,8 @@ const (
 	CallRelease
 	// CallUnregister is cuMemHostUnregister (the registration stays).
 	CallUnregister
+	// CallFreeHost is cuMemFreeHost (the allocation stays).
+	CallFreeHost
 )
 
 // More result codes for FailAfter.
