@@ -232,6 +232,7 @@ func (b *Batcher) calibrate() (c *Calibration, err error) {
 // alloc allocates the calibration's buffers, stream and events.
 func (r *calRun) alloc() (err error) {
 	d := r.b.dev
+	defer d.RelaxCapture()() // beside a user's capture, as cudamem's calls (doc.go)
 	if r.host, err = d.MemHostAlloc(calBytes, icuda.HostAllocDeviceMap|icuda.HostAllocPortable); err != nil {
 		return err
 	}
@@ -254,6 +255,7 @@ func (r *calRun) alloc() (err error) {
 // free frees what alloc allocated.
 func (r *calRun) free() error {
 	d := r.b.dev
+	defer d.RelaxCapture()() // beside a user's capture, as cudamem's calls (doc.go)
 	var errs []error
 	if r.s != 0 {
 		errs = append(errs, d.StreamSynchronize(r.s), d.StreamDestroy(r.s))

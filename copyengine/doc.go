@@ -35,7 +35,7 @@
 // keeps up to 4 buffers in a FIFO ring and waits for the oldest
 // (cuEventSynchronize) only when all are in flight. A buffer too small for a batch is replaced
 // by one at least twice its size, and Close frees the small one: cuMemFreeHost synchronizes the
-// context and is refused while a stream captures a graph in the global mode. The PTX is loaded
+// context. The PTX is loaded
 // once per Batcher (the driver caches the JIT result across processes).
 //
 // # Streams

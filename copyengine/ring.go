@@ -5,10 +5,11 @@ package copyengine
 // an event recorded after that launch has completed; up to maxStages buffers wait in a FIFO,
 // and the oldest is waited for (cuEventSynchronize) only when all are in flight. A buffer too
 // small for a batch is replaced by a bigger one and kept until Close frees it: cuMemFreeHost
-// synchronizes the context and is refused (invalidating the capture) while any stream captures
-// a graph in the global mode, so a free in Copy would wait for every stream of the device, or
-// fail a Copy on a stream that captures nothing. A replacement is at least twice the size of
-// the buffer it replaces, so the buffers kept take less memory than their replacements.
+// synchronizes the context, so a free in Copy would wait for the work of every stream of the
+// device. A replacement is at least twice the size of the buffer it replaces, so the buffers
+// kept take less memory than their replacements. The ring's allocations and frees run in the
+// RELAXED capture mode, as cudamem's do (its doc.go): a user's capture on another thread
+// neither refuses them nor is invalidated by them.
 
 import (
 	"errors"
@@ -94,6 +95,7 @@ func (b *Batcher) newStage(n int) (*stage, error) {
 	for jobs < n {
 		jobs *= 2
 	}
+	defer b.dev.RelaxCapture()() // beside a user's capture, as cudamem's calls (doc.go)
 	host, err := b.dev.MemHostAlloc(uintptr(jobs)*jobBytes, icuda.HostAllocDeviceMap|icuda.HostAllocPortable)
 	if err != nil {
 		return nil, fmt.Errorf("copyengine: allocating a staging buffer for %d jobs: %w", jobs, err)
@@ -111,6 +113,7 @@ func (b *Batcher) newStage(n int) (*stage, error) {
 // freeStage frees an idle staging buffer. What the driver refused to free stays in st, for a
 // later call to try again.
 func (b *Batcher) freeStage(st *stage) error {
+	defer b.dev.RelaxCapture()() // beside a user's capture, as cudamem's calls (doc.go)
 	var errs []error
 	if st.ev != 0 {
 		if err := b.dev.EventDestroy(st.ev); err != nil {

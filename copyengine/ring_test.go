@@ -114,31 +114,24 @@ func TestStagingGrowthFreesNothing(t *testing.T) {
 	}
 }
 
-// TestCloseRetriesRefusedFrees: a Close whose free of a staging buffer the driver refuses
-// (cuMemFreeHost, while a stream captures a graph in the global mode) returns the error and
-// keeps the buffer, and the next Close frees it. Before, the first Close dropped the buffer
-// and the second returned nil at once: the pinned memory leaked for the life of the process.
+// TestCloseRetriesRefusedFrees: a Close whose cuMemFreeHost of a staging buffer the driver
+// refuses returns the refusal and keeps the buffer; the next Close frees it. Before, the
+// Batcher was marked closed and its buffers dropped whatever the frees returned, so the
+// second Close returned nil at once and the pinned memory leaked for the life of the process.
 func TestCloseRetriesRefusedFrees(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
 		return
 	}
-	other := newStream(t, dev)
 	const n = 4096
 	host, d := hostMem(t, dev, n), devMem(t, dev, n)
 	hostAllocs := f.LiveObjects()["host allocs"]
 	b := newBatcher(t, dev, Options{Method: MethodKernel})
 	must(t, "Copy", b.Copy([]Job{mkJob(d, host, n)}, 0))
 	must(t, "StreamSynchronize", dev.StreamSynchronize(0))
-	runtime.LockOSThread() // a capture ends on the thread that began it
-	defer runtime.UnlockOSThread()
-	must(t, "StreamBeginCapture", dev.StreamBeginCapture(other, cuda.CaptureGlobal))
-	err := b.Close()
-	if g, err := dev.StreamEndCapture(other); err == nil {
-		must(t, "GraphDestroy", dev.GraphDestroy(g))
-	}
-	if !errors.Is(err, pinmalloc.ErrCapturing) {
-		t.Fatalf("Close while a stream captures in the global mode: %v, want the driver's refusal", err)
+	f.FailAfter(fakecuda.CallFreeHost, 0, fakecuda.ResultInvalidValue)
+	if err := b.Close(); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+		t.Fatalf("Close with its cuMemFreeHost refused: %v, want the driver's refusal", err)
 	}
 	must(t, "Close again", b.Close())
 	if now := f.LiveObjects()["host allocs"]; now != hostAllocs {
@@ -146,5 +139,51 @@ func TestCloseRetriesRefusedFrees(t *testing.T) {
 	}
 	if err := b.Copy([]Job{mkJob(d, host, n)}, 0); !errors.Is(err, ErrClosed) {
 		t.Errorf("Copy after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestBesideGlobalCapture: while the user's thread captures a graph in the default GLOBAL mode
+// on another stream, a Batcher is made (its calibration allocates and frees device and pinned
+// memory), copies with a staging buffer it grows, and closes, on other threads: its memory
+// calls run in RELAXED mode, so none is refused and the capture stays valid. Before, the
+// calibration's cuMemAlloc was refused (the Batcher fell back to an uncalibrated method) and
+// Close's cuMemFreeHost too (the buffers kept, Close failing), each invalidating the capture.
+func TestBesideGlobalCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	s, other := newStream(t, dev), newStream(t, dev)
+	const size = 1024
+	host, d := hostMem(t, dev, 2*minStageJobs*size), devMem(t, dev, 2*minStageJobs*size)
+	jobs := make([]Job, 2*minStageJobs)
+	for i := range jobs {
+		jobs[i] = mkJob(d+uintptr(i)*size, host+uintptr(i)*size, size)
+	}
+	runtime.LockOSThread() // a capture ends on the thread that began it
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(other, cuda.CaptureGlobal))
+	done := make(chan error)
+	var calErr error
+	go func() {
+		b, err := New(public(dev), Options{})
+		if err != nil {
+			done <- err
+			return
+		}
+		_, calErr = b.Calibration()
+		err = errors.Join(b.Copy(jobs[:1], pcuda.Stream(s)), b.Copy(jobs, pcuda.Stream(s)),
+			dev.StreamSynchronize(s))
+		done <- errors.Join(err, b.Close())
+	}()
+	err := <-done
+	g, gerr := dev.StreamEndCapture(other)
+	if err != nil || calErr != nil {
+		t.Errorf("New, Copy and Close beside a GLOBAL capture: %v (calibration: %v)", err, calErr)
+	}
+	if gerr != nil || g == 0 {
+		t.Errorf("the user's capture ended with graph %#x, %v; want a graph", g, gerr)
+	} else {
+		must(t, "GraphDestroy", dev.GraphDestroy(g))
 	}
 }
