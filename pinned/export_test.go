@@ -17,6 +17,14 @@ func StreamLists(p *Pool) int {
 	return p.order.lists.Streams()
 }
 
+// SetAfterHoldsLook sets the function a guarded Free runs between its look at the holds and
+// its claim of the buffer (nil: none), and returns a function that restores the previous one.
+func SetAfterHoldsLook(f func()) (restore func()) {
+	old := afterHoldsLook
+	afterHoldsLook = f
+	return func() { afterHoldsLook = old }
+}
+
 // SetReleaseHooks sets the function a last Release with a deferred free to make runs just
 // before that free, and the one a free or Hold runs when it waits for such a Release (nil:
 // none), and returns a function that restores the previous ones.

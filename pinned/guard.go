@@ -117,6 +117,10 @@ func (p *Pool) quotaRoom(n int64) bool {
 	}
 }
 
+// afterHoldsLook, when set (by tests), runs in freeGuarded between its look at the holds and its
+// claim of the buffer.
+var afterHoldsLook func()
+
 // afterQuotaMiss, when set (by tests), runs in quotaRoom between a sum that found no room and
 // the question whether deferred buffers may still come back.
 var afterQuotaMiss func()
@@ -131,6 +135,9 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 	}
 	claimed := false
 	if p.zeroOnFree && l == nil { // FreeAsync holds the buffer itself, and scrubs it later
+		if afterHoldsLook != nil {
+			afterHoldsLook()
+		}
 		first, err := p.g.HoldSized(addr, n)
 		if err != nil {
 			if p.released.Load() {
@@ -139,6 +146,15 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 			return wrapError(err, ErrNotOwned)
 		}
 		if !first && p.order == nil {
+			// A Hold took it since the look at the holds (the free waits for its Release, as
+			// for a Hold before it), or one that has been released since (look again), or
+			// another free claims it.
+			if handled, err := p.out.deferFree(addr, n, false, 0, false); handled {
+				return err
+			}
+			if !p.g.Held(addr) {
+				return p.freeGuarded(addr, n, l)
+			}
 			return fmt.Errorf("%w: %#x is being freed by another goroutine", ErrDoubleFree, addr)
 		}
 		// Held before the claim: a stream uses it, and freeRecorded defers it (or finds it

@@ -296,3 +296,30 @@ func holdReleaseRacingFree(t *testing.T, p *pinned.Pool) {
 	}
 	ok(t, "Close", p.Close())
 }
+
+// TestHoldBetweenGuardedFreeLooks: a Hold that takes a ZeroOnFree pool's buffer between its
+// Free's look at the holds and the Free's claim defers the Free to the Hold's Release, as a
+// Hold before the Free does: the Free returns nil, the buffer stays live and unscrubbed while
+// held, and the Release frees it. The Free was refused with ErrDoubleFree ("being freed by
+// another goroutine"), and the buffer, held and then released, leaked.
+func TestHoldBetweenGuardedFreeLooks(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 8 << 20, Backend: pinned.Pageable, ZeroOnFree: true})
+	defer p.Close()
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	b[0] = 7
+	var h pinned.Hold
+	var herr error
+	restore := pinned.SetAfterHoldsLook(func() { h, herr = p.Hold(b) })
+	err = p.Free(b)
+	restore()
+	ok(t, "Hold between the Free's looks", herr)
+	ok(t, "Free of a buffer held meanwhile", err)
+	if live(t, p) != 1 || b[0] != 7 {
+		t.Fatalf("a Free deferred to a Hold: %d live, first byte %d; want 1 live, 7", live(t, p), b[0])
+	}
+	ok(t, "Release", h.Release())
+	if live(t, p) != 0 {
+		t.Fatalf("the Release left %d live", live(t, p))
+	}
+}
