@@ -173,3 +173,49 @@ func nextBlockKeepsBytes(t *testing.T, f *fakecuda.Driver, tr *uvm.Tier, a uvm.H
 	must(t, tr.Free(a))
 	must(t, tr.Free(b))
 }
+
+// TestAbortedRestoreFreeWaitsForItsCopies: a restore whose Mover queued a copy from a block's
+// host buffer and then failed leaves the block on the host, the copy still queued; the Free of
+// the block gave the buffer back to the pool at once, under that copy, and a pool that
+// decommits its free memory (Trim) unmapped it: the copy faulted when it ran (a sticky error,
+// the context lost).
+func TestAbortedRestoreFreeWaitsForItsCopies(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n = abortBlock
+	pool, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 16 << 20, PurgeDelay: -1, Shards: 1})
+	must(t, err)
+	t.Cleanup(func() { must(t, pool.Close()) }) // after the tier's Close, registered later
+	m := &partMover{next: kernelMover(t, dev)}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 1 << 20, HostPool: pool, Mover: m})
+	s := stream(t, dev)
+	a, err := tr.Alloc(n)
+	must(t, err)
+	p, err := tr.Acquire(a, s, uvm.Write)
+	must(t, err)
+	writeDev(t, dev, s, p, pattern(1, n))
+	must(t, tr.Release(a, s))
+	must(t, tr.Evict([]uvm.Handle{a}))
+	must(t, tr.Sync())
+
+	f.Hold(true) // the restore's copy stays queued
+	defer f.Hold(false)
+	m.fail = true
+	if _, err := tr.Acquire(a, s, uvm.Read); err == nil {
+		t.Fatal("an Acquire whose restore the Mover failed succeeded")
+	}
+	must(t, tr.Free(a))
+	must(t, pool.Trim()) // decommits what is free in the pool
+	f.Hold(false)
+	if err := tr.Sync(); err != nil {
+		t.Fatalf("Sync after the Free of a block whose restore was aborted: %v", err)
+	}
+	if code := f.StickyError(); code != 0 {
+		t.Fatalf("the aborted restore's copy faulted (%d): its host buffer went back to the pool under it", code)
+	}
+	if st := pool.Stats(); st.Live != 0 {
+		t.Fatalf("%d buffers live in the pool after Sync, want 0", st.Live)
+	}
+}

@@ -50,7 +50,7 @@ type block struct {
 	rel       []relEvent  // last release event per stream since the last migration
 	waitS     cuda.Stream // the stream last made to wait for rel (waitReleases)
 	waitSeq   uint64      // t.rel.seq then: rel entries up to it are waited for on waitS
-	readySeq  uint64      // restore batch that last wrote dev (H2D)
+	readySeq  uint64      // restore batch that last wrote dev, or read host (H2D; undoRestore)
 	readyEv   cuda.Event  // its event, valid while the batch is pending
 	evictSeq  uint64      // eviction batch that last wrote host (D2H)
 	evictEv   cuda.Event

@@ -24,7 +24,8 @@ import (
 // reused only by complete, after the stream of the batch that lists it has passed the batch's event
 // (or a synchronize after it). Batches are numbered per direction, each direction one stream, so
 // that completions come back in the order of their numbers; a block's readySeq (evictSeq) names the
-// batch that last wrote its device (host) bytes, still in flight while pending says so, and its
+// batch that last wrote its device (host) bytes, or, for readySeq, the failed restore whose copies
+// may still read its host bytes (undoRestore), still in flight while pending says so, and its
 // event (readyEv, evictEv) is then valid to wait on. A batch's event is the completion's (c.ev):
 // the lists query it, never record nor give it back; complete gives it back to the event pool after
 // done says the batch is no longer pending, so that no block is told to wait on an event that went

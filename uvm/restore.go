@@ -235,7 +235,10 @@ func (t *Tier) abortRestore(r *restoring) {
 
 // undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on
 // the H2D stream, so it goes back behind that stream, or after a synchronize of it; when the
-// driver refuses both, it is held back (heldback.go).
+// driver refuses both, it is held back (heldback.go). Those copies may also still read the
+// blocks' host buffers, which the blocks keep: each block with one takes the batch as its
+// restore (readySeq, readyEv), so that a Free gives the buffer back to the pool, and
+// AcquireHost for writing hands it to Go, only behind that batch.
 func (t *Tier) undoRestore(ids []BlockID) {
 	c := completion{}
 	for _, id := range ids {
@@ -245,12 +248,19 @@ func (t *Tier) undoRestore(ids []BlockID) {
 			t.acct.device -= b.size
 		}
 	}
-	if err := t.push(dirH2D, c); err != nil {
+	ev, err := t.pushEvent(dirH2D, c)
+	if err != nil {
 		if t.dev.StreamSynchronize(uintptr(t.engine.h2d)) != nil {
 			t.holdBack(c) // the copies may still write it (heldback.go)
 			return
 		}
 		_ = t.complete(c)
+		return
+	}
+	for _, id := range ids {
+		if b := &t.blocks[id]; b.host != nil {
+			b.readySeq, b.readyEv = t.batches.issued[dirH2D], ev
+		}
 	}
 }
 

@@ -372,6 +372,15 @@ var mutants = []mutant{
 		catch: "^TestFailedHostCopyWaitsForIt$",
 	},
 	{
+		name:  "tier-undo-restore-frees-read-host",
+		why:   "a restore whose Mover queued a copy and then failed leaves the block on the host, and its Free gives the host buffer back to the pool under that copy, which faults once a trim of the pool unmaps it; the model's movers queue all of a launch or nothing",
+		file:  "uvm/restore.go",
+		old:   "\t\tif b := &t.blocks[id]; b.host != nil {\n\t\t\tb.readySeq, b.readyEv = t.batches.issued[dirH2D], ev",
+		new:   "\t\tif b := &t.blocks[id]; false {\n\t\t\tb.readySeq, b.readyEv = t.batches.issued[dirH2D], ev",
+		pkg:   "./uvm",
+		catch: "^TestAbortedRestoreFreeWaitsForItsCopies$",
+	},
+	{
 		name:  "tier-acquire-ignores-other-streams",
 		why:   "an Acquire on s2 of a block released on s1 and still on the device does not wait for s1's release, so work on s2 reads the block before s1's writes have run",
 		file:  "uvm/access.go",
