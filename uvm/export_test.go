@@ -1,5 +1,7 @@
 package uvm
 
+import "fmt"
+
 // Verify checks the tier's accounting against its blocks (verify.go).
 func (t *Tier) Verify() error {
 	t.mu.Lock()
@@ -41,3 +43,38 @@ func (t *Tier) TimeEveryHit() {
 
 // StreamChecks returns how many times the tier asked the driver about a stream of the user's.
 func (t *Tier) StreamChecks() int64 { return t.streams.Checks() }
+
+// VerifyPolicy checks the tier's policy's own queues when it is a TwoQ: every block on one of
+// its lists carries that list's tag, and every block tagged as a ghost (A1out) is on the ghost
+// list. A block's eviction reported twice (Evicted of a ghost) leaves it on the ghost list
+// untagged, and the next Used panics in the list's push.
+func (t *Tier) VerifyPolicy() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q, ok := t.policy.(*twoQ)
+	if !ok {
+		return nil
+	}
+	lists := []struct {
+		tag uint8
+		l   *list
+	}{{tagA1in, &q.a1in}, {tagAm, &q.am}, {tagA1out, &q.a1out}}
+	for _, c := range q.ns.chunks {
+		for i := range c {
+			n := &c[i]
+			on := false
+			for _, l := range lists {
+				if l.l.has(n) {
+					on = true
+					if n.home != l.tag {
+						return fmt.Errorf("2q: block %d is on list %d, tagged %d", n.id, l.tag, n.home)
+					}
+				}
+			}
+			if n.home == tagA1out && !on {
+				return fmt.Errorf("2q: block %d is tagged a ghost and on no list", n.id)
+			}
+		}
+	}
+	return nil
+}

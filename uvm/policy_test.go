@@ -1,6 +1,7 @@
 package uvm_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -184,5 +185,113 @@ func BenchmarkPolicy(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestTwoQEvictsOnce checks a note of an earlier session, "2Q double Evicted": that under 2Q a
+// block's eviction might be counted twice in Stats or reported twice to OnMigrate, or reported
+// twice to the policy (whose Evicted of a ghost would leave it on the ghost list untagged, and
+// the next Used would panic). Every way a block leaves the device is taken, from each of 2Q's
+// queues: an eviction for room, Evict, AcquireHost for writing (which drops the device copy),
+// a clean eviction after a copy for AcquireHost, the heap's pressure hook, a prefetch, ghosts
+// used again, and ghosts the A1out bound forgets while their block is acquired. After each
+// step the accounts and 2Q's queues are checked, no block is reported evicted twice without a
+// restore between, and the evictions reported are those Stats counts. It passes: the note is
+// not borne out.
+func TestTwoQEvictsOnce(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const size = 16 * kib
+	out := map[uvm.Handle]bool{} // reported evicted, not restored since
+	var evictions uint64
+	var twice []uvm.Handle
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 4 * size, HostCapacity: 100 * size, Policy: uvm.TwoQ(), ThrashLapse: -1,
+		OnMigrate: func(m uvm.Migration) {
+			if m.ToDevice {
+				out[m.Handle] = false
+				return
+			}
+			if out[m.Handle] {
+				twice = append(twice, m.Handle)
+			}
+			out[m.Handle] = true
+			evictions++
+		}})
+	s, s2 := stream(t, dev), stream(t, dev)
+	check := func(step string) {
+		t.Helper()
+		must(t, tr.Verify())
+		if err := tr.VerifyPolicy(); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if len(twice) > 0 {
+			t.Fatalf("%s: blocks %v reported evicted twice with no restore between", step, twice)
+		}
+		st := tr.Stats()
+		checkAccounts(t, st)
+		if counted := st.Moved(false).Blocks - st.Out[uvm.CauseHost].Blocks; counted != evictions {
+			t.Fatalf("%s: Stats counts %d evictions, OnMigrate reported %d", step, counted, evictions)
+		}
+	}
+	write := func(h uvm.Handle) {
+		t.Helper()
+		_, err := tr.Acquire(h, s, uvm.Write)
+		must(t, err)
+		must(t, tr.Release(h, s))
+	}
+	hs := allocN(t, tr, 8, size)
+	for _, h := range hs[:5] { // A1in holds 0..3; 4 evicts 0 for room
+		write(h)
+	}
+	check("an eviction for room from A1in")
+	must(t, tr.Evict(hs[1:2]))
+	check("Evict from A1in")
+	_, err := tr.AcquireHost(hs[2], uvm.Write) // copied to the host, the device copy dropped
+	must(t, err)
+	must(t, tr.ReleaseHost(hs[2]))
+	check("AcquireHost for writing")
+	for _, h := range hs[:3] { // ghosts used again: into Am, evicting from A1in for room
+		write(h)
+	}
+	check("ghosts used again")
+	write(hs[0])
+	_, err = tr.AcquireHost(hs[0], uvm.Read) // a copy to the host: clean
+	must(t, err)
+	must(t, tr.ReleaseHost(hs[0]))
+	must(t, tr.Evict(hs[:1])) // a clean eviction from Am
+	must(t, tr.Evict(hs[:1])) // not on the device: skipped
+	check("a clean eviction from Am")
+	if !tr.Relieve(size, s2) { // the heap's pressure hook: spares, then every evictable block
+		t.Fatal("the pressure hook gave nothing back")
+	}
+	check("the pressure hook")
+	must(t, tr.Prefetch(hs[5:8], s))
+	must(t, tr.Prefetch(hs[:3], s))
+	check("prefetches")
+	// A ghost acquired again stays on A1out while acquired; a scan of more blocks than A1out
+	// remembers pushes it out; released, it enters A1in.
+	scan := allocN(t, tr, 80, size)
+	must(t, tr.Evict(hs))
+	x := hs[6]
+	_, err = tr.Acquire(x, s, uvm.Read)
+	must(t, err)
+	for _, h := range scan {
+		write(h)
+	}
+	check("a scan while a ghost is acquired")
+	must(t, tr.Release(x, s))
+	must(t, tr.Evict([]uvm.Handle{x}))
+	for _, h := range slices.Concat(scan[:10], scan[70:]) { // forgotten ghosts, and remembered ones
+		write(h)
+	}
+	check("the scan used again")
+	for _, h := range slices.Concat(hs, scan) {
+		must(t, tr.Free(h))
+	}
+	check("frees")
+	if evictions < 80 {
+		t.Fatalf("%d evictions: the test did not evict as it meant to", evictions)
 	}
 }
