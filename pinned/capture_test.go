@@ -41,3 +41,46 @@ func TestFakeCaptureKeepsFreeAsync(t *testing.T) {
 	ok(t, "heap Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finish()
 }
+
+// TestFakeReclaimBesideCapture: a buffer freed on stream s behind a copy, while the user's
+// thread captures a graph in the default GLOBAL mode on a stream of its own: the pool's polls
+// of s on other goroutines (Stats, Trim) query its events, which the driver counts among the
+// potentially unsafe calls such a capture prohibits on every thread. They run in the RELAXED
+// mode, so the buffer comes back once s has run, and the capture stays valid. They were
+// refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and invalidated the user's capture.
+func TestFakeReclaimBesideCapture(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	d := r.freeBehindCopy()
+	user := r.stream()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ok(t, "StreamBeginCapture", r.dev.StreamBeginCapture(user, cuda.CaptureGlobal))
+	type polled struct {
+		before, after uint64
+		err           error
+	}
+	done := make(chan polled)
+	go func() { // another thread than the capture's
+		var p polled
+		p.before = r.deferred()
+		r.f.Hold(false) // the copy runs at the next poll
+		p.err = r.pool.Trim()
+		p.after = r.deferred()
+		done <- p
+	}()
+	p := <-done
+	g, err := r.dev.StreamEndCapture(user)
+	if err != nil {
+		t.Fatalf("the pool's polls invalidated the user's capture: %v", err)
+	}
+	ok(t, "GraphDestroy", r.dev.GraphDestroy(g))
+	ok(t, "Trim beside the capture", p.err)
+	if p.before != 1 || p.after != 0 {
+		t.Errorf("deferred before and after the copy ran: %d, %d; want 1, 0", p.before, p.after)
+	}
+	ok(t, "heap Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
+}

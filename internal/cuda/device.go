@@ -125,6 +125,7 @@ type Device struct {
 	dev     int32   // CUdevice
 	ctx     uintptr // CUcontext of the primary context
 	closed  atomic.Bool
+	strict  atomic.Bool // queries and synchronizes in the thread's own capture mode (StrictCapture)
 
 	deviceAllocs, managedAllocs, hostAllocs, hostRegs atomic.Int64
 	reservations, handles, streams, events            atomic.Int64
@@ -441,16 +442,42 @@ func (d *Device) StreamDestroy(s Stream) error {
 
 // StreamSynchronize waits until all work queued on s has completed.
 func (d *Device) StreamSynchronize(s Stream) error {
-	return d.Do(func() error { return d.drv.streamSynchronize(s) })
+	return d.Do(func() error { return d.relaxed(func() error { return d.drv.streamSynchronize(s) }) })
 }
 
 // StreamQuery returns nil if all work queued on s has completed, and an error matching
-// ErrNotReady while some is pending.
+// ErrNotReady while some is pending. Like StreamSynchronize, EventQuery and EventSynchronize,
+// it runs in the RELAXED capture mode (see StrictCapture).
 func (d *Device) StreamQuery(s Stream) error {
 	if d.closed.Load() {
 		return d.closedError()
 	}
-	return d.drv.streamQueryIn(d.ctx, s) // Do's push, call and pop in one cgo call
+	return d.drv.streamQueryIn(d.ctx, s, !d.strict.Load()) // Do's push, call and pop in one cgo call
+}
+
+// StrictCapture makes the device's queries and synchronizes (StreamQuery, StreamSynchronize,
+// EventQuery, EventSynchronize) run in the calling thread's own capture interaction mode, for
+// tests of the driver's capture rules. By default they run in the RELAXED mode, the thread's
+// own restored after (cuThreadExchangeStreamCaptureMode): the driver counts them among the
+// potentially unsafe calls that a capture begun GLOBAL on any thread prohibits, refusing them
+// and invalidating that capture (PyTorch's NCCL watchdog and caching allocator met it with
+// cudaEventQuery, and relax it the same way), and the library's own (a poll of a deferred
+// free, a purge, a wait for its own stream) must neither fail nor end a user's capture. A
+// query or synchronize of a capturing stream, or of an event recorded in a capture, conflicts
+// with the capture itself: RELAXED does not allow it.
+func (d *Device) StrictCapture(on bool) { d.strict.Store(on) }
+
+// relaxed runs f, on the thread Do locked, in the RELAXED capture mode unless StrictCapture.
+func (d *Device) relaxed(f func() error) error {
+	if d.strict.Load() {
+		return f()
+	}
+	prev, err := d.drv.threadExchangeCaptureMode(CaptureRelaxed)
+	if err != nil {
+		return f() // a driver without the call
+	}
+	defer d.drv.threadExchangeCaptureMode(prev)
+	return f()
 }
 
 // EventCreate creates an event. Events with timing disabled are cheaper to record and query;
@@ -477,12 +504,12 @@ func (d *Device) EventQuery(ev Event) error {
 	if d.closed.Load() {
 		return d.closedError()
 	}
-	return d.drv.eventQueryIn(d.ctx, ev) // as StreamQuery
+	return d.drv.eventQueryIn(d.ctx, ev, !d.strict.Load()) // as StreamQuery
 }
 
 // EventSynchronize waits until ev has completed.
 func (d *Device) EventSynchronize(ev Event) error {
-	return d.Do(func() error { return d.drv.eventSynchronize(ev) })
+	return d.Do(func() error { return d.relaxed(func() error { return d.drv.eventSynchronize(ev) }) })
 }
 
 // EventElapsed returns the time in milliseconds between two completed events recorded with

@@ -111,14 +111,18 @@ static int pm_ctxPop(uintptr_t fn) {
 }
 // cuCtxPushCurrent_v2(ctx), then an entry point of one handle (a; two: of two, a and b), then
 // cuCtxPopCurrent_v2: a call in a context in one cgo call, as the thread cannot change under a C
-// call. The answer packs where it failed (pmStage*) above the CUresult in the low 32 bits:
-// push's, the call's (whatever the pop then says, as Device.Do reports it), or pop's.
+// call. With xchg (cuThreadExchangeStreamCaptureMode), the call runs in the RELAXED capture
+// mode, the thread's own restored after. The answer packs where it failed (pmStage*) above the
+// CUresult in the low 32 bits: push's, the call's (whatever the pop then says, as Device.Do
+// reports it), or pop's.
 enum { pmStagePush = 1, pmStageCall = 2, pmStagePop = 3 };
-static uint64_t pm_inCtx(uintptr_t push, uintptr_t pop, uintptr_t ctx, uintptr_t fn, int two, uintptr_t a, uintptr_t b) {
+static uint64_t pm_inCtx(uintptr_t push, uintptr_t pop, uintptr_t xchg, uintptr_t ctx, uintptr_t fn, int two, uintptr_t a, uintptr_t b) {
 	int r = ((int (*)(void *))push)((void *)ctx);
 	if (r != 0) return (uint64_t)pmStagePush << 32 | (uint32_t)r;
+	int mode = 2, relaxed = xchg && ((int (*)(int *))xchg)(&mode) == 0; // CU_STREAM_CAPTURE_MODE_RELAXED
 	if (two) r = ((int (*)(void *, void *))fn)((void *)a, (void *)b);
 	else r = ((int (*)(void *))fn)((void *)a);
+	if (relaxed) ((int (*)(int *))xchg)(&mode); // the thread's mode back
 	void *c = NULL;
 	int pr = ((int (*)(void **))pop)(&c);
 	if (r != 0) return (uint64_t)pmStageCall << 32 | (uint32_t)r;
@@ -650,8 +654,9 @@ func (dr *driver) pushPop() (push, pop C.uintptr_t, err error) {
 
 // inCtx calls entry point id with handle a (with two, handles a and b) in context ctx, pushed
 // before and popped after, in one cgo call: what Device.Do does for a call that needs nothing
-// else, at a third of its cost in cgo calls (a stream or event query on a reclaim's path).
-func (dr *driver) inCtx(ctx uintptr, id symID, two bool, a, b uintptr) error {
+// else, at a third of its cost in cgo calls (a stream or event query on a reclaim's path). With
+// relaxed, in the RELAXED capture mode (Device.RelaxCapture), where the driver has it.
+func (dr *driver) inCtx(ctx uintptr, id symID, relaxed, two bool, a, b uintptr) error {
 	push, pop, err := dr.pushPop()
 	if err != nil {
 		return err
@@ -660,11 +665,15 @@ func (dr *driver) inCtx(ctx uintptr, id symID, two bool, a, b uintptr) error {
 	if err != nil {
 		return err
 	}
+	var xchg C.uintptr_t
+	if relaxed {
+		xchg, _ = dr.fn(symThreadExchangeStreamCaptureMode) // 0 when the driver lacks it
+	}
 	var n C.int
 	if two {
 		n = 1
 	}
-	out := C.pm_inCtx(push, pop, C.uintptr_t(ctx), f, n, C.uintptr_t(a), C.uintptr_t(b))
+	out := C.pm_inCtx(push, pop, xchg, C.uintptr_t(ctx), f, n, C.uintptr_t(a), C.uintptr_t(b))
 	if out == 0 {
 		return nil
 	}
@@ -902,17 +911,17 @@ func (dr *driver) streamSynchronize(s Stream) error { return dr.callPtr(symStrea
 func (dr *driver) eventCreate(flags uint32) (Event, error) { return dr.create(symEventCreate, flags) }
 
 // streamQueryIn, eventQueryIn and eventRecordIn are streamQuery, eventQuery and eventRecord
-// in context ctx, in one cgo call (inCtx).
-func (dr *driver) streamQueryIn(ctx uintptr, s Stream) error {
-	return dr.inCtx(ctx, symStreamQuery, false, s, 0)
+// in context ctx, in one cgo call (inCtx); the queries in the RELAXED capture mode when relaxed.
+func (dr *driver) streamQueryIn(ctx uintptr, s Stream, relaxed bool) error {
+	return dr.inCtx(ctx, symStreamQuery, relaxed, false, s, 0)
 }
 
-func (dr *driver) eventQueryIn(ctx uintptr, ev Event) error {
-	return dr.inCtx(ctx, symEventQuery, false, ev, 0)
+func (dr *driver) eventQueryIn(ctx uintptr, ev Event, relaxed bool) error {
+	return dr.inCtx(ctx, symEventQuery, relaxed, false, ev, 0)
 }
 
 func (dr *driver) eventRecordIn(ctx uintptr, ev Event, s Stream) error {
-	return dr.inCtx(ctx, symEventRecord, true, ev, s)
+	return dr.inCtx(ctx, symEventRecord, false, true, ev, s)
 }
 
 func (dr *driver) eventSynchronize(ev Event) error { return dr.callPtr(symEventSynchronize, ev) }

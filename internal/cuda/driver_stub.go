@@ -39,9 +39,9 @@ func (*driver) primaryRelease(int32) error                       { return errStu
 func (*driver) ctxPush(uintptr) error                            { return errStub }
 func (*driver) ctxPop() error                                    { return errStub }
 func (*driver) ctxSynchronize() error                            { return errStub }
-func (*driver) streamQueryIn(uintptr, Stream) error              { return errStub }
+func (*driver) streamQueryIn(uintptr, Stream, bool) error        { return errStub }
 func (*driver) streamGetFlags(Stream) (uint32, error)            { return 0, errStub }
-func (*driver) eventQueryIn(uintptr, Event) error                { return errStub }
+func (*driver) eventQueryIn(uintptr, Event, bool) error          { return errStub }
 func (*driver) eventRecordIn(uintptr, Event, Stream) error       { return errStub }
 func (*driver) memGetInfo() (uintptr, uintptr, error)            { return 0, 0, errStub }
 func (*driver) memAlloc(uintptr) (DevicePtr, error)              { return 0, errStub }

@@ -104,6 +104,57 @@ func captureThreadModes(t *testing.T, d *cuda.Device) {
 	}
 }
 
+// TestCaptureQueriesUnsafe: a query or synchronize of work outside any capture (cuEventQuery,
+// cuEventSynchronize, cuStreamQuery, cuStreamSynchronize) is a potentially unsafe call: made on
+// another thread in the default GLOBAL mode (Device.StrictCapture) beside a GLOBAL capture,
+// each is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (the capture is invalidated on the
+// fake; a GPU's end of it is logged); in the RELAXED mode the Device uses by default, each is
+// answered and the capture stays valid.
+func TestCaptureQueriesUnsafe(t *testing.T) { onFake(t, captureQueriesUnsafe) }
+
+func captureQueriesUnsafe(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
+	ev, err := d.EventCreate(true)
+	must(t, "EventCreate", err)
+	defer func() { must(t, "EventDestroy", d.EventDestroy(ev)) }()
+	must(t, "EventRecord", d.EventRecord(ev, x.s2))
+	must(t, "StreamSynchronize", d.StreamSynchronize(x.s2))
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"EventQuery", func() error { return d.EventQuery(ev) }},
+		{"EventSynchronize", func() error { return d.EventSynchronize(ev) }},
+		{"StreamQuery", func() error { return d.StreamQuery(x.s2) }},
+		{"StreamSynchronize", func() error { return d.StreamSynchronize(x.s2) }},
+	}
+	onThread := func(f func() error) error { // another thread than the test's
+		done := make(chan error)
+		go func() {
+			runtime.LockOSThread() // unlocked: the thread exits
+			done <- f()
+		}()
+		return <-done
+	}
+	d.StrictCapture(true)
+	defer d.StrictCapture(false)
+	for _, c := range calls {
+		capture(t, d, x.s, cuda.CaptureGlobal)
+		answer(t, c.name+" on another thread in GLOBAL mode beside a GLOBAL capture", onThread(c.call), codeCaptureUnsupported)
+		g, err := d.StreamEndCapture(x.s)
+		t.Logf("driver: StreamEndCapture after %s = %#x, %v", c.name, g, err)
+		if g != 0 {
+			_ = d.GraphDestroy(g)
+		}
+	}
+	d.StrictCapture(false)
+	for _, c := range calls {
+		capture(t, d, x.s, cuda.CaptureGlobal)
+		answer(t, c.name+" on another thread in RELAXED mode beside a GLOBAL capture", onThread(c.call), 0)
+		endValid(t, d, x.s)
+	}
+}
+
 // unsafeCalls allocates and frees device and pinned host memory: potentially unsafe calls.
 func unsafeCalls(d *cuda.Device) error {
 	p, err := d.MemAlloc(4096)
@@ -137,6 +188,7 @@ var captureRules = []struct {
 	{"BatchRefused", captureBatchRefused},
 	{"UnsafeAllocFree", captureUnsafeAllocFree},
 	{"ThreadModes", captureThreadModes},
+	{"QueriesUnsafe", captureQueriesUnsafe},
 }
 
 // onFake runs rule on the fake driver.
