@@ -67,13 +67,16 @@ func (d *Device) StreamWaitEvent(s Stream, ev Event) error {
 	return d.do(func(in *icuda.Device) error { return in.StreamWaitEvent(uintptr(s), uintptr(ev)) })
 }
 
-// StreamSynchronize waits until all work queued on s has completed.
+// StreamSynchronize waits until all work queued on s has completed. It runs in the RELAXED
+// capture interaction mode, as the module's own queries and waits do: a capture another thread
+// began in the GLOBAL mode neither refuses it nor is invalidated by it.
 func (d *Device) StreamSynchronize(s Stream) error {
 	return d.do(func(in *icuda.Device) error { return in.StreamSynchronize(uintptr(s)) })
 }
 
 // StreamQuery returns nil when all work queued on s has completed, and an error matching
-// ErrNotReady while some is pending.
+// ErrNotReady while some is pending. It runs in the RELAXED capture interaction mode, as
+// StreamSynchronize does.
 func (d *Device) StreamQuery(s Stream) error {
 	return d.do(func(in *icuda.Device) error { return in.StreamQuery(uintptr(s)) })
 }
@@ -102,12 +105,14 @@ func (d *Device) EventRecord(ev Event, s Stream) error {
 }
 
 // EventQuery returns nil when ev has completed (or was never recorded), and an error matching
-// ErrNotReady while the work before it is pending.
+// ErrNotReady while the work before it is pending. It runs in the RELAXED capture interaction
+// mode, as StreamSynchronize does.
 func (d *Device) EventQuery(ev Event) error {
 	return d.do(func(in *icuda.Device) error { return in.EventQuery(uintptr(ev)) })
 }
 
-// EventSynchronize waits until ev has completed.
+// EventSynchronize waits until ev has completed. It runs in the RELAXED capture interaction
+// mode, as StreamSynchronize does.
 func (d *Device) EventSynchronize(ev Event) error {
 	return d.do(func(in *icuda.Device) error { return in.EventSynchronize(uintptr(ev)) })
 }
