@@ -104,25 +104,7 @@ func TestFakeGoMemoryCopyCaptureRefused(t *testing.T) {
 	if f == nil {
 		return
 	}
-	s := newStream(t, dev, h)
-	p := alloc(t, h, 4096, s)
-	goMem := make([]byte, 4096)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureGlobal))
-	htod := h.HtoDAsync(pcuda.DevicePtr(p), goMem, pcuda.Stream(s))
-	dtoh := h.DtoHAsync(goMem, pcuda.DevicePtr(p), pcuda.Stream(s))
-	g, err := dev.StreamEndCapture(s)
-	if err != nil {
-		t.Fatalf("the copies invalidated the user's capture: %v", err)
-	}
-	must(t, "GraphDestroy", dev.GraphDestroy(g))
-	if !errors.Is(htod, pcuda.ErrCapturing) || !errors.Is(dtoh, pcuda.ErrCapturing) {
-		t.Errorf("HtoDAsync, DtoHAsync of Go memory during a capture = %v, %v; want errors matching cuda.ErrCapturing", htod, dtoh)
-	}
-	// Not capturing: Go memory is copied as before.
-	must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(p), goMem, pcuda.Stream(s)))
-	freeAll(t, h, []cuda.DevicePtr{p})
+	copiesRefusedInCapture(t, dev, h, make([]byte, 4096), "Go memory")
 }
 
 // TestFakeOtherDevicePoolCopyCaptureRefused: an async copy to or from a buffer of a CUDAHost
@@ -145,8 +127,16 @@ func TestFakeOtherDevicePoolCopyCaptureRefused(t *testing.T) {
 	b, err := pool.Alloc(4096)
 	must(t, "Alloc", err)
 	defer pool.Free(b)
+	copiesRefusedInCapture(t, dev, h, b, "device 1's pool buffer")
+}
+
+// copiesRefusedInCapture checks that HtoDAsync and DtoHAsync of host buffer b (what) on a
+// stream that captures are refused with cuda.ErrCapturing and leave the capture valid, and
+// that b is copied once the capture has ended.
+func copiesRefusedInCapture(t *testing.T, dev *cuda.Device, h *Heap, b []byte, what string) {
+	t.Helper()
 	s := newStream(t, dev, h)
-	p := alloc(t, h, 4096, s)
+	p := alloc(t, h, uintptr(len(b)), s)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureGlobal))
@@ -154,12 +144,12 @@ func TestFakeOtherDevicePoolCopyCaptureRefused(t *testing.T) {
 	dtoh := h.DtoHAsync(b, pcuda.DevicePtr(p), pcuda.Stream(s))
 	g, err := dev.StreamEndCapture(s)
 	if err != nil {
-		t.Fatalf("the copies invalidated the user's capture: %v", err)
+		t.Fatalf("the copies of %s invalidated the user's capture: %v", what, err)
 	}
 	must(t, "GraphDestroy", dev.GraphDestroy(g))
 	if !errors.Is(htod, pcuda.ErrCapturing) || !errors.Is(dtoh, pcuda.ErrCapturing) {
-		t.Errorf("HtoDAsync, DtoHAsync of device 1's pool buffer during a capture = %v, %v; want errors matching cuda.ErrCapturing", htod, dtoh)
+		t.Errorf("HtoDAsync, DtoHAsync of %s during a capture = %v, %v; want errors matching cuda.ErrCapturing", what, htod, dtoh)
 	}
-	must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(p), b, pcuda.Stream(s)))
+	must(t, "HtoDAsync once the capture has ended", h.HtoDAsync(pcuda.DevicePtr(p), b, pcuda.Stream(s)))
 	freeAll(t, h, []cuda.DevicePtr{p})
 }
