@@ -24,6 +24,7 @@ func TestResultIs(t *testing.T) {
 		{801, pinmalloc.ErrNotSupported},
 		// The sticky results: the device faulted, and the process must exit to use CUDA again.
 		{700, pinmalloc.ErrDeviceFault}, // ILLEGAL_ADDRESS
+		{702, pinmalloc.ErrDeviceFault}, // LAUNCH_TIMEOUT (a watchdog killed the kernel)
 		{710, pinmalloc.ErrDeviceFault}, // ASSERT
 		{714, pinmalloc.ErrDeviceFault}, // HARDWARE_STACK_ERROR
 		{715, pinmalloc.ErrDeviceFault}, // ILLEGAL_INSTRUCTION

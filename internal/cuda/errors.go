@@ -30,6 +30,7 @@ const (
 	resultUnknown             Result = 999
 	resultInvalidAddressSpace Result = 717
 	resultIllegalAddress      Result = 700
+	resultLaunchTimeout       Result = 702
 	resultAssert              Result = 710
 	resultHardwareStackError  Result = 714
 	resultIllegalInstruction  Result = 715
@@ -64,6 +65,7 @@ var resultNames = map[Result][2]string{
 	resultNotFound:            {"CUDA_ERROR_NOT_FOUND", "named symbol not found"},
 	resultNotReady:            {"CUDA_ERROR_NOT_READY", "device not ready"},
 	resultIllegalAddress:      {"CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	resultLaunchTimeout:       {"CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"},
 	resultAssert:              {"CUDA_ERROR_ASSERT", "device-side assert triggered"},
 	resultHardwareStackError:  {"CUDA_ERROR_HARDWARE_STACK_ERROR", "hardware stack error"},
 	resultIllegalInstruction:  {"CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered"},
@@ -127,12 +129,13 @@ func (r Result) Is(target error) bool {
 }
 
 // sticky reports the results the driver documents as leaving the process's CUDA state
-// inconsistent: every later call of the context returns them (pinmalloc.ErrDeviceFault).
+// inconsistent: every later call of the context returns them (pinmalloc.ErrDeviceFault). A
+// kernel killed by the display watchdog (CUDA_ERROR_LAUNCH_TIMEOUT) is one of them.
 func (r Result) sticky() bool {
 	switch r {
-	case resultIllegalAddress, resultAssert, resultHardwareStackError, resultIllegalInstruction,
-		resultMisalignedAddress, resultInvalidAddressSpace, resultInvalidPC, resultLaunchFailed,
-		resultExternalDevice:
+	case resultIllegalAddress, resultLaunchTimeout, resultAssert, resultHardwareStackError,
+		resultIllegalInstruction, resultMisalignedAddress, resultInvalidAddressSpace, resultInvalidPC,
+		resultLaunchFailed, resultExternalDevice:
 		return true
 	}
 	return false
