@@ -13,6 +13,7 @@ package cuda
 #include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "vmmtypes.h"
 
@@ -22,22 +23,24 @@ enum {
 	pmAccessReadWrite = 3,    // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 };
 
-static uintptr_t pm_dlopen(const char *path, const char **err) {
+// pm_dlmsg copies the thread's dlerror text (or, with none, fallback) into msg, n bytes with
+// the NUL, when msg is not NULL. It copies in the C call that failed: glibc frees that text at
+// the thread's next dl call, which any goroutine running on the thread afterwards may make.
+static void pm_dlmsg(char *msg, size_t n, const char *fallback) {
+	const char *e = dlerror();
+	if (msg != NULL && n > 0) snprintf(msg, n, "%s", e ? e : fallback);
+}
+
+static uintptr_t pm_dlopen(const char *path, char *msg, size_t n) {
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		const char *e = dlerror();
-		*err = e ? e : "dlopen failed";
-	}
+	if (h == NULL) pm_dlmsg(msg, n, "dlopen failed");
 	return (uintptr_t)h;
 }
 
-static uintptr_t pm_dlsym(uintptr_t h, const char *name, const char **err) {
+static uintptr_t pm_dlsym(uintptr_t h, const char *name, char *msg, size_t n) {
 	dlerror();
 	void *p = dlsym((void *)h, name);
-	if (p == NULL) {
-		const char *e = dlerror();
-		*err = e ? e : "symbol is NULL";
-	}
+	if (p == NULL) pm_dlmsg(msg, n, "symbol is NULL");
 	return (uintptr_t)p;
 }
 
@@ -453,9 +456,18 @@ var symbols = [numSyms]struct {
 	symThreadExchangeStreamCaptureMode: {"cuThreadExchangeStreamCaptureMode", apiVersion, "cuThreadExchangeStreamCaptureMode"},
 }
 
-// dlMu serializes dlopen/dlsym/dlclose with their dlerror, which is per-thread state that a
-// goroutine switching threads could otherwise lose.
+// dlMu serializes the package's dlopen, dlsym and dlclose. Their dlerror text is copied by the
+// shim, in the C call that failed (pm_dlmsg): a lock of this package cannot stop another
+// library's dl call on the thread, which frees the text, once the goroutine leaves the thread.
 var dlMu sync.Mutex
+
+// dlMsgSize bounds the dlerror text kept of a failed dlopen or dlsym; a longer one is cut.
+const dlMsgSize = 512
+
+// dlFailed, when set (by tests), runs after a dlopen or dlsym of loadFrom or resolve fails and
+// before its message is read, on the same thread: the point where the goroutine may leave the
+// thread and another goroutine make a dl call of its own there.
+var dlFailed func()
 
 // driver is an opened driver library and its lazily resolved entry points.
 type driver struct {
@@ -481,17 +493,20 @@ func cstring(s string) *C.char {
 func loadFrom(path string) (*driver, error) {
 	dlMu.Lock()
 	defer dlMu.Unlock()
-	var cerr *C.char
-	h := C.pm_dlopen(cstring(path), &cerr)
+	var cmsg [dlMsgSize]C.char
+	h := C.pm_dlopen(cstring(path), &cmsg[0], C.size_t(len(cmsg)))
 	if h == 0 {
-		msg := C.GoString(cerr)
+		if dlFailed != nil {
+			dlFailed()
+		}
+		msg := C.GoString(&cmsg[0])
 		if !strings.Contains(msg, path) { // dlerror names the library; say it once
 			msg = path + ": " + msg
 		}
 		return nil, fmt.Errorf("%w: %s", pinmalloc.ErrNoDriver, msg)
 	}
 	dr := &driver{path: path, handle: h}
-	dr.getProc = C.pm_dlsym(h, cstring("cuGetProcAddress_v2"), &cerr) // 0 if absent
+	dr.getProc = C.pm_dlsym(h, cstring("cuGetProcAddress_v2"), nil, 0) // 0 if absent
 	return dr, nil
 }
 
@@ -499,8 +514,7 @@ func loadFrom(path string) (*driver, error) {
 func (dr *driver) exports(name string) bool {
 	dlMu.Lock()
 	defer dlMu.Unlock()
-	var cerr *C.char
-	return C.pm_dlsym(dr.handle, cstring(name), &cerr) != 0
+	return C.pm_dlsym(dr.handle, cstring(name), nil, 0) != 0
 }
 
 // close closes the library. Only tests call it, on drivers from loadFrom.
@@ -533,11 +547,14 @@ func (dr *driver) resolve(id symID) (C.uintptr_t, error) {
 	}
 	dlMu.Lock()
 	defer dlMu.Unlock()
-	var cerr *C.char
-	if fn := C.pm_dlsym(dr.handle, cstring(e.dlsym), &cerr); fn != 0 {
+	var cmsg [dlMsgSize]C.char
+	if fn := C.pm_dlsym(dr.handle, cstring(e.dlsym), &cmsg[0], C.size_t(len(cmsg))); fn != 0 {
 		return fn, nil
 	}
-	return 0, fmt.Errorf("%w: %s in %s (%s; dlsym: %s)", pinmalloc.ErrSymbol, e.dlsym, dr.path, why, C.GoString(cerr))
+	if dlFailed != nil {
+		dlFailed()
+	}
+	return 0, fmt.Errorf("%w: %s in %s (%s; dlsym: %s)", pinmalloc.ErrSymbol, e.dlsym, dr.path, why, C.GoString(&cmsg[0]))
 }
 
 // check turns a CUresult into an error.

@@ -4,10 +4,12 @@ package cuda
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/nvml"
 )
 
 func TestSymbolTableComplete(t *testing.T) {
@@ -72,5 +74,38 @@ func TestMissingSymbol(t *testing.T) {
 		if !errors.Is(c.err, pinmalloc.ErrSymbol) || !strings.Contains(c.err.Error(), c.name) {
 			t.Errorf("%s on libc = %v, want pinmalloc.ErrSymbol naming it", c.name, c.err)
 		}
+	}
+}
+
+// TestDLErrorSurvivesOtherDLCalls: the message of a failed dlopen or dlsym is read after the C
+// call returned, when the goroutine may have left its thread and another goroutine made a dl
+// call there (another library's dlopen: nvml's). glibc frees the text dlerror gave at the next
+// dl call of the thread, so a message kept as dlerror's pointer was read from freed memory.
+// dlFailed makes that call on the same thread (locked) between the failed call and the read.
+func TestDLErrorSurvivesOtherDLCalls(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	other := func() { nvml.Open("/nonexistent/pinmalloc/other/libnvidia-ml.so.1").Init() }
+	const path = "/nonexistent/pinmalloc/libcuda.so.1"
+	_, want := loadFrom(path)
+	lib1, err := loadFrom("libc.so.6")
+	if err != nil {
+		t.Skipf("cannot load libc.so.6 to stand in for a driver: %v", err)
+	}
+	defer lib1.close()
+	_, wantSym := lib1.memAlloc(1)
+
+	dlFailed = other
+	defer func() { dlFailed = nil }()
+	if _, got := loadFrom(path); got == nil || want == nil || got.Error() != want.Error() {
+		t.Errorf("loadFrom(%q) with a dl call between its dlopen and the read of its message:\n"+
+			"got  %q\nwant %q", path, got, want)
+	}
+	lib2, err := loadFrom("libc.so.6")
+	must(t, "loadFrom(libc.so.6)", err)
+	defer lib2.close()
+	if _, got := lib2.memAlloc(1); got == nil || wantSym == nil || got.Error() != wantSym.Error() {
+		t.Errorf("a missing symbol with a dl call between its dlsym and the read of its message:\n"+
+			"got  %q\nwant %q", got, wantSym)
 	}
 }
