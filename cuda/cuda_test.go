@@ -199,6 +199,41 @@ func TestFakeCloseAndDo(t *testing.T) {
 	}
 }
 
+// TestFakeEveryCallAfterClose: after Close, every method that answers an error answers one
+// matching ErrClosed, as the Device's doc says, the driver's queries that need no context
+// (Name, TotalMem) included: they answered as if the device were still open.
+func TestFakeEveryCallAfterClose(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	d, err := cuda.Open(0)
+	must(t, "Open", err)
+	s, err := d.StreamCreate(cuda.StreamNonBlocking)
+	must(t, "StreamCreate", err)
+	ev, err := d.EventCreate()
+	must(t, "EventCreate", err)
+	must(t, "Close", d.Close())
+	_, err1 := d.Name()
+	_, err2 := d.TotalMem()
+	_, _, err3 := d.MemInfo()
+	_, err4 := d.StreamCreate(cuda.StreamDefault)
+	_, err5 := d.EventCreate()
+	_, err6 := d.StreamCreateWithPriority(cuda.StreamDefault, 0)
+	_, _, err7 := d.StreamPriorityRange()
+	errs := []error{err1, err2, err3, err4, err5, err6, err7, d.StreamWaitEvent(s, ev), d.Synchronize(),
+		d.Do(func() error { return nil }), d.StreamSynchronize(s), d.StreamQuery(s), d.EventRecord(ev, s),
+		d.EventQuery(ev), d.EventSynchronize(ev), d.EventDestroy(ev), d.StreamDestroy(s)}
+	names := []string{"Name", "TotalMem", "MemInfo", "StreamCreate", "EventCreate", "StreamCreateWithPriority",
+		"StreamPriorityRange", "StreamWaitEvent", "Synchronize", "Do", "StreamSynchronize", "StreamQuery",
+		"EventRecord", "EventQuery", "EventSynchronize", "EventDestroy", "StreamDestroy"}
+	for i, err := range errs {
+		if !errors.Is(err, cuda.ErrClosed) {
+			t.Errorf("%s after Close = %v; want ErrClosed", names[i], err)
+		}
+	}
+}
+
 // TestFakeOneWrapper checks the link between the public Device and the binding: the device
 // inside is the one Open made, a heap gives back the Device it was given, and a second wrapper
 // of the same device shares it (closing it closes both).

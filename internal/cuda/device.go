@@ -218,15 +218,31 @@ func (d *Device) closedError() error {
 	return fmt.Errorf("%w: CUDA device %d is closed", pinmalloc.ErrClosed, d.ordinal)
 }
 
-// Name returns the device's name ("NVIDIA H100 80GB HBM3").
-func (d *Device) Name() (string, error) { return d.drv.deviceName(d.dev) }
+// Name returns the device's name ("NVIDIA H100 80GB HBM3"). Like every call that asks the
+// driver, it fails with ErrClosed after Close, though it needs no context.
+func (d *Device) Name() (string, error) {
+	if d.closed.Load() {
+		return "", d.closedError()
+	}
+	return d.drv.deviceName(d.dev)
+}
 
-// TotalMem returns the device's total memory in bytes.
-func (d *Device) TotalMem() (uintptr, error) { return d.drv.deviceTotalMem(d.dev) }
+// TotalMem returns the device's total memory in bytes; ErrClosed after Close.
+func (d *Device) TotalMem() (uintptr, error) {
+	if d.closed.Load() {
+		return 0, d.closedError()
+	}
+	return d.drv.deviceTotalMem(d.dev)
+}
 
 // Attribute returns a device attribute (one of the Attr constants, or any
-// CU_DEVICE_ATTRIBUTE_* value).
-func (d *Device) Attribute(attr int) (int, error) { return d.drv.deviceAttribute(d.dev, attr) }
+// CU_DEVICE_ATTRIBUTE_* value); ErrClosed after Close.
+func (d *Device) Attribute(attr int) (int, error) {
+	if d.closed.Load() {
+		return 0, d.closedError()
+	}
+	return d.drv.deviceAttribute(d.dev, attr)
+}
 
 // VMMSupported reports whether the device supports the virtual memory management API.
 func (d *Device) VMMSupported() bool {

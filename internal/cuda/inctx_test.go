@@ -73,4 +73,13 @@ func TestQueriesInContext(t *testing.T) {
 	if err := closed.StreamQuery(s); !errors.Is(err, pinmalloc.ErrClosed) {
 		t.Errorf("StreamQuery on a closed Device = %v, want pinmalloc.ErrClosed", err)
 	}
+	_, errName := closed.Name()
+	_, errTotal := closed.TotalMem()
+	_, errAttr := closed.Attribute(AttrUnifiedAddressing)
+	_, errPool := closed.DefaultMemPool()
+	for name, err := range map[string]error{"Name": errName, "TotalMem": errTotal, "Attribute": errAttr, "DefaultMemPool": errPool} {
+		if !errors.Is(err, pinmalloc.ErrClosed) {
+			t.Errorf("%s on a closed Device = %v, want pinmalloc.ErrClosed", name, err)
+		}
+	}
 }

@@ -59,7 +59,13 @@ func (d *Device) MemPoolCreate(props MemPoolProps) (p MemPool, err error) {
 // DefaultMemPool returns the device's default pool, the one MemAllocAsync draws from: the driver
 // owns it (MemPoolDestroy refuses it), and its attributes hold for every user of the device in
 // the process (PyTorch's cudaMallocAsync backend sets its release threshold to UINT64_MAX).
-func (d *Device) DefaultMemPool() (MemPool, error) { return d.drv.deviceDefaultMemPool(d.dev) }
+// ErrClosed after Close.
+func (d *Device) DefaultMemPool() (MemPool, error) {
+	if d.closed.Load() {
+		return 0, d.closedError()
+	}
+	return d.drv.deviceDefaultMemPool(d.dev)
+}
 
 // MemPoolDestroy destroys a pool. Allocations still outstanding stay valid until freed; the
 // pool goes with the last.
