@@ -125,10 +125,18 @@ var (
 	loadOnce sync.Once
 	loadErr  error
 	loaded   atomic.Pointer[lib]
-	dlMu     sync.Mutex // dlopen/dlsym with their dlerror, which is per thread
+	dlMu     sync.Mutex // dlopen and dlsym (their dlerror text is copied in the C call: shim.c)
 
 	memMaps atomic.Int64 // successful ucp_mem_map calls, for tests (MemMaps)
 )
+
+// dlMsgSize bounds the dlerror text kept of a failed dlopen or dlsym; a longer one is cut.
+const dlMsgSize = 512
+
+// dlFailed, when set (by tests), runs after a dlopen or dlsym fails and before its message is
+// read, on the same thread: where the goroutine may leave the thread and another goroutine
+// make a dl call of its own there.
+var dlFailed func()
 
 // Load opens libucp.so.0 (or the library named by LibraryEnv), once; later calls return the
 // first call's result. The error wraps pinmalloc.ErrNoUCX and says why: the dlopen failure,
@@ -171,10 +179,13 @@ func cstring(s string) *C.char {
 func open(path string) (*lib, error) {
 	dlMu.Lock()
 	defer dlMu.Unlock()
-	var cerr *C.char
-	h := C.pm_dlopen(cstring(path), &cerr)
+	var cmsg [dlMsgSize]C.char
+	h := C.pm_dlopen(cstring(path), &cmsg[0], C.size_t(len(cmsg)))
 	if h == 0 {
-		msg := C.GoString(cerr)
+		if dlFailed != nil {
+			dlFailed()
+		}
+		msg := C.GoString(&cmsg[0])
 		if !strings.Contains(msg, path) {
 			msg = path + ": " + msg
 		}
@@ -189,9 +200,12 @@ func (l *lib) fn(id symID) (C.uintptr_t, error) {
 	s.once.Do(func() {
 		dlMu.Lock()
 		defer dlMu.Unlock()
-		var cerr *C.char
-		if s.fn = C.pm_dlsym(l.handle, cstring(symbols[id]), &cerr); s.fn == 0 {
-			s.err = fmt.Errorf("%w: %s lacks %s (%s)", pinmalloc.ErrNoUCX, l.path, symbols[id], C.GoString(cerr))
+		var cmsg [dlMsgSize]C.char
+		if s.fn = C.pm_dlsym(l.handle, cstring(symbols[id]), &cmsg[0], C.size_t(len(cmsg))); s.fn == 0 {
+			if dlFailed != nil {
+				dlFailed()
+			}
+			s.err = fmt.Errorf("%w: %s lacks %s (%s)", pinmalloc.ErrNoUCX, l.path, symbols[id], C.GoString(&cmsg[0]))
 		}
 	})
 	return s.fn, s.err

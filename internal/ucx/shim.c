@@ -4,27 +4,30 @@
 // that call UCX are shim_calls.c's).
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shim.h"
 
-uintptr_t pm_dlopen(const char *path, const char **err) {
+// dlmsg copies the thread's dlerror text (or, with none, fallback) into msg, n bytes with the
+// NUL. It copies in the C call that failed: glibc frees that text at the thread's next dl call,
+// which any goroutine running on the thread afterwards may make (another library's too).
+static void dlmsg(char *msg, size_t n, const char *fallback) {
+	const char *e = dlerror();
+	if (msg != NULL && n > 0) snprintf(msg, n, "%s", e ? e : fallback);
+}
+
+uintptr_t pm_dlopen(const char *path, char *msg, size_t n) {
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		const char *e = dlerror();
-		*err = e ? e : "dlopen failed";
-	}
+	if (h == NULL) dlmsg(msg, n, "dlopen failed");
 	return (uintptr_t)h;
 }
 
-uintptr_t pm_dlsym(uintptr_t h, const char *name, const char **err) {
+uintptr_t pm_dlsym(uintptr_t h, const char *name, char *msg, size_t n) {
 	dlerror();
 	void *p = dlsym((void *)h, name);
-	if (p == NULL) {
-		const char *e = dlerror();
-		*err = e ? e : "symbol is NULL";
-	}
+	if (p == NULL) dlmsg(msg, n, "symbol is NULL");
 	return (uintptr_t)p;
 }
 

@@ -106,8 +106,8 @@ void pm_state_free(pm_state *st);
 int pm_events(pm_state *st, pm_event **out, int cap);
 void pm_event_free(pm_event *e);
 
-uintptr_t pm_dlopen(const char *path, const char **err);
-uintptr_t pm_dlsym(uintptr_t h, const char *name, const char **err);
+uintptr_t pm_dlopen(const char *path, char *msg, size_t n);
+uintptr_t pm_dlsym(uintptr_t h, const char *name, char *msg, size_t n);
 
 const char *pm_status_string(uintptr_t fn, int status);
 void pm_get_version(uintptr_t fn, unsigned *major, unsigned *minor, unsigned *release);
