@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -109,5 +111,37 @@ func TestAliasedDonationRefused(t *testing.T) {
 	must(t, "donate", sendFds(conn, b[:], []int{fds[0], fds[1], fds[1]}, time.Second))
 	if m, err := readMsg(conn); err == nil {
 		t.Fatalf("the owner adopted a pool of one memfd as two regions: it answered %+v", m)
+	}
+}
+
+// distinctFiles on descriptors of a device node, as a GPU driver's VMM exports are (UNMEASURED:
+// each a descriptor the driver opens on its device node, one inode for all): two opens of one
+// node are two files and pass (two exports of two allocations, which a check of the inode
+// alone refused: every VMM pool of two regions or more on a GPU), one open sent twice is one
+// file and is refused (kcmp; where the kernel refuses kcmp it cannot be told and passes).
+func TestDistinctFilesDeviceNodes(t *testing.T) {
+	var two [2]int
+	for i := range two {
+		fd, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		must(t, "open /dev/null", err)
+		defer unix.Close(fd)
+		two[i] = fd
+	}
+	dup, err := unix.Dup(two[0])
+	must(t, "dup", err)
+	defer unix.Close(dup)
+	ctl := memfds(t, 4096)[0]
+	if err := distinctFiles([]int{ctl, two[0], two[1]}); err != nil {
+		t.Errorf("two opens of one device node: %v, want them distinct", err)
+	}
+	_, kerr := sameOpenFile(two[0], dup)
+	switch err := distinctFiles([]int{ctl, two[0], dup}); {
+	case kerr != nil:
+		t.Logf("kcmp refused (%v): one open sent twice cannot be told here", kerr)
+	case !errors.Is(err, ErrProtocol):
+		t.Errorf("one open of a device node sent twice: %v, want ErrProtocol", err)
+	}
+	if err := distinctFiles([]int{ctl, two[0], ctl}); !errors.Is(err, ErrProtocol) {
+		t.Errorf("the control region's memfd sent twice: %v, want ErrProtocol", err)
 	}
 }

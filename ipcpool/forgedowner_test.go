@@ -36,7 +36,13 @@ func fakeOwnerWith(t *testing.T, l layout, slot int, pick func(fds []int) []int,
 	c := newCtl(l, words(base, h.ctlSize))
 	c.writeHeader(h.pool, 0)
 	c.slotStore(slot, sSerial, h.serial)
-	sent := pick(fds)
+	return serveHello(t, h, pick(fds), answer)
+}
+
+// serveHello serves, at a temporary socket, the hello h with the descriptors sent, and answers
+// each grant request with answer. It returns the path.
+func serveHello(t *testing.T, h hello, sent []int, answer func(m msg) msg) string {
+	t.Helper()
 	return fakeServer(t, func(conn *net.UnixConn) {
 		if _, err := readMsg(conn); err != nil {
 			return

@@ -3,6 +3,7 @@ package ipcpool
 import (
 	"errors"
 	"fmt"
+	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -55,24 +56,62 @@ func checkMemfd(fd int, size uintptr) error {
 	return nil
 }
 
-// distinctFiles verifies that no two of fds are one file (a memfd sent twice, or the control
-// region's sent again as a region): two regions mapped from one file are one memory, and the
-// grants of each would be lent as distinct memory (overlapping buffers), or the control
-// region would be buffer memory.
+// distinctFiles verifies that no two of fds are one file (a region's descriptor sent twice, or
+// the control region's sent again as a region): two regions mapped from one file are one
+// memory, and the grants of each would be lent as distinct memory (overlapping buffers), or the
+// control region would be buffer memory. Two descriptors are one file when they are one open
+// file (kcmp KCMP_FILE: one descriptor sent twice, or a duplicate of one), or regular files
+// (memfds) of one inode. Other files of one inode pass: a GPU driver's VMM exports are
+// descriptors it opens on its device node, one inode for every allocation (UNMEASURED: NVIDIA's
+// RM interface headers), so that two exports of one allocation cannot be told from exports of
+// two there (the fake driver's exports are memfds of their allocation, and can). Where the
+// kernel refuses kcmp (built without it, or a seccomp filter), only regular files are checked.
 func distinctFiles(fds []int) error {
-	seen := make(map[[2]uint64]bool, len(fds))
-	for _, fd := range fds {
+	type file struct {
+		dev, ino uint64
+		regular  bool
+	}
+	files := make([]file, len(fds))
+	for i, fd := range fds {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return fmt.Errorf("%w: fstat: %v", ErrProtocol, err)
 		}
-		k := [2]uint64{uint64(st.Dev), st.Ino}
-		if seen[k] {
-			return fmt.Errorf("%w: one file sent as two of the pool's regions (or as its control region and a region)", ErrProtocol)
+		files[i] = file{uint64(st.Dev), st.Ino, st.Mode&unix.S_IFMT == unix.S_IFREG}
+	}
+	kcmp := true
+	for i, f := range files {
+		for j, g := range files[:i] {
+			if f.dev != g.dev || f.ino != g.ino { // one open file is one inode
+				continue
+			}
+			same := f.regular
+			if !same && kcmp {
+				var err error
+				if same, err = sameOpenFile(fds[i], fds[j]); err != nil {
+					kcmp = false
+				}
+			}
+			if same {
+				return fmt.Errorf("%w: one file sent as two of the pool's regions (or as its control region and a region)", ErrProtocol)
+			}
 		}
-		seen[k] = true
 	}
 	return nil
+}
+
+// kcmpFile is KCMP_FILE of <linux/kcmp.h> (x/sys lacks it).
+const kcmpFile = 0
+
+// sameOpenFile reports whether descriptors a and b of this process are one open file, or the
+// kernel's refusal to say.
+func sameOpenFile(a, b int) (bool, error) {
+	pid := uintptr(os.Getpid())
+	r, _, e := unix.Syscall6(unix.SYS_KCMP, pid, pid, kcmpFile, uintptr(a), uintptr(b), 0)
+	if e != 0 {
+		return false, e
+	}
+	return r == 0, nil
 }
 
 // mlockOnFault is MLOCK_ONFAULT of <linux/mman.h> (x/sys lacks it).

@@ -61,20 +61,22 @@ func (sp *space) mapAll(cfg spaceConfig) error {
 	if err := checkMemfd(sp.fds[0], sp.ctlSize); err != nil {
 		return err
 	}
+	if !cfg.vmm {
+		for _, fd := range sp.fds[1:] {
+			if err := checkMemfd(fd, sp.regionSize); err != nil {
+				return err
+			}
+		}
+	}
+	if err := distinctFiles(sp.fds); err != nil {
+		return err
+	}
 	var err error
 	if sp.ctlBase, err = mapCtl(sp.fds[0], sp.ctlSize); err != nil {
 		return err
 	}
 	if cfg.vmm {
 		return sp.mapVMM(cfg)
-	}
-	for _, fd := range sp.fds[1:] {
-		if err := checkMemfd(fd, sp.regionSize); err != nil {
-			return err
-		}
-	}
-	if err := distinctFiles(sp.fds); err != nil {
-		return err
 	}
 	if sp.base, err = reserve(sp.poolBytes(), mapAlign); err != nil {
 		return err

@@ -1,0 +1,135 @@
+package ipcpool
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// A hostile owner of a VMM pool (Options.VMM), against the fake driver: what it sends as the
+// regions are descriptors of exported host granules, which the attaching process imports and
+// maps one after another.
+
+// vmmOwner is a fake VMM owner's memory: its control region (a memfd, as a true owner writes
+// it) and exportable host granules it made, each of which it may export any number of times.
+type vmmOwner struct {
+	t       *testing.T
+	f       *fakecuda.Driver
+	d       *cuda.Device
+	h       hello
+	ctl     int
+	handles []cuda.MemHandle
+	before  int64 // the driver's handles before the owner made its own
+}
+
+// newVMMOwner makes the control region of a VMM pool of geometry l (the hello's slot 1) and,
+// for each of sizes, exportable host granules of that size.
+func newVMMOwner(t *testing.T, f *fakecuda.Driver, d *cuda.Device, l layout, sizes ...uintptr) *vmmOwner {
+	t.Helper()
+	o := &vmmOwner{t: t, f: f, d: d, h: hello{pool: 99, slot: 1, serial: 1, layout: l, ctlSize: l.ctlBytes(), vmm: true, epoch: 1},
+		before: f.Stat(fakecuda.Handles)}
+	o.ctl = memfds(t, o.h.ctlSize)[0]
+	base, err := mapCtl(o.ctl, o.h.ctlSize)
+	must(t, "map", err)
+	t.Cleanup(func() { _ = unmap(base, o.h.ctlSize) })
+	c := newCtl(l, words(base, o.h.ctlSize))
+	c.writeHeader(o.h.pool, 1)
+	c.slotStore(o.h.slot, sSerial, o.h.serial)
+	for _, n := range sizes {
+		h, err := d.MemCreateExportable(n, cuda.MemLocation{Type: int32(pcuda.LocationHostNUMA)})
+		must(t, "MemCreateExportable", err)
+		t.Cleanup(func() { _ = d.MemRelease(h) })
+		o.handles = append(o.handles, h)
+	}
+	return o
+}
+
+// export returns a new descriptor of the owner's allocation i (closed when the test ends).
+func (o *vmmOwner) export(i int) int {
+	o.t.Helper()
+	fd, err := o.d.MemExportFD(o.handles[i])
+	must(o.t, "MemExportFD", err)
+	o.t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// serve serves the pool with the descriptors sent (the control region's first), lending
+// grants 0, 1, 2... in turn, and returns the socket's path.
+func (o *vmmOwner) serve(sent []int) string {
+	var next atomic.Uint64
+	return serveHello(o.t, o.h, sent, func(m msg) msg {
+		return msg{op: opReply, seq: m.seq, a: stOK, b: next.Add(1) - 1}
+	})
+}
+
+// checkLeftOnly fails t unless the driver holds the owner's handles and nothing else: no
+// handle, reservation or mapping of the attaching process's.
+func (o *vmmOwner) checkLeftOnly(when string) {
+	o.t.Helper()
+	f := o.f
+	h, r, m := f.Stat(fakecuda.Handles)-o.before, f.Stat(fakecuda.Reservations), f.Stat(fakecuda.Mappings)
+	if h != int64(len(o.handles)) || r != 0 || m != 0 {
+		o.t.Errorf("%s: %d handles (the owner's %d), %d reservations, %d mappings left", when, h, len(o.handles), r, m)
+	}
+}
+
+// An owner that sends one export as two regions of a VMM pool (the same descriptor twice, or
+// two descriptors of one allocation) makes the process map one allocation twice: the grants
+// it lends in each region are one memory, and two buffers of two Allocs overlap. The attach
+// must be refused with ErrProtocol, leaving nothing imported or mapped. (The memfd path
+// refuses one file sent twice: TestAliasedRegionsRefused; the VMM path checked nothing.)
+//
+// On the fake, every export of an allocation is the allocation's memfd, so fstat names it. On
+// a GPU an export is a descriptor the driver opens on its device node (UNMEASURED: what
+// NVIDIA's RM interface headers say of exported objects), so two exports of one allocation
+// look like two exports of two: only the same descriptor sent twice (one open file) can be
+// told apart there.
+func TestFakeAliasedVMMRegionsRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	l := layout{regions: 2, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	for _, c := range []struct {
+		name string
+		pick func(o *vmmOwner) []int
+	}{
+		{"one descriptor as two regions", func(o *vmmOwner) []int { x := o.export(0); return []int{o.ctl, x, x} }},
+		{"two exports of one allocation", func(o *vmmOwner) []int { return []int{o.ctl, o.export(0), o.export(0)} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newVMMOwner(t, f, d, l, l.regionSize, l.regionSize)
+			path := o.serve(c.pick(o))
+			p, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost, Timeout: time.Second})
+			if err == nil {
+				defer p.Close()
+				// Show what it leads to: two buffers, in two grants, of one memory.
+				a, err := p.Alloc(1<<21 - 4096)
+				must(t, "Alloc", err)
+				b, err := p.Alloc(1<<21 - 4096)
+				must(t, "Alloc", err)
+				fillSeq(a, 1)
+				fillSeq(b, 2)
+				if a[0] != 1 {
+					t.Errorf("buffers %#x and %#x, in two grants, are one memory: a write to one changed the other",
+						mem.Addr(a), mem.Addr(b))
+				}
+				t.Fatalf("Attach to a VMM owner sending %s: accepted, want ErrProtocol", c.name)
+			}
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("Attach to a VMM owner sending %s: %v, want ErrProtocol", c.name, err)
+			}
+			retryStrays()
+			o.checkLeftOnly(c.name)
+		})
+	}
+}
