@@ -25,8 +25,9 @@ import (
 // AttachOptions.Timeout each step): a stopped owner makes Attach fail with an error matching
 // context.DeadlineExceeded. An Attach that fails after connecting tells the owner, whose slot
 // for it is free at once. One that fails after mapping the pool gives the mapping back; what
-// the CUDA driver refuses to give back (a registration) stays with the package, its device
-// open, and goes at a later Attach, Serve or Close: the error says what stays.
+// the CUDA driver refuses to give back (a registration, a VMM mapping or imported granules)
+// stays with the package, its device open, and goes at a later Attach, Serve or Close: the
+// error says what stays.
 func Attach(ctx context.Context, path string, o AttachOptions) (*Process, error) {
 	return attach(ctx, path, o, lockOnFault)
 }

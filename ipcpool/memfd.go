@@ -173,6 +173,11 @@ func lock(base, size uintptr, mode lockMode) error {
 
 // mapCtl maps the control region: its own mapping, not locked.
 func mapCtl(fd int, size uintptr) (uintptr, error) {
+	if mapFault != nil {
+		if err := mapFault(); err != nil {
+			return 0, err
+		}
+	}
 	base, err := reserve(size, pageSize)
 	if err != nil {
 		return 0, err
@@ -196,3 +201,6 @@ func unmap(base, size uintptr) error {
 func words(base, size uintptr) []uint64 {
 	return unsafe.Slice((*uint64)(mem.Ptr(base)), size/8)
 }
+
+// mapFault, when set (by tests), makes mapCtl fail with its error before it maps anything.
+var mapFault func() error

@@ -181,11 +181,8 @@ func (w *Owner) makeSpace(o Options, dev *cuda.Device) (*space, error) {
 		rfds, exports, err := newVMMRegions(dev, l)
 		fds = append(fds, rfds...)
 		if err != nil {
-			for _, e := range exports {
-				_ = e.Release()
-			}
-			closeFds(fds)
-			return nil, err
+			// What the driver refuses to release stays with the package, retried later.
+			return nil, abandon(&space{fds: fds, unreleased: exports}, dev, err)
 		}
 		cfg.exports = exports
 	} else {

@@ -32,7 +32,10 @@ type space struct {
 	dev        *cuda.Device
 	pageable   []string
 	vmm        *cudamem.HostMapping // a VMM pool's granules, mapped
-	junk       bool                 // close was asked to leave junk where the pool was
+	// unreleased are a VMM pool's granules (the owner's, or imported) not yet handed to the
+	// mapping, and those whose release the driver refused: close releases them.
+	unreleased []*cudamem.HostExport
+	junk       bool // close was asked to leave junk where the pool was
 }
 
 // spaceConfig is how a process maps the pool.
@@ -45,7 +48,8 @@ type spaceConfig struct {
 }
 
 // mapSpace maps the control region (fds[0], ctlSize bytes) and the regions (fds[1:]) as cfg
-// says. It takes the descriptors: on error they are closed.
+// says. It takes the descriptors and cfg.exports: on error the descriptors are closed and the
+// exports released (what the driver refuses stays with the package: abandon).
 func mapSpace(l layout, ctlSize uintptr, fds []int, cfg spaceConfig) (*space, error) {
 	sp := &space{layout: l, ctlSize: ctlSize, fds: fds, registered: make([]bool, l.regions)}
 	if err := sp.mapAll(cfg); err != nil {
@@ -55,6 +59,7 @@ func mapSpace(l layout, ctlSize uintptr, fds []int, cfg spaceConfig) (*space, er
 }
 
 func (sp *space) mapAll(cfg spaceConfig) error {
+	sp.unreleased = cfg.exports
 	if len(sp.fds) != 1+sp.regions {
 		return fmt.Errorf("%w: %d descriptors for %d regions", ErrProtocol, len(sp.fds), sp.regions)
 	}
@@ -163,6 +168,14 @@ func (sp *space) close(junk bool) error {
 			sp.vmm = nil
 		}
 	}
+	var kept []*cudamem.HostExport
+	for _, e := range sp.unreleased {
+		if err := e.Release(); err != nil {
+			errs = append(errs, fmt.Errorf("ipcpool: host granules of the pool stay until the next Close: %w", err))
+			kept = append(kept, e)
+		}
+	}
+	sp.unreleased = kept
 	if sp.base != 0 {
 		if sp.held() {
 			errs = append(errs, sp.keepRegions())
@@ -184,7 +197,7 @@ func (sp *space) close(junk bool) error {
 
 // held reports whether close kept memory the driver refused to give back.
 func (sp *space) held() bool {
-	return sp.vmm != nil || slices.Contains(sp.registered, true)
+	return sp.vmm != nil || len(sp.unreleased) > 0 || slices.Contains(sp.registered, true)
 }
 
 // keepRegions is close's unmap while memory is held: a memfd pool's regions given back are

@@ -14,35 +14,35 @@ import (
 // is one range there as a memfd pool is. The driver pins the memory: no mlock, no
 // registration.
 
-// mapVMM maps a VMM pool's regions: the owner's exports, or the descriptors imported.
+// mapVMM maps a VMM pool's regions: the owner's exports, or the descriptors imported. What
+// it imports is in sp.unreleased until the mapping takes it, so that close releases it.
 func (sp *space) mapVMM(cfg spaceConfig) error {
 	if cfg.dev == nil {
 		return fmt.Errorf("%w: a VMM pool needs a CUDA device in every process (Options.Pool.Backend CUDAHost)", ErrInvalidOptions)
 	}
-	exports := cfg.exports
-	if exports == nil {
+	sp.dev = cfg.dev
+	if cfg.exports == nil {
 		for i := range sp.regions {
 			e, err := cudamem.ImportHostExport(cfg.dev, sp.fds[1+i], sp.regionSize)
 			if err != nil {
-				for _, e := range exports {
-					_ = e.Release()
-				}
 				return fmt.Errorf("ipcpool: region %d: %w", i, err)
 			}
-			exports = append(exports, e)
+			sp.unreleased = append(sp.unreleased, e)
 		}
 	}
+	exports := sp.unreleased
+	sp.unreleased = nil // the mapping takes them, on error too
 	m, err := cudamem.MapHostExports(cfg.dev, exports)
 	if err != nil {
-		sp.vmm, sp.dev = m, cfg.dev // nil, or what the driver refused to give back: close tries again
+		sp.vmm = m // nil, or what the driver refused to give back: close tries again
 		return err
 	}
-	sp.vmm, sp.base, sp.dev = m, m.Base(), cfg.dev
+	sp.vmm, sp.base = m, m.Base()
 	return nil
 }
 
 // newVMMRegions makes the owner's regions of a VMM pool and their descriptors. On error the
-// caller releases the exports and closes the descriptors it got.
+// caller releases the exports and closes the descriptors it got (abandon).
 func newVMMRegions(dev *cuda.Device, l layout) (fds []int, exports []*cudamem.HostExport, err error) {
 	for range l.regions {
 		e, err := cudamem.NewHostExport(dev, l.regionSize)

@@ -133,3 +133,117 @@ func TestFakeAliasedVMMRegionsRefused(t *testing.T) {
 		})
 	}
 }
+
+// An owner whose regions do not import or map (a descriptor that is no export, granules
+// smaller than the hello's region size, the first region right and the second short) fails
+// the attach, and the process gives back everything it imported, reserved and mapped. When
+// the driver refuses to release what was imported, the process keeps it (the error says so)
+// and releases it at a later Attach, Serve or Close: before, the failed import's cleanup
+// dropped the refused handle, held until the process exited.
+func TestFakeVMMRegionsRefusedLeaveNothing(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	l := layout{regions: 2, regionSize: 4 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	notAnExport := func(o *vmmOwner) []int { return []int{o.ctl, o.export(0), memfds(t, l.regionSize)[0]} }
+	for _, c := range []struct {
+		name    string
+		sizes   []uintptr
+		pick    func(o *vmmOwner) []int
+		refused bool // the driver refuses the release of region 0's import
+	}{
+		{"a memfd as region 1", []uintptr{4 << 20}, notAnExport, false},
+		{"a memfd as region 1, region 0's release refused", []uintptr{4 << 20}, notAnExport, true},
+		{"regions of half the size", []uintptr{2 << 20, 2 << 20}, nil, false},
+		{"region 1 of half the size", []uintptr{4 << 20, 2 << 20}, nil, false},
+		{"region 1 of half the size, region 0's release refused", []uintptr{4 << 20, 2 << 20}, nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newVMMOwner(t, f, d, l, c.sizes...)
+			sent := []int{o.ctl, o.export(0), o.export(1 % len(c.sizes))}
+			if c.pick != nil {
+				sent = c.pick(o)
+			}
+			path := o.serve(sent)
+			if c.refused {
+				f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultNotSupported)
+			}
+			p, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost, Timeout: time.Second})
+			if err == nil {
+				p.Close()
+				t.Fatal("Attach accepted it")
+			}
+			if c.refused && !errors.Is(err, pcuda.ErrNotSupported) {
+				t.Errorf("Attach whose cleanup's release was refused: %v, want the refusal", err)
+			}
+			retryStrays()
+			o.checkLeftOnly("after the failed Attach")
+		})
+	}
+}
+
+// An owner whose regions are bigger than the hello says is accepted: the process maps the
+// first region-size bytes of each, which is all the pool lends.
+func TestFakeVMMRegionsBiggerAccepted(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	l := layout{regions: 2, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	o := newVMMOwner(t, f, d, l, 4<<20, 4<<20)
+	p, err := Attach(context.Background(), o.serve([]int{o.ctl, o.export(0), o.export(1)}), AttachOptions{Pool: cudaHost, Timeout: time.Second})
+	must(t, "Attach", err)
+	if n := f.Stat(fakecuda.Mappings); n != 2 {
+		t.Errorf("%d mappings, want 2", n)
+	}
+	b, err := p.Alloc(4096)
+	must(t, "Alloc", err)
+	fillSeq(b, 3)
+	checkSeq(t, b, 3)
+	must(t, "Free", p.Free(b))
+	must(t, "Close", p.Close())
+	o.checkLeftOnly("after Close")
+}
+
+// An owner whose Serve fails after it made some of a VMM pool's granules gives them back:
+// the driver refusing the release keeps it until a later Attach, Serve or Close (before, it
+// was dropped, held until the process exited); a mapping of the control region that fails
+// (before, after the granules were made, left every one of them held until the process
+// exited).
+func TestFakeVMMServeFailureLeavesNothing(t *testing.T) {
+	f, _ := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	path := t.TempDir() + "/pool.sock"
+	o := Options{Size: 8 << 20, RegionSize: 2 << 20, VMM: true, Pool: cudaHost}
+	var before int64 // the handles of an earlier part that failed
+	check := func(when string) {
+		t.Helper()
+		h, r, m := f.Stat(fakecuda.Handles)-before, f.Stat(fakecuda.Reservations), f.Stat(fakecuda.Mappings)
+		if h != 0 || r != 0 || m != 0 {
+			t.Errorf("%s: %d handles, %d reservations, %d mappings left", when, h, r, m)
+		}
+	}
+
+	f.FailAfter(fakecuda.CallCreate, 2, fakecuda.ResultOutOfMemory) // the third region's
+	f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultNotSupported)
+	if _, err := Serve(path, o); !errors.Is(err, pcuda.ErrOutOfMemory) || !errors.Is(err, pcuda.ErrNotSupported) {
+		t.Errorf("Serve whose third region was refused, and the release of the first: %v", err)
+	}
+	if n := f.Stat(fakecuda.Handles); n != 1 {
+		t.Errorf("%d handles after Serve failed, want the one whose release was refused", n)
+	}
+	retryStrays()
+	check("after a failed Serve whose release was refused")
+
+	before = f.Stat(fakecuda.Handles)
+	mapFault = func() error { return errors.New("mapping refused (a test's)") }
+	_, err := Serve(path, o)
+	mapFault = nil
+	if err == nil {
+		t.Fatal("Serve whose control region did not map succeeded")
+	}
+	check("after a Serve whose control region did not map")
+}
