@@ -3,6 +3,7 @@ package ipcpool
 import (
 	"context"
 	"errors"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -246,4 +247,33 @@ func TestFakeVMMServeFailureLeavesNothing(t *testing.T) {
 		t.Fatal("Serve whose control region did not map succeeded")
 	}
 	check("after a Serve whose control region did not map")
+}
+
+// An owner of a VMM pool that hangs up, or stalls, once it has sent the hello and the regions
+// fails the attach (at once, or at the timeout), and the process gives back everything it
+// imported and mapped.
+func TestFakeVMMOwnerGoneMidHandshake(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	l := layout{regions: 2, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	for _, stall := range []bool{false, true} {
+		o := newVMMOwner(t, f, d, l, l.regionSize, l.regionSize)
+		sent := []int{o.ctl, o.export(0), o.export(1)}
+		path := fakeServer(t, func(conn *net.UnixConn) {
+			if _, err := readMsg(conn); err != nil {
+				return
+			}
+			if sendFds(conn, o.h.encode(), sent, time.Second) == nil && stall {
+				time.Sleep(2 * time.Second)
+			}
+		})
+		if p, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost, Timeout: 300 * time.Millisecond}); err == nil {
+			p.Close()
+			t.Fatalf("Attach to an owner that stalls (%v) or hangs up: accepted", stall)
+		}
+		retryStrays()
+		o.checkLeftOnly("after the failed Attach")
+	}
 }
