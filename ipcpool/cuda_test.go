@@ -104,6 +104,58 @@ func TestFakeDeadGrantsWaitForPeersStreams(t *testing.T) {
 	}
 }
 
+// A fence a process meets while a stream of its context captures a CUDA graph: the synchronize
+// of the context that passes it is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, in every
+// capture mode), which is no sticky error: the copies queued in the context are still to run.
+// The process passes the fence only once a synchronize succeeds (after the capture), so the
+// dead process's grant is handed out with no peer's copy into it still queued.
+func TestFakeFenceWaitsOutCapture(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	w, path := serveTest(t, Options{Size: 4 << 20, GrantSize: 2 << 20})
+	q, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost})
+	must(t, "Attach", err)
+	dead := attachTest(t, path, AttachOptions{})
+	b, err := dead.Alloc(4096) // the dead process's grant
+	must(t, "Alloc", err)
+	qb, err := q.Alloc(4096) // the pool's other grant
+	must(t, "Alloc", err)
+	h, err := dead.Handle(b)
+	must(t, "Handle", err)
+	peer, err := q.Bytes(h)
+	must(t, "Bytes", err)
+	queueCopyInto(t, f, d, peer)
+	// A user's capture on a stream of its own (RELAXED: it may end on any thread), held for
+	// longer than the fence takes to come.
+	cs, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	must(t, "StreamBeginCapture", d.StreamBeginCapture(cs, cuda.CaptureRelaxed))
+	ended := make(chan error, 1)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		g, err := d.StreamEndCapture(cs) // invalidated by the refused synchronize: no graph
+		if g != 0 {
+			err = errors.Join(err, d.GraphDestroy(g))
+		}
+		ended <- err
+	}()
+	t.Cleanup(func() { must(t, "StreamDestroy", d.StreamDestroy(cs)) })
+	dead.cl.hangUp()
+	waitFor(t, func() bool { return w.Attached() == 1 })
+	ob, err := w.Alloc(4096) // waits for the fence, which waits for the capture to end
+	must(t, "owner Alloc of the dead process's grant", err)
+	if n := f.Pending(); n != 0 {
+		t.Fatalf("the dead process's grant was handed out with %d streams still to run (a peer's copy "+
+			"into it): the fence was passed on a synchronize the capture refused", n)
+	}
+	t.Logf("capture ended: %v", <-ended)
+	for _, e := range []error{w.Free(ob), q.Free(qb), q.Close()} {
+		must(t, "end", e)
+	}
+}
+
 // A pool bigger than the registration cap is made of regions no bigger than it, each one
 // registration in every CUDAHost process; a buffer copies by DMA from the owner and from an
 // attached process; everything is unregistered at the end.

@@ -1,7 +1,10 @@
 package ipcpool
 
 import (
+	"errors"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
 // The drainer: every DrainInterval each process takes in the handles of its buffers that
@@ -73,16 +76,21 @@ func (p *Process) tidier(done chan struct{}) {
 
 // passFence passes a fence the owner published: it synchronizes the process's CUDA context,
 // so that no copy it queued into memory the owner took back is still to run, and says so in
-// its fence word. A synchronize that fails reports the context's sticky error: nothing of it
-// runs any more either. A process without a device passes at once: its copies from and to
-// the pool, pageable to the driver, are done when their calls return.
+// its fence word. A synchronize that fails with the context's sticky error passes too: nothing
+// of it runs any more either. One the driver refuses because a stream of the context captures
+// a CUDA graph (cuda.ErrCapturing, in every capture mode) waited for nothing, and the copies
+// queued are still to run: the fence stays, for a later tick to pass once the capture is over.
+// A process without a device passes at once: its copies from and to the pool, pageable to the
+// driver, are done when their calls return.
 func (p *Process) passFence() {
 	e := p.c.load(hFence)
 	if e == p.fence {
 		return
 	}
 	if p.dev != nil {
-		_ = p.dev.Synchronize()
+		if err := p.dev.Synchronize(); errors.Is(err, cuda.ErrCapturing) {
+			return
+		}
 	}
 	p.c.slotStore(p.slot, sFence, e)
 	p.fence = e
