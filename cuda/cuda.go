@@ -165,7 +165,8 @@ func (d *Device) MemInfo() (free, total int, err error) {
 }
 
 // Synchronize waits until all work queued in the primary context, on every stream, has
-// completed.
+// completed. While any stream of the context captures a CUDA graph, in any capture mode and on
+// any thread, the driver refuses it (ErrCapturing) and invalidates that capture.
 func (d *Device) Synchronize() error {
 	in, err := d.in()
 	if err != nil {

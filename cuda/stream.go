@@ -69,7 +69,9 @@ func (d *Device) StreamWaitEvent(s Stream, ev Event) error {
 
 // StreamSynchronize waits until all work queued on s has completed. It runs in the RELAXED
 // capture interaction mode, as the module's own queries and waits do: a capture another thread
-// began in the GLOBAL mode neither refuses it nor is invalidated by it.
+// began in the GLOBAL mode neither refuses it nor is invalidated by it. No mode allows a
+// synchronize of a capturing stream, or of the legacy default stream (0) while a blocking
+// stream captures: the driver refuses it (ErrCapturing) and invalidates the capture.
 func (d *Device) StreamSynchronize(s Stream) error {
 	return d.do(func(in *icuda.Device) error { return in.StreamSynchronize(uintptr(s)) })
 }
