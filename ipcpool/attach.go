@@ -197,11 +197,17 @@ func recvHello(conn *net.UnixConn) (hello, []int, error) {
 // a VMM mapping) stays registered and mapped in this process, the device open, and Close
 // reports the driver's error: the next Close gives it back, and returns ErrClosed once
 // nothing is left. Until then, buffers given up in a kept region of a memfd pool are
-// inaccessible (a use faults); in a VMM pool the driver's mapping is left as it is.
+// inaccessible (a use faults); in a VMM pool the driver's mapping is left as it is. While a
+// stream of the process's CUDA context captures a CUDA graph, the driver refuses to synchronize
+// the context (in every capture mode, invalidating the capture): Close then leaves nothing and
+// returns an error matching cuda.ErrCapturing; Close again once the capture has ended.
 func (p *Process) Close() error {
 	defer retryStrays()
 	if p.owner != nil {
 		return p.owner.Close()
+	}
+	if err := p.captureRefusal(); err != nil {
+		return err
 	}
 	err := p.leaveAll(p.cl.detach)
 	if err == ErrClosed { // closed, or being closed, by another Close: its connection is that one's

@@ -156,6 +156,70 @@ func TestFakeFenceWaitsOutCapture(t *testing.T) {
 	}
 }
 
+// A Close while a stream of the process's CUDA context captures a CUDA graph, with a copy into
+// one of its buffers still queued: the synchronize of the context it waits with is refused (in
+// every capture mode), so it refuses too, with an error matching cuda.ErrCapturing, and leaves
+// nothing: the process stays attached, its pool mapped, the copy queued. A Close after the
+// capture leaves as ever. Close gave the grants back (and unregistered and unmapped the owner's
+// pool memory) under the queued copy, which then faulted.
+func TestFakeCloseBesideCaptureRefused(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	cs, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	t.Cleanup(func() { must(t, "StreamDestroy", d.StreamDestroy(cs)) })
+	capture := func() (end func()) { // a user's capture (RELAXED: it may end on any thread)
+		must(t, "StreamBeginCapture", d.StreamBeginCapture(cs, cuda.CaptureRelaxed))
+		return func() {
+			if g, err := d.StreamEndCapture(cs); g != 0 { // invalidated by the refused synchronize
+				must(t, "GraphDestroy", errors.Join(err, d.GraphDestroy(g)))
+			}
+		}
+	}
+	w, path := serveTest(t, Options{Size: 4 << 20, Pool: cudaHost})
+	p, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost})
+	must(t, "Attach", err)
+	b, err := p.Alloc(4096)
+	must(t, "Alloc", err)
+	queueCopyInto(t, f, d, b)
+	end := capture()
+	if err := p.Close(); !errors.Is(err, pcuda.ErrCapturing) {
+		t.Fatalf("Close beside a capture = %v, want an error matching cuda.ErrCapturing", err)
+	}
+	if w.Attached() != 1 || f.Pending() == 0 {
+		t.Fatalf("a refused Close left: %d processes attached, %d streams to run; want 1, 1", w.Attached(), f.Pending())
+	}
+	end()
+	if err := p.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+		t.Fatalf("Close after the capture with a buffer live: %v", err)
+	}
+	if f.Pending() != 0 || w.Attached() != 0 {
+		t.Fatalf("Close after the capture: %d streams to run, %d attached; want 0, 0", f.Pending(), w.Attached())
+	}
+	// The owner's own Close, with its copy queued, the same way.
+	ob, err := w.Alloc(4096)
+	must(t, "owner Alloc", err)
+	queueCopyInto(t, f, d, ob)
+	end = capture()
+	if err := w.Close(); !errors.Is(err, pcuda.ErrCapturing) {
+		t.Fatalf("owner Close beside a capture = %v, want an error matching cuda.ErrCapturing", err)
+	}
+	if f.Pending() == 0 {
+		t.Fatal("a refused owner Close ran the queued copy")
+	}
+	ob2, err := w.Alloc(4096)
+	must(t, "owner Alloc after a refused Close", err)
+	must(t, "owner Free", w.Free(ob2))
+	end()
+	must(t, "owner Free", w.Free(ob))
+	must(t, "owner Close after the capture", w.Close())
+	if f.Pending() != 0 {
+		t.Fatalf("owner Close after the capture: %d streams to run", f.Pending())
+	}
+}
+
 // A pool bigger than the registration cap is made of regions no bigger than it, each one
 // registration in every CUDAHost process; a buffer copies by DMA from the owner and from an
 // attached process; everything is unregistered at the end.

@@ -342,17 +342,34 @@ func (w *Owner) Wait(ctx context.Context) error {
 // while other processes are attached (Wait waits for them). Otherwise it stops serving,
 // removes the socket, and unmaps and frees the pool's memory; the owner's own buffers still
 // live are given up with it (an error wrapping pinned.ErrLiveBlocks says how many). Memory
-// the CUDA driver refuses to give back is kept for the next Close, as Process.Close says.
+// the CUDA driver refuses to give back is kept for the next Close, as Process.Close says, and
+// while a stream of the owner's CUDA context captures a CUDA graph, Close releases nothing and
+// returns an error matching cuda.ErrCapturing, as Process.Close does.
 func (w *Owner) Close() error {
 	defer retryStrays()
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return w.Process.leaveAgain()
+	// refused answers a Close that may not go on, with w.mu held: unlocked when it does.
+	refused := func() (bool, error) {
+		if w.closed {
+			w.mu.Unlock()
+			return true, w.Process.leaveAgain()
+		}
+		if n := w.attachedLocked(); n > 0 {
+			w.mu.Unlock()
+			return true, fmt.Errorf("%w: %d processes", ErrAttached, n)
+		}
+		return false, nil
 	}
-	if n := w.attachedLocked(); n > 0 {
-		w.mu.Unlock()
-		return fmt.Errorf("%w: %d processes", ErrAttached, n)
+	w.mu.Lock()
+	if ok, err := refused(); ok {
+		return err
+	}
+	w.mu.Unlock()
+	if err := w.Process.captureRefusal(); err != nil { // a synchronize: not under w.mu
+		return err
+	}
+	w.mu.Lock()
+	if ok, err := refused(); ok { // another Close, or a process, came meanwhile
+		return err
 	}
 	w.closed = true // no session takes a slot from now on
 	close(w.done)

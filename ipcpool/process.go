@@ -289,6 +289,24 @@ func (p *Process) closePool(force bool) error {
 	return err
 }
 
+// captureRefusal is the refusal of a Close while a stream of the process's CUDA context
+// captures a CUDA graph: the driver refuses the synchronize of the context that the leave waits
+// with (in every capture mode), so work queued into the pool's memory may still be to run, and
+// the process must not give its grants back or unmap the pool under it. It synchronizes the
+// context, and returns an error matching cuda.ErrCapturing when the driver refuses for a
+// capture; nil otherwise (any other failure is the leave's to report), or when the process has
+// no device or has left already.
+func (p *Process) captureRefusal() error {
+	if p.dev == nil || p.closed.Load() {
+		return nil
+	}
+	if err := p.dev.Synchronize(); errors.Is(err, cuda.ErrCapturing) {
+		return fmt.Errorf("ipcpool: not leaving while work may be queued in the process's CUDA "+
+			"context, which a capture keeps from being waited for; Close again after it: %w", err)
+	}
+	return nil
+}
+
 // leaveAll is Close's work for any process: it waits for the work queued in its CUDA context (a
 // copy into a buffer of the pool may still be queued), stops the drainer, lets go its retains,
 // takes in what peers let go, closes its pool (its grants go back as its arena gives its regions
