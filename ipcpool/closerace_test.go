@@ -3,10 +3,13 @@ package ipcpool
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // A call under way as its process's Close runs (Bytes, FreeHandle, Retain, paused as it
@@ -120,4 +123,28 @@ func TestOwnerCloseAsLastProcessLeaves(t *testing.T) {
 		t.Errorf("the process's Close took %v", d)
 	}
 	must(t, "the owner's Close as the process leaves", <-owner)
+}
+
+// TestOwnerFreeAfterClose: the owner's buffer given up at Close (ErrLiveBlocks), freed after it,
+// ends its pool's arena, whose last grant goes back to a table that is gone: nothing is given
+// back, and the Free returns nil as a process's does. The release wrote the table's word into
+// the control region Close had unmapped: the process died of SIGSEGV.
+func TestOwnerFreeAfterClose(t *testing.T) {
+	owner, err := Serve(filepath.Join(t.TempDir(), "pool.sock"), Options{Size: 4 << 20, FallbackPageable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := owner.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+		t.Fatalf("Close with a buffer live: %v, want ErrLiveBlocks", err)
+	}
+	if err := owner.Free(b); err != nil {
+		t.Fatalf("Free of a buffer given up at Close: %v", err)
+	}
+	if err := owner.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Close again: %v, want ErrClosed", err)
+	}
 }

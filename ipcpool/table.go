@@ -277,7 +277,16 @@ func (g ownerGranter) grant(n int) (int, error) { return g.w.grantWait(0, n, g.d
 
 func (g ownerGranter) refuse([]int) {} // the owner's own table: never lends a held grant
 
+// release gives the run back to the table, unless the owner has left: the pool, its control
+// region with it, is unmapped then (a buffer given up at Close, freed after it, ends its
+// arena here), and nothing is left to give back to.
 func (g ownerGranter) release(first, n int) {
+	p := g.w.Process
+	p.leaveMu.Lock() // before w.mu, as the leave takes it with no w.mu held
+	defer p.leaveMu.Unlock()
+	if p.left {
+		return
+	}
 	g.w.mu.Lock()
 	_ = g.w.releaseRun(0, first, n)
 	g.w.mu.Unlock()
