@@ -483,16 +483,11 @@ func (d *Device) StreamQuery(s Stream) error {
 // with the capture itself: RELAXED does not allow it.
 func (d *Device) StrictCapture(on bool) { d.strict.Store(on) }
 
-// relaxed runs f, on the thread Do locked, in the RELAXED capture mode unless StrictCapture.
+// relaxed runs f in the RELAXED capture mode (RelaxCapture) unless StrictCapture.
 func (d *Device) relaxed(f func() error) error {
-	if d.strict.Load() {
-		return f()
+	if !d.strict.Load() {
+		defer d.RelaxCapture()()
 	}
-	prev, err := d.drv.threadExchangeCaptureMode(CaptureRelaxed)
-	if err != nil {
-		return f() // a driver without the call
-	}
-	defer d.drv.threadExchangeCaptureMode(prev)
 	return f()
 }
 
