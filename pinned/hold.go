@@ -308,6 +308,11 @@ func (sh *outShard) lockEntry(base uintptr) bool {
 	return false
 }
 
+// subSliceFree is the refusal of a free of n bytes at addr, a buffer of size bytes.
+func subSliceFree(addr, n, size uintptr) error {
+	return fmt.Errorf("%w: %#x freed with %d bytes, allocated with %d", ErrSubSlice, addr, n, size)
+}
+
 // deferFree defers the free of the buffer at addr, of n bytes (FreeAsync on stream s when
 // async; of a shared buffer whose last reference went when dropped), when it is held: handled
 // reports that it was (err then says why the free is refused: a sub-slice, a free pending
@@ -326,7 +331,7 @@ func (o *outside) deferFree(addr, n uintptr, async bool, s cuda.Stream, dropped 
 	case u == nil:
 		return false, nil
 	case n != u.size:
-		return true, fmt.Errorf("%w: %#x freed with %d bytes, allocated with %d", ErrSubSlice, addr, n, u.size)
+		return true, subSliceFree(addr, n, u.size)
 	case u.freed != 0:
 		return true, fmt.Errorf("%w: %#x has a free pending already (it waits for its holds)", ErrDoubleFree, addr)
 	}

@@ -133,7 +133,7 @@ func (p *Pool) FreeShared(b []byte) error {
 	case err != nil:
 		return wrapError(err, ErrNotOwned)
 	case size != n:
-		return fmt.Errorf("%w: %#x freed with %d bytes, allocated with %d", ErrSubSlice, addr, n, size)
+		return subSliceFree(addr, n, size)
 	case !p.g.Held(addr):
 		return fmt.Errorf("%w: %#x is not a shared buffer", ErrNotOwned, addr)
 	}
@@ -145,7 +145,7 @@ func (p *Pool) FreeShared(b []byte) error {
 func (p *Pool) freeShared(addr, n uintptr, l *streamList) (done bool, err error) {
 	if size, err := p.g.Size(addr); err == nil && size != n {
 		// Before the Sharer: a sub-slice's free drops no reference.
-		return true, fmt.Errorf("%w: %#x freed with %d bytes, allocated with %d", ErrSubSlice, addr, n, size)
+		return true, subSliceFree(addr, n, size)
 	}
 	if l != nil {
 		// FreeAsync's stream is recorded on the buffer, before the Sharer (after it, a last
