@@ -253,6 +253,7 @@ func (h *Heap) releaseEmpty() {
 		}
 	}
 	h.releaseRuns(0)
+	h.trimRunTails()
 	for _, s := range h.spares {
 		_ = h.a.Free(s.span)
 		h.nsegs--

@@ -300,6 +300,23 @@ func (h *Heap) releaseRuns(keep int) {
 	h.runs = runs
 }
 
+// trimRunTails gives back to the arena the empty segments at the end of each run, whose
+// address space the run grew into and no longer uses (a run keeps a segment that empties, for
+// its next pages): a few live blocks spread over a heap's runs would otherwise hold address
+// space that another heap needs for a run of its own once the arena has no room left.
+func (h *Heap) trimRunTails() {
+	for _, r := range h.runs {
+		for n := len(r.segs); n > 1 && r.segs[n-1].npages == 0; n = len(r.segs) {
+			s := r.segs[n-1]
+			h.g.unregister(s)
+			_ = h.a.Free(s.span) // cannot fail: the chunk is ours and in use
+			r.segs[n-1] = nil
+			r.segs = r.segs[:n-1]
+			h.nsegs--
+		}
+	}
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1
