@@ -76,20 +76,8 @@ func TestFakeDeadGrantsWaitForPeersStreams(t *testing.T) {
 	if f == nil {
 		return
 	}
-	w, path := serveTest(t, Options{Size: 4 << 20, GrantSize: 2 << 20})
 	// q passes fences at its drain ticks only: the owner's Alloc below must wait for one.
-	q, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost, DrainInterval: 200 * time.Millisecond})
-	must(t, "Attach", err)
-	dead := attachTest(t, path, AttachOptions{})
-	b, err := dead.Alloc(4096) // the dead process's grant
-	must(t, "Alloc", err)
-	qb, err := q.Alloc(4096) // the pool's other grant
-	must(t, "Alloc", err)
-	h, err := dead.Handle(b)
-	must(t, "Handle", err)
-	peer, err := q.Bytes(h)
-	must(t, "Bytes", err)
-	queueCopyInto(t, f, d, peer)
+	w, q, dead, qb := copyIntoDeadsBuffer(t, f, d, 200*time.Millisecond)
 	// The process dies: its socket closes without a detach (in this process, the owner does
 	// not wait for an exit).
 	dead.cl.hangUp()
@@ -104,6 +92,28 @@ func TestFakeDeadGrantsWaitForPeersStreams(t *testing.T) {
 	}
 }
 
+// copyIntoDeadsBuffer serves a pool of two 2 MiB grants, attaches q (a CUDAHost pool, draining
+// every drain, or at its default interval when 0) and dead, and queues on q's device a copy into
+// a buffer of dead's grant, handed to q, which the fake holds: dead is to die (cl.hangUp) with the
+// copy still queued. qb is q's own buffer, in the pool's other grant.
+func copyIntoDeadsBuffer(t *testing.T, f *fakecuda.Driver, d *cuda.Device, drain time.Duration) (w *Owner, q, dead *Process, qb []byte) {
+	t.Helper()
+	w, path := serveTest(t, Options{Size: 4 << 20, GrantSize: 2 << 20})
+	q, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost, DrainInterval: drain})
+	must(t, "Attach", err)
+	dead = attachTest(t, path, AttachOptions{})
+	b, err := dead.Alloc(4096) // the dead process's grant
+	must(t, "Alloc", err)
+	qb, err = q.Alloc(4096) // the pool's other grant
+	must(t, "Alloc", err)
+	h, err := dead.Handle(b)
+	must(t, "Handle", err)
+	peer, err := q.Bytes(h)
+	must(t, "Bytes", err)
+	queueCopyInto(t, f, d, peer)
+	return w, q, dead, qb
+}
+
 // A fence a process meets while a stream of its context captures a CUDA graph: the synchronize
 // of the context that passes it is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, in every
 // capture mode), which is no sticky error: the copies queued in the context are still to run.
@@ -114,19 +124,7 @@ func TestFakeFenceWaitsOutCapture(t *testing.T) {
 	if f == nil {
 		return
 	}
-	w, path := serveTest(t, Options{Size: 4 << 20, GrantSize: 2 << 20})
-	q, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost})
-	must(t, "Attach", err)
-	dead := attachTest(t, path, AttachOptions{})
-	b, err := dead.Alloc(4096) // the dead process's grant
-	must(t, "Alloc", err)
-	qb, err := q.Alloc(4096) // the pool's other grant
-	must(t, "Alloc", err)
-	h, err := dead.Handle(b)
-	must(t, "Handle", err)
-	peer, err := q.Bytes(h)
-	must(t, "Bytes", err)
-	queueCopyInto(t, f, d, peer)
+	w, q, dead, qb := copyIntoDeadsBuffer(t, f, d, 0)
 	// A user's capture on a stream of its own (RELAXED: it may end on any thread), held for
 	// longer than the fence takes to come.
 	cs, err := d.StreamCreate(true)
