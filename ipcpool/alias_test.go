@@ -45,17 +45,7 @@ func TestAliasedRegionsRefused(t *testing.T) {
 			if err == nil {
 				defer p.Close()
 				if c.l.regions == 2 {
-					// Show what it leads to: two buffers, in two grants, of one memory.
-					a, err := p.Alloc(1<<21 - 4096)
-					must(t, "Alloc", err)
-					b, err := p.Alloc(1<<21 - 4096)
-					must(t, "Alloc", err)
-					fillSeq(a, 1)
-					fillSeq(b, 2)
-					if a[0] != 1 {
-						t.Errorf("buffers %#x and %#x, in two grants, are one memory: a write to one changed the other",
-							mem.Addr(a), mem.Addr(b))
-					}
+					showAliased(t, p)
 				}
 				t.Fatalf("Attach to an owner sending %s: accepted, want ErrProtocol", c.name)
 			}
@@ -143,5 +133,21 @@ func TestDistinctFilesDeviceNodes(t *testing.T) {
 	}
 	if err := distinctFiles([]int{ctl, two[0], ctl}); !errors.Is(err, ErrProtocol) {
 		t.Errorf("the control region's memfd sent twice: %v, want ErrProtocol", err)
+	}
+}
+
+// showAliased shows what a pool of two aliased regions, once accepted, leads to: two buffers,
+// in two grants, of one memory (a write to one changes the other).
+func showAliased(t *testing.T, p *Process) {
+	t.Helper()
+	a, err := p.Alloc(1<<21 - 4096)
+	must(t, "Alloc", err)
+	b, err := p.Alloc(1<<21 - 4096)
+	must(t, "Alloc", err)
+	fillSeq(a, 1)
+	fillSeq(b, 2)
+	if a[0] != 1 {
+		t.Errorf("buffers %#x and %#x, in two grants, are one memory: a write to one changed the other",
+			mem.Addr(a), mem.Addr(b))
 	}
 }

@@ -13,7 +13,6 @@ import (
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
-	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
 // A hostile owner of a VMM pool (Options.VMM), against the fake driver: what it sends as the
@@ -113,17 +112,7 @@ func TestFakeAliasedVMMRegionsRefused(t *testing.T) {
 			p, err := Attach(context.Background(), path, AttachOptions{Pool: cudaHost, Timeout: time.Second})
 			if err == nil {
 				defer p.Close()
-				// Show what it leads to: two buffers, in two grants, of one memory.
-				a, err := p.Alloc(1<<21 - 4096)
-				must(t, "Alloc", err)
-				b, err := p.Alloc(1<<21 - 4096)
-				must(t, "Alloc", err)
-				fillSeq(a, 1)
-				fillSeq(b, 2)
-				if a[0] != 1 {
-					t.Errorf("buffers %#x and %#x, in two grants, are one memory: a write to one changed the other",
-						mem.Addr(a), mem.Addr(b))
-				}
+				showAliased(t, p)
 				t.Fatalf("Attach to a VMM owner sending %s: accepted, want ErrProtocol", c.name)
 			}
 			if !errors.Is(err, ErrProtocol) {
