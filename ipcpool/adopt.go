@@ -129,8 +129,12 @@ func (w *Owner) adopt(fds []int) error {
 	return nil
 }
 
-// readGeometry reads and checks the geometry of the control region of fd.
+// readGeometry reads and checks the geometry of the control region of fd, once it knows fd is a
+// sealed memfd (a read of another file could hang).
 func readGeometry(fd int) (l layout, vmm bool, size uintptr, err error) {
+	if err := checkSealed(fd); err != nil {
+		return l, false, 0, err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Size < 8*hdrWords || st.Size > 1<<40 {
 		return l, false, 0, fmt.Errorf("%w: a control region of %d bytes", ErrProtocol, st.Size)

@@ -49,9 +49,16 @@ func checkMemfd(fd int, size uintptr) error {
 	if st.Size < 0 || uintptr(st.Size) != size {
 		return fmt.Errorf("%w: a memfd of %d bytes, want %d", ErrProtocol, st.Size, size)
 	}
+	return checkSealed(fd)
+}
+
+// checkSealed verifies that fd is a memfd sealed against shrinking and growing. It asks the
+// kernel only, reading nothing, so that a peer's descriptor of another file (a FUSE file, a
+// file on a stalled mount) cannot hang the process that checks it.
+func checkSealed(fd int) error {
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil || seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
-		return fmt.Errorf("%w: a region file that is not a memfd sealed against shrinking and growing", ErrProtocol)
+		return fmt.Errorf("%w: a file of the pool that is not a memfd sealed against shrinking and growing", ErrProtocol)
 	}
 	return nil
 }

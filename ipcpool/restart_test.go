@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -161,18 +162,62 @@ func FuzzReadGeometry(f *testing.F) {
 		if size < 0 || size > 1<<24 {
 			return
 		}
-		fd, err := unix.MemfdCreate("fuzz", unix.MFD_CLOEXEC)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(fd)
-		_ = unix.Ftruncate(fd, size)
-		_, _ = unix.Pwrite(fd, hdr, 0)
+		fd := sealedFile(t, hdr, size)
 		gl, _, n, err := readGeometry(fd)
 		if err == nil && (gl.check() != nil || n != gl.ctlBytes() || int64(n) != size) {
 			t.Fatalf("accepted %+v of %d bytes", gl, n)
 		}
 	})
+}
+
+// sealedFile returns a memfd of size bytes that begins with hdr, sealed as a pool's are.
+func sealedFile(t testing.TB, hdr []byte, size int64) int {
+	fd, err := unix.MemfdCreate("pool", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	_ = unix.Ftruncate(fd, size)
+	_, _ = unix.Pwrite(fd, hdr, 0)
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// A control region's geometry is read only from a sealed memfd: a peer's descriptor of any
+// other file is refused before a byte of it is read (a read of a FUSE file, or of one on a
+// stalled mount, could hang the adopting owner for good). Here the files hold a valid header,
+// which readGeometry accepted from any file before.
+func TestReadGeometryOnlyFromSealedMemfd(t *testing.T) {
+	l := layout{regions: 1, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	c := testCtl(l, nil)
+	c.writeHeader(7, 0)
+	hdr := make([]byte, 8*hdrWords)
+	for i := range hdrWords {
+		binary.LittleEndian.PutUint64(hdr[8*i:], c.load(i))
+	}
+	size := int64(l.ctlBytes())
+	if _, _, _, err := readGeometry(sealedFile(t, hdr, size)); err != nil {
+		t.Fatalf("a sealed memfd with a valid header: %v", err)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "ctl"))
+	must(t, "create", err)
+	defer f.Close()
+	must(t, "truncate", f.Truncate(size))
+	_, err = f.WriteAt(hdr, 0)
+	must(t, "write", err)
+	unsealed, err := unix.MemfdCreate("pool", unix.MFD_CLOEXEC)
+	must(t, "memfd", err)
+	defer unix.Close(unsealed)
+	must(t, "truncate", unix.Ftruncate(unsealed, size))
+	_, err = unix.Pwrite(unsealed, hdr, 0)
+	must(t, "write", err)
+	for name, fd := range map[string]int{"a regular file": int(f.Fd()), "an unsealed memfd": unsealed} {
+		if _, _, _, err := readGeometry(fd); !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s with a valid header: %v, want ErrProtocol", name, err)
+		}
+	}
 }
 
 // A keeper alone hands the pool over: no process of the dead owner survives, and the new
