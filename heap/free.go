@@ -253,7 +253,7 @@ func (h *Heap) releaseEmpty() {
 		}
 	}
 	h.releaseRuns(0)
-	h.trimRunTails()
+	h.trimRuns()
 	for _, s := range h.spares {
 		_ = h.a.Free(s.span)
 		h.nsegs--

@@ -300,20 +300,40 @@ func (h *Heap) releaseRuns(keep int) {
 	h.runs = runs
 }
 
-// trimRunTails gives back to the arena the empty segments at the end of each run, whose
-// address space the run grew into and no longer uses (a run keeps a segment that empties, for
-// its next pages): a few live blocks spread over a heap's runs would otherwise hold address
-// space that another heap needs for a run of its own once the arena has no room left.
-func (h *Heap) trimRunTails() {
-	for _, r := range h.runs {
-		for n := len(r.segs); n > 1 && r.segs[n-1].npages == 0; n = len(r.segs) {
-			s := r.segs[n-1]
-			h.g.unregister(s)
-			_ = h.a.Free(s.span) // cannot fail: the chunk is ours and in use
-			r.segs[n-1] = nil
-			r.segs = r.segs[:n-1]
-			h.nsegs--
+// trimRuns gives back to the arena the empty segments of the runs in use, whose address space
+// the runs grew into and no longer use (a run keeps a segment that empties, for its next
+// pages): a few live blocks spread over a heap's runs would otherwise hold address space that
+// another heap needs for a run of its own once the arena has no room left. A run splits where
+// it gives segments back: each stretch of segments in use becomes a run of its own (a page
+// lies in one stretch, as every segment it touches counts it). Called after releaseRuns, so
+// that every run has a segment in use.
+func (h *Heap) trimRuns() {
+	for _, r := range h.runs[:len(h.runs):len(h.runs)] { // not the runs split off
+		segs := r.segs
+		if r.used == len(segs) {
+			continue
 		}
+		r.segs, r.used = segs[:0], 0 // the first stretch, in place: s.ri <= i
+		cur := r
+		for _, s := range segs {
+			if s.npages == 0 {
+				h.g.unregister(s)
+				_ = h.a.Free(s.span) // cannot fail: the chunk is ours and in use
+				h.nsegs--
+				if cur != nil && len(cur.segs) > 0 {
+					cur = nil // the next stretch is a run of its own
+				}
+				continue
+			}
+			if cur == nil {
+				cur = &run{owner: h}
+				h.runs = append(h.runs, cur)
+			}
+			s.run, s.ri = cur, len(cur.segs)
+			cur.segs = append(cur.segs, s)
+			cur.used++
+		}
+		clear(segs[len(r.segs):])
 	}
 }
 
