@@ -103,8 +103,9 @@
 //     TestFakeIdlePurgeEarlyMutant shows the fake faults when a purge does not wait.)
 //   - Trim's arena purge (arena.Arena.Trim) runs after the reclaim: the arena decommits only chunks
 //     it holds, which came to it by the paths above, and so does its purge timer.
-//   - ForgetStream synchronizes the stream and does its deferred frees before its heap closes
-//     (a heap with live blocks, deferred ones included, refuses); Close refuses while a
+//   - ForgetStream synchronizes the stream (the context, for a stream the user destroyed first,
+//     which the driver refuses) and does its deferred frees before its heap closes (a heap with
+//     live blocks, deferred ones included, refuses); Close refuses while a
 //     stream the heap has seen has work in flight (the legacy stream too, when one is blocking
 //     or a default stream), and then does the deferred frees, those on the legacy stream, and
 //     the legacy stream's heap, after a point it records there and waits for (internal/streamq's

@@ -43,6 +43,13 @@ func (h *Heap) Trim() error {
 // have passed them), gives back the memory its heap holds and forgets s, so that it may be
 // destroyed. It fails with an error wrapping heap.ErrLiveBlocks, and keeps s, while blocks
 // allocated on s are live, or freed on a stream that has not passed the free yet.
+//
+// A stream destroyed before its ForgetStream, whose handle the driver refuses while it still
+// runs the work queued there, is waited for with a synchronize of the context instead, and then
+// forgotten the same way. While a CUDA graph capture holds s, the legacy stream or another stream
+// of the heap's, that synchronize would end the capture: ForgetStream then waits for nothing,
+// keeps s (its deferred frees and its heap's memory), and fails with an error matching
+// cuda.ErrCapturing; call it again once the capture has ended.
 func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
@@ -55,7 +62,9 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	// s's own synchronize, and the legacy stream's implicit order (streamq's Points.WaitStream):
 	// its deferred frees and its heap's memory change owner next.
 	if err := h.lists.Points().WaitStream(uintptr(s)); err != nil {
-		return fmt.Errorf("device: synchronize stream %#x: %w", s, err)
+		if err := h.waitRefused(s, err); err != nil {
+			return err
+		}
 	}
 	if l != nil {
 		h.done = h.lists.Release(l, h.done)
@@ -76,6 +85,65 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		delete(h.purge.looks, sh)
 	}
 	return nil
+}
+
+// waitRefused answers ForgetStream's wait for s, which failed with cause: unless a capture
+// refused it, it synchronizes the context, which waits for the work of every stream, s's
+// included when the driver refuses s for having been destroyed (it still runs the work queued
+// there). That synchronize would end a capture on any stream of the context, and the driver
+// refuses it then: so it asks the heap's streams and the legacy stream first (Capturing, which
+// answers for a capture on a blocking stream too), and waits for nothing while one captures.
+// It returns nil once the context has been synchronized. h.mu is held.
+func (h *Heap) waitRefused(s cuda.Stream, cause error) error {
+	const kept = "it keeps its deferred frees and its memory; call ForgetStream again once the capture has ended"
+	if errors.Is(cause, cuda.ErrCapturing) {
+		return fmt.Errorf("device: forget stream %#x: %w; %s", s, cause, kept)
+	}
+	p := h.lists.Points()
+	if c, held := h.captured(); held {
+		return fmt.Errorf("device: forget stream %#x: the driver refuses it (%v), and the synchronize of the context that would wait for its work would end the CUDA graph capture on stream %#x: %w; %s",
+			s, cause, c, cuda.ErrCapturing, kept)
+	}
+	if err := p.WaitAll(); err != nil {
+		if errors.Is(err, cuda.ErrCapturing) {
+			return fmt.Errorf("device: forget stream %#x: the driver refuses it (%v), and the synchronize of the context that would wait for its work was refused: %w; %s", s, cause, err, kept)
+		}
+		return fmt.Errorf("device: forget stream %#x: the driver refuses it, and the synchronize of the context that would wait for its work failed: %w%s; it keeps its deferred frees and its memory",
+			s, err, besides(cause, err))
+	}
+	return nil
+}
+
+// captured returns a stream of the heap's, or the legacy stream, that a CUDA graph capture
+// holds (streamq's Points.Capturing), with held true; none, false. h.mu is held.
+func (h *Heap) captured() (s cuda.Stream, held bool) {
+	p := h.lists.Points()
+	for s := range h.streams {
+		if p.Capturing(uintptr(s)) {
+			return s, true
+		}
+	}
+	found := cuda.Stream(0)
+	h.lists.Range(func(s streamq.Stream, _, _ []cuda.DevicePtr) {
+		if !held && p.Capturing(s) {
+			found, held = cuda.Stream(s), true
+		}
+	})
+	if held {
+		return found, true
+	}
+	return 0, p.Capturing(0)
+}
+
+// besides says cause, the error of the call that led to the driver's error err, unless it is
+// the same driver error: said once.
+func besides(cause, err error) string {
+	if c, ok := cuda.ResultCode(cause); ok {
+		if e, _ := cuda.ResultCode(err); e == c {
+			return ""
+		}
+	}
+	return fmt.Sprintf(" (before it: %v)", cause)
 }
 
 // Close releases the heap's memory and events, and the device if Open made it. It fails, and

@@ -1,0 +1,138 @@
+package device
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"testing"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// destroyedWithFrees makes stream s, has the heap see it, and destroys it without ForgetStream
+// while work is held there: a block of s's own heap (mine) and one of stream a's (theirs), each
+// cleared by a memset queued on s and freed on s (mine goes back to s's heap at once, theirs
+// waits on s's list of deferred frees). The driver refuses s's handle from then on and still runs
+// the memsets, which are still queued when it returns (Hold on).
+func destroyedWithFrees(t *testing.T, f *fakecuda.Driver, dev *cuda.Device, h *Heap, a cuda.Stream, n uintptr) (s cuda.Stream, mine, theirs cuda.DevicePtr) {
+	t.Helper()
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	mine, theirs = alloc(t, h, n, s), alloc(t, h, n, a)
+	must(t, "synchronize the context", dev.Synchronize()) // the heap's check of s, run
+	f.Hold(true)
+	for _, p := range []cuda.DevicePtr{mine, theirs} {
+		must(t, "MemsetAsync on s", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, int(n), pcuda.Stream(s)))
+		must(t, "FreeAsync on s", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+	}
+	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(s))
+	if f.Pending() == 0 {
+		t.Fatal("the memsets ran before ForgetStream: the test holds nothing")
+	}
+	return s, mine, theirs
+}
+
+// TestFakeForgetDestroyedStream: ForgetStream of a stream the user destroyed first, with a free
+// of another stream's block deferred on it and its own heap holding a block freed behind a memset
+// still queued there. The driver refuses the handle, so no synchronize of the stream can wait
+// for that work: ForgetStream synchronizes the context instead (as a poll and Close answer a
+// refused stream), which runs the memsets, then does the deferred free, gives back the memory of
+// s's heap and forgets s. Before, it returned the refusal and kept s for good: its free stayed
+// deferred, its heap kept its memory, and every later ForgetStream(s) failed the same way. The
+// blocks taken back are then allocated on a and written: their bytes must survive (the memsets
+// ran before, not after).
+func TestFakeForgetDestroyedStream(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a := newStream(t, dev, h)
+	const n = 64 << 10
+	s, mine, theirs := destroyedWithFrees(t, f, dev, h, a, n)
+	if err := h.ForgetStream(pcuda.Stream(s)); err != nil {
+		t.Fatalf("ForgetStream of a destroyed stream: %v; want nil (the context synchronized instead)", err)
+	}
+	if f.Pending() != 0 {
+		t.Errorf("ForgetStream gave s's memory back with work of %d streams still queued", f.Pending())
+	}
+	h.mu.Lock()
+	_, kept := h.streams[pcuda.Stream(s)]
+	list := h.lists.Lookup(uintptr(s))
+	h.mu.Unlock()
+	if st := h.Stats(); st.Deferred != 0 || st.Live != 0 || kept || list != nil {
+		t.Fatalf("after ForgetStream: %d deferred, %d live, s's heap kept %v, s's list %v; want none of them", st.Deferred, st.Live, kept, list != nil)
+	}
+	must(t, "ForgetStream again", h.ForgetStream(pcuda.Stream(s)))
+	// Both blocks are the arena's or a's now: a's Allocs take them, and a's writes must stay.
+	want := pattern(n, 0x5C)
+	var got []cuda.DevicePtr
+	reused := 0
+	for range 2 {
+		p := alloc(t, h, n, a)
+		if p == mine || p == theirs {
+			reused++
+		}
+		must(t, "HtoDAsync on a", h.HtoDAsync(pcuda.DevicePtr(p), want, pcuda.Stream(a)))
+		got = append(got, p)
+	}
+	if reused == 0 {
+		t.Errorf("a's Allocs got %#x, not the blocks s gave back (%#x, %#x)", got, mine, theirs)
+	}
+	f.Hold(false)
+	must(t, "synchronize the context", dev.Synchronize())
+	buf := make([]byte, n)
+	for _, p := range got {
+		must(t, "DtoH", h.DtoH(buf, pcuda.DevicePtr(p)))
+		if !bytes.Equal(buf, want) {
+			i := firstDiff(buf, want)
+			t.Errorf("block %#x holds %#x at byte %d, want %#x: the destroyed stream's memset ran after the reuse", p, buf[i], i, want[i])
+		}
+	}
+	freeAll(t, h, got)
+}
+
+// TestFakeForgetDestroyedStreamBesideCapture: ForgetStream of a destroyed stream (as in
+// TestFakeForgetDestroyedStream) while the user captures a CUDA graph on another stream of the
+// heap's: the synchronize of the context that would answer the refused stream is refused during
+// a capture, and would end it; so ForgetStream asks nothing of the context, leaves the capture
+// valid, keeps s (its free deferred, its heap's memory), and says so with an error matching
+// cuda.ErrCapturing. Once the capture has ended, ForgetStream(s) forgets s.
+func TestFakeForgetDestroyedStreamBesideCapture(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, c := newStream(t, dev, h), newStream(t, dev, h)
+	keep := alloc(t, h, 4096, c)
+	const n = 64 << 10
+	s, _, _ := destroyedWithFrees(t, f, dev, h, a, n)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	err := h.ForgetStream(pcuda.Stream(s))
+	h.mu.Lock() // no Stats: its poll would answer s, refused, once the capture has ended
+	_, kept := h.streams[pcuda.Stream(s)]
+	deferred := len(h.deferred)
+	h.mu.Unlock()
+	g, cerr := dev.StreamEndCapture(c)
+	if cerr != nil {
+		t.Fatalf("ForgetStream invalidated the user's capture: %v", cerr)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if !errors.Is(err, pcuda.ErrCapturing) {
+		t.Fatalf("ForgetStream of a destroyed stream during a capture: %v; want an error matching cuda.ErrCapturing", err)
+	}
+	t.Logf("ForgetStream during the capture: %v", err)
+	if deferred != 1 || !kept {
+		t.Fatalf("ForgetStream refused during a capture: %d deferred, s's heap kept %v; want 1, true (nothing changes owner)", deferred, kept)
+	}
+	must(t, "ForgetStream once the capture has ended", h.ForgetStream(pcuda.Stream(s)))
+	if st := h.Stats(); st.Deferred != 0 || st.Live != 1 {
+		t.Fatalf("after ForgetStream: %d deferred, %d live; want 0, 1", st.Deferred, st.Live)
+	}
+	freeAll(t, h, []cuda.DevicePtr{keep})
+}
