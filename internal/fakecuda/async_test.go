@@ -300,6 +300,76 @@ func TestAsyncDestroyedStream(t *testing.T) {
 	}
 }
 
+// TestAsyncReusedStreamHandle: with ReuseStreamHandles on, a stream created after a destroy
+// gets the destroyed stream's handle, the one destroyed last first, as the real driver hands out
+// a destroyed stream's handle value again (R: rmm#649, rmm#2251, cccl#5132), even while the
+// destroyed stream still has work queued. The handle then names the new stream alone: its
+// flags, its queue (a query and a synchronize of it neither see nor run the old stream's work),
+// while the old stream's work still runs at a context synchronize and its event stays its own.
+// Off, every stream gets a handle of its own.
+func TestAsyncReusedStreamHandle(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	x := newAsyncFixture(t, f, d, 64<<10)
+	must(t, "HtoD", d.MemcpyHtoD(x.dev, mem.Addr(fill(x.in(), 1)), x.n))
+	ev := x.event(t)
+	f.ReuseStreamHandles(true)
+	defer f.ReuseStreamHandles(false)
+	old, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	fill(x.in(), 2)
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, "HtoDAsync", d.MemcpyHtoDAsync(x.dev, x.host, x.n, old))
+	must(t, "EventRecord", d.EventRecord(ev, old))
+	must(t, "StreamDestroy with work queued", d.StreamDestroy(old))
+	s, err := d.StreamCreate(false)
+	must(t, "StreamCreate", err)
+	if s != old {
+		t.Fatalf("a stream created after a destroy got handle %#x, not the destroyed stream's %#x", s, old)
+	}
+	if nb, err := d.StreamNonBlocking(s); err != nil || nb {
+		t.Errorf("the new stream's flags: non-blocking %v, %v; want blocking, as created", nb, err)
+	}
+	must(t, "StreamQuery of the new stream, the old one's copy held", d.StreamQuery(s))
+	must(t, "StreamSynchronize of the new stream", d.StreamSynchronize(s))
+	if f.Pending() == 0 || !x.devHolds(t, x.dev, 1) {
+		t.Error("a synchronize of the new stream ran the work of the destroyed stream whose handle it has")
+	}
+	wantErr(t, "EventQuery of the old stream's event, held", d.EventQuery(ev), pinmalloc.ErrNotReady)
+
+	// The handle destroyed last goes first; the next, after it.
+	s2, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	must(t, "StreamDestroy", d.StreamDestroy(s2))
+	must(t, "StreamDestroy", d.StreamDestroy(s))
+	a, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	b, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	if a != s || b != s2 {
+		t.Errorf("after destroying %#x then %#x, new streams got %#x, %#x; want the one destroyed last first", s2, s, a, b)
+	}
+	f.ReuseStreamHandles(false)
+	must(t, "StreamDestroy", d.StreamDestroy(b))
+	c, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	if c == b || c == a || c == old {
+		t.Errorf("with reuse off, a new stream got handle %#x, one already given out", c)
+	}
+	for _, s := range []cuda.Stream{a, c} {
+		must(t, "StreamDestroy", d.StreamDestroy(s))
+	}
+	f.Hold(false)
+	must(t, "Synchronize", d.Synchronize())
+	if !x.devHolds(t, x.dev, 2) {
+		t.Error("a context synchronize did not run the work of the stream whose handle was reused")
+	}
+	must(t, "EventQuery of the old stream's event", d.EventQuery(ev))
+}
+
 // TestAsyncLegacyStream: the synchronous calls run on the legacy default stream, which waits
 // for blocking streams but not for non-blocking ones; a synchronous DtoD or memset of device
 // memory returns before it has run (no host-side synchronization).

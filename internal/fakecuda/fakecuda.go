@@ -143,6 +143,7 @@ const (
 	ctlNUMANodes
 	ctlHostPools
 	ctlDriverVersion
+	ctlReuseStreams
 )
 
 // Result codes for FailRegister.
@@ -326,6 +327,13 @@ func (d *Driver) SetDriverVersion(v int) bool { return d.ctl(ctlDriverVersion, i
 // a HOST_NUMA location. Device i's nearest node (attribute HOST_NUMA_ID, 134) is i modulo n.
 // It returns false, changing nothing, for n out of range.
 func (d *Driver) SetNUMANodes(n int) bool { return d.ctl(ctlNUMANodes, int64(n), 0) == 0 }
+
+// ReuseStreamHandles makes cuStreamCreate hand out the handle of the stream destroyed last, as
+// the real driver does (on), or a handle of its own to every stream (off, the default): a handle
+// kept past its stream's cuStreamDestroy then names the next stream created, which a table keyed
+// by handle takes for the old one. The destroyed stream's queued work still runs, and its events
+// stay its own.
+func (d *Driver) ReuseStreamHandles(on bool) { d.ctl(ctlReuseStreams, b2i(on), 0) }
 
 // FailRegister makes the next n calls of cuMemHostRegister fail with the given result code.
 func (d *Driver) FailRegister(n, code int) { d.ctl(ctlFailRegister, int64(n), int64(code)) }
