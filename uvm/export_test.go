@@ -78,3 +78,15 @@ func (t *Tier) VerifyPolicy() error {
 	}
 	return nil
 }
+
+// ReleaseEvents returns the number of release events block h keeps (one per stream its uses
+// ended on since it last moved, and per stream forgotten with its release in flight).
+func (t *Tier) ReleaseEvents(h Handle) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, b, err := t.lookup(h)
+	if err != nil {
+		return 0, err
+	}
+	return len(b.rel), nil
+}

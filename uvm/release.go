@@ -14,22 +14,35 @@ import (
 // and on the block's restore if it is still in flight, so the copy reads what the user's work wrote
 // (PyTorch's record_stream). A block's release events are reused once the waits on them are queued
 // (recording an event again does not affect a wait queued before).
+//
+// A stream's handle outlives the stream: the driver gives a destroyed stream's handle value to a
+// stream created later, whose work is not ordered after the old one's. So ForgetStream makes the
+// release events recorded on the stream it forgets stand for that stream alone
+// (forgetReleases): no later use of the handle takes one for its own stream's, whose wait it
+// skips, nor for the newest of its stream, the only one a batch waits for.
 
 // releases are the tier's release events: one per block and stream a use of the block ended
 // on, and idle ones to record next; and the waits of the batch being built.
 type releases struct {
-	seq   uint64       // release events recorded, to order them
-	idle  []cuda.Event // release events not recorded for a block now (see putReleases)
-	waits []relEvent   // what the batch being built waits for (addWaits, queueWaits)
+	seq     uint64       // release events recorded, to order them
+	forgets uint64       // streams forgotten with release events in flight (relEvent.gone)
+	idle    []cuda.Event // release events not recorded for a block now (see putReleases)
+	waits   []relEvent   // what the batch being built waits for (addWaits, queueWaits)
 }
 
 // relEvent is an event recorded on stream s when a use of a block ended; seq orders the
-// release events of all blocks, so that a batch waits only on the newest of each stream.
+// release events of all blocks, so that a batch waits only on the newest of each stream. gone,
+// when not 0, says that s was forgotten after the record (forgetReleases), the gone'th stream
+// forgotten so: the event is of a stream of its own, whatever stream has the handle s now.
 type relEvent struct {
-	s   cuda.Stream
-	ev  cuda.Event
-	seq uint64
+	s    cuda.Stream
+	ev   cuda.Event
+	seq  uint64
+	gone uint64
 }
+
+// of reports whether r is a release on the stream that has handle s now.
+func (r *relEvent) of(s cuda.Stream) bool { return r.s == s && r.gone == 0 }
 
 // recordRelease records (or re-records) b's release event on s, unless a CUDA graph capture
 // holds s: then it records nothing, changes nothing and returns an error matching
@@ -38,7 +51,7 @@ type relEvent struct {
 // t.mu is held.
 func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 	for i := range b.rel {
-		if r := &b.rel[i]; r.s == s {
+		if r := &b.rel[i]; r.of(s) {
 			if err := streamq.RecordOutsideCapture(t.dev, uintptr(r.ev), uintptr(s)); err != nil {
 				return err
 			}
@@ -68,8 +81,8 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 
 // mustWait reports whether waitReleases would queue a wait on s. t.mu is held.
 func (t *Tier) mustWait(b *block, s cuda.Stream) bool {
-	for _, r := range b.rel {
-		if r.s != s && (b.waitS != s || r.seq > b.waitSeq) {
+	for i := range b.rel {
+		if r := &b.rel[i]; !r.of(s) && (b.waitS != s || r.seq > b.waitSeq) {
 			return true
 		}
 	}
@@ -83,8 +96,9 @@ func (t *Tier) mustWait(b *block, s cuda.Stream) bool {
 // A block acquired again on the stream that waited last, with no release on another stream
 // since, costs a compare per release event and no driver call. t.mu is held.
 func (t *Tier) waitReleases(b *block, s cuda.Stream) error {
-	for _, r := range b.rel {
-		if r.s == s || (b.waitS == s && r.seq <= b.waitSeq) {
+	for i := range b.rel {
+		r := &b.rel[i]
+		if r.of(s) || (b.waitS == s && r.seq <= b.waitSeq) {
 			continue
 		}
 		if err := t.dev.StreamWaitEvent(uintptr(s), uintptr(r.ev)); err != nil {
@@ -120,7 +134,7 @@ func (t *Tier) addWaits(b *block) {
 // addWait keeps the newest event per stream in t.rel.waits.
 func (t *Tier) addWait(r relEvent) {
 	for i := range t.rel.waits {
-		if w := &t.rel.waits[i]; w.s == r.s {
+		if w := &t.rel.waits[i]; w.s == r.s && w.gone == r.gone {
 			if r.seq > w.seq {
 				*w = r
 			}
@@ -128,6 +142,43 @@ func (t *Tier) addWait(r relEvent) {
 		}
 	}
 	t.rel.waits = append(t.rel.waits, r)
+}
+
+// forgetReleases makes the release events recorded on s, which ForgetStream forgets, stand for s
+// alone (see the file comment). When s has run all its own work (streamq's Points.Quiet: a
+// query, unless a capture holds s), its events have all passed: they go back to t.rel.idle. Else
+// each is marked gone, with a number no other forgotten stream's events have, and stays until
+// the block next moves, as any release event does. A block whose releases s waited for last
+// makes the next stream to acquire it wait for them again (s's own release, recorded after its
+// waits, orders them too; the stream that waited is no longer s). The default streams' handles
+// name the same stream for good: nothing changes. t.mu is held.
+func (t *Tier) forgetReleases(s cuda.Stream) {
+	if streamq.DefaultStream(uintptr(s)) {
+		return
+	}
+	quiet, err := t.streams.Points().Quiet(uintptr(s))
+	passed := err == nil && quiet
+	t.rel.forgets++
+	for i := range t.blocks {
+		b := &t.blocks[i]
+		if b.waitS == s {
+			b.waitS, b.waitSeq = 0, 0 // waited for nothing: seq starts at 1
+		}
+		k := 0
+		for _, r := range b.rel {
+			if r.of(s) {
+				if passed {
+					t.rel.idle = append(t.rel.idle, r.ev)
+					continue
+				}
+				r.gone = t.rel.forgets
+			}
+			b.rel[k] = r
+			k++
+		}
+		clear(b.rel[k:])
+		b.rel = b.rel[:k]
+	}
 }
 
 // waitFault, set by tests only, makes queueWaits fail with its error.

@@ -26,9 +26,12 @@ import (
 // A stream the tier knows may still be destroyed under it. ForgetStream is the clean way:
 // called before the stream is destroyed (as device.Heap.ForgetStream), it refuses while blocks
 // are acquired on the stream and then forgets it, so that an Acquire on the dead handle is
-// checked, and refused, again. Nothing else the tier keeps needs the stream: the release
-// events it recorded there stay events to wait on after the stream is gone (the driver runs
-// the destroyed stream's queued work to its end).
+// checked, and refused, again. The release events the tier recorded there stay events to wait
+// on after the stream is gone (the driver runs the destroyed stream's queued work to its end),
+// but they stop standing for the handle: the driver gives a destroyed stream's handle to a
+// stream created later, which is not ordered after the old stream's work, so ForgetStream makes
+// them the old stream's alone (release.go's forgetReleases): a block acquired on the new stream
+// waits for them, as for another stream's.
 //
 // Without ForgetStream the handle stays known: an Acquire on it is accepted without a check
 // (the driver may still refuse the work it queues there), and the Release fails to record its
@@ -111,9 +114,11 @@ func (t *Tier) forget(s cuda.Stream) {
 }
 
 // ForgetStream makes the tier forget stream s, so that s may be destroyed: an Acquire on its
-// handle afterwards is checked with the driver again. Call it before destroying a stream the
-// tier has seen (see the file comment for what happens otherwise). It fails with ErrAcquired,
-// and forgets nothing, while a block is acquired on s.
+// handle afterwards is checked with the driver again, and orders the block after the uses that
+// ended on s, as after another stream's (a stream created later may get s's handle). It waits
+// for nothing. Call it before destroying a stream the tier has seen (see the file comment for
+// what happens otherwise). It fails with ErrAcquired, and forgets nothing, while a block is
+// acquired on s.
 func (t *Tier) ForgetStream(s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("ForgetStream")
@@ -129,6 +134,7 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 			}
 		}
 	}
+	t.forgetReleases(s)
 	t.forget(s)
 	return nil
 }
