@@ -99,12 +99,11 @@ func (h *Heap) waitRefused(s cuda.Stream, cause error) error {
 	if errors.Is(cause, cuda.ErrCapturing) {
 		return fmt.Errorf("device: forget stream %#x: %w; %s", s, cause, kept)
 	}
-	p := h.lists.Points()
 	if c, held := h.captured(); held {
 		return fmt.Errorf("device: forget stream %#x: the driver refuses it (%v), and the synchronize of the context that would wait for its work would end the CUDA graph capture on stream %#x: %w; %s",
 			s, cause, c, cuda.ErrCapturing, kept)
 	}
-	if err := p.WaitAll(); err != nil {
+	if err := h.lists.Points().WaitAll(); err != nil {
 		if errors.Is(err, cuda.ErrCapturing) {
 			return fmt.Errorf("device: forget stream %#x: the driver refuses it (%v), and the synchronize of the context that would wait for its work was refused: %w; %s", s, cause, err, kept)
 		}
