@@ -146,19 +146,19 @@ func (t *Tier) addWait(r relEvent) {
 
 // forgetReleases makes the release events recorded on s, which ForgetStream forgets, stand for s
 // alone (see the file comment). When s has run all its own work (streamq's Points.Quiet: a
-// query, unless a capture holds s), its events have all passed: they go back to t.rel.idle. Else
-// each is marked gone, with a number no other forgotten stream's events have, and stays until
-// the block next moves, as any release event does. A block whose releases s waited for last
-// makes the next stream to acquire it wait for them again (s's own release, recorded after its
-// waits, orders them too; the stream that waited is no longer s). The default streams' handles
-// name the same stream for good: nothing changes. t.mu is held.
+// query, unless a capture holds s, asked once a block has such an event), its events have all
+// passed: they go back to t.rel.idle. Else each is marked gone, with a number no other forgotten
+// stream's events have, and stays until the block next moves, as any release event does. A
+// block whose releases s waited for last makes the next stream to acquire it wait for them again
+// (s's own release, recorded after its waits, orders them too; the stream that waited is no
+// longer s). The default streams' handles name the same stream for good: nothing changes. t.mu
+// is held.
 func (t *Tier) forgetReleases(s cuda.Stream) {
 	if streamq.DefaultStream(uintptr(s)) {
 		return
 	}
-	quiet, err := t.streams.Points().Quiet(uintptr(s))
-	passed := err == nil && quiet
 	t.rel.forgets++
+	asked, passed := false, false
 	for i := range t.blocks {
 		b := &t.blocks[i]
 		if b.waitS == s {
@@ -167,6 +167,10 @@ func (t *Tier) forgetReleases(s cuda.Stream) {
 		k := 0
 		for _, r := range b.rel {
 			if r.of(s) {
+				if !asked {
+					quiet, err := t.streams.Points().Quiet(uintptr(s))
+					asked, passed = true, err == nil && quiet
+				}
 				if passed {
 					t.rel.idle = append(t.rel.idle, r.ev)
 					continue
