@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/copyengine"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -135,4 +138,62 @@ func TestFakeForgetDestroyedStreamBesideCapture(t *testing.T) {
 		t.Fatalf("after ForgetStream: %d deferred, %d live; want 0, 1", st.Deferred, st.Live)
 	}
 	freeAll(t, h, []cuda.DevicePtr{keep})
+}
+
+// TestFakeForgetDestroyedStreamAfterFault: ForgetStream of a destroyed stream (as in
+// TestFakeForgetDestroyedStream) after a kernel faulted: the synchronize of the context that
+// would answer the refused stream fails with the context's sticky error, so ForgetStream keeps s
+// (its free deferred, its heap's memory) and says that the device failed (device.ErrDeviceFault,
+// of kind pinmalloc.ErrDeviceFault, the driver's CUDA_ERROR_ILLEGAL_ADDRESS said once), not
+// that the stream is invalid. Once the fault is cleared (the fake's, for the test to go on),
+// ForgetStream(s) forgets s.
+func TestFakeForgetDestroyedStreamAfterFault(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a := newStream(t, dev, h)
+	s, _, _ := destroyedWithFrees(t, f, dev, h, a, 64<<10)
+	stickyFault(t, f, dev)
+	err := h.ForgetStream(pcuda.Stream(s))
+	if !errors.Is(err, ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrDeviceFault) || errors.Is(err, ErrInvalidStream) {
+		t.Errorf("ForgetStream of a destroyed stream after a fault: %v; want device.ErrDeviceFault", err)
+	}
+	if code, _ := pcuda.ResultCode(err); code != fakecuda.ResultIllegalAddress || strings.Count(err.Error(), "CUDA_ERROR_ILLEGAL_ADDRESS") != 1 {
+		t.Errorf("ForgetStream after a fault: %v; want the driver's CUDA_ERROR_ILLEGAL_ADDRESS in the chain, said once", err)
+	}
+	t.Logf("ForgetStream after a fault: %v", err)
+	h.mu.Lock()
+	_, kept := h.streams[pcuda.Stream(s)]
+	deferred := len(h.deferred)
+	h.mu.Unlock()
+	if deferred != 1 || !kept {
+		t.Fatalf("ForgetStream after a fault: %d deferred, s's heap kept %v; want 1, true (nothing changes owner)", deferred, kept)
+	}
+	f.ClearStickyError()
+	must(t, "ForgetStream once the fault is cleared", h.ForgetStream(pcuda.Stream(s)))
+	if st := h.Stats(); st.Deferred != 0 || st.Live != 0 {
+		t.Fatalf("after ForgetStream: %d deferred, %d live; want none", st.Deferred, st.Live)
+	}
+}
+
+// stickyFault makes a kernel fault (a copy from host memory the device cannot reach): the
+// context's error is sticky from then on, until the test's cleanup clears it.
+func stickyFault(t *testing.T, f *fakecuda.Driver, dev *cuda.Device) {
+	t.Helper()
+	unmapped, err := dev.MemHostAlloc(1<<16, 0)
+	must(t, "MemHostAlloc", err)
+	t.Cleanup(func() { must(t, "MemFreeHost", dev.MemFreeHost(unmapped)) })
+	scratch, err := dev.MemAlloc(4096)
+	must(t, "MemAlloc", err)
+	t.Cleanup(func() { must(t, "MemFree", dev.MemFree(scratch)) })
+	kb, err := copyengine.New(public(dev), copyengine.Options{Method: copyengine.MethodKernel})
+	must(t, "copyengine.New", err)
+	t.Cleanup(func() { must(t, "Close", kb.Close()) })
+	must(t, "Copy", kb.Copy([]copyengine.Job{{Dst: pcuda.DevicePtr(scratch), Src: pcuda.DevicePtr(unmapped), Len: 64}}, 0))
+	t.Cleanup(f.ClearStickyError)
+	if err := dev.StreamSynchronize(0); err == nil || f.StickyError() != fakecuda.ResultIllegalAddress {
+		t.Fatalf("the faulting kernel left no sticky error: %v", err)
+	}
 }

@@ -49,7 +49,9 @@ func (h *Heap) Trim() error {
 // forgotten the same way. While a CUDA graph capture holds s, the legacy stream or another stream
 // of the heap's, that synchronize would end the capture: ForgetStream then waits for nothing,
 // keeps s (its deferred frees and its heap's memory), and fails with an error matching
-// cuda.ErrCapturing; call it again once the capture has ended.
+// cuda.ErrCapturing; call it again once the capture has ended. When the device has faulted (the
+// context's sticky error), the synchronize fails: ForgetStream keeps s and fails with an error
+// wrapping ErrDeviceFault.
 func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
@@ -93,22 +95,27 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 // there). That synchronize would end a capture on any stream of the context, and the driver
 // refuses it then: so it asks the heap's streams and the legacy stream first (Capturing, which
 // answers for a capture on a blocking stream too), and waits for nothing while one captures.
-// It returns nil once the context has been synchronized. h.mu is held.
+// It returns nil once the context has been synchronized; when that synchronize fails with the
+// context's sticky error, an error wrapping ErrDeviceFault. h.mu is held.
 func (h *Heap) waitRefused(s cuda.Stream, cause error) error {
 	const kept = "it keeps its deferred frees and its memory; call ForgetStream again once the capture has ended"
 	if errors.Is(cause, cuda.ErrCapturing) {
 		return fmt.Errorf("device: forget stream %#x: %w; %s", s, cause, kept)
 	}
 	if c, held := h.captured(); held {
-		return fmt.Errorf("device: forget stream %#x: the driver refuses it (%v), and the synchronize of the context that would wait for its work would end the CUDA graph capture on stream %#x: %w; %s",
+		return fmt.Errorf("device: forget stream %#x: its synchronize failed (%v), and the synchronize of the context that would wait for its work instead would end the CUDA graph capture on stream %#x: %w; %s",
 			s, cause, c, cuda.ErrCapturing, kept)
 	}
 	if err := h.lists.Points().WaitAll(); err != nil {
 		if errors.Is(err, cuda.ErrCapturing) {
-			return fmt.Errorf("device: forget stream %#x: the driver refuses it (%v), and the synchronize of the context that would wait for its work was refused: %w; %s", s, cause, err, kept)
+			return fmt.Errorf("device: forget stream %#x: its synchronize failed (%v), and the synchronize of the context that would wait for its work instead was refused: %w; %s", s, cause, err, kept)
 		}
-		return fmt.Errorf("device: forget stream %#x: the driver refuses it, and the synchronize of the context that would wait for its work failed: %w%s; it keeps its deferred frees and its memory",
-			s, err, besides(cause, err))
+		if errors.Is(err, cuda.ErrDeviceFault) { // the context runs no more work, whatever s is
+			return fmt.Errorf("%w: forget stream %#x: its synchronize failed%s, and so did the synchronize of the context that would wait for its work instead: %w; it keeps its deferred frees and its memory",
+				ErrDeviceFault, s, besides(cause, err), err)
+		}
+		return fmt.Errorf("device: forget stream %#x: its synchronize failed%s, and so did the synchronize of the context that would wait for its work instead: %w; it keeps its deferred frees and its memory",
+			s, besides(cause, err), err)
 	}
 	return nil
 }
@@ -142,7 +149,7 @@ func besides(cause, err error) string {
 			return ""
 		}
 	}
-	return fmt.Sprintf(" (before it: %v)", cause)
+	return fmt.Sprintf(" (%v)", cause)
 }
 
 // Close releases the heap's memory and events, and the device if Open made it. It fails, and
