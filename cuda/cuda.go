@@ -90,8 +90,9 @@ func DriverVersion() (int, error) { return icuda.DriverVersion() }
 
 // Device is an open CUDA device: a retain of its primary context. Pass it to device.New,
 // uvm.New or the providers of package cudamem (pinned.Options takes the ordinal and opens its
-// own), and Close it after them. Its methods are safe for concurrent use; Close must not race
-// with them, and after Close they fail with an error matching ErrClosed.
+// own), and Close it after them. Its methods are safe for concurrent use, Close included: a call
+// in flight when Close begins ends normally before Close gives the retain back, and the calls
+// that start after Close began fail with an error matching ErrClosed.
 type Device struct {
 	handle // the binding's device; the module's packages reach it (internal/cuda.Of)
 }
@@ -115,8 +116,13 @@ func Open(ordinal int) (*Device, error) {
 // in returns the Device inside d, or an error matching ErrNoDriver for a nil or zero d.
 func (d *Device) in() (*icuda.Device, error) { return icuda.Of(d) }
 
-// Close releases the primary-context retain taken by Open. It is idempotent. Memory allocated
-// on the device is not freed by it: close the heaps, pools and arenas first.
+// Close releases the primary-context retain taken by Open, once the calls in flight on the
+// Device have ended (a synchronize, once its work has); the calls that start meanwhile fail with
+// an error matching ErrClosed. It is idempotent: a Close during another returns when that one
+// has released. Called in a function given to Do, it cannot wait for that Do: it returns an
+// error matching pinmalloc.ErrBusy and closes nothing; nor may such a function wait for a Close
+// of its Device made elsewhere. Memory allocated on the device is not freed by it: close the heaps,
+// pools and arenas first.
 func (d *Device) Close() error {
 	in, err := d.in()
 	if err != nil {
@@ -187,8 +193,10 @@ func (d *Device) Context() uintptr {
 
 // Do runs f on a locked OS thread with the device's primary context current, then restores the
 // thread's previous context: the way to call another binding's functions (cgo, gorgonia.org/cu)
-// in the context pinmalloc's memory and streams belong to. Calls may nest. Do returns f's
-// error, or the driver's if the context could not be made current (then f does not run).
+// in the context pinmalloc's memory and streams belong to. Calls may nest: the Device's calls
+// made in f (a Do included) run even once a racing Close has begun, as Close waits for the Do
+// they are part of. Do returns f's error, or the driver's if the context could not be made
+// current, or one matching ErrClosed once Close has begun (then f does not run).
 func (d *Device) Do(f func() error) error {
 	in, err := d.in()
 	if err != nil {

@@ -97,10 +97,12 @@ func (d *Device) RelaxCapture() (restore func()) {
 // still invalidating nothing. A driver without cuStreamIsCapturing answers an error matching
 // ErrSymbol.
 func (d *Device) StreamIsCapturing(s Stream) (CaptureStatus, error) {
-	if d.closed.Load() {
+	if !d.enter() {
 		return CaptureNone, d.closedError()
 	}
-	return d.drv.streamIsCapturingIn(d.ctx, s) // push, call and pop in one cgo call
+	st, err := d.drv.streamIsCapturingIn(d.ctx, s) // push, call and pop in one cgo call
+	d.exit()
+	return st, err
 }
 
 // EventRecordOutsideCapture records ev in s, as EventRecord, unless a capture holds s: then
@@ -111,10 +113,12 @@ func (d *Device) StreamIsCapturing(s Stream) (CaptureStatus, error) {
 // one driver call more than EventRecord, not a second cgo call. A driver without
 // cuStreamIsCapturing records.
 func (d *Device) EventRecordOutsideCapture(ev Event, s Stream) (CaptureStatus, error) {
-	if d.closed.Load() {
+	if !d.enter() {
 		return CaptureNone, d.closedError()
 	}
-	return d.drv.eventRecordOutsideCaptureIn(d.ctx, ev, s)
+	st, err := d.drv.eventRecordOutsideCaptureIn(d.ctx, ev, s)
+	d.exit()
+	return st, err
 }
 
 // GraphDestroy destroys a graph from StreamEndCapture.

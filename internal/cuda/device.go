@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-
-	"github.com/pinmalloc/pinmalloc"
 )
 
 // Loader state. Lock order: loadOnce, then initOnce, then a symbol's once inside the driver.
@@ -118,7 +116,8 @@ func (s Stats) Live() int64 {
 }
 
 // Device is one CUDA device with its primary context retained. Methods are safe for concurrent
-// use; Close must not race with other methods.
+// use, Close included: it waits for the calls in flight, and the calls that start after it
+// began fail with ErrClosed (calls.go).
 type Device struct {
 	drv     *driver
 	ordinal int
@@ -126,6 +125,8 @@ type Device struct {
 	ctx     uintptr // CUcontext of the primary context
 	closed  atomic.Bool
 	strict  atomic.Bool // queries and synchronizes in the thread's own capture mode (StrictCapture)
+	calls   calls       // the calls in flight, which Close waits for
+	closeMu sync.Mutex  // held by a Close under way: a second waits for the first
 
 	deviceAllocs, managedAllocs, hostAllocs, hostRegs atomic.Int64
 	reservations, handles, streams, events            atomic.Int64
@@ -155,17 +156,34 @@ func openOn(dr *driver, ordinal int) (*Device, error) {
 	}
 	primaryRetains.Add(1)
 	d := &Device{drv: dr, ordinal: ordinal, dev: dev, ctx: ctx}
+	d.calls.init()
 	noteOpen(d)
 	return d, nil
 }
 
-// Close releases the primary-context retain taken by Open. It is idempotent. It does not free
-// what was allocated through the Device; the primary context (and its memory) lives on while
-// anyone else retains it.
+// Close releases the primary-context retain taken by Open. It may race the Device's other
+// calls: it marks the Device closed, so that the calls that start from then on fail with an
+// error matching ErrClosed, waits for the calls in flight to end (a synchronize waits for its
+// work) and then releases. It is idempotent: a Close during another waits for it and returns
+// nil. Inside a Do of the same Device it cannot wait for that Do, and returns an error matching
+// ErrBusy, closing nothing (nil if another Close is under way); nor may a function given to Do
+// wait for a Close of its Device made elsewhere, which waits for that Do. It does not free what
+// was allocated through the Device; the primary context (and its memory) lives on while anyone
+// else retains it.
 func (d *Device) Close() error {
-	if !d.closed.CompareAndSwap(false, true) {
+	if d.drv.inDo(d.tag()) {
+		if d.closed.Load() {
+			return nil
+		}
+		return d.busyError()
+	}
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed.Load() {
 		return nil
 	}
+	d.closed.Store(true)
+	d.drain()
 	primaryRetains.Add(-1)
 	noteClose(d)
 	return d.drv.primaryRelease(d.dev)
@@ -195,52 +213,53 @@ func (d *Device) Stats() Stats {
 
 // Do runs f on a locked OS thread with the device's primary context current, then restores the
 // thread's previous context. Every method that needs a context uses it; callers use it to run
-// calls of another binding (or several calls of this one) in the same context. Do may nest.
+// calls of another binding (or several calls of this one) in the same context. It fails with
+// ErrClosed, f not run, once Close has begun. Do may nest: a call of the Device (a Do included)
+// made in f runs even after a racing Close has begun, which waits for it with the outer Do.
 func (d *Device) Do(f func() error) (err error) {
-	if d.closed.Load() {
+	if !d.enter() {
 		return d.closedError()
 	}
+	defer d.exit()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := d.drv.ctxPush(d.ctx); err != nil {
+	if err := d.drv.doPush(d.ctx, d.tag()); err != nil {
 		return fmt.Errorf("cuda: push primary context: %w", err)
 	}
 	defer func() {
-		if perr := d.drv.ctxPop(); perr != nil && err == nil {
+		if perr := d.drv.doPop(); perr != nil && err == nil {
 			err = fmt.Errorf("cuda: pop primary context: %w", perr)
 		}
 	}()
 	return f()
 }
 
-// closedError is a call's on a closed Device.
-func (d *Device) closedError() error {
-	return fmt.Errorf("%w: CUDA device %d is closed", pinmalloc.ErrClosed, d.ordinal)
-}
-
 // Name returns the device's name ("NVIDIA H100 80GB HBM3"). Like every call that asks the
 // driver, it fails with ErrClosed after Close, though it needs no context.
 func (d *Device) Name() (string, error) {
-	if d.closed.Load() {
+	if !d.enter() {
 		return "", d.closedError()
 	}
+	defer d.exit()
 	return d.drv.deviceName(d.dev)
 }
 
 // TotalMem returns the device's total memory in bytes; ErrClosed after Close.
 func (d *Device) TotalMem() (uintptr, error) {
-	if d.closed.Load() {
+	if !d.enter() {
 		return 0, d.closedError()
 	}
+	defer d.exit()
 	return d.drv.deviceTotalMem(d.dev)
 }
 
 // Attribute returns a device attribute (one of the Attr constants, or any
 // CU_DEVICE_ATTRIBUTE_* value); ErrClosed after Close.
 func (d *Device) Attribute(attr int) (int, error) {
-	if d.closed.Load() {
+	if !d.enter() {
 		return 0, d.closedError()
 	}
+	defer d.exit()
 	return d.drv.deviceAttribute(d.dev, attr)
 }
 
@@ -465,10 +484,12 @@ func (d *Device) StreamSynchronize(s Stream) error {
 // ErrNotReady while some is pending. Like StreamSynchronize, EventQuery and EventSynchronize,
 // it runs in the RELAXED capture mode (see StrictCapture).
 func (d *Device) StreamQuery(s Stream) error {
-	if d.closed.Load() {
+	if !d.enter() {
 		return d.closedError()
 	}
-	return d.drv.streamQueryIn(d.ctx, s, !d.strict.Load()) // Do's push, call and pop in one cgo call
+	err := d.drv.streamQueryIn(d.ctx, s, !d.strict.Load()) // Do's push, call and pop in one cgo call
+	d.exit()
+	return err
 }
 
 // StrictCapture makes the device's queries and synchronizes (StreamQuery, StreamSynchronize,
@@ -504,18 +525,22 @@ func (d *Device) EventCreate(disableTiming bool) (ev Event, err error) {
 
 // EventRecord records ev on stream s: it completes when the work queued before it does.
 func (d *Device) EventRecord(ev Event, s Stream) error {
-	if d.closed.Load() {
+	if !d.enter() {
 		return d.closedError()
 	}
-	return d.drv.eventRecordIn(d.ctx, ev, s) // as StreamQuery
+	err := d.drv.eventRecordIn(d.ctx, ev, s) // as StreamQuery
+	d.exit()
+	return err
 }
 
 // EventQuery returns nil if ev has completed and an error matching ErrNotReady if not.
 func (d *Device) EventQuery(ev Event) error {
-	if d.closed.Load() {
+	if !d.enter() {
 		return d.closedError()
 	}
-	return d.drv.eventQueryIn(d.ctx, ev, !d.strict.Load()) // as StreamQuery
+	err := d.drv.eventQueryIn(d.ctx, ev, !d.strict.Load()) // as StreamQuery
+	d.exit()
+	return err
 }
 
 // EventSynchronize waits until ev has completed.

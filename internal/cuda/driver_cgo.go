@@ -107,10 +107,32 @@ static int pm_primaryCtxRetain(uintptr_t fn, uintptr_t *ctx, int dev) {
 	*ctx = (uintptr_t)c;
 	return r;
 }
-// cuCtxPopCurrent_v2
-static int pm_ctxPop(uintptr_t fn) {
+// The Dos under way on this thread, outermost first, by their Device's tag (Device.Do pushes
+// with pm_doPush and pops with pm_doPop): a call of a closed Device nested in one of them still
+// runs (pm_inDo). A Do nested deeper than pmDoTags is counted, its tag not kept.
+enum { pmDoTags = 32 };
+static __thread uintptr_t pm_doTags[pmDoTags];
+static __thread int pm_doDepth;
+// cuCtxPushCurrent_v2(ctx), and on success the Do of tag noted on the thread.
+static int pm_doPush(uintptr_t push, uintptr_t ctx, uintptr_t tag) {
+	int r = ((int (*)(void *))push)((void *)ctx);
+	if (r == 0) {
+		if (pm_doDepth < pmDoTags) pm_doTags[pm_doDepth] = tag;
+		pm_doDepth++;
+	}
+	return r;
+}
+// cuCtxPopCurrent_v2, and the thread's innermost Do forgotten, whatever the pop says.
+static int pm_doPop(uintptr_t pop) {
 	void *c = NULL;
-	return ((int (*)(void **))fn)(&c);
+	int r = ((int (*)(void **))pop)(&c);
+	if (pm_doDepth > 0) pm_doDepth--;
+	return r;
+}
+// Whether a Do of tag is under way on this thread.
+static int pm_inDo(uintptr_t tag) {
+	for (int i = 0; i < pm_doDepth && i < pmDoTags; i++) if (pm_doTags[i] == tag) return 1;
+	return 0;
 }
 // cuCtxPushCurrent_v2(ctx), then an entry point of one handle (a; two: of two, a and b), then
 // cuCtxPopCurrent_v2: a call in a context in one cgo call, as the thread cannot change under a C
@@ -654,11 +676,22 @@ func (dr *driver) primaryRelease(dev int32) error {
 	})
 }
 
-func (dr *driver) ctxPush(ctx uintptr) error { return dr.callPtr(symCtxPushCurrent, ctx) }
-
-func (dr *driver) ctxPop() error {
-	return dr.call(symCtxPopCurrent, func(f C.uintptr_t) C.int { return C.pm_ctxPop(f) })
+// doPush pushes ctx for a Do of the Device tag names, and notes that Do on the thread (inDo)
+// until doPop.
+func (dr *driver) doPush(ctx, tag uintptr) error {
+	return dr.call(symCtxPushCurrent, func(f C.uintptr_t) C.int {
+		return C.pm_doPush(f, C.uintptr_t(ctx), C.uintptr_t(tag))
+	})
 }
+
+// doPop pops the context doPush pushed and ends the note of its Do.
+func (dr *driver) doPop() error {
+	return dr.call(symCtxPopCurrent, func(f C.uintptr_t) C.int { return C.pm_doPop(f) })
+}
+
+// inDo reports whether a Do of the Device tag names is under way on the calling OS thread, so
+// on the calling goroutine when it is locked to its thread (as in a Do).
+func (dr *driver) inDo(tag uintptr) bool { return C.pm_inDo(C.uintptr_t(tag)) != 0 }
 
 // pushPop resolves cuCtxPushCurrent_v2 and cuCtxPopCurrent_v2, for a call in a context made in
 // one cgo call.

@@ -36,8 +36,9 @@ func (*driver) deviceTotalMem(int32) (uintptr, error)            { return 0, err
 func (*driver) deviceAttribute(int32, int) (int, error)          { return 0, errStub }
 func (*driver) primaryRetain(int32) (uintptr, error)             { return 0, errStub }
 func (*driver) primaryRelease(int32) error                       { return errStub }
-func (*driver) ctxPush(uintptr) error                            { return errStub }
-func (*driver) ctxPop() error                                    { return errStub }
+func (*driver) doPush(uintptr, uintptr) error                    { return errStub }
+func (*driver) doPop() error                                     { return errStub }
+func (*driver) inDo(uintptr) bool                                { return false }
 func (*driver) ctxSynchronize() error                            { return errStub }
 func (*driver) streamQueryIn(uintptr, Stream, bool) error        { return errStub }
 func (*driver) streamGetFlags(Stream) (uint32, error)            { return 0, errStub }

@@ -51,6 +51,10 @@ static long live;
 #define DEC(x) __atomic_sub_fetch(&(x), 1, __ATOMIC_SEQ_CST)
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
 static void *registered;
+/* The push gate, for the tests of Close racing calls (made-up attributes: 9998 arms it, 9997
+   reads whether a push is parked there, 9996 opens it): armed, the next push parks until it
+   opens, a call in flight that has not yet entered its context. */
+static int gateArmed, gateParked;
 
 int cuInit(unsigned f) { if (f) return 1; inited = 1; return 0; }
 int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
@@ -61,6 +65,9 @@ int cuDeviceGet(int *d, int ord) { if (!inited) return 3; if (ord != 0) return 1
 int cuDeviceGetName(char *b, int n, int d) { if (d != 7) return 101; strncpy(b, "Fake GPU", n); return 0; }
 int cuDeviceTotalMem_v2(size_t *n, int d) { *n = (size_t)1 << 30; return 0; }
 int cuDeviceGetAttribute(int *v, int a, int d) {
+	if (a == 9998) { __atomic_store_n(&gateArmed, 1, __ATOMIC_SEQ_CST); *v = 0; return 0; }
+	if (a == 9997) { *v = LOAD(gateParked); return 0; }
+	if (a == 9996) { __atomic_store_n(&gateParked, 0, __ATOMIC_SEQ_CST); *v = 0; return 0; }
 	/* 9999 is not a real attribute: it reports the fake's live objects, 1000 per retain. */
 	*v = a == 9999 ? (int)LOAD(live) + 1000 * LOAD(retained) : (a == 102 || a == 115) ? 1 : 0;
 	return d == 7 ? 0 : 101;
@@ -69,7 +76,14 @@ int cuDevicePrimaryCtxRetain(void **c, int d) { if (d != 7) return 101; INC(reta
 int cuDevicePrimaryCtxRelease_v2(int d) { if (d != 7 || LOAD(retained) == 0) return 201; DEC(retained); return 0; }
 /* Pushing takes a while, so that the Go scheduler retakes the P during the call: a goroutine
    that is not locked to its thread then often resumes on another one, where no context is. */
-int cuCtxPushCurrent_v2(void *c) { if (c != CTX) return 201; usleep(300); depth++; return 0; }
+int cuCtxPushCurrent_v2(void *c) {
+	if (c != CTX) return 201;
+	if (__atomic_exchange_n(&gateArmed, 0, __ATOMIC_SEQ_CST)) {
+		__atomic_store_n(&gateParked, 1, __ATOMIC_SEQ_CST);
+		while (LOAD(gateParked)) usleep(100);
+	}
+	usleep(300); depth++; return 0;
+}
 int cuCtxPopCurrent_v2(void **c) { if (depth == 0) return 201; depth--; if (c) *c = CTX; return 0; }
 int cuCtxSynchronize(void) { NEEDCTX; return 0; }
 int cuMemGetInfo_v2(size_t *f, size_t *t) { NEEDCTX; *t = (size_t)1 << 30; *f = *t - LOAD(live); return 0; }
@@ -141,6 +155,7 @@ int cuEventCreate(void **e, unsigned f) { NEEDCTX; fakeEvent *x = calloc(1, size
 int cuEventDestroy_v2(void *e) { NEEDCTX; free(e); DEC(live); return 0; }
 int cuEventRecord(void *e, void *s) { NEEDCTX; ((fakeEvent *)e)->recorded = 1; return 0; }
 int cuEventQuery(void *e) { NEEDCTX; return ((fakeEvent *)e)->recorded ? 0 : 600; }
+int cuStreamIsCapturing(void *s, int *status) { NEEDCTX; *status = 0; return 0; }
 int cuEventSynchronize(void *e) { NEEDCTX; return 0; }
 int cuEventElapsedTime(float *ms, void *a, void *b) {
 	NEEDCTX; fakeEvent *x = a, *y = b;

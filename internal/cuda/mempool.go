@@ -61,9 +61,10 @@ func (d *Device) MemPoolCreate(props MemPoolProps) (p MemPool, err error) {
 // the process (PyTorch's cudaMallocAsync backend sets its release threshold to UINT64_MAX).
 // ErrClosed after Close.
 func (d *Device) DefaultMemPool() (MemPool, error) {
-	if d.closed.Load() {
+	if !d.enter() {
 		return 0, d.closedError()
 	}
+	defer d.exit()
 	return d.drv.deviceDefaultMemPool(d.dev)
 }
 
