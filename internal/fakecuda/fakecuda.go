@@ -288,7 +288,9 @@ func (d *Driver) LiveObjects() map[string]int64 {
 }
 
 // SetDevices sets the number of devices (1 by default, at most 16: enough for a device and
-// the 15 others the driver can grant access to in one call, with the host).
+// the 15 others the driver can grant access to in one call, with the host). With 0 the fake is
+// a driver that initializes and counts no device, as some set-ups answer (most refuse cuInit
+// with CUDA_ERROR_NO_DEVICE first): cuDeviceGetCount gives 0 and no ordinal opens.
 func (d *Driver) SetDevices(n int) {
 	if d.ctl(ctlDevices, int64(n), 0) != 0 {
 		panic(fmt.Sprintf("fakecuda: SetDevices(%d): out of range", n))
