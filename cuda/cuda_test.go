@@ -76,6 +76,23 @@ func TestFakeDeviceInfo(t *testing.T) {
 	}
 }
 
+// TestFakeNoDevice: a driver that initializes and counts no device (the fake with no device, as
+// some set-ups answer where most refuse cuInit) gives Count 0 and an error matching ErrNoDevice,
+// as Count promises; it gave 0 and nil. Open fails the same way.
+func TestFakeNoDevice(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(0)
+	if n, err := cuda.Count(); n != 0 || !errors.Is(err, cuda.ErrNoDevice) {
+		t.Errorf("Count with no device = %d, %v; want 0, ErrNoDevice", n, err)
+	}
+	if _, err := cuda.Open(0); !errors.Is(err, cuda.ErrNoDevice) {
+		t.Errorf("Open(0) with no device = %v; want ErrNoDevice", err)
+	}
+}
+
 // TestFakeStreamsAndEvents orders work with the public streams and events: work held pending
 // by the fake keeps the stream and an event behind it not ready until it completes.
 func TestFakeStreamsAndEvents(t *testing.T) {

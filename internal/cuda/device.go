@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc"
 )
 
 // Loader state. Lock order: loadOnce, then initOnce, then a symbol's once inside the driver.
@@ -70,13 +72,21 @@ func DriverVersion() (int, error) {
 }
 
 // Count returns the number of CUDA devices. With no driver it returns 0 and an error matching
-// ErrNoDriver; with a driver but no device, 0 and an error matching ErrNoDevice.
+// ErrNoDriver; with a driver but no device, 0 and an error matching ErrNoDevice, whether cuInit
+// says so (CUDA_ERROR_NO_DEVICE, the usual answer) or cuDeviceGetCount counts none.
 func Count() (int, error) {
 	dr, err := initDriver()
 	if err != nil {
 		return 0, err
 	}
-	return dr.deviceCount()
+	n, err := dr.deviceCount()
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0:
+		return 0, fmt.Errorf("%w: cuDeviceGetCount counts none", pinmalloc.ErrNoDevice)
+	}
+	return n, nil
 }
 
 // PrimaryRetains returns the number of primary-context retains taken by Open and not yet

@@ -200,6 +200,9 @@ func TestStub(t *testing.T) {
 		if os.Getenv(stubMarker) == "1" && !strings.Contains(err.Error(), "cuInit") {
 			t.Fatalf("stub 1: %v, want cuInit's error", err)
 		}
+		if n, err := cuda.Count(); os.Getenv(stubMarker) == "4" && (n != 0 || !errors.Is(err, pinmalloc.ErrNoDevice)) {
+			t.Fatalf("stub 4: Count = %d, %v, want 0 and an error matching ErrNoDevice", n, err)
+		}
 		return
 	}
 	for _, f := range []StubFault{StubInitFails, StubMissingSymbol, StubOutOfMemory, StubNoDevice} {
