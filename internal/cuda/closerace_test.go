@@ -97,7 +97,16 @@ func inContext(t *testing.T, dr *driver, f func() error) {
 // push, call and pop in one cgo call), parked at the gate after its closed check, holds Close
 // until it ends; it ends without error, a call made meanwhile fails with ErrClosed, a second
 // Close returns only once the retain is given back, and the Device gives back its retain once.
+// Each runs with the calls counted in the P's slots (where the fast path works here) and in the
+// shared counters (the race detector's way, and a P's beyond the slots).
 func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		name := map[bool]string{false: "slots", true: "shared"}[shared]
+		t.Run(name, func(t *testing.T) { closeWaitsForCalls(t, shared) })
+	}
+}
+
+func closeWaitsForCalls(t *testing.T, shared bool) {
 	var allocated DevicePtr // by the MemAlloc in flight, freed once the Device is closed
 	for _, c := range []struct {
 		name string
@@ -132,6 +141,9 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			base := PrimaryRetains()
 			dr, d := openFake(t)
+			if shared {
+				d.calls.slots = nil
+			}
 			s, err := d.StreamCreate(true)
 			must(t, "StreamCreate", err)
 			ev, err := d.EventCreate(true)
@@ -176,6 +188,73 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 				t.Errorf("the fake holds %d objects", n)
 			}
 		})
+	}
+}
+
+// TestCloseRacingCalls: goroutines call a Device in a loop while it is closed, each way into the
+// context and an allocation freed in the same Do: every call ends without error or with
+// ErrClosed (none finds the context gone: the fake refuses a push once its last retain is given
+// back), the Do's pair leaves nothing allocated, and the retain is given back once.
+func TestCloseRacingCalls(t *testing.T) {
+	for round := range 20 {
+		base := PrimaryRetains()
+		dr, d := openFake(t)
+		if round%2 == 1 {
+			d.calls.slots = nil
+		}
+		s, err := d.StreamCreate(true)
+		must(t, "StreamCreate", err)
+		ev, err := d.EventCreate(true)
+		must(t, "EventCreate", err)
+		calls := []func() error{
+			func() error { return d.StreamQuery(s) },
+			func() error { return d.EventRecord(ev, s) },
+			func() error { _, _, err := d.MemGetInfo(); return err },
+			func() error {
+				return d.Do(func() error {
+					p, err := d.MemAlloc(64)
+					if err != nil {
+						return err
+					}
+					return d.MemFree(p)
+				})
+			},
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, len(calls))
+		started := make(chan struct{}, len(calls))
+		for _, call := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					err := call()
+					if i == 0 {
+						started <- struct{}{}
+					}
+					if errors.Is(err, pinmalloc.ErrClosed) {
+						return
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		for range calls {
+			<-started
+		}
+		must(t, "Close", d.Close())
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("round %d: a call racing Close = %v, want nil or ErrClosed", round, err)
+		}
+		if PrimaryRetains() != base || fakeLive(t, dr) != 2 { // the stream and the event
+			t.Errorf("round %d: after Close: package retains %d (base %d), fake %d", round, PrimaryRetains(), base, fakeLive(t, dr))
+		}
+		inContext(t, dr, func() error { return errors.Join(dr.eventDestroy(ev), dr.streamDestroy(s)) })
 	}
 }
 

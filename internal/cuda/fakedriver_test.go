@@ -42,7 +42,8 @@ typedef struct { unsigned flags; int recorded; } fakeEvent;
 typedef struct { unsigned flags; int pending; } fakeStream;
 
 #define CTX ((void *)0xC0C0)
-#define NEEDCTX if (depth == 0) return 201
+/* A call needs a context current, and one that a retain still holds (the last release destroys it). */
+#define NEEDCTX if (depth == 0 || LOAD(retained) == 0) return 201
 static __thread int depth;
 static int inited, retained;
 static long live;
@@ -75,9 +76,11 @@ int cuDeviceGetAttribute(int *v, int a, int d) {
 int cuDevicePrimaryCtxRetain(void **c, int d) { if (d != 7) return 101; INC(retained); *c = CTX; return 0; }
 int cuDevicePrimaryCtxRelease_v2(int d) { if (d != 7 || LOAD(retained) == 0) return 201; DEC(retained); return 0; }
 /* Pushing takes a while, so that the Go scheduler retakes the P during the call: a goroutine
-   that is not locked to its thread then often resumes on another one, where no context is. */
+   that is not locked to its thread then often resumes on another one, where no context is. A
+   push of the primary context while no retain holds it is refused: the context is gone
+   (UNMEASURED what a GPU's driver answers; no call may run there in any case). */
 int cuCtxPushCurrent_v2(void *c) {
-	if (c != CTX) return 201;
+	if (c != CTX || LOAD(retained) == 0) return 201;
 	if (__atomic_exchange_n(&gateArmed, 0, __ATOMIC_SEQ_CST)) {
 		__atomic_store_n(&gateParked, 1, __ATOMIC_SEQ_CST);
 		while (LOAD(gateParked)) usleep(100);
