@@ -213,10 +213,11 @@ func (p *Pool) releaseFree(base uintptr, u *outUse) error {
 	if p.order != nil && u.freed == freedAsync && !p.order.lists.Forgotten(uintptr(u.stream)) {
 		// (A stream forgotten since the FreeAsync has passed the work queued before it, and
 		// its handle may be destroyed, or another stream's: the free is a Free then.)
-		var err error
-		if l, err = p.order.check(u.stream); err != nil {
-			return err
-		}
+		// The FreeAsync checked its stream; it is not asked again here, where a refusal (an
+		// event record the driver failed) would leave a buffer freed and no free to make: the
+		// reclaims order the buffer after the stream, or after the whole context when the
+		// driver refuses the stream's point (a list found lost).
+		l = p.order.listOf(u.stream, nil)
 	}
 	if u.dropped || p.order == nil {
 		// A shared buffer whose last reference went (its Sharer was asked at the free), or,

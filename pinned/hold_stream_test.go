@@ -1,12 +1,14 @@
 package pinned_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
 	"testing"
 
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -189,6 +191,76 @@ func TestFakeHoldFreeAsyncForgottenStream(t *testing.T) {
 		t.Fatalf("Release after the FreeAsync's stream was forgotten and destroyed: %v; %d live, %d deferred, want nil, 0 and 0", rerr, st.Live, st.Deferred)
 	}
 	r.finish()
+}
+
+// TestFakeHoldFreeAsyncPointRefused: the last Release of a held buffer freed with FreeAsync on
+// stream s2 (a buffer of its own, or a shared one whose last reference that FreeAsync dropped)
+// makes the free even when the driver refuses the next event recorded: s2's list has left the
+// lists since the FreeAsync, and another stream's is the one found last. Release returns nil,
+// the buffer stays until s2 has passed the copy queued before the FreeAsync (the reclaim finds
+// s2's point refused and waits for the context), and then goes back. The Release checked s2
+// with the driver again: the refused record was its error ("invalid stream"), and the buffer
+// stayed held for good, counted live, with nothing left to free it (the shared one had no
+// reference left), so the pool could not close.
+func TestFakeHoldFreeAsyncPointRefused(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		var o pinned.Options
+		s := newRefSharer()
+		if shared {
+			o.Sharer = s
+		}
+		o.PurgeDelay = -1
+		r := newAsyncRig(t, o)
+		if r == nil {
+			return
+		}
+		const n = 4096
+		s2 := r.stream()
+		d := r.devAlloc(n)
+		ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d), 0x5C, n, pubcuda.Stream(r.s)))
+		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+		b := r.alloc(n, 0)
+		if shared {
+			s.share(t, r.pool, b, 1)
+		}
+		h, err := r.pool.Hold(b)
+		ok(t, "Hold", err)
+		// A copy the pool is not told of (a raw driver call): the FreeAsync orders it. It stays
+		// queued: nothing asks s2 before the Release.
+		ok(t, "MemcpyDtoHAsync", r.dev.MemcpyDtoHAsync(mem.Addr(b), d, n, s2))
+		ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(s2)))
+		// s2's list leaves the lists: r.s's is found last, and reclaims find s2's empty.
+		c := r.alloc(n, 0)
+		ok(t, "FreeAsync", r.pool.FreeAsync(c, pubcuda.Stream(r.s)))
+		for range 4 {
+			ok(t, "Trim", r.pool.Trim())
+		}
+		if k := pinned.StreamLists(r.pool); k != 0 {
+			t.Fatalf("shared %v: %d streams still have lists", shared, k)
+		}
+		if r.f.Pending() != 1 {
+			t.Fatalf("shared %v: %d streams with work queued, want 1 (s2)", shared, r.f.Pending())
+		}
+		r.f.Hold(true)
+		r.f.FailAfter(fakecuda.CallRecord, 0, fakecuda.ResultInvalidValue)
+		if err := h.Release(); err != nil {
+			t.Fatalf("shared %v: Release whose FreeAsync's stream left the lists, with the next event record refused: %v", shared, err)
+		}
+		e := r.alloc(n, 0xB2)
+		if mem.Addr(e) == mem.Addr(b) {
+			t.Fatalf("shared %v: handed out again with the copy queued before its FreeAsync", shared)
+		}
+		_ = r.pool.Trim() // s2 busy: its point is refused, and the reclaim waits for the context
+		if st := r.pool.Stats(); st.Live != 1 || st.Deferred != 0 {
+			t.Fatalf("shared %v: %d live, %d deferred after the Release and a reclaim, want 1 and 0", shared, st.Live, st.Deferred)
+		}
+		if r.f.Pending() != 0 || !bytes.Equal(e, bytes.Repeat([]byte{0xB2}, n)) {
+			t.Fatalf("shared %v: the copy queued before the FreeAsync is pending, or wrote into the next owner's buffer", shared)
+		}
+		ok(t, "Free", r.pool.Free(e))
+		ok(t, "device Free", r.heap.Free(pubcuda.DevicePtr(d)))
+		r.finish()
+	}
 }
 
 // TestFakeWaitStreamsAfterRelease: once the pool's memory is released, WaitStreams says
