@@ -22,7 +22,10 @@ import (
 // memory and returns nil. If some still wait then, it returns an error wrapping ErrBusy with
 // their count and bytes and keeps all the memory mapped: a later Close waits for them again,
 // and a later Free, FreeAsync, ForgetStream or Trim releases the memory once they have passed
-// (none of those waits for them). With Options.Trace, Close also writes out the trace; an error
+// (none of those waits for them). A buffer freed while held (Hold) is not live: until its last
+// Release it counts with those that wait (ErrBusy; that Release then releases the memory), and
+// Close waits for a last Release making its free already, whose buffer is on its way back.
+// With Options.Trace, Close also writes out the trace; an error
 // doing so wraps ErrTrace. When the driver refuses to give memory back (to unregister it,
 // say), Close returns its error and the memory stays the pool's, counted in Stats: a later
 // Close or Trim gives it back.
@@ -45,7 +48,11 @@ func (p *Pool) close() error {
 	//lint:ignore SA2001 an empty critical section: a barrier for newShard
 	p.growMu.Unlock()
 	_ = p.reclaim(true)
-	if n, bytes := p.userLive(); n > 0 {
+	n, bytes := p.userLiveSettled()
+	if p.released.Load() { // meanwhile: by a last Release Close waited for, or a free
+		return wrapError(p.releaseRefused(), ErrClosed)
+	}
+	if n > 0 {
 		sites := ""
 		if p.sites != nil {
 			if top := p.sites.top(topSites); top != "" {
@@ -84,6 +91,20 @@ func (p *Pool) userLive() (n, bytes uint64) {
 	dn, dbytes := p.deferred()
 	dn, dbytes = dn+uint64(p.out.freedN.Load()), dbytes+uint64(p.out.freedBytes.Load()) // hold.go
 	return n - min(n, dn), bytes - min(bytes, dbytes)
+}
+
+// userLiveSettled is userLive once the last Releases under way have made the frees that waited
+// for their holds (hold.go), and finished the close they found: a buffer on its way back is not
+// one the caller has.
+func (p *Pool) userLiveSettled() (n, bytes uint64) {
+	if !p.out.counting.TryLock() {
+		if releaseWait != nil {
+			releaseWait()
+		}
+		p.out.counting.Lock()
+	}
+	defer p.out.counting.Unlock()
+	return p.userLive()
 }
 
 // finishClose runs after a free (of the buffer at addr; 0 for none) once the pool is closed:

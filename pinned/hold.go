@@ -36,7 +36,9 @@ import (
 // The last Release makes the free that waited for the holds with the buffer's entry kept in the
 // table (releasing) and the buffer still held, and drops the entry after: a free or Hold racing
 // that free waits for the Release, and then finds the buffer freed (a double free: ErrDoubleFree)
-// or another owner's since, never a buffer the Release is about to free.
+// or another owner's since, never a buffer the Release is about to free. A Close that counts
+// the live buffers meanwhile waits for the Release too (outside.counting): the buffer counts as
+// freed until the Release has given it back.
 //
 // A shared buffer's free asks the Sharer first, held or not: each free drops its reference at
 // once, and only the give-back after the last one (by a free, or FreeShared) waits for the
@@ -144,9 +146,9 @@ type Hold struct {
 	base uintptr
 }
 
-// Release ends the hold. At the buffer's last, a Free or FreeAsync made meanwhile takes effect,
-// and its error, if any, is Release's. A second Release of a buffer's last hold is an error
-// wrapping ErrDoubleFree.
+// Release ends the hold. At the buffer's last, a Free or FreeAsync made meanwhile takes effect
+// (a Close counting the live buffers then waits for it), and its error, if any, is Release's.
+// A second Release of a buffer's last hold is an error wrapping ErrDoubleFree.
 func (h Hold) Release() error {
 	p := h.p
 	if p == nil {
@@ -169,9 +171,13 @@ func (h Hold) Release() error {
 		// Release (outShard.lockEntry), and then finds the buffer freed (a double free), or
 		// another owner's since.
 		u.releasing = make(chan struct{})
+		sh.mu.Unlock()
+		// Counted freed until the free is made, and the close finished when the pool is
+		// closed, under counting: a Close counting meanwhile waits for all of it.
+		p.out.counting.RLock()
+		defer p.out.counting.RUnlock()
 		p.out.freedN.Add(-1)
 		p.out.freedBytes.Add(-int64(u.size))
-		sh.mu.Unlock()
 		if releaseHook != nil {
 			releaseHook()
 		}
@@ -229,7 +235,7 @@ func (p *Pool) releaseFree(base uintptr, u *outUse) error {
 }
 
 // releaseHook, when set (by tests), runs in a last Release that has a free to make, just before
-// that free; releaseWait in a free or Hold that waits for such a Release.
+// that free; releaseWait in a free, Hold or Close that waits for such a Release.
 var releaseHook, releaseWait func()
 
 // freeHeld frees the buffer at addr, of n bytes, which a free found held: deferred to its
@@ -259,7 +265,13 @@ func (p *Pool) freeHeld(addr, n uintptr) error {
 type outside struct {
 	active             atomic.Int64 // buffers held
 	freedN, freedBytes atomic.Int64 // of them, those freed: their free waits for their holds
-	shards             [16]outShard
+	// counting is read-held by a last Release from the moment its buffer stops counting as
+	// freed (freedN) until the free it makes is made (and the close it finishes, in a closed
+	// pool), and held by Close while it counts the buffers the caller has not freed
+	// (Pool.userLiveSettled): Close waits for a Release under way, and never counts a buffer on
+	// its way back as live.
+	counting sync.RWMutex
+	shards   [16]outShard
 }
 
 type outShard struct {

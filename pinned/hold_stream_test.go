@@ -263,6 +263,22 @@ func TestFakeHoldFreeAsyncPointRefused(t *testing.T) {
 	}
 }
 
+// TestFakeHoldCloseRacingRelease: TestHoldCloseRacingRelease in a CUDAHost pool, with the
+// buffer freed by FreeAsync: Close waits for the Release, then for the stream, and releases the
+// pool's memory.
+func TestFakeHoldCloseRacingRelease(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	b := r.alloc(4096, 1)
+	h, err := r.pool.Hold(b)
+	ok(t, "Hold", err)
+	ok(t, "FreeAsync of the held buffer", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
+	closeRacingRelease(t, r.pool, h, "FreeAsync")
+	r.finishClosed()
+}
+
 // TestFakeWaitStreamsAfterRelease: once the pool's memory is released, WaitStreams says
 // ErrClosed, as RecordStream, Hold and ForgetStream do. It used to look the address up in the
 // closed arena and say ErrNotOwned ("outside the arena").

@@ -2,6 +2,7 @@ package pinned_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -156,6 +157,44 @@ func TestHoldClose(t *testing.T) {
 	ok(t, "Release", h.Release())
 	if u := p.Usage(); u.Reserved != 0 || u.Live != 0 {
 		t.Fatalf("after the last Release of a closed pool: %+v", u)
+	}
+}
+
+// TestHoldCloseRacingRelease: Close while the last Release of a held buffer freed meanwhile
+// makes that free waits for the Release, and releases the pool's memory: nil, and a later Close
+// says ErrClosed. Close counted the buffer live (the Release had taken it off the buffers freed
+// while held, and not yet given it back) and said ErrLiveBlocks, though it was on its way back.
+// Checked with a buffer of its own and a shared one whose last reference went while held.
+func TestHoldCloseRacingRelease(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		s := newRefSharer()
+		p := newPool(t, pinned.Options{Capacity: 8 << 20, Backend: pinned.Pageable, Sharer: s})
+		b, err := p.Alloc(4096)
+		ok(t, "Alloc", err)
+		if shared {
+			s.share(t, p, b, 1)
+		}
+		h, err := p.Hold(b)
+		ok(t, "Hold", err)
+		ok(t, "Free of the held buffer", p.Free(b))
+		closeRacingRelease(t, p, h, fmt.Sprintf("shared %v", shared))
+		if err := p.Close(); !errors.Is(err, pinned.ErrClosed) {
+			t.Fatalf("shared %v: Close once more: %v, want ErrClosed", shared, err)
+		}
+	}
+}
+
+// closeRacingRelease releases h, the last hold of a buffer freed while held, with a Close of p
+// run during the Release's free, and checks that both succeed and that p holds no memory after.
+func closeRacingRelease(t *testing.T, p *pinned.Pool, h pinned.Hold, what string) {
+	t.Helper()
+	errc := inRelease(t, p.Close)
+	ok(t, "Release", h.Release())
+	if err := <-errc; err != nil {
+		t.Fatalf("%s: Close during the last Release's free: %v, want nil", what, err)
+	}
+	if u := p.Usage(); u.Reserved != 0 || u.Live != 0 {
+		t.Fatalf("%s: after Close and the last Release: %+v", what, u)
 	}
 }
 
