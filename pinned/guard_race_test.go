@@ -21,9 +21,7 @@ import (
 // give the buffer back while the hold's transfer still uses it.
 func TestFakeSharedHeldFreeWaitsForRelease(t *testing.T) {
 	for _, o := range []pinned.Options{{}, {ZeroOnFree: true}, {Quota: 8 << 20}} {
-		s := newRefSharer()
-		o.Sharer = s
-		r := newAsyncRig(t, o)
+		r, s := newSharedRig(t, o)
 		if r == nil {
 			return
 		}

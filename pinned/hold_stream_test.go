@@ -204,12 +204,11 @@ func TestFakeHoldFreeAsyncForgottenStream(t *testing.T) {
 // reference left), so the pool could not close.
 func TestFakeHoldFreeAsyncPointRefused(t *testing.T) {
 	for _, shared := range []bool{false, true} {
-		var o pinned.Options
+		o := pinned.Options{PurgeDelay: -1}
 		s := newRefSharer()
 		if shared {
 			o.Sharer = s
 		}
-		o.PurgeDelay = -1
 		r := newAsyncRig(t, o)
 		if r == nil {
 			return

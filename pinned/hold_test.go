@@ -167,8 +167,7 @@ func TestHoldClose(t *testing.T) {
 // Checked with a buffer of its own and a shared one whose last reference went while held.
 func TestHoldCloseRacingRelease(t *testing.T) {
 	for _, shared := range []bool{false, true} {
-		s := newRefSharer()
-		p := newPool(t, pinned.Options{Capacity: 8 << 20, Backend: pinned.Pageable, Sharer: s})
+		p, s := newSharedPool(t, pinned.Options{Backend: pinned.Pageable})
 		b, err := p.Alloc(4096)
 		ok(t, "Alloc", err)
 		if shared {

@@ -35,6 +35,35 @@ func (s *refSharer) share(t *testing.T, p *pinned.Pool, b []byte, refs int) {
 	s.mu.Unlock()
 }
 
+// goneElsewhere drops every reference to b, as when the other processes let it go: the sharer
+// knows b no more, and FreeShared is its last free.
+func (s *refSharer) goneElsewhere(b []byte) {
+	s.mu.Lock()
+	delete(s.refs, mem.Addr(b))
+	s.mu.Unlock()
+}
+
+// newSharedPool returns a pool made with o and a refSharer as its Sharer (of 8 MiB unless
+// o.Capacity says), and the sharer.
+func newSharedPool(t *testing.T, o pinned.Options) (*pinned.Pool, *refSharer) {
+	t.Helper()
+	s := newRefSharer()
+	o.Sharer = s
+	if o.Capacity == 0 {
+		o.Capacity = 8 << 20
+	}
+	return newPool(t, o), s
+}
+
+// newSharedRig is newAsyncRig with a refSharer as the pool's Sharer, and the sharer; the rig is
+// nil where newAsyncRig's is.
+func newSharedRig(t *testing.T, o pinned.Options) (*asyncRig, *refSharer) {
+	t.Helper()
+	s := newRefSharer()
+	o.Sharer = s
+	return newAsyncRig(t, o), s
+}
+
 func (s *refSharer) FreeOutside(b []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -67,9 +96,7 @@ func (s *refSharer) DropShared(addr uintptr) (shared, last bool, err error) {
 // never ask the Sharer; memory outside the pool goes to FreeOutside.
 func TestShareKeepsBufferUntilLastReference(t *testing.T) {
 	for _, o := range []pinned.Options{{}, {ZeroOnFree: true, Quota: 1 << 20}} {
-		s := newRefSharer()
-		o.Sharer, o.Capacity = s, 8<<20
-		p := newPool(t, o)
+		p, s := newSharedPool(t, o)
 		b, err := p.Alloc(4096)
 		ok(t, "Alloc", err)
 		b[0] = 7
@@ -102,9 +129,7 @@ func TestShareKeepsBufferUntilLastReference(t *testing.T) {
 		c, err := p.Alloc(100)
 		ok(t, "Alloc", err)
 		s.share(t, p, c, 1)
-		s.mu.Lock()
-		delete(s.refs, mem.Addr(c))
-		s.mu.Unlock()
+		s.goneElsewhere(c)
 		ok(t, "FreeShared", p.FreeShared(c))
 		if st := p.Stats(); st.Live != 0 {
 			t.Fatalf("after FreeShared: %d live", st.Live)
@@ -119,9 +144,7 @@ func TestShareKeepsBufferUntilLastReference(t *testing.T) {
 		if err := p.Free(d); !errors.Is(err, errDropped) {
 			t.Fatalf("Free with no reference left: %v", err)
 		}
-		s.mu.Lock()
-		delete(s.refs, mem.Addr(d))
-		s.mu.Unlock()
+		s.goneElsewhere(d)
 		ok(t, "FreeShared", p.FreeShared(d))
 		// Outside the pool.
 		other := newPool(t, pinned.Options{Capacity: 4 << 20})
@@ -151,8 +174,7 @@ func TestShareRefusals(t *testing.T) {
 	ok(t, "Free", p.Free(b))
 	ok(t, "Close", p.Close())
 
-	s := newRefSharer()
-	p = newPool(t, pinned.Options{Capacity: 4 << 20, Sharer: s})
+	p, _ = newSharedPool(t, pinned.Options{Capacity: 4 << 20})
 	b, err = p.Alloc(4096)
 	ok(t, "Alloc", err)
 	if err := p.Share(b[16:]); !errors.Is(err, pinned.ErrSubSlice) {
@@ -174,8 +196,7 @@ func TestShareRefusals(t *testing.T) {
 // On a CUDAHost pool, the last free of a shared buffer waits for the streams recorded on it,
 // and FreeAsync of a shared buffer drops one reference.
 func TestFakeSharedBufferWaitsForStream(t *testing.T) {
-	s := newRefSharer()
-	r := newAsyncRig(t, pinned.Options{Sharer: s})
+	r, s := newSharedRig(t, pinned.Options{})
 	if r == nil {
 		return
 	}
@@ -212,15 +233,13 @@ func TestFakeSharedBufferWaitsForStream(t *testing.T) {
 // one (there FreeShared gave a held buffer back at once). A second reference's free while held
 // was refused with ErrDoubleFree in both.
 func TestHoldSharedBuffer(t *testing.T) {
-	s := newRefSharer()
-	p := newPool(t, pinned.Options{Capacity: 8 << 20, Backend: pinned.Pageable, Sharer: s})
+	p, s := newSharedPool(t, pinned.Options{Backend: pinned.Pageable})
 	defer p.Close()
 	holdShared(t, p, s)
 }
 
 func TestFakeHoldSharedBuffer(t *testing.T) {
-	s := newRefSharer()
-	r := newAsyncRig(t, pinned.Options{Sharer: s})
+	r, s := newSharedRig(t, pinned.Options{})
 	if r == nil {
 		return
 	}
@@ -262,9 +281,7 @@ func holdShared(t *testing.T, p *pinned.Pool, s *refSharer) {
 		s.share(t, p, c, 1)
 		h, err := p.Hold(c)
 		ok(t, "Hold", err)
-		s.mu.Lock()
-		delete(s.refs, mem.Addr(c))
-		s.mu.Unlock()
+		s.goneElsewhere(c)
 		ok(t, "FreeShared", p.FreeShared(c))
 		if live(t, p) != 1 {
 			t.Fatalf("%d bytes: FreeShared gave a held buffer back before the Release", n)
@@ -291,10 +308,8 @@ func holdShared(t *testing.T, p *pinned.Pool, s *refSharer) {
 // drops no reference: it dropped the reference and then failed, and the buffer stayed live
 // with no reference left to free it.
 func TestSharedSubSliceFree(t *testing.T) {
-	for _, o := range []pinned.Options{{}, {ZeroOnFree: true}} {
-		s := newRefSharer()
-		o.Sharer, o.Capacity, o.Backend = s, 8<<20, pinned.Pageable
-		p := newPool(t, o)
+	for _, o := range []pinned.Options{{Backend: pinned.Pageable}, {Backend: pinned.Pageable, ZeroOnFree: true}} {
+		p, s := newSharedPool(t, o)
 		b, err := p.Alloc(4096)
 		ok(t, "Alloc", err)
 		s.share(t, p, b, 1)
@@ -317,8 +332,7 @@ func TestSharedSubSliceFree(t *testing.T) {
 // freed r times, among the releases of its holds, and the Share comes before or after the
 // first Hold. Every buffer is freed once, after its last reference and its last hold.
 func TestHoldSharedRace(t *testing.T) {
-	s := newRefSharer()
-	p := newPool(t, pinned.Options{Capacity: 256 << 20, Backend: pinned.Pageable, Sharer: s})
+	p, s := newSharedPool(t, pinned.Options{Capacity: 256 << 20, Backend: pinned.Pageable})
 	defer p.Close()
 	rounds := 50
 	if pinned.LongRun() {
@@ -391,8 +405,7 @@ func TestHoldSharedRace(t *testing.T) {
 // the buffer waiting for no stream, gave it back at once, and a copy queued on s before the
 // FreeAsync wrote into the next owner's buffer.
 func TestFakeSharedFreeAsyncKeepsStream(t *testing.T) {
-	s := newRefSharer()
-	r := newAsyncRig(t, pinned.Options{Sharer: s, PurgeDelay: -1})
+	r, s := newSharedRig(t, pinned.Options{PurgeDelay: -1})
 	if r == nil {
 		return
 	}
@@ -410,9 +423,7 @@ func TestFakeSharedFreeAsyncKeepsStream(t *testing.T) {
 		if last == "Free" {
 			ok(t, "Free", r.pool.Free(b))
 		} else {
-			s.mu.Lock()
-			delete(s.refs, mem.Addr(b))
-			s.mu.Unlock()
+			s.goneElsewhere(b)
 			ok(t, "FreeShared", r.pool.FreeShared(b))
 		}
 		if got := r.deferred(); got != 1 {
@@ -442,10 +453,8 @@ func TestFakeSharedFreeAsyncKeepsStream(t *testing.T) {
 // does. It gave the buffer back and kept the memory mapped, with no later Close to release it
 // (the pool was not busy: ErrClosed).
 func TestSharedLastFreeAfterClose(t *testing.T) {
-	for _, o := range []pinned.Options{{}, {ZeroOnFree: true}} {
-		s := newRefSharer()
-		o.Sharer, o.Capacity, o.Backend = s, 8<<20, pinned.Pageable
-		p := newPool(t, o)
+	for _, o := range []pinned.Options{{Backend: pinned.Pageable}, {Backend: pinned.Pageable, ZeroOnFree: true}} {
+		p, s := newSharedPool(t, o)
 		b, err := p.Alloc(4096)
 		ok(t, "Alloc", err)
 		s.share(t, p, b, 2)
@@ -464,8 +473,7 @@ func TestSharedLastFreeAfterClose(t *testing.T) {
 }
 
 func TestFakeSharedLastFreeAsyncAfterClose(t *testing.T) {
-	s := newRefSharer()
-	r := newAsyncRig(t, pinned.Options{Sharer: s})
+	r, s := newSharedRig(t, pinned.Options{})
 	if r == nil {
 		return
 	}
@@ -502,8 +510,7 @@ func (r *asyncRig) finishClosed() {
 // for the buffer to leave the heap's hold, which the Hold keeps: 5 s (closeWait), in the
 // goroutine of package ipcpool that takes retired buffers back.
 func TestFakeFreeSharedHeldAfterClose(t *testing.T) {
-	s := newRefSharer()
-	r := newAsyncRig(t, pinned.Options{Sharer: s})
+	r, s := newSharedRig(t, pinned.Options{})
 	if r == nil {
 		return
 	}
@@ -515,9 +522,7 @@ func TestFakeFreeSharedHeldAfterClose(t *testing.T) {
 	if err := r.pool.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
 		t.Fatalf("Close with a shared buffer live: %v", err)
 	}
-	s.mu.Lock()
-	delete(s.refs, mem.Addr(b))
-	s.mu.Unlock()
+	s.goneElsewhere(b)
 	start := time.Now()
 	ok(t, "FreeShared", r.pool.FreeShared(b))
 	if d := time.Since(start); d > 500*time.Millisecond {
@@ -539,17 +544,14 @@ func TestFakeFreeSharedHeldAfterClose(t *testing.T) {
 // left the shared buffer's tag cleared, so that every Hold of it then failed with
 // ErrDoubleFree; a buffer never shared was refused with ErrInvalidOptions.
 func TestFreeSharedRefusals(t *testing.T) {
-	s := newRefSharer()
-	p := newPool(t, pinned.Options{Capacity: 8 << 20, Backend: pinned.Pageable, Sharer: s, ZeroOnFree: true})
+	p, s := newSharedPool(t, pinned.Options{Backend: pinned.Pageable, ZeroOnFree: true})
 	b, err := p.Alloc(4096)
 	ok(t, "Alloc", err)
 	for i := range b {
 		b[i] = 7
 	}
 	s.share(t, p, b, 1)
-	s.mu.Lock()
-	delete(s.refs, mem.Addr(b)) // its last reference went elsewhere
-	s.mu.Unlock()
+	s.goneElsewhere(b)
 	if err := p.FreeShared(b[:16:16]); !errors.Is(err, pinned.ErrSubSlice) {
 		t.Fatalf("FreeShared of a part of a buffer: %v, want ErrSubSlice", err)
 	}
@@ -584,8 +586,7 @@ func TestFreeSharedRefusals(t *testing.T) {
 // ErrDoubleFree, and the buffer stays shared for FreeShared. The Free waited for the Share's
 // hold bit to go, looping for good.
 func TestFreeSharedUnknownToSharer(t *testing.T) {
-	s := newRefSharer()
-	p := newPool(t, pinned.Options{Capacity: 8 << 20, Backend: pinned.Pageable, Sharer: s})
+	p, _ := newSharedPool(t, pinned.Options{Backend: pinned.Pageable})
 	defer p.Close()
 	b, err := p.Alloc(4096)
 	ok(t, "Alloc", err)
