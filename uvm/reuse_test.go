@@ -11,15 +11,15 @@ import (
 )
 
 // A stream handle outlives its stream: the driver gives a destroyed stream's handle value to a
-// stream created later (fakecuda's ReuseStreamHandles), while the work of the destroyed one may
-// still be queued. What the tier keeps per stream (a block's release event on each stream, the
-// stream that last waited for them) must not pass to the new stream with the handle: the new
-// stream is not ordered after the old one's work. Each test uses a stream s on the tier, writes
-// through it (held: the fake runs it only when something waits for it), releases, ForgetStreams
-// and destroys s, creates a stream n that gets s's handle, uses the tier on n, and checks every
-// byte the tier moved.
+// stream created later (so does the fake, by default: fakecuda's ReuseStreamHandles), while the
+// work of the destroyed one may still be queued. What the tier keeps per stream (a block's release
+// event on each stream, the stream that last waited for them) must not pass to the new stream with
+// the handle: the new stream is not ordered after the old one's work. Each test uses a stream s on
+// the tier, writes through it (held: the fake runs it only when something waits for it), releases,
+// ForgetStreams and destroys s, creates a stream n that gets s's handle, uses the tier on n, and
+// checks every byte the tier moved.
 
-// reuseTier is a tier of blocks of size bytes on a fake that reuses stream handles, and a
+// reuseTier is a tier of blocks of size bytes on the fake, which reuses stream handles, and a
 // stream s whose handle the test passes on (reusedHandle); the stream that has it at the end is
 // destroyed at cleanup.
 func reuseTier(t *testing.T, size, blocks int) (*fakecuda.Driver, *icuda.Device, *uvm.Tier, cuda.Stream) {
@@ -28,7 +28,6 @@ func reuseTier(t *testing.T, size, blocks int) (*fakecuda.Driver, *icuda.Device,
 	if f == nil {
 		return nil, nil, nil, 0
 	}
-	f.ReuseStreamHandles(true)
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: blocks * size})
 	s, err := dev.StreamCreate(true)
 	must(t, err)

@@ -300,10 +300,10 @@ func TestAsyncDestroyedStream(t *testing.T) {
 	}
 }
 
-// TestAsyncReusedStreamHandle: with ReuseStreamHandles on, a stream created after a destroy
-// gets the destroyed stream's handle, the one destroyed last first, as the real driver hands out
-// a destroyed stream's handle value again (R: rmm#649, rmm#2251, cccl#5132), even while the
-// destroyed stream still has work queued. The handle then names the new stream alone: its
+// TestAsyncReusedStreamHandle: by default (ReuseStreamHandles on), a stream created after a
+// destroy gets the destroyed stream's handle, the one destroyed last first, as the real driver
+// hands out a destroyed stream's handle value again (R: rmm#649, rmm#2251, cccl#5132), even
+// while the destroyed stream still has work queued. The handle then names the new stream alone: its
 // flags, its queue (a query and a synchronize of it neither see nor run the old stream's work),
 // while the old stream's work still runs at a context synchronize and its event stays its own.
 // Off, every stream gets a handle of its own.
@@ -315,8 +315,6 @@ func TestAsyncReusedStreamHandle(t *testing.T) {
 	x := newAsyncFixture(t, f, d, 64<<10)
 	must(t, "HtoD", d.MemcpyHtoD(x.dev, mem.Addr(fill(x.in(), 1)), x.n))
 	ev := x.event(t)
-	f.ReuseStreamHandles(true)
-	defer f.ReuseStreamHandles(false)
 	old, err := d.StreamCreate(true)
 	must(t, "StreamCreate", err)
 	fill(x.in(), 2)

@@ -391,7 +391,7 @@ var mutants = []mutant{
 	},
 	{
 		name:  "tier-forget-keeps-releases",
-		why:   "ForgetStream leaves a block's release events keyed by the forgotten stream's handle, which the driver gives to a stream created later: an Acquire there takes the old stream's release for its own and skips the wait; the model synchronizes a stream before it forgets it, and its handles are its own",
+		why:   "ForgetStream leaves a block's release events keyed by the forgotten stream's handle, which the driver gives to a stream created later: an Acquire there takes the old stream's release for its own and skips the wait; the model synchronizes a stream before it forgets it, so the old release has passed when the new stream gets its handle",
 		file:  "uvm/streams.go",
 		old:   "\tt.forgetReleases(s)\n\tt.forget(s)",
 		new:   "\tt.forget(s)",
@@ -400,7 +400,7 @@ var mutants = []mutant{
 	},
 	{
 		name:  "tier-batch-merges-forgotten-releases",
-		why:   "an eviction keeps one release event per stream handle, so the event of a forgotten stream and that of a new stream given its handle count as one stream's, and the copy waits for the newer only; the model's handles are its own",
+		why:   "an eviction keeps one release event per stream handle, so the event of a forgotten stream and that of a new stream given its handle count as one stream's, and the copy waits for the newer only; the model synchronizes a stream before it forgets it, so the forgotten stream's release has passed",
 		file:  "uvm/release.go",
 		old:   "w.s == r.s && w.gone == r.gone {",
 		new:   "w.s == r.s {",
