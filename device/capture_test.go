@@ -153,3 +153,109 @@ func copiesRefusedInCapture(t *testing.T, dev *cuda.Device, h *Heap, b []byte, w
 	must(t, "HtoDAsync once the capture has ended", h.HtoDAsync(pcuda.DevicePtr(p), b, pcuda.Stream(s)))
 	freeAll(t, h, []cuda.DevicePtr{p})
 }
+
+// TestFakePollBesideCaptureOnListlessHeap: a poll (Stats) that finds a stream the user destroyed
+// without ForgetStream, with a free deferred on it, answers it with a synchronize of the context
+// (streamq's Recover), which waits for the work the driver still runs there, unless a capture
+// holds a stream the heap knows: that synchronize would end it. Here the capture is on c, a
+// non-blocking stream whose heap holds a block but whose list left the lists (empty at
+// listLinger polls): Recover asked only the lists' streams and the legacy stream (which answers
+// for blocking streams only), so the poll's synchronize ended the user's capture. Now the heap's
+// streams are asked too: the poll waits for nothing, the free stays deferred and the capture
+// valid; once the capture has ended, a poll answers the destroyed stream and the free is done.
+func TestFakePollBesideCaptureOnListlessHeap(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, c, d := newStream(t, dev, h), newStream(t, dev, h), newStream(t, dev, h)
+	keep := alloc(t, h, 4096, c)
+	// Polls run while frees are deferred: one on d, held, until c's list, empty, has left.
+	x := alloc(t, h, 4096, a)
+	f.Hold(true)
+	must(t, "MemsetAsync on d", h.MemsetAsync(pcuda.DevicePtr(x), 0, 4096, pcuda.Stream(d)))
+	must(t, "FreeAsync on d", h.FreeAsync(pcuda.DevicePtr(x), pcuda.Stream(d)))
+	for range listLinger {
+		h.Stats()
+	}
+	f.CompleteStream(d)
+	if st := h.Stats(); st.Deferred != 0 {
+		t.Fatalf("d has passed the free: %d deferred, want 0", st.Deferred)
+	}
+	h.mu.Lock()
+	list, heap := h.lists.Lookup(uintptr(c)), h.streams[pcuda.Stream(c)]
+	h.mu.Unlock()
+	if list != nil || heap == nil {
+		t.Fatalf("c has a list %v, a heap %v; want no list (left at %d polls) and a heap", list != nil, heap != nil, listLinger)
+	}
+	s, _, _ := destroyedWithFrees(t, f, dev, h, a, 64<<10)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	st := h.Stats()
+	g, err := dev.StreamEndCapture(c)
+	if err != nil {
+		t.Fatalf("a poll answering the destroyed stream invalidated the user's capture on a stream of the heap's: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if st.Deferred != 1 {
+		t.Errorf("a poll during the capture: %d deferred, want 1 (the free on the destroyed stream waits)", st.Deferred)
+	}
+	if st := h.Stats(); st.Deferred != 0 {
+		t.Errorf("a poll after the capture: %d deferred, want 0 (the context synchronized for the destroyed stream)", st.Deferred)
+	}
+	must(t, "ForgetStream of the destroyed stream", h.ForgetStream(pcuda.Stream(s)))
+	freeAll(t, h, []cuda.DevicePtr{keep})
+}
+
+// TestFakeIdlePurgeDestroyedStreamBesideCapture: the idle purge's answer to a stream destroyed
+// without ForgetStream (TestFakeIdlePurgeDestroyedStream: a synchronize of the context, through
+// streamq's Recover) while the user captures on c, a non-blocking stream whose heap the purge
+// has trimmed and whose list of requests has left (empty at trimLinger ticks): the check before
+// that synchronize asked only the lists' streams and the legacy stream, so the tick ended the
+// capture. Now it asks the heap's streams too: the ticks wait for nothing and the capture stays
+// valid; once it has ended, a tick answers the destroyed stream and its heap is trimmed.
+func TestFakeIdlePurgeDestroyedStreamBesideCapture(t *testing.T) {
+	f, dev, h := purgeHeap(t, false, true)
+	if f == nil {
+		return
+	}
+	c := newStream(t, dev, h)
+	keep := alloc(t, h, 4096, c)
+	defer freeAll(t, h, []cuda.DevicePtr{keep})
+	f.CompleteStream(c) // the heap's check of c
+	for range trimLinger + 3 {
+		h.purgeTick()
+	}
+	h.mu.Lock()
+	list, purges := h.purge.trims.Lookup(uintptr(c)), h.st.Purges
+	h.mu.Unlock()
+	if list != nil || purges != 1 {
+		t.Fatalf("c's heap quiet for %d ticks: %d purges, a list of requests %v; want 1, none", trimLinger+3, purges, list != nil)
+	}
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer f.Complete()
+	live, _ := burstIdle(t, f, h, s, 2)
+	defer freeAll(t, h, live)
+	must(t, "StreamDestroy", dev.StreamDestroy(s))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	h.purgeTick() // the heap busy since the last look
+	h.purgeTick() // quiet: its stream refused
+	st := h.Stats()
+	g, err := dev.StreamEndCapture(c)
+	if err != nil {
+		t.Fatalf("the idle purge's answer to the destroyed stream invalidated the user's capture on a stream of the heap's: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if st.Purges != 1 || f.Pending() == 0 {
+		t.Errorf("ticks during the capture: %d purges, %d streams with work pending; want 1 (c's), the destroyed stream's", st.Purges, f.Pending())
+	}
+	h.purgeTick() // the context synchronized, the heap trimmed
+	if st := h.Stats(); st.Purges != 2 || f.Pending() != 0 {
+		t.Errorf("a tick after the capture: %d purges, %d streams with work pending; want 2, none", st.Purges, f.Pending())
+	}
+}

@@ -227,6 +227,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: uintptr(o.Quota)},
 	}
 	h.lists = newLists(streamq.NewPoints(d, h.events))
+	h.lists.SetOthers(h.heapStreams)
 	h.newPurger(o.PurgeDelay, prov)
 	h.SetPressure(o.Pressure)
 	return h, nil

@@ -119,6 +119,8 @@ func (h *Heap) newPurger(d time.Duration, prov arena.Provider) {
 		delay: d, looks: map[*heap.Heap]*look{},
 		trims: streamq.NewLists[trimReq](h.lists.Points(), nil, trimLinger),
 	}
+	// A tick's Recover asks the heap's streams too (heapStreams).
+	h.purge.trims.SetOthers(h.heapStreams)
 	if d > 0 { // made stopped, before any tick can read it
 		h.purge.timer = time.AfterFunc(time.Hour, h.purgeTick)
 		h.purge.timer.Stop()

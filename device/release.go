@@ -93,8 +93,9 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 // refused it, it synchronizes the context, which waits for the work of every stream, s's
 // included when the driver refuses s for having been destroyed (it still runs the work queued
 // there). That synchronize would end a capture on any stream of the context, and the driver
-// refuses it then: so it asks the heap's streams and the legacy stream first (Capturing, which
-// answers for a capture on a blocking stream too), and waits for nothing while one captures.
+// refuses it then: so it asks the heap's streams first, those with a list or a heap
+// (heapStreams), and the legacy stream, which answers for a capture on a blocking stream too
+// (streamq's Lists.Captured), and waits for nothing while one captures.
 // It returns nil once the context has been synchronized; when that synchronize fails with the
 // context's sticky error, an error wrapping ErrDeviceFault. h.mu is held.
 func (h *Heap) waitRefused(s cuda.Stream, cause error) error {
@@ -102,7 +103,7 @@ func (h *Heap) waitRefused(s cuda.Stream, cause error) error {
 	if errors.Is(cause, cuda.ErrCapturing) {
 		return fmt.Errorf("device: forget stream %#x: %w; %s", s, cause, kept)
 	}
-	if c, held := h.captured(); held {
+	if c, held := h.lists.Captured(); held {
 		return fmt.Errorf("device: forget stream %#x: its synchronize failed (%v), and the synchronize of the context that would wait for its work instead would end the CUDA graph capture on stream %#x: %w; %s",
 			s, cause, c, cuda.ErrCapturing, kept)
 	}
@@ -120,25 +121,16 @@ func (h *Heap) waitRefused(s cuda.Stream, cause error) error {
 	return nil
 }
 
-// captured returns a stream of the heap's, or the legacy stream, that a CUDA graph capture
-// holds (streamq's Points.Capturing), with held true; none, false. h.mu is held.
-func (h *Heap) captured() (s cuda.Stream, held bool) {
-	p := h.lists.Points()
+// heapStreams yields the streams with a heap (h.streams), for the capture checks of the lists
+// (streamq's Lists.SetOthers): a stream heap's stream may have no list, its list gone after
+// listLinger polls that found it empty, and a synchronize of the context for a stream the
+// driver refuses (Recover, waitRefused) would end a capture there. h.mu is held.
+func (h *Heap) heapStreams(yield func(streamq.Stream) bool) {
 	for s := range h.streams {
-		if p.Capturing(uintptr(s)) {
-			return s, true
+		if !yield(streamq.Stream(s)) {
+			return
 		}
 	}
-	found := cuda.Stream(0)
-	h.lists.Range(func(s streamq.Stream, _, _ []cuda.DevicePtr) {
-		if !held && p.Capturing(s) {
-			found, held = cuda.Stream(s), true
-		}
-	})
-	if held {
-		return found, true
-	}
-	return 0, p.Capturing(0)
 }
 
 // besides says cause, the error of the call that led to the driver's error err, unless it is

@@ -35,6 +35,35 @@ func (p *Points) Capturing(s Stream) bool {
 	return held
 }
 
+// Captured returns a stream that a CUDA graph capture holds (Capturing), with held true: one of
+// the caller's others (SetOthers), of the lists', or the legacy default stream, which answers
+// for a capture on any blocking stream of the context; none: 0, false. A synchronize of the
+// context (Points.WaitAll) would end such a capture, and the driver refuses it then: Recover
+// asks first, and so does a caller about to synchronize the context for a stream the driver
+// refuses (a ForgetStream of a destroyed stream). A capture on a non-blocking stream the caller
+// has never told the lists of is not seen. It asks the driver once a stream
+// (cuStreamIsCapturing, which invalidates nothing). It is the reclaimer's, as Poll is.
+func (ls *Lists[T]) Captured() (s Stream, held bool) {
+	p := ls.points
+	if ls.others != nil {
+		for s := range ls.others {
+			if p.Capturing(s) {
+				return s, true
+			}
+		}
+	}
+	defer ls.endScan()
+	for _, l := range ls.snapshot() {
+		if p.Capturing(l.s) {
+			return l.s, true
+		}
+	}
+	if p.Capturing(streamLegacy) {
+		return streamLegacy, true
+	}
+	return 0, false
+}
+
 // captureHeld reports whether a capture holds s, with the driver's refusal that says so (the
 // legacy stream's) or nil. It allocates nothing.
 func captureHeld(dev *cuda.Device, s Stream) (bool, error) {

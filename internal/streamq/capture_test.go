@@ -166,3 +166,56 @@ func TestRecordOutsideCapture(t *testing.T) {
 		endCapture(t, dev, c.capture)
 	}
 }
+
+// TestCapturedAsksOthers: Lists.Captured names a capturing stream among the caller's others
+// (SetOthers), which have no list, the lists' own, and the legacy stream for a capturing
+// blocking stream of neither, and asking leaves each capture valid. Recover of a list lost to a
+// destroyed stream synchronizes nothing while another stream captures (the synchronize of the
+// context would end the capture): its items stay until a Recover after the capture.
+func TestCapturedAsksOthers(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, bufs, p, _ := testStreams(t, dev, 2)
+	b := blockingStream(t, dev)
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1} }, 2)
+	ls.SetOthers(func(yield func(streamq.Stream) bool) { yield(ss[1]) })
+	ls.Get(ss[0])
+	if s, held := ls.Captured(); held {
+		t.Fatalf("Captured with no capture = %#x, true", s)
+	}
+	for _, c := range []struct{ capture, want cuda.Stream }{{ss[1], ss[1]}, {ss[0], ss[0]}, {b, 0}} {
+		beginCapture(t, dev, c.capture)
+		if s, held := ls.Captured(); !held || s != c.want {
+			t.Errorf("Captured while %#x captures = %#x, %v; want %#x, true", c.capture, s, held, c.want)
+		}
+		endCapture(t, dev, c.capture)
+	}
+
+	gone, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Hold(true)
+	defer f.Hold(false)
+	if err := dev.MemsetD8Async(bufs[0], 1, 4096, gone); err != nil {
+		t.Fatal(err)
+	}
+	ls.Push(ls.Get(gone), 7)
+	if err := dev.StreamDestroy(gone); err != nil { // its memset still queued
+		t.Fatal(err)
+	}
+	beginCapture(t, dev, ss[1])
+	done, err := ls.Reclaim(nil, nil)
+	endCapture(t, dev, ss[1])
+	if len(done) != 0 || ls.Lost() != 1 {
+		t.Fatalf("Reclaim while a stream of the caller's captures = %v, %v, %d lost; want nothing back, the list kept", done, err, ls.Lost())
+	}
+	if done, err = ls.Recover(nil, nil); err != nil || len(done) != 1 || done[0] != 7 {
+		t.Fatalf("Recover after the capture = %v, %v; want [7]", done, err)
+	}
+	if f.Pending() != 0 {
+		t.Errorf("the item came back with the destroyed stream's memset still queued")
+	}
+}

@@ -1,6 +1,7 @@
 package streamq
 
 import (
+	"iter"
 	"sync"
 	"sync/atomic"
 )
@@ -40,7 +41,7 @@ import (
 // synchronizes the whole context once for every lost list and hands back what they had.
 //
 // Concurrency: Push, PushMany, Find, Get, Lookup, Range and the totals are safe for concurrent
-// use; Poll, Recover, Release and Forget are the reclaimer's, and their caller runs one at a
+// use; Poll, Recover, Captured, Release and Forget are the reclaimer's, and their caller runs one at a
 // time. Lock order: the lists' lock, then a list's.
 
 // Tally is what an item counts for in a Lists' totals (Measure): items, bytes and a weight, all
@@ -54,7 +55,8 @@ type Lists[T any] struct {
 	points  *Points
 	measure func(T) Tally
 	linger  int
-	pointOf func(T) Event // the items' own points (OwnPoints), or nil
+	pointOf func(T) Event    // the items' own points (OwnPoints), or nil
+	others  iter.Seq[Stream] // the caller's streams a capture check asks too (SetOthers), or nil
 
 	mu     sync.Mutex
 	m      map[Stream]*List[T] // under mu: the streams with state
@@ -150,6 +152,13 @@ func NewLists[T any](points *Points, measure func(T) Tally, linger int) *Lists[T
 // is handed back; 0 for none (the lists then take a point of their own). Call it before the
 // first push.
 func (ls *Lists[T]) OwnPoints(pointOf func(T) Event) { ls.pointOf = pointOf }
+
+// SetOthers gives the lists the streams their caller knows beyond the lists' own, which a
+// capture check asks too (Captured, and so Recover before its synchronize of the context): a
+// stream that may have no list while a capture on it would end at that synchronize (a device
+// heap's stream heaps, whose lists leave at linger polls). others is called by the reclaimer,
+// under whatever guards what it walks. Call it before the first poll.
+func (ls *Lists[T]) SetOthers(others iter.Seq[Stream]) { ls.others = others }
 
 // Points returns the lists' points.
 func (ls *Lists[T]) Points() *Points { return ls.points }

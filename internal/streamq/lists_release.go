@@ -30,10 +30,14 @@ func (ls *Lists[T]) keepLost(l *List[T]) {
 // for the work the refused streams still had), calls after (nil: none), and appends to done
 // the items each lost list had when Poll found it lost. When the synchronize fails, the items
 // stay and the error is returned; the lists are polled again either way. While a capture
-// holds a stream of the lists (Points.Capturing), whose capture a synchronize of the context
-// would invalidate, it does nothing: the lost lists stay for a later call.
+// holds a stream of the lists, one of the caller's others (SetOthers) or the legacy stream
+// (Captured), whose capture a synchronize of the context would invalidate, it does nothing:
+// the lost lists stay for a later call.
 func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
-	if len(ls.lost) == 0 || ls.capturing() {
+	if len(ls.lost) == 0 {
+		return done, nil
+	}
+	if _, held := ls.Captured(); held {
 		return done, nil
 	}
 	defer func() {
@@ -53,17 +57,6 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 		done = ls.release(l, n, done)
 	}
 	return done, nil
-}
-
-// capturing reports whether a capture holds a stream of the lists, or the legacy stream.
-func (ls *Lists[T]) capturing() bool {
-	defer ls.endScan()
-	for _, l := range ls.snapshot() {
-		if ls.points.Capturing(l.s) {
-			return true
-		}
-	}
-	return ls.points.Capturing(streamLegacy)
 }
 
 // Reclaim is Poll, then Recover of the lists the poll found lost (after as for Recover): it
