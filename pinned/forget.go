@@ -21,7 +21,11 @@ import (
 //
 // When the wait fails, s stays known and nothing is taken back: a stream capturing a CUDA graph
 // is refused with an error matching cuda.ErrCapturing (end the capture first), and a context
-// that refuses its synchronize returns the driver's error.
+// that refuses its synchronize returns the driver's error. The synchronize of the context that
+// answers a destroyed stream would end a capture on any stream of the context: while a stream
+// the pool knows (one with buffers deferred, or seen lately) or the legacy stream (for any
+// blocking stream) captures, ForgetStream of a destroyed stream waits for nothing and is refused
+// the same way; call it again once the capture has ended.
 //
 // A pool whose memory the driver copies synchronously knows no streams: ForgetStream does
 // nothing there. After the pool's memory is released it returns ErrClosed.
@@ -47,17 +51,24 @@ func (p *Pool) ForgetStream(s cuda.Stream) error {
 // It waits first and forgets after: a stream marked forgotten is one whose work has passed
 // (the frees of the live buffers recorded on it stop waiting for it), so a wait that fails
 // leaves s as it was, known and waited for. A stream a capture holds is refused before the
-// synchronize of the context, which would invalidate the capture.
+// synchronize of the context, which would invalidate the capture, and so is any stream while a
+// capture holds one the pool knows or the legacy stream (streamq's Lists.Captured).
 func (o *streamOrder) forget(s cuda.Stream) error {
+	const kept = "it stays known, and the buffers deferred or recorded on it wait for it"
 	o.reclMu.Lock()
 	defer o.reclMu.Unlock()
 	if err := o.waitFor(s, o.lists.Lookup(uintptr(s))); err != nil {
 		if errors.Is(err, pinmalloc.ErrCapturing) {
-			return fmt.Errorf("pinned: forget stream %#x: %w; it stays known, and the buffers deferred or recorded on it wait for it", s, err)
+			return fmt.Errorf("pinned: forget stream %#x: %w; %s", s, err, kept)
 		}
-		// Destroyed already, most likely: the context's synchronize waits for its work.
+		// Destroyed already, most likely: the context's synchronize waits for its work, and
+		// would end a capture on any stream.
+		if c, held := o.lists.Captured(); held {
+			return fmt.Errorf("pinned: forget stream %#x: its wait failed (%v), and the synchronize of the context that would wait for its work instead would end the CUDA graph capture on stream %#x: %w; %s",
+				s, err, c, pinmalloc.ErrCapturing, kept)
+		}
 		if err2 := o.points().WaitAll(); err2 != nil {
-			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; it stays known, and the buffers deferred or recorded on it wait for it", s, err, err2)
+			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; %s", s, err, err2, kept)
 		}
 	}
 	l := o.lists.Forget(uintptr(s))

@@ -295,3 +295,70 @@ func TestFakeForgetStreamFailedKeepsRecord(t *testing.T) {
 	ok(t, "heap Free", r.heap.Free(pcuda.DevicePtr(d)))
 	r.finish()
 }
+
+// TestFakeForgetDestroyedStreamBesideCapture: ForgetStream of a stream the user destroyed first,
+// with a buffer deferred on it behind a copy still queued there, while the user captures a CUDA
+// graph on another stream: one the pool knows (r.s, a buffer deferred on it: non-blocking, so the
+// legacy stream does not answer for it), or a blocking stream the pool has never seen (the
+// legacy stream answers for it). The driver refuses the destroyed stream's handle, and the
+// synchronize of the context that waits for its work instead ends every capture of the context:
+// ForgetStream synchronized without asking, and the user's capture was invalidated. Now it asks
+// the pool's streams and the legacy stream first, and refuses (cuda.ErrCapturing), keeping the
+// stream and its buffer, with the capture valid; once the capture has ended, it forgets it.
+func TestFakeForgetDestroyedStreamBesideCapture(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	const n = 4096
+	d := r.devAlloc(n)
+	r.f.Hold(true) // the copies stay queued
+	k := r.alloc(n, 0xC)
+	ok(t, "HtoDAsync on r.s", r.heap.HtoDAsync(pcuda.DevicePtr(d), k, pcuda.Stream(r.s)))
+	ok(t, "FreeAsync on r.s", r.pool.FreeAsync(k, pcuda.Stream(r.s)))
+	blocking, err := r.dev.StreamCreate(false)
+	ok(t, "StreamCreate", err)
+	defer func() { ok(t, "StreamDestroy", r.dev.StreamDestroy(blocking)) }()
+	waiting := func(s cuda.Stream) int {
+		for _, sd := range r.pool.DeferredByStream() { // takes nothing back, unlike Stats
+			if sd.Stream == pcuda.Stream(s) {
+				return sd.Buffers
+			}
+		}
+		return 0
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, c := range []struct {
+		what    string
+		capture cuda.Stream
+	}{{"a non-blocking stream of the pool's", r.s}, {"a blocking stream the pool has not seen", blocking}} {
+		s, err := r.dev.StreamCreate(true)
+		ok(t, "StreamCreate", err)
+		b := r.alloc(n, 0xA)
+		ok(t, "HtoDAsync", r.dev.MemcpyHtoDAsync(d, mem.Addr(b), n, s))
+		ok(t, "FreeAsync", r.pool.FreeAsync(b, pcuda.Stream(s)))
+		ok(t, "StreamDestroy, without ForgetStream", r.dev.StreamDestroy(s)) // its copy still queued
+		ok(t, "StreamBeginCapture", r.dev.StreamBeginCapture(c.capture, cuda.CaptureGlobal))
+		ferr := r.pool.ForgetStream(pcuda.Stream(s))
+		g, cerr := r.dev.StreamEndCapture(c.capture)
+		if cerr != nil {
+			t.Fatalf("ForgetStream of a destroyed stream while %s captures invalidated the capture: %v (ForgetStream: %v)", c.what, cerr, ferr)
+		}
+		ok(t, "GraphDestroy", r.dev.GraphDestroy(g))
+		if !errors.Is(ferr, pcuda.ErrCapturing) {
+			t.Errorf("ForgetStream of a destroyed stream while %s captures: %v; want an error matching cuda.ErrCapturing", c.what, ferr)
+		}
+		t.Logf("while %s captures: %v", c.what, ferr)
+		if got := waiting(s); got != 1 || r.f.Pending() == 0 {
+			t.Errorf("ForgetStream refused while %s captures: %d buffers wait for the destroyed stream, %d streams with work queued; want 1 and its copy (nothing changes)", c.what, got, r.f.Pending())
+		}
+		ok(t, "ForgetStream once the capture has ended", r.pool.ForgetStream(pcuda.Stream(s)))
+		if got := waiting(s); got != 0 || r.f.Pending() != 0 {
+			t.Errorf("after ForgetStream: %d buffers wait for the destroyed stream, %d streams with work queued; want none", got, r.f.Pending())
+		}
+	}
+	r.f.Hold(false)
+	ok(t, "heap Free", r.heap.Free(pcuda.DevicePtr(d)))
+	r.finish()
+}
