@@ -77,9 +77,8 @@ import (
 // uvm.Tier's queues reach it.
 //
 // Lock order: a pool shard (the allocation's slow path reclaims as its holder) → reclMu (taken with
-// TryLock there) → a uses shard's lock → the lists' lock → a stream list's lock. ForgetStream reads
-// the tags under every shard (taggedWith) before it takes reclMu. Buffers are freed for real
-// holding none of the last three.
+// TryLock there) → a uses shard's lock → the lists' lock → a stream list's lock. Buffers are freed
+// for real holding none of the last three.
 
 // closeWait bounds how long Close waits for deferred buffers, and a free after Close for the
 // streams of its own buffer.
