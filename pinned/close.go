@@ -48,6 +48,9 @@ func (p *Pool) close() error {
 	//lint:ignore SA2001 an empty critical section: a barrier for newShard
 	p.growMu.Unlock()
 	_ = p.reclaim(true)
+	if afterCloseReclaim != nil {
+		afterCloseReclaim()
+	}
 	n, bytes := p.userLiveSettled()
 	if p.released.Load() { // meanwhile: by a last Release Close waited for, or a free
 		return wrapError(p.releaseRefused(), ErrClosed)
@@ -104,8 +107,35 @@ func (p *Pool) userLiveSettled() (n, bytes uint64) {
 		p.out.counting.Lock()
 	}
 	defer p.out.counting.Unlock()
-	return p.userLive()
+	return p.userLiveQuiet()
 }
+
+// userLiveQuiet is userLive counted while no reclaim runs: a reclaim takes buffers off the
+// lists (they stop counting as deferred) before it frees them (they stop counting as live),
+// and a count across that took them for buffers the caller has (Close racing Stats said
+// ErrLiveBlocks with every buffer freed, and kept the pool's memory for good). It counts
+// again when a reclaim ran meanwhile, a few times at most: the reclaims of a pool hammered
+// with Stats could outrun it, and then the count errs as userLive's does.
+func (p *Pool) userLiveQuiet() (n, bytes uint64) {
+	if p.order == nil {
+		return p.userLive()
+	}
+	for range quietCounts {
+		g := p.order.reclaims()
+		n, bytes = p.userLive()
+		if p.order.reclaims() == g {
+			break
+		}
+	}
+	return n, bytes
+}
+
+// quietCounts bounds userLiveQuiet's counts.
+const quietCounts = 8
+
+// afterCloseReclaim, when set (by tests), runs in Close between its reclaim and its count of
+// the live buffers.
+var afterCloseReclaim func()
 
 // finishClose runs after a free (of the buffer at addr; 0 for none) once the pool is closed:
 // when that was the last buffer the caller had, it waits for the buffer's own streams
@@ -118,7 +148,7 @@ func (p *Pool) finishClose(addr uintptr) {
 		return
 	}
 	_ = p.reclaim(true)
-	if n, _ := p.userLive(); n > 0 {
+	if n, _ := p.userLiveQuiet(); n > 0 {
 		return
 	}
 	if addr != 0 && p.order != nil {

@@ -139,3 +139,68 @@ func TestFakeCloseRacingFreeAsync(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeCloseRacingReclaim: Close counts the buffers the caller has while another
+// goroutine's reclaim (Trim's here; Stats' alike) has taken a buffer freed with FreeAsync off
+// its stream's list and not yet freed it. Close said ErrLiveBlocks, with every buffer freed,
+// and the pool kept its memory for good: no free was left to finish the close. It now counts
+// once that reclaim is done, and releases the memory.
+func TestFakeCloseRacingReclaim(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := New(Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := dev.StreamDestroy(s); err != nil {
+			t.Error(err)
+		}
+	}()
+	b, err := p.Alloc(64 << 10) // above the FreeAsync cache's sizes: on its stream's list at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Hold(true) // the stream runs nothing: Close's own reclaim leaves the buffer on its list
+	defer f.Hold(false)
+	if err := p.FreeAsync(b, cuda.Stream(s)); err != nil {
+		t.Fatal(err)
+	}
+	polled, release := make(chan struct{}), make(chan struct{})
+	trimmed := make(chan error, 1)
+	afterCloseReclaim = func() {
+		afterCloseReclaim = nil
+		f.Hold(false)
+		if err := dev.StreamSynchronize(s); err != nil {
+			t.Error(err)
+		}
+		afterPoll = func() {
+			afterPoll = nil
+			close(polled)
+			select { // until Close has counted, or long enough for a Close that waits
+			case <-release:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		go func() { trimmed <- p.Trim() }() // it polls, then waits with the buffer off its list
+		<-polled
+	}
+	defer func() { afterCloseReclaim, afterPoll = nil, nil }()
+	err = p.Close()
+	close(release)
+	if err := <-trimmed; err != nil && !errors.Is(err, ErrClosed) {
+		t.Errorf("Trim: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Close with every buffer freed, racing a reclaim: %v", err)
+	}
+	if !p.released.Load() {
+		t.Fatal("Close returned nil, and the pool still holds its memory")
+	}
+}

@@ -160,7 +160,16 @@ func (o *streamOrder) freeDone(on *heap.Heap) error {
 	}
 	o.sharedWeight.Add(-freed)
 	o.done = o.done[:0]
+	o.freeDones++
 	return errors.Join(errs...)
+}
+
+// reclaims returns the count of the take-backs finished (freeDone), once no reclaim is under
+// way: two equal counts bracket a time no reclaim overlapped (Pool.userLiveQuiet).
+func (o *streamOrder) reclaims() uint64 {
+	o.reclMu.Lock()
+	defer o.reclMu.Unlock()
+	return o.freeDones
 }
 
 // passed counts one stream of a shared buffer as passed, and reports whether it was the last.

@@ -128,6 +128,9 @@ type streamOrder struct {
 	uses   [useShards]useShard
 	reclMu sync.Mutex
 	done   []deferred // reclaim's scratch, under reclMu
+	// freeDones counts freeDone's calls, under reclMu: the take-backs of what a reclaim, a
+	// drain or a forget took off the lists (reclaims).
+	freeDones uint64
 }
 
 // useShard is a lock and the buffers with streams recorded whose start it covers.
