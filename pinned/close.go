@@ -70,9 +70,12 @@ func (p *Pool) close() error {
 		return err
 	}
 	p.busy.Store(false)
-	if n, bytes := p.live(); n > 0 { // a free of the last buffer deferred it meanwhile
+	if n, bytes := p.live(); n > 0 { // freed while held, or a free of the last buffer deferred it meanwhile
 		p.busy.Store(true)
-		return fmt.Errorf("%w: %s (%d bytes); a later Close, Free or Trim releases the memory once they have passed", ErrBusy, units.Count(uint64(n), "buffer"), bytes)
+		if held := p.out.freedN.Load(); held > 0 {
+			return fmt.Errorf("%w: %s freed while held wait for their last Release, which releases the pool's memory", ErrBusy, units.Count(uint64(held), "buffer"))
+		}
+		return fmt.Errorf("%w: %s (%d bytes) wait for their streams; a later Close, Free or Trim releases the memory once the streams have passed them", ErrBusy, units.Count(uint64(n), "buffer"), bytes)
 	}
 	return wrapError(p.releaseAll(), ErrClosed)
 }

@@ -51,10 +51,11 @@ var (
 	ErrQuota = errkind.New(pinmalloc.ErrQuota, "pinned: quota exceeded")
 	// ErrTrace means writing Options.Trace failed; the pool itself is unaffected.
 	ErrTrace = errkind.New(pinmalloc.ErrInvalid, "pinned: trace write failed")
-	// ErrBusy means Close found buffers whose free waits for a CUDA stream (FreeAsync) still
-	// waiting after its bound: the memory stays mapped, a later Close waits again, and a later
-	// Free, FreeAsync, ForgetStream or Trim releases it once the streams have passed.
-	ErrBusy = errkind.New(pinmalloc.ErrBusy, "pinned: buffers wait for their streams")
+	// ErrBusy means Close found freed buffers not back yet: buffers whose free waits for a CUDA
+	// stream (FreeAsync) still waiting after its bound, or buffers freed while held (Hold):
+	// the memory stays mapped, a later Close waits again, and a later Free, FreeAsync,
+	// ForgetStream or Trim releases it once the streams have passed, or the last Release does.
+	ErrBusy = errkind.New(pinmalloc.ErrBusy, "pinned: freed buffers are not back yet")
 	// ErrRefused means the pool's memory source refused memory for a reason other than a want
 	// of it (the driver refused a commit with another code, the process serving a shared pool
 	// broke its protocol or did not answer): the error wraps the source's own, and nothing was

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -154,6 +155,26 @@ func TestHoldClose(t *testing.T) {
 	}
 	ok(t, "Free", p.Free(b))
 	b[0] = 1 // still mapped
+	ok(t, "Release", h.Release())
+	if u := p.Usage(); u.Reserved != 0 || u.Live != 0 {
+		t.Fatalf("after the last Release of a closed pool: %+v", u)
+	}
+}
+
+// TestHoldFreedClose: Close with a buffer freed while held, in a pool with no streams, says
+// ErrBusy for the Release it waits for (it said the buffers waited for their streams), and
+// the last Release releases the memory.
+func TestHoldFreedClose(t *testing.T) {
+	p := newPool(t, pinned.Options{Backend: pinned.Pageable, Capacity: 8 << 20})
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	h, err := p.Hold(b)
+	ok(t, "Hold", err)
+	ok(t, "Free of the held buffer", p.Free(b))
+	err = p.Close()
+	if !errors.Is(err, pinned.ErrBusy) || !strings.Contains(err.Error(), "Release") || strings.Contains(err.Error(), "stream") {
+		t.Fatalf("Close with a buffer freed while held: %v, want ErrBusy naming its Release and no stream", err)
+	}
 	ok(t, "Release", h.Release())
 	if u := p.Usage(); u.Reserved != 0 || u.Live != 0 {
 		t.Fatalf("after the last Release of a closed pool: %+v", u)

@@ -389,7 +389,7 @@ func (p *Pool) drain() error {
 		}
 		if time.Now().After(deadline) {
 			n, bytes := p.deferred()
-			return errors.Join(fmt.Errorf("%w: %s (%d bytes) after %v; the pool's memory stays mapped, and a later Close, Free or Trim releases it once they have passed",
+			return errors.Join(fmt.Errorf("%w: %s (%d bytes) still wait for their streams after %v; the pool's memory stays mapped, and a later Close, Free or Trim releases it once the streams have passed them",
 				ErrBusy, units.Count(uint64(n), "buffer"), bytes, closeWait), err)
 		}
 		time.Sleep(wait)
