@@ -55,19 +55,9 @@ import (
 // the pool (ErrNotOwned, ErrDoubleFree), a buffer whose free is pending (ErrDoubleFree), a
 // released pool (ErrClosed).
 func (p *Pool) Hold(b []byte) (Hold, error) {
-	if len(b) == 0 {
-		return Hold{}, errEmptySlice
-	}
-	if p.released.Load() {
-		return Hold{}, ErrClosed
-	}
-	addr, n := mem.Addr(b), uintptr(len(b))
-	base, size, err := p.g.Block(addr)
+	base, size, err := p.liveBuffer(b)
 	if err != nil {
-		return Hold{}, wrapError(err, ErrNotOwned)
-	}
-	if off := addr - base; n > size-off {
-		return Hold{}, fmt.Errorf("%w: %d bytes at %#x run past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, base, size)
+		return Hold{}, err
 	}
 	sh := p.out.shard(base)
 	if !sh.lockEntry(base) {
@@ -92,6 +82,34 @@ func (p *Pool) Hold(b []byte) (Hold, error) {
 	}
 	sh.m[base] = &outUse{holds: 1, size: size, own: own}
 	return Hold{p: p, base: base}, nil
+}
+
+// Live checks that b lies inside one live buffer of the pool, as Hold does, and holds nothing: a
+// lookup with no lock and no allocation, for memory another party names (package remote checks
+// the target of a peer's put or get with it). Its answer is the moment's: a free of the buffer
+// racing the call, or following it, is the caller's business, as for any use of a buffer.
+// Errors: Hold's.
+func (p *Pool) Live(b []byte) error {
+	_, _, err := p.liveBuffer(b)
+	return err
+}
+
+// liveBuffer returns the start and size of the live buffer b lies in (Hold, Live).
+func (p *Pool) liveBuffer(b []byte) (base, size uintptr, err error) {
+	if len(b) == 0 {
+		return 0, 0, errEmptySlice
+	}
+	if p.released.Load() {
+		return 0, 0, ErrClosed
+	}
+	addr, n := mem.Addr(b), uintptr(len(b))
+	if base, size, err = p.g.Block(addr); err != nil {
+		return 0, 0, wrapError(err, ErrNotOwned)
+	}
+	if off := addr - base; n > size-off {
+		return 0, 0, fmt.Errorf("%w: %d bytes at %#x run past the end of buffer %#x of %d bytes", ErrNotOwned, n, addr, base, size)
+	}
+	return base, size, nil
 }
 
 // holdBlock holds the live block at base of size bytes for the table, and reports whether the

@@ -382,3 +382,39 @@ func TestHoldBetweenGuardedFreeLooks(t *testing.T) {
 		t.Fatalf("the Release left %d live", live(t, p))
 	}
 }
+
+// TestLive: Live accepts a live buffer and any part of it, holds nothing (a free goes at once),
+// and refuses what Hold refuses: a freed buffer, a range running past its buffer, memory of no
+// buffer of the pool, an empty slice, a released pool; none of it allocates.
+func TestLive(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 64 << 20, Backend: pinned.Pageable})
+	for _, n := range holdSizes {
+		b, err := p.Alloc(n)
+		ok(t, "Alloc", err)
+		ok(t, "Live", p.Live(b))
+		ok(t, "Live of a part", p.Live(b[n/2:n/2+1]))
+		if err := p.Live(mem.Bytes(mem.Addr(b), uintptr(n)+1)); !errors.Is(err, pinned.ErrNotOwned) {
+			t.Fatalf("%d bytes: Live of a range one byte past the buffer: %v", n, err)
+		}
+		if a := testing.AllocsPerRun(100, func() { _ = p.Live(b) }); a != 0 {
+			t.Fatalf("Live allocates: %.1f", a)
+		}
+		ok(t, "Free", p.Free(b)) // not held by Live
+		if err := p.Live(b); !errors.Is(err, pinned.ErrNotOwned) && !errors.Is(err, pinned.ErrDoubleFree) {
+			t.Fatalf("%d bytes: Live of a freed buffer: %v", n, err)
+		}
+	}
+	if err := p.Live(make([]byte, 8)); !errors.Is(err, pinned.ErrNotOwned) {
+		t.Fatalf("Live of Go memory: %v", err)
+	}
+	if err := p.Live(nil); !errors.Is(err, pinned.ErrNotOwned) {
+		t.Fatalf("Live of an empty slice: %v", err)
+	}
+	b, err := p.Alloc(64)
+	ok(t, "Alloc", err)
+	ok(t, "Free", p.Free(b))
+	ok(t, "Close", p.Close())
+	if err := p.Live(b); !errors.Is(err, pinned.ErrClosed) {
+		t.Fatalf("Live after Close: %v", err)
+	}
+}

@@ -90,6 +90,56 @@ func TestForgedPutPastRegionRefused(t *testing.T) {
 	}
 }
 
+// TestForgedRangeOutsideLiveBuffer: a peer's put or get by message that names a range of a
+// region of this worker (its id, base and size right) but outside every live buffer of its pool
+// is refused (ErrDescriptor at the peer), and nothing is copied: the region's tail, address
+// space its pool has not committed (PROT_NONE: the target's copy of a put died of SIGSEGV, and
+// UCX's send of a get's answer failed with EFAULT, ending the connection); a buffer freed after it
+// was described (free memory, the pool's to hand out next); a range running from a live buffer
+// into the free memory after it. The connection still moves the honest descriptor's bytes.
+func TestForgedRangeOutsideLiveBuffer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, r1, r2, c1, _ := connectedPair(t, ctx)
+	src := liveBuffer(t, r1, 1<<20)
+	d := describe(t, r2, liveBuffer(t, r2, 4096))
+	freed, err := r2.pool.Alloc(1 << 20) // a page of its own, past the first buffer's
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := describe(t, r2, freed)
+	if err := r2.pool.Free(freed); err != nil {
+		t.Fatal(err)
+	}
+	forged := func(addr, n uint64) Descriptor {
+		f := d
+		f.addr, f.n = addr, n
+		return f
+	}
+	for _, c := range []struct {
+		name string
+		d    Descriptor
+		get  bool
+	}{
+		{"put into a freed buffer", df, false},
+		{"get from a freed buffer", df, true},
+		{"put running past a live buffer", forged(d.addr, 8192), false},
+		{"put into the region's uncommitted tail", forged(d.base+d.size-4096, 4096), false},
+		{"get from the region's uncommitted tail", forged(d.base+d.size-4096, 4096), true},
+	} {
+		op := c1.Put
+		if c.get {
+			op = c1.Get
+		}
+		if err := op(ctx, src[:c.d.n], c.d); !errors.Is(err, ErrDescriptor) {
+			t.Errorf("%s [%#x, +%d) of region [%#x, +%d): %v, want the target's refusal (ErrDescriptor)", c.name, c.d.addr, c.d.n, c.d.base, c.d.size, err)
+		}
+	}
+	if err := c1.Put(ctx, src[:d.n], d); err != nil {
+		t.Fatalf("a put of the honest descriptor after the forged ones: %v", err)
+	}
+}
+
 // liveBuffer allocates n bytes of r's pool for the test, freed when it ends (before the
 // workers close: cleanups run last first).
 func liveBuffer(t *testing.T, r *Registration, n int) []byte {

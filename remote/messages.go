@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
 )
 
@@ -18,9 +19,9 @@ import (
 // message on either side once it is delivered), which UCX's failure handling covers: a put
 // is a message carrying the bytes, which the target checks against its own registered
 // regions, copies into place and acknowledges; a get is a request the target checks and
-// answers with the bytes. So the target writes only into its registered regions, within the
-// range a descriptor it issued can name, whatever a peer sends; and the transfer completes when
-// every acknowledgement and answer has come, the bytes in place.
+// answers with the bytes. So the target writes only into its registered regions, within a
+// live buffer of their pools (what a descriptor it issued can name), whatever a peer sends;
+// and the transfer completes when every acknowledgement and answer has come, the bytes in place.
 //
 // A connection chooses at its first transfer: puts and gets of UCX where ucp_ep_print_info
 // lists RMA protocols ("put[i]") and a lane on a transport that does them in registered memory
@@ -330,8 +331,10 @@ func (w *Worker) sendDones(c *Conn) {
 }
 
 // checkTarget checks that [h.addr, h.addr+h.n) lies in host memory of region h.region of this
-// worker, which has the base and size the header says: what a descriptor of it can name.
-// Under mu.
+// worker, which has the base and size the header says, inside one live buffer of the region's
+// pool: what a descriptor of it can name. A region is mostly address space its pool has not
+// committed (PROT_NONE), or has decommitted, and free memory the pool hands out next: a range
+// there is refused, not copied into (SIGSEGV) or sent from. Under mu.
 func (w *Worker) checkTarget(h dataHeader) uint8 {
 	lr := w.byID[h.region]
 	switch {
@@ -342,8 +345,18 @@ func (w *Worker) checkTarget(h dataHeader) uint8 {
 		return answerRefused
 	case lr.reg.memType != ucx.MemoryHost:
 		return answerMemType
+	case !liveIn(lr, h.addr, h.n):
+		return answerRefused
 	}
 	return answerOK
+}
+
+// liveIn reports whether [addr, addr+n), inside region lr, lies in one live buffer of lr's pool:
+// committed memory, which stays so while the buffer is live (its owner frees it once the peer is
+// done with it). A lookup: no lock, no allocation. Under mu, which keeps lr registered and its
+// pool's memory mapped (the pool's release deregisters it first).
+func liveIn(lr *localRegion, addr, n uint64) bool {
+	return lr.reg.pool != nil && lr.reg.pool.Live(mem.Bytes(uintptr(addr), uintptr(n))) == nil
 }
 
 // answer sends a done or a reply (with the bytes at h.addr of region lr) to c's peer, or queues
@@ -419,9 +432,10 @@ func (w *Worker) postAnswers() {
 		a.c.answering--
 		w.answers[0] = pendingAnswer{}
 		w.answers = w.answers[1:]
-		if a.lr != nil && w.byID[a.lr.id] != a.lr {
+		if a.lr != nil && (w.byID[a.lr.id] != a.lr || !liveIn(a.lr, a.op.Local, a.op.Length)) {
 			// Its region was deregistered while the answer waited (and may be given back,
-			// unmapped or mapped again for another owner): refused, with none of its bytes.
+			// unmapped or mapped again for another owner), or its buffer freed (its memory
+			// may be decommitted, or another owner's): refused, with none of its bytes.
 			h, _ := decodeHeader(&a.op.Header)
 			h.status = answerRefused
 			h.encode(&a.op.Header)
