@@ -233,6 +233,16 @@ func (r *Registration) close(force bool) error {
 				return fmt.Errorf("%w: %d operations on region %d", ErrBusy, lr.inflight, lr.id)
 			}
 		}
+		// A transfer waiting in the queue for slots: its operations not yet posted name their
+		// region's registration when they are (op.Mem), which the close would unmap first.
+		for _, t := range w.queue {
+			for _, lr := range t.lrs[min(t.posted, len(t.lrs)):] {
+				if lr.reg == r {
+					w.mu.Unlock()
+					return fmt.Errorf("%w: a transfer waiting for slots uses region %d", ErrBusy, lr.id)
+				}
+			}
+		}
 	}
 	r.closed = true
 	delete(w.regs, r)

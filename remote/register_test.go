@@ -1,11 +1,13 @@
 package remote
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -187,5 +189,43 @@ func TestNoUCX(t *testing.T) {
 	}
 	if _, err := New(Options{MaxInFlight: -1}); !errors.Is(err, pinmalloc.ErrInvalid) {
 		t.Errorf("New with MaxInFlight -1: %v", err)
+	}
+}
+
+// TestRegistrationCloseWaitsForQueued: a transfer started while every slot is in flight waits in
+// the worker's queue, its operations not yet posted; its local buffers' registration must not be
+// closed under it (ErrBusy, as for operations in flight): its operations name the registration
+// (ucp_mem_h) when they are posted later, and Close would have unmapped it (ucp_mem_unmap) first.
+func TestRegistrationCloseWaitsForQueued(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w1, _, r1, r2, c1, _ := connectedPair(t, ctx)
+	src, dst := liveBuffer(t, r1, 64<<10), liveBuffer(t, r2, 64<<10)
+	fill(src, 3)
+	d := describe(t, r2, dst)
+	w1.mu.Lock()
+	saved := w1.ops
+	w1.ops = w1.opts.MaxInFlight // every operation slot in flight: the transfer waits in the queue
+	w1.mu.Unlock()
+	tr := c1.NewTransfer()
+	if err := tr.Put(src, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Close(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Close of the registration of a queued transfer's buffer: %v, want ErrBusy", err)
+	}
+	w1.mu.Lock()
+	w1.ops = saved
+	w1.signal()
+	w1.mu.Unlock()
+	if err := tr.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check(t, "put", dst, 3)
+	if err := r1.Close(); err != nil {
+		t.Fatalf("Close once the transfer ended: %v", err)
 	}
 }
