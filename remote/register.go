@@ -202,6 +202,12 @@ func (r *Registration) describe(addr, n uintptr) (Descriptor, error) {
 	w := r.w
 	lr := w.lookup(addr, n)
 	if lr == nil || lr.reg != r {
+		w.mu.Lock()
+		closed := r.closed
+		w.mu.Unlock()
+		if closed {
+			return Descriptor{}, fmt.Errorf("%w: the registration was closed", ErrClosed)
+		}
 		return Descriptor{}, fmt.Errorf("%w: [%#x, +%d) lies in no region of this registration", ErrNotRegistered, addr, n)
 	}
 	return Descriptor{worker: w.id, region: lr.id, memType: uint8(r.memType), base: uint64(lr.base), size: uint64(lr.size),

@@ -229,3 +229,24 @@ func TestRegistrationCloseWaitsForQueued(t *testing.T) {
 		t.Fatalf("Close once the transfer ended: %v", err)
 	}
 }
+
+// TestDescribeAfterClose: Describe after the registration's Close, or the worker's, says
+// ErrClosed (as documented), not that the memory is of no registration.
+func TestDescribeAfterClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w1, _, r1, r2, _, _ := connectedPair(t, ctx)
+	b1, b2 := liveBuffer(t, r1, 4096), liveBuffer(t, r2, 4096)
+	if err := r2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r2.Describe(b2); !errors.Is(err, ErrClosed) {
+		t.Errorf("Describe after the registration's Close: %v, want ErrClosed", err)
+	}
+	if err := w1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r1.Describe(b1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Describe after the worker's Close: %v, want ErrClosed", err)
+	}
+}
