@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
@@ -63,7 +62,9 @@ func (w *Worker) watch(c *Conn, pid uint32, host uint64) {
 		return
 	}
 	c.watcher, c.pid = f, pid
+	w.watchers.Add(1)
 	go func() {
+		defer w.watchers.Done()
 		first := true
 		err := rc.Read(func(uintptr) bool { // readable once the process has exited
 			if first {
@@ -73,10 +74,15 @@ func (w *Worker) watch(c *Conn, pid uint32, host uint64) {
 			return true
 		})
 		if err != nil {
-			if !errors.Is(err, os.ErrClosed) {
+			// The pidfd closed by reap fails the read with the poller's "use of closed
+			// file", which is not os.ErrClosed: the connection ended otherwise.
+			w.mu.Lock()
+			ended := c.reaped
+			w.mu.Unlock()
+			if !ended {
 				w.logf("remote: cannot watch peer process %d (%v): its death will not be seen", pid, err)
 			}
-			return // closed: the connection ended otherwise
+			return
 		}
 		w.mu.Lock()
 		w.peerExited(c)

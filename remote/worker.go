@@ -92,6 +92,7 @@ type Worker struct {
 	copying       int             // transfers copying out of mu (Transfer.copy)
 	copied        *sync.Cond      // on mu: broadcast when copying drops to zero
 	copyHook      func(op int)    // tests: called after each copy, out of mu
+	watchers      sync.WaitGroup  // the goroutines watching peers' pidfds (watch.go): Close waits for them
 
 	sleeping atomic.Bool
 	wake     *waiter
@@ -332,6 +333,7 @@ func (w *Worker) Close() error {
 	w.closed = true
 	w.closeContext() // now, or once the last segment of a SegmentSource is freed
 	w.mu.Unlock()
+	w.watchers.Wait() // every connection is reaped: their pidfds are closed
 	return errors.Join(append(errs, w.wake.close())...)
 }
 
