@@ -107,6 +107,56 @@ const (
 	helloLen = ackLen + 4
 )
 
+// greeting is the body of a hello or of an acknowledgement: the sender's connection id, worker
+// id, pid and host id (hostID), and a hello's worker address (Dial's, or none).
+type greeting struct {
+	conn, worker uint64
+	pid          uint32
+	host         uint64
+	addr         []byte
+}
+
+// appendGreeting appends g as a hello's body (with its address's length and the address) or as
+// an acknowledgement's.
+func appendGreeting(b []byte, g greeting, hello bool) []byte {
+	b = binary.LittleEndian.AppendUint64(b, g.conn)
+	b = binary.LittleEndian.AppendUint64(b, g.worker)
+	b = binary.LittleEndian.AppendUint32(b, g.pid)
+	b = binary.LittleEndian.AppendUint64(b, g.host)
+	if hello {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(g.addr)))
+		b = append(b, g.addr...)
+	}
+	return b
+}
+
+// parseGreeting reads the body of a peer's hello (hello) or acknowledgement: ok is false unless
+// it is exactly what appendGreeting writes, with connection and worker ids that are not zero.
+func parseGreeting(body []byte, hello bool) (g greeting, ok bool) {
+	if len(body) < ackLen || !hello && len(body) != ackLen || hello && len(body) < helloLen {
+		return greeting{}, false
+	}
+	g = greeting{conn: binary.LittleEndian.Uint64(body), worker: binary.LittleEndian.Uint64(body[8:]),
+		pid: binary.LittleEndian.Uint32(body[16:]), host: binary.LittleEndian.Uint64(body[20:])}
+	if hello {
+		if uint64(binary.LittleEndian.Uint32(body[ackLen:])) != uint64(len(body)-helloLen) {
+			return greeting{}, false
+		}
+		g.addr = body[helloLen:]
+	}
+	return g, g.conn != 0 && g.worker != 0
+}
+
+// parseMessage reads a message of the protocol: its type, its version, the connection it is for
+// and its body; ok is false for bytes that are not the protocol's (short, another magic, the
+// reserved bytes set).
+func parseMessage(m []byte) (typ, version byte, dst uint64, body []byte, ok bool) {
+	if len(m) < msgHeader || string(m[:4]) != msgMagic || m[6] != 0 || m[7] != 0 {
+		return 0, 0, 0, nil, false
+	}
+	return m[4], m[5], binary.LittleEndian.Uint64(m[8:]), m[msgHeader:], true
+}
+
 // header returns a message's header of type typ for the peer's connection dst.
 func header(typ byte, dst uint64, body int) []byte {
 	b := make([]byte, msgHeader, msgHeader+body)
@@ -153,23 +203,22 @@ func statusOf(err error) ucx.Status {
 // message handles a message of the protocol, from the endpoint replyEp when the sender asked
 // for a reply (a hello). Under mu.
 func (w *Worker) message(replyEp ucx.Ep, m []byte) {
-	if len(m) < msgHeader || string(m[:4]) != msgMagic || m[6] != 0 || m[7] != 0 {
+	typ, version, dst, body, ok := parseMessage(m)
+	if !ok {
 		return // not this protocol's: dropped
 	}
-	dst := binary.LittleEndian.Uint64(m[8:])
-	body := m[msgHeader:]
 	switch {
-	case m[4] == msgHello && m[5] != protoVersion:
+	case typ == msgHello && version != protoVersion:
 		w.refuseVersion(replyEp, body)
 		return
-	case m[4] == msgVersion:
+	case typ == msgVersion:
 		if c := w.conns[dst]; c != nil && c.state == connConnecting && len(body) == 0 {
-			w.failConn(c, fmt.Errorf("%w: %s speaks version %d of the protocol, this worker %d", ErrProtocol, c.remote, m[5], helloVersion))
+			w.failConn(c, fmt.Errorf("%w: %s speaks version %d of the protocol, this worker %d", ErrProtocol, c.remote, version, helloVersion))
 		}
 		return
-	case m[5] != protoVersion:
+	case version != protoVersion:
 		return // another version's: dropped
-	case m[4] == msgHello:
+	case typ == msgHello:
 		w.hello(replyEp, body)
 		return
 	}
@@ -177,17 +226,16 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 	if c == nil {
 		return // for a connection gone, or a guess: dropped
 	}
-	switch m[4] {
+	switch typ {
 	case msgAck:
-		if c.state != connConnecting || len(body) != ackLen {
+		g, ok := parseGreeting(body, false)
+		if c.state != connConnecting || !ok {
 			w.failConn(c, fmt.Errorf("%w: unexpected acknowledgement from %s", ErrProtocol, c.remote))
 			return
 		}
-		c.peerID = binary.LittleEndian.Uint64(body)
-		c.peer = binary.LittleEndian.Uint64(body[8:])
-		c.state = connOpen
+		c.peerID, c.peer, c.state = g.conn, g.worker, connOpen
 		close(c.ready)
-		w.watch(c, binary.LittleEndian.Uint32(body[16:]), binary.LittleEndian.Uint64(body[20:]))
+		w.watch(c, g.pid, g.host)
 	case msgData:
 		if c.state != connOpen {
 			return
@@ -210,14 +258,8 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 // hello answers a peer's hello: the connection it opens is accepted, on the endpoint its
 // listener accepted (replyEp), or on a new one to the address it sent (Dial). Under mu.
 func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
-	if len(body) < helloLen || w.closing {
-		return
-	}
-	peerConn := binary.LittleEndian.Uint64(body)
-	peer := binary.LittleEndian.Uint64(body[8:])
-	pid, host := binary.LittleEndian.Uint32(body[16:]), binary.LittleEndian.Uint64(body[20:])
-	alen := int(binary.LittleEndian.Uint32(body[ackLen:]))
-	if peerConn == 0 || peer == 0 || alen != len(body)-helloLen {
+	g, ok := parseGreeting(body, true)
+	if !ok || w.closing {
 		return
 	}
 	var c *Conn
@@ -226,8 +268,8 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 		delete(w.pending, replyEp)
 		c = newConn(w, replyEp, "listener "+l.addr)
 		into = l.accepted
-	} else if alen > 0 {
-		ep, err := w.uw.ConnectAddress(body[helloLen:])
+	} else if len(g.addr) > 0 {
+		ep, err := w.uw.ConnectAddress(g.addr)
 		if err != nil {
 			w.logf("remote: refused a dial: %v", err)
 			return
@@ -237,14 +279,10 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	} else {
 		return
 	}
-	c.peerID, c.peer, c.state = peerConn, peer, connOpen
+	c.peerID, c.peer, c.state = g.conn, g.worker, connOpen
 	close(c.ready)
-	w.watch(c, pid, host)
-	ack := header(msgAck, peerConn, ackLen)
-	ack = binary.LittleEndian.AppendUint64(ack, c.id)
-	ack = binary.LittleEndian.AppendUint64(ack, w.id)
-	ack = binary.LittleEndian.AppendUint32(ack, uint32(os.Getpid()))
-	ack = binary.LittleEndian.AppendUint64(ack, hostID())
+	w.watch(c, g.pid, g.host)
+	ack := appendGreeting(header(msgAck, g.conn, ackLen), greeting{conn: c.id, worker: w.id, pid: uint32(os.Getpid()), host: hostID()}, false)
 	if err := w.sendLocked(c, c.ep, ack, false, nil); err != nil {
 		w.failConn(c, err)
 		return

@@ -223,12 +223,7 @@ func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
 func (w *Worker) handshake(ctx context.Context, c *Conn, own []byte, peer uint64) (*Conn, error) {
 	hello := header(msgHello, 0, helloLen+len(own))
 	hello[5] = helloVersion
-	hello = binary.LittleEndian.AppendUint64(hello, c.id)
-	hello = binary.LittleEndian.AppendUint64(hello, w.id)
-	hello = binary.LittleEndian.AppendUint32(hello, uint32(os.Getpid()))
-	hello = binary.LittleEndian.AppendUint64(hello, hostID())
-	hello = binary.LittleEndian.AppendUint32(hello, uint32(len(own)))
-	hello = append(hello, own...)
+	hello = appendGreeting(hello, greeting{conn: c.id, worker: w.id, pid: uint32(os.Getpid()), host: hostID(), addr: own}, true)
 	err := w.sendLocked(c, c.ep, hello, true, nil)
 	if err != nil {
 		w.failConn(c, err)

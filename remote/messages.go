@@ -340,8 +340,7 @@ func (w *Worker) checkTarget(h dataHeader) uint8 {
 	switch {
 	case lr == nil || h.base != uint64(lr.base) || h.size != uint64(lr.size):
 		return answerRefused
-	case h.n == 0 || h.addr < uint64(lr.base) || h.addr > uint64(lr.base+lr.size) || h.n > uint64(lr.base+lr.size)-h.addr:
-		// (addr past the region's end first: end-addr would wrap around and pass any length)
+	case !inRange(h.addr, h.n, uint64(lr.base), uint64(lr.size)):
 		return answerRefused
 	case lr.reg.memType != ucx.MemoryHost:
 		return answerMemType
@@ -349,6 +348,14 @@ func (w *Worker) checkTarget(h dataHeader) uint8 {
 		return answerRefused
 	}
 	return answerOK
+}
+
+// inRange reports whether [addr, addr+n), n > 0, lies in [base, base+size), a range that does
+// not wrap around, whatever addr and n are: an addr past the end is refused before end-addr is
+// taken, which would wrap around and pass any length.
+func inRange(addr, n, base, size uint64) bool {
+	end := base + size
+	return n > 0 && addr >= base && addr <= end && n <= end-addr
 }
 
 // liveIn reports whether [addr, addr+n), inside region lr, lies in one live buffer of lr's pool:

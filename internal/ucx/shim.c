@@ -225,3 +225,23 @@ void pm_conn_cb(pm_handle req, void *arg) {
 	e->len = 0;
 	ev_push(la->st, e);
 }
+
+// pm_test_land runs land_reply once, on a state of nslots slots whose slot `slot` is armed (as
+// ucx.Worker.ArmReply arms it) for operation op of connection conn and dlen bytes at dst, and
+// reports whether the answer landed; *disarmed says whether the slot was disarmed. For the fuzz
+// test of what a peer's answer can make the callback do (FuzzLandReply).
+int pm_test_land(const unsigned char *hdr, const void *data, size_t len, uint32_t nslots, uint32_t slot,
+                 uint64_t op, uint64_t conn, uintptr_t dst, size_t dlen, int *disarmed) {
+	pm_state *st = pm_state_new(nslots, 0, 0);
+	if (st == NULL) return -1;
+	pm_slot *s = &st->slots[slot];
+	s->reply_op = op;
+	s->reply_conn = conn;
+	s->reply_dst = dst;
+	s->reply_len = dlen;
+	int landed = land_reply(st, hdr, data, len);
+	*disarmed = s->reply_op == 0 && op != 0;
+	if ((uint64_t)landed != st->landed) landed = -1; // counted once per landing
+	pm_state_free(st);
+	return landed;
+}

@@ -155,4 +155,7 @@ int pm_progress(uintptr_t fn, uintptr_t worker, pm_state *st, int rounds, uint64
 
 char *pm_ep_info(uintptr_t fn, uintptr_t ep, size_t *len);
 
+int pm_test_land(const unsigned char *hdr, const void *data, size_t len, uint32_t nslots, uint32_t slot,
+                 uint64_t op, uint64_t conn, uintptr_t dst, size_t dlen, int *disarmed);
+
 #endif

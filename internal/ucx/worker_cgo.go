@@ -453,3 +453,24 @@ func (w *Worker) EpInfo(ep Ep) (string, error) {
 	defer C.free(unsafe.Pointer(p))
 	return C.GoStringN(p, C.int(n)), nil
 }
+
+// landReply runs the callbacks' landing of a get's answer (shim.c's land_reply) once, on a state
+// of nslots slots whose slot is armed as ArmReply arms it, for op, conn and len(dst) bytes; dst
+// is copied to C memory for it (the callback writes a pool buffer, never Go memory) and back. For
+// tests (FuzzLandReply).
+func landReply(hdr *[HeaderLen]byte, data []byte, nslots, slot uint32, op, conn uint64, dst []byte) (landed, disarmed bool) {
+	cd := C.CBytes(dst)
+	defer C.free(cd)
+	var src unsafe.Pointer
+	if len(data) > 0 {
+		src = unsafe.Pointer(&data[0])
+	}
+	var dis C.int
+	l := C.pm_test_land((*C.uchar)(unsafe.Pointer(&hdr[0])), src, C.size_t(len(data)), C.uint32_t(nslots), C.uint32_t(slot),
+		C.uint64_t(op), C.uint64_t(conn), C.uintptr_t(uintptr(cd)), C.size_t(len(dst)), &dis)
+	if l < 0 {
+		panic("ucx: landReply: no memory, or a landing not counted once")
+	}
+	copy(dst, unsafe.Slice((*byte)(cd), len(dst)))
+	return l != 0, dis != 0
+}
