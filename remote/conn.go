@@ -358,7 +358,7 @@ func (w *Worker) failConn(c *Conn, err error) {
 			s.remote = false
 			w.uw.DisarmReply(uint32(i))
 			if s.status == 0 {
-				s.status = -25 // UCS_ERR_CONNECTION_RESET: the error is c.err (statusErr)
+				s.status = stEnded // the error is c.err (statusErr)
 			}
 			if !s.sending {
 				w.endOp(uint32(i))

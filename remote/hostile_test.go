@@ -3,9 +3,11 @@ package remote
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
 )
@@ -383,5 +385,51 @@ func testDataFlood(t *testing.T, kind uint8) {
 	}
 	if high > bound {
 		t.Fatalf("a flood of %d data messages queued %d events at once in the target's callbacks (bound %d): the queue grows with the flood", flood, high, bound)
+	}
+}
+
+// TestWorkerCloseEndsTransfersAsClosed: a transfer whose answer has not come when this worker
+// is closed ends with ErrClosed, saying so once: not also as a connection the peer reset (an
+// error matching pinmalloc.ErrRefused, "a peer that is gone"), which is what its status said.
+func TestWorkerCloseEndsTransfersAsClosed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w1, w2, r1, r2, c1, _ := connectedPair(t, ctx)
+	d := describe(t, r2, liveBuffer(t, r2, 4096))
+	b1 := liveBuffer(t, r1, 4096)
+	w2.mu.Lock()
+	saved := w2.nanswer
+	w2.nanswer = w2.opts.MaxInFlight // the target's answer waits for a slot: the get stays in flight
+	w2.mu.Unlock()
+	defer func() {
+		w2.mu.Lock()
+		w2.nanswer = saved
+		w2.mu.Unlock()
+	}()
+	tr := c1.NewTransfer()
+	if err := tr.Get(b1, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		w2.mu.Lock()
+		n := len(w2.answers)
+		w2.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the get's answer was never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := w1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := tr.Wait(ctx)
+	if !errors.Is(err, ErrClosed) || errors.Is(err, pinmalloc.ErrRefused) || strings.Contains(err.Error(), "reset") {
+		t.Fatalf("a transfer in flight when its worker closed: %v; want ErrClosed, and not a peer's reset (pinmalloc.ErrRefused)", err)
 	}
 }

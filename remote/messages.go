@@ -498,4 +498,5 @@ const (
 	stMemType   = -1002
 	stTruncated = -1003
 	stBusy      = -1004
+	stEnded     = -1005 // its connection ended (failed or closed) before the answer came: c.err says why
 )

@@ -157,10 +157,17 @@ func (w *Worker) statusErr(c *Conn, st int32) error {
 	case stBusy:
 		return fmt.Errorf("%w: the peer had no room to receive (its Options.MaxInFlight is below this worker's)", ErrBusy)
 	}
-	s := ucx.Status(st)
 	if c != nil && c.err != nil {
-		return fmt.Errorf("%w (%w)", c.err, s)
+		// The connection ended: that is why (its own error wraps UCX's status where UCX
+		// said the peer failed); the operation's status, the end's consequence (canceled by
+		// the forced close, or stEnded), would say it again, or say a local close was the
+		// peer's reset.
+		return c.err
 	}
+	if st == stEnded {
+		return fmt.Errorf("%w: the connection ended", ErrClosed)
+	}
+	s := ucx.Status(st)
 	if s.PeerGone() || st == -16 { // gone, or canceled by a forced close
 		return wrap(ErrPeer, s)
 	}

@@ -141,7 +141,7 @@ func (w *Worker) abandonSlots(c *Conn) {
 		case slotOp:
 			s.remote = false
 			if s.status == 0 {
-				s.status = -25 // the error is c.err (statusErr)
+				s.status = stEnded // the error is c.err (statusErr)
 			}
 			if !s.sending {
 				w.endOp(uint32(i))
