@@ -80,7 +80,9 @@ func (p *Pool) Hold(b []byte) (Hold, error) {
 	if sh.m == nil {
 		sh.m = map[uintptr]*outUse{}
 	}
-	sh.m[base] = &outUse{holds: 1, size: size, own: own}
+	u := sh.entry()
+	u.holds, u.size, u.own = 1, size, own
+	sh.m[base] = u
 	return Hold{p: p, base: base}, nil
 }
 
@@ -220,6 +222,7 @@ func (h Hold) Release() error {
 		err = wrapError(p.g.Unhold(h.base, u.size), ErrNotOwned)
 	}
 	delete(sh.m, h.base)
+	sh.recycle(u) // no one else has it: only a releasing entry is waited on out of the lock
 	p.out.active.Add(-1)
 	sh.mu.Unlock()
 	return err
@@ -293,9 +296,28 @@ type outside struct {
 }
 
 type outShard struct {
-	mu sync.Mutex
-	m  map[uintptr]*outUse // by buffer start
-	_  [48]byte
+	mu    sync.Mutex
+	m     map[uintptr]*outUse // by buffer start
+	spare []*outUse           // entries dropped, for the next Hold: a hold in steady state allocates nothing
+	_     [24]byte
+}
+
+// entry returns an entry for a new held buffer, zeroed. Under sh.mu.
+func (sh *outShard) entry() *outUse {
+	if n := len(sh.spare); n > 0 {
+		u := sh.spare[n-1]
+		sh.spare[n-1] = nil
+		sh.spare = sh.spare[:n-1]
+		return u
+	}
+	return new(outUse)
+}
+
+// recycle keeps u, dropped from the table, for entry. Under sh.mu; never a releasing entry,
+// whose channel a free or Hold may still wait on.
+func (sh *outShard) recycle(u *outUse) {
+	*u = outUse{}
+	sh.spare = append(sh.spare, u)
 }
 
 // outUse is a held buffer: its holds, its size, whether the hold bit is the table's, and the

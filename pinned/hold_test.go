@@ -418,3 +418,28 @@ func TestLive(t *testing.T) {
 		t.Fatalf("Live after Close: %v", err)
 	}
 }
+
+// TestHoldAllocatesNothing: a Hold and its Release allocate nothing in steady state (the holds
+// table keeps the entries it drops for the next Hold): package remote holds a buffer for each
+// put and get, and for each answer to a peer's get.
+func TestHoldAllocatesNothing(t *testing.T) {
+	p := newPool(t, pinned.Options{Capacity: 64 << 20, Backend: pinned.Pageable})
+	defer p.Close()
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	defer p.Free(b)
+	var failed error
+	a := testing.AllocsPerRun(200, func() {
+		h, err := p.Hold(b)
+		if err == nil {
+			err = h.Release()
+		}
+		if err != nil {
+			failed = err
+		}
+	})
+	ok(t, "Hold and Release", failed)
+	if a != 0 {
+		t.Fatalf("a Hold and its Release: %.1f allocations, want 0", a)
+	}
+}
