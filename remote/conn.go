@@ -337,15 +337,24 @@ func (w *Worker) failConn(c *Conn, err error) {
 	}
 	clear(w.queue[len(kept):])
 	w.queue = kept
-	if c.answering > 0 { // its peer's answers waiting for a slot: none will be sent
+	if c.answering > 0 { // its peer's answers waiting for a slot or a hold: none will be sent
 		answers := w.answers[:0]
 		for _, a := range w.answers {
 			if a.c != c {
 				answers = append(answers, a)
+			} else {
+				w.unhold(a.hold)
 			}
 		}
 		clear(w.answers[len(answers):])
-		w.answers, c.answering = answers, 0
+		unheld := w.unheld[:0]
+		for _, a := range w.unheld {
+			if a.c != c {
+				unheld = append(unheld, a)
+			}
+		}
+		clear(w.unheld[len(unheld):])
+		w.answers, w.unheld, c.answering = answers, unheld, 0
 	}
 	if c.abandoned { // the peer is gone and UCX will not say so: end everything now
 		w.abandonSlots(c)

@@ -60,7 +60,8 @@
 // deregistered under it. In a CUDAHost pool, a transfer waits for the CUDA streams recorded on
 // its buffers (RecordStream, device.Heap's async copies) before it reads or writes them, and a
 // buffer used by both that is freed goes back only once the streams and the transfer have
-// passed it.
+// passed it. The target of a get by message holds the buffer it answers from until UCX has
+// sent the answer, so that a peer that stops reading cannot make UCX read memory given back.
 //
 // # Peers
 //
@@ -76,7 +77,8 @@
 //
 // The worker's mutex guards every UCX call and the worker's state; a pool's arena calls a
 // Registration with its own lock held, and the worker never holds its mutex while it calls a
-// pool (a transfer's holds are released after the mutex is let go). Lock order: a pool's arena,
-// then the worker. A transfer's copies into and out of a peer's segments run with the mutex
+// pool (a transfer's holds are released after the mutex is let go; the progress goroutine holds
+// the buffers of its answers to peers' gets, and releases them, with it let go). Lock order: a
+// pool's arena, then the worker. A transfer's copies into and out of a peer's segments run with the mutex
 // let go, the connection's keys (which keep the segments mapped) kept until they end.
 package remote

@@ -10,6 +10,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // TestCheckTargetRefusesBeyondRegion: a data message's range that starts past the end of the
@@ -76,7 +77,7 @@ func TestForgedPutPastRegionRefused(t *testing.T) {
 	h := dataHeader{kind: dataPut, conn: hc.peerID, op: 1<<32 | 7, addr: landing + 64, n: uint64(len(payload)),
 		region: d.region, base: d.base, size: d.size}
 	h.encode(&op.Header)
-	hostile.postAnswer(hc, op, nil)
+	hostile.postAnswer(hc, op, nil, pinned.Hold{})
 	hostile.signal()
 	hostile.mu.Unlock()
 	for target.stats.answers.Load() == before { // the target answered: refused, or placed and acknowledged
@@ -174,11 +175,20 @@ func (w *Worker) regionOf(b []byte) (*localRegion, error) {
 }
 
 // TestQueuedAnswerAfterRegionGone: a peer's get whose answer waits for a slot (the target's
-// answer slots are all in flight: a peer that does not read) must not be sent from a region
-// that was deregistered and given back meanwhile (the buffer freed, the pool closed): the
-// answer would read memory that is no longer this registration's, or no longer mapped, with a
-// registration UCX has dropped. It is refused instead.
+// answer slots are all in flight: a peer that does not read) must not be sent from a region that
+// was deregistered meanwhile (the registration closed: UCX would send naming a registration it
+// has dropped): it is refused, without bytes. Nor may its buffer be given back under it: the
+// answer holds the buffer (TestAnswerHoldsItsBuffer), so a free of it and its pool's Close
+// meanwhile wait for the answer (ErrBusy), which carries the bytes the peer asked for while the
+// buffer was live.
 func TestQueuedAnswerAfterRegionGone(t *testing.T) {
+	for _, closeRegistration := range []bool{true, false} {
+		name := map[bool]string{true: "registration closed", false: "buffer freed, pool closed"}[closeRegistration]
+		t.Run(name, func(t *testing.T) { queuedAnswerAfterRegionGone(t, closeRegistration) })
+	}
+}
+
+func queuedAnswerAfterRegionGone(t *testing.T, closeRegistration bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, w2, r1, r2, c1, _ := connectedPair(t, ctx)
@@ -186,6 +196,7 @@ func TestQueuedAnswerAfterRegionGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fill(b2, 5)
 	d := describe(t, r2, b2[:4096])
 	b1 := liveBuffer(t, r1, 4096)
 	w2.mu.Lock()
@@ -211,19 +222,39 @@ func TestQueuedAnswerAfterRegionGone(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// The peer said it is done with the buffer: it is freed, and its pool closed.
-	if err := r2.pool.Free(b2); err != nil {
-		t.Fatal(err)
-	}
-	if err := r2.pool.Close(); err != nil {
-		t.Fatal(err)
+	if closeRegistration {
+		if err := r2.Close(); err != nil {
+			t.Fatal(err)
+		}
+	} else { // the peer said it is done with the buffer: it is freed, and its pool closed
+		if err := r2.pool.Free(b2); err != nil {
+			t.Fatal(err)
+		}
+		if err := r2.pool.Close(); !errors.Is(err, pinned.ErrBusy) {
+			t.Fatalf("the pool's Close while an answer waits to send its buffer: %v, want ErrBusy", err)
+		}
 	}
 	w2.mu.Lock()
 	w2.nanswer = saved
 	w2.signal()
 	w2.mu.Unlock()
-	if err := tr.Wait(ctx); !errors.Is(err, ErrDescriptor) {
-		t.Fatalf("the get answered after its region was given back: %v, want the refusal (ErrDescriptor)", err)
+	err = tr.Wait(ctx)
+	if closeRegistration {
+		if !errors.Is(err, ErrDescriptor) {
+			t.Fatalf("the get answered after its region was deregistered: %v, want the refusal (ErrDescriptor)", err)
+		}
+		_ = r2.pool.Free(b2)
+		return
+	}
+	if err != nil {
+		t.Fatalf("the get whose answer held its buffer: %v", err)
+	}
+	check(t, "get", b1, 5)
+	for r2.pool.Usage().Live > 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the buffer freed while its answer waited is still live after the answer went")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -365,7 +396,7 @@ func testDataFlood(t *testing.T, kind uint8) {
 			h.n = uint64(len(payload))
 		}
 		h.encode(&op.Header)
-		hostile.postAnswer(hc, op, nil) // the hostile worker's own queue of sends takes what its slots cannot
+		hostile.postAnswer(hc, op, nil, pinned.Hold{}) // the hostile worker's own queue of sends takes what its slots cannot
 	}
 	hostile.signal()
 	hostile.mu.Unlock()
@@ -431,5 +462,68 @@ func TestWorkerCloseEndsTransfersAsClosed(t *testing.T) {
 	err := tr.Wait(ctx)
 	if !errors.Is(err, ErrClosed) || errors.Is(err, pinmalloc.ErrRefused) || strings.Contains(err.Error(), "reset") {
 		t.Fatalf("a transfer in flight when its worker closed: %v; want ErrClosed, and not a peer's reset (pinmalloc.ErrRefused)", err)
+	}
+}
+
+// TestAnswerHoldsItsBuffer: the answer to a peer's get is sent by UCX from the buffer it names
+// for as long as the peer takes to read it (zero-copy over TCP); a peer that stops reading keeps
+// it in flight. The buffer freed and its pool closed meanwhile must not give the memory back
+// under UCX's send: it did (the pool's Close unmapped it), and once the peer read again, UCX's
+// send failed with EFAULT and UCX 1.13 aborted the process (uct_iface.h: "Assertion
+// `comp->count > 0' failed"). The answer holds its buffer until UCX has sent it: the pool's
+// Close reports ErrBusy, and the memory goes once the answer has.
+func TestAnswerHoldsItsBuffer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hostile, target, _, tr, hc, _ := connectedPair(t, ctx)
+	const n = 32 << 20 // two answers of it fill the sockets: they stay in flight
+	b, err := tr.pool.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := describe(t, tr, b)
+	hostile.mu.Lock()
+	for i := range 2 {
+		op := ucx.Op{Ep: hc.ep, Kind: ucx.OpData}
+		h := dataHeader{kind: dataGet, conn: hc.peerID, op: uint64(i+1)<<32 | 7, addr: d.addr, n: n, region: d.region, base: d.base, size: d.size}
+		h.encode(&op.Header)
+		hostile.postAnswer(hc, op, nil, pinned.Hold{})
+	}
+	hostile.signal()
+	hostile.mu.Unlock()
+	inFlight := func() int {
+		target.mu.Lock()
+		defer target.mu.Unlock()
+		held := 0
+		for _, lr := range target.byID {
+			held += lr.held
+		}
+		return held
+	}
+	for inFlight() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the target's answers never went in flight")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	hostile.mu.Lock() // the peer stops reading: its progress waits for the mutex
+	time.Sleep(20 * time.Millisecond)
+	stuck := inFlight()
+	if err := tr.pool.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	err = tr.pool.Close()
+	hostile.mu.Unlock() // it reads again: UCX goes on sending
+	if stuck == 0 {
+		t.Skip("the answers were sent before the peer stopped reading: nothing was in flight")
+	}
+	if !errors.Is(err, pinned.ErrBusy) {
+		t.Fatalf("the pool's Close with %d answers in flight from a buffer: %v, want ErrBusy (the buffer held until they are sent)", stuck, err)
+	}
+	for inFlight() > 0 || tr.pool.Usage().Live > 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d answers still in flight, %d buffers live", inFlight(), tr.pool.Usage().Live)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Transfers by message.
@@ -266,18 +267,19 @@ func (w *Worker) data(ev *ucx.Event) {
 			st = answerTruncated // by rendezvous: refused, never fetched (above)
 		}
 		if st != answerOK {
-			w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op}, nil)
+			w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op})
 			break
 		}
 		w.uw.CopyData(ev.Key, uintptr(h.addr))
 		w.ackLater(c, h.op)
 	case dataGet:
 		st := w.checkTarget(h)
-		var lr *localRegion
-		if st == answerOK {
-			lr = w.lookup(uintptr(h.addr), uintptr(h.n))
+		reply := dataHeader{kind: dataReply, status: st, op: h.op, addr: h.addr, n: h.n}
+		if st != answerOK {
+			w.answer(c, reply)
+			break
 		}
-		w.answer(c, dataHeader{kind: dataReply, status: st, op: h.op, addr: h.addr, n: h.n}, lr)
+		w.answerHeld(c, reply, w.byID[h.region])
 	case dataReply, dataDone:
 		w.answered(c, h, ev)
 	}
@@ -327,7 +329,7 @@ func (w *Worker) sendDones(c *Conn) {
 	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData}
 	encodeDones(&op.Header, c.peerID, c.acks)
 	c.acks = c.acks[:0]
-	w.postAnswer(c, op, nil)
+	w.postAnswer(c, op, nil, pinned.Hold{})
 }
 
 // checkTarget checks that [h.addr, h.addr+h.n) lies in host memory of region h.region of this
@@ -366,53 +368,65 @@ func liveIn(lr *localRegion, addr, n uint64) bool {
 	return lr.reg.pool != nil && lr.reg.pool.Live(mem.Bytes(uintptr(addr), uintptr(n))) == nil
 }
 
-// answer sends a done or a reply (with the bytes at h.addr of region lr) to c's peer, or queues
-// it until a slot is free. Under mu.
-func (w *Worker) answer(c *Conn, h dataHeader, lr *localRegion) {
+// answer sends a done, or a refusal, to c's peer, or queues it until a slot is free (a get's
+// answer with bytes goes by answerHeld). Under mu.
+func (w *Worker) answer(c *Conn, h dataHeader) {
 	h.conn = c.peerID
 	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData}
-	if lr != nil {
-		op.Local, op.Length, op.Mem = h.addr, h.n, lr.mem
-	}
 	h.encode(&op.Header)
-	w.postAnswer(c, op, lr)
+	w.postAnswer(c, op, nil, pinned.Hold{})
 }
 
-// postAnswer sends answer op to c's peer, or queues it until a slot is free. Under mu.
-func (w *Worker) postAnswer(c *Conn, op ucx.Op, lr *localRegion) {
+// postAnswer sends answer op to c's peer, or queues it until a slot is free. An answer with the
+// bytes of region lr comes with the hold of their buffer (holdAnswers), which it keeps until UCX
+// has sent them. Under mu.
+func (w *Worker) postAnswer(c *Conn, op ucx.Op, lr *localRegion, hold pinned.Hold) {
 	w.stats.answers.Add(1)
 	i, ok := w.takeSlot(slotAnswer)
 	if !ok {
-		if c.answering >= maxQueuedAnswers {
-			w.failConn(c, fmt.Errorf("%w: %s sent more than %d data messages this worker could not answer yet", ErrProtocol, c.remote, maxQueuedAnswers))
+		if !w.answerQueued(c) {
+			w.unhold(hold)
 			return
 		}
-		c.answering++
-		w.answers = append(w.answers, pendingAnswer{c: c, op: op, lr: lr})
+		w.answers = append(w.answers, pendingAnswer{c: c, op: op, lr: lr, hold: hold})
 		return
 	}
-	w.sendAnswer(c, i, op, lr)
+	w.sendAnswer(c, i, op, lr, hold)
 }
 
-// maxQueuedAnswers bounds a connection's answers waiting for a slot (w.answers): a peer's
-// operations by message in flight are at most its MaxInFlight (1<<20 at most) and the gets
-// of its window, each answered once at most; a peer that sends more, while it does not read
-// the answers (which keeps the answer slots in flight), would grow the queue without bound. A
-// variable: tests lower it.
+// answerQueued counts an answer to c's peer that waits (for a slot, or for its buffer's hold),
+// or fails c when its peer has more waiting than an honest one can (maxQueuedAnswers), and
+// reports which. Under mu.
+func (w *Worker) answerQueued(c *Conn) bool {
+	if c.answering >= maxQueuedAnswers {
+		w.failConn(c, fmt.Errorf("%w: %s sent more than %d data messages this worker could not answer yet", ErrProtocol, c.remote, maxQueuedAnswers))
+		return false
+	}
+	c.answering++
+	return true
+}
+
+// maxQueuedAnswers bounds a connection's answers waiting for a slot (w.answers) or for their
+// buffer's hold (w.unheld): a peer's operations by message in flight are at most its
+// MaxInFlight (1<<20 at most) and the gets of its window, each answered once at most; a peer
+// that sends more, while it does not read the answers (which keeps the answer slots in flight),
+// would grow the queue without bound. A variable: tests lower it.
 var maxQueuedAnswers = 1<<20 + getWindow
 
 type pendingAnswer struct {
-	c  *Conn
-	op ucx.Op
-	lr *localRegion
+	c    *Conn
+	op   ucx.Op
+	lr   *localRegion
+	hold pinned.Hold // a get's answer: its buffer held until UCX has sent it (holdAnswers)
 }
 
-func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion) {
+func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion, hold pinned.Hold) {
 	op.Slot = i
 	w.slots[i].c = c
 	ops := [1]ucx.Op{op}
 	if _, err := w.uw.Post(ops[:]); err != nil || ops[0].Status != 1 {
 		w.freeSlot(i) // sent at once, or refused: the peer's transfer fails with the connection
+		w.unhold(hold)
 		return
 	}
 	c.inflight++
@@ -420,6 +434,119 @@ func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion) {
 		w.slots[i].lr, w.slots[i].held = lr, true
 		lr.held++
 	}
+	w.slots[i].hold = hold
+}
+
+// Answers to gets hold their buffers. UCX sends an answer's bytes from the buffer the get names
+// until the send completes, which a peer that stops reading puts off as long as it likes
+// (zero-copy over TCP, or a send waiting in UCX's queue). The buffer freed meanwhile, its memory
+// decommitted or its pool closed (unmapped), UCX's send read memory that was gone: EFAULT,
+// and UCX 1.13 aborted the process. So the answer holds its buffer in its pool
+// (pinned.Pool.Hold) from before it is posted until UCX has sent it, as a transfer holds its
+// local buffers: a free meanwhile takes effect then, and the pool keeps its memory. The hold is
+// a call into the pool, made with the worker's mutex let go (the lock order: a pool, then the
+// worker): data queues the answer (answerHeld), the progress goroutine holds its buffer after
+// its round (holdAnswers) and posts it, refused without bytes where the buffer went meanwhile.
+// The holds of the answers that ended are released out of the mutex too (unhold, releaseHolds).
+
+// answerHeld queues the answer to c's peer's get, whose range checkTarget accepted in region
+// lr, until its buffer is held (holdAnswers). Under mu.
+func (w *Worker) answerHeld(c *Conn, h dataHeader, lr *localRegion) {
+	if !w.answerQueued(c) {
+		return
+	}
+	h.conn = c.peerID
+	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData, Local: h.addr, Length: h.n, Mem: lr.mem}
+	h.encode(&op.Header)
+	w.unheld = append(w.unheld, pendingAnswer{c: c, op: op, lr: lr})
+}
+
+// takeUnheld returns the answers waiting for their buffer's hold, for holdAnswers. Under mu, by
+// the progress goroutine.
+func (w *Worker) takeUnheld() []pendingAnswer {
+	if len(w.unheld) == 0 {
+		return nil
+	}
+	batch := w.unheld
+	w.unheld, w.unheldSpare = w.unheldSpare, nil
+	for _, a := range batch {
+		a.c.answering-- // out of the queue; counted again if it waits for a slot
+	}
+	return batch
+}
+
+// holdAnswers holds the buffers of the answers of batch (takeUnheld) with the mutex let go,
+// then posts them, or refuses those whose buffer could not be held (freed meanwhile) or whose
+// region was deregistered meanwhile, without their bytes. By the progress goroutine, not
+// under mu.
+func (w *Worker) holdAnswers(batch []pendingAnswer) {
+	for i := range batch {
+		a := &batch[i]
+		if h, err := a.lr.reg.pool.Hold(mem.Bytes(uintptr(a.op.Local), uintptr(a.op.Length))); err == nil {
+			a.hold = h
+		}
+	}
+	w.mu.Lock()
+	for _, a := range batch {
+		switch {
+		case a.c.state != connOpen:
+			w.unhold(a.hold) // its peer's transfer failed with the connection
+		case a.hold == (pinned.Hold{}) || w.byID[a.lr.id] != a.lr:
+			w.unhold(a.hold)
+			refuseAnswer(&a.op)
+			w.postAnswer(a.c, a.op, nil, pinned.Hold{})
+		default:
+			w.postAnswer(a.c, a.op, a.lr, a.hold)
+		}
+	}
+	clear(batch)
+	w.unheldSpare = batch[:0]
+	rel := w.takeUnholds()
+	w.mu.Unlock()
+	w.releaseHolds(rel)
+}
+
+// refuseAnswer makes answer op a refusal, without bytes.
+func refuseAnswer(op *ucx.Op) {
+	h, _ := decodeHeader(&op.Header)
+	h.status = answerRefused
+	h.encode(&op.Header)
+	op.Local, op.Length, op.Mem = 0, 0, 0
+}
+
+// unhold queues hold (if any: the zero Hold is none) to be released out of the mutex
+// (releaseHolds). Under mu.
+func (w *Worker) unhold(hold pinned.Hold) {
+	if hold != (pinned.Hold{}) {
+		w.unholds = append(w.unholds, hold)
+	}
+}
+
+// takeUnholds returns the holds to release, for releaseHolds. Under mu, by the progress
+// goroutine.
+func (w *Worker) takeUnholds() []pinned.Hold {
+	if len(w.unholds) == 0 {
+		return nil
+	}
+	rel := w.unholds
+	w.unholds, w.unholdsSpare = w.unholdsSpare, nil
+	return rel
+}
+
+// releaseHolds releases rel (takeUnholds): a free of a buffer made while an answer held it
+// takes effect now. By the progress goroutine, not under mu.
+func (w *Worker) releaseHolds(rel []pinned.Hold) {
+	if rel == nil {
+		return
+	}
+	for _, h := range rel {
+		if err := h.Release(); err != nil {
+			w.stats.freeErrs.Add(1)
+			w.logf("remote: a free deferred by an answer to a peer failed: %v", err)
+		}
+	}
+	clear(rel)
+	w.unholdsSpare = rel[:0]
 }
 
 // postAnswers sends the queued answers while slots are free. Under mu.
@@ -428,6 +555,7 @@ func (w *Worker) postAnswers() {
 		a := w.answers[0]
 		if a.c.state != connOpen {
 			a.c.answering--
+			w.unhold(a.hold)
 			w.answers[0] = pendingAnswer{}
 			w.answers = w.answers[1:]
 			continue
@@ -439,16 +567,15 @@ func (w *Worker) postAnswers() {
 		a.c.answering--
 		w.answers[0] = pendingAnswer{}
 		w.answers = w.answers[1:]
-		if a.lr != nil && (w.byID[a.lr.id] != a.lr || !liveIn(a.lr, a.op.Local, a.op.Length)) {
-			// Its region was deregistered while the answer waited (and may be given back,
-			// unmapped or mapped again for another owner), or its buffer freed (its memory
-			// may be decommitted, or another owner's): refused, with none of its bytes.
-			h, _ := decodeHeader(&a.op.Header)
-			h.status = answerRefused
-			h.encode(&a.op.Header)
-			a.op.Local, a.op.Length, a.op.Mem, a.lr = 0, 0, 0, nil
+		if a.lr != nil && w.byID[a.lr.id] != a.lr {
+			// Its region was deregistered while the answer waited (its registration, which
+			// the send names, unmapped): refused, with none of its bytes. (Its buffer, held,
+			// is live.)
+			refuseAnswer(&a.op)
+			w.unhold(a.hold)
+			a.lr, a.hold = nil, pinned.Hold{}
 		}
-		w.sendAnswer(a.c, i, a.op, a.lr)
+		w.sendAnswer(a.c, i, a.op, a.lr, a.hold)
 	}
 }
 

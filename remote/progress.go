@@ -51,14 +51,16 @@ func (w *Worker) loop() {
 		w.expirePending(time.Now())
 		finished := w.finished
 		w.finished = nil
+		unheld, rel := w.takeUnheld(), w.takeUnholds()
 		busy := len(w.free)+w.zombies < len(w.slots)
-		if w.closing && !busy && len(w.queue) == 0 {
+		if w.closing && !busy && len(w.queue) == 0 && unheld == nil {
 			w.mu.Unlock()
 			w.finish(finished)
+			w.releaseHolds(rel)
 			return
 		}
 		now := time.Now()
-		if worked {
+		if worked = worked || unheld != nil; worked {
 			lastWork = now
 		}
 		sleep := !worked && (!busy || now.Sub(lastWork) > spinMax)
@@ -72,6 +74,10 @@ func (w *Worker) loop() {
 		conns := len(w.conns) + len(w.pending)
 		w.mu.Unlock()
 		w.finish(finished)
+		w.releaseHolds(rel)
+		if unheld != nil {
+			w.holdAnswers(unheld) // the answers' buffers held out of mu, then posted
+		}
 		if !sleep {
 			if !worked {
 				runtime.Gosched()
@@ -134,10 +140,12 @@ func (w *Worker) complete(cq []ucx.Completion) {
 			}
 		case slotAnswer:
 			s.c.inflight--
+			w.unhold(s.hold)
 		case slotClose:
 			w.reap(s.c)
 		case slotZombie:
 			w.zombies--
+			w.unhold(s.hold)
 		}
 		w.freeSlot(c.Slot)
 	}

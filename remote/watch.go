@@ -172,6 +172,6 @@ func (w *Worker) zombie(i uint32) {
 	}
 	w.uw.DisarmReply(i) // its transfer ends now: no answer may land in its buffer
 	w.count(s.kind, -1)
-	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held}
+	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held, hold: s.hold}
 	w.zombies++
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Options configures a Worker. The zero Options are a good start.
@@ -71,6 +72,10 @@ type Worker struct {
 	zombies       int             // slots of abandoned connections\' operations UCX still holds (watch.go)
 	queue         []*Transfer     // started, with operations not yet posted (no slot was free)
 	answers       []pendingAnswer // answers waiting for a slot
+	unheld        []pendingAnswer // answers to gets waiting for their buffer's hold (holdAnswers)
+	unholds       []pinned.Hold   // holds of answers that ended, to release out of mu (releaseHolds)
+	unheldSpare   []pendingAnswer // the progress goroutine's: unheld's other buffer
+	unholdsSpare  []pinned.Hold   // the progress goroutine's: unholds' other buffer
 	acking        []*Conn         // connections with puts to acknowledge at the round's end (messages.go)
 	conns         map[uint64]*Conn
 	byEp          map[ucx.Ep]*Conn
@@ -128,6 +133,9 @@ type slot struct {
 	// held says UCX holds a request of this slot that names lr's registration: counted in
 	// lr.held until UCX completes it (register.go's Unmapping waits for none).
 	held bool
+
+	// hold is an answer's: its buffer held in its pool until UCX has sent it (holdAnswers).
+	hold pinned.Hold
 }
 
 const (
