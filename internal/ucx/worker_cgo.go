@@ -29,6 +29,11 @@ type Worker struct {
 	data  map[uint64]*C.pm_event // data messages handed out by Events, by key
 	key   uint64
 
+	// Progress's and Events' out-parameters, here rather than on their stacks, which passing
+	// them to C would move to the heap: an allocation each, every progress round.
+	progressed C.uint
+	evbuf      [32]*C.pm_event
+
 	// NoPeerFailure makes the endpoints created from then on use no peer failure handling
 	// (UCP_ERR_HANDLING_MODE_NONE): UCX may then take transports that have none (its
 	// shared-memory ones, in 1.13), and reports no peer's failure (no EventEpError).
@@ -148,16 +153,15 @@ func (w *Worker) Signal() error {
 // once EventBatch events or more are queued for Events) and returns the completions queued
 // since the last call, at most len(out), and whether any round progressed.
 func (w *Worker) Progress(rounds int, out []Completion) (n int, progressed bool) {
-	var p C.uint
 	var cq *C.pm_cqe
 	if len(out) > 0 {
 		cq = (*C.pm_cqe)(unsafe.Pointer(&out[0]))
 	}
-	n = int(C.pm_progress(w.c.l.must(symWorkerProgress), w.h, w.st, C.int(rounds), C.uint64_t(EventBatch), cq, C.int(len(out)), &p))
+	n = int(C.pm_progress(w.c.l.must(symWorkerProgress), w.h, w.st, C.int(rounds), C.uint64_t(EventBatch), cq, C.int(len(out)), &w.progressed))
 	for _, c := range out[:n] {
 		w.freeMsg(c.Slot)
 	}
-	return n, p != 0
+	return n, w.progressed != 0
 }
 
 func (w *Worker) freeMsg(slot uint32) {
@@ -169,7 +173,7 @@ func (w *Worker) freeMsg(slot uint32) {
 
 // Events appends the events queued by the callbacks, at most max of them, to out.
 func (w *Worker) Events(out []Event, max int) []Event {
-	var buf [32]*C.pm_event
+	buf := &w.evbuf
 	for max > 0 {
 		n := int(C.pm_events(w.st, &buf[0], C.int(min(max, len(buf)))))
 		for _, e := range buf[:n] {
