@@ -351,6 +351,8 @@ func (w *Worker) failConn(c *Conn, err error) {
 		for _, a := range w.unheld {
 			if a.c != c {
 				unheld = append(unheld, a)
+			} else if a.put {
+				w.uw.ReleaseData(a.key)
 			}
 		}
 		clear(w.unheld[len(unheld):])

@@ -527,3 +527,47 @@ func TestAnswerHoldsItsBuffer(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestPutHoldsItsBuffer: the buffer a peer's put by message lands in is held from the check of
+// its range to the copy of its bytes, so that its owner's free meanwhile (the peer said it was
+// done, and lied) waits for the copy: the free and a Trim between the two gave the buffer's
+// memory back (decommitted, PROT_NONE), and the copy died of SIGSEGV. Here the owner frees
+// the buffer and trims its pool at that moment (targetHook); the put lands and is
+// acknowledged, and the free takes effect after it.
+func TestPutHoldsItsBuffer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, target, r1, r2, c1, _ := connectedPair(t, ctx)
+	liveBuffer(t, r2, 4096) // the region keeps a buffer: only the victim's memory goes
+	victim, err := r2.pool.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := describe(t, r2, victim)
+	src := liveBuffer(t, r1, 1<<20)
+	fill(src, 9)
+	var freed error
+	target.mu.Lock()
+	target.targetHook = func() {
+		if freed = r2.pool.Free(victim); freed == nil {
+			freed = r2.pool.Trim()
+		}
+		target.targetHook = nil
+	}
+	target.mu.Unlock()
+	if err := c1.Put(ctx, src, d); err != nil {
+		t.Fatalf("a put whose buffer its owner freed as it landed: %v", err)
+	}
+	target.mu.Lock() // the hook ran before the progress goroutine took it to copy
+	err = freed
+	target.mu.Unlock()
+	if err != nil {
+		t.Fatalf("the owner's free and Trim: %v", err)
+	}
+	for r2.pool.Usage().Live != 1 {
+		if ctx.Err() != nil {
+			t.Fatal("the buffer freed under the put is still live after it")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

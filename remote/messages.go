@@ -244,18 +244,26 @@ func (w *Worker) opID(i uint32) uint64 { return uint64(w.slots[i].gen)<<32 | uin
 
 // data handles a data message. Under mu.
 func (w *Worker) data(ev *ucx.Event) {
-	defer w.uw.ReleaseData(ev.Key)
+	if w.dataKept(ev) {
+		return // a put whose bytes are copied once its buffer is held (holdAnswers)
+	}
+	w.uw.ReleaseData(ev.Key)
+}
+
+// dataKept handles a data message, and reports whether its bytes are kept (a put's, until its
+// buffer is held). Under mu.
+func (w *Worker) dataKept(ev *ucx.Event) bool {
 	if ev.Header[0] == dataDones {
 		w.dones(ev)
-		return
+		return false
 	}
 	h, ok := decodeHeader(&ev.Header)
 	if !ok {
-		return
+		return false
 	}
 	c := w.conns[h.conn]
 	if c == nil || c.state != connOpen {
-		return // for a connection gone: the peer's transfer failed with it
+		return false // for a connection gone: the peer's transfer failed with it
 	}
 	switch h.kind {
 	case dataPut:
@@ -270,8 +278,7 @@ func (w *Worker) data(ev *ucx.Event) {
 			w.answer(c, dataHeader{kind: dataDone, status: st, op: h.op})
 			break
 		}
-		w.uw.CopyData(ev.Key, uintptr(h.addr))
-		w.ackLater(c, h.op)
+		return w.targetHeld(c, h, w.byID[h.region], ev.Key)
 	case dataGet:
 		st := w.checkTarget(h)
 		reply := dataHeader{kind: dataReply, status: st, op: h.op, addr: h.addr, n: h.n}
@@ -279,10 +286,11 @@ func (w *Worker) data(ev *ucx.Event) {
 			w.answer(c, reply)
 			break
 		}
-		w.answerHeld(c, reply, w.byID[h.region])
+		w.targetHeld(c, reply, w.byID[h.region], 0)
 	case dataReply, dataDone:
 		w.answered(c, h, ev)
 	}
+	return false
 }
 
 // dones takes a dataDones: each id it names is checked and ended as a dataDone's. A message
@@ -418,6 +426,11 @@ type pendingAnswer struct {
 	op   ucx.Op
 	lr   *localRegion
 	hold pinned.Hold // a get's answer: its buffer held until UCX has sent it (holdAnswers)
+
+	// put says it is a put waiting for its buffer's hold (in w.unheld), its bytes in data
+	// message key: op is then its refusal, with the range the hold takes.
+	put bool
+	key uint64
 }
 
 func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion, hold pinned.Hold) {
@@ -437,28 +450,38 @@ func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion, hold 
 	w.slots[i].hold = hold
 }
 
-// Answers to gets hold their buffers. UCX sends an answer's bytes from the buffer the get names
-// until the send completes, which a peer that stops reading puts off as long as it likes
-// (zero-copy over TCP, or a send waiting in UCX's queue). The buffer freed meanwhile, its memory
-// decommitted or its pool closed (unmapped), UCX's send read memory that was gone: EFAULT,
-// and UCX 1.13 aborted the process. So the answer holds its buffer in its pool
-// (pinned.Pool.Hold) from before it is posted until UCX has sent it, as a transfer holds its
-// local buffers: a free meanwhile takes effect then, and the pool keeps its memory. The hold is
-// a call into the pool, made with the worker's mutex let go (the lock order: a pool, then the
-// worker): data queues the answer (answerHeld), the progress goroutine holds its buffer after
-// its round (holdAnswers) and posts it, refused without bytes where the buffer went meanwhile.
-// The holds of the answers that ended are released out of the mutex too (unhold, releaseHolds).
+// Puts and answers to gets hold their buffers. UCX sends an answer's bytes from the buffer the
+// get names until the send completes, which a peer that stops reading puts off as long as it
+// likes (zero-copy over TCP, or a send waiting in UCX's queue). The buffer freed meanwhile, its
+// memory decommitted or its pool closed (unmapped), UCX's send read memory that was gone: EFAULT,
+// and UCX 1.13 aborted the process. A put's copy is short, but its buffer freed and trimmed
+// between the check of its range and the copy left the copy to fault too. So the target holds
+// the buffer in its pool (pinned.Pool.Hold), as a transfer holds its local buffers: a put's from
+// the check to the copy, an answer's from before it is posted until UCX has sent it; a free
+// meanwhile takes effect then, and the pool keeps its memory. The hold is a call into the pool,
+// made with the worker's mutex let go (the lock order: a pool, then the worker): data queues
+// the put or the answer (targetHeld), the progress goroutine holds its buffer after its round
+// (holdAnswers), then copies the put's bytes or posts the answer, refused without bytes where
+// the buffer went meanwhile. The holds are released out of the mutex too (unhold,
+// releaseHolds).
 
-// answerHeld queues the answer to c's peer's get, whose range checkTarget accepted in region
-// lr, until its buffer is held (holdAnswers). Under mu.
-func (w *Worker) answerHeld(c *Conn, h dataHeader, lr *localRegion) {
+// targetHeld queues what c's peer asked of a range of region lr that checkTarget accepted until
+// the range's buffer is held (holdAnswers): the answer to a get (h, a dataReply), or the copy
+// of a put's bytes (h, the put's header; key, its data message, kept until then) and its
+// acknowledgement. It reports whether a data message was kept. Under mu.
+func (w *Worker) targetHeld(c *Conn, h dataHeader, lr *localRegion, key uint64) bool {
 	if !w.answerQueued(c) {
-		return
+		return false
+	}
+	a := pendingAnswer{c: c, lr: lr, key: key, put: h.kind == dataPut}
+	a.op = ucx.Op{Ep: c.ep, Kind: ucx.OpData, Local: h.addr, Length: h.n, Mem: lr.mem}
+	if a.put {
+		h = dataHeader{kind: dataDone, op: h.op} // its refusal, if it comes to that
 	}
 	h.conn = c.peerID
-	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData, Local: h.addr, Length: h.n, Mem: lr.mem}
-	h.encode(&op.Header)
-	w.unheld = append(w.unheld, pendingAnswer{c: c, op: op, lr: lr})
+	h.encode(&a.op.Header)
+	w.unheld = append(w.unheld, a)
+	return a.put
 }
 
 // takeUnheld returns the answers waiting for their buffer's hold, for holdAnswers. Under mu, by
@@ -475,10 +498,11 @@ func (w *Worker) takeUnheld() []pendingAnswer {
 	return batch
 }
 
-// holdAnswers holds the buffers of the answers of batch (takeUnheld) with the mutex let go,
-// then posts them, or refuses those whose buffer could not be held (freed meanwhile) or whose
-// region was deregistered meanwhile, without their bytes. By the progress goroutine, not
-// under mu.
+// holdAnswers holds the buffers of batch (takeUnheld) with the mutex let go, then copies the
+// puts' bytes into place and acknowledges them, and posts the gets' answers, holding their
+// buffers until sent; those whose buffer could not be held (freed meanwhile), and the answers
+// whose region was deregistered meanwhile, are refused, without bytes. By the progress
+// goroutine, not under mu.
 func (w *Worker) holdAnswers(batch []pendingAnswer) {
 	for i := range batch {
 		a := &batch[i]
@@ -486,19 +510,30 @@ func (w *Worker) holdAnswers(batch []pendingAnswer) {
 			a.hold = h
 		}
 	}
+	if w.targetHook != nil {
+		w.targetHook()
+	}
 	w.mu.Lock()
 	for _, a := range batch {
 		switch {
 		case a.c.state != connOpen:
 			w.unhold(a.hold) // its peer's transfer failed with the connection
-		case a.hold == (pinned.Hold{}) || w.byID[a.lr.id] != a.lr:
+		case a.hold == (pinned.Hold{}) || !a.put && w.byID[a.lr.id] != a.lr:
 			w.unhold(a.hold)
 			refuseAnswer(&a.op)
 			w.postAnswer(a.c, a.op, nil, pinned.Hold{})
+		case a.put:
+			w.uw.CopyData(a.key, uintptr(a.op.Local))
+			w.unhold(a.hold)
+			w.ackLater(a.c, binary.LittleEndian.Uint64(a.op.Header[16:]))
 		default:
 			w.postAnswer(a.c, a.op, a.lr, a.hold)
 		}
+		if a.put {
+			w.uw.ReleaseData(a.key)
+		}
 	}
+	w.sendAcks()
 	clear(batch)
 	w.unheldSpare = batch[:0]
 	rel := w.takeUnholds()
