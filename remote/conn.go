@@ -66,6 +66,11 @@ type rkeyEntry struct {
 	local      uintptr // where base is mapped in this process, when direct
 }
 
+// msgOverhead is what a message queued for Recv costs beyond its bytes (its slice in c.msgs,
+// the header of the copy it lies in), counted against queuedMessages: a flood of empty messages
+// is bounded too.
+const msgOverhead = 64
+
 // maxRegionsPerConn bounds the regions a connection unpacks keys for: a peer's regions are 64
 // per pool at most, and a flood of forged ones must not grow UCX's memory without bound.
 const maxRegionsPerConn = 4096
@@ -240,12 +245,12 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 		if c.state != connOpen {
 			return
 		}
-		if c.msgBytes+len(body) > queuedMessages {
+		if c.msgBytes+msgOverhead+len(body) > queuedMessages {
 			w.failConn(c, fmt.Errorf("%w: %s sent more than %d bytes of messages nobody received", ErrProtocol, c.remote, queuedMessages))
 			return
 		}
 		c.msgs = append(c.msgs, body)
-		c.msgBytes += len(body)
+		c.msgBytes += msgOverhead + len(body)
 		select {
 		case c.recv <- struct{}{}:
 		default:
@@ -468,7 +473,7 @@ func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
 			m := c.msgs[0]
 			c.msgs[0] = nil
 			c.msgs = c.msgs[1:]
-			c.msgBytes -= len(m)
+			c.msgBytes -= msgOverhead + len(m)
 			w.mu.Unlock()
 			return m, nil
 		}

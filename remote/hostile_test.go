@@ -571,3 +571,29 @@ func TestPutHoldsItsBuffer(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestEmptyMessageFloodBounded: the messages a peer sends that nobody receives (Recv) are
+// bounded by what they cost, not only by their bytes: a peer sending empty messages grew the
+// queue without end (each counted zero bytes against the bound, yet held a slice and the
+// event's copy). Past the bound, its connection fails with ErrProtocol, as for a flood of full
+// ones.
+func TestEmptyMessageFloodBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, w2, _, _, _, c2 := connectedPair(t, ctx)
+	m := header(msgData, c2.id, 0) // an empty message of the peer's, for c2
+	w2.mu.Lock()
+	sent := 0
+	for ; sent <= 2*queuedMessages/msgOverhead && c2.state == connOpen; sent++ {
+		w2.message(0, m)
+	}
+	queued, state := len(c2.msgs), c2.state
+	w2.mu.Unlock()
+	if state != connFailed {
+		t.Fatalf("%d empty messages queued, none received, and the connection is still open", queued)
+	}
+	if err := c2.Err(); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("the connection ended with %v, want ErrProtocol", err)
+	}
+	t.Logf("failed after %d empty messages", sent)
+}
