@@ -231,6 +231,11 @@ func TestFakeEveryCallAfterClose(t *testing.T) {
 	ev, err := d.EventCreate()
 	must(t, "EventCreate", err)
 	must(t, "Close", d.Close())
+	// The last retain went with the Close: the driver destroyed the context, with the stream and
+	// the event left in it.
+	if n := f.ForgetReclaimed(); n != 2 {
+		t.Errorf("the context's destruction freed %d objects, want the stream and the event", n)
+	}
 	_, err1 := d.Name()
 	_, err2 := d.TotalMem()
 	_, _, err3 := d.MemInfo()

@@ -20,6 +20,7 @@ const (
 	resultNoDevice            Result = 100
 	resultInvalidDevice       Result = 101
 	resultInvalidContext      Result = 201
+	resultContextIsDestroyed  Result = 709
 	resultInvalidHandle       Result = 400
 	resultNotFound            Result = 500
 	resultNotReady            Result = 600
@@ -61,6 +62,7 @@ var resultNames = map[Result][2]string{
 	resultNoDevice:            {"CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
 	resultInvalidDevice:       {"CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
 	resultInvalidContext:      {"CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+	resultContextIsDestroyed:  {"CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
 	resultInvalidHandle:       {"CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
 	resultNotFound:            {"CUDA_ERROR_NOT_FOUND", "named symbol not found"},
 	resultNotReady:            {"CUDA_ERROR_NOT_READY", "device not ready"},

@@ -90,7 +90,8 @@ const (
 	CreateCalls
 	// RegisteredBytes is the host memory registered now.
 	RegisteredBytes
-	// Retains counts primary-context retains outstanding.
+	// Retains counts primary-context retains outstanding, over all devices (Driver.Retains: one
+	// device's).
 	Retains
 	// PinnedCopies counts copies whose host side was pinned memory: inside one registration,
 	// one cuMemHostAlloc block, or one run of mapped VMM host granules (the driver's DMA path).
@@ -119,13 +120,18 @@ const (
 	// StreamWaits counts cuStreamWaitEvent calls that succeeded (how often a caller orders one
 	// stream after another's event).
 	StreamWaits
+	// Reclaimed counts what the destruction of a primary context (the release of a device's last
+	// retain) freed because the program had not: allocations, registrations, streams, events and
+	// modules of the context. Each is a leak; a test that leaves them to the driver on purpose
+	// reads and clears the count with ForgetReclaimed.
+	Reclaimed
 	numStats
 )
 
 // Live is the list of counters of live objects, those that must be zero when everything is
 // freed.
 var Live = []Stat{Registrations, HostAllocs, DeviceAllocs, ManagedAllocs, Reservations, Handles, Mappings, Streams, Events, Retains, HostVMMBytes,
-	Pools, PoolAllocs}
+	Pools, PoolAllocs, Reclaimed}
 
 // Controls understood by fake_ctl (the FC_ constants of the C source).
 const (
@@ -144,6 +150,8 @@ const (
 	ctlHostPools
 	ctlDriverVersion
 	ctlReuseStreams
+	ctlForgetReclaimed
+	ctlRetains
 )
 
 // Result codes for FailRegister.
@@ -277,7 +285,7 @@ func (d *Driver) LiveObjects() map[string]int64 {
 	names := []string{"registrations", "host allocs", "device allocs", "managed allocs", "reservations",
 		"handles", "mappings", "streams", "events", "register calls", "create calls", "registered bytes", "retains",
 		"pinned copies", "pinned bytes", "pageable copies", "pageable bytes", "host VMM bytes", "event records", "stream queries",
-		"pools", "pool allocs", "stream synchronizes"}
+		"pools", "pool allocs", "stream synchronizes", "stream waits", "reclaimed by a context's destruction"}
 	m := map[string]int64{}
 	for _, s := range Live {
 		if v := d.Stat(s); v != 0 {
@@ -286,6 +294,14 @@ func (d *Driver) LiveObjects() map[string]int64 {
 	}
 	return m
 }
+
+// ForgetReclaimed returns the Reclaimed count and sets it to zero, for a test that leaves objects
+// to a context's destruction on purpose.
+func (d *Driver) ForgetReclaimed() int64 { return d.ctl(ctlForgetReclaimed, 0, 0) }
+
+// Retains returns the retains that hold device dev's primary context (-1 for a device out of
+// range); Stat(Retains) is their sum over the devices.
+func (d *Driver) Retains(dev int) int64 { return d.ctl(ctlRetains, int64(dev), 0) }
 
 // SetDevices sets the number of devices (1 by default, at most 16: enough for a device and
 // the 15 others the driver can grant access to in one call, with the host). With 0 the fake is
