@@ -199,29 +199,7 @@ func queuedAnswerAfterRegionGone(t *testing.T, closeRegistration bool) {
 	fill(b2, 5)
 	d := describe(t, r2, b2[:4096])
 	b1 := liveBuffer(t, r1, 4096)
-	w2.mu.Lock()
-	saved := w2.nanswer
-	w2.nanswer = w2.opts.MaxInFlight // every answer slot in flight
-	w2.mu.Unlock()
-	tr := c1.NewTransfer()
-	if err := tr.Get(b1, d); err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		w2.mu.Lock()
-		n := len(w2.answers)
-		w2.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the get's answer was never queued")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	tr, resume := stalledGet(ctx, t, w2, c1, b1, d)
 	if closeRegistration {
 		if err := r2.Close(); err != nil {
 			t.Fatal(err)
@@ -234,10 +212,7 @@ func queuedAnswerAfterRegionGone(t *testing.T, closeRegistration bool) {
 			t.Fatalf("the pool's Close while an answer waits to send its buffer: %v, want ErrBusy", err)
 		}
 	}
-	w2.mu.Lock()
-	w2.nanswer = saved
-	w2.signal()
-	w2.mu.Unlock()
+	resume()
 	err = tr.Wait(ctx)
 	if closeRegistration {
 		if !errors.Is(err, ErrDescriptor) {
@@ -428,34 +403,8 @@ func TestWorkerCloseEndsTransfersAsClosed(t *testing.T) {
 	w1, w2, r1, r2, c1, _ := connectedPair(t, ctx)
 	d := describe(t, r2, liveBuffer(t, r2, 4096))
 	b1 := liveBuffer(t, r1, 4096)
-	w2.mu.Lock()
-	saved := w2.nanswer
-	w2.nanswer = w2.opts.MaxInFlight // the target's answer waits for a slot: the get stays in flight
-	w2.mu.Unlock()
-	defer func() {
-		w2.mu.Lock()
-		w2.nanswer = saved
-		w2.mu.Unlock()
-	}()
-	tr := c1.NewTransfer()
-	if err := tr.Get(b1, d); err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		w2.mu.Lock()
-		n := len(w2.answers)
-		w2.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the get's answer was never queued")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	tr, resume := stalledGet(ctx, t, w2, c1, b1, d)
+	defer resume()
 	if err := w1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -596,4 +545,40 @@ func TestEmptyMessageFloodBounded(t *testing.T) {
 		t.Fatalf("the connection ended with %v, want ErrProtocol", err)
 	}
 	t.Logf("failed after %d empty messages", sent)
+}
+
+// stalledGet starts a get of d into b1 over c1 whose answer target w2 queues and does not send:
+// every answer slot of w2's counts in flight. It returns once the answer is queued; resume
+// frees the slots and wakes w2, which then sends it.
+func stalledGet(ctx context.Context, t *testing.T, w2 *Worker, c1 *Conn, b1 []byte, d Descriptor) (tr *Transfer, resume func()) {
+	t.Helper()
+	w2.mu.Lock()
+	saved := w2.nanswer
+	w2.nanswer = w2.opts.MaxInFlight // every answer slot in flight
+	w2.mu.Unlock()
+	tr = c1.NewTransfer()
+	if err := tr.Get(b1, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		w2.mu.Lock()
+		n := len(w2.answers)
+		w2.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the get's answer was never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return tr, func() {
+		w2.mu.Lock()
+		w2.nanswer = saved
+		w2.signal()
+		w2.mu.Unlock()
+	}
 }
