@@ -130,7 +130,7 @@ func (h *Heap) verifyWith(tables bool) error {
 	for _, r := range h.runs {
 		used := 0
 		for i, s := range r.segs {
-			if s.run != r || s.ri != i || s.base != r.segs[0].base+uintptr(i)<<segShift || s.kind != segPacked || len(r.segs) > runChunks {
+			if s.run != r || s.ri != i || s.runOwner != r.owner || s.base != r.segs[0].base+uintptr(i)<<segShift || s.kind != segPacked || len(r.segs) > runChunks {
 				bad("run %#x: segment %d (%#x) is not its chunk %d of %d", r.segs[0].base, i, s.base, i, len(r.segs))
 			}
 			if s.npages > 0 {
@@ -178,8 +178,8 @@ func (h *Heap) verifyKnownCommitted(s *segment) error {
 // owner returns the heap whose pages segment s holds (nil: none), reading only what other
 // goroutines may read: the page table's atomic entries and a page's heap, fixed at its making.
 func (s *segment) owner() *Heap {
-	if s.run != nil {
-		return s.run.owner // its pages may be borrowed (lend.go)
+	if s.runOwner != nil {
+		return s.runOwner // its pages may be borrowed (lend.go)
 	}
 	if s.huge != nil {
 		return s.huge.heap

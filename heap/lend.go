@@ -91,8 +91,8 @@ func (h *Heap) borrowPage(kind segKind, k int, c uint8) *page {
 
 // lent returns the heap that lent class page pg's room, nil when it is h's own.
 func (h *Heap) lent(pg *page) *Heap {
-	if r := pg.seg.run; r != nil && r.owner != h {
-		return r.owner
+	if o := pg.seg.runOwner; o != nil && o != h {
+		return o
 	}
 	return nil
 }

@@ -181,7 +181,7 @@ func (h *Heap) extendRun(r *run, span arena.Span) {
 	for i := range span.N {
 		b := span.Base + uintptr(i)<<segShift
 		s := &segment{span: arena.Span{Base: b, Size: segSize, ID: span.ID + arena.ChunkID(i), N: 1}, base: b,
-			kind: segPacked, run: r, ri: len(r.segs), free: ^uint64(0), dirtyBits: ^uint64(0), decommit: ^uint64(0)}
+			kind: segPacked, run: r, ri: len(r.segs), runOwner: r.owner, free: ^uint64(0), dirtyBits: ^uint64(0), decommit: ^uint64(0)}
 		r.segs = append(r.segs, s)
 		h.g.register(s)
 	}

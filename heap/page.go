@@ -105,7 +105,9 @@ func (pg *page) pieces(f func(s *segment, m uint64)) {
 	for n > 0 {
 		k := min(n, segSlices-first)
 		f(s, sliceMask(first, k))
-		s, first, n = s.next(), 0, n-k
+		if n -= k; n > 0 { // not looked up otherwise: a run is its owner's to read
+			s, first = s.next(), 0
+		}
 	}
 }
 

@@ -53,15 +53,18 @@ type segment struct {
 	kind      segKind
 	free      uint64 // bit set: slice free
 	npages    int
-	nclass    int                  // class pages among them (pack.go: where class pages go)
-	dirtyBits uint64               // slices handed out since the chunk last read as zero
-	decommit  uint64               // slices not known to be committed: never used, or given back
-	seenFree  uint64               // free slices still committed at PurgeIdle's last look
-	run       *run                 // the run it is part of, where memory is coarse (pack.go)
-	ri        int                  // its index in the run
-	recent    bool                 // a segment of a run emptied since PurgeIdle's last look
-	spareAt   uint64               // when it became a spare, counted in the heap's spareN (spare.go)
-	room      ilist.Links[segment] // on its kind's list of segments with room (Heap.segs) or not
+	nclass    int    // class pages among them (pack.go: where class pages go)
+	dirtyBits uint64 // slices handed out since the chunk last read as zero
+	decommit  uint64 // slices not known to be committed: never used, or given back
+	seenFree  uint64 // free slices still committed at PurgeIdle's last look
+	run       *run   // the run it is part of, where memory is coarse (pack.go)
+	ri        int    // its index in the run
+	// runOwner is the owner of its run, set with it and never changed (a run may split: Trim),
+	// so that a heap borrowing its slices may read it (lend.go), where run and ri are its owner's.
+	runOwner *Heap
+	recent   bool                 // a segment of a run emptied since PurgeIdle's last look
+	spareAt  uint64               // when it became a spare, counted in the heap's spareN (spare.go)
+	room     ilist.Links[segment] // on its kind's list of segments with room (Heap.segs) or not
 }
 
 func sliceMask(first, n int) uint64 {
