@@ -33,10 +33,11 @@ func TestResultIs(t *testing.T) {
 		{718, pinmalloc.ErrDeviceFault}, // INVALID_PC
 		{719, pinmalloc.ErrDeviceFault}, // LAUNCH_FAILED
 		{911, pinmalloc.ErrDeviceFault}, // EXTERNAL_DEVICE
+		{709, pinmalloc.ErrClosed},      // CONTEXT_IS_DESTROYED
 	}
 	sentinels := []error{pinmalloc.ErrNoDriver, pinmalloc.ErrNoDevice, pinmalloc.ErrSymbol, pinmalloc.ErrOutOfMemory, pinmalloc.ErrInvalidValue,
 		pinmalloc.ErrNotSupported, pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered,
-		pinmalloc.ErrDeviceFault}
+		pinmalloc.ErrDeviceFault, pinmalloc.ErrClosed}
 	for _, c := range cases {
 		var err error = c.r
 		for _, s := range sentinels {

@@ -126,6 +126,10 @@ func (r Result) Is(target error) bool {
 		return r == resultCaptureUnsupported || r == resultCaptureInvalidated || r == resultCaptureImplicit || r == resultCapturedEvent
 	case pinmalloc.ErrDeviceFault:
 		return r.sticky()
+	case pinmalloc.ErrClosed:
+		// The context the call ran in was destroyed: its last primary-context retain released
+		// (by another binding, or a Device closed on another thread meanwhile).
+		return r == resultContextIsDestroyed
 	}
 	return false
 }
