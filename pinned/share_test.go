@@ -264,6 +264,9 @@ func holdShared(t *testing.T, p *pinned.Pool, s *refSharer) {
 			}
 			ok(t, "first Free", p.Free(b))
 			ok(t, "last Free", p.Free(b))
+			if err := p.Free(b); !errors.Is(err, pinned.ErrDoubleFree) {
+				t.Fatalf("%d bytes: a free after the last, before the Release: %v, want ErrDoubleFree", n, err)
+			}
 			if live(t, p) != 1 {
 				t.Fatalf("%d bytes: a held buffer's last reference gave it back before the Release", n)
 			}
