@@ -392,11 +392,11 @@ func (a *Arena) ReserveNext(s Span, n int) (Span, error) {
 		return Span{}, ErrClosed
 	}
 	r := a.regionOf(s.ID)
-	if r == nil || s.N <= 0 || n <= 0 {
+	if r == nil || s.N <= 0 || n <= 0 || s.N > r.nchunks-int(s.ID-r.firstID) {
 		return Span{}, fmt.Errorf("%w: %d chunks after a span of %d chunks at chunk %d", ErrInvalid, n, s.N, s.ID)
 	}
 	first := int(s.ID-r.firstID) + s.N
-	if first+n > r.nchunks || r.used.Count(first, first+n) != 0 {
+	if n > r.nchunks-first || r.used.Count(first, first+n) != 0 {
 		return Span{}, fmt.Errorf("%w: the %d chunks after chunk %d are not all free", ErrCapacity, n, s.ID+ChunkID(s.N-1))
 	}
 	base := r.grid + uintptr(first)<<a.shift
@@ -411,7 +411,7 @@ func (a *Arena) Free(s Span) error {
 		return ErrClosed
 	}
 	r := a.regionOf(s.ID)
-	if r == nil || s.N <= 0 || int(s.ID-r.firstID)+s.N > r.nchunks {
+	if r == nil || s.N <= 0 || s.N > r.nchunks-int(s.ID-r.firstID) {
 		return fmt.Errorf("%w: span of %d chunks at chunk %d is not from this arena", ErrInvalid, s.N, s.ID)
 	}
 	first := int(s.ID - r.firstID)
