@@ -419,8 +419,7 @@ func (a *Arena) Free(s Span) error {
 		return fmt.Errorf("%w: span at chunk %d is not in use (double free)", ErrInvalid, s.ID)
 	}
 	r.used.SetRange(first, first+s.N, false)
-	glo, _ := a.chunkGranules(r, first)
-	_, ghi := a.chunkGranules(r, first+s.N-1)
+	glo, ghi := a.ownGranules(r, first, first+s.N, true)
 	r.want.SetRange(glo, ghi, false)
 	a.markUnwanted(r, first, first+s.N)
 	a.st.ChunksInUse -= s.N
@@ -442,6 +441,27 @@ func (a *Arena) chunkGranules(r *region, i int) (glo, ghi int) {
 	lo := r.grid - r.r.Base + uintptr(i)<<a.shift
 	hi := min(lo+a.chunk, r.r.Size)
 	return int(lo >> r.gshift), int((hi + a.caps.Granule - 1) >> r.gshift)
+}
+
+// ownGranules returns the granules, relative to the region base, that chunks [first, last)
+// touch, less the granule at either end that the chunk beyond that end touches too, when that
+// chunk is in use (any chunk when inUse is false). Chunks share a granule only when the chunk
+// grid is off the granule grid, in a region whose base is not aligned (an external region off a
+// page boundary): that granule may hold a live block of the neighbour's span, so Free must not
+// give it up, and Precommit, which commits without a.mu, must not commit it while an Alloc of
+// the neighbour may.
+func (a *Arena) ownGranules(r *region, first, last int, inUse bool) (glo, ghi int) {
+	glo, _ = a.chunkGranules(r, first)
+	_, ghi = a.chunkGranules(r, last-1)
+	if first > 0 && (!inUse || r.used.Get(first-1)) {
+		_, h := a.chunkGranules(r, first-1)
+		glo = max(glo, h)
+	}
+	if last < r.nchunks && (!inUse || r.used.Get(last)) {
+		l, _ := a.chunkGranules(r, last)
+		ghi = min(ghi, l)
+	}
+	return glo, max(glo, ghi)
 }
 
 // ChunkAlign returns the alignment every chunk start meets: the chunk size when the provider

@@ -145,7 +145,7 @@ func (a *Arena) uncommittedFree(r *region, cs []pcChunk, k int) []pcChunk {
 		return cs
 	}
 	for i := r.used.Next(0, r.nchunks, false); i < r.nchunks && len(cs) < k; i = r.used.Next(i+1, r.nchunks, false) {
-		glo, ghi := a.chunkGranules(r, i)
+		glo, ghi := a.ownGranules(r, i, i+1, false)
 		if r.commit.Count(glo, ghi) == ghi-glo {
 			continue
 		}

@@ -1,0 +1,148 @@
+package arena
+
+import (
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// offPageRegion maps size bytes and returns an external region over them that starts 8 bytes
+// past a page boundary: its chunk grid (aligned to the arena's Align) is off its granule grid,
+// so each two adjacent chunks touch one granule both.
+func offPageRegion(t *testing.T, size uintptr, exclusive bool) ExternalRegion {
+	t.Helper()
+	m, err := unix.Mmap(-1, 0, int(size)+4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Munmap(m) })
+	return ExternalRegion{Base: mem.Addr(m) + 8, Size: size, Kind: HostPageable, Exclusive: exclusive}
+}
+
+// TestFreeKeepsSharedGranule frees a span whose last chunk shares a granule with the next
+// chunk, in use by a live span, and trims: the live span's bytes must survive. Free gave up
+// every granule its chunks touched, the shared one too, and the purge dropped the page the
+// live span starts in (madvise(DONTNEED) on exclusive memory: its first 3,840 bytes read zero,
+// and Wanted said false for a span in use).
+func TestFreeKeepsSharedGranule(t *testing.T) {
+	p, err := External(offPageRegion(t, 8<<20, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestArena(t, Options{Provider: p, PurgeDelay: -1})
+	x, err := a.Alloc(2<<20, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := a.Alloc(2<<20, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live.ID != x.ID+1 {
+		t.Fatalf("spans at chunks %d and %d, want adjacent", x.ID, live.ID)
+	}
+	b := mem.Bytes(live.Base, live.Size)
+	for i := range b {
+		b[i] = 0xAA
+	}
+	if err := a.Free(x); err != nil {
+		t.Fatal(err)
+	}
+	a.Trim()
+	if !a.Wanted(live.Base, live.Size) {
+		t.Error("a span in use is no longer wanted after its neighbour's Free and a Trim")
+	}
+	for i, c := range b {
+		if c != 0xAA {
+			t.Fatalf("byte %d of a live span reads %#x after its neighbour's Free and a Trim", i, c)
+		}
+	}
+	if err := a.Free(live); err != nil {
+		t.Fatal(err)
+	}
+	a.Trim()
+	if st := a.Stats(); st.Committed != 0 {
+		t.Errorf("committed %d after every span was freed and trimmed", st.Committed)
+	}
+}
+
+// gateProvider blocks its first Commit until released, and fails the test if two Commit calls
+// for overlapping ranges run at once (the Provider contract forbids it).
+type gateProvider struct {
+	Provider
+	t       *testing.T
+	entered chan struct{}
+	release chan struct{}
+
+	mu     sync.Mutex
+	calls  int
+	flying [][2]uintptr
+}
+
+func (g *gateProvider) Commit(r *Region, off, size uintptr) error {
+	g.mu.Lock()
+	for _, f := range g.flying {
+		if off < f[1] && f[0] < off+size {
+			g.t.Errorf("Commit [%d, %d) while Commit [%d, %d) runs", off, off+size, f[0], f[1])
+		}
+	}
+	g.calls++
+	first := g.calls == 1
+	g.flying = append(g.flying, [2]uintptr{off, off + size})
+	i := len(g.flying) - 1
+	g.mu.Unlock()
+	if first {
+		close(g.entered)
+		<-g.release
+	}
+	err := g.Provider.Commit(r, off, size)
+	g.mu.Lock()
+	g.flying[i] = [2]uintptr{}
+	g.mu.Unlock()
+	return err
+}
+
+// TestPrecommitSharedGranule precommits a free chunk that shares a granule with the chunk
+// before it, reserved by a span, while the span commits its last page: the two commits must
+// not overlap, and Committed must count the shared granule once. Precommit committed every
+// granule its chunk touched, without the arena's lock, so the span's Commit committed the
+// shared granule beside it, and both counted it.
+func TestPrecommitSharedGranule(t *testing.T) {
+	p, err := External(offPageRegion(t, 8<<20, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gateProvider{Provider: p, t: t, entered: make(chan struct{}), release: make(chan struct{})}
+	a := newTestArena(t, Options{Provider: g, Capacity: 8 << 20, PurgeDelay: -1, CommitWorkers: 1})
+	s, err := a.Reserve(2<<20, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := a.Precommit(2 << 20)
+		done <- err
+	}()
+	<-g.entered
+	if _, err := a.Commit(s.Base+s.Size-4096, 4096); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st := a.Stats()
+	var sum uint64
+	for _, r := range st.PerRegion {
+		sum += r.Committed
+	}
+	if st.Committed != sum {
+		t.Errorf("Committed %d, the regions' committed granules %d", st.Committed, sum)
+	}
+	if err := a.Free(s); err != nil {
+		t.Fatal(err)
+	}
+}
