@@ -314,15 +314,21 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	if len(regs) >= maxRegions {
 		return nil, fmt.Errorf("%w: %d regions already reserved", ErrCapacity, len(regs))
 	}
+	// A provider that rounds a region up (to its page or granule) may leave reserved past the
+	// capacity: nothing is left then.
+	avail := a.capac - min(a.reserved, a.capac)
 	need, err := align.Up(size, a.chunk)
-	if err != nil || need > a.capac-a.reserved {
+	if err != nil || size > avail {
 		return nil, fmt.Errorf("%w: %d bytes asked, %d of %d reserved", ErrCapacity, size, a.reserved, a.capac)
 	}
+	// A capacity that is not a whole number of chunks (an external region's size) ends in a
+	// part of a chunk, which holds what fits in it.
+	need = min(need, avail)
 	if !a.caps.Aligns || alignment > a.chunk {
 		// Room to align inside the region, as far as the capacity allows: place decides.
-		need = min(need+max(alignment, a.align), a.capac-a.reserved)
+		need += min(max(alignment, a.align), avail-need)
 	}
-	want := max(need, min(a.regSize, a.capac-a.reserved))
+	want := max(need, min(a.regSize, avail))
 	if a.lend != nil {
 		want = a.lend.lentSize(need)
 	}

@@ -1,0 +1,72 @@
+package arena
+
+import (
+	"errors"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// TestCapacityNotWholeChunks allocates from arenas whose capacity is not a whole number of
+// chunks. An external region of 3 MiB, or of 100 KiB, refused every Alloc that would have
+// needed its last, partial chunk (the arena asked for the request rounded up to chunks, more
+// than the capacity), so a region smaller than a chunk could not be used at all; and a host
+// arena of capacity 3 MiB + 5 bytes, whose region the provider rounded up to a page past the
+// capacity, computed the room left as capacity - reserved, which wrapped: a further Alloc
+// reserved a second region, past the capacity.
+func TestCapacityNotWholeChunks(t *testing.T) {
+	m, err := unix.Mmap(-1, 0, 4<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	for _, size := range []uintptr{3 << 20, 100 << 10} {
+		for _, committed := range []bool{true, false} {
+			p, err := External(ExternalRegion{Base: mem.Addr(m), Size: size, Kind: HostPageable, Committed: committed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newTestArena(t, Options{Provider: p})
+			s, err := a.Alloc(size, 256)
+			if err != nil {
+				t.Errorf("external region of %d bytes (committed %v): Alloc of all of it: %v", size, committed, err)
+				continue
+			}
+			mem.Bytes(s.Base, s.Size)[s.Size-1] = 1
+			if _, err := a.Alloc(4096, 256); !errors.Is(err, ErrCapacity) {
+				t.Errorf("external region of %d bytes: Alloc past it: %v", size, err)
+			}
+			if err := a.Free(s); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	const capac = 3<<20 + 5
+	a := newTestArena(t, Options{Capacity: capac})
+	s, err := a.Alloc(2<<20, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, err := a.Alloc(2<<20, 1); !errors.Is(err, ErrCapacity) {
+		t.Errorf("Alloc of 2 MiB with 1 MiB + 5 bytes of capacity left: %+v %v", x, err)
+		_ = a.Free(x)
+	}
+	if st := a.Stats(); st.Regions != 1 || st.Reserved > capac+uint64(pageSize()) {
+		t.Errorf("%d regions, %d bytes reserved, for a capacity of %d", st.Regions, st.Reserved, capac)
+	}
+	if err := a.Free(s); err != nil {
+		t.Fatal(err)
+	}
+	s, err = a.Alloc(3<<20, 1)
+	if err != nil {
+		t.Errorf("Alloc of 3 MiB from an empty arena of capacity 3 MiB + 5 bytes: %v", err)
+	} else if err := a.Free(s); err != nil {
+		t.Fatal(err)
+	}
+}
