@@ -70,3 +70,37 @@ func TestCapacityNotWholeChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHugeTLBFallbackWholeGranules allocates the whole of a 5 MiB arena over a HugeTLB
+// provider whose regions fall back to ordinary pages (4 MiB chunks: a hugetlb mapping cannot
+// be aligned past its page, so every region falls back). The fallback region was rounded to
+// ordinary pages only, 5 MiB, while the provider's granule stayed 2 MiB, so the commit of its
+// last granule ran past the region and was refused (ErrInvalid, "range outside region").
+func TestHugeTLBFallbackWholeGranules(t *testing.T) {
+	for _, locked := range []bool{false, true} {
+		p := PageableHost(HostOptions{HugePages: HugeTLB})
+		if locked {
+			p = LockedHost(HostOptions{HugePages: HugeTLB})
+		}
+		a := newTestArena(t, Options{Provider: p, Capacity: 5 << 20, ChunkSize: 4 << 20, PurgeDelay: -1})
+		s, err := a.Alloc(5<<20, 1)
+		if errors.Is(err, ErrMemlock) {
+			t.Logf("locked: %v", err)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("locked %v: Alloc of the whole arena: %v", locked, err)
+		}
+		if p.Counters().HugeTLBFallbacks == 0 {
+			t.Fatal("the region did not fall back to ordinary pages")
+		}
+		clear(mem.Bytes(s.Base, s.Size))
+		if err := a.Free(s); err != nil {
+			t.Fatal(err)
+		}
+		a.Trim()
+		if st := a.Stats(); st.Committed != 0 || p.Counters().LockedBytes != 0 {
+			t.Errorf("locked %v: after Trim: committed %d, locked %d", locked, st.Committed, p.Counters().LockedBytes)
+		}
+	}
+}

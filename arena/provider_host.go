@@ -166,7 +166,13 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 	alignment = max(alignment, h.page)
 	var r *Region
 	if h.opt.HugePages == HugeTLB {
-		var err error
+		// The granule is a huge page whether or not the kernel has one to give: a region of
+		// ordinary pages that falls back must be a whole number of them too.
+		n, err := align.Up(size, hugeTLBSize)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %d bytes: %w", ErrReserve, size, err)
+		}
+		size = n
 		if r, err = h.reserveHugeTLB(size, alignment); err != nil {
 			h.hugeFallback.Add(1)
 		}
