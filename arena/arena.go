@@ -341,6 +341,11 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 		a.logReserve(want, 0, err)
 		return nil, err
 	}
+	if !rr.Committed && rr.Size&(a.caps.Granule-1) != 0 {
+		_ = a.prov.Release(rr)
+		return nil, fmt.Errorf("%w: provider %s reserved a region of %d bytes, not a whole number of its granule %d",
+			ErrInvalid, a.prov.Name(), rr.Size, a.caps.Granule)
+	}
 	grid, err := align.Up(rr.Base, a.align)
 	if err != nil || grid >= rr.End() {
 		_ = a.prov.Release(rr)

@@ -104,3 +104,48 @@ func TestHugeTLBFallbackWholeGranules(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalPartialPage adopts external regions that are not Committed and whose size is not
+// a whole number of pages. The arena commits such a region in pages from its base, and the
+// commit of the last, partial page ran past the region and was refused (ErrInvalid, "range
+// outside region"): an Alloc of the region's size failed, and a region smaller than a page
+// could not be used at all. Now the region is used in whole pages (its capacity says so), and
+// one without a whole page is refused when it is adopted.
+func TestExternalPartialPage(t *testing.T) {
+	m, err := unix.Mmap(-1, 0, 4<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	page := pageSize()
+	const size = 3<<20 + 100
+	p, err := External(ExternalRegion{Base: mem.Addr(m), Size: size, Kind: HostPageable, Exclusive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestArena(t, Options{Provider: p, PurgeDelay: -1})
+	if a.Capacity() != size&^(page-1) {
+		t.Errorf("capacity %d, want %d", a.Capacity(), size&^(page-1))
+	}
+	s, err := a.Alloc(a.Capacity(), 1)
+	if err != nil {
+		t.Fatalf("Alloc of the region's whole pages: %v", err)
+	}
+	mem.Bytes(s.Base, s.Size)[s.Size-1] = 1
+	if st := a.Stats(); st.Committed > st.Reserved || st.Reserved > size {
+		t.Errorf("committed %d, reserved %d, of a region of %d", st.Committed, st.Reserved, size)
+	}
+	if err := a.Free(s); err != nil {
+		t.Fatal(err)
+	}
+	a.Trim()
+	if st := a.Stats(); st.Committed != 0 {
+		t.Errorf("committed %d after Trim", st.Committed)
+	}
+	if _, err := External(ExternalRegion{Base: mem.Addr(m), Size: 100, Kind: HostPageable}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("external region of 100 bytes, not committed: %v", err)
+	}
+	if _, err := External(ExternalRegion{Base: mem.Addr(m), Size: 100, Kind: HostPageable, Committed: true}); err != nil {
+		t.Errorf("external region of 100 bytes, committed: %v", err)
+	}
+}

@@ -20,7 +20,7 @@ type ExternalRegion struct {
 	Kind Kind
 	// Committed reports that the region is backed by memory already (the usual case). When it
 	// is false the memory is host memory that commits on first touch, and the arena only
-	// accounts for commits.
+	// accounts for commits, in whole pages from Base: a last part of a page is not used.
 	Committed bool
 	// Zeroed reports that the region reads as zero now, so zeroed allocations may skip the memset
 	// until a block is reused.
@@ -50,10 +50,21 @@ func External(r ExternalRegion) (*ExternalProvider, error) {
 	if r.Base == 0 || r.Size == 0 || r.Base+r.Size < r.Base {
 		return nil, fmt.Errorf("%w: external region [%#x, +%d)", ErrInvalid, r.Base, r.Size)
 	}
-	return &ExternalProvider{reg: r, page: pageSize()}, nil
+	e := &ExternalProvider{reg: r, page: pageSize()}
+	if !r.Committed {
+		// The arena commits a region that is not committed in whole granules (pages) from its
+		// base: a last part of a page cannot be one.
+		e.reg.Size &^= e.page - 1
+		if e.reg.Size == 0 {
+			return nil, fmt.Errorf("%w: external region [%#x, +%d) holds no whole page: one that is not Committed is used in whole pages of %d bytes",
+				ErrInvalid, r.Base, r.Size, e.page)
+		}
+	}
+	return e, nil
 }
 
-// Capacity is the region's size: an arena over this provider can hold no more.
+// Capacity is the region's size (in whole pages, when it is not Committed): an arena over
+// this provider can hold no more.
 func (e *ExternalProvider) Capacity() uintptr { return e.reg.Size }
 
 // Name implements Provider.
