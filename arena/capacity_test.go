@@ -2,6 +2,7 @@ package arena
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -147,5 +148,31 @@ func TestExternalPartialPage(t *testing.T) {
 	}
 	if _, err := External(ExternalRegion{Base: mem.Addr(m), Size: 100, Kind: HostPageable, Committed: true}); err != nil {
 		t.Errorf("external region of 100 bytes, committed: %v", err)
+	}
+}
+
+// TestAbsurdCapacityBoundedBooks: an arena of host pages whose capacity is address space far
+// beyond any machine's memory (128 TiB) keeps books of bounded size for its first region: the
+// default region size stops at 512 GiB. It made a region of Capacity/32, 4 TiB, whose books
+// took some 400 MiB of Go memory at the first Alloc (at 1 PiB, 3 GiB: a process killed for
+// want of memory, where an absurd size must get an error or work).
+func TestAbsurdCapacityBoundedBooks(t *testing.T) {
+	a, err := New(Options{Provider: PageableHost(HostOptions{}), Capacity: 1 << 47})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	s, err := a.Alloc(1<<20, 4096)
+	if err != nil {
+		t.Skipf("the first region of an arena of 128 TiB: %v", err) // a kernel that refuses the address space
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Fatalf("the first Alloc of an arena of 128 TiB allocated %d MiB of books", grew>>20)
+	}
+	if err := a.Free(s); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -16,7 +16,12 @@ const (
 	// DefaultAlign is Options.Align's default: enough for a cache line and for GPU coalescing.
 	DefaultAlign      = 256
 	defaultRegionSize = 1 << 30
-	maxRegions        = 64 // regions an arena reserves at most
+	// maxDefaultRegionSize caps the default RegionSize of an arena that reserves its own address
+	// space: a region's books take a bit per granule thrice (16 MiB each for 512 GiB of host
+	// pages), and a capacity of 1 PiB made regions of 32 TiB, whose 3 GiB of books killed the
+	// process for want of memory at the first Alloc.
+	maxDefaultRegionSize = 512 << 30
+	maxRegions           = 64 // regions an arena reserves at most
 )
 
 // Options configures an Arena.
@@ -32,7 +37,9 @@ type Options struct {
 	// 64 KiB. Default 2 MiB.
 	ChunkSize uintptr
 	// RegionSize is how much address space each growth step reserves. Default: the capacity,
-	// capped at 1 GiB but at least Capacity/32. Requests larger than it get a region of their own.
+	// capped at 1 GiB but at least Capacity/32, and at most 512 GiB where the arena reserves its
+	// own address space (its 64 regions then reach 32 TiB at most). Requests larger than it
+	// get a region of their own.
 	RegionSize uintptr
 	// Align is the alignment every chunk start must meet (a power of two). Default 256.
 	Align uintptr
@@ -76,10 +83,12 @@ func (o Options) resolve() (Options, Caps, error) {
 	if c, ok := o.Provider.(CapacityDefaulter); ok && o.Capacity == 0 {
 		o.Capacity = c.DefaultCapacity()
 	}
-	if c, ok := o.Provider.(FixedCapacity); ok && (o.Capacity == 0 || o.Capacity > c.Capacity()) {
+	c, fixed := o.Provider.(FixedCapacity)
+	if fixed && (o.Capacity == 0 || o.Capacity > c.Capacity()) {
 		o.Capacity = c.Capacity() // a provider of fixed size caps the arena
 	}
-	if l, ok := o.Provider.(Lender); ok {
+	l, lends := o.Provider.(Lender)
+	if lends {
 		if _, size := l.Space(); o.Capacity == 0 || o.Capacity > size {
 			o.Capacity = size // a lender's space caps the arena (lend.go)
 		}
@@ -89,6 +98,9 @@ func (o Options) resolve() (Options, Caps, error) {
 	}
 	if o.RegionSize == 0 {
 		o.RegionSize = max(min(o.Capacity, defaultRegionSize), o.Capacity/(maxRegions/2))
+		if !fixed && !lends {
+			o.RegionSize = min(o.RegionSize, maxDefaultRegionSize)
+		}
 	}
 	o.RegionSize, _ = align.Up(o.RegionSize, o.ChunkSize) // cannot overflow: below Capacity
 	if o.PurgeDelay == 0 {
