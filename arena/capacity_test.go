@@ -154,8 +154,8 @@ func TestExternalPartialPage(t *testing.T) {
 // TestAbsurdCapacityBoundedBooks: an arena of host pages whose capacity is address space far
 // beyond any machine's memory (128 TiB) keeps books of bounded size for its first region: the
 // default region size stops at 512 GiB. It made a region of Capacity/32, 4 TiB, whose books
-// took some 400 MiB of Go memory at the first Alloc (at 1 PiB, 3 GiB: a process killed for
-// want of memory, where an absurd size must get an error or work).
+// took 400 MiB of Go memory at the first Alloc (at 1 PiB it would be 3 GiB, enough to kill the
+// process for want of memory, where an absurd size must get an error or work).
 func TestAbsurdCapacityBoundedBooks(t *testing.T) {
 	a, err := New(Options{Provider: PageableHost(HostOptions{}), Capacity: 1 << 47})
 	if err != nil {

@@ -18,8 +18,8 @@ const (
 	defaultRegionSize = 1 << 30
 	// maxDefaultRegionSize caps the default RegionSize of an arena that reserves its own address
 	// space: a region's books take a bit per granule thrice (16 MiB each for 512 GiB of host
-	// pages), and a capacity of 1 PiB made regions of 32 TiB, whose 3 GiB of books killed the
-	// process for want of memory at the first Alloc.
+	// pages), and a capacity of 1 PiB would make regions of 32 TiB, whose 3 GiB of books could
+	// kill the process for want of memory at the first Alloc.
 	maxDefaultRegionSize = 512 << 30
 	maxRegions           = 64 // regions an arena reserves at most
 )
