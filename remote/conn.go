@@ -245,6 +245,10 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 		if c.state != connOpen {
 			return
 		}
+		if len(body) > w.opts.MaxMessage {
+			w.failConn(c, w.tooLarge(c, len(body)))
+			return
+		}
 		if c.msgBytes+msgOverhead+len(body) > queuedMessages {
 			w.failConn(c, fmt.Errorf("%w: %s sent more than %d bytes of messages nobody received", ErrProtocol, c.remote, queuedMessages))
 			return
@@ -258,6 +262,29 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 	case msgBye:
 		w.failConn(c, fmt.Errorf("%w: the peer closed the connection", ErrClosed))
 	}
+}
+
+// oversize takes a message UCX's callback dropped, uncopied, as beyond this worker's limits
+// (ucx.Worker.LimitMessages): n bytes, of which peek is the first (the protocol's header). The
+// connection it names, still open or connecting, fails with ErrProtocol: its peer sent more
+// than this worker said it takes. Under mu.
+func (w *Worker) oversize(peek []byte, n int) {
+	typ, version, dst, _, ok := parseMessage(peek)
+	c := w.conns[dst]
+	if !ok || version != protoVersion || c == nil || c.state == connFailed {
+		return // not this protocol's, or for no connection (a hello): dropped
+	}
+	if typ == msgData {
+		w.failConn(c, w.tooLarge(c, n-msgHeader))
+		return
+	}
+	w.failConn(c, fmt.Errorf("%w: %s sent a message of type %d of %d bytes, beyond the %d this worker takes", ErrProtocol, c.remote, typ, n, msgHeader+maxControl))
+}
+
+// tooLarge is the error of a connection whose peer sent a message of n bytes, beyond
+// MaxMessage.
+func (w *Worker) tooLarge(c *Conn, n int) error {
+	return fmt.Errorf("%w: %s sent a message of %d bytes, beyond this worker's MaxMessage (%d)", ErrProtocol, c.remote, n, w.opts.MaxMessage)
 }
 
 // hello answers a peer's hello: the connection it opens is accepted, on the endpoint its
@@ -464,7 +491,9 @@ func (c *Conn) stateErr() error {
 }
 
 // Recv returns the next message from the peer, waiting for one until ctx ends. Messages that
-// came before the connection ended are still returned; then the error says why it ended.
+// came before the connection ended are still returned; then the error says why it ended. A
+// message beyond this worker's Options.MaxMessage is never queued: the connection fails with
+// ErrProtocol.
 func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
 	w := c.w
 	for {

@@ -196,7 +196,11 @@ func (w *Worker) handle(e *ucx.Event) {
 	case ucx.EventConn:
 		w.connRequest(ucx.ConnRequest(e.Handle), e.Tag)
 	case ucx.EventMessage:
-		w.message(ucx.Ep(e.Handle), e.Data)
+		if e.Oversize {
+			w.oversize(e.Data, e.Len)
+		} else {
+			w.message(ucx.Ep(e.Handle), e.Data)
+		}
 	case ucx.EventData:
 		w.data(e)
 	case ucx.EventEpError:

@@ -22,7 +22,9 @@ type Options struct {
 	// MaxInFlight bounds the puts and gets in flight at once (default 4096): the operations
 	// of a Transfer beyond it are posted as earlier ones complete.
 	MaxInFlight int
-	// MaxMessage bounds a message of Conn.Send (default 1 MiB, at most 64 MiB).
+	// MaxMessage bounds a message of Conn.Send (default 1 MiB, at most 64 MiB), and one
+	// from a peer: a peer's message beyond it is dropped as UCX delivers it, never queued for
+	// Recv, and fails the connection with ErrProtocol. Connected workers agree on it.
 	MaxMessage int
 	// Logger, when set, receives the worker's rare events: connections made, lost and
 	// refused, regions registered and deregistered, frees deferred by a transfer that failed.
@@ -45,6 +47,7 @@ const (
 	maxMessage      = 64 << 20
 	controlSlots    = 1024 // slots beyond MaxInFlight, for messages and endpoint closes
 	queuedMessages  = 64 << 20
+	maxControl      = 64 << 10 // the body of a message of the protocol's own: a hello's, with a worker's address (hundreds of bytes)
 	closeWait       = 10 * time.Second
 )
 
@@ -186,6 +189,10 @@ func New(o Options) (*Worker, error) {
 		return nil, wrap(ErrNoUCX, err)
 	}
 	w.uw.NoPeerFailure = o.SharedMemory
+	// A peer's message beyond what this worker takes is dropped by UCX's callback, uncopied,
+	// and fails its connection (oversize): a user's beyond MaxMessage, any other beyond a hello
+	// with a worker's address (maxControl).
+	w.uw.LimitMessages(msgHeader+max(o.MaxMessage, maxControl), msgHeader+o.MaxMessage, msgData)
 	w.slots = make([]slot, n)
 	w.free = make([]uint32, n)
 	for i := range w.free {
@@ -359,7 +366,8 @@ type WorkerStats struct {
 	// Conns is the number of connections open now.
 	Conns int
 	// MessagesDropped counts messages UCX delivered that the worker dropped: beyond the
-	// queue's bound, or not of this package's protocol.
+	// queue's bound, beyond MaxMessage (which fails their connection), or not of this
+	// package's protocol.
 	MessagesDropped uint64
 	// DeferredFreeErrors counts the frees deferred by a transfer (a buffer freed while in
 	// flight) that failed when the transfer ended.

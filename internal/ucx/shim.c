@@ -102,26 +102,41 @@ void pm_send_cb(void *request, pm_status_t status, void *user_data) {
 	((void (*)(void *))s->st->request_free)(request);
 }
 
+// msg_oversize reports whether a message of len bytes at m is beyond the worker's limits
+// (msg_max; msg_kind_max for one whose byte 4, the protocol's type, is msg_kind).
+static int msg_oversize(const pm_state *st, const unsigned char *m, size_t len) {
+	if (st->msg_max != 0 && len > st->msg_max) return 1;
+	return st->msg_kind_max != 0 && len > st->msg_kind_max && len > 4 && m[4] == st->msg_kind;
+}
+
 pm_status_t pm_am_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
                             const pm_ucp_am_recv_param_t *param) {
 	pm_state *st = arg;
 	(void)header;
-	if (hlen != 0 || (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_RNDV) ||
-	    st->ev_bytes + sizeof(pm_event) + len > st->ev_limit) {
-		st->ev_dropped++; // a message this binding never sends (rendezvous, a header), or a flood
+	if (hlen != 0 || (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+		st->ev_dropped++; // a message this binding never sends (rendezvous, a header)
 		return PM_UCS_OK;
 	}
-	pm_event *e = malloc(sizeof(pm_event) + len);
+	// Here is the first sight of its length: UCX assembled an eager message of several
+	// fragments in a buffer of its own before calling, and gives no earlier word of it.
+	int over = msg_oversize(st, data, len);
+	size_t copy = over && len > PM_MSG_PEEK ? PM_MSG_PEEK : len;
+	if (st->ev_bytes + sizeof(pm_event) + copy > st->ev_limit) {
+		st->ev_dropped++; // a flood
+		return PM_UCS_OK;
+	}
+	pm_event *e = malloc(sizeof(pm_event) + copy);
 	if (e == NULL) {
 		st->ev_dropped++;
 		return PM_UCS_OK;
 	}
 	e->kind = PM_EV_MSG;
-	e->status = 0;
+	e->status = over ? PM_MSG_OVERSIZE : 0;
 	e->h = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? (uintptr_t)param->reply_ep : 0;
-	e->tag = 0;
-	e->len = len;
-	if (len > 0) memcpy(e->data, data, len);
+	e->tag = over ? (uint64_t)len : 0;
+	e->len = copy;
+	if (over) st->ev_dropped++; // its bytes, dropped: the receiver fails its connection
+	if (copy > 0) memcpy(e->data, data, copy);
 	ev_push(st, e);
 	return PM_UCS_OK;
 }

@@ -25,6 +25,12 @@ enum {
 	PM_EV_DATA = 4,  // a data message: hdr its header, its bytes in desc (UCX's, kept) or data
 };
 
+// A message event's status: PM_MSG_OVERSIZE says it was longer than the worker's limit
+// (msg_max, msg_kind_max): its bytes were dropped, uncopied, save its first PM_MSG_PEEK (the
+// protocol's header, which names the connection), and tag is its length.
+enum { PM_MSG_OVERSIZE = 1 };
+#define PM_MSG_PEEK 16
+
 // A data event's status: its bytes are in desc or data (0), still at the sender (a rendezvous:
 // pm_data_recv fetches them), or landed already at the armed slot's reply_dst (len 0).
 enum { PM_DATA_HERE = 0, PM_DATA_RNDV = 1, PM_DATA_LANDED = 2 };
@@ -71,6 +77,10 @@ typedef struct pm_state {
 	uint64_t ev_dropped;
 	uint64_t ev_queued, ev_high; // events queued now (every kind), and the most ever queued at once
 	uint64_t landed; // answers copied straight into place (land_reply)
+	// The most bytes a message (PM_EV_MSG) may have, and the most one whose byte 4 is msg_kind
+	// may have (0: no limit): a longer one is dropped uncopied (PM_MSG_OVERSIZE).
+	size_t msg_max, msg_kind_max;
+	unsigned char msg_kind;
 } pm_state;
 
 // An operation for pm_post. kind: PM_OP_PUT, PM_OP_GET, PM_OP_FLUSH (of ep), PM_OP_DATA (a

@@ -83,6 +83,9 @@ const (
 // HeaderLen is the length of a data message's header.
 const HeaderLen = 64
 
+// PeekLen is how much of a message beyond the worker's limits is kept (Event.Oversize).
+const PeekLen = 16
+
 // Op is one operation for Worker.Post, with the layout of shim.h's pm_op (TestOpLayout checks
 // it): a put of Length bytes from Local to Remote under Rkey on Ep, a get the other way, a
 // flush of Ep (every put and get posted on it before is complete at the target), or a data
@@ -134,6 +137,9 @@ type Event struct {
 	Key    uint64
 	// Rndv says a data message's bytes are still at its sender: Worker.RecvData fetches them.
 	Rndv bool
+	// Oversize says a message (EventMessage) was beyond the worker's limits
+	// (Worker.LimitMessages): Len is its length, Data its first PeekLen bytes, the rest dropped.
+	Oversize bool
 	// Landed says a data message was the answer a slot armed by ArmReply waits for: its
 	// bytes are at the slot's destination already (Len is 0), and the slot is disarmed.
 	Landed bool

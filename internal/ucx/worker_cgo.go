@@ -13,6 +13,10 @@ import (
 	"unsafe"
 )
 
+// PeekLen is shim.h's PM_MSG_PEEK: each difference below overflows, a compile error, unless
+// they are equal.
+const _ = uint(PeekLen-C.PM_MSG_PEEK) + uint(C.PM_MSG_PEEK-PeekLen)
+
 // AMID is the active-message id this binding's messages use; data messages use AMID+1.
 const AMID = 0x7069 // "pi"
 
@@ -109,6 +113,16 @@ func (w *Worker) Queued() (now, high uint64) { return uint64(w.st.ev_queued), ui
 // (ArmReply).
 func (w *Worker) Landed() uint64 { return uint64(w.st.landed) }
 
+// LimitMessages makes the callbacks drop a message (AMID) of more than max bytes, or one
+// whose byte 4 is kind of more than kindMax bytes, without copying or queueing its bytes: it
+// comes as an EventMessage with Oversize set, Len its length and Data its first PeekLen bytes
+// only, and counts as dropped. 0 is no limit. UCX has assembled such a message whole before
+// its callback sees its length (an eager message of several fragments, in a buffer of UCX's):
+// that is the earliest it can be refused.
+func (w *Worker) LimitMessages(max, kindMax int, kind byte) {
+	w.st.msg_max, w.st.msg_kind_max, w.st.msg_kind = C.size_t(max), C.size_t(kindMax), C.uchar(kind)
+}
+
 // Address returns the worker's address, for a peer's ConnectAddress.
 func (w *Worker) Address() ([]byte, error) {
 	var a unsafe.Pointer
@@ -189,6 +203,9 @@ func (w *Worker) Events(out []Event, max int) []Event {
 			}
 			if e.len > 0 {
 				ev.Data = C.GoBytes(unsafe.Pointer(C.pm_event_data(e)), C.int(e.len))
+			}
+			if ev.Kind == EventMessage && e.status == C.PM_MSG_OVERSIZE {
+				ev.Oversize, ev.Len, ev.Status, ev.Tag = true, int(e.tag), 0, 0
 			}
 			C.pm_event_free(e)
 			out = append(out, ev)
