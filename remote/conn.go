@@ -25,23 +25,26 @@ type Conn struct {
 	remote string // what it was connected to, for errors
 
 	// Under w.mu:
-	state     uint8
-	err       error // why it failed or closed
-	inflight  int   // operations and messages in flight on ep
-	copying   int   // transfers copying into or out of the peer's segments (Transfer.copy)
-	gets      int   // gets by message in flight (getWindow)
-	rkeys     map[uint32]*rkeyEntry
-	mode      Mode // how its transfers go: decided at the first (messages.go)
-	msgs      [][]byte
-	msgBytes  int
-	acks      []uint64 // puts of the peer's placed this round, to acknowledge (messages.go)
-	acking    bool     // in w.acking
-	answering int      // answers to the peer waiting for a slot in w.answers (maxQueuedAnswers)
-	reaped    bool
-	watcher   *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
-	pid       uint32   // the peer's process, while watched
-	abandoned bool     // ended without UCX's word: its endpoint is never closed (watch.go)
-	exited    bool     // its peer process exited: queued in w.exited to be abandoned (watch.go)
+	state      uint8
+	err        error // why it failed or closed
+	inflight   int   // operations and messages in flight on ep
+	copying    int   // transfers copying into or out of the peer's segments (Transfer.copy)
+	gets       int   // gets by message in flight (getWindow)
+	rkeys      map[uint32]*rkeyEntry
+	retired    []*rkeyEntry // forgotten by the peer while transfers used their keys: destroyed after the last (forget)
+	forgets    []uint32     // this worker's regions deregistered, to tell the peer of (sendForgets)
+	forgetting bool         // in w.forgetting
+	mode       Mode         // how its transfers go: decided at the first (messages.go)
+	msgs       [][]byte
+	msgBytes   int
+	acks       []uint64 // puts of the peer's placed this round, to acknowledge (messages.go)
+	acking     bool     // in w.acking
+	answering  int      // answers to the peer waiting for a slot in w.answers (maxQueuedAnswers)
+	reaped     bool
+	watcher    *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
+	pid        uint32   // the peer's process, while watched
+	abandoned  bool     // ended without UCX's word: its endpoint is never closed (watch.go)
+	exited     bool     // its peer process exited: queued in w.exited to be abandoned (watch.go)
 
 	gone     atomic.Bool   // state is connFailed: read without the lock by Transfer's checks
 	ready    chan struct{} // closed once the handshake ends (state open or failed)
@@ -64,6 +67,13 @@ type rkeyEntry struct {
 	packed     string
 	direct     int8    // reached by copy (direct.go): 1 yes, -1 no, 0 not yet known
 	local      uintptr // where base is mapped in this process, when direct
+
+	// users counts the transfers that use its key, from Start to their end (Transfer.use):
+	// UCX's puts and gets in flight name it, a copy reads and writes the segment it keeps
+	// attached. retired says the peer forgot the region meanwhile: out of rkeys, in retired,
+	// its key destroyed once users is 0.
+	users   int
+	retired bool
 }
 
 // msgOverhead is what a message queued for Recv costs beyond its bytes (its slice in c.msgs,
@@ -71,8 +81,11 @@ type rkeyEntry struct {
 // is bounded too.
 const msgOverhead = 64
 
-// maxRegionsPerConn bounds the regions a connection unpacks keys for: a peer's regions are 64
-// per pool at most, and a flood of forged ones must not grow UCX's memory without bound.
+// maxRegionsPerConn bounds the regions of the peer a connection knows at once (unpacking their
+// keys): a peer's regions are 64 per pool at most, and a flood of forged ones must not grow
+// UCX's memory without bound. It bounds the regions live at the peer, not every region the
+// connection ever saw: the peer tells it of each region it deregisters (msgForget), and the
+// connection forgets it.
 const maxRegionsPerConn = 4096
 
 // Messages of the protocol between two workers' connections, little-endian: a magic, a type,
@@ -88,6 +101,7 @@ const (
 	msgData    = 3 // body: the user's message
 	msgBye     = 4 // the sender closed the connection
 	msgVersion = 5 // to a hello of another version, for the connection it named: no body; the header says the version
+	msgForget  = 6 // body: 1 to forgetMax region ids of the sender's (4 bytes each, not zero), deregistered: forget them (forget.go)
 
 	// protoVersion is the version of the protocol: of these messages and of the data
 	// messages (messages.go). Version 1 acknowledges puts in batches (dataDones); the
@@ -261,6 +275,8 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 		}
 	case msgBye:
 		w.failConn(c, fmt.Errorf("%w: the peer closed the connection", ErrClosed))
+	case msgForget:
+		w.forgetMessage(c, body)
 	}
 }
 
@@ -360,7 +376,7 @@ func (w *Worker) failConn(c *Conn, err error) {
 	for _, t := range w.queue {
 		if t.c == c {
 			t.fail(err)
-			if t.pending == 0 {
+			if t.completed() {
 				w.finished = append(w.finished, t)
 			}
 			continue
@@ -435,10 +451,21 @@ func (w *Worker) reap(c *Conn) {
 // (direct.go). Under mu.
 func (w *Worker) destroyKeys(c *Conn) {
 	for id, e := range c.rkeys {
-		if e.rkey != 0 && !c.abandoned { // an abandoned one's may serve zombies: they go with the worker
-			w.uw.DestroyRkey(e.rkey)
-		}
+		w.destroyRkey(c, e)
 		delete(c.rkeys, id)
+	}
+	for i, e := range c.retired {
+		w.destroyRkey(c, e)
+		c.retired[i] = nil
+	}
+	c.retired = c.retired[:0]
+}
+
+// destroyRkey destroys e's key, once. Under mu.
+func (w *Worker) destroyRkey(c *Conn, e *rkeyEntry) {
+	if e.rkey != 0 && !c.abandoned { // an abandoned one's may serve zombies: they go with the worker
+		w.uw.DestroyRkey(e.rkey)
+		e.rkey = 0
 	}
 }
 
@@ -588,14 +615,15 @@ func (c *Conn) region(d *Descriptor) (*rkeyEntry, error) {
 	return e, nil
 }
 
-// rkey returns the key of the peer's region that descriptor d names (checked by region),
+// rkey returns the peer's region that descriptor d names (checked by region) and its key,
 // unpacked once per region. Under mu.
-func (c *Conn) rkey(d *Descriptor) (ucx.Rkey, error) {
+func (c *Conn) rkey(d *Descriptor) (*rkeyEntry, ucx.Rkey, error) {
 	e, err := c.region(d)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	return c.unpack(e)
+	rk, err := c.unpack(e)
+	return e, rk, err
 }
 
 // unpack returns e's key, unpacked once (destroyed with the connection's keys, reap): for

@@ -15,13 +15,16 @@ import (
 // FuzzMessage: parseMessage accepts a message's header only as header writes it (any type and
 // version, the reserved bytes zero), and parseGreeting a hello's or an acknowledgement's body only
 // as appendGreeting writes it, with connection and worker ids not zero and a hello's address
-// exactly the length it says.
+// exactly the length it says, and parseForget a forget's body only as appendForget writes it (1
+// to forgetMax region ids, none zero).
 func FuzzMessage(f *testing.F) {
 	g := greeting{conn: 7, worker: 9, pid: 1234, host: hostID(), addr: []byte("a worker's address")}
 	f.Add(appendGreeting(header(msgHello, 0, 0), g, true))
 	f.Add(appendGreeting(header(msgAck, 42, 0), greeting{conn: 7, worker: 9}, false))
 	f.Add(append(header(msgData, 42, 0), "hi"...))
 	f.Add(header(msgBye, 42, 0))
+	f.Add(appendForget(header(msgForget, 42, 8), []uint32{3, 1 << 31}))
+	f.Add(append(header(msgForget, 42, 4), 0, 0, 0, 0))
 	f.Add([]byte(msgMagic))
 	f.Fuzz(func(t *testing.T, m []byte) {
 		typ, version, dst, body, ok := parseMessage(m)
@@ -32,6 +35,20 @@ func FuzzMessage(f *testing.F) {
 		again[5] = version
 		if again = append(again, body...); !bytes.Equal(again, m) {
 			t.Fatalf("parseMessage accepted %x, which header writes as %x", m, again)
+		}
+		if n, ok := parseForget(body); ok {
+			ids := make([]uint32, n)
+			for i := range ids {
+				if ids[i] = forgetID(body, i); ids[i] == 0 {
+					t.Fatalf("parseForget accepted region id 0 in %x", body)
+				}
+			}
+			if n < 1 || n > forgetMax {
+				t.Fatalf("parseForget accepted %d ids", n)
+			}
+			if again := appendForget(nil, ids); !bytes.Equal(again, body) {
+				t.Fatalf("parseForget accepted %x, which appendForget writes as %x", body, again)
+			}
 		}
 		for _, hello := range []bool{true, false} {
 			g, ok := parseGreeting(body, hello)

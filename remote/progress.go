@@ -48,6 +48,7 @@ func (w *Worker) loop() {
 		}
 		w.postAnswers()
 		w.postQueued()
+		w.sendForgets()
 		w.expirePending(time.Now())
 		finished := w.finished
 		w.finished = nil

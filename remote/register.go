@@ -157,6 +157,9 @@ func (r *Registration) Unmapping(g *arena.Region) {
 	default:
 		_ = w.ctx.MemUnmap(lr.mem)
 	}
+	if !w.closing {
+		w.forgotten(lr.id) // the peers that learned it forget it (forget.go)
+	}
 	w.logf("remote: deregistered region %d [%#x, +%d)", lr.id, lr.base, lr.size)
 }
 

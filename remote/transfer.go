@@ -33,6 +33,7 @@ type Transfer struct {
 	lrs   []*localRegion // the local region of each put and get
 	holds []pinned.Hold  // the holds on the local buffers (the zero Hold for device memory)
 	gets  []bool         // which operations are gets
+	rks   []*rkeyEntry   // the peer's regions whose keys it uses, counted in their users until it ends (use)
 	puts  bool
 	bytes uint64
 
@@ -169,6 +170,7 @@ func (t *Transfer) Start() error {
 				break
 			}
 			if p != 0 { // the peer's segment is mapped here: one copy (direct.go), once all are checked
+				t.use(c.rkeys[d.region])
 				op.Kind, op.Remote = opCopied, uint64(p)
 				copied++
 				copiedBytes += op.Length
@@ -176,11 +178,12 @@ func (t *Transfer) Start() error {
 			}
 		}
 		if rma {
-			rk, err := c.rkey(d)
+			e, rk, err := c.rkey(d)
 			if err != nil {
 				t.fail(err)
 				break
 			}
+			t.use(e)
 			op.Rkey = rk
 			continue
 		}
@@ -259,12 +262,16 @@ func (t *Transfer) dropCopied() {
 	t.ops, t.descs, t.lrs, t.gets = t.ops[:k], t.descs[:k], t.lrs[:k], t.gets[:k]
 }
 
-// completed reports whether t has ended and marks it so (once). Under mu.
+// completed reports whether t has ended and marks it so (once): none of its operations is in
+// UCX's hands or copying, so the peer's keys it used are let go (forget.go). Under mu.
 func (t *Transfer) completed() bool {
 	if t.finishing || t.pending > 0 || t.err == nil && t.posted < len(t.ops) {
 		return false
 	}
 	t.finishing = true
+	t.c.w.unuse(t.c, t.rks)
+	clear(t.rks)
+	t.rks = t.rks[:0]
 	return true
 }
 

@@ -80,6 +80,7 @@ type Worker struct {
 	unheldSpare   []pendingAnswer // the progress goroutine's: unheld's other buffer
 	unholdsSpare  []pinned.Hold   // the progress goroutine's: unholds' other buffer
 	acking        []*Conn         // connections with puts to acknowledge at the round's end (messages.go)
+	forgetting    []*Conn         // connections with regions of this worker's to tell the peer of (forget.go)
 	conns         map[uint64]*Conn
 	byEp          map[ucx.Ep]*Conn
 	pending       map[ucx.Ep]pendingEp // endpoints accepted by a listener, before their hello

@@ -1,0 +1,190 @@
+package remote
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestRegionsForgottenOverLife: a connection that learns more than maxRegionsPerConn regions of
+// its peer over its life, never more than one or two at once (the peer registers its pool anew,
+// described and put to, then closes the registration, over and over: a pool's regions mapped and
+// released), keeps working. The bound counted every region the connection ever saw and forgot
+// none: the put after the 4,096th region was refused with ErrDescriptor, for good.
+func TestRegionsForgottenOverLife(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	w1, _, r1, r2, c1, c2 := connectedPair(t, ctx)
+	b1, b2 := liveBuffer(t, r1, 4096), liveBuffer(t, r2, 4096)
+	if err := r2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w2 := c2.w
+	most := 0
+	for i := range maxRegionsPerConn + 64 {
+		r, err := w2.Register(r2.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := describe(t, r, b2)
+		if err := c1.Put(ctx, b1, d); err != nil {
+			t.Fatalf("put %d, into region %d: %v", i, d.region, err)
+		}
+		w1.mu.Lock()
+		most = max(most, len(c1.rkeys))
+		w1.mu.Unlock()
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for { // the last forget on its way
+		w1.mu.Lock()
+		n := len(c1.rkeys)
+		w1.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the connection still knows %d regions its peer deregistered", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("%d regions over the connection's life, %d known at once at most", maxRegionsPerConn+64, most)
+	if most > 8 {
+		t.Errorf("the connection knew %d regions at once, its peer never more than 1 live", most)
+	}
+}
+
+// forgetBody is a msgForget of ids for connection dst, as the peer sends it.
+func forgetMsg(dst uint64, ids ...uint32) []byte {
+	return appendForget(header(msgForget, dst, 4*len(ids)), ids)
+}
+
+// TestForgedForget: a peer's forget can only make a connection forget what the peer described
+// on it. A forget of regions the connection never learned changes nothing; one of a region still
+// live at the peer is harmless (the next descriptor of it is learned again, and the put lands);
+// a malformed one fails the connection with ErrProtocol.
+func TestForgedForget(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w1, _, r1, r2, c1, _ := connectedPair(t, ctx)
+	b1, b2 := liveBuffer(t, r1, 4096), liveBuffer(t, r2, 4096)
+	d := describe(t, r2, b2)
+	if err := c1.Put(ctx, b1, d); err != nil {
+		t.Fatal(err)
+	}
+	known := func() int {
+		w1.mu.Lock()
+		defer w1.mu.Unlock()
+		return len(c1.rkeys)
+	}
+	w1.mu.Lock()
+	w1.message(0, forgetMsg(c1.id, d.region+1, d.region+1000, ^uint32(0)))
+	w1.message(0, forgetMsg(c1.id+1, d.region)) // for no connection: dropped
+	w1.mu.Unlock()
+	if n := known(); n != 1 || c1.Err() != nil {
+		t.Fatalf("after forgets of regions never described: %d regions known, the connection's error %v", n, c1.Err())
+	}
+	w1.mu.Lock()
+	w1.message(0, forgetMsg(c1.id, d.region)) // the peer's lie: the region is live
+	w1.mu.Unlock()
+	if n := known(); n != 0 {
+		t.Fatalf("a forget of the one region known left %d", n)
+	}
+	if err := c1.Put(ctx, b1, d); err != nil {
+		t.Fatalf("a put after a forged forget of its live region: %v", err)
+	}
+	if n := known(); n != 1 {
+		t.Fatalf("the region was not learned again: %d known", n)
+	}
+	for _, body := range [][]byte{nil, {1, 0, 0}, make([]byte, 4), make([]byte, 4*(forgetMax+1))} {
+		if len(body) > 4 {
+			for i := range len(body) / 4 {
+				binary.LittleEndian.PutUint32(body[4*i:], uint32(i+1))
+			}
+		}
+		_, _, r1, _, c1, _ := connectedPair(t, ctx)
+		w1 := r1.w
+		w1.mu.Lock()
+		w1.message(0, append(header(msgForget, c1.id, len(body)), body...))
+		w1.mu.Unlock()
+		if err := c1.Err(); !errors.Is(err, ErrProtocol) {
+			t.Errorf("a malformed forget of %d bytes: the connection's error %v, want ErrProtocol", len(body), err)
+		}
+	}
+}
+
+// TestForgetDuringCopy: a forget of the peer's region that comes while a transfer copies into
+// its segment (the peer deregistered it, or lies) takes the region out of the connection's table
+// at once, and keeps its key, which keeps the segment attached here, until the transfer ends:
+// the copies after the forget land (destroyed at once, the key would have detached the segment
+// under them: SIGSEGV), the transfer succeeds, and the key is destroyed then.
+func TestForgetDuringCopy(t *testing.T) {
+	const n, size = 8, 64 << 10
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := newCopyPair(t)
+	w := p.ws[0]
+	src, dst, ds := p.blocks(t, n, size)
+	var e *rkeyEntry
+	w.copyHook = func(i int) {
+		if i != 0 {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		e = p.c.rkeys[ds[0].region]
+		if e == nil || e.direct != 1 {
+			t.Error("the peer's region is not reached by copy")
+			return
+		}
+		w.message(0, forgetMsg(p.c.id, ds[0].region))
+		if p.c.rkeys[ds[0].region] != nil || !e.retired || e.rkey == 0 {
+			t.Errorf("forgotten under a copy: in the table %v, retired %v, key %#x", p.c.rkeys[ds[0].region] != nil, e.retired, e.rkey)
+		}
+	}
+	tx := p.c.NewTransfer()
+	for i := range src {
+		if err := tx.Put(src[i], ds[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Wait(ctx); err != nil {
+		t.Fatalf("a batch by copy whose region was forgotten under it: %v", err)
+	}
+	for i := range dst {
+		check(t, "put", dst[i], uint64(i))
+	}
+	if e == nil {
+		t.Fatal("no copy")
+	}
+	w.mu.Lock()
+	retired, key, local := len(p.c.retired), e.rkey, e.local
+	w.mu.Unlock()
+	if retired != 0 || key != 0 {
+		t.Errorf("after the transfer: %d keys retired, the forgotten one %#x; want destroyed", retired, key)
+	}
+	if m, ok := findMapping(local); ok && m.sysv() {
+		t.Errorf("the forgotten region's segment is still attached at %#x after its last copy", local)
+	}
+	w.copyHook = nil
+	if err := tx.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range src { // learned again from the same descriptors, by copy again
+		if err := tx.Put(src[i], ds[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
