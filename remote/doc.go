@@ -41,8 +41,8 @@
 // region, against the first descriptor it saw (a forged or stale one is refused before
 // anything is posted), and every length against the buffer named, so this process never asks a
 // peer to write outside the buffer a descriptor names. A worker tells its connections' peers of
-// each region it deregisters, and they forget it (forget.go): a connection's bound on the
-// regions it knows counts those live at its peer.
+// each region it deregisters, and they forget it: a connection's bound on the regions it knows
+// counts those live at its peer.
 //
 // Where a peer's region is a SysV segment UCX allocated and this process maps it (its key
 // unpacked, ucp_rkey_ptr), a put or get is a copy made by Start, once the kernel's mappings
