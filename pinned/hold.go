@@ -313,12 +313,18 @@ func (sh *outShard) entry() *outUse {
 	return new(outUse)
 }
 
-// recycle keeps u, dropped from the table, for entry. Under sh.mu; never a releasing entry,
-// whose channel a free or Hold may still wait on.
+// recycle keeps u, dropped from the table, for entry, up to maxSpareUses a shard (a burst of
+// holds leaves no more behind). Under sh.mu; never a releasing entry, whose channel a free or
+// Hold may still wait on.
 func (sh *outShard) recycle(u *outUse) {
-	*u = outUse{}
-	sh.spare = append(sh.spare, u)
+	if len(sh.spare) < maxSpareUses {
+		*u = outUse{}
+		sh.spare = append(sh.spare, u)
+	}
 }
+
+// maxSpareUses bounds a shard's spare entries.
+const maxSpareUses = 64
 
 // outUse is a held buffer: its holds, its size, whether the hold bit is the table's, and the
 // free waiting for the holds, if any.
