@@ -120,8 +120,9 @@ func (d *Device) in() (*icuda.Device, error) { return icuda.Of(d) }
 // Device have ended (a synchronize, once its work has); the calls that start meanwhile fail with
 // an error matching ErrClosed. It is idempotent: a Close during another returns when that one
 // has released. Called in a function given to Do, it cannot wait for that Do: it returns an
-// error matching pinmalloc.ErrBusy and closes nothing; nor may such a function wait for a Close
-// of its Device made elsewhere. Memory allocated on the device is not freed by it: close the heaps,
+// error matching pinmalloc.ErrBusy and closes nothing (nil, without waiting, where a Close made
+// elsewhere has begun: that one releases once the Do ends); nor may such a function wait for a
+// Close of its Device made elsewhere. Memory allocated on the device is not freed by it: close the heaps,
 // pools and arenas first.
 func (d *Device) Close() error {
 	in, err := d.in()
