@@ -52,6 +52,9 @@ func (p *Pool) close() error {
 		afterCloseReclaim()
 	}
 	n, bytes := p.userLiveSettled()
+	if afterCloseCount != nil {
+		afterCloseCount()
+	}
 	if p.released.Load() { // meanwhile: by a last Release Close waited for, or a free
 		return wrapError(p.releaseRefused(), ErrClosed)
 	}
@@ -70,9 +73,15 @@ func (p *Pool) close() error {
 		return err
 	}
 	p.busy.Store(false)
-	if n, bytes := p.live(); n > 0 { // freed while held, or a free of the last buffer deferred it meanwhile
+	// Under counting too: a last Release that began its free since the count above counts the
+	// buffer neither freed while held nor given back until it ends.
+	n, bytes, held := p.liveSettled()
+	if p.released.Load() { // meanwhile, by that Release
+		return wrapError(p.releaseRefused(), ErrClosed)
+	}
+	if n > 0 { // freed while held, or a free of the last buffer deferred it meanwhile
 		p.busy.Store(true)
-		if held := p.out.freedN.Load(); held > 0 {
+		if held > 0 {
 			return fmt.Errorf("%w: %s freed while held wait for their last Release, which releases the pool's memory", ErrBusy, units.Count(uint64(held), "buffer"))
 		}
 		return fmt.Errorf("%w: %s (%d bytes) wait for their streams; a later Close, Free or Trim releases the memory once the streams have passed them", ErrBusy, units.Count(uint64(n), "buffer"), bytes)
@@ -103,14 +112,29 @@ func (p *Pool) userLive() (n, bytes uint64) {
 // for their holds (hold.go), and finished the close they found: a buffer on its way back is not
 // one the caller has.
 func (p *Pool) userLiveSettled() (n, bytes uint64) {
+	p.lockCounting()
+	defer p.out.counting.Unlock()
+	return p.userLiveQuiet()
+}
+
+// liveSettled is live, with the buffers freed while held that wait for their last Release, once
+// the last Releases under way have given theirs back (see userLiveSettled).
+func (p *Pool) liveSettled() (n, bytes uint64, held int64) {
+	p.lockCounting()
+	defer p.out.counting.Unlock()
+	n, bytes = p.live()
+	return n, bytes, p.out.freedN.Load()
+}
+
+// lockCounting takes the holds table's counting lock for writing, after the last Releases
+// under way (hold.go).
+func (p *Pool) lockCounting() {
 	if !p.out.counting.TryLock() {
 		if releaseWait != nil {
 			releaseWait()
 		}
 		p.out.counting.Lock()
 	}
-	defer p.out.counting.Unlock()
-	return p.userLiveQuiet()
 }
 
 // userLiveQuiet is userLive counted while no reclaim runs: a reclaim takes buffers off the
@@ -137,8 +161,8 @@ func (p *Pool) userLiveQuiet() (n, bytes uint64) {
 const quietCounts = 8
 
 // afterCloseReclaim, when set (by tests), runs in Close between its reclaim and its count of
-// the live buffers.
-var afterCloseReclaim func()
+// the live buffers; afterCloseCount between that count and its drain.
+var afterCloseReclaim, afterCloseCount func()
 
 // finishClose runs after a free (of the buffer at addr; 0 for none) once the pool is closed:
 // when that was the last buffer the caller had, it waits for the buffer's own streams

@@ -289,8 +289,8 @@ type outside struct {
 	// counting is read-held by a last Release from the moment its buffer stops counting as
 	// freed (freedN) until the free it makes is made (and the close it finishes, in a closed
 	// pool), and held by Close while it counts the buffers the caller has not freed
-	// (Pool.userLiveSettled): Close waits for a Release under way, and never counts a buffer on
-	// its way back as live.
+	// (Pool.userLiveSettled) and, after its drain, those still live (Pool.liveSettled): Close
+	// waits for a Release under way, and never counts a buffer on its way back as live.
 	counting sync.RWMutex
 	shards   [16]outShard
 }
