@@ -76,9 +76,11 @@ import (
 // internal/streamq's Points (events from a pool, idle queries, waits), as device.Heap's and
 // uvm.Tier's queues reach it.
 //
-// Lock order: a pool shard (the allocation's slow path reclaims as its holder) → reclMu (taken with
-// TryLock there) → a uses shard's lock → the lists' lock → a stream list's lock. Buffers are freed
-// for real holding none of the last three.
+// Lock order: the holds table's counting lock (hold.go: Close holds it while it counts the live
+// buffers, a last Release read-holds it while it makes its free) → a pool shard (the allocation's
+// slow path reclaims as its holder) → reclMu (taken with TryLock there) → a uses shard's lock →
+// the lists' lock → a stream list's lock. Buffers are freed for real holding none of the last
+// three.
 
 // closeWait bounds how long Close waits for deferred buffers, and a free after Close for the
 // streams of its own buffer.
