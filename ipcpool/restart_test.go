@@ -149,15 +149,21 @@ func memfdsNoClose(t *testing.T, sizes ...uintptr) []int {
 	return fds
 }
 
-func FuzzReadGeometry(f *testing.F) {
+// validHeader returns the header of a control region of a small pool, and the region's size.
+func validHeader() (hdr []byte, size int64) {
 	l := layout{regions: 1, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
 	c := testCtl(l, nil)
 	c.writeHeader(7, 0)
-	b := make([]byte, 8*hdrWords)
+	hdr = make([]byte, 8*hdrWords)
 	for i := range hdrWords {
-		binary.LittleEndian.PutUint64(b[8*i:], c.load(i))
+		binary.LittleEndian.PutUint64(hdr[8*i:], c.load(i))
 	}
-	f.Add(b, int64(l.ctlBytes()))
+	return hdr, int64(l.ctlBytes())
+}
+
+func FuzzReadGeometry(f *testing.F) {
+	hdr, size := validHeader()
+	f.Add(hdr, size)
 	f.Fuzz(func(t *testing.T, hdr []byte, size int64) {
 		if size < 0 || size > 1<<24 {
 			return
@@ -190,14 +196,7 @@ func sealedFile(t testing.TB, hdr []byte, size int64) int {
 // stalled mount, could hang the adopting owner for good). Here the files hold a valid header,
 // which readGeometry accepted from any file before.
 func TestReadGeometryOnlyFromSealedMemfd(t *testing.T) {
-	l := layout{regions: 1, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
-	c := testCtl(l, nil)
-	c.writeHeader(7, 0)
-	hdr := make([]byte, 8*hdrWords)
-	for i := range hdrWords {
-		binary.LittleEndian.PutUint64(hdr[8*i:], c.load(i))
-	}
-	size := int64(l.ctlBytes())
+	hdr, size := validHeader()
 	if _, _, _, err := readGeometry(sealedFile(t, hdr, size)); err != nil {
 		t.Fatalf("a sealed memfd with a valid header: %v", err)
 	}
