@@ -71,15 +71,7 @@ func TestReusedHandleWaitsForOldRelease(t *testing.T) {
 	defer f.Hold(false)
 	writeDev(t, dev, s, p, pattern(9, size)) // queued on s, not run
 	must(t, tr.Release(h, s))
-	n := reusedHandle(t, dev, tr, s)
-	p2, err := tr.Acquire(h, n, uvm.Read)
-	must(t, err)
-	if got := readDev(t, dev, n, p2, size); !bytes.Equal(got, pattern(9, size)) { // runs n, and what it waits for
-		t.Errorf("a read on the stream that got s's handle found the bytes before s's released write (byte 0 %#x, want %#x)", got[0], pattern(9, size)[0])
-	}
-	must(t, tr.Release(h, n))
-	f.Hold(false)
-	checkBlocks(t, tr, []uvm.Handle{h}, []byte{9}, size)
+	readsWriteOnReusedHandle(t, f, dev, tr, h, s, 9, size, "s's")
 }
 
 // TestReusedHandleWaitsForOthersReleases: a block written on s2 and released there, acquired
@@ -104,15 +96,24 @@ func TestReusedHandleWaitsForOthersReleases(t *testing.T) {
 	_, err = tr.Acquire(h, s, uvm.Read) // s waits for s2's release
 	must(t, err)
 	must(t, tr.Release(h, s))
+	readsWriteOnReusedHandle(t, f, dev, tr, h, s, 9, size, "s2's")
+}
+
+// readsWriteOnReusedHandle forgets and destroys s, acquires block h on the stream that gets s's
+// handle, n, and checks that a read there finds the bytes of the released write (whose, in the
+// error) of pattern v, which the fake holds queued: the read runs n and what it waits for. Then it
+// releases h, lets the fake run and checks the block.
+func readsWriteOnReusedHandle(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, tr *uvm.Tier, h uvm.Handle, s cuda.Stream, v byte, size int, whose string) {
+	t.Helper()
 	n := reusedHandle(t, dev, tr, s)
-	p2, err := tr.Acquire(h, n, uvm.Read)
+	p, err := tr.Acquire(h, n, uvm.Read)
 	must(t, err)
-	if got := readDev(t, dev, n, p2, size); !bytes.Equal(got, pattern(9, size)) {
-		t.Errorf("a read on the stream that got s's handle found the bytes before s2's released write (byte 0 %#x, want %#x)", got[0], pattern(9, size)[0])
+	if got := readDev(t, dev, n, p, size); !bytes.Equal(got, pattern(v, size)) {
+		t.Errorf("a read on the stream that got s's handle found the bytes before %s released write (byte 0 %#x, want %#x)", whose, got[0], pattern(v, size)[0])
 	}
 	must(t, tr.Release(h, n))
 	f.Hold(false)
-	checkBlocks(t, tr, []uvm.Handle{h}, []byte{9}, size)
+	checkBlocks(t, tr, []uvm.Handle{h}, []byte{v}, size)
 }
 
 // TestReusedHandleEvictionWaitsForBoth: block a written on s and released there, s forgotten and
