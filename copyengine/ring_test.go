@@ -20,14 +20,12 @@ import (
 // says it waits only when all are in flight: a Copy blocked the host, and every other Copy
 // behind the Batcher's mutex, until unrelated work on another stream had run.
 func TestStagingRingTakesAnIdleBuffer(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
+	const n = 4096
+	f, dev, b, host, d := stagingRig(t, 2*maxStages*n, 2*maxStages*n)
 	if f == nil {
 		return
 	}
-	b := newBatcher(t, dev, Options{Method: MethodKernel})
 	slow, fast := newStream(t, dev), newStream(t, dev)
-	const n = 4096
-	host, d := hostMem(t, dev, 2*maxStages*n), devMem(t, dev, 2*maxStages*n)
 	fill(mem.Bytes(host, 2*maxStages*n), 7)
 	f.Hold(true)
 	defer f.Hold(false)
@@ -64,14 +62,12 @@ func TestStagingRingTakesAnIdleBuffer(t *testing.T) {
 // nothing, the other stream's capture was invalidated, and the buffer, already out of the
 // ring, leaked (the fake's count of host allocations at the end of the test).
 func TestStagingGrowthFreesNothing(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
+	const size = 1024
+	f, dev, b, host, d := stagingRig(t, 8*minStageJobs*size, 8*minStageJobs*size)
 	if f == nil {
 		return
 	}
-	b := newBatcher(t, dev, Options{Method: MethodKernel})
 	s, other := newStream(t, dev), newStream(t, dev)
-	const size = 1024
-	host, d := hostMem(t, dev, 8*minStageJobs*size), devMem(t, dev, 8*minStageJobs*size)
 	fill(mem.Bytes(host, 8*minStageJobs*size), 9)
 	batch := func(jobs int) []Job { // jobs blocks of size bytes at the start of host and d
 		out := make([]Job, jobs)

@@ -19,14 +19,12 @@ import (
 // that stream's order; here it wrote a destination the next batch had already filled, with the
 // bytes its source held by then.
 func TestStagingRecordFails(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
+	const n = 4096
+	f, dev, b, host, d := stagingRig(t, 4*n, 2*n)
 	if f == nil {
 		return
 	}
-	b := newBatcher(t, dev, Options{Method: MethodKernel})
 	s1, s2 := newStream(t, dev), newStream(t, dev)
-	const n = 4096
-	host, d := hostMem(t, dev, 4*n), devMem(t, dev, 2*n)
 	h1, h2 := mem.Bytes(host, n), mem.Bytes(host+n, n)
 	fill(h1, 1)
 	fill(h2, 2)
@@ -97,4 +95,16 @@ func newStream(t testing.TB, dev *cuda.Device) cuda.Stream {
 	must(t, "StreamCreate", err)
 	t.Cleanup(func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) })
 	return s
+}
+
+// stagingRig runs the fake's device with a Batcher of the kernel method (its staging ring) and
+// hostSize bytes of mapped host memory and devSize of device memory, all given back at the
+// test's end; a nil fake where there is none.
+func stagingRig(t *testing.T, hostSize, devSize uintptr) (f *fakecuda.Driver, dev *cuda.Device, b *Batcher, host uintptr, d cuda.DevicePtr) {
+	t.Helper()
+	if f, dev = fakecuda.RunDevice(t); f == nil {
+		return nil, nil, nil, 0, 0
+	}
+	b = newBatcher(t, dev, Options{Method: MethodKernel})
+	return f, dev, b, hostMem(t, dev, hostSize), devMem(t, dev, devSize)
 }
