@@ -306,21 +306,7 @@ func TestCopyOutOfLock(t *testing.T) {
 					t.Error("the connection's keys were destroyed under its copies")
 				}
 			}
-			tx := p.c.NewTransfer()
-			for i := range src {
-				if err := tx.Put(src[i], ds[i]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := tx.Start(); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Wait(ctx); err != nil {
-				t.Fatalf("a batch whose copies all landed: %v", err)
-			}
-			for i := range dst {
-				check(t, "put", dst[i], uint64(i))
-			}
+			tx := putBatch(ctx, t, p.c, src, ds, dst, "a batch whose copies all landed")
 			if close == "worker" {
 				if err := <-closed; err != nil {
 					t.Fatal(err)
@@ -565,4 +551,27 @@ func BenchmarkCopyBatch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// putBatch puts each src[i] to ds[i] over c in one transfer, waits for it (a failure is what's),
+// checks that each dst[i], the memory ds[i] names, holds src[i]'s pattern i, and returns the
+// transfer, ended.
+func putBatch(ctx context.Context, t *testing.T, c *Conn, src [][]byte, ds []Descriptor, dst [][]byte, what string) *Transfer {
+	t.Helper()
+	tx := c.NewTransfer()
+	for i := range src {
+		if err := tx.Put(src[i], ds[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Wait(ctx); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	for i := range dst {
+		check(t, "put", dst[i], uint64(i))
+	}
+	return tx
 }

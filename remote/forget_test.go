@@ -145,21 +145,7 @@ func TestForgetDuringCopy(t *testing.T) {
 			t.Errorf("forgotten under a copy: in the table %v, retired %v, key %#x", p.c.rkeys[ds[0].region] != nil, e.retired, e.rkey)
 		}
 	}
-	tx := p.c.NewTransfer()
-	for i := range src {
-		if err := tx.Put(src[i], ds[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Wait(ctx); err != nil {
-		t.Fatalf("a batch by copy whose region was forgotten under it: %v", err)
-	}
-	for i := range dst {
-		check(t, "put", dst[i], uint64(i))
-	}
+	tx := putBatch(ctx, t, p.c, src, ds, dst, "a batch by copy whose region was forgotten under it")
 	if e == nil {
 		t.Fatal("no copy")
 	}
