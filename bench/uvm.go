@@ -56,6 +56,10 @@ type uvmGeometry struct {
 	maxBlocks int     // if not 0, the most blocks a batch of the block-size cases has
 	passes    int     // accesses per case, in passes over the working set
 	writeEach int     // every writeEach-th access is in write mode
+	// thrashLapse is the tier's Options.ThrashLapse: 0 for the tier's default, negative for no
+	// thrash detection. A block found thrashing stays on the device for a while, out of the
+	// policy's order, so that which blocks stay depends on how long each access took.
+	thrashLapse time.Duration
 }
 
 // Oversubscription factors, block sizes and the access patterns of the suite.

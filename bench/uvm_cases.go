@@ -43,10 +43,15 @@ func (u *uvmSuite) oversub(cfg *config, name string, p wl.Pattern, pol uvmPolicy
 	return rs.out
 }
 
+// uvmWarmHook, when not nil, is called before each access of an oversubscription case's
+// warm-up pass, with its index (tests pause there as a loaded machine would).
+var uvmWarmHook func(i int)
+
 func (u *uvmSuite) runOversub(cfg *config, rs *resultSet, p wl.Pattern, pol uvmPolicy, f float64) (err error) {
 	g := u.geo
 	n := int(f * float64(g.budget) / float64(g.block))
-	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: int(g.budget), HostCapacity: (n + 1) * int(g.block), Policy: pol.make()})
+	t, err := uvm.New(u.pub, uvm.Options{DeviceBudget: int(g.budget), HostCapacity: (n + 1) * int(g.block), Policy: pol.make(),
+		ThrashLapse: g.thrashLapse})
 	if err != nil {
 		return err
 	}
@@ -92,6 +97,9 @@ func (u *uvmSuite) runOversub(cfg *config, rs *resultSet, p wl.Pattern, pol uvmP
 		}
 	}
 	for i := range n {
+		if uvmWarmHook != nil {
+			uvmWarmHook(i)
+		}
 		if err := access(i); err != nil {
 			return err
 		}
