@@ -9,12 +9,15 @@ func newPinmallocPool() impl { return goImpl("pinmalloc-pool", openPool) }
 
 // openPool opens a pool of locked memory of the given capacity (pageable where the memlock
 // limit is too low: memlock.go).
-func openPool(capacity int64) (allocator[[]byte], error) {
+func openPool(capacity int64) (allocator[[]byte], error) { return openPoolAligned(capacity, 0) }
+
+// openPoolAligned is openPool with Options.Align align (0: the pool's default).
+func openPoolAligned(capacity int64, align int) (allocator[[]byte], error) {
 	backend := pinned.Locked
 	if hostMemory.pageable {
 		backend = pinned.Pageable
 	}
-	p, err := pinned.New(pinned.Options{Capacity: int(capacity), Backend: backend})
+	p, err := pinned.New(pinned.Options{Capacity: int(capacity), Backend: backend, Align: align})
 	if err != nil {
 		return nil, err
 	}
