@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Peers without UCX's failure handling (Options.SharedMemory).
@@ -132,6 +134,7 @@ func (w *Worker) abandonConn(c *Conn, err error) {
 // abandonSlots ends the operations of c in flight, keeping the slots UCX still holds as
 // zombies. Under mu.
 func (w *Worker) abandonSlots(c *Conn) {
+	cpu := 0 // c's lanes send only inside calls on the worker (cpuLanes): 0 not asked yet, 1 no, 2 yes
 	for i := range w.slots {
 		s := &w.slots[i]
 		if s.c != c {
@@ -158,9 +161,32 @@ func (w *Worker) abandonSlots(c *Conn) {
 			w.zombie(uint32(i))
 		case slotAnswer:
 			c.inflight--
+			if s.hold != (pinned.Hold{}) && cpu == 0 {
+				cpu = 1
+				if info, err := w.uw.EpInfo(c.ep); err == nil && cpuLanes(info) {
+					cpu = 2
+				}
+			}
 			w.zombie(uint32(i))
+			w.slots[i].cpuSent = cpu == 2
 		}
 	}
+}
+
+// cpuLanes reports whether every lane of an endpoint, as ucp_ep_print_info describes it, is on
+// a transport that reads a send's buffer only inside a call on the worker: tcp (sendmsg), self,
+// and shared memory (posix, sysv: a copy into the peer's FIFO; cma and knem carry only
+// rendezvous, which a data message never takes). These are allocOnly's transports. Another (an
+// RDMA NIC's) may read it on its own, its hardware's DMA and retransmissions, while UCX's worker
+// lives.
+func cpuLanes(info string) bool {
+	lanes := epLane.FindAllStringSubmatch(info, -1)
+	for _, m := range lanes {
+		if !allocOnly[m[1]] {
+			return false
+		}
+	}
+	return len(lanes) > 0
 }
 
 // zombie keeps slot i, whose operation has ended for this worker, until UCX completes it.

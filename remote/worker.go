@@ -139,8 +139,11 @@ type slot struct {
 	// lr.held until UCX completes it (register.go's Unmapping waits for none).
 	held bool
 
-	// hold is an answer's: its buffer held in its pool until UCX has sent it (holdAnswers).
-	hold pinned.Hold
+	// hold is an answer's: its buffer held in its pool until UCX has sent it (holdAnswers),
+	// or, a zombie's, until the worker's Close has made its last call on UCX's worker where
+	// cpuSent says that nothing but such a call sends it (zombieHolds).
+	hold    pinned.Hold
+	cpuSent bool
 }
 
 const (
@@ -275,7 +278,11 @@ func (w *Worker) signal() {
 // Close closes the worker: its connections fail (their transfers in flight end with
 // ErrClosed or ErrPeer), its listeners stop, the pools and heaps registered with it are
 // deregistered (they stay usable), and UCX's worker and context are destroyed. A second
-// Close returns ErrClosed.
+// Close returns ErrClosed. The buffers that answers to peers' gets still held (a peer that
+// died without UCX's failure handling, or any peer at a Close with SharedMemory, leaves them
+// in UCX) are released once Close has made its last call on UCX's worker, which then sends
+// nothing more, so that their pools can close; only an answer left on an RDMA NIC, whose
+// hardware may still read it, keeps its buffer held (said in the log).
 func (w *Worker) Close() error {
 	w.mu.Lock()
 	if w.closing {
@@ -335,11 +342,18 @@ func (w *Worker) Close() error {
 		w.leaked = nil
 	}
 	w.destroyed = true
+	held := w.zombieHolds(!w.abandoned)
 	regs := make([]*Registration, 0, len(w.regs))
 	for r := range w.regs {
 		regs = append(regs, r)
 	}
 	w.mu.Unlock()
+	for _, h := range held {
+		if err := h.Release(); err != nil {
+			w.stats.freeErrs.Add(1)
+			w.logf("remote: a free deferred by an answer to a peer failed: %v", err)
+		}
+	}
 	var errs []error
 	for _, r := range regs {
 		if err := r.close(true); err != nil && !errors.Is(err, ErrClosed) {
@@ -352,6 +366,34 @@ func (w *Worker) Close() error {
 	w.mu.Unlock()
 	w.watchers.Wait() // every connection is reaped: their pidfds are closed
 	return errors.Join(append(errs, w.wake.close())...)
+}
+
+// zombieHolds takes the holds of the answers UCX still has in flight (zombie slots, of
+// abandoned connections), for Close to release once it has made its last call on UCX's
+// worker: destroyed (all, its requests purged), or left alive, never called again (those whose
+// endpoint's transports send only inside a call on the worker, slot.cpuSent). An answer on an
+// endpoint with a lane of an RDMA NIC, whose hardware may read the buffer on its own for as long
+// as UCX's worker lives, keeps its hold, and its pool's Close says ErrBusy. Under mu, after the
+// progress goroutine ended.
+func (w *Worker) zombieHolds(destroyed bool) []pinned.Hold {
+	var held []pinned.Hold
+	kept := 0
+	for i := range w.slots {
+		s := &w.slots[i]
+		if s.hold == (pinned.Hold{}) {
+			continue
+		}
+		if !destroyed && !s.cpuSent {
+			kept++
+			continue
+		}
+		held = append(held, s.hold)
+		s.hold = pinned.Hold{}
+	}
+	if kept > 0 {
+		w.logf("remote: %d answers to abandoned peers stay in flight on RDMA hardware: their buffers stay held, and their pools cannot close", kept)
+	}
+	return held
 }
 
 // WorkerStats are a worker's counters.
