@@ -29,9 +29,19 @@ import (
 //
 // A peer of protocol version 1 before this message ignores it: its connections then count every
 // region they saw, as before.
+//
+// The ids wait in the connection's queue until a control slot is free for their message. A peer
+// that reads nothing keeps this worker's messages in flight, and no slot comes free; the queue
+// is bounded (maxForgets ids, 64 KiB), and a connection whose queue would pass it fails with
+// ErrProtocol: dropping ids would leave the peer counting regions that are gone (each refused
+// for good once its bound is reached), and nothing smaller than the ids can tell it which.
 
 // forgetMax is the most region ids one msgForget carries (4 KiB of them).
 const forgetMax = 1024
+
+// maxForgets bounds a connection's queue of region ids to tell its peer of (16 messages' worth):
+// a connection none of whose forgets could go while that many regions were deregistered fails.
+const maxForgets = 16 * forgetMax
 
 // appendForget appends a msgForget's body naming ids (1 to forgetMax of them, none zero).
 func appendForget(b []byte, ids []uint32) []byte {
@@ -120,10 +130,16 @@ func (w *Worker) unuse(c *Conn, rks []*rkeyEntry) {
 }
 
 // forgotten queues region id, deregistered, to be told to the peer of every open connection
-// (sendForgets). Under mu.
+// (sendForgets); a connection whose queue holds maxForgets ids already fails with ErrProtocol.
+// Under mu.
 func (w *Worker) forgotten(id uint32) {
 	for _, c := range w.conns {
 		if c.state != connOpen {
+			continue
+		}
+		if len(c.forgets) >= maxForgets {
+			w.failConn(c, fmt.Errorf("%w: no message to %s could go (no control slot came free: a peer that reads nothing) while %d regions of this worker were deregistered: the regions it knows of this worker can no longer be kept right", ErrProtocol, c.remote, maxForgets))
+			c.forgets = nil
 			continue
 		}
 		c.forgets = append(c.forgets, id)
@@ -146,7 +162,7 @@ func (w *Worker) sendForgets() {
 	}
 	kept := w.forgetting[:0]
 	for _, c := range w.forgetting {
-		for len(c.forgets) > 0 && c.state == connOpen {
+		for len(c.forgets) > 0 && c.state == connOpen && len(w.free) > 0 {
 			ids := c.forgets[:min(len(c.forgets), forgetMax)]
 			m := appendForget(header(msgForget, c.peerID, 4*len(ids)), ids)
 			if err := w.sendLocked(c, c.ep, m, false, nil); err != nil {

@@ -174,3 +174,34 @@ func TestForgetDuringCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestForgetQueueBounded: the regions a worker deregisters wait in each connection's queue
+// until a control slot is free to tell the peer of them (sendForgets). While none comes free (a
+// peer that reads nothing keeps this worker's messages in flight), the queue grew by every
+// region deregistered, without end. It is bounded: at its bound the connection fails with
+// ErrProtocol, since its peer's count of this worker's live regions can no longer be kept.
+func TestForgetQueueBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w1, _, _, _, c1, _ := connectedPair(t, ctx)
+	const bound = 16 * forgetMax // ids: 64 KiB
+	w1.mu.Lock()
+	free := w1.free
+	w1.free = nil // no control slot comes free
+	most, n := 0, 0
+	for ; n < 4*bound && c1.state == connOpen; n++ {
+		w1.forgotten(1<<31 + uint32(n)) // a region deregistered...
+		w1.sendForgets()                // ...and a progress round that finds no slot
+		most = max(most, len(c1.forgets))
+	}
+	state := c1.state
+	w1.free = free
+	w1.mu.Unlock()
+	if most > bound {
+		t.Fatalf("%d regions deregistered without a free slot: %d ids queued for the peer (bound %d); the connection open: %v", n, most, bound, state == connOpen)
+	}
+	if err := c1.Err(); state != connFailed || !errors.Is(err, ErrProtocol) {
+		t.Fatalf("the connection's queue of forgets at its bound: %v, want ErrProtocol", err)
+	}
+	t.Logf("failed after %d regions deregistered: %v", n, c1.Err())
+}
