@@ -38,6 +38,11 @@ type Worker struct {
 	progressed C.uint
 	evbuf      [32]*C.pm_event
 
+	// ownChecked says ownErr is set: why peers' addresses cannot be checked (ConnectAddress),
+	// or nil.
+	ownChecked bool
+	ownErr     error
+
 	// NoPeerFailure makes the endpoints created from then on use no peer failure handling
 	// (UCP_ERR_HANDLING_MODE_NONE): UCX may then take transports that have none (its
 	// shared-memory ones, in 1.13), and reports no peer's failure (no EventEpError).
@@ -328,10 +333,25 @@ func (w *Worker) ConnRequestAddr(r ConnRequest) ([]byte, error) {
 }
 
 // ConnectAddress creates an endpoint to the worker whose address is addr (Address), with peer
-// failure reported as an EventEpError.
+// failure reported as an EventEpError. An address CheckAddress refuses is refused, never given
+// to UCX; so is every address where this worker's own does not pass CheckAddress (UCX's
+// unified mode, whose addresses carry no lengths to check).
 func (w *Worker) ConnectAddress(addr []byte) (Ep, error) {
-	if len(addr) == 0 {
-		return 0, fmt.Errorf("ucx: empty worker address: %w", Status(-7))
+	if !w.ownChecked {
+		w.ownChecked = true
+		own, err := w.Address()
+		if err == nil {
+			err = CheckAddress(own)
+		}
+		if err != nil {
+			w.ownErr = fmt.Errorf("ucx: peers' addresses cannot be checked: this worker's own address does not pass (UCX_UNIFIED_MODE?): %w", err)
+		}
+	}
+	if w.ownErr != nil {
+		return 0, w.ownErr
+	}
+	if err := CheckAddress(addr); err != nil {
+		return 0, err
 	}
 	return w.epCreate(unsafe.Pointer(&addr[0]), nil, 0, 0)
 }

@@ -1,0 +1,199 @@
+package ucx
+
+import "fmt"
+
+// Checking a peer's worker address.
+//
+// ucp_ep_create reads a worker address (ucp_address_unpack) with no length: every count and
+// length in it is trusted, so a truncated or forged one is read past its end, and one whose
+// header names an address version other than 1 or 2 ends the process (ucs_assertv_always). So
+// CheckAddress walks an address as UCX 1.13's ucp_address_unpack does for ucp_ep_create (its
+// default unpack flags: the worker's uuid and name, device, interface and endpoint addresses),
+// bounded by the bytes given, and ConnectAddress refuses any address it does not accept.
+//
+// The layout (src/ucp/wireup/address.c of UCX 1.13.1): a header (v1: one byte, the version in
+// its low 4 bits, flags in its high 4; v2: the version byte, then a flags byte); the worker's
+// uuid (8 bytes: always in v1, where its flag says in v2), a client id (8, where its flag says),
+// the worker's name (a length byte and the bytes, where the debug-info flag says); then either
+// the byte 0xff (no device) or devices, each: a memory-domain byte (flag 0x80: no transport;
+// index in the rest, extended by a second byte in v2 where all index bits are set), a device
+// address length byte (0x80: last device, 0x40: a number of paths byte follows, 0x20: a system
+// device byte follows; the length in the low 5 bits, extended in v2 where they are all set), the
+// device address, and, unless the device is empty, its transports, each: a 2-byte name
+// checksum, the interface's attributes (16 bytes in v1, 8 in v2), an interface address length
+// byte (0x80: last transport, 0x40: endpoint addresses follow; the length in the low 6 bits,
+// extended in v2 where they are all set), and the interface address.
+//
+// Beyond UCX's own reading, CheckAddress refuses what ucp_worker_get_address never writes and
+// UCX would act on: endpoint addresses (ucp_worker_get_address packs none, and their lane
+// indexes name lanes of an endpoint not yet made), more transports than UCP_MAX_RESOURCES, header
+// flags UCX 1.13 does not define, bytes after the last device, and an address beyond
+// MaxAddressLen. In UCX's unified mode (UCX_UNIFIED_MODE) transports carry no lengths (the
+// receiver takes them from its own interfaces), so no address can be checked: the worker finds
+// so when its own address does not pass, and ConnectAddress then refuses every address.
+
+// MaxAddressLen bounds a worker address a peer gives (UCX's are a few hundred bytes: ucx_info
+// -a; at most UCP_MAX_RESOURCES transports of a few dozen bytes each).
+const MaxAddressLen = 32 << 10
+
+// Address layout constants of UCX 1.13 (src/ucp/wireup/address.c, src/ucp/core/ucp_types.h).
+const (
+	addrV1            = 0 // UCP_OBJECT_VERSION_V1
+	addrV2            = 1 // UCP_OBJECT_VERSION_V2
+	addrFlagDebugInfo = 1 << 0
+	addrFlagUUID      = 1 << 1
+	addrFlagClientID  = 1 << 2
+	addrFlagAMOnly    = 1 << 3
+	addrFlagsKnown    = addrFlagDebugInfo | addrFlagUUID | addrFlagClientID | addrFlagAMOnly
+	addrNullResource  = 0xff
+	addrLast          = 0x80 // last device (its length byte), last transport (its length byte)
+	addrMDEmpty       = 0x80 // a device without transports (its memory-domain byte)
+	addrNumPaths      = 0x40 // a device's length byte: a number of paths follows
+	addrSysDevice     = 0x20 // a device's length byte: a system device follows
+	addrHasEpAddr     = 0x40 // a transport's length byte: endpoint addresses follow
+	addrDevLenMask    = 0x1f
+	addrIfaceLenMask  = 0x3f
+	addrMDMaskV1      = 0x1f
+	addrMDMaskV2      = 0x7f
+	addrAttrV1        = 16  // ucp_address_packed_iface_attr_t
+	addrAttrV2        = 8   // ucp_address_v2_packed_iface_attr_t
+	maxResources      = 128 // UCP_MAX_RESOURCES
+)
+
+// CheckAddress reports, with an error wrapping Status(-7) (UCS_ERR_INVALID_ADDR), whether
+// addr is not a worker address as UCX 1.13 writes one (Worker.Address) and reads one in
+// ucp_ep_create: every length and count in it within its bytes, nothing after its end. It
+// allocates nothing.
+func CheckAddress(addr []byte) error {
+	if len(addr) == 0 || len(addr) > MaxAddressLen {
+		return addrErr("%d bytes (1 to %d)", len(addr), MaxAddressLen)
+	}
+	p := 0
+	// next returns the byte at p and moves past it; ok is false past the end.
+	next := func() (byte, bool) {
+		if p >= len(addr) {
+			return 0, false
+		}
+		p++
+		return addr[p-1], true
+	}
+	skip := func(n int) bool {
+		if n > len(addr)-p {
+			return false
+		}
+		p += n
+		return true
+	}
+	truncated := func(what string) error { return addrErr("truncated in %s at byte %d of %d", what, p, len(addr)) }
+
+	h, _ := next()
+	version, flags := h&0x0f, h>>4
+	switch version {
+	case addrV1:
+	case addrV2:
+		var ok bool
+		if flags != 0 {
+			return addrErr("version 2 header with bits %#x in its first byte", flags)
+		}
+		if flags, ok = next(); !ok {
+			return truncated("the header")
+		}
+	default:
+		return addrErr("address version %d (UCX 1.13 reads 1 and 2, and aborts on another)", version+1)
+	}
+	if flags&^addrFlagsKnown != 0 {
+		return addrErr("header flags %#x", flags)
+	}
+	if version == addrV1 || flags&addrFlagUUID != 0 {
+		if !skip(8) {
+			return truncated("the worker's uuid")
+		}
+	}
+	if flags&addrFlagClientID != 0 && !skip(8) {
+		return truncated("the client id")
+	}
+	if flags&addrFlagDebugInfo != 0 {
+		n, ok := next()
+		if !ok || !skip(int(n)) {
+			return truncated("the worker's name")
+		}
+	}
+	if p < len(addr) && addr[p] == addrNullResource {
+		p++
+	} else {
+		mdMask := byte(addrMDMaskV1)
+		if version == addrV2 {
+			mdMask = addrMDMaskV2
+		}
+		// extended reads the rest of a value of mask's bits in b: in v2, all set means the
+		// value is the next byte.
+		extended := func(b, mask byte) (int, bool) {
+			v := b & mask
+			if version == addrV2 && v == mask {
+				x, ok := next()
+				return int(x), ok
+			}
+			return int(v), true
+		}
+		transports := 0
+		for last := false; !last; {
+			md, ok := next()
+			if !ok {
+				return truncated("a device's memory domain")
+			}
+			if _, ok := extended(md, mdMask); !ok {
+				return truncated("a device's memory domain")
+			}
+			dl, ok := next()
+			if !ok {
+				return truncated("a device's address length")
+			}
+			last = dl&addrLast != 0
+			n, ok := extended(dl, addrDevLenMask)
+			if !ok {
+				return truncated("a device's address length")
+			}
+			if dl&addrNumPaths != 0 && !skip(1) {
+				return truncated("a device's number of paths")
+			}
+			if dl&addrSysDevice != 0 && !skip(1) {
+				return truncated("a device's system device")
+			}
+			if !skip(n) {
+				return truncated("a device's address")
+			}
+			attr := addrAttrV1
+			if version == addrV2 {
+				attr = addrAttrV2
+			}
+			for lastTL := md&addrMDEmpty != 0; !lastTL; {
+				if transports++; transports > maxResources {
+					return addrErr("more than %d transports", maxResources)
+				}
+				if !skip(2 + attr) {
+					return truncated("a transport's name and attributes")
+				}
+				il, ok := next()
+				if !ok {
+					return truncated("a transport's address length")
+				}
+				lastTL = il&addrLast != 0
+				if il&addrHasEpAddr != 0 {
+					return addrErr("an endpoint address at byte %d: a worker's address carries none", p-1)
+				}
+				n, ok := extended(il, addrIfaceLenMask)
+				if !ok || !skip(n) {
+					return truncated("a transport's address")
+				}
+			}
+		}
+	}
+	if p != len(addr) {
+		return addrErr("%d bytes after its end (byte %d)", len(addr)-p, p)
+	}
+	return nil
+}
+
+func addrErr(format string, args ...any) error {
+	return fmt.Errorf("ucx: not a worker address: %s: %w", fmt.Sprintf(format, args...), Status(-7))
+}
