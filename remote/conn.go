@@ -35,8 +35,10 @@ type Conn struct {
 	forgets    []uint32     // this worker's regions deregistered, to tell the peer of (sendForgets)
 	forgetting bool         // in w.forgetting
 	mode       Mode         // how its transfers go: decided at the first (messages.go)
-	msgs       [][]byte
+	msgs       []queuedMsg
 	msgBytes   int
+	putsIn     uint64   // the peer's puts by message received, to be placed once their buffer is held (targetHeld)
+	putsPlaced uint64   // of those, the ones placed, refused or dropped since: in order (holdAnswers)
 	acks       []uint64 // puts of the peer's placed this round, to acknowledge (messages.go)
 	acking     bool     // in w.acking
 	answering  int      // answers to the peer waiting for a slot in w.answers (maxQueuedAnswers)
@@ -74,6 +76,14 @@ type rkeyEntry struct {
 	// its key destroyed once users is 0.
 	users   int
 	retired bool
+}
+
+// queuedMsg is a message of the peer's waiting for Recv, with the number of the peer's puts by
+// message received before it (putsIn then): Recv returns it once they are placed (putsPlaced),
+// so that a message sent after a put never shows before the put's bytes are in place.
+type queuedMsg struct {
+	b     []byte
+	after uint64
 }
 
 // msgOverhead is what a message queued for Recv costs beyond its bytes (its slice in c.msgs,
@@ -267,7 +277,7 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 			w.failConn(c, fmt.Errorf("%w: %s sent more than %d bytes of messages nobody received", ErrProtocol, c.remote, queuedMessages))
 			return
 		}
-		c.msgs = append(c.msgs, body)
+		c.msgs = append(c.msgs, queuedMsg{b: body, after: c.putsIn})
 		c.msgBytes += msgOverhead + len(body)
 		select {
 		case c.recv <- struct{}{}:
@@ -401,6 +411,7 @@ func (w *Worker) failConn(c *Conn, err error) {
 				unheld = append(unheld, a)
 			} else if a.put {
 				w.uw.ReleaseData(a.key)
+				c.putsPlaced++ // dropped: the messages after it are the peer's last
 			}
 		}
 		clear(w.unheld[len(unheld):])
@@ -519,29 +530,37 @@ func (c *Conn) stateErr() error {
 
 // Recv returns the next message from the peer, waiting for one until ctx ends. Messages that
 // came before the connection ended are still returned; then the error says why it ended. A
+// message the peer sent after starting a put by message or by copy on this connection (Start,
+// without waiting for it) is returned once the put's bytes are in place; a put of UCX's own
+// (ModeRMA) has no such order with messages: the peer waits for it (Wait) before it sends. A
 // message beyond this worker's Options.MaxMessage is never queued: the connection fails with
 // ErrProtocol.
 func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
 	w := c.w
 	for {
 		w.mu.Lock()
-		if len(c.msgs) > 0 {
-			m := c.msgs[0]
-			c.msgs[0] = nil
+		if len(c.msgs) > 0 && c.msgs[0].after <= c.putsPlaced {
+			m := c.msgs[0].b
+			c.msgs[0] = queuedMsg{}
 			c.msgs = c.msgs[1:]
 			c.msgBytes -= msgOverhead + len(m)
 			w.mu.Unlock()
 			return m, nil
 		}
-		if c.state == connFailed {
+		placing := len(c.msgs) > 0 // a message waits for a put before it to be placed
+		if c.state == connFailed && !placing {
 			err := c.err
 			w.mu.Unlock()
 			return nil, err
 		}
+		dead := c.dead
+		if placing {
+			dead = nil // closed once failed: the put's end wakes Recv (c.recv)
+		}
 		w.mu.Unlock()
 		select {
 		case <-c.recv:
-		case <-c.dead:
+		case <-dead:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

@@ -481,6 +481,9 @@ func (w *Worker) targetHeld(c *Conn, h dataHeader, lr *localRegion, key uint64) 
 	h.conn = c.peerID
 	h.encode(&a.op.Header)
 	w.unheld = append(w.unheld, a)
+	if a.put {
+		c.putsIn++ // the peer's messages from now on wait for it (queuedMsg)
+	}
 	return a.put
 }
 
@@ -531,6 +534,12 @@ func (w *Worker) holdAnswers(batch []pendingAnswer) {
 		}
 		if a.put {
 			w.uw.ReleaseData(a.key)
+			if a.c.putsPlaced++; len(a.c.msgs) > 0 { // a message after it may be Recv's now
+				select {
+				case a.c.recv <- struct{}{}:
+				default:
+				}
+			}
 		}
 	}
 	w.sendAcks()

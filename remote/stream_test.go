@@ -112,3 +112,49 @@ func TestFakeTransferWaitsForStream(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSendAfterPutOrdered: a put by message, then a message on the same connection, without
+// waiting for the put: the peer's Recv must not return the message before the put's bytes are
+// in place. The target copies a put's bytes after the progress round that received it (once its
+// buffer is held, out of the mutex: holdAnswers), and a message received in that round was
+// returned by Recv at once, while the copy had not begun. Here both arrive in one round (the
+// target's progress waits for the test's lock while they are sent), and the copy is slowed
+// (targetHook).
+func TestSendAfterPutOrdered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, target, r1, r2, c1, c2 := connectedPair(t, ctx)
+	dst := liveBuffer(t, r2, 4096)
+	d := describe(t, r2, dst)
+	src := liveBuffer(t, r1, 4096)
+	fill(src, 11)
+	target.mu.Lock()
+	target.targetHook = func() { time.Sleep(300 * time.Millisecond) }
+	tr := c1.NewTransfer()
+	if err := tr.Put(src, d); err != nil {
+		target.mu.Unlock()
+		t.Fatal(err)
+	}
+	if err := tr.Start(); err != nil {
+		target.mu.Unlock()
+		t.Fatal(err)
+	}
+	err := c1.Send(ctx, []byte("after the put"))
+	target.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c2.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target.mu.Lock() // the copy, if done, was made under it
+	landed := bytes.Equal(dst, src)
+	target.mu.Unlock()
+	if !landed {
+		t.Fatalf("Recv returned %q, sent after a put on the connection, before the put's bytes were in place", m)
+	}
+	if err := tr.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
