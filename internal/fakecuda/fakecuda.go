@@ -152,6 +152,7 @@ const (
 	ctlReuseStreams
 	ctlForgetReclaimed
 	ctlRetains
+	ctlPause
 )
 
 // Result codes for FailRegister.
@@ -302,6 +303,19 @@ func (d *Driver) ForgetReclaimed() int64 { return d.ctl(ctlForgetReclaimed, 0, 0
 // Retains returns the retains that hold device dev's primary context (-1 for a device out of
 // range); Stat(Retains) is their sum over the devices.
 func (d *Driver) Retains(dev int) int64 { return d.ctl(ctlRetains, int64(dev), 0) }
+
+// PauseNextCall makes the next driver call that needs a context, on any thread, stop right
+// after its check of the context and before it acts, until ResumeCall: with Paused to wait for
+// it, a test makes the call race what it does meanwhile (the release of the context's last
+// retain, say) the same way every run. It returns false, arming nothing, when a pause is armed
+// or a call stopped already.
+func (d *Driver) PauseNextCall() bool { return d.ctl(ctlPause, 1, 0) == 0 }
+
+// Paused reports whether a call stopped by PauseNextCall is waiting.
+func (d *Driver) Paused() bool { return d.ctl(ctlPause, 2, 0) == 1 }
+
+// ResumeCall lets the call stopped by PauseNextCall go on, or disarms a pause no call met.
+func (d *Driver) ResumeCall() { d.ctl(ctlPause, 0, 0) }
 
 // SetDevices sets the number of devices (1 by default, at most 16: enough for a device and
 // the 15 others the driver can grant access to in one call, with the host). With 0 the fake is
