@@ -47,6 +47,7 @@ var primaryRules = []primaryRule{
 	{"ReleaseDestroysHandles", 1, false, primaryReleaseDestroysHandles},
 	{"ReleaseKeepsPoolAndVMMMemory", 1, true, primaryReleaseKeepsPoolAndVMMMemory},
 	{"DestroyedWhileCurrent", 1, true, primaryDestroyedWhileCurrent},
+	{"UnregisterWithoutContext", 1, true, primaryUnregisterWithoutContext},
 }
 
 // onFakePrimary runs rule on the fake with n devices, with no Device open.
@@ -371,5 +372,35 @@ func primaryDestroyedWhileCurrent(t *testing.T, p *primaryDriver, f *Driver) {
 	}
 	if f != nil && f.Retains(0) != 0 {
 		t.Errorf("%d retains left", f.Retains(0))
+	}
+}
+
+// TestPrimaryUnregisterWithoutContext: cuMemHostUnregister needs no current context (R: openucx/ucx
+// 7114352, "does not produce an error when invoked from a different context than the one it was
+// originally registered in (or even without an active context)"; the documentation lists
+// CUDA_ERROR_INVALID_CONTEXT among its results but names no context it needs): a registration
+// made in a context that still lives is ended from a thread with no context current, for a
+// registration without the PORTABLE flag too, and the range registers again.
+func TestPrimaryUnregisterWithoutContext(t *testing.T) {
+	onFakePrimary(t, 1, primaryUnregisterWithoutContext)
+}
+
+func primaryUnregisterWithoutContext(t *testing.T, p *primaryDriver, f *Driver) {
+	const n = 64 << 10
+	buf, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANONYMOUS|unix.MAP_PRIVATE)
+	must(t, "Mmap", err)
+	defer unix.Munmap(buf)
+	a := mem.Addr(buf)
+	c := retainPush(t, p, 0)
+	must(t, "cuMemHostRegister", p.MemHostRegister(a, n))
+	_, err = p.Pop()
+	must(t, "cuCtxPopCurrent", err)
+	answer(t, "cuMemHostUnregister with no context current, the registering context alive", p.MemHostUnregister(a), 0)
+	must(t, "cuCtxPushCurrent", p.Push(c))
+	answer(t, "cuMemHostRegister of the range again", p.MemHostRegister(a, n), 0)
+	answer(t, "cuMemHostUnregister in the context", p.MemHostUnregister(a), 0)
+	popRelease(t, p, 0)
+	if f != nil && (f.Stat(Registrations) != 0 || f.Stat(RegisteredBytes) != 0) {
+		t.Errorf("%d registrations of %d bytes left", f.Stat(Registrations), f.Stat(RegisteredBytes))
 	}
 }
