@@ -150,3 +150,92 @@ func TestFreeDuringCapture(t *testing.T) {
 	}
 	must(t, tr.Close())
 }
+
+// elsewhere runs f on a goroutine of its own, and waits for it: not on the test's goroutine,
+// whose OS thread a capture holds (beginCapture), so that the calls f makes are another
+// thread's, which a thread-local capture does not refuse.
+func elsewhere(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// TestRecoverDuringCapture: after a kernel faulted, a Sync that finds the tier's D2H stream
+// refused (its batch in flight) answers it with a synchronize of the device only while no
+// capture holds a stream the tier knows (one a block was acquired and released on): that
+// synchronize would end the user's capture there (the driver refuses it, CUDA_ERROR_STREAM_
+// CAPTURE_UNSUPPORTED, and invalidates the capture). The batch stays in flight, the Sync says
+// the device failed, and the capture stays valid. Before, the tier's recovery (streamq's
+// Lists.Recover) asked only its own streams and the legacy stream, synchronized the device, and
+// the user's capture ended invalidated.
+func TestRecoverDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s := stream(t, dev)
+	hs := filled(t, tr, 2, 64*kib)
+	_, err := tr.Acquire(hs[0], s, uvm.Write)
+	must(t, err)
+	must(t, tr.Release(hs[0], s))
+	must(t, tr.Sync())
+	f.Hold(true)
+	must(t, tr.Evict(hs[:1])) // a batch in flight on the D2H stream
+	if st := tr.Stats(); st.Pending == 0 {
+		t.Fatal("no batch in flight after the eviction")
+	}
+	beginCapture(t, dev, s)
+	elsewhere(func() {
+		stickyFault(t, f, dev)
+		err = tr.Sync()
+	})
+	if !errors.Is(err, pinmalloc.ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Errorf("Sync after a kernel faulted, a user's stream capturing: %v; want the device's failure and pinmalloc.ErrCapturing", err)
+	}
+	endCapture(t, dev, s)
+	f.ClearStickyError() // a context that works again, which a real one never does after a fault
+	must(t, tr.Sync())   // the capture over: the device synchronized, the batch finished
+	if st := tr.Stats(); st.Pending != 0 {
+		t.Errorf("after the capture and a Sync: %d batches in flight, want none", st.Pending)
+	}
+}
+
+// TestSyncHeldBackDuringCapture: memory held back after a fault is given back by a Sync only
+// after a synchronize of the device, which the Sync does not make while a capture holds a stream
+// the tier knows (it would end that capture): the memory stays held back, the Sync says so
+// (ErrHeldBack) and why (ErrCapturing), and the capture stays valid. Before, the Sync
+// synchronized the device and the user's capture ended invalidated.
+func TestSyncHeldBackDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n = 64 * kib
+	tr, h, _, s := cleanBlock(t, dev, n) // acquired and released on s
+	beginCapture(t, dev, s)
+	var ferr, err error
+	elsewhere(func() {
+		stickyFault(t, f, dev)
+		ferr = tr.Free(h)
+		f.ClearStickyError() // the synchronize that gives the memory back could succeed now
+		err = tr.Sync()
+	})
+	if !errors.Is(ferr, uvm.ErrHeldBack) {
+		t.Fatalf("Free after a kernel faulted: %v; want uvm.ErrHeldBack", ferr)
+	}
+	if !errors.Is(err, uvm.ErrHeldBack) || !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Errorf("Sync with memory held back, a user's stream capturing: %v; want uvm.ErrHeldBack and pinmalloc.ErrCapturing", err)
+	}
+	if st := tr.Stats(); st.HeldBackDeviceBytes != n {
+		t.Errorf("after the Sync: %d bytes of VRAM held back, want %d", st.HeldBackDeviceBytes, n)
+	}
+	endCapture(t, dev, s)
+	must(t, tr.Sync()) // the capture over: given back
+	if st := tr.Stats(); st.HeldBackDeviceBytes != 0 || st.HeldBackHostBytes != 0 {
+		t.Errorf("after the capture and a Sync: %d bytes of VRAM and %d of host buffers held back, want none", st.HeldBackDeviceBytes, st.HeldBackHostBytes)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
@@ -243,7 +244,8 @@ func (t *Tier) Sync() error {
 
 // drain waits for every stream with batches in flight and finishes them; a stream the driver
 // refuses to synchronize is answered by a synchronize of the device (Lists.Recover), as poll
-// answers it, and so is memory held back (retryHeld). t.mu is held.
+// answers it, and so is memory held back (retryHeld), neither while a capture holds a stream
+// the tier knows (streams.go): the refusal is then returned with ErrCapturing. t.mu is held.
 func (t *Tier) drain() error {
 	ls := t.batches.lists
 	back, err := ls.Drain(t.batches.back[:0])
@@ -252,10 +254,14 @@ func (t *Tier) drain() error {
 	}
 	if ls.Lost() > 0 {
 		var rerr error
-		if back, rerr = ls.Recover(back, nil); rerr == nil {
-			err = nil // the synchronize covers what the refused waits did not
-		} else {
+		back, rerr = ls.Recover(back, nil)
+		switch {
+		case rerr != nil:
 			err = errors.Join(err, fmt.Errorf("uvm: transfers: %w", rerr))
+		case ls.Lost() > 0: // a capture held Recover off its synchronize: the refusals stand
+			err = errors.Join(err, fmt.Errorf("uvm: transfers: the synchronize of the device that would answer the streams refused would end a CUDA graph capture: %w", pinmalloc.ErrCapturing))
+		default:
+			err = nil // the synchronize covers what the refused waits did not
 		}
 	}
 	return errors.Join(err, t.finish(back), t.retryHeld())

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
@@ -57,10 +58,16 @@ func (t *Tier) holdBack(c completion) {
 }
 
 // retryHeld gives the memory held back to where its completions send it, after a synchronize of
-// the device; when the synchronize fails, it stays, and the error says how much. t.mu is held.
+// the device; when the synchronize fails, it stays, and the error says how much. While a CUDA
+// graph capture holds a stream the tier knows, which that synchronize would end, it synchronizes
+// nothing: the memory stays, and the error says why (ErrCapturing). t.mu is held.
 func (t *Tier) retryHeld() error {
 	if len(t.held.list) == 0 {
 		return nil
+	}
+	if s, held := t.captured(); held {
+		return fmt.Errorf("%w: %s: the synchronize of the device that gives it back would end the CUDA graph capture on stream %#x: %w",
+			ErrHeldBack, t.heldBytes(), s, pinmalloc.ErrCapturing)
 	}
 	if err := t.dev.Synchronize(); err != nil {
 		return fmt.Errorf("%w: %s: synchronize: %w", ErrHeldBack, t.heldBytes(), err)

@@ -45,8 +45,56 @@ import (
 // work), the use ends anyway, and the error says that the device failed (ErrDeviceFault), not
 // that the stream is invalid: whatever became of the stream, the context's error is the cause.
 
+//
+// After a fault, the tier answers a stream of its own that the driver refuses, and memory held
+// back, with a synchronize of the device (streamq's Lists.Recover, retryHeld). That synchronize
+// would end a CUDA graph capture on any stream of the context (the driver refuses it and
+// invalidates the capture), so the tier asks first, as the device heap does, about every
+// stream of the user's it knows: those seen (t.streams), and those a block is acquired on or
+// has a release event on, which a Prune may have dropped from the seen ones (userStreams). While
+// one captures it synchronizes nothing: the batches stay in flight, the memory held back, for a
+// later call.
+
 // userStreams are the user's streams the tier has seen: lists that never hold an item.
 type userStreams = streamq.Lists[struct{}]
+
+// userStreams yields the user's streams the tier knows (see the file comment), each once, for
+// the capture check of the batches' lists (Lists.SetOthers, Lists.Captured). It is a slow path
+// (after a fault), and allocates. t.mu is held.
+func (t *Tier) userStreams(yield func(streamq.Stream) bool) {
+	seen := map[cuda.Stream]bool{}
+	var ss []cuda.Stream
+	add := func(s cuda.Stream) {
+		if !seen[s] {
+			seen[s] = true
+			ss = append(ss, s)
+		}
+	}
+	t.streams.Range(func(s streamq.Stream, _, _ []struct{}) { add(cuda.Stream(s)) })
+	for i := range t.blocks {
+		b := &t.blocks[i]
+		for _, u := range b.uses {
+			add(u.s)
+		}
+		for _, r := range b.rel {
+			if r.gone == 0 { // a forgotten stream's handle may name a stream the tier never saw
+				add(r.s)
+			}
+		}
+	}
+	for _, s := range ss {
+		if !yield(streamq.Stream(s)) {
+			return
+		}
+	}
+}
+
+// captured returns a stream a CUDA graph capture holds, among the tier's own, the user's it
+// knows and the legacy stream (streamq's Lists.Captured), with held true. t.mu is held.
+func (t *Tier) captured() (s cuda.Stream, held bool) {
+	c, held := t.batches.lists.Captured()
+	return cuda.Stream(c), held
+}
 
 // maxKnownStreams bounds the streams the tier remembers.
 const maxKnownStreams = 1024

@@ -267,6 +267,7 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	}
 	t.batches = newBatches(dev, t.engine.events)
 	t.streams = streamq.NewLists[struct{}](t.batches.lists.Points(), nil, 1)
+	t.batches.lists.SetOthers(t.userStreams) // Recover's capture check asks them (streams.go)
 	if err := t.open(o); err != nil {
 		// Under the lock and closed: the heap's hook may already be installed and called.
 		t.mu.Lock()
