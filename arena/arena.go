@@ -314,12 +314,20 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	if len(regs) >= maxRegions {
 		return nil, fmt.Errorf("%w: %d regions already reserved", ErrCapacity, len(regs))
 	}
-	// A provider that rounds a region up (to its page or granule) may leave reserved past the
-	// capacity: nothing is left then.
+	// A provider rounds the size it is asked up to its granule, so the arena asks for whole
+	// granules within the capacity left (avail): the regions never add up to more than the
+	// capacity. A provider of fixed size returns its one region, the capacity, whatever it is
+	// asked, and a lender its loans: they round nothing past it. The min guards a reserved
+	// past the capacity all the same (a provider that rounds past its granule): nothing is
+	// left then.
 	avail := a.capac - min(a.reserved, a.capac)
+	if _, fixed := a.prov.(FixedCapacity); !fixed && a.lend == nil {
+		avail &^= a.caps.Granule - 1
+	}
 	need, err := align.Up(size, a.chunk)
 	if err != nil || size > avail {
-		return nil, fmt.Errorf("%w: %d bytes asked, %d of %d reserved", ErrCapacity, size, a.reserved, a.capac)
+		return nil, fmt.Errorf("%w: %d bytes asked, %d of %d reserved, %d left in whole granules of %d",
+			ErrCapacity, size, a.reserved, a.capac, avail, a.caps.Granule)
 	}
 	// A capacity that is not a whole number of chunks (an external region's size) ends in a
 	// part of a chunk, which holds what fits in it.
@@ -329,6 +337,9 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 		need += min(max(alignment, a.align), avail-need)
 	}
 	want := max(need, min(a.regSize, avail))
+	if up, err := align.Up(want, a.caps.Granule); err == nil {
+		want = min(up, avail) // whole granules (avail is, but for a provider of fixed size)
+	}
 	if a.lend != nil {
 		want = a.lend.lentSize(need)
 	}

@@ -58,7 +58,7 @@ func TestCapacityNotWholeChunks(t *testing.T) {
 		t.Errorf("Alloc of 2 MiB with 1 MiB + 5 bytes of capacity left: %+v %v", x, err)
 		_ = a.Free(x)
 	}
-	if st := a.Stats(); st.Regions != 1 || st.Reserved > capac+uint64(pageSize()) {
+	if st := a.Stats(); st.Regions != 1 || st.Reserved > capac {
 		t.Errorf("%d regions, %d bytes reserved, for a capacity of %d", st.Regions, st.Reserved, capac)
 	}
 	if err := a.Free(s); err != nil {
@@ -72,18 +72,30 @@ func TestCapacityNotWholeChunks(t *testing.T) {
 	}
 }
 
-// TestHugeTLBFallbackWholeGranules allocates the whole of a 5 MiB arena over a HugeTLB
-// provider whose regions fall back to ordinary pages (4 MiB chunks: a hugetlb mapping cannot
-// be aligned past its page, so every region falls back). The fallback region was rounded to
-// ordinary pages only, 5 MiB, while the provider's granule stayed 2 MiB, so the commit of its
-// last granule ran past the region and was refused (ErrInvalid, "range outside region").
+// TestHugeTLBFallbackWholeGranules allocates 5 MiB of a 6 MiB arena over a HugeTLB provider
+// whose regions fall back to ordinary pages (4 MiB chunks: a hugetlb mapping cannot be aligned
+// past its page, so every region falls back), and reserves 5 MiB of the provider directly. The
+// fallback region was rounded to ordinary pages only, 5 MiB, while the provider's granule
+// stayed 2 MiB, so the commit of its last granule ran past the region and was refused
+// (ErrInvalid, "range outside region"). (The arena asks for whole granules within its
+// capacity now, TestReservedWithinCapacity: only a direct Reserve asks the provider for 5 MiB.)
 func TestHugeTLBFallbackWholeGranules(t *testing.T) {
 	for _, locked := range []bool{false, true} {
 		p := PageableHost(HostOptions{HugePages: HugeTLB})
 		if locked {
 			p = LockedHost(HostOptions{HugePages: HugeTLB})
 		}
-		a := newTestArena(t, Options{Provider: p, Capacity: 5 << 20, ChunkSize: 4 << 20, PurgeDelay: -1})
+		if r, err := p.Reserve(5<<20, 4<<20); err != nil {
+			t.Fatalf("locked %v: Reserve of 5 MiB: %v", locked, err)
+		} else {
+			if r.Size%hugeTLBSize != 0 {
+				t.Errorf("locked %v: Reserve of 5 MiB gave a region of %d bytes, not whole huge pages", locked, r.Size)
+			}
+			if err := p.Release(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := newTestArena(t, Options{Provider: p, Capacity: 6 << 20, ChunkSize: 4 << 20, PurgeDelay: -1})
 		s, err := a.Alloc(5<<20, 1)
 		if errors.Is(err, ErrMemlock) {
 			t.Logf("locked: %v", err)
@@ -174,5 +186,44 @@ func TestAbsurdCapacityBoundedBooks(t *testing.T) {
 	}
 	if err := a.Free(s); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReservedWithinCapacity: the regions an arena reserves never add up to more than its
+// capacity, over a provider that rounds what it is asked up to its granule: a host page (a
+// capacity of 3 MiB + 5 bytes) or a huge page (a capacity of 5 MiB, 2 MiB granules). The arena
+// asked for the capacity left, and the provider's rounding took Reserved one unit past the
+// capacity (3 MiB + 4 KiB, 6 MiB). It now asks for whole granules within the capacity: a request
+// that fits only past it (5 MiB of the 5 MiB arena) is refused with ErrCapacity.
+func TestReservedWithinCapacity(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		prov         Provider
+		capac, chunk uintptr
+		fits, refuse uintptr // an Alloc that fits in whole granules; one that does not
+	}{
+		{"pages", PageableHost(HostOptions{}), 3<<20 + 5, 2 << 20, 2 << 20, 3<<20 + 5},
+		{"huge pages", PageableHost(HostOptions{HugePages: HugeTLB}), 5 << 20, 4 << 20, 4 << 20, 5 << 20},
+	} {
+		a := newTestArena(t, Options{Provider: c.prov, Capacity: c.capac, ChunkSize: c.chunk, PurgeDelay: -1})
+		s, err := a.Alloc(c.fits, 1)
+		if err != nil {
+			t.Fatalf("%s: Alloc of %d bytes of a capacity of %d: %v", c.name, c.fits, c.capac, err)
+		}
+		if st := a.Stats(); st.Reserved > uint64(c.capac) {
+			t.Errorf("%s: %d bytes reserved, past the capacity of %d", c.name, st.Reserved, c.capac)
+		}
+		if err := a.Free(s); err != nil {
+			t.Fatal(err)
+		}
+		if x, err := a.Alloc(c.refuse, 1); !errors.Is(err, ErrCapacity) {
+			t.Errorf("%s: Alloc of %d bytes, which needs a region past the capacity of %d: %+v, %v; want ErrCapacity", c.name, c.refuse, c.capac, x, err)
+			if err == nil {
+				_ = a.Free(x)
+			}
+		}
+		if st := a.Stats(); st.Reserved > uint64(c.capac) {
+			t.Errorf("%s: %d bytes reserved, past the capacity of %d", c.name, st.Reserved, c.capac)
+		}
 	}
 }
