@@ -91,6 +91,10 @@ type HostProvider struct {
 
 	mmap, munmap, mprotect, mlock, munlock, madvise, hugeFallback atomic.Uint64
 	lockedBytes                                                   atomic.Int64
+
+	// mlockFn, when set (tests), is called in place of mlock(2): a failure partway, which a
+	// kernel's mlock can leave behind, made on demand.
+	mlockFn func(b []byte) error
 }
 
 // LockedHost returns the default provider: host memory locked with mlock (page-locked, never
@@ -329,7 +333,17 @@ func (h *HostProvider) Commit(r *Region, off, size uintptr) error {
 		return nil
 	}
 	h.mlock.Add(1)
-	if err := unix.Mlock(bytesAt(addr, size)); err != nil {
+	lock := unix.Mlock
+	if h.mlockFn != nil {
+		lock = h.mlockFn
+	}
+	if err := lock(bytesAt(addr, size)); err != nil {
+		// mlock may fail partway: it marks the range locked (charging all of it to
+		// RLIMIT_MEMLOCK) before it faults the pages in, and a page it cannot fault in ends it
+		// with the pages before still locked. No Decommit follows a failed Commit, so unlock
+		// the whole range here; munlock of pages that are not locked is harmless.
+		h.munlock.Add(1)
+		_ = unix.Munlock(bytesAt(addr, size))
 		if protNone {
 			h.mprotect.Add(1)
 			_ = unix.Mprotect(bytesAt(addr, size), unix.PROT_NONE)
