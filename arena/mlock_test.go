@@ -2,33 +2,12 @@ package arena
 
 import (
 	"errors"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
-)
 
-// vmLocked returns the process's locked memory (VmLck of /proc/self/status), in bytes.
-func vmLocked(t *testing.T) uint64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skipf("no /proc/self/status: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmLck:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("VmLck: %q: %v", line, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Skip("no VmLck in /proc/self/status")
-	return 0
-}
+	"github.com/pinmalloc/pinmalloc/internal/memlocktest"
+)
 
 // TestMlockFailsPartway: a commit whose mlock fails partway (the kernel's mlock marks the range
 // locked and faults pages in one by one, and a page it cannot fault in ends it with the pages
@@ -44,7 +23,7 @@ func TestMlockFailsPartway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Release(r)
-	before := vmLocked(t)
+	before := memlocktest.Locked(t)
 	p.mlockFn = func(b []byte) error {
 		if err := unix.Mlock(b[:len(b)/2]); err != nil {
 			t.Skipf("mlock of %d bytes: %v (RLIMIT_MEMLOCK too low to test)", len(b)/2, err)
@@ -54,7 +33,7 @@ func TestMlockFailsPartway(t *testing.T) {
 	if err := p.Commit(r, 0, size); !errors.Is(err, ErrMemlock) {
 		t.Fatalf("Commit with mlock failing partway: %v; want ErrMemlock", err)
 	}
-	if got := vmLocked(t); got != before {
+	if got := memlocktest.Locked(t); got != before {
 		t.Errorf("after the failed commit %d bytes are locked, %d before: %d bytes of the range stay locked", got, before, got-before)
 	}
 	if c := p.Counters(); c.LockedBytes != 0 {

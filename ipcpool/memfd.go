@@ -158,12 +158,17 @@ func mapAt(fd int, addr, size uintptr) error {
 	return nil
 }
 
-// lock locks [base, base+size) as mode says.
+// mlock is mlock(2); tests make it fail part-way.
+var mlock = unix.Mlock
+
+// lock locks [base, base+size) as mode says. On failure nothing of the range stays locked: an
+// mlock that fails part-way leaves the pages before the failure locked, charged to
+// RLIMIT_MEMLOCK, and a pool that goes on pageable (Options.FallbackPageable) would keep them so.
 func lock(base, size uintptr, mode lockMode) error {
 	var err error
 	switch mode {
 	case lockNow:
-		err = unix.Mlock(mem.Bytes(base, size))
+		err = mlock(mem.Bytes(base, size))
 	case lockOnFault:
 		if _, _, e := unix.Syscall(unix.SYS_MLOCK2, base, size, mlockOnFault); e != 0 {
 			err = e
@@ -172,6 +177,7 @@ func lock(base, size uintptr, mode lockMode) error {
 	if err == nil {
 		return nil
 	}
+	_ = unix.Munlock(mem.Bytes(base, size)) // harmless on pages not locked
 	if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EPERM) {
 		return fmt.Errorf("%w: locking %d bytes: %w", ErrMemlock, size, err)
 	}

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/memlocktest"
 )
 
@@ -48,4 +51,30 @@ func memlockChild(t *testing.T) {
 		t.Fatalf("the attached process does not report its pageable pool")
 	}
 	must(t, "Close", p.Close())
+}
+
+// TestLockFailsPartway: a lock whose mlock fails part-way (the first half of the range locked
+// for real, then an error) leaves nothing of the range locked. Before, the half stayed locked,
+// charged to RLIMIT_MEMLOCK, in a pool that then went on pageable (FallbackPageable).
+func TestLockFailsPartway(t *testing.T) {
+	const size = 256 << 10
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(b)
+	before := memlocktest.Locked(t)
+	mlock = func(b []byte) error {
+		if err := unix.Mlock(b[:len(b)/2]); err != nil {
+			t.Skipf("mlock of %d bytes: %v (RLIMIT_MEMLOCK too low to test)", len(b)/2, err)
+		}
+		return unix.ENOMEM
+	}
+	defer func() { mlock = unix.Mlock }()
+	if err := lock(mem.Addr(b), size, lockNow); !errors.Is(err, ErrMemlock) {
+		t.Fatalf("lock with mlock failing part-way: %v; want ErrMemlock", err)
+	}
+	if got := memlocktest.Locked(t); got != before {
+		t.Errorf("after the failed lock %d bytes are locked, %d before", got, before)
+	}
 }

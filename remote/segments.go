@@ -127,6 +127,9 @@ func (s *segmentSource) Reserve(size, _ uintptr) (*arena.Region, error) {
 	return &arena.Region{Base: base, Size: size, Zeroed: true, Handle: seg}, nil
 }
 
+// mlock is mlock(2); tests make it fail part-way.
+var mlock = unix.Mlock
+
 // Commit implements arena.Provider: it locks the range, unless the source is pageable.
 func (s *segmentSource) Commit(r *arena.Region, off, size uintptr) error {
 	if err := r.CheckRange(off, size); err != nil {
@@ -135,7 +138,11 @@ func (s *segmentSource) Commit(r *arena.Region, off, size uintptr) error {
 	if s.opts.Pageable {
 		return nil
 	}
-	if err := unix.Mlock(mem.Bytes(r.Base+off, size)); err != nil {
+	if err := mlock(mem.Bytes(r.Base+off, size)); err != nil {
+		// An mlock that fails part-way leaves the pages before the failure locked, charged
+		// to RLIMIT_MEMLOCK, and no Decommit follows a failed Commit: unlock the range
+		// (harmless on pages not locked).
+		_ = unix.Munlock(mem.Bytes(r.Base+off, size))
 		var lim unix.Rlimit
 		_ = unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)
 		s.mu.Lock()

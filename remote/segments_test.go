@@ -11,6 +11,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
+	"github.com/pinmalloc/pinmalloc/internal/memlocktest"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -111,5 +112,32 @@ func TestSegmentSourceMemlock(t *testing.T) {
 	}
 	if err := pool.Free(small); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSegmentCommitFailsPartway: a segment's Commit whose mlock fails part-way (the first half
+// of the range locked for real, then an error) leaves nothing of the range locked. Before, the
+// half stayed locked, charged to RLIMIT_MEMLOCK, until UCX freed the segment.
+func TestSegmentCommitFailsPartway(t *testing.T) {
+	const size = 256 << 10
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(b)
+	before := memlocktest.Locked(t)
+	mlock = func(b []byte) error {
+		if err := unix.Mlock(b[:len(b)/2]); err != nil {
+			t.Skipf("mlock of %d bytes: %v (RLIMIT_MEMLOCK too low to test)", len(b)/2, err)
+		}
+		return unix.ENOMEM
+	}
+	defer func() { mlock = unix.Mlock }()
+	s := &segmentSource{}
+	if err := s.Commit(&arena.Region{Base: mem.Addr(b), Size: size}, 0, size); !errors.Is(err, arena.ErrMemlock) {
+		t.Fatalf("Commit with mlock failing part-way: %v; want arena.ErrMemlock", err)
+	}
+	if got := memlocktest.Locked(t); got != before {
+		t.Errorf("after the failed commit %d bytes are locked, %d before", got, before)
 	}
 }

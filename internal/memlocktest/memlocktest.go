@@ -122,3 +122,24 @@ func CopyExe(from, to string) error {
 	}
 	return out.Close()
 }
+
+// Locked returns the bytes this process has locked now (VmLck of /proc/self/status), skipping
+// t where the kernel does not say.
+func Locked(t testing.TB) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmLck:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("VmLck: %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Skip("no VmLck in /proc/self/status")
+	return 0
+}
