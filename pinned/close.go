@@ -3,6 +3,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 
 	"github.com/pinmalloc/pinmalloc/arena"
@@ -48,6 +49,7 @@ func (p *Pool) close() error {
 	//lint:ignore SA2001 an empty critical section: a barrier for newShard
 	p.growMu.Unlock()
 	_ = p.reclaim(true)
+	p.waitCachesOut()
 	if afterCloseReclaim != nil {
 		afterCloseReclaim()
 	}
@@ -88,6 +90,29 @@ func (p *Pool) close() error {
 	}
 	return wrapError(p.releaseAll(), ErrClosed)
 }
+
+// waitCachesOut waits, once Close has flushed every shard's FreeAsync cache (pend.go), for the
+// caches a FreeAsync took out of its shard before and has not yet put on their stream's list:
+// their buffers are in no cache and on no list, so a count would take them for buffers the
+// caller has (ErrLiveBlocks with every buffer freed). Nothing fills a cache after the flush: a
+// FreeAsync reads closed inside its fast section, which the flush either waited for (and then
+// flushed what it cached) or preceded (and the section sees closed). So streamOrder.cached,
+// which counts the caches holding buffers and those on their way, is then the caches on their
+// way, and falls to zero as soon as their pushes (one lock each) end.
+func (p *Pool) waitCachesOut() {
+	if p.order == nil || p.order.cached.Load() == 0 {
+		return
+	}
+	if closeWaitsCache != nil {
+		closeWaitsCache()
+	}
+	for p.order.cached.Load() != 0 {
+		runtime.Gosched()
+	}
+}
+
+// closeWaitsCache, when set (by tests), runs in Close when it waits for caches on their way.
+var closeWaitsCache func()
 
 // live collects every shard and counts the live buffers, the deferred ones with them (the heap
 // holds those until their streams have passed them).

@@ -27,7 +27,9 @@ import (
 // what tells a quota refusal that a reclaim may give something back, and the point (drainPend's
 // idle query, or the lists' event or query at the reclaim after the flush) comes after the free,
 // as ordering after the stream requires. After Close a FreeAsync skips the cache, so that the
-// release sees every deferred buffer on a list.
+// release sees every deferred buffer on a list: it reads closed inside its fast section, so that
+// Close's flush of every cache leaves none that fills again, and Close waits for the caches
+// taken out before (Pool.waitCachesOut).
 
 // pendMax is the most buffers a shard's cache holds, each of pendBuffer bytes at most (2 MiB
 // in all; larger buffers go on their stream's list at once). The cache's one query is shared by
@@ -42,14 +44,14 @@ const (
 
 // freeAsync is FreeAsync of the buffer at addr, of n bytes, on the stream of l, with no guard.
 func (p *Pool) freeAsync(addr, n uintptr, l *streamList) error {
-	if p.fast && n <= heap.MaxClassSize && !p.closed.Load() {
+	if p.fast && n <= heap.MaxClassSize {
 		// The hold and the cache in one fast section, when the buffer is of a page in the
 		// shard's page cache (heap.Heap.TryHoldSized): one pin, no lookup in the group's tables.
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil {
 			procpin.Unpin()
 		} else {
 			first, ok := h.TryHoldSized(addr, n)
-			if ok && first && p.cache(s, l, deferred{addr: addr, n: n}) {
+			if ok && first && !p.closed.Load() && p.cache(s, l, deferred{addr: addr, n: n}) {
 				p.exit(s)
 				return nil
 			}
@@ -90,9 +92,11 @@ func (p *Pool) afterHold(addr, n uintptr, l *streamList, first, ok bool) (done b
 // caller's P's shard when it can, else to l.
 func (p *Pool) enqueue(l *streamList, d deferred) {
 	o := p.order
-	if p.fast && d.n <= pendBuffer && !p.closed.Load() {
+	if p.fast && d.n <= pendBuffer {
 		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
+		} else if p.closed.Load() { // read in the section: see waitCachesOut
+			p.exit(s)
 		} else {
 			if p.cache(s, l, d) {
 				p.exit(s)

@@ -272,11 +272,12 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	// The fast path, written out here so that it costs one call: a fast section of the
 	// caller's P's shard whose FreeAsync cache holds buffers of s already (s's list, checked
 	// then, is the cache's): the hold and the cache (pend.go's freeAsync has the rest).
-	if p.fast && !p.guarded && cap(b) != 0 && uintptr(cap(b)) <= pendBuffer && !p.closed.Load() {
+	if p.fast && !p.guarded && cap(b) != 0 && uintptr(cap(b)) <= pendBuffer {
 		addr, n := mem.Addr(b), uintptr(cap(b))
 		if sh, h := p.enteredHeap(procpin.Pin()); sh == nil {
 			procpin.Unpin()
-		} else if l := sh.pendL; l == nil || streamOf(l) != s || len(sh.pend) == cap(sh.pend) {
+		} else if l := sh.pendL; l == nil || streamOf(l) != s || len(sh.pend) == cap(sh.pend) || p.closed.Load() {
+			// closed is read in the section: see waitCachesOut.
 			p.exit(sh)
 		} else {
 			first, ok := h.TryHoldSized(addr, n)
