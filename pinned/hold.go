@@ -237,14 +237,20 @@ func (p *Pool) releaseFree(base uintptr, u *outUse) error {
 		return p.freeRecorded(base, u.size, nil, true)
 	}
 	var l *streamList
-	if p.order != nil && u.freed == freedAsync && !p.order.lists.Forgotten(uintptr(u.stream)) {
+	if p.order != nil && u.freed == freedAsync {
 		// (A stream forgotten since the FreeAsync has passed the work queued before it, and
-		// its handle may be destroyed, or another stream's: the free is a Free then.)
+		// its handle may be destroyed, or another stream's: the free is a Free then.) The look
+		// and the list's making are one step (streamq's Lists.GetKnown): a ForgetStream between
+		// a look and a list made a list for the forgotten handle, which the reclaims then
+		// queried, and with which the handle no longer counted as forgotten.
 		// The FreeAsync checked its stream; it is not asked again here, where a refusal (an
 		// event record the driver failed) would leave a buffer freed and no free to make: the
 		// reclaims order the buffer after the stream, or after the whole context when the
 		// driver refuses the stream's point (a list found lost).
-		l = p.order.listOf(u.stream, nil)
+		if releaseForgetLook != nil {
+			releaseForgetLook()
+		}
+		l = p.order.lists.GetKnown(uintptr(u.stream))
 	}
 	if u.dropped || p.order == nil {
 		// A shared buffer whose last reference went (its Sharer was asked at the free), or,
@@ -258,6 +264,10 @@ func (p *Pool) releaseFree(base uintptr, u *outUse) error {
 // releaseHook, when set (by tests), runs in a last Release that has a free to make, just before
 // that free; releaseWait in a free, Hold or Close that waits for such a Release.
 var releaseHook, releaseWait func()
+
+// releaseForgetLook, when set (by tests), runs in a last Release that makes a deferred
+// FreeAsync just before it looks whether the FreeAsync's stream was forgotten.
+var releaseForgetLook func()
 
 // freeHeld frees the buffer at addr, of n bytes, which a free found held: deferred to its
 // holds' last Release, to its streams, or, where a Hold's Release was clearing the hold at the

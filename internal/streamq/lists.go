@@ -193,6 +193,28 @@ func (ls *Lists[T]) Lookup(s Stream) *List[T] {
 func (ls *Lists[T]) Get(s Stream) *List[T] {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	return ls.getLocked(s)
+}
+
+// GetKnown is Get unless s is forgotten (Forgotten): then it makes no list and returns nil. The
+// look and the making are one step under the lists' lock, so that a Forget comes before both
+// (nil) or after both (the list made, which Forget returns): a caller that looked with
+// Forgotten and then called Get made a list for a stream forgotten in between, and so forgot
+// that it was forgotten. Safe for concurrent use.
+func (ls *Lists[T]) GetKnown(s Stream) *List[T] {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l := ls.m[s]; l != nil {
+		return l
+	}
+	if _, forgot := ls.forgot[s]; forgot {
+		return nil
+	}
+	return ls.getLocked(s)
+}
+
+// getLocked is Get, under the lists' lock.
+func (ls *Lists[T]) getLocked(s Stream) *List[T] {
 	if l := ls.m[s]; l != nil {
 		return l
 	}
