@@ -134,8 +134,7 @@ func (p *Pool) userLive() (n, bytes uint64) {
 }
 
 // userLiveSettled is userLive once the last Releases under way have made the frees that waited
-// for their holds (hold.go), and finished the close they found: a buffer on its way back is not
-// one the caller has.
+// for their holds (hold.go): a buffer on its way back is not one the caller has.
 func (p *Pool) userLiveSettled() (n, bytes uint64) {
 	p.lockCounting()
 	defer p.out.counting.Unlock()

@@ -33,3 +33,19 @@ func SetReleaseHooks(release, wait func()) (restore func()) {
 	releaseHook, releaseWait = release, wait
 	return func() { releaseHook, releaseWait = oldRelease, oldWait }
 }
+
+// SetAfterPoll sets the function a reclaim runs between its poll and its frees (nil: none), and
+// returns a function that restores the previous one.
+func SetAfterPoll(f func()) (restore func()) {
+	old := afterPoll
+	afterPoll = f
+	return func() { afterPoll = old }
+}
+
+// SetAfterCloseCount sets the function Close runs between its count of the live buffers and
+// its drain (nil: none), and returns a function that restores the previous one.
+func SetAfterCloseCount(f func()) (restore func()) {
+	old := afterCloseCount
+	afterCloseCount = f
+	return func() { afterCloseCount = old }
+}

@@ -37,8 +37,10 @@ import (
 // table (releasing) and the buffer still held, and drops the entry after: a free or Hold racing
 // that free waits for the Release, and then finds the buffer freed (a double free: ErrDoubleFree)
 // or another owner's since, never a buffer the Release is about to free. A Close that counts
-// the live buffers meanwhile waits for the Release too (outside.counting): the buffer counts as
-// freed until the Release has given it back.
+// the live buffers meanwhile waits for the Release's free too (outside.counting): the buffer
+// counts as freed until the Release has given it back (or deferred it behind its streams), and
+// the Release finishes the close of a closed pool after that, as any free does, while Close
+// waits, if it must, for the buffer's streams as for any deferred buffer.
 //
 // A shared buffer's free asks the Sharer first, held or not: each free drops its reference at
 // once, and only the give-back after the last one (by a free, or FreeShared) waits for the
@@ -192,10 +194,12 @@ func (h Hold) Release() error {
 		// another owner's since.
 		u.releasing = make(chan struct{})
 		sh.mu.Unlock()
-		// Counted freed until the free is made, and the close finished when the pool is
-		// closed, under counting: a Close counting meanwhile waits for all of it.
+		// Counted freed until the free is made, under counting: a Close counting meanwhile
+		// waits for the free (no wait for a stream: it only defers the buffer), and never
+		// counts the buffer live while it is on its way back. The close the Release finishes
+		// comes after, out of the lock: it may wait for the buffer's streams (closeWait, 5 s),
+		// and a Close meanwhile counts the buffer as the deferred buffer it is by then.
 		p.out.counting.RLock()
-		defer p.out.counting.RUnlock()
 		p.out.freedN.Add(-1)
 		p.out.freedBytes.Add(-int64(u.size))
 		if releaseHook != nil {
@@ -212,6 +216,7 @@ func (h Hold) Release() error {
 		p.out.active.Add(-1)
 		sh.mu.Unlock()
 		close(u.releasing)
+		p.out.counting.RUnlock()
 		if err == nil && p.closed.Load() {
 			p.finishClose(h.base)
 		}
@@ -297,10 +302,11 @@ type outside struct {
 	active             atomic.Int64 // buffers held
 	freedN, freedBytes atomic.Int64 // of them, those freed: their free waits for their holds
 	// counting is read-held by a last Release from the moment its buffer stops counting as
-	// freed (freedN) until the free it makes is made (and the close it finishes, in a closed
-	// pool), and held by Close while it counts the buffers the caller has not freed
-	// (Pool.userLiveSettled) and, after its drain, those still live (Pool.liveSettled): Close
-	// waits for a Release under way, and never counts a buffer on its way back as live.
+	// freed (freedN) until the free it makes is made (not through the close it then finishes
+	// in a closed pool, which may wait for the buffer's streams), and held by Close while it
+	// counts the buffers the caller has not freed (Pool.userLiveSettled) and, after its
+	// drain, those still live (Pool.liveSettled): Close waits for a Release's free under way,
+	// and never counts a buffer on its way back as live.
 	counting sync.RWMutex
 	shards   [16]outShard
 }

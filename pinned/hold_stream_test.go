@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -352,4 +355,51 @@ func TestFakeHoldReleaseRacingFree(t *testing.T) {
 		}
 	}
 	r.finish()
+}
+
+// TestFakeCloseDuringReleaseWait: a Close while the last Release of a held buffer freed with
+// FreeAsync finishes the close of the pool, waiting for the buffer's stream (a copy the fake
+// holds queued there), does not wait for that Release: it counts the buffer as deferred, as it
+// is, and waits for the stream in its own drain, then releases the pool's memory. The Release
+// read-held the holds table's counting lock through its wait (up to 5 s), and the Close waited
+// for the lock that long.
+func TestFakeCloseDuringReleaseWait(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	defer pinned.SetCloseWait(pinned.SetCloseWait(time.Minute))
+	s := pubcuda.Stream(r.s)
+	d := r.devAlloc(4096)
+	b := r.alloc(4096, 7)
+	h, err := r.pool.Hold(b)
+	ok(t, "Hold", err)
+	r.f.Hold(true) // the copy stays queued on s until a hook lets it run
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), b, s))
+	ok(t, "FreeAsync of the held buffer", r.pool.FreeAsync(b, s))
+	if err := r.pool.Close(); !errors.Is(err, pinned.ErrBusy) {
+		t.Fatalf("Close with a buffer freed while held: %v, want ErrBusy", err)
+	}
+	inFinish := make(chan struct{})
+	var once sync.Once
+	var waited atomic.Bool
+	defer pinned.SetAfterPoll(func() { once.Do(func() { close(inFinish) }) })()
+	defer pinned.SetReleaseHooks(nil, func() {
+		waited.Store(true) // Close waits for the Release: let its wait end
+		r.f.Hold(false)
+	})()
+	defer pinned.SetAfterCloseCount(func() { r.f.Hold(false) })()
+	relErr := make(chan error, 1)
+	go func() { relErr <- h.Release() }()
+	<-inFinish // the Release's first reclaim, finishing the close: its wait follows
+	closeErr := r.pool.Close()
+	ok(t, "Release", <-relErr)
+	if waited.Load() {
+		t.Error("Close waited for the lock a last Release held while it waited for its buffer's stream")
+	}
+	if closeErr != nil {
+		t.Errorf("Close during the Release's wait: %v, want nil", closeErr)
+	}
+	ok(t, "heap Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finishClosed()
 }
