@@ -362,3 +362,52 @@ func TestFakeForgetDestroyedStreamBesideCapture(t *testing.T) {
 	ok(t, "heap Free", r.heap.Free(pcuda.DevicePtr(d)))
 	r.finish()
 }
+
+// TestFakeForgetDestroyedStreamBesideCaptureOnRecorded: TestFakeForgetDestroyedStreamBesideCapture
+// with the capture on a non-blocking stream the pool knows only through a live buffer recorded
+// on it (RecordStream), its list gone since (it had no buffer deferred for two reclaims). The
+// check before the synchronize of the context asked the lists' streams and the legacy stream
+// only, missed it, and the synchronize invalidated the user's capture. Now it asks every stream
+// the pool checked and has not forgotten, and refuses (cuda.ErrCapturing).
+func TestFakeForgetDestroyedStreamBesideCaptureOnRecorded(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	const n = 4096
+	d := r.devAlloc(n)
+	u := r.stream() // non-blocking: the legacy stream does not answer for it
+	kept := r.alloc(n, 0xB)
+	ok(t, "RecordStream", r.pool.RecordStream(kept, pcuda.Stream(u)))
+	for range 3 { // u's list, empty, leaves
+		ok(t, "Trim", r.pool.Trim())
+	}
+	if got := pinned.StreamLists(r.pool); got != 0 {
+		t.Fatalf("lists for %d streams after three reclaims with none deferred, want 0", got)
+	}
+	r.f.Hold(true) // the copy stays queued
+	s, err := r.dev.StreamCreate(true)
+	ok(t, "StreamCreate", err)
+	b := r.alloc(n, 0xA)
+	ok(t, "HtoDAsync", r.dev.MemcpyHtoDAsync(d, mem.Addr(b), n, s))
+	ok(t, "FreeAsync", r.pool.FreeAsync(b, pcuda.Stream(s)))
+	ok(t, "StreamDestroy, without ForgetStream", r.dev.StreamDestroy(s)) // its copy still queued
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ok(t, "StreamBeginCapture", r.dev.StreamBeginCapture(u, cuda.CaptureGlobal))
+	ferr := r.pool.ForgetStream(pcuda.Stream(s))
+	g, cerr := r.dev.StreamEndCapture(u)
+	if cerr != nil {
+		t.Fatalf("ForgetStream of a destroyed stream while a stream recorded on a live buffer captures invalidated the capture: %v (ForgetStream: %v)", cerr, ferr)
+	}
+	ok(t, "GraphDestroy", r.dev.GraphDestroy(g))
+	if !errors.Is(ferr, pcuda.ErrCapturing) {
+		t.Errorf("ForgetStream of a destroyed stream while a stream recorded on a live buffer captures: %v; want an error matching cuda.ErrCapturing", ferr)
+	}
+	ok(t, "ForgetStream once the capture has ended", r.pool.ForgetStream(pcuda.Stream(s)))
+	r.f.Hold(false)
+	ok(t, "Free", r.pool.Free(kept))
+	ok(t, "ForgetStream", r.pool.ForgetStream(pcuda.Stream(u)))
+	ok(t, "heap Free", r.heap.Free(pcuda.DevicePtr(d)))
+	r.finish()
+}

@@ -36,12 +36,14 @@ func (p *Points) Capturing(s Stream) bool {
 }
 
 // Captured returns a stream that a CUDA graph capture holds (Capturing), with held true: one of
-// the caller's others (SetOthers), of the lists', or the legacy default stream, which answers
-// for a capture on any blocking stream of the context; none: 0, false. A synchronize of the
-// context (Points.WaitAll) would end such a capture, and the driver refuses it then: Recover
-// asks first, and so does a caller about to synchronize the context for a stream the driver
-// refuses (a ForgetStream of a destroyed stream). A capture on a non-blocking stream the caller
-// has never told the lists of is not seen. It asks the driver once a stream
+// the caller's others (SetOthers), of the lists', of the streams Check accepted and Forget has
+// not forgotten since (with a list or not: a pool's live buffer recorded on a stream names it
+// after its list left), or the legacy default stream, which answers for a capture on any
+// blocking stream of the context; none: 0, false. A synchronize of the context
+// (Points.WaitAll) would end such a capture, and the driver refuses it then: Recover asks
+// first, and so does a caller about to synchronize the context for a stream the driver refuses
+// (a ForgetStream of a destroyed stream). A capture on a non-blocking stream the caller has
+// never told the lists of is not seen. It asks the driver once for each stream it walks
 // (cuStreamIsCapturing, which invalidates nothing). It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Captured() (s Stream, held bool) {
 	p := ls.points
@@ -56,6 +58,12 @@ func (ls *Lists[T]) Captured() (s Stream, held bool) {
 	for _, l := range ls.snapshot() {
 		if p.Capturing(l.s) {
 			return l.s, true
+		}
+	}
+	defer ls.endSeen()
+	for _, s := range ls.seenStreams() {
+		if p.Capturing(s) {
+			return s, true
 		}
 	}
 	if p.Capturing(streamLegacy) {

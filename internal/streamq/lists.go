@@ -69,6 +69,8 @@ type Lists[T any] struct {
 	lost []*List[T] // the lists Poll found lost, for Recover
 
 	forgot  map[Stream]struct{} // under mu: streams forgotten with no list made since (lists_seen.go)
+	seen    map[Stream]struct{} // under mu: streams Check accepted, not forgotten since (lists_seen.go)
+	seenArr []Stream            // Captured's snapshot of seen
 	nforgot atomic.Int32        // len(forgot), read without mu
 	checks  atomic.Int64        // streams asked of the driver (Check)
 }
@@ -143,7 +145,7 @@ func (l *List[T]) Stream() Stream { return l.s }
 // in the totals (nil: nothing), and a list leaves the lists at the linger'th poll in a row that
 // finds it empty (at least 1: at once).
 func NewLists[T any](points *Points, measure func(T) Tally, linger int) *Lists[T] {
-	return &Lists[T]{points: points, measure: measure, linger: max(linger, 1), m: map[Stream]*List[T]{}, forgot: map[Stream]struct{}{}}
+	return &Lists[T]{points: points, measure: measure, linger: max(linger, 1), m: map[Stream]*List[T]{}, forgot: map[Stream]struct{}{}, seen: map[Stream]struct{}{}}
 }
 
 // OwnPoints makes the lists use the items' own points: pointOf(v) is an event v's pusher

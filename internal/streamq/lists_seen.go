@@ -18,6 +18,13 @@ import (
 // no list only. The set is bounded (maxForgotten): past that it is emptied, which only makes
 // frees of buffers recorded on those streams wait for their handles again (a handle the driver
 // no longer knows is answered by a synchronize of the context: Recover).
+//
+// The streams Check accepted are kept too (seen), until Forget, whether they have a list or not:
+// a stream whose list left may still be named by its user's state (a pool's live buffer
+// recorded on it), and a capture on it must be seen before a synchronize of the context
+// (Captured). The set is bounded (maxSeen): past that it is emptied, which only makes Captured
+// miss the streams seen before, until Check sees them again, in a program that destroys streams
+// without forgetting them (which the contract forbids) or uses that many at once.
 
 // ErrPerThreadStream is Check's refusal of the per-thread default stream (CU_STREAM_PER_THREAD,
 // handle 2): it names the default stream of whichever OS thread makes a call, so a point
@@ -27,6 +34,9 @@ var ErrPerThreadStream = errors.New("the per-thread default stream (0x2) names t
 
 // maxForgotten bounds the streams forgotten and not seen since.
 const maxForgotten = 4096
+
+// maxSeen bounds the streams seen and not forgotten.
+const maxSeen = 4096
 
 // Check returns the list of stream s: the one found last, one the lists have, or a new one for
 // a stream the driver accepts now, asked by recording a point of the lists' device in it
@@ -47,19 +57,43 @@ func (ls *Lists[T]) checkSlow(s Stream) (*List[T], error) {
 	if s == PerThreadStream {
 		return nil, ErrPerThreadStream
 	}
-	l := ls.Lookup(s)
-	if l == nil {
-		if !DefaultStream(s) { // the legacy stream, every context's, is not asked about
-			ls.checks.Add(1)
-			if err := ls.points.Check(s); err != nil {
-				return nil, fmt.Errorf("stream %#x (a stream of CUDA device %d): %w", s, ls.points.Ordinal(), err)
-			}
+	if ls.Lookup(s) == nil && !DefaultStream(s) { // the legacy stream, every context's, is not asked about
+		ls.checks.Add(1)
+		if err := ls.points.Check(s); err != nil {
+			return nil, fmt.Errorf("stream %#x (a stream of CUDA device %d): %w", s, ls.points.Ordinal(), err)
 		}
-		l = ls.Get(s)
 	}
+	l := ls.getSeen(s)
 	ls.Found(l)
 	return l, nil
 }
+
+// getSeen is Get of s, a stream Check accepted, which it keeps among the streams seen.
+func (ls *Lists[T]) getSeen(s Stream) *List[T] {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if _, ok := ls.seen[s]; !ok {
+		if len(ls.seen) >= maxSeen {
+			clear(ls.seen) // only makes Captured miss those until seen again: see above
+		}
+		ls.seen[s] = struct{}{}
+	}
+	return ls.getLocked(s)
+}
+
+// seenStreams returns the streams seen (getSeen) and not forgotten, in a slice the caller
+// empties (endSeen). It is the reclaimer's.
+func (ls *Lists[T]) seenStreams() []Stream {
+	ls.mu.Lock()
+	for s := range ls.seen {
+		ls.seenArr = append(ls.seenArr, s)
+	}
+	ls.mu.Unlock()
+	return ls.seenArr
+}
+
+// endSeen empties the slice seenStreams returned, keeping its room.
+func (ls *Lists[T]) endSeen() { ls.seenArr = ls.seenArr[:0] }
 
 // Checks returns the number of streams Check asked the driver about, for tests.
 func (ls *Lists[T]) Checks() int64 { return ls.checks.Load() }
@@ -79,6 +113,7 @@ func (ls *Lists[T]) Forget(s Stream) *List[T] {
 	}
 	ls.forgot[s] = struct{}{}
 	ls.nforgot.Store(int32(len(ls.forgot)))
+	delete(ls.seen, s)
 	return ls.m[s]
 }
 
