@@ -133,6 +133,12 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 			return err
 		}
 	}
+	if p.order == nil && p.sharer != nil {
+		// Shared, and its Sharer does not know it (the free asked it first): freed.
+		if done, err := p.freeUnknownShared(addr, n); done {
+			return err
+		}
+	}
 	claimed := false
 	if p.zeroOnFree && l == nil { // FreeAsync holds the buffer itself, and scrubs it later
 		if afterHoldsLook != nil {

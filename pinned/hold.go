@@ -276,7 +276,8 @@ var releaseForgetLook func()
 
 // freeHeld frees the buffer at addr, of n bytes, which a free found held: deferred to its
 // holds' last Release, to its streams, or, where a Hold's Release was clearing the hold at the
-// time, freed once it has.
+// time, freed once it has; a shared buffer its Sharer does not know (the hold bit the Share's)
+// is freed at once.
 func (p *Pool) freeHeld(addr, n uintptr) error {
 	for {
 		if handled, err := p.out.deferFree(addr, n, false, 0, false); handled {
@@ -288,13 +289,24 @@ func (p *Pool) freeHeld(addr, n uintptr) error {
 		if err := p.freeSlow(addr, n, false); !errors.Is(err, heap.ErrHeld) {
 			return err
 		}
-		if tag := p.g.Tag(addr); tag != nil && settled(tag) == tagHeld {
-			// Shared, no Hold keeps it, and its Sharer answered that this free holds no
-			// reference: the hold bit is the Share's, and stays until FreeShared.
-			return fmt.Errorf("%w: buffer %#x is shared, and its Sharer holds no reference for this free", ErrDoubleFree, addr)
+		if done, err := p.freeUnknownShared(addr, n); done {
+			return err
 		}
 		runtime.Gosched() // a Release between its table and the heap: microseconds
 	}
+}
+
+// freeUnknownShared frees the buffer at addr, of n bytes, in a pool without stream order, when
+// it is shared (Pool.Share: its hold bit the Share's, tagHeld) and no Hold keeps it: its Sharer
+// answered that it does not know it (DropShared, shared false), and the Sharer's contract says
+// the pool then frees it as any held buffer, as a pool with stream order does (deferTagged).
+// done false says it is not such a buffer.
+func (p *Pool) freeUnknownShared(addr, n uintptr) (done bool, err error) {
+	tag := p.g.Tag(addr)
+	if tag == nil || settled(tag) != tagHeld || !tag.CompareAndSwap(tagHeld, tagNone) {
+		return false, nil
+	}
+	return true, p.freeRecorded(addr, n, nil, true) // given back held, with its tag zero
 }
 
 // outside is a pool's holds table, sharded by buffer.

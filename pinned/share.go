@@ -22,7 +22,9 @@ import (
 //     (Free, FreeAsync: after the streams recorded on it, as any held buffer, and after the
 //     last Release of its holds, Pool.Hold). FreeShared is that last free when it comes from
 //     elsewhere (another process let the buffer go). A FreeAsync records its stream on the
-//     buffer first, as RecordStream does, so that the last free waits for that stream too.
+//     buffer first, as RecordStream does, so that the last free waits for that stream too. A
+//     free of a shared buffer the Sharer does not know (DropShared answers shared false) frees
+//     it as any held buffer, whatever the backend.
 //
 // A buffer never shared, in a pool with no Sharer or one with it, pays nothing on Alloc and
 // Free: the fast paths are unchanged, and only frees that leave them ask anything.

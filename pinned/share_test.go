@@ -3,6 +3,7 @@ package pinned_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -585,12 +586,41 @@ func TestFreeSharedRefusals(t *testing.T) {
 }
 
 // TestFreeSharedUnknownToSharer: a Free of a buffer shared with Share whose Sharer does not
-// know it (a Share racing the Free, or the Sharer's reference gone) is refused with
-// ErrDoubleFree, and the buffer stays shared for FreeShared. The Free waited for the Share's
-// hold bit to go, looping for good.
+// know it (DropShared says shared false: a reference gone, or a Share the Sharer was not told
+// of) frees it, as the Sharer's contract says ("the pool frees it as any held buffer"), in
+// every backend: Pageable, Locked (with and without the guards' path) and CUDAHost. A CUDAHost
+// pool freed it; the others refused it with ErrDoubleFree and kept it shared for FreeShared
+// (and before that waited for the Share's hold bit to go, looping for good).
 func TestFreeSharedUnknownToSharer(t *testing.T) {
-	p, _ := newSharedPool(t, pinned.Options{Backend: pinned.Pageable})
-	defer p.Close()
+	for _, o := range []pinned.Options{
+		{Backend: pinned.Pageable},
+		{Backend: pinned.Locked},
+		{Backend: pinned.Locked, ZeroOnFree: true},
+		{Backend: pinned.Pageable, Quota: 1 << 20},
+	} {
+		t.Run(fmt.Sprintf("%v zero %v quota %d", o.Backend, o.ZeroOnFree, o.Quota), func(t *testing.T) {
+			p, _ := newSharedPool(t, o)
+			freeUnknownShared(t, p)
+		})
+	}
+}
+
+// TestFakeFreeSharedUnknownToSharer is TestFreeSharedUnknownToSharer in a CUDAHost pool, with
+// and without the guards' path.
+func TestFakeFreeSharedUnknownToSharer(t *testing.T) {
+	for _, o := range []pinned.Options{{PurgeDelay: -1}, {PurgeDelay: -1, ZeroOnFree: true}} {
+		r, _ := newSharedRig(t, o)
+		if r == nil {
+			return
+		}
+		freeUnknownShared(t, r.pool)
+	}
+}
+
+// freeUnknownShared shares a buffer of p that the pool's Sharer does not know, frees it, and
+// checks that the Free freed it (see TestFreeSharedUnknownToSharer); then it closes p.
+func freeUnknownShared(t *testing.T, p *pinned.Pool) {
+	t.Helper()
 	b, err := p.Alloc(4096)
 	ok(t, "Alloc", err)
 	ok(t, "Share", p.Share(b)) // the Sharer counts no reference of it
@@ -598,14 +628,20 @@ func TestFreeSharedUnknownToSharer(t *testing.T) {
 	go func() { done <- p.Free(b) }()
 	select {
 	case err := <-done:
-		if !errors.Is(err, pinned.ErrDoubleFree) {
-			t.Fatalf("Free of a shared buffer its Sharer does not know: %v, want ErrDoubleFree", err)
+		if err != nil {
+			t.Fatalf("Free of a shared buffer its Sharer does not know: %v, want nil", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Free of a shared buffer its Sharer does not know did not return in 5 s")
 	}
-	ok(t, "FreeShared", p.FreeShared(b))
-	if live(t, p) != 0 {
-		t.Fatalf("%d live after FreeShared", live(t, p))
+	if n := live(t, p); n != 0 {
+		t.Fatalf("%d live after the Free of a shared buffer its Sharer does not know, want 0", n)
 	}
+	if err := p.FreeShared(b); err == nil {
+		t.Fatal("FreeShared of a buffer freed: nil, want an error")
+	}
+	if err := p.Free(b); !errors.Is(err, pinned.ErrDoubleFree) {
+		t.Fatalf("a second Free: %v, want ErrDoubleFree", err)
+	}
+	ok(t, "Close", p.Close())
 }
