@@ -199,6 +199,10 @@ func (rs *resultSet) traced(tr *traceResult) {
 	rs.add("wall_seconds", tr.wall.Seconds(), "s")
 	rs.add("ns_per_op", tr.nsPerOp, "ns")
 	rs.add("gc_cpu_fraction", tr.gcFraction, "ratio")
+	rs.add("late_steps", float64(tr.late), "steps")
+	for _, st := range tr.stats {
+		rs.add(st.metric, st.value, st.unit)
+	}
 }
 
 func (rs *resultSet) huge(size int64, h hugeResult) {

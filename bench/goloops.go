@@ -33,6 +33,19 @@ type footprinter interface {
 	footprint() (held, resident uint64)
 }
 
+// traceStat is a figure an allocator reports of itself after a trace: how it held what it held.
+type traceStat struct {
+	metric, unit string
+	value        float64
+}
+
+// traceStatser is implemented by allocators that can say how they held their memory over a
+// trace (where it came from, how often it was committed and given back), so that a report
+// taken where the code cannot be debugged, a GPU host's, explains its footprint.
+type traceStatser interface {
+	traceStats() []traceStat
+}
+
 // Workload shape constants, shared with cloops.h (BENCH_SLOT_BITS, BENCH_BATCH, BENCH_RING).
 const (
 	slotBits = 10 // the churn table holds 1<<slotBits blocks
@@ -165,6 +178,7 @@ type traceResult struct {
 	wall                  time.Duration // the whole replay
 	late                  int           // steps that began after their time (ops ran over)
 	series                []tracePoint
+	stats                 []traceStat // the allocator's own, at the end (traceStatser)
 }
 
 // traceLoop replays tr on a, one step each traceStep, freeing and allocating and sampling the
@@ -226,6 +240,9 @@ func traceLoop[H any](a allocator[H], tr *trace) (res *traceResult, err error) {
 	_, gc1 := sampleCPU()
 	res.gcFraction = fraction(gc1.gc-gc0.gc, gc1.busy-gc0.busy)
 	res.nsPerOp = float64(opTime.Nanoseconds()) / float64(len(tr.sizes)+tr.freed())
+	if ts, ok := a.(traceStatser); ok {
+		res.stats = ts.traceStats()
+	}
 	return res, err
 }
 

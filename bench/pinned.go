@@ -28,6 +28,27 @@ func (a pinPool) alloc(n int) ([]byte, error) { return a.p.Alloc(n) }
 func (a pinPool) free(b []byte) error         { return a.p.Free(b) }
 func (pinPool) touch(b []byte)                { b[0] = 1 }
 func (a pinPool) close() error                { return a.p.Close() }
+
+// traceStats says how the pool held its memory over a trace: its provider (1 for VMM host
+// granules, 0 otherwise), its shards, what it committed and gave back, and what it kept.
+func (a pinPool) traceStats() []traceStat {
+	st := a.p.Stats()
+	vmm := 0.0
+	if st.Provider == "cuda-host-vmm" {
+		vmm = 1
+	}
+	return []traceStat{
+		{"provider_vmm", "bool", vmm},
+		{"shards", "heaps", float64(st.Shards)},
+		{"commit_bytes", "B", float64(st.CommitBytes)},
+		{"commit_ms_per_gib", "ms", float64(st.CommitPerGiB) / 1e6},
+		{"purged_bytes", "B", float64(st.Purged)},
+		{"decommits", "calls", float64(st.Decommits)},
+		{"kept_end_bytes", "B", float64(st.Kept)},
+		{"forced_purges", "purges", float64(st.ForcedPurges)},
+	}
+}
+
 func (a pinPool) footprint() (held, resident uint64) {
 	c := a.p.Usage().Committed // no allocation while sampling
 	return c, c
