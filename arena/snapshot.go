@@ -16,6 +16,7 @@ func (a *Arena) Stats() Stats {
 		st.Counters = a.reporter.Report()
 	}
 	st.Reserved = uint64(a.reserved)
+	st.Granule = uint64(a.caps.Granule)
 	st.Regions = len(*a.regions.Load())
 	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
 		st.Locked = st.Committed

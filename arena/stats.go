@@ -6,9 +6,11 @@ import "time"
 
 // Stats describes an arena's memory.
 type Stats struct {
-	// Provider and Kind name the memory.
+	// Provider and Kind name the memory; Granule is the provider's commit unit (Caps), the
+	// least memory a committed byte holds committed.
 	Provider string
 	Kind     Kind
+	Granule  uint64
 	// Capacity is the cap on reserved bytes.
 	Capacity uint64
 	// Reserved is the address space held in regions.

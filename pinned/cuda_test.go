@@ -201,8 +201,8 @@ func TestFakePoolCopiesHostVMM(t *testing.T) {
 		return
 	}
 	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 2 << 30})
-	if st := p.Stats(); st.Provider != "cuda-host-vmm" {
-		t.Fatalf("CUDAHost on a driver with host VMM uses %q", st.Provider)
+	if st := p.Stats(); st.Provider != "cuda-host-vmm" || st.Granule != 2<<20 {
+		t.Fatalf("CUDAHost on a driver with host VMM uses %q, granule %d", st.Provider, st.Granule)
 	}
 	copyEverything(t, f, p, hugestCopy())
 	if f.Stat(fakecuda.Registrations) != 0 || f.Stat(fakecuda.PinnedCopies) == 0 {
@@ -222,8 +222,8 @@ func TestFakePoolCopiesRegister(t *testing.T) {
 	}
 	f.SetHostVMM(false)
 	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 2 << 30, PurgeDelay: -1})
-	if st := p.Stats(); st.Provider != "cuda-host-register" {
-		t.Fatalf("CUDAHost on a driver without host VMM uses %q", st.Provider)
+	if st := p.Stats(); st.Provider != "cuda-host-register" || st.Granule != 2<<20 {
+		t.Fatalf("CUDAHost on a driver without host VMM uses %q, granule %d", st.Provider, st.Granule)
 	}
 	copyEverything(t, f, p, hugestCopy())
 	st := p.Stats()

@@ -3,6 +3,7 @@ package pinned
 import (
 	"errors"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -63,7 +64,7 @@ func TestAllocFree(t *testing.T) {
 	if st.Backend != Locked || st.Kind != "host-locked" || st.Allocs != 7 || st.Frees != 7 || st.Live != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	if st.Locked != st.Committed || st.Committed == 0 || st.AlignWaste != 0 {
+	if st.Locked != st.Committed || st.Committed == 0 || st.AlignWaste != 0 || st.Granule != uint64(os.Getpagesize()) {
 		t.Fatalf("memory stats %+v", st)
 	}
 }

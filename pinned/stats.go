@@ -17,6 +17,10 @@ type Stats struct {
 	// provider behind it ("cuda-host-vmm" for VMM host memory, "cuda-host-register" for
 	// registered memory, ...).
 	Kind, Provider string
+	// Granule is the provider's commit unit: a page of host memory, 2 MiB for VMM host
+	// granules and registrations. Memory commits and goes back in whole granules, so a granule
+	// holding one live buffer stays committed whole.
+	Granule uint64
 	// Capacity caps Reserved, the address space held.
 	Capacity, Reserved uint64
 	// Committed is the memory backed (and, for locked memory, locked); PeakCommitted its peak.
@@ -107,7 +111,7 @@ func (p *Pool) Stats() Stats {
 		})
 	}
 	as := p.a.Stats()
-	st.Kind, st.Provider = as.Kind.String(), as.Provider
+	st.Kind, st.Provider, st.Granule = as.Kind.String(), as.Provider, as.Granule
 	st.Capacity, st.Reserved = as.Capacity, as.Reserved
 	st.Committed, st.PeakCommitted, st.Locked, st.Kept = as.Committed, as.PeakCommitted, as.Locked, as.Kept
 	st.AlignWaste, st.ForcedPurges = as.AlignWaste, as.ForcedPurges
