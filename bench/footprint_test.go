@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // TestFootprintCase runs a small larson shape on every allocator of the test suite that can
@@ -153,4 +156,31 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestTraceOn16Ps replays the serving trace (the quick form, paced) on a CUDAHost pool of the
+// fake driver with GOMAXPROCS 16, a GPU host's: the trace's goroutine wakes on any of 16 Ps,
+// whose shards each commit 2 MiB granules. The first GPU check (bench/results/nvidia-h200.md,
+// commit c324501, before issue 38's work) held 2.600 times the peak live bytes there; here the
+// same commit holds 2.51 - 2.67, issue 38's first merge (6e88579) 1.41, and this code (the big
+// shard, the lending) 1.14 - 1.17. The bound leaves room for a loaded machine and catches a
+// return of the spread over the shards' granules.
+func TestTraceOn16Ps(t *testing.T) {
+	if fakecuda.Run(t) == nil {
+		return
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	p, err := pinned.New(pinned.Options{Capacity: traceCapacity, Backend: pinned.CUDAHost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := traceLoop[[]byte](pinPool{p}, newTrace(2*wavePeriod))
+	if err := errors.Join(err, p.Close()); err != nil {
+		t.Fatal(err)
+	}
+	r := float64(tr.peakFootprint) / float64(tr.peakLive)
+	t.Logf("the CUDAHost pool on 16 Ps held %.3f times the trace's peak live bytes", r)
+	if r > 1.3 {
+		t.Errorf("the CUDAHost pool on 16 Ps held %.3f times the trace's peak live bytes (%d MiB for %d)", r, tr.peakFootprint>>20, tr.peakLive>>20)
+	}
 }
