@@ -295,7 +295,10 @@ func footprintTargets(rs []result) []target {
 	n999, _ = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p999_ns_no_purge")
 	ts = append(ts, ratio("footprint-device-latency-p99", "pinmalloc-device Alloc p99 while the purger trims other streams' heaps <= 2x without a purge (footprint/device-latency)",
 		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))))
+	h16, h16OK := lookup(rs, "footprint/trace-16p", cudaHostName, "committed_over_live")
 	ts = append(ts, ratio("footprint-trace-cudahost", "pinmalloc-cudahost peak committed / peak live <= 1.15 (footprint/trace, paced)", h, 1, hOK, 1.15, true, detail),
+		ratio("footprint-trace-cudahost-16p", fmt.Sprintf("pinmalloc-cudahost peak committed / peak live <= 1.15 at GOMAXPROCS %d, a GPU host's (footprint/trace-16p)", gpuHostPs),
+			h16, 1, h16OK, 1.15, true, fmt.Sprintf("%s %.3f", cudaHostName, h16)),
 		ratio("footprint-trace-cudahost-vs-locked", "pinmalloc-cudahost peak committed / live <= the locked pool's (footprint/trace)", h, l, hOK && lOK, 1, true, detail))
 	return ts
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 	"unsafe"
@@ -65,6 +66,7 @@ func footprintOnly(cfg *config) ([]benchCase, impl, func()) {
 	}
 	cs = append(cs,
 		benchCase{name: "footprint/trace", group: "footprint", custom: func(s *suite) []result { return traceSources(s, "footprint/trace", sources) }},
+		benchCase{name: "footprint/trace-16p", group: "footprint", custom: func(s *suite) []result { return traceOn16Ps(s, sources[1]) }},
 		benchCase{name: "footprint/replay", group: "footprint", custom: func(s *suite) []result { return footprintReplay(s, sources[:2]) }},
 		benchCase{name: "footprint/device", group: "footprint", custom: func(s *suite) []result { return footprintDevice(s, dev) }},
 		benchCase{name: "footprint/device-latency", group: "footprint", custom: func(s *suite) []result { return footprintDeviceLatency(s, dev) }},
@@ -120,6 +122,18 @@ func traceSources(s *suite, c string, sources []hostSource) []result {
 		out = append(out, rs.out...)
 	}
 	return out
+}
+
+// gpuHostPs is the GOMAXPROCS of the GPU check's host (16 cores).
+const gpuHostPs = 16
+
+// traceOn16Ps is the serving trace, paced, on src with GOMAXPROCS at a GPU host's: the trace's
+// goroutine wakes on any of 16 Ps, and a pool with a shard per P spreads over 16 shards where
+// this machine may have two. The GPU check's H200 run held 2.600 there where the fake on two
+// Ps showed 1.79 (TestTraceOn16Ps).
+func traceOn16Ps(s *suite, src hostSource) []result {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(gpuHostPs))
+	return traceSources(s, "footprint/trace-16p", []hostSource{src})
 }
 
 // footprintReplay replays traces/serving.pmtrace, without its pauses, on each source.

@@ -169,7 +169,7 @@ func TestTraceOn16Ps(t *testing.T) {
 	if fakecuda.Run(t) == nil {
 		return
 	}
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(gpuHostPs))
 	p, err := pinned.New(pinned.Options{Capacity: traceCapacity, Backend: pinned.CUDAHost})
 	if err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ func margin(t target) float64 {
 
 // bytesTargets are the targets of memory sizes, not times: the load does not move them.
 var bytesTargets = []string{"trace-peak-vs-go-heap", "trace-committed-over-live", "huge-up-to-capacity", "footprint-low-idle",
-	"footprint-high-idle", "footprint-trace-cudahost", "footprint-trace-cudahost-vs-locked"}
+	"footprint-high-idle", "footprint-trace-cudahost", "footprint-trace-cudahost-16p", "footprint-trace-cudahost-vs-locked"}
 
 // missedWhy says, for a MISSED target, why it reads so and whether that matters on this
 // machine: out of reach here, a real gap its rounds agree on, a size the load does not move,
