@@ -204,7 +204,11 @@ func (t *Tier) waitReady(id BlockID, b *block, s cuda.Stream, restored bool) err
 // the use ends anyway, after the tier has waited for the work on s (or on the whole device),
 // and the error says the block was released (wrapping ErrInvalidStream when the driver
 // refused s, and ErrDeviceFault instead when it refused the wait for the device too: a sticky
-// error).
+// error). The one exception: the wait for the whole device would end a CUDA graph capture on
+// another stream the tier knows, so while one captures it is not made, and the Release is
+// refused with an error matching cuda.ErrCapturing: the use goes on; release it again once the
+// capture has ended, and the tier then waits for the device, not for whatever stream has s's
+// handle by then.
 func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("Release")
@@ -224,10 +228,19 @@ func (t *Tier) Release(h Handle, s cuda.Stream) error {
 	if k < 0 {
 		return fmt.Errorf("%w: %#x released on stream %#x, acquired on %#x", ErrWrongStream, uint64(h), s, b.uses[0].s)
 	}
-	if err = t.recordRelease(b, s); errors.Is(err, pinmalloc.ErrCapturing) {
-		return fmt.Errorf("uvm: Release of block %#x refused: %w; the use goes on: release it once the capture ends", uint64(h), err)
-	} else if err != nil {
-		err = t.unordered(h, s, err)
+	u := &b.uses[k]
+	if err = errRefusedBefore; !u.refused {
+		err = t.recordRelease(b, s)
+		if errors.Is(err, pinmalloc.ErrCapturing) {
+			return fmt.Errorf("uvm: Release of block %#x refused: %w; the use goes on: release it once the capture ends", uint64(h), err)
+		}
+	}
+	if err != nil {
+		ended, uerr := t.unordered(h, u, err) // streams.go
+		if !ended {
+			return uerr
+		}
+		err = uerr
 	}
 	if b.uses[k].n--; b.uses[k].n == 0 {
 		b.uses[k] = b.uses[len(b.uses)-1]

@@ -57,10 +57,13 @@ type block struct {
 	thrash    thrashState
 }
 
-// use counts a block's acquisitions on one stream.
+// use counts a block's acquisitions on one stream. refused says that the driver refused s when
+// a Release or Free tried to end a use there and a capture held off the device's synchronize
+// (unordered): the uses left end by that synchronize, whatever stream has the handle s now.
 type use struct {
-	s cuda.Stream
-	n int32
+	s       cuda.Stream
+	n       int32
+	refused bool
 }
 
 func (b *block) clean() bool { return b.host != nil && b.hostValid }
@@ -134,7 +137,10 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 // wait on the CPU (a context with a sticky error), the block is freed all the same and Free
 // returns ErrHeldBack: its memory stays out of use until a synchronize of the device succeeds.
 // The Free of a block acquired on a stream that is capturing a CUDA graph is refused with an
-// error matching cuda.ErrCapturing, and frees nothing: free it once the capture has ended.
+// error matching cuda.ErrCapturing, and frees nothing: free it once the capture has ended. So is
+// the Free of a block acquired on a stream the driver refuses (destroyed without ForgetStream)
+// while a capture holds a stream the tier knows: the synchronize of the device that would wait
+// for the work queued there would end that capture (see Release).
 func (t *Tier) Free(h Handle) error {
 	t.mu.Lock()
 	defer t.unlock("Free")
@@ -147,18 +153,41 @@ func (t *Tier) Free(h Handle) error {
 			return fmt.Errorf("%w; nothing was freed: free it once the capture ends", err)
 		}
 	}
-	return t.freeBlock(id)
+	errs, ok := t.endUses(id, b)
+	if !ok {
+		return fmt.Errorf("uvm: Free of block %#x refused: %w; nothing was freed: free it once the capture ends", uint64(h), errors.Join(errs...))
+	}
+	return errors.Join(append(errs, t.freeBlock(id))...)
 }
 
-// freeBlock frees slot id. t.mu is held.
+// endUses records block id's release event on each stream it is acquired on, ending its uses
+// there, or waits for a stream the event cannot be recorded on (unordered), and returns the
+// errors that says so. When a wait would end a CUDA graph capture, ok is false: the block stays
+// acquired, its error (matching pinmalloc.ErrCapturing) among errs; the events recorded on the
+// other streams stand for no end of a use, which the next Release or Free records again. t.mu
+// is held.
+func (t *Tier) endUses(id BlockID, b *block) (errs []error, ok bool) {
+	ok = true
+	for i := range b.uses {
+		u := &b.uses[i]
+		err := errRefusedBefore
+		if !u.refused {
+			err = t.recordRelease(b, u.s)
+		}
+		if err == nil {
+			continue
+		}
+		ended, err := t.unordered(t.handle(id), u, err) // streams.go
+		ok = ok && ended
+		errs = append(errs, err)
+	}
+	return errs, ok
+}
+
+// freeBlock frees slot id, whose uses have ended (endUses). t.mu is held.
 func (t *Tier) freeBlock(id BlockID) error {
 	b := &t.blocks[id]
 	var errs []error
-	for _, u := range b.uses {
-		if err := t.recordRelease(b, u.s); err != nil {
-			errs = append(errs, t.unordered(t.handle(id), u.s, err)) // streams.go
-		}
-	}
 	if b.pins > 0 {
 		t.acct.pinned -= b.size
 		t.acct.pinnedBlocks--

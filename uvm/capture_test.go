@@ -239,3 +239,69 @@ func TestSyncHeldBackDuringCapture(t *testing.T) {
 		t.Errorf("after the capture and a Sync: %d bytes of VRAM and %d of host buffers held back, want none", st.HeldBackDeviceBytes, st.HeldBackHostBytes)
 	}
 }
+
+// TestReleaseOnDestroyedStreamDuringCapture: a Release (or Free) of a block acquired on a
+// stream the user destroyed cannot record its event there, and would wait for the work queued
+// there with a synchronize of the device; while a capture holds a stream the tier knows, that
+// synchronize would end the capture, so the tier refuses the call with ErrCapturing instead:
+// the use goes on (nothing freed), the capture stays valid, and the same call once the capture
+// has ended waits for the device and ends the use (ErrInvalidStream, as without a capture). The
+// block then moves with the bytes the destroyed stream's work wrote. Before, the Release and
+// the Free synchronized the device, which ended the user's capture invalidated.
+func TestReleaseOnDestroyedStreamDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n = 64 * kib
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	hs := filled(t, tr, 3, n)
+	capt := stream(t, dev)
+	acquireAll(t, tr, capt, uvm.Read, hs[2:]) // a stream the tier knows
+	raw, err := dev.StreamCreate(true)
+	must(t, err)
+	dead := cuda.Stream(raw)
+	p, err := tr.Acquire(hs[0], dead, uvm.Write)
+	must(t, err)
+	_, err = tr.Acquire(hs[1], dead, uvm.Read)
+	must(t, err)
+	f.Hold(true)
+	writeDev(t, dev, dead, p, pattern(99, n)) // queued on the stream, run late
+	must(t, dev.StreamDestroy(raw))
+	beginCapture(t, dev, capt)
+	var rerr, ferr error
+	elsewhere(func() {
+		rerr = tr.Release(hs[0], dead)
+		ferr = tr.Free(hs[1])
+	})
+	for _, c := range []struct {
+		op  string
+		err error
+	}{{"Release", rerr}, {"Free", ferr}} {
+		if !errors.Is(c.err, pinmalloc.ErrCapturing) {
+			t.Errorf("%s of a block acquired on a destroyed stream, a known stream capturing: %v; want pinmalloc.ErrCapturing", c.op, c.err)
+		}
+	}
+	endCapture(t, dev, capt)
+	f.Hold(false)
+	if st := tr.Stats(); st.AcquiredBlocks != 2 {
+		t.Errorf("after the refused calls: %d blocks acquired, want 2 (the uses go on)", st.AcquiredBlocks)
+	}
+	if err := tr.Release(hs[0], dead); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Release on the destroyed stream once the capture ended: %v; want uvm.ErrInvalidStream", err)
+	}
+	if err := tr.Release(hs[0], dead); !errors.Is(err, uvm.ErrNotAcquired) {
+		t.Errorf("a second Release: %v; the one before should have ended the use", err)
+	}
+	if err := tr.Free(hs[1]); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Free of a block acquired on the destroyed stream once the capture ended: %v; want uvm.ErrInvalidStream", err)
+	}
+	must(t, tr.Evict(hs[:1]))
+	b, err := tr.AcquireHost(hs[0], uvm.Read)
+	must(t, err)
+	if !bytes.Equal(b, pattern(99, n)) {
+		t.Error("the block moved before the destroyed stream's write to it ran")
+	}
+	must(t, tr.ReleaseHost(hs[0]))
+	must(t, tr.Close())
+}

@@ -44,10 +44,15 @@ import (
 // acquired for good. If even the device wait fails (a sticky error: the context runs no more
 // work), the use ends anyway, and the error says that the device failed (ErrDeviceFault), not
 // that the stream is invalid: whatever became of the stream, the context's error is the cause.
+// The device wait is never made while a CUDA graph capture holds a stream the tier knows (see
+// below): the Release or Free is then refused with ErrCapturing and the use goes on, marked
+// (use.refused) so that the same call made once the capture has ended waits for the device
+// rather than record an event on whatever stream the driver gave the handle to since.
 
 //
 // After a fault, the tier answers a stream of its own that the driver refuses, and memory held
-// back, with a synchronize of the device (streamq's Lists.Recover, retryHeld). That synchronize
+// back, with a synchronize of the device (streamq's Lists.Recover, retryHeld), as it answers a
+// user's stream refused by a Release or Free (unordered). That synchronize
 // would end a CUDA graph capture on any stream of the context (the driver refuses it and
 // invalidates the capture), so the tier asks first, as the device heap does, about every
 // stream of the user's it knows: those seen (t.streams), and those a block is acquired on or
@@ -187,20 +192,38 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 	return nil
 }
 
-// unordered ends a use of block h on s whose release event could not be recorded (cause): it waits
-// for the work queued on s, or for the device when the driver refuses s (and forgets s), and
-// returns the error that says so. When the device refuses the wait too, the context has failed (a
-// sticky error, which the refusals of s and of the event may be too): the error says that
-// (ErrDeviceFault, the device's error in the chain), not that s is invalid, and the event's refusal
-// as what led there when it is another error. t.mu is held; the caller ends the use.
-func (t *Tier) unordered(h Handle, s cuda.Stream, cause error) error {
-	if t.dev.StreamSynchronize(uintptr(s)) == nil {
-		return fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w; released after waiting for the stream", uint64(h), s, cause)
+// unordered ends a use u of block h whose release event could not be recorded (cause): it waits
+// for the work queued on u's stream, or for the device when the driver refuses the stream (and
+// forgets it), and returns the error that says so, with ended true. When the device refuses the
+// wait too, the context has failed (a sticky error, which the refusals of the stream and of the
+// event may be too): the error says that (ErrDeviceFault, the device's error in the chain), not
+// that the stream is invalid, and the event's refusal as what led there when it is another error.
+//
+// The synchronize of the device would end a CUDA graph capture on any stream of the context (the
+// driver refuses it and invalidates the capture): while a capture holds a stream the tier knows
+// (captured), it waits for nothing and returns, with ended false, an error matching
+// pinmalloc.ErrCapturing; the use goes on, marked refused, so that the call made again once the
+// capture has ended waits for the device without trusting the handle (the driver may have given
+// it to a stream created since, which is not ordered after the old one's work). t.mu is held;
+// the caller ends the use when ended.
+func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) {
+	s := u.s
+	if !u.refused && t.dev.StreamSynchronize(uintptr(s)) == nil {
+		return true, fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w; released after waiting for the stream", uint64(h), s, cause)
 	}
 	t.forget(s)
+	if c, held := t.captured(); held {
+		u.refused = true
+		return false, fmt.Errorf("uvm: release of %#x on stream %#x refused: its event could not be recorded (%w), and the synchronize of the device that would wait for the work queued there instead would end the CUDA graph capture on stream %#x: %w; the use goes on: end it again once the capture ends",
+			uint64(h), s, cause, c, pinmalloc.ErrCapturing)
+	}
 	if derr := t.dev.Synchronize(); derr != nil {
-		return fmt.Errorf("%w: release of %#x on stream %#x: the device refused to wait for the work queued there: %w; the use ended all the same%s",
+		return true, fmt.Errorf("%w: release of %#x on stream %#x: the device refused to wait for the work queued there: %w; the use ended all the same%s",
 			ErrDeviceFault, uint64(h), s, derr, besides(fmt.Errorf("its event could not be recorded: %w", cause), derr))
 	}
-	return fmt.Errorf("%w: uvm: release of %#x on stream %#x: no event: %w; released after waiting for the device", ErrInvalidStream, uint64(h), s, cause)
+	return true, fmt.Errorf("%w: uvm: release of %#x on stream %#x: no event: %w; released after waiting for the device", ErrInvalidStream, uint64(h), s, cause)
 }
+
+// errRefusedBefore is the cause unordered is given for a use whose stream the driver refused
+// before (use.refused): its event is not recorded again.
+var errRefusedBefore = errors.New("the driver refused the stream before")

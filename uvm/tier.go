@@ -69,7 +69,10 @@
 // The user's streams are raw handles: Acquire and Prefetch check theirs with the driver the
 // first time the tier sees it (ErrInvalidStream), and remember it, so that later calls make no
 // driver call. Call ForgetStream before destroying a stream the tier has seen; a Release on a
-// stream destroyed without it still ends the use, after a device wait.
+// stream destroyed without it still ends the use, after a device wait, except while a CUDA
+// graph capture holds another stream the tier knows, which that wait would end: the Release
+// is then refused with ErrCapturing, the use going on until it is called again after the
+// capture.
 //
 // # Eviction
 //
