@@ -3,6 +3,7 @@ package uvm
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/units"
@@ -10,7 +11,11 @@ import (
 
 // Blocks: the tier's table of block slots, the handles that name them, Alloc and Free. A handle is
 // a slot and the slot's generation, so a handle used after Free is refused, never taken for the
-// block that reuses the slot. The states of a block and their invariants are on the block type.
+// block that reuses the slot. Each tier numbers its slots' generations from a base of its own
+// (genBase), far from every other tier's, so that a handle of another tier is refused too, not
+// taken for the block in the same slot here: with every tier counting from 1, the first block of
+// one tier had the handle of the first block of any other. The states of a block and their
+// invariants are on the block type.
 
 // Handle names a block of a Tier. The zero Handle is never valid.
 type Handle uint64
@@ -18,6 +23,22 @@ type Handle uint64
 // hostAlign is the alignment of host buffers and device blocks: what coalesced copies and the
 // copy kernel's 16-byte vectors want.
 const hostAlign = 256
+
+// tiers counts the tiers made, for their generation bases.
+var tiers atomic.Uint32
+
+// genBase returns the first generation of the slots of a new tier: the number of tiers made so
+// far times 2^32 over the golden ratio (odd, so that 2^32 tiers get distinct bases). The bases
+// of the first n tiers lie more than 2^32/(2.62n) apart (the three-distance theorem: over 1.6
+// million for the first thousand tiers), so a slot of one tier reaches the generation of the
+// same slot of another only after that many frees of it, and a handle of another tier is
+// refused. Never 0, so that a handle's high half is never 0 either.
+func genBase() uint32 {
+	if g := tiers.Add(1) * 0x9E3779B1; g != 0 {
+		return g
+	}
+	return 1
+}
 
 // roundUp rounds a block size to hostAlign.
 func roundUp(n uintptr) uintptr { return (n + hostAlign - 1) &^ (hostAlign - 1) }
@@ -119,7 +140,7 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 		if len(t.blocks) == 1<<32-1 {
 			return 0, fmt.Errorf("%w: too many blocks", ErrHostFull)
 		}
-		t.blocks = append(t.blocks, block{gen: 1})
+		t.blocks = append(t.blocks, block{gen: t.genBase})
 		id = BlockID(len(t.blocks) - 1)
 	}
 	b := &t.blocks[id]

@@ -19,7 +19,8 @@
 // # Blocks and handles
 //
 // Alloc(n) returns a Handle: a slot index and a generation, so a handle used after Free is
-// detected (ErrInvalidHandle), never mistaken for the block that reuses its slot. A block's
+// detected (ErrInvalidHandle), never mistaken for the block that reuses its slot, and so is a
+// handle of another tier (each tier numbers its generations from a base of its own). A block's
 // bytes live on the device (VRAM from a device.Heap, within Options.DeviceBudget), on the host
 // (a buffer of a pinned.Pool of CUDA pinned host memory: VMM host granules, or registered
 // memory on older drivers), or both. Its states:
@@ -220,6 +221,7 @@ type Tier struct {
 	spare       spares        // VRAM kept for the next restores (spare.go)
 	scratch     scratch       // slices every batch reuses
 	checks      uint32        // calls of checkInvariants (verify.go)
+	genBase     uint32        // the generation of a new slot (block.go), fixed by New
 	lat         acquireClock  // which acquisitions are timed (latency.go)
 }
 
@@ -263,10 +265,11 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	}
 	t := &Tier{
 		dev: dev, pub: pub, policy: o.Policy,
-		mem:    stores{budget: roundUp(uintptr(o.DeviceBudget)), hostCap: uintptr(o.HostCapacity)},
-		engine: engine{events: icuda.NewEventPool(dev)},
-		opts:   settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
-		lat:    acquireClock{every: hitEvery},
+		mem:     stores{budget: roundUp(uintptr(o.DeviceBudget)), hostCap: uintptr(o.HostCapacity)},
+		engine:  engine{events: icuda.NewEventPool(dev)},
+		opts:    settings{clock: o.Clock, onMigrate: o.OnMigrate, thrashLapse: int64(o.ThrashLapse), thrashPin: int64(o.ThrashPin)},
+		lat:     acquireClock{every: hitEvery},
+		genBase: genBase(),
 	}
 	t.batches = newBatches(dev, t.engine.events)
 	t.streams = streamq.NewLists[struct{}](t.batches.lists.Points(), nil, 1)
