@@ -160,6 +160,9 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	}
 	if m == Write {
 		b.hostValid = false
+		if b.hostLent { // the next copy to the host goes to another buffer (host.go)
+			t.unlendHost(b)
+		}
 	}
 	if b.pins == 0 {
 		t.policy.Pinned(id)

@@ -59,6 +59,7 @@ type block struct {
 	fresh     bool
 	hostValid bool // the host buffer holds the block's bytes
 	hostWrite bool // acquired on the host for writing
+	hostLent  bool // host went to Go (AcquireHost): the user's copies may still use it (host.go)
 	chosen    bool // picked for the eviction or restore being built (scratch)
 	size      uintptr
 	n         int // bytes asked by Alloc

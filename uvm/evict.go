@@ -185,7 +185,7 @@ func (t *Tier) settleCopies(ids []BlockID) error {
 	for _, id := range ids {
 		if b := &t.blocks[id]; b.host != nil && !b.hostValid {
 			c.host = append(c.host, b.host)
-			b.host, b.hostDev = nil, 0
+			b.host, b.hostDev, b.hostLent = nil, 0, false
 			t.acct.hostHeld -= b.size
 		}
 	}

@@ -16,13 +16,25 @@ import (
 // Invariants: a block acquired on the host for writing has no device copy while it is held; Go
 // gets a host copy only once the eviction writing it has completed, and writes it only once the
 // restore reading it has.
+//
+// A buffer Go had (hostLent) may still be read, after ReleaseHost, by copies the user queued
+// from it with device.Heap (HtoDAsync): their streams are recorded on the buffer in the pool,
+// which orders a free of the buffer after them, but the tier's own copies into it (an eviction,
+// copyToHost) would overwrite it under them. So the tier never copies into a lent buffer: when
+// a block acquired for writing makes its host copy stale (the only way to a copy into the
+// buffer it has), the block lets go of it (unlendHost), behind the tier's own copies that may
+// still read it, and through the pool's Free, which waits for the user's; the next copy to the
+// host gets another buffer (hostAlloc). A lent buffer that is still the block's valid host copy
+// is only read by the tier (a restore), and a read does not disturb the user's.
 
 // AcquireHost returns the block's bytes as a []byte of pinned host memory for Go to read
 // (Read) or fill (Write), valid until ReleaseHost. A block whose newest bytes are on the device
 // is copied to the host first, and AcquireHost waits for that copy. With Write the device copy
 // is dropped (the next Acquire brings the new bytes back). Several readers may hold a block;
-// a writer excludes every other acquisition. Errors: ErrInvalidHandle, ErrAcquired (acquired
-// on the device, or on the host by a writer or, for Write, a reader), ErrHostFull.
+// a writer excludes every other acquisition. A device.Heap copy queued from the []byte may
+// outlive ReleaseHost (see the package documentation); one queued into it must have run before
+// the block is next acquired on the device or prefetched. Errors: ErrInvalidHandle, ErrAcquired
+// (acquired on the device, or on the host by a writer or, for Write, a reader), ErrHostFull.
 func (t *Tier) AcquireHost(h Handle, m Mode) (_ []byte, err error) {
 	start := nanotime() // latency.go
 	t.mu.Lock()
@@ -61,7 +73,27 @@ func (t *Tier) AcquireHost(h Handle, m Mode) (_ []byte, err error) {
 	}
 	b.hostPins++
 	b.hostWrite = m == Write
+	b.hostLent = true
 	return b.host[:b.n:b.n], nil
+}
+
+// unlendHost lets go of b's host buffer, lent to Go (see the file comment) and now stale (b is
+// acquired for writing): the buffer goes back to the pool behind the tier's copies that may still
+// read it (a restore in flight; an eviction writing it is before any completion on the D2H
+// stream), and the pool's Free hands it out again only once the streams of the user's copies
+// recorded on it have passed them. When retire cannot order it (a CPU wait failed: a sticky
+// error) it is held back (heldback.go). t.mu is held.
+func (t *Tier) unlendHost(b *block) {
+	c := completion{host: [][]byte{b.host}}
+	b.host, b.hostDev, b.hostLent = nil, 0, false
+	t.acct.hostHeld -= b.size
+	t.rel.waits = t.rel.waits[:0]
+	if b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
+		t.addWait(relEvent{s: t.engine.h2d, ev: b.readyEv, seq: b.readySeq})
+	}
+	if gone, _ := t.retire(c); !gone {
+		t.holdBack(c)
+	}
 }
 
 // hostCurrent makes the host copy of block id hold its bytes: a fresh block gets a host buffer
@@ -206,7 +238,7 @@ func (t *Tier) hostAlloc(id BlockID, b *block) error {
 			return fmt.Errorf("uvm: device address of a host buffer: %w", err)
 		}
 	}
-	b.host, b.hostDev, b.hostValid = buf, dp, false
+	b.host, b.hostDev, b.hostValid, b.hostLent = buf, dp, false, false
 	t.acct.hostHeld += b.size
 	return nil
 }
@@ -240,7 +272,7 @@ func (t *Tier) dropHostCopies(want uintptr) bool {
 		if t.mem.pool.Free(b.host) != nil {
 			continue
 		}
-		b.host, b.hostDev, b.hostValid = nil, 0, false
+		b.host, b.hostDev, b.hostValid, b.hostLent = nil, 0, false, false
 		t.acct.hostHeld -= b.size
 		t.st.HostCopiesDropped++
 		if got += b.size; got >= want {

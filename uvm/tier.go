@@ -64,8 +64,12 @@
 // The []byte AcquireHost returns is a buffer of the tier's pinned.Pool. A device.Heap copy
 // queued from or into it (HtoDAsync, DtoHAsync) records its stream on the buffer, so freeing,
 // evicting or dropping the block while such a copy is still queued never hands the buffer to
-// another block before the stream has passed the copy. Other asynchronous work on it (a kernel,
-// a copy of another binding) must be waited for before ReleaseHost.
+// another block before the stream has passed the copy; and once the block is acquired for
+// writing on the device, its new bytes are copied to the host into another buffer, never into
+// one such a copy may still read. A copy queued into it must have run before the block is
+// acquired on the device or prefetched, whose restore reads the buffer on the tier's stream.
+// Other asynchronous work on it (a kernel, a copy of another binding) must be waited for before
+// ReleaseHost.
 //
 // The user's streams are raw handles: Acquire and Prefetch check theirs with the driver the
 // first time the tier sees it (ErrInvalidStream), and remember it, so that later calls make no
