@@ -305,3 +305,60 @@ func TestReleaseOnDestroyedStreamDuringCapture(t *testing.T) {
 	must(t, tr.ReleaseHost(hs[0]))
 	must(t, tr.Close())
 }
+
+// TestRefusedReleaseForgetsDeadStream: a Release refused for a capture (as in
+// TestReleaseOnDestroyedStreamDuringCapture) has found that the driver no longer knows the
+// stream, whose handle it may give to a stream created next, not ordered after the dead one's
+// work: the release events recorded on the dead stream stop standing for the handle, so that a
+// block released there, acquired on the new stream with that handle, is read there only after
+// the dead stream's write to it. Before, the new stream took that release event for its own
+// and waited for nothing: it read the block before the write.
+func TestRefusedReleaseForgetsDeadStream(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n = 64 * kib
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	hs := filled(t, tr, 3, n)
+	capt := stream(t, dev)
+	acquireAll(t, tr, capt, uvm.Read, hs[2:])
+	raw, err := dev.StreamCreate(true)
+	must(t, err)
+	dead := cuda.Stream(raw)
+	p, err := tr.Acquire(hs[0], dead, uvm.Write)
+	must(t, err)
+	f.Hold(true)
+	writeDev(t, dev, dead, p, pattern(99, n)) // queued on the stream, run late
+	must(t, tr.Release(hs[0], dead))          // its release event, on the stream
+	_, err = tr.Acquire(hs[1], dead, uvm.Read)
+	must(t, err)
+	must(t, dev.StreamDestroy(raw))
+	beginCapture(t, dev, capt)
+	var next cuda.Stream
+	elsewhere(func() {
+		if err := tr.Release(hs[1], dead); !errors.Is(err, pinmalloc.ErrCapturing) {
+			t.Errorf("Release on the destroyed stream, a known stream capturing: %v; want pinmalloc.ErrCapturing", err)
+		}
+		raw, err := dev.StreamCreate(true)
+		must(t, err)
+		if next = cuda.Stream(raw); next != dead {
+			t.Errorf("the fake gave the new stream handle %#x, not the destroyed stream's %#x", next, dead)
+			return
+		}
+		q, err := tr.Acquire(hs[0], next, uvm.Read)
+		must(t, err)
+		if !bytes.Equal(readDev(t, dev, next, q, n), pattern(99, n)) {
+			t.Error("a stream with the destroyed stream's handle read the block before the destroyed stream's write to it ran")
+		}
+		must(t, tr.Release(hs[0], next))
+	})
+	endCapture(t, dev, capt)
+	f.Hold(false)
+	if err := tr.Release(hs[1], dead); !errors.Is(err, uvm.ErrInvalidStream) {
+		t.Errorf("Release on the destroyed stream once the capture ended: %v; want uvm.ErrInvalidStream", err)
+	}
+	must(t, tr.ForgetStream(next))
+	must(t, dev.StreamDestroy(uintptr(next)))
+	must(t, tr.Close())
+}

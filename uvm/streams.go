@@ -47,7 +47,9 @@ import (
 // The device wait is never made while a CUDA graph capture holds a stream the tier knows (see
 // below): the Release or Free is then refused with ErrCapturing and the use goes on, marked
 // (use.refused) so that the same call made once the capture has ended waits for the device
-// rather than record an event on whatever stream the driver gave the handle to since.
+// rather than record an event on whatever stream the driver gave the handle to since; and the
+// release events recorded on the stream stop standing for its handle, as ForgetStream makes
+// them, so that a stream given the handle meanwhile waits for them.
 
 //
 // After a fault, the tier answers a stream of its own that the driver refuses, and memory held
@@ -204,8 +206,9 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 // (captured), it waits for nothing and returns, with ended false, an error matching
 // pinmalloc.ErrCapturing; the use goes on, marked refused, so that the call made again once the
 // capture has ended waits for the device without trusting the handle (the driver may have given
-// it to a stream created since, which is not ordered after the old one's work). t.mu is held;
-// the caller ends the use when ended.
+// it to a stream created since, which is not ordered after the old one's work), and the release
+// events recorded on the stream stop standing for the handle (forgetReleases, as ForgetStream
+// does), so that such a stream waits for them. t.mu is held; the caller ends the use when ended.
 func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) {
 	s := u.s
 	if !u.refused && t.dev.StreamSynchronize(uintptr(s)) == nil {
@@ -213,6 +216,9 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 	}
 	t.forget(s)
 	if c, held := t.captured(); held {
+		// The driver refused s: its handle may go to a stream created next, before the
+		// synchronize that would have passed s's release events. They stand for s alone.
+		t.forgetReleases(s)
 		u.refused = true
 		return false, fmt.Errorf("uvm: release of %#x on stream %#x refused: its event could not be recorded (%w), and the synchronize of the device that would wait for the work queued there instead would end the CUDA graph capture on stream %#x: %w; the use goes on: end it again once the capture ends",
 			uint64(h), s, cause, c, pinmalloc.ErrCapturing)
