@@ -44,11 +44,14 @@ func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {
 	}
 	p, err := sh.Alloc(n)
 	if err != nil && outOfMemory(err) {
+		// A stream the reclaim cannot wait for (one capturing a graph, say) keeps its memory,
+		// and the reclaim's error says so; what the other streams gave back is in the arena
+		// all the same: try it before failing.
 		h.st.Reclaims++
-		if rerr := h.reclaim(); rerr != nil {
-			return 0, errors.Join(err, rerr)
+		rerr := h.reclaim()
+		if p, err = sh.Alloc(n); err != nil && rerr != nil {
+			err = errors.Join(err, rerr)
 		}
-		p, err = sh.Alloc(n)
 	}
 	if err != nil {
 		return 0, err

@@ -259,3 +259,38 @@ func TestFakeIdlePurgeDestroyedStreamBesideCapture(t *testing.T) {
 		t.Errorf("a tick after the capture: %d purges, %d streams with work pending; want 2, none", st.Purges, f.Pending())
 	}
 }
+
+// TestFakeAllocReclaimsBesideCapture: an Alloc that runs out of memory while the user captures
+// a graph on stream b, on which a free is deferred, reclaims what the other streams hold (a's
+// heap, an empty segment) though it cannot wait for b's free, and is served from it. The
+// reclaim's refusal of b (cuda.ErrCapturing) made the Alloc fail at once, with the memory it
+// had just given to the arena free there: the same Alloc, repeated, succeeded.
+func TestFakeAllocReclaimsBesideCapture(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 4 << 20, PurgeDelay: -1}) // two chunks
+	if f == nil {
+		return
+	}
+	a, b, c, d := newStream(t, dev, h), newStream(t, dev, h), newStream(t, dev, h), newStream(t, dev, h)
+	const n = 1 << 20
+	must(t, "FreeAsync on a", h.FreeAsync(pcuda.DevicePtr(alloc(t, h, n, a)), pcuda.Stream(a))) // a keeps a chunk, empty
+	x := alloc(t, h, 4096, c)                                                                   // c holds the other
+	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(x), pcuda.Stream(b)))                 // deferred on b
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(b, cuda.CaptureGlobal))
+	p, err := h.Alloc(n, pcuda.Stream(d)) // a's chunk, once a's heap gives it back
+	st := h.Stats()
+	g, cerr := dev.StreamEndCapture(b)
+	if cerr != nil {
+		t.Fatalf("the Alloc invalidated the user's capture: %v", cerr)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if err != nil {
+		t.Fatalf("Alloc of %d bytes on d, a's empty chunk reclaimable, b capturing with a free deferred: %v", n, err)
+	}
+	if st.Deferred != 1 {
+		t.Errorf("during the capture: %d frees deferred, want 1 (b's waits for the capture's end)", st.Deferred)
+	}
+	must(t, "Sync", h.Sync())
+	freeAll(t, h, []cuda.DevicePtr{uintptr(p)})
+}
