@@ -260,7 +260,9 @@ func (h *Heap) Align() int { return int(h.align) }
 
 // Free gives back the block at p at once. The caller guarantees that no work in flight on any
 // stream uses it (after a synchronize, say). Errors: heap.ErrNotOwned for a pointer of another
-// heap, heap.ErrDoubleFree, heap.ErrInteriorPointer.
+// heap, heap.ErrDoubleFree, heap.ErrInteriorPointer; with Options.ZeroOnFree, whose memset runs
+// on the legacy stream, one matching cuda.ErrCapturing while a blocking stream captures a CUDA
+// graph (the block still live).
 func (h *Heap) Free(p cuda.DevicePtr) error {
 	if err := h.lock(); err != nil {
 		return err
@@ -289,7 +291,10 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // of s and record nothing there, so the capture stays valid, and its frees wait for the
 // capture to end. Memory a graph uses must outlive the graph: free it once the graph is
 // destroyed; a block freed on s during the capture is reused once s has passed the free after
-// the capture ends, whether the graph has been launched or not.
+// the capture ends, whether the graph has been launched or not. With Options.ZeroOnFree, whose
+// memset would be a node of the user's graph, a FreeAsync on a stream a capture holds (or on the
+// legacy stream while a blocking stream captures) is refused with an error matching
+// cuda.ErrCapturing, the block still live: free it once the capture has ended.
 //
 // Errors, on any stream: those of Free (heap.ErrDoubleFree for a block freed already or with a
 // free pending), checked before anything is queued or deferred.

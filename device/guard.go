@@ -6,6 +6,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // ErrQuota means an allocation would take the heap's live bytes beyond Options.Quota.
@@ -20,7 +21,9 @@ var ErrQuota = errkind.New(pinmalloc.ErrQuota, "device: quota exceeded")
 // which runs after the memset; a FreeAsync on another stream is done only once that stream has
 // passed a point placed after the memset, so no stream sees the block before it is clear; a
 // synchronous Free waits for the memset (cuMemsetD8, then a synchronize of the legacy stream: a
-// memset of device memory returns before it has run).
+// memset of device memory returns before it has run). A free whose memset's stream a CUDA graph
+// capture holds is refused before anything is queued: captured, the memset would not run before
+// the block is reused, and would clear it, reused since, at every launch of the graph.
 type guard struct {
 	zeroOnFree bool
 	quota      uintptr
@@ -44,7 +47,8 @@ func (h *Heap) liveSize(p cuda.DevicePtr) uintptr {
 	return n
 }
 
-// scrub clears the live block at p, on stream s (queued), or at once when s is nil.
+// scrub clears the live block at p, on stream s (queued), or at once when s is nil; it refuses,
+// queueing nothing, when a capture holds the stream the memset would be queued on.
 func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
 	if !h.zeroOnFree {
 		return nil
@@ -52,6 +56,16 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
 	n, err := h.g.Size(uintptr(p))
 	if err != nil {
 		return err
+	}
+	// The memset's stream: a capture there would take the memset into the user's graph (not run
+	// before the block's reuse, run at each launch on memory reused since); on the legacy stream
+	// while a blocking stream captures, the driver would refuse it and end the capture.
+	on := streamq.Stream(0) // Free's memset, on the legacy stream
+	if s != nil {
+		on = streamq.Stream(*s)
+	}
+	if err := streamq.CaptureRefusal(h.dev, on); err != nil {
+		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w; free it once the capture has ended", p, n, err)
 	}
 	if s != nil {
 		err = h.dev.MemsetD8Async(uintptr(p), 0, n, uintptr(*s))

@@ -3,11 +3,12 @@ package device
 import (
 	"bytes"
 	"errors"
-	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -75,4 +76,67 @@ func TestFakeQuota(t *testing.T) {
 	must(t, "Sync", h.Sync())
 	r := alloc(t, h, 512<<10, s)
 	freeAll(t, h, []cuda.DevicePtr{q, r})
+}
+
+// TestFakeZeroOnFreeDuringCapture: with ZeroOnFree, a free whose memset would be queued on a
+// stream a CUDA graph capture holds (the freeing stream; the legacy stream, for Free and for a
+// FreeAsync on it, while a blocking stream captures) is refused with an error matching
+// cuda.ErrCapturing before anything is queued or freed: the capture stays valid, the block stays
+// live, and once freed after the capture it reads zero when handed out again. Before, a
+// FreeAsync's memset was captured into the user's graph, so it did not run before the block was
+// reused (the next owner read the last one's bytes) and would clear the block, reused since, at
+// every launch of the graph; Free's memset on the legacy stream failed and ended the capture.
+func TestFakeZeroOnFreeDuringCapture(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, ZeroOnFree: true, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	s, b, blocking := newStream(t, dev, h), newStream(t, dev, h), newBlockingStream(t, dev, h)
+	secret := bytes.Repeat([]byte{0x5A}, 4096)
+	for _, c := range []struct {
+		how            string
+		capture, frees cuda.Stream // frees 0 with capture blocking: Free, or FreeAsync on the legacy stream
+		sync           bool
+	}{
+		{"FreeAsync on its own stream, capturing", s, s, false},
+		{"FreeAsync on another stream, capturing", b, b, false},
+		{"FreeAsync on the legacy stream, a blocking stream capturing", blocking, 0, false},
+		{"Free, a blocking stream capturing", blocking, 0, true},
+	} {
+		p := alloc(t, h, 4096, s)
+		must(t, "HtoD", h.HtoD(pcuda.DevicePtr(p), secret))
+		runtime.LockOSThread()
+		must(t, "StreamBeginCapture", dev.StreamBeginCapture(c.capture, cuda.CaptureGlobal))
+		var err error
+		if c.sync {
+			err = h.Free(pcuda.DevicePtr(p))
+		} else {
+			err = h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(c.frees))
+		}
+		g, cerr := dev.StreamEndCapture(c.capture)
+		runtime.UnlockOSThread()
+		if cerr != nil {
+			t.Errorf("%s: the free invalidated the user's capture: %v", c.how, cerr)
+		} else {
+			must(t, "GraphDestroy", dev.GraphDestroy(g))
+		}
+		if !errors.Is(err, pcuda.ErrCapturing) {
+			t.Errorf("%s: %v, want an error matching cuda.ErrCapturing", c.how, err)
+		}
+		if err != nil { // refused: still live, freed now that the capture has ended
+			must(t, "FreeAsync after the capture", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+		}
+		must(t, "Sync", h.Sync())
+		q := alloc(t, h, 4096, s)
+		if q != p {
+			t.Fatalf("%s: block not reused (%#x, then %#x): the test proves nothing", c.how, p, q)
+		}
+		must(t, "StreamSynchronize", dev.StreamSynchronize(s))
+		got := make([]byte, 4096)
+		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
+		if !bytes.Equal(got, make([]byte, 4096)) {
+			t.Errorf("%s: the next user of the block reads the last one's data", c.how)
+		}
+		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
+	}
 }
