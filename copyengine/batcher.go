@@ -146,22 +146,22 @@ func (b *Batcher) Calibration() (*Calibration, error) {
 }
 
 // Copy queues every job on stream s and returns without waiting (see the package comment for
-// the stream guarantees and errors). An empty batch does nothing. The per-thread default
-// stream (CU_STREAM_PER_THREAD) is refused with ErrInvalidStream: it names the default stream
-// of whichever OS thread a driver call runs on. A stream that is capturing a CUDA graph (or the
-// legacy stream while a blocking stream captures) is refused with an error matching
-// cuda.ErrCapturing, before anything is queued: a batch's staging buffer and fences are the
-// Batcher's, reused by the next Copy, and a graph would use them again at every launch; queue
-// the copies outside the capture. The host side of each job
+// the stream guarantees and errors). An empty batch does nothing; after Close, Copy fails with
+// ErrClosed, empty or not. The per-thread default stream (CU_STREAM_PER_THREAD) is refused with
+// ErrInvalidStream: it names the default stream of whichever OS thread a driver call runs on. A
+// stream that is capturing a CUDA graph (or the legacy stream while a blocking stream captures)
+// is refused with an error matching cuda.ErrCapturing, before anything is queued: a batch's
+// staging buffer and fences are the Batcher's, reused by the next Copy, and a graph would use
+// them again at every launch; queue the copies outside the capture. The host side of each job
 // must stay allocated, and its bytes untouched, until s has passed the copy.
 func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
-	if len(jobs) == 0 {
-		return nil
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	switch {
+	case b.closed:
 		return ErrClosed
+	case len(jobs) == 0:
+		return nil
 	}
 	if streamq.Stream(s) == streamq.PerThreadStream {
 		return fmt.Errorf("%w: %w", ErrInvalidStream, streamq.ErrPerThreadStream)

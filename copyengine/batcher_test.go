@@ -273,7 +273,8 @@ func TestBatcherAuto(t *testing.T) {
 }
 
 // TestBatcherBadJobs checks that invalid and overlapping batches are refused before anything
-// moves, that an empty batch is a no-op, and Close.
+// moves, that an empty batch is a no-op, and Close: every Copy after it fails with ErrClosed,
+// an empty one too (it returned nil).
 func TestBatcherBadJobs(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -319,8 +320,10 @@ func TestBatcherBadJobs(t *testing.T) {
 		if err := trusting.Copy([]Job{mkJob(d, host, 0)}, 0); !errors.Is(err, ErrInvalidJob) {
 			t.Errorf("%s: TrustNoOverlap accepted a zero-length job: %v", m, err)
 		}
-		if err := b.Copy([]Job{mkJob(d, host, 8)}, 0); !errors.Is(err, ErrClosed) {
-			t.Errorf("%s: Copy after Close: %v", m, err)
+		for _, jobs := range [][]Job{{mkJob(d, host, 8)}, nil, {}} {
+			if err := b.Copy(jobs, 0); !errors.Is(err, ErrClosed) || !errors.Is(err, pinmalloc.ErrClosed) {
+				t.Errorf("%s: Copy of %d jobs after Close: %v, want ErrClosed", m, len(jobs), err)
+			}
 		}
 	}
 }

@@ -72,5 +72,6 @@
 // # Concurrency
 //
 // A Batcher is safe for concurrent use; Copy calls are serialized by a mutex (the staging ring
-// and the scratch arrays are shared). Close must not race with Copy.
+// and the scratch arrays are shared). Close may race with Copy: a Copy after it fails with
+// ErrClosed.
 package copyengine
