@@ -294,3 +294,53 @@ func TestFakeAllocReclaimsBesideCapture(t *testing.T) {
 	must(t, "Sync", h.Sync())
 	freeAll(t, h, []cuda.DevicePtr{uintptr(p)})
 }
+
+// TestFakeDefaultStreamWaitsBesideCapture: while the user captures a graph on b, a non-blocking
+// stream of the heap's, the calls that wait for the legacy default stream (Trim with the legacy
+// stream's heap holding memory, Sync with a free deferred on the legacy stream behind a memset
+// held there, ForgetStream of the legacy stream) do their work and leave the capture valid. Each
+// synchronized the context, which the driver refuses while any stream of it captures: the call
+// failed with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and the user's capture was ended.
+func TestFakeDefaultStreamWaitsBesideCapture(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	keep := alloc(t, h, 4096, b) // b's heap holds memory
+	defer f.Hold(false)
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"Trim", h.Trim},
+		{"Sync", h.Sync},
+		{"ForgetStream of the legacy stream", func() error { return h.ForgetStream(0) }},
+	} {
+		// The legacy stream's heap holds a block freed there; a block of a's is freed there
+		// behind a memset the fake holds.
+		must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(alloc(t, h, 4096, 0)), 0))
+		p := alloc(t, h, 4096, a)
+		f.Hold(true)
+		must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(p), 1, 4096, 0))
+		must(t, "FreeAsync on the legacy stream", h.FreeAsync(pcuda.DevicePtr(p), 0))
+		runtime.LockOSThread()
+		must(t, "StreamBeginCapture", dev.StreamBeginCapture(b, cuda.CaptureGlobal))
+		err := c.call()
+		g, cerr := dev.StreamEndCapture(b)
+		runtime.UnlockOSThread()
+		if cerr != nil {
+			t.Fatalf("%s beside a capture on a non-blocking stream invalidated the capture (%v): %v", c.name, err, cerr)
+		}
+		must(t, "GraphDestroy", dev.GraphDestroy(g))
+		if err != nil {
+			t.Errorf("%s beside a capture on a non-blocking stream: %v", c.name, err)
+		}
+		f.Hold(false)
+		must(t, "Sync", h.Sync())
+	}
+	if c := f.StickyError(); c != 0 {
+		t.Fatalf("sticky error %d: memory given back under the legacy stream's memset", c)
+	}
+	freeAll(t, h, []cuda.DevicePtr{keep})
+}

@@ -89,9 +89,12 @@
 //     stream whose heap holds memory, the caller's own included, before that heap gives its
 //     empty segments to the arena; a stream that fails to synchronize keeps its memory. It
 //     used to skip the caller's stream, whose same-stream frees may have copies queued. The
-//     legacy stream is synchronized first (the context, when a default stream's heap holds
-//     memory): a blocking stream's frees come after the legacy stream's earlier work, which
-//     the blocking stream's own synchronize does not wait for. ForgetStream does the same.
+//     legacy stream is synchronized first (when a default stream's heap holds memory, a point
+//     recorded there is waited for, which waits for every blocking stream's earlier work too): a
+//     blocking stream's frees come after the legacy stream's earlier work, which the blocking
+//     stream's own synchronize does not wait for. ForgetStream does the same. None of these
+//     synchronizes the context, which the driver refuses while any stream captures a CUDA graph,
+//     ending that capture.
 //   - The idle purge: a stream heap quiet for a purge delay (the legacy stream's excepted) is asked
 //     for on its stream's list of a second streamq.Lists, and trimmed when the list hands the
 //     request back (an event recorded after the request has completed, a query found the stream
@@ -413,8 +416,8 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 // work, a same-stream free included, comes after the legacy stream's earlier work, and the
 // legacy stream's after every blocking stream's; a stream's own synchronize covers neither. So
 // before any heap gives memory back, streamq's Points.WaitLegacyOrder synchronizes the legacy
-// stream once, or the context when a default stream's heap holds memory; when that fails, no
-// heap gives anything back.
+// stream once, or, when a default stream's heap holds memory, waits for a point it records
+// there; when that fails, no heap gives anything back.
 func (h *Heap) reclaim() error {
 	errs := []error{h.drain()}
 	if held, dflt := h.heldBy(); held {

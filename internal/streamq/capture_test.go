@@ -219,3 +219,39 @@ func TestCapturedAsksOthers(t *testing.T) {
 		t.Errorf("the item came back with the destroyed stream's memset still queued")
 	}
 }
+
+// TestDefaultStreamWaitsBesideCapture: the waits for a default stream (WaitStream of the legacy
+// stream, WaitLegacyOrder for a default stream's memory) while a user captures a graph on a
+// non-blocking stream wait for the legacy stream's work and for every blocking stream's earlier
+// work, with no error, and leave the capture valid. They synchronized the context, which the
+// driver refuses while any stream of it captures, ending the capture.
+func TestDefaultStreamWaitsBesideCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, bufs, p, _ := testStreams(t, dev, 2)
+	captured, b := ss[0], blockingStream(t, dev)
+	defer f.Hold(false)
+	for _, c := range []struct {
+		name string
+		wait func() error
+	}{
+		{"WaitStream of the legacy stream", func() error { return p.WaitStream(0) }},
+		{"WaitStream of CU_STREAM_LEGACY", func() error { return p.WaitStream(1) }},
+		{"WaitLegacyOrder for a default stream", func() error { return p.WaitLegacyOrder(true) }},
+	} {
+		f.Hold(true)
+		// Held: a blocking stream's work, and the legacy stream's after it.
+		if err := errors.Join(dev.MemsetD8Async(bufs[1], 1, 4096, b), dev.MemsetD8Async(bufs[1], 2, 4096, 0)); err != nil {
+			t.Fatal(err)
+		}
+		beginCapture(t, dev, captured)
+		err := c.wait()
+		pending := f.Pending()
+		endCapture(t, dev, captured)
+		if err != nil || pending != 0 {
+			t.Errorf("%s beside a capture on a non-blocking stream: %v, %d streams with work left; want nil, none", c.name, err, pending)
+		}
+	}
+}

@@ -211,7 +211,10 @@ func done(err error) (bool, error) {
 
 // WaitStream waits until s has passed everything ordered before now: s synchronized and, as
 // for Idle, the legacy default stream too (a blocking stream's work comes after its earlier
-// work), or for a default stream the context (its work comes after every blocking stream's).
+// work), or for a default stream a point in the legacy stream (WaitPoint: its work comes after
+// every blocking stream's, which that point waits for too). Not a synchronize of the context:
+// the driver refuses one while any stream of the context captures a CUDA graph, and ends that
+// capture, on a stream the caller may never have seen.
 //
 // A stream a capture holds (Capturing), or a blocking one while a capture holds the legacy
 // stream, is refused: an error matching pinmalloc.ErrCapturing, its work not waited for (it
@@ -221,7 +224,7 @@ func (p *Points) WaitStream(s Stream) error {
 		return capturingError(s)
 	}
 	if DefaultStream(s) {
-		return p.dev.Synchronize()
+		return p.WaitPoint(streamLegacy) // the legacy stream's own handle: 2 names a thread's
 	}
 	if err := p.dev.StreamSynchronize(s); err != nil {
 		return err
@@ -240,8 +243,9 @@ func (p *Points) WaitStream(s Stream) error {
 // WaitPoint records a point in s and waits until s has passed it (cuEventSynchronize): s's
 // work queued before now and, for a blocking stream, the legacy default stream's earlier work;
 // for a default stream, every blocking stream's earlier work (seen by the caller or not), as
-// its own operations wait for it, but not non-blocking streams', for which WaitStream's
-// synchronize of the context waits too.
+// its own operations wait for it, but not non-blocking streams' (whose work a free on the
+// default stream comes after only through the events that stream waits for, which the point
+// waits for too).
 func (p *Points) WaitPoint(s Stream) error {
 	ev, err := p.Mark(s)
 	if err != nil {
@@ -254,9 +258,10 @@ func (p *Points) WaitPoint(s Stream) error {
 // WaitLegacyOrder waits for the work the legacy default stream's implicit order puts before
 // work queued now on a blocking stream: the legacy stream's earlier work (a synchronize of
 // it); with dflt, before work on a default stream too: every blocking stream's earlier work
-// (a synchronize of the context). A stream's own synchronize covers neither: call it before
-// memory a blocking or default stream freed changes owner on that stream's synchronize alone
-// (a device heap's trim).
+// (a point in the legacy stream, WaitPoint; not a synchronize of the context, which the driver
+// refuses while any stream captures, ending that capture). A stream's own synchronize covers
+// neither: call it before memory a blocking or default stream freed changes owner on that
+// stream's synchronize alone (a device heap's trim).
 //
 // While a blocking stream captures a CUDA graph (Capturing of the legacy stream), it waits for
 // nothing: an error matching pinmalloc.ErrCapturing.
@@ -265,8 +270,8 @@ func (p *Points) WaitLegacyOrder(dflt bool) error {
 		return capturingError(streamLegacy)
 	}
 	if dflt {
-		if err := p.dev.Synchronize(); err != nil {
-			return fmt.Errorf("synchronize the context: %w", err)
+		if err := p.WaitPoint(streamLegacy); err != nil {
+			return fmt.Errorf("wait for a point in the legacy stream: %w", err)
 		}
 		return nil
 	}
