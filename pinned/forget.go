@@ -45,8 +45,8 @@ func (p *Pool) ForgetStream(s cuda.Stream) error {
 }
 
 // forget is ForgetStream. Live buffers whose tags name s learn that it was forgotten when
-// they are freed (streamq's Lists.Forgotten, in deferTagged and deferShared), so that forgetting
-// costs O(1) beyond s's own deferred buffers.
+// they are freed (streamq's Lists.GetKnown, which makes no list for a forgotten stream, in
+// deferTagged and deferShared), so that forgetting costs O(1) beyond s's own deferred buffers.
 //
 // It waits first and forgets after: a stream marked forgotten is one whose work has passed
 // (the frees of the live buffers recorded on it stop waiting for it), so a wait that fails

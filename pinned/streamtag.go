@@ -31,7 +31,7 @@ import (
 // So a tag other than tagNone and tagLocked says the buffer is live and held, and tagNone on
 // a held buffer that its free is pending, with no write of the tag by FreeAsync or a claim.
 // ForgetStream writes no tag: a free asks whether each stream its tag or use names was
-// forgotten since (streamq's Lists.Forgotten), and does not wait for those. A
+// forgotten since (knownList: streamq's Lists.GetKnown), and does not wait for those. A
 // record that finds tagNone locks the tag first, then holds the block: a hold that was not the
 // first finds a free pending (it unlocks the tag and is refused). Every change is a
 // compare-and-swap from the value read, so a record and a free racing on one buffer are
@@ -247,11 +247,14 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 			if !tag.CompareAndSwap(t, tagNone) {
 				continue
 			}
-			if o.lists.Forgotten(uintptr(tagStream(t))) { // it has passed the buffer
-				return o.free(d, nil)
+			if tagForgetLook != nil {
+				tagForgetLook()
 			}
-			o.enqueue(o.listOf(tagStream(t), l), d)
-			return nil
+			if sl := o.knownList(tagStream(t), l); sl != nil {
+				o.enqueue(sl, d)
+				return nil
+			}
+			return o.free(d, nil) // forgotten (ForgetStream): it has passed the buffer
 		}
 		if err, again := o.deferShared(tag, t, d, l); !again {
 			return err
@@ -259,20 +262,32 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 	}
 }
 
-// listOf returns the list of stream s: l when it is s's, else the one check found last, else
-// the lists'.
-func (o *streamOrder) listOf(s cuda.Stream, l *streamList) *streamList {
+// tagForgetLook and sharedForgetLook, when set (by tests), run in deferTagged and deferShared
+// just before they look up the list of a stream recorded on the buffer they defer.
+var tagForgetLook, sharedForgetLook func()
+
+// knownList returns the list of stream s: l when it is s's, else the one check found last, else
+// the lists', made if need be, unless s was forgotten (ForgetStream): nil then, as s has passed
+// the work recorded on it. The look at whether s was forgotten and the list's making are one
+// step (streamq's Lists.GetKnown): a ForgetStream between a look (Forgotten) and a list made
+// (Get) made a list for the forgotten handle, which the reclaims then queried (the driver may
+// have given it to a new stream: the buffer waited for that one's work), and with which the
+// handle no longer counted as forgotten, so that every buffer recorded on it waited for it too.
+func (o *streamOrder) knownList(s cuda.Stream, l *streamList) *streamList {
 	if l != nil && streamOf(l) == s {
 		return l
 	}
 	if l = o.lists.Last(); l != nil && streamOf(l) == s {
 		return l
 	}
-	return o.list(s)
+	return o.lists.GetKnown(uintptr(s))
 }
 
 // deferShared defers d, whose tag read t (tagMulti, or one stream other than l's), under its
-// uses shard's lock; again says the tag changed since it was read.
+// uses shard's lock; again says the tag changed since it was read. The streams forgotten
+// (ForgetStream) are taken off the buffer's, and each other's list is looked up and made in one
+// step (knownList): a stream forgotten meanwhile has passed the buffer, and d waits for the
+// others only.
 func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l *streamList) (err error, again bool) {
 	sh := o.shard(d.addr)
 	sh.mu.Lock()
@@ -291,25 +306,48 @@ func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l 
 	if l != nil {
 		u.add(streamOf(l))
 	}
+	if sharedForgetLook != nil {
+		sharedForgetLook()
+	}
 	if len(u.more) == 0 {
 		sh.mu.Unlock()
-		if u.one == noStream { // every stream recorded was forgotten, so has passed: free it now
-			return o.free(d, nil), false
+		if u.one != noStream {
+			// One stream left: the buffer is its alone now, as after FreeAsync.
+			if ul := o.knownList(u.one, l); ul != nil {
+				o.enqueue(ul, d)
+				return nil, false
+			}
 		}
-		// One stream left: the buffer is its alone now, as after FreeAsync.
-		o.enqueue(o.listOf(u.one, l), d)
-		return nil, false
+		// Every stream recorded was forgotten, so has passed: free it now.
+		return o.free(d, nil), false
 	}
-	u.freed, u.left = true, 1+len(u.more)
-	sh.m[d.addr] = u
+	// Counted before it is on a list, and put on the lists under the lock, which a reclaim
+	// that takes it off one takes to count that stream passed (passed): it finds the use
+	// counting the lists it is on.
 	o.sharedWeight.Add(weigh(d.n))
 	o.shared.Add(1)
 	o.sharedBytes.Add(int64(d.n))
 	d.shared = true
-	o.queue(o.list(u.one), d)
-	for _, s := range u.more {
-		o.queue(o.list(s), d)
+	u.left = 0
+	for i := -1; i < len(u.more); i++ {
+		s := u.one
+		if i >= 0 {
+			s = u.more[i]
+		}
+		if sl := o.knownList(s, l); sl != nil {
+			o.queue(sl, d)
+			u.left++
+		}
 	}
+	if u.left == 0 { // every stream forgotten since dropForgotten: all have passed it
+		sh.mu.Unlock()
+		o.shared.Add(-1)
+		o.sharedBytes.Add(-int64(d.n))
+		o.sharedWeight.Add(-weigh(d.n))
+		return o.free(d, nil), false
+	}
+	u.freed = true
+	sh.m[d.addr] = u
 	sh.mu.Unlock()
 	return nil, false
 }
