@@ -37,12 +37,26 @@ func (p *Pool) ForgetStream(s cuda.Stream) error {
 		return ErrClosed
 	}
 	p.flushAll()
+	if forgetFlushed != nil {
+		forgetFlushed()
+	}
 	err := p.order.forget(s)
+	if err == nil && p.order.cached.Load() != 0 {
+		// Once more, for a cache that took s's list between the flush above and the forget (a
+		// free that found the list before): its push is refused, and its buffers freed (s has
+		// passed them). No cache takes that list after the forget (cache looks whether it left
+		// the lists, and says why a cache that took it before counts in cached then).
+		p.flushAll()
+	}
 	if err == nil && p.closed.Load() {
 		p.finishClose(0)
 	}
 	return err
 }
+
+// forgetFlushed, when set (by tests), runs in ForgetStream between its first flush of the
+// FreeAsync caches and the forget.
+var forgetFlushed func()
 
 // forget is ForgetStream. Live buffers whose tags name s learn that it was forgotten when
 // they are freed (streamq's Lists.GetKnown, which makes no list for a forgotten stream, in

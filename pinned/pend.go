@@ -68,8 +68,7 @@ func (p *Pool) freeAsync(addr, n uintptr, l *streamList) error {
 	if !first { // streams recorded on it: the uses path
 		return p.order.deferFree(addr, n, l)
 	}
-	p.enqueue(l, deferred{addr: addr, n: n})
-	return nil
+	return p.enqueue(l, deferred{addr: addr, n: n})
 }
 
 // afterHold finishes a FreeAsync on the stream of l whose fast section held the buffer at addr
@@ -80,8 +79,7 @@ func (p *Pool) freeAsync(addr, n uintptr, l *streamList) error {
 func (p *Pool) afterHold(addr, n uintptr, l *streamList, first, ok bool) (done bool, err error) {
 	switch {
 	case ok && first:
-		p.enqueue(l, deferred{addr: addr, n: n})
-		return true, nil
+		return true, p.enqueue(l, deferred{addr: addr, n: n})
 	case ok && p.sharer == nil && p.out.active.Load() == 0:
 		return true, p.order.deferFree(addr, n, l)
 	}
@@ -89,23 +87,29 @@ func (p *Pool) afterHold(addr, n uintptr, l *streamList, first, ok bool) (done b
 }
 
 // enqueue defers d, a held buffer that waits for the stream of l only: to the cache of the
-// caller's P's shard when it can, else to l.
-func (p *Pool) enqueue(l *streamList, d deferred) {
+// caller's P's shard when it can, else to l; or frees it, when l left the lists and its stream
+// was forgotten (ForgetStream) since the caller found l: the stream has passed it (queue).
+func (p *Pool) enqueue(l *streamList, d deferred) error {
 	o := p.order
+	if beforeEnqueue != nil {
+		beforeEnqueue()
+	}
 	if p.fast && d.n <= pendBuffer {
 		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else if p.closed.Load() { // read in the section: see waitCachesOut
 			p.exit(s)
+		} else if p.cache(s, l, d) {
+			p.exit(s)
+			return nil
+		} else if l.Left() { // l is never a cache's (see cache): d goes on the list
+			p.exit(s)
 		} else {
-			if p.cache(s, l, d) {
-				p.exit(s)
-				return
-			}
-			// Full, or of another stream (so not empty): move it to the list, out of the fast
-			// section. On their way there its buffers are in no cache and on no list: cached
-			// counts them as one more cache, so that a quota refusal sees them coming back
-			// (returning) even when the shard's cache empties meanwhile.
+			// Full, or of another stream (so not empty, and counted in cached: see cache):
+			// move it to the list, out of the fast section. On their way there its buffers are
+			// in no cache and on no list: cached counts them as one more cache, so that a quota
+			// refusal sees them coming back (returning) even when the shard's cache empties
+			// meanwhile.
 			var out [pendMax]deferred
 			k := copy(out[:], s.pend)
 			ol := s.pendL
@@ -116,29 +120,68 @@ func (p *Pool) enqueue(l *streamList, d deferred) {
 			if afterCacheOut != nil {
 				afterCacheOut()
 			}
-			o.queueMany(ol, out[:k])
-			o.cached.Add(-1)
+			var err error
+			if !o.queueMany(ol, out[:k]) { // forgotten since the cache took ol: all passed
+				err = o.freeAll(out[:k], nil)
+			}
+			o.cached.Add(-1) // after the frees: see waitCachesOut
 			o.verify()
-			return
+			return err
 		}
 	}
-	o.queue(l, d)
+	if !o.queue(l, d) {
+		return o.free(d, nil)
+	}
 	o.verify()
+	return nil
 }
 
 // afterCacheOut, when set (by tests), runs in enqueue between the fast section that took a
-// shard's cache out and the push of its buffers on their stream's list.
-var afterCacheOut func()
+// shard's cache out and the push of its buffers on their stream's list; beforeEnqueue in
+// enqueue before anything else.
+var afterCacheOut, beforeEnqueue func()
+
+// freeAll frees bufs, deferred buffers none of which is shared, whose streams have passed them
+// (Pool.freeDeferred: on's own straight back on their pages, on the heap of a shard the caller
+// holds, or nil), and returns the first error.
+func (o *streamOrder) freeAll(bufs []deferred, on *heap.Heap) error {
+	var first error
+	for _, d := range bufs {
+		if o.direct && on != nil && on.TryFreeHeld(d.addr, d.n) {
+			continue
+		}
+		if err := o.free(d, on); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
 
 // cache appends d, a held buffer that waits for the stream of l only, to the cache of shard s,
-// in a fast section of s, and reports whether it could: d is small enough (pendBuffer), and
-// the cache has room and is empty or of l.
+// in a fast section of s, and reports whether it could: d is small enough (pendBuffer), the
+// cache has room and is empty or of l, and l is in the lists.
+//
+// A list that left them (Left, read in the section) is never the cache's, so that no cache holds
+// a forgotten stream's list once ForgetStream has returned: FreeAsync's fast path would take it
+// for the list of a new stream given the same handle, with no check, and its push (flush) would
+// free that stream's buffers at once, as a forgotten stream's (queue). ForgetStream flushes the
+// caches again after the forget when cached is not zero, which catches a cache that took the list
+// before it left: an empty cache counts itself (cached) before its look at Left, so that either
+// the look sees the list gone or ForgetStream's look at cached, after the list left, sees the
+// cache (sequentially consistent atomics); a cache not empty is counted already. The flush waits
+// for the sections under way.
 func (p *Pool) cache(s *shard, l *streamList, d deferred) bool {
 	if d.n > pendBuffer || len(s.pend) == cap(s.pend) || len(s.pend) > 0 && s.pendL != l {
 		return false
 	}
 	if len(s.pend) == 0 {
-		p.order.cached.Add(1) // once per filling of the cache
+		p.order.cached.Add(1) // once per filling of the cache; before the look at Left
+	}
+	if l.Left() {
+		if len(s.pend) == 0 {
+			p.order.cached.Add(-1)
+		}
+		return false
 	}
 	s.pend = append(s.pend, d)
 	s.pendL = l
@@ -165,20 +208,20 @@ func (p *Pool) drainPend(s *shard) {
 		p.flush(s)
 		return
 	}
-	for _, d := range s.pend {
-		if !o.direct || !s.h.TryFreeHeld(d.addr, d.n) {
-			_ = o.free(d, s.h) // as an allocation's reclaim, which leaves its errors
-		}
-	}
+	_ = o.freeAll(s.pend, s.h) // as an allocation's reclaim, which leaves its errors
 	p.pendEmptied(s)
 }
 
-// flush moves the cache of shard s, which the caller holds, to its stream's list.
+// flush moves the cache of shard s, which the caller holds, to its stream's list, or frees its
+// buffers on the shard's heap when that stream was forgotten (ForgetStream) since the cache
+// took its list: it has passed them (queue).
 func (p *Pool) flush(s *shard) {
 	if len(s.pend) == 0 {
 		return
 	}
-	p.order.queueMany(s.pendL, s.pend)
+	if !p.order.queueMany(s.pendL, s.pend) {
+		_ = p.order.freeAll(s.pend, s.h) // as drainPend
+	}
 	p.pendEmptied(s)
 }
 

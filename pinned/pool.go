@@ -448,7 +448,8 @@ type fastFree struct {
 // found last, it takes the tag back to tagNone, and the buffer goes to that list (claimed: to
 // the cache, pend.go, or after the section by enqueue); else deferTagged does the work. Neither
 // list is a forgotten stream's (ForgetStream empties the caches, Lists.Forget the list found
-// last), so the claim asks nothing of the forgotten streams.
+// last), so the claim asks nothing of the forgotten streams; one that a ForgetStream takes out
+// of the lists meanwhile is not cached (cache), and enqueue frees the buffer (queue).
 func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, guard bool) fastFree {
 	r := fastFree{done: done, held: held}
 	// A Sharer, or a Hold's table, is asked first: freeRest.
@@ -493,7 +494,7 @@ func (p *Pool) freeRest(addr, n uintptr, guard bool, r fastFree) error {
 			p.order.verify()
 		}
 	case r.claimed != nil:
-		p.enqueue(r.claimed, deferred{addr: addr, n: n})
+		err = p.enqueue(r.claimed, deferred{addr: addr, n: n})
 	case guard && p.order != nil && r.held: // a stream may use it, and the size is checked
 		err = p.order.deferHeld(addr, n, r.tag)
 	case guard && p.order != nil && p.g.Held(addr): // a stream may use it: see stream.go

@@ -107,8 +107,8 @@ type streamOrder struct {
 	// quota to count): a reclaim on a shard's heap then calls heap.Heap.TryFreeHeld itself.
 	direct bool
 	// enqueue defers a buffer that waits for one stream only (Pool.enqueue: the shard's cache,
-	// or the stream's list).
-	enqueue func(*streamList, deferred)
+	// or the stream's list), or frees it when that stream was forgotten meanwhile.
+	enqueue func(*streamList, deferred) error
 
 	// sharedWeight is the deferred buffers with uses, each weighed by its size (weigh); the
 	// lists weigh the others, and the two make the weight (streamOrder.weight). A shared
@@ -228,7 +228,7 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 // start begins serving the pool's group: free frees a deferred buffer for real
 // (direct: by a free of its block and nothing else), enqueue defers one that waits for one
 // stream.
-func (o *streamOrder) start(g *heap.Group, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred)) {
+func (o *streamOrder) start(g *heap.Group, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred) error) {
 	o.g, o.free, o.direct, o.enqueue = g, free, direct, enqueue
 }
 

@@ -59,11 +59,17 @@ func (o *streamOrder) list(s cuda.Stream) *streamList { return o.lists.Get(uintp
 
 // queue adds d to the open list l, or to the list that took its place when l left the lists;
 // the lists count it when it is l's alone (a shared buffer's weight is added once, by
-// deferShared).
-func (o *streamOrder) queue(l *streamList, d deferred) { o.lists.Push(l, d) }
+// deferShared). false says that l left the lists and its stream was forgotten (ForgetStream)
+// since the caller found l, with no list made for it again: nothing was pushed, and the stream
+// has passed d, which the caller frees (streamq's Lists.PushKnown). A push that followed l
+// there made a list for the forgotten handle, which the driver may have given to a new stream:
+// see streamq's Lists.
+func (o *streamOrder) queue(l *streamList, d deferred) bool { return o.lists.PushKnown(l, d) }
 
-// queueMany is queue of bufs, none shared, under one lock.
-func (o *streamOrder) queueMany(l *streamList, bufs []deferred) { o.lists.PushMany(l, bufs) }
+// queueMany is queue of bufs, none shared, under one lock: all pushed, or none.
+func (o *streamOrder) queueMany(l *streamList, bufs []deferred) bool {
+	return o.lists.PushManyKnown(l, bufs)
+}
 
 // points are the pool's device's points, the lists'.
 func (o *streamOrder) points() *streamq.Points { return o.lists.Points() }

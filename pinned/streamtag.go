@@ -199,8 +199,7 @@ func (o *streamOrder) deferFree(addr, n uintptr, l *streamList) error {
 			return wrapError(err, ErrNotOwned)
 		}
 		if first { // no stream recorded, and none can be now: the buffer is l's alone
-			o.enqueue(l, deferred{addr: addr, n: n})
-			return nil
+			return o.enqueue(l, deferred{addr: addr, n: n})
 		}
 	} else if err := o.wholeBuffer(addr, n); err != nil {
 		return err
@@ -241,8 +240,7 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 			if l == nil {
 				return o.free(d, nil)
 			}
-			o.enqueue(l, d)
-			return nil
+			return o.enqueue(l, d)
 		case t != tagMulti && (l == nil || tagStream(t) == streamOf(l)): // one stream
 			if !tag.CompareAndSwap(t, tagNone) {
 				continue
@@ -251,8 +249,7 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 				tagForgetLook()
 			}
 			if sl := o.knownList(tagStream(t), l); sl != nil {
-				o.enqueue(sl, d)
-				return nil
+				return o.enqueue(sl, d)
 			}
 			return o.free(d, nil) // forgotten (ForgetStream): it has passed the buffer
 		}
@@ -286,8 +283,8 @@ func (o *streamOrder) knownList(s cuda.Stream, l *streamList) *streamList {
 // deferShared defers d, whose tag read t (tagMulti, or one stream other than l's), under its
 // uses shard's lock; again says the tag changed since it was read. The streams forgotten
 // (ForgetStream) are taken off the buffer's, and each other's list is looked up and made in one
-// step (knownList): a stream forgotten meanwhile has passed the buffer, and d waits for the
-// others only.
+// step (knownList), and pushed on only while its stream is not forgotten (queue): a stream
+// forgotten meanwhile has passed the buffer, and d waits for the others only.
 func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l *streamList) (err error, again bool) {
 	sh := o.shard(d.addr)
 	sh.mu.Lock()
@@ -314,8 +311,7 @@ func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l 
 		if u.one != noStream {
 			// One stream left: the buffer is its alone now, as after FreeAsync.
 			if ul := o.knownList(u.one, l); ul != nil {
-				o.enqueue(ul, d)
-				return nil, false
+				return o.enqueue(ul, d), false
 			}
 		}
 		// Every stream recorded was forgotten, so has passed: free it now.
@@ -334,8 +330,7 @@ func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l 
 		if i >= 0 {
 			s = u.more[i]
 		}
-		if sl := o.knownList(s, l); sl != nil {
-			o.queue(sl, d)
+		if sl := o.knownList(s, l); sl != nil && o.queue(sl, d) {
 			u.left++
 		}
 	}

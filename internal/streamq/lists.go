@@ -40,9 +40,19 @@ import (
 // keeps its list aside as lost, with the number of open items it had then, and Recover
 // synchronizes the whole context once for every lost list and hands back what they had.
 //
-// Concurrency: Push, PushMany, Find, Get, Lookup, Range and the totals are safe for concurrent
-// use; Poll, Recover, Captured, Release and Forget are the reclaimer's, and their caller runs one at a
-// time. Lock order: the lists' lock, then a list's.
+// A push may find its list gone from the lists (retired, or released by Forget) since its caller
+// found it: Push follows it to the stream's new list, made if need be. PushKnown does so unless
+// the stream was forgotten since (Forget) and has had no list made for it: it then pushes nothing
+// and says so, under the lists' lock, so that a Forget comes wholly before the push (refused: the
+// caller frees the item at once, as the stream has passed it) or after it (the item on the list
+// Forget returns, for Release). Push makes a list for the forgotten handle there, which the
+// driver may give to a new stream: the item waits for that stream's work (or for a synchronize
+// of the context, the handle destroyed), the list keeps the old stream's answers (Idle's
+// "non-blocking?") for the new one, and the stream no longer counts as forgotten.
+//
+// Concurrency: Push, PushMany, PushKnown, PushManyKnown, Find, Get, GetKnown, Lookup, Range and
+// the totals are safe for concurrent use; Poll, Recover, Captured, Release and Forget are the
+// reclaimer's, and their caller runs one at a time. Lock order: the lists' lock, then a list's.
 
 // Tally is what an item counts for in a Lists' totals (Measure): items, bytes and a weight, all
 // the caller's to define; an item counted elsewhere counts for nothing.
@@ -96,8 +106,9 @@ type List[T any] struct {
 	// openT and markedT are what open and marked count for (Measure), so that a whole slice
 	// leaves at no cost of measuring it again.
 	openT, markedT Tally
-	gone           bool // out of the lists: a push takes the stream's new list
-	idle           int  // polls in a row that found it empty
+	gone           bool        // out of the lists: a push takes the stream's new list
+	left           atomic.Bool // gone, read without the list's lock (Left)
+	idle           int         // polls in a row that found it empty
 	// lostOpen is the number of open items when Poll last found the list lost: the synchronize
 	// that follows (Recover) covers those, not the ones pushed after them.
 	lostOpen int
@@ -140,6 +151,10 @@ func (ls *Lists[T]) nonBlocking(l *List[T]) bool {
 
 // Stream is the list's stream.
 func (l *List[T]) Stream() Stream { return l.s }
+
+// Left reports whether l has left the lists (a push then follows it to its stream's new list,
+// or, with PushKnown, finds its stream forgotten), read without a lock: once true, it stays.
+func (l *List[T]) Left() bool { return l.left.Load() }
 
 // NewLists returns empty lists whose points are points'; measure says what an item counts for
 // in the totals (nil: nothing), and a list leaves the lists at the linger'th poll in a row that
@@ -280,7 +295,20 @@ func (ls *Lists[T]) Push(l *List[T], v T) {
 }
 
 // PushMany is Push of vs, under one lock.
-func (ls *Lists[T]) PushMany(l *List[T], vs []T) {
+func (ls *Lists[T]) PushMany(l *List[T], vs []T) { ls.push(l, vs, false) }
+
+// PushKnown is Push of v, unless l has left the lists and its stream was forgotten since (Forget)
+// with no list made for it: then it pushes nothing and returns false, and the stream has passed
+// what v waits for (its user said so at Forget), so the caller hands v back itself. See above.
+func (ls *Lists[T]) PushKnown(l *List[T], v T) bool {
+	return ls.push(l, []T{v}, true) // on the stack, as for Push
+}
+
+// PushManyKnown is PushKnown of vs, under one lock: all pushed, or none.
+func (ls *Lists[T]) PushManyKnown(l *List[T], vs []T) bool { return ls.push(l, vs, true) }
+
+// push is PushMany, or with known PushManyKnown.
+func (ls *Lists[T]) push(l *List[T], vs []T, known bool) bool {
 	t := ls.measureAll(vs)
 	for {
 		l.mu.Lock()
@@ -292,16 +320,26 @@ func (ls *Lists[T]) PushMany(l *List[T], vs []T) {
 				ls.weight.Add(t.Weight)
 			}
 			l.mu.Unlock()
-			return
+			return true
 		}
 		l.mu.Unlock()
-		l = ls.follow(l)
+		if l = ls.follow(l, known); l == nil {
+			return false
+		}
 	}
 }
 
-// follow returns the list that takes the place of l, which left the lists.
-func (ls *Lists[T]) follow(l *List[T]) *List[T] {
-	next := ls.Get(l.s)
+// follow returns the list that takes the place of l, which left the lists; with known, nil when
+// l's stream was forgotten since and has no list (GetKnown).
+func (ls *Lists[T]) follow(l *List[T], known bool) *List[T] {
+	var next *List[T]
+	if known {
+		if next = ls.GetKnown(l.s); next == nil {
+			return nil
+		}
+	} else {
+		next = ls.Get(l.s)
+	}
 	ls.last.CompareAndSwap(l, next)
 	return next
 }

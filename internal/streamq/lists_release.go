@@ -148,6 +148,7 @@ func (ls *Lists[T]) release(l *List[T], n int, done []T) []T {
 // and l's are held.
 func (ls *Lists[T]) unlist(l *List[T]) {
 	l.marked, l.open, l.gone = nil, nil, true
+	l.left.Store(true)
 	if ls.m[l.s] != l {
 		return
 	}

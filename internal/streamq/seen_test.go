@@ -157,3 +157,64 @@ func TestRunningKeepsLegacyOrder(t *testing.T) {
 	}
 	running("every stream after WaitLegacyOrder(true)", []streamq.Stream{ss[0], b}, 0, false)
 }
+
+// TestPushKnownAfterForget: a push onto a list found before its stream was forgotten (Forget,
+// then Release, which takes the list out): PushKnown and PushManyKnown push nothing, report
+// false, make no list, and the stream stays forgotten; Push makes a list for the forgotten
+// handle, and the stream stops counting as forgotten. A list that left for want of items (two
+// polls found it empty), its stream not forgotten, is followed to the stream's new list, as
+// Push does; and so is a forgotten stream's once a list is made for it again.
+func TestPushKnownAfterForget(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, _, p, _ := testStreams(t, dev, 2)
+	ls := streamq.NewLists[int](p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
+	l, err := ls.Check(ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Left() {
+		t.Fatal("a list in the lists has left")
+	}
+	ls.Release(ls.Forget(ss[0]), nil)
+	if !l.Left() {
+		t.Fatal("a list Release took out has not left")
+	}
+	if ls.PushKnown(l, 1) || ls.PushManyKnown(l, []int{2, 3}) {
+		t.Fatal("a push onto a forgotten stream's list was taken")
+	}
+	if ls.Streams() != 0 || ls.Weight() != 0 || !ls.Forgotten(ss[0]) {
+		t.Fatalf("after the refused pushes: %d streams, weight %d, forgotten %v; want 0, 0, true", ls.Streams(), ls.Weight(), ls.Forgotten(ss[0]))
+	}
+	ls.Push(l, 4) // Push follows it to a new list
+	if ls.Streams() != 1 || ls.Forgotten(ss[0]) {
+		t.Fatalf("after Push: %d streams, forgotten %v; want 1, false", ls.Streams(), ls.Forgotten(ss[0]))
+	}
+	if !ls.PushKnown(l, 5) { // a list made for the stream since: followed
+		t.Fatal("a push onto the list of a stream with a new list was refused")
+	}
+	if done := ls.Release(ls.Forget(ss[0]), nil); len(done) != 2 {
+		t.Fatalf("Release handed back %v, want [4 5]", done)
+	}
+	// A list that left for want of items, its stream known: followed.
+	l, err = ls.Check(ss[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := ls.Poll(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !l.Left() || ls.Streams() != 0 {
+		t.Fatalf("after two polls of an empty list: left %v, %d streams; want true, 0", l.Left(), ls.Streams())
+	}
+	if !ls.PushManyKnown(l, []int{6, 7}) || ls.Streams() != 1 || ls.Weight() != 2 {
+		t.Fatalf("a push onto a retired list of a known stream: %d streams, weight %d; want 1, 2", ls.Streams(), ls.Weight())
+	}
+	if done, err := ls.Poll(nil); err != nil || len(done) != 2 {
+		t.Fatalf("poll of an idle stream: %v, %v; want [6 7]", done, err)
+	}
+}
