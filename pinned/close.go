@@ -195,6 +195,9 @@ var afterCloseReclaim, afterCloseCount func()
 // later Close, Free, FreeAsync, ForgetStream or Trim tries again; it never waits for the
 // streams of other buffers.
 func (p *Pool) finishClose(addr uintptr) {
+	if beforeFinishClose != nil {
+		beforeFinishClose()
+	}
 	if p.released.Load() {
 		return
 	}
@@ -213,6 +216,9 @@ func (p *Pool) finishClose(addr uintptr) {
 		p.busy.Store(false)
 	}
 }
+
+// beforeFinishClose, when set (by tests), runs at the start of finishClose.
+var beforeFinishClose func()
 
 func (p *Pool) releaseAll() error {
 	p.closeMu.Lock()

@@ -2,6 +2,7 @@ package pinned
 
 import (
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 	"github.com/pinmalloc/pinmalloc/internal/procpin"
 )
 
@@ -47,6 +48,9 @@ func (p *Pool) freeAsync(addr, n uintptr, l *streamList) error {
 	if p.fast && n <= heap.MaxClassSize {
 		// The hold and the cache in one fast section, when the buffer is of a page in the
 		// shard's page cache (heap.Heap.TryHoldSized): one pin, no lookup in the group's tables.
+		if invariants.Enabled && beforeCacheSection != nil {
+			beforeCacheSection()
+		}
 		if s, h := p.enteredHeap(procpin.Pin()); s == nil {
 			procpin.Unpin()
 		} else {
@@ -95,6 +99,9 @@ func (p *Pool) enqueue(l *streamList, d deferred) error {
 		beforeEnqueue()
 	}
 	if p.fast && d.n <= pendBuffer {
+		if invariants.Enabled && beforeCacheSection != nil {
+			beforeCacheSection()
+		}
 		if s := p.entered(procpin.Pin()); s == nil { // a fast section: see shard.go
 			procpin.Unpin()
 		} else if p.closed.Load() { // read in the section: see waitCachesOut
@@ -140,6 +147,12 @@ func (p *Pool) enqueue(l *streamList, d deferred) error {
 // shard's cache out and the push of its buffers on their stream's list; beforeEnqueue in
 // enqueue before anything else.
 var afterCacheOut, beforeEnqueue func()
+
+// beforeCacheSection, when set (by tests), runs in freeAsync and enqueue just before the fast
+// section that may cache a buffer, in builds with invariants.Enabled only (-tags invariants,
+// where there are fast sections; -race, where there are none): the other builds compile no
+// look at it on that path.
+var beforeCacheSection func()
 
 // freeAll frees bufs, deferred buffers none of which is shared, whose streams have passed them
 // (Pool.freeDeferred: on's own straight back on their pages, on the heap of a shard the caller
