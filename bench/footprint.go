@@ -42,6 +42,9 @@ var larsonShapes = []larsonShape{
 	{name: "larson-high", threads: 8, slots: 5000, lo: 8, hi: 1000, steps: 100_000, quickSteps: 20_000},
 }
 
+// gpuHostPs is the GOMAXPROCS of the GPU check's host (16 cores): footprint/trace-16p's.
+const gpuHostPs = 16
+
 // cudaHostName is the CUDAHost pool's name in the footprint suite (-footprint).
 const cudaHostName = "pinmalloc-cudahost"
 

@@ -124,9 +124,6 @@ func traceSources(s *suite, c string, sources []hostSource) []result {
 	return out
 }
 
-// gpuHostPs is the GOMAXPROCS of the GPU check's host (16 cores).
-const gpuHostPs = 16
-
 // traceOn16Ps is the serving trace, paced, on src with GOMAXPROCS at a GPU host's: the trace's
 // goroutine wakes on any of 16 Ps, and a pool with a shard per P spreads over 16 shards where
 // this machine may have two. The GPU check's H200 run held 2.600 there where the fake on two
