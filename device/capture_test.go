@@ -1,6 +1,7 @@
 package device
 
 import (
+	"bytes"
 	"errors"
 	"runtime"
 	"testing"
@@ -343,4 +344,56 @@ func TestFakeDefaultStreamWaitsBesideCapture(t *testing.T) {
 		t.Fatalf("sticky error %d: memory given back under the legacy stream's memset", c)
 	}
 	freeAll(t, h, []cuda.DevicePtr{keep})
+}
+
+// TestFakeSyncCopyDuringCapture: HtoD, DtoH and DtoD copy on the legacy default stream and wait
+// for it; while a blocking stream captures a CUDA graph the driver refuses that stream, and the
+// refusal ends the user's capture. Each is refused up front with an error matching
+// cuda.ErrCapturing, nothing queued: the capture stays valid and the destination unchanged.
+// Before, each called the driver, which ended the capture.
+func TestFakeSyncCopyDuringCapture(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	s, blocking := newStream(t, dev, h), newBlockingStream(t, dev, h)
+	const n = 4096
+	p, q := alloc(t, h, n, s), alloc(t, h, n, s)
+	want := bytes.Repeat([]byte{0x11}, n)
+	must(t, "HtoD", h.HtoD(pcuda.DevicePtr(p), want))
+	must(t, "HtoD", h.HtoD(pcuda.DevicePtr(q), want))
+	host := bytes.Repeat([]byte{0x22}, n)
+	for _, c := range []struct {
+		how string
+		op  func() error
+	}{
+		{"HtoD", func() error { return h.HtoD(pcuda.DevicePtr(p), bytes.Repeat([]byte{0x33}, n)) }},
+		{"DtoH", func() error { return h.DtoH(host, pcuda.DevicePtr(p)) }},
+		{"DtoD", func() error { return h.DtoD(pcuda.DevicePtr(q), pcuda.DevicePtr(p), n) }},
+	} {
+		runtime.LockOSThread()
+		must(t, "StreamBeginCapture", dev.StreamBeginCapture(blocking, cuda.CaptureGlobal))
+		err := c.op()
+		g, cerr := dev.StreamEndCapture(blocking)
+		runtime.UnlockOSThread()
+		if cerr != nil {
+			t.Errorf("%s: the copy ended the user's capture: %v", c.how, cerr)
+		} else {
+			must(t, "GraphDestroy", dev.GraphDestroy(g))
+		}
+		if !errors.Is(err, pcuda.ErrCapturing) {
+			t.Errorf("%s during a capture on a blocking stream: %v, want an error matching cuda.ErrCapturing", c.how, err)
+		}
+	}
+	if !bytes.Equal(host, bytes.Repeat([]byte{0x22}, n)) {
+		t.Error("DtoH wrote its destination though refused")
+	}
+	for _, b := range []cuda.DevicePtr{p, q} {
+		got := make([]byte, n)
+		must(t, "DtoH after the capture", h.DtoH(got, pcuda.DevicePtr(b)))
+		if !bytes.Equal(got, want) {
+			t.Errorf("block %#x changed by a refused copy: % x…", b, got[:8])
+		}
+	}
+	freeAll(t, h, []cuda.DevicePtr{p, q})
 }

@@ -32,7 +32,10 @@ import (
 // device and a pool buffer (a pool granted to several GPUs) waits for its stream before it
 // returns.
 
-// HtoD copies src to device memory at dst and returns when the copy is done.
+// HtoD copies src to device memory at dst and returns when the copy is done. It copies on the
+// legacy default stream and waits for it: while a blocking stream captures a CUDA graph, which
+// the driver would end, it is refused with an error matching cuda.ErrCapturing (so are DtoH and
+// DtoD), nothing copied.
 func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
 	if err := h.checkCopy("HtoD copy", uintptr(len(src)), dst); err != nil {
 		return err
@@ -42,7 +45,8 @@ func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
 	})
 }
 
-// DtoH copies len(dst) bytes of device memory at src to dst and returns when the copy is done.
+// DtoH copies len(dst) bytes of device memory at src to dst and returns when the copy is done;
+// refused during a capture on a blocking stream, as HtoD is.
 func (h *Heap) DtoH(dst []byte, src cuda.DevicePtr) error {
 	if err := h.checkCopy("DtoH copy", uintptr(len(dst)), src); err != nil {
 		return err
@@ -50,7 +54,8 @@ func (h *Heap) DtoH(dst []byte, src cuda.DevicePtr) error {
 	return h.hostCopy(dst, "DtoH copy", func(addr uintptr) error { return h.dev.MemcpyDtoH(addr, uintptr(src), uintptr(len(dst))) })
 }
 
-// DtoD copies size bytes between device addresses and returns when the copy is done.
+// DtoD copies size bytes between device addresses and returns when the copy is done; refused
+// during a capture on a blocking stream, as HtoD is.
 func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	n, err := copySize("DtoD copy", size)
 	if err != nil {
@@ -62,7 +67,21 @@ func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	if n == 0 {
 		return nil
 	}
+	if err := h.legacyRefusal(); err != nil {
+		return wrapCopy("DtoD copy", n, err)
+	}
 	return wrapCopy("DtoD copy", n, h.points().WaitLegacy(h.dev.MemcpyDtoD(uintptr(dst), uintptr(src), n)))
+}
+
+// legacyRefusal is the refusal of a synchronous copy, which the driver runs on the legacy
+// default stream and waits for, while a blocking stream captures a CUDA graph: the driver would
+// refuse the copy and end the user's capture. It matches cuda.ErrCapturing; nil when no
+// capture holds the legacy stream (one cgo call, which invalidates nothing).
+func (h *Heap) legacyRefusal() error {
+	if err := streamq.CaptureRefusal(h.dev, 0); err != nil {
+		return fmt.Errorf("%w; a synchronous copy runs there: copy once the capture has ended, or with an async copy on a stream of your own", err)
+	}
+	return nil
 }
 
 // points are the heap's device's points (streamq): HtoD, DtoD and a ZeroOnFree Free wait for
@@ -118,6 +137,9 @@ func (h *Heap) MemsetAsync(p cuda.DevicePtr, v byte, size int, s cuda.Stream) er
 func (h *Heap) hostCopy(b []byte, what string, copyFn func(addr uintptr) error) error {
 	if len(b) == 0 {
 		return nil
+	}
+	if err := h.legacyRefusal(); err != nil {
+		return wrapCopy(what, len(b), err)
 	}
 	var pin runtime.Pinner
 	addr, n := pinHost(&pin, b)
