@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/copyengine"
@@ -196,4 +197,74 @@ func stickyFault(t *testing.T, f *fakecuda.Driver, dev *cuda.Device) {
 	if err := dev.StreamSynchronize(0); err == nil || f.StickyError() != fakecuda.ResultIllegalAddress {
 		t.Fatalf("the faulting kernel left no sticky error: %v", err)
 	}
+}
+
+// TestFakeFreeAsyncRacingForgetStream: a ForgetStream(s) called while a FreeAsync on s is
+// between its look at s's list and its push there (stopped in the driver by its ZeroOnFree
+// memset's capture check) must come wholly after the push: it waits for s and does the free,
+// and leaves no list for s. pinned had that window (a push following a forgotten stream's gone
+// list to a new list for the handle, which kept the old stream's "non-blocking?" answer for the
+// next stream given it); the heap's mutex covers the whole FreeAsync and ForgetStream, so the
+// window is closed here, and this test keeps it so. The driver then gives s's handle to a new
+// blocking stream b: a block freed on b behind a memset on the legacy stream (held) must not be
+// handed out before the memset has run, which a list left with s's answer would do.
+func TestFakeFreeAsyncRacingForgetStream(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, ZeroOnFree: true, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a := newStream(t, dev, h)
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	const n = 64 << 10
+	p := alloc(t, h, n, a)
+	must(t, "MemsetAsync on s", h.MemsetAsync(pcuda.DevicePtr(p), 1, n, pcuda.Stream(s))) // s's list, checked
+	must(t, "synchronize the context", dev.Synchronize())
+	if !f.PauseNextCall() {
+		t.Fatal("PauseNextCall: a pause is armed already")
+	}
+	freed, forgot := make(chan error, 1), make(chan error, 1)
+	go func() { freed <- h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)) }()
+	for deadline := time.Now().Add(10 * time.Second); !f.Paused(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			f.ResumeCall()
+			t.Fatal("FreeAsync made no driver call between its look at s's list and its push")
+		}
+	}
+	if h.mu.TryLock() {
+		h.mu.Unlock()
+		f.ResumeCall()
+		t.Fatal("FreeAsync's window between s's list and its push is open to ForgetStream: the heap's mutex is free")
+	}
+	go func() { forgot <- h.ForgetStream(pcuda.Stream(s)) }()
+	f.ResumeCall()
+	must(t, "FreeAsync", <-freed)
+	must(t, "ForgetStream", <-forgot)
+	if len(h.deferred) != 0 || h.lists.Lookup(uintptr(s)) != nil || !h.lists.Forgotten(uintptr(s)) {
+		t.Fatalf("after ForgetStream: %d frees deferred, a list for s %v, s forgotten %v; want 0, false, true",
+			len(h.deferred), h.lists.Lookup(uintptr(s)) != nil, h.lists.Forgotten(uintptr(s)))
+	}
+	must(t, "StreamDestroy", dev.StreamDestroy(s))
+	b := newBlockingStream(t, dev, h)
+	if b != s {
+		t.Fatalf("the driver gave the new stream %#x, not s's handle %#x: the test proves nothing", b, s)
+	}
+	q := alloc(t, h, n, a)
+	f.Hold(true)
+	must(t, "MemsetAsync on the legacy stream", h.MemsetAsync(pcuda.DevicePtr(q), 0xAB, n, 0))
+	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
+	r := alloc(t, h, n, a) // its poll finds b with nothing of its own run
+	want := pattern(n, 0x5C)
+	must(t, "HtoDAsync on a", h.HtoDAsync(pcuda.DevicePtr(r), want, pcuda.Stream(a)))
+	must(t, "synchronize a", dev.StreamSynchronize(a))
+	f.Hold(false)
+	f.Complete()
+	must(t, "synchronize the context", dev.Synchronize())
+	buf := make([]byte, n)
+	must(t, "DtoH", h.DtoH(buf, pcuda.DevicePtr(r)))
+	if r == q || !bytes.Equal(buf, want) {
+		t.Errorf("a's Alloc got %s, and its bytes are %s", same(r == q), intact(bytes.Equal(buf, want)))
+	}
+	must(t, "Sync", h.Sync())
+	freeAll(t, h, []cuda.DevicePtr{r})
 }
