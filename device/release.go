@@ -49,7 +49,9 @@ func (h *Heap) Trim() error {
 // forgotten the same way. While a CUDA graph capture holds s, the legacy stream or another stream
 // of the heap's, that synchronize would end the capture: ForgetStream then waits for nothing,
 // keeps s (its deferred frees and its heap's memory), and fails with an error matching
-// cuda.ErrCapturing; call it again once the capture has ended. When the device has faulted (the
+// cuda.ErrCapturing; call it again once the capture has ended, and create no stream before it
+// succeeds: the driver may give the new stream s's handle, which the heap still takes for s
+// (its frees then wait for s's order, not the new stream's). When the device has faulted (the
 // context's sticky error), the synchronize fails: ForgetStream keeps s and fails with an error
 // wrapping ErrDeviceFault.
 func (h *Heap) ForgetStream(s cuda.Stream) error {
