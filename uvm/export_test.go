@@ -1,6 +1,10 @@
 package uvm
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
 
 // Verify checks the tier's accounting against its blocks (verify.go).
 func (t *Tier) Verify() error {
@@ -89,4 +93,13 @@ func (t *Tier) ReleaseEvents(h Handle) (int, error) {
 		return 0, err
 	}
 	return len(b.rel), nil
+}
+
+// FailPoolClose makes the next close of a tier's own host pool fail with err, the pool left
+// open, as a pool whose deferred buffers' streams have not passed them does.
+func FailPoolClose(err error) {
+	poolCloseFault = func(*pinned.Pool) error {
+		poolCloseFault = nil
+		return err
+	}
 }

@@ -212,6 +212,7 @@ type Tier struct {
 	mu          sync.Mutex
 	closed      bool
 	heldAtClose bool          // Close kept memory held back (heldback.go): a later Close tries again
+	poolAtClose bool          // Close could not close the tier's own host pool: a later Close tries again
 	held        heldBack      // memory kept out of use after a failed wait (heldback.go)
 	wake        chan struct{} // closed by signal, to wake AcquireContext's waiters (access.go)
 	blocks      []block       // the block table, indexed by BlockID (block.go)
@@ -403,10 +404,7 @@ func (t *Tier) release() error {
 		errs = append(errs, t.engine.ownMover.Close())
 		t.engine.ownMover = nil
 	}
-	if t.mem.pool != nil && t.mem.ownPool {
-		errs = append(errs, t.mem.pool.Close())
-	}
-	t.mem.pool = nil
+	errs = append(errs, t.closePool())
 	if t.mem.ownHeap && t.mem.heap != nil {
 		errs = append(errs, t.mem.heap.Close())
 		t.mem.heap = nil
@@ -425,6 +423,33 @@ func (t *Tier) release() error {
 	return errors.Join(errs...)
 }
 
+// closePool closes the tier's own host pool (a shared one is its owner's) and drops it. When the
+// pool's Close fails (a buffer's stream still busy past the pool's wait, a driver refusing to
+// give memory back), the tier keeps the pool, whose memory is then still allocated, and a later
+// Close calls this again: dropped, the pool could no longer be closed, and its memory stayed
+// until the process ended. A pool that finished closing by itself meanwhile (the last of its
+// deferred frees released it) answers ErrClosed, and is done with too. Used by release.
+func (t *Tier) closePool() error {
+	if t.mem.pool == nil || !t.mem.ownPool {
+		t.mem.pool = nil
+		return nil
+	}
+	closeFn := (*pinned.Pool).Close
+	if poolCloseFault != nil {
+		closeFn = poolCloseFault
+	}
+	// The bare sentinel, not errors.Is: a refusal the pool wraps with ErrClosed leaves memory.
+	if err := closeFn(t.mem.pool); err != nil && err != pinned.ErrClosed {
+		t.poolAtClose = true
+		return fmt.Errorf("uvm: closing the tier's host pool: %w; the pool and its memory are kept: a later Close tries again", err)
+	}
+	t.mem.pool, t.poolAtClose = nil, false
+	return nil
+}
+
+// poolCloseFault, set by tests only, closes the host pool in place of pinned.Pool.Close.
+var poolCloseFault func(*pinned.Pool) error
+
 // Close waits for the tier's transfers, frees every block and gives back the tier's memory,
 // streams and events (and the device heap and mover it made). It fails with ErrAcquired, and
 // changes nothing, while a block is acquired on the device or the host.
@@ -435,11 +460,17 @@ func (t *Tier) release() error {
 // host pool that hold it, and returns ErrHeldBack saying how much: a later Close tries again
 // (a synchronize of the device), and gives everything back once one succeeds. Under a sticky
 // error none does, and what Close kept stays until the process ends.
+//
+// When the tier's own host pool fails to close (a buffer's copy still queued on a stream that
+// does not pass it within the pool's wait, or the driver refusing to give memory back), Close
+// returns that error and keeps the pool, with its memory: a later Close tries again.
 func (t *Tier) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var errs []error
 	switch {
+	case t.closed && t.poolAtClose: // an earlier Close could not close the host pool: try again
+		return t.closePool()
 	case t.closed && !t.heldAtClose:
 		return ErrClosed
 	case t.closed: // an earlier Close kept memory held back: try again
