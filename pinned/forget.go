@@ -58,6 +58,10 @@ func (p *Pool) ForgetStream(s cuda.Stream) error {
 // FreeAsync caches and the forget.
 var forgetFlushed func()
 
+// forgetWaitsWaits, when set (by tests), runs in forget when it waits for the WaitStreams calls
+// in progress (forgetMu).
+var forgetWaitsWaits func()
+
 // forget is ForgetStream. Live buffers whose tags name s learn that it was forgotten when
 // they are freed (streamq's Lists.GetKnown, which makes no list for a forgotten stream, in
 // deferTagged and deferShared), so that forgetting costs O(1) beyond s's own deferred buffers.
@@ -85,7 +89,14 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; %s", s, err, err2, kept)
 		}
 	}
+	if !o.forgetMu.TryLock() { // a WaitStreams between its look at s and its wait
+		if forgetWaitsWaits != nil {
+			forgetWaitsWaits()
+		}
+		o.forgetMu.Lock()
+	}
 	l := o.lists.Forget(uintptr(s))
+	o.forgetMu.Unlock()
 	if l != nil {
 		o.done = o.lists.Release(l, o.done)
 	}

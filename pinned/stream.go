@@ -80,7 +80,7 @@ import (
 // buffers, a last Release read-holds it while it makes its free) → a pool shard (the allocation's
 // slow path reclaims as its holder) → reclMu (taken with TryLock there) → a uses shard's lock →
 // the lists' lock → a stream list's lock. Buffers are freed for real holding none of the last
-// three.
+// three. forgetMu comes after reclMu (ForgetStream) and before the lists' lock (WaitStreams).
 
 // closeWait bounds how long Close waits for deferred buffers, and a free after Close for the
 // streams of its own buffer.
@@ -133,6 +133,13 @@ type streamOrder struct {
 	// freeDones counts freeDone's calls, under reclMu: the take-backs of what a reclaim, a
 	// drain or a forget took off the lists (reclaims).
 	freeDones uint64
+	// forgetMu makes WaitStreams' look at whether a stream was forgotten and its wait for the
+	// stream one step against ForgetStream's forget (waitStreams read-holds it across both,
+	// forget holds it while it marks the stream forgotten): a ForgetStream, and the destroy
+	// after it, then comes wholly before the look (no wait) or after the wait. Between them, the
+	// wait synchronized a destroyed handle (a spurious error) or the stream the driver gave it
+	// to since. Neither is a hot path; it comes after reclMu.
+	forgetMu sync.RWMutex
 }
 
 // useShard is a lock and the buffers with streams recorded whose start it covers.

@@ -13,7 +13,9 @@ import (
 // of the buffer outside CUDA's streams (a network transfer of package remote) needs first. It
 // returns at once for a buffer no stream was recorded on (or only streams forgotten since:
 // ForgetStream), and in a pool whose copies are
-// synchronous (any backend but CUDAHost). Errors: b not in a live buffer of the pool
+// synchronous (any backend but CUDAHost). A ForgetStream of one of its streams waits for the
+// WaitStreams in progress, so that it, and the stream's destroy after it, never lands between a
+// WaitStreams' look at the stream and its wait. Errors: b not in a live buffer of the pool
 // (ErrNotOwned, ErrDoubleFree), a stream the driver refuses, a released pool (ErrClosed).
 func (p *Pool) WaitStreams(b []byte) error {
 	if len(b) == 0 {
@@ -52,9 +54,27 @@ func (o *streamOrder) waitStreams(base uintptr) error {
 	}
 	var errs []error
 	for _, s := range ss {
-		if s != noStream && !o.lists.Forgotten(streamq.Stream(s)) { // a forgotten one has passed it
-			errs = append(errs, wrapError(o.points().WaitStream(uintptr(s)), ErrInvalidStream))
+		if s != noStream {
+			errs = append(errs, o.waitUnforgotten(s))
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// waitUnforgotten synchronizes s unless it was forgotten (it has passed the buffer), in one
+// step against ForgetStream (forgetMu).
+func (o *streamOrder) waitUnforgotten(s cuda.Stream) error {
+	o.forgetMu.RLock()
+	defer o.forgetMu.RUnlock()
+	if o.lists.Forgotten(streamq.Stream(s)) {
+		return nil
+	}
+	if waitStreamsLooked != nil {
+		waitStreamsLooked(s)
+	}
+	return wrapError(o.points().WaitStream(uintptr(s)), ErrInvalidStream)
+}
+
+// waitStreamsLooked, when set (by tests), runs in WaitStreams between its look at whether
+// stream s was forgotten and its wait for s.
+var waitStreamsLooked func(cuda.Stream)
