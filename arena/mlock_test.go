@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pinmalloc/pinmalloc/internal/memlocktest"
 )
 
@@ -24,12 +22,7 @@ func TestMlockFailsPartway(t *testing.T) {
 	}
 	defer p.Release(r)
 	before := memlocktest.Locked(t)
-	p.mlockFn = func(b []byte) error {
-		if err := unix.Mlock(b[:len(b)/2]); err != nil {
-			t.Skipf("mlock of %d bytes: %v (RLIMIT_MEMLOCK too low to test)", len(b)/2, err)
-		}
-		return unix.ENOMEM
-	}
+	p.mlockFn = memlocktest.FailPartway(t)
 	if err := p.Commit(r, 0, size); !errors.Is(err, ErrMemlock) {
 		t.Fatalf("Commit with mlock failing partway: %v; want ErrMemlock", err)
 	}

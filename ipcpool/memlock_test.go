@@ -58,18 +58,9 @@ func memlockChild(t *testing.T) {
 // charged to RLIMIT_MEMLOCK, in a pool that then went on pageable (FallbackPageable).
 func TestLockFailsPartway(t *testing.T) {
 	const size = 256 << 10
-	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(b)
+	b := memlocktest.Anonymous(t, size)
 	before := memlocktest.Locked(t)
-	mlock = func(b []byte) error {
-		if err := unix.Mlock(b[:len(b)/2]); err != nil {
-			t.Skipf("mlock of %d bytes: %v (RLIMIT_MEMLOCK too low to test)", len(b)/2, err)
-		}
-		return unix.ENOMEM
-	}
+	mlock = memlocktest.FailPartway(t)
 	defer func() { mlock = unix.Mlock }()
 	if err := lock(mem.Addr(b), size, lockNow); !errors.Is(err, ErrMemlock) {
 		t.Fatalf("lock with mlock failing part-way: %v; want ErrMemlock", err)

@@ -120,18 +120,9 @@ func TestSegmentSourceMemlock(t *testing.T) {
 // half stayed locked, charged to RLIMIT_MEMLOCK, until UCX freed the segment.
 func TestSegmentCommitFailsPartway(t *testing.T) {
 	const size = 256 << 10
-	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(b)
+	b := memlocktest.Anonymous(t, size)
 	before := memlocktest.Locked(t)
-	mlock = func(b []byte) error {
-		if err := unix.Mlock(b[:len(b)/2]); err != nil {
-			t.Skipf("mlock of %d bytes: %v (RLIMIT_MEMLOCK too low to test)", len(b)/2, err)
-		}
-		return unix.ENOMEM
-	}
+	mlock = memlocktest.FailPartway(t)
 	defer func() { mlock = unix.Mlock }()
 	s := &segmentSource{}
 	if err := s.Commit(&arena.Region{Base: mem.Addr(b), Size: size}, 0, size); !errors.Is(err, arena.ErrMemlock) {

@@ -143,3 +143,26 @@ func Locked(t testing.TB) uint64 {
 	t.Skip("no VmLck in /proc/self/status")
 	return 0
 }
+
+// FailPartway returns a stand-in for mlock(2) that fails part-way, as a kernel's mlock can: it
+// locks the first half of the range for real, then returns ENOMEM, leaving that half locked
+// (skipping t where even the half may not be locked).
+func FailPartway(t testing.TB) func(b []byte) error {
+	return func(b []byte) error {
+		if err := unix.Mlock(b[:len(b)/2]); err != nil {
+			t.Skipf("mlock of %d bytes: %v (RLIMIT_MEMLOCK too low to test)", len(b)/2, err)
+		}
+		return unix.ENOMEM
+	}
+}
+
+// Anonymous maps size bytes of private anonymous memory for a test, unmapped at its end.
+func Anonymous(t testing.TB, size int) []byte {
+	t.Helper()
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Munmap(b) })
+	return b
+}
