@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
@@ -23,22 +24,8 @@ func TestFakeCloseSeesCacheOnItsWay(t *testing.T) {
 		return
 	}
 	const n = 4 << 10 // small enough for the FreeAsync cache
-	p, err := New(Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !p.fast {
-		t.Skip("no fast sections in this build (the race detector turns them off), so no FreeAsync cache")
-	}
-	var ss [2]cuda.Stream
-	for i := range ss {
-		s, err := dev.StreamCreate(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ss[i] = cuda.Stream(s)
-		defer dev.StreamDestroy(s)
-	}
+	p, ss := cacheRig(t, dev, Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
+	var err error
 	bufs := make([][]byte, pendMax+1)
 	for i := range bufs {
 		if bufs[i], err = p.Alloc(n); err != nil {
@@ -105,22 +92,7 @@ func TestFakeCloseAfterFreeAsyncLookedAtClosed(t *testing.T) {
 		path string
 		at   int // the call of the hook that starts the Close
 	}{{"freeAsync", 1}, {"enqueue", 2}} {
-		p, err := New(Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !p.fast {
-			t.Skip("no fast sections in this build (the race detector turns them off), so no FreeAsync cache")
-		}
-		var ss [2]cuda.Stream
-		for i := range ss {
-			s, err := dev.StreamCreate(true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ss[i] = cuda.Stream(s)
-			defer dev.StreamDestroy(s)
-		}
+		p, ss := cacheRig(t, dev, Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
 		b, err := p.Alloc(4096)
 		if err != nil {
 			t.Fatal(err)
@@ -168,4 +140,27 @@ func TestFakeCloseAfterFreeAsyncLookedAtClosed(t *testing.T) {
 			t.Errorf("%s: after Close and the FreeAsync of every buffer: %+v", c.path, u)
 		}
 	}
+}
+
+// cacheRig opens a pool with o whose FreeAsync caches work (skipping t in a build without fast
+// sections) and two non-blocking streams of dev, destroyed at the end of t.
+func cacheRig(t *testing.T, dev *icuda.Device, o Options) (*Pool, [2]cuda.Stream) {
+	t.Helper()
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.fast {
+		t.Skip("no fast sections in this build (the race detector turns them off), so no FreeAsync cache")
+	}
+	var ss [2]cuda.Stream
+	for i := range ss {
+		s, err := dev.StreamCreate(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss[i] = cuda.Stream(s)
+		t.Cleanup(func() { _ = dev.StreamDestroy(s) })
+	}
+	return p, ss
 }

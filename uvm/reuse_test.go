@@ -192,3 +192,16 @@ func TestForgottenIdleStreamsKeepNoReleases(t *testing.T) {
 	}
 	checkBlocks(t, tr, []uvm.Handle{h}, []byte{31}, size)
 }
+
+// evictedHolds evicts block h and checks that its host copy holds want, failing t with msg
+// where it does not.
+func evictedHolds(t *testing.T, tr *uvm.Tier, h uvm.Handle, want []byte, msg string) {
+	t.Helper()
+	must(t, tr.Evict([]uvm.Handle{h}))
+	b, err := tr.AcquireHost(h, uvm.Read)
+	must(t, err)
+	if !bytes.Equal(b, want) {
+		t.Error(msg)
+	}
+	must(t, tr.ReleaseHost(h))
+}

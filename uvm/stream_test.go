@@ -89,13 +89,7 @@ func TestReleaseOnDestroyedStream(t *testing.T) {
 	if err2 := tr.Release(hs[0], pcuda.Stream(s)); !errors.Is(err2, uvm.ErrNotAcquired) {
 		t.Errorf("a second Release: %v; the first (%v) should have released the block", err2, err)
 	}
-	must(t, tr.Evict(hs[:1]))
-	b, err := tr.AcquireHost(hs[0], uvm.Read)
-	must(t, err)
-	if !bytes.Equal(b, pattern(99, 64*kib)) {
-		t.Error("the block moved before the destroyed stream's write to it ran")
-	}
-	must(t, tr.ReleaseHost(hs[0]))
+	evictedHolds(t, tr, hs[0], pattern(99, 64*kib), "the block moved before the destroyed stream's write to it ran")
 	if _, err := tr.Acquire(hs[0], pcuda.Stream(s), uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
 		t.Errorf("Acquire on the destroyed stream after its failed Release: %v", err)
 	}
@@ -142,13 +136,7 @@ func TestForgetStream(t *testing.T) {
 	if _, err := tr.Acquire(hs[0], pcuda.Stream(s), uvm.Read); !errors.Is(err, uvm.ErrInvalidStream) {
 		t.Errorf("Acquire on a forgotten, destroyed stream: %v", err)
 	}
-	must(t, tr.Evict(hs[:1]))
-	b, err := tr.AcquireHost(hs[0], uvm.Read)
-	must(t, err)
-	if !bytes.Equal(b, pattern(42, 64*kib)) {
-		t.Error("the block moved before the destroyed stream's write to it ran")
-	}
-	must(t, tr.ReleaseHost(hs[0]))
+	evictedHolds(t, tr, hs[0], pattern(42, 64*kib), "the block moved before the destroyed stream's write to it ran")
 	must(t, tr.Close())
 	if err := tr.ForgetStream(pcuda.Stream(s)); !errors.Is(err, uvm.ErrClosed) {
 		t.Errorf("ForgetStream after Close: %v", err)
