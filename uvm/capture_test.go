@@ -176,13 +176,48 @@ func TestRecoverDuringCapture(t *testing.T) {
 	_, err := tr.Acquire(hs[0], s, uvm.Write)
 	must(t, err)
 	must(t, tr.Release(hs[0], s))
+	recoverDuringCapture(t, f, dev, tr, hs[:1], s)
+}
+
+// TestRecoverDuringCaptureAfterPrune: the capture check before the device synchronize of a
+// recovery asks every stream the tier has seen, also those its table of known streams pruned
+// (past uvm's bound of streams known, each is checked again at its next use). Here the
+// capturing stream is known to the tier only by the check of a Prefetch on it, and the streams
+// of a thousand Prefetches since pruned it. Before, the check walked the table alone, missed
+// the capture, and the recovery's synchronize ended it invalidated.
+func TestRecoverDuringCaptureAfterPrune(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s := stream(t, dev)
+	hs := filled(t, tr, 2, 64*kib)
+	w := stream(t, dev) // hs[0] written there, so that its eviction copies it
+	_, err := tr.Acquire(hs[0], w, uvm.Write)
+	must(t, err)
+	must(t, tr.Release(hs[0], w))
+	must(t, tr.Prefetch(hs[1:], s)) // s known by its check alone: no use, no release event
+	for range uvm.MaxKnownStreams {
+		must(t, tr.Prefetch(hs[1:], stream(t, dev)))
+	}
+	recoverDuringCapture(t, f, dev, tr, hs[:1], s)
+}
+
+// recoverDuringCapture evicts hs with the driver's work held, so that a batch is in flight on
+// the tier's D2H stream, begins a capture on s, faults the device and checks that Sync refuses
+// to synchronize the device while s captures (the capture ends valid), and does once it has
+// ended.
+func recoverDuringCapture(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, tr *uvm.Tier, hs []uvm.Handle, s cuda.Stream) {
+	t.Helper()
 	must(t, tr.Sync())
 	f.Hold(true)
-	must(t, tr.Evict(hs[:1])) // a batch in flight on the D2H stream
+	must(t, tr.Evict(hs)) // a batch in flight on the D2H stream
 	if st := tr.Stats(); st.Pending == 0 {
 		t.Fatal("no batch in flight after the eviction")
 	}
 	beginCapture(t, dev, s)
+	var err error
 	elsewhere(func() {
 		stickyFault(t, f, dev)
 		err = tr.Sync()

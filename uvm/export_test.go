@@ -6,6 +6,9 @@ import (
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
+// MaxKnownStreams is the bound of the streams the tier knows (streams.go).
+const MaxKnownStreams = maxKnownStreams
+
 // Verify checks the tier's accounting against its blocks (verify.go).
 func (t *Tier) Verify() error {
 	t.mu.Lock()

@@ -57,8 +57,9 @@ import (
 // user's stream refused by a Release or Free (unordered). That synchronize
 // would end a CUDA graph capture on any stream of the context (the driver refuses it and
 // invalidates the capture), so the tier asks first, as the device heap does, about every
-// stream of the user's it knows: those seen (t.streams), and those a block is acquired on or
-// has a release event on, which a Prune may have dropped from the seen ones (userStreams). While
+// stream of the user's it knows: those seen (t.streams; a Prune drops their lists, not the
+// streams seen, which streamq bounds on its own), and those a block is acquired on or has a
+// release event on (userStreams). While
 // one captures it synchronizes nothing: the batches stay in flight, the memory held back, for a
 // later call.
 
@@ -78,6 +79,9 @@ func (t *Tier) userStreams(yield func(streamq.Stream) bool) {
 		}
 	}
 	t.streams.Range(func(s streamq.Stream, _, _ []struct{}) { add(cuda.Stream(s)) })
+	for s := range t.streams.Seen { // those a Prune took out of the lists too
+		add(cuda.Stream(s))
+	}
 	for i := range t.blocks {
 		b := &t.blocks[i]
 		for _, u := range b.uses {

@@ -92,6 +92,23 @@ func (ls *Lists[T]) seenStreams() []Stream {
 	return ls.seenArr
 }
 
+// Seen yields the streams seen (Check) and not forgotten since, with a list or not: those a
+// Prune took out of the lists too. It walks a copy made under the lists' lock, so yield may
+// call the lists. It allocates.
+func (ls *Lists[T]) Seen(yield func(Stream) bool) {
+	ls.mu.Lock()
+	ss := make([]Stream, 0, len(ls.seen))
+	for s := range ls.seen {
+		ss = append(ss, s)
+	}
+	ls.mu.Unlock()
+	for _, s := range ss {
+		if !yield(s) {
+			return
+		}
+	}
+}
+
 // endSeen empties the slice seenStreams returned, keeping its room.
 func (ls *Lists[T]) endSeen() { ls.seenArr = ls.seenArr[:0] }
 

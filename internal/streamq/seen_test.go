@@ -2,6 +2,7 @@ package streamq_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -105,6 +106,9 @@ func TestListsForgotten(t *testing.T) {
 	ls.Prune()
 	if ls.Streams() != 1 || ls.Lookup(ss[2]) == nil {
 		t.Fatalf("after Prune: %d streams, want the one with an item", ls.Streams())
+	}
+	if seen := slices.Collect(ls.Seen); !slices.Contains(seen, ss[1]) {
+		t.Errorf("after Prune, streams seen %#x: want the pruned %#x among them (Captured asks them)", seen, ss[1])
 	}
 	checks := ls.Checks()
 	if _, err := ls.Check(ss[1]); err != nil || ls.Checks() != checks+1 {
