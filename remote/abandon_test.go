@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -101,5 +102,231 @@ func TestPoolClosesAfterAbandonedAnswers(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatalf("the pool's Close after its worker's, with %d answers of an abandoned connection left in UCX: %v", stuck, err)
+	}
+}
+
+// TestAbandonedTransferKeepsItsBuffer: over shared memory (no UCX failure handling), a
+// connection abandoned while UCX still holds a transfer's put or get (the peer reads nothing:
+// its FIFO is full, or its answer to an emulated get never comes) ends the transfer with
+// ErrPeer, but UCX may still read the local buffer (the rest of a put's fragments) or write
+// it (a get's answer) in a later call on the worker. So the buffer stays held in its pool: a
+// Free of it waits, and no Alloc hands it out again, until UCX completes the operation (the
+// peer reads again) or the worker's Close has made its last call on UCX's worker. The
+// transfer's end released the hold at once: the buffer went back to its pool with UCX's
+// request on it still in flight.
+func TestAbandonedTransferKeepsItsBuffer(t *testing.T) {
+	needUCX(t)
+	t.Setenv("UCX_TLS", "sm")
+	for _, op := range []struct {
+		name string
+		mode Mode
+		get  bool
+	}{{"put", ModeAuto, false}, {"put-rma", ModeRMA, false}, {"get-rma", ModeRMA, true}} {
+		for _, end := range []string{"completed", "closed"} {
+			t.Run(op.name+"/"+end, func(t *testing.T) { abandonedTransfer(t, op.mode, op.get, end == "closed") })
+		}
+	}
+}
+
+func abandonedTransfer(t *testing.T, mode Mode, get, closed bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := New(Options{SharedMemory: true, Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wClosed := false
+	defer func() {
+		if !wClosed {
+			_ = w.Close()
+		}
+	}()
+	peer, err := New(Options{SharedMemory: true, Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	p, err := testPool(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Register(p); err != nil {
+		t.Fatal(err)
+	}
+	q, err := testPool(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	qr, err := peer.Register(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := peer.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := w.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.Accept(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8 << 20 // far beyond the peer's FIFO: a put stays in flight while the peer does not read
+	mine, err := p.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := q.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := describe(t, qr, theirs)
+
+	peer.mu.Lock() // the peer stops reading: its progress waits for the mutex
+	stalled := true
+	defer func() {
+		if stalled {
+			peer.mu.Unlock()
+		}
+	}()
+	tx := wc.NewTransfer()
+	if get {
+		err = tx.Get(mine, d)
+	} else {
+		err = tx.Put(mine, d)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	sending := false
+	for i := range w.slots {
+		if s := &w.slots[i]; s.kind == slotOp && s.t == tx && s.lr != nil && s.sending {
+			sending = true
+		}
+	}
+	w.peerExited(wc) // as the pidfd says of a peer that exited
+	w.mu.Unlock()
+	if !sending {
+		t.Fatal("UCX completed the operation with the peer not reading: nothing was in flight")
+	}
+	if err := tx.Wait(ctx); !errors.Is(err, ErrPeer) {
+		t.Fatalf("the abandoned transfer ended with %v, want ErrPeer", err)
+	}
+	zombies := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.zombies
+	}
+	if zombies() == 0 {
+		t.Fatal("the abandoned operation left no zombie slot: UCX completed it, nothing to keep")
+	}
+	if err := p.Free(mine); err != nil {
+		t.Fatal(err)
+	}
+	if live := p.Usage().Live; live != 1 {
+		t.Fatalf("%d buffers live after the Free of the buffer whose %s UCX still holds, want 1: its hold went with the transfer's end", live, map[bool]string{false: "put", true: "get"}[get])
+	}
+	other, err := p.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &other[0] == &mine[0] {
+		t.Fatal("the buffer of an operation UCX still holds was handed out again")
+	}
+	if err := p.Free(other); err != nil {
+		t.Fatal(err)
+	}
+
+	if closed { // the peer stays stalled: the operation never completes
+		wClosed = true
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	} else { // the peer reads again: UCX completes the operation, and the zombie lets go
+		peer.mu.Unlock()
+		stalled = false
+		for zombies() > 0 {
+			if ctx.Err() != nil {
+				t.Fatal("UCX never completed the abandoned operation once the peer read again")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for p.Usage().Live != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d buffers live once UCX let go of the operation: its hold was kept", p.Usage().Live)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !wClosed {
+		wClosed = true
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("the pool's Close after its worker's: %v", err)
+	}
+}
+
+// TestZombieHoldsOnRDMA: at the worker's Close, a zombie slot's hold (an abandoned answer's,
+// put's or get's) is let go once UCX's worker is destroyed, or, left alive, where only a call
+// on the worker touches the buffer (cpuOnly); one on an RDMA lane stays held, so the buffer's
+// Free waits and its pool's Close says it is busy.
+func TestZombieHoldsOnRDMA(t *testing.T) {
+	p, err := testPool(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ha, err := p.Hold(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := p.Hold(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{slots: []slot{{kind: slotZombie, hold: ha, cpuOnly: true}, {kind: slotZombie, hold: hb}}}
+	held := w.zombieHolds(false)
+	if len(held) != 1 || held[0] != ha || w.slots[1].hold != hb {
+		t.Fatalf("left alive, zombieHolds let go of %v, want only the cpu-only one's", held)
+	}
+	for _, x := range [][]byte{a, b} {
+		if err := p.Free(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := held[0].Release(); err != nil {
+		t.Fatal(err)
+	}
+	if live := p.Usage().Live; live != 1 {
+		t.Fatalf("%d buffers live, want the one on an RDMA lane", live)
+	}
+	if err := p.Close(); !errors.Is(err, pinned.ErrBusy) {
+		t.Fatalf("the pool's Close with a buffer an RDMA lane may still touch: %v, want ErrBusy", err)
+	}
+	held = w.zombieHolds(true) // destroyed: UCX purged its requests
+	if len(held) != 1 || held[0] != hb {
+		t.Fatalf("destroyed, zombieHolds let go of %v, want the RDMA one's", held)
+	}
+	if err := held[0].Release(); err != nil { // the last: the pool's memory goes (Close said so)
+		t.Fatal(err)
+	}
+	if live := p.Usage().Live; live != 0 {
+		t.Fatalf("%d buffers live once every hold went", live)
 	}
 }

@@ -57,9 +57,10 @@
 // poller (ucp_worker_arm), so an idle worker costs nothing.
 //
 // Ownership follows the pool's rules. A local buffer is held in its pool (pinned.Pool.Hold)
-// from Put or Get until its transfer ends: a Free meanwhile takes effect then, so memory in
-// flight is never handed out again, and its region, which holds a live buffer, is never
-// deregistered under it. In a CUDAHost pool, a transfer waits for the CUDA streams recorded on
+// from Put or Get until its transfer ends (or, on a connection abandoned with the operation
+// still in UCX's hands, until UCX lets go of it: Transfer): a Free meanwhile takes effect then,
+// so memory in flight is never handed out again, and its region, which holds a live buffer, is
+// never deregistered under it. In a CUDAHost pool, a transfer waits for the CUDA streams recorded on
 // its buffers (RecordStream, device.Heap's async copies) before it reads or writes them, and a
 // buffer used by both that is freed goes back only once the streams and the transfer have
 // passed it. The side a peer reads or writes waits for no stream: its owner makes a buffer

@@ -577,8 +577,8 @@ func (w *Worker) takeUnholds() []pinned.Hold {
 	return rel
 }
 
-// releaseHolds releases rel (takeUnholds): a free of a buffer made while an answer held it
-// takes effect now. By the progress goroutine, not under mu.
+// releaseHolds releases rel (takeUnholds): a free of a buffer made while an answer, or a zombie
+// slot (watch.go), held it takes effect now. By the progress goroutine, not under mu.
 func (w *Worker) releaseHolds(rel []pinned.Hold) {
 	if rel == nil {
 		return
@@ -586,7 +586,7 @@ func (w *Worker) releaseHolds(rel []pinned.Hold) {
 	for _, h := range rel {
 		if err := h.Release(); err != nil {
 			w.stats.freeErrs.Add(1)
-			w.logf("remote: a free deferred by an answer to a peer failed: %v", err)
+			w.logf("remote: a free deferred by an answer to a peer, or by an operation of an abandoned connection, failed: %v", err)
 		}
 	}
 	clear(rel)

@@ -39,10 +39,15 @@ func TestRMALanes(t *testing.T) {
 `
 	for _, c := range []struct {
 		name, info string
-		want       bool
-	}{{"tcp", tcp, false}, {"shm", shm, false}, {"rc", rc, true}, {"rc without puts", strings.ReplaceAll(strings.ReplaceAll(rc, "put[0]", "x"), "get[0]", "x"), false}} {
+		want, cpu  bool
+	}{{"tcp", tcp, false, true}, {"shm", shm, false, true}, {"rc", rc, true, false}, {"rc without puts", strings.ReplaceAll(strings.ReplaceAll(rc, "put[0]", "x"), "get[0]", "x"), false, false}} {
 		if got := rmaLanes(c.info); got != c.want {
 			t.Errorf("%s: rmaLanes %v, want %v", c.name, got, c.want)
+		}
+		// An abandoned operation's buffer is let go at the worker's Close only where no lane
+		// may touch it on its own (zombieHolds).
+		if got := cpuLanes(c.info); got != c.cpu {
+			t.Errorf("%s: cpuLanes %v, want %v", c.name, got, c.cpu)
 		}
 	}
 }

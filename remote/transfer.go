@@ -22,7 +22,11 @@ import (
 //
 // Each local buffer is held in its pool (pinned.Pool.Hold) from Put or Get until the transfer ends:
 // a Free of it meanwhile takes effect then, so memory in flight is never handed out again, and its
-// region is never deregistered under it. Put and Get first wait for the CUDA streams recorded on
+// region is never deregistered under it. A transfer on a connection abandoned (a peer that
+// died without UCX's failure handling, or a worker closed with SharedMemory) ends with the
+// connection's error while UCX may still hold its puts and gets: their buffers stay held until
+// UCX completes them, or the worker's Close has made its last call on UCX's worker (for good
+// on an RDMA NIC: Worker.Close). Put and Get first wait for the CUDA streams recorded on
 // the buffer (pinned.Pool.WaitStreams: copies queued into or out of it). A remote buffer is the
 // peer's to keep live until the transfer ends (the application's protocol: it is told by a
 // message).
@@ -245,7 +249,8 @@ func (t *Transfer) Start() error {
 // in this process of the peer's bytes.
 const opCopied = -2
 
-// dropCopied removes the operations done by copy, leaving those to post. Under mu.
+// dropCopied removes the operations done by copy, leaving those to post; their holds move
+// after those of the operations left, which keep the index of their operation. Under mu.
 func (t *Transfer) dropCopied() {
 	k := 0
 	t.puts = false
@@ -254,6 +259,7 @@ func (t *Transfer) dropCopied() {
 			continue
 		}
 		t.ops[k], t.descs[k], t.lrs[k], t.gets[k] = t.ops[i], t.descs[i], t.lrs[i], t.gets[i]
+		t.holds[k], t.holds[i] = t.holds[i], t.holds[k] // every hold kept, released at the end, each at its operation's index
 		t.puts = t.puts || !t.gets[k]
 		k++
 	}
@@ -296,7 +302,7 @@ func (w *Worker) post(t *Transfer) {
 			}
 			op, s := &t.ops[start+k], &w.slots[i]
 			op.Slot = i
-			s.t, s.c, s.n = t, t.c, op.Length
+			s.t, s.c, s.n, s.op = t, t.c, op.Length, uint32(start+k)
 			if j := start + k; j < len(t.lrs) {
 				s.lr, s.part = t.lrs[j], j >= len(t.descs)
 				if op.Kind == ucx.OpData {
@@ -409,6 +415,20 @@ func (w *Worker) opDone(t *Transfer, lr *localRegion, st int32, n uint64, kind i
 	if t.completed() {
 		w.finished = append(w.finished, t)
 	}
+}
+
+// zombieHold takes from t the hold of the local buffer of the operation in slot s, which an
+// abandoned connection leaves in UCX's hands (abandonSlots), where UCX may still read or write
+// the buffer for it: a put's (by message too) and a get's by UCX's gets. t's end then leaves it
+// to the zombie slot. A get by message gives none (its request carries no bytes, and its
+// answer is disarmed), nor a flush, nor an operation on device memory. Under mu.
+func (t *Transfer) zombieHold(s *slot) pinned.Hold {
+	if s.lr == nil || s.get || s.part || int(s.op) >= len(t.holds) {
+		return pinned.Hold{}
+	}
+	h := t.holds[s.op]
+	t.holds[s.op] = pinned.Hold{}
+	return h
 }
 
 // postQueued posts the queued transfers' operations while slots are free, and drops the

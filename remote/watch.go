@@ -23,8 +23,10 @@ import (
 // operations in flight end with ErrPeer at once, and its endpoint is never closed (a close
 // waits for a peer that will never answer, and a forced close is UCX's only for
 // failure-handling endpoints): UCX's requests on it stay as zombie slots, freed if UCX ever
-// completes them, and the endpoint, its keys and its requests go with the worker. A peer on
-// another host cannot be watched so: a transfer to it that dies waits until its context ends.
+// completes them, each holding the local buffer UCX may still read or write for it (an
+// answer's, a put's, a get's: zombie) until then, or until the worker's Close, and the
+// endpoint, its keys and its requests go with the worker. A peer on another host cannot be
+// watched so: a transfer to it that dies waits until its context ends.
 
 var (
 	hostOnce sync.Once
@@ -132,9 +134,11 @@ func (w *Worker) abandonConn(c *Conn, err error) {
 }
 
 // abandonSlots ends the operations of c in flight, keeping the slots UCX still holds as
-// zombies. Under mu.
+// zombies, each with the hold of the local buffer UCX may still read or write for it: an
+// answer's, and a transfer's put's or get's, whose transfer ends now for its user (its error
+// c.err) without its buffer. Under mu.
 func (w *Worker) abandonSlots(c *Conn) {
-	cpu := 0 // c's lanes send only inside calls on the worker (cpuLanes): 0 not asked yet, 1 no, 2 yes
+	lanes := lanesUnknown // c's, asked once (zombie)
 	for i := range w.slots {
 		s := &w.slots[i]
 		if s.c != c {
@@ -151,34 +155,35 @@ func (w *Worker) abandonSlots(c *Conn) {
 				continue
 			}
 			t, lr, st, n := s.t, s.lr, s.status, s.n
-			w.zombie(uint32(i))
+			w.zombie(uint32(i), t.zombieHold(s), &lanes)
 			w.opDone(t, lr, st, n, 0)
 		case slotMsg:
 			if s.done != nil {
 				s.done <- c.err
 			}
 			c.inflight--
-			w.zombie(uint32(i))
+			w.zombie(uint32(i), pinned.Hold{}, &lanes)
 		case slotAnswer:
 			c.inflight--
-			if s.hold != (pinned.Hold{}) && cpu == 0 {
-				cpu = 1
-				if info, err := w.uw.EpInfo(c.ep); err == nil && cpuLanes(info) {
-					cpu = 2
-				}
-			}
-			w.zombie(uint32(i))
-			w.slots[i].cpuSent = cpu == 2
+			w.zombie(uint32(i), s.hold, &lanes)
 		}
 	}
 }
 
+// What cpuLanes says of an endpoint, asked at most once per abandoned connection (zombie).
+const (
+	lanesUnknown uint8 = iota
+	lanesNIC           // a lane of a transport that may read or write memory on its own
+	lanesCPU           // cpuLanes
+)
+
 // cpuLanes reports whether every lane of an endpoint, as ucp_ep_print_info describes it, is on
-// a transport that reads a send's buffer only inside a call on the worker: tcp (sendmsg), self,
-// and shared memory (posix, sysv: a copy into the peer's FIFO; cma and knem carry only
-// rendezvous, which a data message never takes). These are allocOnly's transports. Another (an
-// RDMA NIC's) may read it on its own, its hardware's DMA and retransmissions, while UCX's worker
-// lives.
+// a transport that reads or writes a local buffer only inside a call on the worker: tcp
+// (sendmsg, and recv into the buffer), self, and shared memory (posix, sysv: a copy into the
+// peer's FIFO, or out of this worker's; cma and knem carry only rendezvous, which neither a
+// data message nor UCX 1.13's puts and gets emulated with messages take). These are
+// allocOnly's transports. Another (an RDMA NIC's) may read or write it on its own, its
+// hardware's DMA and retransmissions, while UCX's worker lives.
 func cpuLanes(info string) bool {
 	lanes := epLane.FindAllStringSubmatch(info, -1)
 	for _, m := range lanes {
@@ -189,15 +194,30 @@ func cpuLanes(info string) bool {
 	return len(lanes) > 0
 }
 
-// zombie keeps slot i, whose operation has ended for this worker, until UCX completes it.
-// Under mu.
-func (w *Worker) zombie(i uint32) {
+// zombie keeps slot i, whose operation has ended for this worker, until UCX completes it, with
+// hold: the hold of the local buffer UCX may still read or write for it (abandonSlots), or the
+// zero Hold. The hold is released when UCX completes the operation (complete), or by the
+// worker's Close once it has made its last call on UCX's worker where the endpoint's lanes
+// touch the buffer only inside such a call (cpuLanes; zombieHolds): on an RDMA lane it stays
+// held, so the buffer is never handed out again while a NIC may touch it. lanes caches what
+// cpuLanes says of the slot's endpoint (lanesUnknown, lanesNIC, lanesCPU). Under mu.
+func (w *Worker) zombie(i uint32, hold pinned.Hold, lanes *uint8) {
 	s := w.slots[i]
 	if s.get {
 		s.c.gets--
 	}
+	cpu := false
+	if hold != (pinned.Hold{}) {
+		if *lanes == lanesUnknown {
+			*lanes = lanesNIC
+			if info, err := w.uw.EpInfo(s.c.ep); err == nil && cpuLanes(info) {
+				*lanes = lanesCPU
+			}
+		}
+		cpu = *lanes == lanesCPU
+	}
 	w.uw.DisarmReply(i) // its transfer ends now: no answer may land in its buffer
 	w.count(s.kind, -1)
-	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held, hold: s.hold}
+	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held, hold: hold, cpuOnly: cpu}
 	w.zombies++
 }

@@ -139,11 +139,16 @@ type slot struct {
 	// lr.held until UCX completes it (register.go's Unmapping waits for none).
 	held bool
 
-	// hold is an answer's: its buffer held in its pool until UCX has sent it (holdAnswers),
-	// or, a zombie's, until the worker's Close has made its last call on UCX's worker where
-	// cpuSent says that nothing but such a call sends it (zombieHolds).
+	// hold is an answer's: its buffer held in its pool until UCX has sent it (holdAnswers);
+	// or a zombie's (an answer's, a transfer's put's or get's: zombie), until UCX completes
+	// it, or until the worker's Close has made its last call on UCX's worker where cpuOnly
+	// says that nothing but such a call reads or writes the buffer (zombieHolds).
 	hold    pinned.Hold
-	cpuSent bool
+	cpuOnly bool
+
+	// op is a transfer's operation's index in its ops (and holds, for an operation added by
+	// Put or Get: Transfer.zombieHold).
+	op uint32
 }
 
 const (
@@ -278,11 +283,12 @@ func (w *Worker) signal() {
 // Close closes the worker: its connections fail (their transfers in flight end with
 // ErrClosed or ErrPeer), its listeners stop, the pools and heaps registered with it are
 // deregistered (they stay usable), and UCX's worker and context are destroyed. A second
-// Close returns ErrClosed. The buffers that answers to peers' gets still held (a peer that
+// Close returns ErrClosed. The buffers that operations UCX still holds kept held (answers to
+// peers' gets, and this worker's puts and gets, whose transfers ended already: a peer that
 // died without UCX's failure handling, or any peer at a Close with SharedMemory, leaves them
-// in UCX) are released once Close has made its last call on UCX's worker, which then sends
-// nothing more, so that their pools can close; only an answer left on an RDMA NIC, whose
-// hardware may still read it, keeps its buffer held (said in the log).
+// in UCX) are released once Close has made its last call on UCX's worker, which then reads
+// and writes them no more, so that their pools can close; only an operation left on an RDMA
+// NIC, whose hardware may still read or write its buffer, keeps it held (said in the log).
 func (w *Worker) Close() error {
 	w.mu.Lock()
 	if w.closing {
@@ -351,7 +357,7 @@ func (w *Worker) Close() error {
 	for _, h := range held {
 		if err := h.Release(); err != nil {
 			w.stats.freeErrs.Add(1)
-			w.logf("remote: a free deferred by an answer to a peer failed: %v", err)
+			w.logf("remote: a free deferred by an operation of an abandoned connection failed: %v", err)
 		}
 	}
 	var errs []error
@@ -368,13 +374,14 @@ func (w *Worker) Close() error {
 	return errors.Join(append(errs, w.wake.close())...)
 }
 
-// zombieHolds takes the holds of the answers UCX still has in flight (zombie slots, of
-// abandoned connections), for Close to release once it has made its last call on UCX's
-// worker: destroyed (all, its requests purged), or left alive, never called again (those whose
-// endpoint's transports send only inside a call on the worker, slot.cpuSent). An answer on an
-// endpoint with a lane of an RDMA NIC, whose hardware may read the buffer on its own for as long
-// as UCX's worker lives, keeps its hold, and its pool's Close says ErrBusy. Under mu, after the
-// progress goroutine ended.
+// zombieHolds takes the holds of the buffers of the operations UCX still has in flight (zombie
+// slots of abandoned connections: answers to peers' gets, this worker's puts and gets), for
+// Close to release once it has made its last call on UCX's worker: destroyed (all, its
+// requests purged), or left alive, never called again (those whose endpoint's transports read
+// and write a buffer only inside a call on the worker, slot.cpuOnly). An operation on an
+// endpoint with a lane of an RDMA NIC, whose hardware may read or write the buffer on its own
+// for as long as UCX's worker lives, keeps its hold, and its pool's Close says ErrBusy. Under
+// mu, after the progress goroutine ended.
 func (w *Worker) zombieHolds(destroyed bool) []pinned.Hold {
 	var held []pinned.Hold
 	kept := 0
@@ -383,7 +390,7 @@ func (w *Worker) zombieHolds(destroyed bool) []pinned.Hold {
 		if s.hold == (pinned.Hold{}) {
 			continue
 		}
-		if !destroyed && !s.cpuSent {
+		if !destroyed && !s.cpuOnly {
 			kept++
 			continue
 		}
@@ -391,7 +398,7 @@ func (w *Worker) zombieHolds(destroyed bool) []pinned.Hold {
 		s.hold = pinned.Hold{}
 	}
 	if kept > 0 {
-		w.logf("remote: %d answers to abandoned peers stay in flight on RDMA hardware: their buffers stay held, and their pools cannot close", kept)
+		w.logf("remote: %d operations (answers, puts, gets) of abandoned connections stay in flight on RDMA hardware: their buffers stay held, and their pools cannot close", kept)
 	}
 	return held
 }
