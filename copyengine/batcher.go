@@ -51,6 +51,7 @@ type Batcher struct {
 	fences  *icuda.EventPool
 	stages  []*stage // FIFO: stages[0] is the least recently used
 	retired []*stage // idle buffers to free: too small for a batch, or refused by Close
+	lost    []*stage // buffers a failed launch may still read, no event saying when it is done (lose)
 
 	spans, spare      []span // scratch for the overlap check
 	dsts, srcs, sizes []uintptr
@@ -195,12 +196,16 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 // kernel and destroys the Batcher's stream and events. Work queued by Copy on the caller's
 // streams is not waited for, except what a staging buffer's event covers. A staging buffer
 // the driver refuses to free (it refuses while a stream captures a graph in the global mode)
-// is kept, and the next Close tries again; otherwise Close is idempotent.
+// is kept, and the next Close tries again; otherwise Close is idempotent. A staging buffer
+// that a failed Copy's launch may still read, with no event to say when it is done (its record
+// failed, and neither its stream nor the context could be synchronized then), is freed only
+// once Close can synchronize the context; until then it is kept, unfreed, Close's error wraps
+// pinmalloc.ErrBusy, and the next Close tries again.
 func (b *Batcher) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return b.freeRetired()
+		return errors.Join(b.freeLost(), b.freeRetired())
 	}
 	b.closed = true
 	var errs []error
@@ -211,7 +216,7 @@ func (b *Batcher) Close() error {
 	}
 	b.retired = append(b.retired, b.stages...)
 	b.stages = nil
-	errs = append(errs, b.freeRetired())
+	errs = append(errs, b.freeLost(), b.freeRetired())
 	if b.side != 0 {
 		errs = append(errs, b.dev.StreamSynchronize(b.side), b.dev.StreamDestroy(b.side))
 		b.side = 0

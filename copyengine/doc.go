@@ -67,6 +67,9 @@
 // 0..k-1 queued; the error says which job failed. A launch or batch call that was queued but whose
 // staging event or fence back to s could not be is waited for before Copy returns the error, so
 // that no copy of a failed Copy runs later out of s's order or from a staging buffer reused since.
+// Where even that wait fails (neither the stream nor the context can be synchronized), the
+// launch's staging buffer leaves the ring, never written again, and Close frees it only once it
+// can synchronize the context (until then its error wraps pinmalloc.ErrBusy).
 // The sentinels are of the module's shared kinds (package pinmalloc).
 //
 // # Concurrency

@@ -111,8 +111,13 @@ func (b *Batcher) launch(jobs []Job, s cuda.Stream) error {
 	}
 	if err := b.dev.EventRecord(st.ev, uintptr(on)); err != nil {
 		// The kernel is queued and reads st: wait for it, or the next Copy would write its
-		// jobs into st under it.
-		return b.settle(on, fmt.Errorf("copyengine: kernel copy of %d jobs: recording its staging event: %w", len(jobs), err))
+		// jobs into st under it. Where no wait can confirm it done, st leaves the ring.
+		err = fmt.Errorf("copyengine: kernel copy of %d jobs: recording its staging event: %w", len(jobs), err)
+		if werr := b.wait(on); werr != nil {
+			b.lose(st)
+			return errors.Join(err, werr)
+		}
+		return err
 	}
 	st.busy = true
 	if on != s {

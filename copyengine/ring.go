@@ -9,11 +9,14 @@ package copyengine
 // device. A replacement is at least twice the size of the buffer it replaces, so the buffers
 // kept take less memory than their replacements. The ring's allocations and frees run in the
 // RELAXED capture mode, as cudamem's do (its doc.go): a user's capture on another thread
-// neither refuses them nor is invalidated by them.
+// neither refuses them nor is invalidated by them. A buffer that a failed launch may still
+// read, with no event to say when (lose), leaves the ring for good, and only a Close that can
+// synchronize the context frees it.
 
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/pinmalloc/pinmalloc"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -130,6 +133,35 @@ func (b *Batcher) freeStage(st *stage) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// lose takes st out of the ring for good: a launch queued with it may still read it, and no
+// event says when it is done (its record failed, and neither its stream nor the context could
+// be synchronized). No Copy writes it again; Close frees it once it can synchronize the context
+// (freeLost).
+func (b *Batcher) lose(st *stage) {
+	if i := slices.Index(b.stages, st); i >= 0 {
+		b.stages = slices.Delete(b.stages, i, i+1)
+	}
+	b.lost = append(b.lost, st)
+}
+
+// freeLost retires the lost staging buffers (lose), to be freed, once a synchronize of the
+// context confirms that no launch reads them. Where it cannot, they stay lost and unfreed, and
+// the error, wrapping pinmalloc.ErrBusy and the driver's, says how many: a later Close tries
+// again.
+func (b *Batcher) freeLost() error {
+	if len(b.lost) == 0 {
+		return nil
+	}
+	if err := b.dev.Synchronize(); err != nil {
+		return fmt.Errorf("copyengine: %d staging buffers that failed launches may still read are kept, unfreed, until a Close can synchronize the context: %w: %w",
+			len(b.lost), pinmalloc.ErrBusy, err)
+	}
+	b.retired = append(b.retired, b.lost...)
+	clear(b.lost)
+	b.lost = b.lost[:0]
+	return nil
 }
 
 // freeRetired frees the retired staging buffers and keeps those the driver refused to free.

@@ -3,6 +3,7 @@ package copyengine
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc"
@@ -42,6 +43,73 @@ func TestStagingRecordFails(t *testing.T) {
 	if !bytes.Equal(mem.Bytes(d+n, n), want) {
 		t.Fatal("a launch whose staging event failed ran later with the next batch's jobs: it overwrote that batch's destination")
 	}
+}
+
+// TestStagingRecordAndWaitsFail: a launch whose staging event cannot be recorded, and whose
+// stream and context cannot be synchronized either (a GLOBAL capture of the calling thread
+// refuses both, the stream's in that thread's mode: Device.StrictCapture; and runs nothing: the
+// kernel is still queued), leaves its staging buffer out of the ring: the next
+// Copy writes its jobs into another, and Close frees it only once it can synchronize the
+// context (ErrBusy while a capture refuses that, and the buffer is kept for a later Close).
+// Before, the buffer was left marked idle: the next Copy wrote its jobs into it under the queued
+// kernel, which, run later on its own stream, copied them again out of that stream's order:
+// here it wrote a destination the next batch had already filled, with the bytes its source held
+// by then.
+func TestStagingRecordAndWaitsFail(t *testing.T) {
+	const n = 4096
+	f, dev, b, host, d := stagingRig(t, 4*n, 2*n)
+	if f == nil {
+		return
+	}
+	s1, s2, sc := newStream(t, dev), newStream(t, dev), newStream(t, dev)
+	h1, h2 := mem.Bytes(host, n), mem.Bytes(host+n, n)
+	fill(h1, 1)
+	fill(h2, 2)
+	want := bytes.Clone(h2)
+	f.Hold(true)
+	defer f.Hold(false)
+	runtime.LockOSThread() // a capture ends on the thread that began it
+	defer runtime.UnlockOSThread()
+	capture := func(mode cuda.CaptureMode) (end func()) {
+		must(t, "StreamBeginCapture", dev.StreamBeginCapture(sc, mode))
+		ended := false
+		end = func() {
+			if !ended {
+				ended = true
+				if g, err := dev.StreamEndCapture(sc); err == nil { // else invalidated by a refused synchronize
+					must(t, "GraphDestroy", dev.GraphDestroy(g))
+				}
+			}
+		}
+		t.Cleanup(end)
+		return end
+	}
+	end := capture(cuda.CaptureGlobal)
+	dev.StrictCapture(true) // the stream's synchronize in this thread's GLOBAL mode: refused
+	defer dev.StrictCapture(false)
+	f.FailAfter(fakecuda.CallRecord, 0, fakecuda.ResultInvalidValue)
+	err := b.Copy([]Job{mkJob(d, host, n)}, pcuda.Stream(s1))
+	dev.StrictCapture(false)
+	if !errors.Is(err, pinmalloc.ErrInvalidValue) || !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Fatalf("Copy whose staging event fails to record, and whose waits are refused: %v, want ErrInvalidValue and the waits' ErrCapturing", err)
+	}
+	end()
+	must(t, "Copy of the next batch", b.Copy([]Job{mkJob(d+n, host+n, n)}, pcuda.Stream(s2)))
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s2))
+	fill(h2, 3) // the next batch is done: its source is the caller's again
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s1))
+	if !bytes.Equal(mem.Bytes(d+n, n), want) {
+		t.Fatal("a launch whose staging event failed, and could not be waited for, ran later with the next batch's jobs: it overwrote that batch's destination")
+	}
+
+	// A RELAXED capture refuses the context's synchronize (any capture does), not the
+	// staging events' waits: Close frees all but the lost buffer, and says so.
+	end = capture(cuda.CaptureRelaxed)
+	if err := b.Close(); !errors.Is(err, pinmalloc.ErrBusy) {
+		t.Fatalf("Close while no wait can confirm done a launch that reads a staging buffer: %v, want ErrBusy", err)
+	}
+	end()
+	must(t, "Close once the context can be synchronized", b.Close())
 }
 
 // TestFenceBackFails: a batch moved on the Batcher's side stream (a LowPriority kernel, a

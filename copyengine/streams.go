@@ -41,14 +41,20 @@ func (b *Batcher) fence(from, to cuda.Stream) error {
 // but what orders it could not be (its staging event, its fence back to the caller's stream),
 // and returns err: so that a failed Copy leaves no copy of its batch to run later out of the
 // caller's stream order, or reading a staging buffer the next Copy reuses. When on cannot be
-// synchronized, it waits for the whole context.
+// synchronized, it waits for the whole context (wait).
 func (b *Batcher) settle(on cuda.Stream, err error) error {
-	serr := b.dev.StreamSynchronize(uintptr(on))
-	if serr != nil {
-		serr = b.dev.Synchronize()
+	return errors.Join(err, b.wait(on))
+}
+
+// wait waits for the work queued on stream on, or, when on cannot be synchronized, for the
+// whole context; its error says that neither could be, and the work may still run.
+func (b *Batcher) wait(on cuda.Stream) error {
+	err := b.dev.StreamSynchronize(uintptr(on))
+	if err != nil {
+		err = b.dev.Synchronize()
 	}
-	if serr != nil {
-		return errors.Join(err, fmt.Errorf("copyengine: waiting for the batch after that failure: %w", serr))
+	if err != nil {
+		return fmt.Errorf("copyengine: waiting for the batch after that failure: %w", err)
 	}
-	return err
+	return nil
 }
