@@ -13,7 +13,8 @@
 //     lazily: a push costs no driver call; a poll gives a busy stream's new items one event
 //     (or their own, OwnPoints), none to an idle stream's, and hands back what the streams have
 //     passed, oldest first per stream. A stream's state is dropped once it has been empty for
-//     a few polls, or at once by Forget; a stream the driver refuses is answered by one
+//     a few polls, or at once by Forget (Park keeps a forgotten list's items apart from its
+//     handle until the caller releases them); a stream the driver refuses is answered by one
 //     synchronize of the context (Recover); Drain waits for every stream with items; Settle
 //     (lists_settle.go), for a caller about to let go of everything (device.Heap's Close),
 //     hands every item back when no stream has work in flight, waiting only for a point it

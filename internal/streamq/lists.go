@@ -26,7 +26,10 @@ import (
 // driver), and a stream no longer used costs nothing after linger polls. Every call costs O(1)
 // in the number of streams: a map lookup under the lists' lock when the stream is not the one
 // found last, an insert for a new one. Forget drops a stream's state at once, for a stream about
-// to be destroyed: the driver may give its handle to a new stream.
+// to be destroyed: the driver may give its handle to a new stream. Park takes a forgotten
+// stream's list out of the lists with its items, for a caller that can wait for them only with
+// a synchronize of the context it cannot make yet (a stream destroyed during another's capture):
+// the handle then has no state, and the items wait for the caller's Release.
 //
 // Items may carry their own points (OwnPoints): an event the pusher recorded on the stream
 // before the push, after the work the item and every item pushed on the stream before it wait
@@ -70,6 +73,7 @@ type Lists[T any] struct {
 
 	mu     sync.Mutex
 	m      map[Stream]*List[T] // under mu: the streams with state
+	parked map[*List[T]]bool   // under mu: the lists parked with items (Park), until released
 	peak   int                 // the most lists since m was last made, under mu
 	n      atomic.Int32        // len(m), read without mu
 	last   atomic.Pointer[List[T]]
@@ -249,12 +253,17 @@ func (ls *Lists[T]) getLocked(s Stream) *List[T] {
 // Streams returns the number of streams with state, read without a lock.
 func (ls *Lists[T]) Streams() int { return int(ls.n.Load()) }
 
-// Totals returns the sum of Measure over the items on the lists, a list at a time under its
-// lock (not for a hot path).
+// Totals returns the sum of Measure over the items on the lists, the parked ones' included
+// (Park), a list at a time under its lock (not for a hot path).
 func (ls *Lists[T]) Totals() Tally {
 	var sum Tally
 	ls.mu.Lock()
 	for _, l := range ls.m {
+		l.mu.Lock()
+		sum = sum.plus(l.openT).plus(l.markedT)
+		l.mu.Unlock()
+	}
+	for l := range ls.parked {
 		l.mu.Lock()
 		sum = sum.plus(l.openT).plus(l.markedT)
 		l.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/pinmalloc/pinmalloc"
 )
@@ -135,6 +136,8 @@ func (ls *Lists[T]) release(l *List[T], n int, done []T) []T {
 	gone := !l.gone && len(l.open) == 0
 	if gone {
 		ls.unlist(l)
+	} else if len(l.open) == 0 && ls.parked[l] {
+		delete(ls.parked, l) // a parked list released: nothing of it left
 	}
 	l.mu.Unlock()
 	ls.mu.Unlock()
@@ -142,6 +145,47 @@ func (ls *Lists[T]) release(l *List[T], n int, done []T) []T {
 		ls.last.CompareAndSwap(l, nil)
 	}
 	return done
+}
+
+// Park takes l, the list of a stream forgotten (Forget) that its caller can neither synchronize
+// nor answer with a synchronize of the context now (a stream destroyed while a CUDA graph capture
+// holds another stream), out of the lists with its items: the stream's handle then has no state,
+// so that a new stream the driver gives that handle gets a list of its own (its own answer to
+// Idle's "non-blocking?", its own points), and a push on l follows to that list. l's items stay
+// l's, out of every poll, drain and recovery (a loss Poll found is forgotten: the caller answers
+// it), and still count in Weight and Totals (Verify checks them); the caller hands them back with
+// Release once the context has been synchronized after the call (Points.SyncedSince), and walks
+// them with Items meanwhile. It is the reclaimer's, as Release is.
+func (ls *Lists[T]) Park(l *List[T]) {
+	ls.mu.Lock()
+	l.mu.Lock()
+	l.gone = true
+	l.left.Store(true)
+	l.lostOpen = 0
+	if ls.m[l.s] == l {
+		delete(ls.m, l.s)
+		ls.n.Store(int32(len(ls.m)))
+	}
+	if len(l.open)+len(l.marked) > 0 {
+		if ls.parked == nil {
+			ls.parked = map[*List[T]]bool{}
+		}
+		ls.parked[l] = true
+	}
+	l.mu.Unlock()
+	ls.mu.Unlock()
+	ls.last.CompareAndSwap(l, nil)
+	if i := slices.Index(ls.lost, l); i >= 0 {
+		ls.lost = slices.Delete(ls.lost, i, i+1)
+	}
+}
+
+// Items calls f with l's items (marked, then open: oldest first) under l's lock; f must not keep
+// them nor call the lists. For a list out of the lists (Park), which Range does not walk.
+func (l *List[T]) Items(f func(marked, open []T)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f(l.marked, l.open)
 }
 
 // unlist takes l out of the lists: a push then takes a new list for its stream. The lists' lock

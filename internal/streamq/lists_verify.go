@@ -21,8 +21,9 @@ func (ls *Lists[T]) Range(f func(s Stream, marked, open []T)) {
 // Verify checks, with the lists' lock and every list's held, that each list is the entry of
 // its stream and in the lists, that it has an event exactly when it has marked items (a
 // borrowed one the newest marked item's own point), and that the totals are those of the
-// items; it calls f (nil: none) with each list's items, for the caller's own checks, while the
-// locks are held.
+// items, the parked lists' (Park) included, each out of the lists; it calls f (nil: none) with
+// each list's items, not the parked ones' (Items walks those), for the caller's own checks,
+// while the locks are held.
 func (ls *Lists[T]) Verify(f func(s Stream, marked, open []T)) error {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -52,6 +53,20 @@ func (ls *Lists[T]) Verify(f func(s Stream, marked, open []T)) error {
 		if f != nil {
 			f(s, l.marked, l.open)
 		}
+	}
+	for l := range ls.parked {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if !l.gone || ls.m[l.s] == l {
+			return fmt.Errorf("streamq: invariant: the parked list of stream %#x is in the lists", l.s)
+		}
+		if (l.ev != 0) != (len(l.marked) > 0) {
+			return fmt.Errorf("streamq: invariant: parked stream %#x: event %#x with %d marked items", l.s, l.ev, len(l.marked))
+		}
+		if ls.measureAll(l.marked) != l.markedT || ls.measureAll(l.open) != l.openT {
+			return fmt.Errorf("streamq: invariant: parked stream %#x counts %+v marked and %+v open, holds %+v and %+v", l.s, l.markedT, l.openT, ls.measureAll(l.marked), ls.measureAll(l.open))
+		}
+		sum = sum.plus(l.markedT).plus(l.openT)
 	}
 	if sum.Weight != ls.weight.Load() {
 		return fmt.Errorf("streamq: invariant: weight %d, the items weigh %d", ls.weight.Load(), sum.Weight)

@@ -37,6 +37,9 @@ type Points struct {
 	// seq counts the points that the polls of every Lists on these points recorded, so that
 	// Settle orders one lists' points against its peers' (List.seq).
 	seq atomic.Uint64
+	// syncs numbers the synchronizes of the context (WaitAll) as they start, and synced is the
+	// number of the latest one that succeeded (SyncMark, SyncedSince).
+	syncs, synced atomic.Uint64
 }
 
 // NewPoints returns the points of dev, whose events come from events (a pool of dev's).
@@ -367,8 +370,27 @@ func (p *Points) quiet(s Stream) (bool, error) { return done(p.dev.StreamQuery(s
 func (p *Points) Wait(ev Event) error { return p.dev.EventSynchronize(ev) }
 
 // WaitAll waits until every stream of the device's context has completed everything queued on
-// it: the answer for streams the driver refuses (destroyed), whose work it still runs.
-func (p *Points) WaitAll() error { return p.dev.Synchronize() }
+// it: the answer for streams the driver refuses (destroyed), whose work it still runs. One that
+// succeeds counts for SyncedSince.
+func (p *Points) WaitAll() error {
+	n := p.syncs.Add(1)
+	if err := p.dev.Synchronize(); err != nil {
+		return err
+	}
+	for {
+		if old := p.synced.Load(); old >= n || p.synced.CompareAndSwap(old, n) {
+			return nil
+		}
+	}
+}
+
+// SyncMark returns a mark of now for SyncedSince. Safe for concurrent use.
+func (p *Points) SyncMark() uint64 { return p.syncs.Load() }
+
+// SyncedSince reports whether a synchronize of the context (WaitAll) that started after mark
+// (SyncMark) has succeeded: everything queued in the context before the mark has completed, the
+// work of streams destroyed since included. Safe for concurrent use; it costs an atomic load.
+func (p *Points) SyncedSince(mark uint64) bool { return p.synced.Load() > mark }
 
 // Put gives ev back to the pool.
 func (p *Points) Put(ev Event) { p.events.Put(ev) }
