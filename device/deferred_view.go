@@ -19,7 +19,9 @@ type StreamDeferred struct {
 }
 
 // DeferredByStream returns, per freeing stream, the deferred frees that wait still, ordered
-// by stream handle; nil when none waits or the heap is closed. It first does the deferred
+// by stream handle (a stream destroyed before a ForgetStream that a capture refused counts under
+// the handle it had, with the new stream given that handle if any); nil when none waits or the
+// heap is closed. It first does the deferred
 // frees that have completed, as Stats does, so its total is Stats().Deferred. It holds the
 // heap's lock for a walk of every deferred free: call it from an observer, not from a loop of
 // allocations.
@@ -30,6 +32,7 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 		return nil
 	}
 	_ = h.poll()
+	_ = h.settleParked(false)
 	var out []StreamDeferred
 	h.lists.Range(func(s uintptr, marked, open []cuda.DevicePtr) { // each stream once
 		if len(marked)+len(open) == 0 {
@@ -46,6 +49,35 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 		}
 		out = append(out, sd)
 	})
+	for _, ps := range h.parked { // a destroyed stream's, parked (park.go): under its old handle
+		if ps.list == nil {
+			continue
+		}
+		sd := StreamDeferred{Stream: ps.s}
+		ps.list.Items(func(marked, open []cuda.DevicePtr) {
+			for _, vs := range [2][]cuda.DevicePtr{marked, open} {
+				for _, p := range vs {
+					sd.Blocks++
+					if n, err := h.g.Size(uintptr(p)); err == nil {
+						sd.Bytes += int(n)
+					}
+				}
+			}
+		})
+		if sd.Blocks > 0 {
+			out = append(out, sd)
+		}
+	}
 	slices.SortFunc(out, func(a, b StreamDeferred) int { return cmp.Compare(a.Stream, b.Stream) })
-	return out
+	// A handle may stand for a parked stream and the new stream given its handle: one entry.
+	merged := out[:0]
+	for _, sd := range out {
+		if k := len(merged) - 1; k >= 0 && merged[k].Stream == sd.Stream {
+			merged[k].Blocks += sd.Blocks
+			merged[k].Bytes += sd.Bytes
+			continue
+		}
+		merged = append(merged, sd)
+	}
+	return merged
 }

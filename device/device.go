@@ -108,7 +108,11 @@
 //     it holds, which came to it by the paths above, and so does its purge timer.
 //   - ForgetStream synchronizes the stream (the context, for a stream the user destroyed first,
 //     which the driver refuses) and does its deferred frees before its heap closes (a heap with
-//     live blocks, deferred ones included, refuses); Close refuses while a
+//     live blocks, deferred ones included, refuses). When a capture keeps it from synchronizing
+//     the context for a destroyed stream, it parks the stream's list and heap apart from the
+//     handle, which the driver gives to the next stream created: nothing of them goes to that
+//     stream, and they change owner only once a synchronize of the context made after the park
+//     has succeeded (internal/streamq's Points.SyncedSince). Close refuses while a
 //     stream the heap has seen has work in flight (the legacy stream too, when one is blocking
 //     or a default stream), and then does the deferred frees, those on the legacy stream, and
 //     the legacy stream's heap, after a point it records there and waits for (internal/streamq's
@@ -175,6 +179,7 @@ type Heap struct {
 	closed   bool
 	refused  bool                           // the driver refused to give memory back at Close: a later Close tries again
 	streams  map[cuda.Stream]*heap.Heap     // heaps, by allocation stream
+	parked   []parkedStream                 // streams destroyed before their ForgetStream, waiting for a synchronize of the context (park.go)
 	lists    *streamq.Lists[cuda.DevicePtr] // the streams seen, and the deferred frees by freeing stream (deferred.go)
 	done     []cuda.DevicePtr               // deferred frees handed back, to do (finishDone)
 	deferred map[cuda.DevicePtr]bool        // blocks with a deferred free
@@ -419,7 +424,7 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 // stream once, or, when a default stream's heap holds memory, waits for a point it records
 // there; when that fails, no heap gives anything back.
 func (h *Heap) reclaim() error {
-	errs := []error{h.drain()}
+	errs := []error{h.settleParked(true), h.drain()}
 	if held, dflt := h.heldBy(); held {
 		if err := h.lists.Points().WaitLegacyOrder(dflt); err != nil {
 			return errors.Join(append(errs, fmt.Errorf("device: %w", err))...)
@@ -438,6 +443,7 @@ func (h *Heap) reclaim() error {
 		}
 		sh.Trim()
 	}
+	errs = append(errs, h.settleParked(false)) // parked heaps whose last blocks the drain freed
 	return errors.Join(errs...)
 }
 

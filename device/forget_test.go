@@ -102,8 +102,9 @@ func TestFakeForgetDestroyedStream(t *testing.T) {
 // TestFakeForgetDestroyedStream) while the user captures a CUDA graph on another stream of the
 // heap's: the synchronize of the context that would answer the refused stream is refused during
 // a capture, and would end it; so ForgetStream asks nothing of the context, leaves the capture
-// valid, keeps s (its free deferred, its heap's memory), and says so with an error matching
-// cuda.ErrCapturing. Once the capture has ended, ForgetStream(s) forgets s.
+// valid, keeps s's free deferred and its heap's memory, parked apart from s's handle (which the
+// driver may give to a new stream: park_test.go), and says so with an error matching
+// cuda.ErrCapturing. Once the capture has ended, ForgetStream(s) releases them.
 func TestFakeForgetDestroyedStreamBesideCapture(t *testing.T) {
 	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
 	if f == nil {
@@ -119,7 +120,8 @@ func TestFakeForgetDestroyedStreamBesideCapture(t *testing.T) {
 	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
 	err := h.ForgetStream(pcuda.Stream(s))
 	h.mu.Lock() // no Stats: its poll would answer s, refused, once the capture has ended
-	_, kept := h.streams[pcuda.Stream(s)]
+	_, under := h.streams[pcuda.Stream(s)]
+	kept := !under && h.lists.Lookup(uintptr(s)) == nil && h.parkedAs(pcuda.Stream(s)) && h.parkedHeaps() == 1
 	deferred := len(h.deferred)
 	h.mu.Unlock()
 	g, cerr := dev.StreamEndCapture(c)
@@ -132,7 +134,7 @@ func TestFakeForgetDestroyedStreamBesideCapture(t *testing.T) {
 	}
 	t.Logf("ForgetStream during the capture: %v", err)
 	if deferred != 1 || !kept {
-		t.Fatalf("ForgetStream refused during a capture: %d deferred, s's heap kept %v; want 1, true (nothing changes owner)", deferred, kept)
+		t.Fatalf("ForgetStream refused during a capture: %d deferred, s's list and heap parked apart from its handle %v; want 1, true (nothing changes owner)", deferred, kept)
 	}
 	must(t, "ForgetStream once the capture has ended", h.ForgetStream(pcuda.Stream(s)))
 	if st := h.Stats(); st.Deferred != 0 || st.Live != 1 {

@@ -36,6 +36,13 @@ func (h *Heap) Usage() Usage {
 		u.InUse += hu.InUse
 		u.Live += hu.Live
 	}
+	for _, ps := range h.parked { // streams destroyed before their ForgetStream (park.go)
+		if ps.sh != nil {
+			hu := ps.sh.Usage()
+			u.InUse += hu.InUse
+			u.Live += hu.Live
+		}
+	}
 	h.mu.Unlock()
 	au := h.a.Usage()
 	u.Reserved, u.Committed = au.Reserved, au.Committed

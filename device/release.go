@@ -16,19 +16,29 @@ import (
 
 // Sync waits until every deferred free has completed and does it. The frees on a stream that
 // is capturing a CUDA graph cannot complete before the graph is launched: they stay, and the
-// error matches cuda.ErrCapturing.
+// error matches cuda.ErrCapturing. The frees of a stream destroyed before a ForgetStream that a
+// capture refused (parked: see ForgetStream) are waited for with a synchronize of the context,
+// which Sync does not make while a capture holds a stream of the heap's or the legacy stream:
+// they stay too, with the same error.
 func (h *Heap) Sync() error {
 	if err := h.lock(); err != nil {
 		return err
 	}
 	defer h.unlock("Sync")
-	return h.drain()
+	perr := h.settleParked(true)
+	err := h.drain()
+	if perr != nil && h.parkedFrees() == 0 {
+		perr = nil // no free of a parked stream waits: its heap's memory is Trim's
+	}
+	return errors.Join(perr, err, h.settleParked(false))
 }
 
 // Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
 // the memory the stream heaps hold back to the arena and decommits the arena's free chunks. A
 // stream capturing a CUDA graph is neither waited for nor synchronized: its frees and its
-// heap's memory stay, and the error matches cuda.ErrCapturing.
+// heap's memory stay, and the error matches cuda.ErrCapturing; so do those of the streams
+// parked by a ForgetStream that a capture refused, which wait for a synchronize of the context
+// that Trim makes once no capture holds it.
 func (h *Heap) Trim() error {
 	if err := h.lock(); err != nil {
 		return err
@@ -42,31 +52,56 @@ func (h *Heap) Trim() error {
 // ForgetStream waits for s, does its deferred frees (and those of s's blocks on streams that
 // have passed them), gives back the memory its heap holds and forgets s, so that it may be
 // destroyed. It fails with an error wrapping heap.ErrLiveBlocks, and keeps s, while blocks
-// allocated on s are live, or freed on a stream that has not passed the free yet.
+// allocated on s are live, or freed on a stream that has not passed the free yet. While a CUDA
+// graph capture holds s itself, it waits for nothing, keeps s and fails with an error matching
+// cuda.ErrCapturing: call it again once the capture has ended.
 //
 // A stream destroyed before its ForgetStream, whose handle the driver refuses while it still
 // runs the work queued there, is waited for with a synchronize of the context instead, and then
-// forgotten the same way. While a CUDA graph capture holds s, the legacy stream or another stream
-// of the heap's, that synchronize would end the capture: ForgetStream then waits for nothing,
-// keeps s (its deferred frees and its heap's memory), and fails with an error matching
-// cuda.ErrCapturing; call it again once the capture has ended, and create no stream before it
-// succeeds: the driver may give the new stream s's handle, which the heap still takes for s
-// (its frees then wait for s's order, not the new stream's). When the device has faulted (the
-// context's sticky error), the synchronize fails: ForgetStream keeps s and fails with an error
-// wrapping ErrDeviceFault.
+// forgotten the same way. While a capture holds the legacy stream or another stream of the
+// heap's, that synchronize would end the capture: ForgetStream then waits for nothing, fails with
+// an error matching cuda.ErrCapturing, and parks s. Its deferred frees and its heap (live blocks
+// and memory) leave s's handle, which the driver may give to the next stream created: that stream
+// starts with nothing of s's, its frees ordered as its own flags say. Parked, they still count
+// in Stats, and wait for a synchronize of the context: the next ForgetStream, Sync, Trim, Close,
+// or Alloc out of memory makes one once no capture holds a stream of the heap's or the legacy
+// stream (Sync and Trim fail as above meanwhile, Close with ErrBusy), and then gives them back,
+// the heap's memory once its blocks are all freed; Stats gives them back after any synchronize
+// of the context the heap has made (a poll's, for a stream destroyed without ForgetStream).
+// ForgetStream(s) again forgets what s names then: a stream created since, given s's handle
+// (after which the parked s goes back as above, at this call if the context can be synchronized,
+// or later); or, with nothing under s, the parked s itself, which it gives back, or fails with an
+// error matching cuda.ErrCapturing while a capture still holds the context, and with one wrapping
+// heap.ErrLiveBlocks while blocks allocated on s are live (its heap goes once they are freed).
+//
+// When the device has faulted (the context's sticky error), the synchronize fails: ForgetStream
+// keeps s and fails with an error wrapping ErrDeviceFault.
 func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
 	}
 	defer h.unlock("ForgetStream")
+	// Streams parked before (destroyed ones, this one's handle or another's): released now if
+	// the context can be synchronized.
+	perr := h.settleParked(true)
 	l := h.lists.Forget(uintptr(s))
 	if l == nil && h.streams[s] == nil {
+		switch {
+		case perr != nil && h.parkedAs(s):
+			return fmt.Errorf("device: forget stream %#x, destroyed and parked: %w", s, perr)
+		case h.parkedAs(s): // synchronized past, its heap kept for its live blocks
+			return fmt.Errorf("device: forget stream %#x, destroyed and parked: %w: %d blocks allocated on it; its heap goes once they are freed",
+				s, heap.ErrLiveBlocks, h.parkedLive(s))
+		}
 		return nil // nothing of s's: no heap, no deferred free
 	}
 	// s's own synchronize, and the legacy stream's implicit order (streamq's Points.WaitStream):
 	// its deferred frees and its heap's memory change owner next.
 	if err := h.lists.Points().WaitStream(uintptr(s)); err != nil {
-		if err := h.waitRefused(s, err); err != nil {
+		if park, err := h.waitRefused(s, err); err != nil {
+			if park {
+				h.park(s, l)
+			}
 			return err
 		}
 	}
@@ -88,7 +123,7 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		delete(h.streams, s)
 		delete(h.purge.looks, sh)
 	}
-	return nil
+	return h.settleParked(false) // those the synchronize of the context for s passed
 }
 
 // waitRefused answers ForgetStream's wait for s, which failed with cause: unless a capture
@@ -99,37 +134,49 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 // (heapStreams), and the legacy stream, which answers for a capture on a blocking stream too
 // (streamq's Lists.Captured), and waits for nothing while one captures.
 // It returns nil once the context has been synchronized; when that synchronize fails with the
-// context's sticky error, an error wrapping ErrDeviceFault. h.mu is held.
-func (h *Heap) waitRefused(s cuda.Stream, cause error) error {
+// context's sticky error, an error wrapping ErrDeviceFault. park says that the caller must park
+// s (park.go): s's own wait failed for a reason other than a capture (the driver refuses its
+// handle: destroyed, and the handle free for a new stream) and a capture elsewhere kept the
+// context from being synchronized. h.mu is held.
+func (h *Heap) waitRefused(s cuda.Stream, cause error) (park bool, err error) {
 	const kept = "it keeps its deferred frees and its memory; call ForgetStream again once the capture has ended"
+	const parked = "its deferred frees and its heap's memory are parked apart from its handle, which a new stream may take, " +
+		"until the heap synchronizes the context (ForgetStream, Sync, Trim or Close once the capture has ended)"
 	if errors.Is(cause, cuda.ErrCapturing) {
-		return fmt.Errorf("device: forget stream %#x: %w; %s", s, cause, kept)
+		return false, fmt.Errorf("device: forget stream %#x: %w; %s", s, cause, kept)
 	}
 	if c, held := h.lists.Captured(); held {
-		return fmt.Errorf("device: forget stream %#x: its synchronize failed (%v), and the synchronize of the context that would wait for its work instead would end the CUDA graph capture on stream %#x: %w; %s",
-			s, cause, c, cuda.ErrCapturing, kept)
+		return true, fmt.Errorf("device: forget stream %#x: its synchronize failed (%v), and the synchronize of the context that would wait for its work instead would end the CUDA graph capture on stream %#x: %w; %s",
+			s, cause, c, cuda.ErrCapturing, parked)
 	}
 	if err := h.lists.Points().WaitAll(); err != nil {
 		if errors.Is(err, cuda.ErrCapturing) {
-			return fmt.Errorf("device: forget stream %#x: its synchronize failed (%v), and the synchronize of the context that would wait for its work instead was refused: %w; %s", s, cause, err, kept)
+			return true, fmt.Errorf("device: forget stream %#x: its synchronize failed (%v), and the synchronize of the context that would wait for its work instead was refused: %w; %s", s, cause, err, parked)
 		}
 		if errors.Is(err, cuda.ErrDeviceFault) { // the context runs no more work, whatever s is
-			return fmt.Errorf("%w: forget stream %#x: its synchronize failed%s, and so did the synchronize of the context that would wait for its work instead: %w; it keeps its deferred frees and its memory",
+			return false, fmt.Errorf("%w: forget stream %#x: its synchronize failed%s, and so did the synchronize of the context that would wait for its work instead: %w; it keeps its deferred frees and its memory",
 				ErrDeviceFault, s, besides(cause, err), err)
 		}
-		return fmt.Errorf("device: forget stream %#x: its synchronize failed%s, and so did the synchronize of the context that would wait for its work instead: %w; it keeps its deferred frees and its memory",
+		return false, fmt.Errorf("device: forget stream %#x: its synchronize failed%s, and so did the synchronize of the context that would wait for its work instead: %w; it keeps its deferred frees and its memory",
 			s, besides(cause, err), err)
 	}
-	return nil
+	return false, nil
 }
 
-// heapStreams yields the streams with a heap (h.streams), for the capture checks of the lists
-// (streamq's Lists.SetOthers): a stream heap's stream may have no list, its list gone after
-// listLinger polls that found it empty, and a synchronize of the context for a stream the
-// driver refuses (Recover, waitRefused) would end a capture there. h.mu is held.
+// heapStreams yields the streams with a heap (h.streams) and the handles of the parked streams
+// (park.go: the driver may have given one to a stream the heap has not seen), for the capture
+// checks of the lists (streamq's Lists.SetOthers): a stream heap's stream may have no list, its
+// list gone after listLinger polls that found it empty, and a synchronize of the context for a
+// stream the driver refuses (Recover, waitRefused, settleParked) would end a capture there. h.mu
+// is held.
 func (h *Heap) heapStreams(yield func(streamq.Stream) bool) {
 	for s := range h.streams {
 		if !yield(streamq.Stream(s)) {
+			return
+		}
+	}
+	for _, ps := range h.parked {
+		if !yield(streamq.Stream(ps.s)) {
 			return
 		}
 	}
@@ -159,7 +206,9 @@ func besides(cause, err error) string {
 // legacy stream's order puts before those frees, as it puts it before cudaFreeAsync's. A stream
 // destroyed without ForgetStream, whose handle the driver refuses while it still runs the work
 // queued there, is answered with a synchronize of the context, which waits for that work, before
-// anything is given back; when that synchronize fails, Close returns its error and releases
+// anything is given back, and so is a stream parked by a ForgetStream that a capture refused (the
+// synchronize made once no stream the heap sees has work in flight; refused with ErrBusy while a
+// capture holds the context); when that synchronize fails, Close returns its error and releases
 // nothing.
 //
 // When the driver refuses to give memory back (an unmap, say), Close returns its error and the heap
@@ -175,7 +224,7 @@ func (h *Heap) Close() error {
 	}
 	live, bytes, _ := h.live()
 	if deferred := len(h.deferred); live > uint64(deferred) {
-		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams))
+		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams)+h.parkedHeaps())
 	}
 	// Every stream that may have used the heap's memory: each with a heap (same-stream frees)
 	// or a list (seen, with frees or not; Settle adds those), and the legacy stream when one
@@ -198,13 +247,28 @@ func (h *Heap) Close() error {
 		return fmt.Errorf("%w on stream %#x; Sync, or synchronize it, and Close again", ErrBusy, s)
 	case err != nil:
 		return err
-	case len(h.deferred) > 0:
+	}
+	// The streams destroyed before their ForgetStream during a capture (park.go): every stream
+	// the heap sees is idle now, so the synchronize of the context waits only for work it does
+	// not see, theirs among it.
+	if err := h.settleParked(true); errors.Is(err, cuda.ErrCapturing) {
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	} else if err != nil {
+		return err
+	}
+	if len(h.deferred) > 0 {
 		return fmt.Errorf("%w: %d frees wait for their stream", ErrBusy, len(h.deferred))
 	}
 	errs := []error{h.purge.stop()}
 	for _, sh := range h.streams {
 		errs = append(errs, sh.Close())
 	}
+	for _, ps := range h.parked { // passed by the synchronize above: their blocks all freed
+		if ps.sh != nil {
+			errs = append(errs, ps.sh.Close())
+		}
+	}
+	h.parked = nil
 	aerr := h.a.Close()
 	errs = append(errs, aerr, h.events.Close())
 	if n := h.events.Created() - h.events.Destroyed(); n != 0 {

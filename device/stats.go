@@ -1,12 +1,16 @@
 package device
 
-import "github.com/pinmalloc/pinmalloc/arena"
+import (
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/heap"
+)
 
 // A Heap's figures.
 
 // Stats describes a Heap.
 type Stats struct {
-	// Streams is the number of streams with a heap.
+	// Streams is the number of streams with a heap, those destroyed before a ForgetStream that a
+	// CUDA graph capture refused included, until the heap synchronizes the context for them.
 	Streams int
 	// Live and InUse count the blocks not yet freed (a deferred free counts until it is done)
 	// and the bytes asked for them. PeakInUse is the sum of each stream's heap's peak of
@@ -35,9 +39,10 @@ func (h *Heap) Stats() Stats {
 	defer h.mu.Unlock()
 	if !h.closed {
 		_ = h.poll()
+		_ = h.settleParked(false)
 	}
 	st := h.st
-	st.Streams = len(h.streams)
+	st.Streams = len(h.streams) + h.parkedHeaps()
 	st.Live, st.InUse, st.PeakInUse = h.live()
 	st.Deferred = len(h.deferred)
 	st.Events = h.events.Created() - h.events.Destroyed()
@@ -45,14 +50,22 @@ func (h *Heap) Stats() Stats {
 	return st
 }
 
-// live counts the blocks of every stream heap (deferred frees included), their bytes and the
-// sum of the heaps' peaks of bytes.
+// live counts the blocks of every stream heap, the parked ones' included (deferred frees
+// included), their bytes and the sum of the heaps' peaks of bytes.
 func (h *Heap) live() (n, bytes, peak uint64) {
-	for _, sh := range h.streams {
+	count := func(sh *heap.Heap) {
 		hs := sh.Stats()
 		n += hs.Live
 		bytes += hs.InUse
 		peak += hs.Peak
+	}
+	for _, sh := range h.streams {
+		count(sh)
+	}
+	for _, ps := range h.parked {
+		if ps.sh != nil {
+			count(ps.sh)
+		}
 	}
 	return n, bytes, peak
 }

@@ -35,6 +35,26 @@ func (h *Heap) verify() error {
 	}); err != nil {
 		bad("deferred frees: %v", err)
 	}
+	for _, ps := range h.parked {
+		if ps.list != nil {
+			if h.lists.Lookup(uintptr(ps.s)) == ps.list {
+				bad("the parked list of stream %#x is still in the lists", ps.s)
+			}
+			ps.list.Items(func(marked, open []cuda.DevicePtr) {
+				for _, vs := range [2][]cuda.DevicePtr{marked, open} {
+					for _, p := range vs {
+						queued++
+						if !h.deferred[p] {
+							bad("block %#x waits on parked stream %#x and is not marked deferred", p, ps.s)
+						}
+					}
+				}
+			})
+		}
+		if ps.sh != nil && h.streams[ps.s] == ps.sh {
+			bad("the parked heap of stream %#x is still the stream's", ps.s)
+		}
+	}
 	if queued != len(h.deferred) {
 		bad("%d deferred frees queued, %d blocks marked deferred", queued, len(h.deferred))
 	}

@@ -416,4 +416,22 @@ var mutants = []mutant{
 		pkg:   "./device",
 		catch: "^TestFakeForgetDestroyedStream$",
 	},
+	{
+		name:  "heap-forget-refused-keeps-handle",
+		why:   "ForgetStream of a destroyed stream refused during another stream's capture keeps the stream's list and heap under its handle, which the driver gives to the next stream created: that stream takes the old heap's blocks with the old stream's work still queued, and the old list's \"non-blocking\" answer (its frees handed back before the legacy stream's work); the model never destroys a stream before it is forgotten",
+		file:  "device/release.go",
+		old:   "\t\t\tif park {\n\t\t\t\th.park(s, l)\n\t\t\t}",
+		new:   "\t\t\t_ = park",
+		pkg:   "./device",
+		catch: "^TestFakeParkedStreamHandleReuse$",
+	},
+	{
+		name:  "heap-parked-released-without-sync",
+		why:   "a parked stream (destroyed, its ForgetStream refused during a capture) is released without the synchronize of the context that waits for the work the driver still runs there; the model never destroys a stream before it is forgotten",
+		file:  "device/park.go",
+		old:   "\t\tif !ps.freed && !pts.SyncedSince(ps.mark) {\n\t\t\tcontinue",
+		new:   "\t\tif false {\n\t\t\tcontinue",
+		pkg:   "./device",
+		catch: "^TestFakeParkedStreamReleasedAtSync$",
+	},
 }

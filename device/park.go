@@ -1,0 +1,181 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+)
+
+// Parked streams: the state of a stream destroyed before its ForgetStream, which ForgetStream
+// could not wait for because a CUDA graph capture held the context.
+//
+// The driver refuses a destroyed stream's handle, so only a synchronize of the context waits for
+// the work it still runs there (waitRefused), and the driver refuses that synchronize, ending the
+// capture, while any stream of the context captures. ForgetStream then cannot give s's deferred
+// frees or its heap's memory back; but it must not leave them under s's handle either, which the
+// driver gives to the next stream created: that stream would take s's heap (blocks freed on s,
+// whose work may still be queued, handed out on a stream not ordered after it), s's list of
+// deferred frees (its frees handed back when the new stream is idle) and the list's answer to
+// "non-blocking?" (a blocking stream's frees then handed back before the legacy stream's earlier
+// work). So ForgetStream parks them: s's list (and the idle purge's list of requests for s's
+// heap) leaves the lists with its items (streamq's Lists.Park), s's heap leaves h.streams and the
+// purge, and all of them wait in h.parked, under no handle, with a mark of the points' context
+// synchronizes (Points.SyncMark). A new stream given s's handle starts with nothing of s's.
+//
+// A parked stream is released once a synchronize of the context has succeeded after its mark
+// (Points.SyncedSince): whichever made it (a poll's or Close's answer to a stream the driver
+// refuses, another ForgetStream), settleParked then hands its deferred frees back and closes its
+// heap, or, while blocks of that heap are live (freed on other streams, or not yet freed), trims
+// it and keeps it until they are freed: every block that goes back to it from then on has passed
+// its free. ForgetStream, Sync, Trim, an Alloc out of memory (reclaim) and Close make that
+// synchronize themselves when a parked stream waits for one, unless a capture still holds the
+// context (they ask Lists.Captured first, as waitRefused does); Stats releases those whose
+// synchronize has been made. Nothing on the hot path (Alloc, Free, FreeAsync) looks at them.
+//
+// Every walk of the heap's state walks them too: the live blocks and bytes (live, Usage), the
+// streams with a heap (Stats), the deferred frees (verify, DeferredByStream), the capture
+// checks (heapStreams: a parked handle may name a new stream the heap has not seen) and Close,
+// which synchronizes the context for them before it gives anything back.
+
+// parkedStream is what a stream destroyed before its ForgetStream left, parked (see above).
+type parkedStream struct {
+	s     cuda.Stream            // the handle it had (the driver may have given it to a new stream)
+	mark  uint64                 // the points' SyncMark when it was parked
+	list  *deferredList          // its deferred frees, or nil (none, or handed back)
+	trims *streamq.List[trimReq] // the idle purge's requests for sh, or nil
+	sh    *heap.Heap             // its heap, or nil (none, or closed)
+	freed bool                   // a synchronize of the context has passed it: its work is done
+}
+
+// park moves s's list l (nil: none), the purge's list of s and s's heap out from under the
+// handle s, which the driver may give to a new stream, into h.parked (see above). The caller has
+// made s forgotten in h.lists (Forget) and could not wait for it. h.mu is held.
+func (h *Heap) park(s cuda.Stream, l *deferredList) {
+	ps := parkedStream{s: s, mark: h.points().SyncMark()}
+	if l != nil {
+		h.lists.Park(l)
+		ps.list = l
+	}
+	if tl := h.purge.trims.Forget(streamq.Stream(s)); tl != nil {
+		h.purge.trims.Park(tl)
+		ps.trims = tl
+	}
+	if sh := h.streams[s]; sh != nil {
+		delete(h.streams, s)
+		delete(h.purge.looks, sh) // the purge leaves it alone: its requests are skipped
+		ps.sh = sh
+	}
+	h.parked = append(h.parked, ps)
+}
+
+// settleParked releases the parked streams that a synchronize of the context has passed: their
+// deferred frees are done, their heaps closed (trimmed while blocks of theirs are live, and
+// closed at a later call once none is). With wait, when one has not been passed, it first
+// synchronizes the context, unless a CUDA graph capture holds a stream of the heap's or the
+// legacy stream (Lists.Captured): then those stay, and the error matches cuda.ErrCapturing;
+// when the synchronize fails, they stay, and its error is returned (wrapping ErrDeviceFault
+// after a fault). It costs nothing while no stream is parked. h.mu is held.
+func (h *Heap) settleParked(wait bool) error {
+	if len(h.parked) == 0 {
+		return nil
+	}
+	pts := h.points()
+	var err error
+	if wait && slices.ContainsFunc(h.parked, func(ps parkedStream) bool { return !ps.freed && !pts.SyncedSince(ps.mark) }) {
+		err = h.syncParked()
+	}
+	for i := range h.parked {
+		ps := &h.parked[i]
+		if !ps.freed && !pts.SyncedSince(ps.mark) {
+			continue // its destroyed stream's work may still be queued
+		}
+		ps.freed = true
+		if ps.list != nil {
+			h.done = h.lists.Release(ps.list, h.done)
+			ps.list = nil
+		}
+		if ps.trims != nil {
+			h.purge.done = h.purge.trims.Release(ps.trims, h.purge.done)
+			ps.trims = nil
+			h.purgeDone() // requests for a heap the purge no longer watches: skipped
+		}
+	}
+	if ferr := h.finishDone(); ferr != nil {
+		err = errors.Join(err, fmt.Errorf("device: deferred frees of destroyed streams: %w", ferr))
+	}
+	h.parked = slices.DeleteFunc(h.parked, func(ps parkedStream) bool {
+		if !ps.freed {
+			return false
+		}
+		if ps.sh != nil {
+			if ps.sh.Stats().Live > 0 {
+				ps.sh.Trim() // its free memory is past every free: to the arena
+				return false
+			}
+			if cerr := ps.sh.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("device: heap of destroyed stream %#x: %w", ps.s, cerr))
+				return false
+			}
+		}
+		return true
+	})
+	return err
+}
+
+// syncParked synchronizes the context for the parked streams, unless a capture holds a stream
+// of the heap's or the legacy stream (see settleParked). h.mu is held.
+func (h *Heap) syncParked() error {
+	const what = "the synchronize of the context that waits for the work of the streams destroyed before their ForgetStream"
+	if c, held := h.lists.Captured(); held {
+		return fmt.Errorf("device: %s would end the CUDA graph capture on stream %#x: %w; their deferred frees and memory stay parked", what, c, cuda.ErrCapturing)
+	}
+	if err := h.points().WaitAll(); err != nil {
+		if errors.Is(err, cuda.ErrDeviceFault) {
+			return fmt.Errorf("%w: %s failed: %w", ErrDeviceFault, what, err)
+		}
+		return fmt.Errorf("device: %s failed: %w; their deferred frees and memory stay parked", what, err)
+	}
+	return nil
+}
+
+// parkedAs reports whether a stream parked with handle s waits still. h.mu is held.
+func (h *Heap) parkedAs(s cuda.Stream) bool {
+	return slices.ContainsFunc(h.parked, func(ps parkedStream) bool { return ps.s == s })
+}
+
+// parkedLive returns the live blocks of the heaps parked with handle s. h.mu is held.
+func (h *Heap) parkedLive(s cuda.Stream) uint64 {
+	var n uint64
+	for _, ps := range h.parked {
+		if ps.s == s && ps.sh != nil {
+			n += ps.sh.Stats().Live
+		}
+	}
+	return n
+}
+
+// parkedFrees returns the number of deferred frees the parked streams hold. h.mu is held.
+func (h *Heap) parkedFrees() int {
+	n := 0
+	for _, ps := range h.parked {
+		if ps.list != nil {
+			ps.list.Items(func(marked, open []cuda.DevicePtr) { n += len(marked) + len(open) })
+		}
+	}
+	return n
+}
+
+// parkedHeaps returns the number of parked heaps. h.mu is held.
+func (h *Heap) parkedHeaps() int {
+	n := 0
+	for _, ps := range h.parked {
+		if ps.sh != nil {
+			n++
+		}
+	}
+	return n
+}
