@@ -140,3 +140,48 @@ func TestFakeZeroOnFreeDuringCapture(t *testing.T) {
 		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
 	}
 }
+
+// TestFakeZeroOnFreeClearsWholeBlock: with ZeroOnFree, a block's bytes past the size asked for,
+// up to the block's extent (its size class's rounding), are cleared at the free too: a tenant's
+// kernel that writes there, within its block (no fault: the memory is the block's), leaves
+// nothing for the next owner, who may ask for the whole extent. Before, the memset cleared the
+// size asked for alone, and the next owner read the rest.
+func TestFakeZeroOnFreeClearsWholeBlock(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, ZeroOnFree: true, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	const n = 4000
+	for _, how := range []string{"FreeAsync same stream", "FreeAsync other stream", "Free"} {
+		p := alloc(t, h, n, a)
+		ext, err := h.g.Extent(uintptr(p))
+		must(t, "Extent", err)
+		if ext <= n {
+			t.Fatalf("a %d-byte block covers %d bytes: no slack, the test proves nothing", n, ext)
+		}
+		// The tenant's kernel writes its whole block, past the n bytes it asked for.
+		must(t, "MemsetD8", dev.MemsetD8(p, 0x5A, ext))
+		must(t, "synchronize the legacy stream", dev.StreamSynchronize(0))
+		switch how {
+		case "FreeAsync same stream":
+			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
+		case "FreeAsync other stream":
+			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
+			must(t, "Sync", h.Sync())
+		case "Free":
+			must(t, how, h.Free(pcuda.DevicePtr(p)))
+		}
+		q := alloc(t, h, ext, a) // the next owner asks for the whole extent
+		if q != p {
+			t.Fatalf("%s: block not reused (%#x, then %#x): the test proves nothing", how, p, q)
+		}
+		must(t, "StreamSynchronize", dev.StreamSynchronize(a))
+		got := make([]byte, ext)
+		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
+		if i := firstDiff(got, make([]byte, ext)); i >= 0 {
+			t.Errorf("%s: the next owner of the block reads %#x at byte %d of %d (the last one asked for %d): its slack was not cleared", how, got[i], i, ext, n)
+		}
+		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
+	}
+}

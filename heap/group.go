@@ -175,6 +175,21 @@ func (g *Group) Size(p uintptr) (uintptr, error) {
 	return n, nil
 }
 
+// Extent returns the bytes the live block at p covers: the size asked for rounded up to its
+// size class, or to its page for an object or huge block. A write past the size asked, within
+// the block, lands there, and the block's next owner may read it: a caller clearing a block
+// for its next owner clears its extent. It fails as Size does.
+func (g *Group) Extent(p uintptr) (uintptr, error) {
+	pg, idx, err := g.locate(p)
+	if err != nil {
+		return 0, err
+	}
+	if pg.liveSize(idx) == 0 {
+		return 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	}
+	return pg.bsize, nil
+}
+
 // register enters s in both tables for the chunks of its span.
 func (g *Group) register(s *segment) {
 	for i := 0; i < s.span.N; i++ {

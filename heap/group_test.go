@@ -212,3 +212,57 @@ func TestStaleSizedFreeRacingRealloc(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGroupExtent: Extent is the bytes a live block covers, its size class's or its page's
+// rounding included: two blocks of one class taken one after the other lie Extent apart, an
+// object or huge block covers at least its size, and a freed block has none (ErrDoubleFree).
+func TestGroupExtent(t *testing.T) {
+	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 256 << 20, PurgeDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	g, err := NewGroup(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := g.NewHeap(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	p, err := h.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := h.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := g.Extent(p)
+	if err != nil || ext <= n || q-p != ext {
+		t.Fatalf("Extent of a %d-byte block: %d, %v; the next block of its class %d bytes on; want more than %d, the distance", n, ext, err, q-p, n)
+	}
+	ps := []uintptr{p, q}
+	for _, big := range []uintptr{MaxClassSize + 1000, HugeThreshold + 12345} {
+		r, err := h.Alloc(big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ext, err := g.Extent(r); err != nil || ext < big {
+			t.Errorf("Extent of a %d-byte block: %d, %v; want at least its size", big, ext, err)
+		}
+		ps = append(ps, r)
+	}
+	for _, p := range ps {
+		if err := g.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.Extent(p); !errors.Is(err, ErrDoubleFree) {
+		t.Errorf("Extent of a freed block: %v; want ErrDoubleFree", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
