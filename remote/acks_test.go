@@ -86,7 +86,7 @@ func TestForgedDonesDropped(t *testing.T) {
 	w1, _, _, _, c1, _ := connectedPair(t, ctx)
 	w1.mu.Lock()
 	defer w1.mu.Unlock()
-	i, ok := w1.takeSlot(slotOp)
+	i, ok := w1.takeSlot(slotOp, c1)
 	if !ok {
 		t.Fatal("no slot")
 	}

@@ -28,6 +28,7 @@ type Conn struct {
 	state      uint8
 	err        error // why it failed or closed
 	inflight   int   // operations and messages in flight on ep
+	msgSlots   int   // the worker's slots its messages hold: in flight (at most connMessages, takeSlot)
 	copying    int   // transfers copying into or out of the peer's segments (Transfer.copy)
 	gets       int   // gets by message in flight (getWindow)
 	rkeys      map[uint32]*rkeyEntry
@@ -198,11 +199,14 @@ func header(typ byte, dst uint64, body int) []byte {
 // sendLocked sends message m on c's endpoint; with done, the result is sent on done (when the
 // send completes later). Under mu.
 func (w *Worker) sendLocked(c *Conn, ep ucx.Ep, m []byte, reply bool, done chan error) error {
-	i, ok := w.takeSlot(slotMsg)
+	i, ok := w.takeSlot(slotMsg, c)
 	if !ok {
-		return fmt.Errorf("%w: %d messages and closes in flight", ErrBusy, controlSlots)
+		if c != nil && c.msgSlots >= connMessages {
+			return fmt.Errorf("%w: %d messages to %s in flight (the most one connection may have)", ErrBusy, connMessages, c.remote)
+		}
+		return fmt.Errorf("%w: no slot free for a message (%d messages and closes in flight, %d connections without one)", ErrBusy, w.control, len(w.conns)-w.senders)
 	}
-	w.slots[i].c, w.slots[i].done = c, done
+	w.slots[i].done = done
 	inflight, err := w.uw.SendMessage(ep, m, reply, i)
 	if !inflight {
 		w.freeSlot(i)
@@ -491,9 +495,12 @@ func (c *Conn) Err() error {
 }
 
 // Send sends msg to the peer, which receives it whole with Recv, in order. It returns once
-// UCX has sent it (msg may then be reused), or when ctx ends. A message is at most
-// Options.MaxMessage bytes (ErrTooLarge); after the connection failed or closed, the error
-// says why.
+// UCX has sent it (msg may then be reused), or when ctx ends; a message whose ctx ended stays
+// in flight until UCX has sent it. A message is at most Options.MaxMessage bytes (ErrTooLarge);
+// after the connection failed or closed, the error says why. With 256 of this worker's
+// messages to the peer in flight (a peer that reads nothing keeps them there), or no slot free
+// for one among the 1,024 the worker's connections share, it returns ErrBusy: a peer that stops
+// reading holds up its own connection's messages, and no other's.
 func (c *Conn) Send(ctx context.Context, msg []byte) error {
 	w := c.w
 	if len(msg) > w.opts.MaxMessage {

@@ -30,11 +30,17 @@ import (
 // A peer of protocol version 1 before this message ignores it: its connections then count every
 // region they saw, as before.
 //
-// The ids wait in the connection's queue until a control slot is free for their message. A peer
-// that reads nothing keeps this worker's messages in flight, and no slot comes free; the queue
-// is bounded (maxForgets ids, 64 KiB), and a connection whose queue would pass it fails with
+// The ids wait in the connection's queue until a control slot is free for their message. The
+// worker's control slots are shared so that only the connection's own peer can keep them from
+// it (takeSlot): a connection's messages hold connMessages of them at most, and one is kept for
+// each connection that holds none, which only that connection's message takes. A peer that
+// reads nothing keeps the messages of its own connection in flight and no other's: so the
+// forgets of every other connection go while it stalls, and its own queue grows. The queue is
+// bounded (maxForgets ids, 64 KiB), and a connection whose queue would pass it fails with
 // ErrProtocol: dropping ids would leave the peer counting regions that are gone (each refused
-// for good once its bound is reached), and nothing smaller than the ids can tell it which.
+// for good once its bound is reached), and nothing smaller than the ids can tell it which. (A
+// slot is kept for each connection only while the worker has fewer connections than control
+// slots, 1,024, and endpoint closes in flight take none of those kept.)
 
 // forgetMax is the most region ids one msgForget carries (4 KiB of them).
 const forgetMax = 1024
@@ -138,7 +144,7 @@ func (w *Worker) forgotten(id uint32) {
 			continue
 		}
 		if len(c.forgets) >= maxForgets {
-			w.failConn(c, fmt.Errorf("%w: no message to %s could go (no control slot came free: a peer that reads nothing) while %d regions of this worker were deregistered: the regions it knows of this worker can no longer be kept right", ErrProtocol, c.remote, maxForgets))
+			w.failConn(c, fmt.Errorf("%w: no message to %s could go (%d of this worker's messages to it in flight: a peer that reads nothing) while %d regions of this worker were deregistered: the regions it knows of this worker can no longer be kept right", ErrProtocol, c.remote, c.msgSlots, maxForgets))
 			c.forgets = nil
 			continue
 		}

@@ -205,3 +205,169 @@ func TestForgetQueueBounded(t *testing.T) {
 	}
 	t.Logf("failed after %d regions deregistered: %v", n, c1.Err())
 }
+
+// TestForgetsPassAStalledPeer: a peer that stops reading (A: its worker makes no progress, so
+// this worker's messages to it stay in flight) must not keep the forgets of another connection
+// (B, whose peer reads) from going. Messages took any free slot of the worker's, however many
+// one connection held: the Sends to A, each left in flight by a canceled context, took every
+// slot, B's forgets found none, and B was the one failed with ErrProtocol when its queue reached
+// maxForgets, with A. A connection now holds connMessages message slots at most, and one is
+// kept for each connection that holds none: B's forgets go while A stalls, and A, whose own
+// messages are in flight, is failed at the bound.
+func TestForgetsPassAStalledPeer(t *testing.T) {
+	needUCX(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w1 := newWorker(t)
+	peer := func() (c1, c2 *Conn) {
+		w := newWorker(t)
+		l, err := w.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c1, err = w1.Connect(ctx, l.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		if c2, err = l.Accept(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return c1, c2
+	}
+	cA, cA2 := peer()
+	cB, cB2 := peer()
+	wA := cA2.w
+	wA.mu.Lock() // A stalls: its progress goroutine waits for the lock, and reads nothing
+	stalled := true
+	resume := func() {
+		if stalled {
+			stalled = false
+			wA.mu.Unlock()
+		}
+	}
+	t.Cleanup(resume) // before the workers' Close (cleanups run last first)
+
+	// This worker's program sends to A until no more may be in flight: each Send returns at
+	// once (its context is canceled) and leaves its message to UCX, which cannot send it once
+	// the sockets to A are full.
+	done, stop := context.WithCancel(ctx)
+	stop()
+	msg := make([]byte, 16<<10)
+	sent := 0
+	for ; ; sent++ {
+		err := cA.Send(done, msg)
+		if errors.Is(err, ErrBusy) {
+			break
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("send %d to the stalled peer: %v", sent, err)
+		}
+		if sent > 1<<17 {
+			t.Fatalf("%d messages sent to a peer that reads nothing, none refused", sent)
+		}
+	}
+	w1.mu.Lock()
+	heldA, free := cA.inflight, len(w1.free)
+	w1.mu.Unlock()
+	t.Logf("%d sends to the stalled peer, %d in flight; %d of the worker's %d slots free", sent, heldA, free, len(w1.slots))
+	if heldA == 0 {
+		t.Fatal("no message to the stalled peer stayed in flight")
+	}
+
+	// Regions of this worker's are deregistered, a batch at a time: B's peer reads, so its
+	// forgets go between batches (a batch is one message's worth).
+	id := uint32(1 << 31)
+	for range 4 * maxForgets / forgetMax {
+		w1.mu.Lock()
+		for range forgetMax {
+			w1.forgotten(id)
+			id++
+		}
+		w1.mu.Unlock()
+		for {
+			w1.mu.Lock()
+			queued, open, stuck := len(cB.forgets), cB.state == connOpen, len(w1.free) == 0
+			w1.mu.Unlock()
+			if queued == 0 || !open || stuck { // stuck: no slot can come free while A stalls
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("B's %d forgets never went while A stalled", queued)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	w1.mu.Lock()
+	queued := len(cB.forgets)
+	w1.mu.Unlock()
+	if err := cB.Err(); err != nil {
+		t.Fatalf("B, whose peer reads, failed while A stalled holding the worker's slots (%d messages in flight to A): %v", heldA, err)
+	}
+	if queued != 0 {
+		t.Fatalf("B still has %d forgets queued", queued)
+	}
+	if err := cA.Err(); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("A, stalled with %d regions deregistered, ended with %v, want ErrProtocol at its bound of forgets", id-1<<31, err)
+	}
+	// B still carries messages.
+	if err := cB.Send(ctx, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := cB2.Recv(ctx); err != nil || string(m) != "after" {
+		t.Fatalf("B's peer received %q, %v", m, err)
+	}
+	resume()
+}
+
+// TestMessageSlotsKeptPerConn: the control slots are shared so that no connection's messages
+// (its forgets among them) wait on another's: messages for no connection, or a connection's
+// beyond its first, take every control slot but one for each connection that holds none; a
+// connection's messages hold connMessages slots at most; and the first message of a connection
+// holding none still finds its slot when the others have taken all they may.
+func TestMessageSlotsKeptPerConn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w1, _, _, _, c1, _ := connectedPair(t, ctx)
+	w1.mu.Lock()
+	defer w1.mu.Unlock()
+	var taken []uint32
+	defer func() {
+		for _, i := range taken {
+			w1.freeSlot(i)
+		}
+	}()
+	take := func(c *Conn) bool {
+		i, ok := w1.takeSlot(slotMsg, c)
+		if ok {
+			taken = append(taken, i)
+		}
+		return ok
+	}
+	for n := 0; take(c1); n++ {
+		if n > controlSlots {
+			t.Fatalf("one connection's messages took %d slots", n)
+		}
+	}
+	if len(taken) != connMessages || c1.msgSlots != connMessages {
+		t.Fatalf("one connection's messages took %d slots (it counts %d), want connMessages (%d)", len(taken), c1.msgSlots, connMessages)
+	}
+	for _, i := range taken {
+		w1.freeSlot(i)
+	}
+	taken = taken[:0]
+	if c1.msgSlots != 0 || w1.senders != 0 {
+		t.Fatalf("after its messages' slots were freed: the connection counts %d, the worker %d connections holding one", c1.msgSlots, w1.senders)
+	}
+	held := w1.control
+	for take(nil) {
+	}
+	kept := len(w1.conns) // none holds a message slot
+	if got, want := len(taken), controlSlots-held-kept; got != want || kept == 0 {
+		t.Fatalf("messages for no connection took %d slots, want %d: all but one for each of the %d connections", got, want, kept)
+	}
+	if !take(c1) {
+		t.Fatal("a connection holding no slot found none for its message: the one kept for it was taken")
+	}
+	if take(c1) {
+		t.Fatal("a connection took a second slot, one of those kept for the others")
+	}
+}

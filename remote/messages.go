@@ -390,7 +390,7 @@ func (w *Worker) answer(c *Conn, h dataHeader) {
 // has sent them. Under mu.
 func (w *Worker) postAnswer(c *Conn, op ucx.Op, lr *localRegion, hold pinned.Hold) {
 	w.stats.answers.Add(1)
-	i, ok := w.takeSlot(slotAnswer)
+	i, ok := w.takeSlot(slotAnswer, c)
 	if !ok {
 		if !w.answerQueued(c) {
 			w.unhold(hold)
@@ -604,7 +604,7 @@ func (w *Worker) postAnswers() {
 			w.answers = w.answers[1:]
 			continue
 		}
-		i, ok := w.takeSlot(slotAnswer)
+		i, ok := w.takeSlot(slotAnswer, a.c)
 		if !ok {
 			return
 		}

@@ -218,7 +218,7 @@ func (w *Worker) handle(e *ucx.Event) {
 // closeEp closes ep (force: at once; UCX allows it only on failure-handling endpoints) and,
 // when c is not nil, reaps c once it is closed. Under mu.
 func (w *Worker) closeEp(ep ucx.Ep, c *Conn, force bool) {
-	i, ok := w.takeSlot(slotClose)
+	i, ok := w.takeSlot(slotClose, c)
 	if !ok {
 		return // every control slot in flight: the endpoint goes with the worker
 	}

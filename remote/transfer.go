@@ -296,7 +296,7 @@ func (w *Worker) post(t *Transfer) {
 			if w.getWindowFull(t, start+k) {
 				break
 			}
-			i, ok := w.takeSlot(slotOp)
+			i, ok := w.takeSlot(slotOp, t.c)
 			if !ok {
 				break
 			}

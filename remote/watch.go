@@ -217,7 +217,7 @@ func (w *Worker) zombie(i uint32, hold pinned.Hold, lanes *uint8) {
 		cpu = *lanes == lanesCPU
 	}
 	w.uw.DisarmReply(i) // its transfer ends now: no answer may land in its buffer
-	w.count(s.kind, -1)
+	w.count(&s, -1)
 	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held, hold: hold, cpuOnly: cpu}
 	w.zombies++
 }

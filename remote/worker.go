@@ -46,6 +46,7 @@ const (
 	defaultMessage  = 1 << 20
 	maxMessage      = 64 << 20
 	controlSlots    = 1024 // slots beyond MaxInFlight, for messages and endpoint closes
+	connMessages    = 256  // of those, the most one connection's messages may hold (takeSlot)
 	queuedMessages  = 64 << 20
 	maxControl      = 64 << 10 // the body of a message of the protocol's own: a hello's, with a worker's address (hundreds of bytes)
 	closeWait       = 10 * time.Second
@@ -72,6 +73,8 @@ type Worker struct {
 	free          []uint32
 	ops           int             // slots held by transfer operations (at most opts.MaxInFlight)
 	nanswer       int             // slots held by answers to peers' data messages (at most opts.MaxInFlight)
+	control       int             // slots held by messages and endpoint closes (at most controlSlots)
+	senders       int             // connections holding a message slot (Conn.msgSlots above zero)
 	zombies       int             // slots of abandoned connections\' operations UCX still holds (watch.go)
 	queue         []*Transfer     // started, with operations not yet posted (no slot was free)
 	answers       []pendingAnswer // answers waiting for a slot
@@ -242,33 +245,66 @@ func randomID() uint64 {
 // wrap returns an error that matches sentinel and err, with both texts.
 func wrap(sentinel, err error) error { return fmt.Errorf("%w: %w", sentinel, err) }
 
-// takeSlot returns a free slot for an operation of kind, or false when none is (a transfer
-// operation takes one only below MaxInFlight). Under mu.
-func (w *Worker) takeSlot(kind uint8) (uint32, bool) {
-	if len(w.free) == 0 || kind == slotOp && w.ops >= w.opts.MaxInFlight || kind == slotAnswer && w.nanswer >= w.opts.MaxInFlight {
+// takeSlot returns a free slot for an operation of kind, of connection c (nil for none), or
+// false when none may be taken: transfer operations and answers take MaxInFlight slots each at
+// most, messages and endpoint closes controlSlots together (messages stuck in flight never take
+// the slots of transfers and answers), and a message takes one only where c holds fewer than connMessages, and, unless it is
+// c's only one, where more are free than connections hold none: one is kept for each of those.
+// So a peer that reads nothing keeps connMessages of this worker's slots at most, and the
+// messages of any other connection (its forgets among them) still go. Under mu.
+func (w *Worker) takeSlot(kind uint8, c *Conn) (uint32, bool) {
+	switch {
+	case len(w.free) == 0:
 		return 0, false
+	case kind == slotOp:
+		if w.ops >= w.opts.MaxInFlight {
+			return 0, false
+		}
+	case kind == slotAnswer:
+		if w.nanswer >= w.opts.MaxInFlight {
+			return 0, false
+		}
+	case w.control >= controlSlots:
+		return 0, false
+	case kind == slotMsg && c != nil && c.msgSlots >= connMessages:
+		return 0, false
+	case kind == slotMsg && (c == nil || c.msgSlots > 0) && controlSlots-w.control <= len(w.conns)-w.senders:
+		return 0, false // the slots left are kept for the connections that hold none
 	}
 	i := w.free[len(w.free)-1]
 	w.free = w.free[:len(w.free)-1]
-	w.slots[i] = slot{kind: kind, gen: w.slots[i].gen + 1}
-	w.count(kind, 1)
+	w.slots[i] = slot{kind: kind, gen: w.slots[i].gen + 1, c: c}
+	w.count(&w.slots[i], 1)
 	return i, true
 }
 
-// count adds d to the count of slots of kind held, for the kinds that have a bound. Under mu.
-func (w *Worker) count(kind uint8, d int) {
-	switch kind {
+// count adds d to the counts of slots held that s's kind has a bound on. Under mu.
+func (w *Worker) count(s *slot, d int) {
+	switch s.kind {
 	case slotOp:
 		w.ops += d
 	case slotAnswer:
 		w.nanswer += d
+	case slotClose:
+		w.control += d
+	case slotMsg:
+		w.control += d
+		if c := s.c; c != nil {
+			c.msgSlots += d
+			switch {
+			case d > 0 && c.msgSlots == 1:
+				w.senders++
+			case d < 0 && c.msgSlots == 0:
+				w.senders--
+			}
+		}
 	}
 }
 
 // freeSlot gives slot i back. Under mu.
 func (w *Worker) freeSlot(i uint32) {
 	w.uw.DisarmReply(i)
-	w.count(w.slots[i].kind, -1)
+	w.count(&w.slots[i], -1)
 	w.slots[i] = slot{gen: w.slots[i].gen}
 	w.free = append(w.free, i)
 }
