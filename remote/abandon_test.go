@@ -57,7 +57,11 @@ func TestPoolClosesAfterAbandonedAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := describe(t, r, b)
+	// The peer asks for the buffer twice and reads nothing after: its progress waits for the
+	// mutex, held to the end, while its requests (short messages, which a call on UCX's
+	// worker writes into the target's FIFO at once) reach the target.
 	hostile.mu.Lock()
+	defer hostile.mu.Unlock()
 	for i := range 2 {
 		op := ucx.Op{Ep: hc.ep, Kind: ucx.OpData}
 		h := dataHeader{kind: dataGet, conn: hc.peerID, op: uint64(i+1)<<32 | 7, addr: d.addr, n: n, region: d.region, base: d.base, size: d.size}
@@ -65,7 +69,6 @@ func TestPoolClosesAfterAbandonedAnswers(t *testing.T) {
 		hostile.postAnswer(hc, op, nil, pinned.Hold{})
 	}
 	hostile.signal()
-	hostile.mu.Unlock()
 	held := func() int {
 		target.mu.Lock()
 		defer target.mu.Unlock()
@@ -83,8 +86,6 @@ func TestPoolClosesAfterAbandonedAnswers(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	hostile.mu.Lock() // the peer stops reading: its progress waits for the mutex
-	defer hostile.mu.Unlock()
 	time.Sleep(20 * time.Millisecond)
 	target.mu.Lock()
 	target.peerExited(tc) // as the pidfd says of a peer that exited
