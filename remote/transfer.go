@@ -67,12 +67,15 @@ func (t *Transfer) Get(dst []byte, src Descriptor) error {
 }
 
 // PutDevice is Put from n bytes of device memory at src, of a device heap registered with
-// RegisterDevice. The caller keeps the memory allocated until the transfer ends.
+// RegisterDevice. The caller keeps the memory allocated until the transfer ends; when it ends
+// with an error wrapping ErrPeer (its connection abandoned: UCX may still hold the operation,
+// and nothing holds device memory for it as a pool's buffer is held), until the worker's Close
+// has returned.
 func (t *Transfer) PutDevice(src cuda.DevicePtr, n int, dst Descriptor) error {
 	return t.add(ucx.OpPut, uintptr(src), n, nil, dst)
 }
 
-// GetDevice is Get into n bytes of device memory at dst.
+// GetDevice is Get into n bytes of device memory at dst, kept allocated as for PutDevice.
 func (t *Transfer) GetDevice(dst cuda.DevicePtr, n int, src Descriptor) error {
 	return t.add(ucx.OpGet, uintptr(dst), n, nil, src)
 }
