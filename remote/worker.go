@@ -247,9 +247,10 @@ func wrap(sentinel, err error) error { return fmt.Errorf("%w: %w", sentinel, err
 
 // takeSlot returns a free slot for an operation of kind, of connection c (nil for none), or
 // false when none may be taken: transfer operations and answers take MaxInFlight slots each at
-// most, messages and endpoint closes controlSlots together (messages stuck in flight never take
-// the slots of transfers and answers), and a message takes one only where c holds fewer than connMessages, and, unless it is
-// c's only one, where more are free than connections hold none: one is kept for each of those.
+// most, messages and endpoint closes controlSlots together (messages stuck in flight never
+// take the slots of transfers and answers), and a message takes one only where c holds fewer
+// than connMessages, and, unless it is c's only one, where more are free than connections
+// hold none: one is kept for each of those.
 // So a peer that reads nothing keeps connMessages of this worker's slots at most, and the
 // messages of any other connection (its forgets among them) still go. Under mu.
 func (w *Worker) takeSlot(kind uint8, c *Conn) (uint32, bool) {
