@@ -116,6 +116,19 @@ func (a *Arena) Wanted(addr, size uintptr) bool {
 	return r.commit.Count(glo, ghi) == ghi-glo && r.want.Count(glo, ghi) == ghi-glo
 }
 
+// GranuleEnd returns the end of the commit granule that holds address p, no further than the
+// end of p's region: committing any byte of a granule commits all of it, so memory committed
+// through p is committed up to there. Granules count from the region's base, which need not
+// lie on a granule boundary (an external region). ok is false when p lies in no region's
+// chunks. It takes no lock.
+func (a *Arena) GranuleEnd(p uintptr) (end uintptr, ok bool) {
+	r := a.regionAt(p)
+	if r == nil {
+		return 0, false
+	}
+	return min(r.r.Base+((p-r.r.Base)>>r.gshift+1)<<r.gshift, r.end), true
+}
+
 // Zero clears [addr, addr+size) with the provider's Zeroer.
 func (a *Arena) Zero(addr, size uintptr) error {
 	if a.zeroer == nil {

@@ -146,3 +146,38 @@ func TestPrecommitSharedGranule(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGranuleEnd: GranuleEnd rounds an address up to the end of its granule as the region
+// counts granules, from its base, off the page grid here, not as the address space does; the
+// span Alloc commits is wanted up to there, and not a byte further; an address in no region is
+// refused.
+func TestGranuleEnd(t *testing.T) {
+	reg := offPageRegion(t, 8<<20, true)
+	p, err := External(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestArena(t, Options{Provider: p, PurgeDelay: -1})
+	s, err := a.Alloc(1<<20+100, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := p.Caps().Granule
+	for _, q := range []uintptr{s.Base, s.Base + g - 1, s.Base + 5000, reg.Base + reg.Size - 1} {
+		want := reg.Base + ((q-reg.Base)/g+1)*g
+		if end, ok := a.GranuleEnd(q); !ok || end != want || end == (q+g)&^(g-1) {
+			t.Errorf("GranuleEnd(base%+d) = base%+d, %v; want base%+d, off the page grid", q-reg.Base, end-reg.Base, ok, want-reg.Base)
+		}
+	}
+	end, ok := a.GranuleEnd(s.Base + s.Size - 1)
+	if !ok || !a.Wanted(s.Base, end-s.Base) || a.Wanted(s.Base, end-s.Base+1) {
+		t.Errorf("a span of %d bytes at base%+d: GranuleEnd of its last byte base%+d (%v); wanted to there %v, a byte further %v; want true, false",
+			s.Size, s.Base-reg.Base, end-reg.Base, ok, a.Wanted(s.Base, end-s.Base), a.Wanted(s.Base, end-s.Base+1))
+	}
+	if _, ok := a.GranuleEnd(reg.Base + reg.Size); ok {
+		t.Error("GranuleEnd of an address past the region succeeded")
+	}
+	if err := a.Free(s); err != nil {
+		t.Fatal(err)
+	}
+}
