@@ -175,10 +175,24 @@ func (g *Group) Size(p uintptr) (uintptr, error) {
 	return n, nil
 }
 
-// Extent returns the bytes the live block at p covers: the size asked for rounded up to its
-// size class, or to its page for an object or huge block. A write past the size asked, within
-// the block, lands there, and the block's next owner may read it: a caller clearing a block
-// for its next owner clears its extent. It fails as Size does.
+// Extent returns the bytes from p that the live block at p covers, all of them committed: what
+// its owner's work can write without a fault, and so what a caller clearing the block for its
+// next owner clears. For a block of a size class, the class's size (a live block lies in
+// committed memory whole); for an object page, the page's whole slices (committed while its
+// block lives). For a huge object, the bytes up to the end of the commit granule its committed
+// memory ends in (arena.Arena.GranuleEnd): the size asked for rounded up to the granule, or more
+// when reuse kept memory committed for an earlier, larger request (a tail under a granule);
+// never past its own chunks, nor, where it shares its last chunk with other pages (a heap that
+// packs, over memory committed a chunk at a time), past its own slices of that chunk. An extent never covers another block's bytes, nor a granule decommitted
+// or handed to the purge: a memset of it does not fault, nor race the purge.
+//
+// Bytes of a huge object's span past its extent (a kept huge object reused for fewer bytes gives
+// the granules past them to the purge; one the arena gave up is committed again only as far as
+// asked) are no more its owner's to write than a neighbouring block's: they may be decommitted
+// under it at any time, and its work reaches them only by writing past its extent. An earlier
+// owner wrote there only within its own extent, so where every free clears its block's extent,
+// no owner reads an earlier one's bytes, although such granules are committed again as they
+// were, not zeroed, when the purge has not reached them. It fails as Size does.
 func (g *Group) Extent(p uintptr) (uintptr, error) {
 	pg, idx, err := g.locate(p)
 	if err != nil {
@@ -187,7 +201,28 @@ func (g *Group) Extent(p uintptr) (uintptr, error) {
 	if pg.liveSize(idx) == 0 {
 		return 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 	}
-	return pg.bsize, nil
+	return pg.extent(), nil
+}
+
+// extent returns what Extent does for the live block of page pg.
+func (pg *page) extent() uintptr {
+	if pg.class >= 0 || pg.seg.kind != segHuge {
+		return pg.bsize
+	}
+	a := pg.heap.a
+	own := pg.bsize // with a tail: the object's own slices of its last chunk
+	if s := pg.seg.span; pg.tail == nil {
+		// The span's chunks are the object's alone, the rest of its last one included.
+		if c, ok := a.ChunkBase(s.ID); ok {
+			own = c + uintptr(s.N)<<segShift - pg.base
+		}
+	}
+	// Committed up to want (see the invariants), so to the end of the granule want ends in.
+	end, ok := a.GranuleEnd(pg.base + pg.want - 1)
+	if !ok || end < pg.base+pg.want {
+		return pg.want // cannot happen: the object's memory lies in a region
+	}
+	return min(end-pg.base, own)
 }
 
 // register enters s in both tables for the chunks of its span.

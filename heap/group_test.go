@@ -4,8 +4,12 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
 // TestGroupTableIsLazy makes groups over arenas of absurd capacity: a capacity is address
@@ -265,4 +269,117 @@ func TestGroupExtent(t *testing.T) {
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// extentWithin checks the Extent of the live block at p, of n bytes: from least up to most, and
+// every granule of it committed and wanted by the arena (no memset of it faults, nor races the
+// purge). It returns the extent.
+func extentWithin(t *testing.T, h *Heap, what string, p, n, least, most uintptr) uintptr {
+	t.Helper()
+	ext, err := h.g.Extent(p)
+	mustOK(t, err)
+	if ext < n || ext < least || ext > most || !h.a.Wanted(p, ext) {
+		t.Errorf("%s: Extent of a block of %d bytes is %d (committed and wanted: %v); want %d to %d, committed and wanted", what, n, ext, h.a.Wanted(p, ext), least, most)
+	}
+	return ext
+}
+
+// TestGroupExtentCommitted: the Extent of a huge object reaches the end of the granule its size
+// ends in (committed whole: the owner's work writes there without a fault), and no further than
+// the arena commits for it. A fresh one's granule is committed whole (Extent was the size asked:
+// a kernel's writes past it, in that granule, were not cleared). A kept one reused for fewer
+// bytes gives the granules past them to the purge, and one the arena gave up is committed again
+// only as far as the size asked: Extent was the whole span, which reached granules the arena no
+// longer wants (a memset there faults once the purge has run).
+func TestGroupExtentCommitted(t *testing.T) {
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 256 << 20, PurgeDelay: time.Hour}, Options{})
+	g := h.g.granule
+	const big, small = 16<<20 + 100, 9<<20 + 100
+	up := func(n uintptr) uintptr { return (n + g - 1) &^ (g - 1) }
+	p, err := h.Alloc(big)
+	mustOK(t, err)
+	extentWithin(t, h, "fresh", p, big, up(big), up(big))
+	mustOK(t, h.Free(p))
+	for _, c := range []struct {
+		what string
+		n    uintptr
+		ext  uintptr
+		trim bool
+	}{
+		{"kept, reused for a few bytes less (the tail under a granule stays)", big - 50, up(big), false},
+		{"kept, reused for fewer bytes (the tail goes to the purge)", small, up(small), false},
+		{"given up by the arena, reused", small, up(small), true},
+	} {
+		if c.trim {
+			h.a.Trim() // gives the kept range up, and decommits it
+		}
+		q, err := h.Alloc(c.n)
+		mustOK(t, err)
+		if q != p {
+			t.Fatalf("%s: the kept huge object was not reused (%#x, then %#x)", c.what, p, q)
+		}
+		extentWithin(t, h, c.what, q, c.n, c.ext, c.ext)
+		mustOK(t, h.Free(q))
+	}
+}
+
+// TestGroupExtentPackedTail: where memory commits 2 MiB at a time, a huge object shares its
+// last chunk with other pages (pack.go): its Extent covers its own slices of that chunk and
+// none of the others'; reused for fewer bytes, it reaches only the granules still committed
+// for it.
+func TestGroupExtentPackedTail(t *testing.T) {
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 128 << 20, PurgeDelay: time.Hour}, Options{})
+	if !h.packed || !h.g.packRuns || h.g.granule != segSize || h.objMax != 16<<20 {
+		t.Fatalf("2 MiB granules: packed %v, runs %v, granule %d, objects to %d; want packed runs of 2 MiB granules, objects to 16 MiB", h.packed, h.g.packRuns, h.g.granule, h.objMax)
+	}
+	const n = 40<<20 + 1<<19 // 20 chunks and a quarter of a 21st, whose rest other pages take
+	p, err := h.Alloc(n)
+	mustOK(t, err)
+	obj, err := h.Alloc(1 << 20)
+	mustOK(t, err)
+	if obj < p+n || obj >= p+21<<segShift {
+		t.Fatalf("the 1 MiB object at %#x is not in the last chunk of the huge one at %#x", obj, p)
+	}
+	extentWithin(t, h, "fresh, with a tail", p, n, n, n) // its own slices of the last chunk, no more
+	mustOK(t, h.Free(p))
+	const small = 21<<20 + 100 // above half of it, above the largest object page
+	q, err := h.Alloc(small)
+	mustOK(t, err)
+	if q != p {
+		t.Fatalf("the kept huge object was not reused (%#x, then %#x)", p, q)
+	}
+	extentWithin(t, h, "kept, reused for fewer bytes", q, small, 22<<20, 22<<20)
+	mustOK(t, h.Free(q))
+	mustOK(t, h.Free(obj))
+}
+
+// TestGroupExtentOffGrid: over an external region 8 bytes past a page boundary, whose granules
+// (its pages, counted from its base) lie off the address space's page grid, a huge object's
+// extent ends where the region's granule ends, not at the next page boundary of the address
+// space, which may lie in a granule not committed for it.
+func TestGroupExtentOffGrid(t *testing.T) {
+	const size = 32 << 20
+	m, err := unix.Mmap(-1, 0, size+4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	mustOK(t, err)
+	defer func() { mustOK(t, unix.Munmap(m)) }()
+	reg := arena.ExternalRegion{Base: mem.Addr(m) + 8, Size: size, Kind: arena.HostPageable, Exclusive: true}
+	prov, err := arena.External(reg)
+	mustOK(t, err)
+	h := newTestHeapOn(t, arena.Options{Provider: prov, PurgeDelay: -1}, Options{Align: 256})
+	g := h.g.granule
+	probe, err := h.Alloc(3 << 20)
+	mustOK(t, err)
+	mustOK(t, h.Free(probe))
+	h.Trim() // its chunks go back to the arena, for the next huge object
+	// The size whose last byte is the first of a page of the address space: that page's end is
+	// 8 bytes past the end of the region's granule the byte lies in.
+	n := (probe+3<<20)&^(g-1) - probe + 1
+	p, err := h.Alloc(n)
+	mustOK(t, err)
+	if p != probe {
+		t.Fatalf("the huge object is not where the probe was (%#x, then %#x)", probe, p)
+	}
+	gend := reg.Base + (p+n-1-reg.Base)/g*g + g // the end of the region's granule
+	extentWithin(t, h, "off the page grid", p, n, gend-p, gend-p)
+	mustOK(t, h.Free(p))
 }

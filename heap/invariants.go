@@ -101,6 +101,9 @@ func (h *Heap) verifyWith(tables bool) error {
 					n, bytes := p.objectLive()
 					liveN += n
 					liveBytes += bytes
+					if err := p.verifyExtent(); err != nil {
+						errs = append(errs, err)
+					}
 				}
 				if p != nil && p.class >= 0 && !seen[p] {
 					nclass++
@@ -115,6 +118,9 @@ func (h *Heap) verifyWith(tables bool) error {
 			n, bytes := pg.objectLive()
 			liveN += n
 			liveBytes += bytes
+			if err := pg.verifyExtent(); err != nil {
+				errs = append(errs, err)
+			}
 			if ts := pg.tail; ts != nil {
 				if ts.base != s.base+s.span.Size || pg.nslice <= 0 || pg.nslice >= segSlices || pg.span != s.span.Size+uintptr(pg.nslice)<<sliceShift {
 					bad("huge object %#x: its tail segment %#x, %d slices, span %d, is not where its chunks end (%d bytes)", pg.base, ts.base, pg.nslice, pg.span, s.span.Size)
@@ -307,6 +313,18 @@ func (pg *page) objectLive() (uint64, uintptr) {
 		return 0, 0
 	}
 	return 1, pg.objSize
+}
+
+// verifyExtent checks that the block of object or huge page pg, when live, lies to its extent
+// (Group.Extent) in memory the arena counts committed and wanted.
+func (pg *page) verifyExtent() error {
+	if st := atomic.LoadUint32(&pg.state[0]); st == 0 || st&freedRemote != 0 {
+		return nil
+	}
+	if ext := pg.extent(); ext < pg.objSize || !pg.heap.a.Wanted(pg.base, ext) {
+		return fmt.Errorf("object %#x of %d bytes: its extent of %d bytes is not all committed and wanted", pg.base, pg.objSize, ext)
+	}
+	return nil
 }
 
 // verifyTablesMidway, when set (by a test), runs between verifyTables' read of the chunk table
