@@ -50,8 +50,9 @@ func (h *Heap) liveSize(p cuda.DevicePtr) uintptr {
 // scrub clears the live block at p, on stream s (queued), or at once when s is nil; it refuses,
 // queueing nothing, when a capture holds the stream the memset would be queued on. It clears the
 // block's whole extent (heap.Group.Extent), not the size asked for alone: the user's work may
-// have written the rounding slack too (within the block, nothing faults), and the next owner,
-// who may ask for the whole extent, would read it.
+// have written the rounding slack too (within the block, or the granule a huge block ends in,
+// nothing faults), and the next owner, who may ask for the whole extent, would read it. The
+// extent is committed throughout: the memset never reaches a granule the arena has unmapped.
 func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
 	if !h.zeroOnFree {
 		return nil

@@ -185,3 +185,45 @@ func TestFakeZeroOnFreeClearsWholeBlock(t *testing.T) {
 		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
 	}
 }
+
+// TestFakeZeroOnFreeClearsHugeGranule: with ZeroOnFree, a huge block's bytes past the size
+// asked for, to the end of the granule its last byte lies in, are cleared at the free too. The
+// granule is committed whole (2 MiB here), so a tenant's kernel writing past its size there
+// does not fault; the block goes back to the arena at the free, and the next Alloc over the same
+// chunks, asking for more, got that granule as it was (committed still: the purge had not run)
+// and read the last owner's bytes. Before, Extent was the size asked (a huge block's page is
+// its span, which the arena sizes as asked), and the memset stopped there.
+func TestFakeZeroOnFreeClearsHugeGranule(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, ZeroOnFree: true, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	const n, reach = 3<<20 + 4000, 4 << 20 // 3 MiB and a bit: two 2 MiB granules committed
+	for _, how := range []string{"FreeAsync same stream", "FreeAsync other stream", "Free"} {
+		p := alloc(t, h, n, a)
+		// The tenant's kernel writes to the end of its last granule, past the n bytes it asked for.
+		must(t, "MemsetD8", dev.MemsetD8(p, 0x5A, reach))
+		must(t, "synchronize the legacy stream", dev.StreamSynchronize(0))
+		switch how {
+		case "FreeAsync same stream":
+			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
+		case "FreeAsync other stream":
+			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
+			must(t, "Sync", h.Sync())
+		case "Free":
+			must(t, how, h.Free(pcuda.DevicePtr(p)))
+		}
+		q := alloc(t, h, reach, a) // the next owner asks for the whole granules
+		if q != p {
+			t.Fatalf("%s: memory not reused (%#x, then %#x): the test proves nothing", how, p, q)
+		}
+		must(t, "StreamSynchronize", dev.StreamSynchronize(a))
+		got := make([]byte, reach)
+		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
+		if i := firstDiff(got, make([]byte, reach)); i >= 0 {
+			t.Errorf("%s: the next owner reads %#x at byte %d of %d (the last one asked for %d): its last granule was not cleared", how, got[i], i, reach, n)
+		}
+		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
+	}
+}

@@ -35,9 +35,11 @@ type Options struct {
 	PurgeDelay time.Duration
 	// ZeroOnFree clears every block as it is freed, with a driver memset queued on the freeing
 	// stream (FreeAsync) or done at once (Free), before the block can be handed out again: no
-	// later user of the memory reads what it held. The whole block is cleared, the bytes past
-	// the size asked for up to its size class included, which the user's work may have written.
-	// A free whose memset would be captured into a CUDA graph is refused (see FreeAsync).
+	// later user of the memory reads what it held. The whole block is cleared (heap.Group.Extent),
+	// the bytes past the size asked for included, which the user's work may have written: up to
+	// its size class, its object page, or, for a huge block, the end of the 2 MiB granule its
+	// memory ends in. A free whose memset would be captured into a CUDA graph is refused (see
+	// FreeAsync).
 	ZeroOnFree bool
 	// Quota caps the bytes of the heap's live blocks (the sizes asked for; a deferred free
 	// counts until it is done); an Alloc beyond it fails with ErrQuota. Zero means no quota.
