@@ -204,6 +204,16 @@ func (p *Pool) freeRecorded(addr, n uintptr, l *streamList, claimed bool) error 
 	return nil
 }
 
+// scrubbed returns the bytes from addr that ZeroOnFree clears of the live buffer at addr, of n
+// bytes: its extent (heap.Group.Extent), which the device's work may have written past n
+// (Options.ZeroOnFree); n when the heap knows no extent (no live buffer there: the free fails).
+func (p *Pool) scrubbed(addr, n uintptr) uintptr {
+	if ext, err := p.g.Extent(addr); err == nil && ext >= n {
+		return ext
+	}
+	return n
+}
+
 // giveBack hands the buffer at addr of n bytes back to the heap, held (its streams have passed
 // it) or not, with what the guards do then: the scrub first, the quota after. A buffer found
 // held when held is false is one a stream may still use: it is deferred instead (see
@@ -213,7 +223,7 @@ func (p *Pool) giveBack(addr, n uintptr, held bool, on *heap.Heap) error {
 		return p.order.deferFree(addr, n, nil)
 	}
 	if p.zeroOnFree {
-		clear(mem.Bytes(addr, n))
+		clear(mem.Bytes(addr, p.scrubbed(addr, n)))
 	}
 	var err error
 	if held {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
 func TestZeroOnFree(t *testing.T) {
@@ -198,6 +200,60 @@ func TestFreeResliced(t *testing.T) {
 		}
 		if u := p.Usage(); u.Live != 0 {
 			t.Fatalf("after the frees: %+v", u)
+		}
+	}
+}
+
+// TestZeroOnFreeClearsExtent: with ZeroOnFree, a Free clears the buffer's whole extent
+// (heap.Group.Extent), past its length: a device's work reaching the buffer through
+// DevicePointer, or a copy into it, may write there (the memory is the block's, committed:
+// nothing faults), and the block's next owner, who may ask for more, would read it. Before, the
+// scrub cleared the buffer's length alone. The extent stays in proportion to the buffer.
+// The test writes the extent with the CPU, as the device would.
+func TestZeroOnFreeClearsExtent(t *testing.T) {
+	// One shard: every P's buffers come from one heap, which keeps the huge one for the next.
+	p := newTestPool(t, Options{Capacity: 256 << 20, Backend: Pageable, ZeroOnFree: true, PurgeDelay: -1, Shards: 1})
+	var last uintptr
+	for _, c := range []struct {
+		what string
+		n    int
+		most uintptr // the extent's bound: in proportion to the buffer
+		kept bool    // the last one's memory, kept for reuse
+	}{
+		{"a size class's block", 4000, 4096, false},
+		{"an object page", 300<<10 + 1, 320 << 10, false},
+		{"a huge object", 3<<20 + 100, 3<<20 + 4096, false},
+		{"a kept huge object, reused", 3<<20 + 50, 3<<20 + 4096, true},
+	} {
+		b, err := p.Alloc(c.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := mem.Addr(b)
+		if c.kept && addr != last {
+			t.Fatalf("%s: the last buffer's memory was not reused (%#x, then %#x)", c.what, last, addr)
+		}
+		last = addr
+		ext, err := p.g.Extent(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ext <= uintptr(c.n) || ext > c.most {
+			t.Fatalf("%s: a buffer of %d bytes has an extent of %d; want more (else the test proves nothing), at most %d", c.what, c.n, ext, c.most)
+		}
+		all := mem.Bytes(addr, ext)
+		for i := range all {
+			all[i] = 0x5A
+		}
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+		// The memory stays mapped (no purge): what a later user would be handed reads zero.
+		for i, v := range all {
+			if v != 0 {
+				t.Errorf("%s: a freed buffer of %d bytes holds %#x at byte %d of its extent of %d", c.what, c.n, v, i, ext)
+				break
+			}
 		}
 	}
 }

@@ -155,7 +155,13 @@ type Options struct {
 	CommitWorkers int
 	// ZeroOnFree clears every buffer as it is freed, after Free has checked that it is a whole
 	// live buffer, so that no later user of the memory (another tenant of a shared pool) reads
-	// what it held. It costs a memclr of the buffer per Free (see the package documentation).
+	// what it held. It clears the buffer's whole block (heap.Group.Extent), past its length: the
+	// CPU reaches no further than the slice's length, but a device does, through DevicePointer
+	// or a copy into the buffer, and nothing faults there, while the block's next owner may ask
+	// for all of it. The block stays in proportion to the buffer: its size class (under a fifth
+	// more, or Align), its object page (whole 32 KiB slices, an eighth more when one is reused),
+	// or for a huge buffer its memory to the end of the commit granule it ends in (a host page,
+	// or 2 MiB). It costs a memclr of that block per Free (see the package documentation).
 	ZeroOnFree bool
 	// Quota caps the bytes of the pool's live buffers (the sizes asked for); an Alloc beyond
 	// it fails with ErrQuota and allocates nothing. A buffer freed while a CUDA stream may
