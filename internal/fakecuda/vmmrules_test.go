@@ -37,6 +37,10 @@ func TestVMMRules(t *testing.T) {
 	wantErr(t, "MemSetAccess of part of a mapping", d.MemSetAccess(va, gran), pinmalloc.ErrInvalidValue)
 	wantErr(t, "memset before MemSetAccess", d.MemsetD8(va, 1, 16), pinmalloc.ErrInvalidValue)
 	must(t, "MemSetAccess", d.MemSetAccess(va, 3*gran))
+	// A memset (device ZeroOnFree's scrub) may not run on past the mapped granules into the
+	// reserved space after them: the real driver faults there.
+	wantErr(t, "memset running into unmapped reserved space", d.MemsetD8(va+2*gran, 1, 2*gran), pinmalloc.ErrInvalidValue)
+	wantErr(t, "async memset running into unmapped reserved space", d.MemsetD8Async(va+2*gran, 1, gran+1, 0), pinmalloc.ErrInvalidValue)
 	if cpuReadable(t, va) {
 		t.Error("the CPU can read device memory")
 	}
