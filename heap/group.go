@@ -183,8 +183,9 @@ func (g *Group) Size(p uintptr) (uintptr, error) {
 // memory ends in (arena.Arena.GranuleEnd): the size asked for rounded up to the granule, or more
 // when reuse kept memory committed for an earlier, larger request (a tail under a granule);
 // never past its own chunks, nor, where it shares its last chunk with other pages (a heap that
-// packs, over memory committed a chunk at a time), past its own slices of that chunk. An extent never covers another block's bytes, nor a granule decommitted
-// or handed to the purge: a memset of it does not fault, nor race the purge.
+// packs, over memory committed a chunk at a time), past its own slices of that chunk. An extent
+// never covers another block's bytes, nor a granule decommitted or handed to the purge: a
+// memset of it does not fault, nor race the purge.
 //
 // Bytes of a huge object's span past its extent (a kept huge object reused for fewer bytes gives
 // the granules past them to the purge; one the arena gave up is committed again only as far as

@@ -56,19 +56,19 @@
 // per worker progresses UCX; idle, it sleeps on the worker's event fd through the Go runtime's
 // poller (ucp_worker_arm), so an idle worker costs nothing.
 //
-// Ownership follows the pool's rules. A local buffer is held in its pool (pinned.Pool.Hold)
-// from Put or Get until its transfer ends (or, on a connection abandoned with the operation
-// still in UCX's hands, until UCX lets go of it: Transfer): a Free meanwhile takes effect then,
-// so memory in flight is never handed out again, and its region, which holds a live buffer, is
-// never deregistered under it. In a CUDAHost pool, a transfer waits for the CUDA streams recorded on
-// its buffers (RecordStream, device.Heap's async copies) before it reads or writes them, and a
-// buffer used by both that is freed goes back only once the streams and the transfer have
-// passed it. The side a peer reads or writes waits for no stream: its owner makes a buffer
-// ready (pinned.Pool.WaitStreams) before it hands out the buffer's descriptor, and reads what
-// a peer put there once the peer says it is done. The target of a put by message holds the buffer it lands in until its bytes are
-// copied, and that of a get the buffer it answers from until UCX has sent the answer, so that a
-// free meanwhile, or a peer that stops reading, cannot make the copy or UCX touch memory
-// given back.
+// Ownership follows the pool's rules. A local buffer is held in its pool (pinned.Pool.Hold) from
+// Put or Get until its transfer ends (or, on a connection abandoned with the operation still in
+// UCX's hands, until UCX lets go of it: Transfer): a Free meanwhile takes effect then, so memory
+// in flight is never handed out again, and its region, which holds a live buffer, is never
+// deregistered under it. In a CUDAHost pool, a transfer waits for the CUDA streams recorded on its
+// buffers (RecordStream, device.Heap's async copies) before it reads or writes them, and a buffer
+// used by both that is freed goes back only once the streams and the transfer have passed it. The
+// side a peer reads or writes waits for no stream: its owner makes a buffer ready
+// (pinned.Pool.WaitStreams) before it hands out the buffer's descriptor, and reads what a peer put
+// there once the peer says it is done. The target of a put by message holds the buffer it lands in
+// until its bytes are copied, and that of a get the buffer it answers from until UCX has sent the
+// answer, so that a free meanwhile, or a peer that stops reading, cannot make the copy or UCX
+// touch memory given back.
 //
 // # Peers
 //
