@@ -153,15 +153,25 @@ func TestFakeZeroOnFreeClearsWholeBlock(t *testing.T) {
 	}
 	a, b := newStream(t, dev, h), newStream(t, dev, h)
 	const n = 4000
+	p := alloc(t, h, n, a)
+	ext, err := h.g.Extent(uintptr(p))
+	must(t, "Extent", err)
+	must(t, "Free", h.Free(pcuda.DevicePtr(p)))
+	if ext <= n {
+		t.Fatalf("a %d-byte block covers %d bytes: no slack, the test proves nothing", n, ext)
+	}
+	nextOwnerReadsZero(t, dev, h, a, b, n, ext, "its slack")
+}
+
+// nextOwnerReadsZero allocates n bytes on stream a, has the tenant's kernel write reach bytes
+// there (past n: what the block's memory holds beyond the size asked), frees the block in each
+// of the three ways (FreeAsync on a, on b, Free), and checks that the next owner, asking for
+// reach bytes, gets the same memory and reads zero: what names what was not cleared.
+func nextOwnerReadsZero(t *testing.T, dev *cuda.Device, h *Heap, a, b cuda.Stream, n, reach uintptr, what string) {
+	t.Helper()
 	for _, how := range []string{"FreeAsync same stream", "FreeAsync other stream", "Free"} {
 		p := alloc(t, h, n, a)
-		ext, err := h.g.Extent(uintptr(p))
-		must(t, "Extent", err)
-		if ext <= n {
-			t.Fatalf("a %d-byte block covers %d bytes: no slack, the test proves nothing", n, ext)
-		}
-		// The tenant's kernel writes its whole block, past the n bytes it asked for.
-		must(t, "MemsetD8", dev.MemsetD8(p, 0x5A, ext))
+		must(t, "MemsetD8", dev.MemsetD8(p, 0x5A, reach))
 		must(t, "synchronize the legacy stream", dev.StreamSynchronize(0))
 		switch how {
 		case "FreeAsync same stream":
@@ -172,15 +182,15 @@ func TestFakeZeroOnFreeClearsWholeBlock(t *testing.T) {
 		case "Free":
 			must(t, how, h.Free(pcuda.DevicePtr(p)))
 		}
-		q := alloc(t, h, ext, a) // the next owner asks for the whole extent
+		q := alloc(t, h, reach, a) // the next owner asks for the whole reach
 		if q != p {
-			t.Fatalf("%s: block not reused (%#x, then %#x): the test proves nothing", how, p, q)
+			t.Fatalf("%s: memory not reused (%#x, then %#x): the test proves nothing", how, p, q)
 		}
 		must(t, "StreamSynchronize", dev.StreamSynchronize(a))
-		got := make([]byte, ext)
+		got := make([]byte, reach)
 		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
-		if i := firstDiff(got, make([]byte, ext)); i >= 0 {
-			t.Errorf("%s: the next owner of the block reads %#x at byte %d of %d (the last one asked for %d): its slack was not cleared", how, got[i], i, ext, n)
+		if i := firstDiff(got, make([]byte, reach)); i >= 0 {
+			t.Errorf("%s: the next owner reads %#x at byte %d of %d (the last one asked for %d): %s was not cleared", how, got[i], i, reach, n, what)
 		}
 		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
 	}
@@ -200,30 +210,5 @@ func TestFakeZeroOnFreeClearsHugeGranule(t *testing.T) {
 	}
 	a, b := newStream(t, dev, h), newStream(t, dev, h)
 	const n, reach = 3<<20 + 4000, 4 << 20 // 3 MiB and a bit: two 2 MiB granules committed
-	for _, how := range []string{"FreeAsync same stream", "FreeAsync other stream", "Free"} {
-		p := alloc(t, h, n, a)
-		// The tenant's kernel writes to the end of its last granule, past the n bytes it asked for.
-		must(t, "MemsetD8", dev.MemsetD8(p, 0x5A, reach))
-		must(t, "synchronize the legacy stream", dev.StreamSynchronize(0))
-		switch how {
-		case "FreeAsync same stream":
-			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
-		case "FreeAsync other stream":
-			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
-			must(t, "Sync", h.Sync())
-		case "Free":
-			must(t, how, h.Free(pcuda.DevicePtr(p)))
-		}
-		q := alloc(t, h, reach, a) // the next owner asks for the whole granules
-		if q != p {
-			t.Fatalf("%s: memory not reused (%#x, then %#x): the test proves nothing", how, p, q)
-		}
-		must(t, "StreamSynchronize", dev.StreamSynchronize(a))
-		got := make([]byte, reach)
-		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
-		if i := firstDiff(got, make([]byte, reach)); i >= 0 {
-			t.Errorf("%s: the next owner reads %#x at byte %d of %d (the last one asked for %d): its last granule was not cleared", how, got[i], i, reach, n)
-		}
-		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
-	}
+	nextOwnerReadsZero(t, dev, h, a, b, n, reach, "its last granule")
 }
