@@ -266,21 +266,40 @@ func TestFakeIdlePurgeDestroyedStreamBesideCapture(t *testing.T) {
 // heap, an empty segment) though it cannot wait for b's free, and is served from it. The
 // reclaim's refusal of b (cuda.ErrCapturing) made the Alloc fail at once, with the memory it
 // had just given to the arena free there: the same Alloc, repeated, succeeded.
-func TestFakeAllocReclaimsBesideCapture(t *testing.T) {
-	f, dev, h := runHeap(t, Options{Capacity: 4 << 20, PurgeDelay: -1}) // two chunks
+//
+// With b blocking, the legacy default stream cannot be waited for during the capture (the
+// driver refuses any use of it then): a blocking stream's heap, whose frees come after the
+// legacy stream's earlier work, keeps its memory, but a's, non-blocking, ordered after nothing
+// but its own work, still gives its chunk back. Before, the refused wait for the legacy stream
+// made the reclaim give nothing back, and the Alloc failed.
+func TestFakeAllocReclaimsBesideCapture(t *testing.T) { allocReclaimsBesideCapture(t, false) }
+
+// TestFakeAllocReclaimsBesideBlockingCapture: TestFakeAllocReclaimsBesideCapture with b blocking.
+func TestFakeAllocReclaimsBesideBlockingCapture(t *testing.T) { allocReclaimsBesideCapture(t, true) }
+
+func allocReclaimsBesideCapture(t *testing.T, blocking bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 6 << 20, PurgeDelay: -1}) // three chunks
 	if f == nil {
 		return
 	}
-	a, b, c, d := newStream(t, dev, h), newStream(t, dev, h), newStream(t, dev, h), newStream(t, dev, h)
+	a, c, d := newStream(t, dev, h), newStream(t, dev, h), newStream(t, dev, h)
+	b, e := newStreamFlags(t, dev, h, !blocking), newStreamFlags(t, dev, h, false)
 	const n = 1 << 20
 	must(t, "FreeAsync on a", h.FreeAsync(pcuda.DevicePtr(alloc(t, h, n, a)), pcuda.Stream(a))) // a keeps a chunk, empty
-	x := alloc(t, h, 4096, c)                                                                   // c holds the other
+	must(t, "FreeAsync on e", h.FreeAsync(pcuda.DevicePtr(alloc(t, h, n, e)), pcuda.Stream(e))) // e, blocking, keeps the second
+	x := alloc(t, h, 4096, c)                                                                   // c holds the third
 	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(x), pcuda.Stream(b)))                 // deferred on b
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	must(t, "StreamBeginCapture", dev.StreamBeginCapture(b, cuda.CaptureGlobal))
 	p, err := h.Alloc(n, pcuda.Stream(d)) // a's chunk, once a's heap gives it back
 	st := h.Stats()
+	h.mu.Lock()
+	eKept := h.streams[pcuda.Stream(e)].Stats().Segments > 0
+	h.mu.Unlock()
+	if blocking && !eKept {
+		t.Errorf("e's heap, a blocking stream's, gave its memory back while the legacy stream's order could not be waited for")
+	}
 	g, cerr := dev.StreamEndCapture(b)
 	if cerr != nil {
 		t.Fatalf("the Alloc invalidated the user's capture: %v", cerr)

@@ -422,19 +422,32 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 // legacy stream's after every blocking stream's; a stream's own synchronize covers neither. So
 // before any heap gives memory back, streamq's Points.WaitLegacyOrder synchronizes the legacy
 // stream once, or, when a default stream's heap holds memory, waits for a point it records
-// there; when that fails, no heap gives anything back.
+// there. When that fails, no blocking or default stream's heap gives anything back; where it
+// fails because a blocking stream captures a graph (the driver refuses the legacy stream then),
+// the non-blocking streams' heaps still do: their work comes after nothing but their own.
 func (h *Heap) reclaim() error {
 	errs := []error{h.settleParked(true), h.drain()}
+	pts := h.lists.Points()
+	ordered := true // the legacy stream's order waited for: every heap may give back
 	if held, dflt := h.heldBy(); held {
-		if err := h.lists.Points().WaitLegacyOrder(dflt); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("device: %w", err))...)
+		if err := pts.WaitLegacyOrder(dflt); err != nil {
+			errs = append(errs, fmt.Errorf("device: %w", err))
+			if !errors.Is(err, cuda.ErrCapturing) {
+				return errors.Join(errs...)
+			}
+			ordered = false
 		}
 	}
 	for s, sh := range h.streams {
 		if sh.Stats().Segments == 0 {
 			continue
 		}
-		if h.lists.Points().Capturing(uintptr(s)) {
+		if !ordered {
+			if nb, err := pts.NonBlocking(uintptr(s)); err != nil || !nb {
+				continue // ordered after the legacy stream's earlier work, which cannot be waited for
+			}
+		}
+		if pts.Capturing(uintptr(s)) {
 			continue // its work runs when the user launches the graph: its memory stays
 		}
 		if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {

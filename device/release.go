@@ -36,9 +36,11 @@ func (h *Heap) Sync() error {
 // Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
 // the memory the stream heaps hold back to the arena and decommits the arena's free chunks. A
 // stream capturing a CUDA graph is neither waited for nor synchronized: its frees and its
-// heap's memory stay, and the error matches cuda.ErrCapturing; so do those of the streams
-// parked by a ForgetStream that a capture refused, which wait for a synchronize of the context
-// that Trim makes once no capture holds it.
+// heap's memory stay, and the error matches cuda.ErrCapturing (while a blocking stream
+// captures, the legacy stream cannot be waited for: the heaps of the blocking streams and the
+// default ones keep their memory too, the non-blocking streams' give theirs back); so do those
+// of the streams parked by a ForgetStream that a capture refused, which wait for a synchronize
+// of the context that Trim makes once no capture holds it.
 func (h *Heap) Trim() error {
 	if err := h.lock(); err != nil {
 		return err
