@@ -46,11 +46,10 @@ func TestStagingRecordFails(t *testing.T) {
 }
 
 // TestStagingRecordAndWaitsFail: a launch whose staging event cannot be recorded, and whose
-// stream and context cannot be synchronized either (a GLOBAL capture of the calling thread
-// refuses both, the stream's in that thread's mode: Device.StrictCapture; and runs nothing: the
-// kernel is still queued), leaves its staging buffer out of the ring: the next
-// Copy writes its jobs into another, and Close frees it only once it can synchronize the
-// context (ErrBusy while a capture refuses that, and the buffer is kept for a later Close).
+// stream and context cannot be synchronized either (loseLaunch), leaves its staging buffer out
+// of the ring: the next Copy writes its jobs into another, and Close frees it only once it can
+// synchronize the context (ErrBusy while a capture refuses that, and the buffer is kept for a
+// later Close).
 // Before, the buffer was left marked idle: the next Copy wrote its jobs into it under the queued
 // kernel, which, run later on its own stream, copied them again out of that stream's order:
 // here it wrote a destination the next batch had already filled, with the bytes its source held
@@ -70,30 +69,7 @@ func TestStagingRecordAndWaitsFail(t *testing.T) {
 	defer f.Hold(false)
 	runtime.LockOSThread() // a capture ends on the thread that began it
 	defer runtime.UnlockOSThread()
-	capture := func(mode cuda.CaptureMode) (end func()) {
-		must(t, "StreamBeginCapture", dev.StreamBeginCapture(sc, mode))
-		ended := false
-		end = func() {
-			if !ended {
-				ended = true
-				if g, err := dev.StreamEndCapture(sc); err == nil { // else invalidated by a refused synchronize
-					must(t, "GraphDestroy", dev.GraphDestroy(g))
-				}
-			}
-		}
-		t.Cleanup(end)
-		return end
-	}
-	end := capture(cuda.CaptureGlobal)
-	dev.StrictCapture(true) // the stream's synchronize in this thread's GLOBAL mode: refused
-	defer dev.StrictCapture(false)
-	f.FailAfter(fakecuda.CallRecord, 0, fakecuda.ResultInvalidValue)
-	err := b.Copy([]Job{mkJob(d, host, n)}, pcuda.Stream(s1))
-	dev.StrictCapture(false)
-	if !errors.Is(err, pinmalloc.ErrInvalidValue) || !errors.Is(err, pinmalloc.ErrCapturing) {
-		t.Fatalf("Copy whose staging event fails to record, and whose waits are refused: %v, want ErrInvalidValue and the waits' ErrCapturing", err)
-	}
-	end()
+	loseLaunch(t, f, dev, b, mkJob(d, host, n), s1)
 	must(t, "Copy of the next batch", b.Copy([]Job{mkJob(d+n, host+n, n)}, pcuda.Stream(s2)))
 	must(t, "StreamSynchronize", dev.StreamSynchronize(s2))
 	fill(h2, 3) // the next batch is done: its source is the caller's again
@@ -104,12 +80,60 @@ func TestStagingRecordAndWaitsFail(t *testing.T) {
 
 	// A RELAXED capture refuses the context's synchronize (any capture does), not the
 	// staging events' waits: Close frees all but the lost buffer, and says so.
-	end = capture(cuda.CaptureRelaxed)
+	end := captureOn(t, dev, sc, cuda.CaptureRelaxed)
 	if err := b.Close(); !errors.Is(err, pinmalloc.ErrBusy) {
 		t.Fatalf("Close while no wait can confirm done a launch that reads a staging buffer: %v, want ErrBusy", err)
 	}
-	end()
+	_ = end() // invalidated by the refused synchronize
 	must(t, "Close once the context can be synchronized", b.Close())
+}
+
+// loseLaunch makes b lose a staging buffer (lose): the launch of job on s is queued, its staging
+// event's record fails (FailAfter), and the waits for it, s's and the context's synchronizes,
+// are refused by a GLOBAL capture of the calling thread (the stream's in that thread's mode:
+// Device.StrictCapture; and runs nothing: the kernel is still queued). The capture is ended, and
+// the thread must be locked (runtime.LockOSThread).
+func loseLaunch(t *testing.T, f *fakecuda.Driver, dev *cuda.Device, b *Batcher, job Job, s cuda.Stream) {
+	t.Helper()
+	sc, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(sc)) }()
+	end := captureOn(t, dev, sc, cuda.CaptureGlobal)
+	dev.StrictCapture(true) // the stream's synchronize in this thread's GLOBAL mode: refused
+	defer dev.StrictCapture(false)
+	f.FailAfter(fakecuda.CallRecord, 0, fakecuda.ResultInvalidValue)
+	err = b.Copy([]Job{job}, pcuda.Stream(s))
+	dev.StrictCapture(false)
+	if !errors.Is(err, pinmalloc.ErrInvalidValue) || !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Fatalf("Copy whose staging event fails to record, and whose waits are refused: %v, want ErrInvalidValue and the waits' ErrCapturing", err)
+	}
+	_ = end() // invalidated by the refused synchronizes
+	if len(b.lost) != 1 {
+		t.Fatalf("%d lost staging buffers after a launch no wait could confirm done, want 1", len(b.lost))
+	}
+}
+
+// captureOn begins a capture on s in mode, on the calling thread (locked), and returns end,
+// which ends it once (and at cleanup, if not before): nil where it returned a graph, else the
+// driver's error (an invalidated capture).
+func captureOn(t *testing.T, dev *cuda.Device, s cuda.Stream, mode cuda.CaptureMode) (end func() error) {
+	t.Helper()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, mode))
+	ended := false
+	end = func() error {
+		if ended {
+			return nil
+		}
+		ended = true
+		g, err := dev.StreamEndCapture(s)
+		if err != nil {
+			return err
+		}
+		must(t, "GraphDestroy", dev.GraphDestroy(g))
+		return nil
+	}
+	t.Cleanup(func() { _ = end() })
+	return end
 }
 
 // TestFenceBackFails: a batch moved on the Batcher's side stream (a LowPriority kernel, a
