@@ -199,8 +199,12 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 // is kept, and the next Close tries again; otherwise Close is idempotent. A staging buffer
 // that a failed Copy's launch may still read, with no event to say when it is done (its record
 // failed, and neither its stream nor the context could be synchronized then), is freed only
-// once Close can synchronize the context; until then it is kept, unfreed, Close's error wraps
-// pinmalloc.ErrBusy, and the next Close tries again.
+// once Close confirms that launch done: by a synchronize of the stream it was queued on, while
+// that stream does not capture a graph, or else by one of the context, made only while no
+// capture is visible (none on that stream, nor on the legacy stream, which answers for the
+// blocking streams; a non-blocking stream's capture the Batcher never saw is not visible, and
+// the driver ends it). Neither ends a capture Close can see. Until then the buffer is kept,
+// unfreed, Close's error wraps pinmalloc.ErrBusy, and the next Close tries again.
 func (b *Batcher) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -219,6 +223,9 @@ func (b *Batcher) Close() error {
 	errs = append(errs, b.freeLost(), b.freeRetired())
 	if b.side != 0 {
 		errs = append(errs, b.dev.StreamSynchronize(b.side), b.dev.StreamDestroy(b.side))
+		for _, st := range b.lost { // its handle may name another stream later
+			st.gone = st.gone || st.on == b.side
+		}
 		b.side = 0
 	}
 	errs = append(errs, b.fences.Close())

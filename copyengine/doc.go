@@ -69,7 +69,10 @@
 // that no copy of a failed Copy runs later out of s's order or from a staging buffer reused since.
 // Where even that wait fails (neither the stream nor the context can be synchronized), the
 // launch's staging buffer leaves the ring, never written again, and Close frees it only once it
-// can synchronize the context (until then its error wraps pinmalloc.ErrBusy).
+// confirms the launch done (until then its error wraps pinmalloc.ErrBusy): by synchronizing its
+// stream, while that stream does not capture a graph, else the context, while no capture is
+// visible (a non-blocking stream's capture the Batcher never saw is not), so that Close ends no
+// capture it can see.
 // The sentinels are of the module's shared kinds (package pinmalloc).
 //
 // # Concurrency

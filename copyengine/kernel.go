@@ -114,7 +114,7 @@ func (b *Batcher) launch(jobs []Job, s cuda.Stream) error {
 		// jobs into st under it. Where no wait can confirm it done, st leaves the ring.
 		err = fmt.Errorf("copyengine: kernel copy of %d jobs: recording its staging event: %w", len(jobs), err)
 		if werr := b.wait(on); werr != nil {
-			b.lose(st)
+			b.lose(st, uintptr(on))
 			return errors.Join(err, werr)
 		}
 		return err

@@ -11,7 +11,9 @@ package copyengine
 // RELAXED capture mode, as cudamem's do (its doc.go): a user's capture on another thread
 // neither refuses them nor is invalidated by them. A buffer that a failed launch may still
 // read, with no event to say when (lose), leaves the ring for good, and only a Close that can
-// synchronize the context frees it.
+// confirm that launch done frees it (freeLost): by a synchronize of the launch's stream, in the
+// same RELAXED mode, while that stream does not capture; else by one of the context, which any
+// capture refuses and ends, so only while no capture is visible.
 
 import (
 	"errors"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 const (
@@ -35,6 +38,8 @@ type stage struct {
 	jobs int             // capacity in jobs
 	ev   icuda.Event     // recorded after the launch that reads the buffer
 	busy bool            // ev was recorded and may not have completed
+	on   icuda.Stream    // lost (lose): the stream the launch that may still read it was queued on
+	gone bool            // lost: on was destroyed (the side stream, by Close); the context confirms
 }
 
 // stage returns a staging buffer for n jobs that no launch in flight reads: the least recently
@@ -135,33 +140,81 @@ func (b *Batcher) freeStage(st *stage) error {
 	return errors.Join(errs...)
 }
 
-// lose takes st out of the ring for good: a launch queued with it may still read it, and no
-// event says when it is done (its record failed, and neither its stream nor the context could
-// be synchronized). No Copy writes it again; Close frees it once it can synchronize the context
-// (freeLost).
-func (b *Batcher) lose(st *stage) {
+// lose takes st out of the ring for good: a launch queued with it on stream on may still read
+// it, and no event says when it is done (its record failed, and neither its stream nor the
+// context could be synchronized). No Copy writes it again; Close frees it once it can confirm
+// that launch done (freeLost).
+func (b *Batcher) lose(st *stage, on icuda.Stream) {
 	if i := slices.Index(b.stages, st); i >= 0 {
 		b.stages = slices.Delete(b.stages, i, i+1)
 	}
+	st.on = on
 	b.lost = append(b.lost, st)
 }
 
-// freeLost retires the lost staging buffers (lose), to be freed, once a synchronize of the
-// context confirms that no launch reads them. Where it cannot, they stay lost and unfreed, and
-// the error, wrapping pinmalloc.ErrBusy and the driver's, says how many: a later Close tries
-// again.
+// freeLost retires the lost staging buffers (lose), to be freed, once it confirms that no
+// launch reads them. It runs in the RELAXED capture mode, as the ring's other calls, and ends no
+// capture it can see. For each buffer it synchronizes the stream its launch was queued on, unless a
+// capture holds that stream (streamq.CaptureRefusal): that is enough to know the launch done.
+// The buffers it cannot confirm so (a stream that captures, was destroyed or is refused) it
+// confirms by one synchronize of the context, which the driver refuses while any stream of the
+// context captures, ending that capture: so only while no capture is visible, neither on those
+// streams nor on the legacy stream, which answers for any blocking stream's. A capture on a
+// non-blocking stream the Batcher never saw is not visible. Where it cannot confirm, the
+// buffers stay lost and unfreed, and the error, wrapping pinmalloc.ErrBusy and the reason, says
+// how many: a later Close tries again.
 func (b *Batcher) freeLost() error {
 	if len(b.lost) == 0 {
 		return nil
 	}
-	if err := b.dev.Synchronize(); err != nil {
-		return fmt.Errorf("copyengine: %d staging buffers that failed launches may still read are kept, unfreed, until a Close can synchronize the context: %w: %w",
-			len(b.lost), pinmalloc.ErrBusy, err)
+	defer b.dev.RelaxCapture()()
+	var errs []error
+	kept := b.lost[:0]
+	for _, st := range b.lost {
+		err := b.waitLost(st)
+		if err != nil {
+			errs = append(errs, err)
+			kept = append(kept, st)
+			continue
+		}
+		b.retired = append(b.retired, st)
 	}
-	b.retired = append(b.retired, b.lost...)
-	clear(b.lost)
-	b.lost = b.lost[:0]
-	return nil
+	clear(b.lost[len(kept):])
+	b.lost = kept
+	if len(b.lost) == 0 {
+		return nil
+	}
+	err := streamq.CaptureRefusal(b.dev, 0) // the legacy stream: a blocking stream's capture
+	for _, st := range b.lost {
+		if err != nil {
+			break
+		}
+		if !st.gone {
+			err = streamq.CaptureRefusal(b.dev, st.on)
+		}
+	}
+	if err == nil {
+		if err = b.dev.Synchronize(); err == nil {
+			b.retired = append(b.retired, b.lost...)
+			clear(b.lost)
+			b.lost = b.lost[:0]
+			return nil
+		}
+	}
+	return fmt.Errorf("copyengine: %d staging buffers that failed launches may still read are kept, unfreed, until a Close can confirm those launches done: %w: %w",
+		len(b.lost), pinmalloc.ErrBusy, errors.Join(append(errs, err)...))
+}
+
+// waitLost synchronizes the stream of the launch that may still read the lost buffer st, unless
+// a capture holds it or it was destroyed: nil when that launch is done.
+func (b *Batcher) waitLost(st *stage) error {
+	if st.gone {
+		return fmt.Errorf("copyengine: the stream %#x of a failed launch was destroyed", st.on)
+	}
+	if err := streamq.CaptureRefusal(b.dev, st.on); err != nil {
+		return err
+	}
+	return b.dev.StreamSynchronize(st.on)
 }
 
 // freeRetired frees the retired staging buffers and keeps those the driver refused to free.

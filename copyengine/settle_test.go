@@ -48,12 +48,15 @@ func TestStagingRecordFails(t *testing.T) {
 // TestStagingRecordAndWaitsFail: a launch whose staging event cannot be recorded, and whose
 // stream and context cannot be synchronized either (loseLaunch), leaves its staging buffer out
 // of the ring: the next Copy writes its jobs into another, and Close frees it only once it can
-// synchronize the context (ErrBusy while a capture refuses that, and the buffer is kept for a
-// later Close).
+// confirm the launch done, ending no capture it can see: it synchronizes the launch's stream
+// while that does not capture, and returns ErrBusy, keeping the buffer for a later Close, while
+// it does.
 // Before, the buffer was left marked idle: the next Copy wrote its jobs into it under the queued
 // kernel, which, run later on its own stream, copied them again out of that stream's order:
 // here it wrote a destination the next batch had already filled, with the bytes its source held
-// by then.
+// by then. And before Close waited for the launch's stream, it synchronized the context, which
+// a capture on any stream refuses and invalidates: a user's RELAXED capture on another stream,
+// or on the launch's own, ended with no graph (and Close said ErrBusy, the buffer kept).
 func TestStagingRecordAndWaitsFail(t *testing.T) {
 	const n = 4096
 	f, dev, b, host, d := stagingRig(t, 4*n, 2*n)
@@ -78,14 +81,69 @@ func TestStagingRecordAndWaitsFail(t *testing.T) {
 		t.Fatal("a launch whose staging event failed, and could not be waited for, ran later with the next batch's jobs: it overwrote that batch's destination")
 	}
 
-	// A RELAXED capture refuses the context's synchronize (any capture does), not the
-	// staging events' waits: Close frees all but the lost buffer, and says so.
-	end := captureOn(t, dev, sc, cuda.CaptureRelaxed)
+	// A RELAXED capture on the launch's own stream: Close may neither synchronize it nor the
+	// context. It frees all but the lost buffer, says so, and leaves the capture valid.
+	end := captureOn(t, dev, s1, cuda.CaptureRelaxed)
 	if err := b.Close(); !errors.Is(err, pinmalloc.ErrBusy) {
-		t.Fatalf("Close while no wait can confirm done a launch that reads a staging buffer: %v, want ErrBusy", err)
+		t.Fatalf("Close while a capture holds the stream of a launch that may read a staging buffer: %v, want ErrBusy", err)
 	}
-	_ = end() // invalidated by the refused synchronize
-	must(t, "Close once the context can be synchronized", b.Close())
+	if err := end(); err != nil {
+		t.Fatalf("a RELAXED capture on the lost launch's stream, across Close: %v, want a graph", err)
+	}
+	if len(b.lost) != 1 {
+		t.Fatalf("%d lost staging buffers after a Close that could not confirm the launch done, want 1", len(b.lost))
+	}
+
+	// A RELAXED capture on another stream: Close synchronizes the launch's stream, frees the
+	// lost buffer, and leaves the capture valid.
+	end = captureOn(t, dev, sc, cuda.CaptureRelaxed)
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close, while a RELAXED capture holds another stream, of a lost staging buffer whose launch's stream can be synchronized: %v", err)
+	}
+	if err := end(); err != nil {
+		t.Fatalf("a RELAXED capture on another stream, across the Close that freed a lost staging buffer: %v, want a graph", err)
+	}
+	if len(b.lost) != 0 || len(b.retired) != 0 {
+		t.Fatalf("after Close: %d lost and %d retired staging buffers kept, want none", len(b.lost), len(b.retired))
+	}
+	must(t, "Close again", b.Close())
+}
+
+// TestLostStageStreamDestroyed: a lost staging buffer (loseLaunch) whose launch's stream was
+// destroyed since is confirmed free by a synchronize of the context, made only while no capture
+// is visible: while a blocking stream captures (the legacy stream says so), Close returns
+// ErrBusy and leaves the capture valid; once it ended, Close frees the buffer. Before, Close
+// synchronized the context at once: refused, it invalidated the capture.
+func TestLostStageStreamDestroyed(t *testing.T) {
+	const n = 4096
+	f, dev, b, host, d := stagingRig(t, n, n)
+	if f == nil {
+		return
+	}
+	sb, err := dev.StreamCreate(false) // blocking: the legacy stream answers for its capture
+	must(t, "StreamCreate", err)
+	t.Cleanup(func() { must(t, "StreamDestroy", dev.StreamDestroy(sb)) })
+	s1, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	f.Hold(true)
+	defer f.Hold(false)
+	runtime.LockOSThread() // a capture ends on the thread that began it
+	defer runtime.UnlockOSThread()
+	loseLaunch(t, f, dev, b, mkJob(d, host, n), s1)
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s1))
+	must(t, "StreamDestroy", dev.StreamDestroy(s1))
+
+	end := captureOn(t, dev, sb, cuda.CaptureRelaxed)
+	if err := b.Close(); !errors.Is(err, pinmalloc.ErrBusy) {
+		t.Fatalf("Close while a blocking stream captures, of a lost staging buffer whose launch's stream is destroyed: %v, want ErrBusy", err)
+	}
+	if err := end(); err != nil {
+		t.Fatalf("a RELAXED capture on a blocking stream, across Close: %v, want a graph", err)
+	}
+	must(t, "Close once no capture is visible", b.Close())
+	if len(b.lost) != 0 || len(b.retired) != 0 {
+		t.Fatalf("after Close: %d lost and %d retired staging buffers kept, want none", len(b.lost), len(b.retired))
+	}
 }
 
 // loseLaunch makes b lose a staging buffer (lose): the launch of job on s is queued, its staging
