@@ -29,6 +29,7 @@ type Conn struct {
 	err        error // why it failed or closed
 	inflight   int   // operations and messages in flight on ep
 	msgSlots   int   // the worker's slots its messages hold: in flight (at most connMessages, takeSlot)
+	ansSlots   int   // the worker's slots its answers to the peer hold: in flight (at most w.connAnswers)
 	copying    int   // transfers copying into or out of the peer's segments (Transfer.copy)
 	gets       int   // gets by message in flight (getWindow)
 	rkeys      map[uint32]*rkeyEntry
@@ -42,12 +43,18 @@ type Conn struct {
 	putsPlaced uint64   // of those, the ones placed, refused or dropped since: in order (holdAnswers)
 	acks       []uint64 // puts of the peer's placed this round, to acknowledge (messages.go)
 	acking     bool     // in w.acking
-	answering  int      // answers to the peer waiting for a slot in w.answers (maxQueuedAnswers)
+	answering  int      // answers to the peer waiting for a slot (answers) or a hold (w.unheld): maxQueuedAnswers
 	reaped     bool
 	watcher    *os.File // the peer's pidfd, without UCX's failure handling (watch.go)
 	pid        uint32   // the peer's process, while watched
 	abandoned  bool     // ended without UCX's word: its endpoint is never closed (watch.go)
 	exited     bool     // its peer process exited: queued in w.exited to be abandoned (watch.go)
+
+	// Answers to the peer waiting for a slot, in order, from answerHead on (postAnswers);
+	// answerWait says c is in w.answers.
+	answers    []pendingAnswer
+	answerHead int
+	answerWait bool
 
 	gone     atomic.Bool   // state is connFailed: read without the lock by Transfer's checks
 	ready    chan struct{} // closed once the handshake ends (state open or failed)
@@ -400,15 +407,7 @@ func (w *Worker) failConn(c *Conn, err error) {
 	clear(w.queue[len(kept):])
 	w.queue = kept
 	if c.answering > 0 { // its peer's answers waiting for a slot or a hold: none will be sent
-		answers := w.answers[:0]
-		for _, a := range w.answers {
-			if a.c != c {
-				answers = append(answers, a)
-			} else {
-				w.unhold(a.hold)
-			}
-		}
-		clear(w.answers[len(answers):])
+		w.dropAnswers(c)
 		unheld := w.unheld[:0]
 		for _, a := range w.unheld {
 			if a.c != c {
@@ -419,7 +418,7 @@ func (w *Worker) failConn(c *Conn, err error) {
 			}
 		}
 		clear(w.unheld[len(unheld):])
-		w.answers, w.unheld, c.answering = answers, unheld, 0
+		w.unheld, c.answering = unheld, 0
 	}
 	if c.abandoned { // the peer is gone and UCX will not say so: end everything now
 		w.abandonSlots(c)

@@ -256,7 +256,7 @@ func TestAnswerQueueBounded(t *testing.T) {
 		h.encode(&ev.Header)
 		w2.data(&ev)
 	}
-	queued, state := len(w2.answers), c2.state
+	queued, state := w2.queuedAnswers(), c2.state
 	w2.nanswer, maxQueuedAnswers = saved, bound
 	w2.mu.Unlock()
 	if state != connFailed || queued > 0 {
@@ -565,7 +565,7 @@ func stalledGet(ctx context.Context, t *testing.T, w2 *Worker, c1 *Conn, b1 []by
 	}
 	for {
 		w2.mu.Lock()
-		n := len(w2.answers)
+		n := w2.queuedAnswers()
 		w2.mu.Unlock()
 		if n > 0 {
 			break

@@ -396,10 +396,37 @@ func (w *Worker) postAnswer(c *Conn, op ucx.Op, lr *localRegion, hold pinned.Hol
 			w.unhold(hold)
 			return
 		}
-		w.answers = append(w.answers, pendingAnswer{c: c, op: op, lr: lr, hold: hold})
+		w.queueAnswer(c, pendingAnswer{c: c, op: op, lr: lr, hold: hold})
 		return
 	}
 	w.sendAnswer(c, i, op, lr, hold)
+}
+
+// queueAnswer queues answer a to c's peer until a slot is free for it (postAnswers), reusing
+// the room of the answers sent before it once they are half the queue, so that a queue that
+// never empties does not grow for them. Under mu.
+func (w *Worker) queueAnswer(c *Conn, a pendingAnswer) {
+	if len(c.answers) == cap(c.answers) && c.answerHead > 0 && c.answerHead >= len(c.answers)/2 {
+		n := copy(c.answers, c.answers[c.answerHead:])
+		clear(c.answers[n:])
+		c.answers, c.answerHead = c.answers[:n], 0
+	}
+	c.answers = append(c.answers, a)
+	if !c.answerWait {
+		c.answerWait = true
+		w.answers = append(w.answers, c)
+	}
+}
+
+// dropAnswers drops the answers to c's peer waiting for a slot, whose connection ended: none
+// will be sent. c leaves w.answers at postAnswers' next pass. Under mu.
+func (w *Worker) dropAnswers(c *Conn) {
+	for _, a := range c.answers[c.answerHead:] {
+		w.unhold(a.hold)
+	}
+	c.answering -= len(c.answers) - c.answerHead
+	clear(c.answers)
+	c.answers, c.answerHead = nil, 0
 }
 
 // answerQueued counts an answer to c's peer that waits (for a slot, or for its buffer's hold),
@@ -420,6 +447,10 @@ func (w *Worker) answerQueued(c *Conn) bool {
 // that sends more, while it does not read the answers (which keeps the answer slots in flight),
 // would grow the queue without bound. A variable: tests lower it.
 var maxQueuedAnswers = 1<<20 + getWindow
+
+// keptAnswers is the room a connection's queue of answers keeps once empty (postAnswers): a
+// window of gets and more, so that the queue of an honest peer allocates once.
+const keptAnswers = 1024
 
 type pendingAnswer struct {
 	c    *Conn
@@ -593,24 +624,46 @@ func (w *Worker) releaseHolds(rel []pinned.Hold) {
 	w.unholdsSpare = rel[:0]
 }
 
-// postAnswers sends the queued answers while slots are free. Under mu.
+// postAnswers sends the queued answers while slots are free: each connection's in order, the
+// connections in turn, each while it may take a slot (takeSlot), so that one at its share of
+// the slots, a peer that reads nothing, holds up its own answers and no other's. Under mu.
 func (w *Worker) postAnswers() {
-	for len(w.answers) > 0 {
-		a := w.answers[0]
-		if a.c.state != connOpen {
-			a.c.answering--
-			w.unhold(a.hold)
-			w.answers[0] = pendingAnswer{}
-			w.answers = w.answers[1:]
+	if len(w.answers) == 0 {
+		return
+	}
+	kept := w.answers[:0]
+	for _, c := range w.answers {
+		if c.state != connOpen {
+			w.dropAnswers(c)
+		}
+		w.postConnAnswers(c)
+		if c.answerHead < len(c.answers) {
+			kept = append(kept, c)
 			continue
 		}
-		i, ok := w.takeSlot(slotAnswer, a.c)
+		c.answerHead, c.answerWait = 0, false
+		if cap(c.answers) > keptAnswers {
+			c.answers = nil // the room a flood of answers took goes back
+		} else {
+			c.answers = c.answers[:0]
+		}
+	}
+	clear(w.answers[len(kept):])
+	w.answers = kept
+}
+
+// postConnAnswers sends the answers to c's peer waiting for a slot, in order, while c may take
+// one. Under mu.
+func (w *Worker) postConnAnswers(c *Conn) {
+	for c.answerHead < len(c.answers) {
+		i, ok := w.takeSlot(slotAnswer, c)
 		if !ok {
 			return
 		}
-		a.c.answering--
-		w.answers[0] = pendingAnswer{}
-		w.answers = w.answers[1:]
+		a := c.answers[c.answerHead]
+		c.answers[c.answerHead] = pendingAnswer{}
+		c.answerHead++
+		c.answering--
 		if a.lr != nil && w.byID[a.lr.id] != a.lr {
 			// Its region was deregistered while the answer waited (its registration, which
 			// the send names, unmapped): refused, with none of its bytes. (Its buffer, held,
@@ -619,7 +672,7 @@ func (w *Worker) postAnswers() {
 			w.unhold(a.hold)
 			a.lr, a.hold = nil, pinned.Hold{}
 		}
-		w.sendAnswer(a.c, i, a.op, a.lr, a.hold)
+		w.sendAnswer(c, i, a.op, a.lr, a.hold)
 	}
 }
 

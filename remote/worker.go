@@ -20,7 +20,9 @@ type Options struct {
 	// Name names the worker in UCX's own logs.
 	Name string
 	// MaxInFlight bounds the puts and gets in flight at once (default 4096): the operations
-	// of a Transfer beyond it are posted as earlier ones complete.
+	// of a Transfer beyond it are posted as earlier ones complete. It bounds apart this
+	// worker's answers in flight to peers' puts and gets by message, a quarter of them for one
+	// connection at most: a peer that reads nothing holds up its own answers, not others'.
 	MaxInFlight int
 	// MaxMessage bounds a message of Conn.Send (default 1 MiB, at most 64 MiB), and one
 	// from a peer: a peer's message beyond it is dropped as UCX delivers it, never queued for
@@ -47,6 +49,7 @@ const (
 	maxMessage      = 64 << 20
 	controlSlots    = 1024 // slots beyond MaxInFlight, for messages and endpoint closes
 	connMessages    = 256  // of those, the most one connection's messages may hold (takeSlot)
+	answerShare     = 4    // one connection's answers hold MaxInFlight/answerShare slots at most (takeSlot)
 	queuedMessages  = 64 << 20
 	maxControl      = 64 << 10 // the body of a message of the protocol's own: a hello's, with a worker's address (hundreds of bytes)
 	closeWait       = 10 * time.Second
@@ -73,11 +76,13 @@ type Worker struct {
 	free          []uint32
 	ops           int             // slots held by transfer operations (at most opts.MaxInFlight)
 	nanswer       int             // slots held by answers to peers' data messages (at most opts.MaxInFlight)
+	connAnswers   int             // of those, the most one connection's answers may hold (takeSlot)
+	answerers     int             // connections holding an answer slot (Conn.ansSlots above zero)
 	control       int             // slots held by messages and endpoint closes (at most controlSlots)
 	senders       int             // connections holding a message slot (Conn.msgSlots above zero)
 	zombies       int             // slots of abandoned connections\' operations UCX still holds (watch.go)
 	queue         []*Transfer     // started, with operations not yet posted (no slot was free)
-	answers       []pendingAnswer // answers waiting for a slot
+	answers       []*Conn         // connections with answers waiting for a slot (Conn.answers), in turn
 	unheld        []pendingAnswer // answers to gets waiting for their buffer's hold (holdAnswers)
 	unholds       []pinned.Hold   // holds of answers that ended, to release out of mu (releaseHolds)
 	unheldSpare   []pendingAnswer // the progress goroutine's: unheld's other buffer
@@ -205,6 +210,7 @@ func New(o Options) (*Worker, error) {
 	// and fails its connection (oversize): a user's beyond MaxMessage, any other beyond a hello
 	// with a worker's address (maxControl).
 	w.uw.LimitMessages(msgHeader+max(o.MaxMessage, maxControl), msgHeader+o.MaxMessage, msgData)
+	w.connAnswers = max(1, o.MaxInFlight/answerShare)
 	w.slots = make([]slot, n)
 	w.free = make([]uint32, n)
 	for i := range w.free {
@@ -248,35 +254,62 @@ func wrap(sentinel, err error) error { return fmt.Errorf("%w: %w", sentinel, err
 // takeSlot returns a free slot for an operation of kind, of connection c (nil for none), or
 // false when none may be taken: transfer operations and answers take MaxInFlight slots each at
 // most, messages and endpoint closes controlSlots together (messages stuck in flight never
-// take the slots of transfers and answers), and a message takes one only where c holds fewer
-// than connMessages, and, unless it is c's only one, where more are free than connections
-// hold none: one is kept for each of those.
-// So a peer that reads nothing keeps connMessages of this worker's slots at most, and the
-// messages of any other connection (its forgets among them) still go. Under mu.
+// take the slots of transfers and answers). Messages and answers share their slots among the
+// connections (shareLeft): a connection's messages hold connMessages at most, its answers
+// connAnswers (a quarter of MaxInFlight, 1 at least), and one of each is kept for every
+// connection holding none. So a peer that reads nothing keeps connMessages of this worker's
+// message slots and connAnswers of its answer slots at most, and the messages (its forgets
+// among them) and answers of any other connection still go. A quarter is 1,024 answers at the
+// default MaxInFlight, far more than a peer's window of gets by message (getWindow), so an
+// honest peer's answers seldom wait for it, while four stalled peers are needed to take the
+// slots that are not kept. Under mu.
 func (w *Worker) takeSlot(kind uint8, c *Conn) (uint32, bool) {
+	ok := len(w.free) > 0
 	switch {
-	case len(w.free) == 0:
-		return 0, false
+	case !ok:
 	case kind == slotOp:
-		if w.ops >= w.opts.MaxInFlight {
-			return 0, false
-		}
+		ok = w.ops < w.opts.MaxInFlight
 	case kind == slotAnswer:
-		if w.nanswer >= w.opts.MaxInFlight {
-			return 0, false
-		}
+		ok = w.nanswer < w.opts.MaxInFlight && w.shareLeft(c, c.ansSlots, w.connAnswers, w.opts.MaxInFlight-w.nanswer, w.answerers)
 	case w.control >= controlSlots:
+		ok = false
+	case kind == slotMsg && c != nil:
+		ok = w.shareLeft(c, c.msgSlots, connMessages, controlSlots-w.control, w.senders)
+	case kind == slotMsg:
+		ok = w.shareLeft(nil, 0, 0, controlSlots-w.control, w.senders)
+	}
+	if !ok {
 		return 0, false
-	case kind == slotMsg && c != nil && c.msgSlots >= connMessages:
-		return 0, false
-	case kind == slotMsg && (c == nil || c.msgSlots > 0) && controlSlots-w.control <= len(w.conns)-w.senders:
-		return 0, false // the slots left are kept for the connections that hold none
 	}
 	i := w.free[len(w.free)-1]
 	w.free = w.free[:len(w.free)-1]
 	w.slots[i] = slot{kind: kind, gen: w.slots[i].gen + 1, c: c}
 	w.count(&w.slots[i], 1)
 	return i, true
+}
+
+// shareLeft reports whether connection c (nil for none) may take one more of a kind of slots
+// that connections share (its messages', its answers'), of which it holds held, free are left,
+// and holders connections hold one: c holds fewer than perConn, and, unless it would be c's
+// first, more are free than connections hold none, so that one is kept for each of those.
+// Under mu.
+func (w *Worker) shareLeft(c *Conn, held, perConn, free, holders int) bool {
+	if c != nil && held >= perConn {
+		return false
+	}
+	return c != nil && held == 0 || free > len(w.conns)-holders
+}
+
+// countShare adds d to held, a connection's count of a kind of shared slots (shareLeft), and
+// keeps holders, the connections holding one, right. Under mu.
+func countShare(held, holders *int, d int) {
+	*held += d
+	switch {
+	case d > 0 && *held == 1:
+		*holders++
+	case d < 0 && *held == 0:
+		*holders--
+	}
 }
 
 // count adds d to the counts of slots held that s's kind has a bound on. Under mu.
@@ -286,18 +319,13 @@ func (w *Worker) count(s *slot, d int) {
 		w.ops += d
 	case slotAnswer:
 		w.nanswer += d
+		countShare(&s.c.ansSlots, &w.answerers, d)
 	case slotClose:
 		w.control += d
 	case slotMsg:
 		w.control += d
 		if c := s.c; c != nil {
-			c.msgSlots += d
-			switch {
-			case d > 0 && c.msgSlots == 1:
-				w.senders++
-			case d < 0 && c.msgSlots == 0:
-				w.senders--
-			}
+			countShare(&c.msgSlots, &w.senders, d)
 		}
 	}
 }
