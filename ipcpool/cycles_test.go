@@ -117,3 +117,32 @@ func TestSocketClosedMemoryKeptUntilExit(t *testing.T) {
 	k.kill()
 	waitFor(t, func() bool { return w.SharedStats().Pool.Limbo == 0 })
 }
+
+// A process that closes its socket and lives on keeps its retains until it exits, as its
+// grants: the buffer it retains is not let go (freed, and lent again, while it may still read
+// and write it) until it is killed. Its retain bits were cleared at once before.
+func TestSocketClosedRetainKeptUntilExit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
+	must(t, "Serve", err)
+	defer w.Close()
+	b, err := w.Alloc(4096)
+	must(t, "Alloc", err)
+	h, err := w.Handle(b)
+	must(t, "Handle", err)
+	k := startChild(t, path, childQuietEnv+"=1")
+	if got := k.do(t, "R %s", fmtHandle(h)); got != "OK" {
+		t.Fatal(got)
+	}
+	if got := k.do(t, "X"); got != "OK" { // close the socket, stay alive
+		t.Fatal(got)
+	}
+	waitFor(t, func() bool { return w.Attached() == 0 })
+	time.Sleep(20 * time.Millisecond)
+	must(t, "Free", w.Free(b))
+	if _, err := w.Bytes(h); err != nil {
+		t.Fatalf("a buffer a live process retains, let go when it closed its socket: %v", err)
+	}
+	k.kill()
+	waitFor(t, func() bool { _, err := w.Bytes(h); return errors.Is(err, ErrStaleHandle) })
+}

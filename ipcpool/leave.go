@@ -4,10 +4,14 @@ import "time"
 
 // What the owner does when a process leaves its slot: it detached (it synchronized its
 // device and unmapped the pool first), died, or was cut off (garbage, a failed handshake).
-// Its slot is free at once; what it held comes back as it safely can (table.go): its retains
-// are let go now, its buffers nobody retains are let go now, the grants under buffers others
-// retain wait for them, and a process that did not detach keeps the rest (limbo) until it has
-// exited.
+// What it held comes back as it safely can (table.go): its buffers nobody retains are let go
+// now, the grants under buffers others retain wait for them, and a process that did not detach
+// keeps the rest (limbo) until it has exited. Its retains are let go now if it has exited (or
+// detached); a process still alive keeps them until it exits, as its grants, since it may go on
+// reading and writing what it retains. Its slot is free at once, but for such a process's: its
+// retain bits are the slot's, so the slot is kept (procs' kept) until the process exits, and no
+// process takes it meanwhile. A process kept so is not attached, and no fence waits for it, as
+// for any process gone from its socket.
 
 // leave takes back what the process in slot left. wa watches the process (none: it has
 // exited, or it detached); leave owns it.
@@ -20,7 +24,11 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 	}
 	var retired []retirement
 	if w.c.slotLoad(slot, sFlags)&flagRetains != 0 {
-		retired = w.dropRetains(slot)
+		if g.exited {
+			retired = w.dropRetains(slot)
+		} else {
+			g.retains = true // until it exits (tick)
+		}
 	}
 	w.dropEntries(g)
 	var fenced []int
@@ -46,6 +54,7 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 	}
 	w.c.slotStore(slot, sSerial, 0)
 	st.used, st.active, st.conn = false, false, nil // its connection is its session's to close
+	st.kept = g.retains
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	for _, r := range retired {
@@ -176,22 +185,38 @@ func (w *Owner) allBelong(sp span, g *gone) bool {
 	return true
 }
 
-// tick is the owner's round: processes gone that have exited, orphans whose last retain went,
-// fences passed; and it wakes the grant requests waiting, which look again (a fence word or an
-// answer to an ask changes in the control region, where nothing signals it).
+// tick is the owner's round: processes gone that have exited (their retains let go, their
+// slots free), orphans whose last retain went, fences passed; and it wakes the grant requests
+// waiting, which look again (a fence word or an answer to an ask changes in the control
+// region, where nothing signals it).
 func (w *Owner) tick() {
 	if w.scan != nil {
 		w.finishAdoption()
 	}
+	for _, r := range w.tickLocked() {
+		w.Process.deliver(r.e, r.gen) // not under w.mu: the owner's own frees take it
+	}
+}
+
+// tickLocked is tick's round under w.mu; it returns the entries retired by the retains of the
+// processes gone that exited, to deliver.
+func (w *Owner) tickLocked() []retirement {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	defer w.cond.Broadcast()
 	w.settleUnclaimed()
+	var retired []retirement
 	kept := w.goneList[:0]
 	for _, g := range w.goneList {
 		if !g.exited && g.watch.exited() {
 			g.exited = true
 			g.watch.stop()
+		}
+		if g.exited && g.retains {
+			// Before settleOrphans: what it retained of its own buffers settles in this round.
+			retired = append(retired, w.dropRetains(g.slot)...)
+			g.retains = false
+			w.procs[g.slot].kept = false
 		}
 		w.settleOrphans(g)
 		var fenced []int
@@ -208,6 +233,7 @@ func (w *Owner) tick() {
 	clear(w.goneList[len(kept):])
 	w.goneList = kept
 	w.unfence()
+	return retired
 }
 
 // settleOrphans frees the entries of g's process that were retired since (their last retain
@@ -260,11 +286,11 @@ func (w *Owner) settleOrphans(g *gone) {
 }
 
 // staleRetainBits returns, word by word of an entry's retain bits, the bits of slots no process
-// holds (past the slots too): no retain can be held by them, and no process can take such a
-// slot while w.mu is held. Called with w.mu held.
+// holds, nor keeps (past the slots too): no retain can be held by them, and no process can
+// take such a slot while w.mu is held. Called with w.mu held.
 func (w *Owner) staleRetainBits() (m [4]uint64) {
 	for s := range 4 * 64 {
-		if s >= len(w.procs) || !w.procs[s].used {
+		if s >= len(w.procs) || !w.procs[s].used && !w.procs[s].kept {
 			m[s/64] |= 1 << (s % 64)
 		}
 	}

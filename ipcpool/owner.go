@@ -71,6 +71,9 @@ type slotState struct {
 	need   uint64        // the serial that must pass the current fence (0: none)
 	conn   *net.UnixConn // its connection (nil: the owner's own slot)
 	rejoin bool          // a process of the previous owner, not rejoined yet (adopt.go)
+	// kept: not used, yet no process may take it: a process gone from it alive holds retain
+	// bits in it, until it exits (leave.go).
+	kept bool
 }
 
 // Serve creates a pool of o.Size bytes of locked memory on memfds (or CUDA host granules:

@@ -41,6 +41,8 @@ type gone struct {
 	serial uint64
 	watch  watch // until it has exited
 	exited bool  // its watch said so (or it detached: it unmapped the pool first)
+	// retains: it left alive with retain bits set; its slot is kept for them until it exits.
+	retains bool
 	// fromWords: what it holds, only the control region's words gave it (an adoption's
 	// scan), or a process refused at its rejoin claimed: a rejoin may claim it (claim.go).
 	fromWords bool
