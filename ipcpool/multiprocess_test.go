@@ -230,9 +230,10 @@ func multiProcess(t *testing.T, o Options, env ...string) {
 // long reports whether the long forms of the tests run (PINMALLOC_LONG=1; CI sets it).
 func long() bool { return os.Getenv("PINMALLOC_LONG") != "" }
 
-// slotUsed reports whether slot s is taken.
+// slotUsed reports whether slot s is taken, or kept for the retains of a process gone from it
+// that has not been seen to exit yet.
 func (w *Owner) slotUsed(s int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.procs[s].used
+	return w.procs[s].used || w.procs[s].kept
 }
