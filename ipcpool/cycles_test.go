@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // 200 processes attach and leave one after another (every fifth killed with SIGKILL), each
@@ -145,4 +147,37 @@ func TestSocketClosedRetainKeptUntilExit(t *testing.T) {
 	}
 	k.kill()
 	waitFor(t, func() bool { _, err := w.Bytes(h); return errors.Is(err, ErrStaleHandle) })
+}
+
+// The owner closes while a process gone from its socket alive still keeps its retains (and
+// its slot): it is not attached, so Close goes on, and returns; the buffer it retains is given
+// up with the pool.
+func TestSocketClosedRetainOwnerClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
+	must(t, "Serve", err)
+	b, err := w.Alloc(4096)
+	must(t, "Alloc", err)
+	h, err := w.Handle(b)
+	must(t, "Handle", err)
+	k := startChild(t, path, childQuietEnv+"=1")
+	defer k.kill()
+	if got := k.do(t, "R %s", fmtHandle(h)); got != "OK" {
+		t.Fatal(got)
+	}
+	if got := k.do(t, "X"); got != "OK" {
+		t.Fatal(got)
+	}
+	waitFor(t, func() bool { return w.Attached() == 0 })
+	must(t, "Free", w.Free(b))
+	done := make(chan error, 1)
+	go func() { done <- w.Close() }()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, pinned.ErrLiveBlocks) {
+			t.Fatalf("Close with a slot kept for a live process's retains: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close with a slot kept for a live process's retains: it hangs")
+	}
 }
