@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
@@ -20,34 +18,7 @@ func TestFakeZeroOnFree(t *testing.T) {
 		return
 	}
 	a, b := newStream(t, dev, h), newStream(t, dev, h)
-	host, err := unix.Mmap(-1, 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
-	must(t, "mmap", err)
-	defer unix.Munmap(host)
-	secret := bytes.Repeat([]byte{0x5A}, 4096)
-	for _, how := range []string{"FreeAsync same stream", "FreeAsync other stream", "Free"} {
-		p := alloc(t, h, 4096, a)
-		must(t, "HtoD", h.HtoD(pcuda.DevicePtr(p), secret))
-		switch how {
-		case "FreeAsync same stream":
-			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(a)))
-		case "FreeAsync other stream":
-			must(t, how, h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b)))
-			must(t, "Sync", h.Sync())
-		case "Free":
-			must(t, how, h.Free(pcuda.DevicePtr(p)))
-		}
-		q := alloc(t, h, 4096, a)
-		if q != p {
-			t.Fatalf("%s: block not reused (%#x, then %#x): the test proves nothing", how, p, q)
-		}
-		must(t, "StreamSynchronize", dev.StreamSynchronize(a))
-		got := host[:4096]
-		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
-		if !bytes.Equal(got, make([]byte, 4096)) {
-			t.Fatalf("%s: the next user of the block reads the last one's data", how)
-		}
-		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
-	}
+	nextOwnerReadsZero(t, dev, h, a, b, 4096, 4096, "the block")
 }
 
 func TestFakeQuota(t *testing.T) {

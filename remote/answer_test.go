@@ -212,24 +212,11 @@ func TestAnswerSlotsKeptPerConn(t *testing.T) {
 	}
 	w1.mu.Lock()
 	defer w1.mu.Unlock()
-	var taken []uint32
-	defer func() {
-		for _, i := range taken {
-			w1.freeSlot(i)
-		}
-	}()
-	take := func(c *Conn) bool {
-		i, ok := w1.takeSlot(slotAnswer, c)
-		if ok {
-			taken = append(taken, i)
-		}
-		return ok
-	}
+	st := &slotTaker{w: w1, kind: slotAnswer}
+	defer st.release()
+	take := st.take
 	free := func() {
-		for _, i := range taken {
-			w1.freeSlot(i)
-		}
-		taken = taken[:0]
+		st.release()
 		if c1.ansSlots != 0 || c3.ansSlots != 0 || w1.answerers != 0 || w1.nanswer != 0 {
 			t.Fatalf("after the answers' slots were freed: the connections count %d and %d, the worker %d connections holding one, %d slots", c1.ansSlots, c3.ansSlots, w1.answerers, w1.nanswer)
 		}
@@ -240,8 +227,8 @@ func TestAnswerSlotsKeptPerConn(t *testing.T) {
 			t.Fatalf("one connection's answers took %d slots", n)
 		}
 	}
-	if want := limit / answerShare; len(taken) != want || c1.ansSlots != want || w1.connAnswers != want {
-		t.Fatalf("one connection's answers took %d slots (it counts %d), want %d of %d", len(taken), c1.ansSlots, want, limit)
+	if want := limit / answerShare; len(st.taken) != want || c1.ansSlots != want || w1.connAnswers != want {
+		t.Fatalf("one connection's answers took %d slots (it counts %d), want %d of %d", len(st.taken), c1.ansSlots, want, limit)
 	}
 	if !take(c3) {
 		t.Fatal("the other connection found no slot for its answer")
@@ -254,7 +241,7 @@ func TestAnswerSlotsKeptPerConn(t *testing.T) {
 	for take(c1) {
 	}
 	w1.connAnswers = saved
-	if got, want := len(taken), limit-kept; got != want || kept == 0 {
+	if got, want := len(st.taken), limit-kept; got != want || kept == 0 {
 		t.Fatalf("one connection's answers took %d slots, want %d: all but one for each of the %d others", got, want, kept)
 	}
 	if !take(c3) {

@@ -329,31 +329,18 @@ func TestMessageSlotsKeptPerConn(t *testing.T) {
 	w1, _, _, _, c1, _ := connectedPair(t, ctx)
 	w1.mu.Lock()
 	defer w1.mu.Unlock()
-	var taken []uint32
-	defer func() {
-		for _, i := range taken {
-			w1.freeSlot(i)
-		}
-	}()
-	take := func(c *Conn) bool {
-		i, ok := w1.takeSlot(slotMsg, c)
-		if ok {
-			taken = append(taken, i)
-		}
-		return ok
-	}
+	st := &slotTaker{w: w1, kind: slotMsg}
+	defer st.release()
+	take := st.take
 	for n := 0; take(c1); n++ {
 		if n > controlSlots {
 			t.Fatalf("one connection's messages took %d slots", n)
 		}
 	}
-	if len(taken) != connMessages || c1.msgSlots != connMessages {
-		t.Fatalf("one connection's messages took %d slots (it counts %d), want connMessages (%d)", len(taken), c1.msgSlots, connMessages)
+	if len(st.taken) != connMessages || c1.msgSlots != connMessages {
+		t.Fatalf("one connection's messages took %d slots (it counts %d), want connMessages (%d)", len(st.taken), c1.msgSlots, connMessages)
 	}
-	for _, i := range taken {
-		w1.freeSlot(i)
-	}
-	taken = taken[:0]
+	st.release()
 	if c1.msgSlots != 0 || w1.senders != 0 {
 		t.Fatalf("after its messages' slots were freed: the connection counts %d, the worker %d connections holding one", c1.msgSlots, w1.senders)
 	}
@@ -361,7 +348,7 @@ func TestMessageSlotsKeptPerConn(t *testing.T) {
 	for take(nil) {
 	}
 	kept := len(w1.conns) // none holds a message slot
-	if got, want := len(taken), controlSlots-held-kept; got != want || kept == 0 {
+	if got, want := len(st.taken), controlSlots-held-kept; got != want || kept == 0 {
 		t.Fatalf("messages for no connection took %d slots, want %d: all but one for each of the %d connections", got, want, kept)
 	}
 	if !take(c1) {
@@ -370,4 +357,29 @@ func TestMessageSlotsKeptPerConn(t *testing.T) {
 	if take(c1) {
 		t.Fatal("a connection took a second slot, one of those kept for the others")
 	}
+}
+
+// slotTaker takes slots of one kind from w, whose mu the caller holds, for the tests of how
+// connections share them; release gives back every slot taken.
+type slotTaker struct {
+	w     *Worker
+	kind  uint8
+	taken []uint32
+}
+
+// take takes a slot for c (nil: none), and reports whether there was one to take.
+func (st *slotTaker) take(c *Conn) bool {
+	i, ok := st.w.takeSlot(st.kind, c)
+	if ok {
+		st.taken = append(st.taken, i)
+	}
+	return ok
+}
+
+// release gives back every slot taken.
+func (st *slotTaker) release() {
+	for _, i := range st.taken {
+		st.w.freeSlot(i)
+	}
+	st.taken = st.taken[:0]
 }
