@@ -84,25 +84,25 @@ func (ls *Lists[T]) getSeen(s Stream) *List[T] {
 // seenStreams returns the streams seen (getSeen) and not forgotten, in a slice the caller
 // empties (endSeen). It is the reclaimer's.
 func (ls *Lists[T]) seenStreams() []Stream {
-	ls.mu.Lock()
-	for s := range ls.seen {
-		ls.seenArr = append(ls.seenArr, s)
-	}
-	ls.mu.Unlock()
+	ls.seenArr = ls.appendSeen(ls.seenArr)
 	return ls.seenArr
+}
+
+// appendSeen appends the streams seen and not forgotten to dst, under the lists' lock.
+func (ls *Lists[T]) appendSeen(dst []Stream) []Stream {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for s := range ls.seen {
+		dst = append(dst, s)
+	}
+	return dst
 }
 
 // Seen yields the streams seen (Check) and not forgotten since, with a list or not: those a
 // Prune took out of the lists too. It walks a copy made under the lists' lock, so yield may
 // call the lists. It allocates.
 func (ls *Lists[T]) Seen(yield func(Stream) bool) {
-	ls.mu.Lock()
-	ss := make([]Stream, 0, len(ls.seen))
-	for s := range ls.seen {
-		ss = append(ss, s)
-	}
-	ls.mu.Unlock()
-	for _, s := range ss {
+	for _, s := range ls.appendSeen(nil) {
 		if !yield(s) {
 			return
 		}
