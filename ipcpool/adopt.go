@@ -19,7 +19,9 @@ import (
 // locked by the keeper's mapping (MLOCK_ONFAULT here: no page faulted or pinned again),
 // rebuilds its table from the control region, and takes the processes back by their slot
 // and serial, their grants and handles as they were. A process that does not rejoin within
-// Options.Timeout is taken to have left (its memory comes back once it has exited).
+// Options.Timeout is taken to have left (its memory comes back once it has exited). A process
+// the previous owner had lost alive (leave.go) keeps its slot, its grants in limbo and what it
+// retains until it has exited, as it did: its slot's line and grant words say so.
 //
 // Everything read from the descriptors and the control region is checked as at an attach:
 // the geometry against this package's limits and the files' sizes and seals, each grant
@@ -116,9 +118,10 @@ func (w *Owner) adopt(fds []int) error {
 	if err != nil {
 		return abandon(sp, w.dev, err)
 	}
+	lines := readSlots(&c)
 	w.mu.Lock()
 	w.Process, p.owner = p, w
-	w.rebuild(old)
+	w.rebuild(old, lines)
 	c.store(hOwnerPid, uint64(os.Getpid()))
 	c.store(hOwnerEpoch, w.hello.epoch)
 	w.rejoinBy = time.Now().Add(w.timeout)
@@ -166,26 +169,69 @@ func readGeometry(fd int) (l layout, vmm bool, size uintptr, err error) {
 	return l, w[hBackend] == 1, l.ctlBytes(), nil
 }
 
+// slotLine is what an adopting owner reads of a slot's line: the serial and, for a slot kept
+// for a process gone alive (serialGone), a watch of that process and whether it may hold
+// retain bits.
+type slotLine struct {
+	serial  uint64
+	kept    bool
+	watch   watch
+	retains bool
+}
+
+// readSlots reads the slots' lines of c for rebuild, once each (they are any process's to
+// write), and opens the watches they need (system calls: before w.mu is taken).
+func readSlots(c *ctl) []slotLine {
+	lines := make([]slotLine, c.nslots)
+	for s := 1; s < c.nslots; s++ {
+		v := c.slotLoad(s, sSerial)
+		serial := v &^ serialGone
+		if v&serialGone == 0 || serial == 0 || serial >= maxPoolSize {
+			lines[s].serial = v // (garbage: rebuild and takeSlot give the slot up)
+			continue
+		}
+		lines[s] = slotLine{serial: serial, kept: true, watch: watchSlot(c, s),
+			retains: c.slotLoad(s, sFlags)&flagRetains != 0}
+	}
+	return lines
+}
+
 // rebuild makes the owner's table and slots from the control region of a pool it adopts,
-// whose previous owner had serial old, and takes slot 0. It reads only the slots and the
-// grant words, so that the owner serves at once; what needs a scan of the export table (the
-// previous owner's retains and buffers, and those of processes gone before it) is done on
-// the watcher's first round (finishAdoption). Until then every grant no process holds is kept
-// back (limbo, for the scan), and the owner's own Retain waits. Called with w.mu held.
-func (w *Owner) rebuild(old uint64) {
+// whose previous owner had serial old, and takes slot 0; lines are the slots' (readSlots). It
+// reads only the slots and the grant words, so that the owner serves at once; what needs a
+// scan of the export table (the previous owner's retains and buffers, and those of processes
+// gone before it) is done on the watcher's first round (finishAdoption). Until then every
+// grant no process holds is kept back (limbo, for the scan), and the owner's own Retain waits.
+// A slot kept for a process gone alive is kept still, and every grant word naming it is in
+// that process's limbo (held too: the previous owner may have died as the process left).
+// Called with w.mu held.
+func (w *Owner) rebuild(old uint64, lines []slotLine) {
 	c := &w.c
+	keepers := make([]*gone, len(w.procs))
 	for s := 1; s < len(w.procs); s++ {
-		if serial := c.slotLoad(s, sSerial); serial != 0 {
-			w.procs[s] = slotState{used: true, serial: serial, rejoin: true}
+		switch l := lines[s]; {
+		case l.kept:
+			g := newGone(s, l.serial, l.watch, l.watch.none())
+			// fromWords: the slot's line is all that says it (claim.go).
+			g.keepsSlot, g.retains, g.fromWords = true, l.retains, true
+			w.goneList = append(w.goneList, g)
+			keepers[s] = g
+			w.procs[s] = slotState{kept: true, serial: l.serial}
+		case l.serial != 0:
+			w.procs[s] = slotState{used: true, serial: l.serial, rejoin: true}
 		}
 	}
 	scan := newGone(0, old, watch{pidfd: -1}, false)
 	for g := range w.table {
-		gen, _, slot := unpackGrant(c.load(c.grantWord(g)))
+		gen, state, slot := unpackGrant(c.load(c.grantWord(g)))
 		t := &w.table[g]
-		if slot > 0 && slot < len(w.procs) && w.procs[slot].used {
+		named := slot > 0 && slot < len(w.procs)
+		switch {
+		case named && keepers[slot] != nil && (state == 0 || state == gLimbo):
+			*t = grantState{state: gLimbo, gone: keepers[slot], gen: gen + 1}
+		case named && w.procs[slot].used && state == 0:
 			*t = grantState{state: gHeld, slot: slot, serial: w.procs[slot].serial, gen: gen + 1}
-		} else {
+		default:
 			*t = grantState{state: gLimbo, gone: scan, gen: gen + 1}
 			// A word naming no process: forged, the word or the slot's line (claim.go).
 			w.suspect = w.suspect || slot > 0
@@ -243,22 +289,37 @@ func (w *Owner) finishAdoption() {
 	}
 }
 
-// unheld reports whether every grant of sp is one no process holds: kept for the scan, or an
-// orphan. Called with w.mu held.
-func (w *Owner) unheld(sp span, scan *gone) bool {
+// unheld reports whether every grant of sp is one no process holds: kept for the scan, an
+// orphan, or (keeper not nil) in the limbo of keeper, the process gone alive whose buffer sp
+// is. Called with w.mu held.
+func (w *Owner) unheld(sp span, scan, keeper *gone) bool {
 	for gr := sp.first; gr <= sp.last; gr++ {
-		if t := &w.table[gr]; t.gone != scan && t.state != gOrphan {
+		if t := &w.table[gr]; t.gone != scan && t.state != gOrphan && (keeper == nil || t.gone != keeper) {
 			return false
 		}
 	}
 	return true
 }
 
+// keptIn returns the record of the process gone alive slot s is kept for, or nil. Called with
+// w.mu held.
+func (w *Owner) keptIn(s int) *gone {
+	for _, g := range w.goneList {
+		if g.keepsSlot && g.slot == s {
+			return g
+		}
+	}
+	return nil
+}
+
 // adoptOrphans finds the live entries of slot s's part of the table whose holder is no
-// process the owner knows (gone before the previous owner died): those others retain keep
-// their grants (orphaned, until released), the rest are let go. Called with w.mu held.
+// process the owner serves: of the process gone alive the slot is kept for, or of one gone
+// before the previous owner died. Those others retain keep their grants (orphaned, until
+// released, and then on in the limbo of a process alive), the rest are let go. Called with
+// w.mu held.
 func (w *Owner) adoptOrphans(s int, scan *gone) {
 	c := &w.c
+	keeper := w.keptIn(s)
 	var g *gone
 	for i := range w.exports {
 		e := s*w.exports + i
@@ -270,20 +331,25 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 		if _, pinned := scan.entries[e]; pinned {
 			continue // the previous owner's, retained: dropEntries kept it
 		}
+		owner, mine := g, (*gone)(nil)
+		if keeper != nil && int(holder&0xffff) == s && holder>>16 == keeper.serial {
+			owner, mine = keeper, keeper
+		}
 		sp, ok := w.spanOf(c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength))
-		if ok && w0&eRetiring == 0 && c.retained(e) && w.unheld(sp, scan) {
-			if g == nil {
+		if ok && w0&eRetiring == 0 && c.retained(e) && w.unheld(sp, scan, mine) {
+			if owner == nil {
 				g = newGone(s, holder>>16, watch{pidfd: -1}, true)
 				g.fromWords = true
 				w.goneList = append(w.goneList, g)
+				owner = g
 			}
 			for gr := sp.first; gr <= sp.last; gr++ {
-				if t := &w.table[gr]; t.gone != g {
-					*t = grantState{state: gOrphan, gone: g, gen: t.gen + 1}
+				if t := &w.table[gr]; t.gone != owner || t.state != gOrphan {
+					*t = grantState{state: gOrphan, gone: owner, gen: t.gen + 1}
 					w.publish(gr)
 				}
 			}
-			g.pin(e, sp)
+			owner.pin(e, sp)
 			continue
 		}
 		c.store(c.entry(e)+eState, packState(entryGen(w0)+1, 0))

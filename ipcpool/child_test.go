@@ -25,6 +25,7 @@ import (
 //
 //	A n seed          allocate n bytes, fill them with pattern(seed), share: "H <handle>"
 //	C <handle> seed   check the handle's bytes against pattern(seed): "OK"
+//	K <handle> seed   check the bytes an A of this process gave, not through the handle: "OK"
 //	F <handle>        let its allocation go by handle: "OK"
 //	B <handle>        map it (Bytes) and free it by address, as the pool's Free: "OK"
 //	R <handle>        retain it: "OK";  L <handle>  release it: "OK"
@@ -151,10 +152,13 @@ func runChild(path string) int {
 	return 1
 }
 
+// allocated is what this child's A commands allocated, by handle (K checks it).
+var allocated = map[Handle][]byte{}
+
 // childCommand runs one command other than Q.
 func childCommand(p *Process, f []string) string {
 	var h Handle
-	if len(f) >= 6 && strings.Contains("CFBRL", f[0]) {
+	if len(f) >= 6 && strings.Contains("CFBRLK", f[0]) {
 		var err error
 		if h, err = parseHandle(f[1:6]); err != nil {
 			return "E " + err.Error()
@@ -179,7 +183,15 @@ func childCommand(p *Process, f []string) string {
 		if err != nil {
 			return errLine(err)
 		}
+		allocated[h] = b
 		return "H " + fmtHandle(h)
+	case len(f) == 7 && f[0] == "K": // the bytes an A gave, not through the handle
+		seed, _ := strconv.ParseUint(f[6], 10, 64)
+		b, ok := allocated[h]
+		if !ok {
+			return "E no such allocation"
+		}
+		return result(verify(b, seed))
 	case len(f) == 7 && f[0] == "C":
 		seed, _ := strconv.ParseUint(f[6], 10, 64)
 		b, err := p.Bytes(h)

@@ -37,6 +37,10 @@ import (
 // one keeps: a process refused (any process of the pool may ask to rejoin as anything) takes
 // no grant from one that rejoins.
 //
+// A process the previous owner had lost alive (leave.go) does not rejoin, and claims nothing:
+// its slot's line and the words are all the record of it, so forged ones can give its grants
+// back before it exits, or keep grants back until a process the line names exits.
+//
 // A process that lies in its own claims (on its own connection: it cannot speak for another)
 // is another matter: the first claim of a grant stands, so a liar that rejoins before the
 // grant's holder gets the holder refused.

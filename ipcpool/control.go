@@ -12,12 +12,14 @@ import (
 //	header   hdrWords: magic, version, pool id, the geometry (regions, region size, grant
 //	         size, slots, ring capacity, exports per slot, backend), the fence epoch, the
 //	         owner's pid and its epoch (how many owners the pool has had)
-//	grants   one word per grant: gen<<24 | state<<16 | holder slot+1 (0: none). Written by
+//	grants   one word per grant: gen<<24 | state<<16 | slot+1, the holder's, or in limbo the
+//	         slot kept for the process gone alive it waits for (0: none). Written by
 //	         the owner only, from its own table in Go memory: a word a peer overwrites
 //	         misleads what reads it for show (Stats), and an owner that adopts the pool only
 //	         until each process claims its grants by its own record (claim.go).
 //	slots    one line per slot: the fence epoch the process passed, its serial (how many
-//	         processes the slot has had: 0 while free), pid and start time, flags (a CUDA
+//	         processes the slot has had: 0 while free, serialGone added while the slot is
+//	         kept for a process gone alive: leave.go), pid and start time, flags (a CUDA
 //	         device: it must pass fences), the owner's ask for empty grants and the answer,
 //	         and the overflow count of retired handles no ring had room for.
 //	exports  exportsPerSlot entries per slot, one line each: the handles of the
@@ -74,6 +76,11 @@ const (
 	flagDevice  = 1
 	flagRetains = 2
 )
+
+// serialGone marks the serial of a slot kept for a process gone from its socket alive
+// (leave.go): an owner that adopts the pool keeps the slot, and what the process holds, until
+// it has exited. Serials stay below maxPoolSize (takeSlot), far below it.
+const serialGone = 1 << 62
 
 // layout is the geometry of a pool, the same in every process.
 type layout struct {
@@ -146,7 +153,8 @@ func (l layout) validRun(first, n uint64) bool {
 	return n >= 1 && n <= per && first < uint64(l.grants()) && first%per+n <= per
 }
 
-// Grant words: gen<<24 | state<<16 | slot+1.
+// Grant words: gen<<24 | state<<16 | slot+1 (held: its holder; in limbo: the slot kept for its
+// process, or none).
 const (
 	gFree   = 0 // free (slot 0)
 	gFenced = 1 // free once every process with a device has passed the fence

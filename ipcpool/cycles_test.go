@@ -95,7 +95,8 @@ func mappings(t *testing.T) mapCount {
 }
 
 // A process that closes its socket and lives on keeps its grants until it exits (it may still
-// write them), though its handles go stale at once; its slot is free at once.
+// write them), though its handles go stale at once; its slot is kept with them (the slot's
+// line is what an owner that adopts the pool finds them by), and free once it has exited.
 func TestSocketClosedMemoryKeptUntilExit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pool.sock")
 	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
@@ -114,10 +115,15 @@ func TestSocketClosedMemoryKeptUntilExit(t *testing.T) {
 	if _, err := w.Bytes(h); !errors.Is(err, ErrStaleHandle) {
 		t.Fatalf("a handle of a process cut off: %v", err)
 	}
-	k2 := startChild(t, path, childQuietEnv+"=1") // its slot is free at once
-	k2.quit(t)
+	// Slots 2: the owner's, and the one kept.
+	if _, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("an attach while the only slot is kept for a process alive: %v", err)
+	}
 	k.kill()
 	waitFor(t, func() bool { return w.SharedStats().Pool.Limbo == 0 })
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach once the process kept has exited", err)
+	must(t, "Close", p.Close())
 }
 
 // A process that closes its socket and lives on keeps its retains until it exits, as its

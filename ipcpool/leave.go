@@ -8,10 +8,15 @@ import "time"
 // now, the grants under buffers others retain wait for them, and a process that did not detach
 // keeps the rest (limbo) until it has exited. Its retains are let go now if it has exited (or
 // detached); a process still alive keeps them until it exits, as its grants, since it may go on
-// reading and writing what it retains. Its slot is free at once, but for such a process's: its
-// retain bits are the slot's, so the slot is kept (procs' kept) until the process exits, and no
-// process takes it meanwhile. A process kept so is not attached, and no fence waits for it, as
-// for any process gone from its socket.
+// reading and writing what it retains. Its slot is free at once, but for a process alive that
+// holds something (grants, buffers others retain, retains): the slot is kept (procs' kept) until
+// the process exits, and no process takes it meanwhile (its retain bits are the slot's). A
+// process kept so is not attached, and no fence waits for it, as for any process gone from its
+// socket.
+//
+// The owner's record of it is in Go memory; the control region says as much for an owner that
+// adopts the pool should this one die first (adopt.go): the slot's serial has serialGone added,
+// its line keeps the pid and start time, and the words of its grants in limbo name the slot.
 
 // leave takes back what the process in slot left. wa watches the process (none: it has
 // exited, or it detached); leave owns it.
@@ -31,6 +36,12 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 		}
 	}
 	w.dropEntries(g)
+	if !g.exited && (g.retains || len(g.entries) > 0 || w.heldBy(slot) > 0) {
+		// Before the grant words change: an owner that adopts the pool reads a word of the
+		// slot as the kept process's, in limbo or held (adopt.go).
+		g.keepsSlot = true
+		w.c.slotStore(slot, sSerial, st.serial|serialGone)
+	}
 	var fenced []int
 	for i := range w.table {
 		t := &w.table[i]
@@ -52,9 +63,11 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 	if len(g.entries) > 0 || !g.exited {
 		w.goneList = append(w.goneList, g)
 	}
-	w.c.slotStore(slot, sSerial, 0)
+	if !g.keepsSlot {
+		w.c.slotStore(slot, sSerial, 0)
+	}
 	st.used, st.active, st.conn = false, false, nil // its connection is its session's to close
-	st.kept = g.retains
+	st.kept = g.keepsSlot
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	for _, r := range retired {
@@ -153,19 +166,20 @@ func (w *Owner) expireRejoins() {
 			late = append(late, s)
 		}
 	}
-	pids := make([]uint64, len(late))
-	starts := make([]uint64, len(late))
-	for i, s := range late {
-		pids[i], starts[i] = w.c.slotLoad(s, sPid), w.c.slotLoad(s, sStart)
-	}
 	w.mu.Unlock()
-	for i, s := range late {
-		wa := watch{pidfd: -1} // dead, or the pid reused since: it has exited
-		if pids[i] > 0 && pids[i] < 1<<22 && startTime(int(pids[i])) == starts[i] {
-			wa = watchProcess(int(pids[i]))
-		}
-		w.leave(s, false, wa)
+	for _, s := range late {
+		w.leave(s, false, watchSlot(&w.c, s))
 	}
+}
+
+// watchSlot watches the process the line of slot s names by its pid and start time (a peer's
+// words: a pid out of range, dead, or reused since names a process that has exited).
+func watchSlot(c *ctl, s int) watch {
+	pid, start := c.slotLoad(s, sPid), c.slotLoad(s, sStart)
+	if pid > 0 && pid < 1<<22 && startTime(int(pid)) == start {
+		return watchProcess(int(pid))
+	}
+	return watch{pidfd: -1}
 }
 
 // belongs reports whether grant gr is the memory of g's process: held by it, or kept for it
@@ -212,11 +226,17 @@ func (w *Owner) tickLocked() []retirement {
 			g.exited = true
 			g.watch.stop()
 		}
-		if g.exited && g.retains {
-			// Before settleOrphans: what it retained of its own buffers settles in this round.
-			retired = append(retired, w.dropRetains(g.slot)...)
-			g.retains = false
+		if g.exited && g.keepsSlot {
+			if g.retains {
+				// Before settleOrphans: what it retained of its own buffers settles in this
+				// round.
+				retired = append(retired, w.dropRetains(g.slot)...)
+				g.retains = false
+			}
+			// Its grants in limbo are fenced below, in this round (w.mu held throughout).
+			g.keepsSlot = false
 			w.procs[g.slot].kept = false
+			w.c.slotStore(g.slot, sSerial, 0)
 		}
 		w.settleOrphans(g)
 		var fenced []int

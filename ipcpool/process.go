@@ -195,20 +195,20 @@ func (p *Process) poolStats() PoolStats {
 	for g := range p.grants() {
 		_, state, slot := unpackGrant(c.load(c.grantWord(g)))
 		switch {
-		case slot >= 0:
-			ps.Held++
 		case state == gFenced:
 			ps.Fenced++
 		case state == gLimbo:
 			ps.Limbo++
 		case state == gOrphan:
 			ps.Orphaned++
+		case slot >= 0:
+			ps.Held++
 		default:
 			ps.Free++
 		}
 	}
 	for s := range p.slots {
-		if c.slotLoad(s, sSerial) != 0 {
+		if v := c.slotLoad(s, sSerial); v != 0 && v&serialGone == 0 {
 			ps.Processes++
 		}
 		for q := range p.slots {

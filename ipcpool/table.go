@@ -41,7 +41,11 @@ type gone struct {
 	serial uint64
 	watch  watch // until it has exited
 	exited bool  // its watch said so (or it detached: it unmapped the pool first)
-	// retains: it left alive with retain bits set; its slot is kept for them until it exits.
+	// keepsSlot: it left alive holding something (grants, buffers others retain, retains);
+	// its slot is kept until it exits, marked so in the control region (serialGone), and the
+	// words of its grants in limbo name the slot: an owner that adopts the pool keeps them.
+	keepsSlot bool
+	// retains: it may hold retain bits (flagRetains), let go once it exits.
 	retains bool
 	// fromWords: what it holds, only the control region's words gave it (an adoption's
 	// scan), or a process refused at its rejoin claimed: a rejoin may claim it (claim.go).
@@ -89,11 +93,12 @@ func (l layout) spanOf(off, n uint64) (span, bool) {
 // publish writes grant g's word.
 func (w *Owner) publish(g int) {
 	t := &w.table[g]
-	slot, state := t.slot, t.state
-	if state == gHeld {
-		state = 0
-	} else {
-		slot = -1
+	slot, state := -1, t.state
+	switch {
+	case state == gHeld:
+		slot, state = t.slot, 0
+	case state == gLimbo && t.gone != nil && t.gone.keepsSlot:
+		slot = t.gone.slot
 	}
 	w.c.store(w.c.grantWord(g), packGrant(t.gen, state, slot))
 }

@@ -1,0 +1,170 @@
+package ipcpool
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A process the owner lost while it lives on (it closed its connection: it may still read and
+// write what it held and retained) keeps its memory until it exits, and its slot with it, across
+// the owner's death: the owner that adopts the pool finds the slot kept in its control region,
+// holds back from every other process while it lives its grants, its buffer others retain
+// (after their last release too) and the buffer it retains (a filler that takes every free
+// grant writes none of them), lends its slot to no other process, and gives all of it back
+// once it has exited.
+func TestAdoptionKeepsWhatAProcessGoneAliveHolds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 16<<20)
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	c := startChild(t, path, childQuietEnv+"=1")
+	shared := c.alloc(t, 3000, 5) // retained by p: an orphan when c goes
+	big := c.alloc(t, 3<<20, 6)   // grants of its own: in limbo when c goes
+	theirs := a.alloc(t, 3000, 7) // the owner's: an orphan once it dies, retained by c only
+	must(t, "Retain", p.Retain(shared))
+	if got := c.do(t, "R %s", fmtHandle(theirs)); got != "OK" {
+		t.Fatalf("c retains the owner's buffer: %s", got)
+	}
+	if got := c.do(t, "X"); got != "OK" { // gone from its socket, alive
+		t.Fatal(got)
+	}
+	waitFor(t, func() bool { ps := p.SharedStats().Pool; return ps.Limbo > 0 && ps.Orphaned > 0 })
+
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	b := startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
+	if b.pool != a.pool {
+		t.Fatalf("pool %x after the restart, %x before", b.pool, a.pool)
+	}
+	waitFor(t, func() bool { return p.Rejoined() == 1 })
+	time.Sleep(time.Second) // past the new owner's Timeout (300 ms): its scan and rejoins settled
+
+	d := startChild(t, path, childQuietEnv+"=1")
+	if d.slot == c.slot {
+		t.Fatalf("the new owner lent slot %d, kept for a process alive, to another", d.slot)
+	}
+	check := func(when string) {
+		t.Helper()
+		filled := fillPool(t, p)
+		for _, k := range []struct {
+			cmd  string
+			h    Handle
+			seed int
+		}{{"K", shared, 5}, {"K", big, 6}, {"C", theirs, 7}} {
+			if got := c.do(t, "%s %s %d", k.cmd, fmtHandle(k.h), k.seed); got != "OK" {
+				t.Fatalf("%s, the buffer of seed %d of the process gone alive: %s", when, k.seed, got)
+			}
+		}
+		for _, x := range filled {
+			must(t, "Free", p.Free(x))
+		}
+	}
+	check("after a filler took every free grant")
+	must(t, "Release", p.Release(shared))
+	time.Sleep(100 * time.Millisecond) // rounds of the owner's
+	check("after its last release by another, and a filler")
+
+	c.kill() // it exits: what it kept comes back, and its slot
+	waitFor(t, func() bool {
+		ps := p.SharedStats().Pool
+		return ps.Limbo == 0 && ps.Orphaned == 0 && ps.Fenced == 0 && ps.Processes == 3
+	})
+	e := startChild(t, path, childQuietEnv+"=1")
+	if e.slot != c.slot {
+		t.Fatalf("a process attaching after the kept slot's process exited got slot %d, not %d", e.slot, c.slot)
+	}
+	if got := b.do(t, "C %s 7", fmtHandle(theirs)); got != "E stale" {
+		t.Fatalf("the dead owner's buffer after its last retainer exited: %s", got)
+	}
+	e.quit(t)
+	d.quit(t)
+	must(t, "Close", p.Close())
+}
+
+// What an adopting owner reads of the slots and grant words a previous owner left: a slot
+// marked kept for a process alive stays kept, and every grant word naming it, in limbo or
+// still held (the owner died as the process left), is that process's limbo until it exits; a
+// word that names the slot with another state, or a slot free, is held back for the scan; a
+// marked slot whose process has exited is let go at the first round.
+func TestRebuildReadsSlotsKeptForProcessesGoneAlive(t *testing.T) {
+	sleeper := exec.Command("sleep", "60")
+	must(t, "start a process to watch", sleeper.Start())
+	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
+	pid := sleeper.Process.Pid
+	waitFor(t, func() bool { return startTime(pid) != 0 })
+
+	l := layout{regions: 1, regionSize: 16 << 20, grantSize: 2 << 20, slots: 5, ringCap: 4, exports: 2}
+	c := newCtl(l, make([]uint64, l.words()))
+	w := &Owner{Process: &Process{c: c}, table: make([]grantState, l.grants()), procs: make([]slotState, l.slots), scanned: make(chan struct{})}
+	w.cond = sync.NewCond(&w.mu)
+	const rejoining, alive, exited, free = 1, 2, 3, 4
+	c.slotStore(rejoining, sSerial, 3)
+	c.slotStore(alive, sSerial, 5|serialGone)
+	c.slotStore(alive, sPid, uint64(pid))
+	c.slotStore(alive, sStart, startTime(pid))
+	c.slotStore(exited, sSerial, 7|serialGone) // its pid 0: a process that has exited
+	words := []uint64{
+		packGrant(1, 0, rejoining),   // 0: held by a process to rejoin
+		packGrant(1, gLimbo, alive),  // 1: the kept process's limbo
+		packGrant(1, 0, alive),       // 2: the kept process's still, by the words
+		packGrant(1, gFenced, alive), // 3: a state no owner writes with a slot: the scan's
+		packGrant(1, gLimbo, exited), // 4: of a kept process that has exited
+		packGrant(1, gLimbo, free),   // 5: naming a free slot: the scan's
+		packGrant(1, gOrphan, -1),    // 6: an orphan: the scan's
+		packGrant(1, gFree, -1),      // 7: free: the scan's
+	}
+	for g, v := range words {
+		c.store(c.grantWord(g), v)
+	}
+	w.mu.Lock()
+	w.rebuild(0, readSlots(&w.c))
+	kept := w.keptIn(alive)
+	switch {
+	case !w.procs[alive].kept || w.procs[alive].used || w.procs[alive].serial != 5:
+		t.Fatalf("the kept slot rebuilt as %+v", w.procs[alive])
+	case kept == nil || kept.exited || !kept.fromWords:
+		t.Fatalf("the kept process's record: %+v", kept)
+	case !w.procs[rejoining].used || !w.procs[rejoining].rejoin:
+		t.Fatalf("the slot of a process to rejoin: %+v", w.procs[rejoining])
+	case w.procs[free].used || w.procs[free].kept:
+		t.Fatalf("a free slot: %+v", w.procs[free])
+	case !w.holdsGrant(rejoining, 0):
+		t.Fatalf("grant 0: %+v", w.table[0])
+	case !w.suspect:
+		t.Fatal("grant words naming no process, and the adoption not suspicious")
+	}
+	for _, g := range []int{1, 2} {
+		if t0 := w.table[g]; t0.state != gLimbo || t0.gone != kept {
+			t.Fatalf("grant %d, of the process kept: %+v", g, t0)
+		}
+		if _, state, slot := unpackGrant(c.load(c.grantWord(g))); state != gLimbo || slot != alive {
+			t.Fatalf("grant %d published as state %d of slot %d", g, state, slot)
+		}
+	}
+	for _, g := range []int{3, 5, 6, 7} {
+		if w.table[g].gone != w.scan {
+			t.Fatalf("grant %d, for the scan: %+v", g, w.table[g])
+		}
+	}
+	if g := w.table[4].gone; g == nil || !g.exited || !g.keepsSlot {
+		t.Fatalf("grant 4, of a kept process that has exited: %+v", w.table[4])
+	}
+	w.scan = nil // (no scan here: the round below is the exits')
+	w.mu.Unlock()
+	w.tickLocked()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.procs[exited].kept || c.slotLoad(exited, sSerial) != 0 || w.table[4].state != gFree {
+		t.Fatalf("a kept process that has exited, after a round: slot %+v, grant 4 %+v", w.procs[exited], w.table[4])
+	}
+	if !w.procs[alive].kept || c.slotLoad(alive, sSerial) != 5|serialGone || w.table[1].gone != kept {
+		t.Fatalf("a kept process alive, after a round: slot %+v, grant 1 %+v", w.procs[alive], w.table[1])
+	}
+	kept.watch.stop()
+}
