@@ -61,6 +61,7 @@ var apiSameName = map[string]string{
 	"Heap":           "heap.Heap allocates addresses for one goroutine at a time; device.Heap is the device-memory allocator built on it",
 	"HostOptions":    "arena.HostOptions configure a host provider; cudamem.HostOptions a CUDA host provider, which holds an arena.HostOptions",
 	"Mode":           "uvm.Mode is how a block is acquired (read, write); remote.Mode how a transfer moves (read, write): both the access mode of their verb",
+	"Hold":           "pinned.Hold keeps a pool's buffer, device.Hold a device heap's block, in use by work outside the allocator (package remote's transfers): a free of it waits for the last Release",
 	"Handle":         "uvm.Handle names a block of a tier, ipcpool.Handle a buffer shared across processes: both the name of one allocation that a stale use is refused by",
 }
 

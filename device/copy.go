@@ -250,7 +250,7 @@ func (h *Heap) checkRanges(what string, n uintptr, ptrs ...cuda.DevicePtr) error
 		if err != nil {
 			return fmt.Errorf("%w: %s of %d bytes at %#x: %w", ErrNotOwned, what, n, p, err)
 		}
-		if h.deferred[cuda.DevicePtr(base)] {
+		if h.deferred[cuda.DevicePtr(base)] || h.freedHeld(cuda.DevicePtr(base)) {
 			return fmt.Errorf("%w: %s of %d bytes at %#x: block %#x has a free pending", ErrNotOwned, what, n, p, base)
 		}
 		if off := uintptr(p) - base; n > size-off {

@@ -183,6 +183,8 @@ type Heap struct {
 	lists    *streamq.Lists[cuda.DevicePtr] // the streams seen, and the deferred frees by freeing stream (deferred.go)
 	done     []cuda.DevicePtr               // deferred frees handed back, to do (finishDone)
 	deferred map[cuda.DevicePtr]bool        // blocks with a deferred free
+	held     map[cuda.DevicePtr]heldBlock   // blocks held (hold.go), by start; nil until the first Hold
+	holdGen  uint64                         // the holds' entries made
 	events   *icuda.EventPool
 	st       Stats
 
@@ -270,7 +272,8 @@ func (h *Heap) Align() int { return int(h.align) }
 // stream uses it (after a synchronize, say). Errors: heap.ErrNotOwned for a pointer of another
 // heap, heap.ErrDoubleFree, heap.ErrInteriorPointer; with Options.ZeroOnFree, whose memset runs
 // on the legacy stream, one matching cuda.ErrCapturing while a blocking stream captures a CUDA
-// graph (the block still live).
+// graph (the block still live). A held block (Hold) is freed at its last Release: Free returns
+// at once, with no error.
 func (h *Heap) Free(p cuda.DevicePtr) error {
 	if err := h.lock(); err != nil {
 		return err
@@ -279,6 +282,11 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 	owner, err := h.owner(p)
 	if err != nil {
 		return err
+	}
+	if len(h.held) != 0 { // a heap never held pays this branch
+		if u, ok := h.held[p]; ok {
+			return h.deferHeld(p, u, nil)
+		}
 	}
 	if err := h.scrub(p, nil); err != nil {
 		return err
@@ -305,7 +313,9 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // cuda.ErrCapturing, the block still live: free it once the capture has ended.
 //
 // Errors, on any stream: those of Free (heap.ErrDoubleFree for a block freed already or with a
-// free pending), checked before anything is queued or deferred.
+// free pending), checked before anything is queued or deferred. A held block (Hold) is freed
+// in s's order at its last Release: FreeAsync returns at once, with no error, and the free is
+// made then as a FreeAsync on s made at that moment would be (the rules above).
 func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
@@ -325,6 +335,17 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 	if err != nil {
 		return err
 	}
+	if len(h.held) != 0 { // a heap never held pays this branch
+		if u, ok := h.held[p]; ok {
+			return h.deferHeld(p, u, &s)
+		}
+	}
+	return h.freeOn(owner, p, size, s, l)
+}
+
+// freeOn frees the live block p of owner, of size bytes, in the order of stream s, whose list
+// is l: FreeAsync's free, and a held block's at its last Release. h.mu is held.
+func (h *Heap) freeOn(owner *heap.Heap, p cuda.DevicePtr, size uintptr, s cuda.Stream, l *deferredList) error {
 	if err := h.scrub(p, &s); err != nil {
 		return err
 	}

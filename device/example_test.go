@@ -58,3 +58,34 @@ func Example_streamInterop() {
 		fmt.Println(err)
 	}
 }
+
+// A block that work outside the heap's streams reads or writes (a network transfer, say) is
+// held for that work: the user's Free, made whenever the user is done with the block, then
+// takes effect at the work's end, so the memory is never handed out while the work may still
+// touch it. It needs a GPU, so it has no output to check.
+func ExampleHeap_Hold() {
+	h, err := device.Open(0, device.Options{Capacity: 64 << 20})
+	if err != nil {
+		fmt.Println("no GPU:", err)
+		return
+	}
+	defer h.Close()
+
+	p, err := h.Alloc(1<<20, 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	hold, err := h.Hold(p) // the outside work starts: it reads or writes p until Release
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := h.Free(p); err != nil { // returns at once: p stays allocated, held
+		fmt.Println(err)
+	}
+	// ... the outside work ends ...
+	if err := hold.Release(); err != nil { // the last hold: the Free takes effect now
+		fmt.Println(err)
+	}
+}

@@ -211,7 +211,10 @@ func besides(cause, err error) string {
 // anything is given back, and so is a stream parked by a ForgetStream that a capture refused (the
 // synchronize made once no stream the heap sees has work in flight; refused with ErrBusy while a
 // capture holds the context); when that synchronize fails, Close returns its error and releases
-// nothing.
+// nothing. A held block (Hold) is live until its last Release, whether a Free or FreeAsync of it
+// waits for that Release or not: while one is held, Close fails with heap.ErrLiveBlocks (the error
+// counts the held blocks) and releases nothing; release the holds (a remote.Worker's Close lets go
+// of those its abandoned transfers keep), free the blocks, and Close again.
 //
 // When the driver refuses to give memory back (an unmap, say), Close returns its error and the heap
 // is closed, its memory kept (and the device, if Open made it): a later Close gives them back.
@@ -226,7 +229,7 @@ func (h *Heap) Close() error {
 	}
 	live, bytes, _ := h.live()
 	if deferred := len(h.deferred); live > uint64(deferred) {
-		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams)+h.parkedHeaps())
+		return fmt.Errorf("%w: %d blocks (%d bytes) on %d streams%s", heap.ErrLiveBlocks, live-uint64(deferred), bytes, len(h.streams)+h.parkedHeaps(), h.heldSay())
 	}
 	// Every stream that may have used the heap's memory: each with a heap (same-stream frees)
 	// or a list (seen, with frees or not; Settle adds those), and the legacy stream when one

@@ -12,8 +12,8 @@ type Stats struct {
 	// Streams is the number of streams with a heap, those destroyed before a ForgetStream that a
 	// CUDA graph capture refused included, until the heap synchronizes the context for them.
 	Streams int
-	// Live and InUse count the blocks not yet freed (a deferred free counts until it is done)
-	// and the bytes asked for them. PeakInUse is the sum of each stream's heap's peak of
+	// Live and InUse count the blocks not yet freed (a deferred free counts until it is done,
+	// and a held block's free until its last Release) and the bytes asked for them. PeakInUse is the sum of each stream's heap's peak of
 	// InUse: exact with one stream, an upper bound on the true peak with several (as
 	// pinned.Stats.PeakInUse is over shards).
 	Live, InUse, PeakInUse uint64

@@ -11,7 +11,8 @@ import (
 // verify checks the heap's own bookkeeping against its stream heaps (h.mu held, heap open):
 // the deferred set is the lists'
 // contents, each a live block of a stream heap; the allocations less the frees done are the
-// blocks the stream heaps hold live (a deferred free counts until it is done); under a quota,
+// blocks the stream heaps hold live (a deferred free counts until it is done); each held block
+// (Hold) is live, with holds, and has no deferred free; under a quota,
 // the bytes counted are the bytes the stream heaps hold live. The stream heaps check their
 // own invariants as Stats collects them (heap.checkInvariants). It costs a walk of the
 // deferred set, so the heap calls it only when internal/invariants says a check is due
@@ -61,6 +62,17 @@ func (h *Heap) verify() error {
 	for p := range h.deferred {
 		if _, err := h.g.Size(uintptr(p)); err != nil {
 			bad("deferred block %#x is not live: %v", p, err)
+		}
+	}
+	for p, u := range h.held {
+		if _, err := h.g.Size(uintptr(p)); err != nil {
+			bad("held block %#x is not live: %v", p, err)
+		}
+		if h.deferred[p] {
+			bad("held block %#x has a deferred free", p)
+		}
+		if u.holds <= 0 {
+			bad("held block %#x has %d holds", p, u.holds)
 		}
 	}
 	live, bytes, _ := h.live()
