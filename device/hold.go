@@ -48,7 +48,7 @@ func (h *Heap) Hold(p cuda.DevicePtr) (Hold, error) {
 		return Hold{}, err
 	}
 	defer h.unlock("Hold")
-	b, _, err := h.g.Block(uintptr(p))
+	b, size, err := h.g.Block(uintptr(p))
 	if err != nil {
 		return Hold{}, fmt.Errorf("%w: hold of %#x: %w", ErrNotOwned, p, err)
 	}
@@ -70,7 +70,7 @@ func (h *Heap) Hold(p cuda.DevicePtr) (Hold, error) {
 		u = heldBlock{holds: 1, gen: h.holdGen}
 	}
 	h.held[base] = u
-	return Hold{h: h, base: base, gen: u.gen}, nil
+	return Hold{h: h, base: base, size: size, gen: u.gen}, nil
 }
 
 // Hold is one hold of a device block (Heap.Hold), ended once by Release. The zero Hold holds
@@ -78,11 +78,16 @@ func (h *Heap) Hold(p cuda.DevicePtr) (Hold, error) {
 type Hold struct {
 	h    *Heap
 	base cuda.DevicePtr
+	size uintptr
 	gen  uint64 // the entry's: a Release of a hold whose block was held again since is refused
 }
 
-// Block returns the start of the held block.
+// Block returns the start of the held block, and Size the size it was allocated with: a holder
+// whose work covers a range checks with them that the range lies inside the block.
 func (d Hold) Block() cuda.DevicePtr { return d.base }
+
+// Size returns the size the held block was allocated with (see Block).
+func (d Hold) Size() int { return int(d.size) }
 
 // Release ends the hold. At the block's last, a Free or FreeAsync made meanwhile takes effect,
 // as it would have at this moment (a FreeAsync's once its stream has passed the Release); its

@@ -47,8 +47,8 @@ func TestFakeHoldDefersFree(t *testing.T) {
 	must(t, "Hold", err)
 	h2, err := h.Hold(pcuda.DevicePtr(p + 100)) // an interior pointer holds its block
 	must(t, "Hold inside", err)
-	if h2.Block() != pcuda.DevicePtr(p) {
-		t.Fatalf("a hold of %#x holds block %#x, want %#x", p+100, h2.Block(), p)
+	if h2.Block() != pcuda.DevicePtr(p) || h2.Size() != n {
+		t.Fatalf("a hold of %#x holds block %#x of %d bytes, want %#x of %d", p+100, h2.Block(), h2.Size(), p, n)
 	}
 	must(t, "Free of the held block", h.Free(pcuda.DevicePtr(p)))
 	if err := h.Free(pcuda.DevicePtr(p)); !errors.Is(err, heap.ErrDoubleFree) {
