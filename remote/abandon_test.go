@@ -66,7 +66,7 @@ func TestPoolClosesAfterAbandonedAnswers(t *testing.T) {
 		op := ucx.Op{Ep: hc.ep, Kind: ucx.OpData}
 		h := dataHeader{kind: dataGet, conn: hc.peerID, op: uint64(i+1)<<32 | 7, addr: d.addr, n: n, region: d.region, base: d.base, size: d.size}
 		h.encode(&op.Header)
-		hostile.postAnswer(hc, op, nil, pinned.Hold{})
+		hostile.postAnswer(hc, op, nil, localHold{})
 	}
 	hostile.signal()
 	held := func() int {
@@ -74,7 +74,7 @@ func TestPoolClosesAfterAbandonedAnswers(t *testing.T) {
 		defer target.mu.Unlock()
 		k := 0
 		for i := range target.slots {
-			if target.slots[i].hold != (pinned.Hold{}) {
+			if target.slots[i].hold != (localHold{}) {
 				k++
 			}
 		}
@@ -293,14 +293,15 @@ func TestZombieHoldsOnRDMA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ha, err := p.Hold(a)
+	pa, err := p.Hold(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hb, err := p.Hold(b)
+	pb, err := p.Hold(b)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ha, hb := localHold{buf: pa}, localHold{buf: pb}
 	w := &Worker{slots: []slot{{kind: slotZombie, hold: ha, cpuOnly: true}, {kind: slotZombie, hold: hb}}}
 	held := w.zombieHolds(false)
 	if len(held) != 1 || held[0] != ha || w.slots[1].hold != hb {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
-	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // TestAnswersPassAStalledPeer: peer A asks target W for many large gets by message, then reads
@@ -81,7 +80,7 @@ func TestAnswersPassAStalledPeer(t *testing.T) {
 		op := ucx.Op{Ep: cA.ep, Kind: ucx.OpData}
 		h := dataHeader{kind: dataGet, conn: cA.peerID, op: uint64(i+1)<<32 | 7, addr: d.addr, n: big, region: d.region, base: d.base, size: d.size}
 		h.encode(&op.Header)
-		a.postAnswer(cA, op, nil, pinned.Hold{})
+		a.postAnswer(cA, op, nil, localHold{})
 	}
 	a.signal()
 	// W answers what it can and queues the rest: A's share of the slots is full.

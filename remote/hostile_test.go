@@ -77,7 +77,7 @@ func TestForgedPutPastRegionRefused(t *testing.T) {
 	h := dataHeader{kind: dataPut, conn: hc.peerID, op: 1<<32 | 7, addr: landing + 64, n: uint64(len(payload)),
 		region: d.region, base: d.base, size: d.size}
 	h.encode(&op.Header)
-	hostile.postAnswer(hc, op, nil, pinned.Hold{})
+	hostile.postAnswer(hc, op, nil, localHold{})
 	hostile.signal()
 	hostile.mu.Unlock()
 	for target.stats.answers.Load() == before { // the target answered: refused, or placed and acknowledged
@@ -371,7 +371,7 @@ func testDataFlood(t *testing.T, kind uint8) {
 			h.n = uint64(len(payload))
 		}
 		h.encode(&op.Header)
-		hostile.postAnswer(hc, op, nil, pinned.Hold{}) // the hostile worker's own queue of sends takes what its slots cannot
+		hostile.postAnswer(hc, op, nil, localHold{}) // the hostile worker's own queue of sends takes what its slots cannot
 	}
 	hostile.signal()
 	hostile.mu.Unlock()
@@ -436,7 +436,7 @@ func TestAnswerHoldsItsBuffer(t *testing.T) {
 		op := ucx.Op{Ep: hc.ep, Kind: ucx.OpData}
 		h := dataHeader{kind: dataGet, conn: hc.peerID, op: uint64(i+1)<<32 | 7, addr: d.addr, n: n, region: d.region, base: d.base, size: d.size}
 		h.encode(&op.Header)
-		hostile.postAnswer(hc, op, nil, pinned.Hold{})
+		hostile.postAnswer(hc, op, nil, localHold{})
 	}
 	hostile.signal()
 	hostile.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
-	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Transfers by message.
@@ -337,7 +336,7 @@ func (w *Worker) sendDones(c *Conn) {
 	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData}
 	encodeDones(&op.Header, c.peerID, c.acks)
 	c.acks = c.acks[:0]
-	w.postAnswer(c, op, nil, pinned.Hold{})
+	w.postAnswer(c, op, nil, localHold{})
 }
 
 // checkTarget checks that [h.addr, h.addr+h.n) lies in host memory of region h.region of this
@@ -382,13 +381,13 @@ func (w *Worker) answer(c *Conn, h dataHeader) {
 	h.conn = c.peerID
 	op := ucx.Op{Ep: c.ep, Kind: ucx.OpData}
 	h.encode(&op.Header)
-	w.postAnswer(c, op, nil, pinned.Hold{})
+	w.postAnswer(c, op, nil, localHold{})
 }
 
 // postAnswer sends answer op to c's peer, or queues it until a slot is free. An answer with the
 // bytes of region lr comes with the hold of their buffer (holdAnswers), which it keeps until UCX
 // has sent them. Under mu.
-func (w *Worker) postAnswer(c *Conn, op ucx.Op, lr *localRegion, hold pinned.Hold) {
+func (w *Worker) postAnswer(c *Conn, op ucx.Op, lr *localRegion, hold localHold) {
 	w.stats.answers.Add(1)
 	i, ok := w.takeSlot(slotAnswer, c)
 	if !ok {
@@ -456,7 +455,7 @@ type pendingAnswer struct {
 	c    *Conn
 	op   ucx.Op
 	lr   *localRegion
-	hold pinned.Hold // a get's answer: its buffer held until UCX has sent it (holdAnswers)
+	hold localHold // a get's answer: its buffer held until UCX has sent it (holdAnswers)
 
 	// put says it is a put waiting for its buffer's hold (in w.unheld), its bytes in data
 	// message key: op is then its refusal, with the range the hold takes.
@@ -464,7 +463,7 @@ type pendingAnswer struct {
 	key uint64
 }
 
-func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion, hold pinned.Hold) {
+func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion, hold localHold) {
 	op.Slot = i
 	w.slots[i].c = c
 	ops := [1]ucx.Op{op}
@@ -541,7 +540,7 @@ func (w *Worker) holdAnswers(batch []pendingAnswer) {
 	for i := range batch {
 		a := &batch[i]
 		if h, err := a.lr.reg.pool.Hold(mem.Bytes(uintptr(a.op.Local), uintptr(a.op.Length))); err == nil {
-			a.hold = h
+			a.hold = localHold{buf: h}
 		}
 	}
 	if w.targetHook != nil {
@@ -552,10 +551,10 @@ func (w *Worker) holdAnswers(batch []pendingAnswer) {
 		switch {
 		case a.c.state != connOpen:
 			w.unhold(a.hold) // its peer's transfer failed with the connection
-		case a.hold == (pinned.Hold{}) || !a.put && w.byID[a.lr.id] != a.lr:
+		case a.hold == (localHold{}) || !a.put && w.byID[a.lr.id] != a.lr:
 			w.unhold(a.hold)
 			refuseAnswer(&a.op)
-			w.postAnswer(a.c, a.op, nil, pinned.Hold{})
+			w.postAnswer(a.c, a.op, nil, localHold{})
 		case a.put:
 			w.uw.CopyData(a.key, uintptr(a.op.Local))
 			w.unhold(a.hold)
@@ -591,15 +590,15 @@ func refuseAnswer(op *ucx.Op) {
 
 // unhold queues hold (if any: the zero Hold is none) to be released out of the mutex
 // (releaseHolds). Under mu.
-func (w *Worker) unhold(hold pinned.Hold) {
-	if hold != (pinned.Hold{}) {
+func (w *Worker) unhold(hold localHold) {
+	if hold != (localHold{}) {
 		w.unholds = append(w.unholds, hold)
 	}
 }
 
 // takeUnholds returns the holds to release, for releaseHolds. Under mu, by the progress
 // goroutine.
-func (w *Worker) takeUnholds() []pinned.Hold {
+func (w *Worker) takeUnholds() []localHold {
 	if len(w.unholds) == 0 {
 		return nil
 	}
@@ -610,7 +609,7 @@ func (w *Worker) takeUnholds() []pinned.Hold {
 
 // releaseHolds releases rel (takeUnholds): a free of a buffer made while an answer, or a zombie
 // slot (watch.go), held it takes effect now. By the progress goroutine, not under mu.
-func (w *Worker) releaseHolds(rel []pinned.Hold) {
+func (w *Worker) releaseHolds(rel []localHold) {
 	if rel == nil {
 		return
 	}
@@ -670,7 +669,7 @@ func (w *Worker) postConnAnswers(c *Conn) {
 			// is live.)
 			refuseAnswer(&a.op)
 			w.unhold(a.hold)
-			a.lr, a.hold = nil, pinned.Hold{}
+			a.lr, a.hold = nil, localHold{}
 		}
 		w.sendAnswer(c, i, a.op, a.lr, a.hold)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
-	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Transfer is a batch of puts and gets on one connection, posted together and completed
@@ -20,11 +19,13 @@ import (
 // every put has reached the peer's memory (a flush of the endpoint after the puts). A Transfer
 // is reused after Reset, keeping its memory: a batch in steady state allocates one channel.
 //
-// Each local buffer is held in its pool (pinned.Pool.Hold) from Put or Get until the transfer ends:
-// a Free of it meanwhile takes effect then, so memory in flight is never handed out again, and its
-// region is never deregistered under it. A transfer on a connection abandoned (a peer that
+// Each local buffer is held in its pool (pinned.Pool.Hold) from Put or Get until the transfer ends,
+// and each local device block in its heap (device.Heap.Hold) from PutDevice or GetDevice: a Free
+// or FreeAsync of it meanwhile takes effect then, so memory in flight is never handed out again,
+// and its region is never deregistered under it. A transfer on a connection abandoned (a peer that
 // died without UCX's failure handling, or a worker closed with SharedMemory) ends with the
-// connection's error while UCX may still hold its puts and gets: their buffers stay held until
+// connection's error while UCX may still hold its puts and gets: their buffers and blocks stay
+// held until
 // UCX completes them, or the worker's Close has made its last call on UCX's worker (for good
 // on an RDMA NIC: Worker.Close). Put and Get first wait for the CUDA streams recorded on
 // the buffer (pinned.Pool.WaitStreams: copies queued into or out of it). A remote buffer is the
@@ -35,7 +36,7 @@ type Transfer struct {
 	ops   []ucx.Op
 	descs []Descriptor   // the remote buffer of each put and get
 	lrs   []*localRegion // the local region of each put and get
-	holds []pinned.Hold  // the holds on the local buffers (the zero Hold for device memory)
+	holds []localHold    // the holds on the local buffers and device blocks
 	gets  []bool         // which operations are gets
 	rks   []*rkeyEntry   // the peer's regions whose keys it uses, counted in their users until it ends (use)
 	puts  bool
@@ -66,16 +67,21 @@ func (t *Transfer) Get(dst []byte, src Descriptor) error {
 	return t.add(ucx.OpGet, mem.Addr(dst), len(dst), dst, src)
 }
 
-// PutDevice is Put from n bytes of device memory at src, of a device heap registered with
-// RegisterDevice. The caller keeps the memory allocated until the transfer ends; when it ends
-// with an error wrapping ErrPeer (its connection abandoned: UCX may still hold the operation,
-// and nothing holds device memory for it as a pool's buffer is held), until the worker's Close
-// has returned.
+// PutDevice is Put from n bytes of device memory at src, inside one live block of a device heap
+// registered with RegisterDevice (src may point inside the block). It holds the block in its heap
+// (device.Heap.Hold) until the transfer ends, as Put holds a pool's buffer: a Free or FreeAsync
+// of the block meanwhile returns at once and takes effect at the transfer's end, or, when the
+// transfer ends with its connection abandoned (an error wrapping ErrPeer: UCX may still hold the
+// operation), once UCX completes it or the worker's Close has made its last call on UCX's worker
+// (on an RDMA NIC, never: the heap's Close then says heap.ErrLiveBlocks). Copies or kernels
+// queued on CUDA streams into or out of the range are the caller's to wait for first. Errors: a
+// block that is not live (freed, or with a free pending) wraps ErrNotRegistered and the heap's
+// error (device.ErrNotOwned); a range past the block's end, ErrOutOfRange.
 func (t *Transfer) PutDevice(src cuda.DevicePtr, n int, dst Descriptor) error {
 	return t.add(ucx.OpPut, uintptr(src), n, nil, dst)
 }
 
-// GetDevice is Get into n bytes of device memory at dst, kept allocated as for PutDevice.
+// GetDevice is Get into n bytes of device memory at dst, its block held as for PutDevice.
 func (t *Transfer) GetDevice(dst cuda.DevicePtr, n int, src Descriptor) error {
 	return t.add(ucx.OpGet, uintptr(dst), n, nil, src)
 }
@@ -98,27 +104,39 @@ func (t *Transfer) add(kind int32, addr uintptr, n int, buf []byte, d Descriptor
 	if lr == nil {
 		return fmt.Errorf("%w: local [%#x, +%d) lies in no registered region", ErrNotRegistered, addr, n)
 	}
-	var h pinned.Hold
+	var h localHold
 	if buf != nil {
 		if lr.reg.pool == nil {
 			return fmt.Errorf("%w: local [%#x, +%d) is device memory: PutDevice, GetDevice", ErrNotRegistered, addr, n)
 		}
 		var err error
-		if h, err = lr.reg.pool.Hold(buf); err != nil {
+		if h.buf, err = lr.reg.pool.Hold(buf); err != nil {
 			return fmt.Errorf("%w: %w", ErrNotRegistered, err)
 		}
-		// Held, the buffer is live and its region stays registered: look again, in case it
-		// was freed and its region replaced since the first look (a free racing this call).
-		if lr2 := w.lookup(addr, uintptr(n)); lr2 != lr {
-			return errors.Join(fmt.Errorf("%w: local [%#x, +%d) changed region during the call", ErrNotRegistered, addr, n), h.Release())
+	} else {
+		if lr.reg.heap == nil {
+			return fmt.Errorf("%w: local [%#x, +%d) is host memory: Put, Get", ErrNotRegistered, addr, n)
 		}
-		// Copies queued on CUDA streams into or out of the buffer (a CUDAHost pool) come
-		// first, as they would for a copy on another stream.
+		var err error
+		if h.dev, err = lr.reg.heap.Hold(cuda.DevicePtr(addr)); err != nil {
+			return fmt.Errorf("%w: %w", ErrNotRegistered, err)
+		}
+		if off := addr - uintptr(h.dev.Block()); uintptr(n) > uintptr(h.dev.Size())-off {
+			return errors.Join(fmt.Errorf("%w: local [%#x, +%d) runs past the end of device block %#x of %d bytes",
+				ErrOutOfRange, addr, n, h.dev.Block(), h.dev.Size()), h.Release())
+		}
+	}
+	// Held, the buffer (or block) is live and its region stays registered: look again, in case
+	// it was freed and its region replaced since the first look (a free racing this call).
+	if lr2 := w.lookup(addr, uintptr(n)); lr2 != lr {
+		return errors.Join(fmt.Errorf("%w: local [%#x, +%d) changed region during the call", ErrNotRegistered, addr, n), h.Release())
+	}
+	// Copies queued on CUDA streams into or out of the buffer (a CUDAHost pool) come first, as
+	// they would for a copy on another stream.
+	if buf != nil {
 		if err := lr.reg.pool.WaitStreams(buf); err != nil {
 			return errors.Join(err, h.Release())
 		}
-	} else if lr.reg.heap == nil {
-		return fmt.Errorf("%w: local [%#x, +%d) is host memory: Put, Get", ErrNotRegistered, addr, n)
 	}
 	t.ops = append(t.ops, ucx.Op{Mem: lr.mem, Local: uint64(addr), Remote: d.addr, Length: uint64(n), Kind: kind, MemType: int32(lr.reg.memType)})
 	t.descs = append(t.descs, d)
@@ -424,13 +442,14 @@ func (w *Worker) opDone(t *Transfer, lr *localRegion, st int32, n uint64, kind i
 // abandoned connection leaves in UCX's hands (abandonSlots), where UCX may still read or write
 // the buffer for it: a put's (by message too) and a get's by UCX's gets. t's end then leaves it
 // to the zombie slot. A get by message gives none (its request carries no bytes, and its
-// answer is disarmed), nor a flush, nor an operation on device memory. Under mu.
-func (t *Transfer) zombieHold(s *slot) pinned.Hold {
+// answer is disarmed), nor a flush. An operation on device memory gives its block's hold (the
+// device transports are UCX's RMA: device memory never goes by message). Under mu.
+func (t *Transfer) zombieHold(s *slot) localHold {
 	if s.lr == nil || s.get || s.part || int(s.op) >= len(t.holds) {
-		return pinned.Hold{}
+		return localHold{}
 	}
 	h := t.holds[s.op]
-	t.holds[s.op] = pinned.Hold{}
+	t.holds[s.op] = localHold{}
 	return h
 }
 
@@ -458,12 +477,12 @@ func (w *Worker) postQueued() {
 // under mu.
 func (t *Transfer) end(w *Worker) {
 	for i, h := range t.holds {
-		if h != (pinned.Hold{}) {
+		if h != (localHold{}) {
 			if err := h.Release(); err != nil {
 				w.stats.freeErrs.Add(1)
 				w.logf("remote: a free deferred by a transfer failed: %v", err)
 			}
-			t.holds[i] = pinned.Hold{}
+			t.holds[i] = localHold{}
 		}
 	}
 	w.stats.transfers.Add(1)
@@ -513,7 +532,7 @@ func (t *Transfer) Reset() error {
 	}
 	var errs []error
 	for _, h := range t.holds {
-		if h != (pinned.Hold{}) {
+		if h != (localHold{}) {
 			errs = append(errs, h.Release())
 		}
 	}

@@ -7,8 +7,6 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Peers without UCX's failure handling (Options.SharedMemory).
@@ -162,7 +160,7 @@ func (w *Worker) abandonSlots(c *Conn) {
 				s.done <- c.err
 			}
 			c.inflight--
-			w.zombie(uint32(i), pinned.Hold{}, &lanes)
+			w.zombie(uint32(i), localHold{}, &lanes)
 		case slotAnswer:
 			c.inflight--
 			w.zombie(uint32(i), s.hold, &lanes)
@@ -201,13 +199,13 @@ func cpuLanes(info string) bool {
 // touch the buffer only inside such a call (cpuLanes; zombieHolds): on an RDMA lane it stays
 // held, so the buffer is never handed out again while a NIC may touch it. lanes caches what
 // cpuLanes says of the slot's endpoint (lanesUnknown, lanesNIC, lanesCPU). Under mu.
-func (w *Worker) zombie(i uint32, hold pinned.Hold, lanes *uint8) {
+func (w *Worker) zombie(i uint32, hold localHold, lanes *uint8) {
 	s := w.slots[i]
 	if s.get {
 		s.c.gets--
 	}
 	cpu := false
-	if hold != (pinned.Hold{}) {
+	if hold != (localHold{}) {
 		if *lanes == lanesUnknown {
 			*lanes = lanesNIC
 			if info, err := w.uw.EpInfo(s.c.ep); err == nil && cpuLanes(info) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
-	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
 // Options configures a Worker. The zero Options are a good start.
@@ -84,9 +83,9 @@ type Worker struct {
 	queue         []*Transfer     // started, with operations not yet posted (no slot was free)
 	answers       []*Conn         // connections with answers waiting for a slot (Conn.answers), in turn
 	unheld        []pendingAnswer // answers to gets waiting for their buffer's hold (holdAnswers)
-	unholds       []pinned.Hold   // holds of answers that ended, to release out of mu (releaseHolds)
+	unholds       []localHold     // holds of answers that ended, to release out of mu (releaseHolds)
 	unheldSpare   []pendingAnswer // the progress goroutine's: unheld's other buffer
-	unholdsSpare  []pinned.Hold   // the progress goroutine's: unholds' other buffer
+	unholdsSpare  []localHold     // the progress goroutine's: unholds' other buffer
 	acking        []*Conn         // connections with puts to acknowledge at the round's end (messages.go)
 	forgetting    []*Conn         // connections with regions of this worker's to tell the peer of (forget.go)
 	conns         map[uint64]*Conn
@@ -148,14 +147,15 @@ type slot struct {
 	held bool
 
 	// hold is an answer's: its buffer held in its pool until UCX has sent it (holdAnswers);
-	// or a zombie's (an answer's, a transfer's put's or get's: zombie), until UCX completes
+	// or a zombie's (an answer's, a transfer's put's or get's, of a pool's buffer or a device
+	// heap's block: zombie), until UCX completes
 	// it, or until the worker's Close has made its last call on UCX's worker where cpuOnly
 	// says that nothing but such a call reads or writes the buffer (zombieHolds).
-	hold    pinned.Hold
+	hold    localHold
 	cpuOnly bool
 
 	// op is a transfer's operation's index in its ops (and holds, for an operation added by
-	// Put or Get: Transfer.zombieHold).
+	// Put, Get, PutDevice or GetDevice: Transfer.zombieHold).
 	op uint32
 }
 
@@ -351,9 +351,10 @@ func (w *Worker) signal() {
 // Close returns ErrClosed. The buffers that operations UCX still holds kept held (answers to
 // peers' gets, and this worker's puts and gets, whose transfers ended already: a peer that
 // died without UCX's failure handling, or any peer at a Close with SharedMemory, leaves them
-// in UCX) are released once Close has made its last call on UCX's worker, which then reads
-// and writes them no more, so that their pools can close; only an operation left on an RDMA
-// NIC, whose hardware may still read or write its buffer, keeps it held (said in the log).
+// in UCX), and the device blocks of such puts and gets, are released once Close has made its
+// last call on UCX's worker, which then reads and writes them no more, so that their pools and
+// heaps can close; only an operation left on an RDMA NIC, whose hardware may still read or
+// write its buffer, keeps it held (said in the log).
 func (w *Worker) Close() error {
 	w.mu.Lock()
 	if w.closing {
@@ -445,14 +446,14 @@ func (w *Worker) Close() error {
 // requests purged), or left alive, never called again (those whose endpoint's transports read
 // and write a buffer only inside a call on the worker, slot.cpuOnly). An operation on an
 // endpoint with a lane of an RDMA NIC, whose hardware may read or write the buffer on its own
-// for as long as UCX's worker lives, keeps its hold, and its pool's Close says ErrBusy. Under
-// mu, after the progress goroutine ended.
-func (w *Worker) zombieHolds(destroyed bool) []pinned.Hold {
-	var held []pinned.Hold
+// for as long as UCX's worker lives, keeps its hold, and its pool's Close says ErrBusy (a
+// device heap's, heap.ErrLiveBlocks). Under mu, after the progress goroutine ended.
+func (w *Worker) zombieHolds(destroyed bool) []localHold {
+	var held []localHold
 	kept := 0
 	for i := range w.slots {
 		s := &w.slots[i]
-		if s.hold == (pinned.Hold{}) {
+		if s.hold == (localHold{}) {
 			continue
 		}
 		if !destroyed && !s.cpuOnly {
@@ -460,7 +461,7 @@ func (w *Worker) zombieHolds(destroyed bool) []pinned.Hold {
 			continue
 		}
 		held = append(held, s.hold)
-		s.hold = pinned.Hold{}
+		s.hold = localHold{}
 	}
 	if kept > 0 {
 		w.logf("remote: %d operations (answers, puts, gets) of abandoned connections stay in flight on RDMA hardware: their buffers stay held, and their pools cannot close", kept)
