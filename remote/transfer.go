@@ -25,10 +25,9 @@ import (
 // and its region is never deregistered under it. A transfer on a connection abandoned (a peer that
 // died without UCX's failure handling, or a worker closed with SharedMemory) ends with the
 // connection's error while UCX may still hold its puts and gets: their buffers and blocks stay
-// held until
-// UCX completes them, or the worker's Close has made its last call on UCX's worker (for good
-// on an RDMA NIC: Worker.Close). Put and Get first wait for the CUDA streams recorded on
-// the buffer (pinned.Pool.WaitStreams: copies queued into or out of it). A remote buffer is the
+// held until UCX completes them, or the worker's Close has made its last call on UCX's worker
+// (for good on an RDMA NIC: Worker.Close). Put and Get first wait for the CUDA streams recorded
+// on the buffer (pinned.Pool.WaitStreams: copies queued into or out of it). A remote buffer is the
 // peer's to keep live until the transfer ends (the application's protocol: it is told by a
 // message).
 type Transfer struct {
