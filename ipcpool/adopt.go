@@ -203,7 +203,8 @@ func readSlots(c *ctl) []slotLine {
 // gone before it) is done on the watcher's first round (finishAdoption). Until then every
 // grant no process holds is kept back (limbo, for the scan), and the owner's own Retain waits.
 // A slot kept for a process gone alive is kept still, and every grant word naming it is in
-// that process's limbo (held too: the previous owner may have died as the process left).
+// that process's limbo (in limbo or orphaned by the words, or held: the previous owner may have
+// died as the process left); the scan pins its buffers others still retain (adoptOrphans).
 // Called with w.mu held.
 func (w *Owner) rebuild(old uint64, lines []slotLine) {
 	c := &w.c
@@ -227,7 +228,7 @@ func (w *Owner) rebuild(old uint64, lines []slotLine) {
 		t := &w.table[g]
 		named := slot > 0 && slot < len(w.procs)
 		switch {
-		case named && keepers[slot] != nil && (state == 0 || state == gLimbo):
+		case named && keepers[slot] != nil && (state == 0 || state == gLimbo || state == gOrphan):
 			*t = grantState{state: gLimbo, gone: keepers[slot], gen: gen + 1}
 		case named && w.procs[slot].used && state == 0:
 			*t = grantState{state: gHeld, slot: slot, serial: w.procs[slot].serial, gen: gen + 1}

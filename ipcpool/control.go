@@ -12,11 +12,11 @@ import (
 //	header   hdrWords: magic, version, pool id, the geometry (regions, region size, grant
 //	         size, slots, ring capacity, exports per slot, backend), the fence epoch, the
 //	         owner's pid and its epoch (how many owners the pool has had)
-//	grants   one word per grant: gen<<24 | state<<16 | slot+1, the holder's, or in limbo the
-//	         slot kept for the process gone alive it waits for (0: none). Written by
-//	         the owner only, from its own table in Go memory: a word a peer overwrites
-//	         misleads what reads it for show (Stats), and an owner that adopts the pool only
-//	         until each process claims its grants by its own record (claim.go).
+//	grants   one word per grant: gen<<24 | state<<16 | slot+1, the holder's, or in limbo or
+//	         orphaned the slot kept for the process gone alive it waits for (0: none).
+//	         Written by the owner only, from its own table in Go memory: a word a peer
+//	         overwrites misleads what reads it for show (Stats), and an owner that adopts the
+//	         pool only until each process claims its grants by its own record (claim.go).
 //	slots    one line per slot: the fence epoch the process passed, its serial (how many
 //	         processes the slot has had: 0 while free, serialGone added while the slot is
 //	         kept for a process gone alive: leave.go), pid and start time, flags (a CUDA
@@ -153,8 +153,8 @@ func (l layout) validRun(first, n uint64) bool {
 	return n >= 1 && n <= per && first < uint64(l.grants()) && first%per+n <= per
 }
 
-// Grant words: gen<<24 | state<<16 | slot+1 (held: its holder; in limbo: the slot kept for its
-// process, or none).
+// Grant words: gen<<24 | state<<16 | slot+1 (held: its holder; in limbo or orphaned: the slot
+// kept for its process, or none).
 const (
 	gFree   = 0 // free (slot 0)
 	gFenced = 1 // free once every process with a device has passed the fence

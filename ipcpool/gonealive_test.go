@@ -168,3 +168,104 @@ func TestRebuildReadsSlotsKeptForProcessesGoneAlive(t *testing.T) {
 	}
 	kept.watch.stop()
 }
+
+// A buffer of a process gone alive that others retained stays its memory after their last
+// release (it may still read and write it: TestAdoptionKeepsWhatAProcessGoneAliveHolds), also
+// when that release comes while no owner runs (the entry retires with no one to tell), and
+// across a second adoption: the grant words of its orphans name its slot as its limbo's do,
+// so that an owner that adopts the pool finds them by the words, not by an entry let go.
+func TestAdoptionKeepsReleasedOrphansOfAProcessGoneAlive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 24<<20)
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	c := startChild(t, path, childQuietEnv+"=1")
+	small := c.alloc(t, 3000, 5) // a grant of its arena: released while no owner runs
+	big := c.alloc(t, 3<<20, 6)  // grants of its own: released before the second adoption
+	must(t, "Retain", p.Retain(small))
+	must(t, "Retain", p.Retain(big))
+	if got := c.do(t, "X"); got != "OK" { // gone from its socket, alive
+		t.Fatal(got)
+	}
+	waitFor(t, func() bool { return p.SharedStats().Pool.Orphaned >= 3 })
+	adopt := func(dead *ownerChild, rejoins int) *ownerChild {
+		t.Helper()
+		must(t, "kill the owner", dead.cmd.Process.Signal(syscall.SIGKILL))
+		_ = dead.cmd.Wait()
+		dead.dead = true
+		if rejoins == 1 {
+			must(t, "Release while no owner runs", p.Release(small))
+		}
+		b := startOwnerChild(t, path, 24<<20, ownerAdoptEnv+"=1")
+		waitFor(t, func() bool { return p.Rejoined() == rejoins })
+		time.Sleep(time.Second) // past the new owner's Timeout (300 ms): its scan and rejoins settled
+		return b
+	}
+	check := func(when string) {
+		t.Helper()
+		filled := fillPool(t, p)
+		for _, k := range []struct {
+			h    Handle
+			seed int
+		}{{small, 5}, {big, 6}} {
+			if got := c.do(t, "K %s %d", fmtHandle(k.h), k.seed); got != "OK" {
+				t.Fatalf("%s, the buffer of seed %d of the process gone alive: %s", when, k.seed, got)
+			}
+		}
+		for _, x := range filled {
+			must(t, "Free", p.Free(x))
+		}
+	}
+	b := adopt(a, 1)
+	check("released while no owner ran, after an adoption and a filler")
+	must(t, "Release", p.Release(big))
+	time.Sleep(100 * time.Millisecond) // rounds of the owner's
+	check("released, and a filler")
+	b2 := adopt(b, 2)
+	check("after a second adoption and a filler")
+
+	c.kill() // it exits: what it kept comes back
+	waitFor(t, func() bool {
+		ps := p.SharedStats().Pool
+		return ps.Limbo == 0 && ps.Orphaned == 0 && ps.Fenced == 0
+	})
+	_ = b2
+	must(t, "Close", p.Close())
+}
+
+// The words of the orphans of a process gone alive name its slot while it is kept (an owner
+// that adopts the pool reads them as its: rebuild), and no more once it has exited: its slot
+// goes to the next process, which the word of a buffer still retained must not name.
+func TestOrphanWordsNameTheKeptSlotUntilExit(t *testing.T) {
+	l := layout{regions: 1, regionSize: 16 << 20, grantSize: 2 << 20, slots: 3, ringCap: 4, exports: 2}
+	c := newCtl(l, make([]uint64, l.words()))
+	w := &Owner{Process: &Process{c: c}, table: make([]grantState, l.grants()), procs: make([]slotState, l.slots), scanned: make(chan struct{})}
+	w.cond = sync.NewCond(&w.mu)
+	const retainer, kept = 1, 2
+	w.procs[retainer] = slotState{used: true, active: true, serial: 1}
+	w.procs[kept] = slotState{kept: true, serial: 5}
+	c.slotStore(kept, sSerial, 5|serialGone)
+	e := kept * l.exports
+	c.store(c.entry(e)+eState, packState(1, eLive))
+	c.store(c.entry(e)+eHolder, packHolder(kept, 5))
+	c.setRetain(e, retainer, true)
+	g := newGone(kept, 5, watch{pidfd: -1}, false)
+	g.keepsSlot = true
+	g.pin(e, span{0, 0})
+	w.goneList = []*gone{g}
+	w.table[0] = grantState{state: gOrphan, gone: g, gen: 1}
+	w.publish(0)
+	if _, state, slot := unpackGrant(c.load(c.grantWord(0))); state != gOrphan || slot != kept {
+		t.Fatalf("an orphan of a process kept published as state %d of slot %d", state, slot)
+	}
+	g.exited = true // it exits: the round frees its slot, the buffer still retained
+	w.tickLocked()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.procs[kept].kept || w.table[0].state != gOrphan || w.table[0].gone != g {
+		t.Fatalf("after its exit: slot %+v, grant 0 %+v", w.procs[kept], w.table[0])
+	}
+	if _, state, slot := unpackGrant(c.load(c.grantWord(0))); state != gOrphan || slot != -1 {
+		t.Fatalf("an orphan of a process that has exited published as state %d of slot %d", state, slot)
+	}
+}

@@ -16,7 +16,9 @@ import "time"
 //
 // The owner's record of it is in Go memory; the control region says as much for an owner that
 // adopts the pool should this one die first (adopt.go): the slot's serial has serialGone added,
-// its line keeps the pid and start time, and the words of its grants in limbo name the slot.
+// its line keeps the pid and start time, and the words of its grants in limbo or orphaned name
+// the slot (an orphan's too: the last release of its buffer may come while no owner runs, and
+// the grant stays the process's after it).
 
 // leave takes back what the process in slot left. wa watches the process (none: it has
 // exited, or it detached); leave owns it.
@@ -233,10 +235,16 @@ func (w *Owner) tickLocked() []retirement {
 				retired = append(retired, w.dropRetains(g.slot)...)
 				g.retains = false
 			}
-			// Its grants in limbo are fenced below, in this round (w.mu held throughout).
+			// Its grants in limbo are fenced below, in this round (w.mu held throughout);
+			// the words of those still orphaned name the slot no more (the next process's).
 			g.keepsSlot = false
 			w.procs[g.slot].kept = false
 			w.c.slotStore(g.slot, sSerial, 0)
+			for i := range w.table {
+				if w.table[i].gone == g {
+					w.publish(i)
+				}
+			}
 		}
 		w.settleOrphans(g)
 		var fenced []int

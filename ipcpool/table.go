@@ -43,7 +43,8 @@ type gone struct {
 	exited bool  // its watch said so (or it detached: it unmapped the pool first)
 	// keepsSlot: it left alive holding something (grants, buffers others retain, retains);
 	// its slot is kept until it exits, marked so in the control region (serialGone), and the
-	// words of its grants in limbo name the slot: an owner that adopts the pool keeps them.
+	// words of its grants in limbo or orphaned name the slot: an owner that adopts the pool
+	// keeps them.
 	keepsSlot bool
 	// retains: it may hold retain bits (flagRetains), let go once it exits.
 	retains bool
@@ -97,7 +98,7 @@ func (w *Owner) publish(g int) {
 	switch {
 	case state == gHeld:
 		slot, state = t.slot, 0
-	case state == gLimbo && t.gone != nil && t.gone.keepsSlot:
+	case (state == gLimbo || state == gOrphan) && t.gone != nil && t.gone.keepsSlot:
 		slot = t.gone.slot
 	}
 	w.c.store(w.c.grantWord(g), packGrant(t.gen, state, slot))
