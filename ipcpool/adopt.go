@@ -332,6 +332,11 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 		if _, pinned := scan.entries[e]; pinned {
 			continue // the previous owner's, retained: dropEntries kept it
 		}
+		if keeper != nil {
+			if _, pinned := keeper.entries[e]; pinned {
+				continue // pinned by its leave already (a rejoin given up before the scan)
+			}
+		}
 		owner, mine := g, (*gone)(nil)
 		if keeper != nil && int(holder&0xffff) == s && holder>>16 == keeper.serial {
 			owner, mine = keeper, keeper

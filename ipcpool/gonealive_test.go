@@ -269,3 +269,60 @@ func TestOrphanWordsNameTheKeptSlotUntilExit(t *testing.T) {
 		t.Fatalf("an orphan of a process that has exited published as state %d of slot %d", state, slot)
 	}
 }
+
+// A process of the previous owner that does not rejoin before the adoption's scan (a Timeout
+// shorter than the owner's round) is given up alive: its buffer others retain is pinned by
+// its leave, and the scan, finding the slot kept for it, pins it no second time, so that the
+// buffer's grant comes back once the retain is let go and the process has exited.
+func TestExpiredRejoinBeforeScanPinsOnce(t *testing.T) {
+	sleeper := exec.Command("sleep", "60")
+	must(t, "start a process to watch", sleeper.Start())
+	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
+	pid := sleeper.Process.Pid
+	waitFor(t, func() bool { return startTime(pid) != 0 })
+
+	l := layout{regions: 1, regionSize: 16 << 20, grantSize: 2 << 20, slots: 3, ringCap: 4, exports: 2}
+	c := newCtl(l, make([]uint64, l.words()))
+	w := &Owner{Process: &Process{layout: l, c: c}, table: make([]grantState, l.grants()), procs: make([]slotState, l.slots), scanned: make(chan struct{})}
+	w.cond = sync.NewCond(&w.mu)
+	const late, retainer = 1, 2
+	c.slotStore(late, sSerial, 3)
+	c.slotStore(late, sPid, uint64(pid))
+	c.slotStore(late, sStart, startTime(pid))
+	c.slotStore(retainer, sSerial, 4)
+	c.store(c.grantWord(0), packGrant(1, 0, late))
+	e := late * l.exports
+	c.store(c.entry(e)+eState, packState(1, eLive|eAlloc))
+	c.store(c.entry(e)+eOffset, 0)
+	c.store(c.entry(e)+eLength, 4096)
+	c.store(c.entry(e)+eHolder, packHolder(late, 3))
+	c.setRetain(e, retainer, true)
+	w.mu.Lock()
+	w.rebuild(0, readSlots(&w.c))
+	w.procs[retainer].rejoin, w.procs[retainer].active = false, true // it rejoined
+	w.rejoinBy = time.Now().Add(-time.Millisecond)                   // the late one's time is up
+	w.mu.Unlock()
+
+	w.expireRejoins() // before the scan: its first round came after Timeout
+	w.finishAdoption()
+	w.mu.Lock()
+	g := w.keptIn(late)
+	if g == nil || w.table[0].state != gOrphan || w.table[0].gone != g || g.pins[0] != 1 {
+		w.mu.Unlock()
+		t.Fatalf("the buffer others retain of a process given up alive: grant 0 %+v, its record %+v", w.table[0], g)
+	}
+	w.mu.Unlock()
+
+	c.setRetain(e, retainer, false) // its last retain let go
+	_ = sleeper.Process.Kill()      // and the process exits
+	_ = sleeper.Wait()
+	waitFor(t, func() bool {
+		w.tickLocked()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.table[0].state == gFree
+	})
+	if w.procs[late].kept || len(w.goneList) != 0 {
+		t.Fatalf("after the process exited: slot %+v, %d records of processes gone", w.procs[late], len(w.goneList))
+	}
+}
