@@ -91,7 +91,8 @@ func TestAdoptionKeepsWhatAProcessGoneAliveHolds(t *testing.T) {
 // marked kept for a process alive stays kept, and every grant word naming it, in limbo or
 // still held (the owner died as the process left), is that process's limbo until it exits; a
 // word that names the slot with another state, or a slot free, is held back for the scan; a
-// marked slot whose process has exited is let go at the first round.
+// marked slot whose process has exited is let go at the first round, and its grants once no
+// process is still to rejoin (one may claim them: the words are all that gave them).
 func TestRebuildReadsSlotsKeptForProcessesGoneAlive(t *testing.T) {
 	sleeper := exec.Command("sleep", "60")
 	must(t, "start a process to watch", sleeper.Start())
@@ -160,11 +161,18 @@ func TestRebuildReadsSlotsKeptForProcessesGoneAlive(t *testing.T) {
 	w.tickLocked()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.procs[exited].kept || c.slotLoad(exited, sSerial) != 0 || w.table[4].state != gFree {
+	if w.procs[exited].kept || c.slotLoad(exited, sSerial) != 0 || w.table[4].state != gLimbo || w.table[4].gone != w.unclaimed {
 		t.Fatalf("a kept process that has exited, after a round: slot %+v, grant 4 %+v", w.procs[exited], w.table[4])
 	}
 	if !w.procs[alive].kept || c.slotLoad(alive, sSerial) != 5|serialGone || w.table[1].gone != kept {
 		t.Fatalf("a kept process alive, after a round: slot %+v, grant 1 %+v", w.procs[alive], w.table[1])
+	}
+	w.procs[rejoining].rejoin = false // it rejoined (claiming grant 0 only)
+	w.mu.Unlock()
+	w.tickLocked()
+	w.mu.Lock()
+	if w.table[4].state != gFree {
+		t.Fatalf("grant 4 of a kept process that has exited, once no process is to rejoin: %+v", w.table[4])
 	}
 	kept.watch.stop()
 }
@@ -325,4 +333,69 @@ func TestExpiredRejoinBeforeScanPinsOnce(t *testing.T) {
 	if w.procs[late].kept || len(w.goneList) != 0 {
 		t.Fatalf("after the process exited: slot %+v, %d records of processes gone", w.procs[late], len(w.goneList))
 	}
+}
+
+// A scribbler that forges a slot kept for a process gone alive, one that has exited (its pid
+// 0), and words saying the grants of a process still to rejoin are that one's limbo, has them
+// given back at the new owner's first round only if nothing waits for the rejoins: they stay
+// unclaimed while a process may still claim them, so the process, rejoining after the round,
+// claims them and no other process (the filler) is lent any of its memory.
+func TestForgedKeptSlotGivesNoRejoiningProcessGrantAway(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 16<<20)
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	q := startChild(t, path, childQuietEnv+"=1")
+	h := q.alloc(t, 5000, 4)
+	c := &p.c
+	var held []int
+	for g := range p.grants() {
+		if _, state, slot := unpackGrant(c.load(c.grantWord(g))); state == 0 && slot == q.slot {
+			held = append(held, g)
+		}
+	}
+	if len(held) == 0 {
+		t.Fatal("the process holds no grant")
+	}
+	const forged = 7 // a slot no process holds (Slots 8)
+	if forged == p.Slot() || forged == q.slot {
+		t.Fatalf("slots %d and %d taken", p.Slot(), q.slot)
+	}
+	must(t, "stop the process", q.cmd.Process.Signal(syscall.SIGSTOP)) // it rejoins late
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	c.slotStore(forged, sSerial, 1|serialGone) // its pid 0: a process that has exited
+	for _, g := range held {
+		c.store(c.grantWord(g), packGrant(1, gLimbo, forged))
+	}
+	startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
+	waitFor(t, func() bool { return p.Rejoined() == 1 })
+	// The new owner's round let the forged slot go (its process has exited), well within its
+	// Timeout (300 ms): the process is still to rejoin.
+	waitFor(t, func() bool { return c.slotLoad(forged, sSerial) == 0 })
+	// The filler takes every grant free now (none: all wait for the rejoin).
+	var filled [][]byte
+	for p.SharedStats().Pool.Free > 0 {
+		b, err := p.Alloc(1 << 20)
+		must(t, "Alloc", err)
+		fill(b, 9)
+		filled = append(filled, b)
+	}
+	must(t, "resume the process", q.cmd.Process.Signal(syscall.SIGCONT))
+	if got := q.do(t, "K %s 4", fmtHandle(h)); got != "OK" {
+		t.Fatalf("the buffer of the process that rejoins late, after a filler: %s", got)
+	}
+	waitFor(t, func() bool { return q.do(t, "J") == "J 1" }) // (refused, it never rejoins)
+	if got := q.do(t, "C %s 4", fmtHandle(h)); got != "OK" {
+		t.Fatalf("the buffer of the process that rejoined late, by its handle: %s", got)
+	}
+	for _, x := range filled {
+		must(t, "Free", p.Free(x))
+	}
+	if got := q.do(t, "F %s", fmtHandle(h)); got != "OK" {
+		t.Fatalf("F: %s", got)
+	}
+	q.quit(t)
+	must(t, "Close", p.Close())
 }

@@ -221,6 +221,9 @@ func (w *Owner) tickLocked() []retirement {
 	defer w.mu.Unlock()
 	defer w.cond.Broadcast()
 	w.settleUnclaimed()
+	// What only the words gave a process gone (fromWords) a process still to rejoin may claim:
+	// once that one has exited, it waits unclaimed while one may (claim.go), as the scan's.
+	pending := w.rejoinsPending()
 	var retired []retirement
 	kept := w.goneList[:0]
 	for _, g := range w.goneList {
@@ -250,7 +253,11 @@ func (w *Owner) tickLocked() []retirement {
 		var fenced []int
 		for i := range w.table {
 			if t := w.table[i]; t.gone == g && (t.state == gLimbo || t.state == gOrphan) && g.exited && g.pins[i] == 0 {
-				fenced = append(fenced, i)
+				if pending && g.fromWords {
+					w.unclaim(i)
+				} else {
+					fenced = append(fenced, i)
+				}
 			}
 		}
 		w.fence(fenced)

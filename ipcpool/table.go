@@ -49,7 +49,8 @@ type gone struct {
 	// retains: it may hold retain bits (flagRetains), let go once it exits.
 	retains bool
 	// fromWords: what it holds, only the control region's words gave it (an adoption's
-	// scan), or a process refused at its rejoin claimed: a rejoin may claim it (claim.go).
+	// scan), or a process refused at its rejoin claimed: a rejoin may claim it (claim.go), and
+	// once the process has exited it waits unclaimed while a process may still rejoin.
 	fromWords bool
 	// pins counts, per grant, the entries of the process's that others still retain.
 	pins    map[int]int
