@@ -340,22 +340,29 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 			return h.deferHeld(p, u, &s)
 		}
 	}
-	return h.freeOn(owner, p, size, s, l)
-}
-
-// freeOn frees the live block p of owner, of size bytes, in the order of stream s, whose list
-// is l: FreeAsync's free, and a held block's at its last Release. h.mu is held.
-func (h *Heap) freeOn(owner *heap.Heap, p cuda.DevicePtr, size uintptr, s cuda.Stream, l *deferredList) error {
+	// (The body, not a call: the pair's hot path. A held block's Release frees the same way.)
 	if err := h.scrub(p, &s); err != nil {
 		return err
 	}
-	if owner == h.streams[s] && size <= heap.HugeThreshold {
+	if h.reusableOn(owner, s, size) {
 		return h.free(owner, p)
 	}
+	h.deferOn(l, p)
+	return nil
+}
+
+// reusableOn reports whether a block of owner, of size bytes, freed in the order of stream s
+// is free at once, for s's next allocations (FreeAsync's same-stream rule). h.mu is held.
+func (h *Heap) reusableOn(owner *heap.Heap, s cuda.Stream, size uintptr) bool {
+	return owner == h.streams[s] && size <= heap.HugeThreshold
+}
+
+// deferOn defers the free of block p to the point its stream, whose list is l, passes next
+// (FreeAsync's free on another stream). h.mu is held.
+func (h *Heap) deferOn(l *deferredList, p cuda.DevicePtr) {
 	h.lists.Push(l, p)
 	h.deferred[p] = true
 	h.st.DeferredFrees++
-	return nil
 }
 
 // lock takes h.mu, or fails with ErrClosed (and leaves it unlocked) after Close.

@@ -139,7 +139,14 @@ func (h *Heap) releasedFree(p cuda.DevicePtr, s *cuda.Stream, l *deferredList) e
 	} else if err == nil {
 		var size uintptr
 		if size, err = h.g.Size(uintptr(p)); err == nil {
-			err = h.freeOn(owner, p, size, *s, l)
+			err = h.scrub(p, s)
+		}
+		switch {
+		case err != nil:
+		case h.reusableOn(owner, *s, size):
+			err = h.free(owner, p)
+		default:
+			h.deferOn(l, p)
 		}
 	}
 	if err != nil {
