@@ -37,12 +37,13 @@ import (
 // one keeps: a process refused (any process of the pool may ask to rejoin as anything) takes
 // no grant from one that rejoins.
 //
-// A process the previous owner had lost alive (leave.go) does not rejoin, and claims nothing:
-// its slot's line and the words are all the record of it, so forged ones can give its grants
-// back before it exits, or keep grants back until a process the line names exits. A process
-// still to rejoin may claim what they keep (fromWords), and what the words alone gave a process
-// gone (kept so, or refused) waits, once that one has exited, unclaimed while a process may
-// still rejoin: a forged kept slot of a process that has exited gives none of its grants away.
+// A process the previous owner had lost alive (leave.go) is not taken back: a rejoin of it is
+// refused, and its claims take nothing from what its slot keeps (keptFor). Its slot's line and the
+// words are all the record of it, so forged ones can give its grants back before it exits, or keep
+// grants back until a process the line names exits. A process still to rejoin may claim what they
+// keep (fromWords), and what the words alone gave a process gone (kept so, or refused) waits, once
+// that one has exited, unclaimed while a process may still rejoin: a forged kept slot of a process
+// that has exited gives none of its grants away.
 //
 // A process that lies in its own claims (on its own connection: it cannot speak for another)
 // is another matter: the first claim of a grant stands, so a liar that rejoins before the
