@@ -13,9 +13,9 @@ type Stats struct {
 	// CUDA graph capture refused included, until the heap synchronizes the context for them.
 	Streams int
 	// Live and InUse count the blocks not yet freed (a deferred free counts until it is done,
-	// and a held block's free until its last Release) and the bytes asked for them. PeakInUse is the sum of each stream's heap's peak of
-	// InUse: exact with one stream, an upper bound on the true peak with several (as
-	// pinned.Stats.PeakInUse is over shards).
+	// and a held block's free until its last Release) and the bytes asked for them. PeakInUse
+	// is the sum of each stream's heap's peak of InUse: exact with one stream, an upper bound
+	// on the true peak with several (as pinned.Stats.PeakInUse is over shards).
 	Live, InUse, PeakInUse uint64
 	// Deferred is the number of frees waiting for their stream to pass them.
 	Deferred int
