@@ -21,6 +21,8 @@ import (
 // once that stream has passed a point placed after the Release, after the FreeAsync. A stream
 // forgotten since the FreeAsync (ForgetStream synchronized it: it has passed the FreeAsync) takes
 // no list: the free is a Free then (streamq's Lists.GetKnown makes the look and the list one step).
+// ForgetStream forgets a stream only once it has waited for it, and waits for it even with no
+// state of its own there while a held block's free waits on it.
 //
 // A held block is live in its stream heap, freed or not: nothing else frees it (the deferred
 // lists hold only blocks freed with no hold left, Trim and the idle purge give back empty
@@ -176,6 +178,17 @@ func (h *Heap) freedHeld(p cuda.DevicePtr) bool {
 	}
 	u, ok := h.held[p]
 	return ok && u.freed != 0
+}
+
+// heldFreedOn reports whether a held block's FreeAsync on s waits for its last Release: s must
+// not be forgotten before it has passed that FreeAsync (ForgetStream). h.mu is held.
+func (h *Heap) heldFreedOn(s cuda.Stream) bool {
+	for _, u := range h.held {
+		if u.freed == heldFreedAsync && u.stream == s {
+			return true
+		}
+	}
+	return false
 }
 
 // heldBlock is a held block: its holds, and the free waiting for them, if any.

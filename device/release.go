@@ -86,8 +86,11 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	// Streams parked before (destroyed ones, this one's handle or another's): released now if
 	// the context can be synchronized.
 	perr := h.settleParked(true)
-	l := h.lists.Forget(uintptr(s))
-	if l == nil && h.streams[s] == nil {
+	// Forgotten only once waited for (or parked): a held block's FreeAsync on s, made at its last
+	// Release, is a plain free once s is forgotten (hold.go), so s must have passed it by then.
+	l := h.lists.Lookup(uintptr(s))
+	if l == nil && h.streams[s] == nil && !h.heldFreedOn(s) {
+		h.lists.Forget(uintptr(s))
 		switch {
 		case perr != nil && h.parkedAs(s):
 			return fmt.Errorf("device: forget stream %#x, destroyed and parked: %w", s, perr)
@@ -102,12 +105,12 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if err := h.lists.Points().WaitStream(uintptr(s)); err != nil {
 		if park, err := h.waitRefused(s, err); err != nil {
 			if park {
-				h.park(s, l)
+				h.park(s, h.lists.Forget(uintptr(s)))
 			}
 			return err
 		}
 	}
-	if l != nil {
+	if l = h.lists.Forget(uintptr(s)); l != nil {
 		h.done = h.lists.Release(l, h.done)
 	}
 	if err := h.finishDone(); err != nil {

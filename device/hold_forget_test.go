@@ -1,0 +1,125 @@
+package device
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"testing"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+)
+
+// heldFreedBehind holds block p of a's, queues a memset of it on s (held back: f.Hold) and frees
+// it on s, and returns the hold: the FreeAsync waits for the Release, s's memset for the test.
+func heldFreedBehind(t *testing.T, f *fakecuda.Driver, h *Heap, p cuda.DevicePtr, n uintptr, s cuda.Stream) Hold {
+	t.Helper()
+	hd, err := h.Hold(pcuda.DevicePtr(p))
+	must(t, "Hold", err)
+	f.Hold(true)
+	must(t, "MemsetAsync on s", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, int(n), pcuda.Stream(s)))
+	must(t, "FreeAsync on s of the held block", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+	return hd
+}
+
+// retireList keeps a free deferred on b (behind a memset held back) and polls until s's list,
+// empty, has left the lists (listLinger polls), and returns that free's block.
+func retireList(t *testing.T, h *Heap, a, b, s cuda.Stream, n uintptr) cuda.DevicePtr {
+	t.Helper()
+	q := alloc(t, h, n, a)
+	must(t, "MemsetAsync on b", h.MemsetAsync(pcuda.DevicePtr(q), 0, int(n), pcuda.Stream(b)))
+	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
+	for range listLinger + 1 {
+		_ = h.Stats()
+	}
+	h.mu.Lock()
+	l := h.lists.Lookup(uintptr(s))
+	h.mu.Unlock()
+	if l != nil {
+		t.Fatal("s's list stayed in the lists: the test proves nothing")
+	}
+	return q
+}
+
+// reusedBehind allocates n bytes on a and writes them while s's memset of p may be held back
+// still, then runs every stream's work: the bytes must survive. It returns the block.
+func reusedBehind(t *testing.T, f *fakecuda.Driver, h *Heap, p cuda.DevicePtr, n uintptr, a cuda.Stream) (q cuda.DevicePtr) {
+	t.Helper()
+	q = alloc(t, h, n, a)
+	want := pattern(int(n), 0x5C)
+	must(t, "HtoD", h.HtoD(pcuda.DevicePtr(q), want))
+	f.Hold(false)
+	f.Complete()
+	got := make([]byte, n)
+	must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
+	if !bytes.Equal(got, want) {
+		t.Errorf("the Alloc after the Release got %s, and its bytes are %s",
+			pick(q == p, "the held block, freed on s", "another block"),
+			intactBy(bytes.Equal(got, want), "s's memset"))
+	}
+	return q
+}
+
+// TestFakeHoldForgetStreamWaits: a held block freed on stream s, whose list has left the lists
+// (empty for listLinger polls) and which has no heap: ForgetStream(s) must still wait for s, as
+// the free, made at the last Release, is then a plain free (s forgotten). Before, ForgetStream
+// found nothing of s's and returned at once, s's memset of the block still queued; the block,
+// freed at the Release, came back from the next Alloc and the memset overwrote its new bytes.
+func TestFakeHoldForgetStreamWaits(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, b := newStream(t, dev, h), newStream(t, dev, h)
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	const n = 64 << 10
+	p := alloc(t, h, n, a)
+	hd := heldFreedBehind(t, f, h, p, n, s)
+	retireList(t, h, a, b, s, n)
+	must(t, "ForgetStream s", h.ForgetStream(pcuda.Stream(s)))
+	must(t, "StreamDestroy s", dev.StreamDestroy(s))
+	must(t, "Release", hd.Release())
+	r := reusedBehind(t, f, h, p, n, a)
+	must(t, "Sync", h.Sync())
+	must(t, "Verify", h.Verify())
+	freeAll(t, h, []cuda.DevicePtr{r})
+	if st := h.Stats(); st.Live != 0 || st.Deferred != 0 {
+		t.Errorf("after every free: %d live, %d deferred; want none", st.Live, st.Deferred)
+	}
+}
+
+// TestFakeHoldForgetStreamCapturing: ForgetStream(s) refused while s captures a CUDA graph keeps
+// s: a held block's free on s, made at the last Release after s's list has left the lists, must
+// still wait for s. Before, the refused ForgetStream had marked s forgotten already, and the
+// Release made the free a plain one, s's memset of the block still queued: the next Alloc got
+// the block and the memset overwrote its new bytes.
+func TestFakeHoldForgetStreamCapturing(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, b, s := newStream(t, dev, h), newStream(t, dev, h), newStream(t, dev, h)
+	const n = 64 << 10
+	p := alloc(t, h, n, a)
+	hd := heldFreedBehind(t, f, h, p, n, s)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureGlobal))
+	ferr := h.ForgetStream(pcuda.Stream(s))
+	g, cerr := dev.StreamEndCapture(s)
+	must(t, "StreamEndCapture", cerr)
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if !errors.Is(ferr, pcuda.ErrCapturing) {
+		t.Fatalf("ForgetStream of a capturing stream = %v, want an error matching cuda.ErrCapturing", ferr)
+	}
+	retireList(t, h, a, b, s, n)
+	must(t, "Release", hd.Release())
+	r := reusedBehind(t, f, h, p, n, a)
+	must(t, "Sync", h.Sync())
+	must(t, "Verify", h.Verify())
+	freeAll(t, h, []cuda.DevicePtr{r})
+}
