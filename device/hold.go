@@ -22,7 +22,9 @@ import (
 // forgotten since the FreeAsync (ForgetStream synchronized it: it has passed the FreeAsync) takes
 // no list: the free is a Free then (streamq's Lists.GetKnown makes the look and the list one step).
 // ForgetStream forgets a stream only once it has waited for it, and waits for it even with no
-// state of its own there while a held block's free waits on it.
+// state of its own there while a held block's free waits on it. A stream parked since
+// (destroyed, its ForgetStream refused during a capture: park.go) is waited for only by a
+// synchronize of the context: the free waits for that too, parked (parkFree).
 //
 // A held block is live in its stream heap, freed or not: nothing else frees it (the deferred
 // lists hold only blocks freed with no hold left, Trim and the idle purge give back empty
@@ -92,12 +94,13 @@ func (d Hold) Block() cuda.DevicePtr { return d.base }
 func (d Hold) Size() int { return int(d.size) }
 
 // Release ends the hold. At the block's last, a Free or FreeAsync made meanwhile takes effect,
-// as it would have at this moment (a FreeAsync's once its stream has passed the Release); its
-// error, if any, is Release's, and the block is then live again, as after a failed Free (with
-// Options.ZeroOnFree, a memset that a CUDA graph capture refuses, say). Errors: one wrapping
-// heap.ErrDoubleFree for a Release of a hold already ended (the block's last, or any once the
-// block was freed and held again since), ErrNotOwned for the zero Hold, ErrClosed after the
-// heap's Close.
+// as it would have at this moment (a FreeAsync's once its stream has passed the Release, or,
+// for a stream destroyed and parked since (ForgetStream), once the heap has synchronized the
+// context, as for the stream's own deferred frees); its error, if any, is Release's, and the
+// block is then live again, as after a failed Free (with Options.ZeroOnFree, a memset that a
+// CUDA graph capture refuses, say). Errors: one wrapping heap.ErrDoubleFree for a Release of a
+// hold already ended (the block's last, or any once the block was freed and held again since),
+// ErrNotOwned for the zero Hold, ErrClosed after the heap's Close.
 func (d Hold) Release() error {
 	h := d.h
 	if h == nil {
@@ -120,6 +123,11 @@ func (d Hold) Release() error {
 	case heldFreed:
 		return h.releasedFree(d.base, nil, nil)
 	case heldFreedAsync:
+		// A stream parked since (destroyed, and a capture kept ForgetStream from waiting for
+		// it): only a synchronize of the context waits for its work, and the free with it.
+		if h.parkedWaits(u.stream) {
+			return h.parkFree(d.base, u.stream)
+		}
 		// The stream's list, unless ForgetStream forgot the stream since the FreeAsync: it
 		// synchronized the stream then, which has passed the FreeAsync, and the free is a Free.
 		if l := h.lists.GetKnown(streamq.Stream(u.stream)); l != nil {
@@ -154,6 +162,34 @@ func (h *Heap) releasedFree(p cuda.DevicePtr, s *cuda.Stream, l *deferredList) e
 	if err != nil {
 		return fmt.Errorf("device: the free of block %#x deferred to its last Release (the block stays allocated): %w", p, err)
 	}
+	return nil
+}
+
+// parkedWaits reports whether a stream parked with handle s (park.go) waits still for a
+// synchronize of the context. h.mu is held.
+func (h *Heap) parkedWaits(s cuda.Stream) bool {
+	pts := h.points()
+	for _, ps := range h.parked {
+		if ps.s == s && !ps.freed && !pts.SyncedSince(ps.mark) {
+			return true
+		}
+	}
+	return false
+}
+
+// parkFree makes the free of held block p, freed on stream s parked since (parkedWaits), wait
+// for the next synchronize of the context, as the parked stream's own deferred frees do: on a
+// list of its own, parked apart from every handle (streamq's Lists.ParkItems), released by
+// settleParked. With Options.ZeroOnFree the block is cleared then (scrubParked), once the
+// destroyed stream's work, which may still write it, has run. h.mu is held.
+func (h *Heap) parkFree(p cuda.DevicePtr, s cuda.Stream) error {
+	if _, err := h.owner(p); err != nil {
+		return fmt.Errorf("device: the free of block %#x deferred to its last Release (the block stays allocated): %w", p, err)
+	}
+	l := h.lists.ParkItems(streamq.Stream(s), []cuda.DevicePtr{p})
+	h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), list: l, scrub: h.zeroOnFree})
+	h.deferred[p] = true
+	h.st.DeferredFrees++
 	return nil
 }
 

@@ -123,3 +123,74 @@ func TestFakeHoldForgetStreamCapturing(t *testing.T) {
 	must(t, "Verify", h.Verify())
 	freeAll(t, h, []cuda.DevicePtr{r})
 }
+
+// TestFakeHoldParkedStream: a held block freed on stream s, which the user then destroys, and
+// whose ForgetStream a capture on another stream refuses: s is parked, its work waited for only
+// by a synchronize of the context. The free, made at the last Release, must wait for that
+// synchronize too. Before, the Release found s forgotten and made the free a plain one, s's
+// memset of the block still queued: the next Alloc got the block and the memset overwrote its
+// new bytes.
+func TestFakeHoldParkedStream(t *testing.T) { holdParked(t, false) }
+
+// TestFakeHoldParkedStreamZeroOnFree is TestFakeHoldParkedStream with Options.ZeroOnFree: the
+// block is cleared once the synchronize of the context has run s's memset, not before, and
+// comes back zero.
+func TestFakeHoldParkedStreamZeroOnFree(t *testing.T) { holdParked(t, true) }
+
+func holdParked(t *testing.T, zero bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1, ZeroOnFree: zero})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, c := newStream(t, dev, h), newStream(t, dev, h)
+	keep := alloc(t, h, 4096, c) // c has a heap: the heap sees its capture
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	const n = 64 << 10
+	p := alloc(t, h, n, a)
+	hd := heldFreedBehind(t, f, h, p, n, s)
+	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(s))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	ferr := h.ForgetStream(pcuda.Stream(s))
+	g, cerr := dev.StreamEndCapture(c)
+	if cerr != nil {
+		t.Fatalf("ForgetStream invalidated the user's capture: %v", cerr)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if !errors.Is(ferr, pcuda.ErrCapturing) {
+		t.Fatalf("ForgetStream of a destroyed stream during a capture = %v, want an error matching cuda.ErrCapturing", ferr)
+	}
+	must(t, "Release", hd.Release())
+	if st := h.Stats(); st.Deferred != 1 || st.Live != 2 {
+		t.Errorf("after the Release: %d deferred, %d live; want 1 (the held block's free, parked), 2", st.Deferred, st.Live)
+	}
+	if ds := h.DeferredByStream(); len(ds) != 1 || ds[0].Stream != pcuda.Stream(s) || ds[0].Blocks != 1 {
+		t.Errorf("DeferredByStream = %+v, want the held block's free under s's handle %#x", ds, s)
+	}
+	must(t, "Verify", h.Verify())
+	r := reusedBehind(t, f, h, p, n, a)
+	must(t, "Sync", h.Sync()) // synchronizes the context: the parked free is done
+	if st := h.Stats(); st.Deferred != 0 || st.Live != 2 {
+		t.Errorf("after Sync: %d deferred, %d live; want 0, 2", st.Deferred, st.Live)
+	}
+	must(t, "Verify", h.Verify())
+	if zero {
+		q := alloc(t, h, n, a) // the block freed by Sync, back in a's heap
+		if q != p {
+			t.Fatalf("a's Alloc got %#x, not the block %#x Sync freed: the test proves nothing", q, p)
+		}
+		got := make([]byte, n)
+		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
+		if !bytes.Equal(got, make([]byte, n)) {
+			t.Error("ZeroOnFree: the held block freed on a parked stream came back with s's bytes")
+		}
+		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
+	}
+	freeAll(t, h, []cuda.DevicePtr{keep, r})
+	if st := h.Stats(); st.Live != 0 {
+		t.Errorf("%d live after every free, want 0", st.Live)
+	}
+}

@@ -49,6 +49,7 @@ type parkedStream struct {
 	trims *streamq.List[trimReq] // the idle purge's requests for sh, or nil
 	sh    *heap.Heap             // its heap, or nil (none, or closed)
 	freed bool                   // a synchronize of the context has passed it: its work is done
+	scrub bool                   // list's blocks are cleared before they are freed (parkFree)
 }
 
 // park moves s's list l (nil: none), the purge's list of s and s's heap out from under the
@@ -93,6 +94,12 @@ func (h *Heap) settleParked(wait bool) error {
 		if !ps.freed && !pts.SyncedSince(ps.mark) {
 			continue // its destroyed stream's work may still be queued
 		}
+		if ps.scrub && ps.list != nil {
+			if serr := h.scrubParked(ps.list); serr != nil {
+				err = errors.Join(err, serr)
+				continue // parked still: cleared and freed at a later call
+			}
+		}
 		ps.freed = true
 		if ps.list != nil {
 			h.done = h.lists.Release(ps.list, h.done)
@@ -124,6 +131,19 @@ func (h *Heap) settleParked(wait bool) error {
 		return true
 	})
 	return err
+}
+
+// scrubParked clears (Options.ZeroOnFree) the blocks of parked list l, whose stream the
+// context's synchronize has passed (parkFree). h.mu is held.
+func (h *Heap) scrubParked(l *deferredList) error {
+	var ps []cuda.DevicePtr
+	l.Items(func(marked, open []cuda.DevicePtr) { ps = append(append(ps, marked...), open...) })
+	for _, p := range ps {
+		if err := h.scrub(p, nil); err != nil {
+			return fmt.Errorf("device: the free of held block %#x, made at its last Release, waits: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // syncParked synchronizes the context for the parked streams, unless a capture holds a stream

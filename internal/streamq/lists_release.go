@@ -180,6 +180,30 @@ func (ls *Lists[T]) Park(l *List[T]) {
 	}
 }
 
+// ParkItems returns a new list of stream s holding vs, parked as Park leaves a list: out of the
+// lists, its items out of every poll, drain and recovery, for the caller to Release once the
+// context has been synchronized after the call. For items that must wait with a stream parked
+// already (a device heap's free of a held block, made at its last Release after its stream was
+// parked). It is the reclaimer's, as Park is.
+func (ls *Lists[T]) ParkItems(s Stream, vs []T) *List[T] {
+	l := &List[T]{s: s, gone: true}
+	l.left.Store(true)
+	l.open = append(l.open, vs...)
+	l.openT = ls.measureAll(vs)
+	if l.openT.Weight != 0 {
+		ls.weight.Add(l.openT.Weight)
+	}
+	if len(vs) > 0 {
+		ls.mu.Lock()
+		if ls.parked == nil {
+			ls.parked = map[*List[T]]bool{}
+		}
+		ls.parked[l] = true
+		ls.mu.Unlock()
+	}
+	return l
+}
+
 // Items calls f with l's items (marked, then open: oldest first) under l's lock; f must not keep
 // them nor call the lists. For a list out of the lists (Park), which Range does not walk.
 func (l *List[T]) Items(f func(marked, open []T)) {

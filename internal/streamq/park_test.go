@@ -136,3 +136,39 @@ func TestSyncedSince(t *testing.T) {
 		t.Fatal("SyncedSince: false after a later synchronize succeeded")
 	}
 }
+
+// TestParkItems: a list made parked (ParkItems) for a stream with a list of its own keeps its
+// items apart as a parked one does: the stream's list is untouched, a poll and a drain hand
+// nothing of it back, Weight, Totals and Verify count it, and Release hands its items back and
+// ends its parking.
+func TestParkItems(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, _, p, _ := testStreams(t, dev, 1)
+	s := ss[0]
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
+	own := ls.Get(s)
+	l := ls.ParkItems(s, []int{7, 8})
+	if ls.Lookup(s) != own || !l.Left() || ls.Weight() != 2 || ls.Totals().Items != 2 {
+		t.Fatalf("ParkItems: s's own list kept %v, left %v, weight %d, totals %+v; want true, true, 2, 2 items",
+			ls.Lookup(s) == own, l.Left(), ls.Weight(), ls.Totals())
+	}
+	if err := ls.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
+	done, err := ls.Poll(nil)
+	if err == nil {
+		done, err = ls.Drain(done)
+	}
+	if err != nil || len(done) != 0 {
+		t.Fatalf("poll and drain: %v back, %v; want nothing (the items are parked)", done, err)
+	}
+	if done = ls.Release(l, nil); !slices.Equal(done, []int{7, 8}) || ls.Weight() != 0 || ls.Totals().Items != 0 {
+		t.Fatalf("Release: %v back, weight %d, totals %+v; want [7 8], 0, none", done, ls.Weight(), ls.Totals())
+	}
+	if err := ls.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
+}
