@@ -75,14 +75,11 @@ func fillDevice(t *testing.T, h *device.Heap, n int) []pubcuda.DevicePtr {
 	}
 }
 
-// abandonedDeviceTransfer: over shared memory (no UCX failure handling), a connection abandoned
-// while UCX still holds a transfer's put or get of device memory ends the transfer with ErrPeer,
-// while UCX may still read the local device block (the rest of a put) or write it (a get's
-// bytes). So the block stays held in its heap: its Free returns at once, and the heap, filled to
-// the brim, never hands it out again, until UCX completes the operation (the peer reads again)
-// or the worker's Close has made its last call on UCX's worker; then the Free takes effect.
-// Nothing held device memory before: the Free gave the block back at once, and the next
-// allocation of its size got it, with UCX's request on it still in flight.
+// abandonedDeviceTransfer is an abandoned transfer's case (abandoned) on device memory: the
+// block stays held in its heap, so its Free returns at once and the heap, filled to the brim,
+// never hands it out again until UCX lets go. Nothing held device memory before: the Free gave
+// the block back at once, and the next allocation of its size got it, with UCX's request on it
+// still in flight.
 func abandonedDeviceTransfer(t *testing.T, mode Mode, get, closed bool) {
 	needUCX(t)
 	f, dev := fakecuda.RunDevice(t)
@@ -91,149 +88,47 @@ func abandonedDeviceTransfer(t *testing.T, mode Mode, get, closed bool) {
 	}
 	f.SetVMM(false) // cuMemAlloc regions: the fake's VMM memory is closed to the CPU, and so to UCX
 	t.Setenv("UCX_TLS", "sm")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	h, err := device.New(cuda.Wrap[*pubcuda.Device](dev), device.Options{Capacity: 64 << 20, PurgeDelay: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(Options{SharedMemory: true, Mode: mode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wClosed := false
-	defer func() {
-		if !wClosed {
-			_ = w.Close()
-		}
-	}()
-	peer, err := New(Options{SharedMemory: true, Mode: mode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	registerFakeDevice(t, w, h)
-	q, err := testPool(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	qr, err := peer.Register(q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := peer.Address()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wc, err := w.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := peer.Accept(ctx); err != nil {
-		t.Fatal(err)
-	}
-	const n = 8 << 20 // far beyond the peer's FIFO: a put stays in flight while the peer does not read
-	mine, err := h.Alloc(n, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs, err := q.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := describe(t, qr, theirs)
-
-	peer.mu.Lock() // the peer stops reading: its progress waits for the mutex
-	stalled := true
-	defer func() {
-		if stalled {
-			peer.mu.Unlock()
-		}
-	}()
-	tx := wc.NewTransfer()
-	if get {
-		err = tx.GetDevice(mine, n, d)
-	} else {
-		err = tx.PutDevice(mine, n, d)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.mu.Lock()
-	sending := false
-	for i := range w.slots {
-		if s := &w.slots[i]; s.kind == slotOp && s.t == tx && s.lr != nil && s.sending {
-			sending = true
-		}
-	}
-	w.peerExited(wc) // as the pidfd says of a peer that exited
-	w.mu.Unlock()
-	if !sending {
-		t.Fatal("UCX completed the operation with the peer not reading: nothing was in flight")
-	}
-	if err := tx.Wait(ctx); !errors.Is(err, ErrPeer) {
-		t.Fatalf("the abandoned transfer ended with %v, want ErrPeer", err)
-	}
-	zombies := func() int {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.zombies
-	}
-	if zombies() == 0 {
-		t.Fatal("the abandoned operation left no zombie slot: UCX completed it, nothing to keep")
-	}
-	if err := h.Free(mine); err != nil {
-		t.Fatal(err)
-	}
-	what := map[bool]string{false: "put", true: "get"}[get]
-	if live := h.Stats().Live; live != 1 {
-		t.Errorf("%d blocks live after the Free of the device block whose %s UCX still holds, want 1", live, what)
-	}
-	others := fillDevice(t, h, n)
-	if slices.Contains(others, mine) {
-		t.Fatalf("the device block of a %s UCX still holds was handed out again", what)
-	}
-	for _, p := range others {
-		if err := h.Free(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	if closed { // the peer stays stalled: the operation never completes
-		wClosed = true
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-	} else { // the peer reads again: UCX completes the operation, and the zombie lets go
-		peer.mu.Unlock()
-		stalled = false
-		for zombies() > 0 {
-			if ctx.Err() != nil {
-				t.Fatal("UCX never completed the abandoned operation once the peer read again")
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	for h.Stats().Live != 0 {
-		if ctx.Err() != nil {
-			t.Fatalf("%d blocks live once UCX let go of the operation: its hold was kept", h.Stats().Live)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if !wClosed {
-		wClosed = true
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := h.Close(); err != nil {
-		t.Fatalf("the heap's Close after its worker's: %v", err)
-	}
+	abandoned(t, mode, get, closed, &abandonedBlock{h: h})
 }
+
+// abandonedBlock is abandonedMemory of a device heap.
+type abandonedBlock struct {
+	h    *device.Heap
+	mine pubcuda.DevicePtr
+	n    int
+}
+
+func (m *abandonedBlock) what() string                     { return "device block" }
+func (m *abandonedBlock) register(t *testing.T, w *Worker) { registerFakeDevice(t, w, m.h) }
+func (m *abandonedBlock) alloc(t *testing.T, n int) {
+	var err error
+	if m.mine, err = m.h.Alloc(n, 0); err != nil {
+		t.Fatal(err)
+	}
+	m.n = n
+}
+func (m *abandonedBlock) add(tx *Transfer, get bool, d Descriptor) error {
+	if get {
+		return tx.GetDevice(m.mine, m.n, d)
+	}
+	return tx.PutDevice(m.mine, m.n, d)
+}
+func (m *abandonedBlock) free() error { return m.h.Free(m.mine) }
+func (m *abandonedBlock) live() int   { return int(m.h.Stats().Live) }
+func (m *abandonedBlock) reused(t *testing.T) bool {
+	others := fillDevice(t, m.h, m.n)
+	for _, p := range others {
+		if err := m.h.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return slices.Contains(others, m.mine)
+}
+func (m *abandonedBlock) close() error { return m.h.Close() }
 
 // TestFakeDeviceTransferHolds: PutDevice and GetDevice hold their device block in its heap
 // until the transfer ends (a Free meanwhile is made then), and Reset of a transfer never started

@@ -130,6 +130,70 @@ func TestAbandonedTransferKeepsItsBuffer(t *testing.T) {
 }
 
 func abandonedTransfer(t *testing.T, mode Mode, get, closed bool) {
+	p, err := testPool(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandoned(t, mode, get, closed, &abandonedBuffer{p: p})
+}
+
+// abandonedMemory is the local memory of an abandoned transfer's case (abandoned): a pool's
+// buffer, or a device heap's block (abandon_device_test.go).
+type abandonedMemory interface {
+	what() string                                   // "buffer", "device block"
+	register(t *testing.T, w *Worker)               // its pool or heap with w
+	alloc(t *testing.T, n int)                      // the memory of the operation
+	add(tx *Transfer, get bool, d Descriptor) error // its put or get on tx
+	free() error                                    // its Free
+	live() int                                      // the buffers or blocks live
+	reused(t *testing.T) bool                       // the memory handed out again: filled, then freed
+	close() error                                   // its pool's or heap's Close
+}
+
+// abandonedBuffer is abandonedMemory of a pool.
+type abandonedBuffer struct {
+	p    *pinned.Pool
+	mine []byte
+}
+
+func (m *abandonedBuffer) what() string { return "buffer" }
+func (m *abandonedBuffer) register(t *testing.T, w *Worker) {
+	if _, err := w.Register(m.p); err != nil {
+		t.Fatal(err)
+	}
+}
+func (m *abandonedBuffer) alloc(t *testing.T, n int) {
+	var err error
+	if m.mine, err = m.p.Alloc(n); err != nil {
+		t.Fatal(err)
+	}
+}
+func (m *abandonedBuffer) add(tx *Transfer, get bool, d Descriptor) error {
+	if get {
+		return tx.Get(m.mine, d)
+	}
+	return tx.Put(m.mine, d)
+}
+func (m *abandonedBuffer) free() error { return m.p.Free(m.mine) }
+func (m *abandonedBuffer) live() int   { return int(m.p.Usage().Live) }
+func (m *abandonedBuffer) reused(t *testing.T) bool {
+	other, err := m.p.Alloc(len(m.mine))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := m.p.Free(other); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	return &other[0] == &m.mine[0]
+}
+func (m *abandonedBuffer) close() error { return m.p.Close() }
+
+// abandoned runs one case of an abandoned transfer (TestAbandonedTransferKeepsItsBuffer) on
+// the local memory m: a put or get of 8 MiB, a peer that stops reading, its connection
+// abandoned, then the operation completed (the peer reads again) or the worker closed.
+func abandoned(t *testing.T, mode Mode, get, closed bool, m abandonedMemory) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	w, err := New(Options{SharedMemory: true, Mode: mode})
@@ -147,13 +211,7 @@ func abandonedTransfer(t *testing.T, mode Mode, get, closed bool) {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	p, err := testPool(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Register(p); err != nil {
-		t.Fatal(err)
-	}
+	m.register(t, w)
 	q, err := testPool(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -175,10 +233,7 @@ func abandonedTransfer(t *testing.T, mode Mode, get, closed bool) {
 		t.Fatal(err)
 	}
 	const n = 8 << 20 // far beyond the peer's FIFO: a put stays in flight while the peer does not read
-	mine, err := p.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m.alloc(t, n)
 	theirs, err := q.Alloc(n)
 	if err != nil {
 		t.Fatal(err)
@@ -193,12 +248,7 @@ func abandonedTransfer(t *testing.T, mode Mode, get, closed bool) {
 		}
 	}()
 	tx := wc.NewTransfer()
-	if get {
-		err = tx.Get(mine, d)
-	} else {
-		err = tx.Put(mine, d)
-	}
-	if err != nil {
+	if err := m.add(tx, get, d); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Start(); err != nil {
@@ -227,21 +277,15 @@ func abandonedTransfer(t *testing.T, mode Mode, get, closed bool) {
 	if zombies() == 0 {
 		t.Fatal("the abandoned operation left no zombie slot: UCX completed it, nothing to keep")
 	}
-	if err := p.Free(mine); err != nil {
+	if err := m.free(); err != nil {
 		t.Fatal(err)
 	}
-	if live := p.Usage().Live; live != 1 {
-		t.Fatalf("%d buffers live after the Free of the buffer whose %s UCX still holds, want 1: its hold went with the transfer's end", live, map[bool]string{false: "put", true: "get"}[get])
+	op := map[bool]string{false: "put", true: "get"}[get]
+	if live := m.live(); live != 1 {
+		t.Fatalf("%d live after the Free of the %s whose %s UCX still holds, want 1: its hold went with the transfer's end", live, m.what(), op)
 	}
-	other, err := p.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if &other[0] == &mine[0] {
-		t.Fatal("the buffer of an operation UCX still holds was handed out again")
-	}
-	if err := p.Free(other); err != nil {
-		t.Fatal(err)
+	if m.reused(t) {
+		t.Fatalf("the %s of a %s UCX still holds was handed out again", m.what(), op)
 	}
 
 	if closed { // the peer stays stalled: the operation never completes
@@ -259,9 +303,9 @@ func abandonedTransfer(t *testing.T, mode Mode, get, closed bool) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	for p.Usage().Live != 0 {
+	for m.live() != 0 {
 		if ctx.Err() != nil {
-			t.Fatalf("%d buffers live once UCX let go of the operation: its hold was kept", p.Usage().Live)
+			t.Fatalf("%d live once UCX let go of the operation: its hold was kept", m.live())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -271,8 +315,8 @@ func abandonedTransfer(t *testing.T, mode Mode, get, closed bool) {
 			t.Fatal(err)
 		}
 	}
-	if err := p.Close(); err != nil {
-		t.Fatalf("the pool's Close after its worker's: %v", err)
+	if err := m.close(); err != nil {
+		t.Fatalf("the Close of the %s's pool or heap after its worker's: %v", m.what(), err)
 	}
 }
 
