@@ -3,7 +3,6 @@ package device
 import (
 	"bytes"
 	"errors"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -115,23 +114,15 @@ func TestFakeForgetDestroyedStreamBesideCapture(t *testing.T) {
 	keep := alloc(t, h, 4096, c)
 	const n = 64 << 10
 	s, _, _ := destroyedWithFrees(t, f, dev, h, a, n)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
-	err := h.ForgetStream(pcuda.Stream(s))
-	h.mu.Lock() // no Stats: its poll would answer s, refused, once the capture has ended
-	_, under := h.streams[pcuda.Stream(s)]
-	kept := !under && h.lists.Lookup(uintptr(s)) == nil && h.parkedAs(pcuda.Stream(s)) && h.parkedHeaps() == 1
-	deferred := len(h.deferred)
-	h.mu.Unlock()
-	g, cerr := dev.StreamEndCapture(c)
-	if cerr != nil {
-		t.Fatalf("ForgetStream invalidated the user's capture: %v", cerr)
-	}
-	must(t, "GraphDestroy", dev.GraphDestroy(g))
-	if !errors.Is(err, pcuda.ErrCapturing) {
-		t.Fatalf("ForgetStream of a destroyed stream during a capture: %v; want an error matching cuda.ErrCapturing", err)
-	}
+	var kept bool
+	var deferred int
+	err := forgetDuringCapture(t, dev, h, c, s, func() {
+		h.mu.Lock() // no Stats: its poll would answer s, refused, once the capture has ended
+		_, under := h.streams[pcuda.Stream(s)]
+		kept = !under && h.lists.Lookup(uintptr(s)) == nil && h.parkedAs(pcuda.Stream(s)) && h.parkedHeaps() == 1
+		deferred = len(h.deferred)
+		h.mu.Unlock()
+	})
 	t.Logf("ForgetStream during the capture: %v", err)
 	if deferred != 1 || !kept {
 		t.Fatalf("ForgetStream refused during a capture: %d deferred, s's list and heap parked apart from its handle %v; want 1, true (nothing changes owner)", deferred, kept)

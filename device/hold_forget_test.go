@@ -151,18 +151,7 @@ func holdParked(t *testing.T, zero bool) {
 	p := alloc(t, h, n, a)
 	hd := heldFreedBehind(t, f, h, p, n, s)
 	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(s))
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
-	ferr := h.ForgetStream(pcuda.Stream(s))
-	g, cerr := dev.StreamEndCapture(c)
-	if cerr != nil {
-		t.Fatalf("ForgetStream invalidated the user's capture: %v", cerr)
-	}
-	must(t, "GraphDestroy", dev.GraphDestroy(g))
-	if !errors.Is(ferr, pcuda.ErrCapturing) {
-		t.Fatalf("ForgetStream of a destroyed stream during a capture = %v, want an error matching cuda.ErrCapturing", ferr)
-	}
+	forgetDuringCapture(t, dev, h, c, s, nil)
 	must(t, "Release", hd.Release())
 	if st := h.Stats(); st.Deferred != 1 || st.Live != 2 {
 		t.Errorf("after the Release: %d deferred, %d live; want 1 (the held block's free, parked), 2", st.Deferred, st.Live)

@@ -50,18 +50,7 @@ func TestFakeParkedStreamHandleReuse(t *testing.T) {
 	must(t, "FreeAsync on s", h.FreeAsync(pcuda.DevicePtr(mine), pcuda.Stream(s))) // to s's heap
 	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(s))
 
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
-	ferr := h.ForgetStream(pcuda.Stream(s))
-	g, cerr := dev.StreamEndCapture(c)
-	if cerr != nil {
-		t.Fatalf("ForgetStream invalidated the user's capture: %v", cerr)
-	}
-	must(t, "GraphDestroy", dev.GraphDestroy(g))
-	if !errors.Is(ferr, pcuda.ErrCapturing) {
-		t.Fatalf("ForgetStream of a destroyed stream during a capture: %v; want an error matching cuda.ErrCapturing", ferr)
-	}
+	forgetDuringCapture(t, dev, h, c, s, nil)
 	if f.Pending() == 0 {
 		t.Fatal("s's memset ran: the test holds nothing")
 	}
@@ -354,4 +343,27 @@ func TestFakeForgetNewStreamOnParkedHandle(t *testing.T) {
 	}
 	must(t, "Verify", h.Verify())
 	freeAll(t, h, []cuda.DevicePtr{keep})
+}
+
+// forgetDuringCapture calls ForgetStream(s) while stream c captures a CUDA graph, runs during
+// (if not nil) before the capture ends, and checks that the capture survived and that
+// ForgetStream was refused with an error matching cuda.ErrCapturing, which it returns.
+func forgetDuringCapture(t *testing.T, dev *cuda.Device, h *Heap, c, s cuda.Stream, during func()) error {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	err := h.ForgetStream(pcuda.Stream(s))
+	if during != nil {
+		during()
+	}
+	g, cerr := dev.StreamEndCapture(c)
+	if cerr != nil {
+		t.Fatalf("ForgetStream invalidated the user's capture: %v", cerr)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if !errors.Is(err, pcuda.ErrCapturing) {
+		t.Fatalf("ForgetStream of a destroyed stream during a capture: %v; want an error matching cuda.ErrCapturing", err)
+	}
+	return err
 }
