@@ -208,16 +208,14 @@ func readSlots(c *ctl) []slotLine {
 // Called with w.mu held.
 func (w *Owner) rebuild(old uint64, lines []slotLine) {
 	c := &w.c
-	keepers := make([]*gone, len(w.procs))
 	for s := 1; s < len(w.procs); s++ {
 		switch l := lines[s]; {
 		case l.kept:
 			g := newGone(s, l.serial, l.watch, l.watch.none())
 			// fromWords: the slot's line is all that says it (claim.go).
-			g.keepsSlot, g.retains, g.fromWords = true, l.retains, true
+			g.retains, g.fromWords = l.retains, true
 			w.goneList = append(w.goneList, g)
-			keepers[s] = g
-			w.procs[s] = slotState{kept: true, serial: l.serial}
+			w.procs[s] = slotState{keeper: g, serial: l.serial}
 		case l.serial != 0:
 			w.procs[s] = slotState{used: true, serial: l.serial, rejoin: true}
 		}
@@ -228,8 +226,8 @@ func (w *Owner) rebuild(old uint64, lines []slotLine) {
 		t := &w.table[g]
 		named := slot > 0 && slot < len(w.procs)
 		switch {
-		case named && keepers[slot] != nil && (state == 0 || state == gLimbo || state == gOrphan):
-			*t = grantState{state: gLimbo, gone: keepers[slot], gen: gen + 1}
+		case named && w.procs[slot].keeper != nil && (state == 0 || state == gLimbo || state == gOrphan):
+			*t = grantState{state: gLimbo, gone: w.procs[slot].keeper, gen: gen + 1}
 		case named && w.procs[slot].used && state == 0:
 			*t = grantState{state: gHeld, slot: slot, serial: w.procs[slot].serial, gen: gen + 1}
 		default:
@@ -302,17 +300,6 @@ func (w *Owner) unheld(sp span, scan, keeper *gone) bool {
 	return true
 }
 
-// keptIn returns the record of the process gone alive slot s is kept for, or nil. Called with
-// w.mu held.
-func (w *Owner) keptIn(s int) *gone {
-	for _, g := range w.goneList {
-		if g.keepsSlot && g.slot == s {
-			return g
-		}
-	}
-	return nil
-}
-
 // adoptOrphans finds the live entries of slot s's part of the table whose holder is no
 // process the owner serves: of the process gone alive the slot is kept for, or of one gone
 // before the previous owner died. Those others retain keep their grants (orphaned, until
@@ -320,7 +307,7 @@ func (w *Owner) keptIn(s int) *gone {
 // w.mu held.
 func (w *Owner) adoptOrphans(s int, scan *gone) {
 	c := &w.c
-	keeper := w.keptIn(s)
+	keeper := w.procs[s].keeper
 	var g *gone
 	for i := range w.exports {
 		e := s*w.exports + i

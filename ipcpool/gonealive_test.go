@@ -125,15 +125,15 @@ func TestRebuildReadsSlotsKeptForProcessesGoneAlive(t *testing.T) {
 	}
 	w.mu.Lock()
 	w.rebuild(0, readSlots(&w.c))
-	kept := w.keptIn(alive)
+	kept := w.procs[alive].keeper
 	switch {
-	case !w.procs[alive].kept || w.procs[alive].used || w.procs[alive].serial != 5:
+	case w.procs[alive].keeper == nil || w.procs[alive].used || w.procs[alive].serial != 5:
 		t.Fatalf("the kept slot rebuilt as %+v", w.procs[alive])
 	case kept == nil || kept.exited || !kept.fromWords:
 		t.Fatalf("the kept process's record: %+v", kept)
 	case !w.procs[rejoining].used || !w.procs[rejoining].rejoin:
 		t.Fatalf("the slot of a process to rejoin: %+v", w.procs[rejoining])
-	case w.procs[free].used || w.procs[free].kept:
+	case w.procs[free].used || w.procs[free].keeper != nil:
 		t.Fatalf("a free slot: %+v", w.procs[free])
 	case !w.holdsGrant(rejoining, 0):
 		t.Fatalf("grant 0: %+v", w.table[0])
@@ -153,7 +153,7 @@ func TestRebuildReadsSlotsKeptForProcessesGoneAlive(t *testing.T) {
 			t.Fatalf("grant %d, for the scan: %+v", g, w.table[g])
 		}
 	}
-	if g := w.table[4].gone; g == nil || !g.exited || !g.keepsSlot {
+	if g := w.table[4].gone; g == nil || !g.exited || !w.keeps(g) {
 		t.Fatalf("grant 4, of a kept process that has exited: %+v", w.table[4])
 	}
 	w.scan = nil // (no scan here: the round below is the exits')
@@ -161,10 +161,10 @@ func TestRebuildReadsSlotsKeptForProcessesGoneAlive(t *testing.T) {
 	w.tickLocked()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.procs[exited].kept || c.slotLoad(exited, sSerial) != 0 || w.table[4].state != gLimbo || w.table[4].gone != w.unclaimed {
+	if w.procs[exited].keeper != nil || c.slotLoad(exited, sSerial) != 0 || w.table[4].state != gLimbo || w.table[4].gone != w.unclaimed {
 		t.Fatalf("a kept process that has exited, after a round: slot %+v, grant 4 %+v", w.procs[exited], w.table[4])
 	}
-	if !w.procs[alive].kept || c.slotLoad(alive, sSerial) != 5|serialGone || w.table[1].gone != kept {
+	if w.procs[alive].keeper == nil || c.slotLoad(alive, sSerial) != 5|serialGone || w.table[1].gone != kept {
 		t.Fatalf("a kept process alive, after a round: slot %+v, grant 1 %+v", w.procs[alive], w.table[1])
 	}
 	w.procs[rejoining].rejoin = false // it rejoined (claiming grant 0 only)
@@ -251,14 +251,13 @@ func TestOrphanWordsNameTheKeptSlotUntilExit(t *testing.T) {
 	w.cond = sync.NewCond(&w.mu)
 	const retainer, kept = 1, 2
 	w.procs[retainer] = slotState{used: true, active: true, serial: 1}
-	w.procs[kept] = slotState{kept: true, serial: 5}
 	c.slotStore(kept, sSerial, 5|serialGone)
 	e := kept * l.exports
 	c.store(c.entry(e)+eState, packState(1, eLive))
 	c.store(c.entry(e)+eHolder, packHolder(kept, 5))
 	c.setRetain(e, retainer, true)
 	g := newGone(kept, 5, watch{pidfd: -1}, false)
-	g.keepsSlot = true
+	w.procs[kept] = slotState{keeper: g, serial: 5}
 	g.pin(e, span{0, 0})
 	w.goneList = []*gone{g}
 	w.table[0] = grantState{state: gOrphan, gone: g, gen: 1}
@@ -270,7 +269,7 @@ func TestOrphanWordsNameTheKeptSlotUntilExit(t *testing.T) {
 	w.tickLocked()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.procs[kept].kept || w.table[0].state != gOrphan || w.table[0].gone != g {
+	if w.procs[kept].keeper != nil || w.table[0].state != gOrphan || w.table[0].gone != g {
 		t.Fatalf("after its exit: slot %+v, grant 0 %+v", w.procs[kept], w.table[0])
 	}
 	if _, state, slot := unpackGrant(c.load(c.grantWord(0))); state != gOrphan || slot != -1 {
@@ -314,7 +313,7 @@ func TestExpiredRejoinBeforeScanPinsOnce(t *testing.T) {
 	w.expireRejoins() // before the scan: its first round came after Timeout
 	w.finishAdoption()
 	w.mu.Lock()
-	g := w.keptIn(late)
+	g := w.procs[late].keeper
 	if g == nil || w.table[0].state != gOrphan || w.table[0].gone != g || g.pins[0] != 1 {
 		w.mu.Unlock()
 		t.Fatalf("the buffer others retain of a process given up alive: grant 0 %+v, its record %+v", w.table[0], g)
@@ -330,7 +329,7 @@ func TestExpiredRejoinBeforeScanPinsOnce(t *testing.T) {
 		defer w.mu.Unlock()
 		return w.table[0].state == gFree
 	})
-	if w.procs[late].kept || len(w.goneList) != 0 {
+	if w.procs[late].keeper != nil || len(w.goneList) != 0 {
 		t.Fatalf("after the process exited: slot %+v, %d records of processes gone", w.procs[late], len(w.goneList))
 	}
 }

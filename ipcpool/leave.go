@@ -9,7 +9,7 @@ import "time"
 // keeps the rest (limbo) until it has exited. Its retains are let go now if it has exited (or
 // detached); a process still alive keeps them until it exits, as its grants, since it may go on
 // reading and writing what it retains. Its slot is free at once, but for a process alive that
-// holds something (grants, buffers others retain, retains): the slot is kept (procs' kept) until
+// holds something (grants, buffers others retain, retains): the slot is kept (procs' keeper) until
 // the process exits, and no process takes it meanwhile (its retain bits are the slot's). A
 // process kept so is not attached, and no fence waits for it, as for any process gone from its
 // socket.
@@ -41,7 +41,7 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 	if !g.exited && (g.retains || len(g.entries) > 0 || w.heldBy(slot) > 0) {
 		// Before the grant words change: an owner that adopts the pool reads a word of the
 		// slot as the kept process's, in limbo or held (adopt.go).
-		g.keepsSlot = true
+		st.keeper = g
 		w.c.slotStore(slot, sSerial, st.serial|serialGone)
 	}
 	var fenced []int
@@ -65,11 +65,10 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 	if len(g.entries) > 0 || !g.exited {
 		w.goneList = append(w.goneList, g)
 	}
-	if !g.keepsSlot {
+	if st.keeper == nil {
 		w.c.slotStore(slot, sSerial, 0)
 	}
 	st.used, st.active, st.conn = false, false, nil // its connection is its session's to close
-	st.kept = g.keepsSlot
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	for _, r := range retired {
@@ -231,7 +230,7 @@ func (w *Owner) tickLocked() []retirement {
 			g.exited = true
 			g.watch.stop()
 		}
-		if g.exited && g.keepsSlot {
+		if g.exited && w.keeps(g) {
 			if g.retains {
 				// Before settleOrphans: what it retained of its own buffers settles in this
 				// round.
@@ -240,8 +239,7 @@ func (w *Owner) tickLocked() []retirement {
 			}
 			// Its grants in limbo are fenced below, in this round (w.mu held throughout);
 			// the words of those still orphaned name the slot no more (the next process's).
-			g.keepsSlot = false
-			w.procs[g.slot].kept = false
+			w.procs[g.slot].keeper = nil
 			w.c.slotStore(g.slot, sSerial, 0)
 			for i := range w.table {
 				if w.table[i].gone == g {
@@ -325,7 +323,7 @@ func (w *Owner) settleOrphans(g *gone) {
 // take such a slot while w.mu is held. Called with w.mu held.
 func (w *Owner) staleRetainBits() (m [4]uint64) {
 	for s := range 4 * 64 {
-		if s >= len(w.procs) || !w.procs[s].used && !w.procs[s].kept {
+		if s >= len(w.procs) || !w.procs[s].used && w.procs[s].keeper == nil {
 			m[s/64] |= 1 << (s % 64)
 		}
 	}

@@ -235,5 +235,5 @@ func long() bool { return os.Getenv("PINMALLOC_LONG") != "" }
 func (w *Owner) slotUsed(s int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.procs[s].used || w.procs[s].kept
+	return w.procs[s].used || w.procs[s].keeper != nil
 }

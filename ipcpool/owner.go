@@ -71,9 +71,9 @@ type slotState struct {
 	need   uint64        // the serial that must pass the current fence (0: none)
 	conn   *net.UnixConn // its connection (nil: the owner's own slot)
 	rejoin bool          // a process of the previous owner, not rejoined yet (adopt.go)
-	// kept: not used, yet no process may take it: a process gone from it alive still holds
-	// something in it (its gone's keepsSlot), until it exits (leave.go).
-	kept bool
+	// keeper: not nil while the slot is kept, not used yet taken by no process: that process,
+	// gone from it alive, still holds something in it, until it exits (leave.go).
+	keeper *gone
 }
 
 // Serve creates a pool of o.Size bytes of locked memory on memfds (or CUDA host granules:

@@ -223,7 +223,7 @@ func (w *Owner) takeSlot(c *net.UnixConn, cred *unix.Ucred) int {
 		// A serial past what a hello carries (decodeHello) is none an owner wrote: a forged
 		// slot line of a pool this owner adopted (rebuild). Lent, every process that attaches
 		// to the slot would refuse its hello: the slot is given up instead.
-		if st.used || st.kept || st.serial >= maxPoolSize {
+		if st.used || st.keeper != nil || st.serial >= maxPoolSize {
 			continue
 		}
 		st.serial++

@@ -41,11 +41,6 @@ type gone struct {
 	serial uint64
 	watch  watch // until it has exited
 	exited bool  // its watch said so (or it detached: it unmapped the pool first)
-	// keepsSlot: it left alive holding something (grants, buffers others retain, retains);
-	// its slot is kept until it exits, marked so in the control region (serialGone), and the
-	// words of its grants in limbo or orphaned name the slot: an owner that adopts the pool
-	// keeps them.
-	keepsSlot bool
 	// retains: it may hold retain bits (flagRetains), let go once it exits.
 	retains bool
 	// fromWords: what it holds, only the control region's words gave it (an adoption's
@@ -55,6 +50,15 @@ type gone struct {
 	// pins counts, per grant, the entries of the process's that others still retain.
 	pins    map[int]int
 	entries map[int]span // entry -> the grants under its buffer, of those still retained
+}
+
+// keeps reports whether g is the process its slot is kept for (procs' keeper): it left alive
+// holding something (grants, buffers others retain, retains), and its slot is kept until it
+// exits, marked so in the control region (serialGone), with the words of its grants in limbo or
+// orphaned naming the slot, so that an owner that adopts the pool keeps them. Called with w.mu
+// held.
+func (w *Owner) keeps(g *gone) bool {
+	return g != nil && g.slot > 0 && g.slot < len(w.procs) && w.procs[g.slot].keeper == g
 }
 
 // span is the grants [first, last] under one buffer (a buffer may be wider than a grant).
@@ -99,7 +103,7 @@ func (w *Owner) publish(g int) {
 	switch {
 	case state == gHeld:
 		slot, state = t.slot, 0
-	case (state == gLimbo || state == gOrphan) && t.gone != nil && t.gone.keepsSlot:
+	case (state == gLimbo || state == gOrphan) && w.keeps(t.gone):
 		slot = t.gone.slot
 	}
 	w.c.store(w.c.grantWord(g), packGrant(t.gen, state, slot))
