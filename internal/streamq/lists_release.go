@@ -167,10 +167,7 @@ func (ls *Lists[T]) Park(l *List[T]) {
 		ls.n.Store(int32(len(ls.m)))
 	}
 	if len(l.open)+len(l.marked) > 0 {
-		if ls.parked == nil {
-			ls.parked = map[*List[T]]bool{}
-		}
-		ls.parked[l] = true
+		ls.addParked(l)
 	}
 	l.mu.Unlock()
 	ls.mu.Unlock()
@@ -195,13 +192,19 @@ func (ls *Lists[T]) ParkItems(s Stream, vs []T) *List[T] {
 	}
 	if len(vs) > 0 {
 		ls.mu.Lock()
-		if ls.parked == nil {
-			ls.parked = map[*List[T]]bool{}
-		}
-		ls.parked[l] = true
+		ls.addParked(l)
 		ls.mu.Unlock()
 	}
 	return l
+}
+
+// addParked counts l among the lists parked with items, until its Release. The lists' lock is
+// held.
+func (ls *Lists[T]) addParked(l *List[T]) {
+	if ls.parked == nil {
+		ls.parked = map[*List[T]]bool{}
+	}
+	ls.parked[l] = true
 }
 
 // Items calls f with l's items (marked, then open: oldest first) under l's lock; f must not keep
