@@ -34,11 +34,9 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 	_ = h.poll()
 	_ = h.settleParked(false)
 	var out []StreamDeferred
-	h.lists.Range(func(s uintptr, marked, open []cuda.DevicePtr) { // each stream once
-		if len(marked)+len(open) == 0 {
-			return // a list lingering after its frees were done
-		}
-		sd := StreamDeferred{Stream: cuda.Stream(s)}
+	// add appends stream s's deferred frees, if any, to out.
+	add := func(s cuda.Stream, marked, open []cuda.DevicePtr) {
+		sd := StreamDeferred{Stream: s}
 		for _, vs := range [2][]cuda.DevicePtr{marked, open} {
 			for _, p := range vs {
 				sd.Blocks++
@@ -47,25 +45,16 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 				}
 			}
 		}
-		out = append(out, sd)
+		if sd.Blocks > 0 { // (none: a list lingering after its frees were done)
+			out = append(out, sd)
+		}
+	}
+	h.lists.Range(func(s uintptr, marked, open []cuda.DevicePtr) { // each stream once
+		add(cuda.Stream(s), marked, open)
 	})
 	for _, ps := range h.parked { // a destroyed stream's, parked (park.go): under its old handle
-		if ps.list == nil {
-			continue
-		}
-		sd := StreamDeferred{Stream: ps.s}
-		ps.list.Items(func(marked, open []cuda.DevicePtr) {
-			for _, vs := range [2][]cuda.DevicePtr{marked, open} {
-				for _, p := range vs {
-					sd.Blocks++
-					if n, err := h.g.Size(uintptr(p)); err == nil {
-						sd.Bytes += int(n)
-					}
-				}
-			}
-		})
-		if sd.Blocks > 0 {
-			out = append(out, sd)
+		if ps.list != nil {
+			ps.list.Items(func(marked, open []cuda.DevicePtr) { add(ps.s, marked, open) })
 		}
 	}
 	slices.SortFunc(out, func(a, b StreamDeferred) int { return cmp.Compare(a.Stream, b.Stream) })
