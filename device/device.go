@@ -184,7 +184,7 @@ type Heap struct {
 	done     []cuda.DevicePtr               // deferred frees handed back, to do (finishDone)
 	deferred map[cuda.DevicePtr]bool        // blocks with a deferred free
 	held     map[cuda.DevicePtr]heldBlock   // blocks held (hold.go), by start; nil until the first Hold
-	holdGen  uint64                         // the holds' entries made
+	holdID   uint64                         // the last hold's id (Hold.id)
 	events   *icuda.EventPool
 	st       Stats
 

@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -61,20 +62,16 @@ func (h *Heap) Hold(p cuda.DevicePtr) (Hold, error) {
 		return Hold{}, fmt.Errorf("%w: hold of %#x: %w: block %#x has a free pending on its stream", ErrNotOwned, p, heap.ErrDoubleFree, base)
 	}
 	u, ok := h.held[base]
-	switch {
-	case ok && u.freed != 0:
+	if ok && u.freed != 0 {
 		return Hold{}, fmt.Errorf("%w: hold of %#x: %w: block %#x was freed; its free waits for its holds", ErrNotOwned, p, heap.ErrDoubleFree, base)
-	case ok:
-		u.holds++
-	default:
-		if h.held == nil {
-			h.held = map[cuda.DevicePtr]heldBlock{}
-		}
-		h.holdGen++
-		u = heldBlock{holds: 1, gen: h.holdGen}
 	}
+	if h.held == nil {
+		h.held = map[cuda.DevicePtr]heldBlock{}
+	}
+	h.holdID++
+	u.ids = append(u.ids, h.holdID)
 	h.held[base] = u
-	return Hold{h: h, base: base, size: size, gen: u.gen}, nil
+	return Hold{h: h, base: base, size: size, id: h.holdID}, nil
 }
 
 // Hold is one hold of a device block (Heap.Hold), ended once by Release. The zero Hold holds
@@ -83,7 +80,7 @@ type Hold struct {
 	h    *Heap
 	base cuda.DevicePtr
 	size uintptr
-	gen  uint64 // the entry's: a Release of a hold whose block was held again since is refused
+	id   uint64 // this hold's, unique in its heap: a hold is ended once, and never another's
 }
 
 // Block returns the start of the held block, and Size the size it was allocated with: a holder
@@ -99,7 +96,7 @@ func (d Hold) Size() int { return int(d.size) }
 // context, as for the stream's own deferred frees); its error, if any, is Release's, and the
 // block is then live again, as after a failed Free (with Options.ZeroOnFree, a memset that a
 // CUDA graph capture refuses, say). Errors: one wrapping heap.ErrDoubleFree for a Release of a
-// hold already ended (the block's last, or any once the block was freed and held again since),
+// hold already ended (any of a block's holds: a second Release never ends another's hold),
 // ErrNotOwned for the zero Hold, ErrClosed after the heap's Close.
 func (d Hold) Release() error {
 	h := d.h
@@ -111,10 +108,11 @@ func (d Hold) Release() error {
 	}
 	defer h.unlock("Release")
 	u, ok := h.held[d.base]
-	if !ok || u.gen != d.gen {
+	i := slices.Index(u.ids, d.id)
+	if !ok || i < 0 {
 		return fmt.Errorf("%w: release of a hold of block %#x, which it no longer holds", heap.ErrDoubleFree, d.base)
 	}
-	if u.holds--; u.holds > 0 {
+	if u.ids = slices.Delete(u.ids, i, i+1); len(u.ids) > 0 {
 		h.held[d.base] = u
 		return nil
 	}
@@ -229,8 +227,7 @@ func (h *Heap) heldFreedOn(s cuda.Stream) bool {
 
 // heldBlock is a held block: its holds, and the free waiting for them, if any.
 type heldBlock struct {
-	holds  int
-	gen    uint64
+	ids    []uint64    // of its holds not yet released (Hold.id)
 	freed  uint8       // 0, heldFreed or heldFreedAsync
 	stream cuda.Stream // a FreeAsync's
 }

@@ -242,7 +242,18 @@ func TestFakeHoldErrors(t *testing.T) {
 	if err := old.Release(); !errors.Is(err, heap.ErrDoubleFree) {
 		t.Errorf("a stale Release with the block held again = %v, want heap.ErrDoubleFree", err)
 	}
+	// A second Release of a hold that is not the block's last is refused, and ends no other
+	// holder's hold: the block, freed, waits for that one.
+	second, err := h.Hold(pcuda.DevicePtr(p))
+	must(t, "second Hold", err)
+	must(t, "Release of the second hold", second.Release())
+	if err := second.Release(); !errors.Is(err, heap.ErrDoubleFree) {
+		t.Errorf("a second Release of a hold not the block's last = %v, want heap.ErrDoubleFree", err)
+	}
 	must(t, "Free of the held block", h.Free(pcuda.DevicePtr(p)))
+	if st := h.Stats(); st.Live != 2 {
+		t.Errorf("%d live with the block's free waiting for its hold, want 2", st.Live)
+	}
 	if _, err := h.Hold(pcuda.DevicePtr(p)); !errors.Is(err, heap.ErrDoubleFree) {
 		t.Errorf("Hold of a held block freed = %v, want heap.ErrDoubleFree", err)
 	}

@@ -71,8 +71,8 @@ func (h *Heap) verify() error {
 		if h.deferred[p] {
 			bad("held block %#x has a deferred free", p)
 		}
-		if u.holds <= 0 {
-			bad("held block %#x has %d holds", p, u.holds)
+		if len(u.ids) == 0 {
+			bad("held block %#x has no hold", p)
 		}
 	}
 	live, bytes, _ := h.live()
