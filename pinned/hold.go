@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -70,8 +71,7 @@ func (p *Pool) Hold(b []byte) (Hold, error) {
 		if u.freed != 0 {
 			return Hold{}, fmt.Errorf("%w: buffer %#x was freed; its free waits for its holds", ErrDoubleFree, base)
 		}
-		u.holds++
-		return Hold{p: p, base: base}, nil
+		return Hold{p: p, base: base, id: sh.addHold(u)}, nil
 	}
 	p.out.active.Add(1) // before the hold bit: a free that finds the bit finds the table in use
 	own, err := p.holdBlock(base, size)
@@ -83,9 +83,9 @@ func (p *Pool) Hold(b []byte) (Hold, error) {
 		sh.m = map[uintptr]*outUse{}
 	}
 	u := sh.entry()
-	u.holds, u.size, u.own = 1, size, own
+	u.size, u.own = size, own
 	sh.m[base] = u
-	return Hold{p: p, base: base}, nil
+	return Hold{p: p, base: base, id: sh.addHold(u)}, nil
 }
 
 // Live checks that b lies inside one live buffer of the pool, as Hold does, and holds nothing: a
@@ -166,11 +166,12 @@ func (o *streamOrder) holdUnrecorded(base, size uintptr) error {
 type Hold struct {
 	p    *Pool
 	base uintptr
+	id   uint64 // this hold's, unique in its table shard: a hold is ended once, never another's
 }
 
 // Release ends the hold. At the buffer's last, a Free or FreeAsync made meanwhile takes effect
 // (a Close counting the live buffers then waits for it), and its error, if any, is Release's.
-// A second Release of a buffer's last hold is an error wrapping ErrDoubleFree.
+// A second Release of any hold is an error wrapping ErrDoubleFree, and ends no other hold.
 func (h Hold) Release() error {
 	p := h.p
 	if p == nil {
@@ -179,11 +180,15 @@ func (h Hold) Release() error {
 	sh := p.out.shard(h.base)
 	sh.mu.Lock()
 	u := sh.m[h.base]
-	if u == nil || u.releasing != nil {
-		sh.mu.Unlock()
-		return fmt.Errorf("%w: release of buffer %#x, which is not held", ErrDoubleFree, h.base)
+	var i int
+	if u != nil && u.releasing == nil {
+		i = slices.Index(u.ids, h.id)
 	}
-	if u.holds--; u.holds > 0 {
+	if u == nil || u.releasing != nil || i < 0 {
+		sh.mu.Unlock()
+		return fmt.Errorf("%w: release of a hold of buffer %#x, which it no longer holds", ErrDoubleFree, h.base)
+	}
+	if u.ids = slices.Delete(u.ids, i, i+1); len(u.ids) > 0 {
 		sh.mu.Unlock()
 		return nil
 	}
@@ -324,10 +329,18 @@ type outside struct {
 }
 
 type outShard struct {
-	mu    sync.Mutex
-	m     map[uintptr]*outUse // by buffer start
-	spare []*outUse           // entries dropped, for the next Hold: a hold in steady state allocates nothing
-	_     [24]byte
+	mu     sync.Mutex
+	m      map[uintptr]*outUse // by buffer start
+	spare  []*outUse           // entries dropped, for the next Hold: a hold in steady state allocates nothing
+	holdID uint64              // the last hold's id (Hold.id)
+	_      [16]byte
+}
+
+// addHold adds a hold to u and returns its id. Under sh.mu.
+func (sh *outShard) addHold(u *outUse) uint64 {
+	sh.holdID++
+	u.ids = append(u.ids, sh.holdID)
+	return sh.holdID
 }
 
 // entry returns an entry for a new held buffer, zeroed. Under sh.mu.
@@ -346,7 +359,7 @@ func (sh *outShard) entry() *outUse {
 // Hold may still wait on.
 func (sh *outShard) recycle(u *outUse) {
 	if len(sh.spare) < maxSpareUses {
-		*u = outUse{}
+		*u = outUse{ids: u.ids[:0]}
 		sh.spare = append(sh.spare, u)
 	}
 }
@@ -357,7 +370,7 @@ const maxSpareUses = 64
 // outUse is a held buffer: its holds, its size, whether the hold bit is the table's, and the
 // free waiting for the holds, if any.
 type outUse struct {
-	holds int
+	ids   []uint64 // of its holds not yet released (Hold.id)
 	size  uintptr
 	own   bool
 	freed uint8

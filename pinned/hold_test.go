@@ -57,6 +57,13 @@ func TestHoldDefersFree(t *testing.T) {
 		if live(t, p) != 5 {
 			t.Fatalf("%d bytes: freed before its last hold was released", n)
 		}
+		// A second Release of a hold that is not the last ends no other hold.
+		if err := h1.Release(); !errors.Is(err, pinned.ErrDoubleFree) {
+			t.Fatalf("%d bytes: a second Release of a hold not the last: %v", n, err)
+		}
+		if live(t, p) != 5 {
+			t.Fatalf("%d bytes: a second Release of one hold freed the buffer another holds", n)
+		}
 		ok(t, "last Release", h2.Release())
 		if live(t, p) != 4 {
 			t.Fatalf("%d bytes: the last Release did not free the buffer (%d live)", n, live(t, p))
