@@ -93,9 +93,12 @@ func (d Hold) Size() int { return int(d.size) }
 // Release ends the hold. At the block's last, a Free or FreeAsync made meanwhile takes effect,
 // as it would have at this moment (a FreeAsync's once its stream has passed the Release, or,
 // for a stream destroyed and parked since (ForgetStream), once the heap has synchronized the
-// context, as for the stream's own deferred frees); its error, if any, is Release's, and the
-// block is then live again, as after a failed Free (with Options.ZeroOnFree, a memset that a
-// CUDA graph capture refuses, say). Errors: one wrapping heap.ErrDoubleFree for a Release of a
+// context, as for the stream's own deferred frees). With Options.ZeroOnFree, when the driver
+// refuses the block's memset then (a CUDA graph capture on its stream, a stream destroyed
+// without ForgetStream), the free is not lost: it waits, as a parked stream's frees do, for the
+// heap's next synchronize of the context (Sync, Trim, ForgetStream, Close, an Alloc out of
+// memory, once no capture holds the context), and the block is cleared and freed then; it counts
+// in Stats.DeferredFrees meanwhile. Errors: one wrapping heap.ErrDoubleFree for a Release of a
 // hold already ended (any of a block's holds: a second Release never ends another's hold),
 // ErrNotOwned for the zero Hold, ErrClosed after the heap's Close.
 func (d Hold) Release() error {
@@ -137,17 +140,21 @@ func (d Hold) Release() error {
 }
 
 // releasedFree makes the free of p that waited for its holds, on stream *s with its list l, or
-// a Free when s is nil. h.mu is held.
+// a Free when s is nil. A memset (ZeroOnFree) the driver refuses parks the free (parkRefused).
+// h.mu is held.
 func (h *Heap) releasedFree(p cuda.DevicePtr, s *cuda.Stream, l *deferredList) error {
 	owner, err := h.owner(p)
 	if err == nil && s == nil {
-		if err = h.scrub(p, nil); err == nil {
-			err = h.free(owner, p)
+		if h.scrub(p, nil) != nil {
+			h.parkRefused(p, 0)
+			return nil
 		}
+		err = h.free(owner, p)
 	} else if err == nil {
 		var size uintptr
-		if size, err = h.g.Size(uintptr(p)); err == nil {
-			err = h.scrub(p, s)
+		if size, err = h.g.Size(uintptr(p)); err == nil && h.scrub(p, s) != nil {
+			h.parkRefused(p, *s)
+			return nil
 		}
 		switch {
 		case err != nil:
@@ -163,12 +170,26 @@ func (h *Heap) releasedFree(p cuda.DevicePtr, s *cuda.Stream, l *deferredList) e
 	return nil
 }
 
+// parkRefused parks the free of held block p, made at its last Release (Free, or FreeAsync on
+// s), whose memset (ZeroOnFree) the driver refused: a capture on the memset's stream, a stream
+// destroyed without ForgetStream, a fault. Neither its stream's order (the memset is not queued)
+// nor a retry now would do: the free waits, as a parked stream's, for the next synchronize of
+// the context, which passes whatever work may still use the block, and the block is cleared
+// then, on the legacy stream, and freed (settleParked, scrubParked). The entry names no stream
+// handle (refused): s may be a live stream's, or a destroyed one's. h.mu is held.
+func (h *Heap) parkRefused(p cuda.DevicePtr, s cuda.Stream) {
+	l := h.lists.ParkItems(streamq.Stream(s), []cuda.DevicePtr{p})
+	h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), list: l, scrub: true, refused: true})
+	h.deferred[p] = true
+	h.st.DeferredFrees++
+}
+
 // parkedWaits reports whether a stream parked with handle s (park.go) waits still for a
 // synchronize of the context. h.mu is held.
 func (h *Heap) parkedWaits(s cuda.Stream) bool {
 	pts := h.points()
 	for _, ps := range h.parked {
-		if ps.s == s && !ps.freed && !pts.SyncedSince(ps.mark) {
+		if ps.s == s && !ps.refused && !ps.freed && !pts.SyncedSince(ps.mark) {
 			return true
 		}
 	}

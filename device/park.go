@@ -50,6 +50,10 @@ type parkedStream struct {
 	sh    *heap.Heap             // its heap, or nil (none, or closed)
 	freed bool                   // a synchronize of the context has passed it: its work is done
 	scrub bool                   // list's blocks are cleared before they are freed (parkFree)
+	// refused says the entry is not a stream's but the free of a held block whose memset the
+	// driver refused at its last Release (parkRefused): s is the free's stream, not a handle
+	// parked, and nothing asks the driver about it.
+	refused bool
 }
 
 // park moves s's list l (nil: none), the purge's list of s and s's heap out from under the
@@ -164,7 +168,7 @@ func (h *Heap) syncParked() error {
 
 // parkedAs reports whether a stream parked with handle s waits still. h.mu is held.
 func (h *Heap) parkedAs(s cuda.Stream) bool {
-	return slices.ContainsFunc(h.parked, func(ps parkedStream) bool { return ps.s == s })
+	return slices.ContainsFunc(h.parked, func(ps parkedStream) bool { return ps.s == s && !ps.refused })
 }
 
 // parkedLive returns the live blocks of the heaps parked with handle s. h.mu is held.

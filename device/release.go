@@ -181,7 +181,7 @@ func (h *Heap) heapStreams(yield func(streamq.Stream) bool) {
 		}
 	}
 	for _, ps := range h.parked {
-		if !yield(streamq.Stream(ps.s)) {
+		if !ps.refused && !yield(streamq.Stream(ps.s)) {
 			return
 		}
 	}

@@ -470,4 +470,13 @@ var mutants = []mutant{
 		pkg:   "./device",
 		catch: "^TestFakeHoldParkedStream$",
 	},
+	{
+		name:  "device-held-free-clear-refused-unsynced",
+		why:   "the free of a held block whose memset the driver refused at its last Release (ZeroOnFree, its stream capturing) is made at the next look, without the synchronize of the context that waits for its stream's work on the block",
+		file:  "device/hold.go",
+		old:   "list: l, scrub: true, refused: true})",
+		new:   "list: l, scrub: true, refused: true, freed: true})",
+		pkg:   "./device",
+		catch: "^TestFakeHoldFreeAsyncClearRefused$",
+	},
 }

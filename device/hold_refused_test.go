@@ -1,0 +1,77 @@
+package device
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"testing"
+
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// TestFakeHoldFreeAsyncClearRefused: with Options.ZeroOnFree, a held block freed on stream s
+// whose last Release comes while s captures a CUDA graph: the driver refuses the block's memset
+// on s. The free must not be lost, nor made before s's work on the block has run: it waits for
+// a synchronize of the context, and the block comes back cleared. Before, the Release returned
+// the memset's refusal and left the block live with no free pending, lost until Close.
+func TestFakeHoldFreeAsyncClearRefused(t *testing.T) { holdClearRefused(t, true) }
+
+// TestFakeHoldFreeClearRefused is TestFakeHoldFreeAsyncClearRefused for a held block's Free,
+// whose memset, on the legacy stream, the driver refuses while a blocking stream captures.
+func TestFakeHoldFreeClearRefused(t *testing.T) { holdClearRefused(t, false) }
+
+func holdClearRefused(t *testing.T, async bool) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1, ZeroOnFree: true})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, s := newStream(t, dev, h), newStream(t, dev, h)
+	c := newBlockingStream(t, dev, h) // captures in the Free's case
+	const n = 64 << 10
+	p := alloc(t, h, n, a)
+	hd, err := h.Hold(pcuda.DevicePtr(p))
+	must(t, "Hold", err)
+	f.Hold(true)
+	must(t, "MemsetAsync on s", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, n, pcuda.Stream(s)))
+	on := c
+	if async {
+		must(t, "FreeAsync on s of the held block", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
+		on = s
+	} else {
+		must(t, "Free of the held block", h.Free(pcuda.DevicePtr(p)))
+	}
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		must(t, "StreamBeginCapture", dev.StreamBeginCapture(on, cuda.CaptureGlobal))
+		must(t, "Release", hd.Release())
+		if err := h.Sync(); !errors.Is(err, pcuda.ErrCapturing) {
+			t.Errorf("Sync during the capture = %v, want an error matching cuda.ErrCapturing", err)
+		}
+		g, err := dev.StreamEndCapture(on)
+		must(t, "StreamEndCapture", err)
+		must(t, "GraphDestroy", dev.GraphDestroy(g))
+	}()
+	if st := h.Stats(); st.Deferred != 1 || st.Live != 1 {
+		t.Errorf("after the Release: %d deferred, %d live; want 1 (the free, waiting), 1", st.Deferred, st.Live)
+	}
+	must(t, "Verify", h.Verify())
+	r := reusedBehind(t, f, h, p, n, a) // s's memset runs after this Alloc
+	must(t, "Sync", h.Sync())
+	if st := h.Stats(); st.Deferred != 0 || st.Live != 1 {
+		t.Errorf("after Sync: %d deferred, %d live; want 0, 1", st.Deferred, st.Live)
+	}
+	must(t, "Verify", h.Verify())
+	q := alloc(t, h, n, a)
+	if q != p {
+		t.Fatalf("a's Alloc got %#x, not the block %#x Sync freed: the test proves nothing", q, p)
+	}
+	got := make([]byte, n)
+	must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
+	if !bytes.Equal(got, make([]byte, n)) {
+		t.Error("ZeroOnFree: the held block came back with s's bytes")
+	}
+	freeAll(t, h, []cuda.DevicePtr{q, r})
+}
