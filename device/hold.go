@@ -127,7 +127,8 @@ func (d Hold) Release() error {
 		// A stream parked since (destroyed, and a capture kept ForgetStream from waiting for
 		// it): only a synchronize of the context waits for its work, and the free with it.
 		if h.parkedWaits(u.stream) {
-			return h.parkFree(d.base, u.stream)
+			h.parkFree(d.base, u.stream, false)
+			return nil
 		}
 		// The stream's list, unless ForgetStream forgot the stream since the FreeAsync: it
 		// synchronized the stream then, which has passed the FreeAsync, and the free is a Free.
@@ -140,20 +141,20 @@ func (d Hold) Release() error {
 }
 
 // releasedFree makes the free of p that waited for its holds, on stream *s with its list l, or
-// a Free when s is nil. A memset (ZeroOnFree) the driver refuses parks the free (parkRefused).
+// a Free when s is nil. A memset (ZeroOnFree) the driver refuses parks the free (parkFree).
 // h.mu is held.
 func (h *Heap) releasedFree(p cuda.DevicePtr, s *cuda.Stream, l *deferredList) error {
 	owner, err := h.owner(p)
 	if err == nil && s == nil {
 		if h.scrub(p, nil) != nil {
-			h.parkRefused(p, 0)
+			h.parkFree(p, 0, true)
 			return nil
 		}
 		err = h.free(owner, p)
 	} else if err == nil {
 		var size uintptr
 		if size, err = h.g.Size(uintptr(p)); err == nil && h.scrub(p, s) != nil {
-			h.parkRefused(p, *s)
+			h.parkFree(p, *s, true)
 			return nil
 		}
 		switch {
@@ -170,20 +171,6 @@ func (h *Heap) releasedFree(p cuda.DevicePtr, s *cuda.Stream, l *deferredList) e
 	return nil
 }
 
-// parkRefused parks the free of held block p, made at its last Release (Free, or FreeAsync on
-// s), whose memset (ZeroOnFree) the driver refused: a capture on the memset's stream, a stream
-// destroyed without ForgetStream, a fault. Neither its stream's order (the memset is not queued)
-// nor a retry now would do: the free waits, as a parked stream's, for the next synchronize of
-// the context, which passes whatever work may still use the block, and the block is cleared
-// then, on the legacy stream, and freed (settleParked, scrubParked). The entry names no stream
-// handle (refused): s may be a live stream's, or a destroyed one's. h.mu is held.
-func (h *Heap) parkRefused(p cuda.DevicePtr, s cuda.Stream) {
-	l := h.lists.ParkItems(streamq.Stream(s), []cuda.DevicePtr{p})
-	h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), list: l, scrub: true, refused: true})
-	h.deferred[p] = true
-	h.st.DeferredFrees++
-}
-
 // parkedWaits reports whether a stream parked with handle s (park.go) waits still for a
 // synchronize of the context. h.mu is held.
 func (h *Heap) parkedWaits(s cuda.Stream) bool {
@@ -196,20 +183,24 @@ func (h *Heap) parkedWaits(s cuda.Stream) bool {
 	return false
 }
 
-// parkFree makes the free of held block p, freed on stream s parked since (parkedWaits), wait
-// for the next synchronize of the context, as the parked stream's own deferred frees do: on a
-// list of its own, parked apart from every handle (streamq's Lists.ParkItems), released by
-// settleParked. With Options.ZeroOnFree the block is cleared then (scrubParked), once the
-// destroyed stream's work, which may still write it, has run. h.mu is held.
-func (h *Heap) parkFree(p cuda.DevicePtr, s cuda.Stream) error {
-	if _, err := h.owner(p); err != nil {
-		return fmt.Errorf("device: the free of block %#x deferred to its last Release (the block stays allocated): %w", p, err)
-	}
+// parkFree makes the free of held block p, made at its last Release, wait for the next
+// synchronize of the context, as a parked stream's own deferred frees do: on a list of its own,
+// parked apart from every handle (streamq's Lists.ParkItems), released by settleParked. With
+// Options.ZeroOnFree the block is cleared then, on the legacy stream (scrubParked), once the
+// work that may still write it has run. Two frees wait so:
+//   - a FreeAsync on stream s parked since (parkedWaits): only that synchronize waits for the
+//     destroyed stream's work;
+//   - refused, a Free (s 0) or FreeAsync on s whose memset the driver refused (a capture on the
+//     memset's stream, a stream destroyed without ForgetStream, a fault): neither s's order
+//     (the memset is not queued) nor a retry now would do. The entry then names no stream
+//     handle parked: s may be a live stream's, or a destroyed one's.
+//
+// h.mu is held.
+func (h *Heap) parkFree(p cuda.DevicePtr, s cuda.Stream, refused bool) {
 	l := h.lists.ParkItems(streamq.Stream(s), []cuda.DevicePtr{p})
-	h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), list: l, scrub: h.zeroOnFree})
+	h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), list: l, scrub: h.zeroOnFree, refused: refused})
 	h.deferred[p] = true
 	h.st.DeferredFrees++
-	return nil
 }
 
 // deferHeld defers the free of held block p (a FreeAsync on *s, or a Free when s is nil) to its

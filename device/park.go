@@ -51,7 +51,7 @@ type parkedStream struct {
 	freed bool                   // a synchronize of the context has passed it: its work is done
 	scrub bool                   // list's blocks are cleared before they are freed (parkFree)
 	// refused says the entry is not a stream's but the free of a held block whose memset the
-	// driver refused at its last Release (parkRefused): s is the free's stream, not a handle
+	// driver refused at its last Release (parkFree): s is the free's stream, not a handle
 	// parked, and nothing asks the driver about it.
 	refused bool
 }
