@@ -70,7 +70,11 @@ type HostRegister struct {
 	cudaBase
 	host *arena.HostProvider
 
-	mu   sync.Mutex
+	mu sync.Mutex
+	// live, by base: the regions reserved and not released. A region is the provider's only
+	// while it is the one on record at its base: the kernel maps a later region at a base
+	// released before, and a stale or another provider's region must touch nothing of it.
+	live map[uintptr]*arena.Region
 	regs map[uintptr][]hostReg // by region base: its registrations, sorted by offset, disjoint
 	// holes, by region base: committed ranges the driver refused to register again, sorted,
 	// disjoint from regs (hostregister_holes.go).
@@ -94,7 +98,7 @@ func (g hostReg) end() uintptr { return g.off + g.size }
 // when a source knows it (DeviceNode); o.Node is not used. o.Devices does not apply: a registration
 // is portable to every device.
 func NewHostRegister(dev *cuda.Device, o HostOptions) (*HostRegister, error) {
-	p := &HostRegister{regs: map[uintptr][]hostReg{}, holes: map[uintptr][]hostReg{}}
+	p := &HostRegister{live: map[uintptr]*arena.Region{}, regs: map[uintptr][]hostReg{}, holes: map[uintptr][]hostReg{}}
 	if err := p.cudaBase.init(dev, "cuda-host-register", arena.HostPinned); err != nil {
 		return nil, err
 	}
@@ -147,6 +151,7 @@ func (p *HostRegister) Reserve(size, alignment uintptr) (*arena.Region, error) {
 		return nil, err
 	}
 	p.mu.Lock()
+	p.live[r.Base] = r
 	p.regs[r.Base] = nil
 	p.mu.Unlock()
 	if r.Committed { // populated: register it whole now, since Commit will never be called
@@ -161,6 +166,9 @@ func (p *HostRegister) Reserve(size, alignment uintptr) (*arena.Region, error) {
 // Commit implements arena.Provider: the range is made accessible, then registered as one.
 func (p *HostRegister) Commit(r *arena.Region, off, size uintptr) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
+	if err := p.known(r); err != nil {
+		return err
+	}
 	if err := p.host.Commit(r, off, size); err != nil {
 		return err
 	}
@@ -176,6 +184,9 @@ func (p *HostRegister) Commit(r *arena.Region, off, size uintptr) error {
 // registration. Decommit undoes it.
 func (p *HostRegister) Prefault(r *arena.Region, off, size uintptr) error {
 	if err := r.CheckRange(off, size); err != nil {
+		return err
+	}
+	if err := p.known(r); err != nil {
 		return err
 	}
 	if err := p.host.Commit(r, off, size); err != nil {
@@ -198,8 +209,8 @@ func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.regs[r.Base]; !ok {
-		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", arena.ErrInvalid, r.Base, r.Size)
+	if err := p.mine(r); err != nil {
+		return err
 	}
 	p.mend(r)
 	regs := p.regs[r.Base]
@@ -240,6 +251,10 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 		return err
 	}
 	p.mu.Lock()
+	if err := p.mine(r); err != nil {
+		p.mu.Unlock()
+		return err
+	}
 	p.mend(r)
 	err := p.cut(r, off, size)
 	if err == nil {
@@ -263,10 +278,11 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 // the registrations it could not undo on record: a later Release of the region tries again.
 func (p *HostRegister) Release(r *arena.Region) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
-	if r == nil {
-		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
-	}
 	p.mu.Lock()
+	if err := p.mine(r); err != nil {
+		p.mu.Unlock()
+		return err
+	}
 	var errs []error
 	for _, g := range append([]hostReg(nil), p.regs[r.Base]...) {
 		if err := p.unregisterOne(r, g); err != nil {
@@ -281,7 +297,15 @@ func (p *HostRegister) Release(r *arena.Region) error {
 	delete(p.regs, r.Base)
 	delete(p.holes, r.Base)
 	p.mu.Unlock()
-	return p.host.Release(r)
+	if err := p.host.Release(r); err != nil {
+		return err // still live: a later Release tries again
+	}
+	p.mu.Lock()
+	if p.live[r.Base] == r { // else a Reserve has mapped a new region there since the munmap
+		delete(p.live, r.Base)
+	}
+	p.mu.Unlock()
+	return nil
 }
 
 // Zero implements arena.Zeroer, with the CPU.
@@ -307,6 +331,26 @@ func (p *HostRegister) RegistrationOf(addr uintptr) (base, size uintptr, ok bool
 		}
 	}
 	return 0, 0, false
+}
+
+// known returns nil when r is a live region of the provider, else an error wrapping
+// arena.ErrInvalid: a region released already, or reserved by another provider, must touch
+// nothing (a live region may lie at its base).
+func (p *HostRegister) known(r *arena.Region) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mine(r)
+}
+
+// mine is known with p.mu held.
+func (p *HostRegister) mine(r *arena.Region) error {
+	if r == nil {
+		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
+	}
+	if p.live[r.Base] != r {
+		return fmt.Errorf("%w: region [%#x, +%d) not from this provider, or released", arena.ErrInvalid, r.Base, r.Size)
+	}
+	return nil
 }
 
 // overlapping returns the indexes [lo, hi) of the registrations in regs (sorted, disjoint)
@@ -355,11 +399,8 @@ func (p *HostRegister) cut(r *arena.Region, off, size uintptr) error {
 // register registers g of r, a range no registration overlaps and no other call touches, with
 // the driver call outside p.mu, and records it under p.mu.
 func (p *HostRegister) register(r *arena.Region, g hostReg) error {
-	p.mu.Lock()
-	_, ok := p.regs[r.Base]
-	p.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%w: region [%#x, +%d) not from this provider", arena.ErrInvalid, r.Base, r.Size)
+	if err := p.known(r); err != nil {
+		return err
 	}
 	if err := p.registerCall(r, g); err != nil {
 		return err
