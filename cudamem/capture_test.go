@@ -1,11 +1,14 @@
 package cudamem_test
 
 import (
+	"bytes"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cudamem"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -63,6 +66,65 @@ func TestFakeProvidersBesideCapture(t *testing.T) {
 		} else {
 			must(t, "GraphDestroy", d.GraphDestroy(g))
 		}
+		if c := p.Counters(); c.Live() != 0 || c.Committed != 0 {
+			t.Errorf("%s: after Close: %+v", pr.name, c)
+		}
+	}
+}
+
+// TestFakeZeroBesideBlockingCapture: while a user's thread captures a blocking stream, the
+// device and managed providers clear memory (arena.Zeroer: heap.Zalloc) on another thread,
+// the bytes read zero, and the user's capture stays valid. Before, the clear was a cuMemsetD8
+// and a synchronize of the legacy default stream, which the driver refuses while a blocking
+// stream captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), invalidating that capture: Zero failed,
+// and the capture ended with no graph.
+func TestFakeZeroBesideBlockingCapture(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	providers := []struct {
+		name string
+		new  func() (counted, error)
+	}{
+		{"DeviceMalloc", func() (counted, error) { return cudamem.NewDeviceMalloc(public(d)) }},
+		{"DeviceVMM", func() (counted, error) { return cudamem.NewDeviceVMM(public(d)) }},
+		{"Managed", func() (counted, error) { return cudamem.NewManaged(public(d)) }},
+	}
+	s, err := d.StreamCreate(false) // blocking: the legacy stream waits for it
+	must(t, "StreamCreate", err)
+	defer d.StreamDestroy(s)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const n = 1 << 20
+	for _, pr := range providers {
+		p, err := pr.new()
+		must(t, pr.name, err)
+		a, err := arena.New(arena.Options{Provider: p, Capacity: 64 << 20, PurgeDelay: -1})
+		must(t, "arena.New", err)
+		sp, err := a.Alloc(n, arena.DefaultChunkSize)
+		must(t, "Alloc", err)
+		must(t, "MemsetD8", d.MemsetD8(sp.Base, 0xa5, n))
+		must(t, "Synchronize", d.Synchronize())
+		must(t, "StreamBeginCapture", d.StreamBeginCapture(s, cuda.CaptureGlobal)) // on this thread
+		done := make(chan error)
+		go func() { done <- p.(arena.Zeroer).Zero(sp.Base, n) }() // another thread
+		if err := <-done; err != nil {
+			t.Errorf("%s: Zero beside a capture of a blocking stream: %v", pr.name, err)
+		}
+		g, err := d.StreamEndCapture(s)
+		if err != nil || g == 0 {
+			t.Errorf("%s: the capture ended with graph %#x, %v: invalidated by Zero", pr.name, g, err)
+		} else {
+			must(t, "GraphDestroy", d.GraphDestroy(g))
+		}
+		got := make([]byte, n)
+		must(t, "MemcpyDtoH", d.MemcpyDtoH(uintptr(unsafe.Pointer(&got[0])), sp.Base, n))
+		if i := bytes.IndexFunc(got, func(r rune) bool { return r != 0 }); i >= 0 {
+			t.Errorf("%s: byte %d of the cleared range reads %#x", pr.name, i, got[i])
+		}
+		must(t, "Free", a.Free(sp))
+		must(t, "arena.Close", a.Close())
 		if c := p.Counters(); c.Live() != 0 || c.Committed != 0 {
 			t.Errorf("%s: after Close: %+v", pr.name, c)
 		}

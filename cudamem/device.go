@@ -5,6 +5,7 @@ package cudamem
 // DefaultCapacity method), and memset clears device-accessible memory for them and Managed.
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/arena"
@@ -69,16 +70,24 @@ func (c *deviceCapacity) DefaultCapacity() uintptr {
 	return n
 }
 
-// memset clears device-accessible memory with the driver, and waits for it: a cuMemsetD8 of
-// device memory returns before it has run, queued on the legacy default stream, which work on
+// memset clears device-accessible memory with the driver, and waits for it. The memset runs on
+// a non-blocking stream of its own, made for the call and synchronized: a cuMemsetD8 of device
+// memory returns before it has run, queued on the legacy default stream, which work on
 // non-blocking streams does not wait for (the driver API's "API synchronization behavior"), so
-// the next user of the memory could write it before the memset clears it.
+// the next user of the memory could write it before the memset clears it; and the driver
+// refuses any use of the legacy stream while a blocking stream captures a graph
+// (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), ending that capture. Its calls run in the RELAXED capture
+// mode, as the allocations' (doc.go).
 func (b *cudaBase) memset(addr, size uintptr) error {
-	if err := b.dev.MemsetD8(addr, 0, size); err != nil {
-		return fmt.Errorf("%w: cuMemsetD8 of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+	defer b.dev.RelaxCapture()() // beside a user's capture: doc.go
+	s, err := b.dev.StreamCreate(true)
+	if err != nil {
+		return fmt.Errorf("%w: a stream for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
 	}
-	if err := b.dev.StreamSynchronize(0); err != nil {
-		return fmt.Errorf("%w: waiting for cuMemsetD8 of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+	if err = b.dev.MemsetD8Async(addr, 0, size, s); err != nil {
+		err = fmt.Errorf("%w: cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+	} else if err = b.dev.StreamSynchronize(s); err != nil {
+		err = fmt.Errorf("%w: waiting for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
 	}
-	return nil
+	return errors.Join(err, b.dev.StreamDestroy(s))
 }

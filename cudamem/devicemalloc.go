@@ -28,5 +28,5 @@ func NewDeviceMalloc(dev *cuda.Device) (*DeviceMalloc, error) {
 	return p, nil
 }
 
-// Zero implements arena.Zeroer with cuMemsetD8.
+// Zero implements arena.Zeroer with cuMemsetD8Async on a stream of its own, synchronized.
 func (p *DeviceMalloc) Zero(addr, size uintptr) error { return p.memset(addr, size) }

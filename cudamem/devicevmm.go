@@ -40,5 +40,5 @@ func NewDeviceVMM(dev *cuda.Device) (*DeviceVMM, error) {
 	return p, nil
 }
 
-// Zero implements arena.Zeroer with cuMemsetD8.
+// Zero implements arena.Zeroer with cuMemsetD8Async on a stream of its own, synchronized.
 func (p *DeviceVMM) Zero(addr, size uintptr) error { return p.memset(addr, size) }

@@ -47,10 +47,11 @@
 //	DeviceMalloc  x       -              x                  -       x         x         -           -
 //	Managed       x       -              -                  -       x         x         -           -
 //
-// Zeroer clears with the CPU on host memory and with a synchronized cuMemsetD8 on device and
-// managed memory. Only the device providers suggest a capacity (DefaultDeviceShare of the free
-// memory); HostVMM and HostRegister, which place their memory on a NUMA node, report it
-// (Placer). HostRegister alone prefaults on
+// Zeroer clears with the CPU on host memory and, on device and managed memory, with a
+// cuMemsetD8Async on a non-blocking stream made for the call and synchronized (never the legacy
+// stream, which a capture on a blocking stream makes unusable). Only the device providers
+// suggest a capacity (DefaultDeviceShare of the free memory); HostVMM and HostRegister, which
+// place their memory on a NUMA node, report it (Placer). HostRegister alone prefaults on
 // the arena's workers and joins registrations, since a copy must lie inside one registration.
 // No CUDA provider has a fixed capacity: that is the external region's (arena).
 //
@@ -64,13 +65,13 @@
 //
 // # Beside a user's capture
 //
-// Every provider method and shared-memory function that allocates, maps or frees memory runs
-// its driver calls on a locked OS thread in the RELAXED capture interaction mode
+// Every provider method and shared-memory function that allocates, maps, clears or frees memory
+// runs its driver calls on a locked OS thread in the RELAXED capture interaction mode
 // (cuThreadExchangeStreamCaptureMode), restored after. Those calls are "potentially unsafe":
 // in the default GLOBAL mode the driver refuses them (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
 // while any thread captures a stream in GLOBAL mode, and invalidates that capture. They come
 // from the arena's purge and commit workers, a pool's purger, or an Alloc that needs memory,
 // never as part of the user's graph, so a program capturing CUDA graphs (GLOBAL is the default
 // of cudaStreamBeginCapture's callers, PyTorch's among them) keeps its captures, and the pool
-// its memory (TestFakeProvidersBesideCapture).
+// its memory (TestFakeProvidersBesideCapture, TestFakeZeroBesideBlockingCapture).
 package cudamem

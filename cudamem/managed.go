@@ -35,7 +35,8 @@ func NewManaged(dev *cuda.Device) (*Managed, error) {
 	return p, nil
 }
 
-// Zero implements arena.Zeroer with cuMemsetD8, which does not migrate the pages to the host.
+// Zero implements arena.Zeroer with cuMemsetD8Async on a stream of its own, synchronized, which
+// does not migrate the pages to the host.
 func (p *Managed) Zero(addr, size uintptr) error { return p.memset(addr, size) }
 
 // Prefetch queues a migration of [addr, addr+n) to loc (a device's Location, or
