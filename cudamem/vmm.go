@@ -58,6 +58,7 @@ type vmm struct {
 
 // vmmRegion is a VMM region's state: the physical allocation mapped at each granule.
 type vmmRegion struct {
+	owner   *vmm // the provider that reserved it: no other one commits, decommits or releases it
 	handles []icuda.MemHandle
 	mapped  bitset.Set
 	// stray: mapped granules a failed commit could not unmap (its undo's cuMemUnmap refused),
@@ -103,7 +104,7 @@ func (p *vmm) Reserve(size, alignment uintptr) (*arena.Region, error) {
 	}
 	ng := int(size / p.gran)
 	return &arena.Region{Base: base, Size: size, Zeroed: p.zero,
-		Handle: &vmmRegion{handles: make([]icuda.MemHandle, ng), mapped: bitset.New(ng), stray: bitset.New(ng)}}, nil
+		Handle: &vmmRegion{owner: p, handles: make([]icuda.MemHandle, ng), mapped: bitset.New(ng), stray: bitset.New(ng)}}, nil
 }
 
 func (p *vmm) state(r *arena.Region, off, size uintptr) (*vmmRegion, error) {
@@ -111,7 +112,7 @@ func (p *vmm) state(r *arena.Region, off, size uintptr) (*vmmRegion, error) {
 		return nil, err
 	}
 	v, ok := r.Handle.(*vmmRegion)
-	if !ok {
+	if !ok || v.owner != p {
 		return nil, fmt.Errorf("%w: region not from this provider or released", arena.ErrInvalid)
 	}
 	if off%p.gran != 0 || size%p.gran != 0 {

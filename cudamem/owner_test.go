@@ -1,7 +1,7 @@
 package cudamem_test
 
-// The registration provider given a region that is not one of its live regions: one it
-// released already (its base now another region's), or one of another provider.
+// A provider given a region that is not one of its live regions: one it released already (its
+// base now another region's), or one of another provider.
 
 import (
 	"bytes"
@@ -142,4 +142,54 @@ func readable(p uintptr) bool {
 	defer wr.Close()
 	_, err = wr.Write(mem.Bytes(p, 1))
 	return err == nil
+}
+
+// TestFakeVMMForeignRegion: a VMM region is committed, decommitted and released only by the
+// provider that reserved it; another (device or host VMM) refuses it with arena.ErrInvalid,
+// touches nothing and counts nothing. Before, any VMM provider took any VMM region: a host
+// provider's Commit mapped host granules into a device arena's region, and a Release by
+// another provider freed the reservation under its owner, whose counters then held it for
+// good (its own Release refused), while the other's went negative.
+func TestFakeVMMForeignRegion(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	owner, err := cudamem.NewDeviceVMM(public(d))
+	must(t, "NewDeviceVMM", err)
+	dev, err := cudamem.NewDeviceVMM(public(d))
+	must(t, "NewDeviceVMM", err)
+	host, err := cudamem.NewHostVMM(public(d), cudamem.HostOptions{})
+	must(t, "NewHostVMM", err)
+	r, err := owner.Reserve(4<<20, 2<<20)
+	must(t, "Reserve", err)
+	must(t, "Commit", owner.Commit(r, 0, 2<<20))
+	want := owner.Counters()
+	for _, p := range []counted{dev, host} {
+		for _, c := range []struct {
+			what string
+			call func() error
+		}{
+			{"Commit", func() error { return p.Commit(r, 2<<20, 2<<20) }},
+			{"Decommit", func() error { return p.Decommit(r, 0, 2<<20) }},
+			{"Release", func() error { return p.Release(r) }},
+		} {
+			if err := c.call(); !errors.Is(err, arena.ErrInvalid) {
+				t.Errorf("%s: %s of another provider's region: %v, want arena.ErrInvalid", p.Name(), c.what, err)
+			}
+			if got := p.Counters(); got.Live() != 0 || got.Committed != 0 {
+				t.Errorf("%s: %s of another provider's region: it counts %+v", p.Name(), c.what, got)
+			}
+			if got := owner.Counters(); got.Live() != want.Live() || got.Committed != want.Committed {
+				t.Errorf("%s: %s of another provider's region: its owner counts %+v, want %+v", p.Name(), c.what, got, want)
+			}
+		}
+	}
+	must(t, "MemsetD8", d.MemsetD8(r.Base, 1, 2<<20)) // still mapped, with access
+	must(t, "Synchronize", d.Synchronize())
+	must(t, "Decommit", owner.Decommit(r, 0, 2<<20))
+	must(t, "Release", owner.Release(r))
+	if c := owner.Counters(); c.Live() != 0 || c.Committed != 0 {
+		t.Errorf("after Release: %+v", c)
+	}
 }
