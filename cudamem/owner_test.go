@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cudamem"
@@ -191,5 +192,57 @@ func TestFakeVMMForeignRegion(t *testing.T) {
 	must(t, "Release", owner.Release(r))
 	if c := owner.Counters(); c.Live() != 0 || c.Committed != 0 {
 		t.Errorf("after Release: %+v", c)
+	}
+}
+
+// TestFakeReleaseRacing: two Releases of one region race (the first stopped in its driver call,
+// PauseNextCall): the second is refused with arena.ErrInvalid and frees nothing, the first
+// gives the region back, and a region reserved meanwhile, which the driver may place at the
+// same address, stays the caller's. Before, both went to the driver: the second freed the
+// region, the driver gave its address to the next Reserve, and the first, resumed, freed that
+// new region under its owner, whose own Release was then refused.
+func TestFakeReleaseRacing(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	providers := []struct {
+		name string
+		new  func() (counted, error)
+	}{
+		{"DeviceMalloc", func() (counted, error) { return cudamem.NewDeviceMalloc(public(d)) }},
+		{"HostAlloc", func() (counted, error) { return cudamem.NewHostAlloc(public(d)) }},
+		{"Managed", func() (counted, error) { return cudamem.NewManaged(public(d)) }},
+		{"DeviceVMM", func() (counted, error) { return cudamem.NewDeviceVMM(public(d)) }},
+		{"HostVMM", func() (counted, error) { return cudamem.NewHostVMM(public(d), cudamem.HostOptions{}) }},
+	}
+	for _, pr := range providers {
+		p, err := pr.new()
+		must(t, pr.name, err)
+		r, err := p.Reserve(2<<20, 2<<20)
+		must(t, "Reserve", err)
+		if !f.PauseNextCall() {
+			t.Fatal("PauseNextCall: a pause is armed already")
+		}
+		first := make(chan error, 1)
+		go func() { first <- p.Release(r) }()
+		for !f.Paused() {
+			time.Sleep(time.Millisecond)
+		}
+		if err := p.Release(r); !errors.Is(err, arena.ErrInvalid) {
+			t.Errorf("%s: a Release racing another of the same region: %v, want arena.ErrInvalid", pr.name, err)
+		}
+		next, err := p.Reserve(2<<20, 2<<20)
+		must(t, "Reserve", err)
+		f.ResumeCall()
+		if err := <-first; err != nil {
+			t.Errorf("%s: the first Release: %v", pr.name, err)
+		}
+		if err := p.Release(next); err != nil {
+			t.Errorf("%s: Release of the region reserved while another was released: %v", pr.name, err)
+		}
+		if c := p.Counters(); c.Live() != 0 || c.Committed != 0 {
+			t.Errorf("%s: after both regions were released: %+v", pr.name, c)
+		}
 	}
 }

@@ -344,18 +344,36 @@ func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 }
 
 // Release implements arena.Provider: what is still mapped is unmapped, the handles stranded by
-// refused releases are released, then the address range freed. When the driver refuses any of
-// it, Release returns the refusal and keeps the region, with what is still mapped or held on
-// record: a later Release of it tries again.
+// refused releases are released, then the address range freed. It claims the region first: a
+// Release of it racing this one, or after it, is refused with arena.ErrInvalid and frees nothing
+// (the driver may have handed the address range to a new region by then). When the driver
+// refuses any of it, Release returns the refusal and keeps the region, with what is still mapped
+// or held on record: a later Release of it tries again.
 func (p *vmm) Release(r *arena.Region) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	if r == nil {
 		return fmt.Errorf("%w: nil region", arena.ErrInvalid)
 	}
+	p.mu.Lock() // HostVMM.DevicePointer reads the Handle under this lock, for the regions of every arena
 	v, err := p.state(r, 0, r.Size)
+	if err == nil {
+		r.Handle = nil
+	}
+	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
+	if err := p.freeRegion(r, v); err != nil {
+		p.mu.Lock()
+		r.Handle = v // kept, for a later Release
+		p.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// freeRegion gives back region r, claimed by Release, whose state is v.
+func (p *vmm) freeRegion(r *arena.Region, v *vmmRegion) error {
 	if err := p.unmapGranules(r, v, 0, len(v.handles)); err != nil {
 		return err
 	}
@@ -365,8 +383,5 @@ func (p *vmm) Release(r *arena.Region) error {
 	if err := p.call(&p.reservations, -1, p.dev.MemAddressFree(r.Base, r.Size)); err != nil {
 		return fmt.Errorf("%w: cuMemAddressFree of %d bytes: %w", arena.ErrInvalid, r.Size, err)
 	}
-	p.mu.Lock() // HostVMM.DevicePointer reads it under this lock, for the regions of every arena
-	r.Handle = nil
-	p.mu.Unlock()
 	return nil
 }

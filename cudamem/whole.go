@@ -7,6 +7,7 @@ package cudamem
 import (
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/align"
@@ -20,6 +21,8 @@ type wholeRegions struct {
 	alloc func(size uintptr) (uintptr, error)
 	free  func(addr uintptr) error
 	op    string // the allocating call, for errors
+
+	mu sync.Mutex // guards the Handle of the regions being released (Release claims it)
 }
 
 // init sets up w, its cudaBase set up already.
@@ -57,16 +60,25 @@ func (w *wholeRegions) Decommit(r *arena.Region, off, size uintptr) error {
 	return r.CheckRange(off, size)
 }
 
-// Release implements arena.Provider.
+// Release implements arena.Provider. It claims the region before it frees it: a Release of it
+// racing this one, or after it, is refused with arena.ErrInvalid and frees nothing (the driver
+// may have handed the address to a new region by then). One the driver refuses gives the
+// region back, for a later Release.
 func (w *wholeRegions) Release(r *arena.Region) error {
 	defer w.dev.RelaxCapture()() // beside a user's capture: doc.go
+	w.mu.Lock()
 	if r == nil || r.Handle != w {
+		w.mu.Unlock()
 		return fmt.Errorf("%w: region not from this provider or already released", arena.ErrInvalid)
 	}
+	r.Handle = nil
+	w.mu.Unlock()
 	if err := w.call(&w.allocations, -1, w.free(r.Base)); err != nil {
+		w.mu.Lock()
+		r.Handle = w
+		w.mu.Unlock()
 		return fmt.Errorf("%w: freeing %d bytes at %#x: %w", arena.ErrInvalid, r.Size, r.Base, err)
 	}
 	w.committed.Add(-int64(r.Size))
-	r.Handle = nil
 	return nil
 }
