@@ -160,6 +160,7 @@ func (h *HostProvider) Counters() HostCounters {
 type hostRegion struct {
 	mapBase, mapSize uintptr // what must be munmapped
 	hugeTLB          bool
+	released         atomic.Bool // claimed by a Release: one of two racing is refused
 }
 
 // Reserve implements Provider.
@@ -384,16 +385,16 @@ func (h *HostProvider) Decommit(r *Region, off, size uintptr) error {
 // Release implements Provider.
 func (h *HostProvider) Release(r *Region) error {
 	hr, ok := r.Handle.(*hostRegion)
-	if !ok || hr.mapSize == 0 {
+	if !ok || !hr.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: region not from this provider or already released", ErrInvalid)
 	}
 	h.munmap.Add(1)
 	if err := unix.MunmapPtr(mem.Ptr(hr.mapBase), hr.mapSize); err != nil {
+		hr.released.Store(false) // still mapped: a later Release tries again
 		return fmt.Errorf("%w: munmap: %w", ErrInvalid, err)
 	}
 	// munmap drops the locks of the range; keep the locked-bytes account honest.
 	h.lockedBytes.Add(-h.lockedIn(r))
-	hr.mapSize = 0
 	return nil
 }
 
