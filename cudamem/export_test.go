@@ -9,3 +9,11 @@ func SetNodeSources(sysfs string, lib func() nvml.Library) (restore func()) {
 	sysfsRoot, nvmlLib = sysfs, lib
 	return func() { sysfsRoot, nvmlLib = s, l }
 }
+
+// SetReleaseUnmapHook makes f run in HostRegister.Release between the registrations' removal and
+// the munmap, and returns what restores the hook.
+func SetReleaseUnmapHook(f func()) (restore func()) {
+	old := releaseUnmapHook
+	releaseUnmapHook = f
+	return func() { releaseUnmapHook = old }
+}

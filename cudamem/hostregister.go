@@ -296,17 +296,25 @@ func (p *HostRegister) Release(r *arena.Region) error {
 	p.dropHoles(r, 0, r.Size)
 	delete(p.regs, r.Base)
 	delete(p.holes, r.Base)
+	// Out of live before the munmap, under the lock: a Release racing this one is refused,
+	// never a second munmap of a range a Reserve may have mapped again in between.
+	delete(p.live, r.Base)
 	p.mu.Unlock()
+	if releaseUnmapHook != nil {
+		releaseUnmapHook()
+	}
 	if err := p.host.Release(r); err != nil {
-		return err // still live: a later Release tries again
+		p.mu.Lock()
+		p.live[r.Base] = r // still mapped, so no other region there: a later Release tries again
+		p.mu.Unlock()
+		return err
 	}
-	p.mu.Lock()
-	if p.live[r.Base] == r { // else a Reserve has mapped a new region there since the munmap
-		delete(p.live, r.Base)
-	}
-	p.mu.Unlock()
 	return nil
 }
+
+// releaseUnmapHook, when set (by tests), runs in HostRegister.Release between its registrations'
+// removal and its munmap.
+var releaseUnmapHook func()
 
 // Zero implements arena.Zeroer, with the CPU.
 func (p *HostRegister) Zero(addr, size uintptr) error { return hostZero(addr, size) }

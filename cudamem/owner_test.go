@@ -246,3 +246,32 @@ func TestFakeReleaseRacing(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeHostRegisterReleaseRacing: a second Release of a HostRegister region while the first
+// is between its registrations' removal and its munmap is refused. Before, it found the region
+// still live, unmapped it, and the first's munmap then came after it: once a Reserve had mapped
+// a new region at that base in between, the first unmapped the new region under its owner.
+func TestFakeHostRegisterReleaseRacing(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := cudamem.NewHostRegister(public(d), cudamem.HostOptions{})
+	must(t, "NewHostRegister", err)
+	r, err := p.Reserve(4<<20, 2<<20)
+	must(t, "Reserve", err)
+	must(t, "Commit", p.Commit(r, 0, 2<<20))
+	var second error
+	restore := cudamem.SetReleaseUnmapHook(func() {
+		cudamem.SetReleaseUnmapHook(nil)
+		second = p.Release(r)
+	})
+	defer restore()
+	must(t, "Release", p.Release(r))
+	if !errors.Is(second, arena.ErrInvalid) {
+		t.Errorf("a Release racing the region's Release: %v, want arena.ErrInvalid", second)
+	}
+	if c := p.Counters(); c.Live() != 0 || f.Stat(fakecuda.Registrations) != 0 {
+		t.Errorf("after Release: provider %+v, fake %d registrations", c, f.Stat(fakecuda.Registrations))
+	}
+}
