@@ -3,6 +3,7 @@ package ipcpool
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc/arena"
@@ -130,6 +131,10 @@ func (s *source) Release(r *arena.Region) error {
 		return fmt.Errorf("%w: a region the pool did not lend", arena.ErrInvalid)
 	}
 	s.mu.Lock()
+	if h[1] <= 0 || h[0] < 0 || h[0]+h[1] > len(s.held) || slices.Contains(s.held[h[0]:h[0]+h[1]], false) {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: grants [%d, +%d) released already, or not lent", arena.ErrInvalid, h[0], h[1])
+	}
 	for g := h[0]; g < h[0]+h[1]; g++ {
 		s.held[g] = false
 	}
