@@ -9,6 +9,13 @@ import (
 // MaxKnownStreams is the bound of the streams the tier knows (streams.go).
 const MaxKnownStreams = maxKnownStreams
 
+// The largest DeviceBudget and HostCapacity of a tier with its own device heap and host pool
+// (options.go).
+const (
+	MaxOwnBudget       = maxOwnBudget
+	MaxOwnHostCapacity = maxOwnHostCapacity
+)
+
 // Verify checks the tier's accounting against its blocks (verify.go).
 func (t *Tier) Verify() error {
 	t.mu.Lock()

@@ -22,10 +22,13 @@ const (
 // Options configures a Tier.
 type Options struct {
 	// DeviceBudget is the VRAM the tier's blocks may hold, in bytes (required; at most 128 TiB,
-	// heap.MaxCapacity, as is HostCapacity).
+	// heap.MaxCapacity, as is HostCapacity). With no Heap, at most about 102 TiB: the device
+	// heap the tier makes has room for a quarter more and 4 MiB, within 128 TiB.
 	DeviceBudget int
-	// HostCapacity caps the pinned host pool (default 4×DeviceBudget). Blocks whose bytes
-	// would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.
+	// HostCapacity caps the pinned host pool (default 4×DeviceBudget, capped as follows).
+	// Blocks whose bytes would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.
+	// With no HostPool, at most about 113 TiB: the pool the tier makes has room for an eighth
+	// more and 8 MiB, within 128 TiB.
 	HostCapacity int
 	// HostPrecommit is how many bytes of the host pool to commit and pin in the background
 	// when the tier is made, so that the first evictions do not wait for the driver to pin
@@ -67,17 +70,50 @@ type Options struct {
 	OnMigrate func(Migration)
 }
 
-// withDefaults checks o and fills in the defaults of the fields left zero.
+// The largest DeviceBudget and HostCapacity for which the device heap and the host pool a tier
+// makes for itself (heapCapacity, poolCapacity) fit heap.MaxCapacity.
+const (
+	// maxOwnBudget is the largest DeviceBudget of a tier that makes its own device heap (no
+	// Options.Heap): about 102 TiB.
+	maxOwnBudget = (heap.MaxCapacity - 4<<20) / 5 * 4 &^ (hostAlign - 1)
+	// maxOwnHostCapacity is the largest HostCapacity of a tier that makes its own host pool
+	// (no Options.HostPool): about 113 TiB.
+	maxOwnHostCapacity = (heap.MaxCapacity - 8<<20) / 9 * 8
+)
+
+// heapCapacity is the capacity of the device heap a tier of the given budget makes: room for
+// the budget, the size classes' rounding (at most 1/8) and memory whose free waits for its copy
+// out.
+func heapCapacity(budget uintptr) uintptr { return roundChunk(budget + budget/4 + 4<<20) }
+
+// poolCapacity is the capacity of the host pool a tier of the given host capacity makes (see
+// openPool).
+func poolCapacity(hostCap uintptr) uintptr { return roundChunk(hostCap+hostCap/8) + 8<<20 }
+
+// withDefaults checks o and fills in the defaults of the fields left zero. A budget or host
+// capacity whose own heap or pool would not fit heap.MaxCapacity is refused with
+// ErrInvalidOptions naming the limit; the default HostCapacity is capped to fit.
 func (o Options) withDefaults() (Options, error) {
 	if o.DeviceBudget <= 0 || o.DeviceBudget > heap.MaxCapacity {
 		return o, fmt.Errorf("%w: DeviceBudget %d (required, above 0 and at most 128 TiB)", ErrInvalidOptions, o.DeviceBudget)
+	}
+	if o.Heap == nil && roundUp(uintptr(o.DeviceBudget)) > maxOwnBudget {
+		return o, fmt.Errorf("%w: DeviceBudget %d above %d, the most a tier's own device heap serves within 128 TiB (give a Heap)",
+			ErrInvalidOptions, o.DeviceBudget, maxOwnBudget)
 	}
 	if o.HostCapacity < 0 || o.HostPrecommit < 0 || o.HostCapacity > heap.MaxCapacity {
 		return o, fmt.Errorf("%w: HostCapacity %d, HostPrecommit %d (want 0 or more, HostCapacity at most 128 TiB)",
 			ErrInvalidOptions, o.HostCapacity, o.HostPrecommit)
 	}
+	if o.HostPool == nil && o.HostCapacity > maxOwnHostCapacity {
+		return o, fmt.Errorf("%w: HostCapacity %d above %d, the most a tier's own host pool serves within 128 TiB (give a HostPool)",
+			ErrInvalidOptions, o.HostCapacity, maxOwnHostCapacity)
+	}
 	if o.HostCapacity == 0 {
 		o.HostCapacity = 4 * o.DeviceBudget
+		if o.HostPool == nil {
+			o.HostCapacity = min(o.HostCapacity, maxOwnHostCapacity)
+		}
 	}
 	if o.ThrashLapse == 0 {
 		o.ThrashLapse = DefaultThrashLapse

@@ -330,10 +330,10 @@ func (t *Tier) openHeap(shared *device.Heap) error {
 		return nil
 	}
 	// Room for the budget, the size classes' rounding (at most 1/8) and memory whose free
-	// waits for its copy out. Never purged: the VRAM an eviction frees is what the next
-	// restore takes, and committing VMM device memory again costs 0.4-0.77 ms per 2 MiB
-	// (measured on an H100), where copying 2 MiB takes 40 µs.
-	capacity := roundChunk(t.mem.budget + t.mem.budget/4 + 4<<20)
+	// waits for its copy out (heapCapacity). Never purged: the VRAM an eviction frees is what
+	// the next restore takes, and committing VMM device memory again costs 0.4-0.77 ms per
+	// 2 MiB (measured on an H100), where copying 2 MiB takes 40 µs.
+	capacity := heapCapacity(t.mem.budget)
 	h, err := device.New(t.pub, device.Options{Capacity: int(capacity), Align: hostAlign, PurgeDelay: -1})
 	if err != nil {
 		return fmt.Errorf("uvm: device heap: %w", err)
@@ -365,7 +365,7 @@ func (t *Tier) openPool(shared *pinned.Pool, precommit uintptr) error {
 		t.mem.pool = shared
 		return nil
 	}
-	capacity := roundChunk(t.mem.hostCap+t.mem.hostCap/8) + 8<<20
+	capacity := poolCapacity(t.mem.hostCap)
 	p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: int(int64(capacity)),
 		Align: hostAlign, Device: t.dev.Ordinal(), PurgeDelay: -1, Precommit: int(int64(precommit)), Shards: 1})
 	if err != nil {

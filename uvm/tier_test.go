@@ -463,3 +463,32 @@ func TestPattern(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnCapacityLimits: a DeviceBudget or HostCapacity within the documented 128 TiB whose own
+// device heap or host pool (a quarter, an eighth more) would not fit 128 TiB is refused with
+// ErrInvalidOptions naming the limit, and the default HostCapacity (4x the budget) is capped to
+// the largest the tier's own pool serves. Before, a 64 TiB budget with the default HostCapacity
+// failed with the pool's error for a 288 TiB capacity the caller never gave, not matching
+// ErrInvalidOptions, and so did a budget or host capacity just under 128 TiB.
+func TestOwnCapacityLimits(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	for _, o := range []uvm.Options{{DeviceBudget: 1 << 46}, {DeviceBudget: uvm.MaxOwnBudget},
+		{DeviceBudget: 1 << 20, HostCapacity: uvm.MaxOwnHostCapacity}} {
+		tr, err := uvm.New(public(dev), o)
+		if err != nil {
+			t.Fatalf("New with DeviceBudget %d, HostCapacity %d: %v", o.DeviceBudget, o.HostCapacity, err)
+		}
+		must(t, tr.Close())
+	}
+	for _, o := range []uvm.Options{{DeviceBudget: uvm.MaxOwnBudget + 1}, {DeviceBudget: 1 << 47},
+		{DeviceBudget: 1 << 20, HostCapacity: uvm.MaxOwnHostCapacity + 1}, {DeviceBudget: 1 << 20, HostCapacity: 1 << 47}} {
+		_, err := uvm.New(public(dev), o)
+		if !errors.Is(err, uvm.ErrInvalidOptions) || !strings.Contains(err.Error(), "the most a tier's own") {
+			t.Errorf("New with DeviceBudget %d, HostCapacity %d: %v, want ErrInvalidOptions naming the limit",
+				o.DeviceBudget, o.HostCapacity, err)
+		}
+	}
+}
