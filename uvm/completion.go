@@ -139,13 +139,25 @@ func (t *Tier) retire(c completion) (gone bool, err error) {
 	}
 	for _, w := range t.rel.waits {
 		if serr := t.dev.EventSynchronize(uintptr(w.ev)); serr != nil {
-			return false, errors.Join(err, serr)
+			return false, sayOnce(err, serr)
 		}
 	}
 	if serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h)); serr != nil {
-		return false, errors.Join(err, serr)
+		return false, sayOnce(err, serr)
 	}
 	return true, t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})
+}
+
+// sayOnce joins err, a driver call's error, and then, the error of a call made after it, leaving
+// then out when the driver refused both with the same code (a sticky error refuses every call
+// alike): the driver's error is said once, and stays in the chain.
+func sayOnce(err, then error) error {
+	if c, ok := cuda.ResultCode(err); ok {
+		if d, _ := cuda.ResultCode(then); d == c {
+			return err
+		}
+	}
+	return errors.Join(err, then)
 }
 
 // poll finishes the batches whose streams have passed them. A stream the driver refuses

@@ -3,6 +3,7 @@ package uvm_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -195,4 +196,33 @@ func TestFailedRestoreHoldsMemoryBack(t *testing.T) {
 		t.Fatalf("the block restored after the fault: %#x at 0, want %#x", got[0], pattern(0, n)[0])
 	}
 	must(t, tr.Free(h))
+}
+
+// TestHeldBackSaysDriverErrorOnce: after a kernel faulted, the Free of a block on the device
+// and the AcquireHost for writing that drops a block's device copy (each a retire whose waits
+// the driver refuses, on the D2H stream and then on the CPU, with the same sticky error) say
+// the driver's error once, and keep it in the chain. Before, each said
+// CUDA_ERROR_ILLEGAL_ADDRESS twice: the queued wait's refusal and the CPU wait's, joined.
+func TestHeldBackSaysDriverErrorOnce(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const n = 64 * kib
+	tr, h, _, s := cleanBlock(t, dev, n)
+	h2 := filled(t, tr, 1, n)[0]
+	acquireAll(t, tr, s, uvm.Read, []uvm.Handle{h2})
+	must(t, tr.Sync())
+
+	stickyFault(t, f, dev)
+	_, herr := tr.AcquireHost(h2, uvm.Write)
+	for what, err := range map[string]error{"Free": tr.Free(h), "AcquireHost for writing": herr} {
+		if code, _ := cuda.ResultCode(err); code != fakecuda.ResultIllegalAddress {
+			t.Errorf("%s after a kernel faulted: %v; want the driver's error in the chain", what, err)
+		}
+		if n := strings.Count(fmt.Sprint(err), "CUDA_ERROR_ILLEGAL_ADDRESS"); n != 1 {
+			t.Errorf("%s after a kernel faulted: %v; want the driver's error said once, not %d times", what, err, n)
+		}
+	}
+	f.ClearStickyError()
 }
