@@ -33,6 +33,9 @@ func (s Stats) String() string {
 	if s.Failures > 0 || s.Pending > 0 {
 		fmt.Fprintf(&b, "  batches:  %d failed, %d in flight\n", s.Failures, s.Pending)
 	}
+	if s.PolicyErrors > 0 {
+		fmt.Fprintf(&b, "  policy:   %s yielded that could not be evicted, passed over\n", units.Count(s.PolicyErrors, "block"))
+	}
 	if s.HeldBackDeviceBytes+s.HeldBackHostBytes > 0 {
 		fmt.Fprintf(&b, "  held:     %s of VRAM and %s of host buffers kept out of use after a failed wait\n",
 			units.Bytes(s.HeldBackDeviceBytes), units.Bytes(s.HeldBackHostBytes))

@@ -44,14 +44,14 @@ func (t *Tier) pickVictims(want uintptr) uintptr {
 	seen := 0
 	t.policy.Walk(func(id BlockID) bool {
 		seen++
-		if b := &t.blocks[id]; b.clean() && !t.protected(b, now) {
+		if b := t.candidate(id); b != nil && b.clean() && !t.protected(b, now) {
 			take(id)
 		}
 		return got < want && seen < evictWindow
 	})
 	for pass := 0; pass < 2 && got < want; pass++ {
 		t.policy.Walk(func(id BlockID) bool {
-			if b := &t.blocks[id]; !b.chosen && (pass == 1 || !t.protected(b, now)) {
+			if b := t.candidate(id); b != nil && (pass == 1 || !t.protected(b, now)) {
 				if pass == 1 {
 					t.st.ThrashOverrides++
 				}
@@ -61,6 +61,21 @@ func (t *Tier) pickVictims(want uintptr) uintptr {
 		})
 	}
 	return got
+}
+
+// candidate returns the block id names when it may be taken for an eviction: a live block on
+// the device, acquired nowhere, not taken already. A Policy that breaks its contract (Walk
+// yields a block acquired, evicted, freed, twice, or no block of the tier's) costs itself its
+// order, never an acquired block's bytes nor a crash: the tier passes over such a block and
+// counts it (Stats.PolicyErrors). t.mu is held.
+func (t *Tier) candidate(id BlockID) *block {
+	if int(id) < len(t.blocks) {
+		if b := &t.blocks[id]; b.live && b.dev != 0 && b.pins == 0 && !b.chosen {
+			return b
+		}
+	}
+	t.st.PolicyErrors++
+	return nil
 }
 
 // unchoose clears the chosen marks of ids.
