@@ -33,6 +33,8 @@ func TestResultIs(t *testing.T) {
 		{718, pinmalloc.ErrDeviceFault}, // INVALID_PC
 		{719, pinmalloc.ErrDeviceFault}, // LAUNCH_FAILED
 		{911, pinmalloc.ErrDeviceFault}, // EXTERNAL_DEVICE
+		{226, pinmalloc.ErrDeviceFault}, // CONTAINED (CUDA 12.8: an NVLink or hardware fault contained)
+		{721, pinmalloc.ErrDeviceFault}, // TENSOR_MEMORY_LEAK (CUDA 12.8)
 		{709, pinmalloc.ErrClosed},      // CONTEXT_IS_DESTROYED
 	}
 	sentinels := []error{pinmalloc.ErrNoDriver, pinmalloc.ErrNoDevice, pinmalloc.ErrSymbol, pinmalloc.ErrOutOfMemory, pinmalloc.ErrInvalidValue,

@@ -39,6 +39,8 @@ const (
 	resultInvalidPC           Result = 718
 	resultLaunchFailed        Result = 719
 	resultExternalDevice      Result = 911
+	resultContained           Result = 226 // CUDA 12.8
+	resultTensorMemoryLeak    Result = 721 // CUDA 12.8
 	resultDeviceUnavailable   Result = 46
 	resultIllegalState        Result = 401
 	// Stream capture.
@@ -75,6 +77,8 @@ var resultNames = map[Result][2]string{
 	resultInvalidPC:           {"CUDA_ERROR_INVALID_PC", "invalid program counter"},
 	resultLaunchFailed:        {"CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
 	resultExternalDevice:      {"CUDA_ERROR_EXTERNAL_DEVICE", "external device error"},
+	resultContained:           {"CUDA_ERROR_CONTAINED", "an exception on the device was contained by the GPU's error containment"},
+	resultTensorMemoryLeak:    {"CUDA_ERROR_TENSOR_MEMORY_LEAK", "a kernel exited without deallocating its tensor memory"},
 	resultAlreadyRegistered:   {"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
 	resultNotRegistered:       {"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
 	resultInvalidAddressSpace: {"CUDA_ERROR_INVALID_ADDRESS_SPACE", "operation not supported on global/shared address space"},
@@ -136,12 +140,14 @@ func (r Result) Is(target error) bool {
 
 // sticky reports the results the driver documents as leaving the process's CUDA state
 // inconsistent: every later call of the context returns them (pinmalloc.ErrDeviceFault). A
-// kernel killed by the display watchdog (CUDA_ERROR_LAUNCH_TIMEOUT) is one of them.
+// kernel killed by the display watchdog (CUDA_ERROR_LAUNCH_TIMEOUT) is one of them, and so are
+// CUDA 12.8's CUDA_ERROR_CONTAINED (a fault the GPU's error containment stopped: a bad access
+// of a peer's memory over NVLink, some hardware errors) and CUDA_ERROR_TENSOR_MEMORY_LEAK.
 func (r Result) sticky() bool {
 	switch r {
 	case resultIllegalAddress, resultLaunchTimeout, resultAssert, resultHardwareStackError,
 		resultIllegalInstruction, resultMisalignedAddress, resultInvalidAddressSpace, resultInvalidPC,
-		resultLaunchFailed, resultExternalDevice:
+		resultLaunchFailed, resultExternalDevice, resultContained, resultTensorMemoryLeak:
 		return true
 	}
 	return false
