@@ -314,3 +314,42 @@ func TestFakeCopiesAndStreams(t *testing.T) {
 		t.Errorf("wait on a bad stream: %v", err)
 	}
 }
+
+// TestFakeKernelOtherDeviceStream: a kernel launch on a stream of another device's context is
+// refused (the programming guide: "A kernel launch will fail if it is issued to a stream that
+// is not associated to the current device"), and queues nothing; a copy to such a stream is
+// allowed, as on a GPU.
+func TestFakeKernelOtherDeviceStream(t *testing.T) {
+	f := Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	d0, d1 := f.Open(t, 0), f.Open(t, 1)
+	m, err := d0.ModuleLoadData(gatherPTX)
+	must(t, "ModuleLoadData", err)
+	defer func() { must(t, "ModuleUnload", d0.ModuleUnload(m)) }()
+	fn, err := d0.ModuleGetFunction(m, "pinmalloc_gather")
+	must(t, "ModuleGetFunction", err)
+	jobs, err := d0.MemAlloc(4096)
+	must(t, "MemAlloc", err)
+	defer func() { must(t, "MemFree", d0.MemFree(jobs)) }()
+	s1, err := d1.StreamCreate(true)
+	must(t, "StreamCreate on device 1", err)
+	defer func() { must(t, "StreamDestroy", d1.StreamDestroy(s1)) }()
+	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
+	wantErr(t, "LaunchKernel on device 0 with a device-1 stream", d0.LaunchKernel(fn, one, one, 0, s1, uint64(jobs), 0), pinmalloc.ErrInvalidHandle)
+	must(t, "MemsetD8Async on device 0 with a device-1 stream", d0.MemsetD8Async(jobs, 0, 4096, s1))
+	f.Complete()
+	if n := f.Launches(); n != 0 {
+		t.Errorf("the refused launch ran: %d launches", n)
+	}
+	s0, err := d0.StreamCreate(true)
+	must(t, "StreamCreate on device 0", err)
+	defer func() { must(t, "StreamDestroy", d0.StreamDestroy(s0)) }()
+	must(t, "LaunchKernel on device 0's own stream", d0.LaunchKernel(fn, one, one, 0, s0, uint64(jobs), 0))
+	must(t, "StreamSynchronize", d0.StreamSynchronize(s0))
+	if n := f.Launches(); n != 1 {
+		t.Errorf("launches = %d, want 1", n)
+	}
+}
