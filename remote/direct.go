@@ -116,16 +116,15 @@ func (c *Conn) mapSegment(d *Descriptor, e *rkeyEntry) (uintptr, error) {
 // copy does t's operations by copy (opCopied, checked whole by Start) with the worker's mutex
 // let go, so that a batch of many blocks holds up neither the progress of other transfers nor
 // other connections. What the copies use stays meanwhile: the local buffers are held in their
-// pools, their regions count the copies as operations in flight (a Registration's Close
-// refuses), and the connection counts them (c.copying), so its keys, which keep the peer's
-// segment attached here, are destroyed only after the last (reap, copied), and the worker's
-// Close waits for them before it destroys anything. Called and returns under mu.
+// pools, the regions of every operation of t count it as in flight (a Registration's Close
+// refuses: the operations left to post after the copies name their region's registration),
+// and the connection counts the copies (c.copying), so its keys, which keep the peer's segment
+// attached here, are destroyed only after the last (reap, copied), and the worker's Close waits
+// for them before it destroys anything. Called and returns under mu.
 func (t *Transfer) copy() {
 	w, c := t.c.w, t.c
 	for i := range t.ops {
-		if t.ops[i].Kind == opCopied {
-			t.lrs[i].inflight++
-		}
+		t.lrs[i].inflight++
 	}
 	c.copying++
 	w.copying++
@@ -145,9 +144,7 @@ func (t *Transfer) copy() {
 	}
 	w.mu.Lock()
 	for i := range t.ops {
-		if t.ops[i].Kind == opCopied {
-			t.lrs[i].inflight--
-		}
+		t.lrs[i].inflight--
 	}
 	w.copying--
 	if c.copying--; c.copying == 0 && c.reaped {

@@ -422,6 +422,75 @@ func TestCopyMixed(t *testing.T) {
 	}
 }
 
+// TestCopyMixedRegistrationBusy: while a transfer's copies go out of the worker's lock, the
+// Registration of a local buffer of one of its operations by message (posted after the copies,
+// naming the region's registration) refuses to close (ErrBusy), as it does for operations in
+// flight; closed there, the messages were posted naming a registration UCX had unmapped. Once
+// the transfer has ended it closes, and every byte landed.
+func TestCopyMixedRegistrationBusy(t *testing.T) {
+	const size = 64 << 10
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := newCopyPair(t)
+	src, dst, ds := p.blocks(t, 1, size)
+	plain, err := testPool(nil) // the peer's pool of ordinary memory: reached by message
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	reg, err := p.ws[1].Register(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := plain.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := reg.Describe(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lplain, err := testPool(nil) // this side's: the message's source, in a registration of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lplain.Close()
+	lreg, err := p.ws[0].Register(lplain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsrc, err := lplain.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(lsrc, 7)
+	tx := p.c.NewTransfer()
+	if err := errors.Join(tx.Put(src[0], ds[0]), tx.Put(lsrc, d)); err != nil {
+		t.Fatal(err)
+	}
+	p.ws[0].copyHook = func(int) {
+		if err := lreg.Close(); !errors.Is(err, ErrBusy) {
+			t.Errorf("Registration.Close of the message's source during the copies: %v, want ErrBusy", err)
+		}
+	}
+	err = tx.Start()
+	if err == nil {
+		err = tx.Wait(ctx)
+	}
+	p.ws[0].copyHook = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "put by copy", dst[0], 0)
+	check(t, "put by message", other, 7)
+	if err := tx.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lreg.Close(); err != nil {
+		t.Fatalf("Registration.Close after the transfer: %v", err)
+	}
+}
+
 // TestCopyWakesNothing: a transfer done wholly by copy ends in Start with no system call: it
 // does not wake the progress goroutine, which has nothing to do for it (200 puts by copy wake
 // it no more often than its idle tick does).
