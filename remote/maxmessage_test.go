@@ -50,6 +50,28 @@ func TestRecvEnforcesMaxMessage(t *testing.T) {
 	}
 }
 
+// TestRecvLargestMessage: a message of the largest MaxMessage a worker takes (64 MiB) is
+// received whole, twice. The callback's queue and the connection's queue for Recv were bounded
+// at 64 MiB, below one such message with its header: the callback dropped it, uncounted by
+// anyone but MessagesDropped, and Recv waited for it forever.
+func TestRecvLargestMessage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c1, c2, _ := maxMessagePair(t, ctx, maxMessage)
+	big := bytes.Repeat([]byte{0x5a}, maxMessage)
+	for i := range 2 {
+		if err := c1.Send(ctx, big); err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		m, err := c2.Recv(rctx)
+		rcancel()
+		if err != nil || !bytes.Equal(m, big) {
+			t.Fatalf("message %d of MaxMessage (%d) bytes: received %d bytes, %v", i, maxMessage, len(m), err)
+		}
+	}
+}
+
 // TestRecvEnforcesMaxMessageQueued: a message beyond MaxMessage that reaches the protocol's
 // handler (the callback's limit is the first check, this the second) fails the connection too,
 // and is not queued.

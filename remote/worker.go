@@ -50,6 +50,7 @@ const (
 	connMessages    = 256  // of those, the most one connection's messages may hold (takeSlot)
 	answerShare     = 4    // one connection's answers hold MaxInFlight/answerShare slots at most (takeSlot)
 	queuedMessages  = 64 << 20
+	evSlack         = 1 << 10  // beyond a message's bytes, what its event in the callbacks' queue takes, at most
 	maxControl      = 64 << 10 // the body of a message of the protocol's own: a hello's, with a worker's address (hundreds of bytes)
 	closeWait       = 10 * time.Second
 )
@@ -201,7 +202,10 @@ func New(o Options) (*Worker, error) {
 		return nil, wrap(ErrNoUCX, err)
 	}
 	n := 2*o.MaxInFlight + controlSlots
-	if w.uw, err = w.ctx.NewWorker(n, queuedMessages); err != nil {
+	// The callbacks' queue, emptied every progress round, takes one message of the largest
+	// size this worker takes beyond queuedMessages (evSlack: its event's own bytes): bounded at
+	// queuedMessages, it dropped a message of MaxMessage at 64 MiB, unseen by its connection.
+	if w.uw, err = w.ctx.NewWorker(n, queuedMessages+msgHeader+max(o.MaxMessage, maxControl)+evSlack); err != nil {
 		w.ctx.Close()
 		return nil, wrap(ErrNoUCX, err)
 	}
