@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -382,4 +383,38 @@ func (st *slotTaker) release() {
 		st.w.freeSlot(i)
 	}
 	st.taken = st.taken[:0]
+}
+
+// TestCloseWaitsForAControlSlot: an endpoint close that finds every control slot in flight (a
+// few peers that read nothing keep their messages' slots there) is made once one is free: the
+// connection's endpoint is closed and the connection reaped (its keys destroyed, its entry
+// gone). The close was dropped: the connection stayed in the worker's table for good, its
+// endpoint open, and Conn.Close said ErrBusy after 10 s.
+func TestCloseWaitsForAControlSlot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w1, _, _, _, c1, _ := connectedPair(t, ctx)
+	w1.mu.Lock()
+	st := &slotTaker{w: w1, kind: slotClose}
+	for st.take(nil) {
+	}
+	if len(st.taken) == 0 {
+		w1.mu.Unlock()
+		t.Fatal("no control slot to take")
+	}
+	w1.failConn(c1, fmt.Errorf("%w: closed by the test", ErrClosed))
+	st.release() // the peers' messages complete: their slots are free again
+	w1.signal()
+	w1.mu.Unlock()
+	select {
+	case <-c1.reapedCh:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection whose close found no control slot was never closed and reaped")
+	}
+	w1.mu.Lock()
+	_, still := w1.conns[c1.id]
+	w1.mu.Unlock()
+	if still {
+		t.Fatal("the reaped connection is still in the worker's table")
+	}
 }

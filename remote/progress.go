@@ -46,6 +46,7 @@ func (w *Worker) loop() {
 			w.abandonExited()
 			worked = true
 		}
+		w.closeWaiting()
 		w.postAnswers()
 		w.postQueued()
 		w.sendForgets()
@@ -216,11 +217,14 @@ func (w *Worker) handle(e *ucx.Event) {
 }
 
 // closeEp closes ep (force: at once; UCX allows it only on failure-handling endpoints) and,
-// when c is not nil, reaps c once it is closed. Under mu.
+// when c is not nil, reaps c once it is closed. A close that finds every control slot in flight
+// (peers that read nothing keep their messages' there) waits for one (closeWaiting): dropped,
+// it left the endpoint open and c in the worker's table for good. Under mu.
 func (w *Worker) closeEp(ep ucx.Ep, c *Conn, force bool) {
 	i, ok := w.takeSlot(slotClose, c)
 	if !ok {
-		return // every control slot in flight: the endpoint goes with the worker
+		w.unclosed = append(w.unclosed, pendingClose{ep: ep, c: c, force: force})
+		return
 	}
 	w.slots[i].c = c
 	inflight, _ := w.uw.CloseEp(ep, force, i)
@@ -229,6 +233,37 @@ func (w *Worker) closeEp(ep ucx.Ep, c *Conn, force bool) {
 		if c != nil {
 			w.reap(c)
 		}
+	}
+}
+
+// pendingClose is an endpoint close waiting for a control slot (closeEp).
+type pendingClose struct {
+	ep    ucx.Ep
+	c     *Conn
+	force bool
+}
+
+// closeWaiting makes the endpoint closes that waited for a control slot, in order, while slots
+// are free. By the progress goroutine, under mu; the worker's Close destroys the endpoints left.
+func (w *Worker) closeWaiting() {
+	n := 0
+	for n < len(w.unclosed) {
+		pc := w.unclosed[n]
+		i, ok := w.takeSlot(slotClose, pc.c)
+		if !ok {
+			break
+		}
+		n++
+		w.slots[i].c = pc.c
+		if inflight, _ := w.uw.CloseEp(pc.ep, pc.force, i); !inflight {
+			w.freeSlot(i)
+			w.reap(pc.c)
+		}
+	}
+	if n > 0 {
+		k := copy(w.unclosed, w.unclosed[n:])
+		clear(w.unclosed[k:])
+		w.unclosed = w.unclosed[:k]
 	}
 }
 

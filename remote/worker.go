@@ -83,6 +83,7 @@ type Worker struct {
 	zombies       int             // slots of abandoned connections\' operations UCX still holds (watch.go)
 	queue         []*Transfer     // started, with operations not yet posted (no slot was free)
 	answers       []*Conn         // connections with answers waiting for a slot (Conn.answers), in turn
+	unclosed      []pendingClose  // endpoint closes waiting for a control slot (closeWaiting)
 	unheld        []pendingAnswer // answers to gets waiting for their buffer's hold (holdAnswers)
 	unholds       []localHold     // holds of answers that ended, to release out of mu (releaseHolds)
 	unheldSpare   []pendingAnswer // the progress goroutine's: unheld's other buffer
