@@ -129,10 +129,18 @@ func (a *Arena) GranuleEnd(p uintptr) (end uintptr, ok bool) {
 	return min(r.r.Base+((p-r.r.Base)>>r.gshift+1)<<r.gshift, r.end), true
 }
 
-// Zero clears [addr, addr+size) with the provider's Zeroer.
+// Zero clears [addr, addr+size), memory of a span in use that is committed and claimed (Wanted:
+// a heap's live block), with the provider's Zeroer. Any other range is refused with ErrInvalid,
+// nothing cleared: memory outside the arena, or decommitted, is never written.
 func (a *Arena) Zero(addr, size uintptr) error {
 	if a.zeroer == nil {
 		return fmt.Errorf("%w: provider %s cannot clear memory", ErrInvalid, a.prov.Name())
+	}
+	if size == 0 {
+		return nil
+	}
+	if !a.Wanted(addr, size) {
+		return fmt.Errorf("%w: clear of [%#x, +%d): not committed memory of a span in use", ErrInvalid, addr, size)
 	}
 	return a.zeroer.Zero(addr, size)
 }
