@@ -427,13 +427,20 @@ func (o *outside) deferFree(addr, n uintptr, async bool, s cuda.Stream, dropped 
 	}
 	defer sh.mu.Unlock()
 	u := sh.m[addr]
-	switch {
-	case u == nil:
+	if u == nil {
 		return false, nil
+	}
+	return true, o.deferTo(u, addr, n, async, s, dropped)
+}
+
+// deferTo defers the free of the buffer at addr, of n bytes, to the last Release of u, its entry
+// (deferFree's arguments), or says why the free is refused. Under the entry's shard's lock.
+func (o *outside) deferTo(u *outUse, addr, n uintptr, async bool, s cuda.Stream, dropped bool) error {
+	switch {
 	case n != u.size:
-		return true, subSliceFree(addr, n, u.size)
+		return subSliceFree(addr, n, u.size)
 	case u.freed != 0:
-		return true, fmt.Errorf("%w: %#x has a free pending already (it waits for its holds)", ErrDoubleFree, addr)
+		return fmt.Errorf("%w: %#x has a free pending already (it waits for its holds)", ErrDoubleFree, addr)
 	}
 	u.freed, u.dropped = freedSync, dropped
 	if async {
@@ -441,5 +448,28 @@ func (o *outside) deferFree(addr, n uintptr, async bool, s cuda.Stream, dropped 
 	}
 	o.freedN.Add(1)
 	o.freedBytes.Add(int64(u.size))
-	return true, nil
+	return nil
+}
+
+// lockUnheld is the look at the holds of a free that claims the tag of the buffer at addr, of n
+// bytes, while some buffer is held (streamOrder.deferTagged): it returns the buffer's shard
+// locked when no Hold keeps the buffer, or one's last Release is making this free (no Hold of
+// it starts while the caller holds the lock); else nil, with the free deferred to the holds as
+// deferFree defers it (FreeAsync on stream s when async), or err saying why it is refused.
+func (o *outside) lockUnheld(addr, n uintptr, async bool, s cuda.Stream) (*outShard, error) {
+	sh := o.shard(addr)
+	sh.mu.Lock()
+	if u := sh.m[addr]; u != nil && u.releasing == nil {
+		err := o.deferTo(u, addr, n, async, s, false)
+		sh.mu.Unlock()
+		return nil, err
+	}
+	return sh, nil
+}
+
+// unlockShard lets go of sh, locked by lockUnheld; nothing when sh is nil.
+func unlockShard(sh *outShard) {
+	if sh != nil {
+		sh.mu.Unlock()
+	}
 }

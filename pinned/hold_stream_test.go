@@ -403,3 +403,40 @@ func TestFakeCloseDuringReleaseWait(t *testing.T) {
 	ok(t, "heap Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finishClosed()
 }
+
+// TestFakeHoldBetweenGuardedFreeLooks: in a ZeroOnFree CUDAHost pool, a Hold that takes a buffer
+// between its Free's look at the holds and the Free's claim defers the Free to the Hold's
+// Release, as a Hold before the Free does, for a buffer no stream was recorded on and for one
+// recorded on a stream: the buffer stays live and unscrubbed while held, and the Release frees
+// it. The Free freed it at once (scrubbed, and free for the next Alloc) or behind its stream
+// only, while the Hold's work still used it.
+func TestFakeHoldBetweenGuardedFreeLooks(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{ZeroOnFree: true, PurgeDelay: -1})
+	if r == nil {
+		return
+	}
+	for _, recorded := range []bool{false, true} {
+		b := r.alloc(4096, 7)
+		if recorded {
+			ok(t, "RecordStream", r.pool.RecordStream(b, pubcuda.Stream(r.s)))
+		}
+		var h pinned.Hold
+		var herr error
+		restore := pinned.SetAfterHoldsLook(func() { h, herr = r.pool.Hold(b) })
+		err := r.pool.Free(b)
+		restore()
+		ok(t, "Hold between the Free's looks", herr)
+		ok(t, "Free of a buffer held meanwhile", err)
+		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+		if st := r.pool.Stats(); st.Live != 1 || b[0] != 7 || b[4095] != 7 {
+			t.Fatalf("recorded %v: a Free deferred to a Hold: %d live, bytes %d %d; want 1 live, 7 7",
+				recorded, st.Live, b[0], b[4095])
+		}
+		ok(t, "Release", h.Release())
+		ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+		if st := r.pool.Stats(); st.Live != 0 {
+			t.Fatalf("recorded %v: the Release left %d live", recorded, st.Live)
+		}
+	}
+	r.finish()
+}

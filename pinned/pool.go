@@ -172,7 +172,7 @@ func newPool(o Options) (*Pool, error) {
 	letGo(s)
 	made = true
 	if order != nil {
-		order.start(g, p.freeDeferred, !p.zeroOnFree && p.quota == 0, p.enqueue)
+		order.start(g, p.freeDeferred, !p.zeroOnFree && p.quota == 0, p.enqueue, &p.out)
 		own(p) // PoolOf finds it (owners.go)
 	}
 	p.startPrecommit(int64(o.Precommit), o.OnPrecommit)
@@ -461,7 +461,7 @@ func (p *Pool) freeHeldIn(s *shard, h *heap.Heap, addr, n uintptr, done, held, g
 				if l == nil || streamOf(l) != tagStream(t) {
 					l = p.order.lists.Last()
 				}
-				if l != nil && streamOf(l) == tagStream(t) && r.tag.CompareAndSwap(t, tagNone) {
+				if l != nil && streamOf(l) == tagStream(t) && p.order.claim(r.tag, t, nil) {
 					r.claimed = l
 					if !p.closed.Load() && p.cache(s, l, deferred{addr: addr, n: n}) {
 						r.done, r.claimed = true, nil

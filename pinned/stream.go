@@ -80,7 +80,9 @@ import (
 // buffers, a last Release read-holds it while it makes its free) → a pool shard (the allocation's
 // slow path reclaims as its holder) → reclMu (taken with TryLock there) → a uses shard's lock →
 // the lists' lock → a stream list's lock. Buffers are freed for real holding none of the last
-// three. forgetMu comes after reclMu (ForgetStream) and before the lists' lock (WaitStreams).
+// three. forgetMu comes after reclMu (ForgetStream) and before the lists' lock (WaitStreams). A
+// holds table shard's lock (hold.go) comes before a uses shard's: a free that claims a buffer's
+// tag while some buffer is held holds it until the claim (deferTagged).
 
 // closeWait bounds how long Close waits for deferred buffers, and a free after Close for the
 // streams of its own buffer.
@@ -109,6 +111,9 @@ type streamOrder struct {
 	// enqueue defers a buffer that waits for one stream only (Pool.enqueue: the shard's cache,
 	// or the stream's list), or frees it when that stream was forgotten meanwhile.
 	enqueue func(*streamList, deferred) error
+	// holds is the pool's holds table (hold.go), which a free of a held buffer looks at
+	// before it claims the buffer's tag (deferTagged); nil in a state built by a test.
+	holds *outside
 
 	// sharedWeight is the deferred buffers with uses, each weighed by its size (weigh); the
 	// lists weigh the others, and the two make the weight (streamOrder.weight). A shared
@@ -234,9 +239,9 @@ func newStreamOrder(prov arena.Provider, ordinal int) (*streamOrder, error) {
 
 // start begins serving the pool's group: free frees a deferred buffer for real
 // (direct: by a free of its block and nothing else), enqueue defers one that waits for one
-// stream.
-func (o *streamOrder) start(g *heap.Group, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred) error) {
-	o.g, o.free, o.direct, o.enqueue = g, free, direct, enqueue
+// stream; holds is the pool's holds table.
+func (o *streamOrder) start(g *heap.Group, free func(deferred, *heap.Heap) error, direct bool, enqueue func(*streamList, deferred) error, holds *outside) {
+	o.g, o.free, o.direct, o.enqueue, o.holds = g, free, direct, enqueue, holds
 }
 
 // close ends it, once no buffer is deferred.

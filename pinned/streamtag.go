@@ -220,31 +220,50 @@ func (o *streamOrder) deferHeld(addr, n uintptr, tag *atomic.Uintptr) error {
 
 // deferTagged is deferFree of the buffer at addr, of n bytes, found held by someone else (a
 // record, or a free pending), by what its tag says: tag, or when nil the group's (Group.Tag).
+// While some buffer is held (Hold), it looks at the holds with the buffer's holds table shard
+// locked, as Hold does, and takes the tag (claim) under that lock: a Hold of the buffer that
+// came after the free's look at the holds has it wait for its last Release, and one after the
+// claim is refused.
 func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Uintptr) error {
 	if tag == nil {
 		tag = o.g.Tag(addr)
 	}
 	d := deferred{addr: addr, n: n}
+	var hs *outShard // locked, once a Hold may be at work on the buffer
 	for {
 		t := tagNone
 		if tag != nil {
 			t = settled(tag)
 		}
+		if t != tagNone && hs == nil && o.holds != nil && o.holds.active.Load() != 0 {
+			var s cuda.Stream
+			if l != nil {
+				s = streamOf(l)
+			}
+			var err error
+			if hs, err = o.holds.lockUnheld(addr, n, l != nil, s); hs == nil {
+				return err // deferred to the buffer's holds, or refused
+			}
+			continue // the tag again, under the lock
+		}
 		switch {
 		case t == tagNone:
+			unlockShard(hs)
 			return fmt.Errorf("%w: %#x has a free pending already", ErrDoubleFree, addr)
 		case t == tagHeld: // waits for no stream: l's alone, or none
-			if !tag.CompareAndSwap(t, tagNone) {
+			if !o.claim(tag, t, hs) {
 				continue
 			}
+			unlockShard(hs)
 			if l == nil {
 				return o.free(d, nil)
 			}
 			return o.enqueue(l, d)
 		case t != tagMulti && (l == nil || tagStream(t) == streamOf(l)): // one stream
-			if !tag.CompareAndSwap(t, tagNone) {
+			if !o.claim(tag, t, hs) {
 				continue
 			}
+			unlockShard(hs)
 			if tagForgetLook != nil {
 				tagForgetLook()
 			}
@@ -253,10 +272,32 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 			}
 			return o.free(d, nil) // forgotten (ForgetStream): it has passed the buffer
 		}
-		if err, again := o.deferShared(tag, t, d, l); !again {
+		if err, again := o.deferShared(tag, t, d, l, hs); !again {
 			return err
 		}
 	}
+}
+
+// claim takes the tag of a held buffer whose free the caller makes from t, read, to tagNone:
+// the free is the caller's from then on. It fails, and nothing changes, when the tag changed
+// since it was read, or, unless the caller holds hs (the buffer's holds table shard), when some
+// buffer is held: a Hold of this one, which reads the tag after it counts itself (active), may
+// have read t, and the caller looks at the holds under hs's lock first (deferTagged). The tag is
+// locked (tagLocked) while claim looks at active, so that a Hold that has not read it then
+// reads tagNone, and is refused.
+func (o *streamOrder) claim(tag *atomic.Uintptr, t uintptr, hs *outShard) bool {
+	if hs != nil {
+		return tag.CompareAndSwap(t, tagNone)
+	}
+	if !tag.CompareAndSwap(t, tagLocked) {
+		return false
+	}
+	if o.holds != nil && o.holds.active.Load() != 0 {
+		tag.Store(t)
+		return false
+	}
+	tag.Store(tagNone)
+	return true
 }
 
 // tagForgetLook and sharedForgetLook, when set (by tests), run in deferTagged and deferShared
@@ -281,17 +322,20 @@ func (o *streamOrder) knownList(s cuda.Stream, l *streamList) *streamList {
 }
 
 // deferShared defers d, whose tag read t (tagMulti, or one stream other than l's), under its
-// uses shard's lock; again says the tag changed since it was read. The streams forgotten
+// uses shard's lock; again says the tag changed since it was read, or a Hold may be at work on
+// the buffer (claim). hs, when not nil, is the buffer's holds table shard, locked by the caller:
+// it is let go once the tag is claimed, and kept when again is set. The streams forgotten
 // (ForgetStream) are taken off the buffer's, and each other's list is looked up and made in one
 // step (knownList), and pushed on only while its stream is not forgotten (queue): a stream
 // forgotten meanwhile has passed the buffer, and d waits for the others only.
-func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l *streamList) (err error, again bool) {
+func (o *streamOrder) deferShared(tag *atomic.Uintptr, t uintptr, d deferred, l *streamList, hs *outShard) (err error, again bool) {
 	sh := o.shard(d.addr)
 	sh.mu.Lock()
-	if !tag.CompareAndSwap(t, tagNone) {
+	if !o.claim(tag, t, hs) {
 		sh.mu.Unlock()
 		return nil, true
 	}
+	unlockShard(hs)
 	u := use{one: noStream}
 	if t == tagMulti {
 		u = sh.m[d.addr]

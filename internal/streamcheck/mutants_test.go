@@ -132,8 +132,8 @@ var mutants = []mutant{
 		name:  "pool-claim-any-list",
 		why:   "a Free of a buffer recorded on one stream defers it on the list found last whatever its stream (edd56ff's claim without its check)",
 		file:  "pinned/pool.go",
-		old:   "\t\t\t\tif l != nil && streamOf(l) == tagStream(t) && r.tag.CompareAndSwap(t, tagNone) {",
-		new:   "\t\t\t\tif l != nil && r.tag.CompareAndSwap(t, tagNone) {",
+		old:   "\t\t\t\tif l != nil && streamOf(l) == tagStream(t) && p.order.claim(r.tag, t, nil) {",
+		new:   "\t\t\t\tif l != nil && p.order.claim(r.tag, t, nil) {",
 		catch: "^TestRegressions$/^free_of_a_buffer_recorded_on_another_stream_than_the_last_checked$",
 	},
 	{
