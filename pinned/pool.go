@@ -269,6 +269,11 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 // allocRest is an allocation of n > 0 bytes where no fast section served: as a shard's holder,
 // and once more after taking back what other shards and the streams hold.
 func (p *Pool) allocRest(n int, alignment uintptr) ([]byte, error) {
+	if c := p.a.Capacity(); alignment > c {
+		// No memory the pool could take back would serve it (the heap refuses a size above
+		// the capacity itself): refused at once, not after waiting for every stream.
+		return nil, fmt.Errorf("%w: %d bytes aligned to %d asked of a pool of capacity %d", ErrTooLarge, n, alignment, c)
+	}
 	addr, err := p.allocOnce(uintptr(n), alignment)
 	for try := 0; err != nil && try < allocRetries && outOfMemory(err); try++ {
 		// Other shards may hold freed blocks they have not collected, and streams may have

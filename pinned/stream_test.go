@@ -570,3 +570,34 @@ func TestFakeConcurrentRecords(t *testing.T) {
 	ok(t, "ForgetStream", r.heap.ForgetStream(pubcuda.Stream(s2)))
 	r.finish()
 }
+
+// TestFakeAllocTooLargeWaitsForNoStream: an Alloc or AllocAligned that no memory could serve,
+// of more than the pool's capacity or aligned beyond it, fails with ErrTooLarge at once. An
+// alignment beyond the capacity was refused by the heap as out of memory, and the pool then
+// retried eight times, holding every shard, and waited for every stream with buffers deferred
+// on it (a synchronize of each: the caller's thread stalled behind the GPU's work) first.
+func TestFakeAllocTooLargeWaitsForNoStream(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{Capacity: 64 << 20})
+	if r == nil {
+		return
+	}
+	d := r.freeBehindCopy() // the fake holds the copy queued from then on
+	for _, c := range []struct{ n, align int }{{64<<20 + 1, 0}, {1 << 40, 0}, {4096, 1 << 30}} {
+		var err error
+		if c.align == 0 {
+			_, err = r.pool.Alloc(c.n)
+		} else {
+			_, err = r.pool.AllocAligned(c.n, c.align)
+		}
+		if !errors.Is(err, pinned.ErrTooLarge) {
+			t.Fatalf("Alloc of %d bytes aligned to %d in a pool of 64 MiB: %v, want ErrTooLarge", c.n, c.align, err)
+		}
+		if r.f.Pending() == 0 || r.deferred() != 1 {
+			t.Fatalf("Alloc of %d bytes aligned to %d in a pool of 64 MiB waited for the stream of a deferred buffer", c.n, c.align)
+		}
+	}
+	r.f.Hold(false)
+	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+	ok(t, "heap Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
+}
