@@ -105,7 +105,8 @@ func (o *streamOrder) reclaimLocked(on *heap.Heap) error {
 	var errs []error
 	var err error
 	if o.done, err = o.lists.Reclaim(o.done, afterLostSync); err != nil {
-		errs = append(errs, fmt.Errorf("pinned: deferred buffers: %w", err))
+		// The driver's, with this package's sentinel: ErrDeviceFault after a fault.
+		errs = append(errs, wrapError(fmt.Errorf("deferred buffers: %w", err), ErrInvalidStream))
 	}
 	if afterPoll != nil {
 		afterPoll()

@@ -12,8 +12,9 @@ import (
 
 // TestFakeTrimReportsDriverError: Trim returns the driver's error when it cannot tell whether a
 // stream has passed the buffers freed on it (here the context's sticky error, left by a gather
-// kernel that faulted), as device.Heap.Trim does, and keeps those buffers waiting; Trim returned
-// nothing and the error was lost. Once the context is usable again, Trim takes them back.
+// kernel that faulted), as device.Heap.Trim does, matching ErrDeviceFault (it matched no sentinel
+// of the package), and keeps those buffers waiting; Trim returned nothing and the error was
+// lost. Once the context is usable again, Trim takes them back.
 func TestFakeTrimReportsDriverError(t *testing.T) {
 	r := newAsyncRig(t, pinned.Options{})
 	if r == nil {
@@ -27,6 +28,9 @@ func TestFakeTrimReportsDriverError(t *testing.T) {
 	var res cuda.Result
 	if !errors.As(err, &res) || res != fakecuda.ResultIllegalAddress {
 		t.Errorf("Trim with the context's sticky error = %v; want the driver's error", err)
+	}
+	if !errors.Is(err, pinned.ErrDeviceFault) {
+		t.Errorf("Trim with the context's sticky error = %v; want an error matching ErrDeviceFault", err)
 	}
 	if st := r.pool.Stats(); st.Deferred != 1 {
 		t.Errorf("%d buffers deferred after the failed Trim, want the one freed on the stream", st.Deferred)
