@@ -282,22 +282,24 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 // the free is the caller's from then on. It fails, and nothing changes, when the tag changed
 // since it was read, or, unless the caller holds hs (the buffer's holds table shard), when some
 // buffer is held: a Hold of this one, which reads the tag after it counts itself (active), may
-// have read t, and the caller looks at the holds under hs's lock first (deferTagged). The tag is
-// locked (tagLocked) while claim looks at active, so that a Hold that has not read it then
-// reads tagNone, and is refused.
+// have read t, and the caller looks at the holds under hs's lock first (deferTagged). The tag
+// goes to tagNone before claim looks at active, so that a Hold that has not read it by then
+// reads tagNone, and is refused; when some buffer is held, claim puts t back (a Hold that read
+// tagNone meanwhile was refused, as when the free wins). One compare-and-swap and one load while
+// no buffer is held: the cost of a free of a recorded buffer.
 func (o *streamOrder) claim(tag *atomic.Uintptr, t uintptr, hs *outShard) bool {
-	if hs != nil {
-		return tag.CompareAndSwap(t, tagNone)
-	}
-	if !tag.CompareAndSwap(t, tagLocked) {
+	if !tag.CompareAndSwap(t, tagNone) {
 		return false
 	}
-	if o.holds != nil && o.holds.active.Load() != 0 {
-		tag.Store(t)
-		return false
+	if hs != nil || o.holds == nil || o.holds.active.Load() == 0 {
+		return true
 	}
-	tag.Store(tagNone)
-	return true
+	// Put t back. What may take a tagNone meanwhile (a Hold, a record) locks it and, finding
+	// the block still held, puts tagNone back: wait for that.
+	for !tag.CompareAndSwap(tagNone, t) {
+		runtime.Gosched()
+	}
+	return false
 }
 
 // tagForgetLook and sharedForgetLook, when set (by tests), run in deferTagged and deferShared
