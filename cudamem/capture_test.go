@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/pinmalloc/pinmalloc/arena"
-	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
@@ -23,17 +22,7 @@ func TestFakeProvidersBesideCapture(t *testing.T) {
 	if f == nil {
 		return
 	}
-	providers := []struct {
-		name string
-		new  func() (counted, error)
-	}{
-		{"DeviceMalloc", func() (counted, error) { return cudamem.NewDeviceMalloc(public(d)) }},
-		{"DeviceVMM", func() (counted, error) { return cudamem.NewDeviceVMM(public(d)) }},
-		{"HostAlloc", func() (counted, error) { return cudamem.NewHostAlloc(public(d)) }},
-		{"HostVMM", func() (counted, error) { return cudamem.NewHostVMM(public(d), cudamem.HostOptions{}) }},
-		{"HostRegister", func() (counted, error) { return cudamem.NewHostRegister(public(d), cudamem.HostOptions{}) }},
-		{"Managed", func() (counted, error) { return cudamem.NewManaged(public(d)) }},
-	}
+	providers := providersOf(d, "DeviceMalloc", "DeviceVMM", "HostAlloc", "HostVMM", "HostRegister", "Managed")
 	s, err := d.StreamCreate(true)
 	must(t, "StreamCreate", err)
 	defer d.StreamDestroy(s)
@@ -83,14 +72,7 @@ func TestFakeZeroBesideBlockingCapture(t *testing.T) {
 	if f == nil {
 		return
 	}
-	providers := []struct {
-		name string
-		new  func() (counted, error)
-	}{
-		{"DeviceMalloc", func() (counted, error) { return cudamem.NewDeviceMalloc(public(d)) }},
-		{"DeviceVMM", func() (counted, error) { return cudamem.NewDeviceVMM(public(d)) }},
-		{"Managed", func() (counted, error) { return cudamem.NewManaged(public(d)) }},
-	}
+	providers := providersOf(d, "DeviceMalloc", "DeviceVMM", "Managed")
 	s, err := d.StreamCreate(false) // blocking: the legacy stream waits for it
 	must(t, "StreamCreate", err)
 	defer d.StreamDestroy(s)

@@ -35,6 +35,30 @@ type counted interface {
 	Counters() cudamem.Counters
 }
 
+// namedProvider makes a provider of the fake device, named for a test's messages.
+type namedProvider struct {
+	name string
+	new  func() (counted, error)
+}
+
+// providersOf returns the providers of d named names (DeviceMalloc, DeviceVMM, HostAlloc,
+// HostVMM, HostRegister, Managed), in that order.
+func providersOf(d *cuda.Device, names ...string) []namedProvider {
+	all := map[string]func() (counted, error){
+		"DeviceMalloc": func() (counted, error) { return cudamem.NewDeviceMalloc(public(d)) },
+		"DeviceVMM":    func() (counted, error) { return cudamem.NewDeviceVMM(public(d)) },
+		"HostAlloc":    func() (counted, error) { return cudamem.NewHostAlloc(public(d)) },
+		"HostVMM":      func() (counted, error) { return cudamem.NewHostVMM(public(d), cudamem.HostOptions{}) },
+		"HostRegister": func() (counted, error) { return cudamem.NewHostRegister(public(d), cudamem.HostOptions{}) },
+		"Managed":      func() (counted, error) { return cudamem.NewManaged(public(d)) },
+	}
+	ps := make([]namedProvider, len(names))
+	for i, n := range names {
+		ps[i] = namedProvider{n, all[n]}
+	}
+	return ps
+}
+
 // newArena makes an arena over p that never purges on its own, and checks at cleanup that
 // closing it gave every driver resource back.
 func newArena(t *testing.T, p counted, capacity uintptr) *arena.Arena {

@@ -206,16 +206,7 @@ func TestFakeReleaseRacing(t *testing.T) {
 	if f == nil {
 		return
 	}
-	providers := []struct {
-		name string
-		new  func() (counted, error)
-	}{
-		{"DeviceMalloc", func() (counted, error) { return cudamem.NewDeviceMalloc(public(d)) }},
-		{"HostAlloc", func() (counted, error) { return cudamem.NewHostAlloc(public(d)) }},
-		{"Managed", func() (counted, error) { return cudamem.NewManaged(public(d)) }},
-		{"DeviceVMM", func() (counted, error) { return cudamem.NewDeviceVMM(public(d)) }},
-		{"HostVMM", func() (counted, error) { return cudamem.NewHostVMM(public(d), cudamem.HostOptions{}) }},
-	}
+	providers := providersOf(d, "DeviceMalloc", "HostAlloc", "Managed", "DeviceVMM", "HostVMM")
 	for _, pr := range providers {
 		p, err := pr.new()
 		must(t, pr.name, err)
