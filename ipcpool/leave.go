@@ -231,7 +231,9 @@ func (w *Owner) tickLocked() []retirement {
 			g.watch.stop()
 		}
 		if g.exited && w.keeps(g) {
-			if g.retains {
+			// Its retains are those its slot's line says it may hold now: it lived on after it
+			// left, and may have taken its first retain since.
+			if g.retains || w.c.slotLoad(g.slot, sFlags)&flagRetains != 0 {
 				// Before settleOrphans: what it retained of its own buffers settles in this
 				// round.
 				retired = append(retired, w.dropRetains(g.slot)...)

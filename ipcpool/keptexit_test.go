@@ -1,0 +1,38 @@
+package ipcpool
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+)
+
+// A process gone from its socket alive, its slot kept for what it holds, goes on using the
+// pool until it exits. A retain it takes only then (its slot's line said it held none when it
+// left) is let go at its exit as one taken before: the buffer goes back to its holder.
+func TestRetainAfterSocketClosedLetGoAtExit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
+	must(t, "Serve", err)
+	defer w.Close()
+	b, err := w.Alloc(4096)
+	must(t, "Alloc", err)
+	h, err := w.Handle(b)
+	must(t, "Handle", err)
+	k := startChild(t, path, childQuietEnv+"=1")
+	defer k.kill()
+	// A grant of its own: its slot is kept when it closes its socket, staying alive.
+	k.alloc(t, 3000, 5)
+	if got := k.do(t, "X"); got != "OK" {
+		t.Fatal(got)
+	}
+	waitFor(t, func() bool { return w.Attached() == 0 }) // its leave is done
+	if got := k.do(t, "R %s", fmtHandle(h)); got != "OK" {
+		t.Fatalf("a retain after the process left its socket: %s", got)
+	}
+	must(t, "Free", w.Free(b))
+	if _, err := w.Bytes(h); err != nil {
+		t.Fatalf("a buffer a live process retains, let go: %v", err)
+	}
+	k.kill()
+	waitFor(t, func() bool { _, err := w.Bytes(h); return errors.Is(err, ErrStaleHandle) })
+}
