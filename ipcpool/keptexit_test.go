@@ -36,3 +36,38 @@ func TestRetainAfterSocketClosedLetGoAtExit(t *testing.T) {
 	k.kill()
 	waitFor(t, func() bool { _, err := w.Bytes(h); return errors.Is(err, ErrStaleHandle) })
 }
+
+// A process gone from its socket alive may go on sharing buffers of the grants it keeps. When
+// it exits, those are let go as those it shared before it left: one nobody retains goes (its
+// handle is stale, never the memory lent to another), one another process retains keeps its
+// grants until the last release (a filler that takes every free grant writes none of it).
+func TestSharedAfterSocketClosedLetGoAtExit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
+	must(t, "Serve", err)
+	defer w.Close()
+	// One P, one shard: what it allocates after it left comes from the grant it holds.
+	k := startChild(t, path, childQuietEnv+"=1", "GOMAXPROCS=1")
+	defer k.kill()
+	k.alloc(t, 3000, 5) // a grant of its own: its slot is kept when it goes
+	if got := k.do(t, "X"); got != "OK" {
+		t.Fatal(got)
+	}
+	waitFor(t, func() bool { return w.Attached() == 0 })
+	retained := k.alloc(t, 3000, 6) // shared after it left
+	loose := k.alloc(t, 3000, 7)
+	must(t, "Retain", w.Retain(retained))
+	k.kill()
+	waitFor(t, func() bool { ps := w.SharedStats().Pool; return ps.Limbo == 0 && ps.Fenced == 0 })
+	waitFor(t, func() bool { _, err := w.Bytes(loose); return errors.Is(err, ErrStaleHandle) })
+	filled := fillPool(t, w.Process)
+	bs, err := w.Bytes(retained)
+	must(t, "Bytes of the retained buffer", err)
+	must(t, "the retained buffer's bytes after a filler", verify(bs, 6))
+	for _, x := range filled {
+		must(t, "Free", w.Free(x))
+	}
+	must(t, "Release", w.Release(retained))
+	waitFor(t, func() bool { _, err := w.Bytes(retained); return errors.Is(err, ErrStaleHandle) })
+	waitFor(t, func() bool { ps := w.SharedStats().Pool; return ps.Orphaned == 0 && ps.Limbo == 0 })
+}

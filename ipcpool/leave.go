@@ -12,7 +12,8 @@ import "time"
 // holds something (grants, buffers others retain, retains): the slot is kept (procs' keeper) until
 // the process exits, and no process takes it meanwhile (its retain bits are the slot's). A
 // process kept so is not attached, and no fence waits for it, as for any process gone from its
-// socket.
+// socket. It may go on sharing buffers of its grants and retaining others' until it exits: at
+// its exit those are let go as its leave let go the rest.
 //
 // The owner's record of it is in Go memory; the control region says as much for an owner that
 // adopts the pool should this one die first (adopt.go): the slot's serial has serialGone added,
@@ -100,11 +101,14 @@ func (w *Owner) dropRetains(slot int) []retirement {
 
 // dropEntries lets go the allocations of g's process's entries: those no other process
 // retains are free at once (their memory goes back with the grants), the others pin their
-// grants (g.pins). Called with w.mu held.
+// grants (g.pins). Entries g pins already are left to settleOrphans. Called with w.mu held.
 func (w *Owner) dropEntries(g *gone) {
 	c := &w.c
 	for i := range w.exports {
 		e := g.slot*w.exports + i
+		if _, pinned := g.entries[e]; pinned {
+			continue
+		}
 		st := c.entry(e) + eState
 		w0 := c.load(st)
 		if w0&eLive == 0 || c.load(c.entry(e)+eHolder) != packHolder(g.slot, g.serial) {
@@ -239,12 +243,19 @@ func (w *Owner) tickLocked() []retirement {
 				retired = append(retired, w.dropRetains(g.slot)...)
 				g.retains = false
 			}
-			// Its grants in limbo are fenced below, in this round (w.mu held throughout);
-			// the words of those still orphaned name the slot no more (the next process's).
+			// The buffers it shared since it left, let go as its leave let go those it had
+			// shared before.
+			w.dropEntries(g)
+			// Its grants in limbo are fenced below, in this round (w.mu held throughout), but
+			// for those under a buffer others retain (orphaned); the words of those orphaned
+			// name the slot no more (the next process's).
 			w.procs[g.slot].keeper = nil
 			w.c.slotStore(g.slot, sSerial, 0)
 			for i := range w.table {
-				if w.table[i].gone == g {
+				if t := &w.table[i]; t.gone == g {
+					if t.state == gLimbo && g.pins[i] > 0 {
+						*t = grantState{state: gOrphan, gone: g, gen: t.gen + 1}
+					}
 					w.publish(i)
 				}
 			}
