@@ -6,7 +6,7 @@ package ipcpool
 // freed, or replayed, by a second FreeHandle) is refused, every time, and never names the
 // buffer allocated in its place.
 //
-//	word 0  state: gen<<32 | eLive | eAlloc | eRetiring
+//	word 0  state: gen<<32 | eLive | eAlloc | eRetiring | eGone
 //	word 1  the buffer's offset in the pool
 //	word 2  its length
 //	word 3  its holder: slot | serial<<16 (the process in the slot when it was shared)
@@ -25,7 +25,10 @@ package ipcpool
 // When a process goes (it died, or was cut off), the owner clears its retain bits in every
 // entry (retiring what they kept alive) and lets go the allocations of its own entries; the
 // entries that others still retain keep their buffers, and the grants under them, until the
-// last of those is let go (orphans).
+// last of those is let go (orphans). An allocation the owner lets go so is marked eGone: the
+// process may live on (cut off) with the buffer still allocated in its pool, and it takes in
+// no retirement of such an entry (its pool frees only what it freed); the owner lets the entry
+// go after the last release.
 //
 // Every word here may be a peer's garbage: a reader checks an entry's generation, offset,
 // length and holder against the handle (and the holder against its own records) before it
@@ -35,6 +38,7 @@ const (
 	eAlloc    = 2
 	eRetiring = 4
 	eFlags    = eLive | eAlloc | eRetiring
+	eGone     = 8 // the allocation let go by the owner as its holder left (not a flag of eFlags)
 )
 
 const (

@@ -71,3 +71,38 @@ func TestSharedAfterSocketClosedLetGoAtExit(t *testing.T) {
 	waitFor(t, func() bool { _, err := w.Bytes(retained); return errors.Is(err, ErrStaleHandle) })
 	waitFor(t, func() bool { ps := w.SharedStats().Pool; return ps.Orphaned == 0 && ps.Limbo == 0 })
 }
+
+// A process gone from its socket alive still holds the buffers it allocated: its pool frees
+// none it has not freed. The owner lets go the allocation of its buffer retained (here by
+// itself) as it leaves, and the last release of it, its own, frees nothing under it: no later
+// allocation of its pool overlaps the buffer, whose bytes stay as it wrote them.
+func TestReleaseAfterSocketClosedFreesNoBufferItHolds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
+	must(t, "Serve", err)
+	defer w.Close()
+	// One P, one shard: a block its pool frees is one its next allocations find.
+	k := startChild(t, path, childQuietEnv+"=1", "GOMAXPROCS=1")
+	defer k.kill()
+	h := k.alloc(t, 3000, 5)
+	if got := k.do(t, "R %s", fmtHandle(h)); got != "OK" {
+		t.Fatal(got)
+	}
+	if got := k.do(t, "X"); got != "OK" {
+		t.Fatal(got)
+	}
+	waitFor(t, func() bool { return w.Attached() == 0 })
+	if got := k.do(t, "L %s", fmtHandle(h)); got != "OK" {
+		t.Fatalf("its release of its own buffer, after it left its socket: %s", got)
+	}
+	for i := range 64 {
+		x := k.alloc(t, 3000, 8)
+		if x.Offset < h.Offset+h.Length && h.Offset < x.Offset+x.Length {
+			t.Fatalf("allocation %d at [%#x, +%d) overlaps the buffer the process holds at [%#x, +%d)",
+				i, x.Offset, x.Length, h.Offset, h.Length)
+		}
+	}
+	if got := k.do(t, "K %s 5", fmtHandle(h)); got != "OK" {
+		t.Fatalf("the bytes of the buffer the process holds: %s", got)
+	}
+}

@@ -116,7 +116,8 @@ func (w *Owner) dropEntries(g *gone) {
 		}
 		gen := entryGen(w0)
 		if w0&eRetiring == 0 {
-			for w0&eAlloc != 0 && !c.cas(st, w0, w0&^eAlloc) {
+			// eGone: the process may live on, its buffer allocated in its pool (exports.go).
+			for w0&eAlloc != 0 && !c.cas(st, w0, w0&^eAlloc|eGone) {
 				w0 = c.load(st)
 			}
 			if !c.tryRetire(e, gen) {

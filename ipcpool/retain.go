@@ -139,7 +139,9 @@ func (p *Process) deliver(e int, gen uint32) {
 
 // takeRetired frees the buffer of this process's entry i, retired at gen, if the entry and
 // this process's record of it agree; anything else (a replayed or forged ring entry, a
-// corrupted entry) is dropped and counted.
+// corrupted entry) is dropped and counted. An entry whose allocation the owner let go (eGone:
+// this process left its socket alive) is not this process's to take in: it may still hold the
+// buffer, and the owner lets the entry go.
 func (p *Process) takeRetired(i int, gen uint32) {
 	ex := &p.ex
 	ex.mu.Lock()
@@ -153,7 +155,7 @@ func (p *Process) takeRetired(i int, gen uint32) {
 	e := p.slot*p.exports + i
 	if w := c.load(c.entry(e) + eState); r.addr == 0 || r.gen != gen || w != packState(gen, eLive|eRetiring) {
 		ex.mu.Unlock()
-		if d := entryGen(w) - gen; d == 0 || d >= 1<<31 {
+		if d := entryGen(w) - gen; d == 0 && w&eGone == 0 || d >= 1<<31 {
 			// Not a retirement this process has seen go by (the entry is not past the
 			// generation): a forged or garbled entry. One the entry is past is a delivery
 			// taken already (a scan found it before the ring did), or a replay: nothing.
