@@ -21,13 +21,14 @@ import (
 //
 // Attach first checks who serves the socket (SO_PEERCRED): a server whose user is not in
 // AttachOptions.ServerUIDs (default: this process's user and root) is refused with
-// ErrRefused before anything is sent or mapped. ctx bounds the whole of it (and
-// AttachOptions.Timeout each step): a stopped owner makes Attach fail with an error matching
-// context.DeadlineExceeded. An Attach that fails after connecting tells the owner, whose slot
-// for it is free at once. One that fails after mapping the pool gives the mapping back; what
-// the CUDA driver refuses to give back (a registration, a VMM mapping or imported granules)
-// stays with the package, its device open, and goes at a later Attach, Serve or Close: the
-// error says what stays.
+// ErrRefused before anything is sent or mapped. The owner refuses, with ErrRefused too, a
+// process whose pid it cannot see (one outside the owner's pid namespace): it could not tell
+// when the process exits. ctx bounds the whole of it (and AttachOptions.Timeout each step): a
+// stopped owner makes Attach fail with an error matching context.DeadlineExceeded. An Attach
+// that fails after connecting tells the owner, whose slot for it is free at once. One that
+// fails after mapping the pool gives the mapping back; what the CUDA driver refuses to give
+// back (a registration, a VMM mapping or imported granules) stays with the package, its device
+// open, and goes at a later Attach, Serve or Close: the error says what stays.
 func Attach(ctx context.Context, path string, o AttachOptions) (*Process, error) {
 	return attach(ctx, path, o, lockOnFault)
 }
@@ -169,7 +170,8 @@ func recvHello(conn *net.UnixConn) (hello, []int, error) {
 			return hello{}, nil, fmt.Errorf("%w: an answer that is no hello", ErrProtocol)
 		}
 		why := map[uint64]string{refusedUser: "this user may not attach", refusedFull: "no slot free (Options.Slots), or the pool is closing",
-			refusedKind: "not served now"}[m.b]
+			refusedKind: "not served now",
+			refusedPid:  "the owner cannot see this process's pid (another pid namespace)"}[m.b]
 		return hello{}, nil, fmt.Errorf("%w: the owner refused: %s", ErrRefused, why)
 	}
 	if n == 0 {

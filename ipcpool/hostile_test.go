@@ -211,3 +211,24 @@ func TestPeerRefused(t *testing.T) {
 		t.Fatalf("%d attached after a refusal", n)
 	}
 }
+
+// A process whose pid the owner cannot see (the kernel gives it as 0 to an owner in another pid
+// namespace) is refused: the owner could not watch it, and would take it to have exited once
+// it left its socket, lending its memory again while it may still use it.
+func TestPeerOfAnotherPidNamespaceRefused(t *testing.T) {
+	clientCred = func(c *net.UnixConn) (*unix.Ucred, error) {
+		cred, err := peerCred(c)
+		if err == nil {
+			cred.Pid = 0
+		}
+		return cred, err
+	}
+	t.Cleanup(func() { clientCred = peerCred }) // after the owner's Close: its sessions are done
+	w, path := serveTest(t, Options{})
+	if _, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("Attach by a process of pid 0: %v", err)
+	}
+	if n := w.Attached(); n != 0 {
+		t.Fatalf("%d attached after a refusal", n)
+	}
+}

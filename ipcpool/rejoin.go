@@ -124,7 +124,7 @@ func (cl *client) rejoin() (*net.UnixConn, error) {
 		return fail(err)
 	case m.op != opReply:
 		return fail(fmt.Errorf("%w: operation %d in answer to a rejoin", ErrProtocol, m.op))
-	case m.a == stRefused && m.b == refusedPool:
+	case m.a == stRefused && (m.b == refusedPool || m.b == refusedPid):
 		return fail(errOrphaned)
 	case m.a == stRefused && m.b == refusedClaim:
 		return fail(errClaimed)

@@ -22,13 +22,18 @@ const (
 	refusedKind  = 3 // the owner does not serve that kind of connection now
 	refusedPool  = 4 // (a rejoin) the owner does not know this process: another pool, or it left
 	refusedClaim = 5 // (a rejoin) the process claims a grant another holds (claim.go)
+	refusedPid   = 6 // the peer's pid is none the owner sees (another pid namespace)
 )
+
+// clientCred returns the credentials of the process at the other end of a connection the
+// owner accepted (peerCred; tests replace it).
+var clientCred = peerCred
 
 // session serves one connection.
 func (w *Owner) session(c *net.UnixConn) {
 	defer w.wg.Done()
 	defer c.Close()
-	cred, err := peerCred(c)
+	cred, err := clientCred(c)
 	_ = c.SetReadDeadline(time.Now().Add(w.timeout))
 	if err != nil {
 		return
@@ -38,6 +43,13 @@ func (w *Owner) session(c *net.UnixConn) {
 	w.mu.Unlock()
 	if !allowed {
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedUser}, w.timeout)
+		return
+	}
+	if cred.Pid <= 0 {
+		// A process of another pid namespace, whose pid the kernel gives the owner as 0: the
+		// owner could not watch it, and would take it to have exited as soon as it left its
+		// socket, lending its memory again while it may still use it.
+		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedPid}, w.timeout)
 		return
 	}
 	intro, err := readMsg(c)
