@@ -261,6 +261,56 @@ func TestFakeIdlePurgeDestroyedStreamBesideCapture(t *testing.T) {
 	}
 }
 
+// TestFakeIdlePurgeDestroyedStreamBesideCopyCapture is
+// TestFakeIdlePurgeDestroyedStreamBesideCapture with the capture on c, a non-blocking stream the
+// heap has seen only through a copy: c has no heap and no list of the purge's, only a list of the
+// deferred frees' lists. The purge's check before its synchronize of the context asked the
+// heap's streams, its own lists' and the legacy stream, not the streams the heap's other lists
+// had seen, so the tick that answered the destroyed stream ended the user's capture on c. Now it
+// asks those too: the ticks wait for nothing during the capture, and one after it answers the
+// destroyed stream.
+func TestFakeIdlePurgeDestroyedStreamBesideCopyCapture(t *testing.T) {
+	f, dev, h := purgeHeap(t, false, true)
+	if f == nil {
+		return
+	}
+	a, c := newStream(t, dev, h), newStream(t, dev, h)
+	keep := alloc(t, h, 4096, a)
+	defer freeAll(t, h, []cuda.DevicePtr{keep})
+	must(t, "MemsetAsync on c", h.MemsetAsync(pcuda.DevicePtr(keep), 0, 4096, pcuda.Stream(c)))
+	f.Complete()
+	h.mu.Lock()
+	heap, list := h.streams[pcuda.Stream(c)], h.lists.Lookup(uintptr(c))
+	h.mu.Unlock()
+	if heap != nil || list == nil {
+		t.Fatalf("c has a heap %v, a list %v; want no heap, a list (a copy's check)", heap != nil, list != nil)
+	}
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer f.Complete()
+	live, _ := burstIdle(t, f, h, s, 2)
+	defer freeAll(t, h, live)
+	must(t, "StreamDestroy", dev.StreamDestroy(s))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	for range 3 {
+		h.purgeTick() // busy, then quiet: its stream refused
+	}
+	g, err := dev.StreamEndCapture(c)
+	if err != nil {
+		t.Fatalf("the idle purge's answer to the destroyed stream invalidated the user's capture on a stream the heap has seen: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if f.Pending() == 0 {
+		t.Error("ticks during the capture: no stream with work pending; want the destroyed stream's")
+	}
+	h.purgeTick() // the context synchronized, the heap trimmed
+	if f.Pending() != 0 {
+		t.Errorf("a tick after the capture: %d streams with work pending; want none", f.Pending())
+	}
+}
+
 // TestFakeAllocReclaimsBesideCapture: an Alloc that runs out of memory while the user captures
 // a graph on stream b, on which a free is deferred, reclaims what the other streams hold (a's
 // heap, an empty segment) though it cannot wait for b's free, and is served from it. The

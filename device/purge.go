@@ -119,11 +119,22 @@ func (h *Heap) newPurger(d time.Duration, prov arena.Provider) {
 		delay: d, looks: map[*heap.Heap]*look{},
 		trims: streamq.NewLists[trimReq](h.lists.Points(), nil, trimLinger),
 	}
-	// A tick's Recover asks the heap's streams too (heapStreams).
-	h.purge.trims.SetOthers(h.heapStreams)
+	// A tick's Recover asks every stream the heap knows too (capturedElsewhere).
+	h.purge.trims.SetOthers(h.capturedElsewhere)
 	if d > 0 { // made stopped, before any tick can read it
 		h.purge.timer = time.AfterFunc(time.Hour, h.purgeTick)
 		h.purge.timer.Stop()
+	}
+}
+
+// capturedElsewhere yields a stream that a CUDA graph capture holds among those the deferred
+// frees' lists answer for (their Captured: the heap's streams, the streams they have seen, a
+// stream seen only through a copy included, and the legacy stream), if any: the capture check
+// of the purge's lists, whose own streams are the heap's alone, before a synchronize of the
+// context (Recover), which would end that capture. h.mu is held.
+func (h *Heap) capturedElsewhere(yield func(streamq.Stream) bool) {
+	if c, held := h.lists.Captured(); held {
+		yield(c)
 	}
 }
 
