@@ -2,6 +2,7 @@ package device
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -287,4 +288,57 @@ func TestFakeCloseWaitsForDestroyedStream(t *testing.T) {
 	if closeErr != nil || syncErr != nil {
 		t.Errorf("Close: %v (want nil, after the memset); the context's synchronize after it: %v (a fault: the memset ran on memory Close gave back)", closeErr, syncErr)
 	}
+}
+
+// TestFakeCloseBesideCopyCapture is TestFakeCloseWaitsForDestroyedStream while the user captures
+// a graph on c, a non-blocking stream the heap has seen only through a copy, and whose list has
+// left the lists (empty at listLinger polls). Close answered the destroyed stream with a
+// synchronize of the context after asking only the streams with a heap or a list, which ended
+// the user's capture on c. Now it asks every stream the heap has seen first: it refuses with
+// ErrBusy, waiting for nothing, the capture stays valid, and a Close after the capture succeeds.
+func TestFakeCloseBesideCopyCapture(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, c, d := newStream(t, dev, h), newStream(t, dev, h), newStream(t, dev, h)
+	x := alloc(t, h, 4096, a)
+	must(t, "MemsetAsync on c", h.MemsetAsync(pcuda.DevicePtr(x), 0, 4096, pcuda.Stream(c)))
+	// Polls run while frees are deferred: one on d, held, until c's list, empty, has left.
+	f.Hold(true)
+	must(t, "MemsetAsync on d", h.MemsetAsync(pcuda.DevicePtr(x), 0, 4096, pcuda.Stream(d)))
+	must(t, "FreeAsync on d", h.FreeAsync(pcuda.DevicePtr(x), pcuda.Stream(d)))
+	for range listLinger + 1 {
+		h.Stats()
+	}
+	f.Hold(false)
+	if st := h.Stats(); st.Deferred != 0 {
+		t.Fatalf("d has passed the free: %d deferred, want 0", st.Deferred)
+	}
+	h.mu.Lock()
+	list, heap := h.lists.Lookup(uintptr(c)), h.streams[pcuda.Stream(c)]
+	h.mu.Unlock()
+	if list != nil || heap != nil {
+		t.Fatalf("c has a list %v, a heap %v; want neither", list != nil, heap != nil)
+	}
+	s, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	must(t, "Free", h.Free(pcuda.DevicePtr(alloc(t, h, 4096, s))))
+	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(s))
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+		closeErr := h.Close()
+		g, err := dev.StreamEndCapture(c)
+		if err != nil {
+			t.Fatalf("Close (%v) invalidated the user's capture on a stream the heap has seen: %v", closeErr, err)
+		}
+		must(t, "GraphDestroy", dev.GraphDestroy(g))
+		if !errors.Is(closeErr, ErrBusy) {
+			t.Errorf("Close during the capture = %v, want an error wrapping ErrBusy", closeErr)
+		}
+	}()
+	must(t, "Close after the capture", h.Close())
 }

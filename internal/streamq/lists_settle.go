@@ -46,7 +46,9 @@ import (
 // these are; their streams with a point are asked too, and their items stay theirs (a Reclaim
 // of them after a Settle that found every stream idle finds their points passed). A stream the
 // driver refuses (destroyed without Forget, its work still run by the driver), none running,
-// is answered with one synchronize of the context, which waits for that work. When one has
+// is answered with one synchronize of the context, which waits for that work, unless a capture
+// holds a stream the lists know (Captured), which that synchronize would end: that stream is
+// returned as running. When one has
 // work in flight it returns that stream, running true; when the legacy stream's query fails,
 // or that synchronize, the error; either after a Reclaim (done gets what the streams have
 // passed, the busy streams their points). Else it appends to done the items of every
@@ -137,9 +139,11 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Strea
 // answers a lost list: one synchronize of the context (Points.WaitAll), which waits for the work
 // the driver still runs for it; once that has returned, every stream has passed what was queued
 // before it: running false, no error. When it fails, the error says both. Running has found no
-// capture on a stream of ss, nor on the legacy stream (a refused stream counts as blocking),
-// whose capture the synchronize would invalidate. A refusal of the legacy stream's query is
-// returned as it is.
+// capture on a stream of ss, nor on the legacy stream (a refused stream counts as blocking); a
+// capture on another stream the lists know (Captured: the caller's others, the streams seen,
+// whose lists may have left) would end at that synchronize too: such a stream is returned
+// running, and nothing is waited for. A refusal of the legacy stream's query is returned as it
+// is.
 func (ls *Lists[T]) running(ss []Stream) (Stream, bool, error) {
 	s, running, err := ls.points.Running(ss)
 	switch {
@@ -147,6 +151,9 @@ func (ls *Lists[T]) running(ss []Stream) (Stream, bool, error) {
 		return s, running, nil
 	case DefaultStream(s):
 		return s, running, fmt.Errorf("streamq: query stream %#x: %w", s, err)
+	}
+	if c, held := ls.Captured(); held {
+		return c, true, nil
 	}
 	if werr := ls.points.WaitAll(); werr != nil {
 		return s, false, fmt.Errorf("streamq: query stream %#x: %w; synchronize the context for its work: %w", s, err, werr)
