@@ -466,3 +466,43 @@ func TestFakeSyncCopyDuringCapture(t *testing.T) {
 	}
 	freeAll(t, h, []cuda.DevicePtr{p, q})
 }
+
+// TestFakeOtherDeviceCapturingStreamRefused: a stream of another device is refused
+// (ErrInvalidStream) whether or not it captures a CUDA graph. The first check of a stream records
+// a point in it, which the driver refuses for another device's stream; a capturing stream gets no
+// point (it would be a node of the user's graph), and was accepted unchecked: Alloc served a
+// block for it, and the heap's later points and waits for that stream (its frees, its heap's
+// memory) were refused by the driver and answered with a synchronize of this device's context,
+// which does not wait for the other device's work. The capturing stream is now asked its context
+// (cuStreamGetCtx, which a capture allows), and the capture stays valid.
+func TestFakeOtherDeviceCapturingStreamRefused(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	dev, dev1 := f.Open(t, 0), f.Open(t, 1)
+	h := newHeap(t, dev, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	s, err := dev1.StreamCreate(true)
+	must(t, "StreamCreate on device 1", err)
+	defer func() { must(t, "StreamDestroy", dev1.StreamDestroy(s)) }()
+	if _, err := h.Alloc(4096, pcuda.Stream(s)); !errors.Is(err, ErrInvalidStream) {
+		t.Errorf("Alloc for device 1's stream = %v, want an error wrapping ErrInvalidStream", err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev1.StreamBeginCapture(s, cuda.CaptureGlobal))
+	p, aerr := h.Alloc(4096, pcuda.Stream(s))
+	g, err := dev1.StreamEndCapture(s)
+	if err != nil {
+		t.Fatalf("the heap's check invalidated the user's capture on device 1's stream: %v", err)
+	}
+	must(t, "GraphDestroy", dev1.GraphDestroy(g))
+	if !errors.Is(aerr, ErrInvalidStream) {
+		t.Errorf("Alloc for device 1's stream while it captures = %#x, %v; want an error wrapping ErrInvalidStream", p, aerr)
+	}
+	if aerr == nil {
+		must(t, "Free", h.Free(p))
+		must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(s)))
+	}
+}

@@ -480,6 +480,14 @@ func (d *Device) StreamNonBlocking(s Stream) (bool, error) {
 	return flags&0x1 != 0, err
 }
 
+// StreamContext returns the context s belongs to (cuStreamGetCtx). It queues nothing, and a
+// capture on s allows it. A driver without the call answers an error matching ErrSymbol.
+func (d *Device) StreamContext(s Stream) (uintptr, error) {
+	var c uintptr
+	err := d.Do(func() (e error) { c, e = d.drv.streamGetCtx(s); return })
+	return c, err
+}
+
 // StreamDestroy destroys a stream from StreamCreate; queued work still completes.
 func (d *Device) StreamDestroy(s Stream) error {
 	return d.track(&d.streams, uint64(s), -1, d.Do(func() error { return d.drv.streamDestroy(s) }))

@@ -72,6 +72,13 @@ static int pm_ptr(uintptr_t fn, uintptr_t a) { return ((int (*)(void *))fn)((voi
 static int pm_streamGetFlags(uintptr_t fn, uintptr_t s, unsigned *out) {
 	return ((int (*)(void *, unsigned *))fn)((void *)s, out);
 }
+// cuStreamGetCtx
+static int pm_streamGetCtx(uintptr_t fn, uintptr_t s, uintptr_t *out) {
+	void *c = NULL;
+	int r = ((int (*)(void *, void **))fn)((void *)s, &c);
+	*out = (uintptr_t)c;
+	return r;
+}
 // cuStreamCreate, cuEventCreate
 static int pm_create(uintptr_t fn, uintptr_t *out, unsigned flags) {
 	void *h = NULL;
@@ -343,6 +350,7 @@ const (
 	symStreamSynchronize
 	symStreamQuery
 	symStreamGetFlags
+	symStreamGetCtx
 	symEventCreate
 	symEventRecord
 	symEventQuery
@@ -438,10 +446,12 @@ var symbols = [numSyms]struct {
 	symStreamSynchronize: {"cuStreamSynchronize", apiVersion, "cuStreamSynchronize"},
 	symStreamQuery:       {"cuStreamQuery", apiVersion, "cuStreamQuery"},
 	symStreamGetFlags:    {"cuStreamGetFlags", apiVersion, "cuStreamGetFlags"},
-	symEventCreate:       {"cuEventCreate", apiVersion, "cuEventCreate"},
-	symEventRecord:       {"cuEventRecord", apiVersion, "cuEventRecord"},
-	symEventQuery:        {"cuEventQuery", apiVersion, "cuEventQuery"},
-	symEventSynchronize:  {"cuEventSynchronize", apiVersion, "cuEventSynchronize"},
+	// cuStreamGetCtx_v2 (CUDA 12.5) adds a green context's out parameter: version 12000 is v1.
+	symStreamGetCtx:     {"cuStreamGetCtx", apiVersion, "cuStreamGetCtx"},
+	symEventCreate:      {"cuEventCreate", apiVersion, "cuEventCreate"},
+	symEventRecord:      {"cuEventRecord", apiVersion, "cuEventRecord"},
+	symEventQuery:       {"cuEventQuery", apiVersion, "cuEventQuery"},
+	symEventSynchronize: {"cuEventSynchronize", apiVersion, "cuEventSynchronize"},
 	// cuEventElapsedTime and cuEventElapsedTime_v2 (CUDA 12.8) share a signature.
 	symEventElapsedTime: {"cuEventElapsedTime", apiVersion, "cuEventElapsedTime"},
 	symEventDestroy:     {"cuEventDestroy", apiVersion, "cuEventDestroy_v2"},
@@ -954,6 +964,12 @@ func (dr *driver) streamGetFlags(s Stream) (uint32, error) {
 	var fl C.unsigned
 	err := dr.call(symStreamGetFlags, func(f C.uintptr_t) C.int { return C.pm_streamGetFlags(f, C.uintptr_t(s), &fl) })
 	return uint32(fl), err
+}
+
+func (dr *driver) streamGetCtx(s Stream) (uintptr, error) {
+	var c C.uintptr_t
+	err := dr.call(symStreamGetCtx, func(f C.uintptr_t) C.int { return C.pm_streamGetCtx(f, C.uintptr_t(s), &c) })
+	return uintptr(c), err
 }
 
 func (dr *driver) streamSynchronize(s Stream) error { return dr.callPtr(symStreamSynchronize, s) }

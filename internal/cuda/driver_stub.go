@@ -42,6 +42,7 @@ func (*driver) inDo(uintptr) bool                                { return false 
 func (*driver) ctxSynchronize() error                            { return errStub }
 func (*driver) streamQueryIn(uintptr, Stream, bool) error        { return errStub }
 func (*driver) streamGetFlags(Stream) (uint32, error)            { return 0, errStub }
+func (*driver) streamGetCtx(Stream) (uintptr, error)             { return 0, errStub }
 func (*driver) eventQueryIn(uintptr, Event, bool) error          { return errStub }
 func (*driver) eventRecordIn(uintptr, Event, Stream) error       { return errStub }
 func (*driver) memGetInfo() (uintptr, uintptr, error)            { return 0, 0, errStub }

@@ -91,18 +91,35 @@ func (p *Points) Context() uintptr { return p.dev.Context() }
 func (p *Points) Ordinal() int { return p.dev.Ordinal() }
 
 // Check reports whether the driver accepts s as a stream of the device, by recording a point
-// in it (an error: not). A stream a capture holds is accepted without one (the driver knows
-// it, and the point would be a node of the user's graph, recorded again at each launch of it,
-// while the event went on to serve as a point of other streams).
+// in it (an error: not). A stream a capture holds gets no point (it would be a node of the
+// user's graph, recorded again at each launch of it, while the event went on to serve as a
+// point of other streams): it is asked its context instead (cuStreamGetCtx, which a capture
+// allows), and one of another context (another device's stream) is refused, as the point
+// would have been. A driver without that call accepts it.
 func (p *Points) Check(s Stream) error {
 	if p.Capturing(s) {
-		return nil
+		return p.sameContext(s)
 	}
 	ev, err := p.mark(s)
 	if err == nil {
 		p.Put(ev)
 	}
 	return err
+}
+
+// sameContext refuses s, a stream a capture holds, when the driver says it belongs to another
+// context than the device's (Check); the caller's error names s.
+func (p *Points) sameContext(s Stream) error {
+	c, err := p.dev.StreamContext(s)
+	switch {
+	case errors.Is(err, pinmalloc.ErrSymbol):
+		return nil // the driver cannot say: the stream is taken on trust, as it was
+	case err != nil:
+		return err
+	case c != p.Context():
+		return fmt.Errorf("a capturing stream of context %#x, not the device's %#x", c, p.Context())
+	}
+	return nil
 }
 
 // Mark records a point in s, after everything queued on it so far. The caller owns it until
