@@ -11,6 +11,7 @@ package cuda
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -262,6 +263,35 @@ func TestCUDAStreamFlags(t *testing.T) {
 		}
 	}
 	must(t, "StreamDestroy", d.StreamDestroy(blk))
+}
+
+// TestCUDAStreamContext: cuStreamGetCtx gives a stream of the device its primary context, and
+// the legacy default stream the current one, as on the fake; asked of a stream that captures a
+// graph (as streamq's check of a stream first seen then asks it), it answers and leaves the
+// capture valid.
+func TestCUDAStreamContext(t *testing.T) {
+	d := openGPU(t)
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", d.StreamDestroy(s)) }()
+	for _, c := range []struct {
+		name string
+		s    Stream
+	}{{"a stream of the device", s}, {"legacy default", 0}} {
+		if got, err := d.StreamContext(c.s); err != nil || got != d.Context() {
+			t.Errorf("StreamContext(%s) = %#x, %v; want %#x", c.name, got, err, d.Context())
+		}
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", d.StreamBeginCapture(s, CaptureGlobal))
+	got, err := d.StreamContext(s)
+	g, eerr := d.StreamEndCapture(s)
+	must(t, "StreamEndCapture after StreamContext", eerr)
+	must(t, "GraphDestroy", d.GraphDestroy(g))
+	if err != nil || got != d.Context() {
+		t.Errorf("StreamContext of a capturing stream = %#x, %v; want %#x", got, err, d.Context())
+	}
 }
 
 // TestCUDABatchRefusesLegacyStream: cuMemcpyBatchAsync refuses the legacy default stream by

@@ -788,6 +788,39 @@ func TestStreamFlags(t *testing.T) {
 	must(t, "StreamDestroy", d.StreamDestroy(nb))
 }
 
+// TestStreamContext: cuStreamGetCtx gives a stream's context whatever context is current (a
+// stream of device 1's, asked with device 0's current, gives device 1's), the default streams
+// the current one, and refuses a destroyed stream's handle, as the driver does.
+func TestStreamContext(t *testing.T) {
+	f, d := RunDevice(t)
+	if d == nil {
+		return
+	}
+	f.SetDevices(2)
+	d1 := f.Open(t, 1)
+	s0, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	s1, err := d1.StreamCreate(true)
+	must(t, "StreamCreate on device 1", err)
+	for _, c := range []struct {
+		name string
+		s    cuda.Stream
+		want uintptr
+	}{{"device 0's", s0, d.Context()}, {"device 1's", s1, d1.Context()}, {"legacy default", 0, d.Context()}} {
+		if got, err := d.StreamContext(c.s); err != nil || got != c.want {
+			t.Errorf("StreamContext(%s) = %#x, %v; want %#x", c.name, got, err, c.want)
+		}
+	}
+	if d.Context() == d1.Context() {
+		t.Errorf("devices 0 and 1 have one context %#x", d.Context())
+	}
+	must(t, "StreamDestroy on device 1", d1.StreamDestroy(s1))
+	must(t, "StreamDestroy", d.StreamDestroy(s0))
+	if _, err := d.StreamContext(s0); !errors.Is(err, pinmalloc.ErrInvalidHandle) {
+		t.Errorf("StreamContext of a destroyed stream: %v, want ErrInvalidHandle", err)
+	}
+}
+
 // TestLegacyHandle: CU_STREAM_LEGACY (handle 1) names the legacy default stream, as for the
 // driver: work queued on it is work of stream 0, and a query or synchronize of it is accepted.
 func TestLegacyHandle(t *testing.T) {

@@ -255,3 +255,110 @@ func TestDefaultStreamWaitsBesideCapture(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleBesideCapture: Settle of a stream destroyed with work queued (a device heap's Close
+// of a stream destroyed without ForgetStream), while a user captures a graph on a non-blocking
+// stream the lists know without a list (one of the caller's others, or a stream seen whose list
+// left), synchronizes nothing: the capturing stream is running, the capture stays valid, and the
+// destroyed stream's work stays queued; after the capture, Settle synchronizes the context.
+// Before, Settle asked only its own streams and the legacy stream, and its synchronize of the
+// context ended the capture.
+func TestSettleBesideCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, bufs, p, _ := testStreams(t, dev, 2)
+	other, seen := ss[0], ss[1]
+	defer f.Complete()
+	for _, capture := range []cuda.Stream{other, seen} {
+		ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1} }, 1)
+		ls.SetOthers(func(yield func(streamq.Stream) bool) { yield(other) })
+		if _, err := ls.Check(seen); err != nil {
+			t.Fatal(err)
+		}
+		ls.Prune() // seen's list leaves; seen stays among the streams seen
+		if ls.Streams() != 0 {
+			t.Fatalf("%d lists after Prune; want none", ls.Streams())
+		}
+		gone, err := dev.StreamCreate(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Hold(true)
+		if err := dev.MemsetD8Async(bufs[0], 1, 4096, gone); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.StreamDestroy(gone); err != nil { // its memset still queued
+			t.Fatal(err)
+		}
+		beginCapture(t, dev, capture)
+		_, s, running, err := ls.Settle(nil, []streamq.Stream{gone})
+		pending := f.Pending()
+		endCapture(t, dev, capture)
+		if err != nil || !running || s != capture || pending == 0 {
+			t.Fatalf("Settle of a destroyed stream while %#x captures = %#x, running %v, %v, %d streams with work; want %#x running, the work queued",
+				capture, s, running, err, pending, capture)
+		}
+		if _, s, running, err = ls.Settle(nil, []streamq.Stream{gone}); err != nil || running || f.Pending() != 0 {
+			t.Fatalf("Settle after the capture = %#x, running %v, %v, %d streams with work; want nothing running, the work run",
+				s, running, err, f.Pending())
+		}
+		f.Hold(false)
+	}
+}
+
+// TestCheckCapturingOtherDevice: the first sight of a stream of another device that captures a
+// graph then (Lists.Check, as a FreeAsync during the capture makes) refuses it, as it refuses
+// the stream when it does not capture, matching pinmalloc.ErrInvalidHandle, with no point
+// recorded and the capture valid. Before, it was accepted: after the capture its item's point
+// was refused (another device's stream), the list found lost, and Recover's synchronize of this
+// device's context handed the item back with the other device's work on the stream still queued.
+func TestCheckCapturingOtherDevice(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	ss, _, p, _ := testStreams(t, dev, 1)
+	dev1 := f.Open(t, 1)
+	s1, err := dev1.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, err := dev1.MemAlloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		f.Complete()
+		if err := errors.Join(dev1.MemFree(b1), dev1.StreamDestroy(s1)); err != nil {
+			t.Error(err)
+		}
+	}()
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1} }, 1)
+	records := f.Stat(fakecuda.EventRecords)
+	beginCapture(t, dev1, s1)
+	l, err := ls.Check(s1)
+	endCapture(t, dev1, s1)
+	if !errors.Is(err, pinmalloc.ErrInvalidHandle) || f.Stat(fakecuda.EventRecords) != records {
+		if err == nil { // what followed: an item back with device 1's work queued
+			f.Hold(true)
+			if err := dev1.MemsetD8Async(b1, 1, 4096, s1); err != nil {
+				t.Fatal(err)
+			}
+			ls.Push(l, 1)
+			done, rerr := ls.Reclaim(nil, nil)
+			t.Errorf("then Reclaim gave %v, %v, with %d streams with work queued", done, rerr, f.Pending())
+			f.Hold(false)
+		}
+		t.Fatalf("Check of device 1's stream while it captures: %v, %d points recorded; want ErrInvalidHandle, none", err, f.Stat(fakecuda.EventRecords)-records)
+	}
+	// This device's streams, capturing, are accepted as before.
+	beginCapture(t, dev, ss[0])
+	_, err = ls.Check(ss[0])
+	endCapture(t, dev, ss[0])
+	if err != nil {
+		t.Fatalf("Check of this device's stream while it captures: %v", err)
+	}
+}

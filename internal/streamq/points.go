@@ -117,7 +117,7 @@ func (p *Points) sameContext(s Stream) error {
 	case err != nil:
 		return err
 	case c != p.Context():
-		return fmt.Errorf("a capturing stream of context %#x, not the device's %#x", c, p.Context())
+		return fmt.Errorf("a capturing stream of context %#x, not the device's %#x: %w", c, p.Context(), pinmalloc.ErrInvalidHandle)
 	}
 	return nil
 }
