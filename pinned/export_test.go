@@ -1,6 +1,9 @@
 package pinned
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // SetCloseWait sets how long Close waits for deferred buffers and returns the previous value.
 func SetCloseWait(d time.Duration) time.Duration {
@@ -49,3 +52,25 @@ func SetAfterCloseCount(f func()) (restore func()) {
 	afterCloseCount = f
 	return func() { afterCloseCount = old }
 }
+
+// SetClaimHooks sets the functions a free's claim of a held buffer's tag runs before its
+// compare-and-swap of the tag and once it has locked it (nil: none), and returns a function
+// that restores the previous ones.
+func SetClaimHooks(before, locked func(tag *atomic.Uintptr)) (restore func()) {
+	oldBefore, oldLocked := claimBefore, claimLocked
+	claimBefore, claimLocked = before, locked
+	return func() { claimBefore, claimLocked = oldBefore, oldLocked }
+}
+
+// CountHolds adds d to the pool's count of held buffers, as a Hold does before it reads a
+// buffer's tag.
+func CountHolds(p *Pool, d int64) { p.out.active.Add(d) }
+
+// FastPaths reports whether the pool's frees take its fast sections.
+func FastPaths(p *Pool) bool { return p.fast }
+
+// The tags of a buffer with no stream recorded, and of one a record has locked.
+const (
+	TagNone   = tagNone
+	TagLocked = tagLocked
+)

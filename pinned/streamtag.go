@@ -19,8 +19,9 @@ import (
 //	            held it, or a free of a recorded buffer cleared its tag) or is being freed (a
 //	            ZeroOnFree claim): a record or a free of it is refused (ErrDoubleFree). Every
 //	            block is given back with it.
-//	tagLocked   a record is between its write of the tag and its hold of the block (record):
-//	            every other call waits for it (settled).
+//	tagLocked   a record is between its write of the tag and its hold of the block (record),
+//	            or a free's claim between its write and its look at the holds (claim): every
+//	            other call waits for it (settled).
 //	tagMulti    live and held, several streams recorded: the use under its uses shard's lock
 //	            has them. It leaves tagMulti only under that lock.
 //	tagHeld     live and held, waiting for no stream: a Hold (hold.go) or a Share (share.go)
@@ -282,25 +283,36 @@ func (o *streamOrder) deferTagged(addr, n uintptr, l *streamList, tag *atomic.Ui
 // the free is the caller's from then on. It fails, and nothing changes, when the tag changed
 // since it was read, or, unless the caller holds hs (the buffer's holds table shard), when some
 // buffer is held: a Hold of this one, which reads the tag after it counts itself (active), may
-// have read t, and the caller looks at the holds under hs's lock first (deferTagged). The tag
-// goes to tagNone before claim looks at active, so that a Hold that has not read it by then
-// reads tagNone, and is refused; when some buffer is held, claim puts t back (a Hold that read
-// tagNone meanwhile was refused, as when the free wins). One compare-and-swap and one load while
-// no buffer is held: the cost of a free of a recorded buffer.
+// have read t, and the caller looks at the holds under hs's lock first (deferTagged). The tag is
+// locked (tagLocked) while claim looks at active, so that a Hold that has not read it then
+// reads tagNone, and is refused. It is never tagNone meanwhile: a WaitStreams of a buffer whose
+// free a Hold then defers would wait for no stream, and a record or Hold would be refused; and
+// an undo from tagNone would wait for whatever locked it then, in Free's fast section, where
+// nothing may wait. A compare-and-swap, a load and a store while no buffer is held.
 func (o *streamOrder) claim(tag *atomic.Uintptr, t uintptr, hs *outShard) bool {
-	if !tag.CompareAndSwap(t, tagNone) {
+	if claimBefore != nil {
+		claimBefore(tag)
+	}
+	if hs != nil {
+		return tag.CompareAndSwap(t, tagNone)
+	}
+	if !tag.CompareAndSwap(t, tagLocked) {
 		return false
 	}
-	if hs != nil || o.holds == nil || o.holds.active.Load() == 0 {
-		return true
+	if claimLocked != nil {
+		claimLocked(tag)
 	}
-	// Put t back. What may take a tagNone meanwhile (a Hold, a record) locks it and, finding
-	// the block still held, puts tagNone back: wait for that.
-	for !tag.CompareAndSwap(tagNone, t) {
-		runtime.Gosched()
+	if o.holds != nil && o.holds.active.Load() != 0 {
+		tag.Store(t)
+		return false
 	}
-	return false
+	tag.Store(tagNone)
+	return true
 }
+
+// claimBefore and claimLocked, when set (by tests), run in claim before its compare-and-swap of
+// the tag and, where it locks the tag, once it has (before its look at the holds).
+var claimBefore, claimLocked func(tag *atomic.Uintptr)
 
 // tagForgetLook and sharedForgetLook, when set (by tests), run in deferTagged and deferShared
 // just before they look up the list of a stream recorded on the buffer they defer.
