@@ -21,9 +21,9 @@ type BlockID uint32
 // Walk visits the evictable blocks in eviction order, coldest first, until yield returns
 // false. The tier looks at a bounded number of blocks per eviction (clean ones first, since
 // they need no copy) and then calls Evicted for those it took. A block Walk yields that is not
-// evictable (acquired, off the device, freed, yielded twice, or no block of the tier's) is
-// passed over and counted in Stats.PolicyErrors: a policy's mistake costs its order, never an
-// acquired block's bytes.
+// evictable (acquired, off the device, freed, or no block of the tier's) is passed over and
+// counted in Stats.PolicyErrors: a policy's mistake costs its order, never an acquired block's
+// bytes.
 type Policy interface {
 	Used(id BlockID)
 	Pinned(id BlockID)

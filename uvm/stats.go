@@ -120,8 +120,8 @@ type Stats struct {
 	// Failures counts batches that failed (the blocks stayed where they were).
 	Failures uint64
 	// PolicyErrors counts blocks the Policy's Walk yielded that could not be evicted (acquired,
-	// off the device, freed, yielded twice, or not the tier's): passed over. Non-zero only for
-	// a Policy that breaks its contract.
+	// off the device, freed, or not the tier's): passed over. Non-zero only for a Policy that
+	// breaks its contract.
 	PolicyErrors uint64
 	// Pending is the number of batches in flight (copies, and frees waiting for them).
 	Pending int

@@ -64,13 +64,19 @@ func (t *Tier) pickVictims(want uintptr) uintptr {
 }
 
 // candidate returns the block id names when it may be taken for an eviction: a live block on
-// the device, acquired nowhere, not taken already. A Policy that breaks its contract (Walk
-// yields a block acquired, evicted, freed, twice, or no block of the tier's) costs itself its
+// the device, acquired nowhere, not taken already. A block taken already is passed over
+// uncounted: pickVictims walks the order up to three times, and each walk of a Policy that keeps
+// its contract yields again the blocks an earlier one took. A Policy that breaks its contract
+// (Walk yields a block acquired, evicted, freed, or no block of the tier's) costs itself its
 // order, never an acquired block's bytes nor a crash: the tier passes over such a block and
 // counts it (Stats.PolicyErrors). t.mu is held.
 func (t *Tier) candidate(id BlockID) *block {
 	if int(id) < len(t.blocks) {
-		if b := &t.blocks[id]; b.live && b.dev != 0 && b.pins == 0 && !b.chosen {
+		b := &t.blocks[id]
+		if b.chosen {
+			return nil
+		}
+		if b.live && b.dev != 0 && b.pins == 0 {
 			return b
 		}
 	}
