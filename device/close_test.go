@@ -336,8 +336,8 @@ func TestFakeCloseBesideCopyCapture(t *testing.T) {
 			t.Fatalf("Close (%v) invalidated the user's capture on a stream the heap has seen: %v", closeErr, err)
 		}
 		must(t, "GraphDestroy", dev.GraphDestroy(g))
-		if !errors.Is(closeErr, ErrBusy) {
-			t.Errorf("Close during the capture = %v, want an error wrapping ErrBusy", closeErr)
+		if !errors.Is(closeErr, ErrBusy) || !errors.Is(closeErr, pcuda.ErrCapturing) {
+			t.Errorf("Close during the capture = %v, want an error wrapping ErrBusy and cuda.ErrCapturing", closeErr)
 		}
 	}()
 	must(t, "Close after the capture", h.Close())

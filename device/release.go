@@ -202,7 +202,9 @@ func besides(cause, err error) string {
 // releases nothing, with an error wrapping heap.ErrLiveBlocks while blocks are live, and with one
 // wrapping ErrBusy while a stream the heap has seen has work in flight, or the legacy default
 // stream does while a seen stream is blocking or the legacy stream itself (its earlier work is
-// ordered before that stream's frees): Sync, or synchronize the stream, and Close again. Points the
+// ordered before that stream's frees): Sync, or synchronize the stream, and Close again; while a
+// CUDA graph capture holds a stream the heap has seen, which no wait may touch, the error matches
+// cuda.ErrCapturing too: Close again once the capture has ended. Points the
 // heap's own polls recorded (Alloc and Stats for the deferred frees, the idle purge for quiet
 // stream heaps) are not such work: Close waits for those that wait for none of the user's work in
 // flight, and asks again. With every such stream idle, the deferred frees are done at once; a free
@@ -252,6 +254,9 @@ func (h *Heap) Close() error {
 	case running && streamq.DefaultStream(s) && !slices.Contains(ss, s) && h.lists.Lookup(s) == nil:
 		return fmt.Errorf("%w on the legacy default stream, which a blocking stream of the heap's is ordered with; Sync, or synchronize it, and Close again", ErrBusy)
 	case running:
+		if cerr := streamq.CaptureRefusal(h.dev, s); cerr != nil { // a user's capture: Settle waits for none
+			return fmt.Errorf("%w: %w; Close again once the capture has ended", ErrBusy, cerr)
+		}
 		return fmt.Errorf("%w on stream %#x; Sync, or synchronize it, and Close again", ErrBusy, s)
 	case err != nil:
 		return err
