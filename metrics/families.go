@@ -99,6 +99,7 @@ var tierFamilies = []tierFamily{
 	tierMetric("heap_pressure_total", "Device heap refusals the tier answered by waiting for its frees or evicting.", prometheus.CounterValue, func(f TierFigures) float64 { return float64(f.HeapPressure) }),
 	tierMetric("failures_total", "Batches of copies that failed, leaving their blocks where they were.", prometheus.CounterValue, func(f TierFigures) float64 { return float64(f.Failures) }),
 	tierMetric("clean_evictions_total", "Evictions that copied nothing because the host copy was valid.", prometheus.CounterValue, func(f TierFigures) float64 { return float64(f.CleanEvictions) }),
+	tierMetric("policy_errors_total", "Blocks the eviction Policy yielded that could not be evicted (acquired, off the device, freed): a Policy's bug.", prometheus.CounterValue, func(f TierFigures) float64 { return float64(f.PolicyErrors) }),
 }
 
 // The families of moves, by direction and cause.

@@ -93,7 +93,8 @@ type TierFigures struct {
 	Pending uint64 `json:"pending"`
 	// Hits and Misses count Acquire calls; ThrashEvents the blocks found thrashing;
 	// HeapPressure the device heap refusals the tier answered; Failures the batches that
-	// failed; CleanEvictions the evictions that copied nothing (the host copy was valid).
+	// failed; CleanEvictions the evictions that copied nothing (the host copy was valid);
+	// PolicyErrors the blocks a Policy yielded that could not be evicted (a Policy's bug).
 	Hits           uint64 `json:"hits"`
 	Misses         uint64 `json:"misses"`
 	Allocs         uint64 `json:"allocs"`
@@ -102,6 +103,7 @@ type TierFigures struct {
 	HeapPressure   uint64 `json:"heap_pressure"`
 	Failures       uint64 `json:"failures"`
 	CleanEvictions uint64 `json:"clean_evictions"`
+	PolicyErrors   uint64 `json:"policy_errors"`
 	// Moves are the blocks and bytes moved, by direction and cause.
 	Moves []Move `json:"moves"`
 	// AcquireSeconds are the latency histograms of successful Acquire calls, by outcome
@@ -134,7 +136,7 @@ func FromTier(s uvm.Stats) TierFigures {
 		Blocks: uint64(max(s.Blocks, 0)), Pending: uint64(max(s.Pending, 0)),
 		Hits: s.Hits, Misses: s.Misses, Allocs: s.Allocs, Frees: s.Frees, ThrashEvents: s.ThrashEvents,
 		HeapPressure: s.HeapPressure, Failures: s.Failures, CleanEvictions: s.CleanEvictions,
-		AcquireSeconds: acquireHistograms(s.AcquireLatency),
+		PolicyErrors: s.PolicyErrors, AcquireSeconds: acquireHistograms(s.AcquireLatency),
 	}
 	for _, toDevice := range []bool{true, false} {
 		for c, tr := range s.Traffic(toDevice) {

@@ -171,11 +171,11 @@ func TestFromDeviceAndTier(t *testing.T) {
 		t.Errorf("FromDevice carries host figures: locked %d, syscalls %d", f.Locked, f.Syscalls)
 	}
 	s := uvm.Stats{Budget: 10, DeviceBytes: 4, HostBytes: 6, Blocks: 3, Hits: 5, Misses: 1, ThrashEvents: 2,
-		HeldBackDeviceBytes: 7, HeldBackHostBytes: 8}
+		HeldBackDeviceBytes: 7, HeldBackHostBytes: 8, PolicyErrors: 9}
 	s.In[uvm.CauseAcquire] = uvm.Traffic{Blocks: 1, Bytes: 256}
 	s.Out[uvm.CausePressure] = uvm.Traffic{Blocks: 2, Bytes: 512}
 	tf := FromTier(s)
-	if tf.Hits != 5 || tf.Blocks != 3 || tf.Budget != 10 || tf.HeldBackDeviceBytes != 7 || tf.HeldBackHostBytes != 8 {
+	if tf.Hits != 5 || tf.Blocks != 3 || tf.Budget != 10 || tf.HeldBackDeviceBytes != 7 || tf.HeldBackHostBytes != 8 || tf.PolicyErrors != 9 {
 		t.Errorf("FromTier: %+v", tf)
 	}
 	moves := map[string]Move{}
