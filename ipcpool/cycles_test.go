@@ -98,10 +98,7 @@ func mappings(t *testing.T) mapCount {
 // write them), though its handles go stale at once; its slot is kept with them (the slot's
 // line is what an owner that adopts the pool finds them by), and free once it has exited.
 func TestSocketClosedMemoryKeptUntilExit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
-	must(t, "Serve", err)
-	defer w.Close()
+	w, path := serveTwoSlots(t)
 	k := startChild(t, path, childQuietEnv+"=1")
 	h := k.alloc(t, 100, 9)
 	if got := k.do(t, "X"); got != "OK" {
@@ -130,10 +127,7 @@ func TestSocketClosedMemoryKeptUntilExit(t *testing.T) {
 // grants: the buffer it retains is not let go (freed, and lent again, while it may still read
 // and write it) until it is killed. Its retain bits were cleared at once before.
 func TestSocketClosedRetainKeptUntilExit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
-	must(t, "Serve", err)
-	defer w.Close()
+	w, path := serveTwoSlots(t)
 	b, err := w.Alloc(4096)
 	must(t, "Alloc", err)
 	h, err := w.Handle(b)

@@ -6,14 +6,22 @@ import (
 	"testing"
 )
 
+// serveTwoSlots serves a pool of four 2 MiB grants and two slots, closed at the test's end, and
+// returns its owner and its path.
+func serveTwoSlots(t *testing.T) (*Owner, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
+	must(t, "Serve", err)
+	t.Cleanup(func() { _ = w.Close() })
+	return w, path
+}
+
 // A process gone from its socket alive, its slot kept for what it holds, goes on using the
 // pool until it exits. A retain it takes only then (its slot's line said it held none when it
 // left) is let go at its exit as one taken before: the buffer goes back to its holder.
 func TestRetainAfterSocketClosedLetGoAtExit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
-	must(t, "Serve", err)
-	defer w.Close()
+	w, path := serveTwoSlots(t)
 	b, err := w.Alloc(4096)
 	must(t, "Alloc", err)
 	h, err := w.Handle(b)
@@ -42,10 +50,7 @@ func TestRetainAfterSocketClosedLetGoAtExit(t *testing.T) {
 // handle is stale, never the memory lent to another), one another process retains keeps its
 // grants until the last release (a filler that takes every free grant writes none of it).
 func TestSharedAfterSocketClosedLetGoAtExit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
-	must(t, "Serve", err)
-	defer w.Close()
+	w, path := serveTwoSlots(t)
 	// One P, one shard: what it allocates after it left comes from the grant it holds.
 	k := startChild(t, path, childQuietEnv+"=1", "GOMAXPROCS=1")
 	defer k.kill()
@@ -77,10 +82,7 @@ func TestSharedAfterSocketClosedLetGoAtExit(t *testing.T) {
 // itself) as it leaves, and the last release of it, its own, frees nothing under it: no later
 // allocation of its pool overlaps the buffer, whose bytes stay as it wrote them.
 func TestReleaseAfterSocketClosedFreesNoBufferItHolds(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
-	must(t, "Serve", err)
-	defer w.Close()
+	w, path := serveTwoSlots(t)
 	// One P, one shard: a block its pool frees is one its next allocations find.
 	k := startChild(t, path, childQuietEnv+"=1", "GOMAXPROCS=1")
 	defer k.kill()

@@ -1,7 +1,6 @@
 package ipcpool
 
 import (
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -15,10 +14,7 @@ import (
 func TestUnwatchableProcessMemoryKeptUntilExit(t *testing.T) {
 	pidfdOpen = func(int, int) (int, error) { return -1, unix.EMFILE }
 	defer func() { pidfdOpen = unix.PidfdOpen }()
-	path := filepath.Join(t.TempDir(), "pool.sock")
-	w, err := Serve(path, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2, FallbackPageable: true})
-	must(t, "Serve", err)
-	defer w.Close()
+	w, path := serveTwoSlots(t)
 	k := startChild(t, path, childQuietEnv+"=1")
 	k.alloc(t, 100, 9)
 	if got := k.do(t, "X"); got != "OK" {
