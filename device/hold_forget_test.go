@@ -11,14 +11,22 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
-// heldFreedBehind holds block p of a's, queues a memset of it on s (held back: f.Hold) and frees
-// it on s, and returns the hold: the FreeAsync waits for the Release, s's memset for the test.
-func heldFreedBehind(t *testing.T, f *fakecuda.Driver, h *Heap, p cuda.DevicePtr, n uintptr, s cuda.Stream) Hold {
+// heldBehind holds block p of n bytes, queues a memset of it on s (held back: f.Hold) and
+// returns the hold: s's memset waits for the test.
+func heldBehind(t *testing.T, f *fakecuda.Driver, h *Heap, p cuda.DevicePtr, n uintptr, s cuda.Stream) Hold {
 	t.Helper()
 	hd, err := h.Hold(pcuda.DevicePtr(p))
 	must(t, "Hold", err)
 	f.Hold(true)
 	must(t, "MemsetAsync on s", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, int(n), pcuda.Stream(s)))
+	return hd
+}
+
+// heldFreedBehind is heldBehind, then a free of the block on s: the FreeAsync waits for the
+// Release, s's memset for the test.
+func heldFreedBehind(t *testing.T, f *fakecuda.Driver, h *Heap, p cuda.DevicePtr, n uintptr, s cuda.Stream) Hold {
+	t.Helper()
+	hd := heldBehind(t, f, h, p, n, s)
 	must(t, "FreeAsync on s of the held block", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
 	return hd
 }

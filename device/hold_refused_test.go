@@ -31,10 +31,7 @@ func holdClearRefused(t *testing.T, async bool) {
 	c := newBlockingStream(t, dev, h) // captures in the Free's case
 	const n = 64 << 10
 	p := alloc(t, h, n, a)
-	hd, err := h.Hold(pcuda.DevicePtr(p))
-	must(t, "Hold", err)
-	f.Hold(true)
-	must(t, "MemsetAsync on s", h.MemsetAsync(pcuda.DevicePtr(p), 0xAB, n, pcuda.Stream(s)))
+	hd := heldBehind(t, f, h, p, n, s)
 	on := c
 	if async {
 		must(t, "FreeAsync on s of the held block", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
