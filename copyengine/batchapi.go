@@ -38,7 +38,7 @@ func (b *Batcher) batch(jobs []Job, s cuda.Stream) error {
 	}
 	if on != s {
 		if err := b.fence(on, s); err != nil {
-			return b.settle(on, err)
+			return b.settle(on, s, err)
 		}
 	}
 	return nil

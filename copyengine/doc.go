@@ -66,8 +66,9 @@
 // the caller (uvm) must know that a block did not move. Per copy, a failure at job k leaves jobs
 // 0..k-1 queued; the error says which job failed. A launch or batch call that was queued but whose
 // staging event or fence back to s could not be is waited for before Copy returns the error, so
-// that no copy of a failed Copy runs later out of s's order or from a staging buffer reused since.
-// Where even that wait fails (neither the stream nor the context can be synchronized), the
+// that no copy of a failed Copy runs later out of s's order or from a staging buffer reused since:
+// by a synchronize of the stream, else of the context, made only while no capture is visible (as
+// for Close, below; its error then matches cuda.ErrCapturing). Where even that wait fails, the
 // launch's staging buffer leaves the ring, never written again, and Close frees it only once it
 // confirms the launch done (until then its error wraps pinmalloc.ErrBusy): by synchronizing its
 // stream, while that stream does not capture a graph, else the context, while no capture is

@@ -113,7 +113,7 @@ func (b *Batcher) launch(jobs []Job, s cuda.Stream) error {
 		// The kernel is queued and reads st: wait for it, or the next Copy would write its
 		// jobs into st under it. Where no wait can confirm it done, st leaves the ring.
 		err = fmt.Errorf("copyengine: kernel copy of %d jobs: recording its staging event: %w", len(jobs), err)
-		if werr := b.wait(on); werr != nil {
+		if werr := b.wait(on, s); werr != nil {
 			b.lose(st, uintptr(on))
 			return errors.Join(err, werr)
 		}
@@ -122,7 +122,7 @@ func (b *Batcher) launch(jobs []Job, s cuda.Stream) error {
 	st.busy = true
 	if on != s {
 		if err := b.fence(on, s); err != nil {
-			return b.settle(on, err)
+			return b.settle(on, s, err)
 		}
 	}
 	return nil

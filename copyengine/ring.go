@@ -154,15 +154,15 @@ func (b *Batcher) lose(st *stage, on icuda.Stream) {
 
 // freeLost retires the lost staging buffers (lose), to be freed, once it confirms that no
 // launch reads them. It runs in the RELAXED capture mode, as the ring's other calls, and ends no
-// capture it can see. For each buffer it synchronizes the stream its launch was queued on, unless a
-// capture holds that stream (streamq.CaptureRefusal): that is enough to know the launch done.
-// The buffers it cannot confirm so (a stream that captures, was destroyed or is refused) it
-// confirms by one synchronize of the context, which the driver refuses while any stream of the
-// context captures, ending that capture: so only while no capture is visible, neither on those
-// streams nor on the legacy stream, which answers for any blocking stream's. A capture on a
-// non-blocking stream the Batcher never saw is not visible. Where it cannot confirm, the
-// buffers stay lost and unfreed, and the error, wrapping pinmalloc.ErrBusy and the reason, says
-// how many: a later Close tries again.
+// capture it can see. For each buffer it synchronizes the stream its launch was queued on,
+// unless a capture holds that stream (streamq.CaptureRefusal): that is enough to know the
+// launch done. The buffers it cannot confirm so (a stream that captures, was destroyed or is
+// refused) it confirms by one synchronize of the context, which the driver refuses while any
+// stream of the context captures, ending that capture: so only while no capture is visible
+// (captureSeen), neither on those streams, nor on the side stream, nor on the legacy stream,
+// which answers for any blocking stream's. A capture on a non-blocking stream the Batcher never
+// saw is not visible. Where it cannot confirm, the buffers stay lost and unfreed, and the error,
+// wrapping pinmalloc.ErrBusy and the reason, says how many: a later Close tries again.
 func (b *Batcher) freeLost() error {
 	if len(b.lost) == 0 {
 		return nil
@@ -184,15 +184,7 @@ func (b *Batcher) freeLost() error {
 	if len(b.lost) == 0 {
 		return nil
 	}
-	err := streamq.CaptureRefusal(b.dev, 0) // the legacy stream: a blocking stream's capture
-	for _, st := range b.lost {
-		if err != nil {
-			break
-		}
-		if !st.gone {
-			err = streamq.CaptureRefusal(b.dev, st.on)
-		}
-	}
+	err := b.captureSeen() // the legacy stream, the side stream, the lost launches' streams
 	if err == nil {
 		if err = b.dev.Synchronize(); err == nil {
 			b.retired = append(b.retired, b.lost...)

@@ -258,3 +258,82 @@ func stagingRig(t *testing.T, hostSize, devSize uintptr) (f *fakecuda.Driver, de
 	b = newBatcher(t, dev, Options{Method: MethodKernel})
 	return f, dev, b, hostMem(t, dev, hostSize), devMem(t, dev, devSize)
 }
+
+// TestWaitRefusedKeepsOtherCapture: a launch whose staging event cannot be recorded, whose
+// stream's synchronize the driver refuses for a capture (this thread's GLOBAL capture, the
+// synchronize in the thread's own mode: Device.StrictCapture), is not waited for with a
+// synchronize of the context, which any capture of the context refuses and ends: a user's
+// RELAXED capture on another stream survives the failed Copy, and the buffer is lost (lose).
+// Before, wait synchronized the context after the stream's refusal and ended that capture.
+func TestWaitRefusedKeepsOtherCapture(t *testing.T) {
+	const n = 4096
+	f, dev, b, host, d := stagingRig(t, n, n)
+	if f == nil {
+		return
+	}
+	s1, sr, sc := newStream(t, dev), newStream(t, dev), newStream(t, dev)
+	f.Hold(true)
+	defer f.Hold(false)
+	runtime.LockOSThread() // a capture ends on the thread that began it
+	defer runtime.UnlockOSThread()
+	endRelaxed := captureOn(t, dev, sr, cuda.CaptureRelaxed)
+	endGlobal := captureOn(t, dev, sc, cuda.CaptureGlobal)
+	dev.StrictCapture(true) // the stream's synchronize in this thread's GLOBAL mode: refused
+	f.FailAfter(fakecuda.CallRecord, 0, fakecuda.ResultInvalidValue)
+	err := b.Copy([]Job{mkJob(d, host, n)}, pcuda.Stream(s1))
+	dev.StrictCapture(false)
+	if !errors.Is(err, pinmalloc.ErrInvalidValue) || !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Fatalf("Copy whose staging event fails to record, and whose wait is refused: %v, want ErrInvalidValue and ErrCapturing", err)
+	}
+	_ = endGlobal() // invalidated by the refused synchronize of s1 (the fake's stricter choice)
+	if err := endRelaxed(); err != nil {
+		t.Fatalf("a RELAXED capture on another stream, across a Copy whose wait was refused: %v, want a graph", err)
+	}
+	if len(b.lost) != 1 {
+		t.Fatalf("%d lost staging buffers after a launch no wait could confirm done, want 1", len(b.lost))
+	}
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s1))
+	must(t, "Close", b.Close())
+}
+
+// TestWaitDestroyedStreamBesideCapture: a launch whose staging event cannot be recorded, whose
+// stream the user destroyed before the wait for it (beforeWait), is waited for with a
+// synchronize of the context only while no capture is visible: while a blocking stream
+// captures (the legacy stream says so), the Copy fails with ErrCapturing, its staging buffer is
+// lost (lose) and the capture stays valid. Before, wait synchronized the context, which the
+// driver refused, ending the capture.
+func TestWaitDestroyedStreamBesideCapture(t *testing.T) {
+	const n = 4096
+	f, dev, b, host, d := stagingRig(t, n, n)
+	if f == nil {
+		return
+	}
+	sb, err := dev.StreamCreate(false) // blocking: the legacy stream answers for its capture
+	must(t, "StreamCreate", err)
+	t.Cleanup(func() { must(t, "StreamDestroy", dev.StreamDestroy(sb)) })
+	s1, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	f.Hold(true)
+	defer f.Hold(false)
+	runtime.LockOSThread() // a capture ends on the thread that began it
+	defer runtime.UnlockOSThread()
+	end := captureOn(t, dev, sb, cuda.CaptureRelaxed)
+	beforeWait = func(on pcuda.Stream) { must(t, "StreamDestroy", dev.StreamDestroy(uintptr(on))) }
+	defer func() { beforeWait = nil }()
+	f.FailAfter(fakecuda.CallRecord, 0, fakecuda.ResultInvalidValue)
+	err = b.Copy([]Job{mkJob(d, host, n)}, pcuda.Stream(s1))
+	beforeWait = nil
+	if !errors.Is(err, pinmalloc.ErrInvalidValue) || !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Fatalf("Copy whose staging event fails to record, its stream destroyed, while a blocking stream captures: %v, want ErrInvalidValue and ErrCapturing", err)
+	}
+	if err := end(); err != nil {
+		t.Fatalf("a RELAXED capture on a blocking stream, across a Copy whose stream was destroyed: %v, want a graph", err)
+	}
+	if len(b.lost) != 1 {
+		t.Fatalf("%d lost staging buffers after a launch no wait could confirm done, want 1", len(b.lost))
+	}
+	must(t, "Close once no capture is visible", b.Close())
+	if len(b.lost) != 0 || len(b.retired) != 0 {
+		t.Fatalf("after Close: %d lost and %d retired staging buffers kept, want none", len(b.lost), len(b.retired))
+	}
+}
