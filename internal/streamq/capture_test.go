@@ -171,7 +171,8 @@ func TestRecordOutsideCapture(t *testing.T) {
 // (SetOthers), which have no list, the lists' own, and the legacy stream for a capturing
 // blocking stream of neither, and asking leaves each capture valid. Recover of a list lost to a
 // destroyed stream synchronizes nothing while another stream captures (the synchronize of the
-// context would end the capture): its items stay until a Recover after the capture.
+// context would end the capture): its items stay until a Recover after the capture, and Reclaim
+// and Recover say so with an error matching ErrCapturing (they returned nil, as if answered).
 func TestCapturedAsksOthers(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -208,9 +209,13 @@ func TestCapturedAsksOthers(t *testing.T) {
 	}
 	beginCapture(t, dev, ss[1])
 	done, err := ls.Reclaim(nil, nil)
+	rdone, rerr := ls.Recover(nil, nil)
 	endCapture(t, dev, ss[1])
-	if len(done) != 0 || ls.Lost() != 1 {
-		t.Fatalf("Reclaim while a stream of the caller's captures = %v, %v, %d lost; want nothing back, the list kept", done, err, ls.Lost())
+	if len(done) != 0 || ls.Lost() != 1 || !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Fatalf("Reclaim while a stream of the caller's captures = %v, %v, %d lost; want nothing back, the list kept, ErrCapturing", done, err, ls.Lost())
+	}
+	if len(rdone) != 0 || !errors.Is(rerr, pinmalloc.ErrCapturing) {
+		t.Fatalf("Recover while a stream of the caller's captures = %v, %v; want nothing back, ErrCapturing", rdone, rerr)
 	}
 	if done, err = ls.Recover(nil, nil); err != nil || len(done) != 1 || done[0] != 7 {
 		t.Fatalf("Recover after the capture = %v, %v; want [7]", done, err)

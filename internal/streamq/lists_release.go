@@ -32,14 +32,17 @@ func (ls *Lists[T]) keepLost(l *List[T]) {
 // the items each lost list had when Poll found it lost. When the synchronize fails, the items
 // stay and the error is returned; the lists are polled again either way. While a capture
 // holds a stream of the lists, one of the caller's others (SetOthers) or the legacy stream
-// (Captured), whose capture a synchronize of the context would invalidate, it does nothing:
-// the lost lists stay for a later call.
+// (Captured), whose capture a synchronize of the context would invalidate, it synchronizes
+// nothing: the lost lists stay for a later call, and the error, matching
+// pinmalloc.ErrCapturing, names that stream.
 func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 	if len(ls.lost) == 0 {
 		return done, nil
 	}
-	if _, held := ls.Captured(); held {
-		return done, nil
+	if c, held := ls.Captured(); held {
+		return done, fmt.Errorf("streamq: the items deferred on %d streams the driver refuses stay: "+
+			"a synchronize of the context would end the CUDA graph capture on stream %#x: %w",
+			len(ls.lost), c, pinmalloc.ErrCapturing)
 	}
 	defer func() {
 		clear(ls.lost)
@@ -63,7 +66,8 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 // Reclaim is Poll, then Recover of the lists the poll found lost (after as for Recover): it
 // appends to done what the streams have passed. Its error is the poll's when no list was lost;
 // none when Recover answered every refusal (the refused streams' items came back), else the
-// poll's and Recover's. It is the reclaimer's, as Poll is.
+// poll's and Recover's (one matching pinmalloc.ErrCapturing when a capture put Recover off).
+// It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
 	done, err := ls.Poll(done)
 	if ls.Lost() == 0 {
