@@ -506,3 +506,72 @@ func TestFakeOtherDeviceCapturingStreamRefused(t *testing.T) {
 		must(t, "ForgetStream", h.ForgetStream(pcuda.Stream(s)))
 	}
 }
+
+// TestFakeAllocBesideCaptureWithDestroyedStream: a stream destroyed without ForgetStream has a
+// free deferred (its list is lost: the driver refuses its handle), and the user captures a graph
+// on c. A poll cannot answer the lost list during the capture (the synchronize of the context
+// would end it), so the free waits; but an Alloc that finds room goes on. After streamq's
+// Recover began to say that a capture put it off (ErrCapturing), every Alloc failed with it
+// until the capture ended. Once it has, the next Alloc's poll does the free.
+func TestFakeAllocBesideCaptureWithDestroyedStream(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, c := newStream(t, dev, h), newStream(t, dev, h)
+	keep := alloc(t, h, 4096, c)
+	destroyedWithFrees(t, f, dev, h, a, 64<<10)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	p, err := h.Alloc(4096, pcuda.Stream(a))
+	h.mu.Lock()
+	deferred := len(h.deferred)
+	h.mu.Unlock()
+	g, cerr := dev.StreamEndCapture(c)
+	if cerr != nil {
+		t.Fatalf("the Alloc invalidated the user's capture: %v", cerr)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if err != nil {
+		t.Fatalf("Alloc on a during a capture on c, a destroyed stream's free deferred: %v; want a block", err)
+	}
+	if deferred != 1 {
+		t.Errorf("during the capture: %d frees deferred, want 1 (the destroyed stream's waits)", deferred)
+	}
+	f.Hold(false)
+	q := alloc(t, h, 4096, a)
+	if st := h.Stats(); st.Deferred != 0 {
+		t.Errorf("after the capture, an Alloc's poll left %d frees deferred, want 0", st.Deferred)
+	}
+	freeAll(t, h, []cuda.DevicePtr{uintptr(p), q, keep})
+}
+
+// TestFakeCloseBesideBlockingCapture: Close while the user captures a graph on c, a blocking
+// stream the heap never used, with a destroyed stream's free deferred. The legacy stream, which
+// Close must wait for, is refused during that capture: Close fails with ErrBusy and says the
+// capture (cuda.ErrCapturing), leaving it valid. Before, it said only that the legacy stream had
+// work in flight and advised a Sync, which the capture refuses too.
+func TestFakeCloseBesideBlockingCapture(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, c := newStream(t, dev, h), newBlockingStream(t, dev, h)
+	destroyedWithFrees(t, f, dev, h, a, 64<<10)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	err := h.Close()
+	g, cerr := dev.StreamEndCapture(c)
+	if cerr != nil {
+		t.Fatalf("Close invalidated the user's capture: %v", cerr)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	if !errors.Is(err, ErrBusy) || !errors.Is(err, pcuda.ErrCapturing) {
+		t.Fatalf("Close during a capture: %v; want ErrBusy and cuda.ErrCapturing", err)
+	}
+	f.Hold(false)
+}

@@ -54,6 +54,11 @@ func (h *Heap) poll() error {
 		return nil // nothing to do: the lists of idle streams stay as they are, at no cost
 	}
 	err := h.pollLists()
+	if errors.Is(err, cuda.ErrCapturing) {
+		// A capture put off the synchronize of the context that answers a stream the driver
+		// refuses: its frees stay deferred for a poll after the capture, and the call goes on.
+		err = nil
+	}
 	if ferr := h.finishDone(); ferr != nil { // joined only when not nil: no allocation
 		err = errors.Join(err, ferr)
 	}

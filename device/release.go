@@ -203,8 +203,11 @@ func besides(cause, err error) string {
 // wrapping ErrBusy while a stream the heap has seen has work in flight, or the legacy default
 // stream does while a seen stream is blocking or the legacy stream itself (its earlier work is
 // ordered before that stream's frees): Sync, or synchronize the stream, and Close again; while a
-// CUDA graph capture holds a stream the heap has seen, which no wait may touch, the error matches
-// cuda.ErrCapturing too: Close again once the capture has ended. Points the
+// CUDA graph capture holds a stream the heap has seen, or a blocking stream (which holds the
+// legacy stream), no wait may touch it, and the error matches cuda.ErrCapturing too: Close again
+// once the capture has ended. A capture on a non-blocking stream the heap has never seen is
+// invisible to it (the driver lists no captures): a synchronize of the context that Close needs
+// would end it, so end such captures before Close. Points the
 // heap's own polls recorded (Alloc and Stats for the deferred frees, the idle purge for quiet
 // stream heaps) are not such work: Close waits for those that wait for none of the user's work in
 // flight, and asks again. With every such stream idle, the deferred frees are done at once; a free
@@ -250,14 +253,19 @@ func (h *Heap) Close() error {
 	if ferr := h.finishDone(); ferr != nil {
 		err = errors.Join(err, ferr)
 	}
+	var cerr error
+	if running {
+		cerr = streamq.CaptureRefusal(h.dev, s) // a user's capture: Settle waits for none
+	}
 	switch {
+	case cerr != nil:
+		return fmt.Errorf("%w: %w; Close again once the capture has ended", ErrBusy, cerr)
 	case running && streamq.DefaultStream(s) && !slices.Contains(ss, s) && h.lists.Lookup(s) == nil:
 		return fmt.Errorf("%w on the legacy default stream, which a blocking stream of the heap's is ordered with; Sync, or synchronize it, and Close again", ErrBusy)
 	case running:
-		if cerr := streamq.CaptureRefusal(h.dev, s); cerr != nil { // a user's capture: Settle waits for none
-			return fmt.Errorf("%w: %w; Close again once the capture has ended", ErrBusy, cerr)
-		}
 		return fmt.Errorf("%w on stream %#x; Sync, or synchronize it, and Close again", ErrBusy, s)
+	case errors.Is(err, cuda.ErrCapturing): // a refused stream's frees wait for the capture's end
+		return fmt.Errorf("%w: %w; Close again once the capture has ended", ErrBusy, err)
 	case err != nil:
 		return err
 	}
