@@ -1,6 +1,7 @@
 package pinned_test
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 
@@ -81,6 +82,43 @@ func TestFakeReclaimBesideCapture(t *testing.T) {
 	if p.before != 1 || p.after != 0 {
 		t.Errorf("deferred before and after the copy ran: %d, %d; want 1, 0", p.before, p.after)
 	}
+	ok(t, "heap Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
+}
+
+// TestFakeAllocSaysCaptureHoldsDeferred: the pool's whole capacity is a buffer freed on stream s
+// behind a copy still queued, and the user captures a graph on s. An Alloc that needs that memory
+// cannot wait for s (a synchronize would end the capture): it fails, and its error says why
+// (cuda.ErrCapturing) beside the out-of-memory. Before, the wait's capture refusal was dropped
+// (streamq's Reclaim answered nil for the streams it could not wait for), and the error said
+// only that the pool was out of memory.
+func TestFakeAllocSaysCaptureHoldsDeferred(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{PurgeDelay: -1, Capacity: 4 << 20})
+	if r == nil {
+		return
+	}
+	const n = 3 << 20
+	d := r.devAlloc(n)
+	b := r.alloc(n, 7)
+	r.f.Hold(true)
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), b, pubcuda.Stream(r.s)))
+	ok(t, "FreeAsync", r.pool.FreeAsync(b, pubcuda.Stream(r.s)))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ok(t, "StreamBeginCapture", r.dev.StreamBeginCapture(r.s, cuda.CaptureGlobal))
+	_, aerr := r.pool.Alloc(n)
+	g, err := r.dev.StreamEndCapture(r.s)
+	if err != nil {
+		t.Fatalf("the Alloc invalidated the user's capture: %v", err)
+	}
+	ok(t, "GraphDestroy", r.dev.GraphDestroy(g))
+	if !errors.Is(aerr, pinned.ErrOutOfMemory) || !errors.Is(aerr, pubcuda.ErrCapturing) {
+		t.Errorf("Alloc of the capacity held by a capturing stream's deferred buffer: %v; want ErrOutOfMemory and cuda.ErrCapturing", aerr)
+	}
+	r.f.Hold(false)
+	ok(t, "StreamSynchronize", r.dev.StreamSynchronize(r.s))
+	c := r.alloc(n, 9) // the buffer came back
+	ok(t, "Free", r.pool.Free(c))
 	ok(t, "heap Free", r.heap.Free(pubcuda.DevicePtr(d)))
 	r.finish()
 }

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/heap"
-
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
@@ -49,9 +49,13 @@ func (p *Pool) waitDeferred() error {
 	if o.done, err = o.lists.Drain(o.done); err != nil {
 		// A stream the driver refuses to synchronize (destroyed, most likely) is answered as a
 		// reclaim answers it: its list found lost, the context synchronized once.
+		// A stream a capture holds keeps its buffers (Drain's error says so, ErrCapturing):
+		// that refusal stays whatever the reclaim answers.
 		var rerr error
 		if o.done, rerr = o.lists.Reclaim(o.done, afterLostSync); rerr != nil {
 			err = fmt.Errorf("pinned: wait for the streams of deferred buffers: %w", errors.Join(err, rerr))
+		} else if errors.Is(err, pinmalloc.ErrCapturing) {
+			err = fmt.Errorf("pinned: wait for the streams of deferred buffers: %w", err)
 		} else {
 			err = nil
 		}
