@@ -20,13 +20,13 @@ func (h *Heap) Alloc(size int, s cuda.Stream) (cuda.DevicePtr, error) {
 	}
 	n := uintptr(size)
 	p, err := h.alloc(n, s)
-	if err == nil || !outOfMemory(err) {
-		return p, err
+	if err == nil {
+		return p, nil
 	}
-	if press := h.press.Load(); press != nil {
-		return h.relieve(*press, n, s, err)
+	if press := h.press.Load(); press != nil && outOfMemory(err) {
+		p, err = h.relieve(*press, n, s, err)
 	}
-	return p, err
+	return p, faulted(err)
 }
 
 func (h *Heap) alloc(n uintptr, s cuda.Stream) (cuda.DevicePtr, error) {

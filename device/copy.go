@@ -263,7 +263,7 @@ func (h *Heap) checkRanges(what string, n uintptr, ptrs ...cuda.DevicePtr) error
 
 func wrapCopy[N int | uintptr](what string, n N, err error) error {
 	if err != nil {
-		return fmt.Errorf("device: %s of %d bytes: %w", what, n, err)
+		return faulted(fmt.Errorf("device: %s of %d bytes: %w", what, n, err))
 	}
 	return nil
 }

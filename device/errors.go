@@ -1,6 +1,9 @@
 package device
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
@@ -44,3 +47,14 @@ var (
 	// another heap or allocator, a freed block, or a block whose free is pending.
 	ErrNotOwned = errkind.New(pinmalloc.ErrNotOwned, "device: not a live block of this heap")
 )
+
+// faulted returns err, made to match ErrDeviceFault too when the driver's sticky error
+// (cuda.ErrDeviceFault) is in its chain and ErrDeviceFault is not: every call of the heap that
+// the driver fails after a fault says so with this package's sentinel, as its users test it,
+// and with the module's kind. Nil stays nil at the cost of a comparison.
+func faulted(err error) error {
+	if err == nil || !errors.Is(err, cuda.ErrDeviceFault) || errors.Is(err, ErrDeviceFault) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrDeviceFault, err)
+}

@@ -77,7 +77,7 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
 		err = h.points().WaitLegacy(h.dev.MemsetD8(uintptr(p), 0, n))
 	}
 	if err != nil {
-		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w", p, n, err)
+		return faulted(fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w", p, n, err))
 	}
 	return nil
 }

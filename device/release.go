@@ -30,7 +30,7 @@ func (h *Heap) Sync() error {
 	if perr != nil && h.parkedFrees() == 0 {
 		perr = nil // no free of a parked stream waits: its heap's memory is Trim's
 	}
-	return errors.Join(perr, err, h.settleParked(false))
+	return faulted(errors.Join(perr, err, h.settleParked(false)))
 }
 
 // Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
@@ -48,7 +48,7 @@ func (h *Heap) Trim() error {
 	defer h.unlock("Trim")
 	err := h.reclaim()
 	h.a.Trim()
-	return err
+	return faulted(err)
 }
 
 // ForgetStream waits for s, does its deferred frees (and those of s's blocks on streams that
@@ -83,6 +83,11 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 		return err
 	}
 	defer h.unlock("ForgetStream")
+	return faulted(h.forget(s))
+}
+
+// forget is ForgetStream's work. h.mu is held.
+func (h *Heap) forget(s cuda.Stream) error {
 	// Streams parked before (destroyed ones, this one's handle or another's): released now if
 	// the context can be synchronized.
 	perr := h.settleParked(true)
@@ -229,6 +234,11 @@ func besides(cause, err error) string {
 func (h *Heap) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return faulted(h.closeHeap())
+}
+
+// closeHeap is Close's work. h.mu is held.
+func (h *Heap) closeHeap() error {
 	if h.closed {
 		if h.refused {
 			return h.releaseRefused()
