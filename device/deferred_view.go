@@ -32,7 +32,7 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 		return nil
 	}
 	_ = h.poll()
-	_ = h.settleParked(false)
+	_ = h.settleParked(false, noneMine)
 	var out []StreamDeferred
 	// add appends stream s's deferred frees, if any, to out.
 	add := func(s cuda.Stream, marked, open []cuda.DevicePtr) {

@@ -180,6 +180,7 @@ type Heap struct {
 	refused  bool                           // the driver refused to give memory back at Close: a later Close tries again
 	streams  map[cuda.Stream]*heap.Heap     // heaps, by allocation stream
 	parked   []parkedStream                 // streams destroyed before their ForgetStream, waiting for a synchronize of the context (park.go)
+	parkErr  error                          // errors of parked frees done, for the next Sync, Trim or Close (settleParked)
 	lists    *streamq.Lists[cuda.DevicePtr] // the streams seen, and the deferred frees by freeing stream (deferred.go)
 	done     []cuda.DevicePtr               // deferred frees handed back, to do (finishDone)
 	deferred map[cuda.DevicePtr]bool        // blocks with a deferred free
@@ -454,7 +455,7 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 // fails because a blocking stream captures a graph (the driver refuses the legacy stream then),
 // the non-blocking streams' heaps still do: their work comes after nothing but their own.
 func (h *Heap) reclaim() error {
-	errs := []error{h.settleParked(true), h.drain()}
+	errs := []error{h.settleParked(true, nil), h.drain()}
 	pts := h.lists.Points()
 	ordered := true // the legacy stream's order waited for: every heap may give back
 	if held, dflt := h.heldBy(); held {
@@ -484,7 +485,7 @@ func (h *Heap) reclaim() error {
 		}
 		sh.Trim()
 	}
-	errs = append(errs, h.settleParked(false)) // parked heaps whose last blocks the drain freed
+	errs = append(errs, h.settleParked(false, nil)) // parked heaps whose last blocks the drain freed
 	return errors.Join(errs...)
 }
 

@@ -83,13 +83,26 @@ func (h *Heap) park(s cuda.Stream, l *deferredList) {
 // synchronizes the context, unless a CUDA graph capture holds a stream of the heap's or the
 // legacy stream (Lists.Captured): then those stay, and the error matches cuda.ErrCapturing;
 // when the synchronize fails, they stay, and its error is returned (wrapping ErrDeviceFault
-// after a fault). It costs nothing while no stream is parked. h.mu is held.
-func (h *Heap) settleParked(wait bool) error {
+// after a fault). It costs nothing while no stream is parked, and makes that synchronize once
+// for the entries parked before it: only an entry parked since needs another.
+//
+// An entry that stays for a reason of its own (the memset of a held block's free refused again,
+// its heap's Close refused) is tried again at every call: its error is returned by the calls
+// mine answers true for (nil: every entry), for whom it is their outcome; the others say
+// nothing of it (ForgetStream of another stream, Stats), and a later Sync, Trim or Close
+// returns it again. An error of a free done (finishDone), which no later call would see again,
+// goes to h.parkErr, which the next Sync, Trim or Close returns (takeParkErr). h.mu is held.
+func (h *Heap) settleParked(wait bool, mine func(ps *parkedStream) bool) error {
 	if len(h.parked) == 0 {
 		return nil
 	}
 	pts := h.points()
 	var err error
+	kept := func(ps *parkedStream, e error) { // an error the entry's next settle meets again
+		if mine == nil || mine(ps) {
+			err = errors.Join(err, e)
+		}
+	}
 	if wait && slices.ContainsFunc(h.parked, func(ps parkedStream) bool { return !ps.freed && !pts.SyncedSince(ps.mark) }) {
 		err = h.syncParked()
 	}
@@ -100,7 +113,7 @@ func (h *Heap) settleParked(wait bool) error {
 		}
 		if ps.scrub && ps.list != nil {
 			if serr := h.scrubParked(ps.list); serr != nil {
-				err = errors.Join(err, serr)
+				kept(ps, serr)
 				continue // parked still: cleared and freed at a later call
 			}
 		}
@@ -108,15 +121,19 @@ func (h *Heap) settleParked(wait bool) error {
 		if ps.list != nil {
 			h.done = h.lists.Release(ps.list, h.done)
 			ps.list = nil
+			if ferr := h.finishDone(); ferr != nil {
+				what := fmt.Sprintf("deferred frees of destroyed stream %#x", ps.s)
+				if ps.refused {
+					what = "frees of held blocks made at their last Release"
+				}
+				h.parkErr = errors.Join(h.parkErr, fmt.Errorf("device: %s: %w", what, ferr))
+			}
 		}
 		if ps.trims != nil {
 			h.purge.done = h.purge.trims.Release(ps.trims, h.purge.done)
 			ps.trims = nil
 			h.purgeDone() // requests for a heap the purge no longer watches: skipped
 		}
-	}
-	if ferr := h.finishDone(); ferr != nil {
-		err = errors.Join(err, fmt.Errorf("device: deferred frees of destroyed streams: %w", ferr))
 	}
 	h.parked = slices.DeleteFunc(h.parked, func(ps parkedStream) bool {
 		if !ps.freed {
@@ -128,12 +145,30 @@ func (h *Heap) settleParked(wait bool) error {
 				return false
 			}
 			if cerr := ps.sh.Close(); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("device: heap of destroyed stream %#x: %w", ps.s, cerr))
+				kept(&ps, fmt.Errorf("device: heap of destroyed stream %#x: %w", ps.s, cerr))
 				return false
 			}
 		}
 		return true
 	})
+	return err
+}
+
+// parkedUnder returns the settleParked filter of the entries parked with handle s (a stream's,
+// not a refused free's): ForgetStream(s)'s own.
+func parkedUnder(s cuda.Stream) func(ps *parkedStream) bool {
+	return func(ps *parkedStream) bool { return ps.s == s && !ps.refused }
+}
+
+// noneMine is the settleParked filter of a caller that returns no error of the entries (Stats,
+// DeferredByStream, ForgetStream of a stream of its own).
+func noneMine(*parkedStream) bool { return false }
+
+// takeParkErr returns the errors of the parked frees done since the last call (settleParked),
+// and forgets them: Sync, Trim and Close report them once. h.mu is held.
+func (h *Heap) takeParkErr() error {
+	err := h.parkErr
+	h.parkErr = nil
 	return err
 }
 

@@ -19,18 +19,19 @@ import (
 // error matches cuda.ErrCapturing. The frees of a stream destroyed before a ForgetStream that a
 // capture refused (parked: see ForgetStream) are waited for with a synchronize of the context,
 // which Sync does not make while a capture holds a stream of the heap's or the legacy stream:
-// they stay too, with the same error.
+// they stay too, with the same error. Sync also returns the errors of the parked frees that
+// other calls have done since the last Sync, Trim or Close (ForgetStream, Stats), once.
 func (h *Heap) Sync() error {
 	if err := h.lock(); err != nil {
 		return err
 	}
 	defer h.unlock("Sync")
-	perr := h.settleParked(true)
+	perr := h.settleParked(true, nil)
 	err := h.drain()
 	if perr != nil && h.parkedFrees() == 0 {
 		perr = nil // no free of a parked stream waits: its heap's memory is Trim's
 	}
-	return faulted(errors.Join(perr, err, h.settleParked(false)))
+	return faulted(errors.Join(perr, err, h.settleParked(false, nil), h.takeParkErr()))
 }
 
 // Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
@@ -48,7 +49,7 @@ func (h *Heap) Trim() error {
 	defer h.unlock("Trim")
 	err := h.reclaim()
 	h.a.Trim()
-	return faulted(err)
+	return faulted(errors.Join(err, h.takeParkErr()))
 }
 
 // ForgetStream waits for s, does its deferred frees (and those of s's blocks on streams that
@@ -78,6 +79,11 @@ func (h *Heap) Trim() error {
 //
 // When the device has faulted (the context's sticky error), the synchronize fails: ForgetStream
 // keeps s and fails with an error wrapping ErrDeviceFault.
+//
+// Its error is s's outcome alone. Streams parked under other handles, and held blocks' frees
+// parked after their memset was refused (Hold.Release), go back at this call when its
+// synchronize passes them, but what keeps one parked, or fails as it goes back, is said by the
+// next Sync, Trim or Close, not here.
 func (h *Heap) ForgetStream(s cuda.Stream) error {
 	if err := h.lock(); err != nil {
 		return err
@@ -89,8 +95,9 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 // forget is ForgetStream's work. h.mu is held.
 func (h *Heap) forget(s cuda.Stream) error {
 	// Streams parked before (destroyed ones, this one's handle or another's): released now if
-	// the context can be synchronized.
-	perr := h.settleParked(true)
+	// the context can be synchronized. Only the synchronize's error and those of a stream parked
+	// with s's handle are s's (below); the others' are their own (settleParked).
+	perr := h.settleParked(true, parkedUnder(s))
 	// Forgotten only once waited for (or parked): a held block's FreeAsync on s, made at its last
 	// Release, is a plain free once s is forgotten (hold.go), so s must have passed it by then.
 	l := h.lists.Lookup(uintptr(s))
@@ -133,7 +140,9 @@ func (h *Heap) forget(s cuda.Stream) error {
 		delete(h.streams, s)
 		delete(h.purge.looks, sh)
 	}
-	return h.settleParked(false) // those the synchronize of the context for s passed
+	// Those the synchronize of the context for s passed; a stream parked with s's handle goes
+	// back now or later (ForgetStream), which is not this call's outcome.
+	return h.settleParked(false, noneMine)
 }
 
 // waitRefused answers ForgetStream's wait for s, which failed with cause: unless a capture
@@ -282,7 +291,7 @@ func (h *Heap) closeHeap() error {
 	// The streams destroyed before their ForgetStream during a capture (park.go): every stream
 	// the heap sees is idle now, so the synchronize of the context waits only for work it does
 	// not see, theirs among it.
-	if err := h.settleParked(true); errors.Is(err, cuda.ErrCapturing) {
+	if err := h.settleParked(true, nil); errors.Is(err, cuda.ErrCapturing) {
 		return fmt.Errorf("%w: %w", ErrBusy, err)
 	} else if err != nil {
 		return err
@@ -300,6 +309,7 @@ func (h *Heap) closeHeap() error {
 		}
 	}
 	h.parked = nil
+	errs = append(errs, h.takeParkErr())
 	aerr := h.a.Close()
 	errs = append(errs, aerr, h.events.Close())
 	if n := h.events.Created() - h.events.Destroyed(); n != 0 {

@@ -39,7 +39,7 @@ func (h *Heap) Stats() Stats {
 	defer h.mu.Unlock()
 	if !h.closed {
 		_ = h.poll()
-		_ = h.settleParked(false)
+		_ = h.settleParked(false, noneMine)
 	}
 	st := h.st
 	st.Streams = len(h.streams) + h.parkedHeaps()
