@@ -12,19 +12,27 @@ import (
 
 // StreamDeferred is what waits for one stream: the blocks freed on it (FreeAsync) whose free
 // waits for the device to pass it, and their bytes.
+//
+// Parked entries wait for a synchronize of the context rather than for Stream to pass a point:
+// with Parked, Stream is the handle of a stream destroyed before a ForgetStream that a CUDA graph
+// capture refused (the driver may have given that handle to a new stream since, whose own frees
+// are a separate entry), or 0 for the frees of held blocks (Hold) whose ZeroOnFree memset the
+// driver refused at their last Release, whatever their stream (the legacy stream, which is never
+// destroyed, is never parked). The heap makes that synchronize at its next Sync, Trim,
+// ForgetStream, Close or Alloc out of memory once no capture holds the context.
 type StreamDeferred struct {
 	Stream cuda.Stream
 	Blocks int
 	Bytes  int
+	Parked bool
 }
 
 // DeferredByStream returns, per freeing stream, the deferred frees that wait still, ordered
-// by stream handle (a stream destroyed before a ForgetStream that a capture refused counts under
-// the handle it had, with the new stream given that handle if any); nil when none waits or the
-// heap is closed. It first does the deferred
-// frees that have completed, as Stats does, so its total is Stats().Deferred. It holds the
-// heap's lock for a walk of every deferred free: call it from an observer, not from a loop of
-// allocations.
+// by stream handle, a stream's own before those parked under its handle (StreamDeferred says
+// which wait for a synchronize of the context); nil when none waits or the heap is closed. It
+// first does the deferred frees that have completed, as Stats does, so its total is
+// Stats().Deferred. It holds the heap's lock for a walk of every deferred free: call it from an
+// observer, not from a loop of allocations.
 func (h *Heap) DeferredByStream() []StreamDeferred {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -34,9 +42,9 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 	_ = h.poll()
 	_ = h.settleParked(false, noneMine)
 	var out []StreamDeferred
-	// add appends stream s's deferred frees, if any, to out.
-	add := func(s cuda.Stream, marked, open []cuda.DevicePtr) {
-		sd := StreamDeferred{Stream: s}
+	// add appends the deferred frees marked and open, if any, to out under stream s.
+	add := func(s cuda.Stream, parked bool, marked, open []cuda.DevicePtr) {
+		sd := StreamDeferred{Stream: s, Parked: parked}
 		for _, vs := range [2][]cuda.DevicePtr{marked, open} {
 			for _, p := range vs {
 				sd.Blocks++
@@ -50,18 +58,28 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 		}
 	}
 	h.lists.Range(func(s uintptr, marked, open []cuda.DevicePtr) { // each stream once
-		add(cuda.Stream(s), marked, open)
+		add(cuda.Stream(s), false, marked, open)
 	})
-	for _, ps := range h.parked { // a destroyed stream's, parked (park.go): under its old handle
-		if ps.list != nil {
-			ps.list.Items(func(marked, open []cuda.DevicePtr) { add(ps.s, marked, open) })
+	for _, ps := range h.parked { // park.go: a destroyed stream's under its old handle
+		if ps.list == nil {
+			continue
 		}
+		s := ps.s
+		if ps.refused { // a held block's free, refused its memset: no stream's
+			s = 0
+		}
+		ps.list.Items(func(marked, open []cuda.DevicePtr) { add(s, true, marked, open) })
 	}
-	slices.SortFunc(out, func(a, b StreamDeferred) int { return cmp.Compare(a.Stream, b.Stream) })
-	// A handle may stand for a parked stream and the new stream given its handle: one entry.
+	slices.SortFunc(out, func(a, b StreamDeferred) int {
+		if c := cmp.Compare(a.Stream, b.Stream); c != 0 {
+			return c
+		}
+		return cmp.Compare(b2i(a.Parked), b2i(b.Parked))
+	})
+	// Several parked entries may share a handle (or 0, the refused frees): one entry each.
 	merged := out[:0]
 	for _, sd := range out {
-		if k := len(merged) - 1; k >= 0 && merged[k].Stream == sd.Stream {
+		if k := len(merged) - 1; k >= 0 && merged[k].Stream == sd.Stream && merged[k].Parked == sd.Parked {
 			merged[k].Blocks += sd.Blocks
 			merged[k].Bytes += sd.Bytes
 			continue
@@ -69,4 +87,12 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 		merged = append(merged, sd)
 	}
 	return merged
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -164,8 +164,8 @@ func holdParked(t *testing.T, zero bool) {
 	if st := h.Stats(); st.Deferred != 1 || st.Live != 2 {
 		t.Errorf("after the Release: %d deferred, %d live; want 1 (the held block's free, parked), 2", st.Deferred, st.Live)
 	}
-	if ds := h.DeferredByStream(); len(ds) != 1 || ds[0].Stream != pcuda.Stream(s) || ds[0].Blocks != 1 {
-		t.Errorf("DeferredByStream = %+v, want the held block's free under s's handle %#x", ds, s)
+	if ds := h.DeferredByStream(); len(ds) != 1 || ds[0].Stream != pcuda.Stream(s) || ds[0].Blocks != 1 || !ds[0].Parked {
+		t.Errorf("DeferredByStream = %+v, want the held block's free, parked under s's handle %#x", ds, s)
 	}
 	must(t, "Verify", h.Verify())
 	r := reusedBehind(t, f, h, p, n, a)

@@ -156,8 +156,8 @@ func parkDestroyed(t *testing.T, f *fakecuda.Driver, dev *cuda.Device, h *Heap, 
 	if under || list != nil || !parked {
 		t.Fatalf("after the refused ForgetStream: s's heap under its handle %v, s's list %v, s parked %v; want false, false, true", under, list != nil, parked)
 	}
-	if d := h.DeferredByStream(); len(d) != 1 || d[0].Stream != pcuda.Stream(s) || d[0].Blocks != 1 {
-		t.Errorf("parked: DeferredByStream %+v; want s's one free, under its handle %#x", d, s)
+	if d := h.DeferredByStream(); len(d) != 1 || d[0].Stream != pcuda.Stream(s) || d[0].Blocks != 1 || !d[0].Parked {
+		t.Errorf("parked: DeferredByStream %+v; want s's one free, parked under its handle %#x", d, s)
 	}
 	if st := h.Stats(); st.Deferred != 1 || st.Live != liveBefore || st.Streams != streamsBefore || f.Pending() == 0 {
 		t.Fatalf("parked: %d deferred, %d live, %d streams, %d streams with work; want 1, %d, %d, work held (nothing changes owner, nothing is lost)",
