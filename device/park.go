@@ -35,6 +35,11 @@ import (
 // synchronize themselves when a parked stream waits for one, unless a capture still holds the
 // context (they ask Lists.Captured first, as waitRefused does); Stats releases those whose
 // synchronize has been made. Nothing on the hot path (Alloc, Free, FreeAsync) looks at them.
+// The synchronize is needed (a destroyed stream's handle is refused, so nothing narrower waits
+// for its work) and bounded: made only while an entry not yet passed by one waits (freed false,
+// its mark not SyncedSince), one for all of them, none while nothing is parked
+// (TestFakeParkedSyncBounded); for ForgetStream(t) of a stream t parked under no handle of t's it
+// is not t's need but an early release of the others.
 //
 // Every walk of the heap's state walks them too: the live blocks and bytes (live, Usage), the
 // streams with a heap (Stats), the deferred frees (verify, DeferredByStream), the capture

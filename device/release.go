@@ -70,7 +70,12 @@ func (h *Heap) Trim() error {
 // or Alloc out of memory makes one once no capture holds a stream of the heap's or the legacy
 // stream (Sync and Trim fail as above meanwhile, Close with ErrBusy), and then gives them back,
 // the heap's memory once its blocks are all freed; Stats gives them back after any synchronize
-// of the context the heap has made (a poll's, for a stream destroyed without ForgetStream).
+// of the context the heap has made (a poll's, for a stream destroyed without ForgetStream). That
+// synchronize waits for the work of every stream of the context, the caller's others too: only a
+// synchronize of the context waits for a destroyed stream's work. It is made only while
+// something parked waits for one, and once for all that was parked before it (a heap kept after
+// it for its live blocks waits for none); with nothing parked, none of these calls makes it. A
+// ForgetStream of another stream makes it too, to give the parked streams back early.
 // ForgetStream(s) again forgets what s names then: a stream created since, given s's handle
 // (after which the parked s goes back as above, at this call if the context can be synchronized,
 // or later); or, with nothing under s, the parked s itself, which it gives back, or fails with an
