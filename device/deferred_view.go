@@ -79,10 +79,12 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 	// Several parked entries may share a handle (or 0, the refused frees): one entry each.
 	merged := out[:0]
 	for _, sd := range out {
-		if k := len(merged) - 1; k >= 0 && merged[k].Stream == sd.Stream && merged[k].Parked == sd.Parked {
-			merged[k].Blocks += sd.Blocks
-			merged[k].Bytes += sd.Bytes
-			continue
+		if k := len(merged) - 1; k >= 0 && merged[k].Stream == sd.Stream {
+			if m := &merged[k]; m.Parked == sd.Parked {
+				m.Blocks += sd.Blocks
+				m.Bytes += sd.Bytes
+				continue
+			}
 		}
 		merged = append(merged, sd)
 	}

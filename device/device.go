@@ -72,7 +72,9 @@
 // does not move. Every path that moves memory, and why it keeps the rule:
 //
 //   - FreeAsync(p, s) on p's own stream: p goes back to s's heap and only work queued on s later
-//     can reuse it, which runs after the work that used p. It stays in that heap: the stream heaps
+//     can reuse it, which runs after the work that used p (during a capture on s, work captured
+//     later, which the graph runs after it; FreeAsync says what that asks of the graph's launch
+//     and of memory the graph uses). It stays in that heap: the stream heaps
 //     keep their memory (heap.RetainSegments), never trim themselves (not even when the arena is
 //     full: that would hand segments with copies still queued to the arena, where another stream
 //     could take them), and give nothing to the arena's purge but through the idle purge below (a
@@ -305,10 +307,22 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // back to the arena, for any stream, once s has passed the free.
 //
 // While s captures a CUDA graph (cuStreamBeginCapture), the heap's polls and Trim ask nothing
-// of s and record nothing there, so the capture stays valid, and its frees wait for the
-// capture to end. Memory a graph uses must outlive the graph: free it once the graph is
-// destroyed; a block freed on s during the capture is reused once s has passed the free after
-// the capture ends, whether the graph has been launched or not. With Options.ZeroOnFree, whose
+// of s and record nothing there, so the capture stays valid, and its deferred frees (another
+// stream's blocks, huge ones) wait for the capture to end: such a block is reused once s has
+// passed the free after the capture, whether the graph has been launched or not. A block of s's
+// own freed on s is free at once, capture or not (no driver call asks whether s captures), and
+// the next Alloc on s may hand it to later work of the same capture. That is safe in the graph:
+// the nodes captured from s keep s's order, so each launch runs the block's earlier use before
+// its later one, and launches of one executable graph run one after another. Memory a graph uses
+// must outlive the graph: every block its nodes use must be live when the capture ends and stay
+// live until the graph is destroyed (a block freed and allocated again during the capture is,
+// by its new allocation); one freed during the capture and not allocated again goes to work
+// after it that the graph's launches would race. A graph captured on s runs in s's order only
+// launched on s: launched on another stream, order that stream after s's work queued before the
+// capture, as for any block of s's used on another stream (an Alloc during the capture may
+// return a block freed on s before it, whose users queued then may still run). A capture whose
+// dependencies the user sets (cuStreamUpdateCaptureDependencies) no longer keeps s's order: free
+// nothing on s during it. With Options.ZeroOnFree, whose
 // memset would be a node of the user's graph, a FreeAsync on a stream a capture holds (or on the
 // legacy stream while a blocking stream captures) is refused with an error matching
 // cuda.ErrCapturing, the block still live: free it once the capture has ended.
