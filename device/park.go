@@ -166,7 +166,7 @@ func parkedUnder(s cuda.Stream) func(ps *parkedStream) bool {
 }
 
 // noneMine is the settleParked filter of a caller that returns no error of the entries (Stats,
-// DeferredByStream, ForgetStream of a stream of its own).
+// DeferredByStream, and ForgetStream once its stream is forgotten).
 func noneMine(*parkedStream) bool { return false }
 
 // takeParkErr returns the errors of the parked frees done since the last call (settleParked),

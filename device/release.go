@@ -41,7 +41,8 @@ func (h *Heap) Sync() error {
 // captures, the legacy stream cannot be waited for: the heaps of the blocking streams and the
 // default ones keep their memory too, the non-blocking streams' give theirs back); so do those
 // of the streams parked by a ForgetStream that a capture refused, which wait for a synchronize
-// of the context that Trim makes once no capture holds it.
+// of the context that Trim makes once no capture holds it. Like Sync, it also returns the
+// errors of parked frees done by other calls since the last Sync, Trim or Close, once.
 func (h *Heap) Trim() error {
 	if err := h.lock(); err != nil {
 		return err
@@ -245,6 +246,8 @@ func besides(cause, err error) string {
 //
 // When the driver refuses to give memory back (an unmap, say), Close returns its error and the heap
 // is closed, its memory kept (and the device, if Open made it): a later Close gives them back.
+// Like Sync, a Close that closes the heap also returns the errors of parked frees done by other
+// calls since the last Sync, Trim or Close, once.
 func (h *Heap) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
