@@ -21,7 +21,8 @@ import (
 //
 // When the wait fails, s stays known and nothing is taken back: a stream capturing a CUDA graph
 // is refused with an error matching cuda.ErrCapturing (end the capture first), and a context
-// that refuses its synchronize returns the driver's error. The synchronize of the context that
+// that refuses its synchronize returns the driver's error, matching ErrDeviceFault after a fault
+// of the device and ErrInvalidStream otherwise. The synchronize of the context that
 // answers a destroyed stream would end a capture on any stream of the context: while a stream
 // the pool knows (one with buffers deferred, or seen lately) or the legacy stream (for any
 // blocking stream) captures, ForgetStream of a destroyed stream waits for nothing and is refused
@@ -79,6 +80,9 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 		if errors.Is(err, pinmalloc.ErrCapturing) {
 			return fmt.Errorf("pinned: forget stream %#x: %w; %s", s, err, kept)
 		}
+		if errors.Is(err, cuda.ErrDeviceFault) { // the context runs no more work: no wait passes
+			return fmt.Errorf("%w: forget stream %#x: %w; %s", ErrDeviceFault, s, err, kept)
+		}
 		// Destroyed already, most likely: the context's synchronize waits for its work, and
 		// would end a capture on any stream.
 		if c, held := o.lists.Captured(); held {
@@ -86,7 +90,7 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 				s, err, c, pinmalloc.ErrCapturing, kept)
 		}
 		if err2 := o.points().WaitAll(); err2 != nil {
-			return fmt.Errorf("pinned: forget stream %#x: %w; synchronize: %w; %s", s, err, err2, kept)
+			return forgetRefused(s, err, err2, kept)
 		}
 	}
 	if !o.forgetMu.TryLock() { // a WaitStreams between its look at s and its wait
@@ -105,6 +109,30 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 		o.mustVerify()
 	}
 	return err
+}
+
+// forgetRefused is ForgetStream's error when the wait for s failed with cause and the
+// synchronize of the context that would wait for its work instead failed with err: the
+// driver's errors, both kept (cause said only when it differs from err), with this package's
+// sentinel (ErrDeviceFault after a fault, ErrInvalidStream otherwise), or matching
+// cuda.ErrCapturing when a capture refused the synchronize.
+func forgetRefused(s cuda.Stream, cause, err error, kept string) error {
+	also := fmt.Sprintf(" (%v)", cause)
+	if c, ok := cuda.ResultCode(cause); ok {
+		if e, _ := cuda.ResultCode(err); e == c {
+			also = ""
+		}
+	}
+	var sentinel error = ErrInvalidStream
+	switch {
+	case errors.Is(err, pinmalloc.ErrCapturing):
+		return fmt.Errorf("pinned: forget stream %#x: its wait failed%s, and the synchronize of "+
+			"the context that would wait for its work instead was refused: %w; %s", s, also, err, kept)
+	case errors.Is(err, cuda.ErrDeviceFault):
+		sentinel = ErrDeviceFault
+	}
+	return fmt.Errorf("%w: forget stream %#x: its wait failed%s, and so did the synchronize of "+
+		"the context that would wait for its work instead: %w; %s", sentinel, s, also, err, kept)
 }
 
 // waitFor returns once s (of list l, or nil) has passed everything queued on it: at once when a
