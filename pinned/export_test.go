@@ -74,3 +74,27 @@ const (
 	TagNone   = tagNone
 	TagLocked = tagLocked
 )
+
+// SetRecordSharedLook sets the function a RecordStream on its way to the uses map runs between
+// its read of the buffer's tag and its lock of the uses shard (nil: none), and returns a function
+// that restores the previous one.
+func SetRecordSharedLook(f func()) (restore func()) {
+	old := recordSharedLook
+	recordSharedLook = f
+	return func() { recordSharedLook = old }
+}
+
+// Uses returns the number of buffers the pool keeps a use for (streamtag.go's uses map).
+func Uses(p *Pool) int {
+	if p.order == nil {
+		return 0
+	}
+	n := 0
+	for i := range p.order.uses {
+		sh := &p.order.uses[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}

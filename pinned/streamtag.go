@@ -167,9 +167,14 @@ func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) err
 			continue
 		}
 		// A second stream (or one that does not fit a tag): the uses map.
+		if recordSharedLook != nil {
+			recordSharedLook()
+		}
 		sh := o.shard(base)
 		sh.mu.Lock()
-		if t != tagMulti && !tag.CompareAndSwap(t, tagMulti) {
+		// tagMulti is left only under this lock: read again under it, as a free may have
+		// claimed the buffer since (its use deferred, or gone with the buffer).
+		if t == tagMulti && tag.Load() != tagMulti || t != tagMulti && !tag.CompareAndSwap(t, tagMulti) {
 			sh.mu.Unlock()
 			continue // changed since it was read: read it again
 		}
@@ -189,6 +194,10 @@ func (o *streamOrder) recordOn(r heap.BlockRef, base uintptr, s cuda.Stream) err
 		return nil
 	}
 }
+
+// recordSharedLook, when set (by tests), runs in recordOn between its read of the tag and its
+// lock of the uses shard, on the way to the uses map.
+var recordSharedLook func()
 
 // deferFree frees the whole buffer at addr, of n bytes, once every stream recorded on it, and
 // the stream of l when l is not nil (FreeAsync), has passed the work queued on it so far. l nil
