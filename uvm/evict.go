@@ -165,21 +165,19 @@ func (t *Tier) abortEvict(e *evicting, err error) error {
 	if !e.tried {
 		return err
 	}
-	if serr := t.settleCopies(e.ids); serr != nil {
-		return fmt.Errorf("%w; %w", err, serr)
-	}
-	return err
+	return t.settleCopies(e.ids, err)
 }
 
-// settleCopies waits for the D2H stream, where a batch that failed may have queued copies into
-// the host buffers of blocks ids, so that no such buffer is handed on under a copy
-// (dropHostCopies gives a dirty block's buffer to another block). When the wait fails, the
-// blocks whose host copy is not valid let go of their host buffers, which are held back
-// (heldback.go), and the error says so. t.mu is held.
-func (t *Tier) settleCopies(ids []BlockID) error {
+// settleCopies waits for the D2H stream, where a batch that failed with err may have queued
+// copies into the host buffers of blocks ids, so that no such buffer is handed on under a copy
+// (dropHostCopies gives a dirty block's buffer to another block), and returns err. When the
+// wait fails, the blocks whose host copy is not valid let go of their host buffers, which are
+// held back (heldback.go), and the error says so besides, the wait's driver error said only
+// when it is not err's (a sticky error refuses the launch and the wait alike). t.mu is held.
+func (t *Tier) settleCopies(ids []BlockID, err error) error {
 	serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h))
 	if serr == nil {
-		return nil
+		return err
 	}
 	var c completion
 	for _, id := range ids {
@@ -192,7 +190,15 @@ func (t *Tier) settleCopies(ids []BlockID) error {
 	if len(c.host) > 0 {
 		t.holdBack(c)
 	}
-	return fmt.Errorf("its copies could not be waited for, so the tier holds back %s: %w", units.Count(uint64(len(c.host)), "host buffer"), serr)
+	held := units.Count(uint64(len(c.host)), "host buffer")
+	if c, ok := cuda.ResultCode(err); ok {
+		if d, _ := cuda.ResultCode(serr); d == c {
+			return fmt.Errorf("%w; its copies could not be waited for either, so the tier holds back %s",
+				err, held)
+		}
+	}
+	return fmt.Errorf("%w; its copies could not be waited for, so the tier holds back %s: %w",
+		err, held, serr)
 }
 
 // evicted records the blocks ids as moved off the device by the batch whose event is ev: the

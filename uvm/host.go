@@ -181,9 +181,7 @@ func (t *Tier) copyToHost(id BlockID, b *block) error {
 		t.st.Failures++
 		err = fmt.Errorf("uvm: copy of %#x to the host: %w", uint64(t.handle(id)), err)
 		if tried {
-			if serr := t.settleCopies([]BlockID{id}); serr != nil {
-				err = fmt.Errorf("%w; %w", err, serr)
-			}
+			err = t.settleCopies([]BlockID{id}, err)
 		}
 		return err
 	}
