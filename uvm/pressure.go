@@ -1,6 +1,9 @@
 package uvm
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
@@ -26,7 +29,8 @@ import (
 // whole (a 2 MiB segment, or a huge block's chunks), so n evicted bytes of small blocks may
 // free no segment. Each call evicts n rounded up to a segment, coldest first; the heap calls
 // the hook up to 3 times per Alloc, so a request that the first batch did not satisfy gets
-// more (up to three times n).
+// more (up to three times n). A request no eviction can serve, larger than the heap could ever
+// hold (its capacity, or the device's memory), evicts nothing: nor does the hook chain it.
 
 // pressureHook is the tier's side of the hook.
 type pressureHook struct {
@@ -35,11 +39,18 @@ type pressureHook struct {
 	// own is the tier's H2D stream, set before the hook is installed and never changed after
 	// (release zeroes engine.h2d, not this): relieve reads it without t.mu.
 	own cuda.Stream
+	// most is the largest request the heap could ever serve: its capacity, or the device's
+	// memory when that is less. Set with own.
+	most uintptr
 }
 
 // installPressure makes the tier the heap's pressure hook, keeping the one it replaces.
 func (t *Tier) installPressure() {
 	t.hook.own = t.engine.h2d
+	t.hook.most = uintptr(t.mem.heap.Stats().Arena.Capacity)
+	if total, err := t.dev.TotalMem(); err == nil && total < t.hook.most {
+		t.hook.most = total
+	}
 	t.hook.prev = t.mem.heap.SetPressure(t.Relieve)
 	t.hook.installed = true
 }
@@ -59,49 +70,93 @@ func (t *Tier) uninstallPressure() {
 // and waits for their copies, so that their VRAM is back in the heap; it reports whether it
 // gave any back. It does nothing for an allocation on the tier's own stream s (the tier's own
 // restores answer their pressure themselves) and passes the call on to the hook it replaced
-// when it cannot help. Call it to make room in a heap shared with other users ahead of an
-// allocation.
+// when it cannot help. It does nothing either, and passes nothing on, for n of zero or less or
+// n larger than the heap could ever hold (MakeRoom says which). To make room in a heap shared
+// with other users ahead of an allocation, call MakeRoom, which says why it could not.
 func (t *Tier) Relieve(n int, s cuda.Stream) bool {
-	if s == t.hook.own {
+	if s == t.hook.own || t.checkRoom(n) != nil {
 		return false
 	}
 	t.mu.Lock()
-	ok := !t.closed && t.evictForHeap(uintptr(n))
+	gave := false
+	if !t.closed {
+		gave, _ = t.evictForHeap(uintptr(n)) // a failed batch counts in Stats.Failures
+	}
 	if invariants.Enabled {
 		t.checkInvariants("the pressure hook")
 	}
 	prev := t.hook.prev
 	t.mu.Unlock()
-	if ok {
+	if gave {
 		return true
 	}
 	return prev != nil && prev(n, s)
 }
 
+// MakeRoom does what Relieve does for another user of the tier's device heap about to allocate
+// n bytes, and says why when it falls short: nil once it gave VRAM back (its spare VRAM, or cold
+// blocks evicted, their copies waited for), and it asks no other hook. Errors: ErrInvalidOptions
+// for n of zero or less, ErrTooLarge for n larger than the heap could ever hold (its capacity,
+// or the device's memory), both changing nothing; ErrAllPinned when it had nothing to give (no
+// spare VRAM, no block on the device that is not acquired); ErrClosed; and the errors of the
+// evictions and of the waits for them.
+func (t *Tier) MakeRoom(n int) error {
+	if err := t.checkRoom(n); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.unlock("MakeRoom")
+	if t.closed {
+		return ErrClosed
+	}
+	_, err := t.evictForHeap(uintptr(n))
+	return err
+}
+
+// checkRoom refuses a request of n bytes that no eviction can serve.
+func (t *Tier) checkRoom(n int) error {
+	switch {
+	case n <= 0:
+		return fmt.Errorf("%w: room for %d bytes (want 1 or more)", ErrInvalidOptions, n)
+	case uintptr(n) > t.hook.most:
+		return fmt.Errorf("%w: room for %d bytes: the device heap can hold %d at most",
+			ErrTooLarge, n, t.hook.most)
+	}
+	return nil
+}
+
 // evictForHeap gives the spare VRAM back to the heap and, if that was fewer than n bytes
 // rounded up to a segment (see the file comment), evicts cold blocks worth that and waits
-// until their VRAM is back in the heap. It reports whether it gave any back. t.mu is held.
-func (t *Tier) evictForHeap(n uintptr) bool {
-	if t.poll() != nil {
-		return false
+// until their VRAM is back in the heap. gave reports whether it gave any back; err why it fell
+// short, if it did. t.mu is held.
+func (t *Tier) evictForHeap(n uintptr) (gave bool, err error) {
+	if err := t.poll(); err != nil {
+		return false, err
 	}
 	t.st.HeapPressure++
 	want := roundChunk(n)
 	spare, err := t.flushSpares()
 	if err != nil {
-		return false
+		return false, err
 	}
 	if spare >= want {
-		return true
+		return true, nil
 	}
 	if t.pickVictims(want) == 0 {
 		t.unchoose(t.scratch.victims)
-		return spare > 0
+		if spare > 0 {
+			return true, nil
+		}
+		return false, fmt.Errorf("%w: no spare VRAM and no block to evict for %d bytes of the heap",
+			ErrAllPinned, n)
 	}
-	if t.evict(t.scratch.victims, CauseHeapPressure) != nil {
-		return spare > 0
+	if err := t.evict(t.scratch.victims, CauseHeapPressure); err != nil {
+		return spare > 0, err
 	}
 	err = t.drain()
 	_, ferr := t.flushSpares() // the evictions' VRAM, kept as spares when they completed
-	return err == nil && ferr == nil
+	if err = errors.Join(err, ferr); err != nil {
+		return false, err
+	}
+	return true, nil
 }
