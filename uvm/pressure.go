@@ -17,8 +17,9 @@ import (
 // back down into the heap (device.Heap.Free), and the Alloc retries.
 //
 // The hook runs on the allocating goroutine, without the heap's lock. For an allocation on
-// the tier's own H2D stream it does nothing: that is the tier itself, inside devAlloc with
-// t.mu held, which answers its own pressure (taking t.mu again would deadlock). For any other
+// the tier's own H2D stream it asks only the tier's peers, the other tiers of a shared heap
+// (peers.go): that is the tier itself, inside devAlloc with t.mu held, which answers its own
+// pressure (taking t.mu again would deadlock). For any other
 // stream it takes t.mu, gives the tier's spare VRAM back to the heap (spare.go) and, unless
 // that was enough, evicts (CauseHeapPressure) and waits for the copies out, whose
 // completions give the VRAM back to the heap, then lets the heap retry. When it cannot help
@@ -53,12 +54,14 @@ func (t *Tier) installPressure() {
 	}
 	t.hook.prev = t.mem.heap.SetPressure(t.Relieve)
 	t.hook.installed = true
+	t.joinPeers()
 }
 
 // uninstallPressure puts the replaced hook back. Tiers sharing a heap uninstall in the
 // reverse order of their New (each puts back the hook it found).
 func (t *Tier) uninstallPressure() {
 	if t.hook.installed {
+		t.leavePeers()
 		t.mem.heap.SetPressure(t.hook.prev)
 		t.hook.installed = false // prev stays: a late call of the hook (an Alloc that loaded it before) still chains
 	}
@@ -68,14 +71,18 @@ func (t *Tier) uninstallPressure() {
 // installs at New and takes off at Close): it gives the tier's spare VRAM back to the heap and,
 // if that was fewer than n bytes rounded up to a 2 MiB segment, evicts cold blocks worth that
 // and waits for their copies, so that their VRAM is back in the heap; it reports whether it
-// gave any back. It does nothing for an allocation on the tier's own stream s (the tier's own
-// restores answer their pressure themselves) and passes the call on to the hook it replaced
-// when it cannot help. It does nothing either, and passes nothing on, for n of zero or less or
-// n larger than the heap could ever hold (MakeRoom says which). To make room in a heap shared
-// with other users ahead of an allocation, call MakeRoom, which says why it could not.
+// gave any back. When it cannot help, it passes the call on to the hook it replaced. For an
+// allocation on the tier's own stream s (the tier's own restores, which answer their pressure
+// themselves) it asks only the other tiers of a shared heap, trying their locks, never waiting
+// for one. It does nothing, and passes nothing on, for n of zero or less or n larger than the
+// heap could ever hold (MakeRoom says which). To make room in a heap shared with other users
+// ahead of an allocation, call MakeRoom, which says why it could not.
 func (t *Tier) Relieve(n int, s cuda.Stream) bool {
-	if s == t.hook.own || t.checkRoom(n) != nil {
+	if t.checkRoom(n) != nil {
 		return false
+	}
+	if s == t.hook.own { // the tier's own restore, t.mu held: its peers may help (peers.go)
+		return t.askPeers(n)
 	}
 	t.mu.Lock()
 	gave := false

@@ -166,8 +166,9 @@ import (
 // memory, and a Release or Free whose event cannot be recorded: streams.go).
 //
 // Lock order: Tier.mu → device.Heap's lock → pinned.Pool's shard locks. The heap's pressure
-// hook takes Tier.mu on another user's goroutine, which holds no heap lock then, and does
-// nothing for the tier's own allocations (made holding Tier.mu, on its H2D stream).
+// hook takes Tier.mu on another user's goroutine, which holds no heap lock then; for the tier's
+// own allocations (made holding Tier.mu, on its H2D stream) it only tries the locks of the
+// other tiers of a shared heap, never waits for one (peers.go).
 //
 // Source files.
 //
@@ -185,6 +186,7 @@ import (
 //	completion.go  batches on the two streams, and what each frees when done; Sync
 //	spare.go       spare VRAM kept for the next restores, and why
 //	pressure.go    the tier as the device heap's pressure hook
+//	peers.go       tiers sharing a device heap ask each other for VRAM
 //	streams.go     the user's streams: checking, forgetting, a destroyed stream
 //	mover.go       the copy engine: Mover, the default Batcher, PerJobMover
 //	policy.go      Policy and LRU; twoq.go: 2Q; list.go: their intrusive list

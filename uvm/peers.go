@@ -1,0 +1,85 @@
+package uvm
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
+)
+
+// Peers: tiers given one device heap (Options.Heap) ask each other for VRAM. The heap's
+// pressure hook is a chain (pressure.go): an allocation of any stream asks the tier installed
+// last, which passes the call down when it cannot help. A tier's own restores answer their
+// pressure themselves, so the hook did nothing for them: a tier under pressure was helped by
+// the tiers above it in the chain (their Relieve evicted for it) but never by those below, and
+// the tier installed last by none, however cold their blocks.
+//
+// Now a tier's own allocation that the heap refuses asks its peers, the other tiers of the
+// heap, in the order they joined, until one gives VRAM back (evictForHeap, as Relieve does for
+// another user). The asking tier holds its lock, and a peer that holds its own may be waiting
+// for the asker's (its own restore, asking the asker through the hook): so a peer's lock is
+// only tried (TryLock), never waited for. A peer busy at that moment is passed over, and the
+// allocation goes on as before: the heap calls the hook again, and the tier evicts its own
+// blocks. Lock order: Tier.mu → peers.mu; a peer's Tier.mu is tried after peers.mu is let go.
+
+// peers are the tiers of each shared device heap, in the order they joined.
+var peers struct {
+	mu sync.Mutex
+	m  map[*device.Heap][]*Tier
+}
+
+// joinPeers makes t a peer of the other tiers of its heap, when the heap was given.
+func (t *Tier) joinPeers() {
+	if t.mem.ownHeap {
+		return
+	}
+	peers.mu.Lock()
+	if peers.m == nil {
+		peers.m = map[*device.Heap][]*Tier{}
+	}
+	peers.m[t.mem.heap] = append(peers.m[t.mem.heap], t)
+	peers.mu.Unlock()
+}
+
+// leavePeers takes t off its heap's peers.
+func (t *Tier) leavePeers() {
+	peers.mu.Lock()
+	h := t.mem.heap
+	if ts := slices.DeleteFunc(peers.m[h], func(p *Tier) bool { return p == t }); len(ts) > 0 {
+		peers.m[h] = ts
+	} else {
+		delete(peers.m, h)
+	}
+	peers.mu.Unlock()
+}
+
+// askPeers asks the other tiers of t's heap, one after the other, to give VRAM back for an
+// allocation of n bytes on t's own stream, and reports whether one did. t.mu is held.
+func (t *Tier) askPeers(n int) bool {
+	peers.mu.Lock()
+	others := slices.Clone(peers.m[t.mem.heap]) // the out-of-memory path: one allocation
+	peers.mu.Unlock()
+	for _, p := range others {
+		if p != t && p.relieveTry(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// relieveTry is Relieve for a peer's allocation of n bytes, made only if t's lock is free.
+func (t *Tier) relieveTry(n int) bool {
+	if !t.mu.TryLock() {
+		return false
+	}
+	gave := false
+	if !t.closed {
+		gave, _ = t.evictForHeap(uintptr(n)) // a failed batch counts in Stats.Failures
+	}
+	if invariants.Enabled {
+		t.checkInvariants("a peer's pressure")
+	}
+	t.mu.Unlock()
+	return gave
+}
