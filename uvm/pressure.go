@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
@@ -40,17 +41,18 @@ type pressureHook struct {
 	// own is the tier's H2D stream, set before the hook is installed and never changed after
 	// (release zeroes engine.h2d, not this): relieve reads it without t.mu.
 	own cuda.Stream
-	// most is the largest request the heap could ever serve: its capacity, or the device's
-	// memory when that is less. Set with own.
+	// most is the largest request the heap could ever serve: its capacity, or, for a heap of
+	// device memory, the device's memory when that is less. Set with own.
 	most uintptr
 }
 
 // installPressure makes the tier the heap's pressure hook, keeping the one it replaces.
 func (t *Tier) installPressure() {
 	t.hook.own = t.engine.h2d
-	t.hook.most = uintptr(t.mem.heap.Stats().Arena.Capacity)
-	if total, err := t.dev.TotalMem(); err == nil && total < t.hook.most {
-		t.hook.most = total
+	a := t.mem.heap.Stats().Arena
+	t.hook.most = uintptr(a.Capacity)
+	if total, err := t.dev.TotalMem(); err == nil && a.Kind == arena.Device && total < t.hook.most {
+		t.hook.most = total // VRAM: managed memory oversubscribes it, and host memory is not it
 	}
 	t.hook.prev = t.mem.heap.SetPressure(t.Relieve)
 	t.hook.installed = true
