@@ -112,7 +112,8 @@ func (w *Owner) adopt(fds []int) error {
 	w.mu.Lock()
 	w.table, w.procs = make([]grantState, l.grants()), make([]slotState, l.slots)
 	old := c.slotLoad(0, sSerial)
-	w.hello = hello{pool: pool, slot: 0, serial: old + 1, layout: l, ctlSize: ctlSize, vmm: vmm, epoch: c.load(hOwnerEpoch) + 1}
+	w.hello = hello{pool: pool, slot: 0, serial: nextOwnerSerial(&c, old), layout: l, ctlSize: ctlSize,
+		vmm: vmm, epoch: c.load(hOwnerEpoch) + 1}
 	w.mu.Unlock()
 	p, err := newProcess(w.hello, sp, ownerGranter{w, w.timeout}, processConfig{pool: w.po, drain: w.o.DrainInterval, dev: w.dev})
 	if err != nil {
@@ -121,7 +122,7 @@ func (w *Owner) adopt(fds []int) error {
 	lines := readSlots(&c)
 	w.mu.Lock()
 	w.Process, p.owner = p, w
-	w.rebuild(old, lines)
+	w.rebuild(old, w.hello.serial, lines)
 	c.store(hOwnerPid, uint64(os.Getpid()))
 	c.store(hOwnerEpoch, w.hello.epoch)
 	w.rejoinBy = time.Now().Add(w.timeout)
@@ -196,8 +197,32 @@ func readSlots(c *ctl) []slotLine {
 	return lines
 }
 
+// nextOwnerSerial returns the serial of an owner that adopts the pool of c, whose slot 0 says
+// the previous owner had serial old: old+1, as a slot's next process has. The word is any
+// process's to write, and the serial must be one a hello carries, not 0 (a free slot's: no
+// fence would wait for the owner's device), nor 2^48 or more (a holder word keeps 48 bits),
+// and the holder of none of slot 0's live entries (the previous owners' buffers would pass
+// for this owner's): past what old and those holders say, when they are in range.
+func nextOwnerSerial(c *ctl, old uint64) uint64 {
+	const top = maxPoolSize - 1 // the next serial is at most maxPoolSize, what a hello carries
+	last := uint64(0)
+	if old < top {
+		last = old
+	}
+	for e := range c.nexp { // slot 0's part of the export table
+		if c.load(c.entry(e)+eState)&eLive == 0 {
+			continue
+		}
+		if h := c.load(c.entry(e) + eHolder); h&0xffff == 0 && h>>16 > last && h>>16 < top {
+			last = h >> 16
+		}
+	}
+	return last + 1
+}
+
 // rebuild makes the owner's table and slots from the control region of a pool it adopts,
-// whose previous owner had serial old, and takes slot 0; lines are the slots' (readSlots). It
+// whose previous owner had serial old (its slot's word: it may be garbage), and takes slot 0
+// with serial serial (nextOwnerSerial); lines are the slots' (readSlots). It
 // reads only the slots and the grant words, so that the owner serves at once; what needs a
 // scan of the export table (the previous owner's retains and buffers, and those of processes
 // gone before it) is done on the watcher's first round (finishAdoption). Until then every
@@ -206,7 +231,7 @@ func readSlots(c *ctl) []slotLine {
 // that process's limbo (in limbo or orphaned by the words, or held: the previous owner may have
 // died as the process left); the scan pins its buffers others still retain (adoptOrphans).
 // Called with w.mu held.
-func (w *Owner) rebuild(old uint64, lines []slotLine) {
+func (w *Owner) rebuild(old, serial uint64, lines []slotLine) {
 	c := &w.c
 	for s := 1; s < len(w.procs); s++ {
 		switch l := lines[s]; {
@@ -238,8 +263,8 @@ func (w *Owner) rebuild(old uint64, lines []slotLine) {
 		w.publish(g)
 	}
 	w.scan = scan
-	w.procs[0] = slotState{used: true, active: true, serial: old + 1}
-	c.slotStore(0, sSerial, old+1)
+	w.procs[0] = slotState{used: true, active: true, serial: serial}
+	c.slotStore(0, sSerial, serial)
 	c.slotStore(0, sPid, uint64(os.Getpid()))
 	c.slotStore(0, sStart, startTime(os.Getpid()))
 	w.epoch = c.load(hFence)

@@ -124,7 +124,7 @@ func TestRebuildReadsSlotsKeptForProcessesGoneAlive(t *testing.T) {
 		c.store(c.grantWord(g), v)
 	}
 	w.mu.Lock()
-	w.rebuild(0, readSlots(&w.c))
+	w.rebuild(0, 1, readSlots(&w.c))
 	kept := w.procs[alive].keeper
 	switch {
 	case w.procs[alive].keeper == nil || w.procs[alive].used || w.procs[alive].serial != 5:
@@ -305,7 +305,7 @@ func TestExpiredRejoinBeforeScanPinsOnce(t *testing.T) {
 	c.store(c.entry(e)+eHolder, packHolder(late, 3))
 	c.setRetain(e, retainer, true)
 	w.mu.Lock()
-	w.rebuild(0, readSlots(&w.c))
+	w.rebuild(0, 1, readSlots(&w.c))
 	w.procs[retainer].rejoin, w.procs[retainer].active = false, true // it rejoined
 	w.rejoinBy = time.Now().Add(-time.Millisecond)                   // the late one's time is up
 	w.mu.Unlock()

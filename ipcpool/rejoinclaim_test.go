@@ -511,3 +511,52 @@ func TestForgedSlotSerialBlocksNoAttach(t *testing.T) {
 		must(t, "Close", q.Close())
 	}
 }
+
+// The previous owner's serial, slot 0's word, is any process's to write: a scribbler sets it to
+// 2^64-1 while no owner runs. The owner that adopts the pool takes a serial a hello carries,
+// not 0 (the previous one plus one wrapped: 0 is a free slot's serial, and a fence waits for
+// no process whose serial is 0, the owner's own device skipped), nor past 2^48 (its handles'
+// holder word would cut it short).
+func TestForgedOwnerSerialAtAdoption(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 8<<20)
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	p.c.slotStore(0, sSerial, ^uint64(0)) // the scribbler (this process)
+	w, err := Serve(path, Options{Size: 8 << 20, Adopt: 5 * time.Second, Timeout: 300 * time.Millisecond,
+		FallbackPageable: true})
+	must(t, "Serve adopting", err)
+	t.Cleanup(func() {
+		_ = p.Close()
+		_ = w.Close()
+	})
+	waitFor(t, func() bool { return p.Rejoined() == 1 })
+	<-w.scanned // the previous owner's grants free (or fenced) after it
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	serial := w.procs[0].serial
+	word := w.c.slotLoad(0, sSerial)
+	if serial == 0 || serial >= maxPoolSize || w.Process.serial != serial || word != serial {
+		t.Fatalf("the adopting owner's serial %#x (its process's %#x, its slot's word %#x), "+
+			"want one a hello carries", serial, w.Process.serial, word)
+	}
+	// A fence made now, were the owner's process to have a device, waits for it.
+	g := slices.IndexFunc(w.table, func(t grantState) bool {
+		return t.state == gFree || t.state == gFenced
+	})
+	if g < 0 {
+		t.Fatal("no free grant to fence")
+	}
+	flags := w.c.slotLoad(0, sFlags)
+	w.c.slotStore(0, sFlags, flags|flagDevice)
+	w.fence([]int{g})
+	if w.procs[0].need != serial {
+		t.Errorf("a fence waits for serial %#x of the owner's slot, want %#x", w.procs[0].need, serial)
+	}
+	w.c.slotStore(0, sFlags, flags)
+	w.c.slotStore(0, sFence, w.epoch)
+	w.unfence()
+}
