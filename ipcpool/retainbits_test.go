@@ -2,6 +2,9 @@ package ipcpool
 
 import (
 	"context"
+	"errors"
+	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -52,5 +55,47 @@ func TestForgedRetainBitsLeakNoGrants(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// A peer maps the pool before it says it is ready: it may set retain bits of its slot (and
+// flagRetains) then, and leave before its ready (an abort here, or silence, or garbage). The
+// owner frees its slot at once, and its bits with it: they keep no buffer. (Before, they
+// stayed: the owner's buffer it retained so stayed live after the owner's Free, its grant
+// with it, for as long as the owner ran.)
+func TestRetainBitsBeforeReadyLetGo(t *testing.T) {
+	w, path := serveTest(t, Options{Size: 8 << 20, GrantSize: 2 << 20, Slots: 2})
+	b, err := w.Alloc(5000)
+	must(t, "Alloc", err)
+	h, err := w.Handle(b)
+	must(t, "Handle", err)
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	must(t, "dial", err)
+	defer c.Close()
+	must(t, "intro", writeMsg(c, msg{op: opIntro, flags: introAttach, seq: wireVersion, a: ctlMagic}, time.Second))
+	hb := make([]byte, 8*helloWords)
+	n, fds, err := recvFds(c, hb, 1+maxRegions)
+	must(t, "hello", err)
+	closeFds(fds)
+	hl, err := decodeHello(hb[:n])
+	must(t, "decode the hello", err)
+	// The peer's words, written here through the owner's mapping of the same control region.
+	w.c.slotStore(hl.slot, sFlags, flagRetains)
+	w.c.setRetain(int(h.Entry), hl.slot, true)
+	must(t, "abort", writeMsg(c, msg{op: opAbort}, time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var buf [64]byte
+	for { // the owner hangs up once it has freed the slot
+		if _, err := c.Read(buf[:]); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal("the owner did not close the connection")
+			}
+			break
+		}
+	}
+	must(t, "Free", w.Free(b))
+	if _, err := w.Bytes(h); !errors.Is(err, ErrStaleHandle) {
+		t.Fatalf("the owner's buffer freed, retained by bits of a peer that left before its ready: "+
+			"Bytes of its handle: %v, want ErrStaleHandle", err)
 	}
 }

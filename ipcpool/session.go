@@ -250,15 +250,25 @@ func (w *Owner) takeSlot(c *net.UnixConn, cred *unix.Ucred) int {
 	return -1
 }
 
-// freeSlot frees the slot of a process that held nothing.
+// freeSlot frees the slot of a process that held nothing: it left before it was ready. No
+// process of this package retains anything before, but a peer maps the pool before its ready
+// and may have set retain bits of its slot: they are let go as a leave lets go a process's
+// (flagRetains says whether to look), or they would keep others' buffers live.
 func (w *Owner) freeSlot(slot int, wa watch) {
 	wa.stop()
 	w.mu.Lock()
+	var retired []retirement
+	if w.c.slotLoad(slot, sFlags)&flagRetains != 0 {
+		retired = w.dropRetains(slot)
+	}
 	st := &w.procs[slot]
 	st.used, st.active, st.conn = false, false, nil
 	w.c.slotStore(slot, sSerial, 0)
 	w.cond.Broadcast()
 	w.mu.Unlock()
+	for _, r := range retired {
+		w.Process.deliver(r.e, r.gen) // not under w.mu: the owner's own frees take it
+	}
 }
 
 var errGone = errors.New("ipcpool: the process closed its connection")
