@@ -279,7 +279,9 @@ func (w *Owner) finishAdoption() {
 	w.mu.Lock()
 	g0 := w.scan
 	w.scan = nil
-	g0.fromWords = true
+	// The previous owner has exited (it let the path's lock go): its entries are the owner's to
+	// let go (dropEntries).
+	g0.fromWords, g0.exited = true, true
 	pending := w.rejoinsPending()
 	retired := w.dropRetains(0)
 	w.dropEntries(g0)
@@ -328,8 +330,11 @@ func (w *Owner) unheld(sp span, scan, keeper *gone) bool {
 // adoptOrphans finds the live entries of slot s's part of the table whose holder is no
 // process the owner serves: of the process gone alive the slot is kept for, or of one gone
 // before the previous owner died. Those others retain keep their grants (orphaned, until
-// released, and then on in the limbo of a process alive), the rest are let go. Called with
-// w.mu held.
+// released, and then on in the limbo of a process alive), the rest are let go. An entry of
+// the process the slot is kept for that its previous owner did not let go (eGone) is the
+// process's: one it shared after it left, or freed itself, which it may free or take in while
+// it lives; the owner lets it go when the process exits, as any owner would (tickLocked).
+// Called with w.mu held.
 func (w *Owner) adoptOrphans(s int, scan *gone) {
 	c := &w.c
 	keeper := w.procs[s].keeper
@@ -344,22 +349,53 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 		if _, pinned := scan.entries[e]; pinned {
 			continue // the previous owner's, retained: dropEntries kept it
 		}
-		if keeper != nil {
-			if _, pinned := keeper.entries[e]; pinned {
-				continue // pinned by its leave already (a rejoin given up before the scan)
-			}
-		}
 		owner, mine := g, (*gone)(nil)
 		if keeper != nil && int(holder&0xffff) == s && holder>>16 == keeper.serial {
+			if _, pinned := keeper.entries[e]; pinned || w0&eGone == 0 {
+				// Pinned by its leave already (a rejoin given up before the scan), or the
+				// process's own.
+				continue
+			}
 			owner, mine = keeper, keeper
 		}
 		sp, ok := w.spanOf(c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength))
-		if ok && w0&eRetiring == 0 && c.retained(e) && w.unheld(sp, scan, mine) {
+		if ok && w.unheld(sp, scan, mine) {
+			if owner = w.letGoOrPin(e, w0, sp, owner); owner != nil && owner != mine {
+				g = owner
+			}
+			continue
+		}
+		w.letGoOrPin(e, w0, span{-1, -1}, nil) // (its place is garbage: nothing to pin)
+	}
+}
+
+// letGoOrPin lets go entry e of a holder no process the owner serves, live at w0 when it was
+// read, or pins it with the grants of sp (a span of -1: none) while others retain it: for
+// owner, or a new record of a process gone (it returns the one that pins it). Called with w.mu
+// held.
+func (w *Owner) letGoOrPin(e int, w0 uint64, sp span, owner *gone) *gone {
+	c := &w.c
+	st := c.entry(e) + eState
+	gen := entryGen(w0)
+	for range 64 { // (an entry a peer rewrites without end is left as it is)
+		if c.letGo(e, w0) {
+			return owner
+		}
+		if c.retained(e) {
+			// (Marked retiring, too: by a release that a retain landing may yet back off.)
+			if sp.first < 0 {
+				// Retained, but not in grants of the holder's (its place is garbage): let go
+				// all the same.
+				if now := c.load(st); entryGen(now) == gen && now&eLive != 0 {
+					c.cas(st, now, packState(gen+1, 0))
+				}
+				return owner
+			}
 			if owner == nil {
-				g = newGone(s, holder>>16, watch{pidfd: -1}, true)
-				g.fromWords = true
-				w.goneList = append(w.goneList, g)
-				owner = g
+				s := e / w.exports
+				owner = newGone(s, c.load(c.entry(e)+eHolder)>>16, watch{pidfd: -1}, true)
+				owner.fromWords = true
+				w.goneList = append(w.goneList, owner)
 			}
 			for gr := sp.first; gr <= sp.last; gr++ {
 				if t := &w.table[gr]; t.gone != owner || t.state != gOrphan {
@@ -367,9 +403,12 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 					w.publish(gr)
 				}
 			}
-			owner.pin(e, sp)
-			continue
+			owner.pin(e, sp, gen)
+			return owner
 		}
-		c.store(c.entry(e)+eState, packState(entryGen(w0)+1, 0))
+		if w0 = c.load(st); entryGen(w0) != gen || w0&eLive == 0 {
+			return owner // let go meanwhile
+		}
 	}
+	return owner
 }

@@ -106,3 +106,26 @@ func (c *ctl) tryRetire(e int, gen uint32) bool {
 		}
 	}
 }
+
+// letGo frees entry e, live at state w0, for the owner, which lets it go in place of its
+// holder (gone: it cannot take the entry in), as a tryRetire and the holder's take-in would,
+// its allocation aside. It reports whether it did: not while a retain holds it, nor once the
+// entry changed since w0 (a retain landing past another's mark backs that mark off). The free
+// is a compare-and-swap from the entry's state, never a store over what a process alive wrote
+// since: a retain that landed, or a buffer that the holder took in and shared again.
+func (c *ctl) letGo(e int, w0 uint64) bool {
+	i := c.entry(e) + eState
+	r := w0 | eRetiring
+	if w0&eRetiring == 0 && (c.retained(e) || !c.cas(i, w0, r)) {
+		return false
+	}
+	if c.retained(e) {
+		// A retain landed between the check and the mark (it keeps the buffer), or, the entry
+		// marked by another process's tryRetire, one landed that its retirer will back off for.
+		if w0&eRetiring == 0 {
+			c.cas(i, r, w0)
+		}
+		return false
+	}
+	return c.cas(i, r, packState(entryGen(w0)+1, 0))
+}

@@ -258,7 +258,7 @@ func TestOrphanWordsNameTheKeptSlotUntilExit(t *testing.T) {
 	c.setRetain(e, retainer, true)
 	g := newGone(kept, 5, watch{pidfd: -1}, false)
 	w.procs[kept] = slotState{keeper: g, serial: 5}
-	g.pin(e, span{0, 0})
+	g.pin(e, span{0, 0}, 1)
 	w.goneList = []*gone{g}
 	w.table[0] = grantState{state: gOrphan, gone: g, gen: 1}
 	w.publish(0)

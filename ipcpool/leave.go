@@ -38,8 +38,8 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 			g.retains = true // until it exits (tick)
 		}
 	}
-	w.dropEntries(g)
-	if !g.exited && (g.retains || len(g.entries) > 0 || w.heldBy(slot) > 0) {
+	left := w.dropEntries(g)
+	if !g.exited && (g.retains || len(g.entries) > 0 || left || w.heldBy(slot) > 0) {
 		// Before the grant words change: an owner that adopts the pool reads a word of the
 		// slot as the kept process's, in limbo or held (adopt.go).
 		st.keeper = g
@@ -101,38 +101,78 @@ func (w *Owner) dropRetains(slot int) []retirement {
 
 // dropEntries lets go the allocations of g's process's entries: those no other process
 // retains are free at once (their memory goes back with the grants), the others pin their
-// grants (g.pins). Entries g pins already are left to settleOrphans. Called with w.mu held.
-func (w *Owner) dropEntries(g *gone) {
-	c := &w.c
+// grants (g.pins). Entries g pins already are left to settleOrphans. A buffer the process
+// freed itself before it left is still in its pool until the entry retires, and a process
+// alive (not g.exited) takes such an entry in itself (its scan), as any retirement: the owner
+// leaves it to it (its entries otherwise move on under the owner's frees: the process would
+// free the block never, or the owner a buffer it shared again); left says there is one. Called
+// with w.mu held.
+func (w *Owner) dropEntries(g *gone) (left bool) {
 	for i := range w.exports {
 		e := g.slot*w.exports + i
 		if _, pinned := g.entries[e]; pinned {
 			continue
 		}
-		st := c.entry(e) + eState
+		left = w.dropEntry(g, e) || left
+	}
+	return left
+}
+
+// entrySpan returns the grants under the buffer entry e names (a peer's words: spanOf).
+func (w *Owner) entrySpan(e int) (span, bool) {
+	return w.spanOf(w.c.load(w.c.entry(e)+eOffset), w.c.load(w.c.entry(e)+eLength))
+}
+
+// dropEntry is dropEntries of entry e; it reports whether it left the entry to its process.
+// Called with w.mu held.
+func (w *Owner) dropEntry(g *gone, e int) (left bool) {
+	c := &w.c
+	st := c.entry(e) + eState
+	for range 64 { // (an entry a peer rewrites without end is left as it is)
 		w0 := c.load(st)
 		if w0&eLive == 0 || c.load(c.entry(e)+eHolder) != packHolder(g.slot, g.serial) {
-			continue
+			return false
+		}
+		if w0&(eAlloc|eRetiring) == eAlloc {
+			// eGone: the process may live on, its buffer allocated in its pool (exports.go).
+			if !c.cas(st, w0, w0&^eAlloc|eGone) {
+				continue
+			}
+			w0 = w0&^eAlloc | eGone
 		}
 		gen := entryGen(w0)
-		if w0&eRetiring == 0 {
-			// eGone: the process may live on, its buffer allocated in its pool (exports.go).
-			for w0&eAlloc != 0 && !c.cas(st, w0, w0&^eAlloc|eGone) {
-				w0 = c.load(st)
+		if !g.exited && w0&eGone == 0 {
+			// Freed by the process, alive: retired (here, or by the last release), it takes the
+			// entry in; retained, it waits for the last release, pinned.
+			if w0&eRetiring != 0 || c.tryRetire(e, gen) {
+				return true
 			}
-			if !c.tryRetire(e, gen) {
-				// Retained by others: the buffer stays, and every grant under it, if they are
-				// the process's (the entry's place is a peer's words: grants it did not hold
-				// pin nothing).
-				sp, ok := w.spanOf(c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength))
-				if ok && w.allBelong(sp, g) {
-					g.pin(e, sp)
-					continue
-				}
+			if !c.retained(e) {
+				continue // changed meanwhile: look again
 			}
+			if sp, ok := w.entrySpan(e); ok && w.allBelong(sp, g) {
+				g.pin(e, sp, gen)
+			}
+			return true
 		}
-		c.store(st, packState(gen+1, 0))
+		if c.letGo(e, w0) {
+			return false
+		}
+		if !c.retained(e) {
+			continue // changed meanwhile: look again
+		}
+		// Retained by others: the buffer stays, and every grant under it, if they are the
+		// process's (the entry's place is a peer's words: grants it did not hold pin nothing).
+		if sp, ok := w.entrySpan(e); ok && w.allBelong(sp, g) {
+			g.pin(e, sp, gen)
+			return false
+		}
+		if now := c.load(st); entryGen(now) == gen {
+			c.cas(st, now, packState(gen+1, 0))
+		}
+		return false
 	}
+	return false
 }
 
 // watch runs the owner's round every interval until stopWatch.
@@ -284,51 +324,48 @@ func (w *Owner) tickLocked() []retirement {
 }
 
 // settleOrphans frees the entries of g's process that were retired since (their last retain
-// let go, delivered to no one: the holder is gone) and unpins their grants. Called with w.mu
-// held.
+// let go, delivered to no one: the holder is gone) and unpins their grants. An entry past the
+// generation it was pinned at was let go since, and one the process freed itself while alive
+// is its to take in (dropEntries): neither is the owner's to free. Called with w.mu held.
 func (w *Owner) settleOrphans(g *gone) {
 	c := &w.c
 	var stale [4]uint64
 	if len(g.entries) > 0 {
 		stale = w.staleRetainBits()
 	}
-	for e := range g.entries {
-		st := c.entry(e) + eState
-		w0 := c.load(st)
-		if w0&eLive != 0 && w0&eRetiring == 0 {
-			// Retained, by the bits. A bit of a slot no process holds is no retain: its process
-			// left with its flagRetains cleared (dropRetains skipped it), or a peer forged it.
-			// Cleared, the entry retires here if no other bit is left (as tryRetire, its
-			// allocation aside: its holder is gone), or the buffer and its grants would wait
-			// for a Release that never comes.
-			stale := stale
-			if i, bit := c.retainWord(e, 0); c.load(i)&bit != 0 && !w.Process.retainsEntry(e, entryGen(w0)) {
-				stale[0] |= bit // the owner's own bit, which its Process does not hold: forged
-			}
-			for j, m := range stale {
-				if m == 0 {
-					continue
-				}
-				for i := c.entry(e) + eRetain + j; ; {
-					old := c.load(i)
-					if old&m == 0 || c.cas(i, old, old&^m) {
-						break
-					}
-				}
-			}
-			if c.retained(e) || !c.cas(st, w0, w0|eRetiring) {
-				continue // still retained
-			}
-			if c.retained(e) { // a retain landed between the check and the mark: it keeps it
-				c.cas(st, w0|eRetiring, w0)
+	for e, r := range g.entries {
+		w0 := c.load(c.entry(e) + eState)
+		if w0&eLive == 0 || entryGen(w0) != r.gen {
+			g.unpin(e) // let go since: by its holder alive, which took it in, or by garbage
+			continue
+		}
+		// A bit of a slot no process holds is no retain: its process left with its
+		// flagRetains cleared (dropRetains skipped it), or a peer forged it. Cleared, the entry
+		// retires here if no other bit is left (as tryRetire, its allocation aside: its holder
+		// is gone), or the buffer and its grants would wait for a Release that never comes.
+		stale := stale
+		if i, bit := c.retainWord(e, 0); c.load(i)&bit != 0 && !w.Process.retainsEntry(e, r.gen) {
+			stale[0] |= bit // the owner's own bit, which its Process does not hold: forged
+		}
+		for j, m := range stale {
+			if m == 0 {
 				continue
 			}
-			w0 |= eRetiring
+			for i := c.entry(e) + eRetain + j; ; {
+				old := c.load(i)
+				if old&m == 0 || c.cas(i, old, old&^m) {
+					break
+				}
+			}
 		}
-		if w0&eLive != 0 {
-			c.store(st, packState(entryGen(w0)+1, 0))
+		if w0&eGone == 0 && !g.exited {
+			// Freed by its process, alive: retired now if no retain is left, for it to take in.
+			c.tryRetire(e, r.gen)
+			continue
 		}
-		g.unpin(e)
+		if c.letGo(e, w0) {
+			g.unpin(e)
+		}
 	}
 }
 

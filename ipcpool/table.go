@@ -49,7 +49,14 @@ type gone struct {
 	fromWords bool
 	// pins counts, per grant, the entries of the process's that others still retain.
 	pins    map[int]int
-	entries map[int]span // entry -> the grants under its buffer, of those still retained
+	entries map[int]pinRec // entry -> the grants under its buffer, of those still retained
+}
+
+// pinRec is what pins an entry of a process gone: the grants under its buffer, and the entry's
+// generation then (once the entry is past it, it is no longer the buffer that pinned them).
+type pinRec struct {
+	sp  span
+	gen uint32
 }
 
 // keeps reports whether g is the process its slot is kept for (procs' keeper): it left alive
@@ -65,20 +72,21 @@ func (w *Owner) keeps(g *gone) bool {
 type span struct{ first, last int }
 
 func newGone(slot int, serial uint64, wa watch, exited bool) *gone {
-	return &gone{slot: slot, serial: serial, watch: wa, exited: exited, pins: map[int]int{}, entries: map[int]span{}}
+	return &gone{slot: slot, serial: serial, watch: wa, exited: exited, pins: map[int]int{},
+		entries: map[int]pinRec{}}
 }
 
-// pin records entry e, retained by others, as keeping the grants of sp.
-func (g *gone) pin(e int, sp span) {
+// pin records entry e, retained by others at generation gen, as keeping the grants of sp.
+func (g *gone) pin(e int, sp span, gen uint32) {
 	for gr := sp.first; gr <= sp.last; gr++ {
 		g.pins[gr]++
 	}
-	g.entries[e] = sp
+	g.entries[e] = pinRec{sp, gen}
 }
 
 // unpin forgets entry e: its grants are no longer kept for it.
 func (g *gone) unpin(e int) {
-	sp := g.entries[e]
+	sp := g.entries[e].sp
 	delete(g.entries, e)
 	for gr := sp.first; gr <= sp.last; gr++ {
 		if g.pins[gr]--; g.pins[gr] <= 0 {
