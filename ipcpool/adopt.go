@@ -359,26 +359,30 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 			owner, mine = keeper, keeper
 		}
 		sp, ok := w.spanOf(c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength))
+		free := uint64(0)
+		if mine != nil && !mine.exited {
+			free = eGone // (w0 has eGone: the process holds the buffer still)
+		}
 		if ok && w.unheld(sp, scan, mine) {
-			if owner = w.letGoOrPin(e, w0, sp, owner); owner != nil && owner != mine {
+			if owner = w.letGoOrPin(e, w0, free, sp, owner); owner != nil && owner != mine {
 				g = owner
 			}
 			continue
 		}
-		w.letGoOrPin(e, w0, span{-1, -1}, nil) // (its place is garbage: nothing to pin)
+		w.letGoOrPin(e, w0, free, span{-1, -1}, nil) // (its place is garbage: nothing to pin)
 	}
 }
 
 // letGoOrPin lets go entry e of a holder no process the owner serves, live at w0 when it was
-// read, or pins it with the grants of sp (a span of -1: none) while others retain it: for
-// owner, or a new record of a process gone (it returns the one that pins it). Called with w.mu
-// held.
-func (w *Owner) letGoOrPin(e int, w0 uint64, sp span, owner *gone) *gone {
+// read (free: the free entry's flags, letGo), or pins it with the grants of sp (a span of -1:
+// none) while others retain it: for owner, or a new record of a process gone (it returns the
+// one that pins it). Called with w.mu held.
+func (w *Owner) letGoOrPin(e int, w0, free uint64, sp span, owner *gone) *gone {
 	c := &w.c
 	st := c.entry(e) + eState
 	gen := entryGen(w0)
 	for range 64 { // (an entry a peer rewrites without end is left as it is)
-		if c.letGo(e, w0) {
+		if c.letGo(e, w0, free) {
 			return owner
 		}
 		if c.retained(e) {
@@ -387,7 +391,7 @@ func (w *Owner) letGoOrPin(e int, w0 uint64, sp span, owner *gone) *gone {
 				// Retained, but not in grants of the holder's (its place is garbage): let go
 				// all the same.
 				if now := c.load(st); entryGen(now) == gen && now&eLive != 0 {
-					c.cas(st, now, packState(gen+1, 0))
+					c.cas(st, now, packState(gen+1, free))
 				}
 				return owner
 			}

@@ -158,7 +158,7 @@ var allocated = map[Handle][]byte{}
 // childCommand runs one command other than Q.
 func childCommand(p *Process, f []string) string {
 	var h Handle
-	if len(f) >= 6 && strings.Contains("CFBRLK", f[0]) {
+	if len(f) >= 6 && strings.Contains("CFBRLKD", f[0]) {
 		var err error
 		if h, err = parseHandle(f[1:6]); err != nil {
 			return "E " + err.Error()
@@ -207,6 +207,14 @@ func childCommand(p *Process, f []string) string {
 			err = p.Free(b)
 		}
 		return result(err)
+	case len(f) == 6 && f[0] == "D": // free by its address the buffer an A gave
+		b, ok := allocated[h]
+		if !ok {
+			return "E no such allocation"
+		}
+		return result(p.Free(b))
+	case len(f) == 1 && f[0] == "V":
+		return fmt.Sprintf("V %d", p.Pool.Stats().Live)
 	case len(f) == 6 && f[0] == "R":
 		return result(p.Retain(h))
 	case len(f) == 6 && f[0] == "L":

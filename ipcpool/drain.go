@@ -127,17 +127,25 @@ func (p *Process) scanRetired() int {
 		gen uint32
 	}
 	var found []ret
+	var gone []exportRec
 	p.ex.mu.Lock()
 	for i, r := range p.ex.recs {
+		if r.dropped && p.takeGone(i) {
+			gone = append(gone, r)
+			continue
+		}
 		if r.addr != 0 && p.c.load(p.c.entry(p.slot*p.exports+i)+eState) == packState(r.gen, eLive|eRetiring) {
 			found = append(found, ret{i, r.gen})
 		}
 	}
 	p.ex.mu.Unlock()
+	for _, r := range gone {
+		p.freeTaken(r)
+	}
 	for _, f := range found {
 		p.takeRetired(f.i, f.gen)
 	}
-	return len(found)
+	return len(found) + len(gone)
 }
 
 // answerAsk gives the owner the process's empty grants now when it asked (another process

@@ -28,7 +28,10 @@ package ipcpool
 // last of those is let go (orphans). An allocation the owner lets go so is marked eGone: the
 // process may live on (cut off) with the buffer still allocated in its pool, and it takes in
 // no retirement of such an entry (its pool frees only what it freed); the owner lets the entry
-// go after the last release.
+// go after the last release, free with eGone kept while the process lives. The process's Free
+// of such a buffer succeeds: its pool frees the buffer at once if the owner let the entry go
+// (the free entry's eGone says the owner did, no reference left), or else takes the entry back
+// as one it freed itself (eGone cleared), retired by the last release and taken in as any.
 //
 // Every word here may be a peer's garbage: a reader checks an entry's generation, offset,
 // length and holder against the handle (and the holder against its own records) before it
@@ -109,11 +112,13 @@ func (c *ctl) tryRetire(e int, gen uint32) bool {
 
 // letGo frees entry e, live at state w0, for the owner, which lets it go in place of its
 // holder (gone: it cannot take the entry in), as a tryRetire and the holder's take-in would,
-// its allocation aside. It reports whether it did: not while a retain holds it, nor once the
-// entry changed since w0 (a retain landing past another's mark backs that mark off). The free
-// is a compare-and-swap from the entry's state, never a store over what a process alive wrote
-// since: a retain that landed, or a buffer that the holder took in and shared again.
-func (c *ctl) letGo(e int, w0 uint64) bool {
+// its allocation aside; the free entry has flags free (eGone: its holder, alive, still holds
+// the buffer, and frees it in its pool at its Free: exports.go). It reports whether it did: not
+// while a retain holds it, nor once the entry changed since w0 (a retain landing past
+// another's mark backs that mark off). The free is a compare-and-swap from the entry's state,
+// never a store over what a process alive wrote since: a retain that landed, or a buffer that
+// the holder took in and shared again.
+func (c *ctl) letGo(e int, w0, free uint64) bool {
 	i := c.entry(e) + eState
 	r := w0 | eRetiring
 	if w0&eRetiring == 0 && (c.retained(e) || !c.cas(i, w0, r)) {
@@ -127,5 +132,5 @@ func (c *ctl) letGo(e int, w0 uint64) bool {
 		}
 		return false
 	}
-	return c.cas(i, r, packState(entryGen(w0)+1, 0))
+	return c.cas(i, r, packState(entryGen(w0)+1, free))
 }

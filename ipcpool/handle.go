@@ -46,6 +46,9 @@ type exportState struct {
 type exportRec struct {
 	addr, n uintptr
 	gen     uint32
+	// dropped: this process freed the buffer after the owner let its allocation go (eGone), and
+	// takes it back once no reference is left (freegone.go).
+	dropped bool
 }
 
 func newExportState(exports int) exportState {

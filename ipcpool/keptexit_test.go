@@ -2,7 +2,9 @@ package ipcpool
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -106,5 +108,56 @@ func TestReleaseAfterSocketClosedFreesNoBufferItHolds(t *testing.T) {
 	}
 	if got := k.do(t, "K %s 5", fmtHandle(h)); got != "OK" {
 		t.Fatalf("the bytes of the buffer the process holds: %s", got)
+	}
+}
+
+// A process gone from its socket alive frees the buffers it shared before it left, whose
+// allocations the owner let go as it left (eGone): the Free of each succeeds, once (a second is
+// refused), and the buffer goes back to its pool once no other process retains it: at
+// once for one nobody retains (the owner let its entry go already), at the last release of one
+// another retains. (Before, each Free was refused as stale and the buffer stayed in its pool
+// until it exited.)
+func TestFreeAfterSocketClosed(t *testing.T) {
+	w, path := serveTwoSlots(t)
+	k := startChild(t, path, childQuietEnv+"=1", "GOMAXPROCS=1")
+	defer k.kill()
+	loose := k.alloc(t, 3000, 5)
+	retained := k.alloc(t, 3000, 6)
+	must(t, "Retain", w.Retain(retained))
+	if got := k.do(t, "X"); got != "OK" {
+		t.Fatal(got)
+	}
+	waitFor(t, func() bool { return w.Attached() == 0 })
+	live := func() int {
+		t.Helper()
+		var n int
+		if _, err := fmt.Sscanf(k.do(t, "V"), "V %d", &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n := live()
+	if got := k.do(t, "D %s", fmtHandle(loose)); got != "OK" {
+		t.Fatalf("the process's Free of its buffer nobody retains, after it left: %s", got)
+	}
+	if got := k.do(t, "D %s", fmtHandle(loose)); !strings.HasPrefix(got, "E ") {
+		t.Fatalf("its second Free of the buffer: %s, want an error (a double free)", got)
+	}
+	if got := live(); got != n-1 {
+		t.Fatalf("%d live buffers after the Free of one of %d", got, n)
+	}
+	if got := k.do(t, "D %s", fmtHandle(retained)); got != "OK" {
+		t.Fatalf("the process's Free of its buffer another retains, after it left: %s", got)
+	}
+	if got := k.do(t, "D %s", fmtHandle(retained)); got != "E stale" {
+		t.Fatalf("its second Free of the buffer another retains: %s, want stale", got)
+	}
+	if _, err := w.Bytes(retained); err != nil {
+		t.Fatalf("a buffer retained, after its holder's Free: %v", err)
+	}
+	must(t, "Release", w.Release(retained))
+	waitFor(t, func() bool { return live() == n-2 })
+	if _, err := w.Bytes(retained); !errors.Is(err, ErrStaleHandle) {
+		t.Fatalf("a buffer let go: Bytes of its handle: %v", err)
 	}
 }

@@ -155,7 +155,11 @@ func (w *Owner) dropEntry(g *gone, e int) (left bool) {
 			}
 			return true
 		}
-		if c.letGo(e, w0) {
+		free := uint64(0)
+		if !g.exited {
+			free = eGone // (w0 has eGone: the process holds the buffer still)
+		}
+		if c.letGo(e, w0, free) {
 			return false
 		}
 		if !c.retained(e) {
@@ -168,7 +172,7 @@ func (w *Owner) dropEntry(g *gone, e int) (left bool) {
 			return false
 		}
 		if now := c.load(st); entryGen(now) == gen {
-			c.cas(st, now, packState(gen+1, 0))
+			c.cas(st, now, packState(gen+1, free))
 		}
 		return false
 	}
@@ -363,7 +367,11 @@ func (w *Owner) settleOrphans(g *gone) {
 			c.tryRetire(e, r.gen)
 			continue
 		}
-		if c.letGo(e, w0) {
+		free := uint64(0)
+		if !g.exited {
+			free = eGone // (w0 has eGone: the process holds the buffer still)
+		}
+		if c.letGo(e, w0, free) {
 			g.unpin(e)
 		}
 	}

@@ -221,6 +221,16 @@ func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
 	st := c.entry(e) + eState
 	for {
 		w := c.load(st)
+		if allocGone(r, w) && !r.dropped {
+			// The owner let the allocation go as this process left its socket (eGone): the
+			// Free is this process's, which still held the buffer (freegone.go).
+			ex.recs[i].dropped = true
+			if !p.takeGone(i) {
+				return true, false, nil
+			}
+			p.st.retiredIn.Add(1)
+			return true, true, nil
+		}
 		if entryGen(w) != r.gen || w&eFlags != eLive|eAlloc {
 			return true, false, fmt.Errorf("%w: buffer %#x freed already (by its handle)", ErrStaleHandle, addr)
 		}
