@@ -17,14 +17,16 @@ func TestTakeGoneStates(t *testing.T) {
 		{"let go by the owner", packState(2, eGone), false, true, packState(2, eGone)},
 		{"retained by another", packState(1, eLive|eGone), true, false, packState(1, eLive)},
 		{"retained by none", packState(1, eLive|eGone), false, true, packState(2, 0)},
-		{"retired by the last release", packState(1, eLive|eRetiring|eGone), false, true, packState(2, 0)},
+		{"retired by the last release", packState(1, eLive|eRetiring|eGone), false, true,
+			packState(2, 0)},
 		{"marked as a retain lands", packState(1, eLive|eRetiring|eGone), true, false,
 			packState(1, eLive|eRetiring|eGone)},
 		{"a generation further on", packState(3, 0), false, false, packState(3, 0)},
 		{"eGone lost at the generation", packState(1, eLive), false, false, packState(1, eLive)},
 	} {
 		l := letGoLayout
-		p := &Process{layout: l, slot: slot, c: newCtl(l, make([]uint64, l.words())), ex: newExportState(l.exports)}
+		p := &Process{layout: l, slot: slot, c: newCtl(l, make([]uint64, l.words())),
+			ex: newExportState(l.exports)}
 		p.ex.recs = []exportRec{{addr: 0x1000, n: 4096, gen: 1, dropped: true}}
 		p.ex.byAddr[0x1000] = 0
 		e := slot * l.exports

@@ -29,7 +29,8 @@ func shareEntry(c *ctl, e, slot int, serial uint64, gen uint32, flags uint64) {
 	c.store(c.entry(e)+eState, packState(gen, flags))
 }
 
-var letGoLayout = layout{regions: 1, regionSize: 16 << 20, grantSize: 2 << 20, slots: 3, ringCap: 4, exports: 2}
+var letGoLayout = layout{regions: 1, regionSize: 16 << 20, grantSize: 2 << 20, slots: 3, ringCap: 4,
+	exports: 2}
 
 // A release's tryRetire marks an orphan retiring, and a retain lands before it looks again
 // (it then backs the mark off: the retain keeps the buffer). The owner's round between the two
@@ -51,7 +52,8 @@ func TestOwnerRoundSparesARetainLanding(t *testing.T) {
 	c.setRetain(e, retainer, true)
 	w.tickLocked()
 	if got := c.load(st); got != marked {
-		t.Fatalf("the owner's round over an entry marked as a retain lands: state %#x, want %#x", got, marked)
+		t.Fatalf("the owner's round over an entry marked as a retain lands: state %#x, want %#x",
+			got, marked)
 	}
 	if !c.cas(st, marked, packState(1, eLive|eGone)) { // the release backs its mark off
 		t.Fatal("the release could not back its mark off")
@@ -88,7 +90,8 @@ func TestOwnerRoundSparesAnEntrySharedAgain(t *testing.T) {
 	w.settleOrphans(g)
 	w.mu.Unlock()
 	if got := c.load(st); got != packState(2, eLive|eAlloc) {
-		t.Fatalf("the buffer the process shared again: state %#x, want %#x", got, packState(2, eLive|eAlloc))
+		t.Fatalf("the buffer the process shared again: state %#x, want %#x",
+			got, packState(2, eLive|eAlloc))
 	}
 	if len(g.entries) != 0 || g.pins[0] != 0 {
 		t.Fatalf("still pinned: %+v", g.entries)
