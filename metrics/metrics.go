@@ -28,7 +28,7 @@
 //	pinmalloc_uvm_{budget,device,host,fresh,host_held,spare,acquired,held_back_device,
 //	  held_back_host}_bytes, _blocks,
 //	  _pending_batches, _{hits,misses,allocs,frees,thrash_events,heap_pressure,failures,
-//	  clean_evictions}_total
+//	  clean_evictions,policy_errors}_total
 //	pinmalloc_uvm_moved_{blocks,bytes}_total{name,direction,cause}
 //	pinmalloc_uvm_acquire_seconds{name,outcome}       histogram of Acquire, outcome hit or miss
 //	pinmalloc_uvm_acquire_host_seconds{name}          histogram of AcquireHost
