@@ -101,9 +101,9 @@ func ExampleFake_FailNext() {
 }
 
 // A test that a pinned pool keeps its memory when the driver refuses to give it back: on a
-// driver without VMM host memory the pool pins by registration, and the unregistration of its
-// populated memory at Close is refused. Close reports it, the memory stays the pool's, and the
-// next Close gives it back.
+// driver without VMM host memory the pool pins by registration, and the unregistration of the
+// memory it populated at its first Alloc is refused at Close. Close reports it, the memory
+// stays the pool's, and the next Close gives it back.
 func ExampleFake_SetHostVMM() {
 	TestCloseRefused := func(t *testing.T) {
 		dev, fake := cudatest.Device(t)
@@ -111,8 +111,16 @@ func ExampleFake_SetHostVMM() {
 			return
 		}
 		fake.SetHostVMM(false) // a driver before CUDA 12.2: pools register their memory
-		p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 16 << 20, Populate: true})
+		p, err := pinned.New(pinned.Options{Backend: pinned.CUDAHost, Capacity: 16 << 20,
+			Populate: true, PurgeDelay: -1})
 		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := p.Alloc(1 << 20) // the pool reserves, pins and populates its first region
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Free(b); err != nil { // the memory stays the pool's (PurgeDelay -1)
 			t.Fatal(err)
 		}
 		fake.FailNext(cudatest.HostUnregister, cudatest.NotPermitted)
