@@ -10,7 +10,8 @@ import (
 )
 
 // ErrSnapshot means a file that is not a snapshot this package can show: not JSON, not the
-// document stats.json serves, or of another format version.
+// document stats.json serves, of another format version, or with a map holding markup the
+// package does not draw (which the page would have written into its HTML as it was).
 var ErrSnapshot = errkind.New(pinmalloc.ErrInvalid, "debugpage: not a snapshot")
 
 // ErrFrozen means a source added to the handler of a snapshot (Snapshot), which shows the
@@ -40,6 +41,12 @@ func Snapshot(r io.Reader) (*Handler, error) {
 		return nil, fmt.Errorf("%w: format version %d, want %d", ErrSnapshot, snap.Version, snapshotVersion)
 	case snap.Taken.IsZero() || snap.Sources == nil:
 		return nil, fmt.Errorf("%w: no time taken or no sources (is it stats.json?)", ErrSnapshot)
+	}
+	for _, v := range snap.Sources {
+		if err := checkMapSVG(v.MapSVG); err != nil {
+			return nil, fmt.Errorf("%w: the map of %q is not one this package draws: %w",
+				ErrSnapshot, v.Name, err)
+		}
 	}
 	snap.offline = true
 	return &Handler{frozen: &snap}, nil
