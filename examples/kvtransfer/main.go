@@ -192,7 +192,7 @@ func decode(c config, listen string, out io.Writer) (err error) {
 }
 
 // prefill connects to decode and sends its requests' blocks.
-func prefill(c config, addr string, out io.Writer) (err error) {
+func prefill(c config, addr string, out io.Writer) error {
 	if addr == "" {
 		return errors.New("-role prefill needs -connect host:port")
 	}
@@ -200,6 +200,11 @@ func prefill(c config, addr string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	return s.prefill(c, addr, out)
+}
+
+// prefill connects s to decode and sends its requests' blocks, then closes s.
+func (s *side) prefill(c config, addr string, out io.Writer) (err error) {
 	defer func() { err = errors.Join(err, s.close()) }() // after the blocks' Frees: Close reports a block left live
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -283,19 +288,25 @@ func prefill(c config, addr string, out io.Writer) (err error) {
 
 // both runs decode as a child process and prefill here.
 func both(c config, out io.Writer) error {
-	self, err := os.Executable()
+	// Prefill's side first: where it cannot be made (no UCX, say), decode could not either, and
+	// the reason is said once, without starting the child.
+	s, err := newSide(c, "prefill", out)
 	if err != nil {
 		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return errors.Join(err, s.close())
 	}
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %d %d", decodeEnv, c.blocks, c.block, c.requests))
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return errors.Join(err, s.close())
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return errors.Join(err, s.close())
 	}
 	rd := bufio.NewReader(stdout)
 	var addr string
@@ -303,7 +314,11 @@ func both(c config, out io.Writer) error {
 		line, err := rd.ReadString('\n')
 		if err != nil {
 			_ = cmd.Process.Kill()
-			return fmt.Errorf("decode process: %w", errors.Join(err, cmd.Wait()))
+			werr := cmd.Wait()
+			if errors.Is(err, io.EOF) { // it ended: its own error is on stderr, above
+				err = errors.New("ended before it listened")
+			}
+			return errors.Join(fmt.Errorf("decode process: %w (%v)", err, werr), s.close())
 		}
 		if a, ok := strings.CutPrefix(strings.TrimSpace(line), "LISTEN "); ok {
 			addr = a
@@ -312,7 +327,7 @@ func both(c config, out io.Writer) error {
 		}
 	}
 	go func() { _, _ = io.Copy(out, rd) }()
-	if err := prefill(c, addr, out); err != nil {
+	if err := s.prefill(c, addr, out); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return err

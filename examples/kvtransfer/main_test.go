@@ -64,3 +64,18 @@ func TestKVTransfer(t *testing.T) {
 		}
 	}
 }
+
+// TestKVTransferNoUCX: without UCX, -role both says so once, as the error remote.ErrNoUCX,
+// without starting the decode process. It started it, which failed alike (on stderr), and
+// then said "decode process: EOF" and the child's exit status.
+func TestKVTransferNoUCX(t *testing.T) {
+	if w, err := remote.New(remote.Options{}); err == nil {
+		_ = w.Close()
+		t.Skip("UCX is installed")
+	}
+	var out syncWriter
+	err := both(config{blocks: 4, block: 4 << 10, requests: 1}, &out)
+	if !errors.Is(err, remote.ErrNoUCX) || strings.Contains(err.Error(), "decode") {
+		t.Errorf("both without UCX: %v; want remote.ErrNoUCX, from this process\n%s", err, out.b.String())
+	}
+}
