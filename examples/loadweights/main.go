@@ -8,10 +8,13 @@
 //	go run ./examples/loadweights -file model.safetensors -chunk 4194304 -workers 8
 //
 // The pool's memory stays bounded by the chunks in flight, whatever the file's size: at most
-// (-inflight + -workers + 1) × -chunk (queued, being consumed, being read), which the example
-// prints and checks. The defaults keep that at 5 MiB, within the 8 MiB `ulimit -l` an ordinary
-// user has; bigger chunks or more of them need a bigger limit without a GPU (with one, the pool
-// is CUDA pinned memory, which RLIMIT_MEMLOCK does not count). The checksums of what went
+// (-inflight + -workers + 1) buffers of -chunk bytes are live (queued, being consumed, being
+// read), which the example prints and checks, and the pool commits them and the freed ones it
+// keeps for reuse until the purge delay passes (its peak committed, printed too, may be a few
+// chunks above the live bound). The defaults keep the live buffers at 5 MiB, within the 8 MiB
+// `ulimit -l` an ordinary user has (where the limit refuses a commit, the pool gives back what
+// it keeps and commits again); bigger chunks or more of them need a bigger limit without a
+// GPU (with one, the pool is CUDA pinned memory, which RLIMIT_MEMLOCK does not count). The checksums of what went
 // through the buffers are checked against a plain read of the file.
 package main
 
