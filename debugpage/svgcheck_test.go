@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc/heap"
 )
 
 // TestSnapshotMapMarkup: a snapshot file whose map_svg holds markup writeSVG does not draw (a
@@ -32,6 +34,11 @@ func TestSnapshotMapMarkup(t *testing.T) {
 		`<text x="35" y="72" text-anchor="middle" fill="#444">3 free</text></g>` + "\n</svg>\n"
 	if _, err := Snapshot(strings.NewReader(file(good))); err != nil {
 		t.Fatalf("a map as writeSVG draws it: %v", err)
+	}
+	var drawn strings.Builder
+	writeSVG(&drawn, `a "name" <b>&'c'</b> ←`, heap.Map{}, 0, 1<<30)
+	if err := checkMapSVG(drawn.String()); err != nil {
+		t.Fatalf("the map writeSVG draws for a name to escape: %v\n%s", err, drawn.String())
 	}
 	for _, bad := range []string{
 		svg + `<script>alert(1)</script></svg>`,
