@@ -180,7 +180,8 @@ func writeLatency(w io.Writer, ls []latency) {
 	io.WriteString(w, "<table class=\"buffers\"><tr><th>acquisition</th><th>calls timed</th><th>p50</th><th>p99</th><th>mean</th></tr>\n")
 	what := map[string]string{"hit": "Acquire, on the device (a sample of the calls)", "miss": "Acquire, restored", "host": "AcquireHost"}
 	for _, l := range ls {
-		fmt.Fprintf(w, "<tr><td>%s</td><td>%d</td><td>%v</td><td>%v</td><td>%v</td></tr>\n", esc(what[l.Outcome]), l.Count, l.P50, l.P99, l.Mean)
+		fmt.Fprintf(w, "<tr><td>%s</td><td>%d</td><td>%v</td><td>%v</td><td>%v</td></tr>\n", esc(what[l.Outcome]), l.Count,
+			round3(l.P50), round3(l.P99), round3(l.Mean))
 	}
 	io.WriteString(w, "</table>\n")
 }
