@@ -142,7 +142,9 @@ func toUint(v any) uint64 {
 // what it moved.
 func writeTier(w io.Writer, t *tierView) {
 	fmt.Fprintf(w, "<p>Policy %s, mover %s, %d blocks, hit rate %.1f %%.</p>\n", esc(t.Policy), esc(t.Mover), t.Blocks, 100*t.HitRate)
-	scale := max(t.Budget, t.DeviceBytes, 1)
+	// The longest bar is the largest figure: an oversubscribed tier holds more on the host than
+	// its budget.
+	scale := max(t.Budget, t.DeviceBytes, t.AcquiredBytes, t.SpareBytes, t.HostBytes, t.FreshBytes, 1)
 	bar := func(what string, n uint64, colour string) {
 		fmt.Fprintf(w, `<tr><td style="text-align:left">%s</td><td>%s</td><td style="text-align:left"><span class="bar" style="width:%dpx;background:%s"></span></td></tr>`+"\n",
 			esc(what), units.Bytes(n), int(400*float64(n)/float64(scale)), colour)
