@@ -1,8 +1,9 @@
 // Kvcache is a paged KV cache for many sequences on pinmalloc's UVM tier, the way an LLM
 // server keeps attention keys and values: each sequence owns fixed-size blocks of -block-tokens
 // tokens, decoding appends one token to its last block and reads all the others, and the
-// sequences' blocks together outgrow the VRAM budget by -oversub (1.5–4×). The tier keeps the
-// hot blocks in VRAM and the cold ones in pinned host memory, and moves them in stream order.
+// sequences' blocks together outgrow the VRAM budget by -oversub (1 to 8, typically 1.5–4×).
+// The tier keeps the hot blocks in VRAM and the cold ones in pinned host memory, and moves
+// them in stream order.
 //
 //	go run ./examples/kvcache                          # 2× a 64 MiB budget, LRU
 //	go run ./examples/kvcache -oversub 4 -policy 2q -steps 5000
@@ -95,7 +96,7 @@ func parse(args []string) (*config, error) {
 	fs := flag.NewFlagSet("kvcache", flag.ContinueOnError)
 	c := &config{}
 	budget := fs.Int("budget", 64<<20, "VRAM bytes the tier may hold")
-	fs.Float64Var(&c.oversub, "oversub", 2, "live KV bytes as a multiple of the budget (1.5 to 4)")
+	fs.Float64Var(&c.oversub, "oversub", 2, "live KV bytes as a multiple of the budget (1 to 8; 1.5 to 4 is typical)")
 	fs.IntVar(&c.blockTokens, "block-tokens", 16, "tokens per KV block")
 	fs.IntVar(&c.tokenBytes, "token-bytes", 4096, "bytes of keys and values per token")
 	fs.IntVar(&c.minLen, "min-len", 64, "shortest sequence, in tokens")
