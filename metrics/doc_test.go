@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"go/parser"
 	"go/token"
 	"regexp"
@@ -45,5 +46,17 @@ func TestDocListsFamilies(t *testing.T) {
 		if !regexp.MustCompile(`[{,\s]_?` + stem + `([},\s]|_total|_bytes)`).MatchString(doc) {
 			t.Errorf("%s is not in the package documentation's list of families", name)
 		}
+	}
+}
+
+// TestOneCollectorPerRegistry: what the package documentation says of a second Collector.
+func TestOneCollectorPerRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(New()); err != nil {
+		t.Fatal(err)
+	}
+	var are prometheus.AlreadyRegisteredError
+	if err := reg.Register(New()); !errors.As(err, &are) {
+		t.Errorf("a second Collector's Register = %v, want prometheus.AlreadyRegisteredError", err)
 	}
 }

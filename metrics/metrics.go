@@ -6,6 +6,10 @@
 //	err := c.AddPool("staging", pool) // ErrInvalidName for a name that is not UTF-8
 //	prometheus.MustRegister(c)        // and/or: expvar.Publish("pinmalloc", c.Var())
 //
+// A registry takes one Collector: every Collector describes the same families, so a second
+// one's Register fails (prometheus.AlreadyRegisteredError). A program registers all its
+// sources with one Collector, under distinct names.
+//
 // # Families
 //
 // Host memory (pinned pools) and device memory (device heaps) are separate families,
