@@ -59,7 +59,8 @@ func (r *ring) samples() []Sample {
 // it returns is called (which waits for a sample under way). Each source keeps its last 300
 // samples, drawn on the page as a timeline. A sample costs each source a Usage (a tier a
 // Stats): no map, no walk of the buffers. Calling it again while a timeline runs starts a
-// second sampler; stop the first.
+// second sampler; stop the first. The period must be positive; if not, StartTimeline panics
+// (as time.NewTicker does).
 func (h *Handler) StartTimeline(period time.Duration) (stop func()) {
 	if period <= 0 {
 		panic(fmt.Sprintf("debugpage: StartTimeline(%v): the period must be positive", period))

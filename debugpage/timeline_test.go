@@ -2,6 +2,7 @@ package debugpage
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,19 @@ func TestNiceBytes(t *testing.T) {
 		if got := niceBytes(c.v); got != c.want {
 			t.Errorf("niceBytes(%d) = %d, want %d", c.v, got, c.want)
 		}
+	}
+}
+
+// TestStartTimelinePeriod: a period that is not positive panics, as the doc says, naming it.
+func TestStartTimelinePeriod(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), d.String()) {
+					t.Errorf("StartTimeline(%v): recovered %v, want a panic naming the period", d, r)
+				}
+			}()
+			New().StartTimeline(d)
+		}()
 	}
 }
