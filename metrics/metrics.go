@@ -100,9 +100,11 @@ type Collector struct {
 
 // source is one registered pool, heap or tier.
 type source struct {
-	mem  Memory
-	heap func() (Figures, []string) // pools and device heaps: the figures and the info labels (nil: no info)
-	tier func() TierFigures         // tiers
+	mem Memory
+	// heap reads a pool or device heap: its figures and info labels (nil: no info), and
+	// whether it is still there to report (false: a pool whose memory is released).
+	heap func() (Figures, []string, bool)
+	tier func() TierFigures // tiers
 }
 
 // ErrInvalidName means a source name that cannot be a Prometheus label value (it is not valid
@@ -118,22 +120,29 @@ func New() *Collector { return &Collector{sources: map[string]source{}} }
 
 // AddPool registers a pinned pool under name (replacing any source of that name). It fails
 // with ErrInvalidName for a name that is not valid UTF-8, and with ErrNilSource for a nil pool.
+//
+// A pool closed while registered is reported until its memory is released (at Close, or at
+// the Free of its last live buffer after Close), and then no more, as if removed: its series
+// end, rather than its counters going back to zero.
 func (c *Collector) AddPool(name string, p *pinned.Pool) error {
-	return c.add(name, p == nil, source{mem: Host, heap: func() (Figures, []string) {
+	return c.add(name, p == nil, source{mem: Host, heap: func() (Figures, []string, bool) {
 		st := p.Stats()
+		if st.Shards == 0 { // released: a pool has a heap from New until its memory goes
+			return Figures{}, nil, false
+		}
 		f := FromPool(st)
 		f.Quota = uint64(max(p.Quota(), 0))
-		return f, []string{st.Backend.String(), st.Provider}
+		return f, []string{st.Backend.String(), st.Provider}, true
 	}})
 }
 
 // AddDevice registers a device heap under name. Errors as for AddPool.
 func (c *Collector) AddDevice(name string, h *device.Heap) error {
-	return c.add(name, h == nil, source{mem: Device, heap: func() (Figures, []string) {
+	return c.add(name, h == nil, source{mem: Device, heap: func() (Figures, []string, bool) {
 		st := h.Stats()
 		f := FromDevice(st)
 		f.Quota = uint64(h.Quota())
-		return f, []string{strconv.Itoa(h.Device().Ordinal()), st.Arena.Provider}
+		return f, []string{strconv.Itoa(h.Device().Ordinal()), st.Arena.Provider}, true
 	}})
 }
 
@@ -145,7 +154,8 @@ func (c *Collector) AddTier(name string, t *uvm.Tier) error {
 // AddFunc registers any source of Figures under name, in the families of mem. Errors as for
 // AddPool.
 func (c *Collector) AddFunc(name string, mem Memory, f func() Figures) error {
-	return c.add(name, f == nil, source{mem: mem, heap: func() (Figures, []string) { return f(), nil }})
+	return c.add(name, f == nil, source{mem: mem,
+		heap: func() (Figures, []string, bool) { return f(), nil, true }})
 }
 
 // Remove unregisters name (before its pool or heap is closed).
@@ -210,7 +220,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			collectTier(ch, s.name, s.tier())
 			continue
 		}
-		f, info := s.heap()
+		f, info, ok := s.heap()
+		if !ok {
+			continue
+		}
 		fams, infoDsc := hostFamilies, poolInfoDesc
 		if s.mem == Device {
 			fams, infoDsc = deviceFamilies, heapInfoDesc
@@ -268,7 +281,10 @@ func (c *Collector) Var() expvar.Var {
 				}{"uvm", s.tier()}
 				continue
 			}
-			f, _ := s.heap()
+			f, _, ok := s.heap()
+			if !ok {
+				continue
+			}
 			out[s.name] = struct {
 				Memory string `json:"memory"`
 				Figures
