@@ -68,9 +68,10 @@ func run(args []string, out io.Writer) (err error) {
 	inFlight := fs.Int("inflight", 2, "chunks read ahead of the workers")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: loadweights [flags]\n\n"+
-			"Reads a file through pinned buffers and checks every chunk. The pool holds at most\n"+
-			"(inflight + workers + 1) x chunk: 5 MiB with the defaults, within an ordinary user's\n"+
-			"8 MiB ulimit -l; raise the limit (ulimit -l) before raising these without a GPU.\n\n")
+			"Reads a file through pinned buffers and checks every chunk. At most\n"+
+			"(inflight + workers + 1) x chunk of buffers are live: 5 MiB with the defaults, within an\n"+
+			"ordinary user's 8 MiB ulimit -l; raise the limit (ulimit -l) before raising these\n"+
+			"without a GPU.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

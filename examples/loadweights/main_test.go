@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -66,12 +67,28 @@ func TestFakeDeviceOutOfMemory(t *testing.T) {
 	}
 }
 
-// TestHelp: -h is not a failure (main exits 0 on flag.ErrHelp) and the usage names the bound.
+// TestHelp: -h is not a failure (main exits 0 on flag.ErrHelp) and the usage, on stderr, names
+// the bound.
 func TestHelp(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stderr := os.Stderr
+	os.Stderr = f // the flag set's output, read when it prints
 	var out bytes.Buffer
-	err := run([]string{"-h"}, &out)
+	err = run([]string{"-h"}, &out)
+	os.Stderr = stderr
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("run -h = %v, want flag.ErrHelp", err)
+	}
+	usage, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(usage), "(inflight + workers + 1) x chunk") {
+		t.Errorf("the usage does not name the bound:\n%s", usage)
 	}
 }
 
