@@ -93,8 +93,9 @@ var (
 	// ErrAlreadyRegistered: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
 	ErrAlreadyRegistered = errors.New("cuda: host memory already registered")
 	// ErrCapturing: the stream is capturing a CUDA graph (cuStreamBeginCapture), which forbids
-	// the call: the driver's CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED and _IMPLICIT
-	// and CUDA_ERROR_CAPTURED_EVENT, and the module's refusals of the same kind (uvm's
+	// the call: the driver's capture refusals (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+	// _INVALIDATED, _MERGE, _UNMATCHED, _UNJOINED, _ISOLATION, _IMPLICIT, _WRONG_THREAD and
+	// CUDA_ERROR_CAPTURED_EVENT), and the module's refusals of the same kind (uvm's
 	// Acquire, Release, Prefetch and Free and copyengine's Copy on a capturing stream, whose
 	// work would go into the graph; a device heap's Sync and Trim, which cannot wait for it).
 	ErrCapturing = errors.New("cuda: stream is capturing a graph")

@@ -33,8 +33,8 @@ var (
 	ErrNotReady = pinmalloc.ErrNotReady
 	// ErrAlreadyRegistered matches CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
 	ErrAlreadyRegistered = pinmalloc.ErrAlreadyRegistered
-	// ErrCapturing matches the driver's refusals of a call while a stream captures a CUDA graph
-	// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED, _IMPLICIT, CUDA_ERROR_CAPTURED_EVENT),
+	// ErrCapturing matches the driver's refusals of a call because a stream captures a CUDA
+	// graph (CUDA_ERROR_STREAM_CAPTURE_* and CUDA_ERROR_CAPTURED_EVENT, 900 - 908),
 	// and the module's refusals of the same kind: a FreeAsync or RecordStream on a capturing
 	// stream, whose graph may use the memory for as long as the graph lives.
 	ErrCapturing = pinmalloc.ErrCapturing

@@ -36,10 +36,20 @@ func TestResultIs(t *testing.T) {
 		{226, pinmalloc.ErrDeviceFault}, // CONTAINED (CUDA 12.8: an NVLink or hardware fault contained)
 		{721, pinmalloc.ErrDeviceFault}, // TENSOR_MEMORY_LEAK (CUDA 12.8)
 		{709, pinmalloc.ErrClosed},      // CONTEXT_IS_DESTROYED
+		// Every refusal the driver gives because of a stream capture (cuda.h, 900 - 908).
+		{900, pinmalloc.ErrCapturing}, // STREAM_CAPTURE_UNSUPPORTED
+		{901, pinmalloc.ErrCapturing}, // STREAM_CAPTURE_INVALIDATED
+		{902, pinmalloc.ErrCapturing}, // STREAM_CAPTURE_MERGE
+		{903, pinmalloc.ErrCapturing}, // STREAM_CAPTURE_UNMATCHED
+		{904, pinmalloc.ErrCapturing}, // STREAM_CAPTURE_UNJOINED
+		{905, pinmalloc.ErrCapturing}, // STREAM_CAPTURE_ISOLATION
+		{906, pinmalloc.ErrCapturing}, // STREAM_CAPTURE_IMPLICIT
+		{907, pinmalloc.ErrCapturing}, // CAPTURED_EVENT
+		{908, pinmalloc.ErrCapturing}, // STREAM_CAPTURE_WRONG_THREAD
 	}
 	sentinels := []error{pinmalloc.ErrNoDriver, pinmalloc.ErrNoDevice, pinmalloc.ErrSymbol, pinmalloc.ErrOutOfMemory, pinmalloc.ErrInvalidValue,
 		pinmalloc.ErrNotSupported, pinmalloc.ErrInvalidHandle, pinmalloc.ErrNotReady, pinmalloc.ErrAlreadyRegistered,
-		pinmalloc.ErrDeviceFault, pinmalloc.ErrClosed}
+		pinmalloc.ErrDeviceFault, pinmalloc.ErrClosed, pinmalloc.ErrCapturing}
 	for _, c := range cases {
 		var err error = c.r
 		for _, s := range sentinels {
@@ -49,7 +59,7 @@ func TestResultIs(t *testing.T) {
 		}
 	}
 	// Codes without a sentinel match none.
-	for _, r := range []Result{3, 201, 500, 713, 720, 999} {
+	for _, r := range []Result{3, 201, 401, 500, 713, 720, 909, 999} {
 		for _, s := range sentinels {
 			if errors.Is(r, s) {
 				t.Errorf("errors.Is(Result(%d), %v) = true", int(r), s)
@@ -65,6 +75,15 @@ func TestResultError(t *testing.T) {
 	}
 	if msg := Result(712).Error(); !strings.Contains(msg, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED") {
 		t.Errorf("Result(712).Error() = %q", msg)
+	}
+	// Every capture refusal says which one, driver or not (the fake's cuGetErrorName knows only
+	// those it gives).
+	if loaded.Load() == nil {
+		for r, name := range map[Result]string{902: "MERGE", 903: "UNMATCHED", 904: "UNJOINED", 905: "ISOLATION"} {
+			if msg := r.Error(); !strings.Contains(msg, "CUDA_ERROR_STREAM_CAPTURE_"+name) {
+				t.Errorf("Result(%d).Error() = %q", int(r), msg)
+			}
+		}
 	}
 	msg = Result(12345).Error()
 	if !strings.HasPrefix(msg, "cuda: ") || (loaded.Load() == nil && !strings.Contains(msg, "12345")) {

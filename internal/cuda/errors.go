@@ -43,9 +43,13 @@ const (
 	resultTensorMemoryLeak    Result = 721 // CUDA 12.8
 	resultDeviceUnavailable   Result = 46
 	resultIllegalState        Result = 401
-	// Stream capture.
+	// Stream capture (cuda.h: 900 - 908, each a refusal that a capture causes).
 	resultCaptureUnsupported Result = 900
 	resultCaptureInvalidated Result = 901
+	resultCaptureMerge       Result = 902
+	resultCaptureUnmatched   Result = 903
+	resultCaptureUnjoined    Result = 904
+	resultCaptureIsolation   Result = 905
 	resultCaptureImplicit    Result = 906
 	resultCapturedEvent      Result = 907
 	resultCaptureWrongThread Result = 908
@@ -88,6 +92,10 @@ var resultNames = map[Result][2]string{
 	resultIllegalState:        {"CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
 	resultCaptureUnsupported:  {"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
 	resultCaptureInvalidated:  {"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+	resultCaptureMerge:        {"CUDA_ERROR_STREAM_CAPTURE_MERGE", "operation would result in a merge of separate capture sequences"},
+	resultCaptureUnmatched:    {"CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "capture was not ended in the same stream as it began"},
+	resultCaptureUnjoined:     {"CUDA_ERROR_STREAM_CAPTURE_UNJOINED", "capturing stream has unjoined work"},
+	resultCaptureIsolation:    {"CUDA_ERROR_STREAM_CAPTURE_ISOLATION", "dependency created on uncaptured work in another stream"},
 	resultCaptureImplicit:     {"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "operation would make the legacy stream depend on a capturing blocking stream"},
 	resultCapturedEvent:       {"CUDA_ERROR_CAPTURED_EVENT", "operation not permitted on an event last recorded in a capturing stream"},
 	resultCaptureWrongThread:  {"CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "attempt to terminate a thread-local capture sequence from another thread"},
@@ -127,7 +135,7 @@ func (r Result) Is(target error) bool {
 	case pinmalloc.ErrNotSupported:
 		return r == resultNotSupported
 	case pinmalloc.ErrCapturing:
-		return r == resultCaptureUnsupported || r == resultCaptureInvalidated || r == resultCaptureImplicit || r == resultCapturedEvent
+		return r.capture()
 	case pinmalloc.ErrDeviceFault:
 		return r.sticky()
 	case pinmalloc.ErrClosed:
@@ -136,6 +144,18 @@ func (r Result) Is(target error) bool {
 		return r == resultContextIsDestroyed
 	}
 	return false
+}
+
+// capture reports the results the driver gives a call refused because of a stream capture
+// (cuda.h, 900 - 908): a call not permitted while a stream captures (UNSUPPORTED), on an event
+// recorded in one (CAPTURED_EVENT) or on the legacy stream beside one (IMPLICIT); a capture an
+// earlier refusal invalidated (INVALIDATED); a dependency that would merge two captures
+// (MERGE) or cross a capture's boundary (ISOLATION); and the end of a capture refused: on a
+// stream it did not begin on (UNMATCHED), with a fork not joined back (UNJOINED), or on another
+// thread than began it (WRONG_THREAD). Each names a capture that the caller, or its user, began:
+// pinmalloc.ErrCapturing.
+func (r Result) capture() bool {
+	return r >= resultCaptureUnsupported && r <= resultCaptureWrongThread
 }
 
 // sticky reports the results the driver documents as leaving the process's CUDA state
