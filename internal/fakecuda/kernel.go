@@ -35,11 +35,16 @@ func (d *Driver) FailModuleLoad(n, code int) { d.kctl(kctlFailLoad, int64(n), in
 // the given result code, without running the kernel.
 func (d *Driver) FailLaunch(n, code int) { d.kctl(kctlFailLaunch, int64(n), int64(code)) }
 
-// StickyError returns the context's sticky error (a kernel fault, ResultIllegalAddress), or 0.
-func (d *Driver) StickyError() int { return int(d.kctl(kctlSticky, 0, 0)) }
+// StickyError returns a sticky error (a fault of queued work, ResultIllegalAddress) of any
+// device's context, the lowest device's first, or 0 when no context has faulted.
+func (d *Driver) StickyError() int { return int(d.kctl(kctlSticky, -1, 0)) }
 
-// ClearStickyError forgets a sticky error, which a real context never does: for tests that go
-// on after provoking a fault.
+// StickyErrorOf returns device dev's context's sticky error, or 0 (-1 for a device out of
+// range): a fault is its context's alone, and another device's context goes on working.
+func (d *Driver) StickyErrorOf(dev int) int { return int(d.kctl(kctlSticky, int64(dev), 0)) }
+
+// ClearStickyError forgets the sticky errors of every context, which a real driver never does:
+// for tests that go on after provoking a fault.
 func (d *Driver) ClearStickyError() { d.kctl(kctlClearSticky, 0, 0) }
 
 // Launches returns the number of kernels run to completion (a launch is counted when its
