@@ -353,3 +353,46 @@ func TestFakeKernelOtherDeviceStream(t *testing.T) {
 		t.Errorf("launches = %d, want 1", n)
 	}
 }
+
+// TestFakeKernelOtherContextFunction: a function belongs to the context its module was loaded
+// in (the programming guide, "Context": modules are among the resources "encapsulated inside a
+// CUDA context"; the CUDA blog on context-independent loading: identical device code must be
+// loaded "into each CUDA context explicitly"). A launch of device 0's function with device 1's
+// context current, on device 1's own stream, is refused (CUDA_ERROR_INVALID_HANDLE) and runs
+// nothing; the function launches in its own context.
+func TestFakeKernelOtherContextFunction(t *testing.T) {
+	f := Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	d0, d1 := f.Open(t, 0), f.Open(t, 1)
+	m, err := d0.ModuleLoadData(gatherPTX)
+	must(t, "ModuleLoadData on device 0", err)
+	defer func() { must(t, "ModuleUnload", d0.ModuleUnload(m)) }()
+	fn, err := d0.ModuleGetFunction(m, "pinmalloc_gather")
+	must(t, "ModuleGetFunction", err)
+	s1, err := d1.StreamCreate(true)
+	must(t, "StreamCreate on device 1", err)
+	defer func() { must(t, "StreamDestroy", d1.StreamDestroy(s1)) }()
+	jobs, err := d1.MemAlloc(4096)
+	must(t, "MemAlloc on device 1", err)
+	defer func() { must(t, "MemFree", d1.MemFree(jobs)) }()
+	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
+	err = d1.LaunchKernel(fn, one, one, 0, s1, uint64(jobs), 0)
+	wantErr(t, "LaunchKernel of device 0's function in device 1's context", err, pinmalloc.ErrInvalidHandle)
+	must(t, "StreamSynchronize on device 1", d1.StreamSynchronize(s1))
+	if n := f.Launches(); n != 0 {
+		t.Errorf("the refused launch ran: %d launches", n)
+	}
+	m1, err := d1.ModuleLoadData(gatherPTX)
+	must(t, "ModuleLoadData on device 1", err)
+	defer func() { must(t, "ModuleUnload on device 1", d1.ModuleUnload(m1)) }()
+	fn1, err := d1.ModuleGetFunction(m1, "pinmalloc_gather")
+	must(t, "ModuleGetFunction on device 1", err)
+	must(t, "LaunchKernel of device 1's own function", d1.LaunchKernel(fn1, one, one, 0, s1, uint64(jobs), 0))
+	must(t, "StreamSynchronize on device 1", d1.StreamSynchronize(s1))
+	if n := f.Launches(); n != 1 {
+		t.Errorf("launches = %d, want 1", n)
+	}
+}
