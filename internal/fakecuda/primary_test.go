@@ -48,6 +48,8 @@ var primaryRules = []primaryRule{
 	{"ReleaseKeepsPoolAndVMMMemory", 1, true, primaryReleaseKeepsPoolAndVMMMemory},
 	{"DestroyedWhileCurrent", 1, true, primaryDestroyedWhileCurrent},
 	{"UnregisterWithoutContext", 1, true, primaryUnregisterWithoutContext},
+	{"UnregisterInDestroyedContext", 1, true, primaryUnregisterInDestroyedContext},
+	{"UnregisterBesideDestroyedContext", 2, true, primaryUnregisterBesideDestroyedContext},
 }
 
 // onFakePrimary runs rule on the fake with n devices, with no Device open.
@@ -400,6 +402,61 @@ func primaryUnregisterWithoutContext(t *testing.T, p *primaryDriver, f *Driver) 
 	answer(t, "cuMemHostRegister of the range again", p.MemHostRegister(a, n), 0)
 	answer(t, "cuMemHostUnregister in the context", p.MemHostUnregister(a), 0)
 	popRelease(t, p, 0)
+	if f != nil && (f.Stat(Registrations) != 0 || f.Stat(RegisteredBytes) != 0) {
+		t.Errorf("%d registrations of %d bytes left", f.Stat(Registrations), f.Stat(RegisteredBytes))
+	}
+}
+
+// TestPrimaryUnregisterInDestroyedContext: cuMemHostUnregister with a destroyed primary context
+// current is CUDA_ERROR_CONTEXT_IS_DESTROYED, before the pointer is looked at (UNMEASURED: the
+// fake's choice, fakedriver.c.in at cuMemHostUnregister; on a GPU, TestCUDAPrimaryContextRules
+// measures it): the registration the destruction ended answers so, and with no context current
+// it is CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED.
+func TestPrimaryUnregisterInDestroyedContext(t *testing.T) {
+	onFakePrimary(t, 1, primaryUnregisterInDestroyedContext)
+}
+
+func primaryUnregisterInDestroyedContext(t *testing.T, p *primaryDriver, f *Driver) {
+	const n = 64 << 10
+	buf, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANONYMOUS|unix.MAP_PRIVATE)
+	must(t, "Mmap", err)
+	defer unix.Munmap(buf)
+	a := mem.Addr(buf)
+	retainPush(t, p, 0)
+	must(t, "cuMemHostRegister", p.MemHostRegister(a, n))
+	must(t, "cuDevicePrimaryCtxRelease", p.Release(0)) // destroyed, and still current
+	reclaimed(t, f, 1)
+	answer(t, "cuMemHostUnregister with the destroyed context current", p.MemHostUnregister(a), codeContextIsDestroyed)
+	_, err = p.Pop()
+	must(t, "cuCtxPopCurrent", err)
+	answer(t, "cuMemHostUnregister of the ended registration, no context current", p.MemHostUnregister(a), codeNotRegistered)
+}
+
+// TestPrimaryUnregisterBesideDestroyedContext: a registration made in device 1's context, which
+// lives, cannot be ended from a thread where device 0's destroyed primary context is current
+// (CUDA_ERROR_CONTEXT_IS_DESTROYED, UNMEASURED as above) and stays registered; popped, with no
+// context current, it ends.
+func TestPrimaryUnregisterBesideDestroyedContext(t *testing.T) {
+	onFakePrimary(t, 2, primaryUnregisterBesideDestroyedContext)
+}
+
+func primaryUnregisterBesideDestroyedContext(t *testing.T, p *primaryDriver, f *Driver) {
+	const n = 64 << 10
+	buf, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANONYMOUS|unix.MAP_PRIVATE)
+	must(t, "Mmap", err)
+	defer unix.Munmap(buf)
+	a := mem.Addr(buf)
+	retainPush(t, p, 1)
+	must(t, "cuMemHostRegister in device 1's context", p.MemHostRegister(a, n))
+	_, err = p.Pop()
+	must(t, "cuCtxPopCurrent", err)
+	retainPush(t, p, 0)
+	must(t, "cuDevicePrimaryCtxRelease of device 0", p.Release(0)) // destroyed, and still current
+	answer(t, "cuMemHostUnregister with device 0's destroyed context current", p.MemHostUnregister(a), codeContextIsDestroyed)
+	_, err = p.Pop()
+	must(t, "cuCtxPopCurrent", err)
+	answer(t, "cuMemHostUnregister with no context current", p.MemHostUnregister(a), 0)
+	must(t, "cuDevicePrimaryCtxRelease of device 1", p.Release(1))
 	if f != nil && (f.Stat(Registrations) != 0 || f.Stat(RegisteredBytes) != 0) {
 		t.Errorf("%d registrations of %d bytes left", f.Stat(Registrations), f.Stat(RegisteredBytes))
 	}
