@@ -380,7 +380,8 @@ func TestFakeKernelOtherContextFunction(t *testing.T) {
 	defer func() { must(t, "MemFree", d1.MemFree(jobs)) }()
 	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
 	err = d1.LaunchKernel(fn, one, one, 0, s1, uint64(jobs), 0)
-	wantErr(t, "LaunchKernel of device 0's function in device 1's context", err, pinmalloc.ErrInvalidHandle)
+	wantErr(t, "LaunchKernel of device 0's function in device 1's context", err,
+		pinmalloc.ErrInvalidHandle)
 	must(t, "StreamSynchronize on device 1", d1.StreamSynchronize(s1))
 	if n := f.Launches(); n != 0 {
 		t.Errorf("the refused launch ran: %d launches", n)
@@ -390,9 +391,69 @@ func TestFakeKernelOtherContextFunction(t *testing.T) {
 	defer func() { must(t, "ModuleUnload on device 1", d1.ModuleUnload(m1)) }()
 	fn1, err := d1.ModuleGetFunction(m1, "pinmalloc_gather")
 	must(t, "ModuleGetFunction on device 1", err)
-	must(t, "LaunchKernel of device 1's own function", d1.LaunchKernel(fn1, one, one, 0, s1, uint64(jobs), 0))
+	err = d1.LaunchKernel(fn1, one, one, 0, s1, uint64(jobs), 0)
+	must(t, "LaunchKernel of device 1's own function", err)
 	must(t, "StreamSynchronize on device 1", d1.StreamSynchronize(s1))
 	if n := f.Launches(); n != 1 {
 		t.Errorf("launches = %d, want 1", n)
+	}
+}
+
+// TestFakeKernelPeerMemory: a kernel reaches another device's cuMemAlloc memory only through
+// peer access (the programming guide, "Peer-to-Peer Memory Access"; cuCtxEnablePeerAccess
+// "enables direct access to memory allocations in a peer context"), which the fake does not
+// offer: a gather on device 0 reading device 1's memory faults (CUDA_ERROR_ILLEGAL_ADDRESS,
+// sticky for device 0's context) and moves nothing; a copy between the two is still allowed.
+func TestFakeKernelPeerMemory(t *testing.T) {
+	f := Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	d0, d1 := f.Open(t, 0), f.Open(t, 1)
+	t.Cleanup(f.ClearStickyError) // before the devices close
+	const n = 64
+	p0, err := d0.MemAlloc(n)
+	must(t, "MemAlloc on device 0", err)
+	defer func() { must(t, "MemFree on device 0", d0.MemFree(p0)) }()
+	p1, err := d1.MemAlloc(n)
+	must(t, "MemAlloc on device 1", err)
+	defer func() { must(t, "MemFree on device 1", d1.MemFree(p1)) }()
+	must(t, "MemsetD8 on device 0", d0.MemsetD8(p0, 1, n))
+	must(t, "MemsetD8 on device 1", d1.MemsetD8(p1, 2, n))
+	must(t, "Synchronize device 0", d0.Synchronize())
+	must(t, "Synchronize device 1", d1.Synchronize())
+	jobs, err := d0.MemHostAlloc(4096, cuda.HostAllocDeviceMap)
+	must(t, "MemHostAlloc", err)
+	defer func() { must(t, "MemFreeHost", d0.MemFreeHost(jobs)) }()
+	m, err := d0.ModuleLoadData(gatherPTX)
+	must(t, "ModuleLoadData", err)
+	defer func() { must(t, "ModuleUnload", d0.ModuleUnload(m)) }()
+	fn, err := d0.ModuleGetFunction(m, "pinmalloc_gather")
+	must(t, "ModuleGetFunction", err)
+	s0, err := d0.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", d0.StreamDestroy(s0)) }()
+
+	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
+	jobArray(jobs, [3]uint64{uint64(p0), uint64(p1), n})
+	err = d0.LaunchKernel(fn, one, one, 0, s0, uint64(jobs), 1)
+	must(t, "LaunchKernel reading device 1's memory", err)
+	err = d0.StreamSynchronize(s0)
+	wantCode(t, "StreamSynchronize of the kernel", err, ResultIllegalAddress)
+	if f.StickyErrorOf(0) != ResultIllegalAddress || f.StickyErrorOf(1) != 0 {
+		t.Errorf("sticky errors: device 0 %d, device 1 %d", f.StickyErrorOf(0), f.StickyErrorOf(1))
+	}
+	got := make([]byte, n)
+	must(t, "MemcpyDtoH from device 1", d1.MemcpyDtoH(mem.Addr(got), p1, n))
+	f.ClearStickyError()
+	must(t, "MemcpyDtoH from device 0", d0.MemcpyDtoH(mem.Addr(got), p0, n))
+	if got[0] != 1 {
+		t.Errorf("the faulting kernel moved bytes: device 0 reads %d, want 1", got[0])
+	}
+	must(t, "MemcpyDtoD from device 1 to device 0", d0.MemcpyDtoD(p0, p1, n))
+	must(t, "MemcpyDtoH from device 0", d0.MemcpyDtoH(mem.Addr(got), p0, n))
+	if got[0] != 2 || got[n-1] != 2 {
+		t.Errorf("the copy from device 1: %d, %d; want 2", got[0], got[n-1])
 	}
 }
