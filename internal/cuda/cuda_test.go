@@ -79,7 +79,8 @@ func TestResultError(t *testing.T) {
 	// Every capture refusal says which one, driver or not (the fake's cuGetErrorName knows only
 	// those it gives).
 	if loaded.Load() == nil {
-		for r, name := range map[Result]string{902: "MERGE", 903: "UNMATCHED", 904: "UNJOINED", 905: "ISOLATION"} {
+		names := map[Result]string{902: "MERGE", 903: "UNMATCHED", 904: "UNJOINED", 905: "ISOLATION"}
+		for r, name := range names {
 			if msg := r.Error(); !strings.Contains(msg, "CUDA_ERROR_STREAM_CAPTURE_"+name) {
 				t.Errorf("Result(%d).Error() = %q", int(r), msg)
 			}

@@ -426,10 +426,12 @@ func primaryUnregisterInDestroyedContext(t *testing.T, p *primaryDriver, f *Driv
 	must(t, "cuMemHostRegister", p.MemHostRegister(a, n))
 	must(t, "cuDevicePrimaryCtxRelease", p.Release(0)) // destroyed, and still current
 	reclaimed(t, f, 1)
-	answer(t, "cuMemHostUnregister with the destroyed context current", p.MemHostUnregister(a), codeContextIsDestroyed)
+	answer(t, "cuMemHostUnregister with the destroyed context current", p.MemHostUnregister(a),
+		codeContextIsDestroyed)
 	_, err = p.Pop()
 	must(t, "cuCtxPopCurrent", err)
-	answer(t, "cuMemHostUnregister of the ended registration, no context current", p.MemHostUnregister(a), codeNotRegistered)
+	answer(t, "cuMemHostUnregister of the ended registration, no context current",
+		p.MemHostUnregister(a), codeNotRegistered)
 }
 
 // TestPrimaryUnregisterBesideDestroyedContext: a registration made in device 1's context, which
@@ -452,7 +454,8 @@ func primaryUnregisterBesideDestroyedContext(t *testing.T, p *primaryDriver, f *
 	must(t, "cuCtxPopCurrent", err)
 	retainPush(t, p, 0)
 	must(t, "cuDevicePrimaryCtxRelease of device 0", p.Release(0)) // destroyed, and still current
-	answer(t, "cuMemHostUnregister with device 0's destroyed context current", p.MemHostUnregister(a), codeContextIsDestroyed)
+	answer(t, "cuMemHostUnregister with device 0's destroyed context current",
+		p.MemHostUnregister(a), codeContextIsDestroyed)
 	_, err = p.Pop()
 	must(t, "cuCtxPopCurrent", err)
 	answer(t, "cuMemHostUnregister with no context current", p.MemHostUnregister(a), 0)

@@ -46,11 +46,14 @@ func TestStickyPerContext(t *testing.T) {
 	defer func() { must(t, "StreamDestroy on device 0", d0.StreamDestroy(s0)) }()
 	pageable := make([]uint64, 8) // aligned: the job array must be
 	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
-	must(t, "LaunchKernel on device 0", d0.LaunchKernel(fn, one, one, 0, s0, uint64(mem.WordsAddr(pageable)), 1))
-	wantCode(t, "StreamSynchronize of the faulting kernel", d0.StreamSynchronize(s0), ResultIllegalAddress)
+	err = d0.LaunchKernel(fn, one, one, 0, s0, uint64(mem.WordsAddr(pageable)), 1)
+	must(t, "LaunchKernel on device 0", err)
+	err = d0.StreamSynchronize(s0)
+	wantCode(t, "StreamSynchronize of the faulting kernel", err, ResultIllegalAddress)
 	runtime.KeepAlive(pageable)
 	wantCode(t, "device 0's Synchronize after its fault", d0.Synchronize(), ResultIllegalAddress)
-	wantCode(t, "device 0's MemsetD8Async after its fault", d0.MemsetD8Async(p1, 0, n, s1), ResultIllegalAddress)
+	err = d0.MemsetD8Async(p1, 0, n, s1)
+	wantCode(t, "device 0's MemsetD8Async after its fault", err, ResultIllegalAddress)
 
 	// Device 1 is untouched.
 	must(t, "device 1's EventQuery after device 0's fault", d1.EventQuery(ev1))
@@ -61,10 +64,12 @@ func TestStickyPerContext(t *testing.T) {
 	got := make([]byte, n)
 	must(t, "device 1's MemcpyDtoH after device 0's fault", d1.MemcpyDtoH(mem.Addr(got), p1, n))
 	if got[0] != 9 || got[n-1] != 7 {
-		t.Errorf("device 1's memsets after device 0's fault: bytes %d, %d; want 9, 7", got[0], got[n-1])
+		t.Errorf("device 1's memsets after device 0's fault: bytes %d, %d; want 9, 7",
+			got[0], got[n-1])
 	}
-	if f.StickyErrorOf(0) != ResultIllegalAddress || f.StickyErrorOf(1) != 0 || f.StickyError() != ResultIllegalAddress {
+	s0e, s1e, anyErr := f.StickyErrorOf(0), f.StickyErrorOf(1), f.StickyError()
+	if s0e != ResultIllegalAddress || s1e != 0 || anyErr != ResultIllegalAddress {
 		t.Errorf("sticky errors: device 0 %d, device 1 %d, any %d; want %d, 0, %d",
-			f.StickyErrorOf(0), f.StickyErrorOf(1), f.StickyError(), ResultIllegalAddress, ResultIllegalAddress)
+			s0e, s1e, anyErr, ResultIllegalAddress, ResultIllegalAddress)
 	}
 }
