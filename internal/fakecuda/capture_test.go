@@ -19,6 +19,8 @@ import (
 const (
 	codeCaptureUnsupported = 900
 	codeCaptureInvalidated = 901
+	codeCaptureMerge       = 902
+	codeCaptureIsolation   = 905
 	codeCaptureImplicit    = 906
 	codeCapturedEvent      = 907
 	codeCaptureWrongThread = 908
@@ -189,6 +191,7 @@ var captureRules = []struct {
 	{"UnsafeAllocFree", captureUnsafeAllocFree},
 	{"ThreadModes", captureThreadModes},
 	{"QueriesUnsafe", captureQueriesUnsafe},
+	{"WaitAcrossCaptures", captureWaitAcrossCaptures},
 }
 
 // onFake runs rule on the fake driver.
@@ -502,4 +505,36 @@ func captureUnsafeAllocFree(t *testing.T, d *cuda.Device) {
 	// p and h were kept by the refusals (if the driver freed them, the test has said so above).
 	_ = d.MemFree(p)
 	_ = d.MemFreeHost(h)
+}
+
+// TestCaptureWaitAcrossCaptures: a capturing stream may not wait on an event recorded outside
+// its capture (the programming guide, "Prohibited and Unhandled Operations": "It is invalid to
+// wait on a non-captured event from a stream which is being captured without specifying the
+// cudaEventWaitExternal flag"; CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "a dependency ... which
+// crosses the capture sequence boundary"), nor on one recorded in another capture ("It is
+// invalid to merge two separate capture graphs"; CUDA_ERROR_STREAM_CAPTURE_MERGE). Either is
+// refused and invalidates the captures it touches (the guide, "Invalidation": "any associated
+// capture graphs are invalidated"; UNMEASURED: the codes, and that the event's capture is
+// invalidated by a merge). A stream that does not capture waits on the event as before.
+func TestCaptureWaitAcrossCaptures(t *testing.T) { onFake(t, captureWaitAcrossCaptures) }
+
+func captureWaitAcrossCaptures(t *testing.T, d *cuda.Device) {
+	x := newAsyncFixture(t, nil, d, 4096)
+	outside, in := x.event(t), x.event(t)
+	must(t, "EventRecord outside any capture", d.EventRecord(outside, x.s2))
+
+	capture(t, d, x.s, cuda.CaptureRelaxed)
+	answer(t, "StreamWaitEvent of a capturing stream on an event recorded outside it",
+		d.StreamWaitEvent(x.s, outside), codeCaptureIsolation)
+	endInvalidated(t, d, x.s)
+	must(t, "StreamWaitEvent of a stream that no longer captures", d.StreamWaitEvent(x.s, outside))
+
+	capture(t, d, x.s, cuda.CaptureRelaxed)
+	capture(t, d, x.s2, cuda.CaptureRelaxed)
+	must(t, "EventRecord in the second capture", d.EventRecord(in, x.s2))
+	answer(t, "StreamWaitEvent of a capturing stream on another capture's event",
+		d.StreamWaitEvent(x.s, in), codeCaptureMerge)
+	endInvalidated(t, d, x.s)
+	endInvalidated(t, d, x.s2)
+	must(t, "StreamSynchronize", d.StreamSynchronize(x.s))
 }
