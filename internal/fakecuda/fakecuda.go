@@ -18,8 +18,9 @@
 // cuMemFree, Complete or CompleteStream (the list is at the top of fakedriver.c.in). So a host
 // buffer changed after an async copy is queued and before that copy is synchronized sends the
 // changed bytes, a destination read early reads stale bytes, and memory freed or unmapped under
-// queued work makes that work fault (CUDA_ERROR_ILLEGAL_ADDRESS, sticky), as on a GPU. With
-// Hold on, queries answer "not ready" instead of running the work.
+// queued work makes that work fault (CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the context of the
+// stream it ran on: another device's context goes on working), as on a GPU. With Hold on,
+// queries answer "not ready" instead of running the work.
 //
 // RunDevice is Run plus opening device 0; RunWithoutDriver runs a test where no driver can be
 // loaded. GPU is for tests of the real driver: it opens a device or skips the test with "no
