@@ -238,13 +238,18 @@ func (a *Arena) alloc(size, alignment uintptr, commit bool) (Span, error) {
 		if !ok {
 			if r, err = a.grow(size, alignment); err == nil {
 				if s, ok = a.place(r, size, alignment); !ok {
+					a.emptied(r) // a lent region left empty goes back as any other (lend.go)
 					return Span{}, fmt.Errorf("%w: %d bytes aligned to %d do not fit a fresh region of %d bytes",
 						ErrCapacity, size, alignment, r.r.Size)
 				}
 			}
 		}
 		if err == nil {
-			return a.take(r, s, commit)
+			sp, err := a.take(r, s, commit)
+			if err != nil {
+				a.emptied(r) // a lent region reserved for the span and left empty goes back too
+			}
+			return sp, err
 		}
 		if a.pcHeld == 0 || !errors.Is(err, ErrCapacity) {
 			return Span{}, err

@@ -31,8 +31,9 @@ import (
 // Invariants (under a.mu):
 //   - a released region is out of a.regions before the provider's Release is called, and its
 //     chunks were all free;
-//   - r.emptied is the purge generation in which r's last chunk in use was freed, or -1 while
-//     a chunk is in use (or r never held one since it was reserved: then it is set at reserve).
+//   - r.emptied is the purge generation in which r's last chunk in use was freed, or in which
+//     the span r was reserved for failed (its commit refused); -1 while a chunk is in use, and
+//     from the reserve until the first span takes a chunk or fails.
 
 // Lender is implemented by providers whose regions are lent out of one fixed range of address
 // space: see the section above. An arena over a Lender needs Caps.Aligns and a Space whose
@@ -79,12 +80,16 @@ func (a *Arena) lentID(rr *Region, grid uintptr, n int) (ChunkID, error) {
 	return ChunkID((grid - l.base) >> a.shift), nil
 }
 
-// emptied notes that r has no chunk in use any more (Free), for releaseIdle.
+// emptied notes that r has no chunk in use (a Free gave its last one back, or a region
+// reserved for a span was left empty: the span's commit failed), for releaseIdle. A region
+// empty already keeps the generation it was emptied in.
 func (a *Arena) emptied(r *region) {
 	if !a.caps.Releases || a.lend == nil || r.used.Count(0, r.nchunks) != 0 {
 		return
 	}
-	r.emptied = a.clock.Gen.Load()
+	if r.emptied < 0 {
+		r.emptied = a.clock.Gen.Load()
+	}
 	a.schedulePurge()
 }
 
