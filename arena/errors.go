@@ -34,6 +34,14 @@ var (
 	ErrNotHostAccessible = errkind.New(pinmalloc.ErrInvalid, "arena: memory is not accessible by the CPU")
 )
 
+// ErrDecommitUnfinished, in the error of a provider's Decommit, means the provider could not
+// finish giving the range back (drop its pages, protect it) after the range had stopped being
+// committed all the same: its lock or registration is undone, and the kernel or the driver no
+// longer counts it. The arena then counts the range decommitted, never takes it to read as
+// zero, and commits it again before it hands it out. Any other Decommit error leaves the range
+// committed.
+var ErrDecommitUnfinished = errkind.New(pinmalloc.ErrRefused, "arena: decommit left unfinished")
+
 // ErrExhausted means a provider could not commit memory for want of it: device memory, host
 // memory the driver could not pin, the memlock limit. Providers wrap it (beside their own
 // cause) so that the arena knows to give back the memory waiting for the purge and try again,

@@ -122,6 +122,7 @@ type Provider interface {
 	// Commit backs [r.Base+off, r.Base+off+size) with memory (and locks it, for locked memory).
 	Commit(r *Region, off, size uintptr) error
 	// Decommit returns [r.Base+off, r.Base+off+size) to the system; the range stays reserved.
+	// One that fails leaves the range committed, unless its error wraps ErrDecommitUnfinished.
 	Decommit(r *Region, off, size uintptr) error
 	// Release gives the whole region back. The region must not be used afterwards. A Release
 	// that fails keeps what it could not give back (mapped, registered, held) with the region,

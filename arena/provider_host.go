@@ -95,6 +95,8 @@ type HostProvider struct {
 	// mlockFn, when set (tests), is called in place of mlock(2): a failure partway, which a
 	// kernel's mlock can leave behind, made on demand.
 	mlockFn func(b []byte) error
+	// madviseFn, when set (tests), is called in place of madvise(2) by Decommit.
+	madviseFn func(b []byte, advice int) error
 }
 
 // LockedHost returns the default provider: host memory locked with mlock (page-locked, never
@@ -370,16 +372,30 @@ func (h *HostProvider) Decommit(r *Region, off, size uintptr) error {
 		h.lockedBytes.Add(-int64(size))
 	}
 	h.madvise.Add(1)
-	if err := unix.Madvise(b, unix.MADV_DONTNEED); err != nil {
-		return fmt.Errorf("%w: madvise(DONTNEED): %w", ErrCommit, err)
+	advise := unix.Madvise
+	if h.madviseFn != nil {
+		advise = h.madviseFn
+	}
+	if err := advise(b, unix.MADV_DONTNEED); err != nil {
+		return h.decommitError("madvise(DONTNEED)", size, err)
 	}
 	if hr := r.Handle.(*hostRegion); !hr.hugeTLB {
 		h.mprotect.Add(1)
 		if err := unix.Mprotect(b, unix.PROT_NONE); err != nil {
-			return fmt.Errorf("%w: mprotect: %w", ErrCommit, err)
+			return h.decommitError("mprotect(PROT_NONE)", size, err)
 		}
 	}
 	return nil
+}
+
+// decommitError reports a Decommit's op that failed after the munlock, if any: locked memory
+// is unlocked then, no longer committed (ErrDecommitUnfinished), however the pages stay; the
+// range of pageable memory stays committed (readable and writable).
+func (h *HostProvider) decommitError(op string, size uintptr, err error) error {
+	if h.locked {
+		return fmt.Errorf("%w: %w: %s of %d bytes, unlocked already: %w", ErrCommit, ErrDecommitUnfinished, op, size, err)
+	}
+	return fmt.Errorf("%w: %s of %d bytes: %w", ErrCommit, op, size, err)
 }
 
 // Release implements Provider.

@@ -1,6 +1,9 @@
 package arena
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // # Purge
 //
@@ -171,7 +174,8 @@ func (a *Arena) planRelease(r *region, glo, ghi int) {
 
 // runDecommits returns the planned runs to the provider, on the workers when the provider
 // splits and there is enough of it, and records what was decommitted; a run the provider
-// refuses stays committed (the memory is still usable) and unwanted.
+// refuses stays committed (the memory is still usable) and unwanted, but one it left
+// unfinished (ErrDecommitUnfinished) is decommitted, and dirty.
 func (a *Arena) runDecommits() {
 	ds := a.decs
 	a.decs = ds[:0]
@@ -197,11 +201,15 @@ func (a *Arena) runDecommits() {
 		}
 	}
 	for i, x := range ps {
+		unfinished := false
 		if errs != nil && errs[i] != nil {
-			continue
+			if !errors.Is(errs[i], ErrDecommitUnfinished) {
+				continue
+			}
+			unfinished = true // uncommitted, its pages perhaps not dropped: not known zero
 		}
 		x.r.commit.SetRange(x.s, x.e, false)
-		if a.caps.ZeroOnCommit {
+		if a.caps.ZeroOnCommit && !unfinished {
 			x.r.dirty.SetRange(x.s, x.e, false)
 		}
 		n := uint64(x.e-x.s) << x.r.gshift

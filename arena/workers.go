@@ -1,6 +1,7 @@
 package arena
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -227,14 +228,19 @@ func (a *Arena) commitRuns(rs []gspan) (int, error) {
 
 // decommitSpans gives rs back to the provider (undoing commits or prefaults the arena has not
 // recorded), on the workers when the provider splits, and returns the pieces the provider
-// refused, in order: they are still committed. The errors themselves are dropped: it runs
-// after a failure, and the provider has reported what went wrong.
+// refused, in order: they are still committed (a decommit left unfinished is not refused: see
+// ErrDecommitUnfinished). The errors themselves are dropped: it runs after a failure, and the
+// provider has reported what went wrong.
 func (a *Arena) decommitSpans(rs []gspan) (refused []gspan) {
 	if len(rs) == 0 {
 		return nil
 	}
 	decommit := func(x gspan) error {
-		return a.prov.Decommit(x.r.r, uintptr(x.s)<<x.r.gshift, uintptr(x.e-x.s)<<x.r.gshift)
+		err := a.prov.Decommit(x.r.r, uintptr(x.s)<<x.r.gshift, uintptr(x.e-x.s)<<x.r.gshift)
+		if errors.Is(err, ErrDecommitUnfinished) {
+			return nil // uncommitted all the same
+		}
+		return err
 	}
 	if !a.caps.Splits || !a.parallel(rs) {
 		for _, x := range rs {
