@@ -17,3 +17,11 @@ func SetReleaseUnmapHook(f func()) (restore func()) {
 	releaseUnmapHook = f
 	return func() { releaseUnmapHook = old }
 }
+
+// SetVMMReleaseWaitHook makes f run in a VMM provider's Release when, the region claimed, it
+// waits for a Commit or Decommit of it in flight, and returns what restores the hook.
+func SetVMMReleaseWaitHook(f func()) (restore func()) {
+	old := vmmReleaseWaitHook
+	vmmReleaseWaitHook = f
+	return func() { vmmReleaseWaitHook = old }
+}

@@ -20,7 +20,9 @@ package cudamem
 // overlapping ranges at once, so no two calls race for a granule. A commit that fails midway unmaps
 // and releases what it mapped before it returns: the driver holds nothing of it (a handle whose
 // release the driver refuses is kept and released again by the next commit or region release). A
-// region release the driver refuses keeps the region for a later one.
+// region release the driver refuses keeps the region for a later one. A release claims its
+// region first, so that a Commit, Decommit or Release of it that comes later is refused, and
+// waits for the Commits and Decommits of it in flight (only a misuse makes them race).
 //
 // A decommit releases the granules' handles first and unmaps them last (the driver frees a
 // released allocation with its last mapping), so that a decommit the driver refuses leaves the
@@ -52,6 +54,7 @@ type vmm struct {
 	zero   bool   // a fresh physical allocation reads as zero (measured for host memory)
 
 	mu       sync.Mutex        // guards the vmmRegion records, a region's Handle, stranded and orphans (not held across driver calls)
+	idle     sync.Cond         // on mu: broadcast when a region's last Commit or Decommit in flight ends
 	stranded []icuda.MemHandle // handles unmapped whose release the driver refused: released again later
 	orphans  []*arena.Region   // regions no arena took whose release the driver refused: released again later
 }
@@ -64,6 +67,9 @@ type vmmRegion struct {
 	// stray: mapped granules a failed commit could not unmap (its undo's cuMemUnmap refused),
 	// which the arena takes for uncommitted: the next commit over them unmaps them first.
 	stray bitset.Set
+	// busy counts the Commits and Decommits of the region in flight, under owner.mu: Release
+	// waits for them once it has claimed the region, which refuses later ones.
+	busy int
 }
 
 // init checks the granularity of loc and sets up the machinery, its cudaBase set up already.
@@ -82,6 +88,7 @@ func (v *vmm) init(loc cuda.Location, access []cuda.Location, what string) error
 		locs[i] = memLocation(l)
 	}
 	v.loc, v.access, v.gran, v.what = loc, locs, g, what
+	v.idle.L = &v.mu
 	return nil
 }
 
@@ -107,6 +114,8 @@ func (p *vmm) Reserve(size, alignment uintptr) (*arena.Region, error) {
 		Handle: &vmmRegion{owner: p, handles: make([]icuda.MemHandle, ng), mapped: bitset.New(ng), stray: bitset.New(ng)}}, nil
 }
 
+// state returns the state of r, a region of p not claimed by a Release, after checking that
+// [off, off+size) is a run of its granules. p.mu is held.
 func (p *vmm) state(r *arena.Region, off, size uintptr) (*vmmRegion, error) {
 	if err := r.CheckRange(off, size); err != nil {
 		return nil, err
@@ -121,15 +130,38 @@ func (p *vmm) state(r *arena.Region, off, size uintptr) (*vmmRegion, error) {
 	return v, nil
 }
 
+// enter returns the state of r for a Commit or Decommit of [off, off+size), counted in flight
+// until leave: a Release that claims r meanwhile waits for it, and one that claimed r already
+// has it refused (arena.ErrInvalid).
+func (p *vmm) enter(r *arena.Region, off, size uintptr) (*vmmRegion, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, err := p.state(r, off, size)
+	if err == nil {
+		v.busy++
+	}
+	return v, err
+}
+
+// leave ends a Commit or Decommit of v that enter counted.
+func (p *vmm) leave(v *vmmRegion) {
+	p.mu.Lock()
+	if v.busy--; v.busy == 0 {
+		p.idle.Broadcast()
+	}
+	p.mu.Unlock()
+}
+
 // Commit implements arena.Provider. Out of memory, it fails with an error wrapping arena.ErrCommit,
 // arena.ErrExhausted and cuda.ErrOutOfMemory that says how much was asked and is free, and commits
 // nothing.
 func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
-	v, err := p.state(r, off, size)
+	v, err := p.enter(r, off, size)
 	if err != nil {
 		return err
 	}
+	defer p.leave(v)
 	_ = p.releaseStranded() // what the driver refuses again stays stranded, for Release to report
 	lo, hi := int(off/p.gran), int((off+size)/p.gran)
 	p.mu.Lock()
@@ -336,17 +368,20 @@ func (p *vmm) unmapGranules(r *arena.Region, v *vmmRegion, lo, hi int) error {
 // Decommit implements arena.Provider: the range's granules are unmapped and their memory released.
 func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
-	v, err := p.state(r, off, size)
+	v, err := p.enter(r, off, size)
 	if err != nil {
 		return err
 	}
+	defer p.leave(v)
 	return p.unmapGranules(r, v, int(off/p.gran), int((off+size)/p.gran))
 }
 
 // Release implements arena.Provider: what is still mapped is unmapped, the handles stranded by
 // refused releases are released, then the address range freed. It claims the region first: a
 // Release of it racing this one, or after it, is refused with arena.ErrInvalid and frees nothing
-// (the driver may have handed the address range to a new region by then). When the driver
+// (the driver may have handed the address range to a new region by then), and so is a Commit or
+// Decommit of it; one in flight at the claim (a misuse: the arena never makes them at once) is
+// waited for, and what it mapped given back. When the driver
 // refuses any of it, Release returns the refusal and keeps the region, with what is still mapped
 // or held on record: a later Release of it tries again.
 func (p *vmm) Release(r *arena.Region) error {
@@ -358,6 +393,14 @@ func (p *vmm) Release(r *arena.Region) error {
 	v, err := p.state(r, 0, r.Size)
 	if err == nil {
 		r.Handle = nil
+		if v.busy > 0 && vmmReleaseWaitHook != nil {
+			p.mu.Unlock()
+			vmmReleaseWaitHook()
+			p.mu.Lock()
+		}
+		for v.busy > 0 {
+			p.idle.Wait()
+		}
 	}
 	p.mu.Unlock()
 	if err != nil {
@@ -385,3 +428,7 @@ func (p *vmm) freeRegion(r *arena.Region, v *vmmRegion) error {
 	}
 	return nil
 }
+
+// vmmReleaseWaitHook, when set (by tests), runs in Release when it waits for a Commit or
+// Decommit of the region in flight.
+var vmmReleaseWaitHook func()
