@@ -25,6 +25,9 @@ type Counters struct {
 	// Handles counts VMM physical allocations (one per committed granule, and those the
 	// driver refused to release, until it releases them).
 	Handles int64
+	// Streams counts the stream a device or managed provider clears memory on (arena.Zeroer),
+	// made at the first clear and destroyed when an arena over the provider closes.
+	Streams int64
 	// Committed is the memory backed through the driver, in bytes: registered host memory,
 	// whole allocations, mapped VMM granules.
 	Committed int64
@@ -35,7 +38,7 @@ type Counters struct {
 // Live is the number of driver resources held; zero once every arena over the provider is
 // closed.
 func (c Counters) Live() int64 {
-	return c.Registrations + c.Allocations + c.Reservations + c.Handles
+	return c.Registrations + c.Allocations + c.Reservations + c.Handles + c.Streams
 }
 
 // cudaBase is what every CUDA provider has: the device, and the counters.
@@ -46,8 +49,10 @@ type cudaBase struct {
 	kind  arena.Kind
 	owned atomic.Bool // the provider opened dev, and Close closes it (once, however many race)
 
-	registrations, allocations, reservations, handles, committed atomic.Int64
-	calls                                                        atomic.Uint64
+	registrations, allocations, reservations, handles, streams, committed atomic.Int64
+	calls                                                                 atomic.Uint64
+
+	zs zeroStream // the stream memset clears on (device.go)
 }
 
 // init sets up b, in place inside its provider (every provider holds its cudaBase by value,
@@ -88,8 +93,8 @@ func (b *cudaBase) OnThread(f func() error) error { return b.dev.Do(f) }
 func (b *cudaBase) Counters() Counters {
 	return Counters{
 		Registrations: b.registrations.Load(), Allocations: b.allocations.Load(),
-		Reservations: b.reservations.Load(), Handles: b.handles.Load(), Committed: b.committed.Load(),
-		Calls: b.calls.Load(),
+		Reservations: b.reservations.Load(), Handles: b.handles.Load(), Streams: b.streams.Load(),
+		Committed: b.committed.Load(), Calls: b.calls.Load(),
 	}
 }
 

@@ -7,6 +7,7 @@ package cudamem
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -70,24 +71,63 @@ func (c *deviceCapacity) DefaultCapacity() uintptr {
 	return n
 }
 
+// zeroStream is the stream memset clears memory on: a non-blocking stream the provider makes
+// at its first clear and keeps, one clear on it at a time, until dropStream destroys it (its
+// ReleaseKept, which Arena.Close calls); a later clear makes another.
+type zeroStream struct {
+	mu sync.Mutex   // held across a clear, and by dropStream
+	s  icuda.Stream // 0: none made
+}
+
 // memset clears device-accessible memory with the driver, and waits for it. The memset runs on
-// a non-blocking stream of its own, made for the call and synchronized: a cuMemsetD8 of device
-// memory returns before it has run, queued on the legacy default stream, which work on
-// non-blocking streams does not wait for (the driver API's "API synchronization behavior"), so
-// the next user of the memory could write it before the memset clears it; and the driver
-// refuses any use of the legacy stream while a blocking stream captures a graph
-// (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), ending that capture. Its calls run in the RELAXED capture
+// the provider's non-blocking stream (zeroStream), synchronized: a cuMemsetD8 of device memory
+// returns before it has run, queued on the legacy default stream, which work on non-blocking
+// streams does not wait for (the driver API's "API synchronization behavior"), so the next
+// user of the memory could write it before the memset clears it; and the driver refuses any
+// use of the legacy stream while a blocking stream captures a graph
+// (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), ending that capture. A stream whose synchronize fails
+// is destroyed, so that the next clear makes a fresh one. Its calls run in the RELAXED capture
 // mode, as the allocations' (doc.go).
 func (b *cudaBase) memset(addr, size uintptr) error {
 	defer b.dev.RelaxCapture()() // beside a user's capture: doc.go
-	s, err := b.dev.StreamCreate(true)
-	if err != nil {
-		return fmt.Errorf("%w: a stream for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+	z := &b.zs
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.s == 0 {
+		s, err := b.dev.StreamCreate(true)
+		if err != nil {
+			return fmt.Errorf("%w: a stream for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+		}
+		z.s = s
+		b.streams.Add(1)
 	}
-	if err = b.dev.MemsetD8Async(addr, 0, size, s); err != nil {
-		err = fmt.Errorf("%w: cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
-	} else if err = b.dev.StreamSynchronize(s); err != nil {
+	if err := b.dev.MemsetD8Async(addr, 0, size, z.s); err != nil {
+		return fmt.Errorf("%w: cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+	}
+	if err := b.dev.StreamSynchronize(z.s); err != nil {
 		err = fmt.Errorf("%w: waiting for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+		return errors.Join(err, b.dropStreamLocked())
 	}
-	return errors.Join(err, b.dev.StreamDestroy(s))
+	return nil
+}
+
+// dropStream destroys memset's stream, if one is made; one the driver refuses to destroy is
+// kept, and the error says so.
+func (b *cudaBase) dropStream() error {
+	b.zs.mu.Lock()
+	defer b.zs.mu.Unlock()
+	return b.dropStreamLocked()
+}
+
+// dropStreamLocked is dropStream with b.zs.mu held.
+func (b *cudaBase) dropStreamLocked() error {
+	if b.zs.s == 0 {
+		return nil
+	}
+	if err := b.dev.StreamDestroy(b.zs.s); err != nil {
+		return fmt.Errorf("%w: destroying the stream of the provider's clears (kept): %w", arena.ErrInvalid, err)
+	}
+	b.zs.s = 0
+	b.streams.Add(-1)
+	return nil
 }

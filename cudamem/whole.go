@@ -60,6 +60,14 @@ func (w *wholeRegions) Decommit(r *arena.Region, off, size uintptr) error {
 	return r.CheckRange(off, size)
 }
 
+// ReleaseKept implements arena.KeptReleaser: it destroys the stream the provider clears memory
+// on (DeviceMalloc, Managed), if it made one. Arena.Close calls it; a destroy the driver
+// refuses keeps the stream, for the next call.
+func (w *wholeRegions) ReleaseKept() error {
+	defer w.dev.RelaxCapture()() // beside a user's capture: doc.go
+	return w.dropStream()
+}
+
 // Release implements arena.Provider. It claims the region before it frees it: a Release of it
 // racing this one, or after it, is refused with arena.ErrInvalid and frees nothing (the driver
 // may have handed the address to a new region by then). One the driver refuses gives the
