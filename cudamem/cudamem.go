@@ -25,8 +25,8 @@ type Counters struct {
 	// Handles counts VMM physical allocations (one per committed granule, and those the
 	// driver refused to release, until it releases them).
 	Handles int64
-	// Streams counts the stream a device or managed provider clears memory on (arena.Zeroer),
-	// made at the first clear and destroyed when an arena over the provider closes.
+	// Streams counts the streams a device or managed provider clears memory on (arena.Zeroer):
+	// made as clears need them, kept for the next, destroyed when an arena over it closes.
 	Streams int64
 	// Committed is the memory backed through the driver, in bytes: registered host memory,
 	// whole allocations, mapped VMM granules.
@@ -52,7 +52,7 @@ type cudaBase struct {
 	registrations, allocations, reservations, handles, streams, committed atomic.Int64
 	calls                                                                 atomic.Uint64
 
-	zs zeroStream // the stream memset clears on (device.go)
+	zs zeroStreams // the streams memset clears on (device.go)
 }
 
 // init sets up b, in place inside its provider (every provider holds its cudaBase by value,

@@ -71,63 +71,86 @@ func (c *deviceCapacity) DefaultCapacity() uintptr {
 	return n
 }
 
-// zeroStream is the stream memset clears memory on: a non-blocking stream the provider makes
-// at its first clear and keeps, one clear on it at a time, until dropStream destroys it (its
-// ReleaseKept, which Arena.Close calls); a later clear makes another.
-type zeroStream struct {
-	mu sync.Mutex   // held across a clear, and by dropStream
-	s  icuda.Stream // 0: none made
+// zeroStreams are the streams memset clears memory on: non-blocking streams the provider
+// makes as clears need them (one per clear at a time) and keeps for the next clears, until
+// dropStreams destroys those not in use (its ReleaseKept, which Arena.Close calls).
+type zeroStreams struct {
+	mu   sync.Mutex     // guards free
+	free []icuda.Stream // made and not in use
 }
 
 // memset clears device-accessible memory with the driver, and waits for it. The memset runs on
-// the provider's non-blocking stream (zeroStream), synchronized: a cuMemsetD8 of device memory
-// returns before it has run, queued on the legacy default stream, which work on non-blocking
-// streams does not wait for (the driver API's "API synchronization behavior"), so the next
-// user of the memory could write it before the memset clears it; and the driver refuses any
-// use of the legacy stream while a blocking stream captures a graph
+// a non-blocking stream of the provider's (zeroStreams), synchronized: a cuMemsetD8 of device
+// memory returns before it has run, queued on the legacy default stream, which work on
+// non-blocking streams does not wait for (the driver API's "API synchronization behavior"), so
+// the next user of the memory could write it before the memset clears it; and the driver
+// refuses any use of the legacy stream while a blocking stream captures a graph
 // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), ending that capture. A stream whose synchronize fails
-// is destroyed, so that the next clear makes a fresh one. Its calls run in the RELAXED capture
-// mode, as the allocations' (doc.go).
+// is destroyed rather than kept. Its calls run in the RELAXED capture mode, as the
+// allocations' (doc.go).
 func (b *cudaBase) memset(addr, size uintptr) error {
 	defer b.dev.RelaxCapture()() // beside a user's capture: doc.go
-	z := &b.zs
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.s == 0 {
-		s, err := b.dev.StreamCreate(true)
-		if err != nil {
-			return fmt.Errorf("%w: a stream for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
-		}
-		z.s = s
-		b.streams.Add(1)
+	s, err := b.zeroStream()
+	if err != nil {
+		return fmt.Errorf("%w: a stream for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
 	}
-	if err := b.dev.MemsetD8Async(addr, 0, size, z.s); err != nil {
+	if err := b.dev.MemsetD8Async(addr, 0, size, s); err != nil {
+		b.keepStream(s)
 		return fmt.Errorf("%w: cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
 	}
-	if err := b.dev.StreamSynchronize(z.s); err != nil {
+	if err := b.dev.StreamSynchronize(s); err != nil {
 		err = fmt.Errorf("%w: waiting for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
-		return errors.Join(err, b.dropStreamLocked())
+		return errors.Join(err, b.destroyStream(s))
 	}
+	b.keepStream(s)
 	return nil
 }
 
-// dropStream destroys memset's stream, if one is made; one the driver refuses to destroy is
-// kept, and the error says so.
-func (b *cudaBase) dropStream() error {
-	b.zs.mu.Lock()
-	defer b.zs.mu.Unlock()
-	return b.dropStreamLocked()
+// zeroStream takes a stream for a clear: one kept, or a new one.
+func (b *cudaBase) zeroStream() (icuda.Stream, error) {
+	z := &b.zs
+	z.mu.Lock()
+	if n := len(z.free); n > 0 {
+		s := z.free[n-1]
+		z.free = z.free[:n-1]
+		z.mu.Unlock()
+		return s, nil
+	}
+	z.mu.Unlock()
+	s, err := b.dev.StreamCreate(true)
+	if err == nil {
+		b.streams.Add(1)
+	}
+	return s, err
 }
 
-// dropStreamLocked is dropStream with b.zs.mu held.
-func (b *cudaBase) dropStreamLocked() error {
-	if b.zs.s == 0 {
-		return nil
+// keepStream keeps s, which a clear is done with, for the next clears.
+func (b *cudaBase) keepStream(s icuda.Stream) {
+	b.zs.mu.Lock()
+	b.zs.free = append(b.zs.free, s)
+	b.zs.mu.Unlock()
+}
+
+// destroyStream destroys s, a stream of memset's; one the driver refuses to destroy is kept.
+func (b *cudaBase) destroyStream(s icuda.Stream) error {
+	if err := b.dev.StreamDestroy(s); err != nil {
+		b.keepStream(s)
+		return fmt.Errorf("%w: destroying a stream of the provider's clears (kept): %w", arena.ErrInvalid, err)
 	}
-	if err := b.dev.StreamDestroy(b.zs.s); err != nil {
-		return fmt.Errorf("%w: destroying the stream of the provider's clears (kept): %w", arena.ErrInvalid, err)
-	}
-	b.zs.s = 0
 	b.streams.Add(-1)
 	return nil
+}
+
+// dropStreams destroys memset's streams not in use; those the driver refuses to destroy are
+// kept, and the error says so.
+func (b *cudaBase) dropStreams() error {
+	b.zs.mu.Lock()
+	ss := b.zs.free
+	b.zs.free = nil
+	b.zs.mu.Unlock()
+	var errs []error
+	for _, s := range ss {
+		errs = append(errs, b.destroyStream(s))
+	}
+	return errors.Join(errs...)
 }

@@ -273,12 +273,12 @@ func (p *vmm) releaseOrphans() error {
 
 // ReleaseKept implements arena.KeptReleaser: it gives back what the provider kept, held by no
 // region, after the driver refused to give it back (a populated region whose commit failed,
-// a granule's handle whose release was refused), and destroys the stream it clears memory on,
-// if it made one. Arena.Close calls it; what the driver refuses again stays kept, and the
+// a granule's handle whose release was refused), and destroys the streams it keeps for its
+// clears. Arena.Close calls it; what the driver refuses again stays kept, and the
 // error wraps arena.ErrCommit and the driver's.
 func (p *vmm) ReleaseKept() error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
-	return errors.Join(p.releaseOrphans(), p.releaseStranded(), p.dropStream())
+	return errors.Join(p.releaseOrphans(), p.releaseStranded(), p.dropStreams())
 }
 
 // record puts the granules from lo, mapped with the handles hs (zero: released already), on

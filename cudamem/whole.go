@@ -60,12 +60,12 @@ func (w *wholeRegions) Decommit(r *arena.Region, off, size uintptr) error {
 	return r.CheckRange(off, size)
 }
 
-// ReleaseKept implements arena.KeptReleaser: it destroys the stream the provider clears memory
-// on (DeviceMalloc, Managed), if it made one. Arena.Close calls it; a destroy the driver
-// refuses keeps the stream, for the next call.
+// ReleaseKept implements arena.KeptReleaser: it destroys the streams the provider keeps for its
+// clears (DeviceMalloc, Managed). Arena.Close calls it; a stream the driver refuses to destroy
+// is kept, for the next call.
 func (w *wholeRegions) ReleaseKept() error {
 	defer w.dev.RelaxCapture()() // beside a user's capture: doc.go
-	return w.dropStream()
+	return w.dropStreams()
 }
 
 // Release implements arena.Provider. It claims the region before it frees it: a Release of it
