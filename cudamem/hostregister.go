@@ -245,6 +245,8 @@ func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 // the driver refuses to unregister a part, the range stays committed and registered whole, as
 // the arena then takes it to be; a part the driver then refuses to register again stays
 // committed and counted, and is registered again at the next Join or Decommit of the region.
+// Once unregistered the range is no longer committed: when dropping its pages fails after, the
+// error wraps arena.ErrDecommitUnfinished.
 func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	if err := r.CheckRange(off, size); err != nil {
@@ -269,7 +271,11 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 	if err != nil {
 		return err
 	}
-	return p.host.Decommit(r, off, size)
+	if err := p.host.Decommit(r, off, size); err != nil {
+		// Unregistered already, so no longer committed (pinned), whatever the host left undone.
+		return fmt.Errorf("%w: %w", arena.ErrDecommitUnfinished, err)
+	}
+	return nil
 }
 
 // Release implements arena.Provider. Registrations left (a populated region, a range whose
