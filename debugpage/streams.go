@@ -17,10 +17,13 @@ import (
 // stats.json show it.
 type StreamDeferred struct {
 	// Stream is the stream's handle; Buffers the buffers (a pool's) or blocks (a heap's)
-	// waiting for it, and Bytes their bytes.
+	// waiting for it, and Bytes their bytes. Parked frees (a device heap's) wait for a
+	// synchronize of the context instead: Stream is then the handle of a stream destroyed
+	// before its ForgetStream, or 0 for the frees of held blocks (device.StreamDeferred).
 	Stream  cuda.Stream `json:"stream"`
 	Buffers int         `json:"buffers"`
 	Bytes   int         `json:"bytes"`
+	Parked  bool        `json:"parked,omitempty"`
 }
 
 // poolStreams is a pool's deferred buffers by stream.
@@ -36,7 +39,7 @@ func poolStreams(p *pinned.Pool) []StreamDeferred {
 func heapStreams(h *device.Heap) []StreamDeferred {
 	var out []StreamDeferred
 	for _, sd := range h.DeferredByStream() {
-		out = append(out, StreamDeferred{Stream: sd.Stream, Buffers: sd.Blocks, Bytes: sd.Bytes})
+		out = append(out, StreamDeferred{Stream: sd.Stream, Buffers: sd.Blocks, Bytes: sd.Bytes, Parked: sd.Parked})
 	}
 	return out
 }
@@ -48,7 +51,11 @@ func writeStreams(w io.Writer, streams []StreamDeferred) {
 	}
 	io.WriteString(w, "<table class=\"streams\"><tr><th>stream</th><th>waiting</th><th>bytes</th></tr>\n")
 	for _, s := range streams {
-		fmt.Fprintf(w, "<tr><td>%#x</td><td>%d</td><td>%s</td></tr>\n", s.Stream, s.Buffers, units.Bytes(uint64(s.Bytes)))
+		parked := ""
+		if s.Parked {
+			parked = " (parked: waits for a synchronize of the context)"
+		}
+		fmt.Fprintf(w, "<tr><td>%#x%s</td><td>%d</td><td>%s</td></tr>\n", s.Stream, parked, s.Buffers, units.Bytes(uint64(s.Bytes)))
 	}
 	io.WriteString(w, "</table>\n")
 }
