@@ -227,17 +227,22 @@ func (p *Pool) releaseAll() error {
 		return nil
 	}
 	var first error
+	var c counts
 	p.eachOf(p.closing(), func(h *heap.Heap) {
 		if first != nil {
 			return // the lender stays open for the room its borrowers hold
 		}
+		hs := h.Stats() // before its Close: a closed heap keeps no counters
 		if err := h.Close(); err != nil && !errors.Is(err, heap.ErrClosed) {
 			first = err
+			return
 		}
+		c.allocs, c.frees, c.peak = c.allocs+hs.Allocs, c.frees+hs.Frees, c.peak+hs.Peak
 	})
 	if first != nil {
 		return first // a buffer came back to life: a racing Alloc before closed was seen
 	}
+	p.counted = c // published by the store below, read by Stats after it loads released
 	p.released.Store(true)
 	p.stopPurge()
 	if p.order != nil {

@@ -61,6 +61,7 @@ type Pool struct {
 
 	closed   atomic.Bool // no more Alloc
 	released atomic.Bool // memory given back: no more Free either
+	counted  counts      // the heaps' counters at the release, which Stats says after it
 	refused  atomic.Bool // the driver refused to give some back at the release: Close and Trim try again
 	closeMu  sync.Mutex
 

@@ -465,3 +465,37 @@ func TestShardsByHeapIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsAfterRelease: a pool's counters outlive its memory. Before, Stats after Close said
+// Allocs, Frees and PeakInUse were 0, which a Prometheus scrape of the pool read as a counter
+// reset; a device heap's keep theirs after its Close.
+func TestStatsAfterRelease(t *testing.T) {
+	p, err := New(Options{Capacity: 4 << 20, Backend: Pageable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs [][]byte
+	for _, n := range []int{100, 4096, 300 << 10} {
+		b, err := p.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, b)
+	}
+	for _, b := range bs {
+		if err := p.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := p.Stats()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := p.Stats()
+	if after.Allocs != 3 || after.Frees != 3 || after.PeakInUse != before.PeakInUse || after.PeakInUse < 100+4096+300<<10 {
+		t.Errorf("after Close: %d allocs, %d frees, peak %d; want 3, 3, %d (as before it)", after.Allocs, after.Frees, after.PeakInUse, before.PeakInUse)
+	}
+	if after.Shards != 0 || after.Live != 0 || after.InUse != 0 {
+		t.Errorf("after Close: %d shards, %d live, %d in use; want none", after.Shards, after.Live, after.InUse)
+	}
+}

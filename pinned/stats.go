@@ -81,12 +81,19 @@ type Stats struct {
 	Classes []heap.ClassStats
 }
 
+// counts are the counters of a pool's heaps that outlive them (Pool.counted).
+type counts struct{ allocs, frees, peak uint64 }
+
 // Stats takes back the deferred buffers whose streams have passed them, collects every shard's
-// pending frees and returns the pool's figures.
+// pending frees and returns the pool's figures. Once the pool's memory is released (Close, or
+// the Free of the last buffer after it), Shards is 0 and the pool keeps no buffer, but Allocs,
+// Frees and PeakInUse keep their last values, as a device heap's counters do after its Close.
 func (p *Pool) Stats() Stats {
 	st := Stats{Backend: p.backend}
 	classes := map[uint64]*heap.ClassStats{}
-	if !p.released.Load() {
+	if p.released.Load() {
+		st.Allocs, st.Frees, st.PeakInUse = p.counted.allocs, p.counted.frees, p.counted.peak
+	} else {
 		_ = p.reclaim(true)
 		st.Deferred, st.DeferredBytes = p.deferred()
 		p.each(func(h *heap.Heap) {
