@@ -229,8 +229,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	switch {
 	case strings.HasSuffix(r.URL.Path, "/stats.json"):
+		download, err := strconv.ParseBool(r.URL.Query().Get("download"))
+		if r.URL.Query().Has("download") && err != nil {
+			http.Error(w, "download: want 1 (serve a file) or 0", http.StatusBadRequest)
+			return
+		}
 		snap := h.snapshot()
-		if r.URL.Query().Get("download") != "" {
+		if download {
 			w.Header().Set("Content-Disposition",
 				fmt.Sprintf(`attachment; filename="pinmalloc-%s.json"`, snap.Taken.UTC().Format("20060102-150405")))
 		}

@@ -73,3 +73,23 @@ func TestSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// TestDownloadParam: stats.json?download=0 is the JSON, not a file, and a download value that
+// is not a boolean is refused. Before, any value served a file.
+func TestDownloadParam(t *testing.T) {
+	url := serve(t, New())
+	for _, c := range []struct {
+		q    string
+		file bool
+		code int
+	}{{"", false, 200}, {"?download=1", true, 200}, {"?download=0", false, 200}, {"?download=false", false, 200}, {"?download=x", false, 400}} {
+		resp, err := http.Get(url + "stats.json" + c.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if file := resp.Header.Get("Content-Disposition") != ""; resp.StatusCode != c.code || file != c.file {
+			t.Errorf("stats.json%s: status %d, served as a file %v; want %d, %v", c.q, resp.StatusCode, file, c.code, c.file)
+		}
+	}
+}
