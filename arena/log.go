@@ -45,6 +45,18 @@ func (a *Arena) logRefused(r *region, glo, ghi int, err error) {
 		slog.Uint64("committed", a.st.Committed), slog.Any("error", err))
 }
 
+// logDecommitRefused logs a purge's decommit the provider refused: the memory stays committed
+// and the next purge tries again, so a refusal that lasts would log at every tick; only the
+// 1st, 2nd, 4th, 8th... refusal of the arena's life is logged, with the count so far.
+func (a *Arena) logDecommitRefused(r *region, glo, ghi int, err error) {
+	if n := a.st.DecommitsRefused; a.log == nil || n&(n-1) != 0 {
+		return
+	}
+	a.log.LogAttrs(context.Background(), slog.LevelWarn, "pinmalloc: decommit refused",
+		slog.String("provider", a.st.Provider), slog.Uint64("size", uint64(ghi-glo)<<r.gshift),
+		slog.Uint64("refused", a.st.DecommitsRefused), slog.Uint64("committed", a.st.Committed), slog.Any("error", err))
+}
+
 // logForcedPurge logs a commit refused for want of memory, after which the arena gave back
 // the memory waiting for the purge and tried again (err is the second try's result).
 func (a *Arena) logForcedPurge(r *region, glo, ghi int, purged uint64, err error) {

@@ -204,6 +204,8 @@ func (a *Arena) runDecommits() {
 		unfinished := false
 		if errs != nil && errs[i] != nil {
 			if !errors.Is(errs[i], ErrDecommitUnfinished) {
+				a.st.DecommitsRefused++
+				a.logDecommitRefused(x.r, x.s, x.e, errs[i])
 				continue
 			}
 			unfinished = true // uncommitted, its pages perhaps not dropped: not known zero

@@ -31,6 +31,10 @@ type Stats struct {
 	RegionsReleased uint64
 	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
 	Commits, Decommits, Purged uint64
+	// DecommitsRefused counts the purges' and Trims' decommits the provider refused: that
+	// memory stays committed (it is still usable) and is tried again at the next purge, so a
+	// count that keeps growing is a provider that will not give memory back.
+	DecommitsRefused uint64
 	// CommitCalls and DecommitCalls count calls of Arena.Commit and Arena.Decommit (a heap
 	// claiming or giving up part of a span), whatever the provider had to do for them.
 	CommitCalls, DecommitCalls uint64

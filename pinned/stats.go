@@ -51,8 +51,9 @@ type Stats struct {
 	// committed, and tried again.
 	ForcedPurges uint64
 	// Purged counts the bytes decommitted (and unlocked) by purges, Trim included; Decommits
-	// the decommit calls that did it.
-	Purged, Decommits uint64
+	// the decommit calls that did it, and DecommitsRefused those the system or the driver
+	// refused (that memory stays committed and is tried again at the next purge).
+	Purged, Decommits, DecommitsRefused uint64
 	// Syscalls counts the system calls the host provider has made (mmap, mlock, madvise...);
 	// HugeTLBFallbacks counts regions that asked for hugetlb pages and got ordinary ones.
 	Syscalls, HugeTLBFallbacks uint64
@@ -122,7 +123,7 @@ func (p *Pool) Stats() Stats {
 	st.Capacity, st.Reserved = as.Capacity, as.Reserved
 	st.Committed, st.PeakCommitted, st.Locked, st.Kept = as.Committed, as.PeakCommitted, as.Locked, as.Kept
 	st.AlignWaste, st.ForcedPurges = as.AlignWaste, as.ForcedPurges
-	st.Purged, st.Decommits = as.Purged, as.Decommits
+	st.Purged, st.Decommits, st.DecommitsRefused = as.Purged, as.Decommits, as.DecommitsRefused
 	if st.InUse > 0 {
 		st.Fragmentation = float64(st.Committed) / float64(st.InUse)
 	}
