@@ -55,6 +55,7 @@ func heapFamilies(prefix string, host bool) []family {
 		c("allocs_total", "Number of allocations made.", func(f Figures) float64 { return float64(f.Allocs) }),
 		c("frees_total", "Number of frees made.", func(f Figures) float64 { return float64(f.Frees) }),
 		c("decommits_total", "Decommit calls made by purges and Trim.", func(f Figures) float64 { return float64(f.Decommits) }),
+		c("decommits_refused_total", "Decommits the provider refused: that memory stays committed, and the next purge tries again.", func(f Figures) float64 { return float64(f.DecommitsRefused) }),
 		c("purged_bytes_total", "Bytes decommitted by purges and Trim.", func(f Figures) float64 { return float64(f.Purged) }),
 		c("forced_purges_total", "Commits refused for want of memory, after which the free memory kept was given back at once.", func(f Figures) float64 { return float64(f.ForcedPurges) }),
 		c("driver_calls_total", "CUDA driver calls that allocated, registered, mapped or freed memory.", func(f Figures) float64 { return float64(f.DriverCalls) }),

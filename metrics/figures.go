@@ -31,13 +31,15 @@ type Figures struct {
 	Deferred      uint64 `json:"deferred"`
 	DeferredBytes uint64 `json:"deferred_bytes"`
 	// Counters.
-	Allocs       uint64 `json:"allocs"`
-	Frees        uint64 `json:"frees"`
-	Decommits    uint64 `json:"decommits"`
-	Purged       uint64 `json:"purged"`
-	ForcedPurges uint64 `json:"forced_purges"`
-	DriverCalls  uint64 `json:"driver_calls"`
-	Syscalls     uint64 `json:"syscalls"`
+	Allocs    uint64 `json:"allocs"`
+	Frees     uint64 `json:"frees"`
+	Decommits uint64 `json:"decommits"`
+	// DecommitsRefused counts the decommits the provider refused (the memory stays committed).
+	DecommitsRefused uint64 `json:"decommits_refused"`
+	Purged           uint64 `json:"purged"`
+	ForcedPurges     uint64 `json:"forced_purges"`
+	DriverCalls      uint64 `json:"driver_calls"`
+	Syscalls         uint64 `json:"syscalls"`
 	// CommitSeconds is the time spent committing (and pinning) memory.
 	CommitSeconds float64 `json:"commit_seconds"`
 }
@@ -49,7 +51,7 @@ func FromPool(s pinned.Stats) Figures {
 		Capacity: s.Capacity, Reserved: s.Reserved, Committed: s.Committed, PeakCommitted: s.PeakCommitted, Locked: s.Locked,
 		InUse: s.InUse, PeakInUse: s.PeakInUse, AlignWaste: s.AlignWaste,
 		Live: s.Live, Deferred: s.Deferred, DeferredBytes: s.DeferredBytes,
-		Allocs: s.Allocs, Frees: s.Frees, Decommits: s.Decommits, Purged: s.Purged,
+		Allocs: s.Allocs, Frees: s.Frees, Decommits: s.Decommits, DecommitsRefused: s.DecommitsRefused, Purged: s.Purged,
 		ForcedPurges: s.ForcedPurges, DriverCalls: s.DriverCalls, Syscalls: s.Syscalls,
 		CommitSeconds: s.CommitTime.Seconds(),
 	}
@@ -62,7 +64,7 @@ func FromDevice(s device.Stats) Figures {
 	return Figures{
 		Capacity: a.Capacity, Reserved: a.Reserved, Committed: a.Committed, PeakCommitted: a.PeakCommitted,
 		InUse: s.InUse, PeakInUse: s.PeakInUse, AlignWaste: a.AlignWaste, Live: s.Live, Deferred: uint64(s.Deferred),
-		Allocs: s.Allocs, Frees: s.Frees, Decommits: a.Decommits, Purged: a.Purged, ForcedPurges: a.ForcedPurges,
+		Allocs: s.Allocs, Frees: s.Frees, Decommits: a.Decommits, DecommitsRefused: a.DecommitsRefused, Purged: a.Purged, ForcedPurges: a.ForcedPurges,
 		DriverCalls: a.Counters.DriverCalls, CommitSeconds: a.CommitTime.Seconds(),
 	}
 }

@@ -24,7 +24,8 @@
 //	pinmalloc_host_pool_info{name,backend,provider}   always 1, per pool
 //	pinmalloc_host_{capacity,quota,reserved,committed,committed_peak,in_use,in_use_peak,
 //	  alignment_waste,locked,deferred}_bytes, _live_blocks, _deferred_blocks,
-//	  _{allocs,frees,decommits,purged_bytes,forced_purges,driver_calls,syscalls,commit_seconds}_total
+//	  _{allocs,frees,decommits,decommits_refused,purged_bytes,forced_purges,driver_calls,syscalls,
+//	    commit_seconds}_total
 //	pinmalloc_device_heap_info{name,device,provider}  always 1, per device heap
 //	pinmalloc_device_...                              as host, without locked_bytes,
 //	                                                  deferred_bytes and syscalls_total

@@ -89,9 +89,9 @@ pinmalloc_host_reserved_bytes{name="staging"} 6.7108864e+07
 	if got := testutil.ToFloat64(only(c, "pinmalloc_host_committed_bytes")); got != float64(st.Committed) || got == 0 {
 		t.Errorf("committed %v, Stats says %d", got, st.Committed)
 	}
-	// pinmalloc_info, the pool's info, 19 families of host memory but quota_bytes (no quota).
-	if n := testutil.CollectAndCount(c); n != 1+1+19 {
-		t.Errorf("%d metrics for one pool without a quota, want 21", n)
+	// pinmalloc_info, the pool's info, 20 families of host memory but quota_bytes (no quota).
+	if n := testutil.CollectAndCount(c); n != 1+1+20 {
+		t.Errorf("%d metrics for one pool without a quota, want 22", n)
 	}
 	if n := testutil.CollectAndCount(only(c, "pinmalloc_host_quota_bytes")); n != 0 {
 		t.Errorf("%d quota series for a pool without a quota, want none", n)
