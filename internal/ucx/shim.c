@@ -121,19 +121,27 @@ pm_status_t pm_am_cb(void *arg, const void *header, size_t hlen, void *data, siz
 	// fragments in a buffer of its own before calling, and gives no earlier word of it.
 	int over = msg_oversize(st, data, len);
 	size_t copy = over && len > PM_MSG_PEEK ? PM_MSG_PEEK : len;
+	int status = over ? PM_MSG_OVERSIZE : 0;
 	if (st->ev_bytes + sizeof(pm_event) + copy > st->ev_limit) {
-		st->ev_dropped++; // a flood
-		return PM_UCS_OK;
+		// A flood: more than the queue holds came in one progress round (pm_progress stops
+		// once it is half full). Dropped, it is reported by its header and length, so that its
+		// receiver fails the connection it names rather than lose it unseen; past PM_DROP_SLACK
+		// bytes of such reports, only counted.
+		st->ev_dropped++;
+		copy = len > PM_MSG_PEEK ? PM_MSG_PEEK : len;
+		if (st->ev_bytes + sizeof(pm_event) + copy > st->ev_limit + PM_DROP_SLACK) return PM_UCS_OK;
+		over = 0; // counted once
+		status = PM_MSG_DROPPED;
 	}
 	pm_event *e = malloc(sizeof(pm_event) + copy);
 	if (e == NULL) {
-		st->ev_dropped++;
+		if (status != PM_MSG_DROPPED) st->ev_dropped++; // (else counted above)
 		return PM_UCS_OK;
 	}
 	e->kind = PM_EV_MSG;
-	e->status = over ? PM_MSG_OVERSIZE : 0;
+	e->status = status;
 	e->h = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? (uintptr_t)param->reply_ep : 0;
-	e->tag = over ? (uint64_t)len : 0;
+	e->tag = status != 0 ? (uint64_t)len : 0;
 	e->len = copy;
 	if (over) st->ev_dropped++; // its bytes, dropped: the receiver fails its connection
 	if (copy > 0) memcpy(e->data, data, copy);
@@ -259,4 +267,49 @@ int pm_test_land(const unsigned char *hdr, const void *data, size_t len, uint32_
 	if ((uint64_t)landed != st->landed) landed = -1; // counted once per landing
 	pm_state_free(st);
 	return landed;
+}
+
+// floodArg is pm_test_flood's worker: each progress call (flood_progress) delivers per_call
+// messages of len bytes to the state's message callback, as ucp_worker_progress would.
+typedef struct {
+	pm_state *st;
+	const unsigned char *msg;
+	size_t len;
+	int per_call;
+} flood_arg;
+
+static unsigned flood_progress(void *worker) {
+	flood_arg *a = worker;
+	pm_ucp_am_recv_param_t param = {0};
+	for (int i = 0; i < a->per_call; i++) pm_am_cb(a->st, NULL, 0, (void *)a->msg, a->len, &param);
+	return (unsigned)a->per_call;
+}
+
+// pm_test_flood runs pm_progress once, up to rounds calls of a progress that each delivers
+// per_call messages msg of len bytes, on a state whose queue holds limit bytes, and reports
+// the messages queued whole, those dropped (ev_dropped) and, of those, the ones reported as
+// dropped by an event of their own that carries their first PM_MSG_PEEK bytes and their length
+// (-2: such an event with other bytes). For the tests of a flood (flood_test.go).
+int pm_test_flood(const unsigned char *msg, size_t len, int per_call, int rounds, size_t limit,
+                  uint64_t *queued, uint64_t *dropped, uint64_t *reported) {
+	pm_state *st = pm_state_new(1, limit, 0);
+	if (st == NULL) return -1;
+	flood_arg a = {st, msg, len, per_call};
+	unsigned progressed;
+	pm_progress((uintptr_t)flood_progress, (uintptr_t)&a, st, rounds, UINT64_MAX, NULL, 0, &progressed);
+	*queued = *reported = 0;
+	*dropped = st->ev_dropped;
+	int rc = 0;
+	size_t peek = len < PM_MSG_PEEK ? len : PM_MSG_PEEK;
+	for (pm_event *e = st->ev_head; e != NULL; e = e->next) {
+		if (e->status == 0) {
+			++*queued;
+		} else if (e->len == peek && e->tag == len && memcmp(e->data, msg, peek) == 0) {
+			++*reported;
+		} else {
+			rc = -2;
+		}
+	}
+	pm_state_free(st);
+	return rc;
 }

@@ -26,10 +26,13 @@ enum {
 };
 
 // A message event's status: PM_MSG_OVERSIZE says it was longer than the worker's limit
-// (msg_max, msg_kind_max): its bytes were dropped, uncopied, save its first PM_MSG_PEEK (the
-// protocol's header, which names the connection), and tag is its length.
-enum { PM_MSG_OVERSIZE = 1 };
+// (msg_max, msg_kind_max), PM_MSG_DROPPED that it came when the queue was full (ev_limit): its
+// bytes were dropped, uncopied, save its first PM_MSG_PEEK (the protocol's header, which names
+// the connection), and tag is its length. The events reporting drops take PM_DROP_SLACK bytes
+// beyond ev_limit at most; a message dropped past them is only counted (ev_dropped).
+enum { PM_MSG_OVERSIZE = 1, PM_MSG_DROPPED = 2 };
 #define PM_MSG_PEEK 16
+#define PM_DROP_SLACK (1 << 20)
 
 // A data event's status: its bytes are in desc or data (0), still at the sender (a rendezvous:
 // pm_data_recv fetches them), or landed already at the armed slot's reply_dst (len 0).
@@ -167,5 +170,7 @@ char *pm_ep_info(uintptr_t fn, uintptr_t ep, size_t *len);
 
 int pm_test_land(const unsigned char *hdr, const void *data, size_t len, uint32_t nslots, uint32_t slot,
                  uint64_t op, uint64_t conn, uintptr_t dst, size_t dlen, int *disarmed);
+int pm_test_flood(const unsigned char *msg, size_t len, int per_call, int rounds, size_t limit,
+                  uint64_t *queued, uint64_t *dropped, uint64_t *reported);
 
 #endif

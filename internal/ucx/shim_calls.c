@@ -357,6 +357,7 @@ int pm_progress(uintptr_t fn, uintptr_t worker, pm_state *st, int rounds, uint64
 		unsigned k = ((unsigned (*)(void *))fn)((void *)worker);
 		total += k;
 		if (k == 0 || st->ev_queued >= ev_cap) break; // idle, or events enough for the caller
+		if (st->ev_limit != 0 && st->ev_bytes >= st->ev_limit / 2) break; // messages: half the queue (pm_am_cb)
 	}
 	*progressed = total;
 	int n = 0;

@@ -83,7 +83,8 @@ const (
 // HeaderLen is the length of a data message's header.
 const HeaderLen = 64
 
-// PeekLen is how much of a message beyond the worker's limits is kept (Event.Oversize).
+// PeekLen is how much of a message beyond the worker's limits, or dropped in a flood, is kept
+// (Event.Oversize, Event.Dropped).
 const PeekLen = 16
 
 // Op is one operation for Worker.Post, with the layout of shim.h's pm_op (TestOpLayout checks
@@ -140,6 +141,10 @@ type Event struct {
 	// Oversize says a message (EventMessage) was beyond the worker's limits
 	// (Worker.LimitMessages): Len is its length, Data its first PeekLen bytes, the rest dropped.
 	Oversize bool
+	// Dropped says a message (EventMessage) came when the worker's queue was full (NewWorker's
+	// msgLimit, a flood in one progress round): Len is its length, Data its first PeekLen
+	// bytes, the rest dropped.
+	Dropped bool
 	// Landed says a data message was the answer a slot armed by ArmReply waits for: its
 	// bytes are at the slot's destination already (Len is 0), and the slot is disarmed.
 	Landed bool

@@ -51,7 +51,9 @@ type Worker struct {
 
 // NewWorker creates a worker of context c with slots operations in flight at most, whose
 // queue of received messages (and connection requests, and failures) holds msgLimit bytes at
-// most: a message beyond it is dropped and counted (Dropped).
+// most: Progress stops once half of it is taken, and a message beyond it (one call of UCX's
+// progress delivered more) is dropped, counted (Dropped) and reported by an EventMessage with
+// Dropped set.
 func (c *Context) NewWorker(slots, msgLimit int) (*Worker, error) {
 	if slots <= 0 || slots > 1<<24 {
 		return nil, fmt.Errorf("ucx: %d slots", slots)
@@ -106,8 +108,8 @@ func (w *Worker) Destroy() {
 }
 
 // Dropped returns the number of messages the worker's callbacks dropped: a message beyond the
-// queue's limit, one with a header or sent by rendezvous (not this binding's), or one that
-// found no memory.
+// queue's limit (reported: Event.Dropped) or the worker's limits (Event.Oversize), one with a
+// header or sent by rendezvous (not this binding's), or one that found no memory.
 func (w *Worker) Dropped() uint64 { return uint64(w.st.ev_dropped) }
 
 // Queued returns the number of events the callbacks queued that Events has not handed out
@@ -169,7 +171,8 @@ func (w *Worker) Signal() error {
 }
 
 // Progress progresses the worker up to rounds times (fewer once a round makes no progress, or
-// once EventBatch events or more are queued for Events) and returns the completions queued
+// once EventBatch events or more, or messages of half NewWorker's msgLimit, are queued for
+// Events) and returns the completions queued
 // since the last call, at most len(out), and whether any round progressed.
 func (w *Worker) Progress(rounds int, out []Completion) (n int, progressed bool) {
 	var cq *C.pm_cqe
@@ -209,8 +212,9 @@ func (w *Worker) Events(out []Event, max int) []Event {
 			if e.len > 0 {
 				ev.Data = C.GoBytes(unsafe.Pointer(C.pm_event_data(e)), C.int(e.len))
 			}
-			if ev.Kind == EventMessage && e.status == C.PM_MSG_OVERSIZE {
-				ev.Oversize, ev.Len, ev.Status, ev.Tag = true, int(e.tag), 0, 0
+			if ev.Kind == EventMessage && (e.status == C.PM_MSG_OVERSIZE || e.status == C.PM_MSG_DROPPED) {
+				ev.Oversize, ev.Dropped = e.status == C.PM_MSG_OVERSIZE, e.status == C.PM_MSG_DROPPED
+				ev.Len, ev.Status, ev.Tag = int(e.tag), 0, 0
 			}
 			C.pm_event_free(e)
 			out = append(out, ev)
@@ -514,4 +518,21 @@ func landReply(hdr *[HeaderLen]byte, data []byte, nslots, slot uint32, op, conn 
 	}
 	copy(dst, unsafe.Slice((*byte)(cd), len(dst)))
 	return l != 0, dis != 0
+}
+
+// flood runs the callbacks' queue under a flood (shim.c's pm_test_flood): one progress call of
+// up to rounds rounds, each of which delivers perCall copies of msg, on a queue of limit bytes.
+// It returns the messages queued whole, those dropped, and of those the ones reported by an
+// event of their own (Event.Dropped). For tests.
+func flood(msg []byte, perCall, rounds, limit int) (queued, dropped, reported uint64) {
+	cm := C.CBytes(msg)
+	defer C.free(cm)
+	var q, d, r C.uint64_t
+	switch C.pm_test_flood((*C.uchar)(cm), C.size_t(len(msg)), C.int(perCall), C.int(rounds), C.size_t(limit), &q, &d, &r) {
+	case -1:
+		panic("ucx: flood: no memory")
+	case -2:
+		panic("ucx: flood: a dropped message reported with other bytes than its own")
+	}
+	return uint64(q), uint64(d), uint64(r)
 }
