@@ -302,14 +302,20 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 }
 
 // oversize takes a message UCX's callback dropped, uncopied, as beyond this worker's limits
-// (ucx.Worker.LimitMessages): n bytes, of which peek is the first (the protocol's header). The
-// connection it names, still open or connecting, fails with ErrProtocol: its peer sent more
-// than this worker said it takes. Under mu.
-func (w *Worker) oversize(peek []byte, n int) {
+// (ucx.Worker.LimitMessages), or, flood, because more came in one progress round than the
+// worker queues (ucx.Event.Dropped): n bytes, of which peek is the first (the protocol's
+// header). The connection it names, still open or connecting, fails with ErrProtocol: its peer
+// sent more than this worker said it takes, and a message dropped is never seen by the Recv or
+// the handshake that waits for it. Under mu.
+func (w *Worker) oversize(peek []byte, n int, flood bool) {
 	typ, version, dst, _, ok := parseMessage(peek)
 	c := w.conns[dst]
 	if !ok || version != protoVersion || c == nil || c.state == connFailed {
 		return // not this protocol's, or for no connection (a hello): dropped
+	}
+	if flood {
+		w.failConn(c, fmt.Errorf("%w: %s sent more messages at once than this worker queues: one of %d bytes was dropped", ErrProtocol, c.remote, n))
+		return
 	}
 	if typ == msgData {
 		w.failConn(c, w.tooLarge(c, n-msgHeader))

@@ -198,8 +198,8 @@ func (w *Worker) handle(e *ucx.Event) {
 	case ucx.EventConn:
 		w.connRequest(ucx.ConnRequest(e.Handle), e.Tag)
 	case ucx.EventMessage:
-		if e.Oversize {
-			w.oversize(e.Data, e.Len)
+		if e.Oversize || e.Dropped {
+			w.oversize(e.Data, e.Len, e.Dropped)
 		} else {
 			w.message(ucx.Ep(e.Handle), e.Data)
 		}

@@ -487,7 +487,7 @@ type WorkerStats struct {
 	// Conns is the number of connections open now.
 	Conns int
 	// MessagesDropped counts messages UCX delivered that the worker dropped: beyond the
-	// queue's bound, beyond MaxMessage (which fails their connection), or not of this
+	// queue's bound or beyond MaxMessage (either fails their connection), or not of this
 	// package's protocol.
 	MessagesDropped uint64
 	// DeferredFreeErrors counts the frees deferred by a transfer (a buffer freed while in
