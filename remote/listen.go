@@ -79,7 +79,8 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	}
 }
 
-// Close stops the listener. Connections it accepted stay open.
+// Close stops the listener. Connections Accept returned stay open; those it took that no
+// Accept returned are closed (nobody else could close them).
 func (l *Listener) Close() error {
 	l.w.mu.Lock()
 	defer l.w.mu.Unlock()
@@ -104,7 +105,27 @@ func (w *Worker) closeListener(l *Listener) {
 			w.closeEp(ep, nil, !w.opts.SharedMemory)
 		}
 	}
+	if !w.closing { // (the worker's Close ends every connection its own way)
+		w.closeUnaccepted(l)
+	}
 	close(l.closed)
+}
+
+// closeUnaccepted closes the connections l took that no Accept returned: none can now. An
+// Accept racing it takes some of them first. Under mu.
+func (w *Worker) closeUnaccepted(l *Listener) {
+	for {
+		var c *Conn
+		select {
+		case c = <-l.accepted:
+		default:
+			return
+		}
+		if c.state == connOpen {
+			_ = w.sendLocked(c, c.ep, header(msgBye, c.peerID, 0), false, nil)
+		}
+		w.failConn(c, fmt.Errorf("%w: listener %s closed before the connection was accepted", ErrClosed, l.addr))
+	}
 }
 
 // connRequest accepts a connection request of the listener tagged tag: the endpoint waits for
