@@ -331,15 +331,19 @@ func (w *Worker) tooLarge(c *Conn, n int) error {
 }
 
 // hello answers a peer's hello: the connection it opens is accepted, on the endpoint its
-// listener accepted (replyEp), or on a new one to the address it sent (Dial). Under mu.
+// listener accepted (replyEp), or on a new one to the address it sent (Dial, whose hello comes
+// on an endpoint UCX made for the dialer). A hello with no endpoint to answer on (every honest
+// one asks for it), or on the endpoint of a connection (its peer said hello already), is
+// dropped: a client of a listener, which need not know this worker's address, makes it connect
+// to none. Under mu.
 func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	g, ok := parseGreeting(body, true)
-	if !ok || w.closing {
+	if !ok || w.closing || replyEp == 0 || w.byEp[replyEp] != nil {
 		return
 	}
 	var c *Conn
 	var into chan *Conn
-	if l := w.pending[replyEp].l; l != nil && replyEp != 0 {
+	if l := w.pending[replyEp].l; l != nil {
 		delete(w.pending, replyEp)
 		c = newConn(w, replyEp, "listener "+l.addr)
 		into = l.accepted
