@@ -105,26 +105,29 @@ func (w *Worker) closeListener(l *Listener) {
 			w.closeEp(ep, nil, !w.opts.SharedMemory)
 		}
 	}
-	if !w.closing { // (the worker's Close ends every connection its own way)
-		w.closeUnaccepted(l)
-	}
+	w.closeUnaccepted(l.accepted, "listener "+l.addr)
 	close(l.closed)
 }
 
-// closeUnaccepted closes the connections l took that no Accept returned: none can now. An
-// Accept racing it takes some of them first. Under mu.
-func (w *Worker) closeUnaccepted(l *Listener) {
+// closeUnaccepted takes the connections queued in accepted (of a listener, or Dial's) that no
+// Accept returned, and closes them: no Accept returns them now. In the worker's Close, which
+// ends every connection its own way, it only takes them. An Accept racing it takes some of
+// them first. Under mu.
+func (w *Worker) closeUnaccepted(accepted chan *Conn, by string) {
 	for {
 		var c *Conn
 		select {
-		case c = <-l.accepted:
+		case c = <-accepted:
 		default:
 			return
+		}
+		if w.closing {
+			continue
 		}
 		if c.state == connOpen {
 			_ = w.sendLocked(c, c.ep, header(msgBye, c.peerID, 0), false, nil)
 		}
-		w.failConn(c, fmt.Errorf("%w: listener %s closed before the connection was accepted", ErrClosed, l.addr))
+		w.failConn(c, fmt.Errorf("%w: %s closed before the connection was accepted", ErrClosed, by))
 	}
 }
 

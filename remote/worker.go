@@ -380,6 +380,7 @@ func (w *Worker) Close() error {
 		}
 		w.failConn(c, fmt.Errorf("%w: the worker was closed", ErrClosed))
 	}
+	w.closeUnaccepted(w.inbound, "the worker") // ended above: Accept says ErrClosed
 	for ep := range w.pending {
 		if !w.opts.SharedMemory {
 			w.closeEp(ep, nil, true)
