@@ -19,7 +19,8 @@ import (
 // the live state: bit 0 a data message (else a protocol message), bit 1 the connection's real
 // id, bit 2 a real region of the target's (its id, base and size), bit 3 a live buffer of it
 // (the address), bit 4 a message dropped by the callback (Event.Dropped, else Oversize, with
-// bit 0 clear and bit 5 set).
+// bit 0 clear and bit 5 set), bit 6 a message on a dialer's endpoint (dialerEp: a hello's
+// address is read).
 func FuzzHandle(f *testing.F) {
 	f.Add(header(msgData, 0, 0), []byte{}, uint32(0), uint8(2))
 	f.Add(appendForget(header(msgForget, 0, 8), []uint32{3, 1}), []byte{}, uint32(0), uint8(2))
@@ -33,6 +34,8 @@ func FuzzHandle(f *testing.F) {
 	encodeDones(&h, 0, []uint64{1<<32 | 3, 2<<32 | 5})
 	f.Add([]byte{}, append([]byte(nil), h[:]...), uint32(0), uint8(1|2))
 	f.Add(header(msgData, 0, 0), []byte{}, uint32(1<<30), uint8(2|16|32))
+	g := greeting{conn: 7, worker: 9, pid: 1234, host: hostID(), addr: []byte("a worker's address")}
+	f.Add(appendGreeting(header(msgHello, 0, 0), g, true), []byte{}, uint32(0), uint8(64))
 	var p *fuzzPair
 	f.Cleanup(func() { p.close() })
 	f.Fuzz(func(t *testing.T, m, hdr []byte, n uint32, flags uint8) {
@@ -67,6 +70,9 @@ func FuzzHandle(f *testing.F) {
 				binary.LittleEndian.PutUint64(m[8:], c.id)
 			}
 			ev := ucx.Event{Kind: ucx.EventMessage, Data: m}
+			if flags&64 != 0 {
+				ev.Handle = uintptr(dialerEp)
+			}
 			if flags&32 != 0 {
 				ev.Data, ev.Len = m[:min(len(m), ucx.PeekLen)], int(n)
 				ev.Dropped, ev.Oversize = flags&16 != 0, flags&16 == 0
