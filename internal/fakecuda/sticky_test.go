@@ -11,7 +11,8 @@ import (
 // TestStickyPerContext: a sticky fault (CUDA_ERROR_ILLEGAL_ADDRESS) is the faulting context's:
 // device 0's kernel faults, and device 0's calls, streams and events answer with the fault
 // from then on, while device 1's primary context goes on working (its copies, memsets,
-// queries and synchronizes succeed, its bytes move).
+// queries and synchronizes succeed, its bytes move). A faulted context refuses every call, a
+// stream's destroy and a module's unload too.
 func TestStickyPerContext(t *testing.T) {
 	f := Run(t)
 	if f == nil {
@@ -38,12 +39,10 @@ func TestStickyPerContext(t *testing.T) {
 	// Device 0's kernel reads a job array the device cannot reach: it faults when it runs.
 	m, err := d0.ModuleLoadData(gatherPTX)
 	must(t, "ModuleLoadData", err)
-	defer func() { must(t, "ModuleUnload", d0.ModuleUnload(m)) }()
 	fn, err := d0.ModuleGetFunction(m, "pinmalloc_gather")
 	must(t, "ModuleGetFunction", err)
 	s0, err := d0.StreamCreate(true)
 	must(t, "StreamCreate on device 0", err)
-	defer func() { must(t, "StreamDestroy on device 0", d0.StreamDestroy(s0)) }()
 	pageable := make([]uint64, 8) // aligned: the job array must be
 	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
 	err = d0.LaunchKernel(fn, one, one, 0, s0, uint64(mem.WordsAddr(pageable)), 1)
@@ -54,6 +53,17 @@ func TestStickyPerContext(t *testing.T) {
 	wantCode(t, "device 0's Synchronize after its fault", d0.Synchronize(), ResultIllegalAddress)
 	err = d0.MemsetD8Async(p1, 0, n, s1)
 	wantCode(t, "device 0's MemsetD8Async after its fault", err, ResultIllegalAddress)
+	// Every call of the faulted context answers with its error, a release too: its stream
+	// and module stay until the error is forgotten (the fake's stand-in for a new process).
+	wantCode(t, "device 0's StreamDestroy after its fault", d0.StreamDestroy(s0), ResultIllegalAddress)
+	wantCode(t, "device 0's ModuleUnload after its fault", d0.ModuleUnload(m), ResultIllegalAddress)
+	_, err = d0.StreamCreate(true)
+	wantCode(t, "device 0's StreamCreate after its fault", err, ResultIllegalAddress)
+	defer func() {
+		f.ClearStickyError()
+		must(t, "StreamDestroy on device 0", d0.StreamDestroy(s0))
+		must(t, "ModuleUnload", d0.ModuleUnload(m))
+	}()
 
 	// Device 1 is untouched.
 	must(t, "device 1's EventQuery after device 0's fault", d1.EventQuery(ev1))
