@@ -157,14 +157,13 @@ func elsewhere(f func()) {
 	<-done
 }
 
-// TestRecoverDuringCapture: after a kernel faulted, a Sync that finds the tier's D2H stream
-// refused (its batch in flight) answers it with a synchronize of the device only while no
-// capture holds a stream the tier knows (one a block was acquired and released on): that
-// synchronize would end the user's capture there (the driver refuses it, CUDA_ERROR_STREAM_
-// CAPTURE_UNSUPPORTED, and invalidates the capture). The batch stays in flight, the Sync says
-// the device failed, and the capture stays valid. Before, the tier's recovery (streamq's
-// Lists.Recover) asked only its own streams and the legacy stream, synchronized the device, and
-// the user's capture ended invalidated.
+// TestRecoverDuringCapture: a Sync that finds the tier's D2H stream refused (its batch in
+// flight) answers it with a synchronize of the device only while no capture holds a stream the
+// tier knows (one a block was acquired and released on): that synchronize would end the user's
+// capture there (the driver refuses it, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and invalidates
+// the capture). The batch stays in flight, the Sync says why (ErrCapturing), and the capture
+// stays valid. Before, the tier's recovery (streamq's Lists.Recover) asked only its own streams
+// and the legacy stream, synchronized the device, and the user's capture ended invalidated.
 func TestRecoverDuringCapture(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -205,10 +204,14 @@ func TestRecoverDuringCaptureAfterPrune(t *testing.T) {
 }
 
 // recoverDuringCapture evicts hs with the driver's work held, so that a batch is in flight on
-// the tier's D2H stream, begins a capture on s, faults the device and checks that Sync refuses
-// to synchronize the device while s captures (the capture ends valid), and does once it has
-// ended.
-func recoverDuringCapture(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, tr *uvm.Tier, hs []uvm.Handle, s cuda.Stream) {
+// the tier's D2H stream, and destroys that stream under the tier: its work still runs, and the
+// driver refuses its synchronize (no fault: the context works). It begins a capture on s and
+// checks that Sync does not synchronize the device while s captures (the batch stays in flight,
+// the capture ends valid), and does once the capture has ended. At cleanup, before the tier's
+// Close, the D2H stream's handle goes to a new stream (the driver gives a destroyed stream's
+// handle to the next one created), which the Close destroys.
+func recoverDuringCapture(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, tr *uvm.Tier,
+	hs []uvm.Handle, s cuda.Stream) {
 	t.Helper()
 	must(t, tr.Sync())
 	f.Hold(true)
@@ -216,20 +219,79 @@ func recoverDuringCapture(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, t
 	if st := tr.Stats(); st.Pending == 0 {
 		t.Fatal("no batch in flight after the eviction")
 	}
+	d2h := tr.D2HStream()
+	must(t, dev.StreamDestroy(uintptr(d2h)))
+	t.Cleanup(func() {
+		f.Hold(false)
+		f.Complete()
+		raw, err := dev.StreamCreate(true)
+		must(t, err)
+		if raw != uintptr(d2h) {
+			t.Errorf("the fake gave the new stream handle %#x, not the destroyed D2H stream's %#x", raw, d2h)
+			must(t, dev.StreamDestroy(raw))
+		}
+	})
 	beginCapture(t, dev, s)
 	var err error
+	elsewhere(func() { err = tr.Sync() })
+	if !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Errorf("Sync with the tier's stream refused, a user's stream capturing: %v; "+
+			"want pinmalloc.ErrCapturing", err)
+	}
+	if st := tr.Stats(); st.Pending == 0 {
+		t.Error("the batch on the refused stream finished while the user's stream captured")
+	}
+	endCapture(t, dev, s)
+	must(t, tr.Sync()) // the capture over: the device synchronized, the batch finished
+	if st := tr.Stats(); st.Pending != 0 {
+		t.Errorf("after the capture and a Sync: %d batches in flight, want none", st.Pending)
+	}
+}
+
+// TestSyncAfterFaultDuringCapture: a Sync after a kernel faulted, while a capture holds a
+// stream the tier knows and a batch is in flight, says the device failed (ErrDeviceFault) and
+// finishes nothing: the faulted context refuses every call, the capture check's and the
+// capture's end too (as the real driver does), and no memory changes owner.
+func TestSyncAfterFaultDuringCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s := stream(t, dev)
+	hs := filled(t, tr, 2, 64*kib)
+	_, err := tr.Acquire(hs[0], s, uvm.Write)
+	must(t, err)
+	must(t, tr.Release(hs[0], s))
+	must(t, tr.Sync())
+	f.Hold(true)
+	defer f.Hold(false)
+	must(t, tr.Evict(hs[:1])) // a batch in flight on the D2H stream
+	before := tr.Stats()
+	if before.Pending == 0 {
+		t.Fatal("no batch in flight after the eviction")
+	}
+	beginCapture(t, dev, s)
 	elsewhere(func() {
 		stickyFault(t, f, dev)
 		err = tr.Sync()
 	})
-	if !errors.Is(err, pinmalloc.ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrCapturing) {
-		t.Errorf("Sync after a kernel faulted, a user's stream capturing: %v; want the device's failure and pinmalloc.ErrCapturing", err)
+	if !errors.Is(err, pinmalloc.ErrDeviceFault) {
+		t.Errorf("Sync after a kernel faulted, a user's stream capturing: %v; "+
+			"want pinmalloc.ErrDeviceFault", err)
 	}
-	endCapture(t, dev, s)
-	f.ClearStickyError() // a context that works again, which a real one never does after a fault
-	must(t, tr.Sync())   // the capture over: the device synchronized, the batch finished
-	if st := tr.Stats(); st.Pending != 0 {
-		t.Errorf("after the capture and a Sync: %d batches in flight, want none", st.Pending)
+	after := tr.Stats()
+	if after.Pending != before.Pending || after.SpareBytes != before.SpareBytes {
+		t.Errorf("the failed Sync gave the batch's memory on: %d batches in flight, "+
+			"%d bytes of spare VRAM; want %d, %d",
+			after.Pending, after.SpareBytes, before.Pending, before.SpareBytes)
+	}
+	if _, err := dev.StreamEndCapture(uintptr(s)); !errors.Is(err, pinmalloc.ErrDeviceFault) {
+		t.Errorf("the capture's end after the fault: %v; want the fault (the real driver's answer)", err)
+	}
+	f.ClearStickyError() // a context that works again, which a real one never does: to clean up
+	if g, err := dev.StreamEndCapture(uintptr(s)); err == nil && g != 0 {
+		must(t, dev.GraphDestroy(g))
 	}
 }
 

@@ -3,6 +3,7 @@ package uvm
 import (
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -41,6 +42,16 @@ func (t *Tier) SkewBatches(d uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.batches.done[dirD2H] += d
+}
+
+// D2HStream returns the tier's own D2H stream (evictions and retired memory), so that a test
+// can make the driver refuse it without a fault: destroyed under the tier, its queued work
+// still runs and its synchronize is refused (a stream the lists find lost, which Recover
+// answers with a synchronize of the device).
+func (t *Tier) D2HStream() cuda.Stream {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.engine.d2h
 }
 
 // FailWaits makes every queueing of a batch's waits fail with err (nil: none fail).
