@@ -172,18 +172,22 @@ func TestFakeKernel(t *testing.T) {
 			t.Errorf("%s: sticky = %d", what, f.StickyError())
 		}
 	}
+	ev, err := d.EventCreate(true) // made before the fault: the faulted context makes none
+	must(t, "EventCreate", err)
 	jobArray(jobs, [3]uint64{uint64(dev), uint64(unmapped), 64})
 	faults("unmapped source", jobs, ResultIllegalAddress)
 	wantCode(t, "after the fault", d.MemcpyAsync(dev, host, 64, s), ResultIllegalAddress)
 	// An event's record is work on the stream too: refused, as on a GPU ("any further CUDA work
 	// will return the same error"); before, the fake recorded it, and a release event recorded
-	// after a fault hid the fault from uvm's Release.
-	ev, err := d.EventCreate(true)
-	must(t, "EventCreate after the fault", err)
+	// after a fault hid the fault from uvm's Release. Its creation and destruction are refused
+	// too: every call of the faulted context is.
+	_, err = d.EventCreate(true)
+	wantCode(t, "EventCreate after the fault", err, ResultIllegalAddress)
 	wantCode(t, "EventRecord after the fault", d.EventRecord(ev, s), ResultIllegalAddress)
-	must(t, "EventDestroy after the fault", d.EventDestroy(ev))
+	wantCode(t, "EventDestroy after the fault", d.EventDestroy(ev), ResultIllegalAddress)
 	wantCode(t, "synchronizing after the fault", d.Synchronize(), ResultIllegalAddress)
 	f.ClearStickyError()
+	must(t, "EventDestroy", d.EventDestroy(ev))
 	jobArray(jobs, [3]uint64{uint64(dev + 2*n - 8), uint64(host), 64}) // past the allocation's end
 	faults("past the end", jobs, ResultIllegalAddress)
 	f.ClearStickyError()
