@@ -174,6 +174,7 @@ var Core = []Sentinel{
 	{"arena.ErrExhausted", arena.ErrExhausted, pinmalloc.ErrOutOfMemory, "arena: "},
 	{"arena.ErrReserve", arena.ErrReserve, pinmalloc.ErrRefused, "arena: "},
 	{"arena.ErrCommit", arena.ErrCommit, pinmalloc.ErrRefused, "arena: "},
+	{"arena.ErrDecommitUnfinished", arena.ErrDecommitUnfinished, pinmalloc.ErrRefused, "arena: "},
 	{"arena.ErrCapacity", arena.ErrCapacity, pinmalloc.ErrOutOfMemory, "arena: "},
 	{"arena.ErrNotHostAccessible", arena.ErrNotHostAccessible, pinmalloc.ErrInvalid, "arena: "},
 
