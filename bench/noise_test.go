@@ -50,3 +50,28 @@ func TestNoisyTargets(t *testing.T) {
 		t.Errorf("roundSpread of 9..30 = %v; want the middle rounds' 12/10", roundSpread([]float64{10, 11, 12, 30, 9}))
 	}
 }
+
+// TestGoMakeTargetsJudgeNoise: the targets against make([]byte) compare timings taken in
+// rounds like the others, so rounds that disagree by more than the margin make them NOISY;
+// before, their figures were looked up past the noise check and they read MET or MISSED.
+func TestGoMakeTargetsJudgeNoise(t *testing.T) {
+	c := "pair/64KiB"
+	rs := []result{
+		{Case: c, Impl: "pinmalloc-pool", Metric: "ns_per_pair", Value: 100},
+		{Case: c, Impl: "pinmalloc-pool", Metric: "cpu_ns_per_pair", Value: 100},
+		{Case: c, Impl: "pinmalloc-pool", Metric: "round_spread", Value: 1.5},
+		{Case: c, Impl: "go-make", Metric: "ns_per_pair", Value: 110},
+		{Case: c, Impl: "go-make", Metric: "cpu_ns_per_pair", Value: 120},
+		{Case: c, Impl: "go-make", Metric: "round_spread", Value: 1.4},
+	}
+	for _, tg := range evaluateTargets(rs) {
+		if tg.Name != "pool-vs-go-make/64KiB" {
+			continue
+		}
+		if tg.Status != noisy || tg.Spread == 0 {
+			t.Errorf("1.2x against > 1 with rounds spread 2.1x: %s (spread %v, %s); want NOISY", tg.Status, tg.Spread, tg.Detail)
+		}
+		return
+	}
+	t.Fatal("no pool-vs-go-make/64KiB target")
+}
