@@ -64,6 +64,9 @@ func evaluateTargets(rs []result) []target {
 		return lookup(rs, c, im, metric)
 	}
 	add := func(t target) {
+		if t.Status == unmeasured && t.Detail == notMeasured {
+			t.Detail = whyUnmeasured(rs, used)
+		}
 		ts = append(ts, judgeNoise(t, rs, used))
 		clear(used)
 	}
@@ -183,14 +186,16 @@ func evaluateTargets(rs []result) []target {
 		t.Ratio = float64(okCount) / float64(tried)
 		t.Status = map[bool]string{true: met, false: missed}[okCount == tried]
 	}
+	// The largest allocations, the detail's only: looked up past get, so that a competitor
+	// missing here is no reason the target gives for being unmeasured.
 	for _, im := range []string{"pinmalloc-pool", "pinmalloc-heap", "mimalloc"} {
-		if v, found := get("huge/max", im, "max_single_alloc_bytes"); found {
+		if v, found := lookup(rs, "huge/max", im, "max_single_alloc_bytes"); found {
 			notes = append(notes, fmt.Sprintf("%s max %s", im, sizeName(int64(v))))
 		}
 	}
 	t.Detail = strings.Join(notes, "; ")
 	if t.Status == unmeasured {
-		t.Detail = "not measured in this run"
+		t.Detail = notMeasured
 	}
 	add(t)
 
@@ -394,7 +399,7 @@ func printTargets(w io.Writer, ts []target) {
 		}
 	}
 	// notRun are the targets whose cases this run left out (-cases): counted, not listed.
-	notRun := func(t target) bool { return t.Status == unmeasured && t.Detail == "not measured in this run" }
+	notRun := func(t target) bool { return t.Status == unmeasured && t.Detail == notMeasured }
 	count := map[string]int{}
 	unreachable := 0
 	if len(here) > 0 {
@@ -404,10 +409,31 @@ func printTargets(w io.Writer, ts []target) {
 		}
 		fmt.Fprintln(w)
 		var skipped []string
+		// The other unmeasured targets are listed together where they share a reason (a
+		// competitor that did not run leaves a dozen).
+		why := map[string][]string{}
+		for _, t := range here {
+			if t.Status == unmeasured && !notRun(t) {
+				why[t.Detail] = append(why[t.Detail], t.Name)
+			}
+		}
 		for _, t := range here {
 			count[t.Status]++
-			if notRun(t) {
+			names, reason := why[t.Detail], strings.TrimPrefix(t.Detail, "not measured: ")
+			switch {
+			case notRun(t):
 				skipped = append(skipped, t.Name)
+				continue
+			case t.Status == unmeasured && len(names) > 6:
+				if names[0] == t.Name {
+					fmt.Fprintf(w, "- UNMEASURED %d targets (%s, ...): %s\n", len(names),
+						strings.Join(names[:3], ", "), reason)
+				}
+				continue
+			case t.Status == unmeasured && len(names) > 1:
+				if names[0] == t.Name {
+					fmt.Fprintf(w, "- UNMEASURED %s: %s\n", strings.Join(names, ", "), reason)
+				}
 				continue
 			}
 			line(t)
@@ -458,7 +484,7 @@ func printTargets(w io.Writer, ts []target) {
 // size or a bandwidth of zero or less: a harness-adjusted time below its null loop, say) or not
 // a number is no measurement: the target is UNMEASURED, never MET.
 func ratio(name, want string, num, den float64, ok bool, limit float64, atMost bool, detail string) target {
-	t := target{Name: name, Want: want, Limit: limit, Status: unmeasured, Detail: "not measured in this run"}
+	t := target{Name: name, Want: want, Limit: limit, Status: unmeasured, Detail: notMeasured}
 	if !ok {
 		return t
 	}
