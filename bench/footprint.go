@@ -314,11 +314,7 @@ func printFootprint(w io.Writer, rs []result) {
 	fmt.Fprintf(w, "\n### Footprint: memory held for the live buffers (MiB; x live)\n\n")
 	fmt.Fprintln(w, "| case | allocator | live | end of churn | idle "+footprintIdle.String()+" | after trim | ns/op |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
-	cases := []string{"footprint/device"}
-	for _, sh := range larsonShapes {
-		cases = append(cases, "footprint/"+sh.name)
-	}
-	for _, c := range cases {
+	for _, c := range footprintTabled() {
 		var seen []string
 		for _, r := range rs {
 			if r.Case != c || slices.Contains(seen, r.Impl) {
@@ -339,6 +335,15 @@ func printFootprint(w io.Writer, rs []result) {
 				cell("held_end_bytes"), cell("held_idle_bytes"), cell("held_trimmed_bytes"), fmtNs(get("ns_per_op")))
 		}
 	}
+}
+
+// footprintTabled lists the cases printFootprint shows: the device heap's and the larson ones.
+func footprintTabled() []string {
+	cases := []string{"footprint/device"}
+	for _, sh := range larsonShapes {
+		cases = append(cases, "footprint/"+sh.name)
+	}
+	return cases
 }
 
 // footprintLatency measures what the idle purge costs the allocations that run while it

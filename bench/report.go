@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/pinmalloc/pinmalloc/internal/units"
@@ -173,7 +174,11 @@ func printTables(w io.Writer, s *suite, run []benchCase) {
 	}
 	table(fmt.Sprintf("Huge objects in a pool of fixed capacity %s: alloc + touch", sizeName(hugeCapacity)), groups["huge"])
 	for _, c := range run {
-		if c.custom != nil && c.group != "uvm" && c.group != "sweep" && c.group != "calibration" && c.group != "commit" { // printUVMTables, printSweep, printCalibration and printCommitTables show those
+		// printUVMTables, printSweep, printCalibration, printCommitTables and printFootprint
+		// show those.
+		shown := slices.Contains([]string{"uvm", "sweep", "calibration", "commit"}, c.group) ||
+			slices.Contains(footprintTabled(), c.name)
+		if c.custom != nil && !shown {
 			fmt.Fprintf(w, "\n%s:", c.name)
 			for _, r := range s.results {
 				if r.Case == c.name {
