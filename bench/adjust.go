@@ -39,6 +39,12 @@ func adjusted(rs []result, ims []impl) []result {
 		if null, ok := lookup(rs, r.Case, h, "ns_per_pair"); ok {
 			out = append(out, result{Case: r.Case, Impl: r.Impl, Metric: "ns_per_pair_adjusted",
 				Value: r.Value - null, Unit: "ns", Note: fmt.Sprintf("less %s (%.2f ns)", h, null)})
+			sr, okr := lookup(rs, r.Case, r.Impl, "round_spread")
+			sn, okn := lookup(rs, r.Case, h, "round_spread")
+			if okr || okn {
+				out = append(out, result{Case: r.Case, Impl: r.Impl, Metric: "round_spread_adjusted",
+					Value: adjustedSpread(r.Value, max(sr, 1), null, max(sn, 1)), Unit: "ratio"})
+			}
 		}
 	}
 	all := append(slices.Clone(rs), out...)
@@ -52,6 +58,24 @@ func adjusted(rs []result, ims []impl) []result {
 		}
 	}
 	return out
+}
+
+// maxSpread stands for a spread without bound (an adjusted figure that its rounds could put at
+// zero or below), kept finite for the JSON.
+const maxSpread = 1000
+
+// adjustedSpread is the spread of a harness-adjusted figure a = raw - null, taken as the noise
+// check takes a figure's spread s (noise.go: the figure could be anywhere from v/s to v*s): the
+// least s_a such that a/s_a to a*s_a holds raw/sr - null*sn to raw*sr - null/sn, the
+// difference of the two at opposite ends of their bands. The allocator and its null run in the
+// same rounds, but their noise is taken as independent: the difference of two small figures
+// moves far more than either. maxSpread when the band reaches zero.
+func adjustedSpread(raw, sr, null, sn float64) float64 {
+	a, lo, hi := raw-null, raw/sr-null*sn, raw*sr-null/sn
+	if a <= 0 || lo <= 0 {
+		return maxSpread
+	}
+	return min(maxSpread, max(a/lo, hi/a))
 }
 
 // printAdjusted writes, for each group of cases measured in rounds, every allocator's ns per

@@ -26,13 +26,18 @@ func roundSpread(rounds []float64) float64 {
 }
 
 // judgeNoise attaches to t the spread of the figures it was computed from (used: case and
-// allocator) and, where the ratio could lie on the other side of the limit within that spread,
-// makes it NOISY: the run cannot grade it.
-func judgeNoise(t target, rs []result, used map[[2]string]bool) target {
+// allocator; adj: those of them it took harness-adjusted, whose spread is the adjusted
+// figure's, adjust.go) and, where the ratio could lie on the other side of the limit within
+// that spread, makes it NOISY: the run cannot grade it.
+func judgeNoise(t target, rs []result, used, adj map[[2]string]bool) target {
 	s := 1.0
 	timed := false
 	for k := range used {
-		if v, ok := lookup(rs, k[0], k[1], "round_spread"); ok && v >= 1 {
+		metric := "round_spread"
+		if adj[k] {
+			metric = "round_spread_adjusted"
+		}
+		if v, ok := lookup(rs, k[0], k[1], metric); ok && v >= 1 {
 			s *= v
 			timed = true
 		}

@@ -75,3 +75,39 @@ func TestGoMakeTargetsJudgeNoise(t *testing.T) {
 	}
 	t.Fatal("no pool-vs-go-make/64KiB target")
 }
+
+// TestAdjustedTargetsJudgeTheirOwnNoise: a harness-adjusted figure is the allocator's time less
+// its null loop's, and the difference of two noisy timings is noisier than either: a target
+// graded on adjusted figures weighs the spread of both, the allocator's and its null's. Before,
+// it weighed the allocator's raw spread alone and read MISSED where the adjusted figures'
+// rounds could put it on either side of its limit.
+func TestAdjustedTargetsJudgeTheirOwnNoise(t *testing.T) {
+	c := "pair/16B"
+	fig := func(im string, ns, spread float64) []result {
+		return []result{
+			{Case: c, Impl: im, Metric: "ns_per_pair", Value: ns, Unit: "ns"},
+			{Case: c, Impl: im, Metric: "round_spread", Value: spread, Unit: "ratio"},
+		}
+	}
+	var rs []result
+	rs = append(rs, fig("pinmalloc-heap", 12, 1.1)...)
+	rs = append(rs, fig("null-go", 4, 1.1)...)
+	rs = append(rs, fig("mimalloc", 8, 1.1)...)
+	rs = append(rs, fig("null-c", 3, 1.1)...)
+	ims := []impl{{name: "pinmalloc-heap", harness: "null-go"}, {name: "mimalloc", harness: "null-c"},
+		{name: "null-go", harness: "null-go"}, {name: "null-c", harness: "null-c"}}
+	rs = append(rs, adjusted(rs, ims)...)
+	for _, tg := range evaluateTargets(rs) {
+		if tg.Name != "heap-vs-mimalloc-adjusted/16B" {
+			continue
+		}
+		// 8 / 5 = 1.6 against 1.1: the raw spreads (1.21) put it out of reach of the limit, the
+		// adjusted figures' (about 1.23 and 1.26) do not.
+		if tg.Ratio != 1.6 || tg.Status != noisy {
+			t.Errorf("adjusted 8 ns against 5 ns, each less a null of spread 1.1: %s, "+
+				"ratio %v, spread %v (%s); want NOISY", tg.Status, tg.Ratio, tg.Spread, tg.Detail)
+		}
+		return
+	}
+	t.Fatal("no heap-vs-mimalloc-adjusted/16B target")
+}

@@ -58,17 +58,22 @@ func evaluateTargets(rs []result) []target {
 	var ts []target
 	// get looks a figure up and notes whose it is; add appends targets, judging each against
 	// the spread of the rounds of the figures looked up for it (noise.go).
-	used := map[[2]string]bool{}
+	// adj notes the figures used harness-adjusted, whose spread is their own (adjust.go).
+	used, adj := map[[2]string]bool{}, map[[2]string]bool{}
 	get := func(c, im, metric string) (float64, bool) {
 		used[[2]string{c, im}] = true
+		if metric == "ns_per_pair_adjusted" {
+			adj[[2]string{c, im}] = true
+		}
 		return lookup(rs, c, im, metric)
 	}
 	add := func(t target) {
 		if t.Status == unmeasured && t.Detail == notMeasured {
 			t.Detail = whyUnmeasured(rs, used)
 		}
-		ts = append(ts, judgeNoise(t, rs, used))
+		ts = append(ts, judgeNoise(t, rs, used, adj))
 		clear(used)
+		clear(adj)
 	}
 
 	// 1. Small blocks against mimalloc (issue 22): the heap's mixed pair within 1.3x of
