@@ -180,51 +180,91 @@ func (c *cudaSuite) synced(im impl) impl {
 }
 
 // copyCase measures the bandwidth of copies of size bytes in direction dir between a device
-// buffer (cuMemAlloc) and a host buffer from each source, in GB/s (10^9 bytes per second).
+// buffer (cuMemAlloc) and a host buffer from each source, in GB/s (10^9 bytes per second). The
+// sources are timed in rounds (interleave), each round every one once, against one device
+// buffer: a figure is the median of its rounds, and the spread of its rounds comes with it.
 func (c *cudaSuite) copyCase(name, dir string, size int, srcs []hostSource) benchCase {
 	return benchCase{name: name, group: "gpu", size: int64(size), custom: func(s *suite) []result {
-		var out []result
+		var sets []*resultSet
+		var picked []hostSource
 		for _, src := range srcs {
-			if !s.cfg.implFilter.MatchString(src.name) {
-				continue
+			if s.cfg.implFilter.MatchString(src.name) {
+				sets, picked = append(sets, &resultSet{c: name, impl: src.name}), append(picked, src)
 			}
-			rs := resultSet{c: name, impl: src.name}
-			if m, err := c.copyBandwidth(cudaConfig(s.cfg), dir, size, src); err != nil {
-				rs.fail(err)
-			} else {
-				rs.add("gbps", float64(size)/m.nsPerOp, "GB/s")
-			}
+		}
+		c.copyRounds(cudaConfig(s.cfg), dir, size, picked, sets)
+		var out []result
+		for _, rs := range sets {
 			out = append(out, rs.out...)
 		}
 		return out
 	}}
 }
 
-// copyBandwidth times copies with the wall clock around n async copies on the suite's stream
-// and one synchronize; measure reports the mean over its repetitions.
-func (c *cudaSuite) copyBandwidth(cfg *config, dir string, size int, src hostSource) (m measurement, err error) {
-	a, err := src.open(caseCapacity)
-	if err != nil {
-		return m, err
-	}
-	defer func() { err = errors.Join(err, a.close()) }()
-	b, err := a.alloc(size)
-	if err != nil {
-		return m, err
-	}
-	defer func() { err = errors.Join(err, a.free(b)) }() // keeps b alive, and in place: Go's heap does not move
-	clear(b)                                             // every page resident
+// copyRounds times copies from each of srcs in rounds against one device buffer and records
+// each one's bandwidth, or its error, into the set of the same index.
+func (c *cudaSuite) copyRounds(cfg *config, dir string, size int, srcs []hostSource,
+	sets []*resultSet) {
 	d, err := c.dev.MemAlloc(uintptr(size))
 	if err != nil {
-		return m, err
+		for _, rs := range sets {
+			rs.fail(err)
+		}
+		return
 	}
-	defer func() { err = errors.Join(err, c.dev.MemFree(d)) }()
+	var cs []contender
+	var closes []func() error
+	var measured []*resultSet
+	for i, src := range srcs {
+		run, closeSrc, err := c.copyRunner(dir, d, size, src)
+		if err != nil {
+			sets[i].fail(err)
+			continue
+		}
+		cs, closes = append(cs, contender{run, 1}), append(closes, closeSrc)
+		measured = append(measured, sets[i])
+	}
+	outs := interleave(cfg, cs)
+	var closeErrs []error
+	for i := range measured {
+		closeErrs = append(closeErrs, closes[i]())
+	}
+	freeErr := c.dev.MemFree(d) // after every source's copies: a failure spoils each figure
+	for i, rs := range measured {
+		if err := errors.Join(outs[i].err, closeErrs[i], freeErr); err != nil {
+			rs.fail(err)
+			continue
+		}
+		rs.add("gbps", float64(size)/outs[i].m.nsPerOp, "GB/s")
+		if outs[i].m.spread > 0 {
+			rs.add("round_spread", outs[i].m.spread, "ratio")
+		}
+	}
+}
+
+// copyRunner opens src, takes a host buffer of size bytes from it and returns the runner that
+// times n async copies between it and the device buffer d, in direction dir, on the suite's
+// stream, with the wall clock around them and one synchronize; closeSrc gives the buffer back.
+// One copy is made before it returns: a first copy is slow (first touch, mappings), and is kept
+// out of the calibration.
+func (c *cudaSuite) copyRunner(dir string, d cuda.DevicePtr, size int, src hostSource) (
+	run runner, closeSrc func() error, err error) {
+	a, err := src.open(caseCapacity)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := a.alloc(size)
+	if err != nil {
+		return nil, nil, errors.Join(err, a.close())
+	}
+	closeSrc = func() error { return errors.Join(a.free(b), a.close()) } // keeps b alive, and in place
+	clear(b)                                                             // every page resident
 	host, nb := uintptr(unsafe.Pointer(&b[0])), uintptr(size)
 	copyOnce := func() error { return c.dev.MemcpyHtoDAsync(d, host, nb, c.s) }
 	if dir == "d2h" {
 		copyOnce = func() error { return c.dev.MemcpyDtoHAsync(host, d, nb, c.s) }
 	}
-	run := func(n int) (time.Duration, error) {
+	run = func(n int) (time.Duration, error) {
 		t0 := time.Now()
 		for range n {
 			if err := copyOnce(); err != nil {
@@ -234,10 +274,10 @@ func (c *cudaSuite) copyBandwidth(cfg *config, dir string, size int, src hostSou
 		err := c.dev.StreamSynchronize(c.s)
 		return time.Since(t0), err
 	}
-	if _, err := run(1); err != nil { // a first copy is slow (first touch, mappings): keep it out of the calibration
-		return m, err
+	if _, err := run(1); err != nil {
+		return nil, nil, errors.Join(err, closeSrc())
 	}
-	return measure(cfg, run, 1)
+	return run, closeSrc, nil
 }
 
 // targets (issue 19): the CUDAHost pool's pair 10,000 times faster than cuMemHostAlloc +
