@@ -20,7 +20,9 @@ import (
 // purge delay is 10 ms, mimalloc's 10 ms too), and after it was asked to give back what it can
 // (pinmalloc's Trim, mimalloc's mi_collect(true) on every thread, glibc's malloc_trim(0) on
 // every thread; the PyTorch-style cache has no such call and keeps its peak): committed bytes
-// for pinmalloc and mimalloc, the reserved blocks for the cache, mallinfo2's arenas for glibc.
+// for pinmalloc and mimalloc, the reserved blocks for the cache, mallinfo2's arenas for glibc
+// (what its arenas took from the system: malloc_trim's madvise of free pages inside an arena
+// does not lower it, so glibc's idle and trimmed figures are an upper bound on its resident).
 // The two shapes: issue 38's low occupancy (8 buffers of 8 B – 64 KiB a goroutine, about
 // 2 MiB live) and mimalloc-bench's larson at high occupancy (5000 buffers of 8 – 1000 B a
 // thread, about 20 MiB live).
