@@ -271,13 +271,15 @@ func footprintTargets(rs []result) []target {
 	c := "footprint/larson-low"
 	live, ok1 := lookup(rs, c, "pinmalloc-pool", "live_bytes")
 	idle, ok2 := lookup(rs, c, "pinmalloc-pool", "held_idle_bytes")
-	ts = append(ts, ratio("footprint-low-idle", "pinmalloc-pool committed after sitting idle <= live + 1 MiB (footprint/larson-low)",
-		idle, live+1<<20, ok1 && ok2, 1, true, fmt.Sprintf("pinmalloc-pool %.2f MiB for %.2f MiB live%s", idle/(1<<20), live/(1<<20), others(c))))
+	ts = append(ts, explained(rs, ratio("footprint-low-idle", "pinmalloc-pool committed after sitting idle <= live + 1 MiB (footprint/larson-low)",
+		idle, live+1<<20, ok1 && ok2, 1, true, fmt.Sprintf("pinmalloc-pool %.2f MiB for %.2f MiB live%s", idle/(1<<20), live/(1<<20), others(c))),
+		[2]string{c, "pinmalloc-pool"}))
 	c = "footprint/larson-high"
 	live, ok1 = lookup(rs, c, "pinmalloc-pool", "live_bytes")
 	idle, ok2 = lookup(rs, c, "pinmalloc-pool", "held_idle_bytes")
-	ts = append(ts, ratio("footprint-high-idle", "pinmalloc-pool committed after sitting idle <= 1.1x live (footprint/larson-high)",
-		idle, live, ok1 && ok2, 1.1, true, fmt.Sprintf("pinmalloc-pool %.2f MiB for %.2f MiB live%s", idle/(1<<20), live/(1<<20), others(c))))
+	ts = append(ts, explained(rs, ratio("footprint-high-idle", "pinmalloc-pool committed after sitting idle <= 1.1x live (footprint/larson-high)",
+		idle, live, ok1 && ok2, 1.1, true, fmt.Sprintf("pinmalloc-pool %.2f MiB for %.2f MiB live%s", idle/(1<<20), live/(1<<20), others(c))),
+		[2]string{c, "pinmalloc-pool"}))
 	// The -footprint suite's serving trace, paced: the CUDAHost pool within 1.15 of its live
 	// bytes, and no more than the locked pool holds (memory accounting: graded on the fake
 	// driver too, whose VMM granule is the driver's).
@@ -292,19 +294,22 @@ func footprintTargets(rs []result) []target {
 	np, ok2 := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p99_ns_no_purge")
 	p999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_purging")
 	n999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_no_purge")
-	ts = append(ts, ratio("footprint-latency-p99", "pinmalloc-pool Alloc p99 while the purger works <= 2x without a purge (footprint/latency)",
-		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))))
+	ts = append(ts, explained(rs, ratio("footprint-latency-p99", "pinmalloc-pool Alloc p99 while the purger works <= 2x without a purge (footprint/latency)",
+		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))),
+		[2]string{"footprint/latency", "pinmalloc-pool"}))
 	pu, ok1 = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p99_ns_purging")
 	np, ok2 = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p99_ns_no_purge")
 	p999, _ = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p999_ns_purging")
 	n999, _ = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p999_ns_no_purge")
-	ts = append(ts, ratio("footprint-device-latency-p99", "pinmalloc-device Alloc p99 while the purger trims other streams' heaps <= 2x without a purge (footprint/device-latency)",
-		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))))
+	ts = append(ts, explained(rs, ratio("footprint-device-latency-p99", "pinmalloc-device Alloc p99 while the purger trims other streams' heaps <= 2x without a purge (footprint/device-latency)",
+		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))),
+		[2]string{"footprint/device-latency", "pinmalloc-device"}))
 	h16, h16OK := lookup(rs, "footprint/trace-16p", cudaHostName, "committed_over_live")
-	ts = append(ts, ratio("footprint-trace-cudahost", "pinmalloc-cudahost peak committed / peak live <= 1.15 (footprint/trace, paced)", h, 1, hOK, 1.15, true, detail),
-		ratio("footprint-trace-cudahost-16p", fmt.Sprintf("pinmalloc-cudahost peak committed / peak live <= 1.15 at GOMAXPROCS %d, a GPU host's (footprint/trace-16p)", gpuHostPs),
-			h16, 1, h16OK, 1.15, true, fmt.Sprintf("%s %.3f", cudaHostName, h16)),
-		ratio("footprint-trace-cudahost-vs-locked", "pinmalloc-cudahost peak committed / live <= the locked pool's (footprint/trace)", h, l, hOK && lOK, 1, true, detail))
+	host, locked := [2]string{"footprint/trace", cudaHostName}, [2]string{"footprint/trace", "pinmalloc-pool"}
+	ts = append(ts, explained(rs, ratio("footprint-trace-cudahost", "pinmalloc-cudahost peak committed / peak live <= 1.15 (footprint/trace, paced)", h, 1, hOK, 1.15, true, detail), host),
+		explained(rs, ratio("footprint-trace-cudahost-16p", fmt.Sprintf("pinmalloc-cudahost peak committed / peak live <= 1.15 at GOMAXPROCS %d, a GPU host's (footprint/trace-16p)", gpuHostPs),
+			h16, 1, h16OK, 1.15, true, fmt.Sprintf("%s %.3f", cudaHostName, h16)), [2]string{"footprint/trace-16p", cudaHostName}),
+		explained(rs, ratio("footprint-trace-cudahost-vs-locked", "pinmalloc-cudahost peak committed / live <= the locked pool's (footprint/trace)", h, l, hOK && lOK, 1, true, detail), host, locked))
 	return ts
 }
 

@@ -62,3 +62,17 @@ func hasResult(rs []result, c, im string) bool {
 	}
 	return false
 }
+
+// explained is t, its detail saying why it is unmeasured (whyUnmeasured) from the figures of
+// keys (case and allocator), for the targets built outside evaluateTargets' get.
+func explained(rs []result, t target, keys ...[2]string) target {
+	if t.Status != unmeasured || t.Detail != notMeasured {
+		return t
+	}
+	used := map[[2]string]bool{}
+	for _, k := range keys {
+		used[k] = true
+	}
+	t.Detail = whyUnmeasured(rs, used)
+	return t
+}

@@ -51,3 +51,25 @@ func TestUnmeasuredSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// TestFootprintUnmeasuredSaysWhy: a footprint target whose case ran but whose pool failed says
+// so, and is not counted with the targets whose cases the run left out.
+func TestFootprintUnmeasuredSaysWhy(t *testing.T) {
+	rs := []result{
+		{Case: "footprint/larson-low", Impl: "pinmalloc-pool", Metric: "error", Note: "allocation failed"},
+		{Case: "footprint/larson-low", Impl: "glibc", Metric: "live_bytes", Value: 2 << 20},
+	}
+	for _, tg := range evaluateTargets(rs) {
+		switch tg.Name {
+		case "footprint-low-idle":
+			want := "pinmalloc-pool failed on footprint/larson-low: allocation failed"
+			if tg.Status != unmeasured || !strings.Contains(tg.Detail, want) {
+				t.Errorf("%s: %s (%s); want UNMEASURED saying %q", tg.Name, tg.Status, tg.Detail, want)
+			}
+		case "footprint-high-idle":
+			if tg.Detail != notMeasured {
+				t.Errorf("%s, whose case did not run: %q", tg.Name, tg.Detail)
+			}
+		}
+	}
+}
