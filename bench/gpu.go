@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // gpuSuite is a set of CUDA competitors and cases that a file built for a CUDA machine plugs
@@ -38,6 +40,15 @@ var gpuSuites []gpuSuite
 // gpuUnopened says, for each suite openGPUSuites could not open, why.
 var gpuUnopened []string
 
+// gpuDriver, when the suites opened on pinmalloc's fake driver (cuda.LibraryEnv naming it),
+// says so: the results' machine carries it, so that no CUDA figure of the run is read as a
+// GPU's.
+var gpuDriver string
+
+// fakeGPUNote is gpuDriver on the fake.
+const fakeGPUNote = "pinmalloc's fake CUDA driver: the CUDA cases' figures are this CPU's " +
+	"and the fake's cost model, not a GPU's (their targets are N/A)"
+
 // openGPUSuites opens every suite compiled in and returns their competitors and cases, and a
 // function that closes them. Without a suite or a driver it says so and returns nothing.
 func openGPUSuites() ([]impl, []benchCase, func()) {
@@ -58,6 +69,10 @@ func openGPUSuites() ([]impl, []benchCase, func()) {
 		gpuTargets = append(gpuTargets, s.targets)
 		impls = append(impls, s.impls()...)
 		cs = append(cs, s.cases()...)
+	}
+	if fake, _ := icuda.LoadedIsFake(); fake && len(opened) > 0 {
+		gpuDriver = fakeGPUNote
+		fmt.Fprintln(os.Stderr, "bench: -gpu: on "+fakeGPUNote)
 	}
 	return impls, cs, func() {
 		for _, s := range opened {

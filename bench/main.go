@@ -340,12 +340,15 @@ type machine struct {
 	Load string `json:"load"`
 	// Memory says when pinmalloc ran on pageable memory (a low memlock limit: memlock.go).
 	Memory string `json:"memory,omitempty"`
+	// Driver says when -gpu's suites ran on pinmalloc's fake driver (gpu.go).
+	Driver string `json:"driver,omitempty"`
 }
 
 // thisMachine describes the machine.
 func thisMachine(quick bool, load string) machine {
 	m := machine{CPU: "unknown", Cores: runtime.NumCPU(), Go: runtime.Version(),
-		Date: time.Now().UTC().Format(time.RFC3339), Commit: "unknown", Mode: "full", Load: load, Memory: hostMemory.memoryNote()}
+		Date: time.Now().UTC().Format(time.RFC3339), Commit: "unknown", Mode: "full", Load: load,
+		Memory: hostMemory.memoryNote(), Driver: gpuDriver}
 	if quick {
 		m.Mode = "quick"
 	}
