@@ -77,13 +77,18 @@ func (c *batchSuite) cases() []benchCase {
 		for _, sz := range batchSizes {
 			name := "batch-" + dir + "/" + sizeName(sz)
 			cs = append(cs, benchCase{name: name, group: "gpu", size: sz, custom: func(s *suite) []result {
-				var out []result
+				var sets []*resultSet
+				var methods []copyengine.Method
 				for _, m := range batchMethods {
 					if s.cfg.implFilter.MatchString(m.name) {
-						rs := resultSet{c: name, impl: m.name}
-						c.measureBatch(s.cfg, &rs, m.m, dir == "d2h", uintptr(sz))
-						out = append(out, rs.out...)
+						sets = append(sets, &resultSet{c: name, impl: m.name})
+						methods = append(methods, m.m)
 					}
+				}
+				c.measureBatches(s.cfg, sets, methods, dir == "d2h", uintptr(sz))
+				var out []result
+				for _, rs := range sets {
+					out = append(out, rs.out...)
 				}
 				return out
 			}})
@@ -140,22 +145,57 @@ func (c *batchSuite) calibration(*suite) []result {
 	return out
 }
 
-// measureBatch times n batches queued on the suite's stream and one synchronize.
+// measureBatch times n batches of one method queued on the suite's stream and one synchronize.
 func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method copyengine.Method, toHost bool, size uintptr) {
+	c.measureBatches(cfg, []*resultSet{rs}, []copyengine.Method{method}, toHost, size)
+}
+
+// measureBatches times the batches of each of methods in rounds (interleave), each round every
+// method once, and records each one's bandwidth, the spread of its rounds and its CPU time per
+// job, or its error, into the set of the same index.
+func (c *batchSuite) measureBatches(cfg *config, sets []*resultSet, methods []copyengine.Method,
+	toHost bool, size uintptr) {
+	n := batchBytes / int(size)
+	var cs []contender
+	var closes []func() error
+	var measured []*resultSet
+	for i, m := range methods {
+		run, closeB, err := c.batchRunner(m, toHost, size)
+		if err != nil {
+			sets[i].fail(err)
+			continue
+		}
+		cs, closes = append(cs, contender{run, 1}), append(closes, closeB)
+		measured = append(measured, sets[i])
+	}
+	outs := interleave(cudaConfig(cfg), cs)
+	for i, rs := range measured {
+		if err := errors.Join(outs[i].err, closes[i]()); err != nil {
+			rs.fail(err)
+			continue
+		}
+		m := outs[i].m
+		rs.add("gbps", batchBytes/m.nsPerOp, "GB/s")
+		rs.add("cpu_ns_per_job", m.cpuNsPerOp/float64(n), "ns")
+		if m.spread > 0 {
+			rs.add("round_spread", m.spread, "ratio")
+		}
+	}
+}
+
+// batchRunner opens a copy engine of method and returns the runner that times k batches of
+// batchBytes in blocks of size bytes, queued on the suite's stream, and one synchronize, and
+// what closes the engine. One batch is run before it returns (first touch of the pages and
+// mappings), out of the calibration.
+func (c *batchSuite) batchRunner(method copyengine.Method, toHost bool, size uintptr) (
+	run runner, closeB func() error, err error) {
 	if why := c.lacks(method); why != "" {
-		rs.fail(errors.New(why))
-		return
+		return nil, nil, errors.New(why)
 	}
 	b, err := copyengine.New(cuda.Wrap[*pcuda.Device](c.dev), copyengine.Options{Method: method, TrustNoOverlap: true})
 	if err != nil {
-		rs.fail(err)
-		return
+		return nil, nil, err
 	}
-	defer func() {
-		if err := b.Close(); err != nil {
-			rs.fail(err)
-		}
-	}()
 	n := batchBytes / int(size)
 	perm := rand.New(rand.NewPCG(uint64(size), 3)).Perm(n)
 	jobs := make([]copyengine.Job, n)
@@ -166,7 +206,7 @@ func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method copyengine.
 			jobs[i] = copyengine.Job{Dst: h, Src: d, Len: int(size)}
 		}
 	}
-	run := func(k int) (time.Duration, error) {
+	run = func(k int) (time.Duration, error) {
 		t0 := time.Now()
 		for range k {
 			if err := b.Copy(jobs, pcuda.Stream(c.s)); err != nil {
@@ -176,17 +216,10 @@ func (c *batchSuite) measureBatch(cfg *config, rs *resultSet, method copyengine.
 		err := c.dev.StreamSynchronize(c.s)
 		return time.Since(t0), err
 	}
-	if _, err := run(1); err != nil { // first touch of the pages and mappings
-		rs.fail(err)
-		return
+	if _, err := run(1); err != nil {
+		return nil, nil, errors.Join(err, b.Close())
 	}
-	m, err := measure(cudaConfig(cfg), run, 1)
-	if err != nil {
-		rs.fail(err)
-		return
-	}
-	rs.add("gbps", batchBytes/m.nsPerOp, "GB/s")
-	rs.add("cpu_ns_per_job", m.cpuNsPerOp/float64(n), "ns")
+	return run, b.Close, nil
 }
 
 // targets (issue 9): the kernel at 48 GB/s or more each way for every block size, and 10 times

@@ -49,3 +49,41 @@ func TestCopyCaseInRounds(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchCaseInRounds: the copy engine's cases (kernel-vs-per-copy at 10x) time their
+// methods in rounds, interleaved, not one method's repetitions after another's: each method's
+// figure comes with the spread of its rounds.
+func TestBatchCaseInRounds(t *testing.T) {
+	if fakecuda.Run(t) == nil {
+		return
+	}
+	c := &batchSuite{}
+	if err := c.open(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	cfg := &config{target: 2 * time.Millisecond, reps: 5,
+		implFilter: regexp.MustCompile("kernel|per-copy")}
+	var bc benchCase
+	for _, x := range c.cases() {
+		if x.name == "batch-h2d/64KiB" {
+			bc = x
+		}
+	}
+	if bc.custom == nil {
+		t.Fatal("no case batch-h2d/64KiB")
+	}
+	rs := bc.custom(&suite{cfg: cfg})
+	for _, im := range []string{"pinmalloc-kernel", "cuda-per-copy"} {
+		if e, failed := failure(rs, bc.name, im); failed {
+			t.Fatalf("%s: %s", im, e)
+		}
+		if _, ok := lookup(rs, bc.name, im, "round_spread"); !ok {
+			t.Errorf("%s: no spread of rounds: measured one method after another? %v", im, rs)
+		}
+	}
+}
