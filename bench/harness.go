@@ -32,8 +32,9 @@ func (m measurement) opsPerSec() float64 { return 1e9 / m.nsPerOp }
 // measure calibrates n so that one run takes about cfg.target, then runs cfg.reps repetitions
 // and reports their mean, not their median: a GC cycle or a purge that lands in one
 // repetition is part of the cost. The suite's own cases, and the GPU pair cases, measure
-// through interleave instead (interleave.go), and so do the GPU copy-bandwidth cases; measure
-// serves the GPU cases that time one method at a time (the copy engine's batches, staging).
+// through interleave instead (interleave.go), and so do the GPU copy-bandwidth and copy
+// engine cases; measure serves the staging case (gpu_anchors.go), which times one source at a
+// time.
 func measure(cfg *config, r runner, unit int) (measurement, error) {
 	n, err := calibrate(cfg, r, unit)
 	if err != nil {
