@@ -200,6 +200,11 @@ func TestStub(t *testing.T) {
 		if os.Getenv(stubMarker) == "1" && !strings.Contains(err.Error(), "cuInit") {
 			t.Fatalf("stub 1: %v, want cuInit's error", err)
 		}
+		// A code the stub does not name is named by the binding's table, not misnamed by the stub.
+		if _, err := cuda.Open(1); os.Getenv(stubMarker) == "3" &&
+			(err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_DEVICE")) {
+			t.Fatalf("stub 3: Open(1) = %v, want CUDA_ERROR_INVALID_DEVICE named", err)
+		}
 		if n, err := cuda.Count(); os.Getenv(stubMarker) == "4" && (n != 0 || !errors.Is(err, pinmalloc.ErrNoDevice)) {
 			t.Fatalf("stub 4: Count = %d, %v, want 0 and an error matching ErrNoDevice", n, err)
 		}

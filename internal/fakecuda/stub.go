@@ -33,10 +33,15 @@ const stubSource = `
 int cuInit(unsigned f) { if (FAULT == 5) sleep(600); return FAULT == 1 ? 999 : f ? 1 : 0; }
 int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 int cuGetErrorName(int r, const char **s) {
-	*s = r == 999 ? "CUDA_ERROR_UNKNOWN" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : r == 100 ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_INVALID_VALUE";
+	*s = r == 999 ? "CUDA_ERROR_UNKNOWN" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : r == 100 ? "CUDA_ERROR_NO_DEVICE" :
+		r == 1 ? "CUDA_ERROR_INVALID_VALUE" : NULL;
+	return *s ? 0 : 1; // a code it does not name: CUDA_ERROR_INVALID_VALUE and no text, as the driver
+}
+int cuGetErrorString(int r, const char **s) {
+	if (cuGetErrorName(r, s) != 0) return 1;
+	*s = "stub driver error";
 	return 0;
 }
-int cuGetErrorString(int r, const char **s) { *s = "stub driver error"; return 0; }
 int cuDeviceGetCount(int *n) { *n = FAULT == 4 ? 0 : 1; return 0; }
 int cuDeviceGet(int *d, int ord) { if (FAULT == 4) return 100; if (ord != 0) return 101; *d = 0; return 0; }
 int cuDeviceGetName(char *b, int n, int d) { snprintf(b, n, "NVIDIA H200"); return 0; }
