@@ -31,9 +31,16 @@
 // cuda.Event), and converts at its boundary: it imports this package, so this one cannot use
 // its types, and the module's packages below the public API (fakecuda, streamq, the EventPool)
 // keep one representation. Host pointers are
-// uintptr as well: the package never dereferences them, and the memory they point to must not
-// be moved by the Go runtime while the driver uses it (memory from mmap, MemHostAlloc or C is
-// fine; a Go heap buffer is fine for the duration of a synchronous copy if kept alive).
+// uintptr as well: the package never dereferences them, and the memory they point to must stay
+// where it is, and stay allocated, for as long as the driver may use it. Memory from mmap,
+// MemHostAlloc or C is. Go memory is dead to the garbage collector from the moment its address
+// is a uintptr, and a buffer on a goroutine's stack moves when the stack grows (in Do, before
+// the driver call), leaving the uintptr behind: pin it (runtime.Pinner, which also moves it to
+// the heap) before taking the address and until the call has returned, as device.Heap's copies
+// do; runtime.KeepAlive is not enough. That covers the copies (a copy from or to pageable
+// memory, Go's included, has read or written it when it returns), never a registration, a
+// mapped pointer or a batch (MemcpyBatchAsync reads its sources in stream order): give those
+// no Go memory.
 //
 // # Invariants
 //
