@@ -24,7 +24,8 @@ func Example() {
 	free, total, _ := dev.MemInfo()
 	fmt.Printf("%s: %d of %d MiB free\n", name, free>>20, total>>20)
 
-	// A copy stream that yields to the program's kernels, and a compute stream.
+	// A copy stream at the least priority (on current GPUs the default one: it yields to streams
+	// raised above it, and ties with default ones), and a compute stream.
 	least, _, err := dev.StreamPriorityRange()
 	if err != nil {
 		fmt.Println(err)

@@ -33,9 +33,10 @@ func (d *Device) StreamCreate(flags StreamFlags) (Stream, error) {
 
 // StreamCreateWithPriority creates a stream with a scheduling priority from
 // StreamPriorityRange (numerically lower is higher priority; a value outside the range is
-// clamped by the driver). Work on a higher-priority stream is scheduled first: give a stream
-// that must not slow the program's kernels the least priority, or one that must win the
-// greatest. Destroy it with StreamDestroy.
+// clamped by the driver). Work on a higher-priority stream is scheduled first. On current GPUs
+// the least priority is also the default one, that of StreamCreate's streams (and the runtime's
+// cudaStreamCreate): a stream given it yields to streams raised above it and shares its level
+// with those. Give a stream that must win the greatest. Destroy it with StreamDestroy.
 func (d *Device) StreamCreateWithPriority(flags StreamFlags, priority int) (Stream, error) {
 	in, err := d.in()
 	if err != nil {
