@@ -589,10 +589,14 @@ func (dr *driver) resolve(id symID) (C.uintptr_t, error) {
 	return 0, fmt.Errorf("%w: %s in %s (%s; dlsym: %s)", pinmalloc.ErrSymbol, e.dlsym, dr.path, why, C.GoString(&cmsg[0]))
 }
 
-// check turns a CUresult into an error.
+// check turns a CUresult into an error. CUDA_ERROR_NOT_READY, the answer of a query of pending
+// work on the pools' allocation path, is errNotReady: boxing a Result above 255 allocates.
 func check(r C.int) error {
-	if r == 0 {
+	switch Result(r) {
+	case resultSuccess:
 		return nil
+	case resultNotReady:
+		return errNotReady
 	}
 	return Result(r)
 }

@@ -55,6 +55,9 @@ const (
 	resultCaptureWrongThread Result = 908
 )
 
+// errNotReady is resultNotReady as an error, boxed once (check).
+var errNotReady error = resultNotReady
+
 // resultNames gives the name and description of common results, used when the driver's
 // cuGetErrorName/cuGetErrorString are not available.
 var resultNames = map[Result][2]string{
