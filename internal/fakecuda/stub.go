@@ -33,8 +33,8 @@ const stubSource = `
 int cuInit(unsigned f) { if (FAULT == 5) sleep(600); return FAULT == 1 ? 999 : f ? 1 : 0; }
 int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 int cuGetErrorName(int r, const char **s) {
-	*s = r == 999 ? "CUDA_ERROR_UNKNOWN" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : r == 100 ? "CUDA_ERROR_NO_DEVICE" :
-		r == 1 ? "CUDA_ERROR_INVALID_VALUE" : NULL;
+	*s = r == 999 ? "CUDA_ERROR_UNKNOWN" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" :
+		r == 100 ? "CUDA_ERROR_NO_DEVICE" : r == 1 ? "CUDA_ERROR_INVALID_VALUE" : NULL;
 	return *s ? 0 : 1; // a code it does not name: CUDA_ERROR_INVALID_VALUE and no text, as the driver
 }
 int cuGetErrorString(int r, const char **s) {
