@@ -384,6 +384,46 @@ func TestGpucheckScriptArgs(t *testing.T) {
 	}
 }
 
+// TestGpucheckBuildFailsWhenGoListFails: scripts/gpucheck build stops, non-zero, when go list
+// of the packages fails (a package that does not load), instead of building a bundle without
+// that package's GPU tests. Run on a copy of the script with a stub go that fails go list and
+// does nothing else, so it builds nothing.
+func TestGpucheckBuildFailsWhenGoListFails(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	root, stubs := t.TempDir(), t.TempDir()
+	script, err := os.ReadFile(filepath.Join("..", "scripts", "gpucheck"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goStub := "#!/bin/sh\n" +
+		"[ \"$1\" = list ] && { echo 'go: a package does not load' >&2; exit 1; }\n" +
+		"exit 0\n"
+	files := map[string]string{
+		filepath.Join(root, "scripts", "gpucheck"):                     string(script),
+		filepath.Join(root, "bench", "go.mod"):                         "module stub\n",
+		filepath.Join(root, "internal", "fakecuda", "fakedriver.c.in"): "",
+		filepath.Join(stubs, "go"):                                     goStub,
+	}
+	for path, text := range files {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "gpucheck"), "build")
+	path := stubs + string(os.PathListSeparator) + os.Getenv("PATH")
+	cmd.Env = append(os.Environ(), "PATH="+path, "CC=true")
+	out, err := cmd.CombinedOutput()
+	if err == nil || strings.Contains(string(out), "gpucheck: built") {
+		t.Errorf("scripts/gpucheck build with go list failing: %v, want a failure before the "+
+			"bundle:\n%s", err, out)
+	}
+}
+
 // TestGpucheckNVML checks the comparison of internal/nvml with nvidia-smi: the same device in
 // their two spellings passes, a different name, memory or bus id fails, and so does NVML
 // unavailable on a GPU machine.
