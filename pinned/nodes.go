@@ -165,7 +165,7 @@ func (n *Nodes) AllocOn(node, size int) ([]byte, error) {
 
 // Free gives a buffer back to the pool it came from (Pool.Free's rules apply).
 func (n *Nodes) Free(b []byte) error {
-	if len(b) == 0 {
+	if cap(b) == 0 { // buf[:0] is a buffer, as Pool.Free takes it
 		return errEmptySlice
 	}
 	addr := mem.Addr(b)
