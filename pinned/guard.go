@@ -59,6 +59,14 @@ func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
 
 // allocQuota is Alloc under a quota.
 func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
+	// Sizes no room could serve are refused before they count: one near math.MaxInt would
+	// take the sum past math.MaxInt64, to a negative one that lets other Allocs through.
+	if c := p.a.Capacity(); uintptr(n) > c {
+		return nil, fmt.Errorf("%w: %d bytes asked of a pool of capacity %d", ErrTooLarge, n, c)
+	}
+	if int64(n) > p.quota {
+		return nil, fmt.Errorf("%w: %d bytes asked of a quota of %d", ErrQuota, n, p.quota)
+	}
 	if !p.quotaRoom(int64(n)) {
 		used := p.used.Load()
 		if p.order == nil {
@@ -67,6 +75,9 @@ func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
 		dn, dbytes := p.deferred()
 		return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use (%d bytes in %d buffers wait for their streams)",
 			ErrQuota, n, used, p.quota, dbytes, dn)
+	}
+	if afterQuotaRoom != nil {
+		afterQuotaRoom()
 	}
 	b, err := p.alloc(n, alignment, false)
 	if err != nil {
@@ -120,6 +131,10 @@ func (p *Pool) quotaRoom(n int64) bool {
 // afterHoldsLook, when set (by tests), runs in freeGuarded between its look at the holds and its
 // claim of the buffer.
 var afterHoldsLook func()
+
+// afterQuotaRoom, when set (by tests), runs in allocQuota once the quota has counted the
+// request, before its allocation.
+var afterQuotaRoom func()
 
 // afterQuotaMiss, when set (by tests), runs in quotaRoom between a sum that found no room and
 // the question whether deferred buffers may still come back.
