@@ -42,6 +42,11 @@ func (p *Pool) ForgetStream(s cuda.Stream) error {
 		forgetFlushed()
 	}
 	err := p.order.forget(s)
+	if err != nil && p.released.Load() {
+		// Released meanwhile (the free of the last buffer of a closed pool), and the device
+		// with it: the driver's refusals of s are the release's doing.
+		return ErrClosed
+	}
 	if err == nil && p.order.cached.Load() != 0 {
 		// Once more, for a cache that took s's list between the flush above and the forget (a
 		// free that found the list before): its push is refused, and its buffers freed (s has
