@@ -22,7 +22,10 @@ import (
 // it never clears memory handed out again, nor memory a closed pool released with its last
 // buffer. A buffer a CUDA stream may still use (stream.go) is scrubbed, and leaves the quota,
 // only once its streams have passed its free (giveBack with held set): scrubbing it at Free
-// would be undone by a copy landing after.
+// would be undone by a copy landing after. A pool without stream order claims the buffer so
+// with any guard, scrub or not: a Hold that takes the buffer after the free's look at the holds
+// makes the claim find it held, and the free waits for its Release, where the heap's plain free
+// refused it (hold.go).
 //
 // The quota counts the bytes asked for, in one atomic counter shared by the pool's goroutines:
 // an Alloc adds its size and backs off when the sum passes the quota, so concurrent Allocs
@@ -129,7 +132,7 @@ func (p *Pool) quotaRoom(n int64) bool {
 }
 
 // afterHoldsLook, when set (by tests), runs in freeGuarded between its look at the holds and its
-// claim of the buffer.
+// claim (ZeroOnFree) or free of the buffer.
 var afterHoldsLook func()
 
 // afterQuotaRoom, when set (by tests), runs in allocQuota once the quota has counted the
@@ -147,6 +150,9 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 		if handled, err := p.out.deferFree(addr, n, false, 0, false); handled { // held: hold.go
 			return err
 		}
+		if afterHoldsLook != nil {
+			afterHoldsLook()
+		}
 	}
 	if p.order == nil && p.sharer != nil {
 		// Shared, and its Sharer does not know it (the free asked it first): freed.
@@ -155,10 +161,10 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 		}
 	}
 	claimed := false
-	if p.zeroOnFree && l == nil { // FreeAsync holds the buffer itself, and scrubs it later
-		if afterHoldsLook != nil {
-			afterHoldsLook()
-		}
+	// Claimed with a scrub, and without stream order (l is nil there): the heap would refuse
+	// the free of a buffer a Hold took since the look at the holds, where the claim defers
+	// the free to its Release.
+	if l == nil && (p.zeroOnFree || p.order == nil) { // FreeAsync holds the buffer itself
 		first, err := p.g.HoldSized(addr, n)
 		if err != nil {
 			if p.released.Load() {
