@@ -1,11 +1,13 @@
 package pinned
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
@@ -55,7 +57,8 @@ func (p *Pool) Device() int {
 
 // DevicePointer returns the address at which a CUDA device sees buffer b of a pool with the
 // CUDAHost backend, for kernels that read or write host memory directly. Other backends give an
-// error wrapping ErrInvalidOptions.
+// error wrapping ErrInvalidOptions; memory that is not the pool's committed memory (Go memory,
+// another pool's buffer) ErrNotOwned, and a pool whose memory is released ErrClosed.
 func (p *Pool) DevicePointer(b []byte) (cuda.DevicePtr, error) {
 	c, ok := p.a.Provider().(deviceMapper)
 	if !ok {
@@ -64,7 +67,17 @@ func (p *Pool) DevicePointer(b []byte) (cuda.DevicePtr, error) {
 	if len(b) == 0 {
 		return 0, errEmptySlice
 	}
-	ptr, err := c.DevicePointer(mem.Addr(b))
+	if p.released.Load() {
+		return 0, ErrClosed
+	}
+	addr := mem.Addr(b)
+	if _, in := p.a.Lookup(addr); !in {
+		return 0, fmt.Errorf("%w: %#x is outside the arena", ErrNotOwned, addr)
+	}
+	ptr, err := c.DevicePointer(addr)
+	if errors.Is(err, arena.ErrInvalid) { // the provider's: not committed memory, so no buffer
+		return 0, fmt.Errorf("%w: %w", ErrNotOwned, err)
+	}
 	return ptr, wrapError(err, ErrNotOwned)
 }
 
