@@ -3,6 +3,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -122,7 +123,9 @@ func (p *Pool) Share(b []byte) error {
 // elsewhere (another process let it go): as Free frees a held buffer, after the streams
 // recorded on it and the last Release of its holds (Hold). The Sharer must know the buffer no
 // more (DropShared answers shared false). A part of a buffer (ErrSubSlice), a buffer freed
-// (ErrDoubleFree) or one never shared (ErrNotOwned) is refused, and nothing changes.
+// (ErrDoubleFree) or one never shared (ErrNotOwned) is refused, and nothing changes; but in a
+// pool with stream order (CUDAHost) a buffer never shared that a Hold or a stream's record
+// holds looks shared, and is freed: the Sharer must name only buffers it shared.
 func (p *Pool) FreeShared(b []byte) error {
 	addr, n, err := p.buffer(b)
 	if err != nil {
@@ -136,10 +139,17 @@ func (p *Pool) FreeShared(b []byte) error {
 		return wrapError(err, ErrNotOwned)
 	case size != n:
 		return subSliceFree(addr, n, size)
-	case !p.g.Held(addr):
+	case !p.g.Held(addr), p.order == nil && !sharedTag(p.g.Tag(addr)):
 		return fmt.Errorf("%w: %#x is not a shared buffer", ErrNotOwned, addr)
 	}
 	return p.releaseShared(addr, n, nil)
+}
+
+// sharedTag reports, in a pool without stream order, whether the tag of a held buffer says it
+// is shared (tagHeld: see Share); a Hold's own hold bit leaves the tag tagNone. In a pool with
+// stream order a Hold, or a stream's record, tags it as a Share does: only the Sharer knows.
+func sharedTag(tag *atomic.Uintptr) bool {
+	return tag != nil && settled(tag) == tagHeld
 }
 
 // freeShared is the part of a free (Free, FreeAsync on the stream of l when l is not nil) of
