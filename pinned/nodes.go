@@ -169,10 +169,15 @@ func (n *Nodes) Free(b []byte) error {
 		return errEmptySlice
 	}
 	addr := mem.Addr(b)
+	released := true
 	for _, p := range n.pools {
 		if _, ok := p.a.Lookup(addr); ok {
 			return p.Free(b)
 		}
+		released = released && p.released.Load()
+	}
+	if released { // as Pool.Free: the memory is gone, whatever b was
+		return ErrClosed
 	}
 	return fmt.Errorf("%w: %#x is in no pool of the set", ErrNotOwned, addr)
 }

@@ -1,6 +1,7 @@
 package pinned_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -21,4 +22,23 @@ func TestFakeNodesFreeResliced(t *testing.T) {
 	ok(t, "AllocFor", err)
 	ok(t, "Free(buf[:0])", n.Free(b[:0]))
 	ok(t, "Close", n.Close())
+}
+
+// TestFakeNodesFreeAfterClose: Nodes.Free once the set's pools are closed and their memory
+// released says ErrClosed, as Pool.Free does; it said ErrNotOwned ("in no pool of the set"),
+// as if the buffer were never the set's.
+func TestFakeNodesFreeAfterClose(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	n, err := pinned.NewNodes(pinned.Options{Backend: pinned.CUDAHost, Capacity: 16 << 20})
+	ok(t, "NewNodes", err)
+	b, err := n.AllocFor(0, 4096)
+	ok(t, "AllocFor", err)
+	ok(t, "Free", n.Free(b))
+	ok(t, "Close", n.Close())
+	if err := n.Free(b); !errors.Is(err, pinned.ErrClosed) {
+		t.Errorf("Nodes.Free after Close: %v, want ErrClosed", err)
+	}
 }
