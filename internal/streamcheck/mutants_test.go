@@ -145,6 +145,15 @@ var mutants = []mutant{
 		catch: ciRun,
 	},
 	{
+		name:  "pool-record-racing-free-trusts-tag",
+		why:   "RecordStream of a second stream trusts the tag it read before the uses lock: a Free that claimed the buffer in between leaves the record adding its stream to a use the free already deferred, and the buffer goes back with that stream still at work (c45a2f0); two goroutines race there, and the model is one",
+		file:  "pinned/streamtag.go",
+		old:   "\t\tif t == tagMulti && tag.Load() != tagMulti || t != tagMulti && !tag.CompareAndSwap(t, tagMulti) {",
+		new:   "\t\tif t != tagMulti && !tag.CompareAndSwap(t, tagMulti) {",
+		pkg:   "./pinned",
+		catch: "^TestFakeRecordStreamRacingFree$",
+	},
+	{
 		name:  "pool-quota-never-reclaims",
 		why:   "an Alloc the quota refuses does not take back the deferred buffers the streams have passed (issue 25 (2), 24a8419)",
 		file:  "pinned/guard.go",
@@ -221,6 +230,14 @@ var mutants = []mutant{
 		old:   "\tif err := p.dev.StreamSynchronize(s); err != nil {\n\t\treturn err\n\t}\n\tif p.Capturing(streamLegacy) {",
 		new:   "\treturn p.dev.StreamSynchronize(s)\n\tif p.Capturing(streamLegacy) {",
 		catch: "^TestRegressions$/^heap_Sync_of_a_free_ordered_by_the_legacy_stream$",
+	},
+	{
+		name:  "drain-without-wait",
+		why:   "a drain (device Sync and the reclaim of an Alloc out of memory or of Trim, the pool's wait for deferred buffers when an Alloc finds no memory, the tier's Sync) hands back a stream's deferred items without synchronizing the stream",
+		file:  "internal/streamq/lists_release.go",
+		old:   "\t\tif err := ls.points.WaitStream(l.s); errors.Is(err, pinmalloc.ErrCapturing) {",
+		new:   "\t\tif err := error(nil); errors.Is(err, pinmalloc.ErrCapturing) {",
+		catch: ciRun,
 	},
 	{
 		name:  "poll-takes-marked-early",
@@ -309,6 +326,17 @@ var mutants = []mutant{
 		new:   "\t\t} else if false {\n\t\t\trefused, rerr = s, err\n\t\t}",
 		pkg:   "./device",
 		catch: "^TestFakeCloseWaitsForDestroyedStream$",
+	},
+
+	// The copy engine (the tier's mover): a staging buffer of job descriptors is written again
+	// only once the launch that reads it has run.
+	{
+		name:  "copyengine-stage-reused-in-flight",
+		why:   "the staging ring takes a buffer whose launch is still queued for idle, without querying its event: the next Copy writes its jobs over the descriptors the queued kernel has yet to read",
+		file:  "copyengine/ring.go",
+		old:   "\tif err := b.dev.EventQuery(st.ev); err != nil {\n\t\treturn err\n\t}\n\tst.busy = false",
+		new:   "\tst.busy = false",
+		catch: ciRun,
 	},
 
 	// The tier: a block moves only after its users' and its copies' points.
