@@ -338,6 +338,14 @@ var mutants = []mutant{
 		new:   "\tst.busy = false",
 		catch: ciRun,
 	},
+	{
+		name:  "copyengine-stage-oldest-unwaited",
+		why:   "with every staging buffer in flight, the ring reuses the oldest without waiting for its launch's event (a blind spot of the checker before the regression case: its CI run fills the ring once, where the reuse lands on nothing it reads)",
+		file:  "copyengine/ring.go",
+		old:   "\t\tif err := b.dev.EventSynchronize(old.ev); err != nil {",
+		new:   "\t\tif err := error(nil); err != nil {",
+		catch: "^TestRegressions$/^staging_ring_full_under_Hold$",
+	},
 
 	// The tier: a block moves only after its users' and its copies' points.
 	{

@@ -172,6 +172,31 @@ var regressions = []regression{
 			{ID: 2620, Kind: HeapTrim, A: -1, B: -1},
 		},
 	},
+	{
+		// The kernel mover's staging ring, its four buffers in flight under Hold (three
+		// evictions and three prefetches queued, none run): the next batch must wait for the
+		// oldest buffer's launch before writing its jobs there, or that launch, run later,
+		// copies the new jobs in place of its own (found on the mutant
+		// copyengine-stage-oldest-unwaited, whose ring fills once in the CI run).
+		name: "staging ring full under Hold",
+		what: "tier block bytes (acquired for reading)",
+		cfg:  Config{Seed: 18186795711035311322, Streams: 4, Blocking: 0b1000, Legacy: true, Pressure: true, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 0, PoolZero: true, PoolQuota: 0, PoolShards: 1, TierBudget: 256 << 10, TierHostQuota: 393216, Mover: copyengine.MethodKernel, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 492, Kind: TierAlloc, S: 4, T: 0, A: -1, B: -1, N: 4096, Off: 0, V: 0xf7acca37, Flag: false},
+			{ID: 518, Kind: TierAcquire, S: 3, T: 0, A: 492, B: 466, N: 0, Off: 0, V: 0xbdd24920, Flag: true},
+			{ID: 606, Kind: TierRelease, S: 3, T: 0, A: 492, B: -1, N: 0, Off: 0, V: 0xdbaf048, Flag: false},
+			{ID: 621, Kind: TierAlloc, S: 3, T: 0, A: -1, B: -1, N: 65536, Off: 0, V: 0x7c397a6e, Flag: false},
+			{ID: 636, Kind: Hold, S: 0, T: 0, A: -1, B: -1, N: 0, Off: 0, V: 0x64e38f0, Flag: true},
+			{ID: 647, Kind: TierEvict, S: 3, T: 0, A: 563, B: 492, N: 0, Off: 492, V: 0x4cf3f9eb, Flag: false},
+			{ID: 649, Kind: TierPrefetch, S: 2, T: 0, A: 577, B: 479, N: 0, Off: 621, V: 0x741bc85c, Flag: false},
+			{ID: 660, Kind: TierEvict, S: 0, T: 0, A: 621, B: 582, N: 0, Off: 577, V: 0x1b19b5be, Flag: false},
+			{ID: 661, Kind: TierPrefetch, S: 1, T: 0, A: 609, B: 479, N: 0, Off: 621, V: 0xb940e7a3, Flag: false},
+			{ID: 878, Kind: TierEvict, S: 0, T: 0, A: 750, B: 492, N: 0, Off: 621, V: 0xbf46cce2, Flag: false},
+			{ID: 880, Kind: TierPrefetch, S: 2, T: 0, A: 621, B: 563, N: 0, Off: 577, V: 0x99684cf5, Flag: false},
+			{ID: 949, Kind: Recreate, S: 3, T: 0, A: -1, B: -1, N: 0, Off: 0, V: 0xc0e46cc0, Flag: false},
+			{ID: 955, Kind: TierAcquire, S: 1, T: 0, A: 492, B: -1, N: 0, Off: 0, V: 0xeb7e047c, Flag: false},
+		},
+	},
 }
 
 // afterRemoteFree returns the operations that make a buffer freed by a reclaim outside its
