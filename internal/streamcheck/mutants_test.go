@@ -103,6 +103,34 @@ var mutants = []mutant{
 		catch: ciRun,
 	},
 
+	{
+		name:  "device-purge-trims-unwaited",
+		why:   "the idle purge trims a quiet stream heap at once, without its request waiting on the stream's list for the stream to pass it (purger.early, the device tests' own mutant); the checker's purge runs on a 1 ms timer, which its runs, too fast, seldom meet with a heap quiet for two ticks: its CI run does not catch it",
+		file:  "device/purge.go",
+		old:   "\tif pg.early {",
+		new:   "\tif true {",
+		pkg:   "./device",
+		catch: "^TestFakeIdlePurgeKeepsStreamOrder$",
+	},
+	{
+		name:  "device-forget-live-unwaited",
+		why:   "ForgetStream of a live stream does its deferred frees and gives back its heap's memory without synchronizing it (nor the legacy stream); the checker's contract synchronizes a stream before it forgets it",
+		file:  "device/release.go",
+		old:   "\tif err := h.lists.Points().WaitStream(uintptr(s)); err != nil {\n\t\tif park, err := h.waitRefused(s, err); err != nil {",
+		new:   "\tif err := error(nil); err != nil {\n\t\tif park, err := h.waitRefused(s, err); err != nil {",
+		pkg:   "./device",
+		catch: "^(TestFakeHoldForgetStreamWaits|TestFakeForgetStreamKeepsLegacyOrder)$",
+	},
+	{
+		name:  "cudamem-zero-unwaited",
+		why:   "a provider's clear (arena.Zeroer: a heap's Zalloc) returns before its cuMemsetD8Async has run on its kept stream (cfc5b8d, 7cf987c): the new owner's writes on its own streams are zeroed after them; the checker's heaps never Zalloc",
+		file:  "cudamem/device.go",
+		old:   "\tif err := b.dev.StreamSynchronize(s); err != nil {",
+		new:   "\tif err := error(nil); err != nil {",
+		pkg:   "./cudamem",
+		catch: "^TestFakeZeroBesideBlockingCapture$",
+	},
+
 	// Pools: a deferred buffer is handed out again only once its streams have passed it.
 	{
 		name:  "pool-freeasync-frees-at-once",
@@ -152,6 +180,15 @@ var mutants = []mutant{
 		new:   "\t\tif t != tagMulti && !tag.CompareAndSwap(t, tagMulti) {",
 		pkg:   "./pinned",
 		catch: "^TestFakeRecordStreamRacingFree$",
+	},
+	{
+		name:  "pool-held-free-async-unordered",
+		why:   "the last Release of a held buffer freed with FreeAsync frees it without ordering it after the FreeAsync's stream (device-held-free-async-unordered's twin); the checker's pools are never held",
+		file:  "pinned/hold.go",
+		old:   "\t\tl = p.order.lists.GetKnown(uintptr(u.stream))",
+		new:   "\t\t_ = u.stream",
+		pkg:   "./pinned",
+		catch: "^TestFakeHoldFreeAsyncPointRefused$",
 	},
 	{
 		name:  "pool-quota-never-reclaims",
