@@ -384,6 +384,25 @@ var mutants = []mutant{
 		catch: "^TestRegressions$/^staging_ring_full_under_Hold$",
 	},
 
+	{
+		name:  "copyengine-failed-copy-unsettled",
+		why:   "a Copy whose staging event or fence back to the caller's stream could not be queued returns without waiting for its batch's stream: the batch runs later, out of the caller's stream order, over what the caller's retry wrote; the model's driver refuses no record",
+		file:  "copyengine/streams.go",
+		old:   "\treturn errors.Join(err, b.wait(on, s))",
+		new:   "\treturn err",
+		pkg:   "./copyengine",
+		catch: "^TestFenceBackFails$",
+	},
+	{
+		name:  "copyengine-wait-ends-capture",
+		why:   "a failed Copy's wait answers a stream it cannot synchronize with a synchronize of the context without asking the streams it knows whether a capture holds them: it ends a user's capture (4067389); the model makes no capture",
+		file:  "copyengine/streams.go",
+		old:   "\t\tif cerr := b.captureSeen(on, s); cerr != nil {",
+		new:   "\t\tif cerr := error(nil); cerr != nil {",
+		pkg:   "./copyengine",
+		catch: "^TestWaitDestroyedStreamBesideCapture$",
+	},
+
 	// The tier: a block moves only after its users' and its copies' points.
 	{
 		name:  "tier-drops-restoring-copy",
