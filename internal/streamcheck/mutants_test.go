@@ -329,6 +329,15 @@ var mutants = []mutant{
 	},
 
 	{
+		name:  "synced-since-counts-earlier-sync",
+		why:   "Points.SyncedSince counts a synchronize of the context that started at or before the mark (or none at all, both zero): a device heap's parked frees (a held block's free on a stream destroyed and parked since) are given back with the destroyed stream's work still queued; the model never destroys a stream before it is forgotten",
+		file:  "internal/streamq/points.go",
+		old:   "func (p *Points) SyncedSince(mark uint64) bool { return p.synced.Load() > mark }",
+		new:   "func (p *Points) SyncedSince(mark uint64) bool { return p.synced.Load() >= mark }",
+		pkg:   "./device",
+		catch: "^TestFakeHoldParkedStream$",
+	},
+	{
 		name:  "settle-without-legacy-point",
 		why:   "a device heap's Close hands back the legacy stream's frees, and gives back the legacy stream's heap, without waiting for a point there, after finding the legacy stream idle by its own query: a blocking stream's work the heap never saw, which a free on the legacy stream comes after, still uses the memory (wt-51); the checker's runs forget (synchronize) every stream before Close",
 		file:  "internal/streamq/lists_settle.go",
