@@ -455,6 +455,14 @@ var mutants = []mutant{
 		catch: ciRun,
 	},
 	{
+		name:  "tier-host-copy-unwaited",
+		why:   "AcquireHost of a dirty block queues its copy to the host and hands Go the host buffer without waiting for the copy's event",
+		file:  "uvm/host.go",
+		old:   "\tif err == nil {\n\t\terr = t.dev.EventSynchronize(uintptr(ev))\n\t}",
+		new:   "\t_ = ev",
+		catch: ciRun,
+	},
+	{
 		name:  "tier-retire-fallback-ignores-copies",
 		why:   "a retire whose waits cannot be queued waits for the release events but not for the D2H stream, whose eviction copy may still write the freed block's host buffer (4df4900); the waits fail only when a test injects the fault",
 		file:  "uvm/completion.go",
