@@ -73,9 +73,12 @@
 // # Proven by mutants
 //
 // mutants_test.go lists ordering bugs put back into the module, one edit each: every bug the
-// checker was first tried on and every ordering bug fixed since. TestMutants builds each with
+// checker was first tried on, every ordering bug fixed since, and the wait of each path where
+// memory changes owner (a free, trim, reclaim, purge, drain, forget, a hold's last release, a
+// parked free, a staging buffer reused) taken out or weakened. TestMutants builds each with
 // go build's -overlay (the tree is not touched) and runs the CI run of the checker on it, which
-// must fail; TestMutantsApply checks that every edit still applies.
+// must fail (or, for the few the checker's runs do not reach, the case of the mutated package
+// that catches it); TestMutantsApply checks that every edit still applies.
 //
 // # Running it
 //

@@ -16,7 +16,9 @@ type mutant struct {
 	// checker's runs do not reach (each says why): a race between two goroutines (the model is
 	// one), a fault the driver injects, a stream destroyed before it is forgotten (which the
 	// model cannot tell from a new stream given the same handle), a wait the contract makes
-	// redundant (a stream is synchronized before it is forgotten), churn beyond a run's.
+	// redundant (a stream is synchronized before it is forgotten), churn beyond a run's, a call
+	// the model's world never makes (a Hold of a pool buffer, a Zalloc, a capture) or a timer it
+	// seldom meets (the device heap's idle purge).
 	pkg string
 }
 
