@@ -645,3 +645,44 @@ func freeUnknownShared(t *testing.T, p *pinned.Pool) {
 	}
 	ok(t, "Close", p.Close())
 }
+
+// pendingSharer is a refSharer that notes, at each FreeOutside, how much work the fake driver
+// still held queued.
+type pendingSharer struct {
+	*refSharer
+	pending func() int
+	seen    []int
+}
+
+func (s *pendingSharer) FreeOutside(b []byte) error {
+	s.seen = append(s.seen, s.pending())
+	return s.refSharer.FreeOutside(b)
+}
+
+// TestFakeFreeAsyncOutsideWaitsForStream: FreeAsync on stream s of a buffer outside the pool
+// (another process's, which its Sharer frees) behind a copy still queued on s hands it to
+// FreeOutside only once s has passed the copy: the other process cannot wait for this one's
+// stream, and reuses the buffer as soon as it is told.
+func TestFakeFreeAsyncOutsideWaitsForStream(t *testing.T) {
+	s := &pendingSharer{refSharer: newRefSharer()}
+	r := newAsyncRig(t, pinned.Options{Sharer: s})
+	if r == nil {
+		return
+	}
+	s.pending = r.f.Pending
+	other := newPool(t, pinned.Options{Capacity: 4 << 20, Backend: pinned.CUDAHost})
+	x, err := other.Alloc(4096)
+	ok(t, "Alloc", err)
+	d := r.devAlloc(4096)
+	r.f.Hold(true)
+	ok(t, "HtoDAsync", r.heap.HtoDAsync(pubcuda.DevicePtr(d), x, pubcuda.Stream(r.s)))
+	ok(t, "FreeAsync outside the pool", r.pool.FreeAsync(x, pubcuda.Stream(r.s)))
+	if len(s.seen) != 1 || s.seen[0] != 0 {
+		t.Errorf("FreeOutside calls, with the work still queued at each: %v; want one, with none queued", s.seen)
+	}
+	r.f.Hold(false)
+	ok(t, "Free", other.Free(x))
+	ok(t, "Close", other.Close())
+	ok(t, "heap Free", r.heap.Free(pubcuda.DevicePtr(d)))
+	r.finish()
+}

@@ -135,6 +135,15 @@ var mutants = []mutant{
 
 	// Pools: a deferred buffer is handed out again only once its streams have passed it.
 	{
+		name:  "pool-freeasync-outside-unwaited",
+		why:   "FreeAsync of a buffer outside the pool (another process's, freed by the Sharer) hands it to FreeOutside before the stream has passed the work queued on it: the other process reuses it under this one's copy; the checker's pools have no Sharer",
+		file:  "pinned/share.go",
+		old:   "\t\tif err := p.order.points().WaitStream(streamq.Stream(s)); err != nil {\n\t\t\treturn true, wrapError(err, ErrInvalidStream)\n\t\t}\n\t\treturn true, p.sharer.FreeOutside(mem.Bytes(addr, n))",
+		new:   "\t\t_ = streamq.Stream(s)\n\t\treturn true, p.sharer.FreeOutside(mem.Bytes(addr, n))",
+		pkg:   "./pinned",
+		catch: "^TestFakeFreeAsyncOutsideWaitsForStream$",
+	},
+	{
 		name:  "pool-freeasync-frees-at-once",
 		why:   "FreeAsync frees at once, as for a pool the driver copies synchronously",
 		file:  "pinned/stream.go",
