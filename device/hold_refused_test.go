@@ -72,3 +72,54 @@ func holdClearRefused(t *testing.T, async bool) {
 	}
 	freeAll(t, h, []cuda.DevicePtr{q, r})
 }
+
+// TestFakeHoldClearRefusedTwice: a held block's Free whose memset the driver refused at the
+// last Release (TestFakeHoldFreeClearRefused) is parked; the context is synchronized since, and
+// a blocking stream captures again when the heap next settles the parked frees: the clear is
+// refused a second time, and the block must stay parked, neither freed nor handed out with s's
+// bytes. Once the capture has ended, a Sync clears and frees it. No test failed when the settle
+// freed the block after its refused clear.
+func TestFakeHoldClearRefusedTwice(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1, ZeroOnFree: true})
+	if f == nil {
+		return
+	}
+	defer f.Hold(false)
+	a, s := newStream(t, dev, h), newStream(t, dev, h)
+	c := newBlockingStream(t, dev, h)
+	const n = 64 << 10
+	p := alloc(t, h, n, a)
+	hd := heldBehind(t, f, h, p, n, s)
+	must(t, "Free of the held block", h.Free(pcuda.DevicePtr(p)))
+	capture := func(during func()) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+		during()
+		g, err := dev.StreamEndCapture(c)
+		must(t, "StreamEndCapture", err)
+		must(t, "GraphDestroy", dev.GraphDestroy(g))
+	}
+	capture(func() { must(t, "Release", hd.Release()) }) // its clear refused: parked
+	f.Hold(false)
+	h.mu.Lock()
+	err := h.points().WaitAll() // the context synchronized since the park, by any of the heap's waits
+	h.mu.Unlock()
+	must(t, "synchronize the context", err)
+	var st Stats
+	capture(func() { st = h.Stats() }) // the settle: its clear refused again
+	if st.Deferred != 1 || st.Live != 1 {
+		t.Errorf("after the second refused clear: %d deferred, %d live; want 1, 1 (still parked)", st.Deferred, st.Live)
+	}
+	must(t, "Sync", h.Sync())
+	q := alloc(t, h, n, a)
+	if q != p {
+		t.Fatalf("a's Alloc got %#x, not the block %#x Sync freed: the test proves nothing", q, p)
+	}
+	got := make([]byte, n)
+	must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
+	if !bytes.Equal(got, make([]byte, n)) {
+		t.Error("ZeroOnFree: the held block came back with s's bytes")
+	}
+	freeAll(t, h, []cuda.DevicePtr{q})
+}

@@ -133,6 +133,16 @@ var mutants = []mutant{
 		catch: "^TestFakeZeroBesideBlockingCapture$",
 	},
 
+	{
+		name:  "device-parked-clear-refused-freed",
+		why:   "a parked free (a held block's, its ZeroOnFree clear refused at the last Release) whose clear the driver refuses again at a later settle is freed all the same: the block is handed out with its old bytes; the checker's heaps never clear",
+		file:  "device/park.go",
+		old:   "\t\t\t\tkept(ps, serr)\n\t\t\t\tcontinue // parked still: cleared and freed at a later call",
+		new:   "\t\t\t\tkept(ps, serr)",
+		pkg:   "./device",
+		catch: "^TestFakeHoldClearRefusedTwice$",
+	},
+
 	// Pools: a deferred buffer is handed out again only once its streams have passed it.
 	{
 		name:  "pool-freeasync-outside-unwaited",
