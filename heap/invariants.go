@@ -26,6 +26,25 @@ func (h *Heap) verifyWith(tables bool) error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	var liveN uint64
 	var liveBytes uintptr
+	var pages []*page // the heap's live pages, for verifyPending
+	kept, err := h.verifyKept()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	object := func(pg *page) { // an object page or huge object of the heap's segments
+		pages = append(pages, pg)
+		n, bytes := pg.objectLive()
+		liveN += n
+		liveBytes += bytes
+		if err := pg.verifyExtent(); err != nil {
+			errs = append(errs, err)
+		}
+		if !kept[pg] { // kept ones: verifyKept
+			if err := h.verifyObject(pg, false); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for i := range h.direct {
 		if c := h.class(uintptr(max(i, 1)) * 16); h.direct[i] != h.cur[c] {
 			bad("direct[%d] is not the current page of class %d", i, c)
@@ -44,6 +63,7 @@ func (h *Heap) verifyWith(tables bool) error {
 				bad("class %d: page %#x on the available list is not a live page of the class", c, pg.base)
 			}
 		}
+		pages = append(pages, cl.all...)
 		for i, pg := range cl.all {
 			if int(pg.allIdx) != i || pg.class != int16(c) || pg.dead || pg.heap != h {
 				bad("class %d: page %#x at %d of the class's pages (index %d, class %d, dead %v)", c, pg.base, i, pg.allIdx, pg.class, pg.dead)
@@ -98,12 +118,7 @@ func (h *Heap) verifyWith(tables bool) error {
 					bad("segment %#x: slice %d has page %v but free bit %d", s.base, i, p != nil, s.free>>uint(i)&1)
 				}
 				if p != nil && p.class < 0 && !seen[p] && p.heap == h && p.seg == s { // a huge tail counts in its own segment
-					n, bytes := p.objectLive()
-					liveN += n
-					liveBytes += bytes
-					if err := p.verifyExtent(); err != nil {
-						errs = append(errs, err)
-					}
+					object(p)
 				}
 				if p != nil && p.class >= 0 && !seen[p] {
 					nclass++
@@ -115,12 +130,7 @@ func (h *Heap) verifyWith(tables bool) error {
 				bad("segment %#x: %d pages counted, %d found; %d class pages counted, %d found", s.base, s.npages, len(seen), s.nclass, nclass)
 			}
 		} else if pg.heap == h {
-			n, bytes := pg.objectLive()
-			liveN += n
-			liveBytes += bytes
-			if err := pg.verifyExtent(); err != nil {
-				errs = append(errs, err)
-			}
+			object(pg)
 			if ts := pg.tail; ts != nil {
 				if ts.base != s.base+s.span.Size || pg.nslice <= 0 || pg.nslice >= segSlices || pg.span != s.span.Size+uintptr(pg.nslice)<<sliceShift {
 					bad("huge object %#x: its tail segment %#x, %d slices, span %d, is not where its chunks end (%d bytes)", pg.base, ts.base, pg.nslice, pg.span, s.span.Size)
@@ -147,12 +157,8 @@ func (h *Heap) verifyWith(tables bool) error {
 			bad("run %#x: %d segments hold pages, it counts %d", r.segs[0].base, used, r.used)
 		}
 	}
-	for _, list := range [][]*page{h.objFree, h.bigFree} {
-		for _, pg := range list {
-			if st := atomic.LoadUint32(&pg.state[0]); st != 0 && st&freedRemote == 0 || pg.dead {
-				bad("kept page %#x: state %#x, dead %v", pg.base, st, pg.dead)
-			}
-		}
+	if err := h.verifyPending(pages); err != nil {
+		errs = append(errs, err)
 	}
 	if liveN != h.allocs-h.frees || liveBytes != h.live {
 		bad("heap counts %d blocks of %d bytes live, its pages %d of %d", h.allocs-h.frees, h.live, liveN, liveBytes)

@@ -9,11 +9,11 @@
 // (so the stack has no ABA problem) when a class runs out of blocks, at Collect, Trim, Stats
 // and Close, and moves each set bit's block onto its page's free list.
 //
-// Invariants: a page is on the pending stack at most once while page.pending is set; a block's
-// remote bit is set only while its state word says freedRemote and held clear and it is on no free
-// list; a page is given back only when it holds no uncollected remote free (see pushFree and the
-// package invariants), so no remote free lands on a page given back, and a stale pending entry for
-// a dead page is ignored.
+// Invariants: a live page is on the pending stack, once, exactly while page.pending is set, and
+// is while a bit of its remote bitmap is set; a block's remote bit is set only while its state
+// word says freedRemote and held clear and it is on no free list; a page is given back only
+// when it holds no uncollected remote free (see pushFree and the package invariants), so no
+// remote free lands on a page given back, and a stale pending entry for a dead page is ignored.
 
 package heap
 
