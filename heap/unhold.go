@@ -33,7 +33,7 @@ func (g *Group) Unhold(p, n uintptr) error {
 	for {
 		old := atomic.LoadUint32(w)
 		if old == 0 || old&freedRemote != 0 || old&^held != want {
-			return pg.freeError(idx, old, p, n, held)
+			return pg.freeError(idx, old, p, n, old&held) // not live, or of another size
 		}
 		if old&held == 0 {
 			return fmt.Errorf("%w: Unhold of %#x, which is not held", ErrInvalidArgument, p)

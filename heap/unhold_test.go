@@ -2,6 +2,7 @@ package heap
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +42,24 @@ func TestUnhold(t *testing.T) {
 	}
 	if err := h.g.Unhold(0x1000, 8); !errors.Is(err, ErrNotOwned) {
 		t.Fatalf("Unhold of a foreign address: %v", err)
+	}
+}
+
+// TestUnholdNotHeldWrongSize: Unhold of a live block that is not held, with the wrong size,
+// says the size is wrong, in Unhold's words (it named FreeHeld, and said invalid argument).
+func TestUnholdNotHeldWrongSize(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	for _, n := range []uintptr{100, 300 << 10, 3 << 20} {
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = h.g.Unhold(p, n+1)
+		if !errors.Is(err, ErrSizeMismatch) || strings.Contains(err.Error(), "FreeHeld") {
+			t.Errorf("Unhold of a block of %d not held, with %d bytes: %v", n, n+1, err)
+		}
+		if err := h.Free(p); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
