@@ -160,6 +160,13 @@ func (h *Heap) verifyWith(tables bool) error {
 	if err := h.verifyPending(pages); err != nil {
 		errs = append(errs, err)
 	}
+	for _, pg := range pages {
+		// No sharer is at work (see verifyQuiet): one left a page sharing, and every later
+		// sharer would wait for it for good. Object pages are shared from the start.
+		if m := atomic.LoadUint32(&pg.mode); m == sharing || pg.class < 0 && m != shared {
+			bad("page %#x (class %d) is in mode %d with no sharer at work", pg.base, pg.class, m)
+		}
+	}
 	if liveN != h.allocs-h.frees || liveBytes != h.live {
 		bad("heap counts %d blocks of %d bytes live, its pages %d of %d", h.allocs-h.frees, h.live, liveN, liveBytes)
 	}

@@ -2,6 +2,7 @@ package heap
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/keep"
@@ -27,7 +28,8 @@ func verifyCatches(t *testing.T, h *Heap, what, want string, break_, mend func()
 
 // TestVerifyCatchesLostRemoteFree: a remote bit set on a page that is not on the pending stack
 // is a free no collection ever takes in, and a page flagged pending off the stack is one no
-// remote free pushes again; verify reports both.
+// remote free pushes again, and a page left sharing makes every later sharer wait for good;
+// verify reports each.
 func TestVerifyCatchesLostRemoteFree(t *testing.T) {
 	h := newTestHeap(t, 64<<20, Options{})
 	p, err := h.Alloc(100)
@@ -56,6 +58,9 @@ func TestVerifyCatchesLostRemoteFree(t *testing.T) {
 	verifyCatches(t, h, "on the stack, flag clear", "with its pending flag clear", func() {
 		pg.pending.Store(0)
 	}, func() { pg.pending.Store(1) })
+	verifyCatches(t, h, "left sharing", "with no sharer at work", func() {
+		atomic.StoreUint32(&pg.mode, sharing)
+	}, func() { atomic.StoreUint32(&pg.mode, shared) })
 	h.Collect()
 	if err := h.Free(p); err != nil {
 		t.Fatal(err)
