@@ -101,9 +101,15 @@ func (h *Heap) verifyWith(tables bool) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	nsegs, nhuge := len(h.spares), 0 // spares are out of the tables, and counted
 	for _, s := range segs {
 		if s.owner() != h {
 			continue // another heap's: its owner may be changing it now
+		}
+		if s.huge != nil {
+			nhuge++
+		} else {
+			nsegs++
 		}
 		pg := s.huge
 		if pg == nil {
@@ -166,6 +172,9 @@ func (h *Heap) verifyWith(tables bool) error {
 		if m := atomic.LoadUint32(&pg.mode); m == sharing || pg.class < 0 && m != shared {
 			bad("page %#x (class %d) is in mode %d with no sharer at work", pg.base, pg.class, m)
 		}
+	}
+	if nsegs != h.nsegs || nhuge != h.nhuge {
+		bad("heap counts %d segments and %d huge objects, the tables hold %d and %d", h.nsegs, h.nhuge, nsegs, nhuge)
 	}
 	if liveN != h.allocs-h.frees || liveBytes != h.live {
 		bad("heap counts %d blocks of %d bytes live, its pages %d of %d", h.allocs-h.frees, h.live, liveN, liveBytes)

@@ -116,3 +116,28 @@ func TestVerifyCatchesKeptRanges(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyCatchesSegmentCounts: the counts Stats reports (Segments, Huge) must be the
+// segments and huge objects the group's tables hold for the heap, and its spares.
+func TestVerifyCatchesSegmentCounts(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := h.Alloc(3 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "segments and"
+	verifyCatches(t, h, "a segment too many", want, func() { h.nsegs++ }, func() { h.nsegs-- })
+	verifyCatches(t, h, "a huge object too few", want, func() { h.nhuge-- }, func() { h.nhuge++ })
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Free(q); err != nil {
+		t.Fatal(err)
+	}
+	h.Trim() // the spare segment and the kept huge object go
+	verifyCatches(t, h, "after Trim", want, func() { h.nsegs++ }, func() { h.nsegs-- })
+}
