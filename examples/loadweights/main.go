@@ -14,8 +14,8 @@
 // chunks above the live bound). The defaults keep the live buffers at 5 MiB, within the 8 MiB
 // `ulimit -l` an ordinary user has (where the limit refuses a commit, the pool gives back what
 // it keeps and commits again); bigger chunks or more of them need a bigger limit without a
-// GPU (with one, the pool is CUDA pinned memory, which RLIMIT_MEMLOCK does not count). The checksums of what went
-// through the buffers are checked against a plain read of the file.
+// GPU (with one, the pool is CUDA pinned memory, which RLIMIT_MEMLOCK does not count). The
+// checksums of what went through the buffers are checked against a plain read of the file.
 package main
 
 import (
