@@ -522,18 +522,15 @@ func TestFakeAllocBesideCaptureWithDestroyedStream(t *testing.T) {
 	a, c := newStream(t, dev, h), newStream(t, dev, h)
 	keep := alloc(t, h, 4096, c)
 	destroyedWithFrees(t, f, dev, h, a, 64<<10)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
-	p, err := h.Alloc(4096, pcuda.Stream(a))
-	h.mu.Lock()
-	deferred := len(h.deferred)
-	h.mu.Unlock()
-	g, cerr := dev.StreamEndCapture(c)
-	if cerr != nil {
-		t.Fatalf("the Alloc invalidated the user's capture: %v", cerr)
-	}
-	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	var p pcuda.DevicePtr
+	var err error
+	var deferred int
+	duringCapture(t, dev, c, "the Alloc", func() {
+		p, err = h.Alloc(4096, pcuda.Stream(a))
+		h.mu.Lock()
+		deferred = len(h.deferred)
+		h.mu.Unlock()
+	})
 	if err != nil {
 		t.Fatalf("Alloc on a during a capture on c, a destroyed stream's free deferred: %v; want a block", err)
 	}
@@ -561,15 +558,8 @@ func TestFakeCloseBesideBlockingCapture(t *testing.T) {
 	defer f.Hold(false)
 	a, c := newStream(t, dev, h), newBlockingStream(t, dev, h)
 	destroyedWithFrees(t, f, dev, h, a, 64<<10)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
-	err := h.Close()
-	g, cerr := dev.StreamEndCapture(c)
-	if cerr != nil {
-		t.Fatalf("Close invalidated the user's capture: %v", cerr)
-	}
-	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	var err error
+	duringCapture(t, dev, c, "Close", func() { err = h.Close() })
 	if !errors.Is(err, ErrBusy) || !errors.Is(err, pcuda.ErrCapturing) {
 		t.Fatalf("Close during a capture: %v; want ErrBusy and cuda.ErrCapturing", err)
 	}

@@ -91,23 +91,14 @@ func TestFakeHoldClearRefusedTwice(t *testing.T) {
 	p := alloc(t, h, n, a)
 	hd := heldBehind(t, f, h, p, n, s)
 	must(t, "Free of the held block", h.Free(pcuda.DevicePtr(p)))
-	capture := func(during func()) {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
-		during()
-		g, err := dev.StreamEndCapture(c)
-		must(t, "StreamEndCapture", err)
-		must(t, "GraphDestroy", dev.GraphDestroy(g))
-	}
-	capture(func() { must(t, "Release", hd.Release()) }) // its clear refused: parked
+	duringCapture(t, dev, c, "the Release", func() { must(t, "Release", hd.Release()) }) // its clear refused: parked
 	f.Hold(false)
 	h.mu.Lock()
 	err := h.points().WaitAll() // the context synchronized since the park, by any of the heap's waits
 	h.mu.Unlock()
 	must(t, "synchronize the context", err)
 	var st Stats
-	capture(func() { st = h.Stats() }) // the settle: its clear refused again
+	duringCapture(t, dev, c, "Stats", func() { st = h.Stats() }) // the settle: its clear refused again
 	if st.Deferred != 1 || st.Live != 1 {
 		t.Errorf("after the second refused clear: %d deferred, %d live; want 1, 1 (still parked)", st.Deferred, st.Live)
 	}

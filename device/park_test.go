@@ -345,23 +345,34 @@ func TestFakeForgetNewStreamOnParkedHandle(t *testing.T) {
 	freeAll(t, h, []cuda.DevicePtr{keep})
 }
 
+// duringCapture runs during while stream c captures a CUDA graph (GLOBAL mode, the calling
+// goroutine's thread locked), and checks that the capture survived what (the calls during
+// makes).
+func duringCapture(t *testing.T, dev *cuda.Device, c cuda.Stream, what string, during func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	during()
+	g, err := dev.StreamEndCapture(c)
+	if err != nil {
+		t.Fatalf("%s invalidated the user's capture: %v", what, err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+}
+
 // forgetDuringCapture calls ForgetStream(s) while stream c captures a CUDA graph, runs during
 // (if not nil) before the capture ends, and checks that the capture survived and that
 // ForgetStream was refused with an error matching cuda.ErrCapturing, which it returns.
 func forgetDuringCapture(t *testing.T, dev *cuda.Device, h *Heap, c, s cuda.Stream, during func()) error {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
-	err := h.ForgetStream(pcuda.Stream(s))
-	if during != nil {
-		during()
-	}
-	g, cerr := dev.StreamEndCapture(c)
-	if cerr != nil {
-		t.Fatalf("ForgetStream invalidated the user's capture: %v", cerr)
-	}
-	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	var err error
+	duringCapture(t, dev, c, "ForgetStream", func() {
+		err = h.ForgetStream(pcuda.Stream(s))
+		if during != nil {
+			during()
+		}
+	})
 	if !errors.Is(err, pcuda.ErrCapturing) {
 		t.Fatalf("ForgetStream of a destroyed stream during a capture: %v; want an error matching cuda.ErrCapturing", err)
 	}
