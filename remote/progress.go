@@ -221,19 +221,24 @@ func (w *Worker) handle(e *ucx.Event) {
 // (peers that read nothing keep their messages' there) waits for one (closeWaiting): dropped,
 // it left the endpoint open and c in the worker's table for good. Under mu.
 func (w *Worker) closeEp(ep ucx.Ep, c *Conn, force bool) {
-	i, ok := w.takeSlot(slotClose, c)
+	if pc := (pendingClose{ep: ep, c: c, force: force}); !w.startClose(pc) {
+		w.unclosed = append(w.unclosed, pc)
+	}
+}
+
+// startClose closes pc's endpoint on a control slot, and reaps its connection once it is
+// closed; it reports false when every control slot is in flight (nothing done). Under mu.
+func (w *Worker) startClose(pc pendingClose) bool {
+	i, ok := w.takeSlot(slotClose, pc.c)
 	if !ok {
-		w.unclosed = append(w.unclosed, pendingClose{ep: ep, c: c, force: force})
-		return
+		return false
 	}
-	w.slots[i].c = c
-	inflight, _ := w.uw.CloseEp(ep, force, i)
-	if !inflight {
+	w.slots[i].c = pc.c
+	if inflight, _ := w.uw.CloseEp(pc.ep, pc.force, i); !inflight {
 		w.freeSlot(i)
-		if c != nil {
-			w.reap(c)
-		}
+		w.reap(pc.c)
 	}
+	return true
 }
 
 // pendingClose is an endpoint close waiting for a control slot (closeEp).
@@ -247,18 +252,8 @@ type pendingClose struct {
 // are free. By the progress goroutine, under mu; the worker's Close destroys the endpoints left.
 func (w *Worker) closeWaiting() {
 	n := 0
-	for n < len(w.unclosed) {
-		pc := w.unclosed[n]
-		i, ok := w.takeSlot(slotClose, pc.c)
-		if !ok {
-			break
-		}
+	for n < len(w.unclosed) && w.startClose(w.unclosed[n]) {
 		n++
-		w.slots[i].c = pc.c
-		if inflight, _ := w.uw.CloseEp(pc.ep, pc.force, i); !inflight {
-			w.freeSlot(i)
-			w.reap(pc.c)
-		}
 	}
 	if n > 0 {
 		k := copy(w.unclosed, w.unclosed[n:])
