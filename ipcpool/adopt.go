@@ -358,7 +358,7 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 			}
 			owner, mine = keeper, keeper
 		}
-		sp, ok := w.spanOf(c.load(c.entry(e)+eOffset), c.load(c.entry(e)+eLength))
+		sp, ok := w.entrySpan(e)
 		free := uint64(0)
 		if mine != nil && !mine.exited {
 			free = eGone // (w0 has eGone: the process holds the buffer still)
