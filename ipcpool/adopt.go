@@ -359,10 +359,7 @@ func (w *Owner) adoptOrphans(s int, scan *gone) {
 			owner, mine = keeper, keeper
 		}
 		sp, ok := w.entrySpan(e)
-		free := uint64(0)
-		if mine != nil && !mine.exited {
-			free = eGone // (w0 has eGone: the process holds the buffer still)
-		}
+		free := mine.freeFlags()
 		if ok && w.unheld(sp, scan, mine) {
 			if owner = w.letGoOrPin(e, w0, free, sp, owner); owner != nil && owner != mine {
 				g = owner

@@ -155,10 +155,7 @@ func (w *Owner) dropEntry(g *gone, e int) (left bool) {
 			}
 			return true
 		}
-		free := uint64(0)
-		if !g.exited {
-			free = eGone // (w0 has eGone: the process holds the buffer still)
-		}
+		free := g.freeFlags()
 		if c.letGo(e, w0, free) {
 			return false
 		}
@@ -367,10 +364,7 @@ func (w *Owner) settleOrphans(g *gone) {
 			c.tryRetire(e, r.gen)
 			continue
 		}
-		free := uint64(0)
-		if !g.exited {
-			free = eGone // (w0 has eGone: the process holds the buffer still)
-		}
+		free := g.freeFlags()
 		if c.letGo(e, w0, free) {
 			g.unpin(e)
 		}

@@ -84,6 +84,16 @@ func (g *gone) pin(e int, sp span, gen uint32) {
 	g.entries[e] = pinRec{sp, gen}
 }
 
+// freeFlags returns the flags of an entry of g's process that the owner lets go (letGo):
+// eGone while the process lives (the entry's eGone: it holds the buffer still, exports.go), 0
+// once it has exited, or for no process (g nil).
+func (g *gone) freeFlags() uint64 {
+	if g != nil && !g.exited {
+		return eGone
+	}
+	return 0
+}
+
 // unpin forgets entry e: its grants are no longer kept for it.
 func (g *gone) unpin(e int) {
 	sp := g.entries[e].sp
