@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
@@ -266,13 +265,10 @@ func (t *Tier) drain() error {
 	}
 	if ls.Lost() > 0 {
 		var rerr error
-		back, rerr = ls.Recover(back, nil)
-		switch {
-		case rerr != nil:
+		// A capture that holds Recover off its synchronize is its error (ErrCapturing).
+		if back, rerr = ls.Recover(back, nil); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("uvm: transfers: %w", rerr))
-		case ls.Lost() > 0: // a capture held Recover off its synchronize: the refusals stand
-			err = errors.Join(err, fmt.Errorf("uvm: transfers: the synchronize of the device that would answer the streams refused would end a CUDA graph capture: %w", pinmalloc.ErrCapturing))
-		default:
+		} else {
 			err = nil // the synchronize covers what the refused waits did not
 		}
 	}
