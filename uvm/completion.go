@@ -151,12 +151,17 @@ func (t *Tier) retire(c completion) (gone bool, err error) {
 // then out when the driver refused both with the same code (a sticky error refuses every call
 // alike): the driver's error is said once, and stays in the chain.
 func sayOnce(err, then error) error {
-	if c, ok := cuda.ResultCode(err); ok {
-		if d, _ := cuda.ResultCode(then); d == c {
-			return err
-		}
+	if sameResult(err, then) {
+		return err
 	}
 	return errors.Join(err, then)
+}
+
+// sameResult reports whether a and b hold the same driver error (cuda.ResultCode): a is one.
+func sameResult(a, b error) bool {
+	c, ok := cuda.ResultCode(a)
+	d, _ := cuda.ResultCode(b)
+	return ok && c == d
 }
 
 // poll finishes the batches whose streams have passed them. A stream the driver refuses

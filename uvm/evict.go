@@ -191,11 +191,9 @@ func (t *Tier) settleCopies(ids []BlockID, err error) error {
 		t.holdBack(c)
 	}
 	held := units.Count(uint64(len(c.host)), "host buffer")
-	if c, ok := cuda.ResultCode(err); ok {
-		if d, _ := cuda.ResultCode(serr); d == c {
-			return fmt.Errorf("%w; its copies could not be waited for either, so the tier holds back %s",
-				err, held)
-		}
+	if sameResult(err, serr) {
+		return fmt.Errorf("%w; its copies could not be waited for either, so the tier holds back %s",
+			err, held)
 	}
 	return fmt.Errorf("%w; its copies could not be waited for, so the tier holds back %s: %w",
 		err, held, serr)

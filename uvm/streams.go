@@ -157,10 +157,8 @@ func (t *Tier) contextFault() error {
 // besides says cause, the error of a call that led to the driver's error err, unless it is the
 // same driver error: said once.
 func besides(cause, err error) string {
-	if c, ok := cuda.ResultCode(cause); ok {
-		if e, _ := cuda.ResultCode(err); e == c {
-			return ""
-		}
+	if sameResult(cause, err) {
+		return ""
 	}
 	return fmt.Sprintf(" (%v)", cause)
 }
