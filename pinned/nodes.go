@@ -169,17 +169,17 @@ func (n *Nodes) Free(b []byte) error {
 		return errEmptySlice
 	}
 	addr := mem.Addr(b)
-	released := true
 	for _, p := range n.pools {
 		if _, ok := p.a.Lookup(addr); ok {
 			return p.Free(b)
 		}
-		released = released && p.released.Load()
 	}
-	if released { // as Pool.Free: the memory is gone, whatever b was
-		return ErrClosed
+	for _, p := range n.pools {
+		if !p.released.Load() {
+			return fmt.Errorf("%w: %#x is in no pool of the set", ErrNotOwned, addr)
+		}
 	}
-	return fmt.Errorf("%w: %#x is in no pool of the set", ErrNotOwned, addr)
+	return ErrClosed // as Pool.Free: the memory is gone, whatever b was
 }
 
 // Pools returns the pools and the node of each (arena.NodeUnknown for GPUs no source places).
