@@ -71,20 +71,16 @@ func (h *Heap) DeferredByStream() []StreamDeferred {
 		ps.list.Items(func(marked, open []cuda.DevicePtr) { add(s, true, marked, open) })
 	}
 	slices.SortFunc(out, func(a, b StreamDeferred) int {
-		if c := cmp.Compare(a.Stream, b.Stream); c != 0 {
-			return c
-		}
-		return cmp.Compare(b2i(a.Parked), b2i(b.Parked))
+		return cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(b2i(a.Parked), b2i(b.Parked)))
 	})
 	// Several parked entries may share a handle (or 0, the refused frees): one entry each.
 	merged := out[:0]
 	for _, sd := range out {
-		if k := len(merged) - 1; k >= 0 && merged[k].Stream == sd.Stream {
-			if m := &merged[k]; m.Parked == sd.Parked {
-				m.Blocks += sd.Blocks
-				m.Bytes += sd.Bytes
-				continue
-			}
+		k := len(merged) - 1
+		if k >= 0 && merged[k].Stream == sd.Stream && merged[k].Parked == sd.Parked {
+			merged[k].Blocks += sd.Blocks
+			merged[k].Bytes += sd.Bytes
+			continue
 		}
 		merged = append(merged, sd)
 	}
