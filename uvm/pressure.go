@@ -49,7 +49,7 @@ type pressureHook struct {
 // installPressure makes the tier the heap's pressure hook, keeping the one it replaces.
 func (t *Tier) installPressure() {
 	t.hook.own = t.engine.h2d
-	a := t.mem.heap.Stats().Arena
+	a := t.mem.heap.Arena().Stats() // the arena's alone: no poll of the heap
 	t.hook.most = uintptr(a.Capacity)
 	if total, err := t.dev.TotalMem(); err == nil && a.Kind == arena.Device && total < t.hook.most {
 		t.hook.most = total // VRAM: managed memory oversubscribes it, and host memory is not it
