@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc/device"
-	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // Peers: tiers given one device heap (Options.Heap) ask each other for VRAM. The heap's
@@ -73,13 +72,6 @@ func (t *Tier) relieveTry(n int) bool {
 	if !t.mu.TryLock() {
 		return false
 	}
-	gave := false
-	if !t.closed {
-		gave, _ = t.evictForHeap(uintptr(n)) // a failed batch counts in Stats.Failures
-	}
-	if invariants.Enabled {
-		t.checkInvariants("a peer's pressure")
-	}
-	t.mu.Unlock()
-	return gave
+	defer t.unlock("a peer's pressure")
+	return t.relieveLocked(n)
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
-	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // Device heap integration: the tier is the pressure hook of its device heap
@@ -87,19 +86,23 @@ func (t *Tier) Relieve(n int, s cuda.Stream) bool {
 		return t.askPeers(n)
 	}
 	t.mu.Lock()
-	gave := false
-	if !t.closed {
-		gave, _ = t.evictForHeap(uintptr(n)) // a failed batch counts in Stats.Failures
-	}
-	if invariants.Enabled {
-		t.checkInvariants("the pressure hook")
-	}
+	gave := t.relieveLocked(n)
 	prev := t.hook.prev
-	t.mu.Unlock()
+	t.unlock("the pressure hook")
 	if gave {
 		return true
 	}
 	return prev != nil && prev(n, s)
+}
+
+// relieveLocked is the work of Relieve (and of a peer's, relieveTry) for an allocation of n
+// bytes: evictForHeap, unless the tier is closed. t.mu is held.
+func (t *Tier) relieveLocked(n int) bool {
+	if t.closed {
+		return false
+	}
+	gave, _ := t.evictForHeap(uintptr(n)) // a failed batch counts in Stats.Failures
+	return gave
 }
 
 // MakeRoom does what Relieve does for another user of the tier's device heap about to allocate
