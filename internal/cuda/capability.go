@@ -69,7 +69,7 @@ func (d *Device) HostPoolSupport(loc int32) (ok bool, how string, err error) {
 	case aerr == nil:
 		return v != 0, fmt.Sprintf("device attribute %d is %d", attr, v), nil
 	case !errors.Is(aerr, pinmalloc.ErrInvalidValue):
-		return false, "", fmt.Errorf("cuda: device attribute %d: %w", attr, aerr)
+		return false, "", wrap(aerr, "device attribute %d", attr)
 	case loc == LocationHost:
 		return false, fmt.Sprintf("the driver does not know device attribute %d (it came with HOST pools, in CUDA 13.0): %v", attr, aerr), nil
 	}
@@ -84,5 +84,5 @@ func (d *Device) HostPoolSupport(loc int32) (ok bool, how string, err error) {
 	case errors.Is(cerr, pinmalloc.ErrNotSupported) || errors.Is(cerr, pinmalloc.ErrInvalidValue):
 		return false, fmt.Sprintf("the driver does not know device attribute %d and refused a HOST_NUMA pool: %v", attr, cerr), nil
 	}
-	return false, "", fmt.Errorf("cuda: a HOST_NUMA pool to find whether the driver makes them: %w", cerr)
+	return false, "", wrap(cerr, "a HOST_NUMA pool to find whether the driver makes them")
 }

@@ -49,7 +49,7 @@ const (
 // (runtime.LockOSThread) around the two calls.
 func (d *Device) StreamBeginCapture(s Stream, mode CaptureMode) error {
 	if mode < CaptureGlobal || mode > CaptureRelaxed {
-		return fmt.Errorf("cuda: capture mode %d: %w", mode, pinmalloc.ErrInvalidValue)
+		return fmt.Errorf("%w: capture mode %d", pinmalloc.ErrInvalidValue, mode)
 	}
 	return d.Do(func() error { return d.drv.streamBeginCapture(s, mode) })
 }
@@ -68,7 +68,7 @@ func (d *Device) StreamEndCapture(s Stream) (g Graph, err error) {
 // restores the mode. A driver without the call answers an error matching ErrSymbol.
 func (d *Device) ThreadExchangeCaptureMode(mode CaptureMode) (CaptureMode, error) {
 	if mode < CaptureGlobal || mode > CaptureRelaxed {
-		return 0, fmt.Errorf("cuda: capture mode %d: %w", mode, pinmalloc.ErrInvalidValue)
+		return 0, fmt.Errorf("%w: capture mode %d", pinmalloc.ErrInvalidValue, mode)
 	}
 	return d.drv.threadExchangeCaptureMode(mode)
 }

@@ -65,7 +65,6 @@ import "C"
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/pinmalloc/pinmalloc"
 )
@@ -113,9 +112,9 @@ func (dr *driver) streamIsCapturingIn(ctx uintptr, s Stream) (CaptureStatus, err
 	r := check(C.int(int32(uint32(out))))
 	switch out >> 32 {
 	case 1:
-		return CaptureNone, fmt.Errorf("cuda: push primary context: %w", r)
+		return CaptureNone, wrap(r, "push primary context")
 	case 3:
-		return CaptureNone, fmt.Errorf("cuda: pop primary context: %w", r)
+		return CaptureNone, wrap(r, "pop primary context")
 	}
 	return CaptureNone, r
 }
@@ -141,14 +140,14 @@ func (dr *driver) eventRecordOutsideCaptureIn(ctx uintptr, ev Event, s Stream) (
 	case 0:
 		return CaptureNone, nil
 	case 1:
-		return CaptureNone, fmt.Errorf("cuda: push primary context: %w", check(C.int(low)))
+		return CaptureNone, wrap(check(C.int(low)), "push primary context")
 	case 2:
 		if r := check(C.int(low)); errors.Is(r, pinmalloc.ErrCapturing) {
 			return CaptureNone, r
 		}
 		return CaptureNone, dr.eventRecordIn(ctx, ev, s) // a stream it refuses: the record says why
 	case 3:
-		return CaptureNone, fmt.Errorf("cuda: pop primary context: %w", check(C.int(low)))
+		return CaptureNone, wrap(check(C.int(low)), "pop primary context")
 	case 4:
 		return CaptureStatus(low), nil
 	}

@@ -158,11 +158,11 @@ func Open(ordinal int) (*Device, error) {
 func openOn(dr *driver, ordinal int) (*Device, error) {
 	dev, err := dr.deviceGet(ordinal)
 	if err != nil {
-		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
+		return nil, wrap(err, "device %d", ordinal)
 	}
 	ctx, err := dr.primaryRetain(dev)
 	if err != nil {
-		return nil, fmt.Errorf("cuda: device %d: retain primary context: %w", ordinal, err)
+		return nil, wrap(err, "device %d: retain primary context", ordinal)
 	}
 	primaryRetains.Add(1)
 	d := &Device{drv: dr, ordinal: ordinal, dev: dev, ctx: ctx}
@@ -234,11 +234,11 @@ func (d *Device) Do(f func() error) (err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := d.drv.doPush(d.ctx, d.tag()); err != nil {
-		return fmt.Errorf("cuda: push primary context: %w", err)
+		return wrap(err, "push primary context")
 	}
 	defer func() {
 		if perr := d.drv.doPop(); perr != nil && err == nil {
-			err = fmt.Errorf("cuda: pop primary context: %w", perr)
+			err = wrap(perr, "pop primary context")
 		}
 	}()
 	return f()

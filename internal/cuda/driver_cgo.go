@@ -744,9 +744,9 @@ func (dr *driver) inCtx(ctx uintptr, id symID, relaxed, two bool, a, b uintptr) 
 	r := check(C.int(int32(uint32(out))))
 	switch out >> 32 {
 	case C.pmStagePush:
-		return fmt.Errorf("cuda: push primary context: %w", r)
+		return wrap(r, "push primary context")
 	case C.pmStagePop:
-		return fmt.Errorf("cuda: pop primary context: %w", r)
+		return wrap(r, "pop primary context")
 	}
 	return r
 }

@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/pinmalloc/pinmalloc"
 )
@@ -175,3 +177,23 @@ func (r Result) sticky() bool {
 	}
 	return false
 }
+
+// wrapped is an error of this package that says what failed around its cause: "cuda: WHAT:
+// CAUSE", the cause's own "cuda: " left out, so that the message says it once (a Result and the
+// driver's sentinels begin with it).
+type wrapped struct {
+	what string
+	err  error
+}
+
+// wrap returns err with what failed, said as format and args give it, before it; the cause
+// stays in the chain (errors.Is, errors.As).
+func wrap(err error, format string, args ...any) error {
+	return &wrapped{what: fmt.Sprintf(format, args...), err: err}
+}
+
+func (w *wrapped) Error() string {
+	return "cuda: " + w.what + ": " + strings.TrimPrefix(w.err.Error(), "cuda: ")
+}
+
+func (w *wrapped) Unwrap() error { return w.err }
