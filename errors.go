@@ -75,7 +75,7 @@ var (
 // result; package cuda re-exports them.
 var (
 	// ErrNoDriver: the CUDA driver library could not be loaded (libcuda.so.1 is absent, it is a
-	// stub, or the program was built without cgo). The error names why.
+	// stub, it has no cuInit, or the program was built without cgo). The error names why.
 	ErrNoDriver = errors.New("cuda: no CUDA driver")
 	// ErrNoDevice: the driver found no CUDA device, or none of that ordinal.
 	ErrNoDevice = errors.New("cuda: no CUDA device")

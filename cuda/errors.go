@@ -13,7 +13,8 @@ import (
 // driver call matches the sentinel of its class.
 var (
 	// ErrNoDriver reports that the CUDA driver library could not be loaded (libcuda.so.1 is
-	// absent, it is a stub, or the program was built without cgo). The error names why.
+	// absent, it is a stub, it has no cuInit, or the program was built without cgo). The error
+	// names why.
 	ErrNoDriver = pinmalloc.ErrNoDriver
 	// ErrNoDevice reports that the driver found no CUDA device, or none of that ordinal.
 	ErrNoDevice = pinmalloc.ErrNoDevice

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -53,12 +54,24 @@ func initDriver() (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	initOnce.Do(func() {
-		if err := dr.init(); err != nil {
-			initErr = fmt.Errorf("cuInit: %w", err)
-		}
-	})
+	initOnce.Do(func() { initErr = initOn(dr) })
 	return dr, initErr
+}
+
+// initOn runs cuInit(0) on dr; initDriver calls it once, tests on drivers from loadFrom.
+func initOn(dr *driver) error { return initError(dr, dr.init()) }
+
+// initError is the error of initOn for dr.init's err. A library without cuInit is no CUDA
+// driver (every driver has it, from CUDA 1.0): its error matches ErrNoDriver, what a caller
+// asking whether there is a driver tests, and still ErrSymbol, which names cuInit.
+func initError(dr *driver, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pinmalloc.ErrSymbol):
+		return &wrapped{what: "no CUDA driver", kind: pinmalloc.ErrNoDriver, err: err}
+	}
+	return wrap(err, "initializing the driver (cuInit)")
 }
 
 // DriverVersion returns the CUDA version the driver supports, as 1000*major + 10*minor

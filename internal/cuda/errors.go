@@ -180,9 +180,10 @@ func (r Result) sticky() bool {
 
 // wrapped is an error of this package that says what failed around its cause: "cuda: WHAT:
 // CAUSE", the cause's own "cuda: " left out, so that the message says it once (a Result and the
-// driver's sentinels begin with it).
+// driver's sentinels begin with it). With a kind, it matches that sentinel too.
 type wrapped struct {
 	what string
+	kind error // a sentinel the error matches besides its cause's, or nil
 	err  error
 }
 
@@ -197,3 +198,6 @@ func (w *wrapped) Error() string {
 }
 
 func (w *wrapped) Unwrap() error { return w.err }
+
+// Is reports whether target is the error's kind, for errors.Is.
+func (w *wrapped) Is(target error) bool { return w.kind != nil && target == w.kind }
