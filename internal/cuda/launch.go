@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -74,11 +75,13 @@ func (d *Device) MemcpyAsync(dst, src, n uintptr, s Stream) error {
 	return d.Do(func() error { return d.drv.memcpyAsync(dst, src, n, s) })
 }
 
-// batchSupport caches, per driver, whether it has cuMemcpyBatchAsync_v2: *driver → error.
+// batchSupport caches, per driver, whether it has cuMemcpyBatchAsync_v2: *driver → error, nil
+// or one matching ErrSymbol.
 var batchSupport sync.Map
 
 // MemcpyBatchSupported returns nil when the driver has cuMemcpyBatchAsync_v2 (CUDA 13.0 or
-// later), else an error matching ErrSymbol.
+// later), else an error matching ErrSymbol, or the driver's error where it could not tell. It
+// asks the driver once; a failure to tell is not remembered, and the next call asks again.
 func (d *Device) MemcpyBatchSupported() error {
 	if err, ok := batchSupport.Load(d.drv); ok {
 		err, _ := err.(error)
@@ -93,7 +96,9 @@ func (d *Device) MemcpyBatchSupported() error {
 	default:
 		err = d.drv.memcpyBatchSymbol()
 	}
-	batchSupport.Store(d.drv, err)
+	if err == nil || errors.Is(err, pinmalloc.ErrSymbol) {
+		batchSupport.Store(d.drv, err)
+	}
 	return err
 }
 
