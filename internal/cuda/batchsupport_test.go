@@ -42,7 +42,8 @@ func TestMemcpyBatchSupportedRetriesTransient(t *testing.T) {
 	dir := t.TempDir()
 	src, lib := filepath.Join(dir, "flaky.c"), filepath.Join(dir, "flaky.so")
 	must(t, "write", os.WriteFile(src, []byte(flakyVersionC), 0o644))
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+	cmd := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src)
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the driver: %v\n%s", err, out)
 	}
 	dr, err := loadFrom(lib)
@@ -55,7 +56,8 @@ func TestMemcpyBatchSupportedRetriesTransient(t *testing.T) {
 	}
 	for i := 2; i <= 3; i++ {
 		if err := d.MemcpyBatchSupported(); err != nil {
-			t.Errorf("MemcpyBatchSupported %d = %v, want nil (the driver is 13.0, with the call)", i, err)
+			t.Errorf("MemcpyBatchSupported %d = %v, want nil (a 13.0 driver with the call)",
+				i, err)
 		}
 	}
 }

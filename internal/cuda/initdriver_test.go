@@ -22,10 +22,11 @@ func TestInitWithoutCuInit(t *testing.T) {
 	defer dr.close()
 	err = initOn(dr)
 	if !errors.Is(err, pinmalloc.ErrNoDriver) || !errors.Is(err, pinmalloc.ErrSymbol) {
-		t.Fatalf("initOn(libc) = %v, want an error matching pinmalloc.ErrNoDriver and pinmalloc.ErrSymbol", err)
+		t.Fatalf("initOn(libc) = %v, want an error matching ErrNoDriver and ErrSymbol", err)
 	}
 	msg := err.Error()
-	if strings.Count(msg, "cuda:") != 1 || !strings.Contains(msg, "cuInit") || !strings.Contains(msg, "libc.so.6") {
+	if strings.Count(msg, "cuda:") != 1 || !strings.Contains(msg, "cuInit") ||
+		!strings.Contains(msg, "libc.so.6") {
 		t.Errorf("initOn(libc) = %q; want \"cuda:\" once, cuInit and libc.so.6 named", msg)
 	}
 }
@@ -42,7 +43,7 @@ func TestInitFailure(t *testing.T) {
 	var r Result
 	if !errors.Is(err, pinmalloc.ErrNoDevice) || errors.Is(err, pinmalloc.ErrNoDriver) ||
 		!errors.As(err, &r) || r != resultNoDevice {
-		t.Errorf("cuInit's CUDA_ERROR_NO_DEVICE = %v, want pinmalloc.ErrNoDevice and Result 100", err)
+		t.Errorf("cuInit's CUDA_ERROR_NO_DEVICE = %v, want ErrNoDevice and Result 100", err)
 	}
 	if msg := err.Error(); strings.Count(msg, "cuda:") != 1 || !strings.HasPrefix(msg, "cuda: ") ||
 		!strings.Contains(msg, "cuInit") {

@@ -54,7 +54,8 @@ func TestCudaSaidOnce(t *testing.T) {
 			t.Errorf("%s = %v, want an error matching %v", c.name, c.err, c.want)
 			continue
 		}
-		if msg := c.err.Error(); strings.Count(msg, "cuda:") != 1 || !strings.HasPrefix(msg, "cuda: ") {
+		msg := c.err.Error()
+		if strings.Count(msg, "cuda:") != 1 || !strings.HasPrefix(msg, "cuda: ") {
 			t.Errorf("%s: %q says \"cuda:\" %d times; want once, at its start", c.name, msg,
 				strings.Count(msg, "cuda:"))
 		}
