@@ -32,8 +32,10 @@ import (
 //   - a released region is out of a.regions before the provider's Release is called, and its
 //     chunks were all free;
 //   - r.emptied is the purge generation in which r's last chunk in use was freed, or in which
-//     the span r was reserved for failed (its commit refused); -1 while a chunk is in use, and
-//     from the reserve until the first span takes a chunk or fails.
+//     the span or the Precommit batch r was reserved for failed or ended; -1 while a chunk is
+//     in use (Precommit's chunks too, while it commits them), and from the reserve until then.
+//   - a region that holds precommitted memory (chunks stamped keepStamp) is given back at Trim
+//     and Close only: the purge timer leaves it, as it leaves the memory (precommit.go).
 
 // Lender is implemented by providers whose regions are lent out of one fixed range of address
 // space: see the section above. An arena over a Lender needs Caps.Aligns and a Space whose
@@ -106,6 +108,8 @@ func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
 		switch {
 		case r.emptied < 0 || r.used.Count(0, r.nchunks) != 0:
 			keep = append(keep, r)
+		case cutoff < keepStamp && r.precommitted():
+			keep = append(keep, r) // until Trim: precommitted memory waits for no timer
 		case r.emptied > cutoff:
 			keep = append(keep, r)
 			pending = true
@@ -130,6 +134,16 @@ func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
 		a.logRelease(r.r, err)
 	}
 	return pending
+}
+
+// precommitted reports whether r holds memory Precommit committed that no span took since.
+func (r *region) precommitted() bool {
+	for i := r.stale.Next(0, r.nchunks, true); i < r.nchunks; i = r.stale.Next(i+1, r.nchunks, true) {
+		if r.stamp[i] == keepStamp {
+			return true
+		}
+	}
+	return false
 }
 
 // logRelease logs a region given back (err: the provider's refusal, which loses nothing: the

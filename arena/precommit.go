@@ -25,13 +25,14 @@ const precommitPerWorker = 2
 // Usage.Precommitted count the bytes committed so far, batch by batch.
 //
 // Precommitted memory stays committed until a span takes it, Trim, a refused commit that needs
-// the memory, or Close. Precommit reserves regions as it needs them, up to the capacity, and
-// returns without error when every chunk of the capacity is committed or in use. It returns
-// the bytes it committed and the first error: ErrClosed when the arena closed meanwhile, or
-// the provider's refusal (the memlock limit, device or host memory), with which it stops. A
-// chunk whose commit fails is given back whole (the provider undoes its own calls), while the
-// chunks of its batch that succeeded stay committed and counted. It is meant to run in a
-// goroutine of its own at startup.
+// the memory, or Close. A lent region (Lender) that holds precommitted memory is given back at
+// Trim, not by the purge timer, once no chunk of it is in use. Precommit reserves regions as
+// it needs them, up to the capacity, and returns without error when every chunk of the
+// capacity is committed or in use. It returns the bytes it committed and the first error:
+// ErrClosed when the arena closed meanwhile, or the provider's refusal (the memlock limit,
+// device or host memory), with which it stops. A chunk whose commit fails is given back whole
+// (the provider undoes its own calls), while the chunks of its batch that succeeded stay
+// committed and counted. It is meant to run in a goroutine of its own at startup.
 func (a *Arena) Precommit(size uintptr) (uintptr, error) {
 	var done uintptr
 	for done < size {
@@ -98,6 +99,9 @@ func (a *Arena) precommitBatch(want uintptr) (uintptr, error) {
 		c.r.stamp[c.i] = keepStamp
 		c.r.stale.SetRange(c.i, c.i+1, true) // Trim and forced purges look at it
 	}
+	for i := range cs {
+		a.emptied(cs[i].r) // a lent region reserved for the batch holds no chunk now (lend.go)
+	}
 	a.pcHeld -= len(cs)
 	a.pcDone.Broadcast()
 	a.st.Committed += uint64(n)
@@ -129,7 +133,10 @@ func (a *Arena) precommitTake(want uintptr) ([]pcChunk, error) {
 		if err != nil {
 			return nil, err
 		}
-		cs = a.uncommittedFree(r, cs, k)
+		if cs = a.uncommittedFree(r, cs, k); len(cs) == 0 {
+			a.emptied(r) // committed at reserve: nothing to commit, and a lent region goes back
+			return nil, nil
+		}
 	}
 	for _, c := range cs {
 		c.r.used.SetRange(c.i, c.i+1, true)
