@@ -358,29 +358,26 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 		return nil, err
 	}
 	if !rr.Committed && rr.Size&(a.caps.Granule-1) != 0 {
-		_ = a.prov.Release(rr)
-		return nil, fmt.Errorf("%w: provider %s reserved a region of %d bytes, not a whole number of its granule %d",
-			ErrInvalid, a.prov.Name(), rr.Size, a.caps.Granule)
+		return nil, a.unreserve(rr, fmt.Errorf(
+			"%w: provider %s reserved a region of %d bytes, not a whole number of its granule %d",
+			ErrInvalid, a.prov.Name(), rr.Size, a.caps.Granule))
 	}
 	grid, err := align.Up(rr.Base, a.align)
 	if err != nil || grid >= rr.End() {
-		_ = a.prov.Release(rr)
-		return nil, fmt.Errorf("%w: region [%#x, +%d) has no room after aligning to %d", ErrInvalid, rr.Base, rr.Size, a.align)
+		return nil, a.unreserve(rr, fmt.Errorf("%w: region [%#x, +%d) has no room after aligning to %d",
+			ErrInvalid, rr.Base, rr.Size, a.align))
 	}
 	n := int((rr.End() - grid + a.chunk - 1) >> a.shift)
 	firstID := a.nextID
 	if a.lend != nil {
 		if firstID, err = a.lentID(rr, grid, n); err != nil {
-			_ = a.prov.Release(rr)
-			return nil, err
+			return nil, a.unreserve(rr, err)
 		}
 	} else if int(a.nextID)+n > a.maxIDs {
-		_ = a.prov.Release(rr)
-		return nil, fmt.Errorf("%w: chunk table full", ErrCapacity)
+		return nil, a.unreserve(rr, fmt.Errorf("%w: chunk table full", ErrCapacity))
 	}
 	if err := a.mapped(rr); err != nil { // an observer refuses it (observe.go)
-		_ = a.prov.Release(rr)
-		return nil, err
+		return nil, a.unreserve(rr, err)
 	}
 	gshift, _ := align.Log2(a.caps.Granule)
 	ng := int((rr.Size + a.caps.Granule - 1) >> gshift)
@@ -406,6 +403,18 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	a.regions.Store(&next)
 	a.logReserve(rr.Size, rr.Base, nil)
 	return r, nil
+}
+
+// unreserve gives rr, a region grow reserved and cannot use for the reason err, back to the
+// provider and returns err, joined with the provider's refusal when it refuses: the region
+// is then the provider's still (as a refused release in releaseIdle), and the caller hears
+// of it.
+func (a *Arena) unreserve(rr *Region, err error) error {
+	if rerr := a.prov.Release(rr); rerr != nil {
+		rerr = fmt.Errorf("region [%#x, +%d) not given back: %w", rr.Base, rr.Size, rerr)
+		return errors.Join(err, rerr)
+	}
+	return err
 }
 
 // ReserveNext is Reserve of the n chunks that follow span s (of this arena, in use) in its
