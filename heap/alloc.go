@@ -120,11 +120,21 @@ func (h *Heap) Zalloc(n uintptr) (uintptr, error) {
 	if err != nil || fresh {
 		return p, err
 	}
-	if err := h.a.Zero(p, n); err != nil {
+	if err := h.zero(p, n); err != nil {
 		_ = h.Free(p)
 		return 0, err
 	}
 	return p, nil
+}
+
+// zero clears block p of n bytes, just taken. A live block is committed memory that its span
+// claims (the heap's invariants check it), which arena.Zero would check again under the
+// arena's lock, on every Zalloc of a reused block: the provider's Zeroer clears it directly.
+func (h *Heap) zero(p, n uintptr) error {
+	if h.z == nil {
+		return h.a.Zero(p, n) // the provider cannot clear memory: its error says so
+	}
+	return h.z.Zero(p, n)
 }
 
 // AllocAligned is Alloc for a block whose address is a multiple of alignment, any power of two

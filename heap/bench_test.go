@@ -196,3 +196,24 @@ func BenchmarkProdCons(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkZallocReused is one Zalloc and one Free of a fixed size: the block is reused, so
+// every Zalloc clears it (64 B: the clear's fixed cost; 4 KiB: its bytes too).
+func BenchmarkZallocReused(b *testing.B) {
+	for _, n := range []uintptr{64, 4 << 10} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			h := newTestHeap(b, 1<<30, Options{})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p, err := h.Zalloc(n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := h.Free(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -205,6 +205,7 @@ type Options struct {
 type Heap struct {
 	g     *Group
 	a     *arena.Arena
+	z     arena.Zeroer // a's provider's, or nil: Zalloc's clears (alloc.go)
 	kt    keep.Tracker // a's kept-range calls
 	kc    *keep.Clock  // a's purge clock, which marks kept ranges idle with no call
 	align uintptr
@@ -333,6 +334,7 @@ func newHeap(g *Group, o Options) (*Heap, error) {
 	kt := keep.Of(g.a)
 	h := &Heap{g: g, a: g.a, kt: kt, kc: kt.Clock(), align: o.Align, hold: o.Retention == RetainSegments, index: int(g.nheaps.Add(1) - 1),
 		objMax: HugeThreshold}
+	h.z, _ = g.a.Provider().(arena.Zeroer)
 	h.objFree = h.keptBuf[:0:maxObjFree] // TryFree appends within capacity
 	h.bigFree = h.keptBuf[maxObjFree:maxObjFree:len(h.keptBuf)]
 	h.packed = g.coarse && !h.hold
