@@ -104,7 +104,7 @@ func (h *Heap) class(n uintptr) uint8 {
 // take marks block idx of pg live and returns its address. (The page counts no allocations:
 // they are its frees plus bump - nfree, see hclass.)
 func (h *Heap) take(pg *page, idx uint32, n uintptr) uintptr {
-	pg.state[idx] = uint32(n) // see freedRemote
+	takeStore(&pg.state[idx], uint32(n)) // see freedRemote
 	h.allocs++
 	h.live += n
 	if h.live > h.peak {

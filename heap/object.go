@@ -107,7 +107,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 // takeObject marks the single block of an object or huge page live.
 func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
 	pg.objSize = n
-	pg.state[0] = stateOf(n) // see freedRemote
+	takeStore(&pg.state[0], stateOf(n)) // see freedRemote
 	h.allocs++
 	h.live += n
 	if h.live > h.peak {
