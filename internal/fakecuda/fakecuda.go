@@ -271,8 +271,8 @@ func (d *Driver) Hold(on bool) { d.ctl(ctlHold, b2i(on), 0) }
 // Complete runs the work pending on every stream.
 func (d *Driver) Complete() { d.ctl(ctlCompleteAll, 0, 0) }
 
-// CompleteStream runs the work pending on one stream (0, 1 or 2: device 0's legacy stream),
-// after the work it waits for.
+// CompleteStream runs the work pending on one stream (0 or 1: device 0's legacy stream; 2: the
+// calling thread's per-thread default stream of device 0), after the work it waits for.
 func (d *Driver) CompleteStream(s cuda.Stream) { d.ctl(ctlCompleteStream, int64(s), 0) }
 
 // Pending returns the number of streams with work queued and not yet run.
