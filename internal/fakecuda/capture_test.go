@@ -189,6 +189,7 @@ var captureRules = []struct {
 	{"BeginEnd", captureBeginEnd},
 	{"BatchRefused", captureBatchRefused},
 	{"UnsafeAllocFree", captureUnsafeAllocFree},
+	{"UnsafeRegister", captureUnsafeRegister},
 	{"ThreadModes", captureThreadModes},
 	{"QueriesUnsafe", captureQueriesUnsafe},
 	{"WaitAcrossCaptures", captureWaitAcrossCaptures},
