@@ -207,9 +207,7 @@ func TestRecoverDuringCaptureAfterPrune(t *testing.T) {
 // the tier's D2H stream, and destroys that stream under the tier: its work still runs, and the
 // driver refuses its synchronize (no fault: the context works). It begins a capture on s and
 // checks that Sync does not synchronize the device while s captures (the batch stays in flight,
-// the capture ends valid), and does once the capture has ended. At cleanup, before the tier's
-// Close, the D2H stream's handle goes to a new stream (the driver gives a destroyed stream's
-// handle to the next one created), which the Close destroys.
+// the capture ends valid), and does once the capture has ended.
 func recoverDuringCapture(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, tr *uvm.Tier,
 	hs []uvm.Handle, s cuda.Stream) {
 	t.Helper()
@@ -219,17 +217,10 @@ func recoverDuringCapture(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, t
 	if st := tr.Stats(); st.Pending == 0 {
 		t.Fatal("no batch in flight after the eviction")
 	}
-	d2h := tr.D2HStream()
-	must(t, dev.StreamDestroy(uintptr(d2h)))
-	t.Cleanup(func() {
+	refuseD2H(t, dev, tr)
+	t.Cleanup(func() { // before refuseD2H's
 		f.Hold(false)
 		f.Complete()
-		raw, err := dev.StreamCreate(true)
-		must(t, err)
-		if raw != uintptr(d2h) {
-			t.Errorf("the fake gave the new stream handle %#x, not the destroyed D2H stream's %#x", raw, d2h)
-			must(t, dev.StreamDestroy(raw))
-		}
 	})
 	beginCapture(t, dev, s)
 	var err error
@@ -295,11 +286,13 @@ func TestSyncAfterFaultDuringCapture(t *testing.T) {
 	}
 }
 
-// TestSyncHeldBackDuringCapture: memory held back after a fault is given back by a Sync only
-// after a synchronize of the device, which the Sync does not make while a capture holds a stream
-// the tier knows (it would end that capture): the memory stays held back, the Sync says so
+// TestSyncHeldBackDuringCapture: memory held back is given back by a Sync only after a
+// synchronize of the device, which the Sync does not make while a capture holds a stream the
+// tier knows (it would end that capture): the memory stays held back, the Sync says so
 // (ErrHeldBack) and why (ErrCapturing), and the capture stays valid. Before, the Sync
-// synchronized the device and the user's capture ended invalidated.
+// synchronized the device and the user's capture ended invalidated. The memory is held back
+// without a fault (a faulted context refuses the capture's end too): the tier's D2H stream is
+// destroyed under it, so that the Free can neither queue its waits there nor synchronize it.
 func TestSyncHeldBackDuringCapture(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -307,17 +300,14 @@ func TestSyncHeldBackDuringCapture(t *testing.T) {
 	}
 	const n = 64 * kib
 	tr, h, _, s := cleanBlock(t, dev, n) // acquired and released on s
-	beginCapture(t, dev, s)
-	var ferr, err error
-	elsewhere(func() {
-		stickyFault(t, f, dev)
-		ferr = tr.Free(h)
-		f.ClearStickyError() // the synchronize that gives the memory back could succeed now
-		err = tr.Sync()
-	})
+	refuseD2H(t, dev, tr)
+	ferr := tr.Free(h)
 	if !errors.Is(ferr, uvm.ErrHeldBack) {
-		t.Fatalf("Free after a kernel faulted: %v; want uvm.ErrHeldBack", ferr)
+		t.Fatalf("Free with the tier's D2H stream refused: %v; want uvm.ErrHeldBack", ferr)
 	}
+	beginCapture(t, dev, s)
+	var err error
+	elsewhere(func() { err = tr.Sync() })
 	if !errors.Is(err, uvm.ErrHeldBack) || !errors.Is(err, pinmalloc.ErrCapturing) {
 		t.Errorf("Sync with memory held back, a user's stream capturing: %v; want uvm.ErrHeldBack and pinmalloc.ErrCapturing", err)
 	}
@@ -329,6 +319,24 @@ func TestSyncHeldBackDuringCapture(t *testing.T) {
 	if st := tr.Stats(); st.HeldBackDeviceBytes != 0 || st.HeldBackHostBytes != 0 {
 		t.Errorf("after the capture and a Sync: %d bytes of VRAM and %d of host buffers held back, want none", st.HeldBackDeviceBytes, st.HeldBackHostBytes)
 	}
+}
+
+// refuseD2H destroys the tier's D2H stream under it, so that the driver refuses the waits
+// queued there and its synchronize (no fault: the context works). At cleanup, before the
+// tier's Close, the stream's handle goes to a new stream (the driver gives a destroyed
+// stream's handle to the next one created), which the Close destroys.
+func refuseD2H(t *testing.T, dev *icuda.Device, tr *uvm.Tier) {
+	t.Helper()
+	d2h := tr.D2HStream()
+	must(t, dev.StreamDestroy(uintptr(d2h)))
+	t.Cleanup(func() {
+		raw, err := dev.StreamCreate(true)
+		must(t, err)
+		if raw != uintptr(d2h) {
+			t.Errorf("the fake gave the new stream handle %#x, not the destroyed D2H stream's %#x", raw, d2h)
+			must(t, dev.StreamDestroy(raw))
+		}
+	})
 }
 
 // TestReleaseOnDestroyedStreamDuringCapture: a Release (or Free) of a block acquired on a
