@@ -3,6 +3,7 @@ package uvm
 import (
 	"slices"
 	"sync"
+	"weak"
 
 	"github.com/pinmalloc/pinmalloc/device"
 )
@@ -21,46 +22,62 @@ import (
 // only tried (TryLock), never waited for. A peer busy at that moment is passed over, and the
 // allocation goes on as before: the heap calls the hook again, and the tier evicts its own
 // blocks. Lock order: Tier.mu → peers.mu; a peer's Tier.mu is tried after peers.mu is let go.
+//
+// The registry holds neither the heaps nor the tiers: weak pointers, so that a tier dropped
+// without Close, or a heap dropped with its tiers, can be collected (a tier open on a live heap
+// stays reachable through the heap's pressure hook all the same, until Close takes it off).
+// A join prunes what was collected; askPeers skips it. Neither is on a hot path: New, Close,
+// and an allocation the heap refused.
 
 // peers are the tiers of each shared device heap, in the order they joined.
 var peers struct {
 	mu sync.Mutex
-	m  map[*device.Heap][]*Tier
+	m  map[weak.Pointer[device.Heap]][]weak.Pointer[Tier]
 }
 
-// joinPeers makes t a peer of the other tiers of its heap, when the heap was given.
+// joinPeers makes t a peer of the other tiers of its heap, when the heap was given, and
+// forgets the heaps and tiers collected since.
 func (t *Tier) joinPeers() {
 	if t.mem.ownHeap {
 		return
 	}
 	peers.mu.Lock()
+	defer peers.mu.Unlock()
 	if peers.m == nil {
-		peers.m = map[*device.Heap][]*Tier{}
+		peers.m = map[weak.Pointer[device.Heap]][]weak.Pointer[Tier]{}
 	}
-	peers.m[t.mem.heap] = append(peers.m[t.mem.heap], t)
-	peers.mu.Unlock()
+	for k, ts := range peers.m {
+		ts = slices.DeleteFunc(ts, func(p weak.Pointer[Tier]) bool { return p.Value() == nil })
+		if k.Value() == nil || len(ts) == 0 {
+			delete(peers.m, k)
+		} else {
+			peers.m[k] = ts
+		}
+	}
+	k := weak.Make(t.mem.heap)
+	peers.m[k] = append(peers.m[k], weak.Make(t))
 }
 
 // leavePeers takes t off its heap's peers.
 func (t *Tier) leavePeers() {
 	peers.mu.Lock()
-	h := t.mem.heap
-	if ts := slices.DeleteFunc(peers.m[h], func(p *Tier) bool { return p == t }); len(ts) > 0 {
-		peers.m[h] = ts
+	defer peers.mu.Unlock()
+	k, me := weak.Make(t.mem.heap), weak.Make(t)
+	if ts := slices.DeleteFunc(peers.m[k], func(p weak.Pointer[Tier]) bool { return p == me }); len(ts) > 0 {
+		peers.m[k] = ts
 	} else {
-		delete(peers.m, h)
+		delete(peers.m, k)
 	}
-	peers.mu.Unlock()
 }
 
 // askPeers asks the other tiers of t's heap, one after the other, to give VRAM back for an
 // allocation of n bytes on t's own stream, and reports whether one did. t.mu is held.
 func (t *Tier) askPeers(n int) bool {
 	peers.mu.Lock()
-	others := slices.Clone(peers.m[t.mem.heap]) // the out-of-memory path: one allocation
+	others := slices.Clone(peers.m[weak.Make(t.mem.heap)]) // the out-of-memory path: one allocation
 	peers.mu.Unlock()
-	for _, p := range others {
-		if p != t && p.relieveTry(n) {
+	for _, w := range others {
+		if p := w.Value(); p != nil && p != t && p.relieveTry(n) {
 			return true
 		}
 	}
