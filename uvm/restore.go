@@ -39,8 +39,7 @@ type restoring struct {
 func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 	r := t.beginRestore(ids)
 	if err := t.addRestore(&r, ids, need); err != nil {
-		t.abortRestore(&r)
-		return err
+		return errors.Join(err, t.abortRestore(&r))
 	}
 	_, _, err := t.finishRestore(&r, cause)
 	return err
@@ -69,8 +68,7 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	err := t.prefetchChunks(&r, hs)
 	t.scratch.one = r.ids[:0]
 	if err != nil {
-		t.abortRestore(&r)
-		return err
+		return errors.Join(err, t.abortRestore(&r))
 	}
 	if len(r.ids) == 0 {
 		return nil
@@ -183,9 +181,11 @@ func (t *Tier) finishRestore(r *restoring, cause Cause) (cuda.Event, bool, error
 			ev, err = t.pushEvent(dirH2D, completion{})
 		}
 		if err != nil {
-			t.abortRestore(r)
+			n := len(r.ids)
+			aerr := t.abortRestore(r)
 			t.st.Failures++
-			return 0, false, fmt.Errorf("uvm: restore of %s: %w", units.Count(uint64(len(r.ids)), "block"), err)
+			err = fmt.Errorf("uvm: restore of %s: %w", units.Count(uint64(n), "block"), err)
+			return 0, false, errors.Join(err, aerr)
 		}
 	}
 	t.scratch.rjobs = r.jobs[:0]
@@ -216,21 +216,27 @@ func (t *Tier) restored(ids []BlockID, ev cuda.Event, cause Cause) {
 }
 
 // abortRestore gives back the VRAM the blocks of r got (behind the H2D stream once a copy was
-// tried) and clears their marks: none of them has moved.
-func (t *Tier) abortRestore(r *restoring) {
+// tried) and clears their marks: none of them has moved. Its error is the heap's refusal of VRAM
+// given back to it (putSpare), which the caller joins to its own.
+func (t *Tier) abortRestore(r *restoring) error {
 	t.scratch.rjobs = r.jobs[:0]
+	var err error
 	if r.tried {
-		t.undoRestore(r.ids)
+		err = t.undoRestore(r.ids)
 	} else {
 		for _, id := range r.ids { // nothing is queued yet: spare at once
 			if b := &t.blocks[id]; b.dev != 0 {
-				_ = t.putSpare(b.dev, b.size)
+				p := b.dev
 				b.dev = 0
 				t.acct.device -= b.size
+				if serr := t.putSpare(p, b.size); serr != nil {
+					err = errors.Join(err, serr)
+				}
 			}
 		}
 	}
 	t.unchoose(r.ids)
+	return err
 }
 
 // undoRestore gives back the VRAM of a restore that failed. Copies into it may be queued on
@@ -238,8 +244,9 @@ func (t *Tier) abortRestore(r *restoring) {
 // driver refuses both, it is held back (heldback.go). Those copies may also still read the
 // blocks' host buffers, which the blocks keep: each block with one takes the batch as its
 // restore (readySeq, readyEv), so that a Free gives the buffer back to the pool, and
-// AcquireHost for writing hands it to Go, only behind that batch.
-func (t *Tier) undoRestore(ids []BlockID) {
+// AcquireHost for writing hands it to Go, only behind that batch. Its error is the heap's
+// refusal of VRAM given back to it after the synchronize (complete).
+func (t *Tier) undoRestore(ids []BlockID) error {
 	c := completion{}
 	for _, id := range ids {
 		if b := &t.blocks[id]; b.dev != 0 {
@@ -252,16 +259,16 @@ func (t *Tier) undoRestore(ids []BlockID) {
 	if err != nil {
 		if t.dev.StreamSynchronize(uintptr(t.engine.h2d)) != nil {
 			t.holdBack(c) // the copies may still write it (heldback.go)
-			return
+			return nil
 		}
-		_ = t.complete(c)
-		return
+		return t.complete(c)
 	}
 	for _, id := range ids {
 		if b := &t.blocks[id]; b.host != nil {
 			b.readySeq, b.readyEv = t.batches.issued[dirH2D], ev
 		}
 	}
+	return nil
 }
 
 // devAlloc takes VRAM for a block: a spare block of its size, else from the device heap. When

@@ -2,7 +2,9 @@ package uvm
 
 import (
 	"errors"
+	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 )
 
@@ -37,6 +39,9 @@ import (
 //     spare blocks back first and evicts only if they were fewer bytes than asked for; the
 //     VRAM of the blocks it evicts then goes back to the heap, not to the spares.
 //   - Close gives them all back.
+//   - A block the heap refuses (a heap with ZeroOnFree while a capture holds the legacy
+//     stream: the block stays live there) stays spare, beyond the bound, and the refusal is
+//     returned: given back with the others later, rather than lost to the tier.
 //
 // Spare blocks are live blocks of the heap (its Stats count them, a Quota too); Stats.SpareBytes
 // reports them. A spare block is reused only by the tier, for a block of the same size, and
@@ -161,10 +166,19 @@ func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
 }
 
 // putSpare keeps the block p of size bytes, which no work uses any more, as spare VRAM, or gives
-// it back to the heap when the tier holds enough already, or gives spares back. t.mu is held.
+// it back to the heap when the tier holds enough already. A block the heap refuses while a CUDA
+// graph capture holds the stream its free would clear it on (Options.ZeroOnFree: the block
+// stays live in the heap) is kept as spare all the same, beyond the bound, rather than lost to
+// the tier: flushSpares gives it back with the others. The refusal is returned. t.mu is held.
 func (t *Tier) putSpare(p cuda.DevicePtr, size uintptr) error {
 	if !t.keepSpare(size) {
-		return t.mem.heap.Free(p)
+		err := t.mem.heap.Free(p)
+		if err == nil || !errors.Is(err, pinmalloc.ErrCapturing) {
+			return err
+		}
+		t.spare.add(devBlock{p, size})
+		t.spare.bytes += size
+		return fmt.Errorf("uvm: the device heap refused VRAM the tier gave back, kept as spare: %w", err)
 	}
 	t.spare.add(devBlock{p, size})
 	t.spare.bytes += size
