@@ -63,7 +63,8 @@ func (t *Tier) leavePeers() {
 	peers.mu.Lock()
 	defer peers.mu.Unlock()
 	k, me := weak.Make(t.mem.heap), weak.Make(t)
-	if ts := slices.DeleteFunc(peers.m[k], func(p weak.Pointer[Tier]) bool { return p == me }); len(ts) > 0 {
+	ts := slices.DeleteFunc(peers.m[k], func(p weak.Pointer[Tier]) bool { return p == me })
+	if len(ts) > 0 {
 		peers.m[k] = ts
 	} else {
 		delete(peers.m, k)

@@ -22,7 +22,8 @@ func TestDroppedPeersCollected(t *testing.T) {
 	lone := weak.Make(peerOf(gone.Value()))
 	runtime.GC()
 	if dropped.Value() != nil || lone.Value() != nil || gone.Value() != nil {
-		t.Fatalf("after a collection: a tier dropped without Close collected %t, a dropped heap's tier %t, the heap %t; want all",
+		t.Fatalf("after a collection: collected a tier dropped without Close %t, "+
+			"a dropped heap's tier %t, the heap %t; want all",
 			dropped.Value() == nil, lone.Value() == nil, gone.Value() == nil)
 	}
 	next := peerOf(h) // a join prunes what was collected
