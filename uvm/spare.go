@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
 // Spare VRAM: the device memory that evictions, frees and failed restores give up, once their
@@ -190,26 +191,54 @@ func (t *Tier) keepSpare(n uintptr) bool {
 	return t.acct.device+t.spare.bytes+n <= spareFactor*t.mem.budget
 }
 
-// flushSpares gives every spare block back to the heap and returns their bytes. t.mu is held.
+// flushSpares gives every spare block back to the heap and returns their bytes. A block the
+// heap refuses with ErrCapturing (see putSpare) stays spare, its bytes not counted; the error
+// says the first refusal, and how many blocks the heap refused. t.mu is held.
 func (t *Tier) flushSpares() (uintptr, error) {
 	sp := &t.spare
-	n := sp.bytes
-	var errs []error
-	for len(sp.runs) > 0 {
-		if err := t.mem.heap.Free(t.popRun().p); err != nil {
-			errs = append(errs, err)
+	var kept []devBlock // the refusal's path: it may allocate
+	var first error
+	refused := 0
+	free := func(d devBlock) {
+		err := t.mem.heap.Free(d.p)
+		if err == nil {
+			return
 		}
+		if refused++; first == nil {
+			first = err
+		}
+		if errors.Is(err, pinmalloc.ErrCapturing) {
+			kept = append(kept, d)
+		}
+	}
+	for len(sp.runs) > 0 {
+		free(t.popRun())
 	}
 	for i := range sp.lists {
 		l := &sp.lists[i]
 		for _, p := range l.ps {
-			if err := t.mem.heap.Free(p); err != nil {
-				errs = append(errs, err)
-			}
+			free(devBlock{p, l.size})
 		}
 		clear(l.ps)
 		l.ps = l.ps[:0]
 	}
+	n := sp.bytes
 	sp.bytes = 0
-	return n, errors.Join(errs...)
+	for _, d := range kept {
+		sp.add(d)
+		sp.bytes += d.size
+	}
+	n -= sp.bytes
+	if refused == 0 {
+		return n, nil
+	}
+	what := units.Count(uint64(refused), "block")
+	switch len(kept) {
+	case refused:
+		return n, fmt.Errorf("uvm: the device heap refused %s of spare VRAM, kept as spare: %w", what, first)
+	case 0:
+		return n, fmt.Errorf("uvm: the device heap refused %s of spare VRAM: %w", what, first)
+	}
+	return n, fmt.Errorf("uvm: the device heap refused %s of spare VRAM (%d kept as spare): %w",
+		what, len(kept), first)
 }

@@ -163,3 +163,31 @@ func checkKeptRefused(t *testing.T, tr *uvm.Tier, heap *device.Heap, aerr error)
 		t.Errorf("the heap after the tier's Close: %d blocks live, want 0", live)
 	}
 }
+
+// TestFlushRefusedKeepsSpare: spare VRAM given back to the device heap (MakeRoom, the pressure
+// hook, an allocation the heap refused) that the heap refuses (ZeroOnFree while a blocking
+// stream captures a CUDA graph: the blocks stay live there) stays the tier's spare VRAM, and
+// the refusal is said: the tier gives it back once the heap takes it (here, its Close). Before,
+// the tier dropped every spare block whether the heap took it or not: the refused ones were
+// lost, live in the heap for good, and the pressure hook said nothing of it.
+func TestFlushRefusedKeepsSpare(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	const u = spareUnit
+	tr, _, heap, _ := spares(t, dev, 1) // 4u of spare VRAM
+	var err error
+	duringBlockingCapture(t, dev, func() { err = tr.MakeRoom(u) })
+	if !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Errorf("MakeRoom, the heap refusing the spare VRAM: %v; want pinmalloc.ErrCapturing", err)
+	}
+	must(t, tr.Verify())
+	if st := tr.Stats(); st.SpareBytes != 4*u {
+		t.Errorf("after the refused give-back: %d bytes of spare VRAM, want %d", st.SpareBytes, 4*u)
+	}
+	must(t, tr.Close())
+	if live := heap.Stats().Live; live != 0 {
+		t.Errorf("the heap after the tier's Close: %d blocks live, want 0", live)
+	}
+}
