@@ -235,7 +235,8 @@ func (t *Tier) flushSpares() (uintptr, error) {
 	what := units.Count(uint64(refused), "block")
 	switch len(kept) {
 	case refused:
-		return n, fmt.Errorf("uvm: the device heap refused %s of spare VRAM, kept as spare: %w", what, first)
+		return n, fmt.Errorf("uvm: the device heap refused %s of spare VRAM, kept as spare: %w",
+			what, first)
 	case 0:
 		return n, fmt.Errorf("uvm: the device heap refused %s of spare VRAM: %w", what, first)
 	}
