@@ -55,25 +55,22 @@ func (p *Pool) Device() int {
 	return p.order.points().Ordinal()
 }
 
-// DevicePointer returns the address at which a CUDA device sees buffer b of a pool with the
-// CUDAHost backend, for kernels that read or write host memory directly. Other backends give an
-// error wrapping ErrInvalidOptions; memory that is not the pool's committed memory (Go memory,
-// another pool's buffer) ErrNotOwned, and a pool whose memory is released ErrClosed.
+// DevicePointer returns the address at which a CUDA device sees b, a live buffer of a pool with
+// the CUDAHost backend or a slice of one, for kernels that read or write host memory directly.
+// Other backends give an error wrapping ErrInvalidOptions; memory that is not a buffer of the
+// pool (Go memory, another pool's buffer) ErrNotOwned; a buffer the caller has freed, its free
+// done or still waiting for its streams or holds, ErrDoubleFree, as a second Free would; and a
+// pool whose memory is released ErrClosed. Its answer is the moment's, as Live's: a free racing
+// the call is the caller's business, and the pointer is the buffer's only until its free.
 func (p *Pool) DevicePointer(b []byte) (cuda.DevicePtr, error) {
 	c, ok := p.a.Provider().(deviceMapper)
 	if !ok {
 		return 0, fmt.Errorf("%w: the %s backend has no device pointers", ErrInvalidOptions, p.backend)
 	}
-	if len(b) == 0 {
-		return 0, errEmptySlice
-	}
-	if p.released.Load() {
-		return 0, ErrClosed
+	if err := p.unfreed(b); err != nil {
+		return 0, err
 	}
 	addr := mem.Addr(b)
-	if _, in := p.a.Lookup(addr); !in {
-		return 0, fmt.Errorf("%w: %#x is outside the arena", ErrNotOwned, addr)
-	}
 	ptr, err := c.DevicePointer(addr)
 	if errors.Is(err, arena.ErrInvalid) { // the provider's: not committed memory, so no buffer
 		return 0, fmt.Errorf("%w: %w", ErrNotOwned, err)
