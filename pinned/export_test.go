@@ -21,7 +21,8 @@ func StreamLists(p *Pool) int {
 }
 
 // SetAfterHoldsLook sets the function a guarded Free runs between its look at the holds and
-// its claim of the buffer (nil: none), and returns a function that restores the previous one.
+// its claim (ZeroOnFree) or free of the buffer (nil: none), and returns a function that restores
+// the previous one.
 func SetAfterHoldsLook(f func()) (restore func()) {
 	old := afterHoldsLook
 	afterHoldsLook = f

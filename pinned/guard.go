@@ -22,10 +22,12 @@ import (
 // it never clears memory handed out again, nor memory a closed pool released with its last
 // buffer. A buffer a CUDA stream may still use (stream.go) is scrubbed, and leaves the quota,
 // only once its streams have passed its free (giveBack with held set): scrubbing it at Free
-// would be undone by a copy landing after. A pool without stream order claims the buffer so
-// with any guard, scrub or not: a Hold that takes the buffer after the free's look at the holds
-// makes the claim find it held, and the free waits for its Release, where the heap's plain free
-// refused it (hold.go).
+// would be undone by a copy landing after. Without a scrub, a Free frees the buffer plainly (the
+// fast section's free, under the site table's locks): in a pool without stream order, a Hold that
+// takes the buffer after the free's look at the holds makes the heap refuse the free (ErrHeld),
+// changing nothing, and the free looks at the holds again, out of those locks, and waits for the
+// Release (hold.go). It must not wait under them: a last Release making an earlier free of the
+// buffer (a double free racing it) takes them for that free.
 //
 // The quota counts the bytes asked for, in one atomic counter shared by the pool's goroutines:
 // an Alloc adds its size and backs off when the sum passes the quota, so concurrent Allocs
@@ -161,10 +163,7 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 		}
 	}
 	claimed := false
-	// Claimed with a scrub, and without stream order (l is nil there): the heap would refuse
-	// the free of a buffer a Hold took since the look at the holds, where the claim defers
-	// the free to its Release.
-	if l == nil && (p.zeroOnFree || p.order == nil) { // FreeAsync holds the buffer itself
+	if l == nil && p.zeroOnFree { // FreeAsync holds the buffer itself, and scrubs it later
 		first, err := p.g.HoldSized(addr, n)
 		if err != nil {
 			if p.released.Load() {
@@ -188,7 +187,15 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 		// deferred already, or being freed: a double free).
 		claimed = first
 	}
-	return p.freeRecorded(addr, n, l, claimed)
+	err := p.freeRecorded(addr, n, l, claimed)
+	if !claimed && p.order == nil && errors.Is(err, heap.ErrHeld) {
+		// A Hold took the buffer since the look at the holds: the heap refused the free, and
+		// nothing changed. Look at the holds again, out of the site table's locks (a last
+		// Release making a free takes them, and a free waits for such a Release), and the free
+		// waits for the Release, as for a Hold before it.
+		return p.freeGuarded(addr, n, l)
+	}
+	return err
 }
 
 // freeRecorded frees the block at addr (FreeAsync on the stream of l when l is not nil) and forgets
