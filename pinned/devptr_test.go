@@ -100,3 +100,37 @@ func TestFakeDevicePointerFreed(t *testing.T) {
 	}
 	r.finish()
 }
+
+// TestFakeDevicePointerBesideHolds: DevicePointer of a live buffer that another goroutine holds
+// and releases meanwhile answers every time: a hold, and a Release with no free waiting, leave
+// the buffer the caller's (run it with -race too).
+func TestFakeDevicePointerBesideHolds(t *testing.T) {
+	r := newAsyncRig(t, pinned.Options{})
+	if r == nil {
+		return
+	}
+	const rounds = 2000
+	a := r.alloc(4096, 1)
+	done := make(chan error, 1)
+	go func() {
+		for range rounds {
+			h, err := r.pool.Hold(a)
+			if err == nil {
+				err = h.Release()
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for range rounds {
+		if _, err := r.pool.DevicePointer(a); err != nil {
+			t.Fatalf("DevicePointer of a live buffer held and released meanwhile: %v", err)
+		}
+	}
+	ok(t, "Hold and Release", <-done)
+	ok(t, "Free", r.pool.Free(a))
+	r.finish()
+}
