@@ -190,6 +190,7 @@ var captureRules = []struct {
 	{"BatchRefused", captureBatchRefused},
 	{"UnsafeAllocFree", captureUnsafeAllocFree},
 	{"UnsafeRegister", captureUnsafeRegister},
+	{"PoolAttributes", capturePoolAttributes},
 	{"ThreadModes", captureThreadModes},
 	{"QueriesUnsafe", captureQueriesUnsafe},
 	{"WaitAcrossCaptures", captureWaitAcrossCaptures},
