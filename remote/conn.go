@@ -32,6 +32,7 @@ type Conn struct {
 	ansSlots   int   // the worker's slots its answers to the peer hold: in flight (at most w.connAnswers)
 	copying    int   // transfers copying into or out of the peer's segments (Transfer.copy)
 	gets       int   // gets by message in flight (getWindow)
+	dataOps    int   // puts and gets by message in flight, parts included (dataWindow)
 	rkeys      map[uint32]*rkeyEntry
 	retired    []*rkeyEntry // forgotten by the peer while transfers used their keys: destroyed after the last (forget)
 	forgets    []uint32     // this worker's regions deregistered, to tell the peer of (sendForgets)

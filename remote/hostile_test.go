@@ -235,18 +235,16 @@ func queuedAnswerAfterRegionGone(t *testing.T, closeRegistration bool) {
 
 // TestAnswerQueueBounded: a peer that keeps sending gets by message while the answers cannot
 // go (every answer slot in flight: a peer that does not read them) must not grow the queue of
-// answers without bound: past what an honest peer can have in flight (its MaxInFlight, 1<<20
-// at most, and its window of gets), its connection fails with ErrProtocol and its queued
-// answers are dropped.
+// answers without bound: past what an honest peer can have in flight on a connection (its
+// window of data messages, dataWindow), its connection fails with ErrProtocol and its queued
+// answers are dropped. The bound was 1<<20 (some 150 MiB of queued answers per connection).
 func TestAnswerQueueBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, w2, _, r2, _, c2 := connectedPair(t, ctx)
 	d := describe(t, r2, liveBuffer(t, r2, 4096))
 	w2.mu.Lock()
-	bound := maxQueuedAnswers // read under w2.mu, as the progress goroutine does
-	maxQueuedAnswers = 1000   // the bound's mechanism, at a size a test floods quickly
-	flood := maxQueuedAnswers + 1
+	flood := dataWindow + 1
 	saved := w2.nanswer
 	w2.nanswer = w2.opts.MaxInFlight // every answer slot in flight
 	var ev ucx.Event
@@ -257,7 +255,7 @@ func TestAnswerQueueBounded(t *testing.T) {
 		w2.data(&ev)
 	}
 	queued, state := w2.queuedAnswers(), c2.state
-	w2.nanswer, maxQueuedAnswers = saved, bound
+	w2.nanswer = saved
 	w2.mu.Unlock()
 	if state != connFailed || queued > 0 {
 		t.Fatalf("after %d gets of a peer that reads no answer: %d answers queued, connection state %d; want it failed, none queued", flood, queued, state)
@@ -331,7 +329,9 @@ func TestSilentConnectionExpires(t *testing.T) {
 // malloc per message, and the bytes of a put copied, or held in UCX's buffers) without bound:
 // the progress goroutine stops calling UCX's progress while events of its last call remain, so
 // the queue holds at most what one call of progress received, and the rest waits in the
-// sockets (the peer's sends in its own UCX). Every message is still answered: none is dropped.
+// sockets (the peer's sends in its own UCX). None is dropped: every message is answered, or,
+// once more answers wait to be sent than an honest peer can have due (its window of data
+// messages, dataWindow: TestAnswerQueueBounded), the connection fails with ErrProtocol.
 func TestDataFloodQueueBounded(t *testing.T) {
 	for _, kind := range []uint8{dataGet, dataPut} {
 		name := map[uint8]string{dataGet: "gets", dataPut: "puts"}[kind]
@@ -342,7 +342,7 @@ func TestDataFloodQueueBounded(t *testing.T) {
 func testDataFlood(t *testing.T, kind uint8) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	hostile, target, hr, _, hc, _ := connectedPair(t, ctx)
+	hostile, target, hr, _, hc, tc := connectedPair(t, ctx)
 	flood := 200_000
 	if raceEnabled {
 		flood = 50_000
@@ -363,6 +363,7 @@ func testDataFlood(t *testing.T, kind uint8) {
 	target.mu.Unlock()
 	start := time.Now()
 	hostile.mu.Lock()
+	hostile.answerBound = flood // its own queue of sends takes the flood
 	for i := range flood {
 		op := ucx.Op{Ep: hc.ep, Kind: ucx.OpData}
 		h := dataHeader{kind: kind, conn: hc.peerID, op: uint64(i)<<32 | 1, addr: 1 << 40, n: 8, region: 1<<31 + 7, base: 1 << 40, size: 4096}
@@ -376,6 +377,12 @@ func testDataFlood(t *testing.T, kind uint8) {
 	hostile.signal()
 	hostile.mu.Unlock()
 	for target.stats.answers.Load()-before < uint64(flood) {
+		if err := tc.Err(); err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("the flooded connection failed with %v, want ErrProtocol", err)
+			}
+			break
+		}
 		if ctx.Err() != nil {
 			t.Fatalf("the target answered %d of %d messages", target.stats.answers.Load()-before, flood)
 		}
@@ -385,7 +392,8 @@ func testDataFlood(t *testing.T, kind uint8) {
 	_, high := target.uw.Queued()
 	dropped := target.uw.Dropped()
 	target.mu.Unlock()
-	t.Logf("%d data messages answered in %v; the target's event queue held %d at most", flood, time.Since(start).Round(time.Millisecond), high)
+	t.Logf("%d of %d data messages answered in %v (connection: %v); the target's event queue held %d at most",
+		target.stats.answers.Load()-before, flood, time.Since(start).Round(time.Millisecond), tc.Err(), high)
 	if dropped != 0 {
 		t.Errorf("the target dropped %d messages", dropped)
 	}

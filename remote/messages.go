@@ -204,11 +204,31 @@ const getPart = 32 << 10
 // build machine, where 128 kept it (docs/bench.md), as ucx_perftest keeps 64 outstanding.
 const getWindow = 128
 
-// getWindowFull reports whether operation j of t is a get by message that must wait: its
-// connection has getWindow of them in flight. Under mu.
-func (w *Worker) getWindowFull(t *Transfer, j int) bool {
-	k := t.ops[j].Kind
-	return k == ucx.OpData && j < len(t.gets) && t.gets[j] && t.c.gets >= getWindow
+// dataWindow bounds the puts and gets by message in flight on a connection, parts of split gets
+// included: Options.MaxInFlight's default. Each is answered once by the target, which queues
+// the answers it cannot send yet (a peer that does not read them); the window is what bounds
+// that queue for an honest peer (maxQueuedAnswers), where MaxInFlight (1<<20 at most) let
+// one connection queue a million answers, some 220 MiB.
+const dataWindow = defaultInFlight
+
+// windowFull reports whether operation j of t is a put or get by message that must wait: its
+// connection has dataWindow of them in flight, or, a get, getWindow gets. Under mu.
+func (w *Worker) windowFull(t *Transfer, j int) bool {
+	if t.ops[j].Kind != ucx.OpData || j >= len(t.gets) {
+		return false
+	}
+	return t.c.dataOps >= dataWindow || t.gets[j] && t.c.gets >= getWindow
+}
+
+// dataEnded uncounts the put or get by message of slot s from its connection's windows. Under
+// mu.
+func (s *slot) dataEnded() {
+	if s.get {
+		s.c.gets--
+	}
+	if s.data {
+		s.c.dataOps--
+	}
 }
 
 // splitGets splits each get by eager message of more than getPart bytes into requests of
@@ -432,8 +452,8 @@ func (w *Worker) dropAnswers(c *Conn) {
 // or fails c when its peer has more waiting than an honest one can (maxQueuedAnswers), and
 // reports which. Under mu.
 func (w *Worker) answerQueued(c *Conn) bool {
-	if c.answering >= maxQueuedAnswers {
-		w.failConn(c, fmt.Errorf("%w: %s sent more than %d data messages this worker could not answer yet", ErrProtocol, c.remote, maxQueuedAnswers))
+	if c.answering >= w.answerBound {
+		w.failConn(c, fmt.Errorf("%w: %s sent more than %d data messages this worker could not answer yet", ErrProtocol, c.remote, w.answerBound))
 		return false
 	}
 	c.answering++
@@ -441,11 +461,11 @@ func (w *Worker) answerQueued(c *Conn) bool {
 }
 
 // maxQueuedAnswers bounds a connection's answers waiting for a slot (w.answers) or for their
-// buffer's hold (w.unheld): a peer's operations by message in flight are at most its
-// MaxInFlight (1<<20 at most) and the gets of its window, each answered once at most; a peer
-// that sends more, while it does not read the answers (which keeps the answer slots in flight),
-// would grow the queue without bound. A variable: tests lower it.
-var maxQueuedAnswers = 1<<20 + getWindow
+// buffer's hold (w.unheld): an answer not yet sent is due to an operation still in flight at
+// the peer, and an honest peer has dataWindow of them in flight on a connection at most, each
+// answered once; a peer that sends more, while it does not read the answers (which keeps the
+// answer slots in flight), would grow the queue without bound. Some 900 KiB of queue at most.
+const maxQueuedAnswers = dataWindow
 
 // keptAnswers is the room a connection's queue of answers keeps once empty (postAnswers): a
 // window of gets and more, so that the queue of an honest peer allocates once.

@@ -313,7 +313,7 @@ func (w *Worker) post(t *Transfer) {
 	for t.posted < len(t.ops) && t.err == nil {
 		start, k := t.posted, 0
 		for start+k < len(t.ops) {
-			if w.getWindowFull(t, start+k) {
+			if w.windowFull(t, start+k) {
 				break
 			}
 			i, ok := w.takeSlot(slotOp, t.c)
@@ -326,7 +326,8 @@ func (w *Worker) post(t *Transfer) {
 			if j := start + k; j < len(t.lrs) {
 				s.lr, s.part = t.lrs[j], j >= len(t.descs)
 				if op.Kind == ucx.OpData {
-					s.remote, s.get = true, t.gets[j]
+					s.remote, s.get, s.data = true, t.gets[j], true
+					t.c.dataOps++
 					binary.LittleEndian.PutUint64(op.Header[16:], w.opID(i))
 					if s.get { // the answer lands in place as UCX delivers it (ArmReply)
 						s.local, s.n = uintptr(op.Local), binary.LittleEndian.Uint64(op.Header[32:])
@@ -343,9 +344,7 @@ func (w *Worker) post(t *Transfer) {
 		batch := t.ops[start : start+k]
 		if _, err := w.uw.Post(batch); err != nil {
 			for _, op := range batch {
-				if w.slots[op.Slot].get {
-					t.c.gets--
-				}
+				w.slots[op.Slot].dataEnded()
 				w.freeSlot(op.Slot)
 			}
 			t.fail(fmt.Errorf("remote: %w", err))
@@ -392,9 +391,7 @@ func (w *Worker) sent(i uint32, st int32) {
 // endOp ends the operation in slot i and frees the slot. Under mu.
 func (w *Worker) endOp(i uint32) {
 	s := w.slots[i]
-	if s.get {
-		s.c.gets--
-	}
+	s.dataEnded()
 	kind := int32(ucx.OpFlush)
 	if s.part {
 		kind = opPart

@@ -201,9 +201,7 @@ func cpuLanes(info string) bool {
 // cpuLanes says of the slot's endpoint (lanesUnknown, lanesNIC, lanesCPU). Under mu.
 func (w *Worker) zombie(i uint32, hold localHold, lanes *uint8) {
 	s := w.slots[i]
-	if s.get {
-		s.c.gets--
-	}
+	s.dataEnded()
 	cpu := false
 	if hold != (localHold{}) {
 		if *lanes == lanesUnknown {

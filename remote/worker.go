@@ -21,7 +21,9 @@ type Options struct {
 	// MaxInFlight bounds the puts and gets in flight at once (default 4096): the operations
 	// of a Transfer beyond it are posted as earlier ones complete. It bounds apart this
 	// worker's answers in flight to peers' puts and gets by message, a quarter of them for one
-	// connection at most: a peer that reads nothing holds up its own answers, not others'.
+	// connection at most: a peer that reads nothing holds up its own answers, not others'. A
+	// connection's puts and gets by message are 4,096 in flight at most, whatever it is: its
+	// peer queues no more answers for it.
 	MaxInFlight int
 	// MaxMessage bounds a message of Conn.Send (default 1 MiB, at most 64 MiB), and one
 	// from a peer: a peer's message beyond it is dropped as UCX delivers it, never queued for
@@ -77,6 +79,7 @@ type Worker struct {
 	ops           int             // slots held by transfer operations (at most opts.MaxInFlight)
 	nanswer       int             // slots held by answers to peers' data messages (at most opts.MaxInFlight)
 	connAnswers   int             // of those, the most one connection's answers may hold (takeSlot)
+	answerBound   int             // maxQueuedAnswers (tests raise a hostile worker's, whose floods queue)
 	answerers     int             // connections holding an answer slot (Conn.ansSlots above zero)
 	control       int             // slots held by messages and endpoint closes (at most controlSlots)
 	senders       int             // connections holding a message slot (Conn.msgSlots above zero)
@@ -138,6 +141,7 @@ type slot struct {
 	// remote while the target's answer to its data message is due; it ends when neither is,
 	// with status (the first error).
 	sending, remote, get bool
+	data                 bool // a put or get by message: counted in c.dataOps (dataWindow)
 	status               int32
 	local                uintptr // a get by message: where the bytes go
 
@@ -216,6 +220,7 @@ func New(o Options) (*Worker, error) {
 	// with a worker's address (maxControl).
 	w.uw.LimitMessages(msgHeader+max(o.MaxMessage, maxControl), msgHeader+o.MaxMessage, msgData)
 	w.connAnswers = max(1, o.MaxInFlight/answerShare)
+	w.answerBound = maxQueuedAnswers
 	w.slots = make([]slot, n)
 	w.free = make([]uint32, n)
 	for i := range w.free {
