@@ -61,3 +61,29 @@ func TestForgedWorkerAddress(t *testing.T) {
 // one of the worker's (a hello on none, or on a connection's, is dropped before its address is
 // read). Only a hello whose address is refused may name it: it is never used.
 const dialerEp = ucx.Ep(1)
+
+// TestDialRefusesReservedBytes: the three bytes after a worker address's version are reserved
+// (zero, as Address writes them); Dial refuses an address with any of them set, with
+// ErrDescriptor naming them, as ParseDescriptor refuses a descriptor's reserved field. Before,
+// Dial ignored them and connected.
+func TestDialRefusesReservedBytes(t *testing.T) {
+	needUCX(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w1, w2 := newWorker(t), newWorker(t)
+	a, err := w2.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 5; i < 8; i++ {
+		f := bytes.Clone(a)
+		f[i] = 1
+		c, err := w1.Dial(ctx, f)
+		if !errors.Is(err, ErrDescriptor) {
+			if c != nil {
+				_ = c.Close()
+			}
+			t.Fatalf("Dial of an address with reserved byte %d set: %v, want ErrDescriptor", i, err)
+		}
+	}
+}

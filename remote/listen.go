@@ -217,12 +217,15 @@ const (
 
 // Dial connects to the worker whose Address is addr, waiting for the handshake until ctx
 // ends; that worker takes the connection with Accept. An address that is not one a worker's
-// Address gives, every byte of UCX's part checked as UCX reads it (ucx.CheckAddress), is
-// refused with ErrDescriptor before UCX sees it; a worker's address given in a peer's hello
-// is checked so too.
+// Address gives (its reserved bytes zero), every byte of UCX's part checked as UCX reads it
+// (ucx.CheckAddress), is refused with ErrDescriptor before UCX sees it; a worker's address
+// given in a peer's hello is checked so too.
 func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
 	if len(addr) <= addrHeader || string(addr[:4]) != addrMagic || addr[4] != addrVersion {
 		return nil, fmt.Errorf("%w: not a worker address (%d bytes)", ErrDescriptor, len(addr))
+	}
+	if r := addr[5:8]; r[0]|r[1]|r[2] != 0 {
+		return nil, fmt.Errorf("%w: worker address with reserved bytes % x", ErrDescriptor, r)
 	}
 	peer := binary.LittleEndian.Uint64(addr[8:])
 	if err := ucx.CheckAddress(addr[addrHeader:]); err != nil {
