@@ -80,6 +80,19 @@
 // key's range. So connect workers that trust each other, as with any RDMA fabric. docs/ucx.md
 // has the transports, the knobs (UCX_TLS, UCX_NET_DEVICES) and what this machine can show.
 //
+// A dialer's identity is its own word. Dial's hello carries the dialer's worker address, and
+// the dialed worker connects to it (a new UCX endpoint: ucp_ep_create), answers there, and
+// hands that connection to Accept: a dialer that names another worker's address makes the
+// dialed worker open a UCX connection to it (its transports' sockets: a TCP connect to any
+// host and port the address holds) and Accept return a connection to that worker, under the
+// worker id, pid and host the hello claims. That worker drops what comes on it (no connection
+// of its own has the id), unless it colludes. UCX 1.13 cannot be asked whom the endpoint a
+// hello came on leads to; its endpoint matching does make ucp_ep_create return that very
+// endpoint for the dialer's own address, but only while both workers have created as many
+// endpoints to each other (a dial whose hello was never answered puts them out of step for
+// good), so requiring it refused honest dials. A Listener's client is not asked for an
+// address: its connection is the endpoint it connected on.
+//
 // # Locking
 //
 // The worker's mutex guards every UCX call and the worker's state; a pool's arena calls a

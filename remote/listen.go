@@ -286,7 +286,9 @@ func (w *Worker) handshake(ctx context.Context, c *Conn, own []byte, peer uint64
 	return c, nil
 }
 
-// Accept returns the next connection Dialed to this worker, waiting until ctx ends.
+// Accept returns the next connection Dialed to this worker, waiting until ctx ends. The
+// connection goes to the worker address the dialer's hello names, which nothing proves is the
+// dialer's own (package doc, Peers): authenticate a dialer in the program's own messages.
 func (w *Worker) Accept(ctx context.Context) (*Conn, error) {
 	select {
 	case c := <-w.inbound:
