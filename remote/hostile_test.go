@@ -392,8 +392,9 @@ func testDataFlood(t *testing.T, kind uint8) {
 	_, high := target.uw.Queued()
 	dropped := target.uw.Dropped()
 	target.mu.Unlock()
-	t.Logf("%d of %d data messages answered in %v (connection: %v); the target's event queue held %d at most",
-		target.stats.answers.Load()-before, flood, time.Since(start).Round(time.Millisecond), tc.Err(), high)
+	t.Logf("%d of %d data messages answered in %v (connection: %v); "+
+		"the target's event queue held %d at most", target.stats.answers.Load()-before, flood,
+		time.Since(start).Round(time.Millisecond), tc.Err(), high)
 	if dropped != 0 {
 		t.Errorf("the target dropped %d messages", dropped)
 	}

@@ -453,7 +453,8 @@ func (w *Worker) dropAnswers(c *Conn) {
 // reports which. Under mu.
 func (w *Worker) answerQueued(c *Conn) bool {
 	if c.answering >= w.answerBound {
-		w.failConn(c, fmt.Errorf("%w: %s sent more than %d data messages this worker could not answer yet", ErrProtocol, c.remote, w.answerBound))
+		w.failConn(c, fmt.Errorf("%w: %s sent more than %d data messages this worker could not answer yet",
+			ErrProtocol, c.remote, w.answerBound))
 		return false
 	}
 	c.answering++

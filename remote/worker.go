@@ -79,7 +79,7 @@ type Worker struct {
 	ops           int             // slots held by transfer operations (at most opts.MaxInFlight)
 	nanswer       int             // slots held by answers to peers' data messages (at most opts.MaxInFlight)
 	connAnswers   int             // of those, the most one connection's answers may hold (takeSlot)
-	answerBound   int             // maxQueuedAnswers (tests raise a hostile worker's, whose floods queue)
+	answerBound   int             // maxQueuedAnswers (tests raise a flooding worker's)
 	answerers     int             // connections holding an answer slot (Conn.ansSlots above zero)
 	control       int             // slots held by messages and endpoint closes (at most controlSlots)
 	senders       int             // connections holding a message slot (Conn.msgSlots above zero)
