@@ -103,14 +103,11 @@ type Handler struct {
 type source struct {
 	name string
 	kind string // "pinned", "device" or "uvm"
-	// A pool or device heap: its Stats and Usage, its live buffers (cheaply), its figures for
-	// people, its map and its buffers.
-	stats  func() any
-	usage  func() any
-	live   func() uint64
-	str    func() string
-	m      func() heap.Map
-	blocks func() []Buffer
+	// A pool or device heap: its figures (one read of its Stats and one of its Usage), its map
+	// and its buffers.
+	figures func() figures
+	m       func() heap.Map
+	blocks  func() []Buffer
 	// streams is what waits for each CUDA stream to pass its frees.
 	streams func() []StreamDeferred
 	// A tier: its Stats.
@@ -128,8 +125,11 @@ func New() *Handler { return &Handler{} }
 // ErrNilSource for a nil pool, and with ErrFrozen on the handler of a snapshot.
 func (h *Handler) AddPool(name string, p *pinned.Pool) error {
 	return h.add(p == nil, &source{name: name, kind: "pinned",
-		stats: func() any { return p.Stats() }, usage: func() any { return p.Usage() },
-		live: func() uint64 { return p.Usage().Live }, str: func() string { return p.Stats().String() }, m: p.Map,
+		figures: func() figures {
+			st, u := poolStats(p), poolUsage(p)
+			return figures{stats: st, usage: u, text: st.String(), live: u.Live}
+		},
+		m:       p.Map,
 		streams: func() []StreamDeferred { return poolStreams(p) },
 		blocks: func() []Buffer {
 			var out []Buffer
@@ -148,8 +148,11 @@ func (h *Handler) AddPool(name string, p *pinned.Pool) error {
 // for AddPool.
 func (h *Handler) AddDevice(name string, d *device.Heap) error {
 	return h.add(d == nil, &source{name: name, kind: "device",
-		stats: func() any { return d.Stats() }, usage: func() any { return d.Usage() },
-		live: func() uint64 { return d.Usage().Live }, str: func() string { return d.Stats().String() }, m: d.Map,
+		figures: func() figures {
+			st, u := heapStats(d), heapUsage(d)
+			return figures{stats: st, usage: u, text: st.String(), live: u.Live}
+		},
+		m:       d.Map,
 		streams: func() []StreamDeferred { return heapStreams(d) },
 		blocks: func() []Buffer {
 			var out []Buffer
@@ -274,11 +277,11 @@ const (
 	topListed = 10
 )
 
-// buffers returns the topListed largest live buffers of s and its topListed allocation sites
-// by live bytes, from one walk, and a note when they say less than they could: none listed,
-// or no sites recorded.
-func buffers(s *source) ([]Buffer, []Site, string) {
-	if n := s.live(); n > maxListed {
+// buffers returns the topListed largest live buffers of s, which has n live buffers, and its
+// topListed allocation sites by live bytes, from one walk, and a note when they say less than
+// they could: none listed, or no sites recorded.
+func buffers(s *source, n uint64) ([]Buffer, []Site, string) {
+	if n > maxListed {
 		return nil, nil, fmt.Sprintf("%d live buffers: not listed (more than %d)", n, maxListed)
 	}
 	bs := s.blocks()

@@ -61,7 +61,8 @@ func look(s *source) view {
 		v.Stats, v.Tier = snake(st), newTierView(st)
 		return v
 	}
-	v.Stats, v.Usage, v.Text = snake(s.stats()), snake(s.usage()), s.str()
+	f := s.figures()
+	v.Stats, v.Usage, v.Text = snake(f.stats), snake(f.usage), f.text
 	m := s.m()
 	v.Classes = classes(m)
 	v.LargestFreeRun, v.Unreserved = m.Arena.LargestFreeRun()
@@ -69,7 +70,7 @@ func look(s *source) view {
 	for _, r := range m.Arena.Regions {
 		v.Chunks += len(r.Chunks)
 	}
-	v.Largest, v.Sites, v.LargestNote = buffers(s)
+	v.Largest, v.Sites, v.LargestNote = buffers(s, f.live)
 	v.Streams = s.streams()
 	v.Map = snake(m)
 	var svg bytes.Buffer
