@@ -58,7 +58,10 @@
 // far as its blocks are live. A huge object is red (pink while its heap keeps it freed for
 // reuse); a chunk a heap holds as a spare segment is brown. An orange band at the bottom of a
 // chunk in use marks memory in it waiting for the purge. Hovering a chunk or a page shows its
-// details (an SVG <title>).
+// details (an SVG <title>). However large the pool, a view draws at most 8192 chunks: its
+// first 4096 chunks and pages in detail, the chunks after them flat (each one column, filled
+// as far as its blocks are live), and then says what it left out, on the page, in the map
+// and in stats.json (map_note), whose map holds what was drawn.
 //
 // # Consistency and cost
 //

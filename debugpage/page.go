@@ -69,6 +69,9 @@ table.legend td,table.legend th,table.buffers td,table.buffers th{text-align:lef
 		}
 		writeSites(w, v.Sites)
 		writeBuffers(w, v)
+		if v.MapNote != "" {
+			fmt.Fprintf(w, "<p class=\"note\">Map: %s.</p>\n", esc(v.MapNote))
+		}
 		io.WriteString(w, v.MapSVG)
 	}
 	io.WriteString(w, "</body></html>\n")

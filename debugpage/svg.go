@@ -20,7 +20,6 @@ const (
 	headH      = 22 // a region's caption
 	titleH     = 26 // a source's caption
 	bandH      = 5  // the purge band of a chunk in use
-	maxDrawn   = 8192
 	mapWidth   = perRow*(cellW+gap) + gap
 	fontFamily = "font-family:monospace;font-size:12px"
 )
@@ -108,28 +107,30 @@ func cells(r arena.RegionSnapshot) []cell {
 // rows returns the height of n cells of the map.
 func rows(n int) int { return (n + perRow - 1) / perRow * (cellH + gap) }
 
-// svgHeight returns the height of a source's map.
-func svgHeight(m heap.Map) int {
+// svgHeight returns the height of a source's map drawn as p plans.
+func svgHeight(p mapPlan) int {
 	h := titleH
-	for _, r := range m.Arena.Regions {
-		h += headH + rows(min(len(cells(r)), maxDrawn)) + gap
+	for _, rp := range p.regions {
+		h += headH + rows(rp.drawn) + gap
+	}
+	if p.cutRegions > 0 {
+		h += headH
 	}
 	return h + gap
 }
 
-// writeSVG draws the map m of the source called name as an <svg> element; run and unres are
-// its largest free run and the capacity not reserved.
-func writeSVG(w io.Writer, name string, m heap.Map, run, unres uint64) {
-	fmt.Fprintf(w, `<svg class="map" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" style="%s">`+"\n", mapWidth, svgHeight(m), fontFamily)
+// writeSVG draws the map m of the source called name as an <svg> element, as p plans; run and
+// unres are its largest free run and the capacity not reserved.
+func writeSVG(w io.Writer, name string, m heap.Map, p mapPlan, run, unres uint64) {
+	fmt.Fprintf(w, `<svg class="map" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" style="%s">`+"\n", mapWidth, svgHeight(p), fontFamily)
 	fmt.Fprintf(w, `<text x="%d" y="17" font-weight="bold">%s: %s, %s, %d regions; largest free run %s, %s not reserved</text>`+"\n",
 		gap, esc(name), esc(m.Arena.Provider), m.Arena.Kind, len(m.Arena.Regions), units.Bytes(run), units.Bytes(unres))
 	y := titleH
-	for ri, r := range m.Arena.Regions {
+	for ri, rp := range p.regions {
+		r := m.Arena.Regions[ri]
 		fmt.Fprintf(w, `<text x="%d" y="%d">region %d: [%#x, +%s), %d chunks</text>`+"\n", gap, y+15, ri, r.Base, units.Bytes(uint64(r.Size)), len(r.Chunks))
 		y += headH
-		cs := cells(r)
-		n := min(len(cs), maxDrawn)
-		for k, c := range cs[:n] {
+		for k, c := range rp.cells[:rp.drawn] {
 			x := gap + k%perRow*(cellW+gap)
 			cy := y + k/perRow*(cellH+gap)
 			if c.n > 1 {
@@ -140,16 +141,20 @@ func writeSVG(w io.Writer, name string, m heap.Map, run, unres uint64) {
 			if ri < len(m.Chunks) {
 				info = m.Chunks[ri][c.i]
 			}
-			writeChunk(w, x, cy, m.Arena.ChunkSize, r, c.i, r.Chunks[c.i], info)
+			writeChunk(w, x, cy, m.Arena.ChunkSize, r, c.i, r.Chunks[c.i], info, k < rp.detail)
 		}
-		if len(cs) > n {
+		if len(rp.cells) > rp.drawn {
 			rest := 0
-			for _, c := range cs[n:] {
+			for _, c := range rp.cells[rp.drawn:] {
 				rest += c.n
 			}
-			fmt.Fprintf(w, `<text x="%d" y="%d">… %d more chunks not drawn</text>`+"\n", gap, y+rows(n)-4, rest)
+			fmt.Fprintf(w, `<text x="%d" y="%d">… %d more chunks of this region not drawn (the map is bounded)</text>`+"\n",
+				gap, y+rows(rp.drawn)-4, rest)
 		}
-		y += rows(n) + gap
+		y += rows(rp.drawn) + gap
+	}
+	if p.cutRegions > 0 {
+		fmt.Fprintf(w, `<text x="%d" y="%d">… %d more region(s) not drawn (the map is bounded)</text>`+"\n", gap, y+15, p.cutRegions)
 	}
 	io.WriteString(w, "</svg>\n")
 }
@@ -164,8 +169,11 @@ func writeFreeRun(w io.Writer, x, y int, chunkSize uintptr, r arena.RegionSnapsh
 		x, y, cellW, cellH, colours["free"], x+cellW/2, y+cellH/2+4, c.n)
 }
 
-// writeChunk draws chunk i of region r at (x, y), with its details as a hover title.
-func writeChunk(w io.Writer, x, y int, chunkSize uintptr, r arena.RegionSnapshot, i int, st arena.ChunkState, info heap.ChunkInfo) {
+// writeChunk draws chunk i of region r at (x, y), with its details as a hover title: with
+// its pages when detail, else flat (a segment as one column, filled as far as its blocks are
+// live).
+func writeChunk(w io.Writer, x, y int, chunkSize uintptr, r arena.RegionSnapshot, i int, st arena.ChunkState, info heap.ChunkInfo,
+	detail bool) {
 	addr := r.Grid + uintptr(i)*chunkSize
 	var title strings.Builder
 	fmt.Fprintf(&title, "chunk %d at %#x: ", int(r.FirstID)+i, addr)
@@ -202,11 +210,28 @@ func writeChunk(w io.Writer, x, y int, chunkSize uintptr, r arena.RegionSnapshot
 			title.WriteString(" (purge pending)")
 		}
 	}
-	fmt.Fprintf(w, `<g class="chunk %s"><title>%s</title><rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`,
-		state, esc(title.String()), x, y, cellW, cellH, fill)
-	if tint, ok := tints[info.Kind]; ok && st.InUse {
+	tint, segment := tints[info.Kind]
+	segment = segment && st.InUse
+	flat := ""
+	if segment && !detail {
+		flat = " flat"
+		title.WriteString(" (drawn flat: the map is bounded)")
+	}
+	fmt.Fprintf(w, `<g class="chunk %s%s"><title>%s</title><rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`,
+		state, flat, esc(title.String()), x, y, cellW, cellH, fill)
+	switch {
+	case segment && detail:
 		for _, pg := range info.Pages {
 			drawPage(w, x, y, info.Kind, pg, tint)
+		}
+	case segment: // flat: one column as wide as the chunk, filled as far as its blocks are live
+		live, blocks := 0, 0
+		for _, pg := range info.Pages {
+			live, blocks = live+pg.Live, blocks+pg.Blocks
+		}
+		if live > 0 && blocks > 0 {
+			h := max(2, cellH*live/blocks)
+			fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, x, y+cellH-h, cellW, h, colours[state])
 		}
 	}
 	if st.InUse && st.PurgePending {

@@ -36,7 +36,7 @@ func TestSnapshotMapMarkup(t *testing.T) {
 		t.Fatalf("a map as writeSVG draws it: %v", err)
 	}
 	var drawn strings.Builder
-	writeSVG(&drawn, `a "name" <b>&'c'</b> ←`, heap.Map{}, 0, 1<<30)
+	writeSVG(&drawn, `a "name" <b>&'c'</b> ←`, heap.Map{}, mapPlan{}, 0, 1<<30)
 	if err := checkMapSVG(drawn.String()); err != nil {
 		t.Fatalf("the map writeSVG draws for a name to escape: %v\n%s", err, drawn.String())
 	}

@@ -48,7 +48,9 @@ type view struct {
 	// Timeline is the samples taken since StartTimeline, oldest first.
 	Timeline []Sample `json:"timeline,omitempty"`
 
+	// Map is the part of the map drawn (budget.go); MapNote says what was left out of it.
 	Map       any    `json:"map,omitempty"`
+	MapNote   string `json:"map_note,omitempty"`
 	MapSVG    string `json:"map_svg,omitempty"`
 	MapHeight int    `json:"map_height,omitempty"`
 }
@@ -72,10 +74,12 @@ func look(s *source) view {
 	}
 	v.Largest, v.Sites, v.LargestNote = buffers(s, f.live)
 	v.Streams = s.streams()
-	v.Map = snake(m)
+	p := planMap(m)
+	v.MapNote = p.note(m.Arena.ChunkSize)
+	v.Map = snake(p.bounded(m))
 	var svg bytes.Buffer
-	writeSVG(&svg, s.name, m, v.LargestFreeRun, v.Unreserved)
-	v.MapSVG, v.MapHeight = svg.String(), svgHeight(m)
+	writeSVG(&svg, s.name, m, p, v.LargestFreeRun, v.Unreserved)
+	v.MapSVG, v.MapHeight = svg.String(), svgHeight(p)
 	return v
 }
 
