@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 )
@@ -24,7 +25,8 @@ var ratioImpls = []string{"pinmalloc-heap", "pinmalloc-pool"}
 // adjusted returns, for each ns_per_pair result of an allocator whose null was measured on
 // the same case, the allocator's figure less the null's (ns_per_pair_adjusted); then, for
 // each allocator other than mimalloc and the nulls, its ratio to mimalloc, raw (vs_mimalloc)
-// and adjusted (vs_mimalloc_adjusted).
+// and adjusted (vs_mimalloc_adjusted); a ratio of a figure of zero or less is 0, noted
+// unmeasurableRatio (the tables write it "unmeasurable").
 func adjusted(rs []result, ims []impl) []result {
 	harness := map[string]string{}
 	for _, im := range ims {
@@ -53,11 +55,39 @@ func adjusted(rs []result, ims []impl) []result {
 		if metric == "" || r.Impl == "mimalloc" || harness[r.Impl] == r.Impl || r.Note == "not a number" {
 			continue
 		}
-		if mi, ok := lookup(all, r.Case, "mimalloc", r.Metric); ok && mi > 0 {
-			out = append(out, result{Case: r.Case, Impl: r.Impl, Metric: metric, Value: r.Value / mi, Unit: "ratio"})
+		if mi, ok := lookup(all, r.Case, "mimalloc", r.Metric); ok {
+			q := result{Case: r.Case, Impl: r.Impl, Metric: metric, Value: r.Value / mi,
+				Unit: "ratio"}
+			if !(r.Value > 0 && mi > 0) {
+				q.Value, q.Note = 0, unmeasurableRatio
+			}
+			out = append(out, q)
 		}
 	}
 	return out
+}
+
+// unmeasurableRatio notes a ratio to mimalloc that means nothing (recorded as 0): one of its
+// figures is zero or less, a harness-adjusted time at or below its null loop's.
+const unmeasurableRatio = "unmeasurable: a figure of zero or less (at or below its harness)"
+
+// fmtRatio writes a ratio followed by times ("×" in the tables, "x" in the targets' details,
+// as the rest of each), or "unmeasurable" for one that is no measurement: zero or less (a
+// harness-adjusted figure at or below its null loop's) or not finite.
+func fmtRatio(v float64, times string) string {
+	if !(v > 0) || math.IsInf(v, 0) {
+		return "unmeasurable"
+	}
+	return fmt.Sprintf("%.2f%s", v, times)
+}
+
+// fmtAdjusted writes a harness-adjusted ns per pair, or says that it is at or below the
+// harness (a time that is no measurement).
+func fmtAdjusted(ns float64) string {
+	if !(ns > 0) {
+		return "≤ harness"
+	}
+	return fmtNs(ns)
 }
 
 // maxSpread stands for a spread without bound (an adjusted figure that its rounds could put at
@@ -149,7 +179,7 @@ func printAdjustedTable(w io.Writer, rs []result, title string, ims []impl, cs [
 			} else if raw, ok := lookup(rs, c.name, im.name, "ns_per_pair"); ok {
 				cell = fmtNs(raw)
 				if adj, ok := lookup(rs, c.name, im.name, "ns_per_pair_adjusted"); ok {
-					cell += " (" + fmtNs(adj) + ")"
+					cell += " (" + fmtAdjusted(adj) + ")"
 				}
 			}
 			cells = append(cells, cell)
@@ -165,7 +195,7 @@ func printAdjustedTable(w io.Writer, rs []result, title string, ims []impl, cs [
 			for _, m := range []string{"vs_mimalloc", "vs_mimalloc_adjusted"} {
 				cell := "–"
 				if v, ok := lookup(rs, c.name, im, m); ok {
-					cell = fmt.Sprintf("%.2f×", v)
+					cell = fmtRatio(v, "×")
 				}
 				cells = append(cells, cell)
 			}

@@ -90,7 +90,7 @@ func evaluateTargets(rs []result) []target {
 		m, ok2 := get(c, "mimalloc", "ns_per_pair")
 		detail := fmt.Sprintf("pinmalloc-heap %s, mimalloc %s", fmtNs(h), fmtNs(m))
 		if adj, ok := get(c, "pinmalloc-heap", "vs_mimalloc_adjusted"); ok {
-			detail += fmt.Sprintf("; harness-adjusted %.2fx", adj)
+			detail += "; harness-adjusted " + fmtRatio(adj, "x")
 		}
 		add(ratio("heap-vs-mimalloc/"+strings.TrimPrefix(strings.TrimPrefix(c, "pair/"), "churn/"),
 			"pinmalloc-heap ns/pair <= 2x mimalloc ("+c+")", h, m, ok1 && ok2, 2, true, detail))
