@@ -47,8 +47,12 @@ func judgeNoise(t target, rs []result, used, adj map[[2]string]bool) target {
 	}
 	t.Spread = s
 	if t.Ratio > 0 && t.Limit > 0 && t.Ratio/s <= t.Limit && t.Limit <= t.Ratio*s {
-		t.Detail = fmt.Sprintf("too noisy to grade: it reads %s by %.2fx, but its rounds disagree by %.2fx; retake on a quiet machine; %s",
-			strings.ToLower(t.Status), margin(t), s, t.Detail)
+		by := fmt.Sprintf("by %.2fx", s)
+		if s >= maxSpread { // a harness-adjusted figure's, at least (adjustedSpread)
+			by = "without bound (an adjusted figure they could put at zero or below)"
+		}
+		t.Detail = fmt.Sprintf("too noisy to grade: it reads %s by %.2fx, but its rounds disagree %s; "+
+			"retake on a quiet machine; %s", strings.ToLower(t.Status), margin(t), by, t.Detail)
 		t.Status = noisy
 	}
 	return t

@@ -111,3 +111,25 @@ func TestAdjustedTargetsJudgeTheirOwnNoise(t *testing.T) {
 	}
 	t.Fatal("no heap-vs-mimalloc-adjusted/16B target")
 }
+
+// TestNoisyUnboundedSpread: a harness-adjusted figure whose rounds could put it at zero or
+// below has a spread without bound (maxSpread); a target on two such figures said "its rounds
+// disagree by 1000000.00x". It now says without bound.
+func TestNoisyUnboundedSpread(t *testing.T) {
+	rs := []result{
+		{Case: "pair/64B", Impl: "pinmalloc-heap", Metric: "ns_per_pair_adjusted", Value: 10.8},
+		{Case: "pair/64B", Impl: "mimalloc", Metric: "ns_per_pair_adjusted", Value: 12.1},
+		{Case: "pair/64B", Impl: "pinmalloc-heap", Metric: "round_spread_adjusted", Value: maxSpread},
+		{Case: "pair/64B", Impl: "mimalloc", Metric: "round_spread_adjusted", Value: maxSpread},
+	}
+	for _, tg := range evaluateTargets(rs) {
+		if tg.Name != "heap-vs-mimalloc-adjusted/64B" {
+			continue
+		}
+		if tg.Status != noisy || strings.Contains(tg.Detail, "1000") || !strings.Contains(tg.Detail, "without bound") {
+			t.Errorf("%s: %s (%s); want NOISY, its rounds disagreeing without bound", tg.Name, tg.Status, tg.Detail)
+		}
+		return
+	}
+	t.Fatal("no heap-vs-mimalloc-adjusted/64B target")
+}
