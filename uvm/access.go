@@ -51,7 +51,8 @@ func (m Mode) String() string {
 // is Write), an error matching cuda.ErrCapturing when s is capturing a CUDA graph and the block
 // must be waited for there (it is brought back or still arriving, or was last released on another
 // stream: the wait would be a node of the graph), and the errors of the copy, the device heap and
-// the driver, after which the block is not acquired: where it was, or, when its copy back was
+// the driver (with Write, of letting go of the host buffer AcquireHost lent: a sticky error
+// refuses it), after which the block is not acquired: where it was, or, when its copy back was
 // queued and a wait for it on s could not be, resident and evictable like any block not acquired. A
 // block resident and ready for s is acquired with no driver call, capture or not: a graph that uses
 // it must be launched for the last time before its Release, which the tier cannot know; acquire a
@@ -159,10 +160,15 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 		return 0, fmt.Errorf("uvm: stream %#x waits for block %#x: %w", s, uint64(h), err)
 	}
 	if m == Write {
-		b.hostValid = false
 		if b.hostLent { // the next copy to the host goes to another buffer (host.go)
-			t.unlendHost(b)
+			if err := t.unlendHost(id, b); err != nil {
+				if restored {
+					t.policy.Used(id) // resident, not acquired: evictable (waitReady)
+				}
+				return 0, err
+			}
 		}
+		b.hostValid = false
 	}
 	if b.pins == 0 {
 		t.policy.Pinned(id)

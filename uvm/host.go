@@ -77,23 +77,30 @@ func (t *Tier) AcquireHost(h Handle, m Mode) (_ []byte, err error) {
 	return b.host[:b.n:b.n], nil
 }
 
-// unlendHost lets go of b's host buffer, lent to Go (see the file comment) and now stale (b is
-// acquired for writing): the buffer goes back to the pool behind the tier's copies that may still
-// read it (a restore in flight; an eviction writing it is before any completion on the D2H
-// stream), and the pool's Free hands it out again only once the streams of the user's copies
-// recorded on it have passed them. When retire cannot order it (a CPU wait failed: a sticky
-// error) it is held back (heldback.go). t.mu is held.
-func (t *Tier) unlendHost(b *block) {
-	c := completion{host: [][]byte{b.host}}
-	b.host, b.hostDev, b.hostLent = nil, 0, false
-	t.acct.hostHeld -= b.size
+// unlendHost lets go of block id's host buffer, lent to Go (see the file comment) and about to
+// go stale (b is acquired for writing): the buffer goes back to the pool behind the tier's copies
+// that may still read it (a restore in flight; an eviction writing it is before any completion on
+// the D2H stream), and the pool's Free hands it out again only once the streams of the user's
+// copies recorded on it have passed them. When retire cannot order it (a CPU wait failed: a
+// sticky error) the block keeps it, with its host copy, and the error comes back: the Acquire
+// fails, and nothing is held back in silence. When retire gave it on with an error (the pool
+// refused it), the block has let go of it all the same, and the error comes back. t.mu is held.
+func (t *Tier) unlendHost(id BlockID, b *block) error {
 	t.rel.waits = t.rel.waits[:0]
 	if b.readySeq != 0 && t.pending(dirH2D, b.readySeq) {
 		t.addWait(relEvent{s: t.engine.h2d, ev: b.readyEv, seq: b.readySeq})
 	}
-	if gone, _ := t.retire(c); !gone {
-		t.holdBack(c)
+	gone, err := t.retire(completion{host: [][]byte{b.host}})
+	if !gone {
+		return fmt.Errorf("uvm: block %#x lets go of its host buffer, lent to Go: %w",
+			uint64(t.handle(id)), err)
 	}
+	b.host, b.hostDev, b.hostLent, b.hostValid = nil, 0, false, false
+	t.acct.hostHeld -= b.size
+	if err != nil {
+		return fmt.Errorf("uvm: the host buffer of %#x, let go of: %w", uint64(t.handle(id)), err)
+	}
+	return nil
 }
 
 // hostCurrent makes the host copy of block id hold its bytes: a fresh block gets a host buffer
