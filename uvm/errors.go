@@ -53,6 +53,8 @@ var (
 	// or copy faulted; the driver's error is in the chain): Free freed the block all the same,
 	// and the tier keeps its VRAM and host buffer out of use until a synchronize of the device
 	// succeeds (Sync, Close try it). Close returns it when memory is still held back: it then
-	// keeps that memory and what holds it, and a later Close tries again.
+	// keeps that memory and what holds it, and a later Close tries again. Close returns it too
+	// when the device heap refused spare VRAM back (during a CUDA graph capture), which it keeps
+	// the same way.
 	ErrHeldBack = errkind.New(pinmalloc.ErrRefused, "uvm: memory held back after a failed wait")
 )

@@ -3,6 +3,7 @@ package uvm
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/units"
@@ -89,19 +90,29 @@ func (t *Tier) heldBytes() string {
 		units.Bytes(uint64(t.held.dev)), units.Bytes(uint64(t.held.host)))
 }
 
-// holding reports whether memory is held back, or batches are still in flight (after a failed
-// drain), so that Close must keep the memory and the streams they need. t.mu is held.
-func (t *Tier) holding() bool { return len(t.held.list) > 0 || t.batches.lists.Weight() > 0 }
+// holding reports whether memory is held back, batches are still in flight (after a failed
+// drain), or spare VRAM is left that the device heap refused back (flushSpares), so that Close
+// must keep the memory and what it needs to give it back. t.mu is held.
+func (t *Tier) holding() bool {
+	return len(t.held.list) > 0 || t.batches.lists.Weight() > 0 || t.spare.bytes > 0
+}
 
 // heldBackError is Close's error when it keeps memory held back: it says so once, with what
 // errs say besides, each text once (under a sticky error every wait Close made says the same).
 func (t *Tier) heldBackError(errs []error) error {
-	var in string
-	if n := t.batches.lists.Weight(); n > 0 {
-		in = ", with " + units.Count(uint64(n), "batch", "batches") + " of transfers in flight"
+	var kept []string
+	if len(t.held.list) > 0 {
+		kept = append(kept, t.heldBytes())
 	}
-	return fmt.Errorf("%w: %s%s; Close keeps them, and the tier's streams, events, device heap and host pool, and a later Close tries again: %w",
-		ErrHeldBack, t.heldBytes(), in, distinct(errs))
+	if n := t.batches.lists.Weight(); n > 0 {
+		kept = append(kept, units.Count(uint64(n), "batch", "batches")+" of transfers in flight")
+	}
+	if t.spare.bytes > 0 {
+		kept = append(kept, units.Bytes(uint64(t.spare.bytes))+
+			" of spare VRAM the device heap refused back")
+	}
+	return fmt.Errorf("%w: %s; Close keeps them, and the tier's streams, events, device heap and host pool, and a later Close tries again: %w",
+		ErrHeldBack, strings.Join(kept, ", "), distinct(errs))
 }
 
 // distinct joins errs, the errors they join laid out, leaving out nil ones, those whose text an

@@ -39,7 +39,8 @@ import (
 //   - When another user of a shared heap finds it full (the pressure hook), the tier gives its
 //     spare blocks back first and evicts only if they were fewer bytes than asked for; the
 //     VRAM of the blocks it evicts then goes back to the heap, not to the spares.
-//   - Close gives them all back.
+//   - Close gives them all back; those the heap refuses it keeps, with what it needs to give
+//     them back, and says so (ErrHeldBack): a later Close tries again.
 //   - A block the heap refuses (a heap with ZeroOnFree while a capture holds the legacy
 //     stream: the block stays live there) stays spare, beyond the bound, and the refusal is
 //     returned: given back with the others later, rather than lost to the tier.

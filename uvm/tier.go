@@ -461,7 +461,10 @@ var poolCloseFault func(*pinned.Pool) error
 // tier all the same, but keeps that memory out of use, with the streams, events, device heap and
 // host pool that hold it, and returns ErrHeldBack saying how much: a later Close tries again
 // (a synchronize of the device), and gives everything back once one succeeds. Under a sticky
-// error none does, and what Close kept stays until the process ends.
+// error none does, and what Close kept stays until the process ends. So does Close keep spare
+// VRAM the device heap refuses back (Options.ZeroOnFree while a blocking stream captures a CUDA
+// graph: the blocks stay live in the heap), saying so with ErrHeldBack and the heap's refusal: a
+// later Close, once the capture has ended, gives it back.
 //
 // When the tier's own host pool fails to close (a buffer's copy still queued on a stream that
 // does not pass it within the pool's wait, or the driver refusing to give memory back), Close

@@ -191,3 +191,26 @@ func TestFlushRefusedKeepsSpare(t *testing.T) {
 		t.Errorf("the heap after the tier's Close: %d blocks live, want 0", live)
 	}
 }
+
+// TestCloseKeepsRefusedSpare: a Close while the device heap refuses the tier's spare VRAM back
+// (ZeroOnFree while a blocking stream captures a CUDA graph: the blocks stay live in the heap)
+// keeps that VRAM, with what the tier needs to give it back, says so (ErrHeldBack, with the
+// heap's refusal), and a later Close gives it back. Before, Close finished and dropped the
+// refused blocks: they stayed live in the heap for good, and a later Close said ErrClosed.
+func TestCloseKeepsRefusedSpare(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr, _, heap, _ := spares(t, dev, 1) // 4 spareUnits of spare VRAM
+	var err error
+	duringBlockingCapture(t, dev, func() { err = tr.Close() })
+	if !errors.Is(err, uvm.ErrHeldBack) || !errors.Is(err, pinmalloc.ErrCapturing) {
+		t.Errorf("Close, the heap refusing the spare VRAM: %v; want uvm.ErrHeldBack and the "+
+			"heap's refusal (pinmalloc.ErrCapturing)", err)
+	}
+	must(t, tr.Close())
+	if live := heap.Stats().Live; live != 0 {
+		t.Errorf("the heap after the tier's second Close: %d blocks live, want 0", live)
+	}
+}
