@@ -61,6 +61,7 @@ type block struct {
 	hostWrite bool // acquired on the host for writing
 	hostLent  bool // host went to Go (AcquireHost): the user's copies may still use it (host.go)
 	chosen    bool // picked for the eviction or restore being built (scratch)
+	hostRead  bool // a failed restore's copies, which nothing orders, may read host (undoRestore)
 	size      uintptr
 	n         int // bytes asked by Alloc
 	dev       cuda.DevicePtr
@@ -228,6 +229,15 @@ func (t *Tier) freeBlock(id BlockID) error {
 	hostFree := b.host
 	if hostFree != nil {
 		t.acct.hostHeld -= b.size
+	}
+	if hostFree != nil && b.hostRead { // nothing orders its reuse after the copies (undoRestore)
+		t.unreadHost(b)
+		t.holdBack(completion{host: [][]byte{hostFree}})
+		hostFree = nil
+		errs = append(errs, fmt.Errorf("%w: block %#x is freed, but its %s host buffer, "+
+			"which the copies of a failed restore may still read, stays out of use until a "+
+			"synchronize of the device succeeds",
+			ErrHeldBack, uint64(t.handle(id)), units.Bytes(uint64(b.size))))
 	}
 	inFlight := (b.readySeq != 0 && t.pending(dirH2D, b.readySeq)) || (b.evictSeq != 0 && t.pending(dirD2H, b.evictSeq))
 	if devFree != 0 || (hostFree != nil && inFlight) {

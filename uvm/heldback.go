@@ -37,13 +37,29 @@ import (
 // cuMemCreate memory outlives it); the tier's device retains the context, so the tier never
 // sees that happen while it is open.
 //
+// The host buffers that those copies of a failed restore may still read stay the blocks' (they
+// hold the blocks' only copies), marked hostRead: Free holds such a buffer back rather than give
+// it to the pool, until a later restore of the block queues a batch after those copies on the
+// H2D stream, or a synchronize of the device succeeds.
+//
 // Invariant (t.mu held): held.dev and held.host are the bytes of VRAM and of host buffers of
-// the completions on held.list, and no block points to that memory.
+// the completions on held.list, and no block points to that memory; held.reads is the number of
+// blocks marked hostRead, each on the host only, with a host buffer.
 
 // heldBack is the memory the tier keeps out of use after a failed wait.
 type heldBack struct {
 	list      []completion
 	dev, host uintptr
+	reads     int // blocks marked hostRead (undoRestore)
+}
+
+// unreadHost clears b's hostRead: a batch after the copies that may read its host buffer, or a
+// synchronize of the device, orders their reuse. t.mu is held.
+func (t *Tier) unreadHost(b *block) {
+	if b.hostRead {
+		b.hostRead = false
+		t.held.reads--
+	}
 }
 
 // holdBack keeps c's memory out of use until a synchronize of the device succeeds
@@ -74,6 +90,11 @@ func (t *Tier) retryHeld() error {
 		return fmt.Errorf("%w: %s: synchronize: %w", ErrHeldBack, t.heldBytes(), err)
 	}
 	list := t.held.list
+	if t.held.reads > 0 { // the copies that may read their host buffers have run
+		for i := range t.blocks {
+			t.unreadHost(&t.blocks[i])
+		}
+	}
 	t.held = heldBack{}
 	var err error
 	for _, c := range list {

@@ -207,6 +207,7 @@ func (t *Tier) restored(ids []BlockID, ev cuda.Event, cause Cause) {
 		} else {
 			t.acct.hostOnly -= b.size
 			b.readySeq, b.readyEv = t.batches.issued[dirH2D], ev
+			t.unreadHost(b) // this batch is after the failed copies on the H2D stream
 			t.moved(id, b, true, cause, false, now)
 		}
 		if used {
@@ -244,7 +245,8 @@ func (t *Tier) abortRestore(r *restoring) error {
 // driver refuses both, it is held back (heldback.go). Those copies may also still read the
 // blocks' host buffers, which the blocks keep: each block with one takes the batch as its
 // restore (readySeq, readyEv), so that a Free gives the buffer back to the pool, and
-// AcquireHost for writing hands it to Go, only behind that batch. Its error is the heap's
+// AcquireHost for writing hands it to Go, only behind that batch; with no batch (both refused),
+// each is marked hostRead (readHost), and a Free holds its buffer back. Its error is the heap's
 // refusal of VRAM given back to it after the synchronize (complete).
 func (t *Tier) undoRestore(ids []BlockID) error {
 	c := completion{}
@@ -259,6 +261,7 @@ func (t *Tier) undoRestore(ids []BlockID) error {
 	if err != nil {
 		if t.dev.StreamSynchronize(uintptr(t.engine.h2d)) != nil {
 			t.holdBack(c) // the copies may still write it (heldback.go)
+			t.readHost(ids)
 			return nil
 		}
 		return t.complete(c)
@@ -269,6 +272,19 @@ func (t *Tier) undoRestore(ids []BlockID) error {
 		}
 	}
 	return nil
+}
+
+// readHost marks the blocks ids that have host buffers as read by copies of a failed restore
+// that nothing orders (hostRead): neither its batch's event nor a synchronize of the H2D stream
+// could be had. A copy queued before a fault may, as far as the driver documents, still run
+// (it says only that every later call fails), so the buffer leaves the block only held back.
+func (t *Tier) readHost(ids []BlockID) {
+	for _, id := range ids {
+		if b := &t.blocks[id]; b.host != nil && !b.hostRead {
+			b.hostRead = true
+			t.held.reads++
+		}
+	}
 }
 
 // devAlloc takes VRAM for a block: a spare block of its size, else from the device heap. When

@@ -18,6 +18,7 @@ func (t *Tier) verify() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	var a accounts
+	var held heldBack
 	evictable := map[BlockID]bool{}
 	free := map[uint32]bool{}
 	for _, id := range t.free {
@@ -80,6 +81,12 @@ func (t *Tier) verify() error {
 		if b.dev != 0 && b.pins == 0 {
 			evictable[id] = true
 		}
+		if b.hostRead {
+			held.reads++
+			if b.dev != 0 || b.host == nil {
+				bad("block %d: host buffer read by a failed restore, device %#x, host %v", i, b.dev, b.host != nil)
+			}
+		}
 	}
 	if a != t.acct {
 		bad("accounts %+v, the blocks sum to %+v", t.acct, a)
@@ -108,7 +115,6 @@ func (t *Tier) verify() error {
 	if spare != t.spare.bytes {
 		bad("spare VRAM counts %d bytes, its blocks %d", t.spare.bytes, spare)
 	}
-	var held heldBack
 	for _, c := range t.held.list {
 		for _, d := range c.dev {
 			held.dev += d.size
@@ -119,6 +125,10 @@ func (t *Tier) verify() error {
 	}
 	if held.dev != t.held.dev || held.host != t.held.host {
 		bad("memory held back counts %d bytes of VRAM and %d of host buffers, its list %d and %d", t.held.dev, t.held.host, held.dev, held.host)
+	}
+	if held.reads != t.held.reads {
+		bad("%d blocks counted with host buffers read by a failed restore, %d marked",
+			t.held.reads, held.reads)
 	}
 	if err := t.verifyBatches(); err != nil {
 		errs = append(errs, err)
