@@ -537,6 +537,15 @@ var mutants = []mutant{
 		catch: "^TestAbortedRestoreFreeWaitsForItsCopies$",
 	},
 	{
+		name:  "tier-undo-restore-unmarked-read-host",
+		why:   "a restore whose copies were tried, and whose batch event and H2D synchronize the driver then refuses (a fault after a copy was queued), leaves the blocks' host buffers unmarked, and a Free gives one to the pool under a copy that may still read it; the model makes no fault",
+		file:  "uvm/restore.go",
+		old:   "\t\t\tt.holdBack(c) // the copies may still write it (heldback.go)\n\t\t\tt.readHost(ids)\n",
+		new:   "\t\t\tt.holdBack(c) // the copies may still write it (heldback.go)\n",
+		pkg:   "./uvm",
+		catch: "^TestAbortedRestoreAfterFaultHoldsHostBuffer$",
+	},
+	{
 		name:  "tier-acquire-ignores-other-streams",
 		why:   "an Acquire on s2 of a block released on s1 and still on the device does not wait for s1's release, so work on s2 reads the block before s1's writes have run",
 		file:  "uvm/access.go",
