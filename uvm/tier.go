@@ -112,7 +112,9 @@
 // or pool (a silent corruption), and returns ErrHeldBack; Stats counts that memory
 // (HeldBackDeviceBytes, HeldBackHostBytes). The VRAM of a restore that failed, and the host
 // buffers a failed eviction's or AcquireHost's copies may still write, are held back the same
-// way when the waits for their copies fail. Sync gives the memory held back to where it goes once a
+// way when the waits for their copies fail; so is, at its Free, the host buffer a failed
+// restore's copies may still read. An Acquire for writing of a block whose host buffer Go had
+// (AcquireHost) fails, changing nothing, when the tier cannot let go of that buffer. Sync gives the memory held back to where it goes once a
 // synchronize of the device succeeds. Close frees every block and closes the tier all the
 // same, but keeps the memory held back, with the streams, events, device heap and host pool
 // that hold it, and returns ErrHeldBack naming how much; a later Close tries again and gives
