@@ -31,6 +31,11 @@ type Stats struct {
 	Purges, PurgeTicks uint64
 	// Arena is the arena's figures.
 	Arena arena.Stats
+	// Released is true once Close has closed the heap and given back its memory: its figures
+	// change no more, and a collector of them (package metrics) drops the heap. A Close that the
+	// driver refused to give memory back leaves it false, the memory counted, until a later
+	// Close gives it back.
+	Released bool
 }
 
 // Stats returns the heap's figures, after doing the deferred frees that have completed.
@@ -47,6 +52,7 @@ func (h *Heap) Stats() Stats {
 	st.Deferred = len(h.deferred)
 	st.Events = h.events.Created() - h.events.Destroyed()
 	st.Arena = h.a.Stats()
+	st.Released = h.closed && !h.refused
 	return st
 }
 
