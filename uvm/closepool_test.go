@@ -38,8 +38,14 @@ func TestCloseKeepsPoolItCouldNotClose(t *testing.T) {
 	if !errors.Is(err, pinned.ErrBusy) || !strings.Contains(err.Error(), "a later Close tries again") {
 		t.Fatalf("Close whose host pool fails to close: %v; want pinned.ErrBusy, saying a later Close tries again", err)
 	}
+	if tr.Stats().Released {
+		t.Error("Stats.Released after a Close that kept the host pool")
+	}
 	if err := tr.Close(); err != nil {
 		t.Fatalf("second Close: %v; want nil: it closes the host pool the first could not", err)
+	}
+	if !tr.Stats().Released {
+		t.Error("Stats.Released false after the second Close gave the host pool back")
 	}
 	if v := hostBytes(); v != 0 {
 		t.Errorf("after the second Close: %d bytes of host memory still allocated (%v)", v, f.LiveObjects())

@@ -107,12 +107,19 @@ func TestFreeAfterFaultHoldsMemoryBack(t *testing.T) {
 	if _, err := tr.Alloc(n); !errors.Is(err, uvm.ErrClosed) {
 		t.Fatalf("Alloc after a Close that kept memory: %v; want uvm.ErrClosed", err)
 	}
+	if st := tr.Stats(); st.Released || st.HeldBackDeviceBytes != n {
+		t.Errorf("after a Close that kept memory: Released %v, %d bytes of VRAM held back; want false, %d",
+			st.Released, st.HeldBackDeviceBytes, n)
+	}
 	if live := dev.Stats(); live.Reservations == 0 || live.Streams == 0 {
 		t.Fatalf("after a Close that kept memory held back, the device has %+v live; want the tier's heap, pool and streams kept", live)
 	}
 
 	f.ClearStickyError() // a context that works again, which a real one never does after a fault
 	must(t, tr.Close())
+	if !tr.Stats().Released {
+		t.Error("Stats.Released false after the Close that gave everything back")
+	}
 	if err := tr.Close(); !errors.Is(err, uvm.ErrClosed) {
 		t.Fatalf("Close after the Close that gave everything back: %v; want uvm.ErrClosed", err)
 	}

@@ -129,6 +129,11 @@ type Stats struct {
 	Allocs, Frees uint64
 	// AcquireLatency holds the latency histograms of Acquire and AcquireHost.
 	AcquireLatency AcquireLatency
+	// Released is true once Close has closed the tier and given back all it held (a further
+	// Close answers ErrClosed): its figures change no more, and a collector of them (package
+	// metrics) drops the tier. A Close that kept memory held back (ErrHeldBack) or its host
+	// pool leaves it false, that memory counted, until a later Close gives it back.
+	Released bool
 }
 
 // HitRate is Hits / (Hits + Misses), or 0 before any Acquire.
@@ -189,6 +194,7 @@ func (t *Tier) Stats() Stats {
 	st.AcquiredBytes, st.AcquiredBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
 	st.Pending = int(t.batches.lists.Weight())
 	st.AcquireLatency.withBounds()
+	st.Released = t.closed && !t.heldAtClose && !t.poolAtClose
 	return st
 }
 
