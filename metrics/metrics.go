@@ -103,9 +103,10 @@ type Collector struct {
 type source struct {
 	mem Memory
 	// heap reads a pool or device heap: its figures and info labels (nil: no info), and
-	// whether it is still there to report (false: a pool whose memory is released).
+	// whether it is still there to report (false: a pool or heap whose memory is released).
 	heap func() (Figures, []string, bool)
-	tier func() TierFigures // tiers
+	// tier reads a tier: its figures, and whether it is still there (false: closed, released).
+	tier func() (TierFigures, bool)
 }
 
 // ErrInvalidName means a source name that cannot be a Prometheus label value (it is not valid
@@ -138,9 +139,15 @@ func (c *Collector) AddPool(name string, p *pinned.Pool) error {
 }
 
 // AddDevice registers a device heap under name. Errors as for AddPool.
+//
+// A heap closed while registered is reported until its memory is given back (Close, or a later
+// Close where the driver refused it), and then no more, as a released pool.
 func (c *Collector) AddDevice(name string, h *device.Heap) error {
 	return c.add(name, h == nil, source{mem: Device, heap: func() (Figures, []string, bool) {
 		st := h.Stats()
+		if st.Released {
+			return Figures{}, nil, false
+		}
 		f := FromDevice(st)
 		f.Quota = uint64(h.Quota())
 		return f, []string{strconv.Itoa(h.Device().Ordinal()), st.Arena.Provider}, true
@@ -148,8 +155,17 @@ func (c *Collector) AddDevice(name string, h *device.Heap) error {
 }
 
 // AddTier registers a UVM tier under name. Errors as for AddPool.
+//
+// A tier closed while registered is reported until it has given back all it held (Close, or a
+// later Close where the first kept memory), and then no more, as a released pool.
 func (c *Collector) AddTier(name string, t *uvm.Tier) error {
-	return c.add(name, t == nil, source{tier: func() TierFigures { return FromTier(t.Stats()) }})
+	return c.add(name, t == nil, source{tier: func() (TierFigures, bool) {
+		st := t.Stats()
+		if st.Released {
+			return TierFigures{}, false
+		}
+		return FromTier(st), true
+	}})
 }
 
 // AddFunc registers any source of Figures under name, in the families of mem. Errors as for
@@ -218,7 +234,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- constMetric(infoDesc, prometheus.GaugeValue, 1, version())
 	for _, s := range c.list() {
 		if s.tier != nil {
-			collectTier(ch, s.name, s.tier())
+			if f, ok := s.tier(); ok {
+				collectTier(ch, s.name, f)
+			}
 			continue
 		}
 		f, info, ok := s.heap()
@@ -276,10 +294,12 @@ func (c *Collector) Var() expvar.Var {
 		out := map[string]any{}
 		for _, s := range c.list() {
 			if s.tier != nil {
-				out[s.name] = struct {
-					Memory string `json:"memory"`
-					TierFigures
-				}{"uvm", s.tier()}
+				if f, ok := s.tier(); ok {
+					out[s.name] = struct {
+						Memory string `json:"memory"`
+						TierFigures
+					}{"uvm", f}
+				}
 				continue
 			}
 			f, _, ok := s.heap()
