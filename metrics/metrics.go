@@ -60,8 +60,6 @@ package metrics
 import (
 	"expvar"
 	"fmt"
-	"github.com/pinmalloc/pinmalloc"
-	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"sort"
 	"strconv"
 	"sync"
@@ -69,7 +67,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/device"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/pinned"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
