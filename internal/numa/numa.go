@@ -70,14 +70,26 @@ func NodeOf(addr uintptr) (int, error) {
 }
 
 // Online returns the nodes the machine has online (sysfs /sys/devices/system/node/online,
-// "0-1,3" style), or [0] where sysfs does not say (a kernel without NUMA).
+// "0-1,3" style), or [0] where sysfs does not say (a kernel without NUMA) or says something
+// else than such a list.
 func Online(sysfs string) []int {
 	b, err := os.ReadFile(filepath.Join(sysfs, "devices/system/node/online"))
 	if err != nil {
 		return []int{0}
 	}
-	var nodes []int
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
+	nodes, ok := parseNodeList(string(b))
+	if !ok {
+		return []int{0}
+	}
+	return nodes
+}
+
+// parseNodeList reads a kernel node list ("0-1,3", ending in a newline or not): ok is false
+// unless it is non-empty and its ranges ascend without overlapping, below maxNodes, so that a
+// malformed or hostile file cannot make the list longer than the nodes a kernel can have.
+func parseNodeList(s string) (nodes []int, ok bool) {
+	prev := -1
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
 		lo, hi, found := strings.Cut(part, "-")
 		a, err1 := strconv.Atoi(lo)
 		z := a
@@ -85,17 +97,15 @@ func Online(sysfs string) []int {
 		if found {
 			z, err2 = strconv.Atoi(hi)
 		}
-		if err1 != nil || err2 != nil || z < a {
-			return []int{0}
+		if err1 != nil || err2 != nil || a <= prev || z < a || z >= maxNodes {
+			return nil, false
 		}
 		for n := a; n <= z; n++ {
 			nodes = append(nodes, n)
 		}
+		prev = z
 	}
-	if len(nodes) == 0 {
-		return []int{0}
-	}
-	return nodes
+	return nodes, len(nodes) > 0
 }
 
 // PCIBusID formats a PCI address as sysfs names it: "0000:1b:00.0".
@@ -105,14 +115,15 @@ func PCIBusID(domain, bus, device int) string {
 
 // PCINode returns the NUMA node of the PCI device busID ("0000:1b:00.0") from sysfs
 // (/sys/bus/pci/devices/BUSID/numa_node). The kernel writes -1 for a device it places on no
-// node (a single-node machine): ok is false then, and when sysfs has no such device.
+// node (a single-node machine): ok is false then, when sysfs has no such device, and when the
+// file holds no node a kernel can have (0 to 1023).
 func PCINode(sysfs, busID string) (node int, ok bool) {
 	b, err := os.ReadFile(filepath.Join(sysfs, "bus/pci/devices", busID, "numa_node"))
 	if err != nil {
 		return -1, false
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || n < 0 {
+	if err != nil || n < 0 || n >= maxNodes {
 		return -1, false
 	}
 	return n, true
