@@ -10,6 +10,7 @@ package workload
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 )
 
@@ -142,14 +143,14 @@ type ZipfGen struct {
 	perm []int32 // rank → block
 }
 
-// NewZipf returns Zipf-distributed accesses over n blocks with exponent s > 1: rank k is
-// drawn with probability proportional to 1/(k+1)^s, and rank k is block Block(k), a fixed
-// permutation drawn from the same seed, so hot blocks are not neighbours.
+// NewZipf returns Zipf-distributed accesses over n blocks with a finite exponent s > 1: rank
+// k is drawn with probability proportional to 1/(k+1)^s, and rank k is block Block(k), a
+// fixed permutation drawn from the same seed, so hot blocks are not neighbours.
 func NewZipf(n int, s float64, seed uint64) (*ZipfGen, error) {
 	if err := checkN(n); err != nil {
 		return nil, err
 	}
-	if !(s > 1) || n > 1<<31-1 {
+	if !(s > 1) || math.IsInf(s, 1) || n > 1<<31-1 {
 		return nil, fmt.Errorf("%w: Zipf exponent %g (want > 1) over %d blocks", ErrInvalid, s, n)
 	}
 	r := newRand(seed)
