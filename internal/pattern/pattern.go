@@ -4,11 +4,18 @@
 // moves was most of several tests' time.
 package pattern
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // Fill sets b[i] to at(i) for every i, where at repeats every period bytes (at(i+period) ==
-// at(i)): it calls at for the first period only and doubles that by copies.
+// at(i)): it calls at for the first period only and doubles that by copies. A period below 1
+// panics.
 func Fill(b []byte, period int, at func(i int) byte) {
+	if period < 1 {
+		panic(fmt.Sprintf("pattern: Fill with period %d (want 1 or more)", period))
+	}
 	n := min(len(b), period)
 	for i := range n {
 		b[i] = at(i)
