@@ -2,10 +2,15 @@
 // and the debug page share it.
 package units
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
-// Bytes formats a byte count with a binary unit (B, KiB, MiB, GiB, TiB, PiB, EiB), three
-// significant digits at most.
+// Bytes formats a byte count below 1 KiB exactly ("1023 B"), and a larger one with a binary
+// unit (KiB, MiB, GiB, TiB, PiB, EiB) rounded to three significant digits: "1.50 KiB", "11.8
+// MiB", "150 GiB", a whole number without decimals ("10 KiB"), and 1000 to 1023 of a unit
+// with all four. A value that rounds up to 1024 of a unit is written in the next.
 func Bytes(n uint64) string {
 	const units = "KMGTPE"
 	if n < 1024 {
@@ -16,13 +21,24 @@ func Bytes(n uint64) string {
 		v /= 1024
 		u++
 	}
+	decimals := 2
 	switch {
-	case v >= 100 || v == float64(int64(v)):
-		return fmt.Sprintf("%.0f %ciB", v, units[u])
+	case v >= 100 || v == math.Trunc(v):
+		decimals = 0
 	case v >= 10:
-		return fmt.Sprintf("%.1f %ciB", v, units[u])
+		decimals = 1
 	}
-	return fmt.Sprintf("%.2f %ciB", v, units[u])
+	// Round as the format will, and take the shorter form or the next unit where that
+	// reaches the next decade or 1024.
+	scale := math.Pow(10, float64(decimals))
+	if r := math.Round(v*scale) / scale; r >= 1024 && u < len(units)-1 {
+		v, u, decimals = r/1024, u+1, 2
+	} else if r >= 100 {
+		decimals = 0
+	} else if r >= 10 {
+		decimals = min(decimals, 1)
+	}
+	return fmt.Sprintf("%.*f %ciB", decimals, v, units[u])
 }
 
 // Count formats n things named by one, the singular: "1 page", "3 pages", "0 pages". The plural
