@@ -5,7 +5,9 @@ package nvml
 // The system library, loaded with dlopen on the first Init and kept for the life of the
 // process (NVML counts Init and Shutdown itself; unloading it buys nothing). Each entry point
 // is resolved once, by the versioned name nvml.h (NVML 13) maps its unversioned name to, when
-// the library loads; one the library lacks answers ErrorFunctionNotFound when called. One C
+// the library loads; one the library lacks answers ErrorFunctionNotFound when called, and a
+// library without nvmlInit_v2 or nvmlShutdown is closed again at once (Init answers
+// ErrorFunctionNotFound). One C
 // shim per signature takes the entry point as a uintptr_t; handles cross as uintptr_t. The
 // three structs are declared with nvml.h's layout and checked by static assertions.
 //
@@ -46,6 +48,7 @@ static const unsigned int pmMemoryV2Version = (unsigned int)(sizeof(pmMemoryV2) 
 
 static uintptr_t pm_dlopen(const char *path) { return (uintptr_t)dlopen(path, RTLD_NOW | RTLD_LOCAL); }
 static uintptr_t pm_dlsym(uintptr_t h, const char *name) { return (uintptr_t)dlsym((void *)h, name); }
+static void pm_dlclose(uintptr_t h) { dlclose((void *)h); }
 
 // Shims by signature. The comment names the entry points that use each.
 
@@ -172,39 +175,42 @@ func Default() Library {
 // path), loaded on its first Init. Tests use it to load a fake.
 func Open(path string) Library { return &system{path: path} }
 
-// load opens the library once; a failed load is tried again at the next Init. s.guard is
-// held for writing.
-func (s *system) load() bool {
+// load opens the library once and answers Success, or ErrorLibraryNotFound when dlopen
+// fails, or ErrorFunctionNotFound when the library lacks nvmlInit_v2 or nvmlShutdown (it is
+// no NVML a session could open and close): it is closed again then. A failed load is tried
+// again at the next Init. s.guard is held for writing.
+func (s *system) load() Return {
 	if s.loaded {
-		return true
+		return Success
 	}
 	cpath := C.CString(s.path)
 	defer C.free(unsafe.Pointer(cpath))
 	h := C.pm_dlopen(cpath)
 	if h == 0 {
-		return false
+		return ErrorLibraryNotFound
 	}
+	var fn [numFn]C.uintptr_t
 	for i, name := range fnNames {
 		cname := C.CString(name)
-		s.fn[i] = C.pm_dlsym(h, cname)
+		fn[i] = C.pm_dlsym(h, cname)
 		C.free(unsafe.Pointer(cname))
 	}
-	s.loaded = true
-	return true
+	if fn[fnInit] == 0 || fn[fnShutdown] == 0 {
+		C.pm_dlclose(h)
+		return ErrorFunctionNotFound
+	}
+	s.fn, s.loaded = fn, true
+	return Success
 }
 
 // Init loads the library if needed and calls nvmlInit_v2.
 func (s *system) Init() Return {
 	s.guard.Lock()
 	defer s.guard.Unlock()
-	if !s.load() {
-		return ErrorLibraryNotFound
+	if r := s.load(); r != Success {
+		return r
 	}
-	fn := s.fn[fnInit]
-	if fn == 0 {
-		return ErrorFunctionNotFound
-	}
-	r := Return(C.pm_void(fn))
+	r := Return(C.pm_void(s.fn[fnInit]))
 	if r == Success {
 		s.refs++
 	}

@@ -13,7 +13,8 @@
 //   - a handle that is not one of the library's gets NVML_ERROR_INVALID_ARGUMENT;
 //   - nvmlDeviceGetHandleByPciBusId_v2 reads the three formats nvml.h documents, in hex.
 // Built with -DNO_MEMORY_V2 it lacks nvmlDeviceGetMemoryInfo_v2, with -DNO_NUMA
-// nvmlDeviceGetNumaNodeId, as older drivers did.
+// nvmlDeviceGetNumaNodeId, as older drivers did; with -DNO_INIT or -DNO_SHUTDOWN it lacks
+// nvmlInit_v2 or nvmlShutdown, as no NVML does (a library that is not NVML).
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,17 +76,21 @@ static int misuse(void) {
 		if (refs == 0) return misuse(); \
 	} while (0)
 
+#ifndef NO_INIT
 int nvmlInit_v2(void) {
 	if (poisoned) return UNKNOWN;
 	refs++;
 	return OK;
 }
+#endif
 
+#ifndef NO_SHUTDOWN
 int nvmlShutdown(void) {
 	ENTER();
 	refs--;
 	return OK;
 }
+#endif
 
 int nvmlDeviceGetCount_v2(unsigned *n) {
 	ENTER();
