@@ -170,6 +170,7 @@ func (t *Writer) Flush() error {
 
 // Read reads a whole trace and checks it: every free names an earlier allocation, freed once;
 // sizes, alignments and the live bytes stay within MaxBytes; the time fits a time.Duration.
+// An error wraps ErrFormat, and also io.ErrUnexpectedEOF where the input ends inside a record.
 func Read(r io.Reader) ([]Event, error) {
 	br := bufio.NewReader(r)
 	var magic [len(Magic)]byte
@@ -189,9 +190,17 @@ func Read(r io.Reader) ([]Event, error) {
 			return nil, err
 		}
 		n := len(evs)
+		// bad wraps the cause of a field that cannot be read: a trace that ends inside a
+		// record is cut short (io.ErrUnexpectedEOF), not ended (io.EOF).
+		bad := func(what string, err error) error {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("%w: record %d: %s: %w", ErrFormat, n, what, err)
+		}
 		dt, err := binary.ReadUvarint(br)
 		if err != nil {
-			return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, n, err)
+			return nil, bad("time", err)
 		}
 		if dt > math.MaxInt64-uint64(at) {
 			return nil, fmt.Errorf("%w: record %d: time %v + %d ns overflows", ErrFormat, n, at, dt)
@@ -200,28 +209,34 @@ func Read(r io.Reader) ([]Event, error) {
 		switch op {
 		case opAlloc:
 			e := Event{At: at, ID: uint64(len(sizes))}
-			if e.Size, err = binary.ReadUvarint(br); err != nil || e.Size == 0 || e.Size > MaxBytes {
-				return nil, fmt.Errorf("%w: record %d: size %d (1 to %d): %v", ErrFormat, n, e.Size, uint64(MaxBytes), err)
+			if e.Size, err = binary.ReadUvarint(br); err != nil {
+				return nil, bad("size", err)
+			}
+			if e.Size == 0 || e.Size > MaxBytes {
+				return nil, fmt.Errorf("%w: record %d: size %d (1 to %d)", ErrFormat, n, e.Size, uint64(MaxBytes))
 			}
 			if live += e.Size; live > MaxBytes {
 				return nil, fmt.Errorf("%w: record %d: %d bytes live, beyond the address space (%d)", ErrFormat, n, live, uint64(MaxBytes))
 			}
 			lg, err := br.ReadByte()
-			if err != nil || lg > maxLog {
-				return nil, fmt.Errorf("%w: record %d: alignment 2^%d: %v", ErrFormat, n, lg, err)
+			if err != nil {
+				return nil, bad("alignment", err)
+			}
+			if lg > maxLog {
+				return nil, fmt.Errorf("%w: record %d: alignment 2^%d (at most 2^%d)", ErrFormat, n, lg, maxLog)
 			}
 			if lg > 0 {
 				e.Align = 1 << lg
 			}
 			if e.Goroutine, err = binary.ReadUvarint(br); err != nil {
-				return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, n, err)
+				return nil, bad("goroutine", err)
 			}
 			sizes = append(sizes, e.Size)
 			evs = append(evs, e)
 		case opFree:
 			id, err := binary.ReadUvarint(br)
 			if err != nil {
-				return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, n, err)
+				return nil, bad("allocation freed", err)
 			}
 			if id >= uint64(len(sizes)) || sizes[id] == 0 {
 				return nil, fmt.Errorf("%w: record %d frees allocation %d (of %d; freed before: %v)", ErrFormat, n, id, len(sizes), id < uint64(len(sizes)))
