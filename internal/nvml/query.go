@@ -8,7 +8,10 @@ package nvml
 // call, a NUMA node) is left out of the answer; what it must have (name, UUID, memory) fails
 // the query with the Return wrapped.
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // session initializes lib and returns the function that shuts it down. A failed Init is
 // returned as an error wrapping both ErrUnavailable and the Return, and lib is then not used
@@ -152,16 +155,22 @@ func migDevices(dev Device) []MIGDevice {
 }
 
 // memoryInfo prefers nvmlDeviceGetMemoryInfo_v2 and falls back to v1 on drivers without it.
+// Figures no device has (a part above the total, a total above math.MaxInt64) fail with
+// ErrorUnknown: they come from a broken or foreign library, and a caller's Total-Used or
+// int(Total) would wrap.
 func memoryInfo(dev Device) (Memory, error) {
 	m, ret := dev.GetMemoryInfoV2()
-	if ret == Success {
-		return m, nil
+	if ret != Success {
+		if ret != ErrorNotSupported && ret != ErrorFunctionNotFound {
+			return Memory{}, fmt.Errorf("memory info: %w", ret)
+		}
+		if m, ret = dev.GetMemoryInfo(); ret != Success {
+			return Memory{}, fmt.Errorf("memory info: %w", ret)
+		}
 	}
-	if ret != ErrorNotSupported && ret != ErrorFunctionNotFound {
-		return Memory{}, fmt.Errorf("memory info: %w", ret)
-	}
-	if m, ret = dev.GetMemoryInfo(); ret != Success {
-		return Memory{}, fmt.Errorf("memory info: %w", ret)
+	if m.Total > math.MaxInt64 || m.Free > m.Total || m.Used > m.Total || m.Reserved > m.Total {
+		return Memory{}, fmt.Errorf("memory info: total %d, free %d, used %d, reserved %d: %w",
+			m.Total, m.Free, m.Used, m.Reserved, ErrorUnknown)
 	}
 	return m, nil
 }
