@@ -71,9 +71,10 @@ func MemoryUsed(lib Library, index int) (uint64, error) {
 }
 
 // NUMANode initializes lib, returns the NUMA node NVML gives the GPU at PCI address busID
-// ("0000:1b:00.0", as GPU.PCIBusID), and shuts lib down. ok is false when NVML does not know
-// (no such device, a driver without nvmlDeviceGetNumaNodeId, a platform where it answers
-// ErrorNotSupported).
+// ("0000:1b:00.0", as GPU.PCIBusID), and shuts lib down. ok is false, with no error, when
+// NVML does not say: no device at busID or any other failure to find it (a malformed address,
+// a lost GPU), a driver without nvmlDeviceGetNumaNodeId, a platform where it answers
+// ErrorNotSupported, a negative node. err is only a failed Init (ErrUnavailable).
 func NUMANode(lib Library, busID string) (node int, ok bool, err error) {
 	done, err := session(lib)
 	if err != nil {
