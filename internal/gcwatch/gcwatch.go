@@ -10,10 +10,14 @@ import (
 )
 
 // Watch returns a function that runs the garbage collector and reports whether b's memory has
-// been collected (waiting a little for the cleanup that says so to run).
+// been collected (waiting a little for the cleanup that says so to run). b may be of length 0
+// but not of capacity 0: that has no memory to watch, and Watch panics.
 func Watch(b []byte) func() bool {
+	if cap(b) == 0 {
+		panic("gcwatch: Watch of a slice of capacity 0, which has no memory")
+	}
 	var gone atomic.Bool
-	runtime.AddCleanup(&b[0], func(g *atomic.Bool) { g.Store(true) }, &gone)
+	runtime.AddCleanup(&b[:1][0], func(g *atomic.Bool) { g.Store(true) }, &gone)
 	return func() bool {
 		for range 20 {
 			runtime.GC()
