@@ -213,7 +213,8 @@ func Read(r io.Reader) ([]Event, error) {
 				return nil, bad("size", err)
 			}
 			if e.Size == 0 || e.Size > MaxBytes {
-				return nil, fmt.Errorf("%w: record %d: size %d (1 to %d)", ErrFormat, n, e.Size, uint64(MaxBytes))
+				return nil, fmt.Errorf("%w: record %d: size %d (1 to %d)",
+					ErrFormat, n, e.Size, uint64(MaxBytes))
 			}
 			if live += e.Size; live > MaxBytes {
 				return nil, fmt.Errorf("%w: record %d: %d bytes live, beyond the address space (%d)", ErrFormat, n, live, uint64(MaxBytes))
@@ -223,7 +224,8 @@ func Read(r io.Reader) ([]Event, error) {
 				return nil, bad("alignment", err)
 			}
 			if lg > maxLog {
-				return nil, fmt.Errorf("%w: record %d: alignment 2^%d (at most 2^%d)", ErrFormat, n, lg, maxLog)
+				return nil, fmt.Errorf("%w: record %d: alignment 2^%d (at most 2^%d)",
+					ErrFormat, n, lg, maxLog)
 			}
 			if lg > 0 {
 				e.Align = 1 << lg

@@ -20,7 +20,8 @@ func TestReadErrorsSayTheCause(t *testing.T) {
 		"varint cut":    "\x01\x00\x80",
 	} {
 		_, err := Read(strings.NewReader(Magic + in))
-		if !errors.Is(err, ErrFormat) || !errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		cut := errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF)
+		if !errors.Is(err, ErrFormat) || !cut {
 			t.Errorf("%s: %v, want ErrFormat and io.ErrUnexpectedEOF", name, err)
 		}
 	}

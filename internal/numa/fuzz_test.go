@@ -5,7 +5,9 @@ import "testing"
 // FuzzParseNodeList checks that any text read as a node list gives nodes that ascend strictly
 // within [0, maxNodes), or is refused, without a panic.
 func FuzzParseNodeList(f *testing.F) {
-	for _, s := range []string{"0\n", "0-1,3\n", "0-1023", "1-0", "0-3,2", "-1", "0-99999999999999999999"} {
+	for _, s := range []string{
+		"0\n", "0-1,3\n", "0-1023", "1-0", "0-3,2", "-1", "0-99999999999999999999",
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -18,7 +18,8 @@ func TestFillRefusesPeriodBelowOne(t *testing.T) {
 		select {
 		case r := <-done:
 			if s, ok := r.(string); !ok || !strings.Contains(s, "period") {
-				t.Errorf("Fill with period %d panicked with %v, want a message naming the period", period, r)
+				t.Errorf("Fill with period %d panicked with %v, want a message naming it",
+					period, r)
 			}
 		case <-time.After(10 * time.Second): // a watchdog, not a synchronization
 			t.Fatalf("Fill with period %d did not return", period)

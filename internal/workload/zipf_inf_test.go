@@ -19,6 +19,7 @@ func TestZipfRefusesInfiniteExponent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if b := g.Next(); b != g.Block(0) {
-		t.Errorf("Zipf with the largest finite exponent drew block %d, not the hottest %d", b, g.Block(0))
+		t.Errorf("Zipf with the largest finite exponent drew block %d, not the hottest %d",
+			b, g.Block(0))
 	}
 }
