@@ -108,8 +108,9 @@ type Arena struct {
 	reserved uintptr
 	st       Stats
 	timer    *time.Timer
-	clock    keep.Clock    // the timer's state (Armed, Gen, Timed), read by holders without mu
-	kept     []*keep.Range // tracked ranges (kept.go)
+	clock    keep.Clock      // the timer's state (Armed, Gen, Timed), read by holders without mu
+	kept     []*keep.Range   // tracked ranges (kept.go)
+	refused  []refusedRegion // regions the provider refused to release (refused.go)
 
 	observers []RegionObserver // told of each region mapped and unmapped (observe.go), under mu
 }
@@ -406,13 +407,17 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 }
 
 // unreserve gives rr, a region grow reserved and cannot use for the reason err, back to the
-// provider and returns err, joined with the provider's refusal when it refuses: the region
-// is then the provider's still (as a refused release in releaseIdle), and the caller hears
-// of it.
+// provider and returns err, joined with the provider's refusal when it refuses: the arena then
+// keeps the region, out of use and counted, and releases it again later (refused.go).
 func (a *Arena) unreserve(rr *Region, err error) error {
 	if rerr := a.prov.Release(rr); rerr != nil {
-		rerr = fmt.Errorf("region [%#x, +%d) not given back: %w", rr.Base, rr.Size, rerr)
-		return errors.Join(err, rerr)
+		var committed uint64
+		if rr.Committed {
+			committed = uint64(rr.Size)
+		}
+		a.reserved += rr.Size
+		a.st.Committed += committed
+		return errors.Join(err, a.keepRefused(rr, committed, false, rerr))
 	}
 	return err
 }

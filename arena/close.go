@@ -4,17 +4,19 @@ import "fmt"
 
 // Close decommits and releases every region. It fails with ErrBusy, and releases nothing, while
 // chunks are still handed out. A region the provider refuses to release stays the arena's,
-// counted in Stats (Committed: what is still committed of it), and Close returns the
-// provider's error: the arena is closed all the same, and the next Close tries those regions
-// again (it returns ErrClosed once none is left). A provider that is a KeptReleaser gives
-// back what it kept held by no region (ReleaseKept) at each such Close.
+// counted in Stats (Reserved; Committed, what is still committed of it; RegionsRefused), and
+// Close returns an error wrapping ErrReleaseRefused and the provider's: the arena is closed all
+// the same, and the next Close tries those regions again (it returns ErrClosed once none is
+// left). Regions whose release was refused before Close (by a purge, Trim) are released the
+// same way. A provider that is a KeptReleaser gives back what it kept held by no region
+// (ReleaseKept) at each such Close; Close returns its error as it is.
 func (a *Arena) Close() error {
 	a.pcMu.Lock() // waits for the chunk a Precommit is committing, if any
 	defer a.pcMu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		if len(*a.regions.Load()) != 0 || a.provKept {
+		if len(a.refused) != 0 || a.provKept {
 			return a.releaseAll()
 		}
 		return ErrClosed
@@ -37,25 +39,21 @@ func (a *Arena) Close() error {
 }
 
 // releaseAll gives every region of a closed arena back to the provider, and keeps those it
-// refuses, with their reserved and committed bytes, for the next Close; then what a
-// KeptReleaser provider kept, which the next Close tries again while the provider refuses. It
+// refuses, with their reserved and committed bytes, for the next Close (refused.go); then what
+// a KeptReleaser provider kept, which the next Close tries again while the provider refuses. It
 // returns the first refusal. Called under a.mu.
 func (a *Arena) releaseAll() error {
-	var first error
-	var kept []*region
-	a.st.Committed, a.reserved = 0, 0
 	for _, r := range *a.regions.Load() {
-		if err := a.prov.Release(r.r); err != nil {
-			if first == nil {
-				first = err
-			}
-			kept = append(kept, r)
-			ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
-			a.st.Committed += uint64(r.commit.Count(0, ng)) << r.gshift
-			a.reserved += r.r.Size
-		}
+		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
+		a.refused = append(a.refused, refusedRegion{r: r.r, committed: uint64(r.commit.Count(0, ng)) << r.gshift})
 	}
-	a.regions.Store(&kept)
+	a.regions.Store(new([]*region))
+	first := a.releaseRefused()
+	a.st.Committed, a.reserved = 0, 0 // what the regions kept hold, and nothing else, now
+	for _, x := range a.refused {
+		a.st.Committed += x.committed
+		a.reserved += x.r.Size
+	}
 	if k, ok := a.prov.(KeptReleaser); ok {
 		err := k.ReleaseKept()
 		if err != nil && first == nil {

@@ -29,6 +29,10 @@ var (
 	ErrClosed = errkind.New(pinmalloc.ErrClosed, "arena: closed")
 	// ErrBusy means Close was called while chunks were still handed out.
 	ErrBusy = errkind.New(pinmalloc.ErrLiveBlocks, "arena: chunks still in use")
+	// ErrReleaseRefused means the provider refused to release a region (Provider.Release).
+	// The arena keeps the region, out of use and counted in Stats.RegionsRefused, and releases
+	// it again at the next purge tick, Trim and Close; Close returns it while refused.
+	ErrReleaseRefused = errkind.New(pinmalloc.ErrRefused, "arena: region not released")
 	// ErrNotHostAccessible means the CPU cannot access the memory (device memory): Bytes
 	// refuses to view it.
 	ErrNotHostAccessible = errkind.New(pinmalloc.ErrInvalid, "arena: memory is not accessible by the CPU")

@@ -34,7 +34,8 @@ func (refuseMapped) Unmapping(*Region)    {}
 
 // TestGrowReleaseRefusedReported: a region grow reserved and cannot use (here an observer
 // refuses it) goes back to the provider; when the provider refuses that too, the caller hears
-// of it beside the reason, once. Before, the refusal was dropped.
+// of it beside the reason, once, and the arena keeps the region, counted, for the next Trim to
+// release. Before, the refusal was dropped, and then the region was.
 func TestGrowReleaseRefusedReported(t *testing.T) {
 	p := &releaseRefusing{Provider: PageableHost(HostOptions{})}
 	a := newTestArena(t, Options{Provider: p, Capacity: 64 << 20, RegionSize: 16 << 20})
@@ -42,15 +43,10 @@ func TestGrowReleaseRefusedReported(t *testing.T) {
 	p.fail.Store(true)
 	_, err := a.Alloc(1<<20, 1)
 	p.fail.Store(false)
-	for _, r := range p.refused {
-		if err := p.Provider.Release(r); err != nil {
-			t.Errorf("releasing the refused region: %v", err)
-		}
-	}
 	if !errors.Is(err, errObserver) {
 		t.Fatalf("Alloc: %v, want the observer's refusal", err)
 	}
-	if !errors.Is(err, errInjected) || !errors.Is(err, ErrInvalid) {
+	if !errors.Is(err, errInjected) || !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrReleaseRefused) {
 		t.Fatalf("Alloc: %v, want the provider's refused release in it", err)
 	}
 	if n := strings.Count(err.Error(), errInjected.Error()); n != 1 {
@@ -58,5 +54,11 @@ func TestGrowReleaseRefusedReported(t *testing.T) {
 	}
 	if len(p.refused) != 1 {
 		t.Fatalf("%d releases refused, want 1", len(p.refused))
+	}
+	checkRefused(t, a, "after the refused release", 1, 16<<20, 0, 0)
+	a.Trim()
+	checkRefused(t, a, "after Trim", 0, 0, 0, 0)
+	if err := p.Provider.Release(p.refused[0]); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("releasing the region again after Trim: %v, want it released already", err)
 	}
 }

@@ -1,9 +1,7 @@
 package arena
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/pinmalloc/pinmalloc/internal/align"
 )
@@ -30,7 +28,7 @@ import (
 //
 // Invariants (under a.mu):
 //   - a released region is out of a.regions before the provider's Release is called, and its
-//     chunks were all free;
+//     chunks were all free; one whose Release is refused goes to a.refused (refused.go);
 //   - r.emptied is the purge generation in which r's last chunk in use was freed, or in which
 //     the span or the Precommit batch r was reserved for failed or ended; -1 while a chunk is
 //     in use (Precommit's chunks too, while it commits them), and from the reserve until then.
@@ -95,8 +93,9 @@ func (a *Arena) emptied(r *region) {
 	a.schedulePurge()
 }
 
-// releaseIdle gives back the regions empty since generation cutoff or before, and reports
-// whether an empty region is left waiting. Called under a.mu.
+// releaseIdle gives back the regions empty since generation cutoff or before (keeping those
+// whose release the provider refuses: refused.go), and reports whether an empty region is left
+// waiting. Called under a.mu.
 func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
 	if !a.caps.Releases || a.lend == nil || a.pcHeld > 0 {
 		return false
@@ -125,13 +124,16 @@ func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
 		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
 		committed := uint64(r.commit.Count(0, ng)) << r.gshift
 		a.unmapping(r.r)
-		err := a.prov.Release(r.r)
-		a.reserved -= r.r.Size
-		a.st.Committed -= committed
 		a.st.Chunks -= r.nchunks
 		a.st.AlignWaste -= uint64(r.grid - r.r.Base)
+		if err := a.prov.Release(r.r); err != nil {
+			_ = a.keepRefused(r.r, committed, true, err) // logged; released again later (refused.go)
+			continue
+		}
+		a.reserved -= r.r.Size
+		a.st.Committed -= committed
 		a.st.RegionsReleased++
-		a.logRelease(r.r, err)
+		a.logRelease(r.r, nil)
 	}
 	return pending
 }
@@ -144,19 +146,4 @@ func (r *region) precommitted() bool {
 		}
 	}
 	return false
-}
-
-// logRelease logs a region given back (err: the provider's refusal, which loses nothing: the
-// region is out of the arena either way, and the provider keeps what it could not take).
-func (a *Arena) logRelease(r *Region, err error) {
-	if a.log == nil {
-		return
-	}
-	level := slog.LevelInfo
-	if err != nil {
-		level = slog.LevelWarn
-	}
-	a.log.LogAttrs(context.Background(), level, "pinmalloc: region released",
-		slog.String("provider", a.st.Provider), slog.Uint64("size", uint64(r.Size)), slog.String("base", hex(r.Base)),
-		slog.Uint64("reserved", uint64(a.reserved)), slog.Any("error", err))
 }

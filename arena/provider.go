@@ -126,8 +126,10 @@ type Provider interface {
 	Decommit(r *Region, off, size uintptr) error
 	// Release gives the whole region back. The region must not be used afterwards. A Release
 	// that fails keeps what it could not give back (mapped, registered, held) with the region,
-	// so that a later Release of it tries again: the arena keeps such a region, counted, and
-	// tries again at its next Close.
+	// so that a later Release of it tries again: the arena keeps such a region, out of use and
+	// counted (Stats.RegionsRefused, Reserved, Committed), and releases it again at each purge
+	// tick, at Trim and at Close, which returns an error wrapping ErrReleaseRefused while the
+	// provider still refuses.
 	Release(r *Region) error
 }
 

@@ -31,8 +31,9 @@ import (
 //   - Everything here runs under a.mu. a.clock's Armed and Gen are atomics only so that a
 //     holder's keep.Clock.Idle can read them without the lock; they are written under it.
 
-// Trim decommits every free chunk now, whatever the purge delay, and gives up every idle
-// tracked range.
+// Trim decommits every free chunk now, whatever the purge delay, gives up every idle
+// tracked range, and releases the regions the provider refused to release before
+// (Stats.RegionsRefused) and, over a provider with Caps.Releases, every empty region.
 func (a *Arena) Trim() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -41,6 +42,7 @@ func (a *Arena) Trim() {
 		purged := a.st.Purged
 		a.purge(1<<63 - 1)
 		a.logPurge("trim", a.st.Purged-purged)
+		_ = a.releaseRefused() // what is refused again stays counted, for the next try
 		a.releaseIdle(1<<63 - 1)
 	}
 }
@@ -117,6 +119,7 @@ func (a *Arena) purgeTick() {
 	purged := a.st.Purged
 	pending := a.purge(gen - 3)
 	a.logPurge("purge", a.st.Purged-purged)
+	_ = a.releaseRefused() // before releaseIdle: a region it has just had refused waits a tick
 	pending = a.releaseIdle(gen-3) || pending
 	if pending || idle {
 		a.schedulePurge()

@@ -18,6 +18,7 @@ func (a *Arena) Stats() Stats {
 	st.Reserved = uint64(a.reserved)
 	st.Granule = uint64(a.caps.Granule)
 	st.Regions = len(*a.regions.Load())
+	st.RegionsRefused = len(a.refused)
 	if k := a.prov.Kind(); k == HostLocked || k == HostPinned {
 		st.Locked = st.Committed
 	}

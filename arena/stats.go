@@ -29,6 +29,12 @@ type Stats struct {
 	Regions, Chunks, ChunksInUse int
 	// RegionsReleased counts the regions given back empty (a provider with Caps.Releases).
 	RegionsReleased uint64
+	// RegionsRefused counts the regions whose release the provider refused (Provider.Release)
+	// and that it has not taken back since. Such a region is out of use: no chunk of it is
+	// handed out again, and it is not in Regions, Chunks nor PerRegion; its bytes stay in
+	// Reserved (and count against the capacity) and what is committed of it in Committed. The
+	// arena releases it again at each purge tick, at Trim and at Close.
+	RegionsRefused int
 	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
 	Commits, Decommits, Purged uint64
 	// DecommitsRefused counts the purges' and Trims' decommits the provider refused: that
