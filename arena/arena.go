@@ -111,6 +111,9 @@ type Arena struct {
 	clock    keep.Clock      // the timer's state (Armed, Gen, Timed), read by holders without mu
 	kept     []*keep.Range   // tracked ranges (kept.go)
 	refused  []refusedRegion // regions the provider refused to release (refused.go)
+	// committedRegions: the provider returned a region committed at Reserve; Precommit takes
+	// its regions to come so always (a provider's option decides it) and reserves none.
+	committedRegions bool
 
 	observers []RegionObserver // told of each region mapped and unmapped (observe.go), under mu
 }
@@ -387,6 +390,7 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 		used: bitset.New(n), stamp: make([]int64, n), stale: bitset.New(n), commit: bitset.New(ng), want: bitset.New(ng), dirty: bitset.New(ng), gshift: gshift,
 	}
 	if rr.Committed {
+		a.committedRegions = true
 		r.commit.SetRange(0, ng, true)
 		a.st.Committed += uint64(rr.Size)
 		a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)

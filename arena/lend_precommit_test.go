@@ -2,6 +2,7 @@ package arena
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -73,5 +74,40 @@ func TestLentCommittedRegionPrecommitGivenBack(t *testing.T) {
 	a.Trim()
 	if n := l.nlent(); n != 0 {
 		t.Fatalf("%d loans after Trim: the region Precommit reserved is kept", n)
+	}
+}
+
+// reserveCounting is a lender that counts its Reserve calls.
+type reserveCounting struct {
+	*lender
+	reserves atomic.Int32
+}
+
+func (l *reserveCounting) Reserve(size, align uintptr) (*Region, error) {
+	l.reserves.Add(1)
+	return l.lender.Reserve(size, align)
+}
+
+// TestLentCommittedPrecommitReservesOnce: over a lender whose loans come committed, Precommit
+// has nothing to commit; once a loan has shown it, Precommit reserves no more, whether the
+// region is still lent or went back (Trim) between calls. Before, each call reserved a fresh
+// region for nothing.
+func TestLentCommittedPrecommitReservesOnce(t *testing.T) {
+	l := &reserveCounting{lender: newLender(t, 32<<20, 4<<20)}
+	a := newTestArena(t, Options{Provider: l, PurgeDelay: -1})
+	for i := 0; i < 4; i++ {
+		if n, err := a.Precommit(8 << 20); err != nil || n != 0 {
+			t.Fatalf("Precommit %d: %d bytes, %v", i+1, n, err)
+		}
+		if i%2 == 1 {
+			a.Trim()
+		}
+	}
+	if n := l.reserves.Load(); n != 1 {
+		t.Fatalf("%d loans reserved by 4 calls of Precommit, want 1", n)
+	}
+	a.Trim()
+	if n := l.nlent(); n != 0 {
+		t.Fatalf("%d loans after Trim", n)
 	}
 }

@@ -32,7 +32,10 @@ const precommitPerWorker = 2
 // ErrClosed when the arena closed meanwhile, or the provider's refusal (the memlock limit,
 // device or host memory), with which it stops. A chunk whose commit fails is given back whole
 // (the provider undoes its own calls), while the chunks of its batch that succeeded stay
-// committed and counted. It is meant to run in a goroutine of its own at startup.
+// committed and counted. Over a provider whose regions come committed (Region.Committed:
+// populated host memory, cuMemAlloc, a committed loan) it has nothing to commit: once the
+// arena has reserved one such region, it reserves none for Precommit. It is meant to run in a
+// goroutine of its own at startup.
 func (a *Arena) Precommit(size uintptr) (uintptr, error) {
 	var done uintptr
 	for done < size {
@@ -115,8 +118,9 @@ func (a *Arena) precommitBatch(want uintptr) (uintptr, error) {
 }
 
 // precommitTake chooses the chunks of a batch (a region reserved when no free chunk has
-// uncommitted granules) and marks them in use, so that no span takes them while they are
-// committed. It returns no chunk and the reason when there is none to take.
+// uncommitted granules, unless the provider's regions come committed) and marks them in use,
+// so that no span takes them while they are committed. It returns no chunk and the reason when
+// there is none to take.
 func (a *Arena) precommitTake(want uintptr) ([]pcChunk, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -129,6 +133,9 @@ func (a *Arena) precommitTake(want uintptr) ([]pcChunk, error) {
 		cs = a.uncommittedFree(r, cs, k)
 	}
 	if len(cs) == 0 {
+		if a.committedRegions {
+			return nil, nil // a region reserved would come committed: nothing to commit in it
+		}
 		r, err := a.grow(a.chunk, a.chunk)
 		if err != nil {
 			return nil, err
