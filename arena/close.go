@@ -45,7 +45,8 @@ func (a *Arena) Close() error {
 func (a *Arena) releaseAll() error {
 	for _, r := range *a.regions.Load() {
 		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
-		a.refused = append(a.refused, refusedRegion{r: r.r, committed: uint64(r.commit.Count(0, ng)) << r.gshift})
+		committed := uint64(r.commit.Count(0, ng)) << r.gshift
+		a.refused = append(a.refused, refusedRegion{r: r.r, committed: committed})
 	}
 	a.regions.Store(new([]*region))
 	first := a.releaseRefused()

@@ -54,8 +54,10 @@ type lending struct {
 func newLending(l Lender, o Options, caps Caps) (*lending, error) {
 	base, size := l.Space()
 	unit := l.Unit()
-	if !caps.Aligns || base%o.ChunkSize != 0 || size == 0 || size%o.ChunkSize != 0 || unit == 0 || unit%o.ChunkSize != 0 {
-		return nil, fmt.Errorf("%w: lender space [%#x, +%d) in units of %d does not fit %d-byte chunks (or the provider does not align)",
+	if !caps.Aligns || base%o.ChunkSize != 0 || size == 0 || size%o.ChunkSize != 0 ||
+		unit == 0 || unit%o.ChunkSize != 0 {
+		return nil, fmt.Errorf("%w: lender space [%#x, +%d) in units of %d does not fit "+
+			"%d-byte chunks (or the provider does not align)",
 			ErrInvalid, base, size, unit, o.ChunkSize)
 	}
 	return &lending{base: base, size: size, unit: unit}, nil
@@ -75,7 +77,8 @@ func (l *lending) lentSize(need uintptr) uintptr {
 func (a *Arena) lentID(rr *Region, grid uintptr, n int) (ChunkID, error) {
 	l := a.lend
 	if grid != rr.Base || grid < l.base || rr.End() > l.base+l.size || grid-l.base >= l.size {
-		return 0, fmt.Errorf("%w: lent region [%#x, +%d) outside the space [%#x, +%d)", ErrInvalid, rr.Base, rr.Size, l.base, l.size)
+		return 0, fmt.Errorf("%w: lent region [%#x, +%d) outside the space [%#x, +%d)",
+			ErrInvalid, rr.Base, rr.Size, l.base, l.size)
 	}
 	return ChunkID((grid - l.base) >> a.shift), nil
 }
@@ -127,7 +130,8 @@ func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
 		a.st.Chunks -= r.nchunks
 		a.st.AlignWaste -= uint64(r.grid - r.r.Base)
 		if err := a.prov.Release(r.r); err != nil {
-			_ = a.keepRefused(r.r, committed, true, err) // logged; released again later (refused.go)
+			// Logged, and released again later (refused.go).
+			_ = a.keepRefused(r.r, committed, true, err)
 			continue
 		}
 		a.reserved -= r.r.Size
@@ -140,7 +144,8 @@ func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
 
 // precommitted reports whether r holds memory Precommit committed that no span took since.
 func (r *region) precommitted() bool {
-	for i := r.stale.Next(0, r.nchunks, true); i < r.nchunks; i = r.stale.Next(i+1, r.nchunks, true) {
+	n := r.nchunks
+	for i := r.stale.Next(0, n, true); i < n; i = r.stale.Next(i+1, n, true) {
 		if r.stamp[i] == keepStamp {
 			return true
 		}

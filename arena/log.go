@@ -18,12 +18,14 @@ func (a *Arena) logReserve(size, base uintptr, err error) {
 	if err != nil {
 		a.log.LogAttrs(context.Background(), slog.LevelWarn, "pinmalloc: region refused",
 			slog.String("provider", a.st.Provider), slog.Uint64("size", uint64(size)),
-			slog.Uint64("reserved", uint64(a.reserved)), slog.Uint64("capacity", uint64(a.capac)), slog.Any("error", err))
+			slog.Uint64("reserved", uint64(a.reserved)), slog.Uint64("capacity", uint64(a.capac)),
+			slog.Any("error", err))
 		return
 	}
 	a.log.LogAttrs(context.Background(), slog.LevelInfo, "pinmalloc: region reserved",
-		slog.String("provider", a.st.Provider), slog.Uint64("size", uint64(size)), slog.String("base", hex(base)),
-		slog.Uint64("reserved", uint64(a.reserved)), slog.Uint64("capacity", uint64(a.capac)))
+		slog.String("provider", a.st.Provider), slog.Uint64("size", uint64(size)),
+		slog.String("base", hex(base)), slog.Uint64("reserved", uint64(a.reserved)),
+		slog.Uint64("capacity", uint64(a.capac)))
 }
 
 // logPurge logs a purge (by the timer, or by Trim) that decommitted bytes.
@@ -32,7 +34,8 @@ func (a *Arena) logPurge(cause string, bytes uint64) {
 		return
 	}
 	a.log.LogAttrs(context.Background(), slog.LevelInfo, "pinmalloc: "+cause,
-		slog.String("provider", a.st.Provider), slog.Uint64("decommitted", bytes), slog.Uint64("committed", a.st.Committed))
+		slog.String("provider", a.st.Provider), slog.Uint64("decommitted", bytes),
+		slog.Uint64("committed", a.st.Committed))
 }
 
 // logRefused logs a commit the provider refused (the memlock limit, a driver error).
@@ -54,7 +57,8 @@ func (a *Arena) logDecommitRefused(r *region, glo, ghi int, err error) {
 	}
 	a.log.LogAttrs(context.Background(), slog.LevelWarn, "pinmalloc: decommit refused",
 		slog.String("provider", a.st.Provider), slog.Uint64("size", uint64(ghi-glo)<<r.gshift),
-		slog.Uint64("refused", a.st.DecommitsRefused), slog.Uint64("committed", a.st.Committed), slog.Any("error", err))
+		slog.Uint64("refused", a.st.DecommitsRefused), slog.Uint64("committed", a.st.Committed),
+		slog.Any("error", err))
 }
 
 // logForcedPurge logs a commit refused for want of memory, after which the arena gave back
@@ -69,7 +73,8 @@ func (a *Arena) logForcedPurge(r *region, glo, ghi int, purged uint64, err error
 	}
 	a.log.LogAttrs(context.Background(), level, "pinmalloc: forced purge",
 		slog.String("provider", a.st.Provider), slog.Uint64("size", uint64(ghi-glo)<<r.gshift),
-		slog.Uint64("decommitted", purged), slog.Uint64("committed", a.st.Committed), slog.Any("error", err))
+		slog.Uint64("decommitted", purged), slog.Uint64("committed", a.st.Committed),
+		slog.Any("error", err))
 }
 
 func hex(p uintptr) string { return "0x" + strconv.FormatUint(uint64(p), 16) }

@@ -69,11 +69,13 @@ func (a *Arena) precommitBatch(want uintptr) (uintptr, error) {
 		return 0, err
 	}
 	start := time.Now()
-	kept := make([][]gspan, len(cs)) // per chunk whose commit failed: what the provider refused to undo
+	// Per chunk whose commit failed: what the provider refused to undo.
+	kept := make([][]gspan, len(cs))
 	errs := a.fanout(len(cs), func(i int) error {
 		var err error
 		if len(cs) > 1 {
-			kept[i], err = a.commitSerial(cs[i].runs) // the batch is the parallelism: no workers of workers
+			// The batch is the parallelism: no workers of workers.
+			kept[i], err = a.commitSerial(cs[i].runs)
 		} else {
 			_, kept[i], err = a.commitSpans(cs[i].runs)
 		}
@@ -158,7 +160,8 @@ func (a *Arena) uncommittedFree(r *region, cs []pcChunk, k int) []pcChunk {
 	if r.r.Committed {
 		return cs
 	}
-	for i := r.used.Next(0, r.nchunks, false); i < r.nchunks && len(cs) < k; i = r.used.Next(i+1, r.nchunks, false) {
+	n := r.nchunks
+	for i := r.used.Next(0, n, false); i < n && len(cs) < k; i = r.used.Next(i+1, n, false) {
 		glo, ghi := a.ownGranules(r, i, i+1, false)
 		if r.commit.Count(glo, ghi) == ghi-glo {
 			continue

@@ -30,7 +30,8 @@ type refusedRegion struct {
 // returns err wrapped in ErrReleaseRefused. a.reserved and Stats.Committed must count rr's size
 // and committed bytes, as they do for a region of a.regions. Called under a.mu.
 func (a *Arena) keepRefused(rr *Region, committed uint64, idle bool, err error) error {
-	a.refused = append(a.refused, refusedRegion{r: rr, committed: committed, idle: idle, logged: true})
+	x := refusedRegion{r: rr, committed: committed, idle: idle, logged: true}
+	a.refused = append(a.refused, x)
 	err = a.refusal(rr, err)
 	a.logRelease(rr, err)
 	return err
