@@ -88,17 +88,17 @@ func (p *Pool) Hold(b []byte) (Hold, error) {
 	return Hold{p: p, base: base, id: sh.addHold(u)}, nil
 }
 
-// Live checks that b lies inside one live buffer of the pool, as Hold does, and holds nothing: a
-// lookup with no lock and no allocation, for memory another party names (package remote checks
-// the target of a peer's put or get with it). Its answer is the moment's: a free of the buffer
-// racing the call, or following it, is the caller's business, as for any use of a buffer.
-// Errors: Hold's.
+// Live checks that b lies inside one live buffer of the pool that the caller has not freed, as
+// Hold does, and holds nothing: a lookup with no allocation, and a lock only for a held buffer
+// while some buffer is held, for memory another party names (package remote checks the target
+// of a peer's put or get with it). Its answer is the moment's: a free of the buffer racing the
+// call, or following it, is the caller's business, as for any use of a buffer. Errors: Hold's.
 func (p *Pool) Live(b []byte) error {
-	_, _, err := p.liveBuffer(b)
+	_, err := p.unfreed(b)
 	return err
 }
 
-// liveBuffer returns the start and size of the live buffer b lies in (Hold, Live).
+// liveBuffer returns the start and size of the live buffer b lies in (Hold, unfreed).
 func (p *Pool) liveBuffer(b []byte) (base, size uintptr, err error) {
 	if len(b) == 0 {
 		return 0, 0, errEmptySlice

@@ -67,7 +67,7 @@ func (p *Pool) DevicePointer(b []byte) (cuda.DevicePtr, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w: the %s backend has no device pointers", ErrInvalidOptions, p.backend)
 	}
-	if err := p.unfreed(b); err != nil {
+	if _, err := p.unfreed(b); err != nil {
 		return 0, err
 	}
 	addr := mem.Addr(b)

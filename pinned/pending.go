@@ -2,25 +2,27 @@ package pinned
 
 import "fmt"
 
-// unfreed checks that b lies inside a live buffer of the pool that the caller has not freed, for
-// DevicePointer: liveBuffer's checks, and then, for a buffer the heap holds, that no free of it
-// is pending (freePending). Errors: liveBuffer's, and ErrDoubleFree for a free pending. It
-// costs a lookup, and the holds table's lock only for a held buffer while some buffer is held.
-func (p *Pool) unfreed(b []byte) error {
+// unfreed checks that b lies inside a live buffer of the pool that the caller has not freed, and
+// returns the buffer's start, for the calls that take a buffer and free none (DevicePointer,
+// Live, WaitStreams, RecordStream): liveBuffer's checks, and then, for a buffer the heap holds,
+// that no free of it is pending (freePending). Errors: liveBuffer's, and ErrDoubleFree for a
+// free pending. It costs a lookup, and the holds table's lock only for a held buffer while
+// some buffer is held.
+func (p *Pool) unfreed(b []byte) (uintptr, error) {
 	for {
 		base, _, err := p.liveBuffer(b)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		pending, again := p.freePending(base)
 		switch {
 		case again:
 			continue // a Release was making its free: freed now, or another owner's
 		case pending:
-			return fmt.Errorf("%w: buffer %#x was freed; its free waits for its streams or holds",
+			return 0, fmt.Errorf("%w: buffer %#x was freed; its free waits for its streams or holds",
 				ErrDoubleFree, base)
 		}
-		return nil
+		return base, nil
 	}
 }
 

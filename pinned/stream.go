@@ -336,14 +336,28 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 // that free. device.Heap's HtoDAsync and DtoHAsync record their stream themselves; call
 // RecordStream for other work that reads or writes the buffer asynchronously (a kernel given
 // DevicePointer, a copy made with another binding). Recording costs no event; the free does
-// the waiting (see FreeAsync). s is refused as FreeAsync refuses it. On a pool whose memory
-// the driver copies synchronously it only checks that b lies in a live buffer.
+// the waiting (see FreeAsync). s is refused as FreeAsync refuses it; a buffer the caller has
+// freed, its free done or still waiting for its streams or holds, with ErrDoubleFree, and
+// memory of no buffer of the pool with ErrNotOwned. On a pool whose memory the driver copies
+// synchronously it only checks b.
 func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
+	if p.order == nil {
+		_, err := p.unfreed(b)
+		return err
+	}
 	if len(b) == 0 {
 		return errEmptySlice
 	}
 	if p.released.Load() {
 		return ErrClosed
+	}
+	if p.out.active.Load() != 0 {
+		// A held buffer whose free waits for its holds' last Release is freed, though its tag
+		// says live (tagHeld, or its streams'): refused here, as the record refuses a buffer
+		// whose tag says its free is pending (tagNone). With no buffer held, a load.
+		if _, err := p.unfreed(b); err != nil {
+			return err
+		}
 	}
 	addr, n := mem.Addr(b), uintptr(len(b))
 	if p.order != nil && p.fast && n <= heap.MaxClassSize {
@@ -379,13 +393,6 @@ func (p *Pool) RecordStream(b []byte, s cuda.Stream) error {
 			// FindFrom shares a page for good).
 			r.Tag()
 		}
-	}
-	if p.order == nil {
-		base, size, err := p.g.Block(addr)
-		if err == nil && n > size-(addr-base) {
-			err = fmt.Errorf("%d bytes at %#x run past the end of buffer %#x of %d bytes", n, addr, base, size)
-		}
-		return wrapError(err, ErrNotOwned)
 	}
 	return p.order.record(addr, n, s)
 }

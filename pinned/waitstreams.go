@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -12,24 +11,16 @@ import (
 // device.Heap's async copies) has passed the work queued on it so far: what a reader or writer
 // of the buffer outside CUDA's streams (a network transfer of package remote) needs first. It
 // returns at once for a buffer no stream was recorded on (or only streams forgotten since:
-// ForgetStream), and in a pool whose copies are
-// synchronous (any backend but CUDAHost). A ForgetStream of one of its streams waits for the
-// WaitStreams in progress, so that it, and the stream's destroy after it, never lands between a
-// WaitStreams' look at the stream and its wait. Errors: b not in a live buffer of the pool
-// (ErrNotOwned, ErrDoubleFree), a stream the driver refuses, a released pool (ErrClosed).
+// ForgetStream), and in a pool whose copies are synchronous (any backend but CUDAHost), once it
+// has checked b. A ForgetStream of one of its streams waits for the WaitStreams in progress, so
+// that it, and the stream's destroy after it, never lands between a WaitStreams' look at the
+// stream and its wait. Errors: b not in a live buffer of the pool (ErrNotOwned), a buffer the
+// caller has freed, its free done or still waiting for its streams or holds (ErrDoubleFree), a
+// stream the driver refuses, a released pool (ErrClosed).
 func (p *Pool) WaitStreams(b []byte) error {
-	if len(b) == 0 {
-		return errEmptySlice
-	}
-	if p.released.Load() {
-		return ErrClosed
-	}
-	if p.order == nil {
-		return nil
-	}
-	base, _, err := p.g.Block(mem.Addr(b))
-	if err != nil {
-		return wrapError(err, ErrNotOwned)
+	base, err := p.unfreed(b)
+	if err != nil || p.order == nil {
+		return err
 	}
 	return p.order.waitStreams(base)
 }
