@@ -28,8 +28,10 @@ func TestFakeDevicePointerForeign(t *testing.T) {
 	ok(t, "Alloc", err)
 	other, err := q.Alloc(4096)
 	ok(t, "Alloc", err)
-	for what, in := range map[string][]byte{"Go memory": make([]byte, 64), "another pool's buffer": other} {
-		if _, err := p.DevicePointer(in); !errors.Is(err, pinned.ErrNotOwned) || errors.Is(err, pinned.ErrInvalidOptions) {
+	foreign := map[string][]byte{"Go memory": make([]byte, 64), "another pool's buffer": other}
+	for what, in := range foreign {
+		_, err := p.DevicePointer(in)
+		if !errors.Is(err, pinned.ErrNotOwned) || errors.Is(err, pinned.ErrInvalidOptions) {
 			t.Errorf("DevicePointer of %s: %v, want ErrNotOwned", what, err)
 		}
 	}
