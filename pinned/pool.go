@@ -183,7 +183,9 @@ func newPool(o Options) (*Pool, error) {
 // Alloc returns a buffer of n bytes with len and cap n, aligned to the pool's alignment. Its
 // contents are undefined. When the pool is full while buffers freed in stream order
 // (FreeAsync, RecordStream) wait for their streams, Alloc waits for those streams (a
-// synchronize of each) and takes them back before it fails with ErrOutOfMemory.
+// synchronize of each) and takes them back before it fails with ErrOutOfMemory; where that
+// wait fails, its error says why too (ErrDeviceFault after a fault, cuda.ErrCapturing for a
+// stream a CUDA graph capture holds).
 func (p *Pool) Alloc(n int) ([]byte, error) {
 	// The fast path, written out here so that it costs one call: a fast section on the P's
 	// shard (see shard.go) and the heap's non-blocking allocation. allocRest has the rest.
@@ -283,6 +285,13 @@ func (p *Pool) allocRest(n int, alignment uintptr) ([]byte, error) {
 		if try > 0 {
 			runtime.Gosched() // let the goroutines that took the memory back free theirs
 		}
+		// Its error is dropped, and none is lost: the driver's (a stream or event it refuses,
+		// a fault's sticky error, a capture that puts off the context's synchronize) leaves the
+		// buffers it concerns deferred, so waitDeferred below says it again if this Alloc
+		// fails, and so does the next Trim or Close otherwise; where the driver answers a
+		// later call, the buffers come back and there is nothing left to say. A free of a
+		// buffer the streams have passed fails only where the pool's own state is broken (a
+		// deferred buffer is a held block checked at its free), which invariants builds check.
 		_ = p.reclaim(true)
 		p.collectAll()
 		addr, err = p.allocOnce(uintptr(n), alignment)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
@@ -59,6 +60,11 @@ func (p *Pool) waitDeferred() error {
 		} else {
 			err = nil
 		}
+	}
+	if err != nil && (errors.Is(err, cuda.ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrCapturing)) {
+		// The driver's, with this package's sentinel, as a reclaim's: ErrDeviceFault after a
+		// fault, ErrInvalidStream for a stream it refuses. A capture's refusal says so alone.
+		err = wrapError(err, ErrInvalidStream)
 	}
 	err = errors.Join(err, o.freeDone(nil))
 	if invariants.Enabled {
