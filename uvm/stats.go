@@ -131,8 +131,9 @@ type Stats struct {
 	AcquireLatency AcquireLatency
 	// Released is true once Close has closed the tier and given back all it held (a further
 	// Close answers ErrClosed): its figures change no more, and a collector of them (package
-	// metrics) drops the tier. A Close that kept memory held back (ErrHeldBack) or its host
-	// pool leaves it false, that memory counted, until a later Close gives it back.
+	// metrics, package debugpage) drops the tier. A Close that kept memory held back
+	// (ErrHeldBack, counted above), its host pool or its device heap leaves it false, until a
+	// later Close gives that memory back.
 	Released bool
 }
 
@@ -194,7 +195,7 @@ func (t *Tier) Stats() Stats {
 	st.AcquiredBytes, st.AcquiredBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
 	st.Pending = int(t.batches.lists.Weight())
 	st.AcquireLatency.withBounds()
-	st.Released = t.closed && !t.heldAtClose && !t.poolAtClose
+	st.Released = t.closed && !t.heldAtClose && !t.poolAtClose && !t.heapAtClose
 	return st
 }
 

@@ -217,6 +217,7 @@ type Tier struct {
 	closed      bool
 	heldAtClose bool          // Close kept memory held back (heldback.go): a later Close tries again
 	poolAtClose bool          // Close could not close the tier's own host pool: a later Close tries again
+	heapAtClose bool          // Close could not close the tier's own device heap: a later Close tries again
 	held        heldBack      // memory kept out of use after a failed wait (heldback.go)
 	wake        chan struct{} // closed by signal, to wake AcquireContext's waiters (access.go)
 	blocks      []block       // the block table, indexed by BlockID (block.go)
@@ -408,11 +409,7 @@ func (t *Tier) release() error {
 		errs = append(errs, t.engine.ownMover.Close())
 		t.engine.ownMover = nil
 	}
-	errs = append(errs, t.closePool())
-	if t.mem.ownHeap && t.mem.heap != nil {
-		errs = append(errs, t.mem.heap.Close())
-		t.mem.heap = nil
-	}
+	errs = append(errs, t.closePool(), t.closeHeap())
 	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
 		if *s != 0 {
 			errs = append(errs, t.dev.StreamSynchronize(uintptr(*s)), t.dev.StreamDestroy(uintptr(*s)))
@@ -451,6 +448,23 @@ func (t *Tier) closePool() error {
 	return nil
 }
 
+// closeHeap closes the tier's own device heap (a shared one is its owner's) and drops it. When
+// the heap's Close fails (the driver refusing to give its memory back), the tier keeps the heap,
+// whose memory is then still allocated, and a later Close calls this again, as closePool does
+// for the host pool. A heap that answers ErrClosed has given its memory back. Used by release.
+func (t *Tier) closeHeap() error {
+	if t.mem.heap == nil || !t.mem.ownHeap {
+		return nil
+	}
+	// The bare sentinel, not errors.Is: a refusal the heap wraps with ErrClosed leaves memory.
+	if err := t.mem.heap.Close(); err != nil && err != device.ErrClosed {
+		t.heapAtClose = true
+		return fmt.Errorf("uvm: closing the tier's device heap: %w; the heap and its memory are kept: a later Close tries again", err)
+	}
+	t.mem.heap, t.heapAtClose = nil, false
+	return nil
+}
+
 // poolCloseFault, set by tests only, closes the host pool in place of pinned.Pool.Close.
 var poolCloseFault func(*pinned.Pool) error
 
@@ -470,14 +484,15 @@ var poolCloseFault func(*pinned.Pool) error
 //
 // When the tier's own host pool fails to close (a buffer's copy still queued on a stream that
 // does not pass it within the pool's wait, or the driver refusing to give memory back), Close
-// returns that error and keeps the pool, with its memory: a later Close tries again.
+// returns that error and keeps the pool, with its memory: a later Close tries again. So does it
+// keep the tier's own device heap when the heap fails to close.
 func (t *Tier) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var errs []error
 	switch {
-	case t.closed && t.poolAtClose: // an earlier Close could not close the host pool: try again
-		return t.closePool()
+	case t.closed && (t.poolAtClose || t.heapAtClose): // kept by an earlier Close: try again
+		return errors.Join(t.closePool(), t.closeHeap())
 	case t.closed && !t.heldAtClose:
 		return ErrClosed
 	case t.closed: // an earlier Close kept memory held back: try again
