@@ -149,11 +149,15 @@ func (h *Handler) AddPool(name string, p *pinned.Pool) error {
 
 // AddDevice registers a device heap under name, replacing any source of that name. Errors as
 // for AddPool.
+//
+// A heap closed while registered is shown until its memory is given back (Close, or a later
+// Close where the driver refused it, as device.Stats.Released says), and then no more: the
+// next page, map.svg or stats.json leaves it out and unregisters it.
 func (h *Handler) AddDevice(name string, d *device.Heap) error {
 	return h.add(d == nil, &source{name: name, kind: "device",
 		figures: func() figures {
 			st, u := heapStats(d), heapUsage(d)
-			return figures{stats: st, usage: u, text: st.String(), live: u.Live}
+			return figures{stats: st, usage: u, text: st.String(), live: u.Live, released: st.Released}
 		},
 		m:       d.Map,
 		streams: func() []StreamDeferred { return heapStreams(d) },
@@ -174,6 +178,10 @@ func (h *Handler) AddDevice(name string, d *device.Heap) error {
 // where its blocks are (VRAM, host, not yet placed) against its budget and what it moved, by
 // cause; the device heap it takes VRAM from has a map of its own when registered with
 // AddDevice (uvm.Options.Heap). Errors as for AddPool.
+//
+// A tier closed while registered is shown until it has given back all it held (Close, or a
+// later Close where the first kept memory, as uvm.Stats.Released says), and then no more: the
+// next page, map.svg or stats.json leaves it out and unregisters it.
 func (h *Handler) AddTier(name string, t *uvm.Tier) error {
 	return h.add(t == nil, &source{name: name, kind: "uvm", tier: t.Stats,
 		sample: func() Sample {
@@ -182,7 +190,10 @@ func (h *Handler) AddTier(name string, t *uvm.Tier) error {
 		}})
 }
 
-// Remove unregisters the source called name, if any (before its pool or heap is closed).
+// Remove unregisters the source called name, if any. A device heap or tier need not be
+// removed when closed: once it has given its memory back, the next page, map.svg or stats.json
+// leaves it out and unregisters it. A closed pool is shown (its figures, an empty map) until
+// removed.
 func (h *Handler) Remove(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -269,9 +280,24 @@ func (h *Handler) snapshot() *snapshot {
 	}
 	snap := &snapshot{Version: snapshotVersion, Taken: time.Now(), Sources: []view{}}
 	for _, s := range h.list() {
-		snap.Sources = append(snap.Sources, look(s))
+		v, ok := look(s)
+		if !ok {
+			h.drop(s)
+			continue
+		}
+		snap.Sources = append(snap.Sources, v)
 	}
 	return snap
+}
+
+// drop unregisters s, a device heap or tier that has given its memory back, unless a source
+// added since has replaced it.
+func (h *Handler) drop(s *source) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i := slices.Index(h.sources, s); i >= 0 {
+		h.sources = slices.Delete(h.sources, i, i+1)
+	}
 }
 
 // Listing the largest buffers walks every live one: not done above maxListed.

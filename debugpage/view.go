@@ -55,15 +55,22 @@ type view struct {
 	MapHeight int    `json:"map_height,omitempty"`
 }
 
-// look takes the view of s now.
-func look(s *source) view {
+// look takes the view of s now, or says false for a device heap or tier that has given its
+// memory back at Close (Stats.Released), which is not shown.
+func look(s *source) (view, bool) {
 	v := view{Name: s.name, Kind: s.kind, Timeline: s.ring.samples()}
 	if s.tier != nil {
 		st := s.tier()
+		if st.Released {
+			return view{}, false
+		}
 		v.Stats, v.Tier = snake(st), newTierView(st)
-		return v
+		return v, true
 	}
 	f := s.figures()
+	if f.released {
+		return view{}, false
+	}
 	v.Stats, v.Usage, v.Text = snake(f.stats), snake(f.usage), f.text
 	m := s.m()
 	v.Classes = classes(m)
@@ -80,7 +87,7 @@ func look(s *source) view {
 	var svg bytes.Buffer
 	writeSVG(&svg, s.name, m, p, v.LargestFreeRun, v.Unreserved)
 	v.MapSVG, v.MapHeight = svg.String(), svgHeight(p)
-	return v
+	return v, true
 }
 
 // tierView is what the page shows of a tier.
