@@ -175,7 +175,9 @@ func (c *Collector) AddFunc(name string, mem Memory, f func() Figures) error {
 		heap: func() (Figures, []string, bool) { return f(), nil, true }})
 }
 
-// Remove unregisters name (before its pool or heap is closed).
+// Remove unregisters name. A pool, device heap or tier closed while registered need not be
+// removed: it drops out of the scrape once its memory is released (see AddPool, AddDevice and
+// AddTier). Remove stops reporting a source before that, or one added with AddFunc.
 func (c *Collector) Remove(name string) {
 	c.mu.Lock()
 	delete(c.sources, name)
