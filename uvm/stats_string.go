@@ -8,7 +8,8 @@ import (
 )
 
 // String formats the figures for people, sizes in binary units, one line per group: where the
-// blocks are, how Acquire fared, what moved and why, and the failures when there are any.
+// blocks are, how Acquire fared, what moved and why, the failures when there are any, and a
+// last line when the tier is closed and has given back all it held (Released).
 func (s Stats) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "uvm tier: policy %s, mover %s, budget %s\n", s.Policy, s.Mover, units.Bytes(s.Budget))
@@ -39,6 +40,9 @@ func (s Stats) String() string {
 	if s.HeldBackDeviceBytes+s.HeldBackHostBytes > 0 {
 		fmt.Fprintf(&b, "  held:     %s of VRAM and %s of host buffers kept out of use after a failed wait\n",
 			units.Bytes(s.HeldBackDeviceBytes), units.Bytes(s.HeldBackHostBytes))
+	}
+	if s.Released {
+		b.WriteString("  released: closed, all it held given back\n")
 	}
 	return b.String()
 }

@@ -1,6 +1,9 @@
 package uvm
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestStatsString(t *testing.T) {
 	s := Stats{Policy: "lru", Mover: "kernel", Budget: 64 << 20, Blocks: 3, LiveBytes: 3 << 20,
@@ -25,6 +28,12 @@ func TestStatsString(t *testing.T) {
 	want += "  held:     64 KiB of VRAM and 32 KiB of host buffers kept out of use after a failed wait\n"
 	if got := s.String(); got != want {
 		t.Errorf("Stats.String() with memory held back =\n%s\nwant\n%s", got, want)
+	}
+	s.HeldBackDeviceBytes, s.HeldBackHostBytes, s.Released = 0, 0, true
+	want = strings.TrimSuffix(want, "  held:     64 KiB of VRAM and 32 KiB of host buffers kept out of use after a failed wait\n")
+	want += "  released: closed, all it held given back\n"
+	if got := s.String(); got != want {
+		t.Errorf("Stats.String() of a released tier =\n%s\nwant\n%s", got, want)
 	}
 }
 
