@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -73,10 +74,16 @@ const unmeasurableRatio = "unmeasurable: a figure of zero or less (at or below i
 
 // fmtRatio writes a ratio followed by times ("×" in the tables, "x" in the targets' details,
 // as the rest of each), or "unmeasurable" for one that is no measurement: zero or less (a
-// harness-adjusted figure at or below its null loop's) or not finite.
+// harness-adjusted figure at or below its null loop's) or not finite. A ratio under 0.1 keeps
+// two significant digits (0.0042×, not 0.00×), one under 0.001 reads "<0.001".
 func fmtRatio(v float64, times string) string {
-	if !(v > 0) || math.IsInf(v, 0) {
+	switch {
+	case !(v > 0) || math.IsInf(v, 0):
 		return "unmeasurable"
+	case v < 0.001:
+		return "<0.001" + times
+	case v < 0.1:
+		return strconv.FormatFloat(v, 'g', 2, 64) + times
 	}
 	return fmt.Sprintf("%.2f%s", v, times)
 }

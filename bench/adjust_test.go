@@ -91,10 +91,12 @@ func TestAdjustedRatioUnmeasurable(t *testing.T) {
 }
 
 // TestFmtRatio: a ratio that is no measurement (zero or less, or not finite) is written
-// "unmeasurable"; a target's detail writes the others with an x, as the rest of it.
+// "unmeasurable"; a target's detail writes the others with an x, as the rest of it. A small
+// ratio keeps its significant digits: 0.004×, not 0.00×.
 func TestFmtRatio(t *testing.T) {
 	for v, want := range map[float64]string{1.234: "1.23×", 0: "unmeasurable", -0.5: "unmeasurable",
-		math.Inf(1): "unmeasurable", math.NaN(): "unmeasurable"} {
+		math.Inf(1): "unmeasurable", math.NaN(): "unmeasurable", 0.1: "0.10×", 0.0456: "0.046×",
+		0.004: "0.004×", 0.00421: "0.0042×", 0.001: "0.001×", 0.00099: "<0.001×", 1e-9: "<0.001×"} {
 		if got := fmtRatio(v, "×"); got != want {
 			t.Errorf("fmtRatio(%g) = %q, want %q", v, got, want)
 		}
