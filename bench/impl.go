@@ -109,8 +109,24 @@ func cImpl(name string, l cLoops) impl {
 	if l.larson != nil {
 		larson = cLarson(l.larson)
 	}
+	var replay func([]alloctrace.Event, int64) (*replayResult, error)
+	if l.replay != nil {
+		replay = func(evs []alloctrace.Event, _ int64) (*replayResult, error) {
+			return cReplay(l.replay, evs)
+		}
+	}
+	if cFootprintImpl(name) != nil && !inFootprintChild() {
+		// What the allocator holds is the process's: measured in a fresh one (cchild.go).
+		if larson != nil {
+			larson = larsonInChild(name)
+		}
+		if replay != nil {
+			replay = replayInChild(name)
+		}
+	}
 	return impl{
 		larson:  larson,
+		replay:  replay,
 		name:    name,
 		harness: "null-c",
 		pair: func(size int) (workload, error) {
@@ -138,9 +154,6 @@ func cImpl(name string, l cLoops) impl {
 			return workload{run: func(n int) (time.Duration, error) {
 				return cResult(loop(n), "churn")
 			}, close: func() error { release(); return nil }}, nil
-		},
-		replay: func(evs []alloctrace.Event, _ int64) (*replayResult, error) {
-			return cReplay(l.replay, evs)
 		},
 	}
 }

@@ -215,6 +215,9 @@ func (cfg *config) width() int {
 }
 
 func main() {
+	if inFootprintChild() {
+		os.Exit(cFootprintChild())
+	}
 	cfg := parseFlags()
 	stdout, stderr := newFitWriter(os.Stdout, cfg.width()), newFitWriter(os.Stderr, cfg.width())
 	if cfg.gpucheck != "" {

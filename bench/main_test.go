@@ -15,6 +15,9 @@ import (
 const mainEnv = "PINMALLOC_BENCH_MAIN"
 
 func TestMain(m *testing.M) {
+	if inFootprintChild() { // a C allocator's footprint (cchild.go)
+		os.Exit(cFootprintChild())
+	}
 	if os.Getenv(mainEnv) == "1" {
 		main()
 		os.Exit(0)

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
+)
+
+// The C allocators' footprints, each in a fresh process. What mimalloc holds (mi_process_info's
+// committed bytes) and what glibc holds (mallinfo2's arenas and mmapped chunks) are the whole
+// process's figures: in one run of every case, mimalloc's exclusive arena of the huge cases
+// (2 GiB committed) and the blocks the pair and churn cases left in either allocator would be
+// counted as the footprint case's own (a -quick run read mimalloc's larson-low at 7634x live,
+// where it holds 30x). So a C allocator's larson and replay run in a child process, this
+// program again with cFootprintEnv set, which reads its request (cFootprintRequest, JSON) on
+// its standard input, runs it in its own loops and writes its figures (cFootprintReply) on its
+// standard output.
+
+// cFootprintEnv set in the environment makes this program a footprint child (cFootprintChild).
+const cFootprintEnv = "PINMALLOC_BENCH_CFOOTPRINT"
+
+// errFootprintChild is the error of a footprint measurement whose child process failed.
+var errFootprintChild = errors.New("the footprint's child process failed")
+
+// cFootprintSelf names the program a footprint child runs: this one (tests replace it).
+var cFootprintSelf = os.Executable
+
+// inFootprintChild reports whether this process is a footprint child: its C loops run here.
+func inFootprintChild() bool { return os.Getenv(cFootprintEnv) != "" }
+
+// cFootprintImpl returns the function that opens the C allocator of that name, whose
+// footprints a child measures, or nil for any other.
+func cFootprintImpl(name string) func() impl {
+	switch name {
+	case "mimalloc":
+		return newMimalloc
+	case "glibc":
+		return newGlibc
+	}
+	return nil
+}
+
+// cFootprintRequest is what a footprint child runs: one larson shape, or one replay.
+type cFootprintRequest struct {
+	Impl   string             `json:"impl"`
+	Larson *larsonRequest     `json:"larson,omitempty"`
+	Replay []alloctrace.Event `json:"replay,omitempty"`
+}
+
+// larsonRequest is a larson shape, its steps and its idle time.
+type larsonRequest struct {
+	Threads, Slots, Lo, Hi, Steps int
+	Idle                          time.Duration
+}
+
+// cFootprintReply is a footprint child's figures, or what went wrong.
+type cFootprintReply struct {
+	Larson      *larsonReply  `json:"larson,omitempty"`
+	Replay      *replayResult `json:"replay,omitempty"`
+	Err         string        `json:"error,omitempty"`
+	AllocFailed bool          `json:"alloc_failed,omitempty"` // Err is errAllocFailed's
+}
+
+// larsonReply is a larsonResult.
+type larsonReply struct {
+	Live, End, Idle, Trimmed uint64
+	NsPerOp                  float64
+}
+
+// larsonInChild returns name's larson run (footprint.go), each run in a footprint child.
+func larsonInChild(name string) func(larsonShape, int, time.Duration) (larsonResult, error) {
+	return func(sh larsonShape, steps int, idle time.Duration) (larsonResult, error) {
+		rep, err := runFootprintChild(cFootprintRequest{Impl: name, Larson: &larsonRequest{
+			Threads: sh.threads, Slots: sh.slots, Lo: sh.lo, Hi: sh.hi, Steps: steps, Idle: idle}})
+		if err != nil {
+			return larsonResult{}, err
+		}
+		if rep.Larson == nil {
+			return larsonResult{}, fmt.Errorf("%w: %s: no larson figures in its reply",
+				errFootprintChild, name)
+		}
+		l := rep.Larson
+		return larsonResult{live: l.Live, end: l.End, idle: l.Idle, trimmed: l.Trimmed,
+			nsPerOp: l.NsPerOp}, nil
+	}
+}
+
+// replayInChild returns name's replay (replay.go), each run in a footprint child.
+func replayInChild(name string) func([]alloctrace.Event, int64) (*replayResult, error) {
+	return func(evs []alloctrace.Event, _ int64) (*replayResult, error) {
+		if len(evs) == 0 {
+			return &replayResult{}, nil // nothing to play, nothing held
+		}
+		rep, err := runFootprintChild(cFootprintRequest{Impl: name, Replay: evs})
+		if err != nil {
+			return nil, err
+		}
+		if rep.Replay == nil {
+			return nil, fmt.Errorf("%w: %s: no replay figures in its reply", errFootprintChild, name)
+		}
+		return rep.Replay, nil
+	}
+}
+
+// runFootprintChild runs req in a footprint child and returns its reply. A child that cannot
+// start, exits with an error or writes no reply is errFootprintChild, with the end of what it
+// wrote on its standard error; one whose allocation failed is errAllocFailed.
+func runFootprintChild(req cFootprintRequest) (cFootprintReply, error) {
+	var rep cFootprintReply
+	in, err := json.Marshal(req)
+	if err != nil {
+		return rep, fmt.Errorf("%w: %s: %w", errFootprintChild, req.Impl, err)
+	}
+	self, err := cFootprintSelf()
+	if err != nil {
+		return rep, fmt.Errorf("%w: %s: %w", errFootprintChild, req.Impl, err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), cFootprintEnv+"=1")
+	cmd.SysProcAttr = dieWithParent()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &stdout, &stderr
+	if err = startChild(cmd); err == nil {
+		err = cmd.Wait()
+	}
+	if err == nil {
+		err = json.Unmarshal(stdout.Bytes(), &rep)
+	}
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 400 {
+			msg = "..." + msg[len(msg)-400:]
+		}
+		if msg != "" {
+			msg = ": " + msg
+		}
+		return rep, fmt.Errorf("%w: %s: %w%s", errFootprintChild, req.Impl, err, msg)
+	}
+	switch {
+	case rep.AllocFailed:
+		return rep, errAllocFailed
+	case rep.Err != "":
+		return rep, fmt.Errorf("%w: %s: %s", errFootprintChild, req.Impl, rep.Err)
+	}
+	return rep, nil
+}
+
+// cFootprintChild is the footprint child's main: it reads its request on the standard input,
+// runs it, writes its reply on the standard output and returns its exit status.
+func cFootprintChild() int {
+	out, err := protocolOutput() // what C or Go code prints goes to the standard error
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: footprint child:", err)
+		return 1
+	}
+	var req cFootprintRequest
+	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: footprint child: reading the request:", err)
+		return 1
+	}
+	rep := footprintHere(req)
+	if err := json.NewEncoder(out).Encode(rep); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: footprint child:", err)
+		return 1
+	}
+	return 0
+}
+
+// footprintHere runs req in this process.
+func footprintHere(req cFootprintRequest) (rep cFootprintReply) {
+	var err error
+	defer func() {
+		if err != nil {
+			rep = cFootprintReply{Err: err.Error(), AllocFailed: errors.Is(err, errAllocFailed)}
+		}
+	}()
+	open := cFootprintImpl(req.Impl)
+	if open == nil {
+		err = fmt.Errorf("no C allocator named %q", req.Impl)
+		return rep
+	}
+	im := open()
+	switch {
+	case im.skip != "":
+		err = fmt.Errorf("%s %s", im.name, im.skip)
+	case req.Larson != nil && im.larson != nil:
+		l := req.Larson
+		var r larsonResult
+		sh := larsonShape{threads: l.Threads, slots: l.Slots, lo: l.Lo, hi: l.Hi}
+		if r, err = im.larson(sh, l.Steps, l.Idle); err == nil {
+			rep.Larson = &larsonReply{Live: r.live, End: r.end, Idle: r.idle, Trimmed: r.trimmed,
+				NsPerOp: r.nsPerOp}
+		}
+	case req.Replay != nil && im.replay != nil:
+		rep.Replay, err = im.replay(req.Replay, 0)
+	default:
+		err = fmt.Errorf("%s: nothing to run", im.name)
+	}
+	return rep
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
+)
+
+// footprintAllocators returns mimalloc and glibc, those available, or skips the test.
+func footprintAllocators(t *testing.T) []impl {
+	t.Helper()
+	var ims []impl
+	for _, open := range []func() impl{newMimalloc, newGlibc} {
+		if im := open(); im.skip == "" && im.larson != nil {
+			ims = append(ims, im)
+		}
+	}
+	if len(ims) == 0 {
+		t.Skip("neither mimalloc nor glibc is available (cgo)")
+	}
+	return ims
+}
+
+// TestCFootprintIsTheCasesOwn: a C allocator's larson footprint counts only the case's own
+// memory, not what earlier cases left allocated in the process (mi_process_info and mallinfo2
+// are the process's figures): with 256 MiB kept live through the same allocator, the figure
+// stays near the one taken before.
+func TestCFootprintIsTheCasesOwn(t *testing.T) {
+	for _, im := range footprintAllocators(t) {
+		cFootprintIsTheCasesOwn(t, im)
+	}
+}
+
+func cFootprintIsTheCasesOwn(t *testing.T, im impl) {
+	sh := larsonShape{name: "larson-low", threads: 8, slots: 8, lo: 8, hi: 64 << 10}
+	const steps, idle = 2000, 10 * time.Millisecond
+	clean, err := im.larson(sh, steps, idle)
+	if err != nil {
+		t.Fatalf("%s: %v", im.name, err)
+	}
+	if clean.live == 0 || clean.idle == 0 {
+		t.Fatalf("%s: larson measured nothing: %+v", im.name, clean)
+	}
+	const left = 256 << 20 // what an earlier case left: 256 blocks of 1 MiB, kept live
+	w, err := im.churn(left>>20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	after, err := im.larson(sh, steps, idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		name        string
+		clean, with uint64
+	}{
+		{"end", clean.end, after.end}, {"idle", clean.idle, after.idle},
+		{"trimmed", clean.trimmed, after.trimmed},
+	} {
+		if f.with > f.clean+left/4 {
+			t.Errorf("%s: held %s %.1f MiB with %d MiB left in the process, %.1f MiB without: "+
+				"the figure counts what the case did not allocate", im.name, f.name,
+				float64(f.with)/(1<<20), left>>20, float64(f.clean)/(1<<20))
+		}
+	}
+}
+
+// TestCReplayInChild: a C allocator's replay runs in a child and brings back its figures.
+func TestCReplayInChild(t *testing.T) {
+	var evs []alloctrace.Event
+	for i := range uint64(300) { // sampled every 256 events: the peak is seen at the 256th
+		evs = append(evs, alloctrace.Event{ID: i, Size: 16 << 10})
+	}
+	for i := range uint64(300) {
+		evs = append(evs, alloctrace.Event{Free: true, ID: i})
+	}
+	for _, im := range footprintAllocators(t) {
+		r, err := im.replay(evs, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Events != len(evs) || r.PeakLive == 0 || r.PeakHeld < r.PeakLive*3/4 || r.NsPerOp <= 0 {
+			t.Errorf("%s: replay of %d events read %+v", im.name, len(evs), *r)
+		}
+	}
+}
+
+// TestFootprintChildFails: a child that fails gives the case an error (errFootprintChild, with
+// what it said), not a crash or figures of zero.
+func TestFootprintChildFails(t *testing.T) {
+	defer func(f func() (string, error)) { cFootprintSelf = f }(cFootprintSelf)
+	cFootprintSelf = func() (string, error) { return "/bin/false", nil }
+	sh := larsonShapes[0]
+	_, err := larsonInChild("glibc")(sh, 10, 0)
+	if !errors.Is(err, errFootprintChild) || !strings.Contains(err.Error(), "exit status 1") {
+		t.Errorf("a child that exits 1: %v, want errFootprintChild and its status", err)
+	}
+	cFootprintSelf = func() (string, error) { return "/bin/true", nil }
+	if _, err := larsonInChild("glibc")(sh, 10, 0); !errors.Is(err, errFootprintChild) {
+		t.Errorf("a child that writes no reply: %v, want errFootprintChild", err)
+	}
+	rep := footprintHere(cFootprintRequest{Impl: "nonesuch", Larson: &larsonRequest{}})
+	if !strings.Contains(rep.Err, `no C allocator named "nonesuch"`) {
+		t.Errorf("a request for an unknown allocator: %+v", rep)
+	}
+}
