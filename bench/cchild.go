@@ -49,9 +49,46 @@ func cFootprintImpl(name string) func() impl {
 
 // cFootprintRequest is what a footprint child runs: one larson shape, or one replay.
 type cFootprintRequest struct {
-	Impl   string             `json:"impl"`
-	Larson *larsonRequest     `json:"larson,omitempty"`
-	Replay []alloctrace.Event `json:"replay,omitempty"`
+	Impl   string         `json:"impl"`
+	Larson *larsonRequest `json:"larson,omitempty"`
+	Replay *replayRequest `json:"replay,omitempty"`
+}
+
+// replayRequest is a trace, as much of it as a C replay plays: each event's ID<<1 | free,
+// and the allocations' sizes in order.
+type replayRequest struct {
+	Events, Sizes []uint64
+}
+
+// newReplayRequest writes evs as a replayRequest.
+func newReplayRequest(evs []alloctrace.Event) *replayRequest {
+	r := &replayRequest{Events: make([]uint64, len(evs))}
+	for i, e := range evs {
+		r.Events[i] = e.ID << 1
+		if e.Free {
+			r.Events[i] |= 1
+			continue
+		}
+		r.Sizes = append(r.Sizes, e.Size)
+	}
+	return r
+}
+
+// events reads r back as the trace's events.
+func (r *replayRequest) events() ([]alloctrace.Event, error) {
+	evs := make([]alloctrace.Event, len(r.Events))
+	sizes := r.Sizes
+	for i, v := range r.Events {
+		evs[i] = alloctrace.Event{ID: v >> 1, Free: v&1 == 1}
+		if evs[i].Free {
+			continue
+		}
+		if len(sizes) == 0 {
+			return nil, errors.New("a replay request with fewer sizes than allocations")
+		}
+		evs[i].Size, sizes = sizes[0], sizes[1:]
+	}
+	return evs, nil
 }
 
 // larsonRequest is a larson shape, its steps and its idle time.
@@ -98,7 +135,7 @@ func replayInChild(name string) func([]alloctrace.Event, int64) (*replayResult, 
 		if len(evs) == 0 {
 			return &replayResult{}, nil // nothing to play, nothing held
 		}
-		rep, err := runFootprintChild(cFootprintRequest{Impl: name, Replay: evs})
+		rep, err := runFootprintChild(cFootprintRequest{Impl: name, Replay: newReplayRequest(evs)})
 		if err != nil {
 			return nil, err
 		}
@@ -199,7 +236,10 @@ func footprintHere(req cFootprintRequest) (rep cFootprintReply) {
 				NsPerOp: r.nsPerOp}
 		}
 	case req.Replay != nil && im.replay != nil:
-		rep.Replay, err = im.replay(req.Replay, 0)
+		var evs []alloctrace.Event
+		if evs, err = req.Replay.events(); err == nil {
+			rep.Replay, err = im.replay(evs, 0)
+		}
 	default:
 		err = fmt.Errorf("%s: nothing to run", im.name)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,21 @@ func TestFootprintChildFails(t *testing.T) {
 	rep := footprintHere(cFootprintRequest{Impl: "nonesuch", Larson: &larsonRequest{}})
 	if !strings.Contains(rep.Err, `no C allocator named "nonesuch"`) {
 		t.Errorf("a request for an unknown allocator: %+v", rep)
+	}
+}
+
+// TestReplayRequestRoundTrip: a replay request carries the events' IDs, frees and sizes, and
+// one short of sizes is refused.
+func TestReplayRequestRoundTrip(t *testing.T) {
+	evs := []alloctrace.Event{{ID: 0, Size: 24}, {ID: 1, Size: 1 << 20}, {ID: 0, Free: true},
+		{ID: 2, Size: 8}, {ID: 1, Free: true}, {ID: 2, Free: true}}
+	got, err := newReplayRequest(evs).events()
+	if err != nil || !slices.Equal(got, evs) {
+		t.Errorf("round trip: %v, %v; want %v", got, err, evs)
+	}
+	r := newReplayRequest(evs)
+	r.Sizes = r.Sizes[:2]
+	if _, err := r.events(); err == nil {
+		t.Error("a request short of a size: no error")
 	}
 }
