@@ -114,6 +114,68 @@ func TestFootprintChildFails(t *testing.T) {
 	}
 }
 
+// glibcBase returns glibc and what it holds in a fresh child before a case allocates (the
+// arenas of the Go runtime's threads: some 660 KiB), or skips the test.
+func glibcBase(t *testing.T) (impl, float64) {
+	t.Helper()
+	im := newGlibc()
+	if im.skip != "" {
+		t.Skip("glibc: " + im.skip)
+	}
+	r, err := im.replay([]alloctrace.Event{{ID: 0, Size: 24}, {ID: 0, Free: true}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return im, float64(r.PeakHeld)
+}
+
+// TestCFootprintLeavesOutTheHarness: the larson loop's own arrays (a slot and a size for each
+// block) are not counted as glibc's: 200,000 blocks of 24 B on one thread (a 32 B chunk each)
+// hold 1.33x their live bytes beyond what glibc held before, where the arrays' 3.1 MiB from
+// libc's calloc would make it 2x.
+func TestCFootprintLeavesOutTheHarness(t *testing.T) {
+	im, base := glibcBase(t)
+	sh := larsonShape{name: "many", threads: 1, slots: 200_000, lo: 24, hi: 24}
+	r, err := im.larson(sh, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := (float64(r.end) - base) / float64(r.live); got > 1.6 || testing.Verbose() {
+		t.Logf("glibc holds %.2fx its live bytes of 24 B blocks (%d for %d, %.0f before)",
+			got, r.end, r.live, base)
+		if got > 1.6 {
+			t.Error("want 32/24 = 1.33x: the loop's own arrays are counted")
+		}
+	}
+}
+
+// TestCReplayLeavesOutTheHarness: the replay loop's slots (one for each allocation) are not
+// counted as glibc's: 100,000 allocations of 24 B (a 32 B chunk each) peak at 1.33x their
+// live bytes beyond what glibc held before, where the slots' 781 KiB from libc's malloc would
+// make it 1.67x.
+func TestCReplayLeavesOutTheHarness(t *testing.T) {
+	im, base := glibcBase(t)
+	const n = 100_000
+	evs := make([]alloctrace.Event, 0, 2*n)
+	for i := range uint64(n) {
+		evs = append(evs, alloctrace.Event{ID: i, Size: 24})
+	}
+	for i := range uint64(n) {
+		evs = append(evs, alloctrace.Event{Free: true, ID: i})
+	}
+	r, err := im.replay(evs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := (float64(r.PeakHeld) - base) / float64(r.PeakLive); got > 1.5 || testing.Verbose() {
+		t.Logf("glibc's replay peaks at %.2fx its live bytes of 24 B blocks (%d for %d, %.0f before)",
+			got, r.PeakHeld, r.PeakLive, base)
+		if got > 1.5 {
+			t.Error("want 32/24 = 1.33x: the loop's own slots are counted")
+		}
+	}
+}
+
 // TestReplayRequestRoundTrip: a replay request carries the events' IDs, frees and sizes, and
 // one short of sizes is refused.
 func TestReplayRequestRoundTrip(t *testing.T) {

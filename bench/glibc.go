@@ -87,10 +87,12 @@ func newGlibc() impl {
 			return int64(ns), [3]int64{int64(held[0]), int64(held[1]), int64(held[2])}, int64(live)
 		},
 		replay: func(ev []uint64, nalloc int) (int64, uint64) {
-			slots := C.malloc(C.size_t(max(nalloc, 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))
-			defer C.free(slots)
+			// The slots hold C pointers only; Go's memory, not the allocator's (whose figure
+			// would count them, libc's malloc for glibc).
+			slots := make([]uintptr, max(nalloc, 1))
 			var peak C.int64_t
-			ns := C.glibc_replay((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)), (*unsafe.Pointer)(slots), &peak)
+			ns := C.glibc_replay((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)),
+				(*unsafe.Pointer)(unsafe.Pointer(&slots[0])), &peak)
 			return int64(ns), uint64(peak)
 		},
 	})
