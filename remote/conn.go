@@ -21,6 +21,7 @@ type Conn struct {
 	id     uint64 // this side's id, which the peer's messages name
 	peerID uint64 // the peer's
 	peer   uint64 // the peer's worker
+	dialed uint64 // the worker Dial dialed (its hello may cross c's: crossed), or zero
 	ep     ucx.Ep
 	remote string // what it was connected to, for errors
 
@@ -50,6 +51,7 @@ type Conn struct {
 	pid        uint32   // the peer's process, while watched
 	abandoned  bool     // ended without UCX's word: its endpoint is never closed (watch.go)
 	exited     bool     // its peer process exited: queued in w.exited to be abandoned (watch.go)
+	crossed    bool     // opened by the peer's Dial's hello (crossed): its ack to c's hello may come
 
 	// Answers to the peer waiting for a slot, in order, from answerHead on (postAnswers);
 	// answerWait says c is in w.answers.
@@ -270,6 +272,10 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 	switch typ {
 	case msgAck:
 		g, ok := parseGreeting(body, false)
+		if c.crossed && ok && g.conn == c.peerID && g.worker == c.peer {
+			c.crossed = false // the peer's answer to c's hello, which crossed its own: c is open
+			return
+		}
 		if c.state != connConnecting || !ok {
 			w.failConn(c, fmt.Errorf("%w: unexpected acknowledgement from %s", ErrProtocol, c.remote))
 			return
@@ -336,10 +342,16 @@ func (w *Worker) tooLarge(c *Conn, n int) error {
 // on an endpoint UCX made for the dialer). A hello with no endpoint to answer on (every honest
 // one asks for it), or on the endpoint of a connection (its peer said hello already), is
 // dropped: a client of a listener, which need not know this worker's address, makes it connect
-// to none. Under mu.
+// to none. One exception: a hello on the endpoint of this worker's Dial still waiting for its
+// answer, from the worker it dialed, is that worker's Dial crossing this one (crossed). Under
+// mu.
 func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	g, ok := parseGreeting(body, true)
-	if !ok || w.closing || replyEp == 0 || w.byEp[replyEp] != nil {
+	if !ok || w.closing || replyEp == 0 {
+		return
+	}
+	if c := w.byEp[replyEp]; c != nil {
+		w.crossed(c, g)
 		return
 	}
 	var c *Conn
@@ -362,8 +374,7 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	c.peerID, c.peer, c.state = g.conn, g.worker, connOpen
 	close(c.ready)
 	w.watch(c, g.pid, g.host)
-	ack := appendGreeting(header(msgAck, g.conn, ackLen), greeting{conn: c.id, worker: w.id, pid: uint32(os.Getpid()), host: hostID()}, false)
-	if err := w.sendLocked(c, c.ep, ack, false, nil); err != nil {
+	if err := w.acknowledge(c); err != nil {
 		w.failConn(c, err)
 		return
 	}
@@ -372,6 +383,35 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	default:
 		w.failConn(c, fmt.Errorf("%w: too many connections waiting for Accept", ErrBusy))
 	}
+}
+
+// crossed takes hello g, which came on the endpoint of connection c, for the peer's answer to
+// c's own hello where c is a Dial still waiting for it and g comes from the worker it dialed.
+// Two workers that Dial each other at once each make an endpoint to the other, which UCX
+// matches to the other's (by worker and count), so each hello comes on the endpoint of the
+// other side's Dial: dropped there, neither was answered and both Dials timed out
+// (TestCrossedDials). So each side opens its Dial's connection with the other's hello, and
+// acknowledges it as an answer; the two Dials return the two ends of one connection, as TCP's
+// simultaneous open does, and no Accept returns it. The acknowledgement of c's own hello that
+// may follow is taken once (msgAck). Any other hello on a connection's endpoint is dropped: a
+// peer makes no connection this way, and opens only the one that waits for its answer.
+// Under mu.
+func (w *Worker) crossed(c *Conn, g greeting) {
+	if c.state != connConnecting || c.dialed == 0 || g.worker != c.dialed {
+		return
+	}
+	c.peerID, c.peer, c.state, c.crossed = g.conn, g.worker, connOpen, true
+	close(c.ready)
+	w.watch(c, g.pid, g.host)
+	if err := w.acknowledge(c); err != nil {
+		w.failConn(c, err)
+	}
+}
+
+// acknowledge answers the hello of c's peer (c.peerID) with c's own ids. Under mu.
+func (w *Worker) acknowledge(c *Conn) error {
+	g := greeting{conn: c.id, worker: w.id, pid: uint32(os.Getpid()), host: hostID()}
+	return w.sendLocked(c, c.ep, appendGreeting(header(msgAck, c.peerID, ackLen), g, false), false, nil)
 }
 
 // refuseVersion answers a hello of another version of the protocol, on the endpoint its

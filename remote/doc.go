@@ -91,7 +91,11 @@
 // endpoint for the dialer's own address, but only while both workers have created as many
 // endpoints to each other (a dial whose hello was never answered puts them out of step for
 // good), so requiring it refused honest dials. A Listener's client is not asked for an
-// address: its connection is the endpoint it connected on.
+// address: its connection is the endpoint it connected on. Two workers that Dial each other at
+// once (symmetric peers at start-up) make one endpoint pair, UCX's matching pairing their two
+// endpoints: each hello comes on the other's Dial's endpoint, and each Dial takes the other's
+// hello as its answer, so both return the two ends of one connection, which no Accept returns.
+// A hello on a connection's endpoint opens nothing else: a peer makes no more connections so.
 //
 // # Locking
 //

@@ -219,7 +219,9 @@ const (
 // ends; that worker takes the connection with Accept. An address that is not one a worker's
 // Address gives (its reserved bytes zero), every byte of UCX's part checked as UCX reads it
 // (ucx.CheckAddress), is refused with ErrDescriptor before UCX sees it; a worker's address
-// given in a peer's hello is checked so too.
+// given in a peer's hello is checked so too. Two workers that Dial each other at once, each
+// hello sent before the other's came, get one connection: each Dial returns its end, and no
+// Accept returns it (as TCP's simultaneous open); Dials that do not cross make two.
 func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
 	if len(addr) <= addrHeader || string(addr[:4]) != addrMagic || addr[4] != addrVersion {
 		return nil, fmt.Errorf("%w: not a worker address (%d bytes)", ErrDescriptor, len(addr))
@@ -247,6 +249,7 @@ func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
 		return nil, fmt.Errorf("%w: dial worker %016x: %w", ErrPeer, peer, err)
 	}
 	c := newConn(w, ep, fmt.Sprintf("worker %016x", peer))
+	c.dialed = peer
 	return w.handshake(ctx, c, own, peer)
 }
 

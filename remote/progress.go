@@ -41,6 +41,11 @@ func (w *Worker) loop() {
 	lastWork := time.Now()
 	for {
 		w.mu.Lock()
+		if p := w.paused; p != nil { // tests: no progress until p is closed
+			w.mu.Unlock()
+			<-p
+			continue
+		}
 		worked := w.round()
 		if len(w.exited) > 0 {
 			w.abandonExited()

@@ -114,6 +114,7 @@ type Worker struct {
 	copied        *sync.Cond      // on mu: broadcast when copying drops to zero
 	copyHook      func(op int)    // tests: called after each copy, out of mu
 	targetHook    func()          // tests: called once peers' puts and gets are checked and their buffers held, before they are served, out of mu
+	paused        chan struct{}   // tests: the progress goroutine makes no round until it is closed
 	watchers      sync.WaitGroup  // the goroutines watching peers' pidfds (watch.go): Close waits for them
 
 	sleeping atomic.Bool
