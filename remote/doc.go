@@ -68,7 +68,8 @@
 // there once the peer says it is done. The target of a put by message holds the buffer it lands in
 // until its bytes are copied, and that of a get the buffer it answers from until UCX has sent the
 // answer, so that a free meanwhile, or a peer that stops reading, cannot make the copy or UCX
-// touch memory given back.
+// touch memory given back; Options.AnswerTimeout bounds how long such a peer keeps them held,
+// failing its connection.
 //
 // # Peers
 //

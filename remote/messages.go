@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
@@ -499,6 +500,27 @@ func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion, hold 
 		lr.held++
 	}
 	w.slots[i].hold = hold
+	if w.opts.AnswerTimeout > 0 {
+		w.slots[i].posted = time.Since(w.born)
+	}
+}
+
+// expireAnswers fails the connections with an answer in flight for Options.AnswerTimeout or
+// longer: their peer does not take it, and the forced close of the endpoint ends the send,
+// which releases the hold of its buffer. Under mu, by the progress goroutine.
+func (w *Worker) expireAnswers(now time.Time) {
+	limit := w.opts.AnswerTimeout
+	if limit <= 0 || w.nanswer == 0 || now.Sub(w.answersSeen) < min(limit/4, idleTick) {
+		return
+	}
+	w.answersSeen = now
+	since := now.Sub(w.born)
+	for i := range w.slots {
+		s := &w.slots[i]
+		if s.kind == slotAnswer && s.c.state == connOpen && since-s.posted >= limit {
+			w.failConn(s.c, fmt.Errorf("%w: %s took no answer to its gets within %v (AnswerTimeout)", ErrPeer, s.c.remote, limit))
+		}
+	}
 }
 
 // Puts and answers to gets hold their buffers. UCX sends an answer's bytes from the buffer the

@@ -55,7 +55,9 @@ func (w *Worker) loop() {
 		w.postAnswers()
 		w.postQueued()
 		w.sendForgets()
-		w.expirePending(time.Now())
+		now := time.Now()
+		w.expirePending(now)
+		w.expireAnswers(now)
 		finished := w.finished
 		w.finished = nil
 		unheld, rel := w.takeUnheld(), w.takeUnholds()
@@ -66,7 +68,7 @@ func (w *Worker) loop() {
 			w.releaseHolds(rel)
 			return
 		}
-		now := time.Now()
+		now = time.Now()
 		if worked = worked || unheld != nil; worked {
 			lastWork = now
 		}

@@ -42,6 +42,15 @@ type Options struct {
 	// (docs/ucx.md). Off, every connection has UCX's failure handling, and shared memory is
 	// used only where UCX's transports for it have it.
 	SharedMemory bool
+	// AnswerTimeout, when not zero, bounds how long this worker's answer to a peer's get by
+	// message may wait for the peer to take it: a connection with an answer UCX has not sent
+	// within it (noticed within a quarter of it, or 100 ms) fails with ErrPeer, which ends the
+	// send and lets go of the buffer it was sent from (a Free of it takes effect then, and its
+	// pool can close). Zero waits as long as the peer likes: a peer that stops reading keeps
+	// its answers' buffers held until it reads again or its connection ends. UCX cancels a
+	// send only with its failure handling: with SharedMemory the connection fails, but the
+	// buffer stays held until UCX has sent the answer, or the worker's Close.
+	AnswerTimeout time.Duration
 }
 
 const (
@@ -97,6 +106,8 @@ type Worker struct {
 	byEp          map[ucx.Ep]*Conn
 	pending       map[ucx.Ep]pendingEp // endpoints accepted by a listener, before their hello
 	expired       time.Time            // when expirePending last looked
+	born          time.Time            // when the worker was made: slot.posted counts from it
+	answersSeen   time.Time            // when expireAnswers last looked
 	lis           map[uint64]*Listener
 	inbound       chan *Conn // connections made by Dial to this worker's address
 	regs          map[*Registration]bool
@@ -164,6 +175,9 @@ type slot struct {
 	// op is a transfer's operation's index in its ops (and holds, for an operation added by
 	// Put, Get, PutDevice or GetDevice: Transfer.zombieHold).
 	op uint32
+
+	// posted is when an answer went in flight, after born (with Options.AnswerTimeout only).
+	posted time.Duration
 }
 
 const (
@@ -188,6 +202,9 @@ func New(o Options) (*Worker, error) {
 	if o.MaxInFlight < 1 || o.MaxInFlight > 1<<20 || o.MaxMessage < 1 || o.MaxMessage > maxMessage {
 		return nil, fmt.Errorf("%w: MaxInFlight %d (1 to %d), MaxMessage %d (1 to %d)", pinmalloc.ErrInvalid, o.MaxInFlight, 1<<20, o.MaxMessage, maxMessage)
 	}
+	if o.AnswerTimeout < 0 {
+		return nil, fmt.Errorf("%w: AnswerTimeout %v (zero for none)", pinmalloc.ErrInvalid, o.AnswerTimeout)
+	}
 	if o.Name == "" {
 		o.Name = "pinmalloc"
 	}
@@ -201,6 +218,7 @@ func New(o Options) (*Worker, error) {
 		loopDone: make(chan struct{}), cq: make([]ucx.Completion, 256),
 	}
 	w.copied = sync.NewCond(&w.mu)
+	w.born = time.Now()
 	w.id = randomID()
 	w.regions.Store(new([]*localRegion))
 	var err error
