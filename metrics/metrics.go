@@ -96,7 +96,7 @@ func (m Memory) String() string {
 // prometheus.Collector and is safe for concurrent use; use New.
 type Collector struct {
 	mu      sync.Mutex
-	sources map[string]source
+	sources map[string]*source
 }
 
 // source is one registered pool, heap or tier.
@@ -118,16 +118,17 @@ var ErrInvalidName = errkind.New(pinmalloc.ErrInvalid, "metrics: invalid source 
 var ErrNilSource = errkind.New(pinmalloc.ErrInvalid, "metrics: nil source")
 
 // New returns a collector with nothing registered.
-func New() *Collector { return &Collector{sources: map[string]source{}} }
+func New() *Collector { return &Collector{sources: map[string]*source{}} }
 
 // AddPool registers a pinned pool under name (replacing any source of that name). It fails
 // with ErrInvalidName for a name that is not valid UTF-8, and with ErrNilSource for a nil pool.
 //
 // A pool closed while registered is reported until its memory is released (at Close, or at
-// the Free of its last live buffer after Close), and then no more, as if removed: its series
-// end, rather than its counters going back to zero.
+// the Free of its last live buffer after Close), and then no more: the scrape or Var read that
+// finds it released leaves it out and unregisters it, as Remove does, so its series end,
+// rather than its counters going back to zero.
 func (c *Collector) AddPool(name string, p *pinned.Pool) error {
-	return c.add(name, p == nil, source{mem: Host, heap: func() (Figures, []string, bool) {
+	return c.add(name, p == nil, &source{mem: Host, heap: func() (Figures, []string, bool) {
 		st := p.Stats()
 		if st.Shards == 0 { // released: a pool has a heap from New until its memory goes
 			return Figures{}, nil, false
@@ -143,7 +144,7 @@ func (c *Collector) AddPool(name string, p *pinned.Pool) error {
 // A heap closed while registered is reported until its memory is given back (Close, or a later
 // Close where the driver refused it), and then no more, as a released pool.
 func (c *Collector) AddDevice(name string, h *device.Heap) error {
-	return c.add(name, h == nil, source{mem: Device, heap: func() (Figures, []string, bool) {
+	return c.add(name, h == nil, &source{mem: Device, heap: func() (Figures, []string, bool) {
 		st := h.Stats()
 		if st.Released {
 			return Figures{}, nil, false
@@ -159,7 +160,7 @@ func (c *Collector) AddDevice(name string, h *device.Heap) error {
 // A tier closed while registered is reported until it has given back all it held (Close, or a
 // later Close where the first kept memory), and then no more, as a released pool.
 func (c *Collector) AddTier(name string, t *uvm.Tier) error {
-	return c.add(name, t == nil, source{tier: func() (TierFigures, bool) {
+	return c.add(name, t == nil, &source{tier: func() (TierFigures, bool) {
 		st := t.Stats()
 		if st.Released {
 			return TierFigures{}, false
@@ -171,13 +172,14 @@ func (c *Collector) AddTier(name string, t *uvm.Tier) error {
 // AddFunc registers any source of Figures under name, in the families of mem. Errors as for
 // AddPool.
 func (c *Collector) AddFunc(name string, mem Memory, f func() Figures) error {
-	return c.add(name, f == nil, source{mem: mem,
+	return c.add(name, f == nil, &source{mem: mem,
 		heap: func() (Figures, []string, bool) { return f(), nil, true }})
 }
 
 // Remove unregisters name. A pool, device heap or tier closed while registered need not be
-// removed: it drops out of the scrape once its memory is released (see AddPool, AddDevice and
-// AddTier). Remove stops reporting a source before that, or one added with AddFunc.
+// removed: it drops out of the scrape, and is unregistered, once its memory is released (see
+// AddPool, AddDevice and AddTier). Remove stops reporting a source before that, or one added
+// with AddFunc.
 func (c *Collector) Remove(name string) {
 	c.mu.Lock()
 	delete(c.sources, name)
@@ -185,7 +187,7 @@ func (c *Collector) Remove(name string) {
 }
 
 // add registers s under name; isNil says the pool, heap, tier or function s reads is nil.
-func (c *Collector) add(name string, isNil bool, s source) error {
+func (c *Collector) add(name string, isNil bool, s *source) error {
 	switch {
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, name)
@@ -201,7 +203,7 @@ func (c *Collector) add(name string, isNil bool, s source) error {
 // named is a source with its name, in name order.
 type named struct {
 	name string
-	source
+	*source
 }
 
 func (c *Collector) list() []named {
@@ -213,6 +215,17 @@ func (c *Collector) list() []named {
 	c.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
+}
+
+// forget unregisters s, found released, unless a source added since has replaced it: a
+// collector that kept released sources grew with every pool, heap or tier a program made and
+// closed, and kept them reachable.
+func (c *Collector) forget(s named) {
+	c.mu.Lock()
+	if c.sources[s.name] == s.source {
+		delete(c.sources, s.name)
+	}
+	c.mu.Unlock()
 }
 
 // Describe sends the descriptions of every metric.
@@ -238,11 +251,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if s.tier != nil {
 			if f, ok := s.tier(); ok {
 				collectTier(ch, s.name, f)
+			} else {
+				c.forget(s)
 			}
 			continue
 		}
 		f, info, ok := s.heap()
 		if !ok {
+			c.forget(s)
 			continue
 		}
 		fams, infoDsc := hostFamilies, poolInfoDesc
@@ -301,11 +317,14 @@ func (c *Collector) Var() expvar.Var {
 						Memory string `json:"memory"`
 						TierFigures
 					}{"uvm", f}
+				} else {
+					c.forget(s)
 				}
 				continue
 			}
 			f, _, ok := s.heap()
 			if !ok {
+				c.forget(s)
 				continue
 			}
 			out[s.name] = struct {

@@ -242,7 +242,8 @@ func TestInvalidNames(t *testing.T) {
 	}
 	// Past the Add methods (as a source added by a future path might be): the scrape reports it.
 	c.mu.Lock()
-	c.sources[bad] = source{mem: Host, heap: func() (Figures, []string, bool) { return Figures{Live: 1}, nil, true }}
+	c.sources[bad] = &source{mem: Host,
+		heap: func() (Figures, []string, bool) { return Figures{Live: 1}, nil, true }}
 	c.mu.Unlock()
 	families, err := reg.Gather()
 	if err == nil || !strings.Contains(err.Error(), "UTF-8") {
