@@ -126,11 +126,18 @@ func New() *Handler { return &Handler{} }
 // AddPool registers a pinned pool under name, replacing any source of that name. It fails with
 // ErrInvalidName for a name that is not valid UTF-8 (stats.json could not keep it), with
 // ErrNilSource for a nil pool, and with ErrFrozen on the handler of a snapshot.
+//
+// A pool closed while registered is shown until its memory is released (at Close, or at the
+// Free of its last live buffer after Close: its Stats has no shards left), and then no more:
+// the next page, map.svg or stats.json leaves it out and unregisters it, as package metrics
+// leaves it out of its scrape.
 func (h *Handler) AddPool(name string, p *pinned.Pool) error {
 	return h.add(p == nil, &source{name: name, kind: "pinned",
 		figures: func() figures {
 			st, u := poolStats(p), poolUsage(p)
-			return figures{stats: st, usage: u, text: st.String(), live: u.Live}
+			// A pool has a heap from New until its memory is released.
+			return figures{stats: st, usage: u, text: st.String(), live: u.Live,
+				released: st.Shards == 0}
 		},
 		m:       p.Map,
 		streams: func() []StreamDeferred { return poolStreams(p) },
@@ -190,10 +197,9 @@ func (h *Handler) AddTier(name string, t *uvm.Tier) error {
 		}})
 }
 
-// Remove unregisters the source called name, if any. A device heap or tier need not be
+// Remove unregisters the source called name, if any. A pool, device heap or tier need not be
 // removed when closed: once it has given its memory back, the next page, map.svg or stats.json
-// leaves it out and unregisters it. A closed pool is shown (its figures, an empty map) until
-// removed.
+// leaves it out and unregisters it. Remove stops showing a source before that.
 func (h *Handler) Remove(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -290,7 +296,7 @@ func (h *Handler) snapshot() *snapshot {
 	return snap
 }
 
-// drop unregisters s, a device heap or tier that has given its memory back, unless a source
+// drop unregisters s, a pool, device heap or tier that has given its memory back, unless a source
 // added since has replaced it.
 func (h *Handler) drop(s *source) {
 	h.mu.Lock()

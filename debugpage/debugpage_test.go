@@ -318,29 +318,58 @@ func allocForSites(t *testing.T, p *pinned.Pool, n int) []byte {
 	return b
 }
 
-// TestClosedPool serves a pool closed while registered: the page and the JSON still load.
+// TestClosedPool: a pool closed while registered is shown while it keeps its memory (a buffer
+// live at Close) and drops off the page, stats.json and map.svg once its memory is released (the
+// Free of the last buffer), and is unregistered, as a released device heap or tier is and as
+// package metrics leaves a released pool out of its scrape. Before, a released pool was shown
+// for ever (its standing counters, an empty map) until removed: the test checked it was.
 func TestClosedPool(t *testing.T) {
 	p, err := pinned.New(pinned.Options{Backend: pinned.Pageable, Capacity: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := p.Alloc(100)
-	_ = p.Free(b)
-	if err := p.Close(); err != nil {
+	b, err := p.Alloc(100)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if err := p.Close(); err == nil {
+		t.Fatal("Close with a live buffer succeeded")
+	}
 	h := New()
-	h.AddPool("gone", p)
+	if err := h.AddPool("gone", p); err != nil {
+		t.Fatal(err)
+	}
 	url := serve(t, h)
-	if page, _ := get(t, url); !strings.Contains(page, "gone (pinned)") {
-		t.Error("page of a closed pool")
+	shown := func(when string, want bool) {
+		t.Helper()
+		page, _ := get(t, url)
+		js, _ := get(t, url+"stats.json")
+		svg, _ := get(t, url+"map.svg")
+		for _, c := range []struct {
+			what string
+			got  bool
+		}{
+			{"the page shows it", strings.Contains(page, "gone (pinned)")},
+			{"stats.json has it", strings.Contains(js, `"name": "gone"`)},
+			{"map.svg draws it", strings.Contains(svg, ">gone: ")},
+		} {
+			if c.got != want {
+				t.Errorf("%s: %s is %v, want %v", when, c.what, c.got, want)
+			}
+		}
 	}
-	if js, _ := get(t, url+"stats.json"); !strings.Contains(js, `"regions": 0`) {
-		t.Errorf("stats.json of a closed pool:\n%s", js)
+	shown("closed with a live buffer", true)
+	if err := p.Free(b); err != nil { // the last buffer: the pool's memory is released
+		t.Fatal(err)
 	}
-	if svg, _ := get(t, url+"map.svg"); strings.Contains(svg, `class="chunk`) {
-		t.Error("map of a closed pool draws chunks")
+	shown("released", false)
+	if n := len(h.list()); n != 0 {
+		t.Errorf("%d sources registered with the only pool released; want none", n)
 	}
+	if err := h.AddPool("gone", p); err != nil { // a released pool added again: not shown
+		t.Fatal(err)
+	}
+	shown("the released pool added again", false)
 }
 
 // TestRemoveLetsPoolGo: a source removed (and its pool closed) is not kept reachable by the

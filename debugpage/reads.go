@@ -17,7 +17,7 @@ var (
 
 // figures is what a view shows of a pool's or device heap's figures, from one read of its
 // Stats and one of its Usage: the two, the Stats' text for people and the live buffers, and
-// whether it is released (a device heap closed, its memory given back: not shown).
+// whether it is released (a pool or device heap closed, its memory given back: not shown).
 type figures struct {
 	stats, usage any
 	text         string

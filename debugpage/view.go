@@ -55,8 +55,9 @@ type view struct {
 	MapHeight int    `json:"map_height,omitempty"`
 }
 
-// look takes the view of s now, or says false for a device heap or tier that has given its
-// memory back at Close (Stats.Released), which is not shown.
+// look takes the view of s now, or says false for a pool, device heap or tier that has given
+// its memory back at Close (a device heap's or tier's Stats.Released, a pool's Stats with no
+// shards), which is not shown.
 func look(s *source) (view, bool) {
 	v := view{Name: s.name, Kind: s.kind, Timeline: s.ring.samples()}
 	if s.tier != nil {
