@@ -62,7 +62,9 @@
 // Close gives it back). Every driver resource a provider holds is counted (Counters), so tests
 // can prove that closing an arena leaves nothing behind. Errors wrap the arena's sentinels
 // (arena.ErrReserve, arena.ErrCommit, arena.ErrInvalid; arena.ErrExhausted when the driver is
-// out of memory) and the driver's error.
+// out of memory) and the driver's error. A refusal to give memory back (a decommit's or a
+// release's cuMemUnmap, cuMemRelease) wraps arena.ErrCommit too, and says "cannot give memory
+// back".
 //
 // # Beside a user's capture
 //

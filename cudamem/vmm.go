@@ -229,7 +229,9 @@ func (p *vmm) release(hs []icuda.MemHandle) error {
 			p.mu.Lock()
 			p.stranded = append(p.stranded, h)
 			p.mu.Unlock()
-			errs = append(errs, fmt.Errorf("%w: cuMemRelease of an unmapped granule (kept, released again later): %w", arena.ErrCommit, err))
+			errs = append(errs, fmt.Errorf(
+				"%w: cuMemRelease of an unmapped granule (kept, released again later): %w",
+				errGiveBack, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -322,13 +324,13 @@ func (p *vmm) unmap(r *arena.Region, lo int, hs []icuda.MemHandle) error {
 			continue
 		}
 		if err := p.call(&p.handles, -1, p.dev.MemRelease(h)); err != nil {
-			return fmt.Errorf("%w: cuMemRelease: %w", arena.ErrCommit, err)
+			return fmt.Errorf("%w: cuMemRelease: %w", errGiveBack, err)
 		}
 		hs[i] = 0
 	}
 	n := uintptr(len(hs)) * p.gran
 	if err := p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(lo)*p.gran, n)); err != nil {
-		return fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", arena.ErrCommit, n, err)
+		return fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", errGiveBack, n, err)
 	}
 	return nil
 }
