@@ -128,16 +128,15 @@ func New() *Handler { return &Handler{} }
 // ErrNilSource for a nil pool, and with ErrFrozen on the handler of a snapshot.
 //
 // A pool closed while registered is shown until its memory is released (at Close, or at the
-// Free of its last live buffer after Close: its Stats has no shards left), and then no more:
+// Free of its last live buffer after Close: its Stats says Released), and then no more:
 // the next page, map.svg or stats.json leaves it out and unregisters it, as package metrics
 // leaves it out of its scrape.
 func (h *Handler) AddPool(name string, p *pinned.Pool) error {
 	return h.add(p == nil, &source{name: name, kind: "pinned",
 		figures: func() figures {
 			st, u := poolStats(p), poolUsage(p)
-			// A pool has a heap from New until its memory is released.
 			return figures{stats: st, usage: u, text: st.String(), live: u.Live,
-				released: st.Shards == 0}
+				released: st.Released}
 		},
 		m:       p.Map,
 		streams: func() []StreamDeferred { return poolStreams(p) },

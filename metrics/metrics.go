@@ -130,7 +130,7 @@ func New() *Collector { return &Collector{sources: map[string]*source{}} }
 func (c *Collector) AddPool(name string, p *pinned.Pool) error {
 	return c.add(name, p == nil, &source{mem: Host, heap: func() (Figures, []string, bool) {
 		st := p.Stats()
-		if st.Shards == 0 { // released: a pool has a heap from New until its memory goes
+		if st.Released {
 			return Figures{}, nil, false
 		}
 		f := FromPool(st)

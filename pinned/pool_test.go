@@ -488,6 +488,9 @@ func TestStatsAfterRelease(t *testing.T) {
 		}
 	}
 	before := p.Stats()
+	if before.Released {
+		t.Error("an open pool's Stats says Released")
+	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +498,8 @@ func TestStatsAfterRelease(t *testing.T) {
 	if after.Allocs != 3 || after.Frees != 3 || after.PeakInUse != before.PeakInUse || after.PeakInUse < 100+4096+300<<10 {
 		t.Errorf("after Close: %d allocs, %d frees, peak %d; want 3, 3, %d (as before it)", after.Allocs, after.Frees, after.PeakInUse, before.PeakInUse)
 	}
-	if after.Shards != 0 || after.Live != 0 || after.InUse != 0 {
-		t.Errorf("after Close: %d shards, %d live, %d in use; want none", after.Shards, after.Live, after.InUse)
+	if after.Shards != 0 || after.Live != 0 || after.InUse != 0 || !after.Released {
+		t.Errorf("after Close: %d shards, %d live, %d in use, released %v; want none, released",
+			after.Shards, after.Live, after.InUse, after.Released)
 	}
 }

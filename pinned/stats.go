@@ -46,6 +46,10 @@ type Stats struct {
 	Fragmentation float64
 	// Shards is the number of heaps.
 	Shards int
+	// Released says the pool has given its memory back: closed, and its last buffer freed
+	// (Close with none live, or the Free of the last after it). A device heap's and a tier's
+	// Stats say the same of them.
+	Released bool
 	// ForcedPurges counts commits the system refused for want of memory (the memlock limit,
 	// for locked memory) after which the pool gave back at once the free memory it kept
 	// committed, and tried again.
@@ -87,12 +91,14 @@ type counts struct{ allocs, frees, peak uint64 }
 
 // Stats takes back the deferred buffers whose streams have passed them, collects every shard's
 // pending frees and returns the pool's figures. Once the pool's memory is released (Close, or
-// the Free of the last buffer after it), Shards is 0 and the pool keeps no buffer, but Allocs,
-// Frees and PeakInUse keep their last values, as a device heap's counters do after its Close.
+// the Free of the last buffer after it), Released is set, Shards is 0 and the pool keeps no
+// buffer, but Allocs, Frees and PeakInUse keep their last values, as a device heap's counters
+// do after its Close.
 func (p *Pool) Stats() Stats {
 	st := Stats{Backend: p.backend}
 	classes := map[uint64]*heap.ClassStats{}
 	if p.released.Load() {
+		st.Released = true
 		st.Allocs, st.Frees, st.PeakInUse = p.counted.allocs, p.counted.frees, p.counted.peak
 	} else {
 		_ = p.reclaim(true)
