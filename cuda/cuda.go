@@ -12,7 +12,7 @@
 // DriverVersion. Building needs no cuda.h and no -lcuda; a machine without a driver, or a build
 // with CGO_ENABLED=0, gets errors that match ErrNoDriver instead of a link error. The
 // environment variable named by LibraryEnv selects another library (a second driver, or a test
-// double).
+// double); a library without cuInit is no driver either (ErrNoDriver, and ErrSymbol naming it).
 //
 // # Tests without a GPU
 //
@@ -116,14 +116,14 @@ func Open(ordinal int) (*Device, error) {
 // in returns the Device inside d, or an error matching ErrNoDriver for a nil or zero d.
 func (d *Device) in() (*icuda.Device, error) { return icuda.Of(d) }
 
-// Close releases the primary-context retain taken by Open, once the calls in flight on the
-// Device have ended (a synchronize, once its work has); the calls that start meanwhile fail with
-// an error matching ErrClosed. It is idempotent: a Close during another returns when that one
-// has released. Called in a function given to Do, it cannot wait for that Do: it returns an
-// error matching pinmalloc.ErrBusy and closes nothing (nil, without waiting, where a Close made
-// elsewhere has begun: that one releases once the Do ends); nor may such a function wait for a
-// Close of its Device made elsewhere. Memory allocated on the device is not freed by it: close the heaps,
-// pools and arenas first.
+// Close releases the primary-context retain taken by Open, once the calls in flight on the Device
+// have ended (a synchronize, once its work has); the calls that start meanwhile fail with an error
+// matching ErrClosed. It is idempotent: a Close during another returns when that one has released.
+// Called in a function given to Do, it cannot wait for that Do: it returns an error matching
+// pinmalloc.ErrBusy and closes nothing (nil, without waiting, where a Close made elsewhere has
+// begun: that one releases once the Do ends); nor may such a function wait for a Close of its
+// Device made elsewhere. Memory allocated on the device is not freed by it: close the heaps, pools
+// and arenas first.
 func (d *Device) Close() error {
 	in, err := d.in()
 	if err != nil {

@@ -28,7 +28,8 @@ var (
 	ErrClosed = errkind.New(pinmalloc.ErrClosed, "device: heap closed")
 	// ErrInvalidOptions means Options that cannot work.
 	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "device: invalid options")
-	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, or cgo is off).
+	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, it is a stub,
+	// it has no cuInit, or cgo is off).
 	ErrNoDriver = cuda.ErrNoDriver
 	// ErrNoDevice means the driver found no such device.
 	ErrNoDevice = cuda.ErrNoDevice

@@ -7,7 +7,9 @@
 // lazily, once, with an explicit API version: through cuGetProcAddress_v2(name, 12000, ...)
 // when the driver has it, else by dlsym of the explicitly versioned name (cuMemAlloc_v2,
 // cuMemHostRegister_v2, ...), never the bare legacy name. A symbol the driver lacks is an error
-// wrapping ErrSymbol that names it, reported by the call that needs it; nothing panics. Calls go
+// wrapping ErrSymbol that names it, reported by the call that needs it; nothing panics. A library
+// without cuInit is no driver: its error matches ErrNoDriver too. An error that wraps a driver
+// error says "cuda: " once ("cuda: device 1: CUDA_ERROR_INVALID_DEVICE: ..."). Calls go
 // through small C shims that take the function pointer and the arguments. No cuda.h is
 // included: the few driver structs used (CUmemLocation, CUmemAllocationProp, CUmemAccessDesc,
 // CUmemcpyAttributes) are declared with the same layout in the cgo preambles and built in C.

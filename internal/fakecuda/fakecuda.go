@@ -19,8 +19,13 @@
 // buffer changed after an async copy is queued and before that copy is synchronized sends the
 // changed bytes, a destination read early reads stale bytes, and memory freed or unmapped under
 // queued work makes that work fault (CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the context of the
-// stream it ran on: another device's context goes on working), as on a GPU. With Hold on,
-// queries answer "not ready" instead of running the work.
+// stream it ran on: another device's context goes on working, but work it queues onto the
+// faulted context's streams, or waits for on its events, answers that error), as on a GPU.
+// With Hold on, queries answer "not ready" instead of running the work. CU_STREAM_PER_THREAD
+// is the calling thread's own blocking stream of the current context. A call the driver counts
+// potentially unsafe (cuMemAlloc, cuMemHostRegister, the pool attributes, ...) is refused where
+// the capture interaction mode prohibits it (in the default GLOBAL mode, beside any capture
+// begun GLOBAL), and invalidates the capture.
 //
 // RunDevice is Run plus opening device 0; RunWithoutDriver runs a test where no driver can be
 // loaded. GPU is for tests of the real driver: it opens a device or skips the test with "no
