@@ -28,7 +28,8 @@
 //
 // Sources are shown in the order they were added (a replaced source keeps its place): the
 // program registers them in the order that means something to it, where sorting by name
-// would not.
+// would not. A device heap or tier closed while registered drops off once it has given its
+// memory back (AddDevice, AddTier); a closed pool is shown until Remove.
 //
 // # The timeline
 //

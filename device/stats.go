@@ -32,9 +32,9 @@ type Stats struct {
 	// Arena is the arena's figures.
 	Arena arena.Stats
 	// Released is true once Close has closed the heap and given back its memory: its figures
-	// change no more, and a collector of them (package metrics) drops the heap. A Close that the
-	// driver refused to give memory back leaves it false, the memory counted, until a later
-	// Close gives it back.
+	// change no more, and a collector of them (package metrics, package debugpage) drops the
+	// heap. A Close that the driver refused to give memory back leaves it false, the memory
+	// counted, until a later Close gives it back.
 	Released bool
 }
 

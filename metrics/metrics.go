@@ -8,7 +8,9 @@
 //
 // A registry takes one Collector: every Collector describes the same families, so a second
 // one's Register fails (prometheus.AlreadyRegisteredError). A program registers all its
-// sources with one Collector, under distinct names.
+// sources with one Collector, under distinct names. A pool, device heap or tier closed while
+// registered drops out of the scrape once its memory is given back (AddPool, AddDevice,
+// AddTier); Remove ends a source's series sooner.
 //
 // # Families
 //
