@@ -114,13 +114,14 @@
 // buffers a failed eviction's or AcquireHost's copies may still write, are held back the same
 // way when the waits for their copies fail; so is, at its Free, the host buffer a failed
 // restore's copies may still read. An Acquire for writing of a block whose host buffer Go had
-// (AcquireHost) fails, changing nothing, when the tier cannot let go of that buffer. Sync gives the memory held back to where it goes once a
-// synchronize of the device succeeds. Close frees every block and closes the tier all the
-// same, but keeps the memory held back, with the streams, events, device heap and host pool
-// that hold it, and returns ErrHeldBack naming how much; a later Close tries again and gives
-// everything back once the device synchronizes. Under a sticky error it never does (NVIDIA's
-// word is to end the process), so that memory stays allocated until the process ends; nothing
-// is freed under work that may still run, and nothing panics.
+// (AcquireHost) fails, changing nothing, when the tier cannot let go of that buffer. Sync gives
+// the memory held back to where it goes once a synchronize of the device succeeds. Close frees
+// every block and closes the tier all the same, but keeps the memory held back, with the
+// streams, events, device heap and host pool that hold it, and returns ErrHeldBack naming how
+// much; a later Close tries again and gives everything back once the device synchronizes
+// (Stats.Released turns true). Under a sticky error it never does (NVIDIA's word is to end the
+// process), so that memory stays allocated until the process ends; nothing is freed under work
+// that may still run, and nothing panics.
 //
 // # Concurrency
 //
@@ -478,14 +479,15 @@ var poolCloseFault func(*pinned.Pool) error
 // host pool that hold it, and returns ErrHeldBack saying how much: a later Close tries again
 // (a synchronize of the device), and gives everything back once one succeeds. Under a sticky
 // error none does, and what Close kept stays until the process ends. So does Close keep spare
-// VRAM the device heap refuses back (Options.ZeroOnFree while a blocking stream captures a CUDA
-// graph: the blocks stay live in the heap), saying so with ErrHeldBack and the heap's refusal: a
-// later Close, once the capture has ended, gives it back.
+// VRAM the device heap refuses back (device.Options.ZeroOnFree while a blocking stream captures
+// a CUDA graph: the blocks stay live in the heap), saying so with ErrHeldBack and the heap's
+// refusal: a later Close, once the capture has ended, gives it back.
 //
 // When the tier's own host pool fails to close (a buffer's copy still queued on a stream that
 // does not pass it within the pool's wait, or the driver refusing to give memory back), Close
 // returns that error and keeps the pool, with its memory: a later Close tries again. So does it
-// keep the tier's own device heap when the heap fails to close.
+// keep the tier's own device heap when the heap fails to close. Stats.Released says when a
+// Close has given everything back; a Close after that returns ErrClosed.
 func (t *Tier) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
