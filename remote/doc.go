@@ -104,6 +104,6 @@
 // Registration with its own lock held, and the worker never holds its mutex while it calls a
 // pool (a transfer's holds are released after the mutex is let go; the progress goroutine holds
 // the buffers of its answers to peers' gets, and releases them, with it let go). Lock order: a
-// pool's arena, then the worker. A transfer's copies into and out of a peer's segments run with the mutex
-// let go, the connection's keys (which keep the segments mapped) kept until they end.
+// pool's arena, then the worker. A transfer's copies into and out of a peer's segments run with
+// the mutex let go, the connection's keys (which keep the segments mapped) kept until they end.
 package remote
