@@ -20,10 +20,12 @@
 // It checks the memlock limit once, up front (memlock.go): below what the suite locks,
 // pinmalloc runs on pageable memory, labelled so. mimalloc is loaded at run time from
 // libmimalloc.so.2 where installed (mimalloc.go), glibc's malloc from libc.so.6 (glibc.go);
-// the run names what it found, and with CGO_ENABLED=0 both are skipped. Results and plots go
-// to $TMPDIR/pinmalloc-bench-$USER unless -out names a folder (the project's own: -out results).
-// -gpu adds the CUDA competitors and cases when a suite is compiled in (gpu.go). -uvm runs the
-// UVM tier suite alone (uvm.go), on the GPU or, without a driver, on the fake one.
+// the run names what it found, and with CGO_ENABLED=0 both are skipped. Their held figures are
+// the process's, so their footprint cases (larson, replay) run in a fresh child process, this
+// program again (cchild.go). Results and plots go to $TMPDIR/pinmalloc-bench-$USER unless -out
+// names a folder (the project's own: -out results). -gpu adds the CUDA competitors and cases
+// when a suite is compiled in (gpu.go). -uvm runs the UVM tier suite alone (uvm.go), on the GPU
+// or, without a driver, on the fake one.
 package main
 
 import (
