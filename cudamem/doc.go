@@ -51,9 +51,10 @@
 // cuMemsetD8Async on a non-blocking stream the provider keeps for its clears, synchronized
 // (never the legacy stream, which a capture on a blocking stream makes unusable); the
 // provider's ReleaseKept (arena.KeptReleaser), which Arena.Close calls, destroys those streams.
-// Only the device providers suggest a capacity (DefaultDeviceShare of the free memory); HostVMM and HostRegister, which
-// place their memory on a NUMA node, report it (Placer). HostRegister alone prefaults on
-// the arena's workers and joins registrations, since a copy must lie inside one registration.
+// Only the device providers suggest a capacity (DefaultDeviceShare of the free memory);
+// HostVMM and HostRegister, which place their memory on a NUMA node, report it (Placer).
+// HostRegister alone prefaults on the arena's workers and joins registrations, since a copy
+// must lie inside one registration.
 // No CUDA provider has a fixed capacity: that is the external region's (arena).
 //
 // Every provider takes an open *cuda.Device (cuda.Open reports cuda.ErrNoDriver on a machine
