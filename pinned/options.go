@@ -144,6 +144,8 @@ type Options struct {
 	// Usage and Stats (Precommitted); PrecommitDone is closed, and OnPrecommit called, when it
 	// ends, and WaitPrecommit returns the error that stopped it, if any (the memlock limit, the
 	// driver refusing memory). Precommitted memory stays until a buffer uses it, Trim, or Close.
+	// Memory that comes committed (Populate, a committed External region) leaves it nothing to
+	// commit.
 	Precommit int
 	// OnPrecommit, when set, is called once the background commit of Precommit ends, on its
 	// goroutine, with the bytes it committed and the error that stopped it (nil when it
