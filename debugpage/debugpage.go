@@ -28,8 +28,8 @@
 //
 // Sources are shown in the order they were added (a replaced source keeps its place): the
 // program registers them in the order that means something to it, where sorting by name
-// would not. A device heap or tier closed while registered drops off once it has given its
-// memory back (AddDevice, AddTier); a closed pool is shown until Remove.
+// would not. A pool, device heap or tier closed while registered drops off once it has given
+// its memory back (AddPool, AddDevice, AddTier).
 //
 // # The timeline
 //
