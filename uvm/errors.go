@@ -57,4 +57,9 @@ var (
 	// when the device heap refused spare VRAM back (during a CUDA graph capture), which it keeps
 	// the same way.
 	ErrHeldBack = errkind.New(pinmalloc.ErrRefused, "uvm: memory held back after a failed wait")
+	// ErrLeaked means New failed part-way and could not give back the device heap or host
+	// pool it had made for the tier (the driver refused to unmap or release its memory): New
+	// returns no tier, so nothing can close them again, and their memory stays allocated
+	// until the process ends. The error names each, with the bytes it keeps and the refusal.
+	ErrLeaked = errkind.New(pinmalloc.ErrRefused, "uvm: memory left allocated")
 )

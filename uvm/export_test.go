@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -121,6 +122,27 @@ func (t *Tier) ReleaseEvents(h Handle) (int, error) {
 func FailPoolClose(err error) {
 	poolCloseFault = func(*pinned.Pool) error {
 		poolCloseFault = nil
+		return err
+	}
+}
+
+// FailNew makes the next New fail with err once it has made all it makes (streams, device heap,
+// host pool, mover), after prepare ran with the device heap and host pool it made (nil where
+// Options gave them), so that a test can fill them and keep them for itself.
+func FailNew(err error, prepare func(*device.Heap, *pinned.Pool)) {
+	openFault = func(t *Tier) error {
+		openFault = nil
+		var h *device.Heap
+		var p *pinned.Pool
+		if t.mem.ownHeap {
+			h = t.mem.heap
+		}
+		if t.mem.ownPool {
+			p = t.mem.pool
+		}
+		if prepare != nil {
+			prepare(h, p)
+		}
 		return err
 	}
 }

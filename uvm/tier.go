@@ -265,7 +265,10 @@ type scratch struct {
 	one     []BlockID // the blocks of an Acquire, Prefetch or Evict
 }
 
-// New creates a tier on dev, which must stay open until Close.
+// New creates a tier on dev, which must stay open until Close. When it fails part-way, it gives
+// back what it made; where the driver refuses to give back the memory of the device heap or
+// host pool it made for the tier, its error matches ErrLeaked and says how many bytes stay
+// allocated (until the process ends: there is no tier to close them again).
 func New(pub *cuda.Device, o Options) (*Tier, error) {
 	dev, err := icuda.Of(pub)
 	if err != nil {
@@ -289,7 +292,7 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 		// Under the lock and closed: the heap's hook may already be installed and called.
 		t.mu.Lock()
 		t.closed = true
-		rerr := t.release()
+		rerr := t.release(true)
 		t.mu.Unlock()
 		return nil, errors.Join(err, rerr)
 	}
@@ -326,8 +329,17 @@ func (t *Tier) open(o Options) error {
 		return err
 	}
 	t.installPressure()
-	return t.openMover(o.Mover)
+	if err := t.openMover(o.Mover); err != nil {
+		return err
+	}
+	if openFault != nil {
+		return openFault(t)
+	}
+	return nil
 }
+
+// openFault, set by tests only, makes open fail once it has made everything.
+var openFault func(*Tier) error
 
 // openHeap takes the device heap given, or makes the tier's own.
 func (t *Tier) openHeap(shared *device.Heap) error {
@@ -395,8 +407,9 @@ func (t *Tier) openMover(given Mover) error {
 	return nil
 }
 
-// release gives back what open made; used by New on failure and by Close.
-func (t *Tier) release() error {
+// release gives back what open made; used by New on failure (lost: no tier outlives the call,
+// to close again what fails to close) and by Close.
+func (t *Tier) release(lost bool) error {
 	var errs []error
 	if t.mem.heap != nil {
 		t.uninstallPressure()
@@ -410,7 +423,7 @@ func (t *Tier) release() error {
 		errs = append(errs, t.engine.ownMover.Close())
 		t.engine.ownMover = nil
 	}
-	errs = append(errs, t.closePool(), t.closeHeap())
+	errs = append(errs, t.closePool(lost), t.closeHeap(lost))
 	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
 		if *s != 0 {
 			errs = append(errs, t.dev.StreamSynchronize(uintptr(*s)), t.dev.StreamDestroy(uintptr(*s)))
@@ -430,8 +443,9 @@ func (t *Tier) release() error {
 // give memory back), the tier keeps the pool, whose memory is then still allocated, and a later
 // Close calls this again: dropped, the pool could no longer be closed, and its memory stayed
 // until the process ended. A pool that finished closing by itself meanwhile (the last of its
-// deferred frees released it) answers ErrClosed, and is done with too. Used by release.
-func (t *Tier) closePool() error {
+// deferred frees released it) answers ErrClosed, and is done with too. Used by release. When
+// lost (New failing), no Close comes later: the error says so with ErrLeaked (lostError).
+func (t *Tier) closePool(lost bool) error {
 	if t.mem.pool == nil || !t.mem.ownPool {
 		t.mem.pool = nil
 		return nil
@@ -443,6 +457,9 @@ func (t *Tier) closePool() error {
 	// The bare sentinel, not errors.Is: a refusal the pool wraps with ErrClosed leaves memory.
 	if err := closeFn(t.mem.pool); err != nil && err != pinned.ErrClosed {
 		t.poolAtClose = true
+		if lost {
+			return lostError("host pool", "pinned host memory", t.mem.pool.Usage().Committed, err)
+		}
 		return fmt.Errorf("uvm: closing the tier's host pool: %w; the pool and its memory are kept: a later Close tries again", err)
 	}
 	t.mem.pool, t.poolAtClose = nil, false
@@ -452,18 +469,30 @@ func (t *Tier) closePool() error {
 // closeHeap closes the tier's own device heap (a shared one is its owner's) and drops it. When
 // the heap's Close fails (the driver refusing to give its memory back), the tier keeps the heap,
 // whose memory is then still allocated, and a later Close calls this again, as closePool does
-// for the host pool. A heap that answers ErrClosed has given its memory back. Used by release.
-func (t *Tier) closeHeap() error {
+// for the host pool. A heap that answers ErrClosed has given its memory back. Used by release;
+// lost as for closePool.
+func (t *Tier) closeHeap(lost bool) error {
 	if t.mem.heap == nil || !t.mem.ownHeap {
 		return nil
 	}
 	// The bare sentinel, not errors.Is: a refusal the heap wraps with ErrClosed leaves memory.
 	if err := t.mem.heap.Close(); err != nil && err != device.ErrClosed {
 		t.heapAtClose = true
+		if lost {
+			return lostError("device heap", "VRAM", t.mem.heap.Stats().Arena.Committed, err)
+		}
 		return fmt.Errorf("uvm: closing the tier's device heap: %w; the heap and its memory are kept: a later Close tries again", err)
 	}
 	t.mem.heap, t.heapAtClose = nil, false
 	return nil
+}
+
+// lostError is the error of a New that failed and could not close the tier's own what (its
+// host pool, its device heap), which keeps bytes of memory (of kind) allocated: New returns no
+// tier to close it again, so it stays until the process ends.
+func lostError(what, kind string, bytes uint64, err error) error {
+	return fmt.Errorf("%w: New failed, and the tier's %s it made did not close: "+
+		"it keeps %d bytes of %s until the process ends: %w", ErrLeaked, what, bytes, kind, err)
 }
 
 // poolCloseFault, set by tests only, closes the host pool in place of pinned.Pool.Close.
@@ -494,7 +523,7 @@ func (t *Tier) Close() error {
 	var errs []error
 	switch {
 	case t.closed && (t.poolAtClose || t.heapAtClose): // kept by an earlier Close: try again
-		return errors.Join(t.closePool(), t.closeHeap())
+		return errors.Join(t.closePool(false), t.closeHeap(false))
 	case t.closed && !t.heldAtClose:
 		return ErrClosed
 	case t.closed: // an earlier Close kept memory held back: try again
@@ -525,7 +554,7 @@ func (t *Tier) Close() error {
 		return t.heldBackError(errs)
 	}
 	t.heldAtClose = false
-	errs = append(errs, t.release())
+	errs = append(errs, t.release(false))
 	return errors.Join(errs...)
 }
 

@@ -226,6 +226,7 @@ var Core = []Sentinel{
 	{"uvm.ErrAcquired", uvm.ErrAcquired, pinmalloc.ErrBusy, "uvm: "},
 	{"uvm.ErrAllPinned", uvm.ErrAllPinned, pinmalloc.ErrBusy, "uvm: "},
 	{"uvm.ErrHeldBack", uvm.ErrHeldBack, pinmalloc.ErrRefused, "uvm: "},
+	{"uvm.ErrLeaked", uvm.ErrLeaked, pinmalloc.ErrRefused, "uvm: "},
 	{"uvm.ErrDeviceFault", uvm.ErrDeviceFault, pinmalloc.ErrDeviceFault, "uvm: "},
 
 	{"ipcpool.ErrStaleHandle", ipcpool.ErrStaleHandle, pinmalloc.ErrNotOwned, "ipcpool: "},
