@@ -132,8 +132,8 @@ type Stats struct {
 	// Released is true once Close has closed the tier and given back all it held (a further
 	// Close answers ErrClosed): its figures change no more, and a collector of them (package
 	// metrics, package debugpage) drops the tier. A Close that kept memory held back
-	// (ErrHeldBack, counted above), its host pool or its device heap leaves it false, until a
-	// later Close gives that memory back.
+	// (ErrHeldBack, counted above), its host pool, its device heap or its mover leaves it
+	// false, until a later Close gives that memory back.
 	Released bool
 }
 
@@ -195,7 +195,7 @@ func (t *Tier) Stats() Stats {
 	st.AcquiredBytes, st.AcquiredBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
 	st.Pending = int(t.batches.lists.Weight())
 	st.AcquireLatency.withBounds()
-	st.Released = t.closed && !t.heldAtClose && !t.poolAtClose && !t.heapAtClose
+	st.Released = t.closed && !t.heldAtClose && !t.poolAtClose && !t.heapAtClose && !t.copyAtClose
 	return st
 }
 

@@ -219,6 +219,7 @@ type Tier struct {
 	heldAtClose bool          // Close kept memory held back (heldback.go): a later Close tries again
 	poolAtClose bool          // Close could not close the tier's own host pool: a later Close tries again
 	heapAtClose bool          // Close could not close the tier's own device heap: a later Close tries again
+	copyAtClose bool          // Close could not close the tier's own mover: a later Close tries again
 	held        heldBack      // memory kept out of use after a failed wait (heldback.go)
 	wake        chan struct{} // closed by signal, to wake AcquireContext's waiters (access.go)
 	blocks      []block       // the block table, indexed by BlockID (block.go)
@@ -419,11 +420,7 @@ func (t *Tier) release(lost bool) error {
 			errs = append(errs, t.mem.heap.ForgetStream(t.engine.h2d))
 		}
 	}
-	if t.engine.ownMover != nil {
-		errs = append(errs, t.engine.ownMover.Close())
-		t.engine.ownMover = nil
-	}
-	errs = append(errs, t.closePool(lost), t.closeHeap(lost))
+	errs = append(errs, t.closeMover(), t.closePool(lost), t.closeHeap(lost))
 	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
 		if *s != 0 {
 			errs = append(errs, t.dev.StreamSynchronize(uintptr(*s)), t.dev.StreamDestroy(uintptr(*s)))
@@ -436,6 +433,24 @@ func (t *Tier) release(lost bool) error {
 	t.rel.idle = nil
 	errs = append(errs, t.engine.events.Close())
 	return errors.Join(errs...)
+}
+
+// closeMover closes the tier's own mover (a given one is the caller's) and drops it. When its
+// Close fails (the driver refusing to free a staging buffer, which the copyengine.Batcher keeps
+// for its next Close), the tier keeps the mover, and a later Close calls this again, as
+// closePool does for the host pool. New makes the mover last: a New that fails has none to
+// close. Used by release.
+func (t *Tier) closeMover() error {
+	if t.engine.ownMover == nil {
+		return nil
+	}
+	if err := t.engine.ownMover.Close(); err != nil {
+		t.copyAtClose = true
+		return fmt.Errorf("uvm: closing the tier's copy engine: %w; "+
+			"it is kept with what it did not free: a later Close tries again", err)
+	}
+	t.engine.ownMover, t.copyAtClose = nil, false
+	return nil
 }
 
 // closePool closes the tier's own host pool (a shared one is its owner's) and drops it. When the
@@ -515,15 +530,16 @@ var poolCloseFault func(*pinned.Pool) error
 // When the tier's own host pool fails to close (a buffer's copy still queued on a stream that
 // does not pass it within the pool's wait, or the driver refusing to give memory back), Close
 // returns that error and keeps the pool, with its memory: a later Close tries again. So does it
-// keep the tier's own device heap when the heap fails to close. Stats.Released says when a
-// Close has given everything back; a Close after that returns ErrClosed.
+// keep the tier's own device heap when the heap fails to close, and its own mover when the
+// mover does (the driver refusing to free a staging buffer). Stats.Released says when a Close
+// has given everything back; a Close after that returns ErrClosed.
 func (t *Tier) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var errs []error
 	switch {
-	case t.closed && (t.poolAtClose || t.heapAtClose): // kept by an earlier Close: try again
-		return errors.Join(t.closePool(false), t.closeHeap(false))
+	case t.closed && (t.copyAtClose || t.poolAtClose || t.heapAtClose): // kept by an earlier Close
+		return errors.Join(t.closeMover(), t.closePool(false), t.closeHeap(false))
 	case t.closed && !t.heldAtClose:
 		return ErrClosed
 	case t.closed: // an earlier Close kept memory held back: try again
