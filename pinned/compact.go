@@ -28,11 +28,13 @@ func (p *Pool) collectAll() { p.each((*heap.Heap).Trim) }
 // what the driver refused to give back at the release.
 //
 // Its error, as device.Heap.Trim's, is the driver's when it could not say whether a stream has
-// passed the buffers freed on it (a context with a sticky error, matching ErrDeviceFault; other
-// refusals match ErrInvalidStream): those buffers stay deferred, and the rest is trimmed all the
-// same. It is nil for a pool without streams, and after Close but where the driver refuses again
-// to give back what it refused at the release. Memory whose decommit the driver refuses stays
-// committed and the pool's, for the next Trim or purge.
+// passed the buffers freed on it (a context with a sticky error, matching ErrDeviceFault; a CUDA
+// graph capture that puts off the synchronize of the context a destroyed stream's buffers wait
+// for, matching cuda.ErrCapturing only; other refusals match ErrInvalidStream): those buffers
+// stay deferred, and the rest is trimmed all the same. It is nil for a pool without streams,
+// and after Close but where the driver refuses again to give back what it refused at the
+// release. Memory whose decommit the driver refuses stays committed and the pool's, for the
+// next Trim or purge.
 func (p *Pool) Trim() error {
 	if p.released.Load() {
 		return wrapError(p.releaseRefused(), ErrClosed)

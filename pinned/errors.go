@@ -121,6 +121,39 @@ func wrapError(err, fallback error) error {
 	return fmt.Errorf("%w: %w", fallback, err)
 }
 
+// streamSentinel returns the sentinel of this package for err, the driver's refusal of a wait
+// for streams or of a question about one: ErrDeviceFault after a fault of the device, none
+// (nil) where a CUDA graph capture put the wait off, whose error matches cuda.ErrCapturing
+// alone (the streams are valid; the wait is for after the capture), ErrInvalidStream otherwise.
+// A capture's refusal joined to refusals of destroyed streams is a capture's too: the pool
+// answers those itself with a synchronize of the context, which only the capture puts off.
+func streamSentinel(err error) error {
+	switch {
+	case errors.Is(err, cuda.ErrDeviceFault):
+		return ErrDeviceFault
+	case errors.Is(err, pinmalloc.ErrCapturing):
+		return nil
+	}
+	return ErrInvalidStream
+}
+
+// streamError gives err, the driver's refusal of a wait for streams or of a question about one,
+// this package's sentinel (streamSentinel), its text opening with "pinned: " and what (the
+// call refused, or ""), the driver's error kept.
+func streamError(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if what != "" {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	s := streamSentinel(err)
+	if s == nil {
+		return fmt.Errorf("pinned: %w", err)
+	}
+	return wrapError(err, s)
+}
+
 // ours reports whether err wraps a sentinel of this package.
 func ours(err error) bool {
 	for _, s := range []error{ErrInvalidSize, ErrTooLarge, ErrInvalidAlign, ErrOutOfMemory, ErrDoubleFree,

@@ -1,7 +1,6 @@
 package pinned
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc"
@@ -82,10 +81,10 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 	o.reclMu.Lock()
 	defer o.reclMu.Unlock()
 	if err := o.waitFor(s, o.lists.Lookup(uintptr(s))); err != nil {
-		if errors.Is(err, pinmalloc.ErrCapturing) {
+		switch streamSentinel(err) {
+		case nil: // a capture holds s
 			return fmt.Errorf("pinned: forget stream %#x: %w; %s", s, err, kept)
-		}
-		if errors.Is(err, cuda.ErrDeviceFault) { // the context runs no more work: no wait passes
+		case ErrDeviceFault: // the context runs no more work: no wait passes
 			return fmt.Errorf("%w: forget stream %#x: %w; %s", ErrDeviceFault, s, err, kept)
 		}
 		// Destroyed already, most likely: the context's synchronize waits for its work, and
@@ -128,13 +127,10 @@ func forgetRefused(s cuda.Stream, cause, err error, kept string) error {
 			also = ""
 		}
 	}
-	var sentinel error = ErrInvalidStream
-	switch {
-	case errors.Is(err, pinmalloc.ErrCapturing):
+	sentinel := streamSentinel(err)
+	if sentinel == nil {
 		return fmt.Errorf("pinned: forget stream %#x: its wait failed%s, and the synchronize of "+
 			"the context that would wait for its work instead was refused: %w; %s", s, also, err, kept)
-	case errors.Is(err, cuda.ErrDeviceFault):
-		sentinel = ErrDeviceFault
 	}
 	return fmt.Errorf("%w: forget stream %#x: its wait failed%s, and so did the synchronize of "+
 		"the context that would wait for its work instead: %w; %s", sentinel, s, also, err, kept)

@@ -2,10 +2,8 @@ package pinned
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/pinmalloc/pinmalloc"
-	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
@@ -54,18 +52,13 @@ func (p *Pool) waitDeferred() error {
 		// that refusal stays whatever the reclaim answers.
 		var rerr error
 		if o.done, rerr = o.lists.Reclaim(o.done, afterLostSync); rerr != nil {
-			err = fmt.Errorf("pinned: wait for the streams of deferred buffers: %w", errors.Join(err, rerr))
-		} else if errors.Is(err, pinmalloc.ErrCapturing) {
-			err = fmt.Errorf("pinned: wait for the streams of deferred buffers: %w", err)
-		} else {
+			err = errors.Join(err, rerr)
+		} else if !errors.Is(err, pinmalloc.ErrCapturing) {
 			err = nil
 		}
 	}
-	if err != nil && (errors.Is(err, cuda.ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrCapturing)) {
-		// The driver's, with this package's sentinel, as a reclaim's: ErrDeviceFault after a
-		// fault, ErrInvalidStream for a stream it refuses. A capture's refusal says so alone.
-		err = wrapError(err, ErrInvalidStream)
-	}
+	// The driver's, with this package's sentinel, as a reclaim's (streamSentinel).
+	err = streamError("wait for the streams of deferred buffers", err)
 	err = errors.Join(err, o.freeDone(nil))
 	if invariants.Enabled {
 		o.mustVerify()
@@ -115,8 +108,9 @@ func (o *streamOrder) reclaimLocked(on *heap.Heap) error {
 	var errs []error
 	var err error
 	if o.done, err = o.lists.Reclaim(o.done, afterLostSync); err != nil {
-		// The driver's, with this package's sentinel: ErrDeviceFault after a fault.
-		errs = append(errs, wrapError(fmt.Errorf("deferred buffers: %w", err), ErrInvalidStream))
+		// The driver's, with this package's sentinel (streamSentinel): ErrDeviceFault after a
+		// fault, none where a capture put off the synchronize of the context.
+		errs = append(errs, streamError("deferred buffers", err))
 	}
 	if afterPoll != nil {
 		afterPoll()

@@ -254,7 +254,7 @@ func (p *Pool) freeOutside(addr, n uintptr, err error) error {
 func (p *Pool) freeAsyncShared(addr, n uintptr, s cuda.Stream, l *streamList) (done bool, err error) {
 	if _, in := p.a.Lookup(addr); !in {
 		if err := p.order.points().WaitStream(streamq.Stream(s)); err != nil {
-			return true, wrapError(err, ErrInvalidStream)
+			return true, streamError("", err)
 		}
 		return true, p.sharer.FreeOutside(mem.Bytes(addr, n))
 	}

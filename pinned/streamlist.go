@@ -49,7 +49,7 @@ func (o *streamOrder) check(s cuda.Stream) (*streamList, error) {
 	}
 	l, err := o.lists.Check(uintptr(s))
 	if err != nil {
-		return nil, wrapError(err, ErrInvalidStream) // ErrDeviceFault when the context faulted
+		return nil, streamError("", err) // ErrDeviceFault when the context faulted
 	}
 	return l, nil
 }

@@ -16,7 +16,9 @@ import (
 // that it, and the stream's destroy after it, never lands between a WaitStreams' look at the
 // stream and its wait. Errors: b not in a live buffer of the pool (ErrNotOwned), a buffer the
 // caller has freed, its free done or still waiting for its streams or holds (ErrDoubleFree), a
-// stream the driver refuses, a released pool (ErrClosed).
+// stream the driver refuses (ErrInvalidStream), a stream capturing a CUDA graph, which no wait
+// may touch (matching cuda.ErrCapturing only: wait again once the capture has ended), a
+// released pool (ErrClosed).
 func (p *Pool) WaitStreams(b []byte) error {
 	base, err := p.unfreed(b)
 	if err != nil || p.order == nil {
@@ -63,7 +65,7 @@ func (o *streamOrder) waitUnforgotten(s cuda.Stream) error {
 	if waitStreamsLooked != nil {
 		waitStreamsLooked(s)
 	}
-	return wrapError(o.points().WaitStream(uintptr(s)), ErrInvalidStream)
+	return streamError("", o.points().WaitStream(uintptr(s)))
 }
 
 // waitStreamsLooked, when set (by tests), runs in WaitStreams between its look at whether

@@ -148,7 +148,7 @@ var mutants = []mutant{
 		name:  "pool-freeasync-outside-unwaited",
 		why:   "FreeAsync of a buffer outside the pool (another process's, freed by the Sharer) hands it to FreeOutside before the stream has passed the work queued on it: the other process reuses it under this one's copy; the checker's pools have no Sharer",
 		file:  "pinned/share.go",
-		old:   "\t\tif err := p.order.points().WaitStream(streamq.Stream(s)); err != nil {\n\t\t\treturn true, wrapError(err, ErrInvalidStream)\n\t\t}\n\t\treturn true, p.sharer.FreeOutside(mem.Bytes(addr, n))",
+		old:   "\t\tif err := p.order.points().WaitStream(streamq.Stream(s)); err != nil {\n\t\t\treturn true, streamError(\"\", err)\n\t\t}\n\t\treturn true, p.sharer.FreeOutside(mem.Bytes(addr, n))",
 		new:   "\t\t_ = streamq.Stream(s)\n\t\treturn true, p.sharer.FreeOutside(mem.Bytes(addr, n))",
 		pkg:   "./pinned",
 		catch: "^TestFakeFreeAsyncOutsideWaitsForStream$",
