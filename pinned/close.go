@@ -48,6 +48,8 @@ func (p *Pool) close() error {
 	p.growMu.Lock()
 	//lint:ignore SA2001 an empty critical section: a barrier for newShard
 	p.growMu.Unlock()
+	// Its error is said by drain's reclaims below, or, where Close returns before, by the next
+	// Close or Trim: a driver's refusal leaves the buffers it concerns deferred (reclaim.go).
 	_ = p.reclaim(true)
 	p.waitCachesOut()
 	if afterCloseReclaim != nil {
@@ -201,6 +203,7 @@ func (p *Pool) finishClose(addr uintptr) {
 	if p.released.Load() {
 		return
 	}
+	// A refusal leaves its buffers deferred, the pool busy: the next Close or Trim says it.
 	_ = p.reclaim(true)
 	if n, _ := p.userLiveQuiet(); n > 0 {
 		return

@@ -13,6 +13,7 @@ func (p *Pool) Compact() {
 	if p.released.Load() || p.closed.Load() {
 		return
 	}
+	// Compact says no error: a refusal leaves its buffers deferred, for the next Trim or Close.
 	_ = p.reclaim(true)
 	p.collectAll()
 }

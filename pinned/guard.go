@@ -129,6 +129,7 @@ func (p *Pool) quotaRoom(n int64) bool {
 			}
 			continue // buffers left the quota since the sum: sum again
 		}
+		// Its error is the next Trim's or Close's: a refusal leaves its buffers deferred.
 		_ = p.reclaim(true) // deferred buffers the streams have passed leave the quota
 	}
 }

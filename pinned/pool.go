@@ -328,6 +328,7 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 		// Take back the deferred buffers the streams have passed: the shard's own go straight
 		// back on their pages, which stay for this allocation (TryFreeHeld keeps empty ones).
 		p.flush(s) // the cache too, under the same queries
+		// Its error is said again, as allocRest's reclaims' (see there): none is lost.
 		_ = p.order.reclaim(s.h, false)
 	}
 	if alignment == 0 {

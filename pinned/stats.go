@@ -101,6 +101,8 @@ func (p *Pool) Stats() Stats {
 		st.Released = true
 		st.Allocs, st.Frees, st.PeakInUse = p.counted.allocs, p.counted.frees, p.counted.peak
 	} else {
+		// Stats says no error: a refusal leaves its buffers deferred (counted below), for the
+		// next Trim or Close to say.
 		_ = p.reclaim(true)
 		st.Deferred, st.DeferredBytes = p.deferred()
 		p.each(func(h *heap.Heap) {

@@ -423,6 +423,7 @@ func (p *Pool) drain() error {
 func (p *Pool) settle(addr uintptr) {
 	deadline := time.Now().Add(closeWait)
 	for wait := 20 * time.Microsecond; !p.released.Load() && p.g.Held(addr); wait = min(2*wait, 5*time.Millisecond) {
+		// A refusal leaves the buffer deferred, the pool busy: the next Close or Trim says it.
 		if _ = p.reclaim(true); !p.g.Held(addr) || time.Now().After(deadline) {
 			return
 		}
