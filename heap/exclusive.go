@@ -59,9 +59,12 @@
 package heap
 
 import (
+	"fmt"
 	"math/bits"
 	"runtime"
 	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
 // A page's mode (page.mode).
@@ -167,6 +170,9 @@ func (pg *page) enterHold() {
 	if !pg.keepShared.Load() {
 		pg.keepShared.Store(true) // before the count: see reexclusive
 	}
+	if invariants.Enabled {
+		pg.holdSeen.mark() // after keepShared: see reexclusive
+	}
 	pg.sharers.Add(1)
 	if atomic.LoadUint32(&pg.mode) != shared {
 		pg.shareSlow()
@@ -239,9 +245,15 @@ const keepSharedAfter = 256
 // is: no remote bit set, no state word freed remotely (a block collected has a free-list word
 // from then on) and none held by another goroutine (a hold
 // through the group, or the owner's on a shared page, sets keepShared first; the owner's plain
-// holds of an exclusive page, holdExcl, may stay, as on any exclusive page).
+// holds of an exclusive page, holdExcl, may stay, as on any exclusive page). That a page once
+// held is never made exclusive again is history, which the state cannot show (keepShared is
+// set for other reasons too); the invariants build records it (holdSeen) and checks it here.
 func (h *Heap) reexclusive(pg *page) {
 	pg.calm = 0
+	// The invariants build checks the rule against its record of holds (holdSeen), read before
+	// keepShared: a hold marks it after setting keepShared, so a mark seen here is a keepShared
+	// the loads below see, unless a hold path failed to set it.
+	wasHeld := invariants.Enabled && pg.holdSeen.seen()
 	if h.remoteMostly || pg.keepShared.Load() || pg.sharers.Load() != 0 || !atomic.CompareAndSwapUint32(&pg.mode, shared, exclusive) {
 		return
 	}
@@ -249,6 +261,10 @@ func (h *Heap) reexclusive(pg *page) {
 		// Fails only where a sharer has begun sharing it again: it ends that.
 		atomic.CompareAndSwapUint32(&pg.mode, exclusive, shared)
 		return
+	}
+	if wasHeld {
+		panic(fmt.Sprintf("heap: page %#x, a block of which was held, became exclusive again",
+			pg.base))
 	}
 	if pg.reexcl++; pg.reexcl == reexclusiveMax {
 		pg.keepShared.Store(true) // the last time (see above)

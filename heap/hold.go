@@ -84,6 +84,9 @@ func (g *Group) Held(p uintptr) bool {
 // state word before; ok is false, and nothing changed, when the block is not live or not of
 // that size.
 func (pg *page) hold(idx, want uint32) (old uint32, ok bool) {
+	if invariants.Enabled {
+		pg.holdSeen.mark() // its callers set keepShared first: see reexclusive
+	}
 	w := &pg.state[idx]
 	for {
 		old = atomic.LoadUint32(w)

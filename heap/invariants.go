@@ -171,6 +171,8 @@ func (h *Heap) verifyWith(tables bool) error {
 		// sharer would wait for it for good. Object pages are shared from the start.
 		if m := atomic.LoadUint32(&pg.mode); m == sharing || pg.class < 0 && m != shared {
 			bad("page %#x (class %d) is in mode %d with no sharer at work", pg.base, pg.class, m)
+		} else if m == exclusive && pg.holdSeen.seen() { // the invariants build's record
+			bad("page %#x is exclusive, yet one of its blocks was held", pg.base)
 		}
 	}
 	if nsegs != h.nsegs || nhuge != h.nhuge {

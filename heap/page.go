@@ -51,6 +51,7 @@ type page struct {
 	// Shared with remote freers.
 	mode        uint32      // exclusive, sharing or shared (exclusive.go)
 	keepShared  atomic.Bool // the page stays shared: other goroutines need not count (exclusive.go)
+	holdSeen    holdSeen    // invariants build: a hold shared it once (never exclusive again)
 	state       []uint32    // per block: see freedRemote
 	remote      []atomicWord
 	pending     atomic.Uint32
