@@ -89,6 +89,9 @@ func TestMutants(t *testing.T) {
 		}
 		ran++
 		t.Run(m.name, func(t *testing.T) {
+			// A mutant's build is mostly one package after another, then a link: two or
+			// more side by side keep the CPUs busy (-test.parallel, GOMAXPROCS by default).
+			t.Parallel()
 			start := time.Now()
 			bin := buildMutant(t, root, m)
 			built := time.Since(start)
