@@ -70,7 +70,7 @@
 //   - an exclusive page has no remote bit set and no block freed remotely or
 //     held: no goroutine but the owner has touched its state words since it last became
 //     exclusive; one that had a block held never becomes exclusive again (history, not
-//     state: the invariants build records the holds, page.holdSeen), and another
+//     state: the invariants build records each page's holds and checks it), and another
 //     becomes so again only when no other goroutine is at work on it (reexclusive);
 //   - an entry of the owner's page cache names a live class page of the heap;
 //   - a small class's spare is an empty page of the class on its available
