@@ -36,8 +36,10 @@
 // StartTimeline samples every source at a period into a ring of the last 300 samples (5
 // minutes at one a second): for a pool its committed, in-use and deferred bytes (freed, waiting
 // for a CUDA stream), for a device heap its committed and in-use bytes, for a tier the bytes of
-// its blocks in VRAM and of those evicted to the host. A sample reads Usage, or a tier's Stats:
-// no map, no walk of the buffers. Without StartTimeline the page has no timeline: the
+// its blocks in VRAM and of those evicted to the host. A sample reads Usage, or a tier's Stats
+// (and a pool or heap holding no buffer, which may be released, its Stats): no map, no walk of
+// the buffers. A source the sampler finds released is unregistered, its samples with it, as
+// the page does. Without StartTimeline the page has no timeline: the
 // timeline's deferred bytes are the total, and the page itself (and stats.json, under
 // deferred_by_stream) splits the deferred frees of the moment by stream
 // (pinned.Pool.DeferredByStream, device.Heap.DeferredByStream).
@@ -116,8 +118,9 @@ type source struct {
 	streams func() []StreamDeferred
 	// A tier: its Stats.
 	tier func() uvm.Stats
-	// Every source: a sample for the timeline, and the timeline.
-	sample func() Sample
+	// Every source: a sample for the timeline, or true when the source is released (its Stats
+	// says so: closed, its memory given back), and the timeline.
+	sample func() (Sample, bool)
 	ring   ring
 }
 
@@ -130,8 +133,8 @@ func New() *Handler { return &Handler{} }
 //
 // A pool closed while registered is shown until its memory is released (at Close, or at the
 // Free of its last live buffer after Close: its Stats says Released), and then no more:
-// the next page, map.svg or stats.json leaves it out and unregisters it, as package metrics
-// leaves it out of its scrape.
+// the next page, map.svg, stats.json or timeline sample leaves it out and unregisters it, as
+// package metrics leaves it out of its scrape.
 func (h *Handler) AddPool(name string, p *pinned.Pool) error {
 	return h.add(p == nil, &source{name: name, kind: "pinned",
 		figures: func() figures {
@@ -148,9 +151,13 @@ func (h *Handler) AddPool(name string, p *pinned.Pool) error {
 			}
 			return out
 		},
-		sample: func() Sample {
-			u := p.Usage()
-			return Sample{Committed: u.Committed, InUse: u.InUse, Deferred: u.DeferredBytes}
+		sample: func() (Sample, bool) {
+			u := poolUsage(p)
+			// Only a pool holding no buffer can be released: only then is a Stats paid.
+			if u.Live == 0 && poolStats(p).Released {
+				return Sample{}, true
+			}
+			return Sample{Committed: u.Committed, InUse: u.InUse, Deferred: u.DeferredBytes}, false
 		}})
 }
 
@@ -159,7 +166,7 @@ func (h *Handler) AddPool(name string, p *pinned.Pool) error {
 //
 // A heap closed while registered is shown until its memory is given back (Close, or a later
 // Close where the driver refused it, as device.Stats.Released says), and then no more: the
-// next page, map.svg or stats.json leaves it out and unregisters it.
+// next page, map.svg, stats.json or timeline sample leaves it out and unregisters it.
 func (h *Handler) AddDevice(name string, d *device.Heap) error {
 	return h.add(d == nil, &source{name: name, kind: "device",
 		figures: func() figures {
@@ -175,9 +182,13 @@ func (h *Handler) AddDevice(name string, d *device.Heap) error {
 			}
 			return out
 		},
-		sample: func() Sample {
-			u := d.Usage()
-			return Sample{Committed: u.Committed, InUse: u.InUse}
+		sample: func() (Sample, bool) {
+			u := heapUsage(d)
+			// Only a heap holding no block can be released: only then is a Stats paid.
+			if u.Live == 0 && heapStats(d).Released {
+				return Sample{}, true
+			}
+			return Sample{Committed: u.Committed, InUse: u.InUse}, false
 		}})
 }
 
@@ -188,18 +199,19 @@ func (h *Handler) AddDevice(name string, d *device.Heap) error {
 //
 // A tier closed while registered is shown until it has given back all it held (Close, or a
 // later Close where the first kept memory, as uvm.Stats.Released says), and then no more: the
-// next page, map.svg or stats.json leaves it out and unregisters it.
+// next page, map.svg, stats.json or timeline sample leaves it out and unregisters it.
 func (h *Handler) AddTier(name string, t *uvm.Tier) error {
 	return h.add(t == nil, &source{name: name, kind: "uvm", tier: t.Stats,
-		sample: func() Sample {
+		sample: func() (Sample, bool) {
 			st := t.Stats()
-			return Sample{Device: st.DeviceBytes, Evicted: st.HostBytes}
+			return Sample{Device: st.DeviceBytes, Evicted: st.HostBytes}, st.Released
 		}})
 }
 
 // Remove unregisters the source called name, if any. A pool, device heap or tier need not be
-// removed when closed: once it has given its memory back, the next page, map.svg or stats.json
-// leaves it out and unregisters it. Remove stops showing a source before that.
+// removed when closed: once it has given its memory back, the next page, map.svg, stats.json
+// or timeline sample leaves it out and unregisters it. Remove stops showing a source before
+// that.
 func (h *Handler) Remove(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -286,9 +298,8 @@ func (h *Handler) snapshot() *snapshot {
 	}
 	snap := &snapshot{Version: snapshotVersion, Taken: time.Now(), Sources: []view{}}
 	for _, s := range h.list() {
-		v, ok := look(s)
-		if !ok {
-			h.drop(s)
+		v, released := look(s)
+		if h.dropped(s, released) {
 			continue
 		}
 		snap.Sources = append(snap.Sources, v)
@@ -296,14 +307,20 @@ func (h *Handler) snapshot() *snapshot {
 	return snap
 }
 
-// drop unregisters s, a pool, device heap or tier that has given its memory back, unless a source
-// added since has replaced it.
-func (h *Handler) drop(s *source) {
+// dropped reports released, which says that the pool, device heap or tier of s has given its
+// memory back (its Stats.Released), and then unregisters s, unless a source added since has
+// replaced it. The page, map.svg, stats.json and the timeline's sampler all ask it of each
+// source they read, and leave out a source it drops.
+func (h *Handler) dropped(s *source, released bool) bool {
+	if !released {
+		return false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if i := slices.Index(h.sources, s); i >= 0 {
 		h.sources = slices.Delete(h.sources, i, i+1)
 	}
+	return true
 }
 
 // Listing the largest buffers walks every live one: not done above maxListed.

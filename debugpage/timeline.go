@@ -58,9 +58,11 @@ func (r *ring) samples() []Sample {
 // StartTimeline samples every registered source now and then every period, until the function
 // it returns is called (which waits for a sample under way). Each source keeps its last 300
 // samples, drawn on the page as a timeline. A sample costs each source a Usage (a tier a
-// Stats): no map, no walk of the buffers. Calling it again while a timeline runs starts a
-// second sampler; stop the first. The period must be positive; if not, StartTimeline panics
-// (as time.NewTicker does).
+// Stats; a pool or device heap holding no buffer a Stats too, which says whether it is
+// released): no map, no walk of the buffers. A source found released is unregistered, as the
+// page does (AddPool). Calling it again while a timeline runs starts a second sampler; stop
+// the first. The period must be positive; if not, StartTimeline panics (as time.NewTicker
+// does).
 func (h *Handler) StartTimeline(period time.Duration) (stop func()) {
 	if period <= 0 {
 		panic(fmt.Sprintf("debugpage: StartTimeline(%v): the period must be positive", period))
@@ -83,10 +85,14 @@ func (h *Handler) StartTimeline(period time.Duration) (stop func()) {
 	return func() { once.Do(func() { close(done); <-finished }) }
 }
 
-// sampleAll adds a sample taken now, stamped at, to every source's timeline.
+// sampleAll adds a sample taken now, stamped at, to every source's timeline, and unregisters
+// (dropped) a source it finds released, as the page does.
 func (h *Handler) sampleAll(at time.Time) {
 	for _, s := range h.list() {
-		smp := s.sample()
+		smp, released := s.sample()
+		if h.dropped(s, released) {
+			continue
+		}
 		smp.T = at
 		s.ring.add(smp)
 	}

@@ -55,22 +55,21 @@ type view struct {
 	MapHeight int    `json:"map_height,omitempty"`
 }
 
-// look takes the view of s now, or says false for a pool, device heap or tier that has given
-// its memory back at Close (a device heap's or tier's Stats.Released, a pool's Stats with no
-// shards), which is not shown.
-func look(s *source) (view, bool) {
-	v := view{Name: s.name, Kind: s.kind, Timeline: s.ring.samples()}
+// look takes the view of s now, or says released (true) for a pool, device heap or tier that
+// has given its memory back at Close (its Stats.Released), which is not shown.
+func look(s *source) (v view, released bool) {
+	v = view{Name: s.name, Kind: s.kind, Timeline: s.ring.samples()}
 	if s.tier != nil {
 		st := s.tier()
 		if st.Released {
-			return view{}, false
+			return view{}, true
 		}
 		v.Stats, v.Tier = snake(st), newTierView(st)
-		return v, true
+		return v, false
 	}
 	f := s.figures()
 	if f.released {
-		return view{}, false
+		return view{}, true
 	}
 	v.Stats, v.Usage, v.Text = snake(f.stats), snake(f.usage), f.text
 	m := s.m()
@@ -88,7 +87,7 @@ func look(s *source) (view, bool) {
 	var svg bytes.Buffer
 	writeSVG(&svg, s.name, m, p, v.LargestFreeRun, v.Unreserved)
 	v.MapSVG, v.MapHeight = svg.String(), svgHeight(p)
-	return v, true
+	return v, false
 }
 
 // tierView is what the page shows of a tier.
