@@ -72,14 +72,20 @@ func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
 	if int64(n) > p.quota {
 		return nil, fmt.Errorf("%w: %d bytes asked of a quota of %d", ErrQuota, n, p.quota)
 	}
-	if !p.quotaRoom(int64(n)) {
+	if room, rerr := p.quotaRoom(int64(n)); !room {
 		used := p.used.Load()
 		if p.order == nil {
 			return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use", ErrQuota, n, used, p.quota)
 		}
 		dn, dbytes := p.deferred()
-		return nil, fmt.Errorf("%w: %d bytes asked with %d of %d in use (%d bytes in %d buffers wait for their streams)",
-			ErrQuota, n, used, p.quota, dbytes, dn)
+		// Why they wait, when a reclaim could not tell (a fault, a capture): its error,
+		// classified already (streamError), beside the quota's.
+		qerr := fmt.Errorf("%w: %d bytes asked with %d of %d in use (%d bytes in %d buffers "+
+			"wait for their streams)", ErrQuota, n, used, p.quota, dbytes, dn)
+		if rerr != nil {
+			qerr = errors.Join(qerr, rerr)
+		}
+		return nil, qerr
 	}
 	if afterQuotaRoom != nil {
 		afterQuotaRoom()
@@ -98,7 +104,9 @@ func (p *Pool) allocQuota(n int, alignment uintptr) ([]byte, error) {
 const quotaTries = 4
 
 // quotaRoom counts n bytes more in use when the quota has room for them, and reports whether
-// it had. A refusal is final once no deferred buffer may come back (streamOrder.returning) and
+// it had; with a refusal, the error of its last reclaim (nil if none failed), which says why
+// deferred buffers still wait (ErrDeviceFault after a fault, cuda.ErrCapturing during a
+// capture), the refused Alloc's to say; the next Trim or Close says it again. A refusal is final once no deferred buffer may come back (streamOrder.returning) and
 // none has left the quota since before the sum that found no room (streamOrder.returned), or
 // after quotaTries reclaims.
 //
@@ -107,30 +115,32 @@ const quotaTries = 4
 // nothing waits, though the room is there now. Refusing then refused 1 Alloc in some 400 runs
 // of TestFakeQuotaConcurrentFreeAsync (probe build); TestFakeQuotaRoomAfterReclaim makes the
 // race happen.
-func (p *Pool) quotaRoom(n int64) bool {
+func (p *Pool) quotaRoom(n int64) (bool, error) {
+	var err error
 	for try := 0; ; try++ {
 		var back uint64
 		if p.order != nil {
 			back = p.order.returned.Load()
 		}
 		if p.used.Add(n) <= p.quota {
-			return true
+			return true, nil
 		}
 		p.used.Add(-n)
 		if afterQuotaMiss != nil {
 			afterQuotaMiss()
 		}
 		if p.order == nil || try == quotaTries {
-			return false
+			return false, err
 		}
 		if !p.order.returning() {
 			if p.order.returned.Load() == back {
-				return false
+				return false, err
 			}
 			continue // buffers left the quota since the sum: sum again
 		}
-		// Its error is the next Trim's or Close's: a refusal leaves its buffers deferred.
-		_ = p.reclaim(true) // deferred buffers the streams have passed leave the quota
+		// A refusal leaves its buffers deferred: its error is the refused Alloc's, and the
+		// next Trim's or Close's; a room found makes it moot.
+		err = p.reclaim(true) // deferred buffers the streams have passed leave the quota
 	}
 }
 

@@ -168,8 +168,10 @@ type Options struct {
 	// Quota caps the bytes of the pool's live buffers (the sizes asked for); an Alloc beyond
 	// it fails with ErrQuota and allocates nothing. A buffer freed while a CUDA stream may
 	// still use it counts until the stream has passed its free; an Alloc the quota would
-	// refuse first takes back the buffers the streams have passed. Zero means no quota;
-	// negative is refused.
+	// refuse first takes back the buffers the streams have passed; when it refuses even so,
+	// its error says why buffers still wait where a reclaim could not tell (ErrDeviceFault
+	// after a fault, cuda.ErrCapturing during a capture). Zero means no quota; negative is
+	// refused.
 	Quota int
 	// RecordSites records, for every live buffer, when it was allocated and where (the caller
 	// of Alloc and seven frames above it, with runtime.Callers): Blocks reports them, and Close

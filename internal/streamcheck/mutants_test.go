@@ -215,8 +215,8 @@ var mutants = []mutant{
 		name:  "pool-quota-never-reclaims",
 		why:   "an Alloc the quota refuses does not take back the deferred buffers the streams have passed (issue 25 (2), 24a8419)",
 		file:  "pinned/guard.go",
-		old:   "\t\t_ = p.reclaim(true) // deferred buffers the streams have passed leave the quota",
-		new:   "\t\treturn false",
+		old:   "\t\terr = p.reclaim(true) // deferred buffers the streams have passed leave the quota",
+		new:   "\t\treturn false, err",
 		catch: "^TestRegressions$/^pool_quota_never_reclaims$",
 	},
 	{
