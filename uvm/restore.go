@@ -225,16 +225,16 @@ func (t *Tier) abortRestore(r *restoring) error {
 	if r.tried {
 		err = t.undoRestore(r.ids)
 	} else {
+		var refused refusals
 		for _, id := range r.ids { // nothing is queued yet: spare at once
 			if b := &t.blocks[id]; b.dev != 0 {
 				p := b.dev
 				b.dev = 0
 				t.acct.device -= b.size
-				if serr := t.putSpare(p, b.size); serr != nil {
-					err = errors.Join(err, serr)
-				}
+				t.putSpare(p, b.size, &refused)
 			}
 		}
+		err = refused.err("VRAM the tier gave back")
 	}
 	t.unchoose(r.ids)
 	return err

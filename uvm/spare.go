@@ -145,7 +145,8 @@ func (t *Tier) takeSpare(size uintptr) cuda.DevicePtr {
 }
 
 // putSpares keeps the blocks of a completion, bytes together, as spare VRAM (see putSpare);
-// the list becomes the spares' when all of them are kept. t.mu is held.
+// the list becomes the spares' when all of them are kept. The heap's refusals are said once
+// (refusals). t.mu is held.
 func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
 	if len(list) == 0 {
 		return nil
@@ -155,36 +156,71 @@ func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
 		t.spare.bytes += bytes
 		return nil
 	}
-	var err error
+	var r refusals
 	for _, d := range list {
-		if ferr := t.putSpare(d.p, d.size); ferr != nil {
-			err = errors.Join(err, ferr)
-		}
+		t.putSpare(d.p, d.size, &r)
 	}
 	if cap(list) >= launchJobs { // a batch's list: the next batch reuses it
 		t.putDevList(list)
 	}
-	return err
+	return r.err("VRAM the tier gave back")
 }
 
 // putSpare keeps the block p of size bytes, which no work uses any more, as spare VRAM, or gives
 // it back to the heap when the tier holds enough already. A block the heap refuses while a CUDA
 // graph capture holds the stream its free would clear it on (Options.ZeroOnFree: the block
 // stays live in the heap) is kept as spare all the same, beyond the bound, rather than lost to
-// the tier: flushSpares gives it back with the others. The refusal is returned. t.mu is held.
-func (t *Tier) putSpare(p cuda.DevicePtr, size uintptr) error {
+// the tier: flushSpares gives it back with the others. The refusal is noted in r. t.mu is held.
+func (t *Tier) putSpare(p cuda.DevicePtr, size uintptr, r *refusals) {
 	if !t.keepSpare(size) {
 		err := t.mem.heap.Free(p)
-		if err == nil || !errors.Is(err, pinmalloc.ErrCapturing) {
-			return err
+		if err == nil {
+			return
 		}
-		t.spare.add(devBlock{p, size})
-		t.spare.bytes += size
-		return fmt.Errorf("uvm: the device heap refused VRAM the tier gave back, kept as spare: %w", err)
+		kept := errors.Is(err, pinmalloc.ErrCapturing)
+		r.note(err, kept)
+		if !kept {
+			return
+		}
 	}
 	t.spare.add(devBlock{p, size})
 	t.spare.bytes += size
-	return nil
+}
+
+// refusals counts the device heap's refusals of blocks the tier gives back, to say them once:
+// the first refusal, and how many blocks the heap refused and how many of those the tier kept
+// as spare VRAM (ErrCapturing: see putSpare).
+type refusals struct {
+	first   error
+	n, kept int
+}
+
+// note counts the heap's refusal err of a block, kept as spare or not.
+func (r *refusals) note(err error, kept bool) {
+	if r.n++; r.first == nil {
+		r.first = err
+	}
+	if kept {
+		r.kept++
+	}
+}
+
+// err returns nil when the heap refused nothing, else an error that says so once, what naming
+// the VRAM given back.
+func (r *refusals) err(what string) error {
+	if r.n == 0 {
+		return nil
+	}
+	n := units.Count(uint64(r.n), "block")
+	switch r.kept {
+	case r.n:
+		return fmt.Errorf("uvm: the device heap refused %s of %s, kept as spare: %w",
+			n, what, r.first)
+	case 0:
+		return fmt.Errorf("uvm: the device heap refused %s of %s: %w", n, what, r.first)
+	}
+	return fmt.Errorf("uvm: the device heap refused %s of %s (%d kept as spare): %w",
+		n, what, r.kept, r.first)
 }
 
 // keepSpare reports whether n more bytes of spare VRAM stay within what the tier may hold.
@@ -194,21 +230,19 @@ func (t *Tier) keepSpare(n uintptr) bool {
 
 // flushSpares gives every spare block back to the heap and returns their bytes. A block the
 // heap refuses with ErrCapturing (see putSpare) stays spare, its bytes not counted; the error
-// says the first refusal, and how many blocks the heap refused. t.mu is held.
+// says the refusals once (refusals). t.mu is held.
 func (t *Tier) flushSpares() (uintptr, error) {
 	sp := &t.spare
 	var kept []devBlock // the refusal's path: it may allocate
-	var first error
-	refused := 0
+	var r refusals
 	free := func(d devBlock) {
 		err := t.mem.heap.Free(d.p)
 		if err == nil {
 			return
 		}
-		if refused++; first == nil {
-			first = err
-		}
-		if errors.Is(err, pinmalloc.ErrCapturing) {
+		capturing := errors.Is(err, pinmalloc.ErrCapturing)
+		r.note(err, capturing)
+		if capturing {
 			kept = append(kept, d)
 		}
 	}
@@ -230,17 +264,5 @@ func (t *Tier) flushSpares() (uintptr, error) {
 		sp.bytes += d.size
 	}
 	n -= sp.bytes
-	if refused == 0 {
-		return n, nil
-	}
-	what := units.Count(uint64(refused), "block")
-	switch len(kept) {
-	case refused:
-		return n, fmt.Errorf("uvm: the device heap refused %s of spare VRAM, kept as spare: %w",
-			what, first)
-	case 0:
-		return n, fmt.Errorf("uvm: the device heap refused %s of spare VRAM: %w", what, first)
-	}
-	return n, fmt.Errorf("uvm: the device heap refused %s of spare VRAM (%d kept as spare): %w",
-		what, len(kept), first)
+	return n, r.err("spare VRAM")
 }
