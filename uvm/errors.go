@@ -48,15 +48,17 @@ var (
 	// say so with it rather than with ErrInvalidStream, whatever became of the stream. It is
 	// of kind pinmalloc.ErrDeviceFault, as pinned's and device's are.
 	ErrDeviceFault = errkind.New(pinmalloc.ErrDeviceFault, "uvm: the device failed")
-	// ErrHeldBack means the driver refused the waits that order the reuse of a freed block's
+	// ErrHeldBack means the tier keeps memory out of use for now, rather than reuse or give
+	// back memory that work may still use or that the device heap would not take. Free
+	// returns it when the driver refused the waits that order the reuse of a freed block's
 	// memory after the work that may still use it (the context's sticky error, after a kernel
-	// or copy faulted; the driver's error is in the chain): Free freed the block all the same,
-	// and the tier keeps its VRAM and host buffer out of use until a synchronize of the device
-	// succeeds (Sync, Close try it). Close returns it when memory is still held back: it then
-	// keeps that memory and what holds it, and a later Close tries again. Close returns it too
-	// when the device heap refused spare VRAM back (during a CUDA graph capture), which it keeps
-	// the same way.
-	ErrHeldBack = errkind.New(pinmalloc.ErrRefused, "uvm: memory held back after a failed wait")
+	// or copy faulted; the driver's error is in the chain), and for a block whose host buffer
+	// the copies of a failed restore may still read: Free freed the block all the same, and
+	// the tier keeps its VRAM and host buffer out of use until a synchronize of the device
+	// succeeds (Sync, Close try it). Close returns it when memory is still held back, and
+	// when the device heap refused spare VRAM back (during a CUDA graph capture): it then
+	// keeps that memory and what holds it, and a later Close tries again.
+	ErrHeldBack = errkind.New(pinmalloc.ErrRefused, "uvm: memory held back")
 	// ErrLeaked means New failed part-way and could not give back the device heap or host
 	// pool it had made for the tier (the driver refused to unmap or release its memory): New
 	// returns no tier, so nothing can close them again, and their memory stays allocated
