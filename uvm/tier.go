@@ -310,7 +310,7 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 func (t *Tier) open(o Options) error {
 	ua, err := t.dev.Attribute(icuda.AttrUnifiedAddressing)
 	if err != nil {
-		return err
+		return fmt.Errorf("uvm: the device's unified addressing query: %w", err)
 	}
 	t.mem.unified = ua == 1
 	sh2d, err := t.dev.StreamCreate(true)
