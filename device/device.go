@@ -230,7 +230,10 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		}
 	}
 	if err != nil {
-		_ = a.Close()
+		if cerr := a.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("device: giving back the arena of the heap "+
+				"New could not make: %w", cerr))
+		}
 		return nil, err
 	}
 	h := &Heap{
