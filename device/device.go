@@ -152,6 +152,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
@@ -205,8 +206,9 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	if o.Align == 0 {
 		o.Align = DefaultAlign
 	}
-	if o.Align < DefaultAlign || o.Align&(o.Align-1) != 0 {
-		return nil, fmt.Errorf("%w: alignment %d (want a power of two of at least %d)", ErrInvalidOptions, o.Align, DefaultAlign)
+	if o.Align < DefaultAlign || o.Align > maxAlign || o.Align&(o.Align-1) != 0 {
+		return nil, fmt.Errorf("%w: alignment %d (want a power of two from %d to %d)",
+			ErrInvalidOptions, o.Align, DefaultAlign, maxAlign)
 	}
 	if o.Capacity < 0 || o.Quota < 0 {
 		return nil, fmt.Errorf("%w: capacity %d, quota %d (want 0 or more)", ErrInvalidOptions, o.Capacity, o.Quota)
@@ -219,6 +221,9 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		}
 	}
 	a, err := arena.New(arena.Options{Provider: prov, Capacity: uintptr(o.Capacity), Align: uintptr(o.Align), PurgeDelay: o.PurgeDelay, Logger: o.Logger})
+	if errors.Is(err, pinmalloc.ErrInvalid) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +235,9 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		}
 	}
 	if err != nil {
+		if errors.Is(err, pinmalloc.ErrInvalid) { // the arena or the heap refused an option
+			err = fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
 		if cerr := a.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("device: giving back the arena of the heap "+
 				"New could not make: %w", cerr))

@@ -283,6 +283,15 @@ func TestFakeErrors(t *testing.T) {
 	if _, err := New(public(dev), Options{Align: 128}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("New with 128-byte alignment = %v", err)
 	}
+	// Options the arena or the heap refuses are the options' fault too: an alignment past
+	// the documented 32768 said heap.ErrInvalidAlign alone, an absurd capacity
+	// heap.ErrInvalidArgument alone.
+	if _, err := New(public(dev), Options{Align: 1 << 20}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("New with 1 MiB alignment = %v", err)
+	}
+	if _, err := New(public(dev), Options{Capacity: 1 << 48}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("New with a 256 TiB capacity = %v", err)
+	}
 }
 
 func TestFakeCopies(t *testing.T) {

@@ -15,6 +15,9 @@ const (
 	DefaultAlign = 256
 )
 
+// maxAlign is the largest Options.Align: the heap's largest block alignment within a page.
+const maxAlign = 32768
+
 // Options configures a Heap. The zero value is ready to use.
 type Options struct {
 	// Align is the alignment of every block: a power of two from 256 to 32768 (default 256).
