@@ -122,7 +122,8 @@ func (e *ExternalProvider) Decommit(r *Region, off, size uintptr) error {
 		return nil
 	}
 	if err := unix.Madvise(bytesAt(lo, hi-lo), unix.MADV_DONTNEED); err != nil {
-		return fmt.Errorf("%w: madvise(DONTNEED) on external region: %w", ErrCommit, err)
+		return GiveBackRefused(fmt.Errorf("madvise(DONTNEED) of %d bytes of the external region: %w",
+			hi-lo, err))
 	}
 	return nil
 }

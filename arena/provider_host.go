@@ -97,6 +97,8 @@ type HostProvider struct {
 	mlockFn func(b []byte) error
 	// madviseFn, when set (tests), is called in place of madvise(2) by Decommit.
 	madviseFn func(b []byte, advice int) error
+	// munlockFn, when set (tests), is called in place of munlock(2) by Decommit.
+	munlockFn func(b []byte) error
 }
 
 // LockedHost returns the default provider: host memory locked with mlock (page-locked, never
@@ -366,8 +368,12 @@ func (h *HostProvider) Decommit(r *Region, off, size uintptr) error {
 	b := bytesAt(addr, size)
 	if h.locked {
 		h.munlock.Add(1)
-		if err := unix.Munlock(b); err != nil {
-			return fmt.Errorf("%w: munlock: %w", ErrCommit, err)
+		unlock := unix.Munlock
+		if h.munlockFn != nil {
+			unlock = h.munlockFn
+		}
+		if err := unlock(b); err != nil {
+			return GiveBackRefused(fmt.Errorf("munlock of %d bytes: %w", size, err))
 		}
 		h.lockedBytes.Add(-int64(size))
 	}
@@ -393,9 +399,10 @@ func (h *HostProvider) Decommit(r *Region, off, size uintptr) error {
 // range of pageable memory stays committed (readable and writable).
 func (h *HostProvider) decommitError(op string, size uintptr, err error) error {
 	if h.locked {
-		return fmt.Errorf("%w: %w: %s of %d bytes, unlocked already: %w", ErrCommit, ErrDecommitUnfinished, op, size, err)
+		return GiveBackRefused(fmt.Errorf("%w: %s of %d bytes, unlocked already: %w",
+			ErrDecommitUnfinished, op, size, err))
 	}
-	return fmt.Errorf("%w: %s of %d bytes: %w", ErrCommit, op, size, err)
+	return GiveBackRefused(fmt.Errorf("%s of %d bytes: %w", op, size, err))
 }
 
 // Release implements Provider.
