@@ -65,3 +65,45 @@ func TestFakeVMMGiveBackWords(t *testing.T) {
 	check("Close with the unmap refused", err)
 	must(t, "Close again", a.Close())
 }
+
+// TestFakeHostRegisterGiveBackWords: a cuMemHostUnregister the driver refuses says that memory
+// could not be given back where it was (a Decommit, its cut of a registration that reaches past
+// the range, a Release), and that memory could not be committed where the unregistration was
+// part of a commit (a Join's cut and its undoing of the registrations it merges); every error
+// matches arena.ErrCommit and the driver's as before. Before, all of them said "arena: cannot
+// commit memory".
+func TestFakeHostRegisterGiveBackWords(t *testing.T) {
+	f, d := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	check := func(what string, err error, giveBack bool) {
+		t.Helper()
+		if !errors.Is(err, arena.ErrCommit) || !errors.Is(err, pinmalloc.ErrInvalidValue) {
+			t.Errorf("%s: %v; want arena.ErrCommit and the driver's error", what, err)
+			return
+		}
+		msg := err.Error()
+		if gb := strings.Contains(msg, "cannot give memory back"); gb != giveBack ||
+			strings.Contains(msg, "cannot commit memory") == giveBack {
+			t.Errorf("%s says %q; want that memory could not be given back: %v, committed: %v",
+				what, msg, giveBack, !giveBack)
+		}
+	}
+	refuse := func() { f.FailAfter(fakecuda.CallUnregister, 0, fakecuda.ResultInvalidValue) }
+
+	p, r := twoChunks(t, d) // two registrations of a chunk each
+	refuse()
+	check("a Decommit with its unregistration refused", p.Decommit(r, 0, 4<<20), true)
+	refuse()
+	check("a Join with its merge's unregistration refused", p.Join(r, 0, 4<<20), false)
+	must(t, "Join", p.Join(r, 0, 4<<20)) // one registration of both chunks
+	refuse()
+	check("a Join cutting a registration, the unregistration refused", p.Join(r, 0, 2<<20), false)
+	refuse()
+	check("a Decommit cutting a registration, the unregistration refused",
+		p.Decommit(r, 0, 2<<20), true)
+	refuse()
+	check("a Release with its unregistration refused", p.Release(r), true)
+	must(t, "Release again", p.Release(r))
+}

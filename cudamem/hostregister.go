@@ -218,14 +218,14 @@ func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 	if hi-lo == 1 && regs[lo] == (hostReg{off, size}) {
 		return nil
 	}
-	if err := p.cut(r, off, size); err != nil {
+	if err := p.cut(r, off, size, forCommit); err != nil {
 		return err
 	}
 	// Now only registrations inside the range overlap it: undo them, register the range.
 	regs = p.regs[r.Base]
 	lo, hi = overlapping(regs, off, size)
 	inside := append([]hostReg(nil), regs[lo:hi]...)
-	if err := p.unregisterAll(r, inside); err != nil {
+	if err := p.unregisterAll(r, inside, forCommit); err != nil {
 		return err
 	}
 	if err := p.registerLocked(r, hostReg{off, size}); err != nil {
@@ -258,11 +258,11 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 		return err
 	}
 	p.mend(r)
-	err := p.cut(r, off, size)
+	err := p.cut(r, off, size, forGiveBack)
 	if err == nil {
 		regs := p.regs[r.Base]
 		lo, hi := overlapping(regs, off, size)
-		err = p.unregisterAll(r, append([]hostReg(nil), regs[lo:hi]...))
+		err = p.unregisterAll(r, append([]hostReg(nil), regs[lo:hi]...), forGiveBack)
 	}
 	if err == nil {
 		p.dropHoles(r, off, size)
@@ -280,8 +280,9 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 
 // Release implements arena.Provider. Registrations left (a populated region, a range whose
 // decommit the driver refused) are undone first. When the driver refuses to undo one, Release
-// returns an error wrapping arena.ErrCommit and the driver's, and keeps the region mapped with
-// the registrations it could not undo on record: a later Release of the region tries again.
+// returns an error wrapping arena.ErrCommit (arena.GiveBackRefused) and the driver's, and
+// keeps the region mapped with the registrations it could not undo on record: a later Release
+// of the region tries again.
 func (p *HostRegister) Release(r *arena.Region) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	p.mu.Lock()
@@ -291,7 +292,7 @@ func (p *HostRegister) Release(r *arena.Region) error {
 	}
 	var errs []error
 	for _, g := range append([]hostReg(nil), p.regs[r.Base]...) {
-		if err := p.unregisterOne(r, g); err != nil {
+		if err := p.unregisterOne(r, g, forGiveBack); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -379,8 +380,9 @@ func overlapping(regs []hostReg, off, size uintptr) (lo, hi int) {
 }
 
 // cut makes sure no registration crosses off or off+size: one that does is undone and its
-// parts on each side registered again. p.mu is held.
-func (p *HostRegister) cut(r *arena.Region, off, size uintptr) error {
+// parts on each side registered again. A refused unregistration is told in the words of s, the
+// call cut is part of. p.mu is held.
+func (p *HostRegister) cut(r *arena.Region, off, size uintptr, s side) error {
 	for _, at := range []uintptr{off, off + size} {
 		regs := p.regs[r.Base]
 		i := sort.Search(len(regs), func(i int) bool { return regs[i].end() > at })
@@ -388,14 +390,14 @@ func (p *HostRegister) cut(r *arena.Region, off, size uintptr) error {
 			continue // no registration holds the byte before at and the one at it both
 		}
 		g := regs[i]
-		if err := p.unregisterOne(r, g); err != nil {
+		if err := p.unregisterOne(r, g, s); err != nil {
 			return err
 		}
 		left, right := hostReg{g.off, at - g.off}, hostReg{at, g.end() - at}
 		err := p.registerLocked(r, left)
 		if err == nil {
 			if err = p.registerLocked(r, right); err != nil {
-				if uerr := p.unregisterOne(r, left); uerr != nil { // left stays registered
+				if uerr := p.unregisterOne(r, left, s); uerr != nil { // left stays registered
 					return p.hole(r, right, fmt.Errorf("%w; undoing [%#x, +%d): %w", err, r.Base+left.off, left.size, uerr))
 				}
 			}
@@ -459,11 +461,11 @@ func insertReg(gs []hostReg, g hostReg) []hostReg {
 // unregisterAll undoes the registrations gs of r, in order. When the driver refuses one, those
 // undone already are registered again, so that the committed range stays registered as the
 // caller's caller (the arena, which keeps a refused range committed) takes it to be, and the
-// refusal is returned; one the driver refuses to register again is kept as a hole. p.mu is
-// held.
-func (p *HostRegister) unregisterAll(r *arena.Region, gs []hostReg) error {
+// refusal is returned, in the words of s; one the driver refuses to register again is kept as a
+// hole. p.mu is held.
+func (p *HostRegister) unregisterAll(r *arena.Region, gs []hostReg, s side) error {
 	for i, g := range gs {
-		if err := p.unregisterOne(r, g); err != nil {
+		if err := p.unregisterOne(r, g, s); err != nil {
 			for _, u := range gs[:i] {
 				if rerr := p.registerLocked(r, u); rerr != nil {
 					err = p.hole(r, u, fmt.Errorf("%w; registering [%#x, +%d) again: %w", err, r.Base+u.off, u.size, rerr))
@@ -475,10 +477,26 @@ func (p *HostRegister) unregisterAll(r *arena.Region, gs []hostReg) error {
 	return nil
 }
 
-// unregisterOne undoes registration g of r and forgets it. p.mu is held.
-func (p *HostRegister) unregisterOne(r *arena.Region, g hostReg) error {
+// side says what call undoes a registration: a commit (Join, which merges and cuts
+// registrations to make one of a span) or a give-back (Decommit, Release). The driver's refusal
+// to undo it is told in that call's words; it matches arena.ErrCommit either way.
+type side bool
+
+const (
+	forCommit   side = false
+	forGiveBack side = true
+)
+
+// unregisterOne undoes registration g of r and forgets it. When the driver refuses, the error
+// says that memory could not be committed (s forCommit) or given back (forGiveBack). p.mu is
+// held.
+func (p *HostRegister) unregisterOne(r *arena.Region, g hostReg, s side) error {
 	if err := p.call(&p.registrations, -1, p.dev.MemHostUnregister(r.Base+g.off)); err != nil {
-		return fmt.Errorf("%w: cuMemHostUnregister at %#x: %w", arena.ErrCommit, r.Base+g.off, err)
+		err = fmt.Errorf("cuMemHostUnregister at %#x: %w", r.Base+g.off, err)
+		if s == forGiveBack {
+			return arena.GiveBackRefused(err)
+		}
+		return fmt.Errorf("%w: %w", arena.ErrCommit, err)
 	}
 	p.committed.Add(-int64(g.size))
 	regs := p.regs[r.Base]

@@ -229,9 +229,8 @@ func (p *vmm) release(hs []icuda.MemHandle) error {
 			p.mu.Lock()
 			p.stranded = append(p.stranded, h)
 			p.mu.Unlock()
-			errs = append(errs, fmt.Errorf(
-				"%w: cuMemRelease of an unmapped granule (kept, released again later): %w",
-				errGiveBack, err))
+			errs = append(errs, arena.GiveBackRefused(fmt.Errorf(
+				"cuMemRelease of an unmapped granule (kept, released again later): %w", err)))
 		}
 	}
 	return errors.Join(errs...)
@@ -324,13 +323,13 @@ func (p *vmm) unmap(r *arena.Region, lo int, hs []icuda.MemHandle) error {
 			continue
 		}
 		if err := p.call(&p.handles, -1, p.dev.MemRelease(h)); err != nil {
-			return fmt.Errorf("%w: cuMemRelease: %w", errGiveBack, err)
+			return arena.GiveBackRefused(fmt.Errorf("cuMemRelease: %w", err))
 		}
 		hs[i] = 0
 	}
 	n := uintptr(len(hs)) * p.gran
 	if err := p.call(nil, 0, p.dev.MemUnmap(r.Base+uintptr(lo)*p.gran, n)); err != nil {
-		return fmt.Errorf("%w: cuMemUnmap of %d bytes: %w", errGiveBack, n, err)
+		return arena.GiveBackRefused(fmt.Errorf("cuMemUnmap of %d bytes: %w", n, err))
 	}
 	return nil
 }
