@@ -111,6 +111,10 @@ type Arena struct {
 	clock    keep.Clock      // the timer's state (Armed, Gen, Timed), read by holders without mu
 	kept     []*keep.Range   // tracked ranges (kept.go)
 	refused  []refusedRegion // regions the provider refused to release (refused.go)
+	// retryArmed: the timer is armed, not at the purge's pace (a.clock.Armed is false), only to
+	// release the refused regions again after retryWait (refused_retry.go).
+	retryArmed bool
+	retryWait  time.Duration
 	// committedRegions: the provider returned a region committed at Reserve; Precommit takes
 	// its regions to come so always (a provider's option decides it) and reserves none.
 	committedRegions bool

@@ -23,7 +23,9 @@ import (
 //     provider refused to decommit is tried again at the next tick.
 //   - The timer runs only when a.clock.Timed (a delay, and a provider that decommits) and is armed
 //     at most once (a.clock.Armed). It rearms itself while unwanted memory or an idle kept range
-//     waits and stops otherwise; the next markUnwanted or Idle starts it again.
+//     waits; otherwise it is armed for the regions whose release was refused, if any, backing
+//     off (a.retryArmed, refused_retry.go), or stops; the next markUnwanted or Idle starts it
+//     at the purge's pace again.
 //   - Chunks stamped keepStamp (Precommit) are left to Trim, forced purges and Close, and do not
 //     keep the timer ticking; an Alloc there, or memory given back there, stamps them anew (a
 //     Reserve does not: its span commits what it uses).
@@ -97,11 +99,24 @@ func (a *Arena) schedulePurge() {
 		return
 	}
 	a.clock.Armed.Store(true)
-	tick := max((a.delay+1)/2, 1) // two ticks make at least a delay
+	if a.retryArmed {
+		// Armed for a refused region's later try only: tick at the purge's pace instead, unless
+		// that tick has fired and waits for the lock (it counts as the next tick).
+		a.retryArmed = false
+		if !a.timer.Stop() {
+			return
+		}
+	}
+	a.armTimer(max((a.delay+1)/2, 1)) // two ticks make at least a delay
+}
+
+// armTimer makes the purge timer tick once, after d. Called under a.mu, with the timer stopped
+// or fired.
+func (a *Arena) armTimer(d time.Duration) {
 	if a.timer == nil {
-		a.timer = time.AfterFunc(tick, a.purgeTick)
+		a.timer = time.AfterFunc(d, a.purgeTick)
 	} else {
-		a.timer.Reset(tick)
+		a.timer.Reset(d)
 	}
 }
 
@@ -109,6 +124,7 @@ func (a *Arena) purgeTick() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.clock.Armed.Store(false) // before giveUp loads the states of tracked ranges: see kept.go
+	a.retryArmed = false
 	if a.closed {
 		return
 	}
@@ -123,6 +139,8 @@ func (a *Arena) purgeTick() {
 	pending = a.releaseIdle(gen-3) || pending
 	if pending || idle {
 		a.schedulePurge()
+	} else {
+		a.scheduleRetry() // the refused regions left, if any, alone: later and later
 	}
 }
 

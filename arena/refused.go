@@ -14,9 +14,9 @@ import (
 // a.regions, so that Lookup finds none of its chunks and no span is placed in it, its reserved
 // and committed bytes still counted (a.reserved, Stats.Committed: it holds memory, and counts
 // against the capacity), Stats.RegionsRefused says how many. It releases each again at every
-// purge tick (the timer runs while other memory waits for it; a refused region does not keep it
-// running), at Trim and at Close; Close returns an error wrapping ErrReleaseRefused while one is
-// still refused, and the next Close tries again.
+// purge tick, at Trim and at Close; Close returns an error wrapping ErrReleaseRefused while one
+// is still refused, and the next Close tries again. While nothing else keeps the timer ticking,
+// a refused region keeps it armed, backing off (refused_retry.go).
 
 // refusedRegion is a region the provider refused to release.
 type refusedRegion struct {
@@ -31,9 +31,13 @@ type refusedRegion struct {
 // and committed bytes, as they do for a region of a.regions. Called under a.mu.
 func (a *Arena) keepRefused(rr *Region, committed uint64, idle bool, err error) error {
 	x := refusedRegion{r: rr, committed: committed, idle: idle, logged: true}
+	if len(a.refused) == 0 {
+		a.retryWait = a.delay // the first wait of the backoff
+	}
 	a.refused = append(a.refused, x)
 	err = a.refusal(rr, err)
 	a.logRelease(rr, err)
+	a.scheduleRetry()
 	return err
 }
 
@@ -76,6 +80,9 @@ func (a *Arena) releaseRefused() error {
 	}
 	clear(a.refused[len(kept):])
 	a.refused = kept
+	if first != nil {
+		a.backOff()
+	}
 	return first
 }
 

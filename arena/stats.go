@@ -33,7 +33,8 @@ type Stats struct {
 	// and that it has not taken back since. Such a region is out of use: no chunk of it is
 	// handed out again, and it is not in Regions, Chunks nor PerRegion; its bytes stay in
 	// Reserved (and count against the capacity) and what is committed of it in Committed. The
-	// arena releases it again at each purge tick, at Trim and at Close.
+	// arena releases it again at each purge tick (the timer stays armed for it, ever less
+	// often, up to a minute apart), at Trim and at Close.
 	RegionsRefused int
 	// Commits and Decommits count provider calls; Purged counts bytes decommitted.
 	Commits, Decommits, Purged uint64
