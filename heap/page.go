@@ -201,7 +201,12 @@ func freeable(old, want, hold uint32) bool {
 
 // liveSize returns the size block idx was allocated with, or 0 when it is not live.
 func (pg *page) liveSize(idx uint32) uintptr {
-	st := atomic.LoadUint32(&pg.state[idx])
+	return pg.stateSize(atomic.LoadUint32(&pg.state[idx]))
+}
+
+// stateSize returns the size a block whose state word is st was allocated with, or 0 when it
+// is not live.
+func (pg *page) stateSize(st uint32) uintptr {
 	if st&freedRemote != 0 {
 		return 0
 	}

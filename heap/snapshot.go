@@ -162,6 +162,10 @@ func (pg *page) liveBlock(idx uint32) bool {
 	return st != 0 && st&freedRemote == 0
 }
 
+// eachLiveMidway, when set (by a test), runs in eachLive between its read of a live block's
+// state word and its call of f: where another goroutine's free of the block may land.
+var eachLiveMidway func(pg *page, idx uint32)
+
 // eachLive calls f for every live block of pg with the size asked for it. The caller owns pg.
 func (pg *page) eachLive(f func(idx uint32, size uintptr)) {
 	n := pg.nblocks
@@ -169,9 +173,16 @@ func (pg *page) eachLive(f func(idx uint32, size uintptr)) {
 		n = min(pg.bump, pg.nblocks) // blocks at and past the bump index were never handed out
 	}
 	for idx := uint32(0); idx < n; idx++ {
-		if pg.liveBlock(idx) {
-			f(idx, pg.liveSize(idx))
+		// One read of the word says both that the block is live and its size: a free by
+		// another goroutine (which takes no lock) may change it at any moment.
+		st := atomic.LoadUint32(&pg.state[idx])
+		if st == 0 || st&freedRemote != 0 {
+			continue
 		}
+		if eachLiveMidway != nil {
+			eachLiveMidway(pg, idx)
+		}
+		f(idx, pg.stateSize(st))
 	}
 }
 
