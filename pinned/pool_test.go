@@ -470,7 +470,9 @@ func TestShardsByHeapIndex(t *testing.T) {
 // Allocs, Frees and PeakInUse were 0, which a Prometheus scrape of the pool read as a counter
 // reset; a device heap's keep theirs after its Close.
 func TestStatsAfterRelease(t *testing.T) {
-	p, err := New(Options{Capacity: 4 << 20, Backend: Pageable})
+	// Room for each buffer in a chunk of its own: a goroutine moved to another P between two
+	// Allocs takes another shard, whose segment takes another chunk.
+	p, err := New(Options{Capacity: 16 << 20, Backend: Pageable})
 	if err != nil {
 		t.Fatal(err)
 	}
