@@ -6,8 +6,8 @@ import "fmt"
 // returns the buffer's start, for the calls that take a buffer and free none (DevicePointer,
 // Live, WaitStreams, RecordStream): liveBuffer's checks, and then, for a buffer the heap holds,
 // that no free of it is pending (freePending). Errors: liveBuffer's, and ErrDoubleFree for a
-// free pending. It costs a lookup, and the holds table's lock only for a held buffer while
-// some buffer is held.
+// free pending. It costs a lookup, and the holds table's lock only for a held buffer (in a
+// pool with stream order, only while some buffer is held).
 func (p *Pool) unfreed(b []byte) (uintptr, error) {
 	for {
 		base, _, err := p.liveBuffer(b)
