@@ -394,10 +394,11 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 // acknowledges it as an answer; the two Dials return the two ends of one connection, as TCP's
 // simultaneous open does, and no Accept returns it. The acknowledgement of c's own hello that
 // may follow is taken once (msgAck). Any other hello on a connection's endpoint is dropped: a
-// peer makes no connection this way, and opens only the one that waits for its answer.
-// Under mu.
+// peer makes no connection this way, and opens only the one that waits for its answer. So is
+// the hello of a Dial of this worker's own address, which UCX hands back on that Dial's own
+// endpoint: taken, it made the connection its own peer (TestSelfDialIsNotCrossed). Under mu.
 func (w *Worker) crossed(c *Conn, g greeting) {
-	if c.state != connConnecting || c.dialed == 0 || g.worker != c.dialed {
+	if c.state != connConnecting || c.dialed == 0 || g.worker != c.dialed || g.worker == w.id {
 		return
 	}
 	c.peerID, c.peer, c.state, c.crossed = g.conn, g.worker, connOpen, true
