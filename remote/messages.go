@@ -518,7 +518,8 @@ func (w *Worker) expireAnswers(now time.Time) {
 	for i := range w.slots {
 		s := &w.slots[i]
 		if s.kind == slotAnswer && s.c.state == connOpen && since-s.posted >= limit {
-			w.failConn(s.c, fmt.Errorf("%w: %s took no answer to its gets within %v (AnswerTimeout)", ErrPeer, s.c.remote, limit))
+			w.failConn(s.c, fmt.Errorf("%w: %s did not take this worker's answer within %v (AnswerTimeout)",
+				ErrPeer, s.c.remote, limit))
 		}
 	}
 }
