@@ -35,6 +35,7 @@ func TestCloseKeepsHeapItCouldNotClose(t *testing.T) {
 	// The unmap refused at the heap's purge, the handle's release at its arena's give-back.
 	f.FailAfter(fakecuda.CallUnmap, 0, fakecuda.ResultInvalidValue)
 	f.FailAfter(fakecuda.CallRelease, 0, fakecuda.ResultInvalidValue)
+	streams := f.LiveObjects()["streams"]
 	err = tr.Close()
 	if err == nil || !strings.Contains(err.Error(), "a later Close tries again") {
 		t.Fatalf("Close whose device heap the driver refused to close: %v; want an error saying a later Close tries again", err)
@@ -45,6 +46,11 @@ func TestCloseKeepsHeapItCouldNotClose(t *testing.T) {
 	if mapped() == 0 {
 		t.Fatalf("the refused Close gave the device memory back: %v", f.LiveObjects())
 	}
+	// The kept heap has seen the tier's streams: its retry may wait for them, so they stay
+	// until it is closed. Before, Close destroyed them, and a later stream could take a handle.
+	if v := f.LiveObjects()["streams"]; v != streams {
+		t.Errorf("%d streams after the Close that kept the heap, want the %d before it", v, streams)
+	}
 	if err := tr.Close(); err != nil {
 		t.Fatalf("second Close: %v; want nil: it closes the device heap the first could not", err)
 	}
@@ -53,6 +59,9 @@ func TestCloseKeepsHeapItCouldNotClose(t *testing.T) {
 	}
 	if v := mapped(); v != 0 {
 		t.Errorf("after the second Close: %d device mappings and handles still live (%v)", v, f.LiveObjects())
+	}
+	if v := f.LiveObjects()["streams"]; v != streams-2 {
+		t.Errorf("%d streams after the second Close, want %d: its two destroyed", v, streams-2)
 	}
 	if err := tr.Close(); !errors.Is(err, uvm.ErrClosed) {
 		t.Errorf("third Close: %v, want ErrClosed", err)

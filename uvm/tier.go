@@ -411,16 +411,28 @@ func (t *Tier) openMover(given Mover) error {
 // release gives back what open made; used by New on failure (lost: no tier outlives the call,
 // to close again what fails to close) and by Close.
 func (t *Tier) release(lost bool) error {
-	var errs []error
+	var err error
 	if t.mem.heap != nil {
 		t.uninstallPressure()
 		if !t.mem.ownHeap && t.engine.h2d != 0 {
 			// A shared heap outlives the tier's stream: have it give back what it holds for
 			// that stream and forget it before the stream is destroyed.
-			errs = append(errs, t.mem.heap.ForgetStream(t.engine.h2d))
+			err = t.mem.heap.ForgetStream(t.engine.h2d)
 		}
 	}
-	errs = append(errs, t.closeMover(), t.closePool(lost), t.closeHeap(lost))
+	return errors.Join(err, t.closeOwn(lost))
+}
+
+// closeOwn closes what the tier made for itself (its mover, host pool and device heap), then
+// destroys its streams and events. What fails to close is kept for a later Close, which calls
+// this again; until then the streams and events stay too: what is kept has seen the streams
+// and may wait for them when it is closed (a destroyed stream's handle could by then be a
+// user's new stream). When lost (New failing), nothing is tried again: they go all the same.
+func (t *Tier) closeOwn(lost bool) error {
+	errs := []error{t.closeMover(), t.closePool(lost), t.closeHeap(lost)}
+	if !lost && (t.copyAtClose || t.poolAtClose || t.heapAtClose) {
+		return errors.Join(errs...)
+	}
 	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
 		if *s != 0 {
 			errs = append(errs, t.dev.StreamSynchronize(uintptr(*s)), t.dev.StreamDestroy(uintptr(*s)))
@@ -539,7 +551,7 @@ func (t *Tier) Close() error {
 	var errs []error
 	switch {
 	case t.closed && (t.copyAtClose || t.poolAtClose || t.heapAtClose): // kept by an earlier Close
-		return errors.Join(t.closeMover(), t.closePool(false), t.closeHeap(false))
+		return t.closeOwn(false)
 	case t.closed && !t.heldAtClose:
 		return ErrClosed
 	case t.closed: // an earlier Close kept memory held back: try again
