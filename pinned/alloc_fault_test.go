@@ -2,6 +2,8 @@ package pinned_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -33,6 +35,11 @@ func TestFakeAllocSaysFaultHoldsDeferred(t *testing.T) {
 	if !errors.Is(aerr, pinned.ErrOutOfMemory) || !errors.Is(aerr, pinned.ErrDeviceFault) {
 		t.Errorf("Alloc of the capacity a deferred buffer holds after a fault: %v; "+
 			"want ErrOutOfMemory and ErrDeviceFault", aerr)
+	}
+	// The fault said once: the wait of the stream, the poll of it and the context's
+	// synchronize all meet the same sticky error.
+	if n := strings.Count(fmt.Sprint(aerr), "CUDA_ERROR_ILLEGAL_ADDRESS"); n != 1 {
+		t.Errorf("Alloc's error says the fault %d times, want once: %v", n, aerr)
 	}
 	if err := r.pool.Trim(); !errors.Is(err, pinned.ErrDeviceFault) {
 		t.Errorf("Trim after the failed Alloc: %v; want ErrDeviceFault", err)

@@ -6,6 +6,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Reclaims: the deferred buffers whose streams have passed them go back to the heap (see
@@ -52,7 +53,7 @@ func (p *Pool) waitDeferred() error {
 		// that refusal stays whatever the reclaim answers.
 		var rerr error
 		if o.done, rerr = o.lists.Reclaim(o.done, afterLostSync); rerr != nil {
-			err = errors.Join(err, rerr)
+			err = streamq.JoinFault(err, rerr)
 		} else if !errors.Is(err, pinmalloc.ErrCapturing) {
 			err = nil
 		}

@@ -66,7 +66,8 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 // Reclaim is Poll, then Recover of the lists the poll found lost (after as for Recover): it
 // appends to done what the streams have passed. Its error is the poll's when no list was lost;
 // none when Recover answered every refusal (the refused streams' items came back), else the
-// poll's and Recover's (one matching pinmalloc.ErrCapturing when a capture put Recover off).
+// poll's and Recover's (one matching pinmalloc.ErrCapturing when a capture put Recover off;
+// Recover's alone when both say the context's fault: JoinFault).
 // It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
 	done, err := ls.Poll(done)
@@ -75,9 +76,19 @@ func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
 	}
 	done, rerr := ls.Recover(done, after)
 	if rerr != nil {
-		return done, errors.Join(err, rerr)
+		return done, JoinFault(err, rerr)
 	}
 	return done, nil
+}
+
+// JoinFault joins the error of a wait or poll (first) to the error of what was tried after it
+// (then), saying a device fault once: when both match pinmalloc.ErrDeviceFault, every call met
+// the context's sticky error, and then alone says what stays.
+func JoinFault(first, then error) error {
+	if errors.Is(first, pinmalloc.ErrDeviceFault) && errors.Is(then, pinmalloc.ErrDeviceFault) {
+		return then
+	}
+	return errors.Join(first, then)
 }
 
 // Drain waits for the stream of every list with items (a synchronize of each) and appends to done
