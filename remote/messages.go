@@ -501,23 +501,63 @@ func (w *Worker) sendAnswer(c *Conn, i uint32, op ucx.Op, lr *localRegion, hold 
 	}
 	w.slots[i].hold = hold
 	if w.opts.AnswerTimeout > 0 {
-		w.slots[i].posted = time.Since(w.born)
+		w.timeAnswer(i)
 	}
+}
+
+// timeAnswer notes that the answer in slot i went in flight now, and puts it last in the list
+// of the answers timed by AnswerTimeout: the list is in the order the answers went in flight,
+// which is their deadlines' (one limit for all), so a check looks at those due and the first
+// that is not (expireAnswers). O(1), no allocation. Under mu.
+func (w *Worker) timeAnswer(i uint32) {
+	s := &w.slots[i]
+	s.posted, s.timed, s.prevTimed, s.nextTimed = time.Since(w.born), true, w.timedTail, 0
+	if w.timedTail != 0 {
+		w.slots[w.timedTail-1].nextTimed = i + 1
+	} else {
+		w.timedHead = i + 1
+	}
+	w.timedTail = i + 1
+}
+
+// untimeAnswer takes the answer in slot i out of the list of timed answers (timeAnswer): it
+// ended, or its connection failed. O(1). Under mu.
+func (w *Worker) untimeAnswer(i uint32) {
+	s := &w.slots[i]
+	if s.prevTimed != 0 {
+		w.slots[s.prevTimed-1].nextTimed = s.nextTimed
+	} else {
+		w.timedHead = s.nextTimed
+	}
+	if s.nextTimed != 0 {
+		w.slots[s.nextTimed-1].prevTimed = s.prevTimed
+	} else {
+		w.timedTail = s.prevTimed
+	}
+	s.timed, s.prevTimed, s.nextTimed = false, 0, 0
 }
 
 // expireAnswers fails the connections with an answer in flight for Options.AnswerTimeout or
 // longer: their peer does not take it, and the forced close of the endpoint ends the send,
-// which releases the hold of its buffer. Under mu, by the progress goroutine.
+// which releases the hold of its buffer. It looks at the answers due, oldest first, and the
+// first that is not (timeAnswer): each due leaves the list, so it is looked at once, and an idle
+// worker's check costs nothing, whatever MaxInFlight is. Under mu, by the progress goroutine.
 func (w *Worker) expireAnswers(now time.Time) {
 	limit := w.opts.AnswerTimeout
-	if limit <= 0 || w.nanswer == 0 || now.Sub(w.answersSeen) < min(limit/4, idleTick) {
+	if limit <= 0 || w.timedHead == 0 || now.Sub(w.answersSeen) < min(limit/4, idleTick) {
 		return
 	}
 	w.answersSeen = now
 	since := now.Sub(w.born)
-	for i := range w.slots {
+	for w.timedHead != 0 {
+		i := w.timedHead - 1
 		s := &w.slots[i]
-		if s.kind == slotAnswer && s.c.state == connOpen && since-s.posted >= limit {
+		w.answerVisits++
+		if since-s.posted < limit {
+			return // the answers after it went in flight later
+		}
+		w.untimeAnswer(i)
+		if s.c.state == connOpen {
 			w.failConn(s.c, fmt.Errorf("%w: %s did not take this worker's answer within %v (AnswerTimeout)",
 				ErrPeer, s.c.remote, limit))
 		}

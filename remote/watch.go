@@ -213,6 +213,9 @@ func (w *Worker) zombie(i uint32, hold localHold, lanes *uint8) {
 		cpu = *lanes == lanesCPU
 	}
 	w.uw.DisarmReply(i) // its transfer ends now: no answer may land in its buffer
+	if s.timed {
+		w.untimeAnswer(i) // its connection has failed: no timeout to check
+	}
 	w.count(&s, -1)
 	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held, hold: hold, cpuOnly: cpu}
 	w.zombies++

@@ -108,6 +108,9 @@ type Worker struct {
 	expired       time.Time            // when expirePending last looked
 	born          time.Time            // when the worker was made: slot.posted counts from it
 	answersSeen   time.Time            // when expireAnswers last looked
+	timedHead     uint32               // the oldest answer timed by AnswerTimeout: slot+1 (timeAnswer)
+	timedTail     uint32               // the newest: slot+1, 0 with none
+	answerVisits  int                  // tests: the answer slots expireAnswers looked at, in all
 	lis           map[uint64]*Listener
 	inbound       chan *Conn // connections made by Dial to this worker's address
 	regs          map[*Registration]bool
@@ -178,6 +181,11 @@ type slot struct {
 
 	// posted is when an answer went in flight, after born (with Options.AnswerTimeout only).
 	posted time.Duration
+
+	// timed says an answer is in the worker's list of answers timed by AnswerTimeout, in the
+	// order they went in flight, between its slots prevTimed and nextTimed (slot+1, 0 for none).
+	timed                bool
+	prevTimed, nextTimed uint32
 }
 
 const (
@@ -362,6 +370,9 @@ func (w *Worker) count(s *slot, d int) {
 // freeSlot gives slot i back. Under mu.
 func (w *Worker) freeSlot(i uint32) {
 	w.uw.DisarmReply(i)
+	if w.slots[i].timed {
+		w.untimeAnswer(i)
+	}
 	w.count(&w.slots[i], -1)
 	w.slots[i] = slot{gen: w.slots[i].gen}
 	w.free = append(w.free, i)
