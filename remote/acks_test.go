@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -165,7 +166,8 @@ func TestVersionRefused(t *testing.T) {
 	helloVersion = protoVersion + 1
 	defer func() { helloVersion = protoVersion }()
 	_, err = w1.Connect(ctx, l.Addr())
-	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "version 1 of the protocol, this worker 2") {
+	want := fmt.Sprintf("version %d of the protocol, this worker %d", protoVersion, protoVersion+1)
+	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Connect to a worker of another version: %v; want ErrProtocol naming both versions", err)
 	}
 	helloVersion = protoVersion

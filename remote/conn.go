@@ -126,8 +126,11 @@ const (
 
 	// protoVersion is the version of the protocol: of these messages and of the data
 	// messages (messages.go). Version 1 acknowledges puts in batches (dataDones); the
-	// version before it, 0, had one answer a put.
-	protoVersion = 1
+	// version before it, 0, had one answer a put. Version 2 keeps dataWindow puts and gets by
+	// message in flight on a connection at most, and its target fails a connection whose peer
+	// has more answers waiting (maxQueuedAnswers): a peer of version 1, which kept up to its
+	// MaxInFlight in flight, is refused at the handshake rather than failed mid-transfer.
+	protoVersion = 2
 )
 
 // helloVersion is the version a hello says: protoVersion, but in tests of a peer of another.
