@@ -480,7 +480,18 @@ func (w *Worker) failConn(c *Conn, err error) {
 		w.reap(c)
 		return
 	}
-	// Its operations waiting for the peer's answer end now: none will come.
+	// Its operations waiting for the peer's answer end now: none will come. Only puts and gets
+	// by message wait for one (counted in dataOps): a connection without any fails without a
+	// look at every slot, so a peer that opens connections and fails them costs little each.
+	if c.dataOps > 0 {
+		w.endAwaited(c)
+	}
+	w.closeEp(c.ep, c, !w.opts.SharedMemory)
+}
+
+// endAwaited ends c's operations waiting for the peer's answer (failConn). Under mu.
+func (w *Worker) endAwaited(c *Conn) {
+	w.scanned += len(w.slots)
 	for i := range w.slots {
 		if s := &w.slots[i]; s.kind == slotOp && s.c == c && s.remote {
 			s.remote = false
@@ -493,7 +504,6 @@ func (w *Worker) failConn(c *Conn, err error) {
 			}
 		}
 	}
-	w.closeEp(c.ep, c, !w.opts.SharedMemory)
 }
 
 // reap destroys c's remote keys once its endpoint is closed (or once the copies that use

@@ -134,9 +134,14 @@ func (w *Worker) abandonConn(c *Conn, err error) {
 // abandonSlots ends the operations of c in flight, keeping the slots UCX still holds as
 // zombies, each with the hold of the local buffer UCX may still read or write for it: an
 // answer's, and a transfer's put's or get's, whose transfer ends now for its user (its error
-// c.err) without its buffer. Under mu.
+// c.err) without its buffer. Every one of them is counted in c.inflight: a connection with
+// none in flight is abandoned without a look at every slot. Under mu.
 func (w *Worker) abandonSlots(c *Conn) {
+	if c.inflight == 0 {
+		return
+	}
 	lanes := lanesUnknown // c's, asked once (zombie)
+	w.scanned += len(w.slots)
 	for i := range w.slots {
 		s := &w.slots[i]
 		if s.c != c {

@@ -111,6 +111,7 @@ type Worker struct {
 	timedHead     uint32               // the oldest answer timed by AnswerTimeout: slot+1 (timeAnswer)
 	timedTail     uint32               // the newest: slot+1, 0 with none
 	answerVisits  int                  // tests: the answer slots expireAnswers looked at, in all
+	scanned       int                  // tests: the slots failConn and abandonSlots looked at, in all
 	lis           map[uint64]*Listener
 	inbound       chan *Conn // connections made by Dial to this worker's address
 	regs          map[*Registration]bool
