@@ -115,6 +115,7 @@ type Arena struct {
 	// release the refused regions again after retryWait (refused_retry.go).
 	retryArmed bool
 	retryWait  time.Duration
+	retries    bool // the timer retries refused regions: a purge delay, any provider
 	// committedRegions: the provider returned a region committed at Reserve; Precommit takes
 	// its regions to come so always (a provider's option decides it) and reserves none.
 	committedRegions bool
@@ -158,6 +159,7 @@ func New(o Options) (*Arena, error) {
 		a.maxIDs = int(a.lend.size >> shift)
 	}
 	a.clock.Timed = o.PurgeDelay >= 0 && (caps.Decommits || caps.Releases && a.lend != nil)
+	a.retries = o.PurgeDelay >= 0
 	a.zeroer, _ = o.Provider.(Zeroer)
 	a.joiner, _ = o.Provider.(Joiner)
 	a.reporter, _ = o.Provider.(Reporter)

@@ -21,11 +21,12 @@ import (
 //   - Every chunk that holds unwanted memory is stale (r.stale); the purge scans stale chunks only
 //     and clears a chunk's mark only when none of its memory is left unwanted, so memory the
 //     provider refused to decommit is tried again at the next tick.
-//   - The timer runs only when a.clock.Timed (a delay, and a provider that decommits) and is armed
-//     at most once (a.clock.Armed). It rearms itself while unwanted memory or an idle kept range
-//     waits; otherwise it is armed for the regions whose release was refused, if any, backing
-//     off (a.retryArmed, refused_retry.go), or stops; the next markUnwanted or Idle starts it
-//     at the purge's pace again.
+//   - The timer ticks at the purge's pace only when a.clock.Timed (a delay, and a provider that
+//     decommits or lends), for refused regions alone when a.retries (a delay), and is armed at
+//     most once (a.clock.Armed, a.retryArmed). It rearms itself while unwanted memory or an idle
+//     kept range waits; otherwise it is armed for the regions whose release was refused, if
+//     any, backing off (a.retryArmed, refused_retry.go), or stops; the next markUnwanted or
+//     Idle starts it at the purge's pace again.
 //   - Chunks stamped keepStamp (Precommit) are left to Trim, forced purges and Close, and do not
 //     keep the timer ticking; an Alloc there, or memory given back there, stamps them anew (a
 //     Reserve does not: its span commits what it uses).

@@ -1,6 +1,7 @@
 package arena
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -84,4 +85,26 @@ func TestRefusedRegionRetryBacksOff(t *testing.T) {
 	}
 	checkRefused(t, a, "refused for good", 1, 4<<20, 4<<20, 0)
 	l.n.Store(0)
+}
+
+// TestRefusedRegionRetriedWithoutPurge: over a provider that neither decommits nor lends (its
+// regions committed whole at Reserve, as cuMemAlloc's are), a region grow could not use and
+// whose release the provider refused is released by the retry timer alone, with no Trim or
+// Close. Before, no timer ran over such a provider: the region, its memory and its share of
+// the capacity, waited for a Trim or a Close.
+func TestRefusedRegionRetriedWithoutPurge(t *testing.T) {
+	p := newReleaseCountdown(PageableHost(HostOptions{Populate: true}), 2)
+	a := newTestArena(t, Options{Provider: p, Capacity: 16 << 20, RegionSize: 4 << 20,
+		PurgeDelay: time.Millisecond})
+	a.observers = append(a.observers, refuseMapped{}) // as Observe adds one, with no region yet
+	if _, err := a.Alloc(1<<20, 1); !errors.Is(err, ErrReleaseRefused) {
+		t.Fatalf("Alloc: %v, want the refused release in it", err)
+	}
+	select {
+	case <-p.released:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the refused region not released by a timer: %d regions refused",
+			a.Stats().RegionsRefused)
+	}
+	checkRefused(t, a, "once released", 0, 0, 0, 0) // waits for the tick's lock
 }
