@@ -82,6 +82,10 @@ func (a *Arena) releaseRefused() error {
 	a.refused = kept
 	if first != nil {
 		a.backOff()
+	} else if a.retryArmed && a.timer.Stop() {
+		// None left (Trim): the timer armed for them alone, after a wait backed off up to a
+		// minute, stops, so that the next refusal starts the backoff afresh.
+		a.retryArmed = false
 	}
 	return first
 }

@@ -108,3 +108,48 @@ func TestRefusedRegionRetriedWithoutPurge(t *testing.T) {
 	}
 	checkRefused(t, a, "once released", 0, 0, 0, 0) // waits for the tick's lock
 }
+
+// TestRefusedRetryBackoffStartsFresh: once Trim has released every refused region, a later
+// refusal is tried again after the purge delay, not after the wait the timer had backed off
+// to for the regions before. Before, the timer stayed armed for that wait (up to a minute),
+// and the new refusal waited for it.
+func TestRefusedRetryBackoffStartsFresh(t *testing.T) {
+	p := newReleaseCountdown(PageableHost(HostOptions{}), 1<<30)
+	a := newTestArena(t, Options{Provider: p, Capacity: 16 << 20, RegionSize: 4 << 20,
+		PurgeDelay: time.Millisecond})
+	a.observers = append(a.observers, refuseMapped{})
+	if _, err := a.Alloc(1<<20, 1); !errors.Is(err, ErrReleaseRefused) {
+		t.Fatalf("Alloc: %v, want the refused release in it", err)
+	}
+	// As after minutes of refusals: the next retry, refused too, arms the timer for a minute.
+	a.mu.Lock()
+	a.retryWait = maxRetryWait
+	drain(p.called) // Release runs under a.mu: the next call is the timer's retry
+	a.mu.Unlock()
+	select {
+	case <-p.called:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the refused region not tried again by the timer")
+	}
+	a.mu.Lock() // the retry's tick has armed the timer again
+	wait, armed := a.retryWait, a.retryArmed
+	a.mu.Unlock()
+	if wait != maxRetryWait || !armed {
+		t.Fatalf("retry armed %v after %v; want armed after %v", armed, wait, maxRetryWait)
+	}
+	p.n.Store(0)
+	a.Trim()
+	checkRefused(t, a, "after Trim", 0, 0, 0, 0)
+	p.n.Store(1)
+	drain(p.released)
+	if _, err := a.Alloc(1<<20, 1); !errors.Is(err, ErrReleaseRefused) {
+		t.Fatalf("Alloc: %v, want the refused release in it", err)
+	}
+	select {
+	case <-p.released:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the region refused after Trim not tried again after the delay: %d regions "+
+			"refused", a.Stats().RegionsRefused)
+	}
+	checkRefused(t, a, "once released", 0, 0, 0, 0)
+}
