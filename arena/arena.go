@@ -427,6 +427,7 @@ func (a *Arena) unreserve(rr *Region, err error) error {
 		}
 		a.reserved += rr.Size
 		a.st.Committed += committed
+		a.st.PeakCommitted = max(a.st.PeakCommitted, a.st.Committed)
 		return errors.Join(err, a.keepRefused(rr, committed, false, rerr))
 	}
 	return err
