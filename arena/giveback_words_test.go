@@ -101,3 +101,25 @@ func TestExternalDecommitGiveBackWords(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHostReleaseGiveBackWords: a host provider's Release whose munmap fails says that memory
+// could not be given back, matches ErrCommit and the system's error, and keeps the region for
+// a later Release, which gives it back. Before, it said "arena: invalid argument: munmap: ...",
+// an argument fault where the memory was not given back.
+func TestHostReleaseGiveBackWords(t *testing.T) {
+	h := PageableHost(HostOptions{})
+	r, err := h.Reserve(64<<10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.munmapFn = func(uintptr, uintptr) error { return unix.ENOMEM }
+	err = h.Release(r)
+	checkGiveBackWords(t, "munmap refused", err, unix.ENOMEM)
+	if errors.Is(err, ErrInvalid) {
+		t.Errorf("munmap refused: %v; want no ErrInvalid", err)
+	}
+	h.munmapFn = nil
+	if err := h.Release(r); err != nil {
+		t.Fatalf("Release after the refused munmap: %v", err)
+	}
+}

@@ -99,6 +99,8 @@ type HostProvider struct {
 	madviseFn func(b []byte, advice int) error
 	// munlockFn, when set (tests), is called in place of munlock(2) by Decommit.
 	munlockFn func(b []byte) error
+	// munmapFn, when set (tests), is called in place of munmap(2) by Release.
+	munmapFn func(addr, size uintptr) error
 }
 
 // LockedHost returns the default provider: host memory locked with mlock (page-locked, never
@@ -412,9 +414,13 @@ func (h *HostProvider) Release(r *Region) error {
 		return fmt.Errorf("%w: region not from this provider or already released", ErrInvalid)
 	}
 	h.munmap.Add(1)
-	if err := unix.MunmapPtr(mem.Ptr(hr.mapBase), hr.mapSize); err != nil {
+	unmap := func(addr, size uintptr) error { return unix.MunmapPtr(mem.Ptr(addr), size) }
+	if h.munmapFn != nil {
+		unmap = h.munmapFn
+	}
+	if err := unmap(hr.mapBase, hr.mapSize); err != nil {
 		hr.released.Store(false) // still mapped: a later Release tries again
-		return fmt.Errorf("%w: munmap: %w", ErrInvalid, err)
+		return GiveBackRefused(fmt.Errorf("munmap of %d bytes: %w", hr.mapSize, err))
 	}
 	// munmap drops the locks of the range; keep the locked-bytes account honest.
 	h.lockedBytes.Add(-h.lockedIn(r))
