@@ -152,7 +152,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
@@ -220,10 +219,14 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 			return nil, err
 		}
 	}
-	a, err := arena.New(arena.Options{Provider: prov, Capacity: uintptr(o.Capacity), Align: uintptr(o.Align), PurgeDelay: o.PurgeDelay, Logger: o.Logger})
-	if errors.Is(err, pinmalloc.ErrInvalid) {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	if o.Capacity == 0 && !defaultsCapacity(prov) {
+		return nil, fmt.Errorf("%w: capacity 0 over provider %s, which has no default capacity",
+			ErrInvalidOptions, prov.Name())
 	}
+	// The options are checked, but for those the heap checks: what the arena refuses now is the
+	// provider's fault (its granule, say), said with the arena's sentinel alone.
+	a, err := arena.New(arena.Options{Provider: prov, Capacity: uintptr(o.Capacity),
+		Align: uintptr(o.Align), PurgeDelay: o.PurgeDelay, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +238,11 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 		}
 	}
 	if err != nil {
-		if errors.Is(err, pinmalloc.ErrInvalid) { // the arena or the heap refused an option
+		// The heap refuses the caller's alignment, or the caller's capacity (not one the
+		// provider cut or gave) past heap.MaxCapacity; anything else is the provider's (a chunk
+		// of its granule past 2 MiB, its default capacity).
+		tooBig := o.Capacity != 0 && a.Capacity() > heap.MaxCapacity
+		if errors.Is(err, heap.ErrInvalidAlign) || tooBig {
 			err = fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 		if cerr := a.Close(); cerr != nil {

@@ -26,7 +26,8 @@ var (
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "device: invalid stream")
 	// ErrClosed means the heap was used after Close.
 	ErrClosed = errkind.New(pinmalloc.ErrClosed, "device: heap closed")
-	// ErrInvalidOptions means Options that cannot work.
+	// ErrInvalidOptions means Options that cannot work. A provider's own fault (a granule the
+	// arena or the heap cannot use) is not the options': New says it with its own sentinel.
 	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "device: invalid options")
 	// ErrNoDriver means no CUDA driver could be loaded (libcuda.so.1 is absent, it is a stub,
 	// it has no cuInit, or cgo is off).

@@ -22,8 +22,9 @@ const maxAlign = 32768
 type Options struct {
 	// Align is the alignment of every block: a power of two from 256 to 32768 (default 256).
 	Align int
-	// Capacity caps the heap's device memory. Zero means cudamem.DefaultDeviceCapacity: 90 % of
-	// the memory free on the device when the heap is made.
+	// Capacity caps the heap's device memory, at most heap.MaxCapacity. Zero means
+	// cudamem.DefaultDeviceCapacity: 90 % of the memory free on the device when the heap is
+	// made; over a Provider, its own default (New refuses zero over one that has none).
 	Capacity int
 	// Provider overrides where memory comes from (default cudamem.NewDevice of the
 	// device). It must serve memory the device can use: a device, managed or pinned host
@@ -54,4 +55,14 @@ type Options struct {
 	// regions reserved or refused, purges, forced purges, and commits the driver refused.
 	// Nil (the default) logs nothing.
 	Logger *slog.Logger
+}
+
+// defaultsCapacity reports whether provider p sizes an arena whose Options.Capacity is zero:
+// it has a default capacity, a fixed size or a lender's space.
+func defaultsCapacity(p arena.Provider) bool {
+	switch p.(type) {
+	case arena.CapacityDefaulter, arena.FixedCapacity, arena.Lender:
+		return true
+	}
+	return false
 }
