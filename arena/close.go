@@ -47,6 +47,8 @@ func (a *Arena) releaseAll() error {
 		ng := int((r.r.Size + a.caps.Granule - 1) >> r.gshift)
 		committed := uint64(r.commit.Count(0, ng)) << r.gshift
 		a.refused = append(a.refused, refusedRegion{r: r.r, committed: committed})
+		a.st.Chunks -= r.nchunks // its chunks are gone, released or not, as releaseIdle's
+		a.st.AlignWaste -= uint64(r.grid - r.r.Base)
 	}
 	a.regions.Store(new([]*region))
 	first := a.releaseRefused()
