@@ -100,10 +100,20 @@ func (a *Arena) emptied(r *region) {
 // whose release the provider refuses: refused.go), and reports whether an empty region is left
 // waiting. Called under a.mu.
 func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
-	if !a.caps.Releases || a.lend == nil || a.pcHeld > 0 {
+	if !a.caps.Releases || a.lend == nil {
 		return false
 	}
 	regs := *a.regions.Load()
+	if a.pcHeld > 0 {
+		// Precommit commits a batch: nothing goes back meanwhile, but an empty region still
+		// waits, and keeps the timer ticking for after the batch.
+		for _, r := range regs {
+			if r.emptied >= 0 && r.used.Count(0, r.nchunks) == 0 {
+				return true
+			}
+		}
+		return false
+	}
 	keep := make([]*region, 0, len(regs))
 	var gone []*region
 	for _, r := range regs {
