@@ -12,8 +12,8 @@ import (
 type Histogram struct {
 	counts   [histBuckets]uint64
 	n        uint64
-	sum      uint64 // ns
-	min, max uint64 // ns; min is meaningful only when n > 0
+	sum      [2]uint64 // ns, 128 bits (high, low): 2^64 holds only two time.Duration maxima
+	min, max uint64    // ns; min is meaningful only when n > 0
 }
 
 const (
@@ -52,7 +52,15 @@ func (h *Histogram) Record(d time.Duration) {
 	}
 	h.max = max(h.max, v)
 	h.n++
-	h.sum += v
+	h.add(0, v)
+}
+
+// add adds the 128-bit hi:lo ns to the sum. It cannot carry out of 128 bits while the count
+// does not wrap: each value is below 2^63, so the sum stays below n·2^63.
+func (h *Histogram) add(hi, lo uint64) {
+	var c uint64
+	h.sum[1], c = bits.Add64(h.sum[1], lo, 0)
+	h.sum[0] += hi + c
 }
 
 // Count returns the number of durations recorded.
@@ -63,7 +71,14 @@ func (h *Histogram) Mean() time.Duration {
 	if h.n == 0 {
 		return 0
 	}
-	return time.Duration(h.sum / h.n)
+	// The high word is below n (the sum is below n·2^63), so the quotient fits 64 bits (and,
+	// at most the largest value, a Duration); unless the count wrapped past 2^64 (a histogram
+	// merged into itself 64 times), where the mean is lost and Div64 would panic.
+	if h.sum[0] >= h.n {
+		return time.Duration(h.max)
+	}
+	q, _ := bits.Div64(h.sum[0], h.sum[1], h.n)
+	return time.Duration(q)
 }
 
 // Max returns the largest duration recorded.
@@ -102,7 +117,7 @@ func (h *Histogram) Merge(o *Histogram) {
 	}
 	h.max = max(h.max, o.max)
 	h.n += o.n
-	h.sum += o.sum
+	h.add(o.sum[0], o.sum[1])
 }
 
 // Reset forgets everything recorded.

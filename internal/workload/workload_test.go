@@ -203,3 +203,34 @@ func TestQuantiles(t *testing.T) {
 		t.Errorf("%v allocations per Record", al)
 	}
 }
+
+// TestMeanOfHugeDurations: the mean of durations whose sum passes what 64 bits hold (three
+// time.Duration maxima, in one histogram or merged from two) is still their mean, not that of
+// a sum wrapped past 2^64.
+func TestMeanOfHugeDurations(t *testing.T) {
+	const top = time.Duration(math.MaxInt64)
+	var h, a, b Histogram
+	for range 3 {
+		h.Record(top)
+		a.Record(top)
+		b.Record(top)
+	}
+	h.Record(top - 3)
+	if got, want := h.Mean(), top-1; got != want {
+		t.Errorf("mean of three maxima and max-3: %v, want %v", got, want)
+	}
+	a.Merge(&b)
+	if got := a.Mean(); got != top {
+		t.Errorf("mean of six maxima, merged: %v, want %v", got, top)
+	}
+	// Merged into itself until the count wraps past 2^64: the mean is lost, but Mean does not
+	// panic (Div64 does when the sum's high word is not below the count).
+	var g Histogram
+	for range 3 { // an odd count, which doubling takes to 2^63 before 0
+		g.Record(top)
+	}
+	for range 64 {
+		g.Merge(&g)
+		_ = g.Mean()
+	}
+}
