@@ -39,7 +39,8 @@ const (
 	opFree  = 2
 )
 
-// ErrFormat means the input is not a well-formed trace.
+// ErrFormat means the input is not a well-formed trace, or (from Writer.Alloc) that an
+// allocation is one a well-formed trace cannot hold.
 var ErrFormat = errors.New("alloctrace: malformed trace")
 
 // MaxBytes is the address space of a 64-bit process (47 bits: x86-64 and arm64 with 4-level
@@ -83,8 +84,13 @@ func NewWriter(w io.Writer) *Writer {
 }
 
 // Alloc records an allocation of size bytes aligned to align (0: the allocator's own) at
-// addr, by goroutine g.
-func (t *Writer) Alloc(addr uintptr, size, align, g uint64) {
+// addr, by goroutine g. An alignment Read would refuse (not a power of two, or beyond
+// MaxBytes) is refused with ErrFormat and not recorded, nor is the free of addr that follows.
+func (t *Writer) Alloc(addr uintptr, size, align, g uint64) error {
+	if align&(align-1) != 0 || align > MaxBytes {
+		return fmt.Errorf("%w: allocation of %d bytes aligned to %#x: not a power of two "+
+			"up to 2^%d", ErrFormat, size, align, maxLog)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.head(opAlloc)
@@ -98,6 +104,7 @@ func (t *Writer) Alloc(addr uintptr, size, align, g uint64) {
 	t.ids[addr] = t.next
 	t.next++
 	t.put(b)
+	return nil
 }
 
 // Free runs release (the allocator's free of addr) and, when it succeeds, records the free,
