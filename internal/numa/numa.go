@@ -29,18 +29,22 @@ const (
 	mpolBind      = 2
 	mpolFNode     = 1 << 0 // get_mempolicy: return the node, not the policy
 	mpolFAddr     = 1 << 1 // get_mempolicy: of the page at addr
-	maxNodes      = 1024
 )
+
+// MaxNodes bounds the nodes of the package: Bind takes, and Online and PCINode return, nodes
+// below it (the kernel's MAX_NUMNODES is at most 1024). Others that find a node (NVML) use the
+// same bound.
+const MaxNodes = 1024
 
 // Bind sets the memory policy of [addr, addr+size), page-aligned and not yet faulted in, to
 // node: strict (MPOL_BIND) allocates its pages there or fails the fault (for memory faulted in
 // at once, by mlock or a prefault, where the failure is an error and not a signal), otherwise
 // (MPOL_PREFERRED) there when the node has memory, elsewhere if not.
 func Bind(addr, size uintptr, node int, strict bool) error {
-	if node < 0 || node >= maxNodes {
+	if node < 0 || node >= MaxNodes {
 		return fmt.Errorf("%w: node %d: %w", ErrNUMA, node, unix.EINVAL)
 	}
-	mask := make([]uint64, maxNodes/64)
+	mask := make([]uint64, MaxNodes/64)
 	mask[node/64] = 1 << (node % 64)
 	mode := uintptr(mpolPreferred)
 	if strict {
@@ -49,7 +53,7 @@ func Bind(addr, size uintptr, node int, strict bool) error {
 	var pin runtime.Pinner
 	pin.Pin(&mask[0])
 	defer pin.Unpin()
-	_, _, e := unix.Syscall6(unix.SYS_MBIND, addr, size, mode, mem.WordsAddr(mask), maxNodes+1, 0)
+	_, _, e := unix.Syscall6(unix.SYS_MBIND, addr, size, mode, mem.WordsAddr(mask), MaxNodes+1, 0)
 	if e != 0 {
 		return fmt.Errorf("%w: mbind of %d bytes to node %d: %w", ErrNUMA, size, node, e)
 	}
@@ -85,7 +89,7 @@ func Online(sysfs string) []int {
 }
 
 // parseNodeList reads a kernel node list ("0-1,3", ending in a newline or not): ok is false
-// unless it is non-empty and its ranges ascend without overlapping, below maxNodes, so that a
+// unless it is non-empty and its ranges ascend without overlapping, below MaxNodes, so that a
 // malformed or hostile file cannot make the list longer than the nodes a kernel can have.
 func parseNodeList(s string) (nodes []int, ok bool) {
 	prev := -1
@@ -97,7 +101,7 @@ func parseNodeList(s string) (nodes []int, ok bool) {
 		if found {
 			z, err2 = strconv.Atoi(hi)
 		}
-		if err1 != nil || err2 != nil || a <= prev || z < a || z >= maxNodes {
+		if err1 != nil || err2 != nil || a <= prev || z < a || z >= MaxNodes {
 			return nil, false
 		}
 		for n := a; n <= z; n++ {
@@ -123,7 +127,7 @@ func PCINode(sysfs, busID string) (node int, ok bool) {
 		return -1, false
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || n < 0 || n >= maxNodes {
+	if err != nil || n < 0 || n >= MaxNodes {
 		return -1, false
 	}
 	return n, true

@@ -10,7 +10,7 @@ import (
 
 // TestOnlineBounded gives Online lists no kernel writes: a range past the nodes a kernel can
 // have, ranges that overlap or descend, empty parts. Each is read as [0], so a malformed file
-// can neither grow the list beyond maxNodes nor repeat a node.
+// can neither grow the list beyond MaxNodes nor repeat a node.
 func TestOnlineBounded(t *testing.T) {
 	root := t.TempDir()
 	p := filepath.Join(root, "devices/system/node/online")
@@ -18,7 +18,7 @@ func TestOnlineBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{
-		"0-" + strconv.Itoa(maxNodes), "0-3,2-5", "0-3,3", "3,1", "0,,1", "", "\n", "1024",
+		"0-" + strconv.Itoa(MaxNodes), "0-3,2-5", "0-3,3", "3,1", "0,,1", "", "\n", "1024",
 	} {
 		if err := os.WriteFile(p, []byte(s+"\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -30,7 +30,7 @@ func TestOnlineBounded(t *testing.T) {
 	if err := os.WriteFile(p, []byte("0-1023"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := Online(root); len(got) != maxNodes || got[maxNodes-1] != maxNodes-1 {
+	if got := Online(root); len(got) != MaxNodes || got[MaxNodes-1] != MaxNodes-1 {
 		t.Errorf("Online of 0-1023 = %d nodes", len(got))
 	}
 }

@@ -92,11 +92,23 @@ func TestNUMANodeAndPCI(t *testing.T) {
 			t.Errorf("NUMANode(%q) = %v, %v; want no node, no error", id, ok, err)
 		}
 	}
+	// A node at or past internal/numa's bound, from a broken or foreign library, is no node
+	// (numa.Bind would refuse it); the last one below the bound is one.
+	for _, n := range []int{maxNUMANodes, 1<<31 - 1, -2} {
+		f.Devices[0].NUMANode = n
+		if got, ok, err := NUMANode(f, "0000:18:00.0"); ok || err != nil {
+			t.Errorf("NUMANode answering node %d = %d, %v, %v; want no node", n, got, ok, err)
+		}
+	}
+	f.Devices[0].NUMANode = maxNUMANodes - 1
+	if n, ok, err := NUMANode(f, "0000:18:00.0"); n != maxNUMANodes-1 || !ok || err != nil {
+		t.Errorf("NUMANode answering node %d = %d, %v, %v", maxNUMANodes-1, n, ok, err)
+	}
 	f.Devices[0].NumaReturn = ErrorNotSupported
 	if _, ok, err := NUMANode(f, "0000:18:00.0"); ok || err != nil {
 		t.Errorf("NUMANode where NVML does not say = %v, %v", ok, err)
 	}
-	if n := len(f.BusIDsAsked); n != 8+2+4+1 || f.BusIDsAsked[0] != "0000:18:00.0" {
+	if n := len(f.BusIDsAsked); n != 8+2+4+4+1 || f.BusIDsAsked[0] != "0000:18:00.0" {
 		t.Errorf("asked %q", f.BusIDsAsked)
 	}
 	checkBalanced(t, f)

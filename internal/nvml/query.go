@@ -74,7 +74,8 @@ func MemoryUsed(lib Library, index int) (uint64, error) {
 // ("0000:1b:00.0", as GPU.PCIBusID), and shuts lib down. ok is false, with no error, when
 // NVML does not say: no device at busID or any other failure to find it (a malformed address,
 // a lost GPU), a driver without nvmlDeviceGetNumaNodeId, a platform where it answers
-// ErrorNotSupported, a negative node. err is only a failed Init (ErrUnavailable).
+// ErrorNotSupported, a negative node or one at or past maxNUMANodes. err is only a failed
+// Init (ErrUnavailable).
 func NUMANode(lib Library, busID string) (node int, ok bool, err error) {
 	done, err := session(lib)
 	if err != nil {
@@ -86,11 +87,16 @@ func NUMANode(lib Library, busID string) (node int, ok bool, err error) {
 		return -1, false, nil
 	}
 	n, ret := dev.GetNumaNodeId()
-	if ret != Success || n < 0 {
+	if ret != Success || n < 0 || n >= maxNUMANodes {
 		return -1, false, nil
 	}
 	return n, true, nil
 }
+
+// maxNUMANodes bounds the node NUMANode believes: internal/numa's MaxNodes (a test checks),
+// which this package cannot import (numa is Linux only; nvml builds everywhere). A node past
+// it, from a broken or foreign library, is none that numa could bind memory to.
+const maxNUMANodes = 1024
 
 // maxDevices bounds the device count Discover believes, and maxMIGDevices the MIG slots it asks
 // for (a GPU has 7 at most): an answer beyond them, from a broken or foreign library, is not
