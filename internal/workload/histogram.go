@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"math"
 	"math/bits"
 	"time"
 )
@@ -84,15 +85,18 @@ func (h *Histogram) Mean() time.Duration {
 // Max returns the largest duration recorded.
 func (h *Histogram) Max() time.Duration { return time.Duration(h.max) }
 
-// Quantile returns the duration below or at which a fraction q (0…1) of the recorded ones
-// lie: the upper end of the bucket holding that rank, clamped to the smallest and largest
-// value recorded. It returns 0 when nothing was recorded.
+// Quantile returns the duration below or at which at least a fraction q (0…1) of the recorded
+// ones lie (the nearest-rank quantile): the upper end of the bucket holding that rank, clamped
+// to the smallest and largest value recorded. It returns 0 when nothing was recorded.
 func (h *Histogram) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
-	q = min(max(q, 0), 1)
-	rank := uint64(q*float64(h.n) + 0.5) // the rank-th smallest value, 1-based
+	// The rank-th smallest value, 1-based: ceil(q·n), the nearest rank, so that at least a
+	// fraction q lie at or below it. q·n a relative 1e-12 above a whole number is that number:
+	// floating point's error, as in 0.07·100 = 7.000000000000001.
+	x := min(max(q, 0), 1) * float64(h.n)
+	rank := uint64(math.Ceil(x - x*1e-12))
 	rank = min(max(rank, 1), h.n)
 	var seen uint64
 	for b, c := range h.counts {

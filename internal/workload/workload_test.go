@@ -234,3 +234,30 @@ func TestMeanOfHugeDurations(t *testing.T) {
 		_ = g.Mean()
 	}
 }
+
+// TestQuantileRank: Quantile(q) is a duration at or below which at least a fraction q of the
+// recorded ones lie, the ceil(q·n)-th smallest (nearest rank): with 1 to 10 ns (each its own
+// bucket), q=0.91 is 10 ns, not the 9 ns under which only 0.9 lie; and q·n that floating point
+// puts a hair above a whole number (0.07·100) is still that rank.
+func TestQuantileRank(t *testing.T) {
+	var h Histogram
+	for v := range 10 {
+		h.Record(time.Duration(v + 1))
+	}
+	for q, want := range map[float64]time.Duration{
+		0: 1, 0.05: 1, 0.1: 1, 0.11: 2, 0.5: 5, 0.51: 6, 0.9: 9, 0.91: 10, 0.99: 10, 1: 10,
+	} {
+		if got := h.Quantile(q); got != want {
+			t.Errorf("Quantile(%v) of 1…10 ns = %v, want %v", q, got, want)
+		}
+	}
+	var c Histogram
+	for v := range 100 {
+		c.Record(time.Duration(v + 1))
+	}
+	for q, want := range map[float64]time.Duration{0.07: 7, 0.29: 29, 0.57: 57, 0.994: 100} {
+		if got := c.Quantile(q); got != want {
+			t.Errorf("Quantile(%v) of 1…100 ns = %v, want %v", q, got, want)
+		}
+	}
+}
