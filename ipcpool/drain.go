@@ -39,7 +39,8 @@ func (p *Process) drainer() {
 			p.drain()
 			if time.Since(last) >= scanEvery {
 				// A retirement its retirer could deliver nowhere (a slot word a peer
-				// overwrote) is taken in all the same: a lost delivery leaks nothing.
+				// overwrote), or never made (killed first), is taken in all the same: a
+				// lost delivery leaks nothing.
 				last = time.Now()
 				p.drainMu.Lock()
 				p.scanRetired()
@@ -119,7 +120,9 @@ func (p *Process) drain() int {
 }
 
 // scanRetired takes in every entry of this process's that is retired at the generation it
-// recorded (a peer retired it and found the ring full).
+// recorded (a peer retired it and found the ring full), and retires, to take it in, every one
+// left live with no reference (a peer killed between letting the last reference go and
+// retiring the entry: a compare-and-swap decides against any retirer, as tryRetire says).
 func (p *Process) scanRetired() int {
 	p.st.scans.Add(1)
 	type ret struct {
@@ -134,7 +137,13 @@ func (p *Process) scanRetired() int {
 			gone = append(gone, r)
 			continue
 		}
-		if r.addr != 0 && p.c.load(p.c.entry(p.slot*p.exports+i)+eState) == packState(r.gen, eLive|eRetiring) {
+		if r.addr == 0 {
+			continue
+		}
+		e := p.slot*p.exports + i
+		switch w := p.c.load(p.c.entry(e) + eState); {
+		case w == packState(r.gen, eLive|eRetiring),
+			w == packState(r.gen, eLive) && p.c.tryRetire(e, r.gen):
 			found = append(found, ret{i, r.gen})
 		}
 	}
