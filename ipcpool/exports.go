@@ -20,7 +20,8 @@ package ipcpool
 // is full; itself when it holds it), which frees the block and sets the entry free at the
 // next generation. A retain that races with the retirement either lands first (the retirer
 // sees its bit and backs off) or finds eRetiring and fails. The holder, and no one else,
-// frees the block, and only for an entry still retiring at the generation it recorded.
+// frees the block, and only for an entry still retiring at the generation it recorded, with no
+// retain bit: a mark a retirer killed before its back-off left, the holder backs off itself.
 //
 // When a process goes (it died, or was cut off), the owner clears its retain bits in every
 // entry (retiring what they kept alive) and lets go the allocations of its own entries; the

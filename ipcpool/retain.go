@@ -138,10 +138,10 @@ func (p *Process) deliver(e int, gen uint32) {
 }
 
 // takeRetired frees the buffer of this process's entry i, retired at gen, if the entry and
-// this process's record of it agree; anything else (a replayed or forged ring entry, a
-// corrupted entry) is dropped and counted. An entry whose allocation the owner let go (eGone:
-// this process left its socket alive) is not this process's to take in: it may still hold the
-// buffer, and the owner lets the entry go.
+// this process's record of it agree and no retain holds it; anything else (a replayed or
+// forged ring entry, a corrupted entry) is dropped and counted. An entry whose allocation the
+// owner let go (eGone: this process left its socket alive) is not this process's to take in:
+// it may still hold the buffer, and the owner lets the entry go.
 func (p *Process) takeRetired(i int, gen uint32) {
 	ex := &p.ex
 	ex.mu.Lock()
@@ -153,7 +153,8 @@ func (p *Process) takeRetired(i int, gen uint32) {
 	r := ex.recs[i]
 	c := &p.c
 	e := p.slot*p.exports + i
-	if w := c.load(c.entry(e) + eState); r.addr == 0 || r.gen != gen || w != packState(gen, eLive|eRetiring) {
+	w := c.load(c.entry(e) + eState)
+	if r.addr == 0 || r.gen != gen || w != packState(gen, eLive|eRetiring) {
 		ex.mu.Unlock()
 		if d := entryGen(w) - gen; d == 0 && w&eGone == 0 || d >= 1<<31 {
 			// Not a retirement this process has seen go by (the entry is not past the
@@ -161,6 +162,15 @@ func (p *Process) takeRetired(i int, gen uint32) {
 			// taken already (a scan found it before the ring did), or a replay: nothing.
 			p.st.dropped.Add(1)
 		}
+		return
+	}
+	if c.retained(e) {
+		// A retain landed on the mark, which its retirer backs off (tryRetire), or would have:
+		// killed first, it left the buffer marked under a retain that holds it. Backed off
+		// here too (only one compare-and-swap succeeds): the last release retires it, and if
+		// the retain was one backing off itself, finding the mark, the next scan does.
+		c.cas(c.entry(e)+eState, w, packState(gen, eLive))
+		ex.mu.Unlock()
 		return
 	}
 	delete(ex.byAddr, r.addr)
