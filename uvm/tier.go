@@ -217,9 +217,6 @@ type Tier struct {
 	mu          sync.Mutex
 	closed      bool
 	heldAtClose bool          // Close kept memory held back (heldback.go): a later Close tries again
-	poolAtClose bool          // Close could not close the tier's own host pool: a later Close tries again
-	heapAtClose bool          // Close could not close the tier's own device heap: a later Close tries again
-	copyAtClose bool          // Close could not close the tier's own mover: a later Close tries again
 	held        heldBack      // memory kept out of use after a failed wait (heldback.go)
 	wake        chan struct{} // closed by signal, to wake AcquireContext's waiters (access.go)
 	blocks      []block       // the block table, indexed by BlockID (block.go)
@@ -430,7 +427,7 @@ func (t *Tier) release(lost bool) error {
 // user's new stream). When lost (New failing), nothing is tried again: they go all the same.
 func (t *Tier) closeOwn(lost bool) error {
 	errs := []error{t.closeMover(), t.closePool(lost), t.closeHeap(lost)}
-	if !lost && (t.copyAtClose || t.poolAtClose || t.heapAtClose) {
+	if !lost && t.keptOwn() {
 		return errors.Join(errs...)
 	}
 	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
@@ -447,6 +444,14 @@ func (t *Tier) closeOwn(lost bool) error {
 	return errors.Join(errs...)
 }
 
+// keptOwn reports whether a Close kept the tier's own mover, host pool or device heap, which
+// failed to close (closeMover, closePool, closeHeap drop each once closed): a later Close tries
+// again. Meaningful once release ran (before, they are all there). t.mu is held.
+func (t *Tier) keptOwn() bool {
+	return t.engine.ownMover != nil || t.mem.ownPool && t.mem.pool != nil ||
+		t.mem.ownHeap && t.mem.heap != nil
+}
+
 // closeMover closes the tier's own mover (a given one is the caller's) and drops it. When its
 // Close fails (the driver refusing to free a staging buffer, which the copyengine.Batcher keeps
 // for its next Close), the tier keeps the mover, and a later Close calls this again, as
@@ -457,11 +462,10 @@ func (t *Tier) closeMover() error {
 		return nil
 	}
 	if err := t.engine.ownMover.Close(); err != nil {
-		t.copyAtClose = true
 		return fmt.Errorf("uvm: closing the tier's copy engine: %w; "+
 			"it is kept with what it did not free: a later Close tries again", err)
 	}
-	t.engine.ownMover, t.copyAtClose = nil, false
+	t.engine.ownMover = nil
 	return nil
 }
 
@@ -483,13 +487,12 @@ func (t *Tier) closePool(lost bool) error {
 	}
 	// The bare sentinel, not errors.Is: a refusal the pool wraps with ErrClosed leaves memory.
 	if err := closeFn(t.mem.pool); err != nil && err != pinned.ErrClosed {
-		t.poolAtClose = true
 		if lost {
 			return lostError("host pool", "pinned host memory", t.mem.pool.Usage().Committed, err)
 		}
 		return fmt.Errorf("uvm: closing the tier's host pool: %w; the pool and its memory are kept: a later Close tries again", err)
 	}
-	t.mem.pool, t.poolAtClose = nil, false
+	t.mem.pool = nil
 	return nil
 }
 
@@ -504,13 +507,12 @@ func (t *Tier) closeHeap(lost bool) error {
 	}
 	// The bare sentinel, not errors.Is: a refusal the heap wraps with ErrClosed leaves memory.
 	if err := t.mem.heap.Close(); err != nil && err != device.ErrClosed {
-		t.heapAtClose = true
 		if lost {
 			return lostError("device heap", "VRAM", t.mem.heap.Stats().Arena.Committed, err)
 		}
 		return fmt.Errorf("uvm: closing the tier's device heap: %w; the heap and its memory are kept: a later Close tries again", err)
 	}
-	t.mem.heap, t.heapAtClose = nil, false
+	t.mem.heap = nil
 	return nil
 }
 
@@ -550,7 +552,7 @@ func (t *Tier) Close() error {
 	defer t.mu.Unlock()
 	var errs []error
 	switch {
-	case t.closed && (t.copyAtClose || t.poolAtClose || t.heapAtClose): // kept by an earlier Close
+	case t.closed && !t.heldAtClose && t.keptOwn(): // kept by an earlier Close
 		return t.closeOwn(false)
 	case t.closed && !t.heldAtClose:
 		return ErrClosed
