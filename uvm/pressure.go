@@ -43,6 +43,8 @@ type pressureHook struct {
 	// most is the largest request the heap could ever serve: its capacity, or, for a heap of
 	// device memory, the device's memory when that is less. Set with own.
 	most uintptr
+	// forgot says that a shared heap forgot own (release), which may then be destroyed.
+	forgot bool
 }
 
 // installPressure makes the tier the heap's pressure hook, keeping the one it replaces.

@@ -195,7 +195,7 @@ func (t *Tier) Stats() Stats {
 	st.AcquiredBytes, st.AcquiredBlocks = uint64(t.acct.pinned), t.acct.pinnedBlocks
 	st.Pending = int(t.batches.lists.Weight())
 	st.AcquireLatency.withBounds()
-	st.Released = t.closed && !t.heldAtClose && !t.keptOwn()
+	st.Released = t.closed && !t.heldAtClose && !t.kept()
 	return st
 }
 

@@ -135,6 +135,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
@@ -176,6 +177,7 @@ import (
 // Source files.
 //
 //	tier.go        this documentation; the Tier, its parts, New and Close
+//	closekept.go   what a Close keeps when the driver refuses it back, for a later Close
 //	options.go     Options, their defaults and checks
 //	block.go       the block table: handles, states, Alloc, Free
 //	access.go      Acquire, AcquireContext, Release: device access in stream order
@@ -406,50 +408,40 @@ func (t *Tier) openMover(given Mover) error {
 }
 
 // release gives back what open made; used by New on failure (lost: no tier outlives the call,
-// to close again what fails to close) and by Close.
+// to close again what fails to close) and by Close, and again by a later Close while something
+// it made is kept (kept).
 func (t *Tier) release(lost bool) error {
-	var err error
+	var ferr error
 	if t.mem.heap != nil {
 		t.uninstallPressure()
-		if !t.mem.ownHeap && t.engine.h2d != 0 {
+		if !t.mem.ownHeap && t.engine.h2d != 0 && !t.hook.forgot {
 			// A shared heap outlives the tier's stream: have it give back what it holds for
-			// that stream and forget it before the stream is destroyed.
-			err = t.mem.heap.ForgetStream(t.engine.h2d)
+			// that stream and forget it before the stream is destroyed. One parked during a
+			// capture is the heap's no more.
+			ferr = t.mem.heap.ForgetStream(t.engine.h2d)
+			t.hook.forgot = ferr == nil || errors.Is(ferr, pinmalloc.ErrCapturing)
 		}
 	}
-	return errors.Join(err, t.closeOwn(lost))
+	return t.closeOwn(lost, ferr)
 }
 
 // closeOwn closes what the tier made for itself (its mover, host pool and device heap), then
 // destroys its streams and events. What fails to close is kept for a later Close, which calls
 // this again; until then the streams and events stay too: what is kept has seen the streams
 // and may wait for them when it is closed (a destroyed stream's handle could by then be a
-// user's new stream). When lost (New failing), nothing is tried again: they go all the same.
-func (t *Tier) closeOwn(lost bool) error {
+// user's new stream). So they stay while a shared heap has not forgotten the tier's stream
+// (ferr, its ForgetStream's refusal). When lost (New failing), nothing is tried again: they
+// go all the same.
+func (t *Tier) closeOwn(lost bool, ferr error) error {
 	errs := []error{t.closeMover(), t.closePool(lost), t.closeHeap(lost)}
-	if !lost && t.keptOwn() {
+	if !lost && (t.keptOwn() || !t.hook.forgot && ferr != nil) {
+		if ferr != nil {
+			errs = append(errs, keptError("uvm: the device heap it was given did not forget its stream, "+
+				"so the tier keeps its streams and events", ferr))
+		}
 		return errors.Join(errs...)
 	}
-	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
-		if *s != 0 {
-			errs = append(errs, t.dev.StreamSynchronize(uintptr(*s)), t.dev.StreamDestroy(uintptr(*s)))
-			*s = 0
-		}
-	}
-	for _, ev := range t.rel.idle {
-		t.engine.events.Put(uintptr(ev))
-	}
-	t.rel.idle = nil
-	errs = append(errs, t.engine.events.Close())
-	return errors.Join(errs...)
-}
-
-// keptOwn reports whether a Close kept the tier's own mover, host pool or device heap, which
-// failed to close (closeMover, closePool, closeHeap drop each once closed): a later Close tries
-// again. Meaningful once release ran (before, they are all there). t.mu is held.
-func (t *Tier) keptOwn() bool {
-	return t.engine.ownMover != nil || t.mem.ownPool && t.mem.pool != nil ||
-		t.mem.ownHeap && t.mem.heap != nil
+	return errors.Join(append(errs, ferr, t.destroyStreams(lost))...)
 }
 
 // closeMover closes the tier's own mover (a given one is the caller's) and drops it. When its
@@ -545,15 +537,18 @@ var poolCloseFault func(*pinned.Pool) error
 // does not pass it within the pool's wait, or the driver refusing to give memory back), Close
 // returns that error and keeps the pool, with its memory: a later Close tries again. So does it
 // keep the tier's own device heap when the heap fails to close, and its own mover when the
-// mover does (the driver refusing to free a staging buffer). Stats.Released says when a Close
-// has given everything back; a Close after that returns ErrClosed.
+// mover does (the driver refusing to free a staging buffer). So does it keep the tier's
+// streams and events while such a part is kept, while the device heap it was given has not
+// forgotten the tier's stream, and when the driver refuses to destroy them (a sticky error,
+// said with ErrDeviceFault): a later Close destroys what is left, each once. Stats.Released
+// says when a Close has given everything back; a Close after that returns ErrClosed.
 func (t *Tier) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var errs []error
 	switch {
-	case t.closed && !t.heldAtClose && t.keptOwn(): // kept by an earlier Close
-		return t.closeOwn(false)
+	case t.closed && !t.heldAtClose && t.kept(): // kept by an earlier Close
+		return t.release(false)
 	case t.closed && !t.heldAtClose:
 		return ErrClosed
 	case t.closed: // an earlier Close kept memory held back: try again
@@ -585,7 +580,7 @@ func (t *Tier) Close() error {
 	}
 	t.heldAtClose = false
 	errs = append(errs, t.release(false))
-	return errors.Join(errs...)
+	return onceEach(errs)
 }
 
 // settle waits for the tier's transfers and streams, tries again the memory held back, and
