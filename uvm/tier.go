@@ -203,7 +203,11 @@ import (
 // Acquire it on a stream for its device address, Release it when the stream's work is queued,
 // Free it when done. Blocks beyond the budget are evicted to the host and restored when
 // acquired, in stream order (see the package documentation). A Tier is safe for concurrent use;
-// Close it before the device heap it was given and before the cuda.Device.
+// Close it before the device heap it was given and before the cuda.Device. A tier must be
+// closed: only Close gives its VRAM, host buffers and streams back. One dropped without Close
+// on a device heap it was given stays reachable through the heap's pressure hook as long as
+// the heap is, and goes on evicting its blocks when the heap's other users run short (the
+// VRAM its blocks hold is that heap's).
 type Tier struct {
 	// Its state comes in parts, each a small type declared with the code that uses it. The
 	// first are fixed by New (Close takes their memory and streams back); the rest change under
