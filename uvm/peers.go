@@ -58,17 +58,27 @@ func (t *Tier) joinPeers() {
 	peers.m[k] = append(peers.m[k], weak.Make(t))
 }
 
-// leavePeers takes t off its heap's peers.
-func (t *Tier) leavePeers() {
+// leavePeers takes t off its heap's peers, and reports whether t was the last of them to join
+// that is still there (or, with a heap of its own, none): no tier installed its pressure hook
+// on the heap after t's (pressure.go).
+func (t *Tier) leavePeers() (last bool) {
 	peers.mu.Lock()
 	defer peers.mu.Unlock()
 	k, me := weak.Make(t.mem.heap), weak.Make(t)
+	last = true
+	for _, p := range slices.Backward(peers.m[k]) {
+		if p.Value() != nil { // a tier collected is no longer installed
+			last = p == me
+			break
+		}
+	}
 	ts := slices.DeleteFunc(peers.m[k], func(p weak.Pointer[Tier]) bool { return p == me })
 	if len(ts) > 0 {
 		peers.m[k] = ts
 	} else {
 		delete(peers.m, k)
 	}
+	return last
 }
 
 // askPeers asks the other tiers of t's heap, one after the other, to give VRAM back for an

@@ -3,6 +3,7 @@ package uvm
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -35,8 +36,8 @@ import (
 
 // pressureHook is the tier's side of the hook.
 type pressureHook struct {
-	prev      device.PressureFunc // the hook the tier replaced, to chain to and put back; t.mu guards it
-	installed bool
+	link      *hookLink // what the tier installed, set before it is installed and never changed after
+	installed bool      // t.mu guards it
 	// own is the tier's H2D stream, set before the hook is installed and never changed after
 	// (release zeroes engine.h2d, not this): relieve reads it without t.mu.
 	own cuda.Stream
@@ -47,6 +48,35 @@ type pressureHook struct {
 	forgot bool
 }
 
+// hookLink is the tier's place in its heap's chain of pressure hooks: the hook the tier
+// installs (call), which calls the tier, and the hook it replaced (prev), which the tier
+// passes the calls it cannot help with on to. When the tier leaves the chain (Close), the link
+// lets go of it and passes every call on to prev. Tiers sharing a heap install their links on
+// top of each other, in the order of their New; a tier that leaves while another tier installed
+// after it is still there leaves its link in the chain, below that one (which replaced it, and
+// calls it), rather than put back the hook it replaced over that one's; a tier that leaves with
+// no such tier above it puts its prev back. So tiers may close in any order: the chain keeps
+// every tier still open, and none that closed. Safe for concurrent use.
+type hookLink struct {
+	t    atomic.Pointer[Tier]
+	prev atomic.Pointer[device.PressureFunc] // nil: none
+}
+
+// call is the hook the link installs: the tier's Relieve while the tier is in the chain, else
+// the hook it replaced.
+func (l *hookLink) call(n int, s cuda.Stream) bool {
+	if t := l.t.Load(); t != nil {
+		return t.Relieve(n, s)
+	}
+	return l.passOn(n, s)
+}
+
+// passOn calls the hook the link replaced, if any.
+func (l *hookLink) passOn(n int, s cuda.Stream) bool {
+	p := l.prev.Load()
+	return p != nil && (*p)(n, s)
+}
+
 // installPressure makes the tier the heap's pressure hook, keeping the one it replaces.
 func (t *Tier) installPressure() {
 	t.hook.own = t.engine.h2d
@@ -55,18 +85,31 @@ func (t *Tier) installPressure() {
 	if total, err := t.dev.TotalMem(); err == nil && a.Kind == arena.Device && total < t.hook.most {
 		t.hook.most = total // VRAM: managed memory oversubscribes it, and host memory is not it
 	}
-	t.hook.prev = t.mem.heap.SetPressure(t.Relieve)
+	l := &hookLink{}
+	t.hook.link = l
+	if prev := t.mem.heap.SetPressure(l.call); prev != nil { // meanwhile, a call finds no tier
+		l.prev.Store(&prev)
+	}
+	l.t.Store(t)
 	t.hook.installed = true
 	t.joinPeers()
 }
 
-// uninstallPressure puts the replaced hook back. Tiers sharing a heap uninstall in the
-// reverse order of their New (each puts back the hook it found).
+// uninstallPressure takes the tier out of its heap's chain of hooks (see hookLink): it puts
+// the replaced hook back, unless another tier installed after it on the heap is still there.
 func (t *Tier) uninstallPressure() {
 	if t.hook.installed {
-		t.leavePeers()
-		t.mem.heap.SetPressure(t.hook.prev)
-		t.hook.installed = false // prev stays: a late call of the hook (an Alloc that loaded it before) still chains
+		top := t.leavePeers()
+		l := t.hook.link
+		l.t.Store(nil) // a late call of the hook (an Alloc that loaded it before) still chains
+		if top {
+			var prev device.PressureFunc
+			if p := l.prev.Load(); p != nil {
+				prev = *p
+			}
+			t.mem.heap.SetPressure(prev)
+		}
+		t.hook.installed = false
 	}
 }
 
@@ -89,12 +132,11 @@ func (t *Tier) Relieve(n int, s cuda.Stream) bool {
 	}
 	t.mu.Lock()
 	gave := t.relieveLocked(n)
-	prev := t.hook.prev
 	t.unlock("the pressure hook")
 	if gave {
 		return true
 	}
-	return prev != nil && prev(n, s)
+	return t.hook.link != nil && t.hook.link.passOn(n, s)
 }
 
 // relieveLocked is the work of Relieve (and of a peer's, relieveTry) for an allocation of n
