@@ -252,7 +252,8 @@ func (r *calRun) alloc() (err error) {
 	return err
 }
 
-// free frees what alloc allocated.
+// free frees what alloc allocated. A pinned buffer the driver refuses to free joins the
+// Batcher's retired staging buffers, which Close frees.
 func (r *calRun) free() error {
 	d := r.b.dev
 	defer d.RelaxCapture()() // beside a user's capture, as cudamem's calls (doc.go)
@@ -269,7 +270,10 @@ func (r *calRun) free() error {
 		errs = append(errs, d.MemFree(r.dev))
 	}
 	if r.host != 0 {
-		errs = append(errs, d.MemFreeHost(r.host))
+		if err := d.MemFreeHost(r.host); err != nil { // kept, for the Batcher's Close to free
+			r.b.retired = append(r.b.retired, &stage{host: r.host})
+			errs = append(errs, fmt.Errorf("freeing its pinned buffer (kept until Close): %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }
