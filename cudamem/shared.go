@@ -3,6 +3,7 @@ package cudamem
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc/arena"
@@ -163,7 +164,7 @@ type HostMapping struct {
 // mapping takes the exports: Close unmaps and releases them. On error it gives back what it
 // mapped and the exports, and returns a nil mapping; when the driver refuses to give back a
 // part of it, it returns with the error a closed mapping (Base 0) that keeps that part, whose
-// Close tries again.
+// Close tries again. A nil export is refused with arena.ErrInvalid (the others given back).
 func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, error) {
 	d, err := internalDevice(dev, "shared")
 	if err != nil {
@@ -173,8 +174,14 @@ func MapHostExports(dev *cuda.Device, exports []*HostExport) (*HostMapping, erro
 	if len(exports) == 0 {
 		return nil, fmt.Errorf("%w: no host granules to map", arena.ErrInvalid)
 	}
-	rs := exports[0].size
 	m := &HostMapping{d: d}
+	if slices.Contains(exports, nil) {
+		isNil := func(e *HostExport) bool { return e == nil }
+		given := slices.DeleteFunc(slices.Clone(exports), isNil)
+		return m.undo(given, fmt.Errorf("%w: a nil export among %d host granules to map",
+			arena.ErrInvalid, len(exports)))
+	}
+	rs := exports[0].size
 	if rs == 0 || uintptr(len(exports)) > ^uintptr(0)/rs {
 		return m.undo(exports, fmt.Errorf("%w: %d allocations of %d bytes of host granules", arena.ErrInvalid, len(exports), rs))
 	}
