@@ -25,3 +25,11 @@ func SetVMMReleaseWaitHook(f func()) (restore func()) {
 	vmmReleaseWaitHook = f
 	return func() { vmmReleaseWaitHook = old }
 }
+
+// SetHostRegisterReleaseWaitHook makes f run in HostRegister.Release when, the region claimed,
+// it waits for a call on it in flight, and returns what restores the hook.
+func SetHostRegisterReleaseWaitHook(f func()) (restore func()) {
+	old := hostRegisterReleaseWaitHook
+	hostRegisterReleaseWaitHook = f
+	return func() { hostRegisterReleaseWaitHook = old }
+}

@@ -79,6 +79,10 @@ type HostRegister struct {
 	// holes, by region base: committed ranges the driver refused to register again, sorted,
 	// disjoint from regs (hostregister_holes.go).
 	holes map[uintptr][]hostReg
+	// busy counts the calls on a region in flight outside p.mu (Commit, Prefault, Decommit's
+	// munmap side): Release, once it has claimed the region, waits for them (idle, on p.mu).
+	busy map[*arena.Region]int
+	idle sync.Cond
 }
 
 // hostReg is one registration: [off, off+size) from its region's base.
@@ -98,7 +102,9 @@ func (g hostReg) end() uintptr { return g.off + g.size }
 // when a source knows it (DeviceNode); o.Node is not used. o.Devices does not apply: a registration
 // is portable to every device.
 func NewHostRegister(dev *cuda.Device, o HostOptions) (*HostRegister, error) {
-	p := &HostRegister{live: map[uintptr]*arena.Region{}, regs: map[uintptr][]hostReg{}, holes: map[uintptr][]hostReg{}}
+	p := &HostRegister{live: map[uintptr]*arena.Region{}, regs: map[uintptr][]hostReg{},
+		holes: map[uintptr][]hostReg{}, busy: map[*arena.Region]int{}}
+	p.idle.L = &p.mu
 	if err := p.cudaBase.init(dev, "cuda-host-register", arena.HostPinned); err != nil {
 		return nil, err
 	}
@@ -166,9 +172,10 @@ func (p *HostRegister) Reserve(size, alignment uintptr) (*arena.Region, error) {
 // Commit implements arena.Provider: the range is made accessible, then registered as one.
 func (p *HostRegister) Commit(r *arena.Region, off, size uintptr) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
-	if err := p.known(r); err != nil {
+	if err := p.enter(r); err != nil {
 		return err
 	}
+	defer p.leave(r)
 	if err := p.host.Commit(r, off, size); err != nil {
 		return err
 	}
@@ -186,9 +193,10 @@ func (p *HostRegister) Prefault(r *arena.Region, off, size uintptr) error {
 	if err := r.CheckRange(off, size); err != nil {
 		return err
 	}
-	if err := p.known(r); err != nil {
+	if err := p.enter(r); err != nil {
 		return err
 	}
+	defer p.leave(r)
 	if err := p.host.Commit(r, off, size); err != nil {
 		return err
 	}
@@ -257,6 +265,8 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 		p.mu.Unlock()
 		return err
 	}
+	p.busy[r]++ // until the pages are dropped, outside p.mu
+	defer p.leave(r)
 	p.mend(r)
 	err := p.cut(r, off, size, forGiveBack)
 	if err == nil {
@@ -282,13 +292,28 @@ func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 // decommit the driver refused) are undone first. When the driver refuses to undo one, Release
 // returns an error wrapping arena.ErrCommit (arena.GiveBackRefused) and the driver's, and
 // keeps the region mapped with the registrations it could not undo on record: a later Release
-// of the region tries again.
+// of the region tries again. It claims the region first: a Release of it racing this one, or a
+// Commit, Prefault, Join or Decommit of it that comes later, is refused with arena.ErrInvalid;
+// one in flight at the claim (a misuse: the arena never makes them at once) is waited for, and
+// what it registered undone.
 func (p *HostRegister) Release(r *arena.Region) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	p.mu.Lock()
 	if err := p.mine(r); err != nil {
 		p.mu.Unlock()
 		return err
+	}
+	// Claimed: out of live, under the lock, so that a Release racing this one, or a call on
+	// the region that comes later, is refused, never a second munmap of a range a Reserve may
+	// have mapped again in between. The calls in flight are waited for.
+	delete(p.live, r.Base)
+	if p.busy[r] > 0 && hostRegisterReleaseWaitHook != nil {
+		p.mu.Unlock()
+		hostRegisterReleaseWaitHook()
+		p.mu.Lock()
+	}
+	for p.busy[r] > 0 {
+		p.idle.Wait()
 	}
 	var errs []error
 	for _, g := range append([]hostReg(nil), p.regs[r.Base]...) {
@@ -297,15 +322,13 @@ func (p *HostRegister) Release(r *arena.Region) error {
 		}
 	}
 	if len(errs) > 0 {
+		p.live[r.Base] = r // kept: still mapped, so no other region there
 		p.mu.Unlock()
 		return fmt.Errorf("region [%#x, +%d) kept for a later release: %w", r.Base, r.Size, errors.Join(errs...))
 	}
 	p.dropHoles(r, 0, r.Size)
 	delete(p.regs, r.Base)
 	delete(p.holes, r.Base)
-	// Out of live before the munmap, under the lock: a Release racing this one is refused,
-	// never a second munmap of a range a Reserve may have mapped again in between.
-	delete(p.live, r.Base)
 	p.mu.Unlock()
 	if releaseUnmapHook != nil {
 		releaseUnmapHook()
@@ -322,6 +345,10 @@ func (p *HostRegister) Release(r *arena.Region) error {
 // releaseUnmapHook, when set (by tests), runs in HostRegister.Release between its registrations'
 // removal and its munmap.
 var releaseUnmapHook func()
+
+// hostRegisterReleaseWaitHook, when set (by tests), runs in HostRegister.Release when, the region
+// claimed, it waits for a call on it in flight.
+var hostRegisterReleaseWaitHook func()
 
 // Zero implements arena.Zeroer, with the CPU.
 func (p *HostRegister) Zero(addr, size uintptr) error { return hostZero(addr, size) }
@@ -355,6 +382,28 @@ func (p *HostRegister) known(r *arena.Region) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.mine(r)
+}
+
+// enter checks, as known, that r is a live region of the provider, and counts a call on it in
+// flight until leave: a Release that claims r meanwhile waits for it.
+func (p *HostRegister) enter(r *arena.Region) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.mine(r); err != nil {
+		return err
+	}
+	p.busy[r]++
+	return nil
+}
+
+// leave ends a call on r that enter (or Decommit, under p.mu) counted.
+func (p *HostRegister) leave(r *arena.Region) {
+	p.mu.Lock()
+	if p.busy[r]--; p.busy[r] == 0 {
+		delete(p.busy, r)
+		p.idle.Broadcast()
+	}
+	p.mu.Unlock()
 }
 
 // mine is known with p.mu held.
