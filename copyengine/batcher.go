@@ -57,13 +57,16 @@ type Batcher struct {
 	dsts, srcs, sizes []uintptr
 }
 
-// New makes a Batcher for dev, which must stay open until Close. With MethodAuto or
-// MethodKernel it loads the kernel (one JIT compilation per process, cached by the driver
-// across processes).
+// New makes a Batcher for dev, which must stay open until Close (a closed one fails New with an
+// error matching pinmalloc.ErrClosed). With MethodAuto or MethodKernel it loads the kernel (one
+// JIT compilation per process, cached by the driver across processes).
 func New(pub *cuda.Device, o Options) (*Batcher, error) {
 	dev, err := icuda.Of(pub)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	if err := dev.Do(func() error { return nil }); err != nil { // closed: its error, said once
+		return nil, fmt.Errorf("copyengine: New: %w", err)
 	}
 	if o.Method > MethodPerCopy || o.MaxBlocks < 0 || o.BlockThreads < 0 || o.BlockThreads > 1024 || o.BlockThreads%32 != 0 ||
 		!(o.SMShare >= 0 && o.SMShare <= 1) {
