@@ -207,10 +207,15 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 // capture is visible (none on that stream, nor on the legacy stream, which answers for the
 // blocking streams; a non-blocking stream's capture the Batcher never saw is not visible, and
 // the driver ends it). Neither ends a capture Close can see. Until then the buffer is kept,
-// unfreed, Close's error wraps pinmalloc.ErrBusy, and the next Close tries again.
+// unfreed, Close's error wraps pinmalloc.ErrBusy, and the next Close tries again. A Close after
+// the device's (a misuse) can give nothing back: it says so once, with an error matching
+// pinmalloc.ErrClosed, and forgets what the Batcher held.
 func (b *Batcher) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.dev.Do(func() error { return nil }); err != nil && b.dev.Closed() {
+		return b.forget(err)
+	}
 	if b.closed {
 		return errors.Join(b.freeLost(), b.freeRetired())
 	}
@@ -237,4 +242,23 @@ func (b *Batcher) Close() error {
 		b.mod, b.fn = 0, 0
 	}
 	return errors.Join(errs...)
+}
+
+// forget closes a Batcher whose device was closed before it (closed, the device's error):
+// what the Batcher holds no call can give back any more (it is the context's, freed with the
+// context once its last user lets it go), so forget drops it and says so once; nil when the
+// Batcher held nothing.
+func (b *Batcher) forget(closed error) error {
+	b.closed = true
+	held := len(b.stages) + len(b.retired) + len(b.lost)
+	if b.side != 0 || b.mod != 0 {
+		held++
+	}
+	b.stages, b.retired, b.lost, b.side, b.mod, b.fn = nil, nil, nil, 0, 0, 0
+	_ = b.fences.Close() // the device's refusals, once per event: said below
+	if held == 0 {
+		return nil
+	}
+	return fmt.Errorf("copyengine: Close after its device's, what it held left to the CUDA context: %w",
+		closed)
 }
