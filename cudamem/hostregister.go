@@ -69,6 +69,7 @@ const registerFlags = icuda.HostRegisterPortable | icuda.HostRegisterDeviceMap
 type HostRegister struct {
 	cudaBase
 	host *arena.HostProvider
+	page uintptr // the mapping's page: every range a call takes starts and ends on one
 
 	mu sync.Mutex
 	// live, by base: the regions reserved and not released. A region is the provider's only
@@ -125,6 +126,7 @@ func NewHostRegister(dev *cuda.Device, o HostOptions) (*HostRegister, error) {
 		return nil, fmt.Errorf("%w: NUMA node %d: the machine has nodes %v", arena.ErrInvalid, n, numa.Online(sysfsRoot))
 	}
 	p.host = arena.PinnableHost(ho)
+	p.page = p.host.Caps().Granule
 	return p, nil
 }
 
@@ -172,6 +174,9 @@ func (p *HostRegister) Reserve(size, alignment uintptr) (*arena.Region, error) {
 // Commit implements arena.Provider: the range is made accessible, then registered as one.
 func (p *HostRegister) Commit(r *arena.Region, off, size uintptr) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
+	if err := p.pages(r, off, size); err != nil {
+		return err
+	}
 	if err := p.enter(r); err != nil {
 		return err
 	}
@@ -190,7 +195,7 @@ func (p *HostRegister) Commit(r *arena.Region, off, size uintptr) error {
 // (written, so that each is a page of its own and not the shared zero page), without a
 // registration. Decommit undoes it.
 func (p *HostRegister) Prefault(r *arena.Region, off, size uintptr) error {
-	if err := r.CheckRange(off, size); err != nil {
+	if err := p.pages(r, off, size); err != nil {
 		return err
 	}
 	if err := p.enter(r); err != nil {
@@ -212,7 +217,7 @@ func (p *HostRegister) Prefault(r *arena.Region, off, size uintptr) error {
 // driver call is made.
 func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
-	if err := r.CheckRange(off, size); err != nil {
+	if err := p.pages(r, off, size); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -257,7 +262,7 @@ func (p *HostRegister) Join(r *arena.Region, off, size uintptr) error {
 // error wraps arena.ErrDecommitUnfinished.
 func (p *HostRegister) Decommit(r *arena.Region, off, size uintptr) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
-	if err := r.CheckRange(off, size); err != nil {
+	if err := p.pages(r, off, size); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -382,6 +387,20 @@ func (p *HostRegister) known(r *arena.Region) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.mine(r)
+}
+
+// pages checks that [off, off+size) lies in r and starts and ends on a page of the mapping
+// (the arena's ranges are whole chunks): a registration, an mprotect and a madvise take whole
+// pages, and a range cut inside one would leave two registrations of a page.
+func (p *HostRegister) pages(r *arena.Region, off, size uintptr) error {
+	if err := r.CheckRange(off, size); err != nil {
+		return err
+	}
+	if off%p.page != 0 || size%p.page != 0 {
+		return fmt.Errorf("%w: range [%d, +%d) of region %#x is not page-aligned (%d)",
+			arena.ErrInvalid, off, size, r.Base, p.page)
+	}
+	return nil
 }
 
 // enter checks, as known, that r is a live region of the provider, and counts a call on it in
