@@ -22,7 +22,7 @@ type wholeRegions struct {
 	free  func(addr uintptr) error
 	op    string // the allocating call, for errors
 
-	mu sync.Mutex // guards the Handle of the regions being released (Release claims it)
+	mu sync.Mutex // guards the regions' Handle: Release claims it, Commit and Decommit read it
 }
 
 // init sets up w, its cudaBase set up already.
@@ -50,14 +50,30 @@ func (w *wholeRegions) Reserve(size, _ uintptr) (*arena.Region, error) {
 	return &arena.Region{Base: addr, Size: size, Committed: true, Handle: w}, nil
 }
 
-// Commit implements arena.Provider: regions are committed whole already.
+// Commit implements arena.Provider: regions are committed whole already. A region not
+// reserved by the provider, or released, is refused with arena.ErrInvalid.
 func (w *wholeRegions) Commit(r *arena.Region, off, size uintptr) error {
-	return r.CheckRange(off, size)
+	return w.mine(r, off, size)
 }
 
-// Decommit implements arena.Provider: nothing can be given back short of Release.
+// Decommit implements arena.Provider: nothing can be given back short of Release. A region
+// not reserved by the provider, or released, is refused with arena.ErrInvalid.
 func (w *wholeRegions) Decommit(r *arena.Region, off, size uintptr) error {
-	return r.CheckRange(off, size)
+	return w.mine(r, off, size)
+}
+
+// mine checks that [off, off+size) lies in r, a region the provider reserved and has not
+// released (Release clears its Handle).
+func (w *wholeRegions) mine(r *arena.Region, off, size uintptr) error {
+	if err := r.CheckRange(off, size); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.Handle != w {
+		return fmt.Errorf("%w: region not from this provider or already released", arena.ErrInvalid)
+	}
+	return nil
 }
 
 // ReleaseKept implements arena.KeptReleaser: it destroys the streams the provider keeps for its
