@@ -207,7 +207,8 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 // capture is visible (none on that stream, nor on the legacy stream, which answers for the
 // blocking streams; a non-blocking stream's capture the Batcher never saw is not visible, and
 // the driver ends it). Neither ends a capture Close can see. Until then the buffer is kept,
-// unfreed, Close's error wraps pinmalloc.ErrBusy, and the next Close tries again. A Close after
+// unfreed, and the kernel loaded, Close's error wraps pinmalloc.ErrBusy, and the next Close
+// tries again. A Close after
 // the device's (a misuse) can give nothing back: it says so once, with an error matching
 // pinmalloc.ErrClosed, and forgets what the Batcher held.
 func (b *Batcher) Close() error {
@@ -217,7 +218,7 @@ func (b *Batcher) Close() error {
 		return b.forget(err)
 	}
 	if b.closed {
-		return errors.Join(b.freeLost(), b.freeRetired())
+		return errors.Join(b.freeLost(), b.freeRetired(), b.unload())
 	}
 	b.closed = true
 	var errs []error
@@ -236,12 +237,20 @@ func (b *Batcher) Close() error {
 		}
 		b.side = 0
 	}
-	errs = append(errs, b.fences.Close())
-	if b.mod != 0 {
-		errs = append(errs, b.dev.ModuleUnload(b.mod))
-		b.mod, b.fn = 0, 0
-	}
+	errs = append(errs, b.fences.Close(), b.unload())
 	return errors.Join(errs...)
+}
+
+// unload unloads the gather kernel once no lost launch (lose) may still run it: while one may,
+// the module stays loaded, as its staging buffer stays allocated, and the Close that frees the
+// last such buffer unloads it.
+func (b *Batcher) unload() error {
+	if b.mod == 0 || len(b.lost) != 0 {
+		return nil
+	}
+	err := b.dev.ModuleUnload(b.mod)
+	b.mod, b.fn = 0, 0
+	return err
 }
 
 // forget closes a Batcher whose device was closed before it (closed, the device's error):

@@ -69,8 +69,9 @@
 // that no copy of a failed Copy runs later out of s's order or from a staging buffer reused since:
 // by a synchronize of the stream, else of the context, made only while no capture is visible (as
 // for Close, below; its error then matches cuda.ErrCapturing). Where even that wait fails, the
-// launch's staging buffer leaves the ring, never written again, and Close frees it only once it
-// confirms the launch done (until then its error wraps pinmalloc.ErrBusy): by synchronizing its
+// launch's staging buffer leaves the ring, never written again, and Close frees it, and unloads
+// the kernel, only once it confirms the launch done (until then its error wraps
+// pinmalloc.ErrBusy): by synchronizing its
 // stream, while that stream does not capture a graph, else the context, while no capture is
 // visible (a non-blocking stream's capture the Batcher never saw is not), so that Close ends no
 // capture it can see.
