@@ -62,7 +62,7 @@ func TestHugePoolBounded(t *testing.T) {
 	js, _ := get(t, url+"stats.json")
 	for what, s := range map[string]string{"page": page, "map.svg": svg, "stats.json": js} {
 		bound := 4 << 20
-		if what == "stats.json" { // the map as data, and as the SVG (escaped)
+		if what == "stats.json" { // the map as data, and as the SVG
 			bound = 10 << 20
 		}
 		if len(s) > bound {

@@ -404,15 +404,21 @@ func classes(m heap.Map) []Class {
 	return out
 }
 
-// serveJSON writes a snapshot as stats.json.
+// serveJSON writes a snapshot as stats.json. Its maps' SVG is written with <, > and & as they
+// are, not escaped for HTML (\u003c...), which made a map some 30 % larger in the file: the
+// document is served as JSON, which a browser is told not to read as anything else, and the
+// page writes the SVG into its HTML from the decoded string, which checkMapSVG has checked
+// when it comes from a file.
 func serveJSON(w http.ResponseWriter, snap *snapshot) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	if err := enc.Encode(snap); err != nil {
 		http.Error(w, fmt.Sprintf("encoding stats: %v", err), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write(b.Bytes())
 }
