@@ -22,6 +22,19 @@ import (
 // program again with cFootprintEnv set, which reads its request (cFootprintRequest, JSON) on
 // its standard input, runs it in its own loops and writes its figures (cFootprintReply) on its
 // standard output.
+//
+// A child holds memory in the allocator before its case: glibc's arenas of the Go runtime's
+// threads (some 660 KiB: 132 KiB each for the main arena and for each thread that called
+// malloc), and mimalloc what it set up, if anything. The C loop gives back what it can
+// (malloc_trim, mi_collect), measures what is held then, just before the case starts its
+// threads (the baseline: <prefix>_baseline in cloops.h), and cLarson and cReplay leave it out
+// of the case's figures and say it (held_baseline_bytes, baseline_held_bytes). The case's
+// threads are new ones (the larson threads; the replay's thread), which glibc gives arenas of
+// their own, so the baseline's arenas stay as they were under the case: what is left is what
+// the case made the allocator take, its threads' arenas included. Not exactly where glibc runs
+// out of arenas (8 per core: with 8 larson threads beside the 5, on fewer than 2 cores) and
+// the case's threads share the baseline's, or where a Go runtime thread's first malloc comes
+// during the case.
 
 // cFootprintEnv set in the environment makes this program a footprint child (cFootprintChild).
 const cFootprintEnv = "PINMALLOC_BENCH_CFOOTPRINT"
@@ -109,6 +122,7 @@ type cFootprintReply struct {
 type larsonReply struct {
 	Live, End, Idle, Trimmed uint64
 	NsPerOp                  float64
+	Baseline                 uint64 // held before the case, left out of End, Idle, Trimmed
 }
 
 // larsonInChild returns name's larson run (footprint.go), each run in a footprint child.
@@ -125,7 +139,7 @@ func larsonInChild(name string) func(larsonShape, int, time.Duration) (larsonRes
 		}
 		l := rep.Larson
 		return larsonResult{live: l.Live, end: l.End, idle: l.Idle, trimmed: l.Trimmed,
-			nsPerOp: l.NsPerOp}, nil
+			baseline: l.Baseline, nsPerOp: l.NsPerOp}, nil
 	}
 }
 
@@ -233,7 +247,7 @@ func footprintHere(req cFootprintRequest) (rep cFootprintReply) {
 		sh := larsonShape{threads: l.Threads, slots: l.Slots, lo: l.Lo, hi: l.Hi}
 		if r, err = im.larson(sh, l.Steps, l.Idle); err == nil {
 			rep.Larson = &larsonReply{Live: r.live, End: r.end, Idle: r.idle, Trimmed: r.trimmed,
-				NsPerOp: r.nsPerOp}
+				NsPerOp: r.nsPerOp, Baseline: r.baseline}
 		}
 	case req.Replay != nil && im.replay != nil:
 		var evs []alloctrace.Event

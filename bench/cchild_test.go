@@ -114,8 +114,9 @@ func TestFootprintChildFails(t *testing.T) {
 	}
 }
 
-// glibcBase returns glibc and what it holds in a fresh child before a case allocates (the
-// arenas of the Go runtime's threads: some 660 KiB), or skips the test.
+// glibcBase returns glibc and what it holds for a case of one block in a footprint child
+// (the case's thread's own arena, 132 KiB; what the child held before is left out), or skips
+// the test.
 func glibcBase(t *testing.T) (impl, float64) {
 	t.Helper()
 	im := newGlibc()

@@ -7,9 +7,9 @@
 // bytes the allocator holds from the OS) and BENCH_COLLECT() (what gives free memory back on the
 // calling thread), then include it.
 // It defines static functions <prefix>_pair, <prefix>_mixed, <prefix>_prodcons, <prefix>_churn,
-// <prefix>_replay and <prefix>_larson, each returning the elapsed nanoseconds, or -1 when an
-// allocation failed, and <prefix>_churn_open and <prefix>_churn_close, which set up and free the
-// churn's live blocks.
+// <prefix>_replay, <prefix>_replay_fresh and <prefix>_larson, each returning the elapsed
+// nanoseconds, or -1 when an allocation failed, and <prefix>_churn_open and
+// <prefix>_churn_close, which set up and free the churn's live blocks.
 
 #ifndef BENCH_CLOOPS_COMMON
 #define BENCH_CLOOPS_COMMON
@@ -162,13 +162,14 @@ static void *bench_larson_thread(void *p) {
 // collected (the collect function); *live the bytes live. It returns the churn's ns (from the
 // start to the last thread done), or -1 when an allocation failed or a thread could not start.
 static int64_t bench_larson_run(bench_larson *r, int64_t idle_ms, int64_t (*held_fn)(void), int64_t held[3], int64_t *live) {
-	pthread_t *th = calloc((size_t)r->threads, sizeof *th);
-	bench_larson_arg *args = calloc((size_t)r->threads, sizeof *args);
-	if (th == NULL || args == NULL) {
-		free(th);
-		free(args);
-		return -1;
-	}
+	// The threads' table is mapped apart from the allocator, as their slots are: from libc's
+	// calloc, glibc's figure would count it (and before the baseline took the calling thread's
+	// arena, the 132 KiB arena its first malloc made).
+	size_t tbytes = (size_t)r->threads * (sizeof(pthread_t) + sizeof(bench_larson_arg));
+	void *table = mmap(NULL, tbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (table == MAP_FAILED) return -1;
+	bench_larson_arg *args = table;
+	pthread_t *th = (pthread_t *)(args + r->threads);
 	unsigned parties = (unsigned)r->threads + 1;
 	pthread_barrier_init(&r->churned, NULL, parties);
 	pthread_barrier_init(&r->collect, NULL, parties);
@@ -194,10 +195,35 @@ static int64_t bench_larson_run(bench_larson *r, int64_t idle_ms, int64_t (*held
 	pthread_barrier_destroy(&r->collect);
 	pthread_barrier_destroy(&r->collected);
 	pthread_barrier_destroy(&r->release);
-	free(th);
-	free(args);
+	munmap(table, tbytes);
 	*live = atomic_load(&r->live);
 	return atomic_load(&r->fails) ? -1 : el;
+}
+
+// bench_replay_call is a replay to run on a thread of its own (bench_replay_fresh): the
+// loop, its arguments and its result.
+typedef struct {
+	int64_t (*fn)(const uint64_t *ev, int64_t n, void **slots, int64_t *peak);
+	const uint64_t *ev;
+	int64_t n;
+	void **slots;
+	int64_t *peak;
+	int64_t ns;
+} bench_replay_call;
+
+static void *bench_replay_thread(void *p) {
+	bench_replay_call *c = p;
+	c->ns = c->fn(c->ev, c->n, c->slots, c->peak);
+	return NULL;
+}
+
+// bench_replay_fresh runs c on a new thread and waits for it: it returns the replay's ns, or
+// -2 when the thread could not start.
+static int64_t bench_replay_fresh(bench_replay_call *c) {
+	pthread_t th;
+	if (pthread_create(&th, NULL, bench_replay_thread, c) != 0) return -2;
+	pthread_join(th, NULL);
+	return c->ns;
 }
 
 #endif // BENCH_CLOOPS_COMMON
@@ -359,13 +385,40 @@ static int64_t BENCH_FN(replay)(const uint64_t *ev, int64_t n, void **slots, int
 	return failed ? -1 : el;
 }
 
+// <prefix>_baseline gives back what it can (BENCH_COLLECT) and returns what the allocator holds
+// then (BENCH_HELD), just before a footprint case starts its threads: in a footprint child,
+// what the process held before the case (glibc: the arenas of the Go runtime's threads that
+// called malloc, and the main arena, whose top a later trim would shrink under the case's
+// figures were it not trimmed here). The calling thread allocates once first, so that its
+// arena, if it had none, is the baseline's: glibc's pthread_create allocates the new thread's
+// TLS on the calling thread, whose first malloc made it an arena of 132 KiB in the case's
+// figures. Taken here, not from Go before the call: between the two, the Go runtime's threads
+// made arenas (a collection's workers).
+static int64_t BENCH_FN(baseline)(void) {
+	void *p = BENCH_MALLOC(1);
+	if (p != NULL) BENCH_FREE(p);
+	BENCH_COLLECT();
+	return BENCH_HELD();
+}
+
+// <prefix>_replay_fresh is <prefix>_replay on a new thread, as the larson's threads are new: in
+// glibc a thread that allocates first gets an arena of its own, so the replay's blocks are not
+// put in the free room of an arena that was there before (which *base counts): the peak less
+// *base is the case's own. *base gets <prefix>_baseline's figure, taken first. -2: no thread.
+static int64_t BENCH_FN(replay_fresh)(const uint64_t *ev, int64_t n, void **slots, int64_t *peak, int64_t *base) {
+	bench_replay_call c = {BENCH_FN(replay), ev, n, slots, peak, -1};
+	*base = BENCH_FN(baseline)();
+	return bench_replay_fresh(&c);
+}
+
 static void *BENCH_FN(larson_malloc)(size_t n) { return BENCH_MALLOC(n); }
 static void BENCH_FN(larson_collect)(void) { BENCH_COLLECT(); }
 static int64_t BENCH_FN(larson_held)(void) { return BENCH_HELD(); }
 
 // <prefix>_larson runs the footprint cases' larson churn (footprint.go) on threads threads:
-// see bench_larson_run.
-static int64_t BENCH_FN(larson)(int64_t threads, int64_t slots, uint64_t lo, uint64_t hi, int64_t steps, int64_t idle_ms, int64_t held[3], int64_t *live) {
+// see bench_larson_run. *base gets <prefix>_baseline's figure, taken first.
+static int64_t BENCH_FN(larson)(int64_t threads, int64_t slots, uint64_t lo, uint64_t hi, int64_t steps, int64_t idle_ms, int64_t held[3], int64_t *live, int64_t *base) {
+	*base = BENCH_FN(baseline)();
 	bench_larson r = {.threads = threads, .slots = slots, .steps = steps, .lo = lo, .hi = hi,
 		.malloc_fn = BENCH_FN(larson_malloc), .free_fn = BENCH_FN(release), .collect_fn = BENCH_FN(larson_collect)};
 	return bench_larson_run(&r, idle_ms, BENCH_FN(larson_held), held, live);

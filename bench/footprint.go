@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,7 +59,10 @@ const footprintIdle = 250 * time.Millisecond
 type larsonResult struct {
 	live               uint64 // bytes asked for by the buffers live at the end
 	end, idle, trimmed uint64 // held at the end of the churn, after footprintIdle, after a trim
-	nsPerOp            float64
+	// baseline is, for a C allocator, what its footprint child held before the case, left out
+	// of end, idle and trimmed (cchild.go).
+	baseline uint64
+	nsPerOp  float64
 }
 
 // footprintCases returns the larson footprint cases.
@@ -118,6 +122,9 @@ func (rs *resultSet) larsoned(r larsonResult) {
 	rs.add("held_end_bytes", float64(r.end), "B")
 	rs.add("held_idle_bytes", float64(r.idle), "B")
 	rs.add("held_trimmed_bytes", float64(r.trimmed), "B")
+	if r.baseline > 0 {
+		rs.add("held_baseline_bytes", float64(r.baseline), "B")
+	}
 	rs.add("idle_over_live", float64(r.idle)/float64(r.live), "ratio")
 	rs.add("ns_per_op", r.nsPerOp, "ns")
 }
@@ -232,14 +239,16 @@ func goLarson[H any](open func(int64) (allocator[H], error), sh larsonShape, ste
 }
 
 // cLarson runs a larson shape with a C allocator's loop (cloops.h).
-func cLarson(run func(threads, slots, lo, hi, steps, idleMs int) (ns int64, held [3]int64, live int64)) func(larsonShape, int, time.Duration) (larsonResult, error) {
+func cLarson(run func(threads, slots, lo, hi, steps, idleMs int) (ns int64, held [3]int64, live, baseline int64)) func(larsonShape, int, time.Duration) (larsonResult, error) {
 	return func(sh larsonShape, steps int, idle time.Duration) (larsonResult, error) {
-		ns, held, live := run(sh.threads, sh.slots, sh.lo, sh.hi, steps, int(idle.Milliseconds()))
+		ns, held, live, base := run(sh.threads, sh.slots, sh.lo, sh.hi, steps, int(idle.Milliseconds()))
 		if ns < 0 {
 			return larsonResult{}, errAllocFailed
 		}
-		return larsonResult{live: uint64(live), end: uint64(held[0]), idle: uint64(held[1]), trimmed: uint64(held[2]),
-			nsPerOp: float64(ns) / float64(sh.threads*(sh.slots+steps))}, nil
+		// What the process held before the case is not the case's (cchild.go).
+		less := func(h int64) uint64 { return uint64(max(h-max(base, 0), 0)) }
+		return larsonResult{live: uint64(live), end: less(held[0]), idle: less(held[1]), trimmed: less(held[2]),
+			baseline: uint64(max(base, 0)), nsPerOp: float64(ns) / float64(sh.threads*(sh.slots+steps))}, nil
 	}
 }
 
@@ -342,6 +351,33 @@ func printFootprint(w io.Writer, rs []result) {
 				cell("held_end_bytes"), cell("held_idle_bytes"), cell("held_trimmed_bytes"), fmtNs(get("ns_per_op")))
 		}
 	}
+	printBaselines(w, rs)
+}
+
+// printBaselines says, under the footprint table, what the C allocators' footprint children
+// held before their cases, which their figures leave out (cchild.go), the most of any case.
+func printBaselines(w io.Writer, rs []result) {
+	var impls []string // in the order the results name them
+	most := map[string]float64{}
+	for _, r := range rs {
+		if !strings.HasPrefix(r.Case, "footprint/") || r.Metric != "held_baseline_bytes" {
+			continue
+		}
+		if _, ok := most[r.Impl]; !ok {
+			impls = append(impls, r.Impl)
+		}
+		most[r.Impl] = max(most[r.Impl], r.Value)
+	}
+	if len(impls) == 0 {
+		return
+	}
+	var says []string
+	for _, im := range impls {
+		says = append(says, fmt.Sprintf("%s %.0f KiB", im, most[im]/(1<<10)))
+	}
+	fmt.Fprintf(w, "\nThe C allocators run each case in a fresh child process, their figures less what "+
+		"it held before the case (glibc: the arenas of the Go runtime's threads), at most: %s.\n",
+		strings.Join(says, ", "))
 }
 
 // footprintTabled lists the cases printFootprint shows: the device heap's and the larson ones.

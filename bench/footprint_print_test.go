@@ -35,3 +35,24 @@ func TestFootprintPrintedOnce(t *testing.T) {
 		t.Errorf("printFootprint does not show the case:\n%s", out.String())
 	}
 }
+
+// TestFootprintPrintsBaseline: the footprint table says what a C allocator's child held
+// before its cases, which its figures leave out, and says nothing of it for the others.
+func TestFootprintPrintsBaseline(t *testing.T) {
+	var rs []result
+	for _, c := range []struct {
+		impl     string
+		baseline uint64
+	}{{"pinmalloc-pool", 0}, {"glibc", 536 << 10}, {"glibc", 660 << 10}} {
+		set := resultSet{c: "footprint/larson-low", impl: c.impl}
+		set.larsoned(larsonResult{live: 2 << 20, end: 4 << 20, idle: 4 << 20, trimmed: 4 << 20,
+			baseline: c.baseline, nsPerOp: 100})
+		rs = append(rs, set.out...)
+	}
+	var out bytes.Buffer
+	printFootprint(&out, rs)
+	if !strings.Contains(out.String(), "at most: glibc 660 KiB.") ||
+		strings.Contains(out.String(), "pinmalloc-pool 0") {
+		t.Errorf("printFootprint does not say glibc's baseline (660 KiB at most) alone:\n%s", out.String())
+	}
+}

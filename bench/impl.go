@@ -95,12 +95,14 @@ type cLoops struct {
 	pair     func(size, n int) int64
 	mixed    func(ops []uint32, n int, b *barrier) (start, ns int64)
 	prodcons func(ops []uint32, n int) int64
-	replay   func(ev []uint64, nalloc int) (ns int64, peakHeld uint64)
+	// replay and larson also return what the allocator held before the case
+	// (<prefix>_baseline in cloops.h), which their figures include.
+	replay func(ev []uint64, nalloc int) (ns int64, peakHeld, baseline uint64)
 	// churn allocates live blocks of size bytes and returns the loop that churns them and the
 	// function that frees them, or ok false when an allocation failed (having freed the rest).
 	churn func(live, size int) (loop func(n int) int64, release func(), ok bool)
 	// larson runs a footprint case (footprint.go): ns -1 when an allocation failed.
-	larson func(threads, slots, lo, hi, steps, idleMs int) (ns int64, held [3]int64, live int64)
+	larson func(threads, slots, lo, hi, steps, idleMs int) (ns int64, held [3]int64, live, baseline int64)
 }
 
 // cImpl builds the impl of a C allocator from its loops.

@@ -147,20 +147,20 @@ func newMimalloc() impl {
 			return func(n int) int64 { return int64(C.mi_churn(slots, C.int64_t(live), C.size_t(size), C.int64_t(n))) },
 				func() { C.mi_churn_close(slots, C.int64_t(live)) }, slots != nil
 		},
-		larson: func(threads, slots, lo, hi, steps, idleMs int) (int64, [3]int64, int64) {
+		larson: func(threads, slots, lo, hi, steps, idleMs int) (int64, [3]int64, int64, int64) {
 			var held [3]C.int64_t
-			var live C.int64_t
-			ns := C.mi_larson(C.int64_t(threads), C.int64_t(slots), C.uint64_t(lo), C.uint64_t(hi), C.int64_t(steps), C.int64_t(idleMs), &held[0], &live)
-			return int64(ns), [3]int64{int64(held[0]), int64(held[1]), int64(held[2])}, int64(live)
+			var live, base C.int64_t
+			ns := C.mi_larson(C.int64_t(threads), C.int64_t(slots), C.uint64_t(lo), C.uint64_t(hi), C.int64_t(steps), C.int64_t(idleMs), &held[0], &live, &base)
+			return int64(ns), [3]int64{int64(held[0]), int64(held[1]), int64(held[2])}, int64(live), int64(base)
 		},
-		replay: func(ev []uint64, nalloc int) (int64, uint64) {
+		replay: func(ev []uint64, nalloc int) (int64, uint64, uint64) {
 			// The slots hold C pointers only; Go's memory, not the allocator's (whose figure
 			// would count them, libc's malloc for glibc).
 			slots := make([]uintptr, max(nalloc, 1))
-			var peak C.int64_t
-			ns := C.mi_replay((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)),
-				(*unsafe.Pointer)(unsafe.Pointer(&slots[0])), &peak)
-			return int64(ns), uint64(peak)
+			var peak, base C.int64_t
+			ns := C.mi_replay_fresh((*C.uint64_t)(unsafe.Pointer(&ev[0])), C.int64_t(len(ev)),
+				(*unsafe.Pointer)(unsafe.Pointer(&slots[0])), &peak, &base)
+			return int64(ns), uint64(peak), uint64(base)
 		},
 	})
 	im.found = fmt.Sprintf("mimalloc %s (%s)", mimallocVersion(), C.GoString(C.mi_loaded_from()))
