@@ -72,7 +72,8 @@ type Writer struct {
 	start  time.Time
 	last   time.Duration
 	next   uint64
-	ids    map[uintptr]uint64 // live allocations: address → id
+	ids    map[uintptr]traced // live allocations by address
+	live   uint64             // their bytes, as Read sums them
 	err    error
 	header bool
 	buf    [3*binary.MaxVarintLen64 + 2]byte
@@ -80,19 +81,32 @@ type Writer struct {
 
 // NewWriter returns a writer to w. The header is written with the first record.
 func NewWriter(w io.Writer) *Writer {
-	return &Writer{w: bufio.NewWriterSize(w, 64<<10), start: time.Now(), ids: map[uintptr]uint64{}}
+	return &Writer{w: bufio.NewWriterSize(w, 64<<10), start: time.Now(), ids: map[uintptr]traced{}}
 }
 
+// traced is a live allocation a Writer recorded: its number and size.
+type traced struct{ id, size uint64 }
+
 // Alloc records an allocation of size bytes aligned to align (0: the allocator's own) at
-// addr, by goroutine g. An alignment Read would refuse (not a power of two, or beyond
-// MaxBytes) is refused with ErrFormat and not recorded, nor is the free of addr that follows.
+// addr, by goroutine g. An allocation Read would refuse is refused with ErrFormat and not
+// recorded, nor is the free of addr that follows: an alignment that is not a power of two or
+// is beyond MaxBytes, a size of 0 or beyond MaxBytes, or one that would take the live bytes
+// beyond MaxBytes.
 func (t *Writer) Alloc(addr uintptr, size, align, g uint64) error {
 	if align&(align-1) != 0 || align > MaxBytes {
 		return fmt.Errorf("%w: allocation of %d bytes aligned to %#x: not a power of two "+
 			"up to 2^%d", ErrFormat, size, align, maxLog)
 	}
+	if size == 0 || size > MaxBytes {
+		return fmt.Errorf("%w: allocation of %d bytes (1 to 2^%d)", ErrFormat, size, maxLog)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if size > MaxBytes-t.live {
+		return fmt.Errorf("%w: allocation of %d bytes beside %d live: beyond 2^%d",
+			ErrFormat, size, t.live, maxLog)
+	}
+	t.live += size
 	b := t.head(opAlloc)
 	b = binary.AppendUvarint(b, size)
 	lg := byte(0)
@@ -101,7 +115,7 @@ func (t *Writer) Alloc(addr uintptr, size, align, g uint64) error {
 	}
 	b = append(b, lg)
 	b = binary.AppendUvarint(b, g)
-	t.ids[addr] = t.next
+	t.ids[addr] = traced{t.next, size}
 	t.next++
 	t.put(b)
 	return nil
@@ -130,12 +144,13 @@ func (t *Writer) Unlock() { t.mu.Unlock() }
 // FreeLocked records the free of the allocation at addr; the caller holds the lock (Lock)
 // since before the free. A free of memory allocated before tracing began is not recorded.
 func (t *Writer) FreeLocked(addr uintptr) {
-	id, ok := t.ids[addr]
+	a, ok := t.ids[addr]
 	if !ok {
 		return
 	}
 	delete(t.ids, addr)
-	t.put(binary.AppendUvarint(t.head(opFree), id))
+	t.live -= a.size
+	t.put(binary.AppendUvarint(t.head(opFree), a.id))
 }
 
 // head starts a record: the op and the time since the previous one.

@@ -2,6 +2,7 @@ package alloctrace
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -61,24 +62,19 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// trace writes a trace of allocations of the given sizes, each freed at once when free is set.
+// trace encodes a trace of allocations of the given sizes, each freed at once when free is
+// set, by hand: Writer refuses what Read must refuse.
 func trace(t testing.TB, free bool, sizes ...uint64) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	b := []byte(Magic)
 	for i, n := range sizes {
-		addr := uintptr(i+1) << 12
-		w.Alloc(addr, n, 0, 1)
+		b = binary.AppendUvarint(append(b, opAlloc, 0), n)
+		b = append(b, 0, 1) // the pool's alignment, goroutine 1
 		if free {
-			if err := w.Free(addr, func() error { return nil }); err != nil {
-				t.Fatal(err)
-			}
+			b = binary.AppendUvarint(append(b, opFree, 0), uint64(i))
 		}
 	}
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return b
 }
 
 // TestReadBeyondAddressSpace: a size, an alignment or live bytes beyond the address space, and

@@ -35,15 +35,59 @@ func TestWriterRefusesWhatReadRefuses(t *testing.T) {
 	}
 }
 
+// TestWriterRefusesSizesReadRefuses: a size Read refuses (0, beyond MaxBytes) or one that
+// takes the live bytes beyond MaxBytes is refused by Alloc with ErrFormat and not recorded,
+// nor is its free; a free makes room again; the trace stays readable.
+func TestWriterRefusesSizesReadRefuses(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	nop := func() error { return nil }
+	for _, size := range []uint64{0, MaxBytes + 1, 1 << 60, 1<<64 - 1} {
+		if err := w.Alloc(0x1000, size, 0, 1); !errors.Is(err, ErrFormat) {
+			t.Errorf("Alloc of %#x bytes: %v, want ErrFormat", size, err)
+		}
+		if err := w.Free(0x1000, nop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Alloc(0x1000, MaxBytes/2, 0, 1); err != nil { // allocation 0
+		t.Fatal(err)
+	}
+	if err := w.Alloc(0x2000, MaxBytes/2+1, 0, 1); !errors.Is(err, ErrFormat) {
+		t.Errorf("Alloc beyond MaxBytes live: %v, want ErrFormat", err)
+	}
+	if err := w.Free(0x2000, nop); err != nil { // not recorded: never allocated
+		t.Fatal(err)
+	}
+	if err := w.Alloc(0x2000, MaxBytes/2, 0, 1); err != nil { // allocation 1: exactly MaxBytes live
+		t.Fatal(err)
+	}
+	if err := w.Free(0x1000, nop); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Alloc(0x3000, MaxBytes/2, 0, 1); err != nil { // allocation 2, in the room freed
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := Read(&buf)
+	if err != nil || len(evs) != 4 || !evs[2].Free || evs[2].ID != 0 || evs[3].ID != 2 {
+		t.Errorf("read %+v, %v; want allocations 0 and 1, the free of 0, allocation 2", evs, err)
+	}
+}
+
 // FuzzWriteRead: whatever Alloc accepts, Read reads back as written: the allocations (size,
 // alignment, goroutine) and frees, in order. The input is a program: per step an op byte
-// (even: allocate, odd: free), then for an allocation a 4-byte size (plus one, so that live
-// bytes stay within MaxBytes for the steps an input holds), an 8-byte alignment and a
-// goroutine byte; for a free, a byte choosing the live allocation.
+// (even: allocate, odd: free), then for an allocation an 8-byte size, an 8-byte alignment and
+// a goroutine byte; for a free, a byte choosing the live allocation.
 func FuzzWriteRead(f *testing.F) {
-	f.Add([]byte{0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 1, 0})
-	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0x80, 0, 0, 3})
-	f.Add([]byte{0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 9})
+	f.Add([]byte{0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 1, 0})
+	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0, 0, 3})
+	f.Add([]byte{0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 9})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+		0, 1, 0, 0, 0, 0, 0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var buf bytes.Buffer
 		w := NewWriter(&buf)
@@ -68,13 +112,13 @@ func FuzzWriteRead(f *testing.F) {
 				want = append(want, Event{Free: true, ID: ids[addr]})
 				continue
 			}
-			if len(in) < 13 {
+			if len(in) < 17 {
 				break
 			}
-			size := uint64(binary.LittleEndian.Uint32(in)) + 1
-			align := binary.LittleEndian.Uint64(in[4:])
-			g := uint64(in[12])
-			in = in[13:]
+			size := binary.LittleEndian.Uint64(in)
+			align := binary.LittleEndian.Uint64(in[8:])
+			g := uint64(in[16])
+			in = in[17:]
 			addr := step << 12
 			if err := w.Alloc(addr, size, align, g); err != nil {
 				if !errors.Is(err, ErrFormat) {
