@@ -9,8 +9,9 @@ import (
 )
 
 // The fake's pinning section (the end of fakedriver.c.in, fake_pin_ctl): a cost model for the
-// calls that pin host memory, fault injection for the VMM and registration calls (and
-// cuEventRecord), and what the host says about NUMA. The fake runs every call under one mutex;
+// calls that pin host memory, fault injection for the VMM and registration calls, for
+// cuEventRecord and for the calls that give back (free, unmap, release, unregister, destroy,
+// unload), and what the host says about NUMA. The fake runs every call under one mutex;
 // its pinning calls do their expensive part (and the modelled cost) outside it, so that calls
 // on several threads overlap.
 // What figures taken with the cost model can and cannot show is said at SetPinCost.
@@ -49,6 +50,16 @@ const (
 	CallUnregister
 	// CallFreeHost is cuMemFreeHost (the allocation stays).
 	CallFreeHost
+	// CallStreamDestroy is cuStreamDestroy (the stream stays, its work and handle with it).
+	CallStreamDestroy
+	// CallEventDestroy is cuEventDestroy (the event stays, as it was).
+	CallEventDestroy
+	// CallModuleUnload is cuModuleUnload (the module stays loaded, its functions valid).
+	CallModuleUnload
+	// CallMemFree is cuMemFree (the allocation stays; the context is not synchronized).
+	CallMemFree
+	// CallAddressFree is cuMemAddressFree (the reservation stays).
+	CallAddressFree
 )
 
 // More result codes for FailAfter.
@@ -57,6 +68,8 @@ const (
 	ResultInvalidValue = 1
 	// ResultNotSupported is CUDA_ERROR_NOT_SUPPORTED.
 	ResultNotSupported = 801
+	// ResultInvalidHandle is CUDA_ERROR_INVALID_HANDLE.
+	ResultInvalidHandle = 400
 )
 
 // NUMADefault, given to SetHostNUMAID, restores the default: device d reports node d modulo the
@@ -81,7 +94,10 @@ func (d *Driver) SetPinCost(populate bool, pin, unpin time.Duration) {
 }
 
 // FailAfter makes call fail with result code once, after skip more calls of it have passed
-// their argument checks.
+// their argument checks. A call that gives something back and is made to fail changes nothing,
+// as when the real driver refuses it (a bad handle or argument: ResultInvalidValue; its sticky
+// error refuses it too, with no injection): what it names stays alive, and the same call
+// again succeeds.
 func (d *Driver) FailAfter(call PinCall, skip, code int) {
 	if skip < 0 || skip > 1<<40 || code <= 0 || code > 0xffff {
 		panic(fmt.Sprintf("fakecuda: FailAfter(%d, %d, %d): out of range", call, skip, code))
