@@ -52,6 +52,7 @@ type Batcher struct {
 	stages  []*stage // FIFO: stages[0] is the least recently used
 	retired []*stage // idle buffers to free: too small for a batch, or refused by Close
 	lost    []*stage // buffers a failed launch may still read, no event saying when it is done (lose)
+	held    held     // what else the driver refused to give back, for Close (held.go)
 
 	spans, spare      []span // scratch for the overlap check
 	dsts, srcs, sizes []uintptr
@@ -218,7 +219,7 @@ func (b *Batcher) Close() error {
 		return b.forget(err)
 	}
 	if b.closed {
-		return errors.Join(b.freeLost(), b.freeRetired(), b.unload())
+		return errors.Join(b.freeLost(), b.freeRetired(), b.freeHeld(), b.unload())
 	}
 	b.closed = true
 	var errs []error
@@ -237,7 +238,7 @@ func (b *Batcher) Close() error {
 		}
 		b.side = 0
 	}
-	errs = append(errs, b.fences.Close(), b.unload())
+	errs = append(errs, b.fences.Close(), b.freeHeld(), b.unload())
 	return errors.Join(errs...)
 }
 
@@ -259,13 +260,14 @@ func (b *Batcher) unload() error {
 // Batcher held nothing.
 func (b *Batcher) forget(closed error) error {
 	b.closed = true
-	held := len(b.stages) + len(b.retired) + len(b.lost)
+	n := len(b.stages) + len(b.retired) + len(b.lost) + b.held.len()
 	if b.side != 0 || b.mod != 0 {
-		held++
+		n++
 	}
 	b.stages, b.retired, b.lost, b.side, b.mod, b.fn = nil, nil, nil, 0, 0, 0
+	b.held = held{}
 	_ = b.fences.Close() // the device's refusals, once per event: said below
-	if held == 0 {
+	if n == 0 {
 		return nil
 	}
 	return fmt.Errorf("copyengine: Close after its device's, what it held left to the CUDA context: %w",

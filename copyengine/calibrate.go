@@ -252,22 +252,33 @@ func (r *calRun) alloc() (err error) {
 	return err
 }
 
-// free frees what alloc allocated. A pinned buffer the driver refuses to free joins the
-// Batcher's retired staging buffers, which Close frees.
+// free frees what alloc allocated. What the driver refuses to free or destroy the Batcher
+// keeps, for Close to free: a pinned buffer joins its retired staging buffers, the rest b.held.
 func (r *calRun) free() error {
-	d := r.b.dev
+	d, h := r.b.dev, &r.b.held
 	defer d.RelaxCapture()() // beside a user's capture, as cudamem's calls (doc.go)
 	var errs []error
 	if r.s != 0 {
-		errs = append(errs, d.StreamSynchronize(r.s), d.StreamDestroy(r.s))
+		errs = append(errs, d.StreamSynchronize(r.s))
+		if err := d.StreamDestroy(r.s); err != nil {
+			h.streams = append(h.streams, r.s)
+			errs = append(errs, fmt.Errorf("destroying its stream (kept until Close): %w", err))
+		}
 	}
 	for _, ev := range []icuda.Event{r.e0, r.e1} {
-		if ev != 0 {
-			errs = append(errs, d.EventDestroy(ev))
+		if ev == 0 {
+			continue
+		}
+		if err := d.EventDestroy(ev); err != nil {
+			h.events = append(h.events, ev)
+			errs = append(errs, fmt.Errorf("destroying its event (kept until Close): %w", err))
 		}
 	}
 	if r.dev != 0 {
-		errs = append(errs, d.MemFree(r.dev))
+		if err := d.MemFree(r.dev); err != nil {
+			h.dev = append(h.dev, r.dev)
+			errs = append(errs, fmt.Errorf("freeing its device buffer (kept until Close): %w", err))
+		}
 	}
 	if r.host != 0 {
 		if err := d.MemFreeHost(r.host); err != nil { // kept, for the Batcher's Close to free
