@@ -198,10 +198,13 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 
 // Close waits for the launches that read the Batcher's staging buffers, frees them, unloads the
 // kernel and destroys the Batcher's stream and events. Work queued by Copy on the caller's
-// streams is not waited for, except what a staging buffer's event covers. A staging buffer
-// the driver refuses to free (it refuses while a stream captures a graph in the global mode)
-// is kept, and the next Close tries again; otherwise Close is idempotent. A staging buffer
-// that a failed Copy's launch may still read, with no event to say when it is done (its record
+// streams is not waited for, except what a staging buffer's event covers. What the driver
+// refuses to give back (a staging buffer, while a stream captures a graph in the global mode;
+// anything, under the context's sticky error after a device fault, or for a bad handle) is
+// kept, each staging buffer, stream, event, buffer and the kernel, and the next Close tries it
+// again, giving back each once; otherwise Close is idempotent. Its error says a device fault
+// once (it matches pinmalloc.ErrDeviceFault), with what it keeps. A staging buffer that a
+// failed Copy's launch may still read, with no event to say when it is done (its record
 // failed, and neither its stream nor the context could be synchronized then), is freed only
 // once Close confirms that launch done: by a synchronize of the stream it was queued on, while
 // that stream does not capture a graph, or else by one of the context, made only while no
@@ -209,49 +212,42 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 // blocking streams; a non-blocking stream's capture the Batcher never saw is not visible, and
 // the driver ends it). Neither ends a capture Close can see. Until then the buffer is kept,
 // unfreed, and the kernel loaded, Close's error wraps pinmalloc.ErrBusy, and the next Close
-// tries again. A Close after
-// the device's (a misuse) can give nothing back: it says so once, with an error matching
-// pinmalloc.ErrClosed, and forgets what the Batcher held.
+// tries again. A Close after the device's (a misuse) can give nothing back: it says so once,
+// with an error matching pinmalloc.ErrClosed, and forgets what the Batcher held.
 func (b *Batcher) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.dev.Do(func() error { return nil }); err != nil && b.dev.Closed() {
 		return b.forget(err)
 	}
-	if b.closed {
-		return errors.Join(b.freeLost(), b.freeRetired(), b.freeHeld(), b.unload())
-	}
-	b.closed = true
 	var errs []error
-	for _, st := range b.stages {
-		if st.busy {
-			errs = append(errs, b.dev.EventSynchronize(st.ev))
+	if !b.closed {
+		b.closed = true
+		for _, st := range b.stages {
+			if st.busy {
+				errs = append(errs, b.dev.EventSynchronize(st.ev))
+			}
 		}
+		b.retired = append(b.retired, b.stages...)
+		b.stages = nil
+		b.takeFences()
 	}
-	b.retired = append(b.retired, b.stages...)
-	b.stages = nil
-	errs = append(errs, b.freeLost(), b.freeRetired())
-	if b.side != 0 {
-		errs = append(errs, b.dev.StreamSynchronize(b.side), b.dev.StreamDestroy(b.side))
-		for _, st := range b.lost { // its handle may name another stream later
-			st.gone = st.gone || st.on == b.side
-		}
-		b.side = 0
-	}
-	errs = append(errs, b.fences.Close(), b.freeHeld(), b.unload())
-	return errors.Join(errs...)
+	errs = append(errs, b.freeLost(), b.freeRetired(), b.closeSide(), b.freeHeld(), b.unload())
+	return b.closeError(errs)
 }
 
 // unload unloads the gather kernel once no lost launch (lose) may still run it: while one may,
 // the module stays loaded, as its staging buffer stays allocated, and the Close that frees the
-// last such buffer unloads it.
+// last such buffer unloads it. A module the driver refuses to unload stays, for a later Close.
 func (b *Batcher) unload() error {
 	if b.mod == 0 || len(b.lost) != 0 {
 		return nil
 	}
-	err := b.dev.ModuleUnload(b.mod)
+	if err := b.dev.ModuleUnload(b.mod); err != nil {
+		return fmt.Errorf("copyengine: unloading the gather kernel: %w", err)
+	}
 	b.mod, b.fn = 0, 0
-	return err
+	return nil
 }
 
 // forget closes a Batcher whose device was closed before it (closed, the device's error):

@@ -1,10 +1,10 @@
 package copyengine
 
 // What the driver refused to give back outside the staging ring (ring.go keeps its buffers in
-// b.retired): the calibration's device buffers, streams and events, and the fence events the
-// Batcher's pool held at Close. Close tries them again, and each is dropped once given back, so
-// that nothing is freed or destroyed twice (a destroyed stream's handle may name the next
-// stream created).
+// b.retired): the calibration's device buffers, streams and events, the fence events the
+// Batcher's pool held at Close, the side stream (kept in b.side) and the kernel (b.mod). Close
+// tries them again, and each is dropped once given back, so that nothing is freed or destroyed
+// twice (a destroyed stream's handle may name the next stream created).
 
 import (
 	"errors"
@@ -64,4 +64,35 @@ func keepRefused[T any](xs []T, give func(T) error, errs *[]error) []T {
 	}
 	clear(xs[len(kept):])
 	return kept
+}
+
+// takeFences moves the fence events idle in b.fences into b.held.events, for freeHeld to destroy,
+// and closes the pool (EventPool.Close forgets the events the driver refuses to destroy). Every
+// fence event is idle: fence, which takes one, holds b.mu, as Close does.
+func (b *Batcher) takeFences() {
+	for n := b.fences.Idle(); n > 0; n-- {
+		ev, err := b.fences.Get()
+		if err != nil {
+			break
+		}
+		b.held.events = append(b.held.events, ev)
+	}
+	_ = b.fences.Close() // none idle: nothing to destroy
+}
+
+// closeSide waits for the side stream and destroys it. A stream the driver refuses to destroy
+// stays in b.side, for a later Close.
+func (b *Batcher) closeSide() error {
+	if b.side == 0 {
+		return nil
+	}
+	err := b.dev.StreamSynchronize(b.side)
+	if derr := b.dev.StreamDestroy(b.side); derr != nil {
+		return errors.Join(err, fmt.Errorf("copyengine: destroying its stream: %w", derr))
+	}
+	for _, st := range b.lost { // its handle may name another stream later
+		st.gone = st.gone || st.on == b.side
+	}
+	b.side = 0
+	return err
 }
