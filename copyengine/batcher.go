@@ -198,12 +198,13 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 
 // Close waits for the launches that read the Batcher's staging buffers, frees them, unloads the
 // kernel and destroys the Batcher's stream and events. Work queued by Copy on the caller's
-// streams is not waited for, except what a staging buffer's event covers. What the driver
-// refuses to give back (a staging buffer, while a stream captures a graph in the global mode;
-// anything, under the context's sticky error after a device fault, or for a bad handle) is
-// kept, each staging buffer, stream, event, buffer and the kernel, and the next Close tries it
-// again, giving back each once; otherwise Close is idempotent. Its error says a device fault
-// once (it matches pinmalloc.ErrDeviceFault), with what it keeps. A staging buffer that a
+// streams is not waited for, except what a staging buffer's event covers. A staging buffer,
+// stream, event or calibration buffer the driver refuses to give back, or the kernel it refuses
+// to unload, is kept (the driver refuses a free of pinned memory while a stream captures a
+// graph in the global mode, and every call under the context's sticky error after a device
+// fault), and the next Close tries it again, giving back each once; otherwise Close is
+// idempotent. Its error says a device fault once (it matches pinmalloc.ErrDeviceFault), with
+// what Close keeps. A staging buffer that a
 // failed Copy's launch may still read, with no event to say when it is done (its record
 // failed, and neither its stream nor the context could be synchronized then), is freed only
 // once Close confirms that launch done: by a synchronize of the stream it was queued on, while
