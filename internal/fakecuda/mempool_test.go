@@ -215,8 +215,8 @@ func TestFakeHostPoolsByDriverVersion(t *testing.T) {
 
 // TestFakeDefaultPool checks the default pool's rules: cuMemAllocAsync draws from it; its
 // release threshold, 0 by default, empties it at a synchronize, so the next allocation maps new
-// memory; at UINT64_MAX (PyTorch's setting) it keeps what came back, and the next allocation
-// of that size gets the same block; the driver's pool cannot be destroyed; memory freed back to
+// memory; at UINT64_MAX (PyTorch's setting) it keeps what came back (the chunk it reserved),
+// and the next allocation of that size gets the same block; the driver's pool cannot be destroyed; memory freed back to
 // it is no allocation to use.
 func TestFakeDefaultPool(t *testing.T) {
 	f, d := RunDevice(t)
@@ -251,8 +251,8 @@ func TestFakeDefaultPool(t *testing.T) {
 	}
 	must(t, "MemPoolSetAttribute", d.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, math.MaxUint64))
 	defer func() { must(t, "MemPoolSetAttribute", d.MemPoolSetAttribute(p, cuda.PoolAttrReleaseThreshold, 0)) }()
-	if got := cycle(); got != n {
-		t.Errorf("threshold UINT64_MAX: the default pool holds %d bytes after a synchronize, want %d", got, n)
+	if got := cycle(); got != poolChunk {
+		t.Errorf("threshold UINT64_MAX: the default pool holds %d bytes after a synchronize, want %d (a chunk)", got, poolChunk)
 	}
 	a, err := d.MemAllocAsync(n, s)
 	must(t, "MemAllocAsync", err)
@@ -269,7 +269,7 @@ func TestFakeDefaultPool(t *testing.T) {
 	must(t, "MemPoolTrimTo", d.MemPoolTrimTo(p, 0))
 
 	// Same-stream reuse: a thousand 1 MiB pairs on one stream with no synchronize hold one block,
-	// on a device of 64 MiB.
+	// in one chunk, on a device of 64 MiB.
 	f.SetMemory(0, 64<<20)
 	defer f.SetMemory(0, 1<<30)
 	for i := range 1000 {
@@ -278,9 +278,69 @@ func TestFakeDefaultPool(t *testing.T) {
 		must(t, "MemsetD8Async", d.MemsetD8Async(q, byte(i), n, s))
 		must(t, "MemFreeAsync", d.MemFreeAsync(q, s))
 	}
-	if got := reserved(); got != n {
-		t.Errorf("after 1000 pairs on one stream the pool holds %d bytes, want %d: memory freed on a stream is that stream's again at once", got, n)
+	if got := reserved(); got != poolChunk {
+		t.Errorf("after 1000 pairs on one stream the pool holds %d bytes, want %d (a chunk): memory freed on a stream is that stream's again at once", got, poolChunk)
 	}
 	must(t, "StreamSynchronize", d.StreamSynchronize(s))
 	must(t, "MemPoolTrimTo", d.MemPoolTrimTo(p, 0))
+}
+
+// TestFakePoolChunks checks how the fake carves a device pool's chunks (fakedriver.c.in,
+// "Memory pools"): blocks coming back merge with the cached blocks beside them, so that a
+// bigger allocation fits where two small ones were; a chunk the device has no room for gives
+// way to the allocation alone, rounded up to the 2 MiB granule, and the pool is out of memory
+// only when that does not fit either; a pool destroyed with an allocation live gives its
+// chunks back, the last with that allocation's free.
+func TestFakePoolChunks(t *testing.T) {
+	f, d := RunDevice(t)
+	if f == nil {
+		return
+	}
+	p, err := d.MemPoolCreate(cuda.MemPoolProps{Location: dev0})
+	must(t, "MemPoolCreate", err)
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	defer func() { must(t, "StreamDestroy", d.StreamDestroy(s)) }()
+	alloc := func(n uintptr) cuda.DevicePtr {
+		q, err := d.MemAllocFromPoolAsync(n, p, s)
+		must(t, "MemAllocFromPoolAsync", err)
+		return q
+	}
+	a, b, c := alloc(1000), alloc(100), alloc(512)
+	if b != a+1024 || c != b+512 {
+		t.Errorf("blocks at %#x, %#x, %#x: want each after the one before, in 512 B steps", a, b, c)
+	}
+	must(t, "MemFreeAsync", d.MemFreeAsync(b, s))
+	must(t, "MemFreeAsync", d.MemFreeAsync(a, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s)) // threshold 0: c keeps the chunk
+	if got := alloc(1536); got != a {
+		t.Errorf("1536 B after freeing the 1024 and the 512 before c: at %#x, want %#x (merged)", got, a)
+	}
+	if used := f.Used(0); used != poolChunk {
+		t.Fatalf("device memory used %d, want one chunk", used)
+	}
+
+	f.SetMemory(0, poolChunk+8<<20)
+	defer f.SetMemory(0, 1<<30)
+	fill := alloc(31 << 20) // in the chunk, which has 1 MiB left
+	big := alloc(5 << 20)   // no room for a second chunk: 6 MiB, the 2 MiB granule's multiple
+	if r, _ := d.MemPoolGetAttribute(p, cuda.PoolAttrReservedMemCurrent); r != poolChunk+6<<20 {
+		t.Errorf("reserved %d after 5 MiB with 8 MiB left on the device, want a chunk and 6 MiB", r)
+	}
+	if q, err := d.MemAllocFromPoolAsync(4<<20, p, s); !errors.Is(err, pinmalloc.ErrOutOfMemory) {
+		t.Errorf("4 MiB with 2 MiB left on the device: %#x, %v; want out of memory", q, err)
+	}
+	must(t, "MemFreeAsync", d.MemFreeAsync(big, s))
+	must(t, "MemFreeAsync", d.MemFreeAsync(fill, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+	must(t, "MemPoolDestroy", d.MemPoolDestroy(p)) // c and the 1536 are live: their chunk stays
+	if used := f.Used(0); used != poolChunk {
+		t.Errorf("device memory used %d after the destroy, want the chunk of the live blocks", used)
+	}
+	must(t, "MemFreeAsync", d.MemFreeAsync(c, s))
+	must(t, "MemFreeAsync", d.MemFreeAsync(a, s))
+	must(t, "StreamSynchronize", d.StreamSynchronize(s))
+	if used := f.Used(0); used != 0 {
+		t.Errorf("device memory used %d once the destroyed pool's last block is back, want 0", used)
+	}
 }
