@@ -29,8 +29,9 @@ import (
 // cuMemAllocAsync pools, on device 0 of the CUDA driver or, where none loads, on the fake
 // driver in a re-executed process. The fake's VMM granule is the driver's (2 MiB, measured on
 // the H100), so the CUDAHost pool's committed bytes are what a GPU would show; the fake's
-// memory pools round to 4 KiB pages where a real pool carves 2 MiB chunks, so their reserved
-// bytes there are a lower bound (the GPU figure waits for a GPU run).
+// device memory pools reserve 32 MiB chunks and carve allocations of 512 B steps from them, as
+// CuPy observed of the driver (cupy/cupy#5177), so their reserved bytes are whole chunks
+// (TestCUDAPoolRules checks the model on a GPU; the GPU figure waits for a GPU run).
 
 // footprintOnly is the -footprint mode: its cases, and the CUDAHost pool as one more
 // allocator.
