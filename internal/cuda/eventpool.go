@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -12,6 +14,7 @@ type EventPool struct {
 	d         *Device
 	mu        sync.Mutex
 	idle      []Event
+	refused   []Event // events whose destroy the driver refused: the next Close tries again
 	closed    bool
 	created   atomic.Int64
 	destroyed atomic.Int64
@@ -39,7 +42,8 @@ func (p *EventPool) Get() (Event, error) {
 }
 
 // Put returns an event from Get to the pool. The event may still be pending: recording it
-// again later is allowed. After Close, Put destroys the event.
+// again later is allowed. After Close, Put destroys the event; one whose destroy the driver
+// refuses stays in the pool, for the next Close to destroy.
 func (p *EventPool) Put(ev Event) {
 	p.mu.Lock()
 	if !p.closed {
@@ -48,28 +52,53 @@ func (p *EventPool) Put(ev Event) {
 		return
 	}
 	p.mu.Unlock()
-	if p.d.EventDestroy(ev) == nil {
-		p.destroyed.Add(1)
+	if p.d.EventDestroy(ev) != nil {
+		p.keep([]Event{ev})
+		return
 	}
+	p.destroyed.Add(1)
 }
 
-// Close destroys the idle events and makes later Puts destroy theirs. It tries every event and
-// returns the errors met, joined.
+// Close destroys the idle events, and those whose destroy the driver refused before, and makes
+// later Puts destroy theirs. It tries every event; one whose destroy the driver refuses (for a
+// bad handle, or every one under the context's sticky error after a device fault) stays in the
+// pool, and a later Close tries it again, so that each event is destroyed once. Its error says
+// each different refusal once, with the number of events kept.
 func (p *EventPool) Close() error {
 	p.mu.Lock()
-	idle := p.idle
-	p.idle = nil
+	evs := append(p.idle, p.refused...)
+	p.idle, p.refused = nil, nil
 	p.closed = true
 	p.mu.Unlock()
 	var errs []error
-	for _, ev := range idle {
+	kept := evs[:0]
+	for _, ev := range evs {
 		if err := p.d.EventDestroy(ev); err != nil {
-			errs = append(errs, err)
+			if !slices.ContainsFunc(errs, func(e error) bool { return e.Error() == err.Error() }) {
+				errs = append(errs, err)
+			}
+			kept = append(kept, ev)
 			continue
 		}
 		p.destroyed.Add(1)
 	}
-	return errors.Join(errs...)
+	if len(kept) == 0 {
+		return nil
+	}
+	p.keep(kept)
+	err := errors.Join(errs...)
+	if len(errs) == 1 {
+		err = errs[0]
+	}
+	return fmt.Errorf("%w; the pool keeps %s the driver refused to destroy, for a later Close",
+		err, plural(len(kept), "event"))
+}
+
+// keep adds evs, events whose destroy the driver refused, to those the next Close destroys.
+func (p *EventPool) keep(evs []Event) {
+	p.mu.Lock()
+	p.refused = append(p.refused, evs...)
+	p.mu.Unlock()
 }
 
 // Created returns the number of events the pool has created.
