@@ -135,14 +135,15 @@ func (b *cudaBase) keepStream(s icuda.Stream) {
 func (b *cudaBase) destroyStream(s icuda.Stream) error {
 	if err := b.dev.StreamDestroy(s); err != nil {
 		b.keepStream(s)
-		return fmt.Errorf("%w: destroying a stream of the provider's clears (kept): %w", arena.ErrInvalid, err)
+		return streamsKept(1, err)
 	}
 	b.streams.Add(-1)
 	return nil
 }
 
 // dropStreams destroys memset's streams not in use; those the driver refuses to destroy are
-// kept, and the error says so.
+// kept, and the error says so, each different refusal once (under the context's sticky error
+// the driver refuses every one alike).
 func (b *cudaBase) dropStreams() error {
 	b.zs.mu.Lock()
 	ss := b.zs.free
@@ -150,7 +151,27 @@ func (b *cudaBase) dropStreams() error {
 	b.zs.mu.Unlock()
 	var errs []error
 	for _, s := range ss {
-		errs = append(errs, b.destroyStream(s))
+		err := b.dev.StreamDestroy(s)
+		if err == nil {
+			b.streams.Add(-1)
+			continue
+		}
+		b.keepStream(s)
+		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return streamsKept(len(errs), joinOnce(errs))
+}
+
+// streamsKept is the error of n streams of the provider's clears kept after the driver's
+// refusal err to destroy them.
+func streamsKept(n int, err error) error {
+	what := "a stream"
+	if n > 1 {
+		what = fmt.Sprintf("%d streams", n)
+	}
+	return fmt.Errorf("%w: destroying %s of the provider's clears (kept): %w", arena.ErrInvalid,
+		what, err)
 }
