@@ -267,7 +267,7 @@ func (m *HostMapping) Close() error {
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := joinOnce(errs); err != nil { // a device fault: every call refused alike
 		return fmt.Errorf("cudamem: unmapping shared host granules (what was refused is kept, for a later Close): %w", err)
 	}
 	return nil
