@@ -66,9 +66,10 @@ func keepRefused[T any](xs []T, give func(T) error, errs *[]error) []T {
 	return kept
 }
 
-// takeFences moves the fence events idle in b.fences into b.held.events, for freeHeld to destroy,
-// and closes the pool (EventPool.Close forgets the events the driver refuses to destroy). Every
-// fence event is idle: fence, which takes one, holds b.mu, as Close does.
+// takeFences moves the fence events idle in b.fences into b.held.events, for freeHeld to destroy
+// with the Batcher's other handles (so that Close counts and retries what the driver refuses in
+// one list), and closes the pool. Every fence event is idle: fence, which takes one, holds b.mu,
+// as Close does.
 func (b *Batcher) takeFences() {
 	for n := b.fences.Idle(); n > 0; n-- {
 		ev, err := b.fences.Get()
