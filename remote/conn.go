@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -40,7 +41,7 @@ type Conn struct {
 	forgetting bool         // in w.forgetting
 	mode       Mode         // how its transfers go: decided at the first (messages.go)
 	msgs       []queuedMsg
-	msgBytes   int
+	msgBytes   *int     // msgs' bytes, msgOverhead each, counted in w.queued too (msgShare)
 	putsIn     uint64   // the peer's puts by message received, to be placed once their buffer is held (targetHeld)
 	putsPlaced uint64   // of those, the ones placed, refused or dropped since: in order (holdAnswers)
 	acks       []uint64 // puts of the peer's placed this round, to acknowledge (messages.go)
@@ -138,10 +139,23 @@ var helloVersion byte = protoVersion
 
 func newConn(w *Worker, ep ucx.Ep, remote string) *Conn {
 	c := &Conn{w: w, id: randomID(), ep: ep, remote: remote, rkeys: map[uint32]*rkeyEntry{},
-		ready: make(chan struct{}), dead: make(chan struct{}), recv: make(chan struct{}, 1), reapedCh: make(chan struct{})}
+		ready: make(chan struct{}), dead: make(chan struct{}), recv: make(chan struct{}, 1), reapedCh: make(chan struct{}),
+		msgBytes: new(int)}
+	runtime.AddCleanup(c, w.msgShare, c.msgBytes)
 	w.conns[c.id] = c
 	w.byEp[ep] = c
 	return c
+}
+
+// msgShare gives back to the worker's bound (queuedWorker) the bytes of the messages a
+// connection queued that nobody received, once the Conn is gone (a failed one, reaped and
+// dropped by its user with messages in it): runtime.AddCleanup's, with its msgBytes, which
+// the Conn keeps apart so that the cleanup does not keep the Conn.
+func (w *Worker) msgShare(n *int) {
+	w.mu.Lock()
+	w.queued -= *n
+	*n = 0
+	w.mu.Unlock()
 }
 
 // helloLen and ackLen are the fixed parts of a hello's and an acknowledgement's body.
@@ -294,12 +308,19 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 			w.failConn(c, w.tooLarge(c, len(body)))
 			return
 		}
-		if len(c.msgs) > 0 && c.msgBytes+msgOverhead+len(body) > queuedMessages { // one always fits
+		size := msgOverhead + len(body)
+		if len(c.msgs) > 0 && *c.msgBytes+size > queuedMessages { // one always fits
 			w.failConn(c, fmt.Errorf("%w: %s sent more than %d bytes of messages nobody received", ErrProtocol, c.remote, queuedMessages))
 			return
 		}
+		if w.queued+size > queuedWorker {
+			w.failConn(c, fmt.Errorf("%w: %s sent a message of %d bytes beyond the %d bytes of messages nobody "+
+				"received that this worker's connections queue together", ErrProtocol, c.remote, len(body), queuedWorker))
+			return
+		}
 		c.msgs = append(c.msgs, queuedMsg{b: body, after: c.putsIn})
-		c.msgBytes += msgOverhead + len(body)
+		*c.msgBytes += size
+		w.queued += size
 		select {
 		case c.recv <- struct{}{}:
 		default:
@@ -605,7 +626,10 @@ func (c *Conn) stateErr() error {
 // without waiting for it) is returned once the put's bytes are in place; a put of UCX's own
 // (ModeRMA) has no such order with messages: the peer waits for it (Wait) before it sends. A
 // message beyond this worker's Options.MaxMessage is never queued: the connection fails with
-// ErrProtocol.
+// ErrProtocol. So does one beyond the messages nobody received that the worker queues: 64 MiB
+// on a connection, 256 MiB on all of them together, whichever connection it comes on (a peer
+// that opens many connections holds no more); a message received, or a Conn dropped, gives its
+// bytes back.
 func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
 	w := c.w
 	for {
@@ -614,7 +638,8 @@ func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
 			m := c.msgs[0].b
 			c.msgs[0] = queuedMsg{}
 			c.msgs = c.msgs[1:]
-			c.msgBytes -= msgOverhead + len(m)
+			*c.msgBytes -= msgOverhead + len(m)
+			w.queued -= msgOverhead + len(m)
 			w.mu.Unlock()
 			return m, nil
 		}

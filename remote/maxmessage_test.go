@@ -37,7 +37,7 @@ func TestRecvEnforcesMaxMessage(t *testing.T) {
 			t.Errorf("the error says its cause %d times: %v", n, err)
 		}
 		w2.mu.Lock()
-		queued, qbytes := len(c2.msgs), c2.msgBytes
+		queued, qbytes := len(c2.msgs), *c2.msgBytes
 		w2.mu.Unlock()
 		if queued != 0 || qbytes != 0 {
 			t.Errorf("MaxMessage %d: %d messages (%d bytes) queued after the refusal", max, queued, qbytes)

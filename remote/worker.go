@@ -57,12 +57,13 @@ const (
 	defaultInFlight = 4096
 	defaultMessage  = 1 << 20
 	maxMessage      = 64 << 20
-	controlSlots    = 1024 // slots beyond MaxInFlight, for messages and endpoint closes
-	connMessages    = 256  // of those, the most one connection's messages may hold (takeSlot)
-	answerShare     = 4    // one connection's answers hold MaxInFlight/answerShare slots at most (takeSlot)
-	queuedMessages  = 64 << 20
-	evSlack         = 1 << 10  // beyond a message's bytes, what its event in the callbacks' queue takes, at most
-	maxControl      = 64 << 10 // the body of a message of the protocol's own: a hello's, with a worker's address (hundreds of bytes)
+	controlSlots    = 1024      // slots beyond MaxInFlight, for messages and endpoint closes
+	connMessages    = 256       // of those, the most one connection's messages may hold (takeSlot)
+	answerShare     = 4         // one connection's answers hold MaxInFlight/answerShare slots at most (takeSlot)
+	queuedMessages  = 64 << 20  // a connection's messages nobody received (Recv), with msgOverhead each
+	queuedWorker    = 256 << 20 // the worker's: every connection's together (a peer may open many)
+	evSlack         = 1 << 10   // beyond a message's bytes, what its event in the callbacks' queue takes, at most
+	maxControl      = 64 << 10  // the body of a message of the protocol's own: a hello's, with a worker's address (hundreds of bytes)
 	closeWait       = 10 * time.Second
 )
 
@@ -89,6 +90,7 @@ type Worker struct {
 	nanswer       int             // slots held by answers to peers' data messages (at most opts.MaxInFlight)
 	connAnswers   int             // of those, the most one connection's answers may hold (takeSlot)
 	answerBound   int             // maxQueuedAnswers (tests raise a flooding worker's)
+	queued        int             // bytes of peers' messages queued for Recv on every connection (queuedWorker)
 	answerers     int             // connections holding an answer slot (Conn.ansSlots above zero)
 	control       int             // slots held by messages and endpoint closes (at most controlSlots)
 	senders       int             // connections holding a message slot (Conn.msgSlots above zero)
