@@ -131,6 +131,8 @@ const (
 	// message in flight on a connection at most, and its target fails a connection whose peer
 	// has more answers waiting (maxQueuedAnswers): a peer of version 1, which kept up to its
 	// MaxInFlight in flight, is refused at the handshake rather than failed mid-transfer.
+	// Within version 2, never released before: a put by message goes in parts of putPart
+	// bytes at most, and a target fails a connection whose peer sends a longer data message.
 	protoVersion = 2
 )
 

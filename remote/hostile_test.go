@@ -497,12 +497,13 @@ func TestPutHoldsItsBuffer(t *testing.T) {
 	defer cancel()
 	_, target, r1, r2, c1, _ := connectedPair(t, ctx)
 	liveBuffer(t, r2, 4096) // the region keeps a buffer: only the victim's memory goes
-	victim, err := r2.pool.Alloc(1 << 20)
+	// One message (putPart): the hook frees the buffer under its only part.
+	victim, err := r2.pool.Alloc(putPart)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := describe(t, r2, victim)
-	src := liveBuffer(t, r1, 1<<20)
+	src := liveBuffer(t, r1, putPart)
 	fill(src, 9)
 	var freed error
 	target.mu.Lock()

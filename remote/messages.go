@@ -18,11 +18,12 @@ import (
 // when the peer dies while it answers. A transfer on such a connection therefore goes as
 // messages of this package, eagerly (UCX sends every byte at once and keeps nothing of a
 // message on either side once it is delivered), which UCX's failure handling covers: a put
-// is a message carrying the bytes, which the target checks against its own registered
-// regions, copies into place and acknowledges; a get is a request the target checks and
-// answers with the bytes. So the target writes only into its registered regions, within a
-// live buffer of their pools (what a descriptor it issued can name), whatever a peer sends;
-// and the transfer completes when every acknowledgement and answer has come, the bytes in place.
+// is a message carrying the bytes (several, of putPart bytes at most), which the target
+// checks against its own registered regions, copies into place and acknowledges; a get is a
+// request the target checks and answers with the bytes. So the target writes only into its
+// registered regions, within a live buffer of their pools (what a descriptor it issued can
+// name), whatever a peer sends; and the transfer completes when every acknowledgement and
+// answer has come, the bytes in place.
 //
 // A connection chooses at its first transfer: puts and gets of UCX where ucp_ep_print_info
 // lists RMA protocols ("put[i]") and a lane on a transport that does them in registered memory
@@ -199,13 +200,31 @@ func (w *Worker) rmaMode(c *Conn) bool {
 // allocates, then copied. The parts of a large get are in flight together (getWindow).
 const getPart = 32 << 10
 
+// putPart is the most bytes a put by message carries in one message: a larger put is split in
+// parts of putPart bytes (splitData), each placed and acknowledged as a put of its own, and a
+// target fails the connection of a peer that sends a longer data message (dataMax), which UCX's
+// callback gives back at once, neither kept nor copied (ucx.Worker.LimitData). A put was one
+// eager message of any length, which UCX assembled whole and the target kept until its bytes
+// were placed: up to maxQueuedAnswers of them a connection, of whatever size a peer liked. A
+// part, like a get's answer (getPart), comes in one fragment of UCX's TCP transport, which UCX
+// hands over in its receive buffer, unassembled: puts of 1 and 16 MiB over TCP went 1.5 to 2
+// times as fast in parts of 32 to 60 KiB as in one message, and no faster in parts of 64 KiB
+// or more (docs/ucx.md). An eager message is assembled whole by UCX before its callback sees
+// its length: a longer one still takes its bytes in UCX's buffer until then, once, failing its
+// connection.
+const putPart = getPart
+
+// dataMax is the most bytes a data message of a peer's may carry: a put's part, or the answer
+// to a get's request (getPart). Changed within protocol version 2, which no release has had.
+const dataMax = max(putPart, getPart)
+
 // getWindow bounds the gets by message in flight on a connection, parts of split gets included
 // (4 MiB of answers at getPart bytes): the transfer's next operations wait for earlier ones. A
 // window of thousands (Options.MaxInFlight's default) halved the rate of gets over TCP on the
 // build machine, where 128 kept it (docs/bench.md), as ucx_perftest keeps 64 outstanding.
 const getWindow = 128
 
-// dataWindow bounds the puts and gets by message in flight on a connection, parts of split gets
+// dataWindow bounds the puts and gets by message in flight on a connection, parts of split ones
 // included: Options.MaxInFlight's default. Each is answered once by the target, which queues
 // the answers it cannot send yet (a peer that does not read them); the window is what bounds
 // that queue for an honest peer (maxQueuedAnswers), where MaxInFlight (1<<20 at most) let
@@ -232,30 +251,41 @@ func (s *slot) dataEnded() {
 	}
 }
 
-// splitGets splits each get by eager message of more than getPart bytes into requests of
-// getPart bytes: the first stays where it is, the others go after every operation of the
-// transfer (ops, lrs and gets beyond len(descs): parts, not counted as operations of their
-// own). Under mu.
-func (t *Transfer) splitGets() {
+// splitData splits each get by eager message of more than getPart bytes into requests of
+// getPart bytes, and each put of more than w.putPart bytes (putPart) into messages of as many:
+// the first stays where it is, the others go after every operation of the transfer (ops, lrs,
+// gets and partOf beyond len(descs): parts, not counted as operations of their own). Under mu.
+func (t *Transfer) splitData() {
 	for i := range t.descs {
-		if !t.gets[i] {
+		if t.ops[i].Kind != ucx.OpData {
 			continue
+		}
+		part := t.c.w.putPart
+		if t.gets[i] {
+			part = getPart
 		}
 		h, _ := decodeHeader(&t.ops[i].Header)
-		if h.n <= getPart {
+		if h.n <= part {
 			continue
 		}
-		for off := uint64(getPart); off < h.n; off += getPart {
+		for off := part; off < h.n; off += part {
 			p, ph := t.ops[i], h
-			ph.addr, ph.n = h.addr+off, min(getPart, h.n-off)
+			ph.addr, ph.n = h.addr+off, min(part, h.n-off)
 			p.Local += off
+			if !t.gets[i] {
+				p.Length = ph.n // a put's part carries its bytes (a get's request none)
+			}
 			ph.encode(&p.Header)
 			t.ops = append(t.ops, p)
 			t.lrs = append(t.lrs, t.lrs[i])
-			t.gets = append(t.gets, true)
+			t.gets = append(t.gets, t.gets[i])
+			t.partOf = append(t.partOf, uint32(i))
 		}
-		h.n = getPart
+		h.n = part
 		h.encode(&t.ops[i].Header)
+		if !t.gets[i] {
+			t.ops[i].Length = part
+		}
 	}
 }
 
@@ -273,6 +303,13 @@ func (w *Worker) data(ev *ucx.Event) {
 // dataKept handles a data message, and reports whether its bytes are kept (a put's, until its
 // buffer is held). Under mu.
 func (w *Worker) dataKept(ev *ucx.Event) bool {
+	if ev.Oversize { // given back to UCX by its callback (dataMax): fails the connection it names
+		if c := w.conns[binary.LittleEndian.Uint64(ev.Header[8:])]; c != nil && c.state == connOpen {
+			w.failConn(c, fmt.Errorf("%w: %s sent a data message of %d bytes, beyond the %d this "+
+				"worker takes", ErrProtocol, c.remote, ev.Len, dataMax))
+		}
+		return false
+	}
 	if ev.Header[0] == dataDones {
 		w.dones(ev)
 		return false

@@ -155,6 +155,7 @@ func (w *Worker) complete(cq []ucx.Completion) {
 		case slotZombie:
 			w.zombies--
 			w.unhold(s.hold)
+			w.unshare(s.shared)
 		}
 		w.freeSlot(c.Slot)
 	}

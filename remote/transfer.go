@@ -37,7 +37,14 @@ type Transfer struct {
 	lrs   []*localRegion // the local region of each put and get
 	holds []localHold    // the holds on the local buffers and device blocks
 	gets  []bool         // which operations are gets
-	rks   []*rkeyEntry   // the peer's regions whose keys it uses, counted in their users until it ends (use)
+	// partOf is the operation each part of a split put or get is of (splitData): the part at
+	// index len(descs)+k of ops is of operation partOf[k].
+	partOf []uint32
+	// shares are the holds of puts by message that zombie slots share (zombieHold), by
+	// operation: made when a connection is abandoned only.
+	shares map[uint32]*sharedHold
+	// rks are the peer's regions whose keys it uses, counted in their users until it ends (use).
+	rks   []*rkeyEntry
 	puts  bool
 	bytes uint64
 
@@ -242,7 +249,7 @@ func (t *Transfer) Start() error {
 		}
 	}
 	if t.err == nil && !rma {
-		t.splitGets()
+		t.splitData()
 	}
 	if t.err == nil && t.puts && rma {
 		t.ops = append(t.ops, ucx.Op{Ep: c.ep, Kind: ucx.OpFlush})
@@ -325,6 +332,9 @@ func (w *Worker) post(t *Transfer) {
 			s.t, s.c, s.n, s.op = t, t.c, op.Length, uint32(start+k)
 			if j := start + k; j < len(t.lrs) {
 				s.lr, s.part = t.lrs[j], j >= len(t.descs)
+				if s.part {
+					s.op = t.partOf[j-len(t.descs)]
+				}
 				if op.Kind == ucx.OpData {
 					s.remote, s.get, s.data = true, t.gets[j], true
 					t.c.dataOps++
@@ -416,8 +426,8 @@ func (w *Worker) countOp(t *Transfer, st int32, n uint64, kind int32) {
 	}
 }
 
-// opPart is the kind opDone is told for a part of a split get (splitGets): its bytes count,
-// not as an operation.
+// opPart is the kind opDone is told for a part of a split get or put (splitData): its bytes
+// count, not as an operation.
 const opPart = -1
 
 // opDone is the completion of an operation of t, of n bytes on local region lr (nil for a
@@ -439,14 +449,48 @@ func (w *Worker) opDone(t *Transfer, lr *localRegion, st int32, n uint64, kind i
 // the buffer for it: a put's (by message too) and a get's by UCX's gets. t's end then leaves it
 // to the zombie slot. A get by message gives none (its request carries no bytes, and its
 // answer is disarmed), nor a flush. An operation on device memory gives its block's hold (the
-// device transports are UCX's RMA: device memory never goes by message). Under mu.
-func (t *Transfer) zombieHold(s *slot) localHold {
-	if s.lr == nil || s.get || s.part || int(s.op) >= len(t.holds) {
-		return localHold{}
+// device transports are UCX's RMA: device memory never goes by message). A put by message,
+// whose parts (splitData) UCX may hold in several slots, gives a hold they share, released
+// once UCX has let go of the last (unshare). Under mu.
+func (t *Transfer) zombieHold(s *slot) (localHold, *sharedHold) {
+	if s.lr == nil || s.get || int(s.op) >= len(t.holds) {
+		return localHold{}, nil
 	}
-	h := t.holds[s.op]
-	t.holds[s.op] = localHold{}
-	return h
+	if !s.data {
+		h := t.holds[s.op]
+		t.holds[s.op] = localHold{}
+		return h, nil
+	}
+	sh := t.shares[s.op]
+	if sh == nil {
+		if t.shares == nil {
+			t.shares = map[uint32]*sharedHold{}
+		}
+		sh = &sharedHold{hold: t.holds[s.op]}
+		t.holds[s.op] = localHold{}
+		t.shares[s.op] = sh
+	}
+	sh.users++
+	return localHold{}, sh
+}
+
+// sharedHold is the hold of a put by message's buffer that the zombie slots of its parts share
+// (zombieHold).
+type sharedHold struct {
+	hold  localHold
+	users int // the zombie slots that share it
+}
+
+// unshare lets go of a zombie slot's share of sh (nil: none): the hold is released with the
+// last. Under mu.
+func (w *Worker) unshare(sh *sharedHold) {
+	if sh == nil {
+		return
+	}
+	if sh.users--; sh.users == 0 {
+		w.unhold(sh.hold)
+		sh.hold = localHold{}
+	}
 }
 
 // postQueued posts the queued transfers' operations while slots are free, and drops the
@@ -536,6 +580,7 @@ func (t *Transfer) Reset() error {
 	clear(t.descs)
 	clear(t.lrs)
 	t.ops, t.descs, t.lrs, t.holds, t.gets = t.ops[:0], t.descs[:0], t.lrs[:0], t.holds[:0], t.gets[:0]
+	t.partOf, t.shares = t.partOf[:0], nil
 	t.puts, t.bytes, t.started, t.finishing, t.posted, t.pending, t.err = false, 0, false, false, 0, 0, nil
 	t.done = make(chan struct{})
 	return errors.Join(errs...)

@@ -158,17 +158,18 @@ func (w *Worker) abandonSlots(c *Conn) {
 				continue
 			}
 			t, lr, st, n := s.t, s.lr, s.status, s.n
-			w.zombie(uint32(i), t.zombieHold(s), &lanes)
+			h, sh := t.zombieHold(s)
+			w.zombie(uint32(i), h, sh, &lanes)
 			w.opDone(t, lr, st, n, 0)
 		case slotMsg:
 			if s.done != nil {
 				s.done <- c.err
 			}
 			c.inflight--
-			w.zombie(uint32(i), localHold{}, &lanes)
+			w.zombie(uint32(i), localHold{}, nil, &lanes)
 		case slotAnswer:
 			c.inflight--
-			w.zombie(uint32(i), s.hold, &lanes)
+			w.zombie(uint32(i), s.hold, nil, &lanes)
 		}
 	}
 }
@@ -199,16 +200,17 @@ func cpuLanes(info string) bool {
 
 // zombie keeps slot i, whose operation has ended for this worker, until UCX completes it, with
 // hold: the hold of the local buffer UCX may still read or write for it (abandonSlots), or the
-// zero Hold. The hold is released when UCX completes the operation (complete), or by the
-// worker's Close once it has made its last call on UCX's worker where the endpoint's lanes
-// touch the buffer only inside such a call (cpuLanes; zombieHolds): on an RDMA lane it stays
-// held, so the buffer is never handed out again while a NIC may touch it. lanes caches what
-// cpuLanes says of the slot's endpoint (lanesUnknown, lanesNIC, lanesCPU). Under mu.
-func (w *Worker) zombie(i uint32, hold localHold, lanes *uint8) {
+// zero Hold, or sh: its share of the hold of a put by message's buffer, which the slots of its
+// parts share (unshare). The hold is released when UCX completes the operation (complete), or
+// by the worker's Close once it has made its last call on UCX's worker where the endpoint's
+// lanes touch the buffer only inside such a call (cpuLanes; zombieHolds): on an RDMA lane it
+// stays held, so the buffer is never handed out again while a NIC may touch it. lanes caches
+// what cpuLanes says of the slot's endpoint (lanesUnknown, lanesNIC, lanesCPU). Under mu.
+func (w *Worker) zombie(i uint32, hold localHold, sh *sharedHold, lanes *uint8) {
 	s := w.slots[i]
 	s.dataEnded()
 	cpu := false
-	if hold != (localHold{}) {
+	if hold != (localHold{}) || sh != nil {
 		if *lanes == lanesUnknown {
 			*lanes = lanesNIC
 			if info, err := w.uw.EpInfo(s.c.ep); err == nil && cpuLanes(info) {
@@ -222,6 +224,7 @@ func (w *Worker) zombie(i uint32, hold localHold, lanes *uint8) {
 		w.untimeAnswer(i) // its connection has failed: no timeout to check
 	}
 	w.count(&s, -1)
-	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held, hold: hold, cpuOnly: cpu}
+	w.slots[i] = slot{kind: slotZombie, gen: s.gen, lr: s.lr, held: s.held, hold: hold, shared: sh,
+		cpuOnly: cpu}
 	w.zombies++
 }

@@ -91,6 +91,7 @@ type Worker struct {
 	connAnswers   int             // of those, the most one connection's answers may hold (takeSlot)
 	answerBound   int             // maxQueuedAnswers (tests raise a flooding worker's)
 	queued        int             // bytes of peers' messages queued for Recv on every connection (queuedWorker)
+	putPart       uint64          // putPart (tests make a hostile sender's larger)
 	answerers     int             // connections holding an answer slot (Conn.ansSlots above zero)
 	control       int             // slots held by messages and endpoint closes (at most controlSlots)
 	senders       int             // connections holding a message slot (Conn.msgSlots above zero)
@@ -163,7 +164,7 @@ type slot struct {
 	status               int32
 	local                uintptr // a get by message: where the bytes go
 
-	// part says the operation is a part of a get split in requests (splitGets).
+	// part says the operation is a part of a get or a put split in messages (splitData).
 	part bool
 
 	// held says UCX holds a request of this slot that names lr's registration: counted in
@@ -176,10 +177,12 @@ type slot struct {
 	// it, or until the worker's Close has made its last call on UCX's worker where cpuOnly
 	// says that nothing but such a call reads or writes the buffer (zombieHolds).
 	hold    localHold
+	shared  *sharedHold // a zombie's share of the hold of a put by message in parts (zombieHold)
 	cpuOnly bool
 
 	// op is a transfer's operation's index in its ops (and holds, for an operation added by
-	// Put, Get, PutDevice or GetDevice: Transfer.zombieHold).
+	// Put, Get, PutDevice or GetDevice: Transfer.zombieHold); a part's, the operation's it is
+	// a part of.
 	op uint32
 
 	// posted is when an answer went in flight, after born (with Options.AnswerTimeout only).
@@ -251,6 +254,8 @@ func New(o Options) (*Worker, error) {
 	w.uw.LimitMessages(msgHeader+max(o.MaxMessage, maxControl), msgHeader+o.MaxMessage, msgData)
 	w.connAnswers = max(1, o.MaxInFlight/answerShare)
 	w.answerBound = maxQueuedAnswers
+	w.putPart = putPart
+	w.uw.LimitData(dataMax)
 	w.slots = make([]slot, n)
 	w.free = make([]uint32, n)
 	for i := range w.free {
@@ -497,15 +502,21 @@ func (w *Worker) zombieHolds(destroyed bool) []localHold {
 	kept := 0
 	for i := range w.slots {
 		s := &w.slots[i]
-		if s.hold == (localHold{}) {
+		if s.hold == (localHold{}) && s.shared == nil {
 			continue
 		}
 		if !destroyed && !s.cpuOnly {
 			kept++
 			continue
 		}
-		held = append(held, s.hold)
-		s.hold = localHold{}
+		if s.hold != (localHold{}) {
+			held = append(held, s.hold)
+		}
+		if sh := s.shared; sh != nil && sh.hold != (localHold{}) {
+			held = append(held, sh.hold) // once, for every slot that shares it
+			sh.hold = localHold{}
+		}
+		s.hold, s.shared = localHold{}, nil
 	}
 	if kept > 0 {
 		w.logf("remote: %d operations (answers, puts, gets) of abandoned connections stay in flight on RDMA hardware: their buffers stay held, and their pools cannot close", kept)

@@ -189,19 +189,23 @@ pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, s
 		return PM_UCS_OK;
 	}
 	int rndv = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_RNDV) != 0; // the bytes are still the sender's
-	int landed = !rndv && land_reply(st, header, data, len);
-	int keep = !landed && (rndv || ((param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_DATA) != 0 && len > 0));
-	size_t copy = landed || keep ? 0 : len;
+	// Here is the first sight of an eager one's length, as for pm_am_cb's messages: one beyond
+	// data_max is given back to UCX at once, its header reported with its length.
+	int over = !rndv && st->data_max != 0 && len > st->data_max;
+	int landed = !rndv && !over && land_reply(st, header, data, len);
+	int kept = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_DATA) != 0 && len > 0;
+	int keep = !landed && !over && (rndv || kept);
+	size_t copy = landed || keep || over ? 0 : len;
 	pm_event *e = malloc(sizeof(pm_event) + copy);
 	if (e == NULL) {
 		st->ev_dropped++;
 		return PM_UCS_OK;
 	}
 	e->kind = PM_EV_DATA;
-	e->status = landed ? PM_DATA_LANDED : rndv ? PM_DATA_RNDV : PM_DATA_HERE;
+	e->status = over ? PM_DATA_OVERSIZE : landed ? PM_DATA_LANDED : rndv ? PM_DATA_RNDV : PM_DATA_HERE;
 	e->h = 0;
-	e->tag = 0;
-	e->len = landed ? 0 : len;
+	e->tag = over ? (uint64_t)len : 0;
+	e->len = landed || over ? 0 : len;
 	e->desc = keep ? data : NULL;
 	memcpy(e->hdr, header, PM_HDR);
 	if (copy > 0) memcpy(e->data, data, copy);

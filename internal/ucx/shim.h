@@ -35,8 +35,9 @@ enum { PM_MSG_OVERSIZE = 1, PM_MSG_DROPPED = 2 };
 #define PM_DROP_SLACK (1 << 20)
 
 // A data event's status: its bytes are in desc or data (0), still at the sender (a rendezvous:
-// pm_data_recv fetches them), or landed already at the armed slot's reply_dst (len 0).
-enum { PM_DATA_HERE = 0, PM_DATA_RNDV = 1, PM_DATA_LANDED = 2 };
+// pm_data_recv fetches them), landed already at the armed slot's reply_dst (len 0), or
+// dropped, uncopied, as longer than data_max (len 0, tag its length).
+enum { PM_DATA_HERE = 0, PM_DATA_RNDV = 1, PM_DATA_LANDED = 2, PM_DATA_OVERSIZE = 3 };
 
 // PM_HDR is the size of a data message's header (pm_op.hdr, pm_event.hdr).
 #define PM_HDR 64
@@ -84,6 +85,9 @@ typedef struct pm_state {
 	// may have (0: no limit): a longer one is dropped uncopied (PM_MSG_OVERSIZE).
 	size_t msg_max, msg_kind_max;
 	unsigned char msg_kind;
+	// The most bytes an eager data message (PM_EV_DATA) may have (0: no limit): a longer one is
+	// neither kept nor copied (PM_DATA_OVERSIZE).
+	size_t data_max;
 } pm_state;
 
 // An operation for pm_post. kind: PM_OP_PUT, PM_OP_GET, PM_OP_FLUSH (of ep), PM_OP_DATA (a

@@ -139,7 +139,9 @@ type Event struct {
 	// Rndv says a data message's bytes are still at its sender: Worker.RecvData fetches them.
 	Rndv bool
 	// Oversize says a message (EventMessage) was beyond the worker's limits
-	// (Worker.LimitMessages): Len is its length, Data its first PeekLen bytes, the rest dropped.
+	// (Worker.LimitMessages): Len is its length, Data its first PeekLen bytes, the rest dropped;
+	// or a data message (EventData) beyond Worker.LimitData: Len is its length, and it has no
+	// bytes to copy.
 	Oversize bool
 	// Dropped says a message (EventMessage) came when the worker's queue was full (NewWorker's
 	// msgLimit, a flood in one progress round): Len is its length, Data its first PeekLen

@@ -130,6 +130,11 @@ func (w *Worker) LimitMessages(max, kindMax int, kind byte) {
 	w.st.msg_max, w.st.msg_kind_max, w.st.msg_kind = C.size_t(max), C.size_t(kindMax), C.uchar(kind)
 }
 
+// LimitData bounds an eager data message (EventData) at max bytes (0: no bound): a longer one
+// is given back to UCX by the callback, neither kept nor copied, and comes as an EventData with
+// Oversize set, its header and its length (Len), no bytes.
+func (w *Worker) LimitData(max int) { w.st.data_max = C.size_t(max) }
+
 // Address returns the worker's address, for a peer's ConnectAddress.
 func (w *Worker) Address() ([]byte, error) {
 	var a unsafe.Pointer
@@ -204,6 +209,9 @@ func (w *Worker) Events(out []Event, max int) []Event {
 				w.key++
 				ev.Key, ev.Len, ev.Status = w.key, int(e.len), 0
 				ev.Rndv, ev.Landed = e.status == C.PM_DATA_RNDV, e.status == C.PM_DATA_LANDED
+				if ev.Oversize = e.status == C.PM_DATA_OVERSIZE; ev.Oversize {
+					ev.Len = int(e.tag)
+				}
 				ev.Header = *(*[HeaderLen]byte)(unsafe.Pointer(&e.hdr[0]))
 				w.data[ev.Key] = e
 				out = append(out, ev)
