@@ -65,3 +65,53 @@ func TestOversizePutRefused(t *testing.T) {
 		t.Logf("messages dropped: %d", got)
 	}
 }
+
+// TestOversizeGetRefused: a get by message asks for getPart bytes a request at most (a larger
+// get goes in parts), and a target fails the connection of a peer that asks for more with
+// ErrProtocol, sending nothing: it answered with one message of any length a peer asked for.
+// A get of many parts from an honest requester lands whole.
+func TestOversizeGetRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w1, _, r1, r2, c1, c2 := connectedPair(t, ctx)
+	const n = 4 << 20
+	b1, err := r1.pool.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := r2.pool.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b2 {
+		b2[i] = byte(i*7 + i>>12)
+	}
+	d, err := r2.Describe(b2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.Get(ctx, b1, d); err != nil {
+		t.Fatalf("a get of %d bytes, in parts: %v", n, err)
+	}
+	if !bytes.Equal(b1, b2) {
+		t.Fatalf("a get of %d bytes, in parts: the buffer differs from the target's", n)
+	}
+	clear(b1)
+	w1.mu.Lock()
+	w1.getPart = n // a requester that does not split its gets
+	w1.mu.Unlock()
+	if err := c1.Get(ctx, b1, d); err == nil {
+		t.Fatalf("a get by one request of %d bytes was answered", n)
+	}
+	select {
+	case <-c2.dead:
+	case <-ctx.Done():
+		t.Fatalf("the target's connection is still open after a get by one request of %d bytes", n)
+	}
+	if err := c2.Err(); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "in one get") {
+		t.Fatalf("the target's connection ended with %v; want ErrProtocol, a get beyond a request", err)
+	}
+	if !bytes.Equal(b1, make([]byte, n)) {
+		t.Fatal("the refused get's bytes were placed")
+	}
+}
