@@ -35,12 +35,17 @@ import (
 // HtoD copies src to device memory at dst and returns when the copy is done. It copies on the
 // legacy default stream and waits for it: while a blocking stream captures a CUDA graph, which
 // the driver would end, it is refused with an error matching cuda.ErrCapturing (so are DtoH and
-// DtoD), nothing copied.
+// DtoD), nothing copied. The copy comes after the work queued so far on the stream dst's block
+// was allocated on, as DtoD's does (see afterOwner).
 func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
-	if err := h.checkCopy("HtoD copy", uintptr(len(src)), dst); err != nil {
+	s, err := h.checkWrite("HtoD copy", uintptr(len(src)), dst)
+	if err != nil {
 		return err
 	}
 	return h.hostCopy(src, "HtoD copy", func(addr uintptr) error {
+		if err := h.afterOwner(s); err != nil {
+			return err
+		}
 		return h.points().WaitLegacy(h.dev.MemcpyHtoD(uintptr(dst), addr, uintptr(len(src))))
 	})
 }
@@ -55,19 +60,24 @@ func (h *Heap) DtoH(dst []byte, src cuda.DevicePtr) error {
 }
 
 // DtoD copies size bytes between device addresses and returns when the copy is done; refused
-// during a capture on a blocking stream, as HtoD is.
+// during a capture on a blocking stream, as HtoD is. The copy comes after the work queued so far
+// on the stream dst's block was allocated on (see afterOwner).
 func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	n, err := copySize("DtoD copy", size)
 	if err != nil {
 		return err
 	}
-	if err := h.checkCopy("DtoD copy", n, dst, src); err != nil {
+	s, err := h.checkWrite("DtoD copy", n, dst, src)
+	if err != nil {
 		return err
 	}
 	if n == 0 {
 		return nil
 	}
 	if err := h.legacyRefusal(); err != nil {
+		return wrapCopy("DtoD copy", n, err)
+	}
+	if err := h.afterOwner(s); err != nil {
 		return wrapCopy("DtoD copy", n, err)
 	}
 	return wrapCopy("DtoD copy", n, h.points().WaitLegacy(h.dev.MemcpyDtoD(uintptr(dst), uintptr(src), n)))
@@ -237,6 +247,55 @@ func (h *Heap) checkCopy(what string, n uintptr, ptrs ...cuda.DevicePtr) error {
 	}
 	defer h.mu.Unlock()
 	return h.checkRanges(what, n, ptrs...)
+}
+
+// checkWrite is checkCopy for a synchronous copy that writes at ptrs[0], and returns the
+// stream whose heap holds that block (afterOwner), or noOwner.
+func (h *Heap) checkWrite(what string, n uintptr, ptrs ...cuda.DevicePtr) (cuda.Stream, error) {
+	if err := h.lock(); err != nil {
+		return noOwner, err
+	}
+	defer h.mu.Unlock()
+	if err := h.checkRanges(what, n, ptrs...); err != nil || n == 0 {
+		return noOwner, err
+	}
+	owner, err := h.g.Owner(uintptr(ptrs[0]))
+	if err != nil {
+		return noOwner, nil // checked live above: cannot happen
+	}
+	for s, sh := range h.streams {
+		if sh == owner {
+			return s, nil
+		}
+	}
+	return noOwner, nil // a parked heap's: no stream allocates there any more
+}
+
+// noOwner is checkWrite's answer for a block of no stream's heap: no handle the driver gives.
+const noOwner = ^cuda.Stream(0)
+
+// afterOwner orders the legacy default stream, where a synchronous copy runs, after the work
+// queued so far on stream s, where the block the copy writes was allocated (checkWrite): that
+// block may be one freed on s and reused at once (FreeAsync's same-stream rule), whose earlier
+// owner's work queued on s may still read or write it, and a non-blocking s's work is not
+// ordered with the legacy stream's. It costs an event record and a wait queued on the legacy
+// stream, for a stream other than the default ones (whose work, and a blocking stream's, the
+// legacy stream's comes after anyway). A stream a CUDA graph capture holds, or one the driver
+// refuses (destroyed without ForgetStream), records nothing: the copy is ordered after nothing
+// there, as it was before the rule.
+func (h *Heap) afterOwner(s cuda.Stream) error {
+	if s == noOwner || streamq.DefaultStream(streamq.Stream(s)) {
+		return nil
+	}
+	ev, err := h.events.Get()
+	if err != nil {
+		return err
+	}
+	defer h.events.Put(ev)
+	if streamq.RecordOutsideCapture(h.dev, ev, streamq.Stream(s)) != nil {
+		return nil
+	}
+	return h.dev.StreamWaitEvent(0, ev)
 }
 
 // checkRanges checks that [p, p+n) lies inside one live block of the heap for each p. h.mu is
