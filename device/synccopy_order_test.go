@@ -2,9 +2,12 @@ package device
 
 import (
 	"bytes"
+	"errors"
+	"runtime"
 	"testing"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // TestFakeSyncCopyAfterSameStreamReuse: a block freed on its non-blocking stream s is handed at
@@ -51,4 +54,34 @@ func TestFakeSyncCopyAfterSameStreamReuse(t *testing.T) {
 		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(s)))
 	}
 	must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(src), pcuda.Stream(s)))
+}
+
+// TestFakeSyncCopyIntoCapturingStreamBlock: the order a synchronous copy takes after its block's
+// stream (TestFakeSyncCopyAfterSameStreamReuse) records nothing on a stream a CUDA graph capture
+// holds: the copy is made, and the user's capture stays valid.
+func TestFakeSyncCopyIntoCapturingStreamBlock(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 8 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	s := newStream(t, dev, h)
+	const n = 4096
+	p, q := alloc(t, h, n, s), alloc(t, h, n, s)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureGlobal))
+	want := pattern(n, 5)
+	errs := []error{h.HtoD(pcuda.DevicePtr(p), want), h.DtoD(pcuda.DevicePtr(q), pcuda.DevicePtr(p), n)}
+	g, err := dev.StreamEndCapture(s)
+	if err != nil {
+		t.Fatalf("a synchronous copy into a block of the capturing stream invalidated the capture: %v", err)
+	}
+	must(t, "GraphDestroy", dev.GraphDestroy(g))
+	must(t, "HtoD, DtoD during the capture", errors.Join(errs...))
+	got := make([]byte, n)
+	must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
+	if !bytes.Equal(got, want) {
+		t.Errorf("DtoD during the capture: byte %d is wrong", firstDiff(got, want))
+	}
+	freeAll(t, h, []cuda.DevicePtr{p, q})
 }
