@@ -17,7 +17,8 @@ import (
 
 // TestFakeModelRandom checks the heap against a model over long random sequences of Alloc,
 // FreeAsync (on the block's stream or, ordered after it by an event, on another), Free, Sync,
-// Trim, ForgetStream, Hold and Release on six streams (three non-blocking, one blocking, the
+// Trim, ForgetStream, Hold and Release, writes queued on a block's stream or made with HtoD, on
+// six streams (three non-blocking, one blocking, the
 // legacy stream under both its handles, 0 and 1), with the fake holding every queued copy until a synchronize runs it and a
 // small capacity, so that reclaims and the idle purge run all along. Every block gets a pattern
 // of its own, written on its stream, and each free is preceded by a copy of a tombstone pattern
@@ -210,9 +211,16 @@ func (w *modelWorker) checkAll() error {
 	return nil
 }
 
-// write queues a new pattern on the block's stream.
+// write queues a new pattern on the block's stream, or, now and then when that is the stream it
+// was allocated on, copies it there with HtoD (which comes after that stream's work).
 func (w *modelWorker) write(b *modelBlock) error {
 	b.want = pattern(b.n, byte(w.rng.Uint32()))
+	if b.cur == b.alloc && w.rng.IntN(4) == 0 {
+		if err := w.h.HtoD(pcuda.DevicePtr(b.p), b.want); err != nil {
+			return w.fail("HtoD: %v", err)
+		}
+		return nil
+	}
 	if err := w.h.HtoDAsync(pcuda.DevicePtr(b.p), b.want, pcuda.Stream(b.cur)); err != nil {
 		return w.fail("HtoDAsync: %v", err)
 	}
