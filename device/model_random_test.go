@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -35,13 +36,15 @@ func TestFakeModelRandom(t *testing.T) {
 	if longRun() {
 		seeds, steps = 16, 20_000
 	}
+	runtime.LockOSThread() // the captures' thread
+	defer runtime.UnlockOSThread()
 	f.Hold(true)
 	defer f.Complete()
 	for seed := range uint64(seeds) {
 		h, ss, err := modelHeap(dev, seed, []bool{true, true, true, false})
 		if err == nil {
 			w := &modelWorker{t: t, f: f, dev: dev, h: h, ss: append([]cuda.Stream{0, 1}, ss...),
-				rng: rand.New(rand.NewPCG(seed, 0x90DE1)), forget: true}
+				rng: rand.New(rand.NewPCG(seed, 0x90DE1)), forget: true, capture: ss[:3]}
 			err = errors.Join(w.run(steps), modelEnd(f, dev, h, ss))
 		}
 		if err != nil {
@@ -166,6 +169,46 @@ type modelWorker struct {
 	ev     cuda.Event
 	live   []*modelBlock
 	step   int
+	// capture: streams of ss that may capture a CUDA graph (non-blocking ones), and the one that
+	// captures now, if capturing; the worker then leaves it alone, and the heap's calls must
+	// leave the capture valid.
+	capture   []cuda.Stream
+	capturing bool
+	captured  cuda.Stream
+	captures  int // ended
+}
+
+// busy reports whether stream s is the one capturing.
+func (w *modelWorker) busy(s cuda.Stream) bool { return w.capturing && s == w.captured }
+
+// captureStep begins a capture on one of w.capture, or ends the one under way.
+func (w *modelWorker) captureStep() error {
+	if !w.capturing {
+		c := w.capture[w.rng.IntN(len(w.capture))]
+		if err := w.dev.StreamBeginCapture(c, cuda.CaptureGlobal); err != nil {
+			return w.fail("StreamBeginCapture: %v", err)
+		}
+		w.capturing, w.captured = true, c
+		return nil
+	}
+	w.capturing = false
+	g, err := w.dev.StreamEndCapture(w.captured)
+	if err != nil {
+		return w.fail("StreamEndCapture: the heap invalidated the capture: %v", err)
+	}
+	if err := w.dev.GraphDestroy(g); err != nil {
+		return w.fail("GraphDestroy: %v", err)
+	}
+	w.captures++
+	return nil
+}
+
+// excuse drops from err what a capture under way explains: ErrCapturing, of calls that wait.
+func (w *modelWorker) excuse(err error) error {
+	if w.capturing && errors.Is(err, pcuda.ErrCapturing) {
+		return nil
+	}
+	return err
 }
 
 func (w *modelWorker) fail(format string, a ...any) error {
@@ -201,8 +244,8 @@ func (w *modelWorker) check(b *modelBlock) error {
 func (w *modelWorker) checkAll() error {
 	w.f.Complete()
 	for _, b := range w.live {
-		if b.freed {
-			continue // copies are refused: its free waits for its holds
+		if b.freed || w.busy(b.cur) {
+			continue // copies are refused: its free waits for its holds; or it captures
 		}
 		if err := w.check(b); err != nil {
 			return err
@@ -246,6 +289,9 @@ func (w *modelWorker) free(i int, s *cuda.Stream) error {
 	on := b.cur
 	if s != nil {
 		on = *s
+	}
+	if w.busy(b.cur) || w.busy(on) {
+		return nil
 	}
 	if err := w.order(b.cur, on); err != nil {
 		return w.fail("order: %v", err)
@@ -292,6 +338,9 @@ func (w *modelWorker) run(steps int) (err error) {
 				n = 8 + rng.IntN(256<<10)
 			}
 			s := ss[rng.IntN(len(ss))]
+			if w.busy(s) {
+				continue
+			}
 			p, err := h.Alloc(n, pcuda.Stream(s))
 			if errors.Is(err, ErrOutOfMemory) { // the live blocks fill the capacity
 				if len(w.live) == 0 {
@@ -312,10 +361,10 @@ func (w *modelWorker) run(steps int) (err error) {
 			}
 		case r < 45: // the block moves to another stream, ordered after its work so far
 			b := w.live[rng.IntN(len(w.live))]
-			if b.freed {
+			t := ss[rng.IntN(len(ss))]
+			if b.freed || w.busy(b.cur) || w.busy(t) {
 				continue
 			}
-			t := ss[rng.IntN(len(ss))]
 			if err := w.order(b.cur, t); err != nil {
 				return w.fail("order: %v", err)
 			}
@@ -359,11 +408,11 @@ func (w *modelWorker) run(steps int) (err error) {
 			}
 			b.holds = append(b.holds, d)
 		case r < 80:
-			if err := h.Sync(); err != nil {
+			if err := w.excuse(h.Sync()); err != nil {
 				return w.fail("Sync: %v", err)
 			}
 		case r < 83:
-			if err := h.Trim(); err != nil {
+			if err := w.excuse(h.Trim()); err != nil {
 				return w.fail("Trim: %v", err)
 			}
 		case r < 86: // ForgetStream of a stream, refused while blocks allocated there are live
@@ -378,12 +427,15 @@ func (w *modelWorker) run(steps int) (err error) {
 			// Without a live block of s's it may still find one freed on another stream that
 			// has not passed the free.
 			err := h.ForgetStream(pcuda.Stream(s))
+			if w.busy(s) && (err == nil || errors.Is(err, pcuda.ErrCapturing)) {
+				continue // nothing of s's to forget, or refused
+			}
 			if (mine || err != nil) && !errors.Is(err, heap.ErrLiveBlocks) {
 				return w.fail("ForgetStream(%#x), live blocks %v: %v", s, mine, err)
 			}
 		case r < 90:
 			b := w.live[rng.IntN(len(w.live))]
-			if !b.freed {
+			if !b.freed && !w.busy(b.cur) {
 				if err := w.check(b); err != nil {
 					return err
 				}
@@ -392,8 +444,16 @@ func (w *modelWorker) run(steps int) (err error) {
 			if err := w.checkAll(); err != nil {
 				return err
 			}
+		case r < 97:
+			if s := ss[rng.IntN(len(ss))]; !w.busy(s) {
+				w.f.CompleteStream(s)
+			}
 		case r < 99:
-			w.f.CompleteStream(ss[rng.IntN(len(ss))])
+			if len(w.capture) > 0 {
+				if err := w.captureStep(); err != nil {
+					return err
+				}
+			}
 		default:
 			if _, err := h.Alloc(1<<62, pcuda.Stream(ss[rng.IntN(len(ss))])); !errors.Is(err, heap.ErrTooLarge) {
 				return w.fail("Alloc(1<<62): %v, want heap.ErrTooLarge", err)
@@ -405,8 +465,18 @@ func (w *modelWorker) run(steps int) (err error) {
 		if err := h.Verify(); err != nil {
 			return w.fail("Verify: %v", err)
 		}
+		if w.capturing {
+			if st, err := w.dev.StreamIsCapturing(w.captured); err != nil || st != cuda.CaptureActive {
+				return w.fail("the capture on %#x is no longer active (%v, %v)", w.captured, st, err)
+			}
+		}
 	}
 	w.step = steps
+	if w.capturing {
+		if err := w.captureStep(); err != nil {
+			return err
+		}
+	}
 	if err := w.checkAll(); err != nil {
 		return err
 	}
@@ -424,7 +494,7 @@ func (w *modelWorker) run(steps int) (err error) {
 	}
 	w.live = nil
 	st := h.Stats()
-	w.t.Logf("%d allocs, %d frees (%d deferred), %d reclaims, %d purges", st.Allocs, st.Frees,
-		st.DeferredFrees, st.Reclaims, st.Purges)
+	w.t.Logf("%d allocs, %d frees (%d deferred), %d reclaims, %d purges, %d captures", st.Allocs,
+		st.Frees, st.DeferredFrees, st.Reclaims, st.Purges, w.captures)
 	return nil
 }
