@@ -14,13 +14,13 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
-// TestFakeFaultRandom: on heaps with and without ZeroOnFree, random allocations, copies and frees on three streams (one blocking) with
-// the fake holding queued work, then a kernel fault (the context's sticky error) and random calls
-// of every kind: each succeeds or fails with an error matching ErrDeviceFault (and
-// pinmalloc.ErrDeviceFault), saying it once, and none crashes. Once the fault is cleared (the
-// fake allows it), nothing is lost: a block whose free failed is freed again, one whose free
-// succeeded is refused as a double free, the heap verifies, and every stream forgets and the
-// heap closes with no block, event or driver resource left.
+// TestFakeFaultRandom: on heaps with and without ZeroOnFree, random allocations, copies and frees
+// on three streams (one blocking) with the fake holding queued work, then a kernel fault (the
+// context's sticky error) and random calls of every kind: each succeeds or fails with an error
+// matching ErrDeviceFault (and pinmalloc.ErrDeviceFault), saying it once, and none crashes. Once
+// the fault is cleared (the fake allows it), nothing is lost: a block whose free failed is freed
+// again, one whose free succeeded is refused as a double free, the heap verifies empty, and every
+// stream forgets (the heap closes at cleanup with no block, event or driver resource left).
 func TestFakeFaultRandom(t *testing.T) {
 	f, dev, h := runHeap(t, Options{Capacity: 8 << 20, PurgeDelay: -1, ZeroOnFree: true})
 	if f == nil {
@@ -86,7 +86,8 @@ func faultRun(t *testing.T, f *fakecuda.Driver, h *Heap, ss []cuda.Stream, rng *
 			return nil
 		}
 		if !errors.Is(err, ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrDeviceFault) {
-			return fmt.Errorf("%s after a fault: %w; want an error matching ErrDeviceFault", what, err)
+			return fmt.Errorf("%s after a fault: %w; want an error matching ErrDeviceFault",
+				what, err)
 		}
 		return nil
 	}
@@ -152,7 +153,8 @@ func faultRun(t *testing.T, f *fakecuda.Driver, h *Heap, ss []cuda.Stream, rng *
 	}
 	for p := range freed {
 		if err := h.Free(pcuda.DevicePtr(p)); !errors.Is(err, heap.ErrDoubleFree) {
-			return fmt.Errorf("Free of %#x, freed during the fault: %v; want heap.ErrDoubleFree", p, err)
+			return fmt.Errorf("Free of %#x, freed during the fault: %v; want heap.ErrDoubleFree",
+				p, err)
 		}
 	}
 	for p := range live {

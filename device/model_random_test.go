@@ -18,15 +18,15 @@ import (
 
 // TestFakeModelRandom checks the heap against a model over long random sequences of Alloc,
 // FreeAsync (on the block's stream or, ordered after it by an event, on another), Free, Sync,
-// Trim, ForgetStream, Hold and Release, writes queued on a block's stream or made with HtoD, on
-// six streams (three non-blocking, one blocking, the
-// legacy stream under both its handles, 0 and 1), with the fake holding every queued copy until a synchronize runs it and a
-// small capacity, so that reclaims and the idle purge run all along. Every block gets a pattern
-// of its own, written on its stream, and each free is preceded by a copy of a tombstone pattern
-// queued on the freeing stream: a block handed to a new owner before every stream that may use it
-// has passed the free shows as the tombstone (or an older owner's pattern) in the new owner's
-// bytes, read back at random checks and at the end. 1,500 steps a seed for 4 seeds by default,
-// 20,000 steps for 16 seeds with PINMALLOC_LONG.
+// Trim, ForgetStream, Hold and Release, writes queued on a block's stream or made with HtoD, and
+// CUDA graph captures, on six streams (three non-blocking, one blocking, the legacy stream under
+// both its handles, 0 and 1), with the fake holding every queued copy until a synchronize runs it
+// and a small capacity, so that reclaims and the idle purge run all along. Every block gets a
+// pattern of its own, written on its stream, and each free is preceded by a copy of a tombstone
+// pattern queued on the freeing stream: a block handed to a new owner before every stream that
+// may use it has passed the free shows as the tombstone (or an older owner's pattern) in the new
+// owner's bytes, read back at random checks and at the end. 1,500 steps a seed for 4 seeds by
+// default, 20,000 steps for 16 seeds with PINMALLOC_LONG.
 func TestFakeModelRandom(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -86,7 +86,8 @@ func TestFakeModelRandomConcurrent(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w := &modelWorker{t: t, f: f, dev: dev, h: h, ss: []cuda.Stream{ss[2*g], ss[2*g+1], 0},
+				w := &modelWorker{t: t, f: f, dev: dev, h: h,
+					ss:  []cuda.Stream{ss[2*g], ss[2*g+1], 0},
 					rng: rand.New(rand.NewPCG(seed, uint64(g))), forget: true, shared: 0}
 				errs[g] = w.run(steps)
 			}()
@@ -245,7 +246,8 @@ func (w *modelWorker) check(b *modelBlock) error {
 	}
 	if !bytes.Equal(got, b.want) {
 		i := firstDiff(got, b.want)
-		return w.fail("block %#x of %d bytes (allocated on %#x, used on %#x): byte %d is %#x, want %#x: another owner's work wrote it",
+		return w.fail("block %#x of %d bytes (allocated on %#x, used on %#x): byte %d is %#x, "+
+			"want %#x: another owner's work wrote it",
 			b.p, b.n, b.alloc, b.cur, i, got[i], b.want[i])
 	}
 	return nil
@@ -331,6 +333,9 @@ func (w *modelWorker) free(i int, s *cuda.Stream) error {
 	return nil
 }
 
+// freeOn frees live[i] on the stream live[j] was used on last.
+func (w *modelWorker) freeOn(i, j int) error { return w.free(i, &w.live[j].cur) }
+
 // run runs steps random steps, then frees every block of the worker's.
 func (w *modelWorker) run(steps int) (err error) {
 	if w.ev, err = w.dev.EventCreate(true); err != nil {
@@ -353,11 +358,11 @@ func (w *modelWorker) run(steps int) (err error) {
 				continue
 			}
 			p, err := h.Alloc(n, pcuda.Stream(s))
-			if errors.Is(err, ErrOutOfMemory) || errors.Is(err, ErrQuota) { // the live blocks fill it
+			if errors.Is(err, ErrOutOfMemory) || errors.Is(err, ErrQuota) { // live blocks fill it
 				if len(w.live) == 0 {
 					continue // other workers' do
 				}
-				if err := w.free(rng.IntN(len(w.live)), &w.live[rng.IntN(len(w.live))].cur); err != nil {
+				if err := w.freeOn(rng.IntN(len(w.live)), rng.IntN(len(w.live))); err != nil {
 					return err
 				}
 				continue
@@ -384,7 +389,7 @@ func (w *modelWorker) run(steps int) (err error) {
 				return err
 			}
 		case r < 60:
-			if err := w.free(rng.IntN(len(w.live)), &w.live[rng.IntN(len(w.live))].cur); err != nil {
+			if err := w.freeOn(rng.IntN(len(w.live)), rng.IntN(len(w.live))); err != nil {
 				return err
 			}
 		case r < 70:
@@ -466,8 +471,8 @@ func (w *modelWorker) run(steps int) (err error) {
 				}
 			}
 		default:
-			if _, err := h.Alloc(1<<62, pcuda.Stream(ss[rng.IntN(len(ss))])); !errors.Is(err, heap.ErrTooLarge) &&
-				!errors.Is(err, ErrQuota) {
+			_, err := h.Alloc(1<<62, pcuda.Stream(ss[rng.IntN(len(ss))]))
+			if !errors.Is(err, heap.ErrTooLarge) && !errors.Is(err, ErrQuota) {
 				return w.fail("Alloc(1<<62): %v, want heap.ErrTooLarge or ErrQuota", err)
 			}
 		}
