@@ -483,8 +483,10 @@ func (w *modelWorker) run(steps int) (err error) {
 			return w.fail("Verify: %v", err)
 		}
 		if w.capturing {
-			if st, err := w.dev.StreamIsCapturing(w.captured); err != nil || st != cuda.CaptureActive {
-				return w.fail("the capture on %#x is no longer active (%v, %v)", w.captured, st, err)
+			st, err := w.dev.StreamIsCapturing(w.captured)
+			if err != nil || st != cuda.CaptureActive {
+				return w.fail("the capture on %#x is no longer active (%v, %v)",
+					w.captured, st, err)
 			}
 		}
 	}

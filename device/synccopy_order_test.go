@@ -30,7 +30,8 @@ func TestFakeSyncCopyAfterSameStreamReuse(t *testing.T) {
 	for _, via := range []string{"HtoD", "DtoD"} {
 		f.Hold(true)
 		p := alloc(t, h, n, s)
-		must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(p), bytes.Repeat([]byte{0xDE}, n), pcuda.Stream(s)))
+		old := bytes.Repeat([]byte{0xDE}, n) // the old owner's copy, held
+		must(t, "HtoDAsync", h.HtoDAsync(pcuda.DevicePtr(p), old, pcuda.Stream(s)))
 		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s)))
 		q := alloc(t, h, n, s)
 		if q != p {
@@ -48,8 +49,9 @@ func TestFakeSyncCopyAfterSameStreamReuse(t *testing.T) {
 		got := make([]byte, n)
 		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(q)))
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s into a block reused on its stream: byte %d reads %#x, want %#x: the old owner's copy, queued on s, ran after it",
-				via, firstDiff(got, want), got[firstDiff(got, want)], want[firstDiff(got, want)])
+			i := firstDiff(got, want)
+			t.Errorf("%s into a block reused on its stream: byte %d reads %#x, want %#x: "+
+				"the old owner's copy, queued on s, ran after it", via, i, got[i], want[i])
 		}
 		must(t, "FreeAsync", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(s)))
 	}
@@ -71,10 +73,12 @@ func TestFakeSyncCopyIntoCapturingStreamBlock(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureGlobal))
 	want := pattern(n, 5)
-	errs := []error{h.HtoD(pcuda.DevicePtr(p), want), h.DtoD(pcuda.DevicePtr(q), pcuda.DevicePtr(p), n)}
+	errs := []error{h.HtoD(pcuda.DevicePtr(p), want),
+		h.DtoD(pcuda.DevicePtr(q), pcuda.DevicePtr(p), n)}
 	g, err := dev.StreamEndCapture(s)
 	if err != nil {
-		t.Fatalf("a synchronous copy into a block of the capturing stream invalidated the capture: %v", err)
+		t.Fatalf("a synchronous copy into a block of the capturing stream invalidated it: %v",
+			err)
 	}
 	must(t, "GraphDestroy", dev.GraphDestroy(g))
 	must(t, "HtoD, DtoD during the capture", errors.Join(errs...))
