@@ -86,6 +86,29 @@ const (
 	// refuses leaves the memory pinned, mapped and the pool's (counted in its Stats), given back
 	// at a later purge, Trim or Close.
 	HostUnregister
+	// StreamDestroy is cuStreamDestroy: cuda.Device.StreamDestroy, and the Close of what made a
+	// stream of its own (a copyengine.Batcher, a uvm tier). A destroy the driver refuses leaves
+	// the stream alive and usable: Device.StreamDestroy returns the refusal and a later call
+	// destroys it; a Close returns the refusal, keeps the stream and its next Close destroys it.
+	StreamDestroy
+	// EventDestroy is cuEventDestroy: cuda.Device.EventDestroy, and the Close of what keeps
+	// events of its own (a copyengine.Batcher, a uvm tier). A refused destroy leaves the event
+	// alive and as it was, as StreamDestroy leaves its stream: the call returns the refusal,
+	// and a later call or Close destroys it.
+	EventDestroy
+	// ModuleUnload is cuModuleUnload: a copyengine.Batcher's Close unloads its gather kernel
+	// with it. An unload the driver refuses leaves the kernel loaded: Close returns the refusal
+	// and its next Close unloads it.
+	ModuleUnload
+	// MemFree is cuMemFree: the device buffer a copyengine.Batcher calibrates with. A free the
+	// driver refuses leaves the memory allocated (Used counts it): the calibration's error says
+	// so (Batcher.Calibration), and the Batcher's Close frees it.
+	MemFree
+	// MemAddressFree is cuMemAddressFree: the address range of a device heap (and of an arena
+	// on a VMM provider of package cudamem), given back at its Close once its memory is
+	// unmapped and released. A free the driver refuses keeps the range: Close returns the
+	// refusal, and the next Close frees it.
+	MemAddressFree
 )
 
 // Driver result codes (CUresult) for FailNext; cuda.ResultCode returns them from an error.
@@ -98,6 +121,9 @@ const (
 	NotPermitted = fakecuda.ResultNotPermitted
 	// NotSupported is CUDA_ERROR_NOT_SUPPORTED; errors match cuda.ErrNotSupported.
 	NotSupported = fakecuda.ResultNotSupported
+	// InvalidHandle is CUDA_ERROR_INVALID_HANDLE, the driver's answer to a destroy of a stream
+	// or event it does not know; errors match cuda.ErrInvalidHandle.
+	InvalidHandle = fakecuda.ResultInvalidHandle
 	// LaunchFailed is CUDA_ERROR_LAUNCH_FAILED.
 	LaunchFailed = fakecuda.ResultLaunchFailed
 )
@@ -128,6 +154,16 @@ func (f *Fake) FailNext(c Call, code int) {
 		f.d.FailAfter(fakecuda.CallRelease, 0, code)
 	case HostUnregister:
 		f.d.FailAfter(fakecuda.CallUnregister, 0, code)
+	case StreamDestroy:
+		f.d.FailAfter(fakecuda.CallStreamDestroy, 0, code)
+	case EventDestroy:
+		f.d.FailAfter(fakecuda.CallEventDestroy, 0, code)
+	case ModuleUnload:
+		f.d.FailAfter(fakecuda.CallModuleUnload, 0, code)
+	case MemFree:
+		f.d.FailAfter(fakecuda.CallMemFree, 0, code)
+	case MemAddressFree:
+		f.d.FailAfter(fakecuda.CallAddressFree, 0, code)
 	default:
 		f.t.Fatalf("cudatest: FailNext: unknown call %d", c)
 	}
