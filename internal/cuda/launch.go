@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc"
@@ -66,6 +67,13 @@ func (d *Device) StreamCreateWithPriority(nonBlocking bool, priority int) (s Str
 	}
 	err = d.Do(func() (e error) { s, e = d.drv.streamCreateWithPriority(flags, priority); return })
 	return s, d.track(&d.streams, uint64(s), 1, err)
+}
+
+// priorityArg is priority as the driver's int takes it: clamped to the int's range, not
+// truncated, so that a value beyond it stays on its side and the driver clamps it into the
+// device's range.
+func priorityArg(priority int) int32 {
+	return int32(min(max(priority, math.MinInt32), math.MaxInt32))
 }
 
 // MemcpyAsync queues a copy of n bytes from src to dst on s, where each is a device address or

@@ -119,7 +119,7 @@ func (dr *driver) streamWaitEvent(s Stream, ev Event) error {
 func (dr *driver) streamCreateWithPriority(flags uint32, priority int) (Stream, error) {
 	var h C.uintptr_t
 	err := dr.call(symStreamCreateWithPriority, func(f C.uintptr_t) C.int {
-		return C.pm_streamCreateWithPriority(f, &h, C.unsigned(flags), C.int(priority))
+		return C.pm_streamCreateWithPriority(f, &h, C.unsigned(flags), C.int(priorityArg(priority)))
 	})
 	return Stream(h), err
 }
