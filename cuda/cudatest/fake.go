@@ -8,10 +8,21 @@ import (
 )
 
 // Fake controls the fake driver a test runs on, and reads what it holds. Device returns it. Its
-// methods act on the whole fake (every stream of device 0), at once.
+// methods act on the whole fake (every stream of device 0), at once. The nil Fake that Device
+// returns in the test process has no fake: its methods panic, saying the test must return.
 type Fake struct {
 	t testing.TB
 	d *fakecuda.Driver
+}
+
+// driver returns the fake f controls. A nil or zero Fake (Device's in the test process, which
+// must return at once) has none: it panics saying so, rather than with a nil dereference.
+func (f *Fake) driver() *fakecuda.Driver {
+	if f == nil || f.d == nil {
+		panic("cudatest: a nil Fake: Device returns nil, nil in the test process, " +
+			"where the test must return at once (if dev == nil { return })")
+	}
+	return f.d
 }
 
 // Hold keeps queued work pending (on), as on a busy GPU: stream and event queries answer "not
@@ -22,22 +33,23 @@ type Fake struct {
 //
 // With Hold on, a pool or heap that frees in stream order keeps the memory of a stream that
 // has not passed its free: the test sees what a program sees while its copies are in flight.
-func (f *Fake) Hold(on bool) { f.d.Hold(on) }
+func (f *Fake) Hold(on bool) { f.driver().Hold(on) }
 
 // Complete runs all the work queued on every stream, as if the GPU had caught up.
-func (f *Fake) Complete() { f.d.Complete() }
+func (f *Fake) Complete() { f.driver().Complete() }
 
 // CompleteStream runs the work queued on stream s (0: the legacy default stream), and before it
 // the work of other streams that s waits for (through cuda.Device.StreamWaitEvent).
-func (f *Fake) CompleteStream(s cuda.Stream) { f.d.CompleteStream(uintptr(s)) }
+func (f *Fake) CompleteStream(s cuda.Stream) { f.driver().CompleteStream(uintptr(s)) }
 
 // Pending returns the number of streams with work queued and not yet run.
-func (f *Fake) Pending() int { return f.d.Pending() }
+func (f *Fake) Pending() int { return f.driver().Pending() }
 
 // SetMemory sets device 0's total memory to bytes (1 GiB by default): allocations beyond it fail
 // with an error matching cuda.ErrOutOfMemory, and cuda.Device.MemInfo and TotalMem report it.
 // Shrinking it below the memory in use now (Used) fails the test.
 func (f *Fake) SetMemory(bytes int) {
+	f.driver()
 	f.t.Helper()
 	if used := f.Used(); bytes < used {
 		f.t.Fatalf("cudatest: SetMemory(%d): below the %d bytes device 0 uses now", bytes, used)
@@ -47,14 +59,14 @@ func (f *Fake) SetMemory(bytes int) {
 
 // Used returns the device memory allocated on device 0 now, in bytes: every allocation the
 // driver made, whatever made it (device heaps commit memory in 2 MiB chunks, not per block).
-func (f *Fake) Used() int { return int(f.d.Used(0)) }
+func (f *Fake) Used() int { return int(f.driver().Used(0)) }
 
 // SetHostVMM turns VMM host memory off (on, the default, is a driver of CUDA 13): off, the
 // fake is a driver without it (before CUDA 12.2, or without host NUMA support), and pinned
 // pools of the CUDAHost backend map their memory themselves and pin it with
 // cuMemHostRegister (the HostRegister and HostUnregister calls of FailNext) instead of
 // creating it with cuMemCreate. It applies to pools made after it.
-func (f *Fake) SetHostVMM(on bool) { f.d.SetHostVMM(on) }
+func (f *Fake) SetHostVMM(on bool) { f.driver().SetHostVMM(on) }
 
 // Call names a driver call FailNext can make fail.
 type Call int
@@ -133,6 +145,7 @@ const (
 // before that call replaces the failure set, it does not add one; failures set for different
 // calls stand side by side (a refused MemRelease and a refused MemUnmap, say).
 func (f *Fake) FailNext(c Call, code int) {
+	f.driver()
 	f.t.Helper()
 	if code <= 0 || code > 0xffff {
 		f.t.Fatalf("cudatest: FailNext(%d, %d): not a CUDA error code", c, code)
