@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -169,6 +170,10 @@ func Open(ordinal int) (*Device, error) {
 
 // openOn is Open on an initialized driver; tests call it with drivers from loadFrom.
 func openOn(dr *driver, ordinal int) (*Device, error) {
+	if ordinal < math.MinInt32 || ordinal > math.MaxInt32 { // the driver's int would truncate it
+		return nil, fmt.Errorf("%w: device %d: no driver has that ordinal", pinmalloc.ErrNoDevice,
+			ordinal)
+	}
 	dev, err := dr.deviceGet(ordinal)
 	if err != nil {
 		return nil, wrap(err, "device %d", ordinal)
