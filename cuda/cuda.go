@@ -92,7 +92,9 @@ func DriverVersion() (int, error) { return icuda.DriverVersion() }
 // uvm.New or the providers of package cudamem (pinned.Options takes the ordinal and opens its
 // own), and Close it after them. Its methods are safe for concurrent use, Close included: a call
 // in flight when Close begins ends normally before Close gives the retain back, and the calls
-// that start after Close began fail with an error matching ErrClosed.
+// that start after Close began fail with an error matching ErrClosed. A nil or zero Device (the
+// usual cause: Open's error ignored) crashes nothing: its methods return an error matching
+// ErrNoDriver, Ordinal -1 and Context 0.
 type Device struct {
 	handle // the binding's device; the module's packages reach it (internal/cuda.Of)
 }

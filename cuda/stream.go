@@ -36,7 +36,8 @@ func (d *Device) StreamCreate(flags StreamFlags) (Stream, error) {
 // clamped by the driver). Work on a higher-priority stream is scheduled first. On current GPUs
 // the least priority is also the default one, that of StreamCreate's streams (and the runtime's
 // cudaStreamCreate): a stream given it yields to streams raised above it and shares its level
-// with those. Give a stream that must win the greatest. Destroy it with StreamDestroy.
+// with those. Give a stream that must win the greatest. Destroy it with StreamDestroy. Flags
+// other than StreamNonBlocking give an error matching ErrInvalidValue.
 func (d *Device) StreamCreateWithPriority(flags StreamFlags, priority int) (Stream, error) {
 	in, err := d.in()
 	if err != nil {
@@ -85,7 +86,9 @@ func (d *Device) StreamQuery(s Stream) error {
 }
 
 // StreamDestroy destroys a stream from StreamCreate; work queued on it still completes. A heap
-// that has seen the stream must forget it first (device.Heap.ForgetStream).
+// that has seen the stream must forget it first (device.Heap.ForgetStream). A handle the driver
+// does not know as a stream of this context gives an error matching ErrInvalidHandle; a stream
+// whose destroy the driver refuses stays alive and usable, for a later StreamDestroy.
 func (d *Device) StreamDestroy(s Stream) error {
 	return d.do(func(in *icuda.Device) error { return in.StreamDestroy(uintptr(s)) })
 }
@@ -120,7 +123,9 @@ func (d *Device) EventSynchronize(ev Event) error {
 	return d.do(func(in *icuda.Device) error { return in.EventSynchronize(uintptr(ev)) })
 }
 
-// EventDestroy destroys an event from EventCreate.
+// EventDestroy destroys an event from EventCreate. An event the driver does not know gives an
+// error matching ErrInvalidHandle; an event whose destroy the driver refuses stays alive, as it
+// was, for a later EventDestroy.
 func (d *Device) EventDestroy(ev Event) error {
 	return d.do(func(in *icuda.Device) error { return in.EventDestroy(uintptr(ev)) })
 }
