@@ -150,8 +150,8 @@ func IsFake(dev *cuda.Device) bool {
 // ExecOnFake runs the running program again, with the same arguments and standard streams, in a
 // child process whose driver is the fake (compiled once per user and source into the user's
 // cache directory, as for Device), and returns the child's exit code; err is set only when the
-// child could not be run (built without cgo, or no C compiler), and says why. It is for
-// programs that should run where no CUDA driver is installed:
+// child could not be run (built without cgo, no C compiler, or cuda.LibraryEnv set), and says
+// why. It is for programs that should run where no CUDA driver is installed:
 //
 //	if _, err := cuda.Count(); errors.Is(err, cuda.ErrNoDriver) && os.Getenv(cuda.LibraryEnv) == "" {
 //		code, err := cudatest.ExecOnFake()
@@ -165,7 +165,21 @@ func IsFake(dev *cuda.Device) bool {
 // when cuda.LibraryEnv is set already (the child has it set), so that it cannot recurse.
 func ExecOnFake() (code int, err error) {
 	if err := canBuild(); err != nil {
-		return 0, fmt.Errorf("cudatest: cannot run on the fake driver: %w", err)
+		return 0, cannotRun{err}
 	}
-	return fakecuda.ExecOnFake()
+	code, err = fakecuda.ExecOnFake()
+	if err != nil {
+		return code, cannotRun{err}
+	}
+	return code, nil
 }
+
+// cannotRun is ExecOnFake's error: why the child could not be run, in cudatest's words (the
+// internal package's name taken off its own errors' text), wrapping the cause.
+type cannotRun struct{ err error }
+
+func (e cannotRun) Error() string {
+	return "cudatest: cannot run on the fake driver: " + strings.TrimPrefix(e.err.Error(), "fakecuda: ")
+}
+
+func (e cannotRun) Unwrap() error { return e.err }
