@@ -199,7 +199,8 @@ func (d *Device) Context() uintptr {
 // in the context pinmalloc's memory and streams belong to. Calls may nest: the Device's calls
 // made in f (a Do included) run even once a racing Close has begun, as Close waits for the Do
 // they are part of. Do returns f's error, or the driver's if the context could not be made
-// current, or one matching ErrClosed once Close has begun (then f does not run).
+// current, or one matching ErrClosed once Close has begun (then f does not run); a nil f gives
+// an error matching ErrInvalidValue.
 func (d *Device) Do(f func() error) error {
 	in, err := d.in()
 	if err != nil {
