@@ -47,10 +47,13 @@ func (f *Fake) Pending() int { return f.driver().Pending() }
 
 // SetMemory sets device 0's total memory to bytes (1 GiB by default): allocations beyond it fail
 // with an error matching cuda.ErrOutOfMemory, and cuda.Device.MemInfo and TotalMem report it.
-// Shrinking it below the memory in use now (Used) fails the test.
+// A negative size, or one below the memory in use now (Used), fails the test.
 func (f *Fake) SetMemory(bytes int) {
 	f.driver()
 	f.t.Helper()
+	if bytes < 0 {
+		f.t.Fatalf("cudatest: SetMemory(%d): not a size", bytes)
+	}
 	if used := f.Used(); bytes < used {
 		f.t.Fatalf("cudatest: SetMemory(%d): below the %d bytes device 0 uses now", bytes, used)
 	}
