@@ -179,7 +179,7 @@ type Heap struct {
 
 	mu       sync.Mutex
 	closed   bool
-	refused  bool                           // the driver refused to give memory back at Close: a later Close tries again
+	refused  bool                           // the driver refused memory or an event back at Close: a later Close tries again
 	streams  map[cuda.Stream]*heap.Heap     // heaps, by allocation stream
 	parked   []parkedStream                 // streams destroyed before their ForgetStream, waiting for a synchronize of the context (park.go)
 	parkErr  error                          // errors of parked frees done, for the next Sync, Trim or Close (settleParked)

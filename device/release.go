@@ -244,8 +244,9 @@ func besides(cause, err error) string {
 // counts the held blocks) and releases nothing; release the holds (a remote.Worker's Close lets go
 // of those its abandoned transfers keep), free the blocks, and Close again.
 //
-// When the driver refuses to give memory back (an unmap, say), Close returns its error and the heap
-// is closed, its memory kept (and the device, if Open made it): a later Close gives them back.
+// When the driver refuses to give memory back (an unmap, say) or to destroy one of the heap's
+// events, Close returns its error and the heap is closed, what was refused kept (and the device,
+// if Open made it): a later Close gives them back.
 // Like Sync, a Close that closes the heap also returns the errors of parked frees done by other
 // calls since the last Sync, Trim or Close, once.
 func (h *Heap) Close() error {
@@ -318,12 +319,13 @@ func (h *Heap) closeHeap() error {
 	}
 	h.parked = nil
 	errs = append(errs, h.takeParkErr())
-	aerr := h.a.Close()
-	errs = append(errs, aerr, h.events.Close())
-	if n := h.events.Created() - h.events.Destroyed(); n != 0 {
+	aerr, eerr := h.a.Close(), h.events.Close()
+	errs = append(errs, aerr, eerr)
+	if n := h.events.Created() - h.events.Destroyed(); n != 0 && eerr == nil {
 		errs = append(errs, fmt.Errorf("device: %d events not destroyed", n))
 	}
-	h.refused = aerr != nil // the arena keeps what the driver refused, for releaseRefused
+	// The arena and the event pool keep what the driver refused, for releaseRefused.
+	h.refused = aerr != nil || eerr != nil
 	if h.ownDev && !h.refused {
 		errs = append(errs, h.dev.Close())
 	}
@@ -331,10 +333,14 @@ func (h *Heap) closeHeap() error {
 	return errors.Join(errs...)
 }
 
-// releaseRefused gives back, after Close, the memory the driver refused to give back then, and
-// the device after it if Open made it. h.mu is held.
+// releaseRefused gives back, after Close, the memory and the events the driver refused to give
+// back then, and the device after them if Open made it. h.mu is held.
 func (h *Heap) releaseRefused() error {
-	if err := h.a.Close(); err != nil && !errors.Is(err, arena.ErrClosed) {
+	aerr := h.a.Close()
+	if errors.Is(aerr, arena.ErrClosed) {
+		aerr = nil
+	}
+	if err := errors.Join(aerr, h.events.Close()); err != nil {
 		return err
 	}
 	h.refused = false

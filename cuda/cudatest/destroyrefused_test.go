@@ -154,3 +154,53 @@ func TestFailNextCalibrationMemFree(t *testing.T) {
 		t.Errorf("Used after Close = %d, want %d: the calibration's buffer leaked", got, used)
 	}
 }
+
+// heapWithEvents makes a device heap whose event pool holds an idle event: a block of stream a
+// freed on the legacy stream waits for a point recorded there, which the next Alloc takes.
+func heapWithEvents(t *testing.T, dev *cuda.Device) *device.Heap {
+	t.Helper()
+	h, err := device.New(dev, device.Options{Capacity: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := dev.StreamCreate(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.Alloc(4096, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.FreeAsync(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	q, err := h.Alloc(4096, a) // polls the deferred free: records a point
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(dev.Synchronize(), h.Free(q), h.ForgetStream(a),
+		dev.StreamDestroy(a)); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestFailNextHeapEventDestroy: a device heap's Close whose destroy of one of its events the
+// driver refuses returns the refusal; the next Close destroys the event, and the one after it
+// says the heap is closed.
+func TestFailNextHeapEventDestroy(t *testing.T) {
+	dev, fake := cudatest.Device(t)
+	if dev == nil {
+		return
+	}
+	h := heapWithEvents(t, dev)
+	fake.FailNext(cudatest.EventDestroy, cudatest.InvalidHandle)
+	refusedWith(t, "heap Close with an event's destroy refused", h.Close(), cudatest.InvalidHandle,
+		cuda.ErrInvalidHandle)
+	if err := h.Close(); err != nil {
+		t.Fatalf("the next Close: %v; want nil, the kept event destroyed", err)
+	}
+	if err := h.Close(); !errors.Is(err, device.ErrClosed) {
+		t.Errorf("a Close after that: %v, want ErrClosed", err)
+	}
+}
