@@ -154,7 +154,12 @@ func hostZero(addr, size uintptr) error {
 	return nil
 }
 
-// memLocation is loc as the driver takes it.
-func memLocation(loc cuda.Location) icuda.MemLocation {
-	return icuda.MemLocation{Type: int32(loc.Type), ID: int32(loc.ID)}
+// memLocation is loc as the driver takes it, or an error wrapping arena.ErrInvalid for a type or
+// an ID beyond the driver's int, which a conversion would wrap onto another (1<<32, device 0).
+func memLocation(loc cuda.Location) (icuda.MemLocation, error) {
+	if int(int32(loc.Type)) != int(loc.Type) || int(int32(loc.ID)) != loc.ID {
+		return icuda.MemLocation{}, fmt.Errorf("%w: location %+v: beyond the driver's int",
+			arena.ErrInvalid, loc)
+	}
+	return icuda.MemLocation{Type: int32(loc.Type), ID: int32(loc.ID)}, nil
 }

@@ -528,6 +528,14 @@ func TestFakeManaged(t *testing.T) {
 	if err := p.Advise(s.Base, s.Size, pcuda.AdviseSetAccessedBy, pcuda.Location{Type: pcuda.LocationDevice, ID: 7}); !errors.Is(err, pinmalloc.ErrInvalidValue) {
 		t.Errorf("Advise for device 7 = %v; want pinmalloc.ErrInvalidValue", err)
 	}
+	// An ID beyond the driver's int is refused, not wrapped onto another (1<<32: device 0).
+	far := pcuda.Location{Type: pcuda.LocationDevice, ID: 1 << 32}
+	if err := p.Prefetch(s.Base, s.Size, far, 0); !errors.Is(err, arena.ErrInvalid) {
+		t.Errorf("Prefetch to device 1<<32 = %v; want arena.ErrInvalid", err)
+	}
+	if err := p.Advise(s.Base, s.Size, pcuda.AdviseSetAccessedBy, far); !errors.Is(err, arena.ErrInvalid) {
+		t.Errorf("Advise for device 1<<32 = %v; want arena.ErrInvalid", err)
+	}
 	must(t, "Free", a.Free(s))
 }
 

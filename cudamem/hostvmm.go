@@ -96,7 +96,7 @@ func (v *vmm) initHost(loc cuda.Location, devs []cuda.Location) error {
 	if v.gran > arena.DefaultChunkSize {
 		return fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", arena.ErrInvalid, v.gran, arena.DefaultChunkSize)
 	}
-	h, err := b.dev.MemCreateAt(v.gran, memLocation(loc))
+	h, err := b.dev.MemCreateAt(v.gran, v.mloc)
 	if err = b.call(nil, 0, err); err != nil {
 		return fmt.Errorf("%w: cuMemCreate of host memory at %+v on device %d: %w", arena.ErrInvalid, loc, b.dev.Ordinal(), err)
 	}

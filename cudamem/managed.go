@@ -42,7 +42,11 @@ func (p *Managed) Zero(addr, size uintptr) error { return p.memset(addr, size) }
 // Prefetch queues a migration of [addr, addr+n) to loc (a device's Location, or
 // cuda.HostLocation()) on stream s, with the CUDA 12.2+ cuMemPrefetchAsync_v2.
 func (p *Managed) Prefetch(addr, n uintptr, loc cuda.Location, s cuda.Stream) error {
-	if err := p.dev.MemPrefetchAsync(addr, n, memLocation(loc), uintptr(s)); err != nil {
+	ml, err := memLocation(loc)
+	if err != nil {
+		return err
+	}
+	if err := p.dev.MemPrefetchAsync(addr, n, ml, uintptr(s)); err != nil {
 		return fmt.Errorf("%w: prefetch %d bytes at %#x to %+v: %w", arena.ErrInvalid, n, addr, loc, err)
 	}
 	return nil
@@ -51,7 +55,11 @@ func (p *Managed) Prefetch(addr, n uintptr, loc cuda.Location, s cuda.Stream) er
 // Advise gives the driver advice about [addr, addr+n) for loc, with the CUDA 12.2+
 // cuMemAdvise_v2.
 func (p *Managed) Advise(addr, n uintptr, advice cuda.Advice, loc cuda.Location) error {
-	if err := p.dev.MemAdvise(addr, n, int32(advice), memLocation(loc)); err != nil {
+	ml, err := memLocation(loc)
+	if err != nil {
+		return err
+	}
+	if err := p.dev.MemAdvise(addr, n, int32(advice), ml); err != nil {
 		return fmt.Errorf("%w: advice %d for %d bytes at %#x: %w", arena.ErrInvalid, advice, n, addr, err)
 	}
 	return nil

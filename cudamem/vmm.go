@@ -48,6 +48,7 @@ import (
 type vmm struct {
 	cudaBase
 	loc    cuda.Location       // where cuMemCreate puts the memory
+	mloc   icuda.MemLocation   // loc as the driver takes it
 	access []icuda.MemLocation // who may read and write it, as cuMemSetAccess takes them
 	gran   uintptr
 	what   string // "device" or "host", for errors
@@ -75,7 +76,17 @@ type vmmRegion struct {
 // init checks the granularity of loc and sets up the machinery, its cudaBase set up already.
 func (v *vmm) init(loc cuda.Location, access []cuda.Location, what string) error {
 	b := &v.cudaBase
-	g, err := b.dev.MemGetAllocationGranularityAt(memLocation(loc))
+	mloc, err := memLocation(loc)
+	if err != nil {
+		return err
+	}
+	locs := make([]icuda.MemLocation, len(access))
+	for i, l := range access {
+		if locs[i], err = memLocation(l); err != nil {
+			return fmt.Errorf("%w (a device given access)", err)
+		}
+	}
+	g, err := b.dev.MemGetAllocationGranularityAt(mloc)
 	if err != nil {
 		return fmt.Errorf("%w: VMM allocation granularity of %s memory (location %+v) on device %d: %w",
 			arena.ErrInvalid, what, loc, b.dev.Ordinal(), err)
@@ -83,11 +94,7 @@ func (v *vmm) init(loc cuda.Location, access []cuda.Location, what string) error
 	if !align.IsPow2(g) {
 		return fmt.Errorf("%w: %s VMM granularity %d on device %d is not a power of two", arena.ErrInvalid, what, g, b.dev.Ordinal())
 	}
-	locs := make([]icuda.MemLocation, len(access))
-	for i, l := range access {
-		locs[i] = memLocation(l)
-	}
-	v.loc, v.access, v.gran, v.what = loc, locs, g, what
+	v.loc, v.mloc, v.access, v.gran, v.what = loc, mloc, locs, g, what
 	v.idle.L = &v.mu
 	return nil
 }
@@ -294,7 +301,7 @@ func (p *vmm) record(v *vmmRegion, lo int, hs []icuda.MemHandle) {
 
 // mapGranule backs granule g with a new physical allocation, whose handle it stores in *h.
 func (p *vmm) mapGranule(r *arena.Region, g int, h *icuda.MemHandle) error {
-	m, err := p.dev.MemCreateAt(p.gran, memLocation(p.loc))
+	m, err := p.dev.MemCreateAt(p.gran, p.mloc)
 	if err = p.call(&p.handles, 1, err); err != nil {
 		if errors.Is(err, pinmalloc.ErrOutOfMemory) {
 			return err // Commit explains it
