@@ -36,7 +36,8 @@ import (
 // legacy default stream and waits for it: while a blocking stream captures a CUDA graph, which
 // the driver would end, it is refused with an error matching cuda.ErrCapturing (so are DtoH and
 // DtoD), nothing copied. The copy comes after the work queued so far on the stream dst's block
-// was allocated on, as DtoD's does (see afterOwner).
+// was allocated on, as DtoD's does: a block reused on its stream may still have its previous
+// owner's work queued there, which must not write over the copy.
 func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
 	s, err := h.checkWrite("HtoD copy", uintptr(len(src)), dst)
 	if err != nil {
@@ -61,7 +62,7 @@ func (h *Heap) DtoH(dst []byte, src cuda.DevicePtr) error {
 
 // DtoD copies size bytes between device addresses and returns when the copy is done; refused
 // during a capture on a blocking stream, as HtoD is. The copy comes after the work queued so far
-// on the stream dst's block was allocated on (see afterOwner).
+// on the stream dst's block was allocated on, as HtoD's does.
 func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	n, err := copySize("DtoD copy", size)
 	if err != nil {
