@@ -129,15 +129,19 @@ func (p *Process) scanRetired() int {
 		i   int
 		gen uint32
 	}
+	type took struct {
+		i int
+		r exportRec
+	}
 	var found []ret
-	var gone []exportRec
+	var gone []took
 	p.ex.mu.Lock()
 	for i, r := range p.ex.recs {
-		if r.dropped && p.takeGone(i) {
-			gone = append(gone, r)
+		if r.addr == 0 || r.taking {
 			continue
 		}
-		if r.addr == 0 {
+		if r.dropped && p.takeGone(i) {
+			gone = append(gone, took{i, r})
 			continue
 		}
 		e := p.slot*p.exports + i
@@ -147,9 +151,10 @@ func (p *Process) scanRetired() int {
 			found = append(found, ret{i, r.gen})
 		}
 	}
+	pause := p.pauseTake
 	p.ex.mu.Unlock()
-	for _, r := range gone {
-		p.freeTaken(r)
+	for _, g := range gone {
+		p.giveBack(g.i, g.r, pause)
 	}
 	for _, f := range found {
 		p.takeRetired(f.i, f.gen)

@@ -26,7 +26,8 @@ func allocGone(r exportRec, w uint64) bool {
 
 // takeGone takes back the buffer of entry i, which this process freed after the owner let its
 // allocation go (dropped), once no reference to it is left: it reports whether it did (the
-// caller frees the block). Called with ex.mu held.
+// record is taking then: the caller frees the block and forgets the record). Called with ex.mu
+// held.
 func (p *Process) takeGone(i int) bool {
 	ex := &p.ex
 	r := ex.recs[i]
@@ -57,19 +58,68 @@ func (p *Process) takeGone(i int) bool {
 				continue
 			}
 		}
-		delete(ex.byAddr, r.addr)
-		ex.recs[i] = exportRec{}
-		ex.free = append(ex.free, i)
+		ex.recs[i].taking = true
 		return true
 	}
 	return false
 }
 
-// freeTaken frees in the pool the buffer of r, taken back by takeGone.
-func (p *Process) freeTaken(r exportRec) {
-	if err := p.Pool.FreeShared(mem.Bytes(r.addr, r.n)); err != nil {
+// giveBack frees in the pool the buffer of entry i, record r, which a take-in marked taking
+// (takeRetired, takeGone's scan), and then forgets the record. Until the FreeShared returns,
+// the block at r.addr is the buffer let go; after it, another allocation may be: a call that
+// finds the record by its address meanwhile waits (waitTake), and a second free of the buffer
+// is refused (the pool finds it free), never a free that leaves the FreeShared a new buffer
+// to free.
+//
+// The locks: w.mu is taken before ex.mu (settleOrphans calls retainsEntry), and the pool's
+// FreeShared may take w.mu (after Close, the arena's Release), so ex.mu is not held across it.
+// A call waiting for a take-in holds no lock then (ex.mu is let go while it waits): it is a
+// user's call (Handle, the pool's Free asking DropShared, which the pool asks with no lock of
+// its own held), and nothing under w.mu, drainMu or a lock of the pool looks a buffer up by
+// its address. So the take-in, which waits for none of the calls, always ends, and wakes them.
+func (p *Process) giveBack(i int, r exportRec, pause func(bool)) {
+	if pause != nil {
+		pause(false)
+	}
+	err := p.Pool.FreeShared(mem.Bytes(r.addr, r.n))
+	if pause != nil {
+		pause(true)
+	}
+	p.ex.mu.Lock()
+	p.forget(i)
+	p.ex.mu.Unlock()
+	if err != nil {
 		p.st.freeErrors.Add(1)
 		return
 	}
 	p.st.retiredIn.Add(1)
+}
+
+// forget drops the record of entry i, whose buffer goes back to the pool, and wakes the calls
+// waiting for a take-in (waitTake): the index is free again. Called with ex.mu held.
+func (p *Process) forget(i int) {
+	ex := &p.ex
+	delete(ex.byAddr, ex.recs[i].addr)
+	ex.recs[i] = exportRec{}
+	ex.free = append(ex.free, i)
+	if ex.forgot != nil {
+		close(ex.forgot)
+		ex.forgot = nil
+	}
+}
+
+// waitTake waits until a take-in forgets a record (any: the caller looks again). Called with
+// ex.mu held, which it lets go while it waits.
+func (p *Process) waitTake() {
+	ex := &p.ex
+	if p.waiting != nil {
+		p.waiting()
+	}
+	if ex.forgot == nil {
+		ex.forgot = make(chan struct{})
+	}
+	ch := ex.forgot
+	ex.mu.Unlock()
+	<-ch
+	ex.mu.Lock()
 }

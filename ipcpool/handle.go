@@ -40,6 +40,9 @@ type exportState struct {
 	peers   map[uintptr]Handle
 	prune   int // peers' size at which to drop its stale handles
 	retains map[Handle]int
+	// forgot, made by a call that waits for a take-in (waitTake), is closed as a take-in forgets
+	// its record (forget).
+	forgot chan struct{}
 }
 
 // exportRec is a process's record of a buffer it shared.
@@ -49,6 +52,10 @@ type exportRec struct {
 	// dropped: this process freed the buffer after the owner let its allocation go (eGone), and
 	// takes it back once no reference is left (freegone.go).
 	dropped bool
+	// taking: a take-in (takeRetired, takeGone's scan) gives the buffer back to the pool,
+	// outside ex.mu, and forgets the record after (forget): a call that finds it by its address
+	// meanwhile waits for that (waitTake).
+	taking bool
 }
 
 func newExportState(exports int) exportState {
@@ -81,9 +88,18 @@ func (p *Process) Handle(b []byte) (Handle, error) {
 		}
 		return Handle{}, fmt.Errorf("%w: %#x is a buffer of another process this one has not mapped with Bytes", ErrForeignHandle, addr)
 	}
-	if i, ok := ex.byAddr[addr]; ok {
+	for {
+		i, ok := ex.byAddr[addr]
+		if !ok {
+			break
+		}
 		r := ex.recs[i]
-		return p.handleOf(i, r.gen, addr, r.n), nil
+		if !r.taking {
+			return p.handleOf(i, r.gen, addr, r.n), nil
+		}
+		// Let go, and given back to the pool now: b is that buffer (which Share then refuses,
+		// freed) or, once the pool has it back, one allocated in its place.
+		p.waitTake()
 	}
 	i, gen, ok := p.freeEntry()
 	if !ok {

@@ -47,6 +47,12 @@ type Process struct {
 	retainedEver           bool // sFlags has flagRetains (ex.mu)
 	// pause, set by tests only, runs as a call resolves a handle: a call paused under way.
 	pause func()
+	// pauseTake, set by tests only (under ex.mu), runs as a take-in (takeRetired, takeGone's
+	// scan) gives a buffer back to the pool: before its FreeShared (freed false) and after.
+	pauseTake func(freed bool)
+	// waiting, set by tests only (under ex.mu), runs as a call finds a buffer being taken in
+	// and waits for it (under ex.mu).
+	waiting func()
 
 	st counters
 }

@@ -154,7 +154,7 @@ func (p *Process) takeRetired(i int, gen uint32) {
 	c := &p.c
 	e := p.slot*p.exports + i
 	w := c.load(c.entry(e) + eState)
-	if r.addr == 0 || r.gen != gen || w != packState(gen, eLive|eRetiring) {
+	if r.addr == 0 || r.taking || r.gen != gen || w != packState(gen, eLive|eRetiring) {
 		ex.mu.Unlock()
 		if d := entryGen(w) - gen; d == 0 && w&eGone == 0 || d >= 1<<31 {
 			// Not a retirement this process has seen go by (the entry is not past the
@@ -173,16 +173,11 @@ func (p *Process) takeRetired(i int, gen uint32) {
 		ex.mu.Unlock()
 		return
 	}
-	delete(ex.byAddr, r.addr)
-	ex.recs[i] = exportRec{}
+	ex.recs[i].taking = true
 	c.store(c.entry(e)+eState, packState(gen+1, 0))
-	ex.free = append(ex.free, i)
+	pause := p.pauseTake
 	ex.mu.Unlock()
-	if err := p.Pool.FreeShared(mem.Bytes(r.addr, r.n)); err != nil {
-		p.st.freeErrors.Add(1)
-		return
-	}
-	p.st.retiredIn.Add(1)
+	p.giveBack(i, r, pause)
 }
 
 // sharer is the process's pinned.Sharer: what its pool asks of frees it cannot finish alone.
@@ -222,6 +217,13 @@ func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	i, ok := ex.byAddr[addr]
+	for ok && ex.recs[i].taking {
+		// Let go, and given back to the pool now: this free is a second one of that buffer
+		// (which the pool then finds free) or, once the pool has it back, the free of one
+		// allocated in its place.
+		p.waitTake()
+		i, ok = ex.byAddr[addr]
+	}
 	if !ok {
 		return false, false, nil
 	}
@@ -238,6 +240,7 @@ func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
 			if !p.takeGone(i) {
 				return true, false, nil
 			}
+			p.forget(i) // the pool frees the buffer as this call returns
 			p.st.retiredIn.Add(1)
 			return true, true, nil
 		}
@@ -251,10 +254,8 @@ func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
 	if !c.tryRetire(e, r.gen) {
 		return true, false, nil // others retain it
 	}
-	delete(ex.byAddr, addr)
-	ex.recs[i] = exportRec{}
 	c.store(st, packState(r.gen+1, 0))
-	ex.free = append(ex.free, i)
+	p.forget(i) // the pool frees the buffer as this call returns
 	p.st.retiredIn.Add(1)
 	return true, true, nil
 }
