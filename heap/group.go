@@ -332,9 +332,7 @@ func (g *Group) whyNot(p uintptr) error {
 		return err
 	}
 	off := p - pg.base
-	if pg.nblocks > 1 {
-		off -= uintptr(uint64(off)*uint64(pg.divMul)>>32) * pg.bsize
-	}
+	off -= uintptr(blockIndex(pg, off)) * pg.bsize
 	if off != 0 {
 		return fmt.Errorf("%w: %#x is %s into a block", ErrInteriorPointer, p, units.Count(uint64(off), "byte"))
 	}

@@ -1,7 +1,10 @@
 package heap
 
 import (
+	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -126,6 +129,36 @@ func TestBlockIndex(t *testing.T) {
 			if got, want := blockIndex(pg, off), uint32(off/b); got != want {
 				t.Fatalf("block size %d, offset %d: index %d, want %d", b, off, got, want)
 			}
+		}
+	}
+}
+
+// TestInteriorPointerOffset: a free of an address inside a block says how far into the block it
+// is, at every offset where the product of divMul rounds up to the next block's index (the last
+// bytes of the later blocks of 14 KiB): it said 2⁶⁴ less some thousands.
+func TestInteriorPointerOffset(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	const n = 14 << 10 // a class whose divMul rounds: TestBlockIndex
+	var ps []uintptr
+	for range 30 {
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		want := fmt.Sprintf("%#x is %d bytes into a block", p+n-1, n-1)
+		for _, err := range []error{h.Free(p + n - 1), h.g.Free(p + n - 1)} {
+			if !errors.Is(err, ErrInteriorPointer) || !strings.Contains(err.Error(), want) {
+				t.Errorf("free of the last byte of a block at %#x: %v; want ErrInteriorPointer, %q",
+					p, err, want)
+			}
+		}
+	}
+	for _, p := range ps {
+		if err := h.Free(p); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
