@@ -139,6 +139,8 @@ func (h *Heap) zero(p, n uintptr) error {
 
 // AllocAligned is Alloc for a block whose address is a multiple of alignment, any power of two
 // (beyond the chunk size too). The block can be freed like any other: its address is its start.
+// It fails as Alloc does, with ErrInvalidAlign for an alignment that is not a power of two and
+// ErrTooLarge for one beyond the arena's capacity.
 func (h *Heap) AllocAligned(n, alignment uintptr) (uintptr, error) {
 	p, _, err := h.alloc(n, alignment)
 	return p, err

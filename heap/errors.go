@@ -12,8 +12,8 @@ import (
 var (
 	// ErrInvalidSize means a size of zero.
 	ErrInvalidSize = errkind.New(pinmalloc.ErrInvalidSize, "heap: invalid size")
-	// ErrTooLarge means a size beyond the arena's capacity.
-	ErrTooLarge = errkind.New(pinmalloc.ErrTooLarge, "heap: size exceeds the arena's capacity")
+	// ErrTooLarge means a size beyond the arena's capacity, or an alignment beyond it.
+	ErrTooLarge = errkind.New(pinmalloc.ErrTooLarge, "heap: request exceeds the arena's capacity")
 	// ErrInvalidAlign means an alignment that is not a power of two, or out of range.
 	ErrInvalidAlign = errkind.New(pinmalloc.ErrInvalidAlign, "heap: invalid alignment")
 	// ErrOutOfMemory means the arena is full even after collecting pending frees.

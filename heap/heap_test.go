@@ -640,3 +640,32 @@ func TestSparePage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAlignBeyondCapacity: a request aligned beyond the arena's capacity, which no memory the
+// heap could give back would serve, fails with ErrTooLarge at once, as one of more bytes than
+// the capacity does. It failed as out of memory, after the heap had trimmed itself (its kept
+// object pages and huge objects dropped) to try again.
+func TestAlignBeyondCapacity(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	for _, n := range []uintptr{300 << 10, 3 << 20} { // kept when freed
+		p, err := h.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, al := range []uintptr{128 << 20, 1 << 40, 1 << 63} {
+		for _, n := range []uintptr{64, 300 << 10, 3 << 20} {
+			_, err := h.AllocAligned(n, al)
+			if !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrOutOfMemory) {
+				t.Errorf("AllocAligned(%d, %d) in an arena of 64 MiB: %v, want ErrTooLarge", n, al, err)
+			}
+		}
+	}
+	if len(h.objFree) != 1 || len(h.bigFree) != 1 {
+		t.Errorf("kept pages: %d object pages, %d huge objects, want 1 and 1 (the heap trimmed itself)",
+			len(h.objFree), len(h.bigFree))
+	}
+}

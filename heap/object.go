@@ -25,8 +25,11 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 	if n == 0 {
 		return 0, false, ErrInvalidSize
 	}
-	if n > h.a.Capacity() {
-		return 0, false, fmt.Errorf("%w: %d bytes asked of an arena of %d", ErrTooLarge, n, h.a.Capacity())
+	if c := h.a.Capacity(); n > c || alignment > c {
+		// Nothing the heap could give back would serve it: refused before the trim and the
+		// second try that a full arena takes (fromArena).
+		return 0, false, fmt.Errorf("%w: %d bytes aligned to %d asked of an arena of %d", ErrTooLarge, n,
+			alignment, c)
 	}
 	if h.pending.head.Load() != nil {
 		h.collectPending() // kept pages freed by other goroutines (or left by TryFree) come back
