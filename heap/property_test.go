@@ -158,16 +158,24 @@ func property(t *testing.T, prov arena.Provider, ops int) {
 		inUse -= b.n
 		var err error
 		switch x := r.IntN(12); {
-		case x >= 10: // held through an address inside it: every other free refuses it
-			if err = holdRefused(h, g, b, uintptr(r.IntN(int(b.n)))); err != nil {
+		case x >= 10: // held (one of five ways): every other free refuses it
+			if err = holdRefused(h, g, b, uintptr(r.IntN(int(b.n))), r.IntN(holdWays)); err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
-			if x == 10 {
+			switch r.IntN(3) {
+			case 0:
 				if !h.TryFreeHeld(b.p, b.n) {
 					err = h.FreeHeld(b.p, b.n)
 				}
-			} else {
+			case 1:
 				err = g.FreeHeld(b.p, b.n)
+			default: // the hold ended, then an ordinary free
+				if err = g.Unhold(b.p, b.n); err == nil && g.Held(b.p) {
+					err = fmt.Errorf("held after Unhold")
+				}
+				if err == nil {
+					err = h.FreeSized(b.p, b.n)
+				}
 			}
 		case x < 3: // the non-blocking path, and FreeSized where it refuses
 			before := a.Usage()
@@ -230,12 +238,57 @@ func property(t *testing.T, prov arena.Provider, ops int) {
 	}
 }
 
-// holdRefused holds block b through the address off bytes into it, and checks that Hold
-// reports the block and that every free but FreeHeld refuses it, changing nothing.
-func holdRefused(h *Heap, g *Group, b liveBlock, off uintptr) error {
-	base, size, first, err := g.Hold(b.p + off)
-	if err != nil || base != b.p || size != b.n || !first {
-		return fmt.Errorf("Hold(%#x + %d) = %#x, %d, %v, %v; want %#x, %d, true", b.p, off, base, size, first, err, b.p, b.n)
+// holdWays is how many ways holdRefused holds a block.
+const holdWays = 5
+
+// holdRefused holds block b one of holdWays ways (how): Hold through the address off bytes
+// into it, HoldSized, FindFrom and BlockRef.Hold, the owner's TryHoldSized and its
+// TryFindFrom and TryHoldRef (each falling back to the group's where it refuses). It checks
+// that the hold reports the block, and that every free but FreeHeld refuses it, changing
+// nothing.
+func holdRefused(h *Heap, g *Group, b liveBlock, off uintptr, how int) error {
+	var first, ok bool
+	var err error
+	switch how {
+	case 0:
+		var base, size uintptr
+		base, size, first, err = g.Hold(b.p + off)
+		if err != nil || base != b.p || size != b.n || !first {
+			return fmt.Errorf("Hold(%#x + %d) = %#x, %d, %v, %v; want %#x, %d, true", b.p, off, base, size, first, err, b.p, b.n)
+		}
+	case 1:
+		first, err = g.HoldSized(b.p, b.n)
+	case 2:
+		var r BlockRef
+		if r, ok = g.FindFrom(b.p, b.n); !ok {
+			return fmt.Errorf("FindFrom(%#x, %d) of a live block", b.p, b.n)
+		}
+		if first, ok = r.Hold(); !ok {
+			err = fmt.Errorf("BlockRef.Hold of a live block")
+		}
+	case 3:
+		if first, ok = h.TryHoldSized(b.p, b.n); !ok {
+			first, err = g.HoldSized(b.p, b.n)
+		}
+	default:
+		var r BlockRef
+		if r, ok = h.TryFindFrom(b.p, b.n); ok {
+			first, ok = h.TryHoldRef(r)
+		}
+		if !ok {
+			if r, ok = g.FindFrom(b.p, b.n); !ok {
+				return fmt.Errorf("FindFrom(%#x, %d) of a live block", b.p, b.n)
+			}
+			if first, ok = r.Hold(); !ok {
+				err = fmt.Errorf("BlockRef.Hold of a live block")
+			}
+		}
+	}
+	if err != nil || !first {
+		return fmt.Errorf("hold %d of [%#x, +%d): first %v, %v", how, b.p, b.n, first, err)
+	}
+	if !g.Held(b.p) {
+		return fmt.Errorf("hold %d of [%#x, +%d): not Held", how, b.p, b.n)
 	}
 	if _, _, first, err := g.Hold(b.p); err != nil || first {
 		return fmt.Errorf("Hold of a held block: first %v, %v", first, err)
