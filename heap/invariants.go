@@ -149,6 +149,9 @@ func (h *Heap) verifyWith(tables bool) error {
 			}
 		}
 	}
+	if err := h.verifyRoom(segs); err != nil {
+		errs = append(errs, err)
+	}
 	for _, r := range h.runs {
 		used := 0
 		for i, s := range r.segs {
@@ -180,6 +183,37 @@ func (h *Heap) verifyWith(tables bool) error {
 	}
 	if liveN != h.allocs-h.frees || liveBytes != h.live {
 		bad("heap counts %d blocks of %d bytes live, its pages %d of %d", h.allocs-h.frees, h.live, liveN, liveBytes)
+	}
+	return errors.Join(errs...)
+}
+
+// verifyRoom checks the heap's lists of segments with room (Heap.segs): a segment of its own
+// outside the runs (segs, the group's tables' segments) is on its kind's list exactly while it
+// has a free slice, and every segment on a list is such a segment, of the list's kind. A
+// segment missing from its list holds room no page takes again until it empties; one on a
+// list but out of the tables (given back to the arena, or a spare) would take pages in
+// memory that is not the heap's.
+func (h *Heap) verifyRoom(segs []*segment) error {
+	var errs []error
+	own := map[*segment]bool{}
+	for _, s := range segs {
+		if s.huge != nil || s.run != nil || s.owner() != h {
+			continue
+		}
+		own[s] = true
+		if s.room.Linked() != (s.free != 0) {
+			errs = append(errs, fmt.Errorf("segment %#x (kind %d): free slices %#x, on its list "+
+				"of segments with room %v", s.base, s.kind, s.free, s.room.Linked()))
+		}
+	}
+	for k := range h.segs {
+		for s := h.segs[k].Front(); s != nil; s = s.room.Next() {
+			if !own[s] || s.kind != segKind(k) || !h.segs[k].Contains(&s.room) {
+				errs = append(errs, fmt.Errorf("segment %#x (kind %d) on the list of segments "+
+					"with room of kind %d is not one of the heap's of that kind in the tables",
+					s.base, s.kind, k))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

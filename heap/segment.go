@@ -8,6 +8,8 @@
 //
 // Invariants, for every segment s:
 //   - bit i of s.free is set iff s.pages[i] is nil; s.npages counts the distinct pages;
+//   - a segment of the heap's outside the runs is on its kind's list of segments with room
+//     (Heap.segs) exactly while it has a free slice, and the lists hold no other segment;
 //   - s.decommit marks slices not known to be committed (never used since the chunk was
 //     reserved, or given back); a page commits its slices before it hands them out
 //     (prepareRange), so a live block's slices are committed;

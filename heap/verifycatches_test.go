@@ -146,3 +146,33 @@ func TestVerifyCatchesSegmentCounts(t *testing.T) {
 	h.Trim() // the spare segment and the kept huge object go
 	verifyCatches(t, h, "after Trim", want, func() { h.nsegs++ }, func() { h.nsegs-- })
 }
+
+// TestVerifyCatchesRoomList: a segment with free slices missing from its kind's list of
+// segments with room, and a segment on a list that is not one of the heap's in the tables (a
+// chunk given back, or of another kind): verify reports each.
+func TestVerifyCatchesRoomList(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, _, _ := h.g.find(p)
+	s := pg.seg
+	verifyCatches(t, h, "room off the list", "on its list of segments with room false", func() {
+		h.unlistRoom(s)
+	}, func() { h.listRoom(s) })
+	gone := &segment{base: s.base + segSize, kind: segSmall, free: ^uint64(0)}
+	verifyCatches(t, h, "a segment not in the tables", "is not one of the heap's", func() {
+		h.listRoom(gone)
+	}, func() { h.unlistRoom(gone) })
+	verifyCatches(t, h, "on another kind's list", "is not one of the heap's", func() {
+		h.unlistRoom(s)
+		h.segs[segMedium].PushFront(s, &s.room)
+	}, func() {
+		h.segs[segMedium].Remove(&s.room)
+		h.listRoom(s)
+	})
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+}
