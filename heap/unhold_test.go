@@ -3,6 +3,7 @@ package heap
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -59,6 +60,80 @@ func TestUnholdNotHeldWrongSize(t *testing.T) {
 			t.Errorf("Unhold of a block of %d not held, with %d bytes: %v", n, n+1, err)
 		}
 		if err := h.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestUnholdRacesFreeHeld races an Unhold with a FreeHeld of every held block (class blocks
+// held by the owner's plain hold and by the group's, and object pages), from two goroutines:
+// exactly one wins each block. When the Unhold wins, the FreeHeld finds the block not held and
+// it stays live, for an ordinary free; when the FreeHeld wins, the Unhold finds it freed.
+func TestUnholdRacesFreeHeld(t *testing.T) {
+	h := newTestHeap(t, 256<<20, Options{})
+	size := func(i int) uintptr {
+		if i%100 == 0 {
+			return 1 << 20
+		}
+		return 64
+	}
+	rounds := 4
+	if longRun() {
+		rounds = 20
+	}
+	for range rounds {
+		ps := make([]uintptr, 2000)
+		for i := range ps {
+			p, err := h.Alloc(size(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps[i] = p
+			if _, ok := h.TryHoldSized(p, size(i)); i%2 == 1 || !ok {
+				if _, err := h.g.HoldSized(p, size(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		unheld := make([]bool, len(ps))
+		freed := make([]bool, len(ps))
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i, p := range ps {
+				switch err := h.g.Unhold(p, size(i)); {
+				case err == nil:
+					unheld[i] = true
+				case !errors.Is(err, ErrDoubleFree):
+					t.Errorf("Unhold %#x: %v", p, err)
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := len(ps) - 1; i >= 0; i-- {
+				switch err := h.g.FreeHeld(ps[i], size(i)); {
+				case err == nil:
+					freed[i] = true
+				case !errors.Is(err, ErrInvalidArgument):
+					t.Errorf("FreeHeld %#x: %v", ps[i], err)
+				}
+			}
+		}()
+		wg.Wait()
+		for i, p := range ps {
+			if unheld[i] == freed[i] {
+				t.Fatalf("block %#x: unheld %v, freed %v: exactly one must win", p, unheld[i], freed[i])
+			}
+			if unheld[i] {
+				if err := h.FreeSized(p, size(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		h.Collect()
+		if err := h.verify(); err != nil {
 			t.Fatal(err)
 		}
 	}
