@@ -197,8 +197,8 @@ func (h *Heap) verifyRoom(segs []*segment) error {
 	var errs []error
 	own := map[*segment]bool{}
 	for _, s := range segs {
-		if s.huge != nil || s.run != nil || s.owner() != h {
-			continue
+		if s.owner() != h || s.huge != nil || s.run != nil {
+			continue // another heap's (its owner may be changing it now), a huge object, a run's
 		}
 		own[s] = true
 		if s.room.Linked() != (s.free != 0) {
