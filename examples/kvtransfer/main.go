@@ -51,7 +51,10 @@ func main() {
 	flag.IntVar(&c.block, "block", 64<<10, "bytes per block (16 KiB - 256 KiB is typical)")
 	flag.IntVar(&c.requests, "requests", 20, "requests")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage of %s: a prefill process sends KV blocks to a decode process over UCX.\n\n", os.Args[0])
+		fmt.Fprint(flag.CommandLine.Output(), "usage: kvtransfer [flags]\n\n"+
+			"A prefill process sends the KV blocks of each request to a decode process over UCX,\n"+
+			"straight from one pinned pool into the other; the decode process checks every byte.\n"+
+			"By default both run on this host (decode as a child process). Needs UCX (libucx0).\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -280,10 +283,19 @@ func (s *side) prefill(c config, addr string, out io.Writer) (err error) {
 	}
 	total := float64(c.requests * c.blocks * c.block)
 	st := s.w.Stats()
-	fmt.Fprintf(out, "kvtransfer: %d requests x %d blocks x %d KiB = %.1f MiB in %v of transfers: %.0f MB/s, every byte checked; %d regions registered, %d ucp_mem_map calls for %d blocks\n",
-		c.requests, c.blocks, c.block>>10, total/(1<<20), busy.Round(time.Millisecond), total/busy.Seconds()/1e6,
-		st.Regions, st.Registrations, c.requests*c.blocks)
+	fmt.Fprintf(out, "kvtransfer: %d requests x %d blocks x %d KiB = %.1f MiB in %v of transfers: %.0f MB/s, every byte checked\n",
+		c.requests, c.blocks, c.block>>10, total/(1<<20), busy.Round(time.Millisecond), total/busy.Seconds()/1e6)
+	fmt.Fprintf(out, "UCX registrations: %d for %d blocks sent (the pool's %s, registered once, not each block)\n",
+		st.Registrations, c.requests*c.blocks, plural(st.Regions, "region"))
 	return nil
+}
+
+// plural says n things: "1 region", "2 regions".
+func plural(n uint64, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // both runs decode as a child process and prefill here.
