@@ -30,7 +30,7 @@ func TestSharedKV(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	if !regexp.MustCompile(`holding [1-9]\d* values: [1-9]\d* refused`).MatchString(s) {
+	if !regexp.MustCompile(`holding [1-9]\d* values: [1-9]\d* now refused`).MatchString(s) {
 		t.Errorf("no value went with the killed worker: the kill tested nothing")
 	}
 }

@@ -83,7 +83,7 @@ func (s *store) startAll() error {
 	if s.owner, err = start("owner", ownerEnv+"="+s.path); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.out, "owner: pid %d serves pool %s, 8 MiB in grants of 2 MiB, on %s\n", s.owner.cmd.Process.Pid, s.owner.ready[1], s.path)
+	fmt.Fprintf(s.out, "owner: pid %d serves pool %s: 8 MiB, lent to workers in grants of 2 MiB, socket %s\n", s.owner.cmd.Process.Pid, s.owner.ready[1], s.path)
 	if s.keeper, err = start("keeper", keeperEnv+"="+s.path); err != nil {
 		return err
 	}
@@ -171,7 +171,7 @@ func (s *store) sharePrefix() (entry, error) {
 			return e, fmt.Errorf("worker %d retains the prefix: %s %v", w, got, err)
 		}
 	}
-	fmt.Fprintln(s.out, "prefix: written by worker 3, retained by workers 0, 1 and 2")
+	fmt.Fprintln(s.out, "prefix: a value written by worker 3 and retained (kept alive) by workers 0, 1 and 2")
 	return e, nil
 }
 
@@ -210,7 +210,7 @@ func (s *store) killWorker(k int, prefix entry) error {
 	if err != nil || got != "OK" {
 		return fmt.Errorf("the prefix after its writer died: %s %v", got, err)
 	}
-	fmt.Fprintf(s.out, "worker 3: killed (SIGKILL) holding %d values: %d refused as stale since; the prefix it wrote still reads (retained)\n", held, lost)
+	fmt.Fprintf(s.out, "worker 3: killed (SIGKILL) holding %d values: %d now refused as gone, never read as other bytes; the prefix it wrote still reads (the others retain it)\n", held, lost)
 	return nil
 }
 
@@ -333,7 +333,7 @@ func (s *store) staleRefused() error {
 		if err != nil || got != "STALE" {
 			return fmt.Errorf("a replayed free of the old version: %s %v, want it refused", got, err)
 		}
-		fmt.Fprintf(s.out, "stale: key %d's old version's handle is refused (read and replayed free), never read as the new one\n", k)
+		fmt.Fprintf(s.out, "stale: key %d rewritten: its old version's handle is refused, to read or to free a second time, never read as the new value\n", k)
 		return nil
 	}
 	return errors.New("no value left to replace")
@@ -350,8 +350,12 @@ func (s *store) finish() error {
 			return fmt.Errorf("letting go key %d: %s %v", k, got, err)
 		}
 	}
-	fmt.Fprintf(s.out, "done: %d writes, %d reads by handle, %d values found gone with the killed worker; %d values intact at the end\n",
-		s.writes, s.reads, s.stale, len(s.index))
+	gone := ""
+	if s.stale > 0 { // the kill took every value of the killed worker out of the index
+		gone = fmt.Sprintf(", %d values found gone with the killed worker", s.stale)
+	}
+	fmt.Fprintf(s.out, "done: %d writes, %d reads by handle%s; %d values intact at the end\n",
+		s.writes, s.reads, gone, len(s.index))
 	for _, w := range s.alive {
 		if got, err := s.workers[w].do("Q"); err != nil || got != "OK" {
 			return fmt.Errorf("worker %d leaving: %s %v", w, got, err)
