@@ -70,8 +70,8 @@ func run(args []string, out io.Writer) (err error) {
 		fmt.Fprintf(fs.Output(), "usage: loadweights [flags]\n\n"+
 			"Reads a file through pinned buffers and checks every chunk. At most\n"+
 			"(inflight + workers + 1) x chunk of buffers are live: 5 MiB with the defaults, within an\n"+
-			"ordinary user's 8 MiB ulimit -l; raise the limit (ulimit -l) before raising these\n"+
-			"without a GPU.\n\n")
+			"ordinary user's 8 MiB ulimit -l. Without a GPU the buffers are mlock'ed memory: raise\n"+
+			"the limit (ulimit -l) before raising these.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -196,12 +196,12 @@ func run(args []string, out io.Writer) (err error) {
 	}
 
 	ps := pool.Stats()
-	fmt.Fprintf(out, "loaded %d MiB in %d chunks (O_DIRECT %v) with %d workers: %.0f MiB/s\n",
-		st.Size()>>20, nchunks, direct, *workers, float64(st.Size())/(1<<20)/elapsed.Seconds())
+	fmt.Fprintf(out, "loaded %d MiB in %d chunks (O_DIRECT: %s) with %d workers: %.0f MiB/s\n",
+		st.Size()>>20, nchunks, yesNo(direct), *workers, float64(st.Size())/(1<<20)/elapsed.Seconds())
 	fmt.Fprintf(out, "pool (%s): at most %d buffers live at once, peak committed %.1f MiB for a %d MiB file\n"+
-		"  (bound: %d in flight + %d workers + 1 being read = %d buffers of %d KiB, %.1f MiB); %d allocs, %d frees, %d shards\n",
+		"  (bound: %d in flight + %d workers + 1 being read = %d buffers of %d KiB, %.1f MiB); %d allocs, %d frees\n",
 		ps.Backend, maxLive.Load(), mib(ps.PeakCommitted), st.Size()>>20,
-		*inFlight, *workers, maxBufs, *chunkSize>>10, mib(uint64(maxBufs)*uint64(*chunkSize)), ps.Allocs, ps.Frees, ps.Shards)
+		*inFlight, *workers, maxBufs, *chunkSize>>10, mib(uint64(maxBufs)*uint64(*chunkSize)), ps.Allocs, ps.Frees)
 	if maxLive.Load() > int64(maxBufs) {
 		return fmt.Errorf("%d buffers were live at once, more than the %d the pipeline allows", maxLive.Load(), maxBufs)
 	}
@@ -307,4 +307,12 @@ func verify(path string, chunkSize int, sums []uint32) error {
 // driver with no device. Any other error is a driver present and failing.
 func noGPU(err error) bool {
 	return errors.Is(err, device.ErrNoDriver) || errors.Is(err, pcuda.ErrNoDevice)
+}
+
+// yesNo says b as a newcomer reads it.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no, the file system refused it"
 }
