@@ -323,12 +323,13 @@ func (k *cache) report(out io.Writer, st0, st uvm.Stats, el time.Duration) error
 	fmt.Fprintf(out, "KV bytes live: mean %.2f×, peak %.2f× the VRAM budget\n",
 		k.sumLive/float64(k.steps)/float64(k.c.budget), k.peakLive/float64(k.c.budget))
 	fmt.Fprintf(out, "acquires: %d, hit rate %.1f %% (%d hits, %d misses)\n", k.acquires, 100*float64(hits)/float64(hits+misses), hits, misses)
-	fmt.Fprintf(out, "migrations: %d blocks in, %d out; %d MiB copied in (host→VRAM), %d MiB out (VRAM→host), %d clean evictions (no copy), %d thrash events\n",
+	fmt.Fprintf(out, "migrations: %d blocks in, %d out; %d MiB copied in (host→VRAM), %d MiB out (VRAM→host), %d clean evictions (host copy still current: no copy), %d blocks found thrashing (moved back and forth)\n",
 		st.Moved(true).Blocks-st0.Moved(true).Blocks, st.Moved(false).Blocks-st0.Moved(false).Blocks,
 		in>>20, out2>>20, st.CleanEvictions-st0.CleanEvictions, st.ThrashEvents-st0.ThrashEvents)
 	fmt.Fprintf(out, "migration bandwidth: %.2f GB/s averaged over the run (the tier copies only on misses, overlapped with the step's work)\n",
 		float64(in+out2)/sec/1e9)
-	fmt.Fprintf(out, "Acquire latency: p50 %v, p99 %v, max %v\n", round3(k.hist.quantile(0.5)), round3(k.hist.quantile(0.99)), round3(k.hist.max()))
+	fmt.Fprintf(out, "Acquire latency: p50 %v, p99 %v, max %v (the call that makes a block resident in VRAM and gives its address)\n",
+		round3(k.hist.quantile(0.5)), round3(k.hist.quantile(0.99)), round3(k.hist.max()))
 	return nil
 }
 

@@ -204,7 +204,7 @@ func run(args []string, out io.Writer) (err error) {
 
 	k := newCache(c, t, heap, s, scratch, target)
 	defer func() { err = errors.Join(err, k.freeAll()) }()
-	fmt.Fprintf(out, "cache: %d MiB VRAM budget, KV kept at %.2g× it (%d MiB), blocks of %d KiB (%d tokens × %d B), policy %s, %d slots of Zipf(%.2g) popularity\n",
+	fmt.Fprintf(out, "cache: %d MiB VRAM budget, KV kept at %.2g× it (%d MiB), blocks of %d KiB (%d tokens × %d B), eviction policy %s, %d sequence slots picked by Zipf(%.2g) popularity\n",
 		c.budget>>20, c.oversub, target>>20, c.blockBytes()>>10, c.blockTokens, c.tokenBytes, c.policy, len(k.slots), c.zipfS)
 
 	if err := k.fill(); err != nil {
@@ -256,7 +256,7 @@ func account(out io.Writer, st uvm.Stats, live, budget uintptr) error {
 	case st.AcquiredBlocks != 0:
 		return fmt.Errorf("%d blocks still acquired after the run", st.AcquiredBlocks)
 	}
-	fmt.Fprintf(out, "accounted: %d MiB live = %d MiB in VRAM + %d MiB on the host only + %d MiB fresh\n",
+	fmt.Fprintf(out, "accounted: %d MiB live = %d MiB in VRAM + %d MiB on the host only + %d MiB fresh (allocated, never used yet: no storage)\n",
 		st.LiveBytes>>20, st.DeviceBytes>>20, st.HostBytes>>20, st.FreshBytes>>20)
 	return nil
 }
