@@ -22,7 +22,7 @@ const walkDepth = 3
 // field or variable named) reaches the functions listed, which are what it holds.
 var indirect = map[string][]string{
 	"free":  {"Pool.freeDeferred"}, // pinned's streamOrder.free, set by New
-	"press": {"Tier.Relieve"},      // device's pressure hook, a uvm tier's Relieve
+	"press": {"hookLink.call"},     // device's pressure hook, a uvm tier's link to its Relieve
 }
 
 // funcInfo is a function of the module: the names it calls, in the order of their calls.
