@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"syscall"
 )
 
 // Roles: this program, started again with one of these set to the pool's socket.
@@ -59,7 +60,13 @@ prints what happened. It runs as an ordinary user under an 8 MiB memlock limit.
 	if role := runRole(); role >= 0 {
 		os.Exit(role)
 	}
-	if err := run(os.Stdout, *valueSize, *ops, *keys, *seed); err != nil {
+	interrupted := stopOnInterrupt()
+	err := run(os.Stdout, *valueSize, *ops, *keys, *seed)
+	if sig := interrupted(); sig != nil {
+		fmt.Fprintf(os.Stderr, "sharedkv: interrupted (%v): the other processes are stopped and the socket removed\n", sig)
+		os.Exit(128 + int(sig.(syscall.Signal)))
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
 }

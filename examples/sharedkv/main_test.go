@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"regexp"
 	"strings"
@@ -11,6 +12,12 @@ import (
 func TestMain(m *testing.M) {
 	if code := runRole(); code >= 0 {
 		os.Exit(code)
+	}
+	if args, ok := os.LookupEnv(commandEnv); ok {
+		os.Args = append([]string{"sharedkv"}, strings.Fields(args)...)
+		flag.CommandLine = flag.NewFlagSet("sharedkv", flag.ExitOnError) // without the test flags
+		main()
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }

@@ -43,6 +43,10 @@ func start(name string, env ...string) (*proc, error) {
 		return nil, err
 	}
 	p := &proc{name: name, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	if !track(cmd.Process) {
+		p.kill()
+		return nil, fmt.Errorf("%s: interrupted", name)
+	}
 	line, err := p.line()
 	if err != nil {
 		p.kill()
