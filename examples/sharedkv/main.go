@@ -63,7 +63,8 @@ prints what happened. It runs as an ordinary user under an 8 MiB memlock limit.
 	interrupted := stopOnInterrupt()
 	err := run(os.Stdout, *valueSize, *ops, *keys, *seed)
 	if sig := interrupted(); sig != nil {
-		fmt.Fprintf(os.Stderr, "sharedkv: interrupted (%v): the other processes are stopped and the socket removed\n", sig)
+		fmt.Fprintf(os.Stderr, "sharedkv: interrupted (%v): the other processes are stopped "+
+			"and the socket removed\n", sig)
 		os.Exit(128 + int(sig.(syscall.Signal)))
 	}
 	if err != nil {

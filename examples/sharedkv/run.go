@@ -83,7 +83,8 @@ func (s *store) startAll() error {
 	if s.owner, err = start("owner", ownerEnv+"="+s.path); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.out, "owner: pid %d serves pool %s: 8 MiB, lent to workers in grants of 2 MiB, socket %s\n", s.owner.cmd.Process.Pid, s.owner.ready[1], s.path)
+	fmt.Fprintf(s.out, "owner: pid %d serves pool %s: 8 MiB, lent to workers in grants of 2 MiB, "+
+		"socket %s\n", s.owner.cmd.Process.Pid, s.owner.ready[1], s.path)
 	if s.keeper, err = start("keeper", keeperEnv+"="+s.path); err != nil {
 		return err
 	}
@@ -171,7 +172,8 @@ func (s *store) sharePrefix() (entry, error) {
 			return e, fmt.Errorf("worker %d retains the prefix: %s %v", w, got, err)
 		}
 	}
-	fmt.Fprintln(s.out, "prefix: a value written by worker 3 and retained (kept alive) by workers 0, 1 and 2")
+	fmt.Fprintln(s.out, "prefix: a value written by worker 3 and retained (kept alive) by "+
+		"workers 0, 1 and 2")
 	return e, nil
 }
 
@@ -210,7 +212,8 @@ func (s *store) killWorker(k int, prefix entry) error {
 	if err != nil || got != "OK" {
 		return fmt.Errorf("the prefix after its writer died: %s %v", got, err)
 	}
-	fmt.Fprintf(s.out, "worker 3: killed (SIGKILL) holding %d values: %d now refused as gone, never read as other bytes; the prefix it wrote still reads (the others retain it)\n", held, lost)
+	fmt.Fprintf(s.out, "worker 3: killed (SIGKILL) holding %d values: %d now refused as gone, "+
+		"never read as other bytes; the prefix it wrote still reads (the others retain it)\n", held, lost)
 	return nil
 }
 
@@ -333,7 +336,8 @@ func (s *store) staleRefused() error {
 		if err != nil || got != "STALE" {
 			return fmt.Errorf("a replayed free of the old version: %s %v, want it refused", got, err)
 		}
-		fmt.Fprintf(s.out, "stale: key %d rewritten: its old version's handle is refused, to read or to free a second time, never read as the new value\n", k)
+		fmt.Fprintf(s.out, "stale: key %d rewritten: its old version's handle is refused, to read or "+
+			"to free a second time, never read as the new value\n", k)
 		return nil
 	}
 	return errors.New("no value left to replace")
