@@ -28,11 +28,12 @@ func track(p *os.Process) bool {
 	return true
 }
 
-// stopOnInterrupt makes SIGINT and SIGTERM kill the processes started (with SIGKILL) instead
-// of this one. The returned function gives the signal that came, or nil.
+// stopOnInterrupt makes SIGINT, SIGTERM and SIGPIPE (output to a reader that is gone, as in
+// sharedkv | head) kill the processes started (with SIGKILL) instead of this one. The returned
+// function gives the signal that came, or nil.
 func stopOnInterrupt() func() os.Signal {
 	c := make(chan os.Signal, 1)
-	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
 	go func() {
 		sig := <-c
 		children.mu.Lock()
