@@ -198,7 +198,8 @@ func run(args []string, out io.Writer) (err error) {
 	ps := pool.Stats()
 	fmt.Fprintf(out, "loaded %d MiB in %d chunks (O_DIRECT: %s) with %d workers: %.0f MiB/s\n",
 		st.Size()>>20, nchunks, yesNo(direct), *workers, float64(st.Size())/(1<<20)/elapsed.Seconds())
-	fmt.Fprintf(out, "pool (%s): at most %d buffers live at once, peak committed %.1f MiB for a %d MiB file\n"+
+	fmt.Fprintf(out, "pool (%s): at most %d buffers live at once, peak committed %.1f MiB (live buffers "+
+		"and freed ones kept for reuse) for a %d MiB file\n"+
 		"  (bound: %d in flight + %d workers + 1 being read = %d buffers of %d KiB, %.1f MiB); %d allocs, %d frees\n",
 		ps.Backend, maxLive.Load(), mib(ps.PeakCommitted), st.Size()>>20,
 		*inFlight, *workers, maxBufs, *chunkSize>>10, mib(uint64(maxBufs)*uint64(*chunkSize)), ps.Allocs, ps.Frees)
