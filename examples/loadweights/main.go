@@ -82,7 +82,11 @@ func run(args []string, out io.Writer) (err error) {
 	}
 
 	if *path == "" {
-		tmp, err := tempFile(*size)
+		var stop func()
+		tmp, err := tempFile(*size, func(name string) { stop = removeOnInterrupt(name) })
+		if stop != nil {
+			defer stop() // after the Remove below: no interrupt between them leaves the file
+		}
 		if err != nil {
 			return err
 		}
@@ -264,12 +268,13 @@ func readAt(f *os.File, buf []byte, off int64) (int, error) {
 }
 
 // tempFile writes a file of size bytes of varied content and returns its name.
-func tempFile(size int64) (string, error) {
+func tempFile(size int64, created func(name string)) (string, error) {
 	f, err := os.CreateTemp("", "pinmalloc-weights-*.bin")
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
+	created(f.Name())
 	block := make([]byte, 1<<20)
 	for off := int64(0); off < size; off += int64(len(block)) {
 		for i := range block {
