@@ -18,7 +18,8 @@ func removeOnInterrupt(path string) (stop func()) {
 		select {
 		case sig := <-c:
 			_ = os.Remove(path)
-			fmt.Fprintf(os.Stderr, "loadweights: interrupted (%v): removed the temporary file %s\n", sig, path)
+			fmt.Fprintf(os.Stderr, "loadweights: interrupted (%v): removed the temporary file %s\n",
+				sig, path)
 			os.Exit(128 + int(sig.(syscall.Signal)))
 		case <-done:
 		}
