@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -172,9 +174,12 @@ func compile(cc, src, lib string) error {
 // directory (removed when the child ends). It is for programs (the examples, the benchmark
 // suite) that run on the fake where no CUDA driver can be loaded: since internal/cuda loads
 // its driver once per process, the choice is made by starting a new one. It returns the
-// child's exit code; err is set only when the child could not be run at all. The child dies with
-// the program (on Linux): killing the program ends the run. A program should call it only where
-// cuda.LibraryEnv is not set already, so that it cannot recurse.
+// child's exit code (128 plus the signal for a child a signal ended); err is set only when the
+// child could not be run at all. An interrupt or termination signal the program receives while
+// the child runs is passed on to the child, whose exit ends the run as usual, the temporary
+// directory removed (go run does the same); the child dies with the program (on Linux), so
+// killing the program ends the run. A program should call it only where cuda.LibraryEnv is not
+// set already, so that it cannot recurse.
 func ExecOnFake() (int, error) {
 	if os.Getenv(cuda.LibraryEnv) != "" {
 		return 0, fmt.Errorf("fakecuda: %s is already set: not starting another child", cuda.LibraryEnv)
@@ -195,9 +200,35 @@ func ExecOnFake() (int, error) {
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), cuda.LibraryEnv+"="+lib)
-	err = runTied(cmd, cmd.Run)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	err = runTied(cmd, func() error {
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		done := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case s := <-sigs:
+					_ = cmd.Process.Signal(s) // one that exited meanwhile is Wait's to say
+				case <-done:
+					return
+				}
+			}
+		}()
+		defer close(done)
+		return cmd.Wait()
+	})
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
+		if ws, ok := exit.Sys().(interface {
+			Signaled() bool
+			Signal() syscall.Signal
+		}); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
 		return exit.ExitCode(), nil
 	}
 	if err != nil {

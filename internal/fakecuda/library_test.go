@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -256,5 +258,84 @@ func standInCompiler(t *testing.T) (runs func() int) {
 	return func() int {
 		b, _ := os.ReadFile(log)
 		return bytes.Count(b, []byte("run\n"))
+	}
+}
+
+// interruptMarker is set in the processes of TestExecOnFakeInterrupt.
+const interruptMarker = "PINMALLOC_FAKECUDA_INTERRUPT_TEST"
+
+// TestExecOnFakeInterrupt: an interrupt sent to a program running on the fake through
+// ExecOnFake (kill -INT of the program alone) goes to its child, whose exit code the program
+// returns, and the fake's temporary directory is removed: the program died of the interrupt
+// and left the directory behind (an example stopped with Ctrl-C, 39 of them in /tmp).
+func TestExecOnFakeInterrupt(t *testing.T) {
+	switch {
+	case os.Getenv(interruptMarker) != "" && os.Getenv(cuda.LibraryEnv) != "":
+		// The child: ready, then ended by the interrupt as a program that handles it is.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, os.Interrupt)
+		fmt.Println("child ready")
+		select {
+		case <-sigs:
+			os.Exit(130)
+		case <-time.After(20 * time.Second):
+			os.Exit(3)
+		}
+	case os.Getenv(interruptMarker) != "":
+		// The program: its child on the fake, and the child's exit code.
+		os.Args = []string{os.Args[0], "-test.run=^TestExecOnFakeInterrupt$", "-test.count=1"}
+		code, err := ExecOnFake()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(4)
+		}
+		os.Exit(code)
+	}
+	if !cgoEnabled {
+		t.Skip("fakecuda: built without cgo: no driver can be loaded")
+	}
+	if os.Getenv(cuda.LibraryEnv) != "" {
+		t.Skipf("%s is set: the child would not get a fresh driver", cuda.LibraryEnv)
+	}
+	tmp := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExecOnFakeInterrupt$", "-test.count=1")
+	cmd.Env = append(os.Environ(), interruptMarker+"=1", "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		buf := make([]byte, 64)
+		n, _ := io.ReadAtLeast(out, buf, len("child ready"))
+		ready <- strings.Contains(string(buf[:n]), "child ready")
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			_ = cmd.Process.Kill()
+			t.Fatalf("the child did not start: %s", stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("no child after a minute: %s", stderr.String())
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("the program exited with %d (%v), want the child's 130; stderr: %s",
+			code, cmd.ProcessState, stderr.String())
+	}
+	left, err := filepath.Glob(filepath.Join(tmp, "pinmalloc-fakecuda-*"))
+	if err != nil || len(left) > 0 {
+		t.Errorf("left behind: %v, %v", left, err)
 	}
 }
