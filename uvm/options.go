@@ -53,10 +53,10 @@ type Options struct {
 	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
 	// its own over dev). The tier becomes the heap's pressure hook until Close (chaining to
 	// the hook it replaces): another user's Alloc that finds the heap full makes the tier
-	// evict cold blocks first. Tiers sharing a heap are closed in the reverse
-	// order of their New. Give such a heap a PurgeDelay longer than the time between
-	// evictions (or -1, as the tier's own heap has): VRAM the heap decommits and commits again
-	// costs far more than the copies that free and reuse it.
+	// evict cold blocks first. Tiers sharing a heap may be closed in any order. Give such a
+	// heap a PurgeDelay longer than the time between evictions (or -1, as the tier's own heap
+	// has): VRAM the heap decommits and commits again costs far more than the copies that free
+	// and reuse it.
 	Heap *device.Heap
 	// ThrashLapse is the longest gap between migrations of a block that counts toward
 	// thrashing (default DefaultThrashLapse; negative: no thrash detection).
