@@ -82,7 +82,9 @@ const hugeTLBSize = 2 << 20
 // Address space is reserved PROT_NONE and MAP_NORESERVE, over-reserved by the alignment and
 // trimmed, so regions are aligned without costing memory. Commit makes a range readable and
 // writable (and locks it); Decommit unlocks it, drops its pages with MADV_DONTNEED and protects
-// it again, so a stray access to decommitted memory faults instead of silently committing.
+// it again, so a stray access to decommitted memory faults instead of silently committing. A
+// Reserve that fails after its mmap (the NUMA bind, the populate) unmaps the region; where the
+// munmap is refused its error says so too (GiveBackRefused): that memory stays mapped.
 type HostProvider struct {
 	locked bool
 	opt    HostOptions
@@ -196,17 +198,25 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 	}
 	if node, ok := h.opt.Node.Node(); ok {
 		if err := numa.Bind(r.Base, r.Size, node, h.locked || h.strict); err != nil {
-			_ = h.Release(r)
-			return nil, fmt.Errorf("%w: binding %d bytes to NUMA node %d: %w", ErrReserve, r.Size, node, err)
+			return nil, h.unwind(r, fmt.Errorf("%w: binding %d bytes to NUMA node %d: %w",
+				ErrReserve, r.Size, node, err))
 		}
 	}
 	if h.opt.Populate {
 		if err := h.populate(r); err != nil {
-			_ = h.Release(r)
-			return nil, err
+			return nil, h.unwind(r, err)
 		}
 	}
 	return r, nil
+}
+
+// unwind releases r, reserved by a Reserve that fails with err, and returns err, telling also
+// of a release refused: the region then stays mapped, and no one holds it to release it again.
+func (h *HostProvider) unwind(r *Region, err error) error {
+	if rerr := h.Release(r); rerr != nil {
+		return fmt.Errorf("%w; the %d bytes it mapped stay mapped: %w", err, r.Size, rerr)
+	}
+	return err
 }
 
 // Node implements Placer: the node regions are bound to, or NodeUnknown.
