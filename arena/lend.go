@@ -103,17 +103,9 @@ func (a *Arena) releaseIdle(cutoff int64) (pending bool) {
 	if !a.caps.Releases || a.lend == nil {
 		return false
 	}
+	// A Precommit batch may be committing meanwhile: the chunks it holds are marked in use
+	// (a region reserved for it is not emptied until it ends), so its regions stay.
 	regs := *a.regions.Load()
-	if a.pcHeld > 0 {
-		// Precommit commits a batch: nothing goes back meanwhile, but an empty region still
-		// waits, and keeps the timer ticking for after the batch.
-		for _, r := range regs {
-			if r.emptied >= 0 && r.used.Count(0, r.nchunks) == 0 {
-				return true
-			}
-		}
-		return false
-	}
 	keep := make([]*region, 0, len(regs))
 	var gone []*region
 	for _, r := range regs {

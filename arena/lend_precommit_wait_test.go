@@ -22,10 +22,11 @@ func (l *gatedLender) Commit(r *Region, off, n uintptr) error {
 }
 
 // TestLentRegionWaitsThroughPrecommit: an empty lent region whose delay passes while a
-// Precommit batch commits elsewhere (in a region with a span in use) keeps the purge timer
-// armed, and goes back at a tick after the batch. Before, the ticks during the batch skipped
-// the release of empty regions and said none waited: the timer stopped, and the region stayed
-// lent until a Trim or other memory started the timer again.
+// Precommit batch commits elsewhere (in a region with a span in use) goes back at the tick its
+// delay ends, during the batch, as it would without one. Before, the ticks during the batch
+// skipped the release of empty regions and said none waited: the timer stopped, and the region
+// stayed lent until a Trim or other memory started the timer again; later the timer ticked on,
+// but the region went back only at a tick after the batch.
 func TestLentRegionWaitsThroughPrecommit(t *testing.T) {
 	l := &gatedLender{refusingLender: &refusingLender{lender: newLender(t, 32<<20, 4<<20)},
 		entered: make(chan struct{}), release: make(chan struct{})}
@@ -48,25 +49,73 @@ func TestLentRegionWaitsThroughPrecommit(t *testing.T) {
 		done <- err
 	}()
 	<-l.entered
-	for i := 0; i < 3; i++ { // the timer's ticks, past the delay, while the batch commits
+	var lent [3]int
+	for i := range lent { // the timer's ticks, to the delay's end, while the batch commits
 		a.purgeTick()
+		lent[i] = l.nlent()
 	}
 	close(l.release)
 	if err := <-done; err != nil {
 		t.Fatalf("Precommit: %v", err)
 	}
-	a.mu.Lock()
-	armed := a.clock.Armed.Load()
-	a.mu.Unlock()
-	if n := l.nlent(); n != 2 || !armed {
-		t.Fatalf("after the batch: %d loans, timer armed %v; want 2, armed for the empty one",
-			n, armed)
-	}
-	a.purgeTick()
-	if n := l.nlent(); n != 1 {
-		t.Fatalf("%d loans after the next tick, want 1: the empty region kept", n)
-	}
 	if err := a.Free(s2); err != nil {
 		t.Fatal(err)
+	}
+	if lent != [3]int{2, 2, 1} {
+		t.Fatalf("loans after each tick during the batch: %v; want [2 2 1]: the empty region "+
+			"back at the third", lent)
+	}
+}
+
+// TestTrimDuringPrecommitReleasesEmptyLentRegion: Trim while a Precommit batch commits gives
+// back an empty lent region, as its doc says it gives back every one, and keeps the region the
+// batch commits in (reserved for it: no span holds a chunk of it); the batch then ends as it
+// would have, and the next Trim gives its region back too. Before, Trim gave back no region
+// while a batch held chunks: the empty one stayed lent.
+func TestTrimDuringPrecommitReleasesEmptyLentRegion(t *testing.T) {
+	l := &gatedLender{refusingLender: &refusingLender{lender: newLender(t, 32<<20, 4<<20)},
+		entered: make(chan struct{}), release: make(chan struct{})}
+	a := newTestArena(t, Options{Provider: l, PurgeDelay: time.Hour})
+	s, err := a.Alloc(4<<20, 2<<20) // a region of its own, committed whole
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free(s); err != nil { // empty; its memory committed, so no batch takes it
+		t.Fatal(err)
+	}
+	l.gate.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Precommit(2 << 20) // in a second region, reserved for the batch
+		done <- err
+	}()
+	<-l.entered
+	if n := l.nlent(); n != 2 {
+		t.Fatalf("%d loans while the batch commits, want 2", n)
+	}
+	a.Trim()
+	n := l.nlent()
+	l.mu.Lock()
+	_, kept := l.lent[s.Base]
+	l.mu.Unlock()
+	close(l.release)
+	if err := <-done; err != nil {
+		t.Fatalf("Precommit: %v", err)
+	}
+	if n != 1 || kept {
+		t.Fatalf("after Trim during the batch: %d loans, the empty region kept %v; want 1, "+
+			"the batch's", n, kept)
+	}
+	st := a.Stats()
+	if st.Regions != 1 || st.Reserved != 4<<20 || st.Committed != 2<<20 ||
+		st.Precommitted != 2<<20 || st.RegionsReleased != 1 {
+		t.Fatalf("after the batch: %+v", st)
+	}
+	a.Trim()
+	if n := l.nlent(); n != 0 {
+		t.Fatalf("%d loans after the Trim after the batch, want 0", n)
+	}
+	if st := a.Stats(); st.Regions != 0 || st.Reserved != 0 || st.Committed != 0 {
+		t.Fatalf("after the last Trim: %+v", st)
 	}
 }
