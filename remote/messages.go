@@ -197,9 +197,7 @@ func (w *Worker) rmaMode(c *Conn) bool {
 // getPart is the most a get by eager message asks for in one request: its answer then comes
 // in one fragment of UCX's TCP transport (64 KiB), which the callback copies straight into
 // place (ArmReply), where a larger one is first assembled whole by UCX in a buffer it
-// allocates, then copied. The parts of a large get are in flight together (getWindow). A
-// target fails the connection of a peer whose request asks for more: its answer would be one
-// message of that size, which the requester's own bound (dataMax) refuses.
+// allocates, then copied. The parts of a large get are in flight together (getWindow).
 const getPart = 32 << 10
 
 // putPart is the most bytes a put by message carries in one message: a larger put is split in
@@ -253,8 +251,8 @@ func (s *slot) dataEnded() {
 	}
 }
 
-// splitData splits each get by eager message of more than w.getPart bytes (getPart) into
-// requests of as many, and each put of more than w.putPart bytes (putPart) into messages of as many:
+// splitData splits each get by eager message of more than getPart bytes into requests of
+// getPart bytes, and each put of more than w.putPart bytes (putPart) into messages of as many:
 // the first stays where it is, the others go after every operation of the transfer (ops, lrs,
 // gets and partOf beyond len(descs): parts, not counted as operations of their own). Under mu.
 func (t *Transfer) splitData() {
@@ -264,7 +262,7 @@ func (t *Transfer) splitData() {
 		}
 		part := t.c.w.putPart
 		if t.gets[i] {
-			part = t.c.w.getPart
+			part = getPart
 		}
 		h, _ := decodeHeader(&t.ops[i].Header)
 		if h.n <= part {
@@ -339,11 +337,6 @@ func (w *Worker) dataKept(ev *ucx.Event) bool {
 		}
 		return w.targetHeld(c, h, w.byID[h.region], ev.Key)
 	case dataGet:
-		if h.n > getPart { // an honest requester splits its gets: its answer would be refused
-			w.failConn(c, fmt.Errorf("%w: %s asked for %d bytes in one get, beyond the %d of a "+
-				"request", ErrProtocol, c.remote, h.n, getPart))
-			break
-		}
 		st := w.checkTarget(h)
 		reply := dataHeader{kind: dataReply, status: st, op: h.op, addr: h.addr, n: h.n}
 		if st != answerOK {

@@ -92,7 +92,6 @@ type Worker struct {
 	answerBound   int             // maxQueuedAnswers (tests raise a flooding worker's)
 	queued        int             // bytes of peers' messages queued for Recv on every connection (queuedWorker)
 	putPart       uint64          // putPart (tests make a hostile sender's larger)
-	getPart       uint64          // getPart (tests make a hostile requester's larger)
 	answerers     int             // connections holding an answer slot (Conn.ansSlots above zero)
 	control       int             // slots held by messages and endpoint closes (at most controlSlots)
 	senders       int             // connections holding a message slot (Conn.msgSlots above zero)
@@ -256,7 +255,6 @@ func New(o Options) (*Worker, error) {
 	w.connAnswers = max(1, o.MaxInFlight/answerShare)
 	w.answerBound = maxQueuedAnswers
 	w.putPart = putPart
-	w.getPart = getPart
 	w.uw.LimitData(dataMax)
 	w.slots = make([]slot, n)
 	w.free = make([]uint32, n)
