@@ -110,15 +110,33 @@ func (d *Device) StreamIsCapturing(s Stream) (CaptureStatus, error) {
 // for the legacy stream while a blocking stream captures, the driver's refusal (an error
 // matching ErrCapturing). It asks and records in one cgo call: the record of an event of the
 // library's own in a user's stream, which must not become a node of the user's graph, costs
-// one driver call more than EventRecord, not a second cgo call. A driver without
-// cuStreamIsCapturing records.
+// two driver calls more than EventRecord (the ask, and a second after the record), not a
+// second cgo call. A driver without cuStreamIsCapturing records.
+//
+// A capture begun on another thread may fall between its ask and its record: when s captures
+// at the second ask, the record may be the capture's, so it returns the status of s as if
+// nothing was recorded and marks ev tainted (EventTainted): the caller must not record ev
+// again nor take it for a point, and EventPool.Put lets it go.
 func (d *Device) EventRecordOutsideCapture(ev Event, s Stream) (CaptureStatus, error) {
 	if !d.enter() {
 		return CaptureNone, d.closedError()
 	}
-	st, err := d.drv.eventRecordOutsideCaptureIn(d.ctx, ev, s)
+	st, tainted, err := d.drv.eventRecordOutsideCaptureIn(d.ctx, ev, s)
 	d.exit()
+	if tainted {
+		taint(ev)
+	}
 	return st, err
+}
+
+// HookCaptureCheck makes the check that finds a stream not capturing (StreamIsCapturing, or
+// an ask of EventRecordOutsideCapture) after skip others call the driver library's function
+// sym, once, with op, 1 and 0, before the call the answer allows; sym "" disarms it. It is for
+// tests: a fake driver's control that makes its next call stop (internal/fakecuda's
+// PauseNextCall) stops the library's query or record after its check, for the test to begin
+// a capture then. A library without sym answers an error matching ErrSymbol.
+func (d *Device) HookCaptureCheck(sym string, op, skip int) error {
+	return d.drv.hookCaptureCheck(sym, op, skip)
 }
 
 // GraphDestroy destroys a graph from StreamEndCapture.

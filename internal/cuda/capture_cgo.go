@@ -26,6 +26,23 @@ static int pmc_end(uintptr_t fn, uintptr_t s, uintptr_t *g) {
 	*g = (uintptr_t)h;
 	return r;
 }
+// pmc_hook, when set (tests: Device.HookCaptureCheck), is a function of the driver library
+// that a cuStreamIsCapturing answering "not capturing" calls, once, with pmc_hookOp, 1 and 0,
+// before the call the answer allows, after pmc_hookSkip such answers have passed it: a fake
+// driver's control that makes its next call stop there, for a test to begin a capture then.
+static uintptr_t pmc_hook;
+static int pmc_hookOp, pmc_hookSkip;
+static void pmc_setHook(uintptr_t fn, int op, int skip) {
+	__atomic_store_n(&pmc_hookOp, op, __ATOMIC_RELAXED);
+	__atomic_store_n(&pmc_hookSkip, skip, __ATOMIC_RELAXED);
+	__atomic_store_n(&pmc_hook, fn, __ATOMIC_RELEASE);
+}
+static void pmc_afterCheck(void) {
+	if (__atomic_load_n(&pmc_hook, __ATOMIC_ACQUIRE) == 0) return;
+	if (__atomic_fetch_sub(&pmc_hookSkip, 1, __ATOMIC_ACQ_REL) > 0) return;
+	uintptr_t fn = __atomic_exchange_n(&pmc_hook, 0, __ATOMIC_ACQ_REL);
+	if (fn) ((long (*)(int, long, long))fn)(__atomic_load_n(&pmc_hookOp, __ATOMIC_RELAXED), 1, 0);
+}
 // cuCtxPushCurrent_v2(ctx), cuStreamIsCapturing(s, &status), cuCtxPopCurrent_v2 in one call,
 // as pm_inCtx: the answer packs the stage that failed (1 push, 2 the call, 3 pop) above the
 // CUresult, or is the status (stage 0). No Go pointer crosses: a status out-parameter would
@@ -35,6 +52,7 @@ static uint64_t pmc_isCapturingIn(uintptr_t push, uintptr_t pop, uintptr_t ctx, 
 	if (r != 0) return (uint64_t)1 << 32 | (uint32_t)r;
 	int status = 0;
 	r = ((int (*)(void *, int *))fn)((void *)s, &status);
+	if (r == 0 && status == 0) pmc_afterCheck();
 	void *c = NULL;
 	int pr = ((int (*)(void **))pop)(&c);
 	if (r != 0) return (uint64_t)2 << 32 | (uint32_t)r;
@@ -42,10 +60,13 @@ static uint64_t pmc_isCapturingIn(uintptr_t push, uintptr_t pop, uintptr_t ctx, 
 	return (uint32_t)status;
 }
 // cuCtxPushCurrent_v2(ctx), cuStreamIsCapturing(s, &status), and cuEventRecord(ev, s) only if
-// s is not capturing, then cuCtxPopCurrent_v2, in one cgo call. The answer packs the stage
-// above the CUresult or status: 0 recorded, 1 push failed, 2 cuStreamIsCapturing failed
-// (nothing recorded), 3 pop failed, 4 s captures (the status; nothing recorded), 5 the record
-// failed.
+// s is not capturing, then cuStreamIsCapturing again (a capture begun on another thread
+// between the ask and the record took the record as a node of its graph), then
+// cuCtxPopCurrent_v2, in one cgo call. The answer packs the stage above the CUresult or
+// status: 0 recorded, 1 push failed, 2 cuStreamIsCapturing failed (nothing recorded), 3 pop
+// failed, 4 s captures (the status; nothing recorded), 5 the record failed, 6 recorded and s
+// captures now (the status: the record may be the capture's), 7 recorded and the second ask
+// failed (its CUresult).
 static uint64_t pmc_recordOutsideCaptureIn(uintptr_t push, uintptr_t pop, uintptr_t ctx, uintptr_t isCap, uintptr_t rec, uintptr_t ev, uintptr_t s) {
 	int r = ((int (*)(void *))push)((void *)ctx);
 	if (r != 0) return (uint64_t)1 << 32 | (uint32_t)r;
@@ -54,7 +75,14 @@ static uint64_t pmc_recordOutsideCaptureIn(uintptr_t push, uintptr_t pop, uintpt
 	r = ((int (*)(void *, int *))isCap)((void *)s, &status);
 	if (r != 0) out = (uint64_t)2 << 32 | (uint32_t)r;
 	else if (status != 0) out = (uint64_t)4 << 32 | (uint32_t)status;
-	else if ((r = ((int (*)(void *, void *))rec)((void *)ev, (void *)s)) != 0) out = (uint64_t)5 << 32 | (uint32_t)r;
+	else {
+		pmc_afterCheck();
+		if ((r = ((int (*)(void *, void *))rec)((void *)ev, (void *)s)) != 0)
+			out = (uint64_t)5 << 32 | (uint32_t)r;
+		else if ((r = ((int (*)(void *, int *))isCap)((void *)s, &status)) != 0)
+			out = (uint64_t)7 << 32 | (uint32_t)r;
+		else if (status != 0) out = (uint64_t)6 << 32 | (uint32_t)status;
+	}
 	void *c = NULL;
 	int pr = ((int (*)(void **))pop)(&c);
 	if (out == 0 && pr != 0) return (uint64_t)3 << 32 | (uint32_t)pr;
@@ -65,6 +93,7 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/pinmalloc/pinmalloc"
 )
@@ -120,36 +149,62 @@ func (dr *driver) streamIsCapturingIn(ctx uintptr, s Stream) (CaptureStatus, err
 }
 
 // eventRecordOutsideCaptureIn records ev in s in context ctx unless s is capturing, in one cgo
-// call (Device.EventRecordOutsideCapture). A driver without cuStreamIsCapturing records.
-func (dr *driver) eventRecordOutsideCaptureIn(ctx uintptr, ev Event, s Stream) (CaptureStatus, error) {
+// call (Device.EventRecordOutsideCapture), and reports the record tainted when s may have begun
+// capturing before it: the event may be a node of the capture's graph. A driver without
+// cuStreamIsCapturing records.
+func (dr *driver) eventRecordOutsideCaptureIn(ctx uintptr, ev Event, s Stream) (
+	st CaptureStatus, tainted bool, err error) {
 	isCap, err := dr.fn(symStreamIsCapturing)
 	if err != nil {
-		return CaptureNone, dr.eventRecordIn(ctx, ev, s)
+		return CaptureNone, false, dr.eventRecordIn(ctx, ev, s)
 	}
 	rec, err := dr.fn(symEventRecord)
 	if err != nil {
-		return CaptureNone, err
+		return CaptureNone, false, err
 	}
 	push, pop, err := dr.pushPop()
 	if err != nil {
-		return CaptureNone, err
+		return CaptureNone, false, err
 	}
 	out := C.pmc_recordOutsideCaptureIn(push, pop, C.uintptr_t(ctx), isCap, rec, C.uintptr_t(ev), C.uintptr_t(s))
 	low := int32(uint32(out))
 	switch out >> 32 {
 	case 0:
-		return CaptureNone, nil
+		return CaptureNone, false, nil
 	case 1:
-		return CaptureNone, wrap(check(C.int(low)), "push primary context")
+		return CaptureNone, false, wrap(check(C.int(low)), "push primary context")
 	case 2:
 		if r := check(C.int(low)); errors.Is(r, pinmalloc.ErrCapturing) {
-			return CaptureNone, r
+			return CaptureNone, false, r
 		}
-		return CaptureNone, dr.eventRecordIn(ctx, ev, s) // a stream it refuses: the record says why
+		// A stream it refuses: the record says why.
+		return CaptureNone, false, dr.eventRecordIn(ctx, ev, s)
 	case 3:
-		return CaptureNone, wrap(check(C.int(low)), "pop primary context")
+		return CaptureNone, false, wrap(check(C.int(low)), "pop primary context")
 	case 4:
-		return CaptureStatus(low), nil
+		return CaptureStatus(low), false, nil
+	case 6:
+		return CaptureStatus(low), true, nil
+	case 7:
+		if errors.Is(check(C.int(low)), pinmalloc.ErrCapturing) {
+			// The legacy stream, while a blocking stream captures: the driver refuses a record
+			// there then, so the record came before the capture and is a point of its own.
+			return CaptureNone, false, nil
+		}
+		return CaptureActive, true, nil // nothing says the record is not the capture's
 	}
-	return CaptureNone, check(C.int(low))
+	return CaptureNone, false, check(C.int(low))
+}
+
+// hookCaptureCheck sets the hook of the check that finds a stream not capturing after skip
+// others (pmc_hook): the library's function named sym, called with op, 1 and 0.
+func (dr *driver) hookCaptureCheck(sym string, op, skip int) error {
+	fn := C.uintptr_t(0)
+	if sym != "" {
+		if fn = dr.symbol(sym); fn == 0 {
+			return fmt.Errorf("%w: %s in %s", pinmalloc.ErrSymbol, sym, dr.path)
+		}
+	}
+	C.pmc_setHook(fn, C.int(op), C.int(skip))
+	return nil
 }

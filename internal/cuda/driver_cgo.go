@@ -543,10 +543,13 @@ func loadFrom(path string) (*driver, error) {
 }
 
 // exports reports whether the library exports the C symbol name (dlsym in it alone).
-func (dr *driver) exports(name string) bool {
+func (dr *driver) exports(name string) bool { return dr.symbol(name) != 0 }
+
+// symbol returns the address of the C symbol name in the library alone, or 0.
+func (dr *driver) symbol(name string) C.uintptr_t {
 	dlMu.Lock()
 	defer dlMu.Unlock()
-	return C.pm_dlsym(dr.handle, cstring(name), nil, 0) != 0
+	return C.pm_dlsym(dr.handle, cstring(name), nil, 0)
 }
 
 // close closes the library. Only tests call it, on drivers from loadFrom.

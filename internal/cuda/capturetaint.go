@@ -1,0 +1,68 @@
+package cuda
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Events a capture may have taken. EventRecordOutsideCapture asks whether the stream captures
+// before its record and again after it; a capture that began between the two, on another
+// thread, took the record as a node of its graph. Such an event stands for no point of the
+// stream: a query after the capture ends finds it complete (it was never recorded outside the
+// graph), and each launch of the graph records it again. The library must never query it as a
+// point nor record it for another: EventPool.Put keeps it out of the pool for good. Nor is it
+// destroyed: the driver API does not say whether a graph may outlive the events its record
+// nodes name, so the event is left to the process (TaintedEvents counts them).
+var taints struct {
+	n     atomic.Int32 // events in m: Put looks no further while none
+	mu    sync.Mutex
+	m     map[Event]struct{}
+	total atomic.Int64
+}
+
+// taint notes that a capture may have taken ev's record.
+func taint(ev Event) {
+	taints.mu.Lock()
+	if taints.m == nil {
+		taints.m = make(map[Event]struct{})
+	}
+	if _, ok := taints.m[ev]; !ok {
+		taints.m[ev] = struct{}{}
+		taints.n.Add(1)
+		taints.total.Add(1)
+	}
+	taints.mu.Unlock()
+}
+
+// EventTainted reports whether a capture may have taken a record of ev made by
+// EventRecordOutsideCapture (which then answered that the stream captures) and ev has not gone
+// back to an EventPool since (Put keeps it): its owner must not record it again nor take it for
+// a point. It costs an atomic load while no event is tainted.
+func EventTainted(ev Event) bool {
+	if taints.n.Load() == 0 {
+		return false
+	}
+	taints.mu.Lock()
+	_, ok := taints.m[ev]
+	taints.mu.Unlock()
+	return ok
+}
+
+// TaintedEvents returns the number of events a capture may have taken (EventTainted), which
+// no pool reuses or destroys.
+func TaintedEvents() int64 { return taints.total.Load() }
+
+// untaint takes ev out of the tainted events, reporting whether it was one.
+func untaint(ev Event) bool {
+	if taints.n.Load() == 0 {
+		return false
+	}
+	taints.mu.Lock()
+	_, ok := taints.m[ev]
+	if ok {
+		delete(taints.m, ev)
+		taints.n.Add(-1)
+	}
+	taints.mu.Unlock()
+	return ok
+}
