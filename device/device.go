@@ -345,6 +345,14 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // legacy stream while a blocking stream captures) is refused with an error matching
 // cuda.ErrCapturing, the block still live: free it once the capture has ended.
 //
+// The heap's ask whether s captures (cuStreamIsCapturing) and the query or record it allows
+// are separate driver calls, made by any Alloc or Stats and by the purge timer, on their own
+// goroutines. A capture begun with the module's own binding waits for them; one begun with
+// another binding (cuda has no capture call) on another thread in the instant between the two
+// is invalidated by a query (its end fails), while a point recorded then is found and not
+// trusted: the frees still wait. To rule out the first, begin a capture while no call of the
+// heap runs on another goroutine and the purge timer is off (a negative Options.PurgeDelay).
+//
 // Errors, on any stream: those of Free (heap.ErrDoubleFree for a block freed already or with a
 // free pending), checked before anything is queued or deferred. A held block (Hold) is freed
 // in s's order at its last Release: FreeAsync returns at once, with no error, and the free is

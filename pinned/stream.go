@@ -275,7 +275,12 @@ func (o *streamOrder) shard(base uintptr) *useShard {
 // and record nothing there, so the capture stays valid, and its frees wait for the capture to
 // end. A buffer a graph uses must outlive the graph: free it once the graph is destroyed; one
 // freed on s during the capture is reused once s has passed the free after the capture ends,
-// whether the graph has been launched or not.
+// whether the graph has been launched or not. The reclaim's ask whether s captures and the
+// query or record it allows are separate driver calls: a capture begun with another binding
+// (cuda has no capture call) on another thread in the instant between them is invalidated by
+// a query (its end fails), while a point recorded then is found and not trusted (the frees
+// still wait); a capture begun while no call of the pool runs on another goroutine, and with
+// the purge timer off (a negative Options.PurgeDelay), is safe.
 func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	o := p.order
 	if o == nil {

@@ -46,12 +46,15 @@ const (
 
 // StreamBeginCapture begins capturing the work queued on s into a graph. Outside
 // CaptureRelaxed the capture must be ended on the same OS thread: lock it
-// (runtime.LockOSThread) around the two calls.
+// (runtime.LockOSThread) around the two calls. It waits for the library's checks in progress
+// (HoldCaptureBegins) that a stream, s maybe, is not capturing, and for the acts they allow.
 func (d *Device) StreamBeginCapture(s Stream, mode CaptureMode) error {
 	if mode < CaptureGlobal || mode > CaptureRelaxed {
 		return fmt.Errorf("%w: capture mode %d", pinmalloc.ErrInvalidValue, mode)
 	}
-	return d.Do(func() error { return d.drv.streamBeginCapture(s, mode) })
+	return gatedBegin(func() error {
+		return d.Do(func() error { return d.drv.streamBeginCapture(s, mode) })
+	})
 }
 
 // StreamEndCapture ends the capture on s and returns its graph, or no graph and an error
@@ -113,10 +116,12 @@ func (d *Device) StreamIsCapturing(s Stream) (CaptureStatus, error) {
 // two driver calls more than EventRecord (the ask, and a second after the record), not a
 // second cgo call. A driver without cuStreamIsCapturing records.
 //
-// A capture begun on another thread may fall between its ask and its record: when s captures
-// at the second ask, the record may be the capture's, so it returns the status of s as if
-// nothing was recorded and marks ev tainted (EventTainted): the caller must not record ev
-// again nor take it for a point, and EventPool.Put lets it go.
+// Hold HoldCaptureBegins around it, with the checks that led to it: a capture begun through
+// StreamBeginCapture then never falls between its ask and its record. One begun by other code
+// on another thread may: when s captures at the second ask, the record may be the capture's,
+// so it returns the status of s as if nothing was recorded and marks ev tainted
+// (EventTainted): the caller must not record ev again nor take it for a point, and
+// EventPool.Put lets it go.
 func (d *Device) EventRecordOutsideCapture(ev Event, s Stream) (CaptureStatus, error) {
 	if !d.enter() {
 		return CaptureNone, d.closedError()

@@ -23,6 +23,21 @@ import (
 // (a poll, a purge, a drain), it asks Capturing, the one question a capture allows: a
 // capturing stream counts as running, its items wait, and nothing is recorded there. The ask
 // is made only where a query or a record would be made anyway.
+//
+// A capture may begin on another thread between the ask and the act. The ask and every act it
+// allows hold the capture gate (cuda.HoldCaptureBegins; a poll holds it for a list, before the
+// list's lock), for which the module's StreamBeginCapture waits: a capture begun through it
+// never falls between. One begun by other code (another binding of the driver, which does not
+// wait) may: a query or synchronize then invalidates it, as the driver refuses the call (its
+// end fails: loud, and nothing of ours is handed back on the refusal), and a record becomes a
+// node of its graph, which a query after the capture would find complete at once, as if the
+// stream had passed it. The record is therefore made by cuda.Device.EventRecordOutsideCapture,
+// which asks again after it: a stream found capturing then counts as running, as at the first
+// ask, and the event, which the graph may record at each launch, is tainted and never taken
+// for a point nor recorded again (an EventPool lets it go). The window left for such a capture
+// is the time of one driver call. A begin of ours waits for a hold in progress, which may be a
+// synchronize of a stream or of the context (WaitStream, Recover): a capture begins once the
+// library's wait for the work queued before it is done.
 
 // Capturing reports whether a CUDA graph capture holds s, so that no query, synchronize or
 // point may touch it now: s captures (cuStreamIsCapturing, which invalidates nothing), or s is
@@ -112,11 +127,16 @@ func refusal(s Stream, held bool, err error) error {
 
 // RecordOutsideCapture records ev in s, unless a capture holds s: then it records nothing and
 // returns the refusal CaptureRefusal would, in one cgo call
-// (cuda.Device.EventRecordOutsideCapture). It is the record of the library's own event in a user's
-// stream, which must never be a node of the user's graph; the record's own error is returned as
-// EventRecord's.
+// (cuda.Device.EventRecordOutsideCapture, in the capture gate). It is the record of the
+// library's own event in a user's stream, which must never be a node of the user's graph; the
+// record's own error is returned as EventRecord's. When a capture that other code began
+// meanwhile may have taken the record, it returns the refusal too, and ev is tainted
+// (cuda.EventTainted): the caller must not record it again nor take it for a point; an
+// EventPool's Put lets it go.
 func RecordOutsideCapture(dev *cuda.Device, ev cuda.Event, s Stream) error {
+	cuda.HoldCaptureBegins()
 	st, err := dev.EventRecordOutsideCapture(ev, s)
+	cuda.ReleaseCaptureBegins()
 	switch {
 	case err != nil && errors.Is(err, pinmalloc.ErrCapturing):
 		return refusal(s, true, err)

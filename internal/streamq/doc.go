@@ -22,7 +22,9 @@
 //   - Capture (capture.go): a stream a user's CUDA graph capture holds (or the legacy stream,
 //     while a blocking stream captures) counts as running; no query, synchronize or point of
 //     ours touches it, as the driver would refuse each and invalidate the capture. Points asks
-//     cuStreamIsCapturing, the one call a capture allows, only where it would query or record.
+//     cuStreamIsCapturing, the one call a capture allows, only where it would query or record,
+//     and holds the capture gate from the ask to the act (cuda.HoldCaptureBegins), which the
+//     module's StreamBeginCapture waits for.
 //
 // # Concurrency
 //

@@ -3,6 +3,8 @@ package streamq
 import (
 	"errors"
 	"fmt"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // Polls of the lists (lists.go has their rule): what the streams have passed handed back,
@@ -75,7 +77,9 @@ func (ls *Lists[T]) endScan() {
 
 // poll is Poll of l.
 func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
-	l.mu.Lock()
+	cuda.HoldCaptureBegins() // from the ask whether l.s captures to the last act it allows
+	defer cuda.ReleaseCaptureBegins()
+	l.mu.Lock() // after the gate, always: a begin waiting would stop a hold taken under l.mu
 	defer l.mu.Unlock()
 	p := ls.points
 	if (l.ev != 0 || len(l.open) > 0) && p.Capturing(l.s) {
@@ -100,6 +104,9 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		idle, ev, borrowed, quiet, err := ls.pointFor(l)
 		if err != nil {
 			return done, l.lose(), fmt.Errorf("streamq: stream %#x: %w", l.s, err)
+		}
+		if !idle && ev == 0 {
+			return done, pollBusy, nil // a capture began, by other code than ours: capture.go
 		}
 		if !idle {
 			l.ev, l.borrowed, l.quiet = ev, borrowed, quiet
@@ -127,7 +134,8 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 // default stream, which no query finds idle (Points.Idle), is asked by querying that event at
 // once. quiet says the stream's own work had all run when it was recorded (the query that
 // asked whether it was idle: Points.IdleQuiet), so that it waits only for the work the
-// stream's order puts before it (Settle). l.mu is held.
+// stream's order puts before it (Settle). No point and not idle: a capture holds the stream
+// now (begun by code that does not wait for the capture gate). The gate and l.mu are held.
 func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed, quiet bool, err error) {
 	p := ls.points
 	if own := ls.ownPoint(l.open); own != 0 {
@@ -137,8 +145,12 @@ func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed, quiet b
 	if idle, quiet, err = p.idleQuiet(l.s, ls.nonBlocking(l)); err != nil || idle {
 		return idle, 0, false, false, err
 	}
-	if ev, err = p.mark(l.s); err != nil {
-		return false, 0, false, false, fmt.Errorf("event: %w", err)
+	var held bool
+	if ev, held, err = p.mark(l.s); err != nil || held {
+		if err != nil {
+			err = fmt.Errorf("event: %w", err)
+		}
+		return false, 0, false, false, err
 	}
 	if DefaultStream(l.s) {
 		if idle, err = p.Passed(ev); err != nil || idle {

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
 // The lists' waits: lost lists recovered by one synchronize of the context, every stream
@@ -39,7 +40,8 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 	if len(ls.lost) == 0 {
 		return done, nil
 	}
-	if c, held := ls.Captured(); held {
+	c, held, err := ls.waitAllUncaptured()
+	if held {
 		return done, fmt.Errorf("streamq: the items deferred on %d streams the driver refuses stay: "+
 			"a synchronize of the context would end the CUDA graph capture on stream %#x: %w",
 			len(ls.lost), c, pinmalloc.ErrCapturing)
@@ -48,7 +50,7 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 		clear(ls.lost)
 		ls.lost = ls.lost[:0]
 	}()
-	if err := ls.points.WaitAll(); err != nil {
+	if err != nil {
 		return done, fmt.Errorf("streamq: the items deferred on %d streams the driver refuses stay: synchronize: %w", len(ls.lost), err)
 	}
 	if after != nil {
@@ -246,4 +248,16 @@ func (ls *Lists[T]) unlist(l *List[T]) {
 		ls.m = maps.Clone(ls.m)
 		ls.peak = n
 	}
+}
+
+// waitAllUncaptured synchronizes the context (Points.WaitAll) unless a capture holds a stream
+// the lists know (Captured: returned, held), with the capture gate held from the ask to the
+// synchronize (capture.go). It is the reclaimer's, as Poll is.
+func (ls *Lists[T]) waitAllUncaptured() (c Stream, held bool, err error) {
+	cuda.HoldCaptureBegins()
+	defer cuda.ReleaseCaptureBegins()
+	if c, held = ls.Captured(); held {
+		return c, true, nil
+	}
+	return 0, false, ls.points.WaitAll()
 }

@@ -152,10 +152,9 @@ func (ls *Lists[T]) running(ss []Stream) (Stream, bool, error) {
 	case DefaultStream(s):
 		return s, running, fmt.Errorf("streamq: query stream %#x: %w", s, err)
 	}
-	if c, held := ls.Captured(); held {
+	if c, held, werr := ls.waitAllUncaptured(); held {
 		return c, true, nil
-	}
-	if werr := ls.points.WaitAll(); werr != nil {
+	} else if werr != nil {
 		return s, false, fmt.Errorf("streamq: query stream %#x: %w; synchronize the context for its work: %w", s, err, werr)
 	}
 	return 0, false, nil

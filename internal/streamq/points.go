@@ -97,11 +97,15 @@ func (p *Points) Ordinal() int { return p.dev.Ordinal() }
 // allows), and one of another context (another device's stream) is refused, as the point
 // would have been. A driver without that call accepts it.
 func (p *Points) Check(s Stream) error {
+	cuda.HoldCaptureBegins()
+	defer cuda.ReleaseCaptureBegins()
 	if p.Capturing(s) {
 		return p.sameContext(s)
 	}
-	ev, err := p.mark(s)
-	if err == nil {
+	ev, held, err := p.mark(s)
+	if held { // a capture begun meanwhile, by code that does not wait for the gate
+		err = p.sameContext(s)
+	} else if err == nil {
 		p.Put(ev)
 	}
 	return err
@@ -126,23 +130,36 @@ func (p *Points) sameContext(s Stream) error {
 // it puts it back (Put). A stream a capture holds (Capturing) is refused: an error matching
 // pinmalloc.ErrCapturing.
 func (p *Points) Mark(s Stream) (Event, error) {
+	cuda.HoldCaptureBegins()
+	defer cuda.ReleaseCaptureBegins()
 	if p.Capturing(s) {
 		return 0, capturingError(s)
 	}
-	return p.mark(s)
+	ev, held, err := p.mark(s)
+	if held {
+		return 0, capturingError(s)
+	}
+	return ev, err
 }
 
-// mark is Mark of a stream the caller has found no capture holds.
-func (p *Points) mark(s Stream) (Event, error) {
-	ev, err := p.events.Get()
-	if err != nil {
-		return 0, err
+// mark is Mark of a stream the caller has found no capture holds, with the capture gate held
+// (capture.go). The record asks the driver again, before and after it: held reports a capture
+// begun meanwhile by code that does not wait for the gate, and no point (the event, which the
+// capture may have taken, left to the pool, which lets it go).
+func (p *Points) mark(s Stream) (ev Event, held bool, err error) {
+	if ev, err = p.events.Get(); err != nil {
+		return 0, false, err
 	}
-	if err := p.dev.EventRecord(ev, s); err != nil {
+	st, err := p.dev.EventRecordOutsideCapture(ev, s)
+	if err != nil || st != cuda.CaptureNone {
 		p.events.Put(ev)
-		return 0, err
+		held = st != cuda.CaptureNone || errors.Is(err, pinmalloc.ErrCapturing)
+		if held {
+			err = nil
+		}
+		return 0, held, err
 	}
-	return ev, nil
+	return ev, false, nil
 }
 
 // Passed reports whether the stream of ev has passed it (an error: the driver refuses ev).
@@ -171,13 +188,16 @@ func (p *Points) Idle(s Stream, nonBlocking bool) (bool, error) {
 // stream is asked that query alone (it is never idle). A stream a capture holds, or a
 // blocking one while a capture holds the legacy stream, is not idle (Capturing).
 func (p *Points) IdleQuiet(s Stream, nonBlocking bool) (idle, quiet bool, err error) {
+	cuda.HoldCaptureBegins()
+	defer cuda.ReleaseCaptureBegins()
 	if p.Capturing(s) {
 		return false, false, nil
 	}
 	return p.idleQuiet(s, nonBlocking)
 }
 
-// idleQuiet is IdleQuiet of a stream the caller has found no capture holds.
+// idleQuiet is IdleQuiet of a stream the caller has found no capture holds, with the capture
+// gate held.
 func (p *Points) idleQuiet(s Stream, nonBlocking bool) (idle, quiet bool, err error) {
 	if quiet, err = p.quiet(s); err != nil || !quiet {
 		return false, false, err
@@ -240,11 +260,16 @@ func done(err error) (bool, error) {
 // stream, is refused: an error matching pinmalloc.ErrCapturing, its work not waited for (it
 // runs only when the user launches the graph).
 func (p *Points) WaitStream(s Stream) error {
+	if DefaultStream(s) {
+		if p.Capturing(s) {
+			return capturingError(s)
+		}
+		return p.WaitPoint(streamLegacy) // the legacy stream's own handle: 2 names a thread's
+	}
+	cuda.HoldCaptureBegins() // a begin waits for the synchronize: see capture.go
+	defer cuda.ReleaseCaptureBegins()
 	if p.Capturing(s) {
 		return capturingError(s)
-	}
-	if DefaultStream(s) {
-		return p.WaitPoint(streamLegacy) // the legacy stream's own handle: 2 names a thread's
 	}
 	if err := p.dev.StreamSynchronize(s); err != nil {
 		return err
@@ -286,14 +311,19 @@ func (p *Points) WaitPoint(s Stream) error {
 // While a blocking stream captures a CUDA graph (Capturing of the legacy stream), it waits for
 // nothing: an error matching pinmalloc.ErrCapturing.
 func (p *Points) WaitLegacyOrder(dflt bool) error {
-	if p.Capturing(streamLegacy) {
-		return capturingError(streamLegacy)
-	}
 	if dflt {
-		if err := p.WaitPoint(streamLegacy); err != nil {
+		if p.Capturing(streamLegacy) {
+			return capturingError(streamLegacy)
+		}
+		if err := p.WaitPoint(streamLegacy); err != nil { // Mark asks again, in the gate
 			return fmt.Errorf("wait for a point in the legacy stream: %w", err)
 		}
 		return nil
+	}
+	cuda.HoldCaptureBegins()
+	defer cuda.ReleaseCaptureBegins()
+	if p.Capturing(streamLegacy) {
+		return capturingError(streamLegacy)
 	}
 	if err := p.dev.StreamSynchronize(streamLegacy); err != nil {
 		return fmt.Errorf("synchronize the legacy stream: %w", err)
@@ -330,6 +360,8 @@ func (p *Points) WaitLegacy(err error) error {
 // once, as the first default stream among ss): a default stream found running means that
 // every other stream of ss is idle.
 func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
+	cuda.HoldCaptureBegins()
+	defer cuda.ReleaseCaptureBegins()
 	blocking, legacy, named := false, Stream(streamLegacy), false
 	var refused Stream // the first stream of ss whose query the driver refused, with rerr
 	var rerr error
@@ -374,13 +406,15 @@ func (p *Points) Running(ss []Stream) (s Stream, running bool, err error) {
 // (a blocking stream's, the legacy stream's earlier work; a default stream's, every blocking
 // stream's). A stream a capture holds is not quiet (Capturing).
 func (p *Points) Quiet(s Stream) (bool, error) {
+	cuda.HoldCaptureBegins()
+	defer cuda.ReleaseCaptureBegins()
 	if p.Capturing(s) {
 		return false, nil
 	}
 	return p.quiet(s)
 }
 
-// quiet is Quiet of a stream the caller has found no capture holds.
+// quiet is Quiet of a stream the caller has found no capture holds, with the capture gate held.
 func (p *Points) quiet(s Stream) (bool, error) { return done(p.dev.StreamQuery(s)) }
 
 // Wait waits until the stream of ev has passed it (cuEventSynchronize).
