@@ -2,8 +2,10 @@ package uvm
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -53,6 +55,13 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 	for i := range b.rel {
 		if r := &b.rel[i]; r.of(s) {
 			if err := streamq.RecordOutsideCapture(t.dev, uintptr(r.ev), uintptr(s)); err != nil {
+				if icuda.EventTainted(icuda.Event(r.ev)) {
+					// A capture begun meanwhile took the record: the event stands for no point
+					// of s now, and the graph records it again at each launch. The pool keeps
+					// it out of use for good.
+					t.engine.events.Put(uintptr(r.ev))
+					b.rel = slices.Delete(b.rel, i, i+1)
+				}
 				return err
 			}
 			t.rel.seq++
@@ -71,7 +80,11 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 		ev = cuda.Event(e)
 	}
 	if err := streamq.RecordOutsideCapture(t.dev, uintptr(ev), uintptr(s)); err != nil {
-		t.rel.idle = append(t.rel.idle, ev)
+		if icuda.EventTainted(icuda.Event(ev)) {
+			t.engine.events.Put(uintptr(ev)) // a capture took it (above): never reused
+		} else {
+			t.rel.idle = append(t.rel.idle, ev)
+		}
 		return err
 	}
 	t.rel.seq++

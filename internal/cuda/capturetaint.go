@@ -17,6 +17,7 @@ var taints struct {
 	n     atomic.Int32 // events in m: Put looks no further while none
 	mu    sync.Mutex
 	m     map[Event]struct{}
+	let   []Event // tainted events given back to pools: DestroyLetGo's
 	total atomic.Int64
 }
 
@@ -52,6 +53,10 @@ func EventTainted(ev Event) bool {
 // no pool reuses or destroys.
 func TaintedEvents() int64 { return taints.total.Load() }
 
+// TaintedHeld returns the number of tainted events (EventTainted) not given back to an
+// EventPool: events their owners still hold, which they must neither record nor take for points.
+func TaintedHeld() int { return int(taints.n.Load()) }
+
 // untaint takes ev out of the tainted events, reporting whether it was one.
 func untaint(ev Event) bool {
 	if taints.n.Load() == 0 {
@@ -62,7 +67,30 @@ func untaint(ev Event) bool {
 	if ok {
 		delete(taints.m, ev)
 		taints.n.Add(-1)
+		taints.let = append(taints.let, ev)
 	}
 	taints.mu.Unlock()
 	return ok
+}
+
+// DestroyLetGo destroys the tainted events given back to pools (let go for good), for a program
+// that knows every graph that may name them is destroyed (a test, at its end), and returns the
+// first refusal; an event whose destroy the driver refuses stays let go.
+func DestroyLetGo(d *Device) error {
+	taints.mu.Lock()
+	evs := taints.let
+	taints.let = nil
+	taints.mu.Unlock()
+	var first error
+	for _, ev := range evs {
+		if err := d.EventDestroy(ev); err != nil {
+			taints.mu.Lock()
+			taints.let = append(taints.let, ev)
+			taints.mu.Unlock()
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return first
 }

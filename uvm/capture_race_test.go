@@ -1,0 +1,90 @@
+package uvm_test
+
+import (
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/uvm"
+)
+
+// fakePause is the fake driver's control FC_PAUSE (internal/fakecuda's PauseNextCall), which
+// icuda.Device.HookCaptureCheck has the library's check call: the call the check allows stops.
+const fakePause = 18
+
+// TestReleaseRacingForeignCapture: a capture begun by another binding of the driver (which the
+// capture gate cannot hold off) between the ask of a Release's record and the record takes the
+// record into its graph: the event stands for no point of the stream, and each launch of the
+// graph records it again. The Release is refused with ErrCapturing, and the tier must not keep
+// the event, neither a new one (back to its idle release events) nor a block's release event
+// for the stream (recorded again by the next Release): both kept it, tainted.
+func TestReleaseRacingForeignCapture(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	s := stream(t, dev)
+	hs := filled(t, tr, 2, 64*kib)
+	// The first block's Release takes a new release event; the second's records again the one
+	// its earlier Release on s recorded.
+	_, err := tr.Acquire(hs[1], s, uvm.Write)
+	must(t, err)
+	must(t, tr.Release(hs[1], s))
+	for _, h := range hs {
+		_, err := tr.Acquire(h, s, uvm.Write)
+		must(t, err)
+		th := lockedThread(t)
+		must(t, dev.HookCaptureCheck("fake_ctl", fakePause, 0))
+		released := make(chan error, 1)
+		go func() { released <- tr.Release(h, s) }()
+		for deadline := time.Now().Add(10 * time.Second); !f.Paused(); runtime.Gosched() {
+			if time.Now().After(deadline) {
+				f.ResumeCall()
+				t.Fatal("the Release made no driver call after its check")
+			}
+		}
+		must(t, <-th(func() error { return dev.StreamBeginCaptureUngated(uintptr(s), icuda.CaptureGlobal) }))
+		f.ResumeCall()
+		err = <-released
+		must(t, <-th(func() error {
+			g, err := dev.StreamEndCapture(uintptr(s))
+			if err == nil {
+				err = dev.GraphDestroy(g)
+			}
+			return err
+		}))
+		if !errors.Is(err, pinmalloc.ErrCapturing) {
+			t.Fatalf("a Release whose record a capture took: %v, want ErrCapturing", err)
+		}
+		if n := icuda.TaintedHeld(); n != 0 {
+			t.Fatalf("the tier keeps %d events a capture took", n)
+		}
+		must(t, tr.Release(h, s)) // the use went on: released now
+	}
+	must(t, tr.Close())
+	must(t, icuda.DestroyLetGo(dev)) // the graphs that named them are destroyed
+}
+
+// lockedThread returns a function that runs calls on a goroutine locked to its OS thread, for
+// the test's lifetime (a capture in CaptureGlobal mode ends on the thread that began it).
+func lockedThread(t *testing.T) func(func() error) <-chan error {
+	calls := make(chan func(), 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for c := range calls {
+			c()
+		}
+	}()
+	t.Cleanup(func() { close(calls) })
+	return func(f func() error) <-chan error {
+		done := make(chan error, 1)
+		calls <- func() { done <- f() }
+		return done
+	}
+}
