@@ -194,10 +194,11 @@ func (h *Heap) scrubParked(l *deferredList) error {
 // of the heap's or the legacy stream (see settleParked). h.mu is held.
 func (h *Heap) syncParked() error {
 	const what = "the synchronize of the context that waits for the work of the streams destroyed before their ForgetStream"
-	if c, held := h.lists.Captured(); held {
+	c, held, err := h.lists.WaitAllUncaptured()
+	if held {
 		return fmt.Errorf("device: %s would end the CUDA graph capture on stream %#x: %w; their deferred frees and memory stay parked", what, c, cuda.ErrCapturing)
 	}
-	if err := h.points().WaitAll(); err != nil {
+	if err != nil {
 		if errors.Is(err, cuda.ErrDeviceFault) {
 			return fmt.Errorf("%w: %s failed: %w", ErrDeviceFault, what, err)
 		}

@@ -170,11 +170,12 @@ func (h *Heap) waitRefused(s cuda.Stream, cause error) (park bool, err error) {
 	if errors.Is(cause, cuda.ErrCapturing) {
 		return false, fmt.Errorf("device: forget stream %#x: %w; %s", s, cause, kept)
 	}
-	if c, held := h.lists.Captured(); held {
+	c, held, err := h.lists.WaitAllUncaptured()
+	if held {
 		return true, fmt.Errorf("device: forget stream %#x: its synchronize failed (%v), and the synchronize of the context that would wait for its work instead would end the CUDA graph capture on stream %#x: %w; %s",
 			s, cause, c, cuda.ErrCapturing, parked)
 	}
-	if err := h.lists.Points().WaitAll(); err != nil {
+	if err != nil {
 		if errors.Is(err, cuda.ErrCapturing) {
 			return true, fmt.Errorf("device: forget stream %#x: its synchronize failed (%v), and the synchronize of the context that would wait for its work instead was refused: %w; %s", s, cause, err, parked)
 		}

@@ -40,7 +40,7 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 	if len(ls.lost) == 0 {
 		return done, nil
 	}
-	c, held, err := ls.waitAllUncaptured()
+	c, held, err := ls.WaitAllUncaptured()
 	if held {
 		return done, fmt.Errorf("streamq: the items deferred on %d streams the driver refuses stay: "+
 			"a synchronize of the context would end the CUDA graph capture on stream %#x: %w",
@@ -250,10 +250,11 @@ func (ls *Lists[T]) unlist(l *List[T]) {
 	}
 }
 
-// waitAllUncaptured synchronizes the context (Points.WaitAll) unless a capture holds a stream
+// WaitAllUncaptured synchronizes the context (Points.WaitAll) unless a capture holds a stream
 // the lists know (Captured: returned, held), with the capture gate held from the ask to the
-// synchronize (capture.go). It is the reclaimer's, as Poll is.
-func (ls *Lists[T]) waitAllUncaptured() (c Stream, held bool, err error) {
+// synchronize (capture.go): a caller about to synchronize the context for a stream the driver
+// refuses asks it rather than Captured then WaitAll. It is the reclaimer's, as Poll is.
+func (ls *Lists[T]) WaitAllUncaptured() (c Stream, held bool, err error) {
 	cuda.HoldCaptureBegins()
 	defer cuda.ReleaseCaptureBegins()
 	if c, held = ls.Captured(); held {

@@ -152,7 +152,7 @@ func (ls *Lists[T]) running(ss []Stream) (Stream, bool, error) {
 	case DefaultStream(s):
 		return s, running, fmt.Errorf("streamq: query stream %#x: %w", s, err)
 	}
-	if c, held, werr := ls.waitAllUncaptured(); held {
+	if c, held, werr := ls.WaitAllUncaptured(); held {
 		return c, true, nil
 	} else if werr != nil {
 		return s, false, fmt.Errorf("streamq: query stream %#x: %w; synchronize the context for its work: %w", s, err, werr)
