@@ -248,6 +248,10 @@ func (p *Pool) releaseAll() error {
 	p.counted = c // published by the store below, read by Stats after it loads released
 	p.released.Store(true)
 	p.stopPurge()
+	// The frees made since Close wrote the trace out (the release by a last Free, Trim or a
+	// later Close) are its last records: written now, or the trace ended with their buffers
+	// live. An error stays the trace's, for the next FlushTrace (and a first Close) to say.
+	_ = p.FlushTrace()
 	if p.order != nil {
 		disown(p) // before its arena goes: PoolOf looks addresses up there
 	}

@@ -185,7 +185,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Trace, when set, receives a record of every Alloc and Free (size, alignment, time and,
 	// with TraceGoroutines, goroutine) in the compact form `cd bench && go run . -replay FILE` plays
-	// against other allocators. Records are buffered; FlushTrace and Close write them out. It
+	// against other allocators. Records are buffered; FlushTrace and Close write them out, and
+	// so does the release of a closed pool's memory (by the last buffer's Free, say). It
 	// costs a lock and a map update per Alloc and per Free, and serialises Frees (see the
 	// notes for figures).
 	Trace io.Writer
