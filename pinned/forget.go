@@ -89,11 +89,12 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 		}
 		// Destroyed already, most likely: the context's synchronize waits for its work, and
 		// would end a capture on any stream.
-		if c, held := o.lists.Captured(); held {
+		c, held, err2 := o.lists.WaitAllUncaptured()
+		if held {
 			return fmt.Errorf("pinned: forget stream %#x: its wait failed (%v), and the synchronize of the context that would wait for its work instead would end the CUDA graph capture on stream %#x: %w; %s",
 				s, err, c, pinmalloc.ErrCapturing, kept)
 		}
-		if err2 := o.points().WaitAll(); err2 != nil {
+		if err2 != nil {
 			return forgetRefused(s, err, err2, kept)
 		}
 	}
