@@ -2,19 +2,13 @@ package uvm_test
 
 import (
 	"errors"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/pinmalloc/pinmalloc"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
-
-// fakePause is the fake driver's control FC_PAUSE (internal/fakecuda's PauseNextCall), which
-// icuda.Device.HookCaptureCheck has the library's check call: the call the check allows stops.
-const fakePause = 18
 
 // TestReleaseRacingForeignCapture: a capture begun by another binding of the driver (which the
 // capture gate cannot hold off) between the ask of a Release's record and the record takes the
@@ -38,16 +32,11 @@ func TestReleaseRacingForeignCapture(t *testing.T) {
 	for _, h := range hs {
 		_, err := tr.Acquire(h, s, uvm.Write)
 		must(t, err)
-		th := lockedThread(t)
-		must(t, dev.HookCaptureCheck("fake_ctl", fakePause, 0))
+		th := fakecuda.LockedThread(t)
+		must(t, f.PauseAfterCaptureCheck(dev))
 		released := make(chan error, 1)
 		go func() { released <- tr.Release(h, s) }()
-		for deadline := time.Now().Add(10 * time.Second); !f.Paused(); runtime.Gosched() {
-			if time.Now().After(deadline) {
-				f.ResumeCall()
-				t.Fatal("the Release made no driver call after its check")
-			}
-		}
+		f.WaitPaused(t)
 		must(t, <-th(func() error { return dev.StreamBeginCaptureUngated(uintptr(s), icuda.CaptureGlobal) }))
 		f.ResumeCall()
 		err = <-released
@@ -68,23 +57,4 @@ func TestReleaseRacingForeignCapture(t *testing.T) {
 	}
 	must(t, tr.Close())
 	must(t, icuda.DestroyLetGo(dev)) // the graphs that named them are destroyed
-}
-
-// lockedThread returns a function that runs calls on a goroutine locked to its OS thread, for
-// the test's lifetime (a capture in CaptureGlobal mode ends on the thread that began it).
-func lockedThread(t *testing.T) func(func() error) <-chan error {
-	calls := make(chan func(), 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for c := range calls {
-			c()
-		}
-	}()
-	t.Cleanup(func() { close(calls) })
-	return func(f func() error) <-chan error {
-		done := make(chan error, 1)
-		calls <- func() { done <- f() }
-		return done
-	}
 }

@@ -1,17 +1,11 @@
 package cuda_test
 
 import (
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
-
-// fakePause is the fake driver's control FC_PAUSE (internal/fakecuda's PauseNextCall), which
-// Device.HookCaptureCheck has the library's check call: the call the check allows stops.
-const fakePause = 18
 
 // TestFakeRecordOutsideCaptureRacingBegin: a capture begun on another thread between the ask
 // of EventRecordOutsideCapture and its record, by code that does not wait for the capture gate
@@ -35,7 +29,7 @@ func TestFakeRecordOutsideCaptureRacingBegin(t *testing.T) {
 	need(t, "Get", err)
 	f.Hold(true)
 	need(t, "MemsetD8Async", d.MemsetD8Async(buf, 1, 4096, s))
-	need(t, "HookCaptureCheck", d.HookCaptureCheck("fake_ctl", fakePause, 0))
+	need(t, "PauseAfterCaptureCheck", f.PauseAfterCaptureCheck(d))
 	type answer struct {
 		st  cuda.CaptureStatus
 		err error
@@ -45,8 +39,8 @@ func TestFakeRecordOutsideCaptureRacingBegin(t *testing.T) {
 		st, err := d.EventRecordOutsideCapture(ev, s)
 		recorded <- answer{st, err}
 	}()
-	waitPaused(t, f)
-	th := lockedThread(t)
+	f.WaitPaused(t)
+	th := fakecuda.LockedThread(t)
 	begin := func() error { return d.StreamBeginCapture(s, cuda.CaptureGlobal) }
 	need(t, "StreamBeginCapture", <-th(begin))
 	f.ResumeCall()
@@ -82,35 +76,4 @@ func TestFakeRecordOutsideCaptureRacingBegin(t *testing.T) {
 	need(t, "MemFree", d.MemFree(buf))
 	need(t, "StreamDestroy", d.StreamDestroy(s))
 	need(t, "Close", events.Close())
-}
-
-// waitPaused waits until a driver call stopped by the fake's pause waits, or fails the test.
-func waitPaused(t *testing.T, f *fakecuda.Driver) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !f.Paused(); runtime.Gosched() {
-		if time.Now().After(deadline) {
-			f.ResumeCall()
-			t.Fatal("no driver call stopped after the check")
-		}
-	}
-}
-
-// lockedThread returns a function that runs calls on a goroutine locked to its OS thread, for
-// the test's lifetime (a capture in CaptureGlobal mode ends on the thread that began it); each
-// call's error comes back on the channel returned.
-func lockedThread(t *testing.T) func(func() error) <-chan error {
-	calls := make(chan func(), 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for c := range calls {
-			c()
-		}
-	}()
-	t.Cleanup(func() { close(calls) })
-	return func(f func() error) <-chan error {
-		done := make(chan error, 1)
-		calls <- func() { done <- f() }
-		return done
-	}
 }

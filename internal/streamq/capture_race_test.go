@@ -1,18 +1,12 @@
 package streamq_test
 
 import (
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
-
-// fakePause is the fake driver's control FC_PAUSE (internal/fakecuda's PauseNextCall), which
-// Device.HookCaptureCheck has the library's check call: the call the check allows stops.
-const fakePause = 18
 
 // TestFakePollRacingCaptureBegin: a user begins a capture on s, on another thread, while a
 // poll has found s not capturing and is about to query it (stopped there by the fake's pause).
@@ -33,7 +27,7 @@ func TestFakePollRacingCaptureBegin(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls.Push(ls.Get(s), 1)
-	if err := dev.HookCaptureCheck("fake_ctl", fakePause, 0); err != nil {
+	if err := f.PauseAfterCaptureCheck(dev); err != nil {
 		t.Fatal(err)
 	}
 	type answer struct {
@@ -45,11 +39,11 @@ func TestFakePollRacingCaptureBegin(t *testing.T) {
 		done, err := ls.Poll(nil)
 		polled <- answer{done, err}
 	}()
-	waitPaused(t, f)
-	th := lockedThread(t)
+	f.WaitPaused(t)
+	th := fakecuda.LockedThread(t)
 	begun := th(func() error { return dev.StreamBeginCapture(s, cuda.CaptureGlobal) })
 	var berr error
-	waitFor(t, f, "the begin of the capture neither ended nor waits", func() bool {
+	f.WaitUntil(t, "the begin of the capture neither ended nor waits", func() bool {
 		select {
 		case berr = <-begun:
 			begun = nil
@@ -86,42 +80,5 @@ func TestFakePollRacingCaptureBegin(t *testing.T) {
 	f.Hold(false)
 	if done, err := ls.Poll(nil); err != nil || len(done) != 1 {
 		t.Fatalf("a poll once s ran its work = %v, %v; want the item", done, err)
-	}
-}
-
-// waitPaused waits until a driver call stopped by the fake's pause waits, or fails the test.
-func waitPaused(t *testing.T, f *fakecuda.Driver) {
-	t.Helper()
-	waitFor(t, f, "no driver call stopped after the check", f.Paused)
-}
-
-// waitFor waits until cond holds, or resumes a paused call and fails the test with why.
-func waitFor(t *testing.T, f *fakecuda.Driver, why string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); runtime.Gosched() {
-		if time.Now().After(deadline) {
-			f.ResumeCall()
-			t.Fatal(why)
-		}
-	}
-}
-
-// lockedThread returns a function that runs calls on a goroutine locked to its OS thread, for
-// the test's lifetime (a capture in CaptureGlobal mode ends on the thread that began it); each
-// call's error comes back on the channel returned.
-func lockedThread(t *testing.T) func(func() error) <-chan error {
-	calls := make(chan func(), 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for c := range calls {
-			c()
-		}
-	}()
-	t.Cleanup(func() { close(calls) })
-	return func(f func() error) <-chan error {
-		done := make(chan error, 1)
-		calls <- func() { done <- f() }
-		return done
 	}
 }

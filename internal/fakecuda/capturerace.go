@@ -1,0 +1,57 @@
+package fakecuda
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
+)
+
+// Helpers for the tests that put a user's capture between a check of the library's and the act
+// the check allows (the capture gate, cuda.EventRecordOutsideCapture's second ask).
+
+// PauseAfterCaptureCheck arms dev's capture-check hook (cuda.Device.HookCaptureCheck): the
+// library's next check that finds a stream not capturing makes the driver call it allows stop,
+// as PauseNextCall does, until ResumeCall; the test begins a capture meanwhile.
+func (d *Driver) PauseAfterCaptureCheck(dev *cuda.Device) error {
+	return dev.HookCaptureCheck("fake_ctl", int(ctlPause), 0)
+}
+
+// WaitUntil waits until cond holds, or resumes a paused call (ResumeCall) and fails tb with why.
+func (d *Driver) WaitUntil(tb testing.TB, why string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); runtime.Gosched() {
+		if time.Now().After(deadline) {
+			d.ResumeCall()
+			tb.Fatal(why)
+		}
+	}
+}
+
+// WaitPaused waits until a call PauseNextCall or PauseAfterCaptureCheck stopped waits, or fails
+// tb.
+func (d *Driver) WaitPaused(tb testing.TB) {
+	tb.Helper()
+	d.WaitUntil(tb, "no driver call stopped after the check", d.Paused)
+}
+
+// LockedThread returns a function that runs calls on one goroutine locked to its OS thread for
+// tb's lifetime (a capture outside CaptureRelaxed ends on the thread that began it); each
+// call's error comes back on the channel it returns.
+func LockedThread(tb testing.TB) func(func() error) <-chan error {
+	calls := make(chan func(), 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for c := range calls {
+			c()
+		}
+	}()
+	tb.Cleanup(func() { close(calls) })
+	return func(f func() error) <-chan error {
+		done := make(chan error, 1)
+		calls <- func() { done <- f() }
+		return done
+	}
+}
