@@ -153,34 +153,22 @@ func (f *Fake) FailNext(c Call, code int) {
 	if code <= 0 || code > 0xffff {
 		f.t.Fatalf("cudatest: FailNext(%d, %d): not a CUDA error code", c, code)
 	}
-	switch c {
-	case MemCreate:
-		f.d.FailAfter(fakecuda.CallCreate, 0, code)
-	case MemMap:
-		f.d.FailAfter(fakecuda.CallMap, 0, code)
-	case HostRegister:
-		f.d.FailAfter(fakecuda.CallRegister, 0, code)
-	case LaunchKernel:
+	switch fc, ok := failCalls[c]; {
+	case c == LaunchKernel:
 		f.d.FailLaunch(1, code)
-	case EventRecord:
-		f.d.FailAfter(fakecuda.CallRecord, 0, code)
-	case MemUnmap:
-		f.d.FailAfter(fakecuda.CallUnmap, 0, code)
-	case MemRelease:
-		f.d.FailAfter(fakecuda.CallRelease, 0, code)
-	case HostUnregister:
-		f.d.FailAfter(fakecuda.CallUnregister, 0, code)
-	case StreamDestroy:
-		f.d.FailAfter(fakecuda.CallStreamDestroy, 0, code)
-	case EventDestroy:
-		f.d.FailAfter(fakecuda.CallEventDestroy, 0, code)
-	case ModuleUnload:
-		f.d.FailAfter(fakecuda.CallModuleUnload, 0, code)
-	case MemFree:
-		f.d.FailAfter(fakecuda.CallMemFree, 0, code)
-	case MemAddressFree:
-		f.d.FailAfter(fakecuda.CallAddressFree, 0, code)
+	case ok:
+		f.d.FailAfter(fc, 0, code)
 	default:
 		f.t.Fatalf("cudatest: FailNext: unknown call %d", c)
 	}
+}
+
+// failCalls is the fake's call of each Call FailNext refuses with FailAfter (LaunchKernel
+// fails through FailLaunch).
+var failCalls = map[Call]fakecuda.PinCall{
+	MemCreate: fakecuda.CallCreate, MemMap: fakecuda.CallMap, HostRegister: fakecuda.CallRegister,
+	EventRecord: fakecuda.CallRecord, MemUnmap: fakecuda.CallUnmap, MemRelease: fakecuda.CallRelease,
+	HostUnregister: fakecuda.CallUnregister, StreamDestroy: fakecuda.CallStreamDestroy,
+	EventDestroy: fakecuda.CallEventDestroy, ModuleUnload: fakecuda.CallModuleUnload,
+	MemFree: fakecuda.CallMemFree, MemAddressFree: fakecuda.CallAddressFree,
 }
