@@ -35,11 +35,16 @@ func TestFakeHostRegisterStaleRegion(t *testing.T) {
 	must(t, "Reserve", err)
 	must(t, "Commit", p.Commit(stale, 0, 2<<20))
 	must(t, "Decommit", p.Decommit(stale, 0, 2<<20))
-	must(t, "Release", p.Release(stale))
+	// The Reserve right after the Release, with no test helper between them (the probe build's
+	// helpers pause), so that the kernel hands the same range back; some other mapping of the
+	// process (the Go runtime's) may still take it meanwhile, and the test cannot be made then.
+	rerr := p.Release(stale)
 	live, err := p.Reserve(4<<20, 2<<20)
+	must(t, "Release", rerr)
 	must(t, "Reserve", err)
 	if live.Base != stale.Base {
-		t.Fatalf("the kernel mapped the new region at %#x, not at the released one's %#x: the test's premise", live.Base, stale.Base)
+		must(t, "Release", p.Release(live))
+		t.Skipf("the kernel mapped the new region at %#x, not at the released one's %#x: the test's premise", live.Base, stale.Base)
 	}
 	must(t, "Commit", p.Commit(live, 0, 2<<20))
 	want := liveBytes(t, live)
