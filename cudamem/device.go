@@ -162,7 +162,7 @@ func (b *cudaBase) dropStreams() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return streamsKept(len(errs), joinOnce(errs))
+	return streamsKept(len(errs), icuda.JoinOnce(errs))
 }
 
 // streamsKept is the error of n streams of the provider's clears kept after the driver's

@@ -267,7 +267,7 @@ func (m *HostMapping) Close() error {
 			}
 		}
 	}
-	if err := joinOnce(errs); err != nil { // a device fault: every call refused alike
+	if err := icuda.JoinOnce(errs); err != nil { // a device fault: every call refused alike
 		return fmt.Errorf("cudamem: unmapping shared host granules (what was refused is kept, for a later Close): %w", err)
 	}
 	return nil

@@ -78,9 +78,7 @@ func (p *EventPool) Close() error {
 	kept := evs[:0]
 	for _, ev := range evs {
 		if err := p.d.EventDestroy(ev); err != nil {
-			if !slices.ContainsFunc(errs, func(e error) bool { return e.Error() == err.Error() }) {
-				errs = append(errs, err)
-			}
+			errs = append(errs, err)
 			kept = append(kept, ev)
 			continue
 		}
@@ -90,10 +88,7 @@ func (p *EventPool) Close() error {
 		return nil
 	}
 	p.keep(kept)
-	err := errors.Join(errs...)
-	if len(errs) == 1 {
-		err = errs[0]
-	}
+	err := JoinOnce(errs)
 	return fmt.Errorf("%w; the pool keeps %s the driver refused to destroy, for a later Close",
 		err, plural(len(kept), "event"))
 }
@@ -116,4 +111,21 @@ func (p *EventPool) Idle() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle)
+}
+
+// JoinOnce joins errs, leaving out nil ones and those whose text an earlier one had: under the
+// context's sticky error (after a device fault) the driver refuses every call of a give-back
+// alike, and the refusal is said once. One error left is returned as it is.
+func JoinOnce(errs []error) error {
+	var out []error
+	for _, err := range errs {
+		said := func(e error) bool { return e.Error() == err.Error() }
+		if err != nil && !slices.ContainsFunc(out, said) {
+			out = append(out, err)
+		}
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return errors.Join(out...)
 }
