@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // releaseRefusing wraps a provider and refuses to release while told to, keeping the regions
@@ -38,7 +39,10 @@ func (refuseMapped) Unmapping(*Region)    {}
 // release. Before, the refusal was dropped, and then the region was.
 func TestGrowReleaseRefusedReported(t *testing.T) {
 	p := &releaseRefusing{Provider: PageableHost(HostOptions{})}
-	a := newTestArena(t, Options{Provider: p, Capacity: 64 << 20, RegionSize: 16 << 20})
+	// The retry timer (refused_retry.go) waits an hour, so that the region is still refused
+	// when the test looks, in the probe build (purge delay 1 µs) too.
+	a := newTestArena(t, Options{Provider: p, Capacity: 64 << 20, RegionSize: 16 << 20,
+		PurgeDelay: time.Hour})
 	a.observers = append(a.observers, refuseMapped{}) // as Observe adds one, with no region yet
 	p.fail.Store(true)
 	_, err := a.Alloc(1<<20, 1)
