@@ -218,7 +218,8 @@ func (a *Arena) ChunkBase(id ChunkID) (uintptr, bool) {
 // Alloc hands out a run of chunks holding at least size bytes from an address aligned to
 // alignment (any power of two, beyond the chunk size too), commits exactly the granules those
 // bytes touch and reports whether they read as zero. It reserves a new region when no region
-// has room, up to the capacity.
+// has room, up to the capacity; when none is left, or the provider has no memory left, it first
+// releases again the regions whose release the provider refused.
 func (a *Arena) Alloc(size, alignment uintptr) (Span, error) {
 	return a.alloc(size, alignment, true)
 }
@@ -242,6 +243,7 @@ func (a *Arena) alloc(size, alignment uintptr, commit bool) (Span, error) {
 	if a.closed {
 		return Span{}, ErrClosed
 	}
+	retried := false // the refused regions released again for this Alloc
 	for {
 		r, s, ok := a.placeAny(size, alignment)
 		var err error
@@ -260,6 +262,16 @@ func (a *Arena) alloc(size, alignment uintptr, commit bool) (Span, error) {
 				a.emptied(r) // a lent region reserved for the span and left empty goes back too
 			}
 			return sp, err
+		}
+		if !retried && len(a.refused) != 0 && Exhausted(err) {
+			// Regions the provider refused to release hold capacity (and memory) until the
+			// retry timer, backing off, releases them: release them again now, once.
+			retried = true
+			n := len(a.refused)
+			_ = a.releaseRefused() // a refusal again is logged once, and kept
+			if len(a.refused) < n {
+				continue // one released at least: capacity, memory, to try again with
+			}
 		}
 		if a.pcHeld == 0 || !errors.Is(err, ErrCapacity) {
 			return Span{}, err

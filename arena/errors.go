@@ -31,8 +31,8 @@ var (
 	ErrBusy = errkind.New(pinmalloc.ErrLiveBlocks, "arena: chunks still in use")
 	// ErrReleaseRefused means the provider refused to release a region (Provider.Release).
 	// The arena keeps the region, out of use and counted in Stats.RegionsRefused, and releases
-	// it again at the purge timer's ticks (armed for it, backing off), Trim and Close; Close
-	// returns it while refused.
+	// it again at the purge timer's ticks (armed for it, backing off), Trim, Close and an Alloc
+	// short of capacity; Close returns it while refused.
 	ErrReleaseRefused = errkind.New(pinmalloc.ErrRefused, "arena: region not released")
 	// ErrNotHostAccessible means the CPU cannot access the memory (device memory): Bytes
 	// refuses to view it.

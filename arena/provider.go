@@ -128,8 +128,8 @@ type Provider interface {
 	// that fails keeps what it could not give back (mapped, registered, held) with the region,
 	// so that a later Release of it tries again: the arena keeps such a region, out of use and
 	// counted (Stats.RegionsRefused, Reserved, Committed), and releases it again at each purge
-	// tick, at Trim and at Close, which returns an error wrapping ErrReleaseRefused while the
-	// provider still refuses.
+	// tick, at Trim, at an Alloc short of capacity and at Close, which returns an error
+	// wrapping ErrReleaseRefused while the provider still refuses.
 	Release(r *Region) error
 }
 

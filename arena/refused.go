@@ -14,8 +14,9 @@ import (
 // a.regions, so that Lookup finds none of its chunks and no span is placed in it, its reserved
 // and committed bytes still counted (a.reserved, Stats.Committed: it holds memory, and counts
 // against the capacity), Stats.RegionsRefused says how many. It releases each again at every
-// purge tick, at Trim and at Close; Close returns an error wrapping ErrReleaseRefused while one
-// is still refused, and the next Close tries again. While nothing else keeps the timer ticking,
+// purge tick, at Trim, at Close, and at an Alloc or Reserve that finds no capacity (or no
+// memory) left, once, before it fails; Close returns an error wrapping ErrReleaseRefused while
+// one is still refused, and the next Close tries again. While nothing else keeps the timer ticking,
 // a refused region keeps it armed, backing off (refused_retry.go).
 
 // refusedRegion is a region the provider refused to release.
