@@ -1,5 +1,27 @@
 // Package arena claims big regions of one kind of memory from a Provider and hands them out as
-// chunks and runs of chunks.
+// chunks and runs of chunks. Package heap builds on it; use it directly for big buffers of
+// whole chunks, or to build an allocator of your own.
+//
+// # Use
+//
+// Create an arena with New, naming the provider and how much it may reserve:
+//
+//	a, err := arena.New(arena.Options{Provider: arena.LockedHost(arena.HostOptions{}),
+//		Capacity: 1 << 30})
+//
+// LockedHost and PageableHost give host memory, External a region the caller owns, package
+// cudamem CUDA memory. Alloc(size, alignment) returns a Span: [Base, Base+Size), committed,
+// and whether it reads as zero; Bytes views it as a []byte when the CPU can touch it. Free
+// gives the span back; its memory stays committed for Options.PurgeDelay in case it is asked
+// for again, then a timer decommits it, and Trim decommits it at once. A heap reserves a span
+// instead (Reserve, ReserveNext), commits the pages it uses (Commit) and gives them up
+// (Decommit). Lookup maps any address to its chunk, without a lock. Stats, Usage and Snapshot
+// report what the arena holds. Close releases every region once every span is free.
+//
+// Every error wraps one of the package's sentinels (ErrCapacity, ErrMemlock, ErrInvalid, ...)
+// for errors.Is; Exhausted tells a request that found no room, which giving memory back may
+// cure, from one refused for another reason. An Arena is safe for use from several
+// goroutines.
 //
 // # Design
 //
