@@ -101,7 +101,8 @@ type HostProvider struct {
 	madviseFn func(b []byte, advice int) error
 	// munlockFn, when set (tests), is called in place of munlock(2) by Decommit.
 	munlockFn func(b []byte) error
-	// munmapFn, when set (tests), is called in place of munmap(2) by Release.
+	// munmapFn, when set (tests), is called in place of munmap(2) by Release and by Reserve's
+	// trim of its edges.
 	munmapFn func(addr, size uintptr) error
 }
 
@@ -253,11 +254,15 @@ func (h *HostProvider) reserveTrimmed(size, alignment uintptr) (*Region, error) 
 	}
 	base := uintptr(p)
 	start, _ := align.Up(base, alignment)
-	if head := start - base; head > 0 {
-		h.unmap(base, head)
+	// An edge the kernel refuses to unmap (ENOMEM: the split would pass vm.max_map_count)
+	// stays with the region, for its Release to unmap: address space, and with Populate
+	// memory, that no one would hold otherwise.
+	mapBase, mapEnd := start, start+size
+	if head := start - base; head > 0 && h.unmap(base, head) != nil {
+		mapBase = base
 	}
-	if tail := base + total - (start + size); tail > 0 {
-		h.unmap(start+size, tail)
+	if tail := base + total - mapEnd; tail > 0 && h.unmap(mapEnd, tail) != nil {
+		mapEnd = base + total
 	}
 	switch h.opt.HugePages {
 	case HugeTransparent:
@@ -267,7 +272,8 @@ func (h *HostProvider) reserveTrimmed(size, alignment uintptr) (*Region, error) 
 		h.madvise.Add(1)
 		_ = unix.Madvise(bytesAt(start, size), unix.MADV_NOHUGEPAGE)
 	}
-	return &Region{Base: start, Size: size, Zeroed: true, Handle: &hostRegion{mapBase: start, mapSize: size}}, nil
+	return &Region{Base: start, Size: size, Zeroed: true,
+		Handle: &hostRegion{mapBase: mapBase, mapSize: mapEnd - mapBase}}, nil
 }
 
 func (h *HostProvider) reserveHugeTLB(size, alignment uintptr) (*Region, error) {
@@ -327,9 +333,12 @@ func (h *HostProvider) FaultIn(addr, size uintptr) error {
 	return nil
 }
 
-func (h *HostProvider) unmap(addr, size uintptr) {
+func (h *HostProvider) unmap(addr, size uintptr) error {
 	h.munmap.Add(1)
-	_ = unix.MunmapPtr(mem.Ptr(addr), size) // only fails for ranges we did not map
+	if h.munmapFn != nil {
+		return h.munmapFn(addr, size)
+	}
+	return unix.MunmapPtr(mem.Ptr(addr), size)
 }
 
 // Commit implements Provider.
@@ -423,12 +432,7 @@ func (h *HostProvider) Release(r *Region) error {
 	if !ok || !hr.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: region not from this provider or already released", ErrInvalid)
 	}
-	h.munmap.Add(1)
-	unmap := func(addr, size uintptr) error { return unix.MunmapPtr(mem.Ptr(addr), size) }
-	if h.munmapFn != nil {
-		unmap = h.munmapFn
-	}
-	if err := unmap(hr.mapBase, hr.mapSize); err != nil {
+	if err := h.unmap(hr.mapBase, hr.mapSize); err != nil {
 		hr.released.Store(false) // still mapped: a later Release tries again
 		return GiveBackRefused(fmt.Errorf("munmap of %d bytes: %w", hr.mapSize, err))
 	}
