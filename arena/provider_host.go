@@ -3,6 +3,7 @@ package arena
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -84,7 +85,8 @@ const hugeTLBSize = 2 << 20
 // writable (and locks it); Decommit unlocks it, drops its pages with MADV_DONTNEED and protects
 // it again, so a stray access to decommitted memory faults instead of silently committing. A
 // Reserve that fails after its mmap (the NUMA bind, the populate) unmaps the region; where the
-// munmap is refused its error says so too (GiveBackRefused): that memory stays mapped.
+// munmap is refused its error says so too (GiveBackRefused), and the provider keeps the region
+// and unmaps it again at its next Reserve or Release, or at ReleaseKept (Arena.Close).
 type HostProvider struct {
 	locked bool
 	opt    HostOptions
@@ -104,6 +106,9 @@ type HostProvider struct {
 	// munmapFn, when set (tests), is called in place of munmap(2) by Release and by Reserve's
 	// trim of its edges.
 	munmapFn func(addr, size uintptr) error
+
+	keptMu sync.Mutex
+	kept   []*Region // regions a failed Reserve could not unmap (unwind), unmapped again later
 }
 
 // LockedHost returns the default provider: host memory locked with mlock (page-locked, never
@@ -178,6 +183,7 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 		return nil, fmt.Errorf("%w: reserve %d bytes aligned to %d", ErrInvalid, size, alignment)
 	}
 	alignment = max(alignment, h.page)
+	_ = h.ReleaseKept() // what is refused again stays kept, for Close to report
 	var r *Region
 	if h.opt.HugePages == HugeTLB {
 		// The granule is a huge page whether or not the kernel has one to give: a region of
@@ -212,12 +218,41 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 }
 
 // unwind releases r, reserved by a Reserve that fails with err, and returns err, telling also
-// of a release refused: the region then stays mapped, and no one holds it to release it again.
+// of a release refused: the provider then keeps r, and releases it again later (ReleaseKept).
 func (h *HostProvider) unwind(r *Region, err error) error {
-	if rerr := h.Release(r); rerr != nil {
-		return fmt.Errorf("%w; the %d bytes it mapped stay mapped: %w", err, r.Size, rerr)
+	if rerr := h.release(r); rerr != nil {
+		h.keep(r)
+		return fmt.Errorf("%w; the %d bytes it mapped are kept, unmapped again later: %w",
+			err, r.Size, rerr)
 	}
 	return err
+}
+
+// keep keeps r, a region of a failed Reserve that could not be unmapped, for ReleaseKept.
+func (h *HostProvider) keep(r *Region) {
+	h.keptMu.Lock()
+	h.kept = append(h.kept, r)
+	h.keptMu.Unlock()
+}
+
+// ReleaseKept implements KeptReleaser: it unmaps the regions of failed Reserves whose munmap
+// was refused. The provider calls it at each Reserve and Release, and Arena.Close calls it;
+// what is refused again stays kept, and the error says so, wrapping ErrCommit and the
+// system's error.
+func (h *HostProvider) ReleaseKept() error {
+	h.keptMu.Lock()
+	rs := h.kept
+	h.kept = nil
+	h.keptMu.Unlock()
+	var errs []error
+	for _, r := range rs {
+		if err := h.release(r); err != nil {
+			h.keep(r)
+			errs = append(errs, fmt.Errorf("region [%#x, +%d) of a failed Reserve, kept: %w",
+				r.Base, r.Size, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Node implements Placer: the node regions are bound to, or NodeUnknown.
@@ -426,8 +461,15 @@ func (h *HostProvider) decommitError(op string, size uintptr, err error) error {
 	return GiveBackRefused(fmt.Errorf("%s of %d bytes: %w", op, size, err))
 }
 
-// Release implements Provider.
+// Release implements Provider. It unmaps again, first, the regions of failed Reserves kept
+// (ReleaseKept).
 func (h *HostProvider) Release(r *Region) error {
+	_ = h.ReleaseKept() // what is refused again stays kept, for Close to report
+	return h.release(r)
+}
+
+// release unmaps r; a refused munmap leaves r as it was, for a later release.
+func (h *HostProvider) release(r *Region) error {
 	hr, ok := r.Handle.(*hostRegion)
 	if !ok || !hr.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: region not from this provider or already released", ErrInvalid)
