@@ -151,6 +151,11 @@ func (p *HostRegister) Report() arena.ProviderStats {
 	return s
 }
 
+// ReleaseKept implements arena.KeptReleaser: it unmaps what the host mapping underneath kept
+// when the kernel refused to unmap a failed Reserve's region, and returns the refusal while one
+// lasts. Arena.Close calls it.
+func (p *HostRegister) ReleaseKept() error { return p.host.ReleaseKept() }
+
 // Reserve implements arena.Provider.
 func (p *HostRegister) Reserve(size, alignment uintptr) (*arena.Region, error) {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
