@@ -315,9 +315,7 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 			w.failConn(c, fmt.Errorf("%w: %s sent more than %d bytes of messages nobody received", ErrProtocol, c.remote, queuedMessages))
 			return
 		}
-		if w.queued+size > queuedWorker {
-			w.failConn(c, fmt.Errorf("%w: %s sent a message of %d bytes beyond the %d bytes of messages nobody "+
-				"received that this worker's connections queue together", ErrProtocol, c.remote, len(body), queuedWorker))
+		if w.queued+size > queuedWorker && !w.makeRoom(c, size) {
 			return
 		}
 		c.msgs = append(c.msgs, queuedMsg{b: body, after: c.putsIn})
@@ -331,6 +329,45 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 		w.failConn(c, fmt.Errorf("%w: the peer closed the connection", ErrClosed))
 	case msgForget:
 		w.forgetMessage(c, body)
+	}
+}
+
+// makeRoom makes room for a message of size bytes of c's beyond the bytes of messages nobody
+// received that the worker's connections queue together (queuedWorker): the open connection
+// holding the most, c with the message counted, fails with ErrProtocol and its messages are
+// dropped, until the message fits or c is the one. So a peer that floods the worker, with
+// connections each under their own bound, loses its own connections, not the next connection
+// to receive a message, which may be an honest peer's. It reports whether the message fits.
+// It looks at every connection, only once the bound is reached. Under mu.
+func (w *Worker) makeRoom(c *Conn, size int) bool {
+	for w.queued+size > queuedWorker {
+		most, n := c, *c.msgBytes+size
+		for _, o := range w.conns {
+			if o.state == connOpen && *o.msgBytes > n {
+				most, n = o, *o.msgBytes
+			}
+		}
+		w.failConn(most, fmt.Errorf("%w: %s held %d bytes of messages nobody received, the most "+
+			"of this worker's connections, when they reached the %d bytes it queues: dropped",
+			ErrProtocol, most.remote, n, queuedWorker))
+		w.dropMessages(most)
+		if most == c {
+			return false
+		}
+	}
+	return true
+}
+
+// dropMessages drops the messages of c's that nobody received, and gives their bytes back to
+// the worker's bound. Under mu.
+func (w *Worker) dropMessages(c *Conn) {
+	w.queued -= *c.msgBytes
+	*c.msgBytes = 0
+	clear(c.msgs)
+	c.msgs = nil
+	select { // a Recv waiting for a put before a message waits on recv, not dead
+	case c.recv <- struct{}{}:
+	default:
 	}
 }
 
@@ -628,10 +665,11 @@ func (c *Conn) stateErr() error {
 // without waiting for it) is returned once the put's bytes are in place; a put of UCX's own
 // (ModeRMA) has no such order with messages: the peer waits for it (Wait) before it sends. A
 // message beyond this worker's Options.MaxMessage is never queued: the connection fails with
-// ErrProtocol. So does one beyond the messages nobody received that the worker queues: 64 MiB
-// on a connection, 256 MiB on all of them together, whichever connection it comes on (a peer
-// that opens many connections holds no more); a message received, or a Conn dropped, gives its
-// bytes back.
+// ErrProtocol. So does one beyond the messages nobody received that the worker queues on a
+// connection, 64 MiB. Beyond the 256 MiB it queues on all of them together (a peer that opens
+// many connections holds no more), the open connection holding the most fails with
+// ErrProtocol, the message's own counted with it, and the messages it queued are dropped, not
+// returned. A message received, or a Conn dropped, gives its bytes back.
 func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
 	w := c.w
 	for {

@@ -1,0 +1,104 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestWorkerBoundFailsLargestHolder: a hostile peer whose connections fill the worker's bound
+// on messages nobody received (queuedWorker) made the connection of the next message fail,
+// whoever's it was: an honest peer's message, the first it sent, failed the honest connection.
+// The connection holding the most fails instead, its messages dropped (their room given back),
+// and the honest message is delivered; a hostile connection holding less stays open.
+func TestWorkerBoundFailsLargestHolder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w1, w2, _, _, _, honest := connectedPair(t, ctx)
+	l, err := w2.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostile []*Conn
+	for range 5 {
+		if _, err := w1.Connect(ctx, l.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostile = append(hostile, c)
+	}
+	const body = 1 << 20
+	size := msgOverhead + body
+	perConn := (queuedMessages - 2*body) / size // under each connection's bound
+	// The peer's messages, as the progress goroutine hands them over: one buffer for each
+	// connection, which the queue keeps without a copy.
+	msg := func(c *Conn) []byte {
+		return append(header(msgData, c.id, body), make([]byte, body)...)
+	}
+	w2.mu.Lock()
+	held := make([]int, len(hostile))
+	for i, c := range hostile { // fill the worker's bound, each connection under its own
+		m := msg(c)
+		for ; held[i] < perConn && w2.queued+size <= queuedWorker; held[i]++ {
+			w2.message(0, m)
+		}
+		if c.state != connOpen {
+			w2.mu.Unlock()
+			t.Fatalf("hostile connection %d failed under every bound: %v", i, c.err)
+		}
+	}
+	full := w2.queued+size > queuedWorker
+	w2.message(0, msg(honest)) // the honest peer's first message
+	w2.mu.Unlock()
+	if !full {
+		t.Fatalf("the hostile connections hold %v messages of %d bytes, not the worker's bound",
+			held, body)
+	}
+	if err := honest.Err(); err != nil {
+		t.Fatalf("the honest connection failed, the hostile ones holding %v MiB: %v", held, err)
+	}
+	got, err := honest.Recv(ctx)
+	if err != nil || len(got) != body {
+		t.Fatalf("the honest message: %d bytes, %v", len(got), err)
+	}
+	most := 0
+	for _, n := range held {
+		most = max(most, n)
+	}
+	failed := 0
+	for i, c := range hostile {
+		err := c.Err()
+		if err == nil {
+			continue
+		}
+		failed++
+		if held[i] != most || !errors.Is(err, ErrProtocol) ||
+			!strings.Contains(err.Error(), "the most") {
+			t.Errorf("hostile connection %d, holding %d messages (the most: %d), ended with %v",
+				i, held[i], most, err)
+		}
+		if _, err := c.Recv(ctx); !errors.Is(err, ErrProtocol) {
+			t.Errorf("Recv on the failed hostile connection: %v; want ErrProtocol, its "+
+				"messages dropped", err)
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d hostile connections failed; want 1, one holding the most", failed)
+	}
+	w2.mu.Lock()
+	queued := w2.queued
+	w2.mu.Unlock()
+	want := 0
+	for _, n := range held {
+		want += n * size
+	}
+	if want -= most * size; queued != want {
+		t.Errorf("the worker counts %d bytes queued; want %d, the failed connection's given back",
+			queued, want)
+	}
+}
