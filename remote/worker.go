@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/ucx"
 )
 
@@ -223,7 +224,7 @@ func New(o Options) (*Worker, error) {
 		o.Name = "pinmalloc"
 	}
 	if err := ucx.Load(); err != nil {
-		return nil, wrap(ErrNoUCX, err)
+		return nil, noUCX(err)
 	}
 	w := &Worker{
 		opts: o, log: o.Logger,
@@ -237,7 +238,7 @@ func New(o Options) (*Worker, error) {
 	w.regions.Store(new([]*localRegion))
 	var err error
 	if w.ctx, err = ucx.NewContext(o.Name); err != nil {
-		return nil, wrap(ErrNoUCX, err)
+		return nil, noUCX(err)
 	}
 	n := 2*o.MaxInFlight + controlSlots
 	// The callbacks' queue, emptied every progress round, takes one message of the largest
@@ -245,7 +246,7 @@ func New(o Options) (*Worker, error) {
 	// queuedMessages, it dropped a message of MaxMessage at 64 MiB, unseen by its connection.
 	if w.uw, err = w.ctx.NewWorker(n, queuedMessages+msgHeader+max(o.MaxMessage, maxControl)+evSlack); err != nil {
 		w.ctx.Close()
-		return nil, wrap(ErrNoUCX, err)
+		return nil, noUCX(err)
 	}
 	w.uw.NoPeerFailure = o.SharedMemory
 	// A peer's message beyond what this worker takes is dropped by UCX's callback, uncopied,
@@ -268,7 +269,7 @@ func New(o Options) (*Worker, error) {
 	if err != nil {
 		w.uw.Destroy()
 		w.ctx.Close()
-		return nil, wrap(ErrNoUCX, err)
+		return nil, noUCX(err)
 	}
 	go w.loop()
 	return w, nil
@@ -292,6 +293,11 @@ func randomID() uint64 {
 		}
 	}
 }
+
+// noUCX returns err, why UCX cannot be used, as an error of ErrNoUCX: its text is
+// ErrNoUCX's, then err's without the text of the kind it wraps (pinmalloc.ErrNoUCX, where it
+// comes from Load), so that it says UCX once.
+func noUCX(err error) error { return errkind.Wrap(ErrNoUCX, err, pinmalloc.ErrNoUCX) }
 
 // wrap returns an error that matches sentinel and err, with both texts.
 func wrap(sentinel, err error) error { return fmt.Errorf("%w: %w", sentinel, err) }

@@ -189,7 +189,7 @@ func open(path string) (*lib, error) {
 		if !strings.Contains(msg, path) {
 			msg = path + ": " + msg
 		}
-		return nil, fmt.Errorf("%w: %s (install UCX: apt-get install libucx0)", pinmalloc.ErrNoUCX, msg)
+		return nil, fmt.Errorf("%w: %s (apt-get install libucx0)", pinmalloc.ErrNoUCX, msg)
 	}
 	return &lib{path: path, handle: h}, nil
 }
@@ -226,7 +226,7 @@ func (l *lib) checkVersion() error {
 		return err
 	}
 	if maj != apiMajor || min < apiMinor {
-		return fmt.Errorf("%w: %s is UCX %d.%d.%d; this module needs %d.%d or later", pinmalloc.ErrNoUCX, l.path, maj, min, rel, apiMajor, apiMinor)
+		return fmt.Errorf("%w: %s is version %d.%d.%d; this module needs %d.%d or later", pinmalloc.ErrNoUCX, l.path, maj, min, rel, apiMajor, apiMinor)
 	}
 	// The entry points the callbacks and every Worker need: a library that lacks one is no
 	// UCX this module can use, said at Load.
