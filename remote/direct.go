@@ -26,7 +26,8 @@ import (
 // that starts where ucp_rkey_ptr puts the region's base and is at least as long as the region (the
 // descriptor's range is checked against the region as for every transfer), and whose SysV record
 // (shmctl IPC_STAT) says it was made by the peer's process (the one the connection watches,
-// SharedMemory) for this process's user and is as long. A SysV segment cannot shrink, and one
+// SharedMemory: the pid its hello claims, its own word, doc.go) for this process's user and is
+// as long. A SysV segment cannot shrink, and one
 // attached stays mapped until this process detaches it (when the connection's keys are destroyed),
 // whatever the peer does: a peer killed mid-copy leaves the copy to finish in memory nobody else
 // sees. A region longer than its segment, a segment of this process's own sources, or of a process

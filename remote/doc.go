@@ -98,6 +98,18 @@
 // hello as its answer, so both return the two ends of one connection, which no Accept returns.
 // A hello on a connection's endpoint opens nothing else: a peer makes no more connections so.
 //
+// So are the pid and host id of a hello or its acknowledgement the peer's word, which nothing
+// here can check: no authorization, accounting or lookup depends on them (a connection is
+// found by its random id, the peer's descriptors by its worker id), and they serve, with
+// SharedMemory only, to watch the peer's process (a peer that names another's has its own
+// connection abandoned when that process exits, or its own death unseen) and, for puts and
+// gets by copy, as the process whose SysV segments a descriptor may name (direct.go). There a
+// lie lets a peer that reaches this worker's shared memory have its copies read and write a
+// segment another process of this user made, as UCX's own shared-memory transports do for any
+// key, unchecked. Proving a pid takes a round of the handshake (the peer creates a segment
+// under a key this worker chose: the kernel records its creator), which this protocol lacks:
+// connect with SharedMemory only workers that trust each other.
+//
 // # Locking
 //
 // The worker's mutex guards every UCX call and the worker's state; a pool's arena calls a

@@ -24,7 +24,9 @@ import (
 // completes them, each holding the local buffer UCX may still read or write for it (an
 // answer's, a put's, a get's: zombie) until then, or until the worker's Close, and the
 // endpoint, its keys and its requests go with the worker. A peer on another host cannot be
-// watched so: a transfer to it that dies waits until its context ends.
+// watched so: a transfer to it that dies waits until its context ends. The pid and host id
+// are the peer's word (doc.go): a peer that names another process is watched as that process,
+// which costs it its own connection, not another's.
 
 var (
 	hostOnce sync.Once
