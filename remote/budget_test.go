@@ -102,3 +102,75 @@ func TestWorkerBoundFailsLargestHolder(t *testing.T) {
 			queued, want)
 	}
 }
+
+// TestWorkerBoundFailsArrivingLargest: where the connection whose message crosses the worker's
+// bound holds the most, that message counted, it is the one that fails, its messages dropped,
+// and the others, holding less, stay open with theirs.
+func TestWorkerBoundFailsArrivingLargest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w1, w2, _, _, _, first := connectedPair(t, ctx)
+	l, err := w2.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := []*Conn{first}
+	for range 4 {
+		if _, err := w1.Connect(ctx, l.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	const body = 1 << 20
+	size := msgOverhead + body
+	fill := queuedWorker / size / 5 // the first four each hold a fifth of the bound
+	last := conns[len(conns)-1]
+	w2.mu.Lock()
+	sent := 0
+	for i, c := range conns {
+		m := append(header(msgData, c.id, body), make([]byte, body)...)
+		most := fill
+		if c == last {
+			most = perConnMessages(body)
+		}
+		for n := 0; n < most && c.state == connOpen; n++ {
+			w2.message(0, m)
+			if c == last {
+				sent++
+			}
+		}
+		if c != last && c.state != connOpen {
+			w2.mu.Unlock()
+			t.Fatalf("connection %d failed holding %d messages: %v", i, fill, c.err)
+		}
+	}
+	queued := w2.queued
+	w2.mu.Unlock()
+	err = last.Err()
+	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "the most") {
+		t.Fatalf("the connection crossing the bound after %d messages, holding the most, ended "+
+			"with %v; want ErrProtocol, the worker's bound", sent, err)
+	}
+	if sent <= fill {
+		t.Fatalf("the last connection failed after %d messages, no more than the others' %d",
+			sent, fill)
+	}
+	if _, err := last.Recv(ctx); !errors.Is(err, ErrProtocol) {
+		t.Errorf("Recv on the failed connection: %v; want ErrProtocol, its messages dropped", err)
+	}
+	if want := 4 * fill * size; queued != want {
+		t.Errorf("the worker counts %d bytes queued; want %d, the others'", queued, want)
+	}
+	for i, c := range conns[:4] {
+		if err := c.Err(); err != nil {
+			t.Errorf("connection %d, holding less, ended with %v", i, err)
+		}
+	}
+}
+
+// perConnMessages is the most messages of body bytes one connection queues (queuedMessages).
+func perConnMessages(body int) int { return queuedMessages / (msgOverhead + body) }
