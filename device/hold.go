@@ -107,7 +107,7 @@ func (d Hold) Release() error {
 		return fmt.Errorf("%w: release of the zero Hold", ErrNotOwned)
 	}
 	if err := h.lock(); err != nil {
-		return fmt.Errorf("device: release of a hold of block %#x: %w", d.base, err)
+		return fmt.Errorf("%w: release of a hold of block %#x", err, d.base)
 	}
 	defer h.unlock("Release")
 	u, ok := h.held[d.base]
