@@ -3,6 +3,22 @@
 // copy engine of the uvm tier (uvm.Mover), usable on its own; package device keeps the heaps
 // and their checked copies.
 //
+// # Use
+//
+// Make one Batcher per device with New, queue each batch of jobs (destination, source,
+// length) on a stream with Copy, and Close the Batcher when done:
+//
+//	b, err := copyengine.New(dev, copyengine.Options{}) // MethodAuto: calibrates once
+//	jobs := []copyengine.Job{{Dst: d0, Src: h0, Len: 4096}, {Dst: d1, Src: h1, Len: 8192}}
+//	err = b.Copy(jobs, stream) // queued on stream; it does not wait for the copies
+//	err = dev.StreamSynchronize(stream)
+//	err = b.Close()
+//
+// Copy returns once the batch is queued: work queued on the stream after it sees the copies
+// done. Errors match sentinels with errors.Is (ErrInvalidJob, ErrOverlap, ErrInvalidStream,
+// ErrClosed, ...). The rest of this comment is the design: how a method is chosen, how the
+// staging buffers are reused, and what each failure leaves behind.
+//
 // # Methods
 //
 //   - MethodKernel: one launch of a gather/scatter kernel per batch, for scattered small

@@ -1,13 +1,30 @@
 // Package heap carves an arena into blocks the way mimalloc does, with every piece of
 // bookkeeping kept in Go memory so that the same code serves memory the CPU cannot touch.
 //
+// # Use
+//
+// Create an arena of 2 MiB chunks (package arena) and a heap over it with New; Alloc returns
+// the address of a block of at least n bytes, aligned to Options.Align, and Free gives it back:
+//
+//	h, err := heap.New(a, heap.Options{Align: 256})
+//	p, err := h.Alloc(1000) // an address (uintptr), not a slice: the memory may be VRAM
+//	err = h.Free(p)
+//	err = h.Close()
+//
+// A Heap has one owner goroutine; any goroutine may free a block through the heap's Group
+// (h.Group().Free(p)), and several heaps that share one arena are made with NewGroup and
+// Group.NewHeap. Errors match sentinels with errors.Is (ErrDoubleFree, ErrNotOwned,
+// ErrOutOfMemory, ...). Stats reports the heap's memory and Trim gives back what it does not
+// use. Package pinned and package device are the fronts most users want instead; the rest of
+// this comment is the design.
+//
 // # Layout
 //
 // A segment is one 2 MiB arena chunk cut into 64 slices of 32 KiB. A page is a run of slices in
 // one segment holding blocks of one size class: small pages (64 KiB) for blocks up to 8 KiB,
 // medium pages (512 KiB) up to 64 KiB, large pages (the whole segment) up to 256 KiB. A
 // segment holds pages of one kind only, so that small pages never fragment the room that large
-// ones need. A page commits its memory as its bump index reaches it (see extend), and gives
+// ones need. A page commits its memory as its bump index reaches it, and gives
 // back, where the arena's granule is a host page, what its free blocks do not share with live
 // ones once it has stayed unused for the purge delay, or at Trim. Requests above
 // 256 KiB and up to 1 MiB get a page of their own (an "object" page: one block of whole
@@ -71,20 +88,21 @@
 //     held: no goroutine but the owner has touched its state words since it last became
 //     exclusive; one that had a block held never becomes exclusive again (history, not
 //     state: the invariants build records each page's holds and checks it), and another
-//     becomes so again only when no other goroutine is at work on it (reexclusive);
+//     becomes so again only when no other goroutine is at work on it;
 //   - an entry of the owner's page cache names a live class page of the heap;
 //   - a small class's spare is an empty page of the class on its available
 //     list, not its current page;
-//   - a kept object or huge page is tracked (page.tracked) from its first free until dropped;
+//   - a kept object or huge page is tracked from its first free until dropped;
 //     while kept its range is idle or given up, never busy; a live one's range is busy and
-//     committed (object pages: seg.decommit clear; huge: committed up to page.want). A held
+//     committed (object pages: all their slices known committed; huge: committed as far as
+//     the request reaches). A held
 //     heap (RetainSegments) keeps no huge page and tracks no object page: its kept object
 //     pages stay committed, as they were left;
 //   - page and segment structs are never reused, so a stale pointer held by a buggy double free
 //     sees only free states and reports ErrDoubleFree; a released page is marked dead, and a
 //     stale pending-stack entry for it is ignored.
 //
-// verify checks them all, with the counts that rest on them and the agreement
+// The heap's self-check verifies them all, with the counts that rest on them and the agreement
 // of the group's two lookup tables. Built with the tag invariants, Collect and Trim check them
 // and the property and fuzz tests check them after every step: go test -tags invariants ./heap;
 // under -race (internal/invariants.Enabled) they do at one step in invariants.RaceEvery.
