@@ -14,6 +14,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/alloctrace"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/fence"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/procpin"
@@ -272,11 +273,9 @@ func (p *Pool) alloc(n int, alignment uintptr, guard bool) ([]byte, error) {
 // allocRest is an allocation of n > 0 bytes where no fast section served: as a shard's holder,
 // and once more after taking back what other shards and the streams hold.
 func (p *Pool) allocRest(n int, alignment uintptr) ([]byte, error) {
-	if c := p.a.Capacity(); alignment > c {
-		// No memory the pool could take back would serve it (the heap refuses a size above
-		// the capacity itself): refused at once, not after waiting for every stream.
-		return nil, fmt.Errorf("%w: %d bytes aligned to %d asked of a pool of capacity %d", ErrTooLarge, n, alignment, c)
-	}
+	// A size or an alignment beyond the capacity, which no memory the pool could take back
+	// would serve, the heap refuses with heap.ErrTooLarge before any arena call: not out of
+	// memory, so it is said at once, with no retry and no wait for a stream.
 	addr, err := p.allocOnce(uintptr(n), alignment)
 	for try := 0; err != nil && try < allocRetries && outOfMemory(err); try++ {
 		// Other shards may hold freed blocks they have not collected, and streams may have
@@ -339,9 +338,17 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 
 // allocError gives an allocation's error this package's sentinel: one its source gave for a
 // reason other than a want of memory, and that names none of the layers below, is ErrRefused.
+// A request beyond the capacity (heap.ErrTooLarge) is said in the pool's words, once.
 func (p *Pool) allocError(err error, n, alignment uintptr) error {
-	if c := p.a.Capacity(); errors.Is(err, heap.ErrOutOfMemory) && (n > c || alignment > c) {
-		return fmt.Errorf("%w: %d bytes aligned to %d asked of a pool of capacity %d: %w", ErrTooLarge, n, alignment, c, err)
+	if errors.Is(err, heap.ErrTooLarge) {
+		c := p.a.Capacity()
+		if alignment == 0 {
+			err = fmt.Errorf("%d bytes asked of a pool of capacity %d: %w", n, c, heap.ErrTooLarge)
+		} else {
+			err = fmt.Errorf("%d bytes aligned to %d asked of a pool of capacity %d: %w", n, alignment, c,
+				heap.ErrTooLarge)
+		}
+		return errkind.Wrap(ErrTooLarge, err, heap.ErrTooLarge)
 	}
 	return wrapError(err, ErrRefused)
 }
