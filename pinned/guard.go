@@ -53,11 +53,7 @@ func (p *Pool) allocGuarded(n int, alignment uintptr) ([]byte, error) {
 		p.sites.record(mem.Addr(b), uintptr(n), 5)
 	}
 	if err == nil && p.trace != nil {
-		var g uint64
-		if p.traceG {
-			g = goroutineID()
-		}
-		p.trace.Alloc(mem.Addr(b), uint64(n), uint64(alignment), g)
+		p.traceAlloc(mem.Addr(b), uintptr(n), alignment)
 	}
 	return b, err
 }

@@ -71,12 +71,14 @@ type Pool struct {
 	guarded    bool
 	zeroOnFree bool
 	quota      int64
-	used       atomic.Int64       // live bytes, counted only under a quota
-	sites      *siteTable         // allocation sites, with Options.RecordSites (sites.go)
-	trace      *alloctrace.Writer // Options.Trace (trace.go)
-	traceG     bool               // Options.TraceGoroutines
-	log        *slog.Logger       // Options.Logger, or nil
-	sharer     Sharer             // Options.Sharer, or nil (share.go)
+	used       atomic.Int64          // live bytes, counted only under a quota
+	sites      *siteTable            // allocation sites, with Options.RecordSites (sites.go)
+	trace      *alloctrace.Writer    // Options.Trace (trace.go)
+	traceG     bool                  // Options.TraceGoroutines
+	traceLost  atomic.Uint64         // allocations the trace refused to record (trace.go)
+	traceWhy   atomic.Pointer[error] // the first of those refusals
+	log        *slog.Logger          // Options.Logger, or nil
+	sharer     Sharer                // Options.Sharer, or nil (share.go)
 }
 
 // New creates a pool. The zero Options give locked host memory with 64-byte alignment and a
