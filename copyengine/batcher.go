@@ -62,6 +62,12 @@ type Batcher struct {
 // error matching pinmalloc.ErrClosed). With MethodAuto or MethodKernel it loads the kernel (one
 // JIT compilation per process, cached by the driver across processes).
 func New(pub *cuda.Device, o Options) (*Batcher, error) {
+	b, err := makeBatcher(pub, o)
+	return b, faulted(err)
+}
+
+// makeBatcher is New, its error not yet made to match ErrDeviceFault.
+func makeBatcher(pub *cuda.Device, o Options) (*Batcher, error) {
 	dev, err := icuda.Of(pub)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
@@ -145,7 +151,7 @@ func (b *Batcher) Calibration() (*Calibration, error) {
 	case b.method != MethodAuto:
 		return nil, fmt.Errorf("copyengine: no calibration: the method %s is forced", b.method)
 	case b.calErr != nil:
-		return nil, b.calErr
+		return nil, faulted(b.calErr)
 	}
 	return nil, fmt.Errorf("copyengine: no calibration: the driver has one method, %s", b.static)
 }
@@ -162,6 +168,11 @@ func (b *Batcher) Calibration() (*Calibration, error) {
 func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return faulted(b.copyLocked(jobs, s))
+}
+
+// copyLocked is Copy under b.mu, its error not yet made to match ErrDeviceFault.
+func (b *Batcher) copyLocked(jobs []Job, s cuda.Stream) error {
 	switch {
 	case b.closed:
 		return ErrClosed
@@ -203,7 +214,7 @@ func (b *Batcher) Copy(jobs []Job, s cuda.Stream) error {
 // to unload, is kept (the driver refuses a free of pinned memory while a stream captures a
 // graph in the global mode, and every call under the context's sticky error after a device
 // fault), and the next Close tries it again, giving back each once; otherwise Close is
-// idempotent. Its error says a device fault once (it matches pinmalloc.ErrDeviceFault), with
+// idempotent. Its error says a device fault once (it matches ErrDeviceFault), with
 // what Close keeps. A staging buffer that a
 // failed Copy's launch may still read, with no event to say when it is done (its record
 // failed, and neither its stream nor the context could be synchronized then), is freed only
@@ -234,7 +245,7 @@ func (b *Batcher) Close() error {
 		b.takeFences()
 	}
 	errs = append(errs, b.freeLost(), b.freeRetired(), b.closeSide(), b.freeHeld(), b.unload())
-	return b.closeError(errs)
+	return faulted(b.closeError(errs))
 }
 
 // unload unloads the gather kernel once no lost launch (lose) may still run it: while one may,

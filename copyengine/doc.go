@@ -91,7 +91,9 @@
 // stream, while that stream does not capture a graph, else the context, while no capture is
 // visible (a non-blocking stream's capture the Batcher never saw is not), so that Close ends no
 // capture it can see.
-// The sentinels are of the module's shared kinds (package pinmalloc).
+// After a device fault, Copy, Close and New fail with errors matching ErrDeviceFault (and
+// cuda.ErrDeviceFault, the driver's sticky error). The sentinels are of the module's shared
+// kinds (package pinmalloc).
 //
 // # Concurrency
 //

@@ -1,7 +1,12 @@
 package copyengine
 
 import (
+	"errors"
+	"fmt"
+	"strings"
+
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
@@ -24,4 +29,29 @@ var (
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "copyengine: invalid stream")
 	// ErrClosed means the Batcher was used after Close.
 	ErrClosed = errkind.New(pinmalloc.ErrClosed, "copyengine: batcher closed")
+	// ErrDeviceFault means the device faulted running work of the Batcher's context (the
+	// driver's sticky error, cuda.ErrDeviceFault, is in the chain): the driver refuses every
+	// call from then on, and a Copy, a Close or a New says so with it.
+	ErrDeviceFault = errkind.New(pinmalloc.ErrDeviceFault, "copyengine: the device faulted")
 )
+
+// faulted returns err, made to match ErrDeviceFault too when the driver's sticky error
+// (cuda.ErrDeviceFault) is in its chain and ErrDeviceFault is not, as package device's errors
+// do with its own. An error that names this package already keeps its text; another is said
+// after ErrDeviceFault's. Nil stays nil at the cost of a comparison.
+func faulted(err error) error {
+	if err == nil || !errors.Is(err, cuda.ErrDeviceFault) || errors.Is(err, ErrDeviceFault) {
+		return err
+	}
+	if !strings.HasPrefix(err.Error(), "copyengine: ") {
+		return fmt.Errorf("%w: %w", ErrDeviceFault, err)
+	}
+	return &faultError{err}
+}
+
+// faultError is an error of this package that a device fault caused: its text, matching
+// ErrDeviceFault as well.
+type faultError struct{ err error }
+
+func (e *faultError) Error() string   { return e.err.Error() }
+func (e *faultError) Unwrap() []error { return []error{ErrDeviceFault, e.err} }

@@ -214,6 +214,7 @@ var Core = []Sentinel{
 	{"copyengine.ErrMethodUnsupported", copyengine.ErrMethodUnsupported, pinmalloc.ErrNotSupported, "copyengine: "},
 	{"copyengine.ErrClosed", copyengine.ErrClosed, pinmalloc.ErrClosed, "copyengine: "},
 	{"copyengine.ErrInvalidStream", copyengine.ErrInvalidStream, pinmalloc.ErrInvalidStream, "copyengine: "},
+	{"copyengine.ErrDeviceFault", copyengine.ErrDeviceFault, pinmalloc.ErrDeviceFault, "copyengine: "},
 
 	{"uvm.ErrClosed", uvm.ErrClosed, pinmalloc.ErrClosed, "uvm: "},
 	{"uvm.ErrTooLarge", uvm.ErrTooLarge, pinmalloc.ErrTooLarge, "uvm: "},
