@@ -2,8 +2,6 @@ package copyengine
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -43,15 +41,5 @@ func faulted(err error) error {
 	if err == nil || !errors.Is(err, cuda.ErrDeviceFault) || errors.Is(err, ErrDeviceFault) {
 		return err
 	}
-	if !strings.HasPrefix(err.Error(), "copyengine: ") {
-		return fmt.Errorf("%w: %w", ErrDeviceFault, err)
-	}
-	return &faultError{err}
+	return errkind.Also(ErrDeviceFault, err, "copyengine: ")
 }
-
-// faultError is an error of this package that a device fault caused: its text, matching
-// ErrDeviceFault as well.
-type faultError struct{ err error }
-
-func (e *faultError) Error() string   { return e.err.Error() }
-func (e *faultError) Unwrap() []error { return []error{ErrDeviceFault, e.err} }

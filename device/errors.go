@@ -2,7 +2,6 @@ package device
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -53,10 +52,11 @@ var (
 // faulted returns err, made to match ErrDeviceFault too when the driver's sticky error
 // (cuda.ErrDeviceFault) is in its chain and ErrDeviceFault is not: every call of the heap that
 // the driver fails after a fault says so with this package's sentinel, as its users test it,
-// and with the module's kind. Nil stays nil at the cost of a comparison.
+// and with the module's kind. An error that names this package already keeps its text; another
+// is said after ErrDeviceFault's. Nil stays nil at the cost of a comparison.
 func faulted(err error) error {
 	if err == nil || !errors.Is(err, cuda.ErrDeviceFault) || errors.Is(err, ErrDeviceFault) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrDeviceFault, err)
+	return errkind.Also(ErrDeviceFault, err, "device: ")
 }

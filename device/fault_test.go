@@ -40,6 +40,11 @@ func TestFakeFaultErrorsMatchDeviceFault(t *testing.T) {
 		if n := strings.Count(err.Error(), ErrDeviceFault.Error()); n > 1 {
 			t.Errorf("%s after a fault: %v; says %q %d times", what, err, ErrDeviceFault, n)
 		}
+		for _, line := range strings.Split(err.Error(), "\n") { // an error of errors.Join a line each
+			if n := strings.Count(line, "device: "); n > 1 {
+				t.Errorf("%s after a fault: %q says \"device: \" %d times", what, line, n)
+			}
+		}
 	}
 	_, err := h.Alloc(64<<10, pcuda.Stream(a))
 	check("Alloc with a free deferred", err)

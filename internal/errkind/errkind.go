@@ -54,3 +54,16 @@ func (e *wrapped) Error() string { return e.text }
 
 // Unwrap returns the sentinel and the wrapped error.
 func (e *wrapped) Unwrap() []error { return e.errs }
+
+// Also returns err made to match sentinel too under errors.Is, for an error whose cause
+// (a lower layer's, such as the driver's sticky fault) calls for sentinel as well. An error
+// whose text starts with prefix (it names the package of sentinel already, "device: ") keeps
+// its text; another is said after sentinel's: "device: the device faulted: cuda: ...", not
+// "device: the device faulted: device: ...".
+func Also(sentinel, err error, prefix string) error {
+	text := err.Error()
+	if !strings.HasPrefix(text, prefix) {
+		text = sentinel.Error() + ": " + text
+	}
+	return &wrapped{text: text, errs: []error{sentinel, err}}
+}
