@@ -36,13 +36,11 @@ var peers struct {
 }
 
 // joinPeers makes t a peer of the other tiers of its heap, when the heap was given, and
-// forgets the heaps and tiers collected since.
+// forgets the heaps and tiers collected since. peers.mu is held.
 func (t *Tier) joinPeers() {
 	if t.mem.ownHeap {
 		return
 	}
-	peers.mu.Lock()
-	defer peers.mu.Unlock()
 	if peers.m == nil {
 		peers.m = map[weak.Pointer[device.Heap]][]weak.Pointer[Tier]{}
 	}
@@ -60,10 +58,8 @@ func (t *Tier) joinPeers() {
 
 // leavePeers takes t off its heap's peers, and reports whether t was the last of them to join
 // that is still there (or, with a heap of its own, none): no tier installed its pressure hook
-// on the heap after t's (pressure.go).
+// on the heap after t's (pressure.go). peers.mu is held.
 func (t *Tier) leavePeers() (last bool) {
-	peers.mu.Lock()
-	defer peers.mu.Unlock()
 	k, me := weak.Make(t.mem.heap), weak.Make(t)
 	last = true
 	for _, p := range slices.Backward(peers.m[k]) {
@@ -79,6 +75,20 @@ func (t *Tier) leavePeers() (last bool) {
 		delete(peers.m, k)
 	}
 	return last
+}
+
+// peerLink is the pressure hook link of the peer of t whose hook is f, or nil when f is none
+// of theirs (another user's hook, or the link of a tier that left). peers.mu is held.
+func (t *Tier) peerLink(f device.PressureFunc) *hookLink {
+	if t.mem.ownHeap {
+		return nil
+	}
+	for _, w := range peers.m[weak.Make(t.mem.heap)] {
+		if p := w.Value(); p != nil && sameHook(p.hook.link.fn, f) {
+			return p.hook.link
+		}
+	}
+	return nil
 }
 
 // askPeers asks the other tiers of t's heap, one after the other, to give VRAM back for an

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -49,17 +50,30 @@ type pressureHook struct {
 }
 
 // hookLink is the tier's place in its heap's chain of pressure hooks: the hook the tier
-// installs (call), which calls the tier, and the hook it replaced (prev), which the tier
+// installs (fn, its call), which calls the tier, and the hook it replaced (prev), which the tier
 // passes the calls it cannot help with on to. When the tier leaves the chain (Close), the link
 // lets go of it and passes every call on to prev. Tiers sharing a heap install their links on
-// top of each other, in the order of their New; a tier that leaves while another tier installed
-// after it is still there leaves its link in the chain, below that one (which replaced it, and
-// calls it), rather than put back the hook it replaced over that one's; a tier that leaves with
-// no such tier above it puts its prev back. So tiers may close in any order: the chain keeps
-// every tier still open, and none that closed. Safe for concurrent use.
+// top of each other, in the order of their New. A tier that leaves with no hook installed after
+// its own puts its prev back; one whose link another tier's replaced (above) makes that link
+// call its prev instead, and so leaves the chain; one whose link a hook of another user
+// replaced leaves its link in the chain, calling prev, as that hook calls it. So tiers may close
+// in any order: the chain keeps every tier still open, and no link of a tier that closed unless
+// another user's hook was installed over it. Safe for concurrent use.
 type hookLink struct {
 	t    atomic.Pointer[Tier]
 	prev atomic.Pointer[device.PressureFunc] // nil: none
+	// fn is the hook the link installs (call), made once: a link installed over it knows from
+	// its identity (sameHook) that the hook it replaced is this link's.
+	fn device.PressureFunc
+	// above is the link of a tier installed right over this one (its prev is fn), below the
+	// link this one's prev is. peers.mu guards them.
+	above, below *hookLink
+}
+
+// sameHook reports whether a and b are one func value (or copies of it): two method values
+// or closures made apart never are, whatever they call.
+func sameHook(a, b device.PressureFunc) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }
 
 // call is the hook the link installs: the tier's Relieve while the tier is in the chain, else
@@ -86,9 +100,16 @@ func (t *Tier) installPressure() {
 		t.hook.most = total // VRAM: managed memory oversubscribes it, and host memory is not it
 	}
 	l := &hookLink{}
+	l.fn = l.call
 	t.hook.link = l
-	if prev := t.mem.heap.SetPressure(l.call); prev != nil { // meanwhile, a call finds no tier
+	peers.mu.Lock() // the links' places in the chain change under it
+	defer peers.mu.Unlock()
+	if prev := t.mem.heap.SetPressure(l.fn); prev != nil { // meanwhile, a call finds no tier
 		l.prev.Store(&prev)
+		l.below = t.peerLink(prev)
+		if l.below != nil {
+			l.below.above = l
+		}
 	}
 	l.t.Store(t)
 	t.hook.installed = true
@@ -96,21 +117,37 @@ func (t *Tier) installPressure() {
 }
 
 // uninstallPressure takes the tier out of its heap's chain of hooks (see hookLink): it puts
-// the replaced hook back, unless another tier installed after it on the heap is still there.
+// the replaced hook back, or has the link of the tier installed over it call that hook, unless
+// another user's hook was installed over it.
 func (t *Tier) uninstallPressure() {
-	if t.hook.installed {
-		top := t.leavePeers()
-		l := t.hook.link
-		l.t.Store(nil) // a late call of the hook (an Alloc that loaded it before) still chains
-		if top {
-			var prev device.PressureFunc
-			if p := l.prev.Load(); p != nil {
-				prev = *p
-			}
-			t.mem.heap.SetPressure(prev)
-		}
-		t.hook.installed = false
+	if !t.hook.installed {
+		return
 	}
+	peers.mu.Lock()
+	defer peers.mu.Unlock()
+	top := t.leavePeers()
+	l := t.hook.link
+	l.t.Store(nil) // a late call of the hook (an Alloc that loaded it before) still chains
+	switch {
+	case l.above != nil: // it calls l: it calls what l calls now
+		l.above.prev.Store(l.prev.Load())
+		l.above.below = l.below
+		if l.below != nil {
+			l.below.above = l.above
+		}
+		l.above, l.below = nil, nil
+	case top:
+		var prev device.PressureFunc
+		if p := l.prev.Load(); p != nil {
+			prev = *p
+		}
+		t.mem.heap.SetPressure(prev)
+		if l.below != nil {
+			l.below.above = nil
+		}
+		l.below = nil
+	}
+	t.hook.installed = false
 }
 
 // Relieve is the tier's device heap's pressure hook (a device.PressureFunc, which the tier
