@@ -41,22 +41,23 @@ type Options struct {
 	// launch of the gather kernel, one cuMemcpyBatchAsync call, or one copy per block). The
 	// tier closes a Mover it made, never one given here.
 	Mover Mover
-	// HostPool is a pool of CUDA pinned host memory (pinned.CUDAHost, of the tier's device) to
-	// take host buffers from, shared with other users (nil: the tier makes its own, sized for
-	// HostCapacity). The tier gives its buffers back to it once no copy uses them, and never
-	// closes it: close the pool after the tier. The pool's capacity and Quota bound the tier's
-	// host buffers as much as HostCapacity does: an eviction the pool refuses for want of room
-	// drops the host copies of clean blocks on the device first, then fails with ErrHostFull; a
-	// refusal for another cause (the driver failing to pin) fails with the pool's error, the
-	// host copies kept. HostPrecommit applies to the tier's own pool only.
+	// HostPool is a pool of CUDA pinned host memory (pinned.CUDAHost, of the tier's device or
+	// granting it access) to take host buffers from, shared with other users (nil: the tier makes
+	// its own, sized for HostCapacity); New refuses a pool of another backend. The tier gives its
+	// buffers back to it once no copy uses them, and never closes it: close the pool after the
+	// tier. The pool's capacity and Quota bound the tier's host buffers as much as HostCapacity
+	// does: an eviction the pool refuses for want of room drops the host copies of clean blocks on
+	// the device first, then fails with ErrHostFull; a refusal for another cause (the driver
+	// failing to pin) fails with the pool's error, the host copies kept. HostPrecommit applies to
+	// the tier's own pool only.
 	HostPool *pinned.Pool
-	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes
-	// its own over dev). The tier becomes the heap's pressure hook until Close (chaining to
-	// the hook it replaces): another user's Alloc that finds the heap full makes the tier
-	// evict cold blocks first. Tiers sharing a heap may be closed in any order. Give such a
-	// heap a PurgeDelay longer than the time between evictions (or -1, as the tier's own heap
-	// has): VRAM the heap decommits and commits again costs far more than the copies that free
-	// and reuse it.
+	// Heap is a device heap to take VRAM from, shared with other users (nil: the tier makes its
+	// own over dev); New refuses a heap of another device. The tier becomes the heap's pressure
+	// hook until Close (chaining to the hook it replaces): another user's Alloc that finds the
+	// heap full makes the tier evict cold blocks first. Tiers sharing a heap may be closed in any
+	// order. Give such a heap a PurgeDelay longer than the time between evictions (or -1, as the
+	// tier's own heap has): VRAM the heap decommits and commits again costs far more than the
+	// copies that free and reuse it.
 	Heap *device.Heap
 	// ThrashLapse is the longest gap between migrations of a block that counts toward
 	// thrashing (default DefaultThrashLapse; negative: no thrash detection).
@@ -137,6 +138,24 @@ func (o Options) withDefaults() (Options, error) {
 		o.Clock = time.Now
 	}
 	return o, nil
+}
+
+// checkGiven refuses a Heap of another device than the tier's (ordinal), whose VRAM the
+// tier's copies on its own device cannot reach, and a HostPool whose memory the device does not
+// copy asynchronously (Pageable, Locked: Device -1), which its copies cannot read or write as
+// they run. A CUDAHost pool of another device may grant the tier's device access to its memory
+// (pinned.Options.Devices, pinned.NewNodes): it is taken.
+func (o Options) checkGiven(ordinal int) error {
+	if o.Heap != nil {
+		if d := o.Heap.Device().Ordinal(); d != ordinal {
+			return fmt.Errorf("%w: Heap of device %d for a tier of device %d", ErrInvalidOptions, d, ordinal)
+		}
+	}
+	if o.HostPool != nil && o.HostPool.Device() < 0 {
+		return fmt.Errorf("%w: HostPool of the %s backend: want a pool of CUDA pinned host "+
+			"memory (pinned.CUDAHost)", ErrInvalidOptions, o.HostPool.Stats().Backend)
+	}
+	return nil
 }
 
 // settings are the Options the tier consults as it runs. Fixed by New.

@@ -281,6 +281,9 @@ func New(pub *cuda.Device, o Options) (*Tier, error) {
 	if o, err = o.withDefaults(); err != nil {
 		return nil, err
 	}
+	if err := o.checkGiven(pub.Ordinal()); err != nil {
+		return nil, err
+	}
 	t := &Tier{
 		dev: dev, pub: pub, policy: o.Policy,
 		mem:     stores{budget: roundUp(uintptr(o.DeviceBudget)), hostCap: uintptr(o.HostCapacity)},
