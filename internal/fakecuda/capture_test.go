@@ -193,6 +193,7 @@ var captureRules = []struct {
 	{"PoolAttributes", capturePoolAttributes},
 	{"ThreadModes", captureThreadModes},
 	{"QueriesUnsafe", captureQueriesUnsafe},
+	{"SyncCopiesBeside", captureSyncCopiesBeside},
 	{"WaitAcrossCaptures", captureWaitAcrossCaptures},
 }
 
