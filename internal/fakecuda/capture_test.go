@@ -194,6 +194,8 @@ var captureRules = []struct {
 	{"ThreadModes", captureThreadModes},
 	{"QueriesUnsafe", captureQueriesUnsafe},
 	{"SyncCopiesBeside", captureSyncCopiesBeside},
+	{"UnsafeBesideGlobal", captureUnsafeBesideGlobal},
+	{"HostAllocBeside", captureHostAllocBeside},
 	{"WaitAcrossCaptures", captureWaitAcrossCaptures},
 }
 
