@@ -196,6 +196,7 @@ var captureRules = []struct {
 	{"SyncCopiesBeside", captureSyncCopiesBeside},
 	{"UnsafeBesideGlobal", captureUnsafeBesideGlobal},
 	{"HostAllocBeside", captureHostAllocBeside},
+	{"VMMAndUnregister", captureVMMAndUnregister},
 	{"WaitAcrossCaptures", captureWaitAcrossCaptures},
 }
 
