@@ -103,7 +103,7 @@
 // found by its random id, the peer's descriptors by its worker id), and they serve, with
 // SharedMemory only, to watch the peer's process (a peer that names another's has its own
 // connection abandoned when that process exits, or its own death unseen) and, for puts and
-// gets by copy, as the process whose SysV segments a descriptor may name (direct.go). There a
+// gets by copy, as the process whose SysV segments a descriptor may name (docs/ucx.md). There a
 // lie lets a peer that reaches this worker's shared memory have its copies read and write a
 // segment another process of this user made, as UCX's own shared-memory transports do for any
 // key, unchecked. Proving a pid takes a round of the handshake (the peer creates a segment
