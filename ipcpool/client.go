@@ -2,8 +2,10 @@ package ipcpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -42,6 +44,8 @@ type client struct {
 	holds    []bool            // by grant: lent to this process and not given back
 	owing    bool              // a rejoin has sent its claims: releases with no owner are owed to it
 	owed     []run             // the runs given back since the claims, while no owner served
+	resendOn *net.UnixConn     // the connection resend sends unsent on (nil: none)
+	unsent   []run             // releases whose message timed out on resendOn, in order
 	readers  sync.WaitGroup
 	rejoined int // how many times it rejoined a new owner
 	// pause, set by tests only (under mu), runs once as the reader hands a reply to its
@@ -119,6 +123,9 @@ func (cl *client) reader(c *net.UnixConn) {
 	for seq, k := range cl.pending {
 		close(k.lost)
 		delete(cl.pending, seq)
+	}
+	if cl.resendOn == c { // a rejoin claims by the record, which has these given back already
+		cl.resendOn, cl.unsent = nil, nil
 	}
 	closing := cl.closing
 	cl.mu.Unlock()
@@ -268,9 +275,70 @@ func (cl *client) release(first, n int) {
 	}
 }
 
-// giveBack gives grants [first, first+n) back on c.
+// giveBack gives grants [first, first+n) back on c. A message that times out (the owner
+// reads nothing: it is stopped, or busy) is sent again, in order, on c, until it goes or c
+// ends (resend): the owner would count the grants as the process's until it left. Once c has
+// ended, a rejoin claims by the record, which has them given back. Another error ends c.
 func (cl *client) giveBack(c *net.UnixConn, first, n int) {
-	_ = cl.sendOn(c, msg{op: opRelease, a: uint64(first), b: uint64(n)})
+	cl.mu.Lock()
+	if cl.resendOn == c { // after those waiting to be sent again
+		cl.unsent = append(cl.unsent, run{first, n})
+		cl.mu.Unlock()
+		return
+	}
+	cl.mu.Unlock()
+	err := cl.sendOn(c, msg{op: opRelease, a: uint64(first), b: uint64(n)})
+	if err == nil {
+		return
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	switch {
+	case cl.c != c || cl.closing:
+		// Ended: nothing to send it on.
+	case !errors.Is(err, os.ErrDeadlineExceeded):
+		c.Close() // its reader ends, and the client rejoins
+	case cl.resendOn == c:
+		cl.unsent = append(cl.unsent, run{first, n})
+	default:
+		cl.resendOn, cl.unsent = c, append(cl.unsent[:0], run{first, n})
+		cl.readers.Add(1)
+		go cl.resend(c)
+	}
+}
+
+// resend sends the releases that timed out on c again, until they have gone or c ends.
+func (cl *client) resend(c *net.UnixConn) {
+	defer cl.readers.Done()
+	for {
+		cl.mu.Lock()
+		if cl.resendOn != c {
+			cl.mu.Unlock()
+			return
+		}
+		if len(cl.unsent) == 0 {
+			cl.resendOn = nil
+			cl.mu.Unlock()
+			return
+		}
+		r := cl.unsent[0]
+		cl.mu.Unlock()
+		// (It waits up to the timeout for the owner to read: no spin.)
+		err := cl.sendOn(c, msg{op: opRelease, a: uint64(r.first), b: uint64(r.n)})
+		cl.mu.Lock()
+		if cl.resendOn != c {
+			cl.mu.Unlock()
+			return
+		}
+		switch {
+		case err == nil:
+			cl.unsent = cl.unsent[1:]
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			cl.resendOn, cl.unsent = nil, nil
+			c.Close() // its reader ends, and the client rejoins
+		}
+		cl.mu.Unlock()
+	}
 }
 
 // detach tells the owner this process has left, and waits for it to take the memory back.
