@@ -36,6 +36,7 @@ type Owner struct {
 	cond     *sync.Cond // on mu: memory came back, a slot was freed, a process left
 	table    []grantState
 	procs    []slotState
+	noSlot   map[*net.UnixConn]struct{} // sessions' connections with no slot: Close cuts them
 	goneList []*gone
 	askedAt  map[int]uint64 // the last ask of each slot (table.go)
 	epoch    uint64         // the fence epoch last published
@@ -158,7 +159,8 @@ func boolWord(b bool) uint64 {
 // newOwner makes an owner's bookkeeping, serving nothing yet.
 func newOwner(path string, o Options, l layout) *Owner {
 	w := &Owner{path: path, allow: map[int]bool{os.Getuid(): true}, timeout: o.Timeout, fileMode: o.Mode,
-		table: make([]grantState, l.grants()), procs: make([]slotState, l.slots), hello: hello{layout: l}}
+		table: make([]grantState, l.grants()), procs: make([]slotState, l.slots), hello: hello{layout: l},
+		noSlot: map[*net.UnixConn]struct{}{}}
 	if w.timeout <= 0 {
 		w.timeout = DefaultTimeout
 	}
@@ -384,6 +386,9 @@ func (w *Owner) Close() error {
 		if c := w.procs[s].conn; c != nil {
 			c.Close()
 		}
+	}
+	for c := range w.noSlot { // no answer of theirs is needed: no waiting for them
+		c.Close()
 	}
 	w.mu.Unlock()
 	w.wg.Wait()

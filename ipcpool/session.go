@@ -33,6 +33,20 @@ var clientCred = peerCred
 func (w *Owner) session(c *net.UnixConn) {
 	defer w.wg.Done()
 	defer c.Close()
+	w.mu.Lock()
+	closed := w.closed
+	if !closed {
+		w.noSlot[c] = struct{}{}
+	}
+	w.mu.Unlock()
+	if closed {
+		return // accepted as Close began: it would not be cut
+	}
+	defer func() {
+		w.mu.Lock()
+		delete(w.noSlot, c)
+		w.mu.Unlock()
+	}()
 	cred, err := clientCred(c)
 	_ = c.SetReadDeadline(time.Now().Add(w.timeout))
 	if err != nil {
@@ -127,6 +141,7 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
 		if err = w.takeClaims(slot, claims); err == nil {
 			st := &w.procs[slot]
 			st.rejoin, st.active, st.conn = false, true, c
+			delete(w.noSlot, c) // the slot's now: a leave or Close cuts it
 		}
 	}
 	if !ok || err != nil {
@@ -240,6 +255,7 @@ func (w *Owner) takeSlot(c *net.UnixConn, cred *unix.Ucred) int {
 		}
 		st.serial++
 		st.used, st.active, st.conn, st.need = true, false, c, 0
+		delete(w.noSlot, c) // the slot's now
 		w.c.slotStore(s, sPid, uint64(cred.Pid))
 		w.c.slotStore(s, sStart, startTime(int(cred.Pid)))
 		w.c.slotStore(s, sFence, w.epoch)
