@@ -234,8 +234,53 @@ func (w *Owner) serveProcess(c *net.UnixConn, slot int, wa watch) {
 		}
 		// Only now: a Close that returned is no longer attached (Attached does not count it,
 		// the owner's Close may follow at once).
-		_ = s.write(msg{op: opReply, seq: s.detachSeq, a: stOK})
+		s.answerDetach()
 	}
+}
+
+// answerDetach writes the answer to the detach of a process that has left: at once where its
+// socket has room; else it waits for the process to read, the timeout at most, but not past
+// the owner's Close, which cuts the wait (noSlot): the process holds nothing of the pool any
+// more, nothing needs its reading, and a Close waiting on it would wait for a silent peer.
+func (s *serverConn) answerDetach() {
+	b := msg{op: opReply, seq: s.detachSeq, a: stOK}.encode()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	rc, err := s.c.SyscallConn()
+	if err != nil {
+		return
+	}
+	n := 0
+	var werr error
+	if err := rc.Write(func(fd uintptr) bool {
+		n, werr = unix.Write(int(fd), b[:]) // one try: no wait
+		return true
+	}); err != nil {
+		return // closed
+	}
+	switch {
+	case werr == nil && n == len(b):
+		return
+	case werr != nil && werr != unix.EAGAIN && werr != unix.EINTR:
+		return // broken
+	}
+	n = max(n, 0)
+	w := s.w
+	w.mu.Lock()
+	closed := w.closed
+	if !closed {
+		w.noSlot[s.c] = struct{}{}
+	}
+	w.mu.Unlock()
+	if closed {
+		return
+	}
+	_ = s.c.SetWriteDeadline(time.Now().Add(s.timeout))
+	_, _ = s.c.Write(b[n:])
+	_ = s.c.SetWriteDeadline(time.Time{})
+	w.mu.Lock()
+	delete(w.noSlot, s.c)
+	w.mu.Unlock()
 }
 
 // takeSlot takes a free slot for a process, or returns -1.
