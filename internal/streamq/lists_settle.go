@@ -56,8 +56,9 @@ import (
 // among ss or the lists, records a point in it, waits for it (which waits for the earlier work
 // of every blocking stream, seen or not, but not for non-blocking streams) and appends the
 // items its lists had before the point. Lost lists are recovered as Reclaim recovers them.
-// Items pushed meanwhile, or on a stream that gets work queued meanwhile, stay. It is the
-// reclaimer's, as Poll is, and is not for a hot path.
+// Items pushed meanwhile, or on a stream that gets work queued meanwhile, stay. A device fault,
+// which fails every call, is said once (JoinFault). It is the reclaimer's, as Poll is, and is
+// not for a hot path.
 func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Stream, running bool, err error) {
 	lists := slices.Clone(ls.snapshot()) // Reclaim below takes its own snapshot
 	ls.endScan()
@@ -89,8 +90,9 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Strea
 		}
 	}
 	if running || err != nil {
+		// A device fault fails the query and the reclaim's synchronize alike: said once.
 		done, perr := ls.Reclaim(done, nil)
-		return done, s, running, errors.Join(err, perr)
+		return done, s, running, JoinFault(err, perr)
 	}
 	// Every stream is idle, the legacy stream too when it matters: every point placed before
 	// has been passed. The non-default streams first, whose Idle asks the legacy stream, before
@@ -128,7 +130,7 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Strea
 		if done, rerr = ls.Recover(done, nil); rerr == nil {
 			err = nil // the refused streams' items came back, as Reclaim says
 		} else {
-			err = errors.Join(err, rerr)
+			err = JoinFault(err, rerr)
 		}
 	}
 	return done, 0, false, errors.Join(err, werr)
