@@ -357,6 +357,15 @@ var mutants = []mutant{
 		pkg:   "./internal/streamq",
 		catch: "^TestRecoverStaleLostCount$",
 	},
+	{
+		name:  "recover-stale-lost-count-idle",
+		why:   "as recover-stale-lost-count, when the later poll finds the stream idle and hands the open items the loss saw back: the count stays, and Recover hands back, in their place, newer items pushed while its synchronize ran; the model does not inject the refused record that loses a list",
+		file:  "internal/streamq/lists_poll.go",
+		old:   "\t\tclear(l.open)\n\t\tl.open = l.open[:0]\n\t\tl.lostOpen = 0\n",
+		new:   "\t\tclear(l.open)\n\t\tl.open = l.open[:0]\n",
+		pkg:   "./internal/streamq",
+		catch: "^TestRecoverStaleLostCount$",
+	},
 
 	{
 		name:  "synced-since-counts-earlier-sync",
