@@ -15,7 +15,14 @@ import (
 // library's next check that finds a stream not capturing makes the driver call it allows stop,
 // as PauseNextCall does, until ResumeCall; the test begins a capture meanwhile.
 func (d *Driver) PauseAfterCaptureCheck(dev *cuda.Device) error {
-	return dev.HookCaptureCheck("fake_ctl", int(ctlPause), 0)
+	return d.PauseAfterCaptureChecks(dev, 0)
+}
+
+// PauseAfterCaptureChecks is PauseAfterCaptureCheck of the check after skip others that find a
+// stream not capturing: a test stops a record's ask (cuda.Device.EventRecordOutsideCapture)
+// that follows a check of its own (Points.Capturing).
+func (d *Driver) PauseAfterCaptureChecks(dev *cuda.Device, skip int) error {
+	return dev.HookCaptureCheck("fake_ctl", int(ctlPause), skip)
 }
 
 // WaitUntil waits until cond holds, or resumes a paused call (ResumeCall) and fails tb with why.

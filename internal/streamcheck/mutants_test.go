@@ -404,6 +404,15 @@ var mutants = []mutant{
 		catch: "^TestCheckCapturingOtherDevice$",
 	},
 	{
+		name:  "poll-takes-captured-record",
+		why:   "a poll's record that a capture begun by other code (not waiting for the capture gate) took between the record's ask and the record is kept as the items' point: the event stands for no point of the stream (a query after the capture finds it complete at once), and the items come back with the stream's work still queued; the model begins no capture",
+		file:  "internal/streamq/points.go",
+		old:   "\tif err != nil || st != cuda.CaptureNone {\n\t\tp.events.Put(ev)\n",
+		new:   "\tif err != nil {\n\t\tp.events.Put(ev)\n",
+		pkg:   "./internal/streamq",
+		catch: "^TestFakePollRecordRacingForeignCapture$",
+	},
+	{
 		name:  "running-refused-as-idle",
 		why:   "Points.Running takes a stream whose query the driver refuses for idle: a device heap's Close gives back the memory of a stream destroyed without ForgetStream while the work queued on it still runs (cuStreamDestroy returns at once), instead of synchronizing the context first; the model never destroys a stream before it is forgotten",
 		file:  "internal/streamq/points.go",
