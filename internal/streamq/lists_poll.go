@@ -1,7 +1,6 @@
 package streamq
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
@@ -21,7 +20,8 @@ const (
 
 // Poll appends to done the items whose stream has passed their point, on every list, oldest
 // first per stream, and gives the open items of a busy stream a point when it has none. A list
-// the driver refuses is kept aside for Recover (Lost counts them), its error returned. A list
+// the driver refuses is kept aside for Recover (Lost counts them), its error returned (a device
+// fault, which every stream's call meets, said once, with how many streams met it). A list
 // found empty at linger polls in a row leaves the lists.
 //
 // The default streams' lists come last: a point a poll records in the legacy stream waits for
@@ -41,7 +41,7 @@ func (ls *Lists[T]) Poll(done []T) ([]T, error) {
 		}
 	}
 	ls.endScan()
-	return done, errors.Join(errs...)
+	return done, joinStreams(errs)
 }
 
 // pollList is Poll of l: a list the driver refuses is kept for Recover, its error appended to

@@ -93,11 +93,33 @@ func JoinFault(first, then error) error {
 	return errors.Join(first, then)
 }
 
+// joinStreams joins errs, each a stream's (Poll's, Drain's), saying a device fault once: the
+// context's sticky error fails every stream's call alike, so the first that matches
+// pinmalloc.ErrDeviceFault stands for the others, with how many streams met it.
+func joinStreams(errs []error) error {
+	first, faults := -1, 0
+	out := errs[:0]
+	for _, err := range errs {
+		if errors.Is(err, pinmalloc.ErrDeviceFault) {
+			if faults++; faults > 1 {
+				continue
+			}
+			first = len(out)
+		}
+		out = append(out, err)
+	}
+	if faults > 1 {
+		out[first] = fmt.Errorf("%w (alike on %d streams)", out[first], faults)
+	}
+	return errors.Join(out...)
+}
+
 // Drain waits for the stream of every list with items (a synchronize of each) and appends to done
 // the items pushed before its wait; the items pushed while it waits stay for a later call. A stream
 // the driver refuses to synchronize keeps its items for Recover (Lost counts it), and its error is
-// returned; a stream a capture holds (Points.Capturing) keeps its items, not lost, and its error
-// (matching pinmalloc.ErrCapturing) is returned. It is the reclaimer's, as Poll is.
+// returned (a device fault said once, as Poll says it); a stream a capture holds
+// (Points.Capturing) keeps its items, not lost, and its error (matching pinmalloc.ErrCapturing)
+// is returned. It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 	var errs []error
 	for _, l := range ls.snapshot() {
@@ -123,7 +145,7 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 		done = ls.release(l, n, done) // the open items the wait covers
 	}
 	ls.endScan()
-	return done, errors.Join(errs...)
+	return done, joinStreams(errs)
 }
 
 // Release appends to done every item of l, whose stream the caller has synchronized after their
