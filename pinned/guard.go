@@ -102,9 +102,10 @@ const quotaTries = 4
 // quotaRoom counts n bytes more in use when the quota has room for them, and reports whether
 // it had; with a refusal, the error of its last reclaim (nil if none failed), which says why
 // deferred buffers still wait (ErrDeviceFault after a fault, cuda.ErrCapturing during a
-// capture), the refused Alloc's to say; the next Trim or Close says it again. A refusal is final once no deferred buffer may come back (streamOrder.returning) and
-// none has left the quota since before the sum that found no room (streamOrder.returned), or
-// after quotaTries reclaims.
+// capture), the refused Alloc's to say; the next Trim or Close says it again. A refusal is
+// final once no deferred buffer may come back (streamOrder.returning) and none has left the
+// quota since before the sum that found no room (streamOrder.returned), or after quotaTries
+// reclaims.
 //
 // The second condition closes a race: the sum may count deferred buffers that another
 // goroutine's reclaim takes back, and finishes, before returning is asked; returning then says

@@ -47,10 +47,10 @@ type Options struct {
 	// get by message may wait for the peer to take it: a connection with an answer UCX has not
 	// sent within it (noticed within a quarter of it, or 100 ms) fails with ErrPeer, which ends
 	// the send and lets go of the buffer a get's answer was sent from (a Free of it takes effect
-	// then, and its pool can close). Zero waits as long as the peer likes: a peer that stops reading keeps
-	// its answers' buffers held until it reads again or its connection ends. UCX cancels a
-	// send only with its failure handling: with SharedMemory the connection fails, but the
-	// buffer stays held until UCX has sent the answer, or the worker's Close.
+	// then, and its pool can close). Zero waits as long as the peer likes: a peer that stops
+	// reading keeps its answers' buffers held until it reads again or its connection ends. UCX
+	// cancels a send only with its failure handling: with SharedMemory the connection fails,
+	// but the buffer stays held until UCX has sent the answer, or the worker's Close.
 	AnswerTimeout time.Duration
 }
 
