@@ -30,7 +30,8 @@ func (pinPool) touch(b []byte)                { b[0] = 1 }
 func (a pinPool) close() error                { return a.p.Close() }
 
 // traceStats says how the pool held its memory over a trace: its provider (1 for VMM host
-// granules, 0 otherwise) and its commit unit, its shards, what it committed and gave back, and what it kept.
+// granules, 0 otherwise) and its commit unit, its shards, what it committed and gave back, and
+// what it kept.
 func (a pinPool) traceStats() []traceStat {
 	st := a.p.Stats()
 	vmm := 0.0

@@ -23,8 +23,9 @@ type CopyJob = copyengine.Job
 //
 // Copy must not use jobs after it returns: the tier reuses the slice for its next launch (the
 // jobs' addresses stay the tier's until s has passed the copies). When Copy fails, the tier
-// treats every job of the batch as not done: the blocks stay where they were. A Mover may have queued some of the jobs before failing; the tier never reads
-// their destinations before they are copied again.
+// treats every job of the batch as not done: the blocks stay where they were. A Mover may have
+// queued some of the jobs before failing; the tier never reads their destinations before they
+// are copied again.
 type Mover interface {
 	Copy(jobs []CopyJob, s cuda.Stream) error
 }

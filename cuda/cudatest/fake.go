@@ -107,9 +107,9 @@ const (
 	// destroys it; a Close returns the refusal, keeps the stream and its next Close destroys it.
 	StreamDestroy
 	// EventDestroy is cuEventDestroy: cuda.Device.EventDestroy, and the Close of what keeps
-	// events of its own (a copyengine.Batcher, a uvm tier, a device heap). A refused destroy leaves the event
-	// alive and as it was, as StreamDestroy leaves its stream: the call returns the refusal,
-	// and a later call or Close destroys it.
+	// events of its own (a copyengine.Batcher, a uvm tier, a device heap). A refused destroy
+	// leaves the event alive and as it was, as StreamDestroy leaves its stream: the call
+	// returns the refusal, and a later call or Close destroys it.
 	EventDestroy
 	// ModuleUnload is cuModuleUnload: a copyengine.Batcher's Close unloads its gather kernel
 	// with it. An unload the driver refuses leaves the kernel loaded: Close returns the refusal

@@ -216,8 +216,8 @@ func TestFakeHostPoolsByDriverVersion(t *testing.T) {
 // TestFakeDefaultPool checks the default pool's rules: cuMemAllocAsync draws from it; its
 // release threshold, 0 by default, empties it at a synchronize, so the next allocation maps new
 // memory; at UINT64_MAX (PyTorch's setting) it keeps what came back (the chunk it reserved),
-// and the next allocation of that size gets the same block; the driver's pool cannot be destroyed; memory freed back to
-// it is no allocation to use.
+// and the next allocation of that size gets the same block; the driver's pool cannot be
+// destroyed; memory freed back to it is no allocation to use.
 func TestFakeDefaultPool(t *testing.T) {
 	f, d := RunDevice(t)
 	if f == nil {
