@@ -10,8 +10,9 @@ import (
 
 // The fake's pinning section (the end of fakedriver.c.in, fake_pin_ctl): a cost model for the
 // calls that pin host memory, fault injection for the VMM and registration calls, for
-// cuEventRecord and for the calls that give back (free, unmap, release, unregister, destroy,
-// unload), and what the host says about NUMA. The fake runs every call under one mutex;
+// cuEventRecord, for the stream waits (cuStreamWaitEvent, cuStreamSynchronize) and for the
+// calls that give back (free, unmap, release, unregister, destroy, unload), and what the host
+// says about NUMA. The fake runs every call under one mutex;
 // its pinning calls do their expensive part (and the modelled cost) outside it, so that calls
 // on several threads overlap.
 // What figures taken with the cost model can and cannot show is said at SetPinCost.
@@ -60,6 +61,11 @@ const (
 	CallMemFree
 	// CallAddressFree is cuMemAddressFree (the reservation stays).
 	CallAddressFree
+	// CallStreamWait is cuStreamWaitEvent (no wait is queued: the stream is as it was).
+	CallStreamWait
+	// CallStreamSync is cuStreamSynchronize (nothing runs: the stream's work stays queued, as
+	// after a wait whose outcome the caller cannot know).
+	CallStreamSync
 )
 
 // More result codes for FailAfter.
@@ -97,7 +103,8 @@ func (d *Driver) SetPinCost(populate bool, pin, unpin time.Duration) {
 // their argument checks. A call that gives something back and is made to fail changes nothing,
 // as when the real driver refuses it (a bad handle or argument: ResultInvalidValue; its sticky
 // error refuses it too, with no injection): what it names stays alive, and the same call
-// again succeeds.
+// again succeeds. A wait made to fail changes nothing either: cuStreamWaitEvent queues no wait,
+// cuStreamSynchronize runs nothing, so the stream's work may still be queued after it.
 func (d *Driver) FailAfter(call PinCall, skip, code int) {
 	if skip < 0 || skip > 1<<40 || code <= 0 || code > 0xffff {
 		panic(fmt.Sprintf("fakecuda: FailAfter(%d, %d, %d): out of range", call, skip, code))
