@@ -73,10 +73,13 @@ func (c *deviceCapacity) DefaultCapacity() uintptr {
 
 // zeroStreams are the streams memset clears memory on: non-blocking streams the provider
 // makes as clears need them (one per clear at a time) and keeps for the next clears, until
-// dropStreams destroys those not in use (its ReleaseKept, which Arena.Close calls).
+// dropStreams destroys those not in use (its ReleaseKept, which Arena.Close calls). A stream
+// whose wait failed is never used again: destroyed, or kept aside in broken where the driver
+// refuses to destroy it, for dropStreams to destroy.
 type zeroStreams struct {
-	mu   sync.Mutex     // guards free
-	free []icuda.Stream // made and not in use
+	mu     sync.Mutex     // guards free and broken
+	free   []icuda.Stream // made and not in use
+	broken []icuda.Stream // whose wait failed and whose destroy was refused: never reused
 }
 
 // memset clears device-accessible memory with the driver, and waits for it. The memset runs on
@@ -86,8 +89,9 @@ type zeroStreams struct {
 // the next user of the memory could write it before the memset clears it; and the driver
 // refuses any use of the legacy stream while a blocking stream captures a graph
 // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), ending that capture. A stream whose synchronize fails
-// is destroyed rather than kept. Its calls run in the RELAXED capture mode, as the
-// allocations' (doc.go).
+// may still have the memset queued, or be broken: it is destroyed rather than kept, and one
+// the driver refuses to destroy is kept aside, never cleared on again. Its calls run in the
+// RELAXED capture mode, as the allocations' (doc.go).
 func (b *cudaBase) memset(addr, size uintptr) error {
 	defer b.dev.RelaxCapture()() // beside a user's capture: doc.go
 	s, err := b.zeroStream()
@@ -100,7 +104,7 @@ func (b *cudaBase) memset(addr, size uintptr) error {
 	}
 	if err := b.dev.StreamSynchronize(s); err != nil {
 		err = fmt.Errorf("%w: waiting for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
-		return errors.Join(err, b.destroyStream(s))
+		return errors.Join(err, b.destroyBroken(s))
 	}
 	b.keepStream(s)
 	return nil
@@ -131,33 +135,49 @@ func (b *cudaBase) keepStream(s icuda.Stream) {
 	b.zs.mu.Unlock()
 }
 
-// destroyStream destroys s, a stream of memset's; one the driver refuses to destroy is kept.
-func (b *cudaBase) destroyStream(s icuda.Stream) error {
+// keepBroken keeps s, a stream of memset's whose wait failed and whose destroy the driver
+// refused, aside: counted, destroyed by dropStreams, never cleared on again.
+func (b *cudaBase) keepBroken(s icuda.Stream) {
+	b.zs.mu.Lock()
+	b.zs.broken = append(b.zs.broken, s)
+	b.zs.mu.Unlock()
+}
+
+// destroyBroken destroys s, a stream of memset's whose wait failed; one the driver refuses to
+// destroy is kept aside (keepBroken).
+func (b *cudaBase) destroyBroken(s icuda.Stream) error {
 	if err := b.dev.StreamDestroy(s); err != nil {
-		b.keepStream(s)
+		b.keepBroken(s)
 		return streamsKept(1, err)
 	}
 	b.streams.Add(-1)
 	return nil
 }
 
-// dropStreams destroys memset's streams not in use; those the driver refuses to destroy are
-// kept, and the error says so, each different refusal once (under the context's sticky error
-// the driver refuses every one alike).
+// dropStreams destroys memset's streams not in use, those kept aside after a failed wait with
+// them; those the driver refuses to destroy are kept where they were, and the error says so,
+// each different refusal once (under the context's sticky error the driver refuses every one
+// alike).
 func (b *cudaBase) dropStreams() error {
 	b.zs.mu.Lock()
-	ss := b.zs.free
-	b.zs.free = nil
+	free, broken := b.zs.free, b.zs.broken
+	b.zs.free, b.zs.broken = nil, nil
 	b.zs.mu.Unlock()
 	var errs []error
-	for _, s := range ss {
-		err := b.dev.StreamDestroy(s)
-		if err == nil {
-			b.streams.Add(-1)
-			continue
+	for i, ss := range [2][]icuda.Stream{free, broken} {
+		for _, s := range ss {
+			err := b.dev.StreamDestroy(s)
+			if err == nil {
+				b.streams.Add(-1)
+				continue
+			}
+			if i == 0 {
+				b.keepStream(s)
+			} else {
+				b.keepBroken(s)
+			}
+			errs = append(errs, err)
 		}
-		b.keepStream(s)
-		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		return nil
