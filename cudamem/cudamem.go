@@ -26,7 +26,8 @@ type Counters struct {
 	// driver refused to release, until it releases them).
 	Handles int64
 	// Streams counts the streams a device or managed provider clears memory on (arena.Zeroer):
-	// made as clears need them, kept for the next, destroyed when an arena over it closes.
+	// made as clears need them, kept for the next, destroyed when an arena over it closes
+	// (and those whose wait failed and whose destroy the driver refused, never used again).
 	Streams int64
 	// Committed is the memory backed through the driver, in bytes: registered host memory,
 	// whole allocations, mapped VMM granules.

@@ -51,6 +51,8 @@
 // cuMemsetD8Async on a non-blocking stream the provider keeps for its clears, synchronized
 // (never the legacy stream, which a capture on a blocking stream makes unusable); the
 // provider's ReleaseKept (arena.KeptReleaser), which Arena.Close calls, destroys those streams.
+// A stream whose wait failed is never cleared on again: destroyed, or, where the driver refuses,
+// kept aside for ReleaseKept.
 // Only the device providers suggest a capacity (DefaultDeviceShare of the free memory);
 // HostVMM and HostRegister, which place their memory on a NUMA node, report it (Placer).
 // HostRegister alone prefaults on the arena's workers and joins registrations, since a copy
