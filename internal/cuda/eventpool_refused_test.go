@@ -2,14 +2,12 @@ package cuda_test
 
 import (
 	"errors"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
-	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
 // TestEventPoolKeepsRefused: an event whose destroy the driver refuses (INVALID_HANDLE), at
@@ -86,7 +84,7 @@ func TestEventPoolRefusalsSaidOnce(t *testing.T) {
 	for _, ev := range evs {
 		pool.Put(ev)
 	}
-	stickyFault(t, f, d)
+	f.Fault(t, d)
 	err := pool.Close()
 	if !errors.Is(err, pinmalloc.ErrDeviceFault) ||
 		strings.Count(err.Error(), "ILLEGAL_ADDRESS") != 1 {
@@ -101,38 +99,4 @@ func TestEventPoolRefusalsSaidOnce(t *testing.T) {
 		t.Errorf("after the second Close: the driver holds %d of the pool's events, the pool "+
 			"destroyed %d; want 0, 4", n, pool.Destroyed())
 	}
-}
-
-// faultPTX declares the gather kernel the fake runs; its body does not matter to the fake.
-const faultPTX = `.version 7.0
-.target sm_75
-.address_size 64
-
-.visible .entry pinmalloc_gather(
-	.param .u64 jobs,
-	.param .u64 count
-)
-{
-	ret;
-}
-`
-
-// stickyFault launches the fake's gather kernel on a job array the device cannot reach: the
-// kernel faults, and the context's error is sticky (CUDA_ERROR_ILLEGAL_ADDRESS) until the fake
-// clears it (at cleanup, at the latest; the module is unloaded after).
-func stickyFault(t *testing.T, f *fakecuda.Driver, d *cuda.Device) {
-	t.Helper()
-	m, err := d.ModuleLoadData(faultPTX)
-	need(t, "ModuleLoadData", err)
-	t.Cleanup(func() { need(t, "ModuleUnload", d.ModuleUnload(m)) })
-	fn, err := d.ModuleGetFunction(m, "pinmalloc_gather")
-	need(t, "ModuleGetFunction", err)
-	pageable := make([]uint64, 8)
-	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
-	need(t, "LaunchKernel", d.LaunchKernel(fn, one, one, 0, 0, uint64(mem.WordsAddr(pageable)), 1))
-	t.Cleanup(f.ClearStickyError)
-	if err := d.Synchronize(); err == nil || f.StickyError() != fakecuda.ResultIllegalAddress {
-		t.Fatalf("the faulting kernel left no sticky error: %v", err)
-	}
-	runtime.KeepAlive(pageable)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -27,20 +28,7 @@ func testPollDrainSayFaultOnce(t *testing.T, drain bool) {
 	if f == nil {
 		return
 	}
-	ss, bufs, p, _ := testStreams(t, dev, 3)
-	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
-	f.Hold(true)
-	for i, s := range ss {
-		if err := dev.MemsetD8Async(bufs[i], 1, 4096, s); err != nil {
-			t.Fatal(err)
-		}
-		ls.Push(ls.Get(s), i)
-	}
-	if done, err := ls.Poll(nil); err != nil || len(done) != 0 { // each stream's item gets a point
-		t.Fatalf("poll: %v back, error %v; want nothing", done, err)
-	}
-	f.Hold(false)
-	stickyFault(t, f, dev)
+	ls := faultedItems(t, f, dev)
 	what, call := "Poll", ls.Poll
 	if drain {
 		what, call = "Drain", ls.Drain
@@ -62,4 +50,25 @@ func testPollDrainSayFaultOnce(t *testing.T, drain bool) {
 	if err != nil || !slices.Equal(done, []int{0, 1, 2}) {
 		t.Fatalf("Recover once the error is cleared: %v back, error %v; want [0 1 2]", done, err)
 	}
+}
+
+// faultedItems returns lists holding items 0, 1 and 2, one on each of three streams of dev
+// after a memset there, each with a point recorded, and then the device faulted (f.Fault).
+func faultedItems(t *testing.T, f *fakecuda.Driver, dev *cuda.Device) *streamq.Lists[int] {
+	t.Helper()
+	ss, bufs, p, _ := testStreams(t, dev, 3)
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
+	f.Hold(true)
+	for i, s := range ss {
+		if err := dev.MemsetD8Async(bufs[i], 1, 4096, s); err != nil {
+			t.Fatal(err)
+		}
+		ls.Push(ls.Get(s), i)
+	}
+	if done, err := ls.Poll(nil); err != nil || len(done) != 0 { // each stream's item gets a point
+		t.Fatalf("poll: %v back, error %v; want nothing", done, err)
+	}
+	f.Hold(false)
+	f.Fault(t, dev)
+	return ls
 }
