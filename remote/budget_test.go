@@ -16,22 +16,8 @@ import (
 func TestWorkerBoundFailsLargestHolder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	w1, w2, _, _, _, honest := connectedPair(t, ctx)
-	l, err := w2.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var hostile []*Conn
-	for range 5 {
-		if _, err := w1.Connect(ctx, l.Addr()); err != nil {
-			t.Fatal(err)
-		}
-		c, err := l.Accept(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hostile = append(hostile, c)
-	}
+	w2, conns := manyConns(t, ctx, 6)
+	honest, hostile := conns[0], conns[1:]
 	const body = 1 << 20
 	size := msgOverhead + body
 	perConn := (queuedMessages - 2*body) / size // under each connection's bound
@@ -109,22 +95,7 @@ func TestWorkerBoundFailsLargestHolder(t *testing.T) {
 func TestWorkerBoundFailsArrivingLargest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	w1, w2, _, _, _, first := connectedPair(t, ctx)
-	l, err := w2.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := []*Conn{first}
-	for range 4 {
-		if _, err := w1.Connect(ctx, l.Addr()); err != nil {
-			t.Fatal(err)
-		}
-		c, err := l.Accept(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
+	w2, conns := manyConns(t, ctx, 5)
 	const body = 1 << 20
 	size := msgOverhead + body
 	fill := queuedWorker / size / 5 // the first four each hold a fifth of the bound
@@ -150,7 +121,7 @@ func TestWorkerBoundFailsArrivingLargest(t *testing.T) {
 	}
 	queued := w2.queued
 	w2.mu.Unlock()
-	err = last.Err()
+	err := last.Err()
 	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "the most") {
 		t.Fatalf("the connection crossing the bound after %d messages, holding the most, ended "+
 			"with %v; want ErrProtocol, the worker's bound", sent, err)

@@ -17,22 +17,7 @@ import (
 func TestUnreceivedBoundedPerWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	w1, w2, _, _, _, first := connectedPair(t, ctx)
-	l, err := w2.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := []*Conn{first}
-	for range 7 {
-		if _, err := w1.Connect(ctx, l.Addr()); err != nil {
-			t.Fatal(err)
-		}
-		c, err := l.Accept(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
+	w2, conns := manyConns(t, ctx, 8)
 	const body = 1 << 20
 	perConn := (queuedMessages - 2*body) / (body + msgOverhead) // under each connection's bound
 	// The peer's messages, as the progress goroutine hands them over: one buffer for all, which
@@ -81,4 +66,26 @@ func TestUnreceivedBoundedPerWorker(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("every message received or dropped, the worker still counts %d bytes queued", left)
 	}
+}
+
+// manyConns returns a worker w2 and n connections of it to one other worker, accepted by w2.
+func manyConns(t *testing.T, ctx context.Context, n int) (*Worker, []*Conn) {
+	t.Helper()
+	w1, w2, _, _, _, first := connectedPair(t, ctx)
+	l, err := w2.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := []*Conn{first}
+	for len(conns) < n {
+		if _, err := w1.Connect(ctx, l.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	return w2, conns
 }
