@@ -34,11 +34,16 @@ func TestFakeFaultErrorsMatchDeviceFault(t *testing.T) {
 	stickyFault(t, f, dev)
 	check := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrDeviceFault) {
+		if !errors.Is(err, ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrDeviceFault) ||
+			!errors.Is(err, pcuda.ErrDeviceFault) {
 			t.Errorf("%s after a fault: %v; want an error matching device.ErrDeviceFault", what, err)
 		}
 		if n := strings.Count(err.Error(), ErrDeviceFault.Error()); n > 1 {
 			t.Errorf("%s after a fault: %v; says %q %d times", what, err, ErrDeviceFault, n)
+		}
+		// The fault is one, however many of the calls' waits met it: said once.
+		if n := strings.Count(err.Error(), "CUDA_ERROR_ILLEGAL_ADDRESS"); n > 1 {
+			t.Errorf("%s after a fault: %q says the fault %d times", what, err, n)
 		}
 		for _, line := range strings.Split(err.Error(), "\n") { // an error of errors.Join a line each
 			if n := strings.Count(line, "device: "); n > 1 {
