@@ -98,7 +98,15 @@ func TestFakeHoldClearRefusedTwice(t *testing.T) {
 	h.mu.Unlock()
 	must(t, "synchronize the context", err)
 	var st Stats
-	duringCapture(t, dev, c, "Stats", func() { st = h.Stats() }) // the settle: its clear refused again
+	var serr error
+	duringCapture(t, dev, c, "Stats and Sync", func() {
+		st = h.Stats()  // the settle: its clear refused again
+		serr = h.Sync() // refused so too, and says so
+	})
+	if !errors.Is(serr, pcuda.ErrCapturing) {
+		t.Errorf("Sync during the capture: %v; want an error matching cuda.ErrCapturing", serr)
+	}
+	saysDeviceOnce(t, "Sync during the capture", serr)
 	if st.Deferred != 1 || st.Live != 1 {
 		t.Errorf("after the second refused clear: %d deferred, %d live; want 1, 1 (still parked)", st.Deferred, st.Live)
 	}

@@ -184,7 +184,7 @@ func (h *Heap) scrubParked(l *deferredList) error {
 	l.Items(func(marked, open []cuda.DevicePtr) { ps = append(append(ps, marked...), open...) })
 	for _, p := range ps {
 		if err := h.scrub(p, nil); err != nil {
-			return fmt.Errorf("device: the free of held block %#x, made at its last Release, waits: %w", p, err)
+			return wrapf(err, "device: the free of held block %#x, made at its last Release, waits", p)
 		}
 	}
 	return nil

@@ -201,9 +201,11 @@ func testParkedReleased(t *testing.T, call func(h *Heap, s cuda.Stream) error) {
 	}{
 		{"Sync", h.Sync}, {"Trim", h.Trim}, {"ForgetStream", func() error { return h.ForgetStream(pcuda.Stream(s)) }},
 	} {
-		if err := w.call(); !errors.Is(err, pcuda.ErrCapturing) {
+		err := w.call()
+		if !errors.Is(err, pcuda.ErrCapturing) {
 			t.Errorf("%s during the capture: %v; want an error matching cuda.ErrCapturing", w.name, err)
 		}
+		saysDeviceOnce(t, w.name+" during the capture", err)
 	}
 	if st := h.Stats(); st.Deferred != parked.Deferred || st.Streams != parked.Streams || f.Pending() == 0 {
 		t.Fatalf("during the capture: %d deferred, %d streams, %d streams with work; want %d, %d, work held (nothing released)",
