@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -60,6 +61,35 @@ func (h *Heap) SetPressure(f PressureFunc) (prev PressureFunc) {
 		prev = *old
 	}
 	return prev
+}
+
+// CompareAndSwapPressure makes f the heap's pressure hook (nil: none) if the hook now is old,
+// and reports whether it did: a user who installed a hook with SetPressure and is done takes it
+// off, putting back the one it replaced, only if nobody installed another over it meanwhile
+// (whose hook, which may chain to theirs, a SetPressure would take off). The hook now is old
+// when it is the same func value (SetPressure's argument, or a copy of it: a method value or a
+// closure made apart from it never is, whatever it calls), or when both are nil.
+func (h *Heap) CompareAndSwapPressure(old, f PressureFunc) bool {
+	var p *PressureFunc
+	if f != nil {
+		p = &f
+	}
+	for {
+		cur := h.press.Load()
+		if (cur == nil) != (old == nil) || cur != nil && !SamePressure(*cur, old) {
+			return false
+		}
+		if h.press.CompareAndSwap(cur, p) {
+			return true
+		}
+	}
+}
+
+// SamePressure reports whether a and b are one func value (or copies of it, or both nil): the
+// identity CompareAndSwapPressure compares hooks by. Two method values or closures made apart
+// never are, whatever they call.
+func SamePressure(a, b PressureFunc) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }
 
 // ErrInPressureHook means an Alloc made inside the heap's pressure hook, on the goroutine

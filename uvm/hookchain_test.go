@@ -48,3 +48,37 @@ func TestSharedHeapHookChainLeavesNoLink(t *testing.T) {
 	}
 	must(t, h.Close())
 }
+
+// TestSharedHeapUserHookOverTierSurvivesClose: a user of a shared heap who installs a pressure
+// hook of their own after a tier's New (over the tier's, which they may chain to) keeps it
+// through the tier's Close: the tier, the newest tier on the heap, put back the hook it had
+// replaced, and the user's was lost. A later tier's Close, its hook still on top, puts back
+// what it replaced as before.
+func TestSharedHeapUserHookOverTierSurvivesClose(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	orig := device.PressureFunc(func(int, cuda.Stream) bool { return false })
+	h, err := device.New(public(dev), device.Options{Capacity: 8 << 20, Align: 256, Pressure: orig})
+	must(t, err)
+	tr, err := uvm.New(public(dev), uvm.Options{DeviceBudget: 1 << 20, Heap: h})
+	must(t, err)
+	var below device.PressureFunc
+	user := device.PressureFunc(func(n int, s cuda.Stream) bool { return below(n, s) })
+	below = h.SetPressure(user)
+	must(t, tr.Close())
+	if got := h.SetPressure(user); got == nil || funcID(got) != funcID(user) {
+		t.Fatal("the tier's Close took off the hook a user installed over the tier's")
+	}
+	if below(1, 0) { // the closed tier's link: it passes the call on to orig
+		t.Error("the closed tier's link, below the user's hook, gave memory back")
+	}
+	tr2, err := uvm.New(public(dev), uvm.Options{DeviceBudget: 1 << 20, Heap: h})
+	must(t, err)
+	must(t, tr2.Close())
+	if got := h.SetPressure(orig); got == nil || funcID(got) != funcID(user) {
+		t.Error("a tier's Close did not put back the user's hook it had replaced")
+	}
+	must(t, h.Close())
+}

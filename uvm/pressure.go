@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -71,10 +70,9 @@ type hookLink struct {
 }
 
 // sameHook reports whether a and b are one func value (or copies of it): two method values
-// or closures made apart never are, whatever they call.
-func sameHook(a, b device.PressureFunc) bool {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
-}
+// or closures made apart never are, whatever they call. It is the identity by which the heap's
+// CompareAndSwapPressure compares hooks (device.SamePressure).
+func sameHook(a, b device.PressureFunc) bool { return device.SamePressure(a, b) }
 
 // call is the hook the link installs: the tier's Relieve while the tier is in the chain, else
 // the hook it replaced.
@@ -118,7 +116,8 @@ func (t *Tier) installPressure() {
 
 // uninstallPressure takes the tier out of its heap's chain of hooks (see hookLink): it puts
 // the replaced hook back, or has the link of the tier installed over it call that hook, unless
-// another user's hook was installed over it.
+// another user's hook was installed over it (the heap's CompareAndSwapPressure tells, when no
+// tier was installed after it).
 func (t *Tier) uninstallPressure() {
 	if !t.hook.installed {
 		return
@@ -141,7 +140,11 @@ func (t *Tier) uninstallPressure() {
 		if p := l.prev.Load(); p != nil {
 			prev = *p
 		}
-		t.mem.heap.SetPressure(prev)
+		// Unless another user's hook was installed over l since (its chain may call l): l
+		// stays under it then, calling prev, as below.
+		if !t.mem.heap.CompareAndSwapPressure(l.fn, prev) {
+			break
+		}
 		if l.below != nil {
 			l.below.above = nil
 		}
