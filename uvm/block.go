@@ -96,19 +96,25 @@ func (t *Tier) handle(id BlockID) Handle {
 	return Handle(uint64(t.blocks[id].gen)<<32 | uint64(id) + 1)
 }
 
-// lookup returns the slot of a live handle; ErrClosed once the tier is closed. t.mu is held.
+// lookup returns the slot of a live handle; ErrClosed once the tier is closed. The error of a
+// handle that is not live says whether the tier gave it out and freed it since, or never gave
+// it out (another tier's, say): a slot's generations run from genBase to its generation now,
+// the last of which, when the slot is not live, no handle has had yet. t.mu is held.
 func (t *Tier) lookup(h Handle) (BlockID, *block, error) {
 	if t.closed {
 		return 0, nil, ErrClosed
 	}
 	low := uint32(h)
 	if low == 0 || int(low) > len(t.blocks) {
-		return 0, nil, fmt.Errorf("%w: %#x", ErrInvalidHandle, uint64(h))
+		return 0, nil, fmt.Errorf("%w: %#x (not a block of this tier)", ErrInvalidHandle, uint64(h))
 	}
 	id := BlockID(low - 1)
 	b := &t.blocks[id]
-	if !b.live || b.gen != uint32(h>>32) {
-		return 0, nil, fmt.Errorf("%w: %#x (freed)", ErrInvalidHandle, uint64(h))
+	if gen := uint32(h >> 32); !b.live || b.gen != gen {
+		if gen-t.genBase < b.gen-t.genBase { // wraps as the generations do
+			return 0, nil, fmt.Errorf("%w: %#x (freed)", ErrInvalidHandle, uint64(h))
+		}
+		return 0, nil, fmt.Errorf("%w: %#x (not a block of this tier)", ErrInvalidHandle, uint64(h))
 	}
 	return id, b, nil
 }

@@ -2,6 +2,7 @@ package uvm_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -12,6 +13,7 @@ import (
 // by every call that takes one, and changes nothing there. Before, every tier numbered its
 // slots' generations from 1, so the first block of one tier had the handle of the first block
 // of any other: a Free of tier a's block on tier b freed b's block, which b's user still held.
+// The error says the handle is not b's; it said "(freed)", which b never did.
 func TestForeignHandle(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -24,7 +26,13 @@ func TestForeignHandle(t *testing.T) {
 	ha := filled(t, a, 2, n)
 	hb := filled(t, b, 2, n)
 	must(t, a.Free(ha[0])) // a's slot 0 one generation on: its handles still b's own
+	freed := ha[0]
 	ha[0] = allocN(t, a, 1, n)[0]
+	err := a.Free(freed)
+	if !errors.Is(err, uvm.ErrInvalidHandle) || !strings.Contains(err.Error(), "(freed)") {
+		t.Errorf("Free on tier a of a's freed handle %v: %v; want uvm.ErrInvalidHandle, saying it "+
+			"was freed", freed, err)
+	}
 	for _, h := range ha {
 		for name, err := range map[string]error{
 			"Free":        b.Free(h),
@@ -37,6 +45,8 @@ func TestForeignHandle(t *testing.T) {
 		} {
 			if !errors.Is(err, uvm.ErrInvalidHandle) {
 				t.Errorf("%s on tier b of tier a's handle %v: %v; want uvm.ErrInvalidHandle", name, h, err)
+			} else if !strings.Contains(err.Error(), "not a block of this tier") {
+				t.Errorf("%s on tier b of tier a's handle %v: %v; want it said not b's", name, h, err)
 			}
 		}
 	}
