@@ -41,9 +41,10 @@ import (
 //     VRAM of the blocks it evicts then goes back to the heap, not to the spares.
 //   - Close gives them all back; those the heap refuses it keeps, with what it needs to give
 //     them back, and says so (ErrHeldBack): a later Close tries again.
-//   - A block the heap refuses (a heap with ZeroOnFree while a capture holds the legacy
-//     stream: the block stays live there) stays spare, beyond the bound, and the refusal is
-//     returned: given back with the others later, rather than lost to the tier.
+//   - A block the heap refuses and keeps live (a heap with ZeroOnFree whose clear of it is
+//     refused: while a capture holds the legacy stream, or after a fault) stays spare, beyond
+//     the bound, and the refusal is returned: given back with the others later, rather than
+//     lost to the tier and live in the heap for good (heapKept).
 //
 // Spare blocks are live blocks of the heap (its Stats count them, a Quota too); Stats.SpareBytes
 // reports them. A spare block is reused only by the tier, for a block of the same size, and
@@ -167,17 +168,18 @@ func (t *Tier) putSpares(list []devBlock, bytes uintptr) error {
 }
 
 // putSpare keeps the block p of size bytes, which no work uses any more, as spare VRAM, or gives
-// it back to the heap when the tier holds enough already. A block the heap refuses while a CUDA
-// graph capture holds the stream its free would clear it on (Options.ZeroOnFree: the block
-// stays live in the heap) is kept as spare all the same, beyond the bound, rather than lost to
-// the tier: flushSpares gives it back with the others. The refusal is noted in r. t.mu is held.
+// it back to the heap when the tier holds enough already. A block the heap refuses and keeps
+// live (heapKept: its clear, Options.ZeroOnFree, refused while a CUDA graph capture holds the
+// stream it would run on, or after a fault) is kept as spare all the same, beyond the bound,
+// rather than lost to the tier: flushSpares gives it back with the others. The refusal is noted
+// in r. t.mu is held.
 func (t *Tier) putSpare(p cuda.DevicePtr, size uintptr, r *refusals) {
 	if !t.keepSpare(size) {
 		err := t.mem.heap.Free(p)
 		if err == nil {
 			return
 		}
-		kept := errors.Is(err, pinmalloc.ErrCapturing)
+		kept := heapKept(err)
 		r.note(err, kept)
 		if !kept {
 			return
@@ -187,9 +189,18 @@ func (t *Tier) putSpare(p cuda.DevicePtr, size uintptr, r *refusals) {
 	t.spare.bytes += size
 }
 
+// heapKept reports whether the device heap, refusing the Free of a block with err, keeps the
+// block live: every refusal but one that says it has no such block live (not owned, freed
+// already) or is closed. The heap refuses before it frees: a ZeroOnFree clear refused (a
+// capture, ErrCapturing; a fault) leaves the block live, which only a Free may give back.
+func heapKept(err error) bool {
+	return !errors.Is(err, pinmalloc.ErrNotOwned) && !errors.Is(err, pinmalloc.ErrDoubleFree) &&
+		!errors.Is(err, pinmalloc.ErrClosed)
+}
+
 // refusals counts the device heap's refusals of blocks the tier gives back, to say them once:
 // the first refusal, and how many blocks the heap refused and how many of those the tier kept
-// as spare VRAM (ErrCapturing: see putSpare).
+// as spare VRAM (heapKept: see putSpare).
 type refusals struct {
 	first   error
 	n, kept int
@@ -229,8 +240,8 @@ func (t *Tier) keepSpare(n uintptr) bool {
 }
 
 // flushSpares gives every spare block back to the heap and returns their bytes. A block the
-// heap refuses with ErrCapturing (see putSpare) stays spare, its bytes not counted; the error
-// says the refusals once (refusals). t.mu is held.
+// heap refuses and keeps live (heapKept, see putSpare) stays spare, its bytes not counted; the
+// error says the refusals once (refusals). t.mu is held.
 func (t *Tier) flushSpares() (uintptr, error) {
 	sp := &t.spare
 	var kept []devBlock // the refusal's path: it may allocate
@@ -240,9 +251,9 @@ func (t *Tier) flushSpares() (uintptr, error) {
 		if err == nil {
 			return
 		}
-		capturing := errors.Is(err, pinmalloc.ErrCapturing)
-		r.note(err, capturing)
-		if capturing {
+		keep := heapKept(err)
+		r.note(err, keep)
+		if keep {
 			kept = append(kept, d)
 		}
 	}

@@ -537,8 +537,8 @@ var poolCloseFault func(*pinned.Pool) error
 // (a synchronize of the device), and gives everything back once one succeeds. Under a sticky
 // error none does, and what Close kept stays until the process ends. So does Close keep spare
 // VRAM the device heap refuses back (device.Options.ZeroOnFree while a blocking stream captures
-// a CUDA graph: the blocks stay live in the heap), saying so with ErrHeldBack and the heap's
-// refusal: a later Close, once the capture has ended, gives it back.
+// a CUDA graph, or after a fault: the blocks stay live in the heap), saying so with ErrHeldBack
+// and the heap's refusal: a later Close, once the capture has ended, gives it back.
 //
 // When the tier's own host pool fails to close (a buffer's copy still queued on a stream that
 // does not pass it within the pool's wait, or the driver refusing to give memory back), Close
