@@ -79,7 +79,7 @@ func faultRun(t *testing.T, f *fakecuda.Driver, h *Heap, ss []cuda.Stream, rng *
 			return fmt.Errorf("FreeAsync before the fault: %w", err)
 		}
 	}
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	// check accepts nil, or an error of the fault said once.
 	check := func(what string, err error) error {
 		if err == nil {

@@ -31,7 +31,7 @@ func TestFakeFaultErrorsMatchDeviceFault(t *testing.T) {
 	f.Hold(true)
 	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(b))) // waits on b
 	must(t, "FreeAsync on b", h2.FreeAsync(pcuda.DevicePtr(p2), pcuda.Stream(b)))
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	check := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrDeviceFault) ||

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc"
-	"github.com/pinmalloc/pinmalloc/copyengine"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -149,7 +148,7 @@ func TestFakeForgetDestroyedStreamAfterFault(t *testing.T) {
 	defer f.Hold(false)
 	a := newStream(t, dev, h)
 	s, _, _ := destroyedWithFrees(t, f, dev, h, a, 64<<10)
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	err := h.ForgetStream(pcuda.Stream(s))
 	if !errors.Is(err, ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrDeviceFault) || errors.Is(err, ErrInvalidStream) {
 		t.Errorf("ForgetStream of a destroyed stream after a fault: %v; want device.ErrDeviceFault", err)
@@ -169,26 +168,6 @@ func TestFakeForgetDestroyedStreamAfterFault(t *testing.T) {
 	must(t, "ForgetStream once the fault is cleared", h.ForgetStream(pcuda.Stream(s)))
 	if st := h.Stats(); st.Deferred != 0 || st.Live != 0 {
 		t.Fatalf("after ForgetStream: %d deferred, %d live; want none", st.Deferred, st.Live)
-	}
-}
-
-// stickyFault makes a kernel fault (a copy from host memory the device cannot reach): the
-// context's error is sticky from then on, until the test's cleanup clears it.
-func stickyFault(t *testing.T, f *fakecuda.Driver, dev *cuda.Device) {
-	t.Helper()
-	unmapped, err := dev.MemHostAlloc(1<<16, 0)
-	must(t, "MemHostAlloc", err)
-	t.Cleanup(func() { must(t, "MemFreeHost", dev.MemFreeHost(unmapped)) })
-	scratch, err := dev.MemAlloc(4096)
-	must(t, "MemAlloc", err)
-	t.Cleanup(func() { must(t, "MemFree", dev.MemFree(scratch)) })
-	kb, err := copyengine.New(public(dev), copyengine.Options{Method: copyengine.MethodKernel})
-	must(t, "copyengine.New", err)
-	t.Cleanup(func() { must(t, "Close", kb.Close()) })
-	must(t, "Copy", kb.Copy([]copyengine.Job{{Dst: pcuda.DevicePtr(scratch), Src: pcuda.DevicePtr(unmapped), Len: 64}}, 0))
-	t.Cleanup(f.ClearStickyError)
-	if err := dev.StreamSynchronize(0); err == nil || f.StickyError() != fakecuda.ResultIllegalAddress {
-		t.Fatalf("the faulting kernel left no sticky error: %v", err)
 	}
 }
 

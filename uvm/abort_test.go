@@ -96,7 +96,7 @@ func TestAbortedEvictionAfterFaultHoldsBuffers(t *testing.T) {
 	const n = abortBlock
 	tr, m, a, s := dirtyOnFullPool(t, dev)
 
-	m.fail, m.fault = true, func() { stickyFault(t, f, dev) }
+	m.fail, m.fault = true, func() { f.Fault(t, dev) }
 	if err := tr.Evict([]uvm.Handle{a}); !strings.Contains(fmt.Sprint(err), "holds back 1 host buffer") {
 		t.Fatalf("an eviction aborted after a fault: %v; want it to say the block's host buffer is held back", err)
 	}

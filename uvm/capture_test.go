@@ -264,7 +264,7 @@ func TestSyncAfterFaultDuringCapture(t *testing.T) {
 	}
 	beginCapture(t, dev, s)
 	elsewhere(func() {
-		stickyFault(t, f, dev)
+		f.Fault(t, dev)
 		err = tr.Sync()
 	})
 	if !errors.Is(err, pinmalloc.ErrDeviceFault) {

@@ -56,7 +56,7 @@ func closeAfterFault(t *testing.T, used bool) {
 		must(t, tr.Sync())
 	}
 	open := f.LiveObjects()
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	faulted := f.LiveObjects() // and the faulting kernel's
 
 	err = tr.Close()

@@ -8,35 +8,12 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc"
-	"github.com/pinmalloc/pinmalloc/copyengine"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/uvm"
 )
-
-// stickyFault makes a kernel fault on dev, reading host memory the device cannot reach: the
-// context's error is sticky from then on (CUDA_ERROR_ILLEGAL_ADDRESS), as on a GPU. At cleanup
-// the error is cleared, and what the fault needed freed, before the cleanups registered earlier
-// run (the tier's Close, the test's streams).
-func stickyFault(t *testing.T, f *fakecuda.Driver, dev *icuda.Device) {
-	t.Helper()
-	unmapped, err := dev.MemHostAlloc(1<<16, 0)
-	must(t, err)
-	t.Cleanup(func() { must(t, dev.MemFreeHost(unmapped)) })
-	scratch, err := dev.MemAlloc(4096)
-	must(t, err)
-	t.Cleanup(func() { must(t, dev.MemFree(scratch)) })
-	kb, err := copyengine.New(public(dev), copyengine.Options{Method: copyengine.MethodKernel})
-	must(t, err)
-	t.Cleanup(func() { must(t, kb.Close()) })
-	must(t, kb.Copy([]copyengine.Job{{Dst: cuda.DevicePtr(scratch), Src: cuda.DevicePtr(unmapped), Len: 64}}, 0))
-	t.Cleanup(f.ClearStickyError)
-	if err := dev.StreamSynchronize(0); err == nil || f.StickyError() != fakecuda.ResultIllegalAddress {
-		t.Fatalf("the faulting kernel left no sticky error: %v", err)
-	}
-}
 
 // cleanBlock makes a tier of a 1 MiB budget on dev, and a block of n bytes of it, filled with
 // pattern(0), on the device and clean (its host copy valid), read on a new stream s of dev's,
@@ -71,7 +48,7 @@ func TestFreeAfterFaultHoldsMemoryBack(t *testing.T) {
 	heldHost := mem.Addr(host)
 	must(t, tr.ReleaseHost(h))
 
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	err = tr.Free(h)
 	if !errors.Is(err, uvm.ErrHeldBack) || !errors.Is(err, pinmalloc.ErrRefused) {
 		t.Fatalf("Free after a kernel faulted: %v; want uvm.ErrHeldBack", err)
@@ -136,7 +113,7 @@ func TestSyncGivesBackHeldMemory(t *testing.T) {
 	const n = 64 * kib
 	tr, h, p, s := cleanBlock(t, dev, n)
 
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	if err := tr.Free(h); !errors.Is(err, uvm.ErrHeldBack) {
 		t.Fatalf("Free after a kernel faulted: %v; want uvm.ErrHeldBack", err)
 	}
@@ -180,7 +157,7 @@ func TestFailedRestoreHoldsMemoryBack(t *testing.T) {
 		t.Fatalf("after the eviction: %d bytes of spare VRAM, %d on the host only; want %d of each", st.SpareBytes, st.HostBytes, n)
 	}
 
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	if _, err := tr.Acquire(h, s, uvm.Read); err == nil {
 		t.Fatal("Acquire of a block on the host succeeded after a kernel faulted")
 	}
@@ -221,7 +198,7 @@ func TestHeldBackSaysDriverErrorOnce(t *testing.T) {
 	acquireAll(t, tr, s, uvm.Read, []uvm.Handle{h2})
 	must(t, tr.Sync())
 
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	_, herr := tr.AcquireHost(h2, uvm.Write)
 	for what, err := range map[string]error{"Free": tr.Free(h), "AcquireHost for writing": herr} {
 		if code, _ := cuda.ResultCode(err); code != fakecuda.ResultIllegalAddress {

@@ -54,7 +54,7 @@ func releaseAfterFault(t *testing.T, destroyed bool) {
 	if destroyed {
 		must(t, dev.StreamDestroy(uintptr(s)))
 	}
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	fault := func(op string, err error) {
 		t.Helper()
 		if !errors.Is(err, uvm.ErrDeviceFault) || !errors.Is(err, pinmalloc.ErrDeviceFault) || errors.Is(err, uvm.ErrInvalidStream) {
@@ -95,7 +95,7 @@ func TestAcquireAfterFault(t *testing.T) {
 	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
 	hs := filled(t, tr, 1, 64*kib)
 	s := stream(t, dev)
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	_, err := tr.Acquire(hs[0], s, uvm.Read)
 	for op, err := range map[string]error{"Acquire": err, "Prefetch": tr.Prefetch(hs, s)} {
 		if !errors.Is(err, uvm.ErrDeviceFault) || errors.Is(err, uvm.ErrInvalidStream) {

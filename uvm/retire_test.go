@@ -135,7 +135,7 @@ func TestDropDeviceCopyFailedWaitKeepsBlock(t *testing.T) {
 	tr, h, p, s := cleanBlock(t, dev, n)
 	before := tr.Stats()
 
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	uvm.FailWaits(errors.New("injected: the waits cannot be queued"))
 	_, err := tr.AcquireHost(h, uvm.Write)
 	uvm.FailWaits(nil)

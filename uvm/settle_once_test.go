@@ -53,7 +53,7 @@ func TestSettleCopiesSaysStickyErrorOnce(t *testing.T) {
 	must(t, dev.StreamSynchronize(uintptr(s)))
 
 	for _, what := range []string{"Evict", "AcquireHost"} {
-		m.fault = func() { stickyFault(t, f, dev) }
+		m.fault = func() { f.Fault(t, dev) }
 		var err error
 		if what == "Evict" {
 			err = tr2.Evict([]uvm.Handle{b})

@@ -22,7 +22,7 @@ func TestSpareRefusedAfterFaultKept(t *testing.T) {
 	}
 	tr, _, heap, _ := fullSpares(t, dev) // 8u of spare VRAM, ZeroOnFree
 	spare := tr.Stats().SpareBytes
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	err := tr.Close()
 	if !errors.Is(err, uvm.ErrHeldBack) || !errors.Is(err, pinmalloc.ErrDeviceFault) {
 		t.Errorf("Close after a fault, the heap refusing the spare VRAM: %v; want "+

@@ -26,7 +26,7 @@ func TestAbortedRestoreAfterFaultHoldsHostBuffer(t *testing.T) {
 	must(t, tr.Evict([]uvm.Handle{a}))
 	must(t, tr.Sync())
 
-	m.fail, m.fault = true, func() { stickyFault(t, f, dev) }
+	m.fail, m.fault = true, func() { f.Fault(t, dev) }
 	if _, err := tr.Acquire(a, s, uvm.Read); err == nil {
 		t.Fatal("an Acquire whose restore failed after a fault succeeded")
 	}

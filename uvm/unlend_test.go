@@ -27,7 +27,7 @@ func TestAcquireWriteUnlendFailsAfterFault(t *testing.T) {
 	must(t, err)
 	must(t, tr.ReleaseHost(h))
 
-	stickyFault(t, f, dev)
+	f.Fault(t, dev)
 	_, err = tr.Acquire(h, s, uvm.Write)
 	if code, _ := cuda.ResultCode(err); code != fakecuda.ResultIllegalAddress {
 		t.Fatalf("Acquire for writing of a block whose host buffer was lent, after a kernel "+

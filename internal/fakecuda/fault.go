@@ -23,11 +23,11 @@ const faultPTX = `.version 7.0
 `
 
 // Fault makes a kernel fault on dev's context, for a test of what the library does after a
-// device fault: it launches the fake's gather kernel on a job array of pageable host memory,
-// which the device cannot reach, and synchronizes; the context's error is sticky
-// (ResultIllegalAddress) from then on, as on a GPU. At t's cleanup the error is cleared before
-// the cleanups registered earlier run (a Close, the test's streams), and the kernel's module
-// is unloaded after them.
+// device fault: it launches the fake's gather kernel on the legacy stream, on a job array of
+// pageable host memory, which the device cannot reach, and synchronizes the stream; the
+// context's error is sticky (ResultIllegalAddress) from then on, as on a GPU. At t's cleanup
+// the error is cleared, and the kernel's module unloaded, before the cleanups registered
+// earlier run (a Close, the test's streams).
 func (d *Driver) Fault(t testing.TB, dev *cuda.Device) {
 	t.Helper()
 	m, err := dev.ModuleLoadData(faultPTX)
@@ -49,7 +49,9 @@ func (d *Driver) Fault(t testing.TB, dev *cuda.Device) {
 		t.Fatalf("fakecuda: launching the faulting kernel: %v", err)
 	}
 	t.Cleanup(d.ClearStickyError)
-	if err := dev.Synchronize(); err == nil || d.StickyError() != ResultIllegalAddress {
+	// The legacy stream's synchronize, not the context's: legal beside a capture of a
+	// non-blocking stream.
+	if err := dev.StreamSynchronize(0); err == nil || d.StickyError() != ResultIllegalAddress {
 		t.Fatalf("fakecuda: the faulting kernel left no sticky error: %v", err)
 	}
 	runtime.KeepAlive(pageable) // the driver read its address until the synchronize
