@@ -144,7 +144,8 @@ func (cl *client) sendOn(c *net.UnixConn, m msg) error {
 
 // request sends a request and waits for its reply, at most d: across an owner's restart too
 // (the request waits for the rejoin, and is sent again to the new owner if its connection
-// ended before the reply).
+// ended before the reply). A request whose message the owner does not take within the
+// timeout (its socket full) fails, and the connection stays.
 func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
@@ -176,8 +177,15 @@ func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
 		cl.pending[seq] = k
 		cl.mu.Unlock()
 		if err := cl.sendOn(c, msg{op: uint32(op), seq: seq, a: a, b: b}); err != nil {
+			cl.dropUnsent(seq, k)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// Nothing written (writeMsg): the owner reads nothing (stopped, or busy). The
+				// connection stays: closed, it would leave a healthy process orphaned, as the
+				// owner, alive, takes no rejoin from a process it still knows.
+				return msg{}, fmt.Errorf("ipcpool: the owner read no request within %v: %w",
+					cl.timeout, context.DeadlineExceeded)
+			}
 			c.Close() // its reader ends, and the client rejoins
-			cl.forget(seq, k)
 			continue
 		}
 		select {
@@ -221,6 +229,15 @@ func (cl *client) forget(seq uint64, k *call) bool {
 		cl.late[seq] = k.n
 	}
 	return true
+}
+
+// dropUnsent drops request seq, whose message was not sent: no reply comes.
+func (cl *client) dropUnsent(seq uint64, k *call) {
+	cl.mu.Lock()
+	if cl.pending[seq] == k {
+		delete(cl.pending, seq)
+	}
+	cl.mu.Unlock()
 }
 
 // grant implements granter: one request, waiting at most the timeout.

@@ -2,6 +2,7 @@ package ipcpool
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -141,16 +142,25 @@ func decodeHello(b []byte) (hello, error) {
 	return h, nil
 }
 
-// writeMsg writes m, within d.
+// writeMsg writes m, within d. A write that times out (os.ErrDeadlineExceeded) wrote nothing:
+// a Unix stream socket queues a message of msgSize bytes whole or not at all, so that the
+// connection still carries whole messages and m may be sent again. Should part of m have
+// gone, the error is errPartial instead: the connection is of no further use.
 func writeMsg(c *net.UnixConn, m msg, d time.Duration) error {
 	if d > 0 {
 		_ = c.SetWriteDeadline(time.Now().Add(d))
 		defer c.SetWriteDeadline(time.Time{})
 	}
 	b := m.encode()
-	_, err := c.Write(b[:])
+	n, err := c.Write(b[:])
+	if err != nil && n > 0 {
+		return fmt.Errorf("%w (%d of %d bytes): %v", errPartial, n, msgSize, err)
+	}
 	return err
 }
+
+// errPartial is writeMsg's error for a message written in part: the connection is broken.
+var errPartial = errors.New("ipcpool: a message written in part")
 
 // readMsg reads and decodes a message.
 func readMsg(c *net.UnixConn) (msg, error) {
