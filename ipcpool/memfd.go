@@ -121,6 +121,17 @@ func sameOpenFile(a, b int) (bool, error) {
 	return r == 0, nil
 }
 
+// noFork marks [base, base+size) MADV_DONTFORK: a child forked without exec (through cgo, or
+// a raw fork) gets nothing mapped there. The owner watches this process only: a child that
+// kept the pool's memory would use it after this process exited, while the owner lends it to
+// another. (The mappings are shared, so a fork does not make them copy-on-write here.)
+func noFork(base, size uintptr) error {
+	if err := unix.Madvise(mem.Bytes(base, size), unix.MADV_DONTFORK); err != nil {
+		return fmt.Errorf("ipcpool: keeping the pool's mapping from a forked child (madvise): %w", err)
+	}
+	return nil
+}
+
 // mlockOnFault is MLOCK_ONFAULT of <linux/mman.h> (x/sys lacks it).
 const mlockOnFault = 1
 
@@ -196,6 +207,10 @@ func mapCtl(fd int, size uintptr) (uintptr, error) {
 		return 0, err
 	}
 	if err := mapAt(fd, base, size); err != nil {
+		_ = unmap(base, size)
+		return 0, err
+	}
+	if err := noFork(base, size); err != nil {
 		_ = unmap(base, size)
 		return 0, err
 	}

@@ -91,6 +91,9 @@ func (sp *space) mapAll(cfg spaceConfig) error {
 			return err
 		}
 	}
+	if err := noFork(sp.base, sp.poolBytes()); err != nil {
+		return err
+	}
 	if err := lock(sp.base, sp.poolBytes(), cfg.mode); err != nil {
 		if !errors.Is(err, ErrMemlock) || !cfg.fallback {
 			return err

@@ -1,7 +1,10 @@
 package ipcpool
 
 import (
+	"errors"
 	"fmt"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/cudamem"
@@ -38,6 +41,13 @@ func (sp *space) mapVMM(cfg spaceConfig) error {
 		return err
 	}
 	sp.vmm, sp.base = m, m.Base()
+	// Kept from a forked child (noFork) where the kernel lets it: older kernels refuse
+	// MADV_DONTFORK on a mapping of a device (VM_IO) with EINVAL. UNMEASURED: whether the
+	// real driver's mappings of host granules are such mappings, and whether it marks them
+	// itself.
+	if err := noFork(sp.base, sp.poolBytes()); err != nil && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
 	return nil
 }
 
