@@ -106,9 +106,12 @@
 // gets by copy, as the process whose SysV segments a descriptor may name (docs/ucx.md). There a
 // lie lets a peer that reaches this worker's shared memory have its copies read and write a
 // segment another process of this user made, as UCX's own shared-memory transports do for any
-// key, unchecked. Proving a pid takes a round of the handshake (the peer creates a segment
-// under a key this worker chose: the kernel records its creator), which this protocol lacks:
-// connect with SharedMemory only workers that trust each other.
+// key, unchecked. A challenge in the handshake (the peer makes a segment under a key this
+// worker chose, whose creator the kernel records) would not prove the pid: a peer that reaches
+// the process it names, a worker of this package, hands that worker the key in a handshake of
+// its own and passes its answer on. Only an endpoint bound to its process would, and UCX 1.13
+// cannot say whom an endpoint leads to: connect with SharedMemory only workers that trust each
+// other.
 //
 // # Locking
 //
