@@ -176,12 +176,16 @@ func Default() Library {
 func Open(path string) Library { return &system{path: path} }
 
 // load opens the library once and answers Success, or ErrorLibraryNotFound when dlopen
-// fails, or ErrorFunctionNotFound when the library lacks nvmlInit_v2 or nvmlShutdown (it is
-// no NVML a session could open and close): it is closed again then. A failed load is tried
-// again at the next Init. s.guard is held for writing.
+// fails or the path holds a NUL byte (C would read it cut short: another file), or
+// ErrorFunctionNotFound when the library lacks nvmlInit_v2 or nvmlShutdown (it is no NVML a
+// session could open and close): it is closed again then. A failed load is tried again at
+// the next Init. s.guard is held for writing.
 func (s *system) load() Return {
 	if s.loaded {
 		return Success
+	}
+	if strings.IndexByte(s.path, 0) >= 0 {
+		return ErrorLibraryNotFound
 	}
 	cpath := C.CString(s.path)
 	defer C.free(unsafe.Pointer(cpath))
