@@ -9,7 +9,6 @@ package numa
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -75,13 +74,13 @@ func NodeOf(addr uintptr) (int, error) {
 
 // Online returns the nodes the machine has online (sysfs /sys/devices/system/node/online,
 // "0-1,3" style), or [0] where sysfs does not say (a kernel without NUMA) or says something
-// else than such a list.
+// else than such a list (a file longer than a sysfs attribute included).
 func Online(sysfs string) []int {
-	b, err := os.ReadFile(filepath.Join(sysfs, "devices/system/node/online"))
-	if err != nil {
+	text, ok := readAttr(filepath.Join(sysfs, "devices/system/node/online"))
+	if !ok {
 		return []int{0}
 	}
-	nodes, ok := parseNodeList(string(b))
+	nodes, ok := parseNodeList(text)
 	if !ok {
 		return []int{0}
 	}
@@ -120,13 +119,13 @@ func PCIBusID(domain, bus, device int) string {
 // PCINode returns the NUMA node of the PCI device busID ("0000:1b:00.0") from sysfs
 // (/sys/bus/pci/devices/BUSID/numa_node). The kernel writes -1 for a device it places on no
 // node (a single-node machine): ok is false then, when sysfs has no such device, and when the
-// file holds no node a kernel can have (0 to 1023).
+// file holds no node a kernel can have (0 to 1023) or is longer than a sysfs attribute.
 func PCINode(sysfs, busID string) (node int, ok bool) {
-	b, err := os.ReadFile(filepath.Join(sysfs, "bus/pci/devices", busID, "numa_node"))
-	if err != nil {
+	text, ok := readAttr(filepath.Join(sysfs, "bus/pci/devices", busID, "numa_node"))
+	if !ok {
 		return -1, false
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	n, err := strconv.Atoi(strings.TrimSpace(text))
 	if err != nil || n < 0 || n >= MaxNodes {
 		return -1, false
 	}
