@@ -1,4 +1,4 @@
-//go:build pinmalloc_noprocpin
+//go:build pinmalloc_noprocpin && !race
 
 package procpin
 
