@@ -142,6 +142,12 @@ func pageSize() uintptr { return uintptr(unix.Getpagesize()) }
 // Zeroer is implemented by providers that can clear memory of their kind. Host providers clear
 // with the CPU; device providers with a driver memset. The heap uses it for zeroed allocation
 // when memory is not known to be fresh.
+//
+// Zero returns once the range reads as zero. A Zero that fails may still clear the range later
+// (a memset queued whose wait failed): the caller hands the range to no other user until it
+// knows that no such write is left (for device and managed memory, a synchronize of the context
+// that succeeded after the failure). Package heap sets such a block aside until its owner says
+// so (heap.Heap.ReleaseUncleared).
 type Zeroer interface {
 	Zero(addr, size uintptr) error
 }

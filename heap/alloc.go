@@ -114,27 +114,27 @@ func (h *Heap) take(pg *page, idx uint32, n uintptr) uintptr {
 }
 
 // Zalloc is Alloc with the block cleared. The clear is skipped when the block is fresh from the
-// provider and known to read as zero.
+// provider and known to read as zero. When the provider's clear fails, the clear may still run
+// later (arena.Zeroer): Zalloc returns its error and sets the block aside, reused by no one
+// until the owner calls ReleaseUncleared (Stats.Uncleared counts such blocks).
 func (h *Heap) Zalloc(n uintptr) (uintptr, error) {
 	p, fresh, err := h.alloc(n, h.align)
 	if err != nil || fresh {
 		return p, err
 	}
-	if err := h.zero(p, n); err != nil {
+	if h.z == nil { // the provider cannot clear memory: arena.Zero says so, having written nothing
+		err := h.a.Zero(p, n)
 		_ = h.Free(p)
 		return 0, err
 	}
-	return p, nil
-}
-
-// zero clears block p of n bytes, just taken. A live block is committed memory that its span
-// claims (the heap's invariants check it), which arena.Zero would check again under the
-// arena's lock, on every Zalloc of a reused block: the provider's Zeroer clears it directly.
-func (h *Heap) zero(p, n uintptr) error {
-	if h.z == nil {
-		return h.a.Zero(p, n) // the provider cannot clear memory: its error says so
+	// A live block is committed memory that its span claims (the heap's invariants check it),
+	// which arena.Zero would check again under the arena's lock, on every Zalloc of a reused
+	// block: the provider's Zeroer clears it directly.
+	if err := h.z.Zero(p, n); err != nil {
+		h.setAside(p, n)
+		return 0, err
 	}
-	return h.z.Zero(p, n)
+	return p, nil
 }
 
 // AllocAligned is Alloc for a block whose address is a multiple of alignment, any power of two

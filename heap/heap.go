@@ -121,6 +121,9 @@
 //     heap. A front whose blocks something else may still use holds them (Hold) and frees
 //     them only once that use has ended (pinned), or frees on the stream's behalf and keeps
 //     reuse on that stream (device, with RetainSegments).
+//   - A Zalloc whose clear fails frees nothing: the clear may still run (arena.Zeroer), so the
+//     block stays live, set aside (Stats.Uncleared), until its owner, once no clear can still
+//     write it (a synchronize of the context), frees it with ReleaseUncleared.
 //   - Collect, and the class's spare page, the page cache and exclusive pages move
 //     nothing to another heap: they reuse the heap's own free blocks and pages.
 //   - An empty page goes back to its segment, in the same heap. An empty segment, freed kept
@@ -275,6 +278,8 @@ type Heap struct {
 	tight        bool // the arena refused a commit for want of memory: pages commit block by block
 	deferred     bool // a non-blocking path left an empty page on an available list
 
+	uncleared []unclearedBlock // blocks whose clear failed, set aside (uncleared.go)
+
 	// keptBuf holds objFree's and bigFree's entries, which a pair of a large size writes at
 	// every Alloc and Free: inside the heap, so that no other heap's line holds them. Made
 	// apart, their 32 and 16 bytes came from the Go allocator side by side with the next
@@ -414,13 +419,18 @@ func (h *Heap) Group() *Group { return h.g }
 func (h *Heap) Arena() *arena.Arena { return h.a }
 
 // Close gives every segment back to the arena. It collects pending remote frees first and fails
-// with ErrLiveBlocks, releasing nothing, while blocks are still live; the heap stays usable.
+// with ErrLiveBlocks, releasing nothing, while blocks are still live (those a failed Zalloc set
+// aside among them, until ReleaseUncleared); the heap stays usable.
 func (h *Heap) Close() error {
 	if h.closed {
 		return ErrClosed
 	}
 	h.Collect()
 	if n, bytes := h.liveBlocks(); n > 0 {
+		if k := len(h.uncleared); k > 0 {
+			return fmt.Errorf("%w: %d blocks, %d bytes (%d of them set aside by a failed clear,"+
+				" until ReleaseUncleared)", ErrLiveBlocks, n, bytes, k)
+		}
 		return fmt.Errorf("%w: %d blocks, %d bytes", ErrLiveBlocks, n, bytes)
 	}
 	h.releaseEmpty()

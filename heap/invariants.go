@@ -178,6 +178,9 @@ func (h *Heap) verifyWith(tables bool) error {
 			bad("page %#x is exclusive, yet one of its blocks was held", pg.base)
 		}
 	}
+	if err := h.verifyUncleared(); err != nil {
+		errs = append(errs, err)
+	}
 	if nsegs != h.nsegs || nhuge != h.nhuge {
 		bad("heap counts %d segments and %d huge objects, the tables hold %d and %d", h.nsegs, h.nhuge, nsegs, nhuge)
 	}

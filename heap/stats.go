@@ -23,6 +23,10 @@ type Stats struct {
 	// Segments counts segments (kept spares included); Huge counts huge objects (kept ones
 	// included).
 	Segments, Huge int
+	// Uncleared counts the blocks a Zalloc set aside when its clear failed, and UnclearedBytes
+	// their bytes asked for: they are among Live and InUse until ReleaseUncleared.
+	Uncleared      int
+	UnclearedBytes uint64
 	// Classes has one entry per size class with any activity.
 	Classes []ClassStats
 }
@@ -33,6 +37,10 @@ func (h *Heap) Stats() Stats {
 	st := Stats{
 		Align: uint64(h.align), InUse: uint64(h.live), Peak: uint64(h.peak),
 		Live: h.allocs - h.frees, Allocs: h.allocs, Frees: h.frees, Segments: h.nsegs, Huge: h.nhuge,
+		Uncleared: len(h.uncleared),
+	}
+	for _, b := range h.uncleared {
+		st.UnclearedBytes += uint64(b.n)
 	}
 	for i := range h.classes {
 		cl := &h.classes[i]

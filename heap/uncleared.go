@@ -1,0 +1,57 @@
+// Blocks set aside by a Zalloc whose clear failed.
+//
+// A provider's clear of device or managed memory queues a memset on a stream and waits for it;
+// when the wait fails the memset may still be queued (arena.Zeroer), and would wipe whatever a
+// new owner of the block wrote first. The heap cannot tell when it has run (it knows nothing of
+// streams), so it gives the block to no one, the arena included: it stays live, on h.uncleared,
+// until the owner, who can (a synchronize of the context that succeeds after the failure),
+// calls ReleaseUncleared. Only Zalloc's failure path, Stats and Close's error look at them.
+
+package heap
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// unclearedBlock is a block of n bytes asked for at p whose clear failed.
+type unclearedBlock struct{ p, n uintptr }
+
+// setAside keeps block p of n bytes, whose clear failed, live and out of everyone's reach.
+func (h *Heap) setAside(p, n uintptr) {
+	h.uncleared = append(h.uncleared, unclearedBlock{p, n})
+}
+
+// ReleaseUncleared frees the blocks that Zallocs set aside when their clear failed
+// (Stats.Uncleared), so that they serve again, and returns how many it freed. The owner calls it
+// once no clear that failed can still write them: for device or managed memory, after a
+// synchronize of the context (or device) succeeded after the failures.
+func (h *Heap) ReleaseUncleared() int {
+	k := len(h.uncleared)
+	for _, b := range h.uncleared {
+		_ = h.Free(b.p) // live since setAside: no other free can reach it
+	}
+	clear(h.uncleared)
+	h.uncleared = h.uncleared[:0]
+	return k
+}
+
+// verifyUncleared checks that every block set aside is a live block of the heap, of the size
+// it was set aside with, not held, and set aside once.
+func (h *Heap) verifyUncleared() error {
+	seen := make(map[uintptr]bool, len(h.uncleared))
+	for _, b := range h.uncleared {
+		pg, idx, err := h.g.locate(b.p)
+		switch {
+		case err != nil:
+			return fmt.Errorf("block %#x set aside by a failed clear: %w", b.p, err)
+		case pg.heap != h || pg.liveSize(idx) != b.n || atomic.LoadUint32(&pg.state[idx])&held != 0:
+			return fmt.Errorf("block %#x set aside by a failed clear is not a live block of %d bytes"+
+				" of the heap, or is held", b.p, b.n)
+		case seen[b.p]:
+			return fmt.Errorf("block %#x set aside by a failed clear twice", b.p)
+		}
+		seen[b.p] = true
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package heap
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
+)
+
+// errClearLost is lateZeroer's failure: the wait for a clear failed, the clear may still run.
+var errClearLost = errors.New("the wait for the clear failed")
+
+// lateZeroer is a host provider whose Zero, while fail is set, fails with its clear still
+// "queued", as a device provider's does when the wait for its cuMemsetD8Async fails: land runs
+// the clears queued so far, as the driver would later.
+type lateZeroer struct {
+	arena.Provider
+	mu     sync.Mutex
+	fail   bool
+	queued [][2]uintptr
+}
+
+func (z *lateZeroer) Zero(addr, size uintptr) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.fail {
+		z.queued = append(z.queued, [2]uintptr{addr, size})
+		return errClearLost
+	}
+	clear(mem.Bytes(addr, size))
+	return nil
+}
+
+// land runs the clears still queued.
+func (z *lateZeroer) land() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for _, q := range z.queued {
+		clear(mem.Bytes(q[0], q[1]))
+	}
+	z.queued = nil
+}
+
+// TestZallocFailedClearSetAside: a Zalloc whose clear fails with the clear still queued must
+// not hand the block to anyone until its owner says the clear is over (ReleaseUncleared):
+// freeing it gave it to the next Alloc, whose data the late clear wiped. It is counted in
+// Stats, keeps Close from giving it to the arena, and is reused after ReleaseUncleared.
+func TestZallocFailedClearSetAside(t *testing.T) {
+	for _, n := range []uintptr{100, 200 << 10, 600 << 10, 4 << 20} { // small, large, object, huge
+		z := &lateZeroer{Provider: arena.PageableHost(arena.HostOptions{})}
+		a, err := arena.New(arena.Options{Provider: z, Capacity: 64 << 20, PurgeDelay: -1})
+		mustOK(t, err)
+		h, err := New(a, Options{})
+		mustOK(t, err)
+		p, err := h.Alloc(n)
+		mustOK(t, err)
+		mustOK(t, h.Free(p))
+		z.fail = true
+		if _, err := h.Zalloc(n); !errors.Is(err, errClearLost) { // p again, not fresh: cleared
+			t.Fatalf("n %d: Zalloc with the clear failing: %v", n, err)
+		}
+		z.fail = false
+		var ps []uintptr
+		for range 4 {
+			q, err := h.Alloc(n)
+			mustOK(t, err)
+			mem.Bytes(q, n)[0] = 5
+			ps = append(ps, q)
+		}
+		z.land() // the failed clear runs after all
+		for _, q := range ps {
+			if b := mem.Bytes(q, n)[0]; b != 5 {
+				t.Fatalf("n %d: block %#x (the failed clear's %#x) reads %d after the late clear,"+
+					" want 5", n, q, p, b)
+			}
+		}
+		st := h.Stats()
+		if st.Uncleared != 1 || st.UnclearedBytes != uint64(n) {
+			t.Fatalf("n %d: Stats.Uncleared %d, UnclearedBytes %d, want 1, %d",
+				n, st.Uncleared, st.UnclearedBytes, n)
+		}
+		mustOK(t, h.verify())
+		for _, q := range ps {
+			mustOK(t, h.Free(q))
+		}
+		if err := h.Close(); !errors.Is(err, ErrLiveBlocks) {
+			t.Fatalf("n %d: Close with a block set aside: %v, want ErrLiveBlocks", n, err)
+		}
+		if k := h.ReleaseUncleared(); k != 1 {
+			t.Fatalf("n %d: ReleaseUncleared = %d, want 1", n, k)
+		}
+		if st := h.Stats(); st.Uncleared != 0 || st.UnclearedBytes != 0 || st.Live != 0 {
+			t.Fatalf("n %d: after ReleaseUncleared: %+v", n, st)
+		}
+		q, err := h.Zalloc(n) // the block serves again
+		mustOK(t, err)
+		if mem.Bytes(q, n)[0] != 0 {
+			t.Fatalf("n %d: Zalloc after ReleaseUncleared: not cleared", n)
+		}
+		mustOK(t, h.Free(q))
+		mustOK(t, h.Close())
+		mustOK(t, a.Close())
+	}
+}
+
+// TestVerifyCatchesUncleared: a block set aside that is free (a free the heap made, or a
+// user's stale one) would be handed out with its clear still unsure; one set aside twice would
+// be freed twice by ReleaseUncleared. Verify reports both.
+func TestVerifyCatchesUncleared(t *testing.T) {
+	h := newTestHeap(t, 64<<20, Options{})
+	p, err := h.Alloc(100)
+	mustOK(t, err)
+	q, err := h.Alloc(100)
+	mustOK(t, err)
+	mustOK(t, h.Free(q))
+	h.setAside(p, 100)
+	verifyCatches(t, h, "a free block set aside", "not a live block", func() {
+		h.uncleared = append(h.uncleared, unclearedBlock{q, 100})
+	}, func() { h.uncleared = h.uncleared[:1] })
+	verifyCatches(t, h, "a block set aside twice", "twice", func() {
+		h.setAside(p, 100)
+	}, func() { h.uncleared = h.uncleared[:1] })
+	if k := h.ReleaseUncleared(); k != 1 {
+		t.Fatalf("ReleaseUncleared = %d, want 1", k)
+	}
+}
+
+// TestZallocNoZeroer: over a provider that cannot clear, a Zalloc of a reused block fails with
+// nothing written, so it frees the block rather than set it aside.
+func TestZallocNoZeroer(t *testing.T) {
+	prov := struct{ arena.Provider }{arena.PageableHost(arena.HostOptions{})} // no Zero
+	h := newTestHeapOn(t, arena.Options{Provider: prov, Capacity: 64 << 20}, Options{})
+	p, err := h.Alloc(100)
+	mustOK(t, err)
+	mustOK(t, h.Free(p))
+	if _, err := h.Zalloc(100); !errors.Is(err, arena.ErrInvalid) {
+		t.Fatalf("Zalloc over a provider that cannot clear: %v, want arena.ErrInvalid", err)
+	}
+	if st := h.Stats(); st.Live != 0 || st.Uncleared != 0 {
+		t.Fatalf("after the failed Zalloc: %+v", st)
+	}
+}
