@@ -1,5 +1,12 @@
 package cuda
 
+import (
+	"fmt"
+	"math"
+
+	"github.com/pinmalloc/pinmalloc"
+)
+
 // Shareable handles of VMM allocations: physical memory one process creates exportable,
 // exports as a POSIX file descriptor, and another process imports, maps and accesses (NCCL's
 // shared-memory transport does this with HOST_NUMA granules). The driver refuses an
@@ -26,8 +33,12 @@ func (d *Device) MemExportFD(h MemHandle) (fd int, err error) {
 
 // MemImportFD returns a handle to the physical memory of a descriptor MemExportFD gave, in
 // this process or another: map it with MemMap and grant access with MemSetAccessAt, release
-// it with MemRelease. fd stays the caller's.
+// it with MemRelease. fd stays the caller's. A descriptor outside the driver's int (negative,
+// or above math.MaxInt32) gives an error matching ErrInvalidValue.
 func (d *Device) MemImportFD(fd int) (h MemHandle, err error) {
+	if fd < 0 || fd > math.MaxInt32 { // the driver's int would cut it to another descriptor
+		return 0, fmt.Errorf("%w: file descriptor %d to import", pinmalloc.ErrInvalidValue, fd)
+	}
 	err = d.Do(func() (e error) { h, e = d.drv.memImportFD(fd); return })
 	return h, d.track(&d.handles, uint64(h), 1, err)
 }
