@@ -26,15 +26,23 @@ import (
 // that starts where ucp_rkey_ptr puts the region's base and is at least as long as the region (the
 // descriptor's range is checked against the region as for every transfer), and whose SysV record
 // (shmctl IPC_STAT) says it was made by the peer's process (the one the connection watches,
-// SharedMemory: the pid its hello claims, its own word, doc.go) for this process's user and is
-// as long. A SysV segment cannot shrink, and one
-// attached stays mapped until this process detaches it (when the connection's keys are destroyed),
-// whatever the peer does: a peer killed mid-copy leaves the copy to finish in memory nobody else
-// sees. A region longer than its segment, a segment of this process's own sources, or of a process
-// other than the peer, is a forged descriptor (ErrDescriptor); anything else that does not hold
-// (ordinary memory, a posix segment, which a peer could truncate under the copy, another process
-// attaching segments at the same moment) leaves the region to the connection's other path
-// (messages, checked by the target).
+// SharedMemory: the pid its hello claims, its own word, doc.go) for this process's user, is as
+// long, and may be read and written by this process's group (mode 0060, group the effective
+// gid), as UCX makes its SysV segments (0660, the creator's group). A SysV segment cannot
+// shrink, and one attached stays mapped until this process detaches it (when the connection's
+// keys are destroyed), whatever the peer does: a peer killed mid-copy leaves the copy to finish
+// in memory nobody else sees. A region longer than its segment, a segment of this process's own
+// sources, or of a process other than the peer, is a forged descriptor (ErrDescriptor); anything
+// else that does not hold (ordinary memory, a posix segment, which a peer could truncate under
+// the copy, another process attaching segments at the same moment, a segment the group may not
+// attach) leaves the region to the connection's other path (messages, checked by the target).
+//
+// The group's access bounds what a peer that lies about its pid reaches: a peer able to connect
+// over sm attaches this process's UCX segments (0660, this group; UCX 1.13 creates its posix
+// files 0600, for this user alone), so it could attach by itself any segment the copies would
+// then reach. A segment without the group's read and write (0600), or of another group, goes by
+// message rather than being refused: a peer whose pid is true but whose user runs under another
+// primary group, or that tightened its segments' mode, is honest, and its messages are as safe.
 
 // direct returns the address in this process of d's buffer where the peer's region is
 // reached by copy, 0 where it is not. Under mu.
@@ -110,6 +118,9 @@ func (c *Conn) mapSegment(d *Descriptor, e *rkeyEntry) (uintptr, error) {
 		return 0, fmt.Errorf("%w: region %d of worker %016x is [%#x, +%d), its segment has %d bytes", ErrDescriptor, d.region, d.worker, d.base, d.size, min(uint64(m.end-m.start), ds.Segsz))
 	case ds.Cpid != int32(c.pid) || ds.Perm.Uid != uint32(os.Geteuid()):
 		return 0, fmt.Errorf("%w: region %d of worker %016x names a segment made by process %d of user %d, not by the peer (process %d) for this user", ErrDescriptor, d.region, d.worker, ds.Cpid, ds.Perm.Uid, c.pid)
+	case ds.Perm.Mode&0o060 != 0o060 || ds.Perm.Gid != uint32(os.Getegid()):
+		c.w.logf("remote: region %d of worker %016x goes by message: its segment (SysV id %d) has mode %#o, group %d, not this process's group's read and write", d.region, d.worker, m.inode, ds.Perm.Mode&0o777, ds.Perm.Gid)
+		return 0, nil // one the peer's group could not attach itself: messages, checked by the peer
 	}
 	return p, nil
 }

@@ -106,12 +106,16 @@
 // gets by copy, as the process whose SysV segments a descriptor may name (docs/ucx.md). There a
 // lie lets a peer that reaches this worker's shared memory have its copies read and write a
 // segment another process of this user made, as UCX's own shared-memory transports do for any
-// key, unchecked. A challenge in the handshake (the peer makes a segment under a key this
-// worker chose, whose creator the kernel records) would not prove the pid: a peer that reaches
-// the process it names, a worker of this package, hands that worker the key in a handshake of
-// its own and passes its answer on. Only an endpoint bound to its process would, and UCX 1.13
-// cannot say whom an endpoint leads to: connect with SharedMemory only workers that trust each
-// other.
+// key, unchecked; but only one that this process's group may read and write (UCX's are 0660,
+// the creator's group), of this process's group: with UCX 1.13, the segments a peer able to
+// connect over sm (which attaches this worker's SysV segments, 0660, or its posix files, 0600)
+// could attach by itself; older releases made their posix files 0666 less the umask
+// (docs/ucx.md). A segment of this user that the group may not attach goes by message.
+// A challenge in the handshake (the peer makes a segment under a key this worker chose, whose
+// creator the kernel records) would not prove the pid: a peer that reaches the process it
+// names, a worker of this package, hands that worker the key in a handshake of its own and
+// passes its answer on. Only an endpoint bound to its process would, and UCX 1.13 cannot say
+// whom an endpoint leads to: connect with SharedMemory only workers that trust each other.
 //
 // # Locking
 //
