@@ -54,9 +54,10 @@
 // # Errors
 //
 // A scrape never panics: the label values (a source's name) must be valid UTF-8, and the Add
-// methods refuse others with ErrInvalidName, and a nil source with ErrNilSource; a metric that
-// still cannot be made is reported to the registry as an invalid metric (an error of Gather),
-// not with a Must call.
+// methods refuse others with ErrInvalidName, and a nil source with ErrNilSource; the labels a
+// source describes itself with (a Provider's or Policy's name) are made valid, U+FFFD in place
+// of the bytes that are not; a metric that still cannot be made is reported to the registry as
+// an invalid metric (an error of Gather), not with a Must call.
 package metrics
 
 import (
@@ -64,6 +65,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -268,7 +270,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			fams, infoDsc = deviceFamilies, heapInfoDesc
 		}
 		if info != nil {
-			ch <- constMetric(infoDsc, prometheus.GaugeValue, 1, append([]string{s.name}, info...)...)
+			labels := []string{s.name}
+			for _, v := range info {
+				labels = append(labels, validLabel(v))
+			}
+			ch <- constMetric(infoDsc, prometheus.GaugeValue, 1, labels...)
 		}
 		for _, m := range fams {
 			if m.omit == nil || !m.omit(f) {
@@ -280,7 +286,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // collectTier sends the metrics of the tier called name.
 func collectTier(ch chan<- prometheus.Metric, name string, f TierFigures) {
-	ch <- constMetric(tierInfoDesc, prometheus.GaugeValue, 1, name, f.Policy, f.Mover)
+	ch <- constMetric(tierInfoDesc, prometheus.GaugeValue, 1,
+		name, validLabel(f.Policy), validLabel(f.Mover))
 	for _, m := range tierFamilies {
 		ch <- constMetric(m.desc, m.kind, m.value(f), name)
 	}
@@ -289,11 +296,18 @@ func collectTier(ch chan<- prometheus.Metric, name string, f TierFigures) {
 		if mv.ToDevice {
 			dir = "to_device"
 		}
-		ch <- constMetric(movedBlocksDsc, prometheus.CounterValue, float64(mv.Blocks), name, dir, mv.Cause)
-		ch <- constMetric(movedBytesDsc, prometheus.CounterValue, float64(mv.Bytes), name, dir, mv.Cause)
+		cause := validLabel(mv.Cause)
+		ch <- constMetric(movedBlocksDsc, prometheus.CounterValue, float64(mv.Blocks), name, dir, cause)
+		ch <- constMetric(movedBytesDsc, prometheus.CounterValue, float64(mv.Bytes), name, dir, cause)
 	}
 	collectLatency(ch, name, f.AcquireSeconds)
 }
+
+// validLabel returns a label value a source describes itself with (its backend, provider,
+// policy, mover, a cause), the program's own text that no Add method saw, as valid UTF-8: the
+// bytes that are not become U+FFFD. An invalid value made the metric invalid, and Gather's
+// error failed the whole scrape of the registry (promhttp's default), for a Policy's name.
+func validLabel(v string) string { return strings.ToValidUTF8(v, "\uFFFD") }
 
 // constMetric is the metric of desc with value v and the label values, or an invalid metric
 // saying why it cannot be made (a scrape runs in the registry's goroutines: a panic there ends
