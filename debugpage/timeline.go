@@ -155,7 +155,7 @@ func writeTimeline(w io.Writer, kind string, ss []Sample) {
 	fmt.Fprintf(w, `<title>bytes over the last %s, lower is less memory</title>`+"\n", round3(span))
 	fmt.Fprintf(w, `<rect x="%d" y="5" width="%d" height="%d" fill="#fafafa" stroke="#ccc"/>`+"\n", axisW, plotW, plotH)
 	for _, f := range []uint64{0, 1, 2} { // ticks at 0, half and the top
-		v := top * f / 2
+		v := top / 2 * f // not top*f/2: a top above 8 EiB wraps
 		fmt.Fprintf(w, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#e4e4e4"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",
 			axisW, axisW+plotW, y(v), y(v), axisW-4, y(v)+4, units.Bytes(v))
 	}
@@ -177,11 +177,15 @@ func writeTimeline(w io.Writer, kind string, ss []Sample) {
 }
 
 // niceBytes rounds v up to a power of two (whose half, the middle tick, reads as plainly in
-// KiB, MiB or GiB): 1 MiB at least, so that an idle source still has an axis.
+// KiB, MiB or GiB): 1 MiB at least, so that an idle source still has an axis. Above 8 EiB,
+// the largest power of two a uint64 holds, it is the largest uint64.
 func niceBytes(v uint64) uint64 {
 	top := uint64(1 << 20)
 	for top < v && top <= math.MaxUint64/2 {
 		top *= 2
+	}
+	if top < v {
+		return math.MaxUint64
 	}
 	return top
 }
