@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // The metric families. Host memory (pinned pools) and device memory (device heaps) are
 // separate families, pinmalloc_host_... and pinmalloc_device_..., so that a sum over a family
@@ -41,6 +45,10 @@ func heapFamilies(prefix string, host bool) []family {
 	quota := g("quota_bytes", "Cap on the bytes of the "+what+"'s live blocks (Options.Quota); absent when it has none.",
 		func(f Figures) float64 { return float64(f.Quota) })
 	quota.omit = func(f Figures) bool { return f.Quota == 0 }
+	commitSeconds := c("commit_seconds_total",
+		"Time spent committing (and pinning) memory, in seconds.",
+		func(f Figures) float64 { return f.CommitSeconds })
+	commitSeconds.omit = func(f Figures) bool { return !countable(f.CommitSeconds) }
 	fs := []family{
 		g("capacity_bytes", "Address space the "+what+" may reserve, in bytes.", func(f Figures) float64 { return float64(f.Capacity) }),
 		quota,
@@ -59,7 +67,7 @@ func heapFamilies(prefix string, host bool) []family {
 		c("purged_bytes_total", "Bytes decommitted by purges and Trim.", func(f Figures) float64 { return float64(f.Purged) }),
 		c("forced_purges_total", "Commits refused for want of memory, after which the free memory kept was given back at once.", func(f Figures) float64 { return float64(f.ForcedPurges) }),
 		c("driver_calls_total", "CUDA driver calls that allocated, registered, mapped or freed memory.", func(f Figures) float64 { return float64(f.DriverCalls) }),
-		c("commit_seconds_total", "Time spent committing (and pinning) memory, in seconds.", func(f Figures) float64 { return f.CommitSeconds }),
+		commitSeconds,
 	}
 	if host {
 		fs = append(fs,
@@ -70,6 +78,10 @@ func heapFamilies(prefix string, host bool) []family {
 	}
 	return fs
 }
+
+// countable reports whether v can be a counter's value: a finite number, not below zero. A
+// function given to AddFunc may report CommitSeconds as anything.
+func countable(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
 var (
 	hostFamilies   = heapFamilies("pinmalloc_host_", true)

@@ -174,7 +174,8 @@ func (c *Collector) AddTier(name string, t *uvm.Tier) error {
 }
 
 // AddFunc registers any source of Figures under name, in the families of mem. Errors as for
-// AddPool.
+// AddPool. A CommitSeconds f reports negative, NaN or infinite, which no counter can be,
+// leaves commit_seconds_total out of that scrape, and is 0 in Var.
 func (c *Collector) AddFunc(name string, mem Memory, f func() Figures) error {
 	return c.add(name, f == nil, &source{mem: mem,
 		heap: func() (Figures, []string, bool) { return f(), nil, true }})
@@ -342,6 +343,9 @@ func (c *Collector) Var() expvar.Var {
 			if !ok {
 				c.forget(s)
 				continue
+			}
+			if !countable(f.CommitSeconds) { // NaN or an infinity: encoding/json refuses them
+				f.CommitSeconds = 0
 			}
 			out[s.name] = struct {
 				Memory string `json:"memory"`
