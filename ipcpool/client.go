@@ -142,11 +142,25 @@ func (cl *client) sendOn(c *net.UnixConn, m msg) error {
 	return writeMsg(c, m, cl.timeout)
 }
 
+// sendBy writes m on c, waiting for the owner to take it at most the timeout and not past
+// end (a request's deadline). Past end it writes nothing and returns os.ErrDeadlineExceeded.
+func (cl *client) sendBy(c *net.UnixConn, m msg, end time.Time) error {
+	cl.wmu.Lock()
+	defer cl.wmu.Unlock()
+	d := min(cl.timeout, time.Until(end))
+	if d <= 0 {
+		return os.ErrDeadlineExceeded
+	}
+	return writeMsg(c, m, d)
+}
+
 // request sends a request and waits for its reply, at most d: across an owner's restart too
 // (the request waits for the rejoin, and is sent again to the new owner if its connection
 // ended before the reply). A request whose message the owner does not take within the
-// timeout (its socket full) fails, and the connection stays.
+// timeout or by its deadline, whichever comes first (its socket full), fails, and the
+// connection stays.
 func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
+	end := time.Now().Add(d)
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	late := func() (msg, error) {
@@ -176,12 +190,15 @@ func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
 		k := &call{op: op, n: a, reply: make(chan msg, 1), lost: make(chan struct{})}
 		cl.pending[seq] = k
 		cl.mu.Unlock()
-		if err := cl.sendOn(c, msg{op: uint32(op), seq: seq, a: a, b: b}); err != nil {
+		if err := cl.sendBy(c, msg{op: uint32(op), seq: seq, a: a, b: b}, end); err != nil {
 			cl.dropUnsent(seq, k)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				// Nothing written (writeMsg): the owner reads nothing (stopped, or busy). The
 				// connection stays: closed, it would leave a healthy process orphaned, as the
 				// owner, alive, takes no rejoin from a process it still knows.
+				if !time.Now().Before(end) {
+					return late() // the write waited until the request's deadline
+				}
 				return msg{}, fmt.Errorf("ipcpool: the owner read no request within %v: %w",
 					cl.timeout, context.DeadlineExceeded)
 			}

@@ -17,24 +17,9 @@ func TestRequestTimedOutKeepsConnection(t *testing.T) {
 	w, path := serveTest(t, Options{})
 	p := attachTest(t, path, AttachOptions{Timeout: 50 * time.Millisecond})
 	cl := p.cl
-	g, err := cl.grant(1)
-	must(t, "grant", err)
-	cl.mu.Lock()
-	c := cl.c
-	cl.mu.Unlock()
-	must(t, "SetWriteBuffer", c.SetWriteBuffer(1)) // (the kernel's least)
-
-	w.mu.Lock() // the owner's session stops at the release: it reads nothing more
-	unlock := sync1(w.mu.Unlock)
+	unlock := stallOwner(t, w, p)
 	defer unlock()
-	cl.release(g, 1)
-	oc := w.procs[p.slot].conn
-	for end := time.Now().Add(10 * time.Second); unread(t, oc) > 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("the owner does not read the release")
-		}
-	}
-	fillSocket(t, cl)
+	fillSocket(t, cl, cl.timeout)
 	if _, err := cl.grant(1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a grant whose message times out: %v, want a timeout", err)
 	}
@@ -54,15 +39,43 @@ func TestRequestTimedOutKeepsConnection(t *testing.T) {
 	}
 }
 
+// stallOwner makes the owner's session of p stop reading (it waits for the owner's lock, at a
+// release it has read), and shrinks p's socket buffer to the kernel's least. It returns what
+// lets the owner read again (once; the test's cleanup need not).
+func stallOwner(t *testing.T, w *Owner, p *Process) (unlock func()) {
+	t.Helper()
+	cl := p.cl
+	g, err := cl.grant(1)
+	must(t, "grant", err)
+	cl.mu.Lock()
+	c := cl.c
+	cl.mu.Unlock()
+	must(t, "SetWriteBuffer", c.SetWriteBuffer(1)) // (the kernel's least)
+
+	w.mu.Lock() // the owner's session stops at the release: it reads nothing more
+	unlock = sync1(w.mu.Unlock)
+	cl.release(g, 1)
+	oc := w.procs[p.slot].conn
+	for end := time.Now().Add(10 * time.Second); unread(t, oc) > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			unlock()
+			t.Fatal("the owner does not read the release")
+		}
+	}
+	return unlock
+}
+
 // fillSocket fills the process's socket to the owner with requests of nothing (grants of 0,
-// answered stFull once the owner reads them), until a message times out.
-func fillSocket(t *testing.T, cl *client) {
+// answered stFull once the owner reads them), until a message times out, after d.
+func fillSocket(t *testing.T, cl *client, d time.Duration) {
 	t.Helper()
 	cl.mu.Lock()
 	c := cl.c
 	cl.mu.Unlock()
 	for i := 0; ; i++ {
-		err := cl.sendOn(c, msg{op: opGrant, seq: 1<<62 + uint64(i)})
+		cl.wmu.Lock()
+		err := writeMsg(c, msg{op: opGrant, seq: 1<<62 + uint64(i)}, d)
+		cl.wmu.Unlock()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return // the socket is full
 		}
