@@ -332,45 +332,6 @@ func (w *Worker) message(replyEp ucx.Ep, m []byte) {
 	}
 }
 
-// makeRoom makes room for a message of size bytes of c's beyond the bytes of messages nobody
-// received that the worker's connections queue together (queuedWorker): the open connection
-// holding the most, c with the message counted, fails with ErrProtocol and its messages are
-// dropped, until the message fits or c is the one. So a peer that floods the worker, with
-// connections each under their own bound, loses its own connections, not the next connection
-// to receive a message, which may be an honest peer's. It reports whether the message fits.
-// It looks at every connection, only once the bound is reached. Under mu.
-func (w *Worker) makeRoom(c *Conn, size int) bool {
-	for w.queued+size > queuedWorker {
-		most, n := c, *c.msgBytes+size
-		for _, o := range w.conns {
-			if o.state == connOpen && *o.msgBytes > n {
-				most, n = o, *o.msgBytes
-			}
-		}
-		w.failConn(most, fmt.Errorf("%w: %s held %d bytes of messages nobody received, the most "+
-			"of this worker's connections, when they reached the %d bytes it queues: dropped",
-			ErrProtocol, most.remote, n, queuedWorker))
-		w.dropMessages(most)
-		if most == c {
-			return false
-		}
-	}
-	return true
-}
-
-// dropMessages drops the messages of c's that nobody received, and gives their bytes back to
-// the worker's bound. Under mu.
-func (w *Worker) dropMessages(c *Conn) {
-	w.queued -= *c.msgBytes
-	*c.msgBytes = 0
-	clear(c.msgs)
-	c.msgs = nil
-	select { // a Recv waiting for a put before a message waits on recv, not dead
-	case c.recv <- struct{}{}:
-	default:
-	}
-}
-
 // oversize takes a message UCX's callback dropped, uncopied, as beyond this worker's limits
 // (ucx.Worker.LimitMessages), or, flood, because more came in one progress round than the
 // worker queues (ucx.Event.Dropped): n bytes, of which peek is the first (the protocol's
@@ -580,6 +541,9 @@ func (w *Worker) reap(c *Conn) {
 		w.destroyKeys(c)
 	} // else once the copies that use them end (Transfer.copy)
 	delete(w.conns, c.id)
+	if *c.msgBytes > 0 { // still counted in the worker's bound: a candidate of makeRoom's
+		w.keepEnded(c)
+	}
 	if w.byEp[c.ep] == c {
 		delete(w.byEp, c.ep)
 	}
@@ -667,9 +631,14 @@ func (c *Conn) stateErr() error {
 // message beyond this worker's Options.MaxMessage is never queued: the connection fails with
 // ErrProtocol. So does one beyond the messages nobody received that the worker queues on a
 // connection, 64 MiB. Beyond the 256 MiB it queues on all of them together (a peer that opens
-// many connections holds no more), the open connection holding the most fails with
-// ErrProtocol, the message's own counted with it, and the messages it queued are dropped, not
-// returned. A message received, or a Conn dropped, gives its bytes back.
+// many connections holds no more), the connection holding the most, the message's own counted
+// with it, loses the messages it queued: they are not returned, and Recv returns ErrProtocol
+// saying they were dropped. It is any connection holding messages: an open one fails; one that
+// ended (closed by the peer, or failed) with messages left for Recv is no exception, or a peer
+// could fill connections and close them to make the next honest message fail. So a peer that
+// sent, then closed, may lose its last messages if they are not received, but only when the
+// worker's 256 MiB are reached, which a user that receives its messages never comes near. A
+// message received, or a Conn dropped, gives its bytes back.
 func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
 	w := c.w
 	for {

@@ -92,6 +92,7 @@ type Worker struct {
 	connAnswers   int             // of those, the most one connection's answers may hold (takeSlot)
 	answerBound   int             // maxQueuedAnswers (tests raise a flooding worker's)
 	queued        int             // bytes of peers' messages queued for Recv on every connection (queuedWorker)
+	ended         []endedHolder   // connections reaped with messages nobody received (makeRoom)
 	putPart       uint64          // putPart (tests make a hostile sender's larger)
 	answerers     int             // connections holding an answer slot (Conn.ansSlots above zero)
 	control       int             // slots held by messages and endpoint closes (at most controlSlots)
