@@ -331,6 +331,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+	if failed := failedCases(s.results); len(failed) > 0 {
+		w := newFitWriter(os.Stderr, cfg.width())
+		fmt.Fprintf(w, "bench: %d allocator runs failed (the tables say why): %s\n", len(failed), strings.Join(failed, ", "))
+		w.Flush()
+		os.Exit(1)
+	}
 }
 
 // machine describes where the results were taken.
