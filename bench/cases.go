@@ -205,6 +205,9 @@ func (rs *resultSet) traced(tr *traceResult) {
 	}
 }
 
+// huge records a huge case: alloc_ok 1 or 0 (a refusal, its note saying why: a finding about
+// the allocator), or an error when the block was allocated but its free or the allocator's
+// close then failed.
 func (rs *resultSet) huge(size int64, h hugeResult) {
 	ok := 0.0
 	if h.ok {
@@ -216,7 +219,9 @@ func (rs *resultSet) huge(size int64, h hugeResult) {
 	}
 	last := &rs.out[len(rs.out)-1]
 	switch {
-	case h.err != nil:
+	case h.ok && h.err != nil: // allocated, then its free or the allocator's close failed
+		rs.fail(fmt.Errorf("the block was allocated, then: %w", h.err))
+	case h.err != nil: // refused: a finding about the allocator, not a failure of the run
 		last.Note = h.err.Error()
 	case h.note != "":
 		last.Note = h.note
