@@ -20,7 +20,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 // Keep these three in step with goloops.go (slotBits, batchLen, ringLen).
 #define BENCH_SLOT_BITS 10
@@ -64,10 +66,23 @@ typedef struct {
 	_Atomic int64_t tail; // batches released by the consumer
 	int64_t nbatches;
 	void (*release)(void *);
+	const void *cpus; // the consumer's CPU mask (bench_unbind), or NULL
+	int64_t cpu_bytes;
 } bench_ring;
+
+// bench_unbind sets the calling thread's CPU affinity to cpus, a mask of cpu_bytes bytes, when
+// given. A thread inherits the affinity of the thread that created it: one started by a loop
+// that interleave bound to one CPU (onecpu_linux.go) would run there too, beside its creator,
+// where the Go loops' goroutines run where the scheduler puts them.
+static void bench_unbind(const void *cpus, int64_t cpu_bytes) {
+#ifdef SYS_sched_setaffinity
+	if (cpus != NULL && cpu_bytes > 0) syscall(SYS_sched_setaffinity, 0, (size_t)cpu_bytes, cpus);
+#endif
+}
 
 static void *bench_consumer(void *arg) {
 	bench_ring *r = arg;
+	bench_unbind(r->cpus, r->cpu_bytes);
 	for (int64_t k = 0; k < r->nbatches; k++) {
 		while (atomic_load_explicit(&r->head, memory_order_acquire) == k) sched_yield();
 		void **b = r->batch[k % BENCH_RING];
@@ -277,11 +292,14 @@ static void BENCH_FN(release)(void *p) { BENCH_FREE(p); }
 
 // <prefix>_prodcons allocates n blocks (rounded up to whole batches) on the calling thread and
 // frees them on a second thread, passing batches of BENCH_BATCH through a ring of BENCH_RING.
-static int64_t BENCH_FN(prodcons)(const uint32_t *ops, int64_t mask, int64_t n) {
+// The second thread runs on the CPUs of cpus (cpu_bytes bytes; NULL: the calling thread's).
+static int64_t BENCH_FN(prodcons)(const uint32_t *ops, int64_t mask, int64_t n, const void *cpus, int64_t cpu_bytes) {
 	bench_ring *r = calloc(1, sizeof *r);
 	if (r == NULL) return -1;
 	r->nbatches = (n + BENCH_BATCH - 1) / BENCH_BATCH;
 	r->release = BENCH_FN(release);
+	r->cpus = cpus;
+	r->cpu_bytes = cpu_bytes;
 	int failed = 0;
 	pthread_t consumer;
 	int64_t t0 = bench_now_ns();

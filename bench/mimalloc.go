@@ -140,7 +140,8 @@ func newMimalloc() impl {
 			return int64(start), int64(ns)
 		},
 		prodcons: func(ops []uint32, n int) int64 {
-			return int64(C.mi_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))
+			cpus, size := unboundCPUs()
+			return int64(C.mi_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n), cpus, C.int64_t(size)))
 		},
 		churn: func(live, size int) (func(n int) int64, func(), bool) {
 			slots := C.mi_churn_open(C.int64_t(live), C.size_t(size))

@@ -22,6 +22,27 @@ static void (*volatile nullc_free)(void *) = nullc_free_impl;
 #define BENCH_HELD() 0
 #define BENCH_COLLECT() ((void)0)
 #include "cloops.h"
+
+// nullc_consumer_cpus is how many CPUs the thread that last freed a block may run on (the
+// consumer of nullc_prodcons, when nullc_free is nullc_free_counting).
+static _Atomic int nullc_consumer_cpus;
+static void nullc_free_counting(void *p) {
+	(void)p;
+	uint64_t set[16] = {0};
+	long n = syscall(SYS_sched_getaffinity, 0, sizeof set, set);
+	int c = 0;
+	for (long i = 0; i < n / 8; i++) c += __builtin_popcountll(set[i]);
+	atomic_store(&nullc_consumer_cpus, c);
+}
+
+// nullc_prodcons_consumer_cpus runs nullc_prodcons over ops and returns how many CPUs its
+// consumer thread may run on.
+static int nullc_prodcons_consumer_cpus(const uint32_t *ops, int64_t mask, const void *cpus, int64_t cpu_bytes) {
+	nullc_free = nullc_free_counting;
+	int64_t ns = nullc_prodcons(ops, mask, BENCH_BATCH, cpus, cpu_bytes);
+	nullc_free = nullc_free_impl;
+	return ns < 0 ? -1 : atomic_load(&nullc_consumer_cpus);
+}
 */
 import "C"
 
@@ -35,7 +56,8 @@ func newNullC() impl {
 			return int64(start), int64(ns)
 		},
 		prodcons: func(ops []uint32, n int) int64 {
-			return int64(C.nullc_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n)))
+			cpus, size := unboundCPUs()
+			return int64(C.nullc_prodcons(cOps(ops), C.int64_t(len(ops)-1), C.int64_t(n), cpus, C.int64_t(size)))
 		},
 		churn: func(live, size int) (func(n int) int64, func(), bool) {
 			slots := C.nullc_churn_open(C.int64_t(live), C.size_t(size))
@@ -55,4 +77,12 @@ func cChurnSlot(i, live uint64) uint64 {
 // cLarsonDraw is cloops.h's bench_larson_draw, for the test that it draws what larsonDraw draws.
 func cLarsonDraw(t, i uint64) uint64 {
 	return uint64(C.bench_larson_draw(C.uint64_t(t), C.uint64_t(i)))
+}
+
+// cProdconsConsumerCPUs runs the C loops' producer/consumer case on the null allocator and
+// returns how many CPUs its consumer thread may run on, for the test that a caller bound to one
+// CPU (interleave) does not bind the consumer with it.
+func cProdconsConsumerCPUs(ops []uint32) int {
+	cpus, size := unboundCPUs()
+	return int(C.nullc_prodcons_consumer_cpus(cOps(ops), C.int64_t(len(ops)-1), cpus, C.int64_t(size)))
 }
