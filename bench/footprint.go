@@ -299,20 +299,10 @@ func footprintTargets(rs []result) []target {
 	if v, ok := lookup(rs, "footprint/replay", cudaHostName, "committed_over_live"); ok {
 		detail += fmt.Sprintf("; replayed without pauses %.3f", v)
 	}
-	pu, ok1 := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p99_ns_purging")
-	np, ok2 := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p99_ns_no_purge")
-	p999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_purging")
-	n999, _ := lookup(rs, "footprint/latency", "pinmalloc-pool", "alloc_p999_ns_no_purge")
-	ts = append(ts, explained(rs, ratio("footprint-latency-p99", "pinmalloc-pool Alloc p99 while the purger works <= 2x without a purge (footprint/latency)",
-		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))),
-		[2]string{"footprint/latency", "pinmalloc-pool"}))
-	pu, ok1 = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p99_ns_purging")
-	np, ok2 = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p99_ns_no_purge")
-	p999, _ = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p999_ns_purging")
-	n999, _ = lookup(rs, "footprint/device-latency", "pinmalloc-device", "alloc_p999_ns_no_purge")
-	ts = append(ts, explained(rs, ratio("footprint-device-latency-p99", "pinmalloc-device Alloc p99 while the purger trims other streams' heaps <= 2x without a purge (footprint/device-latency)",
-		pu, np, ok1 && ok2, 2, true, fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))),
-		[2]string{"footprint/device-latency", "pinmalloc-device"}))
+	ts = append(ts, purgeLatencyTarget(rs, "footprint-latency-p99", "footprint/latency", "pinmalloc-pool", "purged_bytes_per_run",
+		"pinmalloc-pool Alloc p99 while the purger works <= 2x without a purge (footprint/latency)"),
+		purgeLatencyTarget(rs, "footprint-device-latency-p99", "footprint/device-latency", "pinmalloc-device", "purges_per_run",
+			"pinmalloc-device Alloc p99 while the purger trims other streams' heaps <= 2x without a purge (footprint/device-latency)"))
 	h16, h16OK := lookup(rs, "footprint/trace-16p", cudaHostName, "committed_over_live")
 	host, locked := [2]string{"footprint/trace", cudaHostName}, [2]string{"footprint/trace", "pinmalloc-pool"}
 	ts = append(ts, explained(rs, ratio("footprint-trace-cudahost", "pinmalloc-cudahost peak committed / peak live <= 1.15 (footprint/trace, paced)", h, 1, hOK, 1.15, true, detail), host),
@@ -320,6 +310,24 @@ func footprintTargets(rs []result) []target {
 			h16, 1, h16OK, 1.15, true, fmt.Sprintf("%s %.3f", cudaHostName, h16)), [2]string{"footprint/trace-16p", cudaHostName}),
 		explained(rs, ratio("footprint-trace-cudahost-vs-locked", "pinmalloc-cudahost peak committed / live <= the locked pool's (footprint/trace)", h, l, hOK && lOK, 1, true, detail), host, locked))
 	return ts
+}
+
+// purgeLatencyTarget grades a purge-latency case (c, allocator im): its Alloc p99 with the
+// purge on within 2x of it with none. The purge must have worked while the churn was timed
+// (counted, what the purging runs gave back, above 0): otherwise both sides ran without one and
+// the target is UNMEASURED, saying so.
+func purgeLatencyTarget(rs []result, name, c, im, counted, want string) target {
+	pu, ok1 := lookup(rs, c, im, "alloc_p99_ns_purging")
+	np, ok2 := lookup(rs, c, im, "alloc_p99_ns_no_purge")
+	p999, _ := lookup(rs, c, im, "alloc_p999_ns_purging")
+	n999, _ := lookup(rs, c, im, "alloc_p999_ns_no_purge")
+	detail := fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))
+	t := explained(rs, ratio(name, want, pu, np, ok1 && ok2, 2, true, detail), [2]string{c, im})
+	if n, ok := lookup(rs, c, im, counted); ok1 && ok2 && !(ok && n > 0) {
+		t = target{Name: name, Want: want, Limit: 2, Status: unmeasured,
+			Detail: "not measured: the purger did no work while the churn was timed (" + counted + " 0): no purge to time; " + detail}
+	}
+	return t
 }
 
 // printFootprint writes the footprint cases' table, when they ran.
