@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -211,6 +212,7 @@ func runReplay(cfg *config, impls []impl, path string) error {
 	capacity := replayCapacity(evs)
 	fmt.Fprintf(os.Stderr, "bench: replaying %d events of %s (capacity %d MiB)\n", len(evs), path, capacity>>20)
 	var results []replayResult
+	var failed []string
 	for _, im := range impls {
 		if !cfg.implFilter.MatchString(im.name) {
 			continue
@@ -225,6 +227,7 @@ func runReplay(cfg *config, impls []impl, path string) error {
 			got, err := im.replay(evs, capacity)
 			if err != nil {
 				r.Skipped = "failed: " + err.Error()
+				failed = append(failed, im.name)
 			} else {
 				r, r.Impl = *got, im.name
 			}
@@ -234,8 +237,12 @@ func runReplay(cfg *config, impls []impl, path string) error {
 	stdout := newFitWriter(os.Stdout, cfg.width())
 	printReplay(stdout, path, results)
 	stdout.Flush()
+	var errFailed error // said in the table: the error names the allocators only
+	if len(failed) > 0 {
+		errFailed = fmt.Errorf("%w: %s", errReplayFailed, strings.Join(failed, ", "))
+	}
 	if cfg.out == "" {
-		return nil
+		return errFailed
 	}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return err
@@ -254,8 +261,12 @@ func runReplay(cfg *config, impls []impl, path string) error {
 		return err
 	}
 	fmt.Fprintln(os.Stderr, "bench: wrote", out)
-	return nil
+	return errFailed
 }
+
+// errReplayFailed is runReplay's error when an allocator failed to replay the trace (after it
+// wrote what the others measured); the table says why.
+var errReplayFailed = errors.New("an allocator failed to replay the trace (the table says why)")
 
 func printReplay(w io.Writer, path string, rs []replayResult) {
 	fmt.Fprintf(w, "\n## Replay of %s\n\n| allocator | time per call | peak held | peak resident | peak live | held / live |\n|---|---|---|---|---|---|\n", filepath.Base(path))
