@@ -168,14 +168,27 @@ func ucxBench(cfg *config) int {
 	out := newFitWriter(os.Stdout, cfg.width())
 	printUCX(out, tls, loadAvg(), rows)
 	out.Flush()
-	if err := os.MkdirAll(cfg.out, 0o755); err == nil {
-		name := "ucx-" + cfg.name + ".json"
-		data, _ := json.MarshalIndent(map[string]any{"transport": tls, "load": loadAvg(), "rows": rows}, "", "  ")
-		if err := os.WriteFile(filepath.Join(cfg.out, name), data, 0o644); err == nil {
-			fmt.Fprintln(os.Stderr, "bench -ucx: wrote", filepath.Join(cfg.out, name))
-		}
+	path, err := writeUCXResults(cfg.out, cfg.name, tls, rows)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench -ucx: writing the results:", err)
+		return 1
 	}
+	fmt.Fprintln(os.Stderr, "bench -ucx: wrote", path)
 	return 0
+}
+
+// writeUCXResults writes the suite's rows, with the transport and the load, into
+// dir/ucx-NAME.json and returns that path.
+func writeUCXResults(dir, name, tls string, rows []ucxRow) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	data, err := json.MarshalIndent(map[string]any{"transport": tls, "load": loadAvg(), "rows": rows}, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "ucx-"+name+".json")
+	return path, os.WriteFile(path, data, 0o644)
 }
 
 // ucxBenchState is this side: two workers (default mode and ModeRMA) connected to the peer,
