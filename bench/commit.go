@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -351,13 +352,22 @@ func (c *commitSuite) latency(cfg *config) []result {
 	rs.add("clock_ns", clock, "ns")
 	rs.add("p99_ratio", median(busy99)/median(idle99), "ratio")
 	// The same without the clock's own cost, which flatters the ratio when it dominates a pair.
-	rs.add("p99_ratio_net", max(median(busy99)-clock, 0)/max(median(idle99)-clock, 1), "ratio")
+	rs.add("p99_ratio_net", netP99Ratio(median(busy99), median(idle99), clock), "ratio")
 	rs.add("first_alloc_idle_us", median(firstIdle)/1e3, "us")
 	rs.add("first_alloc_busy_us", median(firstBusy)/1e3, "us")
 	rs.add("precommit_ms_per_gib", median(perGiB), "ms")
 	rs.add("busy_pairs", median(samples), "pairs")
 	rs.add("precommit_bytes", float64(c.lat), "B")
 	return rs.out
+}
+
+// netP99Ratio is the busy p99 over the idle one, each less the clock's cost per sample (clock);
+// NaN, no number, where the idle p99 is at or below that cost: nothing of it is the pair's.
+func netP99Ratio(busy, idle, clock float64) float64 {
+	if idle <= clock {
+		return math.NaN()
+	}
+	return max(busy-clock, 0) / (idle - clock)
 }
 
 // firstAlloc times a pool's first 1 MiB Alloc (which commits a chunk), and frees it.
@@ -572,6 +582,6 @@ func printCommitTables(w io.Writer, rs []result) {
 		fmt.Fprintf(w, "| idle pool | %s | %s | %.0f µs |\n", fmtNs(get("idle_p50_ns")), fmtNs(get("idle_p99_ns")), get("first_alloc_idle_us"))
 		fmt.Fprintf(w, "| precommit running (%.0f ms/GiB, %.0f pairs) | %s | %s | %.0f µs |\n", get("precommit_ms_per_gib"), get("busy_pairs"),
 			fmtNs(get("busy_p50_ns")), fmtNs(get("busy_p99_ns")), get("first_alloc_busy_us"))
-		fmt.Fprintf(w, "\np99 busy / idle: %.2f; without the clock's %s per sample: %.2f\n", get("p99_ratio"), fmtNs(get("clock_ns")), get("p99_ratio_net"))
+		fmt.Fprintf(w, "\np99 busy / idle: %.2f; without the clock's %s per sample: %s\n", get("p99_ratio"), fmtNs(get("clock_ns")), fmtRatio(get("p99_ratio_net"), ""))
 	}
 }
