@@ -115,6 +115,9 @@ func (s *suite) run(c benchCase, ims []impl) []result {
 	for _, e := range es {
 		if e.k >= 0 {
 			e.rs.measured(outs[e.k].m, errors.Join(outs[e.k].err, e.w.close()))
+			if alone[e.k] { // its rounds did not alternate with the others' (noise.go)
+				e.rs.add("own_rounds", 1, "bool")
+			}
 		}
 		out = append(out, e.rs.out...)
 	}

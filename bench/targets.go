@@ -21,6 +21,10 @@ type target struct {
 	// Spread is how far the middle rounds of the timings it compares disagree (the product of
 	// each figure's: noise.go); 0 where its figures are no timings taken in rounds.
 	Spread float64 `json:"spread,omitempty"`
+	// OwnRounds names the allocators whose figures it compares that ran in rounds of their own
+	// (impl.alone), not alternating with the others': Spread says nothing of a change of load
+	// between them.
+	OwnRounds []string `json:"own_rounds,omitempty"`
 }
 
 // Target statuses.
