@@ -13,6 +13,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // DefaultDeviceShare is the share of a device's free memory that DefaultDeviceCapacity gives
@@ -182,7 +183,7 @@ func (b *cudaBase) dropStreams() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return streamsKept(len(errs), icuda.JoinOnce(errs))
+	return streamsKept(len(errs), errkind.Once(errs...))
 }
 
 // streamsKept is the error of n streams of the provider's clears kept after the driver's

@@ -9,6 +9,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // Host memory several processes share (package ipcpool's pools): what each process asks of
@@ -267,7 +268,7 @@ func (m *HostMapping) Close() error {
 			}
 		}
 	}
-	if err := icuda.JoinOnce(errs); err != nil { // a device fault: every call refused alike
+	if err := errkind.Once(errs...); err != nil { // a device fault: every call refused alike
 		return fmt.Errorf("cudamem: unmapping shared host granules (what was refused is kept, for a later Close): %w", err)
 	}
 	return nil

@@ -169,6 +169,10 @@ var resultNames = map[Result][2]string{
 	917: {"CUDA_ERROR_STREAM_DETACHED", "the stream is detached"},
 }
 
+// DriverResult returns r's code: errkind.Once says one failure once by it (two errors holding
+// the same result say the same).
+func (r Result) DriverResult() int { return int(r) }
+
 // Error returns "cuda: NAME: description", with the text from cuGetErrorName and
 // cuGetErrorString when the driver is loaded, else from a built-in table.
 func (r Result) Error() string {

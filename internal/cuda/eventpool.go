@@ -1,11 +1,11 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // EventPool reuses events created with timing disabled, so that marking a point in a stream
@@ -88,7 +88,7 @@ func (p *EventPool) Close() error {
 		return nil
 	}
 	p.keep(kept)
-	err := JoinOnce(errs)
+	err := errkind.Once(errs...)
 	return fmt.Errorf("%w; the pool keeps %s the driver refused to destroy, for a later Close",
 		err, plural(len(kept), "event"))
 }
@@ -111,21 +111,4 @@ func (p *EventPool) Idle() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle)
-}
-
-// JoinOnce joins errs, leaving out nil ones and those whose text an earlier one had: under the
-// context's sticky error (after a device fault) the driver refuses every call of a give-back
-// alike, and the refusal is said once. One error left is returned as it is.
-func JoinOnce(errs []error) error {
-	var out []error
-	for _, err := range errs {
-		said := func(e error) bool { return e.Error() == err.Error() }
-		if err != nil && !slices.ContainsFunc(out, said) {
-			out = append(out, err)
-		}
-	}
-	if len(out) == 1 {
-		return out[0]
-	}
-	return errors.Join(out...)
 }
