@@ -14,7 +14,7 @@ import (
 // closeError joins errs, the errors of Close's waits, frees, destroys and unload, nil ones left
 // out. After a device fault the context's sticky error refuses every call alike: the errors that
 // say nothing but that fault (onlyFault) are said once, by the first of them, after what Close
-// keeps for a later Close (as streamq.JoinFault says a fault once); the others stay whole.
+// keeps for a later Close (as errkind.Once says a fault once); the others stay whole.
 func (b *Batcher) closeError(errs []error) error {
 	var fault error
 	var rest []error

@@ -5,8 +5,8 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
-	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Reclaims: the deferred buffers whose streams have passed them go back to the heap (see
@@ -53,7 +53,7 @@ func (p *Pool) waitDeferred() error {
 		// that refusal stays whatever the reclaim answers.
 		var rerr error
 		if o.done, rerr = o.lists.Reclaim(o.done, afterLostSync); rerr != nil {
-			err = streamq.JoinFault(err, rerr)
+			err = errkind.Once(err, rerr)
 		} else if !errors.Is(err, pinmalloc.ErrCapturing) {
 			err = nil
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // The lists' waits: lost lists recovered by one synchronize of the context, every stream
@@ -69,7 +70,7 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 // appends to done what the streams have passed. Its error is the poll's when no list was lost;
 // none when Recover answered every refusal (the refused streams' items came back), else the
 // poll's and Recover's (one matching pinmalloc.ErrCapturing when a capture put Recover off;
-// Recover's alone when both say the context's fault: JoinFault).
+// the poll's alone when both say the context's fault: errkind.Once).
 // It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
 	done, err := ls.Poll(done)
@@ -78,19 +79,9 @@ func (ls *Lists[T]) Reclaim(done []T, after func()) ([]T, error) {
 	}
 	done, rerr := ls.Recover(done, after)
 	if rerr != nil {
-		return done, JoinFault(err, rerr)
+		return done, errkind.Once(err, rerr)
 	}
 	return done, nil
-}
-
-// JoinFault joins the error of a wait or poll (first) to the error of what was tried after it
-// (then), saying a device fault once: when both match pinmalloc.ErrDeviceFault, every call met
-// the context's sticky error, and then alone says what stays.
-func JoinFault(first, then error) error {
-	if errors.Is(first, pinmalloc.ErrDeviceFault) && errors.Is(then, pinmalloc.ErrDeviceFault) {
-		return then
-	}
-	return errors.Join(first, then)
 }
 
 // joinStreams joins errs, each a stream's (Poll's, Drain's), saying a device fault once: the

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // Settling: every item handed back at once, for a caller about to let go of all the memory
@@ -57,7 +59,7 @@ import (
 // of every blocking stream, seen or not, but not for non-blocking streams) and appends the
 // items its lists had before the point. Lost lists are recovered as Reclaim recovers them.
 // Items pushed meanwhile, or on a stream that gets work queued meanwhile, stay. A device fault,
-// which fails every call, is said once (JoinFault). It is the reclaimer's, as Poll is, and is
+// which fails every call, is said once (errkind.Once). It is the reclaimer's, as Poll is, and is
 // not for a hot path.
 func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Stream, running bool, err error) {
 	lists := slices.Clone(ls.snapshot()) // Reclaim below takes its own snapshot
@@ -92,7 +94,7 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Strea
 	if running || err != nil {
 		// A device fault fails the query and the reclaim's synchronize alike: said once.
 		done, perr := ls.Reclaim(done, nil)
-		return done, s, running, JoinFault(err, perr)
+		return done, s, running, errkind.Once(err, perr)
 	}
 	// Every stream is idle, the legacy stream too when it matters: every point placed before
 	// has been passed. The non-default streams first, whose Idle asks the legacy stream, before
@@ -130,7 +132,7 @@ func (ls *Lists[T]) Settle(done []T, ss []Stream, peers ...Peer) (_ []T, s Strea
 		if done, rerr = ls.Recover(done, nil); rerr == nil {
 			err = nil // the refused streams' items came back, as Reclaim says
 		} else {
-			err = JoinFault(err, rerr)
+			err = errkind.Once(err, rerr)
 		}
 	}
 	return done, 0, false, errors.Join(err, werr)
