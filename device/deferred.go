@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -82,7 +83,7 @@ func (h *Heap) drain() error {
 	if h.done, err = h.lists.Drain(h.done); err != nil {
 		err = fmt.Errorf("device: wait for deferred frees: %w", err)
 		if perr := h.pollLists(); perr != nil {
-			err = errors.Join(err, perr)
+			err = errkind.Once(err, perr) // a fault said once
 		}
 	}
 	ferr := h.finishDone()

@@ -53,13 +53,15 @@ var (
 // (cuda.ErrDeviceFault) is in its chain and ErrDeviceFault is not: every call of the heap that
 // the driver fails after a fault says so with this package's sentinel, as its users test it,
 // and with the module's kind. An error that names this package already keeps its text; another
-// is said after ErrDeviceFault's. A fault that several of the call's waits met is said once
-// (faultOnce). Nil stays nil at the cost of a comparison.
+// is said after ErrDeviceFault's. A fault that several of the call's waits met (Sync's wait for
+// the deferred frees, then the synchronize that would answer the streams it refused, ...) is
+// said once, with the first wait that met it, and the other failures stay (errkind.Once). Nil
+// stays nil at the cost of a comparison.
 func faulted(err error) error {
 	if err == nil || !errors.Is(err, cuda.ErrDeviceFault) {
 		return err
 	}
-	if err = faultOnce(err); errors.Is(err, ErrDeviceFault) {
+	if err = errkind.Once(err); errors.Is(err, ErrDeviceFault) {
 		return err
 	}
 	return errkind.Also(ErrDeviceFault, err, "device: ")
