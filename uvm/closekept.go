@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
@@ -39,7 +40,7 @@ func (t *Tier) destroyStreams(lost bool) error {
 	var err error
 	say := func(e error) {
 		if e != nil {
-			err = sayOnce(err, e)
+			err = errkind.Once(err, e)
 		}
 	}
 	for _, s := range []*cuda.Stream{&t.engine.h2d, &t.engine.d2h} {
@@ -107,43 +108,4 @@ func keptError(what string, err error) error {
 		return fmt.Errorf("%w: %s: %w; a later Close tries again", ErrDeviceFault, strings.TrimPrefix(what, "uvm: "), err)
 	}
 	return fmt.Errorf("%s: %w; a later Close tries again", what, err)
-}
-
-// onceEach joins errs, the errors they join laid out, leaving out nil ones and those whose text
-// an earlier one had (under a sticky error every wait and refusal of a Close says the same). An
-// error that wraps several (fmt.Errorf with more than one %w) stays whole: its text is more
-// than theirs.
-func onceEach(errs []error) error {
-	var out []error
-	seen := map[string]bool{}
-	var add func(err error)
-	add = func(err error) {
-		if err == nil {
-			return
-		}
-		if j, ok := err.(interface{ Unwrap() []error }); ok && isJoin(err, j.Unwrap()) {
-			for _, e := range j.Unwrap() {
-				add(e)
-			}
-			return
-		}
-		if !seen[err.Error()] {
-			seen[err.Error()] = true
-			out = append(out, err)
-		}
-	}
-	for _, err := range errs {
-		add(err)
-	}
-	return errors.Join(out...)
-}
-
-// isJoin reports whether err, which wraps es, is their errors.Join: its text is theirs, a line
-// each.
-func isJoin(err error, es []error) bool {
-	texts := make([]string, len(es))
-	for i, e := range es {
-		texts[i] = e.Error()
-	}
-	return err.Error() == strings.Join(texts, "\n")
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -138,30 +139,13 @@ func (t *Tier) retire(c completion) (gone bool, err error) {
 	}
 	for _, w := range t.rel.waits {
 		if serr := t.dev.EventSynchronize(uintptr(w.ev)); serr != nil {
-			return false, sayOnce(err, serr)
+			return false, errkind.Once(err, serr)
 		}
 	}
 	if serr := t.dev.StreamSynchronize(uintptr(t.engine.d2h)); serr != nil {
-		return false, sayOnce(err, serr)
+		return false, errkind.Once(err, serr)
 	}
 	return true, t.complete(completion{dir: c.dir, dev: c.dev, host: c.host})
-}
-
-// sayOnce joins err, a driver call's error, and then, the error of a call made after it, leaving
-// then out when the driver refused both with the same code (a sticky error refuses every call
-// alike): the driver's error is said once, and stays in the chain.
-func sayOnce(err, then error) error {
-	if sameResult(err, then) {
-		return err
-	}
-	return errors.Join(err, then)
-}
-
-// sameResult reports whether a and b hold the same driver error (cuda.ResultCode): a is one.
-func sameResult(a, b error) bool {
-	c, ok := cuda.ResultCode(a)
-	d, _ := cuda.ResultCode(b)
-	return ok && c == d
 }
 
 // poll finishes the batches whose streams have passed them. A stream the driver refuses
@@ -179,10 +163,10 @@ func (t *Tier) poll() error {
 	if ls.Lost() > 0 {
 		var rerr error
 		if back, rerr = ls.Recover(back, nil); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("uvm: transfers: %w", rerr))
+			err = errkind.Once(err, fmt.Errorf("uvm: transfers: %w", rerr)) // a fault said once
 		}
 	}
-	return errors.Join(err, t.finish(back))
+	return errkind.Once(err, t.finish(back))
 }
 
 // finish completes the batches back, every one (their errors joined: none is lost), and keeps
@@ -272,10 +256,10 @@ func (t *Tier) drain() error {
 		var rerr error
 		// A capture that holds Recover off its synchronize is its error (ErrCapturing).
 		if back, rerr = ls.Recover(back, nil); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("uvm: transfers: %w", rerr))
+			err = errkind.Once(err, fmt.Errorf("uvm: transfers: %w", rerr)) // a fault said once
 		} else {
 			err = nil // the synchronize covers what the refused waits did not
 		}
 	}
-	return errors.Join(err, t.finish(back), t.retryHeld())
+	return errkind.Once(err, t.finish(back), t.retryHeld())
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
@@ -191,7 +192,7 @@ func (t *Tier) settleCopies(ids []BlockID, err error) error {
 		t.holdBack(c)
 	}
 	held := units.Count(uint64(len(c.host)), "host buffer")
-	if sameResult(err, serr) {
+	if errkind.Same(err, serr) {
 		return fmt.Errorf("%w; its copies could not be waited for either, so the tier holds back %s",
 			err, held)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -154,10 +155,10 @@ func (t *Tier) contextFault() error {
 	return nil
 }
 
-// besides says cause, the error of a call that led to the driver's error err, unless it is the
-// same driver error: said once.
+// besides says cause, the error of a call that led to the driver's error err, unless it says
+// the same (errkind.Same): said once.
 func besides(cause, err error) string {
-	if sameResult(cause, err) {
+	if errkind.Same(cause, err) {
 		return ""
 	}
 	return fmt.Sprintf(" (%v)", cause)

@@ -140,6 +140,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -587,7 +588,7 @@ func (t *Tier) Close() error {
 	}
 	t.heldAtClose = false
 	errs = append(errs, t.release(false))
-	return onceEach(errs)
+	return errkind.Once(errs...)
 }
 
 // settle waits for the tier's transfers and streams, tries again the memory held back, and
