@@ -131,16 +131,19 @@ func (a *Arena) GranuleEnd(p uintptr) (end uintptr, ok bool) {
 
 // Zero clears [addr, addr+size), memory of a span in use that is committed and claimed (Wanted:
 // a heap's live block), with the provider's Zeroer. Any other range is refused with ErrInvalid,
-// nothing cleared: memory outside the arena, or decommitted, is never written.
+// nothing cleared: memory outside the arena, or decommitted, is never written. A provider with
+// no Zeroer is refused alike. Those refusals wrap ErrNotStarted too.
 func (a *Arena) Zero(addr, size uintptr) error {
 	if a.zeroer == nil {
-		return fmt.Errorf("%w: provider %s cannot clear memory", ErrInvalid, a.prov.Name())
+		return NotStarted(fmt.Errorf("%w: provider %s cannot clear memory", ErrInvalid,
+			a.prov.Name()))
 	}
 	if size == 0 {
 		return nil
 	}
 	if !a.Wanted(addr, size) {
-		return fmt.Errorf("%w: clear of [%#x, +%d): not committed memory of a span in use", ErrInvalid, addr, size)
+		return NotStarted(fmt.Errorf("%w: clear of [%#x, +%d): not committed memory of a span"+
+			" in use", ErrInvalid, addr, size))
 	}
 	return a.zeroer.Zero(addr, size)
 }

@@ -62,3 +62,28 @@ func Exhausted(err error) bool {
 	return errors.Is(err, pinmalloc.ErrOutOfMemory) || errors.Is(err, pinmalloc.ErrMemlock) ||
 		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN)
 }
+
+// ErrNotStarted, in the error of a provider's Zero, means the clear failed before it began: it
+// wrote nothing and will write nothing (the driver refused its memset, or no stream could be
+// had for it), so the range may be handed to another user at once. A failed Zero whose error
+// does not wrap it may still clear the range later (Zeroer). Providers mark such errors with
+// NotStarted.
+var ErrNotStarted = errkind.New(pinmalloc.ErrRefused, "arena: clear not started")
+
+// NotStarted returns err, the error of a Zero that wrote nothing and will write nothing, made
+// to match ErrNotStarted (and its kind) too under errors.Is; its text is err's. A nil err
+// stays nil.
+func NotStarted(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &notStarted{err}
+}
+
+// notStarted is an error of NotStarted.
+type notStarted struct{ err error }
+
+func (e *notStarted) Error() string { return e.err.Error() }
+
+// Unwrap returns the error and ErrNotStarted.
+func (e *notStarted) Unwrap() []error { return []error{e.err, ErrNotStarted} }

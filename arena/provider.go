@@ -147,7 +147,10 @@ func pageSize() uintptr { return uintptr(unix.Getpagesize()) }
 // (a memset queued whose wait failed): the caller hands the range to no other user until it
 // knows that no such write is left (for device and managed memory, a synchronize of the context
 // that succeeded after the failure). Package heap sets such a block aside until its owner says
-// so (heap.Heap.ReleaseUncleared).
+// so (heap.Heap.ReleaseUncleared). A Zero that fails before it began (no stream to clear on,
+// the memset refused: nothing queued) says so: its error wraps ErrNotStarted (NotStarted makes
+// one), the range is untouched and will stay so, and the caller may hand it to another user at
+// once (the heap frees such a block).
 type Zeroer interface {
 	Zero(addr, size uintptr) error
 }

@@ -29,8 +29,9 @@ type ExternalRegion struct {
 	// return free parts of host memory to the system (madvise(MADV_DONTNEED)); otherwise it
 	// never gives memory back and never assumes a decommitted range reads as zero.
 	Exclusive bool
-	// Zero clears memory of a kind the CPU cannot touch (a driver memset). Host kinds are
-	// cleared with the CPU when it is nil.
+	// Zero clears memory of a kind the CPU cannot touch (a driver memset), as Zeroer.Zero: an
+	// error that wraps ErrNotStarted (NotStarted) says nothing was written nor queued, any
+	// other that the clear may still run. Host kinds are cleared with the CPU when it is nil.
 	Zero func(addr, size uintptr) error
 }
 
@@ -145,7 +146,8 @@ func (e *ExternalProvider) Zero(addr, size uintptr) error {
 		return e.reg.Zero(addr, size)
 	}
 	if !e.reg.Kind.HostAccessible() {
-		return fmt.Errorf("%w: cannot clear %s memory without ExternalRegion.Zero", ErrInvalid, e.reg.Kind)
+		return NotStarted(fmt.Errorf("%w: cannot clear %s memory without ExternalRegion.Zero",
+			ErrInvalid, e.reg.Kind))
 	}
 	clear(bytesAt(addr, size))
 	return nil

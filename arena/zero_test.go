@@ -45,3 +45,31 @@ func TestZeroRefusesForeignMemory(t *testing.T) {
 		t.Errorf("Zero of a span freed: %v, want ErrInvalid", err)
 	}
 }
+
+// TestZeroRefusalNotStarted: a clear refused before it began (an external device region with
+// no ExternalRegion.Zero, a range Arena.Zero refuses) wrote nothing and will write nothing: its
+// error wraps ErrNotStarted beside ErrInvalid, its text unchanged, so that a heap frees the
+// block rather than set it aside as a clear that may still run. Before, it wrapped ErrInvalid
+// only.
+func TestZeroRefusalNotStarted(t *testing.T) {
+	buf := make([]byte, 8192)
+	reg := ExternalRegion{Base: mem.Addr(buf), Size: 8192, Kind: Device, Committed: true}
+	e, err := External(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.Zero(mem.Addr(buf), 4096)
+	if !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrInvalid) ||
+		err.Error() != "arena: invalid argument: cannot clear device memory without "+
+			"ExternalRegion.Zero" {
+		t.Errorf("Zero of an external device region with no Zero: %v, want ErrNotStarted and "+
+			"ErrInvalid, said once", err)
+	}
+	a := newTestArena(t, Options{Capacity: 64 << 20})
+	if err := a.Zero(mem.Addr(buf), 4096); !errors.Is(err, ErrNotStarted) {
+		t.Errorf("Zero of Go memory: %v, want ErrNotStarted", err)
+	}
+	if NotStarted(nil) != nil {
+		t.Error("NotStarted(nil) is not nil")
+	}
+}

@@ -178,6 +178,7 @@ var Core = []Sentinel{
 	{"arena.ErrCapacity", arena.ErrCapacity, pinmalloc.ErrOutOfMemory, "arena: "},
 	{"arena.ErrNotHostAccessible", arena.ErrNotHostAccessible, pinmalloc.ErrInvalid, "arena: "},
 	{"arena.ErrReleaseRefused", arena.ErrReleaseRefused, pinmalloc.ErrRefused, "arena: "},
+	{"arena.ErrNotStarted", arena.ErrNotStarted, pinmalloc.ErrRefused, "arena: "},
 
 	{"pinned.ErrInvalidSize", pinned.ErrInvalidSize, pinmalloc.ErrInvalidSize, "pinned: "},
 	{"pinned.ErrTooLarge", pinned.ErrTooLarge, pinmalloc.ErrTooLarge, "pinned: "},
