@@ -91,17 +91,21 @@ type zeroStreams struct {
 // refuses any use of the legacy stream while a blocking stream captures a graph
 // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), ending that capture. A stream whose synchronize fails
 // may still have the memset queued, or be broken: it is destroyed rather than kept, and one
-// the driver refuses to destroy is kept aside, never cleared on again. Its calls run in the
-// RELAXED capture mode, as the allocations' (doc.go).
+// the driver refuses to destroy is kept aside, never cleared on again; its error says the
+// memset may still run (arena.Zeroer). When no stream can be had, or the driver refuses the
+// memset, nothing was queued: the error wraps arena.ErrNotStarted, and the range may serve at
+// once. Its calls run in the RELAXED capture mode, as the allocations' (doc.go).
 func (b *cudaBase) memset(addr, size uintptr) error {
 	defer b.dev.RelaxCapture()() // beside a user's capture: doc.go
 	s, err := b.zeroStream()
-	if err != nil {
-		return fmt.Errorf("%w: a stream for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+	if err != nil { // nothing queued: arena.NotStarted
+		return arena.NotStarted(fmt.Errorf("%w: a stream for cuMemsetD8Async of %d bytes at"+
+			" %#x: %w", arena.ErrInvalid, size, addr, err))
 	}
-	if err := b.dev.MemsetD8Async(addr, 0, size, s); err != nil {
+	if err := b.dev.MemsetD8Async(addr, 0, size, s); err != nil { // refused: nothing queued
 		b.keepStream(s)
-		return fmt.Errorf("%w: cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+		return arena.NotStarted(fmt.Errorf("%w: cuMemsetD8Async of %d bytes at %#x: %w",
+			arena.ErrInvalid, size, addr, err))
 	}
 	if err := b.dev.StreamSynchronize(s); err != nil {
 		err = fmt.Errorf("%w: waiting for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)

@@ -5,10 +5,12 @@
 package heap
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/internal/align"
 )
 
@@ -116,7 +118,8 @@ func (h *Heap) take(pg *page, idx uint32, n uintptr) uintptr {
 // Zalloc is Alloc with the block cleared. The clear is skipped when the block is fresh from the
 // provider and known to read as zero. When the provider's clear fails, the clear may still run
 // later (arena.Zeroer): Zalloc returns its error and sets the block aside, reused by no one
-// until the owner calls ReleaseUncleared (Stats.Uncleared counts such blocks).
+// until the owner calls ReleaseUncleared (Stats.Uncleared counts such blocks). A clear whose
+// error wraps arena.ErrNotStarted wrote nothing and will write nothing: the block is freed.
 func (h *Heap) Zalloc(n uintptr) (uintptr, error) {
 	p, fresh, err := h.alloc(n, h.align)
 	if err != nil || fresh {
@@ -131,7 +134,11 @@ func (h *Heap) Zalloc(n uintptr) (uintptr, error) {
 	// which arena.Zero would check again under the arena's lock, on every Zalloc of a reused
 	// block: the provider's Zeroer clears it directly.
 	if err := h.z.Zero(p, n); err != nil {
-		h.setAside(p, n)
+		if errors.Is(err, arena.ErrNotStarted) { // nothing written, nothing left to write
+			_ = h.Free(p)
+		} else {
+			h.setAside(p, n)
+		}
 		return 0, err
 	}
 	return p, nil

@@ -123,7 +123,8 @@
 //     reuse on that stream (device, with RetainSegments).
 //   - A Zalloc whose clear fails frees nothing: the clear may still run (arena.Zeroer), so the
 //     block stays live, set aside (Stats.Uncleared), until its owner, once no clear can still
-//     write it (a synchronize of the context), frees it with ReleaseUncleared.
+//     write it (a synchronize of the context), frees it with ReleaseUncleared. Only a clear
+//     that failed before it began (arena.ErrNotStarted: nothing queued) has its block freed.
 //   - Collect, and the class's spare page, the page cache and exclusive pages move
 //     nothing to another heap: they reuse the heap's own free blocks and pages.
 //   - An empty page goes back to its segment, in the same heap. An empty segment, freed kept

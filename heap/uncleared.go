@@ -5,7 +5,8 @@
 // new owner of the block wrote first. The heap cannot tell when it has run (it knows nothing of
 // streams), so it gives the block to no one, the arena included: it stays live, on h.uncleared,
 // until the owner, who can (a synchronize of the context that succeeds after the failure),
-// calls ReleaseUncleared. Only Zalloc's failure path, Stats and Close's error look at them.
+// calls ReleaseUncleared. Only Zalloc's failure path, Stats and Close's error look at them. A
+// clear that failed before it began (arena.ErrNotStarted) wrote nothing: its block is freed.
 
 package heap
 

@@ -142,3 +142,58 @@ func TestZallocNoZeroer(t *testing.T) {
 		t.Fatalf("after the failed Zalloc: %+v", st)
 	}
 }
+
+// refusingZeroer is a host provider whose Zero, while refuse is set, fails before it begins,
+// writing nothing (arena.ErrNotStarted), as a device provider's does when the driver refuses
+// its cuMemsetD8Async.
+type refusingZeroer struct {
+	arena.Provider
+	refuse bool
+}
+
+func (z *refusingZeroer) Zero(addr, size uintptr) error {
+	if z.refuse {
+		return arena.NotStarted(errClearRefused)
+	}
+	clear(mem.Bytes(addr, size))
+	return nil
+}
+
+// errClearRefused is refusingZeroer's failure.
+var errClearRefused = errors.New("the clear was refused")
+
+// TestZallocRefusedClearFreed: a Zalloc whose clear fails before it began (arena.ErrNotStarted)
+// frees the block at once, for small, large, object and huge blocks: nothing is set aside and
+// the next Alloc gets it. Before, it was set aside until ReleaseUncleared.
+func TestZallocRefusedClearFreed(t *testing.T) {
+	for _, n := range []uintptr{100, 200 << 10, 600 << 10, 4 << 20} { // small, large, object, huge
+		z := &refusingZeroer{Provider: arena.PageableHost(arena.HostOptions{})}
+		a, err := arena.New(arena.Options{Provider: z, Capacity: 64 << 20, PurgeDelay: -1})
+		mustOK(t, err)
+		h, err := New(a, Options{})
+		mustOK(t, err)
+		p, err := h.Alloc(n)
+		mustOK(t, err)
+		mustOK(t, h.Free(p))
+		z.refuse = true
+		if _, err := h.Zalloc(n); !errors.Is(err, errClearRefused) ||
+			!errors.Is(err, arena.ErrNotStarted) {
+			t.Fatalf("n %d: Zalloc with the clear refused: %v", n, err)
+		}
+		z.refuse = false
+		if st := h.Stats(); st.Uncleared != 0 || st.Live != 0 {
+			t.Fatalf("n %d: after the refused clear: Uncleared %d, Live %d; want 0, 0",
+				n, st.Uncleared, st.Live)
+		}
+		mustOK(t, h.verify())
+		q, err := h.Alloc(n)
+		mustOK(t, err)
+		if q != p {
+			t.Fatalf("n %d: Alloc after the refused clear got %#x, want the block freed, %#x",
+				n, q, p)
+		}
+		mustOK(t, h.Free(q))
+		mustOK(t, h.Close())
+		mustOK(t, a.Close())
+	}
+}
