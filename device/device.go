@@ -309,7 +309,7 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 			return h.deferHeld(p, u, nil)
 		}
 	}
-	if err := h.scrub(p, nil); err != nil {
+	if err := h.scrub(p, nil, freeLater); err != nil {
 		return err
 	}
 	return h.free(owner, p)
@@ -382,7 +382,7 @@ func (h *Heap) FreeAsync(p cuda.DevicePtr, s cuda.Stream) error {
 		}
 	}
 	// (The body, not a call: the pair's hot path. A held block's Release frees the same way.)
-	if err := h.scrub(p, &s); err != nil {
+	if err := h.scrub(p, &s, freeLater); err != nil {
 		return err
 	}
 	if h.reusableOn(owner, s, size) {

@@ -47,13 +47,22 @@ func (h *Heap) liveSize(p cuda.DevicePtr) uintptr {
 	return n
 }
 
+// What becomes of a block whose clear a capture refused, said at the end of scrub's error: a
+// Free's block stays live, to free again; a parked free's block stays parked (scrubParked).
+const (
+	freeLater   = "free it once the capture has ended"
+	parkedLater = "kept parked: cleared and given back at a later call once the capture has ended"
+)
+
 // scrub clears the live block at p, on stream s (queued), or at once when s is nil; it refuses,
 // queueing nothing, when a capture holds the stream the memset would be queued on. It clears the
 // block's whole extent (heap.Group.Extent), not the size asked for alone: the user's work may
 // have written the rounding slack too (within the block, or the granule a huge block ends in,
 // nothing faults), and the next owner, who may ask for the whole extent, would read it. The
 // extent is committed throughout: the memset never reaches a granule the arena has unmapped.
-func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
+// A capture's refusal ends with then, which says what becomes of the block (freeLater,
+// parkedLater).
+func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream, then string) error {
 	if !h.zeroOnFree {
 		return nil
 	}
@@ -69,7 +78,8 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream) error {
 		on = streamq.Stream(*s)
 	}
 	if err := streamq.CaptureRefusal(h.dev, on); err != nil {
-		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w; free it once the capture has ended", p, n, err)
+		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w; %s",
+			p, n, err, then)
 	}
 	if s != nil {
 		err = h.dev.MemsetD8Async(uintptr(p), 0, n, uintptr(*s))

@@ -146,14 +146,14 @@ func (d Hold) Release() error {
 func (h *Heap) releasedFree(p cuda.DevicePtr, s *cuda.Stream, l *deferredList) error {
 	owner, err := h.owner(p)
 	if err == nil && s == nil {
-		if h.scrub(p, nil) != nil {
+		if h.scrub(p, nil, parkedLater) != nil {
 			h.parkFree(p, 0, true)
 			return nil
 		}
 		err = h.free(owner, p)
 	} else if err == nil {
 		var size uintptr
-		if size, err = h.g.Size(uintptr(p)); err == nil && h.scrub(p, s) != nil {
+		if size, err = h.g.Size(uintptr(p)); err == nil && h.scrub(p, s, parkedLater) != nil {
 			h.parkFree(p, *s, true)
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -79,6 +80,10 @@ func holdClearRefused(t *testing.T, async bool) {
 // refused a second time, and the block must stay parked, neither freed nor handed out with s's
 // bytes. Once the capture has ended, a Sync clears and frees it. No test failed when the settle
 // freed the block after its refused clear.
+//
+// The refusal says what happens to the block: it is freed already, kept parked, and cleared and
+// given back at a later call; before, it ended with the advice of a Free's refused clear, "free
+// it once the capture has ended", to free a block already freed.
 func TestFakeHoldClearRefusedTwice(t *testing.T) {
 	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1, ZeroOnFree: true})
 	if f == nil {
@@ -107,6 +112,7 @@ func TestFakeHoldClearRefusedTwice(t *testing.T) {
 		t.Errorf("Sync during the capture: %v; want an error matching cuda.ErrCapturing", serr)
 	}
 	saysDeviceOnce(t, "Sync during the capture", serr)
+	parkedSays(t, "Sync during the capture", serr)
 	if st.Deferred != 1 || st.Live != 1 {
 		t.Errorf("after the second refused clear: %d deferred, %d live; want 1, 1 (still parked)", st.Deferred, st.Live)
 	}
@@ -121,4 +127,18 @@ func TestFakeHoldClearRefusedTwice(t *testing.T) {
 		t.Error("ZeroOnFree: the held block came back with s's bytes")
 	}
 	freeAll(t, h, []cuda.DevicePtr{q})
+}
+
+// parkedSays checks that err, a parked held block's clear refused during a capture, says the
+// block stays parked and goes back at a later call, not to free it (it is freed already).
+func parkedSays(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if s := err.Error(); strings.Contains(s, "free it") || !strings.Contains(s, "kept parked") ||
+		!strings.Contains(s, "at a later call once the capture has ended") {
+		t.Errorf("%s: %q; want it to say the block is kept parked and given back at a later "+
+			"call once the capture has ended, not to free it", what, s)
+	}
 }

@@ -183,7 +183,7 @@ func (h *Heap) scrubParked(l *deferredList) error {
 	var ps []cuda.DevicePtr
 	l.Items(func(marked, open []cuda.DevicePtr) { ps = append(append(ps, marked...), open...) })
 	for _, p := range ps {
-		if err := h.scrub(p, nil); err != nil {
+		if err := h.scrub(p, nil, parkedLater); err != nil {
 			return wrapf(err, "device: the free of held block %#x, made at its last Release, waits", p)
 		}
 	}
