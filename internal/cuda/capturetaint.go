@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -12,12 +13,15 @@ import (
 // graph), and each launch of the graph records it again. The library must never query it as a
 // point nor record it for another: EventPool.Put keeps it out of the pool for good. Nor is it
 // destroyed: the driver API does not say whether a graph may outlive the events its record
-// nodes name, so the event is left to the process (TaintedEvents counts them).
+// nodes name, so the event is left to the process (TaintedEvents counts them), unless its
+// owner, knowing the graphs that name it destroyed, destroys it (Device.EventDestroy, which
+// takes it out of the tainted events, or DestroyLetGo).
 var taints struct {
 	n     atomic.Int32 // events in m: Put looks no further while none
 	mu    sync.Mutex
 	m     map[Event]struct{}
-	let   []Event // tainted events given back to pools: DestroyLetGo's
+	let   []Event      // tainted events given back to pools: DestroyLetGo's
+	lets  atomic.Int32 // len(let): EventDestroy looks no further while n and lets are 0
 	total atomic.Int64
 }
 
@@ -68,9 +72,54 @@ func untaint(ev Event) bool {
 		delete(taints.m, ev)
 		taints.n.Add(-1)
 		taints.let = append(taints.let, ev)
+		taints.lets.Add(1)
 	}
 	taints.mu.Unlock()
 	return ok
+}
+
+// Where dropTaint found an event: tainted and held, or let go.
+const (
+	notTainted = iota
+	taintHeld
+	taintLet
+)
+
+// dropTaint takes ev out of the tainted events, held or let go, before its destroy
+// (Device.EventDestroy; the handle is still ev's, no new event has it), and says where it was.
+func dropTaint(ev Event) int {
+	if taints.n.Load() == 0 && taints.lets.Load() == 0 {
+		return notTainted
+	}
+	taints.mu.Lock()
+	defer taints.mu.Unlock()
+	if _, ok := taints.m[ev]; ok {
+		delete(taints.m, ev)
+		taints.n.Add(-1)
+		return taintHeld
+	}
+	if i := slices.Index(taints.let, ev); i >= 0 {
+		taints.let = slices.Delete(taints.let, i, i+1)
+		taints.lets.Add(-1)
+		return taintLet
+	}
+	return notTainted
+}
+
+// restoreTaint puts ev back where dropTaint found it, after the driver refused its destroy.
+func restoreTaint(ev Event, was int) {
+	if was == notTainted {
+		return
+	}
+	taints.mu.Lock()
+	if was == taintHeld {
+		taints.m[ev] = struct{}{}
+		taints.n.Add(1)
+	} else {
+		taints.let = append(taints.let, ev)
+		taints.lets.Add(1)
+	}
+	taints.mu.Unlock()
 }
 
 // DestroyLetGo destroys the tainted events given back to pools (let go for good), for a program
@@ -80,12 +129,14 @@ func DestroyLetGo(d *Device) error {
 	taints.mu.Lock()
 	evs := taints.let
 	taints.let = nil
+	taints.lets.Store(0)
 	taints.mu.Unlock()
 	var first error
 	for _, ev := range evs {
 		if err := d.EventDestroy(ev); err != nil {
 			taints.mu.Lock()
 			taints.let = append(taints.let, ev)
+			taints.lets.Add(1)
 			taints.mu.Unlock()
 			if first == nil {
 				first = err

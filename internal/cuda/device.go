@@ -592,7 +592,15 @@ func (d *Device) EventElapsed(start, end Event) (ms float32, err error) {
 	return
 }
 
-// EventDestroy destroys an event from EventCreate.
+// EventDestroy destroys an event from EventCreate. Destroying a tainted event (EventTainted,
+// or one an EventPool let go) is the caller's word that no graph names it any more: the event
+// leaves the tainted ones, so that a new event the driver gives its handle is not taken for
+// tainted, nor destroyed by DestroyLetGo. One whose destroy the driver refuses stays tainted.
 func (d *Device) EventDestroy(ev Event) error {
-	return d.track(&d.events, uint64(ev), -1, d.Do(func() error { return d.drv.eventDestroy(ev) }))
+	was := dropTaint(ev)
+	err := d.track(&d.events, uint64(ev), -1, d.Do(func() error { return d.drv.eventDestroy(ev) }))
+	if err != nil {
+		restoreTaint(ev, was)
+	}
+	return err
 }
