@@ -3,9 +3,11 @@ package uvm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
@@ -136,26 +138,50 @@ func (t *Tier) heldBackError(errs []error) error {
 		ErrHeldBack, strings.Join(kept, ", "), distinct(errs))
 }
 
-// distinct joins errs, the errors they join laid out, leaving out nil ones, those whose text an
-// earlier one had, and ErrHeldBack itself (the caller says it) but not what it was joined with.
+// distinct joins errs, saying each failure once (errkind.Once): the errors an errors.Join joins
+// are laid out, nil ones and ErrHeldBack itself left out (the caller says it), and an error that
+// wraps ErrHeldBack gives what it wraps besides; any other error with a text of its own (one
+// that wraps two, keptError's) is kept whole.
 func distinct(errs []error) error {
 	var out []error
-	seen := map[string]bool{}
 	var add func(err error)
 	add = func(err error) {
-		switch j, ok := err.(interface{ Unwrap() []error }); {
-		case err == nil || err == ErrHeldBack:
-		case ok:
-			for _, e := range j.Unwrap() {
-				add(e)
+		if err == nil || err == ErrHeldBack {
+			return
+		}
+		parts, ok := joined(err)
+		if !ok {
+			j, several := err.(interface{ Unwrap() []error })
+			if !several || !slices.Contains(j.Unwrap(), ErrHeldBack) {
+				out = append(out, err)
+				return
 			}
-		case !seen[err.Error()]:
-			seen[err.Error()] = true
-			out = append(out, err)
+			parts = j.Unwrap()
+		}
+		for _, e := range parts {
+			add(e)
 		}
 	}
 	for _, err := range errs {
 		add(err)
 	}
-	return errors.Join(out...)
+	return errkind.Once(out...)
+}
+
+// joined returns the errors err joins when it is an errors.Join: it wraps several, and its text
+// is theirs, a line each.
+func joined(err error) ([]error, bool) {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil, false
+	}
+	parts := j.Unwrap()
+	texts := make([]string, len(parts))
+	for i, p := range parts {
+		if p == nil {
+			return nil, false
+		}
+		texts[i] = p.Error()
+	}
+	return parts, strings.Join(texts, "\n") == err.Error()
 }
