@@ -149,7 +149,7 @@ func distinct(errs []error) error {
 		if err == nil || err == ErrHeldBack {
 			return
 		}
-		parts, ok := joined(err)
+		parts, ok := errkind.JoinParts(err)
 		if !ok {
 			j, several := err.(interface{ Unwrap() []error })
 			if !several || !slices.Contains(j.Unwrap(), ErrHeldBack) {
@@ -166,22 +166,4 @@ func distinct(errs []error) error {
 		add(err)
 	}
 	return errkind.Once(out...)
-}
-
-// joined returns the errors err joins when it is an errors.Join: it wraps several, and its text
-// is theirs, a line each.
-func joined(err error) ([]error, bool) {
-	j, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return nil, false
-	}
-	parts := j.Unwrap()
-	texts := make([]string, len(parts))
-	for i, p := range parts {
-		if p == nil {
-			return nil, false
-		}
-		texts[i] = p.Error()
-	}
-	return parts, strings.Join(texts, "\n") == err.Error()
 }

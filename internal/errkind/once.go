@@ -43,7 +43,7 @@ func onceEach(err error, kept []error) []error {
 	if err == nil {
 		return kept
 	}
-	if parts, ok := joinParts(err); ok {
+	if parts, ok := JoinParts(err); ok {
 		for _, p := range parts {
 			kept = onceEach(p, kept)
 		}
@@ -60,9 +60,10 @@ func onceEach(err error, kept []error) []error {
 	return append(kept, err)
 }
 
-// joinParts returns the errors err joins when it is an errors.Join: it wraps several, and its
-// text is theirs, a line each.
-func joinParts(err error) ([]error, bool) {
+// JoinParts returns the errors err joins when it is an errors.Join (it wraps several, and its
+// text is theirs, a line each), and whether it is one: an error with a text of its own that
+// wraps several (two %w, Wrap) is not taken apart.
+func JoinParts(err error) ([]error, bool) {
 	j, ok := err.(interface{ Unwrap() []error })
 	if !ok {
 		return nil, false
