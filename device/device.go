@@ -157,6 +157,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/heap"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -525,8 +526,10 @@ func (h *Heap) reclaim() error {
 		}
 		sh.Trim()
 	}
-	errs = append(errs, h.settleParked(false, nil)) // parked heaps whose last blocks the drain freed
-	return errors.Join(errs...)
+	// Parked heaps whose last blocks the drain freed. The two settles may say one parked
+	// entry's refusal each: said once.
+	errs = append(errs, h.settleParked(false, nil))
+	return errkind.Once(errs...)
 }
 
 // heldBy reports whether a stream heap holds memory, and whether a default stream's does.

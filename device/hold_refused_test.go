@@ -141,4 +141,7 @@ func parkedSays(t *testing.T, what string, err error) {
 		t.Errorf("%s: %q; want it to say the block is kept parked and given back at a later "+
 			"call once the capture has ended, not to free it", what, s)
 	}
+	if n := strings.Count(err.Error(), "kept parked"); n != 1 {
+		t.Errorf("%s: %q says the refused clear %d times, want once", what, err, n)
+	}
 }

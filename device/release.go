@@ -8,6 +8,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -31,7 +32,8 @@ func (h *Heap) Sync() error {
 	if perr != nil && h.parkedFrees() == 0 {
 		perr = nil // no free of a parked stream waits: its heap's memory is Trim's
 	}
-	return faulted(errors.Join(perr, err, h.settleParked(false, nil), h.takeParkErr()))
+	// The two settles may say one parked entry's refusal each: said once.
+	return faulted(errkind.Once(perr, err, h.settleParked(false, nil), h.takeParkErr()))
 }
 
 // Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
