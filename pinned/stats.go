@@ -86,6 +86,10 @@ type Stats struct {
 	Classes []heap.ClassStats
 }
 
+// statsLetGo, when not nil, is run by Stats once it has let the shards go (a test's hook: it
+// frees and purges there, as any goroutine may), before it adds up what it read.
+var statsLetGo func()
+
 // counts are the counters of a pool's heaps that outlive them (Pool.counted).
 type counts struct{ allocs, frees, peak uint64 }
 
@@ -94,39 +98,60 @@ type counts struct{ allocs, frees, peak uint64 }
 // the Free of the last buffer after it), Released is set, Shards is 0 and the pool keeps no
 // buffer, but Allocs, Frees and PeakInUse keep their last values, as a device heap's counters
 // do after its Close.
+//
+// Its figures are those of one instant: it holds every shard (as Map does; an Alloc or Free
+// that needs a shard's lock waits for it) while it reads the heaps, the deferred buffers and
+// the arena, so no buffer is allocated or freed between two of its reads, and a purge meanwhile
+// takes only memory no live buffer uses. So InUse is at most Committed (Fragmentation 0 or at
+// least 1); Locked is at most Committed; Live is Allocs - Frees, and 0 exactly when InUse is;
+// Deferred is at most Live and DeferredBytes at most InUse; PeakInUse is at least InUse and
+// PeakCommitted at least Committed. Precommitting and PrecommitErr are read after the others.
 func (p *Pool) Stats() Stats {
 	st := Stats{Backend: p.backend}
-	classes := map[uint64]*heap.ClassStats{}
+	var as arena.Stats
+	var hss []heap.Stats
 	if p.released.Load() {
 		st.Released = true
 		st.Allocs, st.Frees, st.PeakInUse = p.counted.allocs, p.counted.frees, p.counted.peak
+		as = p.a.Stats()
 	} else {
 		// Stats says no error: a refusal leaves its buffers deferred (counted below), for the
 		// next Trim or Close to say.
 		_ = p.reclaim(true)
+		ss := p.lockAll()
+		hss = make([]heap.Stats, len(ss))
+		for i, s := range ss {
+			hss[i] = s.h.Stats() // each collects its pending frees: none can land until unlockAll
+		}
+		// After the collects: a buffer leaves the lists before its free, so one on them now is
+		// live in its heap still.
 		st.Deferred, st.DeferredBytes = p.deferred()
-		p.each(func(h *heap.Heap) {
-			hs := h.Stats()
-			st.InUse += hs.InUse
-			st.PeakInUse += hs.Peak
-			st.Live += hs.Live
-			st.Allocs += hs.Allocs
-			st.Frees += hs.Frees
-			st.Shards++
-			for _, c := range hs.Classes {
-				m := classes[c.Size]
-				if m == nil {
-					m = &heap.ClassStats{Size: c.Size}
-					classes[c.Size] = m
-				}
-				m.Allocs += c.Allocs
-				m.Frees += c.Frees
-				m.Live += c.Live
-				m.Pages += c.Pages
-			}
-		})
+		as = p.a.Stats() // lock order: shards, then the arena
+		p.unlockAll(ss)
 	}
-	as := p.a.Stats()
+	if statsLetGo != nil {
+		statsLetGo()
+	}
+	classes := map[uint64]*heap.ClassStats{}
+	for _, hs := range hss {
+		st.InUse += hs.InUse
+		st.PeakInUse += hs.Peak
+		st.Live += hs.Live
+		st.Allocs += hs.Allocs
+		st.Frees += hs.Frees
+		st.Shards++
+		for _, c := range hs.Classes {
+			m := classes[c.Size]
+			if m == nil {
+				m = &heap.ClassStats{Size: c.Size}
+				classes[c.Size] = m
+			}
+			m.Allocs += c.Allocs
+			m.Frees += c.Frees
+			m.Live += c.Live
+			m.Pages += c.Pages
+		}
+	}
 	st.Kind, st.Provider, st.Granule = as.Kind.String(), as.Provider, as.Granule
 	st.Capacity, st.Reserved = as.Capacity, as.Reserved
 	st.Committed, st.PeakCommitted, st.Locked, st.Kept = as.Committed, as.PeakCommitted, as.Locked, as.Kept
