@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
@@ -33,21 +34,32 @@ type Usage struct {
 	Precommitted uint64
 }
 
-// Usage returns the pool's figures without allocating: it holds each shard in turn
-// (collecting the frees other goroutines made, as Stats does; one membarrier for them all when
-// the pool has fast sections) and takes the arena's lock once.
+// Usage returns the pool's figures without allocating: it holds every shard (collecting the
+// frees other goroutines made, as Stats does; one membarrier for them all when the pool has
+// fast sections) while it reads the heaps, the deferred buffers and the arena, so that its
+// figures are those of one instant, with Stats' guarantees: InUse at most Committed, Live 0
+// exactly when InUse is, Deferred at most Live and DeferredBytes at most InUse.
 func (p *Pool) Usage() Usage {
 	var u Usage
-	if !p.released.Load() {
-		p.each(func(h *heap.Heap) {
-			hu := h.Usage()
+	var au arena.Usage
+	if p.released.Load() {
+		au = p.a.Usage()
+		u.Deferred, u.DeferredBytes = p.deferred()
+	} else {
+		ss := p.lockAll()
+		for _, s := range ss {
+			hu := s.h.Usage()
 			u.InUse += hu.InUse
 			u.Live += hu.Live
-		})
+		}
+		u.Deferred, u.DeferredBytes = p.deferred() // after the collects, as Stats reads them
+		au = p.a.Usage()
+		p.unlockAll(ss)
 	}
-	au := p.a.Usage()
+	if statsLetGo != nil {
+		statsLetGo()
+	}
 	u.Reserved, u.Committed, u.Locked, u.Precommitted = au.Reserved, au.Committed, au.Locked, au.Precommitted
-	u.Deferred, u.DeferredBytes = p.deferred()
 	return u
 }
 

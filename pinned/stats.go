@@ -86,8 +86,9 @@ type Stats struct {
 	Classes []heap.ClassStats
 }
 
-// statsLetGo, when not nil, is run by Stats once it has let the shards go (a test's hook: it
-// frees and purges there, as any goroutine may), before it adds up what it read.
+// statsLetGo, when not nil, is run by Stats and Usage once they have let the shards go (a
+// test's hook: it frees and purges there, as any goroutine may), before they add up what they
+// read.
 var statsLetGo func()
 
 // counts are the counters of a pool's heaps that outlive them (Pool.counted).

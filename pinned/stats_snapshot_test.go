@@ -43,3 +43,35 @@ func TestStatsOneInstant(t *testing.T) {
 		t.Errorf("after Free and Trim: %d bytes in use of %d committed", st.InUse, st.Committed)
 	}
 }
+
+// TestUsageOneInstant is TestStatsOneInstant for Usage, which held each shard in turn and read
+// the arena after letting the last go.
+func TestUsageOneInstant(t *testing.T) {
+	p := newTestPool(t, Options{Backend: Pageable, PurgeDelay: -1})
+	b, err := p.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := false
+	statsLetGo = func() {
+		statsLetGo = nil
+		fired = true
+		if err := p.Free(b); err != nil {
+			t.Error(err)
+		}
+		if err := p.Trim(); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { statsLetGo = nil })
+	u := p.Usage()
+	if !fired {
+		t.Fatal("Usage ran no statsLetGo")
+	}
+	if u.InUse > u.Committed || (u.Live == 0) != (u.InUse == 0) {
+		t.Errorf("Usage: %d live of %d bytes in use, %d committed", u.Live, u.InUse, u.Committed)
+	}
+	if u := p.Usage(); u.InUse != 0 || u.Committed != 0 {
+		t.Errorf("after Free and Trim: %d bytes in use of %d committed", u.InUse, u.Committed)
+	}
+}
