@@ -299,9 +299,11 @@ func footprintTargets(rs []result) []target {
 	if v, ok := lookup(rs, "footprint/replay", cudaHostName, "committed_over_live"); ok {
 		detail += fmt.Sprintf("; replayed without pauses %.3f", v)
 	}
-	ts = append(ts, purgeLatencyTarget(rs, "footprint-latency-p99", "footprint/latency", "pinmalloc-pool", "purged_bytes_per_run",
+	ts = append(ts, purgeLatencyTarget(rs, "footprint-latency-p99", "footprint/latency",
+		"pinmalloc-pool",
 		"pinmalloc-pool Alloc p99 while the purger works <= 2x without a purge (footprint/latency)"),
-		purgeLatencyTarget(rs, "footprint-device-latency-p99", "footprint/device-latency", "pinmalloc-device", "purges_per_run",
+		purgeLatencyTarget(rs, "footprint-device-latency-p99", "footprint/device-latency",
+			"pinmalloc-device",
 			"pinmalloc-device Alloc p99 while the purger trims other streams' heaps <= 2x without a purge (footprint/device-latency)"))
 	h16, h16OK := lookup(rs, "footprint/trace-16p", cudaHostName, "committed_over_live")
 	host, locked := [2]string{"footprint/trace", cudaHostName}, [2]string{"footprint/trace", "pinmalloc-pool"}
@@ -312,20 +314,34 @@ func footprintTargets(rs []result) []target {
 	return ts
 }
 
+// purgeLatencyMinShare is the least share of the bytes freed for the purger that it must give
+// back while a purge-latency case's churn is timed for its target to be graded.
+const purgeLatencyMinShare = 0.5
+
 // purgeLatencyTarget grades a purge-latency case (c, allocator im): its Alloc p99 with the
-// purge on within 2x of it with none. The purge must have worked while the churn was timed
-// (counted, what the purging runs gave back, above 0): otherwise both sides ran without one and
-// the target is UNMEASURED, saying so.
-func purgeLatencyTarget(rs []result, name, c, im, counted, want string) target {
+// purge on within 2x of it with none. The purge must have worked while the churn was timed:
+// given back (purged_bytes_per_run) at least purgeLatencyMinShare of what the case freed for
+// it (freed_bytes_per_run); otherwise the side with the purge ran next to none, and the target
+// is UNMEASURED, saying so.
+func purgeLatencyTarget(rs []result, name, c, im, want string) target {
 	pu, ok1 := lookup(rs, c, im, "alloc_p99_ns_purging")
 	np, ok2 := lookup(rs, c, im, "alloc_p99_ns_no_purge")
 	p999, _ := lookup(rs, c, im, "alloc_p999_ns_purging")
 	n999, _ := lookup(rs, c, im, "alloc_p999_ns_no_purge")
 	detail := fmt.Sprintf("p99 %s against %s; p99.9 %s against %s", fmtNs(pu), fmtNs(np), fmtNs(p999), fmtNs(n999))
-	t := explained(rs, ratio(name, want, pu, np, ok1 && ok2, 2, true, detail), [2]string{c, im})
-	if n, ok := lookup(rs, c, im, counted); ok1 && ok2 && !(ok && n > 0) {
-		t = target{Name: name, Want: want, Limit: 2, Status: unmeasured,
-			Detail: "not measured: the purger did no work while the churn was timed (" + counted + " 0): no purge to time; " + detail}
+	freed, ok3 := lookup(rs, c, im, "freed_bytes_per_run")
+	purged, ok4 := lookup(rs, c, im, "purged_bytes_per_run")
+	work := fmt.Sprintf("purged %.1f MiB a run of %.1f MiB freed", purged/(1<<20), freed/(1<<20))
+	t := ratio(name, want, pu, np, ok1 && ok2, 2, true, work+"; "+detail)
+	t = explained(rs, t, [2]string{c, im})
+	if ok1 && ok2 && !(ok3 && ok4 && freed > 0 && purged >= purgeLatencyMinShare*freed) {
+		why := work
+		if !ok3 || !ok4 {
+			why = "what was freed and purged not counted"
+		}
+		t = target{Name: name, Want: want, Limit: 2, Status: unmeasured, Detail: fmt.Sprintf(
+			"not measured: the purger gave back too little while the churn was timed (%s, under the %g "+
+				"needed): no purge to time; %s", why, purgeLatencyMinShare, detail)}
 	}
 	return t
 }
@@ -398,11 +414,16 @@ func footprintTabled() []string {
 }
 
 // footprintLatency measures what the idle purge costs the allocations that run while it
-// works: a pool fills 200,000 buffers of 16 B to 8 KiB and frees nine in ten of them, which
-// leaves pages for the purge to take back; then one goroutine churns 10,000 live buffers of
-// the same sizes, timing every Alloc, for latencyOps operations, while the purger looks at
-// the pages (with the pool's default purge delay) or with no purge at all (PurgeDelay -1). The
-// two pools run in turn, three times each; a percentile is the median of its three runs.
+// works: a pool fills latencyBulk buffers of 16 B to 8 KiB (some 780 MiB asked for) and frees
+// them all, which leaves their pages for the purger to give back; then one goroutine churns
+// 10,000 live buffers of the same sizes, timing every Alloc, for 1,000,000 operations (300,000
+// at -quick), while the purger gives the pages back (the pool's default purge delay, 10 ms:
+// its arena's timer decommits them, off the allocating goroutine) or with no purge at all
+// (PurgeDelay -1): the same operations with the same sizes, only the purge differs. The two
+// pools run in turn, three times each; a percentile is the median of its three runs. The case
+// counts what the purging runs freed before the churn and gave back while it was timed
+// (freed_bytes_per_run, purged_bytes_per_run): the target needs purgeLatencyMinShare of the
+// first given back.
 func footprintLatency(s *suite) []result {
 	ops := 1_000_000
 	if s.cfg.quick {
@@ -413,18 +434,30 @@ func footprintLatency(s *suite) []result {
 		return nil
 	}
 	rs := resultSet{c: "footprint/latency", impl: "pinmalloc-pool"}
-	purged, errs := latencyRounds(&rs, func(purge bool) ([3]float64, uint64, error) { return latencyRun(purge, ops) })
+	var freed uint64
+	purged, errs := latencyRounds(&rs, func(purge bool) ([3]float64, uint64, error) {
+		q, f, n, err := latencyRun(purge, ops)
+		if purge {
+			freed += f
+		}
+		return q, n, err
+	})
 	if err := errors.Join(errs...); err != nil {
 		rs.fail(err)
 		return rs.out
 	}
-	rs.add("purged_bytes_per_run", float64(purged)/3, "B") // what the purger gave back while the churn ran
+	rs.add("freed_bytes_per_run", float64(freed)/3, "B")   // freed before the purging runs' churn
+	rs.add("purged_bytes_per_run", float64(purged)/3, "B") // given back while the churn was timed
 	return append(out, rs.out...)
 }
 
-// latencyRun is one run of footprintLatency: the p50, p99 and p99.9 of its Alloc times, and
-// the bytes the pool purged during the churn.
-func latencyRun(purge bool, ops int) (q [3]float64, purged uint64, err error) {
+// latencyBulk is how many buffers footprintLatency's pool fills and frees before its churn.
+const latencyBulk = 200_000
+
+// latencyRun is one run of footprintLatency: the p50, p99 and p99.9 of its Alloc times, the
+// bytes asked for by the buffers freed before the churn, and the bytes the pool purged during
+// the churn.
+func latencyRun(purge bool, ops int) (q [3]float64, freed, purged uint64, err error) {
 	o := pinned.Options{Capacity: 1 << 30, Backend: pinned.Locked}
 	if hostMemory.pageable {
 		o.Backend = pinned.Pageable
@@ -434,30 +467,28 @@ func latencyRun(purge bool, ops int) (q [3]float64, purged uint64, err error) {
 	}
 	p, err := pinned.New(o)
 	if err != nil {
-		return q, 0, err
+		return q, 0, 0, err
 	}
 	defer func() { err = errors.Join(err, p.Close()) }()
 	size := func(z uint64) int { return larsonSize(z, 16, 8<<10) }
-	bufs := make([][]byte, 200_000)
+	bulk := make([][]byte, latencyBulk)
 	defer func() {
-		for _, b := range bufs {
+		for _, b := range bulk {
 			if b != nil {
 				err = errors.Join(err, p.Free(b))
 			}
 		}
 	}()
-	for i := range bufs {
-		if bufs[i], err = p.Alloc(size(larsonDraw(9, uint64(i)))); err != nil {
-			return q, 0, err
+	for i := range bulk {
+		if bulk[i], err = p.Alloc(size(larsonDraw(9, uint64(i)))); err != nil {
+			return q, 0, 0, err
 		}
 	}
-	for i := range bufs {
-		if i%10 != 0 {
-			if err := p.Free(bufs[i]); err != nil {
-				return q, 0, err
-			}
-			bufs[i] = nil
+	for i, b := range bulk {
+		if err := p.Free(b); err != nil {
+			return q, 0, 0, err
 		}
+		bulk[i], freed = nil, freed+uint64(len(b))
 	}
 	live := make([][]byte, 10_000)
 	defer func() {
@@ -474,16 +505,16 @@ func latencyRun(purge bool, ops int) (q [3]float64, purged uint64, err error) {
 		i := int((z >> 32) * uint64(len(live)) >> 32)
 		if live[i] != nil {
 			if err := p.Free(live[i]); err != nil {
-				return q, 0, err
+				return q, 0, 0, err
 			}
 		}
 		t0 := time.Now()
 		b, err := p.Alloc(size(z))
 		ns = append(ns, int64(time.Since(t0)))
 		if err != nil {
-			return q, 0, err
+			return q, 0, 0, err
 		}
 		live[i] = b
 	}
-	return percentiles(ns), p.Stats().Purged - before, nil
+	return percentiles(ns), freed, p.Stats().Purged - before, nil
 }
