@@ -146,8 +146,10 @@ func (a *Arena) giveUp(cutoff int64) (pending bool) {
 	return pending
 }
 
-// keptIdleBytes sums the memory of idle tracked ranges in whole granules (what giving them up
-// decommits, where the provider decommits). Called with a.mu held.
+// keptIdleBytes sums the memory of idle tracked ranges: their committed whole granules (what
+// giving them up decommits, where the provider decommits), so that it is part of Committed (a
+// range may be committed in part: the heap's reuse of a huge range commits the bytes asked
+// for). Called with a.mu held.
 func (a *Arena) keptIdleBytes() (n uint64) {
 	for _, k := range a.kept {
 		if k.Word.Load()&keep.State != uint64(keep.Idle) {
@@ -155,7 +157,7 @@ func (a *Arena) keptIdleBytes() (n uint64) {
 		}
 		if r := a.regionAt(k.Addr); r != nil {
 			if glo, ghi, ok := r.whole(k.Addr, k.Size); ok {
-				n += uint64(ghi-glo) << r.gshift
+				n += uint64(r.commit.Count(glo, ghi)) << r.gshift
 			}
 		}
 	}
