@@ -55,13 +55,14 @@ var ucxSizes = []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 1
 type ucxRow struct {
 	Case   string  `json:"case"`
 	Size   int     `json:"size,omitempty"`
-	Remote float64 `json:"remote"`          // MB/s (10^6 bytes), or µs for the registration rows: the median
-	RMA    float64 `json:"rma,omitempty"`   // remote with ModeRMA
-	Other  float64 `json:"other,omitempty"` // perftest's, Go net's, or the per-buffer registration's
-	Ratio  float64 `json:"ratio,omitempty"` // the median of the rounds' Remote / Other (Other / Remote for costs)
-	Like   float64 `json:"like,omitempty"`  // perftest run like remote (failure handling; ordinary memory)
+	Remote float64 `json:"remote,omitempty"` // MB/s (10^6 bytes), or µs for the registration rows: the median
+	RMA    float64 `json:"rma,omitempty"`    // remote with ModeRMA
+	Other  float64 `json:"other,omitempty"`  // perftest's, Go net's, or the per-buffer registration's
+	Ratio  float64 `json:"ratio,omitempty"`  // the median of the rounds' Remote / Other (Other / Remote for costs)
+	Like   float64 `json:"like,omitempty"`   // perftest run like remote (failure handling; ordinary memory)
 	LikeR  float64 `json:"like_ratio,omitempty"`
 	Detail string  `json:"detail,omitempty"` // what else was measured
+	Error  string  `json:"error,omitempty"`  // why its step failed (no figures then)
 	// The spread: every round's figure, in the order taken (the competitors interleaved).
 	Rounds struct {
 		Remote, RMA, Other, Ratio, Like, LikeRatio []float64 `json:",omitempty"`
@@ -150,31 +151,33 @@ func ucxBench(cfg *config) int {
 		return 1
 	}
 	defer b.close()
-	var rows []ucxRow
-	for _, step := range []struct {
-		name string
-		run  func() ([]ucxRow, error)
-	}{{"registration/1000x16KiB", b.registration}, {"", b.bandwidth}, {"batch/1000x16KiB cpu/1000x16KiB-vs-net", b.batch}} {
-		if step.name != "" && !b.filter.MatchString(step.name) {
-			continue // (bandwidth filters its rows itself)
-		}
-		rs, err := step.run()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench -ucx:", err)
-			return 1
-		}
-		rows = append(rows, rs...)
-	}
-	out := newFitWriter(os.Stdout, cfg.width())
-	printUCX(out, tls, loadAvg(), rows)
-	out.Flush()
+	rows, failed := runUCXSteps(b.filter, b.steps())
+	return finishUCX(os.Stdout, os.Stderr, cfg, tls, rows, failed)
+}
+
+// finishUCX prints the suite's table on out, writes its JSON (writeUCXResults) and returns
+// the run's exit status: 1 when a step failed (named on errOut; the table and the JSON say
+// why) or the results could not be written, else 0.
+func finishUCX(out, errOut io.Writer, cfg *config, tls string, rows []ucxRow, failed []string) int {
+	w := newFitWriter(out, cfg.width())
+	printUCX(w, tls, loadAvg(), rows)
+	w.Flush()
+	status := 0
 	path, err := writeUCXResults(cfg.out, cfg.name, tls, rows)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench -ucx: writing the results:", err)
-		return 1
+		fmt.Fprintln(errOut, "bench -ucx: writing the results:", err)
+		status = 1
+	} else {
+		fmt.Fprintln(errOut, "bench -ucx: wrote", path)
 	}
-	fmt.Fprintln(os.Stderr, "bench -ucx: wrote", path)
-	return 0
+	if len(failed) > 0 {
+		w := newFitWriter(errOut, cfg.width())
+		fmt.Fprintf(w, "bench -ucx: %d of its steps failed (the table says why): %s\n",
+			len(failed), strings.Join(failed, "; "))
+		w.Flush()
+		status = 1
+	}
+	return status
 }
 
 // writeUCXResults writes the suite's rows, with the transport and the load, into
@@ -395,86 +398,90 @@ func scale(xs []float64, k float64) []float64 {
 // 16384.
 func opsFor(size int) int { return min(16384, max(16, (64<<20)/size)) }
 
-func (b *ucxBenchState) bandwidth() ([]ucxRow, error) {
+// bandwidth measures the puts and gets of size bytes that -cases selects (bandwidthRows).
+// The buffers, here and the peer's, are freed whatever happens: a step that failed leaves none
+// behind for the next.
+func (b *ucxBenchState) bandwidth(size int) (rows []ucxRow, err error) {
+	var dirs []bool
+	for _, get := range []bool{false, true} {
+		if b.filter.MatchString(opName(get) + "/" + sizeName(int64(size))) {
+			dirs = append(dirs, get)
+		}
+	}
+	if len(dirs) == 0 {
+		return nil, nil
+	}
+	src, err := b.pool.Alloc(size)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		_, errC := b.call(b.c, "free")
+		_, errR := b.call(b.cr, "free")
+		if err = errors.Join(err, errC, errR, b.pool.Free(src)); err != nil {
+			rows = nil
+		}
+	}()
+	return b.bandwidthRows(size, dirs, src)
+}
+
+// bandwidthRows measures the puts and gets (dirs) of size bytes from or into src, a row each.
+func (b *ucxBenchState) bandwidthRows(size int, dirs []bool, src []byte) ([]ucxRow, error) {
 	var rows []ucxRow
-	for _, size := range ucxSizes {
-		var dirs []bool
-		for _, get := range []bool{false, true} {
-			if b.filter.MatchString(opName(get) + "/" + sizeName(int64(size))) {
-				dirs = append(dirs, get)
+	dst, err := b.peerAlloc(b.c, size, 1)
+	if err != nil {
+		return nil, err
+	}
+	dstR, err := b.peerAlloc(b.cr, size, 1)
+	if err != nil {
+		return nil, err
+	}
+	t, tr := b.c.NewTransfer(), b.cr.NewTransfer()
+	for _, get := range dirs {
+		// A warm-up, untimed, as perftest's (-w, a tenth of the operations): the first
+		// touch of the peer's new buffer here (over shared memory between pools of
+		// segments, a page fault per page of its mapping in this process) is not the
+		// transfer's.
+		for _, w := range []struct {
+			t *remote.Transfer
+			d remote.Descriptor
+		}{{t, dst[0]}, {tr, dstR[0]}} {
+			if _, _, err := transferMBs(b.ctx, w.t, get, src, w.d, size, max(10, opsFor(size)/10)); err != nil {
+				return nil, err
 			}
 		}
-		if len(dirs) == 0 {
-			continue
-		}
-		src, err := b.pool.Alloc(size)
-		if err != nil {
-			return nil, err
-		}
-		dst, err := b.peerAlloc(b.c, size, 1)
-		if err != nil {
-			return nil, err
-		}
-		dstR, err := b.peerAlloc(b.cr, size, 1)
-		if err != nil {
-			return nil, err
-		}
-		t, tr := b.c.NewTransfer(), b.cr.NewTransfer()
-		for _, get := range dirs {
-			// A warm-up, untimed, as perftest's (-w, a tenth of the operations): the first
-			// touch of the peer's new buffer here (over shared memory between pools of
-			// segments, a page fault per page of its mapping in this process) is not the
-			// transfer's.
-			for _, w := range []struct {
-				t *remote.Transfer
-				d remote.Descriptor
-			}{{t, dst[0]}, {tr, dstR[0]}} {
-				if _, _, err := transferMBs(b.ctx, w.t, get, src, w.d, size, max(10, opsFor(size)/10)); err != nil {
-					return nil, err
-				}
+		var ours, rma, pt, like, cpu []float64
+		for range b.rounds {
+			v, f, err := transferMBs(b.ctx, t, get, src, dst[0], size, opsFor(size))
+			if err != nil {
+				return nil, err
 			}
-			var ours, rma, pt, like, cpu []float64
-			for range b.rounds {
-				v, f, err := transferMBs(b.ctx, t, get, src, dst[0], size, opsFor(size))
-				if err != nil {
-					return nil, err
-				}
-				ours, cpu = append(ours, v), append(cpu, f)
-				if v, _, err = transferMBs(b.ctx, tr, get, src, dstR[0], size, opsFor(size)); err != nil {
-					return nil, err
-				}
-				rma = append(rma, v)
-				if b.perftest != "" {
-					for _, l := range []bool{false, true} {
-						v, err := b.runPerftest(get, l, size, opsFor(size))
-						if err != nil {
-							return nil, err
-						}
-						if l {
-							like = append(like, v)
-						} else {
-							pt = append(pt, v)
-						}
+			ours, cpu = append(ours, v), append(cpu, f)
+			if v, _, err = transferMBs(b.ctx, tr, get, src, dstR[0], size, opsFor(size)); err != nil {
+				return nil, err
+			}
+			rma = append(rma, v)
+			if b.perftest != "" {
+				for _, l := range []bool{false, true} {
+					v, err := b.runPerftest(get, l, size, opsFor(size))
+					if err != nil {
+						return nil, err
+					}
+					if l {
+						like = append(like, v)
+					} else {
+						pt = append(pt, v)
 					}
 				}
 			}
-			r := ucxRow{Case: opName(get) + "/" + sizeName(int64(size)), Size: size}
-			r.compare(ours, rma, pt)
-			r.like(ours, like)
-			r.onCPU(cpu)
-			fmt.Fprintf(os.Stderr, "  %-10s remote %s MB/s (on a CPU %s%%), ModeRMA %s, ucx_perftest %s (ratio %s), like remote %s (ratio %s)\n", r.Case,
-				spread(ours, 0), spread(scale(cpu, 100), 0), spread(rma, 0), spread(pt, 0), spread(r.Rounds.Ratio, 2), spread(like, 0), spread(r.Rounds.LikeRatio, 2))
-			rows = append(rows, r)
 		}
-		if _, err := b.call(b.c, "free"); err != nil {
-			return nil, err
-		}
-		if _, err := b.call(b.cr, "free"); err != nil {
-			return nil, err
-		}
-		if err := b.pool.Free(src); err != nil {
-			return nil, err
-		}
+		r := ucxRow{Case: opName(get) + "/" + sizeName(int64(size)), Size: size}
+		r.compare(ours, rma, pt)
+		r.like(ours, like)
+		r.onCPU(cpu)
+		fmt.Fprintf(os.Stderr, "  %-10s remote %s MB/s (on a CPU %s%%), ModeRMA %s, ucx_perftest %s (ratio %s), like remote %s (ratio %s)\n", r.Case,
+			spread(ours, 0), spread(scale(cpu, 100), 0), spread(rma, 0), spread(pt, 0), spread(r.Rounds.Ratio, 2), spread(like, 0), spread(r.Rounds.LikeRatio, 2))
+		rows = append(rows, r)
 	}
 	return rows, nil
 }
@@ -494,6 +501,10 @@ func printUCX(w io.Writer, tls, load string, rows []ucxRow) {
 	fmt.Fprintln(w, "| case | remote | remote, ModeRMA | perftest / other | remote ÷ it | perftest like remote | remote ÷ it | |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
+		if r.Error != "" {
+			fmt.Fprintf(w, "| %s | failed: %s | | | | | | |\n", r.Case, r.Error)
+			continue
+		}
 		like, likeR := "", ""
 		if r.Like > 0 {
 			like, likeR = fmt.Sprintf("%.0f", r.Like), fmt.Sprintf("%.2f [%s]", r.LikeR, spread(r.Rounds.LikeRatio, 2))

@@ -33,6 +33,10 @@ func (b *ucxBenchState) batch() ([]ucxRow, error) {
 			_ = b.pool.Free(s)
 		}
 	}()
+	defer func() { // the peer's blocks, freed however the batch ends: none left for the next step
+		_, _ = b.call(b.c, "free")
+		_, _ = b.call(b.cr, "free")
+	}()
 	dst, err := b.peerAlloc(b.c, size, n)
 	if err != nil {
 		return nil, err
@@ -135,7 +139,5 @@ func (b *ucxBenchState) batch() ([]ucxRow, error) {
 		fmt.Fprintf(os.Stderr, "  %-22s remote %s MB/s, ModeRMA %s, competitor %s (ratio %s), perftest like remote %s (ratio %s)\n", r.Case,
 			spread(r.Rounds.Remote, 0), spread(r.Rounds.RMA, 0), spread(r.Rounds.Other, 0), spread(r.Rounds.Ratio, 2), spread(r.Rounds.Like, 0), spread(r.Rounds.LikeRatio, 2))
 	}
-	_, _ = b.call(b.c, "free")
-	_, _ = b.call(b.cr, "free")
 	return rows, nil
 }
