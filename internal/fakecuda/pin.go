@@ -10,11 +10,11 @@ import (
 
 // The fake's pinning section (the end of fakedriver.c.in, fake_pin_ctl): a cost model for the
 // calls that pin host memory, fault injection for the VMM and registration calls, for
-// cuEventRecord, for the stream waits (cuStreamWaitEvent, cuStreamSynchronize) and for the
-// calls that give back (free, unmap, release, unregister, destroy, unload), and what the host
-// says about NUMA. The fake runs every call under one mutex;
-// its pinning calls do their expensive part (and the modelled cost) outside it, so that calls
-// on several threads overlap.
+// cuEventRecord, for the stream waits (cuStreamWaitEvent, cuStreamSynchronize), for
+// cuStreamCreate and the memsets, and for the calls that give back (free, unmap, release,
+// unregister, destroy, unload), and what the host says about NUMA. The fake runs every call
+// under one mutex; its pinning calls do their expensive part (and the modelled cost) outside
+// it, so that calls on several threads overlap.
 // What figures taken with the cost model can and cannot show is said at SetPinCost.
 
 // Controls understood by fake_pin_ctl (the PC_ constants of the C source).
@@ -66,6 +66,11 @@ const (
 	// CallStreamSync is cuStreamSynchronize (nothing runs: the stream's work stays queued, as
 	// after a wait whose outcome the caller cannot know).
 	CallStreamSync
+	// CallStreamCreate is cuStreamCreate and cuStreamCreateWithPriority (no stream is made).
+	CallStreamCreate
+	// CallMemset is cuMemsetD8 and cuMemsetD8Async (nothing is queued: the memory stays as it
+	// was, as when the driver refuses the memset before it begins).
+	CallMemset
 )
 
 // More result codes for FailAfter.
@@ -104,7 +109,8 @@ func (d *Driver) SetPinCost(populate bool, pin, unpin time.Duration) {
 // as when the real driver refuses it (a bad handle or argument: ResultInvalidValue; its sticky
 // error refuses it too, with no injection): what it names stays alive, and the same call
 // again succeeds. A wait made to fail changes nothing either: cuStreamWaitEvent queues no wait,
-// cuStreamSynchronize runs nothing, so the stream's work may still be queued after it.
+// cuStreamSynchronize runs nothing, so the stream's work may still be queued after it. Nor does
+// a refused create or memset: cuStreamCreate makes no stream, cuMemsetD8(Async) queues nothing.
 func (d *Driver) FailAfter(call PinCall, skip, code int) {
 	if skip < 0 || skip > 1<<40 || code <= 0 || code > 0xffff {
 		panic(fmt.Sprintf("fakecuda: FailAfter(%d, %d, %d): out of range", call, skip, code))
