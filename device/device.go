@@ -294,8 +294,9 @@ func (h *Heap) Align() int { return int(h.align) }
 // stream uses it (after a synchronize, say). Errors: heap.ErrNotOwned for a pointer of another
 // heap, heap.ErrDoubleFree, heap.ErrInteriorPointer; with Options.ZeroOnFree, whose memset runs
 // on the legacy stream, one matching cuda.ErrCapturing while a blocking stream captures a CUDA
-// graph (the block still live). A held block (Hold) is freed at its last Release: Free returns
-// at once, with no error.
+// graph (the block still live), and the driver's when it refuses the memset or the wait for it
+// fails (the block still live, to free again: never handed out uncleared). A held block (Hold)
+// is freed at its last Release: Free returns at once, with no error.
 func (h *Heap) Free(p cuda.DevicePtr) error {
 	if err := h.lock(); err != nil {
 		return err
@@ -344,7 +345,8 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // nothing on s during it. With Options.ZeroOnFree, whose
 // memset would be a node of the user's graph, a FreeAsync on a stream a capture holds (or on the
 // legacy stream while a blocking stream captures) is refused with an error matching
-// cuda.ErrCapturing, the block still live: free it once the capture has ended.
+// cuda.ErrCapturing, the block still live: free it once the capture has ended. A memset the
+// driver refuses leaves the block live too, with its error: free it again.
 //
 // The heap's ask whether s captures (cuStreamIsCapturing) and the query or record it allows
 // are separate driver calls, made by any Alloc or Stats and by the purge timer, on their own

@@ -54,6 +54,11 @@ const (
 	parkedLater = "kept parked: cleared and given back at a later call once the capture has ended"
 )
 
+// freeKept ends scrub's error for a Free's (freeLater) clear that the driver refused or whose
+// wait failed: the block stays live, whether the memset was queued or not, as for a capture.
+// A parked free's caller (scrubParked) says what becomes of its block itself.
+const freeKept = "; the block stays allocated: free it again"
+
 // scrub clears the live block at p, on stream s (queued), or at once when s is nil; it refuses,
 // queueing nothing, when a capture holds the stream the memset would be queued on. It clears the
 // block's whole extent (heap.Group.Extent), not the size asked for alone: the user's work may
@@ -61,7 +66,9 @@ const (
 // nothing faults), and the next owner, who may ask for the whole extent, would read it. The
 // extent is committed throughout: the memset never reaches a granule the arena has unmapped.
 // A capture's refusal ends with then, which says what becomes of the block (freeLater,
-// parkedLater).
+// parkedLater); so does a Free's whose memset the driver refused or whose wait failed
+// (freeKept). Nothing frees the block on an error: it stays live, or parked, never handed out
+// uncleared nor while a memset queued may still write it.
 func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream, then string) error {
 	if !h.zeroOnFree {
 		return nil
@@ -87,7 +94,12 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream, then string) error {
 		err = h.points().WaitLegacy(h.dev.MemsetD8(uintptr(p), 0, n))
 	}
 	if err != nil {
-		return faulted(fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w", p, n, err))
+		kept := ""
+		if then == freeLater {
+			kept = freeKept
+		}
+		return faulted(fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w%s",
+			p, n, err, kept))
 	}
 	return nil
 }
