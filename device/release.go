@@ -29,11 +29,14 @@ func (h *Heap) Sync() error {
 	defer h.unlock("Sync")
 	perr := h.settleParked(true, nil)
 	err := h.drain()
+	serr := h.settleParked(false, nil)
 	if perr != nil && h.parkedFrees() == 0 {
-		perr = nil // no free of a parked stream waits: its heap's memory is Trim's
+		// No free of a parked stream waits, the second settle's done too (a clear the first
+		// one's driver refused, say): its heap's memory is Trim's.
+		perr = nil
 	}
 	// The two settles may say one parked entry's refusal each: said once.
-	return faulted(errkind.Once(perr, err, h.settleParked(false, nil), h.takeParkErr()))
+	return faulted(errkind.Once(perr, err, serr, h.takeParkErr()))
 }
 
 // Trim waits for the deferred frees, synchronizes every stream whose heap holds memory, gives
