@@ -498,7 +498,7 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 // fails because a blocking stream captures a graph (the driver refuses the legacy stream then),
 // the non-blocking streams' heaps still do: their work comes after nothing but their own.
 func (h *Heap) reclaim() error {
-	errs := []error{h.settleParked(true, nil), h.drain()}
+	errs := []error{h.settleParked(true, nil), h.drain()} // errs[0]: the first settle's
 	pts := h.lists.Points()
 	ordered := true // the legacy stream's order waited for: every heap may give back
 	if held, dflt := h.heldBy(); held {
@@ -529,8 +529,12 @@ func (h *Heap) reclaim() error {
 		sh.Trim()
 	}
 	// Parked heaps whose last blocks the drain freed. The two settles may say one parked
-	// entry's refusal each: said once.
+	// entry's refusal each: said once; and none of the first's when the second has settled
+	// every entry (a clear the first one's driver refused, say).
 	errs = append(errs, h.settleParked(false, nil))
+	if len(h.parked) == 0 {
+		errs[0] = nil
+	}
 	return errkind.Once(errs...)
 }
 

@@ -83,10 +83,10 @@ func TestFakeZeroOnFreeMemsetRefused(t *testing.T) {
 // TestFakeZeroOnFreeHeldMemsetRefused: with Options.ZeroOnFree, the Free of a held block whose
 // memset the driver refuses at the last Release (FailAfter), or whose wait for its memset fails
 // there (the memset queued may still run), is parked, not lost nor made: the block stays live
-// and is not handed out. A Sync whose first settle's clear is refused again clears it and frees
-// it at its second settle, and returns no error: nothing waits any more. The next owner reads
-// zero. Before, that Sync returned the first settle's refusal ("the free ... waits") for a free
-// it had made.
+// and is not handed out. A Sync or Trim whose first settle's clear is refused again clears it
+// and frees it at its second settle, and returns no error: nothing waits any more. The next
+// owner reads zero. Before, that Sync or Trim returned the first settle's refusal ("the free
+// ... waits") for a free it had made.
 func TestFakeZeroOnFreeHeldMemsetRefused(t *testing.T) {
 	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1, ZeroOnFree: true})
 	if f == nil {
@@ -98,10 +98,17 @@ func TestFakeZeroOnFreeHeldMemsetRefused(t *testing.T) {
 	for _, c := range []struct {
 		what string
 		call fakecuda.PinCall
+		trim bool // the settle is Trim's, not Sync's
 	}{
-		{"its cuMemsetD8 refused", fakecuda.CallMemset},
-		{"its wait for the memset failed", fakecuda.CallStreamSync},
+		{"its cuMemsetD8 refused", fakecuda.CallMemset, false},
+		{"its wait for the memset failed", fakecuda.CallStreamSync, false},
+		{"its cuMemsetD8 refused", fakecuda.CallMemset, true},
+		{"its wait for the memset failed", fakecuda.CallStreamSync, true},
 	} {
+		settle, how := h.Sync, "Sync"
+		if c.trim {
+			settle, how = h.Trim, "Trim"
+		}
 		must(t, "HtoD", h.HtoD(pcuda.DevicePtr(p), pattern(n, 0x6E)))
 		hd, err := h.Hold(pcuda.DevicePtr(p))
 		must(t, "Hold", err)
@@ -119,22 +126,26 @@ func TestFakeZeroOnFreeHeldMemsetRefused(t *testing.T) {
 			t.Errorf("after the last Release, %s: the next Alloc got the block", c.what)
 		}
 		f.Hold(false)
-		// Sync settles the parked frees twice (before and after its drain): the first
-		// settle's clear refused, the second clears the block and frees it.
+		// Sync and Trim settle the parked frees twice (before and after their drain): the
+		// first settle's clear refused, the second clears the block and frees it.
 		f.FailAfter(fakecuda.CallMemset, 0, fakecuda.ResultInvalidValue)
-		must(t, "Sync with the first clear refused", h.Sync())
+		if err := settle(); err != nil {
+			t.Errorf("%s with the first clear refused, %s at the Release: %v; want nil "+
+				"(the free made)", how, c.what, err)
+		}
 		if st := h.Stats(); st.Live != 1 || st.Deferred != 0 {
-			t.Errorf("after Sync: %d live, %d deferred; want 1 (q), 0", st.Live, st.Deferred)
+			t.Errorf("after %s: %d live, %d deferred; want 1 (q), 0", how, st.Live, st.Deferred)
 		}
 		must(t, "Free", h.Free(pcuda.DevicePtr(q)))
 		x, y := alloc(t, h, n, a), alloc(t, h, n, a) // the block and q, in some order
 		if x != p && y != p {
-			t.Fatalf("after %s and Sync: Allocs got %#x, %#x, not the block %#x", c.what, x, y, p)
+			t.Fatalf("after %s and %s: Allocs got %#x, %#x, not the block %#x",
+				c.what, how, x, y, p)
 		}
 		got := make([]byte, n)
 		must(t, "DtoH", h.DtoH(got, pcuda.DevicePtr(p)))
 		if !bytes.Equal(got, make([]byte, n)) {
-			t.Errorf("after %s and Sync: the next owner reads the last one's bytes", c.what)
+			t.Errorf("after %s and %s: the next owner reads the last one's bytes", c.what, how)
 		}
 		must(t, "Free", h.Free(pcuda.DevicePtr(x^y^p))) // the other
 	}
