@@ -10,10 +10,11 @@ import (
 	"time"
 )
 
-// client is an attached process's connection to the owner. Requests go out one message each,
-// under wmu; a reader goroutine hands each reply to the request of its sequence number. A
-// request waits at most the process's timeout (the owner may be stopped: SIGSTOP), and a
-// grant whose reply comes after its request gave up is given straight back.
+// client is an attached process's connection to the owner. Messages go out one at a time,
+// under the write lock (wlock), which a request waits for no longer than its deadline; a
+// reader goroutine hands each reply to the request of its sequence number. A request waits at
+// most the process's timeout (the owner may be stopped: SIGSTOP), and a grant whose reply
+// comes after its request gave up is given straight back.
 //
 // When the connection ends without the process leaving (the owner died), the client rejoins
 // whatever owner serves the path next, keeping its slot, its grants and its
@@ -32,7 +33,7 @@ type client struct {
 	serial  uint64
 	donate  func(send func(fds []int) error) (bool, error) // the pool's descriptors, for a new owner (adopt.go; space.donate)
 
-	wmu      sync.Mutex
+	wlock    chan struct{} // the write lock: holds a token while a message is being written
 	mu       sync.Mutex
 	c        *net.UnixConn // nil while no owner serves this process
 	up       chan struct{} // closed when c is set again
@@ -66,7 +67,8 @@ type call struct {
 
 func newClient(c *net.UnixConn, path string, timeout time.Duration, uids []int, h hello) *client {
 	return &client{c: c, path: path, timeout: timeout, uids: uids, l: h.layout, pool: h.pool, slot: h.slot,
-		serial: h.serial, pending: map[uint64]*call{}, up: make(chan struct{}), holds: make([]bool, h.grants())}
+		serial: h.serial, pending: map[uint64]*call{}, up: make(chan struct{}),
+		holds: make([]bool, h.grants()), wlock: make(chan struct{}, 1)}
 }
 
 // start starts the reader of the current connection, once the handshake is done.
@@ -137,22 +139,46 @@ func (cl *client) reader(c *net.UnixConn) {
 
 // sendOn writes m on c (no reply expected).
 func (cl *client) sendOn(c *net.UnixConn, m msg) error {
-	cl.wmu.Lock()
-	defer cl.wmu.Unlock()
+	cl.wlock <- struct{}{}
+	defer cl.unlockWrite()
 	return writeMsg(c, m, cl.timeout)
 }
 
-// sendBy writes m on c, waiting for the owner to take it at most the timeout and not past
-// end (a request's deadline). Past end it writes nothing and returns os.ErrDeadlineExceeded.
+// sendBy writes m on c, waiting for the write lock and for the owner to take it not past end
+// (a request's deadline), and for the owner at most the timeout. Past end it writes nothing
+// and returns os.ErrDeadlineExceeded.
 func (cl *client) sendBy(c *net.UnixConn, m msg, end time.Time) error {
-	cl.wmu.Lock()
-	defer cl.wmu.Unlock()
+	if !cl.lockWriteBy(end) {
+		return os.ErrDeadlineExceeded
+	}
+	defer cl.unlockWrite()
 	d := min(cl.timeout, time.Until(end))
 	if d <= 0 {
 		return os.ErrDeadlineExceeded
 	}
 	return writeMsg(c, m, d)
 }
+
+// lockWriteBy takes the write lock, waiting for it until end at most, and reports whether it
+// has it. A release being sent (or sent again) holds it up to the timeout.
+func (cl *client) lockWriteBy(end time.Time) bool {
+	select {
+	case cl.wlock <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(time.Until(end))
+	defer t.Stop()
+	select {
+	case cl.wlock <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// unlockWrite lets the write lock go.
+func (cl *client) unlockWrite() { <-cl.wlock }
 
 // request sends a request and waits for its reply, at most d: across an owner's restart too
 // (the request waits for the rejoin, and is sent again to the new owner if its connection

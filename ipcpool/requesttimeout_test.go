@@ -73,9 +73,9 @@ func fillSocket(t *testing.T, cl *client, d time.Duration) {
 	c := cl.c
 	cl.mu.Unlock()
 	for i := 0; ; i++ {
-		cl.wmu.Lock()
+		cl.wlock <- struct{}{}
 		err := writeMsg(c, msg{op: opGrant, seq: 1<<62 + uint64(i)}, d)
-		cl.wmu.Unlock()
+		cl.unlockWrite()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return // the socket is full
 		}
