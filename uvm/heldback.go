@@ -85,8 +85,10 @@ func (t *Tier) retryHeld() error {
 		return nil
 	}
 	if s, held := t.captured(); held {
-		return fmt.Errorf("%w: %s: the synchronize of the device that gives it back would end the CUDA graph capture on stream %#x: %w",
-			ErrHeldBack, t.heldBytes(), s, pinmalloc.ErrCapturing)
+		// Why, an error of its own: Close's error keeps it whole (distinct).
+		why := fmt.Errorf("the synchronize of the device that gives it back would end "+
+			"the CUDA graph capture on stream %#x: %w", s, pinmalloc.ErrCapturing)
+		return fmt.Errorf("%w: %s: %w", ErrHeldBack, t.heldBytes(), why)
 	}
 	if err := t.dev.Synchronize(); err != nil {
 		return fmt.Errorf("%w: %s: synchronize: %w", ErrHeldBack, t.heldBytes(), err)
@@ -140,8 +142,9 @@ func (t *Tier) heldBackError(errs []error) error {
 
 // distinct joins errs, saying each failure once (errkind.Once): the errors an errors.Join joins
 // are laid out, nil ones and ErrHeldBack itself left out (the caller says it), and an error that
-// wraps ErrHeldBack gives what it wraps besides; any other error with a text of its own (one
-// that wraps two, keptError's) is kept whole.
+// wraps ErrHeldBack gives what it wraps besides (retryHeld's: the driver's error, or why it
+// could not try, whole); any other error with a text of its own (one that wraps two,
+// keptError's) is kept whole.
 func distinct(errs []error) error {
 	var out []error
 	var add func(err error)
