@@ -21,27 +21,7 @@ func TestWorkerBoundCountsEndedHolders(t *testing.T) {
 	defer cancel()
 	w2, conns := manyConns(t, ctx, 6)
 	honest, hostile := conns[0], conns[1:]
-	const body = 1 << 20
-	size := msgOverhead + body
-	perConn := (queuedMessages - 2*body) / size // under each connection's bound
-	msg := func(c *Conn) []byte {
-		return append(header(msgData, c.id, body), make([]byte, body)...)
-	}
-	w2.mu.Lock()
-	held := make([]int, len(hostile))
-	for i, c := range hostile { // fill the worker's bound, each connection under its own
-		m := msg(c)
-		for ; held[i] < perConn && w2.queued+size <= queuedWorker; held[i]++ {
-			w2.message(0, m)
-		}
-		w2.message(0, header(msgBye, c.id, 0)) // then the peer closes it
-	}
-	full := w2.queued+size > queuedWorker
-	w2.mu.Unlock()
-	if !full {
-		t.Fatalf("the hostile connections hold %v messages of %d bytes, not the worker's bound",
-			held, body)
-	}
+	held := fillBound(t, w2, hostile, true)
 	for i, c := range hostile { // their endpoints closed: the worker forgets them
 		select {
 		case <-c.reapedCh:
@@ -50,13 +30,13 @@ func TestWorkerBoundCountsEndedHolders(t *testing.T) {
 		}
 	}
 	w2.mu.Lock()
-	w2.message(0, msg(honest)) // the honest peer's first message
+	w2.message(0, boundMsg(honest)) // the honest peer's first message
 	w2.mu.Unlock()
 	if err := honest.Err(); err != nil {
 		t.Fatalf("the honest connection failed, the closed hostile ones holding %v MiB: %v",
 			held, err)
 	}
-	if got, err := honest.Recv(ctx); err != nil || len(got) != body {
+	if got, err := honest.Recv(ctx); err != nil || len(got) != boundBody {
 		t.Fatalf("the honest message: %d bytes, %v", len(got), err)
 	}
 	most := 0
@@ -115,7 +95,6 @@ func TestWorkerBoundEndedHolderDropped(t *testing.T) {
 	defer cancel()
 	w2, conns := manyConns(t, ctx, 1)
 	honest := conns[0]
-	const body = 1 << 20
 	// A reaped connection holding the worker's bound, all but an empty message's room, then
 	// dropped by its user.
 	n := new(int)
@@ -136,13 +115,13 @@ func TestWorkerBoundEndedHolderDropped(t *testing.T) {
 		runtime.GC()
 	}
 	w2.mu.Lock()
-	w2.message(0, append(header(msgData, honest.id, body), make([]byte, body)...))
+	w2.message(0, boundMsg(honest))
 	queued := w2.queued
 	w2.mu.Unlock()
-	if got, err := honest.Recv(ctx); err != nil || len(got) != body {
+	if got, err := honest.Recv(ctx); err != nil || len(got) != boundBody {
 		t.Fatalf("the honest message: %d bytes, %v", len(got), err)
 	}
-	if want := msgOverhead + body; queued != want || *n != 0 {
+	if want := msgOverhead + boundBody; queued != want || *n != 0 {
 		t.Errorf("the worker counts %d bytes queued, the dropped Conn %d; want %d and 0",
 			queued, *n, want)
 	}

@@ -18,38 +18,16 @@ func TestWorkerBoundFailsLargestHolder(t *testing.T) {
 	defer cancel()
 	w2, conns := manyConns(t, ctx, 6)
 	honest, hostile := conns[0], conns[1:]
-	const body = 1 << 20
-	size := msgOverhead + body
-	perConn := (queuedMessages - 2*body) / size // under each connection's bound
-	// The peer's messages, as the progress goroutine hands them over: one buffer for each
-	// connection, which the queue keeps without a copy.
-	msg := func(c *Conn) []byte {
-		return append(header(msgData, c.id, body), make([]byte, body)...)
-	}
+	size := msgOverhead + boundBody
+	held := fillBound(t, w2, hostile, false)
 	w2.mu.Lock()
-	held := make([]int, len(hostile))
-	for i, c := range hostile { // fill the worker's bound, each connection under its own
-		m := msg(c)
-		for ; held[i] < perConn && w2.queued+size <= queuedWorker; held[i]++ {
-			w2.message(0, m)
-		}
-		if c.state != connOpen {
-			w2.mu.Unlock()
-			t.Fatalf("hostile connection %d failed under every bound: %v", i, c.err)
-		}
-	}
-	full := w2.queued+size > queuedWorker
-	w2.message(0, msg(honest)) // the honest peer's first message
+	w2.message(0, boundMsg(honest)) // the honest peer's first message
 	w2.mu.Unlock()
-	if !full {
-		t.Fatalf("the hostile connections hold %v messages of %d bytes, not the worker's bound",
-			held, body)
-	}
 	if err := honest.Err(); err != nil {
 		t.Fatalf("the honest connection failed, the hostile ones holding %v MiB: %v", held, err)
 	}
 	got, err := honest.Recv(ctx)
-	if err != nil || len(got) != body {
+	if err != nil || len(got) != boundBody {
 		t.Fatalf("the honest message: %d bytes, %v", len(got), err)
 	}
 	most := 0
@@ -145,3 +123,41 @@ func TestWorkerBoundFailsArrivingLargest(t *testing.T) {
 
 // perConnMessages is the most messages of body bytes one connection queues (queuedMessages).
 func perConnMessages(body int) int { return queuedMessages / (msgOverhead + body) }
+
+// boundBody is the size of the messages the tests of the worker's bound queue.
+const boundBody = 1 << 20
+
+// boundMsg is a data message of boundBody bytes on c, as the progress goroutine hands it
+// over: one buffer, which the queue keeps without a copy.
+func boundMsg(c *Conn) []byte {
+	return append(header(msgData, c.id, boundBody), make([]byte, boundBody)...)
+}
+
+// fillBound fills w's bound on messages nobody received (queuedWorker) with boundMsgs on the
+// hostile connections, each under its own bound (queuedMessages), and, with bye, ends each
+// after its messages as its peer would. It returns how many each holds, and fails t unless
+// the next message crosses the bound, or, without bye, a hostile connection failed.
+func fillBound(t *testing.T, w *Worker, hostile []*Conn, bye bool) (held []int) {
+	t.Helper()
+	size := msgOverhead + boundBody
+	perConn := (queuedMessages - 2*boundBody) / size // under each connection's bound
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	held = make([]int, len(hostile))
+	for i, c := range hostile {
+		m := boundMsg(c)
+		for ; held[i] < perConn && w.queued+size <= queuedWorker; held[i]++ {
+			w.message(0, m)
+		}
+		if bye {
+			w.message(0, header(msgBye, c.id, 0))
+		} else if c.state != connOpen {
+			t.Fatalf("hostile connection %d failed under every bound: %v", i, c.err)
+		}
+	}
+	if w.queued+size <= queuedWorker {
+		t.Fatalf("the hostile connections hold %v messages of %d bytes, not the worker's bound",
+			held, boundBody)
+	}
+	return held
+}
