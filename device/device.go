@@ -498,7 +498,10 @@ func (h *Heap) free(owner *heap.Heap, p cuda.DevicePtr) error {
 // fails because a blocking stream captures a graph (the driver refuses the legacy stream then),
 // the non-blocking streams' heaps still do: their work comes after nothing but their own.
 func (h *Heap) reclaim() error {
-	errs := []error{h.settleParked(true, nil), h.drain()} // errs[0]: the first settle's
+	// The parked entries are settled twice, before and after the drain; the second says what
+	// keeps one (it tries again an entry the first kept): the first says only its synchronize's
+	// error, errs[0].
+	errs := []error{h.settleParked(true, noneMine), h.drain()}
 	pts := h.lists.Points()
 	ordered := true // the legacy stream's order waited for: every heap may give back
 	if held, dflt := h.heldBy(); held {
@@ -528,9 +531,8 @@ func (h *Heap) reclaim() error {
 		}
 		sh.Trim()
 	}
-	// Parked heaps whose last blocks the drain freed. The two settles may say one parked
-	// entry's refusal each: said once; and none of the first's when the second has settled
-	// every entry (a clear the first one's driver refused, say).
+	// Parked heaps whose last blocks the drain freed; the first synchronize's error is moot
+	// once nothing is parked.
 	errs = append(errs, h.settleParked(false, nil))
 	if len(h.parked) == 0 {
 		errs[0] = nil

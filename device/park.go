@@ -166,7 +166,8 @@ func parkedUnder(s cuda.Stream) func(ps *parkedStream) bool {
 }
 
 // noneMine is the settleParked filter of a caller that returns no error of the entries (Stats,
-// DeferredByStream, and ForgetStream once its stream is forgotten).
+// DeferredByStream, and ForgetStream once its stream is forgotten), and of the first of Sync's
+// and Trim's two settles: the second tries again what the first kept, and says it.
 func noneMine(*parkedStream) bool { return false }
 
 // takeParkErr returns the errors of the parked frees done since the last call (settleParked),

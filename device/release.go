@@ -27,15 +27,15 @@ func (h *Heap) Sync() error {
 		return err
 	}
 	defer h.unlock("Sync")
-	perr := h.settleParked(true, nil)
+	// The parked entries are settled twice, before and after the drain. An entry that stays
+	// for a reason of its own (a clear refused) is tried again at the second, which says what
+	// keeps it then: the first says only its synchronize's error.
+	perr := h.settleParked(true, noneMine)
 	err := h.drain()
 	serr := h.settleParked(false, nil)
 	if perr != nil && h.parkedFrees() == 0 {
-		// No free of a parked stream waits, the second settle's done too (a clear the first
-		// one's driver refused, say): its heap's memory is Trim's.
-		perr = nil
+		perr = nil // no free of a parked stream waits: its heap's memory is Trim's
 	}
-	// The two settles may say one parked entry's refusal each: said once.
 	return faulted(errkind.Once(perr, err, serr, h.takeParkErr()))
 }
 
