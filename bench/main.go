@@ -65,6 +65,7 @@ type config struct {
 	commit     bool           // run the pinning suite alone (commit.go)
 	ucx        bool           // run the UCX suite alone (ucx.go)
 	ucxRounds  int            // -ucx-rounds: its rounds (default 5, 3 with -quick)
+	ucxLimit   time.Duration  // -ucx-step-limit: the longest one of its steps may run
 	footprint  bool           // run the footprint suite alone (footprint_cuda.go)
 	filter     *regexp.Regexp // cases to run
 	implFilter *regexp.Regexp // allocators to run
@@ -94,6 +95,7 @@ func parseFlags() *config {
 	flag.BoolVar(&cfg.commit, "commit", false, "run only the pinning suite (commit.go): cost per GiB by commit workers, latency during a precommit; on the GPU when a driver is found, else on the fake driver")
 	flag.BoolVar(&cfg.ucx, "ucx", false, "run only the UCX suite (ucx.go): package remote against ucx_perftest and Go net sockets, two processes on this host (UCX_TLS, default tcp on lo)")
 	flag.IntVar(&cfg.ucxRounds, "ucx-rounds", 0, "-ucx: rounds of each row, the competitors interleaved (default 5, 3 with -quick)")
+	flag.DurationVar(&cfg.ucxLimit, "ucx-step-limit", 0, "-ucx: a step (the registration, one size's puts and gets, the batch) still running after this long fails, timed out, and the next runs (default a minute a round, plus one)")
 	flag.BoolVar(&cfg.footprint, "footprint", false, "run only the footprint suite (footprint_cuda.go): what each allocator holds for its live buffers, busy and idle, the CUDAHost pool beside the locked one, a device heap beside cuMemAllocAsync; on the GPU when a driver is found, else on the fake driver")
 	flag.BoolVar(&cfg.wide, "wide", false, "print tables and lines at their full width (by default a table wider than 120 columns is cut into narrower ones that repeat its first column, and longer lines are wrapped)")
 	pattern := flag.String("cases", "", "run only the cases whose name matches this regular expression")

@@ -46,7 +46,8 @@ import (
 //
 // The peer is this program again (ucxPeerEnv set); UCX_TLS and UCX_NET_DEVICES, set for both
 // and for perftest, choose the transport (default tcp on lo). -cases selects rows by name
-// (put/64KiB, get/, batch, registration), -ucx-rounds the rounds.
+// (put/64KiB, get/, batch, registration), -ucx-rounds the rounds, -ucx-step-limit the time a
+// step may take (ucx_steps.go).
 
 const ucxPeerEnv = "PINMALLOC_BENCH_UCX_PEER"
 
@@ -151,7 +152,11 @@ func ucxBench(cfg *config) int {
 		return 1
 	}
 	defer b.close()
-	rows, failed := runUCXSteps(b.filter, b.steps())
+	limit := cfg.ucxLimit
+	if limit <= 0 {
+		limit = ucxStepLimit(rounds)
+	}
+	rows, failed := runUCXSteps(context.Background(), b.filter, b.steps(), limit)
 	return finishUCX(os.Stdout, os.Stderr, cfg, tls, rows, failed)
 }
 
@@ -205,7 +210,10 @@ type ucxBenchState struct {
 	reg, rr  *remote.Registration
 	peer     *exec.Cmd
 	perftest string
-	ctx      context.Context
+	// lost says why the peer's connections take no more commands (call): a command whose
+	// answer did not come before its step's time ran out (a late answer would be taken for
+	// the next command's).
+	lost error
 }
 
 // ucxSegmentsEnv, set with PINMALLOC_BENCH_SHM, makes both sides' pools of UCX-allocated
@@ -228,7 +236,7 @@ func ucxPool(w *remote.Worker) (*pinned.Pool, error) {
 }
 
 func newUCXBench(rounds int, filter *regexp.Regexp) (*ucxBenchState, error) {
-	b := &ucxBenchState{rounds: rounds, filter: filter, ctx: context.Background()}
+	b := &ucxBenchState{rounds: rounds, filter: filter}
 	b.perftest, _ = exec.LookPath("ucx_perftest")
 	var err error
 	shm := os.Getenv("PINMALLOC_BENCH_SHM") != ""
@@ -269,7 +277,7 @@ func newUCXBench(rounds int, filter *regexp.Regexp) (*ucxBenchState, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if b.c, err = b.w.Dial(ctx, addr); err != nil {
 		return nil, err
@@ -281,8 +289,10 @@ func newUCXBench(rounds int, filter *regexp.Regexp) (*ucxBenchState, error) {
 }
 
 func (b *ucxBenchState) close() {
-	if b.c != nil {
-		_ = b.c.Send(b.ctx, []byte("quit"))
+	if b.c != nil && b.lost == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = b.c.Send(ctx, []byte("quit"))
+		cancel()
 	}
 	if b.peer != nil && b.peer.Process != nil {
 		done := make(chan error, 1)
@@ -303,21 +313,46 @@ func (b *ucxBenchState) close() {
 	}
 }
 
-// call sends a command to the peer on c and returns its reply.
-func (b *ucxBenchState) call(c *remote.Conn, cmd string) ([]byte, error) {
-	if err := c.Send(b.ctx, []byte(cmd)); err != nil {
-		return nil, err
+// ucxConn is what call needs of a connection to the peer (*remote.Conn).
+type ucxConn interface {
+	Send(ctx context.Context, msg []byte) error
+	Recv(ctx context.Context) ([]byte, error)
+}
+
+// errPeerLost is call's error once a command's answer did not come in time.
+var errPeerLost = errors.New("the peer takes no more commands")
+
+// call sends a command to the peer on c and returns its reply. Once a command ran out of time
+// (ctx ended before its answer came), every later call fails at once (b.lost): its answer,
+// were it to come, would be read as the next command's.
+func (b *ucxBenchState) call(ctx context.Context, c ucxConn, cmd string) ([]byte, error) {
+	if b.lost != nil {
+		return nil, b.lost
 	}
-	r, err := c.Recv(b.ctx)
+	err := c.Send(ctx, []byte(cmd))
+	var r []byte
+	if err == nil {
+		r, err = c.Recv(ctx)
+	}
+	if err != nil && ctx.Err() != nil {
+		b.lost = fmt.Errorf("%w: no answer to %q came in time", errPeerLost, cmd)
+	}
 	if err == nil && strings.HasPrefix(string(r), "E ") {
 		err = errors.New(string(r))
 	}
 	return r, err
 }
 
+// cleanupCtx returns a context for undoing what a step did when it ends, ctx's values without
+// its end (a step that timed out still frees the peer's buffers), and 10 s for it.
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+}
+
 // peerAlloc asks the peer for k buffers of n bytes on c and returns their descriptors.
-func (b *ucxBenchState) peerAlloc(c *remote.Conn, n, k int) ([]remote.Descriptor, error) {
-	r, err := b.call(c, fmt.Sprintf("alloc %d %d", n, k))
+func (b *ucxBenchState) peerAlloc(ctx context.Context, c *remote.Conn, n, k int) (
+	[]remote.Descriptor, error) {
+	r, err := b.call(ctx, c, fmt.Sprintf("alloc %d %d", n, k))
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +436,7 @@ func opsFor(size int) int { return min(16384, max(16, (64<<20)/size)) }
 // bandwidth measures the puts and gets of size bytes that -cases selects (bandwidthRows).
 // The buffers, here and the peer's, are freed whatever happens: a step that failed leaves none
 // behind for the next.
-func (b *ucxBenchState) bandwidth(size int) (rows []ucxRow, err error) {
+func (b *ucxBenchState) bandwidth(ctx context.Context, size int) (rows []ucxRow, err error) {
 	var dirs []bool
 	for _, get := range []bool{false, true} {
 		if b.filter.MatchString(opName(get) + "/" + sizeName(int64(size))) {
@@ -416,23 +451,29 @@ func (b *ucxBenchState) bandwidth(size int) (rows []ucxRow, err error) {
 		return nil, err
 	}
 	defer func() {
-		_, errC := b.call(b.c, "free")
-		_, errR := b.call(b.cr, "free")
+		ctx, cancel := cleanupCtx(ctx)
+		defer cancel()
+		_, errC := b.call(ctx, b.c, "free")
+		_, errR := b.call(ctx, b.cr, "free")
+		if errors.Is(errC, errPeerLost) && errors.Is(err, errPeerLost) {
+			errC, errR = nil, nil // said once
+		}
 		if err = errors.Join(err, errC, errR, b.pool.Free(src)); err != nil {
 			rows = nil
 		}
 	}()
-	return b.bandwidthRows(size, dirs, src)
+	return b.bandwidthRows(ctx, size, dirs, src)
 }
 
 // bandwidthRows measures the puts and gets (dirs) of size bytes from or into src, a row each.
-func (b *ucxBenchState) bandwidthRows(size int, dirs []bool, src []byte) ([]ucxRow, error) {
+func (b *ucxBenchState) bandwidthRows(ctx context.Context, size int, dirs []bool, src []byte) (
+	[]ucxRow, error) {
 	var rows []ucxRow
-	dst, err := b.peerAlloc(b.c, size, 1)
+	dst, err := b.peerAlloc(ctx, b.c, size, 1)
 	if err != nil {
 		return nil, err
 	}
-	dstR, err := b.peerAlloc(b.cr, size, 1)
+	dstR, err := b.peerAlloc(ctx, b.cr, size, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -446,24 +487,24 @@ func (b *ucxBenchState) bandwidthRows(size int, dirs []bool, src []byte) ([]ucxR
 			t *remote.Transfer
 			d remote.Descriptor
 		}{{t, dst[0]}, {tr, dstR[0]}} {
-			if _, _, err := transferMBs(b.ctx, w.t, get, src, w.d, size, max(10, opsFor(size)/10)); err != nil {
+			if _, _, err := transferMBs(ctx, w.t, get, src, w.d, size, max(10, opsFor(size)/10)); err != nil {
 				return nil, err
 			}
 		}
 		var ours, rma, pt, like, cpu []float64
 		for range b.rounds {
-			v, f, err := transferMBs(b.ctx, t, get, src, dst[0], size, opsFor(size))
+			v, f, err := transferMBs(ctx, t, get, src, dst[0], size, opsFor(size))
 			if err != nil {
 				return nil, err
 			}
 			ours, cpu = append(ours, v), append(cpu, f)
-			if v, _, err = transferMBs(b.ctx, tr, get, src, dstR[0], size, opsFor(size)); err != nil {
+			if v, _, err = transferMBs(ctx, tr, get, src, dstR[0], size, opsFor(size)); err != nil {
 				return nil, err
 			}
 			rma = append(rma, v)
 			if b.perftest != "" {
 				for _, l := range []bool{false, true} {
-					v, err := b.runPerftest(get, l, size, opsFor(size))
+					v, err := b.runPerftest(ctx, get, l, size, opsFor(size))
 					if err != nil {
 						return nil, err
 					}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -16,7 +17,7 @@ import (
 
 // batch moves 1,000 blocks of 16 KiB, each its own buffer on both sides, by remote (both
 // modes) and by Go net sockets, interleaved.
-func (b *ucxBenchState) batch() ([]ucxRow, error) {
+func (b *ucxBenchState) batch(ctx context.Context) ([]ucxRow, error) {
 	const n, size = 1000, 16 << 10
 	src := make([][]byte, n)
 	for i := range src {
@@ -34,26 +35,32 @@ func (b *ucxBenchState) batch() ([]ucxRow, error) {
 		}
 	}()
 	defer func() { // the peer's blocks, freed however the batch ends: none left for the next step
-		_, _ = b.call(b.c, "free")
-		_, _ = b.call(b.cr, "free")
+		ctx, cancel := cleanupCtx(ctx)
+		defer cancel()
+		_, _ = b.call(ctx, b.c, "free")
+		_, _ = b.call(ctx, b.cr, "free")
 	}()
-	dst, err := b.peerAlloc(b.c, size, n)
+	dst, err := b.peerAlloc(ctx, b.c, size, n)
 	if err != nil {
 		return nil, err
 	}
-	dstR, err := b.peerAlloc(b.cr, size, n)
+	dstR, err := b.peerAlloc(ctx, b.cr, size, n)
 	if err != nil {
 		return nil, err
 	}
-	r, err := b.call(b.c, "net")
+	r, err := b.call(ctx, b.c, "net")
 	if err != nil {
 		return nil, err
 	}
-	sock, err := net.Dial("tcp", "127.0.0.1:"+string(r))
+	var dialer net.Dialer
+	sock, err := dialer.DialContext(ctx, "tcp", "127.0.0.1:"+string(r))
 	if err != nil {
 		return nil, err
 	}
 	defer sock.Close()
+	if d, ok := ctx.Deadline(); ok { // the Go net batch's reads and writes end with the step
+		_ = sock.SetDeadline(d)
+	}
 	t, tr := b.c.NewTransfer(), b.cr.NewTransfer()
 	batch := func(t *remote.Transfer, ds []remote.Descriptor) (mbs, onCPU float64, err error) {
 		for i := range src {
@@ -61,7 +68,7 @@ func (b *ucxBenchState) batch() ([]ucxRow, error) {
 				return 0, 0, errors.Join(err, t.Reset())
 			}
 		}
-		return runTimed(b.ctx, t)
+		return runTimed(ctx, t)
 	}
 	// The same blocks copied by Go between two sets of local buffers: the memory traffic a
 	// batch by copy (pools of segments over shared memory) makes, 1,000 distinct blocks where
@@ -113,7 +120,7 @@ func (b *ucxBenchState) batch() ([]ucxRow, error) {
 		sockets = append(sockets, v)
 		if b.perftest != "" {
 			for _, l := range []bool{false, true} {
-				if v, err = b.runPerftest(false, l, size, 4*n); err != nil {
+				if v, err = b.runPerftest(ctx, false, l, size, 4*n); err != nil {
 					return nil, err
 				}
 				if l {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,7 +24,9 @@ var perftestFinal = regexp.MustCompile(`^\s*(\d+)\s+([\d.]+|inf)\s+([\d.]+|inf)\
 // (PINMALLOC_BENCH_SHM) in ordinary memory (UCX_ALLOC_PRIO=mmap: perftest's buffers are then
 // memory UCX registers, not a segment it allocates for the peer to map, as a pool's regions
 // are), elsewhere with failure handling (-e, as remote's connections have it).
-func (b *ucxBenchState) runPerftest(get, like bool, size, iters int) (float64, error) {
+// Both end when ctx does.
+func (b *ucxBenchState) runPerftest(ctx context.Context, get, like bool, size, iters int) (
+	float64, error) {
 	port := 20000 + os.Getpid()%20000
 	env := os.Environ()
 	var extra []string
@@ -32,7 +35,7 @@ func (b *ucxBenchState) runPerftest(get, like bool, size, iters int) (float64, e
 	} else if like {
 		extra = []string{"-e"}
 	}
-	srv := exec.Command(b.perftest, append([]string{"-p", fmt.Sprint(port)}, extra...)...)
+	srv := exec.CommandContext(ctx, b.perftest, append([]string{"-p", fmt.Sprint(port)}, extra...)...)
 	srv.Env = env
 	if err := srv.Start(); err != nil {
 		return 0, err
@@ -47,8 +50,8 @@ func (b *ucxBenchState) runPerftest(get, like bool, size, iters int) (float64, e
 	args = append(args, extra...)
 	var out []byte
 	var err error
-	for try := 0; try < 50; try++ { // the server needs a moment to listen
-		cmd := exec.Command(b.perftest, args...)
+	for try := 0; try < 50 && ctx.Err() == nil; try++ { // the server needs a moment to listen
+		cmd := exec.CommandContext(ctx, b.perftest, args...)
 		cmd.Env = env
 		out, err = cmd.CombinedOutput()
 		if err == nil {
@@ -56,8 +59,11 @@ func (b *ucxBenchState) runPerftest(get, like bool, size, iters int) (float64, e
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("ucx_perftest %s: %v: %s", strings.Join(args, " "), err, out)
+	if err != nil || out == nil {
+		if ctx.Err() != nil { // the client killed, or never started, as ctx ended
+			err = ctx.Err()
+		}
+		return 0, fmt.Errorf("ucx_perftest %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		if m := perftestFinal.FindStringSubmatch(l); m != nil {

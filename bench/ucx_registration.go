@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -16,20 +17,24 @@ import (
 
 // The UCX suite's registration row (ucx.go).
 
-// registration measures 1,000 buffers made ready for remote access, both ways, interleaved.
-func (b *ucxBenchState) registration() ([]ucxRow, error) {
+// registration measures 1,000 buffers made ready for remote access, both ways, interleaved,
+// and stops between rounds when ctx ends.
+func (b *ucxBenchState) registration(ctx context.Context) ([]ucxRow, error) {
 	const n, size = 1000, 16 << 10
-	ctx, err := ucx.NewContext("bench-registration")
+	uc, err := ucx.NewContext("bench-registration")
 	if err != nil {
 		return nil, err
 	}
-	defer ctx.Close()
+	defer uc.Close()
 	var poolTimes, eachTimes []float64
 	var f regFigures
 	// ordinary memory: registration is what is measured
 	newPool := func() (*pinned.Pool, error) { return ucxPool(nil) }
 	for range b.rounds {
-		if f, err = registrationRound(b.w, ctx, newPool, n, size); err != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if f, err = registrationRound(b.w, uc, newPool, n, size); err != nil {
 			return nil, err
 		}
 		poolTimes, eachTimes = append(poolTimes, f.poolTime), append(eachTimes, f.eachTime)

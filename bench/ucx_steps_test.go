@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestUCXStepFailureRecorded checks that a step of -ucx that fails (a transport missing, a
@@ -18,22 +20,23 @@ import (
 func TestUCXStepFailureRecorded(t *testing.T) {
 	errNoShm := errors.New("no shared memory transport")
 	var ran []string
-	measure := func(c string) func() ([]ucxRow, error) {
-		return func() ([]ucxRow, error) {
+	measure := func(c string) func(context.Context) ([]ucxRow, error) {
+		return func(context.Context) ([]ucxRow, error) {
 			ran = append(ran, c)
 			return []ucxRow{{Case: c, Remote: 100, Other: 50, Ratio: 2}}, nil
 		}
 	}
 	steps := []ucxStep{
 		{cases: []string{"registration/1000x16KiB"}, run: measure("registration/1000x16KiB")},
-		{cases: []string{"put/4KiB", "get/4KiB"}, run: func() ([]ucxRow, error) {
+		{cases: []string{"put/4KiB", "get/4KiB"}, run: func(context.Context) ([]ucxRow, error) {
 			ran = append(ran, "put/4KiB")
 			return nil, errNoShm
 		}},
 		{cases: []string{"put/16KiB", "get/16KiB"}, run: measure("put/16KiB")},
 		{cases: []string{"cpu/1000x16KiB-vs-net"}, run: measure("cpu/1000x16KiB-vs-net")},
 	}
-	rows, failed := runUCXSteps(regexp.MustCompile("registration|put/"), steps)
+	rows, failed := runUCXSteps(context.Background(), regexp.MustCompile("registration|put/"), steps,
+		time.Minute)
 	if want := []string{"registration/1000x16KiB", "put/4KiB", "put/16KiB"}; !slices.Equal(ran, want) {
 		t.Errorf("steps run: %q, want %q (those -cases selects, on after the failure)", ran, want)
 	}
