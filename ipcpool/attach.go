@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc/internal/fence"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -33,6 +34,9 @@ func Attach(ctx context.Context, path string, o AttachOptions) (*Process, error)
 	return attach(ctx, path, o, lockOnFault)
 }
 
+// dialed, when set (tests), runs as soon as Attach has connected to the owner.
+var dialed func()
+
 // attach is Attach, mapping the pool locked as mode says (a keeper locks it all).
 func attach(ctx context.Context, path string, o AttachOptions, mode lockMode) (*Process, error) {
 	retryStrays()
@@ -44,10 +48,16 @@ func attach(ctx context.Context, path string, o AttachOptions, mode lockMode) (*
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
+	// The process's one-time membarrier registration (the pool's fast paths; it waits for an
+	// RCU grace period: seconds on a busy machine) is paid before the owner counts its Timeout.
+	fence.Available()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	if dialed != nil {
+		dialed()
 	}
 	conn := nc.(*net.UnixConn)
 	p, err := handshake(ctx, conn, path, po, o, timeout, mode)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/fence"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -41,7 +42,10 @@ import (
 const (
 	childEnv      = "PINMALLOC_IPCPOOL_TEST_CHILD"
 	childQuietEnv = "PINMALLOC_IPCPOOL_TEST_QUIET"
-	childDevEnv   = "PINMALLOC_IPCPOOL_TEST_DEVICE"
+	// childFirstUseEnv makes the child fail its Attach with "E registers within the handshake"
+	// when it connects to the owner before it has paid its membarrier registration.
+	childFirstUseEnv = "PINMALLOC_IPCPOOL_TEST_FIRST_USE"
+	childDevEnv      = "PINMALLOC_IPCPOOL_TEST_DEVICE"
 )
 
 func TestMain(m *testing.M) {
@@ -105,6 +109,14 @@ func runChild(path string) int {
 	o := AttachOptions{FallbackPageable: true}
 	if os.Getenv(childDevEnv) != "" {
 		o.Pool.Backend = pinned.CUDAHost
+	}
+	if os.Getenv(childFirstUseEnv) != "" {
+		dialed = func() {
+			if !fence.Decided() {
+				fmt.Println("E registers within the handshake")
+				os.Exit(1)
+			}
+		}
 	}
 	p, err := Attach(context.Background(), path, o)
 	if err != nil {

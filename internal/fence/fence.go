@@ -19,3 +19,8 @@ package fence
 // Available reports whether Heavy works here, so that a fast path may rely on it. The first
 // call registers the process with the kernel.
 func Available() bool { return available() }
+
+// Decided reports whether the process has paid what Available's first call costs (the
+// registration with the kernel, which waits for an RCU grace period: milliseconds, seconds on
+// a busy machine). Where there is nothing to register it is true.
+func Decided() bool { return decided() }

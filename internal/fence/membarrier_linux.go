@@ -4,6 +4,7 @@ package fence
 
 import (
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +18,15 @@ const (
 
 // available registers the process for private expedited barriers the first time it is asked
 // (Linux 4.14 and later; some sandboxes refuse it), and reports whether that worked.
-var available = sync.OnceValue(register)
+var available = sync.OnceValue(func() bool {
+	defer registered.Store(true)
+	return register()
+})
+
+// registered is set once available has decided (paid the registration).
+var registered atomic.Bool
+
+func decided() bool { return registered.Load() }
 
 func register() bool {
 	r, _, errno := syscall.Syscall(unix.SYS_MEMBARRIER, 0, 0, 0) // MEMBARRIER_CMD_QUERY
