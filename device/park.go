@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -185,7 +186,8 @@ func (h *Heap) scrubParked(l *deferredList) error {
 	l.Items(func(marked, open []cuda.DevicePtr) { ps = append(append(ps, marked...), open...) })
 	for _, p := range ps {
 		if err := h.scrub(p, nil, parkedLater); err != nil {
-			return wrapf(err, "device: the free of held block %#x, made at its last Release, waits", p)
+			return errkind.Wrapf("device: ", err,
+				"device: the free of held block %#x, made at its last Release, waits", p)
 		}
 	}
 	return nil

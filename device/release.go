@@ -116,7 +116,7 @@ func (h *Heap) forget(s cuda.Stream) error {
 		h.lists.Forget(uintptr(s))
 		switch {
 		case perr != nil && h.parkedAs(s):
-			return wrapf(perr, "device: forget stream %#x, destroyed and parked", s)
+			return errkind.Wrapf("device: ", perr, "device: forget stream %#x, destroyed and parked", s)
 		case h.parkedAs(s): // synchronized past, its heap kept for its live blocks
 			return fmt.Errorf("device: forget stream %#x, destroyed and parked: %w: %d blocks allocated on it; its heap goes once they are freed",
 				s, heap.ErrLiveBlocks, h.parkedLive(s))
@@ -307,7 +307,7 @@ func (h *Heap) closeHeap() error {
 	// the heap sees is idle now, so the synchronize of the context waits only for work it does
 	// not see, theirs among it.
 	if err := h.settleParked(true, nil); errors.Is(err, cuda.ErrCapturing) {
-		return wrapf(err, "%w", ErrBusy)
+		return errkind.Wrapf("device: ", err, "%w", ErrBusy)
 	} else if err != nil {
 		return err
 	}

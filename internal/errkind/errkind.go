@@ -4,7 +4,10 @@
 // without saying the same thing twice.
 package errkind
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // New returns an error whose text is text and which matches kind under errors.Is (it unwraps
 // to kind).
@@ -52,7 +55,7 @@ type wrapped struct {
 
 func (e *wrapped) Error() string { return e.text }
 
-// Unwrap returns the sentinel and the wrapped error.
+// Unwrap returns the errors it wraps: a sentinel (Wrap, Also) or a head (Wrapf), then the error.
 func (e *wrapped) Unwrap() []error { return e.errs }
 
 // Also returns err made to match sentinel too under errors.Is, for an error whose cause
@@ -66,4 +69,15 @@ func Also(sentinel, err error, prefix string) error {
 		text = sentinel.Error() + ": " + text
 	}
 	return &wrapped{text: text, errs: []error{sentinel, err}}
+}
+
+// Wrapf returns an error that says what format and args say, then err, and matches both under
+// errors.Is: what format's %w wraps (a sentinel of the package, say) and err. Its text names
+// the package once: format's starts with prefix ("device: ", or with a sentinel that does),
+// and an err of the package's own, whose text starts so too, follows without it: "device:
+// forget stream 0x10: the synchronize of the context ...", not "... 0x10: device: the ...".
+func Wrapf(prefix string, err error, format string, args ...any) error {
+	head := fmt.Errorf(format, args...)
+	return &wrapped{text: head.Error() + ": " + strings.TrimPrefix(err.Error(), prefix),
+		errs: []error{head, err}}
 }

@@ -37,3 +37,22 @@ func TestWrap(t *testing.T) {
 		}
 	}
 }
+
+// TestWrapf: Wrapf's text names the package once, and the error matches both the sentinel its
+// format wraps and the error it wraps.
+func TestWrapf(t *testing.T) {
+	kind := errors.New("kind")
+	sentinel := New(kind, "pkg: busy")
+	inner := New(kind, "pkg: the synchronize failed")
+	err := Wrapf("pkg: ", inner, "%w: stream %d", sentinel, 3)
+	if want := "pkg: busy: stream 3: the synchronize failed"; err.Error() != want {
+		t.Errorf("Wrapf: %q, want %q", err, want)
+	}
+	if !errors.Is(err, sentinel) || !errors.Is(err, inner) || !errors.Is(err, kind) {
+		t.Errorf("Wrapf: %v matches not the sentinel, the error it wraps and their kind", err)
+	}
+	other := errors.New("cuda: refused")
+	if want := "pkg: busy: cuda: refused"; Wrapf("pkg: ", other, "%w", sentinel).Error() != want {
+		t.Errorf("Wrapf of another package's error: want %q", want)
+	}
+}
