@@ -84,7 +84,7 @@ func (t *Tier) peerLink(f device.PressureFunc) *hookLink {
 		return nil
 	}
 	for _, w := range peers.m[weak.Make(t.mem.heap)] {
-		if p := w.Value(); p != nil && sameHook(p.hook.link.fn, f) {
+		if p := w.Value(); p != nil && device.SamePressure(p.hook.link.fn, f) {
 			return p.hook.link
 		}
 	}

@@ -62,17 +62,12 @@ type hookLink struct {
 	t    atomic.Pointer[Tier]
 	prev atomic.Pointer[device.PressureFunc] // nil: none
 	// fn is the hook the link installs (call), made once: a link installed over it knows from
-	// its identity (sameHook) that the hook it replaced is this link's.
+	// its identity (device.SamePressure) that the hook it replaced is this link's.
 	fn device.PressureFunc
 	// above is the link of a tier installed right over this one (its prev is fn), below the
 	// link this one's prev is. peers.mu guards them.
 	above, below *hookLink
 }
-
-// sameHook reports whether a and b are one func value (or copies of it): two method values
-// or closures made apart never are, whatever they call. It is the identity by which the heap's
-// CompareAndSwapPressure compares hooks (device.SamePressure).
-func sameHook(a, b device.PressureFunc) bool { return device.SamePressure(a, b) }
 
 // call is the hook the link installs: the tier's Relieve while the tier is in the chain, else
 // the hook it replaced.
