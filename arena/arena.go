@@ -23,6 +23,12 @@
 // cure, from one refused for another reason. An Arena is safe for use from several
 // goroutines.
 //
+// The regions of the host providers (LockedHost, PageableHost, PinnableHost) are not passed
+// to a child forked without exec (MADV_DONTFORK): in such a child (C code's fork, through cgo)
+// nothing is mapped at their addresses, so the parent's locked and registered pages never
+// become copy-on-write and are not counted twice. A child that execs is unaffected. An
+// External region is the caller's: the arena leaves how it forks alone.
+//
 // # Design
 //
 // An Arena owns up to 64 regions, reserved from its provider on demand until their sizes

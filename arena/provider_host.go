@@ -87,6 +87,13 @@ const hugeTLBSize = 2 << 20
 // Reserve that fails after its mmap (the NUMA bind, the populate) unmaps the region; where the
 // munmap is refused its error says so too (GiveBackRefused), and the provider keeps the region
 // and unmaps it again at its next Reserve or Release, or at ReleaseKept (Arena.Close).
+//
+// Each region is kept from a child forked without exec (madvise(MADV_DONTFORK), once, at
+// Reserve): such a child (C code's fork through cgo) finds nothing mapped at the region's
+// addresses, and touching them faults. Pinned pages shared copy-on-write with a child would
+// be copied at the parent's next write, away from a registration's DMA, and locked memory
+// would count twice. A child that execs is unaffected. A kernel that refuses the advice for
+// the mapping (EINVAL) leaves the region passed to children, as before.
 type HostProvider struct {
 	locked bool
 	opt    HostOptions
@@ -106,6 +113,8 @@ type HostProvider struct {
 	// munmapFn, when set (tests), is called in place of munmap(2) by Release and by Reserve's
 	// trim of its edges.
 	munmapFn func(addr, size uintptr) error
+	// noForkFn, when set (tests), is called in place of madvise(2) MADV_DONTFORK by Reserve.
+	noForkFn func(b []byte) error
 
 	keptMu sync.Mutex
 	kept   []*Region // regions a failed Reserve could not unmap (unwind), unmapped again later
@@ -202,6 +211,9 @@ func (h *HostProvider) Reserve(size, alignment uintptr) (*Region, error) {
 		if r, err = h.reserveTrimmed(size, alignment); err != nil {
 			return nil, err
 		}
+	}
+	if err := h.noFork(r); err != nil {
+		return nil, h.unwind(r, err)
 	}
 	if node, ok := h.opt.Node.Node(); ok {
 		if err := numa.Bind(r.Base, r.Size, node, h.locked || h.strict); err != nil {

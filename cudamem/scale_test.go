@@ -140,8 +140,8 @@ func TestFakeRegisterParallel(t *testing.T) {
 	regs := f.Stat(fakecuda.RegisterCalls)
 	s, err := a.Alloc(32<<20, 256)
 	must(t, "Alloc", err)
-	if n := p.HostCounters().Madvise - madv; n != 4+1 {
-		t.Errorf("a 32 MiB span took %d madvise calls, want the region's THP advice and 4 pieces faulted in", n)
+	if n := p.HostCounters().Madvise - madv; n != 4+2 {
+		t.Errorf("a 32 MiB span took %d madvise calls, want the region's THP advice and fork mark and 4 pieces faulted in", n)
 	}
 	if n := f.Stat(fakecuda.RegisterCalls) - regs; n != 1 {
 		t.Errorf("a 32 MiB span took %d registrations, want 1", n)
