@@ -1,8 +1,11 @@
 package device
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
@@ -10,6 +13,10 @@ import (
 // held block's parked free is refused (FailAfter), the free stays parked, and Close returns
 // that refusal and releases nothing; the next Close clears the block, frees it and closes the
 // heap. The refusal Close returned was never stale: the entry was still parked.
+//
+// The refusal wraps ErrBusy (a free waits, nothing was released: Close again), with the
+// driver's error and the words Sync and Trim say for the same entry, "device: " once. Before,
+// it matched ErrBusy only when a capture refused the clear, not when the driver did.
 func TestFakeCloseParkedClearRefused(t *testing.T) {
 	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1, ZeroOnFree: true})
 	if f == nil {
@@ -26,5 +33,12 @@ func TestFakeCloseParkedClearRefused(t *testing.T) {
 		t.Fatalf("Close with the clear refused: %v, closed %v, %d parked; want an error, open, 1",
 			err, closed, left)
 	}
+	code, _ := pcuda.ResultCode(err)
+	if !errors.Is(err, ErrBusy) || code != fakecuda.ResultInvalidValue ||
+		!strings.Contains(err.Error(), "made at its last Release, waits") {
+		t.Errorf("Close with the clear refused: %v; want an error wrapping ErrBusy and the "+
+			"driver's refusal, saying the held block's free waits", err)
+	}
+	saysDeviceOnce(t, "Close with the clear refused", err)
 	must(t, "Close again", h.Close())
 }

@@ -13,8 +13,8 @@ import (
 // kind too (device.ErrClosed matches pinmalloc.ErrClosed); ErrNoDriver, ErrNoDevice and
 // ErrOutOfMemory are the module's own (package pinmalloc).
 var (
-	// ErrBusy means Close found frees waiting for their stream, or work in flight on a stream
-	// the heap has seen; nothing was released.
+	// ErrBusy means Close found frees waiting for their stream (or for a clear the driver
+	// refused), or work in flight on a stream the heap has seen; nothing was released.
 	ErrBusy = errkind.New(pinmalloc.ErrBusy, "device: work in flight")
 	// ErrDeviceFault means the device faulted running work of the heap's context (the
 	// driver's sticky error, cuda.ErrDeviceFault, is in the chain): the driver refuses every

@@ -99,18 +99,34 @@ func (h *Heap) park(s cuda.Stream, l *deferredList) {
 // returns it again. An error of a free done (finishDone), which no later call would see again,
 // goes to h.parkErr, which the next Sync, Trim or Close returns (takeParkErr). h.mu is held.
 func (h *Heap) settleParked(wait bool, mine func(ps *parkedStream) bool) error {
+	syncErr, keptErr := h.settleParkedApart(wait, mine)
+	if syncErr == nil {
+		return keptErr
+	}
+	if keptErr == nil {
+		return syncErr
+	}
+	return errors.Join(syncErr, keptErr)
+}
+
+// settleParkedApart is settleParked, its errors apart: syncErr, its synchronize's, which every
+// entry not yet passed by one shares (a capture's refusal, say), and keptErr, those of the
+// entries mine answers true for that stay for a reason of their own (a clear refused). Close
+// says keptErr with ErrBusy, and ForgetStream(s) says syncErr only when an entry parked under s
+// waited for it. h.mu is held.
+func (h *Heap) settleParkedApart(wait bool,
+	mine func(ps *parkedStream) bool) (syncErr, keptErr error) {
 	if len(h.parked) == 0 {
-		return nil
+		return nil, nil
 	}
 	pts := h.points()
-	var err error
 	kept := func(ps *parkedStream, e error) { // an error the entry's next settle meets again
 		if mine == nil || mine(ps) {
-			err = errors.Join(err, e)
+			keptErr = errors.Join(keptErr, e)
 		}
 	}
 	if wait && slices.ContainsFunc(h.parked, func(ps parkedStream) bool { return !ps.freed && !pts.SyncedSince(ps.mark) }) {
-		err = h.syncParked()
+		syncErr = h.syncParked()
 	}
 	for i := range h.parked {
 		ps := &h.parked[i]
@@ -157,7 +173,7 @@ func (h *Heap) settleParked(wait bool, mine func(ps *parkedStream) bool) error {
 		}
 		return true
 	})
-	return err
+	return syncErr, keptErr
 }
 
 // parkedUnder returns the settleParked filter of the entries parked with handle s (a stream's,

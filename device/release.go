@@ -245,7 +245,10 @@ func besides(cause, err error) string {
 // anything is given back, and so is a stream parked by a ForgetStream that a capture refused (the
 // synchronize made once no stream the heap sees has work in flight; refused with ErrBusy while a
 // capture holds the context); when that synchronize fails, Close returns its error and releases
-// nothing. A held block (Hold) is live until its last Release, whether a Free or FreeAsync of it
+// nothing. A held block's free parked after the driver refused its clear (Options.ZeroOnFree,
+// Hold.Release) is cleared and made then too; when the driver refuses that clear again, the free
+// waits still: Close fails with an error wrapping ErrBusy and the driver's, releases nothing, and
+// a later Close tries again. A held block (Hold) is live until its last Release, whether a Free or FreeAsync of it
 // waits for that Release or not: while one is held, Close fails with heap.ErrLiveBlocks (the error
 // counts the held blocks) and releases nothing; release the holds (a remote.Worker's Close lets go
 // of those its abandoned transfers keep), free the blocks, and Close again.
@@ -306,7 +309,11 @@ func (h *Heap) closeHeap() error {
 	// The streams destroyed before their ForgetStream during a capture (park.go): every stream
 	// the heap sees is idle now, so the synchronize of the context waits only for work it does
 	// not see, theirs among it.
-	if err := h.settleParked(true, nil); errors.Is(err, cuda.ErrCapturing) {
+	// An entry kept for a reason of its own (a held block's parked free whose clear the driver
+	// refused) is a free that waits, as Sync and Trim say: ErrBusy, unless the context faulted.
+	serr, kerr := h.settleParkedApart(true, nil)
+	if err := errors.Join(serr, kerr); errors.Is(err, cuda.ErrCapturing) ||
+		kerr != nil && !errors.Is(kerr, cuda.ErrDeviceFault) {
 		return errkind.Wrapf("device: ", err, "%w", ErrBusy)
 	} else if err != nil {
 		return err
