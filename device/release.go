@@ -106,9 +106,15 @@ func (h *Heap) ForgetStream(s cuda.Stream) error {
 // forget is ForgetStream's work. h.mu is held.
 func (h *Heap) forget(s cuda.Stream) error {
 	// Streams parked before (destroyed ones, this one's handle or another's): released now if
-	// the context can be synchronized. Only the synchronize's error and those of a stream parked
-	// with s's handle are s's (below); the others' are their own (settleParked).
-	perr := h.settleParked(true, parkedUnder(s))
+	// the context can be synchronized. Only the errors of a stream parked with s's handle are
+	// s's (below), and the synchronize's when one of those waited for it; the others' are their
+	// own (settleParked): a capture's refusal of the synchronize that only they wait for is not
+	// s's outcome (a parked heap kept for its live blocks waits for none).
+	waited := h.parkedWaits(s)
+	serr, perr := h.settleParkedApart(true, parkedUnder(s))
+	if waited {
+		perr = errors.Join(serr, perr)
+	}
 	// Forgotten only once waited for (or parked): a held block's FreeAsync on s, made at its last
 	// Release, is a plain free once s is forgotten (hold.go), so s must have passed it by then.
 	l := h.lists.Lookup(uintptr(s))
