@@ -254,10 +254,11 @@ func besides(cause, err error) string {
 // nothing. A held block's free parked after the driver refused its clear (Options.ZeroOnFree,
 // Hold.Release) is cleared and made then too; when the driver refuses that clear again, the free
 // waits still: Close fails with an error wrapping ErrBusy and the driver's, releases nothing, and
-// a later Close tries again. A held block (Hold) is live until its last Release, whether a Free or FreeAsync of it
-// waits for that Release or not: while one is held, Close fails with heap.ErrLiveBlocks (the error
-// counts the held blocks) and releases nothing; release the holds (a remote.Worker's Close lets go
-// of those its abandoned transfers keep), free the blocks, and Close again.
+// a later Close tries again. A held block (Hold) is live until its last Release, whether a Free
+// or FreeAsync of it waits for that Release or not: while one is held, Close fails with
+// heap.ErrLiveBlocks (the error counts the held blocks) and releases nothing; release the holds
+// (a remote.Worker's Close lets go of those its abandoned transfers keep), free the blocks, and
+// Close again.
 //
 // When the driver refuses to give memory back (an unmap, say) or to destroy one of the heap's
 // events, Close returns its error and the heap is closed, what was refused kept (and the device,
