@@ -71,6 +71,9 @@ const (
 	// CallMemset is cuMemsetD8 and cuMemsetD8Async (nothing is queued: the memory stays as it
 	// was, as when the driver refuses the memset before it begins).
 	CallMemset
+	// CallPrimaryRelease is cuDevicePrimaryCtxRelease (the retain stays held and the context
+	// alive, as for every refusal here; UNMEASURED what a GPU's driver leaves).
+	CallPrimaryRelease
 )
 
 // More result codes for FailAfter.
@@ -111,6 +114,7 @@ func (d *Driver) SetPinCost(populate bool, pin, unpin time.Duration) {
 // again succeeds. A wait made to fail changes nothing either: cuStreamWaitEvent queues no wait,
 // cuStreamSynchronize runs nothing, so the stream's work may still be queued after it. Nor does
 // a refused create or memset: cuStreamCreate makes no stream, cuMemsetD8(Async) queues nothing.
+// A refused cuDevicePrimaryCtxRelease leaves the retain held and the context alive.
 func (d *Driver) FailAfter(call PinCall, skip, code int) {
 	if skip < 0 || skip > 1<<40 || code <= 0 || code > 0xffff {
 		panic(fmt.Sprintf("fakecuda: FailAfter(%d, %d, %d): out of range", call, skip, code))
