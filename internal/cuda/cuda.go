@@ -47,8 +47,9 @@
 // # Invariants
 //
 //   - Load, cuInit and each symbol resolution happen at most once per process.
-//   - Every Open takes one primary-context retain, every Close gives exactly one back;
-//     PrimaryRetains reports the retains outstanding.
+//   - Every Open takes one primary-context retain, which its Device's Close gives back once:
+//     the first Close whose release the driver takes (a refused release leaves the retain to a
+//     later Close); PrimaryRetains reports the retains outstanding.
 //   - Close gives its retain back only once no call of the Device is in flight in the context
 //     (calls.go); a call that starts after Close began fails with ErrClosed, unless it is
 //     nested in a call in flight, which Close waits for.

@@ -143,14 +143,15 @@ func (s Stats) Live() int64 {
 // use, Close included: it waits for the calls in flight, and the calls that start after it
 // began fail with ErrClosed (calls.go).
 type Device struct {
-	drv     *driver
-	ordinal int
-	dev     int32   // CUdevice
-	ctx     uintptr // CUcontext of the primary context
-	closed  atomic.Bool
-	strict  atomic.Bool // queries and synchronizes in the thread's own capture mode (StrictCapture)
-	calls   calls       // the calls in flight, which Close waits for
-	closeMu sync.Mutex  // held by a Close under way: a second waits for the first
+	drv      *driver
+	ordinal  int
+	dev      int32   // CUdevice
+	ctx      uintptr // CUcontext of the primary context
+	closed   atomic.Bool
+	strict   atomic.Bool // queries and synchronizes in the thread's own capture mode (StrictCapture)
+	calls    calls       // the calls in flight, which Close waits for
+	closeMu  sync.Mutex  // held by a Close under way: a second waits for the first
+	released bool        // the retain is given back (closeMu); a refused release leaves it false
 
 	deviceAllocs, managedAllocs, hostAllocs, hostRegs atomic.Int64
 	reservations, handles, streams, events            atomic.Int64
@@ -192,11 +193,14 @@ func openOn(dr *driver, ordinal int) (*Device, error) {
 // Close releases the primary-context retain taken by Open. It may race the Device's other
 // calls: it marks the Device closed, so that the calls that start from then on fail with an
 // error matching ErrClosed, waits for the calls in flight to end (a synchronize waits for its
-// work) and then releases. It is idempotent: a Close during another waits for it and returns
-// nil. Inside a Do of the same Device it cannot wait for that Do, and returns an error matching
-// ErrBusy, closing nothing (nil if another Close is under way); nor may a function given to Do
-// wait for a Close of its Device made elsewhere, which waits for that Do. It does not free what
-// was allocated through the Device; the primary context (and its memory) lives on while anyone
+// work) and then releases. When the driver refuses the release, Close returns its refusal,
+// the Device stays closed and keeps its retain (PrimaryRetains counts it), and a later Close
+// tries the release again. Once the retain is given back, Close returns nil: a Close during
+// another waits for it, then returns nil, or tries again if that one was refused. Inside a Do
+// of the same Device it cannot wait for that Do, and returns an error matching ErrBusy,
+// closing nothing (nil if another Close is under way); nor may a function given to Do wait for
+// a Close of its Device made elsewhere, which waits for that Do. It does not free what was
+// allocated through the Device; the primary context (and its memory) lives on while anyone
 // else retains it.
 func (d *Device) Close() error {
 	if d.drv.inDo(d.tag()) {
@@ -207,14 +211,21 @@ func (d *Device) Close() error {
 	}
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
-	if d.closed.Load() {
+	if d.released {
 		return nil
 	}
-	d.closed.Store(true)
-	d.drain()
+	if !d.closed.Load() {
+		d.closed.Store(true)
+		d.drain()
+	}
+	if err := d.drv.primaryRelease(d.dev); err != nil {
+		return wrap(err, "device %d: primary context not released (the device is closed; "+
+			"a later Close tries again)", d.ordinal)
+	}
+	d.released = true
 	primaryRetains.Add(-1)
 	noteClose(d)
-	return d.drv.primaryRelease(d.dev)
+	return nil
 }
 
 // Ordinal returns the device ordinal passed to Open.
