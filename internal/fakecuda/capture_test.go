@@ -184,6 +184,7 @@ var captureRules = []struct {
 	{"ContextSynchronizeInvalidates", captureContextSynchronizeInvalidates},
 	{"EventQueryRefused", captureEventQueryRefused},
 	{"EventAfterCapture", captureEventAfterCapture},
+	{"EventDestroyAfterCapture", captureEventDestroyAfterCapture},
 	{"LegacyImplicit", captureLegacyImplicit},
 	{"IsCapturingInvalidatesNothing", captureIsCapturingInvalidatesNothing},
 	{"BeginEnd", captureBeginEnd},
