@@ -111,8 +111,10 @@ func (d *Device) StreamIsCapturing(s Stream) (CaptureStatus, error) {
 	if !d.enter() {
 		return CaptureNone, d.closedError()
 	}
+	seq := taints.seq.Load()
 	st, err := d.drv.streamIsCapturingIn(d.ctx, s) // push, call and pop in one cgo call
 	d.exit()
+	d.letGoAfterAsk(s, seq, err == nil && st == CaptureNone)
 	return st, err
 }
 
@@ -120,25 +122,28 @@ func (d *Device) StreamIsCapturing(s Stream) (CaptureStatus, error) {
 // it records nothing and returns the status of s (CaptureActive or CaptureInvalidated), or,
 // for the legacy stream while a blocking stream captures, the driver's refusal (an error
 // matching ErrCapturing). It asks and records in one cgo call: the record of an event of the
-// library's own in a user's stream, which must not become a node of the user's graph, costs
-// two driver calls more than EventRecord (the ask, and a second after the record), not a
-// second cgo call. A driver without cuStreamIsCapturing records.
+// library's own in a user's stream, which the user's capture must not take, costs two driver
+// calls more than EventRecord (the ask, and a second after the record), not a second cgo call.
+// A driver without cuStreamIsCapturing records.
 //
 // Hold HoldCaptureBegins around it, with the checks that led to it: a capture begun through
 // StreamBeginCapture then never falls between its ask and its record. One begun by other code
 // on another thread may: when s captures at the second ask, the record may be the capture's,
 // so it returns the status of s as if nothing was recorded and marks ev tainted
 // (EventTainted): the caller must not record ev again nor take it for a point, and
-// EventPool.Put lets it go.
+// EventPool.Put lets it go, to be destroyed by a later ask of d that finds s not capturing
+// (capturetaint.go).
 func (d *Device) EventRecordOutsideCapture(ev Event, s Stream) (CaptureStatus, error) {
 	if !d.enter() {
 		return CaptureNone, d.closedError()
 	}
-	st, tainted, err := d.drv.eventRecordOutsideCaptureIn(d.ctx, ev, s)
+	seq := taints.seq.Load()
+	st, tainted, free, err := d.drv.eventRecordOutsideCaptureIn(d.ctx, ev, s)
 	d.exit()
 	if tainted {
-		taint(ev)
+		taint(ev, d, s)
 	}
+	d.letGoAfterAsk(s, seq, free)
 	return st, err
 }
 

@@ -61,7 +61,7 @@ static uint64_t pmc_isCapturingIn(uintptr_t push, uintptr_t pop, uintptr_t ctx, 
 }
 // cuCtxPushCurrent_v2(ctx), cuStreamIsCapturing(s, &status), and cuEventRecord(ev, s) only if
 // s is not capturing, then cuStreamIsCapturing again (a capture begun on another thread
-// between the ask and the record took the record as a node of its graph), then
+// between the ask and the record, and still going on, took the record), then
 // cuCtxPopCurrent_v2, in one cgo call. The answer packs the stage above the CUresult or
 // status: 0 recorded, 1 push failed, 2 cuStreamIsCapturing failed (nothing recorded), 3 pop
 // failed, 4 s captures (the status; nothing recorded), 5 the record failed, 6 recorded and s
@@ -150,50 +150,50 @@ func (dr *driver) streamIsCapturingIn(ctx uintptr, s Stream) (CaptureStatus, err
 
 // eventRecordOutsideCaptureIn records ev in s in context ctx unless s is capturing, in one cgo
 // call (Device.EventRecordOutsideCapture), and reports the record tainted when s may have begun
-// capturing before it: the event may be a node of the capture's graph. A driver without
-// cuStreamIsCapturing records.
+// capturing before it: the event may be the capture's. free reports that an ask found s not
+// capturing (for reapLetGo). A driver without cuStreamIsCapturing records.
 func (dr *driver) eventRecordOutsideCaptureIn(ctx uintptr, ev Event, s Stream) (
-	st CaptureStatus, tainted bool, err error) {
+	st CaptureStatus, tainted, free bool, err error) {
 	isCap, err := dr.fn(symStreamIsCapturing)
 	if err != nil {
-		return CaptureNone, false, dr.eventRecordIn(ctx, ev, s)
+		return CaptureNone, false, false, dr.eventRecordIn(ctx, ev, s)
 	}
 	rec, err := dr.fn(symEventRecord)
 	if err != nil {
-		return CaptureNone, false, err
+		return CaptureNone, false, false, err
 	}
 	push, pop, err := dr.pushPop()
 	if err != nil {
-		return CaptureNone, false, err
+		return CaptureNone, false, false, err
 	}
 	out := C.pmc_recordOutsideCaptureIn(push, pop, C.uintptr_t(ctx), isCap, rec, C.uintptr_t(ev), C.uintptr_t(s))
 	low := int32(uint32(out))
 	switch out >> 32 {
 	case 0:
-		return CaptureNone, false, nil
+		return CaptureNone, false, true, nil
 	case 1:
-		return CaptureNone, false, wrap(check(C.int(low)), "push primary context")
+		return CaptureNone, false, false, wrap(check(C.int(low)), "push primary context")
 	case 2:
 		if r := check(C.int(low)); errors.Is(r, pinmalloc.ErrCapturing) {
-			return CaptureNone, false, r
+			return CaptureNone, false, false, r
 		}
 		// A stream it refuses: the record says why.
-		return CaptureNone, false, dr.eventRecordIn(ctx, ev, s)
+		return CaptureNone, false, false, dr.eventRecordIn(ctx, ev, s)
 	case 3:
-		return CaptureNone, false, wrap(check(C.int(low)), "pop primary context")
+		return CaptureNone, false, false, wrap(check(C.int(low)), "pop primary context")
 	case 4:
-		return CaptureStatus(low), false, nil
+		return CaptureStatus(low), false, false, nil
 	case 6:
-		return CaptureStatus(low), true, nil
+		return CaptureStatus(low), true, false, nil
 	case 7:
 		if errors.Is(check(C.int(low)), pinmalloc.ErrCapturing) {
 			// The legacy stream, while a blocking stream captures: the driver refuses a record
 			// there then, so the record came before the capture and is a point of its own.
-			return CaptureNone, false, nil
+			return CaptureNone, false, false, nil
 		}
-		return CaptureActive, true, nil // nothing says the record is not the capture's
+		return CaptureActive, true, false, nil // nothing says the record is not the capture's
 	}
-	return CaptureNone, false, check(C.int(low))
+	return CaptureNone, false, false, check(C.int(low))
 }
 
 // hookCaptureCheck sets the hook of the check that finds a stream not capturing after skip

@@ -11,7 +11,8 @@ func (*driver) threadExchangeCaptureMode(CaptureMode) (CaptureMode, error) {
 func (*driver) streamIsCapturingIn(uintptr, Stream) (CaptureStatus, error) {
 	return CaptureNone, errStub
 }
-func (*driver) eventRecordOutsideCaptureIn(uintptr, Event, Stream) (CaptureStatus, bool, error) {
-	return CaptureNone, false, errStub
+func (*driver) eventRecordOutsideCaptureIn(uintptr, Event, Stream) (CaptureStatus, bool, bool,
+	error) {
+	return CaptureNone, false, false, errStub
 }
 func (*driver) hookCaptureCheck(string, int, int) error { return errStub }

@@ -8,34 +8,54 @@ import (
 
 // Events a capture may have taken. EventRecordOutsideCapture asks whether the stream captures
 // before its record and again after it; a capture that began between the two, on another
-// thread, took the record as a node of its graph. Such an event stands for no point of the
-// stream: a query after the capture ends finds it complete (it was never recorded outside the
-// graph), and each launch of the graph records it again. The library must never query it as a
-// point nor record it for another: EventPool.Put keeps it out of the pool for good. Nor is it
-// destroyed: the driver API does not say whether a graph may outlive the events its record
-// nodes name, so the event is left to the process (TaintedEvents counts them), unless its
-// owner, knowing the graphs that name it destroyed, destroys it (Device.EventDestroy, which
-// takes it out of the tainted events, or DestroyLetGo).
+// thread, took the record. Such an event stands for no point of the stream: a query after the
+// capture ends finds it complete (it was never recorded outside the capture). The library must
+// never query it as a point nor record it for another: EventPool.Put keeps it out of the pool
+// and lets it go. A record made with the default flags in a capture is no node of its graph
+// (D: cuEventRecordWithFlags, CU_EVENT_RECORD_EXTERNAL "create[s] an event record node instead
+// of the default behavior"): it marks the capture's own dependencies, for a wait of another
+// stream joining the capture, and the capture names the event only while it goes on. So a let
+// go event is destroyed once its capture has ended: when an ask of the Device that recorded it
+// (StreamIsCapturing, EventRecordOutsideCapture) finds the stream it was recorded in not
+// capturing, after the ask that tainted it (reapLetGo). Its owner may destroy it before,
+// knowing the capture ended (Device.EventDestroy, which takes it out of the tainted events, or
+// DestroyLetGo). One whose stream no such ask names again stays let go (TaintedEvents counts
+// every event ever tainted).
 var taints struct {
 	n     atomic.Int32 // events in m: Put looks no further while none
+	seq   atomic.Uint64
 	mu    sync.Mutex
-	m     map[Event]struct{}
-	let   []Event      // tainted events given back to pools: DestroyLetGo's
-	lets  atomic.Int32 // len(let): EventDestroy looks no further while n and lets are 0
+	m     map[Event]taintOrigin
+	let   []letGo      // tainted events given back to pools: reapLetGo's and DestroyLetGo's
+	lets  atomic.Int32 // len(let): EventDestroy and the asks look no further while n and lets are 0
 	total atomic.Int64
 }
 
-// taint notes that a capture may have taken ev's record.
-func taint(ev Event) {
+// taintOrigin is where an event was tainted: the Device that recorded it, the stream, and
+// taints.seq after the taint, which orders the taint against the asks of reapLetGo.
+type taintOrigin struct {
+	d   *Device
+	s   Stream
+	seq uint64
+}
+
+// letGo is a tainted event given back to a pool, with where it was tainted.
+type letGo struct {
+	ev Event
+	taintOrigin
+}
+
+// taint notes that a capture may have taken ev's record in s, made through d.
+func taint(ev Event, d *Device, s Stream) {
 	taints.mu.Lock()
 	if taints.m == nil {
-		taints.m = make(map[Event]struct{})
+		taints.m = make(map[Event]taintOrigin)
 	}
 	if _, ok := taints.m[ev]; !ok {
-		taints.m[ev] = struct{}{}
 		taints.n.Add(1)
 		taints.total.Add(1)
 	}
+	taints.m[ev] = taintOrigin{d: d, s: s, seq: taints.seq.Add(1)}
 	taints.mu.Unlock()
 }
 
@@ -53,8 +73,9 @@ func EventTainted(ev Event) bool {
 	return ok
 }
 
-// TaintedEvents returns the number of events a capture may have taken (EventTainted), which
-// no pool reuses or destroys.
+// TaintedEvents returns the number of events a capture may have taken (EventTainted) since
+// the process began, which no pool reuses; those let go since are destroyed once their capture
+// has ended (reapLetGo).
 func TaintedEvents() int64 { return taints.total.Load() }
 
 // TaintedHeld returns the number of tainted events (EventTainted) not given back to an
@@ -67,11 +88,11 @@ func untaint(ev Event) bool {
 		return false
 	}
 	taints.mu.Lock()
-	_, ok := taints.m[ev]
+	o, ok := taints.m[ev]
 	if ok {
 		delete(taints.m, ev)
 		taints.n.Add(-1)
-		taints.let = append(taints.let, ev)
+		taints.let = append(taints.let, letGo{ev, o})
 		taints.lets.Add(1)
 	}
 	taints.mu.Unlock()
@@ -86,56 +107,88 @@ const (
 )
 
 // dropTaint takes ev out of the tainted events, held or let go, before its destroy
-// (Device.EventDestroy; the handle is still ev's, no new event has it), and says where it was.
-func dropTaint(ev Event) int {
+// (Device.EventDestroy; the handle is still ev's, no new event has it), and says where it was,
+// with where it was tainted.
+func dropTaint(ev Event) (int, taintOrigin) {
 	if taints.n.Load() == 0 && taints.lets.Load() == 0 {
-		return notTainted
+		return notTainted, taintOrigin{}
 	}
 	taints.mu.Lock()
 	defer taints.mu.Unlock()
-	if _, ok := taints.m[ev]; ok {
+	if o, ok := taints.m[ev]; ok {
 		delete(taints.m, ev)
 		taints.n.Add(-1)
-		return taintHeld
+		return taintHeld, o
 	}
-	if i := slices.Index(taints.let, ev); i >= 0 {
+	if i := slices.IndexFunc(taints.let, func(l letGo) bool { return l.ev == ev }); i >= 0 {
+		o := taints.let[i].taintOrigin
 		taints.let = slices.Delete(taints.let, i, i+1)
 		taints.lets.Add(-1)
-		return taintLet
+		return taintLet, o
 	}
-	return notTainted
+	return notTainted, taintOrigin{}
 }
 
 // restoreTaint puts ev back where dropTaint found it, after the driver refused its destroy.
-func restoreTaint(ev Event, was int) {
+func restoreTaint(ev Event, was int, o taintOrigin) {
 	if was == notTainted {
 		return
 	}
 	taints.mu.Lock()
 	if was == taintHeld {
-		taints.m[ev] = struct{}{}
+		taints.m[ev] = o
 		taints.n.Add(1)
 	} else {
-		taints.let = append(taints.let, ev)
+		taints.let = append(taints.let, letGo{ev, o})
 		taints.lets.Add(1)
 	}
 	taints.mu.Unlock()
 }
 
-// DestroyLetGo destroys the tainted events given back to pools (let go for good), for a program
-// that knows every graph that may name them is destroyed (a test, at its end), and returns the
-// first refusal; an event whose destroy the driver refuses stays let go.
+// DestroyLetGo destroys, through d, the tainted events given back to pools (let go) that no ask
+// has destroyed yet, for a program that knows the captures that took them have ended (a test,
+// at its end), and returns the first refusal; an event whose destroy the driver refuses stays
+// let go.
 func DestroyLetGo(d *Device) error {
 	taints.mu.Lock()
 	evs := taints.let
 	taints.let = nil
 	taints.lets.Store(0)
 	taints.mu.Unlock()
+	return d.destroyLetGo(evs)
+}
+
+// reapLetGo destroys the let-go events that d recorded in s and whose taint came before seq,
+// the value of taints.seq before an ask of d's found s not capturing: the ask came after the
+// one that tainted each, which found s capturing, so the capture that may have taken its
+// record has ended since (a stream stays in its capture until the capture ends) and names the
+// event no more. Refusals leave the events let go, for a later ask; no one waits on them.
+func (d *Device) reapLetGo(s Stream, seq uint64) {
+	var evs []letGo
+	taints.mu.Lock()
+	kept := taints.let[:0]
+	for _, l := range taints.let {
+		if l.d == d && l.s == s && l.seq <= seq {
+			evs = append(evs, l)
+		} else {
+			kept = append(kept, l)
+		}
+	}
+	clear(taints.let[len(kept):])
+	taints.let = kept
+	taints.lets.Store(int32(len(kept)))
+	taints.mu.Unlock()
+	_ = d.destroyLetGo(evs)
+}
+
+// destroyLetGo destroys evs, let-go events taken out of taints.let, through d, and puts those
+// whose destroy the driver refuses back; it returns the first refusal.
+func (d *Device) destroyLetGo(evs []letGo) error {
 	var first error
-	for _, ev := range evs {
-		if err := d.EventDestroy(ev); err != nil {
+	for _, l := range evs {
+		if err := d.EventDestroy(l.ev); err != nil {
 			taints.mu.Lock()
-			taints.let = append(taints.let, ev)
+			taints.let = append(taints.let, l)
 			taints.lets.Add(1)
 			taints.mu.Unlock()
 			if first == nil {
@@ -144,4 +197,12 @@ func DestroyLetGo(d *Device) error {
 		}
 	}
 	return first
+}
+
+// letGoAfterAsk runs after an ask of d's that found s not capturing (free), made with seq the
+// value of taints.seq before it: it costs an atomic load while no tainted event is let go.
+func (d *Device) letGoAfterAsk(s Stream, seq uint64, free bool) {
+	if free && taints.lets.Load() != 0 {
+		d.reapLetGo(s, seq)
+	}
 }

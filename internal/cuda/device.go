@@ -604,14 +604,15 @@ func (d *Device) EventElapsed(start, end Event) (ms float32, err error) {
 }
 
 // EventDestroy destroys an event from EventCreate. Destroying a tainted event (EventTainted,
-// or one an EventPool let go) is the caller's word that no graph names it any more: the event
-// leaves the tainted ones, so that a new event the driver gives its handle is not taken for
-// tainted, nor destroyed by DestroyLetGo. One whose destroy the driver refuses stays tainted.
+// or one an EventPool let go) is the caller's word that the capture that may have taken its
+// record has ended: the event leaves the tainted ones, so that a new event the driver gives
+// its handle is not taken for tainted, nor destroyed as a let-go one (DestroyLetGo, or an ask
+// that finds its stream not capturing). One whose destroy the driver refuses stays tainted.
 func (d *Device) EventDestroy(ev Event) error {
-	was := dropTaint(ev)
+	was, o := dropTaint(ev)
 	err := d.track(&d.events, uint64(ev), -1, d.Do(func() error { return d.drv.eventDestroy(ev) }))
 	if err != nil {
-		restoreTaint(ev, was)
+		restoreTaint(ev, was, o)
 	}
 	return err
 }

@@ -44,7 +44,8 @@ func (p *EventPool) Get() (Event, error) {
 // Put returns an event from Get to the pool. The event may still be pending: recording it
 // again later is allowed. After Close, Put destroys the event; one whose destroy the driver
 // refuses stays in the pool, for the next Close to destroy. An event a capture may have taken
-// (EventTainted) is neither kept nor destroyed: it is let go for good.
+// (EventTainted) is neither kept nor destroyed now: it is let go, and destroyed once that
+// capture has ended (capturetaint.go).
 func (p *EventPool) Put(ev Event) {
 	if untaint(ev) {
 		return
