@@ -132,7 +132,9 @@ func (d *Device) StreamIsCapturing(s Stream) (CaptureStatus, error) {
 // so it returns the status of s as if nothing was recorded and marks ev tainted
 // (EventTainted): the caller must not record ev again nor take it for a point, and
 // EventPool.Put lets it go, to be destroyed by a later ask of d that finds s not capturing
-// (capturetaint.go).
+// (capturetaint.go). A capture that other code begins after the first ask and ends before the
+// second, the record inside it, no ask sees: the call then answers CaptureNone, ev untainted,
+// for a point that is none (the package doc, "Captures begun by another binding").
 func (d *Device) EventRecordOutsideCapture(ev Event, s Stream) (CaptureStatus, error) {
 	if !d.enter() {
 		return CaptureNone, d.closedError()

@@ -44,6 +44,42 @@
 // mapped pointer or a batch (MemcpyBatchAsync reads its sources in stream order): give those
 // no Go memory.
 //
+// # Captures begun by another binding
+//
+// A CUDA graph capture of a stream forbids a query or synchronize of it, and would take a
+// record made in it (capture.go). Before the library queries, synchronizes or records its own
+// event in a user's stream it asks whether the stream captures (StreamIsCapturing), and it
+// holds the capture gate (HoldCaptureBegins) from the ask through the act: a capture begun
+// through this package (StreamBeginCapture) never falls between them. A capture begun by
+// other code (another binding of the driver: the CUDA runtime, PyTorch, CuPy, cgo) on another
+// thread does not wait for the gate. What it does to the library depends on when it falls:
+//
+//   - Between an ask and a query or synchronize: the driver refuses the call and invalidates
+//     the capture, whose end then gives no graph.
+//   - Between the first ask of EventRecordOutsideCapture and its record, and still going on at
+//     its second ask, made right after the record in the same cgo call: the record may be the
+//     capture's. The call answers the stream capturing and taints the event (EventTainted);
+//     the library never takes it for a point, and destroys it once an ask finds the stream
+//     not capturing (capturetaint.go).
+//   - Begun after the first ask and ended before the second, with the record inside it: not
+//     caught. Nothing left after the record tells it from a record outside any capture: a
+//     stream's capture status is the present one (cuStreamIsCapturing), the sequence id of
+//     cuStreamGetCaptureInfo exists only while a capture goes on, and an event whose last
+//     record was in an ended capture reads complete (the fake's model, which
+//     internal/fakecuda's TestCUDACaptureRules asks a GPU: EventAfterCapture).
+//     EventRecordOutsideCapture then answers CaptureNone, the event untainted, and the caller
+//     takes it for a point of the stream that stands for none: a query finds it complete at
+//     once while the work queued before it may still run, and memory whose reuse waits for
+//     that point (a deferred free, a pool's buffer) may be reused under that work. The window
+//     spans one driver call, the record, made back to back with the two asks in one cgo call,
+//     and the other binding must both begin and end its capture of that very stream inside it.
+//
+// A program that captures with another binding closes every window by not capturing a stream
+// while a call of the library that may query, synchronize or record in that stream runs on
+// another goroutine: an Alloc, Free or FreeAsync of a pool or heap that has the stream's
+// frees, or its purge timer (a negative Options.PurgeDelay turns it off), as the public
+// packages' FreeAsync docs advise.
+//
 // # Invariants
 //
 //   - Load, cuInit and each symbol resolution happen at most once per process.
