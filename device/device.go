@@ -353,8 +353,11 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // goroutines. A capture begun with the module's own binding waits for them; one begun with
 // another binding (cuda has no capture call) on another thread in the instant between the two
 // is invalidated by a query (its end fails), while a point recorded then is found and not
-// trusted: the frees still wait. To rule out the first, begin a capture while no call of the
-// heap runs on another goroutine and the purge timer is off (a negative Options.PurgeDelay).
+// trusted: the frees still wait. One that also ends within the record, before the heap asks
+// again, is not seen: the point stands for nothing, and a block freed on s may be reused while
+// work queued before the free still runs. To rule both out, begin a capture while no call of
+// the heap runs on another goroutine and the purge timer is off (a negative
+// Options.PurgeDelay).
 //
 // Errors, on any stream: those of Free (heap.ErrDoubleFree for a block freed already or with a
 // free pending), checked before anything is queued or deferred. A held block (Hold) is freed

@@ -279,8 +279,10 @@ func (o *streamOrder) shard(base uintptr) *useShard {
 // query or record it allows are separate driver calls: a capture begun with another binding
 // (cuda has no capture call) on another thread in the instant between them is invalidated by
 // a query (its end fails), while a point recorded then is found and not trusted (the frees
-// still wait); a capture begun while no call of the pool runs on another goroutine, and with
-// the purge timer off (a negative Options.PurgeDelay), is safe.
+// still wait), unless that capture also ends within the record, before the pool asks again:
+// then the point stands for nothing, and a buffer freed on s may be reused while work queued
+// before the free still runs. A capture begun while no call of the pool runs on another
+// goroutine, and with the purge timer off (a negative Options.PurgeDelay), is safe.
 func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 	o := p.order
 	if o == nil {

@@ -12,8 +12,8 @@ import (
 
 // TestReleaseRacingForeignCapture: a capture begun by another binding of the driver (which the
 // capture gate cannot hold off) between the ask of a Release's record and the record takes the
-// record into its graph: the event stands for no point of the stream, and each launch of the
-// graph records it again. The Release is refused with ErrCapturing, and the tier must not keep
+// record: the event stands for no point of the stream. The Release is refused with
+// ErrCapturing, and the tier must not keep
 // the event, neither a new one (back to its idle release events) nor a block's release event
 // for the stream (recorded again by the next Release): both kept it, tainted.
 func TestReleaseRacingForeignCapture(t *testing.T) {

@@ -57,8 +57,7 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 			if err := streamq.RecordOutsideCapture(t.dev, uintptr(r.ev), uintptr(s)); err != nil {
 				if icuda.EventTainted(icuda.Event(r.ev)) {
 					// A capture begun meanwhile took the record: the event stands for no point
-					// of s now, and the graph records it again at each launch. The pool keeps
-					// it out of use for good.
+					// of s now. The pool lets it go, destroyed once the capture has ended.
 					t.engine.events.Put(uintptr(r.ev))
 					b.rel = slices.Delete(b.rel, i, i+1)
 				}

@@ -128,8 +128,9 @@ func (t *Tier) checkStream(s cuda.Stream) error {
 }
 
 // notCapturing refuses op on s while a CUDA graph capture holds s (streamq.CaptureRefusal):
-// what the tier would queue there (a wait for its copy or for another stream's release, a
-// release event) would be a node of the user's graph, run again at every launch, and a block
+// what the tier would queue there (a wait for its copy or for another stream's release) would
+// be a node of the user's graph, run again at every launch, a release event would belong to
+// the capture and stand for no point of s, and a block
 // the graph uses is memory the tier moves once it is released. The refusal comes before
 // anything is queued or changed. It costs one driver call (cuStreamIsCapturing). t.mu is held.
 // h names the block, if one (not 0).

@@ -17,7 +17,8 @@ import (
 // whose cuStreamEndCapture then fails (the driver API's cuStreamBeginCapture_v2,
 // cuStreamIsCapturing and cuThreadExchangeStreamCaptureMode; the CUDA programming guide's
 // "any associated capture graphs are invalidated"; internal/fakecuda models each rule). An
-// event recorded there would be a node of the user's graph, recorded again at every launch.
+// event recorded there would belong to the capture, not to the stream's work: it would stand
+// for no point of the stream.
 //
 // So before Points queries, synchronizes or records a point in a stream on its own account
 // (a poll, a purge, a drain), it asks Capturing, the one question a capture allows: a
@@ -103,8 +104,9 @@ func captureHeld(dev *cuda.Device, s Stream) (bool, error) {
 // CaptureRefusal returns an error matching pinmalloc.ErrCapturing when a CUDA graph capture
 // holds s (as Capturing says), and nil otherwise. An operation the user calls on s that would
 // record, wait for, query or synchronize anything there on the library's account asks it
-// first and refuses the call with its error before anything is queued: a record would be a
-// node of the user's graph, recorded again at every launch, and a query or synchronize would
+// first and refuses the call with its error before anything is queued: a record would belong
+// to the capture and stand for no point of s, a wait would be a node of the user's graph, and a
+// query or synchronize would
 // invalidate the capture. The ask is one cgo call, which invalidates nothing. The error names
 // s and wraps the driver's refusal where there is one (the legacy stream while a blocking
 // stream captures).

@@ -91,9 +91,9 @@ func (p *Points) Context() uintptr { return p.dev.Context() }
 func (p *Points) Ordinal() int { return p.dev.Ordinal() }
 
 // Check reports whether the driver accepts s as a stream of the device, by recording a point
-// in it (an error: not). A stream a capture holds gets no point (it would be a node of the
-// user's graph, recorded again at each launch of it, while the event went on to serve as a
-// point of other streams): it is asked its context instead (cuStreamGetCtx, which a capture
+// in it (an error: not). A stream a capture holds gets no point (it would belong to the
+// capture and stand for no point of s, while the event went on to serve as a point of other
+// streams): it is asked its context instead (cuStreamGetCtx, which a capture
 // allows), and one of another context (another device's stream) is refused, as the point
 // would have been. A driver without that call accepts it.
 func (p *Points) Check(s Stream) error {
