@@ -84,7 +84,7 @@ func (w *Worker) loseMessages(c *Conn, n int) {
 		c.remote, n, queuedWorker)
 	if c.state == connFailed {
 		c.err = fmt.Errorf("%w: %s, after it ended (%v)", ErrProtocol, why, c.err)
-		w.logf("remote: connection to %s: %v", c.remote, c.err)
+		w.logf("%v", c.err) // why names c.remote
 	} else {
 		w.failConn(c, fmt.Errorf("%w: %s", ErrProtocol, why))
 	}
