@@ -494,6 +494,7 @@ func (w *Worker) failConn(c *Conn, err error) {
 			}
 		}
 		clear(w.unheld[len(unheld):])
+		w.answering -= c.answering // those left in w.unheld (dropAnswers took the others')
 		w.unheld, c.answering = unheld, 0
 	}
 	if c.abandoned { // the peer is gone and UCX will not say so: end everything now

@@ -482,12 +482,14 @@ func (w *Worker) dropAnswers(c *Conn) {
 		w.unhold(a.hold)
 	}
 	c.answering -= len(c.answers) - c.answerHead
+	w.answering -= len(c.answers) - c.answerHead
 	clear(c.answers)
 	c.answers, c.answerHead = nil, 0
 }
 
 // answerQueued counts an answer to c's peer that waits (for a slot, or for its buffer's hold),
-// or fails c when its peer has more waiting than an honest one can (maxQueuedAnswers), and
+// or fails c when its peer has more waiting than an honest one can (maxQueuedAnswers), or when
+// the worker's connections have answersWorker waiting and c has the most (answerRoom), and
 // reports which. Under mu.
 func (w *Worker) answerQueued(c *Conn) bool {
 	if c.answering >= w.answerBound {
@@ -495,7 +497,11 @@ func (w *Worker) answerQueued(c *Conn) bool {
 			ErrProtocol, c.remote, w.answerBound))
 		return false
 	}
+	if w.answering >= w.answersBound && !w.answerRoom(c) {
+		return false
+	}
 	c.answering++
+	w.answering++
 	return true
 }
 
@@ -648,6 +654,7 @@ func (w *Worker) takeUnheld() []pendingAnswer {
 	w.unheld, w.unheldSpare = w.unheldSpare, nil
 	for _, a := range batch {
 		a.c.answering-- // out of the queue; counted again if it waits for a slot
+		w.answering--
 	}
 	return batch
 }
@@ -784,6 +791,7 @@ func (w *Worker) postConnAnswers(c *Conn) {
 		c.answers[c.answerHead] = pendingAnswer{}
 		c.answerHead++
 		c.answering--
+		w.answering--
 		if a.lr != nil && w.byID[a.lr.id] != a.lr {
 			// Its region was deregistered while the answer waited (its registration, which
 			// the send names, unmapped): refused, with none of its bytes. (Its buffer, held,

@@ -91,6 +91,8 @@ type Worker struct {
 	nanswer       int             // slots held by answers to peers' data messages (at most opts.MaxInFlight)
 	connAnswers   int             // of those, the most one connection's answers may hold (takeSlot)
 	answerBound   int             // maxQueuedAnswers (tests raise a flooding worker's)
+	answering     int             // answers waiting on every connection together (Conn.answering)
+	answersBound  int             // answersWorker (tests lower it)
 	queued        int             // bytes of peers' messages queued for Recv on every connection (queuedWorker)
 	ended         []endedHolder   // connections reaped with messages nobody received (makeRoom)
 	putPart       uint64          // putPart (tests make a hostile sender's larger)
@@ -256,6 +258,7 @@ func New(o Options) (*Worker, error) {
 	w.uw.LimitMessages(msgHeader+max(o.MaxMessage, maxControl), msgHeader+o.MaxMessage, msgData)
 	w.connAnswers = max(1, o.MaxInFlight/answerShare)
 	w.answerBound = maxQueuedAnswers
+	w.answersBound = answersWorker
 	w.putPart = putPart
 	w.uw.LimitData(dataMax)
 	w.slots = make([]slot, n)
