@@ -52,6 +52,9 @@ func TestPoolClosesAfterAbandonedAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 8 << 20 // far beyond the peer's FIFO: the answers stay in flight while it does not read
+	target.mu.Lock()
+	target.getMax = n // the peer's gets ask for so much (an honest peer's, getPart, fill nothing)
+	target.mu.Unlock()
 	b, err := p.Alloc(n)
 	if err != nil {
 		t.Fatal(err)

@@ -56,6 +56,9 @@ func TestAnswersPassAStalledPeer(t *testing.T) {
 	rB := register(cB.w)
 
 	const big = 8 << 20 // far beyond the sockets' buffers: the answers stay in flight to A
+	w.mu.Lock()
+	w.getMax = big // A's gets ask for so much (an honest peer's, getPart, fill nothing)
+	w.mu.Unlock()
 	src := liveBuffer(t, r, big)
 	for i := range src {
 		src[i] = byte(i * 7)

@@ -25,6 +25,7 @@ func TestAnswerTimeout(t *testing.T) {
 	const limit = 200 * time.Millisecond
 	target.mu.Lock()
 	target.opts.AnswerTimeout = limit
+	target.getMax = 32 << 20 // the peer's gets ask for so much (n)
 	target.mu.Unlock()
 	const n = 32 << 20 // two answers of it fill the sockets: they stay in flight
 	b, err := tr.pool.Alloc(n)

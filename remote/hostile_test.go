@@ -435,6 +435,9 @@ func TestAnswerHoldsItsBuffer(t *testing.T) {
 	defer cancel()
 	hostile, target, _, tr, hc, _ := connectedPair(t, ctx)
 	const n = 32 << 20 // two answers of it fill the sockets: they stay in flight
+	target.mu.Lock()
+	target.getMax = n // the peer's gets ask for so much (an honest peer's, getPart, fill nothing)
+	target.mu.Unlock()
 	b, err := tr.pool.Alloc(n)
 	if err != nil {
 		t.Fatal(err)

@@ -197,7 +197,9 @@ func (w *Worker) rmaMode(c *Conn) bool {
 // getPart is the most a get by eager message asks for in one request: its answer then comes
 // in one fragment of UCX's TCP transport (64 KiB), which the callback copies straight into
 // place (ArmReply), where a larger one is first assembled whole by UCX in a buffer it
-// allocates, then copied. The parts of a large get are in flight together (getWindow).
+// allocates, then copied. The parts of a large get are in flight together (getWindow). A target
+// fails the connection of a peer whose get asks for more (dataKept): one request of 64 bytes
+// made it send a whole buffer of any size.
 const getPart = 32 << 10
 
 // putPart is the most bytes a put by message carries in one message: a larger put is split in
@@ -337,6 +339,11 @@ func (w *Worker) dataKept(ev *ucx.Event) bool {
 		}
 		return w.targetHeld(c, h, w.byID[h.region], ev.Key)
 	case dataGet:
+		if h.n > w.getMax { // an honest peer splits longer gets (splitData)
+			w.failConn(c, fmt.Errorf("%w: %s asked for %d bytes in one get, beyond the %d "+
+				"this worker answers", ErrProtocol, c.remote, h.n, w.getMax))
+			break
+		}
 		st := w.checkTarget(h)
 		reply := dataHeader{kind: dataReply, status: st, op: h.op, addr: h.addr, n: h.n}
 		if st != answerOK {

@@ -96,6 +96,7 @@ type Worker struct {
 	queued        int             // bytes of peers' messages queued for Recv on every connection (queuedWorker)
 	ended         []endedHolder   // connections reaped with messages nobody received (makeRoom)
 	putPart       uint64          // putPart (tests make a hostile sender's larger)
+	getMax        uint64          // getPart: the most a peer's get asks for (tests raise a target's)
 	answerers     int             // connections holding an answer slot (Conn.ansSlots above zero)
 	control       int             // slots held by messages and endpoint closes (at most controlSlots)
 	senders       int             // connections holding a message slot (Conn.msgSlots above zero)
@@ -260,6 +261,7 @@ func New(o Options) (*Worker, error) {
 	w.answerBound = maxQueuedAnswers
 	w.answersBound = answersWorker
 	w.putPart = putPart
+	w.getMax = getPart
 	w.uw.LimitData(dataMax)
 	w.slots = make([]slot, n)
 	w.free = make([]uint32, n)
