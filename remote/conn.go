@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -467,7 +468,13 @@ func (w *Worker) failConn(c *Conn, err error) {
 	c.state, c.err = connFailed, err
 	c.gone.Store(true)
 	close(c.dead)
-	w.logf("remote: connection to %s ended: %v", c.remote, err)
+	if w.log != nil {
+		if s := err.Error(); strings.Contains(s, c.remote) {
+			w.logf("remote: connection ended: %s", s) // the error names its remote
+		} else {
+			w.logf("remote: connection to %s ended: %s", c.remote, s)
+		}
+	}
 	// Its transfers not yet posted end now; those in flight end with their operations.
 	kept := w.queue[:0]
 	for _, t := range w.queue {
