@@ -35,7 +35,7 @@ type Device interface {
 	// GetMemoryInfo is nvmlDeviceGetMemoryInfo (Reserved is 0).
 	GetMemoryInfo() (Memory, Return)
 	// GetMemoryInfoV2 is nvmlDeviceGetMemoryInfo_v2: ErrorFunctionNotFound on drivers
-	// without it.
+	// without it, ErrorArgumentVersion on those that do not know its struct's version 2.
 	GetMemoryInfoV2() (Memory, Return)
 	// GetPciInfo is nvmlDeviceGetPciInfo_v3.
 	GetPciInfo() (PciInfo, Return)

@@ -36,7 +36,8 @@ type GPU struct {
 	// UUID is the device's UUID ("GPU-...").
 	UUID string
 	// TotalMem, FreeMem and UsedMem are in bytes, from nvmlDeviceGetMemoryInfo_v2 where the
-	// driver has it (used then excludes memory the driver reserves), else from the v1 call.
+	// driver has it (used then excludes memory the driver reserves), else (no such call, or
+	// one that refuses its struct's version) from the v1 call.
 	TotalMem, FreeMem, UsedMem uint64
 	// MIG reports that MIG mode is currently enabled on the device.
 	MIG bool

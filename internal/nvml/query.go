@@ -161,14 +161,17 @@ func migDevices(dev Device) []MIGDevice {
 	return out
 }
 
-// memoryInfo prefers nvmlDeviceGetMemoryInfo_v2 and falls back to v1 on drivers without it.
+// memoryInfo prefers nvmlDeviceGetMemoryInfo_v2 and falls back to v1 on drivers without it,
+// or whose v2 call does not know the struct's version (ErrorArgumentVersion).
 // Figures no device has (a part above the total, a total above math.MaxInt64) fail with
 // ErrorUnknown: they come from a broken or foreign library, and a caller's Total-Used or
 // int(Total) would wrap.
 func memoryInfo(dev Device) (Memory, error) {
 	m, ret := dev.GetMemoryInfoV2()
 	if ret != Success {
-		if ret != ErrorNotSupported && ret != ErrorFunctionNotFound {
+		switch ret {
+		case ErrorNotSupported, ErrorFunctionNotFound, ErrorArgumentVersion:
+		default:
 			return Memory{}, fmt.Errorf("memory info: %w", ret)
 		}
 		if m, ret = dev.GetMemoryInfo(); ret != Success {
