@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,17 +143,34 @@ func Locked(t testing.TB) uint64 {
 	if err != nil {
 		t.Skipf("no /proc/self/status: %v", err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	n, ok, err := vmLck(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skip("no VmLck in /proc/self/status")
+	}
+	return n
+}
+
+// vmLck returns the bytes of the VmLck line of status (/proc/PID/status); ok is false where
+// it has none, err says a line it cannot read or whose kB are more bytes than a uint64 holds
+// (past 2^54 kB: no kernel's, a fake's or a broken one's, not to be taken wrapped).
+func vmLck(status []byte) (n uint64, ok bool, err error) {
+	for _, line := range strings.Split(string(status), "\n") {
 		if rest, ok := strings.CutPrefix(line, "VmLck:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			figure := strings.TrimSuffix(strings.TrimSpace(rest), "kB")
+			kb, err := strconv.ParseUint(strings.TrimSpace(figure), 10, 64)
 			if err != nil {
-				t.Fatalf("VmLck: %q: %v", line, err)
+				return 0, false, fmt.Errorf("VmLck: %q: %w", line, err)
 			}
-			return kb << 10
+			if kb > math.MaxUint64>>10 {
+				return 0, false, fmt.Errorf("VmLck: %q: more than 2^64 bytes", line)
+			}
+			return kb << 10, true, nil
 		}
 	}
-	t.Skip("no VmLck in /proc/self/status")
-	return 0
+	return 0, false, nil
 }
 
 // FailPartway returns a stand-in for mlock(2) that fails part-way, as a kernel's mlock can: it
