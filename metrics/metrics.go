@@ -111,6 +111,9 @@ type source struct {
 	heap func() (Figures, []string, bool)
 	// tier reads a tier: its figures, and whether it is still there (false: closed, released).
 	tier func() (TierFigures, bool)
+	// carry keeps the counters of a function's figures from going down (AddFunc; nil for a
+	// pool's or heap's, whose counters only grow).
+	carry *carry
 }
 
 // ErrInvalidName means a source name that cannot be a Prometheus label value (it is not valid
@@ -176,8 +179,13 @@ func (c *Collector) AddTier(name string, t *uvm.Tier) error {
 // AddFunc registers any source of Figures under name, in the families of mem. Errors as for
 // AddPool. A CommitSeconds f reports negative, NaN or infinite, which no counter can be,
 // leaves commit_seconds_total out of that scrape, and is 0 in Var.
+//
+// A counter (Allocs, Frees, ..., CommitSeconds) that f reports below its figure at the last
+// scrape is not exported lower, as Prometheus counters do not go down: the scrape counts on
+// from the highest figure, adding what f counts after the drop. Var reports f's figures as they
+// are. A source added again under its name starts afresh.
 func (c *Collector) AddFunc(name string, mem Memory, f func() Figures) error {
-	return c.add(name, f == nil, &source{mem: mem,
+	return c.add(name, f == nil, &source{mem: mem, carry: &carry{},
 		heap: func() (Figures, []string, bool) { return f(), nil, true }})
 }
 
@@ -277,10 +285,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- constMetric(infoDsc, prometheus.GaugeValue, 1, labels...)
 		}
-		for _, m := range fams {
-			if m.omit == nil || !m.omit(f) {
-				ch <- constMetric(m.desc, m.kind, m.value(f), s.name)
+		for i, m := range fams {
+			if m.omit != nil && m.omit(f) {
+				continue
 			}
+			v := m.value(f)
+			if m.kind == prometheus.CounterValue && s.carry != nil {
+				v = s.carry.counter(i, v)
+			}
+			ch <- constMetric(m.desc, m.kind, v, s.name)
 		}
 	}
 }
