@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding"
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -96,12 +98,35 @@ func snakeValue(v reflect.Value) any {
 		out := make(map[string]any, v.Len())
 		it := v.MapRange()
 		for it.Next() {
-			k, _ := json.Marshal(it.Key().Interface())
-			out[strings.Trim(string(k), `"`)] = snakeValue(it.Value())
+			out[mapKey(it.Key())] = snakeValue(it.Value())
 		}
 		return out
 	}
 	return v.Interface()
+}
+
+// mapKey returns the name encoding/json gives the map key k: a string as it is (its quotes
+// and backslashes escaped once, when the object is encoded), a TextMarshaler's text, an
+// integer's figure; anything else as fmt prints it.
+func mapKey(k reflect.Value) string {
+	if k.Kind() == reflect.String {
+		return k.String()
+	}
+	if tm, ok := k.Interface().(encoding.TextMarshaler); ok {
+		if k.Kind() == reflect.Pointer && k.IsNil() {
+			return ""
+		}
+		if b, err := tm.MarshalText(); err == nil {
+			return string(b)
+		}
+	}
+	switch k.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(k.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.FormatUint(k.Uint(), 10)
+	}
+	return fmt.Sprint(k.Interface())
 }
 
 // snakeFields appends the exported fields of struct v to o, those of embedded structs inline.
