@@ -146,15 +146,20 @@ func ucxBench(cfg *config) int {
 		rounds = cfg.ucxRounds
 	}
 	fmt.Fprintf(os.Stderr, "bench -ucx: %s, %d rounds, load %s\n", tls, rounds, loadAvg())
-	b, err := newUCXBench(rounds, cfg.filter)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench -ucx:", err)
-		return 1
-	}
-	defer b.close()
 	limit := cfg.ucxLimit
 	if limit <= 0 {
 		limit = ucxStepLimit(rounds)
+	}
+	b := &ucxBenchState{rounds: rounds, filter: cfg.filter, peerCmd: ucxPeerCmd}
+	defer b.close()
+	// Setting up (the peer started, its address read, the connections made) is bound as a
+	// step is: a peer that hangs before it listens ends the run, it does not hang it.
+	setup, cancel := context.WithTimeout(context.Background(), limit)
+	err := b.open(setup)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench -ucx:", err)
+		return 1
 	}
 	rows, failed := runUCXSteps(context.Background(), b.filter, b.steps(), limit)
 	return finishUCX(os.Stdout, os.Stderr, cfg, tls, rows, failed)
@@ -209,6 +214,7 @@ type ucxBenchState struct {
 	c, cr    *remote.Conn
 	reg, rr  *remote.Registration
 	peer     *exec.Cmd
+	peerCmd  func() (*exec.Cmd, error) // the peer's command (ucxPeerCmd; tests start others)
 	perftest string
 	// lost says why the peer's connections take no more commands (call): a command whose
 	// answer did not come before its step's time ran out (a late answer would be taken for
@@ -235,72 +241,117 @@ func ucxPool(w *remote.Worker) (*pinned.Pool, error) {
 	return pinned.New(o)
 }
 
-func newUCXBench(rounds int, filter *regexp.Regexp) (*ucxBenchState, error) {
-	b := &ucxBenchState{rounds: rounds, filter: filter}
-	b.perftest, _ = exec.LookPath("ucx_perftest")
-	var err error
-	shm := os.Getenv("PINMALLOC_BENCH_SHM") != ""
-	if b.w, err = remote.New(remote.Options{Name: "bench", SharedMemory: shm}); err != nil {
-		return nil, err
-	}
-	if b.pool, err = ucxPool(b.w); err != nil {
-		return nil, err
-	}
-	if b.wr, err = remote.New(remote.Options{Name: "bench-rma", Mode: remote.ModeRMA, SharedMemory: shm}); err != nil {
-		return nil, err
-	}
-	if b.reg, err = b.w.Register(b.pool); err != nil {
-		return nil, err
-	}
-	if b.rr, err = b.wr.Register(b.pool); err != nil {
-		return nil, err
-	}
+// ucxPeerCmd is the peer's command: this program again, ucxPeerEnv set.
+func ucxPeerCmd() (*exec.Cmd, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	b.peer = exec.Command(self, "-ucx")
-	b.peer.Env = append(os.Environ(), ucxPeerEnv+"=1")
-	b.peer.Stderr = os.Stderr
-	out, err := b.peer.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := b.peer.Start(); err != nil {
-		return nil, err
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if !strings.HasPrefix(line, "L ") {
-		return nil, fmt.Errorf("peer: %q %v", line, err)
-	}
-	addr, err := hex.DecodeString(strings.TrimSpace(line[2:]))
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if b.c, err = b.w.Dial(ctx, addr); err != nil {
-		return nil, err
-	}
-	if b.cr, err = b.wr.Dial(ctx, addr); err != nil {
-		return nil, err
-	}
-	return b, nil
+	cmd := exec.Command(self, "-ucx")
+	cmd.Env = append(os.Environ(), ucxPeerEnv+"=1")
+	cmd.Stderr = os.Stderr
+	return cmd, nil
 }
 
+// open sets b up by the end of ctx: the workers, the pool and its registrations, the peer
+// (b.peerCmd) started and connected to. Whether it fails or not, b.close undoes what it did.
+func (b *ucxBenchState) open(ctx context.Context) error {
+	b.perftest, _ = exec.LookPath("ucx_perftest")
+	var err error
+	shm := os.Getenv("PINMALLOC_BENCH_SHM") != ""
+	if b.w, err = remote.New(remote.Options{Name: "bench", SharedMemory: shm}); err != nil {
+		return err
+	}
+	if b.pool, err = ucxPool(b.w); err != nil {
+		return err
+	}
+	if b.wr, err = remote.New(remote.Options{Name: "bench-rma", Mode: remote.ModeRMA, SharedMemory: shm}); err != nil {
+		return err
+	}
+	if b.reg, err = b.w.Register(b.pool); err != nil {
+		return err
+	}
+	if b.rr, err = b.wr.Register(b.pool); err != nil {
+		return err
+	}
+	if b.peer, err = b.peerCmd(); err != nil {
+		return err
+	}
+	addr, err := startPeer(ctx, b.peer)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if b.c, err = b.w.Dial(ctx, addr); err != nil {
+		return err
+	}
+	if b.cr, err = b.wr.Dial(ctx, addr); err != nil {
+		return err
+	}
+	return nil
+}
+
+// startPeer starts the peer, cmd, and returns the worker address it prints ("L <hex>") by the
+// end of ctx. A peer that prints something else, or nothing by then (hung before it listens),
+// is killed and waited for: its error is startPeer's, and no process is left behind.
+func startPeer(ctx context.Context, cmd *exec.Cmd) (addr []byte, err error) {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait() // closes out: the read below ends
+		}
+	}()
+	type read struct {
+		line string
+		err  error
+	}
+	got := make(chan read, 1)
+	go func() {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		got <- read{line, err}
+	}()
+	var r read
+	select {
+	case r = <-got:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("peer: no address: %w", context.Cause(ctx))
+	}
+	if !strings.HasPrefix(r.line, "L ") {
+		return nil, fmt.Errorf("peer: %q %v", r.line, r.err)
+	}
+	return hex.DecodeString(strings.TrimSpace(r.line[2:]))
+}
+
+// close undoes what open did, all of it or the part it did before it failed: the peer is
+// told to quit and given 5 s, or killed at once where it could not be told (no connection
+// made, or one that takes no more commands), and waited for; then the workers (their
+// registrations with them) and the pool are closed.
 func (b *ucxBenchState) close() {
+	told := false
 	if b.c != nil && b.lost == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = b.c.Send(ctx, []byte("quit"))
+		told = b.c.Send(ctx, []byte("quit")) == nil
 		cancel()
 	}
-	if b.peer != nil && b.peer.Process != nil {
+	if b.peer != nil && b.peer.Process != nil && b.peer.ProcessState == nil {
+		if !told {
+			_ = b.peer.Process.Kill()
+		}
 		done := make(chan error, 1)
 		go func() { done <- b.peer.Wait() }()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			_ = b.peer.Process.Kill()
+			<-done
 		}
 	}
 	for _, w := range []*remote.Worker{b.w, b.wr} {
