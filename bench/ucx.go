@@ -215,6 +215,7 @@ type ucxBenchState struct {
 	reg, rr  *remote.Registration
 	peer     *exec.Cmd
 	peerCmd  func() (*exec.Cmd, error) // the peer's command (ucxPeerCmd; tests start others)
+	peerIn   io.WriteCloser            // the peer's stdin: it ends when this is closed
 	perftest string
 	// lost says why the peer's connections take no more commands (call): a command whose
 	// answer did not come before its step's time ran out (a late answer would be taken for
@@ -277,6 +278,11 @@ func (b *ucxBenchState) open(ctx context.Context) error {
 	if b.peer, err = b.peerCmd(); err != nil {
 		return err
 	}
+	// The peer ends when its stdin does (ucxPeer): when close closes this pipe, or when this
+	// process dies.
+	if b.peerIn, err = b.peer.StdinPipe(); err != nil {
+		return err
+	}
 	addr, err := startPeer(ctx, b.peer)
 	if err != nil {
 		return err
@@ -331,8 +337,8 @@ func startPeer(ctx context.Context, cmd *exec.Cmd) (addr []byte, err error) {
 }
 
 // close undoes what open did, all of it or the part it did before it failed: the peer is
-// told to quit and given 5 s, or killed at once where it could not be told (no connection
-// made, or one that takes no more commands), and waited for; then the workers (their
+// told to quit, its stdin closed, and given 5 s, or killed at once where it could not be told
+// (no connection made, or one that takes no more commands), and waited for; then the workers (their
 // registrations with them) and the pool are closed.
 func (b *ucxBenchState) close() {
 	told := false
@@ -340,6 +346,9 @@ func (b *ucxBenchState) close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		told = b.c.Send(ctx, []byte("quit")) == nil
 		cancel()
+	}
+	if b.peerIn != nil {
+		_ = b.peerIn.Close() // a peer that did not take the quit ends on this
 	}
 	if b.peer != nil && b.peer.Process != nil && b.peer.ProcessState == nil {
 		if !told {

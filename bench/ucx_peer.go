@@ -37,7 +37,9 @@ func netBatch(sock net.Conn, src [][]byte) (float64, error) {
 }
 
 // ucxPeer is the other process: a worker and a registered pool, listening, obeying "alloc N
-// K", "free", "net" and "quit" on every connection.
+// K", "free", "net" and "quit" on every connection. It also ends when its stdin does (the
+// bench's pipe: closed by the bench, or by the kernel when the bench dies), so that a bench
+// killed, or one that could not tell it to quit, leaves no peer behind.
 func ucxPeer() error {
 	w, err := remote.New(remote.Options{Name: "bench-peer", SharedMemory: os.Getenv("PINMALLOC_BENCH_SHM") != ""})
 	if err != nil {
@@ -60,6 +62,10 @@ func ucxPeer() error {
 	ctx := context.Background()
 	quit := make(chan struct{})
 	var once sync.Once
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		once.Do(func() { close(quit) })
+	}()
 	go func() {
 		for {
 			c, err := w.Accept(ctx)
