@@ -119,8 +119,13 @@ func PCIBusID(domain, bus, device int) string {
 // PCINode returns the NUMA node of the PCI device busID ("0000:1b:00.0") from sysfs
 // (/sys/bus/pci/devices/BUSID/numa_node). The kernel writes -1 for a device it places on no
 // node (a single-node machine): ok is false then, when sysfs has no such device, and when the
-// file holds no node a kernel can have (0 to 1023) or is longer than a sysfs attribute.
+// file holds no node a kernel can have (0 to 1023) or is longer than a sysfs attribute. The
+// zero address, 0000:00:00.0, is not looked up: it is the host bridge, never a GPU, and what a
+// driver's PCI attributes read as when it does not say.
 func PCINode(sysfs, busID string) (node int, ok bool) {
+	if busID == PCIBusID(0, 0, 0) {
+		return -1, false
+	}
 	text, ok := readAttr(filepath.Join(sysfs, "bus/pci/devices", busID, "numa_node"))
 	if !ok {
 		return -1, false

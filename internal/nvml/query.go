@@ -74,9 +74,13 @@ func MemoryUsed(lib Library, index int) (uint64, error) {
 // ("0000:1b:00.0", as GPU.PCIBusID), and shuts lib down. ok is false, with no error, when
 // NVML does not say: no device at busID or any other failure to find it (a malformed address,
 // a lost GPU), a driver without nvmlDeviceGetNumaNodeId, a platform where it answers
-// ErrorNotSupported, a negative node or one at or past maxNUMANodes. err is only a failed
-// Init (ErrUnavailable).
+// ErrorNotSupported, a negative node or one at or past maxNUMANodes, and the zero address
+// (0000:00:00.0: the host bridge, never a GPU; what a driver's PCI attributes read as when it
+// does not say), which is not asked for. err is only a failed Init (ErrUnavailable).
 func NUMANode(lib Library, busID string) (node int, ok bool, err error) {
+	if domain, bus, dev, fn, parsed := parseBusID(busID); parsed && domain|bus|dev|fn == 0 {
+		return -1, false, nil
+	}
 	done, err := session(lib)
 	if err != nil {
 		return -1, false, err
