@@ -24,8 +24,10 @@ import (
 // AttachOptions.ServerUIDs (default: this process's user and root) is refused with
 // ErrRefused before anything is sent or mapped. The owner refuses, with ErrRefused too, a
 // process whose pid it cannot see (one outside the owner's pid namespace): it could not tell
-// when the process exits. ctx bounds the whole of it (and AttachOptions.Timeout each step): a
-// stopped owner makes Attach fail with an error matching context.DeadlineExceeded. An Attach
+// when the process exits. ctx bounds the whole of it, and so does AttachOptions.Timeout from
+// the connection on: a stopped owner makes Attach fail with an error matching
+// context.DeadlineExceeded, and so does an owner that gave the process up for taking longer
+// than the owner's Options.Timeout (a timeout, not ErrRefused). An Attach
 // that fails after connecting tells the owner, whose slot for it is free at once. One that
 // fails after mapping the pool gives the mapping back; what the CUDA driver refuses to give
 // back (a registration, a VMM mapping or imported granules) stays with the package, its device
@@ -34,8 +36,12 @@ func Attach(ctx context.Context, path string, o AttachOptions) (*Process, error)
 	return attach(ctx, path, o, lockOnFault)
 }
 
-// dialed, when set (tests), runs as soon as Attach has connected to the owner.
-var dialed func()
+// dialed, when set (tests), runs as soon as Attach has connected to the owner; readyPause
+// runs as Attach is about to send its ready.
+var (
+	dialed     func()
+	readyPause func()
+)
 
 // attach is Attach, mapping the pool locked as mode says (a keeper locks it all).
 func attach(ctx context.Context, path string, o AttachOptions, mode lockMode) (*Process, error) {
@@ -130,23 +136,45 @@ func handshake(ctx context.Context, conn *net.UnixConn, path string, po pinned.O
 	if dev != nil {
 		flags = flagDevice
 	}
-	err = writeMsg(conn, msg{op: opReady, a: flags}, 0)
-	var ack msg
-	if err == nil {
-		ack, err = readMsg(conn)
+	if readyPause != nil {
+		readyPause()
 	}
-	if err == nil && (ack.op != opReply || ack.a != stOK) {
-		err = fmt.Errorf("%w: the owner answered ready with %d", ErrProtocol, ack.op)
-	}
-	if err != nil { // the owner gave the process up (its handshake took too long): nothing was granted
+	err = readyAnswer(conn, writeMsg(conn, msg{op: opReady, a: flags}, 0))
+	if err != nil { // the owner gave the process up, or refused it: nothing was granted
 		p.start() // leaveAll stops it
 		_ = p.leaveAll(nil)
-		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
 	cl.start()
 	p.start()
 	return p, nil
+}
+
+// readyAnswer reads the owner's answer to the ready whose write returned werr, and returns
+// nil when the process is attached. A ready the owner took too late (past its
+// Options.Timeout), or one this process's deadline ended first, is a timeout: an error
+// matching context.DeadlineExceeded (as attach says), never ErrRefused. The answer is read
+// even when the write failed: an owner that gave the process up says so before it hangs up.
+func readyAnswer(conn *net.UnixConn, werr error) error {
+	if errors.Is(werr, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("ipcpool: sending ready: %w", werr)
+	}
+	ack, err := readMsg(conn)
+	switch {
+	case err == nil && ack.op == opReply && ack.a == stOK && werr == nil:
+		return nil
+	case err == nil && ack.op == opReply && ack.a == stRefused && ack.b == refusedLate:
+		return fmt.Errorf("ipcpool: the owner gave the process up, its handshake longer than the owner's Options.Timeout: %w",
+			context.DeadlineExceeded)
+	case err == nil:
+		return fmt.Errorf("%w: the owner answered ready with %d (status %d)", ErrProtocol, ack.op, ack.a)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("ipcpool: waiting for the answer to ready: %w", err)
+	case werr != nil:
+		return fmt.Errorf("%w: sending ready: %w", ErrRefused, werr)
+	}
+	return fmt.Errorf("%w: the owner hung up at the ready: %w", ErrRefused, err)
 }
 
 // checkServer refuses a server whose user is not one uids allows (default: this process's

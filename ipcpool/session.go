@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ const (
 	refusedPool  = 4 // (a rejoin) the owner does not know this process: another pool, or it left
 	refusedClaim = 5 // (a rejoin) the process claims a grant another holds (claim.go)
 	refusedPid   = 6 // the peer's pid is none the owner sees (another pid namespace)
+	refusedLate  = 7 // (the answer to a ready) the handshake took longer than Options.Timeout
 )
 
 // clientCred returns the credentials of the process at the other end of a connection the
@@ -199,6 +201,11 @@ func (w *Owner) attachSession(c *net.UnixConn, cred *unix.Ucred) {
 		err = writeMsg(c, msg{op: opReply, a: stOK}, w.timeout)
 	}
 	if err != nil || ready.op != opReady {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Given up for its time: said, so that the process knows a timeout from a refusal
+			// (it may still read it as it sends a ready too late).
+			_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedLate}, w.timeout)
+		}
 		// It failed before it could use anything (a bad Align, memlock refused, garbage,
 		// silence): the slot is free at once, with nothing to take back.
 		w.freeSlot(slot, wa)
