@@ -11,8 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The owner's side of one connection. Every step of the handshake has a deadline (a peer
-// silent past Options.Timeout is closed), every message is checked (a peer that sends
+// The owner's side of one connection. The handshake has one deadline (a peer that has not
+// finished it within Options.Timeout of its connection, or of the owner's serving when it
+// connected during an adoption's wait, is closed), every message is checked (a peer that sends
 // garbage is cut off), and a connection that fails before it answered the hello frees its
 // slot at once: it was granted nothing.
 
@@ -74,9 +75,15 @@ func (w *Owner) session(c *net.UnixConn) {
 	}
 	switch intro.flags {
 	case introAttach:
-		if !w.waitServing() {
+		serving, waited := w.waitServing()
+		if !serving {
 			_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
 			return
+		}
+		if waited {
+			// The rest of the handshake has the whole timeout from now: a wait for the pool
+			// to adopt does not eat it (Options.Timeout).
+			_ = c.SetReadDeadline(time.Now().Add(w.timeout))
 		}
 		w.attachSession(c, cred)
 	case introRejoin:
@@ -87,8 +94,14 @@ func (w *Owner) session(c *net.UnixConn) {
 }
 
 // waitServing waits, the handshake's timeout at most, while the owner waits for the memory of
-// the pool it adopts, and reports whether it serves now.
-func (w *Owner) waitServing() bool {
+// the pool it adopts, and reports whether it serves now, and whether it waited (the
+// handshake's deadline then starts again: Options.Timeout).
+func (w *Owner) waitServing() (serving, waited bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.adopting || w.closed {
+		return !w.closed, false
+	}
 	t := time.AfterFunc(w.timeout, func() {
 		w.mu.Lock()
 		w.cond.Broadcast()
@@ -96,12 +109,10 @@ func (w *Owner) waitServing() bool {
 	})
 	defer t.Stop()
 	end := time.Now().Add(w.timeout)
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	for w.adopting && !w.closed && time.Now().Before(end) {
 		w.cond.Wait()
 	}
-	return !w.adopting && !w.closed
+	return !w.adopting && !w.closed, true
 }
 
 // rejoinSession takes back a process of the previous owner of a pool this owner adopted, by
