@@ -83,9 +83,12 @@ type Options struct {
 	// DrainInterval is how often the owner takes in the handles others let go, checks fences
 	// and looks after processes gone (default DefaultDrainInterval).
 	DrainInterval time.Duration
-	// Timeout bounds each step of an attaching process's handshake: a connection silent for
-	// longer is closed, and its slot is free at once (default DefaultTimeout). After an
-	// adoption it is also how long the previous owner's processes have to rejoin.
+	// Timeout bounds a process's handshake as a whole, from its connection to its ready (one
+	// deadline, not one per step): a connection that has not finished it by then is closed,
+	// and its slot is free at once (default DefaultTimeout). A process that attaches while the
+	// owner waits for a pool to adopt (Adopt) waits for it Timeout at most, and then has the
+	// whole Timeout for the rest. After an adoption it is also how long the previous owner's
+	// processes have to rejoin.
 	Timeout time.Duration
 	// Adopt, when positive, makes Serve wait that long for the memory of a previous owner of
 	// the pool at path (one that died), handed over by a process of it that survived or by a
@@ -153,9 +156,9 @@ type AttachOptions struct {
 	// DrainInterval is how often the process takes in the handles of its buffers others let
 	// go, passes fences and answers the owner (default DefaultDrainInterval).
 	DrainInterval time.Duration
-	// Timeout bounds a grant request (an Alloc that needs more of the pool waits at most so
-	// long for the owner, and then fails with an error matching context.DeadlineExceeded)
-	// and a detach (default DefaultTimeout).
+	// Timeout bounds the handshake of Attach as a whole, a grant request (an Alloc that needs
+	// more of the pool waits at most so long for the owner, and then fails with an error
+	// matching context.DeadlineExceeded) and a detach (default DefaultTimeout).
 	Timeout time.Duration
 	// ServerUIDs are the user ids Attach accepts as the pool's server, read from the socket
 	// with SO_PEERCRED (the kernel's record, which the server cannot forge). Default: the
