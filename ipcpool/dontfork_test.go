@@ -111,3 +111,20 @@ func smaps() ([]vma, error) {
 	}
 	return vmas, sc.Err()
 }
+
+// The junk mapped over the pool's range by a Close that gave live buffers up is not passed to
+// a child forked without exec either (MADV_DONTFORK, as the pool's mappings were): the range
+// looks the same in such a child whatever the Close left there. (The junk was passed: private
+// scratch, copied on write into the child.)
+func TestJunkNotForked(t *testing.T) {
+	_, path := serveTest(t, Options{})
+	p := attachTest(t, path, AttachOptions{})
+	b, err := p.Alloc(4096)
+	must(t, "Alloc", err)
+	base, size := p.sp.base, p.sp.poolBytes()
+	if err := p.Close(); err == nil {
+		t.Fatal("Close with a live buffer reports nothing")
+	}
+	b[0]++ // junk: writable
+	checkDontFork(t, "the junk over the pool", base, size)
+}

@@ -227,7 +227,9 @@ func (sp *space) keepRegions() error {
 }
 
 // fill unmaps [addr, addr+n), or maps fresh anonymous memory there with junk set, or
-// reserved address space (no access) with reserve set.
+// reserved address space (no access) with reserve set: marked MADV_DONTFORK as the pool's
+// mappings were (noFork), so that a child forked without exec gets nothing of the range
+// whatever a Close left there.
 func (sp *space) fill(addr, n uintptr, reserve bool) error {
 	prot := unix.PROT_NONE
 	switch {
@@ -240,7 +242,7 @@ func (sp *space) fill(addr, n uintptr, reserve bool) error {
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE); err != nil {
 		return fmt.Errorf("ipcpool: mapping junk over the pool: %w", err)
 	}
-	return nil
+	return noFork(addr, n)
 }
 
 // donate calls send with the space's descriptors, none of them closed until it returns, and
