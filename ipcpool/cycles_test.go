@@ -105,7 +105,7 @@ func TestSocketClosedMemoryKeptUntilExit(t *testing.T) {
 		t.Fatal(got)
 	}
 	waitFor(t, func() bool { return w.Attached() == 0 })
-	time.Sleep(20 * time.Millisecond)
+	w.waitRounds(3) // the watcher's rounds
 	if ps := w.SharedStats().Pool; ps.Limbo != 1 {
 		t.Fatalf("the grant of a live process that closed its socket: %+v, want it in limbo", ps)
 	}
@@ -140,7 +140,7 @@ func TestSocketClosedRetainKeptUntilExit(t *testing.T) {
 		t.Fatal(got)
 	}
 	waitFor(t, func() bool { return w.Attached() == 0 })
-	time.Sleep(20 * time.Millisecond)
+	w.waitRounds(3) // the watcher's rounds
 	must(t, "Free", w.Free(b))
 	if _, err := w.Bytes(h); err != nil {
 		t.Fatalf("a buffer a live process retains, let go when it closed its socket: %v", err)

@@ -43,7 +43,9 @@ func TestAdoptionKeepsWhatAProcessGoneAliveHolds(t *testing.T) {
 		t.Fatalf("pool %x after the restart, %x before", b.pool, a.pool)
 	}
 	waitFor(t, func() bool { return p.Rejoined() == 1 })
-	time.Sleep(time.Second) // past the new owner's Timeout (300 ms): its scan and rejoins settled
+	if got := b.do(t, "SETTLED"); got != "OK" { // its scan done, its wait for rejoins over
+		t.Fatalf("the new owner settling: %s", got)
+	}
 
 	d := startChild(t, path, childQuietEnv+"=1")
 	if d.slot == c.slot {
@@ -51,6 +53,8 @@ func TestAdoptionKeepsWhatAProcessGoneAliveHolds(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
+		// The grants the last filler gave back (Trim) are back with the owner.
+		waitFor(t, func() bool { return p.SharedStats().Pool.Free > 0 })
 		filled := fillPool(t, p)
 		for _, k := range []struct {
 			cmd  string
@@ -64,10 +68,13 @@ func TestAdoptionKeepsWhatAProcessGoneAliveHolds(t *testing.T) {
 		for _, x := range filled {
 			must(t, "Free", p.Free(x))
 		}
+		must(t, "Trim", p.Pool.Trim()) // back to the owner now, not after the purge delay
 	}
 	check("after a filler took every free grant")
 	must(t, "Release", p.Release(shared))
-	time.Sleep(100 * time.Millisecond) // rounds of the owner's
+	if got := b.do(t, "ROUNDS 3"); got != "OK" { // the owner's rounds after the release
+		t.Fatalf("the owner's rounds: %s", got)
+	}
 	check("after its last release by another, and a filler")
 
 	c.kill() // it exits: what it kept comes back, and its slot
@@ -206,11 +213,15 @@ func TestAdoptionKeepsReleasedOrphansOfAProcessGoneAlive(t *testing.T) {
 		}
 		b := startOwnerChild(t, path, 24<<20, ownerAdoptEnv+"=1")
 		waitFor(t, func() bool { return p.Rejoined() == rejoins })
-		time.Sleep(time.Second) // past the new owner's Timeout (300 ms): its scan and rejoins settled
+		if got := b.do(t, "SETTLED"); got != "OK" { // its scan done, its wait for rejoins over
+			t.Fatalf("the new owner settling: %s", got)
+		}
 		return b
 	}
 	check := func(when string) {
 		t.Helper()
+		// The grants the last filler gave back (Trim) are back with the owner.
+		waitFor(t, func() bool { return p.SharedStats().Pool.Free > 0 })
 		filled := fillPool(t, p)
 		for _, k := range []struct {
 			h    Handle
@@ -223,11 +234,14 @@ func TestAdoptionKeepsReleasedOrphansOfAProcessGoneAlive(t *testing.T) {
 		for _, x := range filled {
 			must(t, "Free", p.Free(x))
 		}
+		must(t, "Trim", p.Pool.Trim()) // back to the owner now, not after the purge delay
 	}
 	b := adopt(a, 1)
 	check("released while no owner ran, after an adoption and a filler")
 	must(t, "Release", p.Release(big))
-	time.Sleep(100 * time.Millisecond) // rounds of the owner's
+	if got := b.do(t, "ROUNDS 3"); got != "OK" { // the owner's rounds after the release
+		t.Fatalf("the owner's rounds: %s", got)
+	}
 	check("released, and a filler")
 	b2 := adopt(b, 2)
 	check("after a second adoption and a filler")

@@ -188,6 +188,7 @@ func (w *Owner) watch(every time.Duration) {
 		case <-t.C:
 			w.expireRejoins()
 			w.tick()
+			w.rounds.Add(1)
 		}
 	}
 }

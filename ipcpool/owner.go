@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,6 +63,8 @@ type Owner struct {
 	scanned   chan struct{} // closed once there is nothing to scan: the owner's retains may go
 
 	pauseDetach func() // set by tests only: runs as a session answers a detach, the slot left
+	// rounds counts the watcher's rounds done: tests wait for rounds, not for time.
+	rounds atomic.Uint64
 }
 
 // slotState is the owner's record of a slot.

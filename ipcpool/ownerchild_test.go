@@ -19,7 +19,8 @@ import (
 
 // ownerChildEnv makes the test binary the owner of a pool at the path it names (its size in
 // ownerSizeEnv, 8 MiB by default), answering on stdout "READY" and then, for each line on
-// stdin, the commands of a child (child_test.go) but Q and X; it lives until killed or its
+// stdin, the commands of a child (child_test.go) but Q and X, and the owner's own: "SETTLED"
+// (waitSettled) and "ROUNDS n" (waitRounds), each answered "OK"; it lives until killed or its
 // stdin closes.
 const (
 	ownerChildEnv = "PINMALLOC_IPCPOOL_TEST_OWNER"
@@ -78,7 +79,15 @@ func runOwnerChild(path string) int {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		f := strings.Fields(in.Text())
-		if len(f) > 0 {
+		switch {
+		case len(f) == 1 && f[0] == "SETTLED":
+			w.waitSettled()
+			fmt.Println("OK")
+		case len(f) == 2 && f[0] == "ROUNDS":
+			n, _ := strconv.Atoi(f[1])
+			w.waitRounds(n)
+			fmt.Println("OK")
+		case len(f) > 0:
 			fmt.Println(childCommand(w.Process, f))
 		}
 	}
@@ -145,4 +154,29 @@ func runKeeperChild(path string) int {
 func startKeeperChild(t *testing.T, path string) *ownerChild {
 	t.Helper()
 	return startProc(t, exec.Command(os.Args[0], "-test.run=^$"), append(os.Environ(), keeperChildEnv+"="+path))
+}
+
+// waitRounds waits until the owner's watcher has done n whole rounds from now: whatever a
+// round does with what was done before the call (a release, a process's exit), it has done.
+func (w *Owner) waitRounds(n int) {
+	end := w.rounds.Load() + uint64(n) + 1 // (the round under way may have begun before)
+	for w.rounds.Load() < end {
+		time.Sleep(time.Millisecond) // polling a condition: the next round
+	}
+}
+
+// waitSettled waits until an owner that adopted a pool has settled it: its scan of what the
+// previous owner left is done, its wait for the rejoins is over (those that did not come given
+// up) and no grant is held back for a claim, and then for a whole round more.
+func (w *Owner) waitSettled() {
+	for {
+		w.mu.Lock()
+		settled := w.scan == nil && w.rejoinBy.IsZero() && w.unclaimed == nil
+		w.mu.Unlock()
+		if settled {
+			w.waitRounds(1)
+			return
+		}
+		time.Sleep(time.Millisecond) // polling a condition: the owner's rounds settle it
+	}
 }

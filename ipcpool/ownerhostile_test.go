@@ -58,7 +58,7 @@ func TestRefusedRejoinTakesNoOrphan(t *testing.T) {
 		t.Fatalf("a rejoin as another: %+v %v, want a refusal", m, err)
 	}
 	c.Close()
-	time.Sleep(100 * time.Millisecond) // many owner rounds: the claimant (this process) has exited
+	w.waitRounds(10) // owner rounds: the claimant (this process) has exited
 	w.mu.Lock()
 	for _, g := range orphans {
 		if st := w.table[g].state; st != gOrphan {

@@ -449,12 +449,14 @@ func TestRefusedRejoinKeepsClaimedGrants(t *testing.T) {
 			} else {
 				c.slotStore(inn.slot, sSerial, 0)
 			}
-			startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
+			b := startOwnerChild(t, path, 16<<20, ownerAdoptEnv+"=1")
 			waitFor(t, func() bool { return p.Rejoined() == 1 })
 			waitFor(t, func() bool { // refused: orphaned, its requests closed
 				return strings.Contains(inn.do(t, "A 3000000 2"), "closed")
 			})
-			time.Sleep(400 * time.Millisecond) // past the new owner's wait for rejoins (300 ms)
+			if got := b.do(t, "SETTLED"); got != "OK" { // its wait for rejoins over
+				t.Fatalf("the new owner settling: %s", got)
+			}
 			filled := fillPool(t, p)
 			for _, b := range filled { // (its handle is stale: its entries went with its slot)
 				if off := uint64(mem.Addr(b) - p.sp.base); off < h.Offset+h.Length && h.Offset < off+uint64(len(b)) {

@@ -3,7 +3,6 @@ package ipcpool
 import (
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,7 +20,7 @@ func TestUnwatchableProcessMemoryKeptUntilExit(t *testing.T) {
 		t.Fatal(got)
 	}
 	waitFor(t, func() bool { return w.Attached() == 0 })
-	time.Sleep(20 * time.Millisecond) // the watcher's rounds
+	w.waitRounds(3) // the watcher's rounds
 	if ps := w.SharedStats().Pool; ps.Limbo != 1 {
 		t.Fatalf("the grant of a live process the owner has no pidfd of: %+v, want it in limbo", ps)
 	}
