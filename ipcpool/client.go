@@ -45,6 +45,8 @@ type client struct {
 	holds    []bool            // by grant: lent to this process and not given back
 	owing    bool              // a rejoin has sent its claims: releases with no owner are owed to it
 	owed     []run             // the runs given back since the claims, while no owner served
+	holding  bool              // releases are held back (holdReleases): the process is leaving
+	heldBack []run             // the releases held back, in order, their grants still in holds
 	resendOn *net.UnixConn     // the connection resend sends unsent on (nil: none)
 	unsent   []run             // releases whose message timed out on resendOn, in order
 	readers  sync.WaitGroup
@@ -322,6 +324,11 @@ func (cl *client) refuse(drop []int) {
 // new owner takes them back), or, given back after its claims, they are owed to it.
 func (cl *client) release(first, n int) {
 	cl.mu.Lock()
+	if cl.holding {
+		cl.heldBack = append(cl.heldBack, run{first, n})
+		cl.mu.Unlock()
+		return
+	}
 	if first >= 0 && n > 0 && n <= len(cl.holds)-first {
 		clear(cl.holds[first : first+n])
 	}
@@ -332,6 +339,27 @@ func (cl *client) release(first, n int) {
 	cl.mu.Unlock()
 	if c != nil {
 		cl.giveBack(c, first, n)
+	}
+}
+
+// holdReleases holds back the releases from now on, unsent and their grants still in the
+// process's record, until sendHeld sends them: a leaving process gives its grants back only
+// once it knows it maps them no more (leaveAll). Never sent, they are the owner's to take back
+// at the detach, or when the process exits.
+func (cl *client) holdReleases() {
+	cl.mu.Lock()
+	cl.holding = true
+	cl.mu.Unlock()
+}
+
+// sendHeld sends the releases held back, in order, and holds no more.
+func (cl *client) sendHeld() {
+	cl.mu.Lock()
+	runs := cl.heldBack
+	cl.holding, cl.heldBack = false, nil
+	cl.mu.Unlock()
+	for _, r := range runs {
+		cl.release(r.first, r.n)
 	}
 }
 
@@ -401,9 +429,15 @@ func (cl *client) resend(c *net.UnixConn) {
 	}
 }
 
-// detach tells the owner this process has left, and waits for it to take the memory back.
-func (cl *client) detach() error {
-	m, err := cl.request(opDetach, 0, 0, cl.timeout)
+// detach tells the owner this process has left, and waits for it to take the memory back; with
+// kept, that the process still maps the pool's memory (a VMM mapping the driver refused to
+// unmap): the owner keeps its grants from every other process until it exits.
+func (cl *client) detach(kept bool) error {
+	var a uint64
+	if kept {
+		a = detachKept
+	}
+	m, err := cl.request(opDetach, a, 0, cl.timeout)
 	if err == nil && m.a != stOK {
 		err = fmt.Errorf("%w: the owner refused the detach", ErrProtocol)
 	}

@@ -320,10 +320,16 @@ func (p *Process) captureRefusal() error {
 // faults nowhere and touches nothing of the pool), closes the device, and then, detach not nil,
 // tells the owner. It reports the live buffers it gave up (pinned.ErrLiveBlocks). Memory the driver
 // refuses to give back is kept, with the device, for the next Close (leaveAgain): the process has
-// left all the same, its grants given back.
-func (p *Process) leaveAll(detach func() error) error {
+// left all the same, its grants given back, but for a VMM mapping the driver keeps: that range
+// is still the pool's memory, mapped and writable here, so the grants are not given back and
+// detach is told to keep them (kept): the owner lends them to no other process until this one
+// exits. The grants its pool gives back as it closes are held back until the unmap says which.
+func (p *Process) leaveAll(detach func(kept bool) error) error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return p.leaveAgain()
+	}
+	if p.cl != nil {
+		p.cl.holdReleases()
 	}
 	p.waitUsers()
 	var errs []error
@@ -345,12 +351,16 @@ func (p *Process) leaveAll(detach func() error) error {
 		errs = append(errs, err)
 	}
 	p.left = true
+	kept := p.sp.vmm != nil // the pool's memory, still mapped here (keepRegions)
 	if !p.sp.held() {
 		closeDevice(p.dev)
 	}
 	p.leaveMu.Unlock()
+	if p.cl != nil && !kept {
+		p.cl.sendHeld()
+	}
 	if detach != nil {
-		if err := detach(); err != nil {
+		if err := detach(kept); err != nil {
 			errs = append(errs, err)
 		}
 	}

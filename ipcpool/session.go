@@ -241,7 +241,8 @@ func (w *Owner) serveProcess(c *net.UnixConn, slot int, wa watch) {
 	if !detached && err != nil && !errors.Is(err, errGone) {
 		c.Close() // cut off: it broke the protocol
 	}
-	w.leave(slot, detached, wa)
+	// A detach that says the process still maps the pool leaves what it held until it exits.
+	w.leave(slot, detached && !s.kept, wa)
 	if detached {
 		w.mu.Lock()
 		pause := w.pauseDetach
@@ -363,6 +364,7 @@ type serverConn struct {
 	inflight  int // grant requests being served (at most maxGrantsInFlight)
 	mu        sync.Mutex
 	detachSeq uint64
+	kept      bool // the detach said the process still maps the pool (detachKept)
 }
 
 // maxGrantsInFlight bounds the grant requests one process may have waiting at once.
@@ -410,7 +412,7 @@ func (s *serverConn) serve() (detached bool, err error) {
 				return false, err
 			}
 		case opDetach:
-			s.detachSeq = m.seq
+			s.detachSeq, s.kept = m.seq, m.a&detachKept != 0
 			return true, nil
 		default:
 			return false, fmt.Errorf("%w: operation %d after the handshake", ErrProtocol, m.op)

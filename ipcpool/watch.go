@@ -19,11 +19,15 @@ type watch struct {
 // pidfdOpen is pidfd_open(2) (tests make it fail).
 var pidfdOpen = unix.PidfdOpen
 
+// watchSelf, set by tests only, makes the owner watch its own process as any other: a process
+// attached from within it that leaves alive then keeps what it holds until the test ends.
+var watchSelf bool
+
 // watchProcess watches process pid. A process that has exited already is taken to have
 // exited, and so is this process: an attach from within the owner's own process (as tests
 // do) is taken to be gone with its connection, it never exits before the owner.
 func watchProcess(pid int) watch {
-	if pid <= 0 || pid == os.Getpid() {
+	if pid <= 0 || pid == os.Getpid() && !watchSelf {
 		return watch{pidfd: -1}
 	}
 	fd, err := pidfdOpen(pid, 0)

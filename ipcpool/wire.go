@@ -36,7 +36,7 @@ const (
 	opAbort   = 4  // the process cannot use the pool: its slot is free at once
 	opGrant   = 5  // a: grants wanted (one run); b: how long the process waits, in ns; reply value: the first grant
 	opRelease = 6  // a: the first grant; b: how many; no reply
-	opDetach  = 7  // reply once the process's memory is back
+	opDetach  = 7  // a: detachKept or 0; reply once the process's memory is back (or kept)
 	opReply   = 8  // seq: the request's; a: status; b: value
 	opDonate  = 9  // the pool's memory for a new owner, with the descriptors (adopt.go)
 	opRejoin  = 10 // after a rejoin's intro: a: the slot; b: its serial
@@ -49,6 +49,11 @@ const (
 	stDonate  = 3 // (to a rejoin) the owner has no memory yet: send the pool's descriptors
 	stClaims  = 4 // (to a rejoin) the owner knows the process: send the grants it holds (opClaim)
 )
+
+// detachKept, in a detach, says the process still maps the pool's memory (a VMM mapping the
+// driver refused to unmap): the owner keeps what it held, as for a process gone alive, until it
+// exits.
+const detachKept = 1
 
 // introKind says what a connecting process is.
 const (
