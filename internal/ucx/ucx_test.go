@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -234,7 +235,8 @@ func TestOpLayout(t *testing.T) {
 }
 
 // TestListenerReplyEp connects by socket address and checks that a message sent with reply
-// names, at the listener's side, the endpoint the listener's side accepted.
+// names, at the listener's side, the endpoint the listener's side accepted; and that the
+// connection request says the client's address.
 func TestListenerReplyEp(t *testing.T) {
 	needUCX(t)
 	p := newPair(t)
@@ -258,6 +260,15 @@ func TestListenerReplyEp(t *testing.T) {
 	if evs[0].Kind != EventConn || evs[0].Tag != 7 {
 		t.Fatalf("event %+v", evs[0])
 	}
+	ca, err := p.w[1].ConnRequestAddr(ConnRequest(evs[0].Handle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := SockaddrString(ca)
+	host, cport, err := net.SplitHostPort(client)
+	if err != nil || host != "127.0.0.1" || cport == "0" {
+		t.Errorf("the client's address is %q; want 127.0.0.1 and its port", client)
+	}
 	sep, err := p.w[1].Accept(ConnRequest(evs[0].Handle))
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +278,7 @@ func TestListenerReplyEp(t *testing.T) {
 	}
 	evs = evs[:0]
 	p.progress(t, func() bool { evs = p.w[1].Events(evs, 8); return len(evs) > 0 })
-	t.Logf("reply ep %#x, accepted %#x", evs[0].Handle, sep)
+	t.Logf("client %s, reply ep %#x, accepted %#x", client, evs[0].Handle, sep)
 	if evs[0].Handle != uintptr(sep) {
 		t.Errorf("reply ep %#x is not the accepted ep %#x", evs[0].Handle, sep)
 	}

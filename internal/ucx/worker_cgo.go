@@ -335,7 +335,7 @@ func (w *Worker) Reject(l Listener, r ConnRequest) error {
 }
 
 // ConnRequestAddr returns the client's socket address of connection request r (a struct
-// sockaddr_storage, as bytes).
+// sockaddr_storage, as bytes: SockaddrString formats it).
 func (w *Worker) ConnRequestAddr(r ConnRequest) ([]byte, error) {
 	out := make([]byte, 128)
 	err := w.c.l.call(symConnRequestQuery, func(f C.uintptr_t) C.int {
