@@ -381,10 +381,10 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	}
 	var c *Conn
 	var into chan *Conn
-	if l := w.pending[replyEp].l; l != nil {
+	if pe := w.pending[replyEp]; pe.l != nil {
 		delete(w.pending, replyEp)
-		c = newConn(w, replyEp, "listener "+l.addr)
-		into = l.accepted
+		c = newConn(w, replyEp, acceptedName(pe.l, pe.client))
+		into = pe.l.accepted
 	} else if len(g.addr) > 0 {
 		ep, err := w.uw.ConnectAddress(g.addr)
 		if err != nil {

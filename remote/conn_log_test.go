@@ -23,17 +23,19 @@ func TestFailedConnLogNamesRemoteOnce(t *testing.T) {
 	w2.message(0, header(msgBye, conns[2].id, 0))       // does not
 	text := log.String()
 	w2.mu.Unlock()
-	lines := 0
+	var lines []string
 	for _, l := range strings.Split(text, "\n") {
-		if !strings.Contains(l, "ended") {
-			continue
-		}
-		lines++
-		if n := strings.Count(l, conns[1].remote); n != 1 {
-			t.Errorf("the log line names %q %d times; want once:\n%s", conns[1].remote, n, l)
+		if strings.Contains(l, "ended") {
+			lines = append(lines, l)
 		}
 	}
-	if lines != 2 {
-		t.Fatalf("%d log lines of the connections' ends; want 2:\n%s", lines, text)
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines of the connections' ends; want 2:\n%s", len(lines), text)
+	}
+	for i, l := range lines { // conns[1]'s end, then conns[2]'s
+		remote := conns[1+i].remote
+		if n := strings.Count(l, remote); n != 1 {
+			t.Errorf("the log line names %q %d times; want once:\n%s", remote, n, l)
+		}
 	}
 }

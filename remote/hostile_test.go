@@ -1,8 +1,11 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +279,10 @@ func TestSilentConnectionExpires(t *testing.T) {
 	t.Cleanup(func() { helloTimeout = saved }) // after the workers' Close (cleanups run last first): their goroutines read it
 	helloTimeout = 300 * time.Millisecond
 	w1, w2 := newWorker(t), newWorker(t)
+	var log bytes.Buffer // written under w2.mu
+	w2.mu.Lock()
+	w2.log = slog.New(slog.NewTextHandler(&log, nil))
+	w2.mu.Unlock()
 	l, err := w2.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -308,6 +315,13 @@ func TestSilentConnectionExpires(t *testing.T) {
 			t.Fatalf("%v after a connection without a hello, its endpoint still waits for one (deadline %v)", time.Since(accepted), helloTimeout)
 		}
 		time.Sleep(time.Millisecond)
+	}
+	w2.mu.Lock()
+	text := log.String()
+	w2.mu.Unlock()
+	if !regexp.MustCompile(`client 127\.0\.0\.1:[1-9][0-9]* of listener ` + regexp.QuoteMeta(l.Addr()) +
+		` sent no hello`).MatchString(text) {
+		t.Errorf("the log does not name the silent client:\n%s", text)
 	}
 	// The listener still serves a client that says hello.
 	c, err := w1.Connect(ctx, l.Addr())

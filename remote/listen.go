@@ -132,7 +132,8 @@ func (w *Worker) closeUnaccepted(accepted chan *Conn, by string) {
 }
 
 // connRequest accepts a connection request of the listener tagged tag: the endpoint waits for
-// the client's hello. Under mu.
+// the client's hello. The client's address, for the connection's name, is asked once here. Under
+// mu.
 func (w *Worker) connRequest(r ucx.ConnRequest, tag uint64) {
 	l := w.lis[tag]
 	if l == nil || w.closing || len(w.pending) >= maxPending {
@@ -141,18 +142,41 @@ func (w *Worker) connRequest(r ucx.ConnRequest, tag uint64) {
 		}
 		return
 	}
+	client := clientAddr(w.uw.ConnRequestAddr(r)) // before Accept, which consumes r
 	ep, err := w.uw.Accept(r)
 	if err != nil {
-		w.logf("remote: listener %s could not accept a connection: %v", l.addr, err)
+		w.logf("remote: could not accept the connection of %s: %v", acceptedName(l, client), err)
 		return
 	}
-	w.pending[ep] = pendingEp{l: l, since: time.Now()}
+	w.pending[ep] = pendingEp{l: l, since: time.Now(), client: client}
 }
 
-// pendingEp is an endpoint a listener accepted, waiting for its client's hello since when.
+// clientAddr formats a listener's client's socket address sa, ucx.Worker.ConnRequestAddr's
+// (err its error): "" where UCX could not say it. The bytes describe the peer, so
+// ucx.SockaddrString reads them.
+func clientAddr(sa []byte, err error) string {
+	if err != nil {
+		return ""
+	}
+	return ucx.SockaddrString(sa)
+}
+
+// acceptedName names a connection listener l accepted, for its errors and log lines, by its
+// client's address (clientAddr): "client 10.0.0.5:41234 of listener 0.0.0.0:13337", or,
+// client "", "listener 0.0.0.0:13337".
+func acceptedName(l *Listener, client string) string {
+	if client == "" {
+		return "listener " + l.addr
+	}
+	return "client " + client + " of listener " + l.addr
+}
+
+// pendingEp is an endpoint a listener accepted, waiting for its client's hello since when;
+// client is the client's address (clientAddr).
 type pendingEp struct {
-	l     *Listener
-	since time.Time
+	l      *Listener
+	since  time.Time
+	client string
 }
 
 // expirePending closes the endpoints accepted by a listener whose client has sent no hello
@@ -165,7 +189,12 @@ func (w *Worker) expirePending(now time.Time) {
 	for ep, pe := range w.pending {
 		if now.Sub(pe.since) >= helloTimeout {
 			delete(w.pending, ep)
-			w.logf("remote: a client of a listener sent no hello within %v: its endpoint is closed", helloTimeout)
+			who := "a client"
+			if pe.client != "" {
+				who = "client " + pe.client
+			}
+			w.logf("remote: %s of listener %s sent no hello within %v: its endpoint is closed",
+				who, pe.l.addr, helloTimeout)
 			w.closeEp(ep, nil, !w.opts.SharedMemory)
 		}
 	}
