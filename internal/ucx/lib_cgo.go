@@ -138,6 +138,9 @@ const dlMsgSize = 512
 // make a dl call of its own there.
 var dlFailed func()
 
+// libName is the library Load opens.
+const libName = "libucp.so.0"
+
 // Load opens libucp.so.0 (or the library named by LibraryEnv), once; later calls return the
 // first call's result. The error wraps pinmalloc.ErrNoUCX and says why: the dlopen failure,
 // an entry point missing, or a UCX older than 1.11.

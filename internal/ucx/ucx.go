@@ -38,9 +38,6 @@ package ucx
 // the library Load opens instead of libucp.so.0. It is read once, by the first Load.
 const LibraryEnv = "PINMALLOC_LIBUCP"
 
-// libName is the library Load opens.
-const libName = "libucp.so.0"
-
 // apiMajor and apiMinor are the UCP API version this binding is written to: the nbx calls,
 // active messages with a receive handler and ucp_conn_request_query are all there in 1.11.
 const (
