@@ -77,7 +77,8 @@ func (h *Heap) pollLists() error {
 
 // drain waits for every stream with deferred frees (a synchronize of each) and does them. A
 // stream the driver refuses to synchronize (destroyed without ForgetStream) is answered as a
-// poll answers it, with a synchronize of the context; the error stays only if frees are left.
+// poll answers it, with a synchronize of the context; the error stays only if frees are left on
+// the lists. The parked frees (park.go) are no drain's: settleParked says what keeps one.
 func (h *Heap) drain() error {
 	var err error
 	if h.done, err = h.lists.Drain(h.done); err != nil {
@@ -87,8 +88,8 @@ func (h *Heap) drain() error {
 		}
 	}
 	ferr := h.finishDone()
-	if err != nil && ferr == nil && len(h.deferred) == 0 {
-		err = nil // every free was done: the refused streams were answered
+	if err != nil && ferr == nil && len(h.deferred) == h.parkedFrees() {
+		err = nil // every free on the lists was done: the refused streams were answered
 	}
 	return errors.Join(err, ferr)
 }

@@ -30,6 +30,27 @@ func parkRefusedFree(t *testing.T, f *fakecuda.Driver, h *Heap, a cuda.Stream, n
 	}
 }
 
+// parkPassedRefusedFree parks the free of a held block of n bytes on stream a (Options.ZeroOnFree)
+// whose clear the driver refused after a synchronize of the context had passed it: it waits for
+// its clear alone. Close's one settle makes that synchronize (its clear refused by FailAfter).
+func parkPassedRefusedFree(t *testing.T, f *fakecuda.Driver, h *Heap, a cuda.Stream, n uintptr) {
+	t.Helper()
+	parkRefusedFree(t, f, h, a, n)
+	f.FailAfter(fakecuda.CallMemset, 0, fakecuda.ResultInvalidValue)
+	if err := h.Close(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Close with the clear of a parked free refused: %v; want ErrBusy", err)
+	}
+	h.mu.Lock()
+	pts := h.points()
+	waits := slices.ContainsFunc(h.parked, func(ps parkedStream) bool {
+		return !ps.freed && !pts.SyncedSince(ps.mark)
+	})
+	h.mu.Unlock()
+	if waits {
+		t.Fatalf("after Close's synchronize: a parked entry waits for one still")
+	}
+}
+
 // TestFakeTrimStaleRefusalBesideParkedHeap: Trim settles the parked entries twice; when the
 // first settle's clear of a held block's parked free is refused and the second clears it and
 // frees it, Trim returns no error, even while another entry stays parked for a reason that is
