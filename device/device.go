@@ -504,7 +504,11 @@ func (h *Heap) reclaim() error {
 	// The parked entries are settled twice, before and after the drain; the second says what
 	// keeps one (it tries again an entry the first kept): the first says only its synchronize's
 	// error, errs[0].
-	errs := []error{h.settleParked(true, noneMine), h.drain()}
+	errs := []error{h.settleParked(true, noneMine)}
+	if betweenSettles != nil {
+		betweenSettles()
+	}
+	errs = append(errs, h.drain())
 	pts := h.lists.Points()
 	ordered := true // the legacy stream's order waited for: every heap may give back
 	if held, dflt := h.heldBy(); held {
@@ -535,9 +539,10 @@ func (h *Heap) reclaim() error {
 		sh.Trim()
 	}
 	// Parked heaps whose last blocks the drain freed; the first synchronize's error is moot
-	// once nothing is parked.
+	// once no parked entry waits for a synchronize (the drain's may have passed them all): one
+	// parked for a reason of its own says it.
 	errs = append(errs, h.settleParked(false, nil))
-	if len(h.parked) == 0 {
+	if !h.parkedSyncWaits(nil) {
 		errs[0] = nil
 	}
 	return errkind.Once(errs...)

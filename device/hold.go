@@ -173,15 +173,7 @@ func (h *Heap) releasedFree(p cuda.DevicePtr, s *cuda.Stream, l *deferredList) e
 
 // parkedWaits reports whether a stream parked with handle s (park.go) waits still for a
 // synchronize of the context. h.mu is held.
-func (h *Heap) parkedWaits(s cuda.Stream) bool {
-	pts := h.points()
-	for _, ps := range h.parked {
-		if ps.s == s && !ps.refused && !ps.freed && !pts.SyncedSince(ps.mark) {
-			return true
-		}
-	}
-	return false
-}
+func (h *Heap) parkedWaits(s cuda.Stream) bool { return h.parkedSyncWaits(parkedUnder(s)) }
 
 // parkFree makes the free of held block p, made at its last Release, wait for the next
 // synchronize of the context, as a parked stream's own deferred frees do: on a list of its own,

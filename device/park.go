@@ -112,8 +112,9 @@ func (h *Heap) settleParked(wait bool, mine func(ps *parkedStream) bool) error {
 // settleParkedApart is settleParked, its errors apart: syncErr, its synchronize's, which every
 // entry not yet passed by one shares (a capture's refusal, say), and keptErr, those of the
 // entries mine answers true for that stay for a reason of their own (a clear refused). Close
-// says keptErr with ErrBusy, and ForgetStream(s) says syncErr only when an entry parked under s
-// waited for it. h.mu is held.
+// says keptErr with ErrBusy, ForgetStream(s) says syncErr only when an entry parked under s
+// waited for it, and Sync and Trim only while one waits for a synchronize still after their
+// second settle (parkedSyncWaits). h.mu is held.
 func (h *Heap) settleParkedApart(wait bool,
 	mine func(ps *parkedStream) bool) (syncErr, keptErr error) {
 	if len(h.parked) == 0 {
@@ -180,6 +181,29 @@ func (h *Heap) settleParkedApart(wait bool,
 // not a refused free's): ForgetStream(s)'s own.
 func parkedUnder(s cuda.Stream) func(ps *parkedStream) bool {
 	return func(ps *parkedStream) bool { return ps.s == s && !ps.refused }
+}
+
+// parkedSyncWaits reports whether a parked entry that which answers true for (nil: any) waits
+// still for a synchronize of the context: none has passed it since it was parked. A synchronize's
+// error (settleParked's syncErr) is the outcome of such entries alone. h.mu is held.
+func (h *Heap) parkedSyncWaits(which func(ps *parkedStream) bool) bool {
+	pts := h.points()
+	for i := range h.parked {
+		ps := &h.parked[i]
+		if !ps.freed && !pts.SyncedSince(ps.mark) && (which == nil || which(ps)) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsFrees is the parkedSyncWaits filter of the entries with deferred frees (Sync's).
+func holdsFrees(ps *parkedStream) bool {
+	n := 0
+	if ps.list != nil {
+		ps.list.Items(func(marked, open []cuda.DevicePtr) { n += len(marked) + len(open) })
+	}
+	return n > 0
 }
 
 // noneMine is the settleParked filter of a caller that returns no error of the entries (Stats,
@@ -263,3 +287,7 @@ func (h *Heap) parkedHeaps() int {
 	}
 	return n
 }
+
+// betweenSettles, when set (by tests), runs in Sync and reclaim (Trim, an Alloc out of memory)
+// between their two settles of the parked entries, before the drain.
+var betweenSettles func()

@@ -18,10 +18,14 @@ import (
 // Sync waits until every deferred free has completed and does it. The frees on a stream that
 // is capturing a CUDA graph cannot complete before the graph is launched: they stay, and the
 // error matches cuda.ErrCapturing. The frees of a stream destroyed before a ForgetStream that a
-// capture refused (parked: see ForgetStream) are waited for with a synchronize of the context,
-// which Sync does not make while a capture holds a stream of the heap's or the legacy stream:
-// they stay too, with the same error. Sync also returns the errors of the parked frees that
-// other calls have done since the last Sync, Trim or Close (ForgetStream, Stats), once.
+// capture refused (parked: see ForgetStream), and a held block's free parked after the driver
+// refused its clear (Hold.Release), are waited for with a synchronize of the context, which Sync
+// does not make while a capture holds a stream of the heap's or the legacy stream: they stay
+// too, with the same error, said while such a free waits for that synchronize (a parked heap
+// with no free is Trim's). The held block is cleared and freed then; while the driver refuses
+// the clear again, its free stays and Sync returns that refusal. Sync also returns the errors of
+// the parked frees that other calls have done since the last Sync, Trim or Close (ForgetStream,
+// Stats), once.
 func (h *Heap) Sync() error {
 	if err := h.lock(); err != nil {
 		return err
@@ -29,12 +33,18 @@ func (h *Heap) Sync() error {
 	defer h.unlock("Sync")
 	// The parked entries are settled twice, before and after the drain. An entry that stays
 	// for a reason of its own (a clear refused) is tried again at the second, which says what
-	// keeps it then: the first says only its synchronize's error.
+	// keeps it then: the first says only its synchronize's error, which is Sync's while a
+	// parked free waits for that synchronize still (a parked heap's memory is Trim's; a free
+	// that waits for its clear alone says its own refusal; the drain may have synchronized the
+	// context since, passing them all).
 	perr := h.settleParked(true, noneMine)
+	if betweenSettles != nil {
+		betweenSettles()
+	}
 	err := h.drain()
 	serr := h.settleParked(false, nil)
-	if perr != nil && h.parkedFrees() == 0 {
-		perr = nil // no free of a parked stream waits: its heap's memory is Trim's
+	if !h.parkedSyncWaits(holdsFrees) {
+		perr = nil
 	}
 	return faulted(errkind.Once(perr, err, serr, h.takeParkErr()))
 }
@@ -46,8 +56,9 @@ func (h *Heap) Sync() error {
 // captures, the legacy stream cannot be waited for: the heaps of the blocking streams and the
 // default ones keep their memory too, the non-blocking streams' give theirs back); so do those
 // of the streams parked by a ForgetStream that a capture refused, which wait for a synchronize
-// of the context that Trim makes once no capture holds it. Like Sync, it also returns the
-// errors of parked frees done by other calls since the last Sync, Trim or Close, once.
+// of the context that Trim makes once no capture holds it. Like Sync, it says a held block's
+// parked free whose clear the driver refuses again, and returns the errors of parked frees done
+// by other calls since the last Sync, Trim or Close, once.
 func (h *Heap) Trim() error {
 	if err := h.lock(); err != nil {
 		return err
@@ -74,14 +85,14 @@ func (h *Heap) Trim() error {
 // starts with nothing of s's, its frees ordered as its own flags say. Parked, they still count
 // in Stats, and wait for a synchronize of the context: the next ForgetStream, Sync, Trim, Close,
 // or Alloc out of memory makes one once no capture holds a stream of the heap's or the legacy
-// stream (Sync and Trim fail as above meanwhile, Close with ErrBusy), and then gives them back,
-// the heap's memory once its blocks are all freed; Stats gives them back after any synchronize
-// of the context the heap has made (a poll's, for a stream destroyed without ForgetStream). That
-// synchronize waits for the work of every stream of the context, the caller's others too: only a
-// synchronize of the context waits for a destroyed stream's work. It is made only while
-// something parked waits for one, and once for all that was parked before it (a heap kept after
-// it for its live blocks waits for none); with nothing parked, none of these calls makes it. A
-// ForgetStream of another stream makes it too, to give the parked streams back early.
+// stream (Trim fails as above meanwhile, Sync too while s's frees wait, Close with ErrBusy), and
+// then gives them back, the heap's memory once its blocks are all freed; Stats gives them back
+// after any synchronize of the context the heap has made (a poll's, for a stream destroyed without
+// ForgetStream). That synchronize waits for the work of every stream of the context, the caller's
+// others too: only a synchronize of the context waits for a destroyed stream's work. It is made
+// only while something parked waits for one, and once for all that was parked before it (a heap
+// kept after it for its live blocks waits for none); with nothing parked, none of these calls makes
+// it. A ForgetStream of another stream makes it too, to give the parked streams back early.
 // ForgetStream(s) again forgets what s names then: a stream created since, given s's handle
 // (after which the parked s goes back as above, at this call if the context can be synchronized,
 // or later); or, with nothing under s, the parked s itself, which it gives back, or fails with an
