@@ -233,21 +233,41 @@ func (h *Heap) scrubParked(l *deferredList) error {
 	return nil
 }
 
-// syncParked synchronizes the context for the parked streams, unless a capture holds a stream
-// of the heap's or the legacy stream (see settleParked). h.mu is held.
+// syncParked synchronizes the context for the parked entries, unless a capture holds a stream
+// of the heap's or the legacy stream (see settleParked). Its error names what waits for that
+// synchronize (syncWaiters). h.mu is held.
 func (h *Heap) syncParked() error {
-	const what = "the synchronize of the context that waits for the work of the streams destroyed before their ForgetStream"
+	what, stay := h.syncWaiters()
 	c, held, err := h.lists.WaitAllUncaptured()
 	if held {
-		return fmt.Errorf("device: %s would end the CUDA graph capture on stream %#x: %w; their deferred frees and memory stay parked", what, c, cuda.ErrCapturing)
+		return fmt.Errorf("device: %s would end the CUDA graph capture on stream %#x: %w; %s",
+			what, c, cuda.ErrCapturing, stay)
 	}
 	if err != nil {
 		if errors.Is(err, cuda.ErrDeviceFault) {
 			return fmt.Errorf("%w: %s failed: %w", ErrDeviceFault, what, err)
 		}
-		return fmt.Errorf("device: %s failed: %w; their deferred frees and memory stay parked", what, err)
+		return fmt.Errorf("device: %s failed: %w; %s", what, err, stay)
 	}
 	return nil
+}
+
+// syncWaiters says what waits for syncParked's synchronize of the context, the parked streams,
+// the held blocks' frees parked after their memset was refused (parkFree), or both, as the
+// synchronize (what), and what stays while it is not made (stay). h.mu is held.
+func (h *Heap) syncWaiters() (what, stay string) {
+	const sync = "the synchronize of the context that waits for "
+	const streams, frees = "the work of the streams destroyed before their ForgetStream",
+		"the frees of held blocks made at their last Release"
+	st := h.parkedSyncWaits(func(ps *parkedStream) bool { return !ps.refused })
+	switch fr := h.parkedSyncWaits(func(ps *parkedStream) bool { return ps.refused }); {
+	case st && fr:
+		return sync + streams + " and " + frees,
+			"their deferred frees and memory, and those frees, stay parked"
+	case fr:
+		return sync + frees, "they stay parked"
+	}
+	return sync + streams, "their deferred frees and memory stay parked"
 }
 
 // parkedAs reports whether a stream parked with handle s waits still. h.mu is held.
