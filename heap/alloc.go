@@ -242,7 +242,8 @@ func (h *Heap) newClassPage(c uint8) (*page, error) {
 	kind := cl.kind
 	k := int(cl.slices)
 	if h.packed && kind == segMedium {
-		k = min(k, 2<<min(len(cl.all), 4)) // pages grow with the class: pack.go
+		k = min(k, 2<<min(int(cl.made), len(cl.all), 2)) // pages grow with the class: pack.go
+		cl.made = min(cl.made+1, 2)
 	}
 	pg := h.borrowPage(kind, k, c)
 	if pg == nil {

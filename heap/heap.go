@@ -301,6 +301,7 @@ type hclass struct {
 	size   uintptr
 	kind   segKind
 	slices uint8     // per page
+	made   uint8     // pages made since PurgeIdle's last look, up to 2 (packed medium classes)
 	direct [2]uint16 // the indices of Heap.direct that name this class's current page: [lo, hi)
 	empty  page      // sentinel current page: no blocks
 	avail  pageList  // pages with free blocks, a new one first, refilled ones last

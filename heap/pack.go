@@ -30,8 +30,17 @@
 //   - objects up to half a run are object pages (objMax), larger ones huge objects;
 //   - a large class (blocks of 64 – 256 KiB) has no page of its own, a segment each: its
 //     requests take object pages, which pack with the others (allocObjectClass); a medium
-//     class (8 – 64 KiB) takes pages of 2 slices, then 4, then 8 (not 16) as it holds more,
-//     so that a class used a little holds 64 KiB, not 512 (newHeap, newClassPage);
+//     class (8 – 64 KiB) takes pages of 2 slices, then 4, then 8 (not 16) as it holds more
+//     and makes more between two of PurgeIdle's looks (the fewer of the two), so that a class
+//     used a little holds 64 KiB, not 512, and one that makes a page only now and then makes
+//     pages of a few blocks, whose free blocks hold less room that no other size can take
+//     (newHeap, newClassPage). With pages grown by what a class held alone, on the serving
+//     trace's CUDAHost pool (two home shards, each with pages of every class) the medium
+//     classes' pages held 8.6 – 9.9 MiB at the peak for 2.7 – 3.7 MiB of buffers; 6.9 so.
+//     Pages of 2 slices alone held 4.9 – 6.8 MiB, but a churn of them (footprint/larson-low)
+//     made and gave back a page at nearly every allocation and took 6 times as long; pages
+//     grown by what a class made alone were larger than before in that churn, which then
+//     held 0.5 – 1.3 MiB more, at its end and idle;
 //   - a huge object shares its last chunk: the slices past its end are a run of one segment
 //     (packTail), where pages go like in any other run, so that a 2.1 MiB object costs its
 //     2 MiB and the slices of its tail, not 4 MiB.

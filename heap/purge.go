@@ -250,6 +250,7 @@ func (h *Heap) PurgeIdle() (pending bool) {
 	empties := h.emptyScratch[:0]
 	for c := range h.classes {
 		cl := &h.classes[c]
+		cl.made = 0
 		for _, pg := range cl.all {
 			switch ops := pg.allocs() + pg.frees; {
 			case ops != pg.seenOps:

@@ -2,6 +2,7 @@ package heap
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/arena"
@@ -301,9 +302,9 @@ func countTails(h *Heap) (n int) {
 }
 
 // TestPackMediumPages: where memory commits 2 MiB at a time, a medium class's pages grow as
-// the class holds more (2, 4, then 8 slices), and a class of many pages keeps getting pages
-// (its page count once overflowed the shift that sizes them: an allocation asked the arena for
-// a page of no slices).
+// the class holds and makes more (2, 4, then 8 slices) with no PurgeIdle between, and a class
+// of many pages keeps getting pages (its page count once overflowed the shift that sizes them: an
+// allocation asked the arena for a page of no slices).
 func TestPackMediumPages(t *testing.T) {
 	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 256 << 20, PurgeDelay: -1}, Options{})
 	const n = 60 << 10
@@ -325,6 +326,48 @@ func TestPackMediumPages(t *testing.T) {
 	}
 	if slices[2] != 1 || slices[4] != 1 || slices[8] != len(cl.all)-2 {
 		t.Errorf("pages by slices %v, want one of 2, one of 4, the rest of 8", slices)
+	}
+	if err := h.verify(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if err := h.FreeSized(p, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPackMediumPagesAfterLook: a medium class's next page after one of PurgeIdle's looks is
+// of 2 slices again however many pages the class holds, and grows again as the class makes
+// more: a class that makes a page only now and then (the serving trace) makes pages of a few
+// blocks, whose free blocks hold less room (pack.go).
+func TestPackMediumPagesAfterLook(t *testing.T) {
+	h := newTestHeapOn(t, arena.Options{Provider: arena.PageableHost(arena.HostOptions{HugePages: arena.HugeTLB}), Capacity: 256 << 20, PurgeDelay: -1}, Options{})
+	const n = 60 << 10
+	cl := &h.classes[h.class(n)]
+	var ps []uintptr
+	// newPages allocates until the class has made k more pages and returns their slices.
+	newPages := func(k int) []int {
+		var got []int
+		for len(got) < k {
+			before := len(cl.all)
+			p, err := h.Alloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+			if len(cl.all) > before {
+				got = append(got, int(cl.all[len(cl.all)-1].nslice))
+			}
+		}
+		return got
+	}
+	if got := newPages(3); !slices.Equal(got, []int{2, 4, 8}) {
+		t.Fatalf("first pages of %v slices, want 2, 4, 8", got)
+	}
+	h.PurgeIdle()
+	if got := newPages(3); !slices.Equal(got, []int{2, 4, 8}) {
+		t.Errorf("pages after a look of %v slices, want 2, 4, 8", got)
 	}
 	if err := h.verify(); err != nil {
 		t.Fatal(err)
