@@ -119,7 +119,7 @@ type Options struct {
 	// above 64 KiB to one more shard shared by every P whenever it is free, and the other
 	// shards make their class pages in its chunks when it is free too (see the package
 	// documentation): the bench's serving trace (buffers of 4 KiB - 4 MiB) on two Ps peaked
-	// at 1.13 - 1.20 times its live bytes with a shard per P, median 1.15 (1.17 - 1.22 before
+	// at 1.12 - 1.17 times its live bytes with a shard per P, median 1.135 (1.17 - 1.22 before
 	// the shared shard), 1.13 - 1.15 with one.
 	Shards int
 	// Device is the ordinal of the CUDA device for the CUDAHost and Auto backends (default 0).
