@@ -91,7 +91,7 @@ func footprintCases() []benchCase {
 				}
 				out = append(out, rs.out...)
 				if im.name == "pinmalloc-pool" {
-					out = append(out, align16Larson(sh, steps)...)
+					out = append(out, poolVariants(sh, steps)...)
 				}
 			}
 			return out
@@ -100,21 +100,34 @@ func footprintCases() []benchCase {
 	return append(cs, benchCase{name: "footprint/latency", group: "footprint", custom: footprintLatency})
 }
 
-// align16Name is the pool at Align 16 in the larson cases: mimalloc's and glibc's alignment,
-// against the pool's default of 64, whose size classes alone make larson-high's buffers 6.3 %
-// larger than asked.
-const align16Name = "pinmalloc-pool-align16"
+// The pool's other settings in the larson cases, each a row beside the default pool's:
+//   - align16Name: Align 16, mimalloc's and glibc's alignment, against the pool's default of
+//     64, whose size classes alone make larson-high's buffers 6.3 % larger than asked;
+//   - oneShardName: one shard (Options.Shards 1) for every P, the footprint the pool's design
+//     reaches when no P keeps partly used pages of its own, and what it costs in time.
+const (
+	align16Name  = "pinmalloc-pool-align16"
+	oneShardName = "pinmalloc-pool-1shard"
+)
 
-// align16Larson runs a larson shape on the pool at Align 16.
-func align16Larson(sh larsonShape, steps int) []result {
-	rs := resultSet{c: "footprint/" + sh.name, impl: align16Name}
-	r, err := goLarson(func(capacity int64) (allocator[[]byte], error) { return openPoolAligned(capacity, 16) }, sh, steps, footprintIdle)
-	if err != nil {
-		rs.fail(err)
-	} else {
-		rs.larsoned(r)
+// poolVariants runs a larson shape on each of the pool's other settings.
+func poolVariants(sh larsonShape, steps int) []result {
+	var out []result
+	for _, v := range []struct {
+		name          string
+		align, shards int
+	}{{align16Name, 16, 0}, {oneShardName, 0, 1}} {
+		rs := resultSet{c: "footprint/" + sh.name, impl: v.name}
+		open := func(capacity int64) (allocator[[]byte], error) { return openPoolWith(capacity, v.align, v.shards) }
+		r, err := goLarson(open, sh, steps, footprintIdle)
+		if err != nil {
+			rs.fail(err)
+		} else {
+			rs.larsoned(r)
+		}
+		out = append(out, rs.out...)
 	}
-	return rs.out
+	return out
 }
 
 func (rs *resultSet) larsoned(r larsonResult) {
@@ -267,7 +280,7 @@ func footprintTargets(rs []result) []target {
 	var ts []target
 	others := func(c string) string {
 		d := ""
-		for _, im := range []string{align16Name, "mimalloc", "glibc", torchName, "pinmalloc-heap"} {
+		for _, im := range []string{align16Name, oneShardName, "mimalloc", "glibc", torchName, "pinmalloc-heap"} {
 			live, ok1 := lookup(rs, c, im, "live_bytes")
 			idle, ok2 := lookup(rs, c, im, "held_idle_bytes")
 			trimmed, ok3 := lookup(rs, c, im, "held_trimmed_bytes")

@@ -9,15 +9,16 @@ func newPinmallocPool() impl { return goImpl("pinmalloc-pool", openPool) }
 
 // openPool opens a pool of locked memory of the given capacity (pageable where the memlock
 // limit is too low: memlock.go).
-func openPool(capacity int64) (allocator[[]byte], error) { return openPoolAligned(capacity, 0) }
+func openPool(capacity int64) (allocator[[]byte], error) { return openPoolWith(capacity, 0, 0) }
 
-// openPoolAligned is openPool with Options.Align align (0: the pool's default).
-func openPoolAligned(capacity int64, align int) (allocator[[]byte], error) {
+// openPoolWith is openPool with Options.Align align and Options.Shards shards (0: the pool's
+// defaults).
+func openPoolWith(capacity int64, align, shards int) (allocator[[]byte], error) {
 	backend := pinned.Locked
 	if hostMemory.pageable {
 		backend = pinned.Pageable
 	}
-	p, err := pinned.New(pinned.Options{Capacity: int(capacity), Backend: backend, Align: align})
+	p, err := pinned.New(pinned.Options{Capacity: int(capacity), Backend: backend, Align: align, Shards: shards})
 	if err != nil {
 		return nil, err
 	}
