@@ -388,10 +388,10 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	} else if len(g.addr) > 0 {
 		ep, err := w.uw.ConnectAddress(g.addr)
 		if err != nil {
-			w.logf("remote: refused a dial: %v", err)
+			w.logf("remote: refused the dial of %s: %v", dialerName(g), err)
 			return
 		}
-		c = newConn(w, ep, "a worker that dialed this one")
+		c = newConn(w, ep, dialerName(g))
 		into = w.inbound
 	} else {
 		return
