@@ -236,10 +236,11 @@ func recvHello(conn *net.UnixConn) (hello, []int, error) {
 // no longer counts the process. Memory the CUDA driver refuses to give back (a registration,
 // a VMM mapping) stays registered and mapped in this process, the device open, and Close
 // reports the driver's error: the next Close gives it back, and returns ErrClosed once
-// nothing is left. Until then, buffers given up in a kept region of a memfd pool are
-// inaccessible (a use faults); in a VMM pool the driver's mapping is left as it is, the pool's
-// memory still, so the process's grants stay its own, lent to no other process, until it
-// exits (the next Close does not give them back sooner). While a
+// nothing is left. Until then, a kept region of a memfd pool is inaccessible (a late use of a
+// buffer in it, given up or freed before, faults), its grants back with the owner; in a VMM
+// pool the driver's mapping is left as it is, the pool's memory still, so the process's grants
+// stay its own, lent to no other process, until it exits (the next Close does not give them
+// back sooner). While a
 // stream of the process's CUDA context captures a CUDA graph, the driver refuses to synchronize
 // the context (in every capture mode, invalidating the capture): Close then leaves nothing and
 // returns an error matching cuda.ErrCapturing; Close again once the capture has ended.

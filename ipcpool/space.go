@@ -149,8 +149,9 @@ func (sp *space) ctl() ctl {
 // context goes, and no later call could unregister them), as does a VMM mapping whose Close
 // is refused; held then says so, and the next close tries them again before it unmaps the
 // range. Meanwhile the regions given back are left reserved (junk where junk was asked) and
-// a kept region is made inaccessible where junk was asked, so that a buffer given up never
-// reaches the pool's memory; the control region and the descriptors go at once.
+// a kept region is made inaccessible, so that no buffer of this process (one given up, or a
+// stale slice of one freed) reaches the pool's memory, which the owner lends again; the
+// control region and the descriptors go at once.
 func (sp *space) close(junk bool) error {
 	sp.junk = sp.junk || junk
 	var errs []error
@@ -205,8 +206,11 @@ func (sp *space) held() bool {
 
 // keepRegions is close's unmap while memory is held: a memfd pool's regions given back are
 // replaced by junk (or by reserved address space, so that nothing else is mapped inside the
-// range before the last close unmaps it), and with junk the regions still registered are made
-// inaccessible. A VMM pool's range is the driver's mapping, left as it is.
+// range before the last close unmaps it), and the regions still registered are made
+// inaccessible (mprotect: the mapping, and so the registration, stays), with or without junk:
+// the process's grants go back all the same, and the owner lends them to other processes. A
+// VMM pool's range is the driver's mapping, left as it is (its grants stay the process's:
+// leaveAll).
 func (sp *space) keepRegions() error {
 	if sp.vmm != nil {
 		return nil
@@ -214,10 +218,9 @@ func (sp *space) keepRegions() error {
 	var errs []error
 	for i, r := range sp.registered {
 		if r {
-			if sp.junk {
-				if err := unix.Mprotect(mem.Bytes(sp.regionAddr(i), sp.regionSize), unix.PROT_NONE); err != nil {
-					errs = append(errs, fmt.Errorf("ipcpool: mprotect: %w", err))
-				}
+			err := unix.Mprotect(mem.Bytes(sp.regionAddr(i), sp.regionSize), unix.PROT_NONE)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("ipcpool: mprotect: %w", err))
 			}
 			continue
 		}
