@@ -20,7 +20,9 @@ import (
 // capturing, after the ask that tainted it (reapLetGo). Its owner may destroy it before,
 // knowing the capture ended (Device.EventDestroy, which takes it out of the tainted events, or
 // DestroyLetGo). One whose stream no such ask names again stays let go (TaintedEvents counts
-// every event ever tainted).
+// every event ever tainted). The table is keyed by handle, which the driver gives a new event
+// once the one that had it is gone (destroyed by this binding, by another, or with its
+// context): EventCreate takes the handle it gets out of it.
 var taints struct {
 	n     atomic.Int32 // events in m: Put looks no further while none
 	seq   atomic.Uint64
@@ -107,8 +109,9 @@ const (
 )
 
 // dropTaint takes ev out of the tainted events, held or let go, before its destroy
-// (Device.EventDestroy; the handle is still ev's, no new event has it), and says where it was,
-// with where it was tainted.
+// (Device.EventDestroy; the handle is still ev's, no new event has it), or once the driver has
+// given its handle to a new event (Device.EventCreate: the event that had it is gone, destroyed
+// unseen with its context), and says where it was, with where it was tainted.
 func dropTaint(ev Event) (int, taintOrigin) {
 	if taints.n.Load() == 0 && taints.lets.Load() == 0 {
 		return notTainted, taintOrigin{}

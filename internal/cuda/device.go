@@ -560,13 +560,17 @@ func (d *Device) relaxed(f func() error) error {
 }
 
 // EventCreate creates an event. Events with timing disabled are cheaper to record and query;
-// EventElapsed needs timing.
+// EventElapsed needs timing. The new event is not tainted (EventTainted), whatever was said
+// of an event the driver gave its handle before.
 func (d *Device) EventCreate(disableTiming bool) (ev Event, err error) {
 	var flags uint32
 	if disableTiming {
 		flags = 0x2 // CU_EVENT_DISABLE_TIMING
 	}
 	err = d.Do(func() (e error) { ev, e = d.drv.eventCreate(flags); return })
+	if err == nil {
+		dropTaint(ev) // an event the driver destroyed unseen (its context's end) had the handle
+	}
 	return ev, d.track(&d.events, uint64(ev), 1, err)
 }
 

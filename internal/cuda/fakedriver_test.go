@@ -154,8 +154,18 @@ int cuStreamSynchronize(void *s) { NEEDCTX; if (s) ((fakeStream *)s)->pending = 
 int cuStreamQuery(void *s) {
 	NEEDCTX; if (s && ((fakeStream *)s)->pending) { ((fakeStream *)s)->pending = 0; return 600; } return 0;
 }
-int cuEventCreate(void **e, unsigned f) { NEEDCTX; fakeEvent *x = calloc(1, sizeof *x); x->flags = f; *e = x; INC(live); return 0; }
-int cuEventDestroy_v2(void *e) { NEEDCTX; free(e); DEC(live); return 0; }
+/* A destroyed event's handle goes to the next event created, as a driver may give it
+   (R: drivers reuse a destroyed stream's handle, rmm#649; events are assumed alike). */
+static fakeEvent *freedEvent;
+int cuEventCreate(void **e, unsigned f) {
+	NEEDCTX;
+	fakeEvent *x = __atomic_exchange_n(&freedEvent, (fakeEvent *)0, __ATOMIC_SEQ_CST);
+	if (x) memset(x, 0, sizeof *x); else x = calloc(1, sizeof *x);
+	x->flags = f; *e = x; INC(live); return 0;
+}
+int cuEventDestroy_v2(void *e) {
+	NEEDCTX; free(__atomic_exchange_n(&freedEvent, (fakeEvent *)e, __ATOMIC_SEQ_CST)); DEC(live); return 0;
+}
 int cuEventRecord(void *e, void *s) { NEEDCTX; ((fakeEvent *)e)->recorded = 1; return 0; }
 int cuEventQuery(void *e) { NEEDCTX; return ((fakeEvent *)e)->recorded ? 0 : 600; }
 int cuStreamIsCapturing(void *s, int *status) { NEEDCTX; *status = 0; return 0; }
