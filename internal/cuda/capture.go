@@ -141,10 +141,10 @@ func (d *Device) EventRecordOutsideCapture(ev Event, s Stream) (CaptureStatus, e
 	}
 	seq := taints.seq.Load()
 	st, tainted, free, err := d.drv.eventRecordOutsideCaptureIn(d.ctx, ev, s)
-	d.exit()
 	if tainted {
-		taint(ev, d, s)
+		taint(ev, d, s) // before exit: Close, which waits for it, finds the taint (closeTaints)
 	}
+	d.exit()
 	d.letGoAfterAsk(s, seq, free)
 	return st, err
 }

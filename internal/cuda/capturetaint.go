@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,10 +20,11 @@ import (
 // (StreamIsCapturing, EventRecordOutsideCapture) finds the stream it was recorded in not
 // capturing, after the ask that tainted it (reapLetGo). Its owner may destroy it before,
 // knowing the capture ended (Device.EventDestroy, which takes it out of the tainted events, or
-// DestroyLetGo). One whose stream no such ask names again stays let go (TaintedEvents counts
-// every event ever tainted). The table is keyed by handle, which the driver gives a new event
-// once the one that had it is gone (destroyed by this binding, by another, or with its
-// context): EventCreate takes the handle it gets out of it.
+// DestroyLetGo). One whose stream no such ask names again stays let go until Close of its
+// Device, which destroys it if its stream is found not capturing then and forgets it if not
+// (closeTaints). TaintedEvents counts every event ever tainted. The table is keyed by handle,
+// which the driver gives a new event once the one that had it is gone (destroyed by this
+// binding, by another, or with its context): EventCreate takes the handle it gets out of it.
 var taints struct {
 	n     atomic.Int32 // events in m: Put looks no further while none
 	seq   atomic.Uint64
@@ -208,4 +210,57 @@ func (d *Device) letGoAfterAsk(s Stream, seq uint64, free bool) {
 	if free && taints.lets.Load() != 0 {
 		d.reapLetGo(s, seq)
 	}
+}
+
+// closeTaints runs in Close once d's calls have ended, before the release of its retain, so
+// that no tainted event names the closed Device: it destroys d's let-go events whose stream an
+// ask finds not capturing (their capture has ended, as for reapLetGo), forgets the others,
+// leaving them to the driver (the end of the context frees them; while another retain holds
+// it, they stay, as events no one destroys), and takes d out of the origins of the tainted
+// events still held (a let go one of those, from then on, only DestroyLetGo destroys).
+func (d *Device) closeTaints() {
+	if taints.n.Load() == 0 && taints.lets.Load() == 0 {
+		return
+	}
+	var evs []letGo
+	taints.mu.Lock()
+	kept := taints.let[:0]
+	for _, l := range taints.let {
+		if l.d == d {
+			evs = append(evs, l)
+		} else {
+			kept = append(kept, l)
+		}
+	}
+	clear(taints.let[len(kept):])
+	taints.let = kept
+	taints.lets.Store(int32(len(kept)))
+	for ev, o := range taints.m {
+		if o.d == d {
+			o.d = nil
+			taints.m[ev] = o
+		}
+	}
+	taints.mu.Unlock()
+	for _, l := range evs {
+		if st, err := d.drv.streamIsCapturingIn(d.ctx, l.s); err == nil && st == CaptureNone {
+			_ = d.track(&d.events, uint64(l.ev), -1, d.destroyClosing(l.ev))
+		}
+	}
+}
+
+// destroyClosing destroys ev in d's context, for Close once its calls have ended: the Device
+// is closed to Do.
+func (d *Device) destroyClosing(ev Event) (err error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.drv.doPush(d.ctx, d.tag()); err != nil {
+		return err
+	}
+	defer func() {
+		if perr := d.drv.doPop(); perr != nil && err == nil {
+			err = perr
+		}
+	}()
+	return d.drv.eventDestroy(ev)
 }

@@ -201,7 +201,8 @@ func openOn(dr *driver, ordinal int) (*Device, error) {
 // closing nothing (nil if another Close is under way); nor may a function given to Do wait for
 // a Close of its Device made elsewhere, which waits for that Do. It does not free what was
 // allocated through the Device; the primary context (and its memory) lives on while anyone
-// else retains it.
+// else retains it. Of the events its pools let go (capturetaint.go), it destroys those whose
+// stream no longer captures and leaves the others to the driver.
 func (d *Device) Close() error {
 	if d.drv.inDo(d.tag()) {
 		if d.closed.Load() {
@@ -217,6 +218,7 @@ func (d *Device) Close() error {
 	if !d.closed.Load() {
 		d.closed.Store(true)
 		d.drain()
+		d.closeTaints()
 	}
 	if err := d.drv.primaryRelease(d.dev); err != nil {
 		return wrap(err, "device %d: primary context not released (the device is closed; "+
