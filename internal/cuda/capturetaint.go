@@ -8,23 +8,24 @@ import (
 )
 
 // Events a capture may have taken. EventRecordOutsideCapture asks whether the stream captures
-// before its record and again after it; a capture that began between the two, on another
-// thread, took the record. Such an event stands for no point of the stream: a query after the
-// capture ends finds it complete (it was never recorded outside the capture). The library must
-// never query it as a point nor record it for another: EventPool.Put keeps it out of the pool
-// and lets it go. A record made with the default flags in a capture is no node of its graph
-// (D: cuEventRecordWithFlags, CU_EVENT_RECORD_EXTERNAL "create[s] an event record node instead
-// of the default behavior"): it marks the capture's own dependencies, for a wait of another
-// stream joining the capture, and the capture names the event only while it goes on. So a let
-// go event is destroyed once its capture has ended: when an ask of the Device that recorded it
-// (StreamIsCapturing, EventRecordOutsideCapture) finds the stream it was recorded in not
-// capturing, after the ask that tainted it (reapLetGo). Its owner may destroy it before,
+// before its record and again after it; a capture that began between the two, on another thread,
+// took the record. Such an event stands for no point of the stream: a query after the capture ends
+// finds it complete (it was never recorded outside the capture). The library must never query it as
+// a point nor record it for another: EventPool.Put keeps it out of the pool and lets it go. A
+// record made with the default flags in a capture is no node of its graph (D:
+// cuEventRecordWithFlags, CU_EVENT_RECORD_EXTERNAL "create[s] an event record node instead of the
+// default behavior"): it marks the capture's own dependencies, for a wait of another stream joining
+// the capture, and the capture names the event only while it goes on. So a let go event is
+// destroyed once its capture has ended: when an ask of the Device that recorded it
+// (StreamIsCapturing, EventRecordOutsideCapture) finds the stream it was recorded in not capturing,
+// after the ask that tainted it (reapLetGo), or its StreamDestroy of that stream (a capture ends
+// with its stream, whose handle the driver gives a new one). Its owner may destroy it before,
 // knowing the capture ended (Device.EventDestroy, which takes it out of the tainted events, or
-// DestroyLetGo). One whose stream no such ask names again stays let go until Close of its
-// Device, which destroys it if its stream is found not capturing then and forgets it if not
-// (closeTaints). TaintedEvents counts every event ever tainted. The table is keyed by handle,
-// which the driver gives a new event once the one that had it is gone (destroyed by this
-// binding, by another, or with its context): EventCreate takes the handle it gets out of it.
+// DestroyLetGo). One whose stream no such ask names again stays let go until Close of its Device,
+// which destroys it if its stream is found not capturing then and forgets it if not (closeTaints).
+// TaintedEvents counts every event ever tainted. The table is keyed by handle, which the driver
+// gives a new event once the one that had it is gone (destroyed by this binding, by another, or
+// with its context): EventCreate takes the handle it gets out of it.
 var taints struct {
 	n     atomic.Int32 // events in m: Put looks no further while none
 	seq   atomic.Uint64
@@ -204,8 +205,9 @@ func (d *Device) destroyLetGo(evs []letGo) error {
 	return first
 }
 
-// letGoAfterAsk runs after an ask of d's that found s not capturing (free), made with seq the
-// value of taints.seq before it: it costs an atomic load while no tainted event is let go.
+// letGoAfterAsk runs after an ask of d's that found s not capturing (free), or a StreamDestroy
+// of s that succeeded, made with seq the value of taints.seq before it: it costs an atomic
+// load while no tainted event is let go.
 func (d *Device) letGoAfterAsk(s Stream, seq uint64, free bool) {
 	if free && taints.lets.Load() != 0 {
 		d.reapLetGo(s, seq)

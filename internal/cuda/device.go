@@ -519,9 +519,14 @@ func (d *Device) StreamContext(s Stream) (uintptr, error) {
 	return c, err
 }
 
-// StreamDestroy destroys a stream from StreamCreate; queued work still completes.
+// StreamDestroy destroys a stream from StreamCreate; queued work still completes. The events
+// let go after a capture of s took their records (capturetaint.go) are destroyed with it: a
+// capture does not outlive its stream, and the driver gives the handle to a new stream.
 func (d *Device) StreamDestroy(s Stream) error {
-	return d.track(&d.streams, uint64(s), -1, d.Do(func() error { return d.drv.streamDestroy(s) }))
+	seq := taints.seq.Load() // the let-go events tainted before the destroy name this stream
+	err := d.track(&d.streams, uint64(s), -1, d.Do(func() error { return d.drv.streamDestroy(s) }))
+	d.letGoAfterAsk(s, seq, err == nil)
+	return err
 }
 
 // StreamSynchronize waits until all work queued on s has completed.
