@@ -184,15 +184,26 @@ func (d *Device) reapLetGo(s Stream, seq uint64) {
 	taints.let = kept
 	taints.lets.Store(int32(len(kept)))
 	taints.mu.Unlock()
+	if reapTook != nil {
+		reapTook()
+	}
 	_ = d.destroyLetGo(evs)
 }
 
+// reapTook, when set (by tests), runs in reapLetGo once it has taken the events it destroys.
+var reapTook func()
+
 // destroyLetGo destroys evs, let-go events taken out of taints.let, through d, and puts those
-// whose destroy the driver refuses back; it returns the first refusal.
+// whose destroy the driver refuses back; it returns the first refusal. Those it could not
+// destroy for d closed (by a Close since they were taken, which closeTaints did not find them
+// for) it puts back naming no Device: only DestroyLetGo destroys them then.
 func (d *Device) destroyLetGo(evs []letGo) error {
 	var first error
 	for _, l := range evs {
 		if err := d.EventDestroy(l.ev); err != nil {
+			if l.d == d && d.closed.Load() {
+				l.d = nil
+			}
 			taints.mu.Lock()
 			taints.let = append(taints.let, l)
 			taints.lets.Add(1)
