@@ -170,11 +170,22 @@ func DestroyLetGo(d *Device) error {
 // record has ended since (a stream stays in its capture until the capture ends) and names the
 // event no more. Refusals leave the events let go, for a later ask; no one waits on them.
 func (d *Device) reapLetGo(s Stream, seq uint64) {
-	var evs []letGo
 	taints.mu.Lock()
+	evs := takeLetGo(func(l letGo) bool { return l.d == d && l.s == s && l.seq <= seq })
+	taints.mu.Unlock()
+	if reapTook != nil {
+		reapTook()
+	}
+	_ = d.destroyLetGo(evs)
+}
+
+// takeLetGo takes the let-go events that match out of taints.let and returns them. Under
+// taints.mu.
+func takeLetGo(match func(letGo) bool) []letGo {
+	var evs []letGo
 	kept := taints.let[:0]
 	for _, l := range taints.let {
-		if l.d == d && l.s == s && l.seq <= seq {
+		if match(l) {
 			evs = append(evs, l)
 		} else {
 			kept = append(kept, l)
@@ -183,11 +194,7 @@ func (d *Device) reapLetGo(s Stream, seq uint64) {
 	clear(taints.let[len(kept):])
 	taints.let = kept
 	taints.lets.Store(int32(len(kept)))
-	taints.mu.Unlock()
-	if reapTook != nil {
-		reapTook()
-	}
-	_ = d.destroyLetGo(evs)
+	return evs
 }
 
 // reapTook, when set (by tests), runs in reapLetGo once it has taken the events it destroys.
@@ -235,19 +242,8 @@ func (d *Device) closeTaints() {
 	if taints.n.Load() == 0 && taints.lets.Load() == 0 {
 		return
 	}
-	var evs []letGo
 	taints.mu.Lock()
-	kept := taints.let[:0]
-	for _, l := range taints.let {
-		if l.d == d {
-			evs = append(evs, l)
-		} else {
-			kept = append(kept, l)
-		}
-	}
-	clear(taints.let[len(kept):])
-	taints.let = kept
-	taints.lets.Store(int32(len(kept)))
+	evs := takeLetGo(func(l letGo) bool { return l.d == d })
 	for ev, o := range taints.m {
 		if o.d == d {
 			o.d = nil
