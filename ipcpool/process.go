@@ -351,7 +351,9 @@ func (p *Process) leaveAll(detach func(kept bool) error) error {
 		errs = append(errs, err)
 	}
 	p.left = true
-	kept := p.sp.vmm != nil // the pool's memory, still mapped here (keepRegions)
+	// The pool's memory, still reachable here: a VMM mapping (keepRegions), or a range close
+	// could not make unreachable.
+	kept := p.sp.vmm != nil || p.sp.exposed
 	if !p.sp.held() {
 		closeDevice(p.dev)
 	}

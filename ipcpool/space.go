@@ -36,6 +36,11 @@ type space struct {
 	// mapping, and those whose release the driver refused: close releases them.
 	unreleased []*cudamem.HostExport
 	junk       bool // close was asked to leave junk where the pool was
+	// exposed says a close could not make part of the pool's memory unreachable here (an
+	// mprotect, unmap or mapping of junk refused): the process's grants must not go back.
+	exposed bool
+	// mprotect, when set (by tests), replaces unix.Mprotect.
+	mprotect func([]byte, int) error
 }
 
 // spaceConfig is how a process maps the pool.
@@ -184,7 +189,9 @@ func (sp *space) close(junk bool) error {
 		if sp.held() {
 			errs = append(errs, sp.keepRegions())
 		} else {
-			errs = append(errs, sp.fill(sp.base, sp.poolBytes(), false))
+			err := sp.fill(sp.base, sp.poolBytes(), false)
+			sp.exposed = sp.exposed || err != nil
+			errs = append(errs, err)
 			sp.base = 0
 		}
 	}
@@ -208,17 +215,21 @@ func (sp *space) held() bool {
 // replaced by junk (or by reserved address space, so that nothing else is mapped inside the
 // range before the last close unmaps it), and the regions still registered are made
 // inaccessible (mprotect: the mapping, and so the registration, stays), with or without junk:
-// the process's grants go back all the same, and the owner lends them to other processes. A
-// VMM pool's range is the driver's mapping, left as it is (its grants stay the process's:
-// leaveAll).
+// the process's grants go back all the same (unless one of these fails: exposed), and the
+// owner lends them to other processes. A VMM pool's range is the driver's mapping, left as it
+// is (its grants stay the process's: leaveAll).
 func (sp *space) keepRegions() error {
 	if sp.vmm != nil {
 		return nil
 	}
+	protect := unix.Mprotect
+	if sp.mprotect != nil {
+		protect = sp.mprotect
+	}
 	var errs []error
 	for i, r := range sp.registered {
 		if r {
-			err := unix.Mprotect(mem.Bytes(sp.regionAddr(i), sp.regionSize), unix.PROT_NONE)
+			err := protect(mem.Bytes(sp.regionAddr(i), sp.regionSize), unix.PROT_NONE)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("ipcpool: mprotect: %w", err))
 			}
@@ -226,7 +237,9 @@ func (sp *space) keepRegions() error {
 		}
 		errs = append(errs, sp.fill(sp.regionAddr(i), sp.regionSize, true))
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	sp.exposed = sp.exposed || err != nil
+	return err
 }
 
 // fill unmaps [addr, addr+n), or maps fresh anonymous memory there with junk set, or
