@@ -19,7 +19,8 @@ import (
 // locked by the keeper's mapping (MLOCK_ONFAULT here: no page faulted or pinned again),
 // rebuilds its table from the control region, and takes the processes back by their slot
 // and serial, their grants and handles as they were. A process that does not rejoin within
-// Options.Timeout is taken to have left (its memory comes back once it has exited). A process
+// Options.Timeout is taken to have left (its memory comes back once it has exited); one whose
+// rejoin connected by then has that handshake's own deadline to end it. A process
 // the previous owner had lost alive (leave.go) keeps its slot, its grants in limbo and what it
 // retains until it has exited, as it did: its slot's line and grant words say so.
 //

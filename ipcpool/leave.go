@@ -199,20 +199,30 @@ func (w *Owner) stopWatch() {
 }
 
 // expireRejoins gives up the processes of the previous owner that did not rejoin in time: a
-// process still alive keeps its memory until it exits (limbo), a dead one's comes back.
+// process still alive keeps its memory until it exits (limbo), a dead one's comes back. A
+// slot whose rejoin began in time (rejoining) waits for that handshake to end, within its own
+// deadline: the rounds after look again.
 func (w *Owner) expireRejoins() {
 	w.mu.Lock()
 	if w.rejoinBy.IsZero() || time.Now().Before(w.rejoinBy) {
 		w.mu.Unlock()
 		return
 	}
-	w.rejoinBy = time.Time{}
 	var late []int
+	waiting := false
 	for s := range w.procs {
-		if w.procs[s].rejoin {
-			w.procs[s].rejoin = false
+		st := &w.procs[s]
+		switch {
+		case !st.rejoin:
+		case st.rejoining > 0:
+			waiting = true
+		default:
+			st.rejoin = false
 			late = append(late, s)
 		}
+	}
+	if !waiting {
+		w.rejoinBy = time.Time{}
 	}
 	w.mu.Unlock()
 	for _, s := range late {

@@ -88,7 +88,7 @@ type Options struct {
 	// and its slot is free at once (default DefaultTimeout). A process that attaches while the
 	// owner waits for a pool to adopt (Adopt) waits for it Timeout at most, and then has the
 	// whole Timeout for the rest. After an adoption it is also how long the previous owner's
-	// processes have to rejoin.
+	// processes have to rejoin (a rejoin connected by then has its own handshake's Timeout).
 	Timeout time.Duration
 	// Adopt, when positive, makes Serve wait that long for the memory of a previous owner of
 	// the pool at path (one that died), handed over by a process of it that survived or by a

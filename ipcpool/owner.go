@@ -75,6 +75,9 @@ type slotState struct {
 	need   uint64        // the serial that must pass the current fence (0: none)
 	conn   *net.UnixConn // its connection (nil: the owner's own slot)
 	rejoin bool          // a process of the previous owner, not rejoined yet (adopt.go)
+	// rejoining counts the rejoins naming the slot under way that connected before the
+	// rejoins' deadline: the slot is not given up at it while one is (expireRejoins).
+	rejoining int
 	// keeper: not nil while the slot is kept, not used yet taken by no process: that process,
 	// gone from it alive, still holds something in it, until it exits (leave.go).
 	keeper *gone

@@ -51,7 +51,8 @@ func (w *Owner) session(c *net.UnixConn) {
 		w.mu.Unlock()
 	}()
 	cred, err := clientCred(c)
-	_ = c.SetReadDeadline(time.Now().Add(w.timeout))
+	start := time.Now()
+	_ = c.SetReadDeadline(start.Add(w.timeout))
 	if err != nil {
 		return
 	}
@@ -87,7 +88,7 @@ func (w *Owner) session(c *net.UnixConn) {
 		}
 		w.attachSession(c, cred)
 	case introRejoin:
-		w.rejoinSession(c, cred, intro.b)
+		w.rejoinSession(c, cred, intro.b, start)
 	default:
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
 	}
@@ -117,8 +118,9 @@ func (w *Owner) waitServing() (serving, waited bool) {
 
 // rejoinSession takes back a process of the previous owner of a pool this owner adopted, by
 // its slot and serial (and pid): asking it for the pool's descriptors first when the owner
-// has no memory yet.
-func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
+// has no memory yet. A rejoin whose connection came before the rejoins' deadline (rejoinBy)
+// has its own handshake's deadline to end: the slot it names waits for it (rejoining).
+func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64, start time.Time) {
 	m, err := readMsg(c)
 	if err != nil || m.op != opRejoin {
 		return
@@ -135,11 +137,31 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
 	w.mu.Lock()
 	ours := pool == w.hello.pool && !w.closed
 	l := w.hello.layout
+	// Only a connection that came in time holds the slot back: a bounded wait (its deadline,
+	// Options.Timeout past the rejoins' at most) however many tries a peer makes.
+	waits := ours && slot > 0 && slot < len(w.procs) && w.procs[slot].rejoin &&
+		start.Before(w.rejoinBy)
+	if waits {
+		w.procs[slot].rejoining++
+	}
 	w.mu.Unlock()
 	if !ours {
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedPool}, w.timeout)
 		return
 	}
+	ended := func() { // called with w.mu held
+		if waits {
+			waits = false
+			w.procs[slot].rejoining--
+		}
+	}
+	defer func() {
+		if waits { // cut off before its claims were decided
+			w.mu.Lock()
+			ended()
+			w.mu.Unlock()
+		}
+	}()
 	// A process of this pool: its claims, even when it is refused below (keepClaims).
 	if err := writeMsg(c, msg{op: opReply, a: stClaims}, w.timeout); err != nil {
 		return
@@ -149,6 +171,7 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64) {
 		return // garbage or silence: cut off; the slot waits for another try until it expires
 	}
 	w.mu.Lock()
+	ended()
 	ok := w.mayRejoin(pool, slot, serial, cred) // (given up meanwhile, or taken by another try)
 	if ok {
 		if err = w.takeClaims(slot, claims); err == nil {
