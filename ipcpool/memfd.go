@@ -40,8 +40,15 @@ func newMemfd(name string, size uintptr) (int, error) {
 }
 
 // checkMemfd verifies that fd is a memfd of exactly size bytes sealed against shrinking and
-// growing: a process maps nothing a peer could pull from under it.
+// growing: a process maps nothing a peer could pull from under it. The seals come first: the
+// size of a file not sealed yet is the peer's to change after it was read.
 func checkMemfd(fd int, size uintptr) error {
+	if err := checkSealed(fd); err != nil {
+		return err
+	}
+	if memfdBetweenChecks != nil {
+		memfdBetweenChecks(fd)
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("%w: fstat: %v", ErrProtocol, err)
@@ -49,8 +56,12 @@ func checkMemfd(fd int, size uintptr) error {
 	if st.Size < 0 || uintptr(st.Size) != size {
 		return fmt.Errorf("%w: a memfd of %d bytes, want %d", ErrProtocol, st.Size, size)
 	}
-	return checkSealed(fd)
+	return nil
 }
+
+// memfdBetweenChecks, set by tests only, runs between checkMemfd's two checks: a peer changing
+// its file meanwhile.
+var memfdBetweenChecks func(fd int)
 
 // checkSealed verifies that fd is a memfd sealed against shrinking and growing. It asks the
 // kernel only, reading nothing, so that a peer's descriptor of another file (a FUSE file, a
