@@ -46,7 +46,20 @@ const (
 	// when it connects to the owner before it has paid its membarrier registration.
 	childFirstUseEnv = "PINMALLOC_IPCPOOL_TEST_FIRST_USE"
 	childDevEnv      = "PINMALLOC_IPCPOOL_TEST_DEVICE"
+	// childPauseEnv makes the child say "PAUSED" and stop for good (to be killed) at a point
+	// of its work: "ready" (its handshake, the pool mapped, before its ready), "free" (a
+	// FreeHandle or Release, its reference let go, before the entry's retirement), "claims"
+	// (a rejoin, its claims sent, before the owner's answer).
+	childPauseEnv = "PINMALLOC_IPCPOOL_TEST_PAUSE"
 )
+
+// stopForGood says "PAUSED" and blocks: a child stopped at a point of its work, to be killed.
+func stopForGood() {
+	fmt.Println("PAUSED")
+	for {
+		time.Sleep(time.Hour) // (a timer: the runtime sees no deadlock)
+	}
+}
 
 func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
@@ -118,10 +131,19 @@ func runChild(path string) int {
 			}
 		}
 	}
+	if os.Getenv(childPauseEnv) == "ready" {
+		readyPause = stopForGood
+	}
 	p, err := Attach(context.Background(), path, o)
 	if err != nil {
 		fmt.Println("E", err)
 		return 1
+	}
+	switch os.Getenv(childPauseEnv) {
+	case "free":
+		p.pauseFree = stopForGood
+	case "claims":
+		p.cl.pauseRejoin = stopForGood
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -247,6 +247,9 @@ func (p *Process) FreeHandle(h Handle) error {
 			break
 		}
 	}
+	if p.pauseFree != nil {
+		p.pauseFree()
+	}
 	// The handle stays in peers (a Free by address finds it stale) until pruned: no lock here.
 	if c.tryRetire(e, h.Gen) {
 		p.deliver(e, h.Gen)

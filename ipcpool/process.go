@@ -47,6 +47,9 @@ type Process struct {
 	retainedEver           bool // sFlags has flagRetains (ex.mu)
 	// pause, set by tests only, runs as a call resolves a handle: a call paused under way.
 	pause func()
+	// pauseFree, set by tests only, runs as a FreeHandle or a Release has let its reference
+	// go and has not retired the entry yet (a process killed there: killedmid_test.go).
+	pauseFree func()
 	// pauseTake, set by tests only (under ex.mu), runs as a take-in (takeRetired, takeGone's
 	// scan) gives a buffer back to the pool: before its FreeShared (freed false) and after.
 	pauseTake func(freed bool)

@@ -106,6 +106,9 @@ func (p *Process) release(h Handle) (retired bool, err error) {
 	delete(ex.retains, h)
 	e := int(h.Entry) // checked by Retain
 	p.c.setRetain(e, p.slot, false)
+	if p.pauseFree != nil {
+		p.pauseFree()
+	}
 	return p.c.tryRetire(e, h.Gen), nil
 }
 
