@@ -24,9 +24,23 @@ func (h *Heap) setAside(p, n uintptr) {
 }
 
 // ReleaseUncleared frees the blocks that Zallocs set aside when their clear failed
-// (Stats.Uncleared), so that they serve again, and returns how many it freed. The owner calls it
-// once no clear that failed can still write them: for device or managed memory, after a
-// synchronize of the context (or device) succeeded after the failures.
+// (Stats.Uncleared), so that they serve again, and returns how many it freed. It is the owner's
+// step, made on the owner's goroutine as Alloc is, and only the owner can make it:
+//
+//   - When: after a Zalloc failed with an error that does not wrap arena.ErrNotStarted
+//     (Stats.Uncleared is then above 0), once no clear that failed can still write: for device
+//     or managed memory, after a synchronize of the context (cuda.Device.Synchronize,
+//     cuCtxSynchronize) that began after the failed Zallocs returned and succeeded. A synchronize
+//     that fails proves nothing: keep them set aside until one succeeds. Called earlier, it hands
+//     a block to the next Alloc while the failed clear's memset may still wipe it.
+//   - If never called: the blocks stay live for good. They count in Stats.Live and InUse, no
+//     Alloc reuses them, the segments that hold them stay the heap's (Trim gives back the
+//     rest), and Close fails with ErrLiveBlocks, releasing nothing.
+//
+// The heap does not call it itself, at Trim, Close or an Alloc's slow path: it knows nothing of
+// the provider's streams or context, and none of its calls waits for the device, so none is a
+// point after which the clear is known to be over; a synchronize of the context made there would
+// wait for every stream's work, and end a CUDA graph capture the user has begun on any stream.
 func (h *Heap) ReleaseUncleared() int {
 	k := len(h.uncleared)
 	for _, b := range h.uncleared {
