@@ -260,23 +260,30 @@ func (h *Heap) checkWrite(what string, n uintptr, ptrs ...cuda.DevicePtr) (cuda.
 	if err := h.checkRanges(what, n, ptrs...); err != nil || n == 0 {
 		return noOwner, err
 	}
-	owner, err := h.g.Owner(uintptr(ptrs[0]))
+	return h.ownerStream(ptrs[0]), nil
+}
+
+// ownerStream returns the stream whose heap holds the live block at p (afterOwner), or noOwner
+// for a block of a parked heap (no stream allocates there any more) or none. h.mu is held.
+func (h *Heap) ownerStream(p cuda.DevicePtr) cuda.Stream {
+	owner, err := h.g.Owner(uintptr(p))
 	if err != nil {
-		return noOwner, nil // checked live above: cannot happen
+		return noOwner
 	}
 	for s, sh := range h.streams {
 		if sh == owner {
-			return s, nil
+			return s
 		}
 	}
-	return noOwner, nil // a parked heap's: no stream allocates there any more
+	return noOwner
 }
 
 // noOwner is checkWrite's answer for a block of no stream's heap: no handle the driver gives.
 const noOwner = ^cuda.Stream(0)
 
-// afterOwner orders the legacy default stream, where a synchronous copy runs, after the work
-// queued so far on stream s, where the block the copy writes was allocated (checkWrite): that
+// afterOwner orders the legacy default stream, where a synchronous copy runs (or a Free's clear,
+// Options.ZeroOnFree), after the work queued so far on stream s, where the block the copy
+// writes was allocated (checkWrite, ownerStream): that
 // block may be one freed on s and reused at once (FreeAsync's same-stream rule), whose earlier
 // owner's work queued on s may still read or write it, and a non-blocking s's work is not
 // ordered with the legacy stream's. It costs an event record and a wait queued on the legacy

@@ -86,7 +86,9 @@
 //     completed (Poll), a synchronize of the stream (Drain, ForgetStream), or a synchronize of
 //     the context for a stream the driver refuses, destroyed without ForgetStream (Recover).
 //   - Free: synchronous; the caller promises no work uses p. With ZeroOnFree its memset is
-//     waited for before the block is free.
+//     waited for before the block is free, and comes after the work queued on the stream p was
+//     allocated on: p may have been freed there and reused at once, its old owner's work still
+//     queued (the caller cannot promise for that work).
 //   - reclaim (an Alloc out of memory, Trim): drains the deferred frees, then synchronizes each
 //     stream whose heap holds memory, the caller's own included, before that heap gives its
 //     empty segments to the arena; a stream that fails to synchronize keeps its memory. It
@@ -295,7 +297,8 @@ func (h *Heap) Align() int { return int(h.align) }
 // heap, heap.ErrDoubleFree, heap.ErrInteriorPointer; with Options.ZeroOnFree, whose memset runs
 // on the legacy stream, one matching cuda.ErrCapturing while a blocking stream captures a CUDA
 // graph (the block still live), and the driver's when it refuses the memset or the wait for it
-// fails (the block still live, to free again: never handed out uncleared). A held block (Hold)
+// fails (the block still live, to free again: never handed out uncleared). That memset comes
+// after the work queued on the stream p was allocated on, as HtoD does. A held block (Hold)
 // is freed at its last Release: Free returns at once, with no error.
 func (h *Heap) Free(p cuda.DevicePtr) error {
 	if err := h.lock(); err != nil {
