@@ -151,10 +151,11 @@ func restoreTaint(ev Event, was int, o taintOrigin) {
 	taints.mu.Unlock()
 }
 
-// DestroyLetGo destroys, through d, the tainted events given back to pools (let go) that no ask
-// has destroyed yet, for a program that knows the captures that took them have ended (a test,
-// at its end), and returns the first refusal; an event whose destroy the driver refuses stays
-// let go.
+// DestroyLetGo destroys the tainted events given back to pools (let go) that no ask has
+// destroyed yet, for a program that knows the captures that took them have ended (a test, at
+// its end), and returns the first refusal; an event whose destroy the driver refuses stays let
+// go. Each is destroyed through the Device that recorded it, which counted it (Stats); through
+// d those whose Device was closed since, counted by none.
 func DestroyLetGo(d *Device) error {
 	taints.mu.Lock()
 	evs := taints.let
@@ -200,15 +201,23 @@ func takeLetGo(match func(letGo) bool) []letGo {
 // reapTook, when set (by tests), runs in reapLetGo once it has taken the events it destroys.
 var reapTook func()
 
-// destroyLetGo destroys evs, let-go events taken out of taints.let, through d, and puts those
-// whose destroy the driver refuses back; it returns the first refusal. Those it could not
-// destroy for d closed (by a Close since they were taken, which closeTaints did not find them
-// for) it puts back naming no Device: only DestroyLetGo destroys them then.
+// destroyLetGo destroys evs, let-go events taken out of taints.let, each through the Device
+// that recorded it (EventDestroy, which counts it destroyed there), or through d, counted by
+// none, one whose Device was closed (naming none), and puts those whose destroy the driver
+// refuses back; it returns the first refusal. Those it could not destroy for their Device
+// closed (by a Close since they were taken, which closeTaints did not find them for) it puts
+// back naming no Device: only DestroyLetGo destroys them then.
 func (d *Device) destroyLetGo(evs []letGo) error {
 	var first error
 	for _, l := range evs {
-		if err := d.EventDestroy(l.ev); err != nil {
-			if l.d == d && d.closed.Load() {
+		var err error
+		if l.d != nil {
+			err = l.d.EventDestroy(l.ev)
+		} else {
+			err = d.Do(func() error { return d.drv.eventDestroy(l.ev) })
+		}
+		if err != nil {
+			if l.d != nil && l.d.closed.Load() {
 				l.d = nil
 			}
 			taints.mu.Lock()
