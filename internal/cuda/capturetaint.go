@@ -22,7 +22,9 @@ import (
 // with its stream, whose handle the driver gives a new one). Its owner may destroy it before,
 // knowing the capture ended (Device.EventDestroy, which takes it out of the tainted events, or
 // DestroyLetGo). One whose stream no such ask names again stays let go until Close of its Device,
-// which destroys it if its stream is found not capturing then and forgets it if not (closeTaints).
+// which destroys it if its stream is found not capturing then and forgets it if not (closeTaints);
+// the Close that finds the context destroyed after its release forgets the tainted events of the
+// Devices closed on it, held or let go: they were destroyed with it (forgetDestroyedTaints).
 // TaintedEvents counts every event ever tainted. The table is keyed by handle, which the driver
 // gives a new event once the one that had it is gone (destroyed by this binding, by another, or
 // with its context): EventCreate takes the handle it gets out of it.
@@ -36,10 +38,13 @@ var taints struct {
 	total atomic.Int64
 }
 
-// taintOrigin is where an event was tainted: the Device that recorded it, the stream, and
-// taints.seq after the taint, which orders the taint against the asks of reapLetGo.
+// taintOrigin is where an event was tainted: the Device that recorded it (nil once closed), its
+// driver and device (whose primary context holds the event), the stream, and taints.seq after
+// the taint, which orders the taint against the asks of reapLetGo.
 type taintOrigin struct {
 	d   *Device
+	drv *driver
+	dev int32
 	s   Stream
 	seq uint64
 }
@@ -60,7 +65,7 @@ func taint(ev Event, d *Device, s Stream) {
 		taints.n.Add(1)
 		taints.total.Add(1)
 	}
-	taints.m[ev] = taintOrigin{d: d, s: s, seq: taints.seq.Add(1)}
+	taints.m[ev] = taintOrigin{d: d, drv: d.drv, dev: d.dev, s: s, seq: taints.seq.Add(1)}
 	taints.mu.Unlock()
 }
 
@@ -281,4 +286,31 @@ func (d *Device) destroyClosing(ev Event) (err error) {
 		}
 	}()
 	return d.drv.eventDestroy(ev)
+}
+
+// forgetDestroyedTaints runs in Close once its release is given back: when d's primary context
+// is inactive then (cuDevicePrimaryCtxGetState), a release, d's or a later one, destroyed it and
+// every event in it, so it forgets the tainted events of the Devices closed on it (closeTaints
+// named none), held by their owners or let go: the driver may give their handles to new events,
+// which DestroyLetGo must not destroy (EventCreate forgets a handle it gets; another binding's
+// events this binding never sees). While the context is active, or the driver cannot say, they
+// stay: a retain, anyone's, keeps the events alive (a context retained again after the
+// destruction is a new one, its events new: those stay tainted until their handles come back).
+func (d *Device) forgetDestroyedTaints() {
+	if taints.n.Load() == 0 && taints.lets.Load() == 0 {
+		return
+	}
+	if active, err := d.drv.primaryActive(d.dev); err != nil || active {
+		return
+	}
+	gone := func(o taintOrigin) bool { return o.d == nil && o.drv == d.drv && o.dev == d.dev }
+	taints.mu.Lock()
+	for ev, o := range taints.m {
+		if gone(o) {
+			delete(taints.m, ev)
+			taints.n.Add(-1)
+		}
+	}
+	takeLetGo(func(l letGo) bool { return gone(l.taintOrigin) })
+	taints.mu.Unlock()
 }

@@ -202,7 +202,8 @@ func openOn(dr *driver, ordinal int) (*Device, error) {
 // a Close of its Device made elsewhere, which waits for that Do. It does not free what was
 // allocated through the Device; the primary context (and its memory) lives on while anyone
 // else retains it. Of the events its pools let go (capturetaint.go), it destroys those whose
-// stream no longer captures and leaves the others to the driver.
+// stream no longer captures and leaves the others to the driver; once the context is destroyed
+// (no retain left), it forgets the tainted events of the Devices closed on it.
 func (d *Device) Close() error {
 	if d.drv.inDo(d.tag()) {
 		if d.closed.Load() {
@@ -226,6 +227,7 @@ func (d *Device) Close() error {
 	}
 	d.released = true
 	primaryRetains.Add(-1)
+	d.forgetDestroyedTaints()
 	noteClose(d)
 	return nil
 }

@@ -114,6 +114,11 @@ static int pm_primaryCtxRetain(uintptr_t fn, uintptr_t *ctx, int dev) {
 	*ctx = (uintptr_t)c;
 	return r;
 }
+// cuDevicePrimaryCtxGetState
+static int pm_primaryCtxGetState(uintptr_t fn, int dev, int *active) {
+	unsigned flags = 0;
+	return ((int (*)(int, unsigned *, int *))fn)(dev, &flags, active);
+}
 // The Dos under way on this thread, outermost first, by their Device's tag (Device.Do pushes
 // with pm_doPush and pops with pm_doPop): a call of a closed Device nested in one of them still
 // runs (pm_inDo). A Do nested deeper than pmDoTags is counted, its tag not kept.
@@ -310,6 +315,7 @@ const (
 	symDeviceGetAttribute
 	symPrimaryCtxRetain
 	symPrimaryCtxRelease
+	symPrimaryCtxGetState
 	symCtxPushCurrent
 	symCtxPopCurrent
 	symCtxSynchronize
@@ -404,6 +410,7 @@ var symbols = [numSyms]struct {
 	symDeviceGetAttribute:          {"cuDeviceGetAttribute", apiVersion, "cuDeviceGetAttribute"},
 	symPrimaryCtxRetain:            {"cuDevicePrimaryCtxRetain", apiVersion, "cuDevicePrimaryCtxRetain"},
 	symPrimaryCtxRelease:           {"cuDevicePrimaryCtxRelease", apiVersion, "cuDevicePrimaryCtxRelease_v2"},
+	symPrimaryCtxGetState:          {"cuDevicePrimaryCtxGetState", apiVersion, "cuDevicePrimaryCtxGetState"},
 	symCtxPushCurrent:              {"cuCtxPushCurrent", apiVersion, "cuCtxPushCurrent_v2"},
 	symCtxPopCurrent:               {"cuCtxPopCurrent", apiVersion, "cuCtxPopCurrent_v2"},
 	symCtxSynchronize:              {"cuCtxSynchronize", apiVersion, "cuCtxSynchronize"},
@@ -691,6 +698,15 @@ func (dr *driver) primaryRelease(dev int32) error {
 	return dr.call(symPrimaryCtxRelease, func(f C.uintptr_t) C.int {
 		return C.pm_int(f, C.int(dev))
 	})
+}
+
+// primaryActive reports whether dev's primary context is active: retained by someone.
+func (dr *driver) primaryActive(dev int32) (bool, error) {
+	var active C.int
+	err := dr.call(symPrimaryCtxGetState, func(f C.uintptr_t) C.int {
+		return C.pm_primaryCtxGetState(f, C.int(dev), &active)
+	})
+	return active != 0, err
 }
 
 // doPush pushes ctx for a Do of the Device tag names, and notes that Do on the thread (inDo)

@@ -36,6 +36,7 @@ func (*driver) deviceTotalMem(int32) (uintptr, error)            { return 0, err
 func (*driver) deviceAttribute(int32, int) (int, error)          { return 0, errStub }
 func (*driver) primaryRetain(int32) (uintptr, error)             { return 0, errStub }
 func (*driver) primaryRelease(int32) error                       { return errStub }
+func (*driver) primaryActive(int32) (bool, error)                { return false, errStub }
 func (*driver) doPush(uintptr, uintptr) error                    { return errStub }
 func (*driver) doPop() error                                     { return errStub }
 func (*driver) inDo(uintptr) bool                                { return false }

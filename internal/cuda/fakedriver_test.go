@@ -75,6 +75,7 @@ int cuDeviceGetAttribute(int *v, int a, int d) {
 }
 int cuDevicePrimaryCtxRetain(void **c, int d) { if (d != 7) return 101; INC(retained); *c = CTX; return 0; }
 int cuDevicePrimaryCtxRelease_v2(int d) { if (d != 7 || LOAD(retained) == 0) return 201; DEC(retained); return 0; }
+int cuDevicePrimaryCtxGetState(int d, unsigned *f, int *a) { if (d != 7) return 101; *f = 0; *a = LOAD(retained) > 0; return 0; }
 /* Pushing takes a while, so that the Go scheduler retakes the P during the call: a goroutine
    that is not locked to its thread then often resumes on another one, where no context is. A
    push of the primary context while no retain holds it is refused: the context is gone
@@ -185,6 +186,7 @@ static struct entry table[] = {
 	{"cuDeviceGetName", cuDeviceGetName}, {"cuDeviceTotalMem", cuDeviceTotalMem_v2},
 	{"cuDeviceGetAttribute", cuDeviceGetAttribute}, {"cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain},
 	{"cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2}, {"cuCtxPushCurrent", cuCtxPushCurrent_v2},
+	{"cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState},
 	{"cuCtxPopCurrent", cuCtxPopCurrent_v2}, {"cuCtxSynchronize", cuCtxSynchronize},
 	{"cuMemGetInfo", cuMemGetInfo_v2}, {"cuMemAlloc", cuMemAlloc_v2}, {"cuMemFree", cuMemFree_v2},
 	{"cuMemAllocAsync", cuMemAllocAsync}, {"cuMemFreeAsync", cuMemFreeAsync},
