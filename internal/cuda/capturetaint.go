@@ -89,7 +89,8 @@ func EventTainted(ev Event) bool {
 func TaintedEvents() int64 { return taints.total.Load() }
 
 // TaintedHeld returns the number of tainted events (EventTainted) not given back to an
-// EventPool: events their owners still hold, which they must neither record nor take for points.
+// EventPool: events their owners still hold, which they must neither record nor take for points,
+// less those destroyed with their context (forgetDestroyedTaints).
 func TaintedHeld() int { return int(taints.n.Load()) }
 
 // untaint takes ev out of the tainted events, reporting whether it was one.
