@@ -12,9 +12,7 @@ import (
 // Harness-adjusted figures. A Go allocator is driven by Go loops through an interface, a C
 // one by C loops that call it directly and time themselves inside C (cloops.h); the Go loops
 // cost about 2 ns more per pair (null.go). Each allocator names the null allocator that runs
-// through its own loops (impl.harness), measured in the same rounds (except for the allocators
-// that run in rounds of their own, make and sync.Pool, whose null is the shared rounds'; their
-// cost is mostly the GC's, far above the loop's); its ns per pair less the
+// through its own loops (impl.harness), measured in the same rounds; its ns per pair less the
 // null's is what the allocator itself costs, and comparisons between Go and C allocators are
 // fair only on those. The subtraction takes the loop's work and the allocator's to add up,
 // which an out-of-order CPU does only roughly: where an allocator costs little more than its

@@ -63,8 +63,7 @@ func cases(maxLive int) []benchCase {
 
 // run measures the allocators ims on case c and returns their results in the order of ims;
 // an allocator that does not take part in c has none. The trace and huge cases run the
-// allocators one after another, the others run them together, in rounds (interleave), but
-// for those that want to be measured alone (impl.alone).
+// allocators one after another, the others run them together, in rounds (interleave).
 func (s *suite) run(c benchCase, ims []impl) []result {
 	var out []result
 	if c.group == "trace" || c.group == "huge" {
@@ -80,7 +79,6 @@ func (s *suite) run(c benchCase, ims []impl) []result {
 	}
 	var es []entrant
 	var cs []contender
-	var alone []bool
 	for _, im := range ims {
 		open, unit := s.workload(c, im)
 		if open == nil {
@@ -92,32 +90,13 @@ func (s *suite) run(c benchCase, ims []impl) []result {
 		} else {
 			e.w, e.k = w, len(cs)
 			cs = append(cs, contender{w.run, unit})
-			alone = append(alone, im.alone)
 		}
 		es = append(es, e)
 	}
-	outs := make([]outcome, len(cs))
-	var together []int // the contenders measured together
-	for k := range cs {
-		if alone[k] {
-			outs[k] = interleave(s.cfg, cs[k:k+1])[0]
-		} else {
-			together = append(together, k)
-		}
-	}
-	tcs := make([]contender, len(together))
-	for j, k := range together {
-		tcs[j] = cs[k]
-	}
-	for j, o := range interleave(s.cfg, tcs) {
-		outs[together[j]] = o
-	}
+	outs := interleave(s.cfg, cs)
 	for _, e := range es {
 		if e.k >= 0 {
 			e.rs.measured(outs[e.k].m, errors.Join(outs[e.k].err, e.w.close()))
-			if alone[e.k] { // its rounds did not alternate with the others' (noise.go)
-				e.rs.add("own_rounds", 1, "bool")
-			}
 		}
 		out = append(out, e.rs.out...)
 	}

@@ -9,7 +9,9 @@ import (
 )
 
 // goMake is make([]byte, n), freed by dropping the slice and leaving the rest to the garbage
-// collector, which runs as usual (GOGC=100). Its footprint is the Go heap in use.
+// collector, which runs as usual (GOGC=100). Its footprint is the Go heap in use. It runs in
+// the same rounds as the others (interleave), so a large block's cost includes faulting in
+// the pages Go's scavenger returned while they ran (docs/bench.md).
 type goMake struct{ goHeap }
 
 func newGoMake() impl {
@@ -19,7 +21,6 @@ func newGoMake() impl {
 	im.huge = nil   // the Go heap has no fixed capacity to fill
 	im.churn = nil  // the churn cases compare pinmalloc with the C allocators
 	im.larson = nil // the Go heap in use is the whole process's, the bench's own data included
-	im.alone = true
 	return im
 }
 
@@ -40,7 +41,6 @@ func newGoSyncPool() impl {
 		return &goSyncPool{goHeap: newGoHeap()}, nil
 	})
 	im.huge, im.churn, im.larson = nil, nil, nil
-	im.alone = true
 	return im
 }
 

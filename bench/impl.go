@@ -21,11 +21,6 @@ type impl struct {
 	// one: what the loops themselves cost, which the harness-adjusted figures take off. A
 	// null allocator names itself.
 	harness string
-	// alone has the allocator measured in rounds of its own instead of interleaved with the
-	// others (interleave): its cost depends on the state of the Go heap, which their runs
-	// change (the scavenger gives its free spans back while they run, and fresh memory from
-	// the OS needs no zeroing: make of 16 MiB drops from milliseconds to microseconds).
-	alone bool
 	// pair builds the fixed-size alloc+free workload.
 	pair func(size int) (workload, error)
 	// mixed builds the churn workload over ops on the given number of goroutines.

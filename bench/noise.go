@@ -46,12 +46,6 @@ func judgeNoise(t target, rs []result, used, adj map[[2]string]bool) target {
 		return t
 	}
 	t.Spread = s
-	for k := range used {
-		if _, ok := lookup(rs, k[0], k[1], "own_rounds"); ok && !slices.Contains(t.OwnRounds, k[1]) {
-			t.OwnRounds = append(t.OwnRounds, k[1])
-		}
-	}
-	slices.Sort(t.OwnRounds)
 	if t.Ratio > 0 && t.Limit > 0 && t.Ratio/s <= t.Limit && t.Limit <= t.Ratio*s {
 		by := fmt.Sprintf("by %.2fx", s)
 		if s >= maxSpread { // a harness-adjusted figure's, at least (adjustedSpread)
@@ -83,10 +77,6 @@ func missedWhy(t target) string {
 	switch {
 	case t.Unreachable != "":
 		return "cannot be met on this machine: " + t.Unreachable
-	case t.Spread > 0 && len(t.OwnRounds) > 0:
-		return fmt.Sprintf("off by %.2fx and its figures' rounds agree within %.2fx, but %s ran in rounds of its own, "+
-			"not alternating with the other figure's, so a change of the machine's load between the two is in neither spread: "+
-			"retake on a quiet machine before reading it as the code's", margin(t), t.Spread, strings.Join(t.OwnRounds, " and "))
 	case t.Spread > 0:
 		return fmt.Sprintf("it matters here: off by %.2fx, while its rounds agree within %.2fx, so the gap is the code's, not the load's",
 			margin(t), t.Spread)

@@ -21,10 +21,6 @@ type target struct {
 	// Spread is how far the middle rounds of the timings it compares disagree (the product of
 	// each figure's: noise.go); 0 where its figures are no timings taken in rounds.
 	Spread float64 `json:"spread,omitempty"`
-	// OwnRounds names the allocators whose figures it compares that ran in rounds of their own
-	// (impl.alone), not alternating with the others': Spread says nothing of a change of load
-	// between them.
-	OwnRounds []string `json:"own_rounds,omitempty"`
 }
 
 // Target statuses.
@@ -128,8 +124,8 @@ func evaluateTargets(rs []result) []target {
 	}
 
 	// 1b. The goroutine-safe pool against sync.Pool (issue 22): no slower on fixed-size pairs
-	// from 16 B to 64 KiB, nor on the mixed pair. sync.Pool runs in rounds of its own (its cost
-	// is mostly the GC's elsewhere); both are raw, through the same Go loops.
+	// from 16 B to 64 KiB, nor on the mixed pair; both are raw, through the same Go loops, in
+	// the same rounds.
 	for _, c := range []string{"pair/16B", "pair/64B", "pair/1KiB", "pair/4KiB", "pair/8KiB", "pair/64KiB", "mixed/1g"} {
 		p, ok1 := get(c, "pinmalloc-pool", "ns_per_pair")
 		q, ok2 := get(c, "go-syncpool", "ns_per_pair")
