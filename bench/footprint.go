@@ -293,9 +293,14 @@ func footprintTargets(rs []result) []target {
 	c := "footprint/larson-low"
 	live, ok1 := lookup(rs, c, "pinmalloc-pool", "live_bytes")
 	idle, ok2 := lookup(rs, c, "pinmalloc-pool", "held_idle_bytes")
-	ts = append(ts, explained(rs, ratio("footprint-low-idle", "pinmalloc-pool committed after sitting idle <= live + 1 MiB (footprint/larson-low)",
-		idle, live+1<<20, ok1 && ok2, 1, true, fmt.Sprintf("pinmalloc-pool %.2f MiB for %.2f MiB live%s", idle/(1<<20), live/(1<<20), others(c))),
-		[2]string{c, "pinmalloc-pool"}))
+	detail := fmt.Sprintf("pinmalloc-pool %.2f MiB for %.2f MiB live%s", idle/(1<<20), live/(1<<20), others(c))
+	low := explained(rs, ratio("footprint-low-idle", "pinmalloc-pool committed after sitting idle <= live + 1 MiB (footprint/larson-low)",
+		idle, live+1<<20, ok1 && ok2, 1, true, detail), [2]string{c, "pinmalloc-pool"})
+	if ok1 && ok2 && !(live > 0) { // the 1 MiB allowed would grade what held nothing live
+		low.Status, low.Ratio = unmeasured, 0
+		low.Detail = fmt.Sprintf("not a measurement: no live bytes (%g); %s", live, detail)
+	}
+	ts = append(ts, low)
 	c = "footprint/larson-high"
 	live, ok1 = lookup(rs, c, "pinmalloc-pool", "live_bytes")
 	idle, ok2 = lookup(rs, c, "pinmalloc-pool", "held_idle_bytes")
@@ -308,7 +313,7 @@ func footprintTargets(rs []result) []target {
 	c = "footprint/trace"
 	h, hOK := lookup(rs, c, cudaHostName, "committed_over_live")
 	l, lOK := lookup(rs, c, "pinmalloc-pool", "committed_over_live")
-	detail := fmt.Sprintf("%s %.3f, pinmalloc-pool %.3f", cudaHostName, h, l)
+	detail = fmt.Sprintf("%s %.3f, pinmalloc-pool %.3f", cudaHostName, h, l)
 	if v, ok := lookup(rs, "footprint/replay", cudaHostName, "committed_over_live"); ok {
 		detail += fmt.Sprintf("; replayed without pauses %.3f", v)
 	}
