@@ -44,7 +44,7 @@ func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
 		return err
 	}
 	return h.hostCopy(src, "HtoD copy", func(addr uintptr) error {
-		if err := h.afterOwner(s); err != nil {
+		if err := h.afterOwner(0, s); err != nil {
 			return err
 		}
 		return h.points().WaitLegacy(h.dev.MemcpyHtoD(uintptr(dst), addr, uintptr(len(src))))
@@ -78,7 +78,7 @@ func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	if err := h.legacyRefusal(); err != nil {
 		return wrapCopy("DtoD copy", n, err)
 	}
-	if err := h.afterOwner(s); err != nil {
+	if err := h.afterOwner(0, s); err != nil {
 		return wrapCopy("DtoD copy", n, err)
 	}
 	return wrapCopy("DtoD copy", n, h.points().WaitLegacy(h.dev.MemcpyDtoD(uintptr(dst), uintptr(src), n)))
@@ -260,15 +260,20 @@ func (h *Heap) checkWrite(what string, n uintptr, ptrs ...cuda.DevicePtr) (cuda.
 	if err := h.checkRanges(what, n, ptrs...); err != nil || n == 0 {
 		return noOwner, err
 	}
-	return h.ownerStream(ptrs[0]), nil
+	return h.ownerStream(ptrs[0], 0), nil
 }
 
 // ownerStream returns the stream whose heap holds the live block at p (afterOwner), or noOwner
-// for a block of a parked heap (no stream allocates there any more) or none. h.mu is held.
-func (h *Heap) ownerStream(p cuda.DevicePtr) cuda.Stream {
+// for a block of a parked heap (no stream allocates there any more) or none. It asks first
+// whether the stream first, the likeliest, is the one (a FreeAsync's on the block's own stream:
+// no walk of the streams). h.mu is held.
+func (h *Heap) ownerStream(p cuda.DevicePtr, first cuda.Stream) cuda.Stream {
 	owner, err := h.g.Owner(uintptr(p))
 	if err != nil {
 		return noOwner
+	}
+	if h.streams[first] == owner {
+		return first
 	}
 	for s, sh := range h.streams {
 		if sh == owner {
@@ -281,18 +286,20 @@ func (h *Heap) ownerStream(p cuda.DevicePtr) cuda.Stream {
 // noOwner is checkWrite's answer for a block of no stream's heap: no handle the driver gives.
 const noOwner = ^cuda.Stream(0)
 
-// afterOwner orders the legacy default stream, where a synchronous copy runs (or a Free's clear,
-// Options.ZeroOnFree), after the work queued so far on stream s, where the block the copy
-// writes was allocated (checkWrite, ownerStream): that
-// block may be one freed on s and reused at once (FreeAsync's same-stream rule), whose earlier
-// owner's work queued on s may still read or write it, and a non-blocking s's work is not
-// ordered with the legacy stream's. It costs an event record and a wait queued on the legacy
-// stream, for a stream other than the default ones (whose work, and a blocking stream's, the
-// legacy stream's comes after anyway). A stream a CUDA graph capture holds, or one the driver
-// refuses (destroyed without ForgetStream), records nothing: the copy is ordered after nothing
-// there, as it was before the rule.
-func (h *Heap) afterOwner(s cuda.Stream) error {
-	if s == noOwner || streamq.DefaultStream(streamq.Stream(s)) {
+// afterOwner orders stream on, where a write into a block is queued, after the work queued so
+// far on stream s, where the block was allocated (checkWrite, ownerStream): the legacy default
+// stream (0) of a synchronous copy or of a Free's clear (Options.ZeroOnFree), or the stream of a
+// FreeAsync's clear. That block may be one freed on s and reused at once (FreeAsync's
+// same-stream rule), whose earlier owner's work queued on s may still read or write it, and a
+// non-blocking stream's work is not ordered with another's. It costs an event record on s and a
+// wait queued on on, but for s the same stream as on (its own order) or both default streams;
+// a blocking s is recorded too, though the legacy stream's work comes after its work anyway
+// (no query of its flags). A stream a CUDA graph capture holds, or one the driver refuses
+// (destroyed without ForgetStream), records nothing: the write is ordered after nothing there,
+// as it was before the rule.
+func (h *Heap) afterOwner(on, s cuda.Stream) error {
+	if s == noOwner || s == on ||
+		streamq.DefaultStream(streamq.Stream(on)) && streamq.DefaultStream(streamq.Stream(s)) {
 		return nil
 	}
 	ev, err := h.events.Get()
@@ -303,7 +310,7 @@ func (h *Heap) afterOwner(s cuda.Stream) error {
 	if streamq.RecordOutsideCapture(h.dev, ev, streamq.Stream(s)) != nil {
 		return nil
 	}
-	return h.dev.StreamWaitEvent(0, ev)
+	return h.dev.StreamWaitEvent(uintptr(on), ev)
 }
 
 // checkRanges checks that [p, p+n) lies inside one live block of the heap for each p. h.mu is

@@ -85,6 +85,10 @@
 //     has passed a point placed after the free: an event recorded after the free that has
 //     completed (Poll), a synchronize of the stream (Drain, ForgetStream), or a synchronize of
 //     the context for a stream the driver refuses, destroyed without ForgetStream (Recover).
+//     With ZeroOnFree, the memset queued on the freeing stream comes after the work queued on
+//     the block's own stream (an event recorded there, waited for): the block may have been
+//     freed there and reused at once, its old owner's work still queued, which the caller
+//     cannot order the freeing stream after.
 //   - Free: synchronous; the caller promises no work uses p. With ZeroOnFree its memset is
 //     waited for before the block is free, and comes after the work queued on the stream p was
 //     allocated on: p may have been freed there and reused at once, its old owner's work still
@@ -327,7 +331,13 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // it complete does them. FreeAsync itself makes no driver call for such a free. As with
 // cudaFreeAsync, work on other streams that uses p must be ordered before the call (s waits on an
 // event of theirs): the heap waits for s alone, and a huge block (above heap.HugeThreshold) goes
-// back to the arena, for any stream, once s has passed the free.
+// back to the arena, for any stream, once s has passed the free. The heap orders one thing
+// itself, with Options.ZeroOnFree: the memset that clears a block of another stream's heap,
+// queued on s, comes after the work queued so far on the stream the block was allocated on (an
+// event recorded there, waited for on s, as for a synchronous Free's memset and HtoD): the block
+// may have been freed there and reused at once, its old owner's work still queued, which the
+// caller knows nothing of. A FreeAsync on the block's own stream, or without ZeroOnFree, asks
+// nothing of the driver for it.
 //
 // While s captures a CUDA graph (cuStreamBeginCapture), the heap's polls and Trim ask nothing
 // of s and record nothing there, so the capture stays valid, and its deferred frees (another

@@ -21,7 +21,8 @@ var ErrQuota = errkind.New(pinmalloc.ErrQuota, "device: quota exceeded")
 // which runs after the memset; a FreeAsync on another stream is done only once that stream has
 // passed a point placed after the memset, so no stream sees the block before it is clear; a
 // synchronous Free waits for the memset (cuMemsetD8, then a synchronize of the legacy stream: a
-// memset of device memory returns before it has run), which the legacy stream runs after the
+// memset of device memory returns before it has run). A memset queued on another stream than
+// the block's (a Free's on the legacy stream, a FreeAsync's on another stream) runs after the
 // work queued so far on the block's stream, as a synchronous copy into the block (afterOwner). A
 // free whose memset's stream a CUDA graph capture holds is refused before anything is queued:
 // captured, the memset would not run before the block is reused, and would clear it, reused
@@ -90,12 +91,16 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream, then string) error {
 		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w; %s",
 			p, n, err, then)
 	}
-	// A Free's memset comes after the work queued on the block's stream (afterOwner): a block
-	// freed there and reused at once may have its old owner's work still queued, which a clear
-	// on the legacy stream would overtake.
-	if s != nil {
+	// The memset comes after the work queued on the block's stream (afterOwner): a block freed
+	// there and reused at once may have its old owner's work still queued, which a clear on the
+	// legacy stream (Free) or on another stream (FreeAsync) would overtake. Nothing is asked of
+	// a FreeAsync on the block's own stream.
+	err = h.afterOwner(cuda.Stream(on), h.ownerStream(p, cuda.Stream(on)))
+	switch {
+	case err != nil:
+	case s != nil:
 		err = h.dev.MemsetD8Async(uintptr(p), 0, n, uintptr(*s))
-	} else if err = h.afterOwner(h.ownerStream(p)); err == nil {
+	default:
 		err = h.points().WaitLegacy(h.dev.MemsetD8(uintptr(p), 0, n))
 	}
 	if err != nil {
