@@ -97,6 +97,15 @@ var mutants = []mutant{
 		catch: "^TestRegressions$/^device_ZeroOnFree_Free_waits_for_its_scrub$",
 	},
 	{
+		name:  "device-zero-free-async-unordered",
+		why:   "a ZeroOnFree FreeAsync on another stream t queues its memset on t unordered after the block's stream s, where the block was freed and reused at once with its old owner's work still queued: the memset overtakes that work (the follow-up of 3bc4b1b); the checker's world does not hold an old owner's work on s while the reused block is freed on another stream",
+		file:  "device/guard.go",
+		old:   "\terr = h.afterOwner(cuda.Stream(on), h.ownerStream(p, cuda.Stream(on)))",
+		new:   "\terr = h.afterOwner(0, h.ownerStream(p, 0))",
+		pkg:   "./device",
+		catch: "^TestFakeZeroOnFreeFreeAsyncElsewhereAfter(SameStream|Legacy)Reuse$",
+	},
+	{
 		name:  "device-copy-records-nothing",
 		why:   "an async copy from or into a pool buffer does not record its stream on it: a Free right after it hands the buffer out under the copy (59f89d3)",
 		file:  "device/copy.go",
