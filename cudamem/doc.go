@@ -66,8 +66,10 @@
 // can prove that closing an arena leaves nothing behind. Errors wrap the arena's sentinels
 // (arena.ErrReserve, arena.ErrCommit, arena.ErrInvalid; arena.ErrExhausted when the driver is
 // out of memory) and the driver's error. A refusal to give memory back (a decommit's or a
-// release's cuMemUnmap, cuMemRelease, cuMemHostUnregister) wraps arena.ErrCommit too, through
-// arena.GiveBackRefused, and says "arena: cannot give memory back".
+// release's cuMemUnmap, cuMemRelease, cuMemHostUnregister, cuMemAddressFree, cuMemFree,
+// cuMemFreeHost) wraps arena.ErrCommit too, through arena.GiveBackRefused, and says "arena:
+// cannot give memory back"; never arena.ErrInvalid, which a Release of a region released
+// already, or not the provider's, returns.
 //
 // # Beside a user's capture
 //

@@ -390,9 +390,9 @@ func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 // Release of it racing this one, or after it, is refused with arena.ErrInvalid and frees nothing
 // (the driver may have handed the address range to a new region by then), and so is a Commit or
 // Decommit of it; one in flight at the claim (a misuse: the arena never makes them at once) is
-// waited for, and what it mapped given back. When the driver
-// refuses any of it, Release returns the refusal and keeps the region, with what is still mapped
-// or held on record: a later Release of it tries again.
+// waited for, and what it mapped given back. When the driver refuses any of it, Release returns
+// the refusal, wrapping arena.ErrCommit (arena.GiveBackRefused), and keeps the region, with what
+// is still mapped or held on record: a later Release of it tries again.
 func (p *vmm) Release(r *arena.Region) error {
 	defer p.dev.RelaxCapture()() // beside a user's capture: doc.go
 	if r == nil {
@@ -433,7 +433,7 @@ func (p *vmm) freeRegion(r *arena.Region, v *vmmRegion) error {
 		return err
 	}
 	if err := p.call(&p.reservations, -1, p.dev.MemAddressFree(r.Base, r.Size)); err != nil {
-		return fmt.Errorf("%w: cuMemAddressFree of %d bytes: %w", arena.ErrInvalid, r.Size, err)
+		return arena.GiveBackRefused(fmt.Errorf("cuMemAddressFree of %d bytes: %w", r.Size, err))
 	}
 	return nil
 }

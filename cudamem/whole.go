@@ -87,7 +87,8 @@ func (w *wholeRegions) ReleaseKept() error {
 // Release implements arena.Provider. It claims the region before it frees it: a Release of it
 // racing this one, or after it, is refused with arena.ErrInvalid and frees nothing (the driver
 // may have handed the address to a new region by then). One the driver refuses gives the
-// region back, for a later Release.
+// region back, for a later Release, and returns an error wrapping arena.ErrCommit
+// (arena.GiveBackRefused) and the driver's.
 func (w *wholeRegions) Release(r *arena.Region) error {
 	defer w.dev.RelaxCapture()() // beside a user's capture: doc.go
 	w.mu.Lock()
@@ -101,7 +102,7 @@ func (w *wholeRegions) Release(r *arena.Region) error {
 		w.mu.Lock()
 		r.Handle = w
 		w.mu.Unlock()
-		return fmt.Errorf("%w: freeing %d bytes at %#x: %w", arena.ErrInvalid, r.Size, r.Base, err)
+		return arena.GiveBackRefused(fmt.Errorf("freeing %d bytes at %#x: %w", r.Size, r.Base, err))
 	}
 	w.committed.Add(-int64(r.Size))
 	return nil
