@@ -102,7 +102,15 @@ func (o Options) resolve() (Options, Caps, error) {
 			o.RegionSize = min(o.RegionSize, maxDefaultRegionSize)
 		}
 	}
-	o.RegionSize, _ = align.Up(o.RegionSize, o.ChunkSize) // cannot overflow: below Capacity
+	// No region is bigger than the capacity (grow caps each at what is left), so a bigger
+	// RegionSize, however absurd, means the capacity, rounded up to a chunk (or down where the
+	// rounding up overflows): never a rounding that wraps to 0, which made a region per Alloc.
+	o.RegionSize = min(o.RegionSize, o.Capacity)
+	if up, err := align.Up(o.RegionSize, o.ChunkSize); err == nil {
+		o.RegionSize = up
+	} else {
+		o.RegionSize &^= o.ChunkSize - 1
+	}
 	if o.PurgeDelay == 0 {
 		o.PurgeDelay = DefaultPurgeDelay
 	}
