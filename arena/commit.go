@@ -40,6 +40,8 @@ import (
 
 // Commit makes sure [addr, addr+size), inside a span in use, is committed: the heap calls it
 // before reusing part of a segment it decommitted. It reports whether the range reads as zero.
+// A range committed and claimed already (by Alloc or an earlier Commit) is left as it is, with
+// no provider call.
 func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -50,6 +52,11 @@ func (a *Arena) Commit(addr, size uintptr) (zeroed bool, err error) {
 	a.st.CommitCalls++
 	glo, ghi := r.granules(addr, size)
 	zeroed = r.dirty.Count(glo, ghi) == 0
+	if n := ghi - glo; r.commit.Count(glo, ghi) == n && r.want.Count(glo, ghi) == n {
+		// Claimed already, so inside the units of the claims that made it (Joiner): joining
+		// the range alone would cut a unit that holds the span's memory beside it.
+		return zeroed, nil
+	}
 	if err := a.commit(r, glo, ghi); err != nil {
 		return false, err
 	}
