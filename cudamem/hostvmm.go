@@ -85,7 +85,9 @@ func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 
 // initHost sets up the VMM machinery for host memory at loc, granted to the host, the device
 // and devs, after checking that the driver creates memory there: the granularity query and one
-// granule created and released (a driver may refuse a location at either).
+// granule created and released (a driver may refuse a location at either). A release the
+// driver refuses strands the granule's handle, released again by the next commit or
+// ReleaseKept: the location works all the same.
 func (v *vmm) initHost(loc cuda.Location, devs []cuda.Location) error {
 	b := &v.cudaBase
 	defer b.dev.RelaxCapture()() // beside a user's capture: doc.go
@@ -97,13 +99,11 @@ func (v *vmm) initHost(loc cuda.Location, devs []cuda.Location) error {
 		return fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", arena.ErrInvalid, v.gran, arena.DefaultChunkSize)
 	}
 	h, err := b.dev.MemCreateAt(v.gran, v.mloc)
-	if err = b.call(nil, 0, err); err != nil {
+	if err = b.call(&b.handles, 1, err); err != nil {
 		return fmt.Errorf("%w: cuMemCreate of host memory at %+v on device %d: %w", arena.ErrInvalid, loc, b.dev.Ordinal(), err)
 	}
-	if err := b.call(nil, 0, b.dev.MemRelease(h)); err != nil {
-		return fmt.Errorf("%w: cuMemRelease: %w", arena.ErrInvalid, err)
-	}
-	v.zero = true // a fresh granule reads zero (measured on the H100)
+	_ = v.release([]icuda.MemHandle{h}) // refused: stranded, released again later
+	v.zero = true                       // a fresh granule reads zero (measured on the H100)
 	return nil
 }
 
