@@ -214,8 +214,9 @@ type Prefaulter interface {
 // driver call (cuMemHostRegister: one copy's host range must lie inside one registration).
 //
 // The arena calls Join(r, off, size) each time it hands out committed memory for a span: when
-// Alloc commits a span, and when Commit claims a range of a span in use, with [off, off+size)
-// the granules that the span's bytes (or the claimed range) touch, all committed. Join must
+// Alloc commits a span, and when Commit claims a range of a span in use (not one claimed
+// throughout already, which it leaves as it is), with [off, off+size) the granules that the
+// span's bytes (or the claimed range) touch, all committed. Join must
 // leave exactly one unit covering exactly [off, off+size). Since every block a heap hands out
 // lies in the range of one such call (a huge object's span; a segment's page, whose chunk is
 // one granule for such providers), every block lies inside one unit. Units that Join or
