@@ -192,12 +192,13 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	}
 	hs := make([]icuda.MemHandle, hi-lo)
 	for g := lo; g < hi; g++ {
-		if err := p.mapGranule(r, g, &hs[g-lo]); err != nil {
+		if op, err := p.mapGranule(r, g, &hs[g-lo]); err != nil {
 			p.undo(r, v, lo, hs[:g-lo])
-			if errors.Is(err, pinmalloc.ErrOutOfMemory) { // after the undo, so the figures are current
-				return p.driverError(arena.ErrCommit, "cuMemCreate", size, err)
+			n := p.gran
+			if errors.Is(err, pinmalloc.ErrOutOfMemory) {
+				n = size // what was asked, told after the undo, so that the figures are current
 			}
-			return err
+			return p.driverError(arena.ErrCommit, op, n, err)
 		}
 	}
 	if err := p.call(nil, 0, p.dev.MemSetAccessAt(r.Base+off, size, p.access)); err != nil {
@@ -299,21 +300,19 @@ func (p *vmm) record(v *vmmRegion, lo int, hs []icuda.MemHandle) {
 	p.committed.Add(int64(uintptr(len(hs)) * p.gran))
 }
 
-// mapGranule backs granule g with a new physical allocation, whose handle it stores in *h.
-func (p *vmm) mapGranule(r *arena.Region, g int, h *icuda.MemHandle) error {
+// mapGranule backs granule g with a new physical allocation, whose handle it stores in *h. On
+// failure it returns the driver call that failed and the driver's error, for Commit to explain.
+func (p *vmm) mapGranule(r *arena.Region, g int, h *icuda.MemHandle) (op string, err error) {
 	m, err := p.dev.MemCreateAt(p.gran, p.mloc)
 	if err = p.call(&p.handles, 1, err); err != nil {
-		if errors.Is(err, pinmalloc.ErrOutOfMemory) {
-			return err // Commit explains it
-		}
-		return p.driverError(arena.ErrCommit, "cuMemCreate", p.gran, err)
+		return "cuMemCreate", err
 	}
 	if err := p.call(nil, 0, p.dev.MemMap(r.Base+uintptr(g)*p.gran, p.gran, m)); err != nil {
 		_ = p.release([]icuda.MemHandle{m})
-		return fmt.Errorf("%w: cuMemMap of %d bytes: %w", arena.ErrCommit, p.gran, err)
+		return "cuMemMap", err
 	}
 	*h = m
-	return nil
+	return "", nil
 }
 
 // unmap gives back granules [lo, lo+len(hs)), mapped with the handles hs: it releases the
