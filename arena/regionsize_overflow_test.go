@@ -17,7 +17,8 @@ func TestRegionSizeAbsurd(t *testing.T) {
 		for i := range 70 {
 			s, err := a.Reserve(2<<20, 1)
 			if err != nil {
-				t.Fatalf("RegionSize %#x: Reserve %d of 2 MiB in an arena of 256 MiB: %v", rs, i, err)
+				t.Fatalf("RegionSize %#x: Reserve %d of 2 MiB in an arena of 256 MiB: %v",
+					rs, i, err)
 			}
 			spans = append(spans, s)
 		}

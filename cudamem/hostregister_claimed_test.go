@@ -34,8 +34,8 @@ func TestFakeHostRegisterCommitClaimed(t *testing.T) {
 		t.Errorf("Commit of a claimed chunk made %d driver calls, want none", n)
 	}
 	if b, n, ok := p.RegistrationOf(s.Base); !ok || b != s.Base || n != s.Size {
-		t.Errorf("after the Commit the span [%#x, +%d) is registered as [%#x, +%d) (%v), want one registration",
-			s.Base, s.Size, b, n, ok)
+		t.Errorf("after the Commit the span [%#x, +%d) is registered as [%#x, +%d) (%v), "+
+			"want one registration", s.Base, s.Size, b, n, ok)
 	}
 	copyBoth(t, d, s.Base, s.Size)
 	must(t, "Free", a.Free(s))

@@ -37,10 +37,12 @@ func TestFakeHostRegisterUnregistersBeforeUnmap(t *testing.T) {
 		restore := cudamem.SetReleaseUnmapHook(func() {
 			ran = true
 			if n := f.Stat(fakecuda.Registrations); n != 0 {
-				t.Errorf("populate %v: %d registrations left when the region is unmapped", populate, n)
+				t.Errorf("populate %v: %d registrations left when the region is unmapped",
+					populate, n)
 			}
 			if _, _, ok := p.RegistrationOf(r.Base); ok {
-				t.Errorf("populate %v: the provider still records a registration at the unmap", populate)
+				t.Errorf("populate %v: the provider still records a registration at the unmap",
+					populate)
 			}
 			if populate {
 				_ = mem.Bytes(r.Base, r.Size)[r.Size-1] // still mapped: readable

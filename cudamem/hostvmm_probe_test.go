@@ -31,8 +31,8 @@ func TestFakeHostVMMProbeReleaseRefused(t *testing.T) {
 			p.Location(), plain.Location())
 	}
 	if c := p.Counters(); c.Handles != 1 || f.Stat(fakecuda.Handles) != 1 {
-		t.Errorf("after NewHostVMM: provider %+v, fake %d handles; want the probe's handle kept and counted",
-			c, f.Stat(fakecuda.Handles))
+		t.Errorf("after NewHostVMM: provider %+v, fake %d handles; want the probe's handle kept "+
+			"and counted", c, f.Stat(fakecuda.Handles))
 	}
 	a, err := arena.New(arena.Options{Provider: p, Capacity: 8 << 20, PurgeDelay: -1})
 	must(t, "arena.New", err)
@@ -40,7 +40,8 @@ func TestFakeHostVMMProbeReleaseRefused(t *testing.T) {
 	must(t, "Alloc", err)
 	must(t, "Free", a.Free(s))
 	must(t, "Close", a.Close())
-	if c := p.Counters(); c.Live() != 0 || f.Stat(fakecuda.Handles) != 0 || f.Stat(fakecuda.HostVMMBytes) != 0 {
+	if c := p.Counters(); c.Live() != 0 || f.Stat(fakecuda.Handles) != 0 ||
+		f.Stat(fakecuda.HostVMMBytes) != 0 {
 		t.Errorf("after Close: provider %+v, fake %d handles, %d host VMM bytes; want nothing held",
 			c, f.Stat(fakecuda.Handles), f.Stat(fakecuda.HostVMMBytes))
 	}
