@@ -41,8 +41,8 @@ func TestDialedConnNamesDialer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on this host)",
-			w.ID(), os.Getpid())
+		want := fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on this "+
+			"host, connection %016x)", w.ID(), os.Getpid(), c.id)
 		if a.remote != want {
 			t.Errorf("the dialed side's connection is named %q; want %q", a.remote, want)
 		}
@@ -141,5 +141,39 @@ func TestHostileHelloNotLoggedRaw(t *testing.T) {
 		if !strings.HasPrefix(m, "remote: refused the dial of a worker that dialed this one") {
 			t.Errorf("log line %q is not a refused dial's", m)
 		}
+	}
+}
+
+// TestTwoDialsOfOneWorkerNamedApart: the dialed side named a Dial's connection by its dialer's
+// worker id and pid alone, so two Dials of one worker made two connections of one name, in
+// logs and errors alike. Each is named by the dialer's connection id too (its word, as digits).
+func TestTwoDialsOfOneWorkerNamedApart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	needUCX(t)
+	dialed, dialer := newWorker(t), newWorker(t)
+	addr, err := dialed.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for range 2 {
+		c, err := dialer.Dial(ctx, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := dialed.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on this "+
+			"host, connection %016x)", dialer.ID(), os.Getpid(), c.id)
+		if a.remote != want {
+			t.Errorf("the dialed side's connection is named %q; want %q", a.remote, want)
+		}
+		names = append(names, a.remote)
+	}
+	if names[0] == names[1] {
+		t.Fatalf("two Dials of one worker made connections of one name, %q", names[0])
 	}
 }

@@ -334,17 +334,19 @@ func (w *Worker) Accept(ctx context.Context) (*Conn, error) {
 
 // dialerName names a connection another worker's Dial of this one opened, for its errors and
 // log lines, by the dialer's hello g: "a worker that dialed this one (it says worker
-// 0123456789abcdef, pid 1234 on this host)", or "on host id 89abcdef01234567" for another host
-// id (hostID). Every field is the dialer's word, unchecked (package doc, Peers), and hostile
-// input: only its fixed-size numbers are named, each formatted as digits, so no byte of the
-// hello reaches a message as it came, and the name is at most 107 bytes.
+// 0123456789abcdef, pid 1234 on this host, connection 0123456789abcdef)", or "on host id
+// 89abcdef01234567" for another host id (hostID). The connection is the dialer's id of its
+// own, which sets apart two Dials of one worker. Every field is the dialer's word, unchecked
+// (package doc, Peers), and hostile input: only its fixed-size numbers are named, each
+// formatted as digits, so no byte of the hello reaches a message as it came, and the name is
+// at most 136 bytes.
 func dialerName(g greeting) string {
 	if g.host == hostID() {
-		return fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on this host)",
-			g.worker, g.pid)
+		return fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on this host, "+
+			"connection %016x)", g.worker, g.pid, g.conn)
 	}
-	return fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on host id %016x)",
-		g.worker, g.pid, g.host)
+	return fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on host id %016x, "+
+		"connection %016x)", g.worker, g.pid, g.host, g.conn)
 }
 
 // sockaddr resolves "host:port" to a struct sockaddr_in or sockaddr_in6, as bytes.
