@@ -591,12 +591,14 @@ func (c *Conn) Err() error {
 }
 
 // Send sends msg to the peer, which receives it whole with Recv, in order. It returns once
-// UCX has sent it (msg may then be reused), or when ctx ends; a message whose ctx ended stays
-// in flight until UCX has sent it. A message is at most Options.MaxMessage bytes (ErrTooLarge);
-// after the connection failed or closed, the error says why. With 256 of this worker's
-// messages to the peer in flight (a peer that reads nothing keeps them there), or no slot free
-// for one among the 1,024 the worker's connections share, it returns ErrBusy: a peer that stops
-// reading holds up its own connection's messages, and no other's.
+// UCX has sent it, when the connection ends (its error: a peer that stalls holds up no Send
+// past its connection's end), or when ctx ends; msg may then be reused, and a message whose
+// ctx or connection ended stays in flight, a copy, until UCX has sent it or let go of it. A
+// message is at most Options.MaxMessage bytes (ErrTooLarge); after the connection failed or
+// closed, the error says why. With 256 of this worker's messages to the peer in flight (a peer
+// that reads nothing keeps them there), or no slot free for one among the 1,024 the worker's
+// connections share, it returns ErrBusy: a peer that stops reading holds up its own
+// connection's messages, and no other's.
 func (c *Conn) Send(ctx context.Context, msg []byte) error {
 	w := c.w
 	if len(msg) > w.opts.MaxMessage {
@@ -618,6 +620,15 @@ func (c *Conn) Send(ctx context.Context, msg []byte) error {
 	select {
 	case err := <-done:
 		return err
+	case <-c.dead: // ended: a message still in flight goes with it, or goes unread
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return c.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
