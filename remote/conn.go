@@ -503,6 +503,12 @@ func (w *Worker) failConn(c *Conn, err error) {
 		clear(w.unheld[len(unheld):])
 		w.answering -= c.answering // those left in w.unheld (dropAnswers took the others')
 		w.unheld, c.answering = unheld, 0
+		if len(c.msgs) > 0 { // a message after a put dropped may be Recv's now: wake it
+			select {
+			case c.recv <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if c.abandoned { // the peer is gone and UCX will not say so: end everything now
 		w.abandonSlots(c)
@@ -681,7 +687,11 @@ func (c *Conn) Recv(ctx context.Context) ([]byte, error) {
 		if placing {
 			dead = nil // closed once failed: the put's end wakes Recv (c.recv)
 		}
+		hook := w.recvHook
 		w.mu.Unlock()
+		if placing && hook != nil {
+			hook()
+		}
 		select {
 		case <-c.recv:
 		case <-dead:

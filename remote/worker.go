@@ -138,6 +138,7 @@ type Worker struct {
 	copyHook      func(op int)    // tests: called after each copy, out of mu
 	targetHook    func()          // tests: called once peers' puts and gets are checked and their buffers held, before they are served, out of mu
 	paused        chan struct{}   // tests: the progress goroutine makes no round until it is closed
+	recvHook      func()          // tests: called when Recv's next message waits for a put, before Recv waits, out of mu
 	watchers      sync.WaitGroup  // the goroutines watching peers' pidfds (watch.go): Close waits for them
 
 	sleeping atomic.Bool
