@@ -133,6 +133,34 @@ func (w *Worker) abandonConn(c *Conn, err error) {
 	w.failConn(c, err)
 }
 
+// abandonEnded abandons c, which failed before the worker's Close (with SharedMemory): its
+// operations, messages and answers UCX still holds (a peer that stalls keeps them there, and
+// the close of c's endpoint, not forced, waits for them) become zombie slots, as an abandoned
+// connection's do, and so does that close, or it is never made; c is reaped. The Close then
+// waits for none of them. Under mu, by Close.
+func (w *Worker) abandonEnded(c *Conn) {
+	if c.abandoned || c.reaped {
+		return
+	}
+	c.abandoned, w.abandoned = true, true
+	w.abandonSlots(c)
+	lanes := lanesUnknown
+	for i := range w.slots {
+		if s := &w.slots[i]; s.kind == slotClose && s.c == c {
+			w.zombie(uint32(i), localHold{}, nil, &lanes)
+		}
+	}
+	unclosed := w.unclosed[:0]
+	for _, pc := range w.unclosed {
+		if pc.c != c {
+			unclosed = append(unclosed, pc)
+		}
+	}
+	clear(w.unclosed[len(unclosed):])
+	w.unclosed = unclosed
+	w.reap(c)
+}
+
 // abandonSlots ends the operations of c in flight, keeping the slots UCX still holds as
 // zombies, each with the hold of the local buffer UCX may still read or write for it: an
 // answer's, and a transfer's put's or get's, whose transfer ends now for its user (its error

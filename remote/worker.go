@@ -431,6 +431,10 @@ func (w *Worker) Close() error {
 			if c.state == connOpen {
 				_ = w.sendLocked(c, c.ep, header(msgBye, c.peerID, 0), false, nil)
 			}
+			if c.state == connFailed {
+				w.abandonEnded(c) // failed before: what it left in UCX is let go of too
+				continue
+			}
 			w.abandonConn(c, fmt.Errorf("%w: the worker was closed", ErrClosed))
 			continue
 		}
