@@ -515,10 +515,17 @@ func (w *Worker) failConn(c *Conn, err error) {
 		w.reap(c)
 		return
 	}
-	// Its operations waiting for the peer's answer end now: none will come. Only puts and gets
-	// by message wait for one (counted in dataOps): a connection without any fails without a
-	// look at every slot, so a peer that opens connections and fails them costs little each.
-	if c.dataOps > 0 {
+	if w.opts.SharedMemory {
+		// Its endpoint's close is not forced (UCX cancels nothing without its failure
+		// handling): what UCX holds stays there for as long as the peer stalls. Its
+		// operations end now, as an abandoned connection's, those UCX holds left to zombie
+		// slots that keep their buffers held until UCX lets go of them.
+		w.abandonSlots(c)
+	} else if c.dataOps > 0 {
+		// Its operations waiting for the peer's answer end now: none will come. Only puts and
+		// gets by message wait for one (counted in dataOps): a connection without any fails
+		// without a look at every slot, so a peer that opens connections and fails them costs
+		// little each.
 		w.endAwaited(c)
 	}
 	w.closeEp(c.ep, c, !w.opts.SharedMemory)

@@ -57,8 +57,8 @@
 // poller (ucp_worker_arm), so an idle worker costs nothing.
 //
 // Ownership follows the pool's rules. A local buffer is held in its pool (pinned.Pool.Hold) from
-// Put or Get until its transfer ends (or, on a connection abandoned with the operation still in
-// UCX's hands, until UCX lets go of it: Transfer): a Free meanwhile takes effect then, so memory
+// Put or Get until its transfer ends (or, on a connection abandoned, or failed with
+// SharedMemory, with the operation still in UCX's hands, until UCX lets go of it: Transfer): a Free meanwhile takes effect then, so memory
 // in flight is never handed out again, and its region, which holds a live buffer, is never
 // deregistered under it. In a CUDAHost pool, a transfer waits for the CUDA streams recorded on its
 // buffers (RecordStream, device.Heap's async copies) before it reads or writes them, and a buffer

@@ -23,8 +23,9 @@ import (
 // and each local device block in its heap (device.Heap.Hold) from PutDevice or GetDevice: a Free
 // or FreeAsync of it meanwhile takes effect then, so memory in flight is never handed out again,
 // and its region is never deregistered under it. A transfer on a connection abandoned (a peer that
-// died without UCX's failure handling, or a worker closed with SharedMemory) ends with the
-// connection's error while UCX may still hold its puts and gets: their buffers and blocks stay
+// died without UCX's failure handling, or a worker closed with SharedMemory), or failed with
+// SharedMemory (whose endpoint's close UCX cannot force: a peer that stalls keeps what is in
+// flight), ends with the connection's error while UCX may still hold its puts and gets: their buffers and blocks stay
 // held until UCX completes them, or the worker's Close has made its last call on UCX's worker
 // (for good on an RDMA NIC: Worker.Close). Put and Get first wait for the CUDA streams recorded
 // on the buffer (pinned.Pool.WaitStreams: copies queued into or out of it). A remote buffer is the
@@ -77,8 +78,8 @@ func (t *Transfer) Get(dst []byte, src Descriptor) error {
 // registered with RegisterDevice (src may point inside the block). It holds the block in its heap
 // (device.Heap.Hold) until the transfer ends, as Put holds a pool's buffer: a Free or FreeAsync
 // of the block meanwhile returns at once and takes effect at the transfer's end, or, when the
-// transfer ends with its connection abandoned (an error wrapping ErrPeer: UCX may still hold the
-// operation), once UCX completes it or the worker's Close has made its last call on UCX's worker
+// transfer ends with its connection abandoned, or failed with SharedMemory (UCX may still hold
+// the operation), once UCX completes it or the worker's Close has made its last call on UCX's worker
 // (on an RDMA NIC, never: the heap's Close then says heap.ErrLiveBlocks). Copies or kernels
 // queued on CUDA streams into or out of the range are the caller's to wait for first. Errors: a
 // block that is not live (freed, or with a free pending) wraps ErrNotRegistered and the heap's

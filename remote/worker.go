@@ -466,12 +466,14 @@ func (w *Worker) Close() error {
 	for _, c := range w.conns {
 		w.reap(c)
 	}
-	if w.abandoned {
+	alive := w.abandoned || w.zombies > 0
+	if alive {
 		// A peer died without UCX's failure handling: UCX 1.13 still holds requests to it
 		// (ours, and its own rendezvous replies), and its worker_destroy crashes purging
-		// them (TestPeerKilled/shm found it). The worker and context are left to the
-		// process: a bounded leak, said in the log.
-		w.logf("remote: a peer died without UCX's failure handling: UCX's worker is left alive")
+		// them (TestPeerKilled/shm found it). So may a peer that stalls, whose connection
+		// failed with requests UCX still holds (zombies: failConn). The worker and context
+		// are left to the process: a bounded leak, said in the log.
+		w.logf("remote: a peer died or stalled without UCX's failure handling: UCX's worker is left alive")
 	} else {
 		w.uw.Destroy()
 		for _, m := range w.leaked { // registrations UCX's purged requests named: theirs to drop now
@@ -480,7 +482,7 @@ func (w *Worker) Close() error {
 		w.leaked = nil
 	}
 	w.destroyed = true
-	held := w.zombieHolds(!w.abandoned)
+	held := w.zombieHolds(!alive)
 	regs := make([]*Registration, 0, len(w.regs))
 	for r := range w.regs {
 		regs = append(regs, r)
