@@ -25,7 +25,7 @@ type Conn struct {
 	peer   uint64 // the peer's worker
 	dialed uint64 // the worker Dial dialed (its hello may cross c's: crossed), or zero
 	ep     ucx.Ep
-	remote string // what it was connected to, for errors
+	remote string // what it was connected to (with its id where it dialed), for errors
 
 	// Under w.mu:
 	state      uint8

@@ -34,7 +34,7 @@ func TestDialedConnNamesDialer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := fmt.Sprintf("worker %016x", dialed.ID()); c.remote != want {
+		if want := fmt.Sprintf("worker %016x, connection %016x", dialed.ID(), c.id); c.remote != want {
 			t.Errorf("the dialing side's connection is named %q; want %q", c.remote, want)
 		}
 		a, err := dialed.Accept(ctx)
@@ -175,5 +175,45 @@ func TestTwoDialsOfOneWorkerNamedApart(t *testing.T) {
 	}
 	if names[0] == names[1] {
 		t.Fatalf("two Dials of one worker made connections of one name, %q", names[0])
+	}
+}
+
+// TestTwoConnectionsOfOneDialerNamedApart: the dialing side named a Dial's connection by the
+// worker dialed, and a Connect's by the address, alone: two of one worker to the same peer had
+// one name in its logs and errors. Each is named by its connection id too, the one the peer's
+// name of it shows (dialerName), as digits.
+func TestTwoConnectionsOfOneDialerNamedApart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	needUCX(t)
+	peer, dialer := newWorker(t), newWorker(t)
+	addr, err := peer.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := peer.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dialed, connected []string
+	for range 2 {
+		c, err := dialer.Dial(ctx, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("worker %016x, connection %016x", peer.ID(), c.id); c.remote != want {
+			t.Errorf("a Dial's connection is named %q; want %q", c.remote, want)
+		}
+		dialed = append(dialed, c.remote)
+		if c, err = dialer.Connect(ctx, l.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%s, connection %016x", l.Addr(), c.id); c.remote != want {
+			t.Errorf("a Connect's connection is named %q; want %q", c.remote, want)
+		}
+		connected = append(connected, c.remote)
+	}
+	if dialed[0] == dialed[1] || connected[0] == connected[1] {
+		t.Fatalf("two connections of one dialer to one peer have one name: %q, %q", dialed, connected)
 	}
 }

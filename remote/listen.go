@@ -217,7 +217,8 @@ func (w *Worker) Connect(ctx context.Context, address string) (*Conn, error) {
 		w.mu.Unlock()
 		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPeer, address, err)
 	}
-	c := newConn(w, ep, address)
+	c := newConn(w, ep, "")
+	c.remote = fmt.Sprintf("%s, connection %016x", address, c.id) // two to one address differ
 	return w.handshake(ctx, c, nil, 0)
 }
 
@@ -277,7 +278,8 @@ func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
 		w.mu.Unlock()
 		return nil, fmt.Errorf("%w: dial worker %016x: %w", ErrPeer, peer, err)
 	}
-	c := newConn(w, ep, fmt.Sprintf("worker %016x", peer))
+	c := newConn(w, ep, "")
+	c.remote = fmt.Sprintf("worker %016x, connection %016x", peer, c.id) // the id the peer names
 	c.dialed = peer
 	return w.handshake(ctx, c, own, peer)
 }
