@@ -34,7 +34,7 @@ func TestDialedConnNamesDialer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := fmt.Sprintf("worker %016x, connection %016x", dialed.ID(), c.id); c.remote != want {
+		if want := fmt.Sprintf("worker %016x, connection %08x", dialed.ID(), connTag(c.id)); c.remote != want {
 			t.Errorf("the dialing side's connection is named %q; want %q", c.remote, want)
 		}
 		a, err := dialed.Accept(ctx)
@@ -42,7 +42,7 @@ func TestDialedConnNamesDialer(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on this "+
-			"host, connection %016x)", w.ID(), os.Getpid(), c.id)
+			"host, connection %08x)", w.ID(), os.Getpid(), connTag(c.id))
 		if a.remote != want {
 			t.Errorf("the dialed side's connection is named %q; want %q", a.remote, want)
 		}
@@ -167,7 +167,7 @@ func TestTwoDialsOfOneWorkerNamedApart(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on this "+
-			"host, connection %016x)", dialer.ID(), os.Getpid(), c.id)
+			"host, connection %08x)", dialer.ID(), os.Getpid(), connTag(c.id))
 		if a.remote != want {
 			t.Errorf("the dialed side's connection is named %q; want %q", a.remote, want)
 		}
@@ -201,14 +201,14 @@ func TestTwoConnectionsOfOneDialerNamedApart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := fmt.Sprintf("worker %016x, connection %016x", peer.ID(), c.id); c.remote != want {
+		if want := fmt.Sprintf("worker %016x, connection %08x", peer.ID(), connTag(c.id)); c.remote != want {
 			t.Errorf("a Dial's connection is named %q; want %q", c.remote, want)
 		}
 		dialed = append(dialed, c.remote)
 		if c, err = dialer.Connect(ctx, l.Addr()); err != nil {
 			t.Fatal(err)
 		}
-		if want := fmt.Sprintf("%s, connection %016x", l.Addr(), c.id); c.remote != want {
+		if want := fmt.Sprintf("%s, connection %08x", l.Addr(), connTag(c.id)); c.remote != want {
 			t.Errorf("a Connect's connection is named %q; want %q", c.remote, want)
 		}
 		connected = append(connected, c.remote)

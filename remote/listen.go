@@ -218,7 +218,7 @@ func (w *Worker) Connect(ctx context.Context, address string) (*Conn, error) {
 		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPeer, address, err)
 	}
 	c := newConn(w, ep, "")
-	c.remote = fmt.Sprintf("%s, connection %016x", address, c.id) // two to one address differ
+	c.remote = fmt.Sprintf("%s, connection %08x", address, connTag(c.id)) // two to one address differ
 	return w.handshake(ctx, c, nil, 0)
 }
 
@@ -279,7 +279,7 @@ func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
 		return nil, fmt.Errorf("%w: dial worker %016x: %w", ErrPeer, peer, err)
 	}
 	c := newConn(w, ep, "")
-	c.remote = fmt.Sprintf("worker %016x, connection %016x", peer, c.id) // the id the peer names
+	c.remote = fmt.Sprintf("worker %016x, connection %08x", peer, connTag(c.id)) // as the peer names it
 	c.dialed = peer
 	return w.handshake(ctx, c, own, peer)
 }
@@ -336,19 +336,19 @@ func (w *Worker) Accept(ctx context.Context) (*Conn, error) {
 
 // dialerName names a connection another worker's Dial of this one opened, for its errors and
 // log lines, by the dialer's hello g: "a worker that dialed this one (it says worker
-// 0123456789abcdef, pid 1234 on this host, connection 0123456789abcdef)", or "on host id
-// 89abcdef01234567" for another host id (hostID). The connection is the dialer's id of its
-// own, which sets apart two Dials of one worker. Every field is the dialer's word, unchecked
-// (package doc, Peers), and hostile input: only its fixed-size numbers are named, each
-// formatted as digits, so no byte of the hello reaches a message as it came, and the name is
-// at most 136 bytes.
+// 0123456789abcdef, pid 1234 on this host, connection 89abcdef)", or "on host id
+// 89abcdef01234567" for another host id (hostID). The connection is the tag (connTag) of the
+// dialer's id of its own, which sets apart two Dials of one worker. Every field is the
+// dialer's word, unchecked (package doc, Peers), and hostile input: only its fixed-size
+// numbers are named, each formatted as digits, so no byte of the hello reaches a message as it
+// came, and the name is at most 128 bytes.
 func dialerName(g greeting) string {
 	if g.host == hostID() {
 		return fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on this host, "+
-			"connection %016x)", g.worker, g.pid, g.conn)
+			"connection %08x)", g.worker, g.pid, connTag(g.conn))
 	}
 	return fmt.Sprintf("a worker that dialed this one (it says worker %016x, pid %d on host id %016x, "+
-		"connection %016x)", g.worker, g.pid, g.host, g.conn)
+		"connection %08x)", g.worker, g.pid, g.host, connTag(g.conn))
 }
 
 // sockaddr resolves "host:port" to a struct sockaddr_in or sockaddr_in6, as bytes.
