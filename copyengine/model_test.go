@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
@@ -99,7 +100,12 @@ func batcherModel(t *testing.T, f *fakecuda.Driver, dev *cuda.Device, seed uint6
 	}
 	f.Hold(false)
 	must(t, "Synchronize", dev.Synchronize())
+	// Pinned, which also keeps it off the stack: a stack buffer (64 KiB fits one) moves when
+	// the stack grows, and the driver would write where it was, given its address as a uintptr.
 	got := make([]byte, blocks*size)
+	var pin runtime.Pinner
+	pin.Pin(&got[0])
+	defer pin.Unpin()
 	for i, l := range ls {
 		for j := range l.bufs {
 			must(t, "MemcpyDtoH", dev.MemcpyDtoH(mem.Addr(got), l.bufs[j], blocks*size))
