@@ -31,18 +31,22 @@ func (b *Batcher) loadKernel() error {
 	}
 	sm := gatherTarget(major, minor)
 	if sm == 0 {
-		return fmt.Errorf("copyengine: compute capability %d.%d is too old for the gather kernel", major, minor)
+		return fmt.Errorf("compute capability %d.%d is too old for the gather kernel", major, minor)
 	}
-	if mapped, err := b.dev.Attribute(icuda.AttrCanMapHostMemory); err != nil || mapped == 0 {
-		return fmt.Errorf("copyengine: the device cannot map host memory for the kernel's job arrays (%v)", err)
+	mapped, err := b.dev.Attribute(icuda.AttrCanMapHostMemory)
+	if err != nil {
+		return fmt.Errorf("asking whether the device maps host memory for the kernel's job arrays: %w", err)
+	}
+	if mapped == 0 {
+		return errors.New("the device cannot map host memory for the kernel's job arrays")
 	}
 	mod, err := b.dev.ModuleLoadData(gatherPTX(sm))
 	if err != nil {
-		return fmt.Errorf("copyengine: loading the gather kernel (sm_%d): %w", sm, err)
+		return fmt.Errorf("loading the gather kernel (sm_%d): %w", sm, err)
 	}
 	fn, err := b.dev.ModuleGetFunction(mod, gatherEntry)
 	if err != nil {
-		return errors.Join(fmt.Errorf("copyengine: the gather kernel: %w", err), b.dev.ModuleUnload(mod))
+		return errors.Join(fmt.Errorf("the gather kernel: %w", err), b.dev.ModuleUnload(mod))
 	}
 	b.mod, b.fn = mod, fn
 	return nil
