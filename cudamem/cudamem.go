@@ -140,6 +140,17 @@ func (b *cudaBase) driverError(sentinel error, op string, size uintptr, err erro
 		b.committed.Load(), b.name, err)
 }
 
+// refusedError is the error of a driver call that the driver refused (err) although the
+// provider's caller asked correctly: sentinel (pinmalloc.ErrRefused where no arena sentinel says
+// it better), what the call was doing, then err; it matches arena.ErrExhausted too when the
+// driver is out of memory. Never arena.ErrInvalid, which says the caller's mistake.
+func refusedError(sentinel error, what string, err error) error {
+	if errors.Is(err, pinmalloc.ErrOutOfMemory) {
+		return fmt.Errorf("%w: %s: %w: %w", sentinel, what, arena.ErrExhausted, err)
+	}
+	return fmt.Errorf("%w: %s: %w", sentinel, what, err)
+}
+
 // devicePointer maps host memory registered or allocated mapped to its device address.
 func (b *cudaBase) devicePointer(addr uintptr) (cuda.DevicePtr, error) {
 	dp, err := b.dev.MemHostGetDevicePointer(addr)

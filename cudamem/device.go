@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/align"
@@ -98,17 +99,18 @@ type zeroStreams struct {
 func (b *cudaBase) memset(addr, size uintptr) error {
 	defer b.dev.RelaxCapture()() // beside a user's capture: doc.go
 	s, err := b.zeroStream()
-	if err != nil { // nothing queued: arena.NotStarted
-		return arena.NotStarted(fmt.Errorf("%w: a stream for cuMemsetD8Async of %d bytes at"+
-			" %#x: %w", arena.ErrInvalid, size, addr, err))
+	if err != nil { // nothing queued: arena.ErrNotStarted
+		return refusedError(arena.ErrNotStarted, fmt.Sprintf("a stream for cuMemsetD8Async of"+
+			" %d bytes at %#x", size, addr), err)
 	}
 	if err := b.dev.MemsetD8Async(addr, 0, size, s); err != nil { // refused: nothing queued
 		b.keepStream(s)
-		return arena.NotStarted(fmt.Errorf("%w: cuMemsetD8Async of %d bytes at %#x: %w",
-			arena.ErrInvalid, size, addr, err))
+		return refusedError(arena.ErrNotStarted, fmt.Sprintf("cuMemsetD8Async of %d bytes at %#x",
+			size, addr), err)
 	}
 	if err := b.dev.StreamSynchronize(s); err != nil {
-		err = fmt.Errorf("%w: waiting for cuMemsetD8Async of %d bytes at %#x: %w", arena.ErrInvalid, size, addr, err)
+		err = refusedError(pinmalloc.ErrRefused, fmt.Sprintf("waiting for cuMemsetD8Async of %d"+
+			" bytes at %#x", size, addr), err)
 		return errors.Join(err, b.destroyBroken(s))
 	}
 	b.keepStream(s)
@@ -197,6 +199,6 @@ func streamsKept(n int, err error) error {
 	if n > 1 {
 		what = fmt.Sprintf("%d streams", n)
 	}
-	return fmt.Errorf("%w: destroying %s of the provider's clears (kept): %w", arena.ErrInvalid,
-		what, err)
+	return refusedError(pinmalloc.ErrRefused, "destroying "+what+" of the provider's clears (kept)",
+		err)
 }

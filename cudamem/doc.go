@@ -69,7 +69,11 @@
 // release's cuMemUnmap, cuMemRelease, cuMemHostUnregister, cuMemAddressFree, cuMemFree,
 // cuMemFreeHost) wraps arena.ErrCommit too, through arena.GiveBackRefused, and says "arena:
 // cannot give memory back"; never arena.ErrInvalid, which a Release of a region released
-// already, or not the provider's, returns.
+// already, or not the provider's, returns. arena.ErrInvalid says the caller's mistake alone: the
+// driver's refusal of work asked correctly never wraps it. A clear refused before anything was
+// queued (its stream's cuStreamCreate, its cuMemsetD8Async) wraps arena.ErrNotStarted; a clear
+// whose wait failed, and a refused cuStreamDestroy of a clear's stream, pinmalloc.ErrRefused;
+// each arena.ErrExhausted too when the driver is out of memory.
 //
 // # Beside a user's capture
 //
