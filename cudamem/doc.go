@@ -72,8 +72,9 @@
 // already, or not the provider's, returns. arena.ErrInvalid says the caller's mistake alone: the
 // driver's refusal of work asked correctly never wraps it. A clear refused before anything was
 // queued (its stream's cuStreamCreate, its cuMemsetD8Async) wraps arena.ErrNotStarted; a clear
-// whose wait failed, and a refused cuStreamDestroy of a clear's stream, pinmalloc.ErrRefused;
-// each arena.ErrExhausted too when the driver is out of memory.
+// whose wait failed, a refused cuStreamDestroy of a clear's stream, and a Managed Prefetch or
+// Advise the driver refuses for another reason than its arguments (its sticky error, a capture),
+// pinmalloc.ErrRefused; each arena.ErrExhausted too when the driver is out of memory.
 //
 // # Beside a user's capture
 //
