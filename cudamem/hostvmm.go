@@ -7,6 +7,7 @@ package cudamem
 // copies in one call whatever the size of the block.
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -37,8 +38,9 @@ const maxHostDevices = icuda.MaxAccess - 1
 
 // NewHostVMM returns a provider of VMM host memory on dev. It fails with an error wrapping
 // cuda.ErrNotSupported when the driver has no VMM host memory, or none at the node o.NUMA asks
-// for, and with one wrapping arena.ErrInvalid when o.Devices names a device the machine lacks
-// or, with dev, more than 15 devices.
+// for, with one wrapping arena.ErrInvalid when o.Devices names a device the machine lacks
+// or, with dev, more than 15 devices, and with one wrapping arena.ErrExhausted when the driver
+// is out of memory for the granule it creates to try the location.
 func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 	p := &HostVMM{populate: o.Populate}
 	if err := p.cudaBase.init(dev, "cuda-host-vmm", arena.HostPinned); err != nil {
@@ -87,7 +89,9 @@ func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 // and devs, after checking that the driver creates memory there: the granularity query and one
 // granule created and released (a driver may refuse a location at either). A release the
 // driver refuses strands the granule's handle, released again by the next commit or
-// ReleaseKept: the location works all the same.
+// ReleaseKept: the location works all the same. A cuMemCreate refused for want of memory says
+// so (arena.ErrCommit, arena.ErrExhausted); any other refusal is the location's
+// (arena.ErrInvalid).
 func (v *vmm) initHost(loc cuda.Location, devs []cuda.Location) error {
 	b := &v.cudaBase
 	defer b.dev.RelaxCapture()() // beside a user's capture: doc.go
@@ -99,7 +103,11 @@ func (v *vmm) initHost(loc cuda.Location, devs []cuda.Location) error {
 		return fmt.Errorf("%w: host VMM granularity %d above the %d-byte chunk", arena.ErrInvalid, v.gran, arena.DefaultChunkSize)
 	}
 	h, err := b.dev.MemCreateAt(v.gran, v.mloc)
-	if err = b.call(&b.handles, 1, err); err != nil {
+	if err = b.call(&b.handles, 1, err); errors.Is(err, pinmalloc.ErrOutOfMemory) {
+		// Memory pressure, not a location the driver refuses: a later try may succeed.
+		return b.driverError(arena.ErrCommit, fmt.Sprintf("cuMemCreate of host memory at %+v",
+			loc), v.gran, err)
+	} else if err != nil {
 		return fmt.Errorf("%w: cuMemCreate of host memory at %+v on device %d: %w", arena.ErrInvalid, loc, b.dev.Ordinal(), err)
 	}
 	_ = v.release([]icuda.MemHandle{h}) // refused: stranded, released again later
