@@ -379,7 +379,7 @@ func (w *Owner) letGoOrPin(e int, w0, free uint64, sp span, owner *gone) *gone {
 	c := &w.c
 	st := c.entry(e) + eState
 	gen := entryGen(w0)
-	for range 64 { // (an entry a peer rewrites without end is left as it is)
+	for range casTries { // (an entry a peer rewrites without end is left as it is)
 		if c.letGo(e, w0, free) {
 			return owner
 		}

@@ -31,7 +31,8 @@ import (
 // Every word read from here is a peer's input: it is checked before it indexes, sizes or
 // frees anything (a ring index is taken modulo the capacity, a count bounded by it, an entry
 // checked against what its holder recorded in Go memory), so a peer that writes garbage here
-// makes no other process crash, write outside the pool, or touch a buffer it does not hold.
+// makes no other process crash, write outside the pool, or touch a buffer it does not hold; and
+// no loop on a word retries for as long as a peer rewrites it (casTries).
 const (
 	ctlMagic   = 0x706d2d6970633033 // "pm-ipc03"
 	ctlVersion = 3
@@ -177,7 +178,16 @@ type ctl struct {
 	w                           []uint64
 	grants0, slots0, exports0   int
 	rings0, ringW, nslots, nexp int
+	// peer, set by tests only (before any call uses the ctl), runs in cas between the caller's
+	// load of word i and its compare-and-swap: a peer process that writes the word meanwhile.
+	peer func(i int)
 }
+
+// casTries bounds every compare-and-swap loop on a word that another process can write: a
+// loop that loses it casTries times in a row (a peer rewriting the word without end) gives up,
+// with ErrProtocol (contended) or leaving the word to a later round, never spinning, nor
+// holding a lock, for as long as the peer likes.
+const casTries = 64
 
 // newCtl views words w as the control region of geometry l (which must pass check, and w
 // hold l.words()).
@@ -194,6 +204,9 @@ func (c *ctl) ring(p, q int) int     { return c.rings0 + (p*c.nslots+q)*c.ringW 
 func (c *ctl) load(i int) uint64     { return atomic.LoadUint64(&c.w[i]) }
 func (c *ctl) store(i int, v uint64) { atomic.StoreUint64(&c.w[i], v) }
 func (c *ctl) cas(i int, old, v uint64) bool {
+	if c.peer != nil {
+		c.peer(i)
+	}
 	return atomic.CompareAndSwapUint64(&c.w[i], old, v)
 }
 func (c *ctl) add(i int, v uint64) uint64 { return atomic.AddUint64(&c.w[i], v) }

@@ -34,7 +34,7 @@ func (p *Process) takeGone(i int) bool {
 	c := &p.c
 	e := p.slot*p.exports + i
 	st := c.entry(e) + eState
-	for range 64 { // (an entry a peer rewrites without end is left to the next scan)
+	for range casTries { // (an entry a peer rewrites without end is left to the next scan)
 		w := c.load(st)
 		switch {
 		case w == packState(r.gen+1, eGone):

@@ -128,7 +128,7 @@ func (w *Owner) entrySpan(e int) (span, bool) {
 func (w *Owner) dropEntry(g *gone, e int) (left bool) {
 	c := &w.c
 	st := c.entry(e) + eState
-	for range 64 { // (an entry a peer rewrites without end is left as it is)
+	for range casTries { // (an entry a peer rewrites without end is left as it is)
 		w0 := c.load(st)
 		if w0&eLive == 0 || c.load(c.entry(e)+eHolder) != packHolder(g.slot, g.serial) {
 			return false
