@@ -39,6 +39,9 @@ var (
 	ErrServed = errkind.New(pinmalloc.ErrRefused, "ipcpool: another owner serves the path")
 	// ErrProtocol: the socket or the control region carried something that is not this
 	// package's protocol (another version, a truncated message, a value out of range): the
-	// peer is cut off. Kind ErrInvalid.
+	// peer is cut off. A call that finds a word of the control region rewritten by another
+	// process as fast as it changes it (Retain, Release, FreeHandle, the Free of a shared
+	// buffer) fails with it too, having changed nothing: it may be tried again. Kind
+	// ErrInvalid.
 	ErrProtocol = errkind.New(pinmalloc.ErrInvalid, "ipcpool: protocol error")
 )

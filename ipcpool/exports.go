@@ -1,5 +1,7 @@
 package ipcpool
 
+import "fmt"
+
 // The export table: one entry (a cache line) for each buffer a process shared with a Handle,
 // in the part of the table of the process's slot. An entry names one allocation: its
 // generation changes each time the entry is let go, so a handle of a buffer freed since (or
@@ -88,11 +90,20 @@ func (c *ctl) setRetain(e, s int, on bool) bool {
 	}
 }
 
+// contended is the error of a compare-and-swap loop on the word(s) what names that lost
+// casTries times in a row: another process rewrites them without end.
+func contended(what string) error {
+	return fmt.Errorf("%w: %s rewritten by another process as fast as this one changes them "+
+		"(%d tries): nothing done", ErrProtocol, what, casTries)
+}
+
 // tryRetire retires entry e at generation gen if no reference to it is left, and reports
-// whether this call did: the caller must then deliver it (Process.deliver).
+// whether this call did: the caller must then deliver it (Process.deliver). An entry another
+// process rewrites as often as this one tries (casTries) is left unretired: its holder's scan
+// (scanRetired), or the owner's round for a holder gone, retires it later.
 func (c *ctl) tryRetire(e int, gen uint32) bool {
 	i := c.entry(e) + eState
-	for {
+	for range casTries {
 		w := c.load(i)
 		if entryGen(w) != gen || w&eFlags != eLive || c.retained(e) {
 			return false
@@ -109,6 +120,7 @@ func (c *ctl) tryRetire(e int, gen uint32) bool {
 			return false // changed meanwhile by someone's garbage: leave it to its holder's scan
 		}
 	}
+	return false
 }
 
 // letGo frees entry e, live at state w0, for the owner, which lets it go in place of its

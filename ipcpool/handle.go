@@ -225,8 +225,9 @@ func (p *Process) prunePeers() {
 // FreeHandle lets go the allocation of the buffer of h, as a Free of the buffer in its holder
 // would: the buffer goes back to its holder once no process retains it. A second FreeHandle
 // of the same buffer (a replayed handle), or one of a buffer let go, is refused with
-// ErrStaleHandle and changes nothing. The caller must have let every stream that used the
-// buffer pass first (a synchronize, or an event waited on).
+// ErrStaleHandle and changes nothing, as does one that fails with ErrProtocol (another
+// process rewrites the buffer's entry without end: try again). The caller must have let every
+// stream that used the buffer pass first (a synchronize, or an event waited on).
 func (p *Process) FreeHandle(h Handle) error {
 	if !p.enter() {
 		return ErrClosed
@@ -238,7 +239,10 @@ func (p *Process) FreeHandle(h Handle) error {
 	}
 	c := &p.c
 	i := c.entry(e) + eState
-	for {
+	for try := 0; ; try++ {
+		if try == casTries {
+			return contended(fmt.Sprintf("the export entry of %v", h))
+		}
 		w := c.load(i)
 		if entryGen(w) != h.Gen || w&eFlags != eLive|eAlloc {
 			return fmt.Errorf("%w: %v (its allocation was let go)", ErrStaleHandle, h)

@@ -355,7 +355,7 @@ func (w *Owner) settleOrphans(g *gone) {
 		// flagRetains cleared (dropRetains skipped it), or a peer forged it. Cleared, the entry
 		// retires here if no other bit is left (as tryRetire, its allocation aside: its holder
 		// is gone), or the buffer and its grants would wait for a Release that never comes.
-		stale := stale
+		stale, left := stale, false
 		if i, bit := c.retainWord(e, 0); c.load(i)&bit != 0 && !w.Process.retainsEntry(e, r.gen) {
 			stale[0] |= bit // the owner's own bit, which its Process does not hold: forged
 		}
@@ -363,12 +363,12 @@ func (w *Owner) settleOrphans(g *gone) {
 			if m == 0 {
 				continue
 			}
-			for i := c.entry(e) + eRetain + j; ; {
-				old := c.load(i)
-				if old&m == 0 || c.cas(i, old, old&^m) {
-					break
-				}
+			if !c.clearBits(c.entry(e)+eRetain+j, m) {
+				left = true
 			}
+		}
+		if left {
+			continue // a word a peer rewrites without end: the entry stays pinned, to a later round
 		}
 		if w0&eGone == 0 && !g.exited {
 			// Freed by its process, alive: retired now if no retain is left, for it to take in.
@@ -401,6 +401,18 @@ func (p *Process) retainsEntry(e int, gen uint32) bool {
 	defer p.ex.mu.Unlock()
 	for h := range p.ex.retains {
 		if int(h.Entry) == e && h.Gen == gen {
+			return true
+		}
+	}
+	return false
+}
+
+// clearBits clears bits m of word i, and reports whether it did (not when another process
+// rewrites the word as often as this one tries: casTries).
+func (c *ctl) clearBits(i int, m uint64) bool {
+	for range casTries {
+		old := c.load(i)
+		if old&m == 0 || c.cas(i, old, old&^m) {
 			return true
 		}
 	}

@@ -11,7 +11,8 @@ import (
 // frees its allocation, until this process calls Release as many times as it retained it
 // (or leaves the pool, or dies). So several processes can read one buffer (a shared KV
 // prefix) and the buffer goes back to its holder when the last of them lets go. It fails
-// with ErrStaleHandle for a buffer already let go.
+// with ErrStaleHandle for a buffer already let go, and with ErrProtocol, retaining nothing,
+// when another process rewrites the buffer's words of the control region without end.
 func (p *Process) Retain(h Handle) error {
 	if p.closed.Load() {
 		return ErrClosed
@@ -39,13 +40,11 @@ func (p *Process) Retain(h Handle) error {
 	if !p.retainedEver {
 		// Before the first bit: the owner scans for a process's bits when it goes only if
 		// it says it may have some.
-		p.retainedEver = true
-		for {
-			f := c.slotLoad(p.slot, sFlags)
-			if f&flagRetains != 0 || c.cas(c.slotWord(p.slot, sFlags), f, f|flagRetains) {
-				break
-			}
+		if err := p.flagRetains(); err != nil {
+			ex.mu.Unlock()
+			return err
 		}
+		p.retainedEver = true
 	}
 	c.setRetain(e, p.slot, true)
 	// The bit is set: a retirement that has not marked the entry yet sees it and backs off;
@@ -234,7 +233,10 @@ func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
 	c := &p.c
 	e := p.slot*p.exports + i
 	st := c.entry(e) + eState
-	for {
+	for try := 0; ; try++ {
+		if try == casTries {
+			return true, false, contended(fmt.Sprintf("the export entry of buffer %#x", addr))
+		}
 		w := c.load(st)
 		if allocGone(r, w) && !r.dropped {
 			// The owner let the allocation go as this process left its socket (eGone): the
@@ -275,4 +277,17 @@ func (p *Process) adopted() bool {
 		}
 	}
 	return true
+}
+
+// flagRetains sets this process's flagRetains, before its first retain bit. Called with ex.mu
+// held.
+func (p *Process) flagRetains() error {
+	c := &p.c
+	for range casTries {
+		f := c.slotLoad(p.slot, sFlags)
+		if f&flagRetains != 0 || c.cas(c.slotWord(p.slot, sFlags), f, f|flagRetains) {
+			return nil
+		}
+	}
+	return contended(fmt.Sprintf("the flags of slot %d", p.slot))
 }

@@ -1,0 +1,163 @@
+package ipcpool
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A hostile peer may rewrite a word of the control region between every load of it and the
+// compare-and-swap that follows (the ctl's peer hook plays it here). No loop on such a word
+// may retry without end: each gives up after casTries, with ErrProtocol where a caller asked
+// for something, leaving what it did consistent (nothing half done, nothing lost), and the
+// owner's mutex is never held for as long as the peer likes. (Before, each of these loops
+// spun for as long as the peer rewrote the word.)
+
+// rewriter is a peer rewriting word `word` of c (its bits flip toggled) at each compare-and-
+// swap on it once armed, until stopped; tries counts the rewrites.
+type rewriter struct {
+	armed, stopped atomic.Bool
+	tries          atomic.Int64
+}
+
+func rewrite(c *ctl, word int, flip uint64) *rewriter {
+	r := &rewriter{}
+	r.armed.Store(true)
+	c.peer = func(i int) {
+		if i == word && r.armed.Load() && !r.stopped.Load() {
+			r.tries.Add(1)
+			c.store(i, c.load(i)^flip)
+		}
+	}
+	return r
+}
+
+// bounded runs f, which must end on its own while r rewrites its word: past a deadline, the
+// peer stops (so that f ends, and the test with it) and the test fails.
+func bounded(t *testing.T, r *rewriter, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		r.stopped.Store(true)
+		<-done
+		t.Fatalf("%s retried without end (%d tries) while a peer rewrote its word", what,
+			r.tries.Load())
+	}
+	if n := r.tries.Load(); n > casTries+1 {
+		t.Errorf("%s retried %d times (casTries %d)", what, n, casTries)
+	}
+}
+
+func TestTryRetireContendedGivesUp(t *testing.T) {
+	l := letGoLayout
+	c := newCtl(l, make([]uint64, l.words()))
+	const e, holder = 2, 1
+	shareEntry(&c, e, holder, 1, 1, eLive)
+	st := c.entry(e) + eState
+	r := rewrite(&c, st, eGone)
+	var retired bool
+	bounded(t, r, "tryRetire", func() { retired = c.tryRetire(e, 1) })
+	if w := c.load(st); retired || w&eRetiring != 0 {
+		t.Fatalf("a contended tryRetire: retired %v, the entry %#x", retired, w)
+	}
+	r.stopped.Store(true) // the peer stops: the holder's scan retires it
+	if !c.tryRetire(e, 1) {
+		t.Fatalf("tryRetire once the peer stopped: not retired")
+	}
+}
+
+// bareProcess is a process of slot 1 of letGoLayout with no pool behind it, sharing one
+// buffer (entry index 0, generation 1, live and allocated): its handle.
+func bareProcess(t *testing.T) (*Process, Handle) {
+	l := letGoLayout
+	const slot = 1
+	p := &Process{layout: l, slot: slot, serial: 1, c: newCtl(l, make([]uint64, l.words())),
+		ex: newExportState(l.exports)}
+	p.ex.recs = []exportRec{{addr: 0x1000, n: 4096, gen: 1}}
+	p.ex.byAddr[0x1000] = 0
+	e := slot * l.exports
+	shareEntry(&p.c, e, slot, 1, 1, eLive|eAlloc)
+	return p, Handle{Entry: uint32(e), Gen: 1, Offset: 0, Length: 4096}
+}
+
+func TestRetainFlagContendedGivesUp(t *testing.T) {
+	p, h := bareProcess(t)
+	c := &p.c
+	r := rewrite(c, c.slotWord(p.slot, sFlags), flagDevice)
+	var err error
+	bounded(t, r, "Retain's flagRetains", func() { err = p.Retain(h) })
+	if !errors.Is(err, ErrProtocol) || p.retainedEver || len(p.ex.retains) != 0 ||
+		c.retained(int(h.Entry)) {
+		t.Fatalf("Retain with its flag word rewritten: %v (retained ever %v, retains %v)", err,
+			p.retainedEver, p.ex.retains)
+	}
+	r.stopped.Store(true)
+	if err := p.Retain(h); err != nil || p.ex.retains[h] != 1 {
+		t.Fatalf("Retain once the peer stopped: %v", err)
+	}
+}
+
+func TestFreeHandleContendedGivesUp(t *testing.T) {
+	p, h := bareProcess(t)
+	p.serial = 2 // (a retirement, should FreeHandle go through, is delivered to no pool: none here)
+	c := &p.c
+	st := c.entry(int(h.Entry)) + eState
+	r := rewrite(c, st, eGone)
+	var err error
+	bounded(t, r, "FreeHandle", func() { err = p.FreeHandle(h) })
+	if !errors.Is(err, ErrProtocol) || c.load(st)&eAlloc == 0 {
+		t.Fatalf("FreeHandle with its entry rewritten: %v (the entry %#x)", err, c.load(st))
+	}
+}
+
+func TestDropSharedContendedGivesUp(t *testing.T) {
+	p, h := bareProcess(t)
+	c := &p.c
+	st := c.entry(int(h.Entry)) + eState
+	r := rewrite(c, st, eGone)
+	var shared, last bool
+	var err error
+	bounded(t, r, "DropShared", func() { shared, last, err = sharer{p}.DropShared(0x1000) })
+	if !errors.Is(err, ErrProtocol) || !shared || last || c.load(st)&eAlloc == 0 ||
+		p.ex.recs[0].addr == 0 {
+		t.Fatalf("DropShared with its entry rewritten: shared %v last %v %v (the entry %#x)",
+			shared, last, err, c.load(st))
+	}
+}
+
+// settleOrphans clears the retain bits of slots no process holds: a word a peer rewrites is left
+// to a later round (the buffer stays pinned meanwhile), under w.mu for a bounded time.
+func TestSettleOrphansContendedGivesUp(t *testing.T) {
+	w, c := bareOwner(letGoLayout)
+	const retainer, holder, stale = 1, 2, 0
+	w.procs[0] = slotState{used: true, active: true, serial: 1}
+	w.procs[retainer] = slotState{used: true, active: true, serial: 1}
+	e := holder * letGoLayout.exports
+	shareEntry(c, e, holder, 5, 1, eLive)
+	c.setRetain(e, stale, true) // the owner's slot, which its Process does not hold: forged
+	w.Process.ex = newExportState(letGoLayout.exports)
+	g := newGone(holder, 5, watch{pidfd: -1}, true)
+	g.pin(e, span{0, 0}, 1)
+	w.goneList = []*gone{g}
+	w.table[0] = grantState{state: gOrphan, gone: g, gen: 1}
+	i, _ := c.retainWord(e, stale)
+	_, otherBit := c.retainWord(e, retainer)
+	r := rewrite(c, i, otherBit)
+	bounded(t, r, "the owner's round", func() { w.tickLocked() })
+	if _, pinned := g.entries[e]; !pinned || w.table[0].state != gOrphan {
+		t.Fatalf("an orphan let go with a forged retain bit still set: %+v", w.table[0])
+	}
+	r.stopped.Store(true)
+	c.store(i, 0) // the peer stops, its bits let go
+	w.tickLocked()
+	if _, pinned := g.entries[e]; pinned {
+		t.Fatalf("the orphan still pinned once the peer stopped: %#x", c.load(c.entry(e)+eState))
+	}
+}
