@@ -284,7 +284,14 @@ func (w *Owner) finishAdoption() {
 	// let go (dropEntries).
 	g0.fromWords, g0.exited = true, true
 	pending := w.rejoinsPending()
-	retired := w.dropRetains(0)
+	retired, stuck := w.dropRetains(0)
+	if len(stuck) > 0 {
+		// Bits of the previous owner's that stayed (a peer rewrote their words) are slot 0's,
+		// this owner's: its drainer takes them back (clearUntaken), as a Retain's too late.
+		w.Process.ex.mu.Lock()
+		w.Process.ex.untaken = append(w.Process.ex.untaken, stuck...)
+		w.Process.ex.mu.Unlock()
+	}
 	w.dropEntries(g0)
 	for s := range w.procs {
 		w.adoptOrphans(s, g0)

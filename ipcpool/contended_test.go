@@ -55,6 +55,23 @@ func bounded(t *testing.T, r *rewriter, what string, f func()) {
 	}
 }
 
+func TestSetRetainContendedGivesUp(t *testing.T) {
+	l := letGoLayout
+	c := newCtl(l, make([]uint64, l.words()))
+	const e, slot, other = 2, 1, 2
+	i, _ := c.retainWord(e, slot)
+	_, otherBit := c.retainWord(e, other)
+	r := rewrite(&c, i, otherBit)
+	var err error
+	bounded(t, r, "setRetain", func() { _, err = c.setRetain(e, slot, true) })
+	if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("setRetain under a peer rewriting its word: %v, want ErrProtocol", err)
+	}
+	if _, bit := c.retainWord(e, slot); c.load(i)&bit != 0 {
+		t.Fatalf("a contended setRetain set its bit")
+	}
+}
+
 func TestTryRetireContendedGivesUp(t *testing.T) {
 	l := letGoLayout
 	c := newCtl(l, make([]uint64, l.words()))
@@ -104,6 +121,76 @@ func TestRetainFlagContendedGivesUp(t *testing.T) {
 	}
 }
 
+func TestRetainBitContendedGivesUp(t *testing.T) {
+	p, h := bareProcess(t)
+	c := &p.c
+	i, _ := c.retainWord(int(h.Entry), p.slot)
+	_, otherBit := c.retainWord(int(h.Entry), 2)
+	r := rewrite(c, i, otherBit)
+	var err error
+	bounded(t, r, "Retain", func() { err = p.Retain(h) })
+	if !errors.Is(err, ErrProtocol) || len(p.ex.retains) != 0 || c.load(i)&^otherBit != 0 {
+		t.Fatalf("Retain with its retain word rewritten: %v (retains %v, word %#x)", err,
+			p.ex.retains, c.load(i))
+	}
+}
+
+// A Retain that finds the buffer let go as its bit lands takes the bit back: contended, the bit
+// stays this process's to clear (the drainer's scan does), never a retain that keeps the
+// buffer for good.
+func TestRetainTakeBackContendedGivesUp(t *testing.T) {
+	p, h := bareProcess(t)
+	c := &p.c
+	e := int(h.Entry)
+	i, bit := c.retainWord(e, p.slot)
+	_, otherBit := c.retainWord(e, 2)
+	r := rewrite(c, i, otherBit)
+	r.armed.Store(false)
+	first := true
+	peer := c.peer
+	c.peer = func(j int) {
+		if j == i && first { // the bit lands as a retirer marks the entry: too late
+			first = false
+			c.store(c.entry(e)+eState, packState(1, eLive|eRetiring))
+			r.armed.Store(true)
+			return
+		}
+		peer(j)
+	}
+	var err error
+	bounded(t, r, "Retain's take-back", func() { err = p.Retain(h) })
+	if !errors.Is(err, ErrStaleHandle) || len(p.ex.retains) != 0 {
+		t.Fatalf("Retain too late, its take-back contended: %v (retains %v)", err, p.ex.retains)
+	}
+	r.stopped.Store(true)
+	if c.load(i)&bit == 0 {
+		t.Fatalf("the bit taken back though the peer rewrote its word")
+	}
+	p.clearUntaken()
+	if c.load(i)&bit != 0 {
+		t.Fatalf("the bit left set once the peer stopped: the buffer kept for good")
+	}
+}
+
+func TestReleaseContendedGivesUp(t *testing.T) {
+	p, h := bareProcess(t)
+	c := &p.c
+	must(t, "Retain", p.Retain(h))
+	i, bit := c.retainWord(int(h.Entry), p.slot)
+	_, otherBit := c.retainWord(int(h.Entry), 2)
+	r := rewrite(c, i, otherBit)
+	var err error
+	bounded(t, r, "Release", func() { err = p.Release(h) })
+	if !errors.Is(err, ErrProtocol) || p.ex.retains[h] != 1 || c.load(i)&bit == 0 {
+		t.Fatalf("Release with its retain word rewritten: %v (retains %v, word %#x)", err,
+			p.ex.retains, c.load(i))
+	}
+	r.stopped.Store(true)
+	if err := p.Release(h); err != nil || len(p.ex.retains) != 0 || c.load(i)&bit != 0 {
+		t.Fatalf("Release once the peer stopped: %v", err)
+	}
+}
+
 func TestFreeHandleContendedGivesUp(t *testing.T) {
 	p, h := bareProcess(t)
 	p.serial = 2 // (a retirement, should FreeHandle go through, is delivered to no pool: none here)
@@ -129,6 +216,40 @@ func TestDropSharedContendedGivesUp(t *testing.T) {
 		p.ex.recs[0].addr == 0 {
 		t.Fatalf("DropShared with its entry rewritten: shared %v last %v %v (the entry %#x)",
 			shared, last, err, c.load(st))
+	}
+}
+
+// The owner lets go the retains of a process that left under w.mu: a retain word a peer
+// rewrites keeps its slot (its bits are the slot's) until a later round clears them.
+func TestDropRetainsContendedKeepsTheSlot(t *testing.T) {
+	w, c := bareOwner(letGoLayout)
+	const leaver, holder = 1, 2
+	w.procs[leaver] = slotState{used: true, active: true, serial: 3}
+	c.slotStore(leaver, sSerial, 3)
+	c.slotStore(leaver, sFlags, flagRetains)
+	e := holder * letGoLayout.exports
+	shareEntry(c, e, holder, 1, 1, eLive) // freed by its holder: the retain keeps it
+	c.setRetain(e, leaver, true)
+	i, bit := c.retainWord(e, leaver)
+	_, otherBit := c.retainWord(e, 0)
+	r := rewrite(c, i, otherBit)
+	bounded(t, r, "the owner's leave", func() { w.leave(leaver, true, watch{pidfd: -1}) })
+	w.mu.Lock()
+	kept := w.procs[leaver].keeper
+	serial := c.slotLoad(leaver, sSerial)
+	w.mu.Unlock()
+	if c.load(i)&bit == 0 || kept == nil || serial != 3|serialGone {
+		t.Fatalf("a leave with a retain word rewritten: word %#x, keeper %v, serial %#x", c.load(i),
+			kept, serial)
+	}
+	r.stopped.Store(true)
+	w.c.peer = nil
+	w.tickLocked()
+	if c.load(i)&bit != 0 || w.procs[leaver].keeper != nil || c.slotLoad(leaver, sSerial) != 0 {
+		t.Fatalf("the round after the peer stopped: word %#x, slot %+v", c.load(i), w.procs[leaver])
+	}
+	if s := c.load(c.entry(e) + eState); s&eRetiring == 0 {
+		t.Fatalf("the buffer the retain kept not retired once let go: %#x", s)
 	}
 }
 
@@ -159,5 +280,60 @@ func TestSettleOrphansContendedGivesUp(t *testing.T) {
 	w.tickLocked()
 	if _, pinned := g.entries[e]; pinned {
 		t.Fatalf("the orphan still pinned once the peer stopped: %#x", c.load(c.entry(e)+eState))
+	}
+}
+
+// A process that leaves before it is ready has its slot freed at once, its retain bits let go:
+// a bit that stays (its word rewritten by a peer) keeps the slot until a round lets it go.
+func TestFreeSlotContendedKeepsTheSlot(t *testing.T) {
+	w, c := bareOwner(letGoLayout)
+	const leaver, holder = 1, 2
+	w.procs[leaver] = slotState{used: true, serial: 3}
+	c.slotStore(leaver, sSerial, 3)
+	c.slotStore(leaver, sFlags, flagRetains)
+	e := holder * letGoLayout.exports
+	shareEntry(c, e, holder, 1, 1, eLive)
+	c.setRetain(e, leaver, true)
+	i, bit := c.retainWord(e, leaver)
+	_, otherBit := c.retainWord(e, 0)
+	r := rewrite(c, i, otherBit)
+	bounded(t, r, "the owner's freeSlot", func() { w.freeSlot(leaver, watch{pidfd: -1}) })
+	if c.load(i)&bit == 0 || w.procs[leaver].keeper == nil ||
+		c.slotLoad(leaver, sSerial) != 3|serialGone {
+		t.Fatalf("a freeSlot with a retain word rewritten: word %#x, slot %+v, serial %#x",
+			c.load(i), w.procs[leaver], c.slotLoad(leaver, sSerial))
+	}
+	r.stopped.Store(true)
+	w.tickLocked()
+	if c.load(i)&bit != 0 || w.procs[leaver].keeper != nil || c.slotLoad(leaver, sSerial) != 0 {
+		t.Fatalf("the round after the peer stopped: word %#x, slot %+v", c.load(i), w.procs[leaver])
+	}
+}
+
+// An owner that adopts the pool lets go the previous owner's retains (slot 0's, its own): a bit
+// that stays (its word rewritten by a peer) is its drainer's to take back, as a Retain's too
+// late.
+func TestAdoptionContendedLeavesTheBitToTheDrainer(t *testing.T) {
+	w, c := bareOwner(letGoLayout)
+	w.Process.ex = newExportState(letGoLayout.exports)
+	const holder = 2
+	w.procs[holder] = slotState{used: true, active: true, serial: 1}
+	e := holder * letGoLayout.exports
+	shareEntry(c, e, holder, 1, 1, eLive)
+	c.setRetain(e, 0, true) // the previous owner's
+	w.scan = newGone(0, 1, watch{pidfd: -1}, true)
+	i, bit := c.retainWord(e, 0)
+	_, otherBit := c.retainWord(e, 1)
+	r := rewrite(c, i, otherBit)
+	bounded(t, r, "the adoption's end", func() { w.finishAdoption() })
+	if c.load(i)&bit == 0 || len(w.Process.ex.untaken) != 1 {
+		t.Fatalf("an adoption with a retain word rewritten: word %#x, untaken %v", c.load(i),
+			w.Process.ex.untaken)
+	}
+	r.stopped.Store(true)
+	w.Process.clearUntaken()
+	s := c.load(c.entry(e) + eState)
+	if c.load(i)&bit != 0 || s&eRetiring == 0 || len(w.Process.ex.untaken) != 0 {
+		t.Fatalf("the drainer's pass after the peer stopped: word %#x, entry %#x", c.load(i), s)
 	}
 }

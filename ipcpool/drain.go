@@ -45,6 +45,7 @@ func (p *Process) drainer() {
 				p.drainMu.Lock()
 				p.scanRetired()
 				p.drainMu.Unlock()
+				p.clearUntaken()
 			}
 		}
 	}

@@ -73,21 +73,24 @@ func (c *ctl) retained(e int) bool {
 }
 
 // setRetain sets (on) or clears slot s's retain bit of entry e, and reports whether it changed.
-func (c *ctl) setRetain(e, s int, on bool) bool {
+// A word that another process rewrites as often as this one tries (casTries) is left as it
+// was: the error (ErrProtocol) says so.
+func (c *ctl) setRetain(e, s int, on bool) (bool, error) {
 	i, bit := c.retainWord(e, s)
-	for {
+	for range casTries {
 		old := c.load(i)
 		v := old &^ bit
 		if on {
 			v = old | bit
 		}
 		if v == old {
-			return false
+			return false, nil
 		}
 		if c.cas(i, old, v) {
-			return true
+			return true, nil
 		}
 	}
+	return false, contended(fmt.Sprintf("the retain bits of entry %d", e))
 }
 
 // contended is the error of a compare-and-swap loop on the word(s) what names that lost

@@ -40,6 +40,9 @@ type exportState struct {
 	peers   map[uintptr]Handle
 	prune   int // peers' size at which to drop its stale handles
 	retains map[Handle]int
+	// untaken: entries whose retain bit a Retain set too late and could not take back (a peer
+	// rewrote the word without end): the drainer takes them back (clearUntaken).
+	untaken []int
 	// forgot, made by a call that waits for a take-in (waitTake), is closed as a take-in forgets
 	// its record (forget).
 	forgot chan struct{}

@@ -32,7 +32,7 @@ func TestPeerKilledMidFreeLosesNoBuffer(t *testing.T) {
 	must(t, "Handle", err)
 	must(t, "Retain", p.Retain(h2))
 	must(t, "Free", w.Free(b2))
-	if !c.setRetain(int(h2.Entry), p.slot, false) {
+	if changed, _ := c.setRetain(int(h2.Entry), p.slot, false); !changed {
 		t.Fatal("no retain bit of the peer's")
 	}
 

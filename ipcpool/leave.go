@@ -32,14 +32,16 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 	}
 	var retired []retirement
 	if w.c.slotLoad(slot, sFlags)&flagRetains != 0 {
+		// Until it exits (tick), or, its bits not all let go, until a round lets them go.
+		g.retains = true
 		if g.exited {
-			retired = w.dropRetains(slot)
-		} else {
-			g.retains = true // until it exits (tick)
+			var stuck []int
+			retired, stuck = w.dropRetains(slot)
+			g.retains = len(stuck) > 0
 		}
 	}
 	left := w.dropEntries(g)
-	if !g.exited && (g.retains || len(g.entries) > 0 || left || w.heldBy(slot) > 0) {
+	if g.retains || !g.exited && (len(g.entries) > 0 || left || w.heldBy(slot) > 0) {
 		// Before the grant words change: an owner that adopts the pool reads a word of the
 		// slot as the kept process's, in limbo or held (adopt.go).
 		st.keeper = g
@@ -63,7 +65,7 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 		}
 	}
 	w.fence(fenced)
-	if len(g.entries) > 0 || !g.exited {
+	if len(g.entries) > 0 || !g.exited || g.retains {
 		w.goneList = append(w.goneList, g)
 	}
 	if st.keeper == nil {
@@ -82,13 +84,17 @@ type retirement struct {
 	gen uint32
 }
 
-// dropRetains clears slot's retain bit in every entry and returns the entries that retires.
-// Called with w.mu held.
-func (w *Owner) dropRetains(slot int) []retirement {
-	var out []retirement
+// dropRetains clears slot's retain bit in every entry and returns the entries that retires,
+// and those whose bit stayed (a word another process rewrote without end: setRetain): the
+// slot is not free then, the bits being its, and a later round tries again. Called with w.mu
+// held.
+func (w *Owner) dropRetains(slot int) (out []retirement, stuck []int) {
 	c := &w.c
 	for e := range w.slots * w.exports {
-		if !c.setRetain(e, slot, false) {
+		if changed, err := c.setRetain(e, slot, false); err != nil || !changed {
+			if err != nil {
+				stuck = append(stuck, e)
+			}
 			continue
 		}
 		gen := entryGen(c.load(c.entry(e) + eState))
@@ -96,7 +102,7 @@ func (w *Owner) dropRetains(slot int) []retirement {
 			out = append(out, retirement{e, gen})
 		}
 	}
-	return out
+	return out, stuck
 }
 
 // dropEntries lets go the allocations of g's process's entries: those no other process
@@ -293,7 +299,15 @@ func (w *Owner) tickLocked() []retirement {
 			if g.retains || w.c.slotLoad(g.slot, sFlags)&flagRetains != 0 {
 				// Before settleOrphans: what it retained of its own buffers settles in this
 				// round.
-				retired = append(retired, w.dropRetains(g.slot)...)
+				r, stuck := w.dropRetains(g.slot)
+				retired = append(retired, r...)
+				if len(stuck) > 0 {
+					// A bit of its stayed (a peer rewrote the word): the slot stays kept,
+					// and the next round tries again.
+					g.retains = true
+					kept = append(kept, g)
+					continue
+				}
 				g.retains = false
 			}
 			// The buffers it shared since it left, let go as its leave let go those it had

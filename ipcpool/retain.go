@@ -46,7 +46,10 @@ func (p *Process) Retain(h Handle) error {
 		}
 		p.retainedEver = true
 	}
-	c.setRetain(e, p.slot, true)
+	if _, err := c.setRetain(e, p.slot, true); err != nil {
+		ex.mu.Unlock()
+		return err // (the bit not set: no retain)
+	}
 	// The bit is set: a retirement that has not marked the entry yet sees it and backs off;
 	// one that has marked it is seen here.
 	w := c.load(c.entry(e) + eState)
@@ -56,9 +59,14 @@ func (p *Process) Retain(h Handle) error {
 		return nil
 	}
 	// Too late: the buffer is being let go. Take the bit back (this process's, which no other
-	// retain of it can hold: ex.mu) and let the entry retire if it now may.
-	c.setRetain(e, p.slot, false)
-	retired := c.tryRetire(e, entryGen(w))
+	// retain of it can hold: ex.mu) and let the entry retire if it now may. A word another
+	// process rewrites without end keeps the bit, for the drainer to take back (clearUntaken).
+	retired := false
+	if _, err := c.setRetain(e, p.slot, false); err != nil {
+		ex.untaken = append(ex.untaken, e)
+	} else {
+		retired = c.tryRetire(e, entryGen(w))
+	}
 	ex.mu.Unlock()
 	if retired {
 		p.deliver(e, entryGen(w))
@@ -68,8 +76,9 @@ func (p *Process) Retain(h Handle) error {
 
 // Release lets go one reference Retain added. When it was the buffer's last reference, the
 // buffer goes back to its holder. Release of a handle this process does not retain is
-// refused with ErrStaleHandle. The caller must have let every stream that used the buffer
-// pass first.
+// refused with ErrStaleHandle. One that fails with ErrProtocol (another process rewrites the
+// buffer's words of the control region without end) keeps the reference: Release it again.
+// The caller must have let every stream that used the buffer pass first.
 func (p *Process) Release(h Handle) error {
 	if p.closed.Load() {
 		return ErrClosed
@@ -102,9 +111,11 @@ func (p *Process) release(h Handle) (retired bool, err error) {
 		ex.retains[h] = n - 1
 		return false, nil
 	}
-	delete(ex.retains, h)
 	e := int(h.Entry) // checked by Retain
-	p.c.setRetain(e, p.slot, false)
+	if _, err := p.c.setRetain(e, p.slot, false); err != nil {
+		return false, err // the retain still held, for another Release
+	}
+	delete(ex.retains, h)
 	if p.pauseFree != nil {
 		p.pauseFree()
 	}
@@ -290,4 +301,47 @@ func (p *Process) flagRetains() error {
 		}
 	}
 	return contended(fmt.Sprintf("the flags of slot %d", p.slot))
+}
+
+// clearUntaken takes back the retain bits a Retain set too late and could not take back (a peer
+// rewrote their word without end), but for those a retain of this process now holds, and
+// delivers the entries that retires.
+func (p *Process) clearUntaken() {
+	ex := &p.ex
+	ex.mu.Lock()
+	if len(ex.untaken) == 0 {
+		ex.mu.Unlock()
+		return
+	}
+	var retired []retirement
+	left := ex.untaken[:0]
+	for _, e := range ex.untaken {
+		if p.retainsAny(e) {
+			continue // the bit is that retain's now: its Release takes it back
+		}
+		if _, err := p.c.setRetain(e, p.slot, false); err != nil {
+			left = append(left, e)
+			continue
+		}
+		gen := entryGen(p.c.load(p.c.entry(e) + eState))
+		if p.c.tryRetire(e, gen) {
+			retired = append(retired, retirement{e, gen})
+		}
+	}
+	ex.untaken = left
+	ex.mu.Unlock()
+	for _, r := range retired {
+		p.deliver(r.e, r.gen)
+	}
+}
+
+// retainsAny reports whether this process holds a retain of entry e, at any generation.
+// Called with ex.mu held.
+func (p *Process) retainsAny(e int) bool {
+	for h := range p.ex.retains {
+		if int(h.Entry) == e {
+			return true
+		}
+	}
+	return false
 }

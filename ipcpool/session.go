@@ -361,12 +361,23 @@ func (w *Owner) freeSlot(slot int, wa watch) {
 	wa.stop()
 	w.mu.Lock()
 	var retired []retirement
+	var stuck []int
 	if w.c.slotLoad(slot, sFlags)&flagRetains != 0 {
-		retired = w.dropRetains(slot)
+		retired, stuck = w.dropRetains(slot)
 	}
 	st := &w.procs[slot]
 	st.used, st.active, st.conn = false, false, nil
-	w.c.slotStore(slot, sSerial, 0)
+	if len(stuck) > 0 {
+		// Bits of its stayed (a peer rewrote their words): the slot is kept, as for a process
+		// gone alive (leave), until a round lets them go.
+		g := newGone(slot, st.serial, watch{pidfd: -1}, true)
+		g.retains = true
+		st.keeper = g
+		w.goneList = append(w.goneList, g)
+		w.c.slotStore(slot, sSerial, st.serial|serialGone)
+	} else {
+		w.c.slotStore(slot, sSerial, 0)
+	}
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	for _, r := range retired {
