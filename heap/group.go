@@ -45,6 +45,7 @@ type Group struct {
 	granule    uintptr // the provider's commit granule
 	decommits  bool    // the provider gives memory back (Caps.Decommits)
 	coarse     bool    // it commits in granules of a chunk or more (pack.go)
+	joins      bool    // the provider is an arena.Joiner: no commit unit with a live block is cut
 	packRuns   bool    // coarse, and a block may span commits: pages run on across chunks (pack.go)
 	exclusive  bool    // class pages start exclusive (exclusive.go)
 	nheaps     atomic.Int32
@@ -92,9 +93,10 @@ func NewGroup(a *arena.Arena) (*Group, error) {
 	caps := a.Provider().Caps()
 	_, joins := a.Provider().(arena.Joiner)
 	coarse := caps.Granule >= segSize && caps.Decommits
-	return &Group{a: a, addr: make([]atomic.Pointer[addrLeaf], addrDirLen), dir: make([]atomic.Pointer[chunkLeaf], n),
-		chunkAlign: a.ChunkAlign(), granule: caps.Granule, decommits: caps.Decommits, coarse: coarse, packRuns: coarse && !joins,
-		exclusive: exclusiveOK()}, nil
+	return &Group{a: a, addr: make([]atomic.Pointer[addrLeaf], addrDirLen),
+		dir: make([]atomic.Pointer[chunkLeaf], n), chunkAlign: a.ChunkAlign(),
+		granule: caps.Granule, decommits: caps.Decommits, coarse: coarse, joins: joins,
+		packRuns: coarse && !joins, exclusive: exclusiveOK()}, nil
 }
 
 // segmentAt returns the segment registered for chunk id, or nil.

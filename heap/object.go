@@ -75,8 +75,8 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 			pg.want = 0 // the arena gave it up (or never tracked it): its memory may be gone
 		} else if n <= pg.want {
 			// As it was left, committed and wanted: no arena call, unless the tail it does
-			// not need spans a granule, which goes to the purge.
-			if pg.want-n >= h.g.granule && h.a.Decommit(pg.base+n, pg.want-n) == nil {
+			// not need spans a granule, which goes to the purge (tailToPurge).
+			if h.tailToPurge(pg, n) && h.a.Decommit(pg.base+n, pg.want-n) == nil {
 				pg.want = n
 			}
 			return h.takeObject(pg, n), false, nil
@@ -144,7 +144,8 @@ func (h *Heap) reuseObject(k int, alignment uintptr) *page {
 
 // reuseHuge takes a kept huge object of n to 2n bytes aligned as asked, if there is one. Only
 // the n bytes asked for are committed again (a tail of a granule or more that a kept object
-// still holds goes to the purge); the rest stays purgeable. On a miss every kept
+// still holds goes to the purge, but over an arena.Joiner: tailToPurge); the rest stays
+// purgeable. On a miss every kept
 // object goes back to the arena, whose first fit may then reuse its chunks at once: keeping
 // them would commit new memory beside memory waiting to be purged.
 func (h *Heap) reuseHuge(n, alignment uintptr) *page {
@@ -156,6 +157,15 @@ func (h *Heap) reuseHuge(n, alignment uintptr) *page {
 	}
 	h.dropAll(&h.bigFree)
 	return nil
+}
+
+// tailToPurge reports whether reusing the kept huge object pg, committed and wanted, for an
+// object of n bytes gives the tail past n to the purge: when it spans a granule, and the
+// provider is no arena.Joiner. A Joiner's purge of the tail would cut the unit (a
+// registration) that holds the live object: unregister it and register its part again while
+// the object is in use, so the tail stays committed until the object is freed.
+func (h *Heap) tailToPurge(pg *page, n uintptr) bool {
+	return !h.g.joins && pg.want-n >= h.g.granule
 }
 
 // freeObject gives back an object or huge page whose block was freed.

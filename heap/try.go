@@ -172,7 +172,7 @@ func (h *Heap) tryReuseObject(n uintptr) (uintptr, bool) {
 			if n > pg.bsize || n < pg.bsize/2 {
 				continue
 			}
-			if !pg.tracked || n > pg.want || pg.want-n >= h.g.granule {
+			if !pg.tracked || n > pg.want || h.tailToPurge(pg, n) {
 				return 0, false
 			}
 			if !pg.kept.Claim() {
