@@ -59,7 +59,8 @@ func TestAsyncReregisteredUnderWork(t *testing.T) {
 		must(t, "MemcpyBatchAsync", d.MemcpyBatchAsync([]uintptr{uintptr(x.dev)}, []uintptr{p},
 			[]uintptr{x.n}, 0, x.s))
 		again(n)
-		wantCode(t, "a batch from a range registered again", d.StreamSynchronize(x.s), ResultIllegalAddress)
+		wantCode(t, "a batch from a range registered again", d.StreamSynchronize(x.s),
+			ResultIllegalAddress)
 		f.ClearStickyError()
 	}
 	must(t, "MemHostUnregister", d.MemHostUnregister(p))
