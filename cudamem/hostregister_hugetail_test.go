@@ -14,7 +14,8 @@ import (
 // lives: a Trim then registers nothing, and the registration still covers the block. Before,
 // the reuse gave the 4 MiB tail to the purge, which cut the 10 MiB registration of the live
 // block into a 6 MiB one (an unregister and 2 registers during Trim): a copy in flight over the
-// block ran over memory briefly not pinned. TryAlloc, which gives no tail to the purge, then
+// block ran over memory briefly not pinned (a copy in flight across the Trim fails on the
+// fake). TryAlloc, which gives no tail to the purge, then
 // refused such a reuse; now it makes it.
 func TestFakeHugeReuseKeepsRegistration(t *testing.T) {
 	f, d := fakecuda.RunDevice(t)
@@ -40,8 +41,21 @@ func TestFakeHugeReuseKeepsRegistration(t *testing.T) {
 		t.Fatalf("before Trim: the block's registration is [%#x, +%d) (%v), want [%#x, +%d)",
 			base, size, ok, y, 10<<20)
 	}
+	// A copy from the block in flight across the Trim (the fake faults work whose registration
+	// ends before it runs).
+	dst, err := d.MemAlloc(6 << 20)
+	must(t, "MemAlloc", err)
+	s, err := d.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	must(t, "MemcpyHtoDAsync", d.MemcpyHtoDAsync(dst, y, 6<<20, s))
 	regs := f.Stat(fakecuda.RegisterCalls)
 	a.Trim()
+	if err := d.StreamSynchronize(s); err != nil {
+		t.Errorf("a copy from the block in flight across Trim: %v", err)
+		f.ClearStickyError()
+	}
+	must(t, "StreamDestroy", d.StreamDestroy(s))
+	must(t, "MemFree", d.MemFree(dst))
 	if r := f.Stat(fakecuda.RegisterCalls) - regs; r != 0 {
 		t.Errorf("Trim with the 6 MiB block live made %d cuMemHostRegister calls, want none", r)
 	}
