@@ -368,10 +368,11 @@ func (d *Driver) SetNUMANodes(n int) bool { return d.ctl(ctlNUMANodes, int64(n),
 
 // ReuseStreamHandles makes cuStreamCreate hand out the handle of the stream destroyed last, as
 // the real driver does (on, the default), or a handle of its own to every stream created from
-// then on (off): a handle kept past its stream's cuStreamDestroy names the next stream created,
-// which a table keyed by handle takes for the old one. The destroyed stream's queued work still
-// runs, and its events stay its own. Turn it off only in a test that truly needs distinct
-// handles, and say there why: off, the fake is kinder than the driver.
+// then on (off): a handle kept past its stream's cuStreamDestroy, or its context's destruction,
+// names the next stream created, which a table keyed by handle takes for the old one. The
+// destroyed stream's queued work still runs, and its events stay its own. Turn it off only in a
+// test that truly needs distinct handles, and say there why: off, the fake is kinder than the
+// driver.
 func (d *Driver) ReuseStreamHandles(on bool) { d.ctl(ctlReuseStreams, b2i(on), 0) }
 
 // FailRegister makes the next n calls of cuMemHostRegister fail with the given result code.
