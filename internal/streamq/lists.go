@@ -41,7 +41,10 @@ import (
 //
 // A stream the driver refuses (destroyed while items waited on it) cannot take a point: Poll
 // keeps its list aside as lost, with the number of open items it had then, and Recover
-// synchronizes the whole context once for every lost list and hands back what they had.
+// synchronizes the whole context once for every lost list and hands back what they had. When
+// the driver refused the handle itself (pinmalloc.ErrInvalidHandle: a stream destroyed), no
+// later poll or drain asks the handle about the list's items until Recover has answered: the
+// driver may give the handle to a new stream, whose answers say nothing of the old one's work.
 //
 // A push may find its list gone from the lists (retired, or released by Forget) since its caller
 // found it: Push follows it to the stream's new list, made if need be. PushKnown does so unless
@@ -116,6 +119,12 @@ type List[T any] struct {
 	// lostOpen is the number of open items when Poll last found the list lost: the synchronize
 	// that follows (Recover) covers those, not the ones pushed after them.
 	lostOpen int
+	// refused is the refusal of the stream's handle itself (pinmalloc.ErrInvalidHandle, said
+	// as a poll or a drain said it) that lost the list: the stream was destroyed, and the
+	// driver may have given its handle to a new stream since, whose queries, points and
+	// synchronizes say nothing of the old one's work. Until Recover's synchronize of the
+	// context answers the loss, the list's items get no answer from the handle (refusedLoss).
+	refused error
 	// order is whether the stream's work is ordered against the legacy stream's, asked of the
 	// driver once (Idle): orderUnknown, orderBlocking or orderNonBlocking.
 	order atomic.Int32

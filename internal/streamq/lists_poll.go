@@ -1,8 +1,10 @@
 package streamq
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -101,9 +103,14 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		l.marked = l.marked[:0]
 	}
 	if len(l.open) > 0 {
+		if l.refused != nil { // the handle may name another stream now: Recover answers
+			return done, pollLost, l.refused
+		}
 		idle, ev, borrowed, quiet, err := ls.pointFor(l)
 		if err != nil {
-			return done, l.lose(), fmt.Errorf("streamq: stream %#x: %w", l.s, err)
+			err = fmt.Errorf("streamq: stream %#x: %w", l.s, err)
+			l.refusedLoss(err)
+			return done, l.lose(), err
 		}
 		if !idle && ev == 0 {
 			return done, pollBusy, nil // a capture began, by other code than ours: capture.go
@@ -186,6 +193,16 @@ func (l *List[T]) dropPoint(p *Points) {
 func (l *List[T]) lose() pollState {
 	l.lostOpen = len(l.open)
 	return pollLost
+}
+
+// refusedLoss notes err, the loss of l, as a refusal of its stream's handle (List.refused)
+// when it is one: the open items then wait for Recover's synchronize of the context, not for
+// a query, point or synchronize of a handle the driver may have given to a new stream. l.mu
+// is held.
+func (l *List[T]) refusedLoss(err error) {
+	if errors.Is(err, pinmalloc.ErrInvalidHandle) {
+		l.refused = err
+	}
 }
 
 // take appends vs, leaving their list, to done, and takes t, what they count for, off the

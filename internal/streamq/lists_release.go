@@ -60,6 +60,7 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 	for _, l := range ls.lost {
 		l.mu.Lock()
 		n := l.lostOpen // set by the reclaimer's Poll, as this is the reclaimer: it stays
+		l.refused = nil // answered: the handle's answers count again, for later items
 		l.mu.Unlock()
 		done = ls.release(l, n, done)
 	}
@@ -115,9 +116,14 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 	var errs []error
 	for _, l := range ls.snapshot() {
 		l.mu.Lock()
-		n, empty := len(l.open), len(l.open)+len(l.marked) == 0
+		n, empty, refused := len(l.open), len(l.open)+len(l.marked) == 0, l.refused
 		l.mu.Unlock()
 		if empty {
+			continue
+		}
+		if refused != nil { // a synchronize of the handle may be another stream's: Recover's
+			ls.keepLost(l)
+			errs = append(errs, refused)
 			continue
 		}
 		if err := ls.points.WaitStream(l.s); errors.Is(err, pinmalloc.ErrCapturing) {
@@ -126,11 +132,13 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 		} else if err != nil {
 			// Kept for Recover, as a poll keeps a list it finds lost: the point a poll recorded
 			// before the stream was destroyed may still answer "not ready", so no poll would.
+			err = fmt.Errorf("streamq: wait for stream %#x: %w", l.s, err)
 			l.mu.Lock()
 			l.lostOpen = n
+			l.refusedLoss(err)
 			l.mu.Unlock()
 			ls.keepLost(l)
-			errs = append(errs, fmt.Errorf("streamq: wait for stream %#x: %w", l.s, err))
+			errs = append(errs, err)
 			continue
 		}
 		done = ls.release(l, n, done) // the open items the wait covers

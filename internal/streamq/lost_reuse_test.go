@@ -1,0 +1,86 @@
+package streamq_test
+
+import (
+	"testing"
+
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
+)
+
+// TestLostStreamHandleReused: a stream destroyed (without Forget) while an item waited on it,
+// its work still queued, is found lost by a Reclaim whose Recover a capture on another stream
+// puts off; the driver then gives the destroyed stream's handle to a new stream, which is
+// idle. The item waits for the old stream's work, which only a synchronize of the context
+// covers: a later poll (or Drain) of the handle asks the new stream, and must not hand the
+// item back while the old stream's work is queued. Before, a poll found the new stream idle
+// (a Drain synchronized it) and handed the item back.
+func TestLostStreamHandleReused(t *testing.T) {
+	for _, second := range []string{"poll", "drain"} {
+		testLostStreamHandleReused(t, second)
+	}
+}
+
+// testLostStreamHandleReused is TestLostStreamHandleReused with second, what asks the handle
+// after its reuse: "poll" (a Reclaim) or "drain" (a Drain).
+func testLostStreamHandleReused(t *testing.T, second string) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, bufs, p, _ := testStreams(t, dev, 1)
+	c := ss[0] // the stream a user captures
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
+	if _, err := ls.Check(c); err != nil {
+		t.Fatal(err)
+	}
+	a, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Hold(true)
+	if err := dev.MemsetD8Async(bufs[0], 1, 4096, a); err != nil {
+		t.Fatal(err)
+	}
+	ls.Push(ls.Get(a), 1)
+	if err := dev.StreamDestroy(a); err != nil { // its work still queued, as on a GPU
+		t.Fatal(err)
+	}
+	beginCapture(t, dev, c)
+	if done, err := ls.Reclaim(nil, nil); err == nil || len(done) != 0 || ls.Lost() != 1 {
+		t.Fatalf("reclaim of the destroyed stream during a capture: %v back, error %v, %d lost; "+
+			"want nothing back, an error, 1 lost", done, err, ls.Lost())
+	}
+	b, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dev.StreamSynchronize(b); err != nil {
+			t.Error(err)
+		}
+		if err := dev.StreamDestroy(b); err != nil {
+			t.Error(err)
+		}
+	})
+	if b != a {
+		t.Fatalf("the fake gave the new stream handle %#x, not the destroyed stream's %#x", b, a)
+	}
+	var done []int
+	if second == "drain" {
+		done, _ = ls.Drain(nil)
+	} else {
+		done, _ = ls.Reclaim(nil, nil)
+	}
+	if len(done) != 0 && f.Pending() > 0 {
+		t.Fatalf("%s after the handle's reuse gave back %v, with the destroyed stream's work "+
+			"still queued", second, done)
+	}
+	endCapture(t, dev, c)
+	f.Hold(false)
+	if done, err := ls.Reclaim(done, nil); err != nil || len(done) != 1 || done[0] != 1 {
+		t.Fatalf("reclaim after the capture: %v back, error %v; want [1]", done, err)
+	}
+	if err := ls.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
+}
