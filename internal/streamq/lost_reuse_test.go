@@ -1,6 +1,7 @@
 package streamq_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -78,6 +79,79 @@ func testLostStreamHandleReused(t *testing.T, second string) {
 	endCapture(t, dev, c)
 	f.Hold(false)
 	if done, err := ls.Reclaim(done, nil); err != nil || len(done) != 1 || done[0] != 1 {
+		t.Fatalf("reclaim after the capture: %v back, error %v; want [1]", done, err)
+	}
+	if err := ls.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestForgetReusedHandleOfLostStream: as TestLostStreamHandleReused, and then the user forgets
+// the new stream (Forget, a synchronize of the handle, Release), which has an item of its own:
+// the synchronize covers the new stream's work, not the destroyed one's, so Release hands back
+// the new stream's item and keeps the one the loss saw for Recover. Before, Release handed both
+// back with the destroyed stream's work still queued.
+func TestForgetReusedHandleOfLostStream(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, bufs, p, _ := testStreams(t, dev, 2)
+	c := ss[0] // the stream a user captures
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
+	if _, err := ls.Check(c); err != nil {
+		t.Fatal(err)
+	}
+	a, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Hold(true)
+	if err := dev.MemsetD8Async(bufs[1], 1, 4096, a); err != nil {
+		t.Fatal(err)
+	}
+	ls.Push(ls.Get(a), 1)
+	if err := dev.StreamDestroy(a); err != nil { // its work still queued, as on a GPU
+		t.Fatal(err)
+	}
+	beginCapture(t, dev, c)
+	if done, err := ls.Reclaim(nil, nil); err == nil || len(done) != 0 || ls.Lost() != 1 {
+		t.Fatalf("reclaim of the destroyed stream during a capture: %v back, error %v, %d lost; "+
+			"want nothing back, an error, 1 lost", done, err, ls.Lost())
+	}
+	b, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != a {
+		t.Fatalf("the fake gave the new stream handle %#x, not the destroyed stream's %#x", b, a)
+	}
+	l, err := ls.Check(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls.Push(l, 2) // the new stream's item: no work of its own
+	l = ls.Forget(b)
+	if l == nil {
+		t.Fatal("Forget of the new stream found no list")
+	}
+	if err := dev.StreamSynchronize(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.StreamDestroy(b); err != nil {
+		t.Fatal(err)
+	}
+	done := ls.Release(l, nil)
+	if slices.Contains(done, 1) && f.Pending() > 0 {
+		t.Fatalf("Release after the forgotten new stream's synchronize gave back %v, with the "+
+			"destroyed stream's work still queued", done)
+	}
+	if !slices.Equal(done, []int{2}) {
+		t.Fatalf("Release gave back %v, want [2]", done)
+	}
+	endCapture(t, dev, c)
+	f.Hold(false)
+	if done, err := ls.Reclaim(nil, nil); err != nil || !slices.Equal(done, []int{1}) {
 		t.Fatalf("reclaim after the capture: %v back, error %v; want [1]", done, err)
 	}
 	if err := ls.Verify(nil); err != nil {
