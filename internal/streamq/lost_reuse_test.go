@@ -13,8 +13,9 @@ import (
 // puts off; the driver then gives the destroyed stream's handle to a new stream, which is
 // idle. The item waits for the old stream's work, which only a synchronize of the context
 // covers: a later poll (or Drain) of the handle asks the new stream, and must not hand the
-// item back while the old stream's work is queued. Before, a poll found the new stream idle
-// (a Drain synchronized it) and handed the item back.
+// item back while the old stream's work is queued, nor may Idle of the list (pinned's cached
+// frees go back on it) say the stream idle. Before, a poll found the new stream idle (a Drain
+// synchronized it) and handed the item back; Idle said idle.
 func TestLostStreamHandleReused(t *testing.T) {
 	for _, second := range []string{"poll", "drain"} {
 		testLostStreamHandleReused(t, second)
@@ -65,6 +66,10 @@ func testLostStreamHandleReused(t *testing.T, second string) {
 	})
 	if b != a {
 		t.Fatalf("the fake gave the new stream handle %#x, not the destroyed stream's %#x", b, a)
+	}
+	if idle, err := ls.Idle(ls.Lookup(a)); idle && f.Pending() > 0 {
+		t.Fatalf("Idle of the lost list after the handle's reuse = %v, %v, with the destroyed "+
+			"stream's work still queued", idle, err)
 	}
 	var done []int
 	if second == "drain" {
