@@ -150,37 +150,37 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 // Release appends to done every item of l, whose stream the caller has synchronized after their
 // pushes: a stream forgotten (Forget), where no other goroutine pushes on it. When none is left
 // it takes l out of the lists. A list lost on a refusal of its handle (a stream destroyed,
-// List.refused) that Recover has not answered keeps the items the loss saw, which the
-// synchronize of a stream the driver gave the handle since does not cover: only the items
-// pushed after the loss come back, and the list stays, lost, for Recover (its stream then
-// counts as not forgotten: it has state).
+// List.refused) that Recover has not answered gives back nothing: the synchronize of a stream
+// the driver gave the handle since does not cover the destroyed one's work, and the items
+// pushed after the loss may be either stream's. The list stays, lost, for Recover's
+// synchronize of the context, which covers every item on it now (its stream then counts as
+// not forgotten: it has state).
 func (ls *Lists[T]) Release(l *List[T], done []T) []T {
 	l.mu.Lock()
 	refused := l.refused != nil && !l.gone
 	l.mu.Unlock()
 	if refused {
-		return ls.releaseAfterLoss(l, done)
+		ls.keepRefused(l)
+		return done
 	}
 	return ls.release(l, -1, done)
 }
 
-// releaseAfterLoss is Release of l, lost on a refusal of its handle: it appends to done the
-// open items pushed after the loss and keeps the others for Recover.
-func (ls *Lists[T]) releaseAfterLoss(l *List[T], done []T) []T {
+// keepRefused is Release of l, lost on a refusal of its handle: every item stays for Recover,
+// which hands back the open ones there are now.
+func (ls *Lists[T]) keepRefused(l *List[T]) {
 	ls.mu.Lock()
 	l.mu.Lock()
-	n := min(l.lostOpen, len(l.open))
-	done = ls.take(done, l.open[n:], &l.openT, n == 0)
-	clear(l.open[n:])
-	l.open = l.open[:n]
-	if _, ok := ls.forgot[l.s]; ok { // the handle keeps state: a push waits with the list
+	// Every open item was pushed before Recover's synchronize, which covers it; the handle
+	// keeps state: a push waits with the list, and the stream is not forgotten.
+	l.lostOpen = len(l.open)
+	if _, ok := ls.forgot[l.s]; ok {
 		delete(ls.forgot, l.s)
 		ls.nforgot.Store(int32(len(ls.forgot)))
 	}
 	l.mu.Unlock()
 	ls.mu.Unlock()
 	ls.keepLost(l)
-	return done
 }
 
 // release is Release of the marked items and the first n open ones (n < 0: all), those a
