@@ -141,7 +141,8 @@ const (
 // Idle reports whether l's stream has passed everything ordered before now (Points.Idle): its
 // own query, and the legacy stream's unless the stream is non-blocking, which it asks the
 // driver once per list (a stream destroyed without Forget whose handle the driver gives to a
-// new stream keeps the old answer: forget a stream before destroying it). A list lost on a
+// new stream keeps the old answer, unless a poll or drain found the handle refused, after
+// which Recover has it asked anew: forget a stream before destroying it). A list lost on a
 // refusal of its handle (List.refused) is not idle until Recover has answered it: the handle
 // may name a new stream now, whose query says nothing of the destroyed one's work. Safe for
 // concurrent use.

@@ -60,7 +60,12 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 	for _, l := range ls.lost {
 		l.mu.Lock()
 		n := l.lostOpen // set by the reclaimer's Poll, as this is the reclaimer: it stays
-		l.refused = nil // answered: the handle's answers count again, for later items
+		if l.refused != nil {
+			// Answered: the handle's answers count again, for later items, and it may name a
+			// new stream, whose order Idle asks anew.
+			l.refused = nil
+			l.order.Store(orderUnknown)
+		}
 		l.mu.Unlock()
 		done = ls.release(l, n, done)
 	}

@@ -166,3 +166,79 @@ func TestForgetReusedHandleOfLostStream(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRecoveredListAsksNewStreamOrder: a non-blocking stream's list (its order asked once, by
+// Idle) is lost on a refusal of the destroyed stream's handle, and keeps a late free of the
+// destroyed stream's past Recover; the driver gave the handle to a blocking stream meanwhile.
+// Recover has answered the destroyed stream (the handle's answers count again), but the
+// list's answer to "non-blocking?" was the destroyed stream's: a free on the new stream after
+// the legacy stream's work must wait for that work too. Before, the list kept the old answer,
+// a poll asked the new stream alone and handed the items back with the legacy stream's memset
+// still queued.
+func TestRecoveredListAsksNewStreamOrder(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, bufs, p, _ := testStreams(t, dev, 2)
+	c := ss[0] // the stream a user captures
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
+	if _, err := ls.Check(c); err != nil {
+		t.Fatal(err)
+	}
+	a, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle, err := ls.Idle(ls.Get(a)); err != nil || !idle { // asks whether a is non-blocking
+		t.Fatalf("Idle of the new non-blocking stream = %v, %v", idle, err)
+	}
+	f.Hold(true)
+	if err := dev.MemsetD8Async(bufs[1], 1, 4096, a); err != nil {
+		t.Fatal(err)
+	}
+	ls.Push(ls.Get(a), 1)
+	if err := dev.StreamDestroy(a); err != nil { // its work still queued, as on a GPU
+		t.Fatal(err)
+	}
+	beginCapture(t, dev, c)
+	if done, err := ls.Reclaim(nil, nil); err == nil || len(done) != 0 || ls.Lost() != 1 {
+		t.Fatalf("reclaim of the destroyed stream during a capture: %v back, error %v, %d lost; "+
+			"want nothing back, an error, 1 lost", done, err, ls.Lost())
+	}
+	ls.Push(ls.Get(a), 3) // a late free of the destroyed stream's
+	b, err := dev.StreamCreate(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dev.StreamSynchronize(b); err != nil {
+			t.Error(err)
+		}
+		if err := dev.StreamDestroy(b); err != nil {
+			t.Error(err)
+		}
+	})
+	if b != a {
+		t.Fatalf("the fake gave the new stream handle %#x, not the destroyed stream's %#x", b, a)
+	}
+	endCapture(t, dev, c)
+	if done, err := ls.Reclaim(nil, nil); err != nil || !slices.Equal(done, []int{1}) {
+		t.Fatalf("reclaim after the capture: %v back, error %v; want [1]", done, err)
+	}
+	if err := dev.MemsetD8Async(bufs[0], 2, 4096, 0); err != nil { // the legacy stream's work
+		t.Fatal(err)
+	}
+	ls.Push(ls.Get(b), 2) // a free on the blocking stream, after the legacy stream's memset
+	if done, err := ls.Poll(nil); len(done) != 0 && f.Pending() > 0 {
+		t.Fatalf("poll of the new blocking stream gave back %v (error %v), with the legacy "+
+			"stream's memset still queued", done, err)
+	}
+	f.Hold(false)
+	if done, err := ls.Drain(nil); err != nil || !slices.Equal(done, []int{3, 2}) {
+		t.Fatalf("drain: %v back, error %v; want [3 2]", done, err)
+	}
+	if err := ls.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
+}
