@@ -33,6 +33,8 @@ func (w *world) apply(op Op) (bool, *Failure) {
 		return w.poolOp(op, s)
 	case PoolRawFree:
 		return w.poolRawFree(op, s)
+	case DevReuseFree:
+		return w.reuseFree(op, s)
 	case TierAlloc, TierAcquire, TierRelease, TierWrongRelease, TierHost, TierEvict, TierPrefetch, TierFree, TierDoubleFree:
 		return w.tierOp(op, s)
 	default:

@@ -47,7 +47,13 @@
 //     stream b only after a has been synchronized: nothing orders a's work before b's. (The pool
 //     orders its own reuse after every stream recorded on a buffer; that is a free, not a use.)
 //   - A device block is freed with the synchronous device.Heap.Free only when no stream has
-//     work on it; FreeAsync on another stream than its work's only when it is idle.
+//     work on it; FreeAsync on another stream than its work's only when it is idle. A block
+//     its owner has queued nothing on since its Alloc is freed either way at once: with
+//     ZeroOnFree the heap orders the free's memset after the block's stream, where a block
+//     freed and taken again at once may still have its old owner's work queued (DevReuseFree,
+//     a hand-over the generator puts in place of one operation in 64: a copy out of the
+//     block held late, the free on its stream, the Alloc that takes it, the free elsewhere,
+//     that stream run first, and the old owner's copy checked).
 //   - A pool buffer is not written by the CPU while a copy from or into it is queued; a copy
 //     made with another binding (the raw driver) is followed by RecordStream before any free,
 //     or by FreeAsync on a stream whose later work runs after the copy's: its own, or through

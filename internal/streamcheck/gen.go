@@ -109,8 +109,18 @@ func (w *world) tierSize(r *rand.Rand) int {
 
 // gen draws the next operation for the world's state: mostly valid ones (on the stream the
 // objects are busy on), sometimes on another stream, which the contract may forbid (apply
-// skips those).
+// skips those). With a ZeroOnFree heap, one in reuseFreeEvery is a hand-over (DevReuseFree)
+// in place of the operation drawn, which side draws: the sequence r draws stays the seed's.
 func (w *world) gen(r *rand.Rand, id int) Op {
+	op := w.drawOp(r, id)
+	if w.cfg.DeviceZero && w.side.IntN(reuseFreeEvery) == 0 {
+		return w.genReuseFree(w.side, id)
+	}
+	return op
+}
+
+// drawOp draws the next operation by the weights.
+func (w *world) drawOp(r *rand.Rand, id int) Op {
 	op := Op{ID: id, Kind: w.weights.draw(r), S: r.IntN(len(w.streams)), A: -1, B: -1, V: uint32(r.Uint32())}
 	pick := func(ids []int) int {
 		if len(ids) == 0 {

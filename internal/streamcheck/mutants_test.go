@@ -98,12 +98,11 @@ var mutants = []mutant{
 	},
 	{
 		name:  "device-zero-free-async-unordered",
-		why:   "a ZeroOnFree FreeAsync on another stream t queues its memset on t unordered after the block's stream s, where the block was freed and reused at once with its old owner's work still queued: the memset overtakes that work (the follow-up of 3bc4b1b); the checker's world does not hold an old owner's work on s while the reused block is freed on another stream",
+		why:   "a ZeroOnFree FreeAsync on another stream t queues its memset on t unordered after the block's stream s, where the block was freed and reused at once with its old owner's work still queued: the memset overtakes that work (b121286, the follow-up of 3bc4b1b); the checker's hand-over (DevReuseFree) holds the old owner's copy on s while the new owner frees the block on t",
 		file:  "device/guard.go",
 		old:   "\terr = h.afterOwner(cuda.Stream(on), h.ownerStream(p, cuda.Stream(on)))",
 		new:   "\terr = h.afterOwner(0, h.ownerStream(p, 0))",
-		pkg:   "./device",
-		catch: "^TestFakeZeroOnFreeFreeAsyncElsewhereAfter(SameStream|Legacy)Reuse$",
+		catch: "^TestRegressions$/^device_ZeroOnFree_FreeAsync_elsewhere_after_(same-stream|legacy)_reuse$",
 	},
 	{
 		name:  "device-copy-records-nothing",

@@ -50,6 +50,7 @@ const (
 	Recreate                     // synchronize S, ForgetStream it everywhere, destroy it, make a new one
 	PoolRawFree                  // a raw driver copy between buffer A and block B on S (HtoD, or DtoH with Flag), no RecordStream, then FreeAsync(A, T), T ordered after S
 	ArenaTrim                    // the device heap's arena gives back every memory no span wants at once (arena.Arena.Trim): the purge, now
+	DevReuseFree                 // block A copied into pool buffer B and freed on S, its block taken again on S and freed on T (Free: Flag); T run, then S; B checked (reuse.go)
 	numKinds
 )
 
@@ -58,7 +59,7 @@ var kindNames = [numKinds]string{
 	"PoolAlloc", "PoolStamp", "PoolFree", "PoolFreeAsync", "PoolRecordFree", "PoolRawCopy", "PoolDoubleFree", "PoolSubFree",
 	"TierAlloc", "TierAcquire", "TierRelease", "TierWrongRelease", "TierHost", "TierEvict", "TierPrefetch", "TierFree", "TierDoubleFree",
 	"Sync", "Hold", "Complete", "CompleteStream", "HeapTrim", "HeapSync", "PoolTrim", "Stats", "TierSync", "Recreate",
-	"PoolRawFree", "ArenaTrim",
+	"PoolRawFree", "ArenaTrim", "DevReuseFree",
 }
 
 func (k Kind) String() string {
@@ -120,6 +121,12 @@ func (o Op) String() string {
 			dir = "DtoH"
 		}
 		fmt.Fprintf(&b, " s%d %s buf=%s block=%s n=%d, free on s%d", o.S, dir, obj(o.A), obj(o.B), o.N, o.T)
+	case DevReuseFree:
+		free := fmt.Sprintf("FreeAsync on s%d", o.T)
+		if o.Flag {
+			free = "Free"
+		}
+		fmt.Fprintf(&b, " s%d block=%s buf=%s, reused and freed by %s", o.S, obj(o.A), obj(o.B), free)
 	case TierAcquire:
 		mode := "read"
 		if o.Flag {

@@ -331,6 +331,36 @@ var handWritten = []regression{
 		},
 	},
 	{
+		// A ZeroOnFree block freed on its stream s0 is taken again at once by the next Alloc
+		// there, its old owner's copy out of it (into buffer #1) still queued on s0 (Hold); the new
+		// owner frees it on s1, whose memset must wait for s0's work, or it zeroes the block
+		// before the copy runs (s1 is run first).
+		name: "device ZeroOnFree FreeAsync elsewhere after same-stream reuse",
+		what: "pool buffer bytes (an old owner's copy out of a block reused at once)",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, DeviceZero: true, PoolShards: 1, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 0, Kind: DevAlloc, A: -1, B: -1, N: 4096, V: 0x11},
+			{ID: 1, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: 0x22},
+			{ID: 2, Kind: Sync, A: -1, B: -1}, // the old owner's bytes in place
+			{ID: 3, Kind: Hold, A: -1, B: -1, Flag: true},
+			{ID: 4, Kind: DevReuseFree, S: 0, T: 1, A: 0, B: 1},
+		},
+	},
+	{
+		// The same with the legacy stream (slot 3) as the block's, which a non-blocking stream's
+		// memset is not ordered after either.
+		name: "device ZeroOnFree FreeAsync elsewhere after legacy reuse",
+		what: "pool buffer bytes (an old owner's copy out of a block reused at once)",
+		cfg:  Config{Seed: 1, Streams: 3, Blocking: 0b001, Legacy: true, DeviceCapacity: 8 << 20, DeviceZero: true, PoolShards: 1, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 0, Kind: DevAlloc, S: 3, A: -1, B: -1, N: 4096, V: 0x11},
+			{ID: 1, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: 0x22},
+			{ID: 2, Kind: Sync, S: 3, A: -1, B: -1}, // the old owner's bytes in place
+			{ID: 3, Kind: Hold, A: -1, B: -1, Flag: true},
+			{ID: 4, Kind: DevReuseFree, S: 3, T: 1, A: 0, B: 1},
+		},
+	},
+	{
 		// The legacy mix, the blind spot of issue 37: a raw copy on the legacy stream (slot 3)
 		// reads a buffer freed on a blocking stream (slot 0, known to the pool before, with
 		// nothing of its own queued): the free waits for the legacy stream's earlier work, so

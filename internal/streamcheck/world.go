@@ -3,6 +3,7 @@ package streamcheck
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"time"
 
@@ -202,6 +203,9 @@ type world struct {
 	// scratch receives the device blocks check reads back (synchronously), grown to the
 	// largest: one buffer instead of one per block per synchronize.
 	scratch []byte
+	// side draws the hand-overs the generator puts in place of some operations (genReuseFree),
+	// apart from the generator's own draws: a seed draws the same sequence around them.
+	side *rand.Rand
 
 	// What each stream slot has run (order.go).
 	clock      uint64
@@ -218,6 +222,7 @@ func newWorld(cfg Config, rig Rig) (*world, error) {
 		slots++
 	}
 	w.crossFrees, w.last, w.ran = make([]int, slots), make([]uint64, slots), make([]uint64, slots)
+	w.side = newRand(cfg.Seed, 6)
 	rig.F.ClearStickyError() // a fault of an earlier run would fail every call of this one
 	var err error
 	w.heap, err = device.New(w.pub, device.Options{Capacity: int(cfg.DeviceCapacity), ZeroOnFree: cfg.DeviceZero, Quota: int(cfg.DeviceQuota), PurgeDelay: cfg.PurgeDelay})
