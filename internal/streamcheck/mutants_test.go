@@ -105,6 +105,14 @@ var mutants = []mutant{
 		catch: "^TestRegressions$/^device_ZeroOnFree_FreeAsync_elsewhere_after_(same-stream|legacy)_reuse$",
 	},
 	{
+		name:  "device-zero-free-sync-unordered",
+		why:   "a ZeroOnFree Free's memset, on the legacy stream, is not ordered after the block's non-blocking stream s, where the block was freed and reused at once with its old owner's work still queued: the memset overtakes that work (3bc4b1b); the checker's hand-over (DevReuseFree) frees the reused block with Free",
+		file:  "device/guard.go",
+		old:   "\terr = h.afterOwner(cuda.Stream(on), h.ownerStream(p, cuda.Stream(on)))\n\tswitch {",
+		new:   "\tif s != nil {\n\t\terr = h.afterOwner(cuda.Stream(on), h.ownerStream(p, cuda.Stream(on)))\n\t}\n\tswitch {",
+		catch: "^TestRegressions$/^device_ZeroOnFree_Free_after_same-stream_reuse$",
+	},
+	{
 		name:  "device-copy-records-nothing",
 		why:   "an async copy from or into a pool buffer does not record its stream on it: a Free right after it hands the buffer out under the copy (59f89d3)",
 		file:  "device/copy.go",

@@ -361,6 +361,20 @@ var handWritten = []regression{
 		},
 	},
 	{
+		// The same freed by the new owner with Free: its memset, on the legacy stream, must
+		// wait for s0's work too.
+		name: "device ZeroOnFree Free after same-stream reuse",
+		what: "pool buffer bytes (an old owner's copy out of a block reused at once)",
+		cfg:  Config{Seed: 1, Streams: 3, DeviceCapacity: 8 << 20, DeviceZero: true, PoolShards: 1, TierBudget: 512 << 10, Mover: copyengine.MethodPerCopy, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 0, Kind: DevAlloc, A: -1, B: -1, N: 4096, V: 0x11},
+			{ID: 1, Kind: PoolAlloc, A: -1, B: -1, N: 4096, V: 0x22},
+			{ID: 2, Kind: Sync, A: -1, B: -1}, // the old owner's bytes in place
+			{ID: 3, Kind: Hold, A: -1, B: -1, Flag: true},
+			{ID: 4, Kind: DevReuseFree, S: 0, T: 1, A: 0, B: 1, Flag: true},
+		},
+	},
+	{
 		// The legacy mix, the blind spot of issue 37: a raw copy on the legacy stream (slot 3)
 		// reads a buffer freed on a blocking stream (slot 0, known to the pool before, with
 		// nothing of its own queued): the free waits for the legacy stream's earlier work, so
