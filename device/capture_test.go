@@ -216,7 +216,8 @@ func TestFakePollBesideCaptureOnListlessHeap(t *testing.T) {
 // has trimmed and whose list of requests has left (empty at trimLinger ticks): the check before
 // that synchronize asked only the lists' streams and the legacy stream, so the tick ended the
 // capture. Now it asks the heap's streams too: the ticks wait for nothing and the capture stays
-// valid; once it has ended, a tick answers the destroyed stream and its heap is trimmed.
+// valid (the destroyed stream's heap is parked); once it has ended, a tick answers the destroyed
+// stream and its parked heap is trimmed.
 func TestFakeIdlePurgeDestroyedStreamBesideCapture(t *testing.T) {
 	f, dev, h := purgeHeap(t, false, true)
 	if f == nil {
@@ -252,12 +253,20 @@ func TestFakeIdlePurgeDestroyedStreamBesideCapture(t *testing.T) {
 		t.Fatalf("the idle purge's answer to the destroyed stream invalidated the user's capture on a stream of the heap's: %v", err)
 	}
 	must(t, "GraphDestroy", dev.GraphDestroy(g))
-	if st.Purges != 1 || f.Pending() == 0 {
-		t.Errorf("ticks during the capture: %d purges, %d streams with work pending; want 1 (c's), the destroyed stream's", st.Purges, f.Pending())
+	h.mu.Lock()
+	parked := h.parkedHeaps()
+	h.mu.Unlock()
+	if st.Purges != 1 || f.Pending() == 0 || parked != 1 {
+		t.Errorf("ticks during the capture: %d purges, %d streams with work pending, %d heaps parked; "+
+			"want 1 (c's), the destroyed stream's, its heap (refused: TestFakeRefusedReusedHandleFoundByPurge)",
+			st.Purges, f.Pending(), parked)
 	}
-	h.purgeTick() // the context synchronized, the heap trimmed
-	if st := h.Stats(); st.Purges != 2 || f.Pending() != 0 {
-		t.Errorf("a tick after the capture: %d purges, %d streams with work pending; want 2, none", st.Purges, f.Pending())
+	h.purgeTick() // the context synchronized, the parked heap trimmed (its blocks live)
+	h.mu.Lock()
+	waits := h.parkedSyncWaits(nil)
+	h.mu.Unlock()
+	if f.Pending() != 0 || waits {
+		t.Errorf("a tick after the capture: %d streams with work pending, a parked heap waits %v; want none, false", f.Pending(), waits)
 	}
 }
 

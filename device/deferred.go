@@ -24,7 +24,10 @@ import (
 //
 // A stream destroyed without ForgetStream while frees wait on it is refused by the driver at
 // the poll: the poll then synchronizes the context once (Lists.Recover), which waits for the
-// work that stream still had, and hands its frees back.
+// work that stream still had, and hands its frees back. When a capture puts that synchronize
+// off (or it fails), the list waits for a later poll's (streamq's lists ask the handle nothing
+// meanwhile), and the stream's heap is parked (parkRefused, park.go): it leaves the handle,
+// which the driver may give to a new stream meanwhile.
 // Every free handed back is done (finishDone), even when an earlier one fails: none is lost.
 // h.mu is held by every function here: the heap is the lists' one reclaimer.
 
@@ -71,6 +74,7 @@ func (h *Heap) pollLists() error {
 	var err error
 	if h.done, err = h.lists.Reclaim(h.done, afterLostSync); err != nil {
 		err = fmt.Errorf("device: deferred frees: %w", err)
+		h.parkRefused()
 	}
 	return err
 }

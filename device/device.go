@@ -131,7 +131,13 @@
 //   - A stream destroyed without ForgetStream while frees wait on it: the driver refuses its
 //     handle, so no point can be placed in it; the poll that finds it refused synchronizes the
 //     context once (which waits for the work the destroyed stream still had) before its frees
-//     are done.
+//     are done. When a capture puts that synchronize off, or a reclaim or the idle purge finds
+//     the handle refused, the stream's heap is parked as ForgetStream parks it (it leaves the
+//     handle, which the driver may give to a new stream) until a synchronize of the context
+//     (TestFakeRefusedReusedHandleAlloc and its siblings); its lists wait for that synchronize
+//     too, and ask the handle nothing meanwhile (internal/streamq's refused lists). A
+//     handle destroyed and given to a new stream before the heap asks the driver about it
+//     cannot be told from the new stream: call ForgetStream first.
 //   - The pressure hook gives memory back through Free, after its own events (a uvm.Tier frees
 //     VRAM only once its copies are done).
 //
@@ -523,7 +529,8 @@ func (h *Heap) reclaim() error {
 	}
 	errs = append(errs, h.drain())
 	pts := h.lists.Points()
-	ordered := true // the legacy stream's order waited for: every heap may give back
+	ordered := true  // the legacy stream's order waited for: every heap may give back
+	refused := false // a stream heap's stream was refused: parked
 	if held, dflt := h.heldBy(); held {
 		if err := pts.WaitLegacyOrder(dflt); err != nil {
 			errs = append(errs, fmt.Errorf("device: %w", err))
@@ -546,15 +553,23 @@ func (h *Heap) reclaim() error {
 			continue // its work runs when the user launches the graph: its memory stays
 		}
 		if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
+			if errors.Is(err, cuda.ErrInvalidHandle) {
+				// Destroyed without ForgetStream: its heap leaves the handle, which the driver
+				// may give to a new stream, and waits for a synchronize of the context (below).
+				h.parkHeap(s)
+				refused = true
+				continue
+			}
 			errs = append(errs, fmt.Errorf("device: synchronize stream %#x: %w", s, err))
 			continue
 		}
 		sh.Trim()
 	}
-	// Parked heaps whose last blocks the drain freed; the first synchronize's error is moot
+	// Parked heaps whose last blocks the drain freed, and those of streams parked above, whose
+	// work only a synchronize of the context waits for; the first synchronize's error is moot
 	// once no parked entry waits for a synchronize (the drain's may have passed them all): one
 	// parked for a reason of its own says it.
-	errs = append(errs, h.settleParked(false, nil))
+	errs = append(errs, h.settleParked(refused, nil))
 	if !h.parkedSyncWaits(nil) {
 		errs[0] = nil
 	}

@@ -34,8 +34,9 @@ import (
 // it and keeps it until they are freed: every block that goes back to it from then on has passed
 // its free. ForgetStream, Sync, Trim, an Alloc out of memory (reclaim) and Close make that
 // synchronize themselves when a parked stream waits for one, unless a capture still holds the
-// context (they ask Lists.Captured first, as waitRefused does); Stats releases those whose
-// synchronize has been made. Nothing on the hot path (Alloc, Free, FreeAsync) looks at them.
+// context (they ask Lists.Captured first, as waitRefused does); Stats and a purge tick release
+// those whose synchronize has been made. Nothing on the hot path (Alloc, Free, FreeAsync)
+// looks at them.
 // The synchronize is needed (a destroyed stream's handle is refused, so nothing narrower waits
 // for its work) and bounded: made only while an entry not yet passed by one waits (freed false,
 // its mark not SyncedSince), one for all of them, none while nothing is parked
@@ -75,12 +76,42 @@ func (h *Heap) park(s cuda.Stream, l *deferredList) {
 		h.purge.trims.Park(tl)
 		ps.trims = tl
 	}
-	if sh := h.streams[s]; sh != nil {
-		delete(h.streams, s)
-		delete(h.purge.looks, sh) // the purge leaves it alone: its requests are skipped
-		ps.sh = sh
-	}
+	ps.sh = h.takeHeap(s)
 	h.parked = append(h.parked, ps)
+}
+
+// takeHeap takes s's heap (nil: none) out of h.streams and the purge, which then skips its
+// requests, for a parked entry. h.mu is held.
+func (h *Heap) takeHeap(s cuda.Stream) *heap.Heap {
+	sh := h.streams[s]
+	if sh != nil {
+		delete(h.streams, s)
+		delete(h.purge.looks, sh)
+	}
+	return sh
+}
+
+// parkRefused parks the heaps of the streams destroyed without ForgetStream that a poll of the
+// deferred frees or of the purge's requests found refused (the driver refused the handle
+// itself) and could not answer with a synchronize of the context (a capture held it, or it
+// failed): the driver may give such a handle to a new stream before that synchronize, and the
+// new stream must not take the old one's heap (blocks freed on it whose work may still be
+// queued), as after a ForgetStream parked. The lists stay: streamq's lists ask a refused
+// handle nothing until Recover's synchronize has answered it. It allocates nothing while no
+// list is lost. h.mu is held.
+func (h *Heap) parkRefused() {
+	for _, s := range h.purge.trims.RefusedLost(h.lists.RefusedLost(nil)) {
+		h.parkHeap(cuda.Stream(s))
+	}
+}
+
+// parkHeap parks the heap of stream s, whose handle the driver refused, alone (park.go): it
+// leaves h.streams and the purge, and is released once a synchronize of the context has passed
+// it. h.mu is held.
+func (h *Heap) parkHeap(s cuda.Stream) {
+	if sh := h.takeHeap(s); sh != nil {
+		h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), sh: sh})
+	}
 }
 
 // settleParked releases the parked streams that a synchronize of the context has passed: their

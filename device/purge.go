@@ -216,8 +216,16 @@ func (h *Heap) purgeLook() (busy, asked bool) {
 	}
 	// An error leaves the requests the driver refused waiting (their heaps stay asked for),
 	// for a later tick; the next Alloc's poll of the deferred frees meets the same refusal.
-	pg.done, _ = pg.trims.Reclaim(pg.done, nil)
+	// A stream the driver refuses whose refusal no synchronize of the context could answer yet
+	// is parked (parkRefused), its heap with it.
+	var err error
+	if pg.done, err = pg.trims.Reclaim(pg.done, nil); err != nil {
+		h.parkRefused()
+	}
 	h.purgeDone()
+	if len(h.parked) > 0 { // those a synchronize of the context has passed (Recover's, say)
+		_ = h.settleParked(false, noneMine) // kept ones say why at Sync, Trim or Close
+	}
 	for _, lk := range pg.looks {
 		asked = asked || lk.state == lookAsked || lk.spares
 	}

@@ -625,6 +625,15 @@ var mutants = []mutant{
 		catch: "^TestFakeForgetDestroyedStream$",
 	},
 	{
+		name:  "device-refused-heap-keeps-handle",
+		why:   "a stream destroyed without ForgetStream, found refused by a poll of the deferred frees, a reclaim's synchronize or the idle purge while a capture puts off the synchronize of the context, keeps its heap under its handle, which the driver gives to the next stream created: that stream takes the old heap's blocks with the old stream's work still queued, a reclaim or purge trusts the new stream's synchronize or query (helper review of s63, fixed with parkHeap); the model never destroys a stream before it is forgotten",
+		file:  "device/park.go",
+		old:   "func (h *Heap) parkHeap(s cuda.Stream) {\n",
+		new:   "func (h *Heap) parkHeap(s cuda.Stream) {\n\treturn\n",
+		pkg:   "./device",
+		catch: "^TestFakeRefusedReusedHandle",
+	},
+	{
 		name:  "heap-forget-refused-keeps-handle",
 		why:   "ForgetStream of a destroyed stream refused during another stream's capture keeps the stream's list and heap under its handle, which the driver gives to the next stream created: that stream takes the old heap's blocks with the old stream's work still queued, and the old list's \"non-blocking\" answer (its frees handed back before the legacy stream's work); the model never destroys a stream before it is forgotten",
 		file:  "device/release.go",

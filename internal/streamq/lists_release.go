@@ -18,6 +18,22 @@ import (
 // answered.
 func (ls *Lists[T]) Lost() int { return len(ls.lost) }
 
+// RefusedLost appends to dst the streams of the lost lists whose handle the driver refused
+// (destroyed: List.refused) and that Recover has not answered (a capture put it off, or its
+// synchronize failed): the driver may give such a handle to a new stream before Recover can
+// answer, so a caller that keeps state of its own under the handle parks it (Park). It is the
+// reclaimer's, as Recover is, and allocates nothing while no list is lost.
+func (ls *Lists[T]) RefusedLost(dst []Stream) []Stream {
+	for _, l := range ls.lost {
+		l.mu.Lock()
+		if l.refused != nil && !slices.Contains(dst, l.s) {
+			dst = append(dst, l.s)
+		}
+		l.mu.Unlock()
+	}
+	return dst
+}
+
 // keepLost keeps l for Recover, once however many polls and drains find it lost before Recover
 // (each Recover releases a lost list's items once).
 func (ls *Lists[T]) keepLost(l *List[T]) {

@@ -52,6 +52,9 @@ func testLostStreamHandleReused(t *testing.T, second string) {
 		t.Fatalf("reclaim of the destroyed stream during a capture: %v back, error %v, %d lost; "+
 			"want nothing back, an error, 1 lost", done, err, ls.Lost())
 	}
+	if got := ls.RefusedLost(nil); !slices.Equal(got, []streamq.Stream{a}) {
+		t.Fatalf("RefusedLost after the loss = %#x; want the destroyed stream %#x", got, a)
+	}
 	b, err := dev.StreamCreate(true)
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +88,9 @@ func testLostStreamHandleReused(t *testing.T, second string) {
 	f.Hold(false)
 	if done, err := ls.Reclaim(done, nil); err != nil || len(done) != 1 || done[0] != 1 {
 		t.Fatalf("reclaim after the capture: %v back, error %v; want [1]", done, err)
+	}
+	if got := ls.RefusedLost(nil); len(got) != 0 {
+		t.Fatalf("RefusedLost after Recover answered = %#x; want none", got)
 	}
 	if err := ls.Verify(nil); err != nil {
 		t.Fatal(err)
