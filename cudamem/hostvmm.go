@@ -75,8 +75,10 @@ func NewHostVMM(dev *cuda.Device, o HostOptions) (*HostVMM, error) {
 		return nil, err
 	}
 	err = p.vmm.initHost(loc, devs)
-	if err != nil && fallback {
-		// The driver refuses the node found nearest the device: let it place the memory.
+	if err != nil && fallback && !errors.Is(err, arena.ErrCommit) {
+		// The driver refuses the node found nearest the device: let it place the memory. Not
+		// when it is out of memory there (arena.ErrCommit): a moment's pressure would put the
+		// provider's memory away from the device for good.
 		err = p.vmm.initHost(cuda.HostLocation(), devs)
 	}
 	if err != nil {
