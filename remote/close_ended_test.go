@@ -14,43 +14,13 @@ import (
 // goodbye) was left out: its message stayed in flight, the Close waited 10 s for it, returned
 // ErrBusy and left UCX's worker and the buffers it held as they were. It is abandoned too now.
 func TestCloseLetsGoOfAnEndedConnsStall(t *testing.T) {
-	needUCX(t)
-	t.Setenv("UCX_TLS", "sm")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var ws [2]*Worker
-	for i := range ws {
-		w, err := New(Options{SharedMemory: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws[i] = w
-	}
-	defer ws[1].Close()
-	addr, err := ws[1].Address()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ws[0].Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ws[1].Accept(ctx); err != nil {
-		t.Fatal(err)
-	}
-	gate := make(chan struct{}) // the peer stalls: its worker makes no progress
-	ws[1].mu.Lock()
-	ws[1].paused = gate
-	ws[1].mu.Unlock()
-	defer func() {
-		ws[1].mu.Lock()
-		ws[1].paused = nil
-		ws[1].mu.Unlock()
-		close(gate)
-	}()
-	ws[1].signal()
+	sp := newStalledPair(t, ctx, Options{}, nil)
+	ws, c := sp.ws, sp.c
+	sp.stall()
 	sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	err = c.Send(sctx, make([]byte, ws[0].opts.MaxMessage)) // beyond the peer's FIFO: stays in flight
+	err := c.Send(sctx, make([]byte, ws[0].opts.MaxMessage)) // beyond the peer's FIFO: stays in flight
 	scancel()
 	w := ws[0]
 	w.mu.Lock()

@@ -14,42 +14,11 @@ import (
 // had failed. It returns the connection's error once the connection ends (the message is
 // UCX's copy, which the slot keeps until UCX lets go of it).
 func TestSendEndsWithItsConnection(t *testing.T) {
-	needUCX(t)
-	t.Setenv("UCX_TLS", "sm")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var ws [2]*Worker
-	for i := range ws {
-		w, err := New(Options{SharedMemory: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws[i] = w
-	}
-	defer ws[0].Close()
-	defer ws[1].Close()
-	addr, err := ws[1].Address()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ws[0].Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ws[1].Accept(ctx); err != nil {
-		t.Fatal(err)
-	}
-	gate := make(chan struct{}) // the peer stalls: its worker makes no progress
-	ws[1].mu.Lock()
-	ws[1].paused = gate
-	ws[1].mu.Unlock()
-	defer func() { // the peer goes on: its worker progresses again
-		ws[1].mu.Lock()
-		ws[1].paused = nil
-		ws[1].mu.Unlock()
-		close(gate)
-	}()
-	ws[1].signal()
+	sp := newStalledPair(t, ctx, Options{}, nil)
+	ws, c := sp.ws, sp.c
+	sp.stall()
 
 	sent := make(chan error, 1)
 	go func() { sent <- c.Send(context.Background(), make([]byte, ws[0].opts.MaxMessage)) }()

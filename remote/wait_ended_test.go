@@ -14,39 +14,20 @@ import (
 // as on one abandoned: its operations UCX still holds are zombie slots that keep its buffer
 // held until UCX lets go of them, and the pool closes once they have.
 func TestWaitEndsWithItsConnection(t *testing.T) {
-	needUCX(t)
-	t.Setenv("UCX_TLS", "sm")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var ws [2]*Worker
 	var regs [2]*Registration
-	for i := range ws {
-		w, err := New(Options{SharedMemory: true, Mode: ModeMessages})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws[i] = w
+	sp := newStalledPair(t, ctx, Options{Mode: ModeMessages}, func(i int, w *Worker) {
 		p, err := testPool(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer p.Close()
+		t.Cleanup(func() { _ = p.Close() }) // after its worker's Close
 		if regs[i], err = w.Register(p); err != nil {
 			t.Fatal(err)
 		}
-	}
-	defer ws[1].Close()
-	addr, err := ws[1].Address()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ws[0].Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ws[1].Accept(ctx); err != nil {
-		t.Fatal(err)
-	}
+	})
+	ws, c := sp.ws, sp.c
 	const n = 4 << 20 // parts far beyond the peer's FIFO: they stay in flight while it stalls
 	dst, err := regs[1].pool.Alloc(n)
 	if err != nil {
@@ -60,22 +41,7 @@ func TestWaitEndsWithItsConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := make(chan struct{}) // the peer stalls: its worker makes no progress
-	ws[1].mu.Lock()
-	ws[1].paused = gate
-	ws[1].mu.Unlock()
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			ws[1].mu.Lock()
-			ws[1].paused = nil
-			ws[1].mu.Unlock()
-			close(gate)
-		}
-	}
-	defer resume()
-	ws[1].signal()
+	sp.stall()
 	tr := c.NewTransfer()
 	if err := tr.Put(src, d); err != nil {
 		t.Fatal(err)
@@ -117,7 +83,7 @@ func TestWaitEndsWithItsConnection(t *testing.T) {
 	if err := regs[0].pool.Free(src); err != nil {
 		t.Fatal(err)
 	}
-	resume()
+	sp.resume()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
