@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -29,32 +30,7 @@ func testLostStreamHandleReused(t *testing.T, second string) {
 	if f == nil {
 		return
 	}
-	ss, bufs, p, _ := testStreams(t, dev, 1)
-	c := ss[0] // the stream a user captures
-	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
-	if _, err := ls.Check(c); err != nil {
-		t.Fatal(err)
-	}
-	a, err := dev.StreamCreate(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Hold(true)
-	if err := dev.MemsetD8Async(bufs[0], 1, 4096, a); err != nil {
-		t.Fatal(err)
-	}
-	ls.Push(ls.Get(a), 1)
-	if err := dev.StreamDestroy(a); err != nil { // its work still queued, as on a GPU
-		t.Fatal(err)
-	}
-	beginCapture(t, dev, c)
-	if done, err := ls.Reclaim(nil, nil); err == nil || len(done) != 0 || ls.Lost() != 1 {
-		t.Fatalf("reclaim of the destroyed stream during a capture: %v back, error %v, %d lost; "+
-			"want nothing back, an error, 1 lost", done, err, ls.Lost())
-	}
-	if got := ls.RefusedLost(nil); !slices.Equal(got, []streamq.Stream{a}) {
-		t.Fatalf("RefusedLost after the loss = %#x; want the destroyed stream %#x", got, a)
-	}
+	ls, c, a := lostDuringCapture(t, f, dev)
 	b, err := dev.StreamCreate(true)
 	if err != nil {
 		t.Fatal(err)
@@ -108,29 +84,7 @@ func TestForgetReusedHandleOfLostStream(t *testing.T) {
 	if f == nil {
 		return
 	}
-	ss, bufs, p, _ := testStreams(t, dev, 2)
-	c := ss[0] // the stream a user captures
-	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
-	if _, err := ls.Check(c); err != nil {
-		t.Fatal(err)
-	}
-	a, err := dev.StreamCreate(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Hold(true)
-	if err := dev.MemsetD8Async(bufs[1], 1, 4096, a); err != nil {
-		t.Fatal(err)
-	}
-	ls.Push(ls.Get(a), 1)
-	if err := dev.StreamDestroy(a); err != nil { // its work still queued, as on a GPU
-		t.Fatal(err)
-	}
-	beginCapture(t, dev, c)
-	if done, err := ls.Reclaim(nil, nil); err == nil || len(done) != 0 || ls.Lost() != 1 {
-		t.Fatalf("reclaim of the destroyed stream during a capture: %v back, error %v, %d lost; "+
-			"want nothing back, an error, 1 lost", done, err, ls.Lost())
-	}
+	ls, c, a := lostDuringCapture(t, f, dev)
 	b, err := dev.StreamCreate(true)
 	if err != nil {
 		t.Fatal(err)
@@ -247,4 +201,39 @@ func TestRecoveredListAsksNewStreamOrder(t *testing.T) {
 	if err := ls.Verify(nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lostDuringCapture sets up what the tests of a lost stream whose handle is reused start from:
+// lists with c, a stream a user captures (the capture begun), and a, a stream destroyed
+// (without Forget) while an item (1) waited on it and its memset was held queued, which a
+// Reclaim during the capture found lost.
+func lostDuringCapture(t *testing.T, f *fakecuda.Driver, dev *cuda.Device) (*streamq.Lists[int], cuda.Stream, cuda.Stream) {
+	t.Helper()
+	ss, bufs, p, _ := testStreams(t, dev, 1)
+	c := ss[0]
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
+	if _, err := ls.Check(c); err != nil {
+		t.Fatal(err)
+	}
+	a, err := dev.StreamCreate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Hold(true)
+	if err := dev.MemsetD8Async(bufs[0], 1, 4096, a); err != nil {
+		t.Fatal(err)
+	}
+	ls.Push(ls.Get(a), 1)
+	if err := dev.StreamDestroy(a); err != nil { // its work still queued, as on a GPU
+		t.Fatal(err)
+	}
+	beginCapture(t, dev, c)
+	if done, err := ls.Reclaim(nil, nil); err == nil || len(done) != 0 || ls.Lost() != 1 {
+		t.Fatalf("reclaim of the destroyed stream during a capture: %v back, error %v, %d lost; "+
+			"want nothing back, an error, 1 lost", done, err, ls.Lost())
+	}
+	if got := ls.RefusedLost(nil); !slices.Equal(got, []streamq.Stream{a}) {
+		t.Fatalf("RefusedLost after the loss = %#x; want the destroyed stream %#x", got, a)
+	}
+	return ls, c, a
 }
