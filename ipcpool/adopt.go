@@ -284,7 +284,7 @@ func (w *Owner) finishAdoption() {
 	// let go (dropEntries).
 	g0.fromWords, g0.exited = true, true
 	pending := w.rejoinsPending()
-	retired, stuck := w.dropRetains(0)
+	retired, stuck := w.dropRetains(0, nil)
 	if len(stuck) > 0 {
 		// Bits of the previous owner's that stayed (a peer rewrote their words) are slot 0's,
 		// this owner's: its drainer takes them back (clearUntaken), as a Retain's too late.

@@ -337,3 +337,50 @@ func TestAdoptionContendedLeavesTheBitToTheDrainer(t *testing.T) {
 		t.Fatalf("the drainer's pass after the peer stopped: word %#x, entry %#x", c.load(i), s)
 	}
 }
+
+// Slots whose retain bits a peer keeps in a word it rewrites stay kept, round after round
+// (TestDropRetainsContendedKeepsTheSlot): each round tries those bits again, and only those. A
+// round that looked through the whole export table again for every such slot did work the
+// slots times the table under w.mu, every drain interval: a peer rewriting one word held the
+// owner's mutex for as long as it liked. (Before, each round did: 8 slots × 1024 entries.)
+func TestDropRetainsStuckRetriesOnlyTheStuck(t *testing.T) {
+	l := layout{regions: 1, regionSize: 16 << 20, grantSize: 2 << 20, slots: 16, ringCap: 4, exports: 64}
+	w, c := bareOwner(l)
+	const holder, leavers, rounds = 15, 8, 10
+	e := holder * l.exports
+	shareEntry(c, e, holder, 1, 1, eLive) // freed by its holder: the retains keep it
+	for s := 1; s <= leavers; s++ {
+		w.procs[s] = slotState{used: true, active: true, serial: 3}
+		c.slotStore(s, sSerial, 3)
+		c.slotStore(s, sFlags, flagRetains)
+		c.setRetain(e, s, true)
+	}
+	i, _ := c.retainWord(e, 1)
+	_, otherBit := c.retainWord(e, 0)
+	r := rewrite(c, i, otherBit) // one word, every leaver's bit in it
+	for s := 1; s <= leavers; s++ {
+		w.leave(s, true, watch{pidfd: -1})
+		if w.procs[s].keeper == nil {
+			t.Fatalf("slot %d, its retain bit stuck, not kept", s)
+		}
+	}
+	w.looked = 0
+	for range rounds {
+		w.tickLocked()
+	}
+	if max := rounds * leavers; w.looked > max {
+		t.Fatalf("%d rounds with %d slots' bits stuck in one word looked at %d entries (at most %d: "+
+			"the stuck ones)", rounds, leavers, w.looked, max)
+	}
+	r.stopped.Store(true)
+	w.c.peer = nil
+	w.tickLocked()
+	for s := 1; s <= leavers; s++ {
+		if w.procs[s].keeper != nil || c.slotLoad(s, sSerial) != 0 {
+			t.Fatalf("slot %d kept once the peer stopped: %+v", s, w.procs[s])
+		}
+	}
+	if c.retained(e) || c.load(c.entry(e)+eState)&eRetiring == 0 {
+		t.Fatalf("the buffer the retains kept: bits left or not retired (state %#x)", c.load(c.entry(e)+eState))
+	}
+}

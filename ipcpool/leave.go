@@ -35,9 +35,8 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 		// Until it exits (tick), or, its bits not all let go, until a round lets them go.
 		g.retains = true
 		if g.exited {
-			var stuck []int
-			retired, stuck = w.dropRetains(slot)
-			g.retains = len(stuck) > 0
+			retired, g.stuck = w.dropRetains(slot, nil)
+			g.retains = len(g.stuck) > 0
 		}
 	}
 	left := w.dropEntries(g)
@@ -84,13 +83,26 @@ type retirement struct {
 	gen uint32
 }
 
-// dropRetains clears slot's retain bit in every entry and returns the entries that retires,
-// and those whose bit stayed (a word another process rewrote without end: setRetain): the
-// slot is not free then, the bits being its, and a later round tries again. Called with w.mu
-// held.
-func (w *Owner) dropRetains(slot int) (out []retirement, stuck []int) {
+// dropRetains clears slot's retain bit in the entries only (nil: every entry) and returns the
+// entries that retires, and those whose bit stayed (a word another process rewrote without end:
+// setRetain): the slot is not free then, the bits being its, and a later round tries those
+// again, and only those (gone.stuck): the process has exited, and no other takes its slot
+// meanwhile, so no bit of the slot's is set since but by a peer's forgery, which may come at any
+// time anyway. (A round that looked through the whole table for every slot so kept would do the
+// slots times the table's work under w.mu, every round, for as long as a peer rewrote one word.)
+// Called with w.mu held.
+func (w *Owner) dropRetains(slot int, only []int) (out []retirement, stuck []int) {
 	c := &w.c
-	for e := range w.slots * w.exports {
+	n := w.slots * w.exports
+	if only != nil {
+		n = len(only)
+	}
+	for k := range n {
+		e := k
+		if only != nil {
+			e = only[k]
+		}
+		w.looked++
 		if changed, err := c.setRetain(e, slot, false); err != nil || !changed {
 			if err != nil {
 				stuck = append(stuck, e)
@@ -299,8 +311,11 @@ func (w *Owner) tickLocked() []retirement {
 			if g.retains || w.c.slotLoad(g.slot, sFlags)&flagRetains != 0 {
 				// Before settleOrphans: what it retained of its own buffers settles in this
 				// round.
-				r, stuck := w.dropRetains(g.slot)
+				// Every entry the first time (it may have retained anything until it exited),
+				// then the entries whose bit stayed.
+				r, stuck := w.dropRetains(g.slot, g.stuck)
 				retired = append(retired, r...)
+				g.stuck = stuck
 				if len(stuck) > 0 {
 					// A bit of its stayed (a peer rewrote the word): the slot stays kept,
 					// and the next round tries again.

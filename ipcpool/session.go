@@ -363,7 +363,7 @@ func (w *Owner) freeSlot(slot int, wa watch) {
 	var retired []retirement
 	var stuck []int
 	if w.c.slotLoad(slot, sFlags)&flagRetains != 0 {
-		retired, stuck = w.dropRetains(slot)
+		retired, stuck = w.dropRetains(slot, nil)
 	}
 	st := &w.procs[slot]
 	st.used, st.active, st.conn = false, false, nil
@@ -371,7 +371,7 @@ func (w *Owner) freeSlot(slot int, wa watch) {
 		// Bits of its stayed (a peer rewrote their words): the slot is kept, as for a process
 		// gone alive (leave), until a round lets them go.
 		g := newGone(slot, st.serial, watch{pidfd: -1}, true)
-		g.retains = true
+		g.retains, g.stuck = true, stuck
 		st.keeper = g
 		w.goneList = append(w.goneList, g)
 		w.c.slotStore(slot, sSerial, st.serial|serialGone)

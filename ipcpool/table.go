@@ -43,6 +43,10 @@ type gone struct {
 	exited bool  // its watch said so (or it detached: it unmapped the pool first)
 	// retains: it may hold retain bits (flagRetains), let go once it exits.
 	retains bool
+	// stuck: the entries whose retain bit of its slot stayed as its bits were let go (a word a
+	// peer rewrote): the rounds after try those again, and only those (dropRetains); nil
+	// while no look through every entry has been made since it exited.
+	stuck []int
 	// fromWords: what it holds, only the control region's words gave it (an adoption's
 	// scan), or a process refused at its rejoin claimed: a rejoin may claim it (claim.go), and
 	// once the process has exited it waits unclaimed while a process may still rejoin.
