@@ -64,8 +64,12 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 		}
 	}
 	w.fence(fenced)
-	if len(g.entries) > 0 || !g.exited || g.retains {
+	if len(g.entries) > 0 || g.retains || st.keeper == g {
 		w.goneList = append(w.goneList, g)
+	} else {
+		// Nothing to wait for, alive or not: no record of it, nor a watch (a process that
+		// attached and hung up again and again, alive, would have grown them without end).
+		g.watch.stop()
 	}
 	if st.keeper == nil {
 		w.c.slotStore(slot, sSerial, 0)
