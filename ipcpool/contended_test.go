@@ -384,3 +384,40 @@ func TestDropRetainsStuckRetriesOnlyTheStuck(t *testing.T) {
 		t.Fatalf("the buffer the retains kept: bits left or not retired (state %#x)", c.load(c.entry(e)+eState))
 	}
 }
+
+// TestFreeEntryFlippedGivesUp: Share's freeEntry, every index of its part of the table used,
+// looks again for entries let go, then takes one if its state still says free. A peer that
+// writes the entry free before each look and busy before each take kept it looking without end,
+// ex.mu held. It gives up after casTries looks now, finding none.
+func TestFreeEntryFlippedGivesUp(t *testing.T) {
+	l := letGoLayout
+	c := newCtl(l, make([]uint64, l.words()))
+	const slot = 1
+	p := &Process{layout: l, slot: slot, c: c}
+	p.ex.recs = make([]exportRec, l.exports) // every index used once; index 0 let go since
+	for i := 1; i < l.exports; i++ {
+		p.ex.recs[i].addr = uintptr(i) << 12
+	}
+	st := p.c.entry(slot*l.exports) + eState
+	p.c.store(st, eLive)
+	r := &rewriter{}
+	r.armed.Store(true)
+	took := false // the next load of the entry is the take's: the peer makes it busy
+	p.c.peer = func(i int) {
+		if i != st || r.stopped.Load() {
+			return
+		}
+		if took { // a take foiled: what bounded counts
+			r.tries.Add(1)
+			p.c.store(i, eLive)
+		} else {
+			p.c.store(i, 0)
+		}
+		took = !took
+	}
+	var ok bool
+	bounded(t, r, "freeEntry", func() { _, _, ok = p.freeEntry() })
+	if ok {
+		t.Fatal("freeEntry took an entry a peer keeps busy at every take")
+	}
+}

@@ -179,7 +179,8 @@ type ctl struct {
 	grants0, slots0, exports0   int
 	rings0, ringW, nslots, nexp int
 	// peer, set by tests only (before any call uses the ctl), runs in cas between the caller's
-	// load of word i and its compare-and-swap: a peer process that writes the word meanwhile.
+	// load of word i and its compare-and-swap, and in loadAgain before the load: a peer
+	// process that writes the word meanwhile.
 	peer func(i int)
 }
 
@@ -203,6 +204,15 @@ func (c *ctl) ring(p, q int) int     { return c.rings0 + (p*c.nslots+q)*c.ringW 
 
 func (c *ctl) load(i int) uint64     { return atomic.LoadUint64(&c.w[i]) }
 func (c *ctl) store(i int, v uint64) { atomic.StoreUint64(&c.w[i], v) }
+
+// loadAgain is load of word i in a loop that looks at it again (freeEntry's look and take):
+// the test hook peer runs first, a peer rewriting the word between the loop's loads.
+func (c *ctl) loadAgain(i int) uint64 {
+	if c.peer != nil {
+		c.peer(i)
+	}
+	return c.load(i)
+}
 func (c *ctl) cas(i int, old, v uint64) bool {
 	if c.peer != nil {
 		c.peer(i)

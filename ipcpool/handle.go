@@ -133,16 +133,18 @@ func (p *Process) handleOf(i int, gen uint32, addr, n uintptr) Handle {
 }
 
 // freeEntry takes a free entry of this process's part of the table, with its generation.
-// Called with ex.mu held.
+// Its looks again for entries let go are bounded (casTries): a peer that rewrites the entries'
+// states between a look and the take cannot keep it looking (it says none then). Called with
+// ex.mu held.
 func (p *Process) freeEntry() (int, uint32, bool) {
 	ex := &p.ex
-	for {
+	for looks := 0; looks < casTries; {
 		for len(ex.free) > 0 {
 			i := ex.free[len(ex.free)-1]
 			ex.free = ex.free[:len(ex.free)-1]
 			// Free in the table too: an entry of the slot's previous process that others
 			// still retain (an orphan: table.go) is not, until the owner lets it go.
-			if w := p.c.load(p.c.entry(p.slot*p.exports+i) + eState); w&eFlags == 0 && ex.recs[i].addr == 0 {
+			if w := p.c.loadAgain(p.c.entry(p.slot*p.exports+i) + eState); w&eFlags == 0 && ex.recs[i].addr == 0 {
 				return i, entryGen(w), true
 			}
 		}
@@ -155,8 +157,9 @@ func (p *Process) freeEntry() (int, uint32, bool) {
 			continue
 		}
 		// Every index used: look again for entries let go since.
+		looks++
 		for i := range ex.recs {
-			if ex.recs[i].addr == 0 && p.c.load(p.c.entry(p.slot*p.exports+i)+eState)&eFlags == 0 {
+			if ex.recs[i].addr == 0 && p.c.loadAgain(p.c.entry(p.slot*p.exports+i)+eState)&eFlags == 0 {
 				ex.free = append(ex.free, i)
 			}
 		}
@@ -164,6 +167,7 @@ func (p *Process) freeEntry() (int, uint32, bool) {
 			return 0, 0, false
 		}
 	}
+	return 0, 0, false
 }
 
 // resolve checks h against this pool's table and returns its entry and the buffer's pool
