@@ -61,6 +61,9 @@ type parkedStream struct {
 	// driver refused at its last Release (parkFree): s is the free's stream, not a handle
 	// parked, and nothing asks the driver about it.
 	refused bool
+	// lost says the entry is a heap parked alone for a refusal of its handle (parkHeap): until
+	// a synchronize of the context passes it, a heap under s is a new stream's (parkRefused).
+	lost bool
 }
 
 // park moves s's list l (nil: none), the purge's list of s and s's heap out from under the
@@ -97,11 +100,16 @@ func (h *Heap) takeHeap(s cuda.Stream) *heap.Heap {
 // failed): the driver may give such a handle to a new stream before that synchronize, and the
 // new stream must not take the old one's heap (blocks freed on it whose work may still be
 // queued), as after a ForgetStream parked. The lists stay: streamq's lists ask a refused
-// handle nothing until Recover's synchronize has answered it. It allocates nothing while no
-// list is lost. h.mu is held.
+// handle nothing until Recover's synchronize has answered it. A list stays lost, refused, at
+// every poll until then: a stream whose heap was parked for the refusal already (parkedLost)
+// is skipped, as the heap under its handle now is a new stream's, made since (parking it too
+// would leave that stream a new heap, and a new segment, at each Alloc until the capture
+// ends). It allocates nothing while no list is lost. h.mu is held.
 func (h *Heap) parkRefused() {
 	for _, s := range h.purge.trims.RefusedLost(h.lists.RefusedLost(nil)) {
-		h.parkHeap(cuda.Stream(s))
+		if !h.parkedLost(cuda.Stream(s)) {
+			h.parkHeap(cuda.Stream(s))
+		}
 	}
 }
 
@@ -110,8 +118,15 @@ func (h *Heap) parkRefused() {
 // it. h.mu is held.
 func (h *Heap) parkHeap(s cuda.Stream) {
 	if sh := h.takeHeap(s); sh != nil {
-		h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), sh: sh})
+		h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), sh: sh, lost: true})
 	}
+}
+
+// parkedLost reports whether a heap parked under handle s for a refusal of that handle
+// (parkHeap) waits still for a synchronize of the context: a refusal it was parked for is not
+// answered yet. h.mu is held.
+func (h *Heap) parkedLost(s cuda.Stream) bool {
+	return h.parkedSyncWaits(func(ps *parkedStream) bool { return ps.s == s && ps.lost })
 }
 
 // settleParked releases the parked streams that a synchronize of the context has passed: their
