@@ -48,7 +48,8 @@ func (ls *Lists[T]) keepLost(l *List[T]) {
 // Recover answers the lost lists: it synchronizes the context once (Points.WaitAll, which waits
 // for the work the refused streams still had), calls after (nil: none), and appends to done
 // the items each lost list had when Poll found it lost. When the synchronize fails, the items
-// stay and the error is returned; the lists are polled again either way. While a capture
+// stay and the error is returned; the lists are polled again either way, and those lost on a
+// refusal of their handle stay lost (keepRefusedLost: RefusedLost names them). While a capture
 // holds a stream of the lists, one of the caller's others (SetOthers) or the legacy stream
 // (Captured), whose capture a synchronize of the context would invalidate, it synchronizes
 // nothing: the lost lists stay for a later call, and the error, matching
@@ -63,13 +64,15 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 			"a synchronize of the context would end the CUDA graph capture on stream %#x: %w",
 			len(ls.lost), c, pinmalloc.ErrCapturing)
 	}
+	if err != nil {
+		err = fmt.Errorf("streamq: the items deferred on %d streams the driver refuses stay: synchronize: %w", len(ls.lost), err)
+		ls.keepRefusedLost()
+		return done, err
+	}
 	defer func() {
 		clear(ls.lost)
 		ls.lost = ls.lost[:0]
 	}()
-	if err != nil {
-		return done, fmt.Errorf("streamq: the items deferred on %d streams the driver refuses stay: synchronize: %w", len(ls.lost), err)
-	}
 	if after != nil {
 		after()
 	}
@@ -86,6 +89,24 @@ func (ls *Lists[T]) Recover(done []T, after func()) ([]T, error) {
 		done = ls.release(l, n, done)
 	}
 	return done, nil
+}
+
+// keepRefusedLost keeps, of the lost lists, those lost on a refusal of their handle
+// (List.refused), after a Recover whose synchronize failed: they wait for the next Recover as
+// they would after a capture put it off, and RefusedLost names them meanwhile (a poll finds
+// them lost again, asking the handle nothing). The others are forgotten: a later poll asks
+// their stream again.
+func (ls *Lists[T]) keepRefusedLost() {
+	kept := ls.lost[:0]
+	for _, l := range ls.lost {
+		l.mu.Lock()
+		if l.refused != nil {
+			kept = append(kept, l)
+		}
+		l.mu.Unlock()
+	}
+	clear(ls.lost[len(kept):])
+	ls.lost = kept
 }
 
 // Reclaim is Poll, then Recover of the lists the poll found lost (after as for Recover): it
