@@ -35,8 +35,8 @@ import (
 // its free. ForgetStream, Sync, Trim, an Alloc out of memory (reclaim) and Close make that
 // synchronize themselves when a parked stream waits for one, unless a capture still holds the
 // context (they ask Lists.Captured first, as waitRefused does); Stats and a purge tick release
-// those whose synchronize has been made. Nothing on the hot path (Alloc, Free, FreeAsync)
-// looks at them.
+// those whose synchronize has been made (a tick none while a free parked waits to be cleared:
+// parkedClears). Nothing on the hot path (Alloc, Free, FreeAsync) looks at them.
 // The synchronize is needed (a destroyed stream's handle is refused, so nothing narrower waits
 // for its work) and bounded: made only while an entry not yet passed by one waits (freed false,
 // its mark not SyncedSince), one for all of them, none while nothing is parked
@@ -241,6 +241,13 @@ func (h *Heap) parkedSyncWaits(which func(ps *parkedStream) bool) bool {
 		}
 	}
 	return false
+}
+
+// parkedClears reports whether a parked entry holds frees to clear before they are made
+// (Options.ZeroOnFree: scrubParked), which a settle would clear on the legacy stream and wait
+// for. h.mu is held.
+func (h *Heap) parkedClears() bool {
+	return slices.ContainsFunc(h.parked, func(ps parkedStream) bool { return ps.scrub && ps.list != nil })
 }
 
 // holdsFrees is the parkedSyncWaits filter of the entries with deferred frees (Sync's).

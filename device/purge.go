@@ -223,7 +223,11 @@ func (h *Heap) purgeLook() (busy, asked bool) {
 		h.parkRefused()
 	}
 	h.purgeDone()
-	if len(h.parked) > 0 { // those a synchronize of the context has passed (Recover's, say)
+	// Those a synchronize of the context has passed (Recover's, say), unless one is a free to
+	// clear first (parkFree, ZeroOnFree): its memset on the legacy stream, and the wait for it,
+	// are no purger's (it waits for nothing, and queues nothing there): Stats, Sync, Trim or
+	// Close settle them all then.
+	if len(h.parked) > 0 && !h.parkedClears() {
 		_ = h.settleParked(false, noneMine) // kept ones say why at Sync, Trim or Close
 	}
 	for _, lk := range pg.looks {
