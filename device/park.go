@@ -61,8 +61,9 @@ type parkedStream struct {
 	// driver refused at its last Release (parkFree): s is the free's stream, not a handle
 	// parked, and nothing asks the driver about it.
 	refused bool
-	// lost says the entry is a heap parked alone for a refusal of its handle (parkHeap): until
-	// a synchronize of the context passes it, a heap under s is a new stream's (parkRefused).
+	// lost says the entry is a heap parked alone for a refusal of its handle (parkHeap; sh nil
+	// when the stream had none): until a synchronize of the context passes it, a heap under s
+	// is a new stream's (parkRefused).
 	lost bool
 }
 
@@ -113,13 +114,13 @@ func (h *Heap) parkRefused() {
 	}
 }
 
-// parkHeap parks the heap of stream s, whose handle the driver refused, alone (park.go): it
-// leaves h.streams and the purge, and is released once a synchronize of the context has passed
-// it. h.mu is held.
+// parkHeap parks the heap of stream s (if any), whose handle the driver refused, alone
+// (park.go): it leaves h.streams and the purge, and is released once a synchronize of the
+// context has passed it. h.mu is held.
 func (h *Heap) parkHeap(s cuda.Stream) {
-	if sh := h.takeHeap(s); sh != nil {
-		h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), sh: sh, lost: true})
-	}
+	// An entry even when s had no heap: it marks the refusal as met (parkedLost), so that a
+	// later poll meeting it does not park the heap a new stream given s's handle makes since.
+	h.parked = append(h.parked, parkedStream{s: s, mark: h.points().SyncMark(), sh: h.takeHeap(s), lost: true})
 }
 
 // parkedLost reports whether a heap parked under handle s for a refusal of that handle

@@ -1,8 +1,10 @@
 package device
 
 import (
+	"runtime"
 	"testing"
 
+	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 )
 
@@ -49,4 +51,64 @@ func parksOnce(t *testing.T, find refusedFinder) {
 	freeAll(t, r.h, ps)
 	r.keptByA(t, "b's Allocs")
 	r.check(t, "b's Allocs", nil)
+}
+
+// TestFakeRefusedHeaplessHandleParksNothingLater: as TestFakeRefusedReusedHandleParksOnce,
+// where A never allocated (it only freed another stream's block, deferred on it): the heap
+// found refused under A's handle is none, and the new stream b's heap, made since, must not be
+// parked at each later poll that meets the same refusal, still unanswered. Before, nothing was
+// parked for A, so each poll parked b's newest heap.
+func TestFakeRefusedHeaplessHandleParksNothingLater(t *testing.T) {
+	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
+	if f == nil {
+		return
+	}
+	a, c := newStream(t, dev, h), newStream(t, dev, h)
+	keep := alloc(t, h, 4096, c) // c has a heap: the heap sees its capture
+	theirs := alloc(t, h, 4096, a)
+	A, err := dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	f.Hold(true)
+	must(t, "MemsetAsync on A", h.MemsetAsync(pcuda.DevicePtr(theirs), 0, 4096, pcuda.Stream(A)))
+	must(t, "FreeAsync on A", h.FreeAsync(pcuda.DevicePtr(theirs), pcuda.Stream(A))) // deferred
+	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(A))
+	runtime.LockOSThread()
+	must(t, "StreamBeginCapture", dev.StreamBeginCapture(c, cuda.CaptureGlobal))
+	var b cuda.Stream
+	defer func() {
+		g, err := dev.StreamEndCapture(c)
+		runtime.UnlockOSThread()
+		must(t, "StreamEndCapture", err)
+		must(t, "GraphDestroy", dev.GraphDestroy(g))
+		f.Hold(false)
+		f.Complete()
+		freeAll(t, h, []cuda.DevicePtr{keep})
+		if b != 0 {
+			must(t, "ForgetStream of b", h.ForgetStream(pcuda.Stream(b)))
+			must(t, "StreamDestroy of b", dev.StreamDestroy(b))
+		}
+	}()
+	h.Stats() // its poll finds A's handle refused; the capture puts Recover off
+	if b, err = dev.StreamCreate(true); err != nil || b != A {
+		t.Fatalf("StreamCreate: %#x, %v; want A's handle %#x", b, err, A)
+	}
+	const n = 8
+	ps := make([]cuda.DevicePtr, 0, n)
+	for range n {
+		ps = append(ps, alloc(t, h, 4096, b)) // each polls: A's free is still deferred
+	}
+	h.mu.Lock()
+	parked := h.parkedHeaps()
+	owners := map[any]bool{}
+	for _, p := range ps {
+		o, err := h.g.Owner(uintptr(p))
+		must(t, "Owner", err)
+		owners[o] = true
+	}
+	h.mu.Unlock()
+	if parked != 0 || len(owners) != 1 {
+		t.Errorf("after %d Allocs of 4 KiB on b during the capture: %d heaps parked, b's blocks in %d heaps; want none parked (A had none), b's blocks in one heap",
+			n, parked, len(owners))
+	}
+	freeAll(t, h, ps)
 }
