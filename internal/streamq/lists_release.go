@@ -34,6 +34,23 @@ func (ls *Lists[T]) RefusedLost(dst []Stream) []Stream {
 	return dst
 }
 
+// Refused reports whether s's list is lost on a refusal of its handle (List.refused) that
+// Recover has not answered: the driver may have given the handle to a new stream since, so a
+// wait or query of the handle says nothing of the destroyed stream's work, which only a
+// synchronize of the context waits for. A caller asks after its wait of the handle: a refusal
+// a poll or drain found before the wait ended is seen then (Recover clears it only after its
+// synchronize of the context, which waited for the destroyed stream's work too). Safe for
+// concurrent use.
+func (ls *Lists[T]) Refused(s Stream) bool {
+	l := ls.Lookup(s)
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refused != nil
+}
+
 // keepLost keeps l for Recover, once however many polls and drains find it lost before Recover
 // (each Recover releases a lost list's items once).
 func (ls *Lists[T]) keepLost(l *List[T]) {

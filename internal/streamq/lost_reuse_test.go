@@ -68,6 +68,9 @@ func testLostStreamHandleReused(t *testing.T, second string) {
 	if got := ls.RefusedLost(nil); len(got) != 0 {
 		t.Fatalf("RefusedLost after Recover answered = %#x; want none", got)
 	}
+	if ls.Refused(a) {
+		t.Fatal("Refused after Recover answered = true; want false")
+	}
 	if err := ls.Verify(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +237,9 @@ func lostDuringCapture(t *testing.T, f *fakecuda.Driver, dev *cuda.Device) (*str
 	}
 	if got := ls.RefusedLost(nil); !slices.Equal(got, []streamq.Stream{a}) {
 		t.Fatalf("RefusedLost after the loss = %#x; want the destroyed stream %#x", got, a)
+	}
+	if !ls.Refused(a) || ls.Refused(c) {
+		t.Fatalf("Refused after the loss: %v for the destroyed stream, %v for the capturing one; want true, false", ls.Refused(a), ls.Refused(c))
 	}
 	return ls, c, a
 }
