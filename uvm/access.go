@@ -46,7 +46,9 @@ func (m Mode) String() string {
 // tier's H2D stream and s is made to wait for it. Mode Write marks the host copy stale. The block
 // stays acquired (never moved) until as many Releases on s as Acquires on s. Errors: ErrClosed,
 // ErrInvalidHandle, ErrInvalidStream (a stream the driver does not know; the tier asks it once per
-// stream; ErrDeviceFault instead when the context has failed), ErrAllPinned (no room: the budget is
+// stream; ErrDeviceFault instead when the context has failed; a known stream destroyed without
+// ForgetStream whose wait the driver refuses is then forgotten, as a refused Release forgets it,
+// its uses on other blocks ending by a synchronize of the device), ErrAllPinned (no room: the budget is
 // held by acquired blocks), ErrAcquired (the host holds the block for writing, or for reading and m
 // is Write), an error matching cuda.ErrCapturing when s is capturing a CUDA graph and the block
 // must be waited for there (it is brought back or still arriving, or was last released on another
@@ -157,7 +159,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 		t.st.Hits++
 	}
 	if err := t.waitReady(id, b, s, restored); err != nil {
-		return 0, fmt.Errorf("uvm: stream %#x waits for block %#x: %w", s, uint64(h), err)
+		return 0, t.refusedStream(s, fmt.Sprintf("stream %#x waits for block %#x", s, uint64(h)), err)
 	}
 	if m == Write {
 		if b.hostLent { // the next copy to the host goes to another buffer (host.go)

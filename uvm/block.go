@@ -80,9 +80,11 @@ type block struct {
 	thrash    thrashState
 }
 
-// use counts a block's acquisitions on one stream. refused says that the driver refused s when
-// a Release or Free tried to end a use there and a capture held off the device's synchronize
-// (unordered): the uses left end by that synchronize, whatever stream has the handle s now.
+// use counts a block's acquisitions on one stream. refused says that the driver refused s's
+// handle (destroyed) while the use went on: a Release or Free tried to end a use there and a
+// capture held off the device's synchronize (unordered), or an Acquire's or Prefetch's wait
+// there was refused (refusedStream): the uses left end by a synchronize of the device, whatever
+// stream has the handle s now.
 type use struct {
 	s       cuda.Stream
 	n       int32

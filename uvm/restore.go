@@ -79,7 +79,7 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	}
 	// One wait covers the batch: every copy of it is before its event.
 	if err := t.dev.StreamWaitEvent(uintptr(s), uintptr(ev)); err != nil {
-		return fmt.Errorf("uvm: stream %#x waits for a prefetch: %w", s, err)
+		return t.refusedStream(s, fmt.Sprintf("stream %#x waits for a prefetch", s), err)
 	}
 	return nil
 }

@@ -47,10 +47,15 @@ import (
 // that the stream is invalid: whatever became of the stream, the context's error is the cause.
 // The device wait is never made while a CUDA graph capture holds a stream the tier knows (see
 // below): the Release or Free is then refused with ErrCapturing and the use goes on, marked
-// (use.refused) so that the same call made once the capture has ended waits for the device
+// (use.refused), as every other use on the stream, so that the same call made once the capture has ended waits for the device
 // rather than record an event on whatever stream the driver gave the handle to since; and the
 // release events recorded on the stream stop standing for its handle, as ForgetStream makes
-// them, so that a stream given the handle meanwhile waits for them.
+// them, so that a stream given the handle meanwhile waits for them. An Acquire or Prefetch
+// whose wait on the stream the driver refuses as an invalid handle (refusedStream) does the
+// same, and fails with ErrInvalidStream: the stream is forgotten, its release events stand for
+// it alone, and the uses still acquired on it end by a synchronize of the device. Until the
+// tier has met such a refusal, it cannot tell a destroyed stream's handle from the stream the
+// driver gave it to next: call ForgetStream first.
 
 //
 // After a fault, the tier answers a stream of its own that the driver refuses, and memory held
@@ -208,7 +213,8 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 // The synchronize of the device would end a CUDA graph capture on any stream of the context (the
 // driver refuses it and invalidates the capture): while a capture holds a stream the tier knows
 // (captured), it waits for nothing and returns, with ended false, an error matching
-// pinmalloc.ErrCapturing; the use goes on, marked refused, so that the call made again once the
+// pinmalloc.ErrCapturing; the use goes on, marked refused with every other use on s
+// (refuseUses), so that the call made again once the
 // capture has ended waits for the device without trusting the handle (the driver may have given
 // it to a stream created since, which is not ordered after the old one's work), and the release
 // events recorded on the stream stop standing for the handle (forgetReleases, as ForgetStream
@@ -221,9 +227,10 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 	t.forget(s)
 	if c, held := t.captured(); held {
 		// The driver refused s: its handle may go to a stream created next, before the
-		// synchronize that would have passed s's release events. They stand for s alone.
+		// synchronize that would have passed s's release events. They stand for s alone, and
+		// so do its uses, this one and those of other blocks (refuseUses).
 		t.forgetReleases(s)
-		u.refused = true
+		t.refuseUses(s)
 		return false, fmt.Errorf("uvm: release of %#x on stream %#x refused: its event could not be recorded (%w), and the synchronize of the device that would wait for the work queued there instead would end the CUDA graph capture on stream %#x: %w; the use goes on: end it again once the capture ends",
 			uint64(h), s, cause, c, pinmalloc.ErrCapturing)
 	}
@@ -232,6 +239,39 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 			ErrDeviceFault, uint64(h), s, derr, besides(fmt.Errorf("its event could not be recorded: %w", cause), derr))
 	}
 	return true, fmt.Errorf("%w: uvm: release of %#x on stream %#x: no event: %w; released after waiting for the device", ErrInvalidStream, uint64(h), s, cause)
+}
+
+// refusedStream is the error of what (said after "uvm: "), refused by the driver with err, a
+// refusal of a wait the tier queued on the user's stream s (an Acquire's or a Prefetch's): when the driver refused the handle itself
+// (pinmalloc.ErrInvalidHandle: s was destroyed without ForgetStream), it may give that handle
+// to a stream created next, which is not ordered after s's work still queued, so the tier lets
+// go of what stands for the handle, as a refused Release does (unordered): s is forgotten (an
+// Acquire on the handle is checked again), its release events stand for s alone
+// (forgetReleases: a stream given the handle waits for them), and its uses still acquired end
+// by a synchronize of the device (refuseUses). The error then wraps ErrInvalidStream. t.mu is
+// held.
+func (t *Tier) refusedStream(s cuda.Stream, what string, err error) error {
+	if !errors.Is(err, pinmalloc.ErrInvalidHandle) || streamq.DefaultStream(uintptr(s)) {
+		return fmt.Errorf("uvm: %s: %w", what, err)
+	}
+	t.forget(s)
+	t.forgetReleases(s)
+	t.refuseUses(s)
+	return fmt.Errorf("%w: %s: %w", ErrInvalidStream, what, err)
+}
+
+// refuseUses marks every use of a block on stream s refused (use.refused), s's handle refused
+// by the driver: their Release or Free waits for the device (unordered), not for whatever
+// stream has the handle by then. t.mu is held.
+func (t *Tier) refuseUses(s cuda.Stream) {
+	for i := range t.blocks {
+		b := &t.blocks[i]
+		for k := range b.uses {
+			if b.uses[k].s == s {
+				b.uses[k].refused = true
+			}
+		}
+	}
 }
 
 // errRefusedBefore is the cause unordered is given for a use whose stream the driver refused
