@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/pinmalloc/pinmalloc"
@@ -25,7 +26,10 @@ import (
 // answers a destroyed stream would end a capture on any stream of the context: while a stream
 // the pool knows (one with buffers deferred, or seen lately) or the legacy stream (for any
 // blocking stream) captures, ForgetStream of a destroyed stream waits for nothing and is refused
-// the same way; call it again once the capture has ended.
+// the same way; call it again once the capture has ended. Meanwhile the buffers deferred on the
+// destroyed stream, and those recorded on it and freed later, wait for that synchronize (made
+// by the next reclaim that can), not for the stream's handle, which the driver may give to a
+// new stream.
 //
 // A pool whose memory the driver copies synchronously knows no streams: ForgetStream does
 // nothing there. After the pool's memory is released it returns ErrClosed.
@@ -90,9 +94,19 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 		// Destroyed already, most likely: the context's synchronize waits for its work, and
 		// would end a capture on any stream.
 		c, held, err2 := o.lists.WaitAllUncaptured()
+		if held || err2 != nil {
+			o.loseRefused(s, err)
+		}
 		if held {
 			return fmt.Errorf("pinned: forget stream %#x: its wait failed (%v), and the synchronize of the context that would wait for its work instead would end the CUDA graph capture on stream %#x: %w; %s",
 				s, err, c, pinmalloc.ErrCapturing, kept)
+		}
+		if err2 == nil && o.lists.Lost() > 0 {
+			// The synchronize answered the lists lost on refused streams, s's among them (a
+			// reclaim's poll, or a ForgetStream refused before, found it so): their buffers
+			// come back (Recover, whose own synchronize finds nothing left to wait for), and
+			// s's list is one Release may let go.
+			o.done, err2 = o.lists.Recover(o.done, afterLostSync)
 		}
 		if err2 != nil {
 			return forgetRefused(s, err, err2, kept)
@@ -114,6 +128,19 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 		o.mustVerify()
 	}
 	return err
+}
+
+// loseRefused keeps the list of s (made if s has none) lost for a synchronize of the context
+// (streamq's Lists.Lose), when err, the driver's refusal of a wait for s that no synchronize of
+// the context could answer, refused s's handle itself (destroyed): the driver may give the
+// handle to a new stream before that synchronize, whose answers say nothing of s's work, so the
+// buffers deferred on s, and those recorded on it and freed later (they go on its list), wait
+// for that synchronize, made by the next reclaim that can (Recover), not for the handle.
+// reclMu is held.
+func (o *streamOrder) loseRefused(s cuda.Stream, err error) {
+	if errors.Is(err, pinmalloc.ErrInvalidHandle) {
+		o.lists.Lose(o.list(s), err)
+	}
 }
 
 // forgetRefused is ForgetStream's error when the wait for s failed with cause and the

@@ -119,3 +119,124 @@ func TestFakeWaitStreamsRefusedReusedHandle(t *testing.T) {
 	must("MemFree", dev.MemFree(d))
 	must("Close", p.Close())
 }
+
+// TestFakeForgetRefusedReusedHandle: a buffer y freed on stream A behind a copy from it still
+// queued (held), A destroyed without ForgetStream, and then forgotten while the user captures a
+// graph on stream c, which the pool knows: the wait for A is refused (its handle is), and the
+// synchronize of the context that would wait for its work instead would end the capture, so
+// ForgetStream is refused (cuda.ErrCapturing) and A stays known, its buffer deferred. The
+// driver gives A's handle to a new stream b. A reclaim once the capture has ended polled A's
+// list, asked the handle (b, idle) and took y back with A's copy from it still queued: the next
+// owner's bytes went to the device. Now the refusal ForgetStream met is the list's (streamq's
+// Lists.Lose): it waits for a synchronize of the context, as if a poll had found it. The
+// reclaim runs during the capture, which puts that synchronize off.
+func TestFakeForgetRefusedReusedHandle(t *testing.T) { testForgetRefusedReusedHandle(t, false) }
+
+// TestFakeForgetRefusedReusedHandleRecorded is TestFakeForgetRefusedReusedHandle with y recorded
+// on A (RecordStream) rather than freed there, and freed once b has A's handle; reclaims before
+// the reuse poll A's list, empty. They retired it (empty at two polls; streamq's polls keep a
+// list lost on a refused handle now), and y's free made a new list for the handle, which the
+// next reclaim asked: b, idle.
+func TestFakeForgetRefusedReusedHandleRecorded(t *testing.T) { testForgetRefusedReusedHandle(t, true) }
+
+// testForgetRefusedReusedHandle is TestFakeForgetRefusedReusedHandle, with y recorded on A and
+// freed after the reuse when recorded.
+func testForgetRefusedReusedHandle(t *testing.T, recorded bool) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	p, err := New(Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
+	must("New", err)
+	o := p.order
+	A, err := dev.StreamCreate(true)
+	must("StreamCreate", err)
+	c, err := dev.StreamCreate(true)
+	must("StreamCreate", err)
+	const n = 64 << 10
+	d, err := dev.MemAlloc(n)
+	must("MemAlloc", err)
+	y, err := p.Alloc(n)
+	must("Alloc", err)
+	for i := range y {
+		y[i] = 0xA
+	}
+	z, err := p.Alloc(4096)
+	must("Alloc", err)
+	must("RecordStream on c", p.RecordStream(z, cuda.Stream(c))) // the pool knows c
+	f.Hold(true)
+	if recorded {
+		must("RecordStream on A", p.RecordStream(y, cuda.Stream(A)))
+	}
+	must("HtoDAsync on A", dev.MemcpyHtoDAsync(d, mem.Addr(y), n, A)) // held: reads y later
+	if !recorded {
+		must("FreeAsync on A", p.FreeAsync(y, cuda.Stream(A)))
+	}
+	must("StreamDestroy, without ForgetStream", dev.StreamDestroy(A))
+
+	runtime.LockOSThread()
+	must("StreamBeginCapture", dev.StreamBeginCapture(c, icuda.CaptureGlobal))
+	ended := false
+	endCapture := func() {
+		t.Helper()
+		if ended {
+			return
+		}
+		ended = true
+		g, err := dev.StreamEndCapture(c)
+		runtime.UnlockOSThread()
+		if err != nil {
+			t.Fatalf("the pool invalidated the user's capture: %v", err)
+		}
+		must("GraphDestroy", dev.GraphDestroy(g))
+	}
+	defer endCapture()
+	if ferr := p.ForgetStream(cuda.Stream(A)); !errors.Is(ferr, cuda.ErrCapturing) {
+		t.Fatalf("ForgetStream of the destroyed stream during the capture: %v; want an error matching cuda.ErrCapturing: the test proves nothing", ferr)
+	}
+	if recorded {
+		for range 3 { // reclaims during the capture: A's list is empty, asked nothing
+			_ = p.Trim()
+		}
+	}
+	b, err := dev.StreamCreate(true)
+	must("StreamCreate", err)
+	if b != A {
+		t.Fatalf("the driver gave the new stream %#x, not A's handle %#x: the test proves nothing", b, A)
+	}
+	if recorded {
+		must("Free", p.Free(y)) // waits for A, recorded on it
+	}
+	_ = p.Trim() // during the capture: no synchronize of the context answers A
+	if !o.g.Held(mem.Addr(y)) && f.Pending() > 0 {
+		t.Error("a reclaim took back the buffer A used with A's copy from it still queued (it trusted the new stream on A's handle)")
+	}
+	endCapture()
+	next, err := p.Alloc(n) // the next owner writes its bytes, where y was if the pool took it
+	must("Alloc", err)
+	for i := range next {
+		next[i] = 0xB
+	}
+	f.Hold(false)
+	must("synchronize the context", dev.Synchronize()) // A's copy runs, if it has not
+	got := make([]byte, n)
+	must("DtoH", dev.MemcpyDtoH(mem.Addr(got), d, n))
+	if !bytes.Equal(got, bytes.Repeat([]byte{0xA}, n)) {
+		t.Error("the device got the next owner's bytes: the destroyed stream's copy read a buffer the pool had handed out again")
+	}
+	must("Trim", p.Trim())
+	must("ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
+	must("StreamDestroy of b", dev.StreamDestroy(b))
+	must("ForgetStream of c", p.ForgetStream(cuda.Stream(c)))
+	must("StreamDestroy of c", dev.StreamDestroy(c))
+	must("Free", p.Free(next))
+	must("Free", p.Free(z))
+	must("MemFree", dev.MemFree(d))
+	must("Close", p.Close())
+}

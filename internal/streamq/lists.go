@@ -43,8 +43,10 @@ import (
 // keeps its list aside as lost, with the number of open items it had then, and Recover
 // synchronizes the whole context once for every lost list and hands back what they had. When
 // the driver refused the handle itself (pinmalloc.ErrInvalidHandle: a stream destroyed), no
-// later poll or drain asks the handle about the list's items until Recover has answered: the
-// driver may give the handle to a new stream, whose answers say nothing of the old one's work.
+// later poll or drain asks the handle about the list's items until Recover has answered, nor
+// does a poll retire the list: the driver may give the handle to a new stream, whose answers say
+// nothing of the old one's work. A caller whose own wait for a stream the driver refused keeps
+// the list so with Lose.
 //
 // A push may find its list gone from the lists (retired, or released by Forget) since its caller
 // found it: Push follows it to the stream's new list, made if need be. PushKnown does so unless

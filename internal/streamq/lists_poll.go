@@ -128,7 +128,7 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 		l.open = l.open[:0]
 		l.lostOpen = 0
 	}
-	if len(l.marked) == 0 {
+	if len(l.marked) == 0 && l.refused == nil { // a refused list waits for Recover (Lose)
 		if l.idle++; l.idle >= ls.linger {
 			return done, pollIdle, nil
 		}

@@ -51,6 +51,22 @@ func (ls *Lists[T]) Refused(s Stream) bool {
 	return l.refused != nil
 }
 
+// Lose keeps l lost for Recover, as a poll that found its stream refused keeps it, for a caller
+// whose own wait or query of l's stream the driver refused with err (pinned.Pool's
+// ForgetStream, which could not synchronize the context instead): its items wait for Recover's
+// synchronize of the context, and when err is a refusal of the handle itself
+// (pinmalloc.ErrInvalidHandle: the stream was destroyed) no poll, drain, Idle or Release asks
+// the handle about them until then (List.refused), nor does a poll retire the list, so that a
+// push of an item recorded on the destroyed stream waits with them: the driver may give the
+// handle to a new stream first. It is the reclaimer's, as Recover is.
+func (ls *Lists[T]) Lose(l *List[T], err error) {
+	l.mu.Lock()
+	l.lostOpen = len(l.open)
+	l.refusedLoss(err)
+	l.mu.Unlock()
+	ls.keepLost(l)
+}
+
 // keepLost keeps l for Recover, once however many polls and drains find it lost before Recover
 // (each Recover releases a lost list's items once).
 func (ls *Lists[T]) keepLost(l *List[T]) {

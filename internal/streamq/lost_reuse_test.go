@@ -1,8 +1,11 @@
 package streamq_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/pinmalloc/pinmalloc"
 
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -242,4 +245,47 @@ func lostDuringCapture(t *testing.T, f *fakecuda.Driver, dev *cuda.Device) (*str
 		t.Fatalf("Refused after the loss: %v for the destroyed stream, %v for the capturing one; want true, false", ls.Refused(a), ls.Refused(c))
 	}
 	return ls, c, a
+}
+
+// TestLoseRefusedKeepsList: a list its caller found refused on its handle (Lose, as
+// pinned.Pool's ForgetStream does when it cannot synchronize the context instead), empty, is
+// kept lost: Refused says so, polls neither ask the handle nor retire the list (an item recorded
+// on the destroyed stream and pushed later waits with it, for Recover), and Recover answers it.
+// A retired list left the handle with no state: the later push made a new list, whose poll
+// asked the handle, which the driver may have given to a new stream.
+func TestLoseRefusedKeepsList(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	ss, _, p, _ := testStreams(t, dev, 1)
+	s := ss[0]
+	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
+	l := ls.Get(s)
+	ls.Lose(l, fmt.Errorf("wait for stream %#x: %w", s, pinmalloc.ErrInvalidHandle))
+	if !ls.Refused(s) || ls.Lost() != 1 {
+		t.Fatalf("after Lose: refused %v, %d lost; want true, 1", ls.Refused(s), ls.Lost())
+	}
+	for range 4 {
+		if done, err := ls.Poll(nil); len(done) != 0 || err != nil {
+			t.Fatalf("poll of the lost list: %v back, %v; want nothing", done, err)
+		}
+	}
+	if ls.Lookup(s) != l {
+		t.Fatal("polls retired the list lost on a refused handle before Recover")
+	}
+	ls.Push(ls.Get(s), 7)
+	if done, _ := ls.Poll(nil); len(done) != 0 {
+		t.Fatalf("a poll of the refused list asked the handle: %v back", done)
+	}
+	done, err := ls.Recover(nil, nil)
+	if err != nil || ls.Refused(s) || ls.Lost() != 0 {
+		t.Fatalf("Recover: %v, refused %v, %d lost; want nil, false, 0", err, ls.Refused(s), ls.Lost())
+	}
+	if done, err = ls.Poll(done); err != nil || len(done) != 1 || done[0] != 7 {
+		t.Fatalf("after Recover: %v back, %v; want [7]", done, err)
+	}
+	if err := ls.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
 }
