@@ -240,3 +240,63 @@ func testForgetRefusedReusedHandle(t *testing.T, recorded bool) {
 	must("MemFree", dev.MemFree(d))
 	must("Close", p.Close())
 }
+
+// TestFakeWaitStreamsRefusedThenReused: a buffer y freed on stream A behind a copy from it
+// still queued (held), and a buffer x recorded on A; A destroyed without ForgetStream.
+// WaitStreams(x) meets the driver's refusal of A's handle (ErrInvalidStream), and the driver
+// then gives the handle to a new stream b. The next reclaim polled A's list, asked the handle
+// (b, idle) and took y back with A's copy from it still queued: the pool had met the refusal
+// and kept nothing of it. Now WaitStreams' refusal is the list's (streamq's Lists.Lose), and the
+// reclaim waits for the copy with a synchronize of the context.
+func TestFakeWaitStreamsRefusedThenReused(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	p, err := New(Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
+	must("New", err)
+	o := p.order
+	A, err := dev.StreamCreate(true)
+	must("StreamCreate", err)
+	const n = 64 << 10
+	d, err := dev.MemAlloc(n)
+	must("MemAlloc", err)
+	y, err := p.Alloc(n)
+	must("Alloc", err)
+	for i := range y {
+		y[i] = 0xA
+	}
+	x, err := p.Alloc(4096)
+	must("Alloc", err)
+	must("RecordStream on A", p.RecordStream(x, cuda.Stream(A)))
+	f.Hold(true)
+	must("HtoDAsync on A", dev.MemcpyHtoDAsync(d, mem.Addr(y), n, A)) // held: reads y later
+	must("FreeAsync on A", p.FreeAsync(y, cuda.Stream(A)))
+	must("StreamDestroy, without ForgetStream", dev.StreamDestroy(A))
+	if err := p.WaitStreams(x); !errors.Is(err, ErrInvalidStream) {
+		t.Fatalf("WaitStreams of a buffer recorded on the destroyed stream: %v; want ErrInvalidStream: the test proves nothing", err)
+	}
+	b, err := dev.StreamCreate(true)
+	must("StreamCreate", err)
+	if b != A {
+		t.Fatalf("the driver gave the new stream %#x, not A's handle %#x: the test proves nothing", b, A)
+	}
+	t.Logf("Trim: %v", p.Trim())
+	if !o.g.Held(mem.Addr(y)) && f.Pending() > 0 {
+		t.Error("a reclaim took back the buffer freed on the destroyed stream with the copy from it still queued (it trusted the new stream on A's handle)")
+	}
+	f.Hold(false)
+	must("synchronize the context", dev.Synchronize())
+	must("Trim", p.Trim())
+	must("Free", p.Free(x))
+	must("ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
+	must("StreamDestroy of b", dev.StreamDestroy(b))
+	must("MemFree", dev.MemFree(d))
+	must("Close", p.Close())
+}

@@ -21,10 +21,12 @@ import (
 // driver may have given its handle to a new stream since, whose work is not the destroyed
 // one's. Errors: b not in a live buffer of the pool (ErrNotOwned), a buffer the caller has
 // freed, its free done or still waiting for its streams or holds (ErrDoubleFree), a stream the
-// driver refuses (ErrInvalidStream), a stream capturing a CUDA graph, which no wait may touch,
-// or, for a destroyed stream found refused, a capture on any stream the pool knows, which the
-// synchronize of the context would end (matching cuda.ErrCapturing only: wait again once the
-// capture has ended), a released pool (ErrClosed).
+// driver refuses (ErrInvalidStream; when it refused the handle, the buffers deferred on that
+// stream wait for a synchronize of the context from then on, as if a reclaim had found it so),
+// a stream capturing a CUDA graph, which no wait may touch, or, for a destroyed stream found
+// refused, a capture on any stream the pool knows, which the synchronize of the context would
+// end (matching cuda.ErrCapturing only: wait again once the capture has ended), a released
+// pool (ErrClosed).
 func (p *Pool) WaitStreams(b []byte) error {
 	base, err := p.unfreed(b)
 	if err != nil || p.order == nil {
@@ -65,9 +67,19 @@ func (o *streamOrder) waitStreams(base uintptr) error {
 // reclaim found refused (streamq's Lists.Refused, asked after the wait) is waited for as the
 // reclaims wait for it, by a synchronize of the context (waitRefused): the driver may have given
 // the handle to a new stream, whose synchronize says nothing of the destroyed one's work.
+// A refusal of the handle that this wait meets is kept on s's list (loseRefused), as a
+// reclaim's poll keeps it: the driver may give the handle to a new stream before the reclaims
+// ask it again.
 func (o *streamOrder) waitUnforgotten(s cuda.Stream) error {
 	waited, err := o.waitHandle(s)
-	if waited && o.lists.Refused(streamq.Stream(s)) {
+	switch {
+	case !waited:
+		return nil
+	case errors.Is(err, pinmalloc.ErrInvalidHandle):
+		o.reclMu.Lock()
+		o.loseRefused(s, err)
+		o.reclMu.Unlock()
+	case o.lists.Refused(streamq.Stream(s)):
 		return o.waitRefused(s)
 	}
 	return streamError("", err)
