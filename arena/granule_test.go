@@ -181,3 +181,39 @@ func TestGranuleEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPurgeSharedGranuleOnce frees two adjacent spans of a region off a page (their chunks
+// share a granule) and trims: the purge must decommit the shared granule once and count it
+// once. Each chunk's plan named it, and both runs went to the provider: a second decommit of
+// memory decommitted already (an error for a driver's unmap), and Committed, lowered twice,
+// wrapped below zero.
+func TestPurgeSharedGranuleOnce(t *testing.T) {
+	p, err := External(offPageRegion(t, 8<<20, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestArena(t, Options{Provider: p, PurgeDelay: -1})
+	x, err := a.Alloc(2<<20, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := a.Alloc(2<<20, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y.ID != x.ID+1 {
+		t.Fatalf("spans at chunks %d and %d, want adjacent", x.ID, y.ID)
+	}
+	committed := a.Stats().Committed
+	if err := a.Free(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free(y); err != nil {
+		t.Fatal(err)
+	}
+	a.Trim()
+	if st := a.Stats(); st.Committed != 0 || st.Purged != committed {
+		t.Errorf("after freeing both spans and a Trim: committed %d, purged %d; want 0 and the %d committed before",
+			int64(st.Committed), st.Purged, committed)
+	}
+}

@@ -19,19 +19,20 @@ import (
 // are errors (recorded, and failing the test). It counts its committed pages, for the
 // arena's Stats to agree with.
 type strictProvider struct {
-	*HostProvider
+	Provider
 	granule uintptr
 	mu      sync.Mutex
-	pages   map[uintptr]bool // host page → committed
+	base    uintptr          // the first region's
+	pages   map[uintptr]bool // host page, as an offset from base → committed
 	errs    []error
 }
 
 func newStrictProvider(granule uintptr) *strictProvider {
-	return &strictProvider{HostProvider: PageableHost(HostOptions{}), granule: granule, pages: map[uintptr]bool{}}
+	return &strictProvider{Provider: PageableHost(HostOptions{}), granule: granule, pages: map[uintptr]bool{}}
 }
 
 func (p *strictProvider) Caps() Caps {
-	c := p.HostProvider.Caps()
+	c := p.Provider.Caps()
 	c.Granule = max(c.Granule, p.granule)
 	return c
 }
@@ -46,8 +47,11 @@ func (p *strictProvider) flip(r *Region, off, size uintptr, on bool) error {
 	case off+size > r.Size:
 		err = fmt.Errorf("[%#x, +%#x) past the region's %#x bytes", off, size, r.Size)
 	default:
+		if p.base == 0 {
+			p.base = r.Base
+		}
 		for a := r.Base + off; a < r.Base+off+size; a += 4096 {
-			if p.pages[a] == on {
+			if p.pages[a-p.base] == on {
 				err = fmt.Errorf("page %#x (of [%#x, +%#x)) committed %v already", a, r.Base+off, size, on)
 				break
 			}
@@ -59,9 +63,9 @@ func (p *strictProvider) flip(r *Region, off, size uintptr, on bool) error {
 	}
 	for a := r.Base + off; a < r.Base+off+size; a += 4096 {
 		if on {
-			p.pages[a] = true
+			p.pages[a-p.base] = true
 		} else {
-			delete(p.pages, a)
+			delete(p.pages, a-p.base)
 		}
 	}
 	return nil
@@ -71,7 +75,7 @@ func (p *strictProvider) Commit(r *Region, off, size uintptr) error {
 	if err := p.flip(r, off, size, true); err != nil {
 		return err
 	}
-	if err := p.HostProvider.Commit(r, off, size); err != nil {
+	if err := p.Provider.Commit(r, off, size); err != nil {
 		_ = p.flip(r, off, size, false)
 		return err
 	}
@@ -82,15 +86,15 @@ func (p *strictProvider) Decommit(r *Region, off, size uintptr) error {
 	if err := p.flip(r, off, size, false); err != nil {
 		return err
 	}
-	return p.HostProvider.Decommit(r, off, size)
+	return p.Provider.Decommit(r, off, size)
 }
 
 func (p *strictProvider) committed(a, n uintptr) (uintptr, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for q := a &^ 4095; q < a+n; q += 4096 {
-		if !p.pages[q] {
-			return q, false
+	for o := (a - p.base) &^ 4095; p.base+o < a+n; o += 4096 {
+		if !p.pages[o] {
+			return p.base + o, false
 		}
 	}
 	return 0, true
@@ -99,11 +103,14 @@ func (p *strictProvider) committed(a, n uintptr) (uintptr, bool) {
 // modelSpan is a span of the arena model with the granules its user has claimed (Alloc,
 // Commit) and not given up (Decommit), whose bytes hold its pattern.
 type modelSpan struct {
-	s     Span
-	lo    uintptr // the first byte of the span's chunks: the chunk grid is the region's
-	claim map[uintptr]bool
-	seed  byte
+	s      Span
+	lo, hi uintptr // the span's chunks (the last may end short, at the region's end)
+	claim  map[uintptr]bool
+	seed   byte
 }
+
+// clip returns the part of [q, q+g) inside the span's chunks.
+func (ms *modelSpan) clip(q, g uintptr) (lo, hi uintptr) { return max(q, ms.lo), min(q+g, ms.hi) }
 
 // TestArenaModel runs random sequences of Alloc (any size and alignment), Reserve, ReserveNext,
 // Commit, Decommit, DecommitIdle, Free, Precommit and Trim over small arenas of host memory with
@@ -120,6 +127,7 @@ func TestArenaModel(t *testing.T) {
 	for _, c := range []struct{ granule, chunk uintptr }{
 		{4 << 10, 2 << 20}, {16 << 10, 2 << 20}, {64 << 10, 2 << 20}, {2 << 20, 2 << 20},
 		{4 << 10, 64 << 10}, {64 << 10, 64 << 10}, {16 << 10, 256 << 10},
+		{external, 2 << 20}, {external, 64 << 10},
 	} {
 		for _, delay := range []time.Duration{-1, time.Millisecond} {
 			for seed := uint64(1); seed <= seeds; seed++ {
@@ -131,11 +139,29 @@ func TestArenaModel(t *testing.T) {
 	}
 }
 
+// external names, among TestArenaModel's granules, an exclusive external region off a page.
+const external = 1
+
 func arenaModel(t *testing.T, granule, chunk uintptr, delay time.Duration, seed uint64, steps int) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	prov := newStrictProvider(granule)
 	capacity := 24 * chunk
-	a, err := New(Options{Provider: prov, Capacity: capacity, ChunkSize: chunk, RegionSize: 8 * chunk, PurgeDelay: delay})
+	prov := newStrictProvider(granule)
+	if granule == external {
+		// An exclusive external region 8 bytes past a page: its granules straddle pages, and
+		// its chunks the 2 MiB grid.
+		r := offPageRegion(t, capacity+chunk, true)
+		e, err := External(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov = &strictProvider{Provider: e, granule: 4096, pages: map[uintptr]bool{}}
+		capacity = e.Capacity()
+	}
+	regionSize := 8 * chunk
+	if granule == external {
+		regionSize = capacity
+	}
+	a, err := New(Options{Provider: prov, Capacity: capacity, ChunkSize: chunk, RegionSize: regionSize, PurgeDelay: delay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,22 +171,27 @@ func arenaModel(t *testing.T, granule, chunk uintptr, delay time.Duration, seed 
 		t.Helper()
 		t.Fatalf("step %d: %s", step, fmt.Sprintf(format, args...))
 	}
-	// grid returns the start of the chunk of p: chunks lie on a grid from their region's base.
-	grid := func(p uintptr) uintptr {
+	// base returns the base of p's region: granules count from it.
+	base := func(p uintptr) uintptr {
 		for _, rs := range a.Snapshot().Regions {
 			if p >= rs.Base && p < rs.Base+rs.Size {
-				return rs.Base + (p-rs.Base)/chunk*chunk
+				return rs.Base
 			}
 		}
 		t.Fatalf("%#x in no region", p)
 		return 0
 	}
 	g := prov.Caps().Granule
-	claimRange := func(ms *modelSpan, p, n uintptr, on bool) {
-		lo, hi := p&^(g-1), (p+n+g-1)&^(g-1)
-		if !on {
-			lo, hi = (p+g-1)&^(g-1), (p+n)&^(g-1) // whole granules only
+	// granules returns the granules [lo, hi) that [p, p+n) touches (whole: that lie inside it).
+	granules := func(p, n uintptr, whole bool) (lo, hi uintptr) {
+		b := base(p)
+		if whole {
+			return b + (p-b+g-1)/g*g, b + (p+n-b)/g*g
 		}
+		return b + (p-b)/g*g, b + (p+n-b+g-1)/g*g
+	}
+	claimRange := func(ms *modelSpan, p, n uintptr, on bool) {
+		lo, hi := granules(p, n, !on) // given up: whole granules only
 		for q := lo; q < hi; q += g {
 			if on {
 				ms.claim[q] = true
@@ -170,22 +201,37 @@ func arenaModel(t *testing.T, granule, chunk uintptr, delay time.Duration, seed 
 		}
 	}
 	// pattern writes (or checks) a byte at the start and end of claimed granule q.
+	// (clipped to the span's chunks: a granule of a region off a page may straddle a chunk's
+	// edge, and the part beyond is another span's).
 	pattern := func(ms *modelSpan, q uintptr, check bool) int {
-		b := mem.Bytes(q, g)
+		lo, hi := ms.clip(q, g)
+		b := mem.Bytes(lo, hi-lo)
 		v := ms.seed + byte(q>>12)
 		if check {
-			if b[0] != v || b[g-1] != ^v {
+			if b[0] != v || b[len(b)-1] != ^v {
 				return 1
 			}
 		} else {
-			b[0], b[g-1] = v, ^v
+			b[0], b[len(b)-1] = v, ^v
 		}
 		return 0
 	}
 	add := func(step int, s Span, commit bool) {
-		ms := &modelSpan{s: s, lo: grid(s.Base), claim: map[uintptr]bool{}, seed: byte(step)}
+		lo, ok := a.ChunkBase(s.ID)
+		if !ok {
+			fail(step, "span %+v: no base for its first chunk", s)
+		}
+		b := base(lo)
+		rs := a.Snapshot().Regions
+		hi := lo + uintptr(s.N)*chunk
+		for _, x := range rs {
+			if x.Base == b {
+				hi = min(hi, x.Base+x.Size)
+			}
+		}
+		ms := &modelSpan{s: s, lo: lo, hi: hi, claim: map[uintptr]bool{}, seed: byte(step)}
 		for _, o := range spans {
-			if ms.lo < o.lo+uintptr(o.s.N)*chunk && o.lo < ms.lo+uintptr(s.N)*chunk {
+			if ms.lo < o.hi && o.lo < ms.hi {
 				fail(step, "span %+v shares a chunk with %+v", s, o.s)
 			}
 		}
@@ -243,13 +289,13 @@ func arenaModel(t *testing.T, granule, chunk uintptr, delay time.Duration, seed 
 			add(step, s, false)
 		case k < 50:
 			ms := spans[r.IntN(len(spans))]
-			end := ms.lo + uintptr(ms.s.N)*chunk
+			end := ms.hi
 			p := ms.lo + uintptr(r.IntN(int(end-ms.lo)))
 			n := uintptr(1 + r.IntN(int(min(end-p, 3*g))))
 			if _, err := a.Commit(p, n); err != nil {
 				fail(step, "commit [%#x, +%d) of %+v: %v", p, n, ms.s, err)
 			}
-			lo, hi := p&^(g-1), (p+n+g-1)&^(g-1)
+			lo, hi := granules(p, n, false)
 			for q := lo; q < hi; q += g {
 				if !ms.claim[q] {
 					ms.claim[q] = true
@@ -258,7 +304,7 @@ func arenaModel(t *testing.T, granule, chunk uintptr, delay time.Duration, seed 
 			}
 		case k < 62:
 			ms := spans[r.IntN(len(spans))]
-			end := ms.lo + uintptr(ms.s.N)*chunk
+			end := ms.hi
 			p := ms.lo + uintptr(r.IntN(int(end-ms.lo)))
 			n := uintptr(1 + r.IntN(int(min(end-p, 4*g))))
 			var err error
@@ -302,7 +348,7 @@ func arenaModel(t *testing.T, granule, chunk uintptr, delay time.Duration, seed 
 				if pg, ok := prov.committed(q, g); !ok {
 					fail(step, "span %+v: claimed granule %#x has page %#x uncommitted", ms.s, q, pg)
 				}
-				if !a.Wanted(q, g) {
+				if lo, hi := ms.clip(q, g); !a.Wanted(lo, hi-lo) {
 					fail(step, "span %+v: claimed granule %#x not wanted", ms.s, q)
 				}
 			}

@@ -178,12 +178,14 @@ func (a *Arena) purge(cutoff int64) (pending bool) {
 }
 
 // planRelease adds the committed granules in [glo, ghi) that no span wants to the decommits
-// runDecommits makes, merging runs that touch.
+// runDecommits makes, merging runs that touch or overlap: chunks off the granule grid share a
+// granule (see ownGranules), which the purge plans for each of them, still committed until
+// runDecommits, and which must be decommitted, and counted, once.
 func (a *Arena) planRelease(r *region, glo, ghi int) {
 	_ = r.commit.Runs(glo, ghi, true, func(s, e int) error {
 		return r.want.Runs(s, e, false, func(s, e int) error {
-			if n := len(a.decs); n > 0 && a.decs[n-1].r == r && a.decs[n-1].e == s {
-				a.decs[n-1].e = e
+			if n := len(a.decs); n > 0 && a.decs[n-1].r == r && a.decs[n-1].e >= s && a.decs[n-1].s <= s {
+				a.decs[n-1].e = max(a.decs[n-1].e, e)
 			} else {
 				a.decs = append(a.decs, gspan{r, s, e})
 			}
