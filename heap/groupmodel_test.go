@@ -781,6 +781,15 @@ func (m *groupModel) check(full bool) {
 	if !full {
 		return
 	}
+	// The arena's Committed is the provider's (read between two equal readings of the arena's:
+	// its purge timer decommits under its lock).
+	before := m.a.Usage().Committed
+	m.prov.mu.Lock()
+	npages := len(m.prov.pages)
+	m.prov.mu.Unlock()
+	if after := m.a.Usage().Committed; after == before && after != uint64(npages)*4096 {
+		m.fail("the arena's Committed is %d, the provider's %d", int64(after), npages*4096)
+	}
 	nlive := make([]uint64, len(m.hs))
 	inUse := make([]uint64, len(m.hs))
 	for _, b := range m.live {
