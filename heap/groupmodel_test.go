@@ -212,6 +212,86 @@ func (p *joinProvider) inOneUnit(a, n uintptr) bool {
 	return false
 }
 
+// lendProvider lends 4 MiB units of one committed mapping, as a shared pool's grants are
+// (arena.Lender, Caps.Releases): the arena releases a region once its chunks have been free for
+// the purge delay, or at Trim, and a later loan may come back at the same addresses, with the
+// same chunk IDs. Its book has every lent page committed.
+type lendProvider struct {
+	book             *granuleProvider
+	base, size, unit uintptr
+	mu               sync.Mutex
+	lent             map[uintptr]uintptr // base → size
+}
+
+func newLendProvider(t *testing.T, size uintptr) *lendProvider {
+	m, err := unix.Mmap(-1, 0, int(size+2<<20), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Munmap(m) })
+	base := (mem.Addr(m) + 2<<20 - 1) &^ (2<<20 - 1)
+	book := newGranuleProvider(4096)
+	book.base = base
+	return &lendProvider{book: book, base: base, size: size, unit: 4 << 20, lent: map[uintptr]uintptr{}}
+}
+
+func (l *lendProvider) Name() string              { return "lender" }
+func (l *lendProvider) Kind() arena.Kind          { return arena.HostPageable }
+func (l *lendProvider) Space() (uintptr, uintptr) { return l.base, l.size }
+func (l *lendProvider) Unit() uintptr             { return l.unit }
+func (l *lendProvider) Caps() arena.Caps {
+	return arena.Caps{Granule: 4096, Aligns: true, Releases: true}
+}
+func (l *lendProvider) Commit(r *arena.Region, off, n uintptr) error   { return r.CheckRange(off, n) }
+func (l *lendProvider) Decommit(r *arena.Region, off, n uintptr) error { return r.CheckRange(off, n) }
+
+// Zero clears host memory (arena.Zeroer), for Zalloc.
+func (l *lendProvider) Zero(addr, size uintptr) error {
+	clear(mem.Bytes(addr, size))
+	return nil
+}
+
+// Reserve lends the first free run of units that holds size bytes.
+func (l *lendProvider) Reserve(size, align uintptr) (*arena.Region, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := (size + l.unit - 1) / l.unit * l.unit
+	for off := uintptr(0); off+n <= l.size; off += l.unit {
+		free := true
+		for b, s := range l.lent {
+			if b < l.base+off+n && l.base+off < b+s {
+				free = false
+			}
+		}
+		if free && (l.base+off)%align == 0 {
+			l.lent[l.base+off] = n
+			r := &arena.Region{Base: l.base + off, Size: n, Committed: true}
+			l.book.mu.Lock()
+			for o := off; o < off+n; o += 4096 {
+				l.book.pages[o] = true
+			}
+			l.book.mu.Unlock()
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: lender full", arena.ErrExhausted)
+}
+
+func (l *lendProvider) Release(r *arena.Region) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lent[r.Base] != r.Size {
+		return fmt.Errorf("%w: %#x not lent", arena.ErrInvalid, r.Base)
+	}
+	delete(l.lent, r.Base)
+	l.book.mu.Lock()
+	for o := r.Base - l.base; o < r.Base-l.base+r.Size; o += 4096 {
+		delete(l.book.pages, o)
+	}
+	l.book.mu.Unlock()
+	return nil
+}
+
 // modelBlock is a live block of the group model.
 type modelBlock struct {
 	liveBlock
@@ -242,29 +322,29 @@ type groupModel struct {
 	errs   chan error      // its first failure
 }
 
-// TestGroupModel runs random sequences over a group of four heaps (a lender, a heap that
-// borrows from it where memory is coarse, two RetainSegments heaps) over small arenas (24 MiB),
-// so that trims, purges and full arenas come often: host memory with granules of 4 KiB,
-// 16 KiB, 64 KiB and 2 MiB, 2 MiB that joins (joinProvider: every live block inside one unit),
-// and exclusive external regions off a page and off the 2 MiB grid; each with and without a
-// purge delay, and with and without a commit budget (ErrExhausted: tight heaps, forced
-// purges). Steps: allocations of every kind and alignment (Alloc, AllocAligned, Zalloc,
-// TryAlloc), frees by the owner, by another heap and by the group, sized, held (Hold,
-// HoldSized, TryHoldSized, Unhold, FreeHeld) and tried (TryFreeOrHeld), frees from another
-// goroutine racing the owners, Trim, PurgeIdle, ReleaseSpares, Collect, the arena's Trim, the
-// lender away, Close (refused with ErrLiveBlocks while blocks live, nothing lost; a closed heap
-// refuses with ErrClosed), bad frees (double, interior, foreign). After every step no two live
-// blocks overlap and each lies in committed memory; at each free its bytes are checked, and
-// Block, Size, Owner, Held and Extent (committed, over no other block) agree with the model;
-// every 50 steps the heaps' Stats do, their invariants hold and the arena's Committed is what
-// the provider committed. 3,000 steps per case, one seed; 30,000 and three seeds in the long
+// TestGroupModel runs random sequences over a group of four heaps (a lender, a heap that borrows
+// from it where memory is coarse, two RetainSegments heaps) over small arenas (24 MiB), so that
+// trims, purges and full arenas come often: host memory with granules of 4 KiB, 16 KiB, 64 KiB and
+// 2 MiB, 2 MiB that joins (joinProvider: every live block inside one unit), exclusive external
+// regions off a page and off the 2 MiB grid, and regions lent in 4 MiB units that the arena gives
+// back when idle and takes again (lendProvider); each with and without a purge delay, and with and
+// without a commit budget (ErrExhausted: tight heaps, forced purges). Steps: allocations of every
+// kind and alignment (Alloc, AllocAligned, Zalloc, TryAlloc), frees by the owner, by another heap
+// and by the group, sized, held (Hold, HoldSized, TryHoldSized, Unhold, FreeHeld) and tried
+// (TryFreeOrHeld), frees from another goroutine racing the owners, Trim, PurgeIdle, ReleaseSpares,
+// Collect, the arena's Trim, the lender away, Close (refused with ErrLiveBlocks while blocks live,
+// nothing lost; a closed heap refuses with ErrClosed), bad frees (double, interior, foreign). After
+// every step no two live blocks overlap and each lies in committed memory; at each free its bytes
+// are checked, and Block, Size, Owner, Held and Extent (committed, over no other block) agree with
+// the model; every 50 steps the heaps' Stats do, their invariants hold and the arena's Committed is
+// what the provider committed. 3,000 steps per case, one seed; 30,000 and three seeds in the long
 // form (PINMALLOC_LONG=1).
 func TestGroupModel(t *testing.T) {
 	steps, seeds := 3_000, uint64(1)
 	if longRun() {
 		steps, seeds = 30_000, 3
 	}
-	for _, granule := range []uintptr{4 << 10, 16 << 10, 64 << 10, 2 << 20, joinGranule, externalSkew8, externalSkew64K} {
+	for _, granule := range []uintptr{4 << 10, 16 << 10, 64 << 10, 2 << 20, joinGranule, externalSkew8, externalSkew64K, lentUnits} {
 		for _, delay := range []time.Duration{-1, time.Millisecond} {
 			for _, budget := range []int{0, 10 << 20} {
 				for seed := uint64(1); seed <= seeds; seed++ {
@@ -287,10 +367,14 @@ const (
 	externalSkew64K = 3
 )
 
+// lentUnits names the lender (lendProvider) among the granules.
+const lentUnits = 4
+
 func runGroupModel(t *testing.T, granule uintptr, delay time.Duration, budget int, seed uint64, steps int) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	const capacity = 24 << 20
 	var ap arena.Provider
+	var space [2]uintptr // the lender's, when the arena's regions come and go in it
 	prov := newGranuleProvider(granule)
 	var join *joinProvider
 	switch granule {
@@ -304,11 +388,19 @@ func runGroupModel(t *testing.T, granule uintptr, delay time.Duration, budget in
 		}
 		e := newExternalProvider(t, capacity, skew)
 		prov, ap = e.book, e
+	case lentUnits:
+		l := newLendProvider(t, capacity)
+		prov, ap = l.book, l
+		space = [2]uintptr{l.base, l.size}
 	default:
 		ap = prov
 	}
 	prov.budget = budget / 4096
-	a, err := arena.New(arena.Options{Provider: ap, Capacity: capacity, RegionSize: capacity, PurgeDelay: delay})
+	regionSize := uintptr(capacity)
+	if granule == lentUnits {
+		regionSize = 4 << 20
+	}
+	a, err := arena.New(arena.Options{Provider: ap, Capacity: capacity, RegionSize: regionSize, PurgeDelay: delay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,6 +409,9 @@ func runGroupModel(t *testing.T, granule uintptr, delay time.Duration, budget in
 		t.Fatal(err)
 	}
 	m := &groupModel{t: t, r: rand.New(rand.NewPCG(seed, 99)), prov: prov, join: join, a: a, g: g}
+	if space[1] != 0 {
+		m.sh = newShadow(space[0], space[1])
+	}
 	m.opts = []Options{{}, {Align: 256}, {Retention: RetainSegments}, {Align: 16, Retention: RetainSegments}}
 	for i := range m.opts {
 		m.hs = append(m.hs, m.newHeap(i))
