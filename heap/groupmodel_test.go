@@ -327,24 +327,25 @@ type groupModel struct {
 // trims, purges and full arenas come often: host memory with granules of 4 KiB, 16 KiB, 64 KiB and
 // 2 MiB, 2 MiB that joins (joinProvider: every live block inside one unit), exclusive external
 // regions off a page and off the 2 MiB grid, and regions lent in 4 MiB units that the arena gives
-// back when idle and takes again (lendProvider); each with and without a purge delay, and with and
-// without a commit budget (ErrExhausted: tight heaps, forced purges). Steps: allocations of every
-// kind and alignment (Alloc, AllocAligned, Zalloc, TryAlloc), frees by the owner, by another heap
-// and by the group, sized, held (Hold, HoldSized, TryHoldSized, Unhold, FreeHeld) and tried
-// (TryFreeOrHeld), frees from another goroutine racing the owners, Trim, PurgeIdle, ReleaseSpares,
-// Collect, the arena's Trim, the lender away, Close (refused with ErrLiveBlocks while blocks live,
-// nothing lost; a closed heap refuses with ErrClosed), bad frees (double, interior, foreign). After
-// every step no two live blocks overlap and each lies in committed memory; at each free its bytes
-// are checked, and Block, Size, Owner, Held and Extent (committed, over no other block) agree with
-// the model; every 50 steps the heaps' Stats do, their invariants hold and the arena's Committed is
-// what the provider committed. 3,000 steps per case, one seed; 30,000 and three seeds in the long
-// form (PINMALLOC_LONG=1).
+// back when idle and takes again (lendProvider), and locked memory (mlock, commits split over the
+// arena's workers); each with and without a purge delay, and with and without a commit budget
+// (ErrExhausted: tight heaps, forced purges). Steps: allocations of every kind and alignment
+// (Alloc, AllocAligned, Zalloc, TryAlloc), frees by the owner, by another heap and by the group,
+// sized, held (Hold, HoldSized, TryHoldSized, Unhold, FreeHeld) and tried (TryFreeOrHeld), frees
+// from another goroutine racing the owners, Trim, PurgeIdle, ReleaseSpares, Collect, the arena's
+// Trim, the lender away, Close (refused with ErrLiveBlocks while blocks live, nothing lost; a
+// closed heap refuses with ErrClosed), bad frees (double, interior, foreign). After every step no
+// two live blocks overlap and each lies in committed memory; at each free its bytes are checked,
+// and Block, Size, Owner, Held and Extent (committed, over no other block) agree with the model;
+// every 50 steps the heaps' Stats do, their invariants hold and the arena's Committed is what the
+// provider committed. 3,000 steps per case, one seed; 30,000 and three seeds in the long form
+// (PINMALLOC_LONG=1).
 func TestGroupModel(t *testing.T) {
 	steps, seeds := 3_000, uint64(1)
 	if longRun() {
 		steps, seeds = 30_000, 3
 	}
-	for _, granule := range []uintptr{4 << 10, 16 << 10, 64 << 10, 2 << 20, joinGranule, externalSkew8, externalSkew64K, lentUnits} {
+	for _, granule := range []uintptr{4 << 10, 16 << 10, 64 << 10, 2 << 20, joinGranule, externalSkew8, externalSkew64K, lentUnits, lockedHost} {
 		for _, delay := range []time.Duration{-1, time.Millisecond} {
 			for _, budget := range []int{0, 10 << 20} {
 				for seed := uint64(1); seed <= seeds; seed++ {
@@ -367,8 +368,13 @@ const (
 	externalSkew64K = 3
 )
 
-// lentUnits names the lender (lendProvider) among the granules.
-const lentUnits = 4
+// lentUnits names the lender (lendProvider) among the granules, and lockedHost locked host
+// memory (mlock: the memlock limit refuses commits with ErrMemlock; commits and decommits
+// split over the arena's workers).
+const (
+	lentUnits  = 4
+	lockedHost = 5
+)
 
 func runGroupModel(t *testing.T, granule uintptr, delay time.Duration, budget int, seed uint64, steps int) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -388,6 +394,10 @@ func runGroupModel(t *testing.T, granule uintptr, delay time.Duration, budget in
 		}
 		e := newExternalProvider(t, capacity, skew)
 		prov, ap = e.book, e
+	case lockedHost:
+		prov = newGranuleProvider(4096)
+		prov.HostProvider = arena.LockedHost(arena.HostOptions{})
+		ap = prov
 	case lentUnits:
 		l := newLendProvider(t, capacity)
 		prov, ap = l.book, l
@@ -540,7 +550,7 @@ func (m *groupModel) alloc(i int) {
 	default:
 		p, err = h.Alloc(n)
 	}
-	if errors.Is(err, ErrOutOfMemory) || arena.Exhausted(err) || errors.Is(err, ErrTooLarge) {
+	if errors.Is(err, ErrOutOfMemory) || arena.Exhausted(err) || errors.Is(err, arena.ErrMemlock) || errors.Is(err, ErrTooLarge) {
 		return // a small arena fills, and the provider's budget runs out
 	}
 	if err != nil {
