@@ -114,15 +114,17 @@ func (ms *modelSpan) clip(q, g uintptr) (lo, hi uintptr) { return max(q, ms.lo),
 
 // TestArenaModel runs random sequences of Alloc (any size and alignment), Reserve, ReserveNext,
 // Commit, Decommit, DecommitIdle, Free, Precommit and Trim over small arenas of host memory with
-// granules of 4 KiB, 16 KiB, 64 KiB and 2 MiB and chunks of 64 KiB to 2 MiB, checking that no
-// two spans share a chunk, that every range a span's user claimed is committed and wanted
-// (every 8th step) and keeps its bytes (at its free), that the provider is never asked to commit what is
-// committed or decommit what is not, and that the arena's Committed is the provider's (every
-// step). 2,000 steps per case; 50,000, with four seeds, in the long form (PINMALLOC_LONG=1).
+// granules of 4 KiB, 16 KiB, 64 KiB and 2 MiB and chunks of 64 KiB to 2 MiB, and of an exclusive
+// external region off a page (its chunks share granules), each with and without a purge delay. It
+// checks that no two spans share a chunk, that every range a span's user claimed is committed and
+// wanted (every 8th step) and keeps its bytes (at its free), that the provider is never asked to
+// commit what is committed or decommit what is not, and that the arena's Committed is the
+// provider's (every step). 2,000 steps per case; 20,000, with two seeds, in the long form
+// (PINMALLOC_LONG=1).
 func TestArenaModel(t *testing.T) {
 	steps, seeds := 2_000, uint64(1)
 	if os.Getenv("PINMALLOC_LONG") != "" && !testing.Short() {
-		steps, seeds = 50_000, 4
+		steps, seeds = 20_000, 2
 	}
 	for _, c := range []struct{ granule, chunk uintptr }{
 		{4 << 10, 2 << 20}, {16 << 10, 2 << 20}, {64 << 10, 2 << 20}, {2 << 20, 2 << 20},
