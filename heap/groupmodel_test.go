@@ -362,7 +362,8 @@ func TestGroupModel(t *testing.T) {
 const joinGranule = 1
 
 // externalSkew8 and externalSkew64K name the external regions (externalProvider) whose base
-// is 8 bytes past a page, and 64 KiB + 256 bytes past one.
+// is 8 bytes past a page (with chunks aligned to pages: Options.Align 4096), and 64 KiB + 256
+// bytes past one.
 const (
 	externalSkew8   = 2
 	externalSkew64K = 3
@@ -410,7 +411,11 @@ func runGroupModel(t *testing.T, granule uintptr, delay time.Duration, budget in
 	if granule == lentUnits {
 		regionSize = 4 << 20
 	}
-	a, err := arena.New(arena.Options{Provider: ap, Capacity: capacity, RegionSize: regionSize, PurgeDelay: delay})
+	al := uintptr(0)
+	if granule == externalSkew8 {
+		al = 4096 // the chunks on pages, and so the pages purged, but the granules (from the base) off them
+	}
+	a, err := arena.New(arena.Options{Provider: ap, Capacity: capacity, RegionSize: regionSize, PurgeDelay: delay, Align: al})
 	if err != nil {
 		t.Fatal(err)
 	}
