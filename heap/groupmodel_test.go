@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -24,9 +25,12 @@ type granuleProvider struct {
 	*arena.HostProvider
 	granule uintptr
 	budget  int // host pages it commits at most (0: no limit), refusing more with ErrExhausted
-	mu      sync.Mutex
-	base    uintptr          // the region's (granules count from it; one region)
-	pages   map[uintptr]bool // host page offset from base → committed
+	// zeroFails, when set, says whether a clear (Zero) fails, and how: before it began
+	// (ErrNotStarted) or not.
+	zeroFails func() error
+	mu        sync.Mutex
+	base      uintptr          // the region's (granules count from it; one region)
+	pages     map[uintptr]bool // host page offset from base → committed
 }
 
 func newGranuleProvider(granule uintptr) *granuleProvider {
@@ -37,6 +41,16 @@ func (p *granuleProvider) Caps() arena.Caps {
 	c := p.HostProvider.Caps()
 	c.Granule = max(c.Granule, p.granule)
 	return c
+}
+
+// Zero clears host memory, as the host provider does, unless zeroFails says it fails.
+func (p *granuleProvider) Zero(addr, size uintptr) error {
+	if p.zeroFails != nil {
+		if err := p.zeroFails(); err != nil {
+			return err
+		}
+	}
+	return p.HostProvider.Zero(addr, size)
 }
 
 func (p *granuleProvider) mark(r *arena.Region, off, size uintptr, on bool) {
@@ -301,20 +315,23 @@ type modelBlock struct {
 
 // groupModel drives a group of heaps of every kind over a small arena.
 type groupModel struct {
-	t     *testing.T
-	r     *rand.Rand
-	prov  *granuleProvider
-	join  *joinProvider // prov's, when it joins
-	a     *arena.Arena
-	g     *Group
-	hs    []*Heap   // slot → heap
-	opts  []Options // slot → its options
-	lend  *testLender
-	away  bool // the lender's mutex is held: heap 0's owner is away, lending to none
-	live  []modelBlock
-	freed []uintptr // addresses freed lately, for double frees
-	sh    *shadow
-	step  int
+	t    *testing.T
+	r    *rand.Rand
+	prov *granuleProvider
+	join *joinProvider // prov's, when it joins
+
+	uncleared      []int    // per heap: blocks a failed Zalloc set aside (Stats.Uncleared)
+	unclearedBytes []uint64 // and their bytes
+	a              *arena.Arena
+	g              *Group
+	hs             []*Heap   // slot → heap
+	opts           []Options // slot → its options
+	lend           *testLender
+	away           bool // the lender's mutex is held: heap 0's owner is away, lending to none
+	live           []modelBlock
+	freed          []uintptr // addresses freed lately, for double frees
+	sh             *shadow
+	step           int
 
 	shMu   sync.Mutex      // the shadow's, shared with the remote freer
 	remote chan modelBlock // blocks the remote freer frees with Group.Free
@@ -329,7 +346,8 @@ type groupModel struct {
 // regions off a page and off the 2 MiB grid, and regions lent in 4 MiB units that the arena gives
 // back when idle and takes again (lendProvider), and locked memory (mlock, commits split over the
 // arena's workers); each with and without a purge delay, and with and without a commit budget
-// (ErrExhausted: tight heaps, forced purges). Steps: allocations of every kind and alignment
+// (ErrExhausted: tight heaps, forced purges); and clears that fail one time in ten (Zalloc: the
+// block freed, or set aside until ReleaseUncleared). Steps: allocations of every kind and alignment
 // (Alloc, AllocAligned, Zalloc, TryAlloc), frees by the owner, by another heap and by the group,
 // sized, held (Hold, HoldSized, TryHoldSized, Unhold, FreeHeld) and tried (TryFreeOrHeld), frees
 // from another goroutine racing the owners, Trim, PurgeIdle, ReleaseSpares, Collect, the arena's
@@ -431,6 +449,19 @@ func runGroupModel(t *testing.T, granule uintptr, delay time.Duration, budget in
 	for i := range m.opts {
 		m.hs = append(m.hs, m.newHeap(i))
 	}
+	m.uncleared, m.unclearedBytes = make([]int, len(m.hs)), make([]uint64, len(m.hs))
+	if granule != lentUnits && granule != externalSkew8 && granule != externalSkew64K {
+		zr := rand.New(rand.NewPCG(seed, 17))
+		prov.zeroFails = func() error {
+			switch zr.IntN(20) {
+			case 0:
+				return arena.NotStarted(errors.New("clear refused before it began"))
+			case 1:
+				return errors.New("clear failed, and may still run")
+			}
+			return nil
+		}
+	}
 	m.remote, m.errs = make(chan modelBlock, 64), make(chan error, 1)
 	go m.remoteFreer()
 	defer close(m.remote)
@@ -451,6 +482,11 @@ func runGroupModel(t *testing.T, granule uintptr, delay time.Duration, budget in
 	}
 	for len(m.live) > 0 {
 		m.free(len(m.live)-1, 0)
+	}
+	for i, h := range m.hs {
+		if got := h.ReleaseUncleared(); got != m.uncleared[i] {
+			t.Fatalf("heap %d released %d uncleared blocks, want %d", i, got, m.uncleared[i])
+		}
 	}
 	for i := len(m.hs) - 1; i >= 0; i-- { // the lender last
 		if err := m.hs[i].Close(); err != nil {
@@ -512,9 +548,16 @@ func (m *groupModel) do() {
 		h.ReleaseSpares(mark)
 	case k < 955:
 		m.a.Trim()
-	case k < 962:
+	case k < 958:
 		if h := m.heap(r.IntN(len(m.hs))); h != nil {
 			h.Collect()
+		}
+	case k < 962:
+		if i := r.IntN(len(m.hs)); m.heap(i) != nil {
+			if got := m.hs[i].ReleaseUncleared(); got != m.uncleared[i] {
+				m.fail("heap %d released %d uncleared blocks, want %d", i, got, m.uncleared[i])
+			}
+			m.uncleared[i], m.unclearedBytes[i] = 0, 0
 		}
 	case k < 965:
 		if m.away {
@@ -547,6 +590,13 @@ func (m *groupModel) alloc(i int) {
 	case x == 1:
 		p, err = h.Zalloc(n)
 		zero = true
+		if err != nil && !errors.Is(err, ErrOutOfMemory) && !arena.Exhausted(err) && !errors.Is(err, ErrTooLarge) {
+			if !errors.Is(err, arena.ErrNotStarted) {
+				m.uncleared[i]++ // set aside, live until ReleaseUncleared
+				m.unclearedBytes[i] += uint64(n)
+			}
+			return
+		}
 	case x == 2:
 		var ok bool
 		if p, ok = h.TryAlloc(n); !ok {
@@ -801,7 +851,7 @@ func (m *groupModel) free(j, how int) {
 // when its borrower is too (the borrower first).
 func (m *groupModel) close(i int) {
 	m.drain()
-	nlive := 0
+	nlive := m.uncleared[i]
 	for _, b := range m.live {
 		if b.h == i {
 			nlive++
@@ -840,8 +890,8 @@ func (m *groupModel) badFree() {
 	var p uintptr
 	switch r.IntN(3) {
 	case 0:
-		if len(m.freed) == 0 {
-			return
+		if len(m.freed) == 0 || slices.ContainsFunc(m.uncleared, func(n int) bool { return n > 0 }) {
+			return // a block set aside by a failed clear, which the model does not know, is live
 		}
 		p = m.freed[r.IntN(len(m.freed))]
 	case 1:
@@ -912,8 +962,10 @@ func (m *groupModel) check(full bool) {
 			continue
 		}
 		st := h.Stats()
-		if st.Live != nlive[i] || st.InUse != inUse[i] {
-			m.fail("heap %d: Stats Live %d InUse %d; the model %d, %d", i, st.Live, st.InUse, nlive[i], inUse[i])
+		nl, iu := nlive[i]+uint64(m.uncleared[i]), inUse[i]+m.unclearedBytes[i]
+		if st.Live != nl || st.InUse != iu || st.Uncleared != m.uncleared[i] || st.UnclearedBytes != m.unclearedBytes[i] {
+			m.fail("heap %d: Stats Live %d InUse %d Uncleared %d (%d bytes); the model %d, %d, %d (%d bytes)",
+				i, st.Live, st.InUse, st.Uncleared, st.UnclearedBytes, nl, iu, m.uncleared[i], m.unclearedBytes[i])
 		}
 		if err := h.verifyWith(true); err != nil {
 			m.fail("heap %d: %v", i, err)
