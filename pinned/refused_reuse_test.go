@@ -24,62 +24,35 @@ import (
 // device's bytes landed in it. Now it answers A's refused handle as the reclaims do, with a
 // synchronize of the context: refused while the capture lasts (ErrCapturing), made after it.
 func TestFakeWaitStreamsRefusedReusedHandle(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
-	if f == nil {
+	const n = 64 << 10
+	r := newRefusedRig(t, n)
+	if r == nil {
 		return
 	}
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	p, err := New(Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
-	must("New", err)
-	o := p.order
-	A, err := dev.StreamCreate(true)
-	must("StreamCreate", err)
+	f, dev, p, o, A, d := r.f, r.dev, r.p, r.p.order, r.A, r.d
 	c, err := dev.StreamCreate(true)
-	must("StreamCreate", err)
-	const n = 64 << 10
-	d, err := dev.MemAlloc(n)
-	must("MemAlloc", err)
+	must(t, "StreamCreate", err)
 	want := make([]byte, n)
 	for i := range want {
 		want[i] = byte(i*7) ^ 0x5A
 	}
-	must("HtoD", dev.MemcpyHtoD(d, mem.Addr(want), n))
+	must(t, "HtoD", dev.MemcpyHtoD(d, mem.Addr(want), n))
 	alloc := func(n int) []byte {
 		t.Helper()
 		b, err := p.Alloc(n)
-		must("Alloc", err)
+		must(t, "Alloc", err)
 		clear(b)
 		return b
 	}
 	x, y, z := alloc(n), alloc(4096), alloc(4096)
-	must("RecordStream on A", p.RecordStream(x, cuda.Stream(A)))
-	must("RecordStream on c", p.RecordStream(z, cuda.Stream(c))) // the pool knows c
+	must(t, "RecordStream on A", p.RecordStream(x, cuda.Stream(A)))
+	must(t, "RecordStream on c", p.RecordStream(z, cuda.Stream(c))) // the pool knows c
 	f.Hold(true)
-	must("DtoHAsync on A", dev.MemcpyDtoHAsync(mem.Addr(x), d, n, A)) // held: lands in x later
-	must("FreeAsync on A", p.FreeAsync(y, cuda.Stream(A)))
-	must("StreamDestroy, without ForgetStream", dev.StreamDestroy(A))
+	must(t, "DtoHAsync on A", dev.MemcpyDtoHAsync(mem.Addr(x), d, n, A)) // held: lands in x later
+	must(t, "FreeAsync on A", p.FreeAsync(y, cuda.Stream(A)))
+	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(A))
 
-	runtime.LockOSThread()
-	must("StreamBeginCapture", dev.StreamBeginCapture(c, icuda.CaptureGlobal))
-	ended := false
-	endCapture := func() {
-		t.Helper()
-		if ended {
-			return
-		}
-		ended = true
-		g, err := dev.StreamEndCapture(c)
-		runtime.UnlockOSThread()
-		if err != nil {
-			t.Fatalf("the pool invalidated the user's capture: %v", err)
-		}
-		must("GraphDestroy", dev.GraphDestroy(g))
-	}
+	endCapture := r.capture(t, c)
 	defer endCapture()
 	t.Logf("Trim during the capture: %v", p.Trim()) // finds A refused; Recover is put off
 	o.reclMu.Lock()
@@ -89,7 +62,7 @@ func TestFakeWaitStreamsRefusedReusedHandle(t *testing.T) {
 		t.Fatal("the reclaim did not find A's handle refused: the test proves nothing")
 	}
 	b, err := dev.StreamCreate(true)
-	must("StreamCreate", err)
+	must(t, "StreamCreate", err)
 	if b != A {
 		t.Fatalf("the driver gave the new stream %#x, not A's handle %#x: the test proves nothing", b, A)
 	}
@@ -109,15 +82,15 @@ func TestFakeWaitStreamsRefusedReusedHandle(t *testing.T) {
 	}
 
 	f.Hold(false)
-	must("Trim", p.Trim()) // Recover: the context synchronized, y back
-	must("ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
-	must("StreamDestroy of b", dev.StreamDestroy(b))
-	must("ForgetStream of c", p.ForgetStream(cuda.Stream(c)))
-	must("StreamDestroy of c", dev.StreamDestroy(c))
-	must("Free", p.Free(x))
-	must("Free", p.Free(z))
-	must("MemFree", dev.MemFree(d))
-	must("Close", p.Close())
+	must(t, "Trim", p.Trim()) // Recover: the context synchronized, y back
+	must(t, "ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
+	must(t, "StreamDestroy of b", dev.StreamDestroy(b))
+	must(t, "ForgetStream of c", p.ForgetStream(cuda.Stream(c)))
+	must(t, "StreamDestroy of c", dev.StreamDestroy(c))
+	must(t, "Free", p.Free(x))
+	must(t, "Free", p.Free(z))
+	must(t, "MemFree", dev.MemFree(d))
+	must(t, "Close", p.Close())
 }
 
 // TestFakeForgetRefusedReusedHandle: a buffer y freed on stream A behind a copy from it still
@@ -142,60 +115,33 @@ func TestFakeForgetRefusedReusedHandleRecorded(t *testing.T) { testForgetRefused
 // testForgetRefusedReusedHandle is TestFakeForgetRefusedReusedHandle, with y recorded on A and
 // freed after the reuse when recorded.
 func testForgetRefusedReusedHandle(t *testing.T, recorded bool) {
-	f, dev := fakecuda.RunDevice(t)
-	if f == nil {
+	const n = 64 << 10
+	r := newRefusedRig(t, n)
+	if r == nil {
 		return
 	}
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	p, err := New(Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
-	must("New", err)
-	o := p.order
-	A, err := dev.StreamCreate(true)
-	must("StreamCreate", err)
+	f, dev, p, o, A, d := r.f, r.dev, r.p, r.p.order, r.A, r.d
 	c, err := dev.StreamCreate(true)
-	must("StreamCreate", err)
-	const n = 64 << 10
-	d, err := dev.MemAlloc(n)
-	must("MemAlloc", err)
+	must(t, "StreamCreate", err)
 	y, err := p.Alloc(n)
-	must("Alloc", err)
+	must(t, "Alloc", err)
 	for i := range y {
 		y[i] = 0xA
 	}
 	z, err := p.Alloc(4096)
-	must("Alloc", err)
-	must("RecordStream on c", p.RecordStream(z, cuda.Stream(c))) // the pool knows c
+	must(t, "Alloc", err)
+	must(t, "RecordStream on c", p.RecordStream(z, cuda.Stream(c))) // the pool knows c
 	f.Hold(true)
 	if recorded {
-		must("RecordStream on A", p.RecordStream(y, cuda.Stream(A)))
+		must(t, "RecordStream on A", p.RecordStream(y, cuda.Stream(A)))
 	}
-	must("HtoDAsync on A", dev.MemcpyHtoDAsync(d, mem.Addr(y), n, A)) // held: reads y later
+	must(t, "HtoDAsync on A", dev.MemcpyHtoDAsync(d, mem.Addr(y), n, A)) // held: reads y later
 	if !recorded {
-		must("FreeAsync on A", p.FreeAsync(y, cuda.Stream(A)))
+		must(t, "FreeAsync on A", p.FreeAsync(y, cuda.Stream(A)))
 	}
-	must("StreamDestroy, without ForgetStream", dev.StreamDestroy(A))
+	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(A))
 
-	runtime.LockOSThread()
-	must("StreamBeginCapture", dev.StreamBeginCapture(c, icuda.CaptureGlobal))
-	ended := false
-	endCapture := func() {
-		t.Helper()
-		if ended {
-			return
-		}
-		ended = true
-		g, err := dev.StreamEndCapture(c)
-		runtime.UnlockOSThread()
-		if err != nil {
-			t.Fatalf("the pool invalidated the user's capture: %v", err)
-		}
-		must("GraphDestroy", dev.GraphDestroy(g))
-	}
+	endCapture := r.capture(t, c)
 	defer endCapture()
 	if ferr := p.ForgetStream(cuda.Stream(A)); !errors.Is(ferr, cuda.ErrCapturing) {
 		t.Fatalf("ForgetStream of the destroyed stream during the capture: %v; want an error matching cuda.ErrCapturing: the test proves nothing", ferr)
@@ -206,12 +152,12 @@ func testForgetRefusedReusedHandle(t *testing.T, recorded bool) {
 		}
 	}
 	b, err := dev.StreamCreate(true)
-	must("StreamCreate", err)
+	must(t, "StreamCreate", err)
 	if b != A {
 		t.Fatalf("the driver gave the new stream %#x, not A's handle %#x: the test proves nothing", b, A)
 	}
 	if recorded {
-		must("Free", p.Free(y)) // waits for A, recorded on it
+		must(t, "Free", p.Free(y)) // waits for A, recorded on it
 	}
 	_ = p.Trim() // during the capture: no synchronize of the context answers A
 	if !o.g.Held(mem.Addr(y)) && f.Pending() > 0 {
@@ -219,26 +165,26 @@ func testForgetRefusedReusedHandle(t *testing.T, recorded bool) {
 	}
 	endCapture()
 	next, err := p.Alloc(n) // the next owner writes its bytes, where y was if the pool took it
-	must("Alloc", err)
+	must(t, "Alloc", err)
 	for i := range next {
 		next[i] = 0xB
 	}
 	f.Hold(false)
-	must("synchronize the context", dev.Synchronize()) // A's copy runs, if it has not
+	must(t, "synchronize the context", dev.Synchronize()) // A's copy runs, if it has not
 	got := make([]byte, n)
-	must("DtoH", dev.MemcpyDtoH(mem.Addr(got), d, n))
+	must(t, "DtoH", dev.MemcpyDtoH(mem.Addr(got), d, n))
 	if !bytes.Equal(got, bytes.Repeat([]byte{0xA}, n)) {
 		t.Error("the device got the next owner's bytes: the destroyed stream's copy read a buffer the pool had handed out again")
 	}
-	must("Trim", p.Trim())
-	must("ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
-	must("StreamDestroy of b", dev.StreamDestroy(b))
-	must("ForgetStream of c", p.ForgetStream(cuda.Stream(c)))
-	must("StreamDestroy of c", dev.StreamDestroy(c))
-	must("Free", p.Free(next))
-	must("Free", p.Free(z))
-	must("MemFree", dev.MemFree(d))
-	must("Close", p.Close())
+	must(t, "Trim", p.Trim())
+	must(t, "ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
+	must(t, "StreamDestroy of b", dev.StreamDestroy(b))
+	must(t, "ForgetStream of c", p.ForgetStream(cuda.Stream(c)))
+	must(t, "StreamDestroy of c", dev.StreamDestroy(c))
+	must(t, "Free", p.Free(next))
+	must(t, "Free", p.Free(z))
+	must(t, "MemFree", dev.MemFree(d))
+	must(t, "Close", p.Close())
 }
 
 // TestFakeWaitStreamsRefusedThenReused: a buffer y freed on stream A behind a copy from it
@@ -249,41 +195,29 @@ func testForgetRefusedReusedHandle(t *testing.T, recorded bool) {
 // and kept nothing of it. Now WaitStreams' refusal is the list's (streamq's Lists.Lose), and the
 // reclaim waits for the copy with a synchronize of the context.
 func TestFakeWaitStreamsRefusedThenReused(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
-	if f == nil {
+	const n = 64 << 10
+	r := newRefusedRig(t, n)
+	if r == nil {
 		return
 	}
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	p, err := New(Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
-	must("New", err)
-	o := p.order
-	A, err := dev.StreamCreate(true)
-	must("StreamCreate", err)
-	const n = 64 << 10
-	d, err := dev.MemAlloc(n)
-	must("MemAlloc", err)
+	f, dev, p, o, A, d := r.f, r.dev, r.p, r.p.order, r.A, r.d
 	y, err := p.Alloc(n)
-	must("Alloc", err)
+	must(t, "Alloc", err)
 	for i := range y {
 		y[i] = 0xA
 	}
 	x, err := p.Alloc(4096)
-	must("Alloc", err)
-	must("RecordStream on A", p.RecordStream(x, cuda.Stream(A)))
+	must(t, "Alloc", err)
+	must(t, "RecordStream on A", p.RecordStream(x, cuda.Stream(A)))
 	f.Hold(true)
-	must("HtoDAsync on A", dev.MemcpyHtoDAsync(d, mem.Addr(y), n, A)) // held: reads y later
-	must("FreeAsync on A", p.FreeAsync(y, cuda.Stream(A)))
-	must("StreamDestroy, without ForgetStream", dev.StreamDestroy(A))
+	must(t, "HtoDAsync on A", dev.MemcpyHtoDAsync(d, mem.Addr(y), n, A)) // held: reads y later
+	must(t, "FreeAsync on A", p.FreeAsync(y, cuda.Stream(A)))
+	must(t, "StreamDestroy, without ForgetStream", dev.StreamDestroy(A))
 	if err := p.WaitStreams(x); !errors.Is(err, ErrInvalidStream) {
 		t.Fatalf("WaitStreams of a buffer recorded on the destroyed stream: %v; want ErrInvalidStream: the test proves nothing", err)
 	}
 	b, err := dev.StreamCreate(true)
-	must("StreamCreate", err)
+	must(t, "StreamCreate", err)
 	if b != A {
 		t.Fatalf("the driver gave the new stream %#x, not A's handle %#x: the test proves nothing", b, A)
 	}
@@ -292,11 +226,72 @@ func TestFakeWaitStreamsRefusedThenReused(t *testing.T) {
 		t.Error("a reclaim took back the buffer freed on the destroyed stream with the copy from it still queued (it trusted the new stream on A's handle)")
 	}
 	f.Hold(false)
-	must("synchronize the context", dev.Synchronize())
-	must("Trim", p.Trim())
-	must("Free", p.Free(x))
-	must("ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
-	must("StreamDestroy of b", dev.StreamDestroy(b))
-	must("MemFree", dev.MemFree(d))
-	must("Close", p.Close())
+	must(t, "synchronize the context", dev.Synchronize())
+	must(t, "Trim", p.Trim())
+	must(t, "Free", p.Free(x))
+	must(t, "ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
+	must(t, "StreamDestroy of b", dev.StreamDestroy(b))
+	must(t, "MemFree", dev.MemFree(d))
+	must(t, "Close", p.Close())
+}
+
+// refusedRig is what the tests of a stream A destroyed without ForgetStream start from: a
+// CUDAHost pool on the fake driver, stream A, and device memory d for A's copies.
+type refusedRig struct {
+	f   *fakecuda.Driver
+	dev *icuda.Device
+	p   *Pool
+	A   icuda.Stream
+	d   icuda.DevicePtr
+}
+
+// newRefusedRig makes a refusedRig whose d holds n bytes; nil in the test process (the fake runs
+// the test in a child).
+func newRefusedRig(t *testing.T, n int) *refusedRig {
+	t.Helper()
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return nil
+	}
+	r := &refusedRig{f: f, dev: dev}
+	var err error
+	r.p, err = New(Options{Backend: CUDAHost, Capacity: 16 << 20, PurgeDelay: -1})
+	must(t, "New", err)
+	r.A, err = dev.StreamCreate(true)
+	must(t, "StreamCreate", err)
+	r.d, err = dev.MemAlloc(uintptr(n))
+	must(t, "MemAlloc", err)
+	return r
+}
+
+// capture begins a CUDA graph capture on c, on this goroutine's OS thread (locked until it
+// ends), and returns its end: it checks the pool left the capture valid, and does nothing when
+// called again.
+func (r *refusedRig) capture(t *testing.T, c icuda.Stream) func() {
+	t.Helper()
+	runtime.LockOSThread()
+	must(t, "StreamBeginCapture", r.dev.StreamBeginCapture(c, icuda.CaptureGlobal))
+	ended := false
+	return func() {
+		t.Helper()
+		if ended {
+			return
+		}
+		ended = true
+		g, err := r.dev.StreamEndCapture(c)
+		runtime.UnlockOSThread()
+		if err != nil {
+			t.Fatalf("the pool invalidated the user's capture: %v", err)
+		}
+		must(t, "GraphDestroy", r.dev.GraphDestroy(g))
+	}
+}
+
+// must fails the test with what when err is not nil (package pinned's own tests; the external
+// ones have theirs).
+func must(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
 }
