@@ -41,6 +41,7 @@ type Conn struct {
 	forgets    []uint32     // this worker's regions deregistered, to tell the peer of (sendForgets)
 	forgetting bool         // in w.forgetting
 	mode       Mode         // how its transfers go: decided at the first (messages.go)
+	copies     uint8        // its messages go by copy (copiesUnknown, ...: sendsByCopy)
 	msgs       []queuedMsg
 	msgBytes   *int     // msgs' bytes, msgOverhead each, counted in w.queued too (msgShare)
 	putsIn     uint64   // the peer's puts by message received, to be placed once their buffer is held (targetHeld)
@@ -237,7 +238,7 @@ func (w *Worker) sendLocked(c *Conn, ep ucx.Ep, m []byte, reply bool, done chan 
 		return fmt.Errorf("%w: no slot free for a message (%d messages and closes in flight, %d connections without one)", ErrBusy, w.control, len(w.conns)-w.senders)
 	}
 	w.slots[i].done = done
-	inflight, err := w.uw.SendMessage(ep, m, reply, i)
+	inflight, err := w.uw.SendMessage(ep, m, reply, c != nil && w.sendsByCopy(c), i)
 	if !inflight {
 		w.freeSlot(i)
 		if err != nil {

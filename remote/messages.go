@@ -189,6 +189,38 @@ func (w *Worker) rmaMode(c *Conn) bool {
 	return c.mode == ModeRMA
 }
 
+// What sendsByCopy knows of a connection's sends (Conn.copies).
+const (
+	copiesUnknown = iota // not asked yet
+	copiesNot
+	copiesYes
+)
+
+// sendsByCopy reports whether c's messages with bytes go by copy (ucx.Op.Copy): where one of
+// its endpoint's lanes is UCX's tcp, whose zero-copy sends abort the process when the socket
+// fails under one (ucx.go, "Sends by copy"). A message then goes in tcp's send segments (8 KiB),
+// copied, as it goes over shared memory. Until c is open and its endpoint names its lanes, it
+// answers yes without keeping the answer. Under mu.
+func (w *Worker) sendsByCopy(c *Conn) bool {
+	if c.copies == copiesUnknown {
+		if c.state != connOpen {
+			return true // its lanes may not be set up yet: the safe way, asked again later
+		}
+		info, err := w.uw.EpInfo(c.ep)
+		lanes := epLane.FindAllStringSubmatch(info, -1)
+		if err != nil || len(lanes) == 0 {
+			return true
+		}
+		c.copies = copiesNot
+		for _, m := range lanes {
+			if m[1] == "tcp" {
+				c.copies = copiesYes
+			}
+		}
+	}
+	return c.copies == copiesYes
+}
+
 // A data message always goes eagerly (ucx.OpData), and one that comes by UCX's rendezvous is
 // refused, never fetched: UCX 1.13 ends the process whose rendezvous fetch fails, by cma over
 // shared memory (process_vm_readv of a peer that exited: "No such process", TestPeerKilled/shm
@@ -639,6 +671,9 @@ func (w *Worker) targetHeld(c *Conn, h dataHeader, lr *localRegion, key uint64) 
 	}
 	a := pendingAnswer{c: c, lr: lr, key: key, put: h.kind == dataPut}
 	a.op = ucx.Op{Ep: c.ep, Kind: ucx.OpData, Local: h.addr, Length: h.n, Mem: lr.mem}
+	if w.sendsByCopy(c) {
+		a.op.Copy = 1
+	}
 	if a.put {
 		h = dataHeader{kind: dataDone, op: h.op} // its refusal, if it comes to that
 	}

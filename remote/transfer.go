@@ -234,6 +234,9 @@ func (t *Transfer) Start() error {
 		}
 		h.encode(&op.Header)
 		op.Kind = ucx.OpData
+		if op.Length > 0 && w.sendsByCopy(c) {
+			op.Copy = 1
+		}
 	}
 	if copied > 0 && t.err == nil { // a transfer refused at Start moves nothing
 		t.copy() // out of mu, and back under it

@@ -35,13 +35,14 @@ var layoutStructs = []struct {
 	{"pm_ucp_request_param_t", "ucp_request_param_t", []string{"op_attr_mask", "flags", "request", "cb", "datatype", "user_data", "reply_buffer", "memory_type", "recv_info", "memh"}},
 	{"pm_ucp_am_recv_param_t", "ucp_am_recv_param_t", []string{"recv_attr", "reply_ep"}},
 	{"pm_ucp_am_handler_param_t", "ucp_am_handler_param_t", []string{"field_mask", "id", "flags", "cb", "arg"}},
+	{"pm_ucp_generic_dt_ops_t", "ucp_generic_dt_ops_t", []string{"start_pack", "start_unpack", "packed_size", "pack", "unpack", "finish"}},
 	{"pm_status_t", "ucs_status_t", nil},
 }
 
 // layoutConstants maps each of ucxtypes.h's constants to UCX's.
 var layoutConstants = [][2]string{
 	{"PM_UCS_OK", "UCS_OK"}, {"PM_UCS_INPROGRESS", "UCS_INPROGRESS"}, {"PM_UCS_ERR_NO_MESSAGE", "UCS_ERR_NO_MESSAGE"},
-	{"PM_UCS_ERR_BUSY", "UCS_ERR_BUSY"}, {"PM_UCS_ERR_CANCELED", "UCS_ERR_CANCELED"}, {"PM_UCS_ERR_LAST", "UCS_ERR_LAST"},
+	{"PM_UCS_ERR_BUSY", "UCS_ERR_BUSY"}, {"PM_UCS_ERR_CANCELED", "UCS_ERR_CANCELED"}, {"PM_UCS_ERR_UNSUPPORTED", "UCS_ERR_UNSUPPORTED"}, {"PM_UCS_ERR_LAST", "UCS_ERR_LAST"},
 	{"PM_UCP_PARAM_FIELD_FEATURES", "UCP_PARAM_FIELD_FEATURES"}, {"PM_UCP_PARAM_FIELD_MT_WORKERS_SHARED", "UCP_PARAM_FIELD_MT_WORKERS_SHARED"},
 	{"PM_UCP_PARAM_FIELD_NAME", "UCP_PARAM_FIELD_NAME"}, {"PM_UCP_FEATURE_RMA", "UCP_FEATURE_RMA"}, {"PM_UCP_FEATURE_WAKEUP", "UCP_FEATURE_WAKEUP"},
 	{"PM_UCP_FEATURE_AM", "UCP_FEATURE_AM"}, {"PM_UCP_WORKER_PARAM_FIELD_THREAD_MODE", "UCP_WORKER_PARAM_FIELD_THREAD_MODE"},
@@ -56,7 +57,7 @@ var layoutConstants = [][2]string{
 	{"PM_UCP_MEM_MAP_PARAM_FIELD_FLAGS", "UCP_MEM_MAP_PARAM_FIELD_FLAGS"}, {"PM_UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE", "UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE"},
 	{"PM_UCP_MEM_MAP_NONBLOCK", "UCP_MEM_MAP_NONBLOCK"}, {"PM_UCP_MEM_MAP_ALLOCATE", "UCP_MEM_MAP_ALLOCATE"},
 	{"PM_UCP_MEM_ATTR_FIELD_ADDRESS", "UCP_MEM_ATTR_FIELD_ADDRESS"}, {"PM_UCP_MEM_ATTR_FIELD_LENGTH", "UCP_MEM_ATTR_FIELD_LENGTH"}, {"PM_UCP_OP_ATTR_FIELD_CALLBACK", "UCP_OP_ATTR_FIELD_CALLBACK"},
-	{"PM_UCP_OP_ATTR_FIELD_USER_DATA", "UCP_OP_ATTR_FIELD_USER_DATA"}, {"PM_UCP_OP_ATTR_FIELD_FLAGS", "UCP_OP_ATTR_FIELD_FLAGS"},
+	{"PM_UCP_OP_ATTR_FIELD_USER_DATA", "UCP_OP_ATTR_FIELD_USER_DATA"}, {"PM_UCP_OP_ATTR_FIELD_FLAGS", "UCP_OP_ATTR_FIELD_FLAGS"}, {"PM_UCP_OP_ATTR_FIELD_DATATYPE", "UCP_OP_ATTR_FIELD_DATATYPE"},
 	{"PM_UCP_OP_ATTR_FIELD_MEMORY_TYPE", "UCP_OP_ATTR_FIELD_MEMORY_TYPE"}, {"PM_UCP_OP_ATTR_FIELD_MEMH", "UCP_OP_ATTR_FIELD_MEMH"},
 	{"PM_UCP_AM_SEND_FLAG_REPLY", "UCP_AM_SEND_FLAG_REPLY"}, {"PM_UCP_AM_SEND_FLAG_EAGER", "UCP_AM_SEND_FLAG_EAGER"},
 	{"PM_UCP_AM_RECV_ATTR_FIELD_REPLY_EP", "UCP_AM_RECV_ATTR_FIELD_REPLY_EP"}, {"PM_UCP_AM_RECV_ATTR_FLAG_DATA", "UCP_AM_RECV_ATTR_FLAG_DATA"},

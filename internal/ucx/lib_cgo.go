@@ -12,6 +12,7 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,7 @@ const (
 	symEpPrintInfo
 	symAmDataRelease
 	symAmRecvDataNbx
+	symDtCreateGeneric
 	numSyms
 )
 
@@ -108,6 +110,7 @@ var symbols = [numSyms]string{
 	symEpPrintInfo:          "ucp_ep_print_info",
 	symAmDataRelease:        "ucp_am_data_release",
 	symAmRecvDataNbx:        "ucp_am_recv_data_nbx",
+	symDtCreateGeneric:      "ucp_dt_create_generic",
 }
 
 // lib is the opened library and its lazily resolved entry points.
@@ -119,13 +122,31 @@ type lib struct {
 		fn   C.uintptr_t
 		err  error
 	}
+	copyOnce sync.Once
+	copyDT   C.uint64_t // the datatype of sends by copy (copyDatatype)
+	copyErr  error
+}
+
+// copyDatatype returns the datatype of sends by copy (shim_calls.c's copy_ops), made once.
+func (l *lib) copyDatatype() (C.uint64_t, error) {
+	l.copyOnce.Do(func() {
+		f, err := l.fn(symDtCreateGeneric)
+		if err == nil {
+			err = check(C.pm_copy_dt_create(f, &l.copyDT))
+		}
+		if err != nil {
+			l.copyErr = fmt.Errorf("ucp_dt_create_generic: %w", err)
+		}
+	})
+	return l.copyDT, l.copyErr
 }
 
 var (
-	loadOnce sync.Once
-	loadErr  error
-	loaded   atomic.Pointer[lib]
-	dlMu     sync.Mutex // dlopen and dlsym (their dlerror text is copied in the C call: shim.c)
+	loadOnce  sync.Once
+	loadErr   error
+	setByLoad []string // written once, by the first Load
+	loaded    atomic.Pointer[lib]
+	dlMu      sync.Mutex // dlopen and dlsym (their dlerror text is copied in the C call: shim.c)
 
 	memMaps atomic.Int64 // successful ucp_mem_map calls, for tests (MemMaps)
 )
@@ -141,6 +162,14 @@ var dlFailed func()
 // libName is the library Load opens.
 const libName = "libucp.so.0"
 
+// SetByLoad returns the variables the first Load set in the environment, as "NAME=value"
+// (UCX_ERROR_SIGNALS, UCX_TCP_TX_SEG_SIZE where the environment did not set them): what a
+// benchmark drops to run another UCX program as UCX runs by default. It loads UCX first.
+func SetByLoad() []string {
+	_, _ = load()
+	return slices.Clone(setByLoad)
+}
+
 // Load opens libucp.so.0 (or the library named by LibraryEnv), once; later calls return the
 // first call's result. The error wraps pinmalloc.ErrNoUCX and says why: the dlopen failure,
 // an entry point missing, or a UCX older than 1.11.
@@ -155,9 +184,19 @@ func load() (*lib, error) {
 		if p := os.Getenv(LibraryEnv); p != "" {
 			path = p
 		}
+		setenv := func(k, v string) {
+			_ = os.Setenv(k, v)
+			setByLoad = append(setByLoad, k+"="+v)
+		}
 		// UCX catches these signals to print a backtrace; the Go runtime owns them.
 		if _, set := os.LookupEnv("UCX_ERROR_SIGNALS"); !set {
-			_ = os.Setenv("UCX_ERROR_SIGNALS", "")
+			setenv("UCX_ERROR_SIGNALS", "")
+		}
+		// Sends by copy (ucx.go) go in tcp's send segments: 64 KiB, as its receive segments
+		// are, rather than 8 KiB, unless the environment sizes either.
+		_, tx := os.LookupEnv("UCX_TCP_TX_SEG_SIZE")
+		if _, rx := os.LookupEnv("UCX_TCP_RX_SEG_SIZE"); !tx && !rx {
+			setenv("UCX_TCP_TX_SEG_SIZE", "64k")
 		}
 		l, err := open(path)
 		if err == nil {

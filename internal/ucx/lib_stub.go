@@ -17,6 +17,8 @@ var errStub = fmt.Errorf("%w: built without cgo or not on linux (%s/%s)", pinmal
 // Load reports that UCX cannot be loaded in this build.
 func Load() error { return errStub }
 
+func SetByLoad() []string { return nil }
+
 // Version reports that UCX cannot be loaded in this build.
 func Version() (major, minor, release uint, err error) { return 0, 0, 0, errStub }
 
@@ -45,35 +47,36 @@ func (*Context) NewWorker(int, int) (*Worker, error)             { return nil, e
 // Worker is a UCP worker; none is made in this build.
 type Worker struct{ NoPeerFailure bool }
 
-func (*Worker) Slots() int                                         { return 0 }
-func (*Worker) Destroy()                                           {}
-func (*Worker) Dropped() uint64                                    { return 0 }
-func (*Worker) Landed() uint64                                     { return 0 }
-func (*Worker) Queued() (uint64, uint64)                           { return 0, 0 }
-func (*Worker) LimitMessages(int, int, byte)                       {}
-func (*Worker) LimitData(int)                                      {}
-func (*Worker) Address() ([]byte, error)                           { return nil, errStub }
-func (*Worker) EventFD() (int, error)                              { return -1, errStub }
-func (*Worker) Arm() (bool, error)                                 { return false, errStub }
-func (*Worker) Signal() error                                      { return errStub }
-func (*Worker) Progress(int, []Completion) (int, bool)             { return 0, false }
-func (*Worker) Events(out []Event, _ int) []Event                  { return out }
-func (*Worker) Listen([]byte, uint64) (Listener, error)            { return 0, errStub }
-func (*Worker) ListenerPort(Listener) (int, error)                 { return 0, errStub }
-func (*Worker) DestroyListener(Listener)                           {}
-func (*Worker) Reject(Listener, ConnRequest) error                 { return errStub }
-func (*Worker) ConnRequestAddr(ConnRequest) ([]byte, error)        { return nil, errStub }
-func (*Worker) ConnectAddress([]byte) (Ep, error)                  { return 0, errStub }
-func (*Worker) ConnectSockaddr([]byte) (Ep, error)                 { return 0, errStub }
-func (*Worker) Accept(ConnRequest) (Ep, error)                     { return 0, errStub }
-func (*Worker) CloseEp(Ep, bool, uint32) (bool, error)             { return false, errStub }
-func (*Worker) UnpackRkey(Ep, []byte) (Rkey, error)                { return 0, errStub }
-func (*Worker) RkeyPtr(Rkey, uint64) (uintptr, error)              { return 0, errStub }
-func (*Worker) DestroyRkey(Rkey)                                   {}
-func (*Worker) Post([]Op) (int, error)                             { return 0, errStub }
-func (*Worker) SendMessage(Ep, []byte, bool, uint32) (bool, error) { return false, errStub }
+func (*Worker) Slots() int                                               { return 0 }
+func (*Worker) Destroy()                                                 {}
+func (*Worker) Dropped() uint64                                          { return 0 }
+func (*Worker) Landed() uint64                                           { return 0 }
+func (*Worker) Queued() (uint64, uint64)                                 { return 0, 0 }
+func (*Worker) LimitMessages(int, int, byte)                             {}
+func (*Worker) LimitData(int)                                            {}
+func (*Worker) Address() ([]byte, error)                                 { return nil, errStub }
+func (*Worker) EventFD() (int, error)                                    { return -1, errStub }
+func (*Worker) Arm() (bool, error)                                       { return false, errStub }
+func (*Worker) Signal() error                                            { return errStub }
+func (*Worker) Progress(int, []Completion) (int, bool)                   { return 0, false }
+func (*Worker) Events(out []Event, _ int) []Event                        { return out }
+func (*Worker) Listen([]byte, uint64) (Listener, error)                  { return 0, errStub }
+func (*Worker) ListenerPort(Listener) (int, error)                       { return 0, errStub }
+func (*Worker) DestroyListener(Listener)                                 {}
+func (*Worker) Reject(Listener, ConnRequest) error                       { return errStub }
+func (*Worker) ConnRequestAddr(ConnRequest) ([]byte, error)              { return nil, errStub }
+func (*Worker) ConnectAddress([]byte) (Ep, error)                        { return 0, errStub }
+func (*Worker) ConnectSockaddr([]byte) (Ep, error)                       { return 0, errStub }
+func (*Worker) Accept(ConnRequest) (Ep, error)                           { return 0, errStub }
+func (*Worker) CloseEp(Ep, bool, uint32) (bool, error)                   { return false, errStub }
+func (*Worker) UnpackRkey(Ep, []byte) (Rkey, error)                      { return 0, errStub }
+func (*Worker) RkeyPtr(Rkey, uint64) (uintptr, error)                    { return 0, errStub }
+func (*Worker) DestroyRkey(Rkey)                                         {}
+func (*Worker) Post([]Op) (int, error)                                   { return 0, errStub }
+func (*Worker) PackedBytes() uint64                                      { return 0 }
+func (*Worker) SendMessage(Ep, []byte, bool, bool, uint32) (bool, error) { return false, errStub }
 
-func opSize() uintptr { return 128 }
+func opSize() uintptr { return 136 }
 
 func (*Worker) EpInfo(Ep) (string, error)                                { return "", errStub }
 func (*Worker) CopyData(uint64, uintptr)                                 {}

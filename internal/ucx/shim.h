@@ -56,6 +56,14 @@ typedef struct pm_event {
 
 struct pm_state;
 
+// pm_packed is what a send by copy (pm_copy_dt_create) packs: len bytes at src; bytes counts
+// what UCX packed (pm_state.packed).
+typedef struct {
+	const unsigned char *src;
+	size_t len;
+	uint64_t *bytes;
+} pm_packed;
+
 // A slot names one operation in flight; UCX's callback gets a pointer to it as user data.
 // A get by message arms its slot (reply_op not 0): the answer that names that operation and
 // connection, of reply_len bytes, is copied by pm_data_cb straight to reply_dst, once.
@@ -63,6 +71,7 @@ typedef struct {
 	struct pm_state *st;
 	uint32_t id;
 	unsigned char hdr[PM_HDR]; // a data message's header, valid until its send completes
+	pm_packed packed;          // a data message by copy: its bytes, valid until its send completes
 	uint64_t reply_op, reply_conn;
 	uintptr_t reply_dst;
 	size_t reply_len;
@@ -88,6 +97,8 @@ typedef struct pm_state {
 	// The most bytes an eager data message (PM_EV_DATA) may have (0: no limit): a longer one is
 	// neither kept nor copied (PM_DATA_OVERSIZE).
 	size_t data_max;
+	// The bytes UCX packed for sends by copy (copy_pack), for the tests.
+	uint64_t packed;
 } pm_state;
 
 // An operation for pm_post. kind: PM_OP_PUT, PM_OP_GET, PM_OP_FLUSH (of ep), PM_OP_DATA (a
@@ -101,6 +112,7 @@ typedef struct {
 	int32_t kind;
 	int32_t status; // out: 0 done at once, 1 in flight (its completion comes), < 0 refused
 	int32_t memtype;
+	int32_t copy; // a data message by copy (pm_copy_dt), never by a zero-copy send
 	unsigned char hdr[PM_HDR];
 } pm_op;
 
@@ -163,10 +175,11 @@ int pm_mem_alloc(uintptr_t map, uintptr_t query, uintptr_t ctx, size_t len, uint
 int pm_rkey_ptr(uintptr_t fn, uintptr_t rkey, uint64_t raddr, uintptr_t *addr);
 int pm_rkey_pack(uintptr_t fn, uintptr_t ctx, uintptr_t memh, void **buf, size_t *len);
 int pm_rkey_unpack(uintptr_t fn, uintptr_t ep, const void *buf, uintptr_t *rkey);
-int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigned amid, pm_state *st,
-            pm_op *ops, int n);
+int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigned amid, uint64_t copy_dt,
+            pm_state *st, pm_op *ops, int n);
 int pm_am_send(uintptr_t fn, uintptr_t ep, unsigned id, const void *hdr, size_t hlen,
-               const void *data, size_t len, int reply, pm_state *st, uint32_t slot);
+               const void *data, size_t len, int reply, uint64_t copy_dt, pm_state *st, uint32_t slot);
+int pm_copy_dt_create(uintptr_t fn, uint64_t *dt);
 int pm_progress(uintptr_t fn, uintptr_t worker, pm_state *st, int rounds, uint64_t ev_cap, pm_cqe *out,
                 int cap, unsigned *progressed);
 

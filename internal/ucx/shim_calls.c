@@ -300,8 +300,64 @@ int pm_rkey_unpack(uintptr_t fn, uintptr_t ep, const void *buf, uintptr_t *rkey)
 	return s;
 }
 
-int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigned amid, pm_state *st,
-            pm_op *ops, int n) {
+// The datatype of a send by copy (pm_copy_dt_create): UCX packs the bytes into its transport's
+// send buffers through pack, so it never sends them by zero copy. UCX's tcp transport calls a
+// zero-copy send's completion twice when its socket fails under a part still to go, and a UCX
+// built with assertions aborts the process there (ucx.go, "Sends by copy").
+static void *copy_start_pack(void *context, const void *buffer, size_t count) {
+	(void)context;
+	(void)count;
+	return (void *)buffer; // the slot's pm_packed
+}
+
+static void *copy_start_unpack(void *context, void *buffer, size_t count) {
+	(void)context;
+	(void)buffer;
+	(void)count;
+	return NULL; // never received with: data messages land by pm_data_recv
+}
+
+static size_t copy_packed_size(void *state) { return ((pm_packed *)state)->len; }
+
+static size_t copy_pack(void *state, size_t offset, void *dest, size_t max) {
+	pm_packed *p = state;
+	size_t n = offset < p->len ? p->len - offset : 0;
+	if (n > max) n = max;
+	memcpy(dest, p->src + offset, n);
+	*p->bytes += n;
+	return n;
+}
+
+static pm_status_t copy_unpack(void *state, size_t offset, const void *src, size_t length) {
+	(void)state;
+	(void)offset;
+	(void)src;
+	(void)length;
+	return PM_UCS_ERR_UNSUPPORTED;
+}
+
+static void copy_finish(void *state) { (void)state; }
+
+static const pm_ucp_generic_dt_ops_t copy_ops = {copy_start_pack, copy_start_unpack, copy_packed_size,
+                                                 copy_pack,       copy_unpack,       copy_finish};
+
+int pm_copy_dt_create(uintptr_t fn, uint64_t *dt) {
+	return ((pm_status_t(*)(const pm_ucp_generic_dt_ops_t *, void *, uint64_t *))fn)(&copy_ops, NULL, dt);
+}
+
+// by_copy sets p to send len bytes at data by copy, from slot's pm_packed: the buffer UCX is
+// given (count 1) is that descriptor, which the slot keeps until the send completes.
+static const void *by_copy(pm_ucp_request_param_t *p, uint64_t dt, pm_slot *slot, const void *data, size_t len) {
+	slot->packed.src = data;
+	slot->packed.len = len;
+	slot->packed.bytes = &slot->st->packed;
+	p->op_attr_mask |= PM_UCP_OP_ATTR_FIELD_DATATYPE;
+	p->datatype = dt;
+	return &slot->packed;
+}
+
+int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigned amid, uint64_t copy_dt,
+            pm_state *st, pm_op *ops, int n) {
 	typedef void *(*rma_fn)(void *, void *, size_t, uint64_t, void *, const pm_ucp_request_param_t *);
 	typedef void *(*flush_fn)(void *, const pm_ucp_request_param_t *);
 	typedef void *(*am_fn)(void *, unsigned, const void *, size_t, const void *, size_t, const pm_ucp_request_param_t *);
@@ -319,11 +375,16 @@ int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigne
 			p.op_attr_mask |= PM_UCP_OP_ATTR_FIELD_FLAGS | PM_UCP_OP_ATTR_FIELD_MEMORY_TYPE;
 			p.flags = o->kind == PM_OP_DATA ? PM_UCP_AM_SEND_FLAG_EAGER : 0;
 			p.memory_type = o->memtype;
-			if (o->memh != 0) {
+			const void *buf = (const void *)o->local;
+			size_t count = o->length;
+			if (o->copy && o->length > 0) {
+				buf = by_copy(&p, copy_dt, &st->slots[o->id], buf, count);
+				count = 1;
+			} else if (o->memh != 0) {
 				p.op_attr_mask |= PM_UCP_OP_ATTR_FIELD_MEMH;
 				p.memh = (pm_handle)o->memh;
 			}
-			r = ((am_fn)am)((void *)o->ep, amid, hdr, PM_HDR, (void *)o->local, o->length, &p);
+			r = ((am_fn)am)((void *)o->ep, amid, hdr, PM_HDR, buf, count, &p);
 		} else {
 			p.op_attr_mask |= PM_UCP_OP_ATTR_FIELD_MEMORY_TYPE;
 			p.memory_type = o->memtype;
@@ -341,11 +402,15 @@ int pm_post(uintptr_t put, uintptr_t get, uintptr_t flush, uintptr_t am, unsigne
 }
 
 int pm_am_send(uintptr_t fn, uintptr_t ep, unsigned id, const void *hdr, size_t hlen,
-               const void *data, size_t len, int reply, pm_state *st, uint32_t slot) {
+               const void *data, size_t len, int reply, uint64_t copy_dt, pm_state *st, uint32_t slot) {
 	pm_ucp_request_param_t p;
 	send_param(&p, st, slot);
 	p.op_attr_mask |= PM_UCP_OP_ATTR_FIELD_FLAGS;
 	p.flags = PM_UCP_AM_SEND_FLAG_EAGER | (reply ? PM_UCP_AM_SEND_FLAG_REPLY : 0);
+	if (copy_dt != 0 && len > 0) {
+		data = by_copy(&p, copy_dt, &st->slots[slot], data, len);
+		len = 1;
+	}
 	typedef void *(*am_fn)(void *, unsigned, const void *, size_t, const void *, size_t, const pm_ucp_request_param_t *);
 	return ptr_status(((am_fn)fn)((void *)ep, id, hdr, hlen, data, len, &p));
 }

@@ -104,6 +104,7 @@ type Op struct {
 	Kind    int32
 	Status  int32
 	MemType int32
+	Copy    int32 // a data message of host memory: 1 sends it by copy, never by zero copy (SendsByCopy)
 	Header  [HeaderLen]byte
 }
 

@@ -209,7 +209,7 @@ func TestPutGetMessage(t *testing.T) {
 	t.Logf("%v\n%s", err, info)
 	// A message, with the reply endpoint of the sender.
 	msg := binary.LittleEndian.AppendUint64(nil, 0x1234)
-	inflight, err := p.w[0].SendMessage(ep, msg, false, 4)
+	inflight, err := p.w[0].SendMessage(ep, msg, false, true, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestListenerReplyEp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.w[0].SendMessage(ep, []byte("hello"), true, 1); err != nil {
+	if _, err := p.w[0].SendMessage(ep, []byte("hello"), true, false, 1); err != nil {
 		t.Fatal(err)
 	}
 	evs = evs[:0]

@@ -21,6 +21,7 @@ enum {
 	PM_UCS_ERR_NO_MESSAGE = -1,
 	PM_UCS_ERR_BUSY = -15,
 	PM_UCS_ERR_CANCELED = -16,
+	PM_UCS_ERR_UNSUPPORTED = -22,
 	PM_UCS_ERR_LAST = -100,
 };
 
@@ -76,6 +77,7 @@ enum {
 	// ucp_op_attr_t
 	PM_UCP_OP_ATTR_FIELD_CALLBACK = 1 << 1,
 	PM_UCP_OP_ATTR_FIELD_USER_DATA = 1 << 2,
+	PM_UCP_OP_ATTR_FIELD_DATATYPE = 1 << 3,
 	PM_UCP_OP_ATTR_FIELD_FLAGS = 1 << 4,
 	PM_UCP_OP_ATTR_FIELD_MEMORY_TYPE = 1 << 6,
 	PM_UCP_OP_ATTR_FIELD_MEMH = 1 << 8,
@@ -220,6 +222,15 @@ typedef struct { // ucp_request_param_t
 	} recv_info;
 	pm_handle memh;
 } pm_ucp_request_param_t;
+
+typedef struct { // ucp_generic_dt_ops_t
+	void *(*start_pack)(void *context, const void *buffer, size_t count);
+	void *(*start_unpack)(void *context, void *buffer, size_t count);
+	size_t (*packed_size)(void *state);
+	size_t (*pack)(void *state, size_t offset, void *dest, size_t max_length);
+	pm_status_t (*unpack)(void *state, size_t offset, const void *src, size_t length);
+	void (*finish)(void *state);
+} pm_ucp_generic_dt_ops_t;
 
 typedef struct { // ucp_am_recv_param_t
 	uint64_t recv_attr;

@@ -455,17 +455,37 @@ func (w *Worker) Post(ops []Op) (inflight int, err error) {
 			return 0, err
 		}
 	}
-	return int(C.pm_post(fns[0], fns[1], fns[2], fns[3], AMID+1, w.st, (*C.pm_op)(unsafe.Pointer(&ops[0])), C.int(len(ops)))), nil
+	var dt C.uint64_t
+	for i := range ops {
+		if ops[i].Copy != 0 {
+			if dt, err = w.c.l.copyDatatype(); err != nil {
+				return 0, err
+			}
+			break
+		}
+	}
+	return int(C.pm_post(fns[0], fns[1], fns[2], fns[3], AMID+1, dt, w.st, (*C.pm_op)(unsafe.Pointer(&ops[0])), C.int(len(ops)))), nil
 }
+
+// PackedBytes returns how many bytes UCX has packed for this worker's sends by copy (Op.Copy,
+// SendMessage's byCopy): what the tests check to know those sends went by copy.
+func (w *Worker) PackedBytes() uint64 { return uint64(w.st.packed) }
 
 // SendMessage sends data as one active message on ep (eagerly: every byte in the first
 // transfer), from a C copy it frees at the completion; inflight reports that the send
 // completes later, in slot. With reply, the receiver's event names its endpoint to the
-// sender.
-func (w *Worker) SendMessage(ep Ep, data []byte, reply bool, slot uint32) (inflight bool, err error) {
+// sender. With byCopy, UCX copies it into its transport's buffers, never sending it by zero
+// copy (SendsByCopy).
+func (w *Worker) SendMessage(ep Ep, data []byte, reply, byCopy bool, slot uint32) (inflight bool, err error) {
 	f, err := w.c.l.fn(symAmSendNbx)
 	if err != nil {
 		return false, err
+	}
+	var dt C.uint64_t
+	if byCopy {
+		if dt, err = w.c.l.copyDatatype(); err != nil {
+			return false, err
+		}
 	}
 	var src unsafe.Pointer
 	if len(data) > 0 {
@@ -480,7 +500,7 @@ func (w *Worker) SendMessage(ep Ep, data []byte, reply bool, slot uint32) (infli
 	if reply {
 		r = 1
 	}
-	s := C.pm_am_send(f, C.uintptr_t(ep), AMID, nil, 0, cp, C.size_t(len(data)), r, w.st, C.uint32_t(slot))
+	s := C.pm_am_send(f, C.uintptr_t(ep), AMID, nil, 0, cp, C.size_t(len(data)), r, dt, w.st, C.uint32_t(slot))
 	if s == statusInProgress {
 		return true, nil
 	}
