@@ -6,9 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pinmalloc/pinmalloc/internal/ucx"
 )
 
 // The UCX suite's competitor (ucx.go): UCX's own ucx_perftest, server and client, on this host.
@@ -19,7 +22,7 @@ import (
 var perftestFinal = regexp.MustCompile(`^\s*(\d+)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$`)
 
 // runPerftest runs ucx_perftest's server and client on this host with the same UCX
-// environment and returns the client's overall bandwidth in MB/s (10^6 bytes): ucp_put_bw, or
+// environment (less, unless like, the variables remote's loader set: ucx.SetByLoad) and returns the client's overall bandwidth in MB/s (10^6 bytes): ucp_put_bw, or
 // ucp_get with 64 outstanding. With like, it runs as remote does: over shared memory
 // (PINMALLOC_BENCH_SHM) in ordinary memory (UCX_ALLOC_PRIO=mmap: perftest's buffers are then
 // memory UCX registers, not a segment it allocates for the peer to map, as a pool's regions
@@ -29,6 +32,9 @@ func (b *ucxBenchState) runPerftest(ctx context.Context, get, like bool, size, i
 	float64, error) {
 	port := 20000 + os.Getpid()%20000
 	env := os.Environ()
+	if !like { // as UCX runs by default: without what remote's loader set (ucx.SetByLoad)
+		env = slices.DeleteFunc(env, func(kv string) bool { return slices.Contains(ucx.SetByLoad(), kv) })
+	}
 	var extra []string
 	if like && os.Getenv("PINMALLOC_BENCH_SHM") != "" {
 		env = append(env, "UCX_ALLOC_PRIO=mmap")
