@@ -5,7 +5,8 @@
 // new owner of the block wrote first. The heap cannot tell when it has run (it knows nothing of
 // streams), so it gives the block to no one, the arena included: it stays live, on h.uncleared,
 // until the owner, who can (a synchronize of the context that succeeds after the failure),
-// calls ReleaseUncleared. Only Zalloc's failure path, Stats and Close's error look at them. A
+// calls ReleaseUncleared: held (hold.go), so that no free takes it, a user's stale one
+// included. Only Zalloc's failure path, Stats and Close's error look at them. A
 // clear that failed before it began (arena.ErrNotStarted) wrote nothing: its block is freed.
 
 package heap
@@ -18,8 +19,13 @@ import (
 // unclearedBlock is a block of n bytes asked for at p whose clear failed.
 type unclearedBlock struct{ p, n uintptr }
 
-// setAside keeps block p of n bytes, whose clear failed, live and out of everyone's reach.
+// setAside keeps block p of n bytes, whose clear failed, live and out of everyone's reach: held
+// (hold.go), so that every free refuses it, a user's stale free of its address among them (the
+// block was theirs before the Zalloc reused it), until ReleaseUncleared takes it back.
 func (h *Heap) setAside(p, n uintptr) {
+	if _, err := h.g.HoldSized(p, n); err != nil {
+		panic(fmt.Sprintf("heap: hold of block %#x (%d bytes) that Zalloc set aside: %v", p, n, err))
+	}
 	h.uncleared = append(h.uncleared, unclearedBlock{p, n})
 }
 
@@ -44,7 +50,7 @@ func (h *Heap) setAside(p, n uintptr) {
 func (h *Heap) ReleaseUncleared() int {
 	k := len(h.uncleared)
 	for _, b := range h.uncleared {
-		_ = h.Free(b.p) // live since setAside: no other free can reach it
+		_ = h.FreeHeld(b.p, b.n) // held since setAside: no other free can reach it
 	}
 	clear(h.uncleared)
 	h.uncleared = h.uncleared[:0]
@@ -52,7 +58,7 @@ func (h *Heap) ReleaseUncleared() int {
 }
 
 // verifyUncleared checks that every block set aside is a live block of the heap, of the size
-// it was set aside with, not held, and set aside once.
+// it was set aside with, held, and set aside once.
 func (h *Heap) verifyUncleared() error {
 	seen := make(map[uintptr]bool, len(h.uncleared))
 	for _, b := range h.uncleared {
@@ -60,9 +66,9 @@ func (h *Heap) verifyUncleared() error {
 		switch {
 		case err != nil:
 			return fmt.Errorf("block %#x set aside by a failed clear: %w", b.p, err)
-		case pg.heap != h || pg.liveSize(idx) != b.n || atomic.LoadUint32(&pg.state[idx])&held != 0:
+		case pg.heap != h || pg.liveSize(idx) != b.n || atomic.LoadUint32(&pg.state[idx])&held == 0:
 			return fmt.Errorf("block %#x set aside by a failed clear is not a live block of %d bytes"+
-				" of the heap, or is held", b.p, b.n)
+				" of the heap, or is not held", b.p, b.n)
 		case seen[b.p]:
 			return fmt.Errorf("block %#x set aside by a failed clear twice", b.p)
 		}

@@ -197,3 +197,52 @@ func TestZallocRefusedClearFreed(t *testing.T) {
 		mustOK(t, a.Close())
 	}
 }
+
+// TestStaleFreeOfSetAsideRefused: a block a failed Zalloc set aside is live, so a user's stale
+// free of its address (the block was theirs before, freed, then reused by the Zalloc) was taken
+// as a free: the block went to the next Alloc with the failed clear still queued over it, and
+// ReleaseUncleared then freed that new owner's block. The stale free must be refused, the
+// block reused by no one until ReleaseUncleared, which frees it once.
+func TestStaleFreeOfSetAsideRefused(t *testing.T) {
+	for _, n := range []uintptr{100, 200 << 10, 600 << 10, 4 << 20} { // small, large, object, huge
+		z := &lateZeroer{Provider: arena.PageableHost(arena.HostOptions{})}
+		a, err := arena.New(arena.Options{Provider: z, Capacity: 64 << 20, PurgeDelay: -1})
+		mustOK(t, err)
+		h, err := New(a, Options{})
+		mustOK(t, err)
+		p, err := h.Alloc(n)
+		mustOK(t, err)
+		mustOK(t, h.Free(p))
+		z.fail = true
+		if _, err := h.Zalloc(n); !errors.Is(err, errClearLost) {
+			t.Fatalf("n %d: Zalloc with the clear failing: %v", n, err)
+		}
+		z.fail = false
+		if err := h.Free(p); !errors.Is(err, ErrHeld) {
+			t.Fatalf("n %d: the stale free of %#x, set aside: %v, want ErrHeld", n, p, err)
+		}
+		if err := h.FreeSized(p, n); !errors.Is(err, ErrHeld) {
+			t.Fatalf("n %d: the stale FreeSized of %#x, set aside: %v, want ErrHeld", n, p, err)
+		}
+		q, err := h.Alloc(n)
+		mustOK(t, err)
+		if q == p {
+			t.Fatalf("n %d: Alloc got %#x, set aside with its clear still queued", n, p)
+		}
+		if st := h.Stats(); st.Live != 2 || st.Uncleared != 1 {
+			t.Fatalf("n %d: Stats Live %d, Uncleared %d, want 2, 1", n, st.Live, st.Uncleared)
+		}
+		mustOK(t, h.verify())
+		z.land()
+		if k := h.ReleaseUncleared(); k != 1 {
+			t.Fatalf("n %d: ReleaseUncleared = %d, want 1", n, k)
+		}
+		if st := h.Stats(); st.Live != 1 || st.Uncleared != 0 {
+			t.Fatalf("n %d: after ReleaseUncleared: Live %d, Uncleared %d, want 1, 0", n, st.Live, st.Uncleared)
+		}
+		mustOK(t, h.Free(q))
+		mustOK(t, h.verify())
+		mustOK(t, h.Close())
+		mustOK(t, a.Close())
+	}
+}
