@@ -198,8 +198,8 @@ const (
 
 // sendsByCopy reports whether c's messages with bytes go by copy (ucx.Op.Copy): where one of
 // its endpoint's lanes is UCX's tcp, whose zero-copy sends abort the process when the socket
-// fails under one (ucx.go, "Sends by copy"). A message then goes in tcp's send segments (8 KiB),
-// copied, as it goes over shared memory. Until c is open and its endpoint names its lanes, it
+// fails under one (package ucx, "Sends by copy"). A message then goes copied into tcp's send
+// segments (64 KiB, as the loader sets them), as it goes over shared memory. Until c is open and its endpoint names its lanes, it
 // answers yes without keeping the answer. Under mu.
 func (w *Worker) sendsByCopy(c *Conn) bool {
 	if c.copies == copiesUnknown {

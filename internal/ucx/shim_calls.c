@@ -303,7 +303,7 @@ int pm_rkey_unpack(uintptr_t fn, uintptr_t ep, const void *buf, uintptr_t *rkey)
 // The datatype of a send by copy (pm_copy_dt_create): UCX packs the bytes into its transport's
 // send buffers through pack, so it never sends them by zero copy. UCX's tcp transport calls a
 // zero-copy send's completion twice when its socket fails under a part still to go, and a UCX
-// built with assertions aborts the process there (ucx.go, "Sends by copy").
+// built with assertions aborts the process there (ucx.go, "Sends by copy"), where the packed bytes are counted too.
 static void *copy_start_pack(void *context, const void *buffer, size_t count) {
 	(void)context;
 	(void)count;

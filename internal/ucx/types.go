@@ -104,8 +104,10 @@ type Op struct {
 	Kind    int32
 	Status  int32
 	MemType int32
-	Copy    int32 // a data message of host memory: 1 sends it by copy, never by zero copy (SendsByCopy)
-	Header  [HeaderLen]byte
+	// Copy, 1 on a data message of host memory, sends it by copy, never by zero copy (the
+	// package doc, "Sends by copy").
+	Copy   int32
+	Header [HeaderLen]byte
 }
 
 // Completion is an operation's end: its slot and its status (0, or a ucs_status_t < 0).

@@ -468,14 +468,15 @@ func (w *Worker) Post(ops []Op) (inflight int, err error) {
 }
 
 // PackedBytes returns how many bytes UCX has packed for this worker's sends by copy (Op.Copy,
-// SendMessage's byCopy): what the tests check to know those sends went by copy.
+// SendMessage's byCopy): what the tests check to know those sends went by copy. Like every
+// call on the worker, it is made under the caller's lock.
 func (w *Worker) PackedBytes() uint64 { return uint64(w.st.packed) }
 
 // SendMessage sends data as one active message on ep (eagerly: every byte in the first
 // transfer), from a C copy it frees at the completion; inflight reports that the send
 // completes later, in slot. With reply, the receiver's event names its endpoint to the
 // sender. With byCopy, UCX copies it into its transport's buffers, never sending it by zero
-// copy (SendsByCopy).
+// copy (the package doc, "Sends by copy").
 func (w *Worker) SendMessage(ep Ep, data []byte, reply, byCopy bool, slot uint32) (inflight bool, err error) {
 	f, err := w.c.l.fn(symAmSendNbx)
 	if err != nil {
