@@ -142,18 +142,19 @@ func (b *Batcher) Choose(size, count int) Method {
 }
 
 // Calibration returns what MethodAuto measured, shared by the Batchers of the same device and
-// configuration; nil with the reason when it did not calibrate (a forced method, a driver with
-// one method only, or a calibration that failed: then it uses the first method the driver has).
+// configuration; nil with ErrNotCalibrated and the reason when it did not calibrate (a forced
+// method, a driver with one method only, or a calibration that failed: then it uses the first
+// method the driver has).
 func (b *Batcher) Calibration() (*Calibration, error) {
 	switch {
 	case b.cal != nil:
 		return b.cal, nil
 	case b.method != MethodAuto:
-		return nil, fmt.Errorf("copyengine: no calibration: the method %s is forced", b.method)
+		return nil, fmt.Errorf("%w: the method %s is forced", ErrNotCalibrated, b.method)
 	case b.calErr != nil:
-		return nil, faulted(b.calErr)
+		return nil, fmt.Errorf("%w: %w", ErrNotCalibrated, faulted(b.calErr))
 	}
-	return nil, fmt.Errorf("copyengine: no calibration: the driver has one method, %s", b.static)
+	return nil, fmt.Errorf("%w: the driver has one method, %s", ErrNotCalibrated, b.static)
 }
 
 // Copy queues every job on stream s and returns without waiting (see the package comment for

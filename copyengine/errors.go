@@ -21,6 +21,9 @@ var (
 	// ErrMethodUnsupported means the driver cannot do the method asked for; the error wraps
 	// the driver's reason.
 	ErrMethodUnsupported = errkind.New(pinmalloc.ErrNotSupported, "copyengine: copy method not supported by the driver")
+	// ErrNotCalibrated means Calibration has none to give: the method was forced, the driver
+	// has one method only, or the calibration failed (its error is in the chain).
+	ErrNotCalibrated = errkind.New(pinmalloc.ErrNotSupported, "copyengine: no calibration")
 	// ErrInvalidStream means a stream Copy cannot order a batch on: the per-thread default
 	// stream (CU_STREAM_PER_THREAD), which names whichever OS thread's default stream a call
 	// runs on.
