@@ -43,25 +43,37 @@ func (z *lateZeroer) land() {
 	z.queued = nil
 }
 
+// setAsideSizes are the sizes the set-aside tests take: a small, a large, an object and a huge
+// block.
+var setAsideSizes = []uintptr{100, 200 << 10, 600 << 10, 4 << 20}
+
+// setAsideRig makes a heap over a lateZeroer and sets aside its block p of n bytes: allocated,
+// freed, then taken again by a Zalloc whose clear fails with the clear still queued.
+func setAsideRig(t *testing.T, n uintptr) (z *lateZeroer, a *arena.Arena, h *Heap, p uintptr) {
+	t.Helper()
+	z = &lateZeroer{Provider: arena.PageableHost(arena.HostOptions{})}
+	a, err := arena.New(arena.Options{Provider: z, Capacity: 64 << 20, PurgeDelay: -1})
+	mustOK(t, err)
+	h, err = New(a, Options{})
+	mustOK(t, err)
+	p, err = h.Alloc(n)
+	mustOK(t, err)
+	mustOK(t, h.Free(p))
+	z.fail = true
+	if _, err := h.Zalloc(n); !errors.Is(err, errClearLost) { // p again, not fresh: cleared
+		t.Fatalf("n %d: Zalloc with the clear failing: %v", n, err)
+	}
+	z.fail = false
+	return z, a, h, p
+}
+
 // TestZallocFailedClearSetAside: a Zalloc whose clear fails with the clear still queued must
 // not hand the block to anyone until its owner says the clear is over (ReleaseUncleared):
 // freeing it gave it to the next Alloc, whose data the late clear wiped. It is counted in
 // Stats, keeps Close from giving it to the arena, and is reused after ReleaseUncleared.
 func TestZallocFailedClearSetAside(t *testing.T) {
-	for _, n := range []uintptr{100, 200 << 10, 600 << 10, 4 << 20} { // small, large, object, huge
-		z := &lateZeroer{Provider: arena.PageableHost(arena.HostOptions{})}
-		a, err := arena.New(arena.Options{Provider: z, Capacity: 64 << 20, PurgeDelay: -1})
-		mustOK(t, err)
-		h, err := New(a, Options{})
-		mustOK(t, err)
-		p, err := h.Alloc(n)
-		mustOK(t, err)
-		mustOK(t, h.Free(p))
-		z.fail = true
-		if _, err := h.Zalloc(n); !errors.Is(err, errClearLost) { // p again, not fresh: cleared
-			t.Fatalf("n %d: Zalloc with the clear failing: %v", n, err)
-		}
-		z.fail = false
+	for _, n := range setAsideSizes {
+		z, a, h, p := setAsideRig(t, n)
 		var ps []uintptr
 		for range 4 {
 			q, err := h.Alloc(n)
@@ -204,20 +216,8 @@ func TestZallocRefusedClearFreed(t *testing.T) {
 // ReleaseUncleared then freed that new owner's block. The stale free must be refused, the
 // block reused by no one until ReleaseUncleared, which frees it once.
 func TestStaleFreeOfSetAsideRefused(t *testing.T) {
-	for _, n := range []uintptr{100, 200 << 10, 600 << 10, 4 << 20} { // small, large, object, huge
-		z := &lateZeroer{Provider: arena.PageableHost(arena.HostOptions{})}
-		a, err := arena.New(arena.Options{Provider: z, Capacity: 64 << 20, PurgeDelay: -1})
-		mustOK(t, err)
-		h, err := New(a, Options{})
-		mustOK(t, err)
-		p, err := h.Alloc(n)
-		mustOK(t, err)
-		mustOK(t, h.Free(p))
-		z.fail = true
-		if _, err := h.Zalloc(n); !errors.Is(err, errClearLost) {
-			t.Fatalf("n %d: Zalloc with the clear failing: %v", n, err)
-		}
-		z.fail = false
+	for _, n := range setAsideSizes {
+		z, a, h, p := setAsideRig(t, n)
 		if err := h.Free(p); !errors.Is(err, ErrHeld) {
 			t.Fatalf("n %d: the stale free of %#x, set aside: %v, want ErrHeld", n, p, err)
 		}

@@ -51,28 +51,23 @@ func TestTCPSendsByCopy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tx := cb.NewTransfer()
-			if err := tx.Put(src, dd); err != nil {
-				t.Fatal(err)
+			transfer := func(op func(*Transfer) error) {
+				t.Helper()
+				tx := cb.NewTransfer()
+				err := op(tx)
+				if err == nil {
+					if err = tx.Start(); err == nil {
+						err = tx.Wait(ctx)
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
 			}
-			if err := tx.Start(); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
+			transfer(func(tx *Transfer) error { return tx.Put(src, dd) })
 			check(t, "the put's destination", dst, 1)
 			fill(dst, 4)
-			tx = cb.NewTransfer()
-			if err := tx.Get(back, dd); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Start(); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
+			transfer(func(tx *Transfer) error { return tx.Get(back, dd) })
 			check(t, "the get's destination", back, 4)
 			msg := bytes.Repeat([]byte("pinmalloc"), 100_000)
 			if err := cb.Send(ctx, msg); err != nil {
