@@ -213,6 +213,7 @@ var Core = []Sentinel{
 	{"copyengine.ErrInvalidJob", copyengine.ErrInvalidJob, pinmalloc.ErrInvalid, "copyengine: "},
 	{"copyengine.ErrOverlap", copyengine.ErrOverlap, pinmalloc.ErrInvalid, "copyengine: "},
 	{"copyengine.ErrMethodUnsupported", copyengine.ErrMethodUnsupported, pinmalloc.ErrNotSupported, "copyengine: "},
+	{"copyengine.ErrNotCalibrated", copyengine.ErrNotCalibrated, pinmalloc.ErrNotSupported, "copyengine: "},
 	{"copyengine.ErrClosed", copyengine.ErrClosed, pinmalloc.ErrClosed, "copyengine: "},
 	{"copyengine.ErrInvalidStream", copyengine.ErrInvalidStream, pinmalloc.ErrInvalidStream, "copyengine: "},
 	{"copyengine.ErrDeviceFault", copyengine.ErrDeviceFault, pinmalloc.ErrDeviceFault, "copyengine: "},
