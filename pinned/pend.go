@@ -214,10 +214,14 @@ func (p *Pool) pendEmptied(s *shard) {
 // stream is idle (a query after their frees, so the stream has passed them) they go straight
 // back on the shard's pages (heap.Heap.TryFreeHeld, or Pool.freeDeferred), with no event and
 // no lock; else, or when the driver refuses the stream, the cache goes on its list (flush), for
-// the reclaims, which place its point or find it lost.
+// the reclaims, which place its point or find it lost (a refusal of the handle noted on the list
+// first: streamq's NoteRefused).
 func (p *Pool) drainPend(s *shard) {
 	o := p.order
 	if idle, err := o.lists.Idle(s.pendL); err != nil || !idle {
+		// A refusal of the handle (the stream destroyed) is the list's before its buffers are:
+		// the driver may give the handle to a new stream before a reclaim polls the list.
+		o.lists.NoteRefused(s.pendL, err)
 		p.flush(s)
 		return
 	}

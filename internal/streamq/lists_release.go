@@ -67,6 +67,18 @@ func (ls *Lists[T]) Lose(l *List[T], err error) {
 	ls.keepLost(l)
 }
 
+// NoteRefused notes err, met by a caller's own query of l's stream outside the reclaimer (pinned's
+// drainPend), when it is a refusal of the handle itself (pinmalloc.ErrInvalidHandle: the stream
+// was destroyed): from then on no poll, drain, Idle or Release asks the handle about l's items,
+// and the next poll keeps l lost for Recover's synchronize of the context, as if it had met the
+// refusal itself. Without it, a new stream given the handle before that poll would answer for
+// the destroyed one's work. Other errors note nothing. Safe for concurrent use.
+func (ls *Lists[T]) NoteRefused(l *List[T], err error) {
+	l.mu.Lock()
+	l.refusedLoss(err)
+	l.mu.Unlock()
+}
+
 // keepLost keeps l for Recover, once however many polls and drains find it lost before Recover
 // (each Recover releases a lost list's items once).
 func (ls *Lists[T]) keepLost(l *List[T]) {
