@@ -238,7 +238,7 @@ func (w *Worker) sendLocked(c *Conn, ep ucx.Ep, m []byte, reply bool, done chan 
 		return fmt.Errorf("%w: no slot free for a message (%d messages and closes in flight, %d connections without one)", ErrBusy, w.control, len(w.conns)-w.senders)
 	}
 	w.slots[i].done = done
-	inflight, err := w.uw.SendMessage(ep, m, reply, c != nil && w.sendsByCopy(c), i)
+	inflight, err := w.uw.SendMessage(ep, m, reply, c == nil || w.sendsByCopy(c), i) // no connection: by copy, the safe way
 	if !inflight {
 		w.freeSlot(i)
 		if err != nil {

@@ -34,7 +34,7 @@
 // Those copies go in tcp's send segments, 8 KiB by default: Load sets UCX_TCP_TX_SEG_SIZE to
 // 64k, the size of tcp's receive segments, unless the environment sets it or
 // UCX_TCP_RX_SEG_SIZE (a peer's receive segments must hold this process's send segments).
-// On loopback that took gets by message from 0.3-0.6 GB/s to 1.8-1.9 (docs/ucx.md).
+// On loopback that took gets by message from 0.3-0.6 GB/s to 1.2-1.8 (docs/ucx.md).
 //
 // # Threads and callbacks
 //
