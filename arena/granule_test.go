@@ -22,12 +22,10 @@ func offPageRegion(t *testing.T, size uintptr, exclusive bool) ExternalRegion {
 	return ExternalRegion{Base: mem.Addr(m) + 8, Size: size, Kind: HostPageable, Exclusive: exclusive}
 }
 
-// TestFreeKeepsSharedGranule frees a span whose last chunk shares a granule with the next
-// chunk, in use by a live span, and trims: the live span's bytes must survive. Free gave up
-// every granule its chunks touched, the shared one too, and the purge dropped the page the
-// live span starts in (madvise(DONTNEED) on exclusive memory: its first 3,840 bytes read zero,
-// and Wanted said false for a span in use).
-func TestFreeKeepsSharedGranule(t *testing.T) {
+// adjacentOffPage returns an arena over an external region off a page, exclusive, purged only by
+// Trim, and two spans of a chunk each at adjacent chunks, which share a granule.
+func adjacentOffPage(t *testing.T) (*Arena, Span, Span) {
+	t.Helper()
 	p, err := External(offPageRegion(t, 8<<20, true))
 	if err != nil {
 		t.Fatal(err)
@@ -37,13 +35,23 @@ func TestFreeKeepsSharedGranule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := a.Alloc(2<<20, 256)
+	y, err := a.Alloc(2<<20, 256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if live.ID != x.ID+1 {
-		t.Fatalf("spans at chunks %d and %d, want adjacent", x.ID, live.ID)
+	if y.ID != x.ID+1 {
+		t.Fatalf("spans at chunks %d and %d, want adjacent", x.ID, y.ID)
 	}
+	return a, x, y
+}
+
+// TestFreeKeepsSharedGranule frees a span whose last chunk shares a granule with the next
+// chunk, in use by a live span, and trims: the live span's bytes must survive. Free gave up
+// every granule its chunks touched, the shared one too, and the purge dropped the page the
+// live span starts in (madvise(DONTNEED) on exclusive memory: its first 3,840 bytes read zero,
+// and Wanted said false for a span in use).
+func TestFreeKeepsSharedGranule(t *testing.T) {
+	a, x, live := adjacentOffPage(t)
 	b := mem.Bytes(live.Base, live.Size)
 	for i := range b {
 		b[i] = 0xAA
@@ -188,22 +196,7 @@ func TestGranuleEnd(t *testing.T) {
 // memory decommitted already (an error for a driver's unmap), and Committed, lowered twice,
 // wrapped below zero.
 func TestPurgeSharedGranuleOnce(t *testing.T) {
-	p, err := External(offPageRegion(t, 8<<20, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := newTestArena(t, Options{Provider: p, PurgeDelay: -1})
-	x, err := a.Alloc(2<<20, 256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y, err := a.Alloc(2<<20, 256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if y.ID != x.ID+1 {
-		t.Fatalf("spans at chunks %d and %d, want adjacent", x.ID, y.ID)
-	}
+	a, x, y := adjacentOffPage(t)
 	committed := a.Stats().Committed
 	if err := a.Free(x); err != nil {
 		t.Fatal(err)

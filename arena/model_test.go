@@ -245,6 +245,12 @@ func arenaModel(t *testing.T, granule, chunk uintptr, delay time.Duration, seed 
 		}
 		spans = append(spans, ms)
 	}
+	// pick picks a span of the model, and a range in it of at most most bytes.
+	pick := func(most uintptr) (ms *modelSpan, p, n uintptr) {
+		ms = spans[r.IntN(len(spans))]
+		p = ms.lo + uintptr(r.IntN(int(ms.hi-ms.lo)))
+		return ms, p, uintptr(1 + r.IntN(int(min(ms.hi-p, most))))
+	}
 	for step := range steps {
 		switch k := r.IntN(100); {
 		case k < 25 || len(spans) == 0:
@@ -290,10 +296,7 @@ func arenaModel(t *testing.T, granule, chunk uintptr, delay time.Duration, seed 
 			}
 			add(step, s, false)
 		case k < 50:
-			ms := spans[r.IntN(len(spans))]
-			end := ms.hi
-			p := ms.lo + uintptr(r.IntN(int(end-ms.lo)))
-			n := uintptr(1 + r.IntN(int(min(end-p, 3*g))))
+			ms, p, n := pick(3 * g)
 			if _, err := a.Commit(p, n); err != nil {
 				fail(step, "commit [%#x, +%d) of %+v: %v", p, n, ms.s, err)
 			}
@@ -305,10 +308,7 @@ func arenaModel(t *testing.T, granule, chunk uintptr, delay time.Duration, seed 
 				}
 			}
 		case k < 62:
-			ms := spans[r.IntN(len(spans))]
-			end := ms.hi
-			p := ms.lo + uintptr(r.IntN(int(end-ms.lo)))
-			n := uintptr(1 + r.IntN(int(min(end-p, 4*g))))
+			ms, p, n := pick(4 * g)
 			var err error
 			if r.IntN(2) == 0 {
 				err = a.Decommit(p, n)

@@ -80,13 +80,5 @@ func TestFakeDrainPendRefusedReusedHandle(t *testing.T) {
 	endCapture()
 	f.Hold(false)
 	must(t, "Trim", p.Trim()) // Recover: the context synchronized, A's buffers back
-	for _, g := range append(got, q, z) {
-		must(t, "Free", p.Free(g))
-	}
-	must(t, "ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
-	must(t, "StreamDestroy of b", dev.StreamDestroy(b))
-	must(t, "ForgetStream of c", p.ForgetStream(cuda.Stream(c)))
-	must(t, "StreamDestroy of c", dev.StreamDestroy(c))
-	must(t, "MemFree", dev.MemFree(d))
-	must(t, "Close", p.Close())
+	r.finish(t, append(got, q, z), b, c)
 }

@@ -83,14 +83,7 @@ func TestFakeWaitStreamsRefusedReusedHandle(t *testing.T) {
 
 	f.Hold(false)
 	must(t, "Trim", p.Trim()) // Recover: the context synchronized, y back
-	must(t, "ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
-	must(t, "StreamDestroy of b", dev.StreamDestroy(b))
-	must(t, "ForgetStream of c", p.ForgetStream(cuda.Stream(c)))
-	must(t, "StreamDestroy of c", dev.StreamDestroy(c))
-	must(t, "Free", p.Free(x))
-	must(t, "Free", p.Free(z))
-	must(t, "MemFree", dev.MemFree(d))
-	must(t, "Close", p.Close())
+	r.finish(t, [][]byte{x, z}, b, c)
 }
 
 // TestFakeForgetRefusedReusedHandle: a buffer y freed on stream A behind a copy from it still
@@ -177,14 +170,7 @@ func testForgetRefusedReusedHandle(t *testing.T, recorded bool) {
 		t.Error("the device got the next owner's bytes: the destroyed stream's copy read a buffer the pool had handed out again")
 	}
 	must(t, "Trim", p.Trim())
-	must(t, "ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
-	must(t, "StreamDestroy of b", dev.StreamDestroy(b))
-	must(t, "ForgetStream of c", p.ForgetStream(cuda.Stream(c)))
-	must(t, "StreamDestroy of c", dev.StreamDestroy(c))
-	must(t, "Free", p.Free(next))
-	must(t, "Free", p.Free(z))
-	must(t, "MemFree", dev.MemFree(d))
-	must(t, "Close", p.Close())
+	r.finish(t, [][]byte{next, z}, b, c)
 }
 
 // TestFakeWaitStreamsRefusedThenReused: a buffer y freed on stream A behind a copy from it
@@ -228,11 +214,7 @@ func TestFakeWaitStreamsRefusedThenReused(t *testing.T) {
 	f.Hold(false)
 	must(t, "synchronize the context", dev.Synchronize())
 	must(t, "Trim", p.Trim())
-	must(t, "Free", p.Free(x))
-	must(t, "ForgetStream of b", p.ForgetStream(cuda.Stream(b)))
-	must(t, "StreamDestroy of b", dev.StreamDestroy(b))
-	must(t, "MemFree", dev.MemFree(d))
-	must(t, "Close", p.Close())
+	r.finish(t, [][]byte{x}, b)
 }
 
 // refusedRig is what the tests of a stream A destroyed without ForgetStream start from: a
@@ -262,6 +244,21 @@ func newRefusedRig(t *testing.T, n int) *refusedRig {
 	r.d, err = dev.MemAlloc(uintptr(n))
 	must(t, "MemAlloc", err)
 	return r
+}
+
+// finish ends a test of the rig: it frees bufs, forgets and destroys streams, frees d and closes
+// the pool, each of which must succeed.
+func (r *refusedRig) finish(t *testing.T, bufs [][]byte, streams ...icuda.Stream) {
+	t.Helper()
+	for _, b := range bufs {
+		must(t, "Free", r.p.Free(b))
+	}
+	for _, s := range streams {
+		must(t, "ForgetStream", r.p.ForgetStream(cuda.Stream(s)))
+		must(t, "StreamDestroy", r.dev.StreamDestroy(s))
+	}
+	must(t, "MemFree", r.dev.MemFree(r.d))
+	must(t, "Close", r.p.Close())
 }
 
 // capture begins a CUDA graph capture on c, on this goroutine's OS thread (locked until it
