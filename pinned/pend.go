@@ -219,9 +219,11 @@ func (p *Pool) pendEmptied(s *shard) {
 func (p *Pool) drainPend(s *shard) {
 	o := p.order
 	if idle, err := o.lists.Idle(s.pendL); err != nil || !idle {
-		// A refusal of the handle (the stream destroyed) is the list's before its buffers are:
-		// the driver may give the handle to a new stream before a reclaim polls the list.
-		o.lists.NoteRefused(s.pendL, err)
+		if err != nil {
+			// A refusal of the handle (the stream destroyed) is the list's before its buffers
+			// are: the driver may give the handle to a new stream before a reclaim polls it.
+			o.lists.NoteRefused(s.pendL, err)
+		}
 		p.flush(s)
 		return
 	}

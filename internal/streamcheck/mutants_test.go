@@ -646,7 +646,7 @@ var mutants = []mutant{
 		name:  "pinned-drainpend-drops-refusal",
 		why:   "an allocation's drain of a full FreeAsync cache whose query of the stream the driver refuses (destroyed without ForgetStream) puts the buffers on the stream's list without noting the refusal; when the reclaim after it loses its TryLock, the driver gives the handle to a new stream before the next poll, which asks the handle (the new stream, idle) and takes back a buffer the destroyed stream's copy still reads; the model never destroys a stream before it is forgotten",
 		file:  "pinned/pend.go",
-		old:   "\t\to.lists.NoteRefused(s.pendL, err)\n",
+		old:   "\t\t\to.lists.NoteRefused(s.pendL, err)\n",
 		new:   "",
 		pkg:   "./pinned",
 		catch: "^TestFakeDrainPendRefusedReusedHandle$",
