@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -59,6 +60,33 @@ func TestDialThenCloseAtOnce(t *testing.T) {
 			if err := dialer.Close(); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+}
+
+// TestDialClosedWorker: a Dial of the address of a worker that has closed (a peer restarted,
+// its old address kept) fails with ErrPeer, and ends no process: TCP's connect is refused
+// before UCX makes the endpoint, so no endpoint of UCX's is left connecting to the closed
+// worker (where UCX 1.13 asserts when its retries end: docs/ucx.md).
+func TestDialClosedWorker(t *testing.T) {
+	needUCX(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dialer := newWorker(t)
+	for range 5 {
+		gone, err := New(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, err := gone.Address()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gone.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := dialer.Dial(ctx, addr); !errors.Is(err, ErrPeer) {
+			t.Fatalf("Dial of a closed worker's address: %v, %v; want ErrPeer", c, err)
 		}
 	}
 }
