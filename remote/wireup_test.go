@@ -35,6 +35,9 @@ func TestDialThenCloseAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		for _, w := range []*Worker{dialed, dialer} {
+			t.Cleanup(func() { _ = w.Close() }) // a failed test's: ErrClosed after the loop's
+		}
 		addr, err := dialed.Address()
 		if err != nil {
 			t.Fatal(err)
@@ -78,6 +81,7 @@ func TestDialClosedWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = gone.Close() }) // a failed test's: ErrClosed after the loop's
 		addr, err := gone.Address()
 		if err != nil {
 			t.Fatal(err)
