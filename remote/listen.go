@@ -83,9 +83,8 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 // Accept returned are closed (nobody else could close them). Its socket stays bound until the
 // worker closes, refusing every connection (a client's Connect fails with ErrPeer): UCX frees
 // a connection its listener took from the kernel only with the worker, and one whose client's
-// first bytes came after the listener was destroyed called the destroyed listener from UCX's
-// thread, a segmentation fault (UCX 1.13; its newest source destroys a listener the same way:
-// docs/ucx.md).
+// first bytes came after the listener was destroyed called the destroyed listener (UCX 1.13,
+// and its newest source alike: a segmentation fault in UCX's thread; docs/ucx.md).
 func (l *Listener) Close() error {
 	l.w.mu.Lock()
 	defer l.w.mu.Unlock()
