@@ -80,11 +80,7 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 }
 
 // Close stops the listener. Connections Accept returned stay open; those it took that no
-// Accept returned are closed (nobody else could close them). Its socket stays bound until the
-// worker closes, refusing every connection (a client's Connect fails with ErrPeer): UCX frees
-// a connection its listener took from the kernel only with the worker, and one whose client's
-// first bytes came after the listener was destroyed called the destroyed listener (UCX 1.13,
-// and its newest source alike: a segmentation fault in UCX's thread; docs/ucx.md).
+// Accept returned are closed (nobody else could close them).
 func (l *Listener) Close() error {
 	l.w.mu.Lock()
 	defer l.w.mu.Unlock()
@@ -95,13 +91,14 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-// closeListener closes l: its UCX listener is left to the worker's destroy, which frees the
-// connections it took with it (Listener.Close), and refuses what comes (connRequest). Under mu.
+// closeListener destroys l. Under mu.
 func (w *Worker) closeListener(l *Listener) {
 	if l.done {
 		return
 	}
 	l.done = true
+	w.uw.DestroyListener(l.l)
+	delete(w.lis, l.tag)
 	for ep, pe := range w.pending {
 		if pe.l == l {
 			delete(w.pending, ep)
@@ -139,7 +136,7 @@ func (w *Worker) closeUnaccepted(accepted chan *Conn, by string) {
 // mu.
 func (w *Worker) connRequest(r ucx.ConnRequest, tag uint64) {
 	l := w.lis[tag]
-	if l == nil || l.done || w.closing || len(w.pending) >= maxPending {
+	if l == nil || w.closing || len(w.pending) >= maxPending {
 		if l != nil {
 			_ = w.uw.Reject(l.l, r)
 		}
