@@ -189,13 +189,13 @@ func buildMutant(t *testing.T, root string, m mutant) string {
 	return bin
 }
 
-// mutantBuildFlags are go test's flags for a mutant's build, which is most of its time (some
-// 8 s of CPU, and the long form builds every mutant): no vet (a mutant is checked code with one edit),
+// mutantBuildFlags are go test's flags for a mutant's build, most of a mutant's time (some 8 s
+// of CPU; the long form builds every mutant): no vet (a mutant is checked code with one edit),
 // no symbol table or DWARF (nothing reads them), and in the long form no inlining in this
 // module's packages, which halves what a mutant's dependents take to compile again (they
-// inline the mutated package's functions otherwise); its builds of the module without
-// inlining, once, are shared by every mutant. The fast subset keeps the inlining: it builds
-// one mutant, beside test binaries built with it.
+// inline the mutated package's functions otherwise); the module's builds without inlining are
+// made once (checkUnmutated) and shared by every mutant. The fast subset keeps the inlining: it
+// builds one mutant, beside test binaries built with it.
 func mutantBuildFlags() []string {
 	const modulePath = "github.com/pinmalloc/pinmalloc"
 	flags := []string{"test", "-vet=off", "-ldflags=-s -w"}
