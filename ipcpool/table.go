@@ -3,6 +3,7 @@ package ipcpool
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -273,9 +274,15 @@ func (w *Owner) fence(gs []int) {
 		w.publish(g)
 	}
 	if devices {
-		w.epoch++
+		// The epoch reaches 2^64-1 only from a fence word forged before an adoption (adopt.go
+		// takes the word as it finds it): no later epoch exists, and a process may have written
+		// that one as passed, so no fence can be told passed. The grants stay fenced (unfence):
+		// lost to the pool, never handed out while a stream may still use them.
+		if w.epoch != math.MaxUint64 {
+			w.epoch++
+			w.c.store(hFence, w.epoch)
+		}
 		w.fenced = true
-		w.c.store(hFence, w.epoch)
 	}
 	w.cond.Broadcast()
 }
@@ -283,7 +290,7 @@ func (w *Owner) fence(gs []int) {
 // unfence frees the fenced grants once every process that had to pass the fence has passed
 // it or left its slot. Called with w.mu held.
 func (w *Owner) unfence() {
-	if !w.fenced {
+	if !w.fenced || w.epoch == math.MaxUint64 { // no fence passes at the last epoch (fence)
 		return
 	}
 	for s := range w.procs {

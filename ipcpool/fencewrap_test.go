@@ -1,0 +1,60 @@
+package ipcpool
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The fence word is any process's to write: a scribbler sets it to 2^64-1 while no owner runs,
+// and the owner that adopts the pool takes it as its epoch. Its next fence cannot go past it
+// (the epoch wrapped to 0, and every process then counted as having passed the fence, so the
+// grants went free while a stream could still use them): they stay fenced, even once a
+// process writes the last epoch as passed.
+func TestForgedFenceAtAdoptionKeepsGrantsFenced(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	a := startOwnerChild(t, path, 8<<20)
+	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
+	must(t, "Attach", err)
+	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
+	_ = a.cmd.Wait()
+	a.dead = true
+	p.c.store(hFence, math.MaxUint64) // the scribbler (this process)
+	w, err := Serve(path, Options{Size: 8 << 20, Adopt: 5 * time.Second, Timeout: 300 * time.Millisecond,
+		FallbackPageable: true})
+	must(t, "Serve adopting", err)
+	t.Cleanup(func() {
+		_ = p.Close()
+		_ = w.Close()
+	})
+	waitFor(t, func() bool { return p.Rejoined() == 1 })
+	<-w.scanned
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := slices.IndexFunc(w.table, func(t grantState) bool { return t.state == gFree })
+	if g < 0 {
+		t.Fatal("no free grant to fence")
+	}
+	// A fence that waits for the owner's own slot, as if its process had a device.
+	flags := w.c.slotLoad(0, sFlags)
+	w.c.slotStore(0, sFlags, flags|flagDevice)
+	defer w.c.slotStore(0, sFlags, flags)
+	w.c.slotStore(0, sFence, 0) // it has passed no fence
+	w.fence([]int{g})
+	if w.epoch != math.MaxUint64 || w.c.load(hFence) != math.MaxUint64 {
+		t.Errorf("after the fence: epoch %#x, fence word %#x; want both left at 2^64-1", w.epoch, w.c.load(hFence))
+	}
+	w.unfence()
+	if w.table[g].state != gFenced {
+		t.Fatalf("grant %d is %v right after its fence, which no process has passed: want fenced", g, w.table[g].state)
+	}
+	w.c.slotStore(0, sFence, math.MaxUint64) // the process writes the epoch it sees as passed
+	w.unfence()
+	if w.table[g].state != gFenced {
+		t.Errorf("grant %d is %v: no fence can be told passed at the last epoch, want it kept fenced", g, w.table[g].state)
+	}
+}
