@@ -1,13 +1,9 @@
 package ipcpool
 
 import (
-	"context"
 	"math"
-	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // The fence word is any process's to write: a scribbler sets it to 2^64-1 while no owner runs,
@@ -16,23 +12,7 @@ import (
 // grants went free while a stream could still use them): they stay fenced, even once a
 // process writes the last epoch as passed.
 func TestForgedFenceAtAdoptionKeepsGrantsFenced(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pool.sock")
-	a := startOwnerChild(t, path, 8<<20)
-	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
-	must(t, "Attach", err)
-	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
-	_ = a.cmd.Wait()
-	a.dead = true
-	p.c.store(hFence, math.MaxUint64) // the scribbler (this process)
-	w, err := Serve(path, Options{Size: 8 << 20, Adopt: 5 * time.Second, Timeout: 300 * time.Millisecond,
-		FallbackPageable: true})
-	must(t, "Serve adopting", err)
-	t.Cleanup(func() {
-		_ = p.Close()
-		_ = w.Close()
-	})
-	waitFor(t, func() bool { return p.Rejoined() == 1 })
-	<-w.scanned
+	w := adoptAfterScribble(t, func(p *Process) { p.c.store(hFence, math.MaxUint64) })
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	g := slices.IndexFunc(w.table, func(t grantState) bool { return t.state == gFree })

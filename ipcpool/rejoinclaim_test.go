@@ -514,12 +514,12 @@ func TestForgedSlotSerialBlocksNoAttach(t *testing.T) {
 	}
 }
 
-// The previous owner's serial, slot 0's word, is any process's to write: a scribbler sets it to
-// 2^64-1 while no owner runs. The owner that adopts the pool takes a serial a hello carries,
-// not 0 (the previous one plus one wrapped: 0 is a free slot's serial, and a fence waits for
-// no process whose serial is 0, the owner's own device skipped), nor past 2^48 (its handles'
-// holder word would cut it short).
-func TestForgedOwnerSerialAtAdoption(t *testing.T) {
+// adoptAfterScribble starts an owner in a child process, attaches this process, kills the
+// owner (SIGKILL), lets scribble write the control region as this process may while no owner
+// runs, and returns the owner that adopts the pool once this process has rejoined it and the
+// previous owner's grants are free (or fenced) after it.
+func adoptAfterScribble(t *testing.T, scribble func(p *Process)) *Owner {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "pool.sock")
 	a := startOwnerChild(t, path, 8<<20)
 	p, err := Attach(context.Background(), path, AttachOptions{FallbackPageable: true})
@@ -527,7 +527,7 @@ func TestForgedOwnerSerialAtAdoption(t *testing.T) {
 	must(t, "kill the owner", a.cmd.Process.Signal(syscall.SIGKILL))
 	_ = a.cmd.Wait()
 	a.dead = true
-	p.c.slotStore(0, sSerial, ^uint64(0)) // the scribbler (this process)
+	scribble(p)
 	w, err := Serve(path, Options{Size: 8 << 20, Adopt: 5 * time.Second, Timeout: 300 * time.Millisecond,
 		FallbackPageable: true})
 	must(t, "Serve adopting", err)
@@ -536,7 +536,17 @@ func TestForgedOwnerSerialAtAdoption(t *testing.T) {
 		_ = w.Close()
 	})
 	waitFor(t, func() bool { return p.Rejoined() == 1 })
-	<-w.scanned // the previous owner's grants free (or fenced) after it
+	<-w.scanned
+	return w
+}
+
+// The previous owner's serial, slot 0's word, is any process's to write: a scribbler sets it to
+// 2^64-1 while no owner runs. The owner that adopts the pool takes a serial a hello carries,
+// not 0 (the previous one plus one wrapped: 0 is a free slot's serial, and a fence waits for
+// no process whose serial is 0, the owner's own device skipped), nor past 2^48 (its handles'
+// holder word would cut it short).
+func TestForgedOwnerSerialAtAdoption(t *testing.T) {
+	w := adoptAfterScribble(t, func(p *Process) { p.c.slotStore(0, sSerial, ^uint64(0)) })
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	serial := w.procs[0].serial
