@@ -1,9 +1,12 @@
 package ipcpool
 
 import (
+	"context"
+	"errors"
 	"math"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The fence word is any process's to write: a scribbler sets it to 2^64-1 while no owner runs,
@@ -36,5 +39,29 @@ func TestForgedFenceAtAdoptionKeepsGrantsFenced(t *testing.T) {
 	w.unfence()
 	if w.table[g].state != gFenced {
 		t.Errorf("grant %d is %v: no fence can be told passed at the last epoch, want it kept fenced", g, w.table[g].state)
+	}
+}
+
+// Grants kept fenced at the last epoch never come back, so a request the pool cannot serve
+// fails at once with ErrPoolFull instead of waiting out its time for them.
+func TestForgedFenceAtAdoptionFailsFullRequestsAtOnce(t *testing.T) {
+	w := adoptAfterScribble(t, func(p *Process) { p.c.store(hFence, math.MaxUint64) })
+	w.mu.Lock()
+	var free []int
+	for g, st := range w.table {
+		if st.state == gFree {
+			free = append(free, g)
+		}
+	}
+	flags := w.c.slotLoad(0, sFlags)
+	w.c.slotStore(0, sFlags, flags|flagDevice)
+	w.fence(free)
+	w.c.slotStore(0, sFlags, flags)
+	n := len(w.table)
+	w.mu.Unlock()
+	t0 := time.Now()
+	_, err := w.grantWait(0, n, 5*time.Second)
+	if took := time.Since(t0); !errors.Is(err, ErrPoolFull) || errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
+		t.Errorf("a request of all %d grants, %d of them fenced for good: %v after %v; want ErrPoolFull at once", n, len(free), err, took)
 	}
 }

@@ -206,11 +206,12 @@ func (w *Owner) ask(slot int) {
 	}
 }
 
-// mayComeBack reports whether memory may yet come back for a request of slot: fenced or
-// limbo grants, or a process asked that has not answered. Called with w.mu held.
+// mayComeBack reports whether memory may yet come back for a request of slot: fenced grants
+// (unless at the last epoch), limbo grants, or a process asked that has not answered. Called
+// with w.mu held.
 func (w *Owner) mayComeBack(slot int) bool {
 	for g := range w.table {
-		if s := w.table[g].state; s == gFenced || s == gLimbo {
+		if s := w.table[g].state; s == gFenced && !w.lastEpoch() || s == gLimbo {
 			return true
 		}
 	}
@@ -278,7 +279,7 @@ func (w *Owner) fence(gs []int) {
 		// takes the word as it finds it): no later epoch exists, and a process may have written
 		// that one as passed, so no fence can be told passed. The grants stay fenced (unfence):
 		// lost to the pool, never handed out while a stream may still use them.
-		if w.epoch != math.MaxUint64 {
+		if !w.lastEpoch() {
 			w.epoch++
 			w.c.store(hFence, w.epoch)
 		}
@@ -287,10 +288,14 @@ func (w *Owner) fence(gs []int) {
 	w.cond.Broadcast()
 }
 
+// lastEpoch reports whether the epoch is 2^64-1, where no fence can be told passed (fence):
+// its fenced grants never come back. Called with w.mu held.
+func (w *Owner) lastEpoch() bool { return w.epoch == math.MaxUint64 }
+
 // unfence frees the fenced grants once every process that had to pass the fence has passed
 // it or left its slot. Called with w.mu held.
 func (w *Owner) unfence() {
-	if !w.fenced || w.epoch == math.MaxUint64 { // no fence passes at the last epoch (fence)
+	if !w.fenced || w.lastEpoch() {
 		return
 	}
 	for s := range w.procs {
