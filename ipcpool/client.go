@@ -366,7 +366,8 @@ func (cl *client) sendHeld() {
 // giveBack gives grants [first, first+n) back on c. A message that times out (the owner
 // reads nothing: it is stopped, or busy) is sent again, in order, on c, until it goes or c
 // ends (resend): the owner would count the grants as the process's until it left. Once c has
-// ended, a rejoin claims by the record, which has them given back. Another error ends c.
+// ended, a rejoin claims by the record, which has them given back. Another error is
+// writeFailed's.
 func (cl *client) giveBack(c *net.UnixConn, first, n int) {
 	cl.mu.Lock()
 	if cl.resendOn == c { // after those waiting to be sent again
@@ -385,13 +386,27 @@ func (cl *client) giveBack(c *net.UnixConn, first, n int) {
 	case cl.c != c || cl.closing:
 		// Ended: nothing to send it on.
 	case !errors.Is(err, os.ErrDeadlineExceeded):
-		c.Close() // its reader ends, and the client rejoins
+		writeFailed(c, err)
 	case cl.resendOn == c:
 		cl.unsent = append(cl.unsent, run{first, n})
 	default:
 		cl.resendOn, cl.unsent = c, append(cl.unsent[:0], run{first, n})
 		cl.readers.Add(1)
 		go cl.resend(c)
+	}
+}
+
+// writeFailed ends c after a release written on it failed with err, not for its deadline, when
+// part of the message went (errPartial): the owner would read a torn one. Another error (a
+// broken pipe, a reset) says the owner has closed its end: c's reader ends by itself once it
+// has read what the owner wrote before that, and the client rejoins then. Closed here, c
+// would lose those answers: the answer to a detach, when the answer to a grant request that
+// gave up came just before it, and the owner was gone by the time the reader gave the grant
+// back (a Close that failed, the process taken for orphaned: TestLateGrantGivenBackAsOwnerLeaves).
+// A release lost so is the owner's to take back as the process leaves.
+func writeFailed(c *net.UnixConn, err error) {
+	if errors.Is(err, errPartial) {
+		c.Close() // its reader ends, and the client rejoins
 	}
 }
 
@@ -423,7 +438,7 @@ func (cl *client) resend(c *net.UnixConn) {
 			cl.unsent = cl.unsent[1:]
 		case !errors.Is(err, os.ErrDeadlineExceeded):
 			cl.resendOn, cl.unsent = nil, nil
-			c.Close() // its reader ends, and the client rejoins
+			writeFailed(c, err)
 		}
 		cl.mu.Unlock()
 	}

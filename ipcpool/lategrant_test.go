@@ -1,0 +1,63 @@
+package ipcpool
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestLateGrantGivenBackAsOwnerLeaves: the answer to a grant request that gave up comes just
+// before the answer to the process's detach, and the owner has closed the connection by the
+// time the reader gives that grant back. The give-back's broken pipe must not cost the
+// detach its answer. Before, the give-back closed the connection with the detach's answer
+// unread, and the detach failed: the client took the owner for gone and waited for a rejoin
+// no owner would take (TestStoppedOwner failed so about once in 100 runs under load).
+func TestLateGrantGivenBackAsOwnerLeaves(t *testing.T) {
+	ours, owner := unixPair(t)
+	h := hello{pool: 1, slot: 1, serial: 1,
+		layout: layout{regions: 1, regionSize: 8 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}}
+	cl := newClient(ours, filepath.Join(t.TempDir(), "no-owner.sock"), 500*time.Millisecond, nil, h)
+	const lateSeq = 1 << 20
+	cl.late = map[uint64]uint64{lateSeq: 1} // a grant request that gave up
+	detached := make(chan error, 1)
+	go func() { detached <- cl.detach(false) }()
+
+	m, err := readMsg(owner)
+	if err != nil || m.op != opDetach {
+		t.Fatalf("the owner read %+v, %v; want the detach", m, err)
+	}
+	must(t, "the late grant's answer", writeMsg(owner, msg{op: opReply, seq: lateSeq, a: stOK, b: 2}, time.Second))
+	must(t, "the detach's answer", writeMsg(owner, msg{op: opReply, seq: m.seq, a: stOK}, time.Second))
+	must(t, "the owner's close", owner.Close())
+	cl.start() // its reader reads both only now: the give-back meets a closed peer
+
+	select {
+	case err := <-detached:
+		if err != nil {
+			t.Fatalf("a detach the owner answered before it closed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("detach still waiting after 5 s")
+	}
+	cl.close()
+}
+
+// unixPair returns the two ends of a connected Unix stream socket pair, closed at the test's end.
+func unixPair(t *testing.T) (a, b *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	must(t, "socketpair", err)
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "unix")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		must(t, "FileConn", err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
+}
