@@ -111,7 +111,7 @@ func TestIdleWorkerSleeps(t *testing.T) {
 
 // connectedPair returns two workers of this process, each with a pool registered, and a
 // connection from the first to the second (c1) with its accepted end (c2).
-func connectedPair(t *testing.T, ctx context.Context) (w1, w2 *Worker, r1, r2 *Registration, c1, c2 *Conn) {
+func connectedPair(t testing.TB, ctx context.Context) (w1, w2 *Worker, r1, r2 *Registration, c1, c2 *Conn) {
 	t.Helper()
 	needUCX(t)
 	w1, w2 = newWorker(t), newWorker(t)

@@ -82,7 +82,7 @@ func (tr transport) set(t *testing.T) []string {
 }
 
 // newWorker returns a worker of this process with the zero Options, closed at the test's end.
-func newWorker(t *testing.T) *Worker {
+func newWorker(t testing.TB) *Worker {
 	t.Helper()
 	w, err := New(Options{})
 	if err != nil {

@@ -74,6 +74,7 @@ func (w *Worker) loop() {
 		}
 		sleep := !worked && (!busy || now.Sub(lastWork) > spinMax)
 		if sleep {
+			w.uw.DropSpares() // idle: the buffers kept for data messages streaming in go back
 			w.sleeping.Store(true)
 			if again, err := w.uw.Arm(); again || err != nil {
 				w.sleeping.Store(false)

@@ -54,6 +54,8 @@ func (*Worker) Landed() uint64                                           { retur
 func (*Worker) Queued() (uint64, uint64)                                 { return 0, 0 }
 func (*Worker) LimitMessages(int, int, byte)                             {}
 func (*Worker) LimitData(int)                                            {}
+func (*Worker) DropSpares()                                              {}
+func (*Worker) Spares() int                                              { return 0 }
 func (*Worker) Address() ([]byte, error)                                 { return nil, errStub }
 func (*Worker) EventFD() (int, error)                                    { return -1, errStub }
 func (*Worker) Arm() (bool, error)                                       { return false, errStub }

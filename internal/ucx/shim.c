@@ -61,6 +61,7 @@ void pm_state_free(pm_state *st) {
 		free(e);
 		e = next;
 	}
+	pm_spares_free(st);
 	free(st->slots);
 	free(st->cq);
 	free(st);
@@ -81,8 +82,12 @@ static void ev_push(pm_state *st, pm_event *e) {
 	if (++st->ev_queued > st->ev_high) st->ev_high = st->ev_queued;
 }
 
-int pm_events(pm_state *st, pm_event **out, int cap) {
+// pm_events moves up to cap events (PM_EVENTS_OUT at most) from the queue to st->out, and
+// returns their number.
+int pm_events(pm_state *st, int cap) {
+	pm_event **out = st->out;
 	int n = 0;
+	if (cap > PM_EVENTS_OUT) cap = PM_EVENTS_OUT;
 	while (n < cap && st->ev_head != NULL) {
 		pm_event *e = st->ev_head;
 		st->ev_head = e->next;
@@ -173,6 +178,52 @@ static int land_reply(pm_state *st, const unsigned char *h, const void *data, si
 	return 1;
 }
 
+// ev_new returns a data event with room for copy bytes: a spare when copy fits data_max
+// (which every data event's bytes do once LimitData has set it), else malloc's. NULL when
+// out of memory.
+static pm_event *ev_new(pm_state *st, size_t copy) {
+	if (copy == 0 || st->data_max == 0 || copy > st->data_max) {
+		pm_event *e = malloc(sizeof(pm_event) + copy);
+		if (e != NULL) e->room = 0;
+		return e;
+	}
+	if (st->spare_room != st->data_max) { // data_max changed: the spares are too small, or big
+		pm_spares_free(st);
+		st->spare_room = st->data_max;
+	}
+	pm_event *e = st->spares;
+	if (e != NULL) {
+		st->spares = e->next;
+		st->nspares--;
+		return e;
+	}
+	e = malloc(sizeof(pm_event) + st->data_max);
+	if (e != NULL) e->room = st->data_max;
+	return e;
+}
+
+// ev_free frees a data event, or keeps it as a spare (ev_new).
+static void ev_free(pm_state *st, pm_event *e) {
+	if (e->room == 0 || e->room != st->spare_room ||
+	    (size_t)(st->nspares + 1) * (sizeof(pm_event) + e->room) > PM_SPARE_BYTES) {
+		free(e);
+		return;
+	}
+	e->next = st->spares;
+	st->spares = e;
+	st->nspares++;
+}
+
+// pm_spares_free frees the spare data events.
+void pm_spares_free(pm_state *st) {
+	while (st->spares != NULL) {
+		pm_event *e = st->spares;
+		st->spares = e->next;
+		free(e);
+	}
+	st->nspares = 0;
+}
+
 // pm_data_cb receives a data message: its header is copied; its bytes land at once where an
 // armed get wants them (land_reply), or are kept in UCX's buffer when UCX lets them be
 // (UCP_AM_RECV_ATTR_FLAG_DATA: the callback returns UCS_INPROGRESS and pm_data_release gives
@@ -196,7 +247,7 @@ pm_status_t pm_data_cb(void *arg, const void *header, size_t hlen, void *data, s
 	int kept = (param->recv_attr & PM_UCP_AM_RECV_ATTR_FLAG_DATA) != 0 && len > 0;
 	int keep = !landed && !over && (rndv || kept);
 	size_t copy = landed || keep || over ? 0 : len;
-	pm_event *e = malloc(sizeof(pm_event) + copy);
+	pm_event *e = ev_new(st, copy);
 	if (e == NULL) {
 		st->ev_dropped++;
 		return PM_UCS_OK;
@@ -218,9 +269,9 @@ void pm_data_copy(pm_event *e, uintptr_t dst) {
 	if (e->len > 0) memcpy((void *)dst, e->desc != NULL ? e->desc : (void *)e->data, e->len);
 }
 
-void pm_data_release(uintptr_t fn, uintptr_t worker, pm_event *e) {
+void pm_data_release(uintptr_t fn, uintptr_t worker, pm_state *st, pm_event *e) {
 	if (e->desc != NULL) ((void (*)(void *, void *))fn)((void *)worker, e->desc);
-	free(e);
+	ev_free(st, e);
 }
 
 void pm_ep_err_cb(void *arg, pm_handle ep, pm_status_t status) {
@@ -315,5 +366,66 @@ int pm_test_flood(const unsigned char *msg, size_t len, int per_call, int rounds
 		}
 	}
 	pm_state_free(st);
+	return rc;
+}
+
+// pm_test_spares checks the spare data events (ev_new, ev_free) through the callback and
+// pm_data_release, on a state whose data messages are data_max bytes at most: n messages of
+// len bytes come, each with bytes of its own, are taken and released; then n more. It returns
+// 0, or the check that failed: 1 an event's bytes are not its message's, 2 the second n did
+// not take the spares the first left, 3 more spares kept than PM_SPARE_BYTES allows, 4 a
+// change of data_max kept spares of the old room, 5 pm_spares_free left some, -1 no memory.
+// For the tests (spares_test.go).
+int pm_test_spares(size_t data_max, size_t len, int n) {
+	pm_state *st = pm_state_new(1, 0, 0);
+	unsigned char *data = malloc(len);
+	pm_event **evs = calloc((size_t)n, sizeof(*evs));
+	if (st == NULL || data == NULL || evs == NULL) {
+		if (st != NULL) pm_state_free(st);
+		free(data);
+		free(evs);
+		return -1;
+	}
+	st->data_max = data_max;
+	unsigned char hdr[PM_HDR] = {1}; // a put's: never an answer that lands
+	pm_ucp_am_recv_param_t param = {0};
+	size_t most = PM_SPARE_BYTES / (sizeof(pm_event) + data_max);
+	int rc = 0;
+	for (int round = 0; round < 2 && rc == 0; round++) {
+		uint32_t before = st->nspares;
+		for (int i = 0; i < n; i++) {
+			memset(data, (unsigned char)(i + round), len);
+			pm_data_cb(st, hdr, PM_HDR, data, len, &param);
+		}
+		int got = 0;
+		for (int k; got < n && (k = pm_events(st, PM_EVENTS_OUT)) > 0; got += k) {
+			memcpy(&evs[got], st->out, (size_t)k * sizeof(*evs));
+		}
+		if (got != n) rc = -1;
+		for (int i = 0; i < got && rc == 0; i++) {
+			for (size_t j = 0; j < len; j++) {
+				if (evs[i]->data[j] != (unsigned char)(i + round)) rc = 1;
+			}
+		}
+		if (rc == 0 && round == 1 && st->nspares != (before > (uint32_t)n ? before - (uint32_t)n : 0)) rc = 2;
+		for (int i = 0; i < got; i++) pm_data_release(0, 0, st, evs[i]);
+		if (rc == 0 && (st->nspares > most || st->nspares != ((size_t)n < most ? (size_t)n : most))) rc = 3;
+	}
+	if (rc == 0) {
+		st->data_max = data_max + 64;
+		pm_data_cb(st, hdr, PM_HDR, data, len, &param);
+		if (pm_events(st, 1) != 1) rc = -1;
+		else {
+			if (st->nspares != 0 || st->out[0]->room != data_max + 64) rc = 4;
+			pm_data_release(0, 0, st, st->out[0]);
+		}
+	}
+	if (rc == 0) {
+		pm_spares_free(st);
+		if (st->nspares != 0 || st->spares != NULL) rc = 5;
+	}
+	pm_state_free(st);
+	free(data);
+	free(evs);
 	return rc;
 }

@@ -33,10 +33,10 @@ type Worker struct {
 	data  map[uint64]*C.pm_event // data messages handed out by Events, by key
 	key   uint64
 
-	// Progress's and Events' out-parameters, here rather than on their stacks, which passing
-	// them to C would move to the heap: an allocation each, every progress round.
+	// Progress's out-parameter, here rather than on its stack, which passing it to C would
+	// move to the heap: an allocation every progress round. (Events' is in C memory,
+	// pm_state.out.)
 	progressed C.uint
-	evbuf      [32]*C.pm_event
 
 	// ownChecked says ownErr is set: why peers' addresses cannot be checked (ConnectAddress),
 	// or nil.
@@ -135,6 +135,11 @@ func (w *Worker) LimitMessages(max, kindMax int, kind byte) {
 // Oversize set, its header and its length (Len), no bytes.
 func (w *Worker) LimitData(max int) { w.st.data_max = C.size_t(max) }
 
+// DropSpares frees the buffers the worker keeps for the bytes of data messages to come, which
+// it copies where the transport lends them for the callback only (tcp): 8 MiB at most, kept
+// while messages stream in. For a worker going idle.
+func (w *Worker) DropSpares() { C.pm_spares_free(w.st) }
+
 // Address returns the worker's address, for a peer's ConnectAddress.
 func (w *Worker) Address() ([]byte, error) {
 	var a unsafe.Pointer
@@ -200,9 +205,9 @@ func (w *Worker) freeMsg(slot uint32) {
 
 // Events appends the events queued by the callbacks, at most max of them, to out.
 func (w *Worker) Events(out []Event, max int) []Event {
-	buf := &w.evbuf
+	buf := &w.st.out
 	for max > 0 {
-		n := int(C.pm_events(w.st, &buf[0], C.int(min(max, len(buf)))))
+		n := int(C.pm_events(w.st, C.int(min(max, len(buf)))))
 		for _, e := range buf[:n] {
 			ev := Event{Kind: int(e.kind), Status: Status(e.status), Handle: uintptr(e.h), Tag: uint64(e.tag)}
 			if ev.Kind == EventData {
@@ -276,7 +281,7 @@ func (w *Worker) RecvData(key uint64, dst uintptr, m Mem, memType int, slot uint
 	delete(w.data, key)
 	f, err := w.c.l.fn(symAmRecvDataNbx)
 	if err != nil {
-		C.pm_data_release(w.c.l.must(symAmDataRelease), w.h, e)
+		C.pm_data_release(w.c.l.must(symAmDataRelease), w.h, w.st, e)
 		return false, err
 	}
 	s := C.pm_data_recv(f, w.h, e, C.uintptr_t(dst), e.len, C.uintptr_t(m), C.int(memType), w.st, C.uint32_t(slot))
@@ -290,7 +295,7 @@ func (w *Worker) RecvData(key uint64, dst uintptr, m Mem, memType int, slot uint
 func (w *Worker) ReleaseData(key uint64) {
 	if e := w.data[key]; e != nil {
 		delete(w.data, key)
-		C.pm_data_release(w.c.l.must(symAmDataRelease), w.h, e)
+		C.pm_data_release(w.c.l.must(symAmDataRelease), w.h, w.st, e)
 	}
 }
 
@@ -548,6 +553,16 @@ func landReply(hdr *[HeaderLen]byte, data []byte, nslots, slot uint32, op, conn 
 	copy(dst, unsafe.Slice((*byte)(cd), len(dst)))
 	return l != 0, dis != 0
 }
+
+// spareCheck runs shim.c's pm_test_spares: n data messages of len bytes (data_max at most),
+// copied into events, taken and released, twice; it returns 0 or the check that failed. For
+// tests.
+func spareCheck(dataMax, len, n int) int {
+	return int(C.pm_test_spares(C.size_t(dataMax), C.size_t(len), C.int(n)))
+}
+
+// Spares returns the number of spare buffers the worker keeps for data messages (DropSpares).
+func (w *Worker) Spares() int { return int(w.st.nspares) }
 
 // flood runs the callbacks' queue under a flood (shim.c's pm_test_flood): one progress call of
 // up to rounds rounds, each of which delivers perCall copies of msg, on a queue of limit bytes.
