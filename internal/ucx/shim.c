@@ -398,7 +398,7 @@ int pm_test_spares(size_t data_max, size_t len, int n) {
 			pm_data_cb(st, hdr, PM_HDR, data, len, &param);
 		}
 		int got = 0;
-		for (int k; got < n && (k = pm_events(st, PM_EVENTS_OUT)) > 0; got += k) {
+		for (int k; got < n && (k = pm_events(st, n - got)) > 0; got += k) {
 			memcpy(&evs[got], st->out, (size_t)k * sizeof(*evs));
 		}
 		if (got != n) rc = -1;
