@@ -219,8 +219,8 @@ func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
 		cl.pending[seq] = k
 		cl.mu.Unlock()
 		if err := cl.sendBy(c, msg{op: uint32(op), seq: seq, a: a, b: b}, end); err != nil {
-			cl.dropUnsent(seq, k)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
+				cl.dropUnsent(seq, k)
 				// Nothing written (writeMsg): the owner reads nothing (stopped, or busy). The
 				// connection stays: closed, it would leave a healthy process orphaned, as the
 				// owner, alive, takes no rejoin from a process it still knows.
@@ -230,8 +230,14 @@ func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
 				return msg{}, fmt.Errorf("ipcpool: the owner read no request within %v: %w",
 					cl.timeout, context.DeadlineExceeded)
 			}
-			c.Close() // its reader ends, and the client rejoins
-			continue
+			if errors.Is(err, errPartial) {
+				cl.dropUnsent(seq, k)
+				c.Close() // its reader ends, and the client rejoins
+				continue
+			}
+			// The owner has closed its end (a broken pipe, a reset), or c is closed: k waits
+			// for c's reader to end (k.lost), once it has read what the owner wrote before,
+			// the answers to other requests among them (writeFailed).
 		}
 		select {
 		case m := <-k.reply:

@@ -61,3 +61,47 @@ func unixPair(t *testing.T) (a, b *net.UnixConn) {
 	}
 	return conn(fds[0]), conn(fds[1])
 }
+
+// TestRequestAfterOwnerClosedKeepsAnswers: a request whose write meets an owner that has closed
+// its end, the answer to the process's detach still unread, must not cost the detach that
+// answer (a Close racing an Alloc). Before, the request's broken pipe closed the connection.
+func TestRequestAfterOwnerClosedKeepsAnswers(t *testing.T) {
+	ours, owner := unixPair(t)
+	h := hello{pool: 1, slot: 1, serial: 1,
+		layout: layout{regions: 1, regionSize: 8 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}}
+	cl := newClient(ours, filepath.Join(t.TempDir(), "no-owner.sock"), time.Second, nil, h)
+	detached := make(chan error, 1)
+	go func() { detached <- cl.detach(false) }()
+
+	m, err := readMsg(owner)
+	if err != nil || m.op != opDetach {
+		t.Fatalf("the owner read %+v, %v; want the detach", m, err)
+	}
+	must(t, "the detach's answer", writeMsg(owner, msg{op: opReply, seq: m.seq, a: stOK}, time.Second))
+	must(t, "the owner's close", owner.Close())
+	granted := make(chan error, 1)
+	go func() {
+		_, err := cl.grant(1)
+		granted <- err
+	}()
+	waitFor(t, func() bool { // the grant's request is numbered: its write follows at once
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return cl.seq > m.seq
+	})
+	time.Sleep(50 * time.Millisecond) // (it meets the broken pipe at once)
+	cl.start()                        // its reader reads the detach's answer only now
+
+	select {
+	case err := <-detached:
+		if err != nil {
+			t.Fatalf("a detach the owner answered before it closed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("detach still waiting after 5 s")
+	}
+	if err := <-granted; err == nil {
+		t.Fatal("a grant from an owner that has closed the connection")
+	}
+	cl.close()
+}
