@@ -230,14 +230,12 @@ func (cl *client) request(op, a, b uint64, d time.Duration) (msg, error) {
 				return msg{}, fmt.Errorf("ipcpool: the owner read no request within %v: %w",
 					cl.timeout, context.DeadlineExceeded)
 			}
-			if errors.Is(err, errPartial) {
+			if writeFailed(c, err) {
 				cl.dropUnsent(seq, k)
-				c.Close() // its reader ends, and the client rejoins
 				continue
 			}
-			// The owner has closed its end (a broken pipe, a reset), or c is closed: k waits
-			// for c's reader to end (k.lost), once it has read what the owner wrote before,
-			// the answers to other requests among them (writeFailed).
+			// k waits for c's reader to end (k.lost), once it has read what the owner wrote
+			// before, the answers to other requests among them.
 		}
 		select {
 		case m := <-k.reply:
@@ -402,18 +400,22 @@ func (cl *client) giveBack(c *net.UnixConn, first, n int) {
 	}
 }
 
-// writeFailed ends c after a release written on it failed with err, not for its deadline, when
-// part of the message went (errPartial): the owner would read a torn one. Another error (a
-// broken pipe, a reset) says the owner has closed its end: c's reader ends by itself once it
-// has read what the owner wrote before that, and the client rejoins then. Closed here, c
-// would lose those answers: the answer to a detach, when the answer to a grant request that
-// gave up came just before it, and the owner was gone by the time the reader gave the grant
-// back (a Close that failed, the process taken for orphaned: TestLateGrantGivenBackAsOwnerLeaves).
-// A release lost so is the owner's to take back as the process leaves.
-func writeFailed(c *net.UnixConn, err error) {
-	if errors.Is(err, errPartial) {
-		c.Close() // its reader ends, and the client rejoins
+// writeFailed takes a message written on c that failed with err, not for its deadline (a
+// request, a release), and reports whether it ended c: only when part of the message went
+// (errPartial), as the owner would read a torn one. Another error (a broken pipe, a reset)
+// says the owner has closed its end, or c is closed: c's reader ends by itself once it has
+// read what the owner wrote before that, and the client rejoins then. Closed here, c would
+// lose those answers: the answer to a detach, when the answer to a grant request that gave up
+// came just before it and the owner was gone by the time the reader gave that grant back, or
+// when an Alloc's request met the closed owner (a Close that failed, the process taken for
+// orphaned: TestLateGrantGivenBackAsOwnerLeaves, TestRequestAfterOwnerClosedKeepsAnswers). A
+// release lost so is the owner's to take back as the process leaves.
+func writeFailed(c *net.UnixConn, err error) bool {
+	if !errors.Is(err, errPartial) {
+		return false
 	}
+	c.Close() // its reader ends, and the client rejoins
+	return true
 }
 
 // resend sends the releases that timed out on c again, until they have gone or c ends.

@@ -116,8 +116,8 @@ typedef struct pm_state {
 	uint32_t nspares;
 	size_t spare_room;
 	// pm_events' out-parameter, here in C memory: an array of Go's passed to C is checked
-	// pointer by pointer at every call (cgocheck), a tenth of the progress goroutine's time in
-	// a stream of puts over TCP.
+	// pointer by pointer at every call (cgocheck), a tenth of a profile's samples in a stream
+	// of puts over TCP.
 	pm_event *out[PM_EVENTS_OUT];
 } pm_state;
 
