@@ -36,6 +36,34 @@ func TestCFootprintLeavesOutTheBaseline(t *testing.T) {
 	}
 }
 
+// TestCFootprintNoLateThreadArena: larson's one-block case holds the same in nearly every child:
+// the arena of one of the Go runtime's threads, started before the baseline but run after it,
+// is the case's in about one child in four when a child does not wait for its threads
+// (threadsStarted), and in about one in 400 when it does (a thread the wait cannot see).
+func TestCFootprintNoLateThreadArena(t *testing.T) {
+	im := newGlibc()
+	if im.skip != "" {
+		t.Skip("glibc: " + im.skip)
+	}
+	const children, allowed = 40, 2 // more than 2 in 40: 2e-4 at 1 in 400; 2 or fewer: 1e-3 at 1 in 4
+	ends := map[uint64]int{}
+	for range children {
+		l, err := im.larson(larsonShape{name: "one", threads: 1, slots: 1, lo: 24, hi: 24}, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends[l.end]++
+	}
+	most := 0
+	for _, n := range ends {
+		most = max(most, n)
+	}
+	if children-most > allowed {
+		t.Errorf("%d of %d children held more or less than the rest at the end of the case (bytes: children): %v",
+			children-most, children, ends)
+	}
+}
+
 // TestCBaselineSubtracted: cLarson and cReplay take what a C loop says it held before its case
 // out of its figures, and keep it beside them.
 func TestCBaselineSubtracted(t *testing.T) {

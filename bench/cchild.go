@@ -34,7 +34,8 @@ import (
 // the case made the allocator take, its threads' arenas included. Not exactly where glibc runs
 // out of arenas (8 per core: with 8 larson threads beside the 5, on fewer than 2 cores) and
 // the case's threads share the baseline's, or where a Go runtime thread's first malloc comes
-// during the case.
+// during the case (a child waits for the threads the runtime started as it came up to run
+// first: threadsStarted).
 
 // cFootprintEnv set in the environment makes this program a footprint child (cFootprintChild).
 const cFootprintEnv = "PINMALLOC_BENCH_CFOOTPRINT"
@@ -238,6 +239,7 @@ func footprintHere(req cFootprintRequest) (rep cFootprintReply) {
 		return rep
 	}
 	im := open()
+	threadsStarted(time.Second)
 	switch {
 	case im.skip != "":
 		err = fmt.Errorf("%s %s", im.name, im.skip)
@@ -258,4 +260,44 @@ func footprintHere(req cFootprintRequest) (rep cFootprintReply) {
 		err = fmt.Errorf("%s: nothing to run", im.name)
 	}
 	return rep
+}
+
+// threadsStarted waits, for at most limit, until every thread of this process has run and no
+// new one has come for a few milliseconds: a thread the Go runtime starts runs runtime/cgo's
+// threadentry first, whose free sets up the thread's glibc cache in an arena of its own
+// (132 KiB). Started just before a case's baseline and run just after it, such a thread put its
+// arena in the case's figures, in about one run in four of larson's one-block case and in most
+// under load (the runtime starts its threads as it comes up, which a child does just before its
+// case). A thread has run once the kernel has counted time for it (its schedstat's first field).
+func threadsStarted(limit time.Duration) {
+	const quiet = 3 // checks in a row, a millisecond apart, that find the same threads, all run
+	last, same := -1, 0
+	for end := time.Now().Add(limit); time.Now().Before(end) && same < quiet; time.Sleep(time.Millisecond) {
+		n, ran := threadsRan()
+		switch {
+		case !ran:
+			same = 0
+		case n == last:
+			same++
+		default:
+			same = 1
+		}
+		last = n
+	}
+}
+
+// threadsRan returns how many threads this process has and whether every one has been on a
+// CPU (true when /proc cannot say).
+func threadsRan() (int, bool) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0, true
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
+		if err == nil && strings.HasPrefix(string(b), "0 ") {
+			return len(tasks), false
+		}
+	}
+	return len(tasks), true
 }
