@@ -507,8 +507,8 @@ func (a *Arena) Free(s Span) error {
 		return fmt.Errorf("%w: span of %d chunks at chunk %d is not from this arena", ErrInvalid, s.N, s.ID)
 	}
 	first := int(s.ID - r.firstID)
-	if r.used.Count(first, first+s.N) != s.N {
-		return fmt.Errorf("%w: span at chunk %d is not in use (double free)", ErrInvalid, s.ID)
+	if n := r.used.Count(first, first+s.N); n != s.N {
+		return notInUse(r, s, first, n)
 	}
 	r.used.SetRange(first, first+s.N, false)
 	glo, ghi := a.ownGranules(r, first, first+s.N, true)
@@ -517,6 +517,20 @@ func (a *Arena) Free(s Span) error {
 	a.st.ChunksInUse -= s.N
 	a.emptied(r)
 	return nil
+}
+
+// notInUse is Free's error for span s, whose chunks from first on are in use n times in its
+// s.N: a double free when none is, a span that is not one Alloc returned when some are.
+func notInUse(r *region, s Span, first, n int) error {
+	if n == 0 {
+		return fmt.Errorf("%w: span of %d chunks at chunk %d is not in use (double free)", ErrInvalid, s.N, s.ID)
+	}
+	free := first
+	for r.used.Get(free) {
+		free++
+	}
+	return fmt.Errorf("%w: span of %d chunks at chunk %d is only partly in use (%d of its chunks free, chunk %d first): not a span Alloc returned",
+		ErrInvalid, s.N, s.ID, s.N-n, r.firstID+ChunkID(free))
 }
 
 func (a *Arena) regionOf(id ChunkID) *region {
