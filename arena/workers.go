@@ -42,9 +42,10 @@ import (
 // 2-vCPU build machine page faults did not get faster with threads at all (while a CPU-bound
 // control ran twice as fast on 2), and the fake's H100 model, a sleep per granule that
 // assumes a driver serializing nothing, gains at every count by construction (3.3x at 4, 5.3x
-// at 8 workers). 4 takes the measured gain and bounds the CPU a background precommit takes
-// from a serving process; the bench's 8-worker figure on the H100 says whether the real driver
-// earns more.
+// at 8 workers), as far as the Go runtime lets that many threads wait in the driver at once:
+// past GOMAXPROCS, a worker in a driver call keeps its P until sysmon takes it back. 4 takes
+// the measured gain and bounds the CPU a background precommit takes from a serving process;
+// the bench's 8-worker figure on the H100 says whether the real driver earns more.
 const DefaultCommitWorkers = 4
 
 // MaxCommitWorkers bounds Options.CommitWorkers.
