@@ -131,6 +131,9 @@ const (
 	// modules of the context. Each is a leak; a test that leaves them to the driver on purpose
 	// reads and clears the count with ForgetReclaimed.
 	Reclaimed
+	// CtxSyncs counts cuCtxSynchronize calls made with a context current, refused or not (how
+	// often a caller waits for every stream of a context).
+	CtxSyncs
 	numStats
 )
 
