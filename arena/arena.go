@@ -519,8 +519,8 @@ func (a *Arena) Free(s Span) error {
 	return nil
 }
 
-// notInUse is Free's error for span s, whose chunks from first on are in use n times in its
-// s.N: a double free when none is, a span that is not one Alloc returned when some are.
+// notInUse is Free's error for span s, n of whose s.N chunks (from first on in region r) are
+// in use: a double free when none is, a span that is not one Alloc returned when some are.
 func notInUse(r *region, s Span, first, n int) error {
 	if n == 0 {
 		return fmt.Errorf("%w: span of %d chunks at chunk %d is not in use (double free)", ErrInvalid, s.N, s.ID)

@@ -266,7 +266,7 @@ func footprintHere(req cFootprintRequest) (rep cFootprintReply) {
 // new one has come for a few milliseconds: a thread the Go runtime starts runs runtime/cgo's
 // threadentry first, whose free sets up the thread's glibc cache in an arena of its own
 // (132 KiB). Started just before a case's baseline and run just after it, such a thread put its
-// arena in the case's figures, in about one run in four of larson's one-block case and in most
+// arena in the case's figures, in about one run in four of larson's one-block case, more often
 // under load (the runtime starts its threads as it comes up, which a child does just before its
 // case). A thread has run once the kernel has counted time for it (its schedstat's first field).
 func threadsStarted(limit time.Duration) {
