@@ -40,11 +40,11 @@ func destroyedWithFrees(t *testing.T, f *fakecuda.Driver, dev *cuda.Device, h *H
 // of another stream's block deferred on it and its own heap holding a block freed behind a memset
 // still queued there. The driver refuses the handle, so no synchronize of the stream can wait
 // for that work: ForgetStream synchronizes the context instead (as a poll and Close answer a
-// refused stream), which runs the memsets, then does the deferred free, gives back the memory of
-// s's heap and forgets s. Before, it returned the refusal and kept s for good: its free stayed
-// deferred, its heap kept its memory, and every later ForgetStream(s) failed the same way. The
-// blocks taken back are then allocated on a and written: their bytes must survive (the memsets
-// ran before, not after).
+// refused stream), once, which runs the memsets, then does the deferred free, gives back the
+// memory of s's heap and forgets s. Before, it returned the refusal and kept s for good: its
+// free stayed deferred, its heap kept its memory, and every later ForgetStream(s) failed the
+// same way. The blocks taken back are then allocated on a and written: their bytes must survive
+// (the memsets ran before, not after).
 func TestFakeForgetDestroyedStream(t *testing.T) {
 	f, dev, h := runHeap(t, Options{Capacity: 16 << 20, PurgeDelay: -1})
 	if f == nil {
@@ -54,8 +54,12 @@ func TestFakeForgetDestroyedStream(t *testing.T) {
 	a := newStream(t, dev, h)
 	const n = 64 << 10
 	s, mine, theirs := destroyedWithFrees(t, f, dev, h, a, n)
+	syncs := f.Stat(fakecuda.CtxSyncs)
 	if err := h.ForgetStream(pcuda.Stream(s)); err != nil {
 		t.Fatalf("ForgetStream of a destroyed stream: %v; want nil (the context synchronized instead)", err)
+	}
+	if n := f.Stat(fakecuda.CtxSyncs) - syncs; n != 1 {
+		t.Errorf("ForgetStream of a destroyed stream synchronized the context %d times, want once", n)
 	}
 	if f.Pending() != 0 {
 		t.Errorf("ForgetStream gave s's memory back with work of %d streams still queued", f.Pending())
