@@ -39,6 +39,7 @@ type Owner struct {
 	procs    []slotState
 	noSlot   map[*net.UnixConn]struct{} // sessions' connections with no slot: Close cuts them
 	goneList []*gone
+	ofGone   [][]int        // the round's grants of each process of goneList (grantsOfGone)
 	askedAt  map[int]uint64 // the last ask of each slot (table.go)
 	epoch    uint64         // the fence epoch last published
 	fenced   bool

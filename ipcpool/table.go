@@ -55,6 +55,7 @@ type gone struct {
 	// pins counts, per grant, the entries of the process's that others still retain.
 	pins    map[int]int
 	entries map[int]pinRec // entry -> the grants under its buffer, of those still retained
+	place   int            // its place in goneList at the owner's last round (grantsOfGone)
 }
 
 // pinRec is what pins an entry of a process gone: the grants under its buffer, and the entry's
