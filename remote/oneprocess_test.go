@@ -143,3 +143,20 @@ func connectedPair(t testing.TB, ctx context.Context) (w1, w2 *Worker, r1, r2 *R
 	}
 	return w1, w2, r1, r2, c1, c2
 }
+
+// putBuffers allocates a buffer of n bytes from r1's pool (src) and one from r2's (dst), and
+// returns them with dst's descriptor: a put's two ends over a connectedPair.
+func putBuffers(t testing.TB, r1, r2 *Registration, n int) (src, dst []byte, d Descriptor) {
+	t.Helper()
+	src, err := r1.pool.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dst, err = r2.pool.Alloc(n); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = r2.Describe(dst); err != nil {
+		t.Fatal(err)
+	}
+	return src, dst, d
+}

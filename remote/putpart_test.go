@@ -20,20 +20,9 @@ func TestOversizePutRefused(t *testing.T) {
 	defer cancel()
 	w1, w2, r1, r2, c1, c2 := connectedPair(t, ctx)
 	const n = 4 << 20
-	b1, err := r1.pool.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b2, err := r2.pool.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b1, b2, d := putBuffers(t, r1, r2, n)
 	for i := range b1 {
 		b1[i] = byte(i*7 + i>>12)
-	}
-	d, err := r2.Describe(b2)
-	if err != nil {
-		t.Fatal(err)
 	}
 	if err := c1.Put(ctx, b1, d); err != nil {
 		t.Fatalf("a put of %d bytes, in parts: %v", n, err)
@@ -45,7 +34,7 @@ func TestOversizePutRefused(t *testing.T) {
 	w1.mu.Lock()
 	w1.putPart = n // a sender that does not split its puts
 	w1.mu.Unlock()
-	err = c1.Put(ctx, b1, d)
+	err := c1.Put(ctx, b1, d)
 	if err == nil {
 		t.Fatalf("a put by one message of %d bytes was taken", n)
 	}

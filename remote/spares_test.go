@@ -16,18 +16,7 @@ func TestIdleWorkerDropsSpares(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, w2, r1, r2, c1, _ := connectedPair(t, ctx)
-	src, err := r1.pool.Alloc(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := r2.pool.Alloc(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := r2.Describe(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, _, d := putBuffers(t, r1, r2, 1<<20)
 	for range 4 {
 		if err := c1.Put(ctx, src, d); err != nil {
 			t.Fatal(err)
@@ -54,18 +43,7 @@ func BenchmarkPutsByMessage(b *testing.B) {
 	ctx := context.Background()
 	_, _, r1, r2, c1, _ := connectedPair(b, ctx)
 	for _, size := range []int{64 << 10, 1 << 20} {
-		src, err := r1.pool.Alloc(size)
-		if err != nil {
-			b.Fatal(err)
-		}
-		dst, err := r2.pool.Alloc(size)
-		if err != nil {
-			b.Fatal(err)
-		}
-		d, err := r2.Describe(dst)
-		if err != nil {
-			b.Fatal(err)
-		}
+		src, _, d := putBuffers(b, r1, r2, size)
 		n := (64 << 20) / size
 		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
 			b.SetBytes(int64(size * n))
