@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -149,19 +150,36 @@ func decodeHello(b []byte) (hello, error) {
 
 // writeMsg writes m, within d. A write that times out (os.ErrDeadlineExceeded) wrote nothing:
 // a Unix stream socket queues a message of msgSize bytes whole or not at all, so that the
-// connection still carries whole messages and m may be sent again. Should part of m have
-// gone, the error is errPartial instead: the connection is of no further use.
+// connection still carries whole messages and m may be sent again. A kernel short of memory
+// for it (ENOBUFS, ENOMEM) queues nothing either: with a d, the write is tried again, a
+// millisecond apart and more, and once d has passed it fails as a timeout does, so that the
+// caller sends a release again rather than losing it (another error is the connection's end).
+// Should part of m have gone, the error is errPartial instead: the connection is of no further
+// use.
 func writeMsg(c *net.UnixConn, m msg, d time.Duration) error {
+	var end time.Time
 	if d > 0 {
-		_ = c.SetWriteDeadline(time.Now().Add(d))
+		end = time.Now().Add(d)
+		_ = c.SetWriteDeadline(end)
 		defer c.SetWriteDeadline(time.Time{})
 	}
 	b := m.encode()
-	n, err := c.Write(b[:])
-	if err != nil && n > 0 {
-		return fmt.Errorf("%w (%d of %d bytes): %v", errPartial, n, msgSize, err)
+	for pause := time.Millisecond; ; pause = min(2*pause, 16*time.Millisecond) {
+		n, err := c.Write(b[:])
+		switch {
+		case err == nil:
+			return nil
+		case n > 0:
+			return fmt.Errorf("%w (%d of %d bytes): %v", errPartial, n, msgSize, err)
+		case d <= 0 || !(errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.ENOMEM)):
+			return err
+		}
+		left := time.Until(end)
+		if left <= 0 {
+			return fmt.Errorf("%w: the kernel had no memory for the message (%v)", os.ErrDeadlineExceeded, err)
+		}
+		time.Sleep(min(pause, left))
 	}
-	return err
 }
 
 // errPartial is writeMsg's error for a message written in part: the connection is broken.
