@@ -35,7 +35,8 @@ import (
 // out of arenas (8 per core: with 8 larson threads beside the 5, on fewer than 2 cores) and
 // the case's threads share the baseline's, or where a Go runtime thread's first malloc comes
 // during the case (a child waits for the threads the runtime started as it came up to run
-// first: threadsStarted).
+// first: threadsStarted). The case runs on a thread other than the first, whose arena, glibc's
+// main one, is the only one the baseline's trim empties (offMainThread).
 
 // cFootprintEnv set in the environment makes this program a footprint child (cFootprintChild).
 const cFootprintEnv = "PINMALLOC_BENCH_CFOOTPRINT"
@@ -239,7 +240,15 @@ func footprintHere(req cFootprintRequest) (rep cFootprintReply) {
 		return rep
 	}
 	im := open()
-	threadsStarted(time.Second)
+	offMainThread(func() {
+		threadsStarted(time.Second)
+		rep, err = footprintCase(im, req)
+	})
+	return rep
+}
+
+// footprintCase runs req's case on im.
+func footprintCase(im impl, req cFootprintRequest) (rep cFootprintReply, err error) {
 	switch {
 	case im.skip != "":
 		err = fmt.Errorf("%s %s", im.name, im.skip)
@@ -259,7 +268,7 @@ func footprintHere(req cFootprintRequest) (rep cFootprintReply) {
 	default:
 		err = fmt.Errorf("%s: nothing to run", im.name)
 	}
-	return rep
+	return rep, err
 }
 
 // threadsStarted waits, for at most limit, until every thread of this process has run and no
