@@ -31,6 +31,9 @@ type restoring struct {
 	// abort.
 	launcher
 	ids []BlockID // the blocks: all of them from the start for restore, as they come for Prefetch
+	// kept are the blocks of a Prefetch already on the device (and not acquired), marked chosen
+	// until it finishes or aborts, so that the room it makes for the others does not evict them.
+	kept []BlockID
 }
 
 // restore brings the blocks ids (live, not on the device, need bytes together, marked chosen
@@ -48,10 +51,11 @@ func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 // Prefetch brings the blocks hs to the device ahead of use, in one batch, without waiting:
 // stream s is made to wait for the copies, so work queued on s after Prefetch sees the blocks.
 // The blocks are not acquired: they are evictable as soon as they arrive, coldest last (the
-// policy records the prefetch as a use). Blocks already on the device are skipped. Errors as
-// for Acquire, an error matching cuda.ErrCapturing whenever s is capturing a CUDA graph, and
-// ErrTooLarge for more bytes than the budget; on an error none of the blocks has moved
-// (blocks evicted to make room for them stay evicted).
+// policy records the prefetch as a use). Blocks already on the device are not copied, and the
+// room made for the others never evicts them. Errors as for Acquire, an error matching
+// cuda.ErrCapturing whenever s is capturing a CUDA graph, and ErrTooLarge for more bytes than
+// the budget (the blocks not acquired, on the device already or not); on an error none of the
+// blocks has moved (blocks evicted to make room for them stay evicted).
 func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("Prefetch")
@@ -65,8 +69,10 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 		return err
 	}
 	r := t.beginRestore(t.scratch.one[:0])
+	r.kept = t.scratch.kept[:0]
 	err := t.prefetchChunks(&r, hs)
 	t.scratch.one = r.ids[:0]
+	defer t.unkeep(&r)
 	if err != nil {
 		return errors.Join(err, t.abortRestore(&r))
 	}
@@ -93,10 +99,11 @@ func (t *Tier) prefetchChunks(r *restoring, hs []Handle) error {
 	var total uintptr
 	for start, chunk := 0, firstLaunchJobs; start < len(hs); start, chunk = start+chunk, nextLaunch(chunk) {
 		first := len(r.ids)
-		need, err := t.choosePrefetch(r, hs[start:min(start+chunk, len(hs))])
+		need, kept, err := t.choosePrefetch(r, hs[start:min(start+chunk, len(hs))])
 		if err != nil {
 			return err
 		}
+		total += kept
 		if len(r.ids) == first {
 			continue
 		}
@@ -111,25 +118,40 @@ func (t *Tier) prefetchChunks(r *restoring, hs []Handle) error {
 }
 
 // choosePrefetch adds to r.ids the blocks of hs that are not on the device, skipping
-// duplicates, marks them chosen and returns their bytes. It refuses bad handles, and a block
-// acquired on the host for writing (ErrAcquired).
-func (t *Tier) choosePrefetch(r *restoring, hs []Handle) (uintptr, error) {
-	var need uintptr
+// duplicates, marks them chosen and returns their bytes (need). The blocks of hs already on the
+// device and not acquired are marked chosen too, in r.kept, and their bytes returned (kept): the
+// room made for the others must not evict them (they are the prefetch's own). It refuses bad
+// handles, and a block acquired on the host for writing (ErrAcquired).
+func (t *Tier) choosePrefetch(r *restoring, hs []Handle) (need, kept uintptr, err error) {
 	for _, h := range hs {
 		id, b, err := t.lookup(h)
 		if err == nil && b.hostWrite && b.dev == 0 {
 			err = fmt.Errorf("%w: block %#x is acquired on the host for writing", ErrAcquired, uint64(h))
 		}
 		if err != nil {
-			return need, err
+			return need, kept, err
 		}
-		if b.dev == 0 && !b.chosen {
-			b.chosen = true // counted once
+		switch {
+		case b.chosen: // counted once
+		case b.dev == 0:
+			b.chosen = true
 			r.ids = append(r.ids, id)
 			need += b.size
+		case b.pins == 0:
+			b.chosen = true
+			r.kept = append(r.kept, id)
+			kept += b.size
 		}
 	}
-	return need, nil
+	return need, kept, nil
+}
+
+// unkeep clears the marks of the blocks of a Prefetch that were on the device already (r.kept),
+// and keeps the slice for the next Prefetch.
+func (t *Tier) unkeep(r *restoring) {
+	t.unchoose(r.kept)
+	t.scratch.kept = r.kept[:0]
+	r.kept = nil
 }
 
 // beginRestore starts a restore of the blocks ids, and of the blocks added to ids later.

@@ -268,6 +268,7 @@ type scratch struct {
 	rjobs   []CopyJob // a restore's (it may evict for room while it builds its jobs)
 	victims []BlockID // the blocks pickVictims chose
 	one     []BlockID // the blocks of an Acquire, Prefetch or Evict
+	kept    []BlockID // the blocks of a Prefetch already on the device (restoring.kept)
 }
 
 // New creates a tier on dev, which must stay open until Close. When it fails part-way, it gives
