@@ -144,7 +144,7 @@ func (pg *page) freeError(idx, st uint32, p, n uintptr, hold uint32) error {
 	}
 	live := uintptr(st &^ held)
 	if pg.class < 0 {
-		live = pg.objSize
+		live = pg.objSize.Load()
 	}
 	return fmt.Errorf("%w: %#x was allocated with %d bytes, freed with %d", ErrSizeMismatch, p, live, n)
 }

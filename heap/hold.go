@@ -62,7 +62,7 @@ func (g *Group) HoldSized(p, n uintptr) (first bool, err error) {
 		return false, g.whyNot(p)
 	}
 	want := stateOf(n)
-	if n == 0 || want == stateMax && pg.objSize != n {
+	if n == 0 || want == stateMax && pg.objSize.Load() != n {
 		return false, fmt.Errorf("%w: %#x held with %d bytes", ErrSizeMismatch, p, n)
 	}
 	pg.enterHold()
@@ -141,7 +141,7 @@ func (pg *page) ref(idx uint32, n uintptr) (BlockRef, bool) {
 	st := atomic.LoadUint32(&pg.state[idx])
 	size := uintptr(st &^ held)
 	if pg.class < 0 {
-		size = pg.objSize
+		size = pg.objSize.Load()
 	}
 	if st == 0 || st&freedRemote != 0 || n > size {
 		return BlockRef{}, false

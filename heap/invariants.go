@@ -373,7 +373,7 @@ func (pg *page) objectLive() (uint64, uintptr) {
 	if st == 0 || st&freedRemote != 0 && pg.remote[0].Load() == 0 {
 		return 0, 0
 	}
-	return 1, pg.objSize
+	return 1, pg.objSize.Load()
 }
 
 // verifyExtent checks that the block of object or huge page pg, when live, lies to its extent
@@ -382,8 +382,8 @@ func (pg *page) verifyExtent() error {
 	if st := atomic.LoadUint32(&pg.state[0]); st == 0 || st&freedRemote != 0 {
 		return nil
 	}
-	if ext := pg.extent(); ext < pg.objSize || !pg.heap.a.Wanted(pg.base, ext) {
-		return fmt.Errorf("object %#x of %d bytes: its extent of %d bytes is not all committed and wanted", pg.base, pg.objSize, ext)
+	if ext := pg.extent(); ext < pg.objSize.Load() || !pg.heap.a.Wanted(pg.base, ext) {
+		return fmt.Errorf("object %#x of %d bytes: its extent of %d bytes is not all committed and wanted", pg.base, pg.objSize.Load(), ext)
 	}
 	return nil
 }

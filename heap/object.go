@@ -109,7 +109,7 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 
 // takeObject marks the single block of an object or huge page live.
 func (h *Heap) takeObject(pg *page, n uintptr) uintptr {
-	pg.objSize = n
+	pg.objSize.Store(n)
 	takeStore(&pg.state[0], stateOf(n)) // see freedRemote
 	h.allocs++
 	h.live += n
@@ -170,7 +170,7 @@ func (h *Heap) tailToPurge(pg *page, n uintptr) bool {
 
 // freeObject gives back an object or huge page whose block was freed.
 func (h *Heap) freeObject(pg *page) {
-	h.live -= pg.objSize
+	h.live -= pg.objSize.Load()
 	h.frees++
 	if pg.seg.kind == segHuge {
 		if h.hold { // RetainSegments: huge memory goes back to the arena at once

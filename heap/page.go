@@ -26,7 +26,7 @@ type page struct {
 	fresh      bool              // blocks from bump read as zero
 	dead       bool              // given back: never used again (see the invariants)
 	avail      ilist.Links[page] // on its class's available list (hclass.avail) or not
-	objSize    uintptr           // object and huge pages: the size asked for
+	objSize    atomic.Uintptr    // object and huge pages: the size asked for (Size reads it from any goroutine)
 	want       uintptr           // huge pages: bytes from base known committed and wanted in the arena
 	kept       keep.Range
 	frees      uint64      // class pages: frees, for Stats (see hclass)
@@ -173,7 +173,7 @@ func stateOf(n uintptr) uint32 { return uint32(min(n, stateMax)) }
 // could slip through).
 func (pg *page) freeState(idx uint32, remote bool, n uintptr, hold uint32) (old uint32, ok bool) {
 	want := stateOf(n)
-	if want == stateMax && pg.objSize != n {
+	if want == stateMax && pg.objSize.Load() != n {
 		return atomic.LoadUint32(&pg.state[idx]), false
 	}
 	w := &pg.state[idx]
@@ -211,7 +211,7 @@ func (pg *page) stateSize(st uint32) uintptr {
 		return 0
 	}
 	if pg.class < 0 && st != 0 {
-		return pg.objSize // the state word caps huge sizes
+		return pg.objSize.Load() // the state word caps huge sizes
 	}
 	return uintptr(st &^ held)
 }

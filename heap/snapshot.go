@@ -112,7 +112,7 @@ func (g *Group) chunkInfo(id arena.ChunkID) ChunkInfo {
 	if s.kind == segHuge {
 		ci := ChunkInfo{Kind: ChunkHuge, HugeFirst: id == s.span.ID, HugeChunks: s.span.N}
 		if pg := s.huge; pg != nil && pg.liveBlock(0) {
-			ci.HugeSize = uint64(pg.objSize)
+			ci.HugeSize = uint64(pg.objSize.Load())
 		}
 		return ci
 	}
@@ -205,7 +205,7 @@ func (g *Group) Blocks(f func(Block) bool) {
 func (g *Group) eachBlockOf(s *segment, id arena.ChunkID, f func(Block) bool) bool {
 	if s.kind == segHuge {
 		if pg := s.huge; pg != nil && id == s.span.ID && pg.liveBlock(0) {
-			return f(Block{Addr: pg.base, Size: uint64(pg.objSize), BlockSize: uint64(pg.bsize), Kind: ChunkHuge})
+			return f(Block{Addr: pg.base, Size: uint64(pg.objSize.Load()), BlockSize: uint64(pg.bsize), Kind: ChunkHuge})
 		}
 		return true
 	}
@@ -262,7 +262,7 @@ func (g *Group) BlocksFrom(c *BlockCursor, max int, f func(Block)) (done bool) {
 		}
 		if s.kind == segHuge {
 			if pg := s.huge; pg != nil && c.slice == 0 && c.chunk == s.span.ID && pg.liveBlock(0) {
-				f(Block{Addr: pg.base, Size: uint64(pg.objSize), BlockSize: uint64(pg.bsize), Kind: ChunkHuge})
+				f(Block{Addr: pg.base, Size: uint64(pg.objSize.Load()), BlockSize: uint64(pg.bsize), Kind: ChunkHuge})
 				n++
 			}
 			c.slice = segSlices

@@ -217,7 +217,7 @@ func (h *Heap) tryFreeObject(pg *page, n uintptr, hold uint32) bool {
 	if _, ok := pg.freeState(0, false, n, hold); !ok {
 		return false
 	}
-	h.live -= pg.objSize
+	h.live -= pg.objSize.Load()
 	h.frees++
 	if h.kc.Idle(&pg.kept) {
 		h.kt.Start(false)

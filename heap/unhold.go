@@ -24,7 +24,7 @@ func (g *Group) Unhold(p, n uintptr) error {
 		return g.whyNot(p)
 	}
 	want := stateOf(n)
-	if n == 0 || want == stateMax && pg.objSize != n {
+	if n == 0 || want == stateMax && pg.objSize.Load() != n {
 		return fmt.Errorf("%w: %#x unheld with %d bytes", ErrSizeMismatch, p, n)
 	}
 	pg.enterHold() // the page is shared already (the hold shared it): no owner's plain store races
