@@ -55,7 +55,8 @@ func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 // room made for the others never evicts them. Errors as for Acquire, an error matching
 // cuda.ErrCapturing whenever s is capturing a CUDA graph, and ErrTooLarge for more bytes than
 // the budget (the blocks not acquired, on the device already or not); on an error none of the
-// blocks has moved (blocks evicted to make room for them stay evicted).
+// blocks has moved (blocks evicted to make room for them stay evicted), but for one of s's own
+// making it wait: the blocks are on the device then, and work on s must not count on them.
 func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("Prefetch")
