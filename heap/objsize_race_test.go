@@ -4,8 +4,6 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
-
-	"github.com/pinmalloc/pinmalloc/arena"
 )
 
 // An object page's size, read by Size from any goroutine (a free's check of a buffer's whole
@@ -14,20 +12,8 @@ import (
 // race inside the heap, where the caller had made only a double free (the state word read
 // first orders nothing: the owner's next write comes after it).
 func TestObjectSizeReadBesideReallocation(t *testing.T) {
-	a, err := arena.New(arena.Options{Provider: arena.PageableHost(arena.HostOptions{}), Capacity: 64 << 20, PurgeDelay: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	g, err := NewGroup(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := g.NewHeap(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := newTestHeap(t, 64<<20, Options{})
+	g := h.g
 	const size = maxClassSize + 4096
 	p, err := h.Alloc(size)
 	if err != nil {
