@@ -25,8 +25,7 @@ func offMainThread(f func()) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		if syscall.Gettid() != os.Getpid() {
-			f()
-			close(done)
+			run()
 			return
 		}
 		go run() // on another thread: this goroutine holds the first one until f is done

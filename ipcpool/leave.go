@@ -377,9 +377,9 @@ func (w *Owner) tickLocked() []retirement {
 // over the table for them all keeps the round's cost that of the table, not of the table times
 // the processes gone, and none is made while every process gone lives on (16 processes left
 // alive in a pool of 32,768 grants cost 2 ms a round with a pass each, every millisecond, 75 µs
-// with one, 28 µs with none, mostly a look at each process's pidfd: BenchmarkOwnerRound). No grant comes to name one of them during the round (it
-// moves away only: an orphan's, fenced, unclaimed). The slices are reused at the next round.
-// Called with w.mu held.
+// with one, 28 µs with none, mostly a look at each process's pidfd: BenchmarkOwnerRound). No
+// grant comes to name one of them during the round (it moves away only: an orphan's, fenced,
+// unclaimed). The slices are reused at the next round. Called with w.mu held.
 func (w *Owner) grantsOfGone() [][]int {
 	n := len(w.goneList)
 	for len(w.ofGone) < n {
