@@ -40,6 +40,7 @@ type Owner struct {
 	noSlot   map[*net.UnixConn]struct{} // sessions' connections with no slot: Close cuts them
 	goneList []*gone
 	ofGone   [][]int        // the round's grants of each process of goneList (grantsOfGone)
+	pidfds   []unix.PollFd  // the round's poll of the processes gone that it watches (lookForExits)
 	askedAt  map[int]uint64 // the last ask of each slot (table.go)
 	epoch    uint64         // the fence epoch last published
 	fenced   bool

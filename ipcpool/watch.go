@@ -66,3 +66,39 @@ func (wa *watch) stop() {
 	}
 	*wa = watch{pidfd: -1}
 }
+
+// lookForExits marks the processes of goneList that have exited since the last round: those it
+// watches by pidfd with one poll(2) of them all, not one each (16 processes left alive: a
+// third of the round's 28 µs, BenchmarkOwnerRound), the others through /proc. A poll that
+// fails (EINTR) marks none this round. Called with w.mu held.
+func (w *Owner) lookForExits() {
+	fds := w.pidfds[:0]
+	for _, g := range w.goneList {
+		if !g.exited && g.watch.pidfd >= 0 {
+			fds = append(fds, unix.PollFd{Fd: int32(g.watch.pidfd), Events: unix.POLLIN})
+		}
+	}
+	w.pidfds = fds
+	polled := len(fds) > 0
+	if polled {
+		n, err := unix.Poll(fds, 0)
+		polled = err == nil && n > 0
+	}
+	i := 0
+	for _, g := range w.goneList {
+		exited := false
+		switch {
+		case g.exited:
+			continue
+		case g.watch.pidfd >= 0:
+			exited = polled && fds[i].Revents != 0 // (as watch.exited: any event, POLLNVAL too)
+			i++
+		default:
+			exited = g.watch.exited()
+		}
+		if exited {
+			g.exited = true
+			g.watch.stop()
+		}
+	}
+}
