@@ -46,17 +46,10 @@ func watchProcess(pid int) watch {
 // none reports whether nothing is watched: the process has exited.
 func (wa *watch) none() bool { return wa.pidfd < 0 && wa.pid == 0 }
 
-// exited reports whether the process watched has exited.
-func (wa *watch) exited() bool {
-	switch {
-	case wa.pidfd >= 0:
-		fds := []unix.PollFd{{Fd: int32(wa.pidfd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 0)
-		return err == nil && n > 0
-	case wa.pid > 0:
-		return startTime(wa.pid) != wa.start
-	}
-	return true
+// exitedByProc reports whether the process watched without a pidfd has exited: its pid is
+// gone from /proc or names another process (lookForExits polls the pidfds, all at once).
+func (wa *watch) exitedByProc() bool {
+	return wa.pid <= 0 || startTime(wa.pid) != wa.start
 }
 
 // stop ends the watch: it is known to have exited (or need not be watched any more).
@@ -91,10 +84,10 @@ func (w *Owner) lookForExits() {
 		case g.exited:
 			continue
 		case g.watch.pidfd >= 0:
-			exited = polled && fds[i].Revents != 0 // (as watch.exited: any event, POLLNVAL too)
+			exited = polled && fds[i].Revents != 0 // any event, POLLNVAL too
 			i++
 		default:
-			exited = g.watch.exited()
+			exited = g.watch.exitedByProc()
 		}
 		if exited {
 			g.exited = true

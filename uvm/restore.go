@@ -71,9 +71,9 @@ func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
 	}
 	r := t.beginRestore(t.scratch.one[:0])
 	r.kept = t.scratch.kept[:0]
+	defer t.unkeep(&r) // before the unlock's checks
 	err := t.prefetchChunks(&r, hs)
 	t.scratch.one = r.ids[:0]
-	defer t.unkeep(&r)
 	if err != nil {
 		return errors.Join(err, t.abortRestore(&r))
 	}
