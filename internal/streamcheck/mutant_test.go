@@ -2,7 +2,6 @@ package streamcheck
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -10,16 +9,19 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
 // The checker proves itself on mutants: each is an ordering bug put back into the module, one
-// edit of one file (mutants.go lists them), built into a test binary of this package with
-// go build's -overlay (the tree is not touched) and run as CI runs the checker. A mutant the
-// checker does not catch fails TestMutants: the checker has a blind spot, or the mutant no
-// longer is a bug (then it goes, with the reason).
+// edit of one function (mutants_test.go lists them), built into a test binary with every other
+// mutant its package's tests catch (mutant_build_test.go; the tree is not touched) and run as
+// CI runs the checker, one mutant at a time. A mutant the checker does not catch fails
+// TestMutants: the checker has a blind spot, or the mutant no longer is a bug (then it goes,
+// with the reason).
 //
 // go test ./internal/streamcheck runs the fast subset (the mutants marked fast, each on the
 // one case that catches it); PINMALLOC_LONG=1 runs every mutant on the CI run of the checker
@@ -33,10 +35,14 @@ const longEnv = "PINMALLOC_LONG"
 // case that catches it (on the whole CI run with PINMALLOC_LONG=1).
 const envMutants = "STREAMCHECK_MUTANTS"
 
+// noMutant is the mutant a binary runs to run the module as it is.
+const noMutant = "none"
+
 func long() bool { return os.Getenv(longEnv) == "1" }
 
-// TestMutantsApply checks that every mutant's edit still applies: its text occurs exactly once
-// in its file. A change of the code a mutant edits fails here first, fast.
+// TestMutantsApply checks that every mutant's edit still applies (its text occurs exactly once
+// in its file, inside one function whose copy can be called) and says what it is. A change of
+// the code a mutant edits fails here first, fast.
 func TestMutantsApply(t *testing.T) {
 	root := moduleRoot(t)
 	names := map[string]bool{}
@@ -45,6 +51,9 @@ func TestMutantsApply(t *testing.T) {
 			t.Errorf("two mutants named %s", m.name)
 		}
 		names[m.name] = true
+		if m.name == noMutant {
+			t.Errorf("a mutant named %s, the name that runs none", noMutant)
+		}
 		if _, err := m.apply(root); err != nil {
 			t.Error(err)
 		}
@@ -52,15 +61,20 @@ func TestMutantsApply(t *testing.T) {
 			t.Errorf("mutant %s: say why it is a bug and which case catches it", m.name)
 		}
 	}
+	if _, err := mutantOverlay(root, mutants); err != nil {
+		t.Error(err)
+	}
 	if len(mutants) < 15 {
 		t.Errorf("%d mutants; the issue asks for at least the 15 kinds the checker was first tried on", len(mutants))
 	}
 }
 
-// TestMutants builds each mutant and runs the checker on it: the fast subset by default, every
-// mutant on the whole CI run with PINMALLOC_LONG=1.
+// TestMutants builds the mutants, one binary for the mutants each package's tests catch, and
+// runs the checker on each mutant: the fast subset by default, every mutant on the whole CI run
+// with PINMALLOC_LONG=1, which first runs what catches them on each binary with no mutant: it
+// must pass there, or a mutant would count as caught for a failure that is not its own.
 func TestMutants(t *testing.T) {
-	if os.Getenv("STREAMCHECK_MUTANT") != "" {
+	if os.Getenv(envMutant) != "" {
 		t.Skip("in a mutant's binary") // the mutant suite does not run itself
 	}
 	if _, err := exec.LookPath("go"); err != nil {
@@ -68,9 +82,6 @@ func TestMutants(t *testing.T) {
 	}
 	root := moduleRoot(t)
 	all := long()
-	if all && !t.Run("unmutated", func(t *testing.T) { checkUnmutated(t, root) }) {
-		t.FailNow()
-	}
 	var pick *regexp.Regexp
 	if re := os.Getenv(envMutants); re != "" {
 		var err error
@@ -78,7 +89,7 @@ func TestMutants(t *testing.T) {
 			t.Fatalf("%s=%q: %v", envMutants, re, err)
 		}
 	}
-	ran := 0
+	byPkg := map[string][]mutant{}
 	for _, m := range mutants {
 		switch {
 		case pick != nil && !pick.MatchString(m.name):
@@ -86,47 +97,80 @@ func TestMutants(t *testing.T) {
 		case pick == nil && !all && !m.fast:
 			continue
 		}
-		ran++
-		t.Run(m.name, func(t *testing.T) {
-			// A mutant's build is mostly one package after another, then a link: two or
-			// more side by side keep the CPUs busy (-test.parallel, GOMAXPROCS by default).
-			t.Parallel()
-			start := time.Now()
-			bin := buildMutant(t, root, m)
-			built := time.Since(start)
-			args := []string{"-test.run=" + m.catch}
-			if all && m.pkg == "" {
-				args = []string{"-test.run=" + ciRun}
-			}
-			out, caught := runMutant(t, bin, args)
-			if !caught {
-				t.Fatalf("mutant %s (%s) not caught by %s in %v:\n%s", m.name, m.why, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), tail(out, 40))
-			}
-			t.Logf("caught in %v (build %v): %s", time.Since(start).Round(time.Millisecond), built.Round(time.Millisecond), firstFailure(out))
-		})
+		byPkg[m.testPkg()] = append(byPkg[m.testPkg()], m)
 	}
-	if ran == 0 {
+	if len(byPkg) == 0 {
 		t.Fatal("no mutant ran")
+	}
+	var mu sync.Mutex
+	bins := map[string]string{}
+	dir := t.TempDir() // the binaries outlive their builds' subtests
+	t.Run("build", func(t *testing.T) {
+		for i, pkg := range slices.Sorted(maps.Keys(byPkg)) {
+			t.Run(pkg, func(t *testing.T) {
+				// A build is mostly one package after another, then a link: two side by side
+				// keep the CPUs busy (-test.parallel, GOMAXPROCS by default).
+				t.Parallel()
+				start := time.Now()
+				d := filepath.Join(dir, strconv.Itoa(i))
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				bin := buildMutants(t, root, d, pkg, byPkg[pkg])
+				t.Logf("%d mutants built in %v", len(byPkg[pkg]), time.Since(start).Round(time.Millisecond))
+				mu.Lock()
+				bins[pkg] = bin
+				mu.Unlock()
+			})
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	if all && !t.Run("unmutated", func(t *testing.T) { checkUnmutated(t, bins, byPkg) }) {
+		t.FailNow()
+	}
+	for _, pkg := range slices.Sorted(maps.Keys(byPkg)) {
+		for _, m := range byPkg[pkg] {
+			t.Run(m.name, func(t *testing.T) {
+				t.Parallel()
+				start := time.Now()
+				args := []string{"-test.run=" + m.catch}
+				if all && m.pkg == "" {
+					args = []string{"-test.run=" + ciRun}
+				}
+				out, caught := runMutant(t, bins[pkg], m.name, args)
+				if !caught {
+					t.Fatalf("mutant %s (%s) not caught by %s in %v:\n%s", m.name, m.why, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), tail(out, 40))
+				}
+				t.Logf("caught in %v: %s", time.Since(start).Round(time.Millisecond), firstFailure(out))
+			})
+		}
 	}
 }
 
-// checkUnmutated builds the module as it is, as the long form builds its mutants (without
-// inlining: mutantBuildFlags), and runs what catches them there: the checker's CI run and, for
-// each package some mutants are caught in, their tests, which must pass: a mutant counts as
-// caught only then. The packages build side by side.
-func checkUnmutated(t *testing.T, root string) {
-	catches := map[string][]string{"": {ciRun}}
-	for _, m := range mutants {
-		if m.pkg != "" && !slices.Contains(catches[m.pkg], m.catch) {
-			catches[m.pkg] = append(catches[m.pkg], m.catch)
-		}
-	}
-	for _, pkg := range slices.Sorted(maps.Keys(catches)) {
-		t.Run(cmp.Or(pkg, "checker"), func(t *testing.T) {
+// testPkg is the package whose test binary holds m: the one its pkg names, or the checker's.
+func (m mutant) testPkg() string { return cmp.Or(m.pkg, "./internal/streamcheck") }
+
+// checkUnmutated runs what catches the mutants of each binary with none of them on: the
+// checker's CI run and, for each package some mutants are caught in, their tests, which must
+// pass. The binaries run side by side.
+func checkUnmutated(t *testing.T, bins map[string]string, byPkg map[string][]mutant) {
+	for _, pkg := range slices.Sorted(maps.Keys(byPkg)) {
+		t.Run(pkg, func(t *testing.T) {
 			t.Parallel()
-			bin := buildMutant(t, root, mutant{name: "none", file: "go.mod", old: "module", new: "module", pkg: pkg})
-			for _, catch := range catches[pkg] {
-				if out, failed := runMutant(t, bin, []string{"-test.run=" + catch}); failed {
+			var catches []string
+			for _, m := range byPkg[pkg] {
+				c := m.catch
+				if m.pkg == "" {
+					c = ciRun
+				}
+				if !slices.Contains(catches, c) {
+					catches = append(catches, c)
+				}
+			}
+			for _, catch := range catches {
+				if out, failed := runMutant(t, bins[pkg], noMutant, []string{"-test.run=" + catch}); failed {
 					t.Errorf("%s fails on the module itself:\n%s", catch, tail(out, 40))
 				}
 			}
@@ -159,58 +203,12 @@ func (m mutant) apply(root string) ([]byte, error) {
 	return []byte(strings.Replace(string(b), m.old, m.new, 1)), nil
 }
 
-// buildMutant builds this package's test binary with m's edit, through an overlay.
-func buildMutant(t *testing.T, root string, m mutant) string {
-	t.Helper()
-	dir := t.TempDir()
-	src, err := m.apply(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mutated := filepath.Join(dir, filepath.Base(m.file))
-	if err := os.WriteFile(mutated, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	overlay, _ := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, m.file): mutated}})
-	ov := filepath.Join(dir, "overlay.json")
-	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	pkg := m.pkg
-	if pkg == "" {
-		pkg = "./internal/streamcheck"
-	}
-	bin := filepath.Join(dir, "mutant.test")
-	cmd := exec.Command("go", append(mutantBuildFlags(), "-overlay="+ov, "-c", "-o", bin, pkg)...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("mutant %s does not build: %v\n%s", m.name, err, out)
-	}
-	return bin
-}
-
-// mutantBuildFlags are go test's flags for a mutant's build, most of a mutant's time (some 8 s
-// of CPU; the long form builds every mutant): no vet (a mutant is checked code with one edit),
-// no symbol table or DWARF (nothing reads them), and in the long form no inlining in this
-// module's packages, which halves what a mutant's dependents take to compile again (they
-// inline the mutated package's functions otherwise); the module's builds without inlining are
-// made once (checkUnmutated) and shared by every mutant. The fast subset keeps the inlining: it
-// builds one mutant, beside test binaries built with it.
-func mutantBuildFlags() []string {
-	const modulePath = "github.com/pinmalloc/pinmalloc"
-	flags := []string{"test", "-vet=off", "-ldflags=-s -w"}
-	if long() {
-		flags = append(flags, "-gcflags="+modulePath+"/...=-l")
-	}
-	return flags
-}
-
-// runMutant runs a mutant's binary with args, shrinking nothing, and reports whether the
-// checker failed.
-func runMutant(t *testing.T, bin string, args []string) (string, bool) {
+// runMutant runs mutant name (or noMutant) in a mutant binary with args, shrinking nothing,
+// and reports whether the checker failed.
+func runMutant(t *testing.T, bin, name string, args []string) (string, bool) {
 	t.Helper()
 	cmd := exec.Command(bin, append(args, "-test.count=1", "-test.failfast")...) // caught at the first failure
-	cmd.Env = append(os.Environ(), envShrink+"=1ms", "STREAMCHECK_MUTANT=1", longEnv+"=", fmt.Sprintf("%s=%d", envSteps, ciSteps))
+	cmd.Env = append(os.Environ(), envShrink+"=1ms", envMutant+"="+name, longEnv+"=", fmt.Sprintf("%s=%d", envSteps, ciSteps))
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return string(out), false
