@@ -178,10 +178,11 @@ func TestLendReturnedStale(t *testing.T) {
 }
 
 // TestLendProperty runs long random sequences over a lender and two borrowers (lendRun),
-// three seeds.
+// three seeds of 8,000 steps; 2,000 with -short and under the race detector (one goroutine, no
+// purge: the other runs cover the sequences).
 func TestLendProperty(t *testing.T) {
 	steps := 8_000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		steps = 2_000
 	}
 	for seed := uint64(1); seed <= 3; seed++ {

@@ -117,6 +117,9 @@ func TestAddressTableCrowded(t *testing.T) {
 // offset of a page of every class (and of sizes the alignment rounds to), where a rounding of
 // the product would name the next block.
 func TestBlockIndex(t *testing.T) {
+	if raceEnabled {
+		t.Skip("arithmetic on one goroutine: nothing for the race detector (150 million steps, 5 s under it)")
+	}
 	sizes := []uintptr{}
 	for c := range classSize {
 		sizes = append(sizes, uintptr(classSize[c]))

@@ -58,7 +58,8 @@ func randSize(r *rand.Rand) uintptr {
 // alignment, zeroed blocks read as zero, and every block's contents survive until it is freed.
 // Every 10,000 steps the heap's counters must agree with the model. TryAlloc and TryFree, where
 // they do not refuse, must leave the arena as it was. 100,000 steps; 1,000,000 in the long form
-// (longRun), 10,000,000 with -long.
+// (longRun), 10,000,000 with -long; 20,000 under the race detector (one goroutine, no purge:
+// the other runs cover the sequences).
 func TestProperty(t *testing.T) {
 	ops := 100_000
 	switch {
@@ -66,6 +67,8 @@ func TestProperty(t *testing.T) {
 		ops = 10_000_000
 	case longRun():
 		ops = 1_000_000
+	case raceEnabled:
+		ops = 20_000
 	}
 	property(t, arena.PageableHost(arena.HostOptions{}), ops)
 }
