@@ -25,8 +25,8 @@ import (
 // again, and links: a mutant built alone did all that for itself (79 builds of 1 – 5 s each,
 // most of the long form's time on 2 CPUs); one build a package does it 8 times.
 
-// envMutant names the mutant a mutant binary runs (a name no mutant has: none of them); set,
-// it also tells TestMutants that it runs inside such a binary.
+// envMutant names the mutant a mutant binary runs (noMutant: none of them); set, it also tells
+// TestMutants that it runs inside such a binary.
 const envMutant = "STREAMCHECK_MUTANT"
 
 // mutantSelector is the variable a mutant binary's dispatching statements compare with their
@@ -97,7 +97,8 @@ func mutantOverlay(root string, ms []mutant) (map[string][]byte, error) {
 	return overlay, nil
 }
 
-// funcAround is the function of f whose body holds the bytes [from, to), or nil.
+// funcAround is the function of f whose declaration (signature and body) holds the bytes
+// [from, to), or nil.
 func funcAround(fset *token.FileSet, f *ast.File, from, to int) *ast.FuncDecl {
 	for _, d := range f.Decls {
 		fd, ok := d.(*ast.FuncDecl)
