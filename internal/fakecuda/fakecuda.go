@@ -162,6 +162,7 @@ const (
 	ctlForgetReclaimed
 	ctlRetains
 	ctlPause
+	ctlMapsFile
 )
 
 // Result codes for FailRegister.
@@ -312,6 +313,12 @@ func (d *Driver) ForgetReclaimed() int64 { return d.ctl(ctlForgetReclaimed, 0, 0
 // Retains returns the retains that hold device dev's primary context (-1 for a device out of
 // range); Stat(Retains) is their sum over the devices.
 func (d *Driver) Retains(dev int) int64 { return d.ctl(ctlRetains, int64(dev), 0) }
+
+// ReadMapsFile, on, makes the fake learn the process's mappings (its check of the pages of a
+// pageable copy and of a registration) by reading /proc/self/maps whole, as it does where the
+// kernel lacks the PROCMAP_QUERY ioctl (before Linux 6.11); off (the default), by the ioctl,
+// one mapping at a time. It reports whether the ioctl answers now.
+func (d *Driver) ReadMapsFile(on bool) (query bool) { return d.ctl(ctlMapsFile, b2i(on), 0) == 1 }
 
 // PauseNextCall makes the next driver call that needs a context, on any thread, stop right
 // after its check of the context and before it acts, until ResumeCall: with Paused to wait for

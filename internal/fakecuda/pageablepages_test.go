@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 )
 
@@ -14,12 +15,27 @@ import (
 // (CUDA_ERROR_INVALID_VALUE) as one whose first byte cannot be read is, sync and async, the
 // generic copy too; a copy to pageable memory with a read-only page inside is refused the same
 // way. The range readable and writable again copies. Before, the fake looked at the first and
-// last byte only, and faulted itself moving the bytes.
+// last byte only, and faulted itself moving the bytes. Both ways the fake learns the mappings:
+// by PROCMAP_QUERY, and by reading /proc/self/maps (kernels before 6.11).
 func TestPageableCopyInaccessiblePage(t *testing.T) {
 	f, d := RunDevice(t)
 	if f == nil {
 		return
 	}
+	t.Run("query", func(t *testing.T) {
+		if !f.ReadMapsFile(false) {
+			t.Skip("this kernel has no PROCMAP_QUERY (Linux 6.11)")
+		}
+		pageableCopyInaccessiblePage(t, f, d)
+	})
+	t.Run("file", func(t *testing.T) {
+		f.ReadMapsFile(true)
+		defer f.ReadMapsFile(false)
+		pageableCopyInaccessiblePage(t, f, d)
+	})
+}
+
+func pageableCopyInaccessiblePage(t *testing.T, f *Driver, d *cuda.Device) {
 	const pg, n = 4096, 16 * 4096
 	dp, err := d.MemAlloc(n)
 	must(t, "MemAlloc", err)
