@@ -5,6 +5,7 @@ package fakecuda
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -126,6 +127,10 @@ func TestPrimaryCallsRacingLastRelease(t *testing.T) {
 	}
 	p, err := openPrimaryDriver()
 	must(t, "openPrimaryDriver", err)
+	// Each thread makes at most callsPerRound calls a round: a release that comes late (the
+	// threads hold the driver's lock) still meets calls in flight, and a round's objects, which
+	// every call of the fake walks, stay bounded.
+	const callsPerRound = 128
 	rounds, workers := 200, 3
 	if Long() {
 		rounds = 2000
@@ -136,12 +141,14 @@ func TestPrimaryCallsRacingLastRelease(t *testing.T) {
 		must(t, "Mmap", err)
 		defer unix.Munmap(bufs[i])
 	}
+	raced := 0 // rounds whose release a call met
 	for r := 0; r < rounds; r++ {
 		ctx, err := p.Retain(0)
 		must(t, "cuDevicePrimaryCtxRetain", err)
 		var wg sync.WaitGroup
 		made := make([]int64, workers)
 		errs := make([]error, workers)
+		met := make([]bool, workers) // a call met the destroyed context
 		started := make(chan struct{}, workers)
 		for w := 0; w < workers; w++ {
 			wg.Add(1)
@@ -164,7 +171,7 @@ func TestPrimaryCallsRacingLastRelease(t *testing.T) {
 					}
 				}
 				registered := false
-				for i := 0; ; i++ {
+				for i := 0; i < callsPerRound; i++ {
 					c := calls[(w+i)%len(calls)]
 					if c.name == "cuMemHostRegister" {
 						if registered {
@@ -181,6 +188,7 @@ func TestPrimaryCallsRacingLastRelease(t *testing.T) {
 					if !errors.As(err, &res) || res != codeContextIsDestroyed {
 						errs[w] = err
 					}
+					met[w] = true
 					return
 				}
 			}(w)
@@ -198,6 +206,9 @@ func TestPrimaryCallsRacingLastRelease(t *testing.T) {
 				t.Fatalf("round %d, worker %d: %v", r, w, errs[w])
 			}
 		}
+		if slices.Contains(met, true) {
+			raced++
+		}
 		if got := f.ForgetReclaimed(); got != total {
 			t.Fatalf("round %d: the calls made %d objects, the destruction reclaimed %d", r, total, got)
 		}
@@ -208,4 +219,8 @@ func TestPrimaryCallsRacingLastRelease(t *testing.T) {
 			t.Fatalf("round %d: %d modules left in the destroyed context", r, n)
 		}
 	}
+	if raced == 0 {
+		t.Fatalf("in none of %d rounds did a call meet the destroyed context: nothing raced the release", rounds)
+	}
+	t.Logf("%d of %d rounds' releases met calls in flight", raced, rounds)
 }
