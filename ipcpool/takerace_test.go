@@ -2,6 +2,7 @@ package ipcpool
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -115,7 +116,7 @@ func TestFreeRacingTakeRetired(t *testing.T) {
 // take-in forgot its record: shared as any (its Handle waits for the take-in, if it must), and
 // the take-in leaves it alone.
 func TestShareRacingTakeRetired(t *testing.T) {
-	w, path := serveTest(t, Options{})
+	w, path := serveOneShard(t)
 	p := attachTest(t, path, AttachOptions{})
 	b, err := w.Alloc(100)
 	must(t, "Alloc", err)
@@ -144,7 +145,7 @@ func TestShareRacingTakeRetired(t *testing.T) {
 // (pinned.Pool.Hold: its free asks the Sharer), before the take-in forgot its record: a free as
 // any (it waits for the take-in, if it must), which takes effect at the hold's Release.
 func TestHeldFreeRacingTakeRetired(t *testing.T) {
-	w, path := serveTest(t, Options{})
+	w, path := serveOneShard(t)
 	p := attachTest(t, path, AttachOptions{})
 	b, err := w.Alloc(100)
 	must(t, "Alloc", err)
@@ -169,25 +170,42 @@ func TestHeldFreeRacingTakeRetired(t *testing.T) {
 }
 
 // allocAt allocates 100 bytes of p's pool until it gets the block at addr, and frees the
-// others.
+// others. Its pool has one home shard (serveOneShard): a goroutine that the scheduler moves to
+// another P allocates from the same heap. An Alloc made while that shard was busy comes from a
+// spill shard, and may have filled the pool before the block came: then the others go back
+// and it tries again.
 func allocAt(t *testing.T, p *Process, addr uintptr) []byte {
 	t.Helper()
 	var others [][]byte
-	defer func() {
+	freeOthers := func() {
 		for _, o := range others {
 			must(t, "Free", p.Free(o))
 		}
-	}()
-	for range 1 << 16 {
-		b, err := p.Alloc(100)
-		must(t, "Alloc", err)
-		if mem.Addr(b) == addr {
-			return b
+		others = others[:0]
+	}
+	defer freeOthers()
+	for range 10 {
+		for range 1 << 16 {
+			b, err := p.Alloc(100)
+			if errors.Is(err, pinned.ErrOutOfMemory) {
+				break
+			}
+			must(t, "Alloc", err)
+			if mem.Addr(b) == addr {
+				return b
+			}
+			others = append(others, b)
 		}
-		others = append(others, b)
+		freeOthers()
+		runtime.Gosched()
 	}
 	t.Fatalf("the pool never gave the block at %#x back", addr)
 	return nil
+}
+
+// serveOneShard is serveTest with a pool of one home shard (allocAt).
+func serveOneShard(t *testing.T) (*Owner, string) {
+	return serveTest(t, Options{Pool: pinned.Options{Shards: 1}})
 }
 
 // checkReuse checks w's pool is whole after a race: a buffer allocated, shared and let go.
