@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -187,7 +188,7 @@ func allocAt(t *testing.T, p *Process, addr uintptr) []byte {
 	for range 10 {
 		for range 1 << 16 {
 			b, err := p.Alloc(100)
-			if errors.Is(err, pinned.ErrOutOfMemory) {
+			if errors.Is(err, pinmalloc.ErrOutOfMemory) {
 				break
 			}
 			must(t, "Alloc", err)
