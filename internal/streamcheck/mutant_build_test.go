@@ -185,6 +185,19 @@ func buildMutants(t *testing.T, root, dir, pkg string, ms []mutant) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bin := filepath.Join(dir, "mutants.test")
+	cmd := exec.Command("go", "test", "-vet=off", "-ldflags=-s -w", "-overlay="+writeOverlay(t, dir, files), "-c", "-o", bin, pkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the build of %s with %d mutants fails: %v\n%s", pkg, len(ms), err, out)
+	}
+	return bin
+}
+
+// writeOverlay writes files (their texts by absolute path) into dir, and the overlay file that
+// puts them in place for go build's -overlay, whose path it returns.
+func writeOverlay(t *testing.T, dir string, files map[string][]byte) string {
+	t.Helper()
 	replace := map[string]string{}
 	for i, path := range slices.Sorted(maps.Keys(files)) {
 		tmp := filepath.Join(dir, fmt.Sprintf("%d-%s", i, filepath.Base(path)))
@@ -194,17 +207,11 @@ func buildMutants(t *testing.T, root, dir, pkg string, ms []mutant) string {
 		replace[path] = tmp
 	}
 	ov, _ := json.Marshal(map[string]map[string]string{"Replace": replace})
-	ovPath := filepath.Join(dir, "overlay.json")
-	if err := os.WriteFile(ovPath, ov, 0o644); err != nil {
+	path := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(path, ov, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "mutants.test")
-	cmd := exec.Command("go", "test", "-vet=off", "-ldflags=-s -w", "-overlay="+ovPath, "-c", "-o", bin, pkg)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the build of %s with %d mutants fails: %v\n%s", pkg, len(ms), err, out)
-	}
-	return bin
+	return path
 }
 
 // TestMutantOverlay checks the dispatch of a mutant build on a module of its own: the calls of
@@ -259,20 +266,7 @@ func unnamed(int) {}
 		}
 	}
 	if _, err := exec.LookPath("go"); err == nil {
-		replace := map[string]string{}
-		for path, text := range files {
-			tmp := filepath.Join(t.TempDir(), filepath.Base(path))
-			if err := os.WriteFile(tmp, text, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			replace[path] = tmp
-		}
-		ov, _ := json.Marshal(map[string]map[string]string{"Replace": replace})
-		ovPath := filepath.Join(root, "overlay.json")
-		if err := os.WriteFile(ovPath, ov, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("go", "build", "-overlay="+ovPath, "./p")
+		cmd := exec.Command("go", "build", "-overlay="+writeOverlay(t, t.TempDir(), files), "./p")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("the mutant build does not compile: %v\n%s", err, out)
