@@ -126,7 +126,8 @@ func (w *Owner) adopt(fds []int) error {
 	w.rebuild(old, w.hello.serial, lines)
 	c.store(hOwnerPid, uint64(os.Getpid()))
 	c.store(hOwnerEpoch, w.hello.epoch)
-	w.rejoinBy = time.Now().Add(w.timeout)
+	w.servedAt = time.Now()
+	w.rejoinBy = w.servedAt.Add(w.timeout)
 	w.adopting = false
 	w.cond.Broadcast()
 	w.mu.Unlock()

@@ -76,16 +76,12 @@ func (w *Owner) session(c *net.UnixConn) {
 	}
 	switch intro.flags {
 	case introAttach:
-		serving, waited := w.waitServing()
+		serving, from := w.waitServing(start)
 		if !serving {
 			_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
 			return
 		}
-		if waited {
-			// The rest of the handshake has the whole timeout from now: a wait for the pool
-			// to adopt does not eat it (Options.Timeout).
-			_ = c.SetReadDeadline(time.Now().Add(w.timeout))
-		}
+		_ = c.SetReadDeadline(from.Add(w.timeout))
 		w.attachSession(c, cred)
 	case introRejoin:
 		w.rejoinSession(c, cred, intro.b, start)
@@ -95,25 +91,29 @@ func (w *Owner) session(c *net.UnixConn) {
 }
 
 // waitServing waits, the handshake's timeout at most, while the owner waits for the memory of
-// the pool it adopts, and reports whether it serves now, and whether it waited (the
-// handshake's deadline then starts again: Options.Timeout).
-func (w *Owner) waitServing() (serving, waited bool) {
+// the pool it adopts, and reports whether it serves now and when the handshake of a connection
+// that began at start has its deadline run from: its start, or the owner's serving when it
+// connected during the wait, whether or not its session saw the wait (Options.Timeout).
+func (w *Owner) waitServing(start time.Time) (serving bool, from time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.adopting || w.closed {
-		return !w.closed, false
+	if w.adopting && !w.closed {
+		t := time.AfterFunc(w.timeout, func() {
+			w.mu.Lock()
+			w.cond.Broadcast()
+			w.mu.Unlock()
+		})
+		defer t.Stop()
+		end := time.Now().Add(w.timeout)
+		for w.adopting && !w.closed && time.Now().Before(end) {
+			w.cond.Wait()
+		}
 	}
-	t := time.AfterFunc(w.timeout, func() {
-		w.mu.Lock()
-		w.cond.Broadcast()
-		w.mu.Unlock()
-	})
-	defer t.Stop()
-	end := time.Now().Add(w.timeout)
-	for w.adopting && !w.closed && time.Now().Before(end) {
-		w.cond.Wait()
+	from = start
+	if start.Before(w.servedAt) {
+		from = w.servedAt
 	}
-	return !w.adopting && !w.closed, true
+	return !w.adopting && !w.closed, from
 }
 
 // rejoinSession takes back a process of the previous owner of a pool this owner adopted, by
