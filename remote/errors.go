@@ -9,7 +9,9 @@ import (
 // refused a call (errors.Is(err, pinmalloc.ErrRefused) holds for a peer that is gone).
 var (
 	// ErrNoUCX means the UCX library could not be loaded (libucp.so.0 absent, too old, or a
-	// build without cgo); the error says why. Install Debian's libucx0.
+	// build without cgo; install Debian's libucx0), or refused the configuration the
+	// environment gives it (UCX_TLS naming no transport it has, tcp's receive segments
+	// smaller than its send segments, ...); the error says why.
 	ErrNoUCX = errkind.New(pinmalloc.ErrNoUCX, "remote: UCX not available")
 	// ErrClosed means the worker, connection, listener or registration was closed.
 	ErrClosed = errkind.New(pinmalloc.ErrClosed, "remote: closed")

@@ -10,6 +10,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"unsafe"
 )
 
@@ -65,7 +66,7 @@ func (c *Context) NewWorker(slots, msgLimit int) (*Worker, error) {
 	}
 	if err := c.l.call(symWorkerCreate, func(f C.uintptr_t) C.int { return C.pm_worker_create(f, c.h, &w.h) }); err != nil {
 		C.pm_state_free(w.st)
-		return nil, fmt.Errorf("ucp_worker_create: %w", err)
+		return nil, fmt.Errorf("ucp_worker_create: %w%s", err, tcpSegmentsHint(os.LookupEnv))
 	}
 	if err := c.l.call(symSetAmRecvHandler, func(f C.uintptr_t) C.int { return C.pm_set_am_handler(f, w.h, AMID, w.st) }); err != nil {
 		w.Destroy()
