@@ -223,12 +223,20 @@ func (w *Owner) stopWatch() {
 // expireRejoins gives up the processes of the previous owner that did not rejoin in time: a
 // process still alive keeps its memory until it exits (limbo), a dead one's comes back. A
 // slot whose rejoin began in time (rejoining) waits for that handshake to end, within its own
-// deadline: the rounds after look again.
+// deadline, and no slot is given up while a connection that came in time has not said yet
+// which it names (unnamed: its session ran late), within that connection's deadline: the
+// rounds after look again.
 func (w *Owner) expireRejoins() {
 	w.mu.Lock()
 	if w.rejoinBy.IsZero() || time.Now().Before(w.rejoinBy) {
 		w.mu.Unlock()
 		return
+	}
+	for _, at := range w.unnamed {
+		if at.Before(w.rejoinBy) {
+			w.mu.Unlock()
+			return
+		}
 	}
 	var late []int
 	waiting := false

@@ -33,11 +33,15 @@ type Owner struct {
 	fileMode os.FileMode
 	hello    hello // the template of every hello: slot and serial are each process's
 
-	mu       sync.Mutex // the table, the slots, the fence, closed
-	cond     *sync.Cond // on mu: memory came back, a slot was freed, a process left
-	table    []grantState
-	procs    []slotState
-	noSlot   map[*net.UnixConn]struct{} // sessions' connections with no slot: Close cuts them
+	mu     sync.Mutex // the table, the slots, the fence, closed
+	cond   *sync.Cond // on mu: memory came back, a slot was freed, a process left
+	table  []grantState
+	procs  []slotState
+	noSlot map[*net.UnixConn]struct{} // sessions' connections with no slot: Close cuts them
+	// unnamed holds, by the time it was accepted, each connection whose session has not yet
+	// read what it is (an attach, or a rejoin naming a slot): the rejoins' deadline gives up
+	// no slot while one accepted before it may still name it (expireRejoins).
+	unnamed  map[*net.UnixConn]time.Time
 	goneList []*gone
 	ofGone   [][]int        // the round's grants of each process of goneList (grantsOfGone)
 	pidfds   []unix.PollFd  // the round's poll of the processes gone that it watches (lookForExits)
@@ -171,7 +175,7 @@ func boolWord(b bool) uint64 {
 func newOwner(path string, o Options, l layout) *Owner {
 	w := &Owner{path: path, allow: map[int]bool{os.Getuid(): true}, timeout: o.Timeout, fileMode: o.Mode,
 		table: make([]grantState, l.grants()), procs: make([]slotState, l.slots), hello: hello{layout: l},
-		noSlot: map[*net.UnixConn]struct{}{}}
+		noSlot: map[*net.UnixConn]struct{}{}, unnamed: map[*net.UnixConn]time.Time{}}
 	if w.timeout <= 0 {
 		w.timeout = DefaultTimeout
 	}
@@ -320,7 +324,7 @@ func (w *Owner) serve() {
 			continue
 		}
 		w.wg.Add(1)
-		go w.session(c)
+		go w.session(c, time.Now())
 	}
 }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A process of the previous owner that begins its rejoin before the rejoins' deadline (set by
@@ -17,7 +20,28 @@ import (
 // know: orphaned for good.) A rejoin begun in time that stays silent holds its slot back no
 // longer than its own deadline.
 func TestRejoinKeepsItsHandshakeDeadline(t *testing.T) {
+	testRejoinDeadline(t, false)
+}
+
+// The same holds when the owner's session of the rejoin runs only after the rejoins' deadline,
+// on a loaded machine: the connection came before it. (The session took its own start, after
+// it had the peer's credentials, for the connection's: such a rejoin held no slot, and was
+// refused once the round gave the slot up. Made here every time by credentials that come late.)
+func TestRejoinKeepsItsHandshakeDeadlineLateSession(t *testing.T) {
+	testRejoinDeadline(t, true)
+}
+
+func testRejoinDeadline(t *testing.T, lateSession bool) {
 	const timeout = time.Second
+	// Once set (lateSession), a session has the peer's credentials only at that time.
+	var credsAt atomic.Int64
+	clientCred = func(c *net.UnixConn) (*unix.Ucred, error) {
+		if at := credsAt.Load(); at != 0 {
+			time.Sleep(time.Until(time.Unix(0, at)))
+		}
+		return peerCred(c)
+	}
+	t.Cleanup(func() { clientCred = peerCred }) // after the owner's Close: its sessions are done
 	path := filepath.Join(t.TempDir(), "pool.sock")
 	a := startOwnerChild(t, path, 8<<20)
 	k, err := Keep(context.Background(), path, AttachOptions{FallbackPageable: true})
@@ -55,6 +79,14 @@ func TestRejoinKeepsItsHandshakeDeadline(t *testing.T) {
 	// Half the timeout before the rejoins' deadline (time that must pass): p's rejoin begins.
 	time.Sleep(time.Until(by.Add(-timeout / 2)))
 	start := time.Now()
+	if lateSession {
+		credsAt.Store(by.Add(timeout / 10).UnixNano())
+	}
+	// A connection that came in time and never says what it is holds the slots back no longer
+	// than its own deadline either (checked with q's below).
+	silent, err := net.Dial("unix", path)
+	must(t, "dial", err)
+	defer silent.Close()
 	begin := func(x *Process) *net.UnixConn {
 		nc, err := net.Dial("unix", path)
 		must(t, "dial", err)

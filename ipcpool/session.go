@@ -32,14 +32,16 @@ const (
 // owner accepted (peerCred; tests replace it).
 var clientCred = peerCred
 
-// session serves one connection.
-func (w *Owner) session(c *net.UnixConn) {
+// session serves one connection, accepted at start: its handshake's deadline, and whether it
+// came before the rejoins' deadline, count from then, however late the session runs.
+func (w *Owner) session(c *net.UnixConn, start time.Time) {
 	defer w.wg.Done()
 	defer c.Close()
 	w.mu.Lock()
 	closed := w.closed
 	if !closed {
 		w.noSlot[c] = struct{}{}
+		w.unnamed[c] = start
 	}
 	w.mu.Unlock()
 	if closed {
@@ -48,10 +50,10 @@ func (w *Owner) session(c *net.UnixConn) {
 	defer func() {
 		w.mu.Lock()
 		delete(w.noSlot, c)
+		delete(w.unnamed, c)
 		w.mu.Unlock()
 	}()
 	cred, err := clientCred(c)
-	start := time.Now()
 	_ = c.SetReadDeadline(start.Add(w.timeout))
 	if err != nil {
 		return
@@ -76,6 +78,9 @@ func (w *Owner) session(c *net.UnixConn) {
 	}
 	switch intro.flags {
 	case introAttach:
+		w.mu.Lock()
+		delete(w.unnamed, c) // names no slot of the previous owner's
+		w.mu.Unlock()
 		serving, from := w.waitServing(start)
 		if !serving {
 			_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
@@ -144,6 +149,7 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64, st
 	if waits {
 		w.procs[slot].rejoining++
 	}
+	delete(w.unnamed, c) // the slot it names waits for it, or it holds none
 	w.mu.Unlock()
 	if !ours {
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedPool}, w.timeout)
