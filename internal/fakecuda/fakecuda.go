@@ -163,6 +163,7 @@ const (
 	ctlRetains
 	ctlPause
 	ctlMapsFile
+	ctlListed
 )
 
 // Result codes for FailRegister.
@@ -286,6 +287,10 @@ func (d *Driver) CompleteStream(s cuda.Stream) { d.ctl(ctlCompleteStream, int64(
 
 // Pending returns the number of streams with work queued and not yet run.
 func (d *Driver) Pending() int { return int(d.ctl(ctlPending, 0, 0)) }
+
+// listed returns how many streams (pools false) or pools the fake keeps in the list that every
+// synchronize walks (for tests: a destroyed stream leaves it once its work has run).
+func (d *Driver) listed(pools bool) int { return int(d.ctl(ctlListed, b2i(pools), 0)) }
 
 // Stat returns one counter.
 func (d *Driver) Stat(s Stat) int64 { return d.ctl(ctlStat, int64(s), 0) }
