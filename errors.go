@@ -66,8 +66,9 @@ var (
 	ErrRefused = errors.New("pinmalloc: refused")
 	// ErrNoUCX: the UCX library (libucp.so.0) could not be loaded: it is absent, older than
 	// this module needs, lacks an entry point the module calls, or the program was built without
-	// cgo. The error names why. Package remote's pools over the network need it; nothing else
-	// does.
+	// cgo; or UCX refused the configuration the environment gives it (UCX_TLS naming no
+	// transport this host has, ...). The error names why. Package remote's pools over the
+	// network need it; nothing else does.
 	ErrNoUCX = errors.New("pinmalloc: no UCX library")
 )
 

@@ -12,7 +12,7 @@ var (
 	// build without cgo; install Debian's libucx0), or refused the configuration the
 	// environment gives it (UCX_TLS naming no transport it has, tcp's receive segments
 	// smaller than its send segments, ...); the error says why.
-	ErrNoUCX = errkind.New(pinmalloc.ErrNoUCX, "remote: UCX not available")
+	ErrNoUCX = errkind.New(pinmalloc.ErrNoUCX, "remote: UCX cannot be used")
 	// ErrClosed means the worker, connection, listener or registration was closed.
 	ErrClosed = errkind.New(pinmalloc.ErrClosed, "remote: closed")
 	// ErrDescriptor means a descriptor that cannot be used: truncated or corrupted bytes, an

@@ -361,7 +361,7 @@ func NewContext(name string) (*Context, error) {
 	if err := l.call(symInitVersion, func(f C.uintptr_t) C.int {
 		return C.pm_init(f, apiMajor, apiMinor, features, cname, cfg, &c.h)
 	}); err != nil {
-		return nil, fmt.Errorf("ucp_init: %w", err)
+		return nil, fmt.Errorf("ucp_init: %w%s", err, noDeviceHint(err, os.LookupEnv))
 	}
 	var types C.uint64_t
 	if err := l.call(symContextQuery, func(f C.uintptr_t) C.int { return C.pm_context_memtypes(f, c.h, &types) }); err != nil {

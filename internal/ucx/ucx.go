@@ -81,6 +81,7 @@ const (
 const (
 	statusOK         = 0
 	statusInProgress = 1
+	statusNoDevice   = -14
 	statusBusy       = -15
 	statusCanceled   = -16
 )
