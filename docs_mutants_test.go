@@ -12,22 +12,22 @@ import (
 )
 
 // TestReadmeCountsTheMutants: README's long form says how many of the stream-order checker's
-// mutants it builds ("each of the N a build of its own"); N is the length of
+// mutants it builds ("its N mutants built into one test binary a package"); N is the length of
 // internal/streamcheck's mutants list, which every ordering bug fixed grows by one.
 func TestReadmeCountsTheMutants(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	said := regexp.MustCompile(`each\s+of\s+the\s+(\d+)\s+a\s+build\s+of\s+its\s+own`)
+	said := regexp.MustCompile(`its\s+(\d+)\s+mutants\s+built\s+into\s+one\s+test\s+binary`)
 	m := said.FindSubmatch(readme)
 	if m == nil {
 		t.Fatal("README.md no longer says how many mutants the long form builds " +
-			"(\"each of the N a build of its own\"): update this test")
+			"(\"its N mutants built into one test binary\"): update this test")
 	}
 	readmeCount, _ := strconv.Atoi(string(m[1]))
 	if n := countMutants(t); readmeCount != n {
-		t.Errorf("README.md: the long form builds each of %d mutants; "+
+		t.Errorf("README.md: the long form builds %d mutants; "+
 			"internal/streamcheck/mutants_test.go lists %d", readmeCount, n)
 	}
 }
