@@ -323,8 +323,22 @@ func (w *Owner) serve() {
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like: let it pass
 			continue
 		}
+		// Registered now, not when its session runs (however late): Close cuts it, and the
+		// rejoins' deadline waits for it (unnamed).
+		start := time.Now()
+		w.mu.Lock()
+		closed := w.closed
+		if !closed {
+			w.noSlot[c] = struct{}{}
+			w.unnamed[c] = start
+		}
+		w.mu.Unlock()
+		if closed {
+			c.Close() // accepted as Close began: it would not be cut
+			continue
+		}
 		w.wg.Add(1)
-		go w.session(c, time.Now())
+		go w.session(c, start)
 	}
 }
 

@@ -32,21 +32,19 @@ const (
 // owner accepted (peerCred; tests replace it).
 var clientCred = peerCred
 
-// session serves one connection, accepted at start: its handshake's deadline, and whether it
-// came before the rejoins' deadline, count from then, however late the session runs.
+// sessionStarts, set by tests only, runs as a session's goroutine begins: a session the
+// scheduler runs late.
+var sessionStarts func()
+
+// session serves one connection, accepted at start (and put in noSlot and unnamed then, by
+// serve): its handshake's deadline, and whether it came before the rejoins' deadline, count
+// from then, however late the session runs.
 func (w *Owner) session(c *net.UnixConn, start time.Time) {
+	if sessionStarts != nil {
+		sessionStarts()
+	}
 	defer w.wg.Done()
 	defer c.Close()
-	w.mu.Lock()
-	closed := w.closed
-	if !closed {
-		w.noSlot[c] = struct{}{}
-		w.unnamed[c] = start
-	}
-	w.mu.Unlock()
-	if closed {
-		return // accepted as Close began: it would not be cut
-	}
 	defer func() {
 		w.mu.Lock()
 		delete(w.noSlot, c)
