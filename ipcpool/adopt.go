@@ -38,8 +38,9 @@ func (w *Owner) awaitDonor(d time.Duration) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	end := time.Now().Add(d)
 	w.mu.Lock()
-	w.ln, w.lock, w.adopting = ln, lock, true
+	w.ln, w.lock, w.adopting, w.adoptEnd = ln, lock, true, end
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go w.serve()
@@ -49,7 +50,6 @@ func (w *Owner) awaitDonor(d time.Duration) (bool, error) {
 		w.mu.Unlock()
 	})
 	defer t.Stop()
-	end := time.Now().Add(d)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.adopting && time.Now().Before(end) {
@@ -129,6 +129,7 @@ func (w *Owner) adopt(fds []int) error {
 	w.servedAt = time.Now()
 	w.rejoinBy = w.servedAt.Add(w.timeout)
 	w.adopting = false
+	w.moveDeadlines()
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	w.run(p)

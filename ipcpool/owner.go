@@ -62,6 +62,7 @@ type Owner struct {
 	adopting bool       // the owner waits for the pool's memory: no process may attach yet
 	rejoinBy time.Time  // the processes of the previous owner rejoin by then
 	servedAt time.Time  // when the owner began to serve after waiting to adopt (zero: it did not wait)
+	adoptEnd time.Time  // when the wait for a pool to adopt ends at the latest (awaitDonor)
 	scan     *gone      // what an adoption left to scan (finishAdoption), or nil
 	// unclaimed holds the grants the scan would free, or a rejoin did not claim, while a
 	// process may still rejoin and claim them (claim.go); nil when none.
@@ -241,8 +242,9 @@ func (w *Owner) start(sp *space) error {
 	w.Process, p.owner = p, w
 	if w.adopting {
 		w.servedAt = time.Now()
+		w.adopting = false
+		w.moveDeadlines()
 	}
-	w.adopting = false
 	close(w.scanned) // a new pool: nothing to scan
 	w.cond.Broadcast()
 	w.mu.Unlock()

@@ -52,7 +52,7 @@ func (w *Owner) session(c *net.UnixConn, start time.Time) {
 		w.mu.Unlock()
 	}()
 	cred, err := clientCred(c)
-	_ = c.SetReadDeadline(start.Add(w.timeout))
+	w.handshakeDeadline(c, start)
 	if err != nil {
 		return
 	}
@@ -90,6 +90,34 @@ func (w *Owner) session(c *net.UnixConn, start time.Time) {
 		w.rejoinSession(c, cred, intro.b, start)
 	default:
 		_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
+	}
+}
+
+// handshakeDeadline sets the read deadline of c, accepted at start, for its handshake:
+// Options.Timeout from then, or from the owner's serving when it connected while the owner
+// waited for a pool to adopt (from the wait's end until it serves: moveDeadlines brings it to
+// the serving's then). Under w.mu, so that it never undoes a move.
+func (w *Owner) handshakeDeadline(c *net.UnixConn, start time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	from := start
+	switch {
+	case w.adopting && start.Before(w.adoptEnd):
+		from = w.adoptEnd
+	case start.Before(w.servedAt):
+		from = w.servedAt
+	}
+	_ = c.SetReadDeadline(from.Add(w.timeout))
+}
+
+// moveDeadlines gives the connections accepted while the owner waited for a pool to adopt,
+// and still to say what they are, Options.Timeout from the owner's serving for their
+// handshake, as it begins to serve (servedAt). Called with w.mu held.
+func (w *Owner) moveDeadlines() {
+	for c, at := range w.unnamed {
+		if at.Before(w.servedAt) {
+			_ = c.SetReadDeadline(w.servedAt.Add(w.timeout))
+		}
 	}
 }
 
