@@ -33,7 +33,8 @@ import (
 // limbo, until it has exited, since it may go on using them; its memory is never lent to
 // another while it lives. Grant words that name no process the slots know (forged, the word
 // or the slot's line) hold back what they name until the rejoins' deadline, for such a
-// process to come and claim it. A process the words do name may still claim what a refused
+// process to come and claim it (and, for a rejoin that connected by then, until its claims
+// are read). A process the words do name may still claim what a refused
 // one keeps: a process refused (any process of the pool may ask to rejoin as anything) takes
 // no grant from one that rejoins.
 //
@@ -196,10 +197,18 @@ func (w *Owner) settleUnclaimed() {
 // rejoinsPending reports whether a process of the previous owner may still rejoin. While
 // grant words name a process the slots do not know (a word or a slot's line forged), that
 // process may yet come and claim them (refused, it keeps them: keepClaims) until the
-// processes are given up (rejoinBy). Called with w.mu held.
+// processes are given up (rejoinBy), or later, when its connection came by then, until its
+// claims are read (claiming, unnamed). Called with w.mu held.
 func (w *Owner) rejoinsPending() bool {
-	if w.suspect && time.Now().Before(w.rejoinBy) {
+	if w.suspect && (time.Now().Before(w.rejoinBy) || w.claiming > 0) {
 		return true
+	}
+	if w.suspect {
+		for _, at := range w.unnamed {
+			if at.Before(w.rejoinBy) {
+				return true
+			}
+		}
 	}
 	for s := range w.procs {
 		if w.procs[s].rejoin {

@@ -239,7 +239,7 @@ func (w *Owner) expireRejoins() {
 		}
 	}
 	var late []int
-	waiting := false
+	waiting := w.claiming > 0 // (rejoinsPending: what the words hold back waits for its claims)
 	for s := range w.procs {
 		st := &w.procs[s]
 		switch {

@@ -69,6 +69,10 @@ type Owner struct {
 	unclaimed *gone
 	suspect   bool          // the adoption found grant words naming no process: see rejoinsPending
 	scanned   chan struct{} // closed once there is nothing to scan: the owner's retains may go
+	// claiming counts the rejoins of this pool under way that connected before the rejoins'
+	// deadline, their claims not decided yet: what the words hold back waits for them
+	// (rejoinsPending), whatever slot they name.
+	claiming int
 
 	pauseDetach func() // set by tests only: runs as a session answers a detach, the slot left
 	// rounds counts the watcher's rounds done: tests wait for rounds, not for time.

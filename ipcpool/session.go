@@ -175,6 +175,10 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64, st
 	if waits {
 		w.procs[slot].rejoining++
 	}
+	due := ours && start.Before(w.rejoinBy) // its claims may keep what the words hold back
+	if due {
+		w.claiming++
+	}
 	delete(w.unnamed, c) // the slot it names waits for it, or it holds none
 	w.mu.Unlock()
 	if !ours {
@@ -186,9 +190,13 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64, st
 			waits = false
 			w.procs[slot].rejoining--
 		}
+		if due {
+			due = false
+			w.claiming--
+		}
 	}
 	defer func() {
-		if waits { // cut off before its claims were decided
+		if waits || due { // cut off before its claims were decided
 			w.mu.Lock()
 			ended()
 			w.mu.Unlock()
