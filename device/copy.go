@@ -1,6 +1,7 @@
 package device
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -37,14 +38,18 @@ import (
 // the driver would end, it is refused with an error matching cuda.ErrCapturing (so are DtoH and
 // DtoD), nothing copied. The copy comes after the work queued so far on the stream dst's block
 // was allocated on, as DtoD's does: a block reused on its stream may still have its previous
-// owner's work queued there, which must not write over the copy.
+// owner's work queued there, which must not write over the copy. While a CUDA graph capture
+// holds that stream, nothing can be ordered after its work queued before the capture: the copy
+// is made when the heap knows the stream has passed every free of its heap (Trim, or the idle
+// purge's look at it since its last free), and refused otherwise with an error matching
+// cuda.ErrCapturing, nothing copied.
 func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
-	s, err := h.checkWrite("HtoD copy", uintptr(len(src)), dst)
+	w, err := h.checkWrite("HtoD copy", uintptr(len(src)), dst)
 	if err != nil {
 		return err
 	}
 	return h.hostCopy(src, "HtoD copy", func(addr uintptr) error {
-		if err := h.afterOwner(0, s); err != nil {
+		if err := h.afterOwner(0, w); err != nil {
 			return err
 		}
 		return h.points().WaitLegacy(h.dev.MemcpyHtoD(uintptr(dst), addr, uintptr(len(src))))
@@ -62,13 +67,14 @@ func (h *Heap) DtoH(dst []byte, src cuda.DevicePtr) error {
 
 // DtoD copies size bytes between device addresses and returns when the copy is done; refused
 // during a capture on a blocking stream, as HtoD is. The copy comes after the work queued so far
-// on the stream dst's block was allocated on, as HtoD's does.
+// on the stream dst's block was allocated on, as HtoD's does, and is refused as HtoD's while a
+// capture holds that stream.
 func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	n, err := copySize("DtoD copy", size)
 	if err != nil {
 		return err
 	}
-	s, err := h.checkWrite("DtoD copy", n, dst, src)
+	w, err := h.checkWrite("DtoD copy", n, dst, src)
 	if err != nil {
 		return err
 	}
@@ -78,7 +84,7 @@ func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	if err := h.legacyRefusal(); err != nil {
 		return wrapCopy("DtoD copy", n, err)
 	}
-	if err := h.afterOwner(0, s); err != nil {
+	if err := h.afterOwner(0, w); err != nil {
 		return wrapCopy("DtoD copy", n, err)
 	}
 	return wrapCopy("DtoD copy", n, h.points().WaitLegacy(h.dev.MemcpyDtoD(uintptr(dst), uintptr(src), n)))
@@ -250,17 +256,49 @@ func (h *Heap) checkCopy(what string, n uintptr, ptrs ...cuda.DevicePtr) error {
 	return h.checkRanges(what, n, ptrs...)
 }
 
-// checkWrite is checkCopy for a synchronous copy that writes at ptrs[0], and returns the
-// stream whose heap holds that block (afterOwner), or noOwner.
-func (h *Heap) checkWrite(what string, n uintptr, ptrs ...cuda.DevicePtr) (cuda.Stream, error) {
+// checkWrite is checkCopy for a synchronous copy that writes at ptrs[0], and returns what the
+// write must come after (afterOwner).
+func (h *Heap) checkWrite(what string, n uintptr, ptrs ...cuda.DevicePtr) (writeOrder, error) {
 	if err := h.lock(); err != nil {
-		return noOwner, err
+		return writeOrder{s: noOwner}, err
 	}
 	defer h.mu.Unlock()
 	if err := h.checkRanges(what, n, ptrs...); err != nil || n == 0 {
-		return noOwner, err
+		return writeOrder{s: noOwner}, err
 	}
-	return h.ownerStream(ptrs[0], 0), nil
+	return h.orderFor(ptrs[0], 0), nil
+}
+
+// writeOrder is what a write into a block queued on another stream than the block's must come
+// after (afterOwner): the work queued so far on s, the stream whose heap holds the block (or
+// noOwner), which may include a previous owner's when the block was freed on s and reused at
+// once. passed says that none can be left there: s is known to have passed the work that used
+// every block freed in its heap (freesPassed).
+type writeOrder struct {
+	s      cuda.Stream
+	passed bool
+}
+
+// orderFor returns what a write into the live block at p must come after; first is the stream
+// likeliest to hold it (ownerStream). h.mu is held.
+func (h *Heap) orderFor(p cuda.DevicePtr, first cuda.Stream) writeOrder {
+	s := h.ownerStream(p, first)
+	return writeOrder{s: s, passed: s == noOwner || h.freesPassed(s)}
+}
+
+// freesPassed reports whether stream s is known to have passed the work that used every block
+// freed in its heap: none was freed there, or the heap's stream has passed a point placed after
+// its last free (a purge request of the heap handed back, or a synchronize of the stream by
+// reclaim). A block freed on its own stream is free at once (FreeAsync's same-stream rule), its
+// previous owner's work possibly still queued on s: only such a point says it has run. h.mu
+// is held.
+func (h *Heap) freesPassed(s cuda.Stream) bool {
+	sh := h.streams[s]
+	if sh == nil || sh.FreeMark() == 0 {
+		return true
+	}
+	lk := h.purge.looks[sh]
+	return lk != nil && lk.passed >= sh.FreeMark()
 }
 
 // ownerStream returns the stream whose heap holds the live block at p (afterOwner), or noOwner
@@ -283,21 +321,24 @@ func (h *Heap) ownerStream(p cuda.DevicePtr, first cuda.Stream) cuda.Stream {
 	return noOwner
 }
 
-// noOwner is checkWrite's answer for a block of no stream's heap: no handle the driver gives.
+// noOwner is ownerStream's answer for a block of no stream's heap: no handle the driver gives.
 const noOwner = ^cuda.Stream(0)
 
 // afterOwner orders stream on, where a write into a block is queued, after the work queued so
-// far on stream s, where the block was allocated (checkWrite, ownerStream): the legacy default
-// stream (0) of a synchronous copy or of a Free's clear (Options.ZeroOnFree), or the stream of a
-// FreeAsync's clear. That block may be one freed on s and reused at once (FreeAsync's
-// same-stream rule), whose earlier owner's work queued on s may still read or write it, and a
-// non-blocking stream's work is not ordered with another's. It costs an event record on s and a
-// wait queued on on, but for s the same stream as on (its own order) or both default streams;
-// a blocking s is recorded too, though the legacy stream's work comes after its work anyway
-// (no query of its flags). A stream a CUDA graph capture holds, or one the driver refuses
-// (destroyed without ForgetStream), records nothing: the write is ordered after nothing there,
-// as it was before the rule.
-func (h *Heap) afterOwner(on, s cuda.Stream) error {
+// far on w.s, the stream where the block was allocated (checkWrite, orderFor): the legacy
+// default stream (0) of a synchronous copy or of a Free's clear (Options.ZeroOnFree), or the
+// stream of a FreeAsync's clear. That block may be one freed on w.s and reused at once
+// (FreeAsync's same-stream rule), whose earlier owner's work queued on w.s may still read or
+// write it, and a non-blocking stream's work is not ordered with another's. It costs an event
+// record on w.s and a wait queued on on, but for w.s the same stream as on (its own order) or
+// both default streams; a blocking w.s is recorded too, though the legacy stream's work comes
+// after its work anyway (no query of its flags). A stream the driver refuses (destroyed without
+// ForgetStream) records nothing: the write is ordered after nothing there. Nor does a stream a
+// CUDA graph capture holds, whose work queued before the capture no point can be placed after
+// until it ends: the write goes ahead when w.passed says no previous owner's work can be left
+// there, and is refused otherwise, with an error matching cuda.ErrCapturing, nothing queued.
+func (h *Heap) afterOwner(on cuda.Stream, w writeOrder) error {
+	s := w.s
 	if s == noOwner || s == on ||
 		streamq.DefaultStream(streamq.Stream(on)) && streamq.DefaultStream(streamq.Stream(s)) {
 		return nil
@@ -307,8 +348,12 @@ func (h *Heap) afterOwner(on, s cuda.Stream) error {
 		return err
 	}
 	defer h.events.Put(ev)
-	if streamq.RecordOutsideCapture(h.dev, ev, streamq.Stream(s)) != nil {
-		return nil
+	if err := streamq.RecordOutsideCapture(h.dev, ev, streamq.Stream(s)); err != nil {
+		if w.passed || !errors.Is(err, cuda.ErrCapturing) {
+			return nil
+		}
+		return fmt.Errorf("the block may have been freed and reused on its stream, its "+
+			"previous owner's work still queued there: %w; write once the capture has ended", err)
 	}
 	return h.dev.StreamWaitEvent(uintptr(on), ev)
 }

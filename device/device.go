@@ -306,7 +306,8 @@ func (h *Heap) Align() int { return int(h.align) }
 // stream uses it (after a synchronize, say). Errors: heap.ErrNotOwned for a pointer of another
 // heap, heap.ErrDoubleFree, heap.ErrInteriorPointer; with Options.ZeroOnFree, whose memset runs
 // on the legacy stream, one matching cuda.ErrCapturing while a blocking stream captures a CUDA
-// graph (the block still live), and the driver's when it refuses the memset or the wait for it
+// graph, or while the stream p was allocated on does and HtoD would be refused (the block
+// still live), and the driver's when it refuses the memset or the wait for it
 // fails (the block still live, to free again: never handed out uncleared). That memset comes
 // after the work queued on the stream p was allocated on, as HtoD does. A held block (Hold)
 // is freed at its last Release: Free returns at once, with no error.
@@ -364,7 +365,9 @@ func (h *Heap) Free(p cuda.DevicePtr) error {
 // nothing on s during it. With Options.ZeroOnFree, whose
 // memset would be a node of the user's graph, a FreeAsync on a stream a capture holds (or on the
 // legacy stream while a blocking stream captures) is refused with an error matching
-// cuda.ErrCapturing, the block still live: free it once the capture has ended. A memset the
+// cuda.ErrCapturing, the block still live: free it once the capture has ended; so is one of a
+// block whose own stream captures, on another stream, where HtoD into it would be refused (its
+// memset must come after that stream's work). A memset the
 // driver refuses leaves the block live too, with its error: free it again.
 //
 // The heap's ask whether s captures (cuStreamIsCapturing) and the query or record it allows
@@ -562,6 +565,9 @@ func (h *Heap) reclaim() error {
 			}
 			errs = append(errs, fmt.Errorf("device: synchronize stream %#x: %w", s, err))
 			continue
+		}
+		if lk := h.purge.looks[sh]; lk != nil {
+			lk.passed = sh.FreeMark() // (freesPassed)
 		}
 		sh.Trim()
 	}

@@ -23,7 +23,8 @@ var ErrQuota = errkind.New(pinmalloc.ErrQuota, "device: quota exceeded")
 // synchronous Free waits for the memset (cuMemsetD8, then a synchronize of the legacy stream: a
 // memset of device memory returns before it has run). A memset queued on another stream than
 // the block's (a Free's on the legacy stream, a FreeAsync's on another stream) runs after the
-// work queued so far on the block's stream, as a synchronous copy into the block (afterOwner). A
+// work queued so far on the block's stream, as a synchronous copy into the block (afterOwner),
+// and is refused as that copy is while a capture holds the block's stream. A
 // free whose memset's stream a CUDA graph capture holds is refused before anything is queued:
 // captured, the memset would not run before the block is reused, and would clear it, reused
 // since, at every launch of the graph.
@@ -95,7 +96,7 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream, then string) error {
 	// there and reused at once may have its old owner's work still queued, which a clear on the
 	// legacy stream (Free) or on another stream (FreeAsync) would overtake. Nothing is asked of
 	// a FreeAsync on the block's own stream.
-	err = h.afterOwner(cuda.Stream(on), h.ownerStream(p, cuda.Stream(on)))
+	err = h.afterOwner(cuda.Stream(on), h.orderFor(p, cuda.Stream(on)))
 	switch {
 	case err != nil:
 	case s != nil:

@@ -320,6 +320,13 @@ func (w *modelWorker) free(i int, s *cuda.Stream) error {
 	} else {
 		err = w.h.FreeAsync(pcuda.DevicePtr(b.p), pcuda.Stream(on))
 	}
+	if err != nil && w.h.zeroOnFree && w.busy(b.alloc) && errors.Is(err, pcuda.ErrCapturing) {
+		// The clear, queued on another stream than the block's, is ordered after the block's
+		// stream, which captures: refused unless the heap knows that stream has passed its
+		// frees (afterOwner). The block stays live, the tombstone its bytes.
+		b.want, b.cur = tomb, on
+		return nil
+	}
 	if err != nil {
 		return w.fail("free of %#x on %v: %v", b.p, s, err)
 	}

@@ -77,6 +77,9 @@ type look struct {
 	state  lookState // what is left to do
 	mark   uint64    // the heap's spares at the last tick (heap.Heap.SpareMark)
 	spares bool      // a request for its spares waits for its stream
+	// passed is the heap's free mark (heap.Heap.FreeMark) that its stream is known to have
+	// passed: a request pushed at it handed back, or a synchronize of the stream (freesPassed).
+	passed uint64
 }
 
 // lookState says where a stream heap is in the purge.
@@ -90,10 +93,12 @@ const (
 
 // trimReq asks for heap sh to be trimmed once its stream has passed the point, if it has made
 // no operation since ops; or, with spares, for its spares kept since mark to be given back.
+// frees is the heap's free mark as it was pushed: handed back, the stream has passed it.
 type trimReq struct {
 	sh     *heap.Heap
 	ops    uint64
 	mark   uint64
+	frees  uint64
 	spares bool
 }
 
@@ -240,6 +245,7 @@ func (h *Heap) purgeLook() (busy, asked bool) {
 // once, with no wait for the stream). h.mu is held.
 func (h *Heap) purgeAsk(s cuda.Stream, r trimReq) {
 	pg := &h.purge
+	r.frees = r.sh.FreeMark()
 	if pg.early {
 		pg.done = append(pg.done, r)
 		return
@@ -253,9 +259,11 @@ func (h *Heap) purgeDone() {
 	pg := &h.purge
 	for _, r := range pg.done {
 		lk := pg.looks[r.sh]
-		switch {
-		case lk == nil:
+		if lk == nil {
 			continue // forgotten
+		}
+		lk.passed = max(lk.passed, r.frees)
+		switch {
 		case r.spares:
 			lk.spares = false
 			if r.sh.ReleaseSpares(r.mark) > 0 {

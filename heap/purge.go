@@ -292,6 +292,12 @@ func (h *Heap) PurgeIdle() (pending bool) {
 // detector the caller must order the call with the owner's work (hold the owner's lock).
 func (h *Heap) OpsHint() uint64 { return atomic.LoadUint64(&h.allocs) + atomic.LoadUint64(&h.frees) }
 
+// FreeMark returns how many frees the heap has taken, a count that only grows: a block handed
+// out now was freed at or before it, if it was freed at all. The owner calls it (package
+// device: a stream known to have passed a point placed at mark m has passed the work that
+// used every block freed in the heap up to m).
+func (h *Heap) FreeMark() uint64 { return h.frees }
+
 // purgeSlices gives the arena the free slices of the heap's segments that are still
 // committed (a small page given back keeps its memory for the next page: see freeSlices):
 // those free at the previous look too when idle is set, all of them otherwise. It reports
