@@ -39,4 +39,7 @@ var (
 	ErrTooLarge = errkind.New(pinmalloc.ErrTooLarge, "remote: message too large")
 	// ErrProtocol means a peer that spoke something other than this package's handshake.
 	ErrProtocol = errkind.New(pinmalloc.ErrRefused, "remote: protocol error")
+	// ErrUCX means UCX refused a call of this worker for a reason of its own, no peer's (out of
+	// memory or resources, an internal error); the error wraps UCX's status.
+	ErrUCX = errkind.New(pinmalloc.ErrRefused, "remote: UCX refused")
 )

@@ -56,7 +56,7 @@ func (w *Worker) Listen(address string) (*Listener, error) {
 	port, err := w.uw.ListenerPort(l.l)
 	if err != nil {
 		w.uw.DestroyListener(l.l)
-		return nil, fmt.Errorf("remote: %w", err)
+		return nil, wrap(ErrUCX, err)
 	}
 	l.addr = net.JoinHostPort(ta.IP.String(), strconv.Itoa(port))
 	w.lis[l.tag] = l
@@ -232,7 +232,7 @@ func (w *Worker) Address() ([]byte, error) {
 	}
 	a, err := w.uw.Address()
 	if err != nil {
-		return nil, fmt.Errorf("remote: %w", err)
+		return nil, wrap(ErrUCX, err)
 	}
 	b := append([]byte(addrMagic), addrVersion, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint64(b, w.id)
@@ -271,7 +271,7 @@ func (w *Worker) Dial(ctx context.Context, addr []byte) (*Conn, error) {
 	own, err := w.uw.Address()
 	if err != nil {
 		w.mu.Unlock()
-		return nil, fmt.Errorf("remote: %w", err)
+		return nil, wrap(ErrUCX, err)
 	}
 	ep, err := w.uw.ConnectAddress(addr[addrHeader:])
 	if err != nil {

@@ -190,7 +190,7 @@ func (w *Worker) statusErr(c *Conn, st int32) error {
 	if s.PeerGone() || st == -16 { // gone, or canceled by a forced close
 		return wrap(ErrPeer, s)
 	}
-	return fmt.Errorf("remote: %w", s)
+	return wrap(ErrUCX, s)
 }
 
 // finish ends the transfers that completed: their holds are released (which may free buffers

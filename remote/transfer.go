@@ -361,7 +361,7 @@ func (w *Worker) post(t *Transfer) {
 				w.slots[op.Slot].dataEnded()
 				w.freeSlot(op.Slot)
 			}
-			t.fail(fmt.Errorf("remote: %w", err))
+			t.fail(wrap(ErrUCX, err))
 			return
 		}
 		t.posted += k

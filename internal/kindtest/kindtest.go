@@ -253,4 +253,5 @@ var Core = []Sentinel{
 	{"remote.ErrNotSupported", remote.ErrNotSupported, pinmalloc.ErrInvalid, "remote: "},
 	{"remote.ErrTooLarge", remote.ErrTooLarge, pinmalloc.ErrTooLarge, "remote: "},
 	{"remote.ErrProtocol", remote.ErrProtocol, pinmalloc.ErrRefused, "remote: "},
+	{"remote.ErrUCX", remote.ErrUCX, pinmalloc.ErrRefused, "remote: "},
 }
