@@ -215,9 +215,19 @@ func (p *Pool) pendEmptied(s *shard) {
 // back on the shard's pages (heap.Heap.TryFreeHeld, or Pool.freeDeferred), with no event and
 // no lock; else, or when the driver refuses the stream, the cache goes on its list (flush), for
 // the reclaims, which place its point or find it lost (a refusal of the handle noted on the list
-// first: streamq's NoteRefused).
+// first: streamq's NoteRefused). A cache whose list has left the lists goes to the stream's
+// list in its place at once, asking nothing through the old one.
 func (p *Pool) drainPend(s *shard) {
 	o := p.order
+	if s.pendL.Left() {
+		// The cache's list left the lists since the cache took it (retired by reclaims that did
+		// not flush this cache; FreeAsync's fast path appends under it with no look): a refusal
+		// of the handle is noted on the stream's newer list, which this one knows nothing of,
+		// and the driver may have given the handle to a new stream since. The buffers go where
+		// the push follows (flush), for the reclaims, which read that list's refusal.
+		p.flush(s)
+		return
+	}
 	if idle, err := o.lists.Idle(s.pendL); err != nil || !idle {
 		if err != nil {
 			// A refusal of the handle (the stream destroyed) is the list's before its buffers
