@@ -174,8 +174,10 @@ func (o *streamOrder) freeAll(bufs []deferred, on *heap.Heap) error {
 // in a fast section of s, and reports whether it could: d is small enough (pendBuffer), the
 // cache has room and is empty or of l, and l is in the lists.
 //
-// A list that left them (Left, read in the section) is never the cache's, so that no cache holds
-// a forgotten stream's list once ForgetStream has returned: FreeAsync's fast path would take it
+// A list that left them (Left, read in the section) never becomes the cache's, so that no cache
+// holds a forgotten stream's list once ForgetStream has returned (a cache that took its list
+// before it left keeps it, FreeAsync's fast path appending with no look, until a flush: drainPend
+// asks nothing through such a list): FreeAsync's fast path would take it
 // for the list of a new stream given the same handle, with no check, and its push (flush) would
 // free that stream's buffers at once, as a forgotten stream's (queue). ForgetStream flushes the
 // caches again after the forget when cached is not zero, which catches a cache that took the list
