@@ -294,11 +294,7 @@ func (h *Heap) orderFor(p cuda.DevicePtr, first cuda.Stream) writeOrder {
 // is held.
 func (h *Heap) freesPassed(s cuda.Stream) bool {
 	sh := h.streams[s]
-	if sh == nil || sh.FreeMark() == 0 {
-		return true
-	}
-	lk := h.purge.looks[sh]
-	return lk != nil && lk.passed >= sh.FreeMark()
+	return sh == nil || h.passed[sh] >= sh.FreeMark()
 }
 
 // ownerStream returns the stream whose heap holds the live block at p (afterOwner), or noOwner

@@ -190,10 +190,14 @@ type Heap struct {
 	press  atomic.Pointer[PressureFunc] // nil: no hook
 	hooks  inHook                       // goroutines running the hook (pressure.go)
 
-	mu       sync.Mutex
-	closed   bool
-	refused  bool                           // the driver refused memory or an event back at Close: a later Close tries again
-	streams  map[cuda.Stream]*heap.Heap     // heaps, by allocation stream
+	mu      sync.Mutex
+	closed  bool
+	refused bool                       // the driver refused memory or an event back at Close: a later Close tries again
+	streams map[cuda.Stream]*heap.Heap // heaps, by allocation stream
+	// passed holds, for a stream heap, the free mark (heap.Heap.FreeMark) its stream is known to
+	// have passed: a purge request pushed at it handed back, or a synchronize of the stream by
+	// reclaim (freesPassed); none for a heap whose stream has passed no such point yet.
+	passed   map[*heap.Heap]uint64
 	parked   []parkedStream                 // streams destroyed before their ForgetStream, waiting for a synchronize of the context (park.go)
 	parkErr  error                          // errors of parked frees done, for the next Sync, Trim or Close (settleParked)
 	lists    *streamq.Lists[cuda.DevicePtr] // the streams seen, and the deferred frees by freeing stream (deferred.go)
@@ -266,7 +270,7 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	}
 	h := &Heap{
 		pub: dev, dev: d, a: a, g: g, align: uintptr(o.Align),
-		streams: map[cuda.Stream]*heap.Heap{}, deferred: map[cuda.DevicePtr]bool{},
+		streams: map[cuda.Stream]*heap.Heap{}, passed: map[*heap.Heap]uint64{}, deferred: map[cuda.DevicePtr]bool{},
 		events: icuda.NewEventPool(d),
 		guard:  guard{zeroOnFree: o.ZeroOnFree, quota: uintptr(o.Quota)},
 	}
@@ -566,9 +570,7 @@ func (h *Heap) reclaim() error {
 			errs = append(errs, fmt.Errorf("device: synchronize stream %#x: %w", s, err))
 			continue
 		}
-		if lk := h.purge.looks[sh]; lk != nil {
-			lk.passed = sh.FreeMark() // (freesPassed)
-		}
+		h.passed[sh] = sh.FreeMark() // (freesPassed)
 		sh.Trim()
 	}
 	// Parked heaps whose last blocks the drain freed, and those of streams parked above, whose

@@ -91,6 +91,7 @@ func (h *Heap) takeHeap(s cuda.Stream) *heap.Heap {
 	if sh != nil {
 		delete(h.streams, s)
 		delete(h.purge.looks, sh)
+		delete(h.passed, sh)
 	}
 	return sh
 }

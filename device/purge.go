@@ -77,9 +77,6 @@ type look struct {
 	state  lookState // what is left to do
 	mark   uint64    // the heap's spares at the last tick (heap.Heap.SpareMark)
 	spares bool      // a request for its spares waits for its stream
-	// passed is the heap's free mark (heap.Heap.FreeMark) that its stream is known to have
-	// passed: a request pushed at it handed back, or a synchronize of the stream (freesPassed).
-	passed uint64
 }
 
 // lookState says where a stream heap is in the purge.
@@ -262,7 +259,7 @@ func (h *Heap) purgeDone() {
 		if lk == nil {
 			continue // forgotten
 		}
-		lk.passed = max(lk.passed, r.frees)
+		h.passed[r.sh] = max(h.passed[r.sh], r.frees) // (freesPassed)
 		switch {
 		case r.spares:
 			lk.spares = false

@@ -167,6 +167,7 @@ func (h *Heap) forget(s cuda.Stream) error {
 		}
 		delete(h.streams, s)
 		delete(h.purge.looks, sh)
+		delete(h.passed, sh)
 	}
 	// Those the synchronize of the context for s passed; a stream parked with s's handle goes
 	// back now or later (ForgetStream), which is not this call's outcome.
