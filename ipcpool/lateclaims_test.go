@@ -1,7 +1,6 @@
 package ipcpool
 
 import (
-	"net"
 	"testing"
 	"time"
 )
@@ -31,13 +30,8 @@ func TestLateClaimsOfARefusedRejoinKept(t *testing.T) {
 	pool := w.hello.pool
 	w.mu.Unlock()
 
-	nc, err := net.Dial("unix", path)
-	must(t, "dial", err)
-	c := nc.(*net.UnixConn)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	must(t, "intro", writeMsg(c, msg{op: opIntro, flags: introRejoin, seq: wireVersion, a: ctlMagic, b: pool}, 0))
-	must(t, "rejoin", writeMsg(c, msg{op: opRejoin, a: 2, b: 5}, 0)) // a slot the owner finds free
+	c := dialOwner(t, path)
+	sendRejoin(t, c, pool, 2, 5) // a slot the owner finds free
 	if m, err := readMsg(c); err != nil || m.op != opReply || m.a != stClaims {
 		t.Fatalf("the owner's answer to the rejoin: %+v, %v", m, err)
 	}

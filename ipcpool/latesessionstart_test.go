@@ -1,7 +1,6 @@
 package ipcpool
 
 import (
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -33,10 +32,7 @@ func TestRejoinKeepsItsSlotWhenItsSessionStartsLate(t *testing.T) {
 	pool := w.hello.pool
 	w.mu.Unlock()
 
-	nc, err := net.Dial("unix", path)
-	must(t, "dial", err)
-	c := nc.(*net.UnixConn)
-	defer c.Close()
+	c := dialOwner(t, path)
 	<-entered // accepted: its session's goroutine has not run yet
 	// The rejoins' deadline passes now, after the accept, and the owner's rounds run.
 	w.mu.Lock()
@@ -45,9 +41,7 @@ func TestRejoinKeepsItsSlotWhenItsSessionStartsLate(t *testing.T) {
 	w.waitRounds(2)
 	close(release)
 
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	must(t, "intro", writeMsg(c, msg{op: opIntro, flags: introRejoin, seq: wireVersion, a: ctlMagic, b: pool}, 0))
-	must(t, "rejoin", writeMsg(c, msg{op: opRejoin, a: slot, b: serial}, 0))
+	sendRejoin(t, c, pool, slot, serial)
 	m, err := readMsg(c)
 	if err == nil && m.op == opReply && m.a == stClaims {
 		must(t, "claims", writeMsg(c, msg{op: opClaim}, 0))

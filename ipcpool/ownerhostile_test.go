@@ -40,13 +40,8 @@ func TestRefusedRejoinTakesNoOrphan(t *testing.T) {
 	pool := w.hello.pool
 	w.mu.Unlock()
 	// A hostile process rejoins as a slot it is not, claiming the orphan's grants.
-	nc, err := net.Dial("unix", path)
-	must(t, "dial", err)
-	c := nc.(*net.UnixConn)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	must(t, "intro", writeMsg(c, msg{op: opIntro, flags: introRejoin, seq: wireVersion, a: ctlMagic, b: pool}, 0))
-	must(t, "rejoin", writeMsg(c, msg{op: opRejoin, a: 1, b: 12345}, 0))
+	c := dialOwner(t, path)
+	sendRejoin(t, c, pool, 1, 12345)
 	if m, err := readMsg(c); err != nil || m.a != stClaims {
 		t.Fatalf("the owner's answer to the rejoin: %+v %v", m, err)
 	}
@@ -72,4 +67,25 @@ func TestRefusedRejoinTakesNoOrphan(t *testing.T) {
 	}
 	must(t, "Release", w.Release(h))
 	waitFor(t, func() bool { return w.SharedStats().Pool.Orphaned == 0 })
+}
+
+// dialOwner connects to the owner's socket at path as a raw peer, with a deadline of five
+// seconds for what the test then says and reads; the connection closes with the test.
+func dialOwner(t *testing.T, path string) *net.UnixConn {
+	t.Helper()
+	nc, err := net.Dial("unix", path)
+	must(t, "dial", err)
+	c := nc.(*net.UnixConn)
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	return c
+}
+
+// sendRejoin says, on c, that the peer rejoins pool as slot with serial (an intro and a rejoin
+// message), as a process of the previous owner would.
+func sendRejoin(t *testing.T, c *net.UnixConn, pool, slot, serial uint64) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	must(t, "intro", writeMsg(c, msg{op: opIntro, flags: introRejoin, seq: wireVersion, a: ctlMagic, b: pool}, 0))
+	must(t, "rejoin", writeMsg(c, msg{op: opRejoin, a: slot, b: serial}, 0))
 }

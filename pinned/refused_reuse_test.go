@@ -10,6 +10,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/internal/invariants"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -291,4 +292,21 @@ func must(t *testing.T, what string, err error) {
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// needCache skips a test of the FreeAsync cache, after giving the rig back, where the pool
+// runs no fast sections (the race detector's builds) or the invariants build runs (whose
+// checks change when the reclaims run, or take the reclaim lock such a test holds: why).
+func (r *refusedRig) needCache(t *testing.T, why string) {
+	t.Helper()
+	if r.p.fast && !invariants.Enabled {
+		return
+	}
+	must(t, "Close", r.p.Close())
+	must(t, "StreamDestroy", r.dev.StreamDestroy(r.A))
+	must(t, "MemFree", r.dev.MemFree(r.d))
+	if invariants.Enabled {
+		t.Skip(why)
+	}
+	t.Skip("the pool runs no fast sections here (the race detector's builds): no FreeAsync cache")
 }
