@@ -196,7 +196,9 @@ func joinStreams(errs []error) error {
 // Drain waits for the stream of every list with items (a synchronize of each) and appends to done
 // the items pushed before its wait; the items pushed while it waits stay for a later call. A stream
 // the driver refuses to synchronize keeps its items for Recover (Lost counts it), and its error is
-// returned (a device fault said once, as Poll says it); a stream a capture holds
+// returned (a device fault said once, as Poll says it), as does one whose handle a caller found
+// refused while it waited (NoteRefused: the handle it synchronized may name a new stream since);
+// a stream a capture holds
 // (Points.Capturing) keeps its items, not lost, and its error (matching pinmalloc.ErrCapturing)
 // is returned. It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Drain(done []T) ([]T, error) {
@@ -226,6 +228,18 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 			l.mu.Unlock()
 			ls.keepLost(l)
 			errs = append(errs, err)
+			continue
+		}
+		l.mu.Lock()
+		if refused = l.refused; refused != nil {
+			// Noted while it waited (NoteRefused, outside the reclaimer): the handle it
+			// synchronized may name a new stream, whose wait covers nothing of the old one's.
+			l.lostOpen = max(l.lostOpen, n)
+		}
+		l.mu.Unlock()
+		if refused != nil {
+			ls.keepLost(l)
+			errs = append(errs, refused)
 			continue
 		}
 		done = ls.release(l, n, done) // the open items the wait covers
