@@ -72,11 +72,25 @@ func (ls *Lists[T]) Lose(l *List[T], err error) {
 // was destroyed): from then on no poll, drain, Idle or Release asks the handle about l's items,
 // and the next poll keeps l lost for Recover's synchronize of the context, as if it had met the
 // refusal itself. Without it, a new stream given the handle before that poll would answer for
-// the destroyed one's work. Other errors note nothing. Safe for concurrent use.
+// the destroyed one's work. A list that has left the lists passes the refusal on to its stream's
+// list, as a push follows it (PushKnown: none when the stream was forgotten since and has no
+// list). Other errors note nothing. Safe for concurrent use.
 func (ls *Lists[T]) NoteRefused(l *List[T], err error) {
-	l.mu.Lock()
-	l.refusedLoss(err)
-	l.mu.Unlock()
+	if !errors.Is(err, pinmalloc.ErrInvalidHandle) {
+		return
+	}
+	for {
+		l.mu.Lock()
+		if !l.gone {
+			l.refusedLoss(err)
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		if l = ls.follow(l, true); l == nil {
+			return
+		}
+	}
 }
 
 // keepLost keeps l for Recover, once however many polls and drains find it lost before Recover
