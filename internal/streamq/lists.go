@@ -146,13 +146,14 @@ const (
 // new stream keeps the old answer, unless a poll or drain found the handle refused, after
 // which Recover has it asked anew: forget a stream before destroying it). A list lost on a
 // refusal of its handle (List.refused) is not idle until Recover has answered it: the handle
-// may name a new stream now, whose query says nothing of the destroyed one's work. Safe for
+// may name a new stream now, whose query says nothing of the destroyed one's work; so is a list
+// that has left the lists while its stream's list in the lists is lost so (Refused). Safe for
 // concurrent use.
 func (ls *Lists[T]) Idle(l *List[T]) (bool, error) {
 	l.mu.Lock()
-	refused := l.refused != nil
+	refused, gone := l.refused != nil, l.gone
 	l.mu.Unlock()
-	if refused {
+	if refused || gone && ls.Refused(l.s) {
 		return false, nil
 	}
 	return ls.points.Idle(l.s, ls.nonBlocking(l))
