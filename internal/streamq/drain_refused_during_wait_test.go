@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
-	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // TestDrainRefusalNotedDuringWait: a Drain reads a list's refusal (none yet), then waits for its
@@ -20,15 +19,8 @@ func TestDrainRefusalNotedDuringWait(t *testing.T) {
 		return
 	}
 	_, bufs, p, _ := testStreams(t, dev, 1)
-	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 2)
-	a, err := dev.StreamCreate(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ls.Check(a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ls := countLists(p, 2)
+	a, l := checkedStream(t, dev, ls, false)
 	f.Hold(true)
 	if err := dev.MemsetD8Async(bufs[0], 1, 4096, a); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
-	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // TestIdleOfLeftListRefused: a caller holds a list that has left the lists (pinned's FreeAsync
@@ -20,21 +19,11 @@ func TestIdleOfLeftListRefused(t *testing.T) {
 	}
 	ss, bufs, p, _ := testStreams(t, dev, 1)
 	c := ss[0] // the stream a user captures
-	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 1)
+	ls := countLists(p, 1)
 	if _, err := ls.Check(c); err != nil {
 		t.Fatal(err)
 	}
-	a, err := dev.StreamCreate(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ls.Check(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ls.Poll(nil); err != nil || !l.Left() {
-		t.Fatalf("poll of the empty list: error %v, left %v; want nil, true", err, l.Left())
-	}
+	a, l := checkedStream(t, dev, ls, true)
 	f.Hold(true)
 	if err := dev.MemsetD8Async(bufs[0], 1, 4096, a); err != nil {
 		t.Fatal(err)
@@ -49,21 +38,7 @@ func TestIdleOfLeftListRefused(t *testing.T) {
 		t.Fatalf("reclaim of the destroyed stream during a capture: %v back, error %v, refused %v; "+
 			"want nothing back, an error, refused", done, err, ls.Refused(a))
 	}
-	b, err := dev.StreamCreate(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := dev.StreamSynchronize(b); err != nil {
-			t.Error(err)
-		}
-		if err := dev.StreamDestroy(b); err != nil {
-			t.Error(err)
-		}
-	})
-	if b != a {
-		t.Fatalf("the fake gave the new stream handle %#x, not the destroyed stream's %#x", b, a)
-	}
+	reusedHandle(t, dev, a)
 	if idle, err := ls.Idle(l); idle && f.Pending() > 0 {
 		t.Fatalf("Idle of the list that left = %v, %v after the handle's reuse, with the destroyed "+
 			"stream's memset still queued", idle, err)

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
-	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // TestNoteRefusedOnLeftList: a caller holds a list that has left the lists since it found it
@@ -22,18 +21,8 @@ func TestNoteRefusedOnLeftList(t *testing.T) {
 		return
 	}
 	_, bufs, p, _ := testStreams(t, dev, 1)
-	ls := streamq.NewLists(p, func(int) streamq.Tally { return streamq.Tally{Items: 1, Weight: 1} }, 1)
-	a, err := dev.StreamCreate(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ls.Check(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ls.Poll(nil); err != nil || !l.Left() {
-		t.Fatalf("poll of the empty list: error %v, left %v; want nil, true", err, l.Left())
-	}
+	ls := countLists(p, 1)
+	a, l := checkedStream(t, dev, ls, true)
 	f.Hold(true)
 	if err := dev.MemsetD8Async(bufs[0], 1, 4096, a); err != nil {
 		t.Fatal(err)
@@ -46,21 +35,7 @@ func TestNoteRefusedOnLeftList(t *testing.T) {
 		t.Fatalf("Idle of the destroyed stream's list = %v, nil; want the driver's refusal", idle)
 	}
 	ls.NoteRefused(l, err)
-	b, err := dev.StreamCreate(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := dev.StreamSynchronize(b); err != nil {
-			t.Error(err)
-		}
-		if err := dev.StreamDestroy(b); err != nil {
-			t.Error(err)
-		}
-	})
-	if b != a {
-		t.Fatalf("the fake gave the new stream handle %#x, not the destroyed stream's %#x", b, a)
-	}
+	reusedHandle(t, dev, a)
 	ls.Push(l, 1) // the destroyed stream's item: its memset is still queued
 	if done, err := ls.Reclaim(nil, nil); len(done) != 0 && f.Pending() > 0 {
 		t.Fatalf("reclaim after the handle's reuse gave back %v (error %v), with the destroyed "+
