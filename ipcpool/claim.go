@@ -200,15 +200,8 @@ func (w *Owner) settleUnclaimed() {
 // processes are given up (rejoinBy), or later, when its connection came by then, until its
 // claims are read (claiming, unnamed). Called with w.mu held.
 func (w *Owner) rejoinsPending() bool {
-	if w.suspect && (time.Now().Before(w.rejoinBy) || w.claiming > 0) {
+	if w.suspect && (time.Now().Before(w.rejoinBy) || w.claiming > 0 || w.unnamedInTime()) {
 		return true
-	}
-	if w.suspect {
-		for _, at := range w.unnamed {
-			if at.Before(w.rejoinBy) {
-				return true
-			}
-		}
 	}
 	for s := range w.procs {
 		if w.procs[s].rejoin {

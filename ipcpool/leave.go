@@ -232,11 +232,9 @@ func (w *Owner) expireRejoins() {
 		w.mu.Unlock()
 		return
 	}
-	for _, at := range w.unnamed {
-		if at.Before(w.rejoinBy) {
-			w.mu.Unlock()
-			return
-		}
+	if w.unnamedInTime() {
+		w.mu.Unlock()
+		return
 	}
 	var late []int
 	waiting := w.claiming > 0 // (rejoinsPending: what the words hold back waits for its claims)

@@ -93,21 +93,38 @@ func (w *Owner) session(c *net.UnixConn, start time.Time) {
 	}
 }
 
-// handshakeDeadline sets the read deadline of c, accepted at start, for its handshake:
-// Options.Timeout from then, or from the owner's serving when it connected while the owner
-// waited for a pool to adopt (from the wait's end until it serves: moveDeadlines brings it to
-// the serving's then). Under w.mu, so that it never undoes a move.
+// handshakeDeadline sets the read deadline of c, accepted at start, for its handshake
+// (handshakeFrom). Under w.mu, so that it never undoes a move (moveDeadlines).
 func (w *Owner) handshakeDeadline(c *net.UnixConn, start time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	from := start
+	_ = c.SetReadDeadline(w.handshakeFrom(start).Add(w.timeout))
+}
+
+// handshakeFrom returns when the handshake of a connection accepted at start has its
+// Options.Timeout run from: its start, or the owner's serving when it connected while the owner
+// waited for a pool to adopt (the wait's end until it serves: moveDeadlines brings it to the
+// serving then). Called with w.mu held.
+func (w *Owner) handshakeFrom(start time.Time) time.Time {
 	switch {
 	case w.adopting && start.Before(w.adoptEnd):
-		from = w.adoptEnd
+		return w.adoptEnd
 	case start.Before(w.servedAt):
-		from = w.servedAt
+		return w.servedAt
 	}
-	_ = c.SetReadDeadline(from.Add(w.timeout))
+	return start
+}
+
+// unnamedInTime reports whether a connection accepted before the rejoins' deadline has not yet
+// said what it is (unnamed): it may still name a slot of the previous owner's, or claim what
+// the words hold back. Called with w.mu held.
+func (w *Owner) unnamedInTime() bool {
+	for _, at := range w.unnamed {
+		if at.Before(w.rejoinBy) {
+			return true
+		}
+	}
+	return false
 }
 
 // moveDeadlines gives the connections accepted while the owner waited for a pool to adopt,
@@ -140,11 +157,7 @@ func (w *Owner) waitServing(start time.Time) (serving bool, from time.Time) {
 			w.cond.Wait()
 		}
 	}
-	from = start
-	if start.Before(w.servedAt) {
-		from = w.servedAt
-	}
-	return !w.adopting && !w.closed, from
+	return !w.adopting && !w.closed, w.handshakeFrom(start)
 }
 
 // rejoinSession takes back a process of the previous owner of a pool this owner adopted, by
@@ -196,7 +209,7 @@ func (w *Owner) rejoinSession(c *net.UnixConn, cred *unix.Ucred, pool uint64, st
 		}
 	}
 	defer func() {
-		if waits || due { // cut off before its claims were decided
+		if due { // cut off before its claims were decided (a rejoin that waits is due)
 			w.mu.Lock()
 			ended()
 			w.mu.Unlock()
