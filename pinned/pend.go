@@ -176,8 +176,9 @@ func (o *streamOrder) freeAll(bufs []deferred, on *heap.Heap) error {
 //
 // A list that left them (Left, read in the section) never becomes the cache's, so that no cache
 // holds a forgotten stream's list once ForgetStream has returned (a cache that took its list
-// before it left keeps it, FreeAsync's fast path appending with no look, until a flush: drainPend
-// asks nothing through such a list): FreeAsync's fast path would take it
+// before it left keeps it, FreeAsync's fast path appending with no look, until it drains or
+// flushes: drainPend's streamq Idle reads the stream's refusal for such a list): FreeAsync's
+// fast path would take it
 // for the list of a new stream given the same handle, with no check, and its push (flush) would
 // free that stream's buffers at once, as a forgotten stream's (queue). ForgetStream flushes the
 // caches again after the forget when cached is not zero, which catches a cache that took the list
@@ -217,19 +218,12 @@ func (p *Pool) pendEmptied(s *shard) {
 // back on the shard's pages (heap.Heap.TryFreeHeld, or Pool.freeDeferred), with no event and
 // no lock; else, or when the driver refuses the stream, the cache goes on its list (flush), for
 // the reclaims, which place its point or find it lost (a refusal of the handle noted on the list
-// first: streamq's NoteRefused). A cache whose list has left the lists goes to the stream's
-// list in its place at once, asking nothing through the old one.
+// first: streamq's NoteRefused). A cache whose list has left the lists (FreeAsync's fast path
+// appends under it with no look) is asked through it all the same: streamq's Idle reads the
+// refusal noted on the stream's list in the lists, which the driver's query of a handle given
+// to a new stream since would not say.
 func (p *Pool) drainPend(s *shard) {
 	o := p.order
-	if s.pendL.Left() {
-		// The cache's list left the lists since the cache took it (retired by reclaims that did
-		// not flush this cache; FreeAsync's fast path appends under it with no look): a refusal
-		// of the handle is noted on the stream's newer list, which this one knows nothing of,
-		// and the driver may have given the handle to a new stream since. The buffers go where
-		// the push follows (flush), for the reclaims, which read that list's refusal.
-		p.flush(s)
-		return
-	}
 	if idle, err := o.lists.Idle(s.pendL); err != nil || !idle {
 		if err != nil {
 			// A refusal of the handle (the stream destroyed) is the list's before its buffers
