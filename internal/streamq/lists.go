@@ -118,8 +118,8 @@ type List[T any] struct {
 	gone           bool        // out of the lists: a push takes the stream's new list
 	left           atomic.Bool // gone, read without the list's lock (Left)
 	idle           int         // polls in a row that found it empty
-	// lostOpen is the number of open items when Poll last found the list lost (or a Release
-	// kept a list lost on a refused handle: keepRefused): the synchronize that follows
+	// lostOpen is the number of open items when Poll last found the list lost (or a Drain or
+	// Release kept a list lost on a refused handle: keepRefused): the synchronize that follows
 	// (Recover) covers those, not the ones pushed after them.
 	lostOpen int
 	// refused is the refusal of the stream's handle itself (pinmalloc.ErrInvalidHandle, said

@@ -104,7 +104,7 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 	}
 	if len(l.open) > 0 {
 		if l.refused != nil { // the handle may name another stream now: Recover answers
-			return done, pollLost, l.refused
+			return done, l.lose(), l.refused // its synchronize covers every open item now
 		}
 		idle, ev, borrowed, quiet, err := ls.pointFor(l)
 		if err != nil {

@@ -225,6 +225,9 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 			continue
 		}
 		if refused != nil { // a synchronize of the handle may be another stream's: Recover's
+			l.mu.Lock()
+			l.lostOpen = max(l.lostOpen, len(l.open)) // each pushed before Recover's synchronize
+			l.mu.Unlock()
 			ls.keepLost(l)
 			errs = append(errs, refused)
 			continue
