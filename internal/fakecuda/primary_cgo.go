@@ -262,11 +262,13 @@ func (p *primaryDriver) StreamDestroy(s cuda.Stream) error {
 	return result(C.pr_ptr(p.fn("cuStreamDestroy_v2"), C.uintptr_t(s)))
 }
 
-// EventCreate is cuEventCreate (timing disabled); EventQuery, EventDestroy: cuEventQuery,
-// cuEventDestroy_v2.
-func (p *primaryDriver) EventCreate() (cuda.Event, error) {
+// EventCreate is cuEventCreate (timing disabled); EventCreateFlags, cuEventCreate with the
+// flags given (CU_EVENT_*); EventQuery, EventDestroy: cuEventQuery, cuEventDestroy_v2.
+func (p *primaryDriver) EventCreate() (cuda.Event, error) { return p.EventCreateFlags(2) }
+
+func (p *primaryDriver) EventCreateFlags(flags uint32) (cuda.Event, error) {
 	var h C.uintptr_t
-	r := C.pr_create(p.fn("cuEventCreate"), &h, 2)
+	r := C.pr_create(p.fn("cuEventCreate"), &h, C.unsigned(flags))
 	return cuda.Event(h), result(r)
 }
 
