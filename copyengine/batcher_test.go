@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pinmalloc/pinmalloc"
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 
@@ -59,6 +61,17 @@ func hostMem(t testing.TB, dev *cuda.Device, n uintptr) uintptr {
 	}
 	t.Cleanup(func() { must(t, "MemFreeHost", dev.MemFreeHost(h)) })
 	return h
+}
+
+// pageableMem returns n bytes of pageable memory, unmapped at cleanup: memory no kernel
+// reaches (the fake's devices answer PAGEABLE_MEMORY_ACCESS 0), where cuMemHostAlloc memory,
+// mapped for every device whatever its flags (unified addressing), is reached.
+func pageableMem(t testing.TB, n int) uintptr {
+	t.Helper()
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	must(t, "mmap", err)
+	t.Cleanup(func() { must(t, "munmap", unix.Munmap(b)) })
+	return mem.Addr(b)
 }
 
 // devMem allocates n bytes of device memory.
@@ -336,9 +349,7 @@ func TestBatcherFaults(t *testing.T) {
 		return
 	}
 	host, d := hostMem(t, dev, 1<<20), devMem(t, dev, 1<<20)
-	unmapped, err := dev.MemHostAlloc(1<<16, 0) // pinned but not mapped for the device
-	must(t, "MemHostAlloc", err)
-	defer func() { must(t, "MemFreeHost", dev.MemFreeHost(unmapped)) }()
+	unmapped := pageableMem(t, 1<<16) // no kernel reaches it
 	src := mem.Bytes(host, 4096)
 	for i := range src {
 		src[i] = byte(i + 1)
@@ -366,7 +377,7 @@ func TestBatcherFaults(t *testing.T) {
 	// A source the device cannot reach faults the kernel when it runs: the launch succeeds,
 	// the synchronizing call reports the fault, and it is sticky, like a real context.
 	must(t, "Copy of a job that faults", kb.Copy([]Job{mkJob(d, unmapped, 64)}, 0))
-	err = dev.StreamSynchronize(0)
+	err := dev.StreamSynchronize(0)
 	if !errors.As(err, &r) || r != fakecuda.ResultIllegalAddress || f.StickyError() != fakecuda.ResultIllegalAddress {
 		t.Errorf("kernel fault: %v (sticky %d)", err, f.StickyError())
 	}

@@ -20,9 +20,7 @@ func TestDeviceFaultSentinel(t *testing.T) {
 	}
 	const n = 4096
 	host, d := hostMem(t, dev, n), devMem(t, dev, n)
-	unmapped, err := dev.MemHostAlloc(n, 0) // not mapped for the device
-	must(t, "MemHostAlloc", err)
-	t.Cleanup(func() { must(t, "MemFreeHost", dev.MemFreeHost(unmapped)) })
+	unmapped := pageableMem(t, n) // no kernel reaches it
 	b, err := New(public(dev), Options{Method: MethodKernel})
 	must(t, "New", err)
 	must(t, "Copy of a job that faults", b.Copy([]Job{mkJob(d, unmapped, 64)}, 0))

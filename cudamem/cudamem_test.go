@@ -584,8 +584,9 @@ func TestProvidersNeedADevice(t *testing.T) {
 }
 
 // TestFakeHostPortable: pinned host memory from a provider made on device 0 copies by DMA to
-// and from device 1 as well (registrations and host allocations are made PORTABLE: without it
-// the driver pins them for device 0's context only, and the fake refuses device 1's copies).
+// and from device 1 as well (registrations are made PORTABLE: without it the driver pins them
+// for device 0's context only, and the fake refuses device 1's copies; cuMemHostAlloc memory is
+// every context's under unified addressing, PORTABLE or not, and is allocated PORTABLE anyway).
 func TestFakeHostPortable(t *testing.T) {
 	f, d := fakecuda.RunDevice(t)
 	if f == nil {

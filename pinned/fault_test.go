@@ -4,11 +4,14 @@ import (
 	"errors"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/copyengine"
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -54,11 +57,14 @@ func TestFakeStreamCheckAfterFault(t *testing.T) {
 
 // faultKernel leaves the context's sticky error: a gather kernel, on a stream of its own, whose
 // job reads host memory the device cannot reach into device memory dst. It returns what gives
-// back the kernel's batcher and host block, once the test has cleared the error.
+// back the kernel's batcher and host memory, once the test has cleared the error.
 func (r *asyncRig) faultKernel(dst cuda.DevicePtr) (release func()) {
 	r.t.Helper()
-	unmapped, err := r.dev.MemHostAlloc(1<<16, 0) // pinned, not mapped for the device
-	ok(r.t, "MemHostAlloc", err)
+	// Pageable memory, which no kernel reaches (the fake's devices answer PAGEABLE_MEMORY_ACCESS
+	// 0; cuMemHostAlloc memory, mapped for every device whatever its flags, a kernel reaches).
+	buf, err := unix.Mmap(-1, 0, 1<<16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	ok(r.t, "mmap", err)
+	unmapped := mem.Addr(buf)
 	kb, err := copyengine.New(public(r.dev), copyengine.Options{Method: copyengine.MethodKernel})
 	ok(r.t, "copyengine.New", err)
 	side := r.stream()
@@ -69,6 +75,6 @@ func (r *asyncRig) faultKernel(dst cuda.DevicePtr) (release func()) {
 	}
 	return func() {
 		ok(r.t, "Batcher Close", kb.Close())
-		ok(r.t, "MemFreeHost", r.dev.MemFreeHost(unmapped))
+		ok(r.t, "munmap", unix.Munmap(buf))
 	}
 }

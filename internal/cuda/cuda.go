@@ -105,7 +105,11 @@ type Event = uintptr
 // MemCreate.
 type MemHandle = uint64
 
-// Flags for MemHostAlloc (CU_MEMHOSTALLOC_*).
+// Flags for MemHostAlloc (CU_MEMHOSTALLOC_*). On a device with unified addressing (every
+// 64-bit platform CUDA supports) cuMemHostAlloc memory is every context's, and its host address
+// is its device address, with or without HostAllocPortable and HostAllocDeviceMap (the driver
+// API's Unified Addressing section; write-combined memory's device address is another);
+// MemHostGetDevicePointer still needs HostAllocDeviceMap.
 const (
 	// HostAllocPortable makes the allocation pinned for every context, not only the caller's.
 	HostAllocPortable uint32 = 0x1

@@ -645,12 +645,14 @@ func TestAsyncKernelReadsJobsAtRun(t *testing.T) {
 		t.Error("the kernel did not run the jobs the array held when it ran")
 	}
 
-	jobArray(jobs, [3]uint64{uint64(x.dev), uint64(x.host), 64}) // not mapped for the device
+	pageable := make([]uint64, 8) // the device cannot reach it (x.host, cuMemHostAlloc memory, it can)
+	jobArray(jobs, [3]uint64{uint64(x.dev), uint64(mem.WordsAddr(pageable)), 64})
 	must(t, "a launch that will fault", d.LaunchKernel(fn, one, block, 0, x.s, uint64(jobs), 1))
 	if f.StickyError() != 0 {
 		t.Error("the kernel faulted at the launch")
 	}
 	wantCode(t, "StreamSynchronize after a faulting launch", d.StreamSynchronize(x.s), ResultIllegalAddress)
+	runtime.KeepAlive(pageable)
 	f.ClearStickyError()
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
@@ -92,14 +94,18 @@ func TestFakeKernel(t *testing.T) {
 	must(t, "MemAlloc", err)
 	host, err := d.MemHostAlloc(2*n, cuda.HostAllocDeviceMap)
 	must(t, "MemHostAlloc", err)
-	unmapped, err := d.MemHostAlloc(n, 0)
-	must(t, "MemHostAlloc unmapped", err)
+	// Pageable memory, which no kernel reaches (the fake's devices answer PAGEABLE_MEMORY_ACCESS
+	// 0; cuMemHostAlloc memory made without DEVICEMAP is mapped for every device: unified
+	// addressing, TestHostAllocUnifiedAddressing).
+	pageable, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	must(t, "mmap", err)
+	unmapped := mem.Addr(pageable)
 	jobs, err := d.MemHostAlloc(4096, cuda.HostAllocDeviceMap)
 	must(t, "MemHostAlloc jobs", err)
 	defer func() {
 		must(t, "MemFree", d.MemFree(dev))
 		must(t, "MemFreeHost", d.MemFreeHost(host))
-		must(t, "MemFreeHost", d.MemFreeHost(unmapped))
+		must(t, "munmap", unix.Munmap(pageable))
 		must(t, "MemFreeHost", d.MemFreeHost(jobs))
 	}()
 	src := mem.Bytes(host, n)
@@ -162,7 +168,7 @@ func TestFakeKernel(t *testing.T) {
 	f.FailLaunch(1, ResultLaunchFailed)
 	wantCode(t, "injected launch failure", d.LaunchKernel(fn, one, block, 0, s, uint64(jobs), 1), ResultLaunchFailed)
 
-	// A job touching host memory not mapped for the device faults when the kernel runs (the
+	// A job touching host memory the device cannot reach faults when the kernel runs (the
 	// launch succeeds, the synchronizing call reports it, as on a GPU), and the fault is sticky.
 	faults := func(what string, jobs uintptr, code int) {
 		t.Helper()

@@ -97,9 +97,10 @@ func TestRegistrationRules(t *testing.T) {
 	must(t, "MemAddressFree", d.MemAddressFree(va, gran))
 }
 
-// TestPortableRule: registered and host-allocated memory without the PORTABLE flag is pinned
-// for the context that made it only: another device's copy, kernel and device pointer of it are
-// refused; with PORTABLE every device's are allowed (and counted pinned).
+// TestPortableRule: registered memory without the PORTABLE flag is pinned for the context that
+// made it only: another device's copy, kernel and device pointer of it are refused; with
+// PORTABLE every device's are allowed (and counted pinned). cuMemHostAlloc memory is every
+// context's whatever its flags (D, Unified Addressing): TestHostAllocUnifiedAddressing.
 func TestPortableRule(t *testing.T) {
 	f, d := RunDevice(t)
 	if f == nil {
@@ -132,42 +133,28 @@ func TestPortableRule(t *testing.T) {
 		f.ClearStickyError()
 		return err
 	}
-	for _, m := range []struct {
-		name  string
-		alloc func(flags uint32) (uintptr, func() error)
-	}{
-		{"registered", func(flags uint32) (uintptr, func() error) {
-			must(t, "MemHostRegister", d.MemHostRegister(mem.Addr(buf), gran, flags))
-			return mem.Addr(buf), func() error { return d.MemHostUnregister(mem.Addr(buf)) }
-		}},
-		{"host-allocated", func(flags uint32) (uintptr, func() error) {
-			h, err := d.MemHostAlloc(gran, flags)
-			must(t, "MemHostAlloc", err)
-			return h, func() error { return d.MemFreeHost(h) }
-		}},
-	} {
-		h, free := m.alloc(deviceMap)
-		wantErr(t, m.name+" without PORTABLE: device 1's copy", d1.MemcpyHtoD(dst, h, 4096), pinmalloc.ErrInvalidValue)
-		if _, err := d1.MemHostGetDevicePointer(h); !errors.Is(err, pinmalloc.ErrInvalidValue) {
-			t.Errorf("%s without PORTABLE: device 1's device pointer: %v", m.name, err)
-		}
-		if _, err := d.MemHostGetDevicePointer(h); err != nil {
-			t.Errorf("%s without PORTABLE: its own device's device pointer: %v", m.name, err)
-		}
-		wantCode(t, m.name+" without PORTABLE: device 1's kernel", kernel(h), ResultIllegalAddress)
-		must(t, "free", free())
-		h, free = m.alloc(deviceMap | portable)
-		pinned := f.Stat(PinnedCopies)
-		must(t, m.name+" PORTABLE: device 1's copy", d1.MemcpyHtoD(dst, h, 4096))
-		if f.Stat(PinnedCopies) != pinned+1 {
-			t.Errorf("%s PORTABLE: device 1's copy not counted pinned", m.name)
-		}
-		if _, err := d1.MemHostGetDevicePointer(h); err != nil {
-			t.Errorf("%s PORTABLE: device 1's device pointer: %v", m.name, err)
-		}
-		must(t, m.name+" PORTABLE: device 1's kernel", kernel(h))
-		must(t, "free", free())
+	h := mem.Addr(buf)
+	must(t, "MemHostRegister", d.MemHostRegister(h, gran, deviceMap))
+	wantErr(t, "registered without PORTABLE: device 1's copy", d1.MemcpyHtoD(dst, h, 4096), pinmalloc.ErrInvalidValue)
+	if _, err := d1.MemHostGetDevicePointer(h); !errors.Is(err, pinmalloc.ErrInvalidValue) {
+		t.Errorf("registered without PORTABLE: device 1's device pointer: %v", err)
 	}
+	if _, err := d.MemHostGetDevicePointer(h); err != nil {
+		t.Errorf("registered without PORTABLE: its own device's device pointer: %v", err)
+	}
+	wantCode(t, "registered without PORTABLE: device 1's kernel", kernel(h), ResultIllegalAddress)
+	must(t, "MemHostUnregister", d.MemHostUnregister(h))
+	must(t, "MemHostRegister", d.MemHostRegister(h, gran, deviceMap|portable))
+	pinned := f.Stat(PinnedCopies)
+	must(t, "registered PORTABLE: device 1's copy", d1.MemcpyHtoD(dst, h, 4096))
+	if f.Stat(PinnedCopies) != pinned+1 {
+		t.Error("registered PORTABLE: device 1's copy not counted pinned")
+	}
+	if _, err := d1.MemHostGetDevicePointer(h); err != nil {
+		t.Errorf("registered PORTABLE: device 1's device pointer: %v", err)
+	}
+	must(t, "registered PORTABLE: device 1's kernel", kernel(h))
+	must(t, "MemHostUnregister", d.MemHostUnregister(h))
 }
 
 // TestUnmapFreesReleasedHandle: a cuMemUnmap that frees a handle released while mapped (its
