@@ -110,20 +110,21 @@ func (w *Owner) adopt(fds []int) error {
 	if !c.matches(pool, l, boolWord(vmm)) {
 		return abandon(sp, w.dev, fmt.Errorf("%w: the control region changed as it was adopted", ErrProtocol))
 	}
-	w.mu.Lock()
-	w.table, w.procs = make([]grantState, l.grants()), make([]slotState, l.slots)
 	old := c.slotLoad(0, sSerial)
-	w.hello = hello{pool: pool, slot: 0, serial: nextOwnerSerial(&c, old), layout: l, ctlSize: ctlSize,
+	h := hello{pool: pool, slot: 0, serial: nextOwnerSerial(&c, old), layout: l, ctlSize: ctlSize,
 		vmm: vmm, epoch: c.load(hOwnerEpoch) + 1}
-	w.mu.Unlock()
-	p, err := newProcess(w.hello, sp, ownerGranter{w, w.timeout}, processConfig{pool: w.po, drain: w.o.DrainInterval, dev: w.dev})
+	p, err := newProcess(h, sp, ownerGranter{w, w.timeout}, processConfig{pool: w.po, drain: w.o.DrainInterval, dev: w.dev})
 	if err != nil {
+		// Nothing of the donor's pool is installed yet: the pool made if no other donor
+		// comes has the Options' geometry.
 		return abandon(sp, w.dev, err)
 	}
 	lines := readSlots(&c)
 	w.mu.Lock()
+	// The donor's geometry, once the adoption can no longer fail.
+	w.table, w.procs, w.hello = make([]grantState, l.grants()), make([]slotState, l.slots), h
 	w.Process, p.owner = p, w
-	w.rebuild(old, w.hello.serial, lines)
+	w.rebuild(old, h.serial, lines)
 	c.store(hOwnerPid, uint64(os.Getpid()))
 	c.store(hOwnerEpoch, w.hello.epoch)
 	w.servedAt = time.Now()

@@ -75,9 +75,18 @@ type processConfig struct {
 	dev   *cuda.Device
 }
 
+// newProcessFails, set by tests only, is asked as newProcess begins, with its hello: an error
+// it returns is newProcess's, as a pinned.New that refuses (an adoption that fails there).
+var newProcessFails func(h hello) error
+
 // newProcess builds a process's pool over the mapped pool sp (start starts its drainer). On
 // error it closes what it made but not sp.
 func newProcess(h hello, sp *space, g granter, cfg processConfig) (*Process, error) {
+	if newProcessFails != nil {
+		if err := newProcessFails(h); err != nil {
+			return nil, err
+		}
+	}
 	p := &Process{layout: h.layout, id: h.pool, slot: h.slot, serial: h.serial, c: sp.ctl(), sp: sp, dev: cfg.dev,
 		ex: newExportState(h.exports), every: cfg.drain, stop: make(chan struct{}), done: make(chan struct{})}
 	if p.every <= 0 {

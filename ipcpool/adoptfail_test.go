@@ -1,0 +1,92 @@
+package ipcpool
+
+import (
+	"errors"
+	"net"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// An adoption that fails as it builds the owner's process (newProcess: a pinned.New that
+// refuses) leaves nothing of the donor's pool behind: when no other donor comes, the pool Serve
+// makes has the Options' geometry, as Options.Adopt says (the other options' geometry is the
+// adopted pool's only when a pool is adopted). (adopt installed the donor's tables, slots and
+// layout before newProcess and left them when it failed: the new pool took the donor's Size
+// and Slots.)
+func TestFailedAdoptionKeepsTheOptionsGeometry(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	// The donor's pool: 6 MiB and 2 slots, where the Options say 4 MiB and DefaultSlots.
+	l := layout{regions: 3, regionSize: 2 << 20, grantSize: 2 << 20, slots: 2, ringCap: 4, exports: 4}
+	const pool = 77
+	fds := memfds(t, l.ctlBytes(), l.regionSize, l.regionSize, l.regionSize)
+	base, err := mapCtl(fds[0], l.ctlBytes())
+	must(t, "map", err)
+	t.Cleanup(func() { _ = unmap(base, l.ctlBytes()) })
+	c := newCtl(l, words(base, l.ctlBytes()))
+	c.writeHeader(pool, 0)
+	c.slotStore(1, sSerial, 1)
+	var refused atomic.Bool
+	newProcessFails = func(h hello) error {
+		if h.pool != pool {
+			return nil // the new pool's
+		}
+		refused.Store(true)
+		return errors.New("the test refuses the adopted pool's process")
+	}
+	t.Cleanup(func() { newProcessFails = nil }) // after the owner's Close
+	o := Options{Size: 4 << 20, Adopt: 2 * time.Second, Timeout: time.Second, FallbackPageable: true}
+	want, err := o.layout()
+	must(t, "layout", err)
+	served := make(chan *Owner, 1)
+	go func() {
+		w, err := Serve(path, o)
+		if err != nil {
+			t.Error(err)
+		}
+		served <- w
+	}()
+	var w *Owner
+	t.Cleanup(func() {
+		if w == nil {
+			w = <-served
+		}
+		if w != nil {
+			must(t, "owner Close", w.Close())
+		}
+	})
+	var conn *net.UnixConn
+	waitFor(t, func() bool {
+		nc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		conn = nc
+		return err == nil
+	})
+	defer conn.Close()
+	must(t, "intro", writeMsg(conn, msg{op: opIntro, flags: introRejoin, seq: wireVersion, a: ctlMagic, b: pool}, time.Second))
+	must(t, "rejoin", writeMsg(conn, msg{op: opRejoin, a: 1, b: 1}, time.Second))
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	m, err := readMsg(conn)
+	if err != nil || m.op != opReply || m.a != stDonate {
+		t.Fatalf("the owner's answer to a rejoin: %+v %v, want stDonate", m, err)
+	}
+	b := msg{op: opDonate}.encode()
+	must(t, "donate", sendFds(conn, b[:], fds, time.Second))
+	if m, err := readMsg(conn); err == nil {
+		t.Fatalf("the owner adopted a pool whose process it could not build: it answered %+v", m)
+	}
+	if w = <-served; w == nil {
+		t.FailNow()
+	}
+	if !refused.Load() {
+		t.Fatal("the owner never built the adopted pool's process")
+	}
+	ps := w.SharedStats().Pool
+	if w.ID() == pool || ps.Size != int(want.poolBytes()) || w.Process.slots != want.slots || len(w.procs) != want.slots ||
+		len(w.table) != want.grants() {
+		t.Fatalf("after an adoption that failed, the new pool %x has %d bytes, %d slots (%d in the owner's table, "+
+			"%d grants): want the Options' %d bytes and %d slots (%d grants), not the donor's %d and %d",
+			w.ID(), ps.Size, w.Process.slots, len(w.procs), len(w.table), want.poolBytes(), want.slots, want.grants(),
+			l.poolBytes(), l.slots)
+	}
+}
