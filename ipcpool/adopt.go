@@ -67,6 +67,12 @@ func (w *Owner) donated(c *net.UnixConn) (bool, error) {
 	if w.Process != nil {
 		return true, nil
 	}
+	w.mu.Lock()
+	closed := w.closed
+	w.mu.Unlock()
+	if closed { // Serve failed to make a pool: nothing is adopted after it
+		return false, fmt.Errorf("%w: the owner failed to serve", ErrClosed)
+	}
 	if err := writeMsg(c, msg{op: opReply, a: stDonate}, w.timeout); err != nil {
 		return false, err
 	}

@@ -90,3 +90,60 @@ func TestFailedAdoptionKeepsTheOptionsGeometry(t *testing.T) {
 			l.poolBytes(), l.slots)
 	}
 }
+
+// Serve that fails to make its pool after waiting for one to adopt returns its error, even
+// when a process of the previous owner came to rejoin meanwhile, and that process is cut off,
+// not asked for the pool's descriptors: nothing is adopted once Serve failed. (Serve held the
+// adoption's lock as it waited for its sessions to end, and the rejoin's session waited for
+// that lock to ask for the descriptors: Serve never returned.)
+func TestServeFailingAfterTheAdoptWaitReturns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	started := make(chan struct{}, 1)
+	sessionStarts = func() {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+	}
+	refused := errors.New("the test refuses the new pool's process")
+	var conn *net.UnixConn
+	newProcessFails = func(hello) error {
+		// The wait to adopt is over, and Serve makes a new pool: a rejoin comes now.
+		var err error
+		conn, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			return err
+		}
+		if err := writeMsg(conn, msg{op: opIntro, flags: introRejoin, seq: wireVersion, a: ctlMagic, b: 77}, time.Second); err != nil {
+			return err
+		}
+		if err := writeMsg(conn, msg{op: opRejoin, a: 1, b: 1}, time.Second); err != nil {
+			return err
+		}
+		<-started // accepted: Serve's end waits for its session
+		return refused
+	}
+	t.Cleanup(func() { sessionStarts, newProcessFails = nil, nil })
+	served := make(chan error, 1)
+	go func() {
+		w, err := Serve(path, Options{Size: 4 << 20, Adopt: 100 * time.Millisecond, Timeout: time.Second, FallbackPageable: true})
+		if w != nil {
+			_ = w.Close()
+		}
+		served <- err
+	}()
+	select {
+	case err := <-served:
+		if conn == nil || !errors.Is(err, refused) {
+			t.Fatalf("Serve whose new pool failed: %v (rejoin connected: %v), want the failure", err, conn != nil)
+		}
+		defer conn.Close()
+		// Nor is the rejoin asked for the pool: an owner that serves nothing would adopt it.
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if m, err := readMsg(conn); err == nil {
+			t.Fatalf("the rejoin, after Serve failed, was answered %+v: want it cut off", m)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve whose new pool failed, a rejoin waiting to donate the pool, has not returned in 20s")
+	}
+}

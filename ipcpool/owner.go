@@ -135,11 +135,22 @@ func Serve(path string, o Options) (*Owner, error) {
 		}
 	}
 	w.adoptMu.Lock()
-	defer w.adoptMu.Unlock()
 	if w.Process != nil { // adopted as the wait ended
+		w.adoptMu.Unlock()
 		return w, nil
 	}
-	if err := w.fresh(); err != nil {
+	err = w.fresh()
+	if err != nil {
+		// No pool, and none adopted from now on: a rejoin's session waiting for the adoption's
+		// lock (donated) ends, and so may the wait for the sessions below.
+		w.mu.Lock()
+		w.closed = true
+		close(w.done)
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	}
+	w.adoptMu.Unlock()
+	if err != nil {
 		if w.ln != nil {
 			w.closeListener()
 			w.wg.Wait()
