@@ -609,3 +609,39 @@ func stalledGet(ctx context.Context, t *testing.T, w2 *Worker, c1 *Conn, b1 []by
 		w2.mu.Unlock()
 	}
 }
+
+// TestPutAfterRegistrationCloseRefused: a put by message whose target region is deregistered
+// (Registration.Close) between the check of its range and the copy of its bytes is refused,
+// its bytes never copied: the target checked the region when the put came, held the buffer,
+// then copied without looking again, so the put landed after Close had returned. Here the
+// owner closes the registration at that moment (targetHook), the buffer still live.
+func TestPutAfterRegistrationCloseRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, target, r1, r2, c1, _ := connectedPair(t, ctx)
+	dst := liveBuffer(t, r2, putPart) // one message (putPart)
+	clear(dst)
+	d := describe(t, r2, dst)
+	src := liveBuffer(t, r1, putPart)
+	fill(src, 9)
+	var closed error
+	target.mu.Lock()
+	target.targetHook = func() {
+		closed = r2.Close()
+		target.targetHook = nil
+	}
+	target.mu.Unlock()
+	err := c1.Put(ctx, src, d)
+	target.mu.Lock() // the hook ran before the progress goroutine took it to copy
+	closedErr := closed
+	target.mu.Unlock()
+	if closedErr != nil {
+		t.Fatalf("the registration's Close: %v", closedErr)
+	}
+	if !errors.Is(err, ErrDescriptor) {
+		t.Fatalf("a put whose target region was deregistered before its copy: %v, want ErrDescriptor", err)
+	}
+	if n := len(dst) - bytes.Count(dst, []byte{0}); n > 0 {
+		t.Fatalf("the put landed after the registration's Close returned: %d of its %d bytes written", n, len(dst))
+	}
+}

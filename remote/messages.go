@@ -703,9 +703,9 @@ func (w *Worker) takeUnheld() []pendingAnswer {
 
 // holdAnswers holds the buffers of batch (takeUnheld) with the mutex let go, then copies the
 // puts' bytes into place and acknowledges them, and posts the gets' answers, holding their
-// buffers until sent; those whose buffer could not be held (freed meanwhile), and the answers
-// whose region was deregistered meanwhile, are refused, without bytes. By the progress
-// goroutine, not under mu.
+// buffers until sent; those whose buffer could not be held (freed meanwhile), or whose region
+// was deregistered meanwhile, are refused, without bytes. By the progress goroutine, not under
+// mu.
 func (w *Worker) holdAnswers(batch []pendingAnswer) {
 	for i := range batch {
 		a := &batch[i]
@@ -721,7 +721,9 @@ func (w *Worker) holdAnswers(batch []pendingAnswer) {
 		switch {
 		case a.c.state != connOpen:
 			w.unhold(a.hold) // its peer's transfer failed with the connection
-		case a.hold == (localHold{}) || !a.put && w.byID[a.lr.id] != a.lr:
+		case a.hold == (localHold{}) || w.byID[a.lr.id] != a.lr:
+			// Deregistered meanwhile (Registration.Close): checked here, under mu after the
+			// hold, which Unmapping takes too, so nothing lands once Close has returned.
 			w.unhold(a.hold)
 			refuseAnswer(&a.op)
 			w.postAnswer(a.c, a.op, nil, localHold{})

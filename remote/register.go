@@ -225,7 +225,9 @@ func (r *Registration) Regions() int {
 }
 
 // Close deregisters every region and stops observing the pool (which stays usable). It
-// refuses with ErrBusy while a transfer of this worker uses one of its buffers.
+// refuses with ErrBusy while a transfer of this worker uses one of its buffers. A peer's put by
+// message that has not landed when it returns is refused (ErrDescriptor at the peer), as is a
+// get by message not yet posted for sending.
 func (r *Registration) Close() error { return r.close(false) }
 
 func (r *Registration) close(force bool) error {
