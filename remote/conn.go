@@ -369,8 +369,10 @@ func (w *Worker) tooLarge(c *Conn, n int) error {
 // one asks for it), or on the endpoint of a connection (its peer said hello already), is
 // dropped: a client of a listener, which need not know this worker's address, makes it connect
 // to none. One exception: a hello on the endpoint of this worker's Dial still waiting for its
-// answer, from the worker it dialed, is that worker's Dial crossing this one (crossed). Under
-// mu.
+// answer, from the worker it dialed, is that worker's Dial crossing this one (crossed). A
+// Dial's hello is dropped, no endpoint made, while maxUnclosed endpoint closes wait for a control
+// slot: a flood of them, each failing with its acknowledgement unsent, grew the closes waiting
+// (and their endpoints and connections) without bound. Under mu.
 func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 	g, ok := parseGreeting(body, true)
 	if !ok || w.closing || replyEp == 0 {
@@ -387,6 +389,10 @@ func (w *Worker) hello(replyEp ucx.Ep, body []byte) {
 		c = newConn(w, replyEp, acceptedName(pe.l, pe.client))
 		into = pe.l.accepted
 	} else if len(g.addr) > 0 {
+		if len(w.unclosed) >= w.unclosedBound { // a flood of dials: no endpoint for it (maxUnclosed)
+			w.logf("remote: refused the dial of %s: %d endpoint closes wait for a slot", dialerName(g), len(w.unclosed))
+			return
+		}
 		ep, err := w.uw.ConnectAddress(g.addr)
 		if err != nil {
 			w.logf("remote: refused the dial of %s: %v", dialerName(g), err)

@@ -132,11 +132,12 @@ func (w *Worker) closeUnaccepted(accepted chan *Conn, by string) {
 }
 
 // connRequest accepts a connection request of the listener tagged tag: the endpoint waits for
-// the client's hello. The client's address, for the connection's name, is asked once here. Under
-// mu.
+// the client's hello. The client's address, for the connection's name, is asked once here. It
+// is rejected while maxPending endpoints wait for a hello, or maxUnclosed endpoint closes wait
+// for a control slot. Under mu.
 func (w *Worker) connRequest(r ucx.ConnRequest, tag uint64) {
 	l := w.lis[tag]
-	if l == nil || w.closing || len(w.pending) >= maxPending {
+	if l == nil || w.closing || len(w.pending) >= maxPending || len(w.unclosed) >= w.unclosedBound {
 		if l != nil {
 			_ = w.uw.Reject(l.l, r)
 		}

@@ -66,6 +66,10 @@ const (
 	evSlack         = 1 << 10   // beyond a message's bytes, what its event in the callbacks' queue takes, at most
 	maxControl      = 64 << 10  // the body of a message of the protocol's own: a hello's, with a worker's address (hundreds of bytes)
 	closeWait       = 10 * time.Second
+	// maxUnclosed: endpoint closes waiting for a control slot (Worker.unclosed) past which the
+	// worker makes no endpoint for a new connection (a Dial's hello, a listener's client): each
+	// would fail with its acknowledgement, none sent, and wait to close too.
+	maxUnclosed = controlSlots
 )
 
 // Worker is a UCX context and worker of this process: the pools and heaps registered with it
@@ -104,6 +108,7 @@ type Worker struct {
 	queue         []*Transfer     // started, with operations not yet posted (no slot was free)
 	answers       []*Conn         // connections with answers waiting for a slot (Conn.answers), in turn
 	unclosed      []pendingClose  // endpoint closes waiting for a control slot (closeWaiting)
+	unclosedBound int             // maxUnclosed (tests lower it)
 	unheld        []pendingAnswer // answers to gets waiting for their buffer's hold (holdAnswers)
 	unholds       []localHold     // holds of answers that ended, to release out of mu (releaseHolds)
 	unheldSpare   []pendingAnswer // the progress goroutine's: unheld's other buffer
@@ -261,6 +266,7 @@ func New(o Options) (*Worker, error) {
 	w.connAnswers = max(1, o.MaxInFlight/answerShare)
 	w.answerBound = maxQueuedAnswers
 	w.answersBound = answersWorker
+	w.unclosedBound = maxUnclosed
 	w.putPart = putPart
 	w.getMax = getPart
 	w.uw.LimitData(dataMax)
