@@ -28,7 +28,12 @@ import "fmt"
 // UCX would act on: endpoint addresses (ucp_worker_get_address packs none, and their lane
 // indexes name lanes of an endpoint not yet made), more transports than UCP_MAX_RESOURCES, header
 // flags UCX 1.13 does not define, bytes after the last device, and an address beyond
-// MaxAddressLen. In UCX's unified mode (UCX_UNIFIED_MODE) transports carry no lengths (the
+// MaxAddressLen; and what UCX 1.13 takes unchecked and then indexes memory by: a device's
+// memory-domain index of UCP_MAX_MDS (64) or more (up to 126 in a version-2 address, 255 with
+// its extension byte), by which ucp_ep_create's lane selection indexes a 64-entry array on the
+// stack (ucp_wireup_get_reachable_mds) and shifts 64-bit maps; and more than UCP_MAX_RESOURCES
+// devices, whose number (a byte, counting devices without transports too) indexes an array of
+// that many on the stack (ucp_wireup_add_bw_lanes). In UCX's unified mode (UCX_UNIFIED_MODE) transports carry no lengths (the
 // receiver takes them from its own interfaces), so no address can be checked: the worker finds
 // so when its own address does not pass, and ConnectAddress then refuses every address.
 
@@ -58,6 +63,7 @@ const (
 	addrAttrV1        = 16  // ucp_address_packed_iface_attr_t
 	addrAttrV2        = 8   // ucp_address_v2_packed_iface_attr_t
 	maxResources      = 128 // UCP_MAX_RESOURCES
+	maxMDs            = 64  // UCP_MAX_MDS: min(UCP_MD_INDEX_BITS, UCP_MAX_RESOURCES)
 )
 
 // CheckAddress reports, with an error wrapping Status(-7) (UCS_ERR_INVALID_ADDR), whether
@@ -135,14 +141,21 @@ func CheckAddress(addr []byte) error {
 			}
 			return int(v), true
 		}
-		transports := 0
+		transports, devices := 0, 0
 		for last := false; !last; {
+			if devices++; devices > maxResources {
+				return addrErr("more than %d devices", maxResources)
+			}
 			md, ok := next()
 			if !ok {
 				return truncated("a device's memory domain")
 			}
-			if _, ok := extended(md, mdMask); !ok {
+			mdIndex, ok := extended(md, mdMask)
+			if !ok {
 				return truncated("a device's memory domain")
+			}
+			if mdIndex >= maxMDs {
+				return addrErr("memory domain %d at byte %d (UCX has %d at most)", mdIndex, p-1, maxMDs)
 			}
 			dl, ok := next()
 			if !ok {

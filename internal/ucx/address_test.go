@@ -94,6 +94,9 @@ func FuzzCheckAddress(f *testing.F) {
 	f.Add([]byte{0})
 	f.Add([]byte{1, 0, 0xff})
 	f.Add([]byte{0x20, 1, 2, 3, 4, 5, 6, 7, 8, 0xff})
+	f.Add(v2Address(0, 5))
+	f.Add(v2Address(0, 0x7f, 200)) // a memory domain beyond UCP_MAX_MDS (TestCheckAddressMDIndex)
+	f.Add(v2Address(maxResources, 0))
 	f.Fuzz(func(t *testing.T, a []byte) {
 		if CheckAddress(a) != nil {
 			return
@@ -107,4 +110,51 @@ func FuzzCheckAddress(f *testing.F) {
 			}
 		}
 	})
+}
+
+// v2Address returns a version-2 worker address (its uuid only in the header) of devices
+// devices without transports, then one with a transport, whose memory-domain index is md (one
+// byte, or two where the first is 0x7f, the extension).
+func v2Address(devices int, md ...byte) []byte {
+	a := []byte{addrV2, addrFlagUUID, 1, 2, 3, 4, 5, 6, 7, 8}
+	for range devices {
+		a = append(a, addrMDEmpty, 0) // no transport, no device address
+	}
+	a = append(a, md...)
+	a = append(a, addrLast|4, 127, 0, 0, 1) // the last device: 4 bytes of address
+	a = append(a, 0x34, 0x12)               // a transport's name checksum
+	a = append(a, make([]byte, addrAttrV2)...)
+	return append(a, addrLast|2, 0x12, 0x34) // the last transport: 2 bytes of address
+}
+
+// TestCheckAddressMDIndex: a device's memory-domain index at or beyond UCP_MAX_MDS (64) is
+// refused: UCX 1.13 takes it unchecked (up to 126 in a version-2 address, 255 with its
+// extension byte) and indexes a 64-entry array on the stack by it (ucp_wireup_get_reachable_mds,
+// ae_cmpts) and shifts 64-bit maps by it, where CheckAddress accepted any. So is an address of
+// more than UCP_MAX_RESOURCES (128) devices: UCX counts a device's use in an array of 128 on the
+// stack indexed by the device's number, a byte (ucp_wireup_add_bw_lanes).
+func TestCheckAddressMDIndex(t *testing.T) {
+	for _, md := range [][]byte{{0}, {5}, {63}, {0x7f, 0}, {0x7f, 63}} {
+		if a := v2Address(0, md...); CheckAddress(a) != nil {
+			t.Fatalf("memory domain %v: %v (% x)", md, CheckAddress(a), a)
+		}
+	}
+	for _, md := range [][]byte{{64}, {126}, {0x7f, 64}, {0x7f, 200}, {0x7f, 255}} {
+		if err := CheckAddress(v2Address(0, md...)); !errors.Is(err, pinmalloc.ErrInvalid) {
+			t.Fatalf("memory domain %v: %v, want ErrInvalid", md, err)
+		}
+	}
+	empty := []byte{addrV2, addrFlagUUID, 1, 2, 3, 4, 5, 6, 7, 8, addrMDEmpty | 64, addrLast} // one device, without transports
+	if err := CheckAddress(empty); !errors.Is(err, pinmalloc.ErrInvalid) {
+		t.Fatalf("memory domain 64 of a device without transports: %v, want ErrInvalid", err)
+	}
+	if err := CheckAddress(append(empty[:10:10], addrMDEmpty|63, addrLast)); err != nil {
+		t.Fatalf("memory domain 63 of a device without transports: %v", err)
+	}
+	if err := CheckAddress(v2Address(maxResources-1, 0)); err != nil {
+		t.Fatalf("%d devices: %v", maxResources, err)
+	}
+	if err := CheckAddress(v2Address(maxResources, 0)); !errors.Is(err, pinmalloc.ErrInvalid) {
+		t.Fatalf("%d devices: %v, want ErrInvalid", maxResources+1, err)
+	}
 }
