@@ -115,6 +115,9 @@ type Arena struct {
 	reporter Reporter
 	log      *slog.Logger
 	lend     *lending // the provider's Lender (lend.go), or nil
+	// fixedBase and fixedEnd: over a region fixed in place (External), where it starts and
+	// ends, known before it is reserved (MaxSpan); both 0 otherwise.
+	fixedBase, fixedEnd uintptr
 
 	workers    int           // Options.CommitWorkers (workers.go)
 	threaded   Threaded      // the provider's thread setup, or nil
@@ -186,6 +189,10 @@ func New(o Options) (*Arena, error) {
 		a.capac = min(a.capac, a.lend.size)
 		a.maxIDs = int(a.lend.size >> shift)
 	}
+	if f, ok := o.Provider.(fixedPlace); ok {
+		base, size := f.fixedRegion()
+		a.fixedBase, a.fixedEnd = base, base+size
+	}
 	a.clock.Timed = o.PurgeDelay >= 0 && (caps.Decommits || caps.Releases && a.lend != nil)
 	a.retries = o.PurgeDelay >= 0
 	a.zeroer, _ = o.Provider.(Zeroer)
@@ -243,6 +250,26 @@ func (a *Arena) ChunkBase(id ChunkID) (uintptr, bool) {
 	return 0, false
 }
 
+// MaxSpan returns the most bytes one Alloc or Reserve aligned to alignment (a power of two)
+// can ever get from the arena, however much of it is free: its capacity, or less over an
+// External region, which lies where its owner placed it: what of the region lies past its
+// first address so aligned (and aligned to Options.Align). It is 0 for an alignment beyond the
+// capacity. A request above it fails with ErrCapacity at once; a heap refuses it as too large
+// where one that finds no room now is out of memory.
+func (a *Arena) MaxSpan(alignment uintptr) uintptr {
+	if alignment > a.capac {
+		return 0
+	}
+	if a.fixedEnd == 0 {
+		return a.capac
+	}
+	base, err := align.Up(a.fixedBase, max(alignment, a.align)) // the grid's first address so aligned
+	if err != nil || base >= a.fixedEnd {
+		return 0
+	}
+	return min(a.capac, a.fixedEnd-base)
+}
+
 // Alloc hands out a run of chunks holding at least size bytes from an address aligned to
 // alignment (any power of two, beyond the chunk size too), commits exactly the granules those
 // bytes touch and reports whether they read as zero. It reserves a new region when no region
@@ -265,6 +292,12 @@ func (a *Arena) alloc(size, alignment uintptr, commit bool) (Span, error) {
 	if size > a.capac || alignment > a.capac {
 		return Span{}, fmt.Errorf("%w: %d bytes aligned to %d asked of an arena of capacity %d",
 			ErrCapacity, size, alignment, a.capac)
+	}
+	if a.fixedEnd != 0 {
+		if m := a.MaxSpan(alignment); size > m {
+			return Span{}, fmt.Errorf("%w: %d bytes aligned to %d asked of an arena over the external region at %#x, which holds at most %d bytes at that alignment",
+				ErrCapacity, size, alignment, a.fixedBase, m)
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

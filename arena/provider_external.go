@@ -68,6 +68,17 @@ func External(r ExternalRegion) (*ExternalProvider, error) {
 // this provider can hold no more.
 func (e *ExternalProvider) Capacity() uintptr { return e.reg.Size }
 
+// fixedRegion returns the region's base and size: it lies where its owner placed it, the same
+// at every Reserve (fixedPlace).
+func (e *ExternalProvider) fixedRegion() (base, size uintptr) { return e.reg.Base, e.reg.Size }
+
+// fixedPlace is implemented by a provider whose one region lies fixed in place (ExternalProvider,
+// and a provider that embeds one): the arena knows from it, before it reserves the region, the
+// most a span at an alignment can ever hold there (Arena.MaxSpan).
+type fixedPlace interface {
+	fixedRegion() (base, size uintptr)
+}
+
 // Name implements Provider.
 func (e *ExternalProvider) Name() string { return "external" }
 

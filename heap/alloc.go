@@ -15,8 +15,9 @@ import (
 )
 
 // Alloc returns the address of a block of at least n bytes that meets the heap's alignment.
-// Its contents are undefined. It fails with ErrInvalidSize for n == 0, ErrTooLarge above the
-// arena's capacity and an error wrapping arena.ErrCapacity when the arena is full.
+// Its contents are undefined. It fails with ErrInvalidSize for n == 0, ErrTooLarge above what
+// the arena can ever hold (its capacity; less over an External region: see AllocAligned) and
+// an error wrapping arena.ErrCapacity when the arena is full.
 func (h *Heap) Alloc(n uintptr) (uintptr, error) {
 	if n-1 < maxClassSize {
 		var pg *page
@@ -147,7 +148,8 @@ func (h *Heap) Zalloc(n uintptr) (uintptr, error) {
 // AllocAligned is Alloc for a block whose address is a multiple of alignment, any power of two
 // (beyond the chunk size too). The block can be freed like any other: its address is its start.
 // It fails as Alloc does, with ErrInvalidAlign for an alignment that is not a power of two and
-// ErrTooLarge for one beyond the arena's capacity.
+// ErrTooLarge for one beyond the arena's capacity, or for more bytes than the arena's External
+// region holds at that alignment (its base need not be aligned: arena.Arena.MaxSpan).
 func (h *Heap) AllocAligned(n, alignment uintptr) (uintptr, error) {
 	p, _, err := h.alloc(n, alignment)
 	return p, err

@@ -12,7 +12,9 @@ import (
 var (
 	// ErrInvalidSize means a size of zero.
 	ErrInvalidSize = errkind.New(pinmalloc.ErrInvalidSize, "heap: invalid size")
-	// ErrTooLarge means a size beyond the arena's capacity, or an alignment beyond it.
+	// ErrTooLarge means a size beyond the arena's capacity, or an alignment beyond it, or more
+	// than an arena's External region, fixed in place, holds at the alignment asked
+	// (arena.Arena.MaxSpan): no memory given back could serve it.
 	ErrTooLarge = errkind.New(pinmalloc.ErrTooLarge, "heap: request exceeds the arena's capacity")
 	// ErrInvalidAlign means an alignment that is not a power of two, or out of range.
 	ErrInvalidAlign = errkind.New(pinmalloc.ErrInvalidAlign, "heap: invalid alignment")

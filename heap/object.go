@@ -90,6 +90,13 @@ func (h *Heap) allocBig(n, alignment uintptr) (uintptr, bool, error) {
 		pg.want = n
 		return h.takeObject(pg, n), zeroed, nil
 	}
+	if m := h.a.MaxSpan(alignment); n > m {
+		// An external region, fixed in place, holds less at this alignment than the capacity:
+		// as above, nothing given back would serve it. Asked here, where the arena is, not
+		// before a kept object's reuse.
+		return 0, false, fmt.Errorf("%w: %d bytes aligned to %d asked of an arena of %d, whose external region holds at most %d bytes at that alignment",
+			ErrTooLarge, n, alignment, h.a.Capacity(), m)
+	}
 	span, err := h.fromArena(h.a.Alloc, n, alignment)
 	if err != nil {
 		return 0, false, err

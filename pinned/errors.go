@@ -20,7 +20,8 @@ import (
 var (
 	// ErrInvalidSize means a size of zero or less.
 	ErrInvalidSize = errkind.New(pinmalloc.ErrInvalidSize, "pinned: invalid size")
-	// ErrTooLarge means a size or an alignment beyond the pool's capacity.
+	// ErrTooLarge means a size or an alignment beyond the pool's capacity, or more than the
+	// External backend's region holds at the alignment asked.
 	ErrTooLarge = errkind.New(pinmalloc.ErrTooLarge, "pinned: size exceeds the pool's capacity")
 	// ErrInvalidAlign means an alignment that is not a power of two or out of range.
 	ErrInvalidAlign = errkind.New(pinmalloc.ErrInvalidAlign, "pinned: invalid alignment")

@@ -340,15 +340,21 @@ func (p *Pool) allocOnce(n, alignment uintptr) (uintptr, error) {
 
 // allocError gives an allocation's error this package's sentinel: one its source gave for a
 // reason other than a want of memory, and that names none of the layers below, is ErrRefused.
-// A request beyond the capacity (heap.ErrTooLarge) is said in the pool's words, once.
+// A request beyond the capacity (heap.ErrTooLarge) is said in the pool's words, once; so is one
+// within it that an External region, fixed in place, cannot hold at its alignment.
 func (p *Pool) allocError(err error, n, alignment uintptr) error {
 	if errors.Is(err, heap.ErrTooLarge) {
 		c := p.a.Capacity()
-		if alignment == 0 {
-			err = fmt.Errorf("%d bytes asked of a pool of capacity %d: %w", n, c, heap.ErrTooLarge)
+		asked, there := fmt.Sprintf("%d bytes", n), ""
+		if alignment != 0 {
+			asked, there = fmt.Sprintf("%d bytes aligned to %d", n, alignment), " at that alignment"
+		}
+		if m := p.a.MaxSpan(alignment); n <= c && alignment <= c && n > m {
+			// The heap aligns to its own alignment at least, which the arena's grid meets.
+			err = fmt.Errorf("%s asked of a pool of capacity %d, whose external region holds at most %d bytes%s: %w",
+				asked, c, m, there, heap.ErrTooLarge)
 		} else {
-			err = fmt.Errorf("%d bytes aligned to %d asked of a pool of capacity %d: %w", n, alignment, c,
-				heap.ErrTooLarge)
+			err = fmt.Errorf("%s asked of a pool of capacity %d: %w", asked, c, heap.ErrTooLarge)
 		}
 		return errkind.Wrap(ErrTooLarge, err, heap.ErrTooLarge)
 	}
