@@ -206,15 +206,18 @@ func (p *HostVMM) Release(r *arena.Region) error {
 func (p *HostVMM) Zero(addr, size uintptr) error { return hostZero(addr, size) }
 
 // DevicePointer returns the address at which a device sees host address addr, which must lie in
-// committed memory of the provider: for VMM host memory, addr itself.
+// committed memory of the provider: for VMM host memory, addr itself. A granule that a failed
+// commit left mapped (its undo refused) is not committed memory: it is refused too.
 func (p *HostVMM) DevicePointer(addr uintptr) (cuda.DevicePtr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.vmm.mu.Lock()
 	defer p.vmm.mu.Unlock()
 	for _, r := range p.regions {
-		if v, ok := r.Handle.(*vmmRegion); ok && addr-r.Base < r.Size && v.mapped.Get(int((addr-r.Base)/p.gran)) {
-			return cuda.DevicePtr(addr), nil
+		if v, ok := r.Handle.(*vmmRegion); ok && addr-r.Base < r.Size {
+			if g := int((addr - r.Base) / p.gran); v.mapped.Get(g) && !v.stray.Get(g) {
+				return cuda.DevicePtr(addr), nil
+			}
 		}
 	}
 	return 0, fmt.Errorf("%w: device pointer of %#x: not in committed memory of the %s provider", arena.ErrInvalid, addr, p.name)

@@ -66,7 +66,9 @@ type vmmRegion struct {
 	handles []icuda.MemHandle
 	mapped  bitset.Set
 	// stray: mapped granules a failed commit could not unmap (its undo's cuMemUnmap refused),
-	// which the arena takes for uncommitted: the next commit over them unmaps them first.
+	// which the arena takes for uncommitted: the next commit over them unmaps them first (and
+	// so does one refused for committed granules beside them), HostVMM.DevicePointer refuses
+	// them as uncommitted, and a Release the driver refuses keeps them stray.
 	stray bitset.Set
 	// busy counts the Commits and Decommits of the region in flight, under owner.mu: Release
 	// waits for them once it has claimed the region, which refuses later ones.
@@ -174,18 +176,14 @@ func (p *vmm) Commit(r *arena.Region, off, size uintptr) error {
 	p.mu.Lock()
 	busy, stray := v.mapped.Count(lo, hi), v.stray.Count(lo, hi)
 	p.mu.Unlock()
-	if stray != 0 && stray == busy {
-		// Left mapped by an earlier commit's refused undo: give them back now, or say why not.
-		if err := p.unmapGranules(r, v, lo, hi); err != nil {
-			p.mu.Lock()
-			_ = v.mapped.Runs(lo, hi, true, func(s, e int) error { // refused again: still strays
-				v.stray.SetRange(s, e, true)
-				return nil
-			})
-			p.mu.Unlock()
+	if stray != 0 {
+		// Left mapped by an earlier commit's refused undo: give them back now, or say why not
+		// (refused again, they stay strays). Beside granules committed, which refuse the
+		// commit below, too: what the driver holds for nothing goes back at once.
+		if err := p.unmapGranules(r, v, v.stray, lo, hi); err != nil {
 			return fmt.Errorf("%w: unmapping what an earlier failed commit left mapped: %w", arena.ErrCommit, err)
 		}
-		busy = 0
+		busy -= stray
 	}
 	if busy != 0 {
 		return fmt.Errorf("%w: %d granules of [%d, %d) of region %#x are committed already", arena.ErrInvalid, busy, lo, hi, r.Base)
@@ -340,22 +338,32 @@ func (p *vmm) unmap(r *arena.Region, lo int, hs []icuda.MemHandle) error {
 	return nil
 }
 
-// unmapGranules unmaps and releases the mapped granules in [lo, hi), run by run: each run is
-// claimed under p.mu, given back without it, and put back on record, whole, if the driver
-// refuses.
-func (p *vmm) unmapGranules(r *arena.Region, v *vmmRegion, lo, hi int) error {
+// unmapGranules unmaps and releases the granules in [lo, hi) that set holds (v.mapped: every
+// mapped one; v.stray: those a failed commit left), run by run: each run is claimed under p.mu,
+// given back without it, and put back on record, whole, if the driver refuses, its stray
+// granules stray again.
+func (p *vmm) unmapGranules(r *arena.Region, v *vmmRegion, set bitset.Set, lo, hi int) error {
 	type run struct {
-		s  int
-		hs []icuda.MemHandle
+		s     int
+		hs    []icuda.MemHandle
+		stray []int // the run's stray granules, to put back so if refused
 	}
 	var rs []run
 	claimed := 0
 	p.mu.Lock()
-	_ = v.mapped.Runs(lo, hi, true, func(s, e int) error {
-		rs = append(rs, run{s, append([]icuda.MemHandle(nil), v.handles[s:e]...)})
+	_ = set.Runs(lo, hi, true, func(s, e int) error {
+		x := run{s: s, hs: append([]icuda.MemHandle(nil), v.handles[s:e]...)}
+		if v.stray.Count(s, e) != 0 {
+			for g := s; g < e; g++ {
+				if v.stray.Get(g) {
+					x.stray = append(x.stray, g)
+				}
+			}
+		}
+		rs = append(rs, x)
 		clear(v.handles[s:e])
 		v.mapped.SetRange(s, e, false)
-		v.stray.SetRange(s, e, false) // put back mapped, not stray, if refused: the caller says what it is
+		v.stray.SetRange(s, e, false)
 		claimed += e - s
 		return nil
 	})
@@ -366,6 +374,11 @@ func (p *vmm) unmapGranules(r *arena.Region, v *vmmRegion, lo, hi int) error {
 			// Refused: the runs from this one on are still mapped.
 			for _, y := range rs[i:] {
 				p.record(v, y.s, y.hs)
+				p.mu.Lock()
+				for _, g := range y.stray {
+					v.stray.SetRange(g, g+1, true)
+				}
+				p.mu.Unlock()
 			}
 			return err
 		}
@@ -381,7 +394,7 @@ func (p *vmm) Decommit(r *arena.Region, off, size uintptr) error {
 		return err
 	}
 	defer p.leave(v)
-	return p.unmapGranules(r, v, int(off/p.gran), int((off+size)/p.gran))
+	return p.unmapGranules(r, v, v.mapped, int(off/p.gran), int((off+size)/p.gran))
 }
 
 // Release implements arena.Provider: what is still mapped is unmapped, the handles stranded by
@@ -425,7 +438,7 @@ func (p *vmm) Release(r *arena.Region) error {
 
 // freeRegion gives back region r, claimed by Release, whose state is v.
 func (p *vmm) freeRegion(r *arena.Region, v *vmmRegion) error {
-	if err := p.unmapGranules(r, v, 0, len(v.handles)); err != nil {
+	if err := p.unmapGranules(r, v, v.mapped, 0, len(v.handles)); err != nil {
 		return err
 	}
 	if err := p.releaseStranded(); err != nil {
